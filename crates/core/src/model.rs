@@ -1,0 +1,18 @@
+//! The model of a heterogeneous cluster and the work it runs.
+//!
+//! - [`cluster`]: racks, nodes, accelerators — what a cluster *is*;
+//! - [`application`]: applications of independent tasks with CPU and/or GPU variants and their base
+//!   profiles (spec 02, "Heterogeneous task model");
+//! - [`view`]: the scheduler's live view of the cluster that policies read and update.
+
+pub mod application;
+pub mod cluster;
+pub mod ids;
+pub mod resources;
+pub mod view;
+
+pub use application::{Application, CpuVariant, GpuVariant, Need, Variant};
+pub use cluster::{Accelerator, Cluster, ClusterError, Node, Rack};
+pub use ids::{AppId, NodeId, RackId, TaskId};
+pub use resources::Resources;
+pub use view::{AppState, Assignment, NodeReport, NodeState, SchedulerView, ViewError};

@@ -1,0 +1,134 @@
+//! Applications of independent tasks and the heterogeneous task model of spec 02.
+//!
+//! Every task of an application processes one input split of `split_bytes` (V) and can run as a
+//! CPU task, a GPU task, or either. Each variant carries its *base profile*: the phase times of the
+//! task run alone (CPU_base: one core; GPU_base: one GPU), from which policies predict how a task
+//! will fare under contention (spec 02 eqs. (1)–(3)).
+
+use super::ids::AppId;
+use super::resources::Resources;
+use crate::time::Time;
+use serde::{Deserialize, Serialize};
+
+/// Which implementation a task runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Variant {
+    /// One core; reads interleaved with compute.
+    Cpu,
+    /// One GPU plus a core; reads the whole split, copies it to the device, then computes.
+    Gpu,
+}
+
+impl std::fmt::Display for Variant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Variant::Cpu => "cpu",
+            Variant::Gpu => "gpu",
+        })
+    }
+}
+
+/// Base profile and request of an application's CPU implementation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CpuVariant {
+    /// `tpc0`: compute time of the CPU_base task on a core of speed 1.0.
+    pub compute: Time,
+    /// `tdc0`: read time of the CPU_base task run alone.
+    pub read: Time,
+    /// Resources one task holds while it runs.
+    pub request: Resources,
+}
+
+/// Base profile and request of an application's GPU implementation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GpuVariant {
+    /// `tpg0`: kernel time of the GPU_base task on an accelerator of speed 1.0.
+    pub compute: Time,
+    /// `tdcg`: host↔device copy time.
+    pub copy: Time,
+    /// `tdg0`: read time of the GPU_base task run alone.
+    pub read: Time,
+    /// Resources one task holds while it runs (at least one GPU; a core drives it).
+    pub request: Resources,
+    /// Accelerator kind the task needs; `None` runs on any.
+    pub kind: Option<String>,
+}
+
+/// An application: many identical independent tasks, each runnable on the variants it has.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Application {
+    /// Dense identifier in submission order.
+    pub id: AppId,
+    /// Name as the user wrote it.
+    pub name: String,
+    /// Scheduling priority: higher levels are served first (spec 02, Algorithm 1 "for each priority").
+    pub priority: i32,
+    /// When the application (its AM) started; ties and relative progress use it.
+    pub submit_time: Time,
+    /// Input split size V in bytes, the same for every task.
+    pub split_bytes: u64,
+    /// Number of tasks.
+    pub tasks: u32,
+    /// The CPU implementation, if any.
+    pub cpu: Option<CpuVariant>,
+    /// The GPU implementation, if any.
+    pub gpu: Option<GpuVariant>,
+}
+
+/// The queue an application sits in by the variants it has (spec 02, Algorithm 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// Only a GPU implementation.
+    GpuOnly,
+    /// Only a CPU implementation.
+    CpuOnly,
+    /// Both.
+    Mixed,
+}
+
+impl Application {
+    /// CPU_base task time `tpc0 + tdc0`, if the application has a CPU variant.
+    pub fn cpu_base_time(&self) -> Option<Time> {
+        self.cpu.as_ref().map(|c| c.compute + c.read)
+    }
+
+    /// GPU_base task time `tpg0 + tdcg + tdg0`, if the application has a GPU variant.
+    pub fn gpu_base_time(&self) -> Option<Time> {
+        self.gpu.as_ref().map(|g| g.compute + g.copy + g.read)
+    }
+
+    /// Base time of the given variant.
+    pub fn base_time(&self, variant: Variant) -> Option<Time> {
+        match variant {
+            Variant::Cpu => self.cpu_base_time(),
+            Variant::Gpu => self.gpu_base_time(),
+        }
+    }
+
+    /// The shorter of the two base times: the application's best task time running alone.
+    pub fn best_base_time(&self) -> Option<Time> {
+        match (self.cpu_base_time(), self.gpu_base_time()) {
+            (Some(c), Some(g)) => Some(c.min(g)),
+            (c, g) => c.or(g),
+        }
+    }
+
+    /// Resources one task of `variant` holds.
+    pub fn request(&self, variant: Variant) -> Option<Resources> {
+        match variant {
+            Variant::Cpu => self.cpu.as_ref().map(|c| c.request),
+            Variant::Gpu => self.gpu.as_ref().map(|g| g.request),
+        }
+    }
+
+    /// The queue the application belongs to; `None` if it has no variant at all.
+    pub fn need(&self) -> Option<Need> {
+        match (self.cpu.is_some(), self.gpu.is_some()) {
+            (true, true) => Some(Need::Mixed),
+            (true, false) => Some(Need::CpuOnly),
+            (false, true) => Some(Need::GpuOnly),
+            (false, false) => None,
+        }
+    }
+}

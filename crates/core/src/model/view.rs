@@ -1,0 +1,394 @@
+//! The scheduler's view of the cluster: what a resource manager knows between heartbeats.
+//!
+//! Per node: free resources and devices, and the IO figures of the last heartbeat — total
+//! outstanding read bytes (`TotalIO`, `sumio`) and the number of tasks reading (`#IOtask`, `n`).
+//! Per application: pending tasks and counters. Policies read the view and call
+//! [`SchedulerView::assign`], which updates it at once, so the next decision in the same heartbeat
+//! sees the load the previous one added (spec 02, Algorithm 1: "update the node's free resources,
+//! TotalIO, #IOtask").
+
+use super::application::{Application, Need, Variant};
+use super::cluster::Node;
+use super::ids::{AppId, NodeId, TaskId};
+use super::resources::Resources;
+use crate::time::Time;
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use thiserror::Error;
+
+/// A decision: run `task` of `app` as `variant` on `node`, on accelerator `devices`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assignment {
+    /// The task.
+    pub task: TaskId,
+    /// Its application.
+    pub app: AppId,
+    /// Where it runs.
+    pub node: NodeId,
+    /// Which implementation runs.
+    pub variant: Variant,
+    /// Accelerator device numbers on the node (empty for CPU tasks).
+    pub devices: Vec<u32>,
+}
+
+/// What a node reports in a heartbeat about its disk load.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeReport {
+    /// Bytes its running tasks still have to read (`TotalIO`).
+    pub total_io_bytes: f64,
+    /// Number of tasks reading now (`#IOtask`).
+    pub io_tasks: u32,
+}
+
+/// The view of one node.
+#[derive(Clone, Debug)]
+pub struct NodeState {
+    /// The node's description.
+    pub node: Node,
+    /// Resources not held by running tasks.
+    pub free: Resources,
+    /// Per accelerator device: whether it is free.
+    pub device_free: Vec<bool>,
+    /// Outstanding read bytes: last heartbeat's figure plus what was dispatched since.
+    pub total_io_bytes: f64,
+    /// Tasks reading: last heartbeat's figure plus what was dispatched since.
+    pub io_tasks: u32,
+    /// Tasks running on the node.
+    pub running: u32,
+    /// False once the node is lost; policies never place work on it.
+    pub alive: bool,
+}
+
+impl NodeState {
+    /// Number of free devices of `kind` (any kind when `None`).
+    pub fn free_devices(&self, kind: Option<&str>) -> u32 {
+        self.device_free
+            .iter()
+            .zip(&self.node.accelerators)
+            .filter(|(free, acc)| **free && kind.is_none_or(|k| acc.kind == k))
+            .count() as u32
+    }
+}
+
+/// The view of one application.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    /// The application's description and base profiles.
+    pub app: Application,
+    /// Tasks not yet dispatched, in order.
+    pub pending: VecDeque<TaskId>,
+    /// Tasks dispatched so far as CPU tasks (re-dispatches included).
+    pub dispatched_cpu: u32,
+    /// Tasks dispatched so far as GPU tasks (re-dispatches included).
+    pub dispatched_gpu: u32,
+    /// Tasks running now.
+    pub running: u32,
+    /// Tasks finished successfully.
+    pub completed: u32,
+    /// Resources the application's running tasks hold.
+    pub usage: Resources,
+    /// The application's queue by need.
+    pub need: Need,
+}
+
+impl AppState {
+    /// Tasks dispatched as either variant (`#alloc_tasks` of spec 02 eq. (6)).
+    pub fn dispatched(&self) -> u32 {
+        self.dispatched_cpu + self.dispatched_gpu
+    }
+
+    /// Whether the application still has tasks to dispatch.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Whether every task finished.
+    pub fn is_complete(&self) -> bool {
+        self.completed >= self.app.tasks
+    }
+}
+
+/// A request the view refuses.
+#[derive(Debug, Error, PartialEq)]
+pub enum ViewError {
+    /// Applications must be added with dense ids in order.
+    #[error("application id {found} added out of order (expected {expected})")]
+    AppOutOfOrder {
+        /// Id given.
+        found: AppId,
+        /// Id expected next.
+        expected: AppId,
+    },
+    /// Nodes must be added with dense ids in order.
+    #[error("node id {found} added out of order (expected {expected})")]
+    NodeOutOfOrder {
+        /// Id given.
+        found: NodeId,
+        /// Id expected next.
+        expected: NodeId,
+    },
+    /// The application has no implementation at all.
+    #[error("application `{0}` has neither a CPU nor a GPU variant")]
+    NoVariant(String),
+    /// An unknown node.
+    #[error("unknown node {0}")]
+    UnknownNode(NodeId),
+    /// An unknown application.
+    #[error("unknown application {0}")]
+    UnknownApp(AppId),
+}
+
+/// The scheduler's whole view: nodes, applications and cluster totals.
+#[derive(Clone, Debug, Default)]
+pub struct SchedulerView {
+    nodes: Vec<NodeState>,
+    apps: Vec<AppState>,
+    totals: Resources,
+}
+
+impl SchedulerView {
+    /// An empty view.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A view of every node of `cluster`, all idle.
+    pub fn with_cluster(cluster: &crate::model::Cluster) -> Result<Self, ViewError> {
+        let mut view = Self::new();
+        for node in &cluster.nodes {
+            view.add_node(node.clone())?;
+        }
+        Ok(view)
+    }
+
+    /// Adds an idle node; ids must be dense and in order.
+    pub fn add_node(&mut self, node: Node) -> Result<NodeId, ViewError> {
+        let expected = NodeId(self.nodes.len() as u32);
+        if node.id != expected {
+            return Err(ViewError::NodeOutOfOrder {
+                found: node.id,
+                expected,
+            });
+        }
+        let capacity = node.capacity();
+        self.totals = self.totals + capacity;
+        self.nodes.push(NodeState {
+            device_free: vec![true; node.accelerators.len()],
+            node,
+            free: capacity,
+            total_io_bytes: 0.0,
+            io_tasks: 0,
+            running: 0,
+            alive: true,
+        });
+        Ok(expected)
+    }
+
+    /// Marks a node lost (or back); a lost node's capacity leaves the cluster totals. The caller
+    /// re-queues the tasks that were running there with [`SchedulerView::requeue`].
+    pub fn set_alive(&mut self, node: NodeId, alive: bool) -> Result<(), ViewError> {
+        let state = self
+            .nodes
+            .get_mut(node.index())
+            .ok_or(ViewError::UnknownNode(node))?;
+        if state.alive != alive {
+            state.alive = alive;
+            let capacity = state.node.capacity();
+            self.totals = if alive {
+                self.totals + capacity
+            } else {
+                self.totals - capacity
+            };
+        }
+        Ok(())
+    }
+
+    /// Adds an application with the ids of its tasks; ids must be dense and in order.
+    pub fn add_application(
+        &mut self,
+        app: Application,
+        tasks: impl IntoIterator<Item = TaskId>,
+    ) -> Result<AppId, ViewError> {
+        let expected = AppId(self.apps.len() as u32);
+        if app.id != expected {
+            return Err(ViewError::AppOutOfOrder {
+                found: app.id,
+                expected,
+            });
+        }
+        let need = app
+            .need()
+            .ok_or_else(|| ViewError::NoVariant(app.name.clone()))?;
+        self.apps.push(AppState {
+            pending: tasks.into_iter().collect(),
+            app,
+            dispatched_cpu: 0,
+            dispatched_gpu: 0,
+            running: 0,
+            completed: 0,
+            usage: Resources::default(),
+            need,
+        });
+        Ok(expected)
+    }
+
+    /// All nodes, by id.
+    pub fn nodes(&self) -> &[NodeState] {
+        &self.nodes
+    }
+
+    /// One node.
+    pub fn node(&self, id: NodeId) -> &NodeState {
+        &self.nodes[id.index()]
+    }
+
+    /// All applications, by id.
+    pub fn apps(&self) -> &[AppState] {
+        &self.apps
+    }
+
+    /// One application.
+    pub fn app(&self, id: AppId) -> &AppState {
+        &self.apps[id.index()]
+    }
+
+    /// Capacity of every live node together.
+    pub fn totals(&self) -> Resources {
+        self.totals
+    }
+
+    /// Applies a heartbeat's disk figures to the node (they replace the running estimate).
+    pub fn node_report(&mut self, node: NodeId, report: NodeReport) -> Result<(), ViewError> {
+        let state = self
+            .nodes
+            .get_mut(node.index())
+            .ok_or(ViewError::UnknownNode(node))?;
+        state.total_io_bytes = report.total_io_bytes;
+        state.io_tasks = report.io_tasks;
+        Ok(())
+    }
+
+    /// Whether one task of `app` as `variant` fits on `node` now.
+    pub fn fits(&self, app: AppId, node: NodeId, variant: Variant) -> bool {
+        let (a, n) = (&self.apps[app.index()], &self.nodes[node.index()]);
+        if !n.alive {
+            return false;
+        }
+        let Some(request) = a.app.request(variant) else {
+            return false;
+        };
+        if !n.free.fits(&request) {
+            return false;
+        }
+        match (variant, &a.app.gpu) {
+            (Variant::Gpu, Some(gpu)) => n.free_devices(gpu.kind.as_deref()) >= request.gpus,
+            _ => true,
+        }
+    }
+
+    /// Dispatches the next pending task of `app` to `node` as `variant`, if it has one and it fits;
+    /// updates free resources, devices, `TotalIO`, `#IOtask` and the application's counters.
+    pub fn assign(&mut self, app: AppId, node: NodeId, variant: Variant) -> Option<Assignment> {
+        if !self.apps[app.index()].has_pending() || !self.fits(app, node, variant) {
+            return None;
+        }
+        let a = &mut self.apps[app.index()];
+        let task = a.pending.pop_front()?;
+        let request = a.app.request(variant)?;
+        let n = &mut self.nodes[node.index()];
+        let mut devices = Vec::with_capacity(request.gpus as usize);
+        if variant == Variant::Gpu {
+            let kind = a.app.gpu.as_ref().and_then(|g| g.kind.as_deref());
+            for (d, (free, acc)) in n
+                .device_free
+                .iter_mut()
+                .zip(&n.node.accelerators)
+                .enumerate()
+            {
+                if devices.len() == request.gpus as usize {
+                    break;
+                }
+                if *free && kind.is_none_or(|k| acc.kind == k) {
+                    *free = false;
+                    devices.push(d as u32);
+                }
+            }
+        }
+        n.free = n.free - request;
+        n.running += 1;
+        n.total_io_bytes += a.app.split_bytes as f64;
+        n.io_tasks += 1;
+        a.usage = a.usage + request;
+        a.running += 1;
+        match variant {
+            Variant::Cpu => a.dispatched_cpu += 1,
+            Variant::Gpu => a.dispatched_gpu += 1,
+        }
+        Some(Assignment {
+            task,
+            app,
+            node,
+            variant,
+            devices,
+        })
+    }
+
+    fn release(&mut self, done: &Assignment) {
+        let a = &mut self.apps[done.app.index()];
+        let request = a.app.request(done.variant).unwrap_or_default();
+        a.usage = a.usage - request;
+        a.running = a.running.saturating_sub(1);
+        let n = &mut self.nodes[done.node.index()];
+        n.free = n.free + request;
+        n.running = n.running.saturating_sub(1);
+        for &d in &done.devices {
+            if let Some(free) = n.device_free.get_mut(d as usize) {
+                *free = true;
+            }
+        }
+    }
+
+    /// A dispatched task finished successfully: its resources return to the node.
+    pub fn task_finished(&mut self, done: &Assignment) {
+        self.release(done);
+        self.apps[done.app.index()].completed += 1;
+    }
+
+    /// A dispatched task will run again (it failed, or its node was lost): its resources return
+    /// and it goes to the front of its application's queue.
+    pub fn requeue(&mut self, done: &Assignment) {
+        self.release(done);
+        self.apps[done.app.index()].pending.push_front(done.task);
+    }
+
+    /// Drops every pending task of `app` (cancellation); returns how many were dropped.
+    pub fn cancel_pending(&mut self, app: AppId) -> usize {
+        let a = &mut self.apps[app.index()];
+        let n = a.pending.len();
+        a.pending.clear();
+        n
+    }
+
+    /// Whether every task of every application finished.
+    pub fn all_complete(&self) -> bool {
+        self.apps.iter().all(AppState::is_complete)
+    }
+
+    /// Time-independent helper for policies: apps with pending tasks, in submission order.
+    pub fn pending_apps(&self) -> impl Iterator<Item = &AppState> {
+        self.apps.iter().filter(|a| a.has_pending())
+    }
+
+    /// Distinct priority levels of applications with pending tasks, highest first.
+    pub fn pending_priorities(&self) -> Vec<i32> {
+        let mut levels: Vec<i32> = self.pending_apps().map(|a| a.app.priority).collect();
+        levels.sort_unstable_by(|a, b| b.cmp(a));
+        levels.dedup();
+        levels
+    }
+}
+
+/// Elapsed time since an application started, at least 1 ns (relative progress divides by it).
+pub fn elapsed_since(now: Time, start: Time) -> Time {
+    now.saturating_sub(start).max(1)
+}

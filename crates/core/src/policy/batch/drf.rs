@@ -1,0 +1,67 @@
+//! `drf`: dominant resource fairness (Ghodsi et al., NSDI 2011). Each free slot goes to the
+//! application with the smallest dominant share — the largest fraction of any one cluster resource
+//! (cores, memory, GPUs) its running tasks hold. A task runs on a GPU when its application has a GPU
+//! variant and one is free, else on a core.
+
+use super::BatchPolicy;
+use crate::model::{AppId, Assignment, NodeId, SchedulerView, Variant};
+use crate::time::Time;
+
+/// Dominant resource fairness.
+#[derive(Debug, Default)]
+pub struct Drf;
+
+/// Picks, among applications with pending tasks that `can_run`, the one DRF serves next:
+/// highest priority, then smallest dominant share, then earliest start, then lowest id.
+pub(crate) fn next_by_drf(
+    view: &SchedulerView,
+    mut can_run: impl FnMut(AppId) -> bool,
+) -> Option<AppId> {
+    let totals = view.totals();
+    view.pending_apps()
+        .filter(|a| can_run(a.app.id))
+        .map(|a| {
+            (
+                a.app.priority,
+                a.usage.dominant_share(&totals),
+                a.app.submit_time,
+                a.app.id,
+            )
+        })
+        .min_by(|x, y| {
+            y.0.cmp(&x.0)
+                .then(x.1.total_cmp(&y.1))
+                .then(x.2.cmp(&y.2))
+                .then(x.3.cmp(&y.3))
+        })
+        .map(|(_, _, _, id)| id)
+}
+
+impl BatchPolicy for Drf {
+    fn name(&self) -> &'static str {
+        "drf"
+    }
+
+    fn on_node_update(
+        &mut self,
+        view: &mut SchedulerView,
+        node: NodeId,
+        _now: Time,
+    ) -> Vec<Assignment> {
+        let mut out = Vec::new();
+        loop {
+            let pick = next_by_drf(view, |app| {
+                view.fits(app, node, Variant::Gpu) || view.fits(app, node, Variant::Cpu)
+            });
+            let Some(app) = pick else { break };
+            let done = view
+                .assign(app, node, Variant::Gpu)
+                .or_else(|| view.assign(app, node, Variant::Cpu));
+            match done {
+                Some(a) => out.push(a),
+                None => break,
+            }
+        }
+        out
+    }
+}

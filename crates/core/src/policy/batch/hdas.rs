@@ -1,0 +1,202 @@
+//! `hdas`: heterogeneous dynamic affinity scheduling (spec 02, Algorithm 1).
+//!
+//! On each heartbeat, for each priority level (highest first):
+//! 1. while the node has a free GPU, give it to the GPU-capable application whose new task is
+//!    **least delayed relative to its GPU_base task** under the node's live `TotalIO`/`#IOtask`
+//!    (eqs. (1)–(3)); ties: fewest GPU tasks already dispatched, then GPU-only applications, then
+//!    earliest start;
+//! 2. while the node has a free core, give it to the CPU-capable application with the **slowest
+//!    relative progress** (eq. (6)); progress values within [`HdasConfig::progress_tolerance`] of
+//!    the slowest count as equal (spec 02 leaves this OPEN), and among those the highest ratio of
+//!    predicted CPU speed to the application's best speed alone wins, then CPU-only applications,
+//!    then earliest start.
+//!
+//! Each decision re-reads the view, which [`SchedulerView::assign`] has just updated, so a decision
+//! costs O(#applications) and sees the load of the one before it.
+
+use super::BatchPolicy;
+use super::predict::{cpu_task_time, gpu_task_time};
+use crate::model::view::elapsed_since;
+use crate::model::{AppId, Assignment, Need, NodeId, SchedulerView, Variant};
+use crate::time::Time;
+use serde::{Deserialize, Serialize};
+use std::cmp::Ordering;
+
+/// HDAS settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HdasConfig {
+    /// Relative tolerance within which two applications' relative progress count as equal, so the
+    /// speed-ratio criterion can act (spec 02 leaves it OPEN). 0.05 = within 5 % of the slowest.
+    pub progress_tolerance: f64,
+}
+
+impl Default for HdasConfig {
+    fn default() -> Self {
+        Self {
+            progress_tolerance: 0.05,
+        }
+    }
+}
+
+/// Heterogeneous dynamic affinity scheduling.
+#[derive(Debug, Default)]
+pub struct Hdas {
+    config: HdasConfig,
+}
+
+/// Relative tolerance for "equal" predicted delays: predictions are sums of f64 nanoseconds.
+const DELAY_EPSILON: f64 = 1e-9;
+
+fn approx_cmp(a: f64, b: f64, rel: f64) -> Ordering {
+    if (a - b).abs() <= rel * a.abs().max(b.abs()) {
+        Ordering::Equal
+    } else {
+        a.total_cmp(&b)
+    }
+}
+
+/// A GPU candidate's sort key (smaller is better).
+struct GpuKey {
+    delay: f64,
+    gpu_dispatched: u32,
+    not_gpu_only: bool,
+    start: Time,
+    app: AppId,
+}
+
+impl GpuKey {
+    fn cmp(&self, o: &GpuKey) -> Ordering {
+        approx_cmp(self.delay, o.delay, DELAY_EPSILON)
+            .then(self.gpu_dispatched.cmp(&o.gpu_dispatched))
+            .then(self.not_gpu_only.cmp(&o.not_gpu_only))
+            .then(self.start.cmp(&o.start))
+            .then(self.app.cmp(&o.app))
+    }
+}
+
+/// A CPU candidate.
+struct CpuCandidate {
+    progress: f64,
+    /// Predicted CPU speed over best speed alone (higher is better).
+    speed_ratio: f64,
+    not_cpu_only: bool,
+    start: Time,
+    app: AppId,
+}
+
+impl Hdas {
+    /// HDAS with `config`.
+    pub fn new(config: HdasConfig) -> Self {
+        Self { config }
+    }
+
+    /// Step 1: the GPU-capable application at `level` whose next GPU task on `node` is least
+    /// delayed relative to its GPU_base task.
+    pub fn pick_gpu(&self, view: &SchedulerView, node: NodeId, level: i32) -> Option<AppId> {
+        let n = view.node(node);
+        let mut best: Option<GpuKey> = None;
+        for a in view.pending_apps() {
+            if a.app.priority != level || !view.fits(a.app.id, node, Variant::Gpu) {
+                continue;
+            }
+            let (Some(predicted), Some(base)) = (gpu_task_time(&a.app, n), a.app.gpu_base_time())
+            else {
+                continue;
+            };
+            let key = GpuKey {
+                delay: predicted / (base.max(1) as f64),
+                gpu_dispatched: a.dispatched_gpu,
+                not_gpu_only: a.need != Need::GpuOnly,
+                start: a.app.submit_time,
+                app: a.app.id,
+            };
+            if best.as_ref().is_none_or(|b| key.cmp(b) == Ordering::Less) {
+                best = Some(key);
+            }
+        }
+        best.map(|k| k.app)
+    }
+
+    /// Step 2: the CPU-capable application at `level` to receive `node`'s next core.
+    pub fn pick_cpu(
+        &self,
+        view: &SchedulerView,
+        node: NodeId,
+        level: i32,
+        now: Time,
+    ) -> Option<AppId> {
+        let n = view.node(node);
+        let mut candidates = Vec::new();
+        for a in view.pending_apps() {
+            if a.app.priority != level || !view.fits(a.app.id, node, Variant::Cpu) {
+                continue;
+            }
+            let (Some(cpu_base), Some(best_alone), Some(predicted)) = (
+                a.app.cpu_base_time(),
+                a.app.best_base_time(),
+                cpu_task_time(&a.app, n),
+            ) else {
+                continue;
+            };
+            // Eq. (6): dispatched (not completed) tasks, so applications of many short tasks
+            // are not favoured.
+            let progress = a.dispatched() as f64 * cpu_base as f64
+                / elapsed_since(now, a.app.submit_time) as f64;
+            candidates.push(CpuCandidate {
+                progress,
+                // speed = V / T, so the ratio of speeds is the inverse ratio of times.
+                speed_ratio: best_alone as f64 / predicted.max(1.0),
+                not_cpu_only: a.need != Need::CpuOnly,
+                start: a.app.submit_time,
+                app: a.app.id,
+            });
+        }
+        let slowest = candidates
+            .iter()
+            .map(|c| c.progress)
+            .min_by(f64::total_cmp)?;
+        let bound = slowest + self.config.progress_tolerance * slowest.abs();
+        candidates
+            .into_iter()
+            .filter(|c| c.progress <= bound)
+            .min_by(|x, y| {
+                y.speed_ratio
+                    .total_cmp(&x.speed_ratio)
+                    .then(x.not_cpu_only.cmp(&y.not_cpu_only))
+                    .then(x.start.cmp(&y.start))
+                    .then(x.app.cmp(&y.app))
+            })
+            .map(|c| c.app)
+    }
+}
+
+impl BatchPolicy for Hdas {
+    fn name(&self) -> &'static str {
+        "hdas"
+    }
+
+    fn on_node_update(
+        &mut self,
+        view: &mut SchedulerView,
+        node: NodeId,
+        now: Time,
+    ) -> Vec<Assignment> {
+        let mut out = Vec::new();
+        for level in view.pending_priorities() {
+            while let Some(app) = self.pick_gpu(view, node, level) {
+                match view.assign(app, node, Variant::Gpu) {
+                    Some(a) => out.push(a),
+                    None => break,
+                }
+            }
+            while let Some(app) = self.pick_cpu(view, node, level, now) {
+                match view.assign(app, node, Variant::Cpu) {
+                    Some(a) => out.push(a),
+                    None => break,
+                }
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,72 @@
+//! The heterogeneous task model's predictions (spec 02, eqs. (1)–(4)), in nanoseconds as `f64`.
+//!
+//! These are the *scheduler's* estimates from heartbeat figures; the simulator's disk model is a
+//! separate mechanism, so prediction and outcome may differ — which is what HDAS is judged on.
+
+use crate::model::{AppState, Application, Node, NodeState};
+use crate::time::NANOS_PER_SEC;
+
+/// Eq. (3), RECONSTRUCTED: read time of a new task that joins a disk with `sumio` outstanding bytes:
+/// `max(td0, (sumio + V) / BW)`.
+pub fn read_time(td0_ns: f64, sumio_bytes: f64, split_bytes: u64, disk_bw: f64) -> f64 {
+    let contended = (sumio_bytes + split_bytes as f64) / disk_bw * NANOS_PER_SEC as f64;
+    td0_ns.max(contended)
+}
+
+/// Eq. (2) for a GPU task started now on `node`: `tpg0/speed + tdcg + tdg`. `None` without a GPU
+/// variant.
+pub fn gpu_task_time(app: &Application, node: &NodeState) -> Option<f64> {
+    let gpu = app.gpu.as_ref()?;
+    let speed = node
+        .device_free
+        .iter()
+        .zip(&node.node.accelerators)
+        .find(|(free, acc)| **free && gpu.kind.as_deref().is_none_or(|k| acc.kind == k))
+        .map_or(1.0, |(_, acc)| acc.speed);
+    let read = read_time(
+        gpu.read as f64,
+        node.total_io_bytes,
+        app.split_bytes,
+        node.node.disk_read_bw,
+    );
+    Some(gpu.compute as f64 / speed + gpu.copy as f64 + read)
+}
+
+/// Eq. (2) for a CPU task started now on `node`: `tpc0/core_speed + tdc`. `None` without a CPU
+/// variant.
+pub fn cpu_task_time(app: &Application, node: &NodeState) -> Option<f64> {
+    let cpu = app.cpu.as_ref()?;
+    let read = read_time(
+        cpu.read as f64,
+        node.total_io_bytes,
+        app.split_bytes,
+        node.node.disk_read_bw,
+    );
+    Some(cpu.compute as f64 / node.node.core_speed + read)
+}
+
+/// `T_k^GPU`: mean GPU task time when `k` GPU tasks of this application run together on `node`
+/// (they share the disk, so each reads in `max(tdg0, k·V/BW)`).
+pub fn gpu_time_with_k(app: &Application, k: u32, node: &Node) -> Option<f64> {
+    let gpu = app.gpu.as_ref()?;
+    let speed = node.accelerators.first().map_or(1.0, |a| a.speed);
+    let read = read_time(
+        gpu.read as f64,
+        0.0,
+        app.split_bytes * k.max(1) as u64,
+        node.disk_read_bw,
+    );
+    Some(gpu.compute as f64 / speed + gpu.copy as f64 + read)
+}
+
+/// Eq. (4), RECONSTRUCTED: GPU affinity `T_CPU_base / T_g^GPU` with `g` the node's GPU count —
+/// the speedup under full GPU occupancy. A GPU-only application has infinite affinity (GPUs are all
+/// it can use); an application without a GPU variant has none.
+pub fn gpu_affinity(app: &AppState, node: &Node) -> Option<f64> {
+    let g = node.accelerators.len() as u32;
+    let t_g = gpu_time_with_k(&app.app, g, node)?;
+    Some(match app.app.cpu_base_time() {
+        Some(cpu) => cpu as f64 / t_g,
+        None => f64::INFINITY,
+    })
+}
