@@ -4,6 +4,7 @@
 //! is not passed in. The simulator (`hetsched-sim`) and the runtime server drive the same code; a
 //! policy sees a [`model::SchedulerView`] and answers with assignments.
 
+pub mod input;
 pub mod model;
 pub mod policy;
 pub mod testkit;

@@ -1,0 +1,118 @@
+//! Everything a user submits, parsed in one place with precise errors: cluster descriptions
+//! ([`cluster`]) and workload/job files ([`workload`]). The simulator and the runtime share these
+//! parsers, so a file that one accepts the other reads the same way.
+//!
+//! Every error is an [`InputError`] that names the file, line, column and field, and says what was
+//! expected: `cluster.toml:12:9: node[1].cores: invalid value: integer `-2`, expected u32`.
+
+pub mod cluster;
+mod units;
+pub mod workload;
+
+pub use units::{Bandwidth, Duration};
+
+use std::fmt;
+use thiserror::Error;
+
+/// A problem in a submitted file, located as precisely as the parser can.
+#[derive(Clone, Debug, Error, PartialEq)]
+pub struct InputError {
+    /// The file (or other origin) the text came from.
+    pub origin: String,
+    /// 1-based line, if known.
+    pub line: Option<usize>,
+    /// 1-based column, if known.
+    pub column: Option<usize>,
+    /// Dotted path of the field, e.g. `application[2].gpu.gpus`, if known.
+    pub field: Option<String>,
+    /// What is wrong and what was expected.
+    pub message: String,
+}
+
+impl fmt::Display for InputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.origin)?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+            if let Some(col) = self.column {
+                write!(f, ":{col}")?;
+            }
+        }
+        write!(f, ": ")?;
+        if let Some(field) = &self.field {
+            write!(f, "{field}: ")?;
+        }
+        write!(f, "{}", self.message)
+    }
+}
+
+/// The text of one submitted file and where it came from; turns byte offsets into lines.
+#[derive(Clone, Copy, Debug)]
+pub struct Source<'a> {
+    /// File name or other origin, used in every error.
+    pub origin: &'a str,
+    /// The text.
+    pub text: &'a str,
+}
+
+impl<'a> Source<'a> {
+    /// A source named `origin` holding `text`.
+    pub fn new(origin: &'a str, text: &'a str) -> Self {
+        Self { origin, text }
+    }
+
+    /// 1-based (line, column) of byte `offset`.
+    pub fn line_col(&self, offset: usize) -> (usize, usize) {
+        let before = &self.text[..offset.min(self.text.len())];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        (line, before[line_start..].chars().count() + 1)
+    }
+
+    /// An error at byte `offset` (or unlocated), on `field`.
+    pub fn error(
+        &self,
+        offset: Option<usize>,
+        field: Option<String>,
+        message: impl Into<String>,
+    ) -> InputError {
+        let (line, column) = match offset.map(|o| self.line_col(o)) {
+            Some((l, c)) => (Some(l), Some(c)),
+            None => (None, None),
+        };
+        InputError {
+            origin: self.origin.to_string(),
+            line,
+            column,
+            field,
+            message: message.into(),
+        }
+    }
+
+    /// Deserializes the whole text as TOML into `T`, keeping the failing field's path and position.
+    pub fn parse_toml<T: serde::de::DeserializeOwned>(&self) -> Result<T, InputError> {
+        let de = toml::de::Deserializer::parse(self.text).map_err(|e| self.toml_error(&e, None))?;
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let field = (path != ".").then(|| normalise_path(&path));
+            self.toml_error(e.inner(), field)
+        })
+    }
+
+    fn toml_error(&self, e: &toml::de::Error, field: Option<String>) -> InputError {
+        self.error(
+            e.span().map(|s| s.start),
+            field,
+            e.message().trim().to_string(),
+        )
+    }
+}
+
+/// serde_path_to_error writes `application[0].cpu`, already in the user's terms; drop the root
+/// marker and the private segments that span-keeping wrappers add.
+fn normalise_path(path: &str) -> String {
+    path.split('.')
+        .filter(|seg| !seg.is_empty() && !seg.starts_with("$__serde_spanned"))
+        .collect::<Vec<_>>()
+        .join(".")
+}

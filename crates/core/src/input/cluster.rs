@@ -1,0 +1,236 @@
+//! Cluster description files (TOML): racks and nodes with cores, clock, memory, disk, network and
+//! accelerators. The simulator models them; the runtime uses the same format for resources an
+//! agent declares. See `examples/cluster-hdas-paper.toml` for a commented example.
+
+use super::units::{Bandwidth, Duration};
+use super::{InputError, Source};
+use crate::model::{Accelerator, Cluster, Node, NodeId, Rack, RackId};
+use bytesize::ByteSize;
+use serde::{Deserialize, Serialize};
+use serde_spanned::Spanned;
+use std::collections::HashMap;
+
+/// A cluster file as written.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterFile {
+    /// Racks; nodes that name none go to a rack called `default`.
+    #[serde(default)]
+    pub rack: Vec<RackSpec>,
+    /// Node groups.
+    #[serde(default)]
+    pub node: Vec<NodeSpec>,
+}
+
+/// A rack as written.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RackSpec {
+    /// Unique name.
+    pub name: Spanned<String>,
+}
+
+/// A group of identical nodes as written.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSpec {
+    /// Name; with `count` > 1 the nodes are named `name-1` … `name-N`.
+    pub name: Spanned<String>,
+    /// How many identical nodes this entry stands for.
+    #[serde(default = "one")]
+    pub count: Spanned<u32>,
+    /// Rack name.
+    pub rack: Option<Spanned<String>>,
+    /// CPU cores.
+    pub cores: Spanned<u32>,
+    /// Relative core speed (1.0 = the reference core of the profiles).
+    #[serde(default = "unit_speed")]
+    pub core_speed: Spanned<f64>,
+    /// Main memory, e.g. `"64GiB"`.
+    #[serde(default = "default_memory")]
+    pub memory: ByteSize,
+    /// Disk read bandwidth, e.g. `"128MB/s"`.
+    #[serde(default = "default_disk")]
+    pub disk_read: Bandwidth,
+    /// Network bandwidth, e.g. `"125MB/s"` (1 Gbit/s).
+    #[serde(default = "default_network")]
+    pub network: Bandwidth,
+    /// One-way network latency, e.g. `"100us"`.
+    #[serde(default = "default_latency")]
+    pub latency: Duration,
+    /// Accelerators.
+    #[serde(default)]
+    pub accelerator: Vec<AcceleratorSpec>,
+}
+
+/// A group of identical accelerators on a node, as written.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcceleratorSpec {
+    /// Kind, e.g. `"tesla-c2050"`.
+    pub kind: String,
+    /// How many devices.
+    #[serde(default = "one")]
+    pub count: Spanned<u32>,
+    /// Device memory.
+    #[serde(default = "default_gpu_memory")]
+    pub memory: ByteSize,
+    /// Relative speed (1.0 = the reference device of the profiles).
+    #[serde(default = "unit_speed")]
+    pub speed: Spanned<f64>,
+}
+
+fn one() -> Spanned<u32> {
+    Spanned::new(0..0, 1)
+}
+fn unit_speed() -> Spanned<f64> {
+    Spanned::new(0..0, 1.0)
+}
+fn default_memory() -> ByteSize {
+    ByteSize::gib(16)
+}
+fn default_gpu_memory() -> ByteSize {
+    ByteSize::gib(4)
+}
+fn default_disk() -> Bandwidth {
+    Bandwidth(128.0 * 1e6)
+}
+fn default_network() -> Bandwidth {
+    Bandwidth(125.0 * 1e6)
+}
+fn default_latency() -> Duration {
+    Duration(100_000)
+}
+
+/// Offset of a spanned value, `None` for defaults (which have an empty span).
+pub(crate) fn at<T>(s: &Spanned<T>) -> Option<usize> {
+    let span = s.span();
+    (span.end > span.start).then_some(span.start)
+}
+
+impl AcceleratorSpec {
+    /// The devices this entry describes, checked.
+    pub fn devices(&self, src: &Source<'_>, field: &str) -> Result<Vec<Accelerator>, InputError> {
+        let speed = *self.speed.get_ref();
+        if !(speed.is_finite() && speed > 0.0) {
+            return Err(src.error(
+                at(&self.speed),
+                Some(format!("{field}.speed")),
+                "must be a positive number",
+            ));
+        }
+        Ok((0..*self.count.get_ref())
+            .map(|_| Accelerator {
+                kind: self.kind.clone(),
+                memory_bytes: self.memory.as_u64(),
+                speed,
+            })
+            .collect())
+    }
+}
+
+/// Parses a cluster file into a validated [`Cluster`].
+pub fn parse_cluster(origin: &str, text: &str) -> Result<Cluster, InputError> {
+    let src = Source::new(origin, text);
+    let file: ClusterFile = src.parse_toml()?;
+    let mut racks = Vec::new();
+    let mut rack_ids = HashMap::new();
+    for (i, r) in file.rack.iter().enumerate() {
+        let name = r.name.get_ref();
+        if rack_ids
+            .insert(name.clone(), RackId(racks.len() as u32))
+            .is_some()
+        {
+            return Err(src.error(
+                at(&r.name),
+                Some(format!("rack[{i}].name")),
+                format!("rack `{name}` is declared twice"),
+            ));
+        }
+        racks.push(Rack {
+            id: RackId(racks.len() as u32),
+            name: name.clone(),
+        });
+    }
+    if file.node.is_empty() {
+        return Err(src.error(
+            None,
+            Some("node".into()),
+            "the cluster has no nodes: add at least one [[node]] table",
+        ));
+    }
+    let mut nodes: Vec<Node> = Vec::new();
+    let mut names = HashMap::new();
+    for (i, spec) in file.node.iter().enumerate() {
+        let field = |f: &str| Some(format!("node[{i}].{f}"));
+        let rack = match &spec.rack {
+            Some(r) => *rack_ids.get(r.get_ref()).ok_or_else(|| {
+                src.error(
+                    at(r),
+                    field("rack"),
+                    format!(
+                        "unknown rack `{}`: declare it in a [[rack]] table",
+                        r.get_ref()
+                    ),
+                )
+            })?,
+            None => *rack_ids.entry("default".to_string()).or_insert_with(|| {
+                racks.push(Rack {
+                    id: RackId(racks.len() as u32),
+                    name: "default".into(),
+                });
+                RackId(racks.len() as u32 - 1)
+            }),
+        };
+        let count = *spec.count.get_ref();
+        if count == 0 {
+            return Err(src.error(at(&spec.count), field("count"), "must be at least 1"));
+        }
+        if *spec.cores.get_ref() == 0 {
+            return Err(src.error(at(&spec.cores), field("cores"), "must be at least 1"));
+        }
+        let speed = *spec.core_speed.get_ref();
+        if !(speed.is_finite() && speed > 0.0) {
+            return Err(src.error(
+                at(&spec.core_speed),
+                field("core_speed"),
+                "must be a positive number",
+            ));
+        }
+        let mut accelerators = Vec::new();
+        for (j, a) in spec.accelerator.iter().enumerate() {
+            accelerators.extend(a.devices(&src, &format!("node[{i}].accelerator[{j}]"))?);
+        }
+        for k in 1..=count {
+            let name = if count == 1 {
+                spec.name.get_ref().clone()
+            } else {
+                format!("{}-{k}", spec.name.get_ref())
+            };
+            if names.insert(name.clone(), i).is_some() {
+                return Err(src.error(
+                    at(&spec.name),
+                    field("name"),
+                    format!("node name `{name}` is used twice"),
+                ));
+            }
+            nodes.push(Node {
+                id: NodeId(nodes.len() as u32),
+                name,
+                rack,
+                cores: *spec.cores.get_ref(),
+                core_speed: speed,
+                memory_bytes: spec.memory.as_u64(),
+                disk_read_bw: spec.disk_read.0,
+                net_bw: spec.network.0,
+                net_latency: spec.latency.0,
+                accelerators: accelerators.clone(),
+            });
+        }
+    }
+    let cluster = Cluster { racks, nodes };
+    cluster
+        .validate()
+        .map_err(|e| src.error(None, None, e.to_string()))?;
+    Ok(cluster)
+}

@@ -1,0 +1,135 @@
+//! Human units in submitted files: sizes (`"1GiB"`, `4194304`), durations (`"23.6s"`, `"100ms"`)
+//! and bandwidths (`"128MB/s"`, or bytes per second as a number).
+
+use crate::time::Time;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A duration written as `"1.5s"`, `"250ms"`, `"2m"` (humantime), or a number of seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Duration(pub Time);
+
+impl<'de> Deserialize<'de> for Duration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Secs(f64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Secs(s) if s.is_finite() && s >= 0.0 => Ok(Duration(crate::time::secs(s))),
+            Raw::Secs(s) => Err(D::Error::custom(format!(
+                "invalid duration {s}: expected a non-negative number of seconds"
+            ))),
+            Raw::Text(t) => parse_duration(&t).map(Duration).map_err(D::Error::custom),
+        }
+    }
+}
+
+impl Serialize for Duration {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(
+            &humantime::format_duration(std::time::Duration::from_nanos(self.0)).to_string(),
+        )
+    }
+}
+
+fn parse_duration(text: &str) -> Result<Time, String> {
+    // humantime rejects fractional units ("23.6s"); accept them as users write them.
+    let t = text.trim();
+    if let Some((num, unit)) = t
+        .find(|c: char| c.is_ascii_alphabetic())
+        .map(|i| t.split_at(i))
+    {
+        if let Ok(value) = num.trim().parse::<f64>() {
+            let scale = match unit.trim() {
+                "ns" => 1e-9,
+                "us" | "µs" => 1e-6,
+                "ms" => 1e-3,
+                "s" | "sec" => 1.0,
+                "m" | "min" => 60.0,
+                "h" => 3600.0,
+                _ => {
+                    return Err(format!(
+                        "invalid duration `{text}`: unknown unit `{unit}` (use ns, us, ms, s, m or h)"
+                    ));
+                }
+            };
+            if value.is_finite() && value >= 0.0 {
+                return Ok(crate::time::secs(value * scale));
+            }
+        }
+    }
+    humantime::parse_duration(t)
+        .map(|d| d.as_nanos().min(u64::MAX as u128) as Time)
+        .map_err(|e| {
+            format!("invalid duration `{text}`: {e} (expected e.g. \"1.5s\" or \"250ms\")")
+        })
+}
+
+/// A bandwidth in bytes per second, written `"128MB/s"`, `"1GiB/s"` or as a number of bytes/s.
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd, Default)]
+pub struct Bandwidth(pub f64);
+
+impl<'de> Deserialize<'de> for Bandwidth {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(f64),
+            Text(String),
+        }
+        let bytes_per_sec = match Raw::deserialize(d)? {
+            Raw::Number(n) => n,
+            Raw::Text(t) => {
+                let size = t.trim().strip_suffix("/s").ok_or_else(|| {
+                    D::Error::custom(format!(
+                        "invalid bandwidth `{t}`: expected a size per second such as \"128MB/s\""
+                    ))
+                })?;
+                size.trim()
+                    .parse::<bytesize::ByteSize>()
+                    .map_err(|e| D::Error::custom(format!("invalid bandwidth `{t}`: {e}")))?
+                    .as_u64() as f64
+            }
+        };
+        if bytes_per_sec.is_finite() && bytes_per_sec > 0.0 {
+            Ok(Bandwidth(bytes_per_sec))
+        } else {
+            Err(D::Error::custom(format!(
+                "invalid bandwidth {bytes_per_sec}: must be positive"
+            )))
+        }
+    }
+}
+
+impl Serialize for Bandwidth {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_accept_fractions_and_units() {
+        assert_eq!(parse_duration("23.6s"), Ok(23_600_000_000));
+        assert_eq!(parse_duration("250ms"), Ok(250_000_000));
+        assert_eq!(parse_duration("2m"), Ok(120_000_000_000));
+        assert!(parse_duration("5 parsecs").is_err());
+    }
+
+    #[test]
+    fn bandwidths_read_sizes_per_second() {
+        let b: Bandwidth = toml::from_str::<toml::Table>("b = \"128MiB/s\"")
+            .ok()
+            .and_then(|t| t.get("b").cloned())
+            .and_then(|v| v.try_into().ok())
+            .unwrap_or_default();
+        assert_eq!(b.0, 128.0 * 1024.0 * 1024.0);
+    }
+}

@@ -1,0 +1,357 @@
+//! Workload and job files (TOML): applications of independent tasks, each with a CPU and/or GPU
+//! variant, its base profile (for the simulator and the policies) and, for the runtime, the
+//! command each task runs. See `examples/workload-knn-nb-bp.toml` and `examples/job-*.toml`.
+//!
+//! Parsing checks what one file can tell ([`parse_workload`]); [`Workload::check_runnable`] checks
+//! a workload against the nodes it will run on (a GPU-only application on a cluster without GPUs,
+//! a task larger than every node).
+
+use super::cluster::at;
+use super::units::Duration;
+use super::{InputError, Source};
+use crate::model::{AppId, Application, CpuVariant, GpuVariant, Node, Resources, Variant};
+use crate::time::Time;
+use bytesize::ByteSize;
+use serde::{Deserialize, Serialize};
+use serde_spanned::Spanned;
+use std::collections::{BTreeMap, HashSet};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkloadFile {
+    #[serde(default)]
+    application: Vec<ApplicationSpec>,
+}
+
+/// An application as written.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApplicationSpec {
+    /// Unique name within the file.
+    pub name: Spanned<String>,
+    /// Number of tasks.
+    pub tasks: Spanned<u32>,
+    /// Input split size V of each task, e.g. `"1GiB"` (0 when tasks read nothing).
+    #[serde(default)]
+    pub split: ByteSize,
+    /// Priority: higher levels are served first.
+    #[serde(default)]
+    pub priority: i32,
+    /// When the application is submitted, relative to the start (simulator only).
+    #[serde(default)]
+    pub submit_at: Duration,
+    /// The CPU variant.
+    pub cpu: Option<Spanned<CpuSpec>>,
+    /// The GPU variant.
+    pub gpu: Option<Spanned<GpuSpec>>,
+}
+
+/// What a task runs: a shell line (run with `sh -c`) or an argument vector (run directly).
+/// `{index}` in either is replaced by the task's index within its application.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum Command {
+    /// `command = "solve --n 2000"`.
+    Shell(String),
+    /// `command = ["solve", "--n", "2000"]`.
+    Argv(Vec<String>),
+}
+
+/// The CPU variant as written.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CpuSpec {
+    /// `tpc0`: compute time of the CPU_base task (one core of speed 1.0, run alone).
+    pub compute: Option<Duration>,
+    /// `tdc0`: read time of the CPU_base task run alone.
+    pub read: Option<Duration>,
+    /// Cores one task holds.
+    #[serde(default = "one")]
+    pub cores: Spanned<u32>,
+    /// Memory one task holds.
+    #[serde(default)]
+    pub memory: ByteSize,
+    /// Command (runtime).
+    pub command: Option<Command>,
+    /// Extra environment variables (runtime).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Wall-clock limit of one task (runtime).
+    pub time_limit: Option<Duration>,
+}
+
+/// The GPU variant as written.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuSpec {
+    /// `tpg0`: kernel time of the GPU_base task (one device of speed 1.0, run alone).
+    pub compute: Option<Duration>,
+    /// `tdcg`: host↔device copy time.
+    pub copy: Option<Duration>,
+    /// `tdg0`: read time of the GPU_base task run alone.
+    pub read: Option<Duration>,
+    /// Devices one task holds.
+    #[serde(default = "one")]
+    pub gpus: Spanned<u32>,
+    /// Cores one task holds (a core drives the device).
+    #[serde(default = "one")]
+    pub cores: Spanned<u32>,
+    /// Memory one task holds.
+    #[serde(default)]
+    pub memory: ByteSize,
+    /// Accelerator kind required; any kind when absent.
+    pub kind: Option<String>,
+    /// Command (runtime).
+    pub command: Option<Command>,
+    /// Extra environment variables (runtime).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Wall-clock limit of one task (runtime).
+    pub time_limit: Option<Duration>,
+}
+
+fn one() -> Spanned<u32> {
+    Spanned::new(0..0, 1)
+}
+
+impl CpuSpec {
+    /// Resources one task holds.
+    pub fn request(&self) -> Resources {
+        Resources::new(*self.cores.get_ref(), self.memory.as_u64(), 0)
+    }
+}
+
+impl GpuSpec {
+    /// Resources one task holds.
+    pub fn request(&self) -> Resources {
+        Resources::new(
+            *self.cores.get_ref(),
+            self.memory.as_u64(),
+            *self.gpus.get_ref(),
+        )
+    }
+}
+
+/// What to do when a variant has no profile.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum MissingProfile {
+    /// Refuse: the simulator needs every profile.
+    Refuse,
+    /// Use this compute-time estimate and zero read/copy times until better is known (the runtime
+    /// learns profiles from finished tasks).
+    Estimate(Time),
+}
+
+/// A parsed workload: its applications as written, and the text, so later checks can still point
+/// at the line that is wrong.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    /// Where the text came from.
+    pub origin: String,
+    /// The text.
+    pub text: String,
+    /// Applications in file order (= submission order).
+    pub applications: Vec<ApplicationSpec>,
+}
+
+/// Parses a workload or job file and checks everything the file alone can tell.
+pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> {
+    let src = Source::new(origin, text);
+    let file: WorkloadFile = src.parse_toml()?;
+    if file.application.is_empty() {
+        return Err(src.error(
+            None,
+            Some("application".into()),
+            "no applications: add at least one [[application]] table",
+        ));
+    }
+    let mut names = HashSet::new();
+    for (i, a) in file.application.iter().enumerate() {
+        let field = |f: &str| Some(format!("application[{i}].{f}"));
+        let name = a.name.get_ref();
+        if name.trim().is_empty() {
+            return Err(src.error(at(&a.name), field("name"), "must not be empty"));
+        }
+        if !names.insert(name.clone()) {
+            return Err(src.error(
+                at(&a.name),
+                field("name"),
+                format!("application `{name}` is declared twice"),
+            ));
+        }
+        if *a.tasks.get_ref() == 0 {
+            return Err(src.error(at(&a.tasks), field("tasks"), "must be at least 1"));
+        }
+        if a.cpu.is_none() && a.gpu.is_none() {
+            return Err(src.error(
+                at(&a.name),
+                Some(format!("application[{i}]")),
+                format!("application `{name}` has neither a [application.cpu] nor a [application.gpu] variant"),
+            ));
+        }
+        if let Some(cpu) = &a.cpu {
+            if *cpu.get_ref().cores.get_ref() == 0 {
+                return Err(src.error(
+                    at(&cpu.get_ref().cores),
+                    field("cpu.cores"),
+                    "must be at least 1",
+                ));
+            }
+        }
+        if let Some(gpu) = &a.gpu {
+            if *gpu.get_ref().gpus.get_ref() == 0 {
+                return Err(src.error(
+                    at(&gpu.get_ref().gpus),
+                    field("gpu.gpus"),
+                    "must be at least 1",
+                ));
+            }
+        }
+    }
+    Ok(Workload {
+        origin: origin.to_string(),
+        text: text.to_string(),
+        applications: file.application,
+    })
+}
+
+impl Workload {
+    fn source(&self) -> Source<'_> {
+        Source::new(&self.origin, &self.text)
+    }
+
+    /// Total number of tasks.
+    pub fn total_tasks(&self) -> u64 {
+        self.applications
+            .iter()
+            .map(|a| *a.tasks.get_ref() as u64)
+            .sum()
+    }
+
+    /// The model's applications, with ids from `first_id` in file order.
+    pub fn to_applications(
+        &self,
+        first_id: u32,
+        missing: MissingProfile,
+    ) -> Result<Vec<Application>, InputError> {
+        let src = self.source();
+        self.applications
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                let need = |value: Option<Duration>, span: Option<usize>, f: &str| -> Result<Time, InputError> {
+                    match (value, missing) {
+                        (Some(d), _) => Ok(d.0),
+                        (None, MissingProfile::Estimate(t)) => Ok(if f.ends_with("compute") { t } else { 0 }),
+                        (None, MissingProfile::Refuse) => Err(src.error(
+                            span,
+                            Some(format!("application[{i}].{f}")),
+                            "missing: the simulator needs the base profile (compute, read; and copy for GPU variants)",
+                        )),
+                    }
+                };
+                let cpu = match &a.cpu {
+                    Some(c) => {
+                        let (span, c) = (at(c), c.get_ref());
+                        Some(CpuVariant {
+                            compute: need(c.compute, span, "cpu.compute")?,
+                            read: need(c.read, span, "cpu.read")?,
+                            request: c.request(),
+                        })
+                    }
+                    None => None,
+                };
+                let gpu = match &a.gpu {
+                    Some(g) => {
+                        let (span, g) = (at(g), g.get_ref());
+                        Some(GpuVariant {
+                            compute: need(g.compute, span, "gpu.compute")?,
+                            copy: g.copy.map_or(Ok(0), |d| Ok::<_, InputError>(d.0))?,
+                            read: need(g.read, span, "gpu.read")?,
+                            request: g.request(),
+                            kind: g.kind.clone(),
+                        })
+                    }
+                    None => None,
+                };
+                Ok(Application {
+                    id: AppId(first_id + i as u32),
+                    name: a.name.get_ref().clone(),
+                    priority: a.priority,
+                    submit_time: a.submit_at.0,
+                    split_bytes: a.split.as_u64(),
+                    tasks: *a.tasks.get_ref(),
+                    cpu,
+                    gpu,
+                })
+            })
+            .collect()
+    }
+
+    /// Checks that every application can run somewhere on `nodes`: at least one of its variants
+    /// fits on at least one node (resources and accelerator kind).
+    pub fn check_runnable(&self, nodes: &[Node]) -> Result<(), InputError> {
+        let src = self.source();
+        for (i, a) in self.applications.iter().enumerate() {
+            let cpu_fits = a.cpu.as_ref().is_some_and(|c| {
+                nodes
+                    .iter()
+                    .any(|n| n.capacity().fits(&c.get_ref().request()))
+            });
+            let gpu_fits = a.gpu.as_ref().is_some_and(|g| {
+                let g = g.get_ref();
+                nodes.iter().any(|n| {
+                    let devices = n
+                        .accelerators
+                        .iter()
+                        .filter(|acc| g.kind.as_deref().is_none_or(|k| acc.kind == k))
+                        .count() as u32;
+                    n.capacity().fits(&g.request()) && devices >= *g.gpus.get_ref()
+                })
+            });
+            if cpu_fits || gpu_fits {
+                continue;
+            }
+            let name = a.name.get_ref();
+            let (span, field, message) = match (&a.cpu, &a.gpu) {
+                (None, Some(g)) => (
+                    at(g),
+                    "gpu",
+                    match &g.get_ref().kind {
+                        Some(k) => format!(
+                            "application `{name}` runs only on GPUs of kind `{k}`, and no node has {} of them",
+                            g.get_ref().gpus.get_ref()
+                        ),
+                        None => format!(
+                            "application `{name}` runs only on GPUs, and no node has {} GPU(s) with the cores and memory it asks for",
+                            g.get_ref().gpus.get_ref()
+                        ),
+                    },
+                ),
+                (Some(c), _) => (
+                    at(c),
+                    "cpu",
+                    format!(
+                        "application `{name}`: no node has the cores and memory one task asks for"
+                    ),
+                ),
+                (None, None) => (
+                    at(&a.name),
+                    "name",
+                    format!("application `{name}` has no variant"),
+                ),
+            };
+            return Err(src.error(span, Some(format!("application[{i}].{field}")), message));
+        }
+        Ok(())
+    }
+
+    /// The variant specs of application `index` (for the runtime's commands).
+    pub fn variant_command(&self, index: usize, variant: Variant) -> Option<&Command> {
+        let a = self.applications.get(index)?;
+        match variant {
+            Variant::Cpu => a.cpu.as_ref()?.get_ref().command.as_ref(),
+            Variant::Gpu => a.gpu.as_ref()?.get_ref().command.as_ref(),
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! The parsers' promises: every malformed file in `tests/fixtures/malformed` is refused with an
+//! error that names the file, the line and the field; good files round-trip into the model.
+
+use hetsched_core::NodeId;
+use hetsched_core::input::InputError;
+use hetsched_core::input::cluster::parse_cluster;
+use hetsched_core::input::workload::{MissingProfile, parse_workload};
+use hetsched_core::testkit::node;
+use std::path::PathBuf;
+
+fn fixture(name: &str) -> (String, String) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/malformed")
+        .join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    (name.to_string(), text)
+}
+
+fn workload_error(name: &str) -> InputError {
+    let (origin, text) = fixture(name);
+    match parse_workload(&origin, &text) {
+        Ok(_) => panic!("{name} was accepted"),
+        Err(e) => e,
+    }
+}
+
+fn cluster_error(name: &str) -> InputError {
+    let (origin, text) = fixture(name);
+    match parse_cluster(&origin, &text) {
+        Ok(_) => panic!("{name} was accepted"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn syntax_error_points_at_the_unclosed_string() {
+    let e = workload_error("01-syntax-error.toml");
+    assert_eq!(e.line, Some(4), "{e}");
+    assert!(e.to_string().starts_with("01-syntax-error.toml:4:"), "{e}");
+}
+
+#[test]
+fn unknown_field_is_named_with_its_table() {
+    let e = workload_error("02-unknown-field.toml");
+    assert_eq!(e.line, Some(8), "{e}");
+    assert!(e.message.contains("unknown field `comptue`"), "{e}");
+    assert!(
+        e.message.contains("compute"),
+        "lists the expected fields: {e}"
+    );
+    assert_eq!(
+        e.field.as_deref(),
+        Some("application[0].cpu.comptue"),
+        "{e}"
+    );
+}
+
+#[test]
+fn negative_cores_are_refused_at_their_line() {
+    let e = cluster_error("03-negative-cores.toml");
+    assert_eq!(e.line, Some(5), "{e}");
+    assert_eq!(e.field.as_deref(), Some("node[0].cores"), "{e}");
+    assert!(e.message.contains("-6"), "{e}");
+}
+
+#[test]
+fn unknown_rack_is_named() {
+    let e = cluster_error("04-unknown-rack.toml");
+    assert_eq!(e.line, Some(7), "{e}");
+    assert_eq!(e.field.as_deref(), Some("node[0].rack"), "{e}");
+    assert!(e.message.contains("unknown rack `r2`"), "{e}");
+}
+
+#[test]
+fn application_without_variant_is_refused() {
+    let e = workload_error("05-no-variant.toml");
+    assert_eq!(e.line, Some(3), "{e}");
+    assert!(e.message.contains("neither"), "{e}");
+}
+
+#[test]
+fn bad_duration_unit_is_explained() {
+    let e = workload_error("06-bad-duration.toml");
+    assert_eq!(e.line, Some(8), "{e}");
+    assert_eq!(
+        e.field.as_deref(),
+        Some("application[0].gpu.compute"),
+        "{e}"
+    );
+    assert!(e.message.contains("fortnights"), "{e}");
+}
+
+#[test]
+fn zero_tasks_are_refused() {
+    let e = workload_error("07-zero-tasks.toml");
+    assert_eq!(
+        (e.line, e.field.as_deref()),
+        (Some(4), Some("application[0].tasks")),
+        "{e}"
+    );
+}
+
+const GOOD_WORKLOAD: &str = r#"
+[[application]]
+name = "bp"
+tasks = 4
+split = "4MiB"
+
+[application.gpu]
+compute = "23.6s"
+copy = "0.1s"
+read = "0.03s"
+"#;
+
+#[test]
+fn a_gpu_only_application_cannot_run_without_gpus() {
+    let w = parse_workload("w.toml", GOOD_WORKLOAD).expect("valid");
+    let cpu_only = [node("n0").cores(6).build(NodeId(0))];
+    let e = w.check_runnable(&cpu_only).expect_err("no GPU anywhere");
+    assert_eq!(e.field.as_deref(), Some("application[0].gpu"), "{e}");
+    assert_eq!(e.line, Some(7), "{e}");
+    let with_gpu = [node("n0").cores(6).gpus(4, "c2050").build(NodeId(0))];
+    assert_eq!(w.check_runnable(&with_gpu), Ok(()));
+}
+
+#[test]
+fn profiles_become_nanoseconds_and_missing_ones_are_refused_for_simulation() {
+    let w = parse_workload("w.toml", GOOD_WORKLOAD).expect("valid");
+    let apps = w
+        .to_applications(0, MissingProfile::Refuse)
+        .expect("complete profile");
+    let gpu = apps[0].gpu.as_ref().expect("gpu variant");
+    assert_eq!(
+        (gpu.compute, gpu.copy, gpu.read),
+        (23_600_000_000, 100_000_000, 30_000_000)
+    );
+    assert_eq!(apps[0].split_bytes, 4 << 20);
+
+    let partial = GOOD_WORKLOAD.replace("read = \"0.03s\"\n", "");
+    let w = parse_workload("w.toml", &partial).expect("valid file");
+    let e = w
+        .to_applications(0, MissingProfile::Refuse)
+        .expect_err("read missing");
+    assert_eq!(e.field.as_deref(), Some("application[0].gpu.read"), "{e}");
+    assert!(
+        w.to_applications(0, MissingProfile::Estimate(1_000_000_000))
+            .is_ok()
+    );
+}
+
+#[test]
+fn node_groups_expand_with_numbered_names() {
+    let c = parse_cluster(
+        "c.toml",
+        r#"
+[[node]]
+name = "slave"
+count = 3
+cores = 6
+disk_read = "128MiB/s"
+accelerator = [{ kind = "c2050", count = 4, speed = 1.0 }]
+"#,
+    )
+    .expect("valid");
+    let names: Vec<_> = c.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["slave-1", "slave-2", "slave-3"]);
+    assert_eq!(c.nodes[2].accelerators.len(), 4);
+    assert_eq!(c.nodes[0].disk_read_bw, 128.0 * 1024.0 * 1024.0);
+    assert_eq!(c.totals().gpus, 12);
+}
