@@ -346,6 +346,33 @@ impl Workload {
         Ok(())
     }
 
+    /// Checks that every variant has a `command` (the runtime runs it; the simulator does not
+    /// need one).
+    pub fn check_commands(&self) -> Result<(), InputError> {
+        let src = self.source();
+        for (i, a) in self.applications.iter().enumerate() {
+            if let Some(c) = &a.cpu {
+                if c.get_ref().command.is_none() {
+                    return Err(src.error(
+                        at(c),
+                        Some(format!("application[{i}].cpu.command")),
+                        "missing: the runtime needs the command each task runs",
+                    ));
+                }
+            }
+            if let Some(g) = &a.gpu {
+                if g.get_ref().command.is_none() {
+                    return Err(src.error(
+                        at(g),
+                        Some(format!("application[{i}].gpu.command")),
+                        "missing: the runtime needs the command each task runs",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The variant specs of application `index` (for the runtime's commands).
     pub fn variant_command(&self, index: usize, variant: Variant) -> Option<&Command> {
         let a = self.applications.get(index)?;

@@ -361,6 +361,93 @@ impl SchedulerView {
         self.apps[done.app.index()].pending.push_front(done.task);
     }
 
+    /// A dispatched task will not run again (it failed for good, or was cancelled): its resources
+    /// return to the node, and it counts neither as completed nor as pending.
+    pub fn task_abandoned(&mut self, done: &Assignment) {
+        self.release(done);
+    }
+
+    /// Restores a task that a driver recorded as running before it restarted: takes the task's
+    /// resources and devices on its node and counts it as dispatched and running. The task must not
+    /// also be pending. Unlike [`SchedulerView::assign`] it does not check the node is alive or has
+    /// room: it records what is, not what a policy decides.
+    pub fn restore_running(&mut self, running: &Assignment) -> Result<(), ViewError> {
+        let a = self
+            .apps
+            .get_mut(running.app.index())
+            .ok_or(ViewError::UnknownApp(running.app))?;
+        let n = self
+            .nodes
+            .get_mut(running.node.index())
+            .ok_or(ViewError::UnknownNode(running.node))?;
+        let request = a.app.request(running.variant).unwrap_or_default();
+        for &d in &running.devices {
+            if let Some(free) = n.device_free.get_mut(d as usize) {
+                *free = false;
+            }
+        }
+        n.free = n.free - request;
+        n.running += 1;
+        a.usage = a.usage + request;
+        a.running += 1;
+        match running.variant {
+            Variant::Cpu => a.dispatched_cpu += 1,
+            Variant::Gpu => a.dispatched_gpu += 1,
+        }
+        Ok(())
+    }
+
+    /// Restores the counters of `app` after a driver restart: `cpu` and `gpu` tasks were dispatched
+    /// as each variant and have finished, `completed` of them successfully.
+    pub fn restore_finished(
+        &mut self,
+        app: AppId,
+        cpu: u32,
+        gpu: u32,
+        completed: u32,
+    ) -> Result<(), ViewError> {
+        let a = self
+            .apps
+            .get_mut(app.index())
+            .ok_or(ViewError::UnknownApp(app))?;
+        a.dispatched_cpu += cpu;
+        a.dispatched_gpu += gpu;
+        a.completed += completed;
+        Ok(())
+    }
+
+    /// Replaces the base profile of `app`'s `variant` (e.g. with one learned from finished tasks:
+    /// the runtime measures whole task times, so `compute` carries them and `read` may be 0).
+    /// Does nothing if the application has no such variant.
+    pub fn update_profile(
+        &mut self,
+        app: AppId,
+        variant: Variant,
+        compute: Time,
+        read: Time,
+    ) -> Result<(), ViewError> {
+        let a = self
+            .apps
+            .get_mut(app.index())
+            .ok_or(ViewError::UnknownApp(app))?;
+        match variant {
+            Variant::Cpu => {
+                if let Some(c) = a.app.cpu.as_mut() {
+                    c.compute = compute;
+                    c.read = read;
+                }
+            }
+            Variant::Gpu => {
+                if let Some(g) = a.app.gpu.as_mut() {
+                    g.compute = compute;
+                    g.read = read;
+                    g.copy = 0;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Drops every pending task of `app` (cancellation); returns how many were dropped.
     pub fn cancel_pending(&mut self, app: AppId) -> usize {
         let a = &mut self.apps[app.index()];
