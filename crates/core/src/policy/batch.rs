@@ -18,7 +18,7 @@ pub mod hadoop_model;
 pub mod hdas;
 pub mod predict;
 
-use crate::model::{Assignment, NodeId, SchedulerView};
+use crate::model::{Assignment, NodeId, SchedulerView, Variant};
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -38,6 +38,12 @@ pub trait BatchPolicy: Send {
         node: NodeId,
         now: Time,
     ) -> Vec<Assignment>;
+
+    /// The task variants this policy ever runs; drivers use it to reject, before running, an
+    /// application the policy could never place (e.g. a GPU-only application under `cpu-only`).
+    fn variants(&self) -> &'static [Variant] {
+        &[Variant::Cpu, Variant::Gpu]
+    }
 }
 
 /// The batch policies hetsched ships, by name.

@@ -24,4 +24,8 @@ impl BatchPolicy for CpuOnly {
     ) -> Vec<Assignment> {
         fill_in_order(view, node, &[Variant::Cpu])
     }
+
+    fn variants(&self) -> &'static [Variant] {
+        &[Variant::Cpu]
+    }
 }

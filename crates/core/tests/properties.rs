@@ -1,0 +1,154 @@
+//! Properties every batch policy keeps, on random clusters and workloads driven by a random
+//! sequence of heartbeats and task completions (no simulator involved):
+//! - no node is ever over-allocated (free + held = capacity in every dimension, devices unique);
+//! - every task is dispatched and completes exactly once; nothing is lost or duplicated.
+
+use hetsched_core::model::{AppId, Assignment, NodeId, Resources, SchedulerView, TaskId, Variant};
+use hetsched_core::policy::batch::BatchPolicyKind;
+use hetsched_core::testkit::{app, node};
+use proptest::prelude::*;
+use std::collections::HashSet;
+
+#[derive(Debug, Clone)]
+struct NodeShape {
+    cores: u32,
+    gpus: u32,
+}
+
+#[derive(Debug, Clone)]
+struct AppShape {
+    tasks: u32,
+    cpu: bool,
+    gpu: bool,
+    split_mib: u64,
+}
+
+fn node_shape() -> impl Strategy<Value = NodeShape> {
+    (1u32..=8, 0u32..=4).prop_map(|(cores, gpus)| NodeShape { cores, gpus })
+}
+
+fn app_shape() -> impl Strategy<Value = AppShape> {
+    (1u32..=40, any::<bool>(), any::<bool>(), 0u64..=1024).prop_map(
+        |(tasks, cpu, gpu, split_mib)| AppShape {
+            tasks,
+            cpu: cpu || !gpu,
+            gpu,
+            split_mib,
+        },
+    )
+}
+
+fn check_node_accounting(view: &SchedulerView, running: &[Assignment]) {
+    for n in view.nodes() {
+        let held = running
+            .iter()
+            .filter(|a| a.node == n.node.id)
+            .map(|a| view.app(a.app).app.request(a.variant).unwrap_or_default())
+            .fold(Resources::default(), |acc, r| acc + r);
+        assert_eq!(
+            held + n.free,
+            n.node.capacity(),
+            "node {} accounting",
+            n.node.id
+        );
+        let mut devices = HashSet::new();
+        for a in running.iter().filter(|a| a.node == n.node.id) {
+            for &d in &a.devices {
+                assert!(
+                    devices.insert(d),
+                    "device {d} of node {} assigned twice",
+                    n.node.id
+                );
+                assert!(
+                    !n.device_free[d as usize],
+                    "device {d} in use but marked free"
+                );
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn policies_never_over_allocate_and_complete_every_task_once(
+        nodes in prop::collection::vec(node_shape(), 1..5),
+        apps in prop::collection::vec(app_shape(), 1..5),
+        finish_picks in prop::collection::vec(any::<prop::sample::Index>(), 400),
+    ) {
+        let any_gpu = nodes.iter().any(|n| n.gpus > 0);
+        for kind in BatchPolicyKind::ALL {
+            let mut view = SchedulerView::new();
+            for (i, s) in nodes.iter().enumerate() {
+                view.add_node(node(&format!("n{i}")).cores(s.cores).gpus(s.gpus, "g").build(NodeId(i as u32))).expect("node");
+            }
+            let mut next = 0u64;
+            let mut expected = 0u64;
+            for (i, s) in apps.iter().enumerate() {
+                // Only workloads the policy can run: cpu-only needs CPU variants; GPU-only apps need GPUs.
+                let has_cpu = s.cpu || kind == BatchPolicyKind::CpuOnly || !any_gpu;
+                let mut b = app(&format!("a{i}")).tasks(s.tasks).split_mib(s.split_mib);
+                if has_cpu { b = b.cpu(10.0, 1.0); }
+                if s.gpu { b = b.gpu(2.0, 0.1, 1.0); }
+                let first = next;
+                view.add_application(b.build(AppId(i as u32)), (0..s.tasks as u64).map(|t| TaskId(first + t))).expect("app");
+                next += s.tasks as u64;
+                expected += s.tasks as u64;
+            }
+            let mut policy = kind.build();
+            let mut running: Vec<Assignment> = Vec::new();
+            let mut started = HashSet::new();
+            let mut finished = 0u64;
+            let mut now = 0u64;
+            let mut picks = finish_picks.iter().cycle();
+            let mut rounds = 0;
+            while finished < expected {
+                rounds += 1;
+                prop_assert!(rounds < 100_000, "{kind}: no progress");
+                for n in 0..nodes.len() {
+                    for a in policy.on_node_update(&mut view, NodeId(n as u32), now) {
+                        prop_assert!(started.insert(a.task), "{kind}: {} dispatched twice", a.task);
+                        if kind == BatchPolicyKind::CpuOnly { prop_assert_eq!(a.variant, Variant::Cpu); }
+                        running.push(a);
+                    }
+                    check_node_accounting(&view, &running);
+                }
+                prop_assert!(!running.is_empty(), "{kind}: pending work but nothing placed");
+                // Finish a random running task.
+                let idx = picks.next().map_or(0, |p| p.index(running.len()));
+                let done = running.swap_remove(idx);
+                view.task_finished(&done);
+                finished += 1;
+                now += 1_000_000;
+                check_node_accounting(&view, &running);
+            }
+            prop_assert_eq!(started.len() as u64, expected);
+            prop_assert!(view.all_complete());
+            prop_assert!(view.apps().iter().all(|a| a.completed == a.app.tasks && a.running == 0));
+        }
+    }
+
+    #[test]
+    fn requeued_tasks_run_again_and_complete_once(tasks in 1u32..30, fail_every in 2usize..5) {
+        let mut view = SchedulerView::new();
+        view.add_node(node("n").cores(4).gpus(1, "g").build(NodeId(0))).expect("node");
+        view.add_application(app("a").tasks(tasks).cpu(1.0, 0.0).gpu(1.0, 0.0, 0.0).build(AppId(0)), (0..tasks as u64).map(TaskId)).expect("app");
+        let mut policy = BatchPolicyKind::Hdas.build();
+        let mut completed = HashSet::new();
+        let mut step = 0usize;
+        while !view.all_complete() {
+            step += 1;
+            prop_assert!(step < 10_000);
+            for a in policy.on_node_update(&mut view, NodeId(0), step as u64) {
+                if step % fail_every == 0 {
+                    view.requeue(&a);
+                } else {
+                    prop_assert!(completed.insert(a.task), "{} completed twice", a.task);
+                    view.task_finished(&a);
+                }
+            }
+        }
+        prop_assert_eq!(completed.len(), tasks as usize);
+    }
+}
