@@ -1,0 +1,884 @@
+//! Batch applications of independent CPU/GPU tasks on a cluster of nodes with cores, GPUs and a
+//! shared disk each, scheduled by a [`BatchPolicy`] on node heartbeats (spec 02).
+//!
+//! # The model
+//! - **Heartbeats.** Every node beats every [`SimConfig::heartbeat_interval`], at a phase drawn per
+//!   node from the seed. On a beat the node reports its real disk figures to the view
+//!   ([`NodeReport`]: bytes its tasks still have to read, and how many tasks still read), the policy
+//!   answers with assignments, and those tasks start at once. Tasks start only on heartbeats, as in
+//!   YARN. While no task is pending anywhere the beats pause, and resume when an application
+//!   arrives.
+//! - **Disk.** Each node's disk is a [`SharedDisk`]: its bandwidth is shared equally by the
+//!   requests reading at each moment, so contention comes out of the model, not out of the policy's
+//!   predictor (spec 02 eq. (3) is only what policies *predict*).
+//! - **GPU task** (one GPU plus a core): reads its whole split (V bytes) from the shared disk, then
+//!   copies it to the device (`tdcg`), then computes for `tpg0 / speed` (the slowest of its
+//!   devices' speed weights).
+//! - **CPU task** (one core): reading is interleaved with computing. The split is cut into
+//!   [`SimConfig::cpu_read_chunks`] chunks `K`; the task reads `V/K` bytes on the shared disk, then
+//!   computes for `tpc0 / (K · core_speed)`, `K` times.
+//!
+//! # How the profile's read time relates to the disk
+//! A task alone on a node reads at the full bandwidth, so its read takes `V / BW`. The profile's
+//! `read` (`tdc0`, `tdg0`) is what the *policy* believes; the simulator never uses it to time a read.
+//! A consistent profile therefore has `read = V / BW` for the disk it was measured on; then a task
+//! alone takes exactly its base time (plus nothing: heartbeats only delay starts). The scenarios
+//! build their profiles that way.
+//!
+//! # What counts as "reading" in a heartbeat
+//! `#IOtask` counts the node's tasks that still have input to read (a CPU task computing between two
+//! chunks still counts), and `TotalIO` their unread bytes, including the chunks a CPU task has not
+//! requested yet — the same quantities [`SchedulerView::assign`] adds for a new task, so the report
+//! and the view's running estimate agree.
+//!
+//! # Safety nets
+//! Inputs are validated before anything runs ([`SimError`] names the application). The engine audits
+//! every start against its own record of the node (cores, memory, GPUs, device numbers) and every
+//! task against double starts, and stops with an error if the policy placed nothing during a whole
+//! round of heartbeats while tasks are pending and nothing runs.
+
+use crate::engine::{self, EventQueue, Flow, Model};
+use crate::error::SimError;
+use crate::metrics::{AppResult, LoadSnapshot, Progress, SimResult, TaskRecord, TimeSeries};
+use crate::platform::disk::SharedDisk;
+use hetsched_core::policy::batch::BatchPolicy;
+use hetsched_core::time::{NANOS_PER_SEC, Time, to_secs};
+use hetsched_core::{
+    AppId, Application, Assignment, Cluster, NodeId, NodeReport, Resources, SchedulerView, TaskId,
+    Variant,
+};
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+/// Settings of a batch simulation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SimConfig {
+    /// Time between two heartbeats of one node (default 1 s).
+    pub heartbeat_interval: Time,
+    /// Seed of every random choice (heartbeat phases); the same seed gives the same run.
+    pub seed: u64,
+    /// Chunks `K` a CPU task's input is read in, each followed by `1/K` of its compute (default 8).
+    pub cpu_read_chunks: u32,
+    /// Draw each node's heartbeat phase uniformly in `[0, interval)` from the seed (default true);
+    /// when false every node beats at `0, interval, 2·interval, …`.
+    pub randomize_heartbeat_phase: bool,
+    /// Grid on which the load time series is sampled (default 1 s); `None` records none.
+    pub sample_interval: Option<Time>,
+    /// Keep one [`TaskRecord`] per task in the result (default true).
+    pub record_tasks: bool,
+    /// Stop with an error if simulated time passes this (default: no limit).
+    pub time_limit: Option<Time>,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval: NANOS_PER_SEC,
+            seed: 0,
+            cpu_read_chunks: 8,
+            randomize_heartbeat_phase: true,
+            sample_interval: Some(NANOS_PER_SEC),
+            record_tasks: true,
+            time_limit: None,
+        }
+    }
+}
+
+/// Simulates `apps` on `cluster` under `policy` until every task has finished.
+///
+/// `progress` is called at the start, each time another 1 % of the tasks has finished, and at the
+/// end. Applications must have dense ids in order (`apps[i].id == AppId(i)`) and be listed in
+/// submission order; each arrives at its `submit_time`.
+pub fn simulate(
+    cluster: &Cluster,
+    apps: &[Application],
+    policy: &mut dyn BatchPolicy,
+    config: &SimConfig,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<SimResult, SimError> {
+    validate(cluster, apps, policy, config)?;
+    let total: u64 = apps.iter().map(|a| u64::from(a.tasks)).sum();
+    let total_usize = usize::try_from(total).map_err(|_| SimError::Application {
+        app: "(workload)".into(),
+        problem: format!("{total} tasks do not fit in memory on this machine"),
+    })?;
+    let view = SchedulerView::with_cluster(cluster)?;
+
+    let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(config.seed);
+    let interval = config.heartbeat_interval;
+    let nodes: Vec<NodeSim> = cluster
+        .nodes
+        .iter()
+        .map(|n| NodeSim {
+            capacity: n.capacity(),
+            used: Resources::default(),
+            device_busy: vec![false; n.accelerators.len()],
+            device_speed: n.accelerators.iter().map(|a| a.speed).collect(),
+            core_speed: n.core_speed,
+            disk: SharedDisk::new(n.disk_read_bw),
+            disk_dirty: false,
+            unissued_bytes: 0,
+            io_tasks: 0,
+            phase: if config.randomize_heartbeat_phase {
+                rng.random_range(0..interval)
+            } else {
+                0
+            },
+            beating: false,
+        })
+        .collect();
+
+    let mut first_task = Vec::with_capacity(apps.len());
+    let mut next = 0u64;
+    for a in apps {
+        first_task.push(next);
+        next += u64::from(a.tasks);
+    }
+    let mut sim = BatchSim {
+        policy_name: policy.name(),
+        policy,
+        progress,
+        config,
+        view,
+        apps,
+        first_task,
+        nodes,
+        running: vec![None; total_usize],
+        finished: vec![false; total_usize],
+        app_stats: apps
+            .iter()
+            .map(|a| AppStats {
+                first_start: None,
+                last_end: a.submit_time,
+                cpu_tasks: 0,
+                gpu_tasks: 0,
+                slowdown_sum: 0.0,
+            })
+            .collect(),
+        arrived: 0,
+        pending: 0,
+        running_count: 0,
+        completed: 0,
+        total,
+        progress_step: (total / 100).max(1),
+        empty_beats: 0,
+        heartbeats: 0,
+        makespan: 0,
+        slowdown_sum: 0.0,
+        gpu_tasks: 0,
+        records: Vec::with_capacity(if config.record_tasks { total_usize } else { 0 }),
+        series: TimeSeries::default(),
+        next_sample: 0,
+        dirty: Vec::new(),
+        done_reads: Vec::new(),
+    };
+
+    let mut queue = EventQueue::with_capacity(cluster.nodes.len() * 8 + apps.len());
+    for (i, a) in apps.iter().enumerate() {
+        queue.schedule(a.submit_time, Event::Arrival(i as u32));
+    }
+    (sim.progress)(Progress {
+        completed_tasks: 0,
+        total_tasks: total,
+        now: 0,
+    });
+    let end = engine::run(&mut sim, &mut queue)?;
+    if sim.completed != total {
+        return Err(SimError::Internal(format!(
+            "the event queue ran dry with {} of {total} tasks finished",
+            sim.completed
+        )));
+    }
+    sim.finish_series(end);
+    (sim.progress)(Progress {
+        completed_tasks: total,
+        total_tasks: total,
+        now: sim.makespan,
+    });
+    Ok(sim.into_result(queue.handled()))
+}
+
+/// Checks the configuration, the cluster and that every application can run under `policy`.
+fn validate(
+    cluster: &Cluster,
+    apps: &[Application],
+    policy: &dyn BatchPolicy,
+    config: &SimConfig,
+) -> Result<(), SimError> {
+    if config.heartbeat_interval == 0 {
+        return Err(SimError::Config {
+            field: "heartbeat_interval",
+            problem: "must be positive".into(),
+        });
+    }
+    if config.cpu_read_chunks == 0 {
+        return Err(SimError::Config {
+            field: "cpu_read_chunks",
+            problem: "must be at least 1".into(),
+        });
+    }
+    if config.sample_interval == Some(0) {
+        return Err(SimError::Config {
+            field: "sample_interval",
+            problem: "must be positive (or absent to record no series)".into(),
+        });
+    }
+    cluster.validate()?;
+    let mut last_submit = 0;
+    for (i, a) in apps.iter().enumerate() {
+        let bad = |problem: String| SimError::Application {
+            app: a.name.clone(),
+            problem,
+        };
+        if a.id != AppId(i as u32) {
+            return Err(bad(format!(
+                "has id {} at position {i}; ids must be dense and in order",
+                a.id
+            )));
+        }
+        if a.submit_time < last_submit {
+            return Err(bad(
+                "is submitted before the application listed ahead of it; list applications in \
+                 submission order"
+                    .into(),
+            ));
+        }
+        last_submit = a.submit_time;
+        if a.cpu.is_none() && a.gpu.is_none() {
+            return Err(bad("has neither a CPU nor a GPU variant".into()));
+        }
+        if a.cpu.as_ref().is_some_and(|c| c.request.cores == 0) {
+            return Err(bad("its CPU variant must request at least one core".into()));
+        }
+        if a.gpu.as_ref().is_some_and(|g| g.request.gpus == 0) {
+            return Err(bad("its GPU variant must request at least one GPU".into()));
+        }
+        check_runnable(cluster, a, policy)?;
+    }
+    Ok(())
+}
+
+/// Whether some node can ever hold one task of `app` in a variant `policy` runs.
+fn check_runnable(
+    cluster: &Cluster,
+    app: &Application,
+    policy: &dyn BatchPolicy,
+) -> Result<(), SimError> {
+    let allowed = policy.variants();
+    let mut reasons = Vec::new();
+    for variant in [Variant::Cpu, Variant::Gpu] {
+        let Some(request) = app.request(variant) else {
+            reasons.push(format!(
+                "it has no {} variant",
+                variant.to_string().to_uppercase()
+            ));
+            continue;
+        };
+        if !allowed.contains(&variant) {
+            reasons.push(format!(
+                "the policy never runs {} tasks",
+                variant.to_string().to_uppercase()
+            ));
+            continue;
+        }
+        let kind = app.gpu.as_ref().and_then(|g| g.kind.as_deref());
+        let fits = cluster.nodes.iter().any(|n| {
+            n.capacity().fits(&request)
+                && (variant == Variant::Cpu
+                    || n.accelerators
+                        .iter()
+                        .filter(|acc| kind.is_none_or(|k| acc.kind == k))
+                        .count() as u32
+                        >= request.gpus)
+        });
+        if fits {
+            return Ok(());
+        }
+        reasons.push(match variant {
+            Variant::Cpu => format!(
+                "no node has room for its CPU task ({} cores, {} bytes of memory)",
+                request.cores, request.memory_bytes
+            ),
+            Variant::Gpu => format!(
+                "no node has room for its GPU task ({} GPUs{}, {} cores, {} bytes of memory)",
+                request.gpus,
+                kind.map(|k| format!(" of kind `{k}`")).unwrap_or_default(),
+                request.cores,
+                request.memory_bytes
+            ),
+        });
+    }
+    Err(SimError::Unrunnable {
+        app: app.name.clone(),
+        policy: policy.name().to_string(),
+        reason: reasons.join("; "),
+    })
+}
+
+/// The batch model's events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    /// Application `i` is submitted.
+    Arrival(u32),
+    /// Node `i` beats.
+    Heartbeat(u32),
+    /// The disk of `node` may have finished a read (stale unless `generation` is current).
+    Disk { node: u32, generation: u64 },
+    /// A timed phase (copy, compute) of a task ended.
+    TaskStep(u64),
+}
+
+/// The simulator's own record of a node (independent of the view, so it can audit the policy).
+#[derive(Debug)]
+struct NodeSim {
+    capacity: Resources,
+    used: Resources,
+    device_busy: Vec<bool>,
+    device_speed: Vec<f64>,
+    core_speed: f64,
+    disk: SharedDisk<u64>,
+    /// The disk changed during the current event; its completion event must be rescheduled.
+    disk_dirty: bool,
+    /// Input bytes that running tasks have not yet asked the disk for (CPU tasks' later chunks).
+    unissued_bytes: u64,
+    /// Running tasks with input left to read.
+    io_tasks: u32,
+    phase: Time,
+    beating: bool,
+}
+
+/// A running task.
+#[derive(Clone, Debug)]
+struct Running {
+    assignment: Assignment,
+    start: Time,
+    /// The next step to take.
+    step: u32,
+    /// Reads still to finish.
+    reads_left: u32,
+    split: u64,
+    copy: Time,
+    compute: Time,
+}
+
+/// One step of a task's life.
+enum Work {
+    Read(u64),
+    Wait(Time),
+}
+
+impl Running {
+    fn steps(&self, chunks: u32) -> u32 {
+        match self.assignment.variant {
+            Variant::Gpu => 3,
+            Variant::Cpu => 2 * chunks,
+        }
+    }
+
+    /// Step `i`: GPU = read, copy, compute; CPU = (read chunk, compute chunk) × K.
+    fn work(&self, i: u32, chunks: u32) -> Work {
+        match self.assignment.variant {
+            Variant::Gpu => match i {
+                0 => Work::Read(self.split),
+                1 => Work::Wait(self.copy),
+                _ => Work::Wait(self.compute),
+            },
+            Variant::Cpu if i.is_multiple_of(2) => Work::Read(share(self.split, i / 2, chunks)),
+            Variant::Cpu => Work::Wait(share(self.compute, i / 2, chunks)),
+        }
+    }
+}
+
+/// Part `i` of `total` cut into `parts` integer pieces that add up to `total` exactly.
+fn share(total: u64, i: u32, parts: u32) -> u64 {
+    let cut = |k: u32| (u128::from(total) * u128::from(k) / u128::from(parts)) as u64;
+    cut(i + 1) - cut(i)
+}
+
+#[derive(Debug)]
+struct AppStats {
+    first_start: Option<Time>,
+    last_end: Time,
+    cpu_tasks: u32,
+    gpu_tasks: u32,
+    slowdown_sum: f64,
+}
+
+struct BatchSim<'a> {
+    policy: &'a mut dyn BatchPolicy,
+    policy_name: &'static str,
+    progress: &'a mut dyn FnMut(Progress),
+    config: &'a SimConfig,
+    view: SchedulerView,
+    apps: &'a [Application],
+    first_task: Vec<u64>,
+    nodes: Vec<NodeSim>,
+    running: Vec<Option<Running>>,
+    finished: Vec<bool>,
+    app_stats: Vec<AppStats>,
+    arrived: usize,
+    pending: u64,
+    running_count: u64,
+    completed: u64,
+    total: u64,
+    progress_step: u64,
+    empty_beats: usize,
+    heartbeats: u64,
+    makespan: Time,
+    slowdown_sum: f64,
+    gpu_tasks: u64,
+    records: Vec<TaskRecord>,
+    series: TimeSeries,
+    next_sample: Time,
+    dirty: Vec<u32>,
+    done_reads: Vec<u64>,
+}
+
+impl BatchSim<'_> {
+    fn over_allocation(&self, node: NodeId, time: Time, detail: String) -> SimError {
+        SimError::OverAllocation {
+            policy: self.policy_name.to_string(),
+            node,
+            time,
+            detail,
+        }
+    }
+
+    fn arrival(&mut self, i: u32, queue: &mut EventQueue<Event>) -> Result<(), SimError> {
+        let now = queue.now();
+        let app = self
+            .apps
+            .get(i as usize)
+            .ok_or_else(|| SimError::Internal(format!("arrival of unknown application {i}")))?;
+        let first = self.first_task[i as usize];
+        let ids = (first..first + u64::from(app.tasks)).map(TaskId);
+        self.view.add_application(app.clone(), ids)?;
+        self.arrived += 1;
+        self.pending += u64::from(app.tasks);
+        if self.pending > 0 {
+            let interval = self.config.heartbeat_interval;
+            for (idx, n) in self.nodes.iter_mut().enumerate() {
+                if !n.beating {
+                    n.beating = true;
+                    // The node's next beat on its own grid `phase + k · interval`.
+                    let at = if now <= n.phase {
+                        n.phase
+                    } else {
+                        n.phase + (now - n.phase).div_ceil(interval) * interval
+                    };
+                    queue.schedule(at, Event::Heartbeat(idx as u32));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn heartbeat(&mut self, node: u32, queue: &mut EventQueue<Event>) -> Result<(), SimError> {
+        let now = queue.now();
+        let idx = node as usize;
+        if self.pending == 0 {
+            // Nothing to place anywhere: the node pauses until the next arrival.
+            self.nodes[idx].beating = false;
+            return Ok(());
+        }
+        let id = NodeId(node);
+        let n = &self.nodes[idx];
+        let report = NodeReport {
+            total_io_bytes: n.disk.outstanding_bytes(now) + n.unissued_bytes as f64,
+            io_tasks: n.io_tasks,
+        };
+        self.view.node_report(id, report)?;
+        self.heartbeats += 1;
+        let assignments = self.policy.on_node_update(&mut self.view, id, now);
+        let placed = assignments.len();
+        for a in assignments {
+            self.start(a, now, queue)?;
+        }
+        queue.schedule(now + self.config.heartbeat_interval, Event::Heartbeat(node));
+
+        if placed == 0
+            && self.running_count == 0
+            && self.pending > 0
+            && self.arrived == self.apps.len()
+        {
+            self.empty_beats += 1;
+            if self.empty_beats > self.nodes.len() {
+                let apps = self
+                    .view
+                    .pending_apps()
+                    .map(|a| format!("`{}`", a.app.name))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Err(SimError::Stuck {
+                    policy: self.policy_name.to_string(),
+                    time_s: to_secs(now),
+                    apps,
+                });
+            }
+        } else {
+            self.empty_beats = 0;
+        }
+        Ok(())
+    }
+
+    fn start(
+        &mut self,
+        a: Assignment,
+        now: Time,
+        queue: &mut EventQueue<Event>,
+    ) -> Result<(), SimError> {
+        let app = self.apps.get(a.app.index()).ok_or_else(|| {
+            SimError::Internal(format!("policy assigned unknown application {}", a.app))
+        })?;
+        let request = app.request(a.variant).ok_or_else(|| {
+            SimError::Internal(format!(
+                "policy ran `{}` as a {} task, which it does not have",
+                app.name, a.variant
+            ))
+        })?;
+        let first = self.first_task[a.app.index()];
+        let task = a.task.0;
+        if task < first || task >= first + u64::from(app.tasks) {
+            return Err(SimError::Internal(format!(
+                "{} is not a task of `{}`",
+                a.task, app.name
+            )));
+        }
+        let t = task as usize;
+        if self.finished[t] || self.running[t].is_some() {
+            return Err(SimError::Internal(format!("{} started twice", a.task)));
+        }
+        let node = a.node;
+        let Some(n) = self.nodes.get(node.index()) else {
+            return Err(SimError::Internal(format!(
+                "policy assigned unknown {node}"
+            )));
+        };
+        let used = n.used + request;
+        if !n.capacity.fits(&used) {
+            return Err(self.over_allocation(
+                node,
+                now,
+                format!("{used:?} in use exceeds its capacity {:?}", n.capacity),
+            ));
+        }
+        if a.variant == Variant::Gpu && (a.devices.len() as u32) < request.gpus {
+            return Err(self.over_allocation(
+                node,
+                now,
+                format!(
+                    "{} got {} devices for a request of {} GPUs",
+                    a.task,
+                    a.devices.len(),
+                    request.gpus
+                ),
+            ));
+        }
+        for &d in &a.devices {
+            if n.device_busy.get(d as usize).is_none_or(|busy| *busy) {
+                return Err(self.over_allocation(
+                    node,
+                    now,
+                    format!("device {d} is busy or does not exist"),
+                ));
+            }
+        }
+
+        let n = &mut self.nodes[node.index()];
+        n.used = used;
+        let mut speed = f64::INFINITY;
+        for &d in &a.devices {
+            n.device_busy[d as usize] = true;
+            speed = speed.min(n.device_speed[d as usize]);
+        }
+        if !speed.is_finite() {
+            speed = 1.0;
+        }
+        let (copy, compute) = match (a.variant, &app.gpu, &app.cpu) {
+            (Variant::Gpu, Some(g), _) => (g.copy, scale(g.compute, speed)),
+            (Variant::Cpu, _, Some(c)) => (0, scale(c.compute, n.core_speed)),
+            _ => (0, 0),
+        };
+        let chunks = self.config.cpu_read_chunks;
+        let mut running = Running {
+            assignment: a,
+            start: now,
+            step: 0,
+            reads_left: 0,
+            split: app.split_bytes,
+            copy,
+            compute,
+        };
+        running.reads_left = (0..running.steps(chunks))
+            .filter(|&i| matches!(running.work(i, chunks), Work::Read(b) if b > 0))
+            .count() as u32;
+        if running.reads_left > 0 {
+            n.io_tasks += 1;
+            n.unissued_bytes += running.split;
+        }
+        let stats = &mut self.app_stats[running.assignment.app.index()];
+        stats.first_start.get_or_insert(now);
+        self.running[t] = Some(running);
+        self.pending -= 1;
+        self.running_count += 1;
+        self.advance_task(task, now, queue);
+        Ok(())
+    }
+
+    /// Takes `task`'s next steps until one has to wait (a read or a timer), or the task ends.
+    fn advance_task(&mut self, task: u64, now: Time, queue: &mut EventQueue<Event>) {
+        let chunks = self.config.cpu_read_chunks;
+        loop {
+            let Some(r) = self.running[task as usize].as_mut() else {
+                return;
+            };
+            if r.step >= r.steps(chunks) {
+                self.finish(task, now);
+                return;
+            }
+            let work = r.work(r.step, chunks);
+            r.step += 1;
+            let node = r.assignment.node.0;
+            match work {
+                Work::Read(0) | Work::Wait(0) => continue,
+                Work::Read(bytes) => {
+                    let n = &mut self.nodes[node as usize];
+                    n.unissued_bytes = n.unissued_bytes.saturating_sub(bytes);
+                    n.disk.start_read(now, bytes, task);
+                    if !n.disk_dirty {
+                        n.disk_dirty = true;
+                        self.dirty.push(node);
+                    }
+                    return;
+                }
+                Work::Wait(d) => {
+                    queue.schedule(now + d, Event::TaskStep(task));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn disk_done(&mut self, node: u32, generation: u64, queue: &mut EventQueue<Event>) {
+        let now = queue.now();
+        let mut done = std::mem::take(&mut self.done_reads);
+        let n = &mut self.nodes[node as usize];
+        if !n.disk.complete(now, generation, &mut done) {
+            self.done_reads = done;
+            return;
+        }
+        if !n.disk_dirty {
+            n.disk_dirty = true;
+            self.dirty.push(node);
+        }
+        for &task in &done {
+            if let Some(r) = self.running[task as usize].as_mut() {
+                r.reads_left = r.reads_left.saturating_sub(1);
+                if r.reads_left == 0 {
+                    let n = &mut self.nodes[node as usize];
+                    n.io_tasks = n.io_tasks.saturating_sub(1);
+                }
+            }
+            self.advance_task(task, now, queue);
+        }
+        done.clear();
+        self.done_reads = done;
+    }
+
+    fn finish(&mut self, task: u64, now: Time) {
+        let Some(r) = self.running[task as usize].take() else {
+            return;
+        };
+        let t = task as usize;
+        self.finished[t] = true;
+        let a = &r.assignment;
+        self.view.task_finished(a);
+        let app = &self.apps[a.app.index()];
+        let request = app.request(a.variant).unwrap_or_default();
+        let n = &mut self.nodes[a.node.index()];
+        n.used = n.used - request;
+        for &d in &a.devices {
+            if let Some(busy) = n.device_busy.get_mut(d as usize) {
+                *busy = false;
+            }
+        }
+        let base = app.base_time(a.variant).unwrap_or(0);
+        let duration = now - r.start;
+        let slowdown = duration as f64 / base.max(1) as f64;
+        let stats = &mut self.app_stats[a.app.index()];
+        stats.last_end = stats.last_end.max(now);
+        stats.slowdown_sum += slowdown;
+        match a.variant {
+            Variant::Cpu => stats.cpu_tasks += 1,
+            Variant::Gpu => {
+                stats.gpu_tasks += 1;
+                self.gpu_tasks += 1;
+            }
+        }
+        self.slowdown_sum += slowdown;
+        self.makespan = self.makespan.max(now);
+        self.running_count -= 1;
+        self.completed += 1;
+        if self.config.record_tasks {
+            self.records.push(TaskRecord {
+                task: a.task,
+                app: a.app,
+                variant: a.variant,
+                node: a.node,
+                start_ns: r.start,
+                end_ns: now,
+                base_ns: base,
+                slowdown,
+            });
+        }
+        if self.completed.is_multiple_of(self.progress_step) && self.completed < self.total {
+            (self.progress)(Progress {
+                completed_tasks: self.completed,
+                total_tasks: self.total,
+                now,
+            });
+        }
+    }
+
+    /// Schedules one completion event for every disk that changed during this event.
+    fn flush_disks(&mut self, queue: &mut EventQueue<Event>) {
+        for node in self.dirty.drain(..) {
+            let n = &mut self.nodes[node as usize];
+            n.disk_dirty = false;
+            if let Some(at) = n.disk.next_completion() {
+                queue.schedule(
+                    at,
+                    Event::Disk {
+                        node,
+                        generation: n.disk.generation(),
+                    },
+                );
+            }
+        }
+    }
+
+    fn snapshot(&self) -> LoadSnapshot {
+        let mut s = LoadSnapshot::default();
+        for n in &self.nodes {
+            s.gpus_busy += n.used.gpus;
+            s.cores_busy += n.used.cores;
+            s.tasks_reading += n.disk.readers() as u32;
+            s.io_tasks += n.io_tasks;
+            s.read_bytes_per_s += n.disk.read_rate();
+        }
+        s
+    }
+
+    fn finish_series(&mut self, end: Time) {
+        let Some(step) = self.config.sample_interval else {
+            return;
+        };
+        let s = self.snapshot();
+        while self.next_sample <= end {
+            self.series.push(self.next_sample, &s);
+            self.next_sample += step;
+        }
+        if self.series.time_ns.last().is_some_and(|&t| t < end) {
+            self.series.push(end, &s);
+        }
+    }
+
+    fn into_result(self, events: u64) -> SimResult {
+        let apps = self
+            .apps
+            .iter()
+            .zip(&self.app_stats)
+            .map(|(a, s)| {
+                let done = s.cpu_tasks + s.gpu_tasks;
+                AppResult {
+                    app: a.id,
+                    name: a.name.clone(),
+                    submit_ns: a.submit_time,
+                    first_start_ns: s.first_start,
+                    completion_ns: s.last_end,
+                    completion_s: to_secs(s.last_end),
+                    tasks: a.tasks,
+                    cpu_tasks: s.cpu_tasks,
+                    gpu_tasks: s.gpu_tasks,
+                    mean_slowdown: if done == 0 {
+                        1.0
+                    } else {
+                        s.slowdown_sum / f64::from(done)
+                    },
+                }
+            })
+            .collect();
+        SimResult {
+            policy: self.policy_name.to_string(),
+            seed: self.config.seed,
+            makespan_ns: self.makespan,
+            makespan_s: to_secs(self.makespan),
+            total_tasks: self.total,
+            gpu_tasks: self.gpu_tasks,
+            cpu_tasks: self.total - self.gpu_tasks,
+            average_task_delay: if self.total == 0 {
+                1.0
+            } else {
+                self.slowdown_sum / self.total as f64
+            },
+            events,
+            heartbeats: self.heartbeats,
+            apps,
+            tasks: self.records,
+            series: self.series,
+        }
+    }
+}
+
+/// `base / speed`, rounded to the nanosecond.
+fn scale(base: Time, speed: f64) -> Time {
+    if speed == 1.0 {
+        base
+    } else {
+        (base as f64 / speed).round() as Time
+    }
+}
+
+impl Model for BatchSim<'_> {
+    type Event = Event;
+    type Error = SimError;
+
+    fn advance(&mut self, from: Time, to: Time) {
+        let Some(step) = self.config.sample_interval else {
+            return;
+        };
+        if self.next_sample >= to {
+            return;
+        }
+        let s = self.snapshot();
+        while self.next_sample < to {
+            debug_assert!(self.next_sample >= from);
+            self.series.push(self.next_sample, &s);
+            self.next_sample += step;
+        }
+    }
+
+    fn handle(&mut self, event: Event, queue: &mut EventQueue<Event>) -> Result<Flow, SimError> {
+        let now = queue.now();
+        if let Some(limit) = self.config.time_limit
+            && now > limit
+        {
+            return Err(SimError::TimeLimit {
+                limit_s: to_secs(limit),
+                left: self.total - self.completed,
+            });
+        }
+        match event {
+            Event::Arrival(i) => self.arrival(i, queue)?,
+            Event::Heartbeat(node) => self.heartbeat(node, queue)?,
+            Event::Disk { node, generation } => self.disk_done(node, generation, queue),
+            Event::TaskStep(task) => self.advance_task(task, now, queue),
+        }
+        self.flush_disks(queue);
+        if self.completed == self.total && self.arrived == self.apps.len() {
+            return Ok(Flow::Stop);
+        }
+        Ok(Flow::Continue)
+    }
+}

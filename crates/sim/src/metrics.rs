@@ -1,0 +1,166 @@
+//! What a batch simulation measures (spec 02, "Metrics"): makespan, per-task records with their
+//! slowdown against the base profile (eq. (5)), per-application completion, the average task delay,
+//! and time series of GPU use and disk load for the plots (the paper's Figures 3, 4, 10).
+//!
+//! Times are integer nanoseconds (`*_ns` fields) so results are exact and byte-identical across
+//! runs with the same seed; seconds appear only as convenience fields derived from them.
+
+use hetsched_core::time::{Time, to_secs};
+use hetsched_core::{AppId, NodeId, TaskId, Variant};
+use serde::{Deserialize, Serialize};
+
+/// How far a simulation has got, reported now and then to the caller's callback.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Tasks finished so far.
+    pub completed_tasks: u64,
+    /// Tasks in the whole workload.
+    pub total_tasks: u64,
+    /// Simulated time now.
+    pub now: Time,
+}
+
+/// One finished task.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    /// The task.
+    pub task: TaskId,
+    /// Its application.
+    pub app: AppId,
+    /// The variant it ran as.
+    pub variant: Variant,
+    /// Where it ran.
+    pub node: NodeId,
+    /// When it started (a heartbeat of its node).
+    pub start_ns: Time,
+    /// When it finished.
+    pub end_ns: Time,
+    /// Base time of its variant from the application's profile (`T_CPU_base` or `T_GPU_base`).
+    pub base_ns: Time,
+    /// `T / T_base` (spec 02 eq. (5)): 1.0 means it ran as fast as its base task alone.
+    pub slowdown: f64,
+}
+
+impl TaskRecord {
+    /// The task's run time `T = end − start`.
+    pub fn duration(&self) -> Time {
+        self.end_ns - self.start_ns
+    }
+}
+
+/// How one application fared.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AppResult {
+    /// The application.
+    pub app: AppId,
+    /// Its name.
+    pub name: String,
+    /// When it was submitted.
+    pub submit_ns: Time,
+    /// When its first task started (`None` if it has no task).
+    pub first_start_ns: Option<Time>,
+    /// When its last task finished (its submission time if it has no task).
+    pub completion_ns: Time,
+    /// Completion time in seconds since the start of the simulation.
+    pub completion_s: f64,
+    /// Tasks in the application.
+    pub tasks: u32,
+    /// Tasks that ran as CPU tasks.
+    pub cpu_tasks: u32,
+    /// Tasks that ran as GPU tasks.
+    pub gpu_tasks: u32,
+    /// Mean slowdown of its tasks (1.0 when it has none).
+    pub mean_slowdown: f64,
+}
+
+/// Cluster-wide load sampled on a fixed grid: sample `i` is the state at `time_ns[i]` after every
+/// event at or before that instant. Stored column by column to keep the JSON compact.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimeSeries {
+    /// Sample instants.
+    pub time_ns: Vec<Time>,
+    /// GPUs held by running tasks, over all nodes.
+    pub gpus_busy: Vec<u32>,
+    /// Cores held by running tasks, over all nodes.
+    pub cores_busy: Vec<u32>,
+    /// Read requests on the disks now (sum over nodes of tasks actively reading).
+    pub tasks_reading: Vec<u32>,
+    /// Tasks with input still to read, over all nodes (`#IOtask`; CPU tasks between chunks count).
+    pub io_tasks: Vec<u32>,
+    /// Bytes per second read from all disks together.
+    pub read_bytes_per_s: Vec<f64>,
+}
+
+impl TimeSeries {
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.time_ns.len()
+    }
+
+    /// Whether there is no sample.
+    pub fn is_empty(&self) -> bool {
+        self.time_ns.is_empty()
+    }
+
+    pub(crate) fn push(&mut self, t: Time, s: &LoadSnapshot) {
+        self.time_ns.push(t);
+        self.gpus_busy.push(s.gpus_busy);
+        self.cores_busy.push(s.cores_busy);
+        self.tasks_reading.push(s.tasks_reading);
+        self.io_tasks.push(s.io_tasks);
+        self.read_bytes_per_s.push(s.read_bytes_per_s);
+    }
+}
+
+/// The cluster-wide load the engine keeps up to date incrementally.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct LoadSnapshot {
+    pub gpus_busy: u32,
+    pub cores_busy: u32,
+    pub tasks_reading: u32,
+    pub io_tasks: u32,
+    pub read_bytes_per_s: f64,
+}
+
+/// Everything one batch simulation measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SimResult {
+    /// The policy's name.
+    pub policy: String,
+    /// The seed of the run.
+    pub seed: u64,
+    /// When the last task finished, since the start of the simulation.
+    pub makespan_ns: Time,
+    /// The makespan in seconds.
+    pub makespan_s: f64,
+    /// Tasks in the workload.
+    pub total_tasks: u64,
+    /// Tasks that ran as GPU tasks.
+    pub gpu_tasks: u64,
+    /// Tasks that ran as CPU tasks.
+    pub cpu_tasks: u64,
+    /// Mean over all tasks of `T / T_base` (spec 02 eq. (5)); 1.0 for an empty workload.
+    pub average_task_delay: f64,
+    /// Events the engine handled (stale disk events included).
+    pub events: u64,
+    /// Heartbeats on which the policy was consulted.
+    pub heartbeats: u64,
+    /// Per application, by id.
+    pub apps: Vec<AppResult>,
+    /// Per finished task, in order of completion (empty when task recording is off).
+    pub tasks: Vec<TaskRecord>,
+    /// Cluster load over time (empty when sampling is off).
+    pub series: TimeSeries,
+}
+
+impl SimResult {
+    /// The result as pretty JSON (deterministic: the same run gives the same bytes).
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string_pretty(self)
+    }
+
+    /// The makespan in seconds.
+    pub fn makespan_secs(&self) -> f64 {
+        to_secs(self.makespan_ns)
+    }
+}

@@ -1,0 +1,3 @@
+//! Output helpers shared by the scenarios: SVG charts.
+
+pub mod plot;

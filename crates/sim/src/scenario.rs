@@ -1,0 +1,6 @@
+//! The papers' experiments, one module per paper, each runnable by name.
+//!
+//! - [`hdas_paper`]: spec 02's mixed CPU/GPU workloads A–Y under cpu-only, FIFO, Hadoop+'s model
+//!   and HDAS.
+
+pub mod hdas_paper;

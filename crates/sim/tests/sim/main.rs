@@ -1,0 +1,4 @@
+//! Integration tests of the simulator, gathered in one test binary.
+
+mod common;
+mod exact;
