@@ -35,6 +35,13 @@ impl Serialize for Duration {
     }
 }
 
+impl std::str::FromStr for Duration {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        parse_duration(s).map(Duration)
+    }
+}
+
 fn parse_duration(text: &str) -> Result<Time, String> {
     // humantime rejects fractional units ("23.6s"); accept them as users write them.
     let t = text.trim();
