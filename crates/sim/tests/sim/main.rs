@@ -1,4 +1,7 @@
 //! Integration tests of the simulator, gathered in one test binary.
 
 mod common;
+mod determinism;
 mod exact;
+mod properties;
+mod validation;

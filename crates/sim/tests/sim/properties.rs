@@ -1,0 +1,173 @@
+//! Properties over random small clusters and workloads, under every policy: no node is ever
+//! over-allocated, and every task of every workload runs exactly once.
+
+use crate::common::{cluster, run};
+use hetsched_core::policy::batch::BatchPolicyKind;
+use hetsched_core::time::secs;
+use hetsched_core::{
+    Accelerator, AppId, Application, CpuVariant, GpuVariant, Node, NodeId, RackId, Resources,
+};
+use hetsched_sim::{SimConfig, SimError, SimResult};
+use proptest::prelude::*;
+
+fn arb_node() -> impl Strategy<Value = Node> {
+    (
+        1u32..=8,
+        0usize..=4,
+        prop::sample::select(vec![0.5, 1.0, 2.0]),
+        prop::sample::select(vec![0.5, 1.0, 3.0]),
+        prop::sample::select(vec![32.0, 128.0, 500.0]),
+    )
+        .prop_map(|(cores, gpus, core_speed, gpu_speed, disk_mib)| Node {
+            id: NodeId(0),
+            name: "n".into(),
+            rack: RackId(0),
+            cores,
+            core_speed,
+            memory_bytes: 16 << 30,
+            disk_read_bw: disk_mib * 1024.0 * 1024.0,
+            net_bw: 1e9,
+            net_latency: 0,
+            accelerators: (0..gpus)
+                .map(|_| Accelerator {
+                    kind: "gpu".into(),
+                    memory_bytes: 3 << 30,
+                    speed: gpu_speed,
+                })
+                .collect(),
+        })
+}
+
+fn arb_app() -> impl Strategy<Value = Application> {
+    (
+        (0u32..3, 0u32..30, 0u64..300, 0u64..4),
+        (0.0f64..20.0, 0.0f64..3.0, 0.0f64..2.0),
+        (1u32..=2, 1u32..=2, 0u64..(4 << 30), -1i32..=1),
+    )
+        .prop_map(
+            |(
+                (which, tasks, split_mib, submit_s),
+                (cpu_s, gpu_s, copy_s),
+                (cores, gpus, mem, prio),
+            )| {
+                let split = split_mib << 20;
+                let read = secs(split as f64 / (128.0 * 1024.0 * 1024.0));
+                Application {
+                    id: AppId(0),
+                    name: "a".into(),
+                    priority: prio,
+                    submit_time: secs(submit_s as f64),
+                    split_bytes: split,
+                    tasks,
+                    cpu: (which != 1).then(|| CpuVariant {
+                        compute: secs(cpu_s),
+                        read,
+                        request: Resources::new(cores, mem, 0),
+                    }),
+                    gpu: (which != 0).then(|| GpuVariant {
+                        compute: secs(gpu_s),
+                        copy: secs(copy_s),
+                        read,
+                        request: Resources::new(1, mem / 2, gpus),
+                        kind: None,
+                    }),
+                }
+            },
+        )
+}
+
+fn arb_case() -> impl Strategy<Value = (Vec<Node>, Vec<Application>, u64, u32)> {
+    (
+        prop::collection::vec(arb_node(), 1..=4),
+        prop::collection::vec(arb_app(), 1..=4),
+        any::<u64>(),
+        1u32..=8,
+    )
+        .prop_map(|(nodes, mut apps, seed, chunks)| {
+            apps.sort_by_key(|a| a.submit_time);
+            for (i, a) in apps.iter_mut().enumerate() {
+                a.id = AppId(i as u32);
+                a.name = format!("app{i}");
+            }
+            (nodes, apps, seed, chunks)
+        })
+}
+
+/// Sweeps each node's task intervals (a task's resources return at its end, before any start at
+/// the same instant) and checks the held cores, memory and GPUs never exceed the node's capacity.
+fn check_capacity(nodes: &[Node], apps: &[Application], r: &SimResult) -> Result<(), String> {
+    for (i, node) in nodes.iter().enumerate() {
+        let mut edges: Vec<(u64, bool, Resources)> = Vec::new();
+        for t in r.tasks.iter().filter(|t| t.node.index() == i) {
+            let req = apps[t.app.index()]
+                .request(t.variant)
+                .ok_or("a task ran as a variant its application lacks")?;
+            edges.push((t.start_ns, true, req));
+            edges.push((t.end_ns, false, req));
+        }
+        edges.sort_by_key(|&(t, is_start, _)| (t, is_start));
+        let mut held = Resources::default();
+        for (t, is_start, req) in edges {
+            held = if is_start { held + req } else { held - req };
+            if !node.capacity().fits(&held) {
+                return Err(format!("node {i} holds {held:?} at t = {t}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether some application can never run: no node holds its CPU task, nor (under a policy that
+/// runs GPU tasks) its GPU task.
+fn legitimately_unrunnable(nodes: &[Node], apps: &[Application], kind: BatchPolicyKind) -> bool {
+    let fits_somewhere = |req: &Resources| nodes.iter().any(|n| n.capacity().fits(req));
+    apps.iter().any(|a| {
+        let cpu_ok = a.cpu.as_ref().is_some_and(|c| fits_somewhere(&c.request));
+        let gpu_ok = kind != BatchPolicyKind::CpuOnly
+            && a.gpu.as_ref().is_some_and(|g| fits_somewhere(&g.request));
+        !cpu_ok && !gpu_ok
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    #[test]
+    fn no_over_allocation_and_every_task_exactly_once((nodes, apps, seed, chunks) in arb_case()) {
+        let c = cluster(nodes.clone());
+        let nodes = c.nodes.clone();
+        let config = SimConfig { seed, cpu_read_chunks: chunks, ..SimConfig::default() };
+        for kind in BatchPolicyKind::ALL {
+            match run(&c, &apps, kind, &config) {
+                Err(SimError::Unrunnable { .. }) => {
+                    prop_assert!(legitimately_unrunnable(&nodes, &apps, kind), "{kind}: refused a runnable workload");
+                }
+                Err(e) => prop_assert!(false, "{kind}: {e}"),
+                Ok(r) => {
+                    if std::env::var_os("SIM_PROP_VERBOSE").is_some() {
+                        eprintln!("{kind}: {} tasks, makespan {:.1} s", r.total_tasks, r.makespan_s);
+                    }
+                    prop_assert!(!legitimately_unrunnable(&nodes, &apps, kind));
+                    let total: u64 = apps.iter().map(|a| u64::from(a.tasks)).sum();
+                    let mut ids: Vec<u64> = r.tasks.iter().map(|t| t.task.0).collect();
+                    ids.sort_unstable();
+                    prop_assert_eq!(ids, (0..total).collect::<Vec<_>>(), "{}", kind);
+                    for t in &r.tasks {
+                        let a = &apps[t.app.index()];
+                        prop_assert!(t.start_ns >= a.submit_time);
+                        prop_assert!(t.end_ns >= t.start_ns);
+                        if kind == BatchPolicyKind::CpuOnly {
+                            prop_assert_eq!(t.variant, hetsched_core::Variant::Cpu);
+                        }
+                    }
+                    for (a, res) in apps.iter().zip(&r.apps) {
+                        prop_assert_eq!(res.cpu_tasks + res.gpu_tasks, a.tasks);
+                    }
+                    if let Err(e) = check_capacity(&nodes, &apps, &r) {
+                        prop_assert!(false, "{kind}: {e}");
+                    }
+                }
+            }
+        }
+    }
+}
