@@ -1,0 +1,59 @@
+//! The agent's TOML configuration (`hetsched agent --config agent.toml`); command-line flags
+//! override it. Resources not given are detected (cores, memory, NVIDIA GPUs through NVML).
+//!
+//! ```toml
+//! server = "http://10.0.0.1:7420"
+//! name = "gpu-node-3"               # default: the host name
+//! token_file = "/etc/hetsched/token"
+//! ca = "/etc/hetsched/ca.pem"       # with an https:// server
+//! work_dir = "/var/lib/hetsched-agent" # task stdout/stderr
+//! cores = 16                        # default: detected
+//! memory = "64GiB"                  # default: detected
+//! core_speed = 1.0
+//! disk_read = "200MB/s"
+//! [[accelerator]]                   # declared GPUs replace detected ones
+//! kind = "a100"
+//! count = 4
+//! memory = "40GiB"
+//! speed = 3.0
+//! ```
+
+use bytesize::ByteSize;
+use hetsched_core::input::Bandwidth;
+use hetsched_core::input::cluster::AcceleratorSpec;
+use serde::Deserialize;
+use std::path::PathBuf;
+
+/// Agent settings as written.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Server URL.
+    pub server: Option<String>,
+    /// Node name (unique in the cluster).
+    pub name: Option<String>,
+    /// File holding the server's token.
+    pub token_file: Option<PathBuf>,
+    /// CA certificate (PEM) for a TLS server.
+    pub ca: Option<PathBuf>,
+    /// Where task outputs go.
+    pub work_dir: Option<PathBuf>,
+    /// Cores offered to tasks.
+    pub cores: Option<u32>,
+    /// Memory offered to tasks.
+    pub memory: Option<ByteSize>,
+    /// Relative core speed.
+    pub core_speed: Option<f64>,
+    /// Disk read bandwidth.
+    pub disk_read: Option<Bandwidth>,
+    /// Declared accelerators (replace detected ones).
+    #[serde(default)]
+    pub accelerator: Vec<AcceleratorSpec>,
+}
+
+impl AgentConfig {
+    /// Parses a configuration file's text; errors name the line and field.
+    pub fn parse(origin: &str, text: &str) -> Result<Self, hetsched_core::input::InputError> {
+        hetsched_core::input::Source::new(origin, text).parse_toml()
+    }
+}

@@ -1,0 +1,136 @@
+//! Runs one assigned task as a child process in its own process group: environment
+//! (`CUDA_VISIBLE_DEVICES` = the assigned devices, `HETSCHED_*`), working directory, stdout and
+//! stderr captured to files; waits for it, kills the whole group on a kill request or when its time
+//! limit passes, and reports the result.
+
+use hetsched_proto as pb;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::oneshot;
+
+/// Nanoseconds since the Unix epoch.
+pub fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Where a task's stdout and stderr go: `WORK_DIR/job-J/APP-INDEX.ATTEMPT.{out,err}`.
+pub fn output_paths(work_dir: &Path, a: &pb::Assignment) -> (PathBuf, PathBuf) {
+    let dir = work_dir.join(format!("job-{}", a.job_id));
+    let stem = format!("{}-{}.{}", a.app, a.index, a.attempt);
+    (dir.join(format!("{stem}.out")), dir.join(format!("{stem}.err")))
+}
+
+fn kill_group(pid: Option<u32>) {
+    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+/// Runs `a` to the end; `on_spawn` receives the child's pid.
+pub async fn run(
+    a: &pb::Assignment,
+    node: &str,
+    work_dir: &Path,
+    kill: oneshot::Receiver<()>,
+    on_spawn: impl FnOnce(u32),
+) -> pb::TaskResult {
+    let started = now_ns();
+    let mut result = pb::TaskResult {
+        task_id: a.task_id,
+        attempt: a.attempt,
+        exit_code: -1,
+        message: String::new(),
+        started_ns: started,
+        finished_ns: 0,
+        success: false,
+    };
+    let fail = |mut r: pb::TaskResult, m: String| {
+        r.message = m;
+        r.finished_ns = now_ns();
+        r
+    };
+    let Some(program) = a.argv.first() else {
+        return fail(result, "the assignment has no command".into());
+    };
+    let (out, err) = output_paths(work_dir, a);
+    if let Some(dir) = out.parent() {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            return fail(result, format!("{}: {e}", dir.display()));
+        }
+    }
+    let open = |p: &Path| std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()));
+    let (stdout, stderr) = match (open(&out), open(&err)) {
+        (Ok(o), Ok(e)) => (o, e),
+        (Err(m), _) | (_, Err(m)) => return fail(result, m),
+    };
+    let dir = Path::new(&a.workdir);
+    let cwd = if !a.workdir.is_empty() && dir.is_dir() {
+        dir
+    } else {
+        work_dir
+    };
+    let devices: Vec<String> = a.devices.iter().map(u32::to_string).collect();
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(&a.argv[1..])
+        .envs(&a.env)
+        .env("HETSCHED_NODE", node)
+        .env("CUDA_VISIBLE_DEVICES", devices.join(","))
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(stdout))
+        .stderr(Stdio::from(stderr))
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return fail(result, format!("cannot start `{program}`: {e}")),
+    };
+    let pid = child.id();
+    if let Some(pid) = pid {
+        on_spawn(pid);
+    }
+    let limit = (a.time_limit_ms > 0).then(|| Duration::from_millis(a.time_limit_ms));
+    let sleep = async {
+        match limit {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        status = child.wait() => match status {
+            Ok(s) => {
+                result.exit_code = s.code().unwrap_or(-1);
+                result.success = s.success();
+                if !s.success() {
+                    result.message = format!("exited with {s}");
+                }
+            }
+            Err(e) => result.message = format!("wait: {e}"),
+        },
+        Ok(()) = kill => {
+            kill_group(pid);
+            let _ = child.wait().await;
+            result.message = "killed at the server's request".into();
+        }
+        () = sleep => {
+            kill_group(pid);
+            let _ = child.wait().await;
+            result.message = format!(
+                "time limit of {} exceeded",
+                humanize(limit.unwrap_or_default())
+            );
+        }
+    }
+    result.finished_ns = now_ns();
+    result
+}
+
+fn humanize(d: Duration) -> String {
+    format!("{:.3}s", d.as_secs_f64())
+}

@@ -1,0 +1,251 @@
+//! hetsched's agent (node manager): detects the node's resources, registers with the server, and
+//! heartbeats. A heartbeat carries the tasks running here (with the bytes each has read, from
+//! `/proc/PID/io`) and every finished result the server has not acknowledged yet; the reply
+//! acknowledges results, assigns new tasks, and names tasks to kill.
+//!
+//! The agent heartbeats at once when a task ends (not only every interval), so a free slot is
+//! refilled within one round trip. Results are kept until acknowledged, so none is lost when the
+//! server is killed and restarted: the agent keeps retrying, and re-registers under its name if the
+//! server has forgotten it.
+//!
+//! - [`config`]: the TOML configuration;
+//! - [`detect`]: cores, memory, disks, NVIDIA GPUs, `/proc/PID/io`;
+//! - [`launch`]: one task as a child process.
+
+pub mod config;
+pub mod detect;
+pub mod launch;
+
+use hetsched_proto as pb;
+use hetsched_proto::agent_client::AgentClient;
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+use tokio::sync::{Notify, oneshot};
+use tracing::{debug, info, warn};
+
+/// Why the agent could not start.
+#[derive(Debug, Error)]
+pub enum AgentError {
+    /// A bad setting.
+    #[error("{0}")]
+    Config(String),
+    /// gRPC transport.
+    #[error("transport: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// The server refused the token.
+    #[error("the server refused the token: {0}")]
+    Unauthenticated(String),
+}
+
+/// Everything an agent needs to run.
+#[derive(Clone, Debug)]
+pub struct AgentOptions {
+    /// Server URL, `http://host:port` or `https://host:port`.
+    pub server: String,
+    /// The server's token.
+    pub token: String,
+    /// CA certificate (PEM) for TLS.
+    pub ca_pem: Option<Vec<u8>>,
+    /// Unique node name.
+    pub name: String,
+    /// What the node offers.
+    pub resources: detect::Resources,
+    /// Relative core speed.
+    pub core_speed: f64,
+    /// Disk read bandwidth, bytes/s.
+    pub disk_read_bw: f64,
+    /// Where task outputs go.
+    pub work_dir: PathBuf,
+}
+
+struct RunningTask {
+    attempt: u32,
+    pid: Option<u32>,
+    kill: Option<oneshot::Sender<()>>,
+    read_bytes: u64,
+}
+
+#[derive(Default)]
+struct Shared {
+    running: HashMap<u64, RunningTask>,
+    results: Vec<pb::TaskResult>,
+}
+
+/// Runs the agent until `shutdown` resolves; then kills its tasks and returns.
+pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+    let endpoint = pb::endpoint(&opts.server, opts.ca_pem.as_deref())?;
+    let channel = endpoint.connect_lazy();
+    let interceptor = pb::TokenInterceptor::new(&opts.token)
+        .map_err(|e| AgentError::Config(format!("token: {e}")))?;
+    let mut client = AgentClient::with_interceptor(channel, interceptor);
+    let gpus = detect::Gpus::init();
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let notify = Arc::new(Notify::new());
+    std::fs::create_dir_all(&opts.work_dir)
+        .map_err(|e| AgentError::Config(format!("{}: {e}", opts.work_dir.display())))?;
+    let register = pb::RegisterRequest {
+        name: opts.name.clone(),
+        cores: opts.resources.cores,
+        memory_bytes: opts.resources.memory_bytes,
+        core_speed: opts.core_speed,
+        disk_read_bw: opts.disk_read_bw,
+        net_bw: 0.0,
+        accelerators: opts.resources.accelerators.clone(),
+        rack: String::new(),
+    };
+    let mut node_id: Option<u32> = None;
+    let mut interval = Duration::from_millis(500);
+    let mut backoff = Duration::from_millis(50);
+    let mut io_sampled = Instant::now();
+    let mut read_bps = 0.0;
+    tokio::pin!(shutdown);
+    let mut first_failure: Option<Instant> = None;
+    'main: loop {
+        let ok = 'beat: {
+            let Some(id) = node_id else {
+                match client.register(register.clone()).await {
+                    Ok(r) => {
+                        let r = r.into_inner();
+                        node_id = Some(r.node_id);
+                        interval = Duration::from_millis(r.heartbeat_interval_ms.max(1));
+                        info!(node = %opts.name, id = r.node_id, "registered");
+                        continue 'main;
+                    }
+                    Err(s) => break 'beat Err(s),
+                }
+            };
+            let req = {
+                let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+                // Sample /proc/PID/io at most every 200 ms (short tasks would otherwise pay for it).
+                let elapsed = io_sampled.elapsed();
+                if elapsed >= Duration::from_millis(200) {
+                    let mut delta = 0;
+                    for t in sh.running.values_mut() {
+                        if let Some(pid) = t.pid {
+                            let now = detect::proc_read_bytes(pid).max(t.read_bytes);
+                            delta += now - t.read_bytes;
+                            t.read_bytes = now;
+                        }
+                    }
+                    read_bps = delta as f64 / elapsed.as_secs_f64();
+                    io_sampled = Instant::now();
+                }
+                pb::HeartbeatRequest {
+                    node_id: id,
+                    running: sh
+                        .running
+                        .iter()
+                        .map(|(&task_id, t)| pb::RunningTask {
+                            task_id,
+                            attempt: t.attempt,
+                            read_bytes: t.read_bytes,
+                        })
+                        .collect(),
+                    results: sh.results.clone(),
+                    read_bytes_per_sec: read_bps,
+                    gpus: gpus.utilisation(),
+                }
+            };
+            let reply = match tokio::time::timeout(Duration::from_secs(10), client.heartbeat(req)).await {
+                Ok(Ok(r)) => r.into_inner(),
+                Ok(Err(s)) => break 'beat Err(s),
+                Err(_) => break 'beat Err(tonic::Status::deadline_exceeded("heartbeat timed out")),
+            };
+            if reply.reregister {
+                info!("the server does not know this node; registering again");
+                node_id = None;
+                continue 'main;
+            }
+            let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+            sh.results.retain(|r| {
+                !reply
+                    .acked
+                    .iter()
+                    .any(|a| a.task_id == r.task_id && a.attempt == r.attempt)
+            });
+            for k in &reply.kill {
+                if let Some(t) = sh.running.get_mut(&k.task_id) {
+                    if t.attempt == k.attempt {
+                        if let Some(tx) = t.kill.take() {
+                            debug!(task = k.task_id, "killing at the server's request");
+                            let _ = tx.send(());
+                        }
+                    }
+                }
+            }
+            for a in reply.assignments {
+                let (tx, rx) = oneshot::channel();
+                sh.running.insert(
+                    a.task_id,
+                    RunningTask {
+                        attempt: a.attempt,
+                        pid: None,
+                        kill: Some(tx),
+                        read_bytes: 0,
+                    },
+                );
+                let (shared, notify, opts) = (shared.clone(), notify.clone(), opts.clone());
+                tokio::spawn(async move {
+                    let pid_shared = shared.clone();
+                    let (task, attempt) = (a.task_id, a.attempt);
+                    let result = launch::run(&a, &opts.name, &opts.work_dir, rx, move |pid| {
+                        let mut sh = pid_shared.lock().unwrap_or_else(|p| p.into_inner());
+                        if let Some(t) = sh.running.get_mut(&task) {
+                            if t.attempt == attempt {
+                                t.pid = Some(pid);
+                            }
+                        }
+                    })
+                    .await;
+                    let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+                    if sh.running.get(&task).is_some_and(|t| t.attempt == attempt) {
+                        sh.running.remove(&task);
+                    }
+                    sh.results.push(result);
+                    drop(sh);
+                    notify.notify_one();
+                });
+            }
+            Ok(())
+        };
+        match ok {
+            Ok(()) => {
+                if let Some(since) = first_failure.take() {
+                    info!(after = ?since.elapsed(), "server reachable again");
+                }
+                backoff = Duration::from_millis(50);
+                tokio::select! {
+                    () = notify.notified() => {}
+                    () = tokio::time::sleep(interval) => {}
+                    () = &mut shutdown => break,
+                }
+            }
+            Err(s) => {
+                if s.code() == tonic::Code::Unauthenticated {
+                    return Err(AgentError::Unauthenticated(s.message().to_string()));
+                }
+                if first_failure.is_none() {
+                    warn!("server unreachable ({}); retrying", s.message());
+                    first_failure = Some(Instant::now());
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = &mut shutdown => break,
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+    // Shutting down: kill what runs here.
+    let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+    for t in sh.running.values_mut() {
+        if let Some(tx) = t.kill.take() {
+            let _ = tx.send(());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,62 @@
+//! hetsched's wire protocol: the gRPC services between the server, its agents and clients, compiled
+//! from `proto/hetsched.proto` by protox at build time. This is the only crate that knows protobuf;
+//! the server and agent convert to and from the core's types at their edges.
+//!
+//! Also holds the authentication convention shared by every party: the server's token travels as
+//! `authorization: Bearer <token>` metadata ([`AUTH_HEADER`], [`bearer`]).
+
+#[allow(missing_docs, clippy::all)]
+mod generated {
+    tonic::include_proto!("hetsched.v1");
+}
+
+pub use generated::*;
+
+/// The metadata key that carries the token.
+pub const AUTH_HEADER: &str = "authorization";
+
+/// The metadata value for `token`.
+pub fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+/// A client-side interceptor that adds the token to every call.
+#[derive(Clone)]
+pub struct TokenInterceptor {
+    value: tonic::metadata::MetadataValue<tonic::metadata::Ascii>,
+}
+
+impl TokenInterceptor {
+    /// An interceptor sending `token`; fails if the token is not valid ASCII metadata.
+    pub fn new(token: &str) -> Result<Self, tonic::metadata::errors::InvalidMetadataValue> {
+        Ok(Self {
+            value: bearer(token).parse()?,
+        })
+    }
+}
+
+impl tonic::service::Interceptor for TokenInterceptor {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        req.metadata_mut().insert(AUTH_HEADER, self.value.clone());
+        Ok(req)
+    }
+}
+
+/// An endpoint for `url` (`http://host:port`, or `https://…` with `ca_pem`, the PEM certificate
+/// of the authority that signed the server's certificate). Connects lazily and reconnects by
+/// itself, so a caller survives a server restart.
+pub fn endpoint(
+    url: &str,
+    ca_pem: Option<&[u8]>,
+) -> Result<tonic::transport::Endpoint, tonic::transport::Error> {
+    let mut ep = tonic::transport::Endpoint::from_shared(url.to_string())?
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .tcp_nodelay(true);
+    if let Some(ca) = ca_pem {
+        ep = ep.tls_config(
+            tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(ca)),
+        )?;
+    }
+    Ok(ep)
+}

@@ -1,0 +1,75 @@
+//! The server's TOML configuration (`hetsched server --config server.toml`). Every field has a
+//! default, so an empty file (or none) gives a working server on 127.0.0.1:7420.
+//!
+//! ```toml
+//! listen = "0.0.0.0:7420"
+//! data_dir = "/var/lib/hetsched"
+//! policy = "hdas"              # cpu-only, fifo, drf, hadoop-model, hdas
+//! heartbeat_interval = "500ms" # agents beat at least this often (and at once when a task ends)
+//! dead_timeout = "10s"         # no heartbeat for this long: the node is dead, its tasks re-queued
+//! max_attempts = 3             # a task lost this many times fails
+//! profile_estimate = "1s"      # compute-time guess for variants without a declared profile
+//! [tls]                        # optional; PEM files
+//! cert = "server.pem"
+//! key = "server.key"
+//! ```
+
+use hetsched_core::input::Duration;
+use hetsched_core::policy::batch::BatchPolicyKind;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Server settings.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address to listen on (port 0 = any free port).
+    pub listen: SocketAddr,
+    /// Directory of the store (`state.db`), the token file and the address file.
+    pub data_dir: PathBuf,
+    /// Batch policy.
+    pub policy: BatchPolicyKind,
+    /// How often agents heartbeat when nothing happens.
+    pub heartbeat_interval: Duration,
+    /// Silence after which a node is declared dead.
+    pub dead_timeout: Duration,
+    /// How many times a task may be lost (its node died, or it vanished) before it fails.
+    pub max_attempts: u32,
+    /// Compute-time estimate for variants without a declared profile, until one is learned.
+    pub profile_estimate: Duration,
+    /// TLS, if any.
+    pub tls: Option<TlsConfig>,
+}
+
+/// TLS settings (PEM files).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// Certificate chain.
+    pub cert: PathBuf,
+    /// Private key.
+    pub key: PathBuf,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7420)),
+            data_dir: PathBuf::from("hetsched-data"),
+            policy: BatchPolicyKind::Hdas,
+            heartbeat_interval: Duration(500_000_000),
+            dead_timeout: Duration(10_000_000_000),
+            max_attempts: 3,
+            profile_estimate: Duration(1_000_000_000),
+            tls: None,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Parses a configuration file's text; errors name the line and field.
+    pub fn parse(origin: &str, text: &str) -> Result<Self, hetsched_core::input::InputError> {
+        hetsched_core::input::Source::new(origin, text).parse_toml()
+    }
+}

@@ -1,0 +1,176 @@
+//! hetsched's server (resource manager): the gRPC API for agents and clients, the SQLite store, and
+//! the scheduler loop that runs the core's batch policies on every agent heartbeat.
+//!
+//! - [`config`]: the TOML configuration;
+//! - [`store`]: durable state (SQLite, WAL, `synchronous=FULL`);
+//! - [`state`]: the live state and every rule that changes it (submission, heartbeats,
+//!   reconciliation, dead nodes, cancellation, restart);
+//! - [`service`]: the gRPC services, authentication, health.
+//!
+//! [`start`] runs a server in the current tokio runtime and returns a [`ServerHandle`]; the
+//! `hetsched server` command and `hetsched demo` both use it.
+
+pub mod config;
+pub mod service;
+pub mod state;
+pub mod store;
+
+pub use config::{ServerConfig, TlsConfig};
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use thiserror::Error;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// Why the server could not start or stopped.
+#[derive(Debug, Error)]
+pub enum ServerError {
+    /// The data directory, token file or address file.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The state could not be rebuilt from the store.
+    #[error("cannot open the state: {0}")]
+    State(#[from] state::StateError),
+    /// The store.
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    /// gRPC transport.
+    #[error("transport: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ServerError + '_ {
+    move |source| ServerError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The token file in a data directory.
+pub fn token_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("token")
+}
+
+/// Reads the token, or creates a random one (file mode 0600) if there is none.
+pub fn load_or_create_token(data_dir: &Path) -> Result<String, ServerError> {
+    let path = token_path(data_dir);
+    match std::fs::read_to_string(&path) {
+        Ok(t) if !t.trim().is_empty() => return Ok(t.trim().to_string()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err(&path)(e)),
+    }
+    let bytes: [u8; 32] = rand::random();
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(io_err(&path))?;
+    f.write_all(token.as_bytes()).map_err(io_err(&path))?;
+    f.sync_all().map_err(io_err(&path))?;
+    Ok(token)
+}
+
+/// A running server.
+pub struct ServerHandle {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// The token agents and clients must send.
+    pub token: String,
+    shutdown: Option<oneshot::Sender<()>>,
+    join: JoinHandle<Result<(), ServerError>>,
+    reaper: JoinHandle<()>,
+}
+
+impl ServerHandle {
+    /// Stops the server and waits for it.
+    pub async fn stop(mut self) -> Result<(), ServerError> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.reaper.abort();
+        match self.join.await {
+            Ok(r) => r,
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Waits until the server stops by itself (it does not, unless the transport fails).
+    pub async fn wait(self) -> Result<(), ServerError> {
+        match self.join.await {
+            Ok(r) => r,
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+/// Starts a server: opens (or creates) the data directory, the token and the store, rebuilds the
+/// state, binds `config.listen`, writes the bound address to `DATA_DIR/address`, and serves.
+pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
+    let dir = config.data_dir.clone();
+    std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+    let token = load_or_create_token(&dir)?;
+    let db = store::Store::open(&dir.join("state.db"))?;
+    let state = state::State::open(&config, db)?;
+    let shared = Arc::new(Mutex::new(state));
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| ServerError::Io {
+            path: PathBuf::from(config.listen.to_string()),
+            source: e,
+        })?;
+    let addr = listener.local_addr().map_err(io_err(&dir))?;
+    let address_file = dir.join("address");
+    std::fs::write(&address_file, addr.to_string()).map_err(io_err(&address_file))?;
+
+    // Dead-node detection.
+    let timeout = std::time::Duration::from_nanos(config.dead_timeout.0.max(1_000_000));
+    let reaper_state = shared.clone();
+    let reaper = tokio::spawn(async move {
+        let mut tick = tokio::time::interval((timeout / 4).max(std::time::Duration::from_millis(20)));
+        loop {
+            tick.tick().await;
+            let s = reaper_state.clone();
+            let r = tokio::task::spawn_blocking(move || match s.lock() {
+                Ok(mut st) => st.check_dead(timeout),
+                Err(_) => Ok(()),
+            })
+            .await;
+            if let Ok(Err(e)) = r {
+                tracing::error!("dead-node check: {e}");
+            }
+        }
+    });
+
+    let (tx, rx) = oneshot::channel();
+    let router = service::router(shared, &token, config.tls.as_ref()).await?;
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let join = tokio::spawn(async move {
+        router
+            .serve_with_incoming_shutdown(incoming, async {
+                let _ = rx.await;
+            })
+            .await
+            .map_err(ServerError::from)
+    });
+    tracing::info!(%addr, policy = %config.policy, "server listening");
+    Ok(ServerHandle {
+        addr,
+        token,
+        shutdown: Some(tx),
+        join,
+        reaper,
+    })
+}

@@ -1,0 +1,904 @@
+//! The server's live state and every rule that changes it: job submission, the heartbeat (results,
+//! reconciliation with what the agent says it runs, the batch policy's decisions), dead nodes,
+//! cancellation, and the rebuild from the store after a restart.
+//!
+//! The scheduling decision itself is the core's: the state holds a [`SchedulerView`] and a
+//! [`BatchPolicy`] and calls [`BatchPolicy::on_node_update`] on every heartbeat, exactly as the
+//! simulator does. Each public method changes memory, then writes every row it touched in one
+//! transaction, and only then returns what the caller will acknowledge.
+//!
+//! Semantics (see `docs/runtime.md`):
+//! - a task's success is recorded once, for the attempt the server dispatched last; results of other
+//!   attempts are acknowledged and ignored, and a task with a recorded success is never dispatched
+//!   again;
+//! - a task the server believes runs on a node, but which that node's heartbeat neither lists as
+//!   running nor reports finished, was lost (the assignment never arrived, or the agent restarted):
+//!   it goes back to the front of its application's queue with the next attempt number, up to
+//!   `max_attempts`, after which it fails;
+//! - a task a node runs that the server does not expect there (cancelled, or re-queued while the
+//!   node was silent) is killed;
+//! - a non-zero exit is final: the task fails (it is the program's answer, not the cluster's fault).
+
+use crate::config::ServerConfig;
+use crate::store::{JobRow, NodeRow, Store, StoreError, TaskRow, TaskState};
+use hetsched_core::input::InputError;
+use hetsched_core::input::workload::{Command, MissingProfile, Workload, parse_workload};
+use hetsched_core::policy::batch::BatchPolicy;
+use hetsched_core::{
+    Accelerator, AppId, Application, Assignment, Node, NodeId, NodeReport, RackId, SchedulerView,
+    TaskId, Variant, ViewError,
+};
+use hetsched_proto as pb;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use thiserror::Error;
+use tracing::{info, warn};
+
+/// Most tasks one job may have (a typo of `tasks = 4000000000` should not exhaust memory).
+pub const MAX_TASKS_PER_JOB: u64 = 1_000_000;
+
+/// Why a request failed.
+#[derive(Debug, Error)]
+pub enum StateError {
+    /// The store failed; nothing was acknowledged.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A submitted file is wrong.
+    #[error("{0}")]
+    Input(#[from] InputError),
+    /// The request is wrong.
+    #[error("{0}")]
+    Invalid(String),
+    /// No such job.
+    #[error("no job {0}")]
+    NoJob(u64),
+    /// The view refused (a bug, or a corrupt store).
+    #[error("scheduler view: {0}")]
+    View(#[from] ViewError),
+}
+
+/// Nanoseconds since the Unix epoch: the time base of the server's policies and records.
+pub fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn variant_code(v: Variant) -> u8 {
+    match v {
+        Variant::Cpu => 0,
+        Variant::Gpu => 1,
+    }
+}
+
+fn variant_of(code: Option<u8>) -> Variant {
+    if code == Some(1) {
+        Variant::Gpu
+    } else {
+        Variant::Cpu
+    }
+}
+
+/// What one variant of an application runs.
+#[derive(Clone, Debug)]
+struct VariantRun {
+    command: Command,
+    env: BTreeMap<String, String>,
+    time_limit_ms: u64,
+    /// Whether the job file declared a profile (else the server learns one).
+    declared: bool,
+}
+
+/// Observed run times of successful tasks of one variant.
+#[derive(Clone, Copy, Debug, Default)]
+struct Observed {
+    total_ns: u128,
+    count: u64,
+}
+
+impl Observed {
+    fn mean_ns(&self) -> Option<u64> {
+        (self.count > 0).then(|| (self.total_ns / self.count as u128) as u64)
+    }
+}
+
+#[derive(Debug)]
+struct AppRec {
+    job: u64,
+    name: String,
+    split_bytes: u64,
+    first_task: u64,
+    tasks: u32,
+    cpu: Option<VariantRun>,
+    gpu: Option<VariantRun>,
+    observed: [Observed; 2],
+}
+
+#[derive(Debug)]
+struct JobRec {
+    row: JobRow,
+    apps: std::ops::Range<u32>,
+    tasks: std::ops::Range<u64>,
+}
+
+#[derive(Debug)]
+struct NodeRec {
+    spec: Node,
+    alive: bool,
+    last_seen: Instant,
+    /// Tasks the server has dispatched here and not seen finish.
+    running: HashSet<u64>,
+    read_bps: f64,
+    gpus: Vec<pb::GpuUtilisation>,
+}
+
+/// The server's whole state.
+pub struct State {
+    store: Store,
+    view: SchedulerView,
+    policy: Box<dyn BatchPolicy>,
+    nodes: Vec<NodeRec>,
+    node_by_name: HashMap<String, u32>,
+    jobs: Vec<JobRec>,
+    apps: Vec<AppRec>,
+    tasks: Vec<TaskRow>,
+    max_attempts: u32,
+    estimate: u64,
+    heartbeat_interval_ms: u64,
+}
+
+impl State {
+    /// Opens the store in `config.data_dir` and rebuilds the state from it: finished tasks stay
+    /// finished; tasks recorded as running stay assigned to their nodes until those nodes'
+    /// heartbeats confirm or deny them (or the nodes are declared dead).
+    pub fn open(config: &ServerConfig, store: Store) -> Result<Self, StateError> {
+        let snap = store.load()?;
+        let mut state = State {
+            store,
+            view: SchedulerView::new(),
+            policy: config.policy.build(),
+            nodes: Vec::new(),
+            node_by_name: HashMap::new(),
+            jobs: Vec::new(),
+            apps: Vec::new(),
+            tasks: Vec::new(),
+            max_attempts: config.max_attempts.max(1),
+            estimate: config.profile_estimate.0.max(1),
+            heartbeat_interval_ms: (config.heartbeat_interval.0 / 1_000_000).max(1),
+        };
+        for row in snap.nodes {
+            let spec: Node = serde_json::from_str(&row.spec)
+                .map_err(|e| StoreError::Corrupt(format!("node {}: {e}", row.id)))?;
+            if spec.id != NodeId(row.id) {
+                return Err(StoreError::Corrupt(format!("node {} has id {}", row.id, spec.id)).into());
+            }
+            state.view.add_node(spec.clone())?;
+            state.node_by_name.insert(row.name, row.id);
+            state.nodes.push(NodeRec {
+                spec,
+                alive: true,
+                last_seen: Instant::now(),
+                running: HashSet::new(),
+                read_bps: 0.0,
+                gpus: Vec::new(),
+            });
+        }
+        for (i, t) in snap.tasks.iter().enumerate() {
+            if t.id != i as u64 {
+                return Err(StoreError::Corrupt(format!("task ids not dense at {i}")).into());
+            }
+        }
+        state.tasks = snap.tasks;
+        for row in snap.jobs {
+            let w = parse_workload(&row.origin, &row.text)?;
+            let mut apps = w.to_applications(row.first_app, MissingProfile::Estimate(state.estimate))?;
+            for a in &mut apps {
+                a.submit_time = row.submitted_ns;
+            }
+            state.install(row, &w, apps)?;
+        }
+        // Running and finished tasks: take their resources / counters in the view.
+        let mut finished: HashMap<u32, (u32, u32, u32)> = HashMap::new();
+        for i in 0..state.tasks.len() {
+            let t = &state.tasks[i];
+            match t.state {
+                TaskState::Pending => {}
+                TaskState::Running => {
+                    let a = state.assignment_of(t);
+                    state.view.restore_running(&a)?;
+                    if let Some(n) = state.nodes.get_mut(a.node.index()) {
+                        n.running.insert(t.id);
+                    }
+                }
+                s => {
+                    if t.attempt > 0 {
+                        let e = finished.entry(t.app).or_default();
+                        match variant_of(t.variant) {
+                            Variant::Cpu => e.0 += 1,
+                            Variant::Gpu => e.1 += 1,
+                        }
+                        if s == TaskState::Succeeded {
+                            e.2 += 1;
+                            let (app, v, d) = (
+                                t.app,
+                                variant_of(t.variant),
+                                t.finished_ns.saturating_sub(t.started_ns),
+                            );
+                            state.observe(app, v, d)?;
+                        }
+                    }
+                }
+            }
+        }
+        for (app, (cpu, gpu, ok)) in finished {
+            state.view.restore_finished(AppId(app), cpu, gpu, ok)?;
+        }
+        Ok(state)
+    }
+
+    /// Adds an accepted job's applications to memory and to the view (pending tasks only).
+    fn install(
+        &mut self,
+        row: JobRow,
+        w: &Workload,
+        apps: Vec<Application>,
+    ) -> Result<(), StateError> {
+        let first_app = row.first_app;
+        let mut next_task = row.first_task;
+        for (i, app) in apps.into_iter().enumerate() {
+            let spec = &w.applications[i];
+            let cpu = spec.cpu.as_ref().and_then(|c| {
+                let c = c.get_ref();
+                Some(VariantRun {
+                    command: c.command.clone()?,
+                    env: c.env.clone(),
+                    time_limit_ms: c.time_limit.map_or(0, |d| d.0 / 1_000_000),
+                    declared: c.compute.is_some(),
+                })
+            });
+            let gpu = spec.gpu.as_ref().and_then(|g| {
+                let g = g.get_ref();
+                Some(VariantRun {
+                    command: g.command.clone()?,
+                    env: g.env.clone(),
+                    time_limit_ms: g.time_limit.map_or(0, |d| d.0 / 1_000_000),
+                    declared: g.compute.is_some(),
+                })
+            });
+            let first_task = next_task;
+            next_task += app.tasks as u64;
+            let pending: Vec<TaskId> = (first_task..next_task)
+                .filter(|&t| {
+                    self.tasks
+                        .get(t as usize)
+                        .is_some_and(|r| r.state == TaskState::Pending)
+                })
+                .map(TaskId)
+                .collect();
+            self.apps.push(AppRec {
+                job: row.id,
+                name: app.name.clone(),
+                split_bytes: app.split_bytes,
+                first_task,
+                tasks: app.tasks,
+                cpu,
+                gpu,
+                observed: [Observed::default(); 2],
+            });
+            self.view.add_application(app, pending)?;
+        }
+        let apps = first_app..self.apps.len() as u32;
+        self.jobs.push(JobRec {
+            tasks: row.first_task..next_task,
+            apps,
+            row,
+        });
+        Ok(())
+    }
+
+    fn assignment_of(&self, t: &TaskRow) -> Assignment {
+        Assignment {
+            task: TaskId(t.id),
+            app: AppId(t.app),
+            node: NodeId(t.node.unwrap_or(0)),
+            variant: variant_of(t.variant),
+            devices: t.devices.clone(),
+        }
+    }
+
+    /// Records a successful run time and, for a variant without a declared profile, hands the
+    /// policy the mean observed time as the variant's base time.
+    fn observe(&mut self, app: u32, v: Variant, duration_ns: u64) -> Result<(), StateError> {
+        let Some(rec) = self.apps.get_mut(app as usize) else {
+            return Ok(());
+        };
+        let o = &mut rec.observed[variant_code(v) as usize];
+        o.total_ns += duration_ns as u128;
+        o.count += 1;
+        let mean = o.mean_ns().unwrap_or(self.estimate).max(1);
+        let declared = match v {
+            Variant::Cpu => rec.cpu.as_ref().is_some_and(|r| r.declared),
+            Variant::Gpu => rec.gpu.as_ref().is_some_and(|r| r.declared),
+        };
+        if !declared {
+            self.view.update_profile(AppId(app), v, mean, 0)?;
+        }
+        Ok(())
+    }
+
+    /// Heartbeat interval agents are told to use.
+    pub fn heartbeat_interval_ms(&self) -> u64 {
+        self.heartbeat_interval_ms
+    }
+
+    // ---------------------------------------------------------------- agents
+
+    /// An agent (re-)registers: a new name gets the next node id; a known name gets its old id.
+    pub fn register(&mut self, req: pb::RegisterRequest) -> Result<pb::RegisterReply, StateError> {
+        if req.name.trim().is_empty() {
+            return Err(StateError::Invalid("node name must not be empty".into()));
+        }
+        if req.cores == 0 {
+            return Err(StateError::Invalid(format!("node `{}` has no cores", req.name)));
+        }
+        let positive = |x: f64, default: f64| if x.is_finite() && x > 0.0 { x } else { default };
+        let accelerators: Vec<Accelerator> = req
+            .accelerators
+            .iter()
+            .map(|a| Accelerator {
+                kind: a.kind.clone(),
+                memory_bytes: a.memory_bytes,
+                speed: positive(a.speed, 1.0),
+            })
+            .collect();
+        let mut spec = Node {
+            id: NodeId(0),
+            name: req.name.clone(),
+            rack: RackId(0),
+            cores: req.cores,
+            core_speed: positive(req.core_speed, 1.0),
+            memory_bytes: req.memory_bytes,
+            disk_read_bw: positive(req.disk_read_bw, 128e6),
+            net_bw: positive(req.net_bw, 125e6),
+            net_latency: 100_000,
+            accelerators,
+        };
+        let id = if let Some(&id) = self.node_by_name.get(&req.name) {
+            spec.id = NodeId(id);
+            let rec = &mut self.nodes[id as usize];
+            if rec.spec != spec {
+                warn!(
+                    node = %req.name,
+                    "node registered again with different resources; the server keeps the first \
+                     description until it restarts with a fresh data directory"
+                );
+            }
+            rec.last_seen = Instant::now();
+            if !rec.alive {
+                rec.alive = true;
+                self.view.set_alive(NodeId(id), true)?;
+            }
+            info!(node = %req.name, id, "node registered again");
+            id
+        } else {
+            let id = self.nodes.len() as u32;
+            spec.id = NodeId(id);
+            let json = serde_json::to_string(&spec)
+                .map_err(|e| StateError::Invalid(format!("node description: {e}")))?;
+            self.store.put_node(&NodeRow {
+                id,
+                name: req.name.clone(),
+                spec: json,
+            })?;
+            self.view.add_node(spec.clone())?;
+            self.node_by_name.insert(req.name.clone(), id);
+            self.nodes.push(NodeRec {
+                spec,
+                alive: true,
+                last_seen: Instant::now(),
+                running: HashSet::new(),
+                read_bps: 0.0,
+                gpus: Vec::new(),
+            });
+            info!(node = %req.name, id, cores = req.cores, gpus = req.accelerators.len(), "node registered");
+            id
+        };
+        Ok(pb::RegisterReply {
+            node_id: id,
+            heartbeat_interval_ms: self.heartbeat_interval_ms,
+        })
+    }
+
+    /// One heartbeat: record results, reconcile running tasks, let the policy fill the node, commit,
+    /// and answer with acknowledgements, assignments and kills.
+    pub fn heartbeat(&mut self, req: pb::HeartbeatRequest) -> Result<pb::HeartbeatReply, StateError> {
+        let nid = NodeId(req.node_id);
+        let Some(rec) = self.nodes.get_mut(nid.index()) else {
+            return Ok(pb::HeartbeatReply {
+                reregister: true,
+                ..Default::default()
+            });
+        };
+        rec.last_seen = Instant::now();
+        rec.read_bps = req.read_bytes_per_sec;
+        rec.gpus = req.gpus.clone();
+        if !rec.alive {
+            rec.alive = true;
+            info!(node = %rec.spec.name, "node is back");
+            self.view.set_alive(nid, true)?;
+        }
+        let now = now_ns();
+        let mut dirty = Vec::new();
+        let mut reply = pb::HeartbeatReply::default();
+        for r in &req.results {
+            reply.acked.push(pb::TaskRef {
+                task_id: r.task_id,
+                attempt: r.attempt,
+            });
+            self.finish(nid, r, &mut dirty)?;
+        }
+        // Reconcile: what the agent runs against what the server dispatched there.
+        let mut reported = HashSet::new();
+        let mut total_io = 0.0;
+        let mut io_tasks = 0;
+        for rt in &req.running {
+            let expected = self.tasks.get(rt.task_id as usize).is_some_and(|t| {
+                t.state == TaskState::Running && t.attempt == rt.attempt && t.node == Some(nid.0)
+            });
+            if expected {
+                reported.insert(rt.task_id);
+                let app = self.tasks[rt.task_id as usize].app as usize;
+                let split = self.apps.get(app).map_or(0, |a| a.split_bytes);
+                let remaining = split.saturating_sub(rt.read_bytes);
+                if remaining > 0 {
+                    total_io += remaining as f64;
+                    io_tasks += 1;
+                }
+            } else {
+                reply.kill.push(pb::TaskRef {
+                    task_id: rt.task_id,
+                    attempt: rt.attempt,
+                });
+            }
+        }
+        let lost: Vec<u64> = self.nodes[nid.index()]
+            .running
+            .iter()
+            .filter(|t| !reported.contains(t))
+            .copied()
+            .collect();
+        for t in lost {
+            self.lose(t, "the task vanished from its node", now, &mut dirty)?;
+        }
+        self.view.node_report(
+            nid,
+            NodeReport {
+                total_io_bytes: total_io,
+                io_tasks,
+            },
+        )?;
+        if self.view.pending_apps().next().is_some() {
+            let decisions = self.policy.on_node_update(&mut self.view, nid, now);
+            for a in decisions {
+                let Some(t) = self.tasks.get_mut(a.task.0 as usize) else {
+                    continue;
+                };
+                t.state = TaskState::Running;
+                t.attempt += 1;
+                t.node = Some(nid.0);
+                t.variant = Some(variant_code(a.variant));
+                t.devices = a.devices.clone();
+                t.started_ns = now;
+                t.finished_ns = 0;
+                t.exit_code = None;
+                self.nodes[nid.index()].running.insert(t.id);
+                dirty.push(t.id);
+                let t = &self.tasks[a.task.0 as usize];
+                reply.assignments.push(self.assignment_proto(t, a.variant));
+            }
+        }
+        self.commit(dirty, None)?;
+        Ok(reply)
+    }
+
+    fn commit(&mut self, mut dirty: Vec<u64>, cancel_job: Option<u64>) -> Result<(), StateError> {
+        if dirty.is_empty() && cancel_job.is_none() {
+            return Ok(());
+        }
+        dirty.sort_unstable();
+        dirty.dedup();
+        let tasks = &self.tasks;
+        self.store
+            .update_tasks(dirty.iter().filter_map(|&t| tasks.get(t as usize)), cancel_job)?;
+        Ok(())
+    }
+
+    /// A result from node `nid`.
+    fn finish(&mut self, nid: NodeId, r: &pb::TaskResult, dirty: &mut Vec<u64>) -> Result<(), StateError> {
+        let Some(t) = self.tasks.get(r.task_id as usize) else {
+            return Ok(());
+        };
+        if t.attempt != r.attempt || t.node != Some(nid.0) {
+            return Ok(()); // an old attempt: acknowledged, ignored
+        }
+        match t.state {
+            TaskState::Running => {}
+            // Sent again after a commit failed: write the row again (idempotent).
+            TaskState::Succeeded | TaskState::Failed => {
+                dirty.push(t.id);
+                return Ok(());
+            }
+            _ => return Ok(()),
+        }
+        let a = self.assignment_of(t);
+        self.nodes[nid.index()].running.remove(&r.task_id);
+        let t = &mut self.tasks[r.task_id as usize];
+        if r.started_ns > 0 {
+            t.started_ns = r.started_ns;
+        }
+        t.finished_ns = r.finished_ns.max(t.started_ns);
+        t.exit_code = Some(r.exit_code);
+        t.message = r.message.clone();
+        dirty.push(t.id);
+        if r.success {
+            t.state = TaskState::Succeeded;
+            let (app, d) = (t.app, t.finished_ns - t.started_ns);
+            self.view.task_finished(&a);
+            self.observe(app, a.variant, d)?;
+        } else {
+            t.state = TaskState::Failed;
+            self.view.task_abandoned(&a);
+        }
+        Ok(())
+    }
+
+    /// A running task was lost: re-queue it with the next attempt, or fail it at the limit.
+    fn lose(&mut self, task: u64, reason: &str, now: u64, dirty: &mut Vec<u64>) -> Result<(), StateError> {
+        let Some(t) = self.tasks.get(task as usize) else {
+            return Ok(());
+        };
+        if t.state != TaskState::Running {
+            return Ok(());
+        }
+        let a = self.assignment_of(t);
+        if let Some(n) = self.nodes.get_mut(a.node.index()) {
+            n.running.remove(&task);
+        }
+        let max = self.max_attempts;
+        let t = &mut self.tasks[task as usize];
+        dirty.push(task);
+        if t.attempt >= max {
+            t.state = TaskState::Failed;
+            t.finished_ns = now;
+            t.exit_code = None;
+            t.message = format!("{reason}; gave up after {} attempts", t.attempt);
+            self.view.task_abandoned(&a);
+        } else {
+            t.state = TaskState::Pending;
+            t.message = format!("attempt {} lost: {reason}", t.attempt);
+            self.view.requeue(&a);
+        }
+        Ok(())
+    }
+
+    /// Declares dead every live node silent for longer than `timeout` and re-queues its tasks.
+    pub fn check_dead(&mut self, timeout: Duration) -> Result<(), StateError> {
+        let now = now_ns();
+        let mut dirty = Vec::new();
+        for i in 0..self.nodes.len() {
+            let n = &mut self.nodes[i];
+            if !n.alive || n.last_seen.elapsed() <= timeout {
+                continue;
+            }
+            n.alive = false;
+            warn!(node = %n.spec.name, tasks = n.running.len(), "node stopped heartbeating: declared dead");
+            let reason = format!("node `{}` stopped heartbeating", n.spec.name);
+            let lost: Vec<u64> = n.running.iter().copied().collect();
+            self.view.set_alive(NodeId(i as u32), false)?;
+            for t in lost {
+                self.lose(t, &reason, now, &mut dirty)?;
+            }
+        }
+        self.commit(dirty, None)
+    }
+
+    fn assignment_proto(&self, t: &TaskRow, v: Variant) -> pb::Assignment {
+        let app = &self.apps[t.app as usize];
+        let job = &self.jobs[(app.job - 1) as usize];
+        let run = match v {
+            Variant::Cpu => app.cpu.as_ref(),
+            Variant::Gpu => app.gpu.as_ref(),
+        };
+        let index = (t.id - app.first_task).to_string();
+        let (argv, mut env, limit) = match run {
+            Some(r) => {
+                let argv = match &r.command {
+                    Command::Shell(s) => vec![
+                        "sh".to_string(),
+                        "-c".to_string(),
+                        s.replace("{index}", &index),
+                    ],
+                    Command::Argv(v) => v.iter().map(|a| a.replace("{index}", &index)).collect(),
+                };
+                (argv, r.env.clone(), r.time_limit_ms)
+            }
+            None => (Vec::new(), BTreeMap::new(), 0),
+        };
+        env.insert("HETSCHED_JOB_ID".into(), job.row.id.to_string());
+        env.insert("HETSCHED_APP".into(), app.name.clone());
+        env.insert("HETSCHED_TASK_ID".into(), t.id.to_string());
+        env.insert("HETSCHED_TASK_INDEX".into(), index);
+        env.insert("HETSCHED_ATTEMPT".into(), t.attempt.to_string());
+        env.insert("HETSCHED_VARIANT".into(), v.to_string());
+        pb::Assignment {
+            task_id: t.id,
+            attempt: t.attempt,
+            job_id: job.row.id,
+            app: app.name.clone(),
+            index: (t.id - app.first_task) as u32,
+            variant: v.to_string(),
+            devices: t.devices.clone(),
+            argv,
+            env: env.into_iter().collect(),
+            workdir: job.row.workdir.clone(),
+            time_limit_ms: limit,
+        }
+    }
+
+    // ---------------------------------------------------------------- clients
+
+    /// Accepts a job file: parses it with the shared parser, checks it can run here, and stores
+    /// the job with all its tasks in one transaction. On any error nothing is stored.
+    pub fn submit(&mut self, origin: &str, text: &str, workdir: &str) -> Result<pb::SubmitReply, StateError> {
+        let w = parse_workload(origin, text)?;
+        w.check_commands()?;
+        let known: Vec<Node> = self.nodes.iter().map(|n| n.spec.clone()).collect();
+        if !known.is_empty() {
+            w.check_runnable(&known)?;
+        }
+        let total = w.total_tasks();
+        if total > MAX_TASKS_PER_JOB {
+            return Err(StateError::Invalid(format!(
+                "{origin}: the job has {total} tasks; at most {MAX_TASKS_PER_JOB} per job"
+            )));
+        }
+        let first_app = self.apps.len() as u32;
+        let first_task = self.tasks.len() as u64;
+        let mut apps = w.to_applications(first_app, MissingProfile::Estimate(self.estimate))?;
+        let submitted_ns = now_ns();
+        for a in &mut apps {
+            a.submit_time = submitted_ns;
+        }
+        let row = JobRow {
+            id: self.jobs.len() as u64 + 1,
+            origin: origin.to_string(),
+            text: text.to_string(),
+            workdir: workdir.to_string(),
+            submitted_ns,
+            first_app,
+            first_task,
+            cancelled: false,
+        };
+        let mut rows = Vec::with_capacity(total as usize);
+        for a in &apps {
+            for index in 0..a.tasks {
+                rows.push(TaskRow {
+                    id: first_task + rows.len() as u64,
+                    app: a.id.0,
+                    index,
+                    state: TaskState::Pending,
+                    attempt: 0,
+                    node: None,
+                    variant: None,
+                    devices: Vec::new(),
+                    started_ns: 0,
+                    finished_ns: 0,
+                    exit_code: None,
+                    message: String::new(),
+                });
+            }
+        }
+        let names: Vec<(u32, String)> = apps.iter().map(|a| (a.id.0, a.name.clone())).collect();
+        self.store.insert_job(&row, &names, &rows)?;
+        let id = row.id;
+        self.tasks.extend(rows);
+        self.install(row, &w, apps)?;
+        info!(job = id, origin, tasks = total, "job accepted");
+        Ok(pb::SubmitReply { job_id: id, tasks: total })
+    }
+
+    /// Cancels a job: pending tasks are dropped, running ones killed at their nodes' next heartbeat.
+    pub fn cancel(&mut self, job: u64) -> Result<pb::CancelReply, StateError> {
+        let Some(j) = job.checked_sub(1).and_then(|i| self.jobs.get(i as usize)) else {
+            return Err(StateError::NoJob(job));
+        };
+        let (apps, range) = (j.apps.clone(), j.tasks.clone());
+        let now = now_ns();
+        let mut dirty = Vec::new();
+        for app in apps {
+            self.view.cancel_pending(AppId(app));
+        }
+        for id in range {
+            let t = &self.tasks[id as usize];
+            match t.state {
+                TaskState::Pending => {}
+                TaskState::Running => {
+                    let a = self.assignment_of(t);
+                    self.view.task_abandoned(&a);
+                    if let Some(n) = self.nodes.get_mut(a.node.index()) {
+                        n.running.remove(&id);
+                    }
+                }
+                _ => continue,
+            }
+            let t = &mut self.tasks[id as usize];
+            t.state = TaskState::Cancelled;
+            t.finished_ns = now;
+            t.message = "cancelled".into();
+            dirty.push(id);
+        }
+        let n = dirty.len() as u64;
+        self.jobs[(job - 1) as usize].row.cancelled = true;
+        self.commit(dirty, Some(job))?;
+        info!(job, tasks = n, "job cancelled");
+        Ok(pb::CancelReply { cancelled: n })
+    }
+
+    fn counts(&self, range: std::ops::Range<u64>) -> pb::TaskCounts {
+        let mut c = pb::TaskCounts::default();
+        for t in &self.tasks[range.start as usize..range.end as usize] {
+            match t.state {
+                TaskState::Pending => c.pending += 1,
+                TaskState::Running => c.running += 1,
+                TaskState::Succeeded => c.succeeded += 1,
+                TaskState::Failed => c.failed += 1,
+                TaskState::Cancelled => c.cancelled += 1,
+            }
+        }
+        c
+    }
+
+    fn job_info(&self, j: &JobRec, with_apps: bool) -> pb::JobInfo {
+        let counts = self.counts(j.tasks.clone());
+        let state = if counts.pending + counts.running > 0 {
+            if counts.running + counts.succeeded + counts.failed > 0 {
+                "running"
+            } else {
+                "pending"
+            }
+        } else if j.row.cancelled {
+            "cancelled"
+        } else if counts.failed > 0 {
+            "failed"
+        } else {
+            "completed"
+        };
+        let finished_ns = if counts.pending + counts.running == 0 {
+            self.tasks[j.tasks.start as usize..j.tasks.end as usize]
+                .iter()
+                .map(|t| t.finished_ns)
+                .max()
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        let apps = if with_apps {
+            j.apps
+                .clone()
+                .map(|a| {
+                    let r = &self.apps[a as usize];
+                    let mean = |i: usize| r.observed[i].mean_ns().map_or(0.0, |n| n as f64 / 1e6);
+                    pb::AppInfo {
+                        id: a,
+                        name: r.name.clone(),
+                        tasks: r.tasks as u64,
+                        counts: Some(self.counts(r.first_task..r.first_task + r.tasks as u64)),
+                        mean_cpu_ms: mean(0),
+                        mean_gpu_ms: mean(1),
+                    }
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        pb::JobInfo {
+            id: j.row.id,
+            name: j.row.origin.clone(),
+            state: state.to_string(),
+            tasks: j.tasks.end - j.tasks.start,
+            counts: Some(counts),
+            submitted_ns: j.row.submitted_ns,
+            finished_ns,
+            apps,
+        }
+    }
+
+    /// Every job.
+    pub fn jobs(&self) -> pb::ListJobsReply {
+        pb::ListJobsReply {
+            jobs: self.jobs.iter().map(|j| self.job_info(j, false)).collect(),
+        }
+    }
+
+    /// One job with its applications.
+    pub fn job(&self, id: u64) -> Result<pb::JobInfo, StateError> {
+        id.checked_sub(1)
+            .and_then(|i| self.jobs.get(i as usize))
+            .map(|j| self.job_info(j, true))
+            .ok_or(StateError::NoJob(id))
+    }
+
+    /// Tasks of one job (0 = all).
+    pub fn tasks(&self, job: u64) -> Result<pb::ListTasksReply, StateError> {
+        let range = if job == 0 {
+            0..self.tasks.len() as u64
+        } else {
+            job.checked_sub(1)
+                .and_then(|i| self.jobs.get(i as usize))
+                .map(|j| j.tasks.clone())
+                .ok_or(StateError::NoJob(job))?
+        };
+        let tasks = self.tasks[range.start as usize..range.end as usize]
+            .iter()
+            .map(|t| {
+                let app = &self.apps[t.app as usize];
+                pb::TaskInfo {
+                    id: t.id,
+                    job_id: app.job,
+                    app: app.name.clone(),
+                    index: t.index,
+                    state: t.state.as_str().to_string(),
+                    attempt: t.attempt,
+                    node: t
+                        .node
+                        .and_then(|n| self.nodes.get(n as usize))
+                        .map_or(String::new(), |n| n.spec.name.clone()),
+                    variant: t.variant.map_or(String::new(), |v| variant_of(Some(v)).to_string()),
+                    devices: t.devices.clone(),
+                    started_ns: t.started_ns,
+                    finished_ns: t.finished_ns,
+                    exit_code: t.exit_code.unwrap_or(-1),
+                    message: t.message.clone(),
+                }
+            })
+            .collect();
+        Ok(pb::ListTasksReply { tasks })
+    }
+
+    /// Every node.
+    pub fn nodes(&self) -> pb::ListNodesReply {
+        pb::ListNodesReply {
+            nodes: self
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| {
+                    let v = &self.view.nodes()[i];
+                    pb::NodeInfo {
+                        id: i as u32,
+                        name: n.spec.name.clone(),
+                        alive: n.alive,
+                        cores: n.spec.cores,
+                        free_cores: v.free.cores,
+                        memory_bytes: n.spec.memory_bytes,
+                        accelerators: n
+                            .spec
+                            .accelerators
+                            .iter()
+                            .map(|a| pb::Accelerator {
+                                kind: a.kind.clone(),
+                                memory_bytes: a.memory_bytes,
+                                speed: a.speed,
+                            })
+                            .collect(),
+                        free_gpus: v.free_devices(None),
+                        running: n.running.len() as u32,
+                        last_seen_ms: n.last_seen.elapsed().as_millis() as u64,
+                        read_bytes_per_sec: n.read_bps,
+                        gpus: n.gpus.clone(),
+                    }
+                })
+                .collect(),
+        }
+    }
+}

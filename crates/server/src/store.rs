@@ -1,0 +1,414 @@
+//! The server's durable state in SQLite (WAL journal, `synchronous=FULL`): nodes, jobs (with the
+//! job file's text, from which applications are rebuilt by the one shared parser) and one row per
+//! task with its state, attempt and placement.
+//!
+//! Every change that matters is written here, in one transaction per request, *before* the server
+//! acknowledges it: a job is accepted only once its job row and all its task rows are committed; a
+//! heartbeat's results are acknowledged and its assignments sent only once their rows are
+//! committed. One transaction per heartbeat batches the writes of every task it touches (group
+//! commit), so dispatching thousands of short tasks costs a few fsyncs per second, not one each.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use std::path::Path;
+use thiserror::Error;
+
+/// A store failure.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// SQLite refused.
+    #[error("store: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// A row holds something this version cannot read.
+    #[error("store: corrupt row: {0}")]
+    Corrupt(String),
+}
+
+/// A task's life cycle as stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TaskState {
+    /// Waiting for a node.
+    Pending,
+    /// Assigned to a node (the agent may not have started it yet).
+    Running,
+    /// Finished with exit code 0; never runs again.
+    Succeeded,
+    /// Finished otherwise, or lost too many times.
+    Failed,
+    /// Cancelled by a user.
+    Cancelled,
+}
+
+impl TaskState {
+    /// The name users see.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Pending => "pending",
+            TaskState::Running => "running",
+            TaskState::Succeeded => "succeeded",
+            TaskState::Failed => "failed",
+            TaskState::Cancelled => "cancelled",
+        }
+    }
+
+    fn code(self) -> i64 {
+        self as i64
+    }
+
+    fn from_code(c: i64) -> Result<Self, StoreError> {
+        Ok(match c {
+            0 => TaskState::Pending,
+            1 => TaskState::Running,
+            2 => TaskState::Succeeded,
+            3 => TaskState::Failed,
+            4 => TaskState::Cancelled,
+            _ => return Err(StoreError::Corrupt(format!("task state {c}"))),
+        })
+    }
+
+    /// Whether the task will never run again.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            TaskState::Succeeded | TaskState::Failed | TaskState::Cancelled
+        )
+    }
+}
+
+/// One task row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskRow {
+    /// Global task id.
+    pub id: u64,
+    /// Global application id.
+    pub app: u32,
+    /// Index within the application.
+    pub index: u32,
+    /// State.
+    pub state: TaskState,
+    /// Number of the latest attempt (0 = never dispatched).
+    pub attempt: u32,
+    /// Node of the latest attempt.
+    pub node: Option<u32>,
+    /// Variant of the latest attempt: 0 = CPU, 1 = GPU.
+    pub variant: Option<u8>,
+    /// Devices of the latest attempt.
+    pub devices: Vec<u32>,
+    /// Start (ns since the Unix epoch), 0 if unknown.
+    pub started_ns: u64,
+    /// End (ns since the Unix epoch), 0 if not finished.
+    pub finished_ns: u64,
+    /// Exit code of the finished attempt.
+    pub exit_code: Option<i32>,
+    /// Why it failed.
+    pub message: String,
+}
+
+/// One job row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobRow {
+    /// Job id (from 1).
+    pub id: u64,
+    /// File name as submitted.
+    pub origin: String,
+    /// The job file's text.
+    pub text: String,
+    /// Directory the tasks run in.
+    pub workdir: String,
+    /// Submission time, ns since the Unix epoch.
+    pub submitted_ns: u64,
+    /// Id of its first application.
+    pub first_app: u32,
+    /// Id of its first task.
+    pub first_task: u64,
+    /// Whether a user cancelled it.
+    pub cancelled: bool,
+}
+
+/// One node row: its name and its description as JSON (`hetsched_core::Node`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeRow {
+    /// Node id (dense from 0).
+    pub id: u32,
+    /// Unique name.
+    pub name: String,
+    /// `Node` as JSON.
+    pub spec: String,
+}
+
+/// Everything the store holds, for rebuilding the server's state at start.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// Nodes by id.
+    pub nodes: Vec<NodeRow>,
+    /// Jobs by id.
+    pub jobs: Vec<JobRow>,
+    /// Tasks by id.
+    pub tasks: Vec<TaskRow>,
+}
+
+/// The SQLite store.
+pub struct Store {
+    conn: Connection,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS nodes(
+    id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, spec TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs(
+    id INTEGER PRIMARY KEY, origin TEXT NOT NULL, text TEXT NOT NULL, workdir TEXT NOT NULL,
+    submitted_ns INTEGER NOT NULL, first_app INTEGER NOT NULL, first_task INTEGER NOT NULL,
+    cancelled INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS apps(
+    id INTEGER PRIMARY KEY, job INTEGER NOT NULL REFERENCES jobs(id), idx INTEGER NOT NULL,
+    name TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tasks(
+    id INTEGER PRIMARY KEY, app INTEGER NOT NULL REFERENCES apps(id), idx INTEGER NOT NULL,
+    state INTEGER NOT NULL, attempt INTEGER NOT NULL, node INTEGER, variant INTEGER,
+    devices TEXT NOT NULL DEFAULT '', started_ns INTEGER NOT NULL DEFAULT 0,
+    finished_ns INTEGER NOT NULL DEFAULT 0, exit_code INTEGER, message TEXT NOT NULL DEFAULT '');
+";
+
+const UPDATE_TASK: &str = "UPDATE tasks SET state=?1, attempt=?2, node=?3, variant=?4, devices=?5,
+    started_ns=?6, finished_ns=?7, exit_code=?8, message=?9 WHERE id=?10";
+
+fn devices_text(d: &[u32]) -> String {
+    d.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+}
+
+fn parse_devices(s: &str) -> Result<Vec<u32>, StoreError> {
+    if s.is_empty() {
+        return Ok(Vec::new());
+    }
+    s.split(',')
+        .map(|d| {
+            d.parse()
+                .map_err(|_| StoreError::Corrupt(format!("devices `{s}`")))
+        })
+        .collect()
+}
+
+impl Store {
+    /// Opens (or creates) the store at `path`.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let conn = Connection::open(path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.execute_batch(SCHEMA)?;
+        Ok(Self { conn })
+    }
+
+    /// Reads everything.
+    pub fn load(&self) -> Result<Snapshot, StoreError> {
+        let mut snap = Snapshot::default();
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, name, spec FROM nodes ORDER BY id")?;
+        let rows = stmt.query_map([], |r| {
+            Ok(NodeRow {
+                id: r.get(0)?,
+                name: r.get(1)?,
+                spec: r.get(2)?,
+            })
+        })?;
+        for r in rows {
+            snap.nodes.push(r?);
+        }
+        let mut stmt = self.conn.prepare(
+            "SELECT id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled
+             FROM jobs ORDER BY id",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(JobRow {
+                id: r.get(0)?,
+                origin: r.get(1)?,
+                text: r.get(2)?,
+                workdir: r.get(3)?,
+                submitted_ns: r.get::<_, i64>(4)? as u64,
+                first_app: r.get(5)?,
+                first_task: r.get::<_, i64>(6)? as u64,
+                cancelled: r.get(7)?,
+            })
+        })?;
+        for r in rows {
+            snap.jobs.push(r?);
+        }
+        let mut stmt = self.conn.prepare(
+            "SELECT id, app, idx, state, attempt, node, variant, devices, started_ns, finished_ns,
+                    exit_code, message FROM tasks ORDER BY id",
+        )?;
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            let devices: String = r.get(7)?;
+            snap.tasks.push(TaskRow {
+                id: r.get::<_, i64>(0)? as u64,
+                app: r.get(1)?,
+                index: r.get(2)?,
+                state: TaskState::from_code(r.get(3)?)?,
+                attempt: r.get(4)?,
+                node: r.get(5)?,
+                variant: r.get(6)?,
+                devices: parse_devices(&devices)?,
+                started_ns: r.get::<_, i64>(8)? as u64,
+                finished_ns: r.get::<_, i64>(9)? as u64,
+                exit_code: r.get(10)?,
+                message: r.get(11)?,
+            });
+        }
+        Ok(snap)
+    }
+
+    /// Records a node (new, or its description changed).
+    pub fn put_node(&mut self, node: &NodeRow) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO nodes(id, name, spec) VALUES (?1, ?2, ?3)
+             ON CONFLICT(id) DO UPDATE SET name=excluded.name, spec=excluded.spec",
+            params![node.id, node.name, node.spec],
+        )?;
+        Ok(())
+    }
+
+    /// Records an accepted job, its applications (`(id, name)` in order) and its tasks, all in
+    /// one transaction: either all of it is stored or none.
+    pub fn insert_job(
+        &mut self,
+        job: &JobRow,
+        apps: &[(u32, String)],
+        tasks: &[TaskRow],
+    ) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT INTO jobs(id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                job.id,
+                job.origin,
+                job.text,
+                job.workdir,
+                job.submitted_ns as i64,
+                job.first_app,
+                job.first_task as i64,
+                job.cancelled
+            ],
+        )?;
+        {
+            let mut stmt = tx.prepare("INSERT INTO apps(id, job, idx, name) VALUES (?1, ?2, ?3, ?4)")?;
+            for (i, (id, name)) in apps.iter().enumerate() {
+                stmt.execute(params![id, job.id, i as u32, name])?;
+            }
+            let mut stmt = tx.prepare(
+                "INSERT INTO tasks(id, app, idx, state, attempt) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            for t in tasks {
+                stmt.execute(params![
+                    t.id as i64,
+                    t.app,
+                    t.index,
+                    t.state.code(),
+                    t.attempt
+                ])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Writes `tasks` (their whole rows) and optionally marks `cancel_job` cancelled, in one
+    /// transaction.
+    pub fn update_tasks<'a>(
+        &mut self,
+        tasks: impl IntoIterator<Item = &'a TaskRow>,
+        cancel_job: Option<u64>,
+    ) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut stmt = tx.prepare_cached(UPDATE_TASK)?;
+            for t in tasks {
+                stmt.execute(params![
+                    t.state.code(),
+                    t.attempt,
+                    t.node,
+                    t.variant,
+                    devices_text(&t.devices),
+                    t.started_ns as i64,
+                    t.finished_ns as i64,
+                    t.exit_code,
+                    t.message,
+                    t.id as i64
+                ])?;
+            }
+            if let Some(job) = cancel_job {
+                tx.execute("UPDATE jobs SET cancelled=1 WHERE id=?1", params![job])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Number of stored jobs (for tests and checks).
+    pub fn job_count(&self) -> Result<u64, StoreError> {
+        let n: Option<i64> = self
+            .conn
+            .query_row("SELECT COUNT(*) FROM jobs", [], |r| r.get(0))
+            .optional()?;
+        Ok(n.unwrap_or(0) as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_db(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("hetsched-store-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        dir.join("state.db")
+    }
+
+    #[test]
+    fn a_job_and_its_task_updates_survive_reopening() {
+        let path = temp_db("roundtrip");
+        let job = JobRow {
+            id: 1,
+            origin: "job.toml".into(),
+            text: "x".into(),
+            workdir: "/tmp".into(),
+            submitted_ns: 5,
+            first_app: 0,
+            first_task: 0,
+            cancelled: false,
+        };
+        let mut task = TaskRow {
+            id: 0,
+            app: 0,
+            index: 0,
+            state: TaskState::Pending,
+            attempt: 0,
+            node: None,
+            variant: None,
+            devices: vec![],
+            started_ns: 0,
+            finished_ns: 0,
+            exit_code: None,
+            message: String::new(),
+        };
+        {
+            let mut s = Store::open(&path).expect("open");
+            s.insert_job(&job, &[(0, "a".into())], std::slice::from_ref(&task))
+                .expect("insert");
+            task.state = TaskState::Succeeded;
+            task.attempt = 1;
+            task.node = Some(0);
+            task.variant = Some(1);
+            task.devices = vec![0, 2];
+            task.exit_code = Some(0);
+            s.update_tasks([&task], Some(1)).expect("update");
+        }
+        let s = Store::open(&path).expect("reopen");
+        let snap = s.load().expect("load");
+        assert_eq!(snap.jobs.len(), 1);
+        assert!(snap.jobs[0].cancelled);
+        assert_eq!(snap.tasks, vec![task]);
+    }
+}
