@@ -172,6 +172,7 @@ pub fn simulate(
         next_sample: 0,
         dirty: Vec::new(),
         done_reads: Vec::new(),
+        requests: distinct_requests(apps),
     };
 
     let mut queue = EventQueue::with_capacity(cluster.nodes.len() * 8 + apps.len());
@@ -433,6 +434,23 @@ struct BatchSim<'a> {
     next_sample: Time,
     dirty: Vec<u32>,
     done_reads: Vec<u64>,
+    /// Every distinct request of every application's variants.
+    requests: Vec<Resources>,
+}
+
+fn distinct_requests(apps: &[Application]) -> Vec<Resources> {
+    let mut out: Vec<Resources> = Vec::new();
+    for a in apps {
+        for r in [Variant::Cpu, Variant::Gpu]
+            .into_iter()
+            .filter_map(|v| a.request(v))
+        {
+            if !out.contains(&r) {
+                out.push(r);
+            }
+        }
+    }
+    out
 }
 
 impl BatchSim<'_> {
@@ -484,6 +502,14 @@ impl BatchSim<'_> {
         }
         let id = NodeId(node);
         let n = &self.nodes[idx];
+        let free = n.capacity - n.used;
+        if !self.requests.iter().any(|r| free.fits(r)) {
+            // Nothing any application asks for fits: the policy could place nothing, so it is
+            // not consulted (this keeps beats of full nodes cheap).
+            queue.schedule(now + self.config.heartbeat_interval, Event::Heartbeat(node));
+            self.empty_beat(now)?;
+            return Ok(());
+        }
         let report = NodeReport {
             total_io_bytes: n.disk.outstanding_bytes(now) + n.unissued_bytes as f64,
             io_tasks: n.io_tasks,
@@ -496,12 +522,18 @@ impl BatchSim<'_> {
             self.start(a, now, queue)?;
         }
         queue.schedule(now + self.config.heartbeat_interval, Event::Heartbeat(node));
+        if placed == 0 {
+            self.empty_beat(now)
+        } else {
+            self.empty_beats = 0;
+            Ok(())
+        }
+    }
 
-        if placed == 0
-            && self.running_count == 0
-            && self.pending > 0
-            && self.arrived == self.apps.len()
-        {
+    /// Counts a heartbeat that placed nothing; a whole round of them while nothing runs and tasks
+    /// are pending means the policy will never place them.
+    fn empty_beat(&mut self, now: Time) -> Result<(), SimError> {
+        if self.running_count == 0 && self.pending > 0 && self.arrived == self.apps.len() {
             self.empty_beats += 1;
             if self.empty_beats > self.nodes.len() {
                 let apps = self

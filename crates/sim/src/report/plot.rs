@@ -1,1 +1,164 @@
-//! Plots.
+//! SVG charts (plotters, SVG backend): grouped bar charts per category (the papers' per-workload
+//! figures) and line charts over time.
+
+use crate::error::SimError;
+use plotters::prelude::*;
+use std::path::Path;
+
+/// Colours of the series, in order (colour-blind-safe Okabe–Ito palette).
+const PALETTE: [RGBColor; 6] = [
+    RGBColor(0, 114, 178),
+    RGBColor(230, 159, 0),
+    RGBColor(0, 158, 115),
+    RGBColor(204, 121, 167),
+    RGBColor(86, 180, 233),
+    RGBColor(213, 94, 0),
+];
+
+/// A grouped bar chart: one group per category, one bar per series.
+#[derive(Clone, Debug)]
+pub struct Bars<'a> {
+    /// Chart title.
+    pub title: &'a str,
+    /// Y axis label.
+    pub y_label: &'a str,
+    /// Category labels along the x axis.
+    pub categories: Vec<String>,
+    /// `(name, one value per category)`.
+    pub series: Vec<(&'a str, Vec<f64>)>,
+    /// A horizontal reference line (e.g. 1.0), if any.
+    pub reference: Option<f64>,
+}
+
+/// A line chart of several series over one x axis.
+#[derive(Clone, Debug)]
+pub struct Lines<'a> {
+    /// Chart title.
+    pub title: &'a str,
+    /// X axis label.
+    pub x_label: &'a str,
+    /// Y axis label.
+    pub y_label: &'a str,
+    /// X values.
+    pub x: Vec<f64>,
+    /// `(name, one value per x)`.
+    pub series: Vec<(&'a str, Vec<f64>)>,
+}
+
+fn plot_err(path: &Path) -> impl Fn(String) -> SimError + '_ {
+    move |problem| SimError::Output {
+        what: path.display().to_string(),
+        problem,
+    }
+}
+
+/// Draws `chart` into the SVG file `path`.
+pub fn bars(path: &Path, chart: &Bars<'_>) -> Result<(), SimError> {
+    let err = plot_err(path);
+    let n = chart.categories.len();
+    let k = chart.series.len().max(1);
+    let top = chart
+        .series
+        .iter()
+        .flat_map(|(_, v)| v.iter().copied())
+        .chain(chart.reference)
+        .filter(|v| v.is_finite())
+        .fold(0.0_f64, f64::max)
+        * 1.12;
+    let top = if top > 0.0 { top } else { 1.0 };
+    let root = SVGBackend::new(path, (1200, 520)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
+    let mut c = ChartBuilder::on(&root)
+        .caption(chart.title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..n as f64, 0.0..top)
+        .map_err(|e| err(e.to_string()))?;
+    let cats = chart.categories.clone();
+    c.configure_mesh()
+        .disable_x_mesh()
+        .x_labels(n.max(1))
+        .x_label_formatter(&move |v: &f64| {
+            let i = v.floor() as usize;
+            if (v - v.floor() - 0.5).abs() < 0.26 {
+                cats.get(i).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc(chart.y_label)
+        .draw()
+        .map_err(|e| err(e.to_string()))?;
+    let width = 0.8 / k as f64;
+    for (s, (name, values)) in chart.series.iter().enumerate() {
+        let color = PALETTE[s % PALETTE.len()];
+        c.draw_series(values.iter().enumerate().map(|(i, &v)| {
+            let x0 = i as f64 + 0.1 + s as f64 * width;
+            Rectangle::new([(x0, 0.0), (x0 + width * 0.92, v.max(0.0))], color.filled())
+        }))
+        .map_err(|e| err(e.to_string()))?
+        .label(*name)
+        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+    }
+    if let Some(r) = chart.reference {
+        c.draw_series(LineSeries::new(
+            [(0.0, r), (n as f64, r)],
+            BLACK.stroke_width(1),
+        ))
+        .map_err(|e| err(e.to_string()))?;
+    }
+    c.configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(e.to_string()))?;
+    root.present().map_err(|e| err(e.to_string()))?;
+    Ok(())
+}
+
+/// Draws `chart` into the SVG file `path`.
+pub fn lines(path: &Path, chart: &Lines<'_>) -> Result<(), SimError> {
+    let err = plot_err(path);
+    let x_max = chart.x.iter().copied().fold(0.0_f64, f64::max).max(1.0);
+    let y_max = chart
+        .series
+        .iter()
+        .flat_map(|(_, v)| v.iter().copied())
+        .fold(0.0_f64, f64::max)
+        .max(1.0)
+        * 1.1;
+    let root = SVGBackend::new(path, (1200, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
+    let mut c = ChartBuilder::on(&root)
+        .caption(chart.title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+        .map_err(|e| err(e.to_string()))?;
+    c.configure_mesh()
+        .x_desc(chart.x_label)
+        .y_desc(chart.y_label)
+        .draw()
+        .map_err(|e| err(e.to_string()))?;
+    for (s, (name, values)) in chart.series.iter().enumerate() {
+        let color = PALETTE[s % PALETTE.len()];
+        c.draw_series(LineSeries::new(
+            chart.x.iter().copied().zip(values.iter().copied()),
+            color.stroke_width(1),
+        ))
+        .map_err(|e| err(e.to_string()))?
+        .label(*name)
+        .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], color.stroke_width(2)));
+    }
+    c.configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(e.to_string()))?;
+    root.present().map_err(|e| err(e.to_string()))?;
+    Ok(())
+}

@@ -80,7 +80,11 @@ fn a_gpu_task_and_a_chunked_cpu_task_contend_for_the_disk() {
     // 0–1 s: both read at 64 MiB/s; C's first chunk is done at 1 s, G has 64 MiB left.
     // 1–1.5 s: G alone at 128 MiB/s; it computes until 2.5 s. C computes 1–2 s, then reads its
     // second chunk alone (0.5 s, until 2.5 s) and computes 1 s: it ends at 3.5 s.
-    let c = cluster(vec![node("n").cores(2).gpus(1, "c2050").build(NodeId(0))]);
+    let c = cluster(vec![node("n").cores(3).gpus(1, "c2050").build(NodeId(0))]);
+    let mut wait = app("w").split_mib(0).tasks(1).cpu(1.0, 0.0).build(AppId(2));
+    if let Some(cpu) = wait.cpu.as_mut() {
+        cpu.request.cores = 2;
+    }
     let apps = [
         app("g")
             .split_mib(128)
@@ -92,8 +96,8 @@ fn a_gpu_task_and_a_chunked_cpu_task_contend_for_the_disk() {
             .tasks(1)
             .cpu(2.0, 1.0)
             .build(AppId(1)),
-        // Waits for a core (keeps heartbeats going); reads nothing.
-        app("w").split_mib(0).tasks(1).cpu(1.0, 0.0).build(AppId(2)),
+        // Needs two cores, so it waits for G to finish (and keeps heartbeats going); reads nothing.
+        wait,
     ];
     let config = SimConfig {
         cpu_read_chunks: 2,

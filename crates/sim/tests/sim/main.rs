@@ -1,7 +1,10 @@
 //! Integration tests of the simulator, gathered in one test binary.
 
+#![allow(clippy::unwrap_used)] // a failing test should panic with the error
+
 mod common;
 mod determinism;
 mod exact;
+mod hdas_paper;
 mod properties;
 mod validation;
