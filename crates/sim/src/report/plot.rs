@@ -3,6 +3,7 @@
 
 use crate::error::SimError;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::Path;
 
 /// Colours of the series, in order (colour-blind-safe Okabe–Ito palette).
@@ -75,21 +76,20 @@ pub fn bars(path: &Path, chart: &Bars<'_>) -> Result<(), SimError> {
         .y_label_area_size(60)
         .build_cartesian_2d(0.0..n as f64, 0.0..top)
         .map_err(|e| err(e.to_string()))?;
-    let cats = chart.categories.clone();
     c.configure_mesh()
         .disable_x_mesh()
-        .x_labels(n.max(1))
-        .x_label_formatter(&move |v: &f64| {
-            let i = v.floor() as usize;
-            if (v - v.floor() - 0.5).abs() < 0.26 {
-                cats.get(i).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        })
+        .x_labels(0)
         .y_desc(chart.y_label)
         .draw()
         .map_err(|e| err(e.to_string()))?;
+    // Category labels under the middle of each group (plotters' numeric labels fall elsewhere).
+    let style =
+        TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(HPos::Center, VPos::Top));
+    for (i, label) in chart.categories.iter().enumerate() {
+        let (px, py) = c.backend_coord(&(i as f64 + 0.5, 0.0));
+        root.draw(&Text::new(label.clone(), (px, py + 6), style.clone()))
+            .map_err(|e| err(e.to_string()))?;
+    }
     let width = 0.8 / k as f64;
     for (s, (name, values)) in chart.series.iter().enumerate() {
         let color = PALETTE[s % PALETTE.len()];
@@ -161,4 +161,19 @@ pub fn lines(path: &Path, chart: &Lines<'_>) -> Result<(), SimError> {
         .map_err(|e| err(e.to_string()))?;
     root.present().map_err(|e| err(e.to_string()))?;
     Ok(())
+}
+
+/// Trailing moving mean of `values` over `window` samples (shorter at the start).
+pub fn moving_mean(values: &[f64], window: usize) -> Vec<f64> {
+    let window = window.max(1);
+    let mut sum = 0.0;
+    let mut out = Vec::with_capacity(values.len());
+    for (i, &v) in values.iter().enumerate() {
+        sum += v;
+        if i >= window {
+            sum -= values[i - window];
+        }
+        out.push(sum / (i + 1).min(window) as f64);
+    }
+    out
 }

@@ -397,6 +397,9 @@ impl HdasPaperReport {
         for p in &self.series {
             let s = &p.series;
             let t: Vec<f64> = s.time_ns.iter().map(|&t| t as f64 / 1e9).collect();
+            // Per-second samples flicker as tasks start and stop; plot 30-sample moving means (the
+            // CSV keeps every sample).
+            let smooth = |v: Vec<f64>| plot::moving_mean(&v, 30);
             let path = dir.join(format!("load_{SERIES_WORKLOAD}_{}.svg", p.policy));
             plot::lines(
                 &path,
@@ -406,20 +409,20 @@ impl HdasPaperReport {
                         p.policy
                     ),
                     x_label: "time (s)",
-                    y_label: "count",
+                    y_label: "count (30 s moving mean)",
                     x: t,
                     series: vec![
                         (
                             "GPUs busy (of 24)",
-                            s.gpus_busy.iter().map(|&v| f64::from(v)).collect(),
+                            smooth(s.gpus_busy.iter().map(|&v| f64::from(v)).collect()),
                         ),
                         (
                             "tasks reading from disk",
-                            s.tasks_reading.iter().map(|&v| f64::from(v)).collect(),
+                            smooth(s.tasks_reading.iter().map(|&v| f64::from(v)).collect()),
                         ),
                         (
                             "tasks with input left (#IOtask)",
-                            s.io_tasks.iter().map(|&v| f64::from(v)).collect(),
+                            smooth(s.io_tasks.iter().map(|&v| f64::from(v)).collect()),
                         ),
                     ],
                 },
