@@ -1,0 +1,181 @@
+//! `hetsched bench-dispatch`: dispatch throughput of the real system. Starts `hetsched server` and
+//! two `hetsched agent` processes on loopback (this same binary), submits one job of N tasks that
+//! run `true`, and measures from submission to the last recorded success; reports tasks/s and the
+//! server's peak resident memory (`VmHWM` of `/proc/PID/status`).
+
+use super::client::connect_with;
+use anyhow::{Context, bail};
+use clap::Args;
+use hetsched_proto as pb;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// `hetsched bench-dispatch`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Number of tasks.
+    #[arg(long, default_value_t = 10_000)]
+    pub tasks: u32,
+    /// Number of agents.
+    #[arg(long, default_value_t = 2)]
+    pub agents: u32,
+    /// Task slots (declared cores) per agent.
+    #[arg(long, default_value_t = 4)]
+    pub slots: u32,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+struct Children(Vec<Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Peak resident set size in KiB of process `pid`.
+fn vm_hwm_kib(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+fn wait_for_file(path: &Path, timeout: Duration) -> anyhow::Result<String> {
+    let start = Instant::now();
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path) {
+            if !s.trim().is_empty() {
+                return Ok(s.trim().to_string());
+            }
+        }
+        if start.elapsed() > timeout {
+            bail!("{} did not appear within {timeout:?}", path.display());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs the benchmark.
+pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("locating the hetsched binary")?;
+    let dir = std::env::temp_dir().join(format!("hetsched-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let mut children = Children(Vec::new());
+    let log = |name: &str| -> anyhow::Result<Stdio> {
+        Ok(Stdio::from(std::fs::File::create(dir.join(format!("{name}.log")))?))
+    };
+    let server = std::process::Command::new(&exe)
+        .args(["server", "--listen", "127.0.0.1:0", "--heartbeat-interval", "200ms", "--data-dir"])
+        .arg(dir.join("server"))
+        .stdout(Stdio::null())
+        .stderr(log("server")?)
+        .env("RUST_LOG", "warn")
+        .spawn()?;
+    let server_pid = server.id();
+    children.0.push(server);
+    let addr = wait_for_file(&dir.join("server/address"), Duration::from_secs(30))?;
+    let token_file = dir.join("server/token");
+    let url = format!("http://{addr}");
+    for i in 0..args.agents {
+        let agent = std::process::Command::new(&exe)
+            .args(["agent", "--server", &url, "--name", &format!("bench-{i}")])
+            .arg("--cores")
+            .arg(args.slots.to_string())
+            .arg("--token-file")
+            .arg(&token_file)
+            .arg("--work-dir")
+            .arg(dir.join(format!("agent-{i}")))
+            .stdout(Stdio::null())
+            .stderr(log(&format!("agent-{i}"))?)
+            .env("RUST_LOG", "warn")
+            .spawn()?;
+        children.0.push(agent);
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (elapsed, job) = rt.block_on(async {
+        let token = std::fs::read_to_string(&token_file)?;
+        let mut api = connect_with(&url, token.trim(), None).await?;
+        let start = Instant::now();
+        while api.list_nodes(pb::ListNodesRequest {}).await?.into_inner().nodes.len()
+            < args.agents as usize
+        {
+            if start.elapsed() > Duration::from_secs(30) {
+                bail!("agents did not register within 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let text = format!(
+            "[[application]]\nname = \"true\"\ntasks = {}\n[application.cpu]\ncommand = [\"true\"]\n",
+            args.tasks
+        );
+        let start = Instant::now();
+        let reply = api
+            .submit(pb::SubmitRequest {
+                origin: "bench.toml".into(),
+                text,
+                workdir: dir.display().to_string(),
+            })
+            .await?
+            .into_inner();
+        loop {
+            let j = api
+                .get_job(pb::GetJobRequest {
+                    job_id: reply.job_id,
+                })
+                .await?
+                .into_inner();
+            if super::client::is_final(&j.state) {
+                return Ok::<_, anyhow::Error>((start.elapsed(), j));
+            }
+            if start.elapsed() > Duration::from_secs(600) {
+                bail!("not finished after 600 s");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })?;
+    let hwm = vm_hwm_kib(server_pid);
+    let agent_hwm: Vec<Option<u64>> = children.0[1..].iter().map(|c| vm_hwm_kib(c.id())).collect();
+    drop(children);
+    let ok = job.counts.as_ref().map_or(0, |c| c.succeeded);
+    let rate = ok as f64 / elapsed.as_secs_f64();
+    if args.json {
+        println!(
+            "{{\"tasks\":{},\"succeeded\":{ok},\"agents\":{},\"slots\":{},\"seconds\":{:.3},\"tasks_per_sec\":{rate:.0},\"server_vmhwm_kib\":{}}}",
+            args.tasks,
+            args.agents,
+            args.slots,
+            elapsed.as_secs_f64(),
+            hwm.unwrap_or(0)
+        );
+    } else {
+        println!(
+            "{} `true` tasks ({ok} succeeded) through 1 server and {} agents × {} slots on loopback",
+            args.tasks, args.agents, args.slots
+        );
+        println!(
+            "  {:.3} s from submission to the last success: {rate:.0} tasks/s",
+            elapsed.as_secs_f64()
+        );
+        println!(
+            "  server peak RSS (VmHWM): {} KiB; agents: {:?} KiB",
+            hwm.map_or("?".into(), |k| k.to_string()),
+            agent_hwm
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    if ok != args.tasks as u64 {
+        bail!("only {ok} of {} tasks succeeded", args.tasks);
+    }
+    Ok(())
+}

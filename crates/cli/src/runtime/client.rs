@@ -1,0 +1,333 @@
+//! The client commands: connect with the token, call the server, print a table or JSON.
+
+use super::{ClientArgs, Output};
+use anyhow::{Context, bail};
+use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
+use hetsched_proto as pb;
+use hetsched_proto::client_client::ClientClient;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+/// A connected client.
+pub type Api = ClientClient<InterceptedService<Channel, pb::TokenInterceptor>>;
+
+/// Connects to the server named in `args` with its token.
+pub async fn connect(args: &ClientArgs) -> anyhow::Result<Api> {
+    let token = super::serve::read_token(&args.token_file)?;
+    let ca = match &args.ca {
+        Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),
+        None => None,
+    };
+    connect_with(&args.server, &token, ca.as_deref()).await
+}
+
+/// Connects to `server` with `token`.
+pub async fn connect_with(server: &str, token: &str, ca: Option<&[u8]>) -> anyhow::Result<Api> {
+    let channel = pb::endpoint(server, ca)?
+        .connect()
+        .await
+        .with_context(|| format!("connecting to {server}"))?;
+    Ok(ClientClient::with_interceptor(
+        channel,
+        pb::TokenInterceptor::new(token)?,
+    ))
+}
+
+/// A server error as users read it (the message alone; it names file, line and field).
+fn refused(s: tonic::Status) -> anyhow::Error {
+    match s.code() {
+        tonic::Code::InvalidArgument | tonic::Code::NotFound => anyhow::anyhow!("{}", s.message()),
+        tonic::Code::Unauthenticated => {
+            anyhow::anyhow!("the server refused the token: {}", s.message())
+        }
+        _ => anyhow::anyhow!("server: {} ({:?})", s.message(), s.code()),
+    }
+}
+
+fn json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+fn table(header: &[&str]) -> Table {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header(header.iter().copied());
+    t
+}
+
+fn secs(ns: u64) -> String {
+    format!("{:.3}", ns as f64 / 1e9)
+}
+
+fn span(start: u64, end: u64) -> String {
+    if start == 0 || end < start {
+        "-".into()
+    } else {
+        format!("{:.3}s", (end - start) as f64 / 1e9)
+    }
+}
+
+fn counts(c: &Option<pb::TaskCounts>) -> pb::TaskCounts {
+    c.clone().unwrap_or_default()
+}
+
+/// `hetsched submit`.
+pub async fn submit(args: &ClientArgs, file: &Path, wait_for_it: bool) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let workdir = std::env::current_dir()?.display().to_string();
+    let mut api = connect(args).await?;
+    let reply = api
+        .submit(pb::SubmitRequest {
+            origin: file.display().to_string(),
+            text,
+            workdir,
+        })
+        .await
+        .map_err(refused)?
+        .into_inner();
+    match args.output {
+        Output::Json => json(&reply)?,
+        Output::Table => println!("job {} submitted ({} tasks)", reply.job_id, reply.tasks),
+    }
+    if wait_for_it {
+        wait_on(&mut api, args.output, reply.job_id, None).await?;
+    }
+    Ok(())
+}
+
+/// `hetsched jobs`.
+pub async fn jobs(args: &ClientArgs) -> anyhow::Result<()> {
+    let reply = connect(args)
+        .await?
+        .list_jobs(pb::ListJobsRequest {})
+        .await
+        .map_err(refused)?
+        .into_inner();
+    if args.output == Output::Json {
+        return json(&reply.jobs);
+    }
+    let mut t = table(&["job", "name", "state", "tasks", "pending", "running", "ok", "failed", "cancelled", "duration"]);
+    for j in &reply.jobs {
+        let c = counts(&j.counts);
+        t.add_row(vec![
+            j.id.to_string(),
+            j.name.clone(),
+            j.state.clone(),
+            j.tasks.to_string(),
+            c.pending.to_string(),
+            c.running.to_string(),
+            c.succeeded.to_string(),
+            c.failed.to_string(),
+            c.cancelled.to_string(),
+            span(j.submitted_ns, j.finished_ns),
+        ]);
+    }
+    println!("{t}");
+    Ok(())
+}
+
+/// `hetsched job ID`.
+pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
+    let j = connect(args)
+        .await?
+        .get_job(pb::GetJobRequest { job_id: id })
+        .await
+        .map_err(refused)?
+        .into_inner();
+    if args.output == Output::Json {
+        return json(&j);
+    }
+    let c = counts(&j.counts);
+    println!(
+        "job {} ({}): {} — {} tasks: {} pending, {} running, {} succeeded, {} failed, {} cancelled; {}",
+        j.id,
+        j.name,
+        j.state,
+        j.tasks,
+        c.pending,
+        c.running,
+        c.succeeded,
+        c.failed,
+        c.cancelled,
+        if j.finished_ns > 0 {
+            format!("makespan {}", span(j.submitted_ns, j.finished_ns))
+        } else {
+            "not finished".into()
+        }
+    );
+    let mut t = table(&["app", "tasks", "ok", "failed", "mean cpu (ms)", "mean gpu (ms)"]);
+    for a in &j.apps {
+        let c = counts(&a.counts);
+        let ms = |v: f64| if v > 0.0 { format!("{v:.1}") } else { "-".into() };
+        t.add_row(vec![
+            a.name.clone(),
+            a.tasks.to_string(),
+            c.succeeded.to_string(),
+            c.failed.to_string(),
+            ms(a.mean_cpu_ms),
+            ms(a.mean_gpu_ms),
+        ]);
+    }
+    println!("{t}");
+    Ok(())
+}
+
+/// `hetsched tasks`.
+pub async fn tasks(args: &ClientArgs, job: Option<u64>) -> anyhow::Result<()> {
+    let reply = connect(args)
+        .await?
+        .list_tasks(pb::ListTasksRequest {
+            job_id: job.unwrap_or(0),
+        })
+        .await
+        .map_err(refused)?
+        .into_inner();
+    if args.output == Output::Json {
+        return json(&reply.tasks);
+    }
+    print_tasks(&reply.tasks);
+    Ok(())
+}
+
+/// Prints tasks as a table.
+pub fn print_tasks(tasks: &[pb::TaskInfo]) {
+    let mut t = table(&["task", "job", "app", "index", "state", "attempt", "node", "variant", "devices", "run time", "message"]);
+    for x in tasks {
+        t.add_row(vec![
+            x.id.to_string(),
+            x.job_id.to_string(),
+            x.app.clone(),
+            x.index.to_string(),
+            x.state.clone(),
+            x.attempt.to_string(),
+            x.node.clone(),
+            x.variant.clone(),
+            x.devices
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            if x.finished_ns > 0 {
+                span(x.started_ns, x.finished_ns)
+            } else {
+                "-".into()
+            },
+            x.message.clone(),
+        ]);
+    }
+    println!("{t}");
+}
+
+/// `hetsched nodes`.
+pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
+    let reply = connect(args)
+        .await?
+        .list_nodes(pb::ListNodesRequest {})
+        .await
+        .map_err(refused)?
+        .into_inner();
+    if args.output == Output::Json {
+        return json(&reply.nodes);
+    }
+    let mut t = table(&["node", "name", "alive", "cores", "free cores", "gpus", "free gpus", "running", "last seen", "disk read/s"]);
+    for n in &reply.nodes {
+        t.add_row(vec![
+            n.id.to_string(),
+            n.name.clone(),
+            if n.alive { "yes" } else { "DEAD" }.to_string(),
+            n.cores.to_string(),
+            n.free_cores.to_string(),
+            n.accelerators.len().to_string(),
+            n.free_gpus.to_string(),
+            n.running.to_string(),
+            format!("{}ms ago", n.last_seen_ms),
+            format!("{:.1} MB/s", n.read_bytes_per_sec / 1e6),
+        ]);
+    }
+    println!("{t}");
+    Ok(())
+}
+
+/// `hetsched cancel`.
+pub async fn cancel(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
+    let reply = connect(args)
+        .await?
+        .cancel(pb::CancelRequest { job_id: id })
+        .await
+        .map_err(refused)?
+        .into_inner();
+    match args.output {
+        Output::Json => json(&reply),
+        Output::Table => {
+            println!("job {id}: {} task(s) cancelled", reply.cancelled);
+            Ok(())
+        }
+    }
+}
+
+/// `hetsched wait`.
+pub async fn wait(args: &ClientArgs, id: u64, timeout: Option<Duration>) -> anyhow::Result<()> {
+    let mut api = connect(args).await?;
+    wait_on(&mut api, args.output, id, timeout).await
+}
+
+/// Whether a job state is final.
+pub fn is_final(state: &str) -> bool {
+    matches!(state, "completed" | "failed" | "cancelled")
+}
+
+/// Polls a job until it finishes, with a progress bar on a terminal.
+pub async fn wait_on(
+    api: &mut Api,
+    output: Output,
+    id: u64,
+    timeout: Option<Duration>,
+) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} tasks {msg} [{elapsed}]")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let mut delay = Duration::from_millis(20);
+    let j = loop {
+        let j = api
+            .get_job(pb::GetJobRequest { job_id: id })
+            .await
+            .map_err(refused)?
+            .into_inner();
+        let c = counts(&j.counts);
+        bar.set_length(j.tasks);
+        bar.set_position(c.succeeded + c.failed + c.cancelled);
+        bar.set_message(format!("({} running, {} failed)", c.running, c.failed));
+        if is_final(&j.state) {
+            break j;
+        }
+        if timeout.is_some_and(|t| start.elapsed() > t) {
+            bar.abandon();
+            bail!("job {id} not finished after {:?}", start.elapsed());
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_millis(250));
+    };
+    bar.finish_and_clear();
+    let c = counts(&j.counts);
+    match output {
+        Output::Json => json(&j)?,
+        Output::Table => println!(
+            "job {id} {}: {} succeeded, {} failed, {} cancelled, makespan {}s",
+            j.state,
+            c.succeeded,
+            c.failed,
+            c.cancelled,
+            secs(j.finished_ns.saturating_sub(j.submitted_ns))
+        ),
+    }
+    if j.state != "completed" {
+        bail!("job {id} {}", j.state);
+    }
+    Ok(())
+}

@@ -1,0 +1,196 @@
+//! `hetsched demo`: a whole cluster in one process on loopback — a server and three agents (one
+//! declares a GPU) — running a small mixed workload of real programs: dense LU, QR and Cholesky
+//! solves (`hetsched kernel`, faer), sized to about a second each, with CPU and GPU variants. On a
+//! machine without GPUs the "GPU" variant runs the same CPU kernel with `CUDA_VISIBLE_DEVICES` set
+//! (the task's output says so). Prints where each task ran and the makespan.
+
+use super::Output;
+use super::client::{connect_with, print_tasks, wait_on};
+use super::kernel::{Kind, solve};
+use anyhow::Context;
+use clap::Args;
+use hetsched_core::policy::batch::BatchPolicyKind;
+use hetsched_proto as pb;
+use std::time::Instant;
+
+/// `hetsched demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Tasks per application.
+    #[arg(long, default_value_t = 4)]
+    pub tasks: u32,
+    /// Seconds each task should take (the matrix order is calibrated to it on this machine).
+    #[arg(long, default_value_t = 1.0)]
+    pub task_secs: f64,
+    /// Batch policy.
+    #[arg(long, default_value = "hdas")]
+    pub policy: BatchPolicyKind,
+    /// Keep the data directory (store, token, task outputs) instead of deleting it.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+/// Matrix order for which an LU solve takes about `secs` here (cost grows as n³).
+fn calibrate(secs: f64) -> anyhow::Result<usize> {
+    let n0 = 400;
+    let t = solve(Kind::Lu, n0)?.max(1e-4);
+    let n = (n0 as f64 * (secs / t).cbrt()) as usize;
+    Ok(n.clamp(100, 6000))
+}
+
+fn job_file(exe: &str, tasks: u32, n: usize) -> String {
+    let cmd = |kind: &str, n: usize| format!("[\"{exe}\", \"kernel\", \"{kind}\", \"--n\", \"{n}\"]");
+    // QR costs about twice an LU of the same order, Cholesky about half.
+    let (lu, qr, ch) = (n, (n as f64 / 1.26) as usize, (n as f64 * 1.26) as usize);
+    format!(
+        r#"# hetsched demo: dense solves with faer; profiles are learned from finished tasks.
+[[application]]
+name = "lu"
+tasks = {tasks}
+[application.cpu]
+command = {lu_cmd}
+[application.gpu]
+command = {lu_cmd}
+
+[[application]]
+name = "qr"
+tasks = {tasks}
+[application.cpu]
+command = {qr_cmd}
+
+[[application]]
+name = "cholesky"
+tasks = {tasks}
+[application.gpu]
+command = {ch_cmd}
+[application.cpu]
+command = {ch_cmd}
+"#,
+        lu_cmd = cmd("lu", lu),
+        qr_cmd = cmd("qr", qr),
+        ch_cmd = cmd("cholesky", ch),
+    )
+}
+
+/// Runs the demo.
+pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+    super::init_logging("warn");
+    let exe = std::env::current_exe().context("locating the hetsched binary")?;
+    let exe = exe.display().to_string();
+    println!("calibrating: matrix order for ~{:.1}s solves …", args.task_secs);
+    let n = tokio::task::spawn_blocking(move || calibrate(args.task_secs)).await??;
+    let dir = std::env::temp_dir().join(format!("hetsched-demo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = hetsched_server::ServerConfig {
+        listen: "127.0.0.1:0".parse()?,
+        data_dir: dir.clone(),
+        policy: args.policy,
+        heartbeat_interval: hetsched_core::input::Duration(100_000_000),
+        dead_timeout: hetsched_core::input::Duration(5_000_000_000),
+        ..Default::default()
+    };
+    let server = hetsched_server::start(config).await?;
+    let url = format!("http://{}", server.addr);
+    println!("server on {url} (policy {}), data in {}", args.policy, dir.display());
+    let mut stops = Vec::new();
+    let mut agents = Vec::new();
+    for (name, gpus) in [("cpu-node-1", 0), ("cpu-node-2", 0), ("gpu-node", 1)] {
+        let opts = hetsched_agent::AgentOptions {
+            server: url.clone(),
+            token: server.token.clone(),
+            ca_pem: None,
+            name: name.to_string(),
+            resources: hetsched_agent::detect::Resources {
+                cores: 1,
+                memory_bytes: 4 << 30,
+                accelerators: (0..gpus)
+                    .map(|_| pb::Accelerator {
+                        kind: "demo-gpu".into(),
+                        memory_bytes: 4 << 30,
+                        speed: 1.0,
+                    })
+                    .collect(),
+            },
+            core_speed: 1.0,
+            disk_read_bw: 200e6,
+            work_dir: dir.join(name),
+        };
+        println!(
+            "agent {name}: 1 core{}",
+            if gpus > 0 { ", 1 declared GPU (demo-gpu; simulated on this machine)" } else { "" }
+        );
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        stops.push(tx);
+        agents.push(tokio::spawn(hetsched_agent::run(opts, async {
+            let _ = rx.await;
+        })));
+    }
+    let mut api = connect_with(&url, &server.token, None).await?;
+    // Let the agents register so the job is checked against real nodes.
+    let deadline = Instant::now() + std::time::Duration::from_secs(10);
+    while api.list_nodes(pb::ListNodesRequest {}).await?.into_inner().nodes.len() < 3
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let text = job_file(&exe, args.tasks, n);
+    let job_path = dir.join("demo-job.toml");
+    std::fs::write(&job_path, &text)?;
+    let reply = api
+        .submit(pb::SubmitRequest {
+            origin: job_path.display().to_string(),
+            text,
+            workdir: dir.display().to_string(),
+        })
+        .await?
+        .into_inner();
+    println!(
+        "submitted job {}: lu (CPU+GPU), qr (CPU), cholesky (GPU+CPU), {} tasks each, n ≈ {n}",
+        reply.job_id, args.tasks
+    );
+    let waited = wait_on(&mut api, Output::Table, reply.job_id, Some(std::time::Duration::from_secs(600))).await;
+    let tasks = api
+        .list_tasks(pb::ListTasksRequest {
+            job_id: reply.job_id,
+        })
+        .await?
+        .into_inner()
+        .tasks;
+    print_tasks(&tasks);
+    let job = api
+        .get_job(pb::GetJobRequest {
+            job_id: reply.job_id,
+        })
+        .await?
+        .into_inner();
+    let mut per_node: std::collections::BTreeMap<(String, String), u32> = Default::default();
+    for t in &tasks {
+        *per_node.entry((t.node.clone(), t.variant.clone())).or_default() += 1;
+    }
+    for ((node, variant), count) in per_node {
+        println!("  {node:<12} {variant}: {count} task(s)");
+    }
+    for a in &job.apps {
+        println!(
+            "  learned profile of {:<9} cpu {:>8.1} ms  gpu {:>8.1} ms",
+            a.name, a.mean_cpu_ms, a.mean_gpu_ms
+        );
+    }
+    println!(
+        "makespan {:.2}s (submission to last task end)",
+        job.finished_ns.saturating_sub(job.submitted_ns) as f64 / 1e9
+    );
+    for tx in stops {
+        let _ = tx.send(());
+    }
+    for a in agents {
+        let _ = a.await;
+    }
+    server.stop().await?;
+    if args.keep {
+        println!("data kept in {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    waited
+}

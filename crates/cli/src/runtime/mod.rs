@@ -1,0 +1,152 @@
+//! The runtime's commands: `server`, `agent`, the client commands (`submit`, `jobs`, `job`,
+//! `tasks`, `nodes`, `wait`, `cancel`), `demo`, `bench-dispatch`, and the hidden `kernel` that the
+//! demo's tasks run.
+
+mod bench;
+mod client;
+mod demo;
+mod kernel;
+mod serve;
+
+use clap::{Args, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// Runtime subcommands, flattened into the top-level command.
+#[derive(Debug, Subcommand)]
+pub enum RuntimeCommand {
+    /// Run the server (resource manager): gRPC API, SQLite state, batch scheduling on heartbeats.
+    Server(serve::ServerArgs),
+    /// Run an agent (node manager) that registers with a server and runs its tasks.
+    Agent(serve::AgentArgs),
+    /// Submit a job file (TOML applications of tasks); prints the job id.
+    Submit {
+        /// The job file.
+        file: PathBuf,
+        /// Wait for the job to finish (exit status: success only if every task succeeded).
+        #[arg(long)]
+        wait: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// List jobs.
+    Jobs {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Show one job and its applications.
+    Job {
+        /// Job id.
+        id: u64,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// List tasks (of one job, or of every job).
+    Tasks {
+        /// Only this job's tasks.
+        #[arg(long)]
+        job: Option<u64>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// List nodes (agents) with their free resources.
+    Nodes {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Wait until a job finishes; fails unless every task succeeded.
+    Wait {
+        /// Job id.
+        id: u64,
+        /// Give up after this long (e.g. `10m`).
+        #[arg(long)]
+        timeout: Option<humantime::Duration>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Cancel a job: pending tasks are dropped, running ones killed.
+    Cancel {
+        /// Job id.
+        id: u64,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Start a server and three agents (one with GPUs) on loopback, run a small mixed workload of
+    /// real linear-algebra tasks, and show where each ran and the makespan.
+    Demo(demo::DemoArgs),
+    /// Measure dispatch throughput: N `true` tasks through 1 server and 2 agents on loopback.
+    BenchDispatch(bench::BenchArgs),
+    /// A demo task: a dense LU, QR or Cholesky solve with faer (what `demo` runs).
+    #[command(hide = true)]
+    Kernel(kernel::KernelArgs),
+}
+
+/// How read commands print.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// A table for people.
+    #[default]
+    Table,
+    /// JSON for programs.
+    Json,
+}
+
+/// Where the server is and how to prove who we are.
+#[derive(Clone, Debug, Args)]
+pub struct ClientArgs {
+    /// Server URL.
+    #[arg(long, env = "HETSCHED_SERVER", default_value = "http://127.0.0.1:7420")]
+    pub server: String,
+    /// File holding the server's token (created by the server in its data directory).
+    #[arg(long, env = "HETSCHED_TOKEN_FILE", default_value = "hetsched-data/token")]
+    pub token_file: PathBuf,
+    /// CA certificate (PEM) for an `https://` server.
+    #[arg(long, env = "HETSCHED_CA")]
+    pub ca: Option<PathBuf>,
+    /// Output format of read commands.
+    #[arg(long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+}
+
+/// Runs a runtime command.
+pub fn run(cmd: RuntimeCommand) -> anyhow::Result<()> {
+    match cmd {
+        RuntimeCommand::Kernel(args) => kernel::run(&args),
+        RuntimeCommand::BenchDispatch(args) => bench::run(&args),
+        cmd => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(run_async(cmd))
+        }
+    }
+}
+
+async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
+    match cmd {
+        RuntimeCommand::Server(a) => serve::server(a).await,
+        RuntimeCommand::Agent(a) => serve::agent(a).await,
+        RuntimeCommand::Submit { file, wait, client } => client::submit(&client, &file, wait).await,
+        RuntimeCommand::Jobs { client } => client::jobs(&client).await,
+        RuntimeCommand::Job { id, client } => client::job(&client, id).await,
+        RuntimeCommand::Tasks { job, client } => client::tasks(&client, job).await,
+        RuntimeCommand::Nodes { client } => client::nodes(&client).await,
+        RuntimeCommand::Wait {
+            id,
+            timeout,
+            client,
+        } => client::wait(&client, id, timeout.map(Into::into)).await,
+        RuntimeCommand::Cancel { id, client } => client::cancel(&client, id).await,
+        RuntimeCommand::Demo(a) => demo::run(a).await,
+        RuntimeCommand::Kernel(_) | RuntimeCommand::BenchDispatch(_) => Ok(()),
+    }
+}
+
+/// Starts logging to stderr (`RUST_LOG` overrides `default`).
+pub fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

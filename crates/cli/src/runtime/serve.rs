@@ -1,0 +1,226 @@
+//! `hetsched server` and `hetsched agent`: configuration files plus flags, then the long-running
+//! loops of the `hetsched-server` and `hetsched-agent` crates until Ctrl-C or SIGTERM.
+
+use anyhow::Context;
+use clap::Args;
+use hetsched_agent::config::AgentConfig;
+use hetsched_core::policy::batch::BatchPolicyKind;
+use hetsched_server::ServerConfig;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// `hetsched server`.
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    /// Configuration file (TOML); flags override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Data directory (store, token, address).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Address to listen on (port 0 = any free port; the bound address goes to DATA_DIR/address).
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Batch policy: hdas, fifo, drf, hadoop-model, cpu-only.
+    #[arg(long)]
+    pub policy: Option<BatchPolicyKind>,
+    /// Declare a node dead after this long without a heartbeat (e.g. `10s`).
+    #[arg(long)]
+    pub dead_timeout: Option<humantime::Duration>,
+    /// How often agents heartbeat when idle (e.g. `500ms`).
+    #[arg(long)]
+    pub heartbeat_interval: Option<humantime::Duration>,
+}
+
+/// `hetsched agent`.
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Server URL.
+    #[arg(long, env = "HETSCHED_SERVER")]
+    pub server: Option<String>,
+    /// Configuration file (TOML); flags override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Unique node name (default: the host name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// File holding the server's token.
+    #[arg(long, env = "HETSCHED_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// CA certificate (PEM) for an `https://` server.
+    #[arg(long, env = "HETSCHED_CA")]
+    pub ca: Option<PathBuf>,
+    /// Cores to offer (default: detected).
+    #[arg(long)]
+    pub cores: Option<u32>,
+    /// Directory for task outputs.
+    #[arg(long)]
+    pub work_dir: Option<PathBuf>,
+}
+
+fn nanos(d: humantime::Duration) -> u64 {
+    std::time::Duration::from(d).as_nanos() as u64
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            () = term => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+/// Runs the server until a signal.
+pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
+    super::init_logging("info");
+    let mut config = match &a.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            ServerConfig::parse(&path.display().to_string(), &text)?
+        }
+        None => ServerConfig::default(),
+    };
+    if let Some(d) = a.data_dir {
+        config.data_dir = d;
+    }
+    if let Some(l) = a.listen {
+        config.listen = l;
+    }
+    if let Some(p) = a.policy {
+        config.policy = p;
+    }
+    if let Some(d) = a.dead_timeout {
+        config.dead_timeout = hetsched_core::input::Duration(nanos(d));
+    }
+    if let Some(d) = a.heartbeat_interval {
+        config.heartbeat_interval = hetsched_core::input::Duration(nanos(d));
+    }
+    let handle = hetsched_server::start(config.clone()).await?;
+    println!(
+        "hetsched server listening on {} (policy {}, data in {}, token in {})",
+        handle.addr,
+        config.policy,
+        config.data_dir.display(),
+        hetsched_server::token_path(&config.data_dir).display()
+    );
+    shutdown_signal().await;
+    handle.stop().await?;
+    Ok(())
+}
+
+/// Reads the token from `path`.
+pub fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
+    let t = std::fs::read_to_string(path).with_context(|| {
+        format!(
+            "reading the token from {} (the server writes it to DATA_DIR/token; pass --token-file)",
+            path.display()
+        )
+    })?;
+    Ok(t.trim().to_string())
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "node".into())
+}
+
+/// Builds the agent's options from its configuration file, flags and detection.
+pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptions> {
+    let (config, origin, text) = match &a.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let origin = path.display().to_string();
+            (AgentConfig::parse(&origin, &text)?, origin, text)
+        }
+        None => (AgentConfig::default(), String::new(), String::new()),
+    };
+    let server = a
+        .server
+        .clone()
+        .or(config.server.clone())
+        .unwrap_or_else(|| "http://127.0.0.1:7420".into());
+    let token_file = a
+        .token_file
+        .clone()
+        .or(config.token_file.clone())
+        .unwrap_or_else(|| PathBuf::from("hetsched-data/token"));
+    let token = read_token(&token_file)?;
+    let ca_pem = match a.ca.clone().or(config.ca.clone()) {
+        Some(p) => Some(std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?),
+        None => None,
+    };
+    let src = hetsched_core::input::Source::new(&origin, &text);
+    let mut accelerators = Vec::new();
+    for (i, spec) in config.accelerator.iter().enumerate() {
+        for d in spec.devices(&src, &format!("accelerator[{i}]"))? {
+            accelerators.push(hetsched_proto::Accelerator {
+                kind: d.kind,
+                memory_bytes: d.memory_bytes,
+                speed: d.speed,
+            });
+        }
+    }
+    if accelerators.is_empty() {
+        accelerators = hetsched_agent::detect::Gpus::init().devices();
+    }
+    hetsched_agent::detect::log_disks();
+    let name = a.name.clone().or(config.name.clone()).unwrap_or_else(host_name);
+    Ok(hetsched_agent::AgentOptions {
+        server,
+        token,
+        ca_pem,
+        resources: hetsched_agent::detect::Resources {
+            cores: a
+                .cores
+                .or(config.cores)
+                .unwrap_or_else(hetsched_agent::detect::cores),
+            memory_bytes: config
+                .memory
+                .map_or_else(hetsched_agent::detect::memory_bytes, |m| m.as_u64()),
+            accelerators,
+        },
+        core_speed: config.core_speed.unwrap_or(1.0),
+        disk_read_bw: config.disk_read.map_or(200e6, |b| b.0),
+        work_dir: a
+            .work_dir
+            .clone()
+            .or(config.work_dir.clone())
+            .unwrap_or_else(|| std::env::temp_dir().join(format!("hetsched-agent-{name}"))),
+        name,
+    })
+}
+
+/// Runs an agent until a signal.
+pub async fn agent(a: AgentArgs) -> anyhow::Result<()> {
+    super::init_logging("info");
+    let opts = agent_options(&a)?;
+    tracing::info!(
+        name = %opts.name,
+        server = %opts.server,
+        cores = opts.resources.cores,
+        memory = opts.resources.memory_bytes,
+        gpus = opts.resources.accelerators.len(),
+        "agent starting"
+    );
+    hetsched_agent::run(opts, shutdown_signal()).await?;
+    Ok(())
+}

@@ -1,0 +1,403 @@
+//! End-to-end tests of the runtime with the real `hetsched` binary: a server and agents as child
+//! processes on loopback, driven through the CLI exactly as a user would. Every wait is bounded.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hetsched");
+
+/// A throw-away cluster: one server process and any number of agent processes.
+struct Cluster {
+    dir: PathBuf,
+    server: Option<Child>,
+    listen: String,
+    agents: BTreeMap<String, Child>,
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("hetsched-rt-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl Cluster {
+    fn start(name: &str) -> Cluster {
+        let mut c = Cluster {
+            dir: temp_dir(name),
+            server: None,
+            listen: "127.0.0.1:0".into(),
+            agents: BTreeMap::new(),
+        };
+        c.start_server();
+        c
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn start_server(&mut self) {
+        let address = self.data().join("address");
+        let _ = std::fs::remove_file(&address);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("server.log"))
+            .expect("log");
+        let child = Command::new(BIN)
+            .args(["server", "--listen", &self.listen, "--dead-timeout", "1s"])
+            .args(["--heartbeat-interval", "100ms", "--data-dir"])
+            .arg(self.data())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn server");
+        self.server = Some(child);
+        wait_until("the server's address file", Duration::from_secs(20), || {
+            std::fs::read_to_string(&address).is_ok_and(|s| !s.is_empty())
+        });
+        self.listen = std::fs::read_to_string(&address).expect("address");
+    }
+
+    fn kill_server(&mut self) {
+        if let Some(mut s) = self.server.take() {
+            s.kill().expect("SIGKILL server");
+            let _ = s.wait();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.listen)
+    }
+
+    fn start_agent(&mut self, name: &str, cores: u32) {
+        let log = std::fs::File::create(self.dir.join(format!("agent-{name}.log"))).expect("log");
+        let child = Command::new(BIN)
+            .args(["agent", "--server", &self.url(), "--name", name])
+            .arg("--cores")
+            .arg(cores.to_string())
+            .arg("--token-file")
+            .arg(self.data().join("token"))
+            .arg("--work-dir")
+            .arg(self.dir.join(format!("agent-{name}")))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn agent");
+        self.agents.insert(name.to_string(), child);
+    }
+
+    fn kill_agent(&mut self, name: &str) {
+        if let Some(mut a) = self.agents.remove(name) {
+            a.kill().expect("SIGKILL agent");
+            let _ = a.wait();
+        }
+    }
+
+    fn cli(&self, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .args(args)
+            .env("HETSCHED_SERVER", self.url())
+            .env("HETSCHED_TOKEN_FILE", self.data().join("token"))
+            .current_dir(&self.dir)
+            .output()
+            .expect("run hetsched")
+    }
+
+    fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut full = args.to_vec();
+        full.extend(["--output", "json"]);
+        let out = self.cli(&full);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("json")
+    }
+
+    fn wait_for_nodes(&self, n: usize) {
+        wait_until("agents to register", Duration::from_secs(20), || {
+            let out = self.cli(&["nodes", "--output", "json"]);
+            out.status.success()
+                && serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                    .ok()
+                    .and_then(|v| v.as_array().map(|a| a.iter().filter(|n| n["alive"] == true).count()))
+                    == Some(n)
+        });
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.dir.join(name);
+        std::fs::write(&p, text).expect("write");
+        p
+    }
+
+    fn succeeded(&self, job: u64) -> u64 {
+        self.json(&["job", &job.to_string()])["counts"]["succeeded"]
+            .as_u64()
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for (_, mut a) in std::mem::take(&mut self.agents) {
+            let _ = a.kill();
+            let _ = a.wait();
+        }
+        self.kill_server();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_job_of_200_tasks_runs_every_task_exactly_once() {
+    let mut c = Cluster::start("200");
+    c.start_agent("a", 4);
+    c.start_agent("b", 4);
+    c.wait_for_nodes(2);
+    let log = c.dir.join("ran.log");
+    let job = c.write(
+        "job.toml",
+        &format!(
+            "[[application]]\nname = \"append\"\ntasks = 200\n[application.cpu]\n\
+             command = \"echo {{index}} $HETSCHED_ATTEMPT >> {}\"\n",
+            log.display()
+        ),
+    );
+    let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ran = lines(&log);
+    assert_eq!(ran.len(), 200, "every task ran once: {} lines", ran.len());
+    let indices: BTreeSet<u32> = ran
+        .iter()
+        .map(|l| l.split(' ').next().and_then(|i| i.parse().ok()).expect("index"))
+        .collect();
+    assert_eq!(indices, (0..200).collect());
+    let jobs = c.json(&["jobs"]);
+    assert_eq!(jobs.as_array().map(Vec::len), Some(1), "{jobs}");
+    assert_eq!(jobs[0]["state"], "completed", "{jobs}");
+    assert_eq!(jobs[0]["counts"]["succeeded"], 200, "{jobs}");
+    let tasks = c.json(&["tasks", "--job", "1"]);
+    let nodes: BTreeSet<&str> = tasks
+        .as_array()
+        .expect("tasks")
+        .iter()
+        .filter_map(|t| t["node"].as_str())
+        .collect();
+    assert_eq!(nodes, BTreeSet::from(["a", "b"]), "both agents ran tasks");
+
+    // Without the right token, the server refuses.
+    let wrong = c.write("wrong-token", "not-the-token");
+    let out = Command::new(BIN)
+        .args(["jobs", "--server", &c.url(), "--token-file"])
+        .arg(&wrong)
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("refused the token"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(c.data().join("token")).expect("token").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "token file mode");
+    }
+}
+
+#[test]
+fn malformed_job_files_are_refused_with_file_line_and_field_and_nothing_is_stored() {
+    let mut c = Cluster::start("malformed");
+    c.start_agent("cpu-only", 2);
+    c.wait_for_nodes(1);
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/jobs-malformed");
+    // (file, line, what the message must name)
+    let expected: &[(&str, usize, &str)] = &[
+        ("01-syntax-error.toml", 3, "string"),
+        ("02-unknown-field.toml", 7, "unknown field `threads`"),
+        ("03-negative-cores.toml", 7, "application[0].cpu.cores"),
+        ("04-gpu-only-without-gpus.toml", 5, "application[0].gpu"),
+        ("05-missing-command.toml", 5, "application[0].cpu.command"),
+        ("06-zero-tasks.toml", 4, "application[0].tasks"),
+        ("07-duplicate-name.toml", 9, "application[1].name"),
+        ("08-bad-time-limit.toml", 7, "application[0].cpu.time_limit"),
+        ("09-larger-than-any-node.toml", 5, "application[0].cpu"),
+        ("10-wrong-type.toml", 4, "application[0].tasks"),
+        ("11-no-applications.toml", 2, "title"),
+    ];
+    let present: BTreeSet<String> = std::fs::read_dir(&fixtures)
+        .expect("fixtures")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    let listed: BTreeSet<String> = expected.iter().map(|e| e.0.to_string()).collect();
+    assert_eq!(present, listed, "every fixture has an expectation");
+    for (file, line, field) in expected {
+        let path = fixtures.join(file);
+        let out = c.cli(&["submit", path.to_str().expect("path")]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{file} was accepted");
+        let located = format!("{}:{line}:", path.display());
+        assert!(err.contains(&located), "{file}: expected `{located}` in: {err}");
+        assert!(err.contains(field), "{file}: expected `{field}` in: {err}");
+    }
+    assert_eq!(c.json(&["jobs"]), serde_json::json!([]));
+    // And nothing half-created in the store itself.
+    let db = rusqlite::Connection::open(c.data().join("state.db")).expect("db");
+    for table in ["jobs", "apps", "tasks"] {
+        let n: i64 = db
+            .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
+            .expect("count");
+        assert_eq!(n, 0, "{table} rows");
+    }
+}
+
+/// Parses `start|end INDEX ATTEMPT` lines.
+fn events(path: &Path) -> Vec<(String, u32, u32)> {
+    lines(path)
+        .iter()
+        .filter_map(|l| {
+            let mut p = l.split_whitespace();
+            Some((p.next()?.to_string(), p.next()?.parse().ok()?, p.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn a_server_killed_mid_job_restarts_and_no_recorded_success_runs_again() {
+    let mut c = Cluster::start("server-kill");
+    c.start_agent("a", 3);
+    c.start_agent("b", 3);
+    c.wait_for_nodes(2);
+    let log = c.dir.join("events.log");
+    let job = c.write(
+        "job.toml",
+        &format!(
+            "[[application]]\nname = \"steps\"\ntasks = 48\n[application.cpu]\n\
+             command = \"echo start {{index}} $HETSCHED_ATTEMPT >> {log}; sleep 0.2; echo end {{index}} $HETSCHED_ATTEMPT >> {log}\"\n",
+            log = log.display()
+        ),
+    );
+    let out = c.cli(&["submit", job.to_str().expect("path")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_until("some tasks to succeed", Duration::from_secs(30), || c.succeeded(1) >= 10);
+    c.kill_server();
+    std::thread::sleep(Duration::from_millis(400));
+    c.start_server();
+    let out = c.cli(&["wait", "1", "--timeout", "60s"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let tasks = c.json(&["tasks", "--job", "1"]);
+    let recorded: BTreeMap<u32, u32> = tasks
+        .as_array()
+        .expect("tasks")
+        .iter()
+        .map(|t| {
+            assert_eq!(t["state"], "succeeded", "{t}");
+            (t["index"].as_u64().unwrap_or(0) as u32, t["attempt"].as_u64().unwrap_or(0) as u32)
+        })
+        .collect();
+    assert_eq!(recorded.len(), 48);
+    let ev = events(&log);
+    for (index, attempt) in &recorded {
+        let ends: Vec<u32> = ev.iter().filter(|e| e.0 == "end" && e.1 == *index).map(|e| e.2).collect();
+        assert_eq!(ends, vec![*attempt], "task {index} finished exactly once, as the recorded attempt");
+        assert!(
+            ev.iter().all(|e| e.1 != *index || e.2 <= *attempt),
+            "task {index}: nothing ran after the recorded attempt"
+        );
+    }
+}
+
+#[test]
+fn an_agent_killed_mid_job_loses_its_tasks_to_the_others() {
+    let mut c = Cluster::start("agent-kill");
+    c.start_agent("doomed", 2);
+    c.start_agent("survivor", 2);
+    c.wait_for_nodes(2);
+    let log = c.dir.join("ran.log");
+    let job = c.write(
+        "job.toml",
+        &format!(
+            "[[application]]\nname = \"sleepy\"\ntasks = 16\n[application.cpu]\n\
+             command = \"sleep 0.3; echo {{index}} $HETSCHED_NODE >> {}\"\n",
+            log.display()
+        ),
+    );
+    let out = c.cli(&["submit", job.to_str().expect("path")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_until("the doomed agent to run tasks", Duration::from_secs(20), || {
+        c.json(&["tasks", "--job", "1"])
+            .as_array()
+            .is_some_and(|ts| ts.iter().any(|t| t["node"] == "doomed" && t["state"] == "running"))
+    });
+    c.kill_agent("doomed");
+    let out = c.cli(&["wait", "1", "--timeout", "60s"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let tasks = c.json(&["tasks", "--job", "1"]);
+    let tasks = tasks.as_array().expect("tasks");
+    assert!(tasks.iter().all(|t| t["state"] == "succeeded"), "{tasks:?}");
+    assert!(
+        tasks.iter().any(|t| t["node"] == "survivor" && t["attempt"] == 2),
+        "a task lost with the dead agent ran again on the survivor: {tasks:?}"
+    );
+    let nodes = c.json(&["nodes"]);
+    let doomed = nodes
+        .as_array()
+        .and_then(|ns| ns.iter().find(|n| n["name"] == "doomed"))
+        .expect("doomed node");
+    assert_eq!(doomed["alive"], false, "{doomed}");
+}
+
+#[test]
+fn cancel_stops_running_tasks_and_time_limits_are_enforced() {
+    let mut c = Cluster::start("cancel");
+    c.start_agent("a", 2);
+    c.wait_for_nodes(1);
+    let slow = c.write(
+        "slow.toml",
+        "[[application]]\nname = \"slow\"\ntasks = 6\n[application.cpu]\ncommand = \"sleep 30\"\n",
+    );
+    let out = c.cli(&["submit", slow.to_str().expect("path")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_until("tasks to run", Duration::from_secs(20), || {
+        c.json(&["job", "1"])["counts"]["running"].as_u64() == Some(2)
+    });
+    let out = c.cli(&["cancel", "1"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(c.json(&["job", "1"])["state"], "cancelled");
+    // The node is free again: a job with a time limit runs, and its task is killed at the limit.
+    let limited = c.write(
+        "limited.toml",
+        "[[application]]\nname = \"limited\"\ntasks = 1\n[application.cpu]\n\
+         command = \"sleep 30\"\ntime_limit = \"300ms\"\n",
+    );
+    let start = Instant::now();
+    let out = c.cli(&["submit", limited.to_str().expect("path"), "--wait"]);
+    assert!(!out.status.success(), "a task past its time limit fails");
+    assert!(start.elapsed() < Duration::from_secs(15), "killed at its limit, not after 30 s");
+    let tasks = c.json(&["tasks", "--job", "2"]);
+    assert!(
+        tasks[0]["message"].as_str().is_some_and(|m| m.contains("time limit")),
+        "{tasks}"
+    );
+}
