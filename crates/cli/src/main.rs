@@ -1,0 +1,48 @@
+//! `hetsched`: the one command of the project — the simulator (`hetsched sim …`), and the runtime's
+//! server, agent and client commands.
+
+mod runtime;
+mod sim;
+
+use clap::{CommandFactory, Parser, Subcommand};
+
+/// A scheduler for heterogeneous clusters.
+#[derive(Debug, Parser)]
+#[command(name = "hetsched", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the discrete-event simulator: the papers' experiments or your own cluster and workload.
+    #[command(subcommand)]
+    Sim(sim::SimCommand),
+    #[command(flatten)]
+    Runtime(runtime::RuntimeCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Sim(cmd) => sim::run(cmd),
+        Command::Runtime(cmd) => runtime::run(cmd),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "hetsched", &mut std::io::stdout());
+            Ok(())
+        }
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

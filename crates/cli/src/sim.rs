@@ -1,0 +1,181 @@
+//! `hetsched sim …`: the simulator's front door — the papers' experiments, and users' own cluster
+//! and workload files under any policy.
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand, ValueEnum};
+use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
+use hetsched_core::input::Duration;
+use hetsched_core::input::cluster::parse_cluster;
+use hetsched_core::input::workload::{MissingProfile, parse_workload};
+use hetsched_core::policy::batch::BatchPolicyKind;
+use hetsched_sim::scenario::hdas_paper;
+use hetsched_sim::{Progress, SimConfig, SimResult, simulate};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::{Path, PathBuf};
+
+/// The simulator's commands.
+#[derive(Debug, Subcommand)]
+pub enum SimCommand {
+    /// Reproduce the HDAS paper's experiment (spec 02): workloads A–Y under cpu-only, fifo,
+    /// hadoop-model and hdas, with the paper's figures beside ours.
+    HdasPaper(HdasPaperArgs),
+    /// Simulate your own cluster and workload files under one policy.
+    Run(RunArgs),
+}
+
+/// How results are printed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// Human-readable tables.
+    #[default]
+    Table,
+    /// One JSON document on stdout.
+    Json,
+}
+
+/// Options of `sim hdas-paper`.
+#[derive(Debug, Args)]
+pub struct HdasPaperArgs {
+    /// Also write CSV, JSON and SVG plots (the paper's figures 3, 4, 6, 8, 9, 10) to this directory.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Seed of the simulation (heartbeat phases).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Multiply every application's task count (1.0 = the documented experiment; 0.1 for a quick look).
+    #[arg(long, default_value_t = 1.0)]
+    pub scale: f64,
+    /// Run only these workloads (letters A–Y, comma-separated); all 25 by default.
+    #[arg(long, value_delimiter = ',')]
+    pub workloads: Vec<char>,
+    /// Print a table or JSON.
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
+}
+
+/// Options of `sim run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Cluster description (TOML), e.g. examples/cluster-hdas-paper.toml.
+    #[arg(long, value_name = "FILE")]
+    pub cluster: PathBuf,
+    /// Workload (TOML), e.g. examples/workload-knn-nb-bp.toml.
+    #[arg(long, value_name = "FILE")]
+    pub workload: PathBuf,
+    /// Scheduling policy: hdas, hadoop-model, drf, fifo or cpu-only.
+    #[arg(long, default_value = "hdas")]
+    pub policy: BatchPolicyKind,
+    /// Seed of the simulation (heartbeat phases).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Heartbeat interval of every node, e.g. "1s" or "250ms".
+    #[arg(long, default_value = "1s")]
+    pub heartbeat: Duration,
+    /// Print a table or JSON (the whole result, task records included).
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
+    /// Also write the result as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+/// Runs one simulator command.
+pub fn run(cmd: SimCommand) -> anyhow::Result<()> {
+    match cmd {
+        SimCommand::HdasPaper(args) => hdas_paper_cmd(args),
+        SimCommand::Run(args) => run_cmd(args),
+    }
+}
+
+fn progress_bar(total: u64, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len} tasks ({elapsed})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    bar
+}
+
+fn hdas_paper_cmd(args: HdasPaperArgs) -> anyhow::Result<()> {
+    let mut options = hdas_paper::HdasPaperOptions::default();
+    options.sim.seed = args.seed;
+    options.scale = args.scale;
+    options.workloads = args.workloads.clone();
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("hdas-paper [{bar:40}] {pos}/{len} simulations ({elapsed}) {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let report = hdas_paper::run(&options, &mut |p: hdas_paper::ScenarioProgress| {
+        bar.set_length(p.runs_total as u64);
+        bar.set_position(p.runs_done as u64);
+        bar.set_message(p.last);
+    })?;
+    bar.finish_and_clear();
+    match args.output {
+        Output::Table => println!("{}", report.render_table()),
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    }
+    if let Some(dir) = args.out {
+        let written = report.write_outputs(&dir).with_context(|| format!("writing results to {}", dir.display()))?;
+        eprintln!("wrote {} files (CSV, JSON, SVG plots) to {}", written.len(), dir.display());
+    }
+    Ok(())
+}
+
+fn read(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+fn run_cmd(args: RunArgs) -> anyhow::Result<()> {
+    let cluster_origin = args.cluster.display().to_string();
+    let cluster = parse_cluster(&cluster_origin, &read(&args.cluster)?)?;
+    let workload_origin = args.workload.display().to_string();
+    let workload = parse_workload(&workload_origin, &read(&args.workload)?)?;
+    workload.check_runnable(&cluster.nodes)?;
+    let apps = workload.to_applications(0, MissingProfile::Refuse)?;
+    if args.policy == BatchPolicyKind::CpuOnly {
+        if let Some(a) = apps.iter().find(|a| a.cpu.is_none()) {
+            bail!("{workload_origin}: application `{}` has no CPU variant, so the cpu-only policy cannot run it", a.name);
+        }
+    }
+    let config = SimConfig { heartbeat_interval: args.heartbeat.0, seed: args.seed, ..SimConfig::default() };
+    let mut policy = args.policy.build();
+    let bar = progress_bar(workload.total_tasks(), args.policy.as_str());
+    let result = simulate(&cluster, &apps, policy.as_mut(), &config, &mut |p: Progress| {
+        bar.set_position(p.completed_tasks);
+    })?;
+    bar.finish_and_clear();
+    if let Some(path) = &args.out {
+        std::fs::write(path, result.to_json()?).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    match args.output {
+        Output::Table => print_result(&result),
+        Output::Json => println!("{}", result.to_json()?),
+    }
+    Ok(())
+}
+
+fn print_result(r: &SimResult) {
+    println!(
+        "policy {}: makespan {:.1} s, {} tasks ({} on GPUs, {} on CPUs), average task delay {:.2}×",
+        r.policy, r.makespan_s, r.total_tasks, r.gpu_tasks, r.cpu_tasks, r.average_task_delay
+    );
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED);
+    table.set_header(["application", "tasks", "on GPU", "on CPU", "completed at (s)", "mean delay"]);
+    for a in &r.apps {
+        table.add_row([
+            a.name.clone(),
+            a.tasks.to_string(),
+            a.gpu_tasks.to_string(),
+            a.cpu_tasks.to_string(),
+            format!("{:.1}", a.completion_s),
+            format!("{:.2}×", a.mean_slowdown),
+        ]);
+    }
+    println!("{table}");
+}

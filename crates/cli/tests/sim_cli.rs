@@ -1,0 +1,95 @@
+//! The `hetsched sim` front door as a user meets it: the real binary on the example files and on
+//! the malformed fixture set.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn hetsched(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hetsched"))
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .expect("the hetsched binary runs")
+}
+
+fn sim_run(cluster: &str, workload: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["sim", "run", "--cluster", cluster, "--workload", workload];
+    args.extend_from_slice(extra);
+    hetsched(&args)
+}
+
+const CLUSTER: &str = "examples/cluster-hdas-paper.toml";
+const WORKLOAD: &str = "examples/workload-knn-nb-bp.toml";
+
+#[test]
+fn every_malformed_fixture_is_refused_with_file_line_and_no_panic() {
+    let dir = repo().join("tests/fixtures/malformed");
+    let mut fixtures: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("fixture dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    fixtures.sort();
+    assert!(fixtures.len() >= 5, "the fixture set has at least five files");
+    for path in fixtures {
+        let rel = path.strip_prefix(repo()).unwrap_or(&path).display().to_string();
+        let is_cluster = std::fs::read_to_string(&path).unwrap_or_default().contains("[[node]]");
+        let out = if is_cluster { sim_run(&rel, WORKLOAD, &[]) } else { sim_run(CLUSTER, &rel, &[]) };
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{rel}: exit code; stderr: {stderr}");
+        assert!(!stderr.contains("panicked"), "{rel}: {stderr}");
+        let name = Path::new(&rel).file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+        let located = stderr.lines().any(|l| l.contains(&format!("{name}:")) && l.split(':').nth(2).is_some_and(|n| n.trim().parse::<u32>().is_ok()));
+        assert!(located, "{rel}: the error names file and line: {stderr}");
+        assert!(out.stdout.is_empty(), "{rel}: nothing on stdout");
+    }
+}
+
+#[test]
+fn a_gpu_only_workload_on_a_cluster_without_gpus_is_refused() {
+    let dir = std::env::temp_dir().join(format!("hetsched-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let cluster = dir.join("cpu-only.toml");
+    std::fs::write(&cluster, "[[node]]\nname = \"n\"\ncores = 8\n").expect("write");
+    let workload = dir.join("gpu-only.toml");
+    std::fs::write(&workload, "[[application]]\nname = \"bp\"\ntasks = 2\n\n[application.gpu]\ncompute = \"1s\"\nread = \"0s\"\n")
+        .expect("write");
+    let out = sim_run(&cluster.display().to_string(), &workload.display().to_string(), &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("gpu-only.toml:5:1: application[0].gpu: application `bp` runs only on GPUs"), "{stderr}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn the_example_runs_under_every_policy_and_json_is_reproducible() {
+    for policy in ["cpu-only", "fifo", "drf", "hadoop-model", "hdas"] {
+        let a = sim_run(CLUSTER, WORKLOAD, &["--policy", policy, "--output", "json", "--seed", "7"]);
+        assert!(a.status.success(), "{policy}: {}", String::from_utf8_lossy(&a.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&a.stdout).expect("valid JSON");
+        assert_eq!(v["policy"], policy);
+        assert_eq!(v["total_tasks"], 288);
+        assert!(v["makespan_s"].as_f64().is_some_and(|m| m > 0.0));
+        let b = sim_run(CLUSTER, WORKLOAD, &["--policy", policy, "--output", "json", "--seed", "7"]);
+        assert_eq!(a.stdout, b.stdout, "{policy}: same seed, same bytes");
+    }
+}
+
+#[test]
+fn unknown_policy_is_refused_with_the_list_of_names() {
+    let out = sim_run(CLUSTER, WORKLOAD, &["--policy", "round-robin"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("hadoop-model"), "{stderr}");
+}
+
+#[test]
+fn completions_are_generated() {
+    let out = hetsched(&["completions", "bash"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("hetsched"));
+}
