@@ -102,6 +102,23 @@ impl TimeSeries {
         self.time_ns.is_empty()
     }
 
+    /// Every `n`-th sample (the first included, and the last, so the end stays visible): the same
+    /// series on an `n` times coarser grid.
+    pub fn every_nth(&self, n: usize) -> TimeSeries {
+        let n = n.max(1);
+        let len = self.len();
+        let keep: Vec<usize> = (0..len).filter(|i| i % n == 0 || *i + 1 == len).collect();
+        let pick = |v: &Vec<u32>| keep.iter().map(|&i| v[i]).collect();
+        TimeSeries {
+            time_ns: keep.iter().map(|&i| self.time_ns[i]).collect(),
+            gpus_busy: pick(&self.gpus_busy),
+            cores_busy: pick(&self.cores_busy),
+            tasks_reading: pick(&self.tasks_reading),
+            io_tasks: pick(&self.io_tasks),
+            read_bytes_per_s: keep.iter().map(|&i| self.read_bytes_per_s[i]).collect(),
+        }
+    }
+
     pub(crate) fn push(&mut self, t: Time, s: &LoadSnapshot) {
         self.time_ns.push(t);
         self.gpus_busy.push(s.gpus_busy);

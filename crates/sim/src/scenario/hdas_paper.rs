@@ -35,6 +35,10 @@ pub const POLICIES: [BatchPolicyKind; 4] = [
 /// The workload whose time series the report plots (the paper's Figures 3, 4, 10 show P).
 pub const SERIES_WORKLOAD: char = 'P';
 
+/// At most this many samples of each time series are kept in the report: a longer series keeps
+/// every k-th sample (the state at those instants), so CPU-only's day-long run stays small.
+pub const MAX_SERIES_POINTS: usize = 2000;
+
 /// Settings of the scenario.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct HdasPaperOptions {
@@ -401,7 +405,9 @@ pub fn run(
             for (kind, r) in runs {
                 series.push(PolicySeries {
                     policy: kind.to_string(),
-                    series: r.series,
+                    series: r
+                        .series
+                        .every_nth(r.series.len().div_ceil(MAX_SERIES_POINTS)),
                 });
             }
         }

@@ -397,9 +397,14 @@ impl HdasPaperReport {
         for p in &self.series {
             let s = &p.series;
             let t: Vec<f64> = s.time_ns.iter().map(|&t| t as f64 / 1e9).collect();
-            // Per-second samples flicker as tasks start and stop; plot 30-sample moving means (the
-            // CSV keeps every sample).
+            // Samples flicker as tasks start and stop; plot 30-sample moving means (the CSV keeps
+            // every sample).
+            let step_s = match (t.first(), t.get(1)) {
+                (Some(a), Some(b)) => b - a,
+                _ => 1.0,
+            };
             let smooth = |v: Vec<f64>| plot::moving_mean(&v, 30);
+            let y_label = format!("count ({:.0} s moving mean)", 30.0 * step_s);
             let path = dir.join(format!("load_{SERIES_WORKLOAD}_{}.svg", p.policy));
             plot::lines(
                 &path,
@@ -409,7 +414,7 @@ impl HdasPaperReport {
                         p.policy
                     ),
                     x_label: "time (s)",
-                    y_label: "count (30 s moving mean)",
+                    y_label: &y_label,
                     x: t,
                     series: vec![
                         (
