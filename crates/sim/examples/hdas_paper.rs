@@ -1,13 +1,18 @@
 //! Runs the `hdas-paper` scenario and prints its table; with an argument, also writes the CSV,
 //! JSON and SVG outputs into that directory:
 //! `cargo run --release -p hetsched-sim --example hdas_paper -- docs/results/hdas`.
-//! Environment: `HDAS_SCALE` (task-count multiplier, default 1), `HDAS_WORKLOADS` (e.g. `ACIP`).
+//! Environment: `HDAS_SCALE` (task-count multiplier, default 1), `HDAS_WORKLOADS` (e.g. `ACIP`),
+//! `HDAS_SEED` (default 1, as `hetsched sim hdas-paper`).
 
 use hetsched_sim::scenario::hdas_paper::{self, HdasPaperOptions};
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut options = HdasPaperOptions::default();
+    options.sim.seed = match std::env::var("HDAS_SEED") {
+        Ok(s) => s.parse()?,
+        Err(_) => 1,
+    };
     if let Ok(s) = std::env::var("HDAS_SCALE") {
         options.scale = s.parse()?;
     }
