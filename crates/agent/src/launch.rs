@@ -59,16 +59,6 @@ pub async fn run(
         return fail(result, "the assignment has no command".into());
     };
     let (out, err) = output_paths(work_dir, a);
-    if let Some(dir) = out.parent() {
-        if let Err(e) = std::fs::create_dir_all(dir) {
-            return fail(result, format!("{}: {e}", dir.display()));
-        }
-    }
-    let open = |p: &Path| std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()));
-    let (stdout, stderr) = match (open(&out), open(&err)) {
-        (Ok(o), Ok(e)) => (o, e),
-        (Err(m), _) | (_, Err(m)) => return fail(result, m),
-    };
     let dir = Path::new(&a.workdir);
     let cwd = if !a.workdir.is_empty() && dir.is_dir() {
         dir
@@ -83,8 +73,8 @@ pub async fn run(
         .env("CUDA_VISIBLE_DEVICES", devices.join(","))
         .current_dir(cwd)
         .stdin(Stdio::null())
-        .stdout(Stdio::from(stdout))
-        .stderr(Stdio::from(stderr))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
     let mut child = match cmd.spawn() {
@@ -95,6 +85,10 @@ pub async fn run(
     if let Some(pid) = pid {
         on_spawn(pid);
     }
+    let drains = [
+        child.stdout.take().map(|s| tokio::spawn(drain(s, out))),
+        child.stderr.take().map(|s| tokio::spawn(drain(s, err))),
+    ];
     let limit = (a.time_limit_ms > 0).then(|| Duration::from_millis(a.time_limit_ms));
     let sleep = async {
         match limit {
@@ -127,8 +121,46 @@ pub async fn run(
             );
         }
     }
+    // The pipes close when the process (group) ends; a daemon that keeps them open is not waited
+    // for long.
+    for d in drains.into_iter().flatten() {
+        let abort = d.abort_handle();
+        match tokio::time::timeout(Duration::from_secs(2), d).await {
+            Ok(Ok(Err(e))) if result.message.is_empty() => {
+                result.message = format!("capturing output: {e}");
+            }
+            Ok(_) => {}
+            Err(_) => abort.abort(),
+        }
+    }
     result.finished_ns = now_ns();
     result
+}
+
+/// Copies a task's output stream to `path`, creating the file (and its directory) only when the
+/// first byte arrives: most short tasks print nothing, and creating two files per task dominated
+/// the agent's cost of running them.
+async fn drain(mut stream: impl tokio::io::AsyncRead + Unpin, path: PathBuf) -> std::io::Result<()> {
+    use std::io::Write;
+    use tokio::io::AsyncReadExt;
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut file: Option<std::fs::File> = None;
+    loop {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        let f = match &mut file {
+            Some(f) => f,
+            None => {
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir)?;
+                }
+                file.insert(std::fs::File::create(&path)?)
+            }
+        };
+        f.write_all(&buf[..n])?;
+    }
 }
 
 fn humanize(d: Duration) -> String {

@@ -236,7 +236,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     () = tokio::time::sleep(backoff) => {}
                     () = &mut shutdown => break,
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(1));
+                backoff = (backoff * 2).min(Duration::from_millis(500));
             }
         }
     }

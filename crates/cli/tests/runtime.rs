@@ -14,6 +14,12 @@ struct Cluster {
     server: Option<Child>,
     listen: String,
     agents: BTreeMap<String, Child>,
+    /// Serve TLS with the test certificate in `tests/tls`.
+    tls: bool,
+}
+
+fn tls_file(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/tls").join(name)
 }
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -33,11 +39,16 @@ fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
 
 impl Cluster {
     fn start(name: &str) -> Cluster {
+        Self::start_with(name, false)
+    }
+
+    fn start_with(name: &str, tls: bool) -> Cluster {
         let mut c = Cluster {
             dir: temp_dir(name),
             server: None,
             listen: "127.0.0.1:0".into(),
             agents: BTreeMap::new(),
+            tls,
         };
         c.start_server();
         c
@@ -55,8 +66,21 @@ impl Cluster {
             .append(true)
             .open(self.dir.join("server.log"))
             .expect("log");
+        let config = self.dir.join("server.toml");
+        let text = if self.tls {
+            format!(
+                "[tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+                tls_file("server.pem").display(),
+                tls_file("server.key").display()
+            )
+        } else {
+            String::new()
+        };
+        std::fs::write(&config, text).expect("config");
         let child = Command::new(BIN)
             .args(["server", "--listen", &self.listen, "--dead-timeout", "1s"])
+            .arg("--config")
+            .arg(&config)
             .args(["--heartbeat-interval", "100ms", "--data-dir"])
             .arg(self.data())
             .stdout(Stdio::null())
@@ -78,7 +102,7 @@ impl Cluster {
     }
 
     fn url(&self) -> String {
-        format!("http://{}", self.listen)
+        format!("{}://{}", if self.tls { "https" } else { "http" }, self.listen)
     }
 
     fn start_agent(&mut self, name: &str, cores: u32) {
@@ -91,6 +115,7 @@ impl Cluster {
             .arg(self.data().join("token"))
             .arg("--work-dir")
             .arg(self.dir.join(format!("agent-{name}")))
+            .args(if self.tls { vec!["--ca".to_string(), tls_file("ca.pem").display().to_string()] } else { vec![] })
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -110,6 +135,7 @@ impl Cluster {
             .args(args)
             .env("HETSCHED_SERVER", self.url())
             .env("HETSCHED_TOKEN_FILE", self.data().join("token"))
+            .envs(self.tls.then(|| ("HETSCHED_CA", tls_file("ca.pem"))))
             .current_dir(&self.dir)
             .output()
             .expect("run hetsched")
@@ -400,4 +426,43 @@ fn cancel_stops_running_tasks_and_time_limits_are_enforced() {
         tasks[0]["message"].as_str().is_some_and(|m| m.contains("time limit")),
         "{tasks}"
     );
+}
+
+#[test]
+fn example_job_files_are_valid_runtime_jobs() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).expect("examples") {
+        let path = entry.expect("entry").path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("").to_string();
+        if !(name.starts_with("job-") && name.ends_with(".toml")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("read");
+        let w = hetsched_core::input::workload::parse_workload(&name, &text)
+            .unwrap_or_else(|e| panic!("{e}"));
+        w.check_commands().unwrap_or_else(|e| panic!("{e}"));
+        seen += 1;
+    }
+    assert!(seen >= 2, "examples/job-*.toml");
+}
+
+#[test]
+fn agents_and_clients_speak_tls_when_the_server_has_a_certificate() {
+    let mut c = Cluster::start_with("tls", true);
+    c.start_agent("secure", 2);
+    c.wait_for_nodes(1);
+    let job = c.write(
+        "job.toml",
+        "[[application]]\nname = \"t\"\ntasks = 4\n[application.cpu]\ncommand = \"true\"\n",
+    );
+    let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Plain text to a TLS server fails.
+    let out = Command::new(BIN)
+        .args(["jobs", "--server", &format!("http://{}", c.listen), "--token-file"])
+        .arg(c.data().join("token"))
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
 }

@@ -156,7 +156,16 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
 
     let (tx, rx) = oneshot::channel();
     let router = service::router(shared, &token, config.tls.as_ref()).await?;
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    // Small request/response messages: without TCP_NODELAY, Nagle's algorithm and delayed ACKs
+    // add tens of milliseconds to every heartbeat round trip.
+    let incoming = tokio_stream::StreamExt::map(
+        tokio_stream::wrappers::TcpListenerStream::new(listener),
+        |conn| {
+            conn.inspect(|s| {
+                let _ = s.set_nodelay(true);
+            })
+        },
+    );
     let join = tokio::spawn(async move {
         router
             .serve_with_incoming_shutdown(incoming, async {

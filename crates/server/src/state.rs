@@ -37,6 +37,9 @@ use tracing::{info, warn};
 /// Most tasks one job may have (a typo of `tasks = 4000000000` should not exhaust memory).
 pub const MAX_TASKS_PER_JOB: u64 = 1_000_000;
 
+/// After a restart, a node gets this many dead-timeouts (at least 5 s) to heartbeat again.
+pub const RESTART_GRACE: u32 = 3;
+
 /// Why a request failed.
 #[derive(Debug, Error)]
 pub enum StateError {
@@ -126,6 +129,9 @@ struct NodeRec {
     spec: Node,
     alive: bool,
     last_seen: Instant,
+    /// Whether the node has registered or heartbeated since this server started (nodes restored
+    /// from the store get a longer grace period to come back after a restart).
+    seen: bool,
     /// Tasks the server has dispatched here and not seen finish.
     running: HashSet<u64>,
     read_bps: f64,
@@ -177,6 +183,7 @@ impl State {
             state.nodes.push(NodeRec {
                 spec,
                 alive: true,
+                seen: false,
                 last_seen: Instant::now(),
                 running: HashSet::new(),
                 read_bps: 0.0,
@@ -374,6 +381,7 @@ impl State {
                 );
             }
             rec.last_seen = Instant::now();
+            rec.seen = true;
             if !rec.alive {
                 rec.alive = true;
                 self.view.set_alive(NodeId(id), true)?;
@@ -395,6 +403,7 @@ impl State {
             self.nodes.push(NodeRec {
                 spec,
                 alive: true,
+                seen: true,
                 last_seen: Instant::now(),
                 running: HashSet::new(),
                 read_bps: 0.0,
@@ -420,6 +429,7 @@ impl State {
             });
         };
         rec.last_seen = Instant::now();
+        rec.seen = true;
         rec.read_bps = req.read_bytes_per_sec;
         rec.gpus = req.gpus.clone();
         if !rec.alive {
@@ -582,12 +592,19 @@ impl State {
     }
 
     /// Declares dead every live node silent for longer than `timeout` and re-queues its tasks.
+    /// Nodes not heard from since this server started get [`RESTART_GRACE`] timeouts, so agents
+    /// that were retrying during a restart reconnect before their tasks are given away.
     pub fn check_dead(&mut self, timeout: Duration) -> Result<(), StateError> {
         let now = now_ns();
         let mut dirty = Vec::new();
         for i in 0..self.nodes.len() {
             let n = &mut self.nodes[i];
-            if !n.alive || n.last_seen.elapsed() <= timeout {
+            let limit = if n.seen {
+                timeout
+            } else {
+                (timeout * RESTART_GRACE).max(Duration::from_secs(5))
+            };
+            if !n.alive || n.last_seen.elapsed() <= limit {
                 continue;
             }
             n.alive = false;
