@@ -173,6 +173,7 @@ pub fn simulate(
         dirty: Vec::new(),
         done_reads: Vec::new(),
         requests: distinct_requests(apps),
+        sample_step: config.sample_interval.unwrap_or(NANOS_PER_SEC),
     };
 
     let mut queue = EventQueue::with_capacity(cluster.nodes.len() * 8 + apps.len());
@@ -436,7 +437,12 @@ struct BatchSim<'a> {
     done_reads: Vec<u64>,
     /// Every distinct request of every application's variants.
     requests: Vec<Resources>,
+    /// The sampling grid's step now (doubles when the series grows past [`MAX_SAMPLES`]).
+    sample_step: Time,
 }
+
+/// Most samples a load series holds before its grid coarsens.
+const MAX_SAMPLES: usize = 1 << 20;
 
 fn distinct_requests(apps: &[Application]) -> Vec<Resources> {
     let mut out: Vec<Resources> = Vec::new();
@@ -483,7 +489,9 @@ impl BatchSim<'_> {
                     let at = if now <= n.phase {
                         n.phase
                     } else {
-                        n.phase + (now - n.phase).div_ceil(interval) * interval
+                        n.phase.saturating_add(
+                            (now - n.phase).div_ceil(interval).saturating_mul(interval),
+                        )
                     };
                     queue.schedule(at, Event::Heartbeat(idx as u32));
                 }
@@ -506,7 +514,10 @@ impl BatchSim<'_> {
         if !self.requests.iter().any(|r| free.fits(r)) {
             // Nothing any application asks for fits: the policy could place nothing, so it is
             // not consulted (this keeps beats of full nodes cheap).
-            queue.schedule(now + self.config.heartbeat_interval, Event::Heartbeat(node));
+            queue.schedule(
+                now.saturating_add(self.config.heartbeat_interval),
+                Event::Heartbeat(node),
+            );
             self.empty_beat(now)?;
             return Ok(());
         }
@@ -521,7 +532,10 @@ impl BatchSim<'_> {
         for a in assignments {
             self.start(a, now, queue)?;
         }
-        queue.schedule(now + self.config.heartbeat_interval, Event::Heartbeat(node));
+        queue.schedule(
+            now.saturating_add(self.config.heartbeat_interval),
+            Event::Heartbeat(node),
+        );
         if placed == 0 {
             self.empty_beat(now)
         } else {
@@ -685,7 +699,7 @@ impl BatchSim<'_> {
                     return;
                 }
                 Work::Wait(d) => {
-                    queue.schedule(now + d, Event::TaskStep(task));
+                    queue.schedule(now.saturating_add(d), Event::TaskStep(task));
                     return;
                 }
             }
@@ -802,15 +816,33 @@ impl BatchSim<'_> {
         s
     }
 
-    fn finish_series(&mut self, end: Time) {
-        let Some(step) = self.config.sample_interval else {
-            return;
-        };
-        let s = self.snapshot();
-        while self.next_sample <= end {
-            self.series.push(self.next_sample, &s);
-            self.next_sample += step;
+    /// Records `s` at every grid instant before `bound` (and at `bound` too if `inclusive`).
+    /// Past [`MAX_SAMPLES`] the grid coarsens: every other sample is dropped and the step doubles,
+    /// so a very long run keeps a bounded, evenly spaced series.
+    fn record_until(&mut self, bound: Time, inclusive: bool, s: &LoadSnapshot) {
+        while self.next_sample < bound || (inclusive && self.next_sample == bound) {
+            self.series.push(self.next_sample, s);
+            if self.series.len() >= MAX_SAMPLES {
+                self.series = self.series.even_samples();
+                self.sample_step = self.sample_step.saturating_mul(2);
+                let last = self.series.time_ns.last().copied().unwrap_or(0);
+                self.next_sample = last.saturating_add(self.sample_step);
+                continue;
+            }
+            let next = self.next_sample.saturating_add(self.sample_step);
+            if next == self.next_sample {
+                break;
+            }
+            self.next_sample = next;
         }
+    }
+
+    fn finish_series(&mut self, end: Time) {
+        if self.config.sample_interval.is_none() {
+            return;
+        }
+        let s = self.snapshot();
+        self.record_until(end, true, &s);
         if self.series.time_ns.last().is_some_and(|&t| t < end) {
             self.series.push(end, &s);
         }
@@ -876,19 +908,12 @@ impl Model for BatchSim<'_> {
     type Event = Event;
     type Error = SimError;
 
-    fn advance(&mut self, from: Time, to: Time) {
-        let Some(step) = self.config.sample_interval else {
-            return;
-        };
-        if self.next_sample >= to {
+    fn advance(&mut self, _from: Time, to: Time) {
+        if self.config.sample_interval.is_none() || self.next_sample >= to {
             return;
         }
         let s = self.snapshot();
-        while self.next_sample < to {
-            debug_assert!(self.next_sample >= from);
-            self.series.push(self.next_sample, &s);
-            self.next_sample += step;
-        }
+        self.record_until(to, false, &s);
     }
 
     fn handle(&mut self, event: Event, queue: &mut EventQueue<Event>) -> Result<Flow, SimError> {

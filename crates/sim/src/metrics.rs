@@ -74,7 +74,9 @@ pub struct AppResult {
 }
 
 /// Cluster-wide load sampled on a fixed grid: sample `i` is the state at `time_ns[i]` after every
-/// event at or before that instant. Stored column by column to keep the JSON compact.
+/// event at or before that instant (plus a last sample at the makespan). Stored column by column to
+/// keep the JSON compact. A run so long that the series would pass 2^20 samples keeps every other
+/// sample and doubles its step, as often as needed.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TimeSeries {
     /// Sample instants.
@@ -116,6 +118,21 @@ impl TimeSeries {
             tasks_reading: pick(&self.tasks_reading),
             io_tasks: pick(&self.io_tasks),
             read_bytes_per_s: keep.iter().map(|&i| self.read_bytes_per_s[i]).collect(),
+        }
+    }
+
+    /// The samples at even positions: the same series on a grid twice as coarse.
+    pub fn even_samples(&self) -> TimeSeries {
+        fn even<T: Copy>(v: &[T]) -> Vec<T> {
+            v.iter().step_by(2).copied().collect()
+        }
+        TimeSeries {
+            time_ns: even(&self.time_ns),
+            gpus_busy: even(&self.gpus_busy),
+            cores_busy: even(&self.cores_busy),
+            tasks_reading: even(&self.tasks_reading),
+            io_tasks: even(&self.io_tasks),
+            read_bytes_per_s: even(&self.read_bytes_per_s),
         }
     }
 

@@ -201,3 +201,22 @@ impl BatchPolicy for Spy {
         Fifo.on_node_update(view, node, now)
     }
 }
+
+#[test]
+fn a_very_long_run_keeps_a_bounded_evenly_spaced_series() {
+    // One task of 3,000,000 s (about 35 days) sampled every second: the grid coarsens to 4 s.
+    let c = cluster(vec![node("n").cores(1).build(NodeId(0))]);
+    let apps = [app("long")
+        .split_mib(0)
+        .tasks(1)
+        .cpu(3_000_000.0, 0.0)
+        .build(AppId(0))];
+    let r = run(&c, &apps, BatchPolicyKind::Fifo, &aligned()).unwrap();
+    let t = &r.series.time_ns;
+    assert!(t.len() <= 1 << 20, "{}", t.len());
+    assert_eq!(t[1] - t[0], 4 * S);
+    assert!(t.windows(2).take(t.len() - 2).all(|w| w[1] - w[0] == 4 * S));
+    assert_eq!(*t.last().unwrap(), r.makespan_ns);
+    assert_eq!(r.makespan_ns, 3_000_000 * S);
+    assert_eq!(r.series.cores_busy[t.len() / 2], 1);
+}
