@@ -27,6 +27,10 @@ use thiserror::Error;
 use tokio::sync::{Notify, oneshot};
 use tracing::{debug, info, warn};
 
+/// How long the agent waits after a task ends before it heartbeats, so that tasks ending
+/// together report together.
+const COALESCE: Duration = Duration::from_millis(1);
+
 /// Why the agent could not start.
 #[derive(Debug, Error)]
 pub enum AgentError {
@@ -219,7 +223,11 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                 }
                 backoff = Duration::from_millis(50);
                 tokio::select! {
-                    () = notify.notified() => {}
+                    () = notify.notified() => {
+                        // Group commit, agent side: results of tasks ending within the next moment
+                        // ride on the same heartbeat (one RPC and one server transaction for many).
+                        tokio::time::sleep(COALESCE).await;
+                    }
                     () = tokio::time::sleep(interval) => {}
                     () = &mut shutdown => break,
                 }
