@@ -471,12 +471,13 @@ impl State {
                 });
             }
         }
-        let lost: Vec<u64> = self.nodes[nid.index()]
+        let mut lost: Vec<u64> = self.nodes[nid.index()]
             .running
             .iter()
             .filter(|t| !reported.contains(t))
             .copied()
             .collect();
+        lost.sort_unstable_by(|a, b| b.cmp(a));
         for t in lost {
             self.lose(t, "the task vanished from its node", now, &mut dirty)?;
         }
@@ -610,7 +611,9 @@ impl State {
             n.alive = false;
             warn!(node = %n.spec.name, tasks = n.running.len(), "node stopped heartbeating: declared dead");
             let reason = format!("node `{}` stopped heartbeating", n.spec.name);
-            let lost: Vec<u64> = n.running.iter().copied().collect();
+            let mut lost: Vec<u64> = n.running.iter().copied().collect();
+            // Each re-queued task goes to the front: re-queue the last first, so they keep order.
+            lost.sort_unstable_by(|a, b| b.cmp(a));
             self.view.set_alive(NodeId(i as u32), false)?;
             for t in lost {
                 self.lose(t, &reason, now, &mut dirty)?;

@@ -1,0 +1,200 @@
+//! The server's rules without a network: heartbeats in, assignments and kills out, state across a
+//! restart. Each test reads like the situation it checks.
+
+use hetsched_proto as pb;
+use hetsched_server::ServerConfig;
+use hetsched_server::state::State;
+use hetsched_server::store::Store;
+use std::path::PathBuf;
+use std::time::Duration;
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("hetsched-state-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("dir");
+    d
+}
+
+fn open(d: &PathBuf) -> State {
+    let config = ServerConfig {
+        data_dir: d.clone(),
+        max_attempts: 2,
+        ..Default::default()
+    };
+    State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state")
+}
+
+fn register(s: &mut State, name: &str, cores: u32) -> u32 {
+    s.register(pb::RegisterRequest {
+        name: name.into(),
+        cores,
+        memory_bytes: 1 << 30,
+        ..Default::default()
+    })
+    .expect("register")
+    .node_id
+}
+
+fn beat(s: &mut State, node: u32, running: &[(u64, u32)], results: &[(u64, u32, bool)]) -> pb::HeartbeatReply {
+    s.heartbeat(pb::HeartbeatRequest {
+        node_id: node,
+        running: running
+            .iter()
+            .map(|&(task_id, attempt)| pb::RunningTask {
+                task_id,
+                attempt,
+                read_bytes: 0,
+            })
+            .collect(),
+        results: results
+            .iter()
+            .map(|&(task_id, attempt, success)| pb::TaskResult {
+                task_id,
+                attempt,
+                exit_code: if success { 0 } else { 1 },
+                success,
+                started_ns: 1,
+                finished_ns: 2,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    })
+    .expect("heartbeat")
+}
+
+const JOB: &str = "[[application]]\nname = \"a\"\ntasks = 3\n[application.cpu]\ncommand = \"true\"\n";
+
+fn assigned(r: &pb::HeartbeatReply) -> Vec<(u64, u32)> {
+    r.assignments.iter().map(|a| (a.task_id, a.attempt)).collect()
+}
+
+fn states(s: &State) -> Vec<(String, u32)> {
+    s.tasks(1)
+        .expect("tasks")
+        .tasks
+        .into_iter()
+        .map(|t| (t.state, t.attempt))
+        .collect()
+}
+
+#[test]
+fn a_heartbeat_fills_free_cores_and_a_result_frees_them() {
+    let d = dir("fill");
+    let mut s = open(&d);
+    let n = register(&mut s, "n", 2);
+    s.submit("job.toml", JOB, "/").expect("submit");
+    let r = beat(&mut s, n, &[], &[]);
+    assert_eq!(assigned(&r), vec![(0, 1), (1, 1)]);
+    assert_eq!(r.assignments[0].argv, vec!["sh", "-c", "true"]);
+    let r = beat(&mut s, n, &[(1, 1)], &[(0, 1, true)]);
+    assert_eq!(r.acked.len(), 1);
+    assert_eq!(assigned(&r), vec![(2, 1)], "the freed core takes the last task");
+    let r = beat(&mut s, n, &[], &[(1, 1, true), (2, 1, false)]);
+    assert!(r.assignments.is_empty());
+    assert_eq!(
+        states(&s),
+        vec![("succeeded".into(), 1), ("succeeded".into(), 1), ("failed".into(), 1)]
+    );
+    assert_eq!(s.job(1).expect("job").state, "failed");
+}
+
+#[test]
+fn a_result_sent_twice_is_recorded_once_and_a_stale_attempt_is_ignored() {
+    let d = dir("dedup");
+    let mut s = open(&d);
+    let n = register(&mut s, "n", 1);
+    s.submit("job.toml", JOB, "/").expect("submit");
+    beat(&mut s, n, &[], &[]);
+    let r = beat(&mut s, n, &[], &[(0, 1, true)]);
+    assert_eq!(assigned(&r), vec![(1, 1)]);
+    // The acknowledgement was lost: the agent sends the result again.
+    let r = beat(&mut s, n, &[(1, 1)], &[(0, 1, true)]);
+    assert_eq!(r.acked.len(), 1);
+    assert!(r.assignments.is_empty(), "no slot was freed twice");
+    // A result for an attempt the server never dispatched changes nothing.
+    beat(&mut s, n, &[(1, 1)], &[(1, 7, false)]);
+    assert_eq!(states(&s)[0], ("succeeded".into(), 1));
+    assert_eq!(states(&s)[1], ("running".into(), 1));
+}
+
+#[test]
+fn a_task_the_agent_does_not_know_is_requeued_and_an_unexpected_one_is_killed() {
+    let d = dir("reconcile");
+    let mut s = open(&d);
+    let n = register(&mut s, "n", 1);
+    s.submit("job.toml", JOB, "/").expect("submit");
+    let r = beat(&mut s, n, &[], &[]);
+    assert_eq!(assigned(&r), vec![(0, 1)]);
+    // The reply never arrived: the agent runs nothing, and runs something the server did not send.
+    let r = beat(&mut s, n, &[(2, 5)], &[]);
+    assert_eq!(r.kill.len(), 1);
+    assert_eq!((r.kill[0].task_id, r.kill[0].attempt), (2, 5));
+    assert_eq!(assigned(&r), vec![(0, 2)], "lost task 0 goes first again, as attempt 2");
+    // Lost again: max_attempts = 2, so it fails.
+    beat(&mut s, n, &[], &[]);
+    assert_eq!(states(&s)[0].0, "failed");
+}
+
+#[test]
+fn a_silent_node_is_declared_dead_and_its_tasks_run_elsewhere() {
+    let d = dir("dead");
+    let mut s = open(&d);
+    let a = register(&mut s, "a", 3);
+    s.submit("job.toml", JOB, "/").expect("submit");
+    assert_eq!(beat(&mut s, a, &[], &[]).assignments.len(), 3);
+    let b = register(&mut s, "b", 3);
+    std::thread::sleep(Duration::from_millis(30));
+    beat(&mut s, b, &[], &[]);
+    s.check_dead(Duration::from_millis(20)).expect("check");
+    let nodes = s.nodes().nodes;
+    assert!(!nodes[a as usize].alive && nodes[b as usize].alive);
+    let r = beat(&mut s, b, &[], &[]);
+    assert_eq!(assigned(&r), vec![(0, 2), (1, 2), (2, 2)]);
+    // The dead node comes back still running task 0's first attempt: it is told to kill it.
+    let r = beat(&mut s, a, &[(0, 1)], &[]);
+    assert_eq!(r.kill.len(), 1);
+}
+
+#[test]
+fn after_a_restart_finished_tasks_stay_finished_and_running_ones_stay_assigned() {
+    let d = dir("restart");
+    {
+        let mut s = open(&d);
+        let n = register(&mut s, "n", 2);
+        s.submit("job.toml", JOB, "/").expect("submit");
+        beat(&mut s, n, &[], &[]);
+        beat(&mut s, n, &[(1, 1)], &[(0, 1, true)]);
+    } // the server dies here; only the store remains
+    let mut s = open(&d);
+    assert_eq!(
+        states(&s),
+        vec![("succeeded".into(), 1), ("running".into(), 1), ("running".into(), 1)]
+    );
+    // The agent comes back: task 1 still runs, task 2's assignment never reached it.
+    let r = beat(&mut s, 0, &[(1, 1)], &[]);
+    assert!(r.kill.is_empty());
+    assert_eq!(assigned(&r), vec![(2, 2)]);
+    beat(&mut s, 0, &[], &[(1, 1, true), (2, 2, true)]);
+    assert_eq!(s.job(1).expect("job").state, "completed");
+    let tasks = s.tasks(1).expect("tasks").tasks;
+    assert!(tasks.iter().all(|t| t.node == "n"));
+}
+
+#[test]
+fn a_refused_submission_stores_nothing_and_cancel_kills_running_tasks() {
+    let d = dir("cancel");
+    let mut s = open(&d);
+    let n = register(&mut s, "n", 1);
+    let bad = "[[application]]\nname = \"g\"\ntasks = 2\n[application.gpu]\ncommand = \"x\"\n";
+    let e = s.submit("gpu.toml", bad, "/").expect_err("no GPUs here");
+    assert!(e.to_string().starts_with("gpu.toml:4:1: application[0].gpu:"), "{e}");
+    assert!(s.jobs().jobs.is_empty());
+    s.submit("job.toml", JOB, "/").expect("submit");
+    beat(&mut s, n, &[], &[]);
+    assert_eq!(s.cancel(1).expect("cancel").cancelled, 3);
+    let r = beat(&mut s, n, &[(0, 1)], &[]);
+    assert_eq!(r.kill.len(), 1);
+    assert!(r.assignments.is_empty());
+    assert_eq!(s.job(1).expect("job").state, "cancelled");
+}
