@@ -9,7 +9,7 @@ use hetsched_core::input::cluster::parse_cluster;
 use hetsched_core::input::workload::{MissingProfile, parse_workload};
 use hetsched_core::policy::batch::BatchPolicyKind;
 use hetsched_sim::scenario::hdas_paper;
-use hetsched_sim::{Progress, SimConfig, SimResult, simulate};
+use hetsched_sim::{IoReport, Progress, SimConfig, SimResult, simulate};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 
@@ -33,6 +33,25 @@ pub enum Output {
     Json,
 }
 
+/// What a heartbeat reports as a node's disk load (spec 02's `TotalIO` and `#IOtask`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum IoReportArg {
+    /// Reads the disk is serving now (a CPU task counts with its current chunk only).
+    #[default]
+    InFlight,
+    /// Every task with input left, with all its unread bytes.
+    Remaining,
+}
+
+impl From<IoReportArg> for IoReport {
+    fn from(a: IoReportArg) -> IoReport {
+        match a {
+            IoReportArg::InFlight => IoReport::InFlight,
+            IoReportArg::Remaining => IoReport::Remaining,
+        }
+    }
+}
+
 /// Options of `sim hdas-paper`.
 #[derive(Debug, Args)]
 pub struct HdasPaperArgs {
@@ -45,6 +64,9 @@ pub struct HdasPaperArgs {
     /// Multiply every application's task count (1.0 = the documented experiment; 0.1 for a quick look).
     #[arg(long, default_value_t = 1.0)]
     pub scale: f64,
+    /// What heartbeats report as a node's disk load.
+    #[arg(long, value_enum, default_value_t)]
+    pub io_report: IoReportArg,
     /// Run only these workloads (letters A–Y, comma-separated); all 25 by default.
     #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<char>,
@@ -71,6 +93,9 @@ pub struct RunArgs {
     /// Heartbeat interval of every node, e.g. "1s" or "250ms".
     #[arg(long, default_value = "1s")]
     pub heartbeat: Duration,
+    /// What heartbeats report as a node's disk load.
+    #[arg(long, value_enum, default_value_t)]
+    pub io_report: IoReportArg,
     /// Print a table or JSON (the whole result, task records included).
     #[arg(long, value_enum, default_value_t)]
     pub output: Output,
@@ -103,11 +128,14 @@ fn hdas_paper_cmd(args: HdasPaperArgs) -> anyhow::Result<()> {
     options.sim.seed = args.seed;
     options.scale = args.scale;
     options.workloads = args.workloads.clone();
+    options.sim.io_report = args.io_report.into();
     let bar = ProgressBar::new(0);
     bar.set_style(
-        ProgressStyle::with_template("hdas-paper [{bar:40}] {pos}/{len} simulations ({elapsed}) {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "hdas-paper [{bar:40}] {pos}/{len} simulations ({elapsed}) {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
     );
     let report = hdas_paper::run(&options, &mut |p: hdas_paper::ScenarioProgress| {
         bar.set_length(p.runs_total as u64);
@@ -120,8 +148,14 @@ fn hdas_paper_cmd(args: HdasPaperArgs) -> anyhow::Result<()> {
         Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
     }
     if let Some(dir) = args.out {
-        let written = report.write_outputs(&dir).with_context(|| format!("writing results to {}", dir.display()))?;
-        eprintln!("wrote {} files (CSV, JSON, SVG plots) to {}", written.len(), dir.display());
+        let written = report
+            .write_outputs(&dir)
+            .with_context(|| format!("writing results to {}", dir.display()))?;
+        eprintln!(
+            "wrote {} files (CSV, JSON, SVG plots) to {}",
+            written.len(),
+            dir.display()
+        );
     }
     Ok(())
 }
@@ -137,20 +171,35 @@ fn run_cmd(args: RunArgs) -> anyhow::Result<()> {
     let workload = parse_workload(&workload_origin, &read(&args.workload)?)?;
     workload.check_runnable(&cluster.nodes)?;
     let apps = workload.to_applications(0, MissingProfile::Refuse)?;
-    if args.policy == BatchPolicyKind::CpuOnly {
-        if let Some(a) = apps.iter().find(|a| a.cpu.is_none()) {
-            bail!("{workload_origin}: application `{}` has no CPU variant, so the cpu-only policy cannot run it", a.name);
-        }
+    if args.policy == BatchPolicyKind::CpuOnly
+        && let Some(a) = apps.iter().find(|a| a.cpu.is_none())
+    {
+        bail!(
+            "{workload_origin}: application `{}` has no CPU variant, so the cpu-only policy cannot run it",
+            a.name
+        );
     }
-    let config = SimConfig { heartbeat_interval: args.heartbeat.0, seed: args.seed, ..SimConfig::default() };
+    let config = SimConfig {
+        heartbeat_interval: args.heartbeat.0,
+        seed: args.seed,
+        io_report: args.io_report.into(),
+        ..SimConfig::default()
+    };
     let mut policy = args.policy.build();
     let bar = progress_bar(workload.total_tasks(), args.policy.as_str());
-    let result = simulate(&cluster, &apps, policy.as_mut(), &config, &mut |p: Progress| {
-        bar.set_position(p.completed_tasks);
-    })?;
+    let result = simulate(
+        &cluster,
+        &apps,
+        policy.as_mut(),
+        &config,
+        &mut |p: Progress| {
+            bar.set_position(p.completed_tasks);
+        },
+    )?;
     bar.finish_and_clear();
     if let Some(path) = &args.out {
-        std::fs::write(path, result.to_json()?).with_context(|| format!("cannot write {}", path.display()))?;
+        std::fs::write(path, result.to_json()?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
     }
     match args.output {
         Output::Table => print_result(&result),
@@ -166,7 +215,14 @@ fn print_result(r: &SimResult) {
     );
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);
-    table.set_header(["application", "tasks", "on GPU", "on CPU", "completed at (s)", "mean delay"]);
+    table.set_header([
+        "application",
+        "tasks",
+        "on GPU",
+        "on CPU",
+        "completed at (s)",
+        "mean delay",
+    ]);
     for a in &r.apps {
         table.add_row([
             a.name.clone(),

@@ -13,6 +13,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(s) => s.parse()?,
         Err(_) => 1,
     };
+    if std::env::var("HDAS_IO_REPORT").is_ok_and(|v| v == "in-flight") {
+        options.sim.io_report = hetsched_sim::IoReport::InFlight;
+    }
     if let Ok(s) = std::env::var("HDAS_SCALE") {
         options.scale = s.parse()?;
     }

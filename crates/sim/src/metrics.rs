@@ -87,7 +87,7 @@ pub struct TimeSeries {
     pub cores_busy: Vec<u32>,
     /// Read requests on the disks now (sum over nodes of tasks actively reading).
     pub tasks_reading: Vec<u32>,
-    /// Tasks with input still to read, over all nodes (`#IOtask`; CPU tasks between chunks count).
+    /// Tasks with input still to read, over all nodes (CPU tasks between chunks count).
     pub io_tasks: Vec<u32>,
     /// Bytes per second read from all disks together.
     pub read_bytes_per_s: Vec<f64>,

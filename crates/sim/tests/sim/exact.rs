@@ -115,11 +115,27 @@ fn a_gpu_task_and_a_chunked_cpu_task_contend_for_the_disk() {
     );
     let slowdowns: Vec<f64> = r.tasks.iter().map(|t| t.slowdown).collect();
     assert_eq!(slowdowns, vec![1.25, 3.5 / 3.0, 1.0]);
-    // The heartbeat at 1 s reports both tasks still reading: G's 64 MiB left plus C's unrequested
-    // second chunk. (C's first chunk completes at 1 s too, but after the beat, which was scheduled
-    // first.) At 2 s G is computing and C is reading its second chunk from the start: 64 MiB.
+    // By default a heartbeat reports the reads in flight. At 1 s both tasks are reading: G has
+    // 64 MiB left and C's first chunk has just been served (it completes at 1 s, after the beat,
+    // which was scheduled first). At 2 s G is computing and C ends its first compute step — its
+    // second chunk is requested just after the beat — so nothing is in flight.
     let mib = 1024.0 * 1024.0;
     assert_eq!(spy.reports[0], (0, 0.0, 0));
+    assert_eq!(spy.reports[1], (S, 64.0 * mib, 2));
+    assert_eq!(spy.reports[2], (2 * S, 0.0, 0));
+
+    // Counting all unread input instead, both beats also see C's unrequested second chunk.
+    let remaining = SimConfig {
+        io_report: hetsched_sim::IoReport::Remaining,
+        ..config
+    };
+    let mut spy = Spy::default();
+    let r2 = run_with(&c, &apps, &mut spy, &remaining).unwrap();
+    assert_eq!(
+        ends(&r2),
+        ends(&r),
+        "what is reported does not change the FIFO run"
+    );
     assert_eq!(spy.reports[1], (S, 128.0 * mib, 2));
     assert_eq!(spy.reports[2], (2 * S, 64.0 * mib, 1));
 }

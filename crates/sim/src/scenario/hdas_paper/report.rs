@@ -131,12 +131,13 @@ impl HdasPaperReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "hdas-paper: {} workloads, scale {}, seed {}, heartbeat {} ms, CPU read chunks {}",
+            "hdas-paper: {} workloads, scale {}, seed {}, heartbeat {} ms, CPU read chunks {}, IO report {:?}",
             self.workloads.len(),
             self.options.scale,
             self.options.sim.seed,
             self.options.sim.heartbeat_interval / 1_000_000,
-            self.options.sim.cpu_read_chunks
+            self.options.sim.cpu_read_chunks,
+            self.options.sim.io_report
         );
         let _ = writeln!(out, "{t}");
         let _ = writeln!(
@@ -426,7 +427,7 @@ impl HdasPaperReport {
                             smooth(s.tasks_reading.iter().map(|&v| f64::from(v)).collect()),
                         ),
                         (
-                            "tasks with input left (#IOtask)",
+                            "tasks with input left",
                             smooth(s.io_tasks.iter().map(|&v| f64::from(v)).collect()),
                         ),
                     ],
