@@ -20,7 +20,10 @@ pub fn now_ns() -> u64 {
 pub fn output_paths(work_dir: &Path, a: &pb::Assignment) -> (PathBuf, PathBuf) {
     let dir = work_dir.join(format!("job-{}", a.job_id));
     let stem = format!("{}-{}.{}", a.app, a.index, a.attempt);
-    (dir.join(format!("{stem}.out")), dir.join(format!("{stem}.err")))
+    (
+        dir.join(format!("{stem}.out")),
+        dir.join(format!("{stem}.err")),
+    )
 }
 
 fn kill_group(pid: Option<u32>) {
@@ -140,7 +143,10 @@ pub async fn run(
 /// Copies a task's output stream to `path`, creating the file (and its directory) only when the
 /// first byte arrives: most short tasks print nothing, and creating two files per task dominated
 /// the agent's cost of running them.
-async fn drain(mut stream: impl tokio::io::AsyncRead + Unpin, path: PathBuf) -> std::io::Result<()> {
+async fn drain(
+    mut stream: impl tokio::io::AsyncRead + Unpin,
+    path: PathBuf,
+) -> std::io::Result<()> {
     use std::io::Write;
     use tokio::io::AsyncReadExt;
     let mut buf = vec![0u8; 16 * 1024];

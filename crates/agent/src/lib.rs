@@ -154,7 +154,9 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     gpus: gpus.utilisation(),
                 }
             };
-            let reply = match tokio::time::timeout(Duration::from_secs(10), client.heartbeat(req)).await {
+            let reply = match tokio::time::timeout(Duration::from_secs(10), client.heartbeat(req))
+                .await
+            {
                 Ok(Ok(r)) => r.into_inner(),
                 Ok(Err(s)) => break 'beat Err(s),
                 Err(_) => break 'beat Err(tonic::Status::deadline_exceeded("heartbeat timed out")),
@@ -172,13 +174,12 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     .any(|a| a.task_id == r.task_id && a.attempt == r.attempt)
             });
             for k in &reply.kill {
-                if let Some(t) = sh.running.get_mut(&k.task_id) {
-                    if t.attempt == k.attempt {
-                        if let Some(tx) = t.kill.take() {
-                            debug!(task = k.task_id, "killing at the server's request");
-                            let _ = tx.send(());
-                        }
-                    }
+                if let Some(t) = sh.running.get_mut(&k.task_id)
+                    && t.attempt == k.attempt
+                    && let Some(tx) = t.kill.take()
+                {
+                    debug!(task = k.task_id, "killing at the server's request");
+                    let _ = tx.send(());
                 }
             }
             for a in reply.assignments {
@@ -198,10 +199,10 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     let (task, attempt) = (a.task_id, a.attempt);
                     let result = launch::run(&a, &opts.name, &opts.work_dir, rx, move |pid| {
                         let mut sh = pid_shared.lock().unwrap_or_else(|p| p.into_inner());
-                        if let Some(t) = sh.running.get_mut(&task) {
-                            if t.attempt == attempt {
-                                t.pid = Some(pid);
-                            }
+                        if let Some(t) = sh.running.get_mut(&task)
+                            && t.attempt == attempt
+                        {
+                            t.pid = Some(pid);
                         }
                     })
                     .await;

@@ -19,7 +19,9 @@ struct Cluster {
 }
 
 fn tls_file(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/tls").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/tls")
+        .join(name)
 }
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -102,7 +104,11 @@ impl Cluster {
     }
 
     fn url(&self) -> String {
-        format!("{}://{}", if self.tls { "https" } else { "http" }, self.listen)
+        format!(
+            "{}://{}",
+            if self.tls { "https" } else { "http" },
+            self.listen
+        )
     }
 
     fn start_agent(&mut self, name: &str, cores: u32) {
@@ -115,7 +121,11 @@ impl Cluster {
             .arg(self.data().join("token"))
             .arg("--work-dir")
             .arg(self.dir.join(format!("agent-{name}")))
-            .args(if self.tls { vec!["--ca".to_string(), tls_file("ca.pem").display().to_string()] } else { vec![] })
+            .args(if self.tls {
+                vec!["--ca".to_string(), tls_file("ca.pem").display().to_string()]
+            } else {
+                vec![]
+            })
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -145,7 +155,11 @@ impl Cluster {
         let mut full = args.to_vec();
         full.extend(["--output", "json"]);
         let out = self.cli(&full);
-        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice(&out.stdout).expect("json")
     }
 
@@ -155,7 +169,10 @@ impl Cluster {
             out.status.success()
                 && serde_json::from_slice::<serde_json::Value>(&out.stdout)
                     .ok()
-                    .and_then(|v| v.as_array().map(|a| a.iter().filter(|n| n["alive"] == true).count()))
+                    .and_then(|v| {
+                        v.as_array()
+                            .map(|a| a.iter().filter(|n| n["alive"] == true).count())
+                    })
                     == Some(n)
         });
     }
@@ -210,12 +227,21 @@ fn a_job_of_200_tasks_runs_every_task_exactly_once() {
         ),
     );
     let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let ran = lines(&log);
     assert_eq!(ran.len(), 200, "every task ran once: {} lines", ran.len());
     let indices: BTreeSet<u32> = ran
         .iter()
-        .map(|l| l.split(' ').next().and_then(|i| i.parse().ok()).expect("index"))
+        .map(|l| {
+            l.split(' ')
+                .next()
+                .and_then(|i| i.parse().ok())
+                .expect("index")
+        })
         .collect();
     assert_eq!(indices, (0..200).collect());
     let jobs = c.json(&["jobs"]);
@@ -247,7 +273,10 @@ fn a_job_of_200_tasks_runs_every_task_exactly_once() {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(c.data().join("token")).expect("token").permissions().mode();
+        let mode = std::fs::metadata(c.data().join("token"))
+            .expect("token")
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600, "token file mode");
     }
 }
@@ -257,7 +286,8 @@ fn malformed_job_files_are_refused_with_file_line_and_field_and_nothing_is_store
     let mut c = Cluster::start("malformed");
     c.start_agent("cpu-only", 2);
     c.wait_for_nodes(1);
-    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/jobs-malformed");
+    let fixtures =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/jobs-malformed");
     // (file, line, what the message must name)
     let expected: &[(&str, usize, &str)] = &[
         ("01-syntax-error.toml", 3, "string"),
@@ -284,7 +314,10 @@ fn malformed_job_files_are_refused_with_file_line_and_field_and_nothing_is_store
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{file} was accepted");
         let located = format!("{}:{line}:", path.display());
-        assert!(err.contains(&located), "{file}: expected `{located}` in: {err}");
+        assert!(
+            err.contains(&located),
+            "{file}: expected `{located}` in: {err}"
+        );
         assert!(err.contains(field), "{file}: expected `{field}` in: {err}");
     }
     assert_eq!(c.json(&["jobs"]), serde_json::json!([]));
@@ -304,7 +337,11 @@ fn events(path: &Path) -> Vec<(String, u32, u32)> {
         .iter()
         .filter_map(|l| {
             let mut p = l.split_whitespace();
-            Some((p.next()?.to_string(), p.next()?.parse().ok()?, p.next()?.parse().ok()?))
+            Some((
+                p.next()?.to_string(),
+                p.next()?.parse().ok()?,
+                p.next()?.parse().ok()?,
+            ))
         })
         .collect()
 }
@@ -325,13 +362,23 @@ fn a_server_killed_mid_job_restarts_and_no_recorded_success_runs_again() {
         ),
     );
     let out = c.cli(&["submit", job.to_str().expect("path")]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    wait_until("some tasks to succeed", Duration::from_secs(30), || c.succeeded(1) >= 10);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_until("some tasks to succeed", Duration::from_secs(30), || {
+        c.succeeded(1) >= 10
+    });
     c.kill_server();
     std::thread::sleep(Duration::from_millis(400));
     c.start_server();
     let out = c.cli(&["wait", "1", "--timeout", "60s"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let tasks = c.json(&["tasks", "--job", "1"]);
     let recorded: BTreeMap<u32, u32> = tasks
         .as_array()
@@ -339,14 +386,25 @@ fn a_server_killed_mid_job_restarts_and_no_recorded_success_runs_again() {
         .iter()
         .map(|t| {
             assert_eq!(t["state"], "succeeded", "{t}");
-            (t["index"].as_u64().unwrap_or(0) as u32, t["attempt"].as_u64().unwrap_or(0) as u32)
+            (
+                t["index"].as_u64().unwrap_or(0) as u32,
+                t["attempt"].as_u64().unwrap_or(0) as u32,
+            )
         })
         .collect();
     assert_eq!(recorded.len(), 48);
     let ev = events(&log);
     for (index, attempt) in &recorded {
-        let ends: Vec<u32> = ev.iter().filter(|e| e.0 == "end" && e.1 == *index).map(|e| e.2).collect();
-        assert_eq!(ends, vec![*attempt], "task {index} finished exactly once, as the recorded attempt");
+        let ends: Vec<u32> = ev
+            .iter()
+            .filter(|e| e.0 == "end" && e.1 == *index)
+            .map(|e| e.2)
+            .collect();
+        assert_eq!(
+            ends,
+            vec![*attempt],
+            "task {index} finished exactly once, as the recorded attempt"
+        );
         assert!(
             ev.iter().all(|e| e.1 != *index || e.2 <= *attempt),
             "task {index}: nothing ran after the recorded attempt"
@@ -370,20 +428,37 @@ fn an_agent_killed_mid_job_loses_its_tasks_to_the_others() {
         ),
     );
     let out = c.cli(&["submit", job.to_str().expect("path")]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    wait_until("the doomed agent to run tasks", Duration::from_secs(20), || {
-        c.json(&["tasks", "--job", "1"])
-            .as_array()
-            .is_some_and(|ts| ts.iter().any(|t| t["node"] == "doomed" && t["state"] == "running"))
-    });
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_until(
+        "the doomed agent to run tasks",
+        Duration::from_secs(20),
+        || {
+            c.json(&["tasks", "--job", "1"])
+                .as_array()
+                .is_some_and(|ts| {
+                    ts.iter()
+                        .any(|t| t["node"] == "doomed" && t["state"] == "running")
+                })
+        },
+    );
     c.kill_agent("doomed");
     let out = c.cli(&["wait", "1", "--timeout", "60s"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let tasks = c.json(&["tasks", "--job", "1"]);
     let tasks = tasks.as_array().expect("tasks");
     assert!(tasks.iter().all(|t| t["state"] == "succeeded"), "{tasks:?}");
     assert!(
-        tasks.iter().any(|t| t["node"] == "survivor" && t["attempt"] == 2),
+        tasks
+            .iter()
+            .any(|t| t["node"] == "survivor" && t["attempt"] == 2),
         "a task lost with the dead agent ran again on the survivor: {tasks:?}"
     );
     let nodes = c.json(&["nodes"]);
@@ -404,12 +479,20 @@ fn cancel_stops_running_tasks_and_time_limits_are_enforced() {
         "[[application]]\nname = \"slow\"\ntasks = 6\n[application.cpu]\ncommand = \"sleep 30\"\n",
     );
     let out = c.cli(&["submit", slow.to_str().expect("path")]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     wait_until("tasks to run", Duration::from_secs(20), || {
         c.json(&["job", "1"])["counts"]["running"].as_u64() == Some(2)
     });
     let out = c.cli(&["cancel", "1"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(c.json(&["job", "1"])["state"], "cancelled");
     // The node is free again: a job with a time limit runs, and its task is killed at the limit.
     let limited = c.write(
@@ -420,10 +503,15 @@ fn cancel_stops_running_tasks_and_time_limits_are_enforced() {
     let start = Instant::now();
     let out = c.cli(&["submit", limited.to_str().expect("path"), "--wait"]);
     assert!(!out.status.success(), "a task past its time limit fails");
-    assert!(start.elapsed() < Duration::from_secs(15), "killed at its limit, not after 30 s");
+    assert!(
+        start.elapsed() < Duration::from_secs(15),
+        "killed at its limit, not after 30 s"
+    );
     let tasks = c.json(&["tasks", "--job", "2"]);
     assert!(
-        tasks[0]["message"].as_str().is_some_and(|m| m.contains("time limit")),
+        tasks[0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("time limit")),
         "{tasks}"
     );
 }
@@ -434,7 +522,11 @@ fn example_job_files_are_valid_runtime_jobs() {
     let mut seen = 0;
     for entry in std::fs::read_dir(&dir).expect("examples") {
         let path = entry.expect("entry").path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("").to_string();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("")
+            .to_string();
         if !(name.starts_with("job-") && name.ends_with(".toml")) {
             continue;
         }
@@ -457,10 +549,19 @@ fn agents_and_clients_speak_tls_when_the_server_has_a_certificate() {
         "[[application]]\nname = \"t\"\ntasks = 4\n[application.cpu]\ncommand = \"true\"\n",
     );
     let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Plain text to a TLS server fails.
     let out = Command::new(BIN)
-        .args(["jobs", "--server", &format!("http://{}", c.listen), "--token-file"])
+        .args([
+            "jobs",
+            "--server",
+            &format!("http://{}", c.listen),
+            "--token-file",
+        ])
         .arg(c.data().join("token"))
         .output()
         .expect("run");

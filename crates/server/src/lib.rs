@@ -139,7 +139,8 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     let timeout = std::time::Duration::from_nanos(config.dead_timeout.0.max(1_000_000));
     let reaper_state = shared.clone();
     let reaper = tokio::spawn(async move {
-        let mut tick = tokio::time::interval((timeout / 4).max(std::time::Duration::from_millis(20)));
+        let mut tick =
+            tokio::time::interval((timeout / 4).max(std::time::Duration::from_millis(20)));
         loop {
             tick.tick().await;
             let s = reaper_state.clone();

@@ -86,7 +86,10 @@ impl Client for ClientService {
         with_state(&self.0, |s| Ok(s.jobs())).await
     }
 
-    async fn get_job(&self, req: Request<pb::GetJobRequest>) -> Result<Response<pb::JobInfo>, Status> {
+    async fn get_job(
+        &self,
+        req: Request<pb::GetJobRequest>,
+    ) -> Result<Response<pb::JobInfo>, Status> {
         let id = req.into_inner().job_id;
         with_state(&self.0, move |s| s.job(id)).await
     }
@@ -106,7 +109,10 @@ impl Client for ClientService {
         with_state(&self.0, |s| Ok(s.nodes())).await
     }
 
-    async fn cancel(&self, req: Request<pb::CancelRequest>) -> Result<Response<pb::CancelReply>, Status> {
+    async fn cancel(
+        &self,
+        req: Request<pb::CancelRequest>,
+    ) -> Result<Response<pb::CancelReply>, Status> {
         let id = req.into_inner().job_id;
         with_state(&self.0, move |s| s.cancel(id)).await
     }
@@ -151,12 +157,8 @@ pub async fn router(
     tls: Option<&TlsConfig>,
 ) -> Result<tonic::transport::server::Router, ServerError> {
     let (reporter, health) = tonic_health::server::health_reporter();
-    reporter
-        .set_serving::<AgentServer<AgentService>>()
-        .await;
-    reporter
-        .set_serving::<ClientServer<ClientService>>()
-        .await;
+    reporter.set_serving::<AgentServer<AgentService>>().await;
+    reporter.set_serving::<ClientServer<ClientService>>().await;
     let check = CheckToken::new(token);
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = tls {
@@ -167,7 +169,8 @@ pub async fn router(
             })
         };
         let identity = tonic::transport::Identity::from_pem(read(&tls.cert)?, read(&tls.key)?);
-        builder = builder.tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))?;
+        builder =
+            builder.tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))?;
     }
     Ok(builder
         .add_service(health)

@@ -176,7 +176,9 @@ impl State {
             let spec: Node = serde_json::from_str(&row.spec)
                 .map_err(|e| StoreError::Corrupt(format!("node {}: {e}", row.id)))?;
             if spec.id != NodeId(row.id) {
-                return Err(StoreError::Corrupt(format!("node {} has id {}", row.id, spec.id)).into());
+                return Err(
+                    StoreError::Corrupt(format!("node {} has id {}", row.id, spec.id)).into(),
+                );
             }
             state.view.add_node(spec.clone())?;
             state.node_by_name.insert(row.name, row.id);
@@ -198,7 +200,8 @@ impl State {
         state.tasks = snap.tasks;
         for row in snap.jobs {
             let w = parse_workload(&row.origin, &row.text)?;
-            let mut apps = w.to_applications(row.first_app, MissingProfile::Estimate(state.estimate))?;
+            let mut apps =
+                w.to_applications(row.first_app, MissingProfile::Estimate(state.estimate))?;
             for a in &mut apps {
                 a.submit_time = row.submitted_ns;
             }
@@ -346,7 +349,10 @@ impl State {
             return Err(StateError::Invalid("node name must not be empty".into()));
         }
         if req.cores == 0 {
-            return Err(StateError::Invalid(format!("node `{}` has no cores", req.name)));
+            return Err(StateError::Invalid(format!(
+                "node `{}` has no cores",
+                req.name
+            )));
         }
         let positive = |x: f64, default: f64| if x.is_finite() && x > 0.0 { x } else { default };
         let accelerators: Vec<Accelerator> = req
@@ -420,7 +426,10 @@ impl State {
 
     /// One heartbeat: record results, reconcile running tasks, let the policy fill the node, commit,
     /// and answer with acknowledgements, assignments and kills.
-    pub fn heartbeat(&mut self, req: pb::HeartbeatRequest) -> Result<pb::HeartbeatReply, StateError> {
+    pub fn heartbeat(
+        &mut self,
+        req: pb::HeartbeatRequest,
+    ) -> Result<pb::HeartbeatReply, StateError> {
         let nid = NodeId(req.node_id);
         let Some(rec) = self.nodes.get_mut(nid.index()) else {
             return Ok(pb::HeartbeatReply {
@@ -519,13 +528,20 @@ impl State {
         dirty.sort_unstable();
         dirty.dedup();
         let tasks = &self.tasks;
-        self.store
-            .update_tasks(dirty.iter().filter_map(|&t| tasks.get(t as usize)), cancel_job)?;
+        self.store.update_tasks(
+            dirty.iter().filter_map(|&t| tasks.get(t as usize)),
+            cancel_job,
+        )?;
         Ok(())
     }
 
     /// A result from node `nid`.
-    fn finish(&mut self, nid: NodeId, r: &pb::TaskResult, dirty: &mut Vec<u64>) -> Result<(), StateError> {
+    fn finish(
+        &mut self,
+        nid: NodeId,
+        r: &pb::TaskResult,
+        dirty: &mut Vec<u64>,
+    ) -> Result<(), StateError> {
         let Some(t) = self.tasks.get(r.task_id as usize) else {
             return Ok(());
         };
@@ -564,7 +580,13 @@ impl State {
     }
 
     /// A running task was lost: re-queue it with the next attempt, or fail it at the limit.
-    fn lose(&mut self, task: u64, reason: &str, now: u64, dirty: &mut Vec<u64>) -> Result<(), StateError> {
+    fn lose(
+        &mut self,
+        task: u64,
+        reason: &str,
+        now: u64,
+        dirty: &mut Vec<u64>,
+    ) -> Result<(), StateError> {
         let Some(t) = self.tasks.get(task as usize) else {
             return Ok(());
         };
@@ -669,7 +691,12 @@ impl State {
 
     /// Accepts a job file: parses it with the shared parser, checks it can run here, and stores
     /// the job with all its tasks in one transaction. On any error nothing is stored.
-    pub fn submit(&mut self, origin: &str, text: &str, workdir: &str) -> Result<pb::SubmitReply, StateError> {
+    pub fn submit(
+        &mut self,
+        origin: &str,
+        text: &str,
+        workdir: &str,
+    ) -> Result<pb::SubmitReply, StateError> {
         let w = parse_workload(origin, text)?;
         w.check_commands()?;
         let known: Vec<Node> = self.nodes.iter().map(|n| n.spec.clone()).collect();
@@ -724,7 +751,10 @@ impl State {
         self.tasks.extend(rows);
         self.install(row, &w, apps)?;
         info!(job = id, origin, tasks = total, "job accepted");
-        Ok(pb::SubmitReply { job_id: id, tasks: total })
+        Ok(pb::SubmitReply {
+            job_id: id,
+            tasks: total,
+        })
     }
 
     /// Cancels a job: pending tasks are dropped, running ones killed at their nodes' next heartbeat.
@@ -873,7 +903,9 @@ impl State {
                         .node
                         .and_then(|n| self.nodes.get(n as usize))
                         .map_or(String::new(), |n| n.spec.name.clone()),
-                    variant: t.variant.map_or(String::new(), |v| variant_of(Some(v)).to_string()),
+                    variant: t
+                        .variant
+                        .map_or(String::new(), |v| variant_of(Some(v)).to_string()),
                     devices: t.devices.clone(),
                     started_ns: t.started_ns,
                     finished_ns: t.finished_ns,

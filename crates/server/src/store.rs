@@ -292,7 +292,8 @@ impl Store {
             ],
         )?;
         {
-            let mut stmt = tx.prepare("INSERT INTO apps(id, job, idx, name) VALUES (?1, ?2, ?3, ?4)")?;
+            let mut stmt =
+                tx.prepare("INSERT INTO apps(id, job, idx, name) VALUES (?1, ?2, ?3, ?4)")?;
             for (i, (id, name)) in apps.iter().enumerate() {
                 stmt.execute(params![id, job.id, i as u32, name])?;
             }
@@ -360,7 +361,8 @@ mod tests {
     use super::*;
 
     fn temp_db(name: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("hetsched-store-{name}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("hetsched-store-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
         dir.join("state.db")

@@ -5,7 +5,7 @@ use hetsched_proto as pb;
 use hetsched_server::ServerConfig;
 use hetsched_server::state::State;
 use hetsched_server::store::Store;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 fn dir(name: &str) -> PathBuf {
@@ -15,9 +15,9 @@ fn dir(name: &str) -> PathBuf {
     d
 }
 
-fn open(d: &PathBuf) -> State {
+fn open(d: &Path) -> State {
     let config = ServerConfig {
-        data_dir: d.clone(),
+        data_dir: d.to_path_buf(),
         max_attempts: 2,
         ..Default::default()
     };
@@ -35,7 +35,12 @@ fn register(s: &mut State, name: &str, cores: u32) -> u32 {
     .node_id
 }
 
-fn beat(s: &mut State, node: u32, running: &[(u64, u32)], results: &[(u64, u32, bool)]) -> pb::HeartbeatReply {
+fn beat(
+    s: &mut State,
+    node: u32,
+    running: &[(u64, u32)],
+    results: &[(u64, u32, bool)],
+) -> pb::HeartbeatReply {
     s.heartbeat(pb::HeartbeatRequest {
         node_id: node,
         running: running
@@ -63,10 +68,14 @@ fn beat(s: &mut State, node: u32, running: &[(u64, u32)], results: &[(u64, u32, 
     .expect("heartbeat")
 }
 
-const JOB: &str = "[[application]]\nname = \"a\"\ntasks = 3\n[application.cpu]\ncommand = \"true\"\n";
+const JOB: &str =
+    "[[application]]\nname = \"a\"\ntasks = 3\n[application.cpu]\ncommand = \"true\"\n";
 
 fn assigned(r: &pb::HeartbeatReply) -> Vec<(u64, u32)> {
-    r.assignments.iter().map(|a| (a.task_id, a.attempt)).collect()
+    r.assignments
+        .iter()
+        .map(|a| (a.task_id, a.attempt))
+        .collect()
 }
 
 fn states(s: &State) -> Vec<(String, u32)> {
@@ -89,12 +98,20 @@ fn a_heartbeat_fills_free_cores_and_a_result_frees_them() {
     assert_eq!(r.assignments[0].argv, vec!["sh", "-c", "true"]);
     let r = beat(&mut s, n, &[(1, 1)], &[(0, 1, true)]);
     assert_eq!(r.acked.len(), 1);
-    assert_eq!(assigned(&r), vec![(2, 1)], "the freed core takes the last task");
+    assert_eq!(
+        assigned(&r),
+        vec![(2, 1)],
+        "the freed core takes the last task"
+    );
     let r = beat(&mut s, n, &[], &[(1, 1, true), (2, 1, false)]);
     assert!(r.assignments.is_empty());
     assert_eq!(
         states(&s),
-        vec![("succeeded".into(), 1), ("succeeded".into(), 1), ("failed".into(), 1)]
+        vec![
+            ("succeeded".into(), 1),
+            ("succeeded".into(), 1),
+            ("failed".into(), 1)
+        ]
     );
     assert_eq!(s.job(1).expect("job").state, "failed");
 }
@@ -130,7 +147,11 @@ fn a_task_the_agent_does_not_know_is_requeued_and_an_unexpected_one_is_killed() 
     let r = beat(&mut s, n, &[(2, 5)], &[]);
     assert_eq!(r.kill.len(), 1);
     assert_eq!((r.kill[0].task_id, r.kill[0].attempt), (2, 5));
-    assert_eq!(assigned(&r), vec![(0, 2)], "lost task 0 goes first again, as attempt 2");
+    assert_eq!(
+        assigned(&r),
+        vec![(0, 2)],
+        "lost task 0 goes first again, as attempt 2"
+    );
     // Lost again: max_attempts = 2, so it fails.
     beat(&mut s, n, &[], &[]);
     assert_eq!(states(&s)[0].0, "failed");
@@ -169,7 +190,11 @@ fn after_a_restart_finished_tasks_stay_finished_and_running_ones_stay_assigned()
     let mut s = open(&d);
     assert_eq!(
         states(&s),
-        vec![("succeeded".into(), 1), ("running".into(), 1), ("running".into(), 1)]
+        vec![
+            ("succeeded".into(), 1),
+            ("running".into(), 1),
+            ("running".into(), 1)
+        ]
     );
     // The agent comes back: task 1 still runs, task 2's assignment never reached it.
     let r = beat(&mut s, 0, &[(1, 1)], &[]);
@@ -188,7 +213,11 @@ fn a_refused_submission_stores_nothing_and_cancel_kills_running_tasks() {
     let n = register(&mut s, "n", 1);
     let bad = "[[application]]\nname = \"g\"\ntasks = 2\n[application.gpu]\ncommand = \"x\"\n";
     let e = s.submit("gpu.toml", bad, "/").expect_err("no GPUs here");
-    assert!(e.to_string().starts_with("gpu.toml:4:1: application[0].gpu:"), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("gpu.toml:4:1: application[0].gpu:"),
+        "{e}"
+    );
     assert!(s.jobs().jobs.is_empty());
     s.submit("job.toml", JOB, "/").expect("submit");
     beat(&mut s, n, &[], &[]);

@@ -51,10 +51,10 @@ fn vm_hwm_kib(pid: u32) -> Option<u64> {
 fn wait_for_file(path: &Path, timeout: Duration) -> anyhow::Result<String> {
     let start = Instant::now();
     loop {
-        if let Ok(s) = std::fs::read_to_string(path) {
-            if !s.trim().is_empty() {
-                return Ok(s.trim().to_string());
-            }
+        if let Ok(s) = std::fs::read_to_string(path)
+            && !s.trim().is_empty()
+        {
+            return Ok(s.trim().to_string());
         }
         if start.elapsed() > timeout {
             bail!("{} did not appear within {timeout:?}", path.display());
@@ -71,10 +71,19 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&dir)?;
     let mut children = Children(Vec::new());
     let log = |name: &str| -> anyhow::Result<Stdio> {
-        Ok(Stdio::from(std::fs::File::create(dir.join(format!("{name}.log")))?))
+        Ok(Stdio::from(std::fs::File::create(
+            dir.join(format!("{name}.log")),
+        )?))
     };
     let server = std::process::Command::new(&exe)
-        .args(["server", "--listen", "127.0.0.1:0", "--heartbeat-interval", "200ms", "--data-dir"])
+        .args([
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--heartbeat-interval",
+            "200ms",
+            "--data-dir",
+        ])
         .arg(dir.join("server"))
         .stdout(Stdio::null())
         .stderr(log("server")?)

@@ -71,12 +71,13 @@ fn span(start: u64, end: u64) -> String {
 }
 
 fn counts(c: &Option<pb::TaskCounts>) -> pb::TaskCounts {
-    c.clone().unwrap_or_default()
+    (*c).unwrap_or_default()
 }
 
 /// `hetsched submit`.
 pub async fn submit(args: &ClientArgs, file: &Path, wait_for_it: bool) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let workdir = std::env::current_dir()?.display().to_string();
     let mut api = connect(args).await?;
     let reply = api
@@ -109,7 +110,18 @@ pub async fn jobs(args: &ClientArgs) -> anyhow::Result<()> {
     if args.output == Output::Json {
         return json(&reply.jobs);
     }
-    let mut t = table(&["job", "name", "state", "tasks", "pending", "running", "ok", "failed", "cancelled", "duration"]);
+    let mut t = table(&[
+        "job",
+        "name",
+        "state",
+        "tasks",
+        "pending",
+        "running",
+        "ok",
+        "failed",
+        "cancelled",
+        "duration",
+    ]);
     for j in &reply.jobs {
         let c = counts(&j.counts);
         t.add_row(vec![
@@ -158,10 +170,23 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
             "not finished".into()
         }
     );
-    let mut t = table(&["app", "tasks", "ok", "failed", "mean cpu (ms)", "mean gpu (ms)"]);
+    let mut t = table(&[
+        "app",
+        "tasks",
+        "ok",
+        "failed",
+        "mean cpu (ms)",
+        "mean gpu (ms)",
+    ]);
     for a in &j.apps {
         let c = counts(&a.counts);
-        let ms = |v: f64| if v > 0.0 { format!("{v:.1}") } else { "-".into() };
+        let ms = |v: f64| {
+            if v > 0.0 {
+                format!("{v:.1}")
+            } else {
+                "-".into()
+            }
+        };
         t.add_row(vec![
             a.name.clone(),
             a.tasks.to_string(),
@@ -194,7 +219,10 @@ pub async fn tasks(args: &ClientArgs, job: Option<u64>) -> anyhow::Result<()> {
 
 /// Prints tasks as a table.
 pub fn print_tasks(tasks: &[pb::TaskInfo]) {
-    let mut t = table(&["task", "job", "app", "index", "state", "attempt", "node", "variant", "devices", "run time", "message"]);
+    let mut t = table(&[
+        "task", "job", "app", "index", "state", "attempt", "node", "variant", "devices",
+        "run time", "message",
+    ]);
     for x in tasks {
         t.add_row(vec![
             x.id.to_string(),
@@ -232,7 +260,18 @@ pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
     if args.output == Output::Json {
         return json(&reply.nodes);
     }
-    let mut t = table(&["node", "name", "alive", "cores", "free cores", "gpus", "free gpus", "running", "last seen", "disk read/s"]);
+    let mut t = table(&[
+        "node",
+        "name",
+        "alive",
+        "cores",
+        "free cores",
+        "gpus",
+        "free gpus",
+        "running",
+        "last seen",
+        "disk read/s",
+    ]);
     for n in &reply.nodes {
         t.add_row(vec![
             n.id.to_string(),

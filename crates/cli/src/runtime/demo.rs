@@ -39,7 +39,8 @@ fn calibrate(secs: f64) -> anyhow::Result<usize> {
 }
 
 fn job_file(exe: &str, tasks: u32, n: usize) -> String {
-    let cmd = |kind: &str, n: usize| format!("[\"{exe}\", \"kernel\", \"{kind}\", \"--n\", \"{n}\"]");
+    let cmd =
+        |kind: &str, n: usize| format!("[\"{exe}\", \"kernel\", \"{kind}\", \"--n\", \"{n}\"]");
     // QR costs about twice an LU of the same order, Cholesky about half.
     let (lu, qr, ch) = (n, (n as f64 / 1.26) as usize, (n as f64 * 1.26) as usize);
     format!(
@@ -77,7 +78,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     super::init_logging("warn");
     let exe = std::env::current_exe().context("locating the hetsched binary")?;
     let exe = exe.display().to_string();
-    println!("calibrating: matrix order for ~{:.1}s solves …", args.task_secs);
+    println!(
+        "calibrating: matrix order for ~{:.1}s solves …",
+        args.task_secs
+    );
     let n = tokio::task::spawn_blocking(move || calibrate(args.task_secs)).await??;
     let dir = std::env::temp_dir().join(format!("hetsched-demo-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -91,7 +95,11 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     };
     let server = hetsched_server::start(config).await?;
     let url = format!("http://{}", server.addr);
-    println!("server on {url} (policy {}), data in {}", args.policy, dir.display());
+    println!(
+        "server on {url} (policy {}), data in {}",
+        args.policy,
+        dir.display()
+    );
     let mut stops = Vec::new();
     let mut agents = Vec::new();
     for (name, gpus) in [("cpu-node-1", 0), ("cpu-node-2", 0), ("gpu-node", 1)] {
@@ -117,7 +125,11 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         };
         println!(
             "agent {name}: 1 core{}",
-            if gpus > 0 { ", 1 declared GPU (demo-gpu; simulated on this machine)" } else { "" }
+            if gpus > 0 {
+                ", 1 declared GPU (demo-gpu; simulated on this machine)"
+            } else {
+                ""
+            }
         );
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         stops.push(tx);
@@ -128,7 +140,13 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let mut api = connect_with(&url, &server.token, None).await?;
     // Let the agents register so the job is checked against real nodes.
     let deadline = Instant::now() + std::time::Duration::from_secs(10);
-    while api.list_nodes(pb::ListNodesRequest {}).await?.into_inner().nodes.len() < 3
+    while api
+        .list_nodes(pb::ListNodesRequest {})
+        .await?
+        .into_inner()
+        .nodes
+        .len()
+        < 3
         && Instant::now() < deadline
     {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -148,7 +166,13 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         "submitted job {}: lu (CPU+GPU), qr (CPU), cholesky (GPU+CPU), {} tasks each, n ≈ {n}",
         reply.job_id, args.tasks
     );
-    let waited = wait_on(&mut api, Output::Table, reply.job_id, Some(std::time::Duration::from_secs(600))).await;
+    let waited = wait_on(
+        &mut api,
+        Output::Table,
+        reply.job_id,
+        Some(std::time::Duration::from_secs(600)),
+    )
+    .await;
     let tasks = api
         .list_tasks(pb::ListTasksRequest {
             job_id: reply.job_id,
@@ -165,7 +189,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         .into_inner();
     let mut per_node: std::collections::BTreeMap<(String, String), u32> = Default::default();
     for t in &tasks {
-        *per_node.entry((t.node.clone(), t.variant.clone())).or_default() += 1;
+        *per_node
+            .entry((t.node.clone(), t.variant.clone()))
+            .or_default() += 1;
     }
     for ((node, variant), count) in per_node {
         println!("  {node:<12} {variant}: {count} task(s)");

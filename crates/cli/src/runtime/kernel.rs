@@ -60,7 +60,7 @@ pub fn solve(kind: Kind, n: usize) -> anyhow::Result<f64> {
     };
     let elapsed = start.elapsed().as_secs_f64();
     let residual = (&a * &x - &b).norm_l2() / b.norm_l2().max(f64::MIN_POSITIVE);
-    if !(residual < 1e-6) {
+    if residual.is_nan() || residual >= 1e-6 {
         bail!("residual {residual:e} too large");
     }
     Ok(elapsed)
@@ -70,9 +70,9 @@ pub fn solve(kind: Kind, n: usize) -> anyhow::Result<f64> {
 pub fn run(args: &KernelArgs) -> anyhow::Result<()> {
     let secs = solve(args.kind, args.n)?;
     let device = match std::env::var("CUDA_VISIBLE_DEVICES") {
-        Ok(d) if !d.is_empty() => format!(
-            "GPU variant on device(s) {d} (simulated: this build runs the CPU kernel)"
-        ),
+        Ok(d) if !d.is_empty() => {
+            format!("GPU variant on device(s) {d} (simulated: this build runs the CPU kernel)")
+        }
         _ => "CPU".to_string(),
     };
     println!(

@@ -97,7 +97,11 @@ pub struct ClientArgs {
     #[arg(long, env = "HETSCHED_SERVER", default_value = "http://127.0.0.1:7420")]
     pub server: String,
     /// File holding the server's token (created by the server in its data directory).
-    #[arg(long, env = "HETSCHED_TOKEN_FILE", default_value = "hetsched-data/token")]
+    #[arg(
+        long,
+        env = "HETSCHED_TOKEN_FILE",
+        default_value = "hetsched-data/token"
+    )]
     pub token_file: PathBuf,
     /// CA certificate (PEM) for an `https://` server.
     #[arg(long, env = "HETSCHED_CA")]

@@ -183,7 +183,11 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
         accelerators = hetsched_agent::detect::Gpus::init().devices();
     }
     hetsched_agent::detect::log_disks();
-    let name = a.name.clone().or(config.name.clone()).unwrap_or_else(host_name);
+    let name = a
+        .name
+        .clone()
+        .or(config.name.clone())
+        .unwrap_or_else(host_name);
     Ok(hetsched_agent::AgentOptions {
         server,
         token,

@@ -351,23 +351,23 @@ impl Workload {
     pub fn check_commands(&self) -> Result<(), InputError> {
         let src = self.source();
         for (i, a) in self.applications.iter().enumerate() {
-            if let Some(c) = &a.cpu {
-                if c.get_ref().command.is_none() {
-                    return Err(src.error(
-                        at(c),
-                        Some(format!("application[{i}].cpu.command")),
-                        "missing: the runtime needs the command each task runs",
-                    ));
-                }
+            if let Some(c) = &a.cpu
+                && c.get_ref().command.is_none()
+            {
+                return Err(src.error(
+                    at(c),
+                    Some(format!("application[{i}].cpu.command")),
+                    "missing: the runtime needs the command each task runs",
+                ));
             }
-            if let Some(g) = &a.gpu {
-                if g.get_ref().command.is_none() {
-                    return Err(src.error(
-                        at(g),
-                        Some(format!("application[{i}].gpu.command")),
-                        "missing: the runtime needs the command each task runs",
-                    ));
-                }
+            if let Some(g) = &a.gpu
+                && g.get_ref().command.is_none()
+            {
+                return Err(src.error(
+                    at(g),
+                    Some(format!("application[{i}].gpu.command")),
+                    "missing: the runtime needs the command each task runs",
+                ));
             }
         }
         Ok(())
