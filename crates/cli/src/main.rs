@@ -34,7 +34,12 @@ fn main() -> std::process::ExitCode {
         Command::Sim(cmd) => sim::run(cmd),
         Command::Runtime(cmd) => runtime::run(cmd),
         Command::Completions { shell } => {
-            clap_complete::generate(shell, &mut Cli::command(), "hetsched", &mut std::io::stdout());
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "hetsched",
+                &mut std::io::stdout(),
+            );
             Ok(())
         }
     };

@@ -34,16 +34,41 @@ fn every_malformed_fixture_is_refused_with_file_line_and_no_panic() {
         .filter(|p| p.extension().is_some_and(|x| x == "toml"))
         .collect();
     fixtures.sort();
-    assert!(fixtures.len() >= 5, "the fixture set has at least five files");
+    assert!(
+        fixtures.len() >= 5,
+        "the fixture set has at least five files"
+    );
     for path in fixtures {
-        let rel = path.strip_prefix(repo()).unwrap_or(&path).display().to_string();
-        let is_cluster = std::fs::read_to_string(&path).unwrap_or_default().contains("[[node]]");
-        let out = if is_cluster { sim_run(&rel, WORKLOAD, &[]) } else { sim_run(CLUSTER, &rel, &[]) };
+        let rel = path
+            .strip_prefix(repo())
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        let is_cluster = std::fs::read_to_string(&path)
+            .unwrap_or_default()
+            .contains("[[node]]");
+        let out = if is_cluster {
+            sim_run(&rel, WORKLOAD, &[])
+        } else {
+            sim_run(CLUSTER, &rel, &[])
+        };
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{rel}: exit code; stderr: {stderr}");
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{rel}: exit code; stderr: {stderr}"
+        );
         assert!(!stderr.contains("panicked"), "{rel}: {stderr}");
-        let name = Path::new(&rel).file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-        let located = stderr.lines().any(|l| l.contains(&format!("{name}:")) && l.split(':').nth(2).is_some_and(|n| n.trim().parse::<u32>().is_ok()));
+        let name = Path::new(&rel)
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        let located = stderr.lines().any(|l| {
+            l.contains(&format!("{name}:"))
+                && l.split(':')
+                    .nth(2)
+                    .is_some_and(|n| n.trim().parse::<u32>().is_ok())
+        });
         assert!(located, "{rel}: the error names file and line: {stderr}");
         assert!(out.stdout.is_empty(), "{rel}: nothing on stdout");
     }
@@ -58,23 +83,43 @@ fn a_gpu_only_workload_on_a_cluster_without_gpus_is_refused() {
     let workload = dir.join("gpu-only.toml");
     std::fs::write(&workload, "[[application]]\nname = \"bp\"\ntasks = 2\n\n[application.gpu]\ncompute = \"1s\"\nread = \"0s\"\n")
         .expect("write");
-    let out = sim_run(&cluster.display().to_string(), &workload.display().to_string(), &[]);
+    let out = sim_run(
+        &cluster.display().to_string(),
+        &workload.display().to_string(),
+        &[],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("gpu-only.toml:5:1: application[0].gpu: application `bp` runs only on GPUs"), "{stderr}");
+    assert!(
+        stderr
+            .contains("gpu-only.toml:5:1: application[0].gpu: application `bp` runs only on GPUs"),
+        "{stderr}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn the_example_runs_under_every_policy_and_json_is_reproducible() {
     for policy in ["cpu-only", "fifo", "drf", "hadoop-model", "hdas"] {
-        let a = sim_run(CLUSTER, WORKLOAD, &["--policy", policy, "--output", "json", "--seed", "7"]);
-        assert!(a.status.success(), "{policy}: {}", String::from_utf8_lossy(&a.stderr));
+        let a = sim_run(
+            CLUSTER,
+            WORKLOAD,
+            &["--policy", policy, "--output", "json", "--seed", "7"],
+        );
+        assert!(
+            a.status.success(),
+            "{policy}: {}",
+            String::from_utf8_lossy(&a.stderr)
+        );
         let v: serde_json::Value = serde_json::from_slice(&a.stdout).expect("valid JSON");
         assert_eq!(v["policy"], policy);
         assert_eq!(v["total_tasks"], 288);
         assert!(v["makespan_s"].as_f64().is_some_and(|m| m > 0.0));
-        let b = sim_run(CLUSTER, WORKLOAD, &["--policy", policy, "--output", "json", "--seed", "7"]);
+        let b = sim_run(
+            CLUSTER,
+            WORKLOAD,
+            &["--policy", policy, "--output", "json", "--seed", "7"],
+        );
         assert_eq!(a.stdout, b.stdout, "{policy}: same seed, same bytes");
     }
 }

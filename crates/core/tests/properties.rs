@@ -141,7 +141,7 @@ proptest! {
             step += 1;
             prop_assert!(step < 10_000);
             for a in policy.on_node_update(&mut view, NodeId(0), step as u64) {
-                if step % fail_every == 0 {
+                if step.is_multiple_of(fail_every) {
                     view.requeue(&a);
                 } else {
                     prop_assert!(completed.insert(a.task), "{} completed twice", a.task);

@@ -48,8 +48,7 @@ fn parse_duration(text: &str) -> Result<Time, String> {
     if let Some((num, unit)) = t
         .find(|c: char| c.is_ascii_alphabetic())
         .map(|i| t.split_at(i))
-    {
-        if let Ok(value) = num.trim().parse::<f64>() {
+        && let Ok(value) = num.trim().parse::<f64>() {
             let scale = match unit.trim() {
                 "ns" => 1e-9,
                 "us" | "µs" => 1e-6,
@@ -67,7 +66,6 @@ fn parse_duration(text: &str) -> Result<Time, String> {
                 return Ok(crate::time::secs(value * scale));
             }
         }
-    }
     humantime::parse_duration(t)
         .map(|d| d.as_nanos().min(u64::MAX as u128) as Time)
         .map_err(|e| {

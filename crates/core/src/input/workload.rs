@@ -189,24 +189,22 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
                 format!("application `{name}` has neither a [application.cpu] nor a [application.gpu] variant"),
             ));
         }
-        if let Some(cpu) = &a.cpu {
-            if *cpu.get_ref().cores.get_ref() == 0 {
+        if let Some(cpu) = &a.cpu
+            && *cpu.get_ref().cores.get_ref() == 0 {
                 return Err(src.error(
                     at(&cpu.get_ref().cores),
                     field("cpu.cores"),
                     "must be at least 1",
                 ));
             }
-        }
-        if let Some(gpu) = &a.gpu {
-            if *gpu.get_ref().gpus.get_ref() == 0 {
+        if let Some(gpu) = &a.gpu
+            && *gpu.get_ref().gpus.get_ref() == 0 {
                 return Err(src.error(
                     at(&gpu.get_ref().gpus),
                     field("gpu.gpus"),
                     "must be at least 1",
                 ));
             }
-        }
     }
     Ok(Workload {
         origin: origin.to_string(),
