@@ -133,6 +133,24 @@ impl Cluster {
         self.agents.insert(name.to_string(), child);
     }
 
+    /// An agent configured by a TOML file (flags still give server, token and work directory).
+    fn start_agent_with_config(&mut self, name: &str, config: &str) {
+        let path = self.write(&format!("agent-{name}.toml"), config);
+        let log = std::fs::File::create(self.dir.join(format!("agent-{name}.log"))).expect("log");
+        let child = Command::new(BIN)
+            .args(["agent", "--server", &self.url(), "--name", name, "--config"])
+            .arg(path)
+            .arg("--token-file")
+            .arg(self.data().join("token"))
+            .arg("--work-dir")
+            .arg(self.dir.join(format!("agent-{name}")))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn agent");
+        self.agents.insert(name.to_string(), child);
+    }
+
     fn kill_agent(&mut self, name: &str) {
         if let Some(mut a) = self.agents.remove(name) {
             a.kill().expect("SIGKILL agent");
@@ -566,4 +584,52 @@ fn agents_and_clients_speak_tls_when_the_server_has_a_certificate() {
         .output()
         .expect("run");
     assert!(!out.status.success());
+}
+
+#[test]
+fn gpu_tasks_go_to_declared_gpus_with_cuda_visible_devices_set() {
+    let mut c = Cluster::start("gpus");
+    c.start_agent_with_config(
+        "gpu-box",
+        "cores = 4\nmemory = \"8GiB\"\n[[accelerator]]\nkind = \"test-gpu\"\ncount = 2\n",
+    );
+    c.wait_for_nodes(1);
+    let nodes = c.json(&["nodes"]);
+    assert_eq!(
+        nodes[0]["accelerators"].as_array().map(Vec::len),
+        Some(2),
+        "{nodes}"
+    );
+    let log = c.dir.join("gpu.log");
+    let job = c.write(
+        "job.toml",
+        &format!(
+            "[[application]]\nname = \"cuda\"\ntasks = 4\n[application.gpu]\nkind = \"test-gpu\"\n\
+             command = \"echo {{index}} $CUDA_VISIBLE_DEVICES $HETSCHED_VARIANT >> {}; sleep 0.1\"\n",
+            log.display()
+        ),
+    );
+    let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ran = lines(&log);
+    assert_eq!(ran.len(), 4, "{ran:?}");
+    for l in &ran {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        assert!(
+            matches!(f.get(1), Some(&"0") | Some(&"1")),
+            "one device each: {l}"
+        );
+        assert_eq!(f.get(2), Some(&"gpu"), "{l}");
+    }
+    let tasks = c.json(&["tasks", "--job", "1"]);
+    assert!(
+        tasks.as_array().is_some_and(|ts| ts
+            .iter()
+            .all(|t| t["variant"] == "gpu" && t["devices"].as_array().map(Vec::len) == Some(1))),
+        "{tasks}"
+    );
 }

@@ -196,6 +196,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     for ((node, variant), count) in per_node {
         println!("  {node:<12} {variant}: {count} task(s)");
     }
+    println!(
+        "  (gpu-node's GPU is declared, not detected: on a machine without one, its GPU tasks run \
+         the same CPU kernel with CUDA_VISIBLE_DEVICES set)"
+    );
     for a in &job.apps {
         println!(
             "  learned profile of {:<9} cpu {:>8.1} ms  gpu {:>8.1} ms",
