@@ -234,8 +234,19 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                 }
             }
             Err(s) => {
-                if s.code() == tonic::Code::Unauthenticated {
-                    return Err(AgentError::Unauthenticated(s.message().to_string()));
+                match s.code() {
+                    tonic::Code::Unauthenticated => {
+                        return Err(AgentError::Unauthenticated(s.message().to_string()));
+                    }
+                    // The server refused this node's description (e.g. no cores): retrying
+                    // cannot help.
+                    tonic::Code::InvalidArgument => {
+                        return Err(AgentError::Config(format!(
+                            "the server refused to register this node: {}",
+                            s.message()
+                        )));
+                    }
+                    _ => {}
                 }
                 if first_failure.is_none() {
                     warn!("server unreachable ({}); retrying", s.message());

@@ -85,3 +85,16 @@ pub fn run(args: &KernelArgs) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_solves_its_system() {
+        for kind in [Kind::Lu, Kind::Qr, Kind::Cholesky] {
+            let secs = solve(kind, 60).unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+            assert!(secs >= 0.0);
+        }
+    }
+}
