@@ -2,8 +2,8 @@
 //! cancel), both behind a token check, plus the standard gRPC health service (unauthenticated, so
 //! load balancers and `grpc_health_probe` can use it).
 //!
-//! Handlers take the state's lock on a blocking thread: a heartbeat may commit to SQLite, and an
-//! fsync must not stall the async workers.
+//! Handlers take the state's lock inside `block_in_place`: a heartbeat may commit to SQLite, and an
+//! fsync must not stall the other async tasks of the worker it runs on.
 
 use crate::ServerError;
 use crate::config::TlsConfig;
@@ -32,15 +32,21 @@ async fn with_state<T: Send + 'static>(
     state: &Shared,
     f: impl FnOnce(&mut State) -> Result<T, StateError> + Send + 'static,
 ) -> Result<Response<T>, Status> {
-    let s = state.clone();
-    tokio::task::spawn_blocking(move || {
-        let mut guard = s
+    // `block_in_place` (not `spawn_blocking`): the handler runs on this worker thread, which the
+    // runtime replaces while it may block on the lock or an fsync — no hand-off to another thread.
+    let run = || {
+        let mut guard = state
             .lock()
             .map_err(|_| Status::internal("server state poisoned"))?;
         f(&mut guard).map_err(status)
-    })
-    .await
-    .map_err(|e| Status::internal(format!("handler panicked: {e}")))?
+    };
+    let multi_thread = tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::MultiThread;
+    if multi_thread {
+        tokio::task::block_in_place(run)
+    } else {
+        run() // a current-thread runtime (tests) cannot hand its only worker over
+    }
     .map(Response::new)
 }
 
