@@ -8,11 +8,27 @@ use hetsched_server::store::Store;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-fn dir(name: &str) -> PathBuf {
+/// A scratch directory, removed when the test ends.
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn dir(name: &str) -> Scratch {
     let d = std::env::temp_dir().join(format!("hetsched-state-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("dir");
-    d
+    Scratch(d)
 }
 
 fn open(d: &Path) -> State {
