@@ -412,5 +412,8 @@ mod tests {
         assert_eq!(snap.jobs.len(), 1);
         assert!(snap.jobs[0].cancelled);
         assert_eq!(snap.tasks, vec![task]);
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
