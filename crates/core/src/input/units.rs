@@ -48,24 +48,25 @@ fn parse_duration(text: &str) -> Result<Time, String> {
     if let Some((num, unit)) = t
         .find(|c: char| c.is_ascii_alphabetic())
         .map(|i| t.split_at(i))
-        && let Ok(value) = num.trim().parse::<f64>() {
-            let scale = match unit.trim() {
-                "ns" => 1e-9,
-                "us" | "µs" => 1e-6,
-                "ms" => 1e-3,
-                "s" | "sec" => 1.0,
-                "m" | "min" => 60.0,
-                "h" => 3600.0,
-                _ => {
-                    return Err(format!(
-                        "invalid duration `{text}`: unknown unit `{unit}` (use ns, us, ms, s, m or h)"
-                    ));
-                }
-            };
-            if value.is_finite() && value >= 0.0 {
-                return Ok(crate::time::secs(value * scale));
+        && let Ok(value) = num.trim().parse::<f64>()
+    {
+        let scale = match unit.trim() {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" | "sec" => 1.0,
+            "m" | "min" => 60.0,
+            "h" => 3600.0,
+            _ => {
+                return Err(format!(
+                    "invalid duration `{text}`: unknown unit `{unit}` (use ns, us, ms, s, m or h)"
+                ));
             }
+        };
+        if value.is_finite() && value >= 0.0 {
+            return Ok(crate::time::secs(value * scale));
         }
+    }
     humantime::parse_duration(t)
         .map(|d| d.as_nanos().min(u64::MAX as u128) as Time)
         .map_err(|e| {

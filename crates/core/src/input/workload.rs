@@ -190,21 +190,23 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
             ));
         }
         if let Some(cpu) = &a.cpu
-            && *cpu.get_ref().cores.get_ref() == 0 {
-                return Err(src.error(
-                    at(&cpu.get_ref().cores),
-                    field("cpu.cores"),
-                    "must be at least 1",
-                ));
-            }
+            && *cpu.get_ref().cores.get_ref() == 0
+        {
+            return Err(src.error(
+                at(&cpu.get_ref().cores),
+                field("cpu.cores"),
+                "must be at least 1",
+            ));
+        }
         if let Some(gpu) = &a.gpu
-            && *gpu.get_ref().gpus.get_ref() == 0 {
-                return Err(src.error(
-                    at(&gpu.get_ref().gpus),
-                    field("gpu.gpus"),
-                    "must be at least 1",
-                ));
-            }
+            && *gpu.get_ref().gpus.get_ref() == 0
+        {
+            return Err(src.error(
+                at(&gpu.get_ref().gpus),
+                field("gpu.gpus"),
+                "must be at least 1",
+            ));
+        }
     }
     Ok(Workload {
         origin: origin.to_string(),

@@ -18,7 +18,7 @@ pub mod hadoop_model;
 pub mod hdas;
 pub mod predict;
 
-use crate::model::{Assignment, NodeId, SchedulerView, Variant};
+use crate::model::{AppId, AppState, Assignment, NodeId, SchedulerView, Variant};
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -127,4 +127,50 @@ impl FromStr for BatchPolicyKind {
 pub struct PolicyConfig {
     /// HDAS settings.
     pub hdas: hdas::HdasConfig,
+}
+
+/// Dispatches one `variant` task at a time to `node` while `pick` names an application, and stops
+/// at the first refusal (nothing more fits). Every policy's fill loop is this.
+pub(crate) fn assign_while(
+    view: &mut SchedulerView,
+    node: NodeId,
+    variant: Variant,
+    out: &mut Vec<Assignment>,
+    mut pick: impl FnMut(&SchedulerView) -> Option<AppId>,
+) {
+    while let Some(app) = pick(view) {
+        match view.assign(app, node, variant) {
+            Some(a) => out.push(a),
+            None => break,
+        }
+    }
+}
+
+/// Whether a larger or a smaller score ranks first in [`best_app`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Prefer {
+    Smaller,
+    Larger,
+}
+
+/// The application that ranks first among `candidates` scored by `score`: highest priority, then
+/// the preferred score, then earliest start, then lowest id (so every choice is deterministic).
+pub(crate) fn best_app<'a>(
+    candidates: impl Iterator<Item = &'a AppState>,
+    prefer: Prefer,
+    mut score: impl FnMut(&AppState) -> Option<f64>,
+) -> Option<AppId> {
+    candidates
+        .filter_map(|a| Some((a.app.priority, score(a)?, a.app.submit_time, a.app.id)))
+        .min_by(|x, y| {
+            let by_score = match prefer {
+                Prefer::Smaller => x.1.total_cmp(&y.1),
+                Prefer::Larger => y.1.total_cmp(&x.1),
+            };
+            y.0.cmp(&x.0)
+                .then(by_score)
+                .then(x.2.cmp(&y.2))
+                .then(x.3.cmp(&y.3))
+        })
+        .map(|(_, _, _, id)| id)
 }

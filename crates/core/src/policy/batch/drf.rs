@@ -3,7 +3,7 @@
 //! (cores, memory, GPUs) its running tasks hold. A task runs on a GPU when its application has a GPU
 //! variant and one is free, else on a core.
 
-use super::BatchPolicy;
+use super::{BatchPolicy, Prefer, best_app};
 use crate::model::{AppId, Assignment, NodeId, SchedulerView, Variant};
 use crate::time::Time;
 
@@ -18,23 +18,11 @@ pub(crate) fn next_by_drf(
     mut can_run: impl FnMut(AppId) -> bool,
 ) -> Option<AppId> {
     let totals = view.totals();
-    view.pending_apps()
-        .filter(|a| can_run(a.app.id))
-        .map(|a| {
-            (
-                a.app.priority,
-                a.usage.dominant_share(&totals),
-                a.app.submit_time,
-                a.app.id,
-            )
-        })
-        .min_by(|x, y| {
-            y.0.cmp(&x.0)
-                .then(x.1.total_cmp(&y.1))
-                .then(x.2.cmp(&y.2))
-                .then(x.3.cmp(&y.3))
-        })
-        .map(|(_, _, _, id)| id)
+    best_app(
+        view.pending_apps().filter(|a| can_run(a.app.id)),
+        Prefer::Smaller,
+        |a| Some(a.usage.dominant_share(&totals)),
+    )
 }
 
 impl BatchPolicy for Drf {

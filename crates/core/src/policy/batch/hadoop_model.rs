@@ -4,9 +4,9 @@
 //! by DRF so that no application starves. The affinity is static: it ignores the node's live load,
 //! which is the gap HDAS closes.
 
-use super::BatchPolicy;
 use super::drf::next_by_drf;
 use super::predict::gpu_affinity;
+use super::{BatchPolicy, Prefer, assign_while, best_app};
 use crate::model::{AppId, Assignment, NodeId, SchedulerView, Variant};
 use crate::time::Time;
 
@@ -16,23 +16,10 @@ pub struct HadoopModel;
 
 fn next_by_affinity(view: &SchedulerView, node: NodeId) -> Option<AppId> {
     let n = &view.node(node).node;
-    view.pending_apps()
-        .filter(|a| view.fits(a.app.id, node, Variant::Gpu))
-        .filter_map(|a| {
-            Some((
-                a.app.priority,
-                gpu_affinity(a, n)?,
-                a.app.submit_time,
-                a.app.id,
-            ))
-        })
-        .min_by(|x, y| {
-            y.0.cmp(&x.0)
-                .then(y.1.total_cmp(&x.1))
-                .then(x.2.cmp(&y.2))
-                .then(x.3.cmp(&y.3))
-        })
-        .map(|(_, _, _, id)| id)
+    let fits = view
+        .pending_apps()
+        .filter(|a| view.fits(a.app.id, node, Variant::Gpu));
+    best_app(fits, Prefer::Larger, |a| gpu_affinity(a, n))
 }
 
 impl BatchPolicy for HadoopModel {
@@ -47,18 +34,12 @@ impl BatchPolicy for HadoopModel {
         _now: Time,
     ) -> Vec<Assignment> {
         let mut out = Vec::new();
-        while let Some(app) = next_by_affinity(view, node) {
-            match view.assign(app, node, Variant::Gpu) {
-                Some(a) => out.push(a),
-                None => break,
-            }
-        }
-        while let Some(app) = next_by_drf(view, |app| view.fits(app, node, Variant::Cpu)) {
-            match view.assign(app, node, Variant::Cpu) {
-                Some(a) => out.push(a),
-                None => break,
-            }
-        }
+        assign_while(view, node, Variant::Gpu, &mut out, |v| {
+            next_by_affinity(v, node)
+        });
+        assign_while(view, node, Variant::Cpu, &mut out, |v| {
+            next_by_drf(v, |app| v.fits(app, node, Variant::Cpu))
+        });
         out
     }
 }

@@ -14,8 +14,8 @@
 //! Each decision re-reads the view, which [`SchedulerView::assign`] has just updated, so a decision
 //! costs O(#applications) and sees the load of the one before it.
 
-use super::BatchPolicy;
 use super::predict::{cpu_task_time, gpu_task_time};
+use super::{BatchPolicy, assign_while};
 use crate::model::view::elapsed_since;
 use crate::model::{AppId, Assignment, Need, NodeId, SchedulerView, Variant};
 use crate::time::Time;
@@ -184,18 +184,12 @@ impl BatchPolicy for Hdas {
     ) -> Vec<Assignment> {
         let mut out = Vec::new();
         for level in view.pending_priorities() {
-            while let Some(app) = self.pick_gpu(view, node, level) {
-                match view.assign(app, node, Variant::Gpu) {
-                    Some(a) => out.push(a),
-                    None => break,
-                }
-            }
-            while let Some(app) = self.pick_cpu(view, node, level, now) {
-                match view.assign(app, node, Variant::Cpu) {
-                    Some(a) => out.push(a),
-                    None => break,
-                }
-            }
+            assign_while(view, node, Variant::Gpu, &mut out, |v| {
+                self.pick_gpu(v, node, level)
+            });
+            assign_while(view, node, Variant::Cpu, &mut out, |v| {
+                self.pick_cpu(v, node, level, now)
+            });
         }
         out
     }
