@@ -21,6 +21,35 @@ pub enum SimCommand {
     HdasPaper(HdasPaperArgs),
     /// Simulate your own cluster and workload files under one policy.
     Run(RunArgs),
+    /// Simulate your own cluster and workload under several policies and compare them side by side.
+    Compare(CompareArgs),
+}
+
+/// Options of `sim compare`.
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Cluster description (TOML).
+    #[arg(long, value_name = "FILE")]
+    pub cluster: PathBuf,
+    /// Workload (TOML).
+    #[arg(long, value_name = "FILE")]
+    pub workload: PathBuf,
+    /// Policies to compare, comma-separated; `all` for every policy. Policies that cannot run the
+    /// workload (cpu-only with a GPU-only application) are skipped with a note.
+    #[arg(long, value_delimiter = ',', default_value = "all")]
+    pub policies: Vec<String>,
+    /// Seed of the simulation (heartbeat phases).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Heartbeat interval of every node, e.g. "1s" or "250ms".
+    #[arg(long, default_value = "1s")]
+    pub heartbeat: Duration,
+    /// What heartbeats report as a node's disk load.
+    #[arg(long, value_enum, default_value_t)]
+    pub io_report: IoReportArg,
+    /// Print a table or JSON (one summary per policy).
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
 }
 
 /// How results are printed.
@@ -109,6 +138,7 @@ pub fn run(cmd: SimCommand) -> anyhow::Result<()> {
     match cmd {
         SimCommand::HdasPaper(args) => hdas_paper_cmd(args),
         SimCommand::Run(args) => run_cmd(args),
+        SimCommand::Compare(args) => compare_cmd(args),
     }
 }
 
@@ -164,39 +194,77 @@ fn read(path: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
 }
 
-fn run_cmd(args: RunArgs) -> anyhow::Result<()> {
-    let cluster_origin = args.cluster.display().to_string();
-    let cluster = parse_cluster(&cluster_origin, &read(&args.cluster)?)?;
-    let workload_origin = args.workload.display().to_string();
-    let workload = parse_workload(&workload_origin, &read(&args.workload)?)?;
+/// A cluster and workload read from files and checked against each other.
+struct Case {
+    cluster: hetsched_core::Cluster,
+    apps: Vec<hetsched_core::Application>,
+    origin: String,
+    total_tasks: u64,
+}
+
+fn load_case(cluster: &Path, workload: &Path) -> anyhow::Result<Case> {
+    let cluster_origin = cluster.display().to_string();
+    let cluster = parse_cluster(&cluster_origin, &read(cluster)?)?;
+    let origin = workload.display().to_string();
+    let workload = parse_workload(&origin, &read(workload)?)?;
     workload.check_runnable(&cluster.nodes)?;
     let apps = workload.to_applications(0, MissingProfile::Refuse)?;
-    if args.policy == BatchPolicyKind::CpuOnly
-        && let Some(a) = apps.iter().find(|a| a.cpu.is_none())
-    {
-        bail!(
-            "{workload_origin}: application `{}` has no CPU variant, so the cpu-only policy cannot run it",
-            a.name
-        );
+    Ok(Case {
+        cluster,
+        apps,
+        origin,
+        total_tasks: workload.total_tasks(),
+    })
+}
+
+impl Case {
+    /// Why `policy` cannot run this workload, if it cannot.
+    fn refusal(&self, policy: BatchPolicyKind) -> Option<String> {
+        let a = self
+            .apps
+            .iter()
+            .find(|a| policy == BatchPolicyKind::CpuOnly && a.cpu.is_none())?;
+        Some(format!(
+            "{}: application `{}` has no CPU variant, so the cpu-only policy cannot run it",
+            self.origin, a.name
+        ))
     }
-    let config = SimConfig {
-        heartbeat_interval: args.heartbeat.0,
-        seed: args.seed,
-        io_report: args.io_report.into(),
+
+    fn simulate(&self, policy: BatchPolicyKind, config: &SimConfig) -> anyhow::Result<SimResult> {
+        let mut p = policy.build();
+        let bar = progress_bar(self.total_tasks, policy.as_str());
+        let result = simulate(
+            &self.cluster,
+            &self.apps,
+            p.as_mut(),
+            config,
+            &mut |p: Progress| {
+                bar.set_position(p.completed_tasks);
+            },
+        )?;
+        bar.finish_and_clear();
+        Ok(result)
+    }
+}
+
+fn sim_config(heartbeat: Duration, seed: u64, io_report: IoReportArg) -> SimConfig {
+    SimConfig {
+        heartbeat_interval: heartbeat.0,
+        seed,
+        io_report: io_report.into(),
         ..SimConfig::default()
-    };
-    let mut policy = args.policy.build();
-    let bar = progress_bar(workload.total_tasks(), args.policy.as_str());
-    let result = simulate(
-        &cluster,
-        &apps,
-        policy.as_mut(),
-        &config,
-        &mut |p: Progress| {
-            bar.set_position(p.completed_tasks);
-        },
+    }
+}
+
+fn run_cmd(args: RunArgs) -> anyhow::Result<()> {
+    let case = load_case(&args.cluster, &args.workload)?;
+    if let Some(why) = case.refusal(args.policy) {
+        bail!(why);
+    }
+    let result = case.simulate(
+        args.policy,
+        &sim_config(args.heartbeat, args.seed, args.io_report),
     )?;
-    bar.finish_and_clear();
     if let Some(path) = &args.out {
         std::fs::write(path, result.to_json()?)
             .with_context(|| format!("cannot write {}", path.display()))?;
@@ -204,6 +272,79 @@ fn run_cmd(args: RunArgs) -> anyhow::Result<()> {
     match args.output {
         Output::Table => print_result(&result),
         Output::Json => println!("{}", result.to_json()?),
+    }
+    Ok(())
+}
+
+fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
+    let mut policies = Vec::new();
+    for name in &args.policies {
+        if name == "all" {
+            policies.extend(BatchPolicyKind::ALL);
+        } else {
+            policies.push(name.parse::<BatchPolicyKind>()?);
+        }
+    }
+    policies.dedup();
+    let case = load_case(&args.cluster, &args.workload)?;
+    let config = sim_config(args.heartbeat, args.seed, args.io_report);
+    let mut rows = Vec::new();
+    for policy in policies {
+        match case.refusal(policy) {
+            Some(why) => eprintln!("skipping {policy}: {why}"),
+            None => rows.push(case.simulate(policy, &config)?),
+        }
+    }
+    let Some(fifo) = rows
+        .iter()
+        .find(|r| r.policy == "fifo")
+        .or(rows.first())
+        .map(|r| (r.policy.clone(), r.makespan_s))
+    else {
+        bail!("no policy could run this workload");
+    };
+    match args.output {
+        Output::Json => {
+            let summaries: Vec<serde_json::Value> = rows
+                .iter()
+                .map(|r| {
+                    serde_json::json!({
+                        "policy": r.policy,
+                        "makespan_s": r.makespan_s,
+                        "average_task_delay": r.average_task_delay,
+                        "gpu_tasks": r.gpu_tasks,
+                        "cpu_tasks": r.cpu_tasks,
+                        "vs_reference": r.makespan_s / fifo.1 - 1.0,
+                        "reference": fifo.0,
+                    })
+                })
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&summaries)?);
+        }
+        Output::Table => {
+            let mut table = Table::new();
+            table.load_preset(UTF8_FULL_CONDENSED);
+            let vs = format!("vs {}", fifo.0);
+            table.set_header([
+                "policy",
+                "makespan (s)",
+                vs.as_str(),
+                "average task delay",
+                "on GPU",
+                "on CPU",
+            ]);
+            for r in &rows {
+                table.add_row([
+                    r.policy.clone(),
+                    format!("{:.1}", r.makespan_s),
+                    format!("{:+.1} %", (r.makespan_s / fifo.1 - 1.0) * 100.0),
+                    format!("{:.2}×", r.average_task_delay),
+                    r.gpu_tasks.to_string(),
+                    r.cpu_tasks.to_string(),
+                ]);
+            }
+            println!("{table}");
+        }
     }
     Ok(())
 }

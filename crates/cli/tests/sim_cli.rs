@@ -138,3 +138,42 @@ fn completions_are_generated() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("hetsched"));
 }
+
+#[test]
+fn compare_runs_every_policy_side_by_side() {
+    let out = hetsched(&[
+        "sim",
+        "compare",
+        "--cluster",
+        CLUSTER,
+        "--workload",
+        WORKLOAD,
+        "--output",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let rows = v.as_array().expect("one summary per policy");
+    let names: Vec<&str> = rows.iter().filter_map(|r| r["policy"].as_str()).collect();
+    assert_eq!(names, ["cpu-only", "fifo", "drf", "hadoop-model", "hdas"]);
+    let makespan = |p: &str| {
+        rows.iter()
+            .find(|r| r["policy"] == p)
+            .and_then(|r| r["makespan_s"].as_f64())
+            .unwrap_or(f64::NAN)
+    };
+    assert!(
+        makespan("hdas") < makespan("fifo"),
+        "HDAS beats FIFO on workload P: {v}"
+    );
+    assert_eq!(
+        rows.iter()
+            .find(|r| r["policy"] == "fifo")
+            .map(|r| r["vs_reference"].clone()),
+        Some(serde_json::json!(0.0))
+    );
+}
