@@ -10,11 +10,14 @@
 //!
 //! - [`config`]: the TOML configuration;
 //! - [`detect`]: cores, memory, disks, NVIDIA GPUs, `/proc/PID/io`;
-//! - [`launch`]: one task as a child process.
+//! - [`launch`]: one task as a child process;
+//! - [`ledger`]: the durable record of running tasks, from which a restarted agent kills what its
+//!   SIGKILLed predecessor left running (before it registers).
 
 pub mod config;
 pub mod detect;
 pub mod launch;
+pub mod ledger;
 
 use hetsched_proto as pb;
 use hetsched_proto::agent_client::AgentClient;
@@ -73,10 +76,10 @@ struct RunningTask {
     read_bytes: u64,
 }
 
-#[derive(Default)]
 struct Shared {
     running: HashMap<u64, RunningTask>,
     results: Vec<pb::TaskResult>,
+    ledger: ledger::Ledger,
 }
 
 /// Runs the agent until `shutdown` resolves; then kills its tasks and returns.
@@ -87,10 +90,28 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
         .map_err(|e| AgentError::Config(format!("token: {e}")))?;
     let mut client = AgentClient::with_interceptor(channel, interceptor);
     let gpus = detect::Gpus::init();
-    let shared = Arc::new(Mutex::new(Shared::default()));
     let notify = Arc::new(Notify::new());
     std::fs::create_dir_all(&opts.work_dir)
         .map_err(|e| AgentError::Config(format!("{}: {e}", opts.work_dir.display())))?;
+    // Before registering: kill what a previous agent with this work directory left running
+    // (it was SIGKILLed; the server has given its tasks away or will).
+    let (ledger, recovered) = ledger::Ledger::recover(&opts.work_dir).map_err(|e| {
+        AgentError::Config(format!(
+            "{}: {e}",
+            opts.work_dir.join(ledger::FILE_NAME).display()
+        ))
+    })?;
+    if !recovered.killed.is_empty() {
+        warn!(
+            tasks = recovered.killed.len(),
+            "killed tasks left running by a previous agent in this work directory"
+        );
+    }
+    let shared = Arc::new(Mutex::new(Shared {
+        running: HashMap::new(),
+        results: Vec::new(),
+        ledger,
+    }));
     let register = pb::RegisterRequest {
         name: opts.name.clone(),
         cores: opts.resources.cores,
@@ -184,7 +205,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
             }
             for a in reply.assignments {
                 let (tx, rx) = oneshot::channel();
-                sh.running.insert(
+                let old = sh.running.insert(
                     a.task_id,
                     RunningTask {
                         attempt: a.attempt,
@@ -193,12 +214,17 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                         read_bytes: 0,
                     },
                 );
+                // A new attempt of a task that still runs here: the old attempt is stale.
+                if let Some(tx) = old.and_then(|mut o| o.kill.take()) {
+                    let _ = tx.send(());
+                }
                 let (shared, notify, opts) = (shared.clone(), notify.clone(), opts.clone());
                 tokio::spawn(async move {
                     let pid_shared = shared.clone();
                     let (task, attempt) = (a.task_id, a.attempt);
                     let result = launch::run(&a, &opts.name, &opts.work_dir, rx, move |pid| {
                         let mut sh = pid_shared.lock().unwrap_or_else(|p| p.into_inner());
+                        sh.ledger.started(task, attempt, pid);
                         if let Some(t) = sh.running.get_mut(&task)
                             && t.attempt == attempt
                         {
@@ -207,6 +233,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     })
                     .await;
                     let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+                    sh.ledger.ended(task, attempt);
                     if sh.running.get(&task).is_some_and(|t| t.attempt == attempt) {
                         sh.running.remove(&task);
                     }

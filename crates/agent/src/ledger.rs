@@ -1,0 +1,316 @@
+//! The agent's durable record of the tasks it runs, so that a restarted agent can kill what its
+//! SIGKILLed predecessor left behind.
+//!
+//! Each task runs in its own process group, so it survives the agent's death; the server, meanwhile,
+//! declares the node's tasks lost and runs them again, and the work would run twice. The agent
+//! therefore appends a line to `WORK_DIR/running.tasks` when a task's process starts and another
+//! when it ends:
+//!
+//! ```text
+//! start TASK ATTEMPT PID STARTTIME   # STARTTIME: field 22 of /proc/PID/stat (clock ticks since boot)
+//! end TASK ATTEMPT
+//! ```
+//!
+//! At start-up, before it registers, the agent reads the file ([`Ledger::recover`]) and kills
+//! (SIGKILL to the whole process group) every task started and not ended, unless its pid now
+//! belongs to another process (a different start time): a pid is recycled, a start time is not.
+//! If the group leader is gone, its group may still hold the task's children; the pid cannot have
+//! been given to a new process while that group exists, so the group is killed too.
+//!
+//! The file is written without `fsync` (a write reaches the kernel's page cache, which outlives the
+//! agent's process; only a crash of the whole machine loses it, and that kills the tasks too) and
+//! compacted — rewritten with the live entries only — when it grows, so it stays small and costs
+//! two small `write`s per task.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use tracing::{info, warn};
+
+/// The record's file name in the agent's work directory.
+pub const FILE_NAME: &str = "running.tasks";
+
+/// Rewrite the file once it holds this many more lines than live entries.
+const COMPACT_AFTER: usize = 4096;
+
+/// One recorded task process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Task id.
+    pub task: u64,
+    /// Attempt number.
+    pub attempt: u32,
+    /// Pid of the task's process, which leads its process group (pgid = pid).
+    pub pid: u32,
+    /// Field 22 of `/proc/PID/stat` when the task started (0 if it could not be read).
+    pub start_time: u64,
+}
+
+/// What recovery found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// Entries whose process (group) was still there and was killed.
+    pub killed: Vec<Entry>,
+    /// Entries whose pid now belongs to another process: left alone.
+    pub recycled: Vec<Entry>,
+}
+
+/// The durable record of running tasks.
+#[derive(Debug)]
+pub struct Ledger {
+    path: PathBuf,
+    file: Option<File>,
+    live: HashMap<(u64, u32), Entry>,
+    lines: usize,
+}
+
+/// Field 22 (`starttime`) of `/proc/PID/stat`, `None` if the process does not exist.
+pub fn proc_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count from the last `)`.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // `rest` starts at field 3 (state); field 22 is the 20th from there.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether `pid` is a zombie (dead, not yet reaped) according to `/proc/PID/stat`.
+pub fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let rest = &s[s.rfind(')')? + 1..];
+            rest.split_whitespace().next().map(|st| st == "Z")
+        })
+        .unwrap_or(false)
+}
+
+fn parse(text: &str) -> HashMap<(u64, u32), Entry> {
+    let mut live = HashMap::new();
+    for line in text.lines() {
+        let mut f = line.split_whitespace();
+        let kind = f.next();
+        let (Some(task), Some(attempt)) = (
+            f.next().and_then(|x| x.parse::<u64>().ok()),
+            f.next().and_then(|x| x.parse::<u32>().ok()),
+        ) else {
+            continue; // a torn last line, or garbage: nothing to act on
+        };
+        match kind {
+            Some("start") => {
+                let (Some(pid), Some(start_time)) = (
+                    f.next().and_then(|x| x.parse::<u32>().ok()),
+                    f.next().and_then(|x| x.parse::<u64>().ok()),
+                ) else {
+                    continue;
+                };
+                live.insert(
+                    (task, attempt),
+                    Entry {
+                        task,
+                        attempt,
+                        pid,
+                        start_time,
+                    },
+                );
+            }
+            Some("end") => {
+                live.remove(&(task, attempt));
+            }
+            _ => {}
+        }
+    }
+    live
+}
+
+/// SIGKILLs process group `pid`; whether a process received it.
+fn kill_group(pid: u32) -> bool {
+    match i32::try_from(pid) {
+        Ok(p) if p > 1 => nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(p),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .is_ok(),
+        _ => false,
+    }
+}
+
+impl Ledger {
+    /// Reads the record in `work_dir`, kills every recorded task that is still running (see the
+    /// module docs), and starts an empty record.
+    pub fn recover(work_dir: &Path) -> std::io::Result<(Self, Recovered)> {
+        let path = work_dir.join(FILE_NAME);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(e),
+        };
+        let mut found = Recovered::default();
+        let mut entries: Vec<Entry> = parse(&text).into_values().collect();
+        entries.sort_unstable_by_key(|e| (e.task, e.attempt));
+        for e in entries {
+            match proc_start_time(e.pid) {
+                Some(t) if t != e.start_time || e.start_time == 0 => {
+                    warn!(
+                        task = e.task,
+                        pid = e.pid,
+                        "recorded task's pid now belongs to another process; left alone"
+                    );
+                    found.recycled.push(e);
+                }
+                _ => {
+                    if kill_group(e.pid) {
+                        info!(
+                            task = e.task,
+                            attempt = e.attempt,
+                            pid = e.pid,
+                            "killed a task left running by a previous agent"
+                        );
+                        found.killed.push(e);
+                    }
+                }
+            }
+        }
+        let file = File::create(&path)?;
+        Ok((
+            Self {
+                path,
+                file: Some(file),
+                live: HashMap::new(),
+                lines: 0,
+            },
+            found,
+        ))
+    }
+
+    /// A record that writes nothing (tests of other parts).
+    pub fn disabled() -> Self {
+        Self {
+            path: PathBuf::new(),
+            file: None,
+            live: HashMap::new(),
+            lines: 0,
+        }
+    }
+
+    fn append(&mut self, line: &str) {
+        if let Some(f) = &mut self.file
+            && let Err(e) = f.write_all(line.as_bytes())
+        {
+            warn!("{}: {e}", self.path.display());
+        }
+        self.lines += 1;
+    }
+
+    /// Records that a task's process started.
+    pub fn started(&mut self, task: u64, attempt: u32, pid: u32) {
+        let e = Entry {
+            task,
+            attempt,
+            pid,
+            start_time: proc_start_time(pid).unwrap_or(0),
+        };
+        self.live.insert((task, attempt), e);
+        self.append(&format!("start {task} {attempt} {pid} {}\n", e.start_time));
+    }
+
+    /// Records that a task's process ended.
+    pub fn ended(&mut self, task: u64, attempt: u32) {
+        if self.live.remove(&(task, attempt)).is_none() {
+            return; // never started (or already recorded)
+        }
+        self.append(&format!("end {task} {attempt}\n"));
+        if self.lines > self.live.len() + COMPACT_AFTER {
+            self.compact();
+        }
+    }
+
+    /// Rewrites the file with the live entries only (a temporary file renamed over it).
+    fn compact(&mut self) {
+        if self.file.is_none() {
+            self.lines = self.live.len();
+            return;
+        }
+        let tmp = self.path.with_extension("tmp");
+        let text: String = self
+            .live
+            .values()
+            .map(|e| {
+                format!(
+                    "start {} {} {} {}\n",
+                    e.task, e.attempt, e.pid, e.start_time
+                )
+            })
+            .collect();
+        let done = std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, &self.path))
+            .and_then(|()| std::fs::OpenOptions::new().append(true).open(&self.path));
+        match done {
+            Ok(f) => {
+                self.file = Some(f);
+                self.lines = self.live.len();
+            }
+            Err(e) => warn!("compacting {}: {e}", self.path.display()),
+        }
+    }
+
+    /// Entries recorded as running.
+    pub fn live(&self) -> impl Iterator<Item = &Entry> {
+        self.live.values()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn started_and_not_ended_entries_survive_a_torn_line() {
+        let live = parse("start 1 1 100 5\nstart 2 1 101 6\nend 1 1\nstart 3 2 10");
+        assert_eq!(live.len(), 1);
+        assert_eq!(live[&(2, 1)].pid, 101);
+    }
+
+    #[test]
+    fn our_own_start_time_is_read_and_stable() {
+        let me = std::process::id();
+        let t = proc_start_time(me).expect("own stat");
+        assert_eq!(proc_start_time(me), Some(t));
+        assert!(!is_zombie(me));
+    }
+
+    #[test]
+    fn recovery_kills_a_recorded_process_group_and_compaction_keeps_live_entries() {
+        let dir = std::env::temp_dir().join(format!("hetsched-ledger-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let mut child = {
+            use std::os::unix::process::CommandExt;
+            std::process::Command::new("sleep")
+                .arg("30")
+                .process_group(0)
+                .spawn()
+                .expect("sleep")
+        };
+        let (mut l, found) = Ledger::recover(&dir).expect("recover");
+        assert_eq!(found, Recovered::default());
+        for t in 0..(COMPACT_AFTER as u64 + 10) {
+            l.started(t + 100, 1, 1);
+            l.ended(t + 100, 1);
+        }
+        l.started(7, 2, child.id());
+        // A recycled pid: our own, with another start time.
+        l.append(&format!("start 8 1 {} 1\n", std::process::id()));
+        drop(l);
+        let (l, found) = Ledger::recover(&dir).expect("recover");
+        assert_eq!(found.killed.len(), 1, "{found:?}");
+        assert_eq!((found.killed[0].task, found.killed[0].attempt), (7, 2));
+        assert_eq!(found.recycled.len(), 1);
+        let status = child.wait().expect("wait");
+        assert!(!status.success(), "sleep was killed");
+        assert_eq!(l.live().count(), 0);
+        let text = std::fs::read_to_string(dir.join(FILE_NAME)).expect("file");
+        assert!(text.is_empty(), "recovery starts an empty record");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
