@@ -319,6 +319,7 @@ fn malformed_job_files_are_refused_with_file_line_and_field_and_nothing_is_store
         ("09-larger-than-any-node.toml", 5, "application[0].cpu"),
         ("10-wrong-type.toml", 4, "application[0].tasks"),
         ("11-no-applications.toml", 2, "title"),
+        ("12-negative-retries.toml", 5, "application[0].retries"),
     ];
     let present: BTreeSet<String> = std::fs::read_dir(&fixtures)
         .expect("fixtures")
@@ -485,6 +486,202 @@ fn an_agent_killed_mid_job_loses_its_tasks_to_the_others() {
         .and_then(|ns| ns.iter().find(|n| n["name"] == "doomed"))
         .expect("doomed node");
     assert_eq!(doomed["alive"], false, "{doomed}");
+}
+
+/// Whether process `pid` is gone (no `/proc/PID`, or a zombie nobody has reaped yet).
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+    }
+}
+
+#[test]
+fn a_restarted_agent_kills_the_tasks_its_sigkilled_predecessor_left_running() {
+    let mut c = Cluster::start("agent-restart");
+    c.start_agent("n", 3);
+    c.wait_for_nodes(1);
+    let log = c.dir.join("events.log");
+    // The first attempt sleeps long in a child of the shell (both in the task's process group);
+    // if it were left running it would log `end INDEX 1`.
+    let job = c.write(
+        "job.toml",
+        &format!(
+            "[[application]]\nname = \"sleepy\"\ntasks = 3\n[application.cpu]\n\
+             command = \"echo start {{index}} $HETSCHED_ATTEMPT $$ >> {log}; \
+             if [ $HETSCHED_ATTEMPT = 1 ]; then sleep 6 & echo child {{index}} 1 $! >> {log}; wait; fi; \
+             echo end {{index}} $HETSCHED_ATTEMPT >> {log}\"\n",
+            log = log.display()
+        ),
+    );
+    let out = c.cli(&["submit", job.to_str().expect("path")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pids = || -> Vec<u32> {
+        lines(&log)
+            .iter()
+            .filter_map(|l| {
+                let p: Vec<&str> = l.split_whitespace().collect();
+                match p.as_slice() {
+                    ["start", _, "1", pid] | ["child", _, "1", pid] => pid.parse().ok(),
+                    _ => None,
+                }
+            })
+            .collect()
+    };
+    wait_until(
+        "three first attempts and their sleeps",
+        Duration::from_secs(20),
+        || pids().len() == 6,
+    );
+    let old = pids();
+    c.kill_agent("n");
+    assert!(
+        old.iter().all(|&p| !process_gone(p)),
+        "the orphans outlive the SIGKILLed agent"
+    );
+    c.start_agent("n", 3);
+    wait_until(
+        "the restarted agent to kill the orphans (well before their 6 s sleep ends)",
+        Duration::from_secs(4),
+        || old.iter().all(|&p| process_gone(p)),
+    );
+    let out = c.cli(&["wait", "1", "--timeout", "30s"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tasks = c.json(&["tasks", "--job", "1"]);
+    let tasks = tasks.as_array().expect("tasks");
+    assert_eq!(tasks.len(), 3);
+    let ev = events(&log);
+    for t in tasks {
+        assert_eq!(t["state"], "succeeded", "{t}");
+        let index = t["index"].as_u64().unwrap_or(99) as u32;
+        let ends: Vec<u32> = ev
+            .iter()
+            .filter(|e| e.0 == "end" && e.1 == index)
+            .map(|e| e.2)
+            .collect();
+        assert_eq!(
+            ends,
+            vec![t["attempt"].as_u64().unwrap_or(0) as u32],
+            "task {index} finished once, as its recorded attempt"
+        );
+        assert!(t["attempt"].as_u64() >= Some(2), "{t}");
+    }
+    assert!(
+        old.iter().all(|&p| process_gone(p)),
+        "no orphan came back to life"
+    );
+}
+
+#[test]
+fn failed_attempts_run_again_while_retries_last_and_a_time_limit_counts_as_a_failure() {
+    let mut c = Cluster::start("retries");
+    c.start_agent("a", 4);
+    c.wait_for_nodes(1);
+    let job = c.write(
+        "job.toml",
+        "[[application]]\nname = \"flaky\"\ntasks = 2\nretries = 2\n[application.cpu]\n\
+         command = 'test \"$HETSCHED_ATTEMPT\" -ge 2'\n\
+         [[application]]\nname = \"slow-once\"\ntasks = 1\nretries = 1\n[application.cpu]\n\
+         command = 'if [ $HETSCHED_ATTEMPT = 1 ]; then sleep 30; fi'\ntime_limit = \"300ms\"\n\
+         [[application]]\nname = \"hopeless\"\ntasks = 1\nretries = 1\n[application.cpu]\n\
+         command = \"exit 3\"\n",
+    );
+    let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
+    assert!(!out.status.success(), "`hopeless` fails for good");
+    let tasks = c.json(&["tasks", "--job", "1"]);
+    let by_app = |app: &str| -> Vec<(String, u64, u64)> {
+        tasks
+            .as_array()
+            .expect("tasks")
+            .iter()
+            .filter(|t| t["app"] == app)
+            .map(|t| {
+                (
+                    t["state"].as_str().unwrap_or("").to_string(),
+                    t["attempt"].as_u64().unwrap_or(0),
+                    t["failed_attempts"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect()
+    };
+    let ok2 = ("succeeded".to_string(), 2, 1);
+    assert_eq!(by_app("flaky"), vec![ok2.clone(), ok2.clone()], "{tasks}");
+    assert_eq!(by_app("slow-once"), vec![ok2], "{tasks}");
+    assert_eq!(
+        by_app("hopeless"),
+        vec![("failed".to_string(), 2, 1)],
+        "one retry, then failed: {tasks}"
+    );
+    let table = c.cli(&["tasks", "--job", "1"]);
+    assert!(
+        String::from_utf8_lossy(&table.stdout).contains("2 (1 failed)"),
+        "{}",
+        String::from_utf8_lossy(&table.stdout)
+    );
+}
+
+#[test]
+fn a_submission_repeated_with_its_key_makes_one_job() {
+    let mut c = Cluster::start("keys");
+    let job = c.write(
+        "job.toml",
+        "[[application]]\nname = \"a\"\ntasks = 1\n[application.cpu]\ncommand = \"true\"\n",
+    );
+    let submit = |key: &str| {
+        let out = c.cli(&[
+            "submit",
+            job.to_str().expect("path"),
+            "--submission-key",
+            key,
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    assert!(submit("k1").contains("job 1 submitted"));
+    assert!(submit("k1").contains("job 1 was already submitted with this key"));
+    assert!(submit("k2").contains("job 2 submitted"));
+    // Without --submission-key each submission draws a fresh key: a new job each time.
+    assert!(submit_plain(&c, &job).contains("job 3 submitted"));
+    assert!(submit_plain(&c, &job).contains("job 4 submitted"));
+    assert_eq!(c.json(&["jobs"]).as_array().map(Vec::len), Some(4));
+    // The server is down when `submit` starts: it retries (same key) until the server is back.
+    c.kill_server();
+    let pending = Command::new(BIN)
+        .args(["submit", job.to_str().expect("path")])
+        .env("HETSCHED_SERVER", c.url())
+        .env("HETSCHED_TOKEN_FILE", c.data().join("token"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("submit");
+    std::thread::sleep(Duration::from_millis(300));
+    c.start_server();
+    let out = pending.wait_with_output().expect("submit ends");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("retrying"), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("job 5 submitted"));
+    assert_eq!(c.json(&["jobs"]).as_array().map(Vec::len), Some(5));
+}
+
+fn submit_plain(c: &Cluster, job: &Path) -> String {
+    let out = c.cli(&["submit", job.to_str().expect("path")]);
+    String::from_utf8_lossy(&out.stdout).to_string()
 }
 
 #[test]
