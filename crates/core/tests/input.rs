@@ -168,3 +168,29 @@ accelerator = [{ kind = "c2050", count = 4, speed = 1.0 }]
     assert_eq!(c.nodes[0].disk_read_bw, 128.0 * 1024.0 * 1024.0);
     assert_eq!(c.totals().gpus, 12);
 }
+
+#[test]
+fn retries_default_to_zero_and_bad_values_name_the_field() {
+    let job = |retries: &str| {
+        format!(
+            "[[application]]\nname = \"a\"\ntasks = 1\n{retries}\n[application.cpu]\ncommand = \"true\"\n"
+        )
+    };
+    let w = parse_workload("j.toml", &job("")).expect("valid");
+    assert_eq!(*w.applications[0].retries.get_ref(), 0);
+    let w = parse_workload("j.toml", &job("retries = 3")).expect("valid");
+    assert_eq!(*w.applications[0].retries.get_ref(), 3);
+    for (value, says) in [
+        ("retries = -1", "expected u32"),
+        ("retries = \"two\"", "expected u32"),
+        ("retries = 101", "must be at most 100"),
+    ] {
+        let e = parse_workload("j.toml", &job(value)).expect_err(value);
+        let text = e.to_string();
+        assert!(
+            text.starts_with("j.toml:4:") && text.contains("application[0].retries"),
+            "{value}: {text}"
+        );
+        assert!(text.contains(says), "{value}: {text}");
+    }
+}

@@ -82,7 +82,10 @@ impl Client for ClientService {
         req: Request<pb::SubmitRequest>,
     ) -> Result<Response<pb::SubmitReply>, Status> {
         let r = req.into_inner();
-        with_state(&self.0, move |s| s.submit(&r.origin, &r.text, &r.workdir)).await
+        with_state(&self.0, move |s| {
+            s.submit_keyed(&r.origin, &r.text, &r.workdir, &r.submission_key)
+        })
+        .await
     }
 
     async fn list_jobs(

@@ -17,7 +17,12 @@
 //!   `max_attempts`, after which it fails;
 //! - a task a node runs that the server does not expect there (cancelled, or re-queued while the
 //!   node was silent) is killed;
-//! - a non-zero exit is final: the task fails (it is the program's answer, not the cluster's fault).
+//! - a failed attempt (non-zero exit, failure to start, time limit) is re-queued with the next
+//!   attempt number while the application's `retries` last; then the task fails. Failed attempts do
+//!   not count against `max_attempts`, which bounds lost ones;
+//! - a submission with a client key the store already holds returns the job stored under it (one
+//!   job per key, enforced by a UNIQUE index), so a client may retry a submission whose reply it
+//!   never received.
 
 use crate::config::ServerConfig;
 use crate::store::{JobRow, NodeRow, Store, StoreError, TaskRow, TaskState};
@@ -36,6 +41,9 @@ use tracing::{info, warn};
 
 /// Most tasks one job may have (a typo of `tasks = 4000000000` should not exhaust memory).
 pub const MAX_TASKS_PER_JOB: u64 = 1_000_000;
+
+/// Longest submission key accepted.
+pub const MAX_SUBMISSION_KEY: usize = 128;
 
 /// After a restart, a node gets this many dead-timeouts (at least 5 s) to heartbeat again.
 pub const RESTART_GRACE: u32 = 3;
@@ -112,6 +120,8 @@ struct AppRec {
     split_bytes: u64,
     first_task: u64,
     tasks: u32,
+    /// How many failed attempts of one task run again.
+    retries: u32,
     cpu: Option<VariantRun>,
     gpu: Option<VariantRun>,
     observed: [Observed; 2],
@@ -148,6 +158,8 @@ pub struct State {
     jobs: Vec<JobRec>,
     apps: Vec<AppRec>,
     tasks: Vec<TaskRow>,
+    /// Job id by submission key.
+    by_key: HashMap<String, u64>,
     max_attempts: u32,
     estimate: u64,
     heartbeat_interval_ms: u64,
@@ -168,6 +180,7 @@ impl State {
             jobs: Vec::new(),
             apps: Vec::new(),
             tasks: Vec::new(),
+            by_key: HashMap::new(),
             max_attempts: config.max_attempts.max(1),
             estimate: config.profile_estimate.0.max(1),
             heartbeat_interval_ms: (config.heartbeat_interval.0 / 1_000_000).max(1),
@@ -291,6 +304,7 @@ impl State {
                 split_bytes: app.split_bytes,
                 first_task,
                 tasks: app.tasks,
+                retries: *spec.retries.get_ref(),
                 cpu,
                 gpu,
                 observed: [Observed::default(); 2],
@@ -298,6 +312,9 @@ impl State {
             self.view.add_application(app, pending)?;
         }
         let apps = first_app..self.apps.len() as u32;
+        if let Some(key) = &row.submission_key {
+            self.by_key.insert(key.clone(), row.id);
+        }
         self.jobs.push(JobRec {
             tasks: row.first_task..next_task,
             apps,
@@ -573,8 +590,25 @@ impl State {
             self.view.task_finished(&a);
             self.observe(app, a.variant, d)?;
         } else {
-            t.state = TaskState::Failed;
-            self.view.task_abandoned(&a);
+            let retries = self.apps.get(t.app as usize).map_or(0, |app| app.retries);
+            if t.failures < retries {
+                t.failures += 1;
+                t.state = TaskState::Pending;
+                t.message = format!(
+                    "attempt {} failed ({}); retry {} of {retries}",
+                    t.attempt,
+                    if r.message.is_empty() {
+                        format!("exit code {}", r.exit_code)
+                    } else {
+                        r.message.clone()
+                    },
+                    t.failures
+                );
+                self.view.requeue(&a);
+            } else {
+                t.state = TaskState::Failed;
+                self.view.task_abandoned(&a);
+            }
         }
         Ok(())
     }
@@ -600,7 +634,8 @@ impl State {
         let max = self.max_attempts;
         let t = &mut self.tasks[task as usize];
         dirty.push(task);
-        if t.attempt >= max {
+        // Failed attempts were retried on purpose; only lost ones count against `max_attempts`.
+        if t.attempt.saturating_sub(t.failures) >= max {
             t.state = TaskState::Failed;
             t.finished_ns = now;
             t.exit_code = None;
@@ -697,6 +732,41 @@ impl State {
         text: &str,
         workdir: &str,
     ) -> Result<pb::SubmitReply, StateError> {
+        self.submit_keyed(origin, text, workdir, "")
+    }
+
+    /// [`State::submit`] with a client's submission key (empty = none): if a job was already
+    /// stored under `key`, returns it (`existing: true`) and stores nothing.
+    pub fn submit_keyed(
+        &mut self,
+        origin: &str,
+        text: &str,
+        workdir: &str,
+        key: &str,
+    ) -> Result<pb::SubmitReply, StateError> {
+        if key.len() > MAX_SUBMISSION_KEY {
+            return Err(StateError::Invalid(format!(
+                "the submission key is {} bytes long; at most {MAX_SUBMISSION_KEY}",
+                key.len()
+            )));
+        }
+        if let Some(&id) = self.by_key.get(key) {
+            let j = &self.jobs[(id - 1) as usize];
+            if j.row.text != text {
+                return Err(StateError::Invalid(format!(
+                    "submission key `{key}` already names job {id}, submitted with another file"
+                )));
+            }
+            info!(
+                job = id,
+                "submission repeated with the same key: the job exists"
+            );
+            return Ok(pb::SubmitReply {
+                job_id: id,
+                tasks: j.tasks.end - j.tasks.start,
+                existing: true,
+            });
+        }
         let w = parse_workload(origin, text)?;
         w.check_commands()?;
         let known: Vec<Node> = self.nodes.iter().map(|n| n.spec.clone()).collect();
@@ -725,6 +795,7 @@ impl State {
             first_app,
             first_task,
             cancelled: false,
+            submission_key: (!key.is_empty()).then(|| key.to_string()),
         };
         let mut rows = Vec::with_capacity(total as usize);
         for a in &apps {
@@ -742,6 +813,7 @@ impl State {
                     finished_ns: 0,
                     exit_code: None,
                     message: String::new(),
+                    failures: 0,
                 });
             }
         }
@@ -754,6 +826,7 @@ impl State {
         Ok(pb::SubmitReply {
             job_id: id,
             tasks: total,
+            existing: false,
         })
     }
 
@@ -845,6 +918,8 @@ impl State {
                         counts: Some(self.counts(r.first_task..r.first_task + r.tasks as u64)),
                         mean_cpu_ms: mean(0),
                         mean_gpu_ms: mean(1),
+                        has_cpu: r.cpu.is_some(),
+                        has_gpu: r.gpu.is_some(),
                     }
                 })
                 .collect()
@@ -911,6 +986,7 @@ impl State {
                     finished_ns: t.finished_ns,
                     exit_code: t.exit_code.unwrap_or(-1),
                     message: t.message.clone(),
+                    failed_attempts: t.failures,
                 }
             })
             .collect();

@@ -101,6 +101,9 @@ pub struct TaskRow {
     pub exit_code: Option<i32>,
     /// Why it failed.
     pub message: String,
+    /// Attempts that failed (non-zero exit, failure to start, time limit) and were retried;
+    /// `attempt - failures` attempts were lost with their nodes or not finished yet.
+    pub failures: u32,
 }
 
 /// One job row.
@@ -122,6 +125,8 @@ pub struct JobRow {
     pub first_task: u64,
     /// Whether a user cancelled it.
     pub cancelled: bool,
+    /// The client's submission key (unique among jobs), if it sent one.
+    pub submission_key: Option<String>,
 }
 
 /// One node row: its name and its description as JSON (`hetsched_core::Node`).
@@ -168,8 +173,18 @@ CREATE TABLE IF NOT EXISTS tasks(
     finished_ns INTEGER NOT NULL DEFAULT 0, exit_code INTEGER, message TEXT NOT NULL DEFAULT '');
 ";
 
+/// Columns added after the first schema: added to stores created before them (`table`, `column`,
+/// definition). A submission key is unique among jobs (a UNIQUE index; NULLs, i.e. no key, repeat).
+const MIGRATIONS: &[(&str, &str, &str)] = &[
+    ("jobs", "submission_key", "TEXT"),
+    ("tasks", "failures", "INTEGER NOT NULL DEFAULT 0"),
+];
+
+const INDEXES: &str =
+    "CREATE UNIQUE INDEX IF NOT EXISTS jobs_submission_key ON jobs(submission_key);";
+
 const UPDATE_TASK: &str = "UPDATE tasks SET state=?1, attempt=?2, node=?3, variant=?4, devices=?5,
-    started_ns=?6, finished_ns=?7, exit_code=?8, message=?9 WHERE id=?10";
+    started_ns=?6, finished_ns=?7, exit_code=?8, message=?9, failures=?10 WHERE id=?11";
 
 fn devices_text(d: &[u32]) -> String {
     d.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
@@ -195,6 +210,19 @@ impl Store {
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.execute_batch(SCHEMA)?;
+        for (table, column, definition) in MIGRATIONS {
+            let exists: bool = conn.query_row(
+                &format!("SELECT COUNT(*) > 0 FROM pragma_table_info('{table}') WHERE name = ?1"),
+                params![column],
+                |r| r.get(0),
+            )?;
+            if !exists {
+                conn.execute_batch(&format!(
+                    "ALTER TABLE {table} ADD COLUMN {column} {definition}"
+                ))?;
+            }
+        }
+        conn.execute_batch(INDEXES)?;
         Ok(Self { conn })
     }
 
@@ -215,8 +243,8 @@ impl Store {
             snap.nodes.push(r?);
         }
         let mut stmt = self.conn.prepare(
-            "SELECT id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled
-             FROM jobs ORDER BY id",
+            "SELECT id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled,
+                    submission_key FROM jobs ORDER BY id",
         )?;
         let rows = stmt.query_map([], |r| {
             Ok(JobRow {
@@ -228,6 +256,7 @@ impl Store {
                 first_app: r.get(5)?,
                 first_task: r.get::<_, i64>(6)? as u64,
                 cancelled: r.get(7)?,
+                submission_key: r.get(8)?,
             })
         })?;
         for r in rows {
@@ -235,7 +264,7 @@ impl Store {
         }
         let mut stmt = self.conn.prepare(
             "SELECT id, app, idx, state, attempt, node, variant, devices, started_ns, finished_ns,
-                    exit_code, message FROM tasks ORDER BY id",
+                    exit_code, message, failures FROM tasks ORDER BY id",
         )?;
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
@@ -253,6 +282,7 @@ impl Store {
                 finished_ns: r.get::<_, i64>(9)? as u64,
                 exit_code: r.get(10)?,
                 message: r.get(11)?,
+                failures: r.get(12)?,
             });
         }
         Ok(snap)
@@ -278,8 +308,9 @@ impl Store {
     ) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
         tx.execute(
-            "INSERT INTO jobs(id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            "INSERT INTO jobs(id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled,
+                              submission_key)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             params![
                 job.id,
                 job.origin,
@@ -288,7 +319,8 @@ impl Store {
                 job.submitted_ns as i64,
                 job.first_app,
                 job.first_task as i64,
-                job.cancelled
+                job.cancelled,
+                job.submission_key
             ],
         )?;
         {
@@ -335,6 +367,7 @@ impl Store {
                     t.finished_ns as i64,
                     t.exit_code,
                     t.message,
+                    t.failures,
                     t.id as i64
                 ])?;
             }
@@ -380,6 +413,7 @@ mod tests {
             first_app: 0,
             first_task: 0,
             cancelled: false,
+            submission_key: Some("k".into()),
         };
         let mut task = TaskRow {
             id: 0,
@@ -394,6 +428,7 @@ mod tests {
             finished_ns: 0,
             exit_code: None,
             message: String::new(),
+            failures: 0,
         };
         {
             let mut s = Store::open(&path).expect("open");
@@ -405,6 +440,7 @@ mod tests {
             task.variant = Some(1);
             task.devices = vec![0, 2];
             task.exit_code = Some(0);
+            task.failures = 2;
             s.update_tasks([&task], Some(1)).expect("update");
         }
         let s = Store::open(&path).expect("reopen");
@@ -412,6 +448,30 @@ mod tests {
         assert_eq!(snap.jobs.len(), 1);
         assert!(snap.jobs[0].cancelled);
         assert_eq!(snap.tasks, vec![task]);
+        assert_eq!(snap.jobs[0].submission_key.as_deref(), Some("k"));
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+
+    #[test]
+    fn a_store_from_before_keys_and_retries_gains_their_columns() {
+        let path = temp_db("migrate");
+        {
+            let old = Connection::open(&path).expect("open");
+            old.execute_batch(SCHEMA).expect("old schema");
+            old.execute(
+                "INSERT INTO jobs(id, origin, text, workdir, submitted_ns, first_app, first_task)
+                 VALUES (1, 'j', 't', '/', 0, 0, 0)",
+                [],
+            )
+            .expect("old job");
+        }
+        for _ in 0..2 {
+            let s = Store::open(&path).expect("migrates, then opens as is");
+            let snap = s.load().expect("load");
+            assert_eq!(snap.jobs[0].submission_key, None);
+        }
         if let Some(dir) = path.parent() {
             let _ = std::fs::remove_dir_all(dir);
         }

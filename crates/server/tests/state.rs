@@ -243,3 +243,113 @@ fn a_refused_submission_stores_nothing_and_cancel_kills_running_tasks() {
     assert!(r.assignments.is_empty());
     assert_eq!(s.job(1).expect("job").state, "cancelled");
 }
+
+#[test]
+fn a_submission_key_makes_a_job_once_even_across_a_restart() {
+    let d = dir("keys");
+    {
+        let mut s = open(&d);
+        let first = s.submit_keyed("job.toml", JOB, "/", "k-1").expect("submit");
+        assert!(!first.existing);
+        let again = s
+            .submit_keyed("job.toml", JOB, "/", "k-1")
+            .expect("resubmit");
+        assert_eq!(
+            (again.job_id, again.tasks, again.existing),
+            (first.job_id, 3, true)
+        );
+        let other = s
+            .submit_keyed("job.toml", JOB, "/", "k-2")
+            .expect("other key");
+        assert_eq!((other.job_id, other.existing), (2, false));
+        // No key: every submission is a new job.
+        assert_eq!(s.submit("job.toml", JOB, "/").expect("no key").job_id, 3);
+        assert_eq!(s.submit("job.toml", JOB, "/").expect("no key").job_id, 4);
+        let e = s
+            .submit_keyed(
+                "other.toml",
+                "[[application]]\nname = \"b\"\ntasks = 1\n[application.cpu]\ncommand = \"true\"\n",
+                "/",
+                "k-1",
+            )
+            .expect_err("the key names another file's job");
+        assert!(e.to_string().contains("already names job 1"), "{e}");
+        let e = s
+            .submit_keyed("job.toml", JOB, "/", &"x".repeat(129))
+            .expect_err("too long");
+        assert!(e.to_string().contains("at most 128"), "{e}");
+    } // the server dies; the reply to a retried submission must still be the stored job
+    let mut s = open(&d);
+    let again = s
+        .submit_keyed("job.toml", JOB, "/", "k-2")
+        .expect("after restart");
+    assert_eq!((again.job_id, again.existing), (2, true));
+    assert_eq!(s.jobs().jobs.len(), 4);
+    // And the store itself refuses a second row with the same key.
+    let db = rusqlite_count(&d);
+    assert_eq!(db, 2, "two keyed jobs stored");
+}
+
+fn rusqlite_count(d: &Path) -> i64 {
+    let conn = rusqlite::Connection::open(d.join("state.db")).expect("db");
+    assert!(
+        conn.execute(
+            "INSERT INTO jobs(id, origin, text, workdir, submitted_ns, first_app, first_task, submission_key)
+             VALUES (99, 'x', 'x', '/', 0, 0, 0, 'k-1')",
+            [],
+        )
+        .is_err(),
+        "UNIQUE(submission_key)"
+    );
+    conn.query_row(
+        "SELECT COUNT(*) FROM jobs WHERE submission_key IS NOT NULL",
+        [],
+        |r| r.get(0),
+    )
+    .expect("count")
+}
+
+const FLAKY: &str =
+    "[[application]]\nname = \"f\"\ntasks = 2\nretries = 1\n[application.cpu]\ncommand = \"x\"\n";
+
+#[test]
+fn a_failed_attempt_runs_again_while_retries_last_and_lost_ones_count_apart() {
+    let d = dir("retries");
+    {
+        let mut s = open(&d);
+        let n = register(&mut s, "n", 2);
+        s.submit("job.toml", FLAKY, "/").expect("submit");
+        assert_eq!(assigned(&beat(&mut s, n, &[], &[])), vec![(0, 1), (1, 1)]);
+        // Task 0 fails once: it runs again as attempt 2; task 1 succeeds.
+        let r = beat(&mut s, n, &[], &[(0, 1, false), (1, 1, true)]);
+        assert_eq!(assigned(&r), vec![(0, 2)]);
+        let t = &s.tasks(1).expect("tasks").tasks[0];
+        assert_eq!(t.failed_attempts, 1);
+        assert!(t.message.contains("attempt 1 failed"), "{}", t.message);
+        // Attempt 2 is lost (max_attempts = 2 counts lost attempts only): attempt 3 runs.
+        let r = beat(&mut s, n, &[], &[]);
+        assert_eq!(assigned(&r), vec![(0, 3)]);
+    } // restart: the failure count survives
+    let mut s = open(&d);
+    // Attempt 3 fails too: retries (1) are spent, so the task fails for good.
+    let r = beat(&mut s, 0, &[], &[(0, 3, false)]);
+    assert!(r.assignments.is_empty());
+    assert_eq!(
+        states(&s),
+        vec![("failed".into(), 3), ("succeeded".into(), 1)]
+    );
+    assert_eq!(s.tasks(1).expect("tasks").tasks[0].failed_attempts, 1);
+    assert_eq!(s.job(1).expect("job").state, "failed");
+}
+
+#[test]
+fn without_retries_a_failure_is_final() {
+    let d = dir("no-retries");
+    let mut s = open(&d);
+    let n = register(&mut s, "n", 1);
+    s.submit("job.toml", JOB, "/").expect("submit");
+    beat(&mut s, n, &[], &[]);
+    let r = beat(&mut s, n, &[], &[(0, 1, false)]);
+    assert_eq!(assigned(&r), vec![(1, 1)], "the next task, not a retry");
+    assert_eq!(states(&s)[0], ("failed".into(), 1));
+}

@@ -134,6 +134,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
                 origin: "bench.toml".into(),
                 text,
                 workdir: dir.display().to_string(),
+                ..Default::default()
             })
             .await?
             .into_inner();

@@ -74,23 +74,90 @@ fn counts(c: &Option<pb::TaskCounts>) -> pb::TaskCounts {
     (*c).unwrap_or_default()
 }
 
+/// How many times `hetsched submit` sends a submission whose reply did not arrive.
+const SUBMIT_TRIES: u32 = 5;
+
+/// A fresh submission key: 128 random bits in hex.
+pub fn new_submission_key() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// Whether a failed call may have failed before or after the server acted, so that sending it
+/// again (with the same submission key) is the way to find out.
+fn retryable(s: &tonic::Status) -> bool {
+    matches!(
+        s.code(),
+        tonic::Code::Unavailable
+            | tonic::Code::Unknown
+            | tonic::Code::Cancelled
+            | tonic::Code::DeadlineExceeded
+            | tonic::Code::Aborted
+    )
+}
+
+/// Submits with `key`, retrying on transport errors and `Unavailable` (bounded, with backoff):
+/// the key makes a repeated submission return the job the first one stored.
+pub async fn submit_with_retries(
+    args: &ClientArgs,
+    req: pb::SubmitRequest,
+) -> anyhow::Result<(Api, pb::SubmitReply)> {
+    let mut delay = Duration::from_millis(200);
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let last = tries >= SUBMIT_TRIES;
+        let mut api = match connect(args).await {
+            Ok(api) => api,
+            Err(e) if !last => {
+                eprintln!("warning: {e:#}; retrying in {delay:?}");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(3));
+                continue;
+            }
+            Err(e) => return Err(e.context(format!("gave up after {tries} tries"))),
+        };
+        match api.submit(req.clone()).await {
+            Ok(r) => return Ok((api, r.into_inner())),
+            Err(s) if retryable(&s) && !last => {
+                eprintln!(
+                    "warning: submission got no answer ({}: {}); retrying in {delay:?} with the same key",
+                    s.code(),
+                    s.message()
+                );
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(3));
+            }
+            Err(s) => return Err(refused(s)),
+        }
+    }
+}
+
 /// `hetsched submit`.
-pub async fn submit(args: &ClientArgs, file: &Path, wait_for_it: bool) -> anyhow::Result<()> {
+pub async fn submit(
+    args: &ClientArgs,
+    file: &Path,
+    wait_for_it: bool,
+    key: Option<String>,
+) -> anyhow::Result<()> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let workdir = std::env::current_dir()?.display().to_string();
-    let mut api = connect(args).await?;
-    let reply = api
-        .submit(pb::SubmitRequest {
+    let (mut api, reply) = submit_with_retries(
+        args,
+        pb::SubmitRequest {
             origin: file.display().to_string(),
             text,
             workdir,
-        })
-        .await
-        .map_err(refused)?
-        .into_inner();
+            submission_key: key.unwrap_or_else(new_submission_key),
+        },
+    )
+    .await?;
     match args.output {
         Output::Json => json(&reply)?,
+        Output::Table if reply.existing => println!(
+            "job {} was already submitted with this key ({} tasks)",
+            reply.job_id, reply.tasks
+        ),
         Output::Table => println!("job {} submitted ({} tasks)", reply.job_id, reply.tasks),
     }
     if wait_for_it {
@@ -230,7 +297,11 @@ pub fn print_tasks(tasks: &[pb::TaskInfo]) {
             x.app.clone(),
             x.index.to_string(),
             x.state.clone(),
-            x.attempt.to_string(),
+            if x.failed_attempts > 0 {
+                format!("{} ({} failed)", x.attempt, x.failed_attempts)
+            } else {
+                x.attempt.to_string()
+            },
             x.node.clone(),
             x.variant.clone(),
             x.devices

@@ -25,6 +25,11 @@ pub enum RuntimeCommand {
         /// Wait for the job to finish (exit status: success only if every task succeeded).
         #[arg(long)]
         wait: bool,
+        /// Idempotency key (at most 128 bytes; default: 128 random bits). A submission whose key
+        /// the server already holds returns that job instead of creating another; `submit`
+        /// retries with the same key when the server does not answer.
+        #[arg(long, value_name = "KEY")]
+        submission_key: Option<String>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -129,7 +134,12 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
     match cmd {
         RuntimeCommand::Server(a) => serve::server(a).await,
         RuntimeCommand::Agent(a) => serve::agent(a).await,
-        RuntimeCommand::Submit { file, wait, client } => client::submit(&client, &file, wait).await,
+        RuntimeCommand::Submit {
+            file,
+            wait,
+            submission_key,
+            client,
+        } => client::submit(&client, &file, wait, submission_key).await,
         RuntimeCommand::Jobs { client } => client::jobs(&client).await,
         RuntimeCommand::Job { id, client } => client::job(&client, id).await,
         RuntimeCommand::Tasks { job, client } => client::tasks(&client, job).await,

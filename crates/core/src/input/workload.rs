@@ -40,6 +40,10 @@ pub struct ApplicationSpec {
     /// When the application is submitted, relative to the start (simulator only).
     #[serde(default)]
     pub submit_at: Duration,
+    /// How many times a task that fails (non-zero exit, failure to start, time limit) runs again
+    /// (runtime; at most [`MAX_RETRIES`]). The simulator's tasks do not fail.
+    #[serde(default = "zero")]
+    pub retries: Spanned<u32>,
     /// The CPU variant.
     pub cpu: Option<Spanned<CpuSpec>>,
     /// The GPU variant.
@@ -110,8 +114,15 @@ pub struct GpuSpec {
     pub time_limit: Option<Duration>,
 }
 
+/// Most `retries` one application may ask for.
+pub const MAX_RETRIES: u32 = 100;
+
 fn one() -> Spanned<u32> {
     Spanned::new(0..0, 1)
+}
+
+fn zero() -> Spanned<u32> {
+    Spanned::new(0..0, 0)
 }
 
 impl CpuSpec {
@@ -181,6 +192,13 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
         }
         if *a.tasks.get_ref() == 0 {
             return Err(src.error(at(&a.tasks), field("tasks"), "must be at least 1"));
+        }
+        if *a.retries.get_ref() > MAX_RETRIES {
+            return Err(src.error(
+                at(&a.retries),
+                field("retries"),
+                format!("must be at most {MAX_RETRIES}"),
+            ));
         }
         if a.cpu.is_none() && a.gpu.is_none() {
             return Err(src.error(
