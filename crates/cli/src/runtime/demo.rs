@@ -159,6 +159,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             origin: job_path.display().to_string(),
             text,
             workdir: dir.display().to_string(),
+            ..Default::default()
         })
         .await?
         .into_inner();
@@ -202,8 +203,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     );
     for a in &job.apps {
         println!(
-            "  learned profile of {:<9} cpu {:>8.1} ms  gpu {:>8.1} ms",
-            a.name, a.mean_cpu_ms, a.mean_gpu_ms
+            "  learned profile of {:<9} cpu {:>8} ms  gpu {:>8} ms",
+            a.name,
+            learned(a.has_cpu, a.mean_cpu_ms),
+            learned(a.has_gpu, a.mean_gpu_ms)
         );
     }
     println!(
@@ -223,4 +226,23 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         let _ = std::fs::remove_dir_all(&dir);
     }
     waited
+}
+
+/// A learned mean for the demo's summary: `–` for a variant the application does not have.
+fn learned(has: bool, mean_ms: f64) -> String {
+    if has {
+        format!("{mean_ms:.1}")
+    } else {
+        "–".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_missing_variant_prints_a_dash_not_zero() {
+        assert_eq!(super::learned(false, 0.0), "–");
+        assert_eq!(super::learned(true, 12.34), "12.3");
+        assert_eq!(super::learned(true, 0.0), "0.0");
+    }
 }
