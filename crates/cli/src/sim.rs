@@ -96,6 +96,9 @@ pub struct HdasPaperArgs {
     /// What heartbeats report as a node's disk load.
     #[arg(long, value_enum, default_value_t)]
     pub io_report: IoReportArg,
+    /// The policy in the HDAS column: hdas (as published) or hdas-hetero (beyond the paper).
+    #[arg(long, default_value = "hdas")]
+    pub hdas_policy: BatchPolicyKind,
     /// Run only these workloads (letters A–Y, comma-separated); all 25 by default.
     #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<char>,
@@ -113,7 +116,7 @@ pub struct RunArgs {
     /// Workload (TOML), e.g. examples/workload-knn-nb-bp.toml.
     #[arg(long, value_name = "FILE")]
     pub workload: PathBuf,
-    /// Scheduling policy: hdas, hadoop-model, drf, fifo or cpu-only.
+    /// Scheduling policy: hdas, hdas-hetero, hadoop-model, drf, fifo or cpu-only.
     #[arg(long, default_value = "hdas")]
     pub policy: BatchPolicyKind,
     /// Seed of the simulation (heartbeat phases).
@@ -159,6 +162,7 @@ fn hdas_paper_cmd(args: HdasPaperArgs) -> anyhow::Result<()> {
     options.scale = args.scale;
     options.workloads = args.workloads.clone();
     options.sim.io_report = args.io_report.into();
+    options.hdas_policy = args.hdas_policy;
     let bar = ProgressBar::new(0);
     bar.set_style(
         ProgressStyle::with_template(

@@ -159,7 +159,17 @@ fn compare_runs_every_policy_side_by_side() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
     let rows = v.as_array().expect("one summary per policy");
     let names: Vec<&str> = rows.iter().filter_map(|r| r["policy"].as_str()).collect();
-    assert_eq!(names, ["cpu-only", "fifo", "drf", "hadoop-model", "hdas"]);
+    assert_eq!(
+        names,
+        [
+            "cpu-only",
+            "fifo",
+            "drf",
+            "hadoop-model",
+            "hdas",
+            "hdas-hetero"
+        ]
+    );
     let makespan = |p: &str| {
         rows.iter()
             .find(|r| r["policy"] == p)

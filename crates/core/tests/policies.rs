@@ -341,3 +341,47 @@ fn policy_names_round_trip() {
     }
     assert!("round-robin".parse::<BatchPolicyKind>().is_err());
 }
+
+#[test]
+fn hdas_hetero_keeps_gpu_friendly_work_off_cores_once_the_gpu_backlog_is_short() {
+    use hetsched_core::policy::batch::hdas::gpu_backlog;
+    // One node, 4 GPUs, 6 cores. BP: 23.6 s on a GPU, 900 s on a core.
+    let mut env = Env::new(1);
+    env.add(bp(8));
+    // 8 pending tasks × 23.6 s over 4 GPUs: the GPUs clear the backlog in 47.2 s, long before a
+    // 900 s CPU task would end — so hdas-hetero leaves the cores idle, plain hdas does not.
+    let backlog = gpu_backlog(&env.view, &[true]) / 1e9;
+    assert!((backlog - 8.0 * 23.63125 / 4.0).abs() < 1e-6, "{backlog}");
+    let got = env.heartbeat(BatchPolicyKind::HdasHetero, 0, 0.0);
+    assert_eq!(got.len(), 4);
+    assert!(got.iter().all(|a| a.variant == Variant::Gpu));
+
+    let mut env = Env::new(1);
+    env.add(bp(8));
+    let got = env.heartbeat(BatchPolicyKind::Hdas, 0, 0.0);
+    assert_eq!(
+        got.iter().filter(|a| a.variant == Variant::Cpu).count(),
+        2,
+        "as published, HDAS fills the cores"
+    );
+
+    // With a long backlog (400 tasks: 2360 s of GPU work) a 900 s CPU task is pure gain.
+    let mut env = Env::new(1);
+    env.add(bp(400));
+    let got = env.heartbeat(BatchPolicyKind::HdasHetero, 0, 0.0);
+    assert_eq!(got.iter().filter(|a| a.variant == Variant::Cpu).count(), 2);
+}
+
+#[test]
+fn hdas_hetero_never_holds_back_cpu_only_applications() {
+    let mut env = Env::new(1);
+    env.add(bp(8));
+    env.add(app("cpu").tasks(10).cpu(900.0, 0.0));
+    let got = env.heartbeat(BatchPolicyKind::HdasHetero, 0, 0.0);
+    let cpu: Vec<_> = got
+        .iter()
+        .filter(|a| a.variant == Variant::Cpu)
+        .map(|a| a.app)
+        .collect();
+    assert_eq!(cpu, [AppId(1), AppId(1)]);
+}

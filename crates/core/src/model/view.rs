@@ -144,6 +144,8 @@ pub struct SchedulerView {
     nodes: Vec<NodeState>,
     apps: Vec<AppState>,
     totals: Resources,
+    /// Sum of the speed weights of every live node's accelerators.
+    device_speed_total: f64,
 }
 
 impl SchedulerView {
@@ -172,6 +174,7 @@ impl SchedulerView {
         }
         let capacity = node.capacity();
         self.totals = self.totals + capacity;
+        self.device_speed_total += device_speed(&node);
         self.nodes.push(NodeState {
             device_free: vec![true; node.accelerators.len()],
             node,
@@ -194,11 +197,14 @@ impl SchedulerView {
         if state.alive != alive {
             state.alive = alive;
             let capacity = state.node.capacity();
-            self.totals = if alive {
-                self.totals + capacity
+            let speed = device_speed(&state.node);
+            if alive {
+                self.totals = self.totals + capacity;
+                self.device_speed_total += speed;
             } else {
-                self.totals - capacity
-            };
+                self.totals = self.totals - capacity;
+                self.device_speed_total = (self.device_speed_total - speed).max(0.0);
+            }
         }
         Ok(())
     }
@@ -255,6 +261,15 @@ impl SchedulerView {
     /// Capacity of every live node together.
     pub fn totals(&self) -> Resources {
         self.totals
+    }
+
+    /// Mean speed weight of the live nodes' accelerators (1.0 when there are none).
+    pub fn mean_device_speed(&self) -> f64 {
+        if self.totals.gpus == 0 {
+            1.0
+        } else {
+            self.device_speed_total / self.totals.gpus as f64
+        }
     }
 
     /// Applies a heartbeat's disk figures to the node (they replace the running estimate).
@@ -473,6 +488,10 @@ impl SchedulerView {
         levels.dedup();
         levels
     }
+}
+
+fn device_speed(node: &Node) -> f64 {
+    node.accelerators.iter().map(|a| a.speed).sum()
 }
 
 /// Elapsed time since an application started, at least 1 ns (relative progress divides by it).

@@ -10,6 +10,7 @@
 //! | `drf` | dominant resource fairness (Ghodsi et al., NSDI 2011) over cores, memory and GPUs |
 //! | `hadoop-model` | GPUs by decreasing GPU affinity (spec 02 eq. (4)), the rest by DRF |
 //! | `hdas` | heterogeneous dynamic affinity scheduling (spec 02, Algorithm 1) |
+//! | `hdas-hetero` | HDAS plus the paper's future work: a completion-aware CPU gate for accelerators of different speeds |
 
 pub mod cpu_only;
 pub mod drf;
@@ -60,21 +61,26 @@ pub enum BatchPolicyKind {
     HadoopModel,
     /// Heterogeneous dynamic affinity scheduling.
     Hdas,
+    /// HDAS with the completion-aware CPU gate (beyond the paper).
+    HdasHetero,
 }
 
 /// An unknown policy name.
 #[derive(Debug, Error, PartialEq)]
-#[error("unknown batch policy `{0}` (expected one of: cpu-only, fifo, drf, hadoop-model, hdas)")]
+#[error(
+    "unknown batch policy `{0}` (expected one of: cpu-only, fifo, drf, hadoop-model, hdas, hdas-hetero)"
+)]
 pub struct UnknownPolicy(pub String);
 
 impl BatchPolicyKind {
     /// Every policy, baselines first.
-    pub const ALL: [BatchPolicyKind; 5] = [
+    pub const ALL: [BatchPolicyKind; 6] = [
         BatchPolicyKind::CpuOnly,
         BatchPolicyKind::Fifo,
         BatchPolicyKind::Drf,
         BatchPolicyKind::HadoopModel,
         BatchPolicyKind::Hdas,
+        BatchPolicyKind::HdasHetero,
     ];
 
     /// The name users write.
@@ -85,6 +91,7 @@ impl BatchPolicyKind {
             BatchPolicyKind::Drf => "drf",
             BatchPolicyKind::HadoopModel => "hadoop-model",
             BatchPolicyKind::Hdas => "hdas",
+            BatchPolicyKind::HdasHetero => "hdas-hetero",
         }
     }
 
@@ -101,6 +108,10 @@ impl BatchPolicyKind {
             BatchPolicyKind::Drf => Box::new(drf::Drf),
             BatchPolicyKind::HadoopModel => Box::new(hadoop_model::HadoopModel),
             BatchPolicyKind::Hdas => Box::new(hdas::Hdas::new(config.hdas.clone())),
+            BatchPolicyKind::HdasHetero => Box::new(hdas::Hdas::new(hdas::HdasConfig {
+                completion_aware: true,
+                ..config.hdas.clone()
+            })),
         }
     }
 }

@@ -51,6 +51,9 @@ pub struct HdasPaperOptions {
     pub workloads: Vec<char>,
     /// Worker threads (0: as many as the machine has cores). Results do not depend on it.
     pub threads: usize,
+    /// The policy in the HDAS column: `hdas` (Algorithm 1 as published) or `hdas-hetero` (with
+    /// the completion-aware CPU gate, beyond the paper).
+    pub hdas_policy: BatchPolicyKind,
 }
 
 impl Default for HdasPaperOptions {
@@ -63,6 +66,7 @@ impl Default for HdasPaperOptions {
             },
             workloads: Vec::new(),
             threads: 0,
+            hdas_policy: BatchPolicyKind::Hdas,
         }
     }
 }
@@ -213,7 +217,7 @@ impl PerPolicy {
             BatchPolicyKind::CpuOnly => self.cpu_only = v,
             BatchPolicyKind::Fifo => self.fifo = v,
             BatchPolicyKind::HadoopModel => self.hadoop_model = v,
-            BatchPolicyKind::Hdas => self.hdas = v,
+            BatchPolicyKind::Hdas | BatchPolicyKind::HdasHetero => self.hdas = v,
             BatchPolicyKind::Drf => {}
         }
     }
@@ -340,6 +344,15 @@ pub fn run(
             problem: format!("must be a positive number, not {}", options.scale),
         });
     }
+    if !matches!(
+        options.hdas_policy,
+        BatchPolicyKind::Hdas | BatchPolicyKind::HdasHetero
+    ) {
+        return Err(SimError::Config {
+            field: "hdas_policy",
+            problem: format!("must be hdas or hdas-hetero, not {}", options.hdas_policy),
+        });
+    }
     let all = workloads();
     for &w in &options.workloads {
         if !all.iter().any(|x| x.letter == w) {
@@ -358,6 +371,11 @@ pub fn run(
     let mut jobs = Vec::new();
     for (i, w) in chosen.iter().enumerate() {
         for policy in POLICIES {
+            let policy = if policy == BatchPolicyKind::Hdas {
+                options.hdas_policy
+            } else {
+                policy
+            };
             jobs.push(Job {
                 key: JobKey::Workload(i),
                 apps: w.applications(options.scale),

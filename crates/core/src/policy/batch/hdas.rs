@@ -29,20 +29,31 @@ pub struct HdasConfig {
     /// Relative tolerance within which two applications' relative progress count as equal, so the
     /// speed-ratio criterion can act (spec 02 leaves it OPEN). 0.05 = within 5 % of the slowest.
     pub progress_tolerance: f64,
+    /// Beyond the paper (`hdas-hetero`): a mixed application gets a core only while its CPU task
+    /// would end before the accelerators could work through the GPU backlog ([`gpu_backlog`]).
+    /// Off in `hdas`, which is Algorithm 1 as published.
+    pub completion_aware: bool,
 }
 
 impl Default for HdasConfig {
     fn default() -> Self {
         Self {
             progress_tolerance: 0.05,
+            completion_aware: false,
         }
     }
 }
 
 /// Heterogeneous dynamic affinity scheduling.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Hdas {
     config: HdasConfig,
+    /// The GPU backlog at the start of the current heartbeat (`hdas-hetero` only).
+    backlog: f64,
+    /// Per application: whether its GPU variant can run on some live node (`hdas-hetero` only).
+    feasible: Vec<bool>,
+    /// (nodes, applications, live capacity) when `feasible` was computed.
+    feasible_for: Option<(usize, usize, crate::model::Resources)>,
 }
 
 /// Relative tolerance for "equal" predicted delays: predictions are sums of f64 nanoseconds.
@@ -88,7 +99,12 @@ struct CpuCandidate {
 impl Hdas {
     /// HDAS with `config`.
     pub fn new(config: HdasConfig) -> Self {
-        Self { config }
+        Self {
+            config,
+            backlog: f64::INFINITY,
+            feasible: Vec::new(),
+            feasible_for: None,
+        }
     }
 
     /// Step 1: the GPU-capable application at `level` whose next GPU task on `node` is least
@@ -139,6 +155,17 @@ impl Hdas {
             ) else {
                 continue;
             };
+            let gated = self.config.completion_aware
+                && a.need == Need::Mixed
+                && self
+                    .feasible
+                    .get(a.app.id.index())
+                    .copied()
+                    .unwrap_or(false)
+                && predicted > self.backlog;
+            if gated {
+                continue;
+            }
             // Eq. (6): dispatched (not completed) tasks, so applications of many short tasks
             // are not favoured.
             let progress = a.dispatched() as f64 * cpu_base as f64
@@ -171,9 +198,64 @@ impl Hdas {
     }
 }
 
+/// Whether some live node could ever run a GPU task of `app` (capacity and accelerator kind).
+fn gpu_feasible(view: &SchedulerView, app: &crate::model::AppState) -> bool {
+    let Some(g) = app.app.gpu.as_ref() else {
+        return false;
+    };
+    view.nodes().iter().any(|n| {
+        let devices = n
+            .node
+            .accelerators
+            .iter()
+            .filter(|acc| g.kind.as_deref().is_none_or(|k| acc.kind == k))
+            .count();
+        n.alive && n.node.capacity().fits(&g.request) && devices as u32 >= g.request.gpus
+    })
+}
+
+/// Seconds-worth (in ns) of GPU work waiting in the queues: every pending task that some node's
+/// accelerators can run, at the cluster's mean device speed, spread over all its devices. While a
+/// CPU task would end before this backlog clears, running it on a core is pure gain; after that it
+/// would only finish later than the accelerators could have (the straggler `hdas-hetero` avoids).
+/// `feasible[app]` says whether the application's GPU variant can run anywhere.
+pub fn gpu_backlog(view: &SchedulerView, feasible: &[bool]) -> f64 {
+    let gpus = view.totals().gpus;
+    if gpus == 0 {
+        return f64::INFINITY;
+    }
+    let speed = view.mean_device_speed().max(f64::MIN_POSITIVE);
+    let work: f64 = view
+        .pending_apps()
+        .filter(|a| feasible.get(a.app.id.index()).copied().unwrap_or(false))
+        .filter_map(|a| {
+            let g = a.app.gpu.as_ref()?;
+            let task = g.compute as f64 / speed + g.copy as f64 + g.read as f64;
+            Some(a.pending.len() as f64 * task * g.request.gpus.max(1) as f64)
+        })
+        .sum();
+    work / gpus as f64
+}
+
+impl Hdas {
+    /// Refreshes which applications' GPU variants can run anywhere, when the cluster or the set
+    /// of applications changed since the last heartbeat (O(apps × nodes) then, O(1) otherwise).
+    fn refresh_feasible(&mut self, view: &SchedulerView) {
+        let signature = (view.nodes().len(), view.apps().len(), view.totals());
+        if self.feasible_for != Some(signature) {
+            self.feasible = view.apps().iter().map(|a| gpu_feasible(view, a)).collect();
+            self.feasible_for = Some(signature);
+        }
+    }
+}
+
 impl BatchPolicy for Hdas {
     fn name(&self) -> &'static str {
-        "hdas"
+        if self.config.completion_aware {
+            "hdas-hetero"
+        } else {
+            "hdas"
+        }
     }
 
     fn on_node_update(
@@ -183,6 +265,10 @@ impl BatchPolicy for Hdas {
         now: Time,
     ) -> Vec<Assignment> {
         let mut out = Vec::new();
+        if self.config.completion_aware {
+            self.refresh_feasible(view);
+            self.backlog = gpu_backlog(view, &self.feasible);
+        }
         for level in view.pending_priorities() {
             assign_while(view, node, Variant::Gpu, &mut out, |v| {
                 self.pick_gpu(v, node, level)

@@ -131,13 +131,14 @@ impl HdasPaperReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "hdas-paper: {} workloads, scale {}, seed {}, heartbeat {} ms, CPU read chunks {}, IO report {:?}",
+            "hdas-paper: {} workloads, scale {}, seed {}, heartbeat {} ms, CPU read chunks {}, IO report {:?}, HDAS column: {}",
             self.workloads.len(),
             self.options.scale,
             self.options.sim.seed,
             self.options.sim.heartbeat_interval / 1_000_000,
             self.options.sim.cpu_read_chunks,
-            self.options.sim.io_report
+            self.options.sim.io_report,
+            self.options.hdas_policy
         );
         let _ = writeln!(out, "{t}");
         let _ = writeln!(
