@@ -16,6 +16,8 @@ struct Cluster {
     agents: BTreeMap<String, Child>,
     /// Serve TLS with the test certificate in `tests/tls`.
     tls: bool,
+    /// Start the server with `--http-listen 127.0.0.1:0` (metrics).
+    http: bool,
 }
 
 fn tls_file(name: &str) -> PathBuf {
@@ -45,15 +47,53 @@ impl Cluster {
     }
 
     fn start_with(name: &str, tls: bool) -> Cluster {
+        Self::start_full(name, tls, false)
+    }
+
+    /// A cluster whose server also serves `/metrics` over HTTP (see [`Cluster::http_get`]).
+    fn start_with_metrics(name: &str) -> Cluster {
+        Self::start_full(name, false, true)
+    }
+
+    fn start_full(name: &str, tls: bool, http: bool) -> Cluster {
         let mut c = Cluster {
             dir: temp_dir(name),
             server: None,
             listen: "127.0.0.1:0".into(),
             agents: BTreeMap::new(),
             tls,
+            http,
         };
         c.start_server();
         c
+    }
+
+    /// `GET path` on the server's HTTP listener: (status line, headers, body). Bounded by socket
+    /// time-outs.
+    fn http_get(&self, path: &str) -> (String, String, String) {
+        use std::io::{Read, Write};
+        let addr = std::fs::read_to_string(self.data().join("http-address")).expect("http-address");
+        let mut s =
+            std::net::TcpStream::connect(addr.trim()).expect("connect to the HTTP listener");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        s.set_write_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            addr.trim()
+        )
+        .expect("send request");
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).expect("read response");
+        let (head, body) = raw.split_once("\r\n\r\n").expect("header/body separator");
+        let (status, headers) = head.split_once("\r\n").unwrap_or((head, ""));
+        (
+            status.to_string(),
+            headers.to_ascii_lowercase(),
+            body.to_string(),
+        )
     }
 
     fn data(&self) -> PathBuf {
@@ -85,6 +125,11 @@ impl Cluster {
             .arg(&config)
             .args(["--heartbeat-interval", "100ms", "--data-dir"])
             .arg(self.data())
+            .args(if self.http {
+                vec!["--http-listen", "127.0.0.1:0"]
+            } else {
+                vec![]
+            })
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -829,4 +874,139 @@ fn gpu_tasks_go_to_declared_gpus_with_cuda_visible_devices_set() {
             .all(|t| t["variant"] == "gpu" && t["devices"].as_array().map(Vec::len) == Some(1))),
         "{tasks}"
     );
+}
+
+/// Parses OpenMetrics / Prometheus text: every sample's family has `# TYPE` and `# HELP`, every
+/// value is a number, the text ends with `# EOF`. Returns sample (name with labels) → value.
+fn parse_exposition(text: &str) -> BTreeMap<String, f64> {
+    let mut types = BTreeMap::new();
+    let mut helps = BTreeSet::new();
+    let mut samples = BTreeMap::new();
+    assert_eq!(text.lines().last(), Some("# EOF"), "ends with # EOF");
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').expect("# TYPE name kind");
+            assert!(
+                [
+                    "counter",
+                    "gauge",
+                    "histogram",
+                    "info",
+                    "summary",
+                    "unknown"
+                ]
+                .contains(&kind),
+                "{line}"
+            );
+            assert!(
+                types.insert(name.to_string(), kind.to_string()).is_none(),
+                "one # TYPE per family: {line}"
+            );
+        } else if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').expect("# HELP name text");
+            assert!(!help.trim().is_empty(), "{line}");
+            helps.insert(name.to_string());
+        } else if line.starts_with('#') || line.is_empty() {
+            continue;
+        } else {
+            let name_end = line.find(['{', ' ']).expect("name then labels or value");
+            let name = &line[..name_end];
+            let after_labels = match line[name_end..].strip_prefix('{') {
+                Some(r) => r.split_once('}').expect("closing brace").1,
+                None => &line[name_end..],
+            };
+            let value: f64 = after_labels
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("numeric value: {line}"));
+            let family = if types.contains_key(name) {
+                name
+            } else {
+                ["_total", "_bucket", "_count", "_sum", "_created", "_info"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s).filter(|f| types.contains_key(*f)))
+                    .unwrap_or_else(|| panic!("no # TYPE for the sample {line}"))
+            };
+            assert!(helps.contains(family), "no # HELP for {family}");
+            assert!(name.starts_with("hetsched_"), "prefixed: {line}");
+            samples.insert(line[..line.len() - after_labels.len()].to_string(), value);
+        }
+    }
+    samples
+}
+
+#[test]
+fn metrics_over_http_match_a_finished_job() {
+    let mut c = Cluster::start_with_metrics("metrics");
+    let (status, _, body) = c.http_get("/healthz");
+    assert!(status.contains(" 200 "), "{status}");
+    assert_eq!(body, "ok");
+    c.start_agent("a", 2);
+    c.start_agent("b", 2);
+    c.wait_for_nodes(2);
+    let job = c.write(
+        "job.toml",
+        "[[application]]\nname = \"noop\"\ntasks = 20\n[application.cpu]\ncommand = \"true\"\n",
+    );
+    let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (status, headers, body) = c.http_get("/metrics");
+    assert!(status.contains(" 200 "), "{status}");
+    assert!(
+        headers.contains("content-type: application/openmetrics-text"),
+        "{headers}"
+    );
+    let m = parse_exposition(&body);
+    let get = |k: &str| {
+        m.get(k)
+            .copied()
+            .unwrap_or_else(|| panic!("no {k} in\n{body}"))
+    };
+    for (state, n) in [
+        ("succeeded", 20.0),
+        ("pending", 0.0),
+        ("running", 0.0),
+        ("failed", 0.0),
+        ("cancelled", 0.0),
+    ] {
+        assert_eq!(
+            get(&format!("hetsched_tasks{{state=\"{state}\"}}")),
+            n,
+            "{state}"
+        );
+    }
+    assert_eq!(
+        get("hetsched_tasks_dispatched_total{variant=\"cpu\"}"),
+        20.0
+    );
+    assert_eq!(get("hetsched_tasks_dispatched_total{variant=\"gpu\"}"), 0.0);
+    assert_eq!(
+        get("hetsched_task_results_total{outcome=\"succeeded\"}"),
+        20.0
+    );
+    assert_eq!(get("hetsched_task_results_total{outcome=\"failed\"}"), 0.0);
+    assert_eq!(get("hetsched_jobs_submitted_total"), 1.0);
+    assert_eq!(get("hetsched_nodes{state=\"alive\"}"), 2.0);
+    assert_eq!(get("hetsched_nodes{state=\"dead\"}"), 0.0);
+    assert_eq!(get("hetsched_policy_info{policy=\"hdas\"}"), 1.0);
+    for node in ["a", "b"] {
+        assert_eq!(
+            get(&format!("hetsched_node_free_cores{{node=\"{node}\"}}")),
+            2.0
+        );
+        assert_eq!(
+            get(&format!("hetsched_node_running_tasks{{node=\"{node}\"}}")),
+            0.0
+        );
+        assert_eq!(get(&format!("hetsched_node_up{{node=\"{node}\"}}")), 1.0);
+    }
+    assert!(get("hetsched_heartbeats_total") >= 2.0);
+    assert!(get("hetsched_heartbeat_duration_seconds_count") >= 2.0);
+    assert!(get("hetsched_scheduler_decision_duration_seconds_count") >= 1.0);
+    assert!(get("hetsched_heartbeat_duration_seconds_bucket{le=\"+Inf\"}") >= 2.0);
 }

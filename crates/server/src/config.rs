@@ -9,6 +9,7 @@
 //! dead_timeout = "10s"         # no heartbeat for this long: the node is dead, its tasks re-queued
 //! max_attempts = 3             # a task lost this many times fails
 //! profile_estimate = "1s"      # compute-time guess for variants without a declared profile
+//! http_listen = "127.0.0.1:7421" # optional: HTTP listener for /metrics and /healthz (no token)
 //! [tls]                        # optional; PEM files
 //! cert = "server.pem"
 //! key = "server.key"
@@ -40,6 +41,10 @@ pub struct ServerConfig {
     pub profile_estimate: Duration,
     /// TLS, if any.
     pub tls: Option<TlsConfig>,
+    /// Address of the optional HTTP listener serving Prometheus `/metrics` and `/healthz`
+    /// (port 0 = any free port; the bound address goes to `DATA_DIR/http-address`). It asks for no
+    /// token: bind it to a trusted interface. None: no HTTP listener.
+    pub http_listen: Option<SocketAddr>,
 }
 
 /// TLS settings (PEM files).
@@ -63,6 +68,7 @@ impl Default for ServerConfig {
             max_attempts: 3,
             profile_estimate: Duration(1_000_000_000),
             tls: None,
+            http_listen: None,
         }
     }
 }

@@ -5,12 +5,14 @@
 //! - [`store`]: durable state (SQLite, WAL, `synchronous=FULL`);
 //! - [`state`]: the live state and every rule that changes it (submission, heartbeats,
 //!   reconciliation, dead nodes, cancellation, restart);
-//! - [`service`]: the gRPC services, authentication, health.
+//! - [`service`]: the gRPC services, authentication, health;
+//! - [`metrics`]: Prometheus metrics and the optional HTTP listener (`/metrics`, `/healthz`).
 //!
 //! [`start`] runs a server in the current tokio runtime and returns a [`ServerHandle`]; the
 //! `hetsched server` command and `hetsched demo` both use it.
 
 pub mod config;
+pub mod metrics;
 pub mod service;
 pub mod state;
 pub mod store;
@@ -44,6 +46,9 @@ pub enum ServerError {
     /// gRPC transport.
     #[error("transport: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// The HTTP (metrics) listener.
+    #[error(transparent)]
+    Http(#[from] metrics::HttpError),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ServerError + '_ {
@@ -89,9 +94,12 @@ pub struct ServerHandle {
     pub addr: SocketAddr,
     /// The token agents and clients must send.
     pub token: String,
+    /// The address of the HTTP listener (`/metrics`, `/healthz`), if it was configured.
+    pub http_addr: Option<SocketAddr>,
     shutdown: Option<oneshot::Sender<()>>,
     join: JoinHandle<Result<(), ServerError>>,
     reaper: JoinHandle<()>,
+    http: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
 }
 
 impl ServerHandle {
@@ -101,6 +109,10 @@ impl ServerHandle {
             let _ = tx.send(());
         }
         self.reaper.abort();
+        if let Some((tx, join)) = self.http.take() {
+            let _ = tx.send(());
+            let _ = join.await;
+        }
         match self.join.await {
             Ok(r) => r,
             Err(_) => Ok(()),
@@ -117,13 +129,16 @@ impl ServerHandle {
 }
 
 /// Starts a server: opens (or creates) the data directory, the token and the store, rebuilds the
-/// state, binds `config.listen`, writes the bound address to `DATA_DIR/address`, and serves.
+/// state, binds `config.listen`, writes the bound address to `DATA_DIR/address`, and serves; with
+/// `config.http_listen`, also serves `/metrics` and `/healthz` there and writes that bound address
+/// to `DATA_DIR/http-address`.
 pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     let dir = config.data_dir.clone();
     std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
     let token = load_or_create_token(&dir)?;
     let db = store::Store::open(&dir.join("state.db"))?;
     let state = state::State::open(&config, db)?;
+    let metrics = state.metrics();
     let shared = Arc::new(Mutex::new(state));
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -132,6 +147,25 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
             source: e,
         })?;
     let addr = listener.local_addr().map_err(io_err(&dir))?;
+    let http = match config.http_listen {
+        Some(at) => {
+            let policy = config.policy.to_string();
+            let registry = metrics::registry(&metrics, shared.clone(), &policy);
+            Some(metrics::bind(at, registry).await?)
+        }
+        None => None,
+    };
+    let http_addr = http.as_ref().map(|h| h.addr);
+    let http_file = dir.join("http-address");
+    match http_addr {
+        Some(a) => std::fs::write(&http_file, a.to_string()).map_err(io_err(&http_file))?,
+        None => match std::fs::remove_file(&http_file) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(io_err(&http_file)(e));
+            }
+            _ => {}
+        },
+    }
     let address_file = dir.join("address");
     std::fs::write(&address_file, addr.to_string()).map_err(io_err(&address_file))?;
 
@@ -156,7 +190,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     });
 
     let (tx, rx) = oneshot::channel();
-    let router = service::router(shared, &token, config.tls.as_ref()).await?;
+    let router = service::router(shared, metrics, &token, config.tls.as_ref()).await?;
     // Small request/response messages: without TCP_NODELAY, Nagle's algorithm and delayed ACKs
     // add tens of milliseconds to every heartbeat round trip.
     let incoming = tokio_stream::StreamExt::map(
@@ -176,11 +210,26 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
             .map_err(ServerError::from)
     });
     tracing::info!(%addr, policy = %config.policy, "server listening");
+    let http = http.map(|h| {
+        let (tx, rx) = oneshot::channel::<()>();
+        tracing::info!(addr = %h.addr, "serving /metrics and /healthz over HTTP");
+        let join = tokio::spawn(async move {
+            let stop = async {
+                let _ = rx.await;
+            };
+            if let Err(e) = h.serve(stop).await {
+                tracing::error!("HTTP listener: {e}");
+            }
+        });
+        (tx, join)
+    });
     Ok(ServerHandle {
         addr,
         token,
+        http_addr,
         shutdown: Some(tx),
         join,
         reaper,
+        http,
     })
 }

@@ -7,6 +7,7 @@
 
 use crate::ServerError;
 use crate::config::TlsConfig;
+use crate::metrics::Metrics;
 use crate::state::{State, StateError};
 use hetsched_proto as pb;
 use hetsched_proto::agent_server::{Agent, AgentServer};
@@ -50,8 +51,8 @@ async fn with_state<T: Send + 'static>(
     .map(Response::new)
 }
 
-/// The `Agent` service.
-pub struct AgentService(Shared);
+/// The `Agent` service; heartbeats are counted and timed in its [`Metrics`].
+pub struct AgentService(Shared, Arc<Metrics>);
 
 #[tonic::async_trait]
 impl Agent for AgentService {
@@ -67,8 +68,11 @@ impl Agent for AgentService {
         &self,
         req: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatReply>, Status> {
+        let start = std::time::Instant::now();
         let r = req.into_inner();
-        with_state(&self.0, move |s| s.heartbeat(r)).await
+        let reply = with_state(&self.0, move |s| s.heartbeat(r)).await;
+        self.1.heartbeat(start.elapsed());
+        reply
     }
 }
 
@@ -162,6 +166,7 @@ impl tonic::service::Interceptor for CheckToken {
 /// The whole gRPC router: agent and client services behind the token check, and health.
 pub async fn router(
     state: Shared,
+    metrics: Arc<Metrics>,
     token: &str,
     tls: Option<&TlsConfig>,
 ) -> Result<tonic::transport::server::Router, ServerError> {
@@ -184,7 +189,7 @@ pub async fn router(
     Ok(builder
         .add_service(health)
         .add_service(AgentServer::with_interceptor(
-            AgentService(state.clone()),
+            AgentService(state.clone(), metrics),
             check.clone(),
         ))
         .add_service(ClientServer::with_interceptor(ClientService(state), check)))

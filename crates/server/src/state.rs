@@ -25,6 +25,7 @@
 //!   never received.
 
 use crate::config::ServerConfig;
+use crate::metrics::{Metrics, Outcome};
 use crate::store::{JobRow, NodeRow, Store, StoreError, TaskRow, TaskState};
 use hetsched_core::input::InputError;
 use hetsched_core::input::workload::{Command, MissingProfile, Workload, parse_workload};
@@ -35,6 +36,7 @@ use hetsched_core::{
 };
 use hetsched_proto as pb;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 use tracing::{info, warn};
@@ -163,6 +165,8 @@ pub struct State {
     max_attempts: u32,
     estimate: u64,
     heartbeat_interval_ms: u64,
+    /// Event counters (dispatch, results, lost tasks, submissions, decision time).
+    metrics: Arc<Metrics>,
 }
 
 impl State {
@@ -184,6 +188,7 @@ impl State {
             max_attempts: config.max_attempts.max(1),
             estimate: config.profile_estimate.0.max(1),
             heartbeat_interval_ms: (config.heartbeat_interval.0 / 1_000_000).max(1),
+            metrics: Arc::default(),
         };
         for row in snap.nodes {
             let spec: Node = serde_json::from_str(&row.spec)
@@ -353,6 +358,11 @@ impl State {
         Ok(())
     }
 
+    /// The event metrics this state updates (shared with the service and the `/metrics` registry).
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
     /// Heartbeat interval agents are told to use.
     pub fn heartbeat_interval_ms(&self) -> u64 {
         self.heartbeat_interval_ms
@@ -515,7 +525,9 @@ impl State {
             },
         )?;
         if self.view.pending_apps().next().is_some() {
+            let start = Instant::now();
             let decisions = self.policy.on_node_update(&mut self.view, nid, now);
+            self.metrics.decision(start.elapsed());
             for a in decisions {
                 let Some(t) = self.tasks.get_mut(a.task.0 as usize) else {
                     continue;
@@ -530,6 +542,7 @@ impl State {
                 t.exit_code = None;
                 self.nodes[nid.index()].running.insert(t.id);
                 dirty.push(t.id);
+                self.metrics.dispatched(a.variant);
                 let t = &self.tasks[a.task.0 as usize];
                 reply.assignments.push(self.assignment_proto(t, a.variant));
             }
@@ -586,6 +599,7 @@ impl State {
         dirty.push(t.id);
         if r.success {
             t.state = TaskState::Succeeded;
+            self.metrics.result(Outcome::Succeeded);
             let (app, d) = (t.app, t.finished_ns - t.started_ns);
             self.view.task_finished(&a);
             self.observe(app, a.variant, d)?;
@@ -605,9 +619,11 @@ impl State {
                     t.failures
                 );
                 self.view.requeue(&a);
+                self.metrics.result(Outcome::Retried);
             } else {
                 t.state = TaskState::Failed;
                 self.view.task_abandoned(&a);
+                self.metrics.result(Outcome::Failed);
             }
         }
         Ok(())
@@ -634,6 +650,7 @@ impl State {
         let max = self.max_attempts;
         let t = &mut self.tasks[task as usize];
         dirty.push(task);
+        self.metrics.lost();
         // Failed attempts were retried on purpose; only lost ones count against `max_attempts`.
         if t.attempt.saturating_sub(t.failures) >= max {
             t.state = TaskState::Failed;
@@ -822,6 +839,7 @@ impl State {
         let id = row.id;
         self.tasks.extend(rows);
         self.install(row, &w, apps)?;
+        self.metrics.job_submitted();
         info!(job = id, origin, tasks = total, "job accepted");
         Ok(pb::SubmitReply {
             job_id: id,
@@ -936,6 +954,11 @@ impl State {
             finished_ns,
             apps,
         }
+    }
+
+    /// Tasks of every job by state.
+    pub fn task_counts(&self) -> pb::TaskCounts {
+        self.counts(0..self.tasks.len() as u64)
     }
 
     /// Every job.

@@ -30,6 +30,10 @@ pub struct ServerArgs {
     /// How often agents heartbeat when idle (e.g. `500ms`).
     #[arg(long)]
     pub heartbeat_interval: Option<humantime::Duration>,
+    /// Serve Prometheus `/metrics` and `/healthz` over HTTP on this address (no token: use a
+    /// trusted interface; port 0 = any free port, the bound address goes to DATA_DIR/http-address).
+    #[arg(long)]
+    pub http_listen: Option<SocketAddr>,
 }
 
 /// `hetsched agent`.
@@ -109,6 +113,9 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
     if let Some(d) = a.heartbeat_interval {
         config.heartbeat_interval = hetsched_core::input::Duration(nanos(d));
     }
+    if let Some(h) = a.http_listen {
+        config.http_listen = Some(h);
+    }
     let handle = hetsched_server::start(config.clone()).await?;
     println!(
         "hetsched server listening on {} (policy {}, data in {}, token in {})",
@@ -117,6 +124,9 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
         config.data_dir.display(),
         hetsched_server::token_path(&config.data_dir).display()
     );
+    if let Some(h) = handle.http_addr {
+        println!("metrics on http://{h}/metrics");
+    }
     shutdown_signal().await;
     handle.stop().await?;
     Ok(())

@@ -1,0 +1,355 @@
+//! Prometheus metrics and the optional HTTP listener that serves them (`/metrics`, `/healthz`).
+//!
+//! Two kinds of metrics, so the heartbeat path stays cheap:
+//! - event counters and histograms ([`Metrics`]) are atomics (histograms: one short uncontended
+//!   lock) updated where the event happens — dispatch, results, lost tasks, submissions,
+//!   heartbeats;
+//! - everything that describes the current state (tasks by state, nodes by liveness, per-node
+//!   resources) is computed at scrape time by a collector that locks the [`State`] once, copies
+//!   what it needs, and releases it before encoding; nothing is counted twice.
+//!
+//! The output is the OpenMetrics text format of the `prometheus-client` crate, which Prometheus
+//! scrapes natively. `/metrics` asks for no token: bind `http_listen` to a trusted interface.
+
+use crate::state::State;
+use hetsched_core::Variant;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::{Registry, Unit};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+type Label = [(&'static str, &'static str); 1];
+
+/// How a reported task result was recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The attempt succeeded.
+    Succeeded,
+    /// The attempt failed and the task was re-queued (its application's `retries`).
+    Retried,
+    /// The attempt failed and the task failed for good.
+    Failed,
+}
+
+/// The event metrics: shared handles to atomics, updated on the hot path.
+#[derive(Debug)]
+pub struct Metrics {
+    dispatched_family: Family<Label, Counter>,
+    dispatched: [Counter; 2],
+    results_family: Family<Label, Counter>,
+    results: [Counter; 3],
+    lost: Counter,
+    jobs_submitted: Counter,
+    heartbeats: Counter,
+    heartbeat_seconds: Histogram,
+    decision_seconds: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let dispatched_family = Family::<Label, Counter>::default();
+        let dispatched =
+            ["cpu", "gpu"].map(|v| dispatched_family.get_or_create(&[("variant", v)]).clone());
+        let results_family = Family::<Label, Counter>::default();
+        let results = ["succeeded", "retried", "failed"]
+            .map(|o| results_family.get_or_create(&[("outcome", o)]).clone());
+        Self {
+            dispatched_family,
+            dispatched,
+            results_family,
+            results,
+            lost: Counter::default(),
+            jobs_submitted: Counter::default(),
+            heartbeats: Counter::default(),
+            // 50 µs … ~1.6 s: a heartbeat may commit to SQLite (an fsync).
+            heartbeat_seconds: Histogram::new(exponential_buckets(50e-6, 2.0, 16)),
+            // 5 µs … ~0.16 s: the policy's `on_node_update`.
+            decision_seconds: Histogram::new(exponential_buckets(5e-6, 2.0, 16)),
+        }
+    }
+}
+
+impl Metrics {
+    /// A task was dispatched as variant `v`.
+    pub fn dispatched(&self, v: Variant) {
+        self.dispatched[match v {
+            Variant::Cpu => 0,
+            Variant::Gpu => 1,
+        }]
+        .inc();
+    }
+
+    /// A result of the current attempt of a running task was recorded.
+    pub fn result(&self, o: Outcome) {
+        self.results[o as usize].inc();
+    }
+
+    /// A running task was lost (its node died, or it vanished from its node).
+    pub fn lost(&self) {
+        self.lost.inc();
+    }
+
+    /// A new job was stored.
+    pub fn job_submitted(&self) {
+        self.jobs_submitted.inc();
+    }
+
+    /// A heartbeat was handled in `took` (lock wait, decisions and commit included).
+    pub fn heartbeat(&self, took: Duration) {
+        self.heartbeats.inc();
+        self.heartbeat_seconds.observe(took.as_secs_f64());
+    }
+
+    /// The policy took `took` to decide for one heartbeat.
+    pub fn decision(&self, took: Duration) {
+        self.decision_seconds.observe(took.as_secs_f64());
+    }
+}
+
+/// Builds the registry: the event metrics of `metrics`, the policy's name, and the collector of
+/// the state's gauges.
+pub fn registry(metrics: &Metrics, state: Arc<Mutex<State>>, policy: &str) -> Registry {
+    let mut r = Registry::with_prefix("hetsched");
+    r.register(
+        "tasks_dispatched",
+        "Tasks dispatched to nodes (attempts), by variant",
+        metrics.dispatched_family.clone(),
+    );
+    r.register(
+        "task_results",
+        "Results of current attempts recorded, by outcome (succeeded; failed and retried; failed \
+         for good)",
+        metrics.results_family.clone(),
+    );
+    r.register(
+        "tasks_lost",
+        "Running tasks lost (their node died, or they vanished from it) and re-queued or failed",
+        metrics.lost.clone(),
+    );
+    r.register(
+        "jobs_submitted",
+        "Jobs accepted (repeated submissions with the same key not counted)",
+        metrics.jobs_submitted.clone(),
+    );
+    r.register(
+        "heartbeats",
+        "Agent heartbeats handled",
+        metrics.heartbeats.clone(),
+    );
+    r.register_with_unit(
+        "heartbeat_duration",
+        "Time to handle one heartbeat: lock wait, results, decisions and the store commit",
+        Unit::Seconds,
+        metrics.heartbeat_seconds.clone(),
+    );
+    r.register_with_unit(
+        "scheduler_decision_duration",
+        "Time the batch policy took to decide for one heartbeat",
+        Unit::Seconds,
+        metrics.decision_seconds.clone(),
+    );
+    r.register(
+        "policy",
+        "The batch policy in use",
+        Info::new([("policy", policy.to_string())]),
+    );
+    r.register_collector(Box::new(StateCollector(state)));
+    r
+}
+
+/// Computes the state's gauges at scrape time.
+struct StateCollector(Arc<Mutex<State>>);
+
+impl std::fmt::Debug for StateCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StateCollector")
+    }
+}
+
+fn gauge<V: prometheus_client::encoding::EncodeGaugeValue + Send + Sync + std::fmt::Debug>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (Vec<(&'static str, String)>, V)>,
+) -> Result<(), std::fmt::Error> {
+    let mut m = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in samples {
+        ConstGauge::new(v).encode(m.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+impl Collector for StateCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        // Copy under the lock, encode after releasing it. A poisoned lock: no state gauges.
+        let Ok((counts, nodes)) = self.0.lock().map(|s| (s.task_counts(), s.nodes().nodes)) else {
+            return Ok(());
+        };
+        let e = &mut encoder;
+        gauge(
+            e,
+            "tasks",
+            "Tasks by state.",
+            [
+                ("pending", counts.pending),
+                ("running", counts.running),
+                ("succeeded", counts.succeeded),
+                ("failed", counts.failed),
+                ("cancelled", counts.cancelled),
+            ]
+            .map(|(s, n)| (vec![("state", s.to_string())], n as i64)),
+        )?;
+        let alive = nodes.iter().filter(|n| n.alive).count() as i64;
+        gauge(
+            e,
+            "nodes",
+            "Registered nodes by liveness (dead: no heartbeat within dead_timeout).",
+            [
+                (vec![("state", "alive".to_string())], alive),
+                (
+                    vec![("state", "dead".to_string())],
+                    nodes.len() as i64 - alive,
+                ),
+            ],
+        )?;
+        let node = |n: &hetsched_proto::NodeInfo| vec![("node", n.name.clone())];
+        gauge(
+            e,
+            "node_up",
+            "1 if the node is alive, 0 if declared dead.",
+            nodes.iter().map(|n| (node(n), i64::from(n.alive))),
+        )?;
+        gauge(
+            e,
+            "node_cores",
+            "Cores the node offers.",
+            nodes.iter().map(|n| (node(n), i64::from(n.cores))),
+        )?;
+        gauge(
+            e,
+            "node_free_cores",
+            "Cores of the node not taken by running tasks.",
+            nodes.iter().map(|n| (node(n), i64::from(n.free_cores))),
+        )?;
+        gauge(
+            e,
+            "node_gpus",
+            "GPUs the node offers.",
+            nodes.iter().map(|n| (node(n), n.accelerators.len() as i64)),
+        )?;
+        gauge(
+            e,
+            "node_free_gpus",
+            "GPUs of the node not taken by running tasks.",
+            nodes.iter().map(|n| (node(n), i64::from(n.free_gpus))),
+        )?;
+        gauge(
+            e,
+            "node_running_tasks",
+            "Tasks the server has dispatched to the node and not seen finish.",
+            nodes.iter().map(|n| (node(n), i64::from(n.running))),
+        )?;
+        gauge(
+            e,
+            "node_disk_read_bytes_per_second",
+            "Disk read rate of the node's tasks, as its last heartbeat reported.",
+            nodes.iter().map(|n| (node(n), n.read_bytes_per_sec)),
+        )?;
+        gauge(
+            e,
+            "node_gpu_utilisation_ratio",
+            "Utilisation of each GPU (0 to 1), as the node's last heartbeat reported.",
+            nodes.iter().flat_map(|n| {
+                n.gpus.iter().map(|g| {
+                    (
+                        vec![("node", n.name.clone()), ("device", g.device.to_string())],
+                        f64::from(g.percent) / 100.0,
+                    )
+                })
+            }),
+        )?;
+        Ok(())
+    }
+}
+
+/// Why the HTTP listener could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr} for HTTP: {source}")]
+pub struct HttpError {
+    /// The address.
+    pub addr: SocketAddr,
+    /// The error.
+    pub source: std::io::Error,
+}
+
+/// The bound HTTP listener and its router, ready to serve.
+pub struct HttpServer {
+    /// The bound address.
+    pub addr: SocketAddr,
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+}
+
+/// Binds `addr` and builds the router: `GET /metrics` (the registry, encoded per scrape on a
+/// blocking thread, since the collector takes the state's lock) and `GET /healthz` (`ok`).
+pub async fn bind(addr: SocketAddr, registry: Registry) -> Result<HttpServer, HttpError> {
+    use axum::routing::get;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| HttpError { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| HttpError { addr, source })?;
+    let registry = Arc::new(registry);
+    let router = axum::Router::new()
+        .route("/metrics", get(move || scrape(registry.clone())))
+        .route("/healthz", get(|| async { "ok" }));
+    Ok(HttpServer {
+        addr: bound,
+        listener,
+        router,
+    })
+}
+
+impl HttpServer {
+    /// Serves until `shutdown` completes.
+    pub async fn serve(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(shutdown)
+            .await
+    }
+}
+
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+async fn scrape(registry: Arc<Registry>) -> axum::response::Response {
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse;
+    let encoded = tokio::task::spawn_blocking(move || {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).map(|()| text)
+    })
+    .await;
+    match encoded {
+        Ok(Ok(text)) => ([(header::CONTENT_TYPE, OPENMETRICS)], text).into_response(),
+        _ => {
+            tracing::error!("encoding the metrics failed");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "encoding the metrics failed\n",
+            )
+                .into_response()
+        }
+    }
+}
