@@ -109,9 +109,16 @@ impl ServerHandle {
             let _ = tx.send(());
         }
         self.reaper.abort();
-        if let Some((tx, join)) = self.http.take() {
+        if let Some((tx, mut join)) = self.http.take() {
             let _ = tx.send(());
-            let _ = join.await;
+            // Graceful: in-flight scrapes finish; a client that holds its connection open does not
+            // hold the shutdown for more than a few seconds.
+            if tokio::time::timeout(std::time::Duration::from_secs(5), &mut join)
+                .await
+                .is_err()
+            {
+                join.abort();
+            }
         }
         match self.join.await {
             Ok(r) => r,

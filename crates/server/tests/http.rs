@@ -1,0 +1,87 @@
+//! The optional HTTP listener of a server started in-process on loopback: configured from TOML,
+//! bound address in `DATA_DIR/http-address`, `/healthz` and `/metrics` without a token, unknown
+//! paths 404, and the listener closes when the server stops.
+
+use hetsched_server::ServerConfig;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+async fn get(addr: SocketAddr, path: &str) -> String {
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .expect("send");
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).await.expect("read");
+        raw
+    };
+    tokio::time::timeout(Duration::from_secs(10), exchange)
+        .await
+        .expect("the HTTP listener answers within 10 s")
+}
+
+#[test]
+fn http_listen_is_read_from_the_config_and_off_by_default() {
+    let c = ServerConfig::parse("s.toml", "http_listen = \"127.0.0.1:7421\"\n").expect("parses");
+    assert_eq!(
+        c.http_listen,
+        Some(SocketAddr::from(([127, 0, 0, 1], 7421)))
+    );
+    assert_eq!(ServerConfig::default().http_listen, None);
+    let bad = ServerConfig::parse("s.toml", "http_listen = \"nowhere\"\n");
+    assert!(bad.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_healthz_are_served_without_a_token_and_stop_with_the_server() {
+    let dir = std::env::temp_dir().join(format!("hetsched-http-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let server = hetsched_server::start(ServerConfig {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        http_listen: Some("127.0.0.1:0".parse().expect("addr")),
+        data_dir: dir.clone(),
+        ..Default::default()
+    })
+    .await
+    .expect("server starts");
+    let addr = server.http_addr.expect("an HTTP listener");
+    let written = std::fs::read_to_string(dir.join("http-address")).expect("http-address");
+    assert_eq!(written, addr.to_string());
+
+    let health = get(addr, "/healthz").await;
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    assert!(health.ends_with("\r\n\r\nok"), "{health}");
+
+    let metrics = get(addr, "/metrics").await;
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    for line in [
+        "hetsched_tasks{state=\"pending\"} 0",
+        "hetsched_nodes{state=\"alive\"} 0",
+        "hetsched_jobs_submitted_total 0",
+        "hetsched_policy_info{policy=\"hdas\"} 1",
+        "# TYPE hetsched_heartbeat_duration_seconds histogram",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+    assert!(metrics.ends_with("# EOF\n"), "{metrics}");
+
+    let missing = get(addr, "/nothing").await;
+    assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+
+    server.stop().await.expect("stops");
+    let refused = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if tokio::net::TcpStream::connect(addr).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(refused.is_ok(), "the HTTP listener closed with the server");
+    let _ = std::fs::remove_dir_all(&dir);
+}
