@@ -1,0 +1,120 @@
+//! The metrics the state keeps, without a network: a scripted sequence of heartbeats (a success, a
+//! retried failure, a lost task, a final failure, a repeated result, a repeated submission) and
+//! the exposition text the registry encodes afterwards.
+
+use hetsched_proto as pb;
+use hetsched_server::ServerConfig;
+use hetsched_server::metrics::registry;
+use hetsched_server::state::State;
+use hetsched_server::store::Store;
+use std::sync::{Arc, Mutex};
+
+fn beat(
+    s: &mut State,
+    node: u32,
+    running: &[(u64, u32)],
+    results: &[(u64, u32, bool)],
+) -> Vec<(u64, u32)> {
+    s.heartbeat(pb::HeartbeatRequest {
+        node_id: node,
+        running: running
+            .iter()
+            .map(|&(task_id, attempt)| pb::RunningTask {
+                task_id,
+                attempt,
+                read_bytes: 0,
+            })
+            .collect(),
+        results: results
+            .iter()
+            .map(|&(task_id, attempt, success)| pb::TaskResult {
+                task_id,
+                attempt,
+                exit_code: if success { 0 } else { 1 },
+                success,
+                started_ns: 1,
+                finished_ns: 2,
+                ..Default::default()
+            })
+            .collect(),
+        read_bytes_per_sec: 1.5e6,
+        gpus: vec![pb::GpuUtilisation {
+            device: 0,
+            percent: 50,
+        }],
+    })
+    .expect("heartbeat")
+    .assignments
+    .iter()
+    .map(|a| (a.task_id, a.attempt))
+    .collect()
+}
+
+const FLAKY: &str =
+    "[[application]]\nname = \"f\"\ntasks = 3\nretries = 1\n[application.cpu]\ncommand = \"x\"\n";
+
+#[test]
+fn counters_follow_results_losses_and_submissions_and_gauges_the_state() {
+    let d = std::env::temp_dir().join(format!("hetsched-metrics-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("dir");
+    let config = ServerConfig {
+        data_dir: d.clone(),
+        max_attempts: 2,
+        ..Default::default()
+    };
+    let mut s =
+        State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
+    let n = s
+        .register(pb::RegisterRequest {
+            name: "n".into(),
+            cores: 2,
+            memory_bytes: 1 << 30,
+            ..Default::default()
+        })
+        .expect("register")
+        .node_id;
+    s.submit_keyed("job.toml", FLAKY, "/", "k").expect("submit");
+    s.submit_keyed("job.toml", FLAKY, "/", "k")
+        .expect("same key: the same job");
+    assert_eq!(beat(&mut s, n, &[], &[]), vec![(0, 1), (1, 1)]);
+    // 0 fails and is retried, 1 succeeds.
+    assert_eq!(
+        beat(&mut s, n, &[], &[(0, 1, false), (1, 1, true)]),
+        vec![(0, 2), (2, 1)]
+    );
+    // 0 vanishes from the node: lost, dispatched again.
+    assert_eq!(beat(&mut s, n, &[(2, 1)], &[]), vec![(0, 3)]);
+    // 0 fails for good (retries spent), 2 succeeds; 1's result again is not counted again.
+    assert!(beat(&mut s, n, &[], &[(0, 3, false), (2, 1, true), (1, 1, true)]).is_empty());
+
+    let metrics = s.metrics();
+    let reg = registry(&metrics, Arc::new(Mutex::new(s)), "fifo");
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &reg).expect("encode");
+    for line in [
+        "hetsched_tasks_dispatched_total{variant=\"cpu\"} 5",
+        "hetsched_tasks_dispatched_total{variant=\"gpu\"} 0",
+        "hetsched_task_results_total{outcome=\"succeeded\"} 2",
+        "hetsched_task_results_total{outcome=\"retried\"} 1",
+        "hetsched_task_results_total{outcome=\"failed\"} 1",
+        "hetsched_tasks_lost_total 1",
+        "hetsched_jobs_submitted_total 1",
+        "hetsched_scheduler_decision_duration_seconds_count 3",
+        "hetsched_policy_info{policy=\"fifo\"} 1",
+        "hetsched_tasks{state=\"succeeded\"} 2",
+        "hetsched_tasks{state=\"failed\"} 1",
+        "hetsched_tasks{state=\"pending\"} 0",
+        "hetsched_tasks{state=\"running\"} 0",
+        "hetsched_nodes{state=\"alive\"} 1",
+        "hetsched_nodes{state=\"dead\"} 0",
+        "hetsched_node_up{node=\"n\"} 1",
+        "hetsched_node_free_cores{node=\"n\"} 2",
+        "hetsched_node_running_tasks{node=\"n\"} 0",
+        "hetsched_node_disk_read_bytes_per_second{node=\"n\"} 1500000.0",
+        "hetsched_node_gpu_utilisation_ratio{node=\"n\",device=\"0\"} 0.5",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
