@@ -28,6 +28,13 @@ pub fn memory_bytes() -> u64 {
     sys.total_memory()
 }
 
+/// Memory available to new work now (`MemAvailable` of `/proc/meminfo`, as sysinfo reads it).
+pub fn available_memory_bytes() -> u64 {
+    let mut sys = sysinfo::System::new();
+    sys.refresh_memory();
+    sys.available_memory()
+}
+
 /// Logs the mounted disks (their read bandwidth cannot be measured without disturbing them; it
 /// comes from the configuration).
 pub fn log_disks() {

@@ -127,6 +127,8 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
     let mut backoff = Duration::from_millis(50);
     let mut io_sampled = Instant::now();
     let mut read_bps = 0.0;
+    let mut memory_sampled: Option<Instant> = None;
+    let mut available_memory = 0;
     tokio::pin!(shutdown);
     let mut first_failure: Option<Instant> = None;
     'main: loop {
@@ -159,6 +161,11 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     read_bps = delta as f64 / elapsed.as_secs_f64();
                     io_sampled = Instant::now();
                 }
+                // Available memory changes slowly; once a second is plenty.
+                if memory_sampled.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                    available_memory = detect::available_memory_bytes();
+                    memory_sampled = Some(Instant::now());
+                }
                 pb::HeartbeatRequest {
                     node_id: id,
                     running: sh
@@ -172,6 +179,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                         .collect(),
                     results: sh.results.clone(),
                     read_bytes_per_sec: read_bps,
+                    available_memory_bytes: available_memory,
                     gpus: gpus.utilisation(),
                 }
             };

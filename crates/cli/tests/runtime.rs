@@ -531,6 +531,16 @@ fn an_agent_killed_mid_job_loses_its_tasks_to_the_others() {
         .and_then(|ns| ns.iter().find(|n| n["name"] == "doomed"))
         .expect("doomed node");
     assert_eq!(doomed["alive"], false, "{doomed}");
+    let survivor = nodes
+        .as_array()
+        .and_then(|ns| ns.iter().find(|n| n["name"] == "survivor"))
+        .expect("survivor node");
+    assert!(
+        survivor["available_memory_bytes"]
+            .as_u64()
+            .is_some_and(|b| b > 0),
+        "a live agent reports the memory it measures: {survivor}"
+    );
 }
 
 /// Whether process `pid` is gone (no `/proc/PID`, or a zombie nobody has reaped yet).

@@ -265,6 +265,14 @@ impl Collector for StateCollector {
         )?;
         gauge(
             e,
+            "node_available_memory_bytes",
+            "Memory the node's kernel reports as available (MemAvailable), as its last heartbeat reported.",
+            nodes
+                .iter()
+                .map(|n| (node(n), n.available_memory_bytes as f64)),
+        )?;
+        gauge(
+            e,
             "node_gpu_utilisation_ratio",
             "Utilisation of each GPU (0 to 1), as the node's last heartbeat reported.",
             nodes.iter().flat_map(|n| {

@@ -147,6 +147,7 @@ struct NodeRec {
     /// Tasks the server has dispatched here and not seen finish.
     running: HashSet<u64>,
     read_bps: f64,
+    available_memory: u64,
     gpus: Vec<pb::GpuUtilisation>,
 }
 
@@ -207,6 +208,7 @@ impl State {
                 last_seen: Instant::now(),
                 running: HashSet::new(),
                 read_bps: 0.0,
+                available_memory: 0,
                 gpus: Vec::new(),
             });
         }
@@ -440,6 +442,7 @@ impl State {
                 last_seen: Instant::now(),
                 running: HashSet::new(),
                 read_bps: 0.0,
+                available_memory: 0,
                 gpus: Vec::new(),
             });
             info!(node = %req.name, id, cores = req.cores, gpus = req.accelerators.len(), "node registered");
@@ -467,6 +470,7 @@ impl State {
         rec.last_seen = Instant::now();
         rec.seen = true;
         rec.read_bps = req.read_bytes_per_sec;
+        rec.available_memory = req.available_memory_bytes;
         rec.gpus = req.gpus.clone();
         if !rec.alive {
             rec.alive = true;
@@ -1046,6 +1050,7 @@ impl State {
                         running: n.running.len() as u32,
                         last_seen_ms: n.last_seen.elapsed().as_millis() as u64,
                         read_bytes_per_sec: n.read_bps,
+                        available_memory_bytes: n.available_memory,
                         gpus: n.gpus.clone(),
                     }
                 })

@@ -342,6 +342,7 @@ pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
         "running",
         "last seen",
         "disk read/s",
+        "mem available",
     ]);
     for n in &reply.nodes {
         t.add_row(vec![
@@ -355,6 +356,14 @@ pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
             n.running.to_string(),
             format!("{}ms ago", n.last_seen_ms),
             format!("{:.1} MB/s", n.read_bytes_per_sec / 1e6),
+            if n.available_memory_bytes > 0 {
+                format!(
+                    "{:.1} GiB",
+                    n.available_memory_bytes as f64 / (1u64 << 30) as f64
+                )
+            } else {
+                "–".to_string()
+            },
         ]);
     }
     println!("{t}");
