@@ -2,6 +2,9 @@
 //! retried failure, a lost task, a final failure, a repeated result, a repeated submission) and
 //! the exposition text the registry encodes afterwards.
 
+mod common;
+
+use common::heartbeat_request;
 use hetsched_proto as pb;
 use hetsched_server::ServerConfig;
 use hetsched_server::metrics::registry;
@@ -16,33 +19,13 @@ fn beat(
     results: &[(u64, u32, bool)],
 ) -> Vec<(u64, u32)> {
     s.heartbeat(pb::HeartbeatRequest {
-        node_id: node,
-        running: running
-            .iter()
-            .map(|&(task_id, attempt)| pb::RunningTask {
-                task_id,
-                attempt,
-                read_bytes: 0,
-            })
-            .collect(),
-        results: results
-            .iter()
-            .map(|&(task_id, attempt, success)| pb::TaskResult {
-                task_id,
-                attempt,
-                exit_code: if success { 0 } else { 1 },
-                success,
-                started_ns: 1,
-                finished_ns: 2,
-                ..Default::default()
-            })
-            .collect(),
         read_bytes_per_sec: 1.5e6,
         available_memory_bytes: 3 << 30,
         gpus: vec![pb::GpuUtilisation {
             device: 0,
             percent: 50,
         }],
+        ..heartbeat_request(node, running, results)
     })
     .expect("heartbeat")
     .assignments

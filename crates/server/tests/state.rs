@@ -1,6 +1,9 @@
 //! The server's rules without a network: heartbeats in, assignments and kills out, state across a
 //! restart. Each test reads like the situation it checks.
 
+mod common;
+
+use common::heartbeat_request;
 use hetsched_proto as pb;
 use hetsched_server::ServerConfig;
 use hetsched_server::state::State;
@@ -57,31 +60,8 @@ fn beat(
     running: &[(u64, u32)],
     results: &[(u64, u32, bool)],
 ) -> pb::HeartbeatReply {
-    s.heartbeat(pb::HeartbeatRequest {
-        node_id: node,
-        running: running
-            .iter()
-            .map(|&(task_id, attempt)| pb::RunningTask {
-                task_id,
-                attempt,
-                read_bytes: 0,
-            })
-            .collect(),
-        results: results
-            .iter()
-            .map(|&(task_id, attempt, success)| pb::TaskResult {
-                task_id,
-                attempt,
-                exit_code: if success { 0 } else { 1 },
-                success,
-                started_ns: 1,
-                finished_ns: 2,
-                ..Default::default()
-            })
-            .collect(),
-        ..Default::default()
-    })
-    .expect("heartbeat")
+    s.heartbeat(heartbeat_request(node, running, results))
+        .expect("heartbeat")
 }
 
 const JOB: &str =
