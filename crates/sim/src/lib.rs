@@ -13,6 +13,7 @@
 //! only randomness comes from [`SimConfig::seed`]; the same inputs and seed give byte-identical
 //! results.
 
+pub mod accel;
 pub mod batch;
 pub mod engine;
 pub mod error;

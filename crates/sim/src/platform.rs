@@ -5,3 +5,4 @@
 //! - [`disk`]: a node's disk, its read bandwidth shared equally by the requests reading at once.
 
 pub mod disk;
+pub mod network;

@@ -3,4 +3,5 @@
 //! - [`hdas_paper`]: spec 02's mixed CPU/GPU workloads A–Y under cpu-only, FIFO, Hadoop+'s model
 //!   and HDAS.
 
+pub mod accel_paper;
 pub mod hdas_paper;
