@@ -1,5 +1,7 @@
 //! `hetsched binding replay` and `hetsched sim accel-paper` as a user meets them: the real binary.
 
+#![allow(clippy::unwrap_used)] // a failing test should panic with the error
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 

@@ -1,6 +1,8 @@
 //! The workload file's `accelerator = "required" | "preferred" | "none"` (spec 01): read by the one
 //! workload parser, absent means `none`, and a bad value names its line.
 
+#![allow(clippy::unwrap_used)] // a failing test should panic with the error
+
 use hetsched_core::input::workload::parse_workload;
 use hetsched_core::model::application::AcceleratorNeed;
 

@@ -6,6 +6,8 @@
 //! - an event moves only the NNodes the rules move, and the events replayed on the old map give the
 //!   new one.
 
+#![allow(clippy::unwrap_used)] // a failing test should panic with the error
+
 use hetsched_core::policy::binding::{Binding, BindingEvent, BindingMode, Unit};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -38,11 +40,14 @@ fn mode() -> impl Strategy<Value = BindingMode> {
     ]
 }
 
+/// An ANode in the naive model: (name, own users, capacity, units bottom to top).
+type NaiveStack = (String, u64, u64, Vec<Unit>);
+
 /// The spec's rules written as plainly as possible: linear scans, no clever structures.
 #[derive(Default)]
 struct Naive {
-    /// rack → ANodes (name, own users, capacity, units bottom to top).
-    racks: BTreeMap<String, Vec<(String, u64, u64, Vec<Unit>)>>,
+    /// rack → ANodes.
+    racks: BTreeMap<String, Vec<NaiveStack>>,
     waiting: BTreeMap<String, Vec<Unit>>,
 }
 

@@ -80,7 +80,7 @@ pub struct AccelApp {
 /// Settings of an offload simulation.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct AccelConfig {
-    /// How NNodes are bound (in `container` mode its `slots` should equal [`AccelConfig::slots`]).
+    /// How NNodes are bound (in `container` mode its `slots` must equal [`AccelConfig::slots`]).
     #[serde(skip)]
     pub binding: BindingMode,
     /// Containers (task slots) per node.
@@ -224,6 +224,17 @@ pub fn simulate_accel(
             problem: "must be at least 1".into(),
         });
     }
+    if let BindingMode::Container { slots } = config.binding
+        && slots != config.slots
+    {
+        return Err(SimError::Config {
+            field: "binding",
+            problem: format!(
+                "container binding of {slots} containers per node, but nodes have {} slots",
+                config.slots
+            ),
+        });
+    }
     let n = cluster.nodes.len();
     let mut binding = Binding::new(config.binding);
     let index: HashMap<&str, u32> = cluster
@@ -262,13 +273,13 @@ pub fn simulate_accel(
     };
     let mut containers = Vec::new();
     let mut node_containers = vec![Vec::new(); n];
-    for node in 0..n {
+    for (node, list) in node_containers.iter_mut().enumerate() {
         for k in 0..config.slots {
             let container = match config.binding {
                 BindingMode::Container { .. } => Some(k),
                 _ => None,
             };
-            node_containers[node].push(containers.len() as u32);
+            list.push(containers.len() as u32);
             containers.push(Container {
                 node: node as u32,
                 target: target_of(node, container),

@@ -151,6 +151,7 @@ pub fn parse_binding_events(origin: &str, text: &str) -> Result<Vec<BindingLine>
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failing test should panic with the error
 mod tests {
     use super::*;
 

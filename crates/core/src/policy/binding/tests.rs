@@ -1,6 +1,8 @@
 //! Spec 01's examples, replayed: each test builds the situation the spec describes and checks the
 //! stacks it names.
 
+#![allow(clippy::unwrap_used)] // a failing test should panic with the error
+
 use super::*;
 
 /// `a1:[n1,n3] a2:[n2]` — every stack of `rack`, by ANode name, units bottom to top.
