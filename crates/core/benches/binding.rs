@@ -29,6 +29,8 @@ impl Rng {
 struct Workload {
     names: Vec<String>,
     racks: Vec<String>,
+    /// Every fifth node of each rack is an ANode.
+    anode: Vec<bool>,
     events: Vec<Ev>,
 }
 
@@ -57,6 +59,7 @@ fn workload(nodes: usize, racks: usize, events: usize) -> Workload {
     Workload {
         names: (0..nodes).map(|i| format!("node{i}")).collect(),
         racks: (0..nodes).map(|i| format!("rack{}", i % racks)).collect(),
+        anode: (0..nodes).map(|i| (i / racks) % 5 == 0).collect(),
         events: out,
     }
 }
@@ -66,7 +69,7 @@ fn replay(w: &Workload, mode: BindingMode) -> usize {
     let mut moved = 0;
     for e in &w.events {
         let events = match e {
-            Ev::Add { node } if node % 5 == 0 => {
+            Ev::Add { node } if w.anode[*node] => {
                 b.add_anode(&w.names[*node], &w.racks[*node], 1.0 + (node % 3) as f64)
             }
             Ev::Add { node } => b.add_nnode(&w.names[*node], &w.racks[*node]),
