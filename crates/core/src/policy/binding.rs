@@ -52,11 +52,17 @@
 //! `NNODE/k`, bound by the `weighted` rules where an ANode's own `slots` containers count as its
 //! own users. So one NNode's containers spread over several ANodes: with three ANodes of 4
 //! containers each and one NNode `n` of 4 containers, `n/0 → a1`, `n/1 → a2`, `n/2 → a3`,
-//! `n/3 → a1` (ties by name): users 6 : 5 : 5 instead of `plain`'s 2 : 1 : 1 nodes.
+//! `n/3 → a1` (ties by name): 6 : 5 : 5 containers use each ANode's accelerators, where whole-node
+//! binding puts all of `n`'s containers on `a1`, 8 : 4 : 4. (The ANode's service feeds all its
+//! devices from one queue, so these users are spread over its devices.)
 //!
 //! # Ties, once more
-//! Every choice is a function of the loads and the ANode names (byte order), and pops take the most
-//! recent push, so any two correct implementations give the same map for the same events.
+//! Every choice is a function of the loads (exact integer fractions; weights in thousandths) and the
+//! ANode names (byte order): a new unit goes to the *earliest* name among the least loaded, a steal
+//! takes from the *latest* name among the most loaded, a pop takes the most recent push, and units
+//! that are re-added (an ANode's stack, a rack's waiting list) go in push or join order. So any two
+//! correct implementations give the same map for the same events —
+//! `crates/core/tests/binding.rs` checks this one against a naive transcription of the rules.
 
 mod rack;
 mod replay;
