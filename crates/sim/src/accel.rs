@@ -235,6 +235,19 @@ pub fn simulate_accel(
             ),
         });
     }
+    if let Some(node) = cluster
+        .nodes
+        .iter()
+        .find(|node| !(node.net_bw.is_finite() && node.net_bw > 0.0))
+    {
+        return Err(SimError::Config {
+            field: "network",
+            problem: format!(
+                "node `{}` has a link of {} bytes/s; it must be positive",
+                node.name, node.net_bw
+            ),
+        });
+    }
     let n = cluster.nodes.len();
     let mut binding = Binding::new(config.binding);
     let index: HashMap<&str, u32> = cluster
@@ -438,9 +451,13 @@ impl AccelSim<'_> {
             }
         };
         let mut assigned = vec![0u32; n];
+        let Some(&first) = eligible.first() else {
+            // Refused before the run starts (a required application with nothing to run it).
+            return;
+        };
         for _ in 0..app.tasks {
-            let mut best = eligible[0];
-            for &i in &eligible[1..] {
+            let mut best = first;
+            for &i in eligible.iter().skip(1) {
                 let (x, y) = (
                     f64::from(assigned[i] + 1) / share(i),
                     f64::from(assigned[best] + 1) / share(best),

@@ -186,3 +186,19 @@ fn same_inputs_same_result() {
         simulate_accel(&c, &apps, &config).unwrap()
     );
 }
+
+#[test]
+fn a_link_without_bandwidth_is_refused() {
+    let mut c = cluster(&[("a", 0, &[1.0]), ("n", 0, &[])]);
+    c.nodes[1].net_bw = 0.0;
+    let err = simulate_accel(
+        &c,
+        &[app(2, AcceleratorNeed::Required, 0.1, MB)],
+        &AccelConfig::default(),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("node `n` has a link of 0 bytes/s"),
+        "{err}"
+    );
+}
