@@ -28,7 +28,8 @@ const SLACK_BYTES: f64 = 1e-3;
 /// One node's link.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Link {
-    /// Bytes per second in each direction.
+    /// Bytes per second in each direction; must be positive and finite (a zero rate would never
+    /// finish a transfer — the cluster parser refuses it, hand-built clusters must too).
     pub bandwidth: f64,
     /// One-way latency to the switch.
     pub latency: Time,
