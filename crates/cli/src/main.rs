@@ -1,6 +1,8 @@
 //! `hetsched`: the one command of the project — the simulator (`hetsched sim …`), and the runtime's
 //! server, agent and client commands.
 
+mod accel_paper;
+mod binding;
 mod runtime;
 mod sim;
 
@@ -19,6 +21,9 @@ enum Command {
     /// Run the discrete-event simulator: the papers' experiments or your own cluster and workload.
     #[command(subcommand)]
     Sim(sim::SimCommand),
+    /// Spec 01's node binding on its own: replay membership changes and print the map.
+    #[command(subcommand)]
+    Binding(binding::BindingCommand),
     #[command(flatten)]
     Runtime(runtime::RuntimeCommand),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
@@ -32,6 +37,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim(cmd) => sim::run(cmd),
+        Command::Binding(cmd) => binding::run(cmd),
         Command::Runtime(cmd) => runtime::run(cmd),
         Command::Completions { shell } => {
             clap_complete::generate(

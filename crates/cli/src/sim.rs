@@ -19,6 +19,9 @@ pub enum SimCommand {
     /// Reproduce the HDAS paper's experiment (spec 02): workloads A–Y under cpu-only, fifo,
     /// hadoop-model and hdas, with the paper's figures beside ours.
     HdasPaper(HdasPaperArgs),
+    /// Reproduce the YARN accelerator paper's experiment (spec 01): MAGMA kernels and K-means on
+    /// Cluster4-0…4-4 under plain, weighted and container binding, with the paper's findings beside.
+    AccelPaper(crate::accel_paper::AccelPaperArgs),
     /// Simulate your own cluster and workload files under one policy.
     Run(RunArgs),
     /// Simulate your own cluster and workload under several policies and compare them side by side.
@@ -140,6 +143,7 @@ pub struct RunArgs {
 pub fn run(cmd: SimCommand) -> anyhow::Result<()> {
     match cmd {
         SimCommand::HdasPaper(args) => hdas_paper_cmd(args),
+        SimCommand::AccelPaper(args) => crate::accel_paper::run(args),
         SimCommand::Run(args) => run_cmd(args),
         SimCommand::Compare(args) => compare_cmd(args),
     }

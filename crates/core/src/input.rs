@@ -5,6 +5,7 @@
 //! Every error is an [`InputError`] that names the file, line, column and field, and says what was
 //! expected: `cluster.toml:12:9: node[1].cores: invalid value: integer `-2`, expected u32`.
 
+pub mod binding;
 pub mod cluster;
 mod units;
 pub mod workload;

@@ -1,8 +1,10 @@
 //! hetsched's discrete-event simulator: it drives the core's policies on modelled clusters and
 //! reproduces the papers' experiments as named scenarios.
 //!
+//! - [`accel`]: accelerator offload through node binding and the three-stage accelerator service
+//!   (spec 01);
 //! - [`engine`]: the generic clock and deterministic event queue every mechanism runs on;
-//! - [`platform`]: hardware models (the shared disk);
+//! - [`platform`]: hardware models (the shared disk, the network);
 //! - [`batch`]: applications of independent CPU/GPU tasks scheduled on heartbeats (spec 02),
 //!   with [`simulate`] as the entry point;
 //! - [`metrics`]: what a run measures ([`SimResult`]);
@@ -13,6 +15,7 @@
 //! only randomness comes from [`SimConfig::seed`]; the same inputs and seed give byte-identical
 //! results.
 
+pub mod accel;
 pub mod batch;
 pub mod engine;
 pub mod error;

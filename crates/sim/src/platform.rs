@@ -3,5 +3,7 @@
 //! their own modules here and reuse the existing ones.
 //!
 //! - [`disk`]: a node's disk, its read bandwidth shared equally by the requests reading at once.
+//! - [`network`]: per-node full-duplex links (bandwidth, latency); transfers share them.
 
 pub mod disk;
+pub mod network;

@@ -1,6 +1,9 @@
 //! The papers' experiments, one module per paper, each runnable by name.
 //!
+//! - [`accel_paper`]: spec 01's MAGMA kernels and K-means job on Cluster4-0…4-4 under the three
+//!   binding modes.
 //! - [`hdas_paper`]: spec 02's mixed CPU/GPU workloads A–Y under cpu-only, FIFO, Hadoop+'s model
 //!   and HDAS.
 
+pub mod accel_paper;
 pub mod hdas_paper;

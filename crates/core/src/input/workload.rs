@@ -9,6 +9,7 @@
 use super::cluster::at;
 use super::units::Duration;
 use super::{InputError, Source};
+use crate::model::application::AcceleratorNeed;
 use crate::model::{AppId, Application, CpuVariant, GpuVariant, Node, Resources, Variant};
 use crate::time::Time;
 use bytesize::ByteSize;
@@ -44,6 +45,12 @@ pub struct ApplicationSpec {
     /// (runtime; at most [`MAX_RETRIES`]). The simulator's tasks do not fail.
     #[serde(default = "zero")]
     pub retries: Spanned<u32>,
+    /// Whether a task needs an accelerator (spec 01): `"required"`, `"preferred"` or `"none"` (the
+    /// default: today's behaviour). A required or preferred task needs a GPU variant, whose profile
+    /// is the accelerator's time; the offload model (`hetsched_sim::accel`) reads the field, the
+    /// batch simulator and the runtime do not yet.
+    #[serde(default)]
+    pub accelerator: Option<Spanned<AcceleratorNeed>>,
     /// The CPU variant.
     pub cpu: Option<Spanned<CpuSpec>>,
     /// The GPU variant.
@@ -205,6 +212,19 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
                 at(&a.name),
                 Some(format!("application[{i}]")),
                 format!("application `{name}` has neither a [application.cpu] nor a [application.gpu] variant"),
+            ));
+        }
+        if let Some(need) = &a.accelerator
+            && *need.get_ref() != AcceleratorNeed::None
+            && a.gpu.is_none()
+        {
+            return Err(src.error(
+                at(need),
+                field("accelerator"),
+                format!(
+                    "application `{name}` is `{}` but has no [application.gpu] variant to give the accelerator's time",
+                    need.get_ref().as_str()
+                ),
             ));
         }
         if let Some(cpu) = &a.cpu
@@ -398,5 +418,14 @@ impl Workload {
             Variant::Cpu => a.cpu.as_ref()?.get_ref().command.as_ref(),
             Variant::Gpu => a.gpu.as_ref()?.get_ref().command.as_ref(),
         }
+    }
+}
+
+impl ApplicationSpec {
+    /// The application's `accelerator` field, `none` when absent.
+    pub fn accelerator_need(&self) -> AcceleratorNeed {
+        self.accelerator
+            .as_ref()
+            .map_or(AcceleratorNeed::None, |n| *n.get_ref())
     }
 }

@@ -132,3 +132,33 @@ impl Application {
         }
     }
 }
+
+/// Whether a task needs an accelerator (spec 01, "What a user of hetsched sees"): a workload
+/// file's `accelerator = "required" | "preferred" | "none"`.
+///
+/// A `required` or `preferred` task placed on an NNode is offloaded through the node binding to
+/// its ANode's accelerator service; a `required` task never runs where no accelerator is reachable
+/// (an unbound NNode cannot take it), a `preferred` one runs on the CPU there; `none` always runs
+/// on the CPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AcceleratorNeed {
+    /// Only on an accelerator, local or through the binding.
+    Required,
+    /// On an accelerator where one is reachable, else on the CPU.
+    Preferred,
+    /// On the CPU (the default: what a task without the field did before).
+    #[default]
+    None,
+}
+
+impl AcceleratorNeed {
+    /// The word used in workload files.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            AcceleratorNeed::Required => "required",
+            AcceleratorNeed::Preferred => "preferred",
+            AcceleratorNeed::None => "none",
+        }
+    }
+}

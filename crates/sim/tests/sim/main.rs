@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used)] // a failing test should panic with the error
 
+mod accel_paper;
 mod common;
 mod determinism;
 mod exact;

@@ -1,0 +1,96 @@
+//! `hetsched sim accel-paper`: spec 01's experiment — MAGMA kernels and the K-means job on
+//! Cluster4-0…4-4 under the three binding modes, with the paper's findings beside ours.
+
+use anyhow::Context;
+use clap::Args;
+use hetsched_sim::scenario::accel_paper::{self, AccelPaperOptions};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+
+use crate::sim::Output;
+
+/// Options of `sim accel-paper`.
+#[derive(Debug, Args)]
+pub struct AccelPaperArgs {
+    /// Also write CSV, JSON and SVG plots (the paper's figures 5 and 6) to this directory.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Tasks per kernel application (the paper: 100).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    pub tasks: u32,
+    /// Containers per node.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+    pub slots: u32,
+    /// Run only these kernels (LU, QR, Cholesky; comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub kernels: Vec<String>,
+    /// Run only these intensities (1, 2, 4, 8).
+    #[arg(long, value_delimiter = ',')]
+    pub intensities: Vec<u32>,
+    /// Run only these data sizes in MB (1, 5, 10, 20, 50).
+    #[arg(long, value_delimiter = ',')]
+    pub data_mb: Vec<u32>,
+    /// Images of the K-means job (0 skips it).
+    #[arg(long, default_value_t = 50_000)]
+    pub kmeans_images: u32,
+    /// Print a table or JSON.
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
+}
+
+/// Runs the scenario and prints it.
+pub fn run(args: AccelPaperArgs) -> anyhow::Result<()> {
+    for k in &args.kernels {
+        if !accel_paper::KERNELS
+            .iter()
+            .any(|x| x.name.eq_ignore_ascii_case(k))
+        {
+            anyhow::bail!("unknown kernel `{k}`: expected LU, QR or Cholesky");
+        }
+    }
+    for i in &args.intensities {
+        if !accel_paper::INTENSITIES.contains(i) {
+            anyhow::bail!("intensity {i} is not one of the paper's (1, 2, 4, 8)");
+        }
+    }
+    for d in &args.data_mb {
+        if !accel_paper::DATA_MB.contains(d) {
+            anyhow::bail!("data size {d} MB is not one of the paper's (1, 5, 10, 20, 50)");
+        }
+    }
+    let options = AccelPaperOptions {
+        tasks: args.tasks,
+        slots: args.slots,
+        kernels: args.kernels.clone(),
+        intensities: args.intensities.clone(),
+        data_mb: args.data_mb.clone(),
+        kmeans_images: args.kmeans_images,
+        ..AccelPaperOptions::default()
+    };
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("accel-paper [{bar:40}] {pos}/{len} simulations ({elapsed})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let report = accel_paper::run(&options, &mut |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    })?;
+    bar.finish_and_clear();
+    match args.output {
+        Output::Table => print!("{}", report.render_table()),
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    }
+    if let Some(dir) = args.out {
+        let written = report
+            .write_outputs(&dir)
+            .with_context(|| format!("writing results to {}", dir.display()))?;
+        eprintln!(
+            "wrote {} files (CSV, JSON, SVG plots) to {}",
+            written.len(),
+            dir.display()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,199 @@
+//! Binding event files, replayed by `hetsched binding replay`: one membership change per line,
+//!
+//! ```text
+//! # comments and blank lines are allowed
+//! add-nnode NAME RACK
+//! add-anode NAME RACK [WEIGHT]   # WEIGHT: summed accelerator speed weights, default 1
+//! remove NAME
+//! ```
+//!
+//! Parsing checks each line's shape; what only the sequence can tell (a duplicate name, removing a
+//! node that is not there) is checked when the lines are applied
+//! ([`crate::policy::binding::replay`]). Both kinds of error name the line.
+
+use super::{InputError, Source};
+
+/// One membership change as written.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BindingCommand {
+    /// `add-nnode NAME RACK`.
+    AddNNode {
+        /// Node name.
+        name: String,
+        /// Rack name.
+        rack: String,
+    },
+    /// `add-anode NAME RACK [WEIGHT]`.
+    AddANode {
+        /// Node name.
+        name: String,
+        /// Rack name.
+        rack: String,
+        /// Summed speed weight of its accelerators (1 when not written).
+        weight: f64,
+    },
+    /// `remove NAME`.
+    Remove {
+        /// Node name.
+        name: String,
+    },
+}
+
+impl std::fmt::Display for BindingCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BindingCommand::AddNNode { name, rack } => write!(f, "add-nnode {name} {rack}"),
+            BindingCommand::AddANode { name, rack, weight } => {
+                write!(f, "add-anode {name} {rack} {weight}")
+            }
+            BindingCommand::Remove { name } => write!(f, "remove {name}"),
+        }
+    }
+}
+
+/// A command and the line it was on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BindingLine {
+    /// 1-based line number.
+    pub line: usize,
+    /// The command.
+    pub command: BindingCommand,
+}
+
+/// Parses a binding event file; the first malformed line is an error naming it.
+pub fn parse_binding_events(origin: &str, text: &str) -> Result<Vec<BindingLine>, InputError> {
+    let src = Source::new(origin, text);
+    let mut out = Vec::new();
+    let mut offset = 0;
+    for (i, raw) in text.split('\n').enumerate() {
+        let line_start = offset;
+        offset += raw.len() + 1;
+        let content = raw.split('#').next().unwrap_or("");
+        // Fields with their byte offsets, for the column of an error.
+        let mut fields = Vec::new();
+        let mut pos = 0;
+        for part in content.split(|c: char| c.is_whitespace()) {
+            if !part.is_empty() {
+                fields.push((line_start + pos, part));
+            }
+            pos += part.len() + 1;
+        }
+        let Some(&(verb_at, verb)) = fields.first() else {
+            continue;
+        };
+        let end_of_line = line_start + content.trim_end().len();
+        let usage = match verb {
+            "add-nnode" => "add-nnode NAME RACK",
+            "add-anode" => "add-anode NAME RACK [WEIGHT]",
+            "remove" => "remove NAME",
+            _ => {
+                return Err(src.error(
+                    Some(verb_at),
+                    None,
+                    format!("unknown event `{verb}`: expected add-nnode, add-anode or remove"),
+                ));
+            }
+        };
+        let (min, max) = match verb {
+            "add-nnode" => (3, 3),
+            "add-anode" => (3, 4),
+            _ => (2, 2),
+        };
+        if fields.len() < min {
+            let missing = ["NAME", "RACK"][fields.len() - 1];
+            return Err(src.error(
+                Some(end_of_line),
+                None,
+                format!("missing {missing}: expected `{usage}`"),
+            ));
+        }
+        if fields.len() > max {
+            return Err(src.error(
+                Some(fields[max].0),
+                None,
+                format!("unexpected `{}`: expected `{usage}`", fields[max].1),
+            ));
+        }
+        let name = fields[1].1.to_string();
+        let command = match verb {
+            "add-nnode" => BindingCommand::AddNNode {
+                name,
+                rack: fields[2].1.to_string(),
+            },
+            "add-anode" => {
+                let weight = match fields.get(3) {
+                    None => 1.0,
+                    Some(&(at, w)) => match w.parse::<f64>() {
+                        Ok(v) if v.is_finite() && v > 0.0 => v,
+                        _ => {
+                            return Err(src.error(
+                                Some(at),
+                                None,
+                                format!("invalid WEIGHT `{w}`: expected a positive number"),
+                            ));
+                        }
+                    },
+                };
+                BindingCommand::AddANode {
+                    name,
+                    rack: fields[2].1.to_string(),
+                    weight,
+                }
+            }
+            _ => BindingCommand::Remove { name },
+        };
+        out.push(BindingLine {
+            line: i + 1,
+            command,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failing test should panic with the error
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comments_blank_lines_and_the_three_verbs() {
+        let text = "# a rack\n\nadd-anode a1 r 2.5\nadd-nnode n1 r  # trailing\nremove n1\n";
+        let lines = parse_binding_events("e.txt", text).unwrap();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0].line, 3);
+        assert_eq!(
+            lines[0].command,
+            BindingCommand::AddANode {
+                name: "a1".into(),
+                rack: "r".into(),
+                weight: 2.5
+            }
+        );
+        assert_eq!(lines[2].line, 5);
+    }
+
+    #[test]
+    fn bad_lines_name_their_line() {
+        let err = |t: &str| parse_binding_events("e.txt", t).unwrap_err().to_string();
+        assert_eq!(
+            err("add-nnode n1 r\njump n2\n"),
+            "e.txt:2:1: unknown event `jump`: expected add-nnode, add-anode or remove"
+        );
+        assert_eq!(
+            err("\nadd-nnode n1\n"),
+            "e.txt:2:13: missing RACK: expected `add-nnode NAME RACK`"
+        );
+        assert_eq!(
+            err("remove\n"),
+            "e.txt:1:7: missing NAME: expected `remove NAME`"
+        );
+        assert_eq!(
+            err("add-anode a r -1\n"),
+            "e.txt:1:15: invalid WEIGHT `-1`: expected a positive number"
+        );
+        assert_eq!(
+            err("remove a b\n"),
+            "e.txt:1:10: unexpected `b`: expected `remove NAME`"
+        );
+    }
+}
