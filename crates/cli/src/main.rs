@@ -3,6 +3,7 @@
 
 mod runtime;
 mod sim;
+mod stream;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -19,6 +20,9 @@ enum Command {
     /// Run the discrete-event simulator: the papers' experiments or your own cluster and workload.
     #[command(subcommand)]
     Sim(sim::SimCommand),
+    /// Stream topologies (spec 04): place a topology's executors on nodes and processes.
+    #[command(subcommand)]
+    Stream(stream::StreamCommand),
     #[command(flatten)]
     Runtime(runtime::RuntimeCommand),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
@@ -32,6 +36,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim(cmd) => sim::run(cmd),
+        Command::Stream(cmd) => stream::run(cmd),
         Command::Runtime(cmd) => runtime::run(cmd),
         Command::Completions { shell } => {
             clap_complete::generate(
