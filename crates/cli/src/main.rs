@@ -3,6 +3,7 @@
 
 mod runtime;
 mod sim;
+mod sim_stream;
 mod stream;
 
 use clap::{CommandFactory, Parser, Subcommand};

@@ -19,6 +19,9 @@ pub enum SimCommand {
     /// Reproduce the HDAS paper's experiment (spec 02): workloads A–Y under cpu-only, fifo,
     /// hadoop-model and hdas, with the paper's figures beside ours.
     HdasPaper(HdasPaperArgs),
+    /// Compare spec 04's stream placers on five topologies and a 10-node heterogeneous cluster,
+    /// with a stream simulation under a rate surge.
+    StreamPaper(crate::sim_stream::StreamPaperArgs),
     /// Simulate your own cluster and workload files under one policy.
     Run(RunArgs),
     /// Simulate your own cluster and workload under several policies and compare them side by side.
@@ -140,6 +143,7 @@ pub struct RunArgs {
 pub fn run(cmd: SimCommand) -> anyhow::Result<()> {
     match cmd {
         SimCommand::HdasPaper(args) => hdas_paper_cmd(args),
+        SimCommand::StreamPaper(args) => crate::sim_stream::run_cmd(args),
         SimCommand::Run(args) => run_cmd(args),
         SimCommand::Compare(args) => compare_cmd(args),
     }
