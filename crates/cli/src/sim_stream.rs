@@ -22,6 +22,10 @@ pub struct StreamPaperArgs {
     /// One-phase's relative traffic gain threshold for rescheduling (0.1 = 10 %).
     #[arg(long, default_value_t = 0.1)]
     pub gain_threshold: f64,
+    /// One-phase's maximum utilisation of a node's CPU (0 < x ≤ 1), the headroom its
+    /// self-tuning leaves.
+    #[arg(long, default_value_t = 0.9)]
+    pub max_utilisation: f64,
     /// Print a table or JSON.
     #[arg(long, value_enum, default_value_t)]
     pub output: crate::sim::Output,
@@ -35,7 +39,11 @@ pub fn run_cmd(args: StreamPaperArgs) -> anyhow::Result<()> {
     if !(args.surge.is_finite() && args.surge >= 0.0) {
         anyhow::bail!("--surge must be a non-negative number");
     }
+    if !(args.max_utilisation > 0.0 && args.max_utilisation <= 1.0) {
+        anyhow::bail!("--max-utilisation must be in (0, 1]");
+    }
     let mut options = StreamPaperOptions::default();
+    options.one_phase_max_utilisation = args.max_utilisation;
     options.sim.seed = args.seed;
     options.sim.duration = args.duration.0;
     options.surge = args.surge;

@@ -27,8 +27,11 @@ use hetsched_core::input::InputError;
 use hetsched_core::input::cluster::parse_cluster_with_slots;
 use hetsched_core::input::topology::parse_topology;
 use hetsched_core::model::topology::Topology;
+use hetsched_core::policy::stream::one_phase::OnePhase;
 use hetsched_core::policy::stream::reschedule::RescheduleSettings;
-use hetsched_core::policy::stream::{PlacementProblem, StreamPlacerKind, evaluate, stream_nodes};
+use hetsched_core::policy::stream::{
+    PlacementProblem, StreamPlacer, StreamPlacerKind, evaluate, stream_nodes,
+};
 use hetsched_core::time::{NANOS_PER_SEC, Time};
 use serde::Serialize;
 use thiserror::Error;
@@ -81,6 +84,8 @@ pub struct StreamPaperOptions {
     pub reschedule: RescheduleSettings,
     /// Placements timed per (topology, placer); the median is reported.
     pub timing_repeats: usize,
+    /// One-phase's `max_utilisation` (the headroom its self-tuning leaves on each node).
+    pub one_phase_max_utilisation: f64,
 }
 
 impl Default for StreamPaperOptions {
@@ -96,6 +101,7 @@ impl Default for StreamPaperOptions {
                 gain_threshold: 0.1,
             },
             timing_repeats: 5,
+            one_phase_max_utilisation: OnePhase::default().max_utilisation,
         }
     }
 }
@@ -173,7 +179,12 @@ pub fn run(
     let mut rows = Vec::new();
     for t in &topologies {
         for kind in StreamPlacerKind::ALL {
-            let placer = kind.build();
+            let placer: Box<dyn StreamPlacer> = match kind {
+                StreamPlacerKind::OnePhase => Box::new(OnePhase {
+                    max_utilisation: options.one_phase_max_utilisation,
+                }),
+                _ => kind.build(),
+            };
             let mut problem = PlacementProblem::declared(t, &nodes);
             problem.workers = options.sim.workers;
             let mut times = Vec::new();

@@ -450,6 +450,12 @@ impl StreamPlacer for OnePhase {
 
     fn place(&self, problem: &PlacementProblem<'_>) -> Result<Placement, PlacementError> {
         problem.check()?;
+        if !(self.max_utilisation > 0.0 && self.max_utilisation <= 1.0) {
+            return Err(PlacementError::Inconsistent(format!(
+                "one-phase max_utilisation {} is not in (0, 1]",
+                self.max_utilisation
+            )));
+        }
         let (_, placed) = self.configure(problem);
         let node = self.repair(problem, placed);
         let process = vec![0; node.len()];
