@@ -252,3 +252,45 @@ fn the_table_names_every_node_and_process() {
     );
     assert!(stdout.contains("count#11"));
 }
+
+#[test]
+fn sim_stream_paper_prints_every_topology_and_placer() {
+    let out = hetsched(&[
+        "sim",
+        "stream-paper",
+        "--duration",
+        "10s",
+        "--output",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = doc["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 20);
+    let names: Vec<&str> = rows
+        .iter()
+        .filter_map(|r| r["placer"].as_str())
+        .take(4)
+        .collect();
+    assert_eq!(
+        names,
+        ["even", "resource-aware", "two-phase-traffic", "one-phase"]
+    );
+    for r in rows {
+        for key in [
+            "throughput",
+            "p99_latency_ms",
+            "inter_node_traffic",
+            "nodes_used",
+        ] {
+            assert!(!r["sim"][key].is_null(), "{key}");
+        }
+    }
+    let out = hetsched(&["sim", "stream-paper", "--max-utilisation", "0"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--max-utilisation must be in (0, 1]"));
+}

@@ -465,3 +465,20 @@ fn one_phase_sends_less_traffic_than_even_on_most_topologies_spread_over_nodes()
     assert!(not_worse * 10 >= cases * 9, "{not_worse}/{cases}");
     assert!(one_total < 0.5 * even_total, "{one_total} vs {even_total}");
 }
+
+#[test]
+fn cluster_files_give_slots_with_storms_default_of_four() {
+    let text =
+        "[[node]]\nname = \"a\"\ncores = 4\nslots = 2\n\n[[node]]\nname = \"b\"\ncores = 8\n";
+    let (cluster, slots) = parse_cluster_with_slots("c.toml", text).unwrap();
+    assert_eq!(slots, vec![2, 4]);
+    let nodes = stream_nodes(&cluster, &slots);
+    assert_eq!(
+        nodes[1].capacity, 800.0,
+        "a node's CPU capacity is cores × 100"
+    );
+    let e = parse_cluster_with_slots("c.toml", &text.replace("slots = 2", "slots = 0"))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(e, "c.toml:4:9: node[0].slots: must be at least 1");
+}
