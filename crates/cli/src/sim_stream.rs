@@ -42,11 +42,13 @@ pub fn run_cmd(args: StreamPaperArgs) -> anyhow::Result<()> {
     if !(args.max_utilisation > 0.0 && args.max_utilisation <= 1.0) {
         anyhow::bail!("--max-utilisation must be in (0, 1]");
     }
-    let mut options = StreamPaperOptions::default();
-    options.one_phase_max_utilisation = args.max_utilisation;
+    let mut options = StreamPaperOptions {
+        one_phase_max_utilisation: args.max_utilisation,
+        surge: args.surge,
+        ..StreamPaperOptions::default()
+    };
     options.sim.seed = args.seed;
     options.sim.duration = args.duration.0;
-    options.surge = args.surge;
     options.reschedule.gain_threshold = args.gain_threshold;
     let report = run(&options, &mut |done, total, last| {
         eprint!("\rstream-paper {done}/{total} {last:<40}");
