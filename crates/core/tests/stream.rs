@@ -5,6 +5,9 @@
 //! - it sends less traffic between nodes than Storm's even scheduler;
 //! - self-tuning ends on no more nodes than even's worker count, without overload;
 //! - a scripted rate change triggers exactly the reschedules the thresholds allow.
+//!
+//! Random cases use fixed seeds, so CI runs the same cases every time (`PROPTEST_CASES=5000`
+//! explores more).
 
 #![allow(clippy::unwrap_used)] // a failing test should panic with the error
 
@@ -20,6 +23,7 @@ use hetsched_core::policy::stream::{
 };
 use hetsched_core::time::NANOS_PER_SEC;
 use proptest::prelude::*;
+use proptest::test_runner::RngSeed;
 use std::path::PathBuf;
 
 fn repo() -> PathBuf {
@@ -387,18 +391,42 @@ fn build(s: &Shape) -> (Topology, Vec<StreamNode>) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 200, rng_seed: RngSeed::Fixed(4), ..ProptestConfig::default() })]
 
     #[test]
-    fn one_phase_keeps_one_process_per_node_and_avoids_avoidable_overload(s in shape()) {
+    fn one_phase_keeps_one_process_per_node_and_avoids_avoidable_overload(
+        s in shape(),
+        packed in any::<bool>(),
+    ) {
         let (t, nodes) = build(&s);
         let problem = PlacementProblem::declared(&t, &nodes);
-        let p = OnePhase::default().place(&problem).unwrap();
-        prop_assert!(one_process_per_node(&p));
-        let m = evaluate(&problem, &p);
-        prop_assert_eq!(m.inter_process_traffic, 0.0);
-        if first_fit_decreasing(&nodes, &problem.loads).is_some() {
-            prop_assert_eq!(m.overloaded_nodes, 0, "{:?}", m);
+        // With the default headroom (0.9) and packed to capacity (1.0), where the greedy pass
+        // overloads most often.
+        let placer = OnePhase { max_utilisation: if packed { 1.0 } else { 0.9 } };
+        let feasible = first_fit_decreasing(&nodes, &problem.loads).is_some();
+        let mut p = placer.place(&problem).unwrap();
+        // Self-tuning from the previous placement, a few rounds, keeps the same guarantees.
+        for round in 0..4 {
+            prop_assert!(one_process_per_node(&p), "round {}", round);
+            let m = evaluate(&problem, &p);
+            prop_assert_eq!(m.inter_process_traffic, 0.0);
+            if feasible {
+                prop_assert_eq!(m.overloaded_nodes, 0, "round {}: {:?}", round, m);
+            }
+            let mut again = problem.clone();
+            again.previous = Some(&p);
+            let next = placer.place(&again).unwrap();
+            // Later allocations stay on the previous nodes unless those are above the tuner's
+            // limit (then tuning restarts from the first-allocation rule).
+            let loads = p.node_loads(nodes.len(), &problem.loads);
+            let above_limit = nodes
+                .iter()
+                .enumerate()
+                .any(|(n, x)| loads[n] > placer.max_utilisation * x.available() + 1e-9);
+            if !above_limit {
+                prop_assert!(evaluate(&problem, &next).nodes_used <= m.nodes_used);
+            }
+            p = next;
         }
     }
 
