@@ -103,6 +103,17 @@ fn measured_traffic_replaces_the_declared_rates() {
         "from,to,tuples_per_s\nsentences#0,split#0,500\nsplit#0,count#3,1200\n",
     )
     .unwrap();
+    // The example measurement (comments, a header row): one-phase keeps every measured pair
+    // on one node, even does not.
+    let example = ["--traffic", "examples/traffic-wordcount.csv"];
+    assert_eq!(
+        place_json(WORDCOUNT, "one-phase", &example)["inter_node_traffic"],
+        0.0
+    );
+    assert_eq!(
+        place_json(WORDCOUNT, "even", &example)["inter_node_traffic"],
+        39000.0
+    );
     let doc = place_json(WORDCOUNT, "even", &["--traffic", csv.to_str().unwrap()]);
     // Even puts sentences#0, split#0 and count#3 on three different nodes.
     assert_eq!(doc["inter_node_traffic"], 1700.0);

@@ -222,8 +222,9 @@ fn path(streams: &[Stream], start: usize, goal: usize) -> Option<Vec<usize>> {
     None
 }
 
-/// Parses measured traffic, CSV `from,to,tuples_per_s` (a header line is optional), against
-/// `topology`. Several lines for one pair are summed.
+/// Parses measured traffic, CSV `from,to,tuples_per_s` (a header row is optional; blank lines
+/// and lines starting with `#` are skipped), against `topology`. Several lines for one pair are
+/// summed.
 pub fn parse_traffic(
     origin: &str,
     text: &str,
@@ -233,7 +234,8 @@ pub fn parse_traffic(
     let mut pairs: Vec<ExecutorPair> = Vec::new();
     let mut index: HashMap<(ExecutorId, ExecutorId), usize> = HashMap::new();
     let mut offset = 0usize;
-    for (n, line) in text.split_inclusive('\n').enumerate() {
+    let mut seen_row = false;
+    for line in text.split_inclusive('\n') {
         let start = offset;
         offset += line.len();
         let l = line.trim();
@@ -241,7 +243,9 @@ pub fn parse_traffic(
             continue;
         }
         let cols: Vec<&str> = l.split(',').map(str::trim).collect();
-        if n == 0 && cols.first() == Some(&"from") {
+        let first_row = !seen_row;
+        seen_row = true;
+        if first_row && cols.first() == Some(&"from") {
             continue;
         }
         if cols.len() != 3 {
