@@ -5,6 +5,8 @@ mod accel_paper;
 mod binding;
 mod runtime;
 mod sim;
+mod sim_stream;
+mod stream;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -24,6 +26,9 @@ enum Command {
     /// Spec 01's node binding on its own: replay membership changes and print the map.
     #[command(subcommand)]
     Binding(binding::BindingCommand),
+    /// Stream topologies (spec 04): place a topology's executors on nodes and processes.
+    #[command(subcommand)]
+    Stream(stream::StreamCommand),
     #[command(flatten)]
     Runtime(runtime::RuntimeCommand),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
@@ -38,6 +43,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Sim(cmd) => sim::run(cmd),
         Command::Binding(cmd) => binding::run(cmd),
+        Command::Stream(cmd) => stream::run(cmd),
         Command::Runtime(cmd) => runtime::run(cmd),
         Command::Completions { shell } => {
             clap_complete::generate(

@@ -22,6 +22,9 @@ pub enum SimCommand {
     /// Reproduce the YARN accelerator paper's experiment (spec 01): MAGMA kernels and K-means on
     /// Cluster4-0…4-4 under plain, weighted and container binding, with the paper's findings beside.
     AccelPaper(crate::accel_paper::AccelPaperArgs),
+    /// Compare spec 04's stream placers on five topologies and a 10-node heterogeneous cluster,
+    /// with a stream simulation under a rate surge.
+    StreamPaper(crate::sim_stream::StreamPaperArgs),
     /// Simulate your own cluster and workload files under one policy.
     Run(RunArgs),
     /// Simulate your own cluster and workload under several policies and compare them side by side.
@@ -144,6 +147,7 @@ pub fn run(cmd: SimCommand) -> anyhow::Result<()> {
     match cmd {
         SimCommand::HdasPaper(args) => hdas_paper_cmd(args),
         SimCommand::AccelPaper(args) => crate::accel_paper::run(args),
+        SimCommand::StreamPaper(args) => crate::sim_stream::run_cmd(args),
         SimCommand::Run(args) => run_cmd(args),
         SimCommand::Compare(args) => compare_cmd(args),
     }

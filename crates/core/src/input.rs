@@ -7,6 +7,7 @@
 
 pub mod binding;
 pub mod cluster;
+pub mod topology;
 mod units;
 pub mod workload;
 

@@ -9,6 +9,7 @@ pub mod application;
 pub mod cluster;
 pub mod ids;
 pub mod resources;
+pub mod topology;
 pub mod view;
 
 pub use application::{Application, CpuVariant, GpuVariant, Need, Variant};

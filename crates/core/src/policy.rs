@@ -3,3 +3,4 @@
 
 pub mod batch;
 pub mod binding;
+pub mod stream;

@@ -9,7 +9,8 @@
 //!   with [`simulate`] as the entry point;
 //! - [`metrics`]: what a run measures ([`SimResult`]);
 //! - [`scenario`]: the papers' experiments (`hdas-paper`);
-//! - [`report`]: tables, CSV/JSON and SVG plots shared by the scenarios.
+//! - [`report`]: tables, CSV/JSON and SVG plots shared by the scenarios;
+//! - [`stream`]: stream topologies placed by the core's stream placers (spec 04).
 //!
 //! Runs are deterministic: time is integer nanoseconds, ties are broken by scheduling order, and the
 //! only randomness comes from [`SimConfig::seed`]; the same inputs and seed give byte-identical
@@ -23,6 +24,7 @@ pub mod metrics;
 pub mod platform;
 pub mod report;
 pub mod scenario;
+pub mod stream;
 
 pub use batch::{IoReport, SimConfig, simulate};
 pub use error::SimError;

@@ -4,6 +4,9 @@
 //!   binding modes.
 //! - [`hdas_paper`]: spec 02's mixed CPU/GPU workloads A–Y under cpu-only, FIFO, Hadoop+'s model
 //!   and HDAS.
+//! - [`stream_paper`]: spec 04's stream placers on five topologies and a 10-node heterogeneous
+//!   cluster.
 
 pub mod accel_paper;
 pub mod hdas_paper;
+pub mod stream_paper;

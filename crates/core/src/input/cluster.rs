@@ -61,7 +61,14 @@ pub struct NodeSpec {
     /// Accelerators.
     #[serde(default)]
     pub accelerator: Vec<AcceleratorSpec>,
+    /// Worker-process slots for stream topologies (spec 04); [`DEFAULT_SLOTS`] when absent.
+    #[serde(default)]
+    pub slots: Option<Spanned<u32>>,
 }
+
+/// Worker-process slots of a node whose entry names none: Storm's default of four supervisor
+/// ports (6700–6703).
+pub const DEFAULT_SLOTS: u32 = 4;
 
 /// A group of identical accelerators on a node, as written.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -131,6 +138,16 @@ impl AcceleratorSpec {
 
 /// Parses a cluster file into a validated [`Cluster`].
 pub fn parse_cluster(origin: &str, text: &str) -> Result<Cluster, InputError> {
+    parse_cluster_with_slots(origin, text).map(|(cluster, _)| cluster)
+}
+
+/// Parses a cluster file into a validated [`Cluster`] and every node's worker-process slots
+/// (indexed like `cluster.nodes`; [`DEFAULT_SLOTS`] where the entry names none).
+pub fn parse_cluster_with_slots(
+    origin: &str,
+    text: &str,
+) -> Result<(Cluster, Vec<u32>), InputError> {
+    let mut slots = Vec::new();
     let src = Source::new(origin, text);
     let file: ClusterFile = src.parse_toml()?;
     let mut racks = Vec::new();
@@ -197,6 +214,12 @@ pub fn parse_cluster(origin: &str, text: &str) -> Result<Cluster, InputError> {
                 "must be a positive number",
             ));
         }
+        let node_slots = spec.slots.as_ref().map_or(DEFAULT_SLOTS, |s| *s.get_ref());
+        if let Some(s) = &spec.slots
+            && *s.get_ref() == 0
+        {
+            return Err(src.error(at(s), field("slots"), "must be at least 1"));
+        }
         let mut accelerators = Vec::new();
         for (j, a) in spec.accelerator.iter().enumerate() {
             accelerators.extend(a.devices(&src, &format!("node[{i}].accelerator[{j}]"))?);
@@ -214,6 +237,7 @@ pub fn parse_cluster(origin: &str, text: &str) -> Result<Cluster, InputError> {
                     format!("node name `{name}` is used twice"),
                 ));
             }
+            slots.push(node_slots);
             nodes.push(Node {
                 id: NodeId(nodes.len() as u32),
                 name,
@@ -232,5 +256,5 @@ pub fn parse_cluster(origin: &str, text: &str) -> Result<Cluster, InputError> {
     cluster
         .validate()
         .map_err(|e| src.error(None, None, e.to_string()))?;
-    Ok(cluster)
+    Ok((cluster, slots))
 }

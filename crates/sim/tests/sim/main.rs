@@ -8,4 +8,5 @@ mod determinism;
 mod exact;
 mod hdas_paper;
 mod properties;
+mod stream;
 mod validation;

@@ -1,0 +1,66 @@
+//! `hetsched sim stream-paper`: spec 04's stream placers compared on five topologies and a
+//! 10-node heterogeneous cluster, with a stream simulation under a rate script.
+
+use anyhow::Context;
+use clap::Args;
+use hetsched_core::input::Duration;
+use hetsched_sim::scenario::stream_paper::{StreamPaperOptions, run};
+use std::path::PathBuf;
+
+/// Options of `sim stream-paper`.
+#[derive(Debug, Args)]
+pub struct StreamPaperArgs {
+    /// Seed of the latency sampler.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Simulated time of each run, e.g. "120s".
+    #[arg(long, default_value = "120s")]
+    pub duration: Duration,
+    /// Rate factor of the surge (from 40 s to 80 s).
+    #[arg(long, default_value_t = 1.6)]
+    pub surge: f64,
+    /// One-phase's relative traffic gain threshold for rescheduling (0.1 = 10 %).
+    #[arg(long, default_value_t = 0.1)]
+    pub gain_threshold: f64,
+    /// One-phase's maximum utilisation of a node's CPU (0 < x ≤ 1), the headroom its
+    /// self-tuning leaves.
+    #[arg(long, default_value_t = 0.9)]
+    pub max_utilisation: f64,
+    /// Print a table or JSON.
+    #[arg(long, value_enum, default_value_t)]
+    pub output: crate::sim::Output,
+    /// Also write the report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+/// Runs `sim stream-paper`.
+pub fn run_cmd(args: StreamPaperArgs) -> anyhow::Result<()> {
+    if !(args.surge.is_finite() && args.surge >= 0.0) {
+        anyhow::bail!("--surge must be a non-negative number");
+    }
+    if !(args.max_utilisation > 0.0 && args.max_utilisation <= 1.0) {
+        anyhow::bail!("--max-utilisation must be in (0, 1]");
+    }
+    let mut options = StreamPaperOptions {
+        one_phase_max_utilisation: args.max_utilisation,
+        surge: args.surge,
+        ..StreamPaperOptions::default()
+    };
+    options.sim.seed = args.seed;
+    options.sim.duration = args.duration.0;
+    options.reschedule.gain_threshold = args.gain_threshold;
+    let report = run(&options, &mut |done, total, last| {
+        eprint!("\rstream-paper {done}/{total} {last:<40}");
+    })?;
+    eprintln!();
+    let json = serde_json::to_string_pretty(&report)?;
+    if let Some(path) = &args.out {
+        std::fs::write(path, &json).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    match args.output {
+        crate::sim::Output::Table => println!("{}", report.render_table()),
+        crate::sim::Output::Json => println!("{json}"),
+    }
+    Ok(())
+}

@@ -1,0 +1,307 @@
+//! `hetsched stream place` as a stream engine's scheduler plug-in calls it: the real binary on the
+//! example topologies and on the malformed topology fixtures.
+
+#![allow(clippy::unwrap_used)] // a failing test should panic with the error
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn hetsched(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hetsched"))
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .expect("the hetsched binary runs")
+}
+
+const CLUSTER: &str = "examples/cluster-streams-10.toml";
+const WORDCOUNT: &str = "examples/topology-wordcount.toml";
+
+fn place_json(topology: &str, placer: &str, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
+        "stream",
+        "place",
+        "--topology",
+        topology,
+        "--cluster",
+        CLUSTER,
+        "--placer",
+        placer,
+        "--output",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    let out = hetsched(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn the_json_placement_has_the_documented_keys_and_one_process_per_node_for_one_phase() {
+    let doc = place_json(WORDCOUNT, "one-phase", &[]);
+    let mut keys: Vec<&str> = doc
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str())
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "assignments",
+            "inter_node_traffic",
+            "inter_process_traffic",
+            "max_node_load",
+            "nodes_used",
+            "overloaded_nodes",
+            "placer",
+            "processes_used",
+            "scheduling_ms"
+        ]
+    );
+    assert_eq!(doc["placer"], "one-phase");
+    let a = doc["assignments"].as_array().unwrap();
+    assert_eq!(a.len(), 28, "4 sentences + 12 split + 12 count executors");
+    assert_eq!(a[0]["executor"], "sentences#0");
+    assert_eq!(a[27]["executor"], "count#11");
+    assert!(a.iter().all(|x| x["process"] == 0));
+    assert_eq!(doc["inter_process_traffic"], 0.0);
+    assert_eq!(doc["overloaded_nodes"], 0);
+    assert_eq!(doc["nodes_used"], doc["processes_used"]);
+    let even = place_json(WORDCOUNT, "even", &[]);
+    assert!(
+        doc["inter_node_traffic"].as_f64().unwrap() < even["inter_node_traffic"].as_f64().unwrap()
+    );
+    assert_eq!(even["nodes_used"], 10);
+}
+
+#[test]
+fn workers_fix_even_and_two_phase_process_counts() {
+    let even = place_json(WORDCOUNT, "even", &["--workers", "3"]);
+    assert_eq!(even["processes_used"], 3);
+    assert_eq!(even["nodes_used"], 3);
+    let two = place_json(WORDCOUNT, "two-phase-traffic", &["--workers", "6"]);
+    assert_eq!(two["processes_used"], 6);
+}
+
+#[test]
+fn measured_traffic_replaces_the_declared_rates() {
+    let dir = std::env::temp_dir().join(format!("hetsched-stream-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let csv = dir.join("traffic.csv");
+    std::fs::write(
+        &csv,
+        "from,to,tuples_per_s\nsentences#0,split#0,500\nsplit#0,count#3,1200\n",
+    )
+    .unwrap();
+    // The example measurement (comments, a header row): one-phase keeps every measured pair
+    // on one node, even does not.
+    let example = ["--traffic", "examples/traffic-wordcount.csv"];
+    assert_eq!(
+        place_json(WORDCOUNT, "one-phase", &example)["inter_node_traffic"],
+        0.0
+    );
+    assert_eq!(
+        place_json(WORDCOUNT, "even", &example)["inter_node_traffic"],
+        39000.0
+    );
+    let doc = place_json(WORDCOUNT, "even", &["--traffic", csv.to_str().unwrap()]);
+    // Even puts sentences#0, split#0 and count#3 on three different nodes.
+    assert_eq!(doc["inter_node_traffic"], 1700.0);
+    std::fs::write(&csv, "sentences#0,split#99,5\n").unwrap();
+    let out = hetsched(&[
+        "stream",
+        "place",
+        "--topology",
+        WORDCOUNT,
+        "--cluster",
+        CLUSTER,
+        "--placer",
+        "even",
+        "--traffic",
+        csv.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("traffic.csv:1:1: to: unknown executor `split#99`"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn every_malformed_topology_is_refused_with_file_line_and_field() {
+    let dir = repo().join("tests/fixtures/topology-malformed");
+    let mut fixtures: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    fixtures.sort();
+    assert!(fixtures.len() >= 7);
+    let expected = [
+        (
+            "01-unknown-component.toml",
+            ":17:6: stream[0].to: unknown component `wrok`",
+        ),
+        (
+            "02-zero-parallelism.toml",
+            ":6:15: component[0].parallelism: zero parallelism",
+        ),
+        (
+            "03-stream-to-nowhere.toml",
+            ":23:6: stream[0].to: stream to nowhere",
+        ),
+        (
+            "04-cycle-through-spout.toml",
+            ":22:6: stream[1].to: cycle through spout `src`",
+        ),
+        (
+            "05-duplicate-name.toml",
+            ":16:8: component[2].name: duplicate name",
+        ),
+        (
+            "06-unknown-grouping.toml",
+            ":18:12: stream[0].grouping: unknown variant `broadcast`",
+        ),
+        (
+            "07-unknown-field.toml",
+            ":19:1: stream[0].ratee: unknown field `ratee`",
+        ),
+    ];
+    for (file, message) in expected {
+        let rel = format!("tests/fixtures/topology-malformed/{file}");
+        let out = hetsched(&[
+            "stream",
+            "place",
+            "--topology",
+            &rel,
+            "--cluster",
+            CLUSTER,
+            "--placer",
+            "one-phase",
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{file}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{rel}{message}")),
+            "{file}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{file}: {stderr}");
+        assert!(out.stdout.is_empty(), "{file}");
+    }
+}
+
+#[test]
+fn bad_arguments_are_refused() {
+    let out = hetsched(&[
+        "stream",
+        "place",
+        "--topology",
+        WORDCOUNT,
+        "--cluster",
+        CLUSTER,
+        "--placer",
+        "fastest",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown placer `fastest`"));
+    let out = hetsched(&[
+        "stream",
+        "place",
+        "--topology",
+        WORDCOUNT,
+        "--cluster",
+        CLUSTER,
+        "--placer",
+        "even",
+        "--workers",
+        "0",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--workers must be at least 1"));
+    let out = hetsched(&[
+        "stream",
+        "place",
+        "--topology",
+        "missing.toml",
+        "--cluster",
+        CLUSTER,
+        "--placer",
+        "even",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read missing.toml"));
+}
+
+#[test]
+fn the_table_names_every_node_and_process() {
+    let out = hetsched(&[
+        "stream",
+        "place",
+        "--topology",
+        WORDCOUNT,
+        "--cluster",
+        CLUSTER,
+        "--placer",
+        "two-phase-traffic",
+    ]);
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.starts_with("two-phase-traffic placed `wordcount` (28 executors)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("count#11"));
+}
+
+#[test]
+fn sim_stream_paper_prints_every_topology_and_placer() {
+    let out = hetsched(&[
+        "sim",
+        "stream-paper",
+        "--duration",
+        "10s",
+        "--output",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = doc["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 20);
+    let names: Vec<&str> = rows
+        .iter()
+        .filter_map(|r| r["placer"].as_str())
+        .take(4)
+        .collect();
+    assert_eq!(
+        names,
+        ["even", "resource-aware", "two-phase-traffic", "one-phase"]
+    );
+    for r in rows {
+        for key in [
+            "throughput",
+            "p99_latency_ms",
+            "inter_node_traffic",
+            "nodes_used",
+        ] {
+            assert!(!r["sim"][key].is_null(), "{key}");
+        }
+    }
+    let out = hetsched(&["sim", "stream-paper", "--max-utilisation", "0"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--max-utilisation must be in (0, 1]"));
+}

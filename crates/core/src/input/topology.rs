@@ -1,0 +1,407 @@
+//! Stream topology files (TOML, spec 04 / issue 8): components with parallelism, per-executor CPU
+//! demand and memory, and streams with a grouping and a per-executor rate. See
+//! `examples/topology-wordcount.toml`.
+//!
+//! ```toml
+//! name = "wordcount"
+//! [[component]]
+//! name = "sentences"
+//! kind = "spout"        # or "bolt"
+//! parallelism = 4
+//! cpu = 30.0            # per executor, in per cent of one core
+//! memory = "256MiB"     # per executor, optional
+//! [[stream]]
+//! from = "sentences"
+//! to = "split"
+//! grouping = "shuffle"  # shuffle | fields | all | global
+//! rate = 1000.0         # tuples/s that EACH executor of `from` emits on this stream
+//! ```
+//!
+//! Besides syntax and types, the parser refuses, with `file:line:column: field: message`:
+//! a duplicate component name; zero parallelism; a stream naming an unknown component; a stream
+//! into a spout that closes a cycle (*cycle through spouts*); any other stream into a spout or with
+//! an empty `to` (*stream to nowhere*: a spout takes no input); a topology without a spout; a
+//! negative or non-finite `cpu` or `rate`.
+//!
+//! `--traffic FILE` measurements (CSV `from,to,tuples_per_s`, executors written
+//! `<component>#<index>`) are read by [`parse_traffic`].
+
+use super::cluster::at;
+use super::{InputError, Source};
+use crate::model::topology::{
+    Component, ComponentKind, ExecutorId, ExecutorPair, Grouping, Stream, Topology,
+};
+use bytesize::ByteSize;
+use serde::Deserialize;
+use serde_spanned::Spanned;
+use std::collections::HashMap;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TopologyFile {
+    name: Spanned<String>,
+    #[serde(default)]
+    component: Vec<ComponentSpec>,
+    #[serde(default)]
+    stream: Vec<StreamSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ComponentSpec {
+    name: Spanned<String>,
+    kind: ComponentKind,
+    parallelism: Spanned<u32>,
+    cpu: Spanned<f64>,
+    #[serde(default)]
+    memory: ByteSize,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StreamSpec {
+    from: Spanned<String>,
+    to: Spanned<String>,
+    #[serde(default = "shuffle")]
+    grouping: Grouping,
+    rate: Spanned<f64>,
+}
+
+fn shuffle() -> Grouping {
+    Grouping::Shuffle
+}
+
+/// Parses a topology file into a validated [`Topology`].
+pub fn parse_topology(origin: &str, text: &str) -> Result<Topology, InputError> {
+    let src = Source::new(origin, text);
+    let file: TopologyFile = src.parse_toml()?;
+    if file.name.get_ref().trim().is_empty() {
+        return Err(src.error(at(&file.name), Some("name".into()), "must not be empty"));
+    }
+    if file.component.is_empty() {
+        return Err(src.error(
+            None,
+            Some("component".into()),
+            "the topology has no components: add at least one [[component]] table",
+        ));
+    }
+    let mut index: HashMap<String, usize> = HashMap::new();
+    let mut components = Vec::new();
+    for (i, c) in file.component.iter().enumerate() {
+        let field = |f: &str| Some(format!("component[{i}].{f}"));
+        let name = c.name.get_ref();
+        if name.trim().is_empty() || name.contains('#') {
+            return Err(src.error(
+                at(&c.name),
+                field("name"),
+                "must be non-empty and must not contain `#` (executors are written <component>#<index>)",
+            ));
+        }
+        if index.insert(name.clone(), i).is_some() {
+            return Err(src.error(
+                at(&c.name),
+                field("name"),
+                format!("duplicate name: component `{name}` is declared twice"),
+            ));
+        }
+        if *c.parallelism.get_ref() == 0 {
+            return Err(src.error(
+                at(&c.parallelism),
+                field("parallelism"),
+                format!("zero parallelism: component `{name}` needs at least 1 executor"),
+            ));
+        }
+        let cpu = *c.cpu.get_ref();
+        if !(cpu.is_finite() && cpu >= 0.0) {
+            return Err(src.error(
+                at(&c.cpu),
+                field("cpu"),
+                "must be a non-negative number (per cent of one core)",
+            ));
+        }
+        components.push(Component {
+            name: name.clone(),
+            kind: c.kind,
+            parallelism: *c.parallelism.get_ref(),
+            cpu,
+            memory_bytes: c.memory.as_u64(),
+        });
+    }
+    if !components.iter().any(|c| c.kind == ComponentKind::Spout) {
+        return Err(src.error(
+            None,
+            Some("component".into()),
+            "the topology has no spout: at least one component needs kind = \"spout\"",
+        ));
+    }
+    let mut streams = Vec::new();
+    for (i, s) in file.stream.iter().enumerate() {
+        let field = |f: &str| Some(format!("stream[{i}].{f}"));
+        let from_name = s.from.get_ref();
+        let from = *index.get(from_name).ok_or_else(|| {
+            src.error(
+                at(&s.from),
+                field("from"),
+                format!("unknown component `{from_name}`: declare it in a [[component]] table"),
+            )
+        })?;
+        let to_name = s.to.get_ref();
+        if to_name.trim().is_empty() {
+            return Err(src.error(at(&s.to), field("to"), "stream to nowhere: `to` is empty"));
+        }
+        let to = *index.get(to_name).ok_or_else(|| {
+            src.error(
+                at(&s.to),
+                field("to"),
+                format!("unknown component `{to_name}`: declare it in a [[component]] table"),
+            )
+        })?;
+        let rate = *s.rate.get_ref();
+        if !(rate.is_finite() && rate >= 0.0) {
+            return Err(src.error(
+                at(&s.rate),
+                field("rate"),
+                "must be a non-negative number (tuples/s per sending executor)",
+            ));
+        }
+        streams.push(Stream {
+            from,
+            to,
+            grouping: s.grouping,
+            rate,
+        });
+    }
+    // Streams into spouts: either they close a cycle through the spout, or they lead nowhere.
+    for (i, s) in streams.iter().enumerate() {
+        if components[s.to].kind != ComponentKind::Spout {
+            continue;
+        }
+        let spec = &file.stream[i];
+        let spout = &components[s.to].name;
+        let message = match path(&streams, s.to, s.from) {
+            Some(p) => {
+                let mut names: Vec<&str> = p.iter().map(|&c| components[c].name.as_str()).collect();
+                names.push(spout);
+                format!("cycle through spout `{spout}`: {}", names.join(" -> "))
+            }
+            None => format!("stream to nowhere: `{spout}` is a spout, and spouts take no input"),
+        };
+        return Err(src.error(at(&spec.to), Some(format!("stream[{i}].to")), message));
+    }
+    Ok(Topology {
+        name: file.name.get_ref().clone(),
+        components,
+        streams,
+    })
+}
+
+/// A path of components from `start` to `goal` along streams (breadth-first, so the shortest),
+/// if there is one.
+fn path(streams: &[Stream], start: usize, goal: usize) -> Option<Vec<usize>> {
+    let mut prev: HashMap<usize, usize> = HashMap::new();
+    let mut queue = std::collections::VecDeque::from([start]);
+    let mut seen = std::collections::HashSet::from([start]);
+    while let Some(c) = queue.pop_front() {
+        if c == goal {
+            let mut p = vec![c];
+            let mut cur = c;
+            while let Some(&b) = prev.get(&cur) {
+                p.push(b);
+                cur = b;
+            }
+            p.reverse();
+            return Some(p);
+        }
+        for s in streams.iter().filter(|s| s.from == c) {
+            if seen.insert(s.to) {
+                prev.insert(s.to, c);
+                queue.push_back(s.to);
+            }
+        }
+    }
+    None
+}
+
+/// Parses measured traffic, CSV `from,to,tuples_per_s` (a header row is optional; blank lines
+/// and lines starting with `#` are skipped), against `topology`. Several lines for one pair are
+/// summed.
+pub fn parse_traffic(
+    origin: &str,
+    text: &str,
+    topology: &Topology,
+) -> Result<Vec<ExecutorPair>, InputError> {
+    let src = Source::new(origin, text);
+    let mut pairs: Vec<ExecutorPair> = Vec::new();
+    let mut index: HashMap<(ExecutorId, ExecutorId), usize> = HashMap::new();
+    let mut offset = 0usize;
+    let mut seen_row = false;
+    for line in text.split_inclusive('\n') {
+        let start = offset;
+        offset += line.len();
+        let l = line.trim();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        let cols: Vec<&str> = l.split(',').map(str::trim).collect();
+        let first_row = !seen_row;
+        seen_row = true;
+        if first_row && cols.first() == Some(&"from") {
+            continue;
+        }
+        if cols.len() != 3 {
+            return Err(src.error(
+                Some(start),
+                None,
+                format!(
+                    "expected 3 columns `from,to,tuples_per_s`, found {}",
+                    cols.len()
+                ),
+            ));
+        }
+        let exec = |name: &str, col: &str| {
+            topology.executor_by_name(name).ok_or_else(|| {
+                src.error(
+                    Some(start),
+                    Some(col.into()),
+                    format!(
+                        "unknown executor `{name}`: write <component>#<index> with a component of topology `{}` and an index below its parallelism",
+                        topology.name
+                    ),
+                )
+            })
+        };
+        let from = exec(cols[0], "from")?;
+        let to = exec(cols[1], "to")?;
+        let t: f64 = cols[2]
+            .parse()
+            .ok()
+            .filter(|t: &f64| t.is_finite() && *t >= 0.0)
+            .ok_or_else(|| {
+                src.error(
+                    Some(start),
+                    Some("tuples_per_s".into()),
+                    format!("`{}` is not a non-negative number", cols[2]),
+                )
+            })?;
+        match index.get(&(from, to)) {
+            Some(&k) => pairs[k].tuples_per_s += t,
+            None => {
+                index.insert((from, to), pairs.len());
+                pairs.push(ExecutorPair {
+                    from,
+                    to,
+                    tuples_per_s: t,
+                });
+            }
+        }
+    }
+    Ok(pairs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WORDCOUNT: &str = r#"name = "wordcount"
+[[component]]
+name = "sentences"
+kind = "spout"
+parallelism = 2
+cpu = 30.0
+memory = "256MiB"
+[[component]]
+name = "split"
+kind = "bolt"
+parallelism = 4
+cpu = 40.0
+[[stream]]
+from = "sentences"
+to = "split"
+grouping = "shuffle"
+rate = 1000.0
+"#;
+
+    fn err(text: &str) -> String {
+        parse_topology("t.toml", text)
+            .expect_err("refused")
+            .to_string()
+    }
+
+    #[test]
+    fn the_issue_example_parses() {
+        let t = parse_topology("t.toml", WORDCOUNT).expect("parses");
+        assert_eq!(t.executor_count(), 6);
+        assert_eq!(t.components[0].memory_bytes, 256 << 20);
+        assert_eq!(t.declared_traffic().len(), 8);
+    }
+
+    #[test]
+    fn an_unknown_component_is_named_with_its_line() {
+        let e = err(&WORDCOUNT.replace("to = \"split\"", "to = \"splitter\""));
+        assert!(
+            e.starts_with("t.toml:15:6: stream[0].to: unknown component `splitter`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn zero_parallelism_is_refused() {
+        let e = err(&WORDCOUNT.replace("parallelism = 4", "parallelism = 0"));
+        assert!(
+            e.starts_with("t.toml:11:15: component[1].parallelism: zero parallelism"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_duplicate_name_is_refused() {
+        let e = err(&WORDCOUNT.replace("name = \"split\"", "name = \"sentences\""));
+        assert!(
+            e.starts_with("t.toml:9:8: component[1].name: duplicate name"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_stream_into_a_spout_is_a_stream_to_nowhere_or_a_cycle() {
+        let nowhere = format!(
+            "{WORDCOUNT}[[component]]\nname = \"other\"\nkind = \"spout\"\nparallelism = 1\ncpu = 1.0\n[[stream]]\nfrom = \"split\"\nto = \"other\"\nrate = 1.0\n"
+        );
+        let e = err(&nowhere);
+        assert!(e.contains("stream[1].to: stream to nowhere"), "{e}");
+        let cycle =
+            format!("{WORDCOUNT}[[stream]]\nfrom = \"split\"\nto = \"sentences\"\nrate = 1.0\n");
+        let e = err(&cycle);
+        assert!(
+            e.contains(":20:6: stream[1].to: cycle through spout `sentences`: sentences -> split -> sentences"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn unknown_fields_and_empty_to_are_refused() {
+        let e = err(&WORDCOUNT.replace("cpu = 40.0", "cpus = 40.0"));
+        assert!(e.starts_with("t.toml:12:1:"), "{e}");
+        let e = err(&WORDCOUNT.replace("to = \"split\"", "to = \"\""));
+        assert!(e.contains("stream[0].to: stream to nowhere"), "{e}");
+    }
+
+    #[test]
+    fn measured_traffic_reads_executor_names() {
+        let t = parse_topology("t.toml", WORDCOUNT).expect("parses");
+        let m = parse_traffic(
+            "m.csv",
+            "from,to,tuples_per_s\nsentences#0,split#1,10\nsentences#0,split#1,5\n",
+            &t,
+        )
+        .expect("parses");
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[0].tuples_per_s, 15.0);
+        let e = parse_traffic("m.csv", "sentences#0,split#9,1\n", &t).expect_err("refused");
+        assert!(
+            e.to_string()
+                .starts_with("m.csv:1:1: to: unknown executor `split#9`"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,515 @@
+//! The stream simulator (spec 04, issue 8): a topology placed by one of the core's stream placers
+//! runs on a modelled cluster while its rates change over time; a simulated traffic monitor feeds
+//! the placer, and the core's rescheduling controller decides when to move executors.
+//!
+//! The model is a fluid one, advanced in fixed steps by the engine's event queue (one `Step`
+//! event per step, plus `Monitor` and `Rate` events):
+//! - **Load**: an executor needs its declared CPU (per cent of one core) times the current rate
+//!   factor; a tuple leaving its process costs serialisation CPU at both ends ([`link`]). A node's
+//!   CPU utilisation is the sum over its capacity (`cores × 100`); its link utilisation is its
+//!   larger direction of inter-node bytes per second over its bandwidth.
+//! - **Throttle and queue**: the topology processes at most `offered / ρmax` tuples per second,
+//!   where `ρmax` is the highest CPU or link utilisation of any node (Storm's backpressure: the
+//!   slowest node paces the spouts). What is not processed waits (the *pending* queue) and every
+//!   tuple entering waits `pending / capacity`. A tuple that would wait longer than the message
+//!   timeout fails and is replayed: the queue is capped there and the excess counted as
+//!   `failed_tuples`.
+//! - **Latency**: each step samples tuple paths (seeded): a spout executor by its emission rate,
+//!   then, hop by hop, a receiver by pair traffic until a sink; a hop costs the transfer
+//!   ([`link::LinkModel::transfer`]), the receiver's service time per tuple and an M/M/1 wait at
+//!   its node's CPU utilisation. The pending wait is added once.
+//! - **Monitor and rescheduling**: every `monitor_period` the [`TrafficMonitor`] turns the counted
+//!   tuples per executor pair (what senders emitted, queued or not) into the executor traffic
+//!   list; with a controller, [`RescheduleController::tick`] sees it and the running placement.
+//!   An applied placement restarts every worker: nothing is processed for `migration_pause`.
+//!
+//! Runs are deterministic: integer time, events in (time, scheduling order), one seeded RNG.
+
+pub mod link;
+
+use crate::engine::{EventQueue, Flow, Model, run};
+use hetsched_core::model::topology::{ComponentKind, ExecutorId, Topology};
+use hetsched_core::policy::stream::monitor::TrafficMonitor;
+use hetsched_core::policy::stream::reschedule::{
+    Cause, Decision, RescheduleController, RescheduleSettings,
+};
+use hetsched_core::policy::stream::{
+    Placement, PlacementError, PlacementProblem, StreamNode, StreamPlacer, evaluate, stream_nodes,
+};
+use hetsched_core::time::{NANOS_PER_SEC, Time, to_secs};
+use hetsched_core::{Cluster, Node};
+use link::LinkModel;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use thiserror::Error;
+
+/// From `at` on, every stream's rate is its declared rate times `factor`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct RateChange {
+    /// When the change happens.
+    pub at: Time,
+    /// Multiplier of the declared rates (and so of the executors' CPU demand).
+    pub factor: f64,
+}
+
+/// Settings of one stream simulation.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StreamSimConfig {
+    /// Simulated time.
+    pub duration: Time,
+    /// Length of one fluid step.
+    pub step: Time,
+    /// Period of the traffic monitor (and of the controller's ticks).
+    pub monitor_period: Time,
+    /// The rescheduling controller's thresholds; `None` keeps the first placement.
+    pub reschedule: Option<RescheduleSettings>,
+    /// Rate changes, in any order.
+    pub rate_changes: Vec<RateChange>,
+    /// Tuple transfer costs.
+    pub link: LinkModel,
+    /// Storm's message timeout: a tuple waiting longer fails and is replayed.
+    pub timeout: Time,
+    /// How long a reschedule stops the topology (workers restart).
+    pub migration_pause: Time,
+    /// Latency samples per step.
+    pub latency_samples: usize,
+    /// The user-fixed worker count (even, two-phase-traffic).
+    pub workers: Option<u32>,
+    /// Seed of the latency sampler.
+    pub seed: u64,
+}
+
+impl Default for StreamSimConfig {
+    fn default() -> Self {
+        Self {
+            duration: 120 * NANOS_PER_SEC,
+            step: NANOS_PER_SEC / 10,
+            monitor_period: 5 * NANOS_PER_SEC,
+            reschedule: None,
+            rate_changes: Vec::new(),
+            link: LinkModel::default(),
+            timeout: 30 * NANOS_PER_SEC,
+            migration_pause: 2 * NANOS_PER_SEC,
+            latency_samples: 20,
+            workers: None,
+            seed: 1,
+        }
+    }
+}
+
+/// One applied reschedule.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RescheduleRecord {
+    /// When, in seconds.
+    pub at_s: f64,
+    /// Why.
+    pub cause: Cause,
+    /// Relative inter-node traffic gain.
+    pub gain: f64,
+    /// Nodes used by the new placement.
+    pub nodes_used: usize,
+}
+
+/// What one stream simulation measured.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StreamSimResult {
+    /// The placer.
+    pub placer: String,
+    /// The topology.
+    pub topology: String,
+    /// Time-averaged tuples/s between executors on different nodes.
+    pub inter_node_traffic: f64,
+    /// Time-averaged tuples/s between processes on one node.
+    pub inter_process_traffic: f64,
+    /// Nodes used by the placement at the end.
+    pub nodes_used: usize,
+    /// Processes used by the placement at the end.
+    pub processes_used: usize,
+    /// Highest CPU utilisation of any node at any step, in per cent (serialisation included).
+    pub max_node_load: f64,
+    /// Seconds during which some node's CPU was above capacity.
+    pub overloaded_s: f64,
+    /// Average tuples/s the spouts were asked to emit.
+    pub offered: f64,
+    /// Average tuples/s the spouts' tuples were processed at (acked).
+    pub throughput: f64,
+    /// Mean sampled end-to-end latency, milliseconds.
+    pub mean_latency_ms: f64,
+    /// 99th percentile of sampled end-to-end latency, milliseconds.
+    pub p99_latency_ms: f64,
+    /// Tuples that timed out and were replayed.
+    pub failed_tuples: f64,
+    /// Applied reschedules.
+    pub reschedules: Vec<RescheduleRecord>,
+}
+
+/// Why a stream simulation could not run.
+#[derive(Debug, Error)]
+pub enum StreamSimError {
+    /// The placer refused the problem.
+    #[error("placement: {0}")]
+    Placement(#[from] PlacementError),
+    /// A setting is out of range.
+    #[error("invalid stream simulator setting `{field}`: {problem}")]
+    Config {
+        /// The setting.
+        field: &'static str,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    Rate(usize),
+    Monitor,
+    Step,
+}
+
+struct StreamModel<'a> {
+    topology: &'a Topology,
+    cluster: &'a Cluster,
+    nodes: Vec<StreamNode>,
+    placer: &'a dyn StreamPlacer,
+    config: &'a StreamSimConfig,
+    base_traffic: Vec<(usize, usize, f64)>,
+    base_loads: Vec<f64>,
+    /// Outgoing pairs of each executor: (receiver, declared tuples/s).
+    out: Vec<Vec<(usize, f64)>>,
+    /// Per-tuple service time of each executor, seconds.
+    service: Vec<f64>,
+    spouts: Vec<(usize, f64)>,
+    spout_rate: f64,
+    placement: Placement,
+    controller: Option<RescheduleController>,
+    monitor: TrafficMonitor,
+    factor: f64,
+    pending: f64,
+    paused_until: Time,
+    rng: rand_pcg::Pcg64Mcg,
+    // Accumulators.
+    steps: u64,
+    inter_node_sum: f64,
+    inter_process_sum: f64,
+    offered_sum: f64,
+    processed: f64,
+    max_load: f64,
+    overloaded_steps: u64,
+    failed: f64,
+    samples: Vec<f64>,
+    reschedules: Vec<RescheduleRecord>,
+    error: Option<StreamSimError>,
+}
+
+impl StreamModel<'_> {
+    fn node(&self, n: usize) -> &Node {
+        &self.cluster.nodes[n]
+    }
+
+    fn step(&mut self, now: Time) {
+        let dt = to_secs(self.config.step);
+        let f = self.factor;
+        let n_nodes = self.nodes.len();
+        let mut cpu = vec![0.0; n_nodes];
+        for (e, &n) in self.placement.node.iter().enumerate() {
+            cpu[n] += self.base_loads[e] * f;
+        }
+        let mut out_bytes = vec![0.0; n_nodes];
+        let mut in_bytes = vec![0.0; n_nodes];
+        let (mut inter_node, mut inter_process) = (0.0, 0.0);
+        let serde = self.config.link.serde_cpu * 100.0;
+        for &(a, b, r) in &self.base_traffic {
+            let r = r * f;
+            let (na, nb) = (self.placement.node[a], self.placement.node[b]);
+            if na != nb {
+                inter_node += r;
+                cpu[na] += r * serde;
+                cpu[nb] += r * serde;
+                out_bytes[na] += r * self.config.link.tuple_bytes;
+                in_bytes[nb] += r * self.config.link.tuple_bytes;
+            } else if self.placement.process[a] != self.placement.process[b] {
+                inter_process += r;
+                cpu[na] += 2.0 * r * serde;
+            }
+            self.monitor
+                .tuples_received(ExecutorId(a as u32), ExecutorId(b as u32), r * dt);
+        }
+        let rho_cpu: Vec<f64> = (0..n_nodes)
+            .map(|n| cpu[n] / self.nodes[n].capacity.max(1e-9))
+            .collect();
+        let rho_net: Vec<f64> = (0..n_nodes)
+            .map(|n| out_bytes[n].max(in_bytes[n]) / self.node(n).net_bw.max(1.0))
+            .collect();
+        let bottleneck = rho_cpu.iter().chain(&rho_net).copied().fold(0.0, f64::max);
+        let offered = self.spout_rate * f;
+        let paused = now < self.paused_until;
+        let cap_rate = if paused {
+            0.0
+        } else if bottleneck > 0.0 {
+            offered / bottleneck.max(1e-12)
+        } else {
+            f64::INFINITY
+        };
+        let backlog = self.pending + offered * dt;
+        let processed = backlog.min(cap_rate * dt);
+        self.pending = backlog - processed;
+        let timeout = to_secs(self.config.timeout);
+        if cap_rate > 0.0 && self.pending / cap_rate > timeout {
+            let keep = timeout * cap_rate;
+            self.failed += self.pending - keep;
+            self.pending = keep;
+        }
+        self.steps += 1;
+        self.inter_node_sum += inter_node;
+        self.inter_process_sum += inter_process;
+        self.offered_sum += offered;
+        self.processed += processed;
+        let max_cpu = rho_cpu.iter().copied().fold(0.0, f64::max);
+        self.max_load = self.max_load.max(max_cpu * 100.0);
+        if max_cpu > 1.0 + 1e-9 {
+            self.overloaded_steps += 1;
+        }
+        if paused || processed <= 0.0 || self.spouts.is_empty() {
+            return;
+        }
+        let wait = if cap_rate.is_finite() {
+            self.pending / cap_rate
+        } else {
+            0.0
+        };
+        for _ in 0..self.config.latency_samples {
+            let mut e = pick(&mut self.rng, &self.spouts, self.spout_rate);
+            let mut lat = wait;
+            for _ in 0..64 {
+                let outs = &self.out[e];
+                if outs.is_empty() {
+                    break;
+                }
+                let total: f64 = outs.iter().map(|x| x.1).sum();
+                let v = pick(&mut self.rng, outs, total);
+                let (na, nb) = (self.placement.node[e], self.placement.node[v]);
+                let same_process =
+                    na == nb && self.placement.process[e] == self.placement.process[v];
+                let transfer = self.config.link.transfer(
+                    self.node(na),
+                    self.node(nb),
+                    na == nb,
+                    same_process,
+                    rho_net[na],
+                    rho_net[nb],
+                );
+                let rho = rho_cpu[nb].min(0.99);
+                lat += transfer + self.service[v] * (1.0 + rho / (1.0 - rho));
+                e = v;
+            }
+            self.samples.push(lat);
+        }
+    }
+
+    fn monitor_tick(&mut self, now: Time) {
+        let measured = self.monitor.flush(now);
+        let Some(controller) = self.controller.as_mut() else {
+            return;
+        };
+        let mut problem = PlacementProblem::measured(self.topology, &self.nodes, measured);
+        problem.workers = self.config.workers;
+        match controller.tick(now, self.placer, &problem, &self.placement) {
+            Ok(Decision::Apply {
+                cause,
+                gain,
+                placement,
+            }) => {
+                let nodes_used = evaluate(&problem, &placement).nodes_used;
+                self.placement = placement;
+                self.paused_until = now + self.config.migration_pause;
+                self.reschedules.push(RescheduleRecord {
+                    at_s: to_secs(now),
+                    cause,
+                    gain,
+                    nodes_used,
+                });
+            }
+            Ok(_) => {}
+            Err(e) => self.error = Some(e.into()),
+        }
+    }
+}
+
+/// An index from `items` with probability proportional to its weight.
+fn pick(rng: &mut rand_pcg::Pcg64Mcg, items: &[(usize, f64)], total: f64) -> usize {
+    let mut x = rng.random::<f64>() * total;
+    for &(i, w) in items {
+        if x < w {
+            return i;
+        }
+        x -= w;
+    }
+    items.last().map_or(0, |&(i, _)| i)
+}
+
+impl Model for StreamModel<'_> {
+    type Event = Event;
+    type Error = StreamSimError;
+
+    fn handle(
+        &mut self,
+        event: Event,
+        queue: &mut EventQueue<Event>,
+    ) -> Result<Flow, StreamSimError> {
+        let now = queue.now();
+        if now >= self.config.duration {
+            return Ok(Flow::Stop);
+        }
+        match event {
+            Event::Rate(i) => self.factor = self.config.rate_changes[i].factor,
+            Event::Monitor => {
+                self.monitor_tick(now);
+                if let Some(e) = self.error.take() {
+                    return Err(e);
+                }
+                queue.schedule_in(self.config.monitor_period, Event::Monitor);
+            }
+            Event::Step => {
+                self.step(now);
+                queue.schedule_in(self.config.step, Event::Step);
+            }
+        }
+        Ok(Flow::Continue)
+    }
+}
+
+/// Runs `topology` on `cluster` (`slots[i]` worker slots on node `i`) under `placer`.
+pub fn simulate_stream(
+    topology: &Topology,
+    cluster: &Cluster,
+    slots: &[u32],
+    placer: &dyn StreamPlacer,
+    config: &StreamSimConfig,
+) -> Result<StreamSimResult, StreamSimError> {
+    let bad = |field, problem: &str| StreamSimError::Config {
+        field,
+        problem: problem.to_string(),
+    };
+    if config.step == 0 {
+        return Err(bad("step", "must be positive"));
+    }
+    if config.monitor_period == 0 {
+        return Err(bad("monitor_period", "must be positive"));
+    }
+    if config
+        .rate_changes
+        .iter()
+        .any(|r| !(r.factor.is_finite() && r.factor >= 0.0))
+    {
+        return Err(bad("rate_changes", "factors must be non-negative numbers"));
+    }
+    let nodes = stream_nodes(cluster, slots);
+    let mut problem = PlacementProblem::declared(topology, &nodes);
+    problem.workers = config.workers;
+    let placement = placer.place(&problem)?;
+    let n = topology.executor_count();
+    let base_traffic: Vec<(usize, usize, f64)> = problem
+        .traffic
+        .iter()
+        .map(|p| (p.from.index(), p.to.index(), p.tuples_per_s))
+        .collect();
+    let mut out = vec![Vec::new(); n];
+    let mut incoming = vec![0.0; n];
+    for &(a, b, r) in &base_traffic {
+        out[a].push((b, r));
+        incoming[b] += r;
+    }
+    let comps = topology.executor_components();
+    let base_loads = problem.loads.clone();
+    let service = (0..n)
+        .map(|e| {
+            if incoming[e] > 0.0 {
+                base_loads[e] / 100.0 / incoming[e]
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let spouts: Vec<(usize, f64)> = (0..n)
+        .filter(|&e| topology.components[comps[e]].kind == ComponentKind::Spout)
+        .map(|e| (e, out[e].iter().map(|x| x.1).sum::<f64>()))
+        .filter(|&(_, r)| r > 0.0)
+        .collect();
+    let spout_rate = spouts.iter().map(|x| x.1).sum();
+    let mut model = StreamModel {
+        topology,
+        cluster,
+        nodes: nodes.clone(),
+        placer,
+        config,
+        base_traffic,
+        base_loads,
+        out,
+        service,
+        spouts,
+        spout_rate,
+        placement,
+        controller: config.reschedule.map(|s| RescheduleController::new(s, 0)),
+        monitor: TrafficMonitor::new(0),
+        factor: 1.0,
+        pending: 0.0,
+        paused_until: 0,
+        rng: rand_pcg::Pcg64Mcg::seed_from_u64(config.seed),
+        steps: 0,
+        inter_node_sum: 0.0,
+        inter_process_sum: 0.0,
+        offered_sum: 0.0,
+        processed: 0.0,
+        max_load: 0.0,
+        overloaded_steps: 0,
+        failed: 0.0,
+        samples: Vec::new(),
+        reschedules: Vec::new(),
+        error: None,
+    };
+    let mut queue = EventQueue::new();
+    let mut changes: Vec<(usize, Time)> = config
+        .rate_changes
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (i, r.at))
+        .collect();
+    changes.sort_by_key(|&(i, at)| (at, i));
+    // Rate changes first, so a step at the same instant already sees the new rate.
+    for (i, at) in changes {
+        queue.schedule(at, Event::Rate(i));
+    }
+    queue.schedule(config.monitor_period, Event::Monitor);
+    queue.schedule(0, Event::Step);
+    run(&mut model, &mut queue)?;
+    let steps = model.steps.max(1) as f64;
+    let duration = to_secs(config.duration).max(1e-9);
+    let mut samples = std::mem::take(&mut model.samples);
+    samples.sort_by(f64::total_cmp);
+    let mean = if samples.is_empty() {
+        0.0
+    } else {
+        samples.iter().sum::<f64>() / samples.len() as f64
+    };
+    let p99 = samples
+        .get(((samples.len() as f64 * 0.99).ceil() as usize).saturating_sub(1))
+        .copied()
+        .unwrap_or(0.0);
+    let final_metrics = evaluate(&problem, &model.placement);
+    Ok(StreamSimResult {
+        placer: placer.name().to_string(),
+        topology: topology.name.clone(),
+        inter_node_traffic: model.inter_node_sum / steps,
+        inter_process_traffic: model.inter_process_sum / steps,
+        nodes_used: final_metrics.nodes_used,
+        processes_used: final_metrics.processes_used,
+        max_node_load: model.max_load,
+        overloaded_s: model.overloaded_steps as f64 * to_secs(config.step),
+        offered: model.offered_sum / steps,
+        throughput: model.processed / duration,
+        mean_latency_ms: mean * 1e3,
+        p99_latency_ms: p99 * 1e3,
+        failed_tuples: model.failed,
+        reschedules: model.reschedules,
+    })
+}
