@@ -8,6 +8,8 @@
 pub mod cluster;
 mod units;
 pub mod workload;
+pub mod workflow;
+pub mod latency;
 
 pub use units::{Bandwidth, Duration};
 
