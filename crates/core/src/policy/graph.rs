@@ -300,6 +300,14 @@ impl NodeAgent {
             NodeAgent::Executor(n) => n.held(),
         }
     }
+
+    /// Most instances the node held at once.
+    pub fn peak(&self) -> u32 {
+        match self {
+            NodeAgent::Pcddb(n) => n.peak(),
+            NodeAgent::Executor(n) => n.peak(),
+        }
+    }
 }
 
 /// The launch node's task manager under one of the balancers.
