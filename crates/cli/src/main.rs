@@ -1,6 +1,7 @@
 //! `hetsched`: the one command of the project — the simulator (`hetsched sim …`), and the runtime's
 //! server, agent and client commands.
 
+mod graph;
 mod runtime;
 mod sim;
 

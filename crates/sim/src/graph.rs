@@ -142,6 +142,9 @@ pub struct MessageCounts {
     pub by_kind: BTreeMap<String, u64>,
     /// Messages the launch node sent or received (its agent and its task manager together).
     pub launch_node: u64,
+    /// Summed one-way latency of the balancing messages (status, request, reply, return): the
+    /// network time the protocol itself costs.
+    pub balancing_delay: Time,
 }
 
 /// The outcome of a graph simulation.
@@ -204,6 +207,7 @@ struct Sim<'a> {
     sent: Vec<u64>,
     received: Vec<u64>,
     launch_count: u64,
+    balancing_delay: Time,
     last_progress: Time,
     stall_after: Time,
     makespan: Time,
@@ -227,6 +231,10 @@ impl Sim<'_> {
                         self.launch_count += 1;
                     }
                     let delay = self.latency.get(m.from.index(), m.to.index());
+                    // The first four kinds are the balancing protocol's own.
+                    if kind < 4 {
+                        self.balancing_delay += delay;
+                    }
                     let slot = match self.free_slots.pop() {
                         Some(s) => {
                             self.in_flight[s] = Some(m);
@@ -471,6 +479,7 @@ pub fn simulate_graph(
         sent: vec![0; n],
         received: vec![0; n],
         launch_count: 0,
+        balancing_delay: 0,
         last_progress: 0,
         // Far longer than any instance, any queue of MT instances, and many check rounds.
         stall_after: (longest * (config.thresholds.mt as f64 + 2.0)) as Time
@@ -526,6 +535,7 @@ pub fn simulate_graph(
             total: sim.kind_counts.iter().sum(),
             by_kind,
             launch_node: sim.launch_count,
+            balancing_delay: sim.balancing_delay,
         },
         launch: config.launch,
     })

@@ -8,8 +8,9 @@
 //!
 //! "Reply order" is round-trip latency order, ties broken by node name. Where the spec says "pick
 //! any node" we pick deterministically: n0 is the first uncovered node (by id); n1 is the last of
-//! S1 to reply to n0; n2 is the last of S2 to reply to n1 other than n0 — each broadcast starts at
-//! the edge of the previous one, so a cluster grows outwards.
+//! S1 to reply to n0; n2 is the member of S2 farthest from n0 (round trip, ties by name) other than
+//! n0 and n1 — each broadcast starts at the far edge of what is covered, so a cluster grows
+//! outwards from n0.
 
 use super::ClusterId;
 use crate::model::NodeId;
@@ -67,7 +68,17 @@ pub fn proximity_clusters(
         if let Some(&n1) = s1.last().filter(|&&x| x != n0) {
             broadcasters.push(n1);
             let s2 = broadcast(latency, names, n1, m);
-            if let Some(&n2) = s2.iter().rev().find(|&&x| x != n0 && x != n1) {
+            let n2 = s2
+                .iter()
+                .copied()
+                .filter(|&x| x != n0 && x != n1)
+                .max_by(|&a, &b| {
+                    latency
+                        .round_trip(n0, a)
+                        .cmp(&latency.round_trip(n0, b))
+                        .then_with(|| names[b].cmp(&names[a]))
+                });
+            if let Some(n2) = n2 {
                 broadcasters.push(n2);
                 members.extend(broadcast(latency, names, n2, m));
             }
@@ -114,17 +125,17 @@ mod tests {
     fn clusters_grow_outwards_and_cover_every_node() {
         let (m, names) = line(20);
         // m = 6. S1 from n00 = {0,1,2,3,4,5}; n1 = 5 (last to reply). Replies to 5 come from
-        // 4, 6, 3, 7, 2 → S2 = {5,4,6,3,7,2}; n2 = 2 (last to reply); S3 = {2,1,3,0,4,5}.
+        // 4, 6, 3, 7, 2 → S2 = {5,4,6,3,7,2}; n2 = 7 (farthest from n00); S3 = {7,6,8,5,9,4}.
         let clusters = proximity_clusters(&m, &names, min_cluster_size(20));
         let all: std::collections::BTreeSet<_> =
             clusters.iter().flat_map(|c| c.members.clone()).collect();
         assert_eq!(all.len(), 20, "every node is in a cluster");
-        assert_eq!(clusters[0].broadcasters, vec![NodeId(0), NodeId(5), NodeId(2)]);
+        assert_eq!(clusters[0].broadcasters, vec![NodeId(0), NodeId(5), NodeId(7)]);
         assert_eq!(
             clusters[0].members,
-            (0..=7).map(NodeId).collect::<Vec<_>>(),
-            "S1 ∪ S2 ∪ S3 = n00..n07"
+            (0..=9).map(NodeId).collect::<Vec<_>>(),
+            "S1 ∪ S2 ∪ S3 = n00..n09"
         );
-        assert_eq!(clusters[1].broadcasters[0], NodeId(8), "Sc2 starts at the first uncovered node");
+        assert_eq!(clusters[1].broadcasters[0], NodeId(10), "Sc2 starts at the first uncovered node");
     }
 }
