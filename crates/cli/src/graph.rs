@@ -48,6 +48,9 @@ pub struct GraphArgs {
     /// Period of the nodes' self-checks (pcddb) and monitoring reports (centralised).
     #[arg(long, default_value = "1s")]
     pub check_interval: Duration,
+    /// Time a node needs to handle one incoming message, e.g. "2ms" (0: free, no bottleneck).
+    #[arg(long, default_value = "0s")]
+    pub message_cost: Duration,
     /// Write every instance, node peak and message counter as JSON to this file.
     #[arg(long, value_name = "FILE.json")]
     pub export: Option<PathBuf>,
@@ -114,6 +117,7 @@ pub fn graph_cmd(args: GraphArgs) -> anyhow::Result<()> {
         members: None,
         check_interval: args.check_interval.0,
         seed: args.seed,
+        message_cost: args.message_cost.0,
     };
     let result = simulate_graph(&cluster, &attributes, &latency, &workflow.workflow, &config)?;
     if let Some(path) = &args.export {

@@ -47,12 +47,12 @@ pub const INPUT_HOURS: [u32; 4] = [12, 24, 36, 48];
 /// The modules: (name, calls per time step, mean cost in seconds on a 3.6 GHz core, cv, inputs).
 /// Topographic is per terrain tile (8 tiles × 4 calls), not per step.
 const MODULES: [(&str, u32, f64, f64, &[&str]); 7] = [
-    ("Pre", 20, 2.0, 1.0, &[]),
+    ("Pre", 20, 2.0, 0.8, &[]),
     ("PREinter", 6, 3.0, 0.5, &["pre", "terrain"]),
-    ("Inter", 12, 4.0, 0.8, &["preinter"]),
+    ("Inter", 12, 4.0, 0.6, &["preinter"]),
     ("Background", 8, 3.0, 0.5, &["inter"]),
     ("VERinter", 4, 4.0, 0.5, &["background"]),
-    ("MM5", 16, 8.0, 1.0, &["verinter"]),
+    ("MM5", 16, 8.0, 0.8, &["verinter"]),
     ("Post", 2, 2.0, 0.5, &["mm5"]),
 ];
 
@@ -106,6 +106,8 @@ pub struct Setup {
     pub clusters: Vec<ProximityCluster>,
     /// The launch node.
     pub launch: NodeId,
+    /// Time a node needs to handle one message (0 in the main experiment).
+    pub message_cost: hetsched_core::time::Time,
 }
 
 impl Setup {
@@ -128,6 +130,7 @@ impl Setup {
             latency,
             clusters,
             launch,
+            message_cost: 0,
         })
     }
 
@@ -166,6 +169,7 @@ impl Setup {
                 members: Some(members.to_vec()),
                 check_interval: NANOS_PER_SEC,
                 seed,
+                message_cost: self.message_cost,
             },
         )?)
     }
@@ -242,6 +246,20 @@ pub struct RunTimeRow {
     pub messages: f64,
 }
 
+/// Handling times per message of the sensitivity runs, milliseconds.
+pub const MESSAGE_COSTS_MS: [f64; 4] = [0.0, 2.0, 10.0, 50.0];
+
+/// (ii, sensitivity) Run time at 48 h when a node needs time to handle each message.
+#[derive(Clone, Debug, Serialize)]
+pub struct MessageCostRow {
+    /// Handling time per message, milliseconds.
+    pub cost_ms: f64,
+    /// static, centralised, pcddb.
+    pub balancer: String,
+    /// Makespan over seeds, seconds.
+    pub makespan_s: Spread,
+}
+
 /// (iii) Balancing messages on a proximity cluster vs a random subset.
 #[derive(Clone, Debug, Serialize)]
 pub struct OverheadRow {
@@ -283,6 +301,8 @@ pub struct PcddbPaperReport {
     pub per_core: Vec<PerCoreRow>,
     /// (ii).
     pub run_time: Vec<RunTimeRow>,
+    /// (ii) at 48 h with a per-message handling time.
+    pub message_cost: Vec<MessageCostRow>,
     /// (iii) The random subset's members for the first seed.
     pub random_subset: Vec<String>,
     /// (iii).
@@ -391,6 +411,31 @@ pub fn run(seeds: &[u64]) -> Result<PcddbPaperReport, PcddbPaperError> {
         launch_fewer_messages &= means[2].1 < means[1].1;
     }
 
+    // (ii, sensitivity) The same 48-hour run when every message costs its receiver some handling
+    // time: the centralised dispatcher handles every dispatch, report and result itself.
+    let mut message_cost = Vec::new();
+    for cost_ms in MESSAGE_COSTS_MS {
+        let costly = Setup {
+            message_cost: (cost_ms * 1e6) as u64,
+            ..Setup::load()?
+        };
+        for balancer in BalancerKind::ALL {
+            let mut spans = Vec::new();
+            for &seed in seeds {
+                spans.push(
+                    costly
+                        .run(&wf48, balancer, paper, &sc2, setup.launch, seed)?
+                        .makespan_s(),
+                );
+            }
+            message_cost.push(MessageCostRow {
+                cost_ms,
+                balancer: balancer.as_str().to_string(),
+                makespan_s: Spread::of(&spans),
+            });
+        }
+    }
+
     // (iii) Balancing messages: proximity cluster Sc1 (16 dual-core nodes, one switch) vs a
     // random subset of 16 dual-core nodes from both switches; pcddb, launch = first member.
     let sc1 = setup.clusters.first().map_or_else(Vec::new, |c| c.members.clone());
@@ -479,6 +524,7 @@ pub fn run(seeds: &[u64]) -> Result<PcddbPaperReport, PcddbPaperError> {
             .sum(),
         per_core,
         run_time,
+        message_cost,
         random_subset,
         overhead,
         speedup,
@@ -555,6 +601,13 @@ impl PcddbPaperReport {
             "pcddb ≤ centralised ≤ static at every size: {}; pcddb's launch node handles fewer messages than the dispatcher: {}\n\n",
             self.ordering_holds, self.launch_fewer_messages
         );
+        let mut t = table(&["48 h, message cost", "static (s)", "centralised (s)", "pcddb (s)"]);
+        for chunk in self.message_cost.chunks(3) {
+            let mut row = vec![format!("{} ms", chunk[0].cost_ms)];
+            row.extend(chunk.iter().map(|r| format!("{:.1}", r.makespan_s.mean)));
+            t.add_row(row);
+        }
+        out += &format!("{t}\n\n");
         let mut t = table(&[
             "(iii) input",
             "deployment",
