@@ -26,6 +26,7 @@ use crate::model::NodeId;
 use crate::model::workflow::Workflow;
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
 use std::fmt;
 use std::str::FromStr;
 
@@ -75,8 +76,8 @@ pub struct AllocationRequest {
     pub launch: NodeId,
     /// When the launch node sent it (to tell stale table entries from fresh reports on return).
     pub sent_at: Time,
-    /// Instances still to place, in the order they became ready.
-    pub instances: Vec<Wanted>,
+    /// Instances still to place, in the order they became ready (taken from the front).
+    pub instances: VecDeque<Wanted>,
     /// The underloaded-node table it carries, in order.
     pub table: Vec<NodeId>,
 }
