@@ -101,11 +101,7 @@ pub fn graph_cmd(args: GraphArgs) -> anyhow::Result<()> {
         },
     };
     if args.mt == 0 || args.lt > args.mt {
-        bail!(
-            "--lt {} --mt {}: need MT ≥ 1 and LT ≤ MT",
-            args.lt,
-            args.mt
-        );
+        bail!("--lt {} --mt {}: need MT ≥ 1 and LT ≤ MT", args.lt, args.mt);
     }
     let config = GraphSimConfig {
         balancer: args.balancer,
@@ -134,7 +130,11 @@ pub fn graph_cmd(args: GraphArgs) -> anyhow::Result<()> {
 fn node_list(cluster: &hetsched_core::Cluster) -> String {
     let names: Vec<&str> = cluster.nodes.iter().map(|n| n.name.as_str()).collect();
     if names.len() > 12 {
-        format!("{} … {}", names[..6].join(", "), names[names.len() - 3..].join(", "))
+        format!(
+            "{} … {}",
+            names[..6].join(", "),
+            names[names.len() - 3..].join(", ")
+        )
     } else {
         names.join(", ")
     }

@@ -6,10 +6,10 @@
 //! expected: `cluster.toml:12:9: node[1].cores: invalid value: integer `-2`, expected u32`.
 
 pub mod cluster;
-mod units;
-pub mod workload;
-pub mod workflow;
 pub mod latency;
+mod units;
+pub mod workflow;
+pub mod workload;
 
 pub use units::{Bandwidth, Duration};
 

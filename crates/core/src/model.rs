@@ -8,10 +8,10 @@
 pub mod application;
 pub mod cluster;
 pub mod ids;
+pub mod latency;
 pub mod resources;
 pub mod view;
 pub mod workflow;
-pub mod latency;
 
 pub use application::{Application, CpuVariant, GpuVariant, Need, Variant};
 pub use cluster::{Accelerator, Cluster, ClusterError, Node, Rack};

@@ -32,11 +32,18 @@ fn names(v: impl IntoIterator<Item = InstanceId>) -> String {
 }
 
 fn ids(v: &[NodeId]) -> String {
-    v.iter().map(|n| n.0.to_string()).collect::<Vec<_>>().join(" ")
+    v.iter()
+        .map(|n| n.0.to_string())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn who(n: NodeId) -> String {
-    if n.0 == L { "L".into() } else { n.0.to_string() }
+    if n.0 == L {
+        "L".into()
+    } else {
+        n.0.to_string()
+    }
 }
 
 fn describe(m: &Message) -> String {
@@ -48,7 +55,10 @@ fn describe(m: &Message) -> String {
         ),
         Body::Reply {
             taken, remaining, ..
-        } => format!("reply took [{}], {remaining} left", names(taken.iter().copied())),
+        } => format!(
+            "reply took [{}], {remaining} left",
+            names(taken.iter().copied())
+        ),
         Body::Return(r) => format!("return [{}]", names(r.instances.iter().map(|w| w.instance))),
         other => other.kind().to_string(),
     };
@@ -116,9 +126,11 @@ impl Figure {
                     };
                     queue.extend(next.into_iter().map(|o| (to, o)));
                 }
-                Outgoing::Run { instance, core } => self
-                    .transcript
-                    .push(format!("{} runs {} on core {core}", who(at), name(instance))),
+                Outgoing::Run { instance, core } => self.transcript.push(format!(
+                    "{} runs {} on core {core}",
+                    who(at),
+                    name(instance)
+                )),
                 Outgoing::Ready(_) => {}
             }
         }

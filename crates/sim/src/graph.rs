@@ -48,7 +48,9 @@ pub enum GraphSimError {
         requires: Vec<String>,
     },
     /// Nothing finished for far longer than any instance takes: the balancer will never finish.
-    #[error("no instance finished between t = {since_s:.3} s and t = {now_s:.3} s; {left} instances left")]
+    #[error(
+        "no instance finished between t = {since_s:.3} s and t = {now_s:.3} s; {left} instances left"
+    )]
     Stalled {
         /// Last progress.
         since_s: f64,
@@ -184,7 +186,10 @@ enum Event {
     /// A message (slot in the in-flight slab) arrives.
     Deliver(usize),
     SelfCheck(u32),
-    Finish { node: u32, core: u32 },
+    Finish {
+        node: u32,
+        core: u32,
+    },
 }
 
 #[derive(Clone, Debug, Default)]
@@ -346,13 +351,8 @@ impl Model for Sim<'_> {
                 self.records[i.0 as usize].end = now;
                 self.makespan = self.makespan.max(now);
                 self.last_progress = now;
-                let outs = self.agents[node as usize].handle(
-                    NodeEvent::Finished {
-                        instance: i,
-                        core,
-                    },
-                    now,
-                );
+                let outs = self.agents[node as usize]
+                    .handle(NodeEvent::Finished { instance: i, core }, now);
                 self.apply(NodeId(node), outs, q);
                 self.start_next(node as usize, core as usize, q);
             }
@@ -408,7 +408,9 @@ pub fn simulate_graph(
         )));
     }
     if config.check_interval == 0 {
-        return Err(GraphSimError::Config("the self-check interval must be positive".into()));
+        return Err(GraphSimError::Config(
+            "the self-check interval must be positive".into(),
+        ));
     }
     if config.thresholds.mt == 0 || config.thresholds.lt > config.thresholds.mt {
         return Err(GraphSimError::Config(format!(
@@ -434,7 +436,9 @@ pub fn simulate_graph(
             task: t.name.clone(),
             requires: t.requires.clone(),
         };
-        let mask = catalogue.requirement_mask(&t.requires).ok_or_else(unplaceable)?;
+        let mask = catalogue
+            .requirement_mask(&t.requires)
+            .ok_or_else(unplaceable)?;
         if !members.iter().any(|m| catalogue.mask(*m) & mask == mask) {
             return Err(unplaceable());
         }
@@ -559,4 +563,3 @@ pub fn simulate_graph(
         launch: config.launch,
     })
 }
-

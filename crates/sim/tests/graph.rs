@@ -133,7 +133,11 @@ fn check(case: &Case, config: &GraphSimConfig, r: &GraphResult) -> Result<(), Te
         let task = &w.tasks[rec.task as usize];
         // Requirements are met.
         if task.requires.iter().any(|r| r == "gpu") {
-            prop_assert_eq!(rec.node, NodeId(0), "a GPU instance ran on a node without one");
+            prop_assert_eq!(
+                rec.node,
+                NodeId(0),
+                "a GPU instance ran on a node without one"
+            );
         }
         for dep in &task.depends_on {
             let p = &w.tasks[dep.producer];
@@ -171,7 +175,11 @@ fn check(case: &Case, config: &GraphSimConfig, r: &GraphResult) -> Result<(), Te
             );
         }
     }
-    let done: u32 = r.nodes.iter().flat_map(|n| n.instances_per_core.iter()).sum();
+    let done: u32 = r
+        .nodes
+        .iter()
+        .flat_map(|n| n.instances_per_core.iter())
+        .sum();
     prop_assert_eq!(done as u64, w.total_instances());
     Ok(())
 }

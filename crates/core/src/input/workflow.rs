@@ -306,12 +306,9 @@ fn arg_range(
                 )));
             };
             let parse = |x: &str| {
-                x.trim().parse::<i64>().map_err(|_| {
-                    bad(format!(
-                        "bad range `{s}`: `{}` is not an integer",
-                        x.trim()
-                    ))
-                })
+                x.trim()
+                    .parse::<i64>()
+                    .map_err(|_| bad(format!("bad range `{s}`: `{}` is not an integer", x.trim())))
             };
             let (start, hi) = (parse(lo)?, parse(hi)?);
             let end = if inclusive {
@@ -338,9 +335,10 @@ fn arg_range(
 fn cost(src: &Source<'_>, value: &Spanned<toml::Value>, field: &str) -> Result<Cost, InputError> {
     let bad = |f: &str, msg: String| src.error(at(value), Some(format!("{field}{f}")), msg);
     let duration = |v: &toml::Value, f: &str| -> Result<Duration, InputError> {
-        let d: Duration = v.clone().try_into().map_err(|e: toml::de::Error| {
-            bad(f, e.message().trim().to_string())
-        })?;
+        let d: Duration = v
+            .clone()
+            .try_into()
+            .map_err(|e: toml::de::Error| bad(f, e.message().trim().to_string()))?;
         if d.0 == 0 {
             return Err(bad(f, "must be positive".into()));
         }
@@ -386,10 +384,7 @@ fn cost(src: &Source<'_>, value: &Spanned<toml::Value>, field: &str) -> Result<C
 impl ParsedWorkflow {
     /// Checks that every requirement is offered by at least one node: `offered` maps each
     /// attribute to the nodes that have it.
-    pub fn check_requirements(
-        &self,
-        offered: &BTreeMap<String, usize>,
-    ) -> Result<(), InputError> {
+    pub fn check_requirements(&self, offered: &BTreeMap<String, usize>) -> Result<(), InputError> {
         let src = Source::new(&self.origin, &self.text);
         for (i, t) in self.specs.iter().enumerate() {
             for (j, r) in t.requires.iter().enumerate() {
@@ -566,7 +561,10 @@ outputs = ["c"]
             let e = error(&format!(
                 "[[task]]\nname = \"A\"\ninstances = {range}\ncost = \"1s\"\n"
             ));
-            assert!(e.starts_with("wf.toml:3:13: task[0].instances: bad range"), "{e}");
+            assert!(
+                e.starts_with("wf.toml:3:13: task[0].instances: bad range"),
+                "{e}"
+            );
             assert!(e.contains(why), "{range}: {e}");
         }
     }
@@ -574,7 +572,10 @@ outputs = ["c"]
     #[test]
     fn bad_costs_and_fields_are_located() {
         let e = error("[[task]]\nname = \"A\"\ninstances = 1\ncost = \"fast\"\n");
-        assert!(e.starts_with("wf.toml:4:8: task[0].cost: invalid duration"), "{e}");
+        assert!(
+            e.starts_with("wf.toml:4:8: task[0].cost: invalid duration"),
+            "{e}"
+        );
         let e = error("[[task]]\nname = \"A\"\ninstances = 1\ncost = { mean = \"1s\", cv = -1 }\n");
         assert!(e.starts_with("wf.toml:4:8: task[0].cost.cv:"), "{e}");
         let e = error("[[task]]\nname = \"A\"\ninstances = 1\ncost = \"1s\"\noutput = [\"m\"]\n");
@@ -582,7 +583,9 @@ outputs = ["c"]
         assert!(e.contains("unknown field `output`"), "{e}");
         let e = error("[[task]]\nname = \"A\"\ninstances = 1\ncost = \"1s\"\nprocesses = 0\n");
         assert!(e.starts_with("wf.toml:5:13: task[0].processes"), "{e}");
-        let e = error("[[task]]\nname = \"A\"\ninstances = 1\ncost = \"1s\"\n[[task]]\nname = \"A\"\ninstances = 1\ncost = \"1s\"\n");
+        let e = error(
+            "[[task]]\nname = \"A\"\ninstances = 1\ncost = \"1s\"\n[[task]]\nname = \"A\"\ninstances = 1\ncost = \"1s\"\n",
+        );
         assert!(e.contains("task `A` is declared twice"), "{e}");
         assert!(error("").contains("no tasks"));
     }

@@ -375,11 +375,7 @@ pub fn build(kind: BalancerKind, setup: &GraphSetup<'_>) -> (Vec<NodeAgent>, Man
                 .iter()
                 .map(|n| {
                     let member = setup.members.contains(&n.id);
-                    NodeAgent::Executor(centralised::ExecutorNode::new(
-                        *n,
-                        setup.launch,
-                        member,
-                    ))
+                    NodeAgent::Executor(centralised::ExecutorNode::new(*n, setup.launch, member))
                 })
                 .collect();
             let members = setup

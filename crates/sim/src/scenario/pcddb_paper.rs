@@ -21,7 +21,9 @@ use hetsched_core::input::latency::parse_latency;
 use hetsched_core::input::workflow::parse_workflow;
 use hetsched_core::model::latency::LatencyMatrix;
 use hetsched_core::model::workflow::Workflow;
-use hetsched_core::policy::graph::clustering::{ProximityCluster, min_cluster_size, proximity_clusters};
+use hetsched_core::policy::graph::clustering::{
+    ProximityCluster, min_cluster_size, proximity_clusters,
+};
 use hetsched_core::policy::graph::{BalancerKind, Thresholds};
 use hetsched_core::time::{NANOS_PER_SEC, to_secs};
 use hetsched_core::{Cluster, NodeId};
@@ -117,8 +119,7 @@ impl Setup {
         let attributes = parse_node_attributes("cluster-pcddb-paper.toml", CLUSTER_TOML)?;
         let latency = parse_latency("latency-pcddb-paper.toml", LATENCY_TOML, &cluster)?;
         let names: Vec<String> = cluster.nodes.iter().map(|n| n.name.clone()).collect();
-        let clusters =
-            proximity_clusters(&latency, &names, min_cluster_size(cluster.nodes.len()));
+        let clusters = proximity_clusters(&latency, &names, min_cluster_size(cluster.nodes.len()));
         let launch = cluster
             .nodes
             .iter()
@@ -364,7 +365,11 @@ pub fn run(seeds: &[u64]) -> Result<PcddbPaperReport, PcddbPaperError> {
                 .filter(|m| setup.cluster.nodes[m.index()].cores == cores)
                 .count()
                 * cores as usize;
-            let (paper_mean, paper_variance) = if cores == 2 { (34.0, 3.6) } else { (28.0, 5.02) };
+            let (paper_mean, paper_variance) = if cores == 2 {
+                (34.0, 3.6)
+            } else {
+                (28.0, 5.02)
+            };
             PerCoreRow {
                 node_type: label,
                 cores: n,
@@ -438,7 +443,10 @@ pub fn run(seeds: &[u64]) -> Result<PcddbPaperReport, PcddbPaperError> {
 
     // (iii) Balancing messages: proximity cluster Sc1 (16 dual-core nodes, one switch) vs a
     // random subset of 16 dual-core nodes from both switches; pcddb, launch = first member.
-    let sc1 = setup.clusters.first().map_or_else(Vec::new, |c| c.members.clone());
+    let sc1 = setup
+        .clusters
+        .first()
+        .map_or_else(Vec::new, |c| c.members.clone());
     let duals: Vec<NodeId> = setup
         .cluster
         .nodes
@@ -492,13 +500,23 @@ pub fn run(seeds: &[u64]) -> Result<PcddbPaperReport, PcddbPaperError> {
         let methods: [(&str, BalancerKind, Thresholds); 4] = [
             ("static", BalancerKind::Static, paper),
             ("centralised", BalancerKind::Centralised, paper),
-            ("pcddb MT=12", BalancerKind::Pcddb, Thresholds { lt: 2, mt: 6 }),
-            ("pcddb MT=20", BalancerKind::Pcddb, Thresholds { lt: 2, mt: 10 }),
+            (
+                "pcddb MT=12",
+                BalancerKind::Pcddb,
+                Thresholds { lt: 2, mt: 6 },
+            ),
+            (
+                "pcddb MT=20",
+                BalancerKind::Pcddb,
+                Thresholds { lt: 2, mt: 10 },
+            ),
         ];
         for (method, balancer, thresholds) in methods {
             let mut s = 0.0;
             for &seed in seeds {
-                let one_core = crate::graph::instance_costs(&wf48, seed).iter().sum::<u64>();
+                let one_core = crate::graph::instance_costs(&wf48, seed)
+                    .iter()
+                    .sum::<u64>();
                 let r = setup.run(&wf48, balancer, thresholds, &members, members[0], seed)?;
                 s += to_secs(one_core) / r.makespan_s() / seeds.len() as f64;
             }
@@ -601,7 +619,12 @@ impl PcddbPaperReport {
             "pcddb ≤ centralised ≤ static at every size: {}; pcddb's launch node handles fewer messages than the dispatcher: {}\n\n",
             self.ordering_holds, self.launch_fewer_messages
         );
-        let mut t = table(&["48 h, message cost", "static (s)", "centralised (s)", "pcddb (s)"]);
+        let mut t = table(&[
+            "48 h, message cost",
+            "static (s)",
+            "centralised (s)",
+            "pcddb (s)",
+        ]);
         for chunk in self.message_cost.chunks(3) {
             let mut row = vec![format!("{} ms", chunk[0].cost_ms)];
             row.extend(chunk.iter().map(|r| format!("{:.1}", r.makespan_s.mean)));
@@ -624,8 +647,18 @@ impl PcddbPaperReport {
                 format!("{:.1}", r.makespan_s),
             ]);
         }
-        out += &format!("{t}\nrandom subset (seed {}): {}\n\n", self.seeds[0], self.random_subset.join(" "));
-        let mut t = table(&["(iv) cores", "static", "centralised", "pcddb MT=12", "pcddb MT=20"]);
+        out += &format!(
+            "{t}\nrandom subset (seed {}): {}\n\n",
+            self.seeds[0],
+            self.random_subset.join(" ")
+        );
+        let mut t = table(&[
+            "(iv) cores",
+            "static",
+            "centralised",
+            "pcddb MT=12",
+            "pcddb MT=20",
+        ]);
         for chunk in self.speedup.chunks(4) {
             let mut row = vec![chunk[0].cores.to_string()];
             row.extend(chunk.iter().map(|r| format!("{:.2}", r.speedup)));
@@ -649,7 +682,10 @@ mod tests {
     fn sc2_is_fourteen_dual_core_and_three_eight_core_nodes_with_the_launch_node() {
         let s = Setup::load().unwrap_or_else(|e| panic!("{e}"));
         let sc2 = s.sc2();
-        let cores: Vec<u32> = sc2.iter().map(|m| s.cluster.nodes[m.index()].cores).collect();
+        let cores: Vec<u32> = sc2
+            .iter()
+            .map(|m| s.cluster.nodes[m.index()].cores)
+            .collect();
         assert_eq!(cores.iter().filter(|&&c| c == 2).count(), 14);
         assert_eq!(cores.iter().filter(|&&c| c == 8).count(), 3);
         assert_eq!(cores.iter().sum::<u32>(), 52, "the paper's 52 cores");

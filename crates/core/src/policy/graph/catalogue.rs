@@ -144,7 +144,11 @@ impl NodeCatalogue {
         self.vocabulary
             .iter()
             .map(|(name, &bit)| {
-                let count = self.masks.iter().filter(|m| *m & (1u64 << bit) != 0).count();
+                let count = self
+                    .masks
+                    .iter()
+                    .filter(|m| *m & (1u64 << bit) != 0)
+                    .count();
                 (name.clone(), count)
             })
             .collect()

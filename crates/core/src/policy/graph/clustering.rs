@@ -48,7 +48,11 @@ pub fn reply_order(latency: &LatencyMatrix, names: &[String], from: usize) -> Ve
 /// b) The broadcaster and the first m − 1 nodes to reply, in reply order (broadcaster first).
 pub fn broadcast(latency: &LatencyMatrix, names: &[String], from: usize, m: usize) -> Vec<usize> {
     std::iter::once(from)
-        .chain(reply_order(latency, names, from).into_iter().take(m.saturating_sub(1)))
+        .chain(
+            reply_order(latency, names, from)
+                .into_iter()
+                .take(m.saturating_sub(1)),
+        )
         .collect()
 }
 
@@ -130,12 +134,19 @@ mod tests {
         let all: std::collections::BTreeSet<_> =
             clusters.iter().flat_map(|c| c.members.clone()).collect();
         assert_eq!(all.len(), 20, "every node is in a cluster");
-        assert_eq!(clusters[0].broadcasters, vec![NodeId(0), NodeId(5), NodeId(7)]);
+        assert_eq!(
+            clusters[0].broadcasters,
+            vec![NodeId(0), NodeId(5), NodeId(7)]
+        );
         assert_eq!(
             clusters[0].members,
             (0..=9).map(NodeId).collect::<Vec<_>>(),
             "S1 ∪ S2 ∪ S3 = n00..n09"
         );
-        assert_eq!(clusters[1].broadcasters[0], NodeId(10), "Sc2 starts at the first uncovered node");
+        assert_eq!(
+            clusters[1].broadcasters[0],
+            NodeId(10),
+            "Sc2 starts at the first uncovered node"
+        );
     }
 }

@@ -114,7 +114,10 @@ impl InstanceGraph {
 
     /// (task, index within the task) of an instance.
     pub fn task_of(&self, id: InstanceId) -> (usize, u32) {
-        let t = self.offset.partition_point(|&o| o <= id.0).saturating_sub(1);
+        let t = self
+            .offset
+            .partition_point(|&o| o <= id.0)
+            .saturating_sub(1);
         (t, id.0 - self.offset[t])
     }
 
@@ -161,9 +164,7 @@ impl InstanceGraph {
                     let first = self.offset[c] + value_pos * pc;
                     first..first + pc
                 }
-                DependencyKind::All if self.task_left[t] == 0 => {
-                    self.offset[c]..self.offset[c + 1]
-                }
+                DependencyKind::All if self.task_left[t] == 0 => self.offset[c]..self.offset[c + 1],
                 DependencyKind::All => continue,
             };
             for j in range {

@@ -107,7 +107,11 @@ pub struct PcddbNode {
 
 impl PcddbNode {
     /// An idle node in the clusters `memberships` (cluster id, its launch node).
-    pub fn new(node: GraphNode, per_core: Thresholds, memberships: Vec<(ClusterId, NodeId)>) -> Self {
+    pub fn new(
+        node: GraphNode,
+        per_core: Thresholds,
+        memberships: Vec<(ClusterId, NodeId)>,
+    ) -> Self {
         Self {
             lt: per_core.lt * node.cores,
             mt: per_core.mt * node.cores,
@@ -353,9 +357,8 @@ impl LaunchNode {
                 Body::Return(request) => {
                     // The travel disproved every entry that left the request's table, unless
                     // that node reported again after the request was sent.
-                    self.table.retain(|&(n, at)| {
-                        at > request.sent_at || request.table.contains(&n)
-                    });
+                    self.table
+                        .retain(|&(n, at)| at > request.sent_at || request.table.contains(&n));
                     // The returned instances go first, before those that became ready since.
                     let mut pending = request.instances;
                     pending.append(&mut self.pending);

@@ -8,9 +8,7 @@
 //! an instance becomes ready the launcher tells its node to start it (`dispatch`), and the node
 //! returns the `result`, as under every balancer.
 
-use super::{
-    Body, GraphNode, InstanceId, LaunchEvent, Message, Outgoing, dag::InstanceGraph,
-};
+use super::{Body, GraphNode, InstanceId, LaunchEvent, Message, Outgoing, dag::InstanceGraph};
 use crate::model::NodeId;
 use crate::time::Time;
 use std::collections::HashMap;
