@@ -336,29 +336,27 @@ pub fn run(seeds: &[u64]) -> Result<PcddbPaperReport, PcddbPaperError> {
 
     // (i) Per-core instances and busy time on Sc2, 48 h, pcddb.
     let wf48 = workflow(48)?;
-    let mut per_type: Vec<(String, u32, Vec<(f64, f64)>, Vec<f64>)> = Vec::new();
+    // Per node type (label, cores per node): (mean, variance) of instances per core for each seed,
+    // and every core's busy time over all seeds.
+    let types = [("dual-core", 2u32), ("eight-core", 8)];
+    let mut spread: Vec<Vec<(f64, f64)>> = vec![Vec::new(); types.len()];
+    let mut busy: Vec<Vec<f64>> = vec![Vec::new(); types.len()];
     for &seed in seeds {
         let r = setup.run(&wf48, BalancerKind::Pcddb, paper, &sc2, setup.launch, seed)?;
-        for (label, cores) in [("dual-core", 2u32), ("eight-core", 8)] {
+        for (k, &(_, cores)) in types.iter().enumerate() {
             let mut counts = Vec::new();
-            let mut busy = Vec::new();
             for n in r.nodes.iter().filter(|n| n.member && n.cores == cores) {
                 counts.extend(n.instances_per_core.iter().map(|&c| c as f64));
-                busy.extend(n.busy_per_core.iter().map(|&b| to_secs(b)));
+                busy[k].extend(n.busy_per_core.iter().map(|&b| to_secs(b)));
             }
-            let entry = match per_type.iter_mut().find(|e| e.0 == label) {
-                Some(e) => e,
-                None => {
-                    per_type.push((label.to_string(), cores, Vec::new(), Vec::new()));
-                    per_type.last_mut().unwrap_or_else(|| unreachable!())
-                }
-            };
-            entry.2.push(mean_var(&counts));
-            entry.3.extend(busy);
+            spread[k].push(mean_var(&counts));
         }
     }
+    let per_type = types
+        .iter()
+        .zip(spread.into_iter().zip(busy))
+        .map(|(&(label, cores), (mv, busy))| (label.to_string(), cores, mv, busy));
     let per_core = per_type
-        .into_iter()
         .map(|(label, cores, mv, busy)| {
             let n = sc2
                 .iter()
