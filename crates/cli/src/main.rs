@@ -3,6 +3,7 @@
 
 mod accel_paper;
 mod binding;
+mod graph;
 mod runtime;
 mod sim;
 mod sim_stream;

@@ -29,6 +29,10 @@ pub enum SimCommand {
     Run(RunArgs),
     /// Simulate your own cluster and workload under several policies and compare them side by side.
     Compare(CompareArgs),
+    /// Simulate a workflow (task graph) under the static, centralised or pcddb balancer.
+    Graph(crate::graph::GraphArgs),
+    /// Reproduce the PCDDB paper's experiment (spec 05): the MM5-like workflow on 36 nodes.
+    PcddbPaper(crate::graph::PcddbPaperArgs),
 }
 
 /// Options of `sim compare`.
@@ -150,6 +154,8 @@ pub fn run(cmd: SimCommand) -> anyhow::Result<()> {
         SimCommand::StreamPaper(args) => crate::sim_stream::run_cmd(args),
         SimCommand::Run(args) => run_cmd(args),
         SimCommand::Compare(args) => compare_cmd(args),
+        SimCommand::Graph(args) => crate::graph::graph_cmd(args),
+        SimCommand::PcddbPaper(args) => crate::graph::pcddb_paper_cmd(args),
     }
 }
 

@@ -8,7 +8,9 @@
 pub mod binding;
 pub mod cluster;
 pub mod topology;
+pub mod latency;
 mod units;
+pub mod workflow;
 pub mod workload;
 
 pub use units::{Bandwidth, Duration};

@@ -8,9 +8,11 @@
 pub mod application;
 pub mod cluster;
 pub mod ids;
+pub mod latency;
 pub mod resources;
 pub mod topology;
 pub mod view;
+pub mod workflow;
 
 pub use application::{Application, CpuVariant, GpuVariant, Need, Variant};
 pub use cluster::{Accelerator, Cluster, ClusterError, Node, Rack};

@@ -4,3 +4,4 @@
 pub mod batch;
 pub mod binding;
 pub mod stream;
+pub mod graph;

@@ -8,6 +8,8 @@
 //! - [`batch`]: applications of independent CPU/GPU tasks scheduled on heartbeats (spec 02),
 //!   with [`simulate`] as the entry point;
 //! - [`metrics`]: what a run measures ([`SimResult`]);
+//! - [`graph`]: workflows of component instances under the static, centralised and PCDDB
+//!   balancers (spec 05), with [`graph::simulate_graph`] as the entry point;
 //! - [`scenario`]: the papers' experiments (`hdas-paper`);
 //! - [`report`]: tables, CSV/JSON and SVG plots shared by the scenarios;
 //! - [`stream`]: stream topologies placed by the core's stream placers (spec 04).
@@ -20,6 +22,7 @@ pub mod accel;
 pub mod batch;
 pub mod engine;
 pub mod error;
+pub mod graph;
 pub mod metrics;
 pub mod platform;
 pub mod report;

@@ -6,7 +6,10 @@
 //!   and HDAS.
 //! - [`stream_paper`]: spec 04's stream placers on five topologies and a 10-node heterogeneous
 //!   cluster.
+//! - [`pcddb_paper`]: spec 05's MM5-like workflow on the 36-node cluster under static,
+//!   centralised and PCDDB balancing.
 
 pub mod accel_paper;
 pub mod hdas_paper;
 pub mod stream_paper;
+pub mod pcddb_paper;

@@ -64,6 +64,10 @@ pub struct NodeSpec {
     /// Worker-process slots for stream topologies (spec 04); [`DEFAULT_SLOTS`] when absent.
     #[serde(default)]
     pub slots: Option<Spanned<u32>>,
+    /// Free-form attributes a workflow task may `require` (e.g. `"fpga"`, `"bigmem"`); read by
+    /// [`parse_node_attributes`]. A node with accelerators also has the attribute `gpu`.
+    #[serde(default)]
+    pub attributes: Vec<Spanned<String>>,
 }
 
 /// Worker-process slots of a node whose entry names none: Storm's default of four supervisor
@@ -257,4 +261,36 @@ pub fn parse_cluster_with_slots(
         .validate()
         .map_err(|e| src.error(None, None, e.to_string()))?;
     Ok((cluster, slots))
+}
+
+/// The attributes of every node of a cluster file, in the node order of [`parse_cluster`]: the
+/// `attributes` written for its group, plus `gpu` when the node has accelerators. Sorted and
+/// deduplicated. Workflow tasks `require` attributes (spec 05 §3).
+pub fn parse_node_attributes(origin: &str, text: &str) -> Result<Vec<Vec<String>>, InputError> {
+    let src = Source::new(origin, text);
+    let file: ClusterFile = src.parse_toml()?;
+    let mut out = Vec::new();
+    for (i, spec) in file.node.iter().enumerate() {
+        let mut attrs = Vec::new();
+        for (j, a) in spec.attributes.iter().enumerate() {
+            let name = a.get_ref().trim();
+            if name.is_empty() || name.contains(char::is_whitespace) {
+                return Err(src.error(
+                    at(a),
+                    Some(format!("node[{i}].attributes[{j}]")),
+                    "an attribute is one non-empty word, e.g. \"fpga\"",
+                ));
+            }
+            attrs.push(name.to_string());
+        }
+        if !spec.accelerator.is_empty() {
+            attrs.push("gpu".to_string());
+        }
+        attrs.sort();
+        attrs.dedup();
+        for _ in 0..*spec.count.get_ref() {
+            out.push(attrs.clone());
+        }
+    }
+    Ok(out)
 }

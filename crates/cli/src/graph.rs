@@ -1,0 +1,228 @@
+//! `hetsched sim graph` and `hetsched sim pcddb-paper`: workflows of component instances under the
+//! static, centralised and PCDDB balancers (spec 05).
+
+use crate::sim::Output;
+use anyhow::{Context, bail};
+use clap::Args;
+use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
+use hetsched_core::NodeId;
+use hetsched_core::input::Duration;
+use hetsched_core::input::cluster::{parse_cluster, parse_node_attributes};
+use hetsched_core::input::latency::parse_latency;
+use hetsched_core::input::workflow::parse_workflow;
+use hetsched_core::model::latency::LatencyMatrix;
+use hetsched_core::policy::graph::catalogue::NodeCatalogue;
+use hetsched_core::policy::graph::{BalancerKind, Thresholds};
+use hetsched_core::time::to_secs;
+use hetsched_sim::graph::{GraphResult, GraphSimConfig, simulate_graph};
+use hetsched_sim::scenario::pcddb_paper;
+use std::path::{Path, PathBuf};
+
+/// Options of `sim graph`.
+#[derive(Debug, Args)]
+pub struct GraphArgs {
+    /// Cluster description (TOML); nodes may list `attributes` that tasks `require`.
+    #[arg(long, value_name = "FILE")]
+    pub cluster: PathBuf,
+    /// Workflow (TOML), e.g. examples/workflow-mm5.toml.
+    #[arg(long, value_name = "FILE")]
+    pub workflow: PathBuf,
+    /// The balancer: static, centralised or pcddb.
+    #[arg(long, default_value = "pcddb")]
+    pub balancer: BalancerKind,
+    /// Underload threshold per core (pcddb).
+    #[arg(long, default_value_t = 2)]
+    pub lt: u32,
+    /// Moderate-load cap per core (pcddb).
+    #[arg(long, default_value_t = 10)]
+    pub mt: u32,
+    /// The launch node (by name); the first node of the cluster file by default.
+    #[arg(long, value_name = "NODE")]
+    pub launch: Option<String>,
+    /// Latency file (TOML); by default derived from the cluster's per-node `latency` and racks.
+    #[arg(long, value_name = "FILE")]
+    pub latency: Option<PathBuf>,
+    /// Seed of instance costs and self-check phases.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Period of the nodes' self-checks (pcddb) and monitoring reports (centralised).
+    #[arg(long, default_value = "1s")]
+    pub check_interval: Duration,
+    /// Time a node needs to handle one incoming message, e.g. "2ms" (0: free, no bottleneck).
+    #[arg(long, default_value = "0s")]
+    pub message_cost: Duration,
+    /// Write every instance, node peak and message counter as JSON to this file.
+    #[arg(long, value_name = "FILE.json")]
+    pub export: Option<PathBuf>,
+    /// Print a table or JSON (a summary).
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
+}
+
+/// Options of `sim pcddb-paper`.
+#[derive(Debug, Args)]
+pub struct PcddbPaperArgs {
+    /// Seeds to repeat every run with (costs and self-check phases), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    pub seeds: Vec<u64>,
+    /// Also write the report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Print tables or JSON.
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
+}
+
+fn read(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+/// Runs `sim graph`.
+pub fn graph_cmd(args: GraphArgs) -> anyhow::Result<()> {
+    let cluster_origin = args.cluster.display().to_string();
+    let cluster_text = read(&args.cluster)?;
+    let cluster = parse_cluster(&cluster_origin, &cluster_text)?;
+    let attributes = parse_node_attributes(&cluster_origin, &cluster_text)?;
+    let workflow = parse_workflow(&args.workflow.display().to_string(), &read(&args.workflow)?)?;
+    let catalogue = NodeCatalogue::new(&cluster, &attributes)?;
+    workflow.check_requirements(&catalogue.offered())?;
+    let latency = match &args.latency {
+        Some(p) => parse_latency(&p.display().to_string(), &read(p)?, &cluster)?,
+        None => LatencyMatrix::from_cluster(&cluster),
+    };
+    let launch = match &args.launch {
+        None => NodeId(0),
+        Some(name) => match cluster.nodes.iter().find(|n| &n.name == name) {
+            Some(n) => n.id,
+            None => bail!(
+                "--launch: unknown node `{name}`; the cluster's nodes are {}",
+                node_list(&cluster)
+            ),
+        },
+    };
+    if args.mt == 0 || args.lt > args.mt {
+        bail!("--lt {} --mt {}: need MT ≥ 1 and LT ≤ MT", args.lt, args.mt);
+    }
+    let config = GraphSimConfig {
+        balancer: args.balancer,
+        thresholds: Thresholds {
+            lt: args.lt,
+            mt: args.mt,
+        },
+        launch,
+        members: None,
+        check_interval: args.check_interval.0,
+        seed: args.seed,
+        message_cost: args.message_cost.0,
+    };
+    let result = simulate_graph(&cluster, &attributes, &latency, &workflow.workflow, &config)?;
+    if let Some(path) = &args.export {
+        std::fs::write(path, result.export_json()?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    match args.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&summary(&result))?),
+        Output::Table => print_result(&result),
+    }
+    Ok(())
+}
+
+fn node_list(cluster: &hetsched_core::Cluster) -> String {
+    let names: Vec<&str> = cluster.nodes.iter().map(|n| n.name.as_str()).collect();
+    if names.len() > 12 {
+        format!(
+            "{} … {}",
+            names[..6].join(", "),
+            names[names.len() - 3..].join(", ")
+        )
+    } else {
+        names.join(", ")
+    }
+}
+
+fn summary(r: &GraphResult) -> serde_json::Value {
+    serde_json::json!({
+        "balancer": r.balancer,
+        "makespan": r.makespan_s(),
+        "instances": r.instances.len(),
+        "messages": {
+            "total": r.messages.total,
+            "by_kind": r.messages.by_kind,
+            "launch_node": r.messages.launch_node,
+        },
+        "nodes": r.nodes.iter().map(|n| serde_json::json!({
+            "name": n.name,
+            "cores": n.cores,
+            "instances": n.instances_per_core.iter().sum::<u32>(),
+            "peak_instances": n.peak_instances,
+            "busy": n.busy_per_core.iter().map(|&b| to_secs(b)).sum::<f64>(),
+            "sent": n.sent,
+            "received": n.received,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn print_result(r: &GraphResult) {
+    println!(
+        "balancer {}: makespan {:.1} s, {} instances, {} messages ({} at the launch node {})",
+        r.balancer,
+        r.makespan_s(),
+        r.instances.len(),
+        r.messages.total,
+        r.messages.launch_node,
+        r.nodes[r.launch.index()].name,
+    );
+    let kinds: Vec<String> = r
+        .messages
+        .by_kind
+        .iter()
+        .filter(|(_, c)| **c > 0)
+        .map(|(k, c)| format!("{k} {c}"))
+        .collect();
+    println!("messages by kind: {}", kinds.join(", "));
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED);
+    table.set_header([
+        "node",
+        "cores",
+        "speed",
+        "instances",
+        "per core",
+        "peak held",
+        "busy (% of makespan)",
+        "messages in/out",
+    ]);
+    let span = r.makespan.max(1) as f64;
+    for n in &r.nodes {
+        let done: u32 = n.instances_per_core.iter().sum();
+        let busy: u64 = n.busy_per_core.iter().sum();
+        table.add_row([
+            n.name.clone(),
+            n.cores.to_string(),
+            format!("{:.2}", n.core_speed),
+            done.to_string(),
+            format!("{:.1}", done as f64 / n.cores as f64),
+            n.peak_instances.to_string(),
+            format!("{:.0} %", busy as f64 / (span * n.cores as f64) * 100.0),
+            format!("{}/{}", n.received, n.sent),
+        ]);
+    }
+    println!("{table}");
+}
+
+/// Runs `sim pcddb-paper`.
+pub fn pcddb_paper_cmd(args: PcddbPaperArgs) -> anyhow::Result<()> {
+    if args.seeds.is_empty() {
+        bail!("--seeds: give at least one seed");
+    }
+    let report = pcddb_paper::run(&args.seeds)?;
+    if let Some(path) = &args.out {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    match args.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Output::Table => println!("{}", report.render_table()),
+    }
+    Ok(())
+}

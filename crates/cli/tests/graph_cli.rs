@@ -1,0 +1,223 @@
+//! `hetsched sim graph` and `hetsched sim pcddb-paper` as a user meets them: the real binary on the
+//! example files, the export document, and bad workflows refused with file, line and field.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn hetsched(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hetsched"))
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .expect("the hetsched binary runs")
+}
+
+/// An object's keys, sorted.
+fn keys(v: &serde_json::Value) -> Vec<String> {
+    let mut k: Vec<String> = v
+        .as_object()
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default();
+    k.sort();
+    k
+}
+
+const CLUSTER: &str = "examples/cluster-graph-small.toml";
+const WORKFLOW: &str = "examples/workflow-loop.toml";
+
+fn graph(workflow: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["sim", "graph", "--cluster", CLUSTER, "--workflow", workflow];
+    args.extend_from_slice(extra);
+    hetsched(&args)
+}
+
+fn temp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("hetsched-graph-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join(name)
+}
+
+#[test]
+fn the_export_lists_every_instance_node_and_message_counter() {
+    let path = temp("pcddb.json");
+    let p = path.display().to_string();
+    let out = graph(
+        WORKFLOW,
+        &[
+            "--balancer",
+            "pcddb",
+            "--lt",
+            "2",
+            "--mt",
+            "10",
+            "--launch",
+            "eight-1",
+            "--seed",
+            "3",
+            "--export",
+            &p,
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&path).expect("export written");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("export is JSON");
+    assert_eq!(keys(&doc), ["instances", "makespan", "messages", "nodes"]);
+    assert_eq!(keys(&doc["messages"]), ["by_kind", "launch_node", "total"]);
+    let instances = doc["instances"].as_array().expect("instances");
+    assert_eq!(instances.len(), 40 + 10 + 2, "A [p4]{{1-10}}, B ×10, C ×2");
+    for i in instances {
+        assert_eq!(
+            keys(i),
+            ["core", "end", "index", "node", "ready", "start", "task"]
+        );
+        assert!(
+            i["ready"].as_f64() <= i["start"].as_f64() && i["start"].as_f64() <= i["end"].as_f64()
+        );
+        if i["task"] == "C" {
+            assert_eq!(i["node"], "gpu", "C requires a GPU");
+        }
+    }
+    let nodes = doc["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 7);
+    for n in nodes {
+        assert_eq!(keys(n), ["cores", "name", "peak_instances"]);
+        let cores = n["cores"].as_u64().unwrap_or(0);
+        assert!(
+            n["peak_instances"].as_u64().unwrap_or(u64::MAX) <= 10 * cores,
+            "MT × cores: {n}"
+        );
+    }
+    let m = &doc["messages"];
+    assert_eq!(m["by_kind"]["result"], 52);
+    assert!(m["by_kind"]["request"].as_u64() > Some(0));
+    assert!(m["launch_node"].as_u64() <= m["total"].as_u64());
+    assert!(
+        doc["makespan"].as_f64() > Some(20.0),
+        "at least one A and one B and one C"
+    );
+    // Same seed, same bytes.
+    let again = temp("pcddb-again.json");
+    let a = again.display().to_string();
+    let out = graph(
+        WORKFLOW,
+        &[
+            "--balancer",
+            "pcddb",
+            "--launch",
+            "eight-1",
+            "--seed",
+            "3",
+            "--export",
+            &a,
+        ],
+    );
+    assert!(out.status.success());
+    assert_eq!(std::fs::read(&path).ok(), std::fs::read(&again).ok());
+}
+
+#[test]
+fn every_balancer_runs_and_prints_json() {
+    for balancer in ["static", "centralised", "pcddb"] {
+        let out = graph(WORKFLOW, &["--balancer", balancer, "--output", "json"]);
+        assert!(
+            out.status.success(),
+            "{balancer}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+        assert_eq!(v["balancer"], balancer);
+        assert_eq!(v["instances"], 52);
+    }
+}
+
+#[test]
+fn bad_workflows_are_refused_with_file_line_and_field() {
+    for (file, line, what) in [
+        (
+            "cycle.toml",
+            6,
+            "task[0].inputs: the data flow has a cycle: A → B → A",
+        ),
+        (
+            "missing-producer.toml",
+            5,
+            "task[0].inputs[0]: input `m` has no producer",
+        ),
+        (
+            "two-producers.toml",
+            11,
+            "task[1].outputs[0]: output `m` has two producers: task `A` and task `A2`",
+        ),
+        (
+            "bad-range.toml",
+            3,
+            "task[0].instances: bad range `10..=1`: it is empty",
+        ),
+        (
+            "unknown-requirement.toml",
+            5,
+            "task[0].requires[0]: unknown requirement `fpga`",
+        ),
+    ] {
+        let path = format!("tests/fixtures/workflow/{file}");
+        let out = graph(&path, &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{file}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{path}:{line}:")),
+            "{file}: {stderr}"
+        );
+        assert!(stderr.contains(what), "{file}: {stderr}");
+        assert!(!stderr.contains("panicked"));
+        assert!(out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn bad_options_say_what_is_wrong() {
+    let out = graph(WORKFLOW, &["--launch", "nowhere"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown node `nowhere`"));
+    let out = graph(WORKFLOW, &["--lt", "5", "--mt", "3"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("LT ≤ MT"));
+    let out = graph(WORKFLOW, &["--balancer", "round-robin"]);
+    assert_eq!(out.status.code(), Some(2), "clap refuses unknown balancers");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown balancer `round-robin`"));
+    let out = graph(
+        WORKFLOW,
+        &["--latency", "tests/fixtures/workflow/cycle.toml"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a workflow is not a latency file"
+    );
+}
+
+#[test]
+fn the_pcddb_paper_scenario_reports_the_papers_figures() {
+    let out = hetsched(&["sim", "pcddb-paper", "--seeds", "1", "--output", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        v["deployment_cores"], 52,
+        "Sc2: 14 dual-core + 3 eight-core nodes"
+    );
+    assert_eq!(v["launch_fewer_messages"], true);
+    assert_eq!(v["per_core"][0]["paper_mean"], 34.0);
+    assert_eq!(v["run_time"].as_array().map(Vec::len), Some(12));
+    assert_eq!(v["speedup"].as_array().map(Vec::len), Some(20));
+}

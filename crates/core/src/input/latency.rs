@@ -1,0 +1,148 @@
+//! Latency files (TOML): the one-way message latency between nodes of a cluster, for the graph
+//! simulator and proximity clustering (spec 05 §2). See `examples/latency-pcddb-paper.toml`.
+//!
+//! ```toml
+//! default = "200us"          # optional: every pair not listed below
+//! [[group]]                  # every pair of nodes inside the group
+//! nodes = ["dual-1", "dual-2", "dual-3"]
+//! latency = "50us"
+//! [[pair]]                   # one pair (both directions)
+//! between = ["dual-1", "eight-1"]
+//! latency = "120us"
+//! ```
+//!
+//! Entries apply in file order, so a later `group` or `pair` overrides an earlier one. Without
+//! `default`, unlisted pairs keep the cluster's own figures ([`LatencyMatrix::from_cluster`]:
+//! same rack = mean of the two nodes' `latency`, different racks = their sum).
+
+use super::cluster::at;
+use super::units::Duration;
+use super::{InputError, Source};
+use crate::model::Cluster;
+use crate::model::latency::LatencyMatrix;
+use serde::Deserialize;
+use serde_spanned::Spanned;
+use std::collections::HashMap;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LatencyFile {
+    default: Option<Duration>,
+    #[serde(default)]
+    group: Vec<GroupSpec>,
+    #[serde(default)]
+    pair: Vec<PairSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GroupSpec {
+    nodes: Vec<Spanned<String>>,
+    latency: Duration,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PairSpec {
+    between: Spanned<Vec<Spanned<String>>>,
+    latency: Duration,
+}
+
+/// Parses a latency file for `cluster` (node names must be the cluster's).
+pub fn parse_latency(
+    origin: &str,
+    text: &str,
+    cluster: &Cluster,
+) -> Result<LatencyMatrix, InputError> {
+    let src = Source::new(origin, text);
+    let file: LatencyFile = src.parse_toml()?;
+    let index: HashMap<&str, usize> = cluster
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.id.index()))
+        .collect();
+    let lookup = |name: &Spanned<String>, field: String| {
+        index.get(name.get_ref().as_str()).copied().ok_or_else(|| {
+            src.error(
+                at(name),
+                Some(field),
+                format!("unknown node `{}`: not in the cluster file", name.get_ref()),
+            )
+        })
+    };
+    let mut m = match file.default {
+        Some(d) => LatencyMatrix::uniform(cluster.nodes.len(), d.0),
+        None => LatencyMatrix::from_cluster(cluster),
+    };
+    for (g, group) in file.group.iter().enumerate() {
+        let members = group
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(k, n)| lookup(n, format!("group[{g}].nodes[{k}]")))
+            .collect::<Result<Vec<_>, _>>()?;
+        for &a in &members {
+            for &b in &members {
+                m.set(a, b, group.latency.0);
+            }
+        }
+    }
+    for (p, pair) in file.pair.iter().enumerate() {
+        let names = pair.between.get_ref();
+        if names.len() != 2 {
+            return Err(src.error(
+                at(&pair.between),
+                Some(format!("pair[{p}].between")),
+                format!("expected two node names, found {}", names.len()),
+            ));
+        }
+        let a = lookup(&names[0], format!("pair[{p}].between[0]"))?;
+        let b = lookup(&names[1], format!("pair[{p}].between[1]"))?;
+        m.set(a, b, pair.latency.0);
+    }
+    Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::input::cluster::parse_cluster;
+
+    fn cluster() -> Cluster {
+        parse_cluster(
+            "c.toml",
+            "[[node]]\nname = \"a\"\ncount = 3\ncores = 2\nlatency = \"100us\"\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn groups_and_pairs_override_the_default_in_order() {
+        let m = parse_latency(
+            "l.toml",
+            "default = \"1ms\"\n[[group]]\nnodes = [\"a-1\", \"a-2\", \"a-3\"]\nlatency = \"50us\"\n[[pair]]\nbetween = [\"a-1\", \"a-3\"]\nlatency = \"80us\"\n",
+            &cluster(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(m.get(0, 1), 50_000);
+        assert_eq!(m.get(2, 0), 80_000);
+        assert_eq!(m.get(1, 1), 0);
+        let d = parse_latency("l.toml", "", &cluster()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(d.get(0, 2), 100_000, "same rack: mean of the two");
+    }
+
+    #[test]
+    fn unknown_nodes_are_located() {
+        let e = parse_latency(
+            "l.toml",
+            "[[pair]]\nbetween = [\"a-1\", \"b-9\"]\nlatency = \"1ms\"\n",
+            &cluster(),
+        )
+        .err()
+        .map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some("l.toml:2:19: pair[0].between[1]: unknown node `b-9`: not in the cluster file")
+        );
+    }
+}

@@ -1,0 +1,610 @@
+//! Workflow files (TOML): tasks of component instances whose dependencies come from the data flow
+//! (spec 05 §3). See `examples/workflow-loop.toml` for a commented example.
+//!
+//! ```toml
+//! [[task]]
+//! name = "A"
+//! component = "Interp"      # optional, for reports
+//! instances = "1..=10"      # an argument range: one instance per value (or an integer count)
+//! processes = 4             # optional: MPI-style multiplier, instances × processes
+//! cost = "20s"              # per instance on a 1.0-speed core, or { mean = "20s", cv = 0.5 }
+//! requires = ["gpu"]        # optional: only nodes with these attributes accept it
+//! outputs = ["m"]
+//! [[task]]
+//! name = "B"
+//! instances = "1..=10"
+//! cost = "5s"
+//! inputs = ["m"]
+//! ```
+//!
+//! [`parse_workflow`] checks everything one file can tell (ranges, costs, one producer per output,
+//! a producer for every input, no cycles) and derives the dependencies;
+//! [`ParsedWorkflow::check_requirements`] checks `requires` against the attributes a cluster
+//! offers. The runtime reads the same file; its extra fields (a command, an environment) are new
+//! optional fields of [`TaskSpec`], so the simulator and the runtime keep one parser.
+
+use super::cluster::at;
+use super::units::Duration;
+use super::{InputError, Source};
+use crate::model::workflow::{ArgRange, Cost, Dependency, DependencyKind, Workflow, WorkflowTask};
+use serde::{Deserialize, Serialize};
+use serde_spanned::Spanned;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// Most instances one task may declare (values × processes); beyond this a typo is likelier than
+/// a real workflow.
+pub const MAX_TASK_INSTANCES: u64 = 100_000_000;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkflowFile {
+    #[serde(default)]
+    task: Vec<TaskSpec>,
+}
+
+/// A task as written. Fields the runtime will need later (a command, an environment) are added
+/// here as optional fields.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskSpec {
+    /// Unique name.
+    pub name: Spanned<String>,
+    /// Component (reports only).
+    pub component: Option<String>,
+    /// `"a..=b"`, `"a..b"` or an integer count N (the values 1..=N).
+    pub instances: Spanned<toml::Value>,
+    /// MPI-style processes per argument value.
+    #[serde(default = "one")]
+    pub processes: Spanned<u32>,
+    /// `"20s"`, a number of seconds, or `{ mean = "20s", cv = 0.5 }`.
+    pub cost: Spanned<toml::Value>,
+    /// Node attributes an instance needs.
+    #[serde(default)]
+    pub requires: Vec<Spanned<String>>,
+    /// Data items consumed.
+    #[serde(default)]
+    pub inputs: Vec<Spanned<String>>,
+    /// Data items produced.
+    #[serde(default)]
+    pub outputs: Vec<Spanned<String>>,
+}
+
+fn one() -> Spanned<u32> {
+    Spanned::new(0..0, 1)
+}
+
+/// A parsed workflow: the model, and the text as written so later checks can still point at the
+/// line that is wrong.
+#[derive(Clone, Debug)]
+pub struct ParsedWorkflow {
+    /// Where the text came from.
+    pub origin: String,
+    /// The text.
+    pub text: String,
+    /// Tasks as written.
+    pub specs: Vec<TaskSpec>,
+    /// The checked model with its derived dependencies.
+    pub workflow: Workflow,
+}
+
+/// Parses a workflow file, derives the dependencies from the data flow and checks them.
+pub fn parse_workflow(origin: &str, text: &str) -> Result<ParsedWorkflow, InputError> {
+    let src = Source::new(origin, text);
+    let file: WorkflowFile = src.parse_toml()?;
+    if file.task.is_empty() {
+        return Err(src.error(
+            None,
+            Some("task".into()),
+            "no tasks: add at least one [[task]] table",
+        ));
+    }
+    let mut names: HashMap<&str, usize> = HashMap::new();
+    let mut tasks = Vec::with_capacity(file.task.len());
+    for (i, t) in file.task.iter().enumerate() {
+        let field = |f: &str| Some(format!("task[{i}].{f}"));
+        let name = t.name.get_ref();
+        if name.trim().is_empty() {
+            return Err(src.error(at(&t.name), field("name"), "must not be empty"));
+        }
+        if let Some(first) = names.insert(name, i) {
+            return Err(src.error(
+                at(&t.name),
+                field("name"),
+                format!("task `{name}` is declared twice (first as task[{first}])"),
+            ));
+        }
+        let args = arg_range(&src, &t.instances, &format!("task[{i}].instances"))?;
+        let processes = *t.processes.get_ref();
+        if processes == 0 {
+            return Err(src.error(at(&t.processes), field("processes"), "must be at least 1"));
+        }
+        if args.len().saturating_mul(processes as u64) > MAX_TASK_INSTANCES {
+            return Err(src.error(
+                at(&t.instances),
+                field("instances"),
+                format!(
+                    "{} values × {processes} processes is more than {MAX_TASK_INSTANCES} instances",
+                    args.len()
+                ),
+            ));
+        }
+        let cost = cost(&src, &t.cost, &format!("task[{i}].cost"))?;
+        for (j, r) in t.requires.iter().enumerate() {
+            if r.get_ref().trim().is_empty() {
+                return Err(src.error(
+                    at(r),
+                    field(&format!("requires[{j}]")),
+                    "must not be empty",
+                ));
+            }
+        }
+        tasks.push(WorkflowTask {
+            name: name.clone(),
+            component: t.component.clone(),
+            args,
+            processes,
+            cost,
+            requires: t.requires.iter().map(|r| r.get_ref().clone()).collect(),
+            inputs: t.inputs.iter().map(|r| r.get_ref().clone()).collect(),
+            outputs: t.outputs.iter().map(|r| r.get_ref().clone()).collect(),
+            depends_on: Vec::new(),
+        });
+    }
+
+    // One producer per data item.
+    let mut producer: HashMap<&str, usize> = HashMap::new();
+    for (i, t) in file.task.iter().enumerate() {
+        for (j, o) in t.outputs.iter().enumerate() {
+            if let Some(&first) = producer.get(o.get_ref().as_str()) {
+                let message = if first == i {
+                    format!("output `{}` is listed twice", o.get_ref())
+                } else {
+                    format!(
+                        "output `{}` has two producers: task `{}` and task `{}`",
+                        o.get_ref(),
+                        file.task[first].name.get_ref(),
+                        t.name.get_ref()
+                    )
+                };
+                return Err(src.error(at(o), Some(format!("task[{i}].outputs[{j}]")), message));
+            }
+            producer.insert(o.get_ref(), i);
+        }
+    }
+
+    // Dependencies from the data flow.
+    for (i, t) in file.task.iter().enumerate() {
+        let mut deps: Vec<Dependency> = Vec::new();
+        for (j, input) in t.inputs.iter().enumerate() {
+            let Some(&p) = producer.get(input.get_ref().as_str()) else {
+                return Err(src.error(
+                    at(input),
+                    Some(format!("task[{i}].inputs[{j}]")),
+                    format!(
+                        "input `{}` has no producer: no task lists it in `outputs`",
+                        input.get_ref()
+                    ),
+                ));
+            };
+            match deps.iter_mut().find(|d| d.producer == p) {
+                Some(d) => d.data.push(input.get_ref().clone()),
+                None => deps.push(Dependency {
+                    producer: p,
+                    data: vec![input.get_ref().clone()],
+                    kind: if tasks[p].args == tasks[i].args {
+                        DependencyKind::InstanceWise
+                    } else {
+                        DependencyKind::All
+                    },
+                }),
+            }
+        }
+        tasks[i].depends_on = deps;
+    }
+
+    if let Some(cycle) = find_cycle(&tasks) {
+        let first = cycle[0];
+        let path: Vec<&str> = cycle
+            .iter()
+            .chain(std::iter::once(&first))
+            .map(|&k| tasks[k].name.as_str())
+            .collect();
+        let span = file.task[first]
+            .inputs
+            .first()
+            .and_then(at)
+            .or_else(|| at(&file.task[first].name));
+        return Err(src.error(
+            span,
+            Some(format!("task[{first}].inputs")),
+            format!(
+                "the data flow has a cycle: {} (a task cannot wait for its own results)",
+                path.join(" → ")
+            ),
+        ));
+    }
+
+    Ok(ParsedWorkflow {
+        origin: origin.to_string(),
+        text: text.to_string(),
+        specs: file.task,
+        workflow: Workflow { tasks },
+    })
+}
+
+/// A cycle of tasks (each waits for the next, the last for the first), starting at its task that
+/// comes first in the file; `None` when the graph is acyclic.
+fn find_cycle(tasks: &[WorkflowTask]) -> Option<Vec<usize>> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        OnPath,
+        Done,
+    }
+    let mut mark = vec![Mark::New; tasks.len()];
+    for root in 0..tasks.len() {
+        if mark[root] != Mark::New {
+            continue;
+        }
+        // Iterative DFS along "waits for" edges; `path` is the current chain.
+        let mut path: Vec<(usize, usize)> = vec![(root, 0)];
+        mark[root] = Mark::OnPath;
+        while let Some(&mut (node, ref mut next)) = path.last_mut() {
+            if let Some(dep) = tasks[node].depends_on.get(*next) {
+                *next += 1;
+                let p = dep.producer;
+                match mark[p] {
+                    Mark::New => {
+                        mark[p] = Mark::OnPath;
+                        path.push((p, 0));
+                    }
+                    Mark::OnPath => {
+                        let from = path.iter().position(|&(n, _)| n == p).unwrap_or(0);
+                        // The chain runs consumer → producer; report it in data-flow order
+                        // (producer → consumer) and start at the earliest task in the file.
+                        let mut cycle: Vec<usize> = path[from..].iter().map(|&(n, _)| n).collect();
+                        cycle.reverse();
+                        let min = cycle
+                            .iter()
+                            .enumerate()
+                            .min_by_key(|&(_, &t)| t)
+                            .map_or(0, |(k, _)| k);
+                        cycle.rotate_left(min);
+                        return Some(cycle);
+                    }
+                    Mark::Done => {}
+                }
+            } else {
+                mark[node] = Mark::Done;
+                path.pop();
+            }
+        }
+    }
+    None
+}
+
+fn arg_range(
+    src: &Source<'_>,
+    value: &Spanned<toml::Value>,
+    field: &str,
+) -> Result<ArgRange, InputError> {
+    let bad = |msg: String| src.error(at(value), Some(field.to_string()), msg);
+    match value.get_ref() {
+        toml::Value::Integer(n) if *n >= 1 => Ok(ArgRange { start: 1, end: *n }),
+        toml::Value::Integer(n) => Err(bad(format!(
+            "bad range: a count must be at least 1, found {n}"
+        ))),
+        toml::Value::String(s) => {
+            let text = s.trim();
+            let (lo, hi, inclusive) = if let Some((lo, hi)) = text.split_once("..=") {
+                (lo, hi, true)
+            } else if let Some((lo, hi)) = text.split_once("..") {
+                (lo, hi, false)
+            } else {
+                return Err(bad(format!(
+                    "bad range `{s}`: expected \"a..=b\", \"a..b\" or an integer count"
+                )));
+            };
+            let parse = |x: &str| {
+                x.trim()
+                    .parse::<i64>()
+                    .map_err(|_| bad(format!("bad range `{s}`: `{}` is not an integer", x.trim())))
+            };
+            let (start, hi) = (parse(lo)?, parse(hi)?);
+            let end = if inclusive {
+                hi
+            } else {
+                hi.checked_sub(1)
+                    .ok_or_else(|| bad(format!("bad range `{s}`: out of bounds")))?
+            };
+            if end < start {
+                return Err(bad(format!("bad range `{s}`: it is empty")));
+            }
+            if end.checked_sub(start).is_none() {
+                return Err(bad(format!("bad range `{s}`: too large")));
+            }
+            Ok(ArgRange { start, end })
+        }
+        other => Err(bad(format!(
+            "bad range: expected \"a..=b\" or an integer count, found a {}",
+            other.type_str()
+        ))),
+    }
+}
+
+fn cost(src: &Source<'_>, value: &Spanned<toml::Value>, field: &str) -> Result<Cost, InputError> {
+    let bad = |f: &str, msg: String| src.error(at(value), Some(format!("{field}{f}")), msg);
+    let duration = |v: &toml::Value, f: &str| -> Result<Duration, InputError> {
+        let d: Duration = v
+            .clone()
+            .try_into()
+            .map_err(|e: toml::de::Error| bad(f, e.message().trim().to_string()))?;
+        if d.0 == 0 {
+            return Err(bad(f, "must be positive".into()));
+        }
+        Ok(d)
+    };
+    match value.get_ref() {
+        toml::Value::Table(t) => {
+            let keys: BTreeSet<&str> = t.keys().map(String::as_str).collect();
+            if let Some(k) = keys.iter().find(|k| !matches!(**k, "mean" | "cv")) {
+                return Err(bad(
+                    &format!(".{k}"),
+                    format!("unknown field `{k}`, expected `mean` or `cv`"),
+                ));
+            }
+            let mean = t
+                .get("mean")
+                .ok_or_else(|| bad(".mean", "missing: the mean cost, e.g. \"20s\"".into()))?;
+            let mean = duration(mean, ".mean")?;
+            let cv = match t.get("cv") {
+                None => 0.0,
+                Some(toml::Value::Float(f)) => *f,
+                Some(toml::Value::Integer(n)) => *n as f64,
+                Some(v) => {
+                    return Err(bad(
+                        ".cv",
+                        format!("expected a number, found a {}", v.type_str()),
+                    ));
+                }
+            };
+            if !(cv.is_finite() && cv >= 0.0) {
+                return Err(bad(".cv", "must be a non-negative number".into()));
+            }
+            Ok(if cv == 0.0 {
+                Cost::Fixed(mean.0)
+            } else {
+                Cost::LogNormal { mean: mean.0, cv }
+            })
+        }
+        v => Ok(Cost::Fixed(duration(v, "")?.0)),
+    }
+}
+
+impl ParsedWorkflow {
+    /// Checks that every requirement is offered by at least one node: `offered` maps each
+    /// attribute to the nodes that have it.
+    pub fn check_requirements(&self, offered: &BTreeMap<String, usize>) -> Result<(), InputError> {
+        let src = Source::new(&self.origin, &self.text);
+        for (i, t) in self.specs.iter().enumerate() {
+            for (j, r) in t.requires.iter().enumerate() {
+                if !offered.contains_key(r.get_ref()) {
+                    let known: Vec<&str> = offered.keys().map(String::as_str).collect();
+                    return Err(src.error(
+                        at(r),
+                        Some(format!("task[{i}].requires[{j}]")),
+                        format!(
+                            "unknown requirement `{}`: no node of the cluster has it (attributes offered: {})",
+                            r.get_ref(),
+                            if known.is_empty() {
+                                "none".to_string()
+                            } else {
+                                known.join(", ")
+                            }
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<ParsedWorkflow, InputError> {
+        parse_workflow("wf.toml", text)
+    }
+
+    fn error(text: &str) -> String {
+        match parse(text) {
+            Ok(_) => panic!("accepted:\n{text}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn the_loop_example_gives_instance_wise_dependencies() {
+        let w = parse(
+            r#"
+[[task]]
+name = "A"
+component = "Interp"
+instances = "1..=10"
+processes = 4
+cost = "20s"
+outputs = ["m"]
+[[task]]
+name = "B"
+instances = "1..=10"
+cost = { mean = "5s", cv = 0.5 }
+inputs = ["m"]
+"#,
+        )
+        .map(|p| p.workflow)
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(w.tasks[0].instances(), 40, "[p4]{{1-10}} is 40 instances");
+        assert_eq!(w.tasks[1].instances(), 10);
+        assert_eq!(
+            w.tasks[1].depends_on,
+            vec![Dependency {
+                producer: 0,
+                data: vec!["m".into()],
+                kind: DependencyKind::InstanceWise
+            }]
+        );
+        assert_eq!(
+            w.tasks[1].cost,
+            Cost::LogNormal {
+                mean: 5_000_000_000,
+                cv: 0.5
+            }
+        );
+        assert_eq!(w.total_instances(), 50);
+    }
+
+    #[test]
+    fn different_ranges_wait_for_every_producer_instance() {
+        let w = parse(
+            r#"
+[[task]]
+name = "A"
+instances = 10
+cost = 1
+outputs = ["m"]
+[[task]]
+name = "B"
+instances = "0..10"
+cost = "1s"
+inputs = ["m"]
+"#,
+        )
+        .map(|p| p.workflow)
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(w.tasks[0].args, ArgRange { start: 1, end: 10 });
+        assert_eq!(w.tasks[1].args, ArgRange { start: 0, end: 9 });
+        assert_eq!(w.tasks[1].depends_on[0].kind, DependencyKind::All);
+    }
+
+    #[test]
+    fn a_cycle_is_named_at_its_first_task() {
+        let e = error(
+            r#"[[task]]
+name = "A"
+instances = 1
+cost = "1s"
+inputs = ["c"]
+outputs = ["a"]
+[[task]]
+name = "B"
+instances = 1
+cost = "1s"
+inputs = ["a"]
+outputs = ["b"]
+[[task]]
+name = "C"
+instances = 1
+cost = "1s"
+inputs = ["b"]
+outputs = ["c"]
+"#,
+        );
+        assert_eq!(
+            e,
+            "wf.toml:5:11: task[0].inputs: the data flow has a cycle: A → B → C → A (a task cannot wait for its own results)"
+        );
+    }
+
+    #[test]
+    fn a_task_reading_its_own_output_is_a_cycle() {
+        let e = error(
+            "[[task]]\nname = \"A\"\ninstances = 1\ncost = \"1s\"\ninputs = [\"a\"]\noutputs = [\"a\"]\n",
+        );
+        assert!(e.contains("cycle: A → A"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_producer_points_at_the_input() {
+        let e = error(
+            "[[task]]\nname = \"B\"\ninstances = 1\ncost = \"1s\"\ninputs = [\"x\", \"m\"]\n",
+        );
+        assert_eq!(
+            e,
+            "wf.toml:5:11: task[0].inputs[0]: input `x` has no producer: no task lists it in `outputs`"
+        );
+    }
+
+    #[test]
+    fn two_producers_of_one_output_are_refused_at_the_second() {
+        let e = error(
+            "[[task]]\nname = \"A\"\ninstances = 1\ncost = \"1s\"\noutputs = [\"m\"]\n\
+             [[task]]\nname = \"B\"\ninstances = 1\ncost = \"1s\"\noutputs = [\"m\"]\n",
+        );
+        assert_eq!(
+            e,
+            "wf.toml:10:12: task[1].outputs[0]: output `m` has two producers: task `A` and task `B`"
+        );
+    }
+
+    #[test]
+    fn bad_ranges_say_what_is_wrong() {
+        for (range, why) in [
+            ("\"5..=1\"", "it is empty"),
+            ("\"3..3\"", "it is empty"),
+            ("\"1-10\"", "expected \"a..=b\""),
+            ("\"a..=3\"", "`a` is not an integer"),
+            ("0", "a count must be at least 1"),
+            ("1.5", "found a float"),
+        ] {
+            let e = error(&format!(
+                "[[task]]\nname = \"A\"\ninstances = {range}\ncost = \"1s\"\n"
+            ));
+            assert!(
+                e.starts_with("wf.toml:3:13: task[0].instances: bad range"),
+                "{e}"
+            );
+            assert!(e.contains(why), "{range}: {e}");
+        }
+    }
+
+    #[test]
+    fn bad_costs_and_fields_are_located() {
+        let e = error("[[task]]\nname = \"A\"\ninstances = 1\ncost = \"fast\"\n");
+        assert!(
+            e.starts_with("wf.toml:4:8: task[0].cost: invalid duration"),
+            "{e}"
+        );
+        let e = error("[[task]]\nname = \"A\"\ninstances = 1\ncost = { mean = \"1s\", cv = -1 }\n");
+        assert!(e.starts_with("wf.toml:4:8: task[0].cost.cv:"), "{e}");
+        let e = error("[[task]]\nname = \"A\"\ninstances = 1\ncost = \"1s\"\noutput = [\"m\"]\n");
+        assert!(e.starts_with("wf.toml:5:1:"), "{e}");
+        assert!(e.contains("unknown field `output`"), "{e}");
+        let e = error("[[task]]\nname = \"A\"\ninstances = 1\ncost = \"1s\"\nprocesses = 0\n");
+        assert!(e.starts_with("wf.toml:5:13: task[0].processes"), "{e}");
+        let e = error(
+            "[[task]]\nname = \"A\"\ninstances = 1\ncost = \"1s\"\n[[task]]\nname = \"A\"\ninstances = 1\ncost = \"1s\"\n",
+        );
+        assert!(e.contains("task `A` is declared twice"), "{e}");
+        assert!(error("").contains("no tasks"));
+    }
+
+    #[test]
+    fn an_unknown_requirement_names_what_the_cluster_offers() {
+        let p = parse(
+            "[[task]]\nname = \"A\"\ninstances = 1\ncost = \"1s\"\nrequires = [\"gpu\", \"fpga\"]\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let offered = BTreeMap::from([("gpu".to_string(), 2), ("bigmem".to_string(), 1)]);
+        let e = p.check_requirements(&offered).err().map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some(
+                "wf.toml:5:20: task[0].requires[1]: unknown requirement `fpga`: no node of the cluster has it (attributes offered: bigmem, gpu)"
+            )
+        );
+        let offered = BTreeMap::from([("gpu".to_string(), 2), ("fpga".to_string(), 1)]);
+        assert!(p.check_requirements(&offered).is_ok());
+    }
+}

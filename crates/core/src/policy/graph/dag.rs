@@ -1,0 +1,227 @@
+//! Instance readiness: the launch node's task manager marks an instance ready when every producer
+//! instance it waits for has finished (spec 05 §3; §2.4 event 2). Instances are numbered densely in
+//! task order, and within a task by argument value then process: index = value_position ×
+//! processes + process.
+//!
+//! An all-to-all dependency is counted once per producer *task* (not per producer instance), so a
+//! million-instance workflow never materialises a quadratic edge list.
+
+use super::{AttrMask, InstanceId, Wanted};
+use crate::model::workflow::{DependencyKind, Workflow};
+use thiserror::Error;
+
+/// A driver reported something the graph cannot accept.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum GraphError {
+    /// The instance id is beyond the workflow.
+    #[error("instance {0} does not exist")]
+    Unknown(u32),
+    /// A result for an instance that already finished: it ran twice.
+    #[error("instance {0} finished twice")]
+    FinishedTwice(u32),
+    /// A result for an instance that was never ready.
+    #[error("instance {0} finished before it was ready")]
+    NotReady(u32),
+}
+
+/// The workflow's instances and what each still waits for.
+#[derive(Clone, Debug)]
+pub struct InstanceGraph {
+    /// First instance of each task; `offset[tasks]` = total.
+    offset: Vec<u32>,
+    processes: Vec<u32>,
+    requires: Vec<AttrMask>,
+    /// Consumers of each task and how they wait.
+    consumers: Vec<Vec<(usize, DependencyKind)>>,
+    /// Producer instances (or all-to-all producer tasks) each instance still waits for.
+    waiting: Vec<u32>,
+    /// Unfinished instances per task.
+    task_left: Vec<u32>,
+    state: Vec<State>,
+    finished: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Waiting,
+    Ready,
+    Finished,
+}
+
+impl InstanceGraph {
+    /// The graph of `workflow`; `requires[t]` is task t's attribute mask.
+    pub fn new(workflow: &Workflow, requires: &[AttrMask]) -> Self {
+        let mut offset = Vec::with_capacity(workflow.tasks.len() + 1);
+        let mut total: u32 = 0;
+        for t in &workflow.tasks {
+            offset.push(total);
+            total = total.saturating_add(t.instances().min(u32::MAX as u64) as u32);
+        }
+        offset.push(total);
+        let mut consumers = vec![Vec::new(); workflow.tasks.len()];
+        let mut waiting = vec![0u32; total as usize];
+        for (c, t) in workflow.tasks.iter().enumerate() {
+            let per_instance: u32 = t
+                .depends_on
+                .iter()
+                .map(|d| match d.kind {
+                    DependencyKind::InstanceWise => workflow.tasks[d.producer].processes,
+                    DependencyKind::All => 1,
+                })
+                .sum();
+            for w in &mut waiting[offset[c] as usize..offset[c + 1] as usize] {
+                *w = per_instance;
+            }
+            for d in &t.depends_on {
+                consumers[d.producer].push((c, d.kind));
+            }
+        }
+        Self {
+            processes: workflow.tasks.iter().map(|t| t.processes).collect(),
+            requires: (0..workflow.tasks.len())
+                .map(|t| requires.get(t).copied().unwrap_or(0))
+                .collect(),
+            task_left: (0..workflow.tasks.len())
+                .map(|t| offset[t + 1] - offset[t])
+                .collect(),
+            consumers,
+            waiting,
+            state: vec![State::Waiting; total as usize],
+            finished: 0,
+            offset,
+        }
+    }
+
+    /// Number of instances.
+    pub fn len(&self) -> u32 {
+        *self.offset.last().unwrap_or(&0)
+    }
+
+    /// Whether the workflow has no instances.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Instances finished so far.
+    pub fn finished(&self) -> u64 {
+        self.finished
+    }
+
+    /// Whether every instance finished.
+    pub fn all_finished(&self) -> bool {
+        self.finished == self.len() as u64
+    }
+
+    /// (task, index within the task) of an instance.
+    pub fn task_of(&self, id: InstanceId) -> (usize, u32) {
+        let t = self
+            .offset
+            .partition_point(|&o| o <= id.0)
+            .saturating_sub(1);
+        (t, id.0 - self.offset[t])
+    }
+
+    /// The instance as it travels in a request.
+    pub fn wanted(&self, id: InstanceId) -> Wanted {
+        Wanted {
+            instance: id,
+            requires: self.requires[self.task_of(id).0],
+        }
+    }
+
+    /// Every instance whose producers are all finished at the start, marked ready, in id order.
+    pub fn start(&mut self) -> Vec<InstanceId> {
+        let mut ready = Vec::new();
+        for i in 0..self.len() {
+            if self.waiting[i as usize] == 0 && self.state[i as usize] == State::Waiting {
+                self.state[i as usize] = State::Ready;
+                ready.push(InstanceId(i));
+            }
+        }
+        ready
+    }
+
+    /// Records that `id` finished; returns the instances this makes ready, in id order.
+    pub fn finish(&mut self, id: InstanceId) -> Result<Vec<InstanceId>, GraphError> {
+        let i = id.0 as usize;
+        match self.state.get(i) {
+            None => return Err(GraphError::Unknown(id.0)),
+            Some(State::Finished) => return Err(GraphError::FinishedTwice(id.0)),
+            Some(State::Waiting) => return Err(GraphError::NotReady(id.0)),
+            Some(State::Ready) => {}
+        }
+        self.state[i] = State::Finished;
+        self.finished += 1;
+        let (t, index) = self.task_of(id);
+        self.task_left[t] -= 1;
+        let value_pos = index / self.processes[t];
+        let mut ready = Vec::new();
+        for k in 0..self.consumers[t].len() {
+            let (c, kind) = self.consumers[t][k];
+            let range = match kind {
+                DependencyKind::InstanceWise => {
+                    let pc = self.processes[c];
+                    let first = self.offset[c] + value_pos * pc;
+                    first..first + pc
+                }
+                DependencyKind::All if self.task_left[t] == 0 => self.offset[c]..self.offset[c + 1],
+                DependencyKind::All => continue,
+            };
+            for j in range {
+                let w = &mut self.waiting[j as usize];
+                *w = w.saturating_sub(1);
+                if *w == 0 && self.state[j as usize] == State::Waiting {
+                    self.state[j as usize] = State::Ready;
+                    ready.push(InstanceId(j));
+                }
+            }
+        }
+        Ok(ready)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::input::workflow::parse_workflow;
+
+    fn graph(text: &str) -> InstanceGraph {
+        let w = parse_workflow("wf.toml", text)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .workflow;
+        InstanceGraph::new(&w, &[0; 8])
+    }
+
+    #[test]
+    fn in_the_loop_example_b_i_waits_for_the_four_processes_of_a_i() {
+        let mut g = graph(
+            "[[task]]\nname = \"A\"\ninstances = \"1..=10\"\nprocesses = 4\ncost = \"1s\"\noutputs = [\"m\"]\n\
+             [[task]]\nname = \"B\"\ninstances = \"1..=10\"\ncost = \"1s\"\ninputs = [\"m\"]\n",
+        );
+        assert_eq!(g.len(), 50);
+        assert_eq!(g.start().len(), 40, "all of A is ready at the start");
+        // A's instances for argument 3 are 8..12; B for argument 3 is 40 + 2.
+        for p in 8..11 {
+            assert_eq!(g.finish(InstanceId(p)), Ok(vec![]));
+        }
+        assert_eq!(g.finish(InstanceId(11)), Ok(vec![InstanceId(42)]));
+        assert_eq!(g.task_of(InstanceId(42)), (1, 2));
+        assert_eq!(g.finish(InstanceId(11)), Err(GraphError::FinishedTwice(11)));
+        assert_eq!(g.finish(InstanceId(45)), Err(GraphError::NotReady(45)));
+    }
+
+    #[test]
+    fn an_all_to_all_consumer_waits_for_the_last_producer() {
+        let mut g = graph(
+            "[[task]]\nname = \"A\"\ninstances = 3\ncost = \"1s\"\noutputs = [\"m\"]\n\
+             [[task]]\nname = \"B\"\ninstances = 2\ncost = \"1s\"\ninputs = [\"m\"]\n",
+        );
+        assert_eq!(g.start(), vec![InstanceId(0), InstanceId(1), InstanceId(2)]);
+        assert_eq!(g.finish(InstanceId(2)), Ok(vec![]));
+        assert_eq!(g.finish(InstanceId(0)), Ok(vec![]));
+        assert_eq!(
+            g.finish(InstanceId(1)),
+            Ok(vec![InstanceId(3), InstanceId(4)])
+        );
+    }
+}

@@ -1,0 +1,565 @@
+//! The graph simulator (spec 05): a workflow's instances placed by one of the core's balancers
+//! (`static`, `centralised`, `pcddb`) on nodes of different core counts and clock speeds.
+//!
+//! The simulator is only a driver: the placement logic is the core's state machines
+//! ([`hetsched_core::policy::graph`]). It delivers their messages after the latency matrix's
+//! one-way delay, fires every member's periodic self-check, runs the instances they start — one at
+//! a time per core, in the order each core received them, for `cost / core_speed` — and hands
+//! finished instances back to their node's agent, whose result message readies dependants at the
+//! launch node. Every message is counted by kind and by node.
+//!
+//! Deterministic: integer nanoseconds, ties broken by scheduling order, costs and self-check
+//! phases drawn from [`GraphSimConfig::seed`].
+
+pub mod export;
+
+use crate::engine::{EventQueue, Flow, Model, run};
+use hetsched_core::model::latency::LatencyMatrix;
+use hetsched_core::model::workflow::{Cost, Workflow};
+use hetsched_core::policy::graph::catalogue::NodeCatalogue;
+use hetsched_core::policy::graph::{
+    self, BalancerKind, GraphSetup, InstanceId, LaunchEvent, Manager, Message, NodeAgent,
+    NodeEvent, Outgoing, Thresholds,
+};
+use hetsched_core::time::{NANOS_PER_SEC, Time};
+use hetsched_core::{Cluster, NodeId};
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64;
+use std::collections::{BTreeMap, VecDeque};
+use thiserror::Error;
+
+/// Message kinds in the order reports list them.
+pub const MESSAGE_KINDS: [&str; 7] = [
+    "status", "request", "reply", "return", "result", "report", "dispatch",
+];
+
+/// Why a graph simulation cannot run or finish.
+#[derive(Debug, Error, PartialEq)]
+pub enum GraphSimError {
+    /// A setting is unusable.
+    #[error("{0}")]
+    Config(String),
+    /// Instances of a task need attributes no node of the deployment has.
+    #[error("task `{task}` requires {requires:?}, which no node of the deployment offers")]
+    Unplaceable {
+        /// The task.
+        task: String,
+        /// Its requirements.
+        requires: Vec<String>,
+    },
+    /// Nothing finished for far longer than any instance takes: the balancer will never finish.
+    #[error(
+        "no instance finished between t = {since_s:.3} s and t = {now_s:.3} s; {left} instances left"
+    )]
+    Stalled {
+        /// Last progress.
+        since_s: f64,
+        /// Now.
+        now_s: f64,
+        /// Instances not finished.
+        left: u64,
+    },
+}
+
+/// How to run a graph simulation.
+#[derive(Clone, Debug)]
+pub struct GraphSimConfig {
+    /// The balancer.
+    pub balancer: BalancerKind,
+    /// Per-core LT and MT (pcddb).
+    pub thresholds: Thresholds,
+    /// The launch node (task manager; the centralised dispatcher).
+    pub launch: NodeId,
+    /// The deployment: nodes the program may use (a proximity cluster); all nodes when `None`.
+    pub members: Option<Vec<NodeId>>,
+    /// Period of every node's self-check (pcddb) or monitoring report (centralised).
+    pub check_interval: Time,
+    /// Seed of instance costs and self-check phases.
+    pub seed: u64,
+    /// Time a node needs to handle one incoming message (its agent or task manager handles
+    /// messages one at a time, in the order they were sent). 0 = free and instant: the model then
+    /// has no central bottleneck.
+    pub message_cost: Time,
+}
+
+impl Default for GraphSimConfig {
+    fn default() -> Self {
+        Self {
+            balancer: BalancerKind::Pcddb,
+            thresholds: Thresholds::default(),
+            launch: NodeId(0),
+            members: None,
+            check_interval: NANOS_PER_SEC,
+            seed: 1,
+            message_cost: 0,
+        }
+    }
+}
+
+/// Everything about one node after a run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeOutcome {
+    /// Name.
+    pub name: String,
+    /// Cores.
+    pub cores: u32,
+    /// Relative core speed.
+    pub core_speed: f64,
+    /// Whether it was part of the deployment.
+    pub member: bool,
+    /// Most instances held at once.
+    pub peak_instances: u32,
+    /// Instances completed on each core.
+    pub instances_per_core: Vec<u32>,
+    /// Busy time of each core.
+    pub busy_per_core: Vec<Time>,
+    /// Messages this node sent.
+    pub sent: u64,
+    /// Messages this node received.
+    pub received: u64,
+}
+
+/// One instance's life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InstanceRecord {
+    /// Task index in the workflow.
+    pub task: u32,
+    /// Index within the task.
+    pub index: u32,
+    /// Node that ran it.
+    pub node: NodeId,
+    /// Core on that node.
+    pub core: u32,
+    /// When the launch node found it ready.
+    pub ready: Time,
+    /// When it started on its core.
+    pub start: Time,
+    /// When it ended.
+    pub end: Time,
+    /// How many times it was started (1 in a correct run).
+    pub runs: u32,
+}
+
+/// Message counters.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MessageCounts {
+    /// All messages.
+    pub total: u64,
+    /// By kind (every kind of [`MESSAGE_KINDS`], zeros included).
+    pub by_kind: BTreeMap<String, u64>,
+    /// Messages the launch node sent or received (its agent and its task manager together).
+    pub launch_node: u64,
+    /// Summed one-way latency of the balancing messages (status, request, reply, return): the
+    /// network time the protocol itself costs.
+    pub balancing_delay: Time,
+}
+
+/// The outcome of a graph simulation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GraphResult {
+    /// The balancer's name.
+    pub balancer: String,
+    /// Time the last instance ended.
+    pub makespan: Time,
+    /// Every instance, by instance id.
+    pub instances: Vec<InstanceRecord>,
+    /// Task names, by task index.
+    pub task_names: Vec<String>,
+    /// Every node of the cluster.
+    pub nodes: Vec<NodeOutcome>,
+    /// Message counters.
+    pub messages: MessageCounts,
+    /// The launch node.
+    pub launch: NodeId,
+}
+
+impl GraphResult {
+    /// Makespan in seconds.
+    pub fn makespan_s(&self) -> f64 {
+        self.makespan as f64 / NANOS_PER_SEC as f64
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    Start,
+    /// A message (slot in the in-flight slab) arrives.
+    Deliver(usize),
+    SelfCheck(u32),
+    Finish {
+        node: u32,
+        core: u32,
+    },
+}
+
+#[derive(Clone, Debug, Default)]
+struct Core {
+    queue: VecDeque<InstanceId>,
+    running: Option<InstanceId>,
+    done: u32,
+    busy: Time,
+}
+
+struct Sim<'a> {
+    agents: Vec<NodeAgent>,
+    manager: Manager,
+    cores: Vec<Vec<Core>>,
+    speed: Vec<f64>,
+    costs: Vec<Time>,
+    latency: &'a LatencyMatrix,
+    launch: NodeId,
+    in_flight: Vec<Option<Message>>,
+    free_slots: Vec<usize>,
+    records: Vec<InstanceRecord>,
+    total: u64,
+    check_interval: Time,
+    kind_counts: [u64; MESSAGE_KINDS.len()],
+    sent: Vec<u64>,
+    received: Vec<u64>,
+    launch_count: u64,
+    balancing_delay: Time,
+    message_cost: Time,
+    handler_free: Vec<Time>,
+    last_progress: Time,
+    stall_after: Time,
+    makespan: Time,
+    error: Option<GraphSimError>,
+}
+
+impl Sim<'_> {
+    fn apply(&mut self, at: NodeId, outs: Vec<Outgoing>, q: &mut EventQueue<Event>) {
+        let now = q.now();
+        for o in outs {
+            match o {
+                Outgoing::Send(m) => {
+                    let kind = MESSAGE_KINDS
+                        .iter()
+                        .position(|k| *k == m.body.kind())
+                        .unwrap_or(0);
+                    self.kind_counts[kind] += 1;
+                    self.sent[m.from.index()] += 1;
+                    self.received[m.to.index()] += 1;
+                    if m.from == self.launch || m.to == self.launch {
+                        self.launch_count += 1;
+                    }
+                    let delay = self.latency.get(m.from.index(), m.to.index());
+                    let m_to = m.to;
+                    // The first four kinds are the balancing protocol's own.
+                    if kind < 4 {
+                        self.balancing_delay += delay;
+                    }
+                    let slot = match self.free_slots.pop() {
+                        Some(s) => {
+                            self.in_flight[s] = Some(m);
+                            s
+                        }
+                        None => {
+                            self.in_flight.push(Some(m));
+                            self.in_flight.len() - 1
+                        }
+                    };
+                    // A node handles one message at a time: it is delivered when it has arrived
+                    // and the receiver has handled what was sent to it before.
+                    let to = m_to.index();
+                    let at = (now + delay).max(self.handler_free[to]) + self.message_cost;
+                    if self.message_cost > 0 {
+                        self.handler_free[to] = at;
+                    }
+                    q.schedule(at, Event::Deliver(slot));
+                }
+                Outgoing::Run { instance, core } => {
+                    let r = &mut self.records[instance.0 as usize];
+                    r.node = at;
+                    r.core = core;
+                    r.runs += 1;
+                    let c = &mut self.cores[at.index()][core as usize];
+                    c.queue.push_back(instance);
+                    if c.running.is_none() {
+                        self.start_next(at.index(), core as usize, q);
+                    }
+                }
+                Outgoing::Ready(id) => self.records[id.0 as usize].ready = now,
+            }
+        }
+    }
+
+    fn start_next(&mut self, node: usize, core: usize, q: &mut EventQueue<Event>) {
+        let c = &mut self.cores[node][core];
+        if let Some(i) = c.queue.pop_front() {
+            let d = ((self.costs[i.0 as usize] as f64) / self.speed[node]).ceil() as Time;
+            c.running = Some(i);
+            c.busy += d;
+            self.records[i.0 as usize].start = q.now();
+            q.schedule_in(
+                d,
+                Event::Finish {
+                    node: node as u32,
+                    core: core as u32,
+                },
+            );
+        }
+    }
+}
+
+impl Model for Sim<'_> {
+    type Event = Event;
+    type Error = GraphSimError;
+
+    fn handle(&mut self, event: Event, q: &mut EventQueue<Event>) -> Result<Flow, GraphSimError> {
+        let now = q.now();
+        match event {
+            Event::Start => {
+                let outs = self.manager.handle(LaunchEvent::Start, now);
+                self.apply(self.launch, outs, q);
+            }
+            Event::Deliver(slot) => {
+                let Some(m) = self.in_flight[slot].take() else {
+                    return Ok(Flow::Continue);
+                };
+                self.free_slots.push(slot);
+                let to = m.to;
+                let outs = if m.body.for_manager() && to == self.launch {
+                    self.manager.handle(LaunchEvent::Deliver(m), now)
+                } else {
+                    self.agents[to.index()].handle(NodeEvent::Deliver(m), now)
+                };
+                self.apply(to, outs, q);
+                if self.manager.finished() == self.total {
+                    self.makespan = self.makespan.max(now);
+                    return Ok(Flow::Stop);
+                }
+            }
+            Event::SelfCheck(n) => {
+                let outs = self.agents[n as usize].handle(NodeEvent::SelfCheck, now);
+                self.apply(NodeId(n), outs, q);
+                q.schedule_in(self.check_interval, Event::SelfCheck(n));
+                if now > self.last_progress.saturating_add(self.stall_after) {
+                    self.error = Some(GraphSimError::Stalled {
+                        since_s: self.last_progress as f64 / NANOS_PER_SEC as f64,
+                        now_s: now as f64 / NANOS_PER_SEC as f64,
+                        left: self.total - self.manager.finished(),
+                    });
+                    return Ok(Flow::Stop);
+                }
+            }
+            Event::Finish { node, core } => {
+                let c = &mut self.cores[node as usize][core as usize];
+                let Some(i) = c.running.take() else {
+                    return Ok(Flow::Continue);
+                };
+                c.done += 1;
+                self.records[i.0 as usize].end = now;
+                self.makespan = self.makespan.max(now);
+                self.last_progress = now;
+                let outs = self.agents[node as usize]
+                    .handle(NodeEvent::Finished { instance: i, core }, now);
+                self.apply(NodeId(node), outs, q);
+                self.start_next(node as usize, core as usize, q);
+            }
+        }
+        Ok(Flow::Continue)
+    }
+}
+
+/// One standard-normal draw (Box–Muller), truncated to ±4σ: a lognormal cost with cv = 1 and
+/// z = 5 is 60 times its median, and one such instance would decide the makespan of every
+/// balancer alike (the clipped tail has probability 6·10⁻⁵).
+fn standard_normal(rng: &mut Pcg64) -> f64 {
+    let u1: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+    let u2: f64 = rng.random();
+    ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()).clamp(-4.0, 4.0)
+}
+
+/// Every instance's cost, in instance order, drawn from `seed`.
+pub fn instance_costs(workflow: &Workflow, seed: u64) -> Vec<Time> {
+    let mut rng = Pcg64::seed_from_u64(seed ^ 0x5eed_c057);
+    let mut costs = Vec::with_capacity(workflow.total_instances() as usize);
+    for t in &workflow.tasks {
+        for _ in 0..t.instances() {
+            costs.push(match t.cost {
+                Cost::Fixed(c) => c,
+                c @ Cost::LogNormal { .. } => c.sample(standard_normal(&mut rng)),
+            });
+        }
+    }
+    costs
+}
+
+/// Simulates `workflow` on `cluster` (node `attributes` as [`hetsched_core::input::cluster::parse_node_attributes`]
+/// gives them) under `config`.
+pub fn simulate_graph(
+    cluster: &Cluster,
+    attributes: &[Vec<String>],
+    latency: &LatencyMatrix,
+    workflow: &Workflow,
+    config: &GraphSimConfig,
+) -> Result<GraphResult, GraphSimError> {
+    let n = cluster.nodes.len();
+    if latency.len() != n {
+        return Err(GraphSimError::Config(format!(
+            "the latency matrix has {} nodes, the cluster {n}",
+            latency.len()
+        )));
+    }
+    if config.launch.index() >= n {
+        return Err(GraphSimError::Config(format!(
+            "launch node {} is not in the cluster",
+            config.launch.0
+        )));
+    }
+    if config.check_interval == 0 {
+        return Err(GraphSimError::Config(
+            "the self-check interval must be positive".into(),
+        ));
+    }
+    if config.thresholds.mt == 0 || config.thresholds.lt > config.thresholds.mt {
+        return Err(GraphSimError::Config(format!(
+            "need 0 < MT and LT ≤ MT, got LT = {} and MT = {}",
+            config.thresholds.lt, config.thresholds.mt
+        )));
+    }
+    let catalogue = NodeCatalogue::new(cluster, attributes)
+        .map_err(|e| GraphSimError::Config(e.to_string()))?;
+    let members: Vec<NodeId> = match &config.members {
+        Some(m) => m.clone(),
+        None => cluster.nodes.iter().map(|n| n.id).collect(),
+    };
+    if !members.contains(&config.launch) {
+        return Err(GraphSimError::Config(format!(
+            "launch node `{}` is not in the deployment",
+            cluster.nodes[config.launch.index()].name
+        )));
+    }
+    let mut task_requires = Vec::with_capacity(workflow.tasks.len());
+    for t in &workflow.tasks {
+        let unplaceable = || GraphSimError::Unplaceable {
+            task: t.name.clone(),
+            requires: t.requires.clone(),
+        };
+        let mask = catalogue
+            .requirement_mask(&t.requires)
+            .ok_or_else(unplaceable)?;
+        if !members.iter().any(|m| catalogue.mask(*m) & mask == mask) {
+            return Err(unplaceable());
+        }
+        task_requires.push(mask);
+    }
+    if workflow.total_instances() > u32::MAX as u64 {
+        return Err(GraphSimError::Config("more than 2^32 instances".into()));
+    }
+    let setup = GraphSetup {
+        nodes: catalogue.graph_nodes(cluster),
+        members: members.clone(),
+        launch: config.launch,
+        workflow,
+        task_requires,
+        thresholds: config.thresholds,
+    };
+    let (agents, manager) = graph::build(config.balancer, &setup);
+    let costs = instance_costs(workflow, config.seed);
+    let total = costs.len() as u64;
+    let slowest = cluster
+        .nodes
+        .iter()
+        .map(|n| n.core_speed)
+        .fold(f64::INFINITY, f64::min);
+    let longest = costs.iter().copied().max().unwrap_or(0) as f64 / slowest;
+    let mut records = Vec::with_capacity(costs.len());
+    for (t, task) in workflow.tasks.iter().enumerate() {
+        for index in 0..task.instances() as u32 {
+            records.push(InstanceRecord {
+                task: t as u32,
+                index,
+                node: NodeId(u32::MAX),
+                core: 0,
+                ready: Time::MAX,
+                start: Time::MAX,
+                end: Time::MAX,
+                runs: 0,
+            });
+        }
+    }
+    let mut sim = Sim {
+        agents,
+        manager,
+        cores: cluster
+            .nodes
+            .iter()
+            .map(|n| vec![Core::default(); n.cores.max(1) as usize])
+            .collect(),
+        speed: cluster.nodes.iter().map(|n| n.core_speed).collect(),
+        costs,
+        latency,
+        launch: config.launch,
+        in_flight: Vec::new(),
+        free_slots: Vec::new(),
+        records,
+        total,
+        check_interval: config.check_interval,
+        kind_counts: [0; MESSAGE_KINDS.len()],
+        sent: vec![0; n],
+        received: vec![0; n],
+        launch_count: 0,
+        balancing_delay: 0,
+        message_cost: config.message_cost,
+        handler_free: vec![0; n],
+        last_progress: 0,
+        // Far longer than any instance, any queue of MT instances, and many check rounds.
+        stall_after: (longest * (config.thresholds.mt as f64 + 2.0)) as Time
+            + 1000 * config.check_interval,
+        makespan: 0,
+        error: None,
+    };
+    let mut q = EventQueue::with_capacity(1024);
+    q.schedule(0, Event::Start);
+    if config.balancer != BalancerKind::Static {
+        let mut rng = Pcg64::seed_from_u64(config.seed);
+        for m in &members {
+            // Self-checks start at a random phase so nodes do not report in lockstep.
+            let phase = rng.random_range(0..config.check_interval);
+            q.schedule(phase, Event::SelfCheck(m.0));
+        }
+    }
+    if total > 0 {
+        run(&mut sim, &mut q)?;
+    }
+    if let Some(e) = sim.error {
+        return Err(e);
+    }
+    let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
+    for (k, c) in MESSAGE_KINDS.iter().zip(sim.kind_counts) {
+        by_kind.insert((*k).to_string(), c);
+    }
+    let nodes = cluster
+        .nodes
+        .iter()
+        .map(|node| {
+            let i = node.id.index();
+            NodeOutcome {
+                name: node.name.clone(),
+                cores: node.cores,
+                core_speed: node.core_speed,
+                member: members.contains(&node.id),
+                peak_instances: sim.agents[i].peak(),
+                instances_per_core: sim.cores[i].iter().map(|c| c.done).collect(),
+                busy_per_core: sim.cores[i].iter().map(|c| c.busy).collect(),
+                sent: sim.sent[i],
+                received: sim.received[i],
+            }
+        })
+        .collect();
+    Ok(GraphResult {
+        balancer: config.balancer.as_str().to_string(),
+        makespan: sim.makespan,
+        instances: sim.records,
+        task_names: workflow.tasks.iter().map(|t| t.name.clone()).collect(),
+        nodes,
+        messages: MessageCounts {
+            total: sim.kind_counts.iter().sum(),
+            by_kind,
+            launch_node: sim.launch_count,
+            balancing_delay: sim.balancing_delay,
+        },
+        launch: config.launch,
+    })
+}

@@ -1,0 +1,315 @@
+//! The graph simulator's promises over random workflows, clusters and seeds, under every balancer:
+//! every instance runs exactly once, none starts before all its producers ended, and under PCDDB
+//! no node ever holds more than MT × cores instances. Plus determinism, and the balancers on a
+//! small hand-made case.
+
+use hetsched_core::input::cluster::{parse_cluster, parse_node_attributes};
+use hetsched_core::input::workflow::parse_workflow;
+use hetsched_core::model::latency::LatencyMatrix;
+use hetsched_core::model::workflow::{DependencyKind, Workflow};
+use hetsched_core::policy::graph::{BalancerKind, Thresholds};
+use hetsched_core::{Cluster, NodeId};
+use hetsched_sim::graph::{GraphResult, GraphSimConfig, GraphSimError, simulate_graph};
+use proptest::prelude::*;
+
+#[derive(Clone, Debug)]
+struct TaskGen {
+    values: u32,
+    processes: u32,
+    cost_ms: u32,
+    cv: u32,
+    inputs: Vec<usize>,
+    gpu: bool,
+}
+
+fn workflow_text(tasks: &[TaskGen]) -> String {
+    let mut s = String::new();
+    for (i, t) in tasks.iter().enumerate() {
+        s += &format!(
+            "[[task]]\nname = \"T{i}\"\ninstances = \"1..={}\"\nprocesses = {}\noutputs = [\"d{i}\"]\n",
+            t.values, t.processes
+        );
+        if t.cv == 0 {
+            s += &format!("cost = \"{}ms\"\n", t.cost_ms);
+        } else {
+            s += &format!(
+                "cost = {{ mean = \"{}ms\", cv = {} }}\n",
+                t.cost_ms,
+                t.cv as f64 / 4.0
+            );
+        }
+        let mut inputs: Vec<usize> = t.inputs.iter().map(|&k| k % i.max(1)).collect();
+        inputs.sort_unstable();
+        inputs.dedup();
+        if i > 0 && !inputs.is_empty() {
+            let list: Vec<String> = inputs.iter().map(|k| format!("\"d{k}\"")).collect();
+            s += &format!("inputs = [{}]\n", list.join(", "));
+        }
+        if t.gpu {
+            s += "requires = [\"gpu\"]\n";
+        }
+    }
+    s
+}
+
+fn task_gen() -> impl Strategy<Value = TaskGen> {
+    (
+        prop_oneof![Just(3u32), Just(5), 1u32..8],
+        1u32..3,
+        1u32..2000,
+        0u32..4,
+        prop::collection::vec(0usize..8, 0..3),
+        prop::bool::weighted(0.15),
+    )
+        .prop_map(|(values, processes, cost_ms, cv, inputs, gpu)| TaskGen {
+            values,
+            processes,
+            cost_ms,
+            cv,
+            inputs,
+            gpu,
+        })
+}
+
+fn cluster_text(nodes: &[(u32, u32)]) -> String {
+    let mut s = String::new();
+    for (i, &(cores, speed)) in nodes.iter().enumerate() {
+        s += &format!(
+            "[[node]]\nname = \"n{i}\"\ncores = {cores}\ncore_speed = {}\nlatency = \"{}us\"\n",
+            speed as f64 / 4.0,
+            50 + 37 * i
+        );
+        // The first node always has a GPU, so `requires = ["gpu"]` can be met.
+        if i == 0 {
+            s += "[[node.accelerator]]\nkind = \"k20\"\n";
+        }
+    }
+    s
+}
+
+struct Case {
+    cluster: Cluster,
+    attributes: Vec<Vec<String>>,
+    workflow: Workflow,
+}
+
+fn case(tasks: &[TaskGen], nodes: &[(u32, u32)]) -> Case {
+    let ct = cluster_text(nodes);
+    Case {
+        cluster: parse_cluster("c.toml", &ct).unwrap_or_else(|e| panic!("{e}")),
+        attributes: parse_node_attributes("c.toml", &ct).unwrap_or_else(|e| panic!("{e}")),
+        workflow: parse_workflow("w.toml", &workflow_text(tasks))
+            .unwrap_or_else(|e| panic!("{e}\n{}", workflow_text(tasks)))
+            .workflow,
+    }
+}
+
+fn run(case: &Case, config: &GraphSimConfig) -> Result<GraphResult, GraphSimError> {
+    let latency = LatencyMatrix::from_cluster(&case.cluster);
+    simulate_graph(
+        &case.cluster,
+        &case.attributes,
+        &latency,
+        &case.workflow,
+        config,
+    )
+}
+
+/// Every promise a user relies on, checked on one result.
+fn check(case: &Case, config: &GraphSimConfig, r: &GraphResult) -> Result<(), TestCaseError> {
+    let w = &case.workflow;
+    let offsets: Vec<usize> = w
+        .tasks
+        .iter()
+        .scan(0usize, |acc, t| {
+            let first = *acc;
+            *acc += t.instances() as usize;
+            Some(first)
+        })
+        .collect();
+    for (id, rec) in r.instances.iter().enumerate() {
+        prop_assert_eq!(rec.runs, 1, "instance {} ran {} times", id, rec.runs);
+        prop_assert!(rec.end != u64::MAX && rec.start <= rec.end && rec.ready <= rec.start);
+        let task = &w.tasks[rec.task as usize];
+        // Requirements are met.
+        if task.requires.iter().any(|r| r == "gpu") {
+            prop_assert_eq!(
+                rec.node,
+                NodeId(0),
+                "a GPU instance ran on a node without one"
+            );
+        }
+        for dep in &task.depends_on {
+            let p = &w.tasks[dep.producer];
+            let producers: Vec<usize> = match dep.kind {
+                DependencyKind::InstanceWise => {
+                    let value = rec.index / task.processes;
+                    (0..p.processes)
+                        .map(|k| offsets[dep.producer] + (value * p.processes + k) as usize)
+                        .collect()
+                }
+                DependencyKind::All => (0..p.instances() as usize)
+                    .map(|k| offsets[dep.producer] + k)
+                    .collect(),
+            };
+            for pid in producers {
+                prop_assert!(
+                    r.instances[pid].end <= rec.start,
+                    "instance {} started at {} before producer {} ended at {}",
+                    id,
+                    rec.start,
+                    pid,
+                    r.instances[pid].end
+                );
+            }
+        }
+    }
+    if config.balancer == BalancerKind::Pcddb {
+        for n in &r.nodes {
+            prop_assert!(
+                n.peak_instances <= config.thresholds.mt * n.cores,
+                "{} held {} > MT × cores = {}",
+                n.name,
+                n.peak_instances,
+                config.thresholds.mt * n.cores
+            );
+        }
+    }
+    let done: u32 = r
+        .nodes
+        .iter()
+        .flat_map(|n| n.instances_per_core.iter())
+        .sum();
+    prop_assert_eq!(done as u64, w.total_instances());
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_instance_runs_once_after_its_producers_and_pcddb_respects_mt(
+        tasks in prop::collection::vec(task_gen(), 1..6),
+        nodes in prop::collection::vec((1u32..5, 2u32..9), 1..7),
+        balancer in prop::sample::select(BalancerKind::ALL.to_vec()),
+        lt in 1u32..4,
+        extra in 0u32..8,
+        launch in 0usize..7,
+        seed in 0u64..1000,
+    ) {
+        let case = case(&tasks, &nodes);
+        let config = GraphSimConfig {
+            balancer,
+            thresholds: Thresholds { lt, mt: lt + extra },
+            launch: NodeId((launch % nodes.len()) as u32),
+            seed,
+            check_interval: 250_000_000,
+            ..GraphSimConfig::default()
+        };
+        let r = run(&case, &config).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        check(&case, &config, &r)?;
+    }
+}
+
+fn small() -> Case {
+    case(
+        &[
+            TaskGen {
+                values: 6,
+                processes: 2,
+                cost_ms: 900,
+                cv: 2,
+                inputs: vec![],
+                gpu: false,
+            },
+            TaskGen {
+                values: 6,
+                processes: 1,
+                cost_ms: 400,
+                cv: 0,
+                inputs: vec![0],
+                gpu: false,
+            },
+            TaskGen {
+                values: 2,
+                processes: 1,
+                cost_ms: 300,
+                cv: 0,
+                inputs: vec![0, 1],
+                gpu: true,
+            },
+        ],
+        &[(2, 4), (8, 2), (1, 8), (4, 4)],
+    )
+}
+
+#[test]
+fn the_same_seed_gives_the_same_run_and_another_seed_another() {
+    let case = small();
+    for balancer in BalancerKind::ALL {
+        let config = GraphSimConfig {
+            balancer,
+            seed: 7,
+            ..GraphSimConfig::default()
+        };
+        let a = run(&case, &config).unwrap_or_else(|e| panic!("{e}"));
+        let b = run(&case, &config).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(a, b, "{balancer}");
+        assert_eq!(
+            a.export_json().ok(),
+            b.export_json().ok(),
+            "{balancer}: byte-identical export"
+        );
+        let c = run(&case, &GraphSimConfig { seed: 8, ..config }).unwrap_or_else(|e| panic!("{e}"));
+        assert_ne!(a.makespan, c.makespan, "{balancer}: costs follow the seed");
+    }
+}
+
+#[test]
+fn messages_are_counted_by_kind_and_the_balancers_use_their_own() {
+    let case = small();
+    let by = |b: BalancerKind| {
+        run(
+            &case,
+            &GraphSimConfig {
+                balancer: b,
+                ..GraphSimConfig::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+        .messages
+    };
+    let (s, c, p) = (
+        by(BalancerKind::Static),
+        by(BalancerKind::Centralised),
+        by(BalancerKind::Pcddb),
+    );
+    let total = case.workflow.total_instances();
+    // Every balancer returns one result per instance.
+    for m in [&s, &c, &p] {
+        assert_eq!(m.by_kind["result"], total);
+        assert_eq!(m.total, m.by_kind.values().sum::<u64>());
+    }
+    // Static and centralised send each instance its own dispatch; pcddb never does.
+    assert_eq!(s.by_kind["dispatch"], total);
+    assert_eq!(c.by_kind["dispatch"], total);
+    assert!(c.by_kind["report"] > 0);
+    assert_eq!(p.by_kind["dispatch"], 0);
+    assert!(p.by_kind["request"] > 0 && p.by_kind["status"] > 0 && p.by_kind["reply"] > 0);
+    assert_eq!(s.by_kind["status"] + s.by_kind["report"], 0);
+}
+
+#[test]
+fn a_requirement_no_deployed_node_meets_is_refused_before_the_run() {
+    let case = small();
+    let config = GraphSimConfig {
+        members: Some(vec![NodeId(1), NodeId(2)]),
+        launch: NodeId(1),
+        ..GraphSimConfig::default()
+    };
+    let e = run(&case, &config).err();
+    assert!(
+        matches!(&e, Some(GraphSimError::Unplaceable { task, .. }) if task == "T2"),
+        "{e:?}"
+    );
+}
