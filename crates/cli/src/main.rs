@@ -3,6 +3,7 @@
 
 mod runtime;
 mod sim;
+mod sim_divisible;
 
 use clap::{CommandFactory, Parser, Subcommand};
 

@@ -23,6 +23,12 @@ pub enum SimCommand {
     Run(RunArgs),
     /// Simulate your own cluster and workload under several policies and compare them side by side.
     Compare(CompareArgs),
+    /// Plan and simulate one divisible load on your own star platform (spec 03): umr, umrlm,
+    /// rumr or static.
+    Divisible(crate::sim_divisible::DivisibleArgs),
+    /// Reproduce the UMRLM paper's experiment (spec 03): UMR vs UMRLM on the 16-PC cluster, worker
+    /// order, memory, and RUMR vs UMR under prediction errors.
+    DivisiblePaper(crate::sim_divisible::DivisiblePaperArgs),
 }
 
 /// Options of `sim compare`.
@@ -142,6 +148,8 @@ pub fn run(cmd: SimCommand) -> anyhow::Result<()> {
         SimCommand::HdasPaper(args) => hdas_paper_cmd(args),
         SimCommand::Run(args) => run_cmd(args),
         SimCommand::Compare(args) => compare_cmd(args),
+        SimCommand::Divisible(args) => crate::sim_divisible::divisible_cmd(args),
+        SimCommand::DivisiblePaper(args) => crate::sim_divisible::divisible_paper_cmd(args),
     }
 }
 

@@ -2,3 +2,4 @@
 //! algorithm they are compared with, so every comparison runs on the same code.
 
 pub mod batch;
+pub mod divisible;

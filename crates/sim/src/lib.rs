@@ -5,6 +5,8 @@
 //! - [`platform`]: hardware models (the shared disk);
 //! - [`batch`]: applications of independent CPU/GPU tasks scheduled on heartbeats (spec 02),
 //!   with [`simulate`] as the entry point;
+//! - [`divisible`]: divisible loads on a one-port star (spec 03), running the core's UMR, UMRLM,
+//!   RUMR and static plans;
 //! - [`metrics`]: what a run measures ([`SimResult`]);
 //! - [`scenario`]: the papers' experiments (`hdas-paper`);
 //! - [`report`]: tables, CSV/JSON and SVG plots shared by the scenarios.
@@ -14,6 +16,7 @@
 //! results.
 
 pub mod batch;
+pub mod divisible;
 pub mod engine;
 pub mod error;
 pub mod metrics;
