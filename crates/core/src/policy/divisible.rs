@@ -135,13 +135,14 @@ pub struct Chunk {
 }
 
 /// A chunk whose worker is chosen at run time (RUMR's second phase): the next one goes to the
-/// worker that has room first.
+/// worker that has room first, sized to `time` seconds of its compute (`time·S_i` units, at
+/// most what is left of [`Plan::tail_load`]), so slow and fast workers finish together.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TailChunk {
     /// 0-based round (RUMR numbers its factoring batches after the UMR rounds).
     pub round: u32,
-    /// Load units.
-    pub size: f64,
+    /// Seconds of compute (without the latency) the chunk is worth.
+    pub time: f64,
 }
 
 /// The planners hetsched ships.
@@ -229,8 +230,11 @@ pub struct Plan {
     pub algo: Algo,
     /// Sends with a fixed worker, in send order.
     pub chunks: Vec<Chunk>,
-    /// Sends after `chunks` whose worker is chosen at run time (RUMR only).
+    /// Sends after `chunks` whose worker is chosen at run time (RUMR only); past the end of the
+    /// list the last one repeats until [`Plan::tail_load`] is sent.
     pub tail: Vec<TailChunk>,
+    /// Load units handed out by `tail`.
+    pub tail_load: f64,
     /// Workers that may receive tail chunks, in priority order for ties.
     pub tail_workers: Vec<usize>,
     /// The planner's own makespan prediction, seconds (UMR: spec 03's `Ex(M)`).
@@ -250,7 +254,43 @@ impl Plan {
 
     /// Total load planned.
     pub fn load(&self) -> f64 {
-        self.chunks.iter().map(|c| c.size).sum::<f64>() + self.tail.iter().map(|c| c.size).sum::<f64>()
+        self.chunks.iter().map(|c| c.size).sum::<f64>() + self.tail_load
+    }
+
+    /// Makes every send of the plan through `master`, in order: `send(master, round, worker,
+    /// size)` performs one (with whatever durations its caller's clock uses). The fixed chunks
+    /// first, then the tail, each tail chunk to [`StarMaster::first_with_room`]. This is the one
+    /// copy of the dispatch rule that planners, the simulator and the runtime share.
+    pub fn drive<T: Clock, E>(
+        &self,
+        platform: &StarPlatform,
+        master: &mut StarMaster<T>,
+        mut send: impl FnMut(&mut StarMaster<T>, u32, usize, f64) -> Result<(), E>,
+    ) -> Result<(), E> {
+        for c in &self.chunks {
+            send(master, c.round, c.worker, c.size)?;
+        }
+        let Some(last) = self.tail.last() else {
+            return Ok(());
+        };
+        let mut left = self.tail_load;
+        let mut index = 0;
+        // Sizes within this of the remainder end the tail (floating-point dust).
+        let dust = self.tail_load * 1e-12;
+        while left > dust {
+            let Some(i) = master.first_with_room(&self.tail_workers) else {
+                break;
+            };
+            let q = self.tail.get(index).unwrap_or(last);
+            let mut size = (q.time * platform.workers[i].speed).min(left);
+            if left - size <= dust {
+                size = left;
+            }
+            send(master, q.round, i, size)?;
+            left -= size;
+            index += 1;
+        }
+        Ok(())
     }
 }
 
@@ -448,24 +488,21 @@ pub fn predict(platform: &StarPlatform, plan: &Plan) -> Prediction {
     let mut master = StarMaster::<f64>::new(platform.workers.len());
     let mut sends = Vec::with_capacity(plan.chunks.len() + plan.tail.len());
     let mut makespan = 0.0_f64;
-    let mut go = |master: &mut StarMaster<f64>, round: u32, i: usize, size: f64| {
-        let t = master.send(
-            i,
-            size,
-            platform.send_time(i, size),
-            platform.compute_time(i, size),
-        );
-        makespan = makespan.max(t.compute_end);
-        sends.push((round, i, size, t));
-    };
-    for c in &plan.chunks {
-        go(&mut master, c.round, c.worker, c.size);
-    }
-    for c in &plan.tail {
-        if let Some(i) = master.first_with_room(&plan.tail_workers) {
-            go(&mut master, c.round, i, c.size);
-        }
-    }
+    let _ = plan.drive(
+        platform,
+        &mut master,
+        |master: &mut StarMaster<f64>, round: u32, i: usize, size: f64| {
+            let t = master.send(
+                i,
+                size,
+                platform.send_time(i, size),
+                platform.compute_time(i, size),
+            );
+            makespan = makespan.max(t.compute_end);
+            sends.push((round, i, size, t));
+            Ok::<(), ()>(())
+        },
+    );
     Prediction { sends, makespan }
 }
 

@@ -205,17 +205,7 @@ pub fn simulate(
         });
         Ok(())
     };
-    for c in &plan.chunks {
-        send(&mut master, c.round, c.worker, c.size)?;
-    }
-    for c in &plan.tail {
-        let Some(i) = master.first_with_room(&plan.tail_workers) else {
-            return Err(DivisibleError::Config(
-                "the plan has tail chunks but no worker to hand them to".into(),
-            ));
-        };
-        send(&mut master, c.round, i, c.size)?;
-    }
+    plan.drive(platform, &mut master, &mut send)?;
     drop(send);
     Ok(StarRun {
         algo: plan.algo,

@@ -5,10 +5,12 @@
 //!
 //! Choices (RUMR's paper sizes phase 2 from the expected error; hetsched keeps that shape):
 //! - `φ = min(error, 0.5)`: with no error RUMR is UMR; the tail never takes more than half.
-//! - Phase 2 is factoring with factor 2: batches of `N` equal chunks (`N` = UMR's selected
-//!   workers), each batch half of what is left, until a chunk would fall below `min_chunk =
-//!   max_i max(S_i·cLat_i, B_i·nLat_i)` (a chunk that small spends as long in latencies as in
-//!   work), and the rest goes as one last batch of `N` equal chunks.
+//! - Phase 2 is factoring with factor 2, in time: batches of `N` chunks (`N` = UMR's selected
+//!   workers) worth `q = R/(2·ΣS)` seconds of compute each, `R` what is left, so a batch hands out
+//!   about half of `R` and a worker of speed `S_i` gets `q·S_i` units (weighted factoring: equal
+//!   sizes would leave the slowest worker last). Batches go on until `q` would fall below
+//!   `q_min = max_i max(cLat_i, nLat_i·B_i/S_i)` (a chunk that short spends as long in latencies
+//!   as in work); then one batch of `q = R/ΣS` takes the rest.
 
 use super::umr;
 use super::{Algo, Plan, PlanError, StarPlatform, TailChunk, predict};
@@ -25,39 +27,37 @@ pub fn plan(platform: &StarPlatform, load: f64, error: f64) -> Result<Plan, Plan
     let sol = umr::select(platform, head)?;
     let chunks = sol.chunks(head);
     let n = sol.workers.len();
-    let min_chunk = sol
+    let ss: f64 = sol.workers.iter().map(|&i| platform.workers[i].speed).sum();
+    let q_min = sol
         .workers
         .iter()
         .map(|&i| {
             let w = &platform.workers[i];
-            (w.speed * w.compute_latency).max(w.bandwidth * w.network_latency)
+            w.compute_latency.max(w.network_latency * w.bandwidth / w.speed)
         })
-        .fold(load * 1e-9, f64::max);
+        .fold(0.0_f64, f64::max);
+    let tail_load = load - chunks.iter().map(|c| c.size).sum::<f64>();
     let mut tail = Vec::new();
-    let mut left = load - head;
+    let mut left = tail_load;
     let mut round = sol.rounds;
     while left > 0.0 {
-        let chunk = left / (2 * n) as f64;
-        let last = chunk < min_chunk;
-        let size = if last { left / n as f64 } else { chunk };
+        let q = left / (2.0 * ss);
+        let last = q < q_min || tail.len() > 64 * n;
+        let time = if last { left / ss } else { q };
         for _ in 0..n {
-            tail.push(TailChunk { round, size });
+            tail.push(TailChunk { round, time });
         }
-        left -= size * n as f64;
+        left -= time * ss;
         round += 1;
         if last {
             break;
         }
     }
-    // Make the sizes add up to the load exactly as summed.
-    let total = chunks.iter().map(|c| c.size).sum::<f64>() + tail.iter().map(|c| c.size).sum::<f64>();
-    if let Some(c) = tail.last_mut() {
-        c.size += load - total;
-    }
     let mut plan = Plan {
         algo: Algo::Rumr,
         chunks,
         tail,
+        tail_load,
         tail_workers: sol.workers.clone(),
         predicted_makespan: 0.0,
     };
@@ -89,7 +89,7 @@ mod tests {
             let r = plan(&p, w, 0.3).expect("rumr");
             assert!(!r.tail.is_empty());
             assert!((r.load() - w).abs() < 1e-6 * w);
-            let batches: Vec<f64> = r.tail.chunks(r.tail_workers.len()).map(|b| b[0].size).collect();
+            let batches: Vec<f64> = r.tail.chunks(r.tail_workers.len()).map(|b| b[0].time).collect();
             for pair in batches.windows(2).take(batches.len().saturating_sub(2)) {
                 assert!(pair[1] < pair[0], "factoring chunks shrink: {batches:?}");
             }

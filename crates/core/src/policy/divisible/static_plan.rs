@@ -36,6 +36,7 @@ pub fn plan(platform: &StarPlatform, load: f64) -> Result<Plan, PlanError> {
         algo: Algo::Static,
         chunks,
         tail: Vec::new(),
+        tail_load: 0.0,
         tail_workers: Vec::new(),
         predicted_makespan: 0.0,
     };

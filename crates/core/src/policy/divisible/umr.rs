@@ -250,6 +250,7 @@ pub fn plan(platform: &StarPlatform, load: f64) -> Result<Plan, PlanError> {
         algo: super::Algo::Umr,
         chunks: sol.chunks(load),
         tail: Vec::new(),
+        tail_load: 0.0,
         tail_workers: Vec::new(),
         predicted_makespan: sol.makespan,
     })

@@ -11,8 +11,9 @@
 //! The cap. Under hetsched's memory rule (module [`super`]) a worker holds the chunk it computes
 //! and the next one, so the seed's "chunk ≤ `buf_i`" becomes **chunk ≤ `buf_i/2`**: any two chunks
 //! then fit, the master's one-buffer protocol never lets a third arrive, and a UMRLM plan is never
-//! infeasible. The number of frozen rounds is the least that leaves the last round no more than
-//! the sum of the caps.
+//! infeasible. The number of frozen rounds is the one, among the least that leaves the last round
+//! no more than the sum of the caps and the next few, with the smallest predicted makespan (a last
+//! round pressed against the caps cannot finish its workers together).
 
 use super::umr::{self, UmrSolution};
 use super::{Algo, Chunk, Plan, PlanError, StarMaster, StarPlatform, Weights, predict};
@@ -56,6 +57,7 @@ pub fn plan(platform: &StarPlatform, load: f64, weights: Weights) -> Result<Plan
             algo: Algo::Umrlm,
             chunks: sol.chunks(load),
             tail: Vec::new(),
+            tail_load: 0.0,
             tail_workers: Vec::new(),
             predicted_makespan: sol.makespan,
         });
@@ -98,12 +100,56 @@ fn limited(
     let cap_total: f64 = caps.iter().sum();
     let done: f64 = chunks.iter().map(|c| c.size).sum();
     let left = load - done;
-    let frozen_rounds = if left > cap_total && frozen_total > 0.0 {
+    // The fewest frozen rounds that leave the last round within the caps; a few more are tried
+    // too, since a last round pressed against the caps cannot finish its workers together.
+    let fewest = if left > cap_total && frozen_total > 0.0 {
         ((left - cap_total) / frozen_total).ceil() as u32
     } else {
         0
     };
-    let mut round = umr_rounds.len() as u32;
+    let mut best: Option<Plan> = None;
+    for frozen_rounds in fewest..fewest + EXTRA_FROZEN_ROUNDS {
+        if f64::from(frozen_rounds) * frozen_total >= left {
+            break;
+        }
+        let candidate = with_frozen(
+            platform,
+            load,
+            sol,
+            caps,
+            chunks.clone(),
+            &frozen,
+            umr_rounds.len() as u32,
+            frozen_rounds,
+        );
+        if best
+            .as_ref()
+            .is_none_or(|b| candidate.predicted_makespan < b.predicted_makespan)
+        {
+            best = Some(candidate);
+        }
+    }
+    best.unwrap_or_else(|| {
+        with_frozen(platform, load, sol, caps, chunks, &frozen, umr_rounds.len() as u32, fewest)
+    })
+}
+
+/// Frozen rounds beyond the fewest that UMRLM also tries.
+const EXTRA_FROZEN_ROUNDS: u32 = 6;
+
+/// `chunks` (UMR rounds), then `frozen_rounds` rounds of `frozen` sizes, then the last round.
+#[allow(clippy::too_many_arguments)]
+fn with_frozen(
+    platform: &StarPlatform,
+    load: f64,
+    sol: &UmrSolution,
+    caps: &[f64],
+    mut chunks: Vec<Chunk>,
+    frozen: &[f64],
+    first_frozen: u32,
+    frozen_rounds: u32,
+) -> Plan {
+    let mut round = first_frozen;
     for _ in 0..frozen_rounds {
         for (k, &w) in sol.workers.iter().enumerate() {
             if frozen[k] > 0.0 {
@@ -142,6 +188,7 @@ fn limited(
         algo: Algo::Umrlm,
         chunks,
         tail: Vec::new(),
+        tail_load: 0.0,
         tail_workers: Vec::new(),
         predicted_makespan: 0.0,
     };
