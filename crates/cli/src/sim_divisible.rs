@@ -65,8 +65,8 @@ pub struct DivisiblePaperArgs {
 /// `sim divisible`.
 pub fn divisible_cmd(args: DivisibleArgs) -> anyhow::Result<()> {
     let origin = args.platform.display().to_string();
-    let text = std::fs::read_to_string(&args.platform)
-        .with_context(|| format!("cannot read {origin}"))?;
+    let text =
+        std::fs::read_to_string(&args.platform).with_context(|| format!("cannot read {origin}"))?;
     let platform = parse_star_platform(&origin, &text)?;
     if !(args.load.is_finite() && args.load > 0.0) {
         bail!(
@@ -90,8 +90,12 @@ pub fn divisible_cmd(args: DivisibleArgs) -> anyhow::Result<()> {
         error: args.error,
         seed: args.seed,
     };
-    let run = simulate(&platform, &plan, args.load, &config)
-        .with_context(|| format!("{} cannot run {} load units on {origin}", args.algo, args.load))?;
+    let run = simulate(&platform, &plan, args.load, &config).with_context(|| {
+        format!(
+            "{} cannot run {} load units on {origin}",
+            args.algo, args.load
+        )
+    })?;
     if let Some(path) = &args.export_schedule {
         let json = serde_json::to_string_pretty(&ScheduleExport::from(&run))?;
         std::fs::write(path, json).with_context(|| format!("cannot write {}", path.display()))?;

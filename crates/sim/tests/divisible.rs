@@ -105,7 +105,11 @@ fn every_plan_replays_when_the_recursion_also_waits_for_the_exported_send_start(
                 free[s.worker] = free[s.worker].max(t) + p.compute_time(s.worker, s.size);
             }
             let m = free.into_iter().fold(0.0, f64::max);
-            assert!((m - e.makespan).abs() <= 1e-6 * m, "{algo}: {m} vs {}", e.makespan);
+            assert!(
+                (m - e.makespan).abs() <= 1e-6 * m,
+                "{algo}: {m} vs {}",
+                e.makespan
+            );
         }
     }
 }
@@ -162,15 +166,30 @@ fn umr_is_infeasible_exactly_where_a_chunk_breaks_the_memory_rule_and_umrlm_neve
                 let gap = (lm - um).abs() / um;
                 assert!(gap < 0.05, "{rows} rows: UMR {um:.2} s, UMRLM {lm:.2} s");
             }
-            (Err(DivisibleError::Infeasible { worker, round, overflow, .. }), Some(at)) => {
+            (
+                Err(DivisibleError::Infeasible {
+                    worker,
+                    round,
+                    overflow,
+                    ..
+                }),
+                Some(at),
+            ) => {
                 infeasible += 1;
-                assert_eq!((worker, round), at, "{rows} rows: the first breach is reported");
+                assert_eq!(
+                    (worker, round),
+                    at,
+                    "{rows} rows: the first breach is reported"
+                );
                 assert!(overflow > 0.0);
             }
             (got, want) => panic!("{rows} rows: simulator says {got:?}, the rule says {want:?}"),
         }
     }
-    assert!(both >= 5 && infeasible >= 5, "both regimes are exercised: {both} / {infeasible}");
+    assert!(
+        both >= 5 && infeasible >= 5,
+        "both regimes are exercised: {both} / {infeasible}"
+    );
 }
 
 #[test]
@@ -199,7 +218,10 @@ fn the_same_seed_gives_the_same_run_and_errors_change_it() {
         ..PlanOptions::default()
     };
     let r = plan(Algo::Rumr, &p, 1e6, &options).expect("plans");
-    let config = StarConfig { error: 0.3, seed: 4 };
+    let config = StarConfig {
+        error: 0.3,
+        seed: 4,
+    };
     let a = simulate(&p, &r, 1e6, &config).expect("runs");
     let b = simulate(&p, &r, 1e6, &config).expect("runs");
     assert_eq!(a, b);

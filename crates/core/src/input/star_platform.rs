@@ -48,7 +48,11 @@ pub fn parse_star_platform(origin: &str, text: &str) -> Result<StarPlatform, Inp
             if x.is_finite() && x > 0.0 {
                 Ok(x)
             } else {
-                Err(src.error(at(v), field(f), format!("must be a positive number, got {x}")))
+                Err(src.error(
+                    at(v),
+                    field(f),
+                    format!("must be a positive number, got {x}"),
+                ))
             }
         };
         let non_negative = |v: &Spanned<f64>, f: &str| -> Result<f64, InputError> {
@@ -56,7 +60,11 @@ pub fn parse_star_platform(origin: &str, text: &str) -> Result<StarPlatform, Inp
             if x.is_finite() && x >= 0.0 {
                 Ok(x)
             } else {
-                Err(src.error(at(v), field(f), format!("must be a non-negative number of seconds, got {x}")))
+                Err(src.error(
+                    at(v),
+                    field(f),
+                    format!("must be a non-negative number of seconds, got {x}"),
+                ))
             }
         };
         let name = w.name.get_ref().clone();
@@ -73,7 +81,11 @@ pub fn parse_star_platform(origin: &str, text: &str) -> Result<StarPlatform, Inp
             compute_latency: non_negative(&w.compute_latency, "compute_latency")?,
             bandwidth: positive(&w.bandwidth, "bandwidth")?,
             network_latency: non_negative(&w.network_latency, "network_latency")?,
-            memory: w.memory.as_ref().map(|m| positive(m, "memory")).transpose()?,
+            memory: w
+                .memory
+                .as_ref()
+                .map(|m| positive(m, "memory"))
+                .transpose()?,
         });
     }
     Ok(StarPlatform { workers })
@@ -115,25 +127,45 @@ network_latency = 0.001
         let bad = GOOD.replace("speed = 80.0", "speed = -3.0");
         let e = parse_star_platform("p.toml", &bad).unwrap_err().to_string();
         assert!(e.starts_with("p.toml:12:"), "{e}");
-        assert!(e.contains("worker[1].speed: must be a positive number, got -3"), "{e}");
+        assert!(
+            e.contains("worker[1].speed: must be a positive number, got -3"),
+            "{e}"
+        );
 
         let bad = GOOD.replace("bandwidth = 800.0        #", "bandwidth = 0.0 #");
         let e = parse_star_platform("p.toml", &bad).unwrap_err().to_string();
-        assert!(e.contains(":6:") && e.contains("worker[0].bandwidth: must be a positive number"), "{e}");
+        assert!(
+            e.contains(":6:") && e.contains("worker[0].bandwidth: must be a positive number"),
+            "{e}"
+        );
 
-        let bad = GOOD.replace("network_latency = 0.001\n", "network_latency = 0.001\nlatency = 2\n");
+        let bad = GOOD.replace(
+            "network_latency = 0.001\n",
+            "network_latency = 0.001\nlatency = 2\n",
+        );
         let e = parse_star_platform("p.toml", &bad).unwrap_err().to_string();
-        assert!(e.contains("p.toml:16:") && e.contains("unknown field `latency`"), "{e}");
+        assert!(
+            e.contains("p.toml:16:") && e.contains("unknown field `latency`"),
+            "{e}"
+        );
 
         let bad = GOOD.replace("speed = 80.0\n", "");
         let e = parse_star_platform("p.toml", &bad).unwrap_err().to_string();
         assert!(e.contains("missing field `speed`"), "{e}");
 
-        let e = parse_star_platform("p.toml", "# nothing\n").unwrap_err().to_string();
-        assert_eq!(e, "p.toml: worker: the platform has no workers: add at least one [[worker]] table");
+        let e = parse_star_platform("p.toml", "# nothing\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "p.toml: worker: the platform has no workers: add at least one [[worker]] table"
+        );
 
         let bad = GOOD.replace("p4-2.0", "p4-3.0a");
         let e = parse_star_platform("p.toml", &bad).unwrap_err().to_string();
-        assert!(e.contains("worker[1].name: worker name `p4-3.0a` is already used by worker[0]"), "{e}");
+        assert!(
+            e.contains("worker[1].name: worker name `p4-3.0a` is already used by worker[0]"),
+            "{e}"
+        );
     }
 }

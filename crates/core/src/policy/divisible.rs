@@ -186,7 +186,11 @@ impl FromStr for Algo {
         Algo::ALL
             .into_iter()
             .find(|a| a.as_str() == s)
-            .ok_or_else(|| format!("unknown divisible-load algorithm `{s}`: expected umr, umrlm, rumr or static"))
+            .ok_or_else(|| {
+                format!(
+                    "unknown divisible-load algorithm `{s}`: expected umr, umrlm, rumr or static"
+                )
+            })
     }
 }
 
@@ -456,7 +460,12 @@ impl<T: Clock> StarMaster<T> {
         let send_start = later(self.master_free, w.room);
         // Under the protocol only the last chunk can still be held (the one before it ended by
         // `room`); the memory rule counts it while its compute has not ended.
-        let held = size + if w.free > send_start { w.last_size } else { 0.0 };
+        let held = size
+            + if w.free > send_start {
+                w.last_size
+            } else {
+                0.0
+            };
         let send_end = send_start + send;
         let compute_start = later(send_end, w.free);
         let compute_end = compute_start + compute;
@@ -580,7 +589,10 @@ mod tests {
         let mut m = StarMaster::<f64>::new(2);
         let mut end = 0.0_f64;
         for &(i, c) in &sends {
-            end = end.max(m.send(i, c, p.send_time(i, c), p.compute_time(i, c)).compute_end);
+            end = end.max(
+                m.send(i, c, p.send_time(i, c), p.compute_time(i, c))
+                    .compute_end,
+            );
         }
         // a: sent 0..0.7, computes 0.7..3.7; b: sent 0.7..0.9, computes 0.9..2.9;
         // a again: sent 0.9..1.45, computes 3.7..5.2.
@@ -596,7 +608,10 @@ mod tests {
         let b = m.send(0, 5.0, p.send_time(0, 5.0), p.compute_time(0, 5.0));
         assert_eq!(b.held, 25.0, "the computing chunk and the buffered one");
         let c = m.send(0, 5.0, p.send_time(0, 5.0), p.compute_time(0, 5.0));
-        assert_eq!(c.send_start, a.compute_end, "one receive buffer: wait for room");
+        assert_eq!(
+            c.send_start, a.compute_end,
+            "one receive buffer: wait for room"
+        );
         assert_eq!(c.held, 10.0);
     }
 
@@ -604,8 +619,14 @@ mod tests {
     fn bad_platforms_and_loads_are_refused_clearly() {
         let opts = PlanOptions::default();
         let empty = StarPlatform::default();
-        assert_eq!(plan(Algo::Umr, &empty, 10.0, &opts), Err(PlanError::NoWorkers));
-        assert_eq!(plan(Algo::Umr, &two(), 0.0, &opts), Err(PlanError::Load(0.0)));
+        assert_eq!(
+            plan(Algo::Umr, &empty, 10.0, &opts),
+            Err(PlanError::NoWorkers)
+        );
+        assert_eq!(
+            plan(Algo::Umr, &two(), 0.0, &opts),
+            Err(PlanError::Load(0.0))
+        );
         let mut p = two();
         p.workers[1].bandwidth = 0.0;
         let e = plan(Algo::Umrlm, &p, 10.0, &opts).unwrap_err().to_string();

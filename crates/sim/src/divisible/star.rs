@@ -98,7 +98,13 @@ impl StarRun {
             busy[s.worker as usize] += s.compute_end - s.compute_start;
         }
         busy.into_iter()
-            .map(|b| if self.makespan == 0 { 0.0 } else { b as f64 / self.makespan as f64 })
+            .map(|b| {
+                if self.makespan == 0 {
+                    0.0
+                } else {
+                    b as f64 / self.makespan as f64
+                }
+            })
             .collect()
     }
 

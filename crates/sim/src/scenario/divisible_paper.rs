@@ -110,9 +110,11 @@ pub struct RowsPoint {
     pub lower_bound_s: f64,
 }
 
-/// UMRLM under the three orderings at 15 workers.
+/// UMRLM under the three orderings.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct OrderingPoint {
+    /// Workers (15 as in the seed; 6 too, where memory binds).
+    pub workers: usize,
     /// Matrix rows.
     pub rows: u32,
     /// `c1 = 0.8, c2 = c3 = 0.1`.
@@ -123,10 +125,12 @@ pub struct OrderingPoint {
     pub memory_first_s: f64,
 }
 
-/// The smallest memory raised, 15 workers, 10,000 rows.
+/// The smallest memory raised at 10,000 rows.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct MemoryPoint {
-    /// The memory of the two smallest workers, rows.
+    /// Workers (15 as in the seed; 6 too, where memory binds).
+    pub workers: usize,
+    /// The smallest memory on the platform, rows (every memory below it is raised to it).
     pub smallest_memory: f64,
     /// UMRLM's makespan, seconds.
     pub umrlm_s: f64,
@@ -166,7 +170,7 @@ pub struct DivisiblePaperReport {
     pub vs_rows: Vec<RowsPoint>,
     /// Makespan vs worker count at 10,000 rows.
     pub vs_workers: Vec<RowsPoint>,
-    /// Orderings at 15 workers.
+    /// Orderings at 15 and 6 workers.
     pub ordering: Vec<OrderingPoint>,
     /// Smallest memory raised.
     pub memory: Vec<MemoryPoint>,
@@ -201,7 +205,13 @@ fn umrlm(p: &StarPlatform, rows: f64, weights: Weights) -> Result<(f64, u32), Si
 fn rows_point(k: usize, rows: u32) -> Result<RowsPoint, SimError> {
     let p = paper_platform(k);
     let w = f64::from(rows);
-    let umr = makespan(Algo::Umr, &p, w, &PlanOptions::default(), &StarConfig::default())?;
+    let umr = makespan(
+        Algo::Umr,
+        &p,
+        w,
+        &PlanOptions::default(),
+        &StarConfig::default(),
+    )?;
     let (umrlm_s, umrlm_rounds) = umrlm(&p, w, Weights::default())?;
     Ok(RowsPoint {
         workers: k,
@@ -241,21 +251,28 @@ pub fn run(options: &DivisiblePaperOptions) -> Result<DivisiblePaperReport, SimE
 
     let full = paper_platform(WORKERS.len());
     let mut ordering = Vec::new();
-    for &rows in &options.rows {
-        let w = f64::from(rows);
-        let at = |c1, c2, c3| umrlm(&full, w, Weights { c1, c2, c3 }).map(|r| r.0);
-        ordering.push(OrderingPoint {
-            rows,
-            compute_first_s: at(0.8, 0.1, 0.1)?,
-            network_first_s: at(0.1, 0.8, 0.1)?,
-            memory_first_s: at(0.1, 0.1, 0.8)?,
-        });
+    for k in [15, 6] {
+        let platform = paper_platform(k);
+        for &rows in &options.rows {
+            let w = f64::from(rows);
+            let at = |c1, c2, c3| umrlm(&platform, w, Weights { c1, c2, c3 }).map(|r| r.0);
+            ordering.push(OrderingPoint {
+                workers: k,
+                rows,
+                compute_first_s: at(0.8, 0.1, 0.1)?,
+                network_first_s: at(0.1, 0.8, 0.1)?,
+                memory_first_s: at(0.1, 0.1, 0.8)?,
+            });
+        }
     }
 
     let mut memory = Vec::new();
-    for step in 0..=10 {
+    for (k, step) in [15, 6]
+        .into_iter()
+        .flat_map(|k| (0..=10).map(move |s| (k, s)))
+    {
         let smallest = 550.0 + 55.0 * f64::from(step);
-        let mut p = full.clone();
+        let mut p = paper_platform(k);
         for w in &mut p.workers {
             if let Some(m) = &mut w.memory {
                 *m = m.max(smallest);
@@ -263,6 +280,7 @@ pub fn run(options: &DivisiblePaperOptions) -> Result<DivisiblePaperReport, SimE
         }
         let (umrlm_s, umrlm_rounds) = umrlm(&p, 10_000.0, Weights::default())?;
         memory.push(MemoryPoint {
+            workers: k,
             smallest_memory: smallest,
             umrlm_s,
             umrlm_rounds,
@@ -283,7 +301,10 @@ pub fn run(options: &DivisiblePaperOptions) -> Result<DivisiblePaperReport, SimE
             let mut all = [Vec::new(), Vec::new(), Vec::new()];
             for seed in 1..=options.seeds {
                 let config = StarConfig { error, seed };
-                for (slot, algo) in [Algo::Umr, Algo::Rumr, Algo::Static].into_iter().enumerate() {
+                for (slot, algo) in [Algo::Umr, Algo::Rumr, Algo::Static]
+                    .into_iter()
+                    .enumerate()
+                {
                     let m = makespan(algo, &p, rows, &plan_options, &config)?
                         .map_err(SimError::Internal)?;
                     all[slot].push(m.0);
@@ -330,7 +351,15 @@ impl DivisiblePaperReport {
     /// The report as text tables.
     pub fn render_table(&self) -> String {
         let mut out = String::new();
-        let mut t = table(&["workers", "rows", "UMR (s)", "UMRLM (s)", "UMRLM rounds", "W/ΣS (s)", "UMRLM vs UMR"]);
+        let mut t = table(&[
+            "workers",
+            "rows",
+            "UMR (s)",
+            "UMRLM (s)",
+            "UMRLM rounds",
+            "W/ΣS (s)",
+            "UMRLM vs UMR",
+        ]);
         for p in &self.vs_rows {
             t.add_row([
                 p.workers.to_string(),
@@ -339,7 +368,9 @@ impl DivisiblePaperReport {
                 format!("{:.2}", p.umrlm_s),
                 p.umrlm_rounds.to_string(),
                 format!("{:.2}", p.lower_bound_s),
-                p.umr_s.map_or_else(String::new, |u| format!("{:+.2} %", (p.umrlm_s / u - 1.0) * 100.0)),
+                p.umr_s.map_or_else(String::new, |u| {
+                    format!("{:+.2} %", (p.umrlm_s / u - 1.0) * 100.0)
+                }),
             ]);
         }
         out += &format!("Makespan vs matrix rows (seed figs. 3–6)\n{t}\n");
@@ -353,26 +384,42 @@ impl DivisiblePaperReport {
             ]);
         }
         out += &format!("\nMakespan vs workers at 10,000 rows (seed fig. 7)\n{t}\n");
-        let mut t = table(&["rows", "compute first (s)", "network first (s)", "memory first (s)"]);
+        let mut t = table(&[
+            "workers",
+            "rows",
+            "compute first (s)",
+            "network first (s)",
+            "memory first (s)",
+        ]);
         for p in &self.ordering {
             t.add_row([
+                p.workers.to_string(),
                 p.rows.to_string(),
                 format!("{:.2}", p.compute_first_s),
                 format!("{:.2}", p.network_first_s),
                 format!("{:.2}", p.memory_first_s),
             ]);
         }
-        out += &format!("\nUMRLM worker order at 15 workers (seed fig. 8)\n{t}\n");
-        let mut t = table(&["smallest memory (rows)", "UMRLM (s)", "rounds"]);
+        out += &format!("\nUMRLM worker order (seed fig. 8: 15 workers)\n{t}\n");
+        let mut t = table(&["workers", "smallest memory (rows)", "UMRLM (s)", "rounds"]);
         for p in &self.memory {
             t.add_row([
+                p.workers.to_string(),
                 format!("{:.0}", p.smallest_memory),
                 format!("{:.3}", p.umrlm_s),
                 p.umrlm_rounds.to_string(),
             ]);
         }
-        out += &format!("\nSmallest memory raised, 15 workers, 10,000 rows (seed fig. 9)\n{t}\n");
-        let mut t = table(&["configuration", "error", "UMR mean ± sd (s)", "RUMR mean ± sd (s)", "RUMR vs UMR", "RUMR wins", "static mean (s)"]);
+        out += &format!("\nSmallest memory raised, 10,000 rows (seed fig. 9: 15 workers)\n{t}\n");
+        let mut t = table(&[
+            "configuration",
+            "error",
+            "UMR mean ± sd (s)",
+            "RUMR mean ± sd (s)",
+            "RUMR vs UMR",
+            "RUMR wins",
+            "static mean (s)",
+        ]);
         for r in &self.robustness {
             t.add_row([
                 r.config.clone(),
@@ -407,20 +454,21 @@ impl DivisiblePaperReport {
         std::fs::write(&json, text + "\n").map_err(io(&json))?;
         written.push(json);
 
-        let csv_out = |name: &str, header: &[&str], rows: Vec<Vec<String>>| -> Result<PathBuf, SimError> {
-            let path = dir.join(name);
-            let err = |e: csv::Error| SimError::Output {
-                what: name.to_string(),
-                problem: e.to_string(),
+        let csv_out =
+            |name: &str, header: &[&str], rows: Vec<Vec<String>>| -> Result<PathBuf, SimError> {
+                let path = dir.join(name);
+                let err = |e: csv::Error| SimError::Output {
+                    what: name.to_string(),
+                    problem: e.to_string(),
+                };
+                let mut w = csv::Writer::from_path(&path).map_err(err)?;
+                w.write_record(header).map_err(err)?;
+                for r in rows {
+                    w.write_record(r).map_err(err)?;
+                }
+                w.flush().map_err(io(&path))?;
+                Ok(path)
             };
-            let mut w = csv::Writer::from_path(&path).map_err(err)?;
-            w.write_record(header).map_err(err)?;
-            for r in rows {
-                w.write_record(r).map_err(err)?;
-            }
-            w.flush().map_err(io(&path))?;
-            Ok(path)
-        };
         let f = |x: f64| format!("{x:.6}");
         let rows_csv = |v: &[RowsPoint]| {
             v.iter()
@@ -437,28 +485,70 @@ impl DivisiblePaperReport {
                 })
                 .collect()
         };
-        let header = ["workers", "rows", "umr_s", "umrlm_s", "umrlm_rounds", "lower_bound_s", "umr_infeasible"];
+        let header = [
+            "workers",
+            "rows",
+            "umr_s",
+            "umrlm_s",
+            "umrlm_rounds",
+            "lower_bound_s",
+            "umr_infeasible",
+        ];
         written.push(csv_out("vs_rows.csv", &header, rows_csv(&self.vs_rows))?);
-        written.push(csv_out("vs_workers.csv", &header, rows_csv(&self.vs_workers))?);
+        written.push(csv_out(
+            "vs_workers.csv",
+            &header,
+            rows_csv(&self.vs_workers),
+        )?);
         written.push(csv_out(
             "ordering.csv",
-            &["rows", "compute_first_s", "network_first_s", "memory_first_s"],
+            &[
+                "workers",
+                "rows",
+                "compute_first_s",
+                "network_first_s",
+                "memory_first_s",
+            ],
             self.ordering
                 .iter()
-                .map(|p| vec![p.rows.to_string(), f(p.compute_first_s), f(p.network_first_s), f(p.memory_first_s)])
+                .map(|p| {
+                    vec![
+                        p.workers.to_string(),
+                        p.rows.to_string(),
+                        f(p.compute_first_s),
+                        f(p.network_first_s),
+                        f(p.memory_first_s),
+                    ]
+                })
                 .collect(),
         )?);
         written.push(csv_out(
             "memory.csv",
-            &["smallest_memory", "umrlm_s", "umrlm_rounds"],
+            &["workers", "smallest_memory", "umrlm_s", "umrlm_rounds"],
             self.memory
                 .iter()
-                .map(|p| vec![f(p.smallest_memory), f(p.umrlm_s), p.umrlm_rounds.to_string()])
+                .map(|p| {
+                    vec![
+                        p.workers.to_string(),
+                        f(p.smallest_memory),
+                        f(p.umrlm_s),
+                        p.umrlm_rounds.to_string(),
+                    ]
+                })
                 .collect(),
         )?);
         written.push(csv_out(
             "robustness.csv",
-            &["config", "error", "umr_mean_s", "umr_sd_s", "rumr_mean_s", "rumr_sd_s", "static_mean_s", "rumr_wins"],
+            &[
+                "config",
+                "error",
+                "umr_mean_s",
+                "umr_sd_s",
+                "rumr_mean_s",
+                "rumr_sd_s",
+                "static_mean_s",
+                "rumr_wins",
+            ],
             self.robustness
                 .iter()
                 .map(|r| {
@@ -485,9 +575,22 @@ impl DivisiblePaperReport {
                 "matrix rows",
                 "makespan (s)",
                 &[
-                    ("UMR (stops where infeasible)".into(), pts.iter().filter_map(|p| p.umr_s.map(|u| (f64::from(p.rows), u))).collect()),
-                    ("UMRLM".into(), pts.iter().map(|p| (f64::from(p.rows), p.umrlm_s)).collect()),
-                    ("W/ΣS".into(), pts.iter().map(|p| (f64::from(p.rows), p.lower_bound_s)).collect()),
+                    (
+                        "UMR (stops where infeasible)".into(),
+                        pts.iter()
+                            .filter_map(|p| p.umr_s.map(|u| (f64::from(p.rows), u)))
+                            .collect(),
+                    ),
+                    (
+                        "UMRLM".into(),
+                        pts.iter().map(|p| (f64::from(p.rows), p.umrlm_s)).collect(),
+                    ),
+                    (
+                        "W/ΣS".into(),
+                        pts.iter()
+                            .map(|p| (f64::from(p.rows), p.lower_bound_s))
+                            .collect(),
+                    ),
                 ],
             )?;
             written.push(path);
@@ -499,33 +602,76 @@ impl DivisiblePaperReport {
             "workers",
             "makespan (s)",
             &[
-                ("UMR (where feasible)".into(), self.vs_workers.iter().filter_map(|p| p.umr_s.map(|u| (p.workers as f64, u))).collect()),
-                ("UMRLM".into(), self.vs_workers.iter().map(|p| (p.workers as f64, p.umrlm_s)).collect()),
-                ("W/ΣS".into(), self.vs_workers.iter().map(|p| (p.workers as f64, p.lower_bound_s)).collect()),
+                (
+                    "UMR (where feasible)".into(),
+                    self.vs_workers
+                        .iter()
+                        .filter_map(|p| p.umr_s.map(|u| (p.workers as f64, u)))
+                        .collect(),
+                ),
+                (
+                    "UMRLM".into(),
+                    self.vs_workers
+                        .iter()
+                        .map(|p| (p.workers as f64, p.umrlm_s))
+                        .collect(),
+                ),
+                (
+                    "W/ΣS".into(),
+                    self.vs_workers
+                        .iter()
+                        .map(|p| (p.workers as f64, p.lower_bound_s))
+                        .collect(),
+                ),
             ],
         )?;
         written.push(path);
-        let path = dir.join("ordering.svg");
-        let x = |p: &OrderingPoint| f64::from(p.rows);
-        xy_chart(
-            &path,
-            "15 workers: UMRLM under three worker orders",
-            "matrix rows",
-            "makespan (s)",
-            &[
-                ("compute first (0.8, 0.1, 0.1)".into(), self.ordering.iter().map(|p| (x(p), p.compute_first_s)).collect()),
-                ("network first (0.1, 0.8, 0.1)".into(), self.ordering.iter().map(|p| (x(p), p.network_first_s)).collect()),
-                ("memory first (0.1, 0.1, 0.8)".into(), self.ordering.iter().map(|p| (x(p), p.memory_first_s)).collect()),
-            ],
-        )?;
-        written.push(path);
+        for k in [15, 6] {
+            let path = dir.join(format!("ordering-{k}.svg"));
+            let pts: Vec<&OrderingPoint> =
+                self.ordering.iter().filter(|p| p.workers == k).collect();
+            let x = |p: &OrderingPoint| f64::from(p.rows);
+            xy_chart(
+                &path,
+                &format!("{k} workers: UMRLM under three worker orders"),
+                "matrix rows",
+                "makespan (s)",
+                &[
+                    (
+                        "compute first (0.8, 0.1, 0.1)".into(),
+                        pts.iter().map(|p| (x(p), p.compute_first_s)).collect(),
+                    ),
+                    (
+                        "network first (0.1, 0.8, 0.1)".into(),
+                        pts.iter().map(|p| (x(p), p.network_first_s)).collect(),
+                    ),
+                    (
+                        "memory first (0.1, 0.1, 0.8)".into(),
+                        pts.iter().map(|p| (x(p), p.memory_first_s)).collect(),
+                    ),
+                ],
+            )?;
+            written.push(path);
+        }
         let path = dir.join("memory.svg");
         xy_chart(
             &path,
-            "15 workers, 10,000 rows: smallest memory raised",
+            "10,000 rows: smallest memory raised",
             "smallest worker memory (rows)",
             "UMRLM makespan (s)",
-            &[("UMRLM".into(), self.memory.iter().map(|p| (p.smallest_memory, p.umrlm_s)).collect())],
+            &[15, 6]
+                .iter()
+                .map(|&k| {
+                    (
+                        format!("UMRLM, {k} workers"),
+                        self.memory
+                            .iter()
+                            .filter(|p| p.workers == k)
+                            .map(|p| (p.smallest_memory, p.umrlm_s))
+                            .collect(),
+                    )
+                })
+                .collect::<Vec<_>>(),
         )?;
         written.push(path);
         let configs: Vec<String> = {
@@ -582,7 +728,11 @@ fn xy_chart(
     let x_min = pts().map(|p| p.0).fold(f64::INFINITY, f64::min);
     let x_max = pts().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
     let y_max = pts().map(|p| p.1).fold(0.0_f64, f64::max) * 1.1;
-    let (x_min, x_max) = if x_min < x_max { (x_min, x_max) } else { (0.0, 1.0) };
+    let (x_min, x_max) = if x_min < x_max {
+        (x_min, x_max)
+    } else {
+        (0.0, 1.0)
+    };
     let y_max = if y_max > 0.0 { y_max } else { 1.0 };
     let root = SVGBackend::new(path, (900, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
@@ -600,10 +750,13 @@ fn xy_chart(
         .map_err(|e| err(e.to_string()))?;
     for (s, (name, values)) in series.iter().enumerate() {
         let color = PALETTE[s % PALETTE.len()];
-        c.draw_series(LineSeries::new(values.iter().copied(), color.stroke_width(2)))
-            .map_err(|e| err(e.to_string()))?
-            .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], color.stroke_width(2)));
+        c.draw_series(LineSeries::new(
+            values.iter().copied(),
+            color.stroke_width(2),
+        ))
+        .map_err(|e| err(e.to_string()))?
+        .label(name.as_str())
+        .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], color.stroke_width(2)));
         c.draw_series(values.iter().map(|&p| Circle::new(p, 3, color.filled())))
             .map_err(|e| err(e.to_string()))?;
     }
@@ -635,7 +788,10 @@ mod tests {
         let small = rows_point(6, 2000).expect("runs");
         assert!(small.umr_s.is_some(), "{small:?}");
         let big = rows_point(6, 20_000).expect("runs");
-        assert!(big.umr_s.is_none() && big.umr_infeasible.is_some(), "{big:?}");
+        assert!(
+            big.umr_s.is_none() && big.umr_infeasible.is_some(),
+            "{big:?}"
+        );
         assert!(big.umrlm_s >= big.lower_bound_s);
     }
 }

@@ -33,7 +33,8 @@ pub fn plan(platform: &StarPlatform, load: f64, error: f64) -> Result<Plan, Plan
         .iter()
         .map(|&i| {
             let w = &platform.workers[i];
-            w.compute_latency.max(w.network_latency * w.bandwidth / w.speed)
+            w.compute_latency
+                .max(w.network_latency * w.bandwidth / w.speed)
         })
         .fold(0.0_f64, f64::max);
     let tail_load = load - chunks.iter().map(|c| c.size).sum::<f64>();
@@ -89,7 +90,11 @@ mod tests {
             let r = plan(&p, w, 0.3).expect("rumr");
             assert!(!r.tail.is_empty());
             assert!((r.load() - w).abs() < 1e-6 * w);
-            let batches: Vec<f64> = r.tail.chunks(r.tail_workers.len()).map(|b| b[0].time).collect();
+            let batches: Vec<f64> = r
+                .tail
+                .chunks(r.tail_workers.len())
+                .map(|b| b[0].time)
+                .collect();
             for pair in batches.windows(2).take(batches.len().saturating_sub(2)) {
                 assert!(pair[1] < pair[0], "factoring chunks shrink: {batches:?}");
             }

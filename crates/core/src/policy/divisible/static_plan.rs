@@ -3,9 +3,9 @@
 //! by decreasing link rate. Where a latency would make a chunk negative, chunks are simply
 //! proportional to speed.
 
+use super::PlanError;
 use super::umr::bandwidth_order;
 use super::{Algo, Chunk, Plan, StarPlatform, predict};
-use super::PlanError;
 
 /// The static plan for `load`.
 pub fn plan(platform: &StarPlatform, load: f64) -> Result<Plan, PlanError> {
@@ -56,7 +56,11 @@ mod tests {
         let plan = plan(&p, 1e5).expect("static");
         assert_eq!(plan.chunks.len(), p.workers.len());
         assert!((plan.load() - 1e5).abs() < 1e-6);
-        let times: Vec<f64> = plan.chunks.iter().map(|c| p.compute_time(c.worker, c.size)).collect();
+        let times: Vec<f64> = plan
+            .chunks
+            .iter()
+            .map(|c| p.compute_time(c.worker, c.size))
+            .collect();
         for t in &times {
             assert!((t - times[0]).abs() < 1e-9 * times[0]);
         }

@@ -296,7 +296,10 @@ mod tests {
                 plan.predicted_makespan
             );
             let predicted = predict(&p, &plan).makespan;
-            assert!((predicted - reference).abs() <= 1e-9 * reference, "no waits in UMR");
+            assert!(
+                (predicted - reference).abs() <= 1e-9 * reference,
+                "no waits in UMR"
+            );
         }
     }
 
@@ -313,7 +316,9 @@ mod tests {
                 s.rounds = m;
                 let theta = s.theta;
                 let gamma = s.eta / (1.0 - theta);
-                s.round0 = (w - f64::from(m) * gamma) * (1.0 - theta) / (1.0 - theta.powi(m as i32)) + gamma;
+                s.round0 = (w - f64::from(m) * gamma) * (1.0 - theta)
+                    / (1.0 - theta.powi(m as i32))
+                    + gamma;
                 let chunks = s.chunks(w);
                 let sizes = s.round_sizes();
                 if chunks.iter().any(|c| c.size <= 0.0) || sizes.windows(2).any(|p| p[1] < p[0]) {
@@ -323,7 +328,11 @@ mod tests {
                 Some(reference_makespan(&p, &sends))
             };
             let best = (1..200).filter_map(ex_m).fold(f64::INFINITY, f64::min);
-            assert!(sol.makespan <= best * (1.0 + 1e-9), "{} vs {best}", sol.makespan);
+            assert!(
+                sol.makespan <= best * (1.0 + 1e-9),
+                "{} vs {best}",
+                sol.makespan
+            );
         }
     }
 }

@@ -31,7 +31,9 @@ pub fn order(platform: &StarPlatform, workers: &[usize], weights: Weights) -> Ve
         _ => 1.0,
     };
     let score = |i: usize| {
-        weights.c1 * ws[i].speed / max_s + weights.c2 * ws[i].bandwidth / max_b + weights.c3 * mem(i)
+        weights.c1 * ws[i].speed / max_s
+            + weights.c2 * ws[i].bandwidth / max_b
+            + weights.c3 * mem(i)
     };
     let mut out = workers.to_vec();
     out.sort_by(|&a, &b| score(b).total_cmp(&score(a)).then(a.cmp(&b)));
@@ -40,7 +42,9 @@ pub fn order(platform: &StarPlatform, workers: &[usize], weights: Weights) -> Ve
 
 /// The per-chunk cap of worker `i`: half its memory (module doc).
 pub fn cap(platform: &StarPlatform, i: usize) -> f64 {
-    platform.workers[i].memory.map_or(f64::INFINITY, |m| m / 2.0)
+    platform.workers[i]
+        .memory
+        .map_or(f64::INFINITY, |m| m / 2.0)
 }
 
 /// The UMRLM plan for `load`.
@@ -130,7 +134,16 @@ fn limited(
         }
     }
     best.unwrap_or_else(|| {
-        with_frozen(platform, load, sol, caps, chunks, &frozen, umr_rounds.len() as u32, fewest)
+        with_frozen(
+            platform,
+            load,
+            sol,
+            caps,
+            chunks,
+            &frozen,
+            umr_rounds.len() as u32,
+            fewest,
+        )
     })
 }
 
@@ -307,7 +320,15 @@ mod tests {
         let mut rng = Rng(1);
         let p = random_platform(&mut rng);
         let all: Vec<usize> = (0..p.workers.len()).collect();
-        let o = order(&p, &all, Weights { c1: 1.0, c2: 0.0, c3: 0.0 });
+        let o = order(
+            &p,
+            &all,
+            Weights {
+                c1: 1.0,
+                c2: 0.0,
+                c3: 0.0,
+            },
+        );
         for pair in o.windows(2) {
             assert!(p.workers[pair[0]].speed >= p.workers[pair[1]].speed);
         }
