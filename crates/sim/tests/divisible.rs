@@ -255,3 +255,18 @@ fn rumr_beats_umr_on_average_under_large_errors() {
         assert!(mr < mu, "error {error}: RUMR {mr:.2} s vs UMR {mu:.2} s");
     }
 }
+
+#[test]
+fn the_example_platform_file_is_the_scenarios_platform() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/platform-divisible-paper.toml"
+    );
+    let text = std::fs::read_to_string(path).expect("example file");
+    let parsed =
+        hetsched_core::input::star_platform::parse_star_platform(path, &text).expect("parses");
+    assert_eq!(
+        parsed,
+        hetsched_sim::scenario::divisible_paper::paper_platform(15)
+    );
+}
