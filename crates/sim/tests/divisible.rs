@@ -231,28 +231,34 @@ fn the_same_seed_gives_the_same_run_and_errors_change_it() {
 
 #[test]
 fn rumr_beats_umr_on_average_under_large_errors() {
-    let mut rng = Pcg64::seed_from_u64(31);
-    let p = random_platform(&mut rng);
-    let load = 1e6;
-    for error in [0.2, 0.4] {
-        let options = PlanOptions {
-            error,
-            ..PlanOptions::default()
-        };
-        let u = plan(Algo::Umr, &p, load, &options).expect("plans");
-        let r = plan(Algo::Rumr, &p, load, &options).expect("plans");
-        let mean = |plan: &Plan| {
-            (1..=100)
-                .map(|seed| {
-                    simulate(&p, plan, load, &StarConfig { error, seed })
-                        .expect("runs")
-                        .makespan_s()
-                })
-                .sum::<f64>()
-                / 100.0
-        };
-        let (mu, mr) = (mean(&u), mean(&r));
-        assert!(mr < mu, "error {error}: RUMR {mr:.2} s vs UMR {mu:.2} s");
+    for platform_seed in [31, 32, 33] {
+        let mut rng = Pcg64::seed_from_u64(platform_seed);
+        let p = random_platform(&mut rng);
+        let load = 1e6;
+        for error in [0.2, 0.3, 0.4] {
+            let options = PlanOptions {
+                error,
+                ..PlanOptions::default()
+            };
+            let u = plan(Algo::Umr, &p, load, &options).expect("plans");
+            let r = plan(Algo::Rumr, &p, load, &options).expect("plans");
+            let mean = |plan: &Plan| {
+                (1..=100)
+                    .map(|seed| {
+                        simulate(&p, plan, load, &StarConfig { error, seed })
+                            .expect("runs")
+                            .makespan_s()
+                    })
+                    .sum::<f64>()
+                    / 100.0
+            };
+            let (mu, mr) = (mean(&u), mean(&r));
+            assert!(
+                mr < mu,
+                "platform {platform_seed} ({} workers), error {error}: RUMR {mr:.2} s vs UMR {mu:.2} s",
+                p.workers.len()
+            );
+        }
     }
 }
 
