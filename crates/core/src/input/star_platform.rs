@@ -125,7 +125,9 @@ network_latency = 0.001
     #[test]
     fn errors_name_file_line_and_field() {
         let bad = GOOD.replace("speed = 80.0", "speed = -3.0");
-        let e = parse_star_platform("p.toml", &bad).unwrap_err().to_string();
+        let e = parse_star_platform("p.toml", &bad)
+            .expect_err("refused")
+            .to_string();
         assert!(e.starts_with("p.toml:12:"), "{e}");
         assert!(
             e.contains("worker[1].speed: must be a positive number, got -3"),
@@ -133,7 +135,9 @@ network_latency = 0.001
         );
 
         let bad = GOOD.replace("bandwidth = 800.0        #", "bandwidth = 0.0 #");
-        let e = parse_star_platform("p.toml", &bad).unwrap_err().to_string();
+        let e = parse_star_platform("p.toml", &bad)
+            .expect_err("refused")
+            .to_string();
         assert!(
             e.contains(":6:") && e.contains("worker[0].bandwidth: must be a positive number"),
             "{e}"
@@ -143,18 +147,22 @@ network_latency = 0.001
             "network_latency = 0.001\n",
             "network_latency = 0.001\nlatency = 2\n",
         );
-        let e = parse_star_platform("p.toml", &bad).unwrap_err().to_string();
+        let e = parse_star_platform("p.toml", &bad)
+            .expect_err("refused")
+            .to_string();
         assert!(
             e.contains("p.toml:16:") && e.contains("unknown field `latency`"),
             "{e}"
         );
 
         let bad = GOOD.replace("speed = 80.0\n", "");
-        let e = parse_star_platform("p.toml", &bad).unwrap_err().to_string();
+        let e = parse_star_platform("p.toml", &bad)
+            .expect_err("refused")
+            .to_string();
         assert!(e.contains("missing field `speed`"), "{e}");
 
         let e = parse_star_platform("p.toml", "# nothing\n")
-            .unwrap_err()
+            .expect_err("refused")
             .to_string();
         assert_eq!(
             e,
@@ -162,7 +170,9 @@ network_latency = 0.001
         );
 
         let bad = GOOD.replace("p4-2.0", "p4-3.0a");
-        let e = parse_star_platform("p.toml", &bad).unwrap_err().to_string();
+        let e = parse_star_platform("p.toml", &bad)
+            .expect_err("refused")
+            .to_string();
         assert!(
             e.contains("worker[1].name: worker name `p4-3.0a` is already used by worker[0]"),
             "{e}"

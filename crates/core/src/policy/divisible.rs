@@ -92,7 +92,7 @@ impl StarPlatform {
                 return Err(bad("network_latency", "must be a non-negative number"));
             }
             if let Some(m) = w.memory
-                && !(m > 0.0 && !m.is_nan())
+                && (m <= 0.0 || m.is_nan())
             {
                 return Err(bad("memory", "must be a positive number"));
             }
@@ -629,7 +629,9 @@ mod tests {
         );
         let mut p = two();
         p.workers[1].bandwidth = 0.0;
-        let e = plan(Algo::Umrlm, &p, 10.0, &opts).unwrap_err().to_string();
+        let e = plan(Algo::Umrlm, &p, 10.0, &opts)
+            .expect_err("refused")
+            .to_string();
         assert_eq!(e, "worker 1 (`b`): bandwidth must be a positive number");
     }
 }

@@ -212,7 +212,6 @@ pub fn simulate(
         Ok(())
     };
     plan.drive(platform, &mut master, &mut send)?;
-    drop(send);
     Ok(StarRun {
         algo: plan.algo,
         load,
