@@ -36,6 +36,8 @@ pub mod umr;
 pub mod umrlm;
 
 use serde::{Deserialize, Serialize};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::fmt;
 use std::ops::Add;
 use std::str::FromStr;
@@ -281,16 +283,25 @@ impl Plan {
         let mut index = 0;
         // Sizes within this of the remainder end the tail (floating-point dust).
         let dust = self.tail_load * 1e-12;
+        // Workers by (room, priority): the same choice as `first_with_room`, in O(log N).
+        let mut by_room: BinaryHeap<Reverse<(u64, usize)>> = self
+            .tail_workers
+            .iter()
+            .enumerate()
+            .map(|(k, &i)| Reverse((master.workers[i].room.order_key(), k)))
+            .collect();
         while left > dust {
-            let Some(i) = master.first_with_room(&self.tail_workers) else {
+            let Some(Reverse((_, k))) = by_room.pop() else {
                 break;
             };
+            let i = self.tail_workers[k];
             let q = self.tail.get(index).unwrap_or(last);
             let mut size = (q.time * platform.workers[i].speed).min(left);
             if left - size <= dust {
                 size = left;
             }
             send(master, q.round, i, size)?;
+            by_room.push(Reverse((master.workers[i].room.order_key(), k)));
             left -= size;
             index += 1;
         }
@@ -378,9 +389,21 @@ pub fn reference_makespan(platform: &StarPlatform, sends: &[(usize, f64)]) -> f6
 
 /// A clock the [`StarMaster`] runs on: `f64` seconds for planners, integer nanoseconds in the
 /// simulator.
-pub trait Clock: Copy + PartialOrd + Add<Output = Self> + Default {}
-impl Clock for f64 {}
-impl Clock for u64 {}
+pub trait Clock: Copy + PartialOrd + Add<Output = Self> + Default {
+    /// A key with the same order as the time (times are never negative).
+    fn order_key(self) -> u64;
+}
+impl Clock for f64 {
+    fn order_key(self) -> u64 {
+        // Non-negative floats order like their bit patterns.
+        self.max(0.0).to_bits()
+    }
+}
+impl Clock for u64 {
+    fn order_key(self) -> u64 {
+        self
+    }
+}
 
 fn later<T: Clock>(a: T, b: T) -> T {
     if b > a { b } else { a }

@@ -69,6 +69,7 @@ pub fn plan(platform: &StarPlatform, load: f64, error: f64) -> Result<Plan, Plan
 #[cfg(test)]
 mod tests {
     use super::super::testing::{Rng, random_platform};
+    use super::super::StarMaster;
     use super::*;
 
     #[test]
@@ -79,6 +80,30 @@ mod tests {
         let u = umr::plan(&p, 1e5).expect("umr");
         assert!(r.tail.is_empty());
         assert_eq!(r.chunks, u.chunks);
+    }
+
+    #[test]
+    fn the_tail_goes_to_the_worker_with_room_first() {
+        let mut rng = Rng(6);
+        let p = random_platform(&mut rng);
+        let plan = plan(&p, 1e5, 0.3).expect("rumr");
+        // Replay with the linear scan of `first_with_room`: the same workers, in the same order.
+        let mut m = StarMaster::<f64>::new(p.workers.len());
+        let mut fixed = 0;
+        let mut scanned = Vec::new();
+        let mut driven = Vec::new();
+        let _ = plan.drive(&p, &mut m, |m: &mut StarMaster<f64>, _r, i, size| {
+            if fixed < plan.chunks.len() {
+                fixed += 1;
+            } else {
+                scanned.push(m.first_with_room(&plan.tail_workers).expect("a worker"));
+                driven.push(i);
+            }
+            m.send(i, size, p.send_time(i, size), p.compute_time(i, size));
+            Ok::<(), ()>(())
+        });
+        assert!(!driven.is_empty());
+        assert_eq!(scanned, driven);
     }
 
     #[test]

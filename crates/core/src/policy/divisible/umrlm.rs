@@ -111,123 +111,139 @@ fn limited(
     } else {
         0
     };
-    let mut best: Option<Plan> = None;
-    for frozen_rounds in fewest..fewest + EXTRA_FROZEN_ROUNDS {
-        if f64::from(frozen_rounds) * frozen_total >= left {
-            break;
-        }
-        let candidate = with_frozen(
-            platform,
-            load,
-            sol,
-            caps,
-            chunks.clone(),
-            &frozen,
-            umr_rounds.len() as u32,
-            frozen_rounds,
+    let mut master = StarMaster::<f64>::new(platform.workers.len());
+    let send = |master: &mut StarMaster<f64>, c: &Chunk| {
+        master.send(
+            c.worker,
+            c.size,
+            platform.send_time(c.worker, c.size),
+            platform.compute_time(c.worker, c.size),
         );
-        if best
-            .as_ref()
-            .is_none_or(|b| candidate.predicted_makespan < b.predicted_makespan)
-        {
-            best = Some(candidate);
-        }
+    };
+    for c in &chunks {
+        send(&mut master, c);
     }
-    best.unwrap_or_else(|| {
-        with_frozen(
-            platform,
-            load,
-            sol,
-            caps,
-            chunks,
-            &frozen,
-            umr_rounds.len() as u32,
-            fewest,
-        )
-    })
-}
-
-/// Frozen rounds beyond the fewest that UMRLM also tries.
-const EXTRA_FROZEN_ROUNDS: u32 = 6;
-
-/// `chunks` (UMR rounds), then `frozen_rounds` rounds of `frozen` sizes, then the last round.
-#[allow(clippy::too_many_arguments)]
-fn with_frozen(
-    platform: &StarPlatform,
-    load: f64,
-    sol: &UmrSolution,
-    caps: &[f64],
-    mut chunks: Vec<Chunk>,
-    frozen: &[f64],
-    first_frozen: u32,
-    frozen_rounds: u32,
-) -> Plan {
-    let mut round = first_frozen;
-    for _ in 0..frozen_rounds {
+    let mut round = umr_rounds.len() as u32;
+    let push_frozen = |chunks: &mut Vec<Chunk>, master: &mut StarMaster<f64>, round: u32| {
         for (k, &w) in sol.workers.iter().enumerate() {
             if frozen[k] > 0.0 {
-                chunks.push(Chunk {
+                let c = Chunk {
                     round,
                     worker: w,
                     size: frozen[k],
-                });
+                };
+                send(master, &c);
+                chunks.push(c);
             }
         }
+    };
+    for _ in 0..fewest {
+        push_frozen(&mut chunks, &mut master, round);
         round += 1;
     }
-    let last = load - chunks.iter().map(|c| c.size).sum::<f64>();
-    if last > 1e-9 * load {
-        let first_pass = balance(platform, &chunks, &sol.workers, caps, last);
-        // Send the last round in order of decreasing processing time, then re-balance in it.
-        let mut by_time: Vec<(usize, f64)> = first_pass;
-        by_time.sort_by(|a, b| {
-            let ta = platform.compute_time(sol.workers[a.0], a.1);
-            let tb = platform.compute_time(sol.workers[b.0], b.1);
-            tb.total_cmp(&ta).then(a.0.cmp(&b.0))
-        });
-        let order: Vec<usize> = by_time.iter().map(|&(k, _)| sol.workers[k]).collect();
-        let order_caps: Vec<f64> = by_time.iter().map(|&(k, _)| caps[k]).collect();
-        for (k, x) in balance(platform, &chunks, &order, &order_caps, last) {
-            chunks.push(Chunk {
-                round,
-                worker: order[k],
-                size: x,
-            });
+    // Candidates: `fewest + extra` frozen rounds; each adds one round to the running state.
+    let mut best: Option<(usize, u32, Vec<Chunk>, f64)> = None;
+    for extra in 0..EXTRA_FROZEN_ROUNDS {
+        if extra > 0 {
+            if f64::from(fewest + extra) * frozen_total >= left {
+                break;
+            }
+            push_frozen(&mut chunks, &mut master, round);
+            round += 1;
         }
-    } else if let Some(c) = chunks.last_mut() {
-        c.size += last;
+        let last = load - sent_total(done, &frozen, fewest + extra);
+        let (last_chunks, makespan) = last_round(platform, &master, &sol.workers, caps, round, last);
+        if best.as_ref().is_none_or(|b| makespan < b.3) {
+            best = Some((chunks.len(), round, last_chunks, makespan));
+        }
     }
+    let (keep, _, last_chunks, makespan) = best.unwrap_or((chunks.len(), round, Vec::new(), 0.0));
+    chunks.truncate(keep);
+    if last_chunks.is_empty() {
+        // Nothing worth a round is left: floating-point dust goes to the last chunk.
+        let dust = load - chunks.iter().map(|c| c.size).sum::<f64>();
+        if let Some(c) = chunks.last_mut() {
+            c.size += dust;
+        }
+    }
+    chunks.extend(last_chunks);
     let mut plan = Plan {
         algo: Algo::Umrlm,
         chunks,
         tail: Vec::new(),
         tail_load: 0.0,
         tail_workers: Vec::new(),
-        predicted_makespan: 0.0,
+        predicted_makespan: makespan,
     };
-    plan.predicted_makespan = predict(platform, &plan).makespan;
+    if plan.predicted_makespan == 0.0 {
+        plan.predicted_makespan = predict(platform, &plan).makespan;
+    }
     plan
 }
 
-/// Sizes of a last round of `total` units over `workers` (send order), after `prefix`: the
-/// common finish time `T` is bisected so the chunks `x_k(T) ∈ [0, cap_k]` add up to `total`.
+/// Load sent by the UMR rounds (`done`) and `rounds` frozen rounds.
+fn sent_total(done: f64, frozen: &[f64], rounds: u32) -> f64 {
+    done + f64::from(rounds) * frozen.iter().filter(|&&f| f > 0.0).sum::<f64>()
+}
+
+/// Frozen rounds beyond the fewest that UMRLM also tries.
+const EXTRA_FROZEN_ROUNDS: u32 = 6;
+
+/// The last round of `total` units after the state `base`: balanced once in `workers`' order,
+/// then sent in order of decreasing processing time and balanced again in that order. Returns its
+/// chunks and the predicted makespan (empty when `total` is floating-point dust).
+fn last_round(
+    platform: &StarPlatform,
+    base: &StarMaster<f64>,
+    workers: &[usize],
+    caps: &[f64],
+    round: u32,
+    total: f64,
+) -> (Vec<Chunk>, f64) {
+    let all = || (0..platform.workers.len()).map(|i| base.worker_free(i)).fold(0.0, f64::max);
+    if total <= 1e-9 * total.abs().max(1.0) || total <= 0.0 {
+        return (Vec::new(), all());
+    }
+    let mut by_time = balance(platform, base, workers, caps, total);
+    by_time.sort_by(|a, b| {
+        let ta = platform.compute_time(workers[a.0], a.1);
+        let tb = platform.compute_time(workers[b.0], b.1);
+        tb.total_cmp(&ta).then(a.0.cmp(&b.0))
+    });
+    let order: Vec<usize> = by_time.iter().map(|&(k, _)| workers[k]).collect();
+    let order_caps: Vec<f64> = by_time.iter().map(|&(k, _)| caps[k]).collect();
+    let mut m = base.clone();
+    let chunks: Vec<Chunk> = balance(platform, base, &order, &order_caps, total)
+        .into_iter()
+        .map(|(k, size)| {
+            let worker = order[k];
+            m.send(
+                worker,
+                size,
+                platform.send_time(worker, size),
+                platform.compute_time(worker, size),
+            );
+            Chunk {
+                round,
+                worker,
+                size,
+            }
+        })
+        .collect();
+    let makespan = (0..platform.workers.len()).map(|i| m.worker_free(i)).fold(0.0, f64::max);
+    (chunks, makespan)
+}
+
+/// Sizes of a last round of `total` units over `workers` (send order), after the state `base`:
+/// the common finish time `T` is bisected so the chunks `x_k(T) ∈ [0, cap_k]` add up to `total`.
 /// Returns `(position in workers, size)` for the non-empty chunks.
 fn balance(
     platform: &StarPlatform,
-    prefix: &[Chunk],
+    base: &StarMaster<f64>,
     workers: &[usize],
     caps: &[f64],
     total: f64,
 ) -> Vec<(usize, f64)> {
-    let mut base = StarMaster::<f64>::new(platform.workers.len());
-    for c in prefix {
-        base.send(
-            c.worker,
-            c.size,
-            platform.send_time(c.worker, c.size),
-            platform.compute_time(c.worker, c.size),
-        );
-    }
     let sizes_at = |t_finish: f64| -> Vec<f64> {
         let mut m = base.clone();
         workers
@@ -256,11 +272,9 @@ fn balance(
     while sum(&sizes_at(hi)) < total && hi.is_finite() {
         hi = lo0 + (hi - lo0) * 2.0;
     }
-    for _ in 0..200 {
+    // 1e-10 of the finish time is far below any latency; the sizes are rescaled to `total` anyway.
+    while hi - lo > 1e-10 * hi.abs().max(1e-9) {
         let mid = 0.5 * (lo + hi);
-        if mid <= lo || mid >= hi {
-            break;
-        }
         if sum(&sizes_at(mid)) < total {
             lo = mid;
         } else {
