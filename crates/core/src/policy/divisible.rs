@@ -461,6 +461,11 @@ impl<T: Clock> StarMaster<T> {
         self.workers[i].free
     }
 
+    /// When worker `i` has a free receive buffer (the end of its second-to-last chunk).
+    pub fn worker_room(&self, i: usize) -> T {
+        self.workers[i].room
+    }
+
     /// The earliest time the master may start a send to worker `i`.
     pub fn send_ready(&self, i: usize) -> T {
         later(self.master_free, self.workers[i].room)

@@ -155,6 +155,9 @@ fn limited(
         let (last_chunks, makespan) = last_round(platform, &master, &sol.workers, caps, round, last);
         if best.as_ref().is_none_or(|b| makespan < b.3) {
             best = Some((chunks.len(), round, last_chunks, makespan));
+        } else {
+            // One more frozen round made it worse: more will not help.
+            break;
         }
     }
     let (keep, _, last_chunks, makespan) = best.unwrap_or((chunks.len(), round, Vec::new(), 0.0));
@@ -204,7 +207,8 @@ fn last_round(
     if total <= 1e-9 * total.abs().max(1.0) || total <= 0.0 {
         return (Vec::new(), all());
     }
-    let mut by_time = balance(platform, base, workers, caps, total);
+    // The first pass only orders the workers: a coarse finish time is enough.
+    let mut by_time = balance(platform, base, workers, caps, total, 1e-6);
     by_time.sort_by(|a, b| {
         let ta = platform.compute_time(workers[a.0], a.1);
         let tb = platform.compute_time(workers[b.0], b.1);
@@ -213,7 +217,7 @@ fn last_round(
     let order: Vec<usize> = by_time.iter().map(|&(k, _)| workers[k]).collect();
     let order_caps: Vec<f64> = by_time.iter().map(|&(k, _)| caps[k]).collect();
     let mut m = base.clone();
-    let chunks: Vec<Chunk> = balance(platform, base, &order, &order_caps, total)
+    let chunks: Vec<Chunk> = balance(platform, base, &order, &order_caps, total, 1e-10)
         .into_iter()
         .map(|(k, size)| {
             let worker = order[k];
@@ -236,6 +240,7 @@ fn last_round(
 
 /// Sizes of a last round of `total` units over `workers` (send order), after the state `base`:
 /// the common finish time `T` is bisected so the chunks `x_k(T) ∈ [0, cap_k]` add up to `total`.
+/// `T` is found to `tolerance` relative; the sizes are rescaled to add up to `total` exactly.
 /// Returns `(position in workers, size)` for the non-empty chunks.
 fn balance(
     platform: &StarPlatform,
@@ -243,6 +248,7 @@ fn balance(
     workers: &[usize],
     caps: &[f64],
     total: f64,
+    tolerance: f64,
 ) -> Vec<(usize, f64)> {
     let sizes_at = |t_finish: f64| -> Vec<f64> {
         let mut m = base.clone();
@@ -272,8 +278,7 @@ fn balance(
     while sum(&sizes_at(hi)) < total && hi.is_finite() {
         hi = lo0 + (hi - lo0) * 2.0;
     }
-    // 1e-10 of the finish time is far below any latency; the sizes are rescaled to `total` anyway.
-    while hi - lo > 1e-10 * hi.abs().max(1e-9) {
+    while hi - lo > tolerance * hi.abs().max(1e-9) {
         let mid = 0.5 * (lo + hi);
         if sum(&sizes_at(mid)) < total {
             lo = mid;
