@@ -68,8 +68,8 @@ pub fn plan(platform: &StarPlatform, load: f64, error: f64) -> Result<Plan, Plan
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{Rng, random_platform};
     use super::super::StarMaster;
+    use super::super::testing::{Rng, random_platform};
     use super::*;
 
     #[test]

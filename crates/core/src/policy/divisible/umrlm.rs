@@ -152,7 +152,8 @@ fn limited(
             round += 1;
         }
         let last = load - sent_total(done, &frozen, fewest + extra);
-        let (last_chunks, makespan) = last_round(platform, &master, &sol.workers, caps, round, last);
+        let (last_chunks, makespan) =
+            last_round(platform, &master, &sol.workers, caps, round, last);
         if best.as_ref().is_none_or(|b| makespan < b.3) {
             best = Some((chunks.len(), round, last_chunks, makespan));
         } else {
@@ -203,7 +204,11 @@ fn last_round(
     round: u32,
     total: f64,
 ) -> (Vec<Chunk>, f64) {
-    let all = || (0..platform.workers.len()).map(|i| base.worker_free(i)).fold(0.0, f64::max);
+    let all = || {
+        (0..platform.workers.len())
+            .map(|i| base.worker_free(i))
+            .fold(0.0, f64::max)
+    };
     if total <= 1e-9 * total.abs().max(1.0) || total <= 0.0 {
         return (Vec::new(), all());
     }
@@ -234,7 +239,9 @@ fn last_round(
             }
         })
         .collect();
-    let makespan = (0..platform.workers.len()).map(|i| m.worker_free(i)).fold(0.0, f64::max);
+    let makespan = (0..platform.workers.len())
+        .map(|i| m.worker_free(i))
+        .fold(0.0, f64::max);
     (chunks, makespan)
 }
 
