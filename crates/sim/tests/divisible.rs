@@ -276,3 +276,20 @@ fn the_example_platform_file_is_the_scenarios_platform() {
         hetsched_sim::scenario::divisible_paper::paper_platform(15)
     );
 }
+
+#[test]
+fn a_plan_that_does_not_fit_the_platform_is_refused_not_run() {
+    let mut rng = Pcg64::seed_from_u64(1);
+    let p = random_platform(&mut rng);
+    let mut bad = umr::plan(&p, 1e5).expect("plans");
+    bad.chunks[0].worker = p.workers.len();
+    let e = simulate(&p, &bad, 1e5, &StarConfig::default()).expect_err("refused");
+    assert!(e.to_string().contains("but the platform has"), "{e}");
+    let mut bad = umr::plan(&p, 1e5).expect("plans");
+    bad.chunks[1].size = f64::NAN;
+    let e = simulate(&p, &bad, 1e5, &StarConfig::default()).expect_err("refused");
+    assert!(
+        e.to_string().contains("expected a non-negative number"),
+        "{e}"
+    );
+}

@@ -171,6 +171,21 @@ pub fn simulate(
             c.worker
         )));
     }
+    if let Some(&i) = plan.tail_workers.iter().find(|&&i| i >= n) {
+        return Err(DivisibleError::Config(format!(
+            "the plan hands tail chunks to worker {i} but the platform has {n}"
+        )));
+    }
+    let sizes = plan
+        .chunks
+        .iter()
+        .map(|c| c.size)
+        .chain(plan.tail.iter().map(|c| c.time));
+    if let Some(bad) = sizes.into_iter().find(|x| !(x.is_finite() && *x >= 0.0)) {
+        return Err(DivisibleError::Config(format!(
+            "the plan has a chunk of size (or tail time) {bad}: expected a non-negative number"
+        )));
+    }
     let mut rng = Pcg64::seed_from_u64(config.seed);
     let mut factor = move || {
         if e > 0.0 {

@@ -734,6 +734,13 @@ fn xy_chart(
         (0.0, 1.0)
     };
     let y_max = if y_max > 0.0 { y_max } else { 1.0 };
+    // Ratios near 1 get a zoomed axis; makespans start at zero.
+    let y_low = pts().map(|p| p.1).fold(f64::INFINITY, f64::min);
+    let y_min = if y_low > 0.5 * y_max {
+        y_low * 0.95
+    } else {
+        0.0
+    };
     let root = SVGBackend::new(path, (900, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
     let mut c = ChartBuilder::on(&root)
@@ -741,7 +748,7 @@ fn xy_chart(
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d(x_min..x_max, 0.0..y_max)
+        .build_cartesian_2d(x_min..x_max, y_min..y_max)
         .map_err(|e| err(e.to_string()))?;
     c.configure_mesh()
         .x_desc(x_label)
