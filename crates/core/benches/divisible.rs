@@ -5,8 +5,8 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use hetsched_core::policy::divisible::{Algo, PlanOptions, StarPlatform, StarWorker, plan};
 use std::hint::black_box;
 
-/// 1,000 heterogeneous workers whose links together outpace their computes (Σ S/B ≈ 0.6), each
-/// holding about 0.05 % of the load, so UMRLM's memory caps bind.
+/// 1,000 heterogeneous workers whose links together outpace their computes (Σ S/B ≈ 0.55), each
+/// holding 500–800 units of the 10⁷, so UMRLM's memory caps bind.
 fn platform(memory: bool) -> StarPlatform {
     let n = 1000;
     StarPlatform {
