@@ -8,6 +8,7 @@ mod runtime;
 mod sim;
 mod sim_stream;
 mod stream;
+mod sim_divisible;
 
 use clap::{CommandFactory, Parser, Subcommand};
 

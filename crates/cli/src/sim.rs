@@ -33,6 +33,12 @@ pub enum SimCommand {
     Graph(crate::graph::GraphArgs),
     /// Reproduce the PCDDB paper's experiment (spec 05): the MM5-like workflow on 36 nodes.
     PcddbPaper(crate::graph::PcddbPaperArgs),
+    /// Plan and simulate one divisible load on your own star platform (spec 03): umr, umrlm,
+    /// rumr or static.
+    Divisible(crate::sim_divisible::DivisibleArgs),
+    /// Reproduce the UMRLM paper's experiment (spec 03): UMR vs UMRLM on the 16-PC cluster, worker
+    /// order, memory, and RUMR vs UMR under prediction errors.
+    DivisiblePaper(crate::sim_divisible::DivisiblePaperArgs),
 }
 
 /// Options of `sim compare`.
@@ -156,6 +162,8 @@ pub fn run(cmd: SimCommand) -> anyhow::Result<()> {
         SimCommand::Compare(args) => compare_cmd(args),
         SimCommand::Graph(args) => crate::graph::graph_cmd(args),
         SimCommand::PcddbPaper(args) => crate::graph::pcddb_paper_cmd(args),
+        SimCommand::Divisible(args) => crate::sim_divisible::divisible_cmd(args),
+        SimCommand::DivisiblePaper(args) => crate::sim_divisible::divisible_paper_cmd(args),
     }
 }
 

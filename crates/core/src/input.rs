@@ -9,6 +9,7 @@ pub mod binding;
 pub mod cluster;
 pub mod topology;
 pub mod latency;
+pub mod star_platform;
 mod units;
 pub mod workflow;
 pub mod workload;

@@ -5,3 +5,4 @@ pub mod batch;
 pub mod binding;
 pub mod stream;
 pub mod graph;
+pub mod divisible;

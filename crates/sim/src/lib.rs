@@ -7,6 +7,8 @@
 //! - [`platform`]: hardware models (the shared disk, the network);
 //! - [`batch`]: applications of independent CPU/GPU tasks scheduled on heartbeats (spec 02),
 //!   with [`simulate`] as the entry point;
+//! - [`divisible`]: divisible loads on a one-port star (spec 03), running the core's UMR, UMRLM,
+//!   RUMR and static plans;
 //! - [`metrics`]: what a run measures ([`SimResult`]);
 //! - [`graph`]: workflows of component instances under the static, centralised and PCDDB
 //!   balancers (spec 05), with [`graph::simulate_graph`] as the entry point;
@@ -20,6 +22,7 @@
 
 pub mod accel;
 pub mod batch;
+pub mod divisible;
 pub mod engine;
 pub mod error;
 pub mod graph;

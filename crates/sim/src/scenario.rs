@@ -2,6 +2,8 @@
 //!
 //! - [`accel_paper`]: spec 01's MAGMA kernels and K-means job on Cluster4-0…4-4 under the three
 //!   binding modes.
+//! - [`divisible_paper`]: spec 03's UMR vs UMRLM on the seed's 16-PC cluster, and RUMR vs UMR
+//!   under prediction errors.
 //! - [`hdas_paper`]: spec 02's mixed CPU/GPU workloads A–Y under cpu-only, FIFO, Hadoop+'s model
 //!   and HDAS.
 //! - [`stream_paper`]: spec 04's stream placers on five topologies and a 10-node heterogeneous
@@ -10,6 +12,7 @@
 //!   centralised and PCDDB balancing.
 
 pub mod accel_paper;
+pub mod divisible_paper;
 pub mod hdas_paper;
 pub mod stream_paper;
 pub mod pcddb_paper;

@@ -1,0 +1,363 @@
+//! `hetsched sim divisible` and `sim divisible-paper` as a user meets them: the real binary on
+//! the example platform, the exported schedule, infeasible UMR, and bad input.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn hetsched(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hetsched"))
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .expect("the hetsched binary runs")
+}
+
+const PLATFORM: &str = "examples/platform-divisible-paper.toml";
+
+fn json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("hetsched-div-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// The example platform cut to its first `k` workers.
+fn first_workers(k: usize) -> String {
+    let text = std::fs::read_to_string(repo().join(PLATFORM)).expect("example");
+    let tables: Vec<&str> = text.split("[[worker]]").skip(1).take(k).collect();
+    tables.iter().map(|t| format!("[[worker]]{t}")).collect()
+}
+
+#[test]
+fn umrlm_on_the_example_platform_reports_makespan_rounds_busy_and_the_bound() {
+    let v = json(&hetsched(&[
+        "sim",
+        "divisible",
+        "--platform",
+        PLATFORM,
+        "--load",
+        "10000",
+        "--algo",
+        "umrlm",
+        "--output",
+        "json",
+    ]));
+    let makespan = v["makespan"].as_f64().expect("makespan");
+    let bound = v["lower_bound"].as_f64().expect("lower_bound");
+    assert!(
+        (bound - 10000.0 / 925.0).abs() < 1e-9,
+        "W/ΣS = 10000 / 925 rows/s"
+    );
+    assert!(
+        makespan >= bound && makespan < bound * 1.05,
+        "{makespan} vs {bound}"
+    );
+    assert!(v["rounds"].as_u64().expect("rounds") > 1);
+    let workers = v["workers"].as_array().expect("workers");
+    assert_eq!(workers.len(), 15);
+    for w in workers {
+        let busy = w["busy"].as_f64().expect("busy");
+        assert!(busy > 0.9 && busy <= 1.0, "{w}");
+    }
+    let table = hetsched(&[
+        "sim",
+        "divisible",
+        "--platform",
+        PLATFORM,
+        "--load",
+        "10000",
+        "--algo",
+        "umrlm",
+    ]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        text.contains("umrlm: makespan") && text.contains("lower bound W/ΣS"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_exported_schedule_has_the_documented_keys_and_replays_to_the_makespan() {
+    let dir = temp_dir("export");
+    let out = dir.join("umr.json");
+    let out_s = out.display().to_string();
+    let v = json(&hetsched(&[
+        "sim",
+        "divisible",
+        "--platform",
+        PLATFORM,
+        "--load",
+        "5000",
+        "--algo",
+        "umr",
+        "--export-schedule",
+        &out_s,
+        "--output",
+        "json",
+    ]));
+    let e: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).expect("export written"))
+            .expect("JSON");
+    assert_eq!(e["algo"], "umr");
+    assert_eq!(e["load"], 5000.0);
+    let keys = |o: &serde_json::Value| -> Vec<String> {
+        let mut k: Vec<String> = o.as_object().expect("object").keys().cloned().collect();
+        k.sort();
+        k
+    };
+    assert_eq!(keys(&e), ["algo", "load", "makespan", "sends", "workers"]);
+    assert_eq!(
+        keys(&e["workers"][0]),
+        [
+            "bandwidth",
+            "compute_latency",
+            "memory",
+            "name",
+            "network_latency",
+            "speed"
+        ]
+    );
+    assert_eq!(
+        keys(&e["sends"][0]),
+        [
+            "compute_end",
+            "compute_start",
+            "round",
+            "send_end",
+            "send_start",
+            "size",
+            "worker"
+        ]
+    );
+    // Spec 03's reference recursion over the exported sends, in send order.
+    let workers = e["workers"].as_array().expect("workers");
+    let f = |v: &serde_json::Value, k: &str| v[k].as_f64().expect("number");
+    let mut t = 0.0_f64;
+    let mut free = vec![0.0_f64; workers.len()];
+    for s in e["sends"].as_array().expect("sends") {
+        let i = s["worker"].as_u64().expect("index") as usize;
+        let (w, c) = (&workers[i], f(s, "size"));
+        t += f(w, "network_latency") + c / f(w, "bandwidth");
+        free[i] = free[i].max(t) + f(w, "compute_latency") + c / f(w, "speed");
+    }
+    let replayed = free.into_iter().fold(0.0, f64::max);
+    let makespan = f(&e, "makespan");
+    // The simulator rounds each duration to the nanosecond: at most 1 ns per send apart.
+    let sends = e["sends"].as_array().expect("sends").len() as f64;
+    assert!(
+        (replayed - makespan).abs() <= sends * 1e-9,
+        "{replayed} vs {makespan} over {sends} sends"
+    );
+    assert_eq!(v["makespan"], e["makespan"]);
+}
+
+#[test]
+fn umr_past_its_memory_is_reported_infeasible_naming_worker_round_and_overflow() {
+    let dir = temp_dir("six");
+    let six = dir.join("six.toml");
+    std::fs::write(&six, first_workers(6)).expect("write");
+    let six_s = six.display().to_string();
+    let out = hetsched(&[
+        "sim",
+        "divisible",
+        "--platform",
+        &six_s,
+        "--load",
+        "8000",
+        "--algo",
+        "umr",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("infeasible: worker 0 (`hp-dx-3.0-a`) in round 6")
+            && stderr.contains("overflow"),
+        "{stderr}"
+    );
+    let ok = hetsched(&[
+        "sim",
+        "divisible",
+        "--platform",
+        &six_s,
+        "--load",
+        "8000",
+        "--algo",
+        "umrlm",
+    ]);
+    assert!(
+        ok.status.success(),
+        "UMRLM runs it: {}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+}
+
+#[test]
+fn bad_platform_files_are_refused_with_file_line_and_field() {
+    let dir = repo().join("tests/fixtures/divisible");
+    let mut fixtures: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("fixtures")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    fixtures.sort();
+    assert!(fixtures.len() >= 6);
+    for path in fixtures {
+        let rel = path
+            .strip_prefix(repo())
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        let out = hetsched(&[
+            "sim",
+            "divisible",
+            "--platform",
+            &rel,
+            "--load",
+            "100",
+            "--algo",
+            "umr",
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{rel}: {stderr}");
+        assert!(
+            !stderr.contains("panicked") && out.stdout.is_empty(),
+            "{rel}: {stderr}"
+        );
+        let expected = match path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+        {
+            "01-negative-speed.toml" => ":10:9: worker[1].speed: must be a positive number, got -5",
+            "02-zero-bandwidth.toml" => {
+                ":5:13: worker[0].bandwidth: must be a positive number, got 0"
+            }
+            "03-unknown-field.toml" => {
+                ":7:1: worker[0].memroy: unknown field `memroy`, expected one of"
+            }
+            "04-bad-type.toml" => ":3:9: worker[0].speed: invalid type: string \"fast\"",
+            "05-syntax-error.toml" => ":3:",
+            "06-no-workers.toml" => ": worker: the platform has no workers",
+            other => panic!("no expectation for {other}"),
+        };
+        assert!(
+            stderr.contains(&format!("{rel}{expected}")),
+            "{rel}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn bad_loads_errors_and_algorithms_are_refused_clearly() {
+    for (args, expected) in [
+        (
+            vec!["--load", "0", "--algo", "umr"],
+            "--load must be a positive number of load units, got 0",
+        ),
+        (
+            vec!["--load", "-5", "--algo", "umr"],
+            "--load must be a positive number of load units, got -5",
+        ),
+        (
+            vec!["--load", "100", "--algo", "rumr", "--error", "1.5"],
+            "--error must be in [0, 1), got 1.5",
+        ),
+        (
+            vec!["--load", "100", "--algo", "umrlm", "--c1", "-1"],
+            "c1/c2/c3 must be non-negative numbers",
+        ),
+    ] {
+        let mut all = vec!["sim", "divisible", "--platform", PLATFORM];
+        all.extend(args.iter().copied());
+        let out = hetsched(&all);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+    let out = hetsched(&[
+        "sim",
+        "divisible",
+        "--platform",
+        PLATFORM,
+        "--load",
+        "100",
+        "--algo",
+        "fast",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr.contains("unknown divisible-load algorithm `fast`"),
+        "{stderr}"
+    );
+    let out = hetsched(&[
+        "sim",
+        "divisible",
+        "--platform",
+        "no/such.toml",
+        "--load",
+        "100",
+        "--algo",
+        "umr",
+    ]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read no/such.toml"));
+}
+
+#[test]
+fn the_same_seed_gives_the_same_output_byte_for_byte() {
+    let run = |seed: &str| {
+        hetsched(&[
+            "sim",
+            "divisible",
+            "--platform",
+            PLATFORM,
+            "--load",
+            "10000",
+            "--algo",
+            "rumr",
+            "--error",
+            "0.3",
+            "--seed",
+            seed,
+            "--output",
+            "json",
+        ])
+        .stdout
+    };
+    assert_eq!(run("4"), run("4"));
+    assert_ne!(run("4"), run("5"));
+}
+
+#[test]
+fn divisible_paper_writes_its_tables_and_plots() {
+    let dir = temp_dir("paper");
+    let d = dir.display().to_string();
+    let out = hetsched(&["sim", "divisible-paper", "--seeds", "3", "--out", &d]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("Makespan vs matrix rows") && stdout.contains("infeasible"));
+    for f in [
+        "report.json",
+        "vs_rows.csv",
+        "robustness.csv",
+        "makespan-vs-rows-6.svg",
+        "robustness.svg",
+    ] {
+        assert!(dir.join(f).exists(), "{f}");
+    }
+}

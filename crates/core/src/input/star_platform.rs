@@ -1,0 +1,181 @@
+//! Star-platform files (TOML) for divisible loads (spec 03): one `[[worker]]` table per worker
+//! with `name`, `speed` (load units/s), `compute_latency` (s), `bandwidth` (load units/s on the
+//! worker's link), `network_latency` (s) and optional `memory` (load units; unlimited if absent).
+//! See `docs/divisible.md` and `examples/platform-divisible-paper.toml`.
+
+use super::cluster::at;
+use super::{InputError, Source};
+use crate::policy::divisible::{StarPlatform, StarWorker};
+use serde::Deserialize;
+use serde_spanned::Spanned;
+use std::collections::HashMap;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlatformFile {
+    #[serde(default)]
+    worker: Vec<WorkerSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkerSpec {
+    name: Spanned<String>,
+    speed: Spanned<f64>,
+    compute_latency: Spanned<f64>,
+    bandwidth: Spanned<f64>,
+    network_latency: Spanned<f64>,
+    memory: Option<Spanned<f64>>,
+}
+
+/// Parses a star-platform file into a validated [`StarPlatform`].
+pub fn parse_star_platform(origin: &str, text: &str) -> Result<StarPlatform, InputError> {
+    let src = Source::new(origin, text);
+    let file: PlatformFile = src.parse_toml()?;
+    if file.worker.is_empty() {
+        return Err(src.error(
+            None,
+            Some("worker".into()),
+            "the platform has no workers: add at least one [[worker]] table",
+        ));
+    }
+    let mut names = HashMap::new();
+    let mut workers = Vec::with_capacity(file.worker.len());
+    for (i, w) in file.worker.iter().enumerate() {
+        let field = |f: &str| Some(format!("worker[{i}].{f}"));
+        let positive = |v: &Spanned<f64>, f: &str| -> Result<f64, InputError> {
+            let x = *v.get_ref();
+            if x.is_finite() && x > 0.0 {
+                Ok(x)
+            } else {
+                Err(src.error(
+                    at(v),
+                    field(f),
+                    format!("must be a positive number, got {x}"),
+                ))
+            }
+        };
+        let non_negative = |v: &Spanned<f64>, f: &str| -> Result<f64, InputError> {
+            let x = *v.get_ref();
+            if x.is_finite() && x >= 0.0 {
+                Ok(x)
+            } else {
+                Err(src.error(
+                    at(v),
+                    field(f),
+                    format!("must be a non-negative number of seconds, got {x}"),
+                ))
+            }
+        };
+        let name = w.name.get_ref().clone();
+        if let Some(first) = names.insert(name.clone(), i) {
+            return Err(src.error(
+                at(&w.name),
+                field("name"),
+                format!("worker name `{name}` is already used by worker[{first}]"),
+            ));
+        }
+        workers.push(StarWorker {
+            name,
+            speed: positive(&w.speed, "speed")?,
+            compute_latency: non_negative(&w.compute_latency, "compute_latency")?,
+            bandwidth: positive(&w.bandwidth, "bandwidth")?,
+            network_latency: non_negative(&w.network_latency, "network_latency")?,
+            memory: w
+                .memory
+                .as_ref()
+                .map(|m| positive(m, "memory"))
+                .transpose()?,
+        });
+    }
+    Ok(StarPlatform { workers })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[[worker]]
+name = "p4-3.0a"
+speed = 120.0            # load units per second
+compute_latency = 0.01   # seconds
+bandwidth = 800.0        # load units per second on this worker's link
+network_latency = 0.001  # seconds
+memory = 1100.0          # load units it can hold
+
+[[worker]]
+name = "p4-2.0"
+speed = 80.0
+compute_latency = 0.01
+bandwidth = 800.0
+network_latency = 0.001
+"#;
+
+    #[test]
+    fn the_issue_example_parses_and_memory_is_optional() {
+        let p = parse_star_platform("p.toml", GOOD).expect("parses");
+        assert_eq!(p.workers.len(), 2);
+        assert_eq!(p.workers[0].name, "p4-3.0a");
+        assert_eq!(p.workers[0].memory, Some(1100.0));
+        assert_eq!(p.workers[1].memory, None);
+        assert_eq!(p.workers[1].speed, 80.0);
+    }
+
+    #[test]
+    fn errors_name_file_line_and_field() {
+        let bad = GOOD.replace("speed = 80.0", "speed = -3.0");
+        let e = parse_star_platform("p.toml", &bad)
+            .expect_err("refused")
+            .to_string();
+        assert!(e.starts_with("p.toml:12:"), "{e}");
+        assert!(
+            e.contains("worker[1].speed: must be a positive number, got -3"),
+            "{e}"
+        );
+
+        let bad = GOOD.replace("bandwidth = 800.0        #", "bandwidth = 0.0 #");
+        let e = parse_star_platform("p.toml", &bad)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            e.contains(":6:") && e.contains("worker[0].bandwidth: must be a positive number"),
+            "{e}"
+        );
+
+        let bad = GOOD.replace(
+            "network_latency = 0.001\n",
+            "network_latency = 0.001\nlatency = 2\n",
+        );
+        let e = parse_star_platform("p.toml", &bad)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            e.contains("p.toml:16:") && e.contains("unknown field `latency`"),
+            "{e}"
+        );
+
+        let bad = GOOD.replace("speed = 80.0\n", "");
+        let e = parse_star_platform("p.toml", &bad)
+            .expect_err("refused")
+            .to_string();
+        assert!(e.contains("missing field `speed`"), "{e}");
+
+        let e = parse_star_platform("p.toml", "# nothing\n")
+            .expect_err("refused")
+            .to_string();
+        assert_eq!(
+            e,
+            "p.toml: worker: the platform has no workers: add at least one [[worker]] table"
+        );
+
+        let bad = GOOD.replace("p4-2.0", "p4-3.0a");
+        let e = parse_star_platform("p.toml", &bad)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            e.contains("worker[1].name: worker name `p4-3.0a` is already used by worker[0]"),
+            "{e}"
+        );
+    }
+}

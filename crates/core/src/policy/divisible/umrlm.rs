@@ -1,0 +1,362 @@
+//! UMRLM, UMR with limited memory (the seed: Li Xianning 2008; spec 03 "UMRLM").
+//!
+//! a) Every chunk starts at its UMR value (same worker set and `M*` as [`super::umr`]).
+//! b) At the first round `j` in which some chunk exceeds its worker's cap, growth stops: rounds
+//!    `j … M′−2` reuse round `j−1`'s chunk sizes (round 0's, scaled down to fit, when `j = 0`).
+//! c) The last round `M′−1` takes what is left, sized so that all workers finish as close to
+//!    together as possible (a bisection on the common finish time over the predicted state of the
+//!    master), each chunk at most its cap, sent in order of decreasing processing time.
+//! d) Workers go by decreasing `c1·S_i + c2·B_i + c3·buf_i` ([`super::Weights`]).
+//!
+//! The cap. Under hetsched's memory rule (module [`super`]) a worker holds the chunk it computes
+//! and the next one, so the seed's "chunk ≤ `buf_i`" becomes **chunk ≤ `buf_i/2`**: any two chunks
+//! then fit, the master's one-buffer protocol never lets a third arrive, and a UMRLM plan is never
+//! infeasible. The number of frozen rounds is the one, among the least that leaves the last round
+//! no more than the sum of the caps and the next few, with the smallest predicted makespan (a last
+//! round pressed against the caps cannot finish its workers together).
+
+use super::umr::{self, UmrSolution};
+use super::{Algo, Chunk, Plan, PlanError, StarMaster, StarPlatform, Weights, predict};
+
+/// Workers of `workers` ordered by decreasing weighted score (spec 03, UMRLM d); each quantity is
+/// divided by its largest value among `workers`; unlimited memory counts as the largest.
+pub fn order(platform: &StarPlatform, workers: &[usize], weights: Weights) -> Vec<usize> {
+    let ws = &platform.workers;
+    let max = |f: &dyn Fn(usize) -> f64| workers.iter().map(|&i| f(i)).fold(0.0_f64, f64::max);
+    let max_s = max(&|i| ws[i].speed);
+    let max_b = max(&|i| ws[i].bandwidth);
+    let max_m = max(&|i| ws[i].memory.unwrap_or(0.0));
+    let mem = |i: usize| match ws[i].memory {
+        Some(m) if max_m > 0.0 => m / max_m,
+        _ => 1.0,
+    };
+    let score = |i: usize| {
+        weights.c1 * ws[i].speed / max_s
+            + weights.c2 * ws[i].bandwidth / max_b
+            + weights.c3 * mem(i)
+    };
+    let mut out = workers.to_vec();
+    out.sort_by(|&a, &b| score(b).total_cmp(&score(a)).then(a.cmp(&b)));
+    out
+}
+
+/// The per-chunk cap of worker `i`: half its memory (module doc).
+pub fn cap(platform: &StarPlatform, i: usize) -> f64 {
+    platform.workers[i]
+        .memory
+        .map_or(f64::INFINITY, |m| m / 2.0)
+}
+
+/// The UMRLM plan for `load`.
+pub fn plan(platform: &StarPlatform, load: f64, weights: Weights) -> Result<Plan, PlanError> {
+    let selected = umr::select(platform, load)?;
+    let workers = order(platform, &selected.workers, weights);
+    let sol = umr::solve(platform, load, &workers)?;
+    let caps: Vec<f64> = workers.iter().map(|&i| cap(platform, i)).collect();
+    let sizes = sol.round_sizes();
+    let over = |r: f64| (0..workers.len()).any(|k| sol.chunk(r, k) > caps[k]);
+    let Some(j) = sizes.iter().position(|&r| over(r)) else {
+        // Memory never binds: UMRLM is UMR in UMRLM's worker order.
+        return Ok(Plan {
+            algo: Algo::Umrlm,
+            chunks: sol.chunks(load),
+            tail: Vec::new(),
+            tail_load: 0.0,
+            tail_workers: Vec::new(),
+            predicted_makespan: sol.makespan,
+        });
+    };
+    Ok(limited(platform, load, &sol, &caps, &sizes[..j]))
+}
+
+/// Rounds `0..j` as UMR, then frozen rounds, then the balanced last round.
+fn limited(
+    platform: &StarPlatform,
+    load: f64,
+    sol: &UmrSolution,
+    caps: &[f64],
+    umr_rounds: &[f64],
+) -> Plan {
+    let n = sol.workers.len();
+    let mut chunks: Vec<Chunk> = Vec::new();
+    for (j, &r) in umr_rounds.iter().enumerate() {
+        for (k, &w) in sol.workers.iter().enumerate() {
+            chunks.push(Chunk {
+                round: j as u32,
+                worker: w,
+                size: sol.chunk(r, k),
+            });
+        }
+    }
+    // Frozen sizes: round j−1's, or round 0's scaled so every chunk fits its cap.
+    let frozen: Vec<f64> = match umr_rounds.last() {
+        Some(&r) => (0..n).map(|k| sol.chunk(r, k)).collect(),
+        None => {
+            let first: Vec<f64> = (0..n).map(|k| sol.chunk(sol.round0, k).max(0.0)).collect();
+            let scale = (0..n)
+                .filter(|&k| first[k] > 0.0)
+                .map(|k| caps[k] / first[k])
+                .fold(1.0_f64, f64::min);
+            first.iter().map(|c| c * scale).collect()
+        }
+    };
+    let frozen_total: f64 = frozen.iter().sum();
+    let cap_total: f64 = caps.iter().sum();
+    let done: f64 = chunks.iter().map(|c| c.size).sum();
+    let left = load - done;
+    // The fewest frozen rounds that leave the last round within the caps; a few more are tried
+    // too, since a last round pressed against the caps cannot finish its workers together.
+    let fewest = if left > cap_total && frozen_total > 0.0 {
+        ((left - cap_total) / frozen_total).ceil() as u32
+    } else {
+        0
+    };
+    let mut master = StarMaster::<f64>::new(platform.workers.len());
+    let send = |master: &mut StarMaster<f64>, c: &Chunk| {
+        master.send(
+            c.worker,
+            c.size,
+            platform.send_time(c.worker, c.size),
+            platform.compute_time(c.worker, c.size),
+        );
+    };
+    for c in &chunks {
+        send(&mut master, c);
+    }
+    let mut round = umr_rounds.len() as u32;
+    let push_frozen = |chunks: &mut Vec<Chunk>, master: &mut StarMaster<f64>, round: u32| {
+        for (k, &w) in sol.workers.iter().enumerate() {
+            if frozen[k] > 0.0 {
+                let c = Chunk {
+                    round,
+                    worker: w,
+                    size: frozen[k],
+                };
+                send(master, &c);
+                chunks.push(c);
+            }
+        }
+    };
+    for _ in 0..fewest {
+        push_frozen(&mut chunks, &mut master, round);
+        round += 1;
+    }
+    // Candidates: `fewest + extra` frozen rounds; each adds one round to the running state.
+    let mut best: Option<(usize, u32, Vec<Chunk>, f64)> = None;
+    for extra in 0..EXTRA_FROZEN_ROUNDS {
+        if extra > 0 {
+            if f64::from(fewest + extra) * frozen_total >= left {
+                break;
+            }
+            push_frozen(&mut chunks, &mut master, round);
+            round += 1;
+        }
+        let last = load - sent_total(done, &frozen, fewest + extra);
+        let (last_chunks, makespan) =
+            last_round(platform, &master, &sol.workers, caps, round, last);
+        if best.as_ref().is_none_or(|b| makespan < b.3) {
+            best = Some((chunks.len(), round, last_chunks, makespan));
+        } else {
+            // One more frozen round made it worse: more will not help.
+            break;
+        }
+    }
+    let (keep, _, last_chunks, makespan) = best.unwrap_or((chunks.len(), round, Vec::new(), 0.0));
+    chunks.truncate(keep);
+    if last_chunks.is_empty() {
+        // Nothing worth a round is left: floating-point dust goes to the last chunk.
+        let dust = load - chunks.iter().map(|c| c.size).sum::<f64>();
+        if let Some(c) = chunks.last_mut() {
+            c.size += dust;
+        }
+    }
+    chunks.extend(last_chunks);
+    let mut plan = Plan {
+        algo: Algo::Umrlm,
+        chunks,
+        tail: Vec::new(),
+        tail_load: 0.0,
+        tail_workers: Vec::new(),
+        predicted_makespan: makespan,
+    };
+    if plan.predicted_makespan == 0.0 {
+        plan.predicted_makespan = predict(platform, &plan).makespan;
+    }
+    plan
+}
+
+/// Load sent by the UMR rounds (`done`) and `rounds` frozen rounds.
+fn sent_total(done: f64, frozen: &[f64], rounds: u32) -> f64 {
+    done + f64::from(rounds) * frozen.iter().filter(|&&f| f > 0.0).sum::<f64>()
+}
+
+/// Frozen rounds beyond the fewest that UMRLM also tries.
+const EXTRA_FROZEN_ROUNDS: u32 = 6;
+
+/// The last round of `total` units after the state `base`: balanced once in `workers`' order,
+/// then sent in order of decreasing processing time and balanced again in that order. Returns its
+/// chunks and the predicted makespan (empty when `total` is floating-point dust).
+fn last_round(
+    platform: &StarPlatform,
+    base: &StarMaster<f64>,
+    workers: &[usize],
+    caps: &[f64],
+    round: u32,
+    total: f64,
+) -> (Vec<Chunk>, f64) {
+    let all = || {
+        (0..platform.workers.len())
+            .map(|i| base.worker_free(i))
+            .fold(0.0, f64::max)
+    };
+    if total <= 1e-9 * total.abs().max(1.0) || total <= 0.0 {
+        return (Vec::new(), all());
+    }
+    // The first pass only orders the workers: a coarse finish time is enough.
+    let mut by_time = balance(platform, base, workers, caps, total, 1e-6);
+    by_time.sort_by(|a, b| {
+        let ta = platform.compute_time(workers[a.0], a.1);
+        let tb = platform.compute_time(workers[b.0], b.1);
+        tb.total_cmp(&ta).then(a.0.cmp(&b.0))
+    });
+    let order: Vec<usize> = by_time.iter().map(|&(k, _)| workers[k]).collect();
+    let order_caps: Vec<f64> = by_time.iter().map(|&(k, _)| caps[k]).collect();
+    let mut m = base.clone();
+    let chunks: Vec<Chunk> = balance(platform, base, &order, &order_caps, total, 1e-10)
+        .into_iter()
+        .map(|(k, size)| {
+            let worker = order[k];
+            m.send(
+                worker,
+                size,
+                platform.send_time(worker, size),
+                platform.compute_time(worker, size),
+            );
+            Chunk {
+                round,
+                worker,
+                size,
+            }
+        })
+        .collect();
+    let makespan = (0..platform.workers.len())
+        .map(|i| m.worker_free(i))
+        .fold(0.0, f64::max);
+    (chunks, makespan)
+}
+
+/// Sizes of a last round of `total` units over `workers` (send order), after the state `base`:
+/// the common finish time `T` is bisected so the chunks `x_k(T) ∈ [0, cap_k]` add up to `total`.
+/// `T` is found to `tolerance` relative; the sizes are rescaled to add up to `total` exactly.
+/// Returns `(position in workers, size)` for the non-empty chunks.
+fn balance(
+    platform: &StarPlatform,
+    base: &StarMaster<f64>,
+    workers: &[usize],
+    caps: &[f64],
+    total: f64,
+    tolerance: f64,
+) -> Vec<(usize, f64)> {
+    let sizes_at = |t_finish: f64| -> Vec<f64> {
+        let mut m = base.clone();
+        workers
+            .iter()
+            .zip(caps)
+            .map(|(&i, &cap)| {
+                let w = &platform.workers[i];
+                let start = m.send_ready(i);
+                // Finish at T whether the chunk waits for the worker or the worker for the chunk.
+                let after_free = w.speed * (t_finish - m.worker_free(i) - w.compute_latency);
+                let after_arrival = w.speed
+                    * (t_finish - start - w.network_latency - w.compute_latency)
+                    / (1.0 + w.speed / w.bandwidth);
+                let x = after_free.min(after_arrival).clamp(0.0, cap);
+                if x > 0.0 {
+                    m.send(i, x, platform.send_time(i, x), platform.compute_time(i, x));
+                }
+                x
+            })
+            .collect()
+    };
+    let sum = |v: &[f64]| v.iter().sum::<f64>();
+    let lo0 = base.master_free();
+    let mut lo = lo0;
+    let mut hi = lo0 + 1.0;
+    while sum(&sizes_at(hi)) < total && hi.is_finite() {
+        hi = lo0 + (hi - lo0) * 2.0;
+    }
+    while hi - lo > tolerance * hi.abs().max(1e-9) {
+        let mid = 0.5 * (lo + hi);
+        if sum(&sizes_at(mid)) < total {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let x = sizes_at(hi);
+    let scale = total / sum(&x);
+    x.into_iter()
+        .map(|v| v * scale)
+        .enumerate()
+        .filter(|&(_, v)| v > 0.0)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{Rng, random_platform};
+    use super::super::{PlanOptions, plan as plan_any};
+    use super::*;
+
+    #[test]
+    fn without_memory_limits_umrlm_is_umr_in_its_own_order() {
+        let mut rng = Rng(5);
+        let p = random_platform(&mut rng);
+        let a = plan_any(Algo::Umr, &p, 5e4, &PlanOptions::default()).expect("umr");
+        let b = plan_any(Algo::Umrlm, &p, 5e4, &PlanOptions::default()).expect("umrlm");
+        assert!((a.predicted_makespan - b.predicted_makespan).abs() < 1e-9 * a.predicted_makespan);
+        assert_eq!(a.chunks.len(), b.chunks.len());
+    }
+
+    #[test]
+    fn with_memory_every_chunk_fits_half_the_memory_and_the_load_is_planned() {
+        let mut rng = Rng(9);
+        for _ in 0..40 {
+            let mut p = random_platform(&mut rng);
+            let w = rng.uniform(1e4, 1e5);
+            for wk in &mut p.workers {
+                wk.memory = Some(rng.uniform(0.002, 0.05) * w);
+            }
+            let plan = plan(&p, w, Weights::default()).expect("umrlm plans");
+            for c in &plan.chunks {
+                assert!(c.size > 0.0);
+                assert!(c.size <= cap(&p, c.worker) * (1.0 + 1e-9), "{c:?}");
+            }
+            assert!((plan.load() - w).abs() < 1e-6 * w);
+            let pred = predict(&p, &plan);
+            for (_, i, _, t) in &pred.sends {
+                assert!(t.held <= p.workers[*i].memory.unwrap_or(f64::INFINITY) * (1.0 + 1e-9));
+            }
+            assert!(pred.makespan >= p.lower_bound(w));
+        }
+    }
+
+    #[test]
+    fn compute_first_weights_put_the_fastest_worker_first() {
+        let mut rng = Rng(1);
+        let p = random_platform(&mut rng);
+        let all: Vec<usize> = (0..p.workers.len()).collect();
+        let o = order(
+            &p,
+            &all,
+            Weights {
+                c1: 1.0,
+                c2: 0.0,
+                c3: 0.0,
+            },
+        );
+        for pair in o.windows(2) {
+            assert!(p.workers[pair[0]].speed >= p.workers[pair[1]].speed);
+        }
+    }
+}
