@@ -247,8 +247,40 @@ pub struct RunTimeRow {
     pub messages: f64,
 }
 
-/// Handling times per message of the sensitivity runs, milliseconds.
-pub const MESSAGE_COSTS_MS: [f64; 4] = [0.0, 2.0, 10.0, 50.0];
+/// Handling times per message of the sensitivity runs, milliseconds. 0.4 ms is the measured one:
+/// hetsched's own central server dispatches 1,100–1,300 one-task jobs per second on the 2-core VM
+/// (`hetsched bench-dispatch`, docs/performance.md "Runtime"), ≈ 0.8 ms per task for its two
+/// messages (dispatch and result) — database commit included. The others show where a central
+/// bottleneck starts to matter.
+pub const MESSAGE_COSTS_MS: [f64; 5] = [0.0, 0.4, 2.0, 10.0, 50.0];
+
+/// Handling times per message of the ordering sweep, milliseconds (free, measured, and three
+/// heavy ones where the dispatcher becomes a bottleneck).
+pub const SWEEP_COSTS_MS: [f64; 5] = [0.0, 0.4, 10.0, 20.0, 50.0];
+
+/// Per-core MT values of the ordering sweep (LT = min(2, MT)); 10 is the paper's.
+pub const SWEEP_MT: [u32; 4] = [10, 6, 4, 2];
+
+/// (ii, sweep) The run-time ordering at one input size, message cost and pcddb MT.
+#[derive(Clone, Debug, Serialize)]
+pub struct OrderingRow {
+    /// Hours of input.
+    pub hours: u32,
+    /// Handling time per message, milliseconds (every node alike).
+    pub cost_ms: f64,
+    /// pcddb's per-core MT (LT = min(2, MT)).
+    pub mt: u32,
+    /// Mean makespan over seeds, seconds: static.
+    pub static_s: f64,
+    /// Mean makespan over seeds, seconds: centralised.
+    pub centralised_s: f64,
+    /// Mean makespan over seeds, seconds: pcddb with this MT.
+    pub pcddb_s: f64,
+    /// Whether pcddb ≤ centralised ≤ static in the means.
+    pub holds_on_mean: bool,
+    /// Seeds on which pcddb ≤ centralised ≤ static.
+    pub seeds_holding: usize,
+}
 
 /// (ii, sensitivity) Run time at 48 h when a node needs time to handle each message.
 #[derive(Clone, Debug, Serialize)]
@@ -304,6 +336,8 @@ pub struct PcddbPaperReport {
     pub run_time: Vec<RunTimeRow>,
     /// (ii) at 48 h with a per-message handling time.
     pub message_cost: Vec<MessageCostRow>,
+    /// (ii) The ordering over input size × message cost × pcddb MT.
+    pub ordering: Vec<OrderingRow>,
     /// (iii) The random subset's members for the first seed.
     pub random_subset: Vec<String>,
     /// (iii).
@@ -439,6 +473,47 @@ pub fn run(seeds: &[u64]) -> Result<PcddbPaperReport, PcddbPaperError> {
         }
     }
 
+    // (ii, sweep) Where does pcddb ≤ centralised ≤ static hold? Every input size × message cost
+    // (the same handling time at every node) × pcddb MT, each over every seed.
+    let mut ordering = Vec::new();
+    for hours in INPUT_HOURS {
+        let wf = workflow(hours)?;
+        for cost_ms in SWEEP_COSTS_MS {
+            let costly = Setup {
+                message_cost: (cost_ms * 1e6) as u64,
+                ..Setup::load()?
+            };
+            let spans = |balancer, thresholds| -> Result<Vec<f64>, PcddbPaperError> {
+                seeds
+                    .iter()
+                    .map(|&seed| {
+                        Ok(costly
+                            .run(&wf, balancer, thresholds, &sc2, setup.launch, seed)?
+                            .makespan_s())
+                    })
+                    .collect()
+            };
+            let st = spans(BalancerKind::Static, paper)?;
+            let ce = spans(BalancerKind::Centralised, paper)?;
+            for mt in SWEEP_MT {
+                let pc = spans(BalancerKind::Pcddb, Thresholds { lt: mt.min(2), mt })?;
+                let (s, c, p) = (mean_var(&st).0, mean_var(&ce).0, mean_var(&pc).0);
+                ordering.push(OrderingRow {
+                    hours,
+                    cost_ms,
+                    mt,
+                    static_s: s,
+                    centralised_s: c,
+                    pcddb_s: p,
+                    holds_on_mean: p <= c && c <= s,
+                    seeds_holding: (0..seeds.len())
+                        .filter(|&k| pc[k] <= ce[k] && ce[k] <= st[k])
+                        .count(),
+                });
+            }
+        }
+    }
+
     // (iii) Balancing messages: proximity cluster Sc1 (16 dual-core nodes, one switch) vs a
     // random subset of 16 dual-core nodes from both switches; pcddb, launch = first member.
     let sc1 = setup
@@ -541,6 +616,7 @@ pub fn run(seeds: &[u64]) -> Result<PcddbPaperReport, PcddbPaperError> {
         per_core,
         run_time,
         message_cost,
+        ordering,
         random_subset,
         overhead,
         speedup,
@@ -627,6 +703,29 @@ impl PcddbPaperReport {
             let mut row = vec![format!("{} ms", chunk[0].cost_ms)];
             row.extend(chunk.iter().map(|r| format!("{:.1}", r.makespan_s.mean)));
             t.add_row(row);
+        }
+        out += &format!("{t}\n\n");
+        let mut t = table(&[
+            "ordering: input",
+            "msg cost",
+            "pcddb MT (LT)",
+            "static (s)",
+            "centralised (s)",
+            "pcddb (s)",
+            "pcddb ≤ centr. ≤ static (mean)",
+            "seeds holding",
+        ]);
+        for r in &self.ordering {
+            t.add_row([
+                format!("{} h", r.hours),
+                format!("{} ms", r.cost_ms),
+                format!("{} ({})", r.mt, r.mt.min(2)),
+                format!("{:.1}", r.static_s),
+                format!("{:.1}", r.centralised_s),
+                format!("{:.1}", r.pcddb_s),
+                (if r.holds_on_mean { "yes" } else { "no" }).to_string(),
+                format!("{}/{}", r.seeds_holding, self.seeds.len()),
+            ]);
         }
         out += &format!("{t}\n\n");
         let mut t = table(&[
