@@ -348,6 +348,10 @@ fn a_core_that_falls_idle_takes_an_instance_waiting_on_its_sibling() {
             .iter()
             .map(|&b| b as f64 / 1e9)
             .collect();
-        assert_eq!(busy, vec![10.0, 3.0], "{balancer}: core 1 ran all three small ones");
+        assert_eq!(
+            busy,
+            vec![10.0, 3.0],
+            "{balancer}: core 1 ran all three small ones"
+        );
     }
 }

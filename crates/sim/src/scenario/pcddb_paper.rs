@@ -775,6 +775,51 @@ mod tests {
         assert_eq!(WORKFLOW_TOML, mm5_workflow_text(24));
     }
 
+    /// Mean makespan at 48 h on Sc2 over seeds 1–5.
+    fn mean_48h(balancer: BalancerKind, mt: u32, message_cost_ms: u64) -> f64 {
+        let setup = Setup {
+            message_cost: message_cost_ms * 1_000_000,
+            ..Setup::load().unwrap_or_else(|e| panic!("{e}"))
+        };
+        let wf = workflow(48).unwrap_or_else(|e| panic!("{e}"));
+        let thresholds = Thresholds { lt: mt.min(2), mt };
+        let spans: Vec<f64> = (1..=5)
+            .map(|seed| {
+                setup
+                    .run(&wf, balancer, thresholds, &setup.sc2(), setup.launch, seed)
+                    .unwrap_or_else(|e| panic!("{e}"))
+                    .makespan_s()
+            })
+            .collect();
+        mean_var(&spans).0
+    }
+
+    /// The parts of the paper's ordering that hold in our model (docs/results/graphs.md, (ii)):
+    /// the full pcddb ≤ centralised ≤ static does not hold at the paper's MT = 10 at any input
+    /// size or message cost we tried, so it is not asserted.
+    #[test]
+    fn at_48_hours_the_dynamic_methods_beat_static_and_a_costly_dispatcher_loses_to_pcddb() {
+        let (st, ce) = (
+            mean_48h(BalancerKind::Static, 10, 0),
+            mean_48h(BalancerKind::Centralised, 10, 0),
+        );
+        assert!(ce < st, "centralised {ce:.1} s < static {st:.1} s");
+        let pcddb_mt2 = mean_48h(BalancerKind::Pcddb, 2, 0);
+        assert!(
+            pcddb_mt2 < st,
+            "pcddb MT = 2: {pcddb_mt2:.1} s < static {st:.1} s"
+        );
+        // At 50 ms per message the dispatcher is the bottleneck the paper describes.
+        let (ce50, pc50) = (
+            mean_48h(BalancerKind::Centralised, 10, 50),
+            mean_48h(BalancerKind::Pcddb, 10, 50),
+        );
+        assert!(
+            pc50 < ce50,
+            "50 ms/message: pcddb {pc50:.1} s < centralised {ce50:.1} s"
+        );
+    }
+
     #[test]
     fn sc2_is_fourteen_dual_core_and_three_eight_core_nodes_with_the_launch_node() {
         let s = Setup::load().unwrap_or_else(|e| panic!("{e}"));
