@@ -220,4 +220,6 @@ fn the_pcddb_paper_scenario_reports_the_papers_figures() {
     assert_eq!(v["per_core"][0]["paper_mean"], 34.0);
     assert_eq!(v["run_time"].as_array().map(Vec::len), Some(12));
     assert_eq!(v["speedup"].as_array().map(Vec::len), Some(20));
+    // 4 input sizes × 5 message costs × 4 MT values.
+    assert_eq!(v["ordering"].as_array().map(Vec::len), Some(80));
 }

@@ -4,7 +4,9 @@
 //! The simulator is only a driver: the placement logic is the core's state machines
 //! ([`hetsched_core::policy::graph`]). It delivers their messages after the latency matrix's
 //! one-way delay, fires every member's periodic self-check, runs the instances they start — one at
-//! a time per core, in the order each core received them, for `cost / core_speed` — and hands
+//! a time per core, for `cost / core_speed`, each core first its own queue and, when that is
+//! empty, the longest queue of a sibling core (no core of a node idles while the node holds a
+//! waiting instance) — and hands
 //! finished instances back to their node's agent, whose result message readies dependants at the
 //! launch node. Every message is counted by kind and by node.
 //!
@@ -211,6 +213,8 @@ struct Sim<'a> {
     in_flight: Vec<Option<Message>>,
     free_slots: Vec<usize>,
     records: Vec<InstanceRecord>,
+    /// The core each instance's agent assigned it to (it may run on an idle sibling).
+    assigned_core: Vec<u32>,
     total: u64,
     check_interval: Time,
     kind_counts: [u64; MESSAGE_KINDS.len()],
@@ -272,10 +276,16 @@ impl Sim<'_> {
                     r.node = at;
                     r.core = core;
                     r.runs += 1;
-                    let c = &mut self.cores[at.index()][core as usize];
-                    c.queue.push_back(instance);
-                    if c.running.is_none() {
-                        self.start_next(at.index(), core as usize, q);
+                    self.assigned_core[instance.0 as usize] = core;
+                    let node = at.index();
+                    self.cores[node][core as usize].queue.push_back(instance);
+                    // The assigned core starts it if idle; otherwise an idle sibling takes it.
+                    if self.cores[node][core as usize].running.is_none() {
+                        self.start_next(node, core as usize, q);
+                    } else if let Some(idle) =
+                        self.cores[node].iter().position(|c| c.running.is_none())
+                    {
+                        self.start_next(node, idle, q);
                     }
                 }
                 Outgoing::Ready(id) => self.records[id.0 as usize].ready = now,
@@ -283,12 +293,29 @@ impl Sim<'_> {
         }
     }
 
+    /// Starts the next instance on an idle core: the front of its own queue, or else — as an
+    /// operating system's scheduler moves a runnable process to an idle core — the front of the
+    /// longest queue among its siblings (ties: lowest core index). A node whose instances
+    /// outnumber its cores therefore never leaves a core idle while one of them waits.
     fn start_next(&mut self, node: usize, core: usize, q: &mut EventQueue<Event>) {
+        let next = match self.cores[node][core].queue.pop_front() {
+            Some(i) => Some(i),
+            None => {
+                let busiest = self.cores[node]
+                    .iter()
+                    .enumerate()
+                    .max_by_key(|&(k, c)| (c.queue.len(), std::cmp::Reverse(k)))
+                    .filter(|(_, c)| !c.queue.is_empty())
+                    .map(|(k, _)| k);
+                busiest.and_then(|k| self.cores[node][k].queue.pop_front())
+            }
+        };
         let c = &mut self.cores[node][core];
-        if let Some(i) = c.queue.pop_front() {
+        if let Some(i) = next {
             let d = ((self.costs[i.0 as usize] as f64) / self.speed[node]).ceil() as Time;
             c.running = Some(i);
             c.busy += d;
+            self.records[i.0 as usize].core = core as u32;
             self.records[i.0 as usize].start = q.now();
             q.schedule_in(
                 d,
@@ -351,8 +378,15 @@ impl Model for Sim<'_> {
                 self.records[i.0 as usize].end = now;
                 self.makespan = self.makespan.max(now);
                 self.last_progress = now;
-                let outs = self.agents[node as usize]
-                    .handle(NodeEvent::Finished { instance: i, core }, now);
+                // The agent accounts the instance on the core it assigned it to.
+                let assigned = self.assigned_core[i.0 as usize];
+                let outs = self.agents[node as usize].handle(
+                    NodeEvent::Finished {
+                        instance: i,
+                        core: assigned,
+                    },
+                    now,
+                );
                 self.apply(NodeId(node), outs, q);
                 self.start_next(node as usize, core as usize, q);
             }
@@ -493,6 +527,7 @@ pub fn simulate_graph(
         launch: config.launch,
         in_flight: Vec::new(),
         free_slots: Vec::new(),
+        assigned_core: vec![0; records.len()],
         records,
         total,
         check_interval: config.check_interval,

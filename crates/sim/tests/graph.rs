@@ -313,3 +313,45 @@ fn a_requirement_no_deployed_node_meets_is_refused_before_the_run() {
         "{e:?}"
     );
 }
+
+#[test]
+fn a_core_that_falls_idle_takes_an_instance_waiting_on_its_sibling() {
+    // One dual-core node holds a 10 s instance and three 1 s ones. Spread evenly by count, core 0
+    // gets the big one and a small one, core 1 the other two; core 1 is free after 2 s and runs
+    // core 0's waiting small instance then, as an operating system would, instead of idling
+    // while it waits 10 s behind the big one.
+    let task = |values, cost_ms| TaskGen {
+        values,
+        processes: 1,
+        cost_ms,
+        cv: 0,
+        inputs: vec![],
+        gpu: false,
+    };
+    let case = case(&[task(1, 10_000), task(3, 1_000)], &[(2, 4)]);
+    for balancer in BalancerKind::ALL {
+        let r = run(
+            &case,
+            &GraphSimConfig {
+                balancer,
+                ..GraphSimConfig::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let s = r.makespan_s();
+        assert!(
+            (10.0..10.9).contains(&s),
+            "{balancer}: makespan {s} s — the big instance alone, not 11 s behind a pinned queue"
+        );
+        let busy: Vec<f64> = r.nodes[0]
+            .busy_per_core
+            .iter()
+            .map(|&b| b as f64 / 1e9)
+            .collect();
+        assert_eq!(
+            busy,
+            vec![10.0, 3.0],
+            "{balancer}: core 1 ran all three small ones"
+        );
+    }
+}
