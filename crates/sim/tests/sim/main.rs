@@ -7,4 +7,5 @@ mod determinism;
 mod exact;
 mod hdas_paper;
 mod properties;
+mod bound;
 mod validation;

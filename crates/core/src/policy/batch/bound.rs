@@ -167,6 +167,7 @@ pub fn lower_bound(cluster: &Cluster, apps: &[Application]) -> Result<LowerBound
     // Release times: the work submitted at or after `r` needs at least its own fluid time after r.
     let mut releases: Vec<u64> = apps
         .iter()
+        .filter(|a| a.tasks > 0)
         .map(|a| a.submit_time)
         .filter(|&r| r > 0)
         .collect();
