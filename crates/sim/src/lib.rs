@@ -21,6 +21,6 @@ pub mod platform;
 pub mod report;
 pub mod scenario;
 
-pub use batch::{IoReport, SimConfig, simulate};
+pub use batch::{IoReport, SimConfig, simulate, simulate_believing};
 pub use error::SimError;
 pub use metrics::{AppResult, Progress, SimResult, TaskRecord, TimeSeries};

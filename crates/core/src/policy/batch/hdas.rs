@@ -33,6 +33,10 @@ pub struct HdasConfig {
     /// would end before the accelerators could work through the GPU backlog ([`gpu_backlog`]).
     /// Off in `hdas`, which is Algorithm 1 as published.
     pub completion_aware: bool,
+    /// Eq. (3) counts each of the node's `#IOtask` readers with at most one split
+    /// ([`super::predict::contending_bytes`]). Off by default: `docs/results/hdas.md` gives the
+    /// measured effect.
+    pub cap_by_io_tasks: bool,
 }
 
 impl Default for HdasConfig {
@@ -40,6 +44,7 @@ impl Default for HdasConfig {
         Self {
             progress_tolerance: 0.05,
             completion_aware: false,
+            cap_by_io_tasks: false,
         }
     }
 }
@@ -116,7 +121,7 @@ impl Hdas {
             if a.app.priority != level || !view.fits(a.app.id, node, Variant::Gpu) {
                 continue;
             }
-            let (Some(predicted), Some(base)) = (gpu_task_time(&a.app, n), a.app.gpu_base_time())
+            let (Some(predicted), Some(base)) = (gpu_task_time(&a.app, n, self.config.cap_by_io_tasks), a.app.gpu_base_time())
             else {
                 continue;
             };
@@ -151,7 +156,7 @@ impl Hdas {
             let (Some(cpu_base), Some(best_alone), Some(predicted)) = (
                 a.app.cpu_base_time(),
                 a.app.best_base_time(),
-                cpu_task_time(&a.app, n),
+                cpu_task_time(&a.app, n, self.config.cap_by_io_tasks),
             ) else {
                 continue;
             };
