@@ -3,6 +3,7 @@
 
 mod runtime;
 mod sim;
+mod sim_sweep;
 
 use clap::{CommandFactory, Parser, Subcommand};
 

@@ -24,6 +24,9 @@ pub enum SimCommand {
     Run(RunArgs),
     /// Simulate your own cluster and workload under several policies and compare them side by side.
     Compare(CompareArgs),
+    /// Every batch policy on seeded random clusters, heartbeats, noisy profiles and workloads,
+    /// against the makespan lower bound: wins, losses, worst case, mean makespan / bound.
+    Sweep(crate::sim_sweep::SweepArgs),
 }
 
 /// Options of `sim compare`.
@@ -143,6 +146,7 @@ pub fn run(cmd: SimCommand) -> anyhow::Result<()> {
         SimCommand::HdasPaper(args) => hdas_paper_cmd(args),
         SimCommand::Run(args) => run_cmd(args),
         SimCommand::Compare(args) => compare_cmd(args),
+        SimCommand::Sweep(args) => crate::sim_sweep::run(args),
     }
 }
 

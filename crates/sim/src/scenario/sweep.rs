@@ -256,6 +256,25 @@ fn draw(index: usize, options: &SweepOptions) -> Drawn {
     }
 }
 
+/// Runs case `index` of `options` under `kind` and returns the whole result (for looking into one
+/// case: `hetsched sim sweep` prints the index of each policy's worst case).
+pub fn run_one(
+    options: &SweepOptions,
+    index: usize,
+    kind: BatchPolicyKind,
+) -> Result<crate::metrics::SimResult, SimError> {
+    let d = draw(index, options);
+    let mut policy = kind.build();
+    simulate_believing(
+        &d.cluster,
+        &d.apps,
+        &d.believed,
+        policy.as_mut(),
+        &d.config,
+        &mut |_| {},
+    )
+}
+
 /// Simulates one case under every policy and computes its bound.
 fn run_case(d: Drawn) -> Result<SweepCase, SimError> {
     let mut case = d.case;

@@ -14,7 +14,7 @@
 //! Each decision re-reads the view, which [`SchedulerView::assign`] has just updated, so a decision
 //! costs O(#applications) and sees the load of the one before it.
 
-use super::predict::{cpu_task_time, gpu_task_time};
+use super::predict::{cpu_task_time, gpu_task_time, gpu_time_alone};
 use super::{BatchPolicy, assign_while};
 use crate::model::view::elapsed_since;
 use crate::model::{AppId, Assignment, Need, NodeId, SchedulerView, Variant};
@@ -75,21 +75,17 @@ fn approx_cmp(a: f64, b: f64, rel: f64) -> Ordering {
 /// A GPU candidate's sort key (smaller is better).
 struct GpuKey {
     delay: f64,
+    /// `hdas-hetero` only: minus the core-time one GPU task saves (predicted CPU over GPU time);
+    /// 0 in `hdas`.
+    neg_advantage: f64,
+    /// Relative tolerance within which two delays count as equal.
+    tolerance: f64,
     gpu_dispatched: u32,
     not_gpu_only: bool,
     start: Time,
     app: AppId,
 }
 
-impl GpuKey {
-    fn cmp(&self, o: &GpuKey) -> Ordering {
-        approx_cmp(self.delay, o.delay, DELAY_EPSILON)
-            .then(self.gpu_dispatched.cmp(&o.gpu_dispatched))
-            .then(self.not_gpu_only.cmp(&o.not_gpu_only))
-            .then(self.start.cmp(&o.start))
-            .then(self.app.cmp(&o.app))
-    }
-}
 
 /// A CPU candidate.
 struct CpuCandidate {
@@ -116,27 +112,71 @@ impl Hdas {
     /// delayed relative to its GPU_base task.
     pub fn pick_gpu(&self, view: &SchedulerView, node: NodeId, level: i32) -> Option<AppId> {
         let n = view.node(node);
-        let mut best: Option<GpuKey> = None;
+        let mut keys: Vec<GpuKey> = Vec::new();
         for a in view.pending_apps() {
             if a.app.priority != level || !view.fits(a.app.id, node, Variant::Gpu) {
                 continue;
             }
-            let (Some(predicted), Some(base)) = (gpu_task_time(&a.app, n, self.config.cap_by_io_tasks), a.app.gpu_base_time())
-            else {
+            let (Some(predicted), Some(base)) = (
+                gpu_task_time(&a.app, n, self.config.cap_by_io_tasks),
+                a.app.gpu_base_time(),
+            ) else {
                 continue;
             };
-            let key = GpuKey {
-                delay: predicted / (base.max(1) as f64),
+            // hdas-hetero: delays within the progress tolerance of the least delayed count as
+            // equal, and then the GPU goes to the application whose task it speeds up most
+            // against a core (on an idle disk every delay is 1.0, and "fewest GPU tasks" would
+            // alternate applications whatever they gain).
+            // The delay is measured against the task alone on this very device, so a slow
+            // accelerator does not pass for a contended disk (with accelerators of different
+            // speeds, `hdas` would otherwise hand slow devices to IO-heavy applications).
+            let (tolerance, neg_advantage, base) = if self.config.completion_aware {
+                let cpu = cpu_task_time(&a.app, n, self.config.cap_by_io_tasks);
+                (
+                    self.config.progress_tolerance,
+                    cpu.map_or(f64::NEG_INFINITY, |c| -(c / predicted.max(1.0))),
+                    gpu_time_alone(&a.app, n).unwrap_or(base as f64),
+                )
+            } else {
+                (DELAY_EPSILON, 0.0, base as f64)
+            };
+            keys.push(GpuKey {
+                tolerance,
+                neg_advantage,
+                delay: predicted / base.max(1.0),
                 gpu_dispatched: a.dispatched_gpu,
                 not_gpu_only: a.need != Need::GpuOnly,
                 start: a.app.submit_time,
                 app: a.app.id,
-            };
-            if best.as_ref().is_none_or(|b| key.cmp(b) == Ordering::Less) {
-                best = Some(key);
-            }
+            });
         }
-        best.map(|k| k.app)
+        if self.config.completion_aware {
+            let best = keys.iter().map(|k| k.neg_advantage).min_by(f64::total_cmp)?;
+            return keys
+                .into_iter()
+                .filter(|k| approx_cmp(k.neg_advantage, best, k.tolerance) != Ordering::Greater)
+                .min_by(|x, y| {
+                    x.delay
+                        .total_cmp(&y.delay)
+                        .then(x.gpu_dispatched.cmp(&y.gpu_dispatched))
+                        .then(x.not_gpu_only.cmp(&y.not_gpu_only))
+                        .then(x.start.cmp(&y.start))
+                        .then(x.app.cmp(&y.app))
+                })
+                .map(|k| k.app);
+        }
+        let least = keys.iter().map(|k| k.delay).min_by(f64::total_cmp)?;
+        keys.into_iter()
+            .filter(|k| approx_cmp(k.delay, least, k.tolerance) != Ordering::Greater)
+            .min_by(|x, y| {
+                x.neg_advantage
+                    .total_cmp(&y.neg_advantage)
+                    .then(x.gpu_dispatched.cmp(&y.gpu_dispatched))
+                    .then(x.not_gpu_only.cmp(&y.not_gpu_only))
+                    .then(x.start.cmp(&y.start))
+                    .then(x.app.cmp(&y.app))
+            })
+            .map(|k| k.app)
     }
 
     /// Step 2: the CPU-capable application at `level` to receive `node`'s next core.
@@ -230,16 +270,31 @@ pub fn gpu_backlog(view: &SchedulerView, feasible: &[bool]) -> f64 {
         return f64::INFINITY;
     }
     let speed = view.mean_device_speed().max(f64::MIN_POSITIVE);
-    let work: f64 = view
+    let (mut work, mut bytes) = (0.0, 0.0);
+    for a in view
         .pending_apps()
         .filter(|a| feasible.get(a.app.id.index()).copied().unwrap_or(false))
-        .filter_map(|a| {
-            let g = a.app.gpu.as_ref()?;
-            let task = g.compute as f64 / speed + g.copy as f64 + g.read as f64;
-            Some(a.pending.len() as f64 * task * g.request.gpus.max(1) as f64)
-        })
+    {
+        let Some(g) = a.app.gpu.as_ref() else {
+            continue;
+        };
+        let task = g.compute as f64 / speed + g.copy as f64 + g.read as f64;
+        work += a.pending.len() as f64 * task * g.request.gpus.max(1) as f64;
+        bytes += a.pending.len() as f64 * a.app.split_bytes as f64;
+    }
+    // The accelerators cannot work through it faster than the disks can read its inputs either.
+    let disk_bw: f64 = view
+        .nodes()
+        .iter()
+        .filter(|n| n.alive)
+        .map(|n| n.node.disk_read_bw)
         .sum();
-    work / gpus as f64
+    let disk = if disk_bw > 0.0 {
+        bytes / disk_bw * crate::time::NANOS_PER_SEC as f64
+    } else {
+        0.0
+    };
+    (work / gpus as f64).max(disk)
 }
 
 impl Hdas {

@@ -28,6 +28,24 @@ pub fn contending_bytes(node: &NodeState, split_bytes: u64, cap_by_io_tasks: boo
     }
 }
 
+/// The speed weight of the accelerator a GPU task of `app` would get on `node` now (the first free
+/// device of its kind; 1.0 if none is free).
+pub fn free_device_speed(app: &Application, node: &NodeState) -> f64 {
+    let kind = app.gpu.as_ref().and_then(|g| g.kind.as_deref());
+    node.device_free
+        .iter()
+        .zip(&node.node.accelerators)
+        .find(|(free, acc)| **free && kind.is_none_or(|k| acc.kind == k))
+        .map_or(1.0, |(_, acc)| acc.speed)
+}
+
+/// A GPU task of `app` alone on `node`'s next free device: `tpg0/speed + tdcg + tdg0` — the
+/// GPU_base time on that device, so that a slow device does not look like contention.
+pub fn gpu_time_alone(app: &Application, node: &NodeState) -> Option<f64> {
+    let gpu = app.gpu.as_ref()?;
+    Some(gpu.compute as f64 / free_device_speed(app, node) + gpu.copy as f64 + gpu.read as f64)
+}
+
 /// Eq. (2) for a GPU task started now on `node`: `tpg0/speed + tdcg + tdg`. `None` without a GPU
 /// variant. `cap_by_io_tasks`: see [`contending_bytes`].
 pub fn gpu_task_time(app: &Application, node: &NodeState, cap_by_io_tasks: bool) -> Option<f64> {
