@@ -30,7 +30,7 @@ pub struct HdasConfig {
     /// speed-ratio criterion can act (spec 02 leaves it OPEN). 0.05 = within 5 % of the slowest.
     pub progress_tolerance: f64,
     /// Beyond the paper (`hdas-hetero`): a mixed application gets a core only while its CPU task
-    /// would end before the accelerators could work through the GPU backlog ([`gpu_backlog`]).
+    /// would end before the accelerators could reach it ([`gpu_backlogs`]).
     /// Off in `hdas`, which is Algorithm 1 as published.
     pub completion_aware: bool,
     /// Eq. (3) counts each of the node's `#IOtask` readers with at most one split
@@ -53,8 +53,9 @@ impl Default for HdasConfig {
 #[derive(Debug)]
 pub struct Hdas {
     config: HdasConfig,
-    /// The GPU backlog at the start of the current heartbeat (`hdas-hetero` only).
-    backlog: f64,
+    /// Per application: its GPU backlog at the start of the current heartbeat (`hdas-hetero`
+    /// only; see [`gpu_backlogs`]).
+    backlog: Vec<f64>,
     /// Per application: whether its GPU variant can run on some live node (`hdas-hetero` only).
     feasible: Vec<bool>,
     /// (nodes, applications, live capacity) when `feasible` was computed.
@@ -102,7 +103,7 @@ impl Hdas {
     pub fn new(config: HdasConfig) -> Self {
         Self {
             config,
-            backlog: f64::INFINITY,
+            backlog: Vec::new(),
             feasible: Vec::new(),
             feasible_for: None,
         }
@@ -207,7 +208,12 @@ impl Hdas {
                     .get(a.app.id.index())
                     .copied()
                     .unwrap_or(false)
-                && predicted > self.backlog;
+                && predicted
+                    > self
+                        .backlog
+                        .get(a.app.id.index())
+                        .copied()
+                        .unwrap_or(f64::INFINITY);
             if gated {
                 continue;
             }
@@ -259,42 +265,65 @@ fn gpu_feasible(view: &SchedulerView, app: &crate::model::AppState) -> bool {
     })
 }
 
-/// Seconds-worth (in ns) of GPU work waiting in the queues: every pending task that some node's
-/// accelerators can run, at the cluster's mean device speed, spread over all its devices. While a
-/// CPU task would end before this backlog clears, running it on a core is pure gain; after that it
-/// would only finish later than the accelerators could have (the straggler `hdas-hetero` avoids).
-/// `feasible[app]` says whether the application's GPU variant can run anywhere.
-pub fn gpu_backlog(view: &SchedulerView, feasible: &[bool]) -> f64 {
+/// Per application `a`, how long (ns) before the accelerators could have run `a`'s next task: the
+/// pending GPU work of every application whose GPU advantage (CPU_base / GPU_base, the order in
+/// which `hdas-hetero` hands out GPUs) is at least `a`'s (within `tolerance`), `a` included, at the
+/// cluster's mean device speed over all its devices — and no less than the time the disks need to
+/// read those tasks' inputs after what they are reading now (`TotalIO`). A CPU task of `a` that
+/// would take longer than this finishes after a GPU could have finished the same task: it becomes
+/// the straggler `hdas-hetero` avoids. Applications whose GPU variant fits no node (`feasible`
+/// false) get infinity: nothing to wait for.
+pub fn gpu_backlogs(view: &SchedulerView, feasible: &[bool], tolerance: f64) -> Vec<f64> {
     let gpus = view.totals().gpus;
+    let mut out = vec![f64::INFINITY; view.apps().len()];
     if gpus == 0 {
-        return f64::INFINITY;
+        return out;
     }
     let speed = view.mean_device_speed().max(f64::MIN_POSITIVE);
-    let (mut work, mut bytes) = (0.0, 0.0);
-    for a in view
+    let mut disk_bw = 0.0;
+    let mut in_flight = 0.0;
+    for n in view.nodes().iter().filter(|n| n.alive) {
+        disk_bw += n.node.disk_read_bw;
+        in_flight += n.total_io_bytes;
+    }
+    // (advantage, GPU work ns, bytes) of every application that can wait for a GPU.
+    let queue: Vec<(usize, f64, f64, f64)> = view
         .pending_apps()
         .filter(|a| feasible.get(a.app.id.index()).copied().unwrap_or(false))
-    {
-        let Some(g) = a.app.gpu.as_ref() else {
-            continue;
+        .filter_map(|a| {
+            let g = a.app.gpu.as_ref()?;
+            let task = g.compute as f64 / speed + g.copy as f64 + g.read as f64;
+            let advantage = a
+                .app
+                .cpu_base_time()
+                .map_or(f64::INFINITY, |c| c as f64 / task.max(1.0));
+            let pending = a.pending.len() as f64;
+            Some((
+                a.app.id.index(),
+                advantage,
+                pending * task * g.request.gpus.max(1) as f64,
+                pending * a.app.split_bytes as f64,
+            ))
+        })
+        .collect();
+    for &(app, advantage, _, _) in &queue {
+        let (mut work, mut bytes) = (0.0, in_flight);
+        for &(_, other, w, b) in &queue {
+            if other >= advantage * (1.0 - tolerance) {
+                work += w;
+                bytes += b;
+            }
+        }
+        let disk = if disk_bw > 0.0 {
+            bytes / disk_bw * crate::time::NANOS_PER_SEC as f64
+        } else {
+            0.0
         };
-        let task = g.compute as f64 / speed + g.copy as f64 + g.read as f64;
-        work += a.pending.len() as f64 * task * g.request.gpus.max(1) as f64;
-        bytes += a.pending.len() as f64 * a.app.split_bytes as f64;
+        if let Some(slot) = out.get_mut(app) {
+            *slot = (work / gpus as f64).max(disk);
+        }
     }
-    // The accelerators cannot work through it faster than the disks can read its inputs either.
-    let disk_bw: f64 = view
-        .nodes()
-        .iter()
-        .filter(|n| n.alive)
-        .map(|n| n.node.disk_read_bw)
-        .sum();
-    let disk = if disk_bw > 0.0 {
-        bytes / disk_bw * crate::time::NANOS_PER_SEC as f64
-    } else {
-        0.0
-    };
-    (work / gpus as f64).max(disk)
+    out
 }
 
 impl Hdas {
@@ -327,7 +356,7 @@ impl BatchPolicy for Hdas {
         let mut out = Vec::new();
         if self.config.completion_aware {
             self.refresh_feasible(view);
-            self.backlog = gpu_backlog(view, &self.feasible);
+            self.backlog = gpu_backlogs(view, &self.feasible, self.config.progress_tolerance);
         }
         for level in view.pending_priorities() {
             assign_while(view, node, Variant::Gpu, &mut out, |v| {
