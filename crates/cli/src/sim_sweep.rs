@@ -13,7 +13,7 @@ use std::path::PathBuf;
 #[derive(Debug, Args)]
 pub struct SweepArgs {
     /// Number of random cases (each runs under fifo, drf, hadoop-model, hdas and hdas-hetero).
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 1000)]
     pub cases: usize,
     /// Seed of every draw; the same seed gives the same sweep.
     #[arg(long, default_value_t = 1)]

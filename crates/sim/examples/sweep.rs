@@ -1,6 +1,6 @@
 //! Runs the `sweep` scenario and prints its summary (the same as `hetsched sim sweep`):
 //! `cargo run --release -p hetsched-sim --example sweep`. Environment: `SWEEP_CASES` (default
-//! 200), `SWEEP_SEED` (default 1), `SWEEP_SCALE` (default 1), `SWEEP_CASES_OUT` (print every case).
+//! 1000), `SWEEP_SEED` (default 1), `SWEEP_SCALE` (default 1), `SWEEP_CASES_OUT` (print every case).
 
 use hetsched_sim::scenario::sweep::{self, SweepOptions};
 

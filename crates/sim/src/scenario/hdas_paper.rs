@@ -15,7 +15,7 @@ pub mod report;
 use crate::batch::{SimConfig, simulate};
 use crate::error::SimError;
 use crate::metrics::{SimResult, TimeSeries};
-use hetsched_core::policy::batch::BatchPolicyKind;
+use hetsched_core::policy::batch::{BatchPolicyKind, PolicyConfig};
 use hetsched_core::policy::batch::bound::lower_bound;
 use hetsched_core::time::secs;
 use hetsched_core::{
@@ -55,6 +55,8 @@ pub struct HdasPaperOptions {
     /// The policy in the HDAS column: `hdas` (Algorithm 1 as published) or `hdas-hetero` (with
     /// the completion-aware CPU gate, beyond the paper).
     pub hdas_policy: BatchPolicyKind,
+    /// Settings of the policies (HDAS's tolerance, eq. (3)'s `#IOtask` cap).
+    pub policy_config: PolicyConfig,
 }
 
 impl Default for HdasPaperOptions {
@@ -68,6 +70,7 @@ impl Default for HdasPaperOptions {
             workloads: Vec::new(),
             threads: 0,
             hdas_policy: BatchPolicyKind::Hdas,
+            policy_config: PolicyConfig::default(),
         }
     }
 }
@@ -606,7 +609,7 @@ fn run_jobs(
                     if let JobKey::Single(_) = job.key {
                         config.sample_interval = None;
                     }
-                    let mut policy = job.policy.build();
+                    let mut policy = job.policy.build_with(&options.policy_config);
                     let r = simulate(&cluster(), &job.apps, policy.as_mut(), &config, &mut |_| {});
                     if tx.send((i, r)).is_err() {
                         break;

@@ -52,7 +52,7 @@ pub struct SweepOptions {
 impl Default for SweepOptions {
     fn default() -> Self {
         Self {
-            cases: 200,
+            cases: 1000,
             seed: 1,
             scale: 1.0,
             threads: 0,

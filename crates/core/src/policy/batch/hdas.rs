@@ -44,7 +44,7 @@ impl Default for HdasConfig {
         Self {
             progress_tolerance: 0.05,
             completion_aware: false,
-            cap_by_io_tasks: false,
+            cap_by_io_tasks: true,
         }
     }
 }
