@@ -27,7 +27,14 @@ const WORKLOAD: &str = "examples/workload-knn-nb-bp.toml";
 #[test]
 fn run_and_compare_report_the_bound_below_every_makespan() {
     let run = json(&hetsched(&[
-        "sim", "run", "--cluster", CLUSTER, "--workload", WORKLOAD, "--output", "json",
+        "sim",
+        "run",
+        "--cluster",
+        CLUSTER,
+        "--workload",
+        WORKLOAD,
+        "--output",
+        "json",
     ]));
     let bound = run["lower_bound_s"].as_f64().expect("lower_bound_s");
     let makespan = run["makespan_s"].as_f64().expect("makespan_s");
@@ -38,8 +45,16 @@ fn run_and_compare_report_the_bound_below_every_makespan() {
     assert!(String::from_utf8_lossy(&table.stdout).contains("makespan / bound"));
 
     let compare = json(&hetsched(&[
-        "sim", "compare", "--cluster", CLUSTER, "--workload", WORKLOAD, "--policies",
-        "fifo,hdas-hetero", "--output", "json",
+        "sim",
+        "compare",
+        "--cluster",
+        CLUSTER,
+        "--workload",
+        WORKLOAD,
+        "--policies",
+        "fifo,hdas-hetero",
+        "--output",
+        "json",
     ]));
     for row in compare.as_array().expect("one row per policy") {
         assert_eq!(row["lower_bound_s"].as_f64(), Some(bound));
@@ -50,7 +65,14 @@ fn run_and_compare_report_the_bound_below_every_makespan() {
 #[test]
 fn hdas_paper_reports_a_lower_bound_per_workload() {
     let report = json(&hetsched(&[
-        "sim", "hdas-paper", "--scale", "0.02", "--workloads", "C,I", "--output", "json",
+        "sim",
+        "hdas-paper",
+        "--scale",
+        "0.02",
+        "--workloads",
+        "C,I",
+        "--output",
+        "json",
     ]));
     for w in report["workloads"].as_array().expect("workloads") {
         let bound = w["lower_bound_s"].as_f64().expect("lower_bound_s");
@@ -66,10 +88,17 @@ fn a_tiny_sweep_prints_every_policy_and_is_reproducible() {
         "sim", "sweep", "--cases", "3", "--scale", "0.05", "--seed", "7",
     ];
     let out = hetsched(&args);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let table = String::from_utf8_lossy(&out.stdout).to_string();
     for policy in ["fifo", "drf", "hadoop-model", "hdas", "hdas-hetero"] {
-        assert!(table.contains(&format!("| {policy} ")), "{policy} missing:\n{table}");
+        assert!(
+            table.contains(&format!("| {policy} ")),
+            "{policy} missing:\n{table}"
+        );
     }
     assert!(table.contains("mean makespan / bound"));
     assert_eq!(hetsched(&args).stdout, out.stdout, "same seed, same output");

@@ -16,7 +16,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         options.scale = s.parse()?;
     }
     let started = std::time::Instant::now();
-    let report = sweep::run(&options, &mut |done, total| eprint!("\r{done}/{total} cases   "))?;
+    let report = sweep::run(&options, &mut |done, total| {
+        eprint!("\r{done}/{total} cases   ")
+    })?;
     eprintln!("\ndone in {:.1} s", started.elapsed().as_secs_f64());
     if std::env::var("SWEEP_CASES_OUT").is_ok() {
         for c in &report.cases {

@@ -15,8 +15,8 @@ pub mod report;
 use crate::batch::{SimConfig, simulate};
 use crate::error::SimError;
 use crate::metrics::{SimResult, TimeSeries};
-use hetsched_core::policy::batch::{BatchPolicyKind, PolicyConfig};
 use hetsched_core::policy::batch::bound::lower_bound;
+use hetsched_core::policy::batch::{BatchPolicyKind, PolicyConfig};
 use hetsched_core::time::secs;
 use hetsched_core::{
     Accelerator, AppId, Application, Cluster, CpuVariant, GpuVariant, Node, NodeId, Rack, RackId,

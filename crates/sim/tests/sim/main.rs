@@ -2,10 +2,10 @@
 
 #![allow(clippy::unwrap_used)] // a failing test should panic with the error
 
+mod bound;
 mod common;
 mod determinism;
 mod exact;
 mod hdas_paper;
 mod properties;
-mod bound;
 mod validation;

@@ -94,8 +94,12 @@ fn class_key(n: &Node) -> (u32, u64, u64, u64, Vec<(String, u64)>) {
 }
 
 fn classes(cluster: &Cluster) -> Vec<NodeClass<'_>> {
+    classes_of(cluster.nodes.iter())
+}
+
+fn classes_of<'a>(nodes: impl Iterator<Item = &'a Node>) -> Vec<NodeClass<'a>> {
     let mut map: BTreeMap<_, NodeClass<'_>> = BTreeMap::new();
-    for n in &cluster.nodes {
+    for n in nodes {
         map.entry(class_key(n))
             .or_insert(NodeClass {
                 node: n,
@@ -162,7 +166,7 @@ pub fn lower_bound(cluster: &Cluster, apps: &[Application]) -> Result<LowerBound
         longest_task_s = longest_task_s.max(secs(a.submit_time) + shortest);
     }
     let all: Vec<&Application> = apps.iter().collect();
-    let fluid_s = fluid(&classes, &all)?;
+    let fluid_s = fluid(&classes, &all)?.makespan_s;
 
     // Release times: the work submitted at or after `r` needs at least its own fluid time after r.
     let mut releases: Vec<u64> = apps
@@ -176,7 +180,7 @@ pub fn lower_bound(cluster: &Cluster, apps: &[Application]) -> Result<LowerBound
     let mut release_s: f64 = 0.0;
     for &r in releases.iter().rev().take(MAX_RELEASE_LPS) {
         let later: Vec<&Application> = apps.iter().filter(|a| a.submit_time >= r).collect();
-        release_s = release_s.max(secs(r) + fluid(&classes, &later)?);
+        release_s = release_s.max(secs(r) + fluid(&classes, &later)?.makespan_s);
     }
     Ok(LowerBound {
         lower_bound_s: fluid_s.max(longest_task_s).max(release_s),
@@ -187,8 +191,31 @@ pub fn lower_bound(cluster: &Cluster, apps: &[Application]) -> Result<LowerBound
     })
 }
 
+/// The optimum of the fluid programme: its time and how it splits each application's tasks
+/// between cores and accelerators (summed over the node classes). `hdas-hetero` follows it as a
+/// plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FluidPlan {
+    /// `T*`, seconds.
+    pub makespan_s: f64,
+    /// Per application (in the order given): tasks the optimum runs as CPU tasks.
+    pub cpu_tasks: Vec<f64>,
+    /// Per application: tasks the optimum runs as GPU tasks.
+    pub gpu_tasks: Vec<f64>,
+}
+
+/// The fluid optimum of `apps` on `nodes` (see the module doc), with its CPU/GPU split.
+pub fn fluid_plan<'a>(
+    nodes: impl Iterator<Item = &'a Node>,
+    apps: &[&Application],
+) -> Result<FluidPlan, BoundError> {
+    fluid(&classes_of(nodes), apps)
+}
+
 /// One task variable: `x` tasks of an application as `variant` on nodes of a class.
 struct Placement {
+    app: usize,
+    variant: Variant,
     x: Variable,
     class: usize,
     /// Best task duration there, seconds.
@@ -200,13 +227,13 @@ struct Placement {
     disk_s: f64,
 }
 
-/// `T*` of the fluid programme for `apps` on `classes`, in seconds.
-fn fluid(classes: &[NodeClass<'_>], apps: &[&Application]) -> Result<f64, BoundError> {
+/// The fluid programme for `apps` on `classes`, solved.
+fn fluid(classes: &[NodeClass<'_>], apps: &[&Application]) -> Result<FluidPlan, BoundError> {
     let mut vars = ProblemVariables::new();
     let t = vars.add(variable().min(0.0));
     let mut placements: Vec<Placement> = Vec::new();
     let mut demand: Vec<(Expression, f64)> = Vec::new();
-    for a in apps.iter().filter(|a| a.tasks > 0) {
+    for (ai, a) in apps.iter().enumerate().filter(|(_, a)| a.tasks > 0) {
         let mut sum = Expression::default();
         let mut any = false;
         for (ci, c) in classes.iter().enumerate() {
@@ -218,6 +245,8 @@ fn fluid(classes: &[NodeClass<'_>], apps: &[&Application]) -> Result<f64, BoundE
                 sum += x;
                 any = true;
                 placements.push(Placement {
+                    app: ai,
+                    variant: v,
                     x,
                     class: ci,
                     duration,
@@ -235,8 +264,13 @@ fn fluid(classes: &[NodeClass<'_>], apps: &[&Application]) -> Result<f64, BoundE
         }
         demand.push((sum, f64::from(a.tasks)));
     }
+    let mut plan = FluidPlan {
+        makespan_s: 0.0,
+        cpu_tasks: vec![0.0; apps.len()],
+        gpu_tasks: vec![0.0; apps.len()],
+    };
     if demand.is_empty() {
-        return Ok(0.0);
+        return Ok(plan);
     }
     let mut problem = vars.minimise(t).using(microlp);
     for (sum, tasks) in demand {
@@ -294,7 +328,15 @@ fn fluid(classes: &[NodeClass<'_>], apps: &[&Application]) -> Result<f64, BoundE
     let solution = problem
         .solve()
         .map_err(|e: ResolutionError| BoundError::Solver(e.to_string()))?;
-    Ok(solution.value(t).max(0.0))
+    plan.makespan_s = solution.value(t).max(0.0);
+    for p in &placements {
+        let x = solution.value(p.x).max(0.0);
+        match p.variant {
+            Variant::Cpu => plan.cpu_tasks[p.app] += x,
+            Variant::Gpu => plan.gpu_tasks[p.app] += x,
+        }
+    }
+    Ok(plan)
 }
 
 #[cfg(test)]
@@ -403,5 +445,29 @@ mod tests {
             lower_bound(&c, &[a]),
             Err(BoundError::Unrunnable("g".into()))
         );
+    }
+}
+
+#[cfg(test)]
+mod plan_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::model::{AppId, NodeId};
+    use crate::testkit::{app, node};
+
+    /// The hand-computed case's optimum runs 3 tasks on the GPU and 1 on a core.
+    #[test]
+    fn the_plan_splits_tasks_like_the_optimum() {
+        let n = node("n").cores(2).gpus(1, "g").build(NodeId(0));
+        let a = app("a")
+            .split_mib(0)
+            .tasks(4)
+            .cpu(30.0, 0.0)
+            .gpu(10.0, 0.0, 0.0)
+            .build(AppId(0));
+        let p = fluid_plan(std::iter::once(&n), &[&a]).unwrap();
+        assert!((p.makespan_s - 30.0).abs() < 1e-9);
+        assert!((p.gpu_tasks[0] - 3.0).abs() < 1e-9, "{p:?}");
+        assert!((p.cpu_tasks[0] - 1.0).abs() < 1e-9, "{p:?}");
     }
 }

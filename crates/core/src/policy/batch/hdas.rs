@@ -60,6 +60,49 @@ pub struct Hdas {
     feasible: Vec<bool>,
     /// (nodes, applications, live capacity) when `feasible` was computed.
     feasible_for: Option<(usize, usize, crate::model::Resources)>,
+    /// `hdas-hetero` only: the fluid optimum of the work pending when it was made.
+    plan: Option<Plan>,
+    /// (applications, pending applications, live capacity) when `plan` was made.
+    plan_for: Option<(usize, usize, crate::model::Resources)>,
+    /// The heartbeat being handled.
+    now: Time,
+}
+
+/// The fluid optimum (`bound::fluid_plan`) of the work pending at `start`, which `hdas-hetero`
+/// follows at an even pace: by time `t`, application `a` should have dispatched
+/// `planned · (t − start) / makespan` of its planned GPU (and CPU) tasks since `start`.
+#[derive(Clone, Debug)]
+struct Plan {
+    start: Time,
+    makespan: f64,
+    /// Per application: planned GPU tasks, planned CPU tasks, GPU and CPU tasks dispatched before
+    /// `start`.
+    apps: Vec<(f64, f64, u32, u32)>,
+}
+
+impl Plan {
+    /// How far (in seconds of work) `app` is behind the plan on `variant` at `now`: positive when
+    /// it should get more.
+    fn deficit(&self, a: &crate::model::AppState, variant: Variant, now: Time) -> f64 {
+        let Some(&(gpu, cpu, gpu0, cpu0)) = self.apps.get(a.app.id.index()) else {
+            return 0.0;
+        };
+        let pace =
+            ((now.saturating_sub(self.start) as f64 / 1e9 + 1.0) / self.makespan.max(1.0)).min(1.0);
+        let (planned, done, task) = match variant {
+            Variant::Gpu => (
+                gpu,
+                a.dispatched_gpu.saturating_sub(gpu0),
+                a.app.gpu_base_time(),
+            ),
+            Variant::Cpu => (
+                cpu,
+                a.dispatched_cpu.saturating_sub(cpu0),
+                a.app.cpu_base_time(),
+            ),
+        };
+        (planned * pace - f64::from(done)) * task.unwrap_or(0) as f64 / 1e9
+    }
 }
 
 /// Relative tolerance for "equal" predicted delays: predictions are sums of f64 nanoseconds.
@@ -87,9 +130,10 @@ struct GpuKey {
     app: AppId,
 }
 
-
 /// A CPU candidate.
 struct CpuCandidate {
+    /// `hdas-hetero`: seconds of CPU work behind the plan; 0 in `hdas`.
+    behind: f64,
     progress: f64,
     /// Predicted CPU speed over best speed alone (higher is better).
     speed_ratio: f64,
@@ -104,6 +148,9 @@ impl Hdas {
         Self {
             config,
             backlog: Vec::new(),
+            plan: None,
+            plan_for: None,
+            now: 0,
             feasible: Vec::new(),
             feasible_for: None,
         }
@@ -151,20 +198,22 @@ impl Hdas {
                 app: a.app.id,
             });
         }
-        if self.config.completion_aware {
-            let best = keys.iter().map(|k| k.neg_advantage).min_by(f64::total_cmp)?;
+        if let (true, Some(plan)) = (self.config.completion_aware, self.plan.as_ref()) {
+            // hdas-hetero: the application furthest behind the fluid optimum's GPU share, among
+            // those whose predicted delay is within the tolerance of the least delayed.
+            let least = keys.iter().map(|k| k.delay).min_by(f64::total_cmp)?;
+            let behind = |k: &GpuKey| plan.deficit(view.app(k.app), Variant::Gpu, self.now);
             return keys
                 .into_iter()
-                .filter(|k| approx_cmp(k.neg_advantage, best, k.tolerance) != Ordering::Greater)
-                .min_by(|x, y| {
-                    x.delay
-                        .total_cmp(&y.delay)
-                        .then(x.gpu_dispatched.cmp(&y.gpu_dispatched))
-                        .then(x.not_gpu_only.cmp(&y.not_gpu_only))
-                        .then(x.start.cmp(&y.start))
+                .filter(|k| k.delay <= least * (1.0 + 4.0 * k.tolerance))
+                .map(|k| (behind(&k), k))
+                .min_by(|(bx, x), (by, y)| {
+                    by.total_cmp(bx)
+                        .then(x.delay.total_cmp(&y.delay))
+                        .then(x.neg_advantage.total_cmp(&y.neg_advantage))
                         .then(x.app.cmp(&y.app))
                 })
-                .map(|k| k.app);
+                .map(|(_, k)| k.app);
         }
         let least = keys.iter().map(|k| k.delay).min_by(f64::total_cmp)?;
         keys.into_iter()
@@ -221,7 +270,12 @@ impl Hdas {
             // are not favoured.
             let progress = a.dispatched() as f64 * cpu_base as f64
                 / elapsed_since(now, a.app.submit_time) as f64;
+            let behind = match (self.config.completion_aware, self.plan.as_ref()) {
+                (true, Some(plan)) => plan.deficit(a, Variant::Cpu, now),
+                _ => 0.0,
+            };
             candidates.push(CpuCandidate {
+                behind,
                 progress,
                 // speed = V / T, so the ratio of speeds is the inverse ratio of times.
                 speed_ratio: best_alone as f64 / predicted.max(1.0),
@@ -229,6 +283,18 @@ impl Hdas {
                 start: a.app.submit_time,
                 app: a.app.id,
             });
+        }
+        if self.config.completion_aware && self.plan.is_some() {
+            // hdas-hetero: the application furthest behind the plan's CPU share first.
+            return candidates
+                .into_iter()
+                .min_by(|x, y| {
+                    y.behind
+                        .total_cmp(&x.behind)
+                        .then(x.progress.total_cmp(&y.progress))
+                        .then(x.app.cmp(&y.app))
+                })
+                .map(|c| c.app);
         }
         let slowest = candidates
             .iter()
@@ -329,6 +395,44 @@ pub fn gpu_backlogs(view: &SchedulerView, feasible: &[bool], tolerance: f64) -> 
 impl Hdas {
     /// Refreshes which applications' GPU variants can run anywhere, when the cluster or the set
     /// of applications changed since the last heartbeat (O(apps × nodes) then, O(1) otherwise).
+    fn refresh_plan(&mut self, view: &SchedulerView, now: Time) {
+        let signature = (
+            view.apps().len(),
+            view.pending_apps().count(),
+            view.totals(),
+        );
+        if self.plan_for == Some(signature) {
+            return;
+        }
+        self.plan_for = Some(signature);
+        let pending: Vec<crate::model::Application> = view
+            .pending_apps()
+            .map(|a| crate::model::Application {
+                tasks: a.pending.len() as u32,
+                ..a.app.clone()
+            })
+            .collect();
+        let refs: Vec<&crate::model::Application> = pending.iter().collect();
+        let nodes = view.nodes().iter().filter(|n| n.alive).map(|n| &n.node);
+        self.plan = super::bound::fluid_plan(nodes, &refs).ok().map(|p| {
+            let mut apps = vec![(0.0, 0.0, 0, 0); view.apps().len()];
+            for (i, a) in pending.iter().enumerate() {
+                let s = view.app(a.id);
+                apps[a.id.index()] = (
+                    p.gpu_tasks[i],
+                    p.cpu_tasks[i],
+                    s.dispatched_gpu,
+                    s.dispatched_cpu,
+                );
+            }
+            Plan {
+                start: now,
+                makespan: p.makespan_s,
+                apps,
+            }
+        });
+    }
+
     fn refresh_feasible(&mut self, view: &SchedulerView) {
         let signature = (view.nodes().len(), view.apps().len(), view.totals());
         if self.feasible_for != Some(signature) {
@@ -354,7 +458,9 @@ impl BatchPolicy for Hdas {
         now: Time,
     ) -> Vec<Assignment> {
         let mut out = Vec::new();
+        self.now = now;
         if self.config.completion_aware {
+            self.refresh_plan(view, now);
             self.refresh_feasible(view);
             self.backlog = gpu_backlogs(view, &self.feasible, self.config.progress_tolerance);
         }
