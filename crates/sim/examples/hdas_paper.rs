@@ -3,7 +3,7 @@
 //! `cargo run --release -p hetsched-sim --example hdas_paper -- docs/results/hdas`.
 //! Environment: `HDAS_SCALE` (task-count multiplier, default 1), `HDAS_WORKLOADS` (e.g. `ACIP`),
 //! `HDAS_SEED` (default 1, as `hetsched sim hdas-paper`), `HDAS_POLICY` (`hdas` or `hdas-hetero`),
-//! `HDAS_IO_TASK_CAP=1` (eq. (3) caps `TotalIO` by `#IOtask` splits), `HDAS_IO_REPORT`.
+//! `HDAS_IO_TASK_CAP=0|1` (whether eq. (3) caps `TotalIO` by `#IOtask` splits; 1 by default), `HDAS_IO_REPORT`.
 
 use hetsched_sim::scenario::hdas_paper::{self, HdasPaperOptions};
 use std::path::PathBuf;
@@ -17,8 +17,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if std::env::var("HDAS_IO_REPORT").is_ok_and(|v| v == "remaining") {
         options.sim.io_report = hetsched_sim::IoReport::Remaining;
     }
-    if std::env::var("HDAS_IO_TASK_CAP").is_ok_and(|v| v == "1") {
-        options.policy_config.hdas.cap_by_io_tasks = true;
+    if let Ok(v) = std::env::var("HDAS_IO_TASK_CAP") {
+        options.policy_config.hdas.cap_by_io_tasks = v == "1";
     }
     if let Ok(p) = std::env::var("HDAS_POLICY") {
         options.hdas_policy = p.parse()?;
