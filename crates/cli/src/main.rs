@@ -9,6 +9,7 @@ mod sim;
 mod sim_stream;
 mod stream;
 mod sim_divisible;
+mod sim_sweep;
 
 use clap::{CommandFactory, Parser, Subcommand};
 

@@ -8,6 +8,7 @@ use hetsched_core::input::Duration;
 use hetsched_core::input::cluster::parse_cluster;
 use hetsched_core::input::workload::{MissingProfile, parse_workload};
 use hetsched_core::policy::batch::BatchPolicyKind;
+use hetsched_core::policy::batch::bound::lower_bound;
 use hetsched_sim::scenario::hdas_paper;
 use hetsched_sim::{IoReport, Progress, SimConfig, SimResult, simulate};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -39,6 +40,9 @@ pub enum SimCommand {
     /// Reproduce the UMRLM paper's experiment (spec 03): UMR vs UMRLM on the 16-PC cluster, worker
     /// order, memory, and RUMR vs UMR under prediction errors.
     DivisiblePaper(crate::sim_divisible::DivisiblePaperArgs),
+    /// Every batch policy on seeded random clusters, heartbeats, noisy profiles and workloads,
+    /// against the makespan lower bound: wins, losses, worst case, mean makespan / bound.
+    Sweep(crate::sim_sweep::SweepArgs),
 }
 
 /// Options of `sim compare`.
@@ -164,6 +168,7 @@ pub fn run(cmd: SimCommand) -> anyhow::Result<()> {
         SimCommand::PcddbPaper(args) => crate::graph::pcddb_paper_cmd(args),
         SimCommand::Divisible(args) => crate::sim_divisible::divisible_cmd(args),
         SimCommand::DivisiblePaper(args) => crate::sim_divisible::divisible_paper_cmd(args),
+        SimCommand::Sweep(args) => crate::sim_sweep::run(args),
     }
 }
 
@@ -226,6 +231,8 @@ struct Case {
     apps: Vec<hetsched_core::Application>,
     origin: String,
     total_tasks: u64,
+    /// The fluid lower bound on any schedule's makespan, seconds.
+    bound_s: f64,
 }
 
 fn load_case(cluster: &Path, workload: &Path) -> anyhow::Result<Case> {
@@ -235,7 +242,11 @@ fn load_case(cluster: &Path, workload: &Path) -> anyhow::Result<Case> {
     let workload = parse_workload(&origin, &read(workload)?)?;
     workload.check_runnable(&cluster.nodes)?;
     let apps = workload.to_applications(0, MissingProfile::Refuse)?;
+    let bound_s = lower_bound(&cluster, &apps)
+        .with_context(|| format!("{origin}: computing the makespan lower bound"))?
+        .lower_bound_s;
     Ok(Case {
+        bound_s,
         cluster,
         apps,
         origin,
@@ -291,13 +302,13 @@ fn run_cmd(args: RunArgs) -> anyhow::Result<()> {
         args.policy,
         &sim_config(args.heartbeat, args.seed, args.io_report),
     )?;
+    let json = with_bound(&result, case.bound_s)?;
     if let Some(path) = &args.out {
-        std::fs::write(path, result.to_json()?)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        std::fs::write(path, &json).with_context(|| format!("cannot write {}", path.display()))?;
     }
     match args.output {
-        Output::Table => print_result(&result),
-        Output::Json => println!("{}", result.to_json()?),
+        Output::Table => print_result(&result, case.bound_s),
+        Output::Json => println!("{json}"),
     }
     Ok(())
 }
@@ -342,6 +353,8 @@ fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
                         "cpu_tasks": r.cpu_tasks,
                         "vs_reference": r.makespan_s / fifo.1 - 1.0,
                         "reference": fifo.0,
+                        "lower_bound_s": case.bound_s,
+                        "makespan_over_bound": r.makespan_s / case.bound_s,
                     })
                 })
                 .collect();
@@ -358,6 +371,8 @@ fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
                 "average task delay",
                 "on GPU",
                 "on CPU",
+                "bound (s)",
+                "makespan / bound",
             ]);
             for r in &rows {
                 table.add_row([
@@ -367,6 +382,8 @@ fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
                     format!("{:.2}×", r.average_task_delay),
                     r.gpu_tasks.to_string(),
                     r.cpu_tasks.to_string(),
+                    format!("{:.1}", case.bound_s),
+                    format!("{:.3}", r.makespan_s / case.bound_s),
                 ]);
             }
             println!("{table}");
@@ -375,10 +392,28 @@ fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_result(r: &SimResult) {
+/// The result as JSON with the lower bound added (`lower_bound_s`, `makespan_over_bound`).
+fn with_bound(r: &SimResult, bound_s: f64) -> anyhow::Result<String> {
+    let mut v = serde_json::to_value(r)?;
+    if let Some(o) = v.as_object_mut() {
+        o.insert("lower_bound_s".into(), serde_json::json!(bound_s));
+        o.insert(
+            "makespan_over_bound".into(),
+            serde_json::json!(r.makespan_s / bound_s),
+        );
+    }
+    Ok(serde_json::to_string_pretty(&v)?)
+}
+
+fn print_result(r: &SimResult, bound_s: f64) {
     println!(
         "policy {}: makespan {:.1} s, {} tasks ({} on GPUs, {} on CPUs), average task delay {:.2}×",
         r.policy, r.makespan_s, r.total_tasks, r.gpu_tasks, r.cpu_tasks, r.average_task_delay
+    );
+    println!(
+        "lower bound {:.1} s (fluid LP, see docs/bound.md): makespan / bound {:.3}",
+        bound_s,
+        r.makespan_s / bound_s
     );
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);

@@ -344,13 +344,13 @@ fn policy_names_round_trip() {
 
 #[test]
 fn hdas_hetero_keeps_gpu_friendly_work_off_cores_once_the_gpu_backlog_is_short() {
-    use hetsched_core::policy::batch::hdas::gpu_backlog;
+    use hetsched_core::policy::batch::hdas::gpu_backlogs;
     // One node, 4 GPUs, 6 cores. BP: 23.6 s on a GPU, 900 s on a core.
     let mut env = Env::new(1);
     env.add(bp(8));
     // 8 pending tasks × 23.6 s over 4 GPUs: the GPUs clear the backlog in 47.2 s, long before a
     // 900 s CPU task would end — so hdas-hetero leaves the cores idle, plain hdas does not.
-    let backlog = gpu_backlog(&env.view, &[true]) / 1e9;
+    let backlog = gpu_backlogs(&env.view, &[true], 0.05)[0] / 1e9;
     assert!((backlog - 8.0 * 23.63125 / 4.0).abs() < 1e-6, "{backlog}");
     let got = env.heartbeat(BatchPolicyKind::HdasHetero, 0, 0.0);
     assert_eq!(got.len(), 4);

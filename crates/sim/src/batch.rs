@@ -119,13 +119,48 @@ pub fn simulate(
     config: &SimConfig,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<SimResult, SimError> {
+    simulate_believing(cluster, apps, apps, policy, config, progress)
+}
+
+/// Like [`simulate`], but the scheduler's view holds `believed`, a copy of `apps` whose profiles
+/// may be wrong (e.g. ±10 % noise in `hetsched sim sweep`): tasks run as `apps` say, policies
+/// predict from `believed`. `believed[i]` must describe the same application as `apps[i]` (id,
+/// task count, variants and requests); only its profile times may differ.
+pub fn simulate_believing(
+    cluster: &Cluster,
+    apps: &[Application],
+    believed: &[Application],
+    policy: &mut dyn BatchPolicy,
+    config: &SimConfig,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<SimResult, SimError> {
     validate(cluster, apps, policy, config)?;
+    let same_shape = believed.len() == apps.len()
+        && apps.iter().zip(believed).all(|(a, b)| {
+            a.id == b.id
+                && a.tasks == b.tasks
+                && a.submit_time == b.submit_time
+                && a.request(Variant::Cpu) == b.request(Variant::Cpu)
+                && a.request(Variant::Gpu) == b.request(Variant::Gpu)
+        });
+    if !same_shape {
+        return Err(SimError::Config {
+            field: "believed",
+            problem: "the believed applications must match the real ones except in profile times"
+                .into(),
+        });
+    }
     let total: u64 = apps.iter().map(|a| u64::from(a.tasks)).sum();
     let total_usize = usize::try_from(total).map_err(|_| SimError::Application {
         app: "(workload)".into(),
         problem: format!("{total} tasks do not fit in memory on this machine"),
     })?;
-    let view = SchedulerView::with_cluster(cluster)?;
+    let mut view = SchedulerView::with_cluster(cluster)?;
+    // In-heartbeat updates count a dispatch the way the next heartbeat will report it.
+    view.set_cpu_read_chunks(match config.io_report {
+        IoReport::InFlight => config.cpu_read_chunks,
+        IoReport::Remaining => 1,
+    });
 
     let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(config.seed);
     let interval = config.heartbeat_interval;
@@ -164,6 +199,7 @@ pub fn simulate(
         config,
         view,
         apps,
+        believed,
         first_task,
         nodes,
         running: vec![None; total_usize],
@@ -436,6 +472,8 @@ struct BatchSim<'a> {
     config: &'a SimConfig,
     view: SchedulerView,
     apps: &'a [Application],
+    /// What the view is told about each application (see [`simulate_believing`]).
+    believed: &'a [Application],
     first_task: Vec<u64>,
     nodes: Vec<NodeSim>,
     running: Vec<Option<Running>>,
@@ -499,7 +537,8 @@ impl BatchSim<'_> {
             .ok_or_else(|| SimError::Internal(format!("arrival of unknown application {i}")))?;
         let first = self.first_task[i as usize];
         let ids = (first..first + u64::from(app.tasks)).map(TaskId);
-        self.view.add_application(app.clone(), ids)?;
+        let told = self.believed.get(i as usize).unwrap_or(app);
+        self.view.add_application(told.clone(), ids)?;
         self.arrived += 1;
         self.pending += u64::from(app.tasks);
         if self.pending > 0 {

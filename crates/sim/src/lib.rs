@@ -32,6 +32,6 @@ pub mod report;
 pub mod scenario;
 pub mod stream;
 
-pub use batch::{IoReport, SimConfig, simulate};
+pub use batch::{IoReport, SimConfig, simulate, simulate_believing};
 pub use error::SimError;
 pub use metrics::{AppResult, Progress, SimResult, TaskRecord, TimeSeries};

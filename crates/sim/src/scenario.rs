@@ -10,9 +10,12 @@
 //!   cluster.
 //! - [`pcddb_paper`]: spec 05's MM5-like workflow on the 36-node cluster under static,
 //!   centralised and PCDDB balancing.
+//! - [`sweep`]: the batch policies on random clusters, heartbeats, noisy profiles and workloads,
+//!   against the makespan lower bound.
 
 pub mod accel_paper;
 pub mod divisible_paper;
 pub mod hdas_paper;
 pub mod pcddb_paper;
 pub mod stream_paper;
+pub mod sweep;

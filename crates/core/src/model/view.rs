@@ -146,6 +146,8 @@ pub struct SchedulerView {
     totals: Resources,
     /// Sum of the speed weights of every live node's accelerators.
     device_speed_total: f64,
+    /// Requests a CPU task's input is read in (0 counts as 1); see [`SchedulerView::io_request`].
+    cpu_read_chunks: u32,
 }
 
 impl SchedulerView {
@@ -272,6 +274,28 @@ impl SchedulerView {
         }
     }
 
+    /// Sets how many requests a CPU task reads its input in, so that a dispatch adds to `TotalIO`
+    /// what the node's next heartbeat would report for it (see [`SchedulerView::io_request`]).
+    /// The simulator sets its `cpu_read_chunks` when heartbeats report the reads in flight, and 1
+    /// when they report every unread byte; the runtime's agents report every unread byte (1, the
+    /// default).
+    pub fn set_cpu_read_chunks(&mut self, chunks: u32) {
+        self.cpu_read_chunks = chunks.max(1);
+    }
+
+    /// The one definition of a task's contribution to its node's `TotalIO` (bytes) and `#IOtask`
+    /// (0 or 1) at dispatch, matching what heartbeats report (spec 02: "total IO request size" and
+    /// "number of tasks issuing IO"): a GPU task requests its whole split at once; a CPU task
+    /// requests its first chunk, `V / cpu_read_chunks`. A task without input issues no IO and does
+    /// not count as an IO task.
+    pub fn io_request(&self, app: &Application, variant: Variant) -> (f64, u32) {
+        let bytes = match variant {
+            Variant::Gpu => app.split_bytes as f64,
+            Variant::Cpu => app.split_bytes as f64 / f64::from(self.cpu_read_chunks.max(1)),
+        };
+        (bytes, u32::from(bytes > 0.0))
+    }
+
     /// Applies a heartbeat's disk figures to the node (they replace the running estimate).
     pub fn node_report(&mut self, node: NodeId, report: NodeReport) -> Result<(), ViewError> {
         let state = self
@@ -307,6 +331,7 @@ impl SchedulerView {
         if !self.apps[app.index()].has_pending() || !self.fits(app, node, variant) {
             return None;
         }
+        let (io_bytes, io_task) = self.io_request(&self.apps[app.index()].app, variant);
         let a = &mut self.apps[app.index()];
         let task = a.pending.pop_front()?;
         let request = a.app.request(variant)?;
@@ -331,8 +356,8 @@ impl SchedulerView {
         }
         n.free = n.free - request;
         n.running += 1;
-        n.total_io_bytes += a.app.split_bytes as f64;
-        n.io_tasks += 1;
+        n.total_io_bytes += io_bytes;
+        n.io_tasks += io_task;
         a.usage = a.usage + request;
         a.running += 1;
         match variant {

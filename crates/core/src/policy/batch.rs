@@ -12,6 +12,7 @@
 //! | `hdas` | heterogeneous dynamic affinity scheduling (spec 02, Algorithm 1) |
 //! | `hdas-hetero` | HDAS plus the paper's future work: a completion-aware CPU gate for accelerators of different speeds |
 
+pub mod bound;
 pub mod cpu_only;
 pub mod drf;
 pub mod fifo;

@@ -15,7 +15,8 @@ pub mod report;
 use crate::batch::{SimConfig, simulate};
 use crate::error::SimError;
 use crate::metrics::{SimResult, TimeSeries};
-use hetsched_core::policy::batch::BatchPolicyKind;
+use hetsched_core::policy::batch::bound::lower_bound;
+use hetsched_core::policy::batch::{BatchPolicyKind, PolicyConfig};
 use hetsched_core::time::secs;
 use hetsched_core::{
     Accelerator, AppId, Application, Cluster, CpuVariant, GpuVariant, Node, NodeId, Rack, RackId,
@@ -54,6 +55,8 @@ pub struct HdasPaperOptions {
     /// The policy in the HDAS column: `hdas` (Algorithm 1 as published) or `hdas-hetero` (with
     /// the completion-aware CPU gate, beyond the paper).
     pub hdas_policy: BatchPolicyKind,
+    /// Settings of the policies (HDAS's tolerance, eq. (3)'s `#IOtask` cap).
+    pub policy_config: PolicyConfig,
 }
 
 impl Default for HdasPaperOptions {
@@ -67,6 +70,7 @@ impl Default for HdasPaperOptions {
             workloads: Vec::new(),
             threads: 0,
             hdas_policy: BatchPolicyKind::Hdas,
+            policy_config: PolicyConfig::default(),
         }
     }
 }
@@ -255,6 +259,11 @@ pub struct WorkloadResult {
     pub cpu_only_delay: f64,
     /// Share of tasks that ran on GPUs.
     pub gpu_share: Accelerated,
+    /// The fluid lower bound on any schedule's makespan (`hetsched_core::policy::batch::bound`),
+    /// seconds.
+    pub lower_bound_s: f64,
+    /// Each policy's makespan over the lower bound (1.0 would be optimal).
+    pub vs_bound: PerPolicy,
 }
 
 /// One application alone on the cluster: Hadoop+'s speedup over CPU-only Hadoop.
@@ -291,6 +300,10 @@ pub struct Averages {
     pub delay: Accelerated,
     /// Workloads whose average task delay is ≤ 1.06.
     pub delay_at_most_1_06: [usize; 3],
+    /// Mean makespan over lower bound.
+    pub vs_bound: PerPolicy,
+    /// Largest makespan over lower bound.
+    pub max_vs_bound: PerPolicy,
 }
 
 /// The time series of one policy on workload [`SERIES_WORKLOAD`].
@@ -430,6 +443,9 @@ pub fn run(
             }
         }
         let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+        let bound = lower_bound(&cluster(), &w.applications(options.scale))
+            .map_err(|e| SimError::Internal(format!("workload {}: {e}", w.letter)))?
+            .lower_bound_s;
         rows.push(WorkloadResult {
             letter: w.letter,
             name: w.name(),
@@ -455,6 +471,13 @@ pub fn run(
                 fifo: gpu_share.fifo,
                 hadoop_model: gpu_share.hadoop_model,
                 hdas: gpu_share.hdas,
+            },
+            lower_bound_s: bound,
+            vs_bound: PerPolicy {
+                cpu_only: ratio(makespan.cpu_only, bound),
+                fifo: ratio(makespan.fifo, bound),
+                hadoop_model: ratio(makespan.hadoop_model, bound),
+                hdas: ratio(makespan.hdas, bound),
             },
         });
     }
@@ -533,6 +556,18 @@ fn averages(rows: &[WorkloadResult]) -> Averages {
             count(&|r| r.delay.hadoop_model),
             count(&|r| r.delay.hdas),
         ],
+        vs_bound: PerPolicy {
+            cpu_only: mean(&|r| r.vs_bound.cpu_only),
+            fifo: mean(&|r| r.vs_bound.fifo),
+            hadoop_model: mean(&|r| r.vs_bound.hadoop_model),
+            hdas: mean(&|r| r.vs_bound.hdas),
+        },
+        max_vs_bound: PerPolicy {
+            cpu_only: max(&|r| r.vs_bound.cpu_only),
+            fifo: max(&|r| r.vs_bound.fifo),
+            hadoop_model: max(&|r| r.vs_bound.hadoop_model),
+            hdas: max(&|r| r.vs_bound.hdas),
+        },
     }
 }
 
@@ -574,7 +609,7 @@ fn run_jobs(
                     if let JobKey::Single(_) = job.key {
                         config.sample_interval = None;
                     }
-                    let mut policy = job.policy.build();
+                    let mut policy = job.policy.build_with(&options.policy_config);
                     let r = simulate(&cluster(), &job.apps, policy.as_mut(), &config, &mut |_| {});
                     if tx.send((i, r)).is_err() {
                         break;

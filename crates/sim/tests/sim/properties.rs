@@ -76,7 +76,7 @@ fn arb_app() -> impl Strategy<Value = Application> {
         )
 }
 
-fn arb_case() -> impl Strategy<Value = (Vec<Node>, Vec<Application>, u64, u32)> {
+pub fn arb_case() -> impl Strategy<Value = (Vec<Node>, Vec<Application>, u64, u32)> {
     (
         prop::collection::vec(arb_node(), 1..=4),
         prop::collection::vec(arb_app(), 1..=4),

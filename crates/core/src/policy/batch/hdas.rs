@@ -14,7 +14,7 @@
 //! Each decision re-reads the view, which [`SchedulerView::assign`] has just updated, so a decision
 //! costs O(#applications) and sees the load of the one before it.
 
-use super::predict::{cpu_task_time, gpu_task_time};
+use super::predict::{cpu_task_time, gpu_task_time, gpu_time_alone};
 use super::{BatchPolicy, assign_while};
 use crate::model::view::elapsed_since;
 use crate::model::{AppId, Assignment, Need, NodeId, SchedulerView, Variant};
@@ -30,9 +30,13 @@ pub struct HdasConfig {
     /// speed-ratio criterion can act (spec 02 leaves it OPEN). 0.05 = within 5 % of the slowest.
     pub progress_tolerance: f64,
     /// Beyond the paper (`hdas-hetero`): a mixed application gets a core only while its CPU task
-    /// would end before the accelerators could work through the GPU backlog ([`gpu_backlog`]).
+    /// would end before the accelerators could reach it ([`gpu_backlogs`]).
     /// Off in `hdas`, which is Algorithm 1 as published.
     pub completion_aware: bool,
+    /// Eq. (3) counts each of the node's `#IOtask` readers with at most one split
+    /// ([`super::predict::contending_bytes`]). Off by default: `docs/results/hdas.md` gives the
+    /// measured effect.
+    pub cap_by_io_tasks: bool,
 }
 
 impl Default for HdasConfig {
@@ -40,6 +44,7 @@ impl Default for HdasConfig {
         Self {
             progress_tolerance: 0.05,
             completion_aware: false,
+            cap_by_io_tasks: true,
         }
     }
 }
@@ -48,12 +53,56 @@ impl Default for HdasConfig {
 #[derive(Debug)]
 pub struct Hdas {
     config: HdasConfig,
-    /// The GPU backlog at the start of the current heartbeat (`hdas-hetero` only).
-    backlog: f64,
+    /// Per application: its GPU backlog at the start of the current heartbeat (`hdas-hetero`
+    /// only; see [`gpu_backlogs`]).
+    backlog: Vec<f64>,
     /// Per application: whether its GPU variant can run on some live node (`hdas-hetero` only).
     feasible: Vec<bool>,
     /// (nodes, applications, live capacity) when `feasible` was computed.
     feasible_for: Option<(usize, usize, crate::model::Resources)>,
+    /// `hdas-hetero` only: the fluid optimum of the work pending when it was made.
+    plan: Option<Plan>,
+    /// (applications, pending applications, live capacity) when `plan` was made.
+    plan_for: Option<(usize, usize, crate::model::Resources)>,
+    /// The heartbeat being handled.
+    now: Time,
+}
+
+/// The fluid optimum (`bound::fluid_plan`) of the work pending at `start`, which `hdas-hetero`
+/// follows at an even pace: by time `t`, application `a` should have dispatched
+/// `planned · (t − start) / makespan` of its planned GPU (and CPU) tasks since `start`.
+#[derive(Clone, Debug)]
+struct Plan {
+    start: Time,
+    makespan: f64,
+    /// Per application: planned GPU tasks, planned CPU tasks, GPU and CPU tasks dispatched before
+    /// `start`.
+    apps: Vec<(f64, f64, u32, u32)>,
+}
+
+impl Plan {
+    /// How far (in seconds of work) `app` is behind the plan on `variant` at `now`: positive when
+    /// it should get more.
+    fn deficit(&self, a: &crate::model::AppState, variant: Variant, now: Time) -> f64 {
+        let Some(&(gpu, cpu, gpu0, cpu0)) = self.apps.get(a.app.id.index()) else {
+            return 0.0;
+        };
+        let pace =
+            ((now.saturating_sub(self.start) as f64 / 1e9 + 1.0) / self.makespan.max(1.0)).min(1.0);
+        let (planned, done, task) = match variant {
+            Variant::Gpu => (
+                gpu,
+                a.dispatched_gpu.saturating_sub(gpu0),
+                a.app.gpu_base_time(),
+            ),
+            Variant::Cpu => (
+                cpu,
+                a.dispatched_cpu.saturating_sub(cpu0),
+                a.app.cpu_base_time(),
+            ),
+        };
+        (planned * pace - f64::from(done)) * task.unwrap_or(0) as f64 / 1e9
+    }
 }
 
 /// Relative tolerance for "equal" predicted delays: predictions are sums of f64 nanoseconds.
@@ -70,24 +119,21 @@ fn approx_cmp(a: f64, b: f64, rel: f64) -> Ordering {
 /// A GPU candidate's sort key (smaller is better).
 struct GpuKey {
     delay: f64,
+    /// `hdas-hetero` only: minus the core-time one GPU task saves (predicted CPU over GPU time);
+    /// 0 in `hdas`.
+    neg_advantage: f64,
+    /// Relative tolerance within which two delays count as equal.
+    tolerance: f64,
     gpu_dispatched: u32,
     not_gpu_only: bool,
     start: Time,
     app: AppId,
 }
 
-impl GpuKey {
-    fn cmp(&self, o: &GpuKey) -> Ordering {
-        approx_cmp(self.delay, o.delay, DELAY_EPSILON)
-            .then(self.gpu_dispatched.cmp(&o.gpu_dispatched))
-            .then(self.not_gpu_only.cmp(&o.not_gpu_only))
-            .then(self.start.cmp(&o.start))
-            .then(self.app.cmp(&o.app))
-    }
-}
-
 /// A CPU candidate.
 struct CpuCandidate {
+    /// `hdas-hetero`: seconds of CPU work behind the plan; 0 in `hdas`.
+    behind: f64,
     progress: f64,
     /// Predicted CPU speed over best speed alone (higher is better).
     speed_ratio: f64,
@@ -101,7 +147,10 @@ impl Hdas {
     pub fn new(config: HdasConfig) -> Self {
         Self {
             config,
-            backlog: f64::INFINITY,
+            backlog: Vec::new(),
+            plan: None,
+            plan_for: None,
+            now: 0,
             feasible: Vec::new(),
             feasible_for: None,
         }
@@ -111,27 +160,73 @@ impl Hdas {
     /// delayed relative to its GPU_base task.
     pub fn pick_gpu(&self, view: &SchedulerView, node: NodeId, level: i32) -> Option<AppId> {
         let n = view.node(node);
-        let mut best: Option<GpuKey> = None;
+        let mut keys: Vec<GpuKey> = Vec::new();
         for a in view.pending_apps() {
             if a.app.priority != level || !view.fits(a.app.id, node, Variant::Gpu) {
                 continue;
             }
-            let (Some(predicted), Some(base)) = (gpu_task_time(&a.app, n), a.app.gpu_base_time())
-            else {
+            let (Some(predicted), Some(base)) = (
+                gpu_task_time(&a.app, n, self.config.cap_by_io_tasks),
+                a.app.gpu_base_time(),
+            ) else {
                 continue;
             };
-            let key = GpuKey {
-                delay: predicted / (base.max(1) as f64),
+            // hdas-hetero: delays within the progress tolerance of the least delayed count as
+            // equal, and then the GPU goes to the application whose task it speeds up most
+            // against a core (on an idle disk every delay is 1.0, and "fewest GPU tasks" would
+            // alternate applications whatever they gain).
+            // The delay is measured against the task alone on this very device, so a slow
+            // accelerator does not pass for a contended disk (with accelerators of different
+            // speeds, `hdas` would otherwise hand slow devices to IO-heavy applications).
+            let (tolerance, neg_advantage, base) = if self.config.completion_aware {
+                let cpu = cpu_task_time(&a.app, n, self.config.cap_by_io_tasks);
+                (
+                    self.config.progress_tolerance,
+                    cpu.map_or(f64::NEG_INFINITY, |c| -(c / predicted.max(1.0))),
+                    gpu_time_alone(&a.app, n).unwrap_or(base as f64),
+                )
+            } else {
+                (DELAY_EPSILON, 0.0, base as f64)
+            };
+            keys.push(GpuKey {
+                tolerance,
+                neg_advantage,
+                delay: predicted / base.max(1.0),
                 gpu_dispatched: a.dispatched_gpu,
                 not_gpu_only: a.need != Need::GpuOnly,
                 start: a.app.submit_time,
                 app: a.app.id,
-            };
-            if best.as_ref().is_none_or(|b| key.cmp(b) == Ordering::Less) {
-                best = Some(key);
-            }
+            });
         }
-        best.map(|k| k.app)
+        if let (true, Some(plan)) = (self.config.completion_aware, self.plan.as_ref()) {
+            // hdas-hetero: the application furthest behind the fluid optimum's GPU share, among
+            // those whose predicted delay is within the tolerance of the least delayed.
+            let least = keys.iter().map(|k| k.delay).min_by(f64::total_cmp)?;
+            let behind = |k: &GpuKey| plan.deficit(view.app(k.app), Variant::Gpu, self.now);
+            return keys
+                .into_iter()
+                .filter(|k| k.delay <= least * (1.0 + 4.0 * k.tolerance))
+                .map(|k| (behind(&k), k))
+                .min_by(|(bx, x), (by, y)| {
+                    by.total_cmp(bx)
+                        .then(x.delay.total_cmp(&y.delay))
+                        .then(x.neg_advantage.total_cmp(&y.neg_advantage))
+                        .then(x.app.cmp(&y.app))
+                })
+                .map(|(_, k)| k.app);
+        }
+        let least = keys.iter().map(|k| k.delay).min_by(f64::total_cmp)?;
+        keys.into_iter()
+            .filter(|k| approx_cmp(k.delay, least, k.tolerance) != Ordering::Greater)
+            .min_by(|x, y| {
+                x.neg_advantage
+                    .total_cmp(&y.neg_advantage)
+                    .then(x.gpu_dispatched.cmp(&y.gpu_dispatched))
+                    .then(x.not_gpu_only.cmp(&y.not_gpu_only))
+                    .then(x.start.cmp(&y.start))
+                    .then(x.app.cmp(&y.app))
+            })
+            .map(|k| k.app)
     }
 
     /// Step 2: the CPU-capable application at `level` to receive `node`'s next core.
@@ -151,7 +246,7 @@ impl Hdas {
             let (Some(cpu_base), Some(best_alone), Some(predicted)) = (
                 a.app.cpu_base_time(),
                 a.app.best_base_time(),
-                cpu_task_time(&a.app, n),
+                cpu_task_time(&a.app, n, self.config.cap_by_io_tasks),
             ) else {
                 continue;
             };
@@ -162,7 +257,12 @@ impl Hdas {
                     .get(a.app.id.index())
                     .copied()
                     .unwrap_or(false)
-                && predicted > self.backlog;
+                && predicted
+                    > self
+                        .backlog
+                        .get(a.app.id.index())
+                        .copied()
+                        .unwrap_or(f64::INFINITY);
             if gated {
                 continue;
             }
@@ -170,7 +270,12 @@ impl Hdas {
             // are not favoured.
             let progress = a.dispatched() as f64 * cpu_base as f64
                 / elapsed_since(now, a.app.submit_time) as f64;
+            let behind = match (self.config.completion_aware, self.plan.as_ref()) {
+                (true, Some(plan)) => plan.deficit(a, Variant::Cpu, now),
+                _ => 0.0,
+            };
             candidates.push(CpuCandidate {
+                behind,
                 progress,
                 // speed = V / T, so the ratio of speeds is the inverse ratio of times.
                 speed_ratio: best_alone as f64 / predicted.max(1.0),
@@ -178,6 +283,18 @@ impl Hdas {
                 start: a.app.submit_time,
                 app: a.app.id,
             });
+        }
+        if self.config.completion_aware && self.plan.is_some() {
+            // hdas-hetero: the application furthest behind the plan's CPU share first.
+            return candidates
+                .into_iter()
+                .min_by(|x, y| {
+                    y.behind
+                        .total_cmp(&x.behind)
+                        .then(x.progress.total_cmp(&y.progress))
+                        .then(x.app.cmp(&y.app))
+                })
+                .map(|c| c.app);
         }
         let slowest = candidates
             .iter()
@@ -214,32 +331,108 @@ fn gpu_feasible(view: &SchedulerView, app: &crate::model::AppState) -> bool {
     })
 }
 
-/// Seconds-worth (in ns) of GPU work waiting in the queues: every pending task that some node's
-/// accelerators can run, at the cluster's mean device speed, spread over all its devices. While a
-/// CPU task would end before this backlog clears, running it on a core is pure gain; after that it
-/// would only finish later than the accelerators could have (the straggler `hdas-hetero` avoids).
-/// `feasible[app]` says whether the application's GPU variant can run anywhere.
-pub fn gpu_backlog(view: &SchedulerView, feasible: &[bool]) -> f64 {
+/// Per application `a`, how long (ns) before the accelerators could have run `a`'s next task: the
+/// pending GPU work of every application whose GPU advantage (CPU_base / GPU_base, the order in
+/// which `hdas-hetero` hands out GPUs) is at least `a`'s (within `tolerance`), `a` included, at the
+/// cluster's mean device speed over all its devices — and no less than the time the disks need to
+/// read those tasks' inputs after what they are reading now (`TotalIO`). A CPU task of `a` that
+/// would take longer than this finishes after a GPU could have finished the same task: it becomes
+/// the straggler `hdas-hetero` avoids. Applications whose GPU variant fits no node (`feasible`
+/// false) get infinity: nothing to wait for.
+pub fn gpu_backlogs(view: &SchedulerView, feasible: &[bool], tolerance: f64) -> Vec<f64> {
     let gpus = view.totals().gpus;
+    let mut out = vec![f64::INFINITY; view.apps().len()];
     if gpus == 0 {
-        return f64::INFINITY;
+        return out;
     }
     let speed = view.mean_device_speed().max(f64::MIN_POSITIVE);
-    let work: f64 = view
+    let mut disk_bw = 0.0;
+    let mut in_flight = 0.0;
+    for n in view.nodes().iter().filter(|n| n.alive) {
+        disk_bw += n.node.disk_read_bw;
+        in_flight += n.total_io_bytes;
+    }
+    // (advantage, GPU work ns, bytes) of every application that can wait for a GPU.
+    let queue: Vec<(usize, f64, f64, f64)> = view
         .pending_apps()
         .filter(|a| feasible.get(a.app.id.index()).copied().unwrap_or(false))
         .filter_map(|a| {
             let g = a.app.gpu.as_ref()?;
             let task = g.compute as f64 / speed + g.copy as f64 + g.read as f64;
-            Some(a.pending.len() as f64 * task * g.request.gpus.max(1) as f64)
+            let advantage = a
+                .app
+                .cpu_base_time()
+                .map_or(f64::INFINITY, |c| c as f64 / task.max(1.0));
+            let pending = a.pending.len() as f64;
+            Some((
+                a.app.id.index(),
+                advantage,
+                pending * task * g.request.gpus.max(1) as f64,
+                pending * a.app.split_bytes as f64,
+            ))
         })
-        .sum();
-    work / gpus as f64
+        .collect();
+    for &(app, advantage, _, _) in &queue {
+        let (mut work, mut bytes) = (0.0, in_flight);
+        for &(_, other, w, b) in &queue {
+            if other >= advantage * (1.0 - tolerance) {
+                work += w;
+                bytes += b;
+            }
+        }
+        let disk = if disk_bw > 0.0 {
+            bytes / disk_bw * crate::time::NANOS_PER_SEC as f64
+        } else {
+            0.0
+        };
+        if let Some(slot) = out.get_mut(app) {
+            *slot = (work / gpus as f64).max(disk);
+        }
+    }
+    out
 }
 
 impl Hdas {
     /// Refreshes which applications' GPU variants can run anywhere, when the cluster or the set
     /// of applications changed since the last heartbeat (O(apps × nodes) then, O(1) otherwise).
+    fn refresh_plan(&mut self, view: &SchedulerView, now: Time) {
+        let signature = (
+            view.apps().len(),
+            view.pending_apps().count(),
+            view.totals(),
+        );
+        if self.plan_for == Some(signature) {
+            return;
+        }
+        self.plan_for = Some(signature);
+        let pending: Vec<crate::model::Application> = view
+            .pending_apps()
+            .map(|a| crate::model::Application {
+                tasks: a.pending.len() as u32,
+                ..a.app.clone()
+            })
+            .collect();
+        let refs: Vec<&crate::model::Application> = pending.iter().collect();
+        let nodes = view.nodes().iter().filter(|n| n.alive).map(|n| &n.node);
+        self.plan = super::bound::fluid_plan(nodes, &refs).ok().map(|p| {
+            let mut apps = vec![(0.0, 0.0, 0, 0); view.apps().len()];
+            for (i, a) in pending.iter().enumerate() {
+                let s = view.app(a.id);
+                apps[a.id.index()] = (
+                    p.gpu_tasks[i],
+                    p.cpu_tasks[i],
+                    s.dispatched_gpu,
+                    s.dispatched_cpu,
+                );
+            }
+            Plan {
+                start: now,
+                makespan: p.makespan_s,
+                apps,
+            }
+        });
+    }
+
     fn refresh_feasible(&mut self, view: &SchedulerView) {
         let signature = (view.nodes().len(), view.apps().len(), view.totals());
         if self.feasible_for != Some(signature) {
@@ -265,9 +458,11 @@ impl BatchPolicy for Hdas {
         now: Time,
     ) -> Vec<Assignment> {
         let mut out = Vec::new();
+        self.now = now;
         if self.config.completion_aware {
+            self.refresh_plan(view, now);
             self.refresh_feasible(view);
-            self.backlog = gpu_backlog(view, &self.feasible);
+            self.backlog = gpu_backlogs(view, &self.feasible, self.config.progress_tolerance);
         }
         for level in view.pending_priorities() {
             assign_while(view, node, Variant::Gpu, &mut out, |v| {

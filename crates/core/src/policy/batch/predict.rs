@@ -13,9 +13,42 @@ pub fn read_time(td0_ns: f64, sumio_bytes: f64, split_bytes: u64, disk_bw: f64) 
     td0_ns.max(contended)
 }
 
+/// The outstanding bytes that can delay a new read of `split_bytes` on `node` (the `sumio` of
+/// eq. (3)). With `cap_by_io_tasks`, each of the node's `#IOtask` readers counts with at most one
+/// split: on a disk shared equally among its readers (processor sharing), a reader with more
+/// than `V` bytes left is still reading when the new read ends, so it delays the new read by at
+/// most `V` bytes. This is how our eq. (3) uses `#IOtask` (spec 02 leaves the exact form OPEN;
+/// "≈ td0·(n+1)" with equal splits); without it, `#IOtask` is not read.
+pub fn contending_bytes(node: &NodeState, split_bytes: u64, cap_by_io_tasks: bool) -> f64 {
+    if cap_by_io_tasks {
+        node.total_io_bytes
+            .min(f64::from(node.io_tasks) * split_bytes as f64)
+    } else {
+        node.total_io_bytes
+    }
+}
+
+/// The speed weight of the accelerator a GPU task of `app` would get on `node` now (the first free
+/// device of its kind; 1.0 if none is free).
+pub fn free_device_speed(app: &Application, node: &NodeState) -> f64 {
+    let kind = app.gpu.as_ref().and_then(|g| g.kind.as_deref());
+    node.device_free
+        .iter()
+        .zip(&node.node.accelerators)
+        .find(|(free, acc)| **free && kind.is_none_or(|k| acc.kind == k))
+        .map_or(1.0, |(_, acc)| acc.speed)
+}
+
+/// A GPU task of `app` alone on `node`'s next free device: `tpg0/speed + tdcg + tdg0` — the
+/// GPU_base time on that device, so that a slow device does not look like contention.
+pub fn gpu_time_alone(app: &Application, node: &NodeState) -> Option<f64> {
+    let gpu = app.gpu.as_ref()?;
+    Some(gpu.compute as f64 / free_device_speed(app, node) + gpu.copy as f64 + gpu.read as f64)
+}
+
 /// Eq. (2) for a GPU task started now on `node`: `tpg0/speed + tdcg + tdg`. `None` without a GPU
-/// variant.
-pub fn gpu_task_time(app: &Application, node: &NodeState) -> Option<f64> {
+/// variant. `cap_by_io_tasks`: see [`contending_bytes`].
+pub fn gpu_task_time(app: &Application, node: &NodeState, cap_by_io_tasks: bool) -> Option<f64> {
     let gpu = app.gpu.as_ref()?;
     let speed = node
         .device_free
@@ -25,7 +58,7 @@ pub fn gpu_task_time(app: &Application, node: &NodeState) -> Option<f64> {
         .map_or(1.0, |(_, acc)| acc.speed);
     let read = read_time(
         gpu.read as f64,
-        node.total_io_bytes,
+        contending_bytes(node, app.split_bytes, cap_by_io_tasks),
         app.split_bytes,
         node.node.disk_read_bw,
     );
@@ -33,12 +66,12 @@ pub fn gpu_task_time(app: &Application, node: &NodeState) -> Option<f64> {
 }
 
 /// Eq. (2) for a CPU task started now on `node`: `tpc0/core_speed + tdc`. `None` without a CPU
-/// variant.
-pub fn cpu_task_time(app: &Application, node: &NodeState) -> Option<f64> {
+/// variant. `cap_by_io_tasks`: see [`contending_bytes`].
+pub fn cpu_task_time(app: &Application, node: &NodeState, cap_by_io_tasks: bool) -> Option<f64> {
     let cpu = app.cpu.as_ref()?;
     let read = read_time(
         cpu.read as f64,
-        node.total_io_bytes,
+        contending_bytes(node, app.split_bytes, cap_by_io_tasks),
         app.split_bytes,
         node.node.disk_read_bw,
     );

@@ -55,12 +55,16 @@ impl HdasPaperReport {
             "fifo s",
             "model s",
             "hdas s",
+            "bound s",
             "speedup fifo",
             "model",
             "hdas",
             "vs FIFO model",
             "hdas",
             "delay fifo",
+            "model",
+            "hdas",
+            "/bound fifo",
             "model",
             "hdas",
             "note",
@@ -73,6 +77,7 @@ impl HdasPaperReport {
                 format!("{:.0}", r.makespan_s.fifo),
                 format!("{:.0}", r.makespan_s.hadoop_model),
                 format!("{:.0}", r.makespan_s.hdas),
+                format!("{:.0}", r.lower_bound_s),
                 x(r.speedup.fifo),
                 x(r.speedup.hadoop_model),
                 x(r.speedup.hdas),
@@ -81,6 +86,9 @@ impl HdasPaperReport {
                 format!("{:.2}", r.delay.fifo),
                 format!("{:.2}", r.delay.hadoop_model),
                 format!("{:.2}", r.delay.hdas),
+                format!("{:.3}", r.vs_bound.fifo),
+                format!("{:.3}", r.vs_bound.hadoop_model),
+                format!("{:.3}", r.vs_bound.hdas),
                 paper_note(r.letter).to_string(),
             ]
         };
@@ -95,6 +103,7 @@ impl HdasPaperReport {
             format!("{:.0}", a.makespan_s.fifo),
             format!("{:.0}", a.makespan_s.hadoop_model),
             format!("{:.0}", a.makespan_s.hdas),
+            String::new(),
             x(a.speedup.fifo),
             x(a.speedup.hadoop_model),
             x(a.speedup.hdas),
@@ -103,11 +112,15 @@ impl HdasPaperReport {
             format!("{:.2}", a.delay.fifo),
             format!("{:.2}", a.delay.hadoop_model),
             format!("{:.2}", a.delay.hdas),
+            format!("{:.3}", a.vs_bound.fifo),
+            format!("{:.3}", a.vs_bound.hadoop_model),
+            format!("{:.3}", a.vs_bound.hdas),
             String::new(),
         ]);
         t.add_row(vec![
             "avg".to_string(),
             "paper".to_string(),
+            String::new(),
             String::new(),
             String::new(),
             String::new(),
@@ -121,8 +134,11 @@ impl HdasPaperReport {
             format!("{:.1}", paper::DELAY[1]),
             format!("{:.1}", paper::DELAY[2]),
             String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
         ]);
-        for c in 2..14 {
+        for c in 2..18 {
             if let Some(col) = t.column_mut(c) {
                 col.set_cell_alignment(CellAlignment::Right);
             }
@@ -156,6 +172,17 @@ impl HdasPaperReport {
             pct(a.min_vs_fifo.hdas),
             paper::VS_FIFO_MAX[0] * 100.0,
             paper::VS_FIFO_MAX[1] * 100.0
+        );
+        let _ = writeln!(
+            out,
+            "makespan / lower bound, mean (worst): fifo {:.3} ({:.3}) / model {:.3} ({:.3}) / hdas {:.3} ({:.3}) / cpu-only {:.1}",
+            a.vs_bound.fifo,
+            a.max_vs_bound.fifo,
+            a.vs_bound.hadoop_model,
+            a.max_vs_bound.hadoop_model,
+            a.vs_bound.hdas,
+            a.max_vs_bound.hdas,
+            a.vs_bound.cpu_only
         );
         let _ = writeln!(
             out,
@@ -242,6 +269,10 @@ impl HdasPaperReport {
             "gpu_share_fifo",
             "gpu_share_hadoop_model",
             "gpu_share_hdas",
+            "lower_bound_s",
+            "vs_bound_fifo",
+            "vs_bound_hadoop_model",
+            "vs_bound_hdas",
         ])
         .map_err(csv_err("workloads.csv"))?;
         for r in &self.workloads {
@@ -266,6 +297,10 @@ impl HdasPaperReport {
                 f(r.gpu_share.fifo),
                 f(r.gpu_share.hadoop_model),
                 f(r.gpu_share.hdas),
+                f(r.lower_bound_s),
+                f(r.vs_bound.fifo),
+                f(r.vs_bound.hadoop_model),
+                f(r.vs_bound.hdas),
             ])
             .map_err(csv_err("workloads.csv"))?;
         }

@@ -1,0 +1,57 @@
+//! `hetsched sim sweep`: every batch policy on seeded random clusters (2–24 slaves), heartbeats
+//! (0.25–10 s), ±10 % profile noise and workloads (the paper's 25 and random mixes of 2–10
+//! applications), against the makespan lower bound (`hetsched_sim::scenario::sweep`).
+
+use crate::sim::Output;
+use anyhow::Context;
+use clap::Args;
+use hetsched_sim::scenario::sweep::{self, SweepOptions};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+
+/// Options of `sim sweep`.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// Number of random cases (each runs under fifo, drf, hadoop-model, hdas and hdas-hetero).
+    #[arg(long, default_value_t = 1000)]
+    pub cases: usize,
+    /// Seed of every draw; the same seed gives the same sweep.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Multiply every task count (1.0 = the documented sweep; smaller for a quick look).
+    #[arg(long, default_value_t = 1.0)]
+    pub scale: f64,
+    /// Print a table or JSON (JSON includes every case).
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
+    /// Also write the whole report (every case) as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+/// Runs `sim sweep`.
+pub fn run(args: SweepArgs) -> anyhow::Result<()> {
+    let options = SweepOptions {
+        cases: args.cases,
+        seed: args.seed,
+        scale: args.scale,
+        threads: 0,
+    };
+    let bar = ProgressBar::new(args.cases as u64);
+    bar.set_style(
+        ProgressStyle::with_template("sweep [{bar:40}] {pos}/{len} cases ({elapsed})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let report = sweep::run(&options, &mut |done, _| bar.set_position(done as u64))?;
+    bar.finish_and_clear();
+    let json = serde_json::to_string_pretty(&report)?;
+    if let Some(path) = &args.out {
+        std::fs::write(path, &json).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    match args.output {
+        Output::Table => println!("{}", report.render_table()),
+        Output::Json => println!("{json}"),
+    }
+    Ok(())
+}

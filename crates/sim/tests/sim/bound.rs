@@ -1,0 +1,59 @@
+//! The makespan lower bound (`hetsched_core::policy::batch::bound`) against simulated runs: it is
+//! never above the makespan any policy achieves, on random clusters and workloads, and on a
+//! hand-computed case a policy reaches it exactly.
+
+use crate::common::{aligned, cluster, run};
+use crate::properties::arb_case;
+use hetsched_core::policy::batch::BatchPolicyKind;
+use hetsched_core::policy::batch::bound::lower_bound;
+use hetsched_core::testkit::{app, node};
+use hetsched_core::{AppId, NodeId};
+use hetsched_sim::{SimConfig, SimError};
+use proptest::prelude::*;
+
+/// Simulated task times are rounded to the nanosecond, so a run that meets the bound may come in
+/// a few nanoseconds under the real-valued optimum: allow 1 µs.
+const ROUNDING_S: f64 = 1e-6;
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_bound_is_never_above_any_policys_makespan((nodes, apps, seed, chunks) in arb_case()) {
+        let c = cluster(nodes);
+        let config = SimConfig { seed, cpu_read_chunks: chunks, record_tasks: false, sample_interval: None, ..SimConfig::default() };
+        let bound = lower_bound(&c, &apps);
+        for kind in BatchPolicyKind::ALL {
+            match run(&c, &apps, kind, &config) {
+                Err(SimError::Unrunnable { .. }) => {}
+                Err(e) => prop_assert!(false, "{kind}: {e}"),
+                Ok(r) => {
+                    let b = bound.as_ref().map_err(|e| TestCaseError::fail(format!("{kind} ran but no bound: {e}")))?;
+                    prop_assert!(
+                        b.lower_bound_s <= r.makespan_s + ROUNDING_S,
+                        "{kind}: bound {b:?} above makespan {}", r.makespan_s
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// One node of 2 cores and 1 GPU, 4 tasks of 30 s on a core or 10 s on the GPU: the optimum is
+/// 30 s (three tasks on the GPU back to back, one on the free core). The bound says 30 s, and FIFO
+/// with heartbeats on whole seconds reaches it: the GPU frees at 10 s and 20 s, exactly on a beat.
+#[test]
+fn fifo_reaches_the_bound_on_the_hand_computed_case() {
+    let c = cluster(vec![node("n").cores(2).gpus(1, "g").build(NodeId(0))]);
+    let a = app("a")
+        .split_mib(0)
+        .tasks(4)
+        .cpu(30.0, 0.0)
+        .gpu(10.0, 0.0, 0.0)
+        .build(AppId(0));
+    let b = lower_bound(&c, std::slice::from_ref(&a)).unwrap();
+    assert!((b.lower_bound_s - 30.0).abs() < 1e-9);
+    let r = run(&c, &[a], BatchPolicyKind::Fifo, &aligned()).unwrap();
+    assert_eq!(r.makespan_s, 30.0);
+    assert_eq!((r.gpu_tasks, r.cpu_tasks), (3, 1));
+}
