@@ -25,6 +25,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use tracing::{info, warn};
 
@@ -123,6 +124,18 @@ fn parse(text: &str) -> HashMap<(u64, u32), Entry> {
     live
 }
 
+/// Opens `path` without following a symbolic link: for reading, or (`write`) created or
+/// truncated with mode 0600.
+fn open_no_follow(path: &Path, write: bool) -> std::io::Result<File> {
+    let mut o = std::fs::OpenOptions::new();
+    if write {
+        o.write(true).create(true).truncate(true).mode(0o600);
+    } else {
+        o.read(true);
+    }
+    o.custom_flags(crate::workdir::no_follow()).open(path)
+}
+
 /// SIGKILLs process group `pid`; whether a process received it.
 fn kill_group(pid: u32) -> bool {
     match i32::try_from(pid) {
@@ -140,8 +153,14 @@ impl Ledger {
     /// module docs), and starts an empty record.
     pub fn recover(work_dir: &Path) -> std::io::Result<(Self, Recovered)> {
         let path = work_dir.join(FILE_NAME);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
+        // O_NOFOLLOW everywhere: a symlink planted as the ledger is an error, never followed
+        // (the agent would truncate its target, or kill the process groups it lists).
+        let text = match open_no_follow(&path, false) {
+            Ok(mut f) => {
+                let mut t = String::new();
+                std::io::Read::read_to_string(&mut f, &mut t)?;
+                t
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
             Err(e) => return Err(e),
         };
@@ -171,7 +190,7 @@ impl Ledger {
                 }
             }
         }
-        let file = File::create(&path)?;
+        let file = open_no_follow(&path, true)?;
         Ok((
             Self {
                 path,
@@ -242,9 +261,15 @@ impl Ledger {
                 )
             })
             .collect();
-        let done = std::fs::write(&tmp, text)
+        let done = open_no_follow(&tmp, true)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
             .and_then(|()| std::fs::rename(&tmp, &self.path))
-            .and_then(|()| std::fs::OpenOptions::new().append(true).open(&self.path));
+            .and_then(|()| {
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .custom_flags(crate::workdir::no_follow())
+                    .open(&self.path)
+            });
         match done {
             Ok(f) => {
                 self.file = Some(f);
@@ -311,6 +336,28 @@ mod tests {
         assert_eq!(l.live().count(), 0);
         let text = std::fs::read_to_string(dir.join(FILE_NAME)).expect("file");
         assert!(text.is_empty(), "recovery starts an empty record");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_ledger_planted_as_a_symlink_is_refused_and_its_target_untouched() {
+        let dir = std::env::temp_dir().join(format!("hetsched-ledger-link-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "precious").expect("victim");
+        std::os::unix::fs::symlink(&victim, dir.join(FILE_NAME)).expect("symlink");
+        let e = Ledger::recover(&dir).expect_err("a symlinked ledger is refused");
+        assert_eq!(
+            e.raw_os_error(),
+            Some(nix::errno::Errno::ELOOP as i32),
+            "{e}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&victim).expect("victim"),
+            "precious",
+            "the link's target was not truncated"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -6,6 +6,7 @@
 //! expected: `cluster.toml:12:9: node[1].cores: invalid value: integer `-2`, expected u32`.
 
 pub mod cluster;
+pub mod limits;
 mod units;
 pub mod workload;
 

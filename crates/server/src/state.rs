@@ -28,13 +28,15 @@ use crate::config::ServerConfig;
 use crate::metrics::{Metrics, Outcome};
 use crate::store::{JobRow, NodeRow, Store, StoreError, TaskRow, TaskState};
 use hetsched_core::input::InputError;
+use hetsched_core::input::limits;
 use hetsched_core::input::workload::{Command, MissingProfile, Workload, parse_workload};
 use hetsched_core::policy::batch::BatchPolicy;
 use hetsched_core::{
-    Accelerator, AppId, Application, Assignment, Node, NodeId, NodeReport, RackId, SchedulerView,
-    TaskId, Variant, ViewError,
+    AppId, Application, Assignment, Node, NodeId, NodeReport, SchedulerView, TaskId, Variant,
+    ViewError,
 };
 use hetsched_proto as pb;
+use prost::Message;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -46,6 +48,21 @@ pub const MAX_TASKS_PER_JOB: u64 = 1_000_000;
 
 /// Longest submission key accepted.
 pub const MAX_SUBMISSION_KEY: usize = 128;
+
+/// Largest heartbeat reply the server builds (encoded bytes): a quarter of the agents' 4 MiB
+/// decoding limit, so no job, however large its commands, makes a reply an agent cannot read.
+pub const REPLY_BUDGET: usize = 1 << 20;
+
+/// Most spec keys read from one heartbeat's `known_specs`.
+pub const MAX_KNOWN_SPECS: usize = 1024;
+
+/// Longest working directory a submission may name.
+pub const MAX_WORKDIR: usize = 4096;
+
+/// The key of application `app`'s variant `v` in `TaskSpec`s and assignments.
+pub fn spec_key(app: u32, v: Variant) -> u64 {
+    u64::from(app) * 2 + u64::from(variant_code(v))
+}
 
 /// After a restart, a node gets this many dead-timeouts (at least 5 s) to heartbeat again.
 pub const RESTART_GRACE: u32 = 3;
@@ -65,9 +82,29 @@ pub enum StateError {
     /// No such job.
     #[error("no job {0}")]
     NoJob(u64),
+    /// A registration under a name that a live node with another identity holds.
+    #[error(
+        "node name `{0}` is held by a live agent with another identity (another agent on this \
+         host, or one with another work directory): give this agent its own --name, or stop the \
+         other one and retry once it is declared dead"
+    )]
+    NameTaken(String),
     /// The view refused (a bug, or a corrupt store).
     #[error("scheduler view: {0}")]
     View(#[from] ViewError),
+}
+
+/// Compares two secrets without an early exit.
+fn same_secret(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+fn node_json(spec: &Node) -> Result<String, StateError> {
+    serde_json::to_string(spec).map_err(|e| StateError::Invalid(format!("node description: {e}")))
 }
 
 /// Nanoseconds since the Unix epoch: the time base of the server's policies and records.
@@ -149,6 +186,9 @@ struct NodeRec {
     read_bps: f64,
     available_memory: u64,
     gpus: Vec<pb::GpuUtilisation>,
+    /// The identity of the agent that registered the node (empty: restored from a store written
+    /// before identities; the next registration sets it).
+    identity: String,
 }
 
 /// The server's whole state.
@@ -210,6 +250,7 @@ impl State {
                 read_bps: 0.0,
                 available_memory: 0,
                 gpus: Vec::new(),
+                identity: row.identity,
             });
         }
         for (i, t) in snap.tasks.iter().enumerate() {
@@ -372,42 +413,35 @@ impl State {
 
     // ---------------------------------------------------------------- agents
 
-    /// An agent (re-)registers: a new name gets the next node id; a known name gets its old id.
+    /// An agent (re-)registers: a new name gets the next node id; a known name gets its old id,
+    /// if the caller proves the identity that registered it, or if that node is dead (a
+    /// replacement agent takes the name over). A name held by a live node with another identity
+    /// is refused ([`StateError::NameTaken`]): two agents must not share a node.
     pub fn register(&mut self, req: pb::RegisterRequest) -> Result<pb::RegisterReply, StateError> {
-        if req.name.trim().is_empty() {
-            return Err(StateError::Invalid("node name must not be empty".into()));
-        }
-        if req.cores == 0 {
-            return Err(StateError::Invalid(format!(
-                "node `{}` has no cores",
-                req.name
-            )));
-        }
-        let positive = |x: f64, default: f64| if x.is_finite() && x > 0.0 { x } else { default };
-        let accelerators: Vec<Accelerator> = req
-            .accelerators
-            .iter()
-            .map(|a| Accelerator {
-                kind: a.kind.clone(),
-                memory_bytes: a.memory_bytes,
-                speed: positive(a.speed, 1.0),
-            })
-            .collect();
-        let mut spec = Node {
-            id: NodeId(0),
-            name: req.name.clone(),
-            rack: RackId(0),
-            cores: req.cores,
-            core_speed: positive(req.core_speed, 1.0),
-            memory_bytes: req.memory_bytes,
-            disk_read_bw: positive(req.disk_read_bw, 128e6),
-            net_bw: positive(req.net_bw, 125e6),
-            net_latency: 100_000,
-            accelerators,
-        };
+        let spec = crate::limits::node_spec(&req).map_err(StateError::Invalid)?;
+        crate::limits::identity(&req.identity).map_err(StateError::Invalid)?;
+        let mut spec = spec;
         let id = if let Some(&id) = self.node_by_name.get(&req.name) {
             spec.id = NodeId(id);
+            let rec = &self.nodes[id as usize];
+            let same = !rec.identity.is_empty() && same_secret(&rec.identity, &req.identity);
+            if !same && rec.alive && !rec.identity.is_empty() {
+                warn!(node = %req.name, "registration refused: the name is held by a live node with another identity");
+                return Err(StateError::NameTaken(req.name.clone()));
+            }
+            if !same {
+                // A replacement (or the first registration since identities were introduced):
+                // the node is now this agent's.
+                self.store.put_node(&NodeRow {
+                    id,
+                    name: req.name.clone(),
+                    spec: node_json(&self.nodes[id as usize].spec)?,
+                    identity: req.identity.clone(),
+                })?;
+                info!(node = %req.name, id, "node name taken over by a new agent identity");
+            }
             let rec = &mut self.nodes[id as usize];
+            rec.identity = req.identity.clone();
             if rec.spec != spec {
                 warn!(
                     node = %req.name,
@@ -426,12 +460,11 @@ impl State {
         } else {
             let id = self.nodes.len() as u32;
             spec.id = NodeId(id);
-            let json = serde_json::to_string(&spec)
-                .map_err(|e| StateError::Invalid(format!("node description: {e}")))?;
             self.store.put_node(&NodeRow {
                 id,
                 name: req.name.clone(),
-                spec: json,
+                spec: node_json(&spec)?,
+                identity: req.identity.clone(),
             })?;
             self.view.add_node(spec.clone())?;
             self.node_by_name.insert(req.name.clone(), id);
@@ -444,6 +477,7 @@ impl State {
                 read_bps: 0.0,
                 available_memory: 0,
                 gpus: Vec::new(),
+                identity: req.identity.clone(),
             });
             info!(node = %req.name, id, cores = req.cores, gpus = req.accelerators.len(), "node registered");
             id
@@ -467,6 +501,15 @@ impl State {
                 ..Default::default()
             });
         };
+        // Only the agent that registered the node speaks for it: another caller (or an agent of a
+        // server whose data directory was replaced) changes nothing and is told to register.
+        if rec.identity.is_empty() || !same_secret(&rec.identity, &req.identity) {
+            warn!(node = %rec.spec.name, "heartbeat with another identity than the node's: ignored");
+            return Ok(pb::HeartbeatReply {
+                reregister: true,
+                ..Default::default()
+            });
+        }
         rec.last_seen = Instant::now();
         rec.seen = true;
         rec.read_bps = req.read_bytes_per_sec;
@@ -532,7 +575,49 @@ impl State {
             let start = Instant::now();
             let decisions = self.policy.on_node_update(&mut self.view, nid, now);
             self.metrics.decision(start.elapsed());
+            // Each application variant's command and environment go to a node once (the agent
+            // lists the specs it holds); the reply stops growing at REPLY_BUDGET, and what the
+            // policy decided beyond it goes back to the front of its queues for the next beat.
+            let known: HashSet<u64> = req
+                .known_specs
+                .iter()
+                .take(MAX_KNOWN_SPECS)
+                .copied()
+                .collect();
+            let mut sent: HashSet<u64> = HashSet::new();
+            let mut size = reply.encoded_len();
+            let mut deferred: Vec<Assignment> = Vec::new();
             for a in decisions {
+                if !deferred.is_empty() {
+                    deferred.push(a);
+                    continue;
+                }
+                let Some(t) = self.tasks.get(a.task.0 as usize) else {
+                    continue;
+                };
+                let key = spec_key(a.app.0, a.variant);
+                let assignment = pb::Assignment {
+                    task_id: t.id,
+                    attempt: t.attempt + 1,
+                    index: t.index,
+                    devices: a.devices.clone(),
+                    spec: key,
+                };
+                let spec = (!known.contains(&key) && !sent.contains(&key))
+                    .then(|| self.task_spec(a.app.0, a.variant));
+                // Field tag and length prefix: at most 6 bytes each.
+                let bytes =
+                    assignment.encoded_len() + 6 + spec.as_ref().map_or(0, |s| s.encoded_len() + 6);
+                if size + bytes > REPLY_BUDGET && !reply.assignments.is_empty() {
+                    deferred.push(a);
+                    continue;
+                }
+                size += bytes;
+                if let Some(spec) = spec {
+                    sent.insert(key);
+                    reply.specs.push(spec);
+                }
+                reply.assignments.push(assignment);
                 let Some(t) = self.tasks.get_mut(a.task.0 as usize) else {
                     continue;
                 };
@@ -547,8 +632,18 @@ impl State {
                 self.nodes[nid.index()].running.insert(t.id);
                 dirty.push(t.id);
                 self.metrics.dispatched(a.variant);
-                let t = &self.tasks[a.task.0 as usize];
-                reply.assignments.push(self.assignment_proto(t, a.variant));
+            }
+            if !deferred.is_empty() {
+                // The last first, so they keep their order at the front of their queues.
+                for a in deferred.iter().rev() {
+                    self.view.requeue(a);
+                }
+                info!(
+                    node = nid.0,
+                    deferred = deferred.len(),
+                    "reply size cap reached; the rest goes on the next heartbeat"
+                );
+                reply.more = true;
             }
         }
         self.commit(dirty, None)?;
@@ -700,42 +795,29 @@ impl State {
         self.commit(dirty, None)
     }
 
-    fn assignment_proto(&self, t: &TaskRow, v: Variant) -> pb::Assignment {
-        let app = &self.apps[t.app as usize];
-        let job = &self.jobs[(app.job - 1) as usize];
+    /// What every task of `app`'s variant `v` runs, for an agent that does not hold it yet.
+    fn task_spec(&self, app: u32, v: Variant) -> pb::TaskSpec {
+        let rec = &self.apps[app as usize];
+        let job = &self.jobs[(rec.job - 1) as usize];
         let run = match v {
-            Variant::Cpu => app.cpu.as_ref(),
-            Variant::Gpu => app.gpu.as_ref(),
+            Variant::Cpu => rec.cpu.as_ref(),
+            Variant::Gpu => rec.gpu.as_ref(),
         };
-        let index = (t.id - app.first_task).to_string();
-        let (argv, mut env, limit) = match run {
+        let (argv, env, limit) = match run {
             Some(r) => {
                 let argv = match &r.command {
-                    Command::Shell(s) => vec![
-                        "sh".to_string(),
-                        "-c".to_string(),
-                        s.replace("{index}", &index),
-                    ],
-                    Command::Argv(v) => v.iter().map(|a| a.replace("{index}", &index)).collect(),
+                    Command::Shell(s) => vec!["sh".to_string(), "-c".to_string(), s.clone()],
+                    Command::Argv(v) => v.clone(),
                 };
                 (argv, r.env.clone(), r.time_limit_ms)
             }
             None => (Vec::new(), BTreeMap::new(), 0),
         };
-        env.insert("HETSCHED_JOB_ID".into(), job.row.id.to_string());
-        env.insert("HETSCHED_APP".into(), app.name.clone());
-        env.insert("HETSCHED_TASK_ID".into(), t.id.to_string());
-        env.insert("HETSCHED_TASK_INDEX".into(), index);
-        env.insert("HETSCHED_ATTEMPT".into(), t.attempt.to_string());
-        env.insert("HETSCHED_VARIANT".into(), v.to_string());
-        pb::Assignment {
-            task_id: t.id,
-            attempt: t.attempt,
+        pb::TaskSpec {
+            key: spec_key(app, v),
             job_id: job.row.id,
-            app: app.name.clone(),
-            index: (t.id - app.first_task) as u32,
+            app: rec.name.clone(),
             variant: v.to_string(),
-            devices: t.devices.clone(),
             argv,
             env: env.into_iter().collect(),
             workdir: job.row.workdir.clone(),
@@ -788,8 +870,22 @@ impl State {
                 existing: true,
             });
         }
+        if workdir.len() > MAX_WORKDIR {
+            return Err(StateError::Invalid(format!(
+                "the working directory is {} bytes long; at most {MAX_WORKDIR}",
+                workdir.len()
+            )));
+        }
+        if text.len() > limits::MAX_JOB_FILE_BYTES {
+            return Err(StateError::Invalid(format!(
+                "{origin}: the job file is {} bytes; at most {} (2 MiB)",
+                text.len(),
+                limits::MAX_JOB_FILE_BYTES
+            )));
+        }
         let w = parse_workload(origin, text)?;
         w.check_commands()?;
+        limits::check(&w)?;
         let known: Vec<Node> = self.nodes.iter().map(|n| n.spec.clone()).collect();
         if !known.is_empty() {
             w.check_runnable(&known)?;

@@ -138,6 +138,8 @@ pub struct NodeRow {
     pub name: String,
     /// `Node` as JSON.
     pub spec: String,
+    /// The identity of the agent that registered it (empty in stores from before identities).
+    pub identity: String,
 }
 
 /// Everything the store holds, for rebuilding the server's state at start.
@@ -178,6 +180,7 @@ CREATE TABLE IF NOT EXISTS tasks(
 const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("jobs", "submission_key", "TEXT"),
     ("tasks", "failures", "INTEGER NOT NULL DEFAULT 0"),
+    ("nodes", "identity", "TEXT NOT NULL DEFAULT ''"),
 ];
 
 const INDEXES: &str =
@@ -231,12 +234,13 @@ impl Store {
         let mut snap = Snapshot::default();
         let mut stmt = self
             .conn
-            .prepare("SELECT id, name, spec FROM nodes ORDER BY id")?;
+            .prepare("SELECT id, name, spec, identity FROM nodes ORDER BY id")?;
         let rows = stmt.query_map([], |r| {
             Ok(NodeRow {
                 id: r.get(0)?,
                 name: r.get(1)?,
                 spec: r.get(2)?,
+                identity: r.get(3)?,
             })
         })?;
         for r in rows {
@@ -291,9 +295,10 @@ impl Store {
     /// Records a node (new, or its description changed).
     pub fn put_node(&mut self, node: &NodeRow) -> Result<(), StoreError> {
         self.conn.execute(
-            "INSERT INTO nodes(id, name, spec) VALUES (?1, ?2, ?3)
-             ON CONFLICT(id) DO UPDATE SET name=excluded.name, spec=excluded.spec",
-            params![node.id, node.name, node.spec],
+            "INSERT INTO nodes(id, name, spec, identity) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT(id) DO UPDATE SET name=excluded.name, spec=excluded.spec,
+                                           identity=excluded.identity",
+            params![node.id, node.name, node.spec, node.identity],
         )?;
         Ok(())
     }

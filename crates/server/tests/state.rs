@@ -45,6 +45,7 @@ fn open(d: &Path) -> State {
 
 fn register(s: &mut State, name: &str, cores: u32) -> u32 {
     s.register(pb::RegisterRequest {
+        identity: common::IDENTITY.into(),
         name: name.into(),
         cores,
         memory_bytes: 1 << 30,
@@ -91,7 +92,13 @@ fn a_heartbeat_fills_free_cores_and_a_result_frees_them() {
     s.submit("job.toml", JOB, "/").expect("submit");
     let r = beat(&mut s, n, &[], &[]);
     assert_eq!(assigned(&r), vec![(0, 1), (1, 1)]);
-    assert_eq!(r.assignments[0].argv, vec!["sh", "-c", "true"]);
+    assert_eq!(
+        r.specs.len(),
+        1,
+        "one spec for the two tasks of one application"
+    );
+    assert_eq!(r.specs[0].argv, vec!["sh", "-c", "true"]);
+    assert_eq!(r.assignments[1].spec, r.specs[0].key);
     let r = beat(&mut s, n, &[(1, 1)], &[(0, 1, true)]);
     assert_eq!(r.acked.len(), 1);
     assert_eq!(

@@ -93,6 +93,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     children.0.push(server);
     let addr = wait_for_file(&dir.join("server/address"), Duration::from_secs(30))?;
     let token_file = dir.join("server/token");
+    let agent_token_file = dir.join("server/agent-token");
     let url = format!("http://{addr}");
     for i in 0..args.agents {
         let agent = std::process::Command::new(&exe)
@@ -100,7 +101,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             .arg("--cores")
             .arg(args.slots.to_string())
             .arg("--token-file")
-            .arg(&token_file)
+            .arg(&agent_token_file)
             .arg("--work-dir")
             .arg(dir.join(format!("agent-{i}")))
             .stdout(Stdio::null())

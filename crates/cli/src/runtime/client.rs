@@ -16,6 +16,7 @@ pub type Api = ClientClient<InterceptedService<Channel, pb::TokenInterceptor>>;
 /// Connects to the server named in `args` with its token.
 pub async fn connect(args: &ClientArgs) -> anyhow::Result<Api> {
     let token = super::serve::read_token(&args.token_file)?;
+    super::serve::check_tls(&args.server, args.ca.is_some())?;
     let ca = match &args.ca {
         Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),
         None => None,
@@ -41,6 +42,9 @@ fn refused(s: tonic::Status) -> anyhow::Error {
         tonic::Code::InvalidArgument | tonic::Code::NotFound => anyhow::anyhow!("{}", s.message()),
         tonic::Code::Unauthenticated => {
             anyhow::anyhow!("the server refused the token: {}", s.message())
+        }
+        tonic::Code::PermissionDenied => {
+            anyhow::anyhow!("the server refused this call: {}", s.message())
         }
         _ => anyhow::anyhow!("server: {} ({:?})", s.message(), s.code()),
     }

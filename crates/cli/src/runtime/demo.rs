@@ -105,7 +105,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     for (name, gpus) in [("cpu-node-1", 0), ("cpu-node-2", 0), ("gpu-node", 1)] {
         let opts = hetsched_agent::AgentOptions {
             server: url.clone(),
-            token: server.token.clone(),
+            token: server.agent_token.clone(),
             ca_pem: None,
             name: name.to_string(),
             resources: hetsched_agent::detect::Resources {
