@@ -56,6 +56,9 @@ pub const REPLY_BUDGET: usize = 1 << 20;
 /// Most spec keys read from one heartbeat's `known_specs`.
 pub const MAX_KNOWN_SPECS: usize = 1024;
 
+/// How often a paused state tries the store again.
+pub const PROBE_INTERVAL: Duration = Duration::from_millis(500);
+
 /// Longest working directory a submission may name.
 pub const MAX_WORKDIR: usize = 4096;
 
@@ -208,6 +211,12 @@ pub struct State {
     heartbeat_interval_ms: u64,
     /// Event counters (dispatch, results, lost tasks, submissions, decision time).
     metrics: Arc<Metrics>,
+    /// The configuration the state was built with (to rebuild it from the store).
+    config: ServerConfig,
+    /// Since when the store refuses writes: dispatch is paused (see [`State::heartbeat`]).
+    paused_since: Option<Instant>,
+    /// When the store was last tried while paused.
+    last_probe: Option<Instant>,
 }
 
 impl State {
@@ -216,6 +225,14 @@ impl State {
     /// heartbeats confirm or deny them (or the nodes are declared dead).
     pub fn open(config: &ServerConfig, store: Store) -> Result<Self, StateError> {
         let snap = store.load()?;
+        Self::from_snapshot(config, store, snap)
+    }
+
+    fn from_snapshot(
+        config: &ServerConfig,
+        store: Store,
+        snap: crate::store::Snapshot,
+    ) -> Result<Self, StateError> {
         let mut state = State {
             store,
             view: SchedulerView::new(),
@@ -230,6 +247,9 @@ impl State {
             estimate: config.profile_estimate.0.max(1),
             heartbeat_interval_ms: (config.heartbeat_interval.0 / 1_000_000).max(1),
             metrics: Arc::default(),
+            config: config.clone(),
+            paused_since: None,
+            last_probe: None,
         };
         for row in snap.nodes {
             let spec: Node = serde_json::from_str(&row.spec)
@@ -495,6 +515,7 @@ impl State {
         req: pb::HeartbeatRequest,
     ) -> Result<pb::HeartbeatReply, StateError> {
         let nid = NodeId(req.node_id);
+        let paused = self.paused();
         let Some(rec) = self.nodes.get_mut(nid.index()) else {
             return Ok(pb::HeartbeatReply {
                 reregister: true,
@@ -515,6 +536,11 @@ impl State {
         rec.read_bps = req.read_bytes_per_sec;
         rec.available_memory = req.available_memory_bytes;
         rec.gpus = req.gpus.clone();
+        if paused {
+            // The store refuses writes: the node is alive (in memory), but nothing is recorded,
+            // so nothing is acknowledged (the agent keeps its results), assigned or reconciled.
+            return Ok(pb::HeartbeatReply::default());
+        }
         if !rec.alive {
             rec.alive = true;
             info!(node = %rec.spec.name, "node is back");
@@ -650,6 +676,10 @@ impl State {
         Ok(reply)
     }
 
+    /// Writes the rows an event changed in one transaction. If the store refuses (a full disk),
+    /// the event's changes to memory are rolled back — the state is rebuilt from the store, which
+    /// holds exactly what was committed before — and dispatch pauses until the store accepts
+    /// writes again: nothing is acknowledged, assigned, lost or failed meanwhile.
     fn commit(&mut self, mut dirty: Vec<u64>, cancel_job: Option<u64>) -> Result<(), StateError> {
         if dirty.is_empty() && cancel_job.is_none() {
             return Ok(());
@@ -657,11 +687,89 @@ impl State {
         dirty.sort_unstable();
         dirty.dedup();
         let tasks = &self.tasks;
-        self.store.update_tasks(
+        if let Err(e) = self.store.update_tasks(
             dirty.iter().filter_map(|&t| tasks.get(t as usize)),
             cancel_job,
-        )?;
+        ) {
+            self.roll_back(&e);
+            return Err(e.into());
+        }
         Ok(())
+    }
+
+    /// Undoes every change to memory since the last commit by rebuilding the state from the
+    /// store, keeps what the store does not hold (nodes' liveness and last figures), and pauses.
+    fn roll_back(&mut self, cause: &StoreError) {
+        tracing::error!(
+            "the store refused a write ({cause}): rolling memory back to the store and pausing \
+             dispatch until it accepts writes (is the disk full?)"
+        );
+        self.paused_since.get_or_insert_with(Instant::now);
+        self.last_probe = Some(Instant::now());
+        if let Err(e) = self.reload() {
+            tracing::error!("rebuilding the state from the store failed ({e}); staying paused");
+        }
+    }
+
+    /// Rebuilds the state from the store (see [`State::roll_back`]). On error, `self` is unchanged.
+    fn reload(&mut self) -> Result<(), StateError> {
+        let snap = self.store.load()?;
+        let mut fresh = Self::from_snapshot(&self.config, Store::in_memory()?, snap)?;
+        std::mem::swap(&mut fresh.store, &mut self.store);
+        for (new, old) in fresh.nodes.iter_mut().zip(&self.nodes) {
+            new.alive = old.alive;
+            new.seen = old.seen;
+            new.last_seen = old.last_seen;
+            new.read_bps = old.read_bps;
+            new.available_memory = old.available_memory;
+            new.gpus = old.gpus.clone();
+            if !old.alive {
+                fresh.view.set_alive(new.spec.id, false)?;
+            }
+        }
+        fresh.metrics = self.metrics.clone();
+        fresh.paused_since = self.paused_since;
+        fresh.last_probe = self.last_probe;
+        *self = fresh;
+        Ok(())
+    }
+
+    /// Whether dispatch is paused because the store refused a write; while paused, tries a small
+    /// write at most every [`PROBE_INTERVAL`] and resumes when it succeeds.
+    fn paused(&mut self) -> bool {
+        let Some(since) = self.paused_since else {
+            return false;
+        };
+        if self
+            .last_probe
+            .is_some_and(|t| t.elapsed() < PROBE_INTERVAL)
+        {
+            return true;
+        }
+        self.last_probe = Some(Instant::now());
+        match self.store.probe() {
+            Ok(()) => {
+                info!(after = ?since.elapsed(), "the store accepts writes again: dispatch resumes");
+                self.paused_since = None;
+                false
+            }
+            Err(e) => {
+                warn!("the store still refuses writes ({e}); dispatch stays paused");
+                true
+            }
+        }
+    }
+
+    /// Whether dispatch is paused because the store refuses writes.
+    pub fn is_paused(&self) -> bool {
+        self.paused_since.is_some()
+    }
+
+    /// Makes the store refuse (or accept again) every write as a full disk does: for tests of the
+    /// rollback path where a small filesystem cannot be mounted.
+    #[doc(hidden)]
+    pub fn simulate_full_disk(&mut self, full: bool) {
+        self.store.simulate_full_disk(full);
     }
 
     /// A result from node `nid`.
@@ -769,6 +877,11 @@ impl State {
     /// Nodes not heard from since this server started get [`RESTART_GRACE`] timeouts, so agents
     /// that were retrying during a restart reconnect before their tasks are given away.
     pub fn check_dead(&mut self, timeout: Duration) -> Result<(), StateError> {
+        if self.paused() {
+            // Nothing can be recorded: declaring nodes dead now would fail their tasks in memory
+            // only. Heartbeats keep `last_seen` fresh meanwhile.
+            return Ok(());
+        }
         let now = now_ns();
         let mut dirty = Vec::new();
         for i in 0..self.nodes.len() {
