@@ -1244,3 +1244,36 @@ fn a_one_mebibyte_command_is_refused_and_64_tasks_of_a_60_kb_command_all_succeed
         "every task ran once: {tasks}"
     );
 }
+
+#[test]
+fn tasks_pages_through_a_long_listing() {
+    let c = Cluster::start("pages");
+    let job = c.write(
+        "many.toml",
+        "[[application]]\nname = \"m\"\ntasks = 2500\n[application.cpu]\ncommand = \"true\"\n",
+    );
+    let out = c.cli(&["submit", job.to_str().expect("path")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let all = c.json(&["tasks", "--job", "1"]);
+    let ids: Vec<u64> = all
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|t| t["id"].as_u64())
+        .collect();
+    assert_eq!(ids, (0..2500).collect::<Vec<u64>>(), "three pages, joined");
+    let some = c.json(&["tasks", "--job", "1", "--limit", "5"]);
+    assert_eq!(some.as_array().map(Vec::len), Some(5));
+    let out = c.cli(&["tasks", "--job", "1", "--limit", "1200"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.matches(" pending ").count(),
+        1200,
+        "a table per page, every row"
+    );
+}

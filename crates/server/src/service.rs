@@ -96,9 +96,12 @@ impl Client for ClientService {
 
     async fn list_jobs(
         &self,
-        _: Request<pb::ListJobsRequest>,
+        req: Request<pb::ListJobsRequest>,
     ) -> Result<Response<pb::ListJobsReply>, Status> {
-        with_state(&self.0, |s| Ok(s.jobs())).await
+        let r = req.into_inner();
+        // u32::MAX means "everything" in process; over the wire it is just a large page.
+        let limit = r.limit.min(crate::state::MAX_PAGE);
+        with_state(&self.0, move |s| Ok(s.jobs_page(r.cursor, limit))).await
     }
 
     async fn get_job(
@@ -113,8 +116,9 @@ impl Client for ClientService {
         &self,
         req: Request<pb::ListTasksRequest>,
     ) -> Result<Response<pb::ListTasksReply>, Status> {
-        let id = req.into_inner().job_id;
-        with_state(&self.0, move |s| s.tasks(id)).await
+        let r = req.into_inner();
+        let limit = r.limit.min(crate::state::MAX_PAGE);
+        with_state(&self.0, move |s| s.tasks_page(r.job_id, r.cursor, limit)).await
     }
 
     async fn list_nodes(

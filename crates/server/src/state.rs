@@ -56,6 +56,20 @@ pub const REPLY_BUDGET: usize = 1 << 20;
 /// Most spec keys read from one heartbeat's `known_specs`.
 pub const MAX_KNOWN_SPECS: usize = 1024;
 
+/// Default page of a list call.
+pub const DEFAULT_PAGE: u32 = 1000;
+/// Largest page of a list call.
+pub const MAX_PAGE: u32 = 10_000;
+
+fn page_limit(limit: u32) -> usize {
+    match limit {
+        0 => DEFAULT_PAGE as usize,
+        // In-process callers (tests, metrics) ask for everything.
+        u32::MAX => usize::MAX,
+        n => n.min(MAX_PAGE) as usize,
+    }
+}
+
 /// How often a paused state tries the store again.
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(500);
 
@@ -1176,8 +1190,24 @@ impl State {
 
     /// Every job.
     pub fn jobs(&self) -> pb::ListJobsReply {
+        self.jobs_page(0, u32::MAX)
+    }
+
+    /// One page of jobs: from job id `cursor` (0 = the first), at most `limit` (0 = the default).
+    pub fn jobs_page(&self, cursor: u64, limit: u32) -> pb::ListJobsReply {
+        let limit = page_limit(limit);
+        let start = cursor.saturating_sub(1).min(self.jobs.len() as u64) as usize;
+        let end = start.saturating_add(limit).min(self.jobs.len());
         pb::ListJobsReply {
-            jobs: self.jobs.iter().map(|j| self.job_info(j, false)).collect(),
+            jobs: self.jobs[start..end]
+                .iter()
+                .map(|j| self.job_info(j, false))
+                .collect(),
+            next_cursor: if end < self.jobs.len() {
+                end as u64 + 1
+            } else {
+                0
+            },
         }
     }
 
@@ -1191,6 +1221,17 @@ impl State {
 
     /// Tasks of one job (0 = all).
     pub fn tasks(&self, job: u64) -> Result<pb::ListTasksReply, StateError> {
+        self.tasks_page(job, 0, u32::MAX)
+    }
+
+    /// One page of a job's tasks (job 0 = every job): from task id `cursor` (0 = the first), at
+    /// most `limit` (0 = the default). The scheduler's lock is held for one page only.
+    pub fn tasks_page(
+        &self,
+        job: u64,
+        cursor: u64,
+        limit: u32,
+    ) -> Result<pb::ListTasksReply, StateError> {
         let range = if job == 0 {
             0..self.tasks.len() as u64
         } else {
@@ -1199,7 +1240,11 @@ impl State {
                 .map(|j| j.tasks.clone())
                 .ok_or(StateError::NoJob(job))?
         };
-        let tasks = self.tasks[range.start as usize..range.end as usize]
+        let start = cursor.clamp(range.start, range.end);
+        let end = start
+            .saturating_add(page_limit(limit) as u64)
+            .min(range.end);
+        let tasks = self.tasks[start as usize..end as usize]
             .iter()
             .map(|t| {
                 let app = &self.apps[t.app as usize];
@@ -1226,7 +1271,11 @@ impl State {
                 }
             })
             .collect();
-        Ok(pb::ListTasksReply { tasks })
+        Ok(pb::ListTasksReply {
+            tasks,
+            next_cursor: if end < range.end { end } else { 0 },
+            total: range.end - range.start,
+        })
     }
 
     /// Every node.

@@ -77,7 +77,7 @@ async fn the_client_token_cannot_register_or_heartbeat_and_the_agent_token_canno
         .into_inner();
     assert_eq!(reply.node_id, 0);
     ClientClient::with_interceptor(channel, as_client)
-        .list_jobs(pb::ListJobsRequest {})
+        .list_jobs(pb::ListJobsRequest::default())
         .await
         .expect("a user reads jobs with the client token");
 

@@ -172,12 +172,28 @@ pub async fn submit(
 
 /// `hetsched jobs`.
 pub async fn jobs(args: &ClientArgs) -> anyhow::Result<()> {
-    let reply = connect(args)
-        .await?
-        .list_jobs(pb::ListJobsRequest {})
-        .await
-        .map_err(refused)?
-        .into_inner();
+    let mut api = connect(args).await?;
+    let mut all = Vec::new();
+    let mut cursor = 0;
+    loop {
+        let page = api
+            .list_jobs(pb::ListJobsRequest {
+                cursor,
+                limit: PAGE,
+            })
+            .await
+            .map_err(refused)?
+            .into_inner();
+        all.extend(page.jobs);
+        if page.next_cursor == 0 {
+            break;
+        }
+        cursor = page.next_cursor;
+    }
+    let reply = pb::ListJobsReply {
+        jobs: all,
+        next_cursor: 0,
+    };
     if args.output == Output::Json {
         return json(&reply.jobs);
     }
@@ -272,24 +288,68 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
 }
 
 /// `hetsched tasks`.
-pub async fn tasks(args: &ClientArgs, job: Option<u64>) -> anyhow::Result<()> {
-    let reply = connect(args)
-        .await?
-        .list_tasks(pb::ListTasksRequest {
-            job_id: job.unwrap_or(0),
-        })
-        .await
-        .map_err(refused)?
-        .into_inner();
+/// Page size the list commands ask for.
+const PAGE: u32 = 1000;
+
+/// `hetsched tasks`: pages through the listing (the server holds its lock for one page at a
+/// time), printing each page as it arrives: a table per page, or one JSON array streamed.
+pub async fn tasks(args: &ClientArgs, job: Option<u64>, limit: Option<u64>) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut api = connect(args).await?;
+    let mut cursor = 0;
+    let mut shown = 0u64;
+    let out = std::io::stdout();
+    let mut out = std::io::BufWriter::new(out.lock());
     if args.output == Output::Json {
-        return json(&reply.tasks);
+        write!(out, "[")?;
     }
-    print_tasks(&reply.tasks);
+    loop {
+        let want = limit.map_or(PAGE as u64, |l| l.saturating_sub(shown).min(PAGE as u64));
+        if want == 0 {
+            break;
+        }
+        let page = api
+            .list_tasks(pb::ListTasksRequest {
+                job_id: job.unwrap_or(0),
+                cursor,
+                limit: want as u32,
+            })
+            .await
+            .map_err(refused)?
+            .into_inner();
+        if args.output == Output::Json {
+            for t in &page.tasks {
+                if shown > 0 {
+                    write!(out, ",")?;
+                }
+                write!(out, "\n{}", serde_json::to_string(t)?)?;
+                shown += 1;
+            }
+        } else {
+            shown += page.tasks.len() as u64;
+            if !page.tasks.is_empty() {
+                writeln!(out, "{}", tasks_table(&page.tasks))?;
+            }
+        }
+        out.flush()?;
+        if page.next_cursor == 0 {
+            break;
+        }
+        cursor = page.next_cursor;
+    }
+    if args.output == Output::Json {
+        writeln!(out, "\n]")?;
+    }
+    out.flush()?;
     Ok(())
 }
 
 /// Prints tasks as a table.
 pub fn print_tasks(tasks: &[pb::TaskInfo]) {
+    println!("{}", tasks_table(tasks));
+}
+
+fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
     let mut t = table(&[
         "task", "job", "app", "index", "state", "attempt", "node", "variant", "devices",
         "run time", "message",
@@ -321,7 +381,7 @@ pub fn print_tasks(tasks: &[pb::TaskInfo]) {
             x.message.clone(),
         ]);
     }
-    println!("{t}");
+    t
 }
 
 /// `hetsched nodes`.

@@ -177,6 +177,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let tasks = api
         .list_tasks(pb::ListTasksRequest {
             job_id: reply.job_id,
+            // The demo's job has a few dozen tasks: one page.
+            limit: 10_000,
+            ..Default::default()
         })
         .await?
         .into_inner()

@@ -45,11 +45,14 @@ pub enum RuntimeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// List tasks (of one job, or of every job).
+    /// List tasks (of one job, or of every job), page by page as they arrive.
     Tasks {
         /// Only this job's tasks.
         #[arg(long)]
         job: Option<u64>,
+        /// Show at most this many tasks (default: all).
+        #[arg(long)]
+        limit: Option<u64>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -142,7 +145,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         } => client::submit(&client, &file, wait, submission_key).await,
         RuntimeCommand::Jobs { client } => client::jobs(&client).await,
         RuntimeCommand::Job { id, client } => client::job(&client, id).await,
-        RuntimeCommand::Tasks { job, client } => client::tasks(&client, job).await,
+        RuntimeCommand::Tasks { job, limit, client } => client::tasks(&client, job, limit).await,
         RuntimeCommand::Nodes { client } => client::nodes(&client).await,
         RuntimeCommand::Wait {
             id,
