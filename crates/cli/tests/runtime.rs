@@ -836,6 +836,30 @@ fn agents_and_clients_speak_tls_when_the_server_has_a_certificate() {
         .output()
         .expect("run");
     assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("use an https:// URL"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // `submit` does not retry that (it is not a lost answer) and says what to do.
+    let started = Instant::now();
+    let out = Command::new(BIN)
+        .args(["submit", job.to_str().expect("path"), "--server"])
+        .arg(format!("http://{}", c.listen))
+        .arg("--token-file")
+        .arg(c.data().join("token"))
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("https://") && !err.contains("retrying"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "no retries with backoff"
+    );
 }
 
 #[test]
@@ -1276,4 +1300,35 @@ fn tasks_pages_through_a_long_listing() {
         1200,
         "a table per page, every row"
     );
+}
+
+#[test]
+fn a_dead_node_can_be_removed_and_a_live_one_cannot() {
+    let mut c = Cluster::start("node-remove");
+    c.start_agent("gone", 1);
+    c.start_agent("stays", 1);
+    c.wait_for_nodes(2);
+    let out = c.cli(&["node", "remove", "stays"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is alive"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.kill_agent("gone");
+    c.wait_for_nodes(1); // the dead timeout is 1 s
+    let out = c.cli(&["node", "remove", "gone"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let nodes = c.json(&["nodes"]);
+    let names: Vec<&str> = nodes
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .filter_map(|n| n["name"].as_str())
+        .collect();
+    assert_eq!(names, ["stays"]);
 }

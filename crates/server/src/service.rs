@@ -24,6 +24,7 @@ fn status(e: StateError) -> Status {
         StateError::Invalid(m) => Status::invalid_argument(m),
         StateError::NoJob(j) => Status::not_found(format!("no job {j}")),
         e @ StateError::NameTaken(_) => Status::already_exists(e.to_string()),
+        e @ StateError::NoNode(_) => Status::not_found(e.to_string()),
         e => {
             tracing::error!("{e}");
             Status::internal(e.to_string())
@@ -126,6 +127,18 @@ impl Client for ClientService {
         _: Request<pb::ListNodesRequest>,
     ) -> Result<Response<pb::ListNodesReply>, Status> {
         with_state(&self.0, |s| Ok(s.nodes())).await
+    }
+
+    async fn remove_node(
+        &self,
+        req: Request<pb::RemoveNodeRequest>,
+    ) -> Result<Response<pb::RemoveNodeReply>, Status> {
+        let name = req.into_inner().name;
+        with_state(&self.0, move |s| {
+            s.remove_node(&name)
+                .map(|node_id| pb::RemoveNodeReply { node_id })
+        })
+        .await
     }
 
     async fn cancel(

@@ -99,6 +99,9 @@ pub enum StateError {
     /// No such job.
     #[error("no job {0}")]
     NoJob(u64),
+    /// No node of that name.
+    #[error("no node named `{0}`")]
+    NoNode(String),
     /// A registration under a name that a live node with another identity holds.
     #[error(
         "node name `{0}` is held by a live agent with another identity (another agent on this \
@@ -206,6 +209,8 @@ struct NodeRec {
     /// The identity of the agent that registered the node (empty: restored from a store written
     /// before identities; the next registration sets it).
     identity: String,
+    /// Removed by an operator (`hetsched node remove`): dead for good, unlisted, its name free.
+    removed: bool,
 }
 
 /// The server's whole state.
@@ -274,10 +279,15 @@ impl State {
                 );
             }
             state.view.add_node(spec.clone())?;
-            state.node_by_name.insert(row.name, row.id);
+            if row.removed {
+                state.view.set_alive(NodeId(row.id), false)?;
+            } else {
+                state.node_by_name.insert(row.name, row.id);
+            }
             state.nodes.push(NodeRec {
+                removed: row.removed,
                 spec,
-                alive: true,
+                alive: !row.removed,
                 seen: false,
                 last_seen: Instant::now(),
                 running: HashSet::new(),
@@ -471,6 +481,7 @@ impl State {
                     name: req.name.clone(),
                     spec: node_json(&self.nodes[id as usize].spec)?,
                     identity: req.identity.clone(),
+                    removed: false,
                 })?;
                 info!(node = %req.name, id, "node name taken over by a new agent identity");
             }
@@ -499,6 +510,7 @@ impl State {
                 name: req.name.clone(),
                 spec: node_json(&spec)?,
                 identity: req.identity.clone(),
+                removed: false,
             })?;
             self.view.add_node(spec.clone())?;
             self.node_by_name.insert(req.name.clone(), id);
@@ -512,6 +524,7 @@ impl State {
                 available_memory: 0,
                 gpus: Vec::new(),
                 identity: req.identity.clone(),
+                removed: false,
             });
             info!(node = %req.name, id, cores = req.cores, gpus = req.accelerators.len(), "node registered");
             id
@@ -538,7 +551,7 @@ impl State {
         };
         // Only the agent that registered the node speaks for it: another caller (or an agent of a
         // server whose data directory was replaced) changes nothing and is told to register.
-        if rec.identity.is_empty() || !same_secret(&rec.identity, &req.identity) {
+        if rec.removed || rec.identity.is_empty() || !same_secret(&rec.identity, &req.identity) {
             warn!(node = %rec.spec.name, "heartbeat with another identity than the node's: ignored");
             return Ok(pb::HeartbeatReply {
                 reregister: true,
@@ -1013,9 +1026,16 @@ impl State {
         let w = parse_workload(origin, text)?;
         w.check_commands()?;
         limits::check(&w)?;
-        let known: Vec<Node> = self.nodes.iter().map(|n| n.spec.clone()).collect();
-        if !known.is_empty() {
-            w.check_runnable(&known)?;
+        // Live nodes only: a dead node's resources make no job runnable. With none alive (none
+        // registered yet, or all away), the job waits for nodes.
+        let live: Vec<Node> = self
+            .nodes
+            .iter()
+            .filter(|n| n.alive && !n.removed)
+            .map(|n| n.spec.clone())
+            .collect();
+        if !live.is_empty() {
+            w.check_runnable(&live)?;
         }
         let total = w.total_tasks();
         if total > MAX_TASKS_PER_JOB {
@@ -1278,6 +1298,38 @@ impl State {
         })
     }
 
+    /// Removes a dead node (`hetsched node remove`): it is no longer listed, counted or offered
+    /// to policies, and its name is free for another agent. A live node is refused: stop its
+    /// agent first and wait until it is declared dead. (Its id stays taken: ids are dense.)
+    pub fn remove_node(&mut self, name: &str) -> Result<u32, StateError> {
+        let Some(&id) = self.node_by_name.get(name) else {
+            return Err(StateError::NoNode(name.to_string()));
+        };
+        let rec = &self.nodes[id as usize];
+        if rec.alive {
+            return Err(StateError::Invalid(format!(
+                "node `{name}` is alive (last heartbeat {} ms ago): stop its agent, wait until the \
+                 node is declared dead, then remove it",
+                rec.last_seen.elapsed().as_millis()
+            )));
+        }
+        self.store.put_node(&NodeRow {
+            id,
+            // The name is UNIQUE in the store: a removed node's row gives it up (`#` is not
+            // allowed in node names).
+            name: format!("#removed-{id}"),
+            spec: node_json(&rec.spec)?,
+            identity: String::new(),
+            removed: true,
+        })?;
+        self.node_by_name.remove(name);
+        let rec = &mut self.nodes[id as usize];
+        rec.removed = true;
+        rec.identity.clear();
+        info!(node = %name, id, "node removed");
+        Ok(id)
+    }
+
     /// Every node.
     pub fn nodes(&self) -> pb::ListNodesReply {
         pb::ListNodesReply {
@@ -1285,6 +1337,7 @@ impl State {
                 .nodes
                 .iter()
                 .enumerate()
+                .filter(|(_, n)| !n.removed)
                 .map(|(i, n)| {
                     let v = &self.view.nodes()[i];
                     pb::NodeInfo {

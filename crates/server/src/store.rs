@@ -140,6 +140,8 @@ pub struct NodeRow {
     pub spec: String,
     /// The identity of the agent that registered it (empty in stores from before identities).
     pub identity: String,
+    /// Removed by an operator: kept for its id, never used again.
+    pub removed: bool,
 }
 
 /// Everything the store holds, for rebuilding the server's state at start.
@@ -184,6 +186,7 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("jobs", "submission_key", "TEXT"),
     ("tasks", "failures", "INTEGER NOT NULL DEFAULT 0"),
     ("nodes", "identity", "TEXT NOT NULL DEFAULT ''"),
+    ("nodes", "removed", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
 const INDEXES: &str =
@@ -271,13 +274,14 @@ impl Store {
         let mut snap = Snapshot::default();
         let mut stmt = self
             .conn
-            .prepare("SELECT id, name, spec, identity FROM nodes ORDER BY id")?;
+            .prepare("SELECT id, name, spec, identity, removed FROM nodes ORDER BY id")?;
         let rows = stmt.query_map([], |r| {
             Ok(NodeRow {
                 id: r.get(0)?,
                 name: r.get(1)?,
                 spec: r.get(2)?,
                 identity: r.get(3)?,
+                removed: r.get(4)?,
             })
         })?;
         for r in rows {
@@ -333,10 +337,10 @@ impl Store {
     pub fn put_node(&mut self, node: &NodeRow) -> Result<(), StoreError> {
         self.check_full()?;
         self.conn.execute(
-            "INSERT INTO nodes(id, name, spec, identity) VALUES (?1, ?2, ?3, ?4)
+            "INSERT INTO nodes(id, name, spec, identity, removed) VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT(id) DO UPDATE SET name=excluded.name, spec=excluded.spec,
-                                           identity=excluded.identity",
-            params![node.id, node.name, node.spec, node.identity],
+                                           identity=excluded.identity, removed=excluded.removed",
+            params![node.id, node.name, node.spec, node.identity, node.removed],
         )?;
         Ok(())
     }

@@ -212,3 +212,44 @@ fn a_live_nodes_name_is_refused_to_another_identity_and_given_over_once_it_is_de
     assert!(matches!(e, StateError::NameTaken(_)), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_dead_node_counts_for_nothing_at_submission_and_can_be_removed() {
+    let dir = scratch("remove");
+    let mut s = open(&dir);
+    let mut gpu = registration("gpu-box", "g");
+    gpu.accelerators = vec![pb::Accelerator {
+        kind: "a100".into(),
+        memory_bytes: 1 << 30,
+        speed: 1.0,
+    }];
+    s.register(gpu).expect("gpu node");
+    std::thread::sleep(Duration::from_millis(30));
+    s.register(registration("cpu-box", "c")).expect("cpu node");
+    s.check_dead(Duration::from_millis(20)).expect("check");
+    let gpu_only =
+        "[[application]]\nname = \"g\"\ntasks = 1\n[application.gpu]\ncommand = \"true\"\n";
+    let e = s
+        .submit("gpu.toml", gpu_only, "/")
+        .expect_err("only a dead node has a GPU");
+    assert!(e.to_string().contains("no node has 1 GPU"), "{e}");
+    let e = s.remove_node("cpu-box").expect_err("alive");
+    assert!(e.to_string().contains("is alive"), "{e}");
+    assert_eq!(s.remove_node("gpu-box").expect("dead: removed"), 0);
+    let names: Vec<String> = s.nodes().nodes.into_iter().map(|n| n.name).collect();
+    assert_eq!(names, ["cpu-box"]);
+    assert!(matches!(
+        s.remove_node("gpu-box"),
+        Err(StateError::NoNode(_))
+    ));
+    // Its name is free; removal survives a restart.
+    drop(s);
+    let mut s = open(&dir);
+    assert_eq!(s.nodes().nodes.len(), 1);
+    let id = s
+        .register(registration("gpu-box", "another"))
+        .expect("the name is free")
+        .node_id;
+    assert_eq!(id, 2, "a new node; id 0 stays the removed one's");
+    let _ = std::fs::remove_dir_all(&dir);
+}

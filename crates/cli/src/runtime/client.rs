@@ -46,6 +46,17 @@ fn refused(s: tonic::Status) -> anyhow::Error {
         tonic::Code::PermissionDenied => {
             anyhow::anyhow!("the server refused this call: {}", s.message())
         }
+        // Plain HTTP/2 to a TLS port: the server drops the connection before any answer.
+        code if code == tonic::Code::Cancelled
+            || code == tonic::Code::Unknown
+            || s.message().contains("h2 protocol error") =>
+        {
+            anyhow::anyhow!(
+                "server: {} ({:?}); if the server uses TLS, use an https:// URL with --ca",
+                s.message(),
+                s.code()
+            )
+        }
         _ => anyhow::anyhow!("server: {} ({:?})", s.message(), s.code()),
     }
 }
@@ -93,7 +104,6 @@ fn retryable(s: &tonic::Status) -> bool {
         s.code(),
         tonic::Code::Unavailable
             | tonic::Code::Unknown
-            | tonic::Code::Cancelled
             | tonic::Code::DeadlineExceeded
             | tonic::Code::Aborted
     )
@@ -432,6 +442,25 @@ pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
     }
     println!("{t}");
     Ok(())
+}
+
+/// `hetsched node remove NAME`.
+pub async fn remove_node(args: &ClientArgs, name: &str) -> anyhow::Result<()> {
+    let reply = connect(args)
+        .await?
+        .remove_node(pb::RemoveNodeRequest {
+            name: name.to_string(),
+        })
+        .await
+        .map_err(refused)?
+        .into_inner();
+    match args.output {
+        Output::Json => json(&reply),
+        Output::Table => {
+            println!("node `{name}` (id {}) removed", reply.node_id);
+            Ok(())
+        }
+    }
 }
 
 /// `hetsched cancel`.
