@@ -8,8 +8,14 @@
 //!
 //! ```text
 //! start TASK ATTEMPT PID STARTTIME   # STARTTIME: field 22 of /proc/PID/stat (clock ticks since boot)
-//! end TASK ATTEMPT
+//! end TASK ATTEMPT                   # (older agents) the process ended
+//! result TASK ATTEMPT OK EXIT STARTED FINISHED MESSAGE   # it ended; the result awaits its ack
+//! acked TASK ATTEMPT                 # the server recorded that result
 //! ```
+//!
+//! A result stays in the record until the server acknowledges it, so an agent SIGKILLed while the
+//! server was away re-sends, after its restart, the results of the tasks that finished meanwhile
+//! (they are not run again).
 //!
 //! At start-up, before it registers, the agent reads the file ([`Ledger::recover`]) and kills
 //! (SIGKILL to the whole process group) every task started and not ended, unless its pid now
@@ -22,6 +28,7 @@
 //! compacted — rewritten with the live entries only — when it grows, so it stays small and costs
 //! two small `write`s per task.
 
+use hetsched_proto as pb;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
@@ -55,6 +62,8 @@ pub struct Recovered {
     pub killed: Vec<Entry>,
     /// Entries whose pid now belongs to another process: left alone.
     pub recycled: Vec<Entry>,
+    /// Results the previous agent had not seen acknowledged: send them again.
+    pub results: Vec<pb::TaskResult>,
 }
 
 /// The durable record of running tasks.
@@ -63,6 +72,7 @@ pub struct Ledger {
     path: PathBuf,
     file: Option<File>,
     live: HashMap<(u64, u32), Entry>,
+    unacked: Unacked,
     lines: usize,
 }
 
@@ -87,8 +97,54 @@ pub fn is_zombie(pid: u32) -> bool {
 }
 
 fn parse(text: &str) -> HashMap<(u64, u32), Entry> {
+    parse_all(text).0
+}
+
+/// Results not acknowledged, by (task, attempt).
+type Unacked = HashMap<(u64, u32), pb::TaskResult>;
+
+fn parse_result(line: &str) -> Option<pb::TaskResult> {
+    let mut f = line.splitn(8, ' ');
+    if f.next()? != "result" {
+        return None;
+    }
+    Some(pb::TaskResult {
+        task_id: f.next()?.parse().ok()?,
+        attempt: f.next()?.parse().ok()?,
+        success: f.next()? == "1",
+        exit_code: f.next()?.parse().ok()?,
+        started_ns: f.next()?.parse().ok()?,
+        finished_ns: f.next()?.parse().ok()?,
+        message: f.next().unwrap_or("").to_string(),
+    })
+}
+
+fn result_line(r: &pb::TaskResult) -> String {
+    format!(
+        "result {} {} {} {} {} {} {}\n",
+        r.task_id,
+        r.attempt,
+        u8::from(r.success),
+        r.exit_code,
+        r.started_ns,
+        r.finished_ns,
+        r.message.replace(['\n', '\r'], " ")
+    )
+}
+
+fn parse_all(text: &str) -> (HashMap<(u64, u32), Entry>, Unacked) {
     let mut live = HashMap::new();
+    let mut unacked = HashMap::new();
     for line in text.lines() {
+        if line.starts_with("result ") {
+            // Only a whole line counts (a torn last line has no message field and may be cut
+            // inside a number: parse_result refuses both when fields are missing).
+            if let Some(r) = parse_result(line) {
+                live.remove(&(r.task_id, r.attempt));
+                unacked.insert((r.task_id, r.attempt), r);
+            }
+            continue;
+        }
         let mut f = line.split_whitespace();
         let kind = f.next();
         let (Some(task), Some(attempt)) = (
@@ -118,10 +174,13 @@ fn parse(text: &str) -> HashMap<(u64, u32), Entry> {
             Some("end") => {
                 live.remove(&(task, attempt));
             }
+            Some("acked") => {
+                unacked.remove(&(task, attempt));
+            }
             _ => {}
         }
     }
-    live
+    (live, unacked)
 }
 
 /// Opens `path` without following a symbolic link: for reading, or (`write`) created or
@@ -165,7 +224,8 @@ impl Ledger {
             Err(e) => return Err(e),
         };
         let mut found = Recovered::default();
-        let mut entries: Vec<Entry> = parse(&text).into_values().collect();
+        let (live, unacked) = parse_all(&text);
+        let mut entries: Vec<Entry> = live.into_values().collect();
         entries.sort_unstable_by_key(|e| (e.task, e.attempt));
         for e in entries {
             match proc_start_time(e.pid) {
@@ -191,15 +251,27 @@ impl Ledger {
             }
         }
         let file = open_no_follow(&path, true)?;
-        Ok((
-            Self {
-                path,
-                file: Some(file),
-                live: HashMap::new(),
-                lines: 0,
-            },
-            found,
-        ))
+        let mut ledger = Self {
+            path,
+            file: Some(file),
+            live: HashMap::new(),
+            unacked: HashMap::new(),
+            lines: 0,
+        };
+        // The new record starts with the results still awaiting their acknowledgement.
+        let mut results: Vec<pb::TaskResult> = unacked.into_values().collect();
+        results.sort_unstable_by_key(|r| (r.task_id, r.attempt));
+        for r in &results {
+            ledger.finished(r);
+        }
+        if !results.is_empty() {
+            info!(
+                results = results.len(),
+                "results of tasks that ended before the previous agent stopped: sending them"
+            );
+        }
+        found.results = results;
+        Ok((ledger, found))
     }
 
     /// A record that writes nothing (tests of other parts).
@@ -208,6 +280,7 @@ impl Ledger {
             path: PathBuf::new(),
             file: None,
             live: HashMap::new(),
+            unacked: HashMap::new(),
             lines: 0,
         }
     }
@@ -233,7 +306,25 @@ impl Ledger {
         self.append(&format!("start {task} {attempt} {pid} {}\n", e.start_time));
     }
 
-    /// Records that a task's process ended.
+    /// Records a task's result (its process ended, or never started); kept until [`Ledger::acked`].
+    pub fn finished(&mut self, r: &pb::TaskResult) {
+        self.live.remove(&(r.task_id, r.attempt));
+        self.unacked.insert((r.task_id, r.attempt), r.clone());
+        self.append(&result_line(r));
+    }
+
+    /// Records that the server acknowledged a result.
+    pub fn acked(&mut self, task: u64, attempt: u32) {
+        if self.unacked.remove(&(task, attempt)).is_none() {
+            return;
+        }
+        self.append(&format!("acked {task} {attempt}\n"));
+        if self.lines > self.live.len() + self.unacked.len() + COMPACT_AFTER {
+            self.compact();
+        }
+    }
+
+    /// Records that a task's process ended (without keeping its result).
     pub fn ended(&mut self, task: u64, attempt: u32) {
         if self.live.remove(&(task, attempt)).is_none() {
             return; // never started (or already recorded)
@@ -251,7 +342,7 @@ impl Ledger {
             return;
         }
         let tmp = self.path.with_extension("tmp");
-        let text: String = self
+        let mut text: String = self
             .live
             .values()
             .map(|e| {
@@ -261,6 +352,7 @@ impl Ledger {
                 )
             })
             .collect();
+        text.extend(self.unacked.values().map(result_line));
         let done = open_no_follow(&tmp, true)
             .and_then(|mut f| f.write_all(text.as_bytes()))
             .and_then(|()| std::fs::rename(&tmp, &self.path))
@@ -273,7 +365,7 @@ impl Ledger {
         match done {
             Ok(f) => {
                 self.file = Some(f);
-                self.lines = self.live.len();
+                self.lines = self.live.len() + self.unacked.len();
             }
             Err(e) => warn!("compacting {}: {e}", self.path.display()),
         }
@@ -336,6 +428,47 @@ mod tests {
         assert_eq!(l.live().count(), 0);
         let text = std::fs::read_to_string(dir.join(FILE_NAME)).expect("file");
         assert!(text.is_empty(), "recovery starts an empty record");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_result_survives_the_agent_until_it_is_acknowledged() {
+        let dir = std::env::temp_dir().join(format!("hetsched-ledger-res-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let r = |task: u64, ok: bool| pb::TaskResult {
+            task_id: task,
+            attempt: 1,
+            exit_code: if ok { 0 } else { 3 },
+            message: if ok {
+                String::new()
+            } else {
+                "exited with\nstatus 3".into()
+            },
+            started_ns: 10,
+            finished_ns: 20,
+            success: ok,
+        };
+        let (mut l, _) = Ledger::recover(&dir).expect("recover");
+        l.started(1, 1, 1);
+        l.finished(&r(1, true));
+        l.finished(&r(2, false));
+        l.finished(&r(3, true));
+        l.acked(3, 1);
+        drop(l); // SIGKILL: nothing else happens
+        let (mut l, found) = Ledger::recover(&dir).expect("recover");
+        let mut expected = vec![r(1, true), r(2, false)];
+        expected[1].message = "exited with status 3".into();
+        assert_eq!(found.results, expected, "unacknowledged results come back");
+        assert!(found.killed.is_empty(), "a finished task is not killed");
+        l.acked(1, 1);
+        drop(l);
+        let (_, found) = Ledger::recover(&dir).expect("recover");
+        assert_eq!(
+            found.results.len(),
+            1,
+            "kept until acknowledged, across restarts"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

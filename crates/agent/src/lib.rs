@@ -140,7 +140,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
     let shared = Arc::new(Mutex::new(Shared {
         running: HashMap::new(),
         specs: HashMap::new(),
-        results: Vec::new(),
+        results: recovered.results,
         ledger,
     }));
     let register = pb::RegisterRequest {
@@ -249,6 +249,9 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     .iter()
                     .any(|a| a.task_id == r.task_id && a.attempt == r.attempt)
             });
+            for a in &reply.acked {
+                sh.ledger.acked(a.task_id, a.attempt);
+            }
             for k in &reply.kill {
                 if let Some(t) = sh.running.get_mut(&k.task_id)
                     && t.attempt == k.attempt
@@ -300,7 +303,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                         })
                         .await;
                     let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
-                    sh.ledger.ended(task, attempt);
+                    sh.ledger.finished(&result);
                     if sh.running.get(&task).is_some_and(|t| t.attempt == attempt) {
                         sh.running.remove(&task);
                     }

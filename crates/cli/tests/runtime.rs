@@ -1332,3 +1332,46 @@ fn a_dead_node_can_be_removed_and_a_live_one_cannot() {
         .collect();
     assert_eq!(names, ["stays"]);
 }
+
+#[test]
+fn results_of_tasks_that_ended_while_the_server_was_down_survive_an_agent_sigkill() {
+    let mut c = Cluster::start("results-survive");
+    c.start_agent("n", 2);
+    c.wait_for_nodes(1);
+    let marks = c.dir.join("marks");
+    let job = c.write(
+        "job.toml",
+        &format!(
+            "[[application]]\nname = \"s\"\ntasks = 2\n[application.cpu]\ncommand = \"sleep 1; echo {{index}} >> {}\"\n",
+            marks.display()
+        ),
+    );
+    submit_plain(&c, &job);
+    wait_until("both tasks to run", Duration::from_secs(20), || {
+        c.json(&["job", "1"])["counts"]["running"] == 2
+    });
+    c.kill_server();
+    wait_until("both tasks to end", Duration::from_secs(20), || {
+        lines(&marks).len() == 2
+    });
+    std::thread::sleep(Duration::from_millis(300)); // the agent records the results
+    c.kill_agent("n"); // SIGKILL: the results were never acknowledged
+    c.start_server();
+    c.start_agent("n", 2);
+    let out = c.cli(&["wait", "1", "--timeout", "30s"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(lines(&marks).len(), 2, "no task ran again");
+    let tasks = c.json(&["tasks", "--job", "1"]);
+    assert!(
+        tasks
+            .as_array()
+            .expect("tasks")
+            .iter()
+            .all(|t| t["attempt"] == 1 && t["state"] == "succeeded"),
+        "{tasks}"
+    );
+}
