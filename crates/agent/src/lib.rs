@@ -89,6 +89,9 @@ pub struct AgentOptions {
     pub disk_read_bw: f64,
     /// Where task outputs go.
     pub work_dir: PathBuf,
+    /// Benchmarks only: report every assigned task as succeeded without starting a process
+    /// (`hetsched bench-dispatch --scheduler-only`).
+    pub no_exec: bool,
 }
 
 struct RunningTask {
@@ -272,6 +275,22 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     );
                     continue;
                 };
+                if opts.no_exec {
+                    // Benchmark mode: the task "succeeds" at once, without a process, so the
+                    // scheduler's own ceiling is measured apart from process start-up.
+                    let now = launch::now_ns();
+                    sh.results.push(pb::TaskResult {
+                        task_id: a.task_id,
+                        attempt: a.attempt,
+                        exit_code: 0,
+                        message: String::new(),
+                        started_ns: now,
+                        finished_ns: now,
+                        success: true,
+                    });
+                    notify.notify_one();
+                    continue;
+                }
                 let (tx, rx) = oneshot::channel();
                 let old = sh.running.insert(
                     a.task_id,

@@ -1375,3 +1375,29 @@ fn results_of_tasks_that_ended_while_the_server_was_down_survive_an_agent_sigkil
         "{tasks}"
     );
 }
+
+#[test]
+fn bench_dispatch_measures_the_scheduler_alone_and_the_servers_cpu() {
+    let out = Command::new(BIN)
+        .args([
+            "bench-dispatch",
+            "--tasks",
+            "300",
+            "--scheduler-only",
+            "--json",
+        ])
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["succeeded"], 300, "{v}");
+    assert_eq!(v["scheduler_only"], true, "{v}");
+    assert!(
+        v["server_cpu_seconds"].as_f64().is_some_and(|s| s > 0.0),
+        "{v}"
+    );
+}

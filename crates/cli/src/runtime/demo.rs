@@ -122,6 +122,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             core_speed: 1.0,
             disk_read_bw: 200e6,
             work_dir: dir.join(name),
+            no_exec: false,
         };
         println!(
             "agent {name}: 1 core{}",

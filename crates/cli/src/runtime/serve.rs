@@ -62,6 +62,9 @@ pub struct AgentArgs {
     /// /var/lib/hetsched/agent-NAME for root).
     #[arg(long)]
     pub work_dir: Option<PathBuf>,
+    /// Benchmarks only: acknowledge every task as succeeded without starting a process.
+    #[arg(long, hide = true)]
+    pub no_exec: bool,
 }
 
 fn nanos(d: humantime::Duration) -> u64 {
@@ -258,6 +261,7 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
         disk_read_bw: config.disk_read.map_or(200e6, |b| b.0),
         work_dir,
         name,
+        no_exec: a.no_exec,
     })
 }
 
