@@ -96,6 +96,7 @@ pub fn is_zombie(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+#[cfg(test)]
 fn parse(text: &str) -> HashMap<(u64, u32), Entry> {
     parse_all(text).0
 }
