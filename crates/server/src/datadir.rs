@@ -32,13 +32,13 @@ pub const STORE: &str = "state.db";
 /// A problem with the data directory or a file in it.
 #[derive(Debug, Error)]
 pub enum DataDirError {
-    /// An I/O error on `path`.
-    #[error("{path}: {source}")]
+    /// An I/O error on `path` (the message includes the error, so it is not chained again).
+    #[error("{path}: {error}")]
     Io {
         /// The file or directory.
         path: PathBuf,
         /// The error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A file or directory that must not be used as it is.
     #[error("{path}: {message}")]
@@ -51,9 +51,9 @@ pub enum DataDirError {
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DataDirError + '_ {
-    move |source| DataDirError::Io {
+    move |error| DataDirError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     }
 }
 

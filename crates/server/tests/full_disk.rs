@@ -172,3 +172,61 @@ fn a_real_full_disk_pauses_dispatch_and_fails_nothing() {
         let _ = std::fs::remove_file(filler_dir.join("filler"));
     });
 }
+
+#[tokio::test]
+async fn a_read_only_data_directory_is_named_once_in_the_error() {
+    let mnt = std::env::temp_dir().join(format!("hetsched-ro-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&mnt);
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&mnt)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        let _ = std::fs::remove_dir(&mnt);
+        eprintln!("skipped: cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)");
+        return;
+    }
+    let fs = Tmpfs(mnt);
+    let dir = fs.0.join("data");
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .expect("data dir");
+    }
+    let remount = Command::new("mount")
+        .args(["-o", "remount,ro"])
+        .arg(&fs.0)
+        .status()
+        .expect("remount");
+    assert!(remount.success());
+    let e = match hetsched_server::start(ServerConfig {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        data_dir: dir.clone(),
+        ..Default::default()
+    })
+    .await
+    {
+        Ok(_) => panic!("a server started on a read-only data directory"),
+        Err(e) => anyhow_like(&e),
+    };
+    assert!(
+        e.starts_with(&dir.display().to_string()),
+        "names the data directory's file: {e}"
+    );
+    assert_eq!(e.matches("Read-only file system").count(), 1, "{e}");
+}
+
+/// The error with its chain of sources, as `anyhow`'s `{:#}` prints it in the binary.
+fn anyhow_like(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        s += &format!(": {cause}");
+        next = cause.source();
+    }
+    s
+}
