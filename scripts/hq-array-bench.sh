@@ -31,7 +31,7 @@ for i in 1 2; do
     "$HQ" worker start --cpus 4 --server-dir "$D" >"$D/worker$i.log" 2>&1 &
     PIDS="$PIDS $!"
 done
-until [ "$("$HQ" worker list --server-dir "$D" --output-mode json 2>/dev/null | grep -c '"id"')" -ge 2 ]; do
+until [ "$("$HQ" worker list --server-dir "$D" --output-mode quiet 2>/dev/null | grep -c RUNNING)" -ge 2 ]; do
     sleep 0.05
 done
 c0=$(cpu $SERVER)
