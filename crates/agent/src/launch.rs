@@ -16,10 +16,28 @@ pub fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// An application name as one path component: the server refuses names with `/` or a leading
+/// `.` at submission; this keeps an agent safe from a server that did not (older, or hostile).
+fn component(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| if c == '/' || c == '\0' { '_' } else { c })
+        .collect();
+    if s.is_empty() || s.starts_with('.') {
+        format!("_{s}")
+    } else {
+        s
+    }
+}
+
 /// Where a task's stdout and stderr go: `WORK_DIR/job-J/APP-INDEX.ATTEMPT.{out,err}`.
-pub fn output_paths(work_dir: &Path, a: &pb::Assignment) -> (PathBuf, PathBuf) {
-    let dir = work_dir.join(format!("job-{}", a.job_id));
-    let stem = format!("{}-{}.{}", a.app, a.index, a.attempt);
+pub fn output_paths(
+    work_dir: &Path,
+    spec: &pb::TaskSpec,
+    a: &pb::Assignment,
+) -> (PathBuf, PathBuf) {
+    let dir = work_dir.join(format!("job-{}", spec.job_id));
+    let stem = format!("{}-{}.{}", component(&spec.app), a.index, a.attempt);
     (
         dir.join(format!("{stem}.out")),
         dir.join(format!("{stem}.err")),
@@ -35,9 +53,11 @@ fn kill_group(pid: Option<u32>) {
     }
 }
 
-/// Runs `a` to the end; `on_spawn` receives the child's pid.
+/// Runs `a`, a task of `spec`, to the end; `on_spawn` receives the child's pid. `{index}` in the
+/// spec's arguments becomes the task's index, and the task gets the `HETSCHED_*` variables.
 pub async fn run(
     a: &pb::Assignment,
+    spec: &pb::TaskSpec,
     node: &str,
     work_dir: &Path,
     kill: oneshot::Receiver<()>,
@@ -58,20 +78,32 @@ pub async fn run(
         r.finished_ns = now_ns();
         r
     };
-    let Some(program) = a.argv.first() else {
+    let index = a.index.to_string();
+    let argv: Vec<String> = spec
+        .argv
+        .iter()
+        .map(|x| x.replace("{index}", &index))
+        .collect();
+    let Some(program) = argv.first() else {
         return fail(result, "the assignment has no command".into());
     };
-    let (out, err) = output_paths(work_dir, a);
-    let dir = Path::new(&a.workdir);
-    let cwd = if !a.workdir.is_empty() && dir.is_dir() {
+    let (out, err) = output_paths(work_dir, spec, a);
+    let dir = Path::new(&spec.workdir);
+    let cwd = if !spec.workdir.is_empty() && dir.is_dir() {
         dir
     } else {
         work_dir
     };
     let devices: Vec<String> = a.devices.iter().map(u32::to_string).collect();
     let mut cmd = tokio::process::Command::new(program);
-    cmd.args(&a.argv[1..])
-        .envs(&a.env)
+    cmd.args(&argv[1..])
+        .envs(&spec.env)
+        .env("HETSCHED_JOB_ID", spec.job_id.to_string())
+        .env("HETSCHED_APP", &spec.app)
+        .env("HETSCHED_TASK_ID", a.task_id.to_string())
+        .env("HETSCHED_TASK_INDEX", &index)
+        .env("HETSCHED_ATTEMPT", a.attempt.to_string())
+        .env("HETSCHED_VARIANT", &spec.variant)
         .env("HETSCHED_NODE", node)
         .env("CUDA_VISIBLE_DEVICES", devices.join(","))
         .current_dir(cwd)
@@ -92,7 +124,7 @@ pub async fn run(
         child.stdout.take().map(|s| tokio::spawn(drain(s, out))),
         child.stderr.take().map(|s| tokio::spawn(drain(s, err))),
     ];
-    let limit = (a.time_limit_ms > 0).then(|| Duration::from_millis(a.time_limit_ms));
+    let limit = (spec.time_limit_ms > 0).then(|| Duration::from_millis(spec.time_limit_ms));
     let sleep = async {
         match limit {
             Some(d) => tokio::time::sleep(d).await,

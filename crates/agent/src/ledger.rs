@@ -8,8 +8,14 @@
 //!
 //! ```text
 //! start TASK ATTEMPT PID STARTTIME   # STARTTIME: field 22 of /proc/PID/stat (clock ticks since boot)
-//! end TASK ATTEMPT
+//! end TASK ATTEMPT                   # (older agents) the process ended
+//! result TASK ATTEMPT OK EXIT STARTED FINISHED MESSAGE   # it ended; the result awaits its ack
+//! acked TASK ATTEMPT                 # the server recorded that result
 //! ```
+//!
+//! A result stays in the record until the server acknowledges it, so an agent SIGKILLed while the
+//! server was away re-sends, after its restart, the results of the tasks that finished meanwhile
+//! (they are not run again).
 //!
 //! At start-up, before it registers, the agent reads the file ([`Ledger::recover`]) and kills
 //! (SIGKILL to the whole process group) every task started and not ended, unless its pid now
@@ -22,9 +28,11 @@
 //! compacted — rewritten with the live entries only — when it grows, so it stays small and costs
 //! two small `write`s per task.
 
+use hetsched_proto as pb;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use tracing::{info, warn};
 
@@ -54,6 +62,8 @@ pub struct Recovered {
     pub killed: Vec<Entry>,
     /// Entries whose pid now belongs to another process: left alone.
     pub recycled: Vec<Entry>,
+    /// Results the previous agent had not seen acknowledged: send them again.
+    pub results: Vec<pb::TaskResult>,
 }
 
 /// The durable record of running tasks.
@@ -62,6 +72,7 @@ pub struct Ledger {
     path: PathBuf,
     file: Option<File>,
     live: HashMap<(u64, u32), Entry>,
+    unacked: Unacked,
     lines: usize,
 }
 
@@ -85,9 +96,56 @@ pub fn is_zombie(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+#[cfg(test)]
 fn parse(text: &str) -> HashMap<(u64, u32), Entry> {
+    parse_all(text).0
+}
+
+/// Results not acknowledged, by (task, attempt).
+type Unacked = HashMap<(u64, u32), pb::TaskResult>;
+
+fn parse_result(line: &str) -> Option<pb::TaskResult> {
+    let mut f = line.splitn(8, ' ');
+    if f.next()? != "result" {
+        return None;
+    }
+    Some(pb::TaskResult {
+        task_id: f.next()?.parse().ok()?,
+        attempt: f.next()?.parse().ok()?,
+        success: f.next()? == "1",
+        exit_code: f.next()?.parse().ok()?,
+        started_ns: f.next()?.parse().ok()?,
+        finished_ns: f.next()?.parse().ok()?,
+        message: f.next().unwrap_or("").to_string(),
+    })
+}
+
+fn result_line(r: &pb::TaskResult) -> String {
+    format!(
+        "result {} {} {} {} {} {} {}\n",
+        r.task_id,
+        r.attempt,
+        u8::from(r.success),
+        r.exit_code,
+        r.started_ns,
+        r.finished_ns,
+        r.message.replace(['\n', '\r'], " ")
+    )
+}
+
+fn parse_all(text: &str) -> (HashMap<(u64, u32), Entry>, Unacked) {
     let mut live = HashMap::new();
+    let mut unacked = HashMap::new();
     for line in text.lines() {
+        if line.starts_with("result ") {
+            // Only a whole line counts (a torn last line has no message field and may be cut
+            // inside a number: parse_result refuses both when fields are missing).
+            if let Some(r) = parse_result(line) {
+                live.remove(&(r.task_id, r.attempt));
+                unacked.insert((r.task_id, r.attempt), r);
+            }
+            continue;
+        }
         let mut f = line.split_whitespace();
         let kind = f.next();
         let (Some(task), Some(attempt)) = (
@@ -117,10 +175,25 @@ fn parse(text: &str) -> HashMap<(u64, u32), Entry> {
             Some("end") => {
                 live.remove(&(task, attempt));
             }
+            Some("acked") => {
+                unacked.remove(&(task, attempt));
+            }
             _ => {}
         }
     }
-    live
+    (live, unacked)
+}
+
+/// Opens `path` without following a symbolic link: for reading, or (`write`) created or
+/// truncated with mode 0600.
+fn open_no_follow(path: &Path, write: bool) -> std::io::Result<File> {
+    let mut o = std::fs::OpenOptions::new();
+    if write {
+        o.write(true).create(true).truncate(true).mode(0o600);
+    } else {
+        o.read(true);
+    }
+    o.custom_flags(crate::workdir::no_follow()).open(path)
 }
 
 /// SIGKILLs process group `pid`; whether a process received it.
@@ -140,13 +213,20 @@ impl Ledger {
     /// module docs), and starts an empty record.
     pub fn recover(work_dir: &Path) -> std::io::Result<(Self, Recovered)> {
         let path = work_dir.join(FILE_NAME);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
+        // O_NOFOLLOW everywhere: a symlink planted as the ledger is an error, never followed
+        // (the agent would truncate its target, or kill the process groups it lists).
+        let text = match open_no_follow(&path, false) {
+            Ok(mut f) => {
+                let mut t = String::new();
+                std::io::Read::read_to_string(&mut f, &mut t)?;
+                t
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
             Err(e) => return Err(e),
         };
         let mut found = Recovered::default();
-        let mut entries: Vec<Entry> = parse(&text).into_values().collect();
+        let (live, unacked) = parse_all(&text);
+        let mut entries: Vec<Entry> = live.into_values().collect();
         entries.sort_unstable_by_key(|e| (e.task, e.attempt));
         for e in entries {
             match proc_start_time(e.pid) {
@@ -171,16 +251,28 @@ impl Ledger {
                 }
             }
         }
-        let file = File::create(&path)?;
-        Ok((
-            Self {
-                path,
-                file: Some(file),
-                live: HashMap::new(),
-                lines: 0,
-            },
-            found,
-        ))
+        let file = open_no_follow(&path, true)?;
+        let mut ledger = Self {
+            path,
+            file: Some(file),
+            live: HashMap::new(),
+            unacked: HashMap::new(),
+            lines: 0,
+        };
+        // The new record starts with the results still awaiting their acknowledgement.
+        let mut results: Vec<pb::TaskResult> = unacked.into_values().collect();
+        results.sort_unstable_by_key(|r| (r.task_id, r.attempt));
+        for r in &results {
+            ledger.finished(r);
+        }
+        if !results.is_empty() {
+            info!(
+                results = results.len(),
+                "results of tasks that ended before the previous agent stopped: sending them"
+            );
+        }
+        found.results = results;
+        Ok((ledger, found))
     }
 
     /// A record that writes nothing (tests of other parts).
@@ -189,6 +281,7 @@ impl Ledger {
             path: PathBuf::new(),
             file: None,
             live: HashMap::new(),
+            unacked: HashMap::new(),
             lines: 0,
         }
     }
@@ -214,7 +307,25 @@ impl Ledger {
         self.append(&format!("start {task} {attempt} {pid} {}\n", e.start_time));
     }
 
-    /// Records that a task's process ended.
+    /// Records a task's result (its process ended, or never started); kept until [`Ledger::acked`].
+    pub fn finished(&mut self, r: &pb::TaskResult) {
+        self.live.remove(&(r.task_id, r.attempt));
+        self.unacked.insert((r.task_id, r.attempt), r.clone());
+        self.append(&result_line(r));
+    }
+
+    /// Records that the server acknowledged a result.
+    pub fn acked(&mut self, task: u64, attempt: u32) {
+        if self.unacked.remove(&(task, attempt)).is_none() {
+            return;
+        }
+        self.append(&format!("acked {task} {attempt}\n"));
+        if self.lines > self.live.len() + self.unacked.len() + COMPACT_AFTER {
+            self.compact();
+        }
+    }
+
+    /// Records that a task's process ended (without keeping its result).
     pub fn ended(&mut self, task: u64, attempt: u32) {
         if self.live.remove(&(task, attempt)).is_none() {
             return; // never started (or already recorded)
@@ -232,7 +343,7 @@ impl Ledger {
             return;
         }
         let tmp = self.path.with_extension("tmp");
-        let text: String = self
+        let mut text: String = self
             .live
             .values()
             .map(|e| {
@@ -242,13 +353,20 @@ impl Ledger {
                 )
             })
             .collect();
-        let done = std::fs::write(&tmp, text)
+        text.extend(self.unacked.values().map(result_line));
+        let done = open_no_follow(&tmp, true)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
             .and_then(|()| std::fs::rename(&tmp, &self.path))
-            .and_then(|()| std::fs::OpenOptions::new().append(true).open(&self.path));
+            .and_then(|()| {
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .custom_flags(crate::workdir::no_follow())
+                    .open(&self.path)
+            });
         match done {
             Ok(f) => {
                 self.file = Some(f);
-                self.lines = self.live.len();
+                self.lines = self.live.len() + self.unacked.len();
             }
             Err(e) => warn!("compacting {}: {e}", self.path.display()),
         }
@@ -311,6 +429,69 @@ mod tests {
         assert_eq!(l.live().count(), 0);
         let text = std::fs::read_to_string(dir.join(FILE_NAME)).expect("file");
         assert!(text.is_empty(), "recovery starts an empty record");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_result_survives_the_agent_until_it_is_acknowledged() {
+        let dir = std::env::temp_dir().join(format!("hetsched-ledger-res-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let r = |task: u64, ok: bool| pb::TaskResult {
+            task_id: task,
+            attempt: 1,
+            exit_code: if ok { 0 } else { 3 },
+            message: if ok {
+                String::new()
+            } else {
+                "exited with\nstatus 3".into()
+            },
+            started_ns: 10,
+            finished_ns: 20,
+            success: ok,
+        };
+        let (mut l, _) = Ledger::recover(&dir).expect("recover");
+        l.started(1, 1, 1);
+        l.finished(&r(1, true));
+        l.finished(&r(2, false));
+        l.finished(&r(3, true));
+        l.acked(3, 1);
+        drop(l); // SIGKILL: nothing else happens
+        let (mut l, found) = Ledger::recover(&dir).expect("recover");
+        let mut expected = vec![r(1, true), r(2, false)];
+        expected[1].message = "exited with status 3".into();
+        assert_eq!(found.results, expected, "unacknowledged results come back");
+        assert!(found.killed.is_empty(), "a finished task is not killed");
+        l.acked(1, 1);
+        drop(l);
+        let (_, found) = Ledger::recover(&dir).expect("recover");
+        assert_eq!(
+            found.results.len(),
+            1,
+            "kept until acknowledged, across restarts"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_ledger_planted_as_a_symlink_is_refused_and_its_target_untouched() {
+        let dir = std::env::temp_dir().join(format!("hetsched-ledger-link-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "precious").expect("victim");
+        std::os::unix::fs::symlink(&victim, dir.join(FILE_NAME)).expect("symlink");
+        let e = Ledger::recover(&dir).expect_err("a symlinked ledger is refused");
+        assert_eq!(
+            e.raw_os_error(),
+            Some(nix::errno::Errno::ELOOP as i32),
+            "{e}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&victim).expect("victim"),
+            "precious",
+            "the link's target was not truncated"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

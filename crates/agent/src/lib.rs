@@ -12,12 +12,14 @@
 //! - [`detect`]: cores, memory, disks, NVIDIA GPUs, `/proc/PID/io`;
 //! - [`launch`]: one task as a child process;
 //! - [`ledger`]: the durable record of running tasks, from which a restarted agent kills what its
-//!   SIGKILLed predecessor left running (before it registers).
+//!   SIGKILLed predecessor left running (before it registers);
+//! - [`workdir`]: the private work directory (0700, no symlink, ours) and the agent's identity.
 
 pub mod config;
 pub mod detect;
 pub mod launch;
 pub mod ledger;
+pub mod workdir;
 
 use hetsched_proto as pb;
 use hetsched_proto::agent_client::AgentClient;
@@ -34,6 +36,14 @@ use tracing::{debug, info, warn};
 /// together report together.
 const COALESCE: Duration = Duration::from_millis(1);
 
+/// Task specs kept beyond those of running tasks (the server reads at most 1024 keys).
+const MAX_SPECS: usize = 256;
+
+/// Largest reply the agent decodes. The server caps its replies at 1 MiB; the margin is for a
+/// server with another cap, and a reply beyond it is reported as undecodable, not as an
+/// unreachable server.
+const MAX_REPLY_BYTES: usize = 16 << 20;
+
 /// Why the agent could not start.
 #[derive(Debug, Error)]
 pub enum AgentError {
@@ -46,6 +56,18 @@ pub enum AgentError {
     /// The server refused the token.
     #[error("the server refused the token: {0}")]
     Unauthenticated(String),
+    /// The server refused this agent (wrong role's token, or a name another live agent holds).
+    #[error("the server refused this agent: {0}")]
+    Refused(String),
+}
+
+/// Whether a failed call means the server could not be reached (as opposed to an answer that
+/// could not be decoded or was an error).
+fn unreachable(s: &tonic::Status) -> bool {
+    matches!(
+        s.code(),
+        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+    ) || (s.code() == tonic::Code::Unknown && s.message().contains("transport"))
 }
 
 /// Everything an agent needs to run.
@@ -67,10 +89,15 @@ pub struct AgentOptions {
     pub disk_read_bw: f64,
     /// Where task outputs go.
     pub work_dir: PathBuf,
+    /// Benchmarks only: report every assigned task as succeeded without starting a process
+    /// (`hetsched bench-dispatch --scheduler-only`).
+    pub no_exec: bool,
 }
 
 struct RunningTask {
     attempt: u32,
+    /// The TaskSpec it runs (kept in the cache while the task runs).
+    spec: u64,
     pid: Option<u32>,
     kill: Option<oneshot::Sender<()>>,
     read_bytes: u64,
@@ -78,6 +105,9 @@ struct RunningTask {
 
 struct Shared {
     running: HashMap<u64, RunningTask>,
+    /// TaskSpecs received, by key: each application variant's command and environment arrive
+    /// once; heartbeats list the keys held so the server does not send them again.
+    specs: HashMap<u64, Arc<pb::TaskSpec>>,
     results: Vec<pb::TaskResult>,
     ledger: ledger::Ledger,
 }
@@ -88,11 +118,14 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
     let channel = endpoint.connect_lazy();
     let interceptor = pb::TokenInterceptor::new(&opts.token)
         .map_err(|e| AgentError::Config(format!("token: {e}")))?;
-    let mut client = AgentClient::with_interceptor(channel, interceptor);
+    let mut client = AgentClient::with_interceptor(channel, interceptor)
+        .max_decoding_message_size(MAX_REPLY_BYTES);
     let gpus = detect::Gpus::init();
     let notify = Arc::new(Notify::new());
-    std::fs::create_dir_all(&opts.work_dir)
-        .map_err(|e| AgentError::Config(format!("{}: {e}", opts.work_dir.display())))?;
+    workdir::prepare(&opts.work_dir)
+        .map_err(|e| AgentError::Config(format!("work directory: {e}")))?;
+    let identity = workdir::identity(&opts.work_dir)
+        .map_err(|e| AgentError::Config(format!("agent identity: {e}")))?;
     // Before registering: kill what a previous agent with this work directory left running
     // (it was SIGKILLed; the server has given its tasks away or will).
     let (ledger, recovered) = ledger::Ledger::recover(&opts.work_dir).map_err(|e| {
@@ -109,7 +142,8 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
     }
     let shared = Arc::new(Mutex::new(Shared {
         running: HashMap::new(),
-        results: Vec::new(),
+        specs: HashMap::new(),
+        results: recovered.results,
         ledger,
     }));
     let register = pb::RegisterRequest {
@@ -121,6 +155,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
         net_bw: 0.0,
         accelerators: opts.resources.accelerators.clone(),
         rack: String::new(),
+        identity: identity.clone(),
     };
     let mut node_id: Option<u32> = None;
     let mut interval = Duration::from_millis(500);
@@ -131,6 +166,8 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
     let mut available_memory = 0;
     tokio::pin!(shutdown);
     let mut first_failure: Option<Instant> = None;
+    // The last reply said it was cut at its size cap: beat again at once.
+    let mut more = false;
     'main: loop {
         let ok = 'beat: {
             let Some(id) = node_id else {
@@ -138,6 +175,13 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     Ok(r) => {
                         let r = r.into_inner();
                         node_id = Some(r.node_id);
+                        // Spec keys are a server's: after a (re-)registration, hold none, so a
+                        // server with a fresh store never meets a key it did not send.
+                        shared
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .specs
+                            .clear();
                         interval = Duration::from_millis(r.heartbeat_interval_ms.max(1));
                         info!(node = %opts.name, id = r.node_id, "registered");
                         continue 'main;
@@ -181,6 +225,8 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     read_bytes_per_sec: read_bps,
                     available_memory_bytes: available_memory,
                     gpus: gpus.utilisation(),
+                    identity: identity.clone(),
+                    known_specs: sh.specs.keys().copied().collect(),
                 }
             };
             let reply = match tokio::time::timeout(Duration::from_secs(10), client.heartbeat(req))
@@ -196,12 +242,19 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                 continue 'main;
             }
             let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+            more = reply.more;
+            for spec in reply.specs {
+                sh.specs.insert(spec.key, Arc::new(spec));
+            }
             sh.results.retain(|r| {
                 !reply
                     .acked
                     .iter()
                     .any(|a| a.task_id == r.task_id && a.attempt == r.attempt)
             });
+            for a in &reply.acked {
+                sh.ledger.acked(a.task_id, a.attempt);
+            }
             for k in &reply.kill {
                 if let Some(t) = sh.running.get_mut(&k.task_id)
                     && t.attempt == k.attempt
@@ -212,11 +265,38 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                 }
             }
             for a in reply.assignments {
+                let Some(spec) = sh.specs.get(&a.spec).cloned() else {
+                    // Cannot happen with a correct server; not running it makes the server see
+                    // the task vanish and send it again, with its spec.
+                    warn!(
+                        task = a.task_id,
+                        spec = a.spec,
+                        "assignment of an unknown task spec: not started"
+                    );
+                    continue;
+                };
+                if opts.no_exec {
+                    // Benchmark mode: the task "succeeds" at once, without a process, so the
+                    // scheduler's own ceiling is measured apart from process start-up.
+                    let now = launch::now_ns();
+                    sh.results.push(pb::TaskResult {
+                        task_id: a.task_id,
+                        attempt: a.attempt,
+                        exit_code: 0,
+                        message: String::new(),
+                        started_ns: now,
+                        finished_ns: now,
+                        success: true,
+                    });
+                    notify.notify_one();
+                    continue;
+                }
                 let (tx, rx) = oneshot::channel();
                 let old = sh.running.insert(
                     a.task_id,
                     RunningTask {
                         attempt: a.attempt,
+                        spec: a.spec,
                         pid: None,
                         kill: Some(tx),
                         read_bytes: 0,
@@ -230,18 +310,19 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                 tokio::spawn(async move {
                     let pid_shared = shared.clone();
                     let (task, attempt) = (a.task_id, a.attempt);
-                    let result = launch::run(&a, &opts.name, &opts.work_dir, rx, move |pid| {
-                        let mut sh = pid_shared.lock().unwrap_or_else(|p| p.into_inner());
-                        sh.ledger.started(task, attempt, pid);
-                        if let Some(t) = sh.running.get_mut(&task)
-                            && t.attempt == attempt
-                        {
-                            t.pid = Some(pid);
-                        }
-                    })
-                    .await;
+                    let result =
+                        launch::run(&a, &spec, &opts.name, &opts.work_dir, rx, move |pid| {
+                            let mut sh = pid_shared.lock().unwrap_or_else(|p| p.into_inner());
+                            sh.ledger.started(task, attempt, pid);
+                            if let Some(t) = sh.running.get_mut(&task)
+                                && t.attempt == attempt
+                            {
+                                t.pid = Some(pid);
+                            }
+                        })
+                        .await;
                     let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
-                    sh.ledger.ended(task, attempt);
+                    sh.ledger.finished(&result);
                     if sh.running.get(&task).is_some_and(|t| t.attempt == attempt) {
                         sh.running.remove(&task);
                     }
@@ -249,6 +330,13 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     drop(sh);
                     notify.notify_one();
                 });
+            }
+            // Forget specs no running task uses once many are held (long-lived agents see many
+            // jobs); the server sends a forgotten one again when it is needed.
+            if sh.specs.len() > MAX_SPECS {
+                let used: std::collections::HashSet<u64> =
+                    sh.running.values().map(|t| t.spec).collect();
+                sh.specs.retain(|k, _| used.contains(k));
             }
             Ok(())
         };
@@ -258,6 +346,9 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     info!(after = ?since.elapsed(), "server reachable again");
                 }
                 backoff = Duration::from_millis(50);
+                if std::mem::take(&mut more) {
+                    continue 'main;
+                }
                 tokio::select! {
                     () = notify.notified() => {
                         // Group commit, agent side: results of tasks ending within the next moment
@@ -273,6 +364,11 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     tonic::Code::Unauthenticated => {
                         return Err(AgentError::Unauthenticated(s.message().to_string()));
                     }
+                    // The client token, or a name held by another live agent: retrying cannot
+                    // help.
+                    tonic::Code::PermissionDenied | tonic::Code::AlreadyExists => {
+                        return Err(AgentError::Refused(s.message().to_string()));
+                    }
                     // The server refused this node's description (e.g. no cores): retrying
                     // cannot help.
                     tonic::Code::InvalidArgument => {
@@ -284,7 +380,17 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     _ => {}
                 }
                 if first_failure.is_none() {
-                    warn!("server unreachable ({}); retrying", s.message());
+                    if unreachable(&s) {
+                        warn!("server unreachable ({}); retrying", s.message());
+                    } else {
+                        // The server answered, but the answer could not be used (e.g. a reply
+                        // too large to decode): not a network problem, and worth reporting.
+                        tracing::error!(
+                            code = ?s.code(),
+                            "the server's reply could not be read ({}); retrying",
+                            s.message()
+                        );
+                    }
                     first_failure = Some(Instant::now());
                 }
                 tokio::select! {

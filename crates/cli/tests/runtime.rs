@@ -163,7 +163,7 @@ impl Cluster {
             .arg("--cores")
             .arg(cores.to_string())
             .arg("--token-file")
-            .arg(self.data().join("token"))
+            .arg(self.data().join("agent-token"))
             .arg("--work-dir")
             .arg(self.dir.join(format!("agent-{name}")))
             .args(if self.tls {
@@ -186,7 +186,7 @@ impl Cluster {
             .args(["agent", "--server", &self.url(), "--name", name, "--config"])
             .arg(path)
             .arg("--token-file")
-            .arg(self.data().join("token"))
+            .arg(self.data().join("agent-token"))
             .arg("--work-dir")
             .arg(self.dir.join(format!("agent-{name}")))
             .stdout(Stdio::null())
@@ -365,6 +365,8 @@ fn malformed_job_files_are_refused_with_file_line_and_field_and_nothing_is_store
         ("10-wrong-type.toml", 4, "application[0].tasks"),
         ("11-no-applications.toml", 2, "title"),
         ("12-negative-retries.toml", 5, "application[0].retries"),
+        ("13-app-name-leaves-work-dir.toml", 3, "application[0].name"),
+        ("14-bad-env-name.toml", 5, "application[0].cpu.env"),
     ];
     let present: BTreeSet<String> = std::fs::read_dir(&fixtures)
         .expect("fixtures")
@@ -836,6 +838,30 @@ fn agents_and_clients_speak_tls_when_the_server_has_a_certificate() {
         .output()
         .expect("run");
     assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("use an https:// URL"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // `submit` does not retry that (it is not a lost answer) and says what to do.
+    let started = Instant::now();
+    let out = Command::new(BIN)
+        .args(["submit", job.to_str().expect("path"), "--server"])
+        .arg(format!("http://{}", c.listen))
+        .arg("--token-file")
+        .arg(c.data().join("token"))
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("https://") && !err.contains("retrying"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "no retries with backoff"
+    );
 }
 
 #[test]
@@ -1019,4 +1045,361 @@ fn metrics_over_http_match_a_finished_job() {
     assert!(get("hetsched_heartbeat_duration_seconds_count") >= 2.0);
     assert!(get("hetsched_scheduler_decision_duration_seconds_count") >= 1.0);
     assert!(get("hetsched_heartbeat_duration_seconds_bucket{le=\"+Inf\"}") >= 2.0);
+}
+
+// ---------------------------------------------------------------- hardening (issue 10)
+
+/// Runs `hetsched agent` with `args` (plus the cluster's server URL) until it exits by itself,
+/// bounded: (success, stderr).
+fn agent_exits(c: &Cluster, args: &[&str], env: &[(&str, &Path)]) -> (bool, String) {
+    let mut child = Command::new(BIN)
+        .args(["agent", "--server", &c.url()])
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, *v)))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn agent");
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            let out = child.wait_with_output().expect("output");
+            return (
+                status.success(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            );
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the agent did not exit: {args:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn an_agent_with_the_client_token_is_refused_and_the_data_directory_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let c = Cluster::start("roles");
+    let client_token = c.data().join("token");
+    let work = c.dir.join("w");
+    let (ok, err) = agent_exits(
+        &c,
+        &[
+            "--name",
+            "intruder",
+            "--token-file",
+            client_token.to_str().expect("path"),
+            "--work-dir",
+            work.to_str().expect("path"),
+        ],
+        &[],
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("the server refused this agent") && err.contains("agent-token"),
+        "{err}"
+    );
+    assert!(c.json(&["nodes"]).as_array().is_some_and(Vec::is_empty));
+    // The agent token cannot read jobs.
+    let out = Command::new(BIN)
+        .args(["jobs", "--server", &c.url(), "--token-file"])
+        .arg(c.data().join("agent-token"))
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot call the client service"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mode = |p: PathBuf| std::fs::metadata(&p).expect("meta").permissions().mode() & 0o777;
+    assert_eq!(mode(c.data()), 0o700);
+    for f in ["token", "agent-token", "state.db"] {
+        assert_eq!(mode(c.data().join(f)), 0o600, "{f}");
+    }
+    // `--ca` with a plain http:// URL would send the token in clear: refused.
+    let out = c.cli(&["jobs", "--ca", tls_file("ca.pem").to_str().expect("path")]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not https://"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_second_agent_under_a_live_nodes_name_is_refused_and_the_first_keeps_its_tasks() {
+    let mut c = Cluster::start("same-name");
+    c.start_agent("host", 2);
+    c.wait_for_nodes(1);
+    let token = c.data().join("agent-token");
+    let other = c.dir.join("other-work-dir");
+    let (ok, err) = agent_exits(
+        &c,
+        &[
+            "--name",
+            "host",
+            "--token-file",
+            token.to_str().expect("path"),
+            "--work-dir",
+            other.to_str().expect("path"),
+        ],
+        &[],
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("node name `host` is held by a live agent"),
+        "{err}"
+    );
+    let job = c.write(
+        "job.toml",
+        "[[application]]\nname = \"t\"\ntasks = 4\n[application.cpu]\ncommand = \"sleep 0.2\"\n",
+    );
+    let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tasks = c.json(&["tasks", "--job", "1"]);
+    assert!(
+        tasks
+            .as_array()
+            .expect("tasks")
+            .iter()
+            .all(|t| t["attempt"] == 1),
+        "no task was lost to the second agent: {tasks}"
+    );
+}
+
+#[test]
+fn the_default_work_directory_is_private_and_a_symlinked_one_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut c = Cluster::start("work-dirs");
+    let state = c.dir.join("state");
+    let token = c.data().join("agent-token");
+    let child = Command::new(BIN)
+        .args([
+            "agent",
+            "--server",
+            &c.url(),
+            "--name",
+            "dflt",
+            "--token-file",
+        ])
+        .arg(&token)
+        .env("XDG_STATE_HOME", &state)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    c.agents.insert("dflt".into(), child);
+    c.wait_for_nodes(1);
+    let work = state.join("hetsched/agent-dflt");
+    let meta = std::fs::metadata(&work).expect("default work dir");
+    assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+    assert!(work.join("identity").exists());
+    c.kill_agent("dflt");
+    // Another user's trick: a symlink where the work directory should be.
+    let target = c.dir.join("victim");
+    std::fs::create_dir_all(&target).expect("victim");
+    let link = c.dir.join("linked");
+    std::os::unix::fs::symlink(&target, &link).expect("symlink");
+    let (ok, err) = agent_exits(
+        &c,
+        &[
+            "--name",
+            "linked",
+            "--token-file",
+            token.to_str().expect("path"),
+            "--work-dir",
+            link.to_str().expect("path"),
+        ],
+        &[],
+    );
+    assert!(!ok);
+    assert!(err.contains("symbolic link"), "{err}");
+    assert!(
+        std::fs::read_dir(&target).expect("victim").next().is_none(),
+        "nothing written through the link"
+    );
+}
+
+#[test]
+fn a_one_mebibyte_command_is_refused_and_64_tasks_of_a_60_kb_command_all_succeed() {
+    let mut c = Cluster::start("big-commands");
+    c.start_agent("wide", 64);
+    c.wait_for_nodes(1);
+    let huge = c.write(
+        "huge.toml",
+        &format!(
+            "[[application]]\nname = \"h\"\ntasks = 1\n[application.cpu]\ncommand = \"true #{}\"\n",
+            "x".repeat(1 << 20)
+        ),
+    );
+    let out = c.cli(&["submit", huge.to_str().expect("path")]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("application[0].cpu.command: the command is 1048582 bytes; at most 65536"),
+        "{err}"
+    );
+    let wide = c.write(
+        "wide.toml",
+        &format!(
+            "[[application]]\nname = \"w\"\ntasks = 64\n[application.cpu]\ncommand = \"test {{index}} -ge 0 #{}\"\n",
+            "x".repeat(60_000)
+        ),
+    );
+    let out = c.cli(&["submit", wide.to_str().expect("path"), "--wait"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(c.succeeded(1), 64);
+    let tasks = c.json(&["tasks", "--job", "1"]);
+    assert!(
+        tasks
+            .as_array()
+            .expect("tasks")
+            .iter()
+            .all(|t| t["attempt"] == 1),
+        "every task ran once: {tasks}"
+    );
+}
+
+#[test]
+fn tasks_pages_through_a_long_listing() {
+    let c = Cluster::start("pages");
+    let job = c.write(
+        "many.toml",
+        "[[application]]\nname = \"m\"\ntasks = 2500\n[application.cpu]\ncommand = \"true\"\n",
+    );
+    let out = c.cli(&["submit", job.to_str().expect("path")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let all = c.json(&["tasks", "--job", "1"]);
+    let ids: Vec<u64> = all
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|t| t["id"].as_u64())
+        .collect();
+    assert_eq!(ids, (0..2500).collect::<Vec<u64>>(), "three pages, joined");
+    let some = c.json(&["tasks", "--job", "1", "--limit", "5"]);
+    assert_eq!(some.as_array().map(Vec::len), Some(5));
+    let out = c.cli(&["tasks", "--job", "1", "--limit", "1200"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.matches(" pending ").count(),
+        1200,
+        "a table per page, every row"
+    );
+}
+
+#[test]
+fn a_dead_node_can_be_removed_and_a_live_one_cannot() {
+    let mut c = Cluster::start("node-remove");
+    c.start_agent("gone", 1);
+    c.start_agent("stays", 1);
+    c.wait_for_nodes(2);
+    let out = c.cli(&["node", "remove", "stays"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is alive"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.kill_agent("gone");
+    c.wait_for_nodes(1); // the dead timeout is 1 s
+    let out = c.cli(&["node", "remove", "gone"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let nodes = c.json(&["nodes"]);
+    let names: Vec<&str> = nodes
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .filter_map(|n| n["name"].as_str())
+        .collect();
+    assert_eq!(names, ["stays"]);
+}
+
+#[test]
+fn results_of_tasks_that_ended_while_the_server_was_down_survive_an_agent_sigkill() {
+    let mut c = Cluster::start("results-survive");
+    c.start_agent("n", 2);
+    c.wait_for_nodes(1);
+    let marks = c.dir.join("marks");
+    let job = c.write(
+        "job.toml",
+        &format!(
+            "[[application]]\nname = \"s\"\ntasks = 2\n[application.cpu]\ncommand = \"sleep 1; echo {{index}} >> {}\"\n",
+            marks.display()
+        ),
+    );
+    submit_plain(&c, &job);
+    wait_until("both tasks to run", Duration::from_secs(20), || {
+        c.json(&["job", "1"])["counts"]["running"] == 2
+    });
+    c.kill_server();
+    wait_until("both tasks to end", Duration::from_secs(20), || {
+        lines(&marks).len() == 2
+    });
+    std::thread::sleep(Duration::from_millis(300)); // the agent records the results
+    c.kill_agent("n"); // SIGKILL: the results were never acknowledged
+    c.start_server();
+    c.start_agent("n", 2);
+    let out = c.cli(&["wait", "1", "--timeout", "30s"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(lines(&marks).len(), 2, "no task ran again");
+    let tasks = c.json(&["tasks", "--job", "1"]);
+    assert!(
+        tasks
+            .as_array()
+            .expect("tasks")
+            .iter()
+            .all(|t| t["attempt"] == 1 && t["state"] == "succeeded"),
+        "{tasks}"
+    );
+}
+
+#[test]
+fn bench_dispatch_measures_the_scheduler_alone_and_the_servers_cpu() {
+    let out = Command::new(BIN)
+        .args([
+            "bench-dispatch",
+            "--tasks",
+            "300",
+            "--scheduler-only",
+            "--json",
+        ])
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["succeeded"], 300, "{v}");
+    assert_eq!(v["scheduler_only"], true, "{v}");
+    assert!(
+        v["server_cpu_seconds"].as_f64().is_some_and(|s| s > 0.0),
+        "{v}"
+    );
 }

@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod topology;
 pub mod latency;
 pub mod star_platform;
+pub mod limits;
 mod units;
 pub mod workflow;
 pub mod workload;

@@ -2,6 +2,8 @@
 //! the scheduler loop that runs the core's batch policies on every agent heartbeat.
 //!
 //! - [`config`]: the TOML configuration;
+//! - [`datadir`]: the private data directory, the client and agent tokens, the directory lock;
+//! - [`limits`]: bounds on what an agent may claim at registration;
 //! - [`store`]: durable state (SQLite, WAL, `synchronous=FULL`);
 //! - [`state`]: the live state and every rule that changes it (submission, heartbeats,
 //!   reconciliation, dead nodes, cancellation, restart);
@@ -12,6 +14,8 @@
 //! `hetsched server` command and `hetsched demo` both use it.
 
 pub mod config;
+pub mod datadir;
+pub mod limits;
 pub mod metrics;
 pub mod service;
 pub mod state;
@@ -37,6 +41,9 @@ pub enum ServerError {
         /// The error.
         source: std::io::Error,
     },
+    /// The data directory, a token file or the lock.
+    #[error(transparent)]
+    DataDir(#[from] datadir::DataDirError),
     /// The state could not be rebuilt from the store.
     #[error("cannot open the state: {0}")]
     State(#[from] state::StateError),
@@ -58,42 +65,24 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ServerError + '_ {
     }
 }
 
-/// The token file in a data directory.
+/// The client token's file in a data directory (users' commands read it).
 pub fn token_path(data_dir: &Path) -> PathBuf {
-    data_dir.join("token")
+    data_dir.join(datadir::CLIENT_TOKEN)
 }
 
-/// Reads the token, or creates a random one (file mode 0600) if there is none.
-pub fn load_or_create_token(data_dir: &Path) -> Result<String, ServerError> {
-    let path = token_path(data_dir);
-    match std::fs::read_to_string(&path) {
-        Ok(t) if !t.trim().is_empty() => return Ok(t.trim().to_string()),
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_err(&path)(e)),
-    }
-    let bytes: [u8; 32] = rand::random();
-    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&path)
-        .map_err(io_err(&path))?;
-    f.write_all(token.as_bytes()).map_err(io_err(&path))?;
-    f.sync_all().map_err(io_err(&path))?;
-    Ok(token)
+/// The agent token's file in a data directory (agents read it).
+pub fn agent_token_path(data_dir: &Path) -> PathBuf {
+    data_dir.join(datadir::AGENT_TOKEN)
 }
 
 /// A running server.
 pub struct ServerHandle {
     /// The address it listens on.
     pub addr: SocketAddr,
-    /// The token agents and clients must send.
+    /// The token clients must send (`DATA_DIR/token`).
     pub token: String,
+    /// The token agents must send (`DATA_DIR/agent-token`).
+    pub agent_token: String,
     /// The address of the HTTP listener (`/metrics`, `/healthz`), if it was configured.
     pub http_addr: Option<SocketAddr>,
     shutdown: Option<oneshot::Sender<()>>,
@@ -141,9 +130,10 @@ impl ServerHandle {
 /// to `DATA_DIR/http-address`.
 pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     let dir = config.data_dir.clone();
-    std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
-    let token = load_or_create_token(&dir)?;
-    let db = store::Store::open(&dir.join("state.db"))?;
+    datadir::prepare(&dir)?;
+    let lock = datadir::lock(&dir)?;
+    let creds = datadir::credentials(&dir)?;
+    let db = store::Store::open(&datadir::protect_store(&dir)?)?;
     let state = state::State::open(&config, db)?;
     let metrics = state.metrics();
     let shared = Arc::new(Mutex::new(state));
@@ -197,7 +187,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     });
 
     let (tx, rx) = oneshot::channel();
-    let router = service::router(shared, metrics, &token, config.tls.as_ref()).await?;
+    let router = service::router(shared, metrics, &creds, config.tls.as_ref()).await?;
     // Small request/response messages: without TCP_NODELAY, Nagle's algorithm and delayed ACKs
     // add tens of milliseconds to every heartbeat round trip.
     let incoming = tokio_stream::StreamExt::map(
@@ -209,6 +199,8 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         },
     );
     let join = tokio::spawn(async move {
+        // The data directory stays locked while the server serves.
+        let _lock = lock;
         router
             .serve_with_incoming_shutdown(incoming, async {
                 let _ = rx.await;
@@ -232,7 +224,8 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     });
     Ok(ServerHandle {
         addr,
-        token,
+        token: creds.client,
+        agent_token: creds.agent,
         http_addr,
         shutdown: Some(tx),
         join,

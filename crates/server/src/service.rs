@@ -1,5 +1,5 @@
 //! The gRPC services: `Agent` (register, heartbeat) and `Client` (submit, jobs, tasks, nodes,
-//! cancel), both behind a token check, plus the standard gRPC health service (unauthenticated, so
+//! cancel), each behind a check of its own role's token (agents and users hold different ones), plus the standard gRPC health service (unauthenticated, so
 //! load balancers and `grpc_health_probe` can use it).
 //!
 //! Handlers take the state's lock inside `block_in_place`: a heartbeat may commit to SQLite, and an
@@ -7,6 +7,7 @@
 
 use crate::ServerError;
 use crate::config::TlsConfig;
+use crate::datadir::Credentials;
 use crate::metrics::Metrics;
 use crate::state::{State, StateError};
 use hetsched_proto as pb;
@@ -22,6 +23,8 @@ fn status(e: StateError) -> Status {
         StateError::Input(e) => Status::invalid_argument(e.to_string()),
         StateError::Invalid(m) => Status::invalid_argument(m),
         StateError::NoJob(j) => Status::not_found(format!("no job {j}")),
+        e @ StateError::NameTaken(_) => Status::already_exists(e.to_string()),
+        e @ StateError::NoNode(_) => Status::not_found(e.to_string()),
         e => {
             tracing::error!("{e}");
             Status::internal(e.to_string())
@@ -94,9 +97,12 @@ impl Client for ClientService {
 
     async fn list_jobs(
         &self,
-        _: Request<pb::ListJobsRequest>,
+        req: Request<pb::ListJobsRequest>,
     ) -> Result<Response<pb::ListJobsReply>, Status> {
-        with_state(&self.0, |s| Ok(s.jobs())).await
+        let r = req.into_inner();
+        // u32::MAX means "everything" in process; over the wire it is just a large page.
+        let limit = r.limit.min(crate::state::MAX_PAGE);
+        with_state(&self.0, move |s| Ok(s.jobs_page(r.cursor, limit))).await
     }
 
     async fn get_job(
@@ -111,8 +117,9 @@ impl Client for ClientService {
         &self,
         req: Request<pb::ListTasksRequest>,
     ) -> Result<Response<pb::ListTasksReply>, Status> {
-        let id = req.into_inner().job_id;
-        with_state(&self.0, move |s| s.tasks(id)).await
+        let r = req.into_inner();
+        let limit = r.limit.min(crate::state::MAX_PAGE);
+        with_state(&self.0, move |s| s.tasks_page(r.job_id, r.cursor, limit)).await
     }
 
     async fn list_nodes(
@@ -120,6 +127,18 @@ impl Client for ClientService {
         _: Request<pb::ListNodesRequest>,
     ) -> Result<Response<pb::ListNodesReply>, Status> {
         with_state(&self.0, |s| Ok(s.nodes())).await
+    }
+
+    async fn remove_node(
+        &self,
+        req: Request<pb::RemoveNodeRequest>,
+    ) -> Result<Response<pb::RemoveNodeReply>, Status> {
+        let name = req.into_inner().name;
+        with_state(&self.0, move |s| {
+            s.remove_node(&name)
+                .map(|node_id| pb::RemoveNodeReply { node_id })
+        })
+        .await
     }
 
     async fn cancel(
@@ -131,17 +150,44 @@ impl Client for ClientService {
     }
 }
 
-/// Refuses calls without `authorization: Bearer <token>`.
+/// Who a call's token says the caller is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// A user: the `Client` service.
+    Client,
+    /// An agent: the `Agent` service.
+    Agent,
+}
+
+/// Admits a call only with the token of the service's role: `authorization: Bearer <token>`.
+/// A missing or unknown token is `Unauthenticated`; the other role's token is `PermissionDenied`
+/// (a user cannot register a node or send heartbeats; an agent cannot read jobs).
 #[derive(Clone)]
 pub struct CheckToken {
-    expected: Arc<str>,
+    role: Role,
+    client: Arc<str>,
+    agent: Arc<str>,
 }
 
 impl CheckToken {
-    /// A check for `token`.
-    pub fn new(token: &str) -> Self {
+    /// The check of the `role` service, knowing both credentials.
+    pub fn new(role: Role, creds: &Credentials) -> Self {
         Self {
-            expected: pb::bearer(token).into(),
+            role,
+            client: pb::bearer(&creds.client).into(),
+            agent: pb::bearer(&creds.agent).into(),
+        }
+    }
+
+    /// The role `value` (the metadata's bytes) proves, if any.
+    fn role_of(&self, value: &[u8]) -> Option<Role> {
+        // Both comparisons always run, so the time taken says nothing about which matched.
+        let client = same(value, self.client.as_bytes());
+        let agent = same(value, self.agent.as_bytes());
+        match (client, agent) {
+            (true, _) => Some(Role::Client),
+            (_, true) => Some(Role::Agent),
+            _ => None,
         }
     }
 }
@@ -153,12 +199,20 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 
 impl tonic::service::Interceptor for CheckToken {
     fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
-        match req.metadata().get(pb::AUTH_HEADER) {
-            Some(v) if same(v.as_bytes(), self.expected.as_bytes()) => Ok(req),
-            Some(_) => Err(Status::unauthenticated("wrong token")),
-            None => Err(Status::unauthenticated(
-                "missing token: send `authorization: Bearer <token>` (the token is in the server's data directory)",
+        let Some(v) = req.metadata().get(pb::AUTH_HEADER) else {
+            return Err(Status::unauthenticated(
+                "missing token: send `authorization: Bearer <token>` (the tokens are in the server's data directory)",
+            ));
+        };
+        match self.role_of(v.as_bytes()) {
+            Some(r) if r == self.role => Ok(req),
+            Some(Role::Client) => Err(Status::permission_denied(
+                "the client token cannot call the agent service: agents use DATA_DIR/agent-token",
             )),
+            Some(Role::Agent) => Err(Status::permission_denied(
+                "the agent token cannot call the client service: users use DATA_DIR/token",
+            )),
+            None => Err(Status::unauthenticated("wrong token")),
         }
     }
 }
@@ -167,13 +221,12 @@ impl tonic::service::Interceptor for CheckToken {
 pub async fn router(
     state: Shared,
     metrics: Arc<Metrics>,
-    token: &str,
+    creds: &Credentials,
     tls: Option<&TlsConfig>,
 ) -> Result<tonic::transport::server::Router, ServerError> {
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<AgentServer<AgentService>>().await;
     reporter.set_serving::<ClientServer<ClientService>>().await;
-    let check = CheckToken::new(token);
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = tls {
         let read = |p: &std::path::Path| {
@@ -190,7 +243,10 @@ pub async fn router(
         .add_service(health)
         .add_service(AgentServer::with_interceptor(
             AgentService(state.clone(), metrics),
-            check.clone(),
+            CheckToken::new(Role::Agent, creds),
         ))
-        .add_service(ClientServer::with_interceptor(ClientService(state), check)))
+        .add_service(ClientServer::with_interceptor(
+            ClientService(state),
+            CheckToken::new(Role::Client, creds),
+        )))
 }

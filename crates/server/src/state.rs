@@ -28,13 +28,15 @@ use crate::config::ServerConfig;
 use crate::metrics::{Metrics, Outcome};
 use crate::store::{JobRow, NodeRow, Store, StoreError, TaskRow, TaskState};
 use hetsched_core::input::InputError;
+use hetsched_core::input::limits;
 use hetsched_core::input::workload::{Command, MissingProfile, Workload, parse_workload};
 use hetsched_core::policy::batch::BatchPolicy;
 use hetsched_core::{
-    Accelerator, AppId, Application, Assignment, Node, NodeId, NodeReport, RackId, SchedulerView,
-    TaskId, Variant, ViewError,
+    AppId, Application, Assignment, Node, NodeId, NodeReport, SchedulerView, TaskId, Variant,
+    ViewError,
 };
 use hetsched_proto as pb;
+use prost::Message;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -46,6 +48,38 @@ pub const MAX_TASKS_PER_JOB: u64 = 1_000_000;
 
 /// Longest submission key accepted.
 pub const MAX_SUBMISSION_KEY: usize = 128;
+
+/// Largest heartbeat reply the server builds (encoded bytes): a quarter of the agents' 4 MiB
+/// decoding limit, so no job, however large its commands, makes a reply an agent cannot read.
+pub const REPLY_BUDGET: usize = 1 << 20;
+
+/// Most spec keys read from one heartbeat's `known_specs`.
+pub const MAX_KNOWN_SPECS: usize = 1024;
+
+/// Default page of a list call.
+pub const DEFAULT_PAGE: u32 = 1000;
+/// Largest page of a list call.
+pub const MAX_PAGE: u32 = 10_000;
+
+fn page_limit(limit: u32) -> usize {
+    match limit {
+        0 => DEFAULT_PAGE as usize,
+        // In-process callers (tests, metrics) ask for everything.
+        u32::MAX => usize::MAX,
+        n => n.min(MAX_PAGE) as usize,
+    }
+}
+
+/// How often a paused state tries the store again.
+pub const PROBE_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Longest working directory a submission may name.
+pub const MAX_WORKDIR: usize = 4096;
+
+/// The key of application `app`'s variant `v` in `TaskSpec`s and assignments.
+pub fn spec_key(app: u32, v: Variant) -> u64 {
+    u64::from(app) * 2 + u64::from(variant_code(v))
+}
 
 /// After a restart, a node gets this many dead-timeouts (at least 5 s) to heartbeat again.
 pub const RESTART_GRACE: u32 = 3;
@@ -65,9 +99,32 @@ pub enum StateError {
     /// No such job.
     #[error("no job {0}")]
     NoJob(u64),
+    /// No node of that name.
+    #[error("no node named `{0}`")]
+    NoNode(String),
+    /// A registration under a name that a live node with another identity holds.
+    #[error(
+        "node name `{0}` is held by a live agent with another identity (another agent on this \
+         host, or one with another work directory): give this agent its own --name, or stop the \
+         other one and retry once it is declared dead"
+    )]
+    NameTaken(String),
     /// The view refused (a bug, or a corrupt store).
     #[error("scheduler view: {0}")]
     View(#[from] ViewError),
+}
+
+/// Compares two secrets without an early exit.
+fn same_secret(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+fn node_json(spec: &Node) -> Result<String, StateError> {
+    serde_json::to_string(spec).map_err(|e| StateError::Invalid(format!("node description: {e}")))
 }
 
 /// Nanoseconds since the Unix epoch: the time base of the server's policies and records.
@@ -149,6 +206,11 @@ struct NodeRec {
     read_bps: f64,
     available_memory: u64,
     gpus: Vec<pb::GpuUtilisation>,
+    /// The identity of the agent that registered the node (empty: restored from a store written
+    /// before identities; the next registration sets it).
+    identity: String,
+    /// Removed by an operator (`hetsched node remove`): dead for good, unlisted, its name free.
+    removed: bool,
 }
 
 /// The server's whole state.
@@ -168,6 +230,12 @@ pub struct State {
     heartbeat_interval_ms: u64,
     /// Event counters (dispatch, results, lost tasks, submissions, decision time).
     metrics: Arc<Metrics>,
+    /// The configuration the state was built with (to rebuild it from the store).
+    config: ServerConfig,
+    /// Since when the store refuses writes: dispatch is paused (see [`State::heartbeat`]).
+    paused_since: Option<Instant>,
+    /// When the store was last tried while paused.
+    last_probe: Option<Instant>,
 }
 
 impl State {
@@ -176,6 +244,14 @@ impl State {
     /// heartbeats confirm or deny them (or the nodes are declared dead).
     pub fn open(config: &ServerConfig, store: Store) -> Result<Self, StateError> {
         let snap = store.load()?;
+        Self::from_snapshot(config, store, snap)
+    }
+
+    fn from_snapshot(
+        config: &ServerConfig,
+        store: Store,
+        snap: crate::store::Snapshot,
+    ) -> Result<Self, StateError> {
         let mut state = State {
             store,
             view: SchedulerView::new(),
@@ -190,6 +266,9 @@ impl State {
             estimate: config.profile_estimate.0.max(1),
             heartbeat_interval_ms: (config.heartbeat_interval.0 / 1_000_000).max(1),
             metrics: Arc::default(),
+            config: config.clone(),
+            paused_since: None,
+            last_probe: None,
         };
         for row in snap.nodes {
             let spec: Node = serde_json::from_str(&row.spec)
@@ -200,16 +279,22 @@ impl State {
                 );
             }
             state.view.add_node(spec.clone())?;
-            state.node_by_name.insert(row.name, row.id);
+            if row.removed {
+                state.view.set_alive(NodeId(row.id), false)?;
+            } else {
+                state.node_by_name.insert(row.name, row.id);
+            }
             state.nodes.push(NodeRec {
+                removed: row.removed,
                 spec,
-                alive: true,
+                alive: !row.removed,
                 seen: false,
                 last_seen: Instant::now(),
                 running: HashSet::new(),
                 read_bps: 0.0,
                 available_memory: 0,
                 gpus: Vec::new(),
+                identity: row.identity,
             });
         }
         for (i, t) in snap.tasks.iter().enumerate() {
@@ -372,42 +457,36 @@ impl State {
 
     // ---------------------------------------------------------------- agents
 
-    /// An agent (re-)registers: a new name gets the next node id; a known name gets its old id.
+    /// An agent (re-)registers: a new name gets the next node id; a known name gets its old id,
+    /// if the caller proves the identity that registered it, or if that node is dead (a
+    /// replacement agent takes the name over). A name held by a live node with another identity
+    /// is refused ([`StateError::NameTaken`]): two agents must not share a node.
     pub fn register(&mut self, req: pb::RegisterRequest) -> Result<pb::RegisterReply, StateError> {
-        if req.name.trim().is_empty() {
-            return Err(StateError::Invalid("node name must not be empty".into()));
-        }
-        if req.cores == 0 {
-            return Err(StateError::Invalid(format!(
-                "node `{}` has no cores",
-                req.name
-            )));
-        }
-        let positive = |x: f64, default: f64| if x.is_finite() && x > 0.0 { x } else { default };
-        let accelerators: Vec<Accelerator> = req
-            .accelerators
-            .iter()
-            .map(|a| Accelerator {
-                kind: a.kind.clone(),
-                memory_bytes: a.memory_bytes,
-                speed: positive(a.speed, 1.0),
-            })
-            .collect();
-        let mut spec = Node {
-            id: NodeId(0),
-            name: req.name.clone(),
-            rack: RackId(0),
-            cores: req.cores,
-            core_speed: positive(req.core_speed, 1.0),
-            memory_bytes: req.memory_bytes,
-            disk_read_bw: positive(req.disk_read_bw, 128e6),
-            net_bw: positive(req.net_bw, 125e6),
-            net_latency: 100_000,
-            accelerators,
-        };
+        let spec = crate::limits::node_spec(&req).map_err(StateError::Invalid)?;
+        crate::limits::identity(&req.identity).map_err(StateError::Invalid)?;
+        let mut spec = spec;
         let id = if let Some(&id) = self.node_by_name.get(&req.name) {
             spec.id = NodeId(id);
+            let rec = &self.nodes[id as usize];
+            let same = !rec.identity.is_empty() && same_secret(&rec.identity, &req.identity);
+            if !same && rec.alive && !rec.identity.is_empty() {
+                warn!(node = %req.name, "registration refused: the name is held by a live node with another identity");
+                return Err(StateError::NameTaken(req.name.clone()));
+            }
+            if !same {
+                // A replacement (or the first registration since identities were introduced):
+                // the node is now this agent's.
+                self.store.put_node(&NodeRow {
+                    id,
+                    name: req.name.clone(),
+                    spec: node_json(&self.nodes[id as usize].spec)?,
+                    identity: req.identity.clone(),
+                    removed: false,
+                })?;
+                info!(node = %req.name, id, "node name taken over by a new agent identity");
+            }
             let rec = &mut self.nodes[id as usize];
+            rec.identity = req.identity.clone();
             if rec.spec != spec {
                 warn!(
                     node = %req.name,
@@ -426,12 +505,12 @@ impl State {
         } else {
             let id = self.nodes.len() as u32;
             spec.id = NodeId(id);
-            let json = serde_json::to_string(&spec)
-                .map_err(|e| StateError::Invalid(format!("node description: {e}")))?;
             self.store.put_node(&NodeRow {
                 id,
                 name: req.name.clone(),
-                spec: json,
+                spec: node_json(&spec)?,
+                identity: req.identity.clone(),
+                removed: false,
             })?;
             self.view.add_node(spec.clone())?;
             self.node_by_name.insert(req.name.clone(), id);
@@ -444,6 +523,8 @@ impl State {
                 read_bps: 0.0,
                 available_memory: 0,
                 gpus: Vec::new(),
+                identity: req.identity.clone(),
+                removed: false,
             });
             info!(node = %req.name, id, cores = req.cores, gpus = req.accelerators.len(), "node registered");
             id
@@ -461,17 +542,32 @@ impl State {
         req: pb::HeartbeatRequest,
     ) -> Result<pb::HeartbeatReply, StateError> {
         let nid = NodeId(req.node_id);
+        let paused = self.paused();
         let Some(rec) = self.nodes.get_mut(nid.index()) else {
             return Ok(pb::HeartbeatReply {
                 reregister: true,
                 ..Default::default()
             });
         };
+        // Only the agent that registered the node speaks for it: another caller (or an agent of a
+        // server whose data directory was replaced) changes nothing and is told to register.
+        if rec.removed || rec.identity.is_empty() || !same_secret(&rec.identity, &req.identity) {
+            warn!(node = %rec.spec.name, "heartbeat with another identity than the node's: ignored");
+            return Ok(pb::HeartbeatReply {
+                reregister: true,
+                ..Default::default()
+            });
+        }
         rec.last_seen = Instant::now();
         rec.seen = true;
         rec.read_bps = req.read_bytes_per_sec;
         rec.available_memory = req.available_memory_bytes;
         rec.gpus = req.gpus.clone();
+        if paused {
+            // The store refuses writes: the node is alive (in memory), but nothing is recorded,
+            // so nothing is acknowledged (the agent keeps its results), assigned or reconciled.
+            return Ok(pb::HeartbeatReply::default());
+        }
         if !rec.alive {
             rec.alive = true;
             info!(node = %rec.spec.name, "node is back");
@@ -532,7 +628,49 @@ impl State {
             let start = Instant::now();
             let decisions = self.policy.on_node_update(&mut self.view, nid, now);
             self.metrics.decision(start.elapsed());
+            // Each application variant's command and environment go to a node once (the agent
+            // lists the specs it holds); the reply stops growing at REPLY_BUDGET, and what the
+            // policy decided beyond it goes back to the front of its queues for the next beat.
+            let known: HashSet<u64> = req
+                .known_specs
+                .iter()
+                .take(MAX_KNOWN_SPECS)
+                .copied()
+                .collect();
+            let mut sent: HashSet<u64> = HashSet::new();
+            let mut size = reply.encoded_len();
+            let mut deferred: Vec<Assignment> = Vec::new();
             for a in decisions {
+                if !deferred.is_empty() {
+                    deferred.push(a);
+                    continue;
+                }
+                let Some(t) = self.tasks.get(a.task.0 as usize) else {
+                    continue;
+                };
+                let key = spec_key(a.app.0, a.variant);
+                let assignment = pb::Assignment {
+                    task_id: t.id,
+                    attempt: t.attempt + 1,
+                    index: t.index,
+                    devices: a.devices.clone(),
+                    spec: key,
+                };
+                let spec = (!known.contains(&key) && !sent.contains(&key))
+                    .then(|| self.task_spec(a.app.0, a.variant));
+                // Field tag and length prefix: at most 6 bytes each.
+                let bytes =
+                    assignment.encoded_len() + 6 + spec.as_ref().map_or(0, |s| s.encoded_len() + 6);
+                if size + bytes > REPLY_BUDGET && !reply.assignments.is_empty() {
+                    deferred.push(a);
+                    continue;
+                }
+                size += bytes;
+                if let Some(spec) = spec {
+                    sent.insert(key);
+                    reply.specs.push(spec);
+                }
+                reply.assignments.push(assignment);
                 let Some(t) = self.tasks.get_mut(a.task.0 as usize) else {
                     continue;
                 };
@@ -547,14 +685,28 @@ impl State {
                 self.nodes[nid.index()].running.insert(t.id);
                 dirty.push(t.id);
                 self.metrics.dispatched(a.variant);
-                let t = &self.tasks[a.task.0 as usize];
-                reply.assignments.push(self.assignment_proto(t, a.variant));
+            }
+            if !deferred.is_empty() {
+                // The last first, so they keep their order at the front of their queues.
+                for a in deferred.iter().rev() {
+                    self.view.requeue(a);
+                }
+                info!(
+                    node = nid.0,
+                    deferred = deferred.len(),
+                    "reply size cap reached; the rest goes on the next heartbeat"
+                );
+                reply.more = true;
             }
         }
         self.commit(dirty, None)?;
         Ok(reply)
     }
 
+    /// Writes the rows an event changed in one transaction. If the store refuses (a full disk),
+    /// the event's changes to memory are rolled back — the state is rebuilt from the store, which
+    /// holds exactly what was committed before — and dispatch pauses until the store accepts
+    /// writes again: nothing is acknowledged, assigned, lost or failed meanwhile.
     fn commit(&mut self, mut dirty: Vec<u64>, cancel_job: Option<u64>) -> Result<(), StateError> {
         if dirty.is_empty() && cancel_job.is_none() {
             return Ok(());
@@ -562,11 +714,89 @@ impl State {
         dirty.sort_unstable();
         dirty.dedup();
         let tasks = &self.tasks;
-        self.store.update_tasks(
+        if let Err(e) = self.store.update_tasks(
             dirty.iter().filter_map(|&t| tasks.get(t as usize)),
             cancel_job,
-        )?;
+        ) {
+            self.roll_back(&e);
+            return Err(e.into());
+        }
         Ok(())
+    }
+
+    /// Undoes every change to memory since the last commit by rebuilding the state from the
+    /// store, keeps what the store does not hold (nodes' liveness and last figures), and pauses.
+    fn roll_back(&mut self, cause: &StoreError) {
+        tracing::error!(
+            "the store refused a write ({cause}): rolling memory back to the store and pausing \
+             dispatch until it accepts writes (is the disk full?)"
+        );
+        self.paused_since.get_or_insert_with(Instant::now);
+        self.last_probe = Some(Instant::now());
+        if let Err(e) = self.reload() {
+            tracing::error!("rebuilding the state from the store failed ({e}); staying paused");
+        }
+    }
+
+    /// Rebuilds the state from the store (see [`State::roll_back`]). On error, `self` is unchanged.
+    fn reload(&mut self) -> Result<(), StateError> {
+        let snap = self.store.load()?;
+        let mut fresh = Self::from_snapshot(&self.config, Store::in_memory()?, snap)?;
+        std::mem::swap(&mut fresh.store, &mut self.store);
+        for (new, old) in fresh.nodes.iter_mut().zip(&self.nodes) {
+            new.alive = old.alive;
+            new.seen = old.seen;
+            new.last_seen = old.last_seen;
+            new.read_bps = old.read_bps;
+            new.available_memory = old.available_memory;
+            new.gpus = old.gpus.clone();
+            if !old.alive {
+                fresh.view.set_alive(new.spec.id, false)?;
+            }
+        }
+        fresh.metrics = self.metrics.clone();
+        fresh.paused_since = self.paused_since;
+        fresh.last_probe = self.last_probe;
+        *self = fresh;
+        Ok(())
+    }
+
+    /// Whether dispatch is paused because the store refused a write; while paused, tries a small
+    /// write at most every [`PROBE_INTERVAL`] and resumes when it succeeds.
+    fn paused(&mut self) -> bool {
+        let Some(since) = self.paused_since else {
+            return false;
+        };
+        if self
+            .last_probe
+            .is_some_and(|t| t.elapsed() < PROBE_INTERVAL)
+        {
+            return true;
+        }
+        self.last_probe = Some(Instant::now());
+        match self.store.probe() {
+            Ok(()) => {
+                info!(after = ?since.elapsed(), "the store accepts writes again: dispatch resumes");
+                self.paused_since = None;
+                false
+            }
+            Err(e) => {
+                warn!("the store still refuses writes ({e}); dispatch stays paused");
+                true
+            }
+        }
+    }
+
+    /// Whether dispatch is paused because the store refuses writes.
+    pub fn is_paused(&self) -> bool {
+        self.paused_since.is_some()
+    }
+
+    /// Makes the store refuse (or accept again) every write as a full disk does: for tests of the
+    /// rollback path where a small filesystem cannot be mounted.
+    #[doc(hidden)]
+    pub fn simulate_full_disk(&mut self, full: bool) {
+        self.store.simulate_full_disk(full);
     }
 
     /// A result from node `nid`.
@@ -674,6 +904,11 @@ impl State {
     /// Nodes not heard from since this server started get [`RESTART_GRACE`] timeouts, so agents
     /// that were retrying during a restart reconnect before their tasks are given away.
     pub fn check_dead(&mut self, timeout: Duration) -> Result<(), StateError> {
+        if self.paused() {
+            // Nothing can be recorded: declaring nodes dead now would fail their tasks in memory
+            // only. Heartbeats keep `last_seen` fresh meanwhile.
+            return Ok(());
+        }
         let now = now_ns();
         let mut dirty = Vec::new();
         for i in 0..self.nodes.len() {
@@ -700,42 +935,29 @@ impl State {
         self.commit(dirty, None)
     }
 
-    fn assignment_proto(&self, t: &TaskRow, v: Variant) -> pb::Assignment {
-        let app = &self.apps[t.app as usize];
-        let job = &self.jobs[(app.job - 1) as usize];
+    /// What every task of `app`'s variant `v` runs, for an agent that does not hold it yet.
+    fn task_spec(&self, app: u32, v: Variant) -> pb::TaskSpec {
+        let rec = &self.apps[app as usize];
+        let job = &self.jobs[(rec.job - 1) as usize];
         let run = match v {
-            Variant::Cpu => app.cpu.as_ref(),
-            Variant::Gpu => app.gpu.as_ref(),
+            Variant::Cpu => rec.cpu.as_ref(),
+            Variant::Gpu => rec.gpu.as_ref(),
         };
-        let index = (t.id - app.first_task).to_string();
-        let (argv, mut env, limit) = match run {
+        let (argv, env, limit) = match run {
             Some(r) => {
                 let argv = match &r.command {
-                    Command::Shell(s) => vec![
-                        "sh".to_string(),
-                        "-c".to_string(),
-                        s.replace("{index}", &index),
-                    ],
-                    Command::Argv(v) => v.iter().map(|a| a.replace("{index}", &index)).collect(),
+                    Command::Shell(s) => vec!["sh".to_string(), "-c".to_string(), s.clone()],
+                    Command::Argv(v) => v.clone(),
                 };
                 (argv, r.env.clone(), r.time_limit_ms)
             }
             None => (Vec::new(), BTreeMap::new(), 0),
         };
-        env.insert("HETSCHED_JOB_ID".into(), job.row.id.to_string());
-        env.insert("HETSCHED_APP".into(), app.name.clone());
-        env.insert("HETSCHED_TASK_ID".into(), t.id.to_string());
-        env.insert("HETSCHED_TASK_INDEX".into(), index);
-        env.insert("HETSCHED_ATTEMPT".into(), t.attempt.to_string());
-        env.insert("HETSCHED_VARIANT".into(), v.to_string());
-        pb::Assignment {
-            task_id: t.id,
-            attempt: t.attempt,
+        pb::TaskSpec {
+            key: spec_key(app, v),
             job_id: job.row.id,
-            app: app.name.clone(),
-            index: (t.id - app.first_task) as u32,
+            app: rec.name.clone(),
             variant: v.to_string(),
-            devices: t.devices.clone(),
             argv,
             env: env.into_iter().collect(),
             workdir: job.row.workdir.clone(),
@@ -788,11 +1010,32 @@ impl State {
                 existing: true,
             });
         }
+        if workdir.len() > MAX_WORKDIR {
+            return Err(StateError::Invalid(format!(
+                "the working directory is {} bytes long; at most {MAX_WORKDIR}",
+                workdir.len()
+            )));
+        }
+        if text.len() > limits::MAX_JOB_FILE_BYTES {
+            return Err(StateError::Invalid(format!(
+                "{origin}: the job file is {} bytes; at most {} (2 MiB)",
+                text.len(),
+                limits::MAX_JOB_FILE_BYTES
+            )));
+        }
         let w = parse_workload(origin, text)?;
         w.check_commands()?;
-        let known: Vec<Node> = self.nodes.iter().map(|n| n.spec.clone()).collect();
-        if !known.is_empty() {
-            w.check_runnable(&known)?;
+        limits::check(&w)?;
+        // Live nodes only: a dead node's resources make no job runnable. With none alive (none
+        // registered yet, or all away), the job waits for nodes.
+        let live: Vec<Node> = self
+            .nodes
+            .iter()
+            .filter(|n| n.alive && !n.removed)
+            .map(|n| n.spec.clone())
+            .collect();
+        if !live.is_empty() {
+            w.check_runnable(&live)?;
         }
         let total = w.total_tasks();
         if total > MAX_TASKS_PER_JOB {
@@ -967,8 +1210,24 @@ impl State {
 
     /// Every job.
     pub fn jobs(&self) -> pb::ListJobsReply {
+        self.jobs_page(0, u32::MAX)
+    }
+
+    /// One page of jobs: from job id `cursor` (0 = the first), at most `limit` (0 = the default).
+    pub fn jobs_page(&self, cursor: u64, limit: u32) -> pb::ListJobsReply {
+        let limit = page_limit(limit);
+        let start = cursor.saturating_sub(1).min(self.jobs.len() as u64) as usize;
+        let end = start.saturating_add(limit).min(self.jobs.len());
         pb::ListJobsReply {
-            jobs: self.jobs.iter().map(|j| self.job_info(j, false)).collect(),
+            jobs: self.jobs[start..end]
+                .iter()
+                .map(|j| self.job_info(j, false))
+                .collect(),
+            next_cursor: if end < self.jobs.len() {
+                end as u64 + 1
+            } else {
+                0
+            },
         }
     }
 
@@ -982,6 +1241,17 @@ impl State {
 
     /// Tasks of one job (0 = all).
     pub fn tasks(&self, job: u64) -> Result<pb::ListTasksReply, StateError> {
+        self.tasks_page(job, 0, u32::MAX)
+    }
+
+    /// One page of a job's tasks (job 0 = every job): from task id `cursor` (0 = the first), at
+    /// most `limit` (0 = the default). The scheduler's lock is held for one page only.
+    pub fn tasks_page(
+        &self,
+        job: u64,
+        cursor: u64,
+        limit: u32,
+    ) -> Result<pb::ListTasksReply, StateError> {
         let range = if job == 0 {
             0..self.tasks.len() as u64
         } else {
@@ -990,7 +1260,11 @@ impl State {
                 .map(|j| j.tasks.clone())
                 .ok_or(StateError::NoJob(job))?
         };
-        let tasks = self.tasks[range.start as usize..range.end as usize]
+        let start = cursor.clamp(range.start, range.end);
+        let end = start
+            .saturating_add(page_limit(limit) as u64)
+            .min(range.end);
+        let tasks = self.tasks[start as usize..end as usize]
             .iter()
             .map(|t| {
                 let app = &self.apps[t.app as usize];
@@ -1017,7 +1291,43 @@ impl State {
                 }
             })
             .collect();
-        Ok(pb::ListTasksReply { tasks })
+        Ok(pb::ListTasksReply {
+            tasks,
+            next_cursor: if end < range.end { end } else { 0 },
+            total: range.end - range.start,
+        })
+    }
+
+    /// Removes a dead node (`hetsched node remove`): it is no longer listed, counted or offered
+    /// to policies, and its name is free for another agent. A live node is refused: stop its
+    /// agent first and wait until it is declared dead. (Its id stays taken: ids are dense.)
+    pub fn remove_node(&mut self, name: &str) -> Result<u32, StateError> {
+        let Some(&id) = self.node_by_name.get(name) else {
+            return Err(StateError::NoNode(name.to_string()));
+        };
+        let rec = &self.nodes[id as usize];
+        if rec.alive {
+            return Err(StateError::Invalid(format!(
+                "node `{name}` is alive (last heartbeat {} ms ago): stop its agent, wait until the \
+                 node is declared dead, then remove it",
+                rec.last_seen.elapsed().as_millis()
+            )));
+        }
+        self.store.put_node(&NodeRow {
+            id,
+            // The name is UNIQUE in the store: a removed node's row gives it up (`#` is not
+            // allowed in node names).
+            name: format!("#removed-{id}"),
+            spec: node_json(&rec.spec)?,
+            identity: String::new(),
+            removed: true,
+        })?;
+        self.node_by_name.remove(name);
+        let rec = &mut self.nodes[id as usize];
+        rec.removed = true;
+        rec.identity.clear();
+        info!(node = %name, id, "node removed");
+        Ok(id)
     }
 
     /// Every node.
@@ -1027,6 +1337,7 @@ impl State {
                 .nodes
                 .iter()
                 .enumerate()
+                .filter(|(_, n)| !n.removed)
                 .map(|(i, n)| {
                     let v = &self.view.nodes()[i];
                     pb::NodeInfo {

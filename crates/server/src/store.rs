@@ -138,6 +138,10 @@ pub struct NodeRow {
     pub name: String,
     /// `Node` as JSON.
     pub spec: String,
+    /// The identity of the agent that registered it (empty in stores from before identities).
+    pub identity: String,
+    /// Removed by an operator: kept for its id, never used again.
+    pub removed: bool,
 }
 
 /// Everything the store holds, for rebuilding the server's state at start.
@@ -154,6 +158,8 @@ pub struct Snapshot {
 /// The SQLite store.
 pub struct Store {
     conn: Connection,
+    /// Refuse every write as a full disk does (tests; see [`Store::simulate_full_disk`]).
+    full: bool,
 }
 
 const SCHEMA: &str = "
@@ -166,6 +172,7 @@ CREATE TABLE IF NOT EXISTS jobs(
 CREATE TABLE IF NOT EXISTS apps(
     id INTEGER PRIMARY KEY, job INTEGER NOT NULL REFERENCES jobs(id), idx INTEGER NOT NULL,
     name TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS tasks(
     id INTEGER PRIMARY KEY, app INTEGER NOT NULL REFERENCES apps(id), idx INTEGER NOT NULL,
     state INTEGER NOT NULL, attempt INTEGER NOT NULL, node INTEGER, variant INTEGER,
@@ -178,6 +185,8 @@ CREATE TABLE IF NOT EXISTS tasks(
 const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("jobs", "submission_key", "TEXT"),
     ("tasks", "failures", "INTEGER NOT NULL DEFAULT 0"),
+    ("nodes", "identity", "TEXT NOT NULL DEFAULT ''"),
+    ("nodes", "removed", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
 const INDEXES: &str =
@@ -223,7 +232,41 @@ impl Store {
             }
         }
         conn.execute_batch(INDEXES)?;
-        Ok(Self { conn })
+        Ok(Self { conn, full: false })
+    }
+
+    /// An empty store in memory (a placeholder while the state is rebuilt).
+    pub fn in_memory() -> Result<Self, StoreError> {
+        let conn = Connection::open_in_memory()?;
+        conn.execute_batch(SCHEMA)?;
+        Ok(Self { conn, full: false })
+    }
+
+    /// Makes every write fail with SQLite's "database or disk is full" (or stop failing):
+    /// for tests of what a full disk does where a small filesystem cannot be mounted.
+    pub fn simulate_full_disk(&mut self, full: bool) {
+        self.full = full;
+    }
+
+    fn check_full(&self) -> Result<(), StoreError> {
+        if self.full {
+            return Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+                Some("database or disk is full (simulated)".into()),
+            )));
+        }
+        Ok(())
+    }
+
+    /// A small durable write: whether the store accepts writes (again).
+    pub fn probe(&mut self) -> Result<(), StoreError> {
+        self.check_full()?;
+        self.conn.execute(
+            "INSERT INTO meta(key, value) VALUES ('probe', ?1)
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            params![rand::random::<u32>()],
+        )?;
+        Ok(())
     }
 
     /// Reads everything.
@@ -231,12 +274,14 @@ impl Store {
         let mut snap = Snapshot::default();
         let mut stmt = self
             .conn
-            .prepare("SELECT id, name, spec FROM nodes ORDER BY id")?;
+            .prepare("SELECT id, name, spec, identity, removed FROM nodes ORDER BY id")?;
         let rows = stmt.query_map([], |r| {
             Ok(NodeRow {
                 id: r.get(0)?,
                 name: r.get(1)?,
                 spec: r.get(2)?,
+                identity: r.get(3)?,
+                removed: r.get(4)?,
             })
         })?;
         for r in rows {
@@ -290,10 +335,12 @@ impl Store {
 
     /// Records a node (new, or its description changed).
     pub fn put_node(&mut self, node: &NodeRow) -> Result<(), StoreError> {
+        self.check_full()?;
         self.conn.execute(
-            "INSERT INTO nodes(id, name, spec) VALUES (?1, ?2, ?3)
-             ON CONFLICT(id) DO UPDATE SET name=excluded.name, spec=excluded.spec",
-            params![node.id, node.name, node.spec],
+            "INSERT INTO nodes(id, name, spec, identity, removed) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT(id) DO UPDATE SET name=excluded.name, spec=excluded.spec,
+                                           identity=excluded.identity, removed=excluded.removed",
+            params![node.id, node.name, node.spec, node.identity, node.removed],
         )?;
         Ok(())
     }
@@ -306,6 +353,7 @@ impl Store {
         apps: &[(u32, String)],
         tasks: &[TaskRow],
     ) -> Result<(), StoreError> {
+        self.check_full()?;
         let tx = self.conn.transaction()?;
         tx.execute(
             "INSERT INTO jobs(id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled,
@@ -353,6 +401,7 @@ impl Store {
         tasks: impl IntoIterator<Item = &'a TaskRow>,
         cancel_job: Option<u64>,
     ) -> Result<(), StoreError> {
+        self.check_full()?;
         let tx = self.conn.transaction()?;
         {
             let mut stmt = tx.prepare_cached(UPDATE_TASK)?;

@@ -51,6 +51,7 @@ fn counters_follow_results_losses_and_submissions_and_gauges_the_state() {
         State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
     let n = s
         .register(pb::RegisterRequest {
+            identity: common::IDENTITY.into(),
             name: "n".into(),
             cores: 2,
             memory_bytes: 1 << 30,

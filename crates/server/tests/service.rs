@@ -35,21 +35,21 @@ async fn health_is_open_and_everything_else_needs_the_token() {
     assert_eq!(health.status, ServingStatus::Serving as i32);
 
     let err = ClientClient::new(channel.clone())
-        .list_jobs(pb::ListJobsRequest {})
+        .list_jobs(pb::ListJobsRequest::default())
         .await
         .expect_err("no token");
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
 
     let wrong = pb::TokenInterceptor::new("not-the-token").expect("ascii");
     let err = ClientClient::with_interceptor(channel.clone(), wrong)
-        .list_jobs(pb::ListJobsRequest {})
+        .list_jobs(pb::ListJobsRequest::default())
         .await
         .expect_err("wrong token");
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
 
     let right = pb::TokenInterceptor::new(&server.token).expect("ascii");
     let jobs = ClientClient::with_interceptor(channel, right)
-        .list_jobs(pb::ListJobsRequest {})
+        .list_jobs(pb::ListJobsRequest::default())
         .await
         .expect("the right token is accepted")
         .into_inner();

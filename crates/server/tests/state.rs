@@ -45,6 +45,7 @@ fn open(d: &Path) -> State {
 
 fn register(s: &mut State, name: &str, cores: u32) -> u32 {
     s.register(pb::RegisterRequest {
+        identity: common::IDENTITY.into(),
         name: name.into(),
         cores,
         memory_bytes: 1 << 30,
@@ -91,7 +92,13 @@ fn a_heartbeat_fills_free_cores_and_a_result_frees_them() {
     s.submit("job.toml", JOB, "/").expect("submit");
     let r = beat(&mut s, n, &[], &[]);
     assert_eq!(assigned(&r), vec![(0, 1), (1, 1)]);
-    assert_eq!(r.assignments[0].argv, vec!["sh", "-c", "true"]);
+    assert_eq!(
+        r.specs.len(),
+        1,
+        "one spec for the two tasks of one application"
+    );
+    assert_eq!(r.specs[0].argv, vec!["sh", "-c", "true"]);
+    assert_eq!(r.assignments[1].spec, r.specs[0].key);
     let r = beat(&mut s, n, &[(1, 1)], &[(0, 1, true)]);
     assert_eq!(r.acked.len(), 1);
     assert_eq!(
@@ -332,4 +339,41 @@ fn without_retries_a_failure_is_final() {
     let r = beat(&mut s, n, &[], &[(0, 1, false)]);
     assert_eq!(assigned(&r), vec![(1, 1)], "the next task, not a retry");
     assert_eq!(states(&s)[0], ("failed".into(), 1));
+}
+
+#[test]
+fn list_calls_come_in_pages_that_join_up_to_the_whole_listing() {
+    let d = dir("pages");
+    let mut s = open(&d);
+    let big =
+        "[[application]]\nname = \"p\"\ntasks = 2500\n[application.cpu]\ncommand = \"true\"\n";
+    s.submit("big.toml", big, "/").expect("submit");
+    s.submit("job.toml", JOB, "/").expect("submit");
+    let first = s.tasks_page(1, 0, 0).expect("page");
+    assert_eq!(first.tasks.len(), 1000, "the default page");
+    assert_eq!((first.next_cursor, first.total), (1000, 2500));
+    let mut ids: Vec<u64> = first.tasks.iter().map(|t| t.id).collect();
+    let mut cursor = first.next_cursor;
+    while cursor != 0 {
+        let page = s.tasks_page(1, cursor, 700).expect("page");
+        assert!(page.tasks.len() <= 700);
+        ids.extend(page.tasks.iter().map(|t| t.id));
+        cursor = page.next_cursor;
+    }
+    assert_eq!(ids, (0..2500).collect::<Vec<u64>>());
+    // A page never exceeds the largest allowed, and job 2's pages hold only its tasks.
+    assert_eq!(s.tasks_page(0, 0, 10_000).expect("page").tasks.len(), 2503);
+    let two = s.tasks_page(2, 0, 0).expect("page");
+    assert_eq!(
+        two.tasks.iter().map(|t| t.id).collect::<Vec<_>>(),
+        vec![2500, 2501, 2502]
+    );
+    assert_eq!(two.next_cursor, 0);
+    let jobs = s.jobs_page(0, 1);
+    assert_eq!(
+        (jobs.jobs.len(), jobs.jobs[0].id, jobs.next_cursor),
+        (1, 1, 2)
+    );
+    let jobs = s.jobs_page(2, 1);
+    assert_eq!((jobs.jobs[0].id, jobs.next_cursor), (2, 0));
 }

@@ -26,6 +26,10 @@ pub struct BenchArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Agents acknowledge each task as succeeded without starting a process: the scheduler's
+    /// own ceiling (server, store, heartbeats), apart from process start-up.
+    #[arg(long)]
+    pub scheduler_only: bool,
 }
 
 struct Children(Vec<Child>);
@@ -37,6 +41,17 @@ impl Drop for Children {
             let _ = c.wait();
         }
     }
+}
+
+/// CPU time (user + system) process `pid` has used, in seconds (fields 14 and 15 of
+/// `/proc/PID/stat`, in clock ticks of 1/100 s: Linux's USER_HZ).
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace().skip(11); // field 14 is the 12th after `)`
+    let utime: u64 = f.next()?.parse().ok()?;
+    let stime: u64 = f.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
 }
 
 /// Peak resident set size in KiB of process `pid`.
@@ -93,6 +108,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     children.0.push(server);
     let addr = wait_for_file(&dir.join("server/address"), Duration::from_secs(30))?;
     let token_file = dir.join("server/token");
+    let agent_token_file = dir.join("server/agent-token");
     let url = format!("http://{addr}");
     for i in 0..args.agents {
         let agent = std::process::Command::new(&exe)
@@ -100,9 +116,10 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             .arg("--cores")
             .arg(args.slots.to_string())
             .arg("--token-file")
-            .arg(&token_file)
+            .arg(&agent_token_file)
             .arg("--work-dir")
             .arg(dir.join(format!("agent-{i}")))
+            .args(args.scheduler_only.then_some("--no-exec"))
             .stdout(Stdio::null())
             .stderr(log(&format!("agent-{i}"))?)
             .env("RUST_LOG", "warn")
@@ -112,7 +129,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let (elapsed, job) = rt.block_on(async {
+    let (elapsed, job, server_cpu) = rt.block_on(async {
         let token = std::fs::read_to_string(&token_file)?;
         let mut api = connect_with(&url, token.trim(), None).await?;
         let start = Instant::now();
@@ -129,6 +146,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             args.tasks
         );
         let start = Instant::now();
+        let cpu_before = cpu_seconds(server_pid).unwrap_or(0.0);
         let reply = api
             .submit(pb::SubmitRequest {
                 origin: "bench.toml".into(),
@@ -146,7 +164,8 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
                 .await?
                 .into_inner();
             if super::client::is_final(&j.state) {
-                return Ok::<_, anyhow::Error>((start.elapsed(), j));
+                let cpu = cpu_seconds(server_pid).unwrap_or(0.0) - cpu_before;
+                return Ok::<_, anyhow::Error>((start.elapsed(), j, cpu));
             }
             if start.elapsed() > Duration::from_secs(600) {
                 bail!("not finished after 600 s");
@@ -161,21 +180,33 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let rate = ok as f64 / elapsed.as_secs_f64();
     if args.json {
         println!(
-            "{{\"tasks\":{},\"succeeded\":{ok},\"agents\":{},\"slots\":{},\"seconds\":{:.3},\"tasks_per_sec\":{rate:.0},\"server_vmhwm_kib\":{}}}",
+            "{{\"tasks\":{},\"succeeded\":{ok},\"agents\":{},\"slots\":{},\"scheduler_only\":{},\"seconds\":{:.3},\"tasks_per_sec\":{rate:.0},\"server_cpu_seconds\":{server_cpu:.2},\"server_vmhwm_kib\":{}}}",
             args.tasks,
             args.agents,
             args.slots,
+            args.scheduler_only,
             elapsed.as_secs_f64(),
             hwm.unwrap_or(0)
         );
     } else {
         println!(
-            "{} `true` tasks ({ok} succeeded) through 1 server and {} agents × {} slots on loopback",
-            args.tasks, args.agents, args.slots
+            "{} `true` tasks ({ok} succeeded) through 1 server and {} agents × {} slots on loopback{}",
+            args.tasks,
+            args.agents,
+            args.slots,
+            if args.scheduler_only {
+                " (scheduler only: no processes started)"
+            } else {
+                ""
+            }
         );
         println!(
             "  {:.3} s from submission to the last success: {rate:.0} tasks/s",
             elapsed.as_secs_f64()
+        );
+        println!(
+            "  server CPU (user + system) from submission to the end: {server_cpu:.2} s ({:.1} ms per 1000 tasks)",
+            server_cpu * 1e6 / args.tasks.max(1) as f64
         );
         println!(
             "  server peak RSS (VmHWM): {} KiB; agents: {:?} KiB",

@@ -16,6 +16,7 @@ pub type Api = ClientClient<InterceptedService<Channel, pb::TokenInterceptor>>;
 /// Connects to the server named in `args` with its token.
 pub async fn connect(args: &ClientArgs) -> anyhow::Result<Api> {
     let token = super::serve::read_token(&args.token_file)?;
+    super::serve::check_tls(&args.server, args.ca.is_some())?;
     let ca = match &args.ca {
         Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),
         None => None,
@@ -41,6 +42,20 @@ fn refused(s: tonic::Status) -> anyhow::Error {
         tonic::Code::InvalidArgument | tonic::Code::NotFound => anyhow::anyhow!("{}", s.message()),
         tonic::Code::Unauthenticated => {
             anyhow::anyhow!("the server refused the token: {}", s.message())
+        }
+        tonic::Code::PermissionDenied => {
+            anyhow::anyhow!("the server refused this call: {}", s.message())
+        }
+        // Plain HTTP/2 to a TLS port: the server drops the connection before any answer.
+        code if code == tonic::Code::Cancelled
+            || code == tonic::Code::Unknown
+            || s.message().contains("h2 protocol error") =>
+        {
+            anyhow::anyhow!(
+                "server: {} ({:?}); if the server uses TLS, use an https:// URL with --ca",
+                s.message(),
+                s.code()
+            )
         }
         _ => anyhow::anyhow!("server: {} ({:?})", s.message(), s.code()),
     }
@@ -89,9 +104,35 @@ fn retryable(s: &tonic::Status) -> bool {
         s.code(),
         tonic::Code::Unavailable
             | tonic::Code::Unknown
-            | tonic::Code::Cancelled
             | tonic::Code::DeadlineExceeded
             | tonic::Code::Aborted
+    )
+}
+
+/// Whether the server at `url` (an `http://` URL) answers plain HTTP/2 like a TLS server: a TLS
+/// alert, or the connection closed without a word, where a plain gRPC server answers the HTTP/2
+/// preface with a SETTINGS frame. Used to tell "wrong scheme" (final) from a lost answer (retried).
+async fn speaks_tls(url: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some(authority) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let authority = authority.split('/').next().unwrap_or(authority);
+    let probe = async {
+        let mut s = tokio::net::TcpStream::connect(authority).await.ok()?;
+        s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+            .await
+            .ok()?;
+        let mut first = [0u8; 1];
+        match s.read(&mut first).await {
+            Ok(0) => Some(true),
+            Ok(_) => Some(first[0] == 0x15 || first[0] == 0x16),
+            Err(_) => Some(true),
+        }
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(2), probe).await,
+        Ok(Some(true))
     )
 }
 
@@ -118,6 +159,18 @@ pub async fn submit_with_retries(
         };
         match api.submit(req.clone()).await {
             Ok(r) => return Ok((api, r.into_inner())),
+            Err(s)
+                if retryable(&s)
+                    && args.server.starts_with("http://")
+                    && speaks_tls(&args.server).await =>
+            {
+                bail!(
+                    "the server at {} speaks TLS: use an https:// URL with --ca ({}: {})",
+                    args.server,
+                    s.code(),
+                    s.message()
+                );
+            }
             Err(s) if retryable(&s) && !last => {
                 eprintln!(
                     "warning: submission got no answer ({}: {}); retrying in {delay:?} with the same key",
@@ -168,12 +221,28 @@ pub async fn submit(
 
 /// `hetsched jobs`.
 pub async fn jobs(args: &ClientArgs) -> anyhow::Result<()> {
-    let reply = connect(args)
-        .await?
-        .list_jobs(pb::ListJobsRequest {})
-        .await
-        .map_err(refused)?
-        .into_inner();
+    let mut api = connect(args).await?;
+    let mut all = Vec::new();
+    let mut cursor = 0;
+    loop {
+        let page = api
+            .list_jobs(pb::ListJobsRequest {
+                cursor,
+                limit: PAGE,
+            })
+            .await
+            .map_err(refused)?
+            .into_inner();
+        all.extend(page.jobs);
+        if page.next_cursor == 0 {
+            break;
+        }
+        cursor = page.next_cursor;
+    }
+    let reply = pb::ListJobsReply {
+        jobs: all,
+        next_cursor: 0,
+    };
     if args.output == Output::Json {
         return json(&reply.jobs);
     }
@@ -268,24 +337,68 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
 }
 
 /// `hetsched tasks`.
-pub async fn tasks(args: &ClientArgs, job: Option<u64>) -> anyhow::Result<()> {
-    let reply = connect(args)
-        .await?
-        .list_tasks(pb::ListTasksRequest {
-            job_id: job.unwrap_or(0),
-        })
-        .await
-        .map_err(refused)?
-        .into_inner();
+/// Page size the list commands ask for.
+const PAGE: u32 = 1000;
+
+/// `hetsched tasks`: pages through the listing (the server holds its lock for one page at a
+/// time), printing each page as it arrives: a table per page, or one JSON array streamed.
+pub async fn tasks(args: &ClientArgs, job: Option<u64>, limit: Option<u64>) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut api = connect(args).await?;
+    let mut cursor = 0;
+    let mut shown = 0u64;
+    let out = std::io::stdout();
+    let mut out = std::io::BufWriter::new(out.lock());
     if args.output == Output::Json {
-        return json(&reply.tasks);
+        write!(out, "[")?;
     }
-    print_tasks(&reply.tasks);
+    loop {
+        let want = limit.map_or(PAGE as u64, |l| l.saturating_sub(shown).min(PAGE as u64));
+        if want == 0 {
+            break;
+        }
+        let page = api
+            .list_tasks(pb::ListTasksRequest {
+                job_id: job.unwrap_or(0),
+                cursor,
+                limit: want as u32,
+            })
+            .await
+            .map_err(refused)?
+            .into_inner();
+        if args.output == Output::Json {
+            for t in &page.tasks {
+                if shown > 0 {
+                    write!(out, ",")?;
+                }
+                write!(out, "\n{}", serde_json::to_string(t)?)?;
+                shown += 1;
+            }
+        } else {
+            shown += page.tasks.len() as u64;
+            if !page.tasks.is_empty() {
+                writeln!(out, "{}", tasks_table(&page.tasks))?;
+            }
+        }
+        out.flush()?;
+        if page.next_cursor == 0 {
+            break;
+        }
+        cursor = page.next_cursor;
+    }
+    if args.output == Output::Json {
+        writeln!(out, "\n]")?;
+    }
+    out.flush()?;
     Ok(())
 }
 
 /// Prints tasks as a table.
 pub fn print_tasks(tasks: &[pb::TaskInfo]) {
+    println!("{}", tasks_table(tasks));
+}
+
+fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
     let mut t = table(&[
         "task", "job", "app", "index", "state", "attempt", "node", "variant", "devices",
         "run time", "message",
@@ -317,7 +430,7 @@ pub fn print_tasks(tasks: &[pb::TaskInfo]) {
             x.message.clone(),
         ]);
     }
-    println!("{t}");
+    t
 }
 
 /// `hetsched nodes`.
@@ -368,6 +481,25 @@ pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
     }
     println!("{t}");
     Ok(())
+}
+
+/// `hetsched node remove NAME`.
+pub async fn remove_node(args: &ClientArgs, name: &str) -> anyhow::Result<()> {
+    let reply = connect(args)
+        .await?
+        .remove_node(pb::RemoveNodeRequest {
+            name: name.to_string(),
+        })
+        .await
+        .map_err(refused)?
+        .into_inner();
+    match args.output {
+        Output::Json => json(&reply),
+        Output::Table => {
+            println!("node `{name}` (id {}) removed", reply.node_id);
+            Ok(())
+        }
+    }
 }
 
 /// `hetsched cancel`.

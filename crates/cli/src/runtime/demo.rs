@@ -105,7 +105,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     for (name, gpus) in [("cpu-node-1", 0), ("cpu-node-2", 0), ("gpu-node", 1)] {
         let opts = hetsched_agent::AgentOptions {
             server: url.clone(),
-            token: server.token.clone(),
+            token: server.agent_token.clone(),
             ca_pem: None,
             name: name.to_string(),
             resources: hetsched_agent::detect::Resources {
@@ -122,6 +122,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             core_speed: 1.0,
             disk_read_bw: 200e6,
             work_dir: dir.join(name),
+            no_exec: false,
         };
         println!(
             "agent {name}: 1 core{}",
@@ -177,6 +178,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let tasks = api
         .list_tasks(pb::ListTasksRequest {
             job_id: reply.job_id,
+            // The demo's job has a few dozen tasks: one page.
+            limit: 10_000,
+            ..Default::default()
         })
         .await?
         .into_inner()

@@ -45,11 +45,14 @@ pub enum RuntimeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// List tasks (of one job, or of every job).
+    /// List tasks (of one job, or of every job), page by page as they arrive.
     Tasks {
         /// Only this job's tasks.
         #[arg(long)]
         job: Option<u64>,
+        /// Show at most this many tasks (default: all).
+        #[arg(long)]
+        limit: Option<u64>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -58,6 +61,9 @@ pub enum RuntimeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Manage nodes (`hetsched node remove NAME`).
+    #[command(subcommand)]
+    Node(NodeCommand),
     /// Wait until a job finishes; fails unless every task succeeded.
     Wait {
         /// Job id.
@@ -83,6 +89,19 @@ pub enum RuntimeCommand {
     /// A demo task: a dense LU, QR or Cholesky solve with faer (what `demo` runs).
     #[command(hide = true)]
     Kernel(kernel::KernelArgs),
+}
+
+/// `hetsched node …`.
+#[derive(Debug, Subcommand)]
+pub enum NodeCommand {
+    /// Remove a dead node: it is no longer listed, counted in submission checks or offered to
+    /// the policy, and its name is free for another agent. A live node is refused.
+    Remove {
+        /// The node's name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
 }
 
 /// How read commands print.
@@ -142,7 +161,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         } => client::submit(&client, &file, wait, submission_key).await,
         RuntimeCommand::Jobs { client } => client::jobs(&client).await,
         RuntimeCommand::Job { id, client } => client::job(&client, id).await,
-        RuntimeCommand::Tasks { job, client } => client::tasks(&client, job).await,
+        RuntimeCommand::Tasks { job, limit, client } => client::tasks(&client, job, limit).await,
         RuntimeCommand::Nodes { client } => client::nodes(&client).await,
         RuntimeCommand::Wait {
             id,
@@ -150,6 +169,9 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             client,
         } => client::wait(&client, id, timeout.map(Into::into)).await,
         RuntimeCommand::Cancel { id, client } => client::cancel(&client, id).await,
+        RuntimeCommand::Node(NodeCommand::Remove { name, client }) => {
+            client::remove_node(&client, &name).await
+        }
         RuntimeCommand::Demo(a) => demo::run(a).await,
         RuntimeCommand::Kernel(_) | RuntimeCommand::BenchDispatch(_) => Ok(()),
     }

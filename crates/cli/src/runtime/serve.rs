@@ -1,7 +1,7 @@
 //! `hetsched server` and `hetsched agent`: configuration files plus flags, then the long-running
 //! loops of the `hetsched-server` and `hetsched-agent` crates until Ctrl-C or SIGTERM.
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use clap::Args;
 use hetsched_agent::config::AgentConfig;
 use hetsched_core::policy::batch::BatchPolicyKind;
@@ -48,8 +48,8 @@ pub struct AgentArgs {
     /// Unique node name (default: the host name).
     #[arg(long)]
     pub name: Option<String>,
-    /// File holding the server's token.
-    #[arg(long, env = "HETSCHED_TOKEN_FILE")]
+    /// File holding the server's agent token (default: hetsched-data/agent-token).
+    #[arg(long, env = "HETSCHED_AGENT_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
     /// CA certificate (PEM) for an `https://` server.
     #[arg(long, env = "HETSCHED_CA")]
@@ -57,9 +57,14 @@ pub struct AgentArgs {
     /// Cores to offer (default: detected).
     #[arg(long)]
     pub cores: Option<u32>,
-    /// Directory for task outputs.
+    /// Work directory: task outputs, the running-task record and the agent's identity; one per
+    /// agent (default: $XDG_STATE_HOME/hetsched/agent-NAME, ~/.local/state/…, or
+    /// /var/lib/hetsched/agent-NAME for root).
     #[arg(long)]
     pub work_dir: Option<PathBuf>,
+    /// Benchmarks only: acknowledge every task as succeeded without starting a process.
+    #[arg(long, hide = true)]
+    pub no_exec: bool,
 }
 
 fn nanos(d: humantime::Duration) -> u64 {
@@ -118,11 +123,12 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
     }
     let handle = hetsched_server::start(config.clone()).await?;
     println!(
-        "hetsched server listening on {} (policy {}, data in {}, token in {})",
+        "hetsched server listening on {} (policy {}, data in {}, client token in {}, agent token in {})",
         handle.addr,
         config.policy,
         config.data_dir.display(),
-        hetsched_server::token_path(&config.data_dir).display()
+        hetsched_server::token_path(&config.data_dir).display(),
+        hetsched_server::agent_token_path(&config.data_dir).display()
     );
     if let Some(h) = handle.http_addr {
         println!("metrics on http://{h}/metrics");
@@ -132,15 +138,42 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Reads the token from `path`.
+/// Reads a token from `path`: refuses an empty file and warns when other users may read it.
 pub fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
+    use std::os::unix::fs::MetadataExt;
     let t = std::fs::read_to_string(path).with_context(|| {
         format!(
-            "reading the token from {} (the server writes it to DATA_DIR/token; pass --token-file)",
+            "reading the token from {} (the server writes DATA_DIR/token for users and \
+             DATA_DIR/agent-token for agents; pass --token-file)",
             path.display()
         )
     })?;
-    Ok(t.trim().to_string())
+    if let Ok(m) = std::fs::metadata(path)
+        && m.mode() & 0o077 != 0
+    {
+        eprintln!(
+            "warning: {} is readable by other users (mode {:o}): `chmod 600` it",
+            path.display(),
+            m.mode() & 0o777
+        );
+    }
+    let t = t.trim();
+    if t.is_empty() {
+        bail!("{}: the token file is empty", path.display());
+    }
+    Ok(t.to_string())
+}
+
+/// Refuses a CA certificate with a plain `http://` URL: the token would travel in clear while
+/// the user believes TLS protects it.
+pub fn check_tls(server: &str, ca: bool) -> anyhow::Result<()> {
+    if ca && !server.starts_with("https://") {
+        bail!(
+            "a CA certificate (--ca / HETSCHED_CA) is given but the server URL `{server}` is not \
+             https://: the token would travel in clear; use an https:// URL"
+        );
+    }
+    Ok(())
 }
 
 fn host_name() -> String {
@@ -172,9 +205,11 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
         .token_file
         .clone()
         .or(config.token_file.clone())
-        .unwrap_or_else(|| PathBuf::from("hetsched-data/token"));
+        .unwrap_or_else(|| PathBuf::from("hetsched-data/agent-token"));
     let token = read_token(&token_file)?;
-    let ca_pem = match a.ca.clone().or(config.ca.clone()) {
+    let ca = a.ca.clone().or(config.ca.clone());
+    check_tls(&server, ca.is_some())?;
+    let ca_pem = match ca {
         Some(p) => Some(std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?),
         None => None,
     };
@@ -198,6 +233,16 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
         .clone()
         .or(config.name.clone())
         .unwrap_or_else(host_name);
+    let work_dir = match a.work_dir.clone().or(config.work_dir.clone()) {
+        Some(d) => d,
+        None => hetsched_agent::workdir::default_dir(
+            &name,
+            hetsched_agent::workdir::euid(),
+            std::env::var("XDG_STATE_HOME").ok().as_deref(),
+            std::env::var("HOME").ok().as_deref(),
+        )
+        .context("no private default work directory (neither XDG_STATE_HOME nor HOME is set): pass --work-dir")?,
+    };
     Ok(hetsched_agent::AgentOptions {
         server,
         token,
@@ -214,12 +259,9 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
         },
         core_speed: config.core_speed.unwrap_or(1.0),
         disk_read_bw: config.disk_read.map_or(200e6, |b| b.0),
-        work_dir: a
-            .work_dir
-            .clone()
-            .or(config.work_dir.clone())
-            .unwrap_or_else(|| std::env::temp_dir().join(format!("hetsched-agent-{name}"))),
+        work_dir,
         name,
+        no_exec: a.no_exec,
     })
 }
 

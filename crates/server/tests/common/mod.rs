@@ -2,6 +2,9 @@
 
 use hetsched_proto as pb;
 
+/// The identity every test agent registers and heartbeats with (unless a test forges another).
+pub const IDENTITY: &str = "test-agent-identity";
+
 /// A heartbeat from `node` reporting `running` (task, attempt) and `results` (task, attempt,
 /// success); everything else default.
 pub fn heartbeat_request(
@@ -31,6 +34,7 @@ pub fn heartbeat_request(
                 ..Default::default()
             })
             .collect(),
+        identity: IDENTITY.into(),
         ..Default::default()
     }
 }

@@ -1,0 +1,188 @@
+//! The agent's work directory and its identity.
+//!
+//! The work directory holds the record of running tasks (`running.tasks`, from which a restarted
+//! agent kills process groups: often as root), task outputs and the agent's identity, so nobody
+//! else may write into it. [`prepare`] creates it with mode 0700 and refuses one reached through a
+//! symbolic link or owned by another user; it closes group and other permissions on one of ours.
+//!
+//! The identity (`WORK_DIR/identity`, 256 random bits in hex, mode 0600) is created once and
+//! kept: it proves to the server that heartbeats for a node come from the agent that registered
+//! it, and it tells two agents started under one name apart (the second is refused while the
+//! first lives). An agent restarted with the same work directory is the same agent.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use tracing::warn;
+
+/// The identity's file name in the work directory.
+pub const IDENTITY: &str = "identity";
+
+/// `O_NOFOLLOW`: open no file through a symbolic link planted in its place.
+pub fn no_follow() -> i32 {
+    nix::fcntl::OFlag::O_NOFOLLOW.bits()
+}
+
+fn refuse(path: &Path, message: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::PermissionDenied,
+        format!("{}: {message}", path.display()),
+    )
+}
+
+/// Creates `dir` (mode 0700, with missing parents) or checks an existing one: a real directory
+/// (not a symlink), owned by this user; group and other permissions are removed.
+pub fn prepare(dir: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?,
+        Err(e) => return Err(e),
+        Ok(_) => {}
+    }
+    let meta = std::fs::symlink_metadata(dir)?;
+    if meta.file_type().is_symlink() {
+        return Err(refuse(
+            dir,
+            "the work directory is a symbolic link; refusing to use it (give the real directory)",
+        ));
+    }
+    if !meta.is_dir() {
+        return Err(refuse(dir, "not a directory"));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(refuse(
+            dir,
+            format!(
+                "the work directory is owned by user {}, not by this agent's user ({me}); \
+                 refusing to use it (someone may have planted files there)",
+                meta.uid()
+            ),
+        ));
+    }
+    if meta.mode() & 0o077 != 0 {
+        warn!(dir = %dir.display(), "work directory was open to other users: setting it to 0700");
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// This process's effective user id.
+pub fn euid() -> u32 {
+    nix::unistd::geteuid().as_raw()
+}
+
+/// The default work directory of agent `name` for a user with effective uid `euid`:
+/// `$XDG_STATE_HOME/hetsched/agent-NAME` when that is set, else `/var/lib/hetsched/agent-NAME`
+/// for root, else `$HOME/.local/state/hetsched/agent-NAME`. Never a shared directory such as
+/// `/tmp`.
+pub fn default_dir(
+    name: &str,
+    euid: u32,
+    xdg_state_home: Option<&str>,
+    home: Option<&str>,
+) -> Option<PathBuf> {
+    let leaf = format!("agent-{name}");
+    if let Some(x) = xdg_state_home.filter(|x| Path::new(x).is_absolute()) {
+        return Some(PathBuf::from(x).join("hetsched").join(leaf));
+    }
+    if euid == 0 {
+        return Some(PathBuf::from("/var/lib/hetsched").join(leaf));
+    }
+    home.filter(|h| Path::new(h).is_absolute())
+        .map(|h| PathBuf::from(h).join(".local/state/hetsched").join(leaf))
+}
+
+/// Reads the agent's identity from `dir`, creating it the first time.
+pub fn identity(dir: &Path) -> std::io::Result<String> {
+    let path = dir.join(IDENTITY);
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(no_follow())
+        .open(&path)
+    {
+        Ok(mut f) => {
+            let mut s = String::new();
+            f.read_to_string(&mut s)?;
+            let id = s.trim();
+            if id.len() < 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(refuse(
+                    &path,
+                    "not an agent identity (expected 64 hex digits); delete it to create a new one",
+                ));
+            }
+            Ok(id.to_string())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let bytes: [u8; 32] = rand::random();
+            let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)?;
+            f.write_all(id.as_bytes())?;
+            f.sync_all()?;
+            Ok(id)
+        }
+        Err(e) => Err(refuse(&path, e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("hetsched-workdir-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn a_new_work_directory_is_private_and_keeps_its_identity() {
+        let d = scratch("new").join("agent-a");
+        prepare(&d).expect("prepare");
+        assert_eq!(std::fs::metadata(&d).expect("meta").mode() & 0o777, 0o700);
+        let id = identity(&d).expect("identity");
+        assert_eq!(id.len(), 64);
+        assert_eq!(identity(&d).expect("again"), id, "stable across restarts");
+        assert_eq!(
+            std::fs::metadata(d.join(IDENTITY)).expect("meta").mode() & 0o777,
+            0o600
+        );
+        let _ = std::fs::remove_dir_all(d.parent().expect("parent"));
+    }
+
+    #[test]
+    fn a_symlinked_work_directory_is_refused() {
+        let d = scratch("link");
+        let real = d.join("real");
+        std::fs::create_dir_all(&real).expect("real");
+        let link = d.join("agent-x");
+        std::os::unix::fs::symlink(&real, &link).expect("symlink");
+        let e = prepare(&link).expect_err("refused");
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn the_default_is_private_to_the_user_never_tmp() {
+        assert_eq!(
+            default_dir("n", 0, None, Some("/root")),
+            Some(PathBuf::from("/var/lib/hetsched/agent-n"))
+        );
+        assert_eq!(
+            default_dir("n", 1000, Some("/s"), Some("/home/u")),
+            Some(PathBuf::from("/s/hetsched/agent-n"))
+        );
+        assert_eq!(
+            default_dir("n", 1000, None, Some("/home/u")),
+            Some(PathBuf::from("/home/u/.local/state/hetsched/agent-n"))
+        );
+        assert_eq!(default_dir("n", 1000, Some("rel"), None), None);
+    }
+}

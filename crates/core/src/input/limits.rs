@@ -1,0 +1,221 @@
+//! Bounds on what one job may carry into the runtime, checked at submission with the same
+//! `file:line:col: field: message` errors as every other input check.
+//!
+//! A job's commands, environments and names travel to agents in heartbeat replies and land in
+//! paths on the agents' disks, so each is bounded: an oversized command would make a reply that
+//! an agent cannot decode (and other users' tasks in the same reply would be lost with it), and an
+//! application name with `/` or a leading `.` would put task outputs outside the agent's work
+//! directory. The limits are generous for real work and clear when hit.
+
+use super::InputError;
+use super::workload::{Command, Workload};
+use std::collections::BTreeMap;
+
+/// Largest job file, in bytes.
+pub const MAX_JOB_FILE_BYTES: usize = 2 << 20;
+/// Largest command of one variant (all its arguments together), in bytes.
+pub const MAX_COMMAND_BYTES: usize = 64 << 10;
+/// Most arguments of one command.
+pub const MAX_ARGS: usize = 4096;
+/// Largest environment of one variant (names and values together), in bytes.
+pub const MAX_ENV_BYTES: usize = 64 << 10;
+/// Most environment variables of one variant.
+pub const MAX_ENV_VARS: usize = 1024;
+/// Longest application name, in bytes.
+pub const MAX_APP_NAME: usize = 128;
+
+fn command_size(c: &Command) -> (usize, usize) {
+    match c {
+        Command::Shell(s) => (s.len(), 1),
+        Command::Argv(v) => (v.iter().map(String::len).sum(), v.len()),
+    }
+}
+
+fn has_nul(c: &Command) -> bool {
+    match c {
+        Command::Shell(s) => s.contains('\0'),
+        Command::Argv(v) => v.iter().any(|a| a.contains('\0')),
+    }
+}
+
+/// Why an application name cannot name files on an agent, if it cannot.
+pub fn app_name_problem(name: &str) -> Option<String> {
+    if name.len() > MAX_APP_NAME {
+        return Some(format!(
+            "is {} bytes long; at most {MAX_APP_NAME}",
+            name.len()
+        ));
+    }
+    if name.contains('/') || name.contains('\\') {
+        return Some(format!(
+            "`{name}` holds a `/` or `\\`; task outputs are named after the application, so it \
+             must be one path component"
+        ));
+    }
+    if name.starts_with('.') {
+        return Some(format!(
+            "`{name}` starts with `.`; task outputs are named after the application (`..` would \
+             leave the work directory)"
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Some("holds a control character".into());
+    }
+    None
+}
+
+/// Checks every bound above on a parsed job file.
+pub fn check(w: &Workload) -> Result<(), InputError> {
+    let src = super::Source::new(&w.origin, &w.text);
+    if w.text.len() > MAX_JOB_FILE_BYTES {
+        return Err(src.error(
+            None,
+            None,
+            format!(
+                "the job file is {} bytes; at most {MAX_JOB_FILE_BYTES} (2 MiB)",
+                w.text.len()
+            ),
+        ));
+    }
+    for (i, a) in w.applications.iter().enumerate() {
+        if let Some(problem) = app_name_problem(a.name.get_ref()) {
+            return Err(src.error(
+                Some(a.name.span().start),
+                Some(format!("application[{i}].name")),
+                problem,
+            ));
+        }
+        let variants = [
+            a.cpu.as_ref().map(|c| {
+                let c = c.get_ref();
+                (
+                    "cpu",
+                    c.command.as_ref(),
+                    &c.env,
+                    a.cpu.as_ref().map(|s| s.span().start),
+                )
+            }),
+            a.gpu.as_ref().map(|g| {
+                let g = g.get_ref();
+                (
+                    "gpu",
+                    g.command.as_ref(),
+                    &g.env,
+                    a.gpu.as_ref().map(|s| s.span().start),
+                )
+            }),
+        ];
+        for (variant, command, env, at) in variants.into_iter().flatten() {
+            check_variant(&src, i, variant, command, env, at)?;
+        }
+    }
+    Ok(())
+}
+
+fn check_variant(
+    src: &super::Source<'_>,
+    i: usize,
+    variant: &str,
+    command: Option<&Command>,
+    env: &BTreeMap<String, String>,
+    at: Option<usize>,
+) -> Result<(), InputError> {
+    let field = |f: &str| Some(format!("application[{i}].{variant}.{f}"));
+    if let Some(c) = command {
+        let (bytes, args) = command_size(c);
+        if bytes > MAX_COMMAND_BYTES {
+            return Err(src.error(
+                at,
+                field("command"),
+                format!(
+                    "the command is {bytes} bytes; at most {MAX_COMMAND_BYTES} (64 KiB): put \
+                     long inputs in a file the command reads"
+                ),
+            ));
+        }
+        if args > MAX_ARGS {
+            return Err(src.error(
+                at,
+                field("command"),
+                format!("the command has {args} arguments; at most {MAX_ARGS}"),
+            ));
+        }
+        if has_nul(c) {
+            return Err(src.error(at, field("command"), "holds a NUL character"));
+        }
+    }
+    if env.len() > MAX_ENV_VARS {
+        return Err(src.error(
+            at,
+            field("env"),
+            format!("{} variables; at most {MAX_ENV_VARS}", env.len()),
+        ));
+    }
+    let bytes: usize = env.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if bytes > MAX_ENV_BYTES {
+        return Err(src.error(
+            at,
+            field("env"),
+            format!("the environment is {bytes} bytes; at most {MAX_ENV_BYTES} (64 KiB)"),
+        ));
+    }
+    for (k, v) in env {
+        if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+            return Err(src.error(
+                at,
+                field("env"),
+                format!(
+                    "variable `{}`: a name must be non-empty without `=` or NUL, a value without NUL",
+                    k.escape_debug()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::input::workload::parse_workload;
+
+    fn job(name: &str, command: &str, env: &str) -> String {
+        format!(
+            "[[application]]\nname = \"{name}\"\ntasks = 1\n[application.cpu]\ncommand = \"{command}\"\n{env}"
+        )
+    }
+
+    fn err(text: &str) -> String {
+        let w = parse_workload("job.toml", text).expect("parses");
+        check(&w).expect_err("over a limit").to_string()
+    }
+
+    #[test]
+    fn a_one_mebibyte_command_is_refused_naming_the_limit() {
+        let e = err(&job("a", &"x".repeat(1 << 20), ""));
+        assert!(
+            e.starts_with("job.toml:4:1: application[0].cpu.command: the command is 1048576 bytes; at most 65536"),
+            "{e}"
+        );
+        let w = parse_workload("job.toml", &job("a", &"x".repeat(60_000), "")).expect("parses");
+        check(&w).expect("a 60 KB command is fine");
+    }
+
+    #[test]
+    fn application_names_that_leave_the_work_directory_are_refused() {
+        for name in ["../escape", "a/b", ".hidden", ".."] {
+            let e = err(&job(name, "true", ""));
+            assert!(e.contains("application[0].name"), "{name}: {e}");
+        }
+        let e = err(&job(&"n".repeat(200), "true", ""));
+        assert!(e.contains("at most 128"), "{e}");
+    }
+
+    #[test]
+    fn oversized_or_malformed_environments_are_refused() {
+        let big = format!("[application.cpu.env]\nBIG = \"{}\"\n", "v".repeat(70_000));
+        assert!(err(&job("a", "true", &big)).contains("at most 65536"));
+        let bad = "[application.cpu.env]\n\"A=B\" = \"1\"\n";
+        assert!(err(&job("a", "true", bad)).contains("without `=`"));
+    }
+}

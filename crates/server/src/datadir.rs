@@ -1,0 +1,323 @@
+//! The server's data directory and what guards it: the directory is private (0700), the store's
+//! files are 0600 (they hold jobs' commands and environments, secrets included), the two
+//! credentials live in files of their own, and a lock keeps a second server off the same
+//! directory.
+//!
+//! - `token` — the **client** token: `submit`, `jobs`, `tasks`, `cancel` … (users);
+//! - `agent-token` — the **agent** token: `Register` and `Heartbeat` (agents only).
+//!
+//! Each is 256 random bits in hex, created once with `O_EXCL` and mode 0600. A file that exists
+//! but is empty is refused (it was truncated by something; silently replacing it would lock every
+//! agent or user out with a new secret), and one readable by others is used with a warning.
+//!
+//! The lock is `DATA_DIR/server.lock`, held with `flock` for the server's lifetime and holding its
+//! PID, so a second server on the same directory exits with a message naming the first.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+use tracing::warn;
+
+/// File name of the client token.
+pub const CLIENT_TOKEN: &str = "token";
+/// File name of the agent token.
+pub const AGENT_TOKEN: &str = "agent-token";
+/// File name of the lock.
+pub const LOCK: &str = "server.lock";
+/// File name of the store.
+pub const STORE: &str = "state.db";
+
+/// A problem with the data directory or a file in it.
+#[derive(Debug, Error)]
+pub enum DataDirError {
+    /// An I/O error on `path` (the message includes the error, so it is not chained again).
+    #[error("{path}: {error}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The error.
+        error: std::io::Error,
+    },
+    /// A file or directory that must not be used as it is.
+    #[error("{path}: {message}")]
+    Refused {
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DataDirError + '_ {
+    move |error| DataDirError::Io {
+        path: path.to_path_buf(),
+        error,
+    }
+}
+
+/// The two credentials.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Credentials {
+    /// Token of users (the `Client` service).
+    pub client: String,
+    /// Token of agents (the `Agent` service).
+    pub agent: String,
+}
+
+/// Creates `dir` with mode 0700 (and its missing parents), or checks an existing one: it must be
+/// a directory, not a symlink, owned by this user; group/other permissions are removed.
+pub fn prepare(dir: &Path) -> Result<(), DataDirError> {
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(io(dir))?;
+        }
+        Err(e) => return Err(io(dir)(e)),
+        Ok(_) => {}
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(io(dir))?;
+    if meta.file_type().is_symlink() {
+        return Err(DataDirError::Refused {
+            path: dir.to_path_buf(),
+            message: "is a symbolic link; give the real directory".into(),
+        });
+    }
+    if !meta.is_dir() {
+        return Err(DataDirError::Refused {
+            path: dir.to_path_buf(),
+            message: "is not a directory".into(),
+        });
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(DataDirError::Refused {
+            path: dir.to_path_buf(),
+            message: format!(
+                "is owned by user {}, not by this user ({me}); refusing to keep jobs' secrets there",
+                meta.uid()
+            ),
+        });
+    }
+    if meta.mode() & 0o077 != 0 {
+        warn!(dir = %dir.display(), mode = format!("{:o}", meta.mode() & 0o777), "data directory was open to other users: setting it to 0700");
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io(dir))?;
+    }
+    Ok(())
+}
+
+/// Makes `state.db` (creating it empty if needed) and its `-wal`/`-shm` files mode 0600 before
+/// SQLite opens them: SQLite gives the WAL and SHM files the database file's mode.
+pub fn protect_store(dir: &Path) -> Result<PathBuf, DataDirError> {
+    let db = dir.join(STORE);
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(&db)
+        .map_err(io(&db))?;
+    for name in [STORE, "state.db-wal", "state.db-shm"] {
+        let p = dir.join(name);
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.mode() & 0o077 != 0 => {
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))
+                    .map_err(io(&p))?;
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(&p)(e)),
+        }
+    }
+    Ok(db)
+}
+
+/// Reads a token file: refuses an empty one, warns when others may read it, follows no symlink.
+pub fn read_token(path: &Path) -> Result<String, DataDirError> {
+    let mut f = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(path)
+        .map_err(io(path))?;
+    let meta = f.metadata().map_err(io(path))?;
+    if meta.mode() & 0o077 != 0 {
+        warn!(
+            file = %path.display(),
+            mode = format!("{:o}", meta.mode() & 0o777),
+            "the token file is readable by other users: `chmod 600` it"
+        );
+    }
+    let mut text = String::new();
+    f.read_to_string(&mut text).map_err(io(path))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(DataDirError::Refused {
+            path: path.to_path_buf(),
+            message: "the token file is empty; delete it to have the server create a new token \
+                      (and hand the new one out), or restore it"
+                .into(),
+        });
+    }
+    Ok(token.to_string())
+}
+
+fn load_or_create(path: &Path) -> Result<String, DataDirError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(_) => return read_token(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(path)(e)),
+    }
+    let bytes: [u8; 32] = rand::random();
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    // O_EXCL: never write through a file (or symlink) someone else put there meanwhile.
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io(path))?;
+    f.write_all(token.as_bytes()).map_err(io(path))?;
+    f.sync_all().map_err(io(path))?;
+    Ok(token)
+}
+
+/// Reads both tokens, creating each that does not exist.
+pub fn credentials(dir: &Path) -> Result<Credentials, DataDirError> {
+    let client = load_or_create(&dir.join(CLIENT_TOKEN))?;
+    let agent = load_or_create(&dir.join(AGENT_TOKEN))?;
+    if client == agent {
+        return Err(DataDirError::Refused {
+            path: dir.join(AGENT_TOKEN),
+            message: "holds the same token as `token`; agents and clients need different ones \
+                      (delete `agent-token` to have a new one created)"
+                .into(),
+        });
+    }
+    Ok(Credentials { client, agent })
+}
+
+/// The held lock on a data directory; released when dropped (or when the process dies).
+#[derive(Debug)]
+pub struct DirLock {
+    _lock: nix::fcntl::Flock<File>,
+}
+
+/// Takes `DATA_DIR/server.lock` for this process and writes its PID there; if another process
+/// holds it, fails with a message naming that PID.
+pub fn lock(dir: &Path) -> Result<DirLock, DataDirError> {
+    let path = dir.join(LOCK);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(&path)
+        .map_err(io(&path))?;
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(mut lock) => {
+            lock.set_len(0).map_err(io(&path))?;
+            writeln!(lock, "{}", std::process::id()).map_err(io(&path))?;
+            Ok(DirLock { _lock: lock })
+        }
+        Err((_, errno)) if errno == nix::errno::Errno::EWOULDBLOCK => {
+            let holder = std::fs::read_to_string(&path)
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "unknown".into());
+            Err(DataDirError::Refused {
+                path: dir.to_path_buf(),
+                message: format!(
+                    "another hetsched server (PID {holder}) is using this data directory; \
+                     stop it first or give this one another --data-dir"
+                ),
+            })
+        }
+        Err((_, errno)) => Err(io(&path)(std::io::Error::from(errno))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("hetsched-datadir-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn a_new_data_directory_is_private_and_its_tokens_differ() {
+        let d = scratch("new").join("nested");
+        prepare(&d).expect("prepare");
+        let mode = std::fs::metadata(&d).expect("meta").mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        let c = credentials(&d).expect("tokens");
+        assert_ne!(c.client, c.agent);
+        for f in [CLIENT_TOKEN, AGENT_TOKEN] {
+            let m = std::fs::metadata(d.join(f)).expect("token").mode() & 0o777;
+            assert_eq!(m, 0o600, "{f}");
+        }
+        assert_eq!(credentials(&d).expect("again"), c, "tokens are kept");
+        let db = protect_store(&d).expect("store file");
+        assert_eq!(std::fs::metadata(db).expect("db").mode() & 0o777, 0o600);
+        let _ = std::fs::remove_dir_all(d.parent().expect("parent"));
+    }
+
+    #[test]
+    fn an_empty_token_file_is_refused_not_replaced() {
+        let d = scratch("empty");
+        prepare(&d).expect("prepare");
+        std::fs::write(d.join(CLIENT_TOKEN), "\n").expect("empty token");
+        let e = credentials(&d).expect_err("refused");
+        assert!(e.to_string().contains("the token file is empty"), "{e}");
+        assert_eq!(
+            std::fs::read_to_string(d.join(CLIENT_TOKEN)).expect("kept"),
+            "\n"
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_symlinked_data_directory_is_refused_and_an_open_one_is_closed() {
+        let d = scratch("symlink");
+        let real = d.join("real");
+        std::fs::create_dir_all(&real).expect("real");
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let link = d.join("link");
+        std::os::unix::fs::symlink(&real, &link).expect("symlink");
+        let e = prepare(&link).expect_err("symlink refused");
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        prepare(&real).expect("real dir");
+        assert_eq!(
+            std::fs::metadata(&real).expect("meta").mode() & 0o777,
+            0o700
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_second_lock_names_the_holder() {
+        let d = scratch("lock");
+        prepare(&d).expect("prepare");
+        let held = lock(&d).expect("first");
+        let e = lock(&d).expect_err("second");
+        assert!(
+            e.to_string()
+                .contains(&format!("PID {}", std::process::id())),
+            "{e}"
+        );
+        drop(held);
+        lock(&d).expect("free again");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}

@@ -1,0 +1,206 @@
+//! Bounds on what an agent may claim when it registers. A node's figures feed every scheduling
+//! decision and every `hetsched nodes` listing, so absurd ones (2^32−1 cores, NaN speeds, a
+//! megabyte-long name, 100,000 GPUs) are refused with a message naming the field and the limit,
+//! instead of being stored and breaking things for everyone later.
+
+use hetsched_core::{Accelerator, Node, NodeId, RackId};
+use hetsched_proto as pb;
+
+/// Longest node name (a DNS host name's limit).
+pub const MAX_NODE_NAME: usize = 253;
+/// Most cores one node may offer.
+pub const MAX_CORES: u32 = 65_536;
+/// Most accelerators one node may offer.
+pub const MAX_ACCELERATORS: usize = 256;
+/// Longest accelerator kind.
+pub const MAX_KIND: usize = 64;
+/// Largest memory one node (or device) may offer: 1 PiB.
+pub const MAX_MEMORY: u64 = 1 << 50;
+/// Largest relative speed (cores, devices).
+pub const MAX_SPEED: f64 = 1e6;
+/// Largest bandwidth, bytes/s (10 TB/s).
+pub const MAX_BANDWIDTH: f64 = 1e13;
+/// Longest agent identity.
+pub const MAX_IDENTITY: usize = 128;
+
+/// Characters a node name may hold: letters, digits, `.`, `-`, `_` (host names and more).
+fn name_ok(name: &str) -> bool {
+    name.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+}
+
+/// A figure that must be finite and positive when given; 0 means "not given" → `default`.
+fn positive(value: f64, default: f64, max: f64, field: &str) -> Result<f64, String> {
+    if value == 0.0 {
+        return Ok(default);
+    }
+    if !value.is_finite() || value < 0.0 || value > max {
+        return Err(format!(
+            "{field} is {value}; it must be a positive number of at most {max}"
+        ));
+    }
+    Ok(value)
+}
+
+/// Checks a registration's figures and builds the node's description (id 0: the caller sets it).
+pub fn node_spec(req: &pb::RegisterRequest) -> Result<Node, String> {
+    let name = &req.name;
+    if name.trim().is_empty() {
+        return Err("node name must not be empty".into());
+    }
+    if name.len() > MAX_NODE_NAME {
+        return Err(format!(
+            "node name is {} bytes long; at most {MAX_NODE_NAME}",
+            name.len()
+        ));
+    }
+    if !name_ok(name) {
+        return Err(format!(
+            "node name `{}` may hold only letters, digits, `.`, `-` and `_`",
+            name.escape_debug()
+        ));
+    }
+    if req.cores == 0 {
+        return Err(format!("node `{name}` has no cores"));
+    }
+    if req.cores > MAX_CORES {
+        return Err(format!(
+            "node `{name}` offers {} cores; at most {MAX_CORES}",
+            req.cores
+        ));
+    }
+    if req.memory_bytes > MAX_MEMORY {
+        return Err(format!(
+            "node `{name}` offers {} bytes of memory; at most {MAX_MEMORY} (1 PiB)",
+            req.memory_bytes
+        ));
+    }
+    if req.accelerators.len() > MAX_ACCELERATORS {
+        return Err(format!(
+            "node `{name}` offers {} accelerators; at most {MAX_ACCELERATORS}",
+            req.accelerators.len()
+        ));
+    }
+    let mut accelerators = Vec::with_capacity(req.accelerators.len());
+    for (i, a) in req.accelerators.iter().enumerate() {
+        if a.kind.len() > MAX_KIND || !name_ok(&a.kind) {
+            return Err(format!(
+                "accelerator {i} of node `{name}`: kind must be at most {MAX_KIND} letters, digits, `.`, `-` or `_`"
+            ));
+        }
+        if a.memory_bytes > MAX_MEMORY {
+            return Err(format!(
+                "accelerator {i} of node `{name}` has {} bytes of memory; at most {MAX_MEMORY}",
+                a.memory_bytes
+            ));
+        }
+        accelerators.push(Accelerator {
+            kind: a.kind.clone(),
+            memory_bytes: a.memory_bytes,
+            speed: positive(a.speed, 1.0, MAX_SPEED, &format!("accelerator {i} speed"))?,
+        });
+    }
+    Ok(Node {
+        id: NodeId(0),
+        name: name.clone(),
+        rack: RackId(0),
+        cores: req.cores,
+        core_speed: positive(req.core_speed, 1.0, MAX_SPEED, "core speed")?,
+        memory_bytes: req.memory_bytes,
+        disk_read_bw: positive(
+            req.disk_read_bw,
+            128e6,
+            MAX_BANDWIDTH,
+            "disk read bandwidth",
+        )?,
+        net_bw: positive(req.net_bw, 125e6, MAX_BANDWIDTH, "network bandwidth")?,
+        net_latency: 100_000,
+        accelerators,
+    })
+}
+
+/// Checks an agent identity: present, short, printable ASCII.
+pub fn identity(id: &str) -> Result<(), String> {
+    if id.is_empty() {
+        return Err(
+            "the registration carries no agent identity (an agent older than the server? \
+                    upgrade it)"
+                .into(),
+        );
+    }
+    if id.len() > MAX_IDENTITY || !id.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "the agent identity must be at most {MAX_IDENTITY} printable ASCII characters"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req() -> pb::RegisterRequest {
+        pb::RegisterRequest {
+            name: "n-1".into(),
+            cores: 4,
+            memory_bytes: 1 << 30,
+            identity: "x".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn absurd_registrations_are_refused_with_the_limit() {
+        let cases: Vec<(pb::RegisterRequest, &str)> = vec![
+            (
+                pb::RegisterRequest {
+                    cores: u32::MAX,
+                    ..req()
+                },
+                "at most 65536",
+            ),
+            (
+                pb::RegisterRequest {
+                    core_speed: f64::NAN,
+                    ..req()
+                },
+                "core speed is NaN",
+            ),
+            (
+                pb::RegisterRequest {
+                    name: "n".repeat(1 << 20),
+                    ..req()
+                },
+                "at most 253",
+            ),
+            (
+                pb::RegisterRequest {
+                    name: "../etc".into(),
+                    ..req()
+                },
+                "may hold only",
+            ),
+            (
+                pb::RegisterRequest {
+                    accelerators: vec![pb::Accelerator::default(); 100_000],
+                    ..req()
+                },
+                "100000 accelerators",
+            ),
+            (
+                pb::RegisterRequest {
+                    disk_read_bw: f64::INFINITY,
+                    ..req()
+                },
+                "disk read bandwidth",
+            ),
+        ];
+        for (r, expected) in cases {
+            let e = node_spec(&r).expect_err(expected);
+            assert!(e.contains(expected), "{e}");
+        }
+        let ok = node_spec(&req()).expect("a plain node");
+        assert_eq!((ok.cores, ok.core_speed), (4, 1.0));
+    }
+}

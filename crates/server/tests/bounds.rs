@@ -1,0 +1,144 @@
+//! What one job may carry, and what one heartbeat reply may hold: commands and environments are
+//! bounded at submission; each application's command travels to a node once, not once per task;
+//! a reply stays under its size cap and the rest follows on the next beats.
+
+mod common;
+
+use common::{IDENTITY, heartbeat_request};
+use hetsched_proto as pb;
+use hetsched_server::ServerConfig;
+use hetsched_server::state::{REPLY_BUDGET, State};
+use hetsched_server::store::Store;
+use prost::Message;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+fn open(name: &str) -> (State, PathBuf) {
+    let d = std::env::temp_dir().join(format!("hetsched-bounds-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("dir");
+    let config = ServerConfig {
+        data_dir: d.clone(),
+        ..Default::default()
+    };
+    let s = State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
+    (s, d)
+}
+
+fn register(s: &mut State, cores: u32) -> u32 {
+    s.register(pb::RegisterRequest {
+        name: "big".into(),
+        cores,
+        memory_bytes: 1 << 40,
+        identity: IDENTITY.into(),
+        ..Default::default()
+    })
+    .expect("register")
+    .node_id
+}
+
+fn app(name: &str, tasks: u32, command_bytes: usize, env_bytes: usize) -> String {
+    let mut s = format!(
+        "[[application]]\nname = \"{name}\"\ntasks = {tasks}\n[application.cpu]\ncommand = \"true #{}\"\n",
+        "x".repeat(command_bytes)
+    );
+    if env_bytes > 0 {
+        s += &format!(
+            "[application.cpu.env]\nPAD = \"{}\"\n",
+            "e".repeat(env_bytes)
+        );
+    }
+    s
+}
+
+#[test]
+fn a_one_mebibyte_command_is_refused_at_submission_with_the_limit() {
+    let (mut s, d) = open("huge");
+    let e = s
+        .submit("huge.toml", &app("a", 1, 1 << 20, 0), "/")
+        .expect_err("refused");
+    assert!(
+        e.to_string()
+            .contains("application[0].cpu.command: the command is 1048582 bytes; at most 65536"),
+        "{e}"
+    );
+    assert!(s.jobs().jobs.is_empty(), "nothing stored");
+    let e = s
+        .submit("evil.toml", &app("../../etc", 1, 1, 0), "/")
+        .expect_err("refused");
+    assert!(e.to_string().contains("application[0].name"), "{e}");
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
+fn sixty_four_tasks_of_a_60_kb_command_fit_one_reply_with_the_command_sent_once() {
+    let (mut s, d) = open("sixty-four");
+    let n = register(&mut s, 64);
+    s.submit("job.toml", &app("wide", 128, 60_000, 0), "/")
+        .expect("a 60 KB command is accepted");
+    let r = s
+        .heartbeat(heartbeat_request(n, &[], &[]))
+        .expect("heartbeat");
+    assert_eq!(r.assignments.len(), 64, "every core gets a task");
+    assert_eq!(r.specs.len(), 1, "the command travels once");
+    assert!(!r.more);
+    let bytes = r.encoded_len();
+    assert!(
+        bytes < 70_000,
+        "{bytes} bytes for 64 tasks of a 60 KB command"
+    );
+    // The agent now holds the spec and says so: the next 64 tasks come without it.
+    let results: Vec<(u64, u32, bool)> = r
+        .assignments
+        .iter()
+        .map(|a| (a.task_id, a.attempt, true))
+        .collect();
+    let mut beat = heartbeat_request(n, &[], &results);
+    beat.known_specs = vec![r.specs[0].key];
+    let r = s.heartbeat(beat).expect("heartbeat");
+    assert_eq!(r.assignments.len(), 64);
+    assert!(r.specs.is_empty(), "not sent again");
+    assert!(r.encoded_len() < 4_000);
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
+fn a_reply_stays_under_its_cap_and_the_rest_follows_on_the_next_beats() {
+    let (mut s, d) = open("cap");
+    let n = register(&mut s, 64);
+    // 16 applications, each with a 60 KB command and a 60 KB environment: 1.9 MB of specs if
+    // one reply carried them all (a job file under its 2 MiB limit).
+    let text: String = (0..16)
+        .map(|i| app(&format!("a{i}"), 1, 60_000, 60_000))
+        .collect();
+    s.submit("job.toml", &text, "/").expect("submit");
+    let mut known = Vec::new();
+    let mut running: Vec<(u64, u32)> = Vec::new();
+    let mut beats = 0;
+    loop {
+        let mut beat = heartbeat_request(n, &running, &[]);
+        beat.known_specs = known.clone();
+        let r = s.heartbeat(beat).expect("heartbeat");
+        beats += 1;
+        assert!(
+            r.encoded_len() <= REPLY_BUDGET,
+            "reply {beats} is {} bytes",
+            r.encoded_len()
+        );
+        known.extend(r.specs.iter().map(|x| x.key));
+        running.extend(r.assignments.iter().map(|a| (a.task_id, a.attempt)));
+        if !r.more {
+            break;
+        }
+        assert!(beats < 20, "no progress");
+    }
+    assert!(beats >= 2, "the specs needed several replies, got {beats}");
+    let tasks: BTreeSet<u64> = running.iter().map(|&(t, _)| t).collect();
+    assert_eq!(tasks, (0..16).collect(), "every task dispatched once");
+    assert_eq!(running.len(), 16);
+    assert!(
+        running.iter().all(|&(_, attempt)| attempt == 1),
+        "none counted lost"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}

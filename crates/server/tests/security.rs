@@ -1,0 +1,255 @@
+//! Who may do what: agents and users hold different tokens, each service refuses the other's
+//! (`PermissionDenied`), a node's heartbeats count only from the agent identity that registered
+//! it, a live node's name cannot be taken by another agent, and the data directory and store are
+//! private to the server's user.
+
+mod common;
+
+use common::heartbeat_request;
+use hetsched_proto as pb;
+use hetsched_proto::agent_client::AgentClient;
+use hetsched_proto::client_client::ClientClient;
+use hetsched_server::ServerConfig;
+use hetsched_server::state::{State, StateError};
+use hetsched_server::store::Store;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("hetsched-security-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn registration(name: &str, identity: &str) -> pb::RegisterRequest {
+    pb::RegisterRequest {
+        name: name.into(),
+        cores: 2,
+        memory_bytes: 1 << 30,
+        identity: identity.into(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn the_client_token_cannot_register_or_heartbeat_and_the_agent_token_cannot_read_jobs() {
+    let dir = scratch("roles");
+    let server = hetsched_server::start(ServerConfig {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        data_dir: dir.clone(),
+        ..Default::default()
+    })
+    .await
+    .expect("server starts");
+    assert_ne!(server.token, server.agent_token);
+    let channel = pb::endpoint(&format!("http://{}", server.addr), None)
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let as_client = pb::TokenInterceptor::new(&server.token).expect("ascii");
+    let as_agent = pb::TokenInterceptor::new(&server.agent_token).expect("ascii");
+
+    let mut agent_api_with_client_token =
+        AgentClient::with_interceptor(channel.clone(), as_client.clone());
+    let e = agent_api_with_client_token
+        .register(registration("intruder", "i"))
+        .await
+        .expect_err("a user cannot register a node");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    let e = agent_api_with_client_token
+        .heartbeat(heartbeat_request(0, &[], &[(0, 1, true)]))
+        .await
+        .expect_err("a user cannot heartbeat");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+
+    let e = ClientClient::with_interceptor(channel.clone(), as_agent.clone())
+        .list_tasks(pb::ListTasksRequest::default())
+        .await
+        .expect_err("an agent cannot read jobs' commands");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+
+    let reply = AgentClient::with_interceptor(channel.clone(), as_agent)
+        .register(registration("n", "id-1"))
+        .await
+        .expect("an agent registers with the agent token")
+        .into_inner();
+    assert_eq!(reply.node_id, 0);
+    ClientClient::with_interceptor(channel, as_client)
+        .list_jobs(pb::ListJobsRequest::default())
+        .await
+        .expect("a user reads jobs with the client token");
+
+    // Private files: the directory 0700; tokens, the store, its WAL and SHM 0600.
+    assert_eq!(std::fs::metadata(&dir).expect("dir").mode() & 0o777, 0o700);
+    for f in [
+        "token",
+        "agent-token",
+        "state.db",
+        "state.db-wal",
+        "state.db-shm",
+    ] {
+        let m = std::fs::metadata(dir.join(f)).expect(f).mode() & 0o777;
+        assert_eq!(m, 0o600, "{f} has mode {m:o}");
+    }
+    server.stop().await.expect("stops");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_second_server_on_the_same_data_directory_is_refused_naming_the_first() {
+    let dir = scratch("lock");
+    let config = ServerConfig {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        data_dir: dir.clone(),
+        ..Default::default()
+    };
+    let first = hetsched_server::start(config.clone())
+        .await
+        .expect("first starts");
+    let address = std::fs::read_to_string(dir.join("address")).expect("address");
+    let e = match hetsched_server::start(config.clone()).await {
+        Ok(_) => panic!("a second server started on the same data directory"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        e.contains(&format!("PID {}", std::process::id())),
+        "names the holder: {e}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("address")).expect("address"),
+        address,
+        "the first server's address file is untouched"
+    );
+    first.stop().await.expect("stops");
+    hetsched_server::start(config)
+        .await
+        .expect("starts once the first stopped")
+        .stop()
+        .await
+        .expect("stops");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn open(dir: &std::path::Path) -> State {
+    std::fs::create_dir_all(dir).expect("dir");
+    let config = ServerConfig {
+        data_dir: dir.to_path_buf(),
+        ..Default::default()
+    };
+    State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state")
+}
+
+const JOB: &str =
+    "[[application]]\nname = \"a\"\ntasks = 2\n[application.cpu]\ncommand = \"true\"\n";
+
+#[test]
+fn a_heartbeat_with_another_identity_changes_nothing() {
+    let dir = scratch("forge");
+    let mut s = open(&dir);
+    let n = s
+        .register(registration("n", "the-real-agent"))
+        .expect("register")
+        .node_id;
+    s.submit("job.toml", JOB, "/").expect("submit");
+    let mut beat = heartbeat_request(n, &[], &[]);
+    beat.identity = "the-real-agent".into();
+    assert_eq!(s.heartbeat(beat).expect("beat").assignments.len(), 2);
+    // A forger claims task 0 succeeded and task 1 failed.
+    let mut forged = heartbeat_request(n, &[], &[(0, 1, true), (1, 1, false)]);
+    forged.identity = "someone-else".into();
+    let r = s.heartbeat(forged).expect("answered");
+    assert!(r.reregister, "told to register, as any unknown caller");
+    assert!(r.acked.is_empty() && r.assignments.is_empty());
+    let states: Vec<String> = s
+        .tasks(1)
+        .expect("tasks")
+        .tasks
+        .into_iter()
+        .map(|t| t.state)
+        .collect();
+    assert_eq!(
+        states,
+        ["running", "running"],
+        "the forgery changed nothing"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_live_nodes_name_is_refused_to_another_identity_and_given_over_once_it_is_dead() {
+    let dir = scratch("names");
+    let mut s = open(&dir);
+    s.register(registration("host", "first")).expect("first");
+    let e = s
+        .register(registration("host", "second"))
+        .expect_err("name held by a live node");
+    assert!(matches!(e, StateError::NameTaken(_)), "{e}");
+    assert!(e.to_string().contains("--name"), "says what to do: {e}");
+    // The same identity (the agent restarted with its work directory) gets its node back.
+    assert_eq!(
+        s.register(registration("host", "first"))
+            .expect("same")
+            .node_id,
+        0
+    );
+    // Once the first is declared dead, a replacement takes the name over.
+    std::thread::sleep(Duration::from_millis(30));
+    s.check_dead(Duration::from_millis(10)).expect("check");
+    assert_eq!(
+        s.register(registration("host", "second"))
+            .expect("replacement")
+            .node_id,
+        0
+    );
+    // ... and survives a restart: the old identity is now refused.
+    drop(s);
+    let mut s = open(&dir);
+    let e = s
+        .register(registration("host", "first"))
+        .expect_err("the name is the replacement's now");
+    assert!(matches!(e, StateError::NameTaken(_)), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_dead_node_counts_for_nothing_at_submission_and_can_be_removed() {
+    let dir = scratch("remove");
+    let mut s = open(&dir);
+    let mut gpu = registration("gpu-box", "g");
+    gpu.accelerators = vec![pb::Accelerator {
+        kind: "a100".into(),
+        memory_bytes: 1 << 30,
+        speed: 1.0,
+    }];
+    s.register(gpu).expect("gpu node");
+    std::thread::sleep(Duration::from_millis(30));
+    s.register(registration("cpu-box", "c")).expect("cpu node");
+    s.check_dead(Duration::from_millis(20)).expect("check");
+    let gpu_only =
+        "[[application]]\nname = \"g\"\ntasks = 1\n[application.gpu]\ncommand = \"true\"\n";
+    let e = s
+        .submit("gpu.toml", gpu_only, "/")
+        .expect_err("only a dead node has a GPU");
+    assert!(e.to_string().contains("no node has 1 GPU"), "{e}");
+    let e = s.remove_node("cpu-box").expect_err("alive");
+    assert!(e.to_string().contains("is alive"), "{e}");
+    assert_eq!(s.remove_node("gpu-box").expect("dead: removed"), 0);
+    let names: Vec<String> = s.nodes().nodes.into_iter().map(|n| n.name).collect();
+    assert_eq!(names, ["cpu-box"]);
+    assert!(matches!(
+        s.remove_node("gpu-box"),
+        Err(StateError::NoNode(_))
+    ));
+    // Its name is free; removal survives a restart.
+    drop(s);
+    let mut s = open(&dir);
+    assert_eq!(s.nodes().nodes.len(), 1);
+    let id = s
+        .register(registration("gpu-box", "another"))
+        .expect("the name is free")
+        .node_id;
+    assert_eq!(id, 2, "a new node; id 0 stays the removed one's");
+    let _ = std::fs::remove_dir_all(&dir);
+}
