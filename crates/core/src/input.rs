@@ -7,8 +7,8 @@
 
 pub mod binding;
 pub mod cluster;
-pub mod topology;
 pub mod latency;
+pub mod topology;
 mod units;
 pub mod workflow;
 pub mod workload;

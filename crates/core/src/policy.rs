@@ -3,5 +3,5 @@
 
 pub mod batch;
 pub mod binding;
-pub mod stream;
 pub mod graph;
+pub mod stream;

@@ -341,7 +341,10 @@ fn refinement_never_adds_traffic_and_keeps_every_node_within_its_limit() {
                 refined.inter_node_traffic <= exact.inter_node_traffic,
                 "{name} at {limit}: {refined:?} vs {exact:?}"
             );
-            assert!(refined.max_node_load <= limit * 100.0 + 1e-6, "{name} at {limit}: {refined:?}");
+            assert!(
+                refined.max_node_load <= limit * 100.0 + 1e-6,
+                "{name} at {limit}: {refined:?}"
+            );
             assert!(one_process_per_node(&p));
         }
     }
@@ -533,7 +536,10 @@ fn on_tight_uniform_traffic_the_refinement_is_never_worse_than_round_robin() {
     };
     let (t, nodes) = build(&s);
     let problem = PlacementProblem::declared(&t, &nodes);
-    let even = evaluate(&problem, &StreamPlacerKind::Even.build().place(&problem).unwrap());
+    let even = evaluate(
+        &problem,
+        &StreamPlacerKind::Even.build().place(&problem).unwrap(),
+    );
     let exact = evaluate(&problem, &OnePhase::exact(0.9).place(&problem).unwrap());
     let refined = evaluate(&problem, &OnePhase::default().place(&problem).unwrap());
     eprintln!("even {even:?}\nexact {exact:?}\nrefined {refined:?}");
@@ -604,7 +610,8 @@ fn one_phase_sends_less_traffic_than_even_on_random_topologies_spread_over_nodes
         .unwrap_or_else(|| vec![8, 4]);
     let cases = 500;
     for seed in seeds {
-        let (ok, better, n, one, even, example) = spread_comparison(seed, cases, &OnePhase::default());
+        let (ok, better, n, one, even, example) =
+            spread_comparison(seed, cases, &OnePhase::default());
         let (ok_x, _, _, one_x, _, _) = spread_comparison(seed, cases, &OnePhase::exact(0.9));
         eprintln!(
             "seed {seed}: refined <= even in {ok}/{n} (strictly less {better}), total {:.1} % of even's; \
@@ -613,7 +620,10 @@ fn one_phase_sends_less_traffic_than_even_on_random_topologies_spread_over_nodes
             one_x / even * 100.0
         );
         assert_eq!(ok, n, "seed {seed}: counterexample {example:?}");
-        assert!(one <= one_x, "seed {seed}: refinement added traffic in total");
+        assert!(
+            one <= one_x,
+            "seed {seed}: refinement added traffic in total"
+        );
     }
 }
 

@@ -11,5 +11,5 @@
 
 pub mod accel_paper;
 pub mod hdas_paper;
-pub mod stream_paper;
 pub mod pcddb_paper;
+pub mod stream_paper;

@@ -326,9 +326,14 @@ impl<'p, 'a> Pass<'p, 'a> {
         let loads = &self.problem.loads;
         let (la, lb) = (loads[a], loads[b]);
         let mut list: Vec<usize> = Vec::with_capacity(4);
-        for n in [self.node_of[a], self.node_of[b], self.least_loaded(la.max(lb)), *last]
-            .into_iter()
-            .flatten()
+        for n in [
+            self.node_of[a],
+            self.node_of[b],
+            self.least_loaded(la.max(lb)),
+            *last,
+        ]
+        .into_iter()
+        .flatten()
         {
             if !list.contains(&n) {
                 list.push(n);
@@ -485,11 +490,11 @@ fn refine(
             .map_or(0.0, |i| adj[a][i].1)
     };
     let move_to = |e: usize,
-                       to: usize,
-                       placed: &mut [usize],
-                       traffic: &mut NodeTraffic,
-                       load: &mut [f64],
-                       members: &mut [Vec<usize>]| {
+                   to: usize,
+                   placed: &mut [usize],
+                   traffic: &mut NodeTraffic,
+                   load: &mut [f64],
+                   members: &mut [Vec<usize>]| {
         let from = placed[e];
         traffic.update(adj, e, from, -1.0);
         traffic.update(adj, e, to, 1.0);
@@ -547,7 +552,9 @@ fn refine(
                         continue;
                     }
                     let gain = ga + traffic.on(b, from) - traffic.on(b, n) - 2.0 * weight(a, b);
-                    if gain > min_gain && best.is_none_or(|(g, bb)| gain > g || (gain == g && b < bb)) {
+                    if gain > min_gain
+                        && best.is_none_or(|(g, bb)| gain > g || (gain == g && b < bb))
+                    {
                         best = Some((gain, b));
                     }
                 }
@@ -572,7 +579,9 @@ fn round_robin_start(problem: &PlacementProblem<'_>, config: &Configuration) -> 
     if m < 2 {
         return None;
     }
-    let placed: Vec<usize> = (0..problem.loads.len()).map(|e| config.nodes[e % m]).collect();
+    let placed: Vec<usize> = (0..problem.loads.len())
+        .map(|e| config.nodes[e % m])
+        .collect();
     let mut load = vec![0.0; problem.nodes.len()];
     for (e, &n) in placed.iter().enumerate() {
         load[n] += problem.loads[e];
