@@ -340,15 +340,21 @@ impl<'p, 'a> Pass<'p, 'a> {
             }
         }
         let current = [self.node_of[a], self.node_of[b]];
+        // Each executor's cut on each node of the list, computed once (O(1) each).
+        let mut cut_a = [0.0; 4];
+        let mut cut_b = [0.0; 4];
+        for (i, &n) in list.iter().enumerate() {
+            cut_a[i] = self.cut_without(a, n, b, t);
+            cut_b[i] = self.cut_without(b, n, a, t);
+        }
         // (cost, uses lastUsedNode, executors moved, n1, n2) of the best plan so far.
         let mut best: Option<(f64, bool, u8, usize, usize)> = None;
-        for &n1 in &list {
-            let cut_a = self.cut_without(a, n1, b, t);
-            for &n2 in &list {
+        for (i, &n1) in list.iter().enumerate() {
+            for (j, &n2) in list.iter().enumerate() {
                 if !self.plan_fits(a, n1, b, n2) {
                     continue;
                 }
-                let cost = cut_a + self.cut_without(b, n2, a, t) + if n1 != n2 { t } else { 0.0 };
+                let cost = cut_a[i] + cut_b[j] + if n1 != n2 { t } else { 0.0 };
                 let uses_last = last.is_some_and(|l| l == n1 || l == n2);
                 let moved = u8::from(current[0].is_some_and(|c| c != n1))
                     + u8::from(current[1].is_some_and(|c| c != n2));
