@@ -434,7 +434,7 @@ fn build(s: &Shape) -> (Topology, Vec<StreamNode>) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, rng_seed: RngSeed::Fixed(4), ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 200, rng_seed: RngSeed::Fixed(4), max_global_rejects: 1_000_000, ..ProptestConfig::default() })]
 
     #[test]
     fn one_phase_keeps_one_process_per_node_and_avoids_avoidable_overload(
@@ -482,7 +482,7 @@ proptest! {
     /// refinement) never sends more tuples/s between nodes than even with one worker per node,
     /// whenever even's placement keeps every node within one-phase's limit (90 %) — otherwise
     /// even "wins" by loading nodes one-phase may not (shrunk: five 21 % spouts and two 56 %
-    /// bolts on three 1-core nodes, even at 97 %). 40,000 cases passed locally
+    /// bolts on three 1-core nodes, even at 97 %). 40,000 cases for each of seeds 4, 11, 23 passed
     /// (`PROPTEST_CASES=40000`); the patent's greedy alone fails it (`Refine::None`, see
     /// `one_phase::Refine`).
     fn one_phase_sends_no_more_traffic_between_nodes_than_even_on_any_random_topology(
