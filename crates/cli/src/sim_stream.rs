@@ -4,6 +4,7 @@
 use anyhow::Context;
 use clap::Args;
 use hetsched_core::input::Duration;
+use hetsched_core::policy::stream::one_phase::Refine;
 use hetsched_sim::scenario::stream_paper::{StreamPaperOptions, run};
 use std::path::PathBuf;
 
@@ -26,6 +27,10 @@ pub struct StreamPaperArgs {
     /// self-tuning leaves.
     #[arg(long, default_value_t = 0.9)]
     pub max_utilisation: f64,
+    /// One-phase's refinement after best-schedule: local-search (default) or none (the
+    /// patent's algorithm alone).
+    #[arg(long, value_name = "NAME", default_value = "local-search")]
+    pub refine: Refine,
     /// Print a table or JSON.
     #[arg(long, value_enum, default_value_t)]
     pub output: crate::sim::Output,
@@ -44,6 +49,7 @@ pub fn run_cmd(args: StreamPaperArgs) -> anyhow::Result<()> {
     }
     let mut options = StreamPaperOptions {
         one_phase_max_utilisation: args.max_utilisation,
+        one_phase_refine: args.refine,
         surge: args.surge,
         ..StreamPaperOptions::default()
     };

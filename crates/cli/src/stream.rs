@@ -8,7 +8,10 @@ use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use hetsched_core::input::cluster::parse_cluster_with_slots;
 use hetsched_core::input::topology::{parse_topology, parse_traffic};
 use hetsched_core::model::topology::ExecutorId;
-use hetsched_core::policy::stream::{PlacementProblem, StreamPlacerKind, evaluate, stream_nodes};
+use hetsched_core::policy::stream::one_phase::{OnePhase, Refine};
+use hetsched_core::policy::stream::{
+    PlacementProblem, StreamPlacer, StreamPlacerKind, evaluate, stream_nodes,
+};
 use std::path::{Path, PathBuf};
 
 /// Stream topology commands.
@@ -48,6 +51,15 @@ pub struct PlaceArgs {
     /// instead of the declared rates; executor loads scale with it.
     #[arg(long, value_name = "FILE")]
     pub traffic: Option<PathBuf>,
+    /// One-phase: the fraction of each node's CPU its self-tuning may fill (0 < x ≤ 1). Lower
+    /// leaves headroom for rate surges at the price of more nodes and inter-node traffic
+    /// (docs/results/streams.md, "Choosing the utilisation limit").
+    #[arg(long, value_name = "X", default_value_t = 0.9)]
+    pub max_utilisation: f64,
+    /// One-phase: the refinement after best-schedule, local-search (default) or none (spec 04's
+    /// algorithm alone).
+    #[arg(long, value_name = "NAME", default_value = "local-search")]
+    pub refine: Refine,
     /// Print a table or JSON.
     #[arg(long, value_enum, default_value_t)]
     pub output: Output,
@@ -93,7 +105,16 @@ fn place(args: PlaceArgs) -> anyhow::Result<()> {
             args.placer
         );
     }
-    let placer = args.placer.build();
+    if !(args.max_utilisation > 0.0 && args.max_utilisation <= 1.0) {
+        bail!("--max-utilisation must be in (0, 1]");
+    }
+    let placer: Box<dyn StreamPlacer> = match args.placer {
+        StreamPlacerKind::OnePhase => Box::new(OnePhase {
+            max_utilisation: args.max_utilisation,
+            refine: args.refine,
+        }),
+        other => other.build(),
+    };
     let started = std::time::Instant::now();
     let placement = placer.place(&problem)?;
     let scheduling_ms = started.elapsed().as_secs_f64() * 1e3;

@@ -305,3 +305,42 @@ fn sim_stream_paper_prints_every_topology_and_placer() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--max-utilisation must be in (0, 1]"));
 }
+
+#[test]
+fn one_phase_takes_its_utilisation_limit_and_refinement_from_the_command_line() {
+    // Word count (28 executors) on the 10-node cluster: at 0.9 one-phase packs it on 2 nodes
+    // with 41,000 tuples/s between them; the patent's algorithm alone sends 42,000; a 0.6
+    // limit spreads it over more nodes, each below 60 %.
+    let refined = place_json(WORDCOUNT, "one-phase", &[]);
+    assert_eq!(
+        refined["inter_node_traffic"].as_f64().unwrap().round(),
+        41000.0
+    );
+    let exact = place_json(WORDCOUNT, "one-phase", &["--refine", "none"]);
+    assert_eq!(
+        exact["inter_node_traffic"].as_f64().unwrap().round(),
+        42000.0
+    );
+    let roomy = place_json(WORDCOUNT, "one-phase", &["--max-utilisation", "0.6"]);
+    assert!(
+        roomy["max_node_load"].as_f64().unwrap() <= 60.0 + 1e-6,
+        "{roomy}"
+    );
+    assert!(roomy["nodes_used"].as_u64().unwrap() > refined["nodes_used"].as_u64().unwrap());
+    let base = [
+        "stream",
+        "place",
+        "--topology",
+        WORDCOUNT,
+        "--cluster",
+        CLUSTER,
+        "--placer",
+        "one-phase",
+    ];
+    let out = hetsched(&[&base[..], &["--max-utilisation", "1.5"]].concat());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--max-utilisation must be in (0, 1]"));
+    let out = hetsched(&[&base[..], &["--refine", "annealing"]].concat());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown refinement `annealing`"));
+}

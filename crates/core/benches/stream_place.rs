@@ -4,6 +4,8 @@
 //!   topology (a chain of 10 components × 100 executors joined by fields groupings, so each
 //!   pair of neighbouring components exchanges traffic between all 100 × 100 executor pairs:
 //!   90,000 pairs) on 100 heterogeneous nodes (4, 8 and 16 cores), with one-phase. Goal: < 100 ms.
+//! - `stream_place/one_phase_exact_1000_executors_100_nodes`: the same with `Refine::None` (spec
+//!   04's best-schedule alone), so the refinement's cost is the difference.
 //! - `stream_place_growth/{one-phase,even,two-phase-traffic,resource-aware}/E`: the same shape with
 //!   E = 250 … 4,000 executors (10 components of E/10), on 100 nodes: how cost grows.
 //! - `stream_place_sparse/one-phase/E`: E executors in 10 components joined by `global`
@@ -16,7 +18,8 @@
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use hetsched_core::model::topology::{Component, ComponentKind, Grouping, Stream, Topology};
-use hetsched_core::policy::stream::{PlacementProblem, StreamNode, StreamPlacerKind};
+use hetsched_core::policy::stream::one_phase::OnePhase;
+use hetsched_core::policy::stream::{PlacementProblem, StreamNode, StreamPlacer, StreamPlacerKind};
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -71,6 +74,11 @@ fn goal(c: &mut Criterion) {
     g.sample_size(20).measurement_time(Duration::from_secs(10));
     g.bench_function("one_phase_1000_executors_100_nodes", |b| {
         b.iter(|| black_box(placer.place(black_box(&problem))))
+    });
+    // The patent's algorithm alone (`--refine none`): the refinement's cost is the difference.
+    let exact = OnePhase::exact(OnePhase::default().max_utilisation);
+    g.bench_function("one_phase_exact_1000_executors_100_nodes", |b| {
+        b.iter(|| black_box(exact.place(black_box(&problem))))
     });
     g.finish();
 }

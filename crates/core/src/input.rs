@@ -7,10 +7,10 @@
 
 pub mod binding;
 pub mod cluster;
-pub mod topology;
 pub mod latency;
-pub mod star_platform;
 pub mod limits;
+pub mod star_platform;
+pub mod topology;
 mod units;
 pub mod workflow;
 pub mod workload;

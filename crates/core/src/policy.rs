@@ -3,6 +3,6 @@
 
 pub mod batch;
 pub mod binding;
-pub mod stream;
-pub mod graph;
 pub mod divisible;
+pub mod graph;
+pub mod stream;

@@ -16,12 +16,23 @@
 //!   `failed_tuples`.
 //! - **Latency**: each step samples tuple paths (seeded): a spout executor by its emission rate,
 //!   then, hop by hop, a receiver by pair traffic until a sink; a hop costs the transfer
-//!   ([`link::LinkModel::transfer`]), the receiver's service time per tuple and an M/M/1 wait at
-//!   its node's CPU utilisation. The pending wait is added once.
+//!   ([`link::LinkModel::transfer`]), the receiver's service time per tuple and an M/M/1 wait of
+//!   the receiver's *thread*: an executor is one thread, busy `cpu / 100` of the time at its
+//!   current rate (its own utilisation, not its node's — a 16-core node at 90 % does not make
+//!   each thread queue as a single 90 %-busy server would); when its node's CPU is
+//!   oversubscribed (utilisation ρ > 1) the thread runs ρ times slower and its utilisation grows
+//!   by ρ (capped at 0.99; beyond, the pending queue carries the excess). The pending wait is
+//!   added once. A step's samples stand for the tuples it processed (weights), so mean and p99
+//!   are over tuples: a step that processes little (a restart) weighs little.
 //! - **Monitor and rescheduling**: every `monitor_period` the [`TrafficMonitor`] turns the counted
 //!   tuples per executor pair (what senders emitted, queued or not) into the executor traffic
 //!   list; with a controller, [`RescheduleController::tick`] sees it and the running placement.
-//!   An applied placement restarts every worker: nothing is processed for `migration_pause`.
+//!   Applying a placement restarts only the executors whose (node, process) changes (spec 04:
+//!   logical executors are mapped onto the new plan; unchanged ones keep running): for
+//!   `migration_pause` the topology processes at `1 − φ` of its rate, where `φ` is the largest
+//!   fraction of one component's executors that moved (tuples pass every component, so the
+//!   most-disrupted one paces the spouts under backpressure). A placement that moves nothing
+//!   costs nothing; one that moves everything stops the topology as a full restart would.
 //!
 //! Runs are deterministic: integer time, events in (time, scheduling order), one seeded RNG.
 
@@ -108,6 +119,9 @@ pub struct RescheduleRecord {
     pub gain: f64,
     /// Nodes used by the new placement.
     pub nodes_used: usize,
+    /// The largest fraction of one component's executors that moved (`φ`): the share of the
+    /// topology's rate lost for `migration_pause`.
+    pub moved_fraction: f64,
 }
 
 /// What one stream simulation measured.
@@ -186,6 +200,10 @@ struct StreamModel<'a> {
     factor: f64,
     pending: f64,
     paused_until: Time,
+    /// Fraction of the topology's rate lost until `paused_until` (`φ`, see the module docs).
+    paused_fraction: f64,
+    /// Component of each executor.
+    component_of: Vec<usize>,
     rng: rand_pcg::Pcg64Mcg,
     // Accumulators.
     steps: u64,
@@ -196,7 +214,9 @@ struct StreamModel<'a> {
     max_load: f64,
     overloaded_steps: u64,
     failed: f64,
-    samples: Vec<f64>,
+    /// Sampled latencies (seconds) with the tuples each one stands for (the step's processed
+    /// tuples shared by its samples), so percentiles are over tuples, not over time.
+    samples: Vec<(f64, f64)>,
     reschedules: Vec<RescheduleRecord>,
     error: Option<StreamSimError>,
 }
@@ -242,11 +262,17 @@ impl StreamModel<'_> {
             .collect();
         let bottleneck = rho_cpu.iter().chain(&rho_net).copied().fold(0.0, f64::max);
         let offered = self.spout_rate * f;
-        let paused = now < self.paused_until;
-        let cap_rate = if paused {
+        let running = if now < self.paused_until {
+            1.0 - self.paused_fraction
+        } else {
+            1.0
+        };
+        let cap_rate = if running <= 0.0 {
             0.0
         } else if bottleneck > 0.0 {
-            offered / bottleneck.max(1e-12)
+            running * offered / bottleneck.max(1e-12)
+        } else if running < 1.0 {
+            running * offered
         } else {
             f64::INFINITY
         };
@@ -269,7 +295,7 @@ impl StreamModel<'_> {
         if max_cpu > 1.0 + 1e-9 {
             self.overloaded_steps += 1;
         }
-        if paused || processed <= 0.0 || self.spouts.is_empty() {
+        if cap_rate <= 0.0 || processed <= 0.0 || self.spouts.is_empty() {
             return;
         }
         let wait = if cap_rate.is_finite() {
@@ -298,11 +324,13 @@ impl StreamModel<'_> {
                     rho_net[na],
                     rho_net[nb],
                 );
-                let rho = rho_cpu[nb].min(0.99);
-                lat += transfer + self.service[v] * (1.0 + rho / (1.0 - rho));
+                let stretch = rho_cpu[nb].max(1.0);
+                let rho = (self.base_loads[v] * f / 100.0 * stretch).min(0.99);
+                lat += transfer + self.service[v] * stretch * (1.0 + rho / (1.0 - rho));
                 e = v;
             }
-            self.samples.push(lat);
+            self.samples
+                .push((lat, processed / self.config.latency_samples as f64));
         }
     }
 
@@ -320,13 +348,32 @@ impl StreamModel<'_> {
                 placement,
             }) => {
                 let nodes_used = evaluate(&problem, &placement).nodes_used;
+                let mut moved = vec![0usize; self.topology.components.len()];
+                for e in 0..placement.node.len() {
+                    if placement.node[e] != self.placement.node[e]
+                        || placement.process[e] != self.placement.process[e]
+                    {
+                        moved[self.component_of[e]] += 1;
+                    }
+                }
+                let fraction = self
+                    .topology
+                    .components
+                    .iter()
+                    .zip(&moved)
+                    .map(|(c, &m)| m as f64 / f64::from(c.parallelism.max(1)))
+                    .fold(0.0, f64::max);
                 self.placement = placement;
-                self.paused_until = now + self.config.migration_pause;
+                if fraction > 0.0 {
+                    self.paused_until = now + self.config.migration_pause;
+                    self.paused_fraction = fraction;
+                }
                 self.reschedules.push(RescheduleRecord {
                     at_s: to_secs(now),
                     cause,
                     gain,
                     nodes_used,
+                    moved_fraction: fraction,
                 });
             }
             Ok(_) => {}
@@ -454,6 +501,8 @@ pub fn simulate_stream(
         factor: 1.0,
         pending: 0.0,
         paused_until: 0,
+        paused_fraction: 0.0,
+        component_of: comps.clone(),
         rng: rand_pcg::Pcg64Mcg::seed_from_u64(config.seed),
         steps: 0,
         inter_node_sum: 0.0,
@@ -485,16 +534,23 @@ pub fn simulate_stream(
     let steps = model.steps.max(1) as f64;
     let duration = to_secs(config.duration).max(1e-9);
     let mut samples = std::mem::take(&mut model.samples);
-    samples.sort_by(f64::total_cmp);
-    let mean = if samples.is_empty() {
-        0.0
+    samples.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let weight: f64 = samples.iter().map(|x| x.1).sum();
+    let mean = if weight > 0.0 {
+        samples.iter().map(|x| x.0 * x.1).sum::<f64>() / weight
     } else {
-        samples.iter().sum::<f64>() / samples.len() as f64
+        0.0
     };
-    let p99 = samples
-        .get(((samples.len() as f64 * 0.99).ceil() as usize).saturating_sub(1))
-        .copied()
-        .unwrap_or(0.0);
+    // The smallest latency at or below which 99 % of the processed tuples' weight lies.
+    let mut p99 = 0.0;
+    let mut seen = 0.0;
+    for &(lat, w) in &samples {
+        seen += w;
+        p99 = lat;
+        if seen >= 0.99 * weight {
+            break;
+        }
+    }
     let final_metrics = evaluate(&problem, &model.placement);
     Ok(StreamSimResult {
         placer: placer.name().to_string(),

@@ -27,7 +27,7 @@ use hetsched_core::input::InputError;
 use hetsched_core::input::cluster::parse_cluster_with_slots;
 use hetsched_core::input::topology::parse_topology;
 use hetsched_core::model::topology::Topology;
-use hetsched_core::policy::stream::one_phase::OnePhase;
+use hetsched_core::policy::stream::one_phase::{OnePhase, Refine};
 use hetsched_core::policy::stream::reschedule::RescheduleSettings;
 use hetsched_core::policy::stream::{
     PlacementProblem, StreamPlacer, StreamPlacerKind, evaluate, stream_nodes,
@@ -86,6 +86,8 @@ pub struct StreamPaperOptions {
     pub timing_repeats: usize,
     /// One-phase's `max_utilisation` (the headroom its self-tuning leaves on each node).
     pub one_phase_max_utilisation: f64,
+    /// One-phase's refinement after best-schedule (`none`: the patent's algorithm alone).
+    pub one_phase_refine: Refine,
 }
 
 impl Default for StreamPaperOptions {
@@ -102,6 +104,7 @@ impl Default for StreamPaperOptions {
             },
             timing_repeats: 5,
             one_phase_max_utilisation: OnePhase::default().max_utilisation,
+            one_phase_refine: OnePhase::default().refine,
         }
     }
 }
@@ -182,6 +185,7 @@ pub fn run(
             let placer: Box<dyn StreamPlacer> = match kind {
                 StreamPlacerKind::OnePhase => Box::new(OnePhase {
                     max_utilisation: options.one_phase_max_utilisation,
+                    refine: options.one_phase_refine,
                 }),
                 _ => kind.build(),
             };

@@ -121,3 +121,102 @@ fn stream_paper_one_phase_cuts_inter_node_traffic_on_every_topology() {
         assert_eq!(one.sim.inter_process_traffic, 0.0);
     }
 }
+
+/// The stream-paper scenario at `limit` and `surge`, with the controller's traffic-driven
+/// reschedules disabled (an unreachable gain threshold), 60 s, so only the placement and the
+/// surge decide latency.
+fn without_traffic_reschedules(limit: f64, surge: f64) -> stream_paper::StreamPaperReport {
+    let mut options = StreamPaperOptions {
+        sim: StreamSimConfig {
+            duration: 60 * NANOS_PER_SEC,
+            latency_samples: 5,
+            ..StreamSimConfig::default()
+        },
+        timing_repeats: 1,
+        surge,
+        one_phase_max_utilisation: limit,
+        ..StreamPaperOptions::default()
+    };
+    options.reschedule.gain_threshold = 1e9;
+    stream_paper::run(&options, &mut |_, _, _| {}).unwrap()
+}
+
+#[test]
+fn packing_to_ninety_per_cent_costs_no_latency_while_rates_hold() {
+    // The placement alone: one-phase on 2–3 nodes at up to 90 % keeps the tail latency of even
+    // on 10 nodes (executors are threads; a busy multi-core node does not queue them).
+    let report = without_traffic_reschedules(0.9, 1.0);
+    for chunk in report.rows.chunks(4) {
+        let (even, one) = (&chunk[0].sim, &chunk[3].sim);
+        assert!(one.reschedules.is_empty(), "{}", one.topology);
+        assert_eq!(one.throughput, even.throughput, "{}", one.topology);
+        assert!(
+            one.p99_latency_ms <= 1.5 * even.p99_latency_ms,
+            "{}: {} vs {}",
+            one.topology,
+            one.p99_latency_ms,
+            even.p99_latency_ms
+        );
+    }
+}
+
+#[test]
+fn a_limit_below_one_over_the_surge_absorbs_it_and_a_higher_one_queues() {
+    // ×1.6 from 40 s: at 60 % (60 × 1.6 = 96 %) no node overloads and the tail stays at
+    // even's; at 90 % the packed nodes overload until the controller's next computation and
+    // the pending queue shows in the p99 (seconds).
+    let low = without_traffic_reschedules(0.6, 1.6);
+    let high = without_traffic_reschedules(0.9, 1.6);
+    for (l, h) in low.rows.chunks(4).zip(high.rows.chunks(4)) {
+        let (even, one) = (&l[0].sim, &l[3].sim);
+        assert_eq!(one.overloaded_s, 0.0, "{}", one.topology);
+        assert!(one.reschedules.is_empty(), "{}", one.topology);
+        assert!(
+            one.p99_latency_ms <= 1.5 * even.p99_latency_ms,
+            "{}: {} vs {}",
+            one.topology,
+            one.p99_latency_ms,
+            even.p99_latency_ms
+        );
+        let packed = &h[3].sim;
+        assert!(packed.overloaded_s > 0.0, "{}", packed.topology);
+        assert!(packed.p99_latency_ms > 1000.0, "{}", packed.topology);
+        assert_eq!(packed.reschedules[0].cause, Cause::Overload);
+    }
+}
+
+#[test]
+fn a_reschedule_restarts_only_the_executors_it_moves() {
+    // Declared rates, then ×0.6 from 30 s: the controller consolidates (traffic gain). Only the
+    // moved executors restart: each reschedule reports the share it stalls, some keep part of
+    // the topology running, and nothing times out.
+    let mut options = StreamPaperOptions {
+        sim: StreamSimConfig {
+            duration: 60 * NANOS_PER_SEC,
+            latency_samples: 5,
+            ..StreamSimConfig::default()
+        },
+        timing_repeats: 1,
+        surge_at: 0,
+        surge: 1.0,
+        calm_at: 30 * NANOS_PER_SEC,
+        ..StreamPaperOptions::default()
+    };
+    options.calm = 0.6;
+    let report = stream_paper::run(&options, &mut |_, _, _| {}).unwrap();
+    let mut fractions = Vec::new();
+    for chunk in report.rows.chunks(4) {
+        let (even, one) = (&chunk[0].sim, &chunk[3].sim);
+        for r in &one.reschedules {
+            assert!(r.moved_fraction > 0.0 && r.moved_fraction <= 1.0, "{r:?}");
+            fractions.push(r.moved_fraction);
+        }
+        assert_eq!(one.failed_tuples, 0.0, "{}", one.topology);
+        assert!(one.throughput >= 0.95 * even.throughput, "{}", one.topology);
+    }
+    assert!(
+        !fractions.is_empty(),
+        "the calm should consolidate some topology"
+    );
+    assert!(fractions.iter().any(|&f| f < 1.0), "{fractions:?}");
+}

@@ -37,16 +37,48 @@
 //!   `leastLoadedNode(l1 + l2)` (it becomes `lastUsedNode`); else apart: each on `lastUsedNode` if
 //!   it can carry that executor, otherwise on `leastLoadedNode` of it; e2's node becomes
 //!   `lastUsedNode`.
-//! - **At least one placed**: `nodeList` = the nodes of the placed executor(s) (e1's first), then
-//!   `leastLoadedNode(max(l1, l2))` and `lastUsedNode` if not already there. The unplaced executor
-//!   (there is at most one: every handled pair places both) is tried on every node of `nodeList`
-//!   that can carry it; the resulting inter-node traffic is computed over all placed neighbours;
-//!   the minimum wins; ties prefer `lastUsedNode`, then `nodeList` order. If no node of `nodeList`
-//!   can carry it, `leastLoadedNode` of it (or the fallback). The chosen node becomes
-//!   `lastUsedNode`. When both are already placed nothing changes, `lastUsedNode` included.
+//! - **At least one placed** (both placed included): `nodeList` = the nodes of the placed
+//!   executor(s) (e1's first), then `leastLoadedNode(max(l1, l2))` and `lastUsedNode` if not
+//!   already there. Every plan (e1 → n1, e2 → n2) with n1, n2 in `nodeList` — both on one node,
+//!   or on two — is tried, *placed executors included*: the patent (seed text, Figure 4) says
+//!   "try to assign e1, e2 to any one or two nodes of nodeList", and lists executor removal
+//!   among the scheduler's basic operations; spec 04's restatement "the unplaced executor(s)"
+//!   leaves "one or two nodes" without meaning, so we follow the original. A plan is allowed
+//!   when every node whose load grows stays within its limit. Its cost is the inter-node
+//!   traffic of e1 and e2 with the placed executors and with each other; the minimum wins;
+//!   ties prefer a plan that uses `lastUsedNode`, then fewer moved executors, then `nodeList`
+//!   order (n1 first). e2's node in the plan (the one assigned last) becomes `lastUsedNode`.
+//!   If no plan is allowed (the unplaced executor fits on no node of `nodeList`), the placed
+//!   one stays and the other goes on `leastLoadedNode` of its load (or the fallback), which
+//!   becomes `lastUsedNode`.
 //! - Executors in no pair are placed last, in id order, on `leastLoadedNode` of their load;
 //!   `lastUsedNode` does not change.
 //! - Afterwards each node's executors form one process (process 0).
+//! - Executors' per-node traffic is kept incrementally (`NodeTraffic`), so a pair step costs
+//!   O(|nodeList|²) and the pass O(traffic list + executors × nodes).
+//!
+//! ## Refinement (hetsched's addition beyond the patent; `Refine::LocalSearch`, the default)
+//! Best-schedule is a one-pass greedy: on uniform or nearly uniform traffic the descending order
+//! carries little information and it can end worse than Storm's round-robin (a property test
+//! found all-to-all traffic of equal weight where it sent 47 tuples/s between nodes against
+//! even's 42). After best-schedule, on the chosen configuration, a deterministic local search
+//! runs: sweeps of (1) every executor in id order moving to the configuration node that saves
+//! the most inter-node traffic (ties: lower node index), then (2) every executor `a` in id order
+//! swapping with the executor `b` on another node B that saves the most (ties: lower id of
+//! `b`), where `a` must gain by moving to B alone (a swap can only help if one side wants to
+//! move). A step is taken only if it saves more than 10⁻⁹ of the total traffic (strict, so the
+//! search ends) and no node whose load grows ends above its limit; the processes stay one per
+//! node. Sweeps repeat until one changes nothing, at most `REFINE_MAX_SWEEPS`.
+//! Local search alone still loses to round-robin on tightly packed, near-uniform all-to-all
+//! traffic (shrunk counterexample: 14 executors of 15–48 % with `all` groupings on two 3-core
+//! nodes at 87–88 %: single moves are blocked by the limits and one-for-one swaps cannot
+//! rebalance; 31 vs even's 26 tuples/s). So the search runs from a second start too — the
+//! executors round-robin over the configuration's nodes in index order, Storm's even order,
+//! if that fits the limits — and the lower-traffic result wins (ties: best-schedule's start).
+//! Hence on a first allocation one-phase never sends more traffic between nodes than `even`
+//! with one worker per node whenever even's placement stays within one-phase's limits.
+//! `Refine::None`
+//! (CLI `--refine none`) keeps the patent's algorithm alone.
 //!
 //! ## Repair (ours, beyond the patent)
 //! Greedy packing can overload a node when a packing without overload exists. Then executors are
@@ -56,6 +88,8 @@
 //! descending load, ties lower id; nodes in index order) finds a packing without overload, that
 //! packing is used. So a placement overloads a node only when first-fit-decreasing cannot avoid it
 //! either (bin packing is NP-hard; first-fit-decreasing is our feasibility test).
+
+use serde::{Deserialize, Serialize};
 
 use super::{
     LOAD_EPSILON, Placement, PlacementError, PlacementProblem, StreamNode, StreamPlacer,
@@ -67,14 +101,71 @@ use super::{
 pub struct OnePhase {
     /// The fraction of a node's available CPU the tuner lets the topology use (0 < x ≤ 1): the
     /// headroom that keeps a measured-rate wobble from overloading a packed node. 1.0 packs to
-    /// capacity, as the patent does.
+    /// capacity, as the patent does. Default 0.9; CLI `--max-utilisation`. Lower limits spread
+    /// the topology over more nodes (more inter-node traffic) and leave room for rate surges
+    /// (`docs/results/streams.md`, "Choosing the utilisation limit").
     pub max_utilisation: f64,
+    /// What runs after best-schedule: [`Refine::LocalSearch`] (default) or nothing
+    /// ([`Refine::None`], the patent's algorithm alone). CLI `--refine`.
+    pub refine: Refine,
 }
 
 impl Default for OnePhase {
     fn default() -> Self {
         Self {
             max_utilisation: 0.9,
+            refine: Refine::LocalSearch,
+        }
+    }
+}
+
+impl OnePhase {
+    /// The patent's algorithm alone (no refinement), at `max_utilisation`.
+    pub fn exact(max_utilisation: f64) -> Self {
+        Self {
+            max_utilisation,
+            refine: Refine::None,
+        }
+    }
+}
+
+/// The refinement step one-phase runs after spec 04's best-schedule (hetsched's addition).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Refine {
+    /// None: the placement is best-schedule's (spec 04, Figure 4, as written).
+    None,
+    /// Local search: single-executor moves and pairwise swaps between the configuration's
+    /// nodes that strictly reduce inter-node traffic within every node's limit.
+    #[default]
+    LocalSearch,
+}
+
+impl Refine {
+    /// The name users write (`none`, `local-search`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refine::None => "none",
+            Refine::LocalSearch => "local-search",
+        }
+    }
+}
+
+impl std::fmt::Display for Refine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Refine {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "none" => Ok(Refine::None),
+            "local-search" => Ok(Refine::LocalSearch),
+            _ => Err(format!(
+                "unknown refinement `{s}` (expected one of: none, local-search)"
+            )),
         }
     }
 }
@@ -94,8 +185,58 @@ struct Pass<'p, 'a> {
     config: &'p Configuration,
     load: Vec<f64>,
     node_of: Vec<Option<usize>>,
+    /// Per-node traffic of each executor with its *placed* neighbours ([`NodeTraffic`]).
+    traffic: NodeTraffic,
     /// Whether some executor had to go above its node's limit.
     exceeded: bool,
+}
+
+/// For every executor `e` and configuration node `k`, the tuples/s `e` exchanges with the
+/// executors placed on `k` (`on[e][k]`), and with all placed executors (`placed[e]`), kept up to
+/// date as executors are placed and moved. The cut of `e` on node `k` is
+/// `placed[e] − on[e][k]`, in O(1) — which keeps the pair step and the refinement linear in the
+/// traffic list.
+struct NodeTraffic {
+    /// Compact index of each node in the configuration (`usize::MAX`: not allowed).
+    slot: Vec<usize>,
+    width: usize,
+    on: Vec<f64>,
+    placed: Vec<f64>,
+}
+
+impl NodeTraffic {
+    fn new(config: &Configuration, node_count: usize, executors: usize) -> Self {
+        let mut slot = vec![usize::MAX; node_count];
+        for (k, &n) in config.nodes.iter().enumerate() {
+            slot[n] = k;
+        }
+        let width = config.nodes.len();
+        Self {
+            slot,
+            width,
+            on: vec![0.0; executors * width],
+            placed: vec![0.0; executors],
+        }
+    }
+
+    /// Tuples/s between `e` and the placed executors on node `n`.
+    fn on(&self, e: usize, n: usize) -> f64 {
+        match self.slot.get(n) {
+            Some(&k) if k != usize::MAX => self.on[e * self.width + k],
+            _ => 0.0,
+        }
+    }
+
+    /// `e`'s neighbours see it arrive on (`sign` = 1) or leave (`sign` = −1) node `n`.
+    fn update(&mut self, adj: &[Vec<(usize, f64)>], e: usize, n: usize, sign: f64) {
+        let k = self.slot.get(n).copied().unwrap_or(usize::MAX);
+        for &(v, t) in &adj[e] {
+            self.placed[v] += sign * t;
+            if k != usize::MAX {
+                self.on[v * self.width + k] += sign * t;
+            }
+        }
+    }
 }
 
 impl<'p, 'a> Pass<'p, 'a> {
@@ -104,19 +245,20 @@ impl<'p, 'a> Pass<'p, 'a> {
         adj: &'p [Vec<(usize, f64)>],
         config: &'p Configuration,
     ) -> Self {
+        let executors = problem.topology.executor_count();
         Self {
             problem,
             adj,
             config,
             load: vec![0.0; problem.nodes.len()],
-            node_of: vec![None; problem.topology.executor_count()],
+            node_of: vec![None; executors],
+            traffic: NodeTraffic::new(config, problem.nodes.len(), executors),
             exceeded: false,
         }
     }
 
     fn can_carry(&self, n: usize, x: f64) -> bool {
-        let limit = self.config.limit[n];
-        self.load[n] + x <= limit + LOAD_EPSILON * limit.max(1.0)
+        fits(self.config.limit[n], self.load[n] + x)
     }
 
     fn least_loaded(&self, x: f64) -> Option<usize> {
@@ -155,24 +297,128 @@ impl<'p, 'a> Pass<'p, 'a> {
     fn put(&mut self, e: usize, n: usize) {
         self.node_of[e] = Some(n);
         self.load[n] += self.problem.loads[e];
+        self.traffic.update(self.adj, e, n, 1.0);
     }
 
-    /// Inter-node traffic `e` adds with its placed neighbours if it goes on `n`.
-    fn cut(&self, e: usize, n: usize) -> f64 {
-        self.adj[e]
-            .iter()
-            .filter(|(v, _)| self.node_of[*v].is_some_and(|m| m != n))
-            .map(|(_, t)| t)
-            .sum()
+    fn lift(&mut self, e: usize) {
+        if let Some(n) = self.node_of[e].take() {
+            self.load[n] -= self.problem.loads[e];
+            self.traffic.update(self.adj, e, n, -1.0);
+        }
+    }
+
+    /// Inter-node traffic between `e` on node `n` and its placed neighbours other than `other`
+    /// (whose traffic with `e` is `t`).
+    fn cut_without(&self, e: usize, n: usize, other: usize, t: f64) -> f64 {
+        let (mut all, mut here) = (self.traffic.placed[e], self.traffic.on(e, n));
+        if let Some(m) = self.node_of[other] {
+            all -= t;
+            if m == n {
+                here -= t;
+            }
+        }
+        all - here
+    }
+
+    /// The "at least one placed" step of Figure 4: every plan (e1 → n1, e2 → n2) with n1, n2 in
+    /// `nodeList` (one node or two), placed executors included — they may move.
+    fn pair_step(&mut self, a: usize, b: usize, t: f64, last: &mut Option<usize>) {
+        let loads = &self.problem.loads;
+        let (la, lb) = (loads[a], loads[b]);
+        let mut list: Vec<usize> = Vec::with_capacity(4);
+        for n in [
+            self.node_of[a],
+            self.node_of[b],
+            self.least_loaded(la.max(lb)),
+            *last,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if !list.contains(&n) {
+                list.push(n);
+            }
+        }
+        let current = [self.node_of[a], self.node_of[b]];
+        // Each executor's cut on each node of the list, computed once (O(1) each).
+        let mut cut_a = [0.0; 4];
+        let mut cut_b = [0.0; 4];
+        for (i, &n) in list.iter().enumerate() {
+            cut_a[i] = self.cut_without(a, n, b, t);
+            cut_b[i] = self.cut_without(b, n, a, t);
+        }
+        // (cost, uses lastUsedNode, executors moved, n1, n2) of the best plan so far.
+        let mut best: Option<(f64, bool, u8, usize, usize)> = None;
+        for (i, &n1) in list.iter().enumerate() {
+            for (j, &n2) in list.iter().enumerate() {
+                if !self.plan_fits(a, n1, b, n2) {
+                    continue;
+                }
+                let cost = cut_a[i] + cut_b[j] + if n1 != n2 { t } else { 0.0 };
+                let uses_last = last.is_some_and(|l| l == n1 || l == n2);
+                let moved = u8::from(current[0].is_some_and(|c| c != n1))
+                    + u8::from(current[1].is_some_and(|c| c != n2));
+                let better = match best {
+                    None => true,
+                    Some((bc, bl, bm, _, _)) => {
+                        cost < bc
+                            || (cost == bc && uses_last && !bl)
+                            || (cost == bc && uses_last == bl && moved < bm)
+                    }
+                };
+                if better {
+                    best = Some((cost, uses_last, moved, n1, n2));
+                }
+            }
+        }
+        match best {
+            Some((_, _, _, n1, n2)) => {
+                for (e, n) in [(a, n1), (b, n2)] {
+                    if self.node_of[e] != Some(n) {
+                        self.lift(e);
+                        self.put(e, n);
+                    }
+                }
+                *last = Some(n2);
+            }
+            None => {
+                // Only when the unplaced executor fits on no node of nodeList: it goes on
+                // leastLoadedNode of its own load (or the fallback); the placed one stays.
+                let u = if self.node_of[a].is_none() { a } else { b };
+                let n = self.least_loaded_or_fallback(loads[u]);
+                self.put(u, n);
+                *last = Some(n);
+            }
+        }
+    }
+
+    /// Whether moving/placing `a` on `n1` and `b` on `n2` keeps every node whose load grows
+    /// within its limit.
+    fn plan_fits(&self, a: usize, n1: usize, b: usize, n2: usize) -> bool {
+        let loads = &self.problem.loads;
+        let delta = |n: usize| {
+            let mut d = 0.0;
+            for (e, to) in [(a, n1), (b, n2)] {
+                if to == n {
+                    d += loads[e];
+                }
+                if self.node_of[e] == Some(n) {
+                    d -= loads[e];
+                }
+            }
+            d
+        };
+        [n1, n2]
+            .into_iter()
+            .all(|n| delta(n) <= 0.0 || self.can_carry(n, delta(n)))
     }
 
     fn run(mut self, pairs: &[(usize, usize, f64)]) -> (Vec<usize>, Vec<f64>, bool) {
         let loads = &self.problem.loads;
         let mut last: Option<usize> = None;
-        for &(a, b, _) in pairs {
+        for &(a, b, t) in pairs {
             let (la, lb) = (loads[a], loads[b]);
             match (self.node_of[a], self.node_of[b]) {
-                (Some(_), Some(_)) => {}
                 (None, None) => match last {
                     Some(u) if self.can_carry(u, la + lb) => {
                         self.put(a, u);
@@ -197,45 +443,7 @@ impl<'p, 'a> Pass<'p, 'a> {
                         }
                     }
                 },
-                (pa, pb) => {
-                    let (u, placed_node) = match (pa, pb) {
-                        (Some(n), None) => (b, n),
-                        (None, Some(n)) => (a, n),
-                        _ => unreachable!("both-placed and neither-placed are handled above"),
-                    };
-                    let mut list = vec![placed_node];
-                    if let Some(ll) = self.least_loaded(la.max(lb))
-                        && !list.contains(&ll)
-                    {
-                        list.push(ll);
-                    }
-                    if let Some(l) = last
-                        && !list.contains(&l)
-                    {
-                        list.push(l);
-                    }
-                    let mut best: Option<(f64, bool, usize)> = None;
-                    for &n in &list {
-                        if !self.can_carry(n, loads[u]) {
-                            continue;
-                        }
-                        let cost = self.cut(u, n);
-                        let is_last = last == Some(n);
-                        let better = match best {
-                            None => true,
-                            Some((bc, bl, _)) => cost < bc || (cost == bc && is_last && !bl),
-                        };
-                        if better {
-                            best = Some((cost, is_last, n));
-                        }
-                    }
-                    let n = match best {
-                        Some((_, _, n)) => n,
-                        None => self.least_loaded_or_fallback(loads[u]),
-                    };
-                    self.put(u, n);
-                    last = Some(n);
-                }
+                _ => self.pair_step(a, b, t, &mut last),
             }
         }
         for (e, &load) in loads.iter().enumerate() {
@@ -248,6 +456,164 @@ impl<'p, 'a> Pass<'p, 'a> {
         (nodes, self.load, self.exceeded)
     }
 }
+
+/// Whether a node with limit `limit` may carry `load` (with [`LOAD_EPSILON`] slack).
+fn fits(limit: f64, load: f64) -> bool {
+    load <= limit + LOAD_EPSILON * limit.max(1.0)
+}
+
+/// The refinement after best-schedule (hetsched's addition, see the module docs): a
+/// deterministic local search of single-executor moves and pairwise swaps between the
+/// configuration's nodes, each strictly reducing inter-node traffic, no node whose load grows
+/// going above its limit; to a fixed point or [`REFINE_MAX_SWEEPS`] sweeps.
+fn refine(
+    problem: &PlacementProblem<'_>,
+    adj: &[Vec<(usize, f64)>],
+    config: &Configuration,
+    placed: &mut [usize],
+) {
+    let nodes = problem.nodes;
+    let loads = &problem.loads;
+    let executors = placed.len();
+    if config.nodes.len() < 2 || executors < 2 {
+        return;
+    }
+    let mut traffic = NodeTraffic::new(config, nodes.len(), executors);
+    let mut load = vec![0.0; nodes.len()];
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for (e, &n) in placed.iter().enumerate() {
+        traffic.update(adj, e, n, 1.0);
+        load[n] += loads[e];
+        members[n].push(e);
+    }
+    let total: f64 = traffic.placed.iter().sum::<f64>() / 2.0;
+    // A step must save more than this: strict improvement, immune to rounding, so the search
+    // ends.
+    let min_gain = 1e-9 * total.max(1.0);
+    let weight = |a: usize, b: usize| {
+        adj[a]
+            .binary_search_by_key(&b, |x| x.0)
+            .map_or(0.0, |i| adj[a][i].1)
+    };
+    let move_to = |e: usize,
+                   to: usize,
+                   placed: &mut [usize],
+                   traffic: &mut NodeTraffic,
+                   load: &mut [f64],
+                   members: &mut [Vec<usize>]| {
+        let from = placed[e];
+        traffic.update(adj, e, from, -1.0);
+        traffic.update(adj, e, to, 1.0);
+        load[from] -= loads[e];
+        load[to] += loads[e];
+        if let Some(i) = members[from].iter().position(|&x| x == e) {
+            members[from].remove(i);
+        }
+        members[to].push(e);
+        placed[e] = to;
+    };
+    for _ in 0..REFINE_MAX_SWEEPS {
+        let mut improved = false;
+        // Single-executor moves: each executor, in id order, to the node that saves most
+        // (ties: lower node index).
+        for e in 0..executors {
+            let from = placed[e];
+            let here = traffic.on(e, from);
+            let mut best: Option<(f64, usize)> = None;
+            for &n in &config.nodes {
+                if n == from || !fits(config.limit[n], load[n] + loads[e]) {
+                    continue;
+                }
+                let gain = traffic.on(e, n) - here;
+                if gain > min_gain && best.is_none_or(|(g, _)| gain > g) {
+                    best = Some((gain, n));
+                }
+            }
+            if let Some((_, to)) = best {
+                move_to(e, to, placed, &mut traffic, &mut load, &mut members);
+                improved = true;
+            }
+        }
+        // Pairwise swaps: executor `a` on A and `b` on B trade nodes. A swap saves
+        // g_a(B) + g_b(A) − 2·t(a, b), where g_x(Y) is what moving x alone to Y would save, so one
+        // of the two must want to move: `a` is taken in id order with each node B it wants to
+        // move to (g_a(B) > 0), and the best partner `b` on B (ties: lower id).
+        for a in 0..executors {
+            let from = placed[a];
+            if traffic.slot[from] == usize::MAX {
+                continue;
+            }
+            let here = traffic.on(a, from);
+            let mut best: Option<(f64, usize)> = None;
+            for &n in &config.nodes {
+                let ga = traffic.on(a, n) - here;
+                if n == from || ga <= 0.0 {
+                    continue;
+                }
+                for &b in &members[n] {
+                    let (la, lb) = (loads[a], loads[b]);
+                    if (lb > la && !fits(config.limit[from], load[from] - la + lb))
+                        || (la > lb && !fits(config.limit[n], load[n] - lb + la))
+                    {
+                        continue;
+                    }
+                    let gain = ga + traffic.on(b, from) - traffic.on(b, n) - 2.0 * weight(a, b);
+                    if gain > min_gain
+                        && best.is_none_or(|(g, bb)| gain > g || (gain == g && b < bb))
+                    {
+                        best = Some((gain, b));
+                    }
+                }
+            }
+            if let Some((_, b)) = best {
+                let (na, nb) = (placed[a], placed[b]);
+                move_to(a, nb, placed, &mut traffic, &mut load, &mut members);
+                move_to(b, na, placed, &mut traffic, &mut load, &mut members);
+                improved = true;
+            }
+        }
+        if !improved {
+            break;
+        }
+    }
+}
+
+/// Executor `i` on the configuration's node `i mod m` (nodes in index order), if every node
+/// stays within its limit.
+fn round_robin_start(problem: &PlacementProblem<'_>, config: &Configuration) -> Option<Vec<usize>> {
+    let m = config.nodes.len();
+    if m < 2 {
+        return None;
+    }
+    let placed: Vec<usize> = (0..problem.loads.len())
+        .map(|e| config.nodes[e % m])
+        .collect();
+    let mut load = vec![0.0; problem.nodes.len()];
+    for (e, &n) in placed.iter().enumerate() {
+        load[n] += problem.loads[e];
+    }
+    config
+        .nodes
+        .iter()
+        .all(|&n| fits(config.limit[n], load[n]))
+        .then_some(placed)
+}
+
+/// Tuples/s between executors on different nodes.
+fn inter_node(adj: &[Vec<(usize, f64)>], placed: &[usize]) -> f64 {
+    adj.iter()
+        .enumerate()
+        .flat_map(|(a, list)| {
+            list.iter()
+                .filter(move |(b, _)| a < *b && placed[a] != placed[*b])
+                .map(|x| x.1)
+        })
+        .sum()
+}
+
+/// The refinement's bound on sweeps (each sweep tries every executor's move and swaps); it stops
+/// earlier at a fixed point, which is the usual case (a handful of sweeps).
+pub const REFINE_MAX_SWEEPS: usize = 50;
 
 /// The undirected traffic list in best-schedule order: descending traffic, ties by the pair's
 /// (lower id, higher id).
@@ -456,7 +822,20 @@ impl StreamPlacer for OnePhase {
                 self.max_utilisation
             )));
         }
-        let (_, placed) = self.configure(problem);
+        let (config, mut placed) = self.configure(problem);
+        if self.refine == Refine::LocalSearch {
+            let adj = problem.adjacency();
+            refine(problem, &adj, &config, &mut placed);
+            // Second start: the executors round-robin over the configuration's nodes (Storm's
+            // even order), when that spread fits the limits; the better local optimum wins
+            // (ties: best-schedule's).
+            if let Some(mut spread) = round_robin_start(problem, &config) {
+                refine(problem, &adj, &config, &mut spread);
+                if inter_node(&adj, &spread) < inter_node(&adj, &placed) {
+                    placed = spread;
+                }
+            }
+        }
         let node = self.repair(problem, placed);
         let process = vec![0; node.len()];
         Ok(Placement { node, process })
