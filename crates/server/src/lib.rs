@@ -8,6 +8,7 @@
 //! - [`state`]: the live state and every rule that changes it (submission, heartbeats,
 //!   reconciliation, dead nodes, cancellation, restart);
 //! - [`service`]: the gRPC services, authentication, health;
+//! - [`logs`]: relays `hetsched log` to the agent that ran the task;
 //! - [`metrics`]: Prometheus metrics and the optional HTTP listener (`/metrics`, `/healthz`).
 //!
 //! [`start`] runs a server in the current tokio runtime and returns a [`ServerHandle`]; the
@@ -16,6 +17,7 @@
 pub mod config;
 pub mod datadir;
 pub mod limits;
+pub mod logs;
 pub mod metrics;
 pub mod service;
 pub mod state;

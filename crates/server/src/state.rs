@@ -211,6 +211,11 @@ struct NodeRec {
     identity: String,
     /// Removed by an operator (`hetsched node remove`): dead for good, unlisted, its name free.
     removed: bool,
+    /// Drained by an operator (`hetsched node drain`): no new work until `node resume`. Kept in
+    /// memory only: a restarted server forgets drains.
+    drained: bool,
+    /// The agent's last heartbeat said it is shutting down: no new work.
+    draining: bool,
 }
 
 /// The server's whole state.
@@ -295,6 +300,8 @@ impl State {
                 available_memory: 0,
                 gpus: Vec::new(),
                 identity: row.identity,
+                drained: false,
+                draining: false,
             });
         }
         for (i, t) in snap.tasks.iter().enumerate() {
@@ -525,6 +532,8 @@ impl State {
                 gpus: Vec::new(),
                 identity: req.identity.clone(),
                 removed: false,
+                drained: false,
+                draining: false,
             });
             info!(node = %req.name, id, cores = req.cores, gpus = req.accelerators.len(), "node registered");
             id
@@ -563,6 +572,12 @@ impl State {
         rec.read_bps = req.read_bytes_per_sec;
         rec.available_memory = req.available_memory_bytes;
         rec.gpus = req.gpus.clone();
+        if rec.draining != req.draining {
+            info!(node = %rec.spec.name, draining = req.draining, "the agent is shutting down: no new work for it");
+        }
+        rec.draining = req.draining;
+        // No new work for a drained node or a shutting-down agent.
+        let closed = rec.drained || rec.draining;
         if paused {
             // The store refuses writes: the node is alive (in memory), but nothing is recorded,
             // so nothing is acknowledged (the agent keeps its results), assigned or reconciled.
@@ -624,7 +639,7 @@ impl State {
                 io_tasks,
             },
         )?;
-        if self.view.pending_apps().next().is_some() {
+        if !closed && self.view.pending_apps().next().is_some() {
             let start = Instant::now();
             let decisions = self.policy.on_node_update(&mut self.view, nid, now);
             self.metrics.decision(start.elapsed());
@@ -750,6 +765,8 @@ impl State {
             new.read_bps = old.read_bps;
             new.available_memory = old.available_memory;
             new.gpus = old.gpus.clone();
+            new.drained = old.drained;
+            new.draining = old.draining;
             if !old.alive {
                 fresh.view.set_alive(new.spec.id, false)?;
             }
@@ -820,6 +837,16 @@ impl State {
                 return Ok(());
             }
             _ => return Ok(()),
+        }
+        if r.interrupted && !r.success {
+            // Killed because its agent shut down: not the task's failure; it runs again, as a
+            // lost task does.
+            let reason = if r.message.is_empty() {
+                "its agent shut down".to_string()
+            } else {
+                r.message.clone()
+            };
+            return self.lose(r.task_id, &reason, now_ns(), dirty);
         }
         let a = self.assignment_of(t);
         self.nodes[nid.index()].running.remove(&r.task_id);
@@ -1288,6 +1315,7 @@ impl State {
                     exit_code: t.exit_code.unwrap_or(-1),
                     message: t.message.clone(),
                     failed_attempts: t.failures,
+                    output: String::new(),
                 }
             })
             .collect();
@@ -1343,7 +1371,9 @@ impl State {
                     pb::NodeInfo {
                         id: i as u32,
                         name: n.spec.name.clone(),
-                        alive: n.alive,
+                        // A node restored from the store is shown dead until it heartbeats
+                        // (the scheduler still gives it RESTART_GRACE to come back).
+                        alive: n.alive && n.seen,
                         cores: n.spec.cores,
                         free_cores: v.free.cores,
                         memory_bytes: n.spec.memory_bytes,
@@ -1363,9 +1393,41 @@ impl State {
                         read_bytes_per_sec: n.read_bps,
                         available_memory_bytes: n.available_memory,
                         gpus: n.gpus.clone(),
+                        drained: n.drained,
+                        draining: n.draining,
+                        backed_off: Vec::new(),
                     }
                 })
                 .collect(),
         }
+    }
+
+    /// The name of node `id`, if it has one.
+    pub fn node_name(&self, id: u32) -> Option<String> {
+        self.nodes
+            .get(id as usize)
+            .filter(|n| !n.removed)
+            .map(|n| n.spec.name.clone())
+    }
+
+    /// `hetsched node drain` (`drain`) / `node resume` (`!drain`): stops or restarts placing new
+    /// work on a node; its running tasks go on.
+    pub fn drain_node(
+        &mut self,
+        name: &str,
+        drain: bool,
+    ) -> Result<pb::DrainNodeReply, StateError> {
+        let Some(&id) = self.node_by_name.get(name) else {
+            return Err(StateError::NoNode(name.to_string()));
+        };
+        let rec = &mut self.nodes[id as usize];
+        if rec.drained != drain {
+            rec.drained = drain;
+            info!(node = %name, drained = drain, running = rec.running.len(), "node {}", if drain { "drained" } else { "resumed" });
+        }
+        Ok(pb::DrainNodeReply {
+            node_id: id,
+            running: rec.running.len() as u32,
+        })
     }
 }

@@ -37,7 +37,7 @@ pub async fn connect_with(server: &str, token: &str, ca: Option<&[u8]>) -> anyho
 }
 
 /// A server error as users read it (the message alone; it names file, line and field).
-fn refused(s: tonic::Status) -> anyhow::Error {
+pub fn refused(s: tonic::Status) -> anyhow::Error {
     match s.code() {
         tonic::Code::InvalidArgument | tonic::Code::NotFound => anyhow::anyhow!("{}", s.message()),
         tonic::Code::Unauthenticated => {
@@ -362,7 +362,7 @@ pub fn print_tasks(tasks: &[pb::TaskInfo]) {
 fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
     let mut t = table(&[
         "task", "job", "app", "index", "state", "attempt", "node", "variant", "devices",
-        "run time", "message",
+        "run time", "message", "output",
     ]);
     for x in tasks {
         t.add_row(vec![
@@ -389,6 +389,7 @@ fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
                 "-".into()
             },
             x.message.clone(),
+            x.output.clone(),
         ]);
     }
     t
@@ -422,7 +423,16 @@ pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
         t.add_row(vec![
             n.id.to_string(),
             n.name.clone(),
-            if n.alive { "yes" } else { "DEAD" }.to_string(),
+            if !n.alive {
+                "DEAD"
+            } else if n.draining {
+                "shutting down"
+            } else if n.drained {
+                "drained"
+            } else {
+                "yes"
+            }
+            .to_string(),
             n.cores.to_string(),
             n.free_cores.to_string(),
             n.accelerators.len().to_string(),
@@ -458,6 +468,33 @@ pub async fn remove_node(args: &ClientArgs, name: &str) -> anyhow::Result<()> {
         Output::Json => json(&reply),
         Output::Table => {
             println!("node `{name}` (id {}) removed", reply.node_id);
+            Ok(())
+        }
+    }
+}
+
+/// `hetsched node drain NAME` (`drain`) and `hetsched node resume NAME`.
+pub async fn drain_node(args: &ClientArgs, name: &str, drain: bool) -> anyhow::Result<()> {
+    let reply = connect(args)
+        .await?
+        .drain_node(pb::DrainNodeRequest {
+            name: name.to_string(),
+            drain,
+        })
+        .await
+        .map_err(refused)?
+        .into_inner();
+    match args.output {
+        Output::Json => json(&reply),
+        Output::Table if drain => {
+            println!(
+                "node `{name}` drained: no new work; {} running task(s) finish there",
+                reply.running
+            );
+            Ok(())
+        }
+        Output::Table => {
+            println!("node `{name}` resumed: it takes new work again");
             Ok(())
         }
     }
@@ -539,6 +576,9 @@ pub async fn wait_on(
         ),
     }
     if j.state != "completed" {
+        if c.failed > 0 {
+            super::log::print_failures(api, id).await;
+        }
         bail!("job {id} {}", j.state);
     }
     Ok(())

@@ -6,6 +6,7 @@ mod bench;
 mod client;
 mod demo;
 mod kernel;
+mod log;
 mod serve;
 
 use clap::{Args, Subcommand, ValueEnum};
@@ -61,9 +62,27 @@ pub enum RuntimeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Manage nodes (`hetsched node remove NAME`).
+    /// Manage nodes (`hetsched node remove|drain|resume NAME`).
     #[command(subcommand)]
     Node(NodeCommand),
+    /// Print a task's captured stdout (or stderr), read from the agent that ran it.
+    Log {
+        /// Job id.
+        job: u64,
+        /// The task: its id (the `task` column of `hetsched tasks`) or APP:INDEX.
+        task: String,
+        /// Show stderr instead of stdout.
+        #[arg(long)]
+        stderr: bool,
+        /// Which attempt (default: the latest).
+        #[arg(long, value_name = "N")]
+        attempt: Option<u32>,
+        /// Keep printing new output while the task runs.
+        #[arg(long, short = 'f')]
+        follow: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Wait until a job finishes; fails unless every task succeeded.
     Wait {
         /// Job id.
@@ -97,6 +116,21 @@ pub enum NodeCommand {
     /// Remove a dead node: it is no longer listed, counted in submission checks or offered to
     /// the policy, and its name is free for another agent. A live node is refused.
     Remove {
+        /// The node's name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Drain a node: no new work is placed on it; its running tasks finish. Lasts until
+    /// `node resume` (or a server restart).
+    Drain {
+        /// The node's name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Resume a drained node: it takes new work again.
+    Resume {
         /// The node's name.
         name: String,
         #[command(flatten)]
@@ -172,6 +206,20 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         RuntimeCommand::Node(NodeCommand::Remove { name, client }) => {
             client::remove_node(&client, &name).await
         }
+        RuntimeCommand::Node(NodeCommand::Drain { name, client }) => {
+            client::drain_node(&client, &name, true).await
+        }
+        RuntimeCommand::Node(NodeCommand::Resume { name, client }) => {
+            client::drain_node(&client, &name, false).await
+        }
+        RuntimeCommand::Log {
+            job,
+            task,
+            stderr,
+            attempt,
+            follow,
+            client,
+        } => log::log(&client, job, &task, stderr, attempt, follow).await,
         RuntimeCommand::Demo(a) => demo::run(a).await,
         RuntimeCommand::Kernel(_) | RuntimeCommand::BenchDispatch(_) => Ok(()),
     }

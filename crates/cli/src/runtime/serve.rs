@@ -65,6 +65,15 @@ pub struct AgentArgs {
     /// Benchmarks only: acknowledge every task as succeeded without starting a process.
     #[arg(long, hide = true)]
     pub no_exec: bool,
+    /// Where the agent serves its task outputs to the server (`hetsched log`), token-checked
+    /// with the agent token; the server connects to the address the agent registered from, at
+    /// this port. `none` = no listener. [default: 0.0.0.0:0, any free port]
+    #[arg(long, value_name = "ADDR")]
+    pub log_listen: Option<String>,
+    /// On SIGTERM/SIGINT, wait for the running tasks to end instead of killing them (a second
+    /// signal kills them and exits at once).
+    #[arg(long)]
+    pub drain: bool,
 }
 
 fn nanos(d: humantime::Duration) -> u64 {
@@ -262,6 +271,20 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
         work_dir,
         name,
         no_exec: a.no_exec,
+        log_listen: match a.log_listen.as_deref() {
+            Some("none") => None,
+            None => Some(
+                config
+                    .log_listen
+                    .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0))),
+            ),
+            Some(s) => Some(
+                s.parse()
+                    .with_context(|| format!("--log-listen `{s}`: expected HOST:PORT or none"))?,
+            ),
+        },
+        drain: a.drain,
+        processes: Default::default(),
     })
 }
 
@@ -277,6 +300,23 @@ pub async fn agent(a: AgentArgs) -> anyhow::Result<()> {
         gpus = opts.resources.accelerators.len(),
         "agent starting"
     );
-    hetsched_agent::run(opts, shutdown_signal()).await?;
+    // The first SIGTERM/SIGINT shuts the agent down gracefully (see hetsched_agent::shutdown);
+    // a second one kills the running tasks' process groups and exits at once.
+    let processes = opts.processes.clone();
+    let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut signals = hetsched_agent::shutdown::Signals::new();
+    tokio::spawn(async move {
+        let name = signals.next().await;
+        tracing::info!("{name}: shutting down (send another signal to exit at once)");
+        let _ = first_tx.send(());
+        let name = signals.next().await;
+        let killed = processes.kill_all();
+        tracing::warn!("{name} again: killed {killed} running task(s); exiting now");
+        std::process::exit(130);
+    });
+    hetsched_agent::run(opts, async {
+        let _ = first_rx.await;
+    })
+    .await?;
     Ok(())
 }

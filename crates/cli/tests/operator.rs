@@ -1,0 +1,303 @@
+//! End-to-end tests of the operator's commands with the real binary: `hetsched log`, the failing
+//! tasks' stderr after `submit --wait`, graceful agent shutdown (SIGTERM/SIGINT, `--drain`),
+//! `node drain`/`node resume`.
+
+mod support;
+
+use std::io::BufRead;
+use std::time::Duration;
+use support::{Cluster, group_members, wait_until};
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn a_failing_tasks_stderr_is_shown_by_submit_wait_and_by_log() {
+    let mut c = Cluster::start("log", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    let job = c.write(
+        "job.toml",
+        "[[application]]\nname = \"bad\"\ntasks = 1\n[application.cpu]\n\
+         command = 'echo out-line; echo \"frobnicate: command not found\" >&2; exit 127'\n\
+         [[application]]\nname = \"good\"\ntasks = 1\n[application.cpu]\n\
+         command = 'echo hello from $HETSCHED_TASK_INDEX'\n",
+    );
+    let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("task 0 (bad:0) failed on a")
+            && err.contains("| frobnicate: command not found"),
+        "submit --wait shows the failing task's last stderr lines:\n{err}"
+    );
+    let out = c.cli(&["wait", "1"]);
+    assert!(text(&out.stderr).contains("| frobnicate"), "wait does too");
+
+    let out = c.cli(&["log", "1", "0", "--stderr"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "frobnicate: command not found\n");
+    let out = c.cli(&["log", "1", "bad:0"]);
+    assert_eq!(text(&out.stdout), "out-line\n");
+    let out = c.cli(&["log", "1", "good:0"]);
+    assert_eq!(text(&out.stdout), "hello from 0\n");
+    let out = c.cli(&["log", "1", "good:0", "--stderr"]);
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty() && text(&out.stderr).contains("printed nothing on stderr"));
+
+    // Where the output is, in `tasks`.
+    let tasks = c.tasks(1);
+    let output = tasks[0]["output"].as_str().unwrap_or("");
+    assert!(
+        output.starts_with("a:") && output.ends_with("/job-1/bad-0.1.{out,err}"),
+        "{output}"
+    );
+    // Bad requests are refused with the reason.
+    for (args, why) in [
+        (vec!["log", "1", "nope:0"], "no application `nope`"),
+        (vec!["log", "1", "bad:5"], "has 1 tasks"),
+        (vec!["log", "1", "7"], "has no task 7"),
+        (vec!["log", "9", "0"], "no job 9"),
+        (vec!["log", "1", "0", "--attempt", "3"], "no attempt 3"),
+    ] {
+        let out = c.cli(&args);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            text(&out.stderr).contains(why),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    // An agent that is gone cannot serve its files: said plainly.
+    c.signal_agent("a", "KILL");
+    let _ = c.agent_exit("a", Duration::from_secs(10));
+    let out = c.cli(&["log", "1", "0", "--stderr"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("node `a`"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn log_follow_prints_a_running_tasks_output_until_it_ends() {
+    let mut c = Cluster::start("follow", false);
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    let job = c.write(
+        "job.toml",
+        "[[application]]\nname = \"ticker\"\ntasks = 1\n[application.cpu]\n\
+         command = 'echo tick-1; while [ ! -e stop ]; do sleep 0.05; done; echo tick-2'\n",
+    );
+    let out = c.cli(&["submit", job.to_str().expect("path")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    wait_until("the task to run", Duration::from_secs(30), || {
+        c.tasks(1)[0]["state"] == "running"
+    });
+    let mut follow = c
+        .command(&["log", "1", "ticker:0", "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("log --follow");
+    let stdout = follow.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let _ = tx.send(line.unwrap_or_default());
+        }
+    });
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(20)).expect("tick-1"),
+        "tick-1"
+    );
+    // Still following: the task runs until `stop` exists.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        follow.try_wait().expect("try_wait").is_none(),
+        "--follow waits for more"
+    );
+    std::fs::write(c.dir.join("stop"), "").expect("stop");
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(20)).expect("tick-2"),
+        "tick-2"
+    );
+    wait_until(
+        "log --follow to end with the task",
+        Duration::from_secs(20),
+        || follow.try_wait().expect("try_wait").is_some(),
+    );
+    assert!(follow.wait().expect("status").success());
+}
+
+/// Job whose tasks record their process group and, on agent `a`, run for minutes (with a child).
+fn long_on_a(c: &Cluster, tasks: u32) -> std::path::PathBuf {
+    c.write(
+        "job.toml",
+        &format!(
+            "[[application]]\nname = \"long\"\ntasks = {tasks}\n[application.cpu]\n\
+             command = 'echo $$ > pgid-$HETSCHED_NODE-$HETSCHED_TASK_INDEX; \
+             if [ $HETSCHED_NODE = a ]; then sleep 300 & wait; fi'\n"
+        ),
+    )
+}
+
+fn pgids(c: &Cluster, node: &str, n: u32) -> Vec<u32> {
+    wait_until("the tasks to start", Duration::from_secs(30), || {
+        (0..n).all(|i| {
+            std::fs::read_to_string(c.dir.join(format!("pgid-{node}-{i}")))
+                .is_ok_and(|s| s.trim().parse::<u32>().is_ok())
+        })
+    });
+    (0..n)
+        .map(|i| {
+            std::fs::read_to_string(c.dir.join(format!("pgid-{node}-{i}")))
+                .expect("pgid")
+                .trim()
+                .parse()
+                .expect("pgid")
+        })
+        .collect()
+}
+
+#[test]
+fn sigterm_kills_the_running_tasks_reports_them_and_leaves_no_orphan() {
+    let mut c = Cluster::start("sigterm", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    let job = long_on_a(&c, 2);
+    assert!(
+        c.cli(&["submit", job.to_str().expect("path")])
+            .status
+            .success()
+    );
+    let groups = pgids(&c, "a", 2);
+    wait_until(
+        "a child in each task's group",
+        Duration::from_secs(20),
+        || groups.iter().all(|&g| group_members(g).len() >= 2),
+    );
+    c.signal_agent("a", "TERM");
+    assert_eq!(
+        c.agent_exit("a", Duration::from_secs(30)),
+        Some(0),
+        "{}",
+        c.agent_log("a")
+    );
+    for g in &groups {
+        assert!(group_members(*g).is_empty(), "group {g} left running");
+    }
+    let log = c.agent_log("a");
+    assert!(
+        log.contains("shutting down") && log.contains("acknowledged"),
+        "{log}"
+    );
+    // The results were reported: the tasks wait for another node, not failed.
+    for t in c.tasks(1) {
+        assert_eq!(t["state"], "pending", "{t}");
+        assert!(
+            t["message"].as_str().unwrap_or("").contains("shut down"),
+            "{t}"
+        );
+    }
+    c.start_agent("b", 2, &[]);
+    let out = c.cli(&["wait", "1", "--timeout", "60s"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn drain_waits_for_running_tasks_and_a_second_signal_exits_at_once() {
+    let mut c = Cluster::start("drain-agent", false);
+    c.start_agent("d", 1, &["--drain"]);
+    c.wait_for_nodes(1);
+    let job = c.write(
+        "short.toml",
+        "[[application]]\nname = \"short\"\ntasks = 1\n[application.cpu]\n\
+         command = 'touch started; while [ ! -e finish ]; do sleep 0.05; done'\n",
+    );
+    assert!(
+        c.cli(&["submit", job.to_str().expect("path")])
+            .status
+            .success()
+    );
+    wait_until("the task to start", Duration::from_secs(30), || {
+        c.dir.join("started").exists()
+    });
+    c.signal_agent("d", "INT");
+    wait_until(
+        "the agent to say it drains",
+        Duration::from_secs(20),
+        || c.agent_log("d").contains("--drain"),
+    );
+    std::fs::write(c.dir.join("finish"), "").expect("finish");
+    assert_eq!(c.agent_exit("d", Duration::from_secs(30)), Some(0));
+    assert_eq!(
+        c.tasks(1)[0]["state"],
+        "succeeded",
+        "the drained task's result was reported"
+    );
+
+    // Second signal: the running task is killed and the agent exits at once.
+    c.start_agent("a", 1, &["--drain"]);
+    c.wait_for_nodes(1);
+    let job = long_on_a(&c, 1);
+    assert!(
+        c.cli(&["submit", job.to_str().expect("path")])
+            .status
+            .success()
+    );
+    let groups = pgids(&c, "a", 1);
+    c.signal_agent("a", "TERM");
+    wait_until(
+        "the agent to say it drains",
+        Duration::from_secs(20),
+        || c.agent_log("a").contains("--drain"),
+    );
+    c.signal_agent("a", "TERM");
+    let code = c.agent_exit("a", Duration::from_secs(10));
+    assert_eq!(code, Some(130), "{}", c.agent_log("a"));
+    assert!(
+        group_members(groups[0]).is_empty(),
+        "no orphan after the second signal"
+    );
+}
+
+#[test]
+fn a_drained_node_gets_no_new_work_until_it_is_resumed() {
+    let mut c = Cluster::start("node-drain", false);
+    c.start_agent("a", 2, &[]);
+    c.start_agent("b", 2, &[]);
+    c.wait_for_nodes(2);
+    let out = c.cli(&["node", "drain", "a"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("node `a` drained"));
+    let nodes = c.json(&["nodes"]);
+    let a = nodes
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .find(|n| n["name"] == "a")
+        .expect("a")
+        .clone();
+    assert_eq!(a["drained"], true, "{a}");
+    let job = c.write(
+        "job.toml",
+        "[[application]]\nname = \"t\"\ntasks = 8\n[application.cpu]\ncommand = 'sleep 0.05'\n",
+    );
+    let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        c.tasks(1).iter().all(|t| t["node"] == "b"),
+        "nothing ran on the drained node"
+    );
+    assert!(c.cli(&["node", "resume", "a"]).status.success());
+    c.signal_agent("b", "KILL");
+    let _ = c.agent_exit("b", Duration::from_secs(10));
+    let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(c.tasks(2).iter().all(|t| t["node"] == "a"));
+    let out = c.cli(&["node", "drain", "nosuch"]);
+    assert!(!out.status.success() && text(&out.stderr).contains("no node named `nosuch`"));
+}
