@@ -81,6 +81,7 @@ pub async fn run(
         finished_ns: 0,
         success: false,
         interrupted: false,
+        start_failed: false,
     };
     let fail = |mut r: pb::TaskResult, m: String| {
         r.message = m;
@@ -123,7 +124,10 @@ pub async fn run(
         .kill_on_drop(true);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => return fail(result, format!("cannot start `{program}`: {e}")),
+        Err(e) => {
+            result.start_failed = true;
+            return fail(result, format!("cannot start `{program}`: {e}"));
+        }
     };
     let pid = child.id();
     if let Some(pid) = pid {
@@ -145,6 +149,8 @@ pub async fn run(
             Ok(s) => {
                 result.exit_code = s.code().unwrap_or(-1);
                 result.success = s.success();
+                // The shell's "cannot execute" (126) and "command not found" (127).
+                result.start_failed = matches!(result.exit_code, 126 | 127);
                 if !s.success() {
                     result.message = format!("exited with {s}");
                 }

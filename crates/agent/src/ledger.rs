@@ -119,6 +119,8 @@ fn parse_result(line: &str) -> Option<pb::TaskResult> {
         },
         // 2: killed because the agent shut down (see `launch::Kill::Shutdown`).
         interrupted: ok == "2",
+        // 3: the task could not be started (see `TaskResult.start_failed`).
+        start_failed: ok == "3",
         exit_code: f.next()?.parse().ok()?,
         started_ns: f.next()?.parse().ok()?,
         finished_ns: f.next()?.parse().ok()?,
@@ -133,6 +135,8 @@ fn result_line(r: &pb::TaskResult) -> String {
         r.attempt,
         if r.interrupted {
             2
+        } else if r.start_failed && !r.success {
+            3
         } else {
             u8::from(r.success)
         },
@@ -460,6 +464,7 @@ mod tests {
             finished_ns: 20,
             success: ok,
             interrupted: false,
+            start_failed: false,
         };
         let (mut l, _) = Ledger::recover(&dir).expect("recover");
         l.started(1, 1, 1);

@@ -328,6 +328,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                         finished_ns: now,
                         success: true,
                         interrupted: false,
+                        start_failed: false,
                     });
                     notify.notify_one();
                     continue;

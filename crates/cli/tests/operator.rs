@@ -301,3 +301,84 @@ fn a_drained_node_gets_no_new_work_until_it_is_resumed() {
     let out = c.cli(&["node", "drain", "nosuch"]);
     assert!(!out.status.success() && text(&out.stderr).contains("no node named `nosuch`"));
 }
+
+#[test]
+fn a_node_that_cannot_start_an_application_is_backed_off_and_the_queue_runs_elsewhere() {
+    let mut c = Cluster::start("backoff", true);
+    c.start_agent("a", 4, &[]);
+    c.start_agent("b", 1, &[]);
+    c.wait_for_nodes(2);
+    // On `a` the program "is missing" (exit 127, as the shell says for a command not found).
+    let job = c.write(
+        "job.toml",
+        "[[application]]\nname = \"needs-tool\"\ntasks = 10\nretries = 3\n[application.cpu]\n\
+         command = 'if [ $HETSCHED_NODE = a ]; then exit 127; fi; sleep 0.02'\n",
+    );
+    let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let tasks = c.tasks(1);
+    assert!(
+        tasks
+            .iter()
+            .all(|t| t["node"] == "b" && t["state"] == "succeeded")
+    );
+    let failed_attempts: u64 = tasks
+        .iter()
+        .map(|t| t["failed_attempts"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(
+        (3..=4).contains(&failed_attempts),
+        "a took 3 (at most 4 in one heartbeat) before it was backed off, not the queue: {failed_attempts}"
+    );
+    let nodes = c.json(&["nodes"]);
+    let a = nodes
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .find(|n| n["name"] == "a")
+        .expect("a")
+        .clone();
+    assert_eq!(a["backed_off"][0]["app"], "needs-tool", "{a}");
+    assert!(a["backed_off"][0]["failures"].as_u64() >= Some(3), "{a}");
+    let table = text(&c.cli(&["nodes"]).stdout);
+    assert!(table.contains("needs-tool (job 1"), "{table}");
+    let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
+    let metrics = http_get(addr.trim(), "/metrics");
+    assert!(
+        metrics.contains("hetsched_node_backed_off_applications{node=\"a\"} 1"),
+        "{metrics}"
+    );
+}
+
+/// A plain HTTP GET (bounded by socket time-outs); the whole response.
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("read");
+    raw
+}
+
+#[test]
+fn nodes_restored_after_a_server_restart_are_dead_until_they_heartbeat() {
+    let mut c = Cluster::start("restart-dead", false);
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    c.signal_agent("a", "KILL");
+    let _ = c.agent_exit("a", Duration::from_secs(10));
+    c.kill_server();
+    c.start_server();
+    let nodes = c.json(&["nodes"]);
+    assert_eq!(nodes[0]["name"], "a");
+    assert_eq!(nodes[0]["alive"], false, "{nodes}");
+    assert!(text(&c.cli(&["nodes"]).stdout).contains("DEAD"));
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+}

@@ -1,6 +1,8 @@
 //! hetsched's server (resource manager): the gRPC API for agents and clients, the SQLite store, and
 //! the scheduler loop that runs the core's batch policies on every agent heartbeat.
 //!
+//! - [`backoff`]: the failing-node back-off (consecutive start failures keep an application off
+//!   a node for a while);
 //! - [`config`]: the TOML configuration;
 //! - [`datadir`]: the private data directory, the client and agent tokens, the directory lock;
 //! - [`limits`]: bounds on what an agent may claim at registration;
@@ -14,6 +16,7 @@
 //! [`start`] runs a server in the current tokio runtime and returns a [`ServerHandle`]; the
 //! `hetsched server` command and `hetsched demo` both use it.
 
+pub mod backoff;
 pub mod config;
 pub mod datadir;
 pub mod limits;

@@ -273,6 +273,12 @@ impl Collector for StateCollector {
         )?;
         gauge(
             e,
+            "node_backed_off_applications",
+            "Applications kept off the node for a while after consecutive start failures there.",
+            nodes.iter().map(|n| (node(n), n.backed_off.len() as i64)),
+        )?;
+        gauge(
+            e,
             "node_gpu_utilisation_ratio",
             "Utilisation of each GPU (0 to 1), as the node's last heartbeat reported.",
             nodes.iter().flat_map(|n| {

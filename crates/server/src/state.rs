@@ -241,6 +241,8 @@ pub struct State {
     paused_since: Option<Instant>,
     /// When the store was last tried while paused.
     last_probe: Option<Instant>,
+    /// The failing-node back-off (memory only).
+    backoff: crate::backoff::Backoff,
 }
 
 impl State {
@@ -274,6 +276,10 @@ impl State {
             config: config.clone(),
             paused_since: None,
             last_probe: None,
+            backoff: crate::backoff::Backoff::new(
+                config.start_failures,
+                Duration::from_nanos(config.start_failure_backoff.0),
+            ),
         };
         for row in snap.nodes {
             let spec: Node = serde_json::from_str(&row.spec)
@@ -639,6 +645,13 @@ impl State {
                 io_tasks,
             },
         )?;
+        for app in self.backoff.expire(nid.0, Instant::now()) {
+            self.view.set_excluded(AppId(app), nid, false);
+            info!(
+                node = nid.0,
+                app, "start-failure back-off over: the node is tried again"
+            );
+        }
         if !closed && self.view.pending_apps().next().is_some() {
             let start = Instant::now();
             let decisions = self.policy.on_node_update(&mut self.view, nid, now);
@@ -772,6 +785,11 @@ impl State {
             }
         }
         fresh.metrics = self.metrics.clone();
+        fresh.backoff = std::mem::take(&mut self.backoff);
+        let excluded: Vec<(u32, u32)> = fresh.backoff.all().map(|(k, _)| k).collect();
+        for (app, node) in excluded {
+            fresh.view.set_excluded(AppId(app), NodeId(node), true);
+        }
         fresh.paused_since = self.paused_since;
         fresh.last_probe = self.last_probe;
         *self = fresh;
@@ -849,6 +867,18 @@ impl State {
             return self.lose(r.task_id, &reason, now_ns(), dirty);
         }
         let a = self.assignment_of(t);
+        if self
+            .backoff
+            .result(t.app, nid.0, r.start_failed, r.success, Instant::now())
+            == crate::backoff::Change::BackedOff
+        {
+            self.view.set_excluded(a.app, nid, true);
+            warn!(
+                node = %self.nodes[nid.index()].spec.name,
+                app = %self.apps.get(t.app as usize).map_or("?", |x| x.name.as_str()),
+                "consecutive start failures: the application is kept off this node for a while"
+            );
+        }
         self.nodes[nid.index()].running.remove(&r.task_id);
         let t = &mut self.tasks[r.task_id as usize];
         if r.started_ns > 0 {
@@ -1395,7 +1425,23 @@ impl State {
                         gpus: n.gpus.clone(),
                         drained: n.drained,
                         draining: n.draining,
-                        backed_off: Vec::new(),
+                        backed_off: self
+                            .backoff
+                            .of_node(i as u32)
+                            .map(|(app, e)| pb::BackedOffApp {
+                                app: self
+                                    .apps
+                                    .get(app as usize)
+                                    .map_or(String::new(), |a| a.name.clone()),
+                                job_id: self.apps.get(app as usize).map_or(0, |a| a.job),
+                                failures: e.failures,
+                                remaining_ms: e
+                                    .until
+                                    .saturating_duration_since(Instant::now())
+                                    .as_millis()
+                                    as u64,
+                            })
+                            .collect(),
                     }
                 })
                 .collect(),

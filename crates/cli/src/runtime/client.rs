@@ -418,6 +418,7 @@ pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
         "last seen",
         "disk read/s",
         "mem available",
+        "backed off",
     ]);
     for n in &reply.nodes {
         t.add_row(vec![
@@ -447,6 +448,23 @@ pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
                 )
             } else {
                 "–".to_string()
+            },
+            if n.backed_off.is_empty() {
+                "-".to_string()
+            } else {
+                n.backed_off
+                    .iter()
+                    .map(|b| {
+                        format!(
+                            "{} (job {}, {} start failures, {}s left)",
+                            b.app,
+                            b.job_id,
+                            b.failures,
+                            b.remaining_ms.div_ceil(1000)
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ")
             },
         ]);
     }

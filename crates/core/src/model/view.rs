@@ -146,6 +146,9 @@ pub struct SchedulerView {
     totals: Resources,
     /// Sum of the speed weights of every live node's accelerators.
     device_speed_total: f64,
+    /// (application, node) pairs on which the application must not be placed for now (the
+    /// runtime's failing-node back-off); nothing fits there.
+    excluded: std::collections::BTreeSet<(AppId, NodeId)>,
 }
 
 impl SchedulerView {
@@ -286,7 +289,7 @@ impl SchedulerView {
     /// Whether one task of `app` as `variant` fits on `node` now.
     pub fn fits(&self, app: AppId, node: NodeId, variant: Variant) -> bool {
         let (a, n) = (&self.apps[app.index()], &self.nodes[node.index()]);
-        if !n.alive {
+        if !n.alive || (!self.excluded.is_empty() && self.excluded.contains(&(app, node))) {
             return false;
         }
         let Some(request) = a.app.request(variant) else {
@@ -298,6 +301,16 @@ impl SchedulerView {
         match (variant, &a.app.gpu) {
             (Variant::Gpu, Some(gpu)) => n.free_devices(gpu.kind.as_deref()) >= request.gpus,
             _ => true,
+        }
+    }
+
+    /// Keeps `app` off `node` (`excluded`) or allows it there again: while excluded, no task of
+    /// the application fits on the node, whatever its free resources.
+    pub fn set_excluded(&mut self, app: AppId, node: NodeId, excluded: bool) {
+        if excluded {
+            self.excluded.insert((app, node));
+        } else {
+            self.excluded.remove(&(app, node));
         }
     }
 
