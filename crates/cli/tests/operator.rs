@@ -382,3 +382,60 @@ fn nodes_restored_after_a_server_restart_are_dead_until_they_heartbeat() {
     c.start_agent("a", 1, &[]);
     c.wait_for_nodes(1);
 }
+
+#[test]
+fn job_names_application_workdirs_and_resubmit_failed() {
+    let mut c = Cluster::start("names", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    std::fs::create_dir_all(c.dir.join("out")).expect("out");
+    // Task 1 of `flaky` fails until the file `fixed` exists; `pwd` shows the workdir.
+    let job = c.write(
+        "job.toml",
+        "name = \"nightly-qr\"\n\
+         [[application]]\nname = \"flaky\"\ntasks = 3\nworkdir = \"out\"\n[application.cpu]\n\
+         command = 'pwd > where-{index}; if [ {index} = 1 ] && [ ! -e ../fixed ]; then exit 4; fi'\n",
+    );
+    let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
+    assert!(!out.status.success());
+    let jobs = c.json(&["jobs"]);
+    assert_eq!(jobs[0]["name"], "nightly-qr", "{jobs}");
+    let canonical = std::fs::canonicalize(c.dir.join("out")).expect("out");
+    assert_eq!(
+        std::fs::read_to_string(c.dir.join("out/where-0"))
+            .expect("where-0")
+            .trim(),
+        canonical.display().to_string(),
+        "the application's workdir, relative to the submit directory"
+    );
+    assert!(!c.dir.join("where-0").exists());
+    // `--failed` is required; then only task 1 runs again, as attempt 2.
+    let out = c.cli(&["resubmit", "1"]);
+    assert!(!out.status.success() && text(&out.stderr).contains("--failed"));
+    std::fs::write(c.dir.join("fixed"), "").expect("fixed");
+    let out = c.cli(&["resubmit", "1", "--failed", "--wait"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("1 failed task(s) queued again"));
+    let attempts: Vec<u64> = c
+        .tasks(1)
+        .iter()
+        .map(|t| t["attempt"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(attempts, vec![1, 2, 1]);
+    assert_eq!(c.json(&["job", "1"])["state"], "completed");
+    // `--name` overrides the file's name; a bad name is refused with where it is.
+    let out = c.cli(&["submit", job.to_str().expect("path"), "--name", "adhoc"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(c.json(&["job", "2"])["name"], "adhoc");
+    let bad = c.write(
+        "bad.toml",
+        "name = \"\"\n[[application]]\nname = \"x\"\ntasks = 1\n[application.cpu]\ncommand = 'true'\n",
+    );
+    let out = c.cli(&["submit", bad.to_str().expect("path")]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("bad.toml:1:") && text(&out.stderr).contains("name"),
+        "{}",
+        text(&out.stderr)
+    );
+}

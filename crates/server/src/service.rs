@@ -113,7 +113,7 @@ impl Client for ClientService {
     ) -> Result<Response<pb::SubmitReply>, Status> {
         let r = req.into_inner();
         with_state(&self.0, move |s| {
-            s.submit_keyed(&r.origin, &r.text, &r.workdir, &r.submission_key)
+            s.submit_named(&r.origin, &r.text, &r.workdir, &r.submission_key, &r.name)
         })
         .await
     }
@@ -155,6 +155,19 @@ impl Client for ClientService {
         crate::logs::read_log(&self.0, &self.1, req.into_inner())
             .await
             .map(Response::new)
+    }
+
+    async fn resubmit(
+        &self,
+        req: Request<pb::ResubmitRequest>,
+    ) -> Result<Response<pb::ResubmitReply>, Status> {
+        let r = req.into_inner();
+        if !r.failed {
+            return Err(Status::invalid_argument(
+                "resubmit re-runs a job's failed tasks: pass --failed",
+            ));
+        }
+        with_state(&self.0, move |s| s.resubmit_failed(r.job_id)).await
     }
 
     async fn drain_node(

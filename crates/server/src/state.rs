@@ -184,11 +184,15 @@ struct AppRec {
     cpu: Option<VariantRun>,
     gpu: Option<VariantRun>,
     observed: [Observed; 2],
+    /// The application's `workdir =`, if any (relative to the job's working directory).
+    workdir: Option<String>,
 }
 
 #[derive(Debug)]
 struct JobRec {
     row: JobRow,
+    /// What listings show: the name given at submission, else the file's `name =`, else its path.
+    name: String,
     apps: std::ops::Range<u32>,
     tasks: std::ops::Range<u64>,
 }
@@ -413,6 +417,7 @@ impl State {
                 cpu,
                 gpu,
                 observed: [Observed::default(); 2],
+                workdir: spec.workdir.as_ref().map(|w| w.get_ref().clone()),
             });
             self.view.add_application(app, pending)?;
         }
@@ -421,6 +426,11 @@ impl State {
             self.by_key.insert(key.clone(), row.id);
         }
         self.jobs.push(JobRec {
+            name: row
+                .name
+                .clone()
+                .or_else(|| w.name.clone())
+                .unwrap_or_else(|| row.origin.clone()),
             tasks: row.first_task..next_task,
             apps,
             row,
@@ -1017,7 +1027,13 @@ impl State {
             variant: v.to_string(),
             argv,
             env: env.into_iter().collect(),
-            workdir: job.row.workdir.clone(),
+            workdir: match &rec.workdir {
+                Some(w) => std::path::Path::new(&job.row.workdir)
+                    .join(w)
+                    .display()
+                    .to_string(),
+                None => job.row.workdir.clone(),
+            },
             time_limit_ms: limit,
         }
     }
@@ -1044,6 +1060,29 @@ impl State {
         workdir: &str,
         key: &str,
     ) -> Result<pb::SubmitReply, StateError> {
+        self.submit_named(origin, text, workdir, key, "")
+    }
+
+    /// [`State::submit_keyed`] with a job name given at submission (empty = none; it overrides
+    /// the file's `name =`).
+    pub fn submit_named(
+        &mut self,
+        origin: &str,
+        text: &str,
+        workdir: &str,
+        key: &str,
+        name: &str,
+    ) -> Result<pb::SubmitReply, StateError> {
+        if !name.is_empty()
+            && (name.trim().is_empty()
+                || name.len() > hetsched_core::input::workload::MAX_JOB_NAME
+                || name.chars().any(char::is_control))
+        {
+            return Err(StateError::Invalid(format!(
+                "a job name must be 1 to {} bytes without control characters",
+                hetsched_core::input::workload::MAX_JOB_NAME
+            )));
+        }
         if key.len() > MAX_SUBMISSION_KEY {
             return Err(StateError::Invalid(format!(
                 "the submission key is {} bytes long; at most {MAX_SUBMISSION_KEY}",
@@ -1117,6 +1156,7 @@ impl State {
             first_task,
             cancelled: false,
             submission_key: (!key.is_empty()).then(|| key.to_string()),
+            name: (!name.is_empty()).then(|| name.to_string()),
         };
         let mut rows = Vec::with_capacity(total as usize);
         for a in &apps {
@@ -1150,6 +1190,42 @@ impl State {
             tasks: total,
             existing: false,
         })
+    }
+
+    /// `hetsched resubmit JOB --failed`: every failed task of the job is queued again (at the end
+    /// of its application's queue); its next dispatch is a new attempt, and its retries count
+    /// afresh. Cancelled and succeeded tasks stay as they are.
+    pub fn resubmit_failed(&mut self, job: u64) -> Result<pb::ResubmitReply, StateError> {
+        let Some(j) = job.checked_sub(1).and_then(|i| self.jobs.get(i as usize)) else {
+            return Err(StateError::NoJob(job));
+        };
+        if j.row.cancelled {
+            return Err(StateError::Invalid(format!(
+                "job {job} was cancelled: submit it again instead"
+            )));
+        }
+        let range = j.tasks.clone();
+        let mut by_app: BTreeMap<u32, Vec<TaskId>> = BTreeMap::new();
+        let mut dirty = Vec::new();
+        for id in range {
+            let t = &mut self.tasks[id as usize];
+            if t.state != TaskState::Failed {
+                continue;
+            }
+            t.state = TaskState::Pending;
+            t.failures = 0;
+            t.finished_ns = 0;
+            t.message = format!("resubmitted after attempt {} failed", t.attempt);
+            by_app.entry(t.app).or_default().push(TaskId(id));
+            dirty.push(id);
+        }
+        for (app, tasks) in by_app {
+            self.view.resubmit(AppId(app), tasks);
+        }
+        let n = dirty.len() as u64;
+        self.commit(dirty, None)?;
+        info!(job, tasks = n, "failed tasks resubmitted");
+        Ok(pb::ResubmitReply { tasks: n })
     }
 
     /// Cancels a job: pending tasks are dropped, running ones killed at their nodes' next heartbeat.
@@ -1250,7 +1326,7 @@ impl State {
         };
         pb::JobInfo {
             id: j.row.id,
-            name: j.row.origin.clone(),
+            name: j.name.clone(),
             state: state.to_string(),
             tasks: j.tasks.end - j.tasks.start,
             counts: Some(counts),

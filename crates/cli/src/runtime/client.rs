@@ -152,6 +152,7 @@ pub async fn submit(
     file: &Path,
     wait_for_it: bool,
     key: Option<String>,
+    name: Option<String>,
 ) -> anyhow::Result<()> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
@@ -163,6 +164,7 @@ pub async fn submit(
             text,
             workdir,
             submission_key: key.unwrap_or_else(new_submission_key),
+            name: name.unwrap_or_default(),
         },
     )
     .await?;
@@ -176,6 +178,29 @@ pub async fn submit(
     }
     if wait_for_it {
         wait_on(&mut api, args.output, reply.job_id, None).await?;
+    }
+    Ok(())
+}
+
+/// `hetsched resubmit JOB --failed [--wait]`.
+pub async fn resubmit(
+    args: &ClientArgs,
+    id: u64,
+    failed: bool,
+    wait_for_it: bool,
+) -> anyhow::Result<()> {
+    let mut api = connect(args).await?;
+    let reply = api
+        .resubmit(pb::ResubmitRequest { job_id: id, failed })
+        .await
+        .map_err(refused)?
+        .into_inner();
+    match args.output {
+        Output::Json => json(&reply)?,
+        Output::Table => println!("job {id}: {} failed task(s) queued again", reply.tasks),
+    }
+    if wait_for_it {
+        wait_on(&mut api, args.output, id, None).await?;
     }
     Ok(())
 }

@@ -31,6 +31,23 @@ pub enum RuntimeCommand {
         /// retries with the same key when the server does not answer.
         #[arg(long, value_name = "KEY")]
         submission_key: Option<String>,
+        /// The job's name in listings (overrides `name =` in the file; default: that, else the
+        /// file's path).
+        #[arg(long)]
+        name: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Run a job's failed tasks again, a new attempt each (their retries count afresh).
+    Resubmit {
+        /// Job id.
+        id: u64,
+        /// Re-run the failed tasks (required: the only mode).
+        #[arg(long, required = true)]
+        failed: bool,
+        /// Wait for the job to finish, as `submit --wait`.
+        #[arg(long)]
+        wait: bool,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -191,8 +208,15 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             file,
             wait,
             submission_key,
+            name,
             client,
-        } => client::submit(&client, &file, wait, submission_key).await,
+        } => client::submit(&client, &file, wait, submission_key, name).await,
+        RuntimeCommand::Resubmit {
+            id,
+            failed,
+            wait,
+            client,
+        } => client::resubmit(&client, id, failed, wait).await,
         RuntimeCommand::Jobs { client } => client::jobs(&client).await,
         RuntimeCommand::Job { id, client } => client::job(&client, id).await,
         RuntimeCommand::Tasks { job, limit, client } => client::tasks(&client, job, limit).await,

@@ -389,6 +389,12 @@ impl SchedulerView {
         self.apps[done.app.index()].pending.push_front(done.task);
     }
 
+    /// Tasks that had failed for good (and were abandoned) are to run again (the runtime's
+    /// `resubmit --failed`): they join the end of their application's queue.
+    pub fn resubmit(&mut self, app: AppId, tasks: impl IntoIterator<Item = TaskId>) {
+        self.apps[app.index()].pending.extend(tasks);
+    }
+
     /// A dispatched task will not run again (it failed for good, or was cancelled): its resources
     /// return to the node, and it counts neither as completed nor as pending.
     pub fn task_abandoned(&mut self, done: &Assignment) {
