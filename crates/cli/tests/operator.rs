@@ -439,3 +439,110 @@ fn job_names_application_workdirs_and_resubmit_failed() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn the_cli_exits_quietly_on_a_closed_pipe_and_speaks_plainly() {
+    use std::io::Read;
+    let mut c = Cluster::start("polish", false);
+    let job = c.write(
+        "big.toml",
+        "[[application]]\nname = \"many\"\ntasks = 3000\n[application.cpu]\ncommand = 'true'\n",
+    );
+    let out = c.cli(&["submit", job.to_str().expect("path")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // `hetsched tasks | head -c 100`: the reader goes away after 100 bytes.
+    for format in ["table", "json"] {
+        let mut child = c
+            .command(&["tasks", "--job", "1", "--output", format])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("tasks");
+        let mut head = [0u8; 100];
+        child
+            .stdout
+            .take()
+            .expect("stdout")
+            .read_exact(&mut head)
+            .expect("head");
+        // (the pipe's read end is dropped here)
+        let out = child.wait_with_output().expect("wait");
+        let err = text(&out.stderr);
+        assert!(
+            matches!(out.status.code(), Some(0 | 141)),
+            "{format}: {:?} {err}",
+            out.status
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    // JSON: RFC 3339 beside nanoseconds, null for what is not there yet, one job shape.
+    let one = c.json(&["job", "1"]);
+    let all = c.json(&["jobs"]);
+    let keys = |v: &serde_json::Value| -> Vec<String> {
+        v.as_object().expect("object").keys().cloned().collect()
+    };
+    assert_eq!(
+        keys(&one),
+        keys(&all[0]),
+        "jobs and job N give the same shape"
+    );
+    assert!(
+        one["submitted"]
+            .as_str()
+            .is_some_and(|s| s.ends_with('Z') && s.contains('T')),
+        "{one}"
+    );
+    assert_eq!(one["finished_ns"], serde_json::Value::Null);
+    assert_eq!(one["apps"][0]["mean_cpu_ms"], serde_json::Value::Null);
+    let t = &c.tasks(1)[0];
+    assert_eq!(t["started"], serde_json::Value::Null, "{t}");
+    assert_eq!(t["node"], serde_json::Value::Null, "{t}");
+
+    // A refused connection says what to do, once.
+    let out = c
+        .command(&["jobs", "--server", "http://127.0.0.1:1"])
+        .output()
+        .expect("jobs");
+    let err = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("is the server running?") && err.contains("hetsched server"),
+        "{err}"
+    );
+    let parts: Vec<&str> = err
+        .trim()
+        .trim_start_matches("error: ")
+        .split(": ")
+        .collect();
+    let unique: std::collections::BTreeSet<&str> = parts.iter().copied().collect();
+    assert_eq!(parts.len(), unique.len(), "no part repeated: {err}");
+
+    // Help lists every policy of the core and the defaults.
+    let help = text(&c.cli(&["server", "--help"]).stdout);
+    for p in [
+        "cpu-only",
+        "fifo",
+        "drf",
+        "hadoop-model",
+        "hdas",
+        "hdas-hetero",
+    ] {
+        assert!(help.contains(p), "{p} in:\n{help}");
+    }
+    assert!(
+        help.contains("[default: hdas]") && help.contains("[default: 127.0.0.1:7420]"),
+        "{help}"
+    );
+    assert!(help.contains("[default: 10s]"), "{help}");
+    let help = text(&c.cli(&["agent", "--help"]).stdout);
+    assert!(help.contains("[default: http://127.0.0.1:7420]"), "{help}");
+
+    // Logs carry no colour when they do not go to a terminal.
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    let log = c.agent_log("a");
+    assert!(
+        log.contains("registered") && !log.contains('\u{1b}'),
+        "{log}"
+    );
+}

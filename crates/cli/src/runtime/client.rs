@@ -26,10 +26,13 @@ pub async fn connect(args: &ClientArgs) -> anyhow::Result<Api> {
 
 /// Connects to `server` with `token`.
 pub async fn connect_with(server: &str, token: &str, ca: Option<&[u8]>) -> anyhow::Result<Api> {
-    let channel = pb::endpoint(server, ca)?
-        .connect()
-        .await
-        .with_context(|| format!("connecting to {server}"))?;
+    let channel = match pb::endpoint(server, ca)?.connect().await {
+        Ok(c) => c,
+        Err(e) if super::human::refused_connection(&e) => {
+            return Err(anyhow::Error::new(e).context(super::human::start_hint(server)));
+        }
+        Err(e) => return Err(anyhow::Error::new(e).context(format!("connecting to {server}"))),
+    };
     Ok(ClientClient::with_interceptor(
         channel,
         pb::TokenInterceptor::new(token)?,
@@ -73,15 +76,11 @@ fn table(header: &[&str]) -> Table {
     t
 }
 
-fn secs(ns: u64) -> String {
-    format!("{:.3}", ns as f64 / 1e9)
-}
-
 fn span(start: u64, end: u64) -> String {
     if start == 0 || end < start {
         "-".into()
     } else {
-        format!("{:.3}s", (end - start) as f64 / 1e9)
+        super::human::duration(Duration::from_nanos(end - start))
     }
 }
 
@@ -230,7 +229,8 @@ pub async fn jobs(args: &ClientArgs) -> anyhow::Result<()> {
         next_cursor: 0,
     };
     if args.output == Output::Json {
-        return json(&reply.jobs);
+        let jobs: Vec<_> = reply.jobs.iter().map(super::human::job_json).collect();
+        return json(&jobs);
     }
     let mut t = table(&[
         "job",
@@ -272,7 +272,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         .map_err(refused)?
         .into_inner();
     if args.output == Output::Json {
-        return json(&j);
+        return json(&super::human::job_json(&j));
     }
     let c = counts(&j.counts);
     println!(
@@ -357,7 +357,11 @@ pub async fn tasks(args: &ClientArgs, job: Option<u64>, limit: Option<u64>) -> a
                 if shown > 0 {
                     write!(out, ",")?;
                 }
-                write!(out, "\n{}", serde_json::to_string(t)?)?;
+                write!(
+                    out,
+                    "\n{}",
+                    serde_json::to_string(&super::human::task_json(t))?
+                )?;
                 shown += 1;
             }
         } else {
@@ -429,7 +433,8 @@ pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
         .map_err(refused)?
         .into_inner();
     if args.output == Output::Json {
-        return json(&reply.nodes);
+        let nodes: Vec<_> = reply.nodes.iter().map(super::human::node_json).collect();
+        return json(&nodes);
     }
     let mut t = table(&[
         "node",
@@ -464,7 +469,11 @@ pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
             n.accelerators.len().to_string(),
             n.free_gpus.to_string(),
             n.running.to_string(),
-            format!("{}ms ago", n.last_seen_ms),
+            if n.alive {
+                super::human::ago(Duration::from_millis(n.last_seen_ms))
+            } else {
+                "-".to_string()
+            },
             format!("{:.1} MB/s", n.read_bytes_per_sec / 1e6),
             if n.available_memory_bytes > 0 {
                 format!(
@@ -608,14 +617,14 @@ pub async fn wait_on(
     bar.finish_and_clear();
     let c = counts(&j.counts);
     match output {
-        Output::Json => json(&j)?,
+        Output::Json => json(&super::human::job_json(&j))?,
         Output::Table => println!(
-            "job {id} {}: {} succeeded, {} failed, {} cancelled, makespan {}s",
+            "job {id} {}: {} succeeded, {} failed, {} cancelled, makespan {}",
             j.state,
             c.succeeded,
             c.failed,
             c.cancelled,
-            secs(j.finished_ns.saturating_sub(j.submitted_ns))
+            span(j.submitted_ns, j.finished_ns)
         ),
     }
     if j.state != "completed" {

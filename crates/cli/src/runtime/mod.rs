@@ -5,6 +5,7 @@
 mod bench;
 mod client;
 mod demo;
+pub mod human;
 mod kernel;
 mod log;
 mod serve;
@@ -186,6 +187,20 @@ pub struct ClientArgs {
     pub output: Output,
 }
 
+impl RuntimeCommand {
+    /// Whether the command runs until stopped (server, agent, demo, bench): those keep Rust's
+    /// ignored SIGPIPE, which their sockets need.
+    pub fn long_running(&self) -> bool {
+        matches!(
+            self,
+            RuntimeCommand::Server(_)
+                | RuntimeCommand::Agent(_)
+                | RuntimeCommand::Demo(_)
+                | RuntimeCommand::BenchDispatch(_)
+        )
+    }
+}
+
 /// Runs a runtime command.
 pub fn run(cmd: RuntimeCommand) -> anyhow::Result<()> {
     match cmd {
@@ -255,6 +270,7 @@ pub fn init_logging(default: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(human::colour())
         .with_writer(std::io::stderr)
         .try_init();
 }
