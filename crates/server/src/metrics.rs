@@ -92,6 +92,11 @@ impl Metrics {
         self.results[o as usize].inc();
     }
 
+    /// Tasks dispatched since the server started (both variants).
+    pub fn dispatched_total(&self) -> u64 {
+        self.dispatched.iter().map(Counter::get).sum()
+    }
+
     /// A running task was lost (its node died, or it vanished from its node).
     pub fn lost(&self) {
         self.lost.inc();
@@ -334,6 +339,12 @@ pub async fn bind(addr: SocketAddr, registry: Registry) -> Result<HttpServer, Ht
 }
 
 impl HttpServer {
+    /// Adds `routes` (the dashboard's) to the listener.
+    pub fn with_routes(mut self, routes: axum::Router) -> Self {
+        self.router = self.router.merge(routes);
+        self
+    }
+
     /// Serves until `shutdown` completes.
     pub async fn serve(
         self,

@@ -281,6 +281,17 @@ pub async fn router(
     tls: Option<&TlsConfig>,
 ) -> Result<tonic::transport::server::Router, ServerError> {
     let relay = Arc::new(LogRelay::new(&creds.agent));
+    router_with(state, metrics, creds, tls, relay).await
+}
+
+/// [`router`] with the [`LogRelay`] shared with the dashboard.
+pub async fn router_with(
+    state: Shared,
+    metrics: Arc<Metrics>,
+    creds: &Credentials,
+    tls: Option<&TlsConfig>,
+    relay: Arc<LogRelay>,
+) -> Result<tonic::transport::server::Router, ServerError> {
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<AgentServer<AgentService>>().await;
     reporter.set_serving::<ClientServer<ClientService>>().await;

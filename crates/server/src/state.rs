@@ -1501,6 +1501,7 @@ impl State {
                         gpus: n.gpus.clone(),
                         drained: n.drained,
                         draining: n.draining,
+                        rack: n.spec.rack.to_string(),
                         backed_off: self
                             .backoff
                             .of_node(i as u32)
@@ -1522,6 +1523,11 @@ impl State {
                 })
                 .collect(),
         }
+    }
+
+    /// How many jobs were ever submitted (ids run from 1 to this).
+    pub fn job_count(&self) -> u64 {
+        self.jobs.len() as u64
     }
 
     /// The name of node `id`, if it has one.
