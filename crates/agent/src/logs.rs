@@ -187,21 +187,21 @@ mod tests {
     #[test]
     fn pages_come_from_an_offset_or_from_the_end_and_a_missing_file_is_empty() {
         let dir = std::env::temp_dir().join(format!("hetsched-logs-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&dir).expect("dir");
         let p = output_path(&dir, 3, "app/../x", 2, 1, true);
         assert!(p.starts_with(dir.join("job-3")), "{}", p.display());
-        assert_eq!(read_page(&p, 0, 0).unwrap(), (vec![], 0, 0, false));
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(&p, b"hello world").unwrap();
+        assert_eq!(read_page(&p, 0, 0).expect("read"), (vec![], 0, 0, false));
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("job dir");
+        std::fs::write(&p, b"hello world").expect("write");
         assert_eq!(
-            read_page(&p, 6, 0).unwrap(),
+            read_page(&p, 6, 0).expect("read"),
             (b"world".to_vec(), 6, 11, true)
         );
         assert_eq!(
-            read_page(&p, -5, 3).unwrap(),
+            read_page(&p, -5, 3).expect("read"),
             (b"wor".to_vec(), 6, 11, true)
         );
-        assert_eq!(read_page(&p, 99, 0).unwrap(), (vec![], 11, 11, true));
+        assert_eq!(read_page(&p, 99, 0).expect("read"), (vec![], 11, 11, true));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
