@@ -77,6 +77,7 @@ function onTick(ev) {
   const d = charts.data;
   const c = ev.counts || {};
   const done = (c.succeeded || 0) + (c.failed || 0) + (c.cancelled || 0);
+  live(done);
   push(d.t, ev.t);
   for (const k of ["pending", "running", "succeeded", "failed"]) push(d[k], c[k] || 0);
   if (last) {
@@ -92,18 +93,21 @@ function onTick(ev) {
   if (names.join("\n") !== charts.nodeNames.join("\n")) {
     charts.nodeNames = names;
     charts.loadT = []; charts.loadData = names.map(() => []); charts.gpuData = names.map(() => []);
-    perNodeChart("load", $("chart-load"), names, "tasks");
-    perNodeChart("gpu", $("chart-gpu"), names, "%");
+    if (names.length) {
+      perNodeChart("load", $("chart-load"), names, "tasks");
+      perNodeChart("gpu", $("chart-gpu"), names, "%");
+    }
   }
-  push(charts.loadT, ev.t);
-  ev.nodes.forEach((n, i) => { push(charts.loadData[i], n.running); push(charts.gpuData[i], n.gpu_util); });
-  charts.load.setData([charts.loadT].concat(charts.loadData));
-  charts.gpu.setData([charts.loadT].concat(charts.gpuData));
+  if (names.length) {
+    push(charts.loadT, ev.t);
+    ev.nodes.forEach((n, i) => { push(charts.loadData[i], n.running); push(charts.gpuData[i], n.gpu_util); });
+    charts.load.setData([charts.loadT].concat(charts.loadData));
+    charts.gpu.setData([charts.loadT].concat(charts.gpuData));
+  }
 
   for (const k of ["pending", "running", "succeeded", "failed", "cancelled"]) $(`count-${k}`).textContent = c[k] || 0;
   renderNodes(ev.nodes || []);
   updateJobs(ev.jobs || []);
-  live(done);
 }
 
 // ---------------------------------------------------------------- live marker (tests read it)
