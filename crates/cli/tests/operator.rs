@@ -326,9 +326,10 @@ fn a_node_that_cannot_start_an_application_is_backed_off_and_the_queue_runs_else
         .iter()
         .map(|t| t["failed_attempts"].as_u64().unwrap_or(0))
         .sum();
+    // 3 start failures back `a` off; at most its 3 other slots were already running tasks there.
     assert!(
-        (3..=4).contains(&failed_attempts),
-        "a took 3 (at most 4 in one heartbeat) before it was backed off, not the queue: {failed_attempts}"
+        (3..=6).contains(&failed_attempts),
+        "a failed 3 to 6 attempts before it was backed off, not the queue: {failed_attempts}"
     );
     let nodes = c.json(&["nodes"]);
     let a = nodes
