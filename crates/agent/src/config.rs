@@ -11,6 +11,7 @@
 //! memory = "64GiB"                  # default: detected
 //! core_speed = 1.0
 //! disk_read = "200MB/s"
+//! log_listen = "0.0.0.0:0"          # task outputs for `hetsched log` (default: any port)
 //! [[accelerator]]                   # declared GPUs replace detected ones
 //! kind = "a100"
 //! count = 4
@@ -46,6 +47,8 @@ pub struct AgentConfig {
     pub core_speed: Option<f64>,
     /// Disk read bandwidth.
     pub disk_read: Option<Bandwidth>,
+    /// Where the log listener binds (`hetsched log` reads task outputs through it).
+    pub log_listen: Option<std::net::SocketAddr>,
     /// Declared accelerators (replace detected ones).
     #[serde(default)]
     pub accelerator: Vec<AcceleratorSpec>,

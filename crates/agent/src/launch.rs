@@ -18,7 +18,7 @@ pub fn now_ns() -> u64 {
 
 /// An application name as one path component: the server refuses names with `/` or a leading
 /// `.` at submission; this keeps an agent safe from a server that did not (older, or hostile).
-fn component(name: &str) -> String {
+pub(crate) fn component(name: &str) -> String {
     let s: String = name
         .chars()
         .map(|c| if c == '/' || c == '\0' { '_' } else { c })
@@ -36,12 +36,10 @@ pub fn output_paths(
     spec: &pb::TaskSpec,
     a: &pb::Assignment,
 ) -> (PathBuf, PathBuf) {
-    let dir = work_dir.join(format!("job-{}", spec.job_id));
-    let stem = format!("{}-{}.{}", component(&spec.app), a.index, a.attempt);
-    (
-        dir.join(format!("{stem}.out")),
-        dir.join(format!("{stem}.err")),
-    )
+    let path = |stderr| {
+        crate::logs::output_path(work_dir, spec.job_id, &spec.app, a.index, a.attempt, stderr)
+    };
+    (path(false), path(true))
 }
 
 fn kill_group(pid: Option<u32>) {
@@ -53,6 +51,16 @@ fn kill_group(pid: Option<u32>) {
     }
 }
 
+/// Why a running task is killed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kill {
+    /// The server asked (cancelled, or no longer this node's).
+    Server,
+    /// The agent is shutting down: the result says `interrupted`, and the server runs the task
+    /// again elsewhere instead of counting a failure.
+    Shutdown,
+}
+
 /// Runs `a`, a task of `spec`, to the end; `on_spawn` receives the child's pid. `{index}` in the
 /// spec's arguments becomes the task's index, and the task gets the `HETSCHED_*` variables.
 pub async fn run(
@@ -60,7 +68,7 @@ pub async fn run(
     spec: &pb::TaskSpec,
     node: &str,
     work_dir: &Path,
-    kill: oneshot::Receiver<()>,
+    kill: oneshot::Receiver<Kill>,
     on_spawn: impl FnOnce(u32),
 ) -> pb::TaskResult {
     let started = now_ns();
@@ -72,6 +80,8 @@ pub async fn run(
         started_ns: started,
         finished_ns: 0,
         success: false,
+        interrupted: false,
+        start_failed: false,
     };
     let fail = |mut r: pb::TaskResult, m: String| {
         r.message = m;
@@ -114,7 +124,10 @@ pub async fn run(
         .kill_on_drop(true);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => return fail(result, format!("cannot start `{program}`: {e}")),
+        Err(e) => {
+            result.start_failed = true;
+            return fail(result, format!("cannot start `{program}`: {e}"));
+        }
     };
     let pid = child.id();
     if let Some(pid) = pid {
@@ -136,16 +149,24 @@ pub async fn run(
             Ok(s) => {
                 result.exit_code = s.code().unwrap_or(-1);
                 result.success = s.success();
+                // The shell's "cannot execute" (126) and "command not found" (127).
+                result.start_failed = matches!(result.exit_code, 126 | 127);
                 if !s.success() {
                     result.message = format!("exited with {s}");
                 }
             }
             Err(e) => result.message = format!("wait: {e}"),
         },
-        Ok(()) = kill => {
+        Ok(why) = kill => {
             kill_group(pid);
             let _ = child.wait().await;
-            result.message = "killed at the server's request".into();
+            result.message = match why {
+                Kill::Server => "killed at the server's request".into(),
+                Kill::Shutdown => {
+                    result.interrupted = true;
+                    "killed: its agent shut down".into()
+                }
+            };
         }
         () = sleep => {
             kill_group(pid);

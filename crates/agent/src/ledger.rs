@@ -106,13 +106,21 @@ type Unacked = HashMap<(u64, u32), pb::TaskResult>;
 
 fn parse_result(line: &str) -> Option<pb::TaskResult> {
     let mut f = line.splitn(8, ' ');
+    let ok;
     if f.next()? != "result" {
         return None;
     }
     Some(pb::TaskResult {
         task_id: f.next()?.parse().ok()?,
         attempt: f.next()?.parse().ok()?,
-        success: f.next()? == "1",
+        success: {
+            ok = f.next()?;
+            ok == "1"
+        },
+        // 2: killed because the agent shut down (see `launch::Kill::Shutdown`).
+        interrupted: ok == "2",
+        // 3: the task could not be started (see `TaskResult.start_failed`).
+        start_failed: ok == "3",
         exit_code: f.next()?.parse().ok()?,
         started_ns: f.next()?.parse().ok()?,
         finished_ns: f.next()?.parse().ok()?,
@@ -125,7 +133,13 @@ fn result_line(r: &pb::TaskResult) -> String {
         "result {} {} {} {} {} {} {}\n",
         r.task_id,
         r.attempt,
-        u8::from(r.success),
+        if r.interrupted {
+            2
+        } else if r.start_failed && !r.success {
+            3
+        } else {
+            u8::from(r.success)
+        },
         r.exit_code,
         r.started_ns,
         r.finished_ns,
@@ -449,6 +463,8 @@ mod tests {
             started_ns: 10,
             finished_ns: 20,
             success: ok,
+            interrupted: false,
+            start_failed: false,
         };
         let (mut l, _) = Ledger::recover(&dir).expect("recover");
         l.started(1, 1, 1);

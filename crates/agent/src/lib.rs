@@ -13,12 +13,16 @@
 //! - [`launch`]: one task as a child process;
 //! - [`ledger`]: the durable record of running tasks, from which a restarted agent kills what its
 //!   SIGKILLed predecessor left running (before it registers);
-//! - [`workdir`]: the private work directory (0700, no symlink, ours) and the agent's identity.
+//! - [`workdir`]: the private work directory (0700, no symlink, ours) and the agent's identity;
+//! - [`logs`]: the log listener that serves task outputs to the server (`hetsched log`);
+//! - [`shutdown`]: graceful shutdown on SIGTERM/SIGINT (stop taking work, kill or drain, report).
 
 pub mod config;
 pub mod detect;
 pub mod launch;
 pub mod ledger;
+pub mod logs;
+pub mod shutdown;
 pub mod workdir;
 
 use hetsched_proto as pb;
@@ -92,6 +96,13 @@ pub struct AgentOptions {
     /// Benchmarks only: report every assigned task as succeeded without starting a process
     /// (`hetsched bench-dispatch --scheduler-only`).
     pub no_exec: bool,
+    /// Where the log listener binds (`hetsched log` reads task outputs through it); None = no
+    /// listener.
+    pub log_listen: Option<std::net::SocketAddr>,
+    /// On shutdown, wait for running tasks to end instead of killing them.
+    pub drain: bool,
+    /// The running tasks' process groups, shared with a signal handler ([`shutdown`]).
+    pub processes: shutdown::Processes,
 }
 
 struct RunningTask {
@@ -99,7 +110,7 @@ struct RunningTask {
     /// The TaskSpec it runs (kept in the cache while the task runs).
     spec: u64,
     pid: Option<u32>,
-    kill: Option<oneshot::Sender<()>>,
+    kill: Option<oneshot::Sender<launch::Kill>>,
     read_bytes: u64,
 }
 
@@ -140,6 +151,19 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
             "killed tasks left running by a previous agent in this work directory"
         );
     }
+    let logs = match opts.log_listen {
+        Some(at) => Some(
+            logs::LogListener::bind(at, &opts.work_dir, &opts.token)
+                .await
+                .map_err(|e| AgentError::Config(format!("log listener on {at}: {e}")))?,
+        ),
+        None => None,
+    };
+    let log_port = logs.as_ref().map_or(0, |l| u32::from(l.addr.port()));
+    if let Some(l) = &logs {
+        info!(addr = %l.addr, "serving task outputs to the server");
+    }
+    let work_dir_shown = opts.work_dir.display().to_string();
     let shared = Arc::new(Mutex::new(Shared {
         running: HashMap::new(),
         specs: HashMap::new(),
@@ -156,6 +180,8 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
         accelerators: opts.resources.accelerators.clone(),
         rack: String::new(),
         identity: identity.clone(),
+        log_port,
+        work_dir: work_dir_shown.clone(),
     };
     let mut node_id: Option<u32> = None;
     let mut interval = Duration::from_millis(500);
@@ -168,6 +194,8 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
     let mut first_failure: Option<Instant> = None;
     // The last reply said it was cut at its size cap: beat again at once.
     let mut more = false;
+    // Since when the agent shuts down (first signal): it takes no new work.
+    let mut draining: Option<Instant> = None;
     'main: loop {
         let ok = 'beat: {
             let Some(id) = node_id else {
@@ -227,6 +255,9 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     gpus: gpus.utilisation(),
                     identity: identity.clone(),
                     known_specs: sh.specs.keys().copied().collect(),
+                    log_port,
+                    work_dir: work_dir_shown.clone(),
+                    draining: draining.is_some(),
                 }
             };
             let reply = match tokio::time::timeout(Duration::from_secs(10), client.heartbeat(req))
@@ -261,10 +292,19 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     && let Some(tx) = t.kill.take()
                 {
                     debug!(task = k.task_id, "killing at the server's request");
-                    let _ = tx.send(());
+                    let _ = tx.send(launch::Kill::Server);
                 }
             }
             for a in reply.assignments {
+                if draining.is_some() {
+                    // Sent before the server saw `draining`: not started; the server sees the
+                    // task vanish and runs it elsewhere.
+                    warn!(
+                        task = a.task_id,
+                        "assignment while shutting down: not started"
+                    );
+                    continue;
+                }
                 let Some(spec) = sh.specs.get(&a.spec).cloned() else {
                     // Cannot happen with a correct server; not running it makes the server see
                     // the task vanish and send it again, with its spec.
@@ -287,6 +327,8 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                         started_ns: now,
                         finished_ns: now,
                         success: true,
+                        interrupted: false,
+                        start_failed: false,
                     });
                     notify.notify_one();
                     continue;
@@ -304,14 +346,19 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                 );
                 // A new attempt of a task that still runs here: the old attempt is stale.
                 if let Some(tx) = old.and_then(|mut o| o.kill.take()) {
-                    let _ = tx.send(());
+                    let _ = tx.send(launch::Kill::Server);
                 }
                 let (shared, notify, opts) = (shared.clone(), notify.clone(), opts.clone());
                 tokio::spawn(async move {
                     let pid_shared = shared.clone();
                     let (task, attempt) = (a.task_id, a.attempt);
+                    let procs = opts.processes.clone();
+                    let spawned = Arc::new(std::sync::atomic::AtomicU32::new(0));
+                    let spawned_in = spawned.clone();
                     let result =
                         launch::run(&a, &spec, &opts.name, &opts.work_dir, rx, move |pid| {
+                            procs.add(pid);
+                            spawned_in.store(pid, std::sync::atomic::Ordering::Relaxed);
                             let mut sh = pid_shared.lock().unwrap_or_else(|p| p.into_inner());
                             sh.ledger.started(task, attempt, pid);
                             if let Some(t) = sh.running.get_mut(&task)
@@ -321,6 +368,8 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                             }
                         })
                         .await;
+                    opts.processes
+                        .remove(spawned.load(std::sync::atomic::Ordering::Relaxed));
                     let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
                     sh.ledger.finished(&result);
                     if sh.running.get(&task).is_some_and(|t| t.attempt == attempt) {
@@ -346,6 +395,16 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     info!(after = ?since.elapsed(), "server reachable again");
                 }
                 backoff = Duration::from_millis(50);
+                if let Some(since) = draining {
+                    let sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+                    if sh.running.is_empty() && sh.results.is_empty() {
+                        info!(
+                            after = ?since.elapsed(),
+                            "shut down: every result was acknowledged by the server"
+                        );
+                        break 'main;
+                    }
+                }
                 if std::mem::take(&mut more) {
                     continue 'main;
                 }
@@ -356,7 +415,10 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                         tokio::time::sleep(COALESCE).await;
                     }
                     () = tokio::time::sleep(interval) => {}
-                    () = &mut shutdown => break,
+                    () = &mut shutdown, if draining.is_none() => {
+                        draining = Some(Instant::now());
+                        begin_shutdown(&shared, &opts);
+                    }
                 }
             }
             Err(s) => {
@@ -393,20 +455,68 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     }
                     first_failure = Some(Instant::now());
                 }
+                if let Some(since) = draining {
+                    let idle = shared
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .running
+                        .is_empty();
+                    if idle && (node_id.is_none() || since.elapsed() > shutdown::RESULT_GRACE) {
+                        warn!(
+                            "shutting down without the server's acknowledgement of every result \
+                             (they stay in the ledger; the next agent in this work directory \
+                             sends them)"
+                        );
+                        break 'main;
+                    }
+                }
                 tokio::select! {
                     () = tokio::time::sleep(backoff) => {}
-                    () = &mut shutdown => break,
+                    () = &mut shutdown, if draining.is_none() => {
+                        draining = Some(Instant::now());
+                        begin_shutdown(&shared, &opts);
+                    }
                 }
                 backoff = (backoff * 2).min(Duration::from_millis(500));
             }
         }
     }
-    // Shutting down: kill what runs here.
-    let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
-    for t in sh.running.values_mut() {
-        if let Some(tx) = t.kill.take() {
-            let _ = tx.send(());
+    // Shutting down: kill what still runs here.
+    {
+        let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+        for t in sh.running.values_mut() {
+            if let Some(tx) = t.kill.take() {
+                let _ = tx.send(launch::Kill::Shutdown);
+            }
         }
     }
+    if let Some(l) = logs {
+        l.stop().await;
+    }
     Ok(())
+}
+
+/// The first shutdown signal: from now on heartbeats say `draining`; running tasks are killed
+/// (their results say `interrupted`), or with `--drain` left to finish.
+fn begin_shutdown(shared: &Mutex<Shared>, opts: &AgentOptions) {
+    let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+    let running = sh.running.len();
+    if opts.drain {
+        info!(
+            running,
+            "shutting down: taking no new work, waiting for the running tasks to end (--drain); \
+             a second signal kills them and exits at once"
+        );
+    } else {
+        info!(
+            running,
+            "shutting down: taking no new work, killing the running tasks' process groups; the \
+             server runs them again elsewhere"
+        );
+        for t in sh.running.values_mut() {
+            if let Some(tx) = t.kill.take() {
+                let _ = tx.send(launch::Kill::Shutdown);
+            }
+        }
+    }
 }

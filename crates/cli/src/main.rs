@@ -43,6 +43,9 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if !matches!(&cli.command, Command::Runtime(c) if c.long_running()) {
+        runtime::human::quiet_broken_pipe();
+    }
     let result = match cli.command {
         Command::Sim(cmd) => sim::run(cmd),
         Command::Binding(cmd) => binding::run(cmd),
@@ -60,8 +63,11 @@ fn main() -> std::process::ExitCode {
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) if runtime::human::is_broken_pipe(&e) => {
+            std::process::ExitCode::from(runtime::human::BROKEN_PIPE_STATUS as u8)
+        }
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", runtime::human::error_chain(&e));
             std::process::ExitCode::FAILURE
         }
     }

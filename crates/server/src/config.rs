@@ -10,6 +10,8 @@
 //! max_attempts = 3             # a task lost this many times fails
 //! profile_estimate = "1s"      # compute-time guess for variants without a declared profile
 //! http_listen = "127.0.0.1:7421" # optional: HTTP listener for /metrics and /healthz (no token)
+//! start_failures = 3           # consecutive start failures of an application on a node …
+//! start_failure_backoff = "60s" # … keep it off that node this long (0 failures = never)
 //! [tls]                        # optional; PEM files
 //! cert = "server.pem"
 //! key = "server.key"
@@ -45,6 +47,11 @@ pub struct ServerConfig {
     /// (port 0 = any free port; the bound address goes to `DATA_DIR/http-address`). It asks for no
     /// token: bind it to a trusted interface. None: no HTTP listener.
     pub http_listen: Option<SocketAddr>,
+    /// Consecutive start failures of one application on one node after which the server stops
+    /// placing it there for `start_failure_backoff` (0 = never). See [`crate::backoff`].
+    pub start_failures: u32,
+    /// How long a failing node is kept from an application.
+    pub start_failure_backoff: Duration,
 }
 
 /// TLS settings (PEM files).
@@ -69,6 +76,8 @@ impl Default for ServerConfig {
             profile_estimate: Duration(1_000_000_000),
             tls: None,
             http_listen: None,
+            start_failures: 3,
+            start_failure_backoff: Duration(60_000_000_000),
         }
     }
 }

@@ -1,21 +1,29 @@
 //! hetsched's server (resource manager): the gRPC API for agents and clients, the SQLite store, and
 //! the scheduler loop that runs the core's batch policies on every agent heartbeat.
 //!
+//! - [`backoff`]: the failing-node back-off (consecutive start failures keep an application off
+//!   a node for a while);
 //! - [`config`]: the TOML configuration;
+//! - [`dashboard`]: the web dashboard at `/` of the HTTP listener (token or session, read-only,
+//!   live charts over Server-Sent Events);
 //! - [`datadir`]: the private data directory, the client and agent tokens, the directory lock;
 //! - [`limits`]: bounds on what an agent may claim at registration;
 //! - [`store`]: durable state (SQLite, WAL, `synchronous=FULL`);
 //! - [`state`]: the live state and every rule that changes it (submission, heartbeats,
 //!   reconciliation, dead nodes, cancellation, restart);
 //! - [`service`]: the gRPC services, authentication, health;
+//! - [`logs`]: relays `hetsched log` to the agent that ran the task;
 //! - [`metrics`]: Prometheus metrics and the optional HTTP listener (`/metrics`, `/healthz`).
 //!
 //! [`start`] runs a server in the current tokio runtime and returns a [`ServerHandle`]; the
 //! `hetsched server` command and `hetsched demo` both use it.
 
+pub mod backoff;
 pub mod config;
+pub mod dashboard;
 pub mod datadir;
 pub mod limits;
+pub mod logs;
 pub mod metrics;
 pub mod service;
 pub mod state;
@@ -144,11 +152,24 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
             source: e,
         })?;
     let addr = listener.local_addr().map_err(io_err(&dir))?;
+    let relay = Arc::new(logs::LogRelay::new(&creds.agent));
     let http = match config.http_listen {
         Some(at) => {
             let policy = config.policy.to_string();
             let registry = metrics::registry(&metrics, shared.clone(), &policy);
-            Some(metrics::bind(at, registry).await?)
+            let read_token = dashboard::read_token(&dir).map_err(io_err(&dir))?;
+            let board = Arc::new(dashboard::Dashboard::new(
+                shared.clone(),
+                metrics.clone(),
+                relay.clone(),
+                &creds.client,
+                &read_token,
+            ));
+            Some(
+                metrics::bind(at, registry)
+                    .await?
+                    .with_routes(dashboard::router(board)),
+            )
         }
         None => None,
     };
@@ -187,7 +208,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     });
 
     let (tx, rx) = oneshot::channel();
-    let router = service::router(shared, metrics, &creds, config.tls.as_ref()).await?;
+    let router = service::router_with(shared, metrics, &creds, config.tls.as_ref(), relay).await?;
     // Small request/response messages: without TCP_NODELAY, Nagle's algorithm and delayed ACKs
     // add tens of milliseconds to every heartbeat round trip.
     let incoming = tokio_stream::StreamExt::map(
@@ -211,7 +232,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     tracing::info!(%addr, policy = %config.policy, "server listening");
     let http = http.map(|h| {
         let (tx, rx) = oneshot::channel::<()>();
-        tracing::info!(addr = %h.addr, "serving /metrics and /healthz over HTTP");
+        tracing::info!(addr = %h.addr, "serving the dashboard (/), /metrics and /healthz over HTTP");
         let join = tokio::spawn(async move {
             let stop = async {
                 let _ = rx.await;

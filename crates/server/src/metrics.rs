@@ -92,6 +92,11 @@ impl Metrics {
         self.results[o as usize].inc();
     }
 
+    /// Tasks dispatched since the server started (both variants).
+    pub fn dispatched_total(&self) -> u64 {
+        self.dispatched.iter().map(Counter::get).sum()
+    }
+
     /// A running task was lost (its node died, or it vanished from its node).
     pub fn lost(&self) {
         self.lost.inc();
@@ -273,6 +278,12 @@ impl Collector for StateCollector {
         )?;
         gauge(
             e,
+            "node_backed_off_applications",
+            "Applications kept off the node for a while after consecutive start failures there.",
+            nodes.iter().map(|n| (node(n), n.backed_off.len() as i64)),
+        )?;
+        gauge(
+            e,
             "node_gpu_utilisation_ratio",
             "Utilisation of each GPU (0 to 1), as the node's last heartbeat reported.",
             nodes.iter().flat_map(|n| {
@@ -328,6 +339,12 @@ pub async fn bind(addr: SocketAddr, registry: Registry) -> Result<HttpServer, Ht
 }
 
 impl HttpServer {
+    /// Adds `routes` (the dashboard's) to the listener.
+    pub fn with_routes(mut self, routes: axum::Router) -> Self {
+        self.router = self.router.merge(routes);
+        self
+    }
+
     /// Serves until `shutdown` completes.
     pub async fn serve(
         self,

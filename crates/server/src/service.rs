@@ -8,6 +8,7 @@
 use crate::ServerError;
 use crate::config::TlsConfig;
 use crate::datadir::Credentials;
+use crate::logs::LogRelay;
 use crate::metrics::Metrics;
 use crate::state::{State, StateError};
 use hetsched_proto as pb;
@@ -54,8 +55,9 @@ async fn with_state<T: Send + 'static>(
     .map(Response::new)
 }
 
-/// The `Agent` service; heartbeats are counted and timed in its [`Metrics`].
-pub struct AgentService(Shared, Arc<Metrics>);
+/// The `Agent` service; heartbeats are counted and timed in its [`Metrics`]; where each agent's
+/// log listener is goes to the [`LogRelay`].
+pub struct AgentService(Shared, Arc<Metrics>, Arc<LogRelay>);
 
 #[tonic::async_trait]
 impl Agent for AgentService {
@@ -63,8 +65,13 @@ impl Agent for AgentService {
         &self,
         req: Request<pb::RegisterRequest>,
     ) -> Result<Response<pb::RegisterReply>, Status> {
+        let ip = req.remote_addr().map(|a| a.ip());
         let r = req.into_inner();
-        with_state(&self.0, move |s| s.register(r)).await
+        let (name, port, work_dir) = (r.name.clone(), r.log_port, r.work_dir.clone());
+        let reply = with_state(&self.0, move |s| s.register(r)).await?;
+        self.2
+            .seen(reply.get_ref().node_id, Some(&name), ip, port, &work_dir);
+        Ok(reply)
     }
 
     async fn heartbeat(
@@ -72,15 +79,31 @@ impl Agent for AgentService {
         req: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatReply>, Status> {
         let start = std::time::Instant::now();
+        let ip = req.remote_addr().map(|a| a.ip());
         let r = req.into_inner();
+        let (id, port, work_dir) = (r.node_id, r.log_port, r.work_dir.clone());
         let reply = with_state(&self.0, move |s| s.heartbeat(r)).await;
         self.1.heartbeat(start.elapsed());
+        if let Ok(rep) = &reply
+            && !rep.get_ref().reregister
+        {
+            let name = if self.2.knows(id) {
+                None
+            } else {
+                // First heartbeat since a restart: the name comes from the state.
+                with_state(&self.0, move |s| Ok(s.node_name(id)))
+                    .await
+                    .ok()
+                    .and_then(Response::into_inner)
+            };
+            self.2.seen(id, name.as_deref(), ip, port, &work_dir);
+        }
         reply
     }
 }
 
-/// The `Client` service.
-pub struct ClientService(Shared);
+/// The `Client` service; task outputs are read through the [`LogRelay`].
+pub struct ClientService(Shared, Arc<LogRelay>);
 
 #[tonic::async_trait]
 impl Client for ClientService {
@@ -90,7 +113,7 @@ impl Client for ClientService {
     ) -> Result<Response<pb::SubmitReply>, Status> {
         let r = req.into_inner();
         with_state(&self.0, move |s| {
-            s.submit_keyed(&r.origin, &r.text, &r.workdir, &r.submission_key)
+            s.submit_named(&r.origin, &r.text, &r.workdir, &r.submission_key, &r.name)
         })
         .await
     }
@@ -119,7 +142,40 @@ impl Client for ClientService {
     ) -> Result<Response<pb::ListTasksReply>, Status> {
         let r = req.into_inner();
         let limit = r.limit.min(crate::state::MAX_PAGE);
-        with_state(&self.0, move |s| s.tasks_page(r.job_id, r.cursor, limit)).await
+        let mut reply =
+            with_state(&self.0, move |s| s.tasks_page(r.job_id, r.cursor, limit)).await?;
+        self.1.fill_outputs(&mut reply.get_mut().tasks);
+        Ok(reply)
+    }
+
+    async fn read_log(
+        &self,
+        req: Request<pb::ReadLogRequest>,
+    ) -> Result<Response<pb::ReadLogReply>, Status> {
+        crate::logs::read_log(&self.0, &self.1, req.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn resubmit(
+        &self,
+        req: Request<pb::ResubmitRequest>,
+    ) -> Result<Response<pb::ResubmitReply>, Status> {
+        let r = req.into_inner();
+        if !r.failed {
+            return Err(Status::invalid_argument(
+                "resubmit re-runs a job's failed tasks: pass --failed",
+            ));
+        }
+        with_state(&self.0, move |s| s.resubmit_failed(r.job_id)).await
+    }
+
+    async fn drain_node(
+        &self,
+        req: Request<pb::DrainNodeRequest>,
+    ) -> Result<Response<pb::DrainNodeReply>, Status> {
+        let r = req.into_inner();
+        with_state(&self.0, move |s| s.drain_node(&r.name, r.drain)).await
     }
 
     async fn list_nodes(
@@ -224,6 +280,18 @@ pub async fn router(
     creds: &Credentials,
     tls: Option<&TlsConfig>,
 ) -> Result<tonic::transport::server::Router, ServerError> {
+    let relay = Arc::new(LogRelay::new(&creds.agent));
+    router_with(state, metrics, creds, tls, relay).await
+}
+
+/// [`router`] with the [`LogRelay`] shared with the dashboard.
+pub async fn router_with(
+    state: Shared,
+    metrics: Arc<Metrics>,
+    creds: &Credentials,
+    tls: Option<&TlsConfig>,
+    relay: Arc<LogRelay>,
+) -> Result<tonic::transport::server::Router, ServerError> {
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<AgentServer<AgentService>>().await;
     reporter.set_serving::<ClientServer<ClientService>>().await;
@@ -242,11 +310,11 @@ pub async fn router(
     Ok(builder
         .add_service(health)
         .add_service(AgentServer::with_interceptor(
-            AgentService(state.clone(), metrics),
+            AgentService(state.clone(), metrics, relay.clone()),
             CheckToken::new(Role::Agent, creds),
         ))
         .add_service(ClientServer::with_interceptor(
-            ClientService(state),
+            ClientService(state, relay),
             CheckToken::new(Role::Client, creds),
         )))
 }

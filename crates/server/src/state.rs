@@ -184,11 +184,15 @@ struct AppRec {
     cpu: Option<VariantRun>,
     gpu: Option<VariantRun>,
     observed: [Observed; 2],
+    /// The application's `workdir =`, if any (relative to the job's working directory).
+    workdir: Option<String>,
 }
 
 #[derive(Debug)]
 struct JobRec {
     row: JobRow,
+    /// What listings show: the name given at submission, else the file's `name =`, else its path.
+    name: String,
     apps: std::ops::Range<u32>,
     tasks: std::ops::Range<u64>,
 }
@@ -211,6 +215,11 @@ struct NodeRec {
     identity: String,
     /// Removed by an operator (`hetsched node remove`): dead for good, unlisted, its name free.
     removed: bool,
+    /// Drained by an operator (`hetsched node drain`): no new work until `node resume`. Kept in
+    /// memory only: a restarted server forgets drains.
+    drained: bool,
+    /// The agent's last heartbeat said it is shutting down: no new work.
+    draining: bool,
 }
 
 /// The server's whole state.
@@ -236,6 +245,8 @@ pub struct State {
     paused_since: Option<Instant>,
     /// When the store was last tried while paused.
     last_probe: Option<Instant>,
+    /// The failing-node back-off (memory only).
+    backoff: crate::backoff::Backoff,
 }
 
 impl State {
@@ -269,6 +280,10 @@ impl State {
             config: config.clone(),
             paused_since: None,
             last_probe: None,
+            backoff: crate::backoff::Backoff::new(
+                config.start_failures,
+                Duration::from_nanos(config.start_failure_backoff.0),
+            ),
         };
         for row in snap.nodes {
             let spec: Node = serde_json::from_str(&row.spec)
@@ -295,6 +310,8 @@ impl State {
                 available_memory: 0,
                 gpus: Vec::new(),
                 identity: row.identity,
+                drained: false,
+                draining: false,
             });
         }
         for (i, t) in snap.tasks.iter().enumerate() {
@@ -400,6 +417,7 @@ impl State {
                 cpu,
                 gpu,
                 observed: [Observed::default(); 2],
+                workdir: spec.workdir.as_ref().map(|w| w.get_ref().clone()),
             });
             self.view.add_application(app, pending)?;
         }
@@ -408,6 +426,11 @@ impl State {
             self.by_key.insert(key.clone(), row.id);
         }
         self.jobs.push(JobRec {
+            name: row
+                .name
+                .clone()
+                .or_else(|| w.name.clone())
+                .unwrap_or_else(|| row.origin.clone()),
             tasks: row.first_task..next_task,
             apps,
             row,
@@ -525,6 +548,8 @@ impl State {
                 gpus: Vec::new(),
                 identity: req.identity.clone(),
                 removed: false,
+                drained: false,
+                draining: false,
             });
             info!(node = %req.name, id, cores = req.cores, gpus = req.accelerators.len(), "node registered");
             id
@@ -563,6 +588,12 @@ impl State {
         rec.read_bps = req.read_bytes_per_sec;
         rec.available_memory = req.available_memory_bytes;
         rec.gpus = req.gpus.clone();
+        if rec.draining != req.draining {
+            info!(node = %rec.spec.name, draining = req.draining, "the agent is shutting down: no new work for it");
+        }
+        rec.draining = req.draining;
+        // No new work for a drained node or a shutting-down agent.
+        let closed = rec.drained || rec.draining;
         if paused {
             // The store refuses writes: the node is alive (in memory), but nothing is recorded,
             // so nothing is acknowledged (the agent keeps its results), assigned or reconciled.
@@ -624,7 +655,14 @@ impl State {
                 io_tasks,
             },
         )?;
-        if self.view.pending_apps().next().is_some() {
+        for app in self.backoff.expire(nid.0, Instant::now()) {
+            self.view.set_excluded(AppId(app), nid, false);
+            info!(
+                node = nid.0,
+                app, "start-failure back-off over: the node is tried again"
+            );
+        }
+        if !closed && self.view.pending_apps().next().is_some() {
             let start = Instant::now();
             let decisions = self.policy.on_node_update(&mut self.view, nid, now);
             self.metrics.decision(start.elapsed());
@@ -750,11 +788,18 @@ impl State {
             new.read_bps = old.read_bps;
             new.available_memory = old.available_memory;
             new.gpus = old.gpus.clone();
+            new.drained = old.drained;
+            new.draining = old.draining;
             if !old.alive {
                 fresh.view.set_alive(new.spec.id, false)?;
             }
         }
         fresh.metrics = self.metrics.clone();
+        fresh.backoff = std::mem::take(&mut self.backoff);
+        let excluded: Vec<(u32, u32)> = fresh.backoff.all().map(|(k, _)| k).collect();
+        for (app, node) in excluded {
+            fresh.view.set_excluded(AppId(app), NodeId(node), true);
+        }
         fresh.paused_since = self.paused_since;
         fresh.last_probe = self.last_probe;
         *self = fresh;
@@ -821,7 +866,29 @@ impl State {
             }
             _ => return Ok(()),
         }
+        if r.interrupted && !r.success {
+            // Killed because its agent shut down: not the task's failure; it runs again, as a
+            // lost task does.
+            let reason = if r.message.is_empty() {
+                "its agent shut down".to_string()
+            } else {
+                r.message.clone()
+            };
+            return self.lose(r.task_id, &reason, now_ns(), dirty);
+        }
         let a = self.assignment_of(t);
+        if self
+            .backoff
+            .result(t.app, nid.0, r.start_failed, r.success, Instant::now())
+            == crate::backoff::Change::BackedOff
+        {
+            self.view.set_excluded(a.app, nid, true);
+            warn!(
+                node = %self.nodes[nid.index()].spec.name,
+                app = %self.apps.get(t.app as usize).map_or("?", |x| x.name.as_str()),
+                "consecutive start failures: the application is kept off this node for a while"
+            );
+        }
         self.nodes[nid.index()].running.remove(&r.task_id);
         let t = &mut self.tasks[r.task_id as usize];
         if r.started_ns > 0 {
@@ -960,7 +1027,13 @@ impl State {
             variant: v.to_string(),
             argv,
             env: env.into_iter().collect(),
-            workdir: job.row.workdir.clone(),
+            workdir: match &rec.workdir {
+                Some(w) => std::path::Path::new(&job.row.workdir)
+                    .join(w)
+                    .display()
+                    .to_string(),
+                None => job.row.workdir.clone(),
+            },
             time_limit_ms: limit,
         }
     }
@@ -987,6 +1060,29 @@ impl State {
         workdir: &str,
         key: &str,
     ) -> Result<pb::SubmitReply, StateError> {
+        self.submit_named(origin, text, workdir, key, "")
+    }
+
+    /// [`State::submit_keyed`] with a job name given at submission (empty = none; it overrides
+    /// the file's `name =`).
+    pub fn submit_named(
+        &mut self,
+        origin: &str,
+        text: &str,
+        workdir: &str,
+        key: &str,
+        name: &str,
+    ) -> Result<pb::SubmitReply, StateError> {
+        if !name.is_empty()
+            && (name.trim().is_empty()
+                || name.len() > hetsched_core::input::workload::MAX_JOB_NAME
+                || name.chars().any(char::is_control))
+        {
+            return Err(StateError::Invalid(format!(
+                "a job name must be 1 to {} bytes without control characters",
+                hetsched_core::input::workload::MAX_JOB_NAME
+            )));
+        }
         if key.len() > MAX_SUBMISSION_KEY {
             return Err(StateError::Invalid(format!(
                 "the submission key is {} bytes long; at most {MAX_SUBMISSION_KEY}",
@@ -1060,6 +1156,7 @@ impl State {
             first_task,
             cancelled: false,
             submission_key: (!key.is_empty()).then(|| key.to_string()),
+            name: (!name.is_empty()).then(|| name.to_string()),
         };
         let mut rows = Vec::with_capacity(total as usize);
         for a in &apps {
@@ -1093,6 +1190,42 @@ impl State {
             tasks: total,
             existing: false,
         })
+    }
+
+    /// `hetsched resubmit JOB --failed`: every failed task of the job is queued again (at the end
+    /// of its application's queue); its next dispatch is a new attempt, and its retries count
+    /// afresh. Cancelled and succeeded tasks stay as they are.
+    pub fn resubmit_failed(&mut self, job: u64) -> Result<pb::ResubmitReply, StateError> {
+        let Some(j) = job.checked_sub(1).and_then(|i| self.jobs.get(i as usize)) else {
+            return Err(StateError::NoJob(job));
+        };
+        if j.row.cancelled {
+            return Err(StateError::Invalid(format!(
+                "job {job} was cancelled: submit it again instead"
+            )));
+        }
+        let range = j.tasks.clone();
+        let mut by_app: BTreeMap<u32, Vec<TaskId>> = BTreeMap::new();
+        let mut dirty = Vec::new();
+        for id in range {
+            let t = &mut self.tasks[id as usize];
+            if t.state != TaskState::Failed {
+                continue;
+            }
+            t.state = TaskState::Pending;
+            t.failures = 0;
+            t.finished_ns = 0;
+            t.message = format!("resubmitted after attempt {} failed", t.attempt);
+            by_app.entry(t.app).or_default().push(TaskId(id));
+            dirty.push(id);
+        }
+        for (app, tasks) in by_app {
+            self.view.resubmit(AppId(app), tasks);
+        }
+        let n = dirty.len() as u64;
+        self.commit(dirty, None)?;
+        info!(job, tasks = n, "failed tasks resubmitted");
+        Ok(pb::ResubmitReply { tasks: n })
     }
 
     /// Cancels a job: pending tasks are dropped, running ones killed at their nodes' next heartbeat.
@@ -1193,7 +1326,7 @@ impl State {
         };
         pb::JobInfo {
             id: j.row.id,
-            name: j.row.origin.clone(),
+            name: j.name.clone(),
             state: state.to_string(),
             tasks: j.tasks.end - j.tasks.start,
             counts: Some(counts),
@@ -1288,6 +1421,7 @@ impl State {
                     exit_code: t.exit_code.unwrap_or(-1),
                     message: t.message.clone(),
                     failed_attempts: t.failures,
+                    output: String::new(),
                 }
             })
             .collect();
@@ -1343,7 +1477,9 @@ impl State {
                     pb::NodeInfo {
                         id: i as u32,
                         name: n.spec.name.clone(),
-                        alive: n.alive,
+                        // A node restored from the store is shown dead until it heartbeats
+                        // (the scheduler still gives it RESTART_GRACE to come back).
+                        alive: n.alive && n.seen,
                         cores: n.spec.cores,
                         free_cores: v.free.cores,
                         memory_bytes: n.spec.memory_bytes,
@@ -1363,9 +1499,63 @@ impl State {
                         read_bytes_per_sec: n.read_bps,
                         available_memory_bytes: n.available_memory,
                         gpus: n.gpus.clone(),
+                        drained: n.drained,
+                        draining: n.draining,
+                        rack: n.spec.rack.to_string(),
+                        backed_off: self
+                            .backoff
+                            .of_node(i as u32)
+                            .map(|(app, e)| pb::BackedOffApp {
+                                app: self
+                                    .apps
+                                    .get(app as usize)
+                                    .map_or(String::new(), |a| a.name.clone()),
+                                job_id: self.apps.get(app as usize).map_or(0, |a| a.job),
+                                failures: e.failures,
+                                remaining_ms: e
+                                    .until
+                                    .saturating_duration_since(Instant::now())
+                                    .as_millis()
+                                    as u64,
+                            })
+                            .collect(),
                     }
                 })
                 .collect(),
         }
+    }
+
+    /// How many jobs were ever submitted (ids run from 1 to this).
+    pub fn job_count(&self) -> u64 {
+        self.jobs.len() as u64
+    }
+
+    /// The name of node `id`, if it has one.
+    pub fn node_name(&self, id: u32) -> Option<String> {
+        self.nodes
+            .get(id as usize)
+            .filter(|n| !n.removed)
+            .map(|n| n.spec.name.clone())
+    }
+
+    /// `hetsched node drain` (`drain`) / `node resume` (`!drain`): stops or restarts placing new
+    /// work on a node; its running tasks go on.
+    pub fn drain_node(
+        &mut self,
+        name: &str,
+        drain: bool,
+    ) -> Result<pb::DrainNodeReply, StateError> {
+        let Some(&id) = self.node_by_name.get(name) else {
+            return Err(StateError::NoNode(name.to_string()));
+        };
+        let rec = &mut self.nodes[id as usize];
+        if rec.drained != drain {
+            rec.drained = drain;
+            info!(node = %name, drained = drain, running = rec.running.len(), "node {}", if drain { "drained" } else { "resumed" });
+        }
+        Ok(pb::DrainNodeReply {
+            node_id: id,
+            running: rec.running.len() as u32,
+        })
     }
 }

@@ -127,6 +127,8 @@ pub struct JobRow {
     pub cancelled: bool,
     /// The client's submission key (unique among jobs), if it sent one.
     pub submission_key: Option<String>,
+    /// The name given at submission (`submit --name`), which overrides the file's `name =`.
+    pub name: Option<String>,
 }
 
 /// One node row: its name and its description as JSON (`hetsched_core::Node`).
@@ -187,6 +189,7 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("tasks", "failures", "INTEGER NOT NULL DEFAULT 0"),
     ("nodes", "identity", "TEXT NOT NULL DEFAULT ''"),
     ("nodes", "removed", "INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "name", "TEXT"),
 ];
 
 const INDEXES: &str =
@@ -289,7 +292,7 @@ impl Store {
         }
         let mut stmt = self.conn.prepare(
             "SELECT id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled,
-                    submission_key FROM jobs ORDER BY id",
+                    submission_key, name FROM jobs ORDER BY id",
         )?;
         let rows = stmt.query_map([], |r| {
             Ok(JobRow {
@@ -302,6 +305,7 @@ impl Store {
                 first_task: r.get::<_, i64>(6)? as u64,
                 cancelled: r.get(7)?,
                 submission_key: r.get(8)?,
+                name: r.get(9)?,
             })
         })?;
         for r in rows {
@@ -357,8 +361,8 @@ impl Store {
         let tx = self.conn.transaction()?;
         tx.execute(
             "INSERT INTO jobs(id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled,
-                              submission_key)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                              submission_key, name)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             params![
                 job.id,
                 job.origin,
@@ -368,7 +372,8 @@ impl Store {
                 job.first_app,
                 job.first_task as i64,
                 job.cancelled,
-                job.submission_key
+                job.submission_key,
+                job.name
             ],
         )?;
         {
@@ -463,6 +468,7 @@ mod tests {
             first_task: 0,
             cancelled: false,
             submission_key: Some("k".into()),
+            name: None,
         };
         let mut task = TaskRow {
             id: 0,

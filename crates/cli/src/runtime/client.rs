@@ -26,10 +26,13 @@ pub async fn connect(args: &ClientArgs) -> anyhow::Result<Api> {
 
 /// Connects to `server` with `token`.
 pub async fn connect_with(server: &str, token: &str, ca: Option<&[u8]>) -> anyhow::Result<Api> {
-    let channel = pb::endpoint(server, ca)?
-        .connect()
-        .await
-        .with_context(|| format!("connecting to {server}"))?;
+    let channel = match pb::endpoint(server, ca)?.connect().await {
+        Ok(c) => c,
+        Err(e) if super::human::refused_connection(&e) => {
+            return Err(anyhow::Error::new(e).context(super::human::start_hint(server)));
+        }
+        Err(e) => return Err(anyhow::Error::new(e).context(format!("connecting to {server}"))),
+    };
     Ok(ClientClient::with_interceptor(
         channel,
         pb::TokenInterceptor::new(token)?,
@@ -37,7 +40,7 @@ pub async fn connect_with(server: &str, token: &str, ca: Option<&[u8]>) -> anyho
 }
 
 /// A server error as users read it (the message alone; it names file, line and field).
-fn refused(s: tonic::Status) -> anyhow::Error {
+pub fn refused(s: tonic::Status) -> anyhow::Error {
     match s.code() {
         tonic::Code::InvalidArgument | tonic::Code::NotFound => anyhow::anyhow!("{}", s.message()),
         tonic::Code::Unauthenticated => {
@@ -73,15 +76,11 @@ fn table(header: &[&str]) -> Table {
     t
 }
 
-fn secs(ns: u64) -> String {
-    format!("{:.3}", ns as f64 / 1e9)
-}
-
 fn span(start: u64, end: u64) -> String {
     if start == 0 || end < start {
         "-".into()
     } else {
-        format!("{:.3}s", (end - start) as f64 / 1e9)
+        super::human::duration(Duration::from_nanos(end - start))
     }
 }
 
@@ -191,6 +190,7 @@ pub async fn submit(
     file: &Path,
     wait_for_it: bool,
     key: Option<String>,
+    name: Option<String>,
 ) -> anyhow::Result<()> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
@@ -202,6 +202,7 @@ pub async fn submit(
             text,
             workdir,
             submission_key: key.unwrap_or_else(new_submission_key),
+            name: name.unwrap_or_default(),
         },
     )
     .await?;
@@ -215,6 +216,29 @@ pub async fn submit(
     }
     if wait_for_it {
         wait_on(&mut api, args.output, reply.job_id, None).await?;
+    }
+    Ok(())
+}
+
+/// `hetsched resubmit JOB --failed [--wait]`.
+pub async fn resubmit(
+    args: &ClientArgs,
+    id: u64,
+    failed: bool,
+    wait_for_it: bool,
+) -> anyhow::Result<()> {
+    let mut api = connect(args).await?;
+    let reply = api
+        .resubmit(pb::ResubmitRequest { job_id: id, failed })
+        .await
+        .map_err(refused)?
+        .into_inner();
+    match args.output {
+        Output::Json => json(&reply)?,
+        Output::Table => println!("job {id}: {} failed task(s) queued again", reply.tasks),
+    }
+    if wait_for_it {
+        wait_on(&mut api, args.output, id, None).await?;
     }
     Ok(())
 }
@@ -244,7 +268,8 @@ pub async fn jobs(args: &ClientArgs) -> anyhow::Result<()> {
         next_cursor: 0,
     };
     if args.output == Output::Json {
-        return json(&reply.jobs);
+        let jobs: Vec<_> = reply.jobs.iter().map(super::human::job_json).collect();
+        return json(&jobs);
     }
     let mut t = table(&[
         "job",
@@ -286,7 +311,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         .map_err(refused)?
         .into_inner();
     if args.output == Output::Json {
-        return json(&j);
+        return json(&super::human::job_json(&j));
     }
     let c = counts(&j.counts);
     println!(
@@ -371,7 +396,11 @@ pub async fn tasks(args: &ClientArgs, job: Option<u64>, limit: Option<u64>) -> a
                 if shown > 0 {
                     write!(out, ",")?;
                 }
-                write!(out, "\n{}", serde_json::to_string(t)?)?;
+                write!(
+                    out,
+                    "\n{}",
+                    serde_json::to_string(&super::human::task_json(t))?
+                )?;
                 shown += 1;
             }
         } else {
@@ -401,7 +430,7 @@ pub fn print_tasks(tasks: &[pb::TaskInfo]) {
 fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
     let mut t = table(&[
         "task", "job", "app", "index", "state", "attempt", "node", "variant", "devices",
-        "run time", "message",
+        "run time", "message", "output",
     ]);
     for x in tasks {
         t.add_row(vec![
@@ -428,6 +457,7 @@ fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
                 "-".into()
             },
             x.message.clone(),
+            x.output.clone(),
         ]);
     }
     t
@@ -442,7 +472,8 @@ pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
         .map_err(refused)?
         .into_inner();
     if args.output == Output::Json {
-        return json(&reply.nodes);
+        let nodes: Vec<_> = reply.nodes.iter().map(super::human::node_json).collect();
+        return json(&nodes);
     }
     let mut t = table(&[
         "node",
@@ -456,18 +487,32 @@ pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
         "last seen",
         "disk read/s",
         "mem available",
+        "backed off",
     ]);
     for n in &reply.nodes {
         t.add_row(vec![
             n.id.to_string(),
             n.name.clone(),
-            if n.alive { "yes" } else { "DEAD" }.to_string(),
+            if !n.alive {
+                "DEAD"
+            } else if n.draining {
+                "shutting down"
+            } else if n.drained {
+                "drained"
+            } else {
+                "yes"
+            }
+            .to_string(),
             n.cores.to_string(),
             n.free_cores.to_string(),
             n.accelerators.len().to_string(),
             n.free_gpus.to_string(),
             n.running.to_string(),
-            format!("{}ms ago", n.last_seen_ms),
+            if n.alive {
+                super::human::ago(Duration::from_millis(n.last_seen_ms))
+            } else {
+                "-".to_string()
+            },
             format!("{:.1} MB/s", n.read_bytes_per_sec / 1e6),
             if n.available_memory_bytes > 0 {
                 format!(
@@ -476,6 +521,23 @@ pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
                 )
             } else {
                 "–".to_string()
+            },
+            if n.backed_off.is_empty() {
+                "-".to_string()
+            } else {
+                n.backed_off
+                    .iter()
+                    .map(|b| {
+                        format!(
+                            "{} (job {}, {} start failures, {}s left)",
+                            b.app,
+                            b.job_id,
+                            b.failures,
+                            b.remaining_ms.div_ceil(1000)
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ")
             },
         ]);
     }
@@ -497,6 +559,33 @@ pub async fn remove_node(args: &ClientArgs, name: &str) -> anyhow::Result<()> {
         Output::Json => json(&reply),
         Output::Table => {
             println!("node `{name}` (id {}) removed", reply.node_id);
+            Ok(())
+        }
+    }
+}
+
+/// `hetsched node drain NAME` (`drain`) and `hetsched node resume NAME`.
+pub async fn drain_node(args: &ClientArgs, name: &str, drain: bool) -> anyhow::Result<()> {
+    let reply = connect(args)
+        .await?
+        .drain_node(pb::DrainNodeRequest {
+            name: name.to_string(),
+            drain,
+        })
+        .await
+        .map_err(refused)?
+        .into_inner();
+    match args.output {
+        Output::Json => json(&reply),
+        Output::Table if drain => {
+            println!(
+                "node `{name}` drained: no new work; {} running task(s) finish there",
+                reply.running
+            );
+            Ok(())
+        }
+        Output::Table => {
+            println!("node `{name}` resumed: it takes new work again");
             Ok(())
         }
     }
@@ -567,17 +656,20 @@ pub async fn wait_on(
     bar.finish_and_clear();
     let c = counts(&j.counts);
     match output {
-        Output::Json => json(&j)?,
+        Output::Json => json(&super::human::job_json(&j))?,
         Output::Table => println!(
-            "job {id} {}: {} succeeded, {} failed, {} cancelled, makespan {}s",
+            "job {id} {}: {} succeeded, {} failed, {} cancelled, makespan {}",
             j.state,
             c.succeeded,
             c.failed,
             c.cancelled,
-            secs(j.finished_ns.saturating_sub(j.submitted_ns))
+            span(j.submitted_ns, j.finished_ns)
         ),
     }
     if j.state != "completed" {
+        if c.failed > 0 {
+            super::log::print_failures(api, id).await;
+        }
         bail!("job {id} {}", j.state);
     }
     Ok(())

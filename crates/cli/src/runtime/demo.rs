@@ -123,6 +123,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             disk_read_bw: 200e6,
             work_dir: dir.join(name),
             no_exec: false,
+            log_listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
+            drain: false,
+            processes: Default::default(),
         };
         println!(
             "agent {name}: 1 core{}",

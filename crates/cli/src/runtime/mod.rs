@@ -5,7 +5,9 @@
 mod bench;
 mod client;
 mod demo;
+pub mod human;
 mod kernel;
+mod log;
 mod serve;
 
 use clap::{Args, Subcommand, ValueEnum};
@@ -30,6 +32,23 @@ pub enum RuntimeCommand {
         /// retries with the same key when the server does not answer.
         #[arg(long, value_name = "KEY")]
         submission_key: Option<String>,
+        /// The job's name in listings (overrides `name =` in the file; default: that, else the
+        /// file's path).
+        #[arg(long)]
+        name: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Run a job's failed tasks again, a new attempt each (their retries count afresh).
+    Resubmit {
+        /// Job id.
+        id: u64,
+        /// Re-run the failed tasks (required: the only mode).
+        #[arg(long, required = true)]
+        failed: bool,
+        /// Wait for the job to finish, as `submit --wait`.
+        #[arg(long)]
+        wait: bool,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -61,9 +80,27 @@ pub enum RuntimeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Manage nodes (`hetsched node remove NAME`).
+    /// Manage nodes (`hetsched node remove|drain|resume NAME`).
     #[command(subcommand)]
     Node(NodeCommand),
+    /// Print a task's captured stdout (or stderr), read from the agent that ran it.
+    Log {
+        /// Job id.
+        job: u64,
+        /// The task: its id (the `task` column of `hetsched tasks`) or APP:INDEX.
+        task: String,
+        /// Show stderr instead of stdout.
+        #[arg(long)]
+        stderr: bool,
+        /// Which attempt (default: the latest).
+        #[arg(long, value_name = "N")]
+        attempt: Option<u32>,
+        /// Keep printing new output while the task runs.
+        #[arg(long, short = 'f')]
+        follow: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Wait until a job finishes; fails unless every task succeeded.
     Wait {
         /// Job id.
@@ -102,6 +139,21 @@ pub enum NodeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Drain a node: no new work is placed on it; its running tasks finish. Lasts until
+    /// `node resume` (or a server restart).
+    Drain {
+        /// The node's name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Resume a drained node: it takes new work again.
+    Resume {
+        /// The node's name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
 }
 
 /// How read commands print.
@@ -135,6 +187,20 @@ pub struct ClientArgs {
     pub output: Output,
 }
 
+impl RuntimeCommand {
+    /// Whether the command runs until stopped (server, agent, demo, bench): those keep Rust's
+    /// ignored SIGPIPE, which their sockets need.
+    pub fn long_running(&self) -> bool {
+        matches!(
+            self,
+            RuntimeCommand::Server(_)
+                | RuntimeCommand::Agent(_)
+                | RuntimeCommand::Demo(_)
+                | RuntimeCommand::BenchDispatch(_)
+        )
+    }
+}
+
 /// Runs a runtime command.
 pub fn run(cmd: RuntimeCommand) -> anyhow::Result<()> {
     match cmd {
@@ -157,8 +223,15 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             file,
             wait,
             submission_key,
+            name,
             client,
-        } => client::submit(&client, &file, wait, submission_key).await,
+        } => client::submit(&client, &file, wait, submission_key, name).await,
+        RuntimeCommand::Resubmit {
+            id,
+            failed,
+            wait,
+            client,
+        } => client::resubmit(&client, id, failed, wait).await,
         RuntimeCommand::Jobs { client } => client::jobs(&client).await,
         RuntimeCommand::Job { id, client } => client::job(&client, id).await,
         RuntimeCommand::Tasks { job, limit, client } => client::tasks(&client, job, limit).await,
@@ -172,6 +245,20 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         RuntimeCommand::Node(NodeCommand::Remove { name, client }) => {
             client::remove_node(&client, &name).await
         }
+        RuntimeCommand::Node(NodeCommand::Drain { name, client }) => {
+            client::drain_node(&client, &name, true).await
+        }
+        RuntimeCommand::Node(NodeCommand::Resume { name, client }) => {
+            client::drain_node(&client, &name, false).await
+        }
+        RuntimeCommand::Log {
+            job,
+            task,
+            stderr,
+            attempt,
+            follow,
+            client,
+        } => log::log(&client, job, &task, stderr, attempt, follow).await,
         RuntimeCommand::Demo(a) => demo::run(a).await,
         RuntimeCommand::Kernel(_) | RuntimeCommand::BenchDispatch(_) => Ok(()),
     }
@@ -183,6 +270,7 @@ pub fn init_logging(default: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(human::colour())
         .with_writer(std::io::stderr)
         .try_init();
 }

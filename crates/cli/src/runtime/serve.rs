@@ -16,19 +16,27 @@ pub struct ServerArgs {
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Data directory (store, token, address).
-    #[arg(long)]
+    #[arg(long, help = format!("Data directory (store, tokens, address) [default: {}]", ServerConfig::default().data_dir.display()))]
     pub data_dir: Option<PathBuf>,
     /// Address to listen on (port 0 = any free port; the bound address goes to DATA_DIR/address).
-    #[arg(long)]
+    #[arg(long, help = format!("Address to listen on (port 0 = any free port; the bound address goes to DATA_DIR/address) [default: {}]", ServerConfig::default().listen))]
     pub listen: Option<SocketAddr>,
-    /// Batch policy: hdas, fifo, drf, hadoop-model, cpu-only.
-    #[arg(long)]
+    /// Batch policy (every policy the core has).
+    #[arg(
+        long,
+        value_parser = |s: &str| s.parse::<BatchPolicyKind>().map_err(|e| e.to_string()),
+        help = format!(
+            "Batch policy: {} [default: {}]",
+            BatchPolicyKind::ALL.map(BatchPolicyKind::as_str).join(", "),
+            ServerConfig::default().policy
+        )
+    )]
     pub policy: Option<BatchPolicyKind>,
     /// Declare a node dead after this long without a heartbeat (e.g. `10s`).
-    #[arg(long)]
+    #[arg(long, help = format!("Declare a node dead after this long without a heartbeat [default: {}]", humantime::format_duration(std::time::Duration::from_nanos(ServerConfig::default().dead_timeout.0))))]
     pub dead_timeout: Option<humantime::Duration>,
     /// How often agents heartbeat when idle (e.g. `500ms`).
-    #[arg(long)]
+    #[arg(long, help = format!("How often agents heartbeat when idle [default: {}]", humantime::format_duration(std::time::Duration::from_nanos(ServerConfig::default().heartbeat_interval.0))))]
     pub heartbeat_interval: Option<humantime::Duration>,
     /// Serve Prometheus `/metrics` and `/healthz` over HTTP on this address (no token: use a
     /// trusted interface; port 0 = any free port, the bound address goes to DATA_DIR/http-address).
@@ -39,13 +47,13 @@ pub struct ServerArgs {
 /// `hetsched agent`.
 #[derive(Debug, Args)]
 pub struct AgentArgs {
-    /// Server URL.
+    /// Server URL [default: http://127.0.0.1:7420].
     #[arg(long, env = "HETSCHED_SERVER")]
     pub server: Option<String>,
     /// Configuration file (TOML); flags override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Unique node name (default: the host name).
+    /// Unique node name [default: the host name].
     #[arg(long)]
     pub name: Option<String>,
     /// File holding the server's agent token (default: hetsched-data/agent-token).
@@ -54,7 +62,7 @@ pub struct AgentArgs {
     /// CA certificate (PEM) for an `https://` server.
     #[arg(long, env = "HETSCHED_CA")]
     pub ca: Option<PathBuf>,
-    /// Cores to offer (default: detected).
+    /// Cores to offer [default: detected].
     #[arg(long)]
     pub cores: Option<u32>,
     /// Work directory: task outputs, the running-task record and the agent's identity; one per
@@ -65,6 +73,15 @@ pub struct AgentArgs {
     /// Benchmarks only: acknowledge every task as succeeded without starting a process.
     #[arg(long, hide = true)]
     pub no_exec: bool,
+    /// Where the agent serves its task outputs to the server (`hetsched log`), token-checked
+    /// with the agent token; the server connects to the address the agent registered from, at
+    /// this port. `none` = no listener. [default: 0.0.0.0:0, any free port]
+    #[arg(long, value_name = "ADDR")]
+    pub log_listen: Option<String>,
+    /// On SIGTERM/SIGINT, wait for the running tasks to end instead of killing them (a second
+    /// signal kills them and exits at once).
+    #[arg(long)]
+    pub drain: bool,
 }
 
 fn nanos(d: humantime::Duration) -> u64 {
@@ -262,6 +279,20 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
         work_dir,
         name,
         no_exec: a.no_exec,
+        log_listen: match a.log_listen.as_deref() {
+            Some("none") => None,
+            None => Some(
+                config
+                    .log_listen
+                    .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0))),
+            ),
+            Some(s) => Some(
+                s.parse()
+                    .with_context(|| format!("--log-listen `{s}`: expected HOST:PORT or none"))?,
+            ),
+        },
+        drain: a.drain,
+        processes: Default::default(),
     })
 }
 
@@ -277,6 +308,23 @@ pub async fn agent(a: AgentArgs) -> anyhow::Result<()> {
         gpus = opts.resources.accelerators.len(),
         "agent starting"
     );
-    hetsched_agent::run(opts, shutdown_signal()).await?;
+    // The first SIGTERM/SIGINT shuts the agent down gracefully (see hetsched_agent::shutdown);
+    // a second one kills the running tasks' process groups and exits at once.
+    let processes = opts.processes.clone();
+    let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut signals = hetsched_agent::shutdown::Signals::new();
+    tokio::spawn(async move {
+        let name = signals.next().await;
+        tracing::info!("{name}: shutting down (send another signal to exit at once)");
+        let _ = first_tx.send(());
+        let name = signals.next().await;
+        let killed = processes.kill_all();
+        tracing::warn!("{name} again: killed {killed} running task(s); exiting now");
+        std::process::exit(130);
+    });
+    hetsched_agent::run(opts, async {
+        let _ = first_rx.await;
+    })
+    .await?;
     Ok(())
 }

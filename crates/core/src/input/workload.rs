@@ -20,6 +20,9 @@ use std::collections::{BTreeMap, HashSet};
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WorkloadFile {
+    /// The job's name (runtime job files; shown instead of the file's path).
+    #[serde(default)]
+    name: Option<Spanned<String>>,
     #[serde(default)]
     application: Vec<ApplicationSpec>,
 }
@@ -55,6 +58,11 @@ pub struct ApplicationSpec {
     pub cpu: Option<Spanned<CpuSpec>>,
     /// The GPU variant.
     pub gpu: Option<Spanned<GpuSpec>>,
+    /// Directory the application's tasks run in on the nodes (runtime; absolute, or relative to
+    /// the submitter's working directory). Default: the submitter's working directory if it
+    /// exists on the node, else the agent's work directory.
+    #[serde(default)]
+    pub workdir: Option<Spanned<String>>,
 }
 
 /// What a task runs: a shell line (run with `sh -c`) or an argument vector (run directly).
@@ -160,6 +168,9 @@ pub enum MissingProfile {
     Estimate(Time),
 }
 
+/// Longest job name (`name =`).
+pub const MAX_JOB_NAME: usize = 256;
+
 /// A parsed workload: its applications as written, and the text, so later checks can still point
 /// at the line that is wrong.
 #[derive(Clone, Debug)]
@@ -170,6 +181,8 @@ pub struct Workload {
     pub text: String,
     /// Applications in file order (= submission order).
     pub applications: Vec<ApplicationSpec>,
+    /// The job's name (`name =` at the top of a job file), if given.
+    pub name: Option<String>,
 }
 
 /// Parses a workload or job file and checks everything the file alone can tell.
@@ -189,6 +202,16 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
         let name = a.name.get_ref();
         if name.trim().is_empty() {
             return Err(src.error(at(&a.name), field("name"), "must not be empty"));
+        }
+        if let Some(w) = &a.workdir {
+            let d = w.get_ref();
+            if d.is_empty() || d.len() > 4096 || d.contains('\0') {
+                return Err(src.error(
+                    at(w),
+                    field("workdir"),
+                    "must be a directory path of 1 to 4096 bytes",
+                ));
+            }
         }
         if !names.insert(name.clone()) {
             return Err(src.error(
@@ -246,10 +269,27 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
             ));
         }
     }
+    let name = match &file.name {
+        Some(n) => {
+            let v = n.get_ref();
+            if v.trim().is_empty() || v.len() > MAX_JOB_NAME || v.chars().any(char::is_control) {
+                return Err(src.error(
+                    at(n),
+                    Some("name".into()),
+                    format!(
+                        "a job name must be 1 to {MAX_JOB_NAME} bytes without control characters"
+                    ),
+                ));
+            }
+            Some(v.clone())
+        }
+        None => None,
+    };
     Ok(Workload {
         origin: origin.to_string(),
         text: text.to_string(),
         applications: file.application,
+        name,
     })
 }
 

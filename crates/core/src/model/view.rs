@@ -148,6 +148,9 @@ pub struct SchedulerView {
     device_speed_total: f64,
     /// Requests a CPU task's input is read in (0 counts as 1); see [`SchedulerView::io_request`].
     cpu_read_chunks: u32,
+    /// (application, node) pairs on which the application must not be placed for now (the
+    /// runtime's failing-node back-off); nothing fits there.
+    excluded: std::collections::BTreeSet<(AppId, NodeId)>,
 }
 
 impl SchedulerView {
@@ -310,7 +313,7 @@ impl SchedulerView {
     /// Whether one task of `app` as `variant` fits on `node` now.
     pub fn fits(&self, app: AppId, node: NodeId, variant: Variant) -> bool {
         let (a, n) = (&self.apps[app.index()], &self.nodes[node.index()]);
-        if !n.alive {
+        if !n.alive || (!self.excluded.is_empty() && self.excluded.contains(&(app, node))) {
             return false;
         }
         let Some(request) = a.app.request(variant) else {
@@ -322,6 +325,16 @@ impl SchedulerView {
         match (variant, &a.app.gpu) {
             (Variant::Gpu, Some(gpu)) => n.free_devices(gpu.kind.as_deref()) >= request.gpus,
             _ => true,
+        }
+    }
+
+    /// Keeps `app` off `node` (`excluded`) or allows it there again: while excluded, no task of
+    /// the application fits on the node, whatever its free resources.
+    pub fn set_excluded(&mut self, app: AppId, node: NodeId, excluded: bool) {
+        if excluded {
+            self.excluded.insert((app, node));
+        } else {
+            self.excluded.remove(&(app, node));
         }
     }
 
@@ -399,6 +412,12 @@ impl SchedulerView {
     pub fn requeue(&mut self, done: &Assignment) {
         self.release(done);
         self.apps[done.app.index()].pending.push_front(done.task);
+    }
+
+    /// Tasks that had failed for good (and were abandoned) are to run again (the runtime's
+    /// `resubmit --failed`): they join the end of their application's queue.
+    pub fn resubmit(&mut self, app: AppId, tasks: impl IntoIterator<Item = TaskId>) {
+        self.apps[app.index()].pending.extend(tasks);
     }
 
     /// A dispatched task will not run again (it failed for good, or was cancelled): its resources

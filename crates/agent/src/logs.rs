@@ -1,0 +1,207 @@
+//! The agent's log listener: serves the task output files in its work directory
+//! (`WORK_DIR/job-J/APP-INDEX.ATTEMPT.{out,err}`, written by [`crate::launch`]) to the server over
+//! gRPC (`AgentLogs.ReadLog`), which relays them to `hetsched log`.
+//!
+//! Calls must carry the agent token (the server holds it; users never talk to agents directly, so
+//! the client token is not needed here). A read is one page: at most [`MAX_PAGE`] bytes from an
+//! offset, or the last bytes of the file (negative offset). Files are opened with `O_NOFOLLOW`
+//! and paths are built from sanitised components only, so a request cannot name a file outside
+//! the work directory.
+
+use hetsched_proto as pb;
+use hetsched_proto::agent_logs_server::{AgentLogs, AgentLogsServer};
+use std::io::{Read, Seek, SeekFrom};
+use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use tonic::{Request, Response, Status};
+
+/// Largest page one call returns.
+pub const MAX_PAGE: u32 = 1 << 20;
+/// The page size when a request does not say.
+pub const DEFAULT_PAGE: u32 = 64 << 10;
+
+/// Where task `index` (attempt `attempt`) of application `app` of job `job` writes its stdout
+/// (or stderr): the one place [`crate::launch`] and this listener agree on.
+pub fn output_path(
+    work_dir: &Path,
+    job: u64,
+    app: &str,
+    index: u32,
+    attempt: u32,
+    stderr: bool,
+) -> PathBuf {
+    work_dir.join(format!("job-{job}")).join(format!(
+        "{}-{index}.{attempt}.{}",
+        crate::launch::component(app),
+        if stderr { "err" } else { "out" }
+    ))
+}
+
+/// Reads one page of `path`: (data, offset where it starts, file size, whether the file exists).
+pub fn read_page(
+    path: &Path,
+    offset: i64,
+    limit: u32,
+) -> std::io::Result<(Vec<u8>, u64, u64, bool)> {
+    let limit = match limit {
+        0 => DEFAULT_PAGE,
+        n => n.min(MAX_PAGE),
+    } as u64;
+    let mut f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(crate::workdir::no_follow())
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0, 0, false)),
+        Err(e) => return Err(e),
+    };
+    let size = f.metadata()?.len();
+    let start = if offset < 0 {
+        size.saturating_sub(offset.unsigned_abs())
+    } else {
+        (offset as u64).min(size)
+    };
+    f.seek(SeekFrom::Start(start))?;
+    let mut data = Vec::with_capacity(limit.min(size - start) as usize);
+    f.take(limit).read_to_end(&mut data)?;
+    Ok((data, start, size, true))
+}
+
+/// The `AgentLogs` service of one work directory.
+pub struct LogService {
+    work_dir: PathBuf,
+}
+
+#[tonic::async_trait]
+impl AgentLogs for LogService {
+    async fn read_log(
+        &self,
+        req: Request<pb::AgentLogRequest>,
+    ) -> Result<Response<pb::ReadLogReply>, Status> {
+        let r = req.into_inner();
+        let path = output_path(
+            &self.work_dir,
+            r.job_id,
+            &r.app,
+            r.index,
+            r.attempt,
+            r.stderr,
+        );
+        let shown = path.display().to_string();
+        let (data, offset, size, exists) =
+            tokio::task::spawn_blocking(move || read_page(&path, r.offset, r.limit))
+                .await
+                .map_err(|e| Status::internal(e.to_string()))?
+                .map_err(|e| Status::internal(format!("{shown}: {e}")))?;
+        Ok(Response::new(pb::ReadLogReply {
+            data,
+            offset,
+            size,
+            exists,
+            path: shown,
+            ..Default::default()
+        }))
+    }
+}
+
+/// Admits calls carrying `authorization: Bearer <agent token>` only.
+#[derive(Clone)]
+struct CheckToken(std::sync::Arc<str>);
+
+impl tonic::service::Interceptor for CheckToken {
+    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
+        let ok = req.metadata().get(pb::AUTH_HEADER).is_some_and(|v| {
+            let (a, b) = (v.as_bytes(), self.0.as_bytes());
+            a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+        });
+        if ok {
+            Ok(req)
+        } else {
+            Err(Status::unauthenticated("wrong or missing agent token"))
+        }
+    }
+}
+
+/// A bound log listener.
+pub struct LogListener {
+    /// The bound address.
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    join: tokio::task::JoinHandle<()>,
+}
+
+impl LogListener {
+    /// Binds `at` and serves `work_dir`'s task outputs to callers holding `token`.
+    pub async fn bind(at: SocketAddr, work_dir: &Path, token: &str) -> std::io::Result<Self> {
+        let listener = tokio::net::TcpListener::bind(at).await?;
+        let addr = listener.local_addr()?;
+        let service = AgentLogsServer::with_interceptor(
+            LogService {
+                work_dir: work_dir.to_path_buf(),
+            },
+            CheckToken(pb::bearer(token).into()),
+        );
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let join = tokio::spawn(async move {
+            let incoming = tokio_stream_listener(listener);
+            if let Err(e) = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = rx.await;
+                })
+                .await
+            {
+                tracing::error!("log listener: {e}");
+            }
+        });
+        Ok(Self {
+            addr,
+            stop: Some(tx),
+            join,
+        })
+    }
+
+    /// Stops serving.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), &mut self.join).await;
+        self.join.abort();
+    }
+}
+
+/// The listener's connections as the stream tonic serves.
+fn tokio_stream_listener(
+    listener: tokio::net::TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    tokio_stream::wrappers::TcpListenerStream::new(listener)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_come_from_an_offset_or_from_the_end_and_a_missing_file_is_empty() {
+        let dir = std::env::temp_dir().join(format!("hetsched-logs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let p = output_path(&dir, 3, "app/../x", 2, 1, true);
+        assert!(p.starts_with(dir.join("job-3")), "{}", p.display());
+        assert_eq!(read_page(&p, 0, 0).expect("read"), (vec![], 0, 0, false));
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("job dir");
+        std::fs::write(&p, b"hello world").expect("write");
+        assert_eq!(
+            read_page(&p, 6, 0).expect("read"),
+            (b"world".to_vec(), 6, 11, true)
+        );
+        assert_eq!(
+            read_page(&p, -5, 3).expect("read"),
+            (b"wor".to_vec(), 6, 11, true)
+        );
+        assert_eq!(read_page(&p, 99, 0).expect("read"), (vec![], 11, 11, true));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,216 @@
+//! How the runtime's commands talk to people and programs: durations for humans (`3m 10s ago`),
+//! RFC 3339 times beside nanoseconds and `null` where a table shows `-` in JSON, error chains
+//! without repetition, a hint when the server does not answer, colour only on a terminal (and
+//! never with `NO_COLOR`), and a quiet exit when the reader of stdout goes away (`… | head`).
+
+use hetsched_proto as pb;
+use serde_json::{Value, json};
+use std::io::IsTerminal;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// A duration as people read it: `850ms`, `5.2s`, `3m 10s`, `2h 5m`, `3d 4h`.
+pub fn duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    let s = d.as_secs();
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if s < 60 {
+        format!("{:.1}s", d.as_secs_f64())
+    } else if s < 3600 {
+        format!("{}m {}s", s / 60, s % 60)
+    } else if s < 86_400 {
+        format!("{}h {}m", s / 3600, (s % 3600) / 60)
+    } else {
+        format!("{}d {}h", s / 86_400, (s % 86_400) / 3600)
+    }
+}
+
+/// `3m 10s ago`.
+pub fn ago(d: Duration) -> String {
+    format!("{} ago", duration(d))
+}
+
+/// The time `ns` (since the Unix epoch) in RFC 3339, UTC; None for 0 (not yet).
+pub fn rfc3339(ns: u64) -> Option<String> {
+    (ns > 0).then(|| {
+        humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_nanos(ns)).to_string()
+    })
+}
+
+/// An error and its causes on one line, each cause once: a cause whose text its parent already
+/// contains (transport errors often repeat their source) is left out.
+pub fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+/// Whether a failed connection was refused (nothing listens there).
+pub fn refused_connection(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(x) = cur {
+        if let Some(io) = x.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        if x.to_string().contains("Connection refused") {
+            return true;
+        }
+        cur = x.source();
+    }
+    false
+}
+
+/// What to do when the server does not answer at `server`.
+pub fn start_hint(server: &str) -> String {
+    format!(
+        "nothing answers at {server}: is the server running? Start one with `hetsched server` \
+         (it listens on 127.0.0.1:7420 and writes its client token to hetsched-data/token), or \
+         point --server / HETSCHED_SERVER at yours"
+    )
+}
+
+/// Whether logs on stderr may carry colours: only on a terminal, and never with `NO_COLOR` set
+/// (<https://no-color.org>).
+pub fn colour() -> bool {
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && std::io::stderr().is_terminal()
+}
+
+/// A command that prints and exits ends quietly when its reader goes away (`hetsched tasks |
+/// head`): `println!` panics on the failed write, and this hook turns that one panic into exit
+/// status 141 (what a shell reports for SIGPIPE) without a message. Other panics are reported as
+/// usual. Not for the long-running server and agent.
+pub fn quiet_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.contains("Broken pipe") {
+            std::process::exit(BROKEN_PIPE_STATUS);
+        }
+        default(info);
+    }));
+}
+
+/// The exit status after the reader of stdout went away (128 + SIGPIPE).
+pub const BROKEN_PIPE_STATUS: i32 = 141;
+
+/// Whether an error is a write to a closed pipe.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn set_time(v: &mut Value, key: &str, ns: u64) {
+    let name = key.trim_end_matches("_ns");
+    v[key] = if ns == 0 { Value::Null } else { json!(ns) };
+    v[name] = rfc3339(ns).map_or(Value::Null, Value::String);
+}
+
+/// A job as JSON (the same shape from `jobs` and `job N`): times as ns and RFC 3339, `null`
+/// where the table shows `-`.
+pub fn job_json(j: &pb::JobInfo) -> Value {
+    let mut v = serde_json::to_value(j).unwrap_or(Value::Null);
+    set_time(&mut v, "submitted_ns", j.submitted_ns);
+    set_time(&mut v, "finished_ns", j.finished_ns);
+    v["duration_s"] = if j.finished_ns >= j.submitted_ns && j.finished_ns > 0 {
+        json!((j.finished_ns - j.submitted_ns) as f64 / 1e9)
+    } else {
+        Value::Null
+    };
+    if let Some(apps) = v["apps"].as_array_mut() {
+        for a in apps {
+            for k in ["mean_cpu_ms", "mean_gpu_ms"] {
+                if a[k].as_f64() == Some(0.0) {
+                    a[k] = Value::Null;
+                }
+            }
+        }
+    }
+    v
+}
+
+/// A task as JSON: times as ns and RFC 3339, `null` for what it does not have yet.
+pub fn task_json(t: &pb::TaskInfo) -> Value {
+    let mut v = serde_json::to_value(t).unwrap_or(Value::Null);
+    set_time(&mut v, "started_ns", t.started_ns);
+    set_time(&mut v, "finished_ns", t.finished_ns);
+    for k in ["node", "variant", "output", "message"] {
+        if v[k].as_str() == Some("") {
+            v[k] = Value::Null;
+        }
+    }
+    if t.exit_code == -1 {
+        v["exit_code"] = Value::Null;
+    }
+    v
+}
+
+/// A node as JSON: `null` for what it has not reported.
+pub fn node_json(n: &pb::NodeInfo) -> Value {
+    let mut v = serde_json::to_value(n).unwrap_or(Value::Null);
+    if n.available_memory_bytes == 0 {
+        v["available_memory_bytes"] = Value::Null;
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_like_a_person_writes_them() {
+        assert_eq!(duration(Duration::from_millis(850)), "850ms");
+        assert_eq!(duration(Duration::from_millis(5_160)), "5.2s");
+        assert_eq!(ago(Duration::from_millis(189_919)), "3m 9s ago");
+        assert_eq!(duration(Duration::from_secs(7_500)), "2h 5m");
+        assert_eq!(
+            duration(Duration::from_secs(3 * 86_400 + 4 * 3600)),
+            "3d 4h"
+        );
+    }
+
+    #[test]
+    fn a_repeated_cause_is_printed_once() {
+        let e = anyhow::anyhow!("Address already in use (os error 98)")
+            .context("Address already in use (os error 98)")
+            .context("cannot listen on 127.0.0.1:7420");
+        assert_eq!(
+            error_chain(&e),
+            "cannot listen on 127.0.0.1:7420: Address already in use (os error 98)"
+        );
+    }
+
+    #[test]
+    fn json_has_null_for_not_yet_and_rfc3339_beside_nanoseconds() {
+        let t = pb::TaskInfo {
+            exit_code: -1,
+            started_ns: 1_700_000_000_000_000_000,
+            ..Default::default()
+        };
+        let v = task_json(&t);
+        assert_eq!(v["finished_ns"], Value::Null);
+        assert_eq!(v["finished"], Value::Null);
+        assert_eq!(v["exit_code"], Value::Null);
+        assert_eq!(v["node"], Value::Null);
+        assert_eq!(v["started"], "2023-11-14T22:13:20.000Z");
+        assert_eq!(v["started_ns"], 1_700_000_000_000_000_000u64);
+    }
+}

@@ -1,0 +1,159 @@
+//! `hetsched log JOB TASK`: a task's captured stdout (or stderr), read from the agent that ran it
+//! through the server, page by page; `--follow` keeps reading while the task runs. Also the
+//! failing tasks' last stderr lines that `submit --wait` and `wait` print.
+
+use super::ClientArgs;
+use super::client::{Api, connect, refused};
+use hetsched_proto as pb;
+use std::io::Write;
+use std::time::Duration;
+
+/// Bytes asked for per page.
+const PAGE: u32 = 256 << 10;
+
+/// How often `--follow` asks for more.
+const FOLLOW_EVERY: Duration = Duration::from_millis(200);
+
+/// `hetsched log`.
+pub async fn log(
+    args: &ClientArgs,
+    job: u64,
+    task: &str,
+    stderr: bool,
+    attempt: Option<u32>,
+    follow: bool,
+) -> anyhow::Result<()> {
+    let mut api = connect(args).await?;
+    let mut offset = 0i64;
+    let mut announced = false;
+    // The attempt followed: the one asked for, else the latest when the first page is read.
+    let mut pinned = attempt;
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    loop {
+        let page = api
+            .read_log(pb::ReadLogRequest {
+                job_id: job,
+                task: task.to_string(),
+                stderr,
+                attempt: pinned.unwrap_or(0),
+                offset,
+                limit: PAGE,
+            })
+            .await
+            .map_err(refused)?
+            .into_inner();
+        pinned.get_or_insert(page.attempt);
+        if !announced {
+            announced = true;
+            if !page.exists && !follow {
+                eprintln!(
+                    "task {} (attempt {}, on {}) printed nothing on {}",
+                    page.task_id,
+                    page.attempt,
+                    page.node,
+                    if stderr { "stderr" } else { "stdout" }
+                );
+            }
+        }
+        out.write_all(&page.data)?;
+        out.flush()?;
+        offset = (page.offset + page.data.len() as u64) as i64;
+        if !page.data.is_empty() && (offset as u64) < page.size {
+            continue; // more pages now
+        }
+        // The state was read before this page: if the attempt had ended then, the file is
+        // complete and has been read to its end.
+        if !follow || page.task_state != "running" || page.latest_attempt != page.attempt {
+            break;
+        }
+        tokio::time::sleep(FOLLOW_EVERY).await;
+    }
+    Ok(())
+}
+
+/// Lines kept from the end of each failing task's stderr.
+const TAIL_LINES: usize = 10;
+/// Failing tasks shown.
+const TAIL_TASKS: usize = 5;
+
+/// Prints the last stderr lines of a finished job's failed tasks (at most [`TAIL_TASKS`]) to
+/// stderr; problems reading them are reported in one line and do not change the outcome.
+pub async fn print_failures(api: &mut Api, job: u64) {
+    let mut cursor = 0;
+    let mut failed = Vec::new();
+    let mut total_failed = 0u64;
+    loop {
+        let Ok(page) = api
+            .list_tasks(pb::ListTasksRequest {
+                job_id: job,
+                cursor,
+                limit: 1000,
+            })
+            .await
+        else {
+            return;
+        };
+        let page = page.into_inner();
+        for t in page.tasks {
+            if t.state == "failed" {
+                total_failed += 1;
+                if failed.len() < TAIL_TASKS {
+                    failed.push(t);
+                }
+            }
+        }
+        if page.next_cursor == 0 {
+            break;
+        }
+        cursor = page.next_cursor;
+    }
+    for t in &failed {
+        eprintln!(
+            "task {} ({}:{}) failed on {}: {}",
+            t.id,
+            t.app,
+            t.index,
+            if t.node.is_empty() { "-" } else { &t.node },
+            t.message
+        );
+        if t.attempt == 0 {
+            continue;
+        }
+        match api
+            .read_log(pb::ReadLogRequest {
+                job_id: job,
+                task: t.id.to_string(),
+                stderr: true,
+                attempt: 0,
+                offset: -4096,
+                limit: 4096,
+            })
+            .await
+        {
+            Ok(r) => {
+                let r = r.into_inner();
+                if !r.exists || r.data.is_empty() {
+                    eprintln!("  (no stderr)");
+                    continue;
+                }
+                let text = String::from_utf8_lossy(&r.data);
+                let lines: Vec<&str> = text.lines().collect();
+                let skip = lines.len().saturating_sub(TAIL_LINES);
+                if skip > 0 || r.offset > 0 {
+                    eprintln!("  … (`hetsched log {job} {} --stderr` shows all)", t.id);
+                }
+                for l in &lines[skip..] {
+                    eprintln!("  | {l}");
+                }
+            }
+            Err(s) => eprintln!("  (stderr not available: {})", s.message()),
+        }
+    }
+    if total_failed > failed.len() as u64 {
+        eprintln!(
+            "… and {} more failed task(s): `hetsched tasks --job {job}`",
+            total_failed - failed.len() as u64
+        );
+    }
+}

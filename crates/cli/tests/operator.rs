@@ -1,0 +1,549 @@
+//! End-to-end tests of the operator's commands with the real binary: `hetsched log`, the failing
+//! tasks' stderr after `submit --wait`, graceful agent shutdown (SIGTERM/SIGINT, `--drain`),
+//! `node drain`/`node resume`.
+
+mod support;
+
+use std::io::BufRead;
+use std::time::Duration;
+use support::{Cluster, group_members, wait_until};
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn a_failing_tasks_stderr_is_shown_by_submit_wait_and_by_log() {
+    let mut c = Cluster::start("log", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    let job = c.write(
+        "job.toml",
+        "[[application]]\nname = \"bad\"\ntasks = 1\n[application.cpu]\n\
+         command = 'echo out-line; echo \"frobnicate: command not found\" >&2; exit 127'\n\
+         [[application]]\nname = \"good\"\ntasks = 1\n[application.cpu]\n\
+         command = 'echo hello from $HETSCHED_TASK_INDEX'\n",
+    );
+    let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("task 0 (bad:0) failed on a")
+            && err.contains("| frobnicate: command not found"),
+        "submit --wait shows the failing task's last stderr lines:\n{err}"
+    );
+    let out = c.cli(&["wait", "1"]);
+    assert!(text(&out.stderr).contains("| frobnicate"), "wait does too");
+
+    let out = c.cli(&["log", "1", "0", "--stderr"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "frobnicate: command not found\n");
+    let out = c.cli(&["log", "1", "bad:0"]);
+    assert_eq!(text(&out.stdout), "out-line\n");
+    let out = c.cli(&["log", "1", "good:0"]);
+    assert_eq!(text(&out.stdout), "hello from 0\n");
+    let out = c.cli(&["log", "1", "good:0", "--stderr"]);
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty() && text(&out.stderr).contains("printed nothing on stderr"));
+
+    // Where the output is, in `tasks`.
+    let tasks = c.tasks(1);
+    let output = tasks[0]["output"].as_str().unwrap_or("");
+    assert!(
+        output.starts_with("a:") && output.ends_with("/job-1/bad-0.1.{out,err}"),
+        "{output}"
+    );
+    // Bad requests are refused with the reason.
+    for (args, why) in [
+        (vec!["log", "1", "nope:0"], "no application `nope`"),
+        (vec!["log", "1", "bad:5"], "has 1 tasks"),
+        (vec!["log", "1", "7"], "has no task 7"),
+        (vec!["log", "9", "0"], "no job 9"),
+        (vec!["log", "1", "0", "--attempt", "3"], "no attempt 3"),
+    ] {
+        let out = c.cli(&args);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            text(&out.stderr).contains(why),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    // An agent that is gone cannot serve its files: said plainly.
+    c.signal_agent("a", "KILL");
+    let _ = c.agent_exit("a", Duration::from_secs(10));
+    let out = c.cli(&["log", "1", "0", "--stderr"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("node `a`"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn log_follow_prints_a_running_tasks_output_until_it_ends() {
+    let mut c = Cluster::start("follow", false);
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    let job = c.write(
+        "job.toml",
+        "[[application]]\nname = \"ticker\"\ntasks = 1\n[application.cpu]\n\
+         command = 'echo tick-1; while [ ! -e stop ]; do sleep 0.05; done; echo tick-2'\n",
+    );
+    let out = c.cli(&["submit", job.to_str().expect("path")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    wait_until("the task to run", Duration::from_secs(30), || {
+        c.tasks(1)[0]["state"] == "running"
+    });
+    let mut follow = c
+        .command(&["log", "1", "ticker:0", "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("log --follow");
+    let stdout = follow.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let _ = tx.send(line.unwrap_or_default());
+        }
+    });
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(20)).expect("tick-1"),
+        "tick-1"
+    );
+    // Still following: the task runs until `stop` exists.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        follow.try_wait().expect("try_wait").is_none(),
+        "--follow waits for more"
+    );
+    std::fs::write(c.dir.join("stop"), "").expect("stop");
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(20)).expect("tick-2"),
+        "tick-2"
+    );
+    wait_until(
+        "log --follow to end with the task",
+        Duration::from_secs(20),
+        || follow.try_wait().expect("try_wait").is_some(),
+    );
+    assert!(follow.wait().expect("status").success());
+}
+
+/// Job whose tasks record their process group and, on agent `a`, run for minutes (with a child).
+fn long_on_a(c: &Cluster, tasks: u32) -> std::path::PathBuf {
+    c.write(
+        "job.toml",
+        &format!(
+            "[[application]]\nname = \"long\"\ntasks = {tasks}\n[application.cpu]\n\
+             command = 'echo $$ > pgid-$HETSCHED_NODE-$HETSCHED_TASK_INDEX; \
+             if [ $HETSCHED_NODE = a ]; then sleep 300 & wait; fi'\n"
+        ),
+    )
+}
+
+fn pgids(c: &Cluster, node: &str, n: u32) -> Vec<u32> {
+    wait_until("the tasks to start", Duration::from_secs(30), || {
+        (0..n).all(|i| {
+            std::fs::read_to_string(c.dir.join(format!("pgid-{node}-{i}")))
+                .is_ok_and(|s| s.trim().parse::<u32>().is_ok())
+        })
+    });
+    (0..n)
+        .map(|i| {
+            std::fs::read_to_string(c.dir.join(format!("pgid-{node}-{i}")))
+                .expect("pgid")
+                .trim()
+                .parse()
+                .expect("pgid")
+        })
+        .collect()
+}
+
+#[test]
+fn sigterm_kills_the_running_tasks_reports_them_and_leaves_no_orphan() {
+    let mut c = Cluster::start("sigterm", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    let job = long_on_a(&c, 2);
+    assert!(
+        c.cli(&["submit", job.to_str().expect("path")])
+            .status
+            .success()
+    );
+    let groups = pgids(&c, "a", 2);
+    wait_until(
+        "a child in each task's group",
+        Duration::from_secs(20),
+        || groups.iter().all(|&g| group_members(g).len() >= 2),
+    );
+    c.signal_agent("a", "TERM");
+    assert_eq!(
+        c.agent_exit("a", Duration::from_secs(30)),
+        Some(0),
+        "{}",
+        c.agent_log("a")
+    );
+    for g in &groups {
+        assert!(group_members(*g).is_empty(), "group {g} left running");
+    }
+    let log = c.agent_log("a");
+    assert!(
+        log.contains("shutting down") && log.contains("acknowledged"),
+        "{log}"
+    );
+    // The results were reported: the tasks wait for another node, not failed.
+    for t in c.tasks(1) {
+        assert_eq!(t["state"], "pending", "{t}");
+        assert!(
+            t["message"].as_str().unwrap_or("").contains("shut down"),
+            "{t}"
+        );
+    }
+    c.start_agent("b", 2, &[]);
+    let out = c.cli(&["wait", "1", "--timeout", "60s"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn drain_waits_for_running_tasks_and_a_second_signal_exits_at_once() {
+    let mut c = Cluster::start("drain-agent", false);
+    c.start_agent("d", 1, &["--drain"]);
+    c.wait_for_nodes(1);
+    let job = c.write(
+        "short.toml",
+        "[[application]]\nname = \"short\"\ntasks = 1\n[application.cpu]\n\
+         command = 'touch started; while [ ! -e finish ]; do sleep 0.05; done'\n",
+    );
+    assert!(
+        c.cli(&["submit", job.to_str().expect("path")])
+            .status
+            .success()
+    );
+    wait_until("the task to start", Duration::from_secs(30), || {
+        c.dir.join("started").exists()
+    });
+    c.signal_agent("d", "INT");
+    wait_until(
+        "the agent to say it drains",
+        Duration::from_secs(20),
+        || c.agent_log("d").contains("--drain"),
+    );
+    std::fs::write(c.dir.join("finish"), "").expect("finish");
+    assert_eq!(c.agent_exit("d", Duration::from_secs(30)), Some(0));
+    assert_eq!(
+        c.tasks(1)[0]["state"],
+        "succeeded",
+        "the drained task's result was reported"
+    );
+
+    // Second signal: the running task is killed and the agent exits at once.
+    c.start_agent("a", 1, &["--drain"]);
+    c.wait_for_nodes(1);
+    let job = long_on_a(&c, 1);
+    assert!(
+        c.cli(&["submit", job.to_str().expect("path")])
+            .status
+            .success()
+    );
+    let groups = pgids(&c, "a", 1);
+    c.signal_agent("a", "TERM");
+    wait_until(
+        "the agent to say it drains",
+        Duration::from_secs(20),
+        || c.agent_log("a").contains("--drain"),
+    );
+    c.signal_agent("a", "TERM");
+    let code = c.agent_exit("a", Duration::from_secs(10));
+    assert_eq!(code, Some(130), "{}", c.agent_log("a"));
+    assert!(
+        group_members(groups[0]).is_empty(),
+        "no orphan after the second signal"
+    );
+}
+
+#[test]
+fn a_drained_node_gets_no_new_work_until_it_is_resumed() {
+    let mut c = Cluster::start("node-drain", false);
+    c.start_agent("a", 2, &[]);
+    c.start_agent("b", 2, &[]);
+    c.wait_for_nodes(2);
+    let out = c.cli(&["node", "drain", "a"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("node `a` drained"));
+    let nodes = c.json(&["nodes"]);
+    let a = nodes
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .find(|n| n["name"] == "a")
+        .expect("a")
+        .clone();
+    assert_eq!(a["drained"], true, "{a}");
+    let job = c.write(
+        "job.toml",
+        "[[application]]\nname = \"t\"\ntasks = 8\n[application.cpu]\ncommand = 'sleep 0.05'\n",
+    );
+    let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        c.tasks(1).iter().all(|t| t["node"] == "b"),
+        "nothing ran on the drained node"
+    );
+    assert!(c.cli(&["node", "resume", "a"]).status.success());
+    c.signal_agent("b", "KILL");
+    let _ = c.agent_exit("b", Duration::from_secs(10));
+    let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(c.tasks(2).iter().all(|t| t["node"] == "a"));
+    let out = c.cli(&["node", "drain", "nosuch"]);
+    assert!(!out.status.success() && text(&out.stderr).contains("no node named `nosuch`"));
+}
+
+#[test]
+fn a_node_that_cannot_start_an_application_is_backed_off_and_the_queue_runs_elsewhere() {
+    let mut c = Cluster::start("backoff", true);
+    c.start_agent("a", 4, &[]);
+    c.start_agent("b", 1, &[]);
+    c.wait_for_nodes(2);
+    // On `a` the program "is missing" (exit 127, as the shell says for a command not found).
+    let job = c.write(
+        "job.toml",
+        "[[application]]\nname = \"needs-tool\"\ntasks = 10\nretries = 3\n[application.cpu]\n\
+         command = 'if [ $HETSCHED_NODE = a ]; then exit 127; fi; sleep 0.02'\n",
+    );
+    let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let tasks = c.tasks(1);
+    assert!(
+        tasks
+            .iter()
+            .all(|t| t["node"] == "b" && t["state"] == "succeeded")
+    );
+    let failed_attempts: u64 = tasks
+        .iter()
+        .map(|t| t["failed_attempts"].as_u64().unwrap_or(0))
+        .sum();
+    // 3 start failures back `a` off; at most its 3 other slots were already running tasks there.
+    assert!(
+        (3..=6).contains(&failed_attempts),
+        "a failed 3 to 6 attempts before it was backed off, not the queue: {failed_attempts}"
+    );
+    let nodes = c.json(&["nodes"]);
+    let a = nodes
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .find(|n| n["name"] == "a")
+        .expect("a")
+        .clone();
+    assert_eq!(a["backed_off"][0]["app"], "needs-tool", "{a}");
+    assert!(a["backed_off"][0]["failures"].as_u64() >= Some(3), "{a}");
+    let table = text(&c.cli(&["nodes"]).stdout);
+    assert!(table.contains("needs-tool (job 1"), "{table}");
+    let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
+    let metrics = http_get(addr.trim(), "/metrics");
+    assert!(
+        metrics.contains("hetsched_node_backed_off_applications{node=\"a\"} 1"),
+        "{metrics}"
+    );
+}
+
+/// A plain HTTP GET (bounded by socket time-outs); the whole response.
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("read");
+    raw
+}
+
+#[test]
+fn nodes_restored_after_a_server_restart_are_dead_until_they_heartbeat() {
+    let mut c = Cluster::start("restart-dead", false);
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    c.signal_agent("a", "KILL");
+    let _ = c.agent_exit("a", Duration::from_secs(10));
+    c.kill_server();
+    c.start_server();
+    let nodes = c.json(&["nodes"]);
+    assert_eq!(nodes[0]["name"], "a");
+    assert_eq!(nodes[0]["alive"], false, "{nodes}");
+    assert!(text(&c.cli(&["nodes"]).stdout).contains("DEAD"));
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+}
+
+#[test]
+fn job_names_application_workdirs_and_resubmit_failed() {
+    let mut c = Cluster::start("names", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    std::fs::create_dir_all(c.dir.join("out")).expect("out");
+    // Task 1 of `flaky` fails until the file `fixed` exists; `pwd` shows the workdir.
+    let job = c.write(
+        "job.toml",
+        "name = \"nightly-qr\"\n\
+         [[application]]\nname = \"flaky\"\ntasks = 3\nworkdir = \"out\"\n[application.cpu]\n\
+         command = 'pwd > where-{index}; if [ {index} = 1 ] && [ ! -e ../fixed ]; then exit 4; fi'\n",
+    );
+    let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
+    assert!(!out.status.success());
+    let jobs = c.json(&["jobs"]);
+    assert_eq!(jobs[0]["name"], "nightly-qr", "{jobs}");
+    let canonical = std::fs::canonicalize(c.dir.join("out")).expect("out");
+    assert_eq!(
+        std::fs::read_to_string(c.dir.join("out/where-0"))
+            .expect("where-0")
+            .trim(),
+        canonical.display().to_string(),
+        "the application's workdir, relative to the submit directory"
+    );
+    assert!(!c.dir.join("where-0").exists());
+    // `--failed` is required; then only task 1 runs again, as attempt 2.
+    let out = c.cli(&["resubmit", "1"]);
+    assert!(!out.status.success() && text(&out.stderr).contains("--failed"));
+    std::fs::write(c.dir.join("fixed"), "").expect("fixed");
+    let out = c.cli(&["resubmit", "1", "--failed", "--wait"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("1 failed task(s) queued again"));
+    let attempts: Vec<u64> = c
+        .tasks(1)
+        .iter()
+        .map(|t| t["attempt"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(attempts, vec![1, 2, 1]);
+    assert_eq!(c.json(&["job", "1"])["state"], "completed");
+    // `--name` overrides the file's name; a bad name is refused with where it is.
+    let out = c.cli(&["submit", job.to_str().expect("path"), "--name", "adhoc"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(c.json(&["job", "2"])["name"], "adhoc");
+    let bad = c.write(
+        "bad.toml",
+        "name = \"\"\n[[application]]\nname = \"x\"\ntasks = 1\n[application.cpu]\ncommand = 'true'\n",
+    );
+    let out = c.cli(&["submit", bad.to_str().expect("path")]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("bad.toml:1:") && text(&out.stderr).contains("name"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn the_cli_exits_quietly_on_a_closed_pipe_and_speaks_plainly() {
+    use std::io::Read;
+    let mut c = Cluster::start("polish", false);
+    let job = c.write(
+        "big.toml",
+        "[[application]]\nname = \"many\"\ntasks = 3000\n[application.cpu]\ncommand = 'true'\n",
+    );
+    let out = c.cli(&["submit", job.to_str().expect("path")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // `hetsched tasks | head -c 100`: the reader goes away after 100 bytes.
+    for format in ["table", "json"] {
+        let mut child = c
+            .command(&["tasks", "--job", "1", "--output", format])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("tasks");
+        let mut head = [0u8; 100];
+        child
+            .stdout
+            .take()
+            .expect("stdout")
+            .read_exact(&mut head)
+            .expect("head");
+        // (the pipe's read end is dropped here)
+        let out = child.wait_with_output().expect("wait");
+        let err = text(&out.stderr);
+        assert!(
+            matches!(out.status.code(), Some(0 | 141)),
+            "{format}: {:?} {err}",
+            out.status
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    // JSON: RFC 3339 beside nanoseconds, null for what is not there yet, one job shape.
+    let one = c.json(&["job", "1"]);
+    let all = c.json(&["jobs"]);
+    let keys = |v: &serde_json::Value| -> Vec<String> {
+        v.as_object().expect("object").keys().cloned().collect()
+    };
+    assert_eq!(
+        keys(&one),
+        keys(&all[0]),
+        "jobs and job N give the same shape"
+    );
+    assert!(
+        one["submitted"]
+            .as_str()
+            .is_some_and(|s| s.ends_with('Z') && s.contains('T')),
+        "{one}"
+    );
+    assert_eq!(one["finished_ns"], serde_json::Value::Null);
+    assert_eq!(one["apps"][0]["mean_cpu_ms"], serde_json::Value::Null);
+    let t = &c.tasks(1)[0];
+    assert_eq!(t["started"], serde_json::Value::Null, "{t}");
+    assert_eq!(t["node"], serde_json::Value::Null, "{t}");
+
+    // A refused connection says what to do, once.
+    let out = c
+        .command(&["jobs", "--server", "http://127.0.0.1:1"])
+        .output()
+        .expect("jobs");
+    let err = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("is the server running?") && err.contains("hetsched server"),
+        "{err}"
+    );
+    let parts: Vec<&str> = err
+        .trim()
+        .trim_start_matches("error: ")
+        .split(": ")
+        .collect();
+    let unique: std::collections::BTreeSet<&str> = parts.iter().copied().collect();
+    assert_eq!(parts.len(), unique.len(), "no part repeated: {err}");
+
+    // Help lists every policy of the core and the defaults.
+    let help = text(&c.cli(&["server", "--help"]).stdout);
+    for p in [
+        "cpu-only",
+        "fifo",
+        "drf",
+        "hadoop-model",
+        "hdas",
+        "hdas-hetero",
+    ] {
+        assert!(help.contains(p), "{p} in:\n{help}");
+    }
+    assert!(
+        help.contains("[default: hdas]") && help.contains("[default: 127.0.0.1:7420]"),
+        "{help}"
+    );
+    assert!(help.contains("[default: 10s]"), "{help}");
+    let help = text(&c.cli(&["agent", "--help"]).stdout);
+    assert!(help.contains("[default: http://127.0.0.1:7420]"), "{help}");
+
+    // Logs carry no colour when they do not go to a terminal.
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    let log = c.agent_log("a");
+    assert!(
+        log.contains("registered") && !log.contains('\u{1b}'),
+        "{log}"
+    );
+}

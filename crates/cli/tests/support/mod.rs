@@ -1,0 +1,230 @@
+//! A throw-away cluster for the operator tests: the real `hetsched` binary as a server and agents
+//! on loopback, driven through the CLI as a user would. Every wait is bounded.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_hetsched");
+
+pub struct Cluster {
+    pub dir: PathBuf,
+    server: Option<Child>,
+    pub listen: String,
+    pub agents: BTreeMap<String, Child>,
+    pub http: bool,
+}
+
+pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// Every process whose process group is `pgid` (from `/proc/*/stat`), zombies excepted.
+pub fn group_members(pgid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let Some(i) = stat.rfind(')') else { continue };
+        let f: Vec<&str> = stat[i + 1..].split_whitespace().collect();
+        // state, ppid, pgrp
+        if f.len() > 2 && f[2] == pgid.to_string() && f[0] != "Z" && f[0] != "X" {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+impl Cluster {
+    pub fn start(name: &str, http: bool) -> Cluster {
+        let dir = std::env::temp_dir().join(format!("hetsched-op-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let mut c = Cluster {
+            dir,
+            server: None,
+            listen: "127.0.0.1:0".into(),
+            agents: BTreeMap::new(),
+            http,
+        };
+        c.start_server();
+        c
+    }
+
+    pub fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    pub fn start_server(&mut self) {
+        let address = self.data().join("address");
+        let _ = std::fs::remove_file(&address);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("server.log"))
+            .expect("log");
+        let child = Command::new(BIN)
+            .args(["server", "--listen", &self.listen, "--dead-timeout", "1s"])
+            .args(["--heartbeat-interval", "100ms", "--data-dir"])
+            .arg(self.data())
+            .args(if self.http {
+                vec!["--http-listen", "127.0.0.1:0"]
+            } else {
+                vec![]
+            })
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn server");
+        self.server = Some(child);
+        wait_until("the server's address file", Duration::from_secs(20), || {
+            std::fs::read_to_string(&address).is_ok_and(|s| !s.is_empty())
+        });
+        self.listen = std::fs::read_to_string(&address).expect("address");
+    }
+
+    pub fn kill_server(&mut self) {
+        if let Some(mut s) = self.server.take() {
+            s.kill().expect("SIGKILL server");
+            let _ = s.wait();
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.listen)
+    }
+
+    pub fn start_agent(&mut self, name: &str, cores: u32, extra: &[&str]) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("agent-{name}.log")))
+            .expect("log");
+        let child = Command::new(BIN)
+            .args(["agent", "--server", &self.url(), "--name", name])
+            .arg("--cores")
+            .arg(cores.to_string())
+            .arg("--token-file")
+            .arg(self.data().join("agent-token"))
+            .arg("--work-dir")
+            .arg(self.dir.join(format!("agent-{name}")))
+            .args(["--log-listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn agent");
+        self.agents.insert(name.to_string(), child);
+    }
+
+    pub fn agent_log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("agent-{name}.log"))).unwrap_or_default()
+    }
+
+    /// Sends `signal` (e.g. `TERM`) to agent `name`.
+    pub fn signal_agent(&self, name: &str, signal: &str) {
+        let pid = self.agents[name].id();
+        let ok = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("kill");
+        assert!(ok.success(), "kill -{signal} {pid}");
+    }
+
+    /// Waits (bounded) for agent `name` to exit; its exit code (None: killed by a signal).
+    pub fn agent_exit(&mut self, name: &str, timeout: Duration) -> Option<i32> {
+        let mut child = self.agents.remove(name).expect("agent");
+        let start = Instant::now();
+        loop {
+            if let Some(s) = child.try_wait().expect("try_wait") {
+                return s.code();
+            }
+            if start.elapsed() > timeout {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "agent {name} did not exit within {timeout:?}; its log:\n{}",
+                    self.agent_log(name)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .env("HETSCHED_SERVER", self.url())
+            .env("HETSCHED_TOKEN_FILE", self.data().join("token"))
+            .env_remove("NO_COLOR")
+            .current_dir(&self.dir);
+        cmd
+    }
+
+    pub fn cli(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run hetsched")
+    }
+
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut full = args.to_vec();
+        full.extend(["--output", "json"]);
+        let out = self.cli(&full);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("json")
+    }
+
+    pub fn wait_for_nodes(&self, n: usize) {
+        wait_until("agents to register", Duration::from_secs(30), || {
+            let out = self.cli(&["nodes", "--output", "json"]);
+            out.status.success()
+                && serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                    .ok()
+                    .and_then(|v| {
+                        v.as_array()
+                            .map(|a| a.iter().filter(|n| n["alive"] == true).count())
+                    })
+                    == Some(n)
+        });
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.dir.join(name);
+        std::fs::write(&p, text).expect("write");
+        p
+    }
+
+    pub fn tasks(&self, job: u64) -> Vec<serde_json::Value> {
+        self.json(&["tasks", "--job", &job.to_string()])
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for (_, mut a) in std::mem::take(&mut self.agents) {
+            let _ = a.kill();
+            let _ = a.wait();
+        }
+        self.kill_server();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}

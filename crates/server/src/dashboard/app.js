@@ -1,0 +1,271 @@
+// hetsched dashboard: pages of jobs and tasks from /api/*, live figures from /api/events (SSE).
+// Nothing here reloads the page or fetches a whole job: tasks come a page at a time.
+"use strict";
+
+const MAX_POINTS = 600;       // samples kept per chart (5 minutes at 2 per second)
+const JOB_PAGE = 20;
+const TASK_PAGE = 100;
+const FINAL = new Set(["completed", "failed", "cancelled"]);
+
+const $ = (id) => document.getElementById(id);
+// The page's Content-Security-Policy forbids inline style attributes: widths travel as data-w and
+// are applied through the CSSOM, which it allows.
+function applyWidths(root) { root.querySelectorAll("[data-w]").forEach((e) => { e.style.width = e.dataset.w; }); }
+const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+
+async function api(path) {
+  const r = await fetch(path, { credentials: "same-origin", cache: "no-store" });
+  if (r.status === 401) { location.href = "/login"; throw new Error("signed out"); }
+  if (!r.ok) throw new Error(`${path}: ${r.status} ${await r.text()}`);
+  return r.json();
+}
+
+function human(ns) {
+  if (!ns) return "-";
+  const s = ns / 1e9;
+  if (s < 1) return `${Math.round(s * 1000)}ms`;
+  if (s < 60) return `${s.toFixed(1)}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${Math.floor(s % 60)}s`;
+  return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
+}
+
+// ---------------------------------------------------------------- charts
+
+function chartOpts(el, series, yLabel) {
+  const w = Math.max(300, el.parentElement.clientWidth - 24);
+  return {
+    width: w, height: 200, title: "",
+    scales: { x: { time: true } },
+    axes: [{}, { label: yLabel, size: 50 }],
+    series: [{}].concat(series),
+    legend: { live: false },
+  };
+}
+
+const palette = ["#2f7de1", "#2a9d5b", "#d64545", "#b58b00", "#8e44ad", "#16a085", "#e67e22", "#7f8c8d"];
+
+const charts = {
+  states: null, rates: null, load: null, gpu: null,
+  data: { t: [], pending: [], running: [], succeeded: [], failed: [], dispatch: [], complete: [] },
+  nodeNames: [], load: null, loadData: [], gpuData: [],
+};
+
+function initCharts() {
+  charts.states = new uPlot(chartOpts($("chart-states"), [
+    { label: "pending", stroke: "#9aa3b2" },
+    { label: "running", stroke: "#2f7de1" },
+    { label: "succeeded", stroke: "#2a9d5b" },
+    { label: "failed", stroke: "#d64545" },
+  ], "tasks"), [[], [], [], [], []], $("chart-states"));
+  charts.rates = new uPlot(chartOpts($("chart-rates"), [
+    { label: "dispatched/s", stroke: "#2f7de1" },
+    { label: "completed/s", stroke: "#2a9d5b" },
+  ], "tasks/s"), [[], [], []], $("chart-rates"));
+}
+
+function perNodeChart(key, el, names, yLabel) {
+  if (charts[key]) charts[key].destroy();
+  el.innerHTML = "";
+  charts[key] = new uPlot(chartOpts(el, names.map((n, i) => ({ label: n, stroke: palette[i % palette.length] })), yLabel),
+    [[]].concat(names.map(() => [])), el);
+}
+
+function push(arr, v) { arr.push(v); if (arr.length > MAX_POINTS) arr.shift(); }
+
+let last = null;
+function onTick(ev) {
+  const d = charts.data;
+  const c = ev.counts || {};
+  const done = (c.succeeded || 0) + (c.failed || 0) + (c.cancelled || 0);
+  live(done);
+  push(d.t, ev.t);
+  for (const k of ["pending", "running", "succeeded", "failed"]) push(d[k], c[k] || 0);
+  if (last) {
+    const dt = Math.max(1e-3, ev.t - last.t);
+    push(d.dispatch, Math.max(0, (ev.dispatched - last.dispatched) / dt));
+    push(d.complete, Math.max(0, (done - last.done) / dt));
+  } else { push(d.dispatch, 0); push(d.complete, 0); }
+  last = { t: ev.t, dispatched: ev.dispatched, done };
+  charts.states.setData([d.t, d.pending, d.running, d.succeeded, d.failed]);
+  charts.rates.setData([d.t, d.dispatch, d.complete]);
+
+  const names = (ev.nodes || []).map((n) => n.name);
+  if (names.join("\n") !== charts.nodeNames.join("\n")) {
+    charts.nodeNames = names;
+    charts.loadT = []; charts.loadData = names.map(() => []); charts.gpuData = names.map(() => []);
+    if (names.length) {
+      perNodeChart("load", $("chart-load"), names, "tasks");
+      perNodeChart("gpu", $("chart-gpu"), names, "%");
+    }
+  }
+  if (names.length) {
+    push(charts.loadT, ev.t);
+    ev.nodes.forEach((n, i) => { push(charts.loadData[i], n.running); push(charts.gpuData[i], n.gpu_util); });
+    charts.load.setData([charts.loadT].concat(charts.loadData));
+    charts.gpu.setData([charts.loadT].concat(charts.gpuData));
+  }
+
+  for (const k of ["pending", "running", "succeeded", "failed", "cancelled"]) $(`count-${k}`).textContent = c[k] || 0;
+  renderNodes(ev.nodes || []);
+  updateJobs(ev.jobs || []);
+}
+
+// ---------------------------------------------------------------- live marker (tests read it)
+
+const liveState = { events: 0, firstDone: null, lastDone: null };
+function live(done) {
+  liveState.events += 1;
+  if (liveState.firstDone === null) liveState.firstDone = done;
+  liveState.lastDone = done;
+  const el = $("live");
+  el.textContent = `live · ${liveState.events} updates`;
+  el.dataset.events = liveState.events;
+  el.dataset.firstDone = liveState.firstDone;
+  el.dataset.lastDone = liveState.lastDone;
+}
+
+// ---------------------------------------------------------------- nodes
+
+function renderNodes(nodes) {
+  const racks = new Map();
+  for (const n of nodes) { if (!racks.has(n.rack)) racks.set(n.rack, []); racks.get(n.rack).push(n); }
+  let html = "";
+  for (const [rack, ns] of [...racks.entries()].sort()) {
+    html += `<div class="rack"><h3>rack ${esc(rack)}</h3><div class="nodes">`;
+    for (const n of ns) {
+      const usedCores = n.cores - n.free_cores, usedGpus = n.gpus - n.free_gpus;
+      const flags = (!n.alive ? '<span class="badge">dead</span>' : "") + (n.drained ? '<span class="badge">drained</span>' : "") + (n.draining ? '<span class="badge">shutting down</span>' : "");
+      html += `<div class="node${n.alive ? "" : " dead"}" data-node="${esc(n.name)}"><div class="name">${esc(n.name)}${flags}</div>
+        <div>cores ${usedCores}/${n.cores} in use · ${n.running} running</div>
+        <div class="meter"><span data-w="${n.cores ? (100 * usedCores / n.cores) : 0}%"></span></div>
+        ${n.gpus ? `<div>GPUs ${usedGpus}/${n.gpus} in use${n.gpu_util === null ? "" : ` · ${Math.round(n.gpu_util)}% busy`}</div>
+        <div class="meter gpu"><span data-w="${100 * usedGpus / n.gpus}%"></span></div>` : "<div>no GPUs</div>"}
+      </div>`;
+    }
+    html += "</div></div>";
+  }
+  $("nodes").innerHTML = html || "<p>No agent has registered yet.</p>";
+  applyWidths($("nodes"));
+}
+
+// ---------------------------------------------------------------- jobs
+
+const jobsView = { from: null, total: 0, shown: new Map(), selected: null };
+
+function bar(j) {
+  const c = j.counts || {}, t = Math.max(1, j.tasks);
+  const w = (x) => `${(100 * (x || 0) / t).toFixed(2)}%`;
+  return `<div class="bar" title="${(c.succeeded || 0) + (c.failed || 0) + (c.cancelled || 0)}/${j.tasks} done"><span class="s" data-w="${w(c.succeeded)}"></span><span class="f" data-w="${w(c.failed)}"></span><span class="c" data-w="${w(c.cancelled)}"></span><span class="r" data-w="${w(c.running)}"></span></div>`;
+}
+
+function jobRow(j) {
+  const c = j.counts || {};
+  return `<td>${j.id}</td><td>${esc(j.name)}</td><td class="state-${esc(j.state)}">${esc(j.state)}</td><td>${bar(j)}</td>
+    <td>${c.pending || 0}</td><td>${c.running || 0}</td><td>${c.succeeded || 0}</td><td>${c.failed || 0}</td><td>${c.cancelled || 0}</td>`;
+}
+
+async function loadJobs() {
+  const head = await api("/api/jobs?cursor=1&limit=1");
+  jobsView.total = head.total;
+  if (jobsView.from === null || jobsView.from > jobsView.total) jobsView.from = Math.max(1, jobsView.total - JOB_PAGE + 1);
+  const page = jobsView.total ? await api(`/api/jobs?cursor=${jobsView.from}&limit=${JOB_PAGE}`) : { jobs: [] };
+  const body = $("jobs").querySelector("tbody");
+  body.innerHTML = "";
+  jobsView.shown.clear();
+  for (const j of page.jobs.reverse()) {
+    const tr = document.createElement("tr");
+    tr.className = "clickable"; tr.dataset.job = j.id; tr.innerHTML = jobRow(j); applyWidths(tr);
+    tr.addEventListener("click", () => selectJob(j.id));
+    body.appendChild(tr);
+    jobsView.shown.set(j.id, tr);
+  }
+  $("jobs-where").textContent = jobsView.total ? `jobs ${jobsView.from}–${Math.min(jobsView.total, jobsView.from + JOB_PAGE - 1)} of ${jobsView.total}` : "no jobs yet";
+  if (jobsView.selected === null && jobsView.total) selectJob(jobsView.total);
+  markSelected();
+}
+
+function updateJobs(jobs) {
+  let newer = false;
+  for (const j of jobs) {
+    const tr = jobsView.shown.get(j.id);
+    if (tr) { tr.innerHTML = jobRow(j); applyWidths(tr); }
+    if (j.id > jobsView.total) newer = true;
+    if (j.id === jobsView.selected) updateJobTitle(j);
+  }
+  markSelected();
+  // A new job: on the newest page, fetch that page (not the whole list).
+  if (newer && jobsView.from + JOB_PAGE > jobsView.total) { jobsView.from = null; loadJobs(); }
+}
+
+function markSelected() {
+  for (const [id, tr] of jobsView.shown) tr.classList.toggle("selected", id === jobsView.selected);
+}
+
+$("jobs-prev").addEventListener("click", () => { jobsView.from = Math.min(Math.max(1, jobsView.total - JOB_PAGE + 1), jobsView.from + JOB_PAGE); loadJobs(); });
+$("jobs-next").addEventListener("click", () => { jobsView.from = Math.max(1, jobsView.from - JOB_PAGE); loadJobs(); });
+
+// ---------------------------------------------------------------- a job's tasks
+
+const tasksView = { job: null, cursors: [0], next: 0, state: "all", jobState: "", timer: null };
+
+function updateJobTitle(j) {
+  const c = j.counts || {};
+  tasksView.jobState = j.state;
+  $("job-title").textContent = `Job ${j.id} — ${j.name} — ${j.state}: ${j.tasks} tasks, ${c.succeeded || 0} succeeded, ${c.failed || 0} failed, ${c.running || 0} running, ${c.pending || 0} pending`;
+}
+
+async function selectJob(id) {
+  jobsView.selected = id;
+  markSelected();
+  tasksView.job = id; tasksView.cursors = [0];
+  $("job-detail").hidden = false;
+  updateJobTitle(await api(`/api/job?id=${id}`));
+  loadTasks();
+}
+
+async function loadTasks() {
+  const cursor = tasksView.cursors[tasksView.cursors.length - 1];
+  const job = tasksView.job;
+  const page = await api(`/api/tasks?job=${job}&cursor=${cursor}&limit=${TASK_PAGE}&state=${encodeURIComponent(tasksView.state)}`);
+  if (job !== tasksView.job) return;
+  tasksView.next = page.next_cursor;
+  const body = $("tasks").querySelector("tbody");
+  body.innerHTML = page.tasks.map((t) => {
+    const log = (s) => `<a href="/api/log?job=${t.job_id}&task=${t.id}&stream=${s}" target="_blank" rel="noopener">${s}</a>`;
+    return `<tr data-task="${t.id}"><td>${t.id}</td><td>${esc(t.app)}</td><td>${t.index}</td><td class="state-${esc(t.state)}">${esc(t.state)}</td>
+      <td>${t.attempt}${t.failed_attempts ? ` (${t.failed_attempts} failed)` : ""}</td><td>${esc(t.node || "-")}</td><td>${esc(t.variant || "-")}</td>
+      <td>${esc((t.devices || []).join(",") || "-")}</td><td>${t.finished_ns ? human(t.finished_ns - t.started_ns) : "-"}</td>
+      <td>${t.attempt > 0 ? `${log("stdout")} ${log("stderr")}` : "-"}</td><td class="msg">${esc(t.message)}</td></tr>`;
+  }).join("");
+  const n = tasksView.cursors.length;
+  $("tasks-where").textContent = `page ${n} · ${page.tasks.length} task(s) shown of ${page.total} in the job`;
+  $("tasks-prev").disabled = n === 1;
+  $("tasks-first").disabled = n === 1;
+  $("tasks-next").disabled = !page.next_cursor;
+  clearTimeout(tasksView.timer);
+  // While the job runs, refresh this page only.
+  if (!FINAL.has(tasksView.jobState)) tasksView.timer = setTimeout(loadTasks, 2000);
+}
+
+$("task-state").addEventListener("change", (e) => { tasksView.state = e.target.value; tasksView.cursors = [0]; loadTasks(); });
+$("tasks-next").addEventListener("click", () => { if (tasksView.next) { tasksView.cursors.push(tasksView.next); loadTasks(); } });
+$("tasks-prev").addEventListener("click", () => { if (tasksView.cursors.length > 1) { tasksView.cursors.pop(); loadTasks(); } });
+$("tasks-first").addEventListener("click", () => { tasksView.cursors = [0]; loadTasks(); });
+
+// ---------------------------------------------------------------- start
+
+initCharts();
+loadJobs().catch((e) => console.error(e));
+api("/api/nodes").then((nodes) => renderNodes(nodes.map((n) => ({
+  name: n.name, rack: n.rack, alive: n.alive, running: n.running, cores: n.cores, free_cores: n.free_cores,
+  gpus: (n.accelerators || []).length, free_gpus: n.free_gpus, drained: n.drained, draining: n.draining, gpu_util: null,
+})))).catch((e) => console.error(e));
+// `#events=N` in the address: stop listening after N updates (headless snapshots and tests need the
+// page's network to go idle; a person never needs it).
+const stopAfter = parseInt((location.hash.match(/events=(\d+)/) || [])[1] || "0", 10);
+const events = new EventSource("/api/events");
+events.addEventListener("tick", (m) => {
+  try { onTick(JSON.parse(m.data)); } catch (e) { console.error(e); }
+  if (stopAfter && liveState.events >= stopAfter) { events.close(); $("live").dataset.closed = "1"; $("live").textContent += " (stopped)"; }
+});
+events.onerror = () => { $("live").textContent = "reconnecting…"; };

@@ -1,0 +1,642 @@
+//! The web dashboard, served at `/` by the server's HTTP listener (`http_listen`): jobs with their
+//! progress, a job's tasks (paged, filtered by state, with links to their output), nodes by rack
+//! with the cores and GPUs in use, and live charts (tasks by state over time, dispatch and
+//! completion rates, per-node load, GPU utilisation) fed by Server-Sent Events. Read-only.
+//!
+//! **Never open.** Every page and API call needs a token: `Authorization: Bearer TOKEN` (the client
+//! token, or the read-only token `DATA_DIR/read-token` written at first start), or a session cookie.
+//! A browser gets the cookie from the login form (`POST /login` with the token), or from a one-time
+//! login link: `POST /api/ticket` with a token returns a ticket valid once for 60 s, and
+//! `GET /login?ticket=T` trades it for the cookie — so a link that leaks into a history or a proxy
+//! log is worthless once used. Sessions live in memory (12 h; a restart logs everyone out); the
+//! cookie is `HttpOnly; SameSite=Strict`. Anything else gets 401 (the login page).
+//!
+//! **Scale.** Nothing is sent whole: jobs and tasks come in pages (the state's lock is held for one
+//! page), the task filter scans a bounded number of tasks per call, and the event stream carries
+//! only totals, per-node figures and the newest jobs' counts, so a 100,000-task job costs the
+//! browser one page of rows and one small event per tick. The page never reloads itself.
+//!
+//! The page (`index.html`, `app.js`, `app.css`) and uPlot (`vendor/`, MIT, npm `uplot`) are
+//! embedded in the binary; there is no build step.
+
+use crate::logs::LogRelay;
+use crate::metrics::Metrics;
+use crate::state::State;
+use axum::body::Bytes;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use hetsched_proto as pb;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The read-only token's file in a data directory.
+pub const READ_TOKEN: &str = "read-token";
+/// How long a session lasts.
+const SESSION: Duration = Duration::from_secs(12 * 3600);
+/// How long a login ticket is valid.
+const TICKET: Duration = Duration::from_secs(60);
+/// The session cookie's name.
+const COOKIE: &str = "hetsched_session";
+/// Most tasks one filtered listing call scans.
+const SCAN_LIMIT: u64 = 100_000;
+/// Most rows a page returns.
+const MAX_ROWS: u32 = 1000;
+/// Newest jobs whose counts ride on each event.
+const EVENT_JOBS: u64 = 50;
+
+const INDEX: &str = include_str!("index.html");
+const APP_JS: &str = include_str!("app.js");
+const APP_CSS: &str = include_str!("app.css");
+const UPLOT_JS: &[u8] = include_bytes!("vendor/uPlot.iife.min.js");
+const UPLOT_CSS: &[u8] = include_bytes!("vendor/uPlot.min.css");
+
+/// What the dashboard's handlers share.
+pub struct Dashboard {
+    state: Arc<Mutex<State>>,
+    metrics: Arc<Metrics>,
+    relay: Arc<LogRelay>,
+    /// `Bearer …` of the client token and of the read-only token.
+    tokens: [String; 2],
+    sessions: Mutex<HashMap<String, Instant>>,
+    tickets: Mutex<HashMap<String, Instant>>,
+    tick: Duration,
+}
+
+/// Reads `DATA_DIR/read-token`, creating it (256 random bits in hex, mode 0600) on first start.
+pub fn read_token(data_dir: &Path) -> std::io::Result<String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = data_dir.join(READ_TOKEN);
+    match std::fs::read_to_string(&path) {
+        Ok(t) if !t.trim().is_empty() => return Ok(t.trim().to_string()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let token = random_hex();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)?;
+    f.write_all(token.as_bytes())?;
+    f.sync_all()?;
+    Ok(token)
+}
+
+fn random_hex() -> String {
+    let a: u128 = rand::random();
+    let b: u128 = rand::random();
+    format!("{a:032x}{b:032x}")
+}
+
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The query string's `key`, percent-decoded.
+fn query(uri: &Uri, key: &str) -> Option<String> {
+    form_value(uri.query()?, key)
+}
+
+/// `key`'s value in an `application/x-www-form-urlencoded` string.
+fn form_value(body: &str, key: &str) -> Option<String> {
+    body.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (k == key).then(|| percent_decode(v))
+    })
+}
+
+fn percent_decode(s: &str) -> String {
+    let hex = |c: u8| (c as char).to_digit(16);
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push((h * 16 + l) as u8);
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn num<T: std::str::FromStr>(uri: &Uri, key: &str) -> Option<T> {
+    query(uri, key).and_then(|v| v.parse().ok())
+}
+
+fn json(value: &impl serde::Serialize) -> Response {
+    match serde_json::to_string(value) {
+        Ok(text) => (
+            [
+                (header::CONTENT_TYPE, "application/json"),
+                (header::CACHE_CONTROL, "no-store"),
+            ],
+            text,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+fn login_page(status: StatusCode, message: &str) -> Response {
+    let body = format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>hetsched — sign in</title>\
+         <style>body{{font:15px system-ui,sans-serif;margin:15vh auto;max-width:28em;color:#223}}\
+         input{{width:100%;padding:.5em;margin:.5em 0;font:inherit}}button{{padding:.5em 1.2em;font:inherit}}\
+         .err{{color:#b00}}</style></head><body><h1>hetsched</h1>\
+         <p>Sign in with the client token (<code>DATA_DIR/token</code>) or the read-only token \
+         (<code>DATA_DIR/read-token</code>).</p><p class=\"err\">{message}</p>\
+         <form method=\"post\" action=\"/login\"><input type=\"password\" name=\"token\" \
+         autocomplete=\"current-password\" placeholder=\"token\" autofocus>\
+         <button type=\"submit\">Sign in</button></form></body></html>"
+    );
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+fn unauthorized() -> Response {
+    let mut r = login_page(StatusCode::UNAUTHORIZED, "");
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"hetsched\""),
+    );
+    r
+}
+
+impl Dashboard {
+    /// A dashboard over `state`, accepting the client token and the read-only token.
+    pub fn new(
+        state: Arc<Mutex<State>>,
+        metrics: Arc<Metrics>,
+        relay: Arc<LogRelay>,
+        client_token: &str,
+        read_token: &str,
+    ) -> Self {
+        Self {
+            state,
+            metrics,
+            relay,
+            tokens: [pb::bearer(client_token), pb::bearer(read_token)],
+            sessions: Mutex::default(),
+            tickets: Mutex::default(),
+            tick: Duration::from_millis(500),
+        }
+    }
+
+    fn token_ok(&self, presented: &str) -> bool {
+        let bearer = pb::bearer(presented.trim());
+        // Both comparisons always run.
+        let a = same(bearer.as_bytes(), self.tokens[0].as_bytes());
+        let b = same(bearer.as_bytes(), self.tokens[1].as_bytes());
+        a | b
+    }
+
+    fn session_of(headers: &HeaderMap) -> Option<String> {
+        headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .find_map(|c| {
+                let (k, v) = c.trim().split_once('=')?;
+                (k == COOKIE).then(|| v.to_string())
+            })
+    }
+
+    /// Whether a request carries a valid token or session.
+    fn authed(&self, headers: &HeaderMap) -> bool {
+        if let Some(v) = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+        {
+            let bearer = v.as_bytes();
+            let a = same(bearer, self.tokens[0].as_bytes());
+            let b = same(bearer, self.tokens[1].as_bytes());
+            if a | b {
+                return true;
+            }
+        }
+        let Some(id) = Self::session_of(headers) else {
+            return false;
+        };
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        sessions.retain(|_, until| *until > now);
+        sessions.keys().any(|k| same(k.as_bytes(), id.as_bytes()))
+    }
+
+    fn new_session(&self) -> Response {
+        let id = random_hex();
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.clone(), Instant::now() + SESSION);
+        let cookie = format!(
+            "{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
+            SESSION.as_secs()
+        );
+        (
+            StatusCode::SEE_OTHER,
+            [
+                (header::LOCATION, "/".to_string()),
+                (header::SET_COOKIE, cookie),
+                (header::CACHE_CONTROL, "no-store".to_string()),
+            ],
+        )
+            .into_response()
+    }
+
+    /// Runs `f` on the state under its lock, off the async workers.
+    async fn read<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&State) -> T + Send + 'static,
+    ) -> Option<T> {
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || me.state.lock().ok().map(|s| f(&s)))
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// One event of the live stream.
+    fn snapshot(&self, s: &State) -> serde_json::Value {
+        let counts = s.task_counts();
+        let nodes = s.nodes().nodes;
+        let n = s.job_count();
+        let from = n.saturating_sub(EVENT_JOBS) + 1;
+        let jobs = s.jobs_page(from, EVENT_JOBS as u32).jobs;
+        serde_json::json!({
+            "t": crate::state::now_ns() as f64 / 1e9,
+            "counts": counts,
+            "dispatched": self.metrics.dispatched_total(),
+            "jobs": jobs.iter().map(|j| serde_json::json!({
+                "id": j.id, "state": j.state, "tasks": j.tasks, "counts": j.counts,
+                "name": j.name,
+            })).collect::<Vec<_>>(),
+            "nodes": nodes.iter().map(|n| serde_json::json!({
+                "name": n.name, "rack": n.rack, "alive": n.alive, "running": n.running,
+                "cores": n.cores, "free_cores": n.free_cores, "gpus": n.accelerators.len(),
+                "free_gpus": n.free_gpus, "drained": n.drained, "draining": n.draining,
+                "gpu_util": if n.gpus.is_empty() { serde_json::Value::Null } else {
+                    serde_json::json!(n.gpus.iter().map(|g| f64::from(g.percent)).sum::<f64>() / n.gpus.len() as f64)
+                },
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// The dashboard's routes, to merge into the HTTP listener's router.
+pub fn router(d: Arc<Dashboard>) -> axum::Router {
+    let guard = |d: &Arc<Dashboard>, headers: &HeaderMap| d.authed(headers);
+    let page = {
+        let d = d.clone();
+        move |headers: HeaderMap| async move {
+            if !guard(&d, &headers) {
+                return unauthorized();
+            }
+            (
+                [
+                    (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                    (header::CACHE_CONTROL, "no-store"),
+                    (header::X_FRAME_OPTIONS, "DENY"),
+                    (
+                        header::CONTENT_SECURITY_POLICY,
+                        "default-src 'self'; frame-ancestors 'none'",
+                    ),
+                ],
+                INDEX,
+            )
+                .into_response()
+        }
+    };
+    let asset = |d: Arc<Dashboard>, ctype: &'static str, body: &'static [u8]| {
+        move |headers: HeaderMap| async move {
+            if !d.authed(&headers) {
+                return unauthorized();
+            }
+            ([(header::CONTENT_TYPE, ctype)], body).into_response()
+        }
+    };
+    let login_get = {
+        let d = d.clone();
+        move |uri: Uri| async move {
+            let Some(ticket) = query(&uri, "ticket") else {
+                return login_page(StatusCode::OK, "");
+            };
+            let valid = {
+                let mut t = d.tickets.lock().unwrap_or_else(|p| p.into_inner());
+                let now = Instant::now();
+                t.retain(|_, until| *until > now);
+                // Single use: removed whether or not it matches anything else.
+                t.remove(&ticket).is_some()
+            };
+            if valid {
+                d.new_session()
+            } else {
+                login_page(
+                    StatusCode::UNAUTHORIZED,
+                    "That login link has expired or was used already.",
+                )
+            }
+        }
+    };
+    let login_post = {
+        let d = d.clone();
+        move |body: Bytes| async move {
+            let body = String::from_utf8_lossy(&body).into_owned();
+            match form_value(&body, "token") {
+                Some(t) if d.token_ok(&t) => d.new_session(),
+                _ => login_page(StatusCode::UNAUTHORIZED, "Wrong token."),
+            }
+        }
+    };
+    let logout = {
+        let d = d.clone();
+        move |headers: HeaderMap| async move {
+            if let Some(id) = Dashboard::session_of(&headers) {
+                d.sessions
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
+            }
+            (
+                StatusCode::SEE_OTHER,
+                [
+                    (header::LOCATION, "/login".to_string()),
+                    (
+                        header::SET_COOKIE,
+                        format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
+                    ),
+                ],
+            )
+                .into_response()
+        }
+    };
+    let ticket = {
+        let d = d.clone();
+        move |headers: HeaderMap| async move {
+            // Only a token (not a session) may mint a login link.
+            let ok = headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .is_some_and(|t| d.token_ok(t));
+            if !ok {
+                return unauthorized();
+            }
+            let t = random_hex();
+            d.tickets
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(t.clone(), Instant::now() + TICKET);
+            json(&serde_json::json!({ "ticket": t, "expires_in_s": TICKET.as_secs() }))
+        }
+    };
+    let jobs = {
+        let d = d.clone();
+        move |headers: HeaderMap, uri: Uri| async move {
+            if !d.authed(&headers) {
+                return unauthorized();
+            }
+            let cursor = num(&uri, "cursor").unwrap_or(0u64);
+            let limit = num(&uri, "limit").unwrap_or(100u32).clamp(1, MAX_ROWS);
+            match d
+                .read(move |s| (s.jobs_page(cursor, limit), s.job_count()))
+                .await
+            {
+                Some((page, total)) => json(&serde_json::json!({
+                    "jobs": page.jobs, "next_cursor": page.next_cursor, "total": total,
+                })),
+                None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+            }
+        }
+    };
+    let job = {
+        let d = d.clone();
+        move |headers: HeaderMap, uri: Uri| async move {
+            if !d.authed(&headers) {
+                return unauthorized();
+            }
+            let id = num(&uri, "id").unwrap_or(0u64);
+            match d.read(move |s| s.job(id).ok()).await.flatten() {
+                Some(j) => json(&j),
+                None => (StatusCode::NOT_FOUND, format!("no job {id}")).into_response(),
+            }
+        }
+    };
+    let tasks = {
+        let d = d.clone();
+        move |headers: HeaderMap, uri: Uri| async move {
+            if !d.authed(&headers) {
+                return unauthorized();
+            }
+            let job = num(&uri, "job").unwrap_or(0u64);
+            let cursor = num(&uri, "cursor").unwrap_or(0u64);
+            let limit = num(&uri, "limit").unwrap_or(100u32).clamp(1, MAX_ROWS);
+            let state = query(&uri, "state").filter(|s| !s.is_empty() && s != "all");
+            let relay = d.relay.clone();
+            let page = d
+                .read(move |s| filtered_tasks(s, job, cursor, limit, state.as_deref()))
+                .await;
+            match page {
+                Some(Ok(mut p)) => {
+                    relay.fill_outputs(&mut p.tasks);
+                    json(&serde_json::json!({
+                        "tasks": p.tasks, "next_cursor": p.next_cursor, "total": p.total,
+                    }))
+                }
+                Some(Err(e)) => (StatusCode::NOT_FOUND, e).into_response(),
+                None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+            }
+        }
+    };
+    let nodes = {
+        let d = d.clone();
+        move |headers: HeaderMap| async move {
+            if !d.authed(&headers) {
+                return unauthorized();
+            }
+            match d.read(|s| s.nodes()).await {
+                Some(n) => json(&n.nodes),
+                None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+            }
+        }
+    };
+    let log = {
+        let d = d.clone();
+        move |headers: HeaderMap, uri: Uri| async move {
+            if !d.authed(&headers) {
+                return unauthorized();
+            }
+            let req = pb::ReadLogRequest {
+                job_id: num(&uri, "job").unwrap_or(0),
+                task: query(&uri, "task").unwrap_or_default(),
+                stderr: query(&uri, "stream").as_deref() == Some("stderr"),
+                attempt: num(&uri, "attempt").unwrap_or(0),
+                // The last MiB: what a person looks at first.
+                offset: -(crate::logs::MAX_PAGE as i64),
+                limit: crate::logs::MAX_PAGE,
+            };
+            match crate::logs::read_log(&d.state, &d.relay, req).await {
+                Ok(r) => (
+                    [
+                        (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+                        (header::CACHE_CONTROL, "no-store"),
+                        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+                    ],
+                    if r.exists {
+                        r.data
+                    } else {
+                        b"(the task printed nothing on this stream)\n".to_vec()
+                    },
+                )
+                    .into_response(),
+                Err(s) => (StatusCode::NOT_FOUND, s.message().to_string()).into_response(),
+            }
+        }
+    };
+    let events = {
+        let d = d.clone();
+        move |headers: HeaderMap| async move {
+            if !d.authed(&headers) {
+                return unauthorized();
+            }
+            let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, std::convert::Infallible>>(4);
+            let d = d.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(d.tick);
+                loop {
+                    tick.tick().await;
+                    let me = d.clone();
+                    let Some(snap) = d.read(move |s| me.snapshot(s)).await else {
+                        break;
+                    };
+                    let event = Event::default().event("tick").data(snap.to_string());
+                    if tx.send(Ok(event)).await.is_err() {
+                        break; // the browser went away
+                    }
+                }
+            });
+            Sse::new(tokio_stream::wrappers::ReceiverStream::new(rx))
+                .keep_alive(KeepAlive::default())
+                .into_response()
+        }
+    };
+    axum::Router::new()
+        .route("/", get(page))
+        .route("/login", get(login_get).post(login_post))
+        .route("/logout", get(logout))
+        .route("/api/ticket", post(ticket))
+        .route("/api/jobs", get(jobs))
+        .route("/api/job", get(job))
+        .route("/api/tasks", get(tasks))
+        .route("/api/nodes", get(nodes))
+        .route("/api/log", get(log))
+        .route("/api/events", get(events))
+        .route(
+            "/assets/app.js",
+            get(asset(d.clone(), "text/javascript", APP_JS.as_bytes())),
+        )
+        .route(
+            "/assets/app.css",
+            get(asset(d.clone(), "text/css", APP_CSS.as_bytes())),
+        )
+        .route(
+            "/assets/uPlot.iife.min.js",
+            get(asset(d.clone(), "text/javascript", UPLOT_JS)),
+        )
+        .route(
+            "/assets/uPlot.min.css",
+            get(asset(d.clone(), "text/css", UPLOT_CSS)),
+        )
+}
+
+/// A page of `job`'s tasks in `state` (all when None), from task id `cursor`: scans at most
+/// [`SCAN_LIMIT`] tasks, a page of the state at a time, and says where to go on.
+fn filtered_tasks(
+    s: &State,
+    job: u64,
+    cursor: u64,
+    limit: u32,
+    state: Option<&str>,
+) -> Result<pb::ListTasksReply, String> {
+    let Some(state) = state else {
+        return s.tasks_page(job, cursor, limit).map_err(|e| e.to_string());
+    };
+    let mut out = Vec::new();
+    let mut cursor = cursor;
+    let mut scanned = 0u64;
+    let mut total;
+    loop {
+        let page = s
+            .tasks_page(job, cursor, crate::state::MAX_PAGE)
+            .map_err(|e| e.to_string())?;
+        total = page.total;
+        for t in page.tasks {
+            scanned += 1;
+            if out.len() as u32 >= limit {
+                return Ok(pb::ListTasksReply {
+                    tasks: out,
+                    next_cursor: t.id,
+                    total,
+                });
+            }
+            let id = t.id;
+            if t.state == state {
+                out.push(t);
+            }
+            if scanned >= SCAN_LIMIT {
+                return Ok(pb::ListTasksReply {
+                    tasks: out,
+                    next_cursor: id + 1,
+                    total,
+                });
+            }
+        }
+        if page.next_cursor == 0 {
+            return Ok(pb::ListTasksReply {
+                tasks: out,
+                next_cursor: 0,
+                total,
+            });
+        }
+        cursor = page.next_cursor;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn form_values_are_percent_decoded() {
+        assert_eq!(
+            form_value("a=1&token=ab%2Bc+d", "token").as_deref(),
+            Some("ab+c d")
+        );
+        assert_eq!(form_value("token=", "token").as_deref(), Some(""));
+        assert_eq!(form_value("x=1", "token"), None);
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+    }
+}

@@ -1,0 +1,295 @@
+//! Task output for `hetsched log`: the server relays a client's `ReadLog` call to the agent that
+//! ran the task (its `AgentLogs` listener, called with the agent token), so users need neither a
+//! route to the agents nor their token.
+//!
+//! The [`LogRelay`] remembers, per node, where its listener is — the IP address the agent's
+//! calls come from and the port it announces in `RegisterRequest`/`HeartbeatRequest` (so a
+//! restarted server learns it from the next heartbeat) — and its work directory, which
+//! `ListTasks` shows as the place of each task's output. This is memory only: nothing here is
+//! needed to schedule, and every live agent repeats it on each heartbeat.
+
+use crate::state::State;
+use hetsched_proto as pb;
+use hetsched_proto::agent_logs_client::AgentLogsClient;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tonic::Status;
+
+/// Largest page relayed (the agents cap theirs at the same size).
+pub const MAX_PAGE: u32 = 1 << 20;
+
+/// How long the server waits for an agent's answer.
+const AGENT_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Clone, Debug, Default)]
+struct AgentAt {
+    name: String,
+    addr: Option<SocketAddr>,
+    work_dir: String,
+}
+
+/// Where each node's log listener and work directory are.
+pub struct LogRelay {
+    nodes: Mutex<HashMap<u32, AgentAt>>,
+    by_name: Mutex<HashMap<String, u32>>,
+    agent_token: String,
+}
+
+impl LogRelay {
+    /// A relay that calls agents with `agent_token`.
+    pub fn new(agent_token: &str) -> Self {
+        Self {
+            nodes: Mutex::default(),
+            by_name: Mutex::default(),
+            agent_token: agent_token.to_string(),
+        }
+    }
+
+    /// Node `id` (named `name`, when known) registered or heartbeated from `ip`, announcing its
+    /// listener's `port` (0 = none) and its work directory.
+    pub fn seen(&self, id: u32, name: Option<&str>, ip: Option<IpAddr>, port: u32, work_dir: &str) {
+        let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+        let e = nodes.entry(id).or_default();
+        if let Some(name) = name
+            && e.name != name
+        {
+            e.name = name.to_string();
+            self.by_name
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(name.to_string(), id);
+        }
+        e.addr = match (ip, u16::try_from(port)) {
+            (Some(ip), Ok(port)) if port != 0 => Some(SocketAddr::new(ip, port)),
+            _ => None,
+        };
+        if e.work_dir != work_dir {
+            e.work_dir = work_dir.to_string();
+        }
+    }
+
+    /// Whether node `id`'s name is known (a server restarted since its registration learns it
+    /// from the state on the first heartbeat).
+    pub fn knows(&self, id: u32) -> bool {
+        self.nodes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .is_some_and(|e| !e.name.is_empty())
+    }
+
+    fn by_name(&self, name: &str) -> Option<AgentAt> {
+        let id = *self
+            .by_name
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)?;
+        self.nodes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+    }
+
+    /// Where a listed task's output is: `NODE:WORK_DIR/job-J/APP-INDEX.ATTEMPT.{out,err}`.
+    pub fn fill_outputs(&self, tasks: &mut [pb::TaskInfo]) {
+        let nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+        let by_name = self.by_name.lock().unwrap_or_else(|p| p.into_inner());
+        for t in tasks {
+            if t.attempt == 0 || t.node.is_empty() {
+                continue;
+            }
+            let Some(at) = by_name.get(&t.node).and_then(|id| nodes.get(id)) else {
+                continue;
+            };
+            if at.work_dir.is_empty() {
+                continue;
+            }
+            t.output = format!(
+                "{}:{}/job-{}/{}-{}.{}.{{out,err}}",
+                t.node,
+                at.work_dir.trim_end_matches('/'),
+                t.job_id,
+                t.app,
+                t.index,
+                t.attempt
+            );
+        }
+    }
+
+    async fn ask(
+        &self,
+        at: &AgentAt,
+        req: pb::AgentLogRequest,
+    ) -> Result<pb::ReadLogReply, Status> {
+        let Some(addr) = at.addr else {
+            return Err(Status::failed_precondition(format!(
+                "node `{}` serves no task output (its agent runs with --log-listen none, or is \
+                 older); read the files on the node, in {}",
+                at.name, at.work_dir
+            )));
+        };
+        let unreachable = |e: String| {
+            Status::unavailable(format!(
+                "node `{}` ({addr}) did not answer for the task's output: {e}",
+                at.name
+            ))
+        };
+        let channel = pb::endpoint(&format!("http://{addr}"), None)
+            .map_err(|e| unreachable(e.to_string()))?
+            .timeout(AGENT_TIMEOUT)
+            .connect()
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        let interceptor = pb::TokenInterceptor::new(&self.agent_token)
+            .map_err(|e| Status::internal(e.to_string()))?;
+        let mut client = AgentLogsClient::with_interceptor(channel, interceptor)
+            .max_decoding_message_size(2 * MAX_PAGE as usize);
+        match tokio::time::timeout(AGENT_TIMEOUT, client.read_log(req)).await {
+            Ok(Ok(r)) => Ok(r.into_inner()),
+            Ok(Err(s)) => Err(unreachable(s.message().to_string())),
+            Err(_) => Err(unreachable("timed out".into())),
+        }
+    }
+}
+
+/// Finds `job`'s task named `task` (an id, or `APP:INDEX`).
+fn resolve(state: &State, job: u64, task: &str) -> Result<pb::TaskInfo, Status> {
+    let info = state
+        .job(job)
+        .map_err(|_| Status::not_found(format!("no job {job}")))?;
+    let first = state
+        .tasks_page(job, 0, 1)
+        .map_err(|e| Status::internal(e.to_string()))?
+        .tasks
+        .first()
+        .map(|t| t.id)
+        .ok_or_else(|| Status::not_found(format!("job {job} has no tasks")))?;
+    let id = if let Ok(id) = task.parse::<u64>() {
+        id
+    } else if let Some((app, index)) = task.rsplit_once(':') {
+        let index: u64 = index.parse().map_err(|_| {
+            Status::invalid_argument(format!("task `{task}`: expected a task id or APP:INDEX"))
+        })?;
+        let mut start = first;
+        let mut found = None;
+        for a in &info.apps {
+            if a.name == app {
+                if index >= a.tasks {
+                    return Err(Status::not_found(format!(
+                        "application `{app}` of job {job} has {} tasks (indices 0 to {})",
+                        a.tasks,
+                        a.tasks.saturating_sub(1)
+                    )));
+                }
+                found = Some(start + index);
+                break;
+            }
+            start += a.tasks;
+        }
+        found.ok_or_else(|| Status::not_found(format!("job {job} has no application `{app}`")))?
+    } else {
+        return Err(Status::invalid_argument(format!(
+            "task `{task}`: expected a task id (as `hetsched tasks` lists it) or APP:INDEX"
+        )));
+    };
+    let page = state
+        .tasks_page(job, id, 1)
+        .map_err(|e| Status::internal(e.to_string()))?;
+    page.tasks
+        .into_iter()
+        .find(|t| t.id == id)
+        .ok_or_else(|| Status::not_found(format!("job {job} has no task {id}")))
+}
+
+/// `ReadLog`: resolves the task, then asks the agent that ran the attempt (for an earlier attempt
+/// than the latest, every agent in turn: the server records only the latest attempt's node).
+pub async fn read_log(
+    state: &Arc<Mutex<State>>,
+    relay: &LogRelay,
+    r: pb::ReadLogRequest,
+) -> Result<pb::ReadLogReply, Status> {
+    let lookup = || {
+        let s = state
+            .lock()
+            .map_err(|_| Status::internal("server state poisoned"))?;
+        resolve(&s, r.job_id, &r.task)
+    };
+    let multi = tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::MultiThread;
+    let task = if multi {
+        tokio::task::block_in_place(lookup)?
+    } else {
+        lookup()?
+    };
+    if task.attempt == 0 {
+        return Err(Status::failed_precondition(format!(
+            "task {} ({}:{}) has not run yet: it has no output",
+            task.id, task.app, task.index
+        )));
+    }
+    let attempt = if r.attempt == 0 {
+        task.attempt
+    } else {
+        r.attempt
+    };
+    if attempt > task.attempt {
+        return Err(Status::not_found(format!(
+            "task {} has had {} attempt(s); there is no attempt {attempt}",
+            task.id, task.attempt
+        )));
+    }
+    let req = pb::AgentLogRequest {
+        job_id: task.job_id,
+        app: task.app.clone(),
+        index: task.index,
+        attempt,
+        stderr: r.stderr,
+        offset: r.offset,
+        limit: r.limit.min(MAX_PAGE),
+    };
+    let candidates: Vec<AgentAt> = if attempt == task.attempt {
+        let at = relay.by_name(&task.node).ok_or_else(|| {
+            Status::unavailable(format!(
+                "node `{}` has not heartbeated since the server started: its task outputs \
+                 cannot be reached now",
+                task.node
+            ))
+        })?;
+        vec![at]
+    } else {
+        relay
+            .nodes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|a| a.addr.is_some())
+            .cloned()
+            .collect()
+    };
+    let mut last_err = None;
+    let mut empty = None;
+    for at in candidates {
+        match relay.ask(&at, req.clone()).await {
+            Ok(mut reply) => {
+                reply.node = at.name.clone();
+                reply.attempt = attempt;
+                reply.task_id = task.id;
+                reply.task_state = task.state.clone();
+                reply.latest_attempt = task.attempt;
+                if reply.exists {
+                    return Ok(reply);
+                }
+                empty.get_or_insert(reply);
+            }
+            Err(e) => last_err = Some(e),
+        }
+    }
+    match (empty, last_err) {
+        (Some(reply), _) => Ok(reply),
+        (None, Some(e)) => Err(e),
+        (None, None) => Err(Status::unavailable("no agent serves task outputs")),
+    }
+}
