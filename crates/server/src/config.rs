@@ -10,6 +10,9 @@
 //! max_attempts = 3             # a task lost this many times fails
 //! profile_estimate = "1s"      # compute-time guess for variants without a declared profile
 //! http_listen = "127.0.0.1:7421" # optional: HTTP listener for /metrics and /healthz (no token)
+//! [retention]                  # optional; finished jobs are kept forever without it
+//! keep_finished = "24h"        # purge a job this long after its last task ended
+//! keep_jobs = 1000             # purge all but the most recently finished 1000 jobs
 //! [tls]                        # optional; PEM files
 //! cert = "server.pem"
 //! key = "server.key"
@@ -45,6 +48,18 @@ pub struct ServerConfig {
     /// (port 0 = any free port; the bound address goes to `DATA_DIR/http-address`). It asks for no
     /// token: bind it to a trusted interface. None: no HTTP listener.
     pub http_listen: Option<SocketAddr>,
+    /// Retention of finished jobs (`[retention]`); none: kept until `hetsched purge`.
+    pub retention: Option<RetentionConfig>,
+}
+
+/// When finished jobs are purged on their own (see `docs/runtime.md`, Retention).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Purge a finished job this long after its last task ended.
+    pub keep_finished: Option<Duration>,
+    /// Keep at most this many finished jobs (the most recently finished).
+    pub keep_jobs: Option<u64>,
 }
 
 /// TLS settings (PEM files).
@@ -69,6 +84,7 @@ impl Default for ServerConfig {
             profile_estimate: Duration(1_000_000_000),
             tls: None,
             http_listen: None,
+            retention: None,
         }
     }
 }

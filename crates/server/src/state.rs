@@ -43,6 +43,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 use tracing::{info, warn};
 
+mod retention;
+pub use retention::RETENTION_INTERVAL;
+
 /// Most tasks one job may have (a typo of `tasks = 4000000000` should not exhaust memory).
 pub const MAX_TASKS_PER_JOB: u64 = 1_000_000;
 
@@ -222,7 +225,8 @@ pub struct State {
     node_by_name: HashMap<String, u32>,
     jobs: Vec<JobRec>,
     apps: Vec<AppRec>,
-    tasks: Vec<TaskRow>,
+    /// Task rows held in memory (finished jobs' rows leave it; see [`retention`]).
+    tasks: retention::TaskTable,
     /// Job id by submission key.
     by_key: HashMap<String, u64>,
     max_attempts: u32,
@@ -236,6 +240,8 @@ pub struct State {
     paused_since: Option<Instant>,
     /// When the store was last tried while paused.
     last_probe: Option<Instant>,
+    /// Finished jobs' summaries and purged jobs (see [`retention`]).
+    retention: retention::Retention,
 }
 
 impl State {
@@ -260,7 +266,7 @@ impl State {
             node_by_name: HashMap::new(),
             jobs: Vec::new(),
             apps: Vec::new(),
-            tasks: Vec::new(),
+            tasks: Default::default(),
             by_key: HashMap::new(),
             max_attempts: config.max_attempts.max(1),
             estimate: config.profile_estimate.0.max(1),
@@ -269,6 +275,7 @@ impl State {
             config: config.clone(),
             paused_since: None,
             last_probe: None,
+            retention: retention::Retention::with_purged(snap.purged),
         };
         for row in snap.nodes {
             let spec: Node = serde_json::from_str(&row.spec)
@@ -297,12 +304,8 @@ impl State {
                 identity: row.identity,
             });
         }
-        for (i, t) in snap.tasks.iter().enumerate() {
-            if t.id != i as u64 {
-                return Err(StoreError::Corrupt(format!("task ids not dense at {i}")).into());
-            }
-        }
-        state.tasks = snap.tasks;
+        let starts: Vec<u64> = snap.jobs.iter().map(|j| j.first_task).collect();
+        state.tasks = retention::TaskTable::from_rows(snap.tasks, &starts)?;
         for row in snap.jobs {
             let w = parse_workload(&row.origin, &row.text)?;
             let mut apps =
@@ -312,10 +315,14 @@ impl State {
             }
             state.install(row, &w, apps)?;
         }
+        // A purged last job's ids stay taken.
+        if let Some(a) = state.apps.last() {
+            state.tasks.reserve_ids(a.first_task + u64::from(a.tasks));
+        }
         // Running and finished tasks: take their resources / counters in the view.
         let mut finished: HashMap<u32, (u32, u32, u32)> = HashMap::new();
-        for i in 0..state.tasks.len() {
-            let t = &state.tasks[i];
+        for i in state.tasks.ids() {
+            let t = &state.tasks[i as usize];
             match t.state {
                 TaskState::Pending => {}
                 TaskState::Running => {
@@ -348,6 +355,7 @@ impl State {
         for (app, (cpu, gpu, ok)) in finished {
             state.view.restore_finished(AppId(app), cpu, gpu, ok)?;
         }
+        state.evict_finished();
         Ok(state)
     }
 
@@ -1100,6 +1108,9 @@ impl State {
         let Some(j) = job.checked_sub(1).and_then(|i| self.jobs.get(i as usize)) else {
             return Err(StateError::NoJob(job));
         };
+        if self.retention.is_purged(job) {
+            return Err(StateError::NoJob(job));
+        }
         let (apps, range) = (j.apps.clone(), j.tasks.clone());
         let now = now_ns();
         let mut dirty = Vec::new();
@@ -1107,7 +1118,10 @@ impl State {
             self.view.cancel_pending(AppId(app));
         }
         for id in range {
-            let t = &self.tasks[id as usize];
+            // A finished job's rows may have left memory: none of them is pending or running.
+            let Some(t) = self.tasks.get(id as usize) else {
+                continue;
+            };
             match t.state {
                 TaskState::Pending => {}
                 TaskState::Running => {
@@ -1133,17 +1147,10 @@ impl State {
     }
 
     fn counts(&self, range: std::ops::Range<u64>) -> pb::TaskCounts {
-        let mut c = pb::TaskCounts::default();
-        for t in &self.tasks[range.start as usize..range.end as usize] {
-            match t.state {
-                TaskState::Pending => c.pending += 1,
-                TaskState::Running => c.running += 1,
-                TaskState::Succeeded => c.succeeded += 1,
-                TaskState::Failed => c.failed += 1,
-                TaskState::Cancelled => c.cancelled += 1,
-            }
+        match self.tasks.slice(range.clone()) {
+            Some(rows) => retention::count_rows(rows),
+            None => self.counts_beyond_memory(range),
         }
-        c
     }
 
     fn job_info(&self, j: &JobRec, with_apps: bool) -> pb::JobInfo {
@@ -1162,11 +1169,7 @@ impl State {
             "completed"
         };
         let finished_ns = if counts.pending + counts.running == 0 {
-            self.tasks[j.tasks.start as usize..j.tasks.end as usize]
-                .iter()
-                .map(|t| t.finished_ns)
-                .max()
-                .unwrap_or(0)
+            self.job_finished_ns(j)
         } else {
             0
         };
@@ -1221,6 +1224,7 @@ impl State {
         pb::ListJobsReply {
             jobs: self.jobs[start..end]
                 .iter()
+                .filter(|j| !self.retention.is_purged(j.row.id))
                 .map(|j| self.job_info(j, false))
                 .collect(),
             next_cursor: if end < self.jobs.len() {
@@ -1235,6 +1239,7 @@ impl State {
     pub fn job(&self, id: u64) -> Result<pb::JobInfo, StateError> {
         id.checked_sub(1)
             .and_then(|i| self.jobs.get(i as usize))
+            .filter(|j| !self.retention.is_purged(j.row.id))
             .map(|j| self.job_info(j, true))
             .ok_or(StateError::NoJob(id))
     }
@@ -1257,6 +1262,7 @@ impl State {
         } else {
             job.checked_sub(1)
                 .and_then(|i| self.jobs.get(i as usize))
+                .filter(|j| !self.retention.is_purged(j.row.id))
                 .map(|j| j.tasks.clone())
                 .ok_or(StateError::NoJob(job))?
         };
@@ -1264,7 +1270,8 @@ impl State {
         let end = start
             .saturating_add(page_limit(limit) as u64)
             .min(range.end);
-        let tasks = self.tasks[start as usize..end as usize]
+        let tasks = self
+            .rows_for_listing(start..end)?
             .iter()
             .map(|t| {
                 let app = &self.apps[t.app as usize];

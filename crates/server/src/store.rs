@@ -153,6 +153,8 @@ pub struct Snapshot {
     pub jobs: Vec<JobRow>,
     /// Tasks by id.
     pub tasks: Vec<TaskRow>,
+    /// Ids of purged jobs (see [`Store::purge_jobs`]).
+    pub purged: Vec<u64>,
 }
 
 /// The SQLite store.
@@ -187,6 +189,7 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("tasks", "failures", "INTEGER NOT NULL DEFAULT 0"),
     ("nodes", "identity", "TEXT NOT NULL DEFAULT ''"),
     ("nodes", "removed", "INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "purged", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
 const INDEXES: &str =
@@ -330,6 +333,7 @@ impl Store {
                 failures: r.get(12)?,
             });
         }
+        snap.purged = self.purged_jobs()?;
         Ok(snap)
     }
 
@@ -426,6 +430,62 @@ impl Store {
         }
         tx.commit()?;
         Ok(())
+    }
+
+    /// Ids of the jobs purged (their task rows deleted; the job row stays as a tombstone so job
+    /// and application ids stay dense and a submission key keeps naming its job).
+    pub fn purged_jobs(&self) -> Result<Vec<u64>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id FROM jobs WHERE purged != 0 ORDER BY id")?;
+        let rows = stmt.query_map([], |r| r.get::<_, i64>(0))?;
+        rows.map(|r| Ok(r? as u64)).collect()
+    }
+
+    /// Purges jobs, each given as (job id, its task id range), in one transaction: their task rows
+    /// are deleted and their job rows marked purged. Either every job is purged or none.
+    pub fn purge_jobs(&mut self, jobs: &[(u64, std::ops::Range<u64>)]) -> Result<(), StoreError> {
+        self.check_full()?;
+        let tx = self.conn.transaction()?;
+        {
+            let mut del = tx.prepare_cached("DELETE FROM tasks WHERE id >= ?1 AND id < ?2")?;
+            let mut mark = tx.prepare_cached("UPDATE jobs SET purged = 1 WHERE id = ?1")?;
+            for (job, range) in jobs {
+                del.execute(params![range.start as i64, range.end as i64])?;
+                mark.execute(params![*job as i64])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Task rows with ids in `range`, by id (a page of a finished job, read back from the store).
+    pub fn task_rows(&self, range: std::ops::Range<u64>) -> Result<Vec<TaskRow>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, app, idx, state, attempt, node, variant, devices, started_ns, finished_ns,
+                    exit_code, message, failures FROM tasks WHERE id >= ?1 AND id < ?2 ORDER BY id",
+        )?;
+        let mut rows = stmt.query(params![range.start as i64, range.end as i64])?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next()? {
+            let devices: String = r.get(7)?;
+            out.push(TaskRow {
+                id: r.get::<_, i64>(0)? as u64,
+                app: r.get(1)?,
+                index: r.get(2)?,
+                state: TaskState::from_code(r.get(3)?)?,
+                attempt: r.get(4)?,
+                node: r.get(5)?,
+                variant: r.get(6)?,
+                devices: parse_devices(&devices)?,
+                started_ns: r.get::<_, i64>(8)? as u64,
+                finished_ns: r.get::<_, i64>(9)? as u64,
+                exit_code: r.get(10)?,
+                message: r.get(11)?,
+                failures: r.get(12)?,
+            });
+        }
+        Ok(out)
     }
 
     /// Number of stored jobs (for tests and checks).
