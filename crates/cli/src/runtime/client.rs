@@ -37,7 +37,7 @@ pub async fn connect_with(server: &str, token: &str, ca: Option<&[u8]>) -> anyho
 }
 
 /// A server error as users read it (the message alone; it names file, line and field).
-fn refused(s: tonic::Status) -> anyhow::Error {
+pub(super) fn refused(s: tonic::Status) -> anyhow::Error {
     match s.code() {
         tonic::Code::InvalidArgument | tonic::Code::NotFound => anyhow::anyhow!("{}", s.message()),
         tonic::Code::Unauthenticated => {
@@ -61,7 +61,7 @@ fn refused(s: tonic::Status) -> anyhow::Error {
     }
 }
 
-fn json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+pub(super) fn json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }

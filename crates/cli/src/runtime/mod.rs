@@ -6,6 +6,7 @@ mod bench;
 mod client;
 mod demo;
 mod kernel;
+mod purge;
 mod serve;
 
 use clap::{Args, Subcommand, ValueEnum};
@@ -81,6 +82,9 @@ pub enum RuntimeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Delete finished jobs from the server and its store: by id, `--older-than DURATION` or
+    /// `--keep N` (see docs/runtime.md, Retention).
+    Purge(purge::PurgeArgs),
     /// Start a server and three agents (one with GPUs) on loopback, run a small mixed workload of
     /// real linear-algebra tasks, and show where each ran and the makespan.
     Demo(demo::DemoArgs),
@@ -172,6 +176,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         RuntimeCommand::Node(NodeCommand::Remove { name, client }) => {
             client::remove_node(&client, &name).await
         }
+        RuntimeCommand::Purge(a) => purge::run(&a).await,
         RuntimeCommand::Demo(a) => demo::run(a).await,
         RuntimeCommand::Kernel(_) | RuntimeCommand::BenchDispatch(_) => Ok(()),
     }
