@@ -218,6 +218,9 @@ impl Store {
     /// Opens (or creates) the store at `path`.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let conn = Connection::open(path)?;
+        // Pages freed by a purge go back to the file system (a new store only: SQLite fixes this
+        // mode when the first table is created; an older store reuses freed pages instead).
+        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
@@ -456,6 +459,22 @@ impl Store {
             }
         }
         tx.commit()?;
+        // Give the freed pages back (the purge is committed: a failure here only leaves the file
+        // larger, and the pages are reused by later jobs).
+        if let Err(e) = self.give_back_free_pages() {
+            tracing::warn!("after a purge, returning freed pages failed: {e}");
+        }
+        Ok(())
+    }
+
+    /// Frees the store's unused pages (incremental vacuum: each step frees one page, so every row
+    /// is read) and truncates the write-ahead log into the database.
+    fn give_back_free_pages(&self) -> Result<(), StoreError> {
+        let mut stmt = self.conn.prepare("PRAGMA incremental_vacuum")?;
+        let mut rows = stmt.query([])?;
+        while rows.next()?.is_some() {}
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
         Ok(())
     }
 
