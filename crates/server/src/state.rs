@@ -305,6 +305,7 @@ impl State {
             });
         }
         let starts: Vec<u64> = snap.jobs.iter().map(|j| j.first_task).collect();
+        let summaries = snap.finished;
         state.tasks = retention::TaskTable::from_rows(snap.tasks, &starts)?;
         for row in snap.jobs {
             let w = parse_workload(&row.origin, &row.text)?;
@@ -355,6 +356,7 @@ impl State {
         for (app, (cpu, gpu, ok)) in finished {
             state.view.restore_finished(AppId(app), cpu, gpu, ok)?;
         }
+        state.restore_summaries(summaries)?;
         state.evict_finished();
         Ok(state)
     }

@@ -259,3 +259,36 @@ fn the_retention_rule_keeps_the_newest_finished_jobs_and_purge_selects_by_age_or
         .expect("purge");
     assert!(r.purged.is_empty());
 }
+
+#[test]
+fn after_a_restart_a_finished_job_is_reported_from_its_summary_without_reading_its_tasks() {
+    let d = dir("summary");
+    {
+        let mut s = open(&d);
+        let n = register(&mut s, 3);
+        run_job(&mut s, n, "k");
+        s.submit("job.toml", JOB, "/").expect("submit");
+        assert_eq!(s.evict_finished(), 1);
+    }
+    let mut s = open(&d);
+    assert_eq!(
+        s.tasks_in_memory(),
+        3,
+        "only the unfinished job's rows are read"
+    );
+    let info = s.job(1).expect("job");
+    assert_eq!(
+        (info.state.as_str(), info.counts.expect("counts").succeeded),
+        ("completed", 3)
+    );
+    assert_eq!(info.apps[0].counts.clone().expect("app").succeeded, 3);
+    assert_eq!(s.tasks(1).expect("tasks").tasks.len(), 3);
+    // The unfinished job runs; nothing of the finished one is dispatched again.
+    let n = register(&mut s, 3);
+    let ids: Vec<u64> = beat(&mut s, n, &[], &[])
+        .assignments
+        .iter()
+        .map(|a| a.task_id)
+        .collect();
+    assert_eq!(ids, vec![3, 4, 5]);
+}

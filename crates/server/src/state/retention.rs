@@ -18,9 +18,11 @@
 //! acknowledged and ignored, and after a restart a purged job's applications are rebuilt with no
 //! pending task (their rows are gone, and only pending rows are queued).
 
-use super::{JobRec, State, StateError, TaskRow, now_ns};
+use super::{JobRec, Observed, State, StateError, TaskRow, now_ns, variant_of};
 use crate::store::StoreError;
+use hetsched_core::{AppId, Variant};
 use hetsched_proto as pb;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -169,6 +171,40 @@ pub(super) struct Finished {
     finished_ns: u64,
 }
 
+/// A finished job's summary as the store keeps it (JSON in the `finished` table), enough to
+/// rebuild [`Finished`] and the view's counters without reading the job's task rows.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct StoredSummary {
+    finished_ns: u64,
+    apps: Vec<StoredApp>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct StoredApp {
+    /// Tasks pending, running, succeeded, failed, cancelled.
+    counts: [u64; 5],
+    /// Dispatched attempts' variants (CPU, GPU) and successes, as the view counts them.
+    cpu: u32,
+    gpu: u32,
+    ok: u32,
+    /// Observed run times of successes per variant: (total ns, count).
+    observed: [(u64, u64); 2],
+}
+
+fn to_counts(c: [u64; 5]) -> pb::TaskCounts {
+    pb::TaskCounts {
+        pending: c[0],
+        running: c[1],
+        succeeded: c[2],
+        failed: c[3],
+        cancelled: c[4],
+    }
+}
+
+fn from_counts(c: &pb::TaskCounts) -> [u64; 5] {
+    [c.pending, c.running, c.succeeded, c.failed, c.cancelled]
+}
+
 /// Retention bookkeeping of the state.
 #[derive(Debug, Default)]
 pub(super) struct Retention {
@@ -191,6 +227,55 @@ impl Retention {
 
     pub(super) fn is_purged(&self, job: u64) -> bool {
         self.purged.contains(&job)
+    }
+}
+
+impl State {
+    /// Restores finished jobs' summaries read from the store (their task rows were not read):
+    /// memory's summary, the view's counters and the observed run times.
+    pub(super) fn restore_summaries(
+        &mut self,
+        stored: Vec<(u64, String)>,
+    ) -> Result<(), StateError> {
+        for (job, text) in stored {
+            let s: StoredSummary = serde_json::from_str(&text)
+                .map_err(|e| StoreError::Corrupt(format!("summary of job {job}: {e}")))?;
+            let Some(j) = job.checked_sub(1).and_then(|i| self.jobs.get(i as usize)) else {
+                return Err(StoreError::Corrupt(format!("summary of unknown job {job}")).into());
+            };
+            let apps: Vec<u32> = j.apps.clone().collect();
+            if apps.len() != s.apps.len() {
+                return Err(
+                    StoreError::Corrupt(format!("summary of job {job}: applications")).into(),
+                );
+            }
+            let mut counts = pb::TaskCounts::default();
+            let mut app_counts = Vec::new();
+            for (&a, sa) in apps.iter().zip(&s.apps) {
+                let c = to_counts(sa.counts);
+                add(&mut counts, &c);
+                app_counts.push(c);
+                self.view
+                    .restore_finished(AppId(a), sa.cpu, sa.gpu, sa.ok)?;
+                if let Some(r) = self.apps.get_mut(a as usize) {
+                    for (v, (total, count)) in sa.observed.iter().enumerate() {
+                        r.observed[v] = Observed {
+                            total_ns: u128::from(*total),
+                            count: *count,
+                        };
+                    }
+                }
+            }
+            self.retention.finished.insert(
+                job,
+                Finished {
+                    counts,
+                    apps: app_counts,
+                    finished_ns: s.finished_ns,
+                },
+            );
+        }
+        Ok(())
     }
 }
 
@@ -275,7 +360,7 @@ impl State {
     /// Drops the rows of every newly finished job from memory, keeping its summary. Returns how
     /// many jobs were evicted.
     pub fn evict_finished(&mut self) -> usize {
-        let mut evicted = 0;
+        let mut done: Vec<(u64, u64, Finished, String)> = Vec::new();
         for i in 0..self.jobs.len() {
             let (id, range, apps) = {
                 let j = &self.jobs[i];
@@ -290,21 +375,59 @@ impl State {
             if !rows.iter().all(|t| t.state.is_terminal()) {
                 continue;
             }
-            let app_counts = apps
-                .map(|a| {
-                    let r = &self.apps[a as usize];
-                    let s = (r.first_task - range.start) as usize;
-                    count_rows(rows.get(s..s + r.tasks as usize).unwrap_or(&[]))
-                })
-                .collect();
+            let mut stored = StoredSummary {
+                finished_ns: rows.iter().map(|t| t.finished_ns).max().unwrap_or(0),
+                apps: Vec::new(),
+            };
+            let mut app_counts = Vec::new();
+            for a in apps {
+                let r = &self.apps[a as usize];
+                let s = (r.first_task - range.start) as usize;
+                let app_rows = rows.get(s..s + r.tasks as usize).unwrap_or(&[]);
+                let c = count_rows(app_rows);
+                let mut sa = StoredApp {
+                    counts: from_counts(&c),
+                    observed: [0, 1].map(|v| {
+                        let o = r.observed[v];
+                        (o.total_ns.min(u64::MAX as u128) as u64, o.count)
+                    }),
+                    ..Default::default()
+                };
+                // As the restart counts them (`State::from_snapshot`).
+                for t in app_rows.iter().filter(|t| t.attempt > 0) {
+                    match variant_of(t.variant) {
+                        Variant::Cpu => sa.cpu += 1,
+                        Variant::Gpu => sa.gpu += 1,
+                    }
+                    if t.state == crate::store::TaskState::Succeeded {
+                        sa.ok += 1;
+                    }
+                }
+                app_counts.push(c);
+                stored.apps.push(sa);
+            }
             let summary = Finished {
                 counts: count_rows(rows),
                 apps: app_counts,
-                finished_ns: rows.iter().map(|t| t.finished_ns).max().unwrap_or(0),
+                finished_ns: stored.finished_ns,
             };
-            self.tasks.take(range.start);
+            let text = serde_json::to_string(&stored).unwrap_or_default();
+            done.push((id, range.start, summary, text));
+        }
+        if done.is_empty() {
+            return 0;
+        }
+        // The summaries are stored first: if the store refuses, the rows stay in memory (and
+        // the next pass tries again).
+        let rows: Vec<(u64, String)> = done.iter().map(|d| (d.0, d.3.clone())).collect();
+        if let Err(e) = self.store.put_finished(&rows) {
+            tracing::warn!("finished jobs stay in memory: storing their summaries failed: {e}");
+            return 0;
+        }
+        let evicted = done.len();
+        for (id, start, summary, _) in done {
+            self.tasks.take(start);
             self.retention.finished.insert(id, summary);
-            evicted += 1;
         }
         if evicted > 0 {
             info!(
@@ -340,8 +463,8 @@ impl State {
             if self.retention.is_purged(id) {
                 return Err(StateError::NoJob(id));
             }
-            if !self.retention.finished.contains_key(&id) {
-                let c = self.counts(j.tasks.clone());
+            let c = self.counts(j.tasks.clone());
+            if c.pending + c.running > 0 {
                 return Err(StateError::Invalid(format!(
                     "job {id} is not finished ({} tasks pending, {} running): cancel it first \
                      (`hetsched cancel {id}`) or wait for it",
