@@ -110,7 +110,7 @@ fn a_finished_jobs_tasks_leave_memory_and_are_still_reported_from_the_store() {
     let info = s.job(job).expect("job");
     assert_eq!(info.state, "completed");
     assert_eq!(info.counts.expect("counts").succeeded, 3);
-    assert_eq!(info.apps[0].counts.clone().expect("app").succeeded, 3);
+    assert_eq!(info.apps[0].counts.expect("app").succeeded, 3);
     assert!(info.finished_ns > 0);
     assert_eq!(s.task_counts().succeeded, 3);
     // `tasks` reads its rows back from the store, a page at a time.
@@ -281,7 +281,7 @@ fn after_a_restart_a_finished_job_is_reported_from_its_summary_without_reading_i
         (info.state.as_str(), info.counts.expect("counts").succeeded),
         ("completed", 3)
     );
-    assert_eq!(info.apps[0].counts.clone().expect("app").succeeded, 3);
+    assert_eq!(info.apps[0].counts.expect("app").succeeded, 3);
     assert_eq!(s.tasks(1).expect("tasks").tasks.len(), 3);
     // The unfinished job runs; nothing of the finished one is dispatched again.
     let n = register(&mut s, 3);

@@ -322,10 +322,11 @@ impl State {
                     for (i, a) in j.apps.clone().enumerate() {
                         let r = &self.apps[a as usize];
                         let ar = r.first_task..r.first_task + u64::from(r.tasks);
-                        if ar.start >= s && ar.end <= e {
-                            if let Some(ac) = f.apps.get(i) {
-                                add(&mut c, ac);
-                            }
+                        if ar.start >= s
+                            && ar.end <= e
+                            && let Some(ac) = f.apps.get(i)
+                        {
+                            add(&mut c, ac);
                         }
                     }
                 }
