@@ -1272,8 +1272,9 @@ impl State {
         let end = start
             .saturating_add(page_limit(limit) as u64)
             .min(range.end);
-        let tasks = self
-            .rows_for_listing(start..end)?
+        // Rows not held in memory come from the store; a page skips purged jobs' ids.
+        let (rows, end) = self.rows_for_listing(start..end, range.end)?;
+        let tasks = rows
             .iter()
             .map(|t| {
                 let app = &self.apps[t.app as usize];

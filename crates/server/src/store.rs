@@ -512,13 +512,25 @@ impl Store {
         Ok(())
     }
 
-    /// Task rows with ids in `range`, by id (a page of a finished job, read back from the store).
+    /// Task rows with ids in `range`, by id.
     pub fn task_rows(&self, range: std::ops::Range<u64>) -> Result<Vec<TaskRow>, StoreError> {
+        self.task_rows_from(range, usize::MAX)
+    }
+
+    /// The first `limit` task rows with ids in `range`, by id (a page of a listing read back
+    /// from the store).
+    pub fn task_rows_from(
+        &self,
+        range: std::ops::Range<u64>,
+        limit: usize,
+    ) -> Result<Vec<TaskRow>, StoreError> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT id, app, idx, state, attempt, node, variant, devices, started_ns, finished_ns,
-                    exit_code, message, failures FROM tasks WHERE id >= ?1 AND id < ?2 ORDER BY id",
+                    exit_code, message, failures FROM tasks WHERE id >= ?1 AND id < ?2 ORDER BY id
+                    LIMIT ?3",
         )?;
-        let mut rows = stmt.query(params![range.start as i64, range.end as i64])?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut rows = stmt.query(params![range.start as i64, range.end as i64, limit])?;
         let mut out = Vec::new();
         while let Some(r) = rows.next()? {
             let devices: String = r.get(7)?;

@@ -292,3 +292,32 @@ fn after_a_restart_a_finished_job_is_reported_from_its_summary_without_reading_i
         .collect();
     assert_eq!(ids, vec![3, 4, 5]);
 }
+
+#[test]
+fn listing_every_jobs_tasks_skips_purged_jobs_and_joins_up_across_jobs() {
+    let d = dir("all");
+    let mut s = open(&d);
+    let n = register(&mut s, 3);
+    for key in ["a", "b", "c"] {
+        run_job(&mut s, n, key);
+    }
+    s.submit("job.toml", JOB, "/").expect("submit");
+    s.purge(&pb::PurgeRequest {
+        job_ids: vec![1, 2],
+        ..Default::default()
+    })
+    .expect("purge");
+    // Job 0 = every job: pages of 2 from the store, across the finished job 3 and pending job 4.
+    let mut ids = Vec::new();
+    let mut cursor = 0;
+    loop {
+        let page = s.tasks_page(0, cursor, 2).expect("page");
+        assert!(!page.tasks.is_empty(), "no empty page at cursor {cursor}");
+        ids.extend(page.tasks.iter().map(|t| t.id));
+        if page.next_cursor == 0 {
+            break;
+        }
+        cursor = page.next_cursor;
+    }
+    assert_eq!(ids, vec![6, 7, 8, 9, 10, 11]);
+}

@@ -347,15 +347,26 @@ impl State {
         }
     }
 
-    /// Rows of `range` for a listing: from memory when held, else read from the store.
+    /// One page of a listing, `page` (as many ids as the page's limit), within a listing that
+    /// ends at `last`: the rows, from memory when held, else read from the store, and where the
+    /// page ends. From the store a page holds up to as many rows as ids asked, so the ids of
+    /// purged jobs are skipped rather than returned as empty pages.
     pub(super) fn rows_for_listing(
         &self,
-        range: Range<u64>,
-    ) -> Result<std::borrow::Cow<'_, [TaskRow]>, StateError> {
-        Ok(match self.tasks.slice(range.clone()) {
-            Some(rows) => std::borrow::Cow::Borrowed(rows),
-            None => std::borrow::Cow::Owned(self.store.task_rows(range)?),
-        })
+        page: Range<u64>,
+        last: u64,
+    ) -> Result<(std::borrow::Cow<'_, [TaskRow]>, u64), StateError> {
+        if let Some(rows) = self.tasks.slice(page.clone()) {
+            return Ok((std::borrow::Cow::Borrowed(rows), page.end));
+        }
+        let want = (page.end - page.start) as usize;
+        let rows = self.store.task_rows_from(page.start..last, want)?;
+        let end = if rows.len() < want {
+            last
+        } else {
+            rows.last().map_or(last, |t| t.id + 1)
+        };
+        Ok((std::borrow::Cow::Owned(rows), end))
     }
 
     /// Drops the rows of every newly finished job from memory, keeping its summary. Returns how
