@@ -1403,3 +1403,97 @@ fn bench_dispatch_measures_the_scheduler_alone_and_the_servers_cpu() {
         "{v}"
     );
 }
+
+/// Bytes of the server's store (database and write-ahead log).
+fn store_bytes(c: &Cluster) -> u64 {
+    ["state.db", "state.db-wal"]
+        .iter()
+        .filter_map(|f| std::fs::metadata(c.data().join(f)).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+#[test]
+fn purge_removes_finished_jobs_from_listings_and_store_and_the_server_restarts() {
+    let mut c = Cluster::start("purge");
+    // Job 1: 20,000 tasks, cancelled before any node came (finished: every task cancelled).
+    let big = c.write(
+        "big.toml",
+        "[[application]]\nname = \"big\"\ntasks = 20000\n[application.cpu]\ncommand = \"true\"\n",
+    );
+    let out = c.cli(&["submit", big.to_str().expect("path")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(c.cli(&["cancel", "1"]).status.success());
+    // Job 2 runs to completion on an agent.
+    c.start_agent("a", 2);
+    c.wait_for_nodes(1);
+    let small = c.write(
+        "small.toml",
+        "[[application]]\nname = \"small\"\ntasks = 4\n[application.cpu]\ncommand = \"true\"\n",
+    );
+    let out = c.cli(&["submit", "--wait", small.to_str().expect("path")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let jobs = c.json(&["jobs"]);
+    assert_eq!(jobs.as_array().map(Vec::len), Some(2));
+    let before = store_bytes(&c);
+    // The agent's token may not purge; an unknown job is named.
+    let out = Command::new(BIN)
+        .args(["purge", "--keep", "0"])
+        .env("HETSCHED_SERVER", c.url())
+        .env("HETSCHED_TOKEN_FILE", c.data().join("agent-token"))
+        .output()
+        .expect("run hetsched");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("refused this call"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = c.cli(&["purge", "7"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no job 7"));
+    let out = c.cli(&["purge"]);
+    assert!(!out.status.success(), "purge needs a selection");
+    // Purge job 2 by id, then every job finished at least 0 s ago.
+    let out = c.cli(&["purge", "2"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("purged 1 job(s) (4 tasks): 2"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let reply = c.json(&["purge", "--older-than", "0s"]);
+    assert_eq!(reply["purged"], serde_json::json!([1]));
+    assert_eq!(c.json(&["jobs"]).as_array().map(Vec::len), Some(0));
+    assert!(!c.cli(&["job", "1"]).status.success());
+    let after = store_bytes(&c);
+    assert!(
+        after * 2 < before,
+        "the store shrank: {before} bytes before the purge, {after} after"
+    );
+    // A restart reads the purged store; new jobs take new ids and run.
+    c.kill_server();
+    c.start_server();
+    assert_eq!(c.json(&["jobs"]).as_array().map(Vec::len), Some(0));
+    let out = c.cli(&["submit", "--wait", small.to_str().expect("path")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let jobs = c.json(&["jobs"]);
+    assert_eq!(jobs[0]["id"], 3, "{jobs}");
+    assert_eq!(jobs[0]["state"], "completed", "{jobs}");
+}

@@ -12,6 +12,9 @@
 //! http_listen = "127.0.0.1:7421" # optional: HTTP listener for /metrics and /healthz (no token)
 //! start_failures = 3           # consecutive start failures of an application on a node …
 //! start_failure_backoff = "60s" # … keep it off that node this long (0 failures = never)
+//! [retention]                  # optional; finished jobs are kept forever without it
+//! keep_finished = "24h"        # purge a job this long after its last task ended
+//! keep_jobs = 1000             # purge all but the most recently finished 1000 jobs
 //! [tls]                        # optional; PEM files
 //! cert = "server.pem"
 //! key = "server.key"
@@ -52,6 +55,18 @@ pub struct ServerConfig {
     pub start_failures: u32,
     /// How long a failing node is kept from an application.
     pub start_failure_backoff: Duration,
+    /// Retention of finished jobs (`[retention]`); none: kept until `hetsched purge`.
+    pub retention: Option<RetentionConfig>,
+}
+
+/// When finished jobs are purged on their own (see `docs/runtime.md`, Retention).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Purge a finished job this long after its last task ended.
+    pub keep_finished: Option<Duration>,
+    /// Keep at most this many finished jobs (the most recently finished).
+    pub keep_jobs: Option<u64>,
 }
 
 /// TLS settings (PEM files).
@@ -78,6 +93,7 @@ impl Default for ServerConfig {
             http_listen: None,
             start_failures: 3,
             start_failure_backoff: Duration(60_000_000_000),
+            retention: None,
         }
     }
 }

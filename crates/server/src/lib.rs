@@ -197,7 +197,13 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
             tick.tick().await;
             let s = reaper_state.clone();
             let r = tokio::task::spawn_blocking(move || match s.lock() {
-                Ok(mut st) => st.check_dead(timeout),
+                Ok(mut st) => {
+                    // Retention first: a store failure there must not skip the dead-node check.
+                    if let Err(e) = st.apply_retention() {
+                        tracing::error!("retention: {e}");
+                    }
+                    st.check_dead(timeout)
+                }
                 Err(_) => Ok(()),
             })
             .await;

@@ -204,6 +204,14 @@ impl Client for ClientService {
         let id = req.into_inner().job_id;
         with_state(&self.0, move |s| s.cancel(id)).await
     }
+
+    async fn purge(
+        &self,
+        req: Request<pb::PurgeRequest>,
+    ) -> Result<Response<pb::PurgeReply>, Status> {
+        let req = req.into_inner();
+        with_state(&self.0, move |s| s.purge(&req)).await
+    }
 }
 
 /// Who a call's token says the caller is.

@@ -43,6 +43,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 use tracing::{info, warn};
 
+mod retention;
+pub use retention::RETENTION_INTERVAL;
+
 /// Most tasks one job may have (a typo of `tasks = 4000000000` should not exhaust memory).
 pub const MAX_TASKS_PER_JOB: u64 = 1_000_000;
 
@@ -231,7 +234,8 @@ pub struct State {
     node_by_name: HashMap<String, u32>,
     jobs: Vec<JobRec>,
     apps: Vec<AppRec>,
-    tasks: Vec<TaskRow>,
+    /// Task rows held in memory (finished jobs' rows leave it; see [`retention`]).
+    tasks: retention::TaskTable,
     /// Job id by submission key.
     by_key: HashMap<String, u64>,
     max_attempts: u32,
@@ -247,6 +251,8 @@ pub struct State {
     last_probe: Option<Instant>,
     /// The failing-node back-off (memory only).
     backoff: crate::backoff::Backoff,
+    /// Finished jobs' summaries and purged jobs (see [`retention`]).
+    retention: retention::Retention,
 }
 
 impl State {
@@ -271,7 +277,7 @@ impl State {
             node_by_name: HashMap::new(),
             jobs: Vec::new(),
             apps: Vec::new(),
-            tasks: Vec::new(),
+            tasks: Default::default(),
             by_key: HashMap::new(),
             max_attempts: config.max_attempts.max(1),
             estimate: config.profile_estimate.0.max(1),
@@ -284,6 +290,7 @@ impl State {
                 config.start_failures,
                 Duration::from_nanos(config.start_failure_backoff.0),
             ),
+            retention: retention::Retention::with_purged(snap.purged),
         };
         for row in snap.nodes {
             let spec: Node = serde_json::from_str(&row.spec)
@@ -314,12 +321,9 @@ impl State {
                 draining: false,
             });
         }
-        for (i, t) in snap.tasks.iter().enumerate() {
-            if t.id != i as u64 {
-                return Err(StoreError::Corrupt(format!("task ids not dense at {i}")).into());
-            }
-        }
-        state.tasks = snap.tasks;
+        let starts: Vec<u64> = snap.jobs.iter().map(|j| j.first_task).collect();
+        let summaries = snap.finished;
+        state.tasks = retention::TaskTable::from_rows(snap.tasks, &starts)?;
         for row in snap.jobs {
             let w = parse_workload(&row.origin, &row.text)?;
             let mut apps =
@@ -329,10 +333,14 @@ impl State {
             }
             state.install(row, &w, apps)?;
         }
+        // A purged last job's ids stay taken.
+        if let Some(a) = state.apps.last() {
+            state.tasks.reserve_ids(a.first_task + u64::from(a.tasks));
+        }
         // Running and finished tasks: take their resources / counters in the view.
         let mut finished: HashMap<u32, (u32, u32, u32)> = HashMap::new();
-        for i in 0..state.tasks.len() {
-            let t = &state.tasks[i];
+        for i in state.tasks.ids() {
+            let t = &state.tasks[i as usize];
             match t.state {
                 TaskState::Pending => {}
                 TaskState::Running => {
@@ -365,6 +373,8 @@ impl State {
         for (app, (cpu, gpu, ok)) in finished {
             state.view.restore_finished(AppId(app), cpu, gpu, ok)?;
         }
+        state.restore_summaries(summaries)?;
+        state.evict_finished();
         Ok(state)
     }
 
@@ -1233,6 +1243,9 @@ impl State {
         let Some(j) = job.checked_sub(1).and_then(|i| self.jobs.get(i as usize)) else {
             return Err(StateError::NoJob(job));
         };
+        if self.retention.is_purged(job) {
+            return Err(StateError::NoJob(job));
+        }
         let (apps, range) = (j.apps.clone(), j.tasks.clone());
         let now = now_ns();
         let mut dirty = Vec::new();
@@ -1240,7 +1253,10 @@ impl State {
             self.view.cancel_pending(AppId(app));
         }
         for id in range {
-            let t = &self.tasks[id as usize];
+            // A finished job's rows may have left memory: none of them is pending or running.
+            let Some(t) = self.tasks.get(id as usize) else {
+                continue;
+            };
             match t.state {
                 TaskState::Pending => {}
                 TaskState::Running => {
@@ -1266,17 +1282,10 @@ impl State {
     }
 
     fn counts(&self, range: std::ops::Range<u64>) -> pb::TaskCounts {
-        let mut c = pb::TaskCounts::default();
-        for t in &self.tasks[range.start as usize..range.end as usize] {
-            match t.state {
-                TaskState::Pending => c.pending += 1,
-                TaskState::Running => c.running += 1,
-                TaskState::Succeeded => c.succeeded += 1,
-                TaskState::Failed => c.failed += 1,
-                TaskState::Cancelled => c.cancelled += 1,
-            }
+        match self.tasks.slice(range.clone()) {
+            Some(rows) => retention::count_rows(rows),
+            None => self.counts_beyond_memory(range),
         }
-        c
     }
 
     fn job_info(&self, j: &JobRec, with_apps: bool) -> pb::JobInfo {
@@ -1295,11 +1304,7 @@ impl State {
             "completed"
         };
         let finished_ns = if counts.pending + counts.running == 0 {
-            self.tasks[j.tasks.start as usize..j.tasks.end as usize]
-                .iter()
-                .map(|t| t.finished_ns)
-                .max()
-                .unwrap_or(0)
+            self.job_finished_ns(j)
         } else {
             0
         };
@@ -1354,6 +1359,7 @@ impl State {
         pb::ListJobsReply {
             jobs: self.jobs[start..end]
                 .iter()
+                .filter(|j| !self.retention.is_purged(j.row.id))
                 .map(|j| self.job_info(j, false))
                 .collect(),
             next_cursor: if end < self.jobs.len() {
@@ -1368,6 +1374,7 @@ impl State {
     pub fn job(&self, id: u64) -> Result<pb::JobInfo, StateError> {
         id.checked_sub(1)
             .and_then(|i| self.jobs.get(i as usize))
+            .filter(|j| !self.retention.is_purged(j.row.id))
             .map(|j| self.job_info(j, true))
             .ok_or(StateError::NoJob(id))
     }
@@ -1390,6 +1397,7 @@ impl State {
         } else {
             job.checked_sub(1)
                 .and_then(|i| self.jobs.get(i as usize))
+                .filter(|j| !self.retention.is_purged(j.row.id))
                 .map(|j| j.tasks.clone())
                 .ok_or(StateError::NoJob(job))?
         };
@@ -1397,7 +1405,9 @@ impl State {
         let end = start
             .saturating_add(page_limit(limit) as u64)
             .min(range.end);
-        let tasks = self.tasks[start as usize..end as usize]
+        // Rows not held in memory come from the store; a page skips purged jobs' ids.
+        let (rows, end) = self.rows_for_listing(start..end, range.end)?;
+        let tasks = rows
             .iter()
             .map(|t| {
                 let app = &self.apps[t.app as usize];

@@ -155,6 +155,10 @@ pub struct Snapshot {
     pub jobs: Vec<JobRow>,
     /// Tasks by id.
     pub tasks: Vec<TaskRow>,
+    /// Ids of purged jobs (see [`Store::purge_jobs`]).
+    pub purged: Vec<u64>,
+    /// Summaries of finished jobs whose task rows were not read (job id, summary).
+    pub finished: Vec<(u64, String)>,
 }
 
 /// The SQLite store.
@@ -175,6 +179,7 @@ CREATE TABLE IF NOT EXISTS apps(
     id INTEGER PRIMARY KEY, job INTEGER NOT NULL REFERENCES jobs(id), idx INTEGER NOT NULL,
     name TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS finished(job INTEGER PRIMARY KEY, summary TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tasks(
     id INTEGER PRIMARY KEY, app INTEGER NOT NULL REFERENCES apps(id), idx INTEGER NOT NULL,
     state INTEGER NOT NULL, attempt INTEGER NOT NULL, node INTEGER, variant INTEGER,
@@ -190,6 +195,7 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("nodes", "identity", "TEXT NOT NULL DEFAULT ''"),
     ("nodes", "removed", "INTEGER NOT NULL DEFAULT 0"),
     ("jobs", "name", "TEXT"),
+    ("jobs", "purged", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
 const INDEXES: &str =
@@ -218,6 +224,13 @@ impl Store {
     /// Opens (or creates) the store at `path`.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let conn = Connection::open(path)?;
+        // Pages freed by a purge go back to the file system (a new store only: SQLite fixes this
+        // mode when the first table is created; an older store reuses freed pages instead).
+        // Set on a new file only: on an existing one it is a write (refused on a full disk).
+        let tables: i64 = conn.query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0))?;
+        if tables == 0 {
+            conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
+        }
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
@@ -311,28 +324,38 @@ impl Store {
         for r in rows {
             snap.jobs.push(r?);
         }
-        let mut stmt = self.conn.prepare(
-            "SELECT id, app, idx, state, attempt, node, variant, devices, started_ns, finished_ns,
-                    exit_code, message, failures FROM tasks ORDER BY id",
-        )?;
-        let mut rows = stmt.query([])?;
-        while let Some(r) = rows.next()? {
-            let devices: String = r.get(7)?;
-            snap.tasks.push(TaskRow {
-                id: r.get::<_, i64>(0)? as u64,
-                app: r.get(1)?,
-                index: r.get(2)?,
-                state: TaskState::from_code(r.get(3)?)?,
-                attempt: r.get(4)?,
-                node: r.get(5)?,
-                variant: r.get(6)?,
-                devices: parse_devices(&devices)?,
-                started_ns: r.get::<_, i64>(8)? as u64,
-                finished_ns: r.get::<_, i64>(9)? as u64,
-                exit_code: r.get(10)?,
-                message: r.get(11)?,
-                failures: r.get(12)?,
-            });
+        snap.purged = self.purged_jobs()?;
+        let mut stmt = self
+            .conn
+            .prepare("SELECT job, summary FROM finished ORDER BY job")?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)))?;
+        for r in rows {
+            snap.finished.push(r?);
+        }
+        // Task rows of every job but the finished (summarised) and purged ones: a job's ids run
+        // up to the next job's first task.
+        let skip: std::collections::HashSet<u64> = snap
+            .finished
+            .iter()
+            .map(|f| f.0)
+            .chain(snap.purged.iter().copied())
+            .collect();
+        let mut ranges: Vec<std::ops::Range<u64>> = Vec::new();
+        for (i, j) in snap.jobs.iter().enumerate() {
+            if skip.contains(&j.id) {
+                continue;
+            }
+            let end = snap
+                .jobs
+                .get(i + 1)
+                .map_or(i64::MAX as u64, |n| n.first_task);
+            match ranges.last_mut() {
+                Some(r) if r.end == j.first_task => r.end = end,
+                _ => ranges.push(j.first_task..end),
+            }
+        }
+        for r in ranges {
+            snap.tasks.extend(self.task_rows(r)?);
         }
         Ok(snap)
     }
@@ -431,6 +454,108 @@ impl Store {
         }
         tx.commit()?;
         Ok(())
+    }
+
+    /// Ids of the jobs purged (their task rows deleted; the job row stays as a tombstone so job
+    /// and application ids stay dense and a submission key keeps naming its job).
+    pub fn purged_jobs(&self) -> Result<Vec<u64>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id FROM jobs WHERE purged != 0 ORDER BY id")?;
+        let rows = stmt.query_map([], |r| r.get::<_, i64>(0))?;
+        rows.map(|r| Ok(r? as u64)).collect()
+    }
+
+    /// Purges jobs, each given as (job id, its task id range), in one transaction: their task rows
+    /// are deleted and their job rows marked purged. Either every job is purged or none.
+    pub fn purge_jobs(&mut self, jobs: &[(u64, std::ops::Range<u64>)]) -> Result<(), StoreError> {
+        self.check_full()?;
+        let tx = self.conn.transaction()?;
+        {
+            let mut del = tx.prepare_cached("DELETE FROM tasks WHERE id >= ?1 AND id < ?2")?;
+            let mut mark = tx.prepare_cached("UPDATE jobs SET purged = 1 WHERE id = ?1")?;
+            let mut summary = tx.prepare_cached("DELETE FROM finished WHERE job = ?1")?;
+            for (job, range) in jobs {
+                del.execute(params![range.start as i64, range.end as i64])?;
+                mark.execute(params![*job as i64])?;
+                summary.execute(params![*job as i64])?;
+            }
+        }
+        tx.commit()?;
+        // Give the freed pages back (the purge is committed: a failure here only leaves the file
+        // larger, and the pages are reused by later jobs).
+        if let Err(e) = self.give_back_free_pages() {
+            tracing::warn!("after a purge, returning freed pages failed: {e}");
+        }
+        Ok(())
+    }
+
+    /// Frees the store's unused pages (incremental vacuum: each step frees one page, so every row
+    /// is read) and truncates the write-ahead log into the database.
+    fn give_back_free_pages(&self) -> Result<(), StoreError> {
+        let mut stmt = self.conn.prepare("PRAGMA incremental_vacuum")?;
+        let mut rows = stmt.query([])?;
+        while rows.next()?.is_some() {}
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        Ok(())
+    }
+
+    /// Records finished jobs' summaries (job id, summary), in one transaction: after a restart
+    /// their task rows are not read (see [`Snapshot::finished`]).
+    pub fn put_finished(&mut self, summaries: &[(u64, String)]) -> Result<(), StoreError> {
+        self.check_full()?;
+        let tx = self.conn.transaction()?;
+        {
+            let mut put =
+                tx.prepare_cached("INSERT OR REPLACE INTO finished(job, summary) VALUES (?1, ?2)")?;
+            for (job, summary) in summaries {
+                put.execute(params![*job as i64, summary])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Task rows with ids in `range`, by id.
+    pub fn task_rows(&self, range: std::ops::Range<u64>) -> Result<Vec<TaskRow>, StoreError> {
+        self.task_rows_from(range, usize::MAX)
+    }
+
+    /// The first `limit` task rows with ids in `range`, by id (a page of a listing read back
+    /// from the store).
+    pub fn task_rows_from(
+        &self,
+        range: std::ops::Range<u64>,
+        limit: usize,
+    ) -> Result<Vec<TaskRow>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, app, idx, state, attempt, node, variant, devices, started_ns, finished_ns,
+                    exit_code, message, failures FROM tasks WHERE id >= ?1 AND id < ?2 ORDER BY id
+                    LIMIT ?3",
+        )?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut rows = stmt.query(params![range.start as i64, range.end as i64, limit])?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next()? {
+            let devices: String = r.get(7)?;
+            out.push(TaskRow {
+                id: r.get::<_, i64>(0)? as u64,
+                app: r.get(1)?,
+                index: r.get(2)?,
+                state: TaskState::from_code(r.get(3)?)?,
+                attempt: r.get(4)?,
+                node: r.get(5)?,
+                variant: r.get(6)?,
+                devices: parse_devices(&devices)?,
+                started_ns: r.get::<_, i64>(8)? as u64,
+                finished_ns: r.get::<_, i64>(9)? as u64,
+                exit_code: r.get(10)?,
+                message: r.get(11)?,
+                failures: r.get(12)?,
+            });
+        }
+        Ok(out)
     }
 
     /// Number of stored jobs (for tests and checks).

@@ -64,7 +64,7 @@ pub fn refused(s: tonic::Status) -> anyhow::Error {
     }
 }
 
-fn json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+pub(super) fn json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }

@@ -8,6 +8,7 @@ mod demo;
 pub mod human;
 mod kernel;
 mod log;
+mod purge;
 mod serve;
 
 use clap::{Args, Subcommand, ValueEnum};
@@ -118,6 +119,9 @@ pub enum RuntimeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Delete finished jobs from the server and its store: by id, `--older-than DURATION` or
+    /// `--keep N` (see docs/runtime.md, Retention).
+    Purge(purge::PurgeArgs),
     /// Start a server and three agents (one with GPUs) on loopback, run a small mixed workload of
     /// real linear-algebra tasks, and show where each ran and the makespan.
     Demo(demo::DemoArgs),
@@ -259,6 +263,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             follow,
             client,
         } => log::log(&client, job, &task, stderr, attempt, follow).await,
+        RuntimeCommand::Purge(a) => purge::run(&a).await,
         RuntimeCommand::Demo(a) => demo::run(a).await,
         RuntimeCommand::Kernel(_) | RuntimeCommand::BenchDispatch(_) => Ok(()),
     }

@@ -1,0 +1,62 @@
+//! `hetsched purge`: deletes finished jobs (every task succeeded, failed or cancelled) from the
+//! server's memory and store (see `docs/runtime.md`, Retention). Jobs are chosen by id, by age
+//! (`--older-than`: finished at least this long ago) or by count (`--keep N`: all but the N most
+//! recently finished); a job any of these selects is purged. Needs the client token.
+
+use super::ClientArgs;
+use super::Output;
+use super::client::{connect, json, refused};
+use clap::Args;
+use hetsched_proto as pb;
+
+/// `hetsched purge` arguments.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).multiple(true)
+    .args(["jobs", "older_than", "keep"])))]
+pub struct PurgeArgs {
+    /// Purge these finished jobs (a job that is not finished refuses the whole request).
+    #[arg(value_name = "JOB")]
+    pub jobs: Vec<u64>,
+    /// Purge every job that finished at least this long ago (e.g. `24h`, `30m`, `0s`).
+    #[arg(long, value_name = "DURATION")]
+    pub older_than: Option<humantime::Duration>,
+    /// Purge all finished jobs but the N most recently finished.
+    #[arg(long, value_name = "N")]
+    pub keep: Option<u64>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Runs `hetsched purge`.
+pub async fn run(args: &PurgeArgs) -> anyhow::Result<()> {
+    let older = args.older_than.map(std::time::Duration::from);
+    let reply = connect(&args.client)
+        .await?
+        .purge(pb::PurgeRequest {
+            job_ids: args.jobs.clone(),
+            has_older_than: older.is_some(),
+            older_than_ms: older.map_or(0, |d| d.as_millis().min(u64::MAX as u128) as u64),
+            has_keep: args.keep.is_some(),
+            keep: args.keep.unwrap_or(0),
+        })
+        .await
+        .map_err(refused)?
+        .into_inner();
+    match args.client.output {
+        Output::Json => json(&reply),
+        Output::Table => {
+            if reply.purged.is_empty() {
+                println!("no finished job to purge");
+            } else {
+                let ids: Vec<String> = reply.purged.iter().map(u64::to_string).collect();
+                println!(
+                    "purged {} job(s) ({} tasks): {}",
+                    reply.purged.len(),
+                    reply.tasks,
+                    ids.join(", ")
+                );
+            }
+            Ok(())
+        }
+    }
+}

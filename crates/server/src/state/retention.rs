@@ -1,0 +1,561 @@
+//! Retention of finished jobs: finished jobs' tasks leave memory, and finished jobs are purged
+//! from memory and store, by the `[retention]` rule of the configuration or by `hetsched purge`.
+//!
+//! A job is *finished* when every one of its tasks is terminal (succeeded, failed or cancelled).
+//! - **Eviction** (memory only): a finished job's task rows are dropped from memory and replaced by
+//!   a summary (counts per state, per application, and the last end time), so `hetsched jobs` and
+//!   `hetsched job N` still report it; `hetsched tasks --job N` reads its rows from the store, one
+//!   page at a time. Nothing changes in the store.
+//! - **Purge** (memory and store): a finished job's task rows are deleted from the store in one
+//!   transaction with the marking of its job row as purged; the job row stays as a small tombstone
+//!   so job, application and task ids are never reused and a submission key keeps naming its job
+//!   (a repeated submission with that key answers the purged job's id, `existing = true`, and runs
+//!   nothing). A purged job is no longer listed; `job N` answers "no job N".
+//!
+//! Why a task with a recorded success is never dispatched again across purge and restart: only
+//! finished jobs are evicted or purged (none of their tasks is pending or running, so no queue or
+//! node refers to them), a result arriving later for one of their tasks finds no row and is
+//! acknowledged and ignored, and after a restart a purged job's applications are rebuilt with no
+//! pending task (their rows are gone, and only pending rows are queued).
+
+use super::{JobRec, Observed, State, StateError, TaskRow, now_ns, variant_of};
+use crate::store::StoreError;
+use hetsched_core::{AppId, Variant};
+use hetsched_proto as pb;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Range;
+use std::time::{Duration, Instant};
+use tracing::info;
+
+/// How often the retention rule is applied (and newly finished jobs evicted).
+pub const RETENTION_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Task rows in memory, by task id: one dense run of rows per job still held (a job's rows leave
+/// memory at once when it is evicted or purged).
+#[derive(Debug, Default)]
+pub(super) struct TaskTable {
+    /// Rows by the id of each run's first task.
+    chunks: BTreeMap<u64, Vec<TaskRow>>,
+    /// One past the highest task id ever given (held or not): the next job's first task.
+    end: u64,
+}
+
+impl TaskTable {
+    /// Rows read from the store (by id), cut into runs at the jobs' first tasks `starts`
+    /// (ascending). Purged jobs have no rows.
+    pub(super) fn from_rows(rows: Vec<TaskRow>, starts: &[u64]) -> Result<Self, StoreError> {
+        let mut table = TaskTable::default();
+        let mut current: Option<(u64, Vec<TaskRow>)> = None;
+        for row in rows {
+            // The run this row belongs to: the last job starting at or before it.
+            let start = match starts.partition_point(|&s| s <= row.id) {
+                0 => return Err(StoreError::Corrupt(format!("task {} has no job", row.id))),
+                i => starts[i - 1],
+            };
+            if current.as_ref().is_none_or(|(s, _)| *s != start) {
+                if let Some((s, v)) = current.take() {
+                    table.insert(s, v);
+                }
+                current = Some((start, Vec::new()));
+            }
+            if let Some((s, v)) = current.as_mut() {
+                if row.id != *s + v.len() as u64 {
+                    return Err(StoreError::Corrupt(format!(
+                        "task ids not dense at {}",
+                        row.id
+                    )));
+                }
+                v.push(row);
+            }
+        }
+        if let Some((s, v)) = current {
+            table.insert(s, v);
+        }
+        Ok(table)
+    }
+
+    fn insert(&mut self, start: u64, rows: Vec<TaskRow>) {
+        self.end = self.end.max(start + rows.len() as u64);
+        if !rows.is_empty() {
+            self.chunks.insert(start, rows);
+        }
+    }
+
+    /// One past the highest task id ever given.
+    pub(super) fn len(&self) -> usize {
+        self.end as usize
+    }
+
+    /// Makes sure ids below `end` are never given again (a purged job at the end).
+    pub(super) fn reserve_ids(&mut self, end: u64) {
+        self.end = self.end.max(end);
+    }
+
+    /// Adds a new job's rows (ids from `self.len()` on).
+    pub(super) fn extend(&mut self, rows: Vec<TaskRow>) {
+        if let Some(first) = rows.first() {
+            let start = first.id;
+            self.insert(start, rows);
+        }
+    }
+
+    fn run(&self, id: u64) -> Option<(u64, &Vec<TaskRow>)> {
+        let (&s, v) = self.chunks.range(..=id).next_back()?;
+        (id < s + v.len() as u64).then_some((s, v))
+    }
+
+    /// The row of task `id`, if held in memory.
+    pub(super) fn get(&self, id: usize) -> Option<&TaskRow> {
+        let id = id as u64;
+        self.run(id).map(|(s, v)| &v[(id - s) as usize])
+    }
+
+    /// The row of task `id`, if held in memory.
+    pub(super) fn get_mut(&mut self, id: usize) -> Option<&mut TaskRow> {
+        let id = id as u64;
+        let (&s, v) = self.chunks.range_mut(..=id).next_back()?;
+        v.get_mut((id - s) as usize)
+    }
+
+    /// The rows of `range` if all are held in one run (an empty range: no rows).
+    pub(super) fn slice(&self, range: Range<u64>) -> Option<&[TaskRow]> {
+        if range.is_empty() {
+            return Some(&[]);
+        }
+        let (s, v) = self.run(range.start)?;
+        v.get((range.start - s) as usize..(range.end - s) as usize)
+    }
+
+    /// Drops the run starting at `start` from memory.
+    pub(super) fn take(&mut self, start: u64) -> Option<Vec<TaskRow>> {
+        self.chunks.remove(&start)
+    }
+
+    /// Ids of every row held.
+    pub(super) fn ids(&self) -> Vec<u64> {
+        self.chunks
+            .iter()
+            .flat_map(|(&s, v)| s..s + v.len() as u64)
+            .collect()
+    }
+
+    /// How many rows are held in memory.
+    pub(super) fn held(&self) -> usize {
+        self.chunks.values().map(Vec::len).sum()
+    }
+}
+
+impl std::ops::Index<usize> for TaskTable {
+    type Output = TaskRow;
+    fn index(&self, id: usize) -> &TaskRow {
+        self.get(id)
+            .unwrap_or_else(|| panic!("task {id} is not held in memory"))
+    }
+}
+
+impl std::ops::IndexMut<usize> for TaskTable {
+    fn index_mut(&mut self, id: usize) -> &mut TaskRow {
+        self.get_mut(id)
+            .unwrap_or_else(|| panic!("task {id} is not held in memory"))
+    }
+}
+
+/// What memory keeps of a finished job whose rows were evicted.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Finished {
+    counts: pb::TaskCounts,
+    /// Counts per application (in the job's application order).
+    apps: Vec<pb::TaskCounts>,
+    /// When its last task ended.
+    finished_ns: u64,
+}
+
+/// A finished job's summary as the store keeps it (JSON in the `finished` table), enough to
+/// rebuild [`Finished`] and the view's counters without reading the job's task rows.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct StoredSummary {
+    finished_ns: u64,
+    apps: Vec<StoredApp>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct StoredApp {
+    /// Tasks pending, running, succeeded, failed, cancelled.
+    counts: [u64; 5],
+    /// Dispatched attempts' variants (CPU, GPU) and successes, as the view counts them.
+    cpu: u32,
+    gpu: u32,
+    ok: u32,
+    /// Observed run times of successes per variant: (total ns, count).
+    observed: [(u64, u64); 2],
+}
+
+fn to_counts(c: [u64; 5]) -> pb::TaskCounts {
+    pb::TaskCounts {
+        pending: c[0],
+        running: c[1],
+        succeeded: c[2],
+        failed: c[3],
+        cancelled: c[4],
+    }
+}
+
+fn from_counts(c: &pb::TaskCounts) -> [u64; 5] {
+    [c.pending, c.running, c.succeeded, c.failed, c.cancelled]
+}
+
+/// Retention bookkeeping of the state.
+#[derive(Debug, Default)]
+pub(super) struct Retention {
+    /// Evicted finished jobs by id.
+    finished: HashMap<u64, Finished>,
+    /// Purged jobs.
+    purged: HashSet<u64>,
+    /// When the rule was last applied.
+    last_applied: Option<Instant>,
+}
+
+impl Retention {
+    /// With the jobs a store lists as purged.
+    pub(super) fn with_purged(purged: Vec<u64>) -> Self {
+        Retention {
+            purged: purged.into_iter().collect(),
+            ..Default::default()
+        }
+    }
+
+    pub(super) fn is_purged(&self, job: u64) -> bool {
+        self.purged.contains(&job)
+    }
+}
+
+impl State {
+    /// Restores finished jobs' summaries read from the store (their task rows were not read):
+    /// memory's summary, the view's counters and the observed run times.
+    pub(super) fn restore_summaries(
+        &mut self,
+        stored: Vec<(u64, String)>,
+    ) -> Result<(), StateError> {
+        for (job, text) in stored {
+            let s: StoredSummary = serde_json::from_str(&text)
+                .map_err(|e| StoreError::Corrupt(format!("summary of job {job}: {e}")))?;
+            let Some(j) = job.checked_sub(1).and_then(|i| self.jobs.get(i as usize)) else {
+                return Err(StoreError::Corrupt(format!("summary of unknown job {job}")).into());
+            };
+            let apps: Vec<u32> = j.apps.clone().collect();
+            if apps.len() != s.apps.len() {
+                return Err(
+                    StoreError::Corrupt(format!("summary of job {job}: applications")).into(),
+                );
+            }
+            let mut counts = pb::TaskCounts::default();
+            let mut app_counts = Vec::new();
+            for (&a, sa) in apps.iter().zip(&s.apps) {
+                let c = to_counts(sa.counts);
+                add(&mut counts, &c);
+                app_counts.push(c);
+                self.view
+                    .restore_finished(AppId(a), sa.cpu, sa.gpu, sa.ok)?;
+                if let Some(r) = self.apps.get_mut(a as usize) {
+                    for (v, (total, count)) in sa.observed.iter().enumerate() {
+                        r.observed[v] = Observed {
+                            total_ns: u128::from(*total),
+                            count: *count,
+                        };
+                    }
+                }
+            }
+            self.retention.finished.insert(
+                job,
+                Finished {
+                    counts,
+                    apps: app_counts,
+                    finished_ns: s.finished_ns,
+                },
+            );
+        }
+        Ok(())
+    }
+}
+
+fn add(c: &mut pb::TaskCounts, o: &pb::TaskCounts) {
+    c.pending += o.pending;
+    c.running += o.running;
+    c.succeeded += o.succeeded;
+    c.failed += o.failed;
+    c.cancelled += o.cancelled;
+}
+
+/// Counts of rows by state.
+pub(super) fn count_rows(rows: &[TaskRow]) -> pb::TaskCounts {
+    use crate::store::TaskState::*;
+    let mut c = pb::TaskCounts::default();
+    for t in rows {
+        match t.state {
+            Pending => c.pending += 1,
+            Running => c.running += 1,
+            Succeeded => c.succeeded += 1,
+            Failed => c.failed += 1,
+            Cancelled => c.cancelled += 1,
+        }
+    }
+    c
+}
+
+impl State {
+    /// Counts of a task range not held in one run: the jobs it covers, from memory or from their
+    /// summaries (purged jobs count for nothing).
+    pub(super) fn counts_beyond_memory(&self, range: Range<u64>) -> pb::TaskCounts {
+        let mut c = pb::TaskCounts::default();
+        for j in &self.jobs {
+            let (s, e) = (j.tasks.start.max(range.start), j.tasks.end.min(range.end));
+            if s >= e || self.retention.is_purged(j.row.id) {
+                continue;
+            }
+            if let Some(rows) = self.tasks.slice(s..e) {
+                add(&mut c, &count_rows(rows));
+            } else if let Some(f) = self.retention.finished.get(&j.row.id) {
+                if (s, e) == (j.tasks.start, j.tasks.end) {
+                    add(&mut c, &f.counts);
+                } else {
+                    for (i, a) in j.apps.clone().enumerate() {
+                        let r = &self.apps[a as usize];
+                        let ar = r.first_task..r.first_task + u64::from(r.tasks);
+                        if ar.start >= s
+                            && ar.end <= e
+                            && let Some(ac) = f.apps.get(i)
+                        {
+                            add(&mut c, ac);
+                        }
+                    }
+                }
+            }
+        }
+        c
+    }
+
+    /// When a finished job's last task ended (0 while it is not finished).
+    pub(super) fn job_finished_ns(&self, j: &JobRec) -> u64 {
+        match self.tasks.slice(j.tasks.clone()) {
+            Some(rows) => rows.iter().map(|t| t.finished_ns).max().unwrap_or(0),
+            None => self
+                .retention
+                .finished
+                .get(&j.row.id)
+                .map_or(0, |f| f.finished_ns),
+        }
+    }
+
+    /// One page of a listing, `page` (as many ids as the page's limit), within a listing that
+    /// ends at `last`: the rows, from memory when held, else read from the store, and where the
+    /// page ends. From the store a page holds up to as many rows as ids asked, so the ids of
+    /// purged jobs are skipped rather than returned as empty pages.
+    pub(super) fn rows_for_listing(
+        &self,
+        page: Range<u64>,
+        last: u64,
+    ) -> Result<(std::borrow::Cow<'_, [TaskRow]>, u64), StateError> {
+        if let Some(rows) = self.tasks.slice(page.clone()) {
+            return Ok((std::borrow::Cow::Borrowed(rows), page.end));
+        }
+        let want = (page.end - page.start) as usize;
+        let rows = self.store.task_rows_from(page.start..last, want)?;
+        let end = if rows.len() < want {
+            last
+        } else {
+            rows.last().map_or(last, |t| t.id + 1)
+        };
+        Ok((std::borrow::Cow::Owned(rows), end))
+    }
+
+    /// Drops the rows of every newly finished job from memory, keeping its summary. Returns how
+    /// many jobs were evicted.
+    pub fn evict_finished(&mut self) -> usize {
+        let mut done: Vec<(u64, u64, Finished, String)> = Vec::new();
+        for i in 0..self.jobs.len() {
+            let (id, range, apps) = {
+                let j = &self.jobs[i];
+                (j.row.id, j.tasks.clone(), j.apps.clone())
+            };
+            if range.is_empty() || self.retention.finished.contains_key(&id) {
+                continue;
+            }
+            let Some(rows) = self.tasks.slice(range.clone()) else {
+                continue;
+            };
+            if !rows.iter().all(|t| t.state.is_terminal()) {
+                continue;
+            }
+            let mut stored = StoredSummary {
+                finished_ns: rows.iter().map(|t| t.finished_ns).max().unwrap_or(0),
+                apps: Vec::new(),
+            };
+            let mut app_counts = Vec::new();
+            for a in apps {
+                let r = &self.apps[a as usize];
+                let s = (r.first_task - range.start) as usize;
+                let app_rows = rows.get(s..s + r.tasks as usize).unwrap_or(&[]);
+                let c = count_rows(app_rows);
+                let mut sa = StoredApp {
+                    counts: from_counts(&c),
+                    observed: [0, 1].map(|v| {
+                        let o = r.observed[v];
+                        (o.total_ns.min(u64::MAX as u128) as u64, o.count)
+                    }),
+                    ..Default::default()
+                };
+                // As the restart counts them (`State::from_snapshot`).
+                for t in app_rows.iter().filter(|t| t.attempt > 0) {
+                    match variant_of(t.variant) {
+                        Variant::Cpu => sa.cpu += 1,
+                        Variant::Gpu => sa.gpu += 1,
+                    }
+                    if t.state == crate::store::TaskState::Succeeded {
+                        sa.ok += 1;
+                    }
+                }
+                app_counts.push(c);
+                stored.apps.push(sa);
+            }
+            let summary = Finished {
+                counts: count_rows(rows),
+                apps: app_counts,
+                finished_ns: stored.finished_ns,
+            };
+            let text = serde_json::to_string(&stored).unwrap_or_default();
+            done.push((id, range.start, summary, text));
+        }
+        if done.is_empty() {
+            return 0;
+        }
+        // The summaries are stored first: if the store refuses, the rows stay in memory (and
+        // the next pass tries again).
+        let rows: Vec<(u64, String)> = done.iter().map(|d| (d.0, d.3.clone())).collect();
+        if let Err(e) = self.store.put_finished(&rows) {
+            tracing::warn!("finished jobs stay in memory: storing their summaries failed: {e}");
+            return 0;
+        }
+        let evicted = done.len();
+        for (id, start, summary, _) in done {
+            self.tasks.take(start);
+            self.retention.finished.insert(id, summary);
+        }
+        if evicted > 0 {
+            info!(
+                jobs = evicted,
+                held = self.tasks.held(),
+                "finished jobs' tasks left memory"
+            );
+        }
+        evicted
+    }
+
+    /// Finished, not yet purged jobs: (id, when the last task ended).
+    fn finished_jobs(&self) -> Vec<(u64, u64)> {
+        self.retention
+            .finished
+            .iter()
+            .filter(|(id, _)| !self.retention.is_purged(**id))
+            .map(|(&id, f)| (id, f.finished_ns))
+            .collect()
+    }
+
+    /// Purges the finished jobs `req` selects (see [`pb::PurgeRequest`]). A named job that does
+    /// not exist, is already purged or is not finished refuses the whole request. The store's
+    /// rows go in one transaction; memory changes only once it committed.
+    pub fn purge(&mut self, req: &pb::PurgeRequest) -> Result<pb::PurgeReply, StateError> {
+        self.evict_finished();
+        let finished = self.finished_jobs();
+        let mut chosen: HashSet<u64> = HashSet::new();
+        for &id in &req.job_ids {
+            let Some(j) = id.checked_sub(1).and_then(|i| self.jobs.get(i as usize)) else {
+                return Err(StateError::NoJob(id));
+            };
+            if self.retention.is_purged(id) {
+                return Err(StateError::NoJob(id));
+            }
+            let c = self.counts(j.tasks.clone());
+            if c.pending + c.running > 0 {
+                return Err(StateError::Invalid(format!(
+                    "job {id} is not finished ({} tasks pending, {} running): cancel it first \
+                     (`hetsched cancel {id}`) or wait for it",
+                    c.pending, c.running
+                )));
+            }
+            chosen.insert(id);
+        }
+        if req.has_older_than {
+            let cutoff = now_ns().saturating_sub(req.older_than_ms.saturating_mul(1_000_000));
+            chosen.extend(
+                finished
+                    .iter()
+                    .filter(|(_, end)| *end <= cutoff)
+                    .map(|(id, _)| *id),
+            );
+        }
+        if req.has_keep {
+            let mut by_end = finished.clone();
+            // Most recently finished first; ties by the later job.
+            by_end.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
+            chosen.extend(
+                by_end
+                    .iter()
+                    .skip(req.keep.min(usize::MAX as u64) as usize)
+                    .map(|(id, _)| *id),
+            );
+        }
+        let mut ids: Vec<u64> = chosen.into_iter().collect();
+        ids.sort_unstable();
+        if ids.is_empty() {
+            return Ok(pb::PurgeReply::default());
+        }
+        let ranges: Vec<(u64, Range<u64>)> = ids
+            .iter()
+            .map(|&id| (id, self.jobs[(id - 1) as usize].tasks.clone()))
+            .collect();
+        self.store.purge_jobs(&ranges)?;
+        let mut tasks = 0;
+        for (id, range) in ranges {
+            self.tasks.take(range.start);
+            self.retention.finished.remove(&id);
+            self.retention.purged.insert(id);
+            tasks += range.end - range.start;
+        }
+        info!(jobs = ?ids, tasks, "finished jobs purged");
+        Ok(pb::PurgeReply { purged: ids, tasks })
+    }
+
+    /// Applies the configured retention rule (at most every [`RETENTION_INTERVAL`]): evicts newly
+    /// finished jobs' tasks from memory, then purges the finished jobs the rule no longer keeps.
+    pub fn apply_retention(&mut self) -> Result<(), StateError> {
+        if self
+            .retention
+            .last_applied
+            .is_some_and(|t| t.elapsed() < RETENTION_INTERVAL)
+        {
+            return Ok(());
+        }
+        self.retention.last_applied = Some(Instant::now());
+        self.evict_finished();
+        let Some(rule) = self.config.retention.clone() else {
+            return Ok(());
+        };
+        let req = pb::PurgeRequest {
+            job_ids: Vec::new(),
+            has_older_than: rule.keep_finished.is_some(),
+            older_than_ms: rule.keep_finished.map_or(0, |d| d.0 / 1_000_000),
+            has_keep: rule.keep_jobs.is_some(),
+            keep: rule.keep_jobs.unwrap_or(0),
+        };
+        if req.has_older_than || req.has_keep {
+            self.purge(&req)?;
+        }
+        Ok(())
+    }
+
+    /// How many task rows memory holds (finished jobs' rows are not held).
+    pub fn tasks_in_memory(&self) -> usize {
+        self.tasks.held()
+    }
+}

@@ -1,0 +1,323 @@
+//! Retention of finished jobs (docs/runtime.md, Retention): a finished job's tasks leave memory
+//! but the job is still reported; `purge` and the `[retention]` rule delete finished jobs from
+//! memory and store, and neither a purge nor a restart runs a succeeded task again.
+
+mod common;
+
+use common::heartbeat_request;
+use hetsched_proto as pb;
+use hetsched_server::ServerConfig;
+use hetsched_server::config::RetentionConfig;
+use hetsched_server::state::State;
+use hetsched_server::store::Store;
+use std::path::{Path, PathBuf};
+
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn dir(name: &str) -> Scratch {
+    let d = std::env::temp_dir().join(format!("hetsched-retention-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("dir");
+    Scratch(d)
+}
+
+fn open_with(d: &Path, retention: Option<RetentionConfig>) -> State {
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        retention,
+        ..Default::default()
+    };
+    State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state")
+}
+
+fn open(d: &Path) -> State {
+    open_with(d, None)
+}
+
+fn register(s: &mut State, cores: u32) -> u32 {
+    s.register(pb::RegisterRequest {
+        identity: common::IDENTITY.into(),
+        name: "n".into(),
+        cores,
+        memory_bytes: 1 << 30,
+        ..Default::default()
+    })
+    .expect("register")
+    .node_id
+}
+
+fn beat(
+    s: &mut State,
+    node: u32,
+    running: &[(u64, u32)],
+    results: &[(u64, u32, bool)],
+) -> pb::HeartbeatReply {
+    s.heartbeat(heartbeat_request(node, running, results))
+        .expect("heartbeat")
+}
+
+const JOB: &str =
+    "[[application]]\nname = \"a\"\ntasks = 3\n[application.cpu]\ncommand = \"true\"\n";
+
+/// Submits a 3-task job and runs it to success on node `n` (3 cores, nothing else running).
+fn run_job(s: &mut State, n: u32, key: &str) -> u64 {
+    let job = s.submit_keyed("job.toml", JOB, "/", key).expect("submit");
+    let r = beat(s, n, &[], &[]);
+    let done: Vec<(u64, u32, bool)> = r
+        .assignments
+        .iter()
+        .map(|a| (a.task_id, a.attempt, true))
+        .collect();
+    assert_eq!(done.len(), 3, "the three tasks are dispatched at once");
+    beat(s, n, &[], &done);
+    assert_eq!(s.job(job.job_id).expect("job").state, "completed");
+    job.job_id
+}
+
+fn stored_tasks(d: &Path) -> i64 {
+    let conn = rusqlite::Connection::open(d.join("state.db")).expect("db");
+    conn.query_row("SELECT COUNT(*) FROM tasks", [], |r| r.get(0))
+        .expect("count")
+}
+
+fn listed(s: &State) -> Vec<(u64, String)> {
+    s.jobs().jobs.into_iter().map(|j| (j.id, j.state)).collect()
+}
+
+#[test]
+fn a_finished_jobs_tasks_leave_memory_and_are_still_reported_from_the_store() {
+    let d = dir("evict");
+    let mut s = open(&d);
+    let n = register(&mut s, 3);
+    let job = run_job(&mut s, n, "k-1");
+    assert_eq!(s.tasks_in_memory(), 3);
+    assert_eq!(s.evict_finished(), 1);
+    assert_eq!(s.tasks_in_memory(), 0, "a finished job holds no task row");
+    // `jobs`, `job N` and the totals still report it, from its summary.
+    let info = s.job(job).expect("job");
+    assert_eq!(info.state, "completed");
+    assert_eq!(info.counts.expect("counts").succeeded, 3);
+    assert_eq!(info.apps[0].counts.expect("app").succeeded, 3);
+    assert!(info.finished_ns > 0);
+    assert_eq!(s.task_counts().succeeded, 3);
+    // `tasks` reads its rows back from the store, a page at a time.
+    let page = s.tasks_page(job, 0, 2).expect("page");
+    assert_eq!(page.tasks.len(), 2);
+    assert_eq!((page.next_cursor, page.total), (2, 3));
+    let rest = s.tasks_page(job, page.next_cursor, 2).expect("page");
+    assert_eq!(rest.tasks.len(), 1);
+    assert_eq!(rest.next_cursor, 0);
+    assert!(
+        page.tasks
+            .iter()
+            .chain(&rest.tasks)
+            .all(|t| t.state == "succeeded" && t.attempt == 1)
+    );
+    // A result sent again for an evicted task is acknowledged and runs nothing.
+    let r = beat(&mut s, n, &[], &[(0, 1, true)]);
+    assert_eq!(r.acked.len(), 1);
+    assert!(r.assignments.is_empty());
+    // Cancelling a finished job cancels nothing.
+    assert_eq!(s.cancel(job).expect("cancel").cancelled, 0);
+    // A new job still gets fresh task ids and runs.
+    let second = s.submit("job.toml", JOB, "/").expect("submit");
+    let r = beat(&mut s, n, &[], &[]);
+    let ids: Vec<u64> = r.assignments.iter().map(|a| a.task_id).collect();
+    assert_eq!((second.job_id, ids), (2, vec![3, 4, 5]));
+    assert_eq!(s.tasks_in_memory(), 3);
+}
+
+#[test]
+fn purge_deletes_a_finished_jobs_rows_and_nothing_runs_again_across_a_restart() {
+    let d = dir("purge");
+    {
+        let mut s = open(&d);
+        let n = register(&mut s, 3);
+        let first = run_job(&mut s, n, "k-1");
+        // Job 2 is still running: it cannot be purged by name.
+        s.submit("job.toml", JOB, "/").expect("submit");
+        let r = beat(&mut s, n, &[], &[]);
+        assert_eq!(r.assignments.len(), 3);
+        let running: Vec<(u64, u32)> = r
+            .assignments
+            .iter()
+            .map(|a| (a.task_id, a.attempt))
+            .collect();
+        let e = s
+            .purge(&pb::PurgeRequest {
+                job_ids: vec![2],
+                ..Default::default()
+            })
+            .expect_err("job 2 runs");
+        assert!(e.to_string().contains("job 2 is not finished"), "{e}");
+        assert_eq!(stored_tasks(&d), 6);
+        // A full disk refuses the purge and changes nothing.
+        s.simulate_full_disk(true);
+        let req = pb::PurgeRequest {
+            job_ids: vec![first],
+            ..Default::default()
+        };
+        s.purge(&req).expect_err("disk full");
+        s.simulate_full_disk(false);
+        assert_eq!(listed(&s).len(), 2);
+        let reply = s.purge(&req).expect("purge");
+        assert_eq!((reply.purged, reply.tasks), (vec![1], 3));
+        assert_eq!(listed(&s), vec![(2, "running".into())]);
+        assert!(s.job(1).is_err() && s.tasks(1).is_err());
+        assert_eq!(stored_tasks(&d), 3, "job 1's rows are gone from the store");
+        // Already purged: named again, it is not found.
+        assert!(s.purge(&req).is_err());
+        // A late result for a purged task is acknowledged and dispatches nothing.
+        let r = beat(&mut s, n, &running, &[(0, 1, true)]);
+        assert_eq!(r.acked.len(), 1);
+        assert!(r.assignments.is_empty());
+    } // the server dies with job 2 running
+    let mut s = open(&d);
+    assert_eq!(listed(&s), vec![(2, "running".into())]);
+    assert!(s.job(1).is_err());
+    let n = register(&mut s, 3);
+    // The agent still runs job 2 and finishes it; job 1's tasks are never dispatched again.
+    let r = beat(&mut s, n, &[(3, 1), (4, 1), (5, 1)], &[]);
+    assert!(r.assignments.is_empty(), "{:?}", r.assignments);
+    beat(&mut s, n, &[], &[(3, 1, true), (4, 1, true), (5, 1, true)]);
+    assert_eq!(listed(&s), vec![(2, "completed".into())]);
+    // The submission key of a purged job still names it: a retried submission runs nothing.
+    let again = s
+        .submit_keyed("job.toml", JOB, "/", "k-1")
+        .expect("resubmit");
+    assert_eq!((again.job_id, again.existing), (1, true));
+    assert!(beat(&mut s, n, &[], &[]).assignments.is_empty());
+    // Ids are never reused: a new job starts after every purged one.
+    let third = s.submit("job.toml", JOB, "/").expect("submit");
+    assert_eq!(third.job_id, 3);
+    let ids: Vec<u64> = beat(&mut s, n, &[], &[])
+        .assignments
+        .iter()
+        .map(|a| a.task_id)
+        .collect();
+    assert_eq!(ids, vec![6, 7, 8]);
+}
+
+#[test]
+fn the_retention_rule_keeps_the_newest_finished_jobs_and_purge_selects_by_age_or_count() {
+    let d = dir("rule");
+    let mut s = open_with(
+        &d,
+        Some(RetentionConfig {
+            keep_finished: None,
+            keep_jobs: Some(1),
+        }),
+    );
+    let n = register(&mut s, 3);
+    run_job(&mut s, n, "a");
+    run_job(&mut s, n, "b");
+    run_job(&mut s, n, "c");
+    s.apply_retention().expect("retention");
+    assert_eq!(listed(&s), vec![(3, "completed".into())], "keep_jobs = 1");
+    assert_eq!(stored_tasks(&d), 3);
+    run_job(&mut s, n, "d");
+    // `--keep 1` keeps the most recently finished; `--older-than 0s` takes every finished job.
+    let r = s
+        .purge(&pb::PurgeRequest {
+            has_keep: true,
+            keep: 1,
+            ..Default::default()
+        })
+        .expect("purge");
+    assert_eq!(r.purged, vec![3]);
+    let r = s
+        .purge(&pb::PurgeRequest {
+            has_older_than: true,
+            older_than_ms: 3_600_000,
+            ..Default::default()
+        })
+        .expect("purge");
+    // The test agent reports tasks as ending at the epoch: an hour is long ago.
+    assert_eq!(r.purged, vec![4]);
+    assert!(listed(&s).is_empty());
+    assert_eq!(stored_tasks(&d), 0);
+    // Nothing left to purge is not an error.
+    let r = s
+        .purge(&pb::PurgeRequest {
+            has_keep: true,
+            keep: 0,
+            ..Default::default()
+        })
+        .expect("purge");
+    assert!(r.purged.is_empty());
+}
+
+#[test]
+fn after_a_restart_a_finished_job_is_reported_from_its_summary_without_reading_its_tasks() {
+    let d = dir("summary");
+    {
+        let mut s = open(&d);
+        let n = register(&mut s, 3);
+        run_job(&mut s, n, "k");
+        s.submit("job.toml", JOB, "/").expect("submit");
+        assert_eq!(s.evict_finished(), 1);
+    }
+    let mut s = open(&d);
+    assert_eq!(
+        s.tasks_in_memory(),
+        3,
+        "only the unfinished job's rows are read"
+    );
+    let info = s.job(1).expect("job");
+    assert_eq!(
+        (info.state.as_str(), info.counts.expect("counts").succeeded),
+        ("completed", 3)
+    );
+    assert_eq!(info.apps[0].counts.expect("app").succeeded, 3);
+    assert_eq!(s.tasks(1).expect("tasks").tasks.len(), 3);
+    // The unfinished job runs; nothing of the finished one is dispatched again.
+    let n = register(&mut s, 3);
+    let ids: Vec<u64> = beat(&mut s, n, &[], &[])
+        .assignments
+        .iter()
+        .map(|a| a.task_id)
+        .collect();
+    assert_eq!(ids, vec![3, 4, 5]);
+}
+
+#[test]
+fn listing_every_jobs_tasks_skips_purged_jobs_and_joins_up_across_jobs() {
+    let d = dir("all");
+    let mut s = open(&d);
+    let n = register(&mut s, 3);
+    for key in ["a", "b", "c"] {
+        run_job(&mut s, n, key);
+    }
+    s.submit("job.toml", JOB, "/").expect("submit");
+    s.purge(&pb::PurgeRequest {
+        job_ids: vec![1, 2],
+        ..Default::default()
+    })
+    .expect("purge");
+    // Job 0 = every job: pages of 2 from the store, across the finished job 3 and pending job 4.
+    let mut ids = Vec::new();
+    let mut cursor = 0;
+    loop {
+        let page = s.tasks_page(0, cursor, 2).expect("page");
+        assert!(!page.tasks.is_empty(), "no empty page at cursor {cursor}");
+        ids.extend(page.tasks.iter().map(|t| t.id));
+        if page.next_cursor == 0 {
+            break;
+        }
+        cursor = page.next_cursor;
+    }
+    assert_eq!(ids, vec![6, 7, 8, 9, 10, 11]);
+}
