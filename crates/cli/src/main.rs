@@ -6,10 +6,10 @@ mod binding;
 mod graph;
 mod runtime;
 mod sim;
-mod sim_stream;
-mod stream;
 mod sim_divisible;
+mod sim_stream;
 mod sim_sweep;
+mod stream;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
