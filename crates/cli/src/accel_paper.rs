@@ -1,7 +1,6 @@
 //! `hetsched sim accel-paper`: spec 01's experiment — MAGMA kernels and the K-means job on
 //! Cluster4-0…4-4 under the three binding modes, with the paper's findings beside ours.
 
-use anyhow::Context;
 use clap::Args;
 use hetsched_sim::scenario::accel_paper::{self, AccelPaperOptions};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -78,19 +77,11 @@ pub fn run(args: AccelPaperArgs) -> anyhow::Result<()> {
         bar.set_position(done as u64);
     })?;
     bar.finish_and_clear();
-    match args.output {
-        Output::Table => print!("{}", report.render_table()),
-        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-    }
-    if let Some(dir) = args.out {
-        let written = report
-            .write_outputs(&dir)
-            .with_context(|| format!("writing results to {}", dir.display()))?;
-        eprintln!(
-            "wrote {} files (CSV, JSON, SVG plots) to {}",
-            written.len(),
-            dir.display()
-        );
-    }
-    Ok(())
+    crate::sim::emit_report(
+        args.output,
+        || report.render_table(),
+        &report,
+        args.out.as_deref(),
+        |dir| report.write_outputs(dir),
+    )
 }

@@ -204,21 +204,13 @@ fn hdas_paper_cmd(args: HdasPaperArgs) -> anyhow::Result<()> {
         bar.set_message(p.last);
     })?;
     bar.finish_and_clear();
-    match args.output {
-        Output::Table => println!("{}", report.render_table()),
-        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-    }
-    if let Some(dir) = args.out {
-        let written = report
-            .write_outputs(&dir)
-            .with_context(|| format!("writing results to {}", dir.display()))?;
-        eprintln!(
-            "wrote {} files (CSV, JSON, SVG plots) to {}",
-            written.len(),
-            dir.display()
-        );
-    }
-    Ok(())
+    crate::sim::emit_report(
+        args.output,
+        || report.render_table(),
+        &report,
+        args.out.as_deref(),
+        |dir| report.write_outputs(dir),
+    )
 }
 
 fn read(path: &Path) -> anyhow::Result<String> {
@@ -436,4 +428,40 @@ fn print_result(r: &SimResult, bound_s: f64) {
         ]);
     }
     println!("{table}");
+}
+
+/// Prints a scenario's report — its table, or JSON with `--output json` — and, with `--out DIR`,
+/// writes its CSV, JSON and SVG files there. Every `sim …-paper` command ends this way.
+pub(crate) fn emit_report<R, E>(
+    output: Output,
+    table: impl FnOnce() -> String,
+    report: &R,
+    out: Option<&Path>,
+    write: impl FnOnce(&Path) -> Result<Vec<PathBuf>, E>,
+) -> anyhow::Result<()>
+where
+    R: serde::Serialize,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    match output {
+        Output::Table => {
+            let table = table();
+            if table.ends_with('\n') {
+                print!("{table}");
+            } else {
+                println!("{table}");
+            }
+        }
+        Output::Json => println!("{}", serde_json::to_string_pretty(report)?),
+    }
+    if let Some(dir) = out {
+        let written =
+            write(dir).with_context(|| format!("writing results to {}", dir.display()))?;
+        eprintln!(
+            "wrote {} files (CSV, JSON, SVG plots) to {}",
+            written.len(),
+            dir.display()
+        );
+    }
+    Ok(())
 }

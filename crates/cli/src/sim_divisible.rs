@@ -167,19 +167,11 @@ pub fn divisible_paper_cmd(args: DivisiblePaperArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     let report = divisible_paper::run(&options)?;
-    match args.output {
-        Output::Table => println!("{}", report.render_table()),
-        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-    }
-    if let Some(dir) = args.out {
-        let written = report
-            .write_outputs(&dir)
-            .with_context(|| format!("writing results to {}", dir.display()))?;
-        eprintln!(
-            "wrote {} files (CSV, JSON, SVG plots) to {}",
-            written.len(),
-            dir.display()
-        );
-    }
-    Ok(())
+    crate::sim::emit_report(
+        args.output,
+        || report.render_table(),
+        &report,
+        args.out.as_deref(),
+        |dir| report.write_outputs(dir),
+    )
 }
