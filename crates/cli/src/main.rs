@@ -6,6 +6,7 @@ mod binding;
 mod graph;
 mod runtime;
 mod sim;
+mod sim_accel;
 mod sim_divisible;
 mod sim_stream;
 mod sim_sweep;

@@ -23,6 +23,9 @@ pub enum SimCommand {
     /// Reproduce the YARN accelerator paper's experiment (spec 01): MAGMA kernels and K-means on
     /// Cluster4-0…4-4 under plain, weighted and container binding, with the paper's findings beside.
     AccelPaper(crate::accel_paper::AccelPaperArgs),
+    /// Run your own cluster and workload through spec 01's offload model: binding, per-node
+    /// local/offloaded tasks and each ANode's pipeline stages.
+    Accel(crate::sim_accel::AccelArgs),
     /// Compare spec 04's stream placers on five topologies and a 10-node heterogeneous cluster,
     /// with a stream simulation under a rate surge.
     StreamPaper(crate::sim_stream::StreamPaperArgs),
@@ -161,6 +164,7 @@ pub fn run(cmd: SimCommand) -> anyhow::Result<()> {
     match cmd {
         SimCommand::HdasPaper(args) => hdas_paper_cmd(args),
         SimCommand::AccelPaper(args) => crate::accel_paper::run(args),
+        SimCommand::Accel(args) => crate::sim_accel::run(args),
         SimCommand::StreamPaper(args) => crate::sim_stream::run_cmd(args),
         SimCommand::Run(args) => run_cmd(args),
         SimCommand::Compare(args) => compare_cmd(args),

@@ -113,6 +113,27 @@ pub struct ANodeStats {
     pub offloaded: u64,
     /// Device-busy time summed over its devices.
     pub device_busy_ns: Time,
+    /// Time its remote-read stage spent receiving offloaded inputs (latency included).
+    pub receive_busy_ns: Time,
+    /// Time its remote-write stage spent sending results back (latency included).
+    pub write_busy_ns: Time,
+}
+
+/// Where one node's tasks ran.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NodeStats {
+    /// Node name.
+    pub name: String,
+    /// Its rack.
+    pub rack: String,
+    /// `true` for an ANode (it has accelerators).
+    pub anode: bool,
+    /// Tasks it ran on its own CPU.
+    pub cpu_tasks: u64,
+    /// Tasks it ran on its own accelerators.
+    pub local_accelerator_tasks: u64,
+    /// Its tasks that ran on another node's accelerator service.
+    pub offloaded_tasks: u64,
 }
 
 /// What an offload run measures.
@@ -138,6 +159,8 @@ pub struct AccelResult {
     pub compute_ns: Time,
     /// Per ANode, in node order.
     pub anodes: Vec<ANodeStats>,
+    /// Per node (ANodes and NNodes), in node order.
+    pub nodes: Vec<NodeStats>,
     /// The binding map as `NNODE -> ANODE` lines.
     pub map: Vec<String>,
     /// Events handled.
@@ -188,6 +211,8 @@ struct Service {
     stats_tasks: u64,
     stats_offloaded: u64,
     busy_ns: Time,
+    receive_busy_ns: Time,
+    write_busy_ns: Time,
 }
 
 struct AccelSim<'a> {
@@ -383,6 +408,22 @@ pub fn simulate_accel(
             transfer_ns: 0,
             compute_ns: 0,
             anodes: Vec::new(),
+            nodes: cluster
+                .nodes
+                .iter()
+                .map(|node| NodeStats {
+                    name: node.name.clone(),
+                    rack: cluster
+                        .racks
+                        .get(node.rack.index())
+                        .map_or("default", |r| r.name.as_str())
+                        .to_string(),
+                    anode: !node.accelerators.is_empty(),
+                    cpu_tasks: 0,
+                    local_accelerator_tasks: 0,
+                    offloaded_tasks: 0,
+                })
+                .collect(),
             map,
             events: 0,
         },
@@ -414,6 +455,8 @@ pub fn simulate_accel(
                 tasks: s.stats_tasks,
                 offloaded: s.stats_offloaded,
                 device_busy_ns: s.busy_ns,
+                receive_busy_ns: s.receive_busy_ns,
+                write_busy_ns: s.write_busy_ns,
             })
         })
         .collect();
@@ -606,9 +649,12 @@ impl AccelSim<'_> {
         };
         s.stats_tasks += 1;
         self.result.accelerator_tasks += 1;
-        if self.tasks[task as usize].node == anode {
+        let owner = self.tasks[task as usize].node;
+        if owner == anode {
+            self.result.nodes[owner as usize].local_accelerator_tasks += 1;
             self.finish(task, queue);
         } else {
+            self.result.nodes[owner as usize].offloaded_tasks += 1;
             self.service(anode).stats_offloaded += 1;
             self.result.offloaded_tasks += 1;
             self.service(anode).write_queue.push_back(task);
@@ -627,20 +673,24 @@ impl AccelSim<'_> {
         self.net_scheduled = None;
         for &(task, leg) in &done {
             let t = &self.tasks[task as usize];
-            self.result.transfer_ns += now - t.transfer_start;
+            let took = now - t.transfer_start;
+            self.result.transfer_ns += took;
             let anode = self.containers[t.container as usize]
                 .target
                 .expect("an offloaded task's container has an ANode");
             match leg {
                 Leg::Input => {
                     let s = self.service(anode);
+                    s.receive_busy_ns += took;
                     s.receiving = false;
                     s.process_queue.push_back(task);
                     self.start_devices(anode, queue);
                     self.start_receive(anode, now);
                 }
                 Leg::Result => {
-                    self.service(anode).writing = false;
+                    let s = self.service(anode);
+                    s.write_busy_ns += took;
+                    s.writing = false;
                     self.finish(task, queue);
                     self.start_write(anode, now);
                 }
@@ -655,6 +705,7 @@ impl AccelSim<'_> {
             return;
         };
         self.result.cpu_tasks += 1;
+        self.result.nodes[node as usize].cpu_tasks += 1;
         self.finish(task, queue);
         self.start_cpu(node, queue);
     }
@@ -727,3 +778,4 @@ impl AccelSim<'_> {
 
 #[cfg(test)]
 mod tests;
+pub mod workload;

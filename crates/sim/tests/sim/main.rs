@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)] // a failing test should panic with the error
 
 mod accel_paper;
+mod accel_workload;
 mod bound;
 mod common;
 mod determinism;

@@ -1,0 +1,233 @@
+//! `hetsched sim accel`: your own cluster and workload files through spec 01's offload model —
+//! node binding (plain, weighted or container) and each ANode's three-stage accelerator service.
+//! Applications run one after another; each one's `accelerator` field decides where its tasks go
+//! (`none`: CPUs; `required`: an accelerator, local or through the binding; `preferred`: an
+//! accelerator where the node reaches one, else its CPU). The conversion rules (times, sizes,
+//! result size = input size) are in `hetsched_sim::accel::workload`.
+
+use clap::Args;
+use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
+use hetsched_core::input::cluster::parse_cluster;
+use hetsched_core::input::workload::parse_workload;
+use hetsched_core::policy::binding::BindingMode;
+use hetsched_core::time::to_secs;
+use hetsched_sim::accel::workload::accel_apps;
+use hetsched_sim::accel::{AccelConfig, AccelResult, simulate_accel};
+use serde::Serialize;
+use std::path::PathBuf;
+
+use crate::binding::ModeArg;
+use crate::sim::Output;
+
+/// Options of `sim accel`.
+#[derive(Debug, Args)]
+pub struct AccelArgs {
+    /// Cluster description (TOML): nodes with `accelerator` entries are ANodes, the others NNodes.
+    #[arg(long, value_name = "FILE")]
+    pub cluster: PathBuf,
+    /// Workload (TOML); each application's `accelerator` field is read.
+    #[arg(long, value_name = "FILE")]
+    pub workload: PathBuf,
+    /// How NNodes are bound: plain (spec 01), weighted (by accelerator speed), container (each of
+    /// a node's --slots containers bound on its own).
+    #[arg(long, value_enum, default_value_t)]
+    pub binding: ModeArg,
+    /// Containers (task slots) per node.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+    pub slots: u32,
+    /// Print a table or JSON.
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
+}
+
+/// The JSON report (keys are stable).
+#[derive(Debug, Serialize)]
+struct Report {
+    cluster: String,
+    workload: String,
+    binding: String,
+    slots: u32,
+    makespan_s: f64,
+    applications: Vec<AppLine>,
+    accelerator_tasks: u64,
+    cpu_tasks: u64,
+    offloaded_tasks: u64,
+    map: Vec<MapLine>,
+    nodes: Vec<hetsched_sim::accel::NodeStats>,
+    anodes: Vec<ANodeLine>,
+}
+
+#[derive(Debug, Serialize)]
+struct AppLine {
+    name: String,
+    accelerator: &'static str,
+    tasks: u32,
+    end_s: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct MapLine {
+    nnode: String,
+    anode: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct ANodeLine {
+    name: String,
+    tasks: u64,
+    offloaded: u64,
+    receive_busy_s: f64,
+    device_busy_s: f64,
+    write_busy_s: f64,
+}
+
+/// Runs `sim accel`.
+pub fn run(args: AccelArgs) -> anyhow::Result<()> {
+    let read = |p: &PathBuf| {
+        std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))
+    };
+    let cluster_origin = args.cluster.display().to_string();
+    let cluster = parse_cluster(&cluster_origin, &read(&args.cluster)?)?;
+    let workload_origin = args.workload.display().to_string();
+    let workload = parse_workload(&workload_origin, &read(&args.workload)?)?;
+    let apps = accel_apps(&workload, &cluster)?;
+    let config = AccelConfig {
+        binding: match args.binding {
+            ModeArg::Plain => BindingMode::Plain,
+            ModeArg::Weighted => BindingMode::Weighted,
+            ModeArg::Container => BindingMode::Container { slots: args.slots },
+        },
+        slots: args.slots,
+        ..AccelConfig::default()
+    };
+    let result = simulate_accel(&cluster, &apps, &config)?;
+    let report = report(&args, &apps, result, cluster_origin, workload_origin);
+    match args.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Output::Table => print_table(&report),
+    }
+    Ok(())
+}
+
+fn report(
+    args: &AccelArgs,
+    apps: &[hetsched_sim::accel::AccelApp],
+    r: AccelResult,
+    cluster: String,
+    workload: String,
+) -> Report {
+    Report {
+        cluster,
+        workload,
+        binding: r.binding,
+        slots: args.slots,
+        makespan_s: r.makespan_s,
+        applications: apps
+            .iter()
+            .zip(&r.app_end_ns)
+            .map(|(a, &end)| AppLine {
+                name: a.name.clone(),
+                accelerator: a.need.as_str(),
+                tasks: a.tasks,
+                end_s: to_secs(end),
+            })
+            .collect(),
+        accelerator_tasks: r.accelerator_tasks,
+        cpu_tasks: r.cpu_tasks,
+        offloaded_tasks: r.offloaded_tasks,
+        map: r
+            .map
+            .iter()
+            .map(|line| {
+                let (nnode, anode) = line.split_once(" -> ").unwrap_or((line, "unbound"));
+                MapLine {
+                    nnode: nnode.to_string(),
+                    anode: (anode != "unbound").then(|| anode.to_string()),
+                }
+            })
+            .collect(),
+        nodes: r.nodes,
+        anodes: r
+            .anodes
+            .into_iter()
+            .map(|a| ANodeLine {
+                name: a.name,
+                tasks: a.tasks,
+                offloaded: a.offloaded,
+                receive_busy_s: to_secs(a.receive_busy_ns),
+                device_busy_s: to_secs(a.device_busy_ns),
+                write_busy_s: to_secs(a.write_busy_ns),
+            })
+            .collect(),
+    }
+}
+
+fn print_table(r: &Report) {
+    println!(
+        "{} on {}, binding {}, {} containers per node",
+        r.workload, r.cluster, r.binding, r.slots
+    );
+    println!("makespan: {:.1} s", r.makespan_s);
+    for a in &r.applications {
+        println!(
+            "  {} ({} tasks, accelerator = {}): ends at {:.1} s",
+            a.name, a.tasks, a.accelerator, a.end_s
+        );
+    }
+    println!(
+        "tasks: {} on accelerators ({} offloaded), {} on CPUs",
+        r.accelerator_tasks, r.offloaded_tasks, r.cpu_tasks
+    );
+    println!("binding map:");
+    for m in &r.map {
+        println!(
+            "  {} -> {}",
+            m.nnode,
+            m.anode.as_deref().unwrap_or("unbound")
+        );
+    }
+    let mut nodes = Table::new();
+    nodes.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+        "node",
+        "rack",
+        "kind",
+        "cpu tasks",
+        "local accelerator",
+        "offloaded",
+    ]);
+    for n in &r.nodes {
+        nodes.add_row(vec![
+            n.name.clone(),
+            n.rack.clone(),
+            if n.anode { "ANode" } else { "NNode" }.to_string(),
+            n.cpu_tasks.to_string(),
+            n.local_accelerator_tasks.to_string(),
+            n.offloaded_tasks.to_string(),
+        ]);
+    }
+    println!("{nodes}");
+    if r.anodes.is_empty() {
+        println!("no ANodes: every task ran on a CPU");
+        return;
+    }
+    let mut anodes = Table::new();
+    anodes.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+        "ANode",
+        "tasks",
+        "offloaded in",
+        "receive busy s",
+        "device busy s",
+        "write busy s",
+    ]);
+    for a in &r.anodes {
+        anodes.add_row(vec![
+            a.name.clone(),
+            a.tasks.to_string(),
+            a.offloaded.to_string(),
+            format!("{:.1}", a.receive_busy_s),
+            format!("{:.1}", a.device_busy_s),
+            format!("{:.1}", a.write_busy_s),
+        ]);
+    }
+    println!("{anodes}");
+}

@@ -1,0 +1,204 @@
+//! `hetsched sim accel` as a user meets it: the real binary on the example cluster and workload
+//! (examples/cluster-offload.toml, examples/workload-offload.toml), and bad input.
+
+#![allow(clippy::unwrap_used)] // a failing test should panic with the error
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn hetsched(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hetsched"))
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .expect("the hetsched binary runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+const EXAMPLE: [&str; 6] = [
+    "sim",
+    "accel",
+    "--cluster",
+    "examples/cluster-offload.toml",
+    "--workload",
+    "examples/workload-offload.toml",
+];
+
+fn json(extra: &[&str]) -> Value {
+    let mut args = EXAMPLE.to_vec();
+    args.extend_from_slice(&["--output", "json"]);
+    args.extend_from_slice(extra);
+    let out = hetsched(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn node<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == name)
+        .unwrap()
+}
+
+#[test]
+fn nnode_tasks_are_offloaded_to_the_anode_of_their_own_rack() {
+    let r = json(&[]);
+    let map: Vec<(String, Value)> = r["map"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["nnode"].as_str().unwrap().to_string(), m["anode"].clone()))
+        .collect();
+    assert_eq!(
+        map,
+        vec![
+            ("n1".into(), "a1".into()),
+            ("n2".into(), "a1".into()),
+            ("n3".into(), "a2".into()),
+            ("n4".into(), Value::Null),
+        ]
+    );
+    // lu (required, 40 tasks) goes to the five nodes that reach an accelerator, 8 each; cholesky
+    // (preferred, 24) to all six, 4 each: an NNode's accelerator tasks are all offloaded.
+    for n in ["n1", "n2", "n3"] {
+        assert_eq!(node(&r, n)["offloaded_tasks"], 12, "{n}");
+        assert_eq!(node(&r, n)["local_accelerator_tasks"], 0, "{n}");
+    }
+    for a in ["a1", "a2"] {
+        assert_eq!(node(&r, a)["local_accelerator_tasks"], 12, "{a}");
+        assert_eq!(node(&r, a)["offloaded_tasks"], 0, "{a}");
+    }
+    // n4's rack has no ANode: no lu task, its cholesky tasks and its reduce tasks on its CPU.
+    assert_eq!(node(&r, "n4")["offloaded_tasks"], 0);
+    assert_eq!(node(&r, "n4")["cpu_tasks"], 4 + 2);
+    // a1 serves its two NNodes, a2 its one: offloaded work arrives only from the same rack.
+    let anodes = r["anodes"].as_array().unwrap();
+    assert_eq!(anodes[0]["name"], "a1");
+    assert_eq!(anodes[0]["offloaded"], 24);
+    assert_eq!(anodes[1]["name"], "a2");
+    assert_eq!(anodes[1]["offloaded"], 12);
+    assert!(anodes[0]["receive_busy_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(r["offloaded_tasks"], 36);
+    assert_eq!(r["cpu_tasks"], 12 + 4);
+}
+
+#[test]
+fn the_json_report_has_stable_keys() {
+    let r = json(&["--binding", "container", "--slots", "2"]);
+    let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    let mut top = keys(&r);
+    top.sort();
+    assert_eq!(
+        top,
+        [
+            "accelerator_tasks",
+            "anodes",
+            "applications",
+            "binding",
+            "cluster",
+            "cpu_tasks",
+            "makespan_s",
+            "map",
+            "nodes",
+            "offloaded_tasks",
+            "slots",
+            "workload"
+        ]
+    );
+    assert_eq!(r["binding"], "container");
+    assert_eq!(r["slots"], 2);
+    let mut app = keys(&r["applications"][0]);
+    app.sort();
+    assert_eq!(app, ["accelerator", "end_s", "name", "tasks"]);
+    let mut map = keys(&r["map"][0]);
+    map.sort();
+    assert_eq!(map, ["anode", "nnode"]);
+    // container binding binds each container: `n1/0`, `n1/1`, …
+    assert_eq!(r["map"][0]["nnode"], "n1/0");
+    let mut n = keys(&r["nodes"][0]);
+    n.sort();
+    assert_eq!(
+        n,
+        [
+            "anode",
+            "cpu_tasks",
+            "local_accelerator_tasks",
+            "name",
+            "offloaded_tasks",
+            "rack"
+        ]
+    );
+    let mut a = keys(&r["anodes"][0]);
+    a.sort();
+    assert_eq!(
+        a,
+        [
+            "device_busy_s",
+            "name",
+            "offloaded",
+            "receive_busy_s",
+            "tasks",
+            "write_busy_s"
+        ]
+    );
+}
+
+#[test]
+fn the_table_shows_makespan_map_and_stages() {
+    let out = hetsched(&EXAMPLE);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("makespan: "), "{text}");
+    assert!(text.contains("n4 -> unbound"), "{text}");
+    assert!(text.contains("receive busy s"), "{text}");
+}
+
+#[test]
+fn a_required_application_on_a_cluster_without_accelerators_is_refused() {
+    let cluster = std::fs::read_to_string(repo().join("examples/cluster-offload.toml")).unwrap();
+    let cpu_only: String = cluster
+        .lines()
+        .filter(|l| !l.starts_with("accelerator"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("sim-accel-cli");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("cpu-only.toml");
+    std::fs::write(&path, cpu_only).unwrap();
+    let out = hetsched(&[
+        "sim",
+        "accel",
+        "--cluster",
+        path.to_str().unwrap(),
+        "--workload",
+        "examples/workload-offload.toml",
+    ]);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    let err = stderr(&out);
+    assert!(
+        err.contains("examples/workload-offload.toml:11:")
+            && err.contains("application[0].accelerator")
+            && err.contains("requires an accelerator, and no node of the cluster has one"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_bad_binding_mode_is_refused() {
+    let mut args = EXAMPLE.to_vec();
+    args.extend_from_slice(&["--binding", "fastest"]);
+    let out = hetsched(&args);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("fastest"), "{}", stderr(&out));
+}

@@ -1,0 +1,116 @@
+//! `hetsched_sim::accel::workload`: a user's cluster and workload files become the offload
+//! simulator's inputs, and a run on them offloads rack-locally.
+
+use hetsched_core::input::cluster::parse_cluster;
+use hetsched_core::input::workload::parse_workload;
+use hetsched_core::model::application::AcceleratorNeed;
+use hetsched_core::time::secs;
+use hetsched_sim::accel::workload::accel_apps;
+use hetsched_sim::accel::{AccelConfig, simulate_accel};
+
+const CLUSTER: &str = r#"
+[[rack]]
+name = "r1"
+
+[[node]]
+name = "a"
+rack = "r1"
+cores = 8
+memory = "32GiB"
+network = "1GB/s"
+accelerator = [{ kind = "gpu", count = 1, memory = "16GiB" }]
+
+[[node]]
+name = "n"
+count = 2
+rack = "r1"
+cores = 8
+memory = "32GiB"
+network = "1GB/s"
+"#;
+
+const WORKLOAD: &str = r#"
+[[application]]
+name = "lu"
+tasks = 20
+split = "10MB"
+accelerator = "required"
+[application.gpu]
+compute = "6s"
+copy = "0.2s"
+
+[[application]]
+name = "mixed"
+tasks = 4
+accelerator = "preferred"
+[application.cpu]
+compute = "50s"
+[application.gpu]
+compute = "5s"
+
+[[application]]
+name = "plain"
+tasks = 3
+split = "1MB"
+[application.cpu]
+compute = "7s"
+"#;
+
+#[test]
+fn each_application_becomes_an_accel_app_with_its_profiles_and_sizes() {
+    let cluster = parse_cluster("c.toml", CLUSTER).unwrap();
+    let workload = parse_workload("w.toml", WORKLOAD).unwrap();
+    let apps = accel_apps(&workload, &cluster).unwrap();
+    assert_eq!(apps.len(), 3);
+    assert_eq!(apps[0].name, "lu");
+    assert_eq!(apps[0].tasks, 20);
+    assert_eq!(apps[0].need, AcceleratorNeed::Required);
+    assert_eq!(apps[0].gpu_time, secs(6.0) + secs(0.2));
+    assert_eq!(
+        (apps[0].input_bytes, apps[0].output_bytes),
+        (10_000_000, 10_000_000)
+    );
+    assert_eq!(apps[1].need, AcceleratorNeed::Preferred);
+    assert_eq!(
+        (apps[1].cpu_time, apps[1].gpu_time),
+        (secs(50.0), secs(5.0))
+    );
+    assert_eq!(apps[1].input_bytes, 0);
+    assert_eq!(apps[2].need, AcceleratorNeed::None);
+    assert_eq!((apps[2].cpu_time, apps[2].gpu_time), (secs(7.0), 0));
+}
+
+#[test]
+fn a_required_application_on_a_cluster_without_accelerators_is_refused_at_its_field() {
+    let cpu_only = CLUSTER.replace(
+        "accelerator = [{ kind = \"gpu\", count = 1, memory = \"16GiB\" }]",
+        "",
+    );
+    let cluster = parse_cluster("c.toml", &cpu_only).unwrap();
+    let workload = parse_workload("w.toml", WORKLOAD).unwrap();
+    let e = accel_apps(&workload, &cluster).unwrap_err();
+    assert_eq!(e.line, Some(6));
+    assert_eq!(e.field.as_deref(), Some("application[0].accelerator"));
+    assert!(e.to_string().starts_with("w.toml:6:"), "{e}");
+}
+
+#[test]
+fn nnode_tasks_of_a_required_application_are_offloaded_to_their_rack_s_anode() {
+    let cluster = parse_cluster("c.toml", CLUSTER).unwrap();
+    let workload = parse_workload("w.toml", WORKLOAD).unwrap();
+    let apps = accel_apps(&workload, &cluster).unwrap();
+    let r = simulate_accel(&cluster, &apps[..1], &AccelConfig::default()).unwrap();
+    assert_eq!(r.map, vec!["n-1 -> a".to_string(), "n-2 -> a".to_string()]);
+    let by_name = |n: &str| r.nodes.iter().find(|x| x.name == n).unwrap();
+    // 20 required tasks spread evenly over 3 nodes: the NNodes' go to a's device.
+    assert_eq!(by_name("a").local_accelerator_tasks, 7);
+    assert_eq!(
+        by_name("n-1").offloaded_tasks + by_name("n-2").offloaded_tasks,
+        13
+    );
+    assert_eq!(r.cpu_tasks, 0);
+    assert_eq!(r.anodes[0].offloaded, 13);
+    assert!(r.anodes[0].receive_busy_ns > 0 && r.anodes[0].write_busy_ns > 0);
+    // One device runs all 20 tasks one after another.
+    assert!(r.makespan_ns >= 20 * apps[0].gpu_time);
+}
