@@ -20,8 +20,10 @@
 
 pub mod backoff;
 pub mod config;
+pub mod convert;
 pub mod dashboard;
 pub mod datadir;
+pub mod jobs;
 pub mod limits;
 pub mod logs;
 pub mod metrics;
