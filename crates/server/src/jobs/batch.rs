@@ -3,11 +3,11 @@
 //!
 //! Everything batch-specific lives here: the job file (parsed by the core's shared parser), the
 //! applications and their variants, the task rows, the core's [`BatchPolicy`] driving the
-//! applications' queues in the [`SchedulerView`] (exactly as the simulator drives it), observed
-//! run times feeding undeclared profiles, task specs sent once per node, retries, losses and the
-//! `max_attempts` bound, the failing-node back-off, resubmission, cancellation, listings, and
-//! retention ([`retention`]). One function per event; the [`JobKind`] impl is the state's
-//! entry.
+//! applications' queues in the [`SchedulerView`](hetsched_core::SchedulerView) (exactly as the
+//! simulator drives it), observed run times feeding undeclared profiles, task specs sent once per
+//! node, retries, losses and the `max_attempts` bound, the failing-node back-off, resubmission,
+//! cancellation, listings, and retention (`batch/retention.rs`). One function per event; the
+//! [`JobKind`] impl is the state's entry.
 
 use super::{Ctx, JobKind, Kind, Outbox, Read};
 use crate::backoff::{Backoff, Change};

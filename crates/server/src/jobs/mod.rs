@@ -48,8 +48,9 @@
 //!    `State::reload`.
 //! 8. **Listings and housekeeping.** `ListJobs`/`GetJob`/`ListTasks`/`Cancel` are routed by the
 //!    job id's kind ([`JobKind::jobs_page`], [`JobKind::job`], [`JobKind::tasks_page`],
-//!    [`JobKind::cancel`]); a listing over every kind walks the kinds in [`Kind`] order, the
-//!    cursor being the next id. [`JobKind::housekeeping`] runs every reaper tick (batch:
+//!    [`JobKind::cancel`]); a listing over every kind (`ListJobs`, `ListTasks` of job 0) walks
+//!    the kinds in [`Kind`] order: the cursor is an id, so its kind says where the listing is,
+//!    and when one kind's listing ends the next cursor is the next kind's `Kind::id(0)`. [`JobKind::housekeeping`] runs every reaper tick (batch:
 //!    retention).
 //!
 //! Every type crossing this contract is the server's own ([`crate::state::types`]); protobuf
@@ -230,13 +231,15 @@ pub trait JobKind: Send {
     /// How many jobs of this kind were ever submitted.
     fn job_count(&self) -> u64;
 
-    /// One page of this kind's jobs from id `cursor` (0 = the first), at most `limit`.
+    /// One page of this kind's jobs from id `cursor` (`Kind::id(0)` = the first), at most
+    /// `limit`; `next_cursor` 0 when this kind has no more.
     fn jobs_page(&self, rd: &Read, cursor: u64, limit: usize) -> JobsPage;
 
     /// One job.
     fn job(&self, rd: &Read, id: u64) -> Result<JobInfo, StateError>;
 
-    /// One page of a job's tasks (job = `Kind::id(0)`: every job of the kind).
+    /// One page of a job's tasks from task id `cursor` (`Kind::id(0)` = the first), at most
+    /// `limit` (job = `Kind::id(0)`: every job of the kind); `next_cursor` 0 at the end.
     fn tasks_page(
         &self,
         rd: &Read,
@@ -262,14 +265,14 @@ pub struct Jobs {
 }
 
 impl Jobs {
-    /// Every kind, in [`Kind`] order.
-    pub fn all(&self) -> [&dyn JobKind; 1] {
-        [&self.batch]
+    /// Every kind, in [`Kind`] order (a new kind adds one line here and in `all_mut`).
+    pub fn all(&self) -> Vec<&dyn JobKind> {
+        vec![&self.batch]
     }
 
     /// Every kind, in [`Kind`] order.
-    pub fn all_mut(&mut self) -> [&mut dyn JobKind; 1] {
-        [&mut self.batch]
+    pub fn all_mut(&mut self) -> Vec<&mut dyn JobKind> {
+        vec![&mut self.batch]
     }
 
     /// The kind that owns id `id`.

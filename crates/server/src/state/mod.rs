@@ -15,7 +15,7 @@
 //! - listings: [`State::list_jobs`], [`State::get_job`], [`State::list_tasks`],
 //!   [`State::list_nodes`], [`State::count_tasks`], each asking the kinds.
 //!
-//! Atomicity: an event changes memory, then [`State::commit`] writes every row it touched in
+//! Atomicity: an event changes memory, then `State::commit` writes every row it touched in
 //! one transaction, and only then is the reply (acknowledgements, assignments) returned. If the
 //! store refuses the write (a full disk), memory is rolled back by rebuilding the state from the
 //! store, and dispatch pauses until a probe write succeeds: nothing is acknowledged, assigned,
@@ -518,13 +518,18 @@ impl State {
     }
 
     /// One page of jobs: from job id `cursor` (0 = the first), at most `limit` (0 = the
-    /// default). Kinds are listed in [`Kind`] order; a page holds one kind's jobs.
+    /// default). Kinds are listed in [`Kind`] order; a page holds one kind's jobs, and the
+    /// cursor after a kind's last page is the next kind's first id.
     pub fn list_jobs(&self, cursor: u64, limit: u32) -> JobsPage {
         let limit = page_limit(limit);
-        match self.jobs.owner(cursor) {
-            Some(kind) => kind.jobs_page(&self.read(), cursor, limit),
-            None => JobsPage::default(),
+        let Some(kind) = self.jobs.owner(cursor) else {
+            return JobsPage::default();
+        };
+        let mut page = kind.jobs_page(&self.read(), cursor, limit);
+        if page.next_cursor == 0 {
+            page.next_cursor = next_kind_start(kind.kind());
         }
+        page
     }
 
     /// One job with its applications.
@@ -535,12 +540,31 @@ impl State {
         }
     }
 
-    /// One page of a job's tasks (job 0 = every job): from task id `cursor` (0 = the first), at
-    /// most `limit` (0 = the default). The state's lock is held for one page only.
+    /// One page of a job's tasks (job 0 = every job of every kind): from task id `cursor`
+    /// (0 = the first), at most `limit` (0 = the default). The state's lock is held for one page
+    /// only.
     pub fn list_tasks(&self, job: u64, cursor: u64, limit: u32) -> Result<TasksPage, StateError> {
-        match self.jobs.owner(job) {
-            Some(kind) => kind.tasks_page(&self.read(), job, cursor, page_limit(limit)),
-            None => Err(StateError::NoJob(job)),
+        let limit = page_limit(limit);
+        if job != 0 {
+            return match self.jobs.owner(job) {
+                Some(kind) => kind.tasks_page(&self.read(), job, cursor, limit),
+                None => Err(StateError::NoJob(job)),
+            };
         }
+        // Every job: the cursor's kind says where the listing is.
+        let Some(kind) = self.jobs.owner(cursor) else {
+            return Ok(TasksPage::default());
+        };
+        let all = kind.kind().id(0);
+        let mut page = kind.tasks_page(&self.read(), all, cursor, limit)?;
+        if page.next_cursor == 0 {
+            page.next_cursor = next_kind_start(kind.kind());
+        }
+        Ok(page)
     }
+}
+
+/// Where a listing over every kind goes on after `kind`'s last page (0: it was the last kind).
+fn next_kind_start(kind: Kind) -> u64 {
+    Kind::ALL.iter().find(|k| **k > kind).map_or(0, |k| k.id(0))
 }
