@@ -592,6 +592,15 @@ pub fn write_tasks<'a>(
     Ok(())
 }
 
+/// Deletes the stored summaries of `jobs` inside `tx` (they are no longer finished).
+pub fn forget_finished(tx: &rusqlite::Transaction, jobs: &[u64]) -> Result<(), StoreError> {
+    let mut stmt = tx.prepare_cached("DELETE FROM finished WHERE job = ?1")?;
+    for &job in jobs {
+        stmt.execute(params![job as i64])?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

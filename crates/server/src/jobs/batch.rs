@@ -128,6 +128,9 @@ pub struct Batch {
     dirty: Vec<u64>,
     /// A job cancelled since the last commit.
     cancelled: Option<u64>,
+    /// Evicted jobs whose rows came back to memory since the last commit (their stored
+    /// summaries are deleted with the rows' changes).
+    revived: Vec<u64>,
 }
 
 impl Batch {
@@ -156,6 +159,7 @@ impl Batch {
             rule: config.retention.clone(),
             dirty: Vec::new(),
             cancelled: None,
+            revived: Vec::new(),
         };
         for row in snap.jobs {
             let w = parse_workload(&row.origin, &row.text)?;
@@ -493,11 +497,24 @@ impl Batch {
                 "job {job} was cancelled: submit it again instead"
             )));
         }
+        if self.retention.is_purged(job) {
+            return Err(StateError::NoJob(job));
+        }
         let range = j.tasks.clone();
+        // A finished job's rows may have left memory: with failed tasks, they come back (the job
+        // is no longer finished; its stored summary goes in this event's transaction).
+        if self.retention.failed_of_evicted(job).is_some_and(|f| f > 0) {
+            let rows = cx.store.task_rows(range.clone())?;
+            if rows.len() as u64 != range.end - range.start {
+                return Err(StoreError::Corrupt(format!("job {job}: task rows missing")).into());
+            }
+            self.tasks.extend(rows);
+            self.retention.revive(job);
+            self.revived.push(job);
+        }
         let mut by_app: BTreeMap<u32, Vec<TaskId>> = BTreeMap::new();
         let mut n = 0;
         for id in range {
-            // A finished job's rows may have left memory.
             let Some(t) = self.tasks.get_mut(id as usize) else {
                 continue;
             };
@@ -843,7 +860,7 @@ impl JobKind for Batch {
     }
 
     fn has_changes(&self) -> bool {
-        !self.dirty.is_empty() || self.cancelled.is_some()
+        !self.dirty.is_empty() || self.cancelled.is_some() || !self.revived.is_empty()
     }
 
     fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
@@ -854,12 +871,14 @@ impl JobKind for Batch {
             tx,
             dirty.iter().filter_map(|&t| self.tasks.get(t as usize)),
             self.cancelled,
-        )
+        )?;
+        crate::store::forget_finished(tx, &self.revived)
     }
 
     fn committed(&mut self) {
         self.dirty.clear();
         self.cancelled = None;
+        self.revived.clear();
     }
 
     fn housekeeping(&mut self, cx: &mut Ctx) -> Result<(), StateError> {
