@@ -2,13 +2,20 @@
 //! cancel), each behind a check of its own role's token (agents and users hold different ones), plus the standard gRPC health service (unauthenticated, so
 //! load balancers and `grpc_health_probe` can use it).
 //!
-//! Handlers take the state's lock inside `block_in_place`: a heartbeat may commit to SQLite, and an
-//! fsync must not stall the other async tasks of the worker it runs on.
+//! Handlers take the state's lock, run one event, and answer only once the event's writes are
+//! durable ([`Durable::wait`]: one shared `fdatasync` of the store's WAL for every reply waiting
+//! at that moment, made outside the lock; see [`crate::durable`]). Heartbeats run on the async
+//! worker itself: under the lock they only change memory and append to the WAL (no fsync), so a
+//! hand-off to a blocking thread would cost more than it saves. Other calls, which may read or
+//! write many rows (a 1,000,000-task submission, a page of a listing read from the store, a
+//! purge), take the lock inside `block_in_place`, so they do not stall the worker's other
+//! connections.
 
 use crate::ServerError;
 use crate::config::TlsConfig;
 use crate::convert::Wire;
 use crate::datadir::Credentials;
+use crate::durable::Durable;
 use crate::logs::LogRelay;
 use crate::metrics::Metrics;
 use crate::state::{State, StateError};
@@ -34,12 +41,53 @@ fn status(e: StateError) -> Status {
     }
 }
 
+/// How a handler runs its event.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Run {
+    /// On the async worker (short: memory and WAL appends only).
+    Inline,
+    /// Inside `block_in_place` (may read or write many rows).
+    Blocking,
+}
+
+/// Runs `f` under the state's lock and returns its answer once every write made up to the end
+/// of `f` is durable (a call that wrote nothing may have read what another call wrote: it
+/// waits for that too, so nothing it acknowledges can be lost).
 async fn with_state<T: Send + 'static>(
+    state: &Shared,
+    durable: &Durable,
+    how: Run,
+    f: impl FnOnce(&mut State) -> Result<T, StateError> + Send + 'static,
+) -> Result<Response<T>, Status> {
+    let run = || {
+        let mut guard = state
+            .lock()
+            .map_err(|_| Status::internal("server state poisoned"))?;
+        let answer = f(&mut guard).map_err(status);
+        Ok::<_, Status>((answer, guard.written()))
+    };
+    let multi_thread = tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::MultiThread;
+    let (answer, written) = if multi_thread && how == Run::Blocking {
+        // The worker thread is replaced while this one may block on the lock or on I/O.
+        tokio::task::block_in_place(run)?
+    } else {
+        run()?
+    };
+    let answer = answer?;
+    durable.wait(written).await.map_err(|e| {
+        tracing::error!("{e}");
+        Status::unavailable(format!("{e}: nothing was recorded for this call; retry"))
+    })?;
+    Ok(Response::new(answer))
+}
+
+/// Runs a read-only `f` under the state's lock (inside `block_in_place`: a page may be read
+/// from the store). Reads do not wait for durability: they acknowledge nothing.
+async fn read_state<T: Send + 'static>(
     state: &Shared,
     f: impl FnOnce(&mut State) -> Result<T, StateError> + Send + 'static,
 ) -> Result<Response<T>, Status> {
-    // `block_in_place` (not `spawn_blocking`): the handler runs on this worker thread, which the
-    // runtime replaces while it may block on the lock or an fsync — no hand-off to another thread.
     let run = || {
         let mut guard = state
             .lock()
@@ -58,7 +106,7 @@ async fn with_state<T: Send + 'static>(
 
 /// The `Agent` service; heartbeats are counted and timed in its [`Metrics`]; where each agent's
 /// log listener is goes to the [`LogRelay`].
-pub struct AgentService(Shared, Arc<Metrics>, Arc<LogRelay>);
+pub struct AgentService(Shared, Arc<Metrics>, Arc<LogRelay>, Arc<Durable>);
 
 #[tonic::async_trait]
 impl Agent for AgentService {
@@ -69,7 +117,7 @@ impl Agent for AgentService {
         let ip = req.remote_addr().map(|a| a.ip());
         let r = req.into_inner();
         let (name, port, work_dir) = (r.name.clone(), r.log_port, r.work_dir.clone());
-        let reply = with_state(&self.0, move |s| s.register(r)).await?;
+        let reply = with_state(&self.0, &self.3, Run::Blocking, move |s| s.register(r)).await?;
         self.2
             .seen(reply.get_ref().node_id, Some(&name), ip, port, &work_dir);
         Ok(reply)
@@ -83,7 +131,7 @@ impl Agent for AgentService {
         let ip = req.remote_addr().map(|a| a.ip());
         let r = req.into_inner();
         let (id, port, work_dir) = (r.node_id, r.log_port, r.work_dir.clone());
-        let reply = with_state(&self.0, move |s| s.heartbeat(r)).await;
+        let reply = with_state(&self.0, &self.3, Run::Inline, move |s| s.heartbeat(r)).await;
         self.1.heartbeat(start.elapsed());
         if let Ok(rep) = &reply
             && !rep.get_ref().reregister
@@ -92,7 +140,7 @@ impl Agent for AgentService {
                 None
             } else {
                 // First heartbeat since a restart: the name comes from the state.
-                with_state(&self.0, move |s| Ok(s.node_name(id)))
+                read_state(&self.0, move |s| Ok(s.node_name(id)))
                     .await
                     .ok()
                     .and_then(Response::into_inner)
@@ -104,7 +152,7 @@ impl Agent for AgentService {
 }
 
 /// The `Client` service; task outputs are read through the [`LogRelay`].
-pub struct ClientService(Shared, Arc<LogRelay>);
+pub struct ClientService(Shared, Arc<LogRelay>, Arc<Durable>);
 
 #[tonic::async_trait]
 impl Client for ClientService {
@@ -113,7 +161,7 @@ impl Client for ClientService {
         req: Request<pb::SubmitRequest>,
     ) -> Result<Response<pb::SubmitReply>, Status> {
         let r = req.into_inner();
-        with_state(&self.0, move |s| {
+        with_state(&self.0, &self.2, Run::Blocking, move |s| {
             s.submit_named(&r.origin, &r.text, &r.workdir, &r.submission_key, &r.name)
         })
         .await
@@ -126,7 +174,7 @@ impl Client for ClientService {
         let r = req.into_inner();
         // u32::MAX means "everything" in process; over the wire it is just a large page.
         let limit = r.limit.min(crate::state::MAX_PAGE);
-        with_state(&self.0, move |s| Ok(s.jobs_page(r.cursor, limit))).await
+        read_state(&self.0, move |s| Ok(s.jobs_page(r.cursor, limit))).await
     }
 
     async fn get_job(
@@ -134,7 +182,7 @@ impl Client for ClientService {
         req: Request<pb::GetJobRequest>,
     ) -> Result<Response<pb::JobInfo>, Status> {
         let id = req.into_inner().job_id;
-        with_state(&self.0, move |s| s.job(id)).await
+        read_state(&self.0, move |s| s.job(id)).await
     }
 
     async fn list_tasks(
@@ -144,7 +192,7 @@ impl Client for ClientService {
         let r = req.into_inner();
         let limit = r.limit.min(crate::state::MAX_PAGE);
         let mut reply =
-            with_state(&self.0, move |s| s.tasks_page(r.job_id, r.cursor, limit)).await?;
+            read_state(&self.0, move |s| s.tasks_page(r.job_id, r.cursor, limit)).await?;
         self.1.fill_outputs(&mut reply.get_mut().tasks);
         Ok(reply)
     }
@@ -168,7 +216,10 @@ impl Client for ClientService {
                 "resubmit re-runs a job's failed tasks: pass --failed",
             ));
         }
-        with_state(&self.0, move |s| s.resubmit_failed(r.job_id)).await
+        with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            s.resubmit_failed(r.job_id)
+        })
+        .await
     }
 
     async fn drain_node(
@@ -176,14 +227,17 @@ impl Client for ClientService {
         req: Request<pb::DrainNodeRequest>,
     ) -> Result<Response<pb::DrainNodeReply>, Status> {
         let r = req.into_inner();
-        with_state(&self.0, move |s| s.drain_node(&r.name, r.drain)).await
+        with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            s.drain_node(&r.name, r.drain)
+        })
+        .await
     }
 
     async fn list_nodes(
         &self,
         _: Request<pb::ListNodesRequest>,
     ) -> Result<Response<pb::ListNodesReply>, Status> {
-        with_state(&self.0, |s| Ok(s.nodes())).await
+        read_state(&self.0, |s| Ok(s.nodes())).await
     }
 
     async fn remove_node(
@@ -191,7 +245,7 @@ impl Client for ClientService {
         req: Request<pb::RemoveNodeRequest>,
     ) -> Result<Response<pb::RemoveNodeReply>, Status> {
         let name = req.into_inner().name;
-        with_state(&self.0, move |s| {
+        with_state(&self.0, &self.2, Run::Blocking, move |s| {
             s.remove_node(&name)
                 .map(|node_id| pb::RemoveNodeReply { node_id })
         })
@@ -203,7 +257,7 @@ impl Client for ClientService {
         req: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::CancelReply>, Status> {
         let id = req.into_inner().job_id;
-        with_state(&self.0, move |s| s.cancel(id)).await
+        with_state(&self.0, &self.2, Run::Blocking, move |s| s.cancel(id)).await
     }
 
     async fn purge(
@@ -211,7 +265,7 @@ impl Client for ClientService {
         req: Request<pb::PurgeRequest>,
     ) -> Result<Response<pb::PurgeReply>, Status> {
         let req = req.into_inner();
-        with_state(&self.0, move |s| s.purge(&req)).await
+        with_state(&self.0, &self.2, Run::Blocking, move |s| s.purge(&req)).await
     }
 }
 
@@ -301,6 +355,8 @@ pub async fn router_with(
     tls: Option<&TlsConfig>,
     relay: Arc<LogRelay>,
 ) -> Result<tonic::transport::server::Router, ServerError> {
+    let durable = state.lock().map_err(|_| ServerError::Poisoned)?.durable();
+    durable.start();
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<AgentServer<AgentService>>().await;
     reporter.set_serving::<ClientServer<ClientService>>().await;
@@ -319,11 +375,11 @@ pub async fn router_with(
     Ok(builder
         .add_service(health)
         .add_service(AgentServer::with_interceptor(
-            AgentService(state.clone(), metrics, relay.clone()),
+            AgentService(state.clone(), metrics, relay.clone(), durable.clone()),
             CheckToken::new(Role::Agent, creds),
         ))
         .add_service(ClientServer::with_interceptor(
-            ClientService(state, relay),
+            ClientService(state, relay, durable),
             CheckToken::new(Role::Client, creds),
         )))
 }

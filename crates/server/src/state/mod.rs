@@ -206,6 +206,17 @@ impl State {
         self.metrics.clone()
     }
 
+    /// The durability of the store's writes: replies wait on it (see [`crate::durable`]).
+    pub fn durable(&self) -> Arc<crate::durable::Durable> {
+        self.store.durable()
+    }
+
+    /// How many writes the store committed so far (a reply sent after an event waits until the
+    /// WAL is synced past this count).
+    pub fn written(&self) -> u64 {
+        self.store.durable().written()
+    }
+
     /// Heartbeat interval agents are told to use.
     pub fn heartbeat_interval_ms(&self) -> u64 {
         self.heartbeat_interval_ms
