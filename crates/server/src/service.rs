@@ -18,7 +18,8 @@ use crate::datadir::Credentials;
 use crate::durable::Durable;
 use crate::logs::LogRelay;
 use crate::metrics::Metrics;
-use crate::state::{State, StateError};
+use crate::state::{State, StateError, TasksListing};
+use crate::store::StoreReader;
 use hetsched_proto as pb;
 use hetsched_proto::agent_server::{Agent, AgentServer};
 use hetsched_proto::client_server::{Client, ClientServer};
@@ -80,6 +81,17 @@ async fn with_state<T: Send + 'static>(
         Status::unavailable(format!("{e}: nothing was recorded for this call; retry"))
     })?;
     Ok(Response::new(answer))
+}
+
+/// Runs `f`, which may block on I/O, without stalling the async worker's other tasks.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    if tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::MultiThread
+    {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
+    }
 }
 
 /// Runs a read-only `f` under the state's lock (inside `block_in_place`: a page may be read
@@ -152,7 +164,14 @@ impl Agent for AgentService {
 }
 
 /// The `Client` service; task outputs are read through the [`LogRelay`].
-pub struct ClientService(Shared, Arc<LogRelay>, Arc<Durable>);
+/// The fourth field is a read-only connection to the store: pages of finished jobs' tasks are
+/// read through it after the state's lock is released.
+pub struct ClientService(
+    Shared,
+    Arc<LogRelay>,
+    Arc<Durable>,
+    Option<Arc<StoreReader>>,
+);
 
 #[tonic::async_trait]
 impl Client for ClientService {
@@ -191,8 +210,24 @@ impl Client for ClientService {
     ) -> Result<Response<pb::ListTasksReply>, Status> {
         let r = req.into_inner();
         let limit = r.limit.min(crate::state::MAX_PAGE);
-        let mut reply =
-            read_state(&self.0, move |s| s.tasks_page(r.job_id, r.cursor, limit)).await?;
+        let (job, cursor) = (r.job_id, r.cursor);
+        // Under the lock: the page itself, or what it takes to read it from the store.
+        let plan = read_state(&self.0, move |s| s.plan_tasks(job, cursor, limit))
+            .await?
+            .into_inner();
+        let page = match (plan, &self.3) {
+            (TasksListing::Ready(page), _) => page,
+            // A finished job's rows: read without the state's lock.
+            (TasksListing::FromStore(stored), Some(reader)) => {
+                blocking(|| stored.read(reader)).map_err(status)?
+            }
+            (TasksListing::FromStore(_), None) => {
+                read_state(&self.0, move |s| s.list_tasks(job, cursor, limit))
+                    .await?
+                    .into_inner()
+            }
+        };
+        let mut reply = Response::new(pb::ListTasksReply::from(page));
         self.1.fill_outputs(&mut reply.get_mut().tasks);
         Ok(reply)
     }
@@ -355,7 +390,14 @@ pub async fn router_with(
     tls: Option<&TlsConfig>,
     relay: Arc<LogRelay>,
 ) -> Result<tonic::transport::server::Router, ServerError> {
-    let durable = state.lock().map_err(|_| ServerError::Poisoned)?.durable();
+    let (durable, reader) = {
+        let s = state.lock().map_err(|_| ServerError::Poisoned)?;
+        let reader = s.store_reader().unwrap_or_else(|e| {
+            tracing::warn!("no read-only store connection ({e}): listings read under the lock");
+            None
+        });
+        (s.durable(), reader.map(Arc::new))
+    };
     durable.start();
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<AgentServer<AgentService>>().await;
@@ -379,7 +421,7 @@ pub async fn router_with(
             CheckToken::new(Role::Agent, creds),
         ))
         .add_service(ClientServer::with_interceptor(
-            ClientService(state, relay, durable),
+            ClientService(state, relay, durable, reader),
             CheckToken::new(Role::Client, creds),
         )))
 }

@@ -522,33 +522,21 @@ impl Store {
         range: std::ops::Range<u64>,
         limit: usize,
     ) -> Result<Vec<TaskRow>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT id, app, idx, state, attempt, node, variant, devices, started_ns, finished_ns,
-                    exit_code, message, failures FROM tasks WHERE id >= ?1 AND id < ?2 ORDER BY id
-                    LIMIT ?3",
+        task_rows_from(&self.conn, range, limit)
+    }
+
+    /// A second, read-only connection to this store (`None` for a store in memory): listings
+    /// read finished jobs' rows through it without the state's lock (WAL readers do not block
+    /// the writer, nor it them).
+    pub fn reader(&self) -> Result<Option<StoreReader>, StoreError> {
+        let Some(path) = self.conn.path().filter(|p| !p.is_empty()) else {
+            return Ok(None);
+        };
+        let conn = Connection::open_with_flags(
+            path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let mut rows = stmt.query(params![range.start as i64, range.end as i64, limit])?;
-        let mut out = Vec::new();
-        while let Some(r) = rows.next()? {
-            let devices: String = r.get(7)?;
-            out.push(TaskRow {
-                id: r.get::<_, i64>(0)? as u64,
-                app: r.get(1)?,
-                index: r.get(2)?,
-                state: TaskState::from_code(r.get(3)?)?,
-                attempt: r.get(4)?,
-                node: r.get(5)?,
-                variant: r.get(6)?,
-                devices: parse_devices(&devices)?,
-                started_ns: r.get::<_, i64>(8)? as u64,
-                finished_ns: r.get::<_, i64>(9)? as u64,
-                exit_code: r.get(10)?,
-                message: r.get(11)?,
-                failures: r.get(12)?,
-            });
-        }
-        Ok(out)
+        Ok(Some(StoreReader(std::sync::Mutex::new(conn))))
     }
 
     /// Number of stored jobs (for tests and checks).
@@ -622,6 +610,55 @@ pub fn forget_finished(tx: &rusqlite::Transaction, jobs: &[u64]) -> Result<(), S
         stmt.execute(params![job as i64])?;
     }
     Ok(())
+}
+
+/// A read-only connection to the store (see [`Store::reader`]).
+pub struct StoreReader(std::sync::Mutex<Connection>);
+
+impl StoreReader {
+    /// The first `limit` task rows with ids in `range`, by id.
+    pub fn task_rows_from(
+        &self,
+        range: std::ops::Range<u64>,
+        limit: usize,
+    ) -> Result<Vec<TaskRow>, StoreError> {
+        let conn = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        task_rows_from(&conn, range, limit)
+    }
+}
+
+fn task_rows_from(
+    conn: &Connection,
+    range: std::ops::Range<u64>,
+    limit: usize,
+) -> Result<Vec<TaskRow>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, app, idx, state, attempt, node, variant, devices, started_ns, finished_ns,
+                exit_code, message, failures FROM tasks WHERE id >= ?1 AND id < ?2 ORDER BY id
+                LIMIT ?3",
+    )?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut rows = stmt.query(params![range.start as i64, range.end as i64, limit])?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        let devices: String = r.get(7)?;
+        out.push(TaskRow {
+            id: r.get::<_, i64>(0)? as u64,
+            app: r.get(1)?,
+            index: r.get(2)?,
+            state: TaskState::from_code(r.get(3)?)?,
+            attempt: r.get(4)?,
+            node: r.get(5)?,
+            variant: r.get(6)?,
+            devices: parse_devices(&devices)?,
+            started_ns: r.get::<_, i64>(8)? as u64,
+            finished_ns: r.get::<_, i64>(9)? as u64,
+            exit_code: r.get(10)?,
+            message: r.get(11)?,
+            failures: r.get(12)?,
+        });
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@
 use crate::config::ServerConfig;
 use crate::jobs::{Batch, Ctx, Jobs, Kind, Outbox, Read};
 use crate::metrics::Metrics;
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, StoreReader};
 use hetsched_core::input::InputError;
 use hetsched_core::{NodeId, SchedulerView, ViewError};
 use std::collections::HashSet;
@@ -56,6 +56,7 @@ pub mod types;
 pub use crate::jobs::batch::{
     MAX_SUBMISSION_KEY, MAX_TASKS_PER_JOB, MAX_WORKDIR, RETENTION_INTERVAL, spec_key,
 };
+pub use crate::jobs::batch::{StoredTasks, TasksListing};
 pub use crate::jobs::{MAX_KNOWN_SPECS, REPLY_BUDGET};
 use nodes::Nodes;
 use types::{
@@ -572,6 +573,32 @@ impl State {
             page.next_cursor = next_kind_start(kind.kind());
         }
         Ok(page)
+    }
+}
+
+impl State {
+    /// [`State::list_tasks`] in two steps: under the state's lock, either the page itself or —
+    /// for a finished batch job whose rows left memory — a plan to read it from the store
+    /// afterwards without the lock ([`StoredTasks::read`] on [`State::store_reader`]).
+    pub fn plan_tasks(
+        &self,
+        job: u64,
+        cursor: u64,
+        limit: u32,
+    ) -> Result<TasksListing, StateError> {
+        match Kind::of(job) {
+            Some(Kind::Batch) if job != 0 => {
+                self.jobs
+                    .batch
+                    .plan_tasks_page(&self.read(), job, cursor, page_limit(limit))
+            }
+            _ => self.list_tasks(job, cursor, limit).map(TasksListing::Ready),
+        }
+    }
+
+    /// A second, read-only connection to the store (`None` for a store in memory).
+    pub fn store_reader(&self) -> Result<Option<StoreReader>, StateError> {
+        Ok(self.store.reader()?)
     }
 }
 
