@@ -3,13 +3,13 @@
 //! load balancers and `grpc_health_probe` can use it).
 //!
 //! Handlers take the state's lock, run one event, and answer only once the event's writes are
-//! durable ([`Durable::wait`]: one shared `fdatasync` of the store's WAL for every reply waiting
-//! at that moment, made outside the lock; see [`crate::durable`]). Heartbeats run on the async
-//! worker itself: under the lock they only change memory and append to the WAL (no fsync), so a
-//! hand-off to a blocking thread would cost more than it saves. Other calls, which may read or
-//! write many rows (a 1,000,000-task submission, a page of a listing read from the store, a
-//! purge), take the lock inside `block_in_place`, so they do not stall the worker's other
-//! connections.
+//! durable (see [`crate::durable`]). Heartbeats — the hot path — run on the async worker itself
+//! when the lock is free: under the lock they only change memory and append to the WAL (no
+//! fsync), and their replies wait ([`Durable::wait`]) for one `fdatasync` of the WAL shared by
+//! every reply waiting at that moment, made outside the lock. Other calls, which are rare and may
+//! read or write many rows (a 1,000,000-task submission, a page read from the store, a purge),
+//! run inside `block_in_place` and sync before releasing the lock, as every call did before
+//! group commit.
 
 use crate::ServerError;
 use crate::config::TlsConfig;
@@ -45,7 +45,8 @@ fn status(e: StateError) -> Status {
 /// How a handler runs its event.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Run {
-    /// On the async worker (short: memory and WAL appends only).
+    /// On the async worker when the lock is free (short: memory and WAL appends only); inside
+    /// `block_in_place` when another call holds it.
     Inline,
     /// Inside `block_in_place` (may read or write many rows).
     Blocking,
@@ -60,30 +61,14 @@ async fn with_state<T: Send + 'static>(
     how: Run,
     f: impl FnOnce(&mut State) -> Result<T, StateError> + Send + 'static,
 ) -> Result<Response<T>, Status> {
-    let run = || {
-        let mut guard = state
-            .lock()
-            .map_err(|_| Status::internal("server state poisoned"))?;
-        let answer = f(&mut guard).map_err(status);
-        Ok::<_, Status>((answer, guard.written()))
-    };
-    let multi_thread = tokio::runtime::Handle::current().runtime_flavor()
-        == tokio::runtime::RuntimeFlavor::MultiThread;
-    let (answer, written) = if multi_thread && how == Run::Blocking {
-        // The worker thread is replaced while this one may block on the lock or on I/O.
-        tokio::task::block_in_place(run)?
-    } else {
-        run()?
-    };
+    let (answer, written) = run_event(state, durable, how, f)?;
     let answer = answer?;
-    durable.wait(written).await.map_err(|e| {
-        tracing::error!("{e}");
-        Status::unavailable(format!("{e}: nothing was recorded for this call; retry"))
-    })?;
+    durable.wait(written).await.map_err(unavailable)?;
     Ok(Response::new(answer))
 }
 
-/// Runs `f`, which may block on I/O, without stalling the async worker's other tasks.
+/// Runs `f`, which may block on I/O or a lock, without stalling the async worker's other tasks
+/// (a current-thread runtime, in tests, cannot hand its only worker over: `f` runs in place).
 fn blocking<T>(f: impl FnOnce() -> T) -> T {
     if tokio::runtime::Handle::current().runtime_flavor()
         == tokio::runtime::RuntimeFlavor::MultiThread
@@ -94,25 +79,54 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
+/// The synchronous part of [`with_state`]: `f`'s answer and the store's write count after it.
+fn run_event<T>(
+    state: &Shared,
+    durable: &Durable,
+    how: Run,
+    f: impl FnOnce(&mut State) -> Result<T, StateError>,
+) -> Result<(Result<T, Status>, u64), Status> {
+    let poisoned = || Status::internal("server state poisoned");
+    let exec = move |s: &mut State| (f(s).map_err(status), s.written());
+    // Inline only while the lock is free: a heartbeat must not park the async worker behind a
+    // long call (a big submission) that holds it.
+    if how == Run::Inline {
+        match state.try_lock() {
+            Ok(mut guard) => return Ok(exec(&mut guard)),
+            Err(std::sync::TryLockError::WouldBlock) => {}
+            Err(std::sync::TryLockError::Poisoned(_)) => return Err(poisoned()),
+        }
+    }
+    // The worker thread is replaced while this one may block on the lock or on I/O.
+    blocking(|| {
+        let mut guard = state.lock().map_err(|_| poisoned())?;
+        let (answer, written) = exec(&mut guard);
+        if how == Run::Blocking {
+            // A rare call (registration, submission, cancel …): synced before the lock is
+            // released, so no other call sees its change before it is durable.
+            durable.wait_blocking(written).map_err(unavailable)?;
+        }
+        Ok((answer, written))
+    })
+}
+
+fn unavailable(e: crate::durable::SyncError) -> Status {
+    tracing::error!("{e}");
+    Status::unavailable(format!("{e}: nothing was recorded for this call; retry"))
+}
+
 /// Runs a read-only `f` under the state's lock (inside `block_in_place`: a page may be read
 /// from the store). Reads do not wait for durability: they acknowledge nothing.
 async fn read_state<T: Send + 'static>(
     state: &Shared,
     f: impl FnOnce(&mut State) -> Result<T, StateError> + Send + 'static,
 ) -> Result<Response<T>, Status> {
-    let run = || {
+    blocking(|| {
         let mut guard = state
             .lock()
             .map_err(|_| Status::internal("server state poisoned"))?;
         f(&mut guard).map_err(status)
-    };
-    let multi_thread = tokio::runtime::Handle::current().runtime_flavor()
-        == tokio::runtime::RuntimeFlavor::MultiThread;
-    if multi_thread {
-        tokio::task::block_in_place(run)
-    } else {
-        run() // a current-thread runtime (tests) cannot hand its only worker over
-    }
+    })
     .map(Response::new)
 }
 
