@@ -63,7 +63,16 @@ async fn with_state<T: Send + 'static>(
 ) -> Result<Response<T>, Status> {
     let (answer, written) = run_event(state, durable, how, f)?;
     let answer = answer?;
-    durable.wait(written).await.map_err(unavailable)?;
+    if let Err(e) = durable.wait(written).await {
+        // What this call (and others) committed may not be on disk: roll memory back to the
+        // store and pause, as after a refused commit.
+        blocking(|| {
+            if let Ok(mut s) = state.lock() {
+                s.sync_failed(&e);
+            }
+        });
+        return Err(unavailable(e));
+    }
     Ok(Response::new(answer))
 }
 
@@ -104,7 +113,10 @@ fn run_event<T>(
         if how == Run::Blocking {
             // A rare call (registration, submission, cancel …): synced before the lock is
             // released, so no other call sees its change before it is durable.
-            durable.wait_blocking(written).map_err(unavailable)?;
+            if let Err(e) = durable.wait_blocking(written) {
+                guard.sync_failed(&e);
+                return Err(unavailable(e));
+            }
         }
         Ok((answer, written))
     })

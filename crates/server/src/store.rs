@@ -21,6 +21,9 @@ pub enum StoreError {
     /// A row holds something this version cannot read.
     #[error("store: corrupt row: {0}")]
     Corrupt(String),
+    /// The write-ahead log could not be synced.
+    #[error("store: {0}")]
+    Sync(#[from] crate::durable::SyncError),
 }
 
 /// A task's life cycle as stored.

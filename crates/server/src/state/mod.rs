@@ -370,7 +370,7 @@ impl State {
 
     /// Undoes every change to memory since the last commit by rebuilding the state from the
     /// store, keeps what the store does not hold (nodes' liveness and last figures), and pauses.
-    fn roll_back(&mut self, cause: &StoreError) {
+    fn roll_back(&mut self, cause: &dyn std::fmt::Display) {
         tracing::error!(
             "the store refused a write ({cause}): rolling memory back to the store and pausing \
              dispatch until it accepts writes (is the disk full?)"
@@ -418,7 +418,12 @@ impl State {
             return true;
         }
         self.last_probe = Some(Instant::now());
-        match self.store.probe() {
+        let durable = self.store.durable();
+        match self.store.probe().and_then(|()| {
+            durable
+                .wait_blocking(durable.written())
+                .map_err(StoreError::from)
+        }) {
             Ok(()) => {
                 info!(after = ?since.elapsed(), "the store accepts writes again: dispatch resumes");
                 self.paused_since = None;
@@ -429,6 +434,13 @@ impl State {
                 true
             }
         }
+    }
+
+    /// The WAL could not be synced: what was committed since the last sync may not be on disk,
+    /// and the replies waiting for it were refused. Memory is rolled back to what the store
+    /// holds and dispatch pauses, as after a refused commit, until a probe write is synced.
+    pub fn sync_failed(&mut self, cause: &crate::durable::SyncError) {
+        self.roll_back(cause);
     }
 
     /// Whether dispatch is paused because the store refuses writes.
