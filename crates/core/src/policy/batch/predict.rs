@@ -39,11 +39,18 @@ pub fn free_device_speed(app: &Application, node: &NodeState) -> f64 {
         .map_or(1.0, |(_, acc)| acc.speed)
 }
 
-/// A GPU task of `app` alone on `node`'s next free device: `tpg0/speed + tdcg + tdg0` — the
-/// GPU_base time on that device, so that a slow device does not look like contention.
+/// A GPU task of `app` alone on `node`'s next free device and disk:
+/// `tpg0/speed + tdcg + max(tdg0, V/BW)` — eq. (2) and (3) with nothing else reading, so that a
+/// slow device or a slow disk does not look like contention.
 pub fn gpu_time_alone(app: &Application, node: &NodeState) -> Option<f64> {
     let gpu = app.gpu.as_ref()?;
-    Some(gpu.compute as f64 / free_device_speed(app, node) + gpu.copy as f64 + gpu.read as f64)
+    let read = read_time(
+        gpu.read as f64,
+        0.0,
+        app.split_bytes,
+        node.node.disk_read_bw,
+    );
+    Some(gpu.compute as f64 / free_device_speed(app, node) + gpu.copy as f64 + read)
 }
 
 /// Eq. (2) for a GPU task started now on `node`: `tpg0/speed + tdcg + tdg`. `None` without a GPU
