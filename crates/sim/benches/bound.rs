@@ -5,7 +5,12 @@
 //! - `lower_bound/1000_nodes_100_apps`: 1,000 nodes of 10 types (cores, GPUs and their speed, disk
 //!   bandwidth differ) and 100 applications (CPU and GPU variants, IO-heavy to compute-bound),
 //!   some submitted later (so the release sub-programmes are solved too);
-//! - `simulate/paper_workload_P_hdas`: one simulation of workload P under `hdas`, for scale.
+//! - `lower_bound/1000_distinct_nodes_100_apps`: the same applications on 1,000 nodes no two of
+//!   which are alike (cores, core speed, disk, accelerator count and speed all vary): the
+//!   programme pools similar nodes into at most `MAX_CLASSES` groups;
+//! - `simulate/paper_workload_P_hdas`: one simulation of workload P under `hdas`, for scale;
+//! - `simulate/paper_workload_P_hdas_hetero`: the same under `hdas-hetero`, which solves the
+//!   fluid LP for its plan whenever the pending set changes or the plan's makespan passes.
 //!
 //! Run: `cargo bench -p hetsched-sim --bench bound`.
 
@@ -34,6 +39,26 @@ fn big_cluster() -> Cluster {
             .build(n.id);
         for a in &mut n.accelerators {
             a.speed = [0.5, 1.0, 2.0, 4.0][t % 4];
+        }
+    }
+    c
+}
+
+/// 1,000 nodes, no two alike (the cluster of `examples/bound_distinct.rs`).
+fn distinct_cluster() -> Cluster {
+    let template = node("n").build(NodeId(0));
+    let mut c = Cluster::uniform(1000, &template);
+    for (i, nd) in c.nodes.iter_mut().enumerate() {
+        let f = i as f64;
+        *nd = node(&nd.name)
+            .cores(4 + (i as u32 * 7) % 61)
+            .gpus((i % 5) as u32, "gpu")
+            .disk_mib_s(100.0 + (f * 37.0) % 400.0 + f * 1e-3)
+            .memory(64 << 30)
+            .build(nd.id);
+        nd.core_speed = 0.8 + 0.4 * (f * 0.618_034).fract();
+        for a in &mut nd.accelerators {
+            a.speed = 0.5 + 3.5 * (f * 0.381_966).fract();
         }
     }
     c
@@ -76,6 +101,10 @@ fn bench(c: &mut Criterion) {
     g.bench_function("1000_nodes_100_apps", |b| {
         b.iter(|| black_box(lower_bound(&big, &many).ok()))
     });
+    let distinct = distinct_cluster();
+    g.bench_function("1000_distinct_nodes_100_apps", |b| {
+        b.iter(|| black_box(lower_bound(&distinct, &many).ok()))
+    });
     g.finish();
 
     let mut g = c.benchmark_group("simulate");
@@ -93,6 +122,12 @@ fn bench(c: &mut Criterion) {
     g.bench_function("paper_workload_P_hdas", |b| {
         b.iter(|| {
             let mut policy = BatchPolicyKind::Hdas.build();
+            black_box(simulate(&paper, &p, policy.as_mut(), &config, &mut |_| {}).ok())
+        })
+    });
+    g.bench_function("paper_workload_P_hdas_hetero", |b| {
+        b.iter(|| {
+            let mut policy = BatchPolicyKind::HdasHetero.build();
             black_box(simulate(&paper, &p, policy.as_mut(), &config, &mut |_| {}).ok())
         })
     });

@@ -256,14 +256,25 @@ fn draw(index: usize, options: &SweepOptions) -> Drawn {
     }
 }
 
-/// Runs case `index` of `options` under `kind` and returns the whole result (for looking into one
-/// case: `hetsched sim sweep` prints the index of each policy's worst case).
+/// The inputs of case `index` of `options`: the cluster, the applications as they run, the
+/// applications as the scheduler is told them (noisy profiles) and the simulation settings.
+pub fn case_inputs(
+    options: &SweepOptions,
+    index: usize,
+) -> (Cluster, Vec<Application>, Vec<Application>, SimConfig) {
+    let d = draw(index, options);
+    (d.cluster, d.apps, d.believed, d.config)
+}
+
+/// Runs case `index` of `options` under `kind` and returns the whole result, every task recorded
+/// (for looking into one case: `hetsched sim sweep` prints the index of each policy's worst case).
 pub fn run_one(
     options: &SweepOptions,
     index: usize,
     kind: BatchPolicyKind,
 ) -> Result<crate::metrics::SimResult, SimError> {
-    let d = draw(index, options);
+    let mut d = draw(index, options);
+    d.config.record_tasks = true;
     let mut policy = kind.build();
     simulate_believing(
         &d.cluster,

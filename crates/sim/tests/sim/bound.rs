@@ -57,3 +57,49 @@ fn fifo_reaches_the_bound_on_the_hand_computed_case() {
     assert_eq!(r.makespan_s, 30.0);
     assert_eq!((r.gpu_tasks, r.cpu_tasks), (3, 1));
 }
+
+/// `hdas-hetero` follows the fluid plan per group of nodes, so each disk gets work in proportion
+/// to its bandwidth: on a cluster of one fast-disk node (256 MiB/s) and one slow-disk node
+/// (32 MiB/s), the IO-heavy application (1 GiB splits) runs on the fast disk and the IO-light one
+/// (16 MiB splits) on the slow disk, and the run ends no later than FIFO's, which hands out cores
+/// in submission order wherever they are.
+#[test]
+fn hdas_hetero_loads_each_disk_by_its_bandwidth() {
+    let c = cluster(vec![
+        node("fast").cores(4).disk_mib_s(256.0).build(NodeId(0)),
+        node("slow").cores(4).disk_mib_s(32.0).build(NodeId(1)),
+    ]);
+    let apps = vec![
+        app("heavy")
+            .split_mib(1024)
+            .tasks(40)
+            .cpu(20.0, 4.0)
+            .build(AppId(0)),
+        app("light")
+            .split_mib(16)
+            .tasks(40)
+            .cpu(20.0, 0.0625)
+            .build(AppId(1)),
+    ];
+    let hetero = run(&c, &apps, BatchPolicyKind::HdasHetero, &aligned()).unwrap();
+    let on_slow = |app: u32| {
+        hetero
+            .tasks
+            .iter()
+            .filter(|t| t.node == NodeId(1) && t.app == AppId(app))
+            .count()
+    };
+    assert!(
+        on_slow(1) >= 4 * on_slow(0),
+        "slow disk: {} heavy, {} light",
+        on_slow(0),
+        on_slow(1)
+    );
+    let fifo = run(&c, &apps, BatchPolicyKind::Fifo, &aligned()).unwrap();
+    assert!(
+        hetero.makespan_s <= fifo.makespan_s,
+        "hdas-hetero {} s, fifo {} s",
+        hetero.makespan_s,
+        fifo.makespan_s
+    );
+}

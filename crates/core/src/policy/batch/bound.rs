@@ -26,8 +26,21 @@
 //!
 //! Identical nodes are merged into one class with `m_c` times the capacity: by symmetry (averaging
 //! a solution over the nodes of a class) this changes nothing in the optimum, and it keeps the
-//! programme small for real clusters, which have a few node types. The LP is solved by `microlp`
-//! (pure Rust simplex) through `good_lp`.
+//! programme small for real clusters, which have a few node types.
+//!
+//! # Pooling similar nodes (clusters of many node types)
+//! With more than [`MAX_CLASSES`] distinct node descriptions, similar nodes are *pooled* into a
+//! group `G` (their cores, speeds, memory, disk bandwidth and accelerators on a common logarithmic
+//! grid, coarsened until at most [`MAX_CLASSES`] groups remain). A group has one variable per
+//! (application, variant) and the rows of one node whose capacities are the group's sums, with
+//! each task's **shortest** duration over the group's nodes it fits on:
+//! `Σ x[a,G,v] · min_{n∈G} d[a,n,v] · request ≤ (Σ_{n∈G} capacity_n) · T`, and for the disk
+//! `Σ x[a,G,v] · V_a ≤ (Σ_{n∈G} BW_n) · T`. This is still a lower bound: from any schedule, let
+//! `x[a,G,v]` count its tasks on the group's nodes; summing each node's row
+//! (`Σ x[a,n,v] · d[a,n,v] · request ≤ capacity_n · M`) over the group and replacing every
+//! `d[a,n,v]` by the smaller minimum keeps the inequality. Pooling can only lower `T*` (the bound
+//! gets looser, never wrong); [`LowerBound::exact_classes`] says whether it happened. The LP is
+//! solved by `microlp` (pure Rust simplex) through `good_lp`.
 
 use crate::model::{Application, Cluster, Node, Resources, Variant};
 use crate::time::NANOS_PER_SEC;
@@ -54,8 +67,12 @@ pub struct LowerBound {
     pub longest_task_s: f64,
     /// The largest `r + LP(applications submitted at ≥ r)` over the release times tried.
     pub release_s: f64,
-    /// Node classes (distinct node descriptions) in the programme.
+    /// Node groups in the programme: distinct node descriptions, or fewer pooled groups when
+    /// there are more than [`MAX_CLASSES`] of them.
     pub node_classes: usize,
+    /// Whether every group is a class of identical nodes (false: similar nodes were pooled, and
+    /// the bound may be looser).
+    pub exact_classes: bool,
 }
 
 /// Why no bound could be computed.
@@ -69,11 +86,53 @@ pub enum BoundError {
     Solver(String),
 }
 
-/// Nodes with the same description, merged.
-struct NodeClass<'a> {
-    node: &'a Node,
-    count: f64,
+/// A group of nodes the programme treats as one pool: identical nodes (a *class*: exact), or, on
+/// clusters with more than [`MAX_CLASSES`] distinct node descriptions, similar nodes pooled with
+/// each task's best duration over the group (a relaxation: still a lower bound, see the module
+/// doc).
+struct NodeGroup<'a> {
+    nodes: Vec<&'a Node>,
 }
+
+impl NodeGroup<'_> {
+    /// Summed capacity of the group's nodes.
+    fn capacity(&self) -> (f64, f64, f64) {
+        self.nodes.iter().fold((0.0, 0.0, 0.0), |(c, m, g), n| {
+            (
+                c + f64::from(n.cores),
+                m + n.memory_bytes as f64,
+                g + n.accelerators.len() as f64,
+            )
+        })
+    }
+
+    /// Summed disk bandwidth, bytes per second.
+    fn disk_bw(&self) -> f64 {
+        self.nodes.iter().map(|n| n.disk_read_bw).sum()
+    }
+
+    /// Accelerators of `kind` in the group.
+    fn devices(&self, kind: &str) -> f64 {
+        self.nodes
+            .iter()
+            .map(|n| n.accelerators.iter().filter(|a| a.kind == kind).count() as f64)
+            .sum()
+    }
+
+    /// The shortest `variant` task of `app` on any node of the group, if it fits on one.
+    fn best_task_time(&self, app: &Application, variant: Variant) -> Option<f64> {
+        self.nodes
+            .iter()
+            .filter_map(|n| best_task_time(app, variant, n))
+            .min_by(f64::total_cmp)
+    }
+}
+
+/// The most node groups the programme gets: beyond this many distinct node descriptions, similar
+/// nodes are pooled ([`groups_of`]), so the LP keeps `≤ 2 · MAX_CLASSES · #applications`
+/// variables whatever the cluster's size. 24 keeps a 100-application LP within tens of
+/// milliseconds (`docs/performance.md`).
+pub const MAX_CLASSES: usize = 24;
 
 /// The key that makes two nodes interchangeable for the bound (everything but id, name, rack and
 /// network).
@@ -93,21 +152,92 @@ fn class_key(n: &Node) -> (u32, u64, u64, u64, Vec<(String, u64)>) {
     )
 }
 
-fn classes(cluster: &Cluster) -> Vec<NodeClass<'_>> {
-    classes_of(cluster.nodes.iter())
+/// A coarse key: every quantity on a logarithmic grid of ratio `ratio`, accelerators by kind and
+/// (if `counts`) how many of each kind.
+fn coarse_key(n: &Node, ratio: f64, counts: bool) -> Vec<i64> {
+    let bucket = |v: f64| {
+        if v > 0.0 {
+            (v.ln() / ratio.ln()).floor() as i64
+        } else {
+            i64::MIN
+        }
+    };
+    let mut key = vec![
+        bucket(f64::from(n.cores)),
+        bucket(n.core_speed),
+        bucket(n.memory_bytes as f64),
+        bucket(n.disk_read_bw),
+    ];
+    let mut kinds: Vec<(&str, usize, f64)> = Vec::new();
+    for a in &n.accelerators {
+        match kinds.iter_mut().find(|(k, _, _)| *k == a.kind) {
+            Some(entry) => {
+                entry.1 += 1;
+                entry.2 = entry.2.max(a.speed);
+            }
+            None => kinds.push((&a.kind, 1, a.speed)),
+        }
+    }
+    kinds.sort_by(|x, y| x.0.cmp(y.0));
+    for (kind, count, speed) in kinds {
+        // The kind's name enters through a stable hash of its bytes (FNV-1a).
+        let hash = kind.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        key.push(hash as i64);
+        key.push(if counts { count as i64 } else { 1 });
+        key.push(bucket(speed));
+    }
+    key
 }
 
-fn classes_of<'a>(nodes: impl Iterator<Item = &'a Node>) -> Vec<NodeClass<'a>> {
-    let mut map: BTreeMap<_, NodeClass<'_>> = BTreeMap::new();
-    for n in nodes {
-        map.entry(class_key(n))
-            .or_insert(NodeClass {
-                node: n,
-                count: 0.0,
-            })
-            .count += 1.0;
+/// One group per distinct node description.
+fn exact_classes<'a>(nodes: &[&'a Node]) -> Vec<NodeGroup<'a>> {
+    let mut exact: BTreeMap<_, NodeGroup<'_>> = BTreeMap::new();
+    for &n in nodes {
+        exact
+            .entry(class_key(n))
+            .or_insert(NodeGroup { nodes: Vec::new() })
+            .nodes
+            .push(n);
     }
-    map.into_values().collect()
+    exact.into_values().collect()
+}
+
+/// Groups `nodes` for the programme: identical nodes form one class (exact, by symmetry); if that
+/// gives more than [`MAX_CLASSES`] classes, nodes whose quantities agree on ever coarser
+/// logarithmic grids are pooled, down to one group per set of accelerator kinds and in the end
+/// one group for the whole cluster. Returns the groups and whether they are exact classes.
+fn groups_of<'a>(nodes: impl Iterator<Item = &'a Node>) -> (Vec<NodeGroup<'a>>, bool) {
+    let nodes: Vec<&Node> = nodes.collect();
+    let exact = exact_classes(&nodes);
+    if exact.len() <= MAX_CLASSES {
+        return (exact, true);
+    }
+    let grids = [
+        (1.1, true),
+        (1.25, true),
+        (1.5, true),
+        (2.0, true),
+        (4.0, true),
+        (16.0, true),
+        (16.0, false),
+        (1e9, false),
+    ];
+    for (ratio, counts) in grids {
+        let mut pooled: BTreeMap<Vec<i64>, NodeGroup<'_>> = BTreeMap::new();
+        for &n in &nodes {
+            pooled
+                .entry(coarse_key(n, ratio, counts))
+                .or_insert(NodeGroup { nodes: Vec::new() })
+                .nodes
+                .push(n);
+        }
+        if pooled.len() <= MAX_CLASSES {
+            return (pooled.into_values().collect(), false);
+        }
+    }
+    (vec![NodeGroup { nodes }], false)
 }
 
 fn secs(ns: u64) -> f64 {
@@ -149,15 +279,15 @@ pub fn best_task_time(app: &Application, variant: Variant, node: &Node) -> Optio
 
 /// The makespan lower bound of `apps` on `cluster` (see the module doc).
 pub fn lower_bound(cluster: &Cluster, apps: &[Application]) -> Result<LowerBound, BoundError> {
-    let classes = classes(cluster);
+    let (groups, exact_classes) = groups_of(cluster.nodes.iter());
     let mut longest_task_s: f64 = 0.0;
     for a in apps.iter().filter(|a| a.tasks > 0) {
-        let shortest = classes
+        let shortest = groups
             .iter()
-            .flat_map(|c| {
+            .flat_map(|g| {
                 [Variant::Cpu, Variant::Gpu]
                     .into_iter()
-                    .filter_map(|v| best_task_time(a, v, c.node))
+                    .filter_map(|v| g.best_task_time(a, v))
             })
             .fold(f64::INFINITY, f64::min);
         if !shortest.is_finite() {
@@ -166,7 +296,7 @@ pub fn lower_bound(cluster: &Cluster, apps: &[Application]) -> Result<LowerBound
         longest_task_s = longest_task_s.max(secs(a.submit_time) + shortest);
     }
     let all: Vec<&Application> = apps.iter().collect();
-    let fluid_s = fluid(&classes, &all)?.makespan_s;
+    let fluid_s = fluid(&groups, &all)?.makespan_s;
 
     // Release times: the work submitted at or after `r` needs at least its own fluid time after r.
     let mut releases: Vec<u64> = apps
@@ -180,19 +310,20 @@ pub fn lower_bound(cluster: &Cluster, apps: &[Application]) -> Result<LowerBound
     let mut release_s: f64 = 0.0;
     for &r in releases.iter().rev().take(MAX_RELEASE_LPS) {
         let later: Vec<&Application> = apps.iter().filter(|a| a.submit_time >= r).collect();
-        release_s = release_s.max(secs(r) + fluid(&classes, &later)?.makespan_s);
+        release_s = release_s.max(secs(r) + fluid(&groups, &later)?.makespan_s);
     }
     Ok(LowerBound {
         lower_bound_s: fluid_s.max(longest_task_s).max(release_s),
         fluid_s,
         longest_task_s,
         release_s,
-        node_classes: classes.len(),
+        node_classes: groups.len(),
+        exact_classes,
     })
 }
 
 /// The optimum of the fluid programme: its time and how it splits each application's tasks
-/// between cores and accelerators (summed over the node classes). `hdas-hetero` follows it as a
+/// between cores and accelerators, in total and per node group. `hdas-hetero` follows it as a
 /// plan.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FluidPlan {
@@ -202,6 +333,20 @@ pub struct FluidPlan {
     pub cpu_tasks: Vec<f64>,
     /// Per application: tasks the optimum runs as GPU tasks.
     pub gpu_tasks: Vec<f64>,
+    /// The same split per node group (identical nodes, or pooled similar nodes on clusters of
+    /// more than [`MAX_CLASSES`] node descriptions).
+    pub groups: Vec<GroupPlan>,
+}
+
+/// The fluid optimum's share of one group of nodes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupPlan {
+    /// The group's nodes.
+    pub nodes: Vec<crate::model::NodeId>,
+    /// Per application: tasks the optimum runs as CPU tasks on these nodes.
+    pub cpu_tasks: Vec<f64>,
+    /// Per application: tasks the optimum runs as GPU tasks on these nodes.
+    pub gpu_tasks: Vec<f64>,
 }
 
 /// The fluid optimum of `apps` on `nodes` (see the module doc), with its CPU/GPU split.
@@ -209,26 +354,29 @@ pub fn fluid_plan<'a>(
     nodes: impl Iterator<Item = &'a Node>,
     apps: &[&Application],
 ) -> Result<FluidPlan, BoundError> {
-    fluid(&classes_of(nodes), apps)
+    fluid(&groups_of(nodes).0, apps)
 }
 
-/// One task variable: `x` tasks of an application as `variant` on nodes of a class.
+/// One task variable: `x` tasks of an application as `variant` on the nodes of a group.
 struct Placement {
     app: usize,
     variant: Variant,
     x: Variable,
-    class: usize,
+    group: usize,
     /// Best task duration there, seconds.
     duration: f64,
     request: Resources,
     /// Accelerator kind the task needs (GPU tasks), if any.
     kind: Option<String>,
-    /// Seconds of exclusive disk the task's split needs there.
+    /// The task's bytes over the group's summed disk bandwidth, seconds.
     disk_s: f64,
 }
 
-/// The fluid programme for `apps` on `classes`, solved.
-fn fluid(classes: &[NodeClass<'_>], apps: &[&Application]) -> Result<FluidPlan, BoundError> {
+/// The fluid programme for `apps` on `groups`, solved. Every row is written as a share of the
+/// group's pooled capacity, `Σ x · duration · request / capacity ≤ T`; for a class of `m` identical
+/// nodes that is the per-node row `Σ x · duration · request / node capacity ≤ m · T` divided by
+/// `m`.
+fn fluid(groups: &[NodeGroup<'_>], apps: &[&Application]) -> Result<FluidPlan, BoundError> {
     let mut vars = ProblemVariables::new();
     let t = vars.add(variable().min(0.0));
     let mut placements: Vec<Placement> = Vec::new();
@@ -236,9 +384,10 @@ fn fluid(classes: &[NodeClass<'_>], apps: &[&Application]) -> Result<FluidPlan, 
     for (ai, a) in apps.iter().enumerate().filter(|(_, a)| a.tasks > 0) {
         let mut sum = Expression::default();
         let mut any = false;
-        for (ci, c) in classes.iter().enumerate() {
+        for (gi, g) in groups.iter().enumerate() {
+            let disk_bw = g.disk_bw();
             for v in [Variant::Cpu, Variant::Gpu] {
-                let Some(duration) = best_task_time(a, v, c.node) else {
+                let Some(duration) = g.best_task_time(a, v) else {
                     continue;
                 };
                 let x = vars.add(variable().min(0.0));
@@ -248,14 +397,18 @@ fn fluid(classes: &[NodeClass<'_>], apps: &[&Application]) -> Result<FluidPlan, 
                     app: ai,
                     variant: v,
                     x,
-                    class: ci,
+                    group: gi,
                     duration,
                     request: a.request(v).unwrap_or_default(),
                     kind: match v {
                         Variant::Gpu => a.gpu.as_ref().and_then(|g| g.kind.clone()),
                         Variant::Cpu => None,
                     },
-                    disk_s: read_s(a, c.node),
+                    disk_s: if disk_bw > 0.0 {
+                        a.split_bytes as f64 / disk_bw
+                    } else {
+                        0.0
+                    },
                 });
             }
         }
@@ -268,6 +421,14 @@ fn fluid(classes: &[NodeClass<'_>], apps: &[&Application]) -> Result<FluidPlan, 
         makespan_s: 0.0,
         cpu_tasks: vec![0.0; apps.len()],
         gpu_tasks: vec![0.0; apps.len()],
+        groups: groups
+            .iter()
+            .map(|g| GroupPlan {
+                nodes: g.nodes.iter().map(|n| n.id).collect(),
+                cpu_tasks: vec![0.0; apps.len()],
+                gpu_tasks: vec![0.0; apps.len()],
+            })
+            .collect(),
     };
     if demand.is_empty() {
         return Ok(plan);
@@ -276,13 +437,13 @@ fn fluid(classes: &[NodeClass<'_>], apps: &[&Application]) -> Result<FluidPlan, 
     for (sum, tasks) in demand {
         problem = problem.with(sum.eq(tasks));
     }
-    for (ci, c) in classes.iter().enumerate() {
-        let cap = c.node.capacity();
-        let here: Vec<&Placement> = placements.iter().filter(|p| p.class == ci).collect();
+    for (gi, g) in groups.iter().enumerate() {
+        let (cores, memory, gpus) = g.capacity();
+        let here: Vec<&Placement> = placements.iter().filter(|p| p.group == gi).collect();
         if here.is_empty() {
             continue;
         }
-        // Resource-seconds held, as a share of the class's capacity, per resource.
+        // Resource-seconds held, as a share of the group's capacity, per resource.
         let mut rows: Vec<Expression> = Vec::new();
         let share = |used: f64, total: f64| if total > 0.0 { used / total } else { 0.0 };
         let mut row = |f: &dyn Fn(&Placement) -> f64| {
@@ -299,20 +460,15 @@ fn fluid(classes: &[NodeClass<'_>], apps: &[&Application]) -> Result<FluidPlan, 
                 rows.push(e);
             }
         };
-        row(&|p| p.duration * share(f64::from(p.request.cores), f64::from(cap.cores)));
-        row(&|p| p.duration * share(p.request.memory_bytes as f64, cap.memory_bytes as f64));
-        row(&|p| p.duration * share(f64::from(p.request.gpus), f64::from(cap.gpus)));
+        row(&|p| p.duration * share(f64::from(p.request.cores), cores));
+        row(&|p| p.duration * share(p.request.memory_bytes as f64, memory));
+        row(&|p| p.duration * share(f64::from(p.request.gpus), gpus));
         row(&|p| p.disk_s);
         let mut kinds: Vec<&str> = here.iter().filter_map(|p| p.kind.as_deref()).collect();
         kinds.sort_unstable();
         kinds.dedup();
         for kind in kinds {
-            let devices = c
-                .node
-                .accelerators
-                .iter()
-                .filter(|a| a.kind == kind)
-                .count() as f64;
+            let devices = g.devices(kind);
             row(&|p| {
                 if p.kind.as_deref() == Some(kind) {
                     p.duration * share(f64::from(p.request.gpus), devices)
@@ -322,7 +478,7 @@ fn fluid(classes: &[NodeClass<'_>], apps: &[&Application]) -> Result<FluidPlan, 
             });
         }
         for e in rows {
-            problem = problem.with(e.leq(c.count * t));
+            problem = problem.with(e.leq(t));
         }
     }
     let solution = problem
@@ -331,9 +487,16 @@ fn fluid(classes: &[NodeClass<'_>], apps: &[&Application]) -> Result<FluidPlan, 
     plan.makespan_s = solution.value(t).max(0.0);
     for p in &placements {
         let x = solution.value(p.x).max(0.0);
+        let group = &mut plan.groups[p.group];
         match p.variant {
-            Variant::Cpu => plan.cpu_tasks[p.app] += x,
-            Variant::Gpu => plan.gpu_tasks[p.app] += x,
+            Variant::Cpu => {
+                plan.cpu_tasks[p.app] += x;
+                group.cpu_tasks[p.app] += x;
+            }
+            Variant::Gpu => {
+                plan.gpu_tasks[p.app] += x;
+                group.gpu_tasks[p.app] += x;
+            }
         }
     }
     Ok(plan)
@@ -445,6 +608,108 @@ mod tests {
             lower_bound(&c, &[a]),
             Err(BoundError::Unrunnable("g".into()))
         );
+    }
+}
+
+#[cfg(test)]
+mod pooling_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::model::{AppId, NodeId};
+    use crate::testkit::{app, node};
+
+    /// 60 nodes, no two alike (cores, core speed, disk, accelerator count and speed all vary).
+    fn distinct(n: usize) -> Cluster {
+        let mut c = Cluster::uniform(n, &node("n").build(NodeId(0)));
+        for (i, nd) in c.nodes.iter_mut().enumerate() {
+            let f = i as f64;
+            *nd = node(&nd.name)
+                .cores(4 + (i as u32 * 7) % 29)
+                .gpus((i % 4) as u32, "gpu")
+                .disk_mib_s(100.0 + (f * 37.0) % 300.0)
+                .build(nd.id);
+            nd.core_speed = 0.8 + 0.4 * (f * 0.618_034).fract();
+            for a in &mut nd.accelerators {
+                a.speed = 0.5 + 3.5 * (f * 0.381_966).fract();
+            }
+        }
+        c
+    }
+
+    fn mix() -> Vec<Application> {
+        vec![
+            app("io")
+                .split_mib(1024)
+                .tasks(400)
+                .cpu(85.0, 8.0)
+                .gpu(1.3, 0.3, 8.0)
+                .build(AppId(0)),
+            app("mid")
+                .split_mib(256)
+                .tasks(900)
+                .cpu(40.0, 2.0)
+                .gpu(6.0, 0.1, 2.0)
+                .build(AppId(1)),
+            app("cpu")
+                .split_mib(32)
+                .tasks(300)
+                .cpu(500.0, 0.3)
+                .build(AppId(2)),
+            app("gpu")
+                .split_mib(4)
+                .tasks(500)
+                .gpu(23.6, 0.0, 0.1)
+                .build(AppId(3)),
+        ]
+    }
+
+    /// Beyond `MAX_CLASSES` distinct nodes, the pooled programme stays small, and its optimum is
+    /// at most the exact one (pooling only relaxes) and not far below it on this cluster.
+    #[test]
+    fn pooling_many_node_types_keeps_a_smaller_programme_below_the_exact_optimum() {
+        let c = distinct(60);
+        let apps = mix();
+        let refs: Vec<&Application> = apps.iter().collect();
+        let nodes: Vec<&Node> = c.nodes.iter().collect();
+        let exact = fluid(&exact_classes(&nodes), &refs).unwrap().makespan_s;
+        let b = lower_bound(&c, &apps).unwrap();
+        assert_eq!(exact_classes(&nodes).len(), 60);
+        assert!(!b.exact_classes);
+        assert!(b.node_classes <= MAX_CLASSES, "{b:?}");
+        assert!(b.fluid_s <= exact * (1.0 + 1e-9), "{} > {exact}", b.fluid_s);
+        assert!(b.fluid_s >= 0.7 * exact, "{} ≪ {exact}", b.fluid_s);
+    }
+
+    /// A few node types are never pooled: the bound is the exact programme's.
+    #[test]
+    fn a_few_node_types_stay_exact_classes() {
+        let mut c = distinct(6);
+        let copies: Vec<Node> = c.nodes.clone();
+        for (i, mut n) in copies.into_iter().enumerate() {
+            n.id = NodeId(6 + i as u32);
+            c.nodes.push(n);
+        }
+        let b = lower_bound(&c, &mix()).unwrap();
+        assert!(b.exact_classes);
+        assert_eq!(b.node_classes, 6);
+    }
+
+    /// The per-group plan adds up to the totals and places every task.
+    #[test]
+    fn the_group_plan_adds_up_to_every_task() {
+        let c = distinct(40);
+        let apps = mix();
+        let refs: Vec<&Application> = apps.iter().collect();
+        let p = fluid_plan(c.nodes.iter(), &refs).unwrap();
+        let nodes: usize = p.groups.iter().map(|g| g.nodes.len()).sum();
+        assert_eq!(nodes, 40);
+        for (i, a) in apps.iter().enumerate() {
+            let cpu: f64 = p.groups.iter().map(|g| g.cpu_tasks[i]).sum();
+            let gpu: f64 = p.groups.iter().map(|g| g.gpu_tasks[i]).sum();
+            assert!((cpu - p.cpu_tasks[i]).abs() < 1e-6);
+            assert!((gpu - p.gpu_tasks[i]).abs() < 1e-6);
+            assert!((cpu + gpu - f64::from(a.tasks)).abs() < 1e-6, "{}", a.name);
+        }
     }
 }
 

@@ -69,39 +69,64 @@ pub struct Hdas {
 }
 
 /// The fluid optimum (`bound::fluid_plan`) of the work pending at `start`, which `hdas-hetero`
-/// follows at an even pace: by time `t`, application `a` should have dispatched
-/// `planned · (t − start) / makespan` of its planned GPU (and CPU) tasks since `start`.
+/// follows at an even pace, **per group of nodes**: by time `t`, the nodes of group `g` should have
+/// started `planned[g, a, v] · (t − start) / makespan` of application `a`'s `v` tasks since
+/// `start`. Following the split per group (not only in total) is what keeps each node's disk
+/// loaded in proportion to its bandwidth: the optimum sends the IO-heavy applications to the fast
+/// disks and the IO-light ones to the slow disks.
 #[derive(Clone, Debug)]
 struct Plan {
     start: Time,
     makespan: f64,
-    /// Per application: planned GPU tasks, planned CPU tasks, GPU and CPU tasks dispatched before
-    /// `start`.
-    apps: Vec<(f64, f64, u32, u32)>,
+    /// Per node (by index): its group in `planned`, `usize::MAX` if none (a node that joined later).
+    group_of: Vec<usize>,
+    /// Per group, per application (by index): planned (GPU, CPU) tasks.
+    planned: Vec<Vec<(f64, f64)>>,
+    /// Per group, per application: (GPU, CPU) tasks started there since `start`.
+    started: Vec<Vec<(u32, u32)>>,
 }
 
 impl Plan {
-    /// How far (in seconds of work) `app` is behind the plan on `variant` at `now`: positive when
-    /// it should get more.
-    fn deficit(&self, a: &crate::model::AppState, variant: Variant, now: Time) -> f64 {
-        let Some(&(gpu, cpu, gpu0, cpu0)) = self.apps.get(a.app.id.index()) else {
+    /// How far `a` is behind the plan on `variant` at `now` on `node`'s group, in seconds of work:
+    /// positive when it should get more there (0 for a node outside the plan).
+    fn behind(&self, a: &crate::model::AppState, variant: Variant, node: NodeId, now: Time) -> f64 {
+        let Some(&g) = self.group_of.get(node.index()) else {
             return 0.0;
         };
-        let pace =
-            ((now.saturating_sub(self.start) as f64 / 1e9 + 1.0) / self.makespan.max(1.0)).min(1.0);
-        let (planned, done, task) = match variant {
-            Variant::Gpu => (
-                gpu,
-                a.dispatched_gpu.saturating_sub(gpu0),
-                a.app.gpu_base_time(),
-            ),
-            Variant::Cpu => (
-                cpu,
-                a.dispatched_cpu.saturating_sub(cpu0),
-                a.app.cpu_base_time(),
-            ),
+        let (Some(planned), Some(started)) = (
+            self.planned.get(g).and_then(|p| p.get(a.app.id.index())),
+            self.started.get(g).and_then(|p| p.get(a.app.id.index())),
+        ) else {
+            return 0.0;
         };
-        (planned * pace - f64::from(done)) * task.unwrap_or(0) as f64 / 1e9
+        let (planned, done, task) = match variant {
+            Variant::Gpu => (planned.0, started.0, a.app.gpu_base_time()),
+            Variant::Cpu => (planned.1, started.1, a.app.cpu_base_time()),
+        };
+        (planned * self.pace(now) - f64::from(done)) * task.unwrap_or(0) as f64 / 1e9
+    }
+
+    /// Share of the plan due by `now` (1 once the plan's makespan has passed).
+    fn pace(&self, now: Time) -> f64 {
+        ((now.saturating_sub(self.start) as f64 / 1e9 + 1.0) / self.makespan.max(1.0)).min(1.0)
+    }
+
+    /// Whether the plan's makespan has passed: the work left is then re-planned.
+    fn expired(&self, now: Time) -> bool {
+        now.saturating_sub(self.start) as f64 / 1e9 > self.makespan.max(1.0)
+    }
+
+    /// Counts a task of `app` started as `variant` on `node`.
+    fn record(&mut self, app: AppId, variant: Variant, node: NodeId) {
+        let Some(&g) = self.group_of.get(node.index()) else {
+            return;
+        };
+        if let Some(s) = self.started.get_mut(g).and_then(|s| s.get_mut(app.index())) {
+            match variant {
+                Variant::Gpu => s.0 += 1,
+                Variant::Cpu => s.1 += 1,
+            }
+        }
     }
 }
 
@@ -132,7 +157,7 @@ struct GpuKey {
 
 /// A CPU candidate.
 struct CpuCandidate {
-    /// `hdas-hetero`: seconds of CPU work behind the plan; 0 in `hdas`.
+    /// `hdas-hetero`: seconds of CPU work behind the plan on this node's group; 0 in `hdas`.
     behind: f64,
     progress: f64,
     /// Predicted CPU speed over best speed alone (higher is better).
@@ -202,7 +227,7 @@ impl Hdas {
             // hdas-hetero: the application furthest behind the fluid optimum's GPU share, among
             // those whose predicted delay is within the tolerance of the least delayed.
             let least = keys.iter().map(|k| k.delay).min_by(f64::total_cmp)?;
-            let behind = |k: &GpuKey| plan.deficit(view.app(k.app), Variant::Gpu, self.now);
+            let behind = |k: &GpuKey| plan.behind(view.app(k.app), Variant::Gpu, node, self.now);
             return keys
                 .into_iter()
                 .filter(|k| k.delay <= least * (1.0 + 4.0 * k.tolerance))
@@ -250,6 +275,16 @@ impl Hdas {
             ) else {
                 continue;
             };
+            // Eq. (6): dispatched (not completed) tasks, so applications of many short tasks
+            // are not favoured.
+            let progress = a.dispatched() as f64 * cpu_base as f64
+                / elapsed_since(now, a.app.submit_time) as f64;
+            let behind = match (self.config.completion_aware, self.plan.as_ref()) {
+                (true, Some(plan)) => plan.behind(a, Variant::Cpu, node, now),
+                _ => 0.0,
+            };
+            // hdas-hetero: a mixed application whose GPU variant can run somewhere gets no core
+            // when its CPU task would end after the accelerators could have run it.
             let gated = self.config.completion_aware
                 && a.need == Need::Mixed
                 && self
@@ -266,14 +301,6 @@ impl Hdas {
             if gated {
                 continue;
             }
-            // Eq. (6): dispatched (not completed) tasks, so applications of many short tasks
-            // are not favoured.
-            let progress = a.dispatched() as f64 * cpu_base as f64
-                / elapsed_since(now, a.app.submit_time) as f64;
-            let behind = match (self.config.completion_aware, self.plan.as_ref()) {
-                (true, Some(plan)) => plan.deficit(a, Variant::Cpu, now),
-                _ => 0.0,
-            };
             candidates.push(CpuCandidate {
                 behind,
                 progress,
@@ -401,7 +428,10 @@ impl Hdas {
             view.pending_apps().count(),
             view.totals(),
         );
-        if self.plan_for == Some(signature) {
+        // Re-planned when the pending set or the cluster changes, and when the plan's makespan
+        // has passed (the run is slower than the fluid optimum: heartbeats, contention, noise).
+        let expired = self.plan.as_ref().is_some_and(|p| p.expired(now));
+        if self.plan_for == Some(signature) && !expired {
             return;
         }
         self.plan_for = Some(signature);
@@ -414,21 +444,26 @@ impl Hdas {
             .collect();
         let refs: Vec<&crate::model::Application> = pending.iter().collect();
         let nodes = view.nodes().iter().filter(|n| n.alive).map(|n| &n.node);
+        let apps = view.apps().len();
         self.plan = super::bound::fluid_plan(nodes, &refs).ok().map(|p| {
-            let mut apps = vec![(0.0, 0.0, 0, 0); view.apps().len()];
-            for (i, a) in pending.iter().enumerate() {
-                let s = view.app(a.id);
-                apps[a.id.index()] = (
-                    p.gpu_tasks[i],
-                    p.cpu_tasks[i],
-                    s.dispatched_gpu,
-                    s.dispatched_cpu,
-                );
+            let mut group_of = vec![usize::MAX; view.nodes().len()];
+            let mut planned = vec![vec![(0.0, 0.0); apps]; p.groups.len()];
+            for (g, group) in p.groups.iter().enumerate() {
+                for n in &group.nodes {
+                    if let Some(slot) = group_of.get_mut(n.index()) {
+                        *slot = g;
+                    }
+                }
+                for (i, a) in pending.iter().enumerate() {
+                    planned[g][a.id.index()] = (group.gpu_tasks[i], group.cpu_tasks[i]);
+                }
             }
             Plan {
                 start: now,
                 makespan: p.makespan_s,
-                apps,
+                group_of,
+                started: vec![vec![(0, 0); apps]; planned.len()],
+                planned,
             }
         });
     }
@@ -465,6 +500,25 @@ impl BatchPolicy for Hdas {
             self.backlog = gpu_backlogs(view, &self.feasible, self.config.progress_tolerance);
         }
         for level in view.pending_priorities() {
+            if self.config.completion_aware {
+                // hdas-hetero counts each start against its node group's plan as it goes.
+                for variant in [Variant::Gpu, Variant::Cpu] {
+                    loop {
+                        let pick = match variant {
+                            Variant::Gpu => self.pick_gpu(view, node, level),
+                            Variant::Cpu => self.pick_cpu(view, node, level, now),
+                        };
+                        let Some(a) = pick.and_then(|app| view.assign(app, node, variant)) else {
+                            break;
+                        };
+                        if let Some(plan) = self.plan.as_mut() {
+                            plan.record(a.app, variant, node);
+                        }
+                        out.push(a);
+                    }
+                }
+                continue;
+            }
             assign_while(view, node, Variant::Gpu, &mut out, |v| {
                 self.pick_gpu(v, node, level)
             });
