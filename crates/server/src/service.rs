@@ -102,8 +102,9 @@ impl Agent for AgentService {
     }
 }
 
-/// The `Client` service; task outputs are read through the [`LogRelay`].
-pub struct ClientService(Shared, Arc<LogRelay>);
+/// The `Client` service; task outputs are read through the [`LogRelay`]; divisible jobs are
+/// submitted and shown through [`crate::divisible`].
+pub struct ClientService(Shared, Arc<LogRelay>, Option<Arc<crate::divisible::Divisible>>);
 
 #[tonic::async_trait]
 impl Client for ClientService {
@@ -112,10 +113,20 @@ impl Client for ClientService {
         req: Request<pb::SubmitRequest>,
     ) -> Result<Response<pb::SubmitReply>, Status> {
         let r = req.into_inner();
-        with_state(&self.0, move |s| {
+        let div = match &self.2 {
+            Some(d) => crate::divisible::prepare(&r.origin, &r.text, &r.divisible_input)?
+                .map(|spec| (d.clone(), spec)),
+            None => None,
+        };
+        let (origin, text, input) = (r.origin.clone(), r.text.clone(), r.divisible_input.clone());
+        let reply = with_state(&self.0, move |s| {
             s.submit_named(&r.origin, &r.text, &r.workdir, &r.submission_key, &r.name)
         })
-        .await
+        .await?;
+        if let Some((d, spec)) = div {
+            d.create(reply.get_ref().job_id, &origin, &text, spec, &input)?;
+        }
+        Ok(reply)
     }
 
     async fn list_jobs(
@@ -125,7 +136,13 @@ impl Client for ClientService {
         let r = req.into_inner();
         // u32::MAX means "everything" in process; over the wire it is just a large page.
         let limit = r.limit.min(crate::state::MAX_PAGE);
-        with_state(&self.0, move |s| Ok(s.jobs_page(r.cursor, limit))).await
+        let mut reply = with_state(&self.0, move |s| Ok(s.jobs_page(r.cursor, limit))).await?;
+        if let Some(d) = &self.2 {
+            for j in &mut reply.get_mut().jobs {
+                d.fill(j);
+            }
+        }
+        Ok(reply)
     }
 
     async fn get_job(
@@ -133,7 +150,11 @@ impl Client for ClientService {
         req: Request<pb::GetJobRequest>,
     ) -> Result<Response<pb::JobInfo>, Status> {
         let id = req.into_inner().job_id;
-        with_state(&self.0, move |s| s.job(id)).await
+        let mut reply = with_state(&self.0, move |s| s.job(id)).await?;
+        if let Some(d) = &self.2 {
+            d.fill(reply.get_mut());
+        }
+        Ok(reply)
     }
 
     async fn list_tasks(
@@ -289,7 +310,7 @@ pub async fn router(
     tls: Option<&TlsConfig>,
 ) -> Result<tonic::transport::server::Router, ServerError> {
     let relay = Arc::new(LogRelay::new(&creds.agent));
-    router_with(state, metrics, creds, tls, relay).await
+    router_with(state, metrics, creds, tls, relay, None).await
 }
 
 /// [`router`] with the [`LogRelay`] shared with the dashboard.
@@ -299,6 +320,7 @@ pub async fn router_with(
     creds: &Credentials,
     tls: Option<&TlsConfig>,
     relay: Arc<LogRelay>,
+    divisible: Option<Arc<crate::divisible::Divisible>>,
 ) -> Result<tonic::transport::server::Router, ServerError> {
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<AgentServer<AgentService>>().await;
@@ -315,14 +337,28 @@ pub async fn router_with(
         builder =
             builder.tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))?;
     }
-    Ok(builder
+    let router = builder
         .add_service(health)
         .add_service(AgentServer::with_interceptor(
             AgentService(state.clone(), metrics, relay.clone()),
             CheckToken::new(Role::Agent, creds),
         ))
         .add_service(ClientServer::with_interceptor(
-            ClientService(state, relay),
+            ClientService(state, relay, divisible.clone()),
             CheckToken::new(Role::Client, creds),
-        )))
+        ));
+    Ok(match divisible {
+        Some(d) => router
+            .add_service(pb::divisible_server::DivisibleServer::with_interceptor(
+                crate::divisible::DivisibleService(d.clone()),
+                CheckToken::new(Role::Agent, creds),
+            ))
+            .add_service(
+                pb::divisible_client_server::DivisibleClientServer::with_interceptor(
+                    crate::divisible::DivisibleClientService(d),
+                    CheckToken::new(Role::Client, creds),
+                ),
+            ),
+        None => router,
+    })
 }

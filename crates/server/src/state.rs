@@ -1338,6 +1338,7 @@ impl State {
             submitted_ns: j.row.submitted_ns,
             finished_ns,
             apps,
+            divisible: None,
         }
     }
 

@@ -5,6 +5,7 @@
 mod bench;
 mod client;
 mod demo;
+mod divisible;
 pub mod human;
 mod kernel;
 mod log;
@@ -62,6 +63,16 @@ pub enum RuntimeCommand {
     Job {
         /// Job id.
         id: u64,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Fetch the gathered output of a completed divisible job (`output = "concat"`).
+    Output {
+        /// Job id.
+        id: u64,
+        /// Write it here instead of stdout.
+        #[arg(short = 'o', long = "out")]
+        out: Option<PathBuf>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -238,6 +249,9 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         } => client::resubmit(&client, id, failed, wait).await,
         RuntimeCommand::Jobs { client } => client::jobs(&client).await,
         RuntimeCommand::Job { id, client } => client::job(&client, id).await,
+        RuntimeCommand::Output { id, out, client } => {
+            divisible::output(&client, id, out.as_deref()).await
+        }
         RuntimeCommand::Tasks { job, limit, client } => client::tasks(&client, job, limit).await,
         RuntimeCommand::Nodes { client } => client::nodes(&client).await,
         RuntimeCommand::Wait {

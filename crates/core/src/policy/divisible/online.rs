@@ -330,6 +330,12 @@ impl OnlineMaster {
         self.restore_counters(&o);
     }
 
+    /// Rebuilds a chunk that was lost or failed before a restart: its units stay in the pool;
+    /// only its number and round are used up.
+    pub fn restore_lost(&mut self, o: Order) {
+        self.restore_counters(&o);
+    }
+
     fn restore_counters(&mut self, o: &Order) {
         self.next_chunk = self.next_chunk.max(o.chunk + 1);
         self.next_round = self.next_round.max(o.round + 1);
