@@ -30,6 +30,9 @@ type Client = DivisibleClient<
 /// How often an agent asks for work (and says it is alive).
 pub const POLL: Duration = Duration::from_millis(100);
 
+/// How often an agent with room asks again when it got nothing (not its turn yet).
+pub const ROOM_POLL: Duration = Duration::from_millis(20);
+
 /// Largest chunk output uploaded in one piece.
 const PIECE: usize = 256 << 10;
 
@@ -66,11 +69,13 @@ pub async fn run(channel: tonic::transport::Channel, token: pb::TokenInterceptor
     let client: Client = DivisibleClient::with_interceptor(channel, token);
     let incarnation = format!("{:032x}", rand::random::<u128>());
     let held = Arc::new(Mutex::new(Held::default()));
+    // Rung when a chunk's compute ends: the agent has room again and asks at once.
+    let freed = Arc::new(tokio::sync::Notify::new());
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Ready>();
     let me = Arc::new(me);
     // The runner: one chunk at a time, in the order received.
     {
-        let (client, held, me) = (client.clone(), held.clone(), me.clone());
+        let (client, held, me, freed) = (client.clone(), held.clone(), me.clone(), freed.clone());
         tokio::spawn(async move {
             while let Some(r) = rx.recv().await {
                 let key = (r.order.job_id, r.order.chunk);
@@ -83,6 +88,7 @@ pub async fn run(channel: tonic::transport::Channel, token: pb::TokenInterceptor
                 if let Ok(mut h) = held.lock() {
                     h.slots = h.slots.saturating_sub(1);
                 }
+                freed.notify_one();
                 match header {
                     Some((h, out)) => {
                         let (client, held) = (client.clone(), held.clone());
@@ -149,12 +155,13 @@ pub async fn run(channel: tonic::transport::Channel, token: pb::TokenInterceptor
                         }
                     }
                 }
-                // With room and work just received, ask again at once.
-                let again = held.lock().map(|h| h.slots < 2).unwrap_or(false);
-                if !again {
-                    tokio::time::sleep(POLL).await;
-                } else {
-                    tokio::time::sleep(POLL / 4).await;
+                // With room, ask again soon (it may be this agent's turn after another's send);
+                // when full, when a compute ends (or at the liveness poll).
+                let room = held.lock().map(|h| h.slots < 2).unwrap_or(false);
+                let wait = if room { ROOM_POLL } else { POLL };
+                tokio::select! {
+                    _ = freed.notified() => {}
+                    _ = tokio::time::sleep(wait) => {}
                 }
             }
             Err(s) if s.code() == tonic::Code::Unimplemented => {

@@ -196,6 +196,15 @@ impl Divisible {
             .filter(|c| c.state == ChunkState::Out)
             .map(|c| c.worker.clone())
             .collect();
+        // Workers of the rebuilt masters that held nothing are taken for gone until they call.
+        for job in inner.jobs.values_mut() {
+            let gone: Vec<usize> = (0..job.master.workers().len())
+                .filter(|&i| !names.contains(&job.master.workers()[i].name))
+                .collect();
+            for i in gone {
+                job.master.lose(i);
+            }
+        }
         for name in names {
             inner.agents.insert(
                 name,

@@ -9,6 +9,7 @@ mod divisible;
 pub mod human;
 mod kernel;
 mod log;
+mod matrows;
 mod purge;
 mod serve;
 
@@ -141,6 +142,9 @@ pub enum RuntimeCommand {
     /// A demo task: a dense LU, QR or Cholesky solve with faer (what `demo` runs).
     #[command(hide = true)]
     Kernel(kernel::KernelArgs),
+    /// A divisible-load chunk: rows of a matrix product with faer (what divisible demos run).
+    #[command(hide = true)]
+    Matrows(matrows::MatRowsArgs),
 }
 
 /// `hetsched node …`.
@@ -220,6 +224,7 @@ impl RuntimeCommand {
 pub fn run(cmd: RuntimeCommand) -> anyhow::Result<()> {
     match cmd {
         RuntimeCommand::Kernel(args) => kernel::run(&args),
+        RuntimeCommand::Matrows(args) => matrows::run(&args),
         RuntimeCommand::BenchDispatch(args) => bench::run(&args),
         cmd => {
             let rt = tokio::runtime::Builder::new_multi_thread()
@@ -279,7 +284,9 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         } => log::log(&client, job, &task, stderr, attempt, follow).await,
         RuntimeCommand::Purge(a) => purge::run(&a).await,
         RuntimeCommand::Demo(a) => demo::run(a).await,
-        RuntimeCommand::Kernel(_) | RuntimeCommand::BenchDispatch(_) => Ok(()),
+        RuntimeCommand::Kernel(_)
+        | RuntimeCommand::Matrows(_)
+        | RuntimeCommand::BenchDispatch(_) => Ok(()),
     }
 }
 

@@ -8,10 +8,11 @@
 //!
 //! # Rounds
 //! 1. **Calibration** (round 0): every worker known at the start gets two small chunks, of `a` and
-//!    `2a` units (`a = ⌈W·1%/N⌉`), so that the fit can separate its compute latency from its
-//!    speed. `static` has no calibration (it is the naive equal split: it plans on a platform of
+//!    `2a` units (`a = ⌈W·10%/(3N)⌉`: a tenth of the load), so that the fit can separate its
+//!    compute latency from its speed. `static` has no calibration (it is the naive equal split: it plans on a platform of
 //!    identical workers).
-//! 2. **Planned rounds**: once every calibrated worker has finished a chunk, the planner (`algo`)
+//! 2. **Planned rounds**: once every calibrated worker has finished both calibration chunks (a
+//!    single point cannot tell latency from speed), the planner (`algo`)
 //!    plans the rest on the measured platform; its chunks are sent in its order, rounds numbered
 //!    on after the calibration.
 //! 3. **Re-planning between rounds**: at each round boundary of the plan in effect, the rest of
@@ -44,7 +45,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 
 /// Share of the load spent on calibration (two chunks per worker, `a` and `2a`).
-pub const CALIBRATION_SHARE: f64 = 0.03;
+pub const CALIBRATION_SHARE: f64 = 0.1;
 
 /// The relative error RUMR is planned for in the runtime (its tail is `φ = 0.2` of the load).
 pub const RUMR_ERROR: f64 = 0.2;
@@ -140,6 +141,8 @@ pub struct OnlineMaster {
     failures: BTreeMap<u64, u32>,
     failed: Option<String>,
     plans: u32,
+    /// Highest round sent so far.
+    sent_round: Option<u32>,
 }
 
 /// The result of reporting a chunk.
@@ -178,6 +181,7 @@ impl OnlineMaster {
             failures: BTreeMap::new(),
             failed: None,
             plans: 0,
+            sent_round: None,
         }
     }
 
@@ -339,6 +343,7 @@ impl OnlineMaster {
     fn restore_counters(&mut self, o: &Order) {
         self.next_chunk = self.next_chunk.max(o.chunk + 1);
         self.next_round = self.next_round.max(o.round + 1);
+        self.sent_round = Some(self.sent_round.map_or(o.round, |r| r.max(o.round)));
         // A chunk was sent: the calibration round, if any, has been made.
         self.calibrated = true;
     }
@@ -376,6 +381,7 @@ impl OnlineMaster {
     }
 
     fn send(&mut self, worker: usize, round: u32, start: u64, end: u64) -> Order {
+        self.sent_round = Some(self.sent_round.map_or(round, |r| r.max(round)));
         let o = Order {
             chunk: self.next_chunk,
             worker,
@@ -530,8 +536,10 @@ impl OnlineMaster {
         }
         // Wait for every live worker with a chunk out to have measured one, so that the plan
         // is made on measurements, not on the prior.
+        let need = if self.plans == 0 { 2 } else { 1 };
         let waiting = ids.iter().any(|&i| {
-            !self.workers[i].estimate.measured() && self.out.values().any(|o| o.worker == i)
+            self.workers[i].estimate.compute.count < need
+                && self.out.values().any(|o| o.worker == i)
         });
         if waiting && self.cfg.algo != Algo::Static {
             return false;
@@ -607,8 +615,10 @@ impl OnlineMaster {
             .or_else(|_| plan(Algo::Static, &platform, load as f64, &options))
             .ok()?;
         self.plans += 1;
-        let round0 = self.next_round;
-        self.next_round += p.rounds().max(1);
+        // A fresh plan's rounds follow the last round sent (a replaced plan's unsent rounds are
+        // never numbered).
+        let round0 = self.sent_round.map_or(self.next_round, |r| r + 1);
+        self.next_round = round0 + p.rounds().max(1);
         if algo == Algo::Rumr {
             self.rumr_planned = true;
             self.tail_left = (p.tail_load.round() as u64).min(load);
@@ -625,7 +635,9 @@ impl OnlineMaster {
         Some(self.items(ids, round0, &p.chunks, fixed))
     }
 
-    /// Planned chunks as integer items adding up to `total`, no item above its worker's cap.
+    /// Planned chunks as integer items adding up to `total`, no item above its worker's cap. A
+    /// chunk above its cap is sent as several pieces, interleaved with the other chunks of its
+    /// round (a worker holds two chunks at most: its pieces in a row would hold the port).
     fn items(&self, ids: &[usize], round0: u32, chunks: &[Chunk], total: u64) -> Vec<Item> {
         let planned: f64 = chunks.iter().map(|c| c.size).sum();
         let scale = if planned > 0.0 {
@@ -633,7 +645,8 @@ impl OnlineMaster {
         } else {
             0.0
         };
-        let mut items = Vec::new();
+        // Per round, each chunk's pieces.
+        let mut rounds: Vec<(u32, Vec<Vec<Item>>)> = Vec::new();
         let (mut sum, mut given) = (0.0_f64, 0_u64);
         for (k, c) in chunks.iter().enumerate() {
             sum += c.size * scale;
@@ -646,14 +659,27 @@ impl OnlineMaster {
             given += size;
             let worker = ids[c.worker];
             let cap = self.workers[worker].cap();
+            let round = round0 + c.round;
+            let mut pieces = Vec::new();
             while size > 0 {
                 let piece = size.min(cap);
-                items.push(Item {
-                    round: round0 + c.round,
+                pieces.push(Item {
+                    round,
                     worker,
                     size: piece,
                 });
                 size -= piece;
+            }
+            match rounds.last_mut() {
+                Some((r, list)) if *r == round => list.push(pieces),
+                _ => rounds.push((round, vec![pieces])),
+            }
+        }
+        let mut items = Vec::new();
+        for (_, lists) in rounds {
+            let longest = lists.iter().map(Vec::len).max().unwrap_or(0);
+            for p in 0..longest {
+                items.extend(lists.iter().filter_map(|l| l.get(p).copied()));
             }
         }
         items
