@@ -65,7 +65,11 @@ struct Held {
 }
 
 /// Runs the loop until the task is aborted.
-pub async fn run(channel: tonic::transport::Channel, token: pb::TokenInterceptor, me: DivisibleAgent) {
+pub async fn run(
+    channel: tonic::transport::Channel,
+    token: pb::TokenInterceptor,
+    me: DivisibleAgent,
+) {
     let client: Client = DivisibleClient::with_interceptor(channel, token);
     let incarnation = format!("{:032x}", rand::random::<u128>());
     let held = Arc::new(Mutex::new(Held::default()));
@@ -79,7 +83,10 @@ pub async fn run(channel: tonic::transport::Channel, token: pb::TokenInterceptor
         tokio::spawn(async move {
             while let Some(r) = rx.recv().await {
                 let key = (r.order.job_id, r.order.chunk);
-                let skip = held.lock().map(|h| h.dropped.contains(&key)).unwrap_or(false);
+                let skip = held
+                    .lock()
+                    .map(|h| h.dropped.contains(&key))
+                    .unwrap_or(false);
                 let header = if skip {
                     None
                 } else {
@@ -296,10 +303,7 @@ async fn run_chunk(me: &DivisibleAgent, r: &Ready) -> (pb::ChunkResultHeader, Op
                 }
                 Err(e) => fail(
                     header,
-                    format!(
-                        "its output cannot be gathered: {}: {e}",
-                        out.display()
-                    ),
+                    format!("its output cannot be gathered: {}: {e}", out.display()),
                 ),
             }
         }
@@ -355,8 +359,16 @@ async fn upload(mut client: Client, header: pb::ChunkResultHeader, out: Option<P
                 }
                 return;
             }
-            Err(s) if s.code() == tonic::Code::Internal || s.code() == tonic::Code::InvalidArgument => {
-                warn!(job = header.job_id, chunk = header.chunk, "the server refused the chunk's result: {}", s.message());
+            Err(s)
+                if s.code() == tonic::Code::Internal
+                    || s.code() == tonic::Code::InvalidArgument =>
+            {
+                warn!(
+                    job = header.job_id,
+                    chunk = header.chunk,
+                    "the server refused the chunk's result: {}",
+                    s.message()
+                );
                 return;
             }
             Err(_) => {

@@ -23,7 +23,15 @@ fn start_agent(c: &mut Cluster, name: &str, slowdown: &str) {
         .open(c.dir.join(format!("agent-{name}.log")))
         .expect("log");
     let child = Command::new(BIN)
-        .args(["agent", "--server", &c.url(), "--name", name, "--cores", "2"])
+        .args([
+            "agent",
+            "--server",
+            &c.url(),
+            "--name",
+            name,
+            "--cores",
+            "2",
+        ])
         .arg("--config")
         .arg(&config)
         .arg("--token-file")
@@ -126,12 +134,20 @@ fn check_exactly_once(j: &serde_json::Value) {
         .expect("chunks")
         .iter()
         .filter(|c| c["state"] == "done")
-        .map(|c| (c["start"].as_u64().expect("start"), c["end"].as_u64().expect("end")))
+        .map(|c| {
+            (
+                c["start"].as_u64().expect("start"),
+                c["end"].as_u64().expect("end"),
+            )
+        })
         .collect();
     done.sort();
     let mut at = 0;
     for (s, e) in done {
-        assert_eq!(s, at, "done chunks must tile the units: {s}..{e} after {at}");
+        assert_eq!(
+            s, at,
+            "done chunks must tile the units: {s}..{e} after {at}"
+        );
         at = e;
     }
     assert_eq!(at, ROWS);
@@ -164,9 +180,18 @@ fn umrlm_sizes_chunks_by_measured_speed_and_gathers_the_exact_product() {
     let units = units_of(&j);
     let fast = (units["a"] + units["b"]) as f64 / 2.0;
     let ratio = units["slow"] as f64 / fast;
-    eprintln!("{}", String::from_utf8_lossy(&c.cli(&["job", &id.to_string()]).stdout));
-    eprintln!("umrlm units per agent: {units:?}; slow/fast = {ratio:.2}; duration {} s; lower bound {} s", j["duration_s"], j["divisible"]["lower_bound_s"]);
-    assert!((0.3..0.8).contains(&ratio), "slow/fast = {ratio}: {units:?}");
+    eprintln!(
+        "{}",
+        String::from_utf8_lossy(&c.cli(&["job", &id.to_string()]).stdout)
+    );
+    eprintln!(
+        "umrlm units per agent: {units:?}; slow/fast = {ratio:.2}; duration {} s; lower bound {} s",
+        j["duration_s"], j["divisible"]["lower_bound_s"]
+    );
+    assert!(
+        (0.3..0.8).contains(&ratio),
+        "slow/fast = {ratio}: {units:?}"
+    );
     // No chunk exceeds its agent's declared memory (128 MiB at 1 MiB a unit; two chunks held at
     // once, so at most 64 units each).
     for ch in j["divisible"]["chunks"].as_array().expect("chunks") {
@@ -180,7 +205,10 @@ fn umrlm_sizes_chunks_by_measured_speed_and_gathers_the_exact_product() {
     // The table view names the rounds and the lower bound.
     let table = c.cli(&["job", &id.to_string()]);
     let text = String::from_utf8_lossy(&table.stdout);
-    assert!(text.contains("0 (calibration)") && text.contains("lower bound W/ΣS"), "{text}");
+    assert!(
+        text.contains("0 (calibration)") && text.contains("lower bound W/ΣS"),
+        "{text}"
+    );
 
     // The same job with the naive equal split: every agent gets a third.
     let id = submit(&c, "static.toml", &job_file("static", 8.0));
@@ -188,7 +216,10 @@ fn umrlm_sizes_chunks_by_measured_speed_and_gathers_the_exact_product() {
     assert_eq!(s["state"], "completed", "{s:#}");
     assert_eq!(gathered(&c, id), expected);
     let units = units_of(&s);
-    assert_eq!(units.values().copied().collect::<Vec<_>>(), vec![ROWS / 3; 3]);
+    assert_eq!(
+        units.values().copied().collect::<Vec<_>>(),
+        vec![ROWS / 3; 3]
+    );
     eprintln!(
         "static duration {} s vs umrlm {} s",
         s["duration_s"], j["duration_s"]
@@ -236,7 +267,10 @@ fn bad_divisible_input_is_refused_naming_the_field_or_the_chunk() {
         let p = c.write(file, text);
         let out = c.cli(&["submit", p.to_str().expect("utf-8")]);
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && err.contains(expect), "{file}: {err}");
+        assert!(
+            !out.status.success() && err.contains(expect),
+            "{file}: {err}"
+        );
     };
     refused(
         "no-start.toml",
@@ -276,4 +310,40 @@ fn bad_divisible_input_is_refused_naming_the_field_or_the_chunk() {
     let wait = c.cli(&["wait", &id.to_string()]);
     assert!(!wait.status.success());
     assert!(Path::new(&c.dir).exists());
+}
+
+/// The figures of docs/divisible.md ("In the runtime"): the same job under `static` (the equal
+/// split) and `umrlm`, twice each per row cost, one job at a time on one cluster. Timing, so not
+/// part of the suite: `cargo test -p hetsched-cli --test divisible_runtime -- --ignored
+/// --nocapture`.
+#[test]
+#[ignore = "an experiment that prints timings; run it by hand"]
+fn static_versus_umrlm_figures() {
+    let c = cluster("div-figures");
+    println!(
+        "| row cost (ms) | algo | run | makespan (s) | lower bound W/ΣS (s) | units a/b/slow |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for row_ms in [8.0, 16.0] {
+        for run in 1..=2 {
+            for algo in ["static", "umrlm", "umr", "rumr"] {
+                let id = submit(
+                    &c,
+                    &format!("{algo}-{row_ms}-{run}.toml"),
+                    &job_file(algo, row_ms),
+                );
+                let j = wait_done(&c, id);
+                assert_eq!(j["state"], "completed");
+                let u = units_of(&j);
+                println!(
+                    "| {row_ms} | {algo} | {run} | {:.2} | {:.2} | {}/{}/{} |",
+                    j["duration_s"].as_f64().unwrap_or(0.0),
+                    j["divisible"]["lower_bound_s"].as_f64().unwrap_or(0.0),
+                    u["a"],
+                    u["b"],
+                    u["slow"]
+                );
+            }
+        }
+    }
 }

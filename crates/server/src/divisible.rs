@@ -252,8 +252,7 @@ impl Divisible {
         std::fs::create_dir_all(&jd).map_err(internal)?;
         if spec.input.is_some() {
             let need = spec.input_bytes() as usize;
-            write_durably(&jd.join("input"), &input[..need.min(input.len())])
-                .map_err(internal)?;
+            write_durably(&jd.join("input"), &input[..need.min(input.len())]).map_err(internal)?;
         }
         let submitted = now_ns();
         inner
@@ -312,7 +311,7 @@ impl Divisible {
                         .is_some_and(|c| c.state == ChunkState::Out && c.worker == name)
             });
             if !mine {
-                reply.drop.push(k.clone());
+                reply.drop.push(*k);
             }
         }
         let mut orders = Vec::new();
@@ -422,7 +421,8 @@ impl Divisible {
         let jd = job_dir(&self.dir, h.job_id);
         if h.success {
             if let Some(tmp) = tmp {
-                std::fs::rename(tmp, jd.join(format!("chunk-{}.out", h.chunk))).map_err(internal)?;
+                std::fs::rename(tmp, jd.join(format!("chunk-{}.out", h.chunk)))
+                    .map_err(internal)?;
                 std::fs::File::open(&jd)
                     .and_then(|d| d.sync_all())
                     .map_err(internal)?;
@@ -454,7 +454,12 @@ impl Divisible {
                 h.transfer_ns,
                 h.compute_ns,
             )?;
-            warn!(job = h.job_id, chunk = h.chunk, "chunk failed: {}", h.message);
+            warn!(
+                job = h.job_id,
+                chunk = h.chunk,
+                "chunk failed: {}",
+                h.message
+            );
             job.master.fail(h.chunk, &h.message);
             if let Some(why) = job.master.failure() {
                 let why = why.to_string();
@@ -711,6 +716,9 @@ fn gather(conn: &Connection, jd: &Path, id: u64, job: &mut Job) -> Result<(), St
     }
 }
 
+/// A stored chunk: number, round, worker, start, end, state, transfer ns, compute ns.
+type ChunkRow = (u64, u32, String, u64, u64, String, u64, u64);
+
 fn restore(inner: &mut Inner) -> rusqlite::Result<()> {
     let rows: Vec<(u64, String, String, String, String, u64, u64)> = {
         let mut st = inner.conn.prepare(
@@ -748,7 +756,7 @@ fn restore(inner: &mut Inner) -> rusqlite::Result<()> {
         let mut st = inner.conn.prepare(
             "SELECT chunk, round, worker, start, stop, state, transfer_ns, compute_ns FROM div_chunks WHERE job = ?1 ORDER BY chunk",
         )?;
-        let chunks: Vec<(u64, u32, String, u64, u64, String, u64, u64)> = st
+        let chunks: Vec<ChunkRow> = st
             .query_map([id as i64], |r| {
                 Ok((
                     r.get::<_, i64>(0)? as u64,
@@ -773,7 +781,9 @@ fn restore(inner: &mut Inner) -> rusqlite::Result<()> {
             };
             let state = ChunkState::parse(&state);
             match state {
-                ChunkState::Done => job.master.restore_done(order, t as f64 / 1e9, c as f64 / 1e9),
+                ChunkState::Done => job
+                    .master
+                    .restore_done(order, t as f64 / 1e9, c as f64 / 1e9),
                 ChunkState::Out => job.master.restore_out(order),
                 // Lost and failed chunks' units are in the pool; a lost or failed chunk still
                 // takes its number.
@@ -811,12 +821,7 @@ type DataStream =
 
 /// Streams `len` bytes of `path` from `offset`, holding `guard` (the port) until the last piece
 /// has been handed over.
-fn stream_file<G: Send + 'static>(
-    path: PathBuf,
-    offset: u64,
-    len: u64,
-    guard: G,
-) -> DataStream {
+fn stream_file<G: Send + 'static>(path: PathBuf, offset: u64, len: u64, guard: G) -> DataStream {
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     tokio::task::spawn_blocking(move || {
         use std::io::{Read, Seek};

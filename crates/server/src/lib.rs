@@ -23,8 +23,8 @@
 pub mod backoff;
 pub mod config;
 pub mod dashboard;
-pub mod divisible;
 pub mod datadir;
+pub mod divisible;
 pub mod limits;
 pub mod logs;
 pub mod metrics;
@@ -225,8 +225,15 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     });
 
     let (tx, rx) = oneshot::channel();
-    let router =
-        service::router_with(shared, metrics, &creds, config.tls.as_ref(), relay, Some(div)).await?;
+    let router = service::router_with(
+        shared,
+        metrics,
+        &creds,
+        config.tls.as_ref(),
+        relay,
+        Some(div),
+    )
+    .await?;
     // Small request/response messages: without TCP_NODELAY, Nagle's algorithm and delayed ACKs
     // add tens of milliseconds to every heartbeat round trip.
     let incoming = tokio_stream::StreamExt::map(

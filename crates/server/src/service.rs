@@ -104,7 +104,11 @@ impl Agent for AgentService {
 
 /// The `Client` service; task outputs are read through the [`LogRelay`]; divisible jobs are
 /// submitted and shown through [`crate::divisible`].
-pub struct ClientService(Shared, Arc<LogRelay>, Option<Arc<crate::divisible::Divisible>>);
+pub struct ClientService(
+    Shared,
+    Arc<LogRelay>,
+    Option<Arc<crate::divisible::Divisible>>,
+);
 
 #[tonic::async_trait]
 impl Client for ClientService {

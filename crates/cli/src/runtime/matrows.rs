@@ -48,7 +48,7 @@ pub fn matrix_b(n: usize) -> Mat<f64> {
 
 /// Rows of `A` (row-major little-endian f64, `n` per row) times B, as the same bytes.
 pub fn product_rows(a: &[u8], n: usize) -> anyhow::Result<Vec<u8>> {
-    if n == 0 || a.len() % (8 * n) != 0 {
+    if n == 0 || !a.len().is_multiple_of(8 * n) {
         bail!("the input is {} bytes, not whole rows of {n} f64", a.len());
     }
     let b = matrix_b(n);
@@ -80,7 +80,13 @@ pub fn run(args: &MatRowsArgs) -> anyhow::Result<()> {
     let rows = (args.end - args.start) as usize;
     let need = rows * args.cols * 8;
     if a.len() < need {
-        bail!("{} holds {} bytes; rows {}..{} need {need}", args.input.display(), a.len(), args.start, args.end);
+        bail!(
+            "{} holds {} bytes; rows {}..{} need {need}",
+            args.input.display(),
+            a.len(),
+            args.start,
+            args.end
+        );
     }
     a.truncate(need);
     let slowdown: f64 = std::env::var("HETSCHED_MATROWS_SLOWDOWN")
@@ -103,7 +109,9 @@ mod tests {
     #[test]
     fn rows_computed_apart_equal_rows_computed_together() {
         let n = 8;
-        let a: Vec<u8> = (0..5 * n).flat_map(|k| (k as f64 * 0.37 - 3.0).to_le_bytes()).collect();
+        let a: Vec<u8> = (0..5 * n)
+            .flat_map(|k| (k as f64 * 0.37 - 3.0).to_le_bytes())
+            .collect();
         let whole = product_rows(&a, n).expect("whole");
         let first = product_rows(&a[..2 * n * 8], n).expect("first");
         let rest = product_rows(&a[2 * n * 8..], n).expect("rest");

@@ -2,9 +2,13 @@
 //! the server drives with what it observes — workers asking for work, chunks finishing, failing or
 //! being lost — and that answers which unit range to send to whom next.
 //!
-//! It plans with the same planners and the same [`StarMaster`] protocol as `hetsched sim
-//! divisible` (through [`plan`] and [`predict`]); only the platform differs: it is measured, not
-//! declared ([`super::estimate`]).
+//! It plans with the same planners as `hetsched sim divisible` ([`plan`], which predicts through
+//! the one [`super::StarMaster`] protocol where a planner needs to, e.g. UMRLM's balanced last
+//! round); only the platform differs: it is measured, not declared ([`super::estimate`]). Sends
+//! follow the plan's order, one at a time (the server's one port); what the simulator's
+//! `StarMaster` *predicts* — when a worker has room — the runtime *observes*: a worker asks for
+//! its next chunk when it holds fewer than two, so RUMR's tail goes to the worker that actually
+//! asks first, not the one predicted to.
 //!
 //! # Rounds
 //! 1. **Calibration** (round 0): every worker known at the start gets two small chunks, of `a` and
@@ -15,13 +19,15 @@
 //!    single point cannot tell latency from speed), the planner (`algo`)
 //!    plans the rest on the measured platform; its chunks are sent in its order, rounds numbered
 //!    on after the calibration.
-//! 3. **Re-planning between rounds**: at each round boundary of the plan in effect, the rest of
-//!    the plan and a fresh plan of the same units are both predicted on the latest estimates
-//!    ([`predict`]); the fresh one replaces the rest when it is predicted at least 3% faster, and
-//!    always when the set of workers changed (a worker joined — used from this round on, at the
-//!    median of the measured figures until its own chunks are measured — or was lost, its chunks'
-//!    units back in the pool). Re-planning every round unconditionally would restart UMR's round
-//!    growth each time (a plan of the rest starts again with small rounds).
+//! 3. **Re-planning between rounds**: at each round boundary of the plan in effect, the plan is
+//!    recomputed from the latest estimates for the units it has left when a live worker's
+//!    measured speed has moved more than 20% ([`REPLAN_DRIFT`]) from the speed the plan was made
+//!    with, and always when the set of workers changed (a worker joined — used from this round
+//!    on, at the median of the measured figures until its own chunks are measured — or was lost,
+//!    its chunks' units back in the pool). Re-planning every round unconditionally would restart
+//!    UMR's round growth each time (a plan of the rest starts again with small rounds); an
+//!    earlier version that re-planned whenever a fresh plan was *predicted* 3% faster did that
+//!    nearly every round (a prediction from time 0 favours a fresh plan's small first round).
 //! 4. **RUMR's tail**: the share `φ` of the load that the first RUMR plan leaves to its second
 //!    phase is kept aside; once the fixed chunks are sent, tail chunks worth `q` seconds of
 //!    compute (`q·S_i` units at the worker's *current* estimate) go to whichever worker asks
@@ -40,7 +46,7 @@
 //! unit's success is recorded twice.
 
 use super::estimate::WorkerEstimate;
-use super::{Algo, Chunk, Plan, PlanOptions, StarPlatform, StarWorker, TailChunk, plan, predict};
+use super::{Algo, Chunk, PlanOptions, StarPlatform, StarWorker, TailChunk, plan};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -50,8 +56,9 @@ pub const CALIBRATION_SHARE: f64 = 0.1;
 /// The relative error RUMR is planned for in the runtime (its tail is `φ = 0.2` of the load).
 pub const RUMR_ERROR: f64 = 0.2;
 
-/// A fresh plan replaces the rest of the current one when predicted this much faster.
-pub const REPLAN_GAIN: f64 = 0.03;
+/// A fresh plan replaces the rest of the current one when a worker's measured speed has moved
+/// this much (relative) from the speed the current plan was made with.
+pub const REPLAN_DRIFT: f64 = 0.2;
 
 /// What the job asks for.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -143,6 +150,8 @@ pub struct OnlineMaster {
     plans: u32,
     /// Highest round sent so far.
     sent_round: Option<u32>,
+    /// The speeds the plan in effect was made with (worker, units/s).
+    planned_speeds: Vec<(usize, f64)>,
 }
 
 /// The result of reporting a chunk.
@@ -182,6 +191,7 @@ impl OnlineMaster {
             failed: None,
             plans: 0,
             sent_round: None,
+            planned_speeds: Vec::new(),
         }
     }
 
@@ -615,6 +625,11 @@ impl OnlineMaster {
             .or_else(|_| plan(Algo::Static, &platform, load as f64, &options))
             .ok()?;
         self.plans += 1;
+        self.planned_speeds = ids
+            .iter()
+            .zip(&platform.workers)
+            .map(|(&i, w)| (i, w.speed))
+            .collect();
         // A fresh plan's rounds follow the last round sent (a replaced plan's unsent rounds are
         // never numbered).
         let round0 = self.sent_round.map_or(self.next_round, |r| r + 1);
@@ -686,11 +701,17 @@ impl OnlineMaster {
     }
 
     /// At a round boundary: replaces the rest of the plan with a fresh one when the workers
-    /// changed or the fresh one is predicted [`REPLAN_GAIN`] faster on the latest estimates.
-    /// True when it did.
+    /// changed, or when some live worker's measured speed moved more than [`REPLAN_DRIFT`] from
+    /// the speed the plan in effect was made with. True when it did.
     fn reconsider(&mut self) -> bool {
         self.last_round = None;
-        if self.cfg.algo == Algo::Static && !self.workers_changed {
+        let drifted = self.planned_speeds.iter().any(|&(i, planned)| {
+            self.workers[i].alive
+                && self
+                    .speed_of(i)
+                    .is_some_and(|now| (now / planned - 1.0).abs() > REPLAN_DRIFT)
+        });
+        if !self.workers_changed && (!drifted || self.cfg.algo == Algo::Static) {
             return false;
         }
         let ids = self.live();
@@ -699,56 +720,13 @@ impl OnlineMaster {
         if ids.is_empty() || load == 0 {
             return false;
         }
-        let Some(platform) = self.platform(&ids) else {
-            return false;
-        };
-        let index = |w: usize| ids.iter().position(|&i| i == w);
-        let old = Plan {
-            algo: self.cfg.algo,
-            chunks: self
-                .queue
-                .iter()
-                .filter_map(|it| {
-                    Some(Chunk {
-                        round: it.round,
-                        worker: index(it.worker)?,
-                        size: it.size as f64,
-                    })
-                })
-                .collect(),
-            tail: Vec::new(),
-            tail_load: 0.0,
-            tail_workers: Vec::new(),
-            predicted_makespan: 0.0,
-        };
-        let changed = self.workers_changed;
-        let saved_round = self.next_round;
-        let Some(items) = self.fresh_plan(&ids, load) else {
-            return false;
-        };
-        let as_plan = |items: &[Item]| Plan {
-            chunks: items
-                .iter()
-                .filter_map(|it| {
-                    Some(Chunk {
-                        round: it.round,
-                        worker: index(it.worker)?,
-                        size: it.size as f64,
-                    })
-                })
-                .collect(),
-            ..old.clone()
-        };
-        let better = predict(&platform, &as_plan(&items)).makespan
-            < (1.0 - REPLAN_GAIN) * predict(&platform, &old).makespan;
-        if changed || better {
-            self.queue = items.into();
-            self.workers_changed = false;
-            true
-        } else {
-            self.plans -= 1;
-            self.next_round = saved_round;
-            false
+        match self.fresh_plan(&ids, load) {
+            Some(items) => {
+                self.queue = items.into();
+                self.workers_changed = false;
+                true
+            }
+            None => false,
         }
     }
 }
@@ -840,7 +818,7 @@ mod tests {
                         let transfer = 0.001 + size / t.bandwidth;
                         let arrive = now + transfer;
                         let start = arrive.max(free[w]);
-                        let compute = t.latency + size / eff(t, start);
+                        let compute = compute_time(t, start, size);
                         let end = start + compute;
                         free[w] = end;
                         port_free = arrive;
@@ -876,11 +854,16 @@ mod tests {
         }
     }
 
-    /// The speed of `t` at `time`.
-    fn eff(t: &Truth, time: f64) -> f64 {
+    /// How long `t` computes `size` units from `start`, the speed changing mid-chunk if it does.
+    fn compute_time(t: &Truth, start: f64, size: f64) -> f64 {
+        let begin = start + t.latency;
         match t.change {
-            Some((at, f)) if time >= at => t.speed * f,
-            _ => t.speed,
+            Some((at, f)) if begin + size / t.speed > at => {
+                let before = ((at - begin).max(0.0) * t.speed).min(size);
+                let end = begin.max(at) + (size - before) / (t.speed * f);
+                end - start
+            }
+            _ => t.latency + size / t.speed,
         }
     }
 
