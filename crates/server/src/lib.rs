@@ -6,13 +6,16 @@
 //! - [`config`]: the TOML configuration;
 //! - [`dashboard`]: the web dashboard at `/` of the HTTP listener (token or session, read-only,
 //!   live charts over Server-Sent Events);
-//! - [`divisible`]: divisible jobs (`[[divisible]]`, spec 03): the one-port master, chunk
+//! - [`jobs::divisible`]: divisible jobs (`[[divisible]]`, spec 03): the one-port master, chunk
 //!   inputs and outputs, their own store;
 //! - [`datadir`]: the private data directory, the client and agent tokens, the directory lock;
 //! - [`limits`]: bounds on what an agent may claim at registration;
 //! - [`store`]: durable state (SQLite, WAL, `synchronous=FULL`);
-//! - [`state`]: the live state and every rule that changes it (submission, heartbeats,
-//!   reconciliation, dead nodes, cancellation, restart);
+//! - [`state`]: the live state every job kind shares (nodes, the resource ledger, the store's
+//!   transaction, the full-disk pause) and the one dispatch path that routes each event to the
+//!   job kind that owns it; its own request/reply types in [`state::types`];
+//! - [`jobs`]: the job kinds and their contract ([`jobs::JobKind`]); batch jobs in [`jobs::batch`];
+//! - [`convert`]: the protobuf edge (conversions, [`convert::Wire`]);
 //! - [`service`]: the gRPC services, authentication, health;
 //! - [`logs`]: relays `hetsched log` to the agent that ran the task;
 //! - [`metrics`]: Prometheus metrics and the optional HTTP listener (`/metrics`, `/healthz`).
@@ -22,9 +25,10 @@
 
 pub mod backoff;
 pub mod config;
+pub mod convert;
 pub mod dashboard;
 pub mod datadir;
-pub mod divisible;
+pub mod jobs;
 pub mod limits;
 pub mod logs;
 pub mod metrics;
@@ -193,7 +197,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     // Dead-node detection.
     let timeout = std::time::Duration::from_nanos(config.dead_timeout.0.max(1_000_000));
     let div = Arc::new(
-        divisible::Divisible::open(&dir, timeout).map_err(|e| ServerError::Io {
+        jobs::divisible::Divisible::open(&dir, timeout).map_err(|e| ServerError::Io {
             path: dir.join("divisible.db"),
             source: std::io::Error::other(e),
         })?,

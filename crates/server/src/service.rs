@@ -7,6 +7,7 @@
 
 use crate::ServerError;
 use crate::config::TlsConfig;
+use crate::convert::Wire;
 use crate::datadir::Credentials;
 use crate::logs::LogRelay;
 use crate::metrics::Metrics;
@@ -107,7 +108,7 @@ impl Agent for AgentService {
 pub struct ClientService(
     Shared,
     Arc<LogRelay>,
-    Option<Arc<crate::divisible::Divisible>>,
+    Option<Arc<crate::jobs::divisible::Divisible>>,
 );
 
 #[tonic::async_trait]
@@ -118,7 +119,7 @@ impl Client for ClientService {
     ) -> Result<Response<pb::SubmitReply>, Status> {
         let r = req.into_inner();
         let div = match &self.2 {
-            Some(d) => crate::divisible::prepare(&r.origin, &r.text, &r.divisible_input)?
+            Some(d) => crate::jobs::divisible::prepare(&r.origin, &r.text, &r.divisible_input)?
                 .map(|spec| (d.clone(), spec)),
             None => None,
         };
@@ -324,7 +325,7 @@ pub async fn router_with(
     creds: &Credentials,
     tls: Option<&TlsConfig>,
     relay: Arc<LogRelay>,
-    divisible: Option<Arc<crate::divisible::Divisible>>,
+    divisible: Option<Arc<crate::jobs::divisible::Divisible>>,
 ) -> Result<tonic::transport::server::Router, ServerError> {
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<AgentServer<AgentService>>().await;
@@ -354,12 +355,12 @@ pub async fn router_with(
     Ok(match divisible {
         Some(d) => router
             .add_service(pb::divisible_server::DivisibleServer::with_interceptor(
-                crate::divisible::DivisibleService(d.clone()),
+                crate::jobs::divisible::DivisibleService(d.clone()),
                 CheckToken::new(Role::Agent, creds),
             ))
             .add_service(
                 pb::divisible_client_server::DivisibleClientServer::with_interceptor(
-                    crate::divisible::DivisibleClientService(d),
+                    crate::jobs::divisible::DivisibleClientService(d),
                     CheckToken::new(Role::Client, creds),
                 ),
             ),
