@@ -11,6 +11,14 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 use support::{BIN, Cluster, wait_until};
 
+/// The tests that measure speeds run one at a time: two clusters of sleeping chunk programs
+/// side by side on a 2-core machine would blur each other's measurements.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Rows of A, and columns.
 const ROWS: u64 = 480;
 const COLS: usize = 32;
@@ -169,6 +177,7 @@ fn units_of(j: &serde_json::Value) -> BTreeMap<String, u64> {
 
 #[test]
 fn umrlm_sizes_chunks_by_measured_speed_and_gathers_the_exact_product() {
+    let _one = serial();
     let c = cluster("div-e2e");
     let expected = whole_product(&c);
     let id = submit(&c, "umrlm.toml", &job_file("umrlm", 8.0));
@@ -234,6 +243,7 @@ fn kill_agent(c: &mut Cluster, name: &str) {
 
 #[test]
 fn a_job_survives_the_sigkill_of_an_agent_and_of_the_server() {
+    let _one = serial();
     let mut c = cluster("div-kill");
     let expected = whole_product(&c);
     let id = submit(&c, "umrlm.toml", &job_file("umrlm", 8.0));
@@ -319,6 +329,7 @@ fn bad_divisible_input_is_refused_naming_the_field_or_the_chunk() {
 #[test]
 #[ignore = "an experiment that prints timings; run it by hand"]
 fn static_versus_umrlm_figures() {
+    let _one = serial();
     let c = cluster("div-figures");
     println!(
         "| row cost (ms) | algo | run | makespan (s) | lower bound W/ΣS (s) | units a/b/slow |"

@@ -8,6 +8,8 @@
 //!   live charts over Server-Sent Events);
 //! - [`jobs::divisible`]: divisible jobs (`[[divisible]]`, spec 03): the one-port master, chunk
 //!   inputs and outputs, their own store;
+//! - [`divisible_service`]: the gRPC edge of divisible jobs (chunks for agents, outputs for
+//!   users);
 //! - [`datadir`]: the private data directory, the client and agent tokens, the directory lock;
 //! - [`limits`]: bounds on what an agent may claim at registration;
 //! - [`store`]: durable state (SQLite, WAL, `synchronous=FULL`);
@@ -28,6 +30,7 @@ pub mod config;
 pub mod convert;
 pub mod dashboard;
 pub mod datadir;
+pub mod divisible_service;
 pub mod jobs;
 pub mod limits;
 pub mod logs;

@@ -119,7 +119,8 @@ impl Client for ClientService {
     ) -> Result<Response<pb::SubmitReply>, Status> {
         let r = req.into_inner();
         let div = match &self.2 {
-            Some(d) => crate::jobs::divisible::prepare(&r.origin, &r.text, &r.divisible_input)?
+            Some(d) => crate::jobs::divisible::prepare(&r.origin, &r.text, &r.divisible_input)
+                .map_err(crate::divisible_service::status)?
                 .map(|spec| (d.clone(), spec)),
             None => None,
         };
@@ -129,7 +130,8 @@ impl Client for ClientService {
         })
         .await?;
         if let Some((d, spec)) = div {
-            d.create(reply.get_ref().job_id, &origin, &text, spec, &input)?;
+            d.create(reply.get_ref().job_id, &origin, &text, spec, &input)
+                .map_err(crate::divisible_service::status)?;
         }
         Ok(reply)
     }
@@ -144,7 +146,9 @@ impl Client for ClientService {
         let mut reply = with_state(&self.0, move |s| Ok(s.jobs_page(r.cursor, limit))).await?;
         if let Some(d) = &self.2 {
             for j in &mut reply.get_mut().jobs {
-                d.fill(j);
+                if let Some(v) = d.view(j.id) {
+                    crate::divisible_service::fill(v, j);
+                }
             }
         }
         Ok(reply)
@@ -156,8 +160,8 @@ impl Client for ClientService {
     ) -> Result<Response<pb::JobInfo>, Status> {
         let id = req.into_inner().job_id;
         let mut reply = with_state(&self.0, move |s| s.job(id)).await?;
-        if let Some(d) = &self.2 {
-            d.fill(reply.get_mut());
+        if let Some(v) = self.2.as_ref().and_then(|d| d.view(id)) {
+            crate::divisible_service::fill(v, reply.get_mut());
         }
         Ok(reply)
     }
@@ -355,12 +359,12 @@ pub async fn router_with(
     Ok(match divisible {
         Some(d) => router
             .add_service(pb::divisible_server::DivisibleServer::with_interceptor(
-                crate::jobs::divisible::DivisibleService(d.clone()),
+                crate::divisible_service::DivisibleService(d.clone()),
                 CheckToken::new(Role::Agent, creds),
             ))
             .add_service(
                 pb::divisible_client_server::DivisibleClientServer::with_interceptor(
-                    crate::jobs::divisible::DivisibleClientService(d),
+                    crate::divisible_service::DivisibleClientService(d),
                     CheckToken::new(Role::Client, creds),
                 ),
             ),

@@ -5,8 +5,15 @@
 //! for (one transfer at a time: a single `port` lock), records each chunk's result once, and
 //! gathers the chunks' outputs in unit order.
 //!
-//! The batch side of the server stores the job row (its id, file text, submission key and name:
-//! idempotent submission is the batch path's); this module keeps the rest in its own SQLite file,
+//! **How it sits beside the [`super::JobKind`] contract.** Chunks do not travel in heartbeats: a
+//! chunk's input and output are streamed (the one port must be a real, serial stream, and an
+//! output may be large), so agents fetch work from their own `Divisible` service
+//! ([`crate::divisible_service`], the protobuf edge) and this module keeps its own lock, store
+//! file and reaper tick. It is therefore not (yet) a `Kind` of [`super::Kind`]: its jobs take
+//! batch-kind job ids, because the batch side of the server stores the job row (its id, file
+//! text, submission key and name — idempotent submission is the batch path's, and a divisible
+//! job is a batch job of no tasks there), and the service edge overrides the listing rows of
+//! those ids with [`Divisible::view`]. This module keeps the rest in its own SQLite file,
 //! `DATA_DIR/divisible.db` (WAL, `synchronous=FULL`), and files under `DATA_DIR/divisible/job-N/`:
 //! `input` (the submitted input), `chunk-K.out` (a finished chunk's output) and `output` (the
 //! gathered output). A chunk's success is committed only after its output file is on disk, and
@@ -20,14 +27,12 @@
 use hetsched_core::input::divisible::DivisibleSpec;
 use hetsched_core::input::workload::{Command, parse_workload};
 use hetsched_core::policy::divisible::online::{OnlineConfig, OnlineMaster, Order, Recorded};
-use hetsched_proto as pb;
 use rusqlite::{Connection, params};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
 /// Size of the pieces inputs and outputs are streamed in.
@@ -51,9 +56,190 @@ CREATE TABLE IF NOT EXISTS div_chunks(
     PRIMARY KEY(job, chunk));
 ";
 
-fn internal(e: impl std::fmt::Display) -> Status {
+/// Why a divisible-job call was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum DivError {
+    /// The submission is not a runnable divisible job.
+    #[error("{0}")]
+    Invalid(String),
+    /// No such job.
+    #[error("{0}")]
+    NotFound(String),
+    /// Not now (a chunk not out, an output not gathered yet).
+    #[error("{0}")]
+    NotReady(String),
+    /// The store or the disk.
+    #[error("divisible jobs: {0}")]
+    Internal(String),
+}
+
+fn internal(e: impl std::fmt::Display) -> DivError {
     tracing::error!("divisible: {e}");
-    Status::internal(format!("divisible jobs: {e}"))
+    DivError::Internal(e.to_string())
+}
+
+/// A chunk of a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ChunkKey {
+    /// Job id.
+    pub job_id: u64,
+    /// Chunk number.
+    pub chunk: u64,
+}
+
+/// An agent asking for work (`NextChunk`).
+#[derive(Clone, Debug, Default)]
+pub struct ChunkRequest {
+    /// Node name.
+    pub name: String,
+    /// Memory it offers, bytes.
+    pub memory_bytes: u64,
+    /// Random per agent process.
+    pub incarnation: String,
+    /// Chunks it holds.
+    pub holding: Vec<ChunkKey>,
+    /// Whether it can take a chunk.
+    pub room: bool,
+}
+
+/// One chunk sent to an agent.
+#[derive(Clone, Debug, Default)]
+pub struct ChunkOrder {
+    /// Job id.
+    pub job_id: u64,
+    /// Chunk number.
+    pub chunk: u64,
+    /// Round.
+    pub round: u32,
+    /// First unit.
+    pub start: u64,
+    /// One past the last unit.
+    pub end: u64,
+    /// The command, placeholders not yet replaced.
+    pub argv: Vec<String>,
+    /// Input bytes to fetch.
+    pub input_bytes: u64,
+    /// 0 = none.
+    pub time_limit_ms: u64,
+    /// The section's name.
+    pub name: String,
+}
+
+/// The answer to a [`ChunkRequest`].
+#[derive(Clone, Debug, Default)]
+pub struct ChunkReply {
+    /// At most one chunk.
+    pub orders: Vec<ChunkOrder>,
+    /// Chunks the agent holds that are not its own any more.
+    pub drop: Vec<ChunkKey>,
+}
+
+/// A finished chunk as its agent reports it.
+#[derive(Clone, Debug, Default)]
+pub struct ChunkResult {
+    /// Job id.
+    pub job_id: u64,
+    /// Chunk number.
+    pub chunk: u64,
+    /// Exit 0 and an output to gather.
+    pub success: bool,
+    /// Why not.
+    pub message: String,
+    /// Input transfer, ns (agent-measured).
+    pub transfer_ns: u64,
+    /// Command run, ns.
+    pub compute_ns: u64,
+}
+
+/// A worker of a divisible job as `hetsched job N` shows it.
+#[derive(Clone, Debug, Default)]
+pub struct DivisibleWorker {
+    /// Node name.
+    pub name: String,
+    /// Measured units/s (0: not yet).
+    pub speed: f64,
+    /// Measured seconds.
+    pub compute_latency: f64,
+    /// Measured units/s.
+    pub bandwidth: f64,
+    /// Measured seconds.
+    pub network_latency: f64,
+    /// Units it may hold (0 = unlimited).
+    pub memory_units: u64,
+    /// Units finished.
+    pub units_done: u64,
+    /// Chunks finished.
+    pub chunks_done: u32,
+    /// Not lost.
+    pub alive: bool,
+}
+
+/// One chunk as `hetsched job N` shows it.
+#[derive(Clone, Debug, Default)]
+pub struct DivisibleChunk {
+    /// Number.
+    pub chunk: u64,
+    /// Round.
+    pub round: u32,
+    /// Node name.
+    pub worker: String,
+    /// First unit.
+    pub start: u64,
+    /// One past the last.
+    pub end: u64,
+    /// out, done, failed, lost.
+    pub state: String,
+    /// Seconds.
+    pub transfer_s: f64,
+    /// Seconds.
+    pub compute_s: f64,
+}
+
+/// A divisible job's load, rounds, chunks and measured workers.
+#[derive(Clone, Debug, Default)]
+pub struct DivisibleInfo {
+    /// Section name.
+    pub name: String,
+    /// Planner.
+    pub algo: String,
+    /// Units.
+    pub units: u64,
+    /// Units done.
+    pub units_done: u64,
+    /// `W/ΣS` on the measured speeds, seconds (0: nothing measured).
+    pub lower_bound_s: f64,
+    /// Why it failed.
+    pub message: String,
+    /// Workers.
+    pub workers: Vec<DivisibleWorker>,
+    /// Chunks.
+    pub chunks: Vec<DivisibleChunk>,
+    /// Gathered output size.
+    pub output_bytes: u64,
+    /// Rounds.
+    pub rounds: u32,
+}
+
+/// What a divisible job makes of a job listing's row: its state, its units as tasks, and its
+/// [`DivisibleInfo`].
+#[derive(Clone, Debug, Default)]
+pub struct DivisibleView {
+    /// running, completed, failed.
+    pub state: String,
+    /// Units.
+    pub units: u64,
+    /// 0 while running.
+    pub finished_ns: u64,
+    /// Units: not yet sent, out, done, lost with a failed job.
+    pub pending: u64,
+    /// Units out.
+    pub running: u64,
+    /// Units done.
+    pub succeeded: u64,
+    /// Units not done when the job failed.
+    pub failed: u64,
+    /// The rest.
+    pub info: DivisibleInfo,
 }
 
 fn now_ns() -> u64 {
@@ -138,7 +324,7 @@ fn argv_of(c: &Command) -> Vec<String> {
 /// The one `[[divisible]]` section of a job file that has one, checked for the runtime (one
 /// section, no `[[application]]` beside it, the input as long as it must be). `Ok(None)`: a
 /// batch job file.
-pub fn prepare(origin: &str, text: &str, input: &[u8]) -> Result<Option<DivisibleSpec>, Status> {
+pub fn prepare(origin: &str, text: &str, input: &[u8]) -> Result<Option<DivisibleSpec>, DivError> {
     let Ok(w) = parse_workload(origin, text) else {
         // The batch path reports the error with its location.
         return Ok(None);
@@ -147,14 +333,14 @@ pub fn prepare(origin: &str, text: &str, input: &[u8]) -> Result<Option<Divisibl
         return Ok(None);
     }
     if !w.applications.is_empty() || w.divisible.len() > 1 {
-        return Err(Status::invalid_argument(format!(
+        return Err(DivError::Invalid(format!(
             "{origin}: divisible: a job file holds either [[application]] tables or one [[divisible]] load; submit the others as their own jobs"
         )));
     }
     let d = w.divisible[0].clone();
     let src = hetsched_core::input::Source::new(origin, text);
     d.check_input_len(&src, 0, input.len() as u64)
-        .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        .map_err(|e| DivError::Invalid(e.to_string()))?;
     Ok(Some(d))
 }
 
@@ -223,10 +409,15 @@ impl Divisible {
         })
     }
 
-    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Inner>, Status> {
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Inner>, DivError> {
         self.inner
             .lock()
-            .map_err(|_| Status::internal("divisible state poisoned"))
+            .map_err(|_| DivError::Internal("state poisoned".into()))
+    }
+
+    /// The one port: held while a chunk's input is streamed.
+    pub fn port(&self) -> Arc<tokio::sync::Mutex<()>> {
+        self.port.clone()
     }
 
     /// Whether job `id` is a divisible job.
@@ -243,7 +434,7 @@ impl Divisible {
         text: &str,
         spec: DivisibleSpec,
         input: &[u8],
-    ) -> Result<(), Status> {
+    ) -> Result<(), DivError> {
         let mut inner = self.lock()?;
         if inner.jobs.contains_key(&id) {
             return Ok(());
@@ -282,7 +473,7 @@ impl Divisible {
 
     /// `NextChunk`: notes the agent, reconciles what it holds, and, when it has room, hands it
     /// the next chunk some running job planned for it.
-    pub fn next_chunk(&self, req: pb::NextChunkRequest) -> Result<pb::NextChunkReply, Status> {
+    pub fn next_chunk(&self, req: ChunkRequest) -> Result<ChunkReply, DivError> {
         let mut guard = self.lock()?;
         let inner = &mut *guard;
         let name = req.name.clone();
@@ -301,7 +492,7 @@ impl Divisible {
         );
         let holding: HashSet<(u64, u64)> =
             req.holding.iter().map(|k| (k.job_id, k.chunk)).collect();
-        let mut reply = pb::NextChunkReply::default();
+        let mut reply = ChunkReply::default();
         // Chunks it holds that are not its own any more.
         for k in &req.holding {
             let mine = inner.jobs.get(&k.job_id).is_some_and(|j| {
@@ -363,7 +554,7 @@ impl Divisible {
                         sent: now,
                     },
                 );
-                orders.push(pb::ChunkOrder {
+                orders.push(ChunkOrder {
                     job_id: id,
                     chunk: o.chunk,
                     round: o.round,
@@ -382,19 +573,17 @@ impl Divisible {
 
     /// Where chunk `key`'s input is: the job's input file, offset and length — if the chunk is
     /// out.
-    fn input_slice(&self, key: &pb::ChunkKey) -> Result<(PathBuf, u64, u64), Status> {
+    pub fn input_slice(&self, key: &ChunkKey) -> Result<(PathBuf, u64, u64), DivError> {
         let inner = self.lock()?;
         let job = inner
             .jobs
             .get(&key.job_id)
-            .ok_or_else(|| Status::not_found(format!("no divisible job {}", key.job_id)))?;
+            .ok_or_else(|| DivError::NotFound(format!("no divisible job {}", key.job_id)))?;
         let c = job
             .chunks
             .get(&key.chunk)
             .filter(|c| c.state == ChunkState::Out)
-            .ok_or_else(|| {
-                Status::failed_precondition(format!("chunk {} is not out", key.chunk))
-            })?;
+            .ok_or_else(|| DivError::NotReady(format!("chunk {} is not out", key.chunk)))?;
         let ub = job.spec.unit_bytes();
         Ok((
             job_dir(&self.dir, key.job_id).join("input"),
@@ -405,7 +594,7 @@ impl Divisible {
 
     /// Records a chunk's result; its output is in `tmp` (on disk, synced) when it succeeded.
     /// True when it counted.
-    fn record(&self, h: &pb::ChunkResultHeader, tmp: Option<&Path>) -> Result<bool, Status> {
+    pub fn record(&self, h: &ChunkResult, tmp: Option<&Path>) -> Result<bool, DivError> {
         let mut guard = self.lock()?;
         let inner = &mut *guard;
         let Some(job) = inner.jobs.get_mut(&h.job_id) else {
@@ -504,42 +693,21 @@ impl Divisible {
         }
     }
 
-    /// Fills a divisible job's state, counts (in units) and [`pb::DivisibleInfo`] into `j`.
-    pub fn fill(&self, j: &mut pb::JobInfo) {
-        let Ok(inner) = self.inner.lock() else {
-            return;
-        };
-        let Some(job) = inner.jobs.get(&j.id) else {
-            return;
-        };
+    /// Job `id` as a listing shows it, if it is a divisible job.
+    pub fn view(&self, id: u64) -> Option<DivisibleView> {
+        let inner = self.inner.lock().ok()?;
+        let job = inner.jobs.get(&id)?;
         let m = &job.master;
         let out: u64 = m.outstanding().map(Order::units).sum();
         let units = job.spec.units();
-        j.state = job.state.clone();
-        j.tasks = units;
-        j.finished_ns = job.finished_ns;
         let done = m.units_done();
-        j.counts = Some(pb::TaskCounts {
-            pending: if job.state == "running" {
-                units - done - out
-            } else {
-                0
-            },
-            running: if job.state == "running" { out } else { 0 },
-            succeeded: done,
-            failed: if job.state == "failed" {
-                units - done
-            } else {
-                0
-            },
-            cancelled: 0,
-        });
+        let running = job.state == "running";
         let workers = m
             .workers()
             .iter()
             .map(|w| {
                 let s = w.estimate.star_worker(&w.name, None);
-                pb::DivisibleWorker {
+                DivisibleWorker {
                     name: w.name.clone(),
                     speed: s.as_ref().map_or(0.0, |s| s.speed),
                     compute_latency: s.as_ref().map_or(0.0, |s| s.compute_latency),
@@ -552,10 +720,10 @@ impl Divisible {
                 }
             })
             .collect();
-        let chunks: Vec<pb::DivisibleChunk> = job
+        let chunks: Vec<DivisibleChunk> = job
             .chunks
             .values()
-            .map(|c| pb::DivisibleChunk {
+            .map(|c| DivisibleChunk {
                 chunk: c.order.chunk,
                 round: c.order.round,
                 worker: c.worker.clone(),
@@ -567,7 +735,7 @@ impl Divisible {
             })
             .collect();
         let rounds = chunks.iter().map(|c| c.round + 1).max().unwrap_or(0);
-        j.divisible = Some(pb::DivisibleInfo {
+        let info = DivisibleInfo {
             name: job.spec.name.get_ref().clone(),
             algo: job.spec.algo().to_string(),
             units,
@@ -578,18 +746,32 @@ impl Divisible {
             chunks,
             output_bytes: job.output_bytes,
             rounds,
-        });
+        };
+        Some(DivisibleView {
+            state: job.state.clone(),
+            units,
+            finished_ns: job.finished_ns,
+            pending: if running { units - done - out } else { 0 },
+            running: if running { out } else { 0 },
+            succeeded: done,
+            failed: if job.state == "failed" {
+                units - done
+            } else {
+                0
+            },
+            info,
+        })
     }
 
     /// The gathered output of a completed job.
-    fn output_path(&self, id: u64) -> Result<PathBuf, Status> {
+    pub fn output_path(&self, id: u64) -> Result<PathBuf, DivError> {
         let inner = self.lock()?;
         let job = inner
             .jobs
             .get(&id)
-            .ok_or_else(|| Status::not_found(format!("no divisible job {id}")))?;
+            .ok_or_else(|| DivError::NotFound(format!("no divisible job {id}")))?;
         if job.state != "completed" {
-            return Err(Status::failed_precondition(format!(
+            return Err(DivError::NotReady(format!(
                 "divisible job {id} is {}: its output is gathered when it completes",
                 job.state
             )));
@@ -598,7 +780,7 @@ impl Divisible {
     }
 
     /// A fresh temporary file for a chunk's output.
-    fn temp_output(&self, h: &pb::ChunkResultHeader) -> PathBuf {
+    pub fn temp_output(&self, h: &ChunkResult) -> PathBuf {
         job_dir(&self.dir, h.job_id).join(format!(
             "chunk-{}.{:016x}.part",
             h.chunk,
@@ -640,7 +822,7 @@ fn set_chunk(
     state: ChunkState,
     transfer_ns: u64,
     compute_ns: u64,
-) -> Result<(), Status> {
+) -> Result<(), DivError> {
     conn.execute(
         "UPDATE div_chunks SET state = ?3, transfer_ns = ?4, compute_ns = ?5 WHERE job = ?1 AND chunk = ?2",
         params![id as i64, chunk as i64, state.as_str(), transfer_ns as i64, compute_ns as i64],
@@ -660,7 +842,7 @@ fn finish_job(
     job: &mut Job,
     state: &str,
     message: &str,
-) -> Result<(), Status> {
+) -> Result<(), DivError> {
     job.state = state.into();
     job.message = message.into();
     job.finished_ns = now_ns();
@@ -674,7 +856,7 @@ fn finish_job(
 }
 
 /// Concatenates the finished chunks' outputs in unit order into `output`.
-fn gather(conn: &Connection, jd: &Path, id: u64, job: &mut Job) -> Result<(), Status> {
+fn gather(conn: &Connection, jd: &Path, id: u64, job: &mut Job) -> Result<(), DivError> {
     let mut done: Vec<&ChunkRec> = job
         .chunks
         .values()
@@ -804,134 +986,4 @@ fn restore(inner: &mut Inner) -> rusqlite::Result<()> {
         inner.jobs.insert(id, job);
     }
     Ok(())
-}
-
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    if tokio::runtime::Handle::current().runtime_flavor()
-        == tokio::runtime::RuntimeFlavor::MultiThread
-    {
-        tokio::task::block_in_place(f)
-    } else {
-        f()
-    }
-}
-
-type DataStream =
-    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::ChunkData, Status>> + Send>>;
-
-/// Streams `len` bytes of `path` from `offset`, holding `guard` (the port) until the last piece
-/// has been handed over.
-fn stream_file<G: Send + 'static>(path: PathBuf, offset: u64, len: u64, guard: G) -> DataStream {
-    let (tx, rx) = tokio::sync::mpsc::channel(1);
-    tokio::task::spawn_blocking(move || {
-        use std::io::{Read, Seek};
-        let _port = guard;
-        let mut f = match std::fs::File::open(&path) {
-            Ok(f) => f,
-            Err(e) => {
-                let _ = tx.blocking_send(Err(internal(format!("{}: {e}", path.display()))));
-                return;
-            }
-        };
-        if let Err(e) = f.seek(std::io::SeekFrom::Start(offset)) {
-            let _ = tx.blocking_send(Err(internal(e)));
-            return;
-        }
-        let mut left = len;
-        let mut buf = vec![0u8; PIECE];
-        while left > 0 {
-            let n = (left as usize).min(PIECE);
-            if let Err(e) = f.read_exact(&mut buf[..n]) {
-                let _ = tx.blocking_send(Err(internal(format!("{}: {e}", path.display()))));
-                return;
-            }
-            if tx
-                .blocking_send(Ok(pb::ChunkData {
-                    data: buf[..n].to_vec(),
-                }))
-                .is_err()
-            {
-                return;
-            }
-            left -= n as u64;
-        }
-    });
-    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
-}
-
-/// The `Divisible` service (agents).
-pub struct DivisibleService(pub Arc<Divisible>);
-
-#[tonic::async_trait]
-impl pb::divisible_server::Divisible for DivisibleService {
-    async fn next_chunk(
-        &self,
-        req: Request<pb::NextChunkRequest>,
-    ) -> Result<Response<pb::NextChunkReply>, Status> {
-        let r = req.into_inner();
-        blocking(|| self.0.next_chunk(r)).map(Response::new)
-    }
-
-    type ChunkInputStream = DataStream;
-
-    async fn chunk_input(
-        &self,
-        req: Request<pb::ChunkKey>,
-    ) -> Result<Response<DataStream>, Status> {
-        let key = req.into_inner();
-        let (path, offset, len) = self.0.input_slice(&key)?;
-        // One port: one chunk's input is streamed at a time.
-        let guard = self.0.port.clone().lock_owned().await;
-        Ok(Response::new(stream_file(path, offset, len, guard)))
-    }
-
-    async fn chunk_done(
-        &self,
-        req: Request<tonic::Streaming<pb::ChunkDonePiece>>,
-    ) -> Result<Response<pb::ChunkDoneReply>, Status> {
-        use pb::chunk_done_piece::Piece;
-        let mut s = req.into_inner();
-        let Some(Piece::Header(h)) = s.message().await?.and_then(|p| p.piece) else {
-            return Err(Status::invalid_argument("ChunkDone starts with its header"));
-        };
-        let tmp = if h.success {
-            let path = self.0.temp_output(&h);
-            let mut f = std::fs::File::create(&path).map_err(internal)?;
-            while let Some(p) = s.message().await? {
-                if let Some(Piece::Data(d)) = p.piece {
-                    f.write_all(&d).map_err(internal)?;
-                }
-            }
-            blocking(|| f.sync_all()).map_err(internal)?;
-            Some(path)
-        } else {
-            None
-        };
-        let recorded = blocking(|| self.0.record(&h, tmp.as_deref()));
-        if let Some(t) = &tmp
-            && t.exists()
-        {
-            let _ = std::fs::remove_file(t);
-        }
-        Ok(Response::new(pb::ChunkDoneReply {
-            recorded: recorded?,
-        }))
-    }
-}
-
-/// The `DivisibleClient` service (users).
-pub struct DivisibleClientService(pub Arc<Divisible>);
-
-#[tonic::async_trait]
-impl pb::divisible_client_server::DivisibleClient for DivisibleClientService {
-    type ReadOutputStream = DataStream;
-
-    async fn read_output(
-        &self,
-        req: Request<pb::ReadOutputRequest>,
-    ) -> Result<Response<DataStream>, Status> {
-        let path = self.0.output_path(req.into_inner().job_id)?;
-        let len = std::fs::metadata(&path).map_err(internal)?.len();
-        Ok(Response::new(stream_file(path, 0, len, ())))
-    }
 }

@@ -5,9 +5,10 @@
 //! its compute `t_cpu` seconds. Spec 03's model says `t_net = nLat + c/B` and
 //! `t_cpu = cLat + c/S`, both lines in `c`; [`LinearFit`] fits such a line by exponentially
 //! weighted least squares, so that the latest chunks count most and a worker whose speed changes
-//! mid-job is re-estimated within a few chunks. With one chunk size only (or a fit whose intercept
-//! would be negative, i.e. noise larger than the latency) the line goes through the origin: the
-//! rate is `Σc/Σt` and the latency 0.
+//! mid-job is re-estimated within a few chunks. With one chunk size only, or a fit whose intercept
+//! is negative or above half the mean time (noise larger than the latency: one slow process
+//! start among two calibration chunks would otherwise read as a huge latency and a huge speed),
+//! the line goes through the origin: the rate is `Σc/Σt` and the latency 0.
 
 use super::StarWorker;
 use serde::{Deserialize, Serialize};
@@ -23,6 +24,9 @@ pub const MIN_SECONDS: f64 = 1e-6;
 /// Largest rate an estimate reports, units per second (a link that moved nothing measurable
 /// must still give the planners a finite bandwidth).
 pub const MAX_RATE: f64 = 1e12;
+
+/// Largest share of the mean observed time a fitted latency may take (see [`LinearFit::fit`]).
+pub const MAX_LATENCY_SHARE: f64 = 0.5;
 
 /// An exponentially weighted least-squares line `t = latency + size/rate`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -73,7 +77,9 @@ impl LinearFit {
         if var > (0.01 * mean_x).powi(2) && cov > 0.0 {
             let slope = cov / var;
             let latency = mean_y - slope * mean_x;
-            if latency >= 0.0 {
+            // A latency above half the mean time says more about noise in a few points (a
+            // process that started slowly once) than about the worker: trust the rate instead.
+            if latency >= 0.0 && latency <= MAX_LATENCY_SHARE * mean_y {
                 return Some((latency, (1.0 / slope).min(MAX_RATE)));
             }
         }
@@ -133,6 +139,21 @@ mod tests {
         assert!((w.compute_latency - 0.05).abs() < 1e-9);
         assert!((w.bandwidth - 1e4).abs() < 1e-3);
         assert!((w.network_latency - 0.001).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_noisy_pair_of_points_does_not_make_a_slow_worker_look_fast() {
+        // 6 units in 0.13 s, 12 in 0.14 s: the line says 600 units/s after 0.12 s of latency;
+        // the worker really does about 67 units/s.
+        let mut f = LinearFit::default();
+        f.observe(6.0, 0.13);
+        f.observe(12.0, 0.14);
+        let (latency, rate) = f.fit().expect("fit");
+        assert_eq!(latency, 0.0);
+        // Σc/Σt, the older point weighted by DECAY.
+        let expected = (6.0 * DECAY + 12.0) / (0.13 * DECAY + 0.14);
+        assert!((rate - expected).abs() < 1e-9, "{rate}");
+        assert!(rate < 70.0);
     }
 
     #[test]
