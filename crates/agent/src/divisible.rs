@@ -3,7 +3,8 @@
 //! the one-port protocol's receive buffer), fetches each chunk's input slice (streamed; the agent
 //! writes it to the chunk's working file, passed as `{input}`), runs the command with `{start}`,
 //! `{end}`, `{chunk}` and `{input}` replaced, and uploads the chunk's stdout with the two times the
-//! server's estimator needs: the input transfer and the compute.
+//! server's estimator needs: the input transfer (first piece to last: the link, not the wait for
+//! the server's port) and the compute (process start to exit).
 //!
 //! Files live in `WORK_DIR/divisible/job-J/`: `chunk-K.in`, `chunk-K.out`, `chunk-K.err`. A chunk's
 //! result is uploaded until the server answers (it may be restarting); chunks are run in the order
@@ -191,11 +192,13 @@ async fn fetch(client: &mut Client, work_dir: &Path, o: &pb::ChunkOrder) -> Resu
         .await
         .map_err(|e| format!("{}: {e}", dir.display()))?;
     let input = dir.join(format!("chunk-{}.in", o.chunk));
-    let start = Instant::now();
     let mut f = tokio::fs::File::create(&input)
         .await
         .map_err(|e| format!("{}: {e}", input.display()))?;
     let mut got = 0u64;
+    // The transfer is timed from the first piece to the last: waiting for the server's one port
+    // (another agent's transfer) and the call's set-up are the master's queue, not this link.
+    let mut first: Option<Instant> = None;
     if o.input_bytes > 0 {
         let mut s = client
             .chunk_input(pb::ChunkKey {
@@ -206,6 +209,7 @@ async fn fetch(client: &mut Client, work_dir: &Path, o: &pb::ChunkOrder) -> Resu
             .map_err(|e| e.message().to_string())?
             .into_inner();
         while let Some(piece) = s.message().await.map_err(|e| e.message().to_string())? {
+            first.get_or_insert_with(Instant::now);
             got += piece.data.len() as u64;
             f.write_all(&piece.data)
                 .await
@@ -219,7 +223,7 @@ async fn fetch(client: &mut Client, work_dir: &Path, o: &pb::ChunkOrder) -> Resu
     Ok(Ready {
         order: o.clone(),
         input,
-        transfer_ns: start.elapsed().as_nanos() as u64,
+        transfer_ns: first.map_or(0, |t| t.elapsed().as_nanos() as u64),
     })
 }
 
