@@ -351,6 +351,23 @@ fn bad_divisible_input_is_refused_naming_the_field_or_the_chunk() {
     );
     let wait = c.cli(&["wait", &id.to_string()]);
     assert!(!wait.status.success());
+
+    // A cancelled job stops: it ends `cancelled`, and its output is not served.
+    let id = submit(
+        &c,
+        "long.toml",
+        "[[divisible]]\nname = \"x\"\nunits = 100\ncommand = \"sleep 0.2; echo {start} {end}\"\n",
+    );
+    let out = c.cli(&["cancel", &id.to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(job(&c, id)["state"], "cancelled");
+    let out = c.cli(&["output", &id.to_string()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is cancelled"));
     assert!(Path::new(&c.dir).exists());
 }
 

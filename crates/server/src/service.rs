@@ -232,6 +232,10 @@ impl Client for ClientService {
         req: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::CancelReply>, Status> {
         let id = req.into_inner().job_id;
+        if let Some(d) = self.2.as_ref().filter(|d| d.knows(id)) {
+            let cancelled = d.cancel(id).map_err(crate::divisible_service::status)?;
+            return Ok(Response::new(pb::CancelReply { cancelled }));
+        }
         with_state(&self.0, move |s| s.cancel(id)).await
     }
 

@@ -658,6 +658,23 @@ impl Divisible {
         Ok(true)
     }
 
+    /// Cancels a running job: no more chunks are sent, results are ignored, and agents are told
+    /// to drop the chunks they hold. The units not done (0 if it had finished).
+    pub fn cancel(&self, id: u64) -> Result<u64, DivError> {
+        let mut guard = self.lock()?;
+        let inner = &mut *guard;
+        let job = inner
+            .jobs
+            .get_mut(&id)
+            .ok_or_else(|| DivError::NotFound(format!("no job {id}")))?;
+        if job.state != "running" {
+            return Ok(0);
+        }
+        let left = job.spec.units() - job.master.units_done();
+        finish_job(&inner.conn, id, job, "cancelled", "cancelled by a user")?;
+        Ok(left)
+    }
+
     /// Declares agents silent for the dead timeout lost: their chunks are re-planned.
     pub fn reap(&self) {
         let Ok(mut guard) = self.inner.lock() else {
