@@ -131,6 +131,33 @@ pub fn print(d: &pb::DivisibleInfo) {
     println!("{t}");
 }
 
+/// Streams job `id`'s gathered output into `sink`.
+async fn read_output(
+    server: &str,
+    token: &str,
+    ca: Option<&[u8]>,
+    id: u64,
+    sink: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let channel = pb::endpoint(server, ca)?
+        .connect()
+        .await
+        .with_context(|| format!("connecting to {server}"))?;
+    let mut api = pb::divisible_client_client::DivisibleClientClient::with_interceptor(
+        channel,
+        pb::TokenInterceptor::new(token)?,
+    );
+    let mut s = api
+        .read_output(pb::ReadOutputRequest { job_id: id })
+        .await
+        .map_err(super::client::refused)?
+        .into_inner();
+    while let Some(piece) = s.message().await.map_err(super::client::refused)? {
+        sink.write_all(&piece.data)?;
+    }
+    Ok(())
+}
+
 /// `hetsched output N [-o FILE]`: the gathered output of a completed divisible job, to FILE or
 /// stdout.
 pub async fn output(args: &ClientArgs, id: u64, to: Option<&Path>) -> anyhow::Result<()> {
@@ -139,28 +166,108 @@ pub async fn output(args: &ClientArgs, id: u64, to: Option<&Path>) -> anyhow::Re
         Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),
         None => None,
     };
-    let channel = pb::endpoint(&args.server, ca.as_deref())?
-        .connect()
-        .await
-        .with_context(|| format!("connecting to {}", args.server))?;
-    let mut api = pb::divisible_client_client::DivisibleClientClient::with_interceptor(
-        channel,
-        pb::TokenInterceptor::new(&token)?,
-    );
-    let mut s = api
-        .read_output(pb::ReadOutputRequest { job_id: id })
-        .await
-        .map_err(super::client::refused)?
-        .into_inner();
     let mut sink: Box<dyn Write> = match to {
         Some(p) => Box::new(std::io::BufWriter::new(
             std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
-    while let Some(piece) = s.message().await.map_err(super::client::refused)? {
-        sink.write_all(&piece.data)?;
-    }
+    read_output(&args.server, &token, ca.as_deref(), id, &mut sink).await?;
     sink.flush()?;
+    Ok(())
+}
+
+/// `hetsched demo`'s divisible job: `rows` rows of a row-wise matrix product with faer
+/// (`hetsched matrows`), input shipped by the server chunk by chunk, planned by UMRLM from the
+/// agents' measured speeds; the gathered output is checked against the product computed here in
+/// one piece.
+pub async fn demo(
+    api: &mut super::client::Api,
+    url: &str,
+    token: &str,
+    exe: &str,
+    dir: &Path,
+) -> anyhow::Result<()> {
+    const ROWS: usize = 1200;
+    const COLS: usize = 128;
+    let a: Vec<u8> = (0..ROWS * COLS)
+        .flat_map(|k| (((k * 7919) % 1000) as f64 / 250.0 - 2.0).to_le_bytes())
+        .collect();
+    let input = dir.join("demo-a.bin");
+    std::fs::write(&input, &a)?;
+    let text = format!(
+        r#"name = "demo-rows"
+[[divisible]]
+name = "rows"
+units = {ROWS}
+command = ["{exe}", "matrows", "--start", "{{start}}", "--end", "{{end}}", "--input", "{{input}}", "--cols", "{COLS}", "--row-ms", "2"]
+input = "{}"
+unit_bytes = {}
+output = "concat"
+algo = "umrlm"
+memory_per_unit = "1MiB"
+"#,
+        input.display(),
+        COLS * 8
+    );
+    let path = dir.join("demo-rows.toml");
+    std::fs::write(&path, &text)?;
+    let reply = api
+        .submit(pb::SubmitRequest {
+            origin: path.display().to_string(),
+            divisible_input: read_input(&path, &text)?,
+            text,
+            workdir: dir.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .map_err(super::client::refused)?
+        .into_inner();
+    println!(
+        "submitted job {}: a divisible load of {ROWS} rows of A·B ({COLS} columns, faer), planned by umrlm",
+        reply.job_id
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    let job = loop {
+        let j = api
+            .get_job(pb::GetJobRequest {
+                job_id: reply.job_id,
+            })
+            .await
+            .map_err(super::client::refused)?
+            .into_inner();
+        if super::client::is_final(&j.state) {
+            break j;
+        }
+        if std::time::Instant::now() > deadline {
+            anyhow::bail!(
+                "divisible job {} not finished after 5 minutes",
+                reply.job_id
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    if let Some(d) = &job.divisible {
+        print(d);
+    }
+    if job.state != "completed" {
+        anyhow::bail!("divisible job {} {}", job.id, job.state);
+    }
+    let mut got = Vec::new();
+    read_output(url, token, None, job.id, &mut got).await?;
+    let expected = super::matrows::product_rows(&a, COLS)?;
+    if got != expected {
+        anyhow::bail!(
+            "divisible job {}: the gathered output ({} bytes) differs from the product computed in one piece ({} bytes)",
+            job.id,
+            got.len(),
+            expected.len()
+        );
+    }
+    println!(
+        "result checked: the gathered output ({} bytes) equals A·B computed here in one piece; makespan {:.2}s",
+        got.len(),
+        job.finished_ns.saturating_sub(job.submitted_ns) as f64 / 1e9
+    );
     Ok(())
 }

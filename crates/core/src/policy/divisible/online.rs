@@ -562,6 +562,8 @@ impl OnlineMaster {
             Some(items) => {
                 self.queue = items.into();
                 self.workers_changed = false;
+                // A plan just made on the latest estimates: its first round is no boundary.
+                self.last_round = None;
                 !self.queue.is_empty()
             }
             None => {
