@@ -284,6 +284,8 @@ fn a_job_survives_the_sigkill_of_an_agent_and_of_the_server() {
     wait_until("half of the units", Duration::from_secs(60), || {
         job(&c, id)["divisible"]["units_done"].as_u64() >= Some(ROWS / 2)
     });
+    let before = job(&c, id);
+    assert_eq!(before["state"], "running", "the server is killed mid-job");
     c.kill_server();
     c.start_server();
     let j = wait_done(&c, id);
