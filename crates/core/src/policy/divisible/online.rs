@@ -770,12 +770,30 @@ mod tests {
 
     /// Runs the job; `kill = Some((t, w))` loses worker `w` at time `t` (its chunks vanish).
     fn simulate(algo: Algo, units: u64, truth: &[Truth], kill: Option<(f64, usize)>) -> Run {
+        simulate_joining(algo, units, truth, kill, None)
+    }
+
+    /// [`simulate`], with worker `w` of `late = Some((t, w))` joining only at time `t`.
+    fn simulate_joining(
+        algo: Algo,
+        units: u64,
+        truth: &[Truth],
+        kill: Option<(f64, usize)>,
+        late: Option<(f64, usize)>,
+    ) -> Run {
         let mut m = OnlineMaster::new(OnlineConfig {
             algo,
             units,
             retries: 0,
         });
-        let ids: Vec<usize> = truth.iter().map(|t| m.join(t.name, t.memory)).collect();
+        // Indices are handed out in join order: the late worker's is the last.
+        let mut ids = vec![usize::MAX; truth.len()];
+        for (w, t) in truth.iter().enumerate() {
+            if late.is_none_or(|(_, l)| l != w) {
+                ids[w] = m.join(t.name, t.memory);
+            }
+        }
+        let mut joined = late.is_none();
         let mut port_free = 0.0_f64;
         // Per worker: (chunk, transfer seconds, compute seconds, compute end).
         let mut held: Vec<Vec<(u64, f64, f64, f64)>> = vec![Vec::new(); truth.len()];
@@ -785,6 +803,13 @@ mod tests {
         let mut now = 0.0_f64;
         let mut makespan = 0.0_f64;
         for _ in 0..1_000_000 {
+            if let Some((t, w)) = late
+                && !joined
+                && now >= t
+            {
+                ids[w] = m.join(truth[w].name, truth[w].memory);
+                joined = true;
+            }
             if let Some((t, w)) = kill
                 && !dead[w]
                 && now >= t
@@ -812,7 +837,7 @@ mod tests {
             let mut sent = false;
             if port_free <= now {
                 for (w, t) in truth.iter().enumerate() {
-                    if dead[w] || held[w].len() >= 2 {
+                    if dead[w] || held[w].len() >= 2 || ids[w] == usize::MAX {
                         continue;
                     }
                     if let Some(o) = m.next(ids[w]) {
@@ -839,6 +864,7 @@ mod tests {
                     .map(|h| h.3)
                     .chain(std::iter::once(port_free).filter(|&p| p > now))
                     .chain(kill.map(|k| k.0).filter(|&k| k > now))
+                    .chain(late.map(|l| l.0).filter(|&l| l > now && !joined))
                     .fold(f64::INFINITY, f64::min);
                 assert!(
                     next.is_finite(),
@@ -848,7 +874,10 @@ mod tests {
                 now = next;
             }
         }
-        let units = ids.iter().map(|&i| m.workers()[i].units_done).collect();
+        let units = ids
+            .iter()
+            .map(|&i| m.workers().get(i).map_or(0, |w| w.units_done))
+            .collect();
         Run {
             makespan,
             units,
@@ -925,6 +954,31 @@ mod tests {
             run.units[1] < 4000 / 3,
             "the lost worker's later chunks went elsewhere"
         );
+    }
+
+    #[test]
+    fn a_worker_that_joins_mid_job_is_used_from_the_next_round() {
+        let truth = [
+            worker("a", 100.0),
+            worker("b", 100.0),
+            worker("late", 100.0),
+        ];
+        let alone = simulate(Algo::Umrlm, 9000, &truth[..2], None).makespan;
+        let run = simulate_joining(Algo::Umrlm, 9000, &truth, None, Some((5.0, 2)));
+        assert_eq!(run.units.iter().sum::<u64>(), 9000);
+        assert!(
+            run.units[2] > 1000,
+            "the late worker took part: {:?}",
+            run.units
+        );
+        assert!(
+            run.orders
+                .iter()
+                .filter(|o| o.worker == 2)
+                .all(|o| o.round > 0),
+            "not in the calibration round"
+        );
+        assert!(run.makespan < alone, "{} vs {alone}", run.makespan);
     }
 
     #[test]
