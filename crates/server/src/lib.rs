@@ -12,7 +12,8 @@
 //!   users);
 //! - [`datadir`]: the private data directory, the client and agent tokens, the directory lock;
 //! - [`limits`]: bounds on what an agent may claim at registration;
-//! - [`store`]: durable state (SQLite, WAL, `synchronous=FULL`);
+//! - [`store`]: durable state (SQLite, WAL, `synchronous=NORMAL`);
+//! - [`durable`]: group commit — replies wait for one shared `fdatasync` of the WAL;
 //! - [`state`]: the live state every job kind shares (nodes, the resource ledger, the store's
 //!   transaction, the full-disk pause) and the one dispatch path that routes each event to the
 //!   job kind that owns it; its own request/reply types in [`state::types`];
@@ -31,6 +32,7 @@ pub mod convert;
 pub mod dashboard;
 pub mod datadir;
 pub mod divisible_service;
+pub mod durable;
 pub mod jobs;
 pub mod limits;
 pub mod logs;
@@ -74,6 +76,9 @@ pub enum ServerError {
     /// The HTTP (metrics) listener.
     #[error(transparent)]
     Http(#[from] metrics::HttpError),
+    /// The state's lock was poisoned (a panic while it was held).
+    #[error("the server state is poisoned")]
+    Poisoned,
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ServerError + '_ {
