@@ -1,16 +1,25 @@
 //! The gRPC edge of divisible jobs ([`crate::jobs::divisible`]): the `Divisible` service
 //! (agents: next chunk, chunk input, chunk result) and the `DivisibleClient` service (users: the
-//! gathered output), and the conversions between the wire's messages and the module's own types,
+//! gathered output), and the conversions between the wire's messages and the kind's own types,
 //! so protobuf stays at the service edge.
+//!
+//! Chunks' bytes are the one thing of a divisible job that does not go through the state: the
+//! handlers take the state's lock (through the same `with_state`/`read_state` as every other
+//! call, so replies wait for the store's sync) only to ask where a chunk's input is or to record
+//! a result, and stream the bytes outside it. The one port is a lock of this service: one
+//! chunk's input is streamed at a time.
 
-use crate::jobs::divisible::{
-    ChunkKey, ChunkRequest, ChunkResult, DivError, Divisible, DivisibleView, PIECE,
-};
+use crate::durable::Durable;
+use crate::jobs::divisible::{ChunkKey, ChunkRequest, ChunkResult, DivError, DivisibleInfo, PIECE};
+use crate::service::{Run, read_state, with_state};
+use crate::state::State;
 use hetsched_proto as pb;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tonic::{Request, Response, Status};
+
+type Shared = Arc<Mutex<State>>;
 
 /// A refusal as a gRPC status.
 pub fn status(e: DivError) -> Status {
@@ -26,21 +35,9 @@ fn internal(e: impl std::fmt::Display) -> Status {
     status(DivError::Internal(e.to_string()))
 }
 
-/// Puts a divisible job's view into its listing row: state, units as tasks, and the
-/// `divisible` message.
-pub fn fill(v: DivisibleView, j: &mut pb::JobInfo) {
-    j.state = v.state;
-    j.tasks = v.units;
-    j.finished_ns = v.finished_ns;
-    j.counts = Some(pb::TaskCounts {
-        pending: v.pending,
-        running: v.running,
-        succeeded: v.succeeded,
-        failed: v.failed,
-        cancelled: 0,
-    });
-    let i = v.info;
-    j.divisible = Some(pb::DivisibleInfo {
+/// A divisible job's view as the `divisible` message of its `JobInfo`.
+pub fn info_to_pb(i: DivisibleInfo) -> pb::DivisibleInfo {
+    pb::DivisibleInfo {
         name: i.name,
         algo: i.algo,
         units: i.units,
@@ -78,7 +75,7 @@ pub fn fill(v: DivisibleView, j: &mut pb::JobInfo) {
             .collect(),
         output_bytes: i.output_bytes,
         rounds: i.rounds,
-    });
+    }
 }
 
 fn blocking<T>(f: impl FnOnce() -> T) -> T {
@@ -135,7 +132,23 @@ fn stream_file<G: Send + 'static>(path: PathBuf, offset: u64, len: u64, guard: G
 }
 
 /// The `Divisible` service (agents).
-pub struct DivisibleService(pub Arc<Divisible>);
+pub struct DivisibleService {
+    state: Shared,
+    durable: Arc<Durable>,
+    /// The one port: held while a chunk's input is streamed.
+    port: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl DivisibleService {
+    /// The service over `state`; replies wait for `durable`.
+    pub fn new(state: Shared, durable: Arc<Durable>) -> Self {
+        DivisibleService {
+            state,
+            durable,
+            port: Arc::new(tokio::sync::Mutex::new(())),
+        }
+    }
+}
 
 #[tonic::async_trait]
 impl pb::divisible_server::Divisible for DivisibleService {
@@ -158,7 +171,11 @@ impl pb::divisible_server::Divisible for DivisibleService {
                 .collect(),
             room: r.room,
         };
-        let reply = blocking(|| self.0.next_chunk(r)).map_err(status)?;
+        let reply = with_state(&self.state, &self.durable, Run::Inline, move |s| {
+            s.on_next_chunk(r)
+        })
+        .await?
+        .into_inner();
         Ok(Response::new(pb::NextChunkReply {
             orders: reply
                 .orders
@@ -197,9 +214,11 @@ impl pb::divisible_server::Divisible for DivisibleService {
             job_id: key.job_id,
             chunk: key.chunk,
         };
-        let (path, offset, len) = self.0.input_slice(&key).map_err(status)?;
+        let (path, offset, len) = read_state(&self.state, move |s| s.chunk_input(&key))
+            .await?
+            .into_inner();
         // One port: one chunk's input is streamed at a time.
-        let guard = self.0.port().lock_owned().await;
+        let guard = self.port.clone().lock_owned().await;
         Ok(Response::new(stream_file(path, offset, len, guard)))
     }
 
@@ -221,7 +240,10 @@ impl pb::divisible_server::Divisible for DivisibleService {
             compute_ns: h.compute_ns,
         };
         let tmp = if h.success {
-            let path = self.0.temp_output(&h);
+            let dir = read_state(&self.state, |s| Ok(s.divisible_dir()))
+                .await?
+                .into_inner();
+            let path = crate::jobs::divisible::temp_output(&dir, &h);
             let mut f = std::fs::File::create(&path).map_err(internal)?;
             while let Some(p) = s.message().await? {
                 if let Some(Piece::Data(d)) = p.piece {
@@ -233,20 +255,24 @@ impl pb::divisible_server::Divisible for DivisibleService {
         } else {
             None
         };
-        let recorded = blocking(|| self.0.record(&h, tmp.as_deref()));
+        let tmp2 = tmp.clone();
+        let recorded = with_state(&self.state, &self.durable, Run::Blocking, move |s| {
+            s.on_chunk_done(&h, tmp2.as_deref())
+        })
+        .await;
         if let Some(t) = &tmp
             && t.exists()
         {
             let _ = std::fs::remove_file(t);
         }
         Ok(Response::new(pb::ChunkDoneReply {
-            recorded: recorded.map_err(status)?,
+            recorded: recorded?.into_inner(),
         }))
     }
 }
 
 /// The `DivisibleClient` service (users).
-pub struct DivisibleClientService(pub Arc<Divisible>);
+pub struct DivisibleClientService(pub Shared);
 
 #[tonic::async_trait]
 impl pb::divisible_client_server::DivisibleClient for DivisibleClientService {
@@ -256,10 +282,10 @@ impl pb::divisible_client_server::DivisibleClient for DivisibleClientService {
         &self,
         req: Request<pb::ReadOutputRequest>,
     ) -> Result<Response<DataStream>, Status> {
-        let path = self
-            .0
-            .output_path(req.into_inner().job_id)
-            .map_err(status)?;
+        let id = req.into_inner().job_id;
+        let path = read_state(&self.0, move |s| s.divisible_output(id))
+            .await?
+            .into_inner();
         let len = std::fs::metadata(&path).map_err(internal)?.len();
         Ok(Response::new(stream_file(path, 0, len, ())))
     }

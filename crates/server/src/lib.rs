@@ -6,8 +6,8 @@
 //! - [`config`]: the TOML configuration;
 //! - [`dashboard`]: the web dashboard at `/` of the HTTP listener (token or session, read-only,
 //!   live charts over Server-Sent Events);
-//! - [`jobs::divisible`]: divisible jobs (`[[divisible]]`, spec 03): the one-port master, chunk
-//!   inputs and outputs, their own store;
+//! - [`jobs::divisible`]: divisible jobs (`[[divisible]]`, spec 03), a job kind: the one-port
+//!   master, its rows in the store's transaction, chunk input and output files;
 //! - [`divisible_service`]: the gRPC edge of divisible jobs (chunks for agents, outputs for
 //!   users);
 //! - [`datadir`]: the private data directory, the client and agent tokens, the directory lock;
@@ -204,20 +204,12 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
 
     // Dead-node detection.
     let timeout = std::time::Duration::from_nanos(config.dead_timeout.0.max(1_000_000));
-    let div = Arc::new(
-        jobs::divisible::Divisible::open(&dir, timeout).map_err(|e| ServerError::Io {
-            path: dir.join("divisible.db"),
-            source: std::io::Error::other(e),
-        })?,
-    );
-    let div_reaper = div.clone();
     let reaper_state = shared.clone();
     let reaper = tokio::spawn(async move {
         let mut tick =
             tokio::time::interval((timeout / 4).max(std::time::Duration::from_millis(20)));
         loop {
             tick.tick().await;
-            div_reaper.reap();
             let s = reaper_state.clone();
             let r = tokio::task::spawn_blocking(move || match s.lock() {
                 Ok(mut st) => {
@@ -237,15 +229,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     });
 
     let (tx, rx) = oneshot::channel();
-    let router = service::router_with(
-        shared,
-        metrics,
-        &creds,
-        config.tls.as_ref(),
-        relay,
-        Some(div),
-    )
-    .await?;
+    let router = service::router_with(shared, metrics, &creds, config.tls.as_ref(), relay).await?;
     // Small request/response messages: without TCP_NODELAY, Nagle's algorithm and delayed ACKs
     // add tens of milliseconds to every heartbeat round trip.
     let incoming = tokio_stream::StreamExt::map(

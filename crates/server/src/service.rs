@@ -28,8 +28,9 @@ use tonic::{Request, Response, Status};
 
 type Shared = Arc<Mutex<State>>;
 
-fn status(e: StateError) -> Status {
+pub(crate) fn status(e: StateError) -> Status {
     match e {
+        StateError::Divisible(e) => crate::divisible_service::status(e),
         StateError::Input(e) => Status::invalid_argument(e.to_string()),
         StateError::Invalid(m) => Status::invalid_argument(m),
         StateError::NoJob(j) => Status::not_found(format!("no job {j}")),
@@ -44,7 +45,7 @@ fn status(e: StateError) -> Status {
 
 /// How a handler runs its event.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Run {
+pub(crate) enum Run {
     /// On the async worker when the lock is free (short: memory and WAL appends only); inside
     /// `block_in_place` when another call holds it.
     Inline,
@@ -55,7 +56,7 @@ enum Run {
 /// Runs `f` under the state's lock and returns its answer once every write made up to the end
 /// of `f` is durable (a call that wrote nothing may have read what another call wrote: it
 /// waits for that too, so nothing it acknowledges can be lost).
-async fn with_state<T: Send + 'static>(
+pub(crate) async fn with_state<T: Send + 'static>(
     state: &Shared,
     durable: &Durable,
     how: Run,
@@ -129,7 +130,7 @@ fn unavailable(e: crate::durable::SyncError) -> Status {
 
 /// Runs a read-only `f` under the state's lock (inside `block_in_place`: a page may be read
 /// from the store). Reads do not wait for durability: they acknowledge nothing.
-async fn read_state<T: Send + 'static>(
+pub(crate) async fn read_state<T: Send + 'static>(
     state: &Shared,
     f: impl FnOnce(&mut State) -> Result<T, StateError> + Send + 'static,
 ) -> Result<Response<T>, Status> {
@@ -191,14 +192,12 @@ impl Agent for AgentService {
 
 /// The `Client` service; task outputs are read through the [`LogRelay`].
 /// The fourth field is a read-only connection to the store: pages of finished jobs' tasks are
-/// read through it after the state's lock is released. The fifth is the divisible-job master:
-/// divisible jobs are submitted and shown through [`crate::jobs::divisible`].
+/// read through it after the state's lock is released.
 pub struct ClientService(
     Shared,
     Arc<LogRelay>,
     Arc<Durable>,
     Option<Arc<StoreReader>>,
-    Option<Arc<crate::jobs::divisible::Divisible>>,
 );
 
 #[tonic::async_trait]
@@ -208,22 +207,18 @@ impl Client for ClientService {
         req: Request<pb::SubmitRequest>,
     ) -> Result<Response<pb::SubmitReply>, Status> {
         let r = req.into_inner();
-        let div = match &self.4 {
-            Some(d) => crate::jobs::divisible::prepare(&r.origin, &r.text, &r.divisible_input)
-                .map_err(crate::divisible_service::status)?
-                .map(|spec| (d.clone(), spec)),
-            None => None,
-        };
-        let (origin, text, input) = (r.origin.clone(), r.text.clone(), r.divisible_input.clone());
-        let reply = with_state(&self.0, &self.2, Run::Blocking, move |s| {
-            s.submit_named(&r.origin, &r.text, &r.workdir, &r.submission_key, &r.name)
+        with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            s.on_submit(crate::state::types::Submission {
+                origin: r.origin,
+                text: r.text,
+                workdir: r.workdir,
+                key: r.submission_key,
+                name: r.name,
+                divisible_input: r.divisible_input,
+            })
+            .map(Into::into)
         })
-        .await?;
-        if let Some((d, spec)) = div {
-            d.create(reply.get_ref().job_id, &origin, &text, spec, &input)
-                .map_err(crate::divisible_service::status)?;
-        }
-        Ok(reply)
+        .await
     }
 
     async fn list_jobs(
@@ -233,15 +228,7 @@ impl Client for ClientService {
         let r = req.into_inner();
         // u32::MAX means "everything" in process; over the wire it is just a large page.
         let limit = r.limit.min(crate::state::MAX_PAGE);
-        let mut reply = read_state(&self.0, move |s| Ok(s.jobs_page(r.cursor, limit))).await?;
-        if let Some(d) = &self.4 {
-            for j in &mut reply.get_mut().jobs {
-                if let Some(v) = d.view(j.id) {
-                    crate::divisible_service::fill(v, j);
-                }
-            }
-        }
-        Ok(reply)
+        read_state(&self.0, move |s| Ok(s.jobs_page(r.cursor, limit))).await
     }
 
     async fn get_job(
@@ -249,11 +236,7 @@ impl Client for ClientService {
         req: Request<pb::GetJobRequest>,
     ) -> Result<Response<pb::JobInfo>, Status> {
         let id = req.into_inner().job_id;
-        let mut reply = read_state(&self.0, move |s| s.job(id)).await?;
-        if let Some(v) = self.4.as_ref().and_then(|d| d.view(id)) {
-            crate::divisible_service::fill(v, reply.get_mut());
-        }
-        Ok(reply)
+        read_state(&self.0, move |s| s.job(id)).await
     }
 
     async fn list_tasks(
@@ -344,10 +327,6 @@ impl Client for ClientService {
         req: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::CancelReply>, Status> {
         let id = req.into_inner().job_id;
-        if let Some(d) = self.4.as_ref().filter(|d| d.knows(id)) {
-            let cancelled = d.cancel(id).map_err(crate::divisible_service::status)?;
-            return Ok(Response::new(pb::CancelReply { cancelled }));
-        }
         with_state(&self.0, &self.2, Run::Blocking, move |s| s.cancel(id)).await
     }
 
@@ -435,7 +414,7 @@ pub async fn router(
     tls: Option<&TlsConfig>,
 ) -> Result<tonic::transport::server::Router, ServerError> {
     let relay = Arc::new(LogRelay::new(&creds.agent));
-    router_with(state, metrics, creds, tls, relay, None).await
+    router_with(state, metrics, creds, tls, relay).await
 }
 
 /// [`router`] with the [`LogRelay`] shared with the dashboard.
@@ -445,7 +424,6 @@ pub async fn router_with(
     creds: &Credentials,
     tls: Option<&TlsConfig>,
     relay: Arc<LogRelay>,
-    divisible: Option<Arc<crate::jobs::divisible::Divisible>>,
 ) -> Result<tonic::transport::server::Router, ServerError> {
     let (durable, reader) = {
         let s = state.lock().map_err(|_| ServerError::Poisoned)?;
@@ -478,21 +456,18 @@ pub async fn router_with(
             CheckToken::new(Role::Agent, creds),
         ))
         .add_service(ClientServer::with_interceptor(
-            ClientService(state, relay, durable, reader, divisible.clone()),
+            ClientService(state.clone(), relay, durable.clone(), reader),
             CheckToken::new(Role::Client, creds),
         ));
-    Ok(match divisible {
-        Some(d) => router
-            .add_service(pb::divisible_server::DivisibleServer::with_interceptor(
-                crate::divisible_service::DivisibleService(d.clone()),
-                CheckToken::new(Role::Agent, creds),
-            ))
-            .add_service(
-                pb::divisible_client_server::DivisibleClientServer::with_interceptor(
-                    crate::divisible_service::DivisibleClientService(d),
-                    CheckToken::new(Role::Client, creds),
-                ),
+    Ok(router
+        .add_service(pb::divisible_server::DivisibleServer::with_interceptor(
+            crate::divisible_service::DivisibleService::new(state.clone(), durable),
+            CheckToken::new(Role::Agent, creds),
+        ))
+        .add_service(
+            pb::divisible_client_server::DivisibleClientServer::with_interceptor(
+                crate::divisible_service::DivisibleClientService(state),
+                CheckToken::new(Role::Client, creds),
             ),
-        None => router,
-    })
+        ))
 }
