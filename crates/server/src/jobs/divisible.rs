@@ -17,7 +17,9 @@
 //! state's one transaction per event, so the full-disk pause and rollback cover it (a rollback
 //! rebuilds this kind from the store's `div_jobs`/`div_chunks` tables, keeping only the agents'
 //! liveness, which the store never held). Agents silent for the dead timeout are declared lost
-//! in [`JobKind::housekeeping`] (every reaper tick): their chunks are re-planned.
+//! in [`JobKind::housekeeping`] (every reaper tick), and an agent whose node the state declares
+//! dead loses its chunks there ([`Divisible::lose_agent`]): their chunks are re-planned. Chunks
+//! book no resources in the shared view: it books per application task, and a chunk is not one.
 //!
 //! Files live under `DATA_DIR/divisible/job-N/`: `input` (the submitted input, written and
 //! synced before the job row is committed), `chunk-K.out` (a finished chunk's output, synced
@@ -869,29 +871,36 @@ impl Divisible {
             .map(|(n, _)| n.clone())
             .collect();
         for name in dead {
-            self.agents.remove(&name);
-            for (&id, job) in self.jobs.iter_mut() {
-                let Some(w) = job.master.workers().iter().position(|w| w.name == name) else {
-                    continue;
-                };
-                if !job.master.workers()[w].alive {
-                    continue;
-                }
-                let lost = job.master.lose(w);
-                if job.state == "running" && !lost.is_empty() {
-                    warn!(job = id, node = %name, chunks = lost.len(), "agent lost: its chunks are re-planned");
-                }
-                for o in lost {
-                    set_chunk(
-                        &mut self.dirty_chunks,
-                        id,
-                        job,
-                        o.chunk,
-                        ChunkState::Lost,
-                        0,
-                        0,
-                    );
-                }
+            self.lose_agent(&name);
+        }
+    }
+
+    /// Agent `name` is lost (silent for the dead timeout here, or its node declared dead by the
+    /// state's dead-node path): its chunks are re-planned onto the others; it is used again from
+    /// its next call.
+    pub fn lose_agent(&mut self, name: &str) {
+        self.agents.remove(name);
+        for (&id, job) in self.jobs.iter_mut() {
+            let Some(w) = job.master.workers().iter().position(|w| w.name == name) else {
+                continue;
+            };
+            if !job.master.workers()[w].alive {
+                continue;
+            }
+            let lost = job.master.lose(w);
+            if job.state == "running" && !lost.is_empty() {
+                warn!(job = id, node = %name, chunks = lost.len(), "agent lost: its chunks are re-planned");
+            }
+            for o in lost {
+                set_chunk(
+                    &mut self.dirty_chunks,
+                    id,
+                    job,
+                    o.chunk,
+                    ChunkState::Lost,
+                    0,
+                    0,
+                );
             }
         }
     }
