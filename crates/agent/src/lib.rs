@@ -9,6 +9,7 @@
 //! server has forgotten it.
 //!
 //! - [`config`]: the TOML configuration;
+//! - [`divisible`]: chunks of divisible jobs (fetch the input, run, upload the output);
 //! - [`detect`]: cores, memory, disks, NVIDIA GPUs, `/proc/PID/io`;
 //! - [`launch`]: one task as a child process;
 //! - [`ledger`]: the durable record of running tasks, from which a restarted agent kills what its
@@ -19,6 +20,7 @@
 
 pub mod config;
 pub mod detect;
+pub mod divisible;
 pub mod launch;
 pub mod ledger;
 pub mod logs;
@@ -129,7 +131,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
     let channel = endpoint.connect_lazy();
     let interceptor = pb::TokenInterceptor::new(&opts.token)
         .map_err(|e| AgentError::Config(format!("token: {e}")))?;
-    let mut client = AgentClient::with_interceptor(channel, interceptor)
+    let mut client = AgentClient::with_interceptor(channel.clone(), interceptor.clone())
         .max_decoding_message_size(MAX_REPLY_BYTES);
     let gpus = detect::Gpus::init();
     let notify = Arc::new(Notify::new());
@@ -137,6 +139,16 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
         .map_err(|e| AgentError::Config(format!("work directory: {e}")))?;
     let identity = workdir::identity(&opts.work_dir)
         .map_err(|e| AgentError::Config(format!("agent identity: {e}")))?;
+    let _divisible = divisible::Running(tokio::spawn(divisible::run(
+        channel,
+        interceptor,
+        divisible::DivisibleAgent {
+            name: opts.name.clone(),
+            identity: identity.clone(),
+            memory_bytes: opts.resources.memory_bytes,
+            work_dir: opts.work_dir.clone(),
+        },
+    )));
     // Before registering: kill what a previous agent with this work directory left running
     // (it was SIGKILLed; the server has given its tasks away or will).
     let (ledger, recovered) = ledger::Ledger::recover(&opts.work_dir).map_err(|e| {

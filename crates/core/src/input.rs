@@ -7,6 +7,7 @@
 
 pub mod binding;
 pub mod cluster;
+pub mod divisible;
 pub mod latency;
 pub mod limits;
 pub mod star_platform;

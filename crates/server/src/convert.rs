@@ -209,6 +209,9 @@ impl From<JobInfo> for pb::JobInfo {
             submitted_ns: j.submitted_ns,
             finished_ns: j.finished_ns,
             apps: j.apps.into_iter().map(Into::into).collect(),
+            divisible: j
+                .divisible
+                .map(|d| crate::divisible_service::info_to_pb(*d)),
         }
     }
 }
@@ -419,6 +422,7 @@ impl Wire for State {
             workdir: workdir.to_string(),
             key: key.to_string(),
             name: name.to_string(),
+            divisible_input: Vec::new(),
         })
         .map(Into::into)
     }

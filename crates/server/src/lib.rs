@@ -6,6 +6,10 @@
 //! - [`config`]: the TOML configuration;
 //! - [`dashboard`]: the web dashboard at `/` of the HTTP listener (token or session, read-only,
 //!   live charts over Server-Sent Events);
+//! - [`jobs::divisible`]: divisible jobs (`[[divisible]]`, spec 03), a job kind: the one-port
+//!   master, its rows in the store's transaction, chunk input and output files;
+//! - [`divisible_service`]: the gRPC edge of divisible jobs (chunks for agents, outputs for
+//!   users);
 //! - [`datadir`]: the private data directory, the client and agent tokens, the directory lock;
 //! - [`limits`]: bounds on what an agent may claim at registration;
 //! - [`store`]: durable state (SQLite, WAL, `synchronous=NORMAL`);
@@ -27,6 +31,7 @@ pub mod config;
 pub mod convert;
 pub mod dashboard;
 pub mod datadir;
+pub mod divisible_service;
 pub mod durable;
 pub mod jobs;
 pub mod limits;

@@ -28,8 +28,9 @@ use tonic::{Request, Response, Status};
 
 type Shared = Arc<Mutex<State>>;
 
-fn status(e: StateError) -> Status {
+pub(crate) fn status(e: StateError) -> Status {
     match e {
+        StateError::Divisible(e) => crate::divisible_service::status(e),
         StateError::Input(e) => Status::invalid_argument(e.to_string()),
         StateError::Invalid(m) => Status::invalid_argument(m),
         StateError::NoJob(j) => Status::not_found(format!("no job {j}")),
@@ -44,7 +45,7 @@ fn status(e: StateError) -> Status {
 
 /// How a handler runs its event.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Run {
+pub(crate) enum Run {
     /// On the async worker when the lock is free (short: memory and WAL appends only); inside
     /// `block_in_place` when another call holds it.
     Inline,
@@ -55,7 +56,7 @@ enum Run {
 /// Runs `f` under the state's lock and returns its answer once every write made up to the end
 /// of `f` is durable (a call that wrote nothing may have read what another call wrote: it
 /// waits for that too, so nothing it acknowledges can be lost).
-async fn with_state<T: Send + 'static>(
+pub(crate) async fn with_state<T: Send + 'static>(
     state: &Shared,
     durable: &Durable,
     how: Run,
@@ -129,7 +130,7 @@ fn unavailable(e: crate::durable::SyncError) -> Status {
 
 /// Runs a read-only `f` under the state's lock (inside `block_in_place`: a page may be read
 /// from the store). Reads do not wait for durability: they acknowledge nothing.
-async fn read_state<T: Send + 'static>(
+pub(crate) async fn read_state<T: Send + 'static>(
     state: &Shared,
     f: impl FnOnce(&mut State) -> Result<T, StateError> + Send + 'static,
 ) -> Result<Response<T>, Status> {
@@ -207,7 +208,15 @@ impl Client for ClientService {
     ) -> Result<Response<pb::SubmitReply>, Status> {
         let r = req.into_inner();
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
-            s.submit_named(&r.origin, &r.text, &r.workdir, &r.submission_key, &r.name)
+            s.on_submit(crate::state::types::Submission {
+                origin: r.origin,
+                text: r.text,
+                workdir: r.workdir,
+                key: r.submission_key,
+                name: r.name,
+                divisible_input: r.divisible_input,
+            })
+            .map(Into::into)
         })
         .await
     }
@@ -440,14 +449,25 @@ pub async fn router_with(
         builder =
             builder.tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))?;
     }
-    Ok(builder
+    let router = builder
         .add_service(health)
         .add_service(AgentServer::with_interceptor(
             AgentService(state.clone(), metrics, relay.clone(), durable.clone()),
             CheckToken::new(Role::Agent, creds),
         ))
         .add_service(ClientServer::with_interceptor(
-            ClientService(state, relay, durable, reader),
+            ClientService(state.clone(), relay, durable.clone(), reader),
             CheckToken::new(Role::Client, creds),
-        )))
+        ));
+    Ok(router
+        .add_service(pb::divisible_server::DivisibleServer::with_interceptor(
+            crate::divisible_service::DivisibleService::new(state.clone(), durable),
+            CheckToken::new(Role::Agent, creds),
+        ))
+        .add_service(
+            pb::divisible_client_server::DivisibleClientServer::with_interceptor(
+                crate::divisible_service::DivisibleClientService(state),
+                CheckToken::new(Role::Client, creds),
+            ),
+        ))
 }

@@ -242,6 +242,7 @@ impl Store {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.execute_batch(SCHEMA)?;
+        conn.execute_batch(crate::jobs::divisible::SCHEMA)?;
         for (table, column, definition) in MIGRATIONS {
             let exists: bool = conn.query_row(
                 &format!("SELECT COUNT(*) > 0 FROM pragma_table_info('{table}') WHERE name = ?1"),
@@ -266,6 +267,7 @@ impl Store {
     pub fn in_memory() -> Result<Self, StoreError> {
         let conn = Connection::open_in_memory()?;
         conn.execute_batch(SCHEMA)?;
+        conn.execute_batch(crate::jobs::divisible::SCHEMA)?;
         Ok(Self {
             conn,
             full: false,

@@ -195,6 +195,7 @@ pub async fn submit(
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let workdir = std::env::current_dir()?.display().to_string();
+    let divisible_input = super::divisible::read_input(file, &text)?;
     let (mut api, reply) = submit_with_retries(
         args,
         pb::SubmitRequest {
@@ -203,6 +204,7 @@ pub async fn submit(
             workdir,
             submission_key: key.unwrap_or_else(new_submission_key),
             name: name.unwrap_or_default(),
+            divisible_input,
         },
     )
     .await?;
@@ -331,6 +333,10 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
             "not finished".into()
         }
     );
+    if let Some(d) = &j.divisible {
+        super::divisible::print(d);
+        return Ok(());
+    }
     let mut t = table(&[
         "app",
         "tasks",

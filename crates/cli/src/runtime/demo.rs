@@ -2,7 +2,9 @@
 //! declares a GPU) — running a small mixed workload of real programs: dense LU, QR and Cholesky
 //! solves (`hetsched kernel`, faer), sized to about a second each, with CPU and GPU variants. On a
 //! machine without GPUs the "GPU" variant runs the same CPU kernel with `CUDA_VISIBLE_DEVICES` set
-//! (the task's output says so). Prints where each task ran and the makespan.
+//! (the task's output says so). Prints where each task ran and the makespan. Then a divisible job:
+//! rows of a matrix product planned by UMRLM from the agents' measured speeds, its gathered output
+//! checked against the product computed in one piece.
 
 use super::Output;
 use super::client::{connect_with, print_tasks, wait_on};
@@ -220,6 +222,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         "makespan {:.2}s (submission to last task end)",
         job.finished_ns.saturating_sub(job.submitted_ns) as f64 / 1e9
     );
+    let divisible = super::divisible::demo(&mut api, &url, &server.token, &exe, &dir).await;
     for tx in stops {
         let _ = tx.send(());
     }
@@ -232,7 +235,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     } else {
         let _ = std::fs::remove_dir_all(&dir);
     }
-    waited
+    waited.and(divisible)
 }
 
 /// A learned mean for the demo's summary: `–` for a variant the application does not have.

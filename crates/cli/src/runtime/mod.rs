@@ -5,9 +5,11 @@
 mod bench;
 mod client;
 mod demo;
+mod divisible;
 pub mod human;
 mod kernel;
 mod log;
+mod matrows;
 mod purge;
 mod serve;
 
@@ -62,6 +64,16 @@ pub enum RuntimeCommand {
     Job {
         /// Job id.
         id: u64,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Fetch the gathered output of a completed divisible job (`output = "concat"`).
+    Output {
+        /// Job id.
+        id: u64,
+        /// Write it here instead of stdout.
+        #[arg(short = 'o', long = "out")]
+        out: Option<PathBuf>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -130,6 +142,9 @@ pub enum RuntimeCommand {
     /// A demo task: a dense LU, QR or Cholesky solve with faer (what `demo` runs).
     #[command(hide = true)]
     Kernel(kernel::KernelArgs),
+    /// A divisible-load chunk: rows of a matrix product with faer (what divisible demos run).
+    #[command(hide = true)]
+    Matrows(matrows::MatRowsArgs),
 }
 
 /// `hetsched node …`.
@@ -209,6 +224,7 @@ impl RuntimeCommand {
 pub fn run(cmd: RuntimeCommand) -> anyhow::Result<()> {
     match cmd {
         RuntimeCommand::Kernel(args) => kernel::run(&args),
+        RuntimeCommand::Matrows(args) => matrows::run(&args),
         RuntimeCommand::BenchDispatch(args) => bench::run(&args),
         cmd => {
             let rt = tokio::runtime::Builder::new_multi_thread()
@@ -238,6 +254,9 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         } => client::resubmit(&client, id, failed, wait).await,
         RuntimeCommand::Jobs { client } => client::jobs(&client).await,
         RuntimeCommand::Job { id, client } => client::job(&client, id).await,
+        RuntimeCommand::Output { id, out, client } => {
+            divisible::output(&client, id, out.as_deref()).await
+        }
         RuntimeCommand::Tasks { job, limit, client } => client::tasks(&client, job, limit).await,
         RuntimeCommand::Nodes { client } => client::nodes(&client).await,
         RuntimeCommand::Wait {
@@ -265,7 +284,9 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         } => log::log(&client, job, &task, stderr, attempt, follow).await,
         RuntimeCommand::Purge(a) => purge::run(&a).await,
         RuntimeCommand::Demo(a) => demo::run(a).await,
-        RuntimeCommand::Kernel(_) | RuntimeCommand::BenchDispatch(_) => Ok(()),
+        RuntimeCommand::Kernel(_)
+        | RuntimeCommand::Matrows(_)
+        | RuntimeCommand::BenchDispatch(_) => Ok(()),
     }
 }
 

@@ -25,6 +25,9 @@ struct WorkloadFile {
     name: Option<Spanned<String>>,
     #[serde(default)]
     application: Vec<ApplicationSpec>,
+    /// Divisible loads (`[[divisible]]`, see [`super::divisible`]).
+    #[serde(default)]
+    divisible: Vec<super::divisible::DivisibleSpec>,
 }
 
 /// An application as written.
@@ -183,18 +186,23 @@ pub struct Workload {
     pub applications: Vec<ApplicationSpec>,
     /// The job's name (`name =` at the top of a job file), if given.
     pub name: Option<String>,
+    /// Divisible loads (`[[divisible]]`), in file order.
+    pub divisible: Vec<super::divisible::DivisibleSpec>,
 }
 
 /// Parses a workload or job file and checks everything the file alone can tell.
 pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> {
     let src = Source::new(origin, text);
     let file: WorkloadFile = src.parse_toml()?;
-    if file.application.is_empty() {
+    if file.application.is_empty() && file.divisible.is_empty() {
         return Err(src.error(
             None,
             Some("application".into()),
-            "no applications: add at least one [[application]] table",
+            "no applications: add at least one [[application]] table (or a [[divisible]] load)",
         ));
+    }
+    for (i, d) in file.divisible.iter().enumerate() {
+        super::divisible::check(&src, i, d)?;
     }
     let mut names = HashSet::new();
     for (i, a) in file.application.iter().enumerate() {
@@ -290,6 +298,7 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
         text: text.to_string(),
         applications: file.application,
         name,
+        divisible: file.divisible,
     })
 }
 

@@ -30,6 +30,8 @@
 //! to the worker whose `room` comes first (ties: the earlier worker in the plan's order) — the
 //! "first idle worker" of spec 03 as a master that only sees completions can know it.
 
+pub mod estimate;
+pub mod online;
 pub mod rumr;
 pub mod static_plan;
 pub mod umr;

@@ -371,6 +371,7 @@ impl Batch {
             workdir,
             key,
             name,
+            ..
         } = sub;
         if !name.is_empty()
             && (name.trim().is_empty()
@@ -646,6 +647,7 @@ impl Batch {
             submitted_ns: j.row.submitted_ns,
             finished_ns,
             apps,
+            divisible: None,
         }
     }
 }

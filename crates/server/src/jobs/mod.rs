@@ -5,7 +5,7 @@
 //! a kind that places work on a node takes the resources there, so two kinds never book the
 //! same core twice), the store and its transaction (commit, roll back, pause on a full disk),
 //! and the metrics. A *job kind* (today: [`batch`]) owns its jobs and tasks and every rule about
-//! them. The state routes each event to the kind that owns it; a kind never sees another
+//! them (today: [`batch`] and [`divisible`]). The state routes each event to the kind that owns it; a kind never sees another
 //! kind's tasks.
 //!
 //! # How a new kind plugs in
@@ -57,6 +57,7 @@
 //! types stay in [`crate::convert`] and [`crate::service`].
 
 pub mod batch;
+pub mod divisible;
 
 use crate::metrics::Metrics;
 use crate::state::StateError;
@@ -70,6 +71,7 @@ use hetsched_core::{NodeId, SchedulerView};
 use std::collections::HashSet;
 
 pub use batch::Batch;
+pub use divisible::Divisible;
 
 /// Largest heartbeat reply the server builds (encoded bytes): a quarter of the agents' 4 MiB
 /// decoding limit, so no job, however large its commands, makes a reply an agent cannot read.
@@ -87,16 +89,19 @@ pub const KIND_SHIFT: u32 = 56;
 pub enum Kind {
     /// Arrays of independent tasks with CPU/GPU variants ([`batch`]).
     Batch = 0,
+    /// One load cut into chunks planned from measured speeds ([`divisible`]).
+    Divisible = 1,
 }
 
 impl Kind {
     /// Every kind, in listing order.
-    pub const ALL: &'static [Kind] = &[Kind::Batch];
+    pub const ALL: &'static [Kind] = &[Kind::Batch, Kind::Divisible];
 
     /// The kind that owns id `id` (a task, job or spec key), if any.
     pub fn of(id: u64) -> Option<Kind> {
         match id >> KIND_SHIFT {
             0 => Some(Kind::Batch),
+            1 => Some(Kind::Divisible),
             _ => None,
         }
     }
@@ -262,23 +267,26 @@ pub trait JobKind: Send {
 pub struct Jobs {
     /// Batch jobs.
     pub batch: Batch,
+    /// Divisible jobs.
+    pub divisible: Divisible,
 }
 
 impl Jobs {
     /// Every kind, in [`Kind`] order (a new kind adds one line here and in `all_mut`).
     pub fn all(&self) -> Vec<&dyn JobKind> {
-        vec![&self.batch]
+        vec![&self.batch, &self.divisible]
     }
 
     /// Every kind, in [`Kind`] order.
     pub fn all_mut(&mut self) -> Vec<&mut dyn JobKind> {
-        vec![&mut self.batch]
+        vec![&mut self.batch, &mut self.divisible]
     }
 
     /// The kind that owns id `id`.
     pub fn owner(&self, id: u64) -> Option<&dyn JobKind> {
         match Kind::of(id)? {
             Kind::Batch => Some(&self.batch),
+            Kind::Divisible => Some(&self.divisible),
         }
     }
 
@@ -286,6 +294,7 @@ impl Jobs {
     pub fn owner_mut(&mut self, id: u64) -> Option<&mut dyn JobKind> {
         match Kind::of(id)? {
             Kind::Batch => Some(&mut self.batch),
+            Kind::Divisible => Some(&mut self.divisible),
         }
     }
 }

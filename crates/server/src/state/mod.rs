@@ -50,6 +50,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 use tracing::{info, warn};
 
+mod divisible;
 pub mod nodes;
 pub mod types;
 
@@ -112,6 +113,9 @@ pub enum StateError {
     /// The view refused (a bug, or a corrupt store).
     #[error("scheduler view: {0}")]
     View(#[from] ViewError),
+    /// A divisible job's call was refused ([`crate::jobs::divisible`]).
+    #[error(transparent)]
+    Divisible(#[from] crate::jobs::divisible::DivError),
 }
 
 /// Nanoseconds since the Unix epoch: the time base of the server's policies and records.
@@ -158,13 +162,15 @@ impl State {
     /// heartbeats confirm or deny them (or the nodes are declared dead).
     pub fn open(config: &ServerConfig, store: Store) -> Result<Self, StateError> {
         let snap = store.load()?;
-        Self::from_snapshot(config, store, snap)
+        let div = crate::jobs::divisible::load(store.conn())?;
+        Self::from_snapshot(config, store, snap, div)
     }
 
     fn from_snapshot(
         config: &ServerConfig,
         mut store: Store,
         mut snap: crate::store::Snapshot,
+        div: Vec<crate::jobs::divisible::StoredJob>,
     ) -> Result<Self, StateError> {
         let mut view = SchedulerView::new();
         let mut nodes = Nodes::default();
@@ -189,11 +195,16 @@ impl State {
             };
             Batch::restore(config, snap, &mut cx)?
         };
+        let divisible = crate::jobs::Divisible::restore(
+            config.data_dir.join("divisible"),
+            Duration::from_nanos(config.dead_timeout.0.max(1_000_000)),
+            div,
+        );
         Ok(State {
             store,
             view,
             nodes,
-            jobs: Jobs { batch },
+            jobs: Jobs { batch, divisible },
             heartbeat_interval_ms: (config.heartbeat_interval.0 / 1_000_000).max(1),
             metrics,
             config: config.clone(),
@@ -385,7 +396,8 @@ impl State {
     /// Rebuilds the state from the store (see [`State::roll_back`]). On error, `self` is unchanged.
     fn reload(&mut self) -> Result<(), StateError> {
         let snap = self.store.load()?;
-        let mut fresh = Self::from_snapshot(&self.config, Store::in_memory()?, snap)?;
+        let div = crate::jobs::divisible::load(self.store.conn())?;
+        let mut fresh = Self::from_snapshot(&self.config, Store::in_memory()?, snap, div)?;
         std::mem::swap(&mut fresh.store, &mut self.store);
         fresh.nodes.carry_over(&self.nodes);
         for (i, n) in fresh.nodes.iter().enumerate() {
@@ -398,6 +410,7 @@ impl State {
             .jobs
             .batch
             .carry_over(&mut self.jobs.batch, &mut fresh.view);
+        fresh.jobs.divisible.carry_over(&self.jobs.divisible);
         fresh.metrics = self.metrics.clone();
         fresh.paused_since = self.paused_since;
         fresh.last_probe = self.last_probe;
@@ -468,7 +481,8 @@ impl State {
             };
             kind.housekeeping(&mut cx)?;
         }
-        Ok(())
+        // What housekeeping changed (divisible: chunks of lost agents) in one transaction.
+        self.commit()
     }
 
     /// Drops the rows of every newly finished batch job from memory, keeping its summary.
@@ -487,6 +501,11 @@ impl State {
     /// Accepts a submission: its kind parses it, checks it can run on the live nodes, and stores
     /// it in one transaction before memory changes. On any error nothing is stored.
     pub fn on_submit(&mut self, sub: Submission) -> Result<Submitted, StateError> {
+        if let Some(spec) =
+            crate::jobs::divisible::prepare(&sub.origin, &sub.text, &sub.divisible_input)?
+        {
+            return self.jobs.divisible.submit(&mut ctx!(self), sub, spec);
+        }
         let live = self.nodes.live_specs();
         let mut cx = ctx!(self);
         self.jobs.batch.submit(&mut cx, &live, sub)
@@ -496,6 +515,11 @@ impl State {
     pub fn on_resubmit(&mut self, job: u64) -> Result<u64, StateError> {
         let n = match Kind::of(job) {
             Some(Kind::Batch) => self.jobs.batch.resubmit_failed(&mut ctx!(self), job)?,
+            Some(Kind::Divisible) => {
+                return Err(StateError::Invalid(format!(
+                    "job {job} is a divisible job: its failed chunks are re-planned while it runs; submit it again"
+                )));
+            }
             None => return Err(StateError::NoJob(job)),
         };
         self.commit()?;
@@ -551,7 +575,7 @@ impl State {
         };
         let mut page = kind.jobs_page(&self.read(), cursor, limit);
         if page.next_cursor == 0 {
-            page.next_cursor = next_kind_start(kind.kind());
+            page.next_cursor = self.next_kind_start(kind.kind(), |k| k.job_count() > 0);
         }
         page
     }
@@ -582,7 +606,10 @@ impl State {
         let all = kind.kind().id(0);
         let mut page = kind.tasks_page(&self.read(), all, cursor, limit)?;
         if page.next_cursor == 0 {
-            page.next_cursor = next_kind_start(kind.kind());
+            page.next_cursor = self.next_kind_start(kind.kind(), |k| {
+                let c = k.counts();
+                c.pending + c.running + c.succeeded + c.failed + c.cancelled > 0
+            });
         }
         Ok(page)
     }
@@ -614,7 +641,14 @@ impl State {
     }
 }
 
-/// Where a listing over every kind goes on after `kind`'s last page (0: it was the last kind).
-fn next_kind_start(kind: Kind) -> u64 {
-    Kind::ALL.iter().find(|k| **k > kind).map_or(0, |k| k.id(0))
+impl State {
+    /// Where a listing over every kind goes on after `kind`'s last page: the first id of the next
+    /// kind that has something to list (`has`), or 0 when none has — so no page is empty.
+    fn next_kind_start(&self, kind: Kind, has: impl Fn(&dyn crate::jobs::JobKind) -> bool) -> u64 {
+        Kind::ALL
+            .iter()
+            .filter(|k| **k > kind)
+            .find(|k| self.jobs.owner(k.id(0)).is_some_and(&has))
+            .map_or(0, |k| k.id(0))
+    }
 }

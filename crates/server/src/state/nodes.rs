@@ -329,10 +329,13 @@ impl State {
             let mut lost: Vec<u64> = n.running.iter().copied().collect();
             // Each re-queued task goes to the front: re-queue the last first, so they keep order.
             lost.sort_unstable_by(|a, b| b.cmp(a));
+            let name = n.spec.name.clone();
             self.view.set_alive(NodeId(i as u32), false)?;
             for t in lost {
                 self.lose(t, &reason)?;
             }
+            // Its agent's divisible chunks (not tasks of the node) are re-planned too.
+            self.jobs.divisible.lose_agent(&name);
         }
         self.commit()
     }

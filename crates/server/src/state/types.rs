@@ -168,6 +168,8 @@ pub struct Submission {
     pub key: String,
     /// A name given at submission (empty = none).
     pub name: String,
+    /// The input of a divisible job (`[[divisible]]` with `input`; empty otherwise).
+    pub divisible_input: Vec<u8>,
 }
 
 /// What a submission is answered with.
@@ -247,6 +249,8 @@ pub struct JobInfo {
     pub finished_ns: u64,
     /// Its applications (only for a single job's view).
     pub apps: Vec<AppInfo>,
+    /// A divisible job's load, rounds, chunks and measured workers (other kinds: `None`).
+    pub divisible: Option<Box<crate::jobs::divisible::DivisibleInfo>>,
 }
 
 /// One page of jobs.

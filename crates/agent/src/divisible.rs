@@ -1,0 +1,393 @@
+//! The agent's side of divisible jobs (spec 03 in the runtime): it asks the server's `Divisible`
+//! service for chunks whenever it has room (it computes one chunk and buffers at most one more,
+//! the one-port protocol's receive buffer), fetches each chunk's input slice (streamed; the agent
+//! writes it to the chunk's working file, passed as `{input}`), runs the command with `{start}`,
+//! `{end}`, `{chunk}` and `{input}` replaced, and uploads the chunk's stdout with the two times the
+//! server's estimator needs: the input transfer (first piece to last: the link, not the wait for
+//! the server's port) and the compute (process start to exit).
+//!
+//! Files live in `WORK_DIR/divisible/job-J/`: `chunk-K.in`, `chunk-K.out`, `chunk-K.err`. A chunk's
+//! result is uploaded until the server answers (it may be restarting); chunks are run in the order
+//! they were received, one at a time.
+
+use hetsched_core::input::divisible::substitute;
+use hetsched_proto as pb;
+use hetsched_proto::divisible_client::DivisibleClient;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use tracing::{info, warn};
+
+type Client = DivisibleClient<
+    tonic::service::interceptor::InterceptedService<
+        tonic::transport::Channel,
+        pb::TokenInterceptor,
+    >,
+>;
+
+/// How often an agent asks for work (and says it is alive).
+pub const POLL: Duration = Duration::from_millis(100);
+
+/// How often an agent with room asks again when it got nothing (not its turn yet).
+pub const ROOM_POLL: Duration = Duration::from_millis(20);
+
+/// Largest chunk output uploaded in one piece.
+const PIECE: usize = 256 << 10;
+
+/// What the divisible loop needs from the agent.
+pub struct DivisibleAgent {
+    /// Node name and identity, as registered.
+    pub name: String,
+    /// The agent's identity.
+    pub identity: String,
+    /// Memory offered, bytes.
+    pub memory_bytes: u64,
+    /// The work directory.
+    pub work_dir: PathBuf,
+}
+
+struct Ready {
+    order: pb::ChunkOrder,
+    input: PathBuf,
+    transfer_ns: u64,
+}
+
+#[derive(Default)]
+struct Held {
+    /// Every chunk the agent holds (receiving, waiting, computing, uploading).
+    all: HashSet<(u64, u64)>,
+    /// Received or being received, not yet finished computing.
+    slots: usize,
+    /// Chunks the server said are no longer ours.
+    dropped: HashSet<(u64, u64)>,
+}
+
+/// Runs the loop until the task is aborted.
+pub async fn run(
+    channel: tonic::transport::Channel,
+    token: pb::TokenInterceptor,
+    me: DivisibleAgent,
+) {
+    let client: Client = DivisibleClient::with_interceptor(channel, token);
+    let incarnation = format!("{:032x}", rand::random::<u128>());
+    let held = Arc::new(Mutex::new(Held::default()));
+    // Rung when a chunk's compute ends: the agent has room again and asks at once.
+    let freed = Arc::new(tokio::sync::Notify::new());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Ready>();
+    let me = Arc::new(me);
+    // The runner: one chunk at a time, in the order received.
+    {
+        let (client, held, me, freed) = (client.clone(), held.clone(), me.clone(), freed.clone());
+        tokio::spawn(async move {
+            while let Some(r) = rx.recv().await {
+                let key = (r.order.job_id, r.order.chunk);
+                let skip = held
+                    .lock()
+                    .map(|h| h.dropped.contains(&key))
+                    .unwrap_or(false);
+                let header = if skip {
+                    None
+                } else {
+                    Some(run_chunk(&me, &r).await)
+                };
+                if let Ok(mut h) = held.lock() {
+                    h.slots = h.slots.saturating_sub(1);
+                }
+                freed.notify_one();
+                match header {
+                    Some((h, out)) => {
+                        let (client, held) = (client.clone(), held.clone());
+                        tokio::spawn(async move {
+                            upload(client, h, out).await;
+                            if let Ok(mut g) = held.lock() {
+                                g.all.remove(&key);
+                            }
+                        });
+                    }
+                    None => {
+                        if let Ok(mut g) = held.lock() {
+                            g.all.remove(&key);
+                        }
+                    }
+                }
+            }
+        });
+    }
+    let mut client = client;
+    loop {
+        let (holding, room) = {
+            let h = held.lock().unwrap_or_else(|p| p.into_inner());
+            (
+                h.all
+                    .iter()
+                    .map(|&(job_id, chunk)| pb::ChunkKey { job_id, chunk })
+                    .collect::<Vec<_>>(),
+                h.slots < 2,
+            )
+        };
+        let req = pb::NextChunkRequest {
+            name: me.name.clone(),
+            identity: me.identity.clone(),
+            memory_bytes: me.memory_bytes,
+            incarnation: incarnation.clone(),
+            holding,
+            room,
+        };
+        match client.next_chunk(req).await {
+            Ok(reply) => {
+                let reply = reply.into_inner();
+                if let Ok(mut h) = held.lock() {
+                    for k in &reply.drop {
+                        h.dropped.insert((k.job_id, k.chunk));
+                    }
+                }
+                for order in reply.orders {
+                    let key = (order.job_id, order.chunk);
+                    if let Ok(mut h) = held.lock() {
+                        h.all.insert(key);
+                        h.slots += 1;
+                    }
+                    match fetch(&mut client, &me.work_dir, &order).await {
+                        Ok(r) => {
+                            let _ = tx.send(r);
+                        }
+                        Err(e) => {
+                            warn!(job = order.job_id, chunk = order.chunk, "chunk input: {e}");
+                            if let Ok(mut h) = held.lock() {
+                                h.all.remove(&key);
+                                h.slots = h.slots.saturating_sub(1);
+                            }
+                        }
+                    }
+                }
+                // With room, ask again soon (it may be this agent's turn after another's send);
+                // when full, when a compute ends (or at the liveness poll).
+                let room = held.lock().map(|h| h.slots < 2).unwrap_or(false);
+                let wait = if room { ROOM_POLL } else { POLL };
+                tokio::select! {
+                    _ = freed.notified() => {}
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
+            Err(s) if s.code() == tonic::Code::Unimplemented => {
+                // A server without divisible jobs.
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+            Err(_) => tokio::time::sleep(POLL).await,
+        }
+    }
+}
+
+fn chunk_dir(work_dir: &Path, job: u64) -> PathBuf {
+    work_dir.join("divisible").join(format!("job-{job}"))
+}
+
+/// Fetches a chunk's input into `chunk-K.in` (the transfer the estimator measures).
+async fn fetch(client: &mut Client, work_dir: &Path, o: &pb::ChunkOrder) -> Result<Ready, String> {
+    let dir = chunk_dir(work_dir, o.job_id);
+    tokio::fs::create_dir_all(&dir)
+        .await
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let input = dir.join(format!("chunk-{}.in", o.chunk));
+    let mut f = tokio::fs::File::create(&input)
+        .await
+        .map_err(|e| format!("{}: {e}", input.display()))?;
+    let mut got = 0u64;
+    // The transfer is timed from the first piece to the last: waiting for the server's one port
+    // (another agent's transfer) and the call's set-up are the master's queue, not this link.
+    let mut first: Option<Instant> = None;
+    if o.input_bytes > 0 {
+        let mut s = client
+            .chunk_input(pb::ChunkKey {
+                job_id: o.job_id,
+                chunk: o.chunk,
+            })
+            .await
+            .map_err(|e| e.message().to_string())?
+            .into_inner();
+        while let Some(piece) = s.message().await.map_err(|e| e.message().to_string())? {
+            first.get_or_insert_with(Instant::now);
+            got += piece.data.len() as u64;
+            f.write_all(&piece.data)
+                .await
+                .map_err(|e| format!("{}: {e}", input.display()))?;
+        }
+    }
+    f.flush().await.map_err(|e| e.to_string())?;
+    if got != o.input_bytes {
+        return Err(format!("got {got} input bytes of {}", o.input_bytes));
+    }
+    Ok(Ready {
+        order: o.clone(),
+        input,
+        transfer_ns: first.map_or(0, |t| t.elapsed().as_nanos() as u64),
+    })
+}
+
+/// Runs one chunk: its result header and its output file (on success).
+async fn run_chunk(me: &DivisibleAgent, r: &Ready) -> (pb::ChunkResultHeader, Option<PathBuf>) {
+    let o = &r.order;
+    let dir = chunk_dir(&me.work_dir, o.job_id);
+    let out = dir.join(format!("chunk-{}.out", o.chunk));
+    let err = dir.join(format!("chunk-{}.err", o.chunk));
+    let input = r.input.display().to_string();
+    let argv: Vec<String> = o
+        .argv
+        .iter()
+        .map(|w| substitute(w, o.start, o.end, o.chunk, &input))
+        .collect();
+    let mut header = pb::ChunkResultHeader {
+        job_id: o.job_id,
+        chunk: o.chunk,
+        transfer_ns: r.transfer_ns,
+        name: me.name.clone(),
+        exit_code: -1,
+        ..Default::default()
+    };
+    let fail = |mut h: pb::ChunkResultHeader, m: String| {
+        h.message = m;
+        (h, None)
+    };
+    let Some((program, args)) = argv.split_first() else {
+        return fail(header, "empty command".into());
+    };
+    let (stdout, stderr) = match (std::fs::File::create(&out), std::fs::File::create(&err)) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => return fail(header, format!("{}: {e}", dir.display())),
+    };
+    let start = Instant::now();
+    let child = tokio::process::Command::new(program)
+        .args(args)
+        .current_dir(&dir)
+        .env("HETSCHED_JOB_ID", o.job_id.to_string())
+        .env("HETSCHED_CHUNK", o.chunk.to_string())
+        .env("HETSCHED_CHUNK_START", o.start.to_string())
+        .env("HETSCHED_CHUNK_END", o.end.to_string())
+        .env("HETSCHED_CHUNK_OUTPUT", &out)
+        .env("HETSCHED_NODE", &me.name)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .kill_on_drop(true)
+        .process_group(0)
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => return fail(header, format!("cannot start `{program}`: {e}")),
+    };
+    let status = if o.time_limit_ms > 0 {
+        match tokio::time::timeout(Duration::from_millis(o.time_limit_ms), child.wait()).await {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = child.kill().await;
+                header.compute_ns = start.elapsed().as_nanos() as u64;
+                return fail(
+                    header,
+                    format!("time limit of {} ms reached", o.time_limit_ms),
+                );
+            }
+        }
+    } else {
+        child.wait().await
+    };
+    header.compute_ns = start.elapsed().as_nanos() as u64;
+    let _ = std::fs::remove_file(&r.input);
+    match status {
+        Ok(s) if s.success() => {
+            header.exit_code = 0;
+            // The output must still be there to be gathered.
+            match std::fs::metadata(&out) {
+                Ok(m) => {
+                    header.success = true;
+                    header.output_bytes = m.len();
+                    (header, Some(out))
+                }
+                Err(e) => fail(
+                    header,
+                    format!("its output cannot be gathered: {}: {e}", out.display()),
+                ),
+            }
+        }
+        Ok(s) => {
+            header.exit_code = s.code().unwrap_or(-1);
+            let m = format!("exited with {s}");
+            fail(header, m)
+        }
+        Err(e) => fail(header, format!("wait: {e}")),
+    }
+}
+
+/// Uploads a chunk's result until the server has it.
+async fn upload(mut client: Client, header: pb::ChunkResultHeader, out: Option<PathBuf>) {
+    let mut delay = Duration::from_millis(100);
+    loop {
+        let data = match &out {
+            Some(p) => match tokio::fs::read(p).await {
+                Ok(d) => d,
+                Err(e) => {
+                    let mut h = header.clone();
+                    h.success = false;
+                    h.message = format!("its output cannot be gathered: {}: {e}", p.display());
+                    let _ = client
+                        .chunk_done(tokio_stream::iter(vec![pb::ChunkDonePiece {
+                            piece: Some(pb::chunk_done_piece::Piece::Header(h)),
+                        }]))
+                        .await;
+                    return;
+                }
+            },
+            None => Vec::new(),
+        };
+        let mut pieces = vec![pb::ChunkDonePiece {
+            piece: Some(pb::chunk_done_piece::Piece::Header(header.clone())),
+        }];
+        for c in data.chunks(PIECE) {
+            pieces.push(pb::ChunkDonePiece {
+                piece: Some(pb::chunk_done_piece::Piece::Data(c.to_vec())),
+            });
+        }
+        match client.chunk_done(tokio_stream::iter(pieces)).await {
+            Ok(r) => {
+                if !r.into_inner().recorded {
+                    info!(
+                        job = header.job_id,
+                        chunk = header.chunk,
+                        "the server did not need this chunk's result (recorded already, or re-planned)"
+                    );
+                }
+                if let Some(p) = &out {
+                    let _ = tokio::fs::remove_file(p).await;
+                }
+                return;
+            }
+            Err(s)
+                if s.code() == tonic::Code::Internal
+                    || s.code() == tonic::Code::InvalidArgument =>
+            {
+                warn!(
+                    job = header.job_id,
+                    chunk = header.chunk,
+                    "the server refused the chunk's result: {}",
+                    s.message()
+                );
+                return;
+            }
+            Err(_) => {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_millis(500));
+            }
+        }
+    }
+}
+
+/// Stops the divisible loop when the agent's `run` returns.
+pub struct Running(pub tokio::task::JoinHandle<()>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

@@ -1,0 +1,273 @@
+//! The CLI's side of divisible jobs (`[[divisible]]`, docs/divisible.md "In the runtime"):
+//! `hetsched submit` reads the section's `input` file and sends its bytes with the job;
+//! `hetsched job N` shows the rounds, per-agent chunk sizes, measured speeds and the lower bound;
+//! `hetsched output N [-o FILE]` fetches the gathered output of a completed job.
+
+use super::ClientArgs;
+use anyhow::Context;
+use comfy_table::Table;
+use comfy_table::presets::UTF8_FULL_CONDENSED;
+use hetsched_core::input::workload::parse_workload;
+use hetsched_proto as pb;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The bytes of the job file's `[[divisible]]` `input` (relative to the current directory),
+/// checked against `units × unit_bytes`; empty for a job without one (or a file the server will
+/// refuse with its own message).
+pub fn read_input(file: &Path, text: &str) -> anyhow::Result<Vec<u8>> {
+    let origin = file.display().to_string();
+    let Ok(w) = parse_workload(&origin, text) else {
+        return Ok(Vec::new());
+    };
+    let Some(d) = w.divisible.first() else {
+        return Ok(Vec::new());
+    };
+    let Some(input) = &d.input else {
+        return Ok(Vec::new());
+    };
+    let path = PathBuf::from(input.get_ref());
+    let bytes = std::fs::read(&path).map_err(|e| {
+        let src = hetsched_core::input::Source::new(&origin, text);
+        let span = input.span();
+        anyhow::anyhow!(
+            "{}",
+            src.error(
+                Some(span.start),
+                Some("divisible[0].input".into()),
+                format!("cannot read `{}`: {e}", path.display())
+            )
+        )
+    })?;
+    let src = hetsched_core::input::Source::new(&origin, text);
+    d.check_input_len(&src, 0, bytes.len() as u64)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(bytes)
+}
+
+/// The divisible part of `hetsched job N` (table form).
+pub fn print(d: &pb::DivisibleInfo) {
+    println!(
+        "divisible load `{}`: {} units with {}, {} done; {} round(s); lower bound W/ΣS = {}{}",
+        d.name,
+        d.units,
+        d.algo,
+        d.units_done,
+        d.rounds,
+        if d.lower_bound_s > 0.0 {
+            format!("{:.3} s", d.lower_bound_s)
+        } else {
+            "- (nothing measured yet)".into()
+        },
+        if d.message.is_empty() {
+            String::new()
+        } else {
+            format!("\nfailed: {}", d.message)
+        }
+    );
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header([
+        "agent",
+        "speed (units/s)",
+        "compute latency (s)",
+        "bandwidth (units/s)",
+        "memory (units)",
+        "units",
+        "chunks",
+        "alive",
+    ]);
+    for w in &d.workers {
+        t.add_row(vec![
+            w.name.clone(),
+            format!("{:.1}", w.speed),
+            format!("{:.4}", w.compute_latency),
+            format!("{:.3e}", w.bandwidth),
+            if w.memory_units == 0 {
+                "unlimited".into()
+            } else {
+                w.memory_units.to_string()
+            },
+            w.units_done.to_string(),
+            w.chunks_done.to_string(),
+            if w.alive { "yes" } else { "no" }.into(),
+        ]);
+    }
+    println!("{t}");
+    // Rounds: per agent, the sizes of its chunks in that round.
+    let mut rounds: BTreeMap<u32, BTreeMap<String, Vec<String>>> = BTreeMap::new();
+    for c in &d.chunks {
+        let mark = match c.state.as_str() {
+            "done" => "",
+            "out" => "…",
+            "lost" => " lost",
+            _ => " failed",
+        };
+        rounds
+            .entry(c.round)
+            .or_default()
+            .entry(c.worker.clone())
+            .or_default()
+            .push(format!("{}{mark}", c.end - c.start));
+    }
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header(["round", "chunk sizes per agent (units)"]);
+    for (r, by) in rounds {
+        let cells: Vec<String> = by
+            .into_iter()
+            .map(|(w, sizes)| format!("{w}: {}", sizes.join(" ")))
+            .collect();
+        t.add_row(vec![
+            if r == 0 && d.algo != "static" {
+                "0 (calibration)".to_string()
+            } else {
+                r.to_string()
+            },
+            cells.join("; "),
+        ]);
+    }
+    println!("{t}");
+}
+
+/// Streams job `id`'s gathered output into `sink`.
+async fn read_output(
+    server: &str,
+    token: &str,
+    ca: Option<&[u8]>,
+    id: u64,
+    sink: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let channel = pb::endpoint(server, ca)?
+        .connect()
+        .await
+        .with_context(|| format!("connecting to {server}"))?;
+    let mut api = pb::divisible_client_client::DivisibleClientClient::with_interceptor(
+        channel,
+        pb::TokenInterceptor::new(token)?,
+    );
+    let mut s = api
+        .read_output(pb::ReadOutputRequest { job_id: id })
+        .await
+        .map_err(super::client::refused)?
+        .into_inner();
+    while let Some(piece) = s.message().await.map_err(super::client::refused)? {
+        sink.write_all(&piece.data)?;
+    }
+    Ok(())
+}
+
+/// `hetsched output N [-o FILE]`: the gathered output of a completed divisible job, to FILE or
+/// stdout.
+pub async fn output(args: &ClientArgs, id: u64, to: Option<&Path>) -> anyhow::Result<()> {
+    let token = super::serve::read_token(&args.token_file)?;
+    let ca = match &args.ca {
+        Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),
+        None => None,
+    };
+    let mut sink: Box<dyn Write> = match to {
+        Some(p) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    read_output(&args.server, &token, ca.as_deref(), id, &mut sink).await?;
+    sink.flush()?;
+    Ok(())
+}
+
+/// `hetsched demo`'s divisible job: `rows` rows of a row-wise matrix product with faer
+/// (`hetsched matrows`), input shipped by the server chunk by chunk, planned by UMRLM from the
+/// agents' measured speeds; the gathered output is checked against the product computed here in
+/// one piece.
+pub async fn demo(
+    api: &mut super::client::Api,
+    url: &str,
+    token: &str,
+    exe: &str,
+    dir: &Path,
+) -> anyhow::Result<()> {
+    const ROWS: usize = 1200;
+    const COLS: usize = 128;
+    let a: Vec<u8> = (0..ROWS * COLS)
+        .flat_map(|k| (((k * 7919) % 1000) as f64 / 250.0 - 2.0).to_le_bytes())
+        .collect();
+    let input = dir.join("demo-a.bin");
+    std::fs::write(&input, &a)?;
+    let text = format!(
+        r#"name = "demo-rows"
+[[divisible]]
+name = "rows"
+units = {ROWS}
+command = ["{exe}", "matrows", "--start", "{{start}}", "--end", "{{end}}", "--input", "{{input}}", "--cols", "{COLS}", "--row-ms", "2"]
+input = "{}"
+unit_bytes = {}
+output = "concat"
+algo = "umrlm"
+memory_per_unit = "1MiB"
+"#,
+        input.display(),
+        COLS * 8
+    );
+    let path = dir.join("demo-rows.toml");
+    std::fs::write(&path, &text)?;
+    let reply = api
+        .submit(pb::SubmitRequest {
+            origin: path.display().to_string(),
+            divisible_input: read_input(&path, &text)?,
+            text,
+            workdir: dir.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .map_err(super::client::refused)?
+        .into_inner();
+    println!(
+        "submitted job {}: a divisible load of {ROWS} rows of A·B ({COLS} columns, faer), planned by umrlm",
+        reply.job_id
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    let job = loop {
+        let j = api
+            .get_job(pb::GetJobRequest {
+                job_id: reply.job_id,
+            })
+            .await
+            .map_err(super::client::refused)?
+            .into_inner();
+        if super::client::is_final(&j.state) {
+            break j;
+        }
+        if std::time::Instant::now() > deadline {
+            anyhow::bail!(
+                "divisible job {} not finished after 5 minutes",
+                reply.job_id
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    if let Some(d) = &job.divisible {
+        print(d);
+    }
+    if job.state != "completed" {
+        anyhow::bail!("divisible job {} {}", job.id, job.state);
+    }
+    let mut got = Vec::new();
+    read_output(url, token, None, job.id, &mut got).await?;
+    let expected = super::matrows::product_rows(&a, COLS)?;
+    if got != expected {
+        anyhow::bail!(
+            "divisible job {}: the gathered output ({} bytes) differs from the product computed in one piece ({} bytes)",
+            job.id,
+            got.len(),
+            expected.len()
+        );
+    }
+    println!(
+        "result checked: the gathered output ({} bytes) equals A·B computed here in one piece; makespan {:.2}s",
+        got.len(),
+        job.finished_ns.saturating_sub(job.submitted_ns) as f64 / 1e9
+    );
+    Ok(())
+}

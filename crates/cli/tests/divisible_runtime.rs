@@ -1,0 +1,411 @@
+//! Divisible jobs end to end (docs/divisible.md, "In the runtime"): the real `hetsched` binary as
+//! a server and three agents on loopback, one of them twice as slow (its environment sets
+//! `HETSCHED_MATROWS_SLOWDOWN=2`, which the chunk program reads), running a row-wise matrix
+//! product whose input the server ships chunk by chunk. Every wait is bounded.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use support::{BIN, Cluster, wait_until};
+
+/// The tests that measure speeds run one at a time: two clusters of sleeping chunk programs
+/// side by side on a 2-core machine would blur each other's measurements.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Emulated cost of a row on a normal agent, ms: large against the start-up of a chunk's
+/// process (tens of ms on a loaded machine), so that two calibration chunks measure the speed.
+const ROW_MS: f64 = 16.0;
+
+/// Rows of A, and columns.
+const ROWS: u64 = 480;
+const COLS: usize = 32;
+
+fn start_agent(c: &mut Cluster, name: &str, slowdown: &str, memory: &str) {
+    let config = c.write(
+        &format!("agent-{name}.toml"),
+        &format!("memory = \"{memory}\"\n"),
+    );
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(c.dir.join(format!("agent-{name}.log")))
+        .expect("log");
+    let child = Command::new(BIN)
+        .args([
+            "agent",
+            "--server",
+            &c.url(),
+            "--name",
+            name,
+            "--cores",
+            "2",
+        ])
+        .arg("--config")
+        .arg(&config)
+        .arg("--token-file")
+        .arg(c.data().join("agent-token"))
+        .arg("--work-dir")
+        .arg(c.dir.join(format!("agent-{name}")))
+        .args(["--log-listen", "none"])
+        .env("HETSCHED_MATROWS_SLOWDOWN", slowdown)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn agent");
+    c.agents.insert(name.to_string(), child);
+}
+
+/// A server and agents `a`, `b` (normal, 1 GiB) and `slow` (2× slower, 256 MiB: 256 units of
+/// the job's 1 MiB, so no chunk of more than 128 — it holds two at once); A written to `a.bin`.
+fn cluster(name: &str) -> Cluster {
+    let mut c = Cluster::start(name, false);
+    start_agent(&mut c, "a", "1", "1GiB");
+    start_agent(&mut c, "b", "1", "1GiB");
+    start_agent(&mut c, "slow", "2", "256MiB");
+    c.wait_for_nodes(3);
+    let a: Vec<u8> = (0..ROWS as usize * COLS)
+        .flat_map(|k| (((k * 7919) % 1000) as f64 / 250.0 - 2.0).to_le_bytes())
+        .collect();
+    std::fs::write(c.dir.join("a.bin"), a).expect("a.bin");
+    c
+}
+
+fn job_file(algo: &str, row_ms: f64) -> String {
+    format!(
+        r#"name = "rows-{algo}"
+[[divisible]]
+name = "product"
+units = {ROWS}
+command = ["{BIN}", "matrows", "--start", "{{start}}", "--end", "{{end}}", "--input", "{{input}}", "--cols", "{COLS}", "--row-ms", "{row_ms}"]
+input = "a.bin"
+unit_bytes = {}
+output = "concat"
+algo = "{algo}"
+memory_per_unit = "1MiB"
+"#,
+        COLS * 8
+    )
+}
+
+fn submit(c: &Cluster, file: &str, text: &str) -> u64 {
+    let path = c.write(file, text);
+    let v = c.json(&["submit", path.to_str().expect("utf-8")]);
+    v["job_id"].as_u64().expect("job id")
+}
+
+fn job(c: &Cluster, id: u64) -> serde_json::Value {
+    c.json(&["job", &id.to_string()])
+}
+
+fn wait_done(c: &Cluster, id: u64) -> serde_json::Value {
+    for _ in 0..1800 {
+        let last = job(c, id);
+        if matches!(last["state"].as_str(), Some("completed" | "failed")) {
+            return last;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!(
+        "the divisible job did not finish: {}\nserver log:\n{}",
+        String::from_utf8_lossy(&c.cli(&["job", &id.to_string()]).stdout),
+        std::fs::read_to_string(c.dir.join("server.log")).unwrap_or_default()
+    );
+}
+
+/// The product computed in one piece, by the same program, without chunks.
+fn whole_product(c: &Cluster) -> Vec<u8> {
+    let out = Command::new(BIN)
+        .args(["matrows", "--start", "0", "--end", &ROWS.to_string()])
+        .args(["--input", "a.bin", "--cols", &COLS.to_string()])
+        .current_dir(&c.dir)
+        .output()
+        .expect("matrows");
+    assert!(out.status.success());
+    assert_eq!(out.stdout.len() as u64, ROWS * COLS as u64 * 8);
+    out.stdout
+}
+
+fn gathered(c: &Cluster, id: u64) -> Vec<u8> {
+    let to = c.dir.join(format!("out-{id}.bin"));
+    let out = c.cli(&["output", &id.to_string(), "-o", to.to_str().expect("utf-8")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read(to).expect("output")
+}
+
+/// Done chunks cover every unit exactly once (no success recorded twice).
+fn check_exactly_once(j: &serde_json::Value) {
+    let mut done: Vec<(u64, u64)> = j["divisible"]["chunks"]
+        .as_array()
+        .expect("chunks")
+        .iter()
+        .filter(|c| c["state"] == "done")
+        .map(|c| {
+            (
+                c["start"].as_u64().expect("start"),
+                c["end"].as_u64().expect("end"),
+            )
+        })
+        .collect();
+    done.sort();
+    let mut at = 0;
+    for (s, e) in done {
+        assert_eq!(
+            s, at,
+            "done chunks must tile the units: {s}..{e} after {at}"
+        );
+        at = e;
+    }
+    assert_eq!(at, ROWS);
+}
+
+fn units_of(j: &serde_json::Value) -> BTreeMap<String, u64> {
+    j["divisible"]["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .map(|w| {
+            (
+                w["name"].as_str().expect("name").to_string(),
+                w["units_done"].as_u64().expect("units"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn umrlm_sizes_chunks_by_measured_speed_and_gathers_the_exact_product() {
+    let _one = serial();
+    let c = cluster("div-e2e");
+    let expected = whole_product(&c);
+    let id = submit(&c, "umrlm.toml", &job_file("umrlm", ROW_MS));
+    let j = wait_done(&c, id);
+    assert_eq!(j["state"], "completed", "{j:#}");
+    assert_eq!(gathered(&c, id), expected, "byte for byte");
+    check_exactly_once(&j);
+    // The slow agent gets about half the units of a fast one.
+    let units = units_of(&j);
+    let fast = (units["a"] + units["b"]) as f64 / 2.0;
+    let ratio = units["slow"] as f64 / fast;
+    eprintln!(
+        "{}",
+        String::from_utf8_lossy(&c.cli(&["job", &id.to_string()]).stdout)
+    );
+    eprintln!(
+        "umrlm units per agent: {units:?}; slow/fast = {ratio:.2}; duration {} s; lower bound {} s",
+        j["duration_s"], j["divisible"]["lower_bound_s"]
+    );
+    assert!(
+        (0.3..0.8).contains(&ratio),
+        "slow/fast = {ratio}: {units:?}"
+    );
+    // No chunk exceeds its agent's declared memory (in units of the job's 1 MiB; two chunks
+    // held at once, so at most half of it each).
+    assert_memory_respected(&j);
+    for w in j["divisible"]["workers"].as_array().expect("workers") {
+        assert!(w["speed"].as_f64().expect("speed") > 0.0);
+    }
+    // The table view names the rounds and the lower bound.
+    let table = c.cli(&["job", &id.to_string()]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        text.contains("0 (calibration)") && text.contains("lower bound W/ΣS"),
+        "{text}"
+    );
+
+    // The same job with the naive equal split: every agent gets a third.
+    let id = submit(&c, "static.toml", &job_file("static", ROW_MS));
+    let s = wait_done(&c, id);
+    assert_eq!(s["state"], "completed", "{s:#}");
+    assert_eq!(gathered(&c, id), expected);
+    let units = units_of(&s);
+    assert_eq!(
+        units.values().copied().collect::<Vec<_>>(),
+        vec![ROWS / 3; 3]
+    );
+    eprintln!(
+        "static duration {} s vs umrlm {} s",
+        s["duration_s"], j["duration_s"]
+    );
+}
+
+/// Every chunk is at most half its agent's memory in units (the memory rule: a chunk computing
+/// and one received).
+fn assert_memory_respected(j: &serde_json::Value) {
+    let memory: BTreeMap<String, u64> = j["divisible"]["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .map(|w| {
+            (
+                w["name"].as_str().expect("name").to_string(),
+                w["memory_units"].as_u64().expect("memory"),
+            )
+        })
+        .collect();
+    assert_eq!(memory["slow"], 256, "{memory:?}");
+    assert_eq!(memory["a"], 1024, "{memory:?}");
+    for ch in j["divisible"]["chunks"].as_array().expect("chunks") {
+        let size = ch["end"].as_u64().expect("end") - ch["start"].as_u64().expect("start");
+        let cap = memory[ch["worker"].as_str().expect("worker")] / 2;
+        assert!(
+            size <= cap,
+            "chunk {ch} is over half its agent's memory ({cap} units)"
+        );
+    }
+}
+
+fn kill_agent(c: &mut Cluster, name: &str) {
+    let mut child = c.agents.remove(name).expect("agent");
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+}
+
+#[test]
+fn a_job_survives_the_sigkill_of_an_agent_and_of_the_server() {
+    let _one = serial();
+    let mut c = cluster("div-kill");
+    let expected = whole_product(&c);
+    let id = submit(&c, "umrlm.toml", &job_file("umrlm", 8.0));
+    wait_until("a quarter of the units", Duration::from_secs(60), || {
+        job(&c, id)["divisible"]["units_done"].as_u64() >= Some(ROWS / 4)
+    });
+    kill_agent(&mut c, "b");
+    wait_until("half of the units", Duration::from_secs(60), || {
+        job(&c, id)["divisible"]["units_done"].as_u64() >= Some(ROWS / 2)
+    });
+    let before = job(&c, id);
+    assert_eq!(before["state"], "running", "the server is killed mid-job");
+    c.kill_server();
+    c.start_server();
+    let j = wait_done(&c, id);
+    assert_eq!(j["state"], "completed", "{j:#}");
+    assert_eq!(gathered(&c, id), expected, "byte for byte");
+    check_exactly_once(&j);
+    let b = &j["divisible"]["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .find(|w| w["name"] == "b")
+        .cloned()
+        .expect("b");
+    assert_eq!(b["alive"], false, "the killed agent is lost: {b}");
+}
+
+#[test]
+fn bad_divisible_input_is_refused_naming_the_field_or_the_chunk() {
+    let c = Cluster::start("div-bad", false);
+    let refused = |file: &str, text: &str, expect: &str| {
+        let p = c.write(file, text);
+        let out = c.cli(&["submit", p.to_str().expect("utf-8")]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(expect),
+            "{file}: {err}"
+        );
+    };
+    refused(
+        "no-start.toml",
+        "[[divisible]]\nname = \"x\"\nunits = 10\ncommand = \"echo {end}\"\n",
+        "no-start.toml:4:11: divisible[0].command: must contain `{start}`",
+    );
+    refused(
+        "zero.toml",
+        "[[divisible]]\nname = \"x\"\nunits = 0\ncommand = \"echo {start} {end}\"\n",
+        "zero.toml:3:9: divisible[0].units: must be at least 1",
+    );
+    std::fs::write(c.dir.join("short.bin"), [0u8; 79]).expect("short input");
+    refused(
+        "short.toml",
+        "[[divisible]]\nname = \"x\"\nunits = 10\ncommand = \"cat {input} # {start} {end}\"\ninput = \"short.bin\"\nunit_bytes = 8\n",
+        "divisible[0].input: `short.bin` is 79 bytes, shorter than units × unit_bytes = 10 × 8 = 80",
+    );
+    // Nothing was stored.
+    assert_eq!(c.json(&["jobs"]).as_array().map(Vec::len), Some(0));
+
+    // A chunk whose output is gone when it ends cannot be gathered: the job fails, naming it.
+    let mut c = c;
+    start_agent(&mut c, "a", "1", "1GiB");
+    c.wait_for_nodes(1);
+    let id = submit(
+        &c,
+        "lost-output.toml",
+        "[[divisible]]\nname = \"x\"\nunits = 6\ncommand = \"echo {start} {end}; rm -f \\\"$HETSCHED_CHUNK_OUTPUT\\\"\"\n",
+    );
+    let j = wait_done(&c, id);
+    assert_eq!(j["state"], "failed");
+    let why = j["divisible"]["message"].as_str().expect("message");
+    assert!(
+        why.starts_with("chunk ")
+            && why.contains(" (units ")
+            && why.contains(") failed: its output cannot be gathered: "),
+        "{why}"
+    );
+    let wait = c.cli(&["wait", &id.to_string()]);
+    assert!(!wait.status.success());
+
+    // A cancelled job stops: it ends `cancelled`, and its output is not served.
+    let id = submit(
+        &c,
+        "long.toml",
+        "[[divisible]]\nname = \"x\"\nunits = 100\ncommand = \"sleep 0.2; echo {start} {end}\"\n",
+    );
+    let out = c.cli(&["cancel", &id.to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(job(&c, id)["state"], "cancelled");
+    let out = c.cli(&["output", &id.to_string()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is cancelled"));
+    assert!(Path::new(&c.dir).exists());
+}
+
+/// The figures of docs/divisible.md ("In the runtime"): the same job under `static` (the equal
+/// split) and `umrlm`, twice each per row cost, one job at a time on one cluster. Timing, so not
+/// part of the suite: `cargo test -p hetsched-cli --test divisible_runtime -- --ignored
+/// --nocapture`.
+#[test]
+#[ignore = "an experiment that prints timings; run it by hand"]
+fn static_versus_umrlm_figures() {
+    let _one = serial();
+    let c = cluster("div-figures");
+    println!(
+        "| row cost (ms) | algo | run | makespan (s) | lower bound W/ΣS (s) | units a/b/slow |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for row_ms in [8.0, 16.0] {
+        for run in 1..=2 {
+            for algo in ["static", "umrlm", "umr", "rumr"] {
+                let id = submit(
+                    &c,
+                    &format!("{algo}-{row_ms}-{run}.toml"),
+                    &job_file(algo, row_ms),
+                );
+                let j = wait_done(&c, id);
+                assert_eq!(j["state"], "completed");
+                let u = units_of(&j);
+                println!(
+                    "| {row_ms} | {algo} | {run} | {:.2} | {:.2} | {}/{}/{} |",
+                    j["duration_s"].as_f64().unwrap_or(0.0),
+                    j["divisible"]["lower_bound_s"].as_f64().unwrap_or(0.0),
+                    u["a"],
+                    u["b"],
+                    u["slow"]
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! The gRPC edge of divisible jobs ([`crate::jobs::divisible`]): the `Divisible` service
+//! (agents: next chunk, chunk input, chunk result) and the `DivisibleClient` service (users: the
+//! gathered output), and the conversions between the wire's messages and the kind's own types,
+//! so protobuf stays at the service edge.
+//!
+//! Chunks' bytes are the one thing of a divisible job that does not go through the state: the
+//! handlers take the state's lock (through the same `with_state`/`read_state` as every other
+//! call, so replies wait for the store's sync) only to ask where a chunk's input is or to record
+//! a result, and stream the bytes outside it. The one port is a lock of this service: one
+//! chunk's input is streamed at a time.
+
+use crate::durable::Durable;
+use crate::jobs::divisible::{ChunkKey, ChunkRequest, ChunkResult, DivError, DivisibleInfo, PIECE};
+use crate::service::{Run, read_state, with_state};
+use crate::state::State;
+use hetsched_proto as pb;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use tonic::{Request, Response, Status};
+
+type Shared = Arc<Mutex<State>>;
+
+/// A refusal as a gRPC status.
+pub fn status(e: DivError) -> Status {
+    match e {
+        DivError::Invalid(m) => Status::invalid_argument(m),
+        DivError::NotFound(m) => Status::not_found(m),
+        DivError::NotReady(m) => Status::failed_precondition(m),
+        e @ DivError::Internal(_) => Status::internal(e.to_string()),
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> Status {
+    status(DivError::Internal(e.to_string()))
+}
+
+/// A divisible job's view as the `divisible` message of its `JobInfo`.
+pub fn info_to_pb(i: DivisibleInfo) -> pb::DivisibleInfo {
+    pb::DivisibleInfo {
+        name: i.name,
+        algo: i.algo,
+        units: i.units,
+        units_done: i.units_done,
+        lower_bound_s: i.lower_bound_s,
+        message: i.message,
+        workers: i
+            .workers
+            .into_iter()
+            .map(|w| pb::DivisibleWorker {
+                name: w.name,
+                speed: w.speed,
+                compute_latency: w.compute_latency,
+                bandwidth: w.bandwidth,
+                network_latency: w.network_latency,
+                memory_units: w.memory_units,
+                units_done: w.units_done,
+                chunks_done: w.chunks_done,
+                alive: w.alive,
+            })
+            .collect(),
+        chunks: i
+            .chunks
+            .into_iter()
+            .map(|c| pb::DivisibleChunk {
+                chunk: c.chunk,
+                round: c.round,
+                worker: c.worker,
+                start: c.start,
+                end: c.end,
+                state: c.state,
+                transfer_s: c.transfer_s,
+                compute_s: c.compute_s,
+            })
+            .collect(),
+        output_bytes: i.output_bytes,
+        rounds: i.rounds,
+    }
+}
+
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    if tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::MultiThread
+    {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
+    }
+}
+
+type DataStream =
+    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::ChunkData, Status>> + Send>>;
+
+/// Streams `len` bytes of `path` from `offset`, holding `guard` (the port) until the last piece
+/// has been handed over.
+fn stream_file<G: Send + 'static>(path: PathBuf, offset: u64, len: u64, guard: G) -> DataStream {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Seek};
+        let _port = guard;
+        let mut f = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = tx.blocking_send(Err(internal(format!("{}: {e}", path.display()))));
+                return;
+            }
+        };
+        if let Err(e) = f.seek(std::io::SeekFrom::Start(offset)) {
+            let _ = tx.blocking_send(Err(internal(e)));
+            return;
+        }
+        let mut left = len;
+        let mut buf = vec![0u8; PIECE];
+        while left > 0 {
+            let n = (left as usize).min(PIECE);
+            if let Err(e) = f.read_exact(&mut buf[..n]) {
+                let _ = tx.blocking_send(Err(internal(format!("{}: {e}", path.display()))));
+                return;
+            }
+            if tx
+                .blocking_send(Ok(pb::ChunkData {
+                    data: buf[..n].to_vec(),
+                }))
+                .is_err()
+            {
+                return;
+            }
+            left -= n as u64;
+        }
+    });
+    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
+}
+
+/// The `Divisible` service (agents).
+pub struct DivisibleService {
+    state: Shared,
+    durable: Arc<Durable>,
+    /// The one port: held while a chunk's input is streamed.
+    port: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl DivisibleService {
+    /// The service over `state`; replies wait for `durable`.
+    pub fn new(state: Shared, durable: Arc<Durable>) -> Self {
+        DivisibleService {
+            state,
+            durable,
+            port: Arc::new(tokio::sync::Mutex::new(())),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl pb::divisible_server::Divisible for DivisibleService {
+    async fn next_chunk(
+        &self,
+        req: Request<pb::NextChunkRequest>,
+    ) -> Result<Response<pb::NextChunkReply>, Status> {
+        let r = req.into_inner();
+        let r = ChunkRequest {
+            name: r.name,
+            memory_bytes: r.memory_bytes,
+            incarnation: r.incarnation,
+            holding: r
+                .holding
+                .into_iter()
+                .map(|k| ChunkKey {
+                    job_id: k.job_id,
+                    chunk: k.chunk,
+                })
+                .collect(),
+            room: r.room,
+        };
+        let reply = with_state(&self.state, &self.durable, Run::Inline, move |s| {
+            s.on_next_chunk(r)
+        })
+        .await?
+        .into_inner();
+        Ok(Response::new(pb::NextChunkReply {
+            orders: reply
+                .orders
+                .into_iter()
+                .map(|o| pb::ChunkOrder {
+                    job_id: o.job_id,
+                    chunk: o.chunk,
+                    round: o.round,
+                    start: o.start,
+                    end: o.end,
+                    argv: o.argv,
+                    input_bytes: o.input_bytes,
+                    time_limit_ms: o.time_limit_ms,
+                    name: o.name,
+                })
+                .collect(),
+            drop: reply
+                .drop
+                .into_iter()
+                .map(|k| pb::ChunkKey {
+                    job_id: k.job_id,
+                    chunk: k.chunk,
+                })
+                .collect(),
+        }))
+    }
+
+    type ChunkInputStream = DataStream;
+
+    async fn chunk_input(
+        &self,
+        req: Request<pb::ChunkKey>,
+    ) -> Result<Response<DataStream>, Status> {
+        let key = req.into_inner();
+        let key = ChunkKey {
+            job_id: key.job_id,
+            chunk: key.chunk,
+        };
+        let (path, offset, len) = read_state(&self.state, move |s| s.chunk_input(&key))
+            .await?
+            .into_inner();
+        // One port: one chunk's input is streamed at a time.
+        let guard = self.port.clone().lock_owned().await;
+        Ok(Response::new(stream_file(path, offset, len, guard)))
+    }
+
+    async fn chunk_done(
+        &self,
+        req: Request<tonic::Streaming<pb::ChunkDonePiece>>,
+    ) -> Result<Response<pb::ChunkDoneReply>, Status> {
+        use pb::chunk_done_piece::Piece;
+        let mut s = req.into_inner();
+        let Some(Piece::Header(h)) = s.message().await?.and_then(|p| p.piece) else {
+            return Err(Status::invalid_argument("ChunkDone starts with its header"));
+        };
+        let h = ChunkResult {
+            job_id: h.job_id,
+            chunk: h.chunk,
+            success: h.success,
+            message: h.message,
+            transfer_ns: h.transfer_ns,
+            compute_ns: h.compute_ns,
+        };
+        let tmp = if h.success {
+            let dir = read_state(&self.state, |s| Ok(s.divisible_dir()))
+                .await?
+                .into_inner();
+            let path = crate::jobs::divisible::temp_output(&dir, &h);
+            let mut f = std::fs::File::create(&path).map_err(internal)?;
+            while let Some(p) = s.message().await? {
+                if let Some(Piece::Data(d)) = p.piece {
+                    f.write_all(&d).map_err(internal)?;
+                }
+            }
+            blocking(|| f.sync_all()).map_err(internal)?;
+            Some(path)
+        } else {
+            None
+        };
+        let tmp2 = tmp.clone();
+        let recorded = with_state(&self.state, &self.durable, Run::Blocking, move |s| {
+            s.on_chunk_done(&h, tmp2.as_deref())
+        })
+        .await;
+        if let Some(t) = &tmp
+            && t.exists()
+        {
+            let _ = std::fs::remove_file(t);
+        }
+        Ok(Response::new(pb::ChunkDoneReply {
+            recorded: recorded?.into_inner(),
+        }))
+    }
+}
+
+/// The `DivisibleClient` service (users).
+pub struct DivisibleClientService(pub Shared);
+
+#[tonic::async_trait]
+impl pb::divisible_client_server::DivisibleClient for DivisibleClientService {
+    type ReadOutputStream = DataStream;
+
+    async fn read_output(
+        &self,
+        req: Request<pb::ReadOutputRequest>,
+    ) -> Result<Response<DataStream>, Status> {
+        let id = req.into_inner().job_id;
+        let path = read_state(&self.0, move |s| s.divisible_output(id))
+            .await?
+            .into_inner();
+        let len = std::fs::metadata(&path).map_err(internal)?.len();
+        Ok(Response::new(stream_file(path, 0, len, ())))
+    }
+}

@@ -1,0 +1,1221 @@
+//! Divisible jobs (spec 03 in the runtime; docs/divisible.md, "In the runtime"): a job kind
+//! ([`Kind::Divisible`]) behind the one dispatch path of [`super`]. The server is the one-port
+//! master of every `[[divisible]]` job: this kind drives the core's [`OnlineMaster`] — the same
+//! planners and `StarMaster` protocol as `hetsched sim divisible` — with what the agents report,
+//! records each chunk's result once, and gathers the chunks' outputs in unit order.
+//!
+//! **Where it sits in the [`super::JobKind`] contract.** Chunks do not travel in heartbeats: a
+//! chunk's input and output are bulk bytes streamed on their own gRPC service
+//! ([`crate::divisible_service`], the protobuf edge), which holds the one port (one input
+//! transfer at a time) and calls into the state ([`crate::state`]'s `on_next_chunk`,
+//! `on_chunk_done`, …) only for the bookkeeping, under the state's lock, never during a
+//! transfer. Everything else is the contract's: the job id carries the kind
+//! ([`Kind::id`]); `State::on_submit` routes a file with a `[[divisible]]` section here, which
+//! stores the job row (store-first, in one transaction, with the client's submission key under a
+//! UNIQUE index); `ListJobs`/`GetJob`/`ListTasks`/`Cancel` are answered by [`JobKind`]; every
+//! change of a job or chunk row is a dirty row written by [`JobKind::persist`] inside the
+//! state's one transaction per event, so the full-disk pause and rollback cover it (a rollback
+//! rebuilds this kind from the store's `div_jobs`/`div_chunks` tables, keeping only the agents'
+//! liveness, which the store never held). Agents silent for the dead timeout are declared lost
+//! in [`JobKind::housekeeping`] (every reaper tick), and an agent whose node the state declares
+//! dead loses its chunks there ([`Divisible::lose_agent`]): their chunks are re-planned. Chunks
+//! book no resources in the shared view: it books per application task, and a chunk is not one.
+//!
+//! Files live under `DATA_DIR/divisible/job-N/`: `input` (the submitted input, written and
+//! synced before the job row is committed), `chunk-K.out` (a finished chunk's output, synced
+//! before its success is committed, and only while the chunk is out: a repeated or late result
+//! is acknowledged and ignored) and `output` (the gathered output).
+//!
+//! After a restart the master is rebuilt from the chunk rows: finished chunks are measurements
+//! again, chunks that were out stay their agents' (an agent keeps computing while the server is
+//! away and uploads when it is back) until their agent says it no longer holds them or is
+//! declared dead.
+
+use super::{Ctx, JobKind, Kind, Read};
+use crate::state::StateError;
+use crate::state::types::{
+    HeartbeatReport, JobInfo, JobsPage, RunningTask, Submission, Submitted, TaskCounts, TaskResult,
+    TasksPage,
+};
+use crate::store::StoreError;
+use hetsched_core::NodeId;
+use hetsched_core::input::divisible::DivisibleSpec;
+use hetsched_core::input::workload::{Command, parse_workload};
+use hetsched_core::policy::divisible::online::{OnlineConfig, OnlineMaster, Order, Recorded};
+use rusqlite::{Connection, params};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tracing::{info, warn};
+
+/// Size of the pieces inputs and outputs are streamed in.
+pub const PIECE: usize = 256 << 10;
+
+/// A chunk the master believes out but its agent does not list is lost after this long (the
+/// reply carrying it may still be on its way).
+const GRACE: Duration = Duration::from_secs(2);
+
+/// This kind's tables in the main store (created by [`crate::store::Store::open`] with the
+/// rest of the schema; a store from before them gains them there).
+pub const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS div_jobs(
+    id INTEGER PRIMARY KEY, origin TEXT NOT NULL, text TEXT NOT NULL,
+    name TEXT NOT NULL DEFAULT '', submission_key TEXT, state TEXT NOT NULL,
+    message TEXT NOT NULL DEFAULT '', submitted_ns INTEGER NOT NULL,
+    finished_ns INTEGER NOT NULL DEFAULT 0, output_bytes INTEGER NOT NULL DEFAULT 0);
+CREATE UNIQUE INDEX IF NOT EXISTS div_jobs_submission_key ON div_jobs(submission_key);
+CREATE TABLE IF NOT EXISTS div_chunks(
+    job INTEGER NOT NULL, chunk INTEGER NOT NULL, round INTEGER NOT NULL, worker TEXT NOT NULL,
+    start INTEGER NOT NULL, stop INTEGER NOT NULL, state TEXT NOT NULL,
+    transfer_ns INTEGER NOT NULL DEFAULT 0, compute_ns INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY(job, chunk));
+";
+
+/// Why a divisible-job call was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum DivError {
+    /// The submission is not a runnable divisible job.
+    #[error("{0}")]
+    Invalid(String),
+    /// No such job.
+    #[error("{0}")]
+    NotFound(String),
+    /// Not now (a chunk not out, an output not gathered yet).
+    #[error("{0}")]
+    NotReady(String),
+    /// The store or the disk.
+    #[error("divisible jobs: {0}")]
+    Internal(String),
+}
+
+fn internal(e: impl std::fmt::Display) -> DivError {
+    tracing::error!("divisible: {e}");
+    DivError::Internal(e.to_string())
+}
+
+/// A chunk of a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ChunkKey {
+    /// Job id.
+    pub job_id: u64,
+    /// Chunk number.
+    pub chunk: u64,
+}
+
+/// An agent asking for work (`NextChunk`).
+#[derive(Clone, Debug, Default)]
+pub struct ChunkRequest {
+    /// Node name.
+    pub name: String,
+    /// Memory it offers, bytes.
+    pub memory_bytes: u64,
+    /// Random per agent process.
+    pub incarnation: String,
+    /// Chunks it holds.
+    pub holding: Vec<ChunkKey>,
+    /// Whether it can take a chunk.
+    pub room: bool,
+}
+
+/// One chunk sent to an agent.
+#[derive(Clone, Debug, Default)]
+pub struct ChunkOrder {
+    /// Job id.
+    pub job_id: u64,
+    /// Chunk number.
+    pub chunk: u64,
+    /// Round.
+    pub round: u32,
+    /// First unit.
+    pub start: u64,
+    /// One past the last unit.
+    pub end: u64,
+    /// The command, placeholders not yet replaced.
+    pub argv: Vec<String>,
+    /// Input bytes to fetch.
+    pub input_bytes: u64,
+    /// 0 = none.
+    pub time_limit_ms: u64,
+    /// The section's name.
+    pub name: String,
+}
+
+/// The answer to a [`ChunkRequest`].
+#[derive(Clone, Debug, Default)]
+pub struct ChunkReply {
+    /// At most one chunk.
+    pub orders: Vec<ChunkOrder>,
+    /// Chunks the agent holds that are not its own any more.
+    pub drop: Vec<ChunkKey>,
+}
+
+/// A finished chunk as its agent reports it.
+#[derive(Clone, Debug, Default)]
+pub struct ChunkResult {
+    /// Job id.
+    pub job_id: u64,
+    /// Chunk number.
+    pub chunk: u64,
+    /// Exit 0 and an output to gather.
+    pub success: bool,
+    /// Why not.
+    pub message: String,
+    /// Input transfer, ns (agent-measured).
+    pub transfer_ns: u64,
+    /// Command run, ns.
+    pub compute_ns: u64,
+}
+
+/// A worker of a divisible job as `hetsched job N` shows it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DivisibleWorker {
+    /// Node name.
+    pub name: String,
+    /// Measured units/s (0: not yet).
+    pub speed: f64,
+    /// Measured seconds.
+    pub compute_latency: f64,
+    /// Measured units/s.
+    pub bandwidth: f64,
+    /// Measured seconds.
+    pub network_latency: f64,
+    /// Units it may hold (0 = unlimited).
+    pub memory_units: u64,
+    /// Units finished.
+    pub units_done: u64,
+    /// Chunks finished.
+    pub chunks_done: u32,
+    /// Not lost.
+    pub alive: bool,
+}
+
+/// One chunk as `hetsched job N` shows it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DivisibleChunk {
+    /// Number.
+    pub chunk: u64,
+    /// Round.
+    pub round: u32,
+    /// Node name.
+    pub worker: String,
+    /// First unit.
+    pub start: u64,
+    /// One past the last.
+    pub end: u64,
+    /// out, done, failed, lost.
+    pub state: String,
+    /// Seconds.
+    pub transfer_s: f64,
+    /// Seconds.
+    pub compute_s: f64,
+}
+
+/// A divisible job's load, rounds, chunks and measured workers.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DivisibleInfo {
+    /// Section name.
+    pub name: String,
+    /// Planner.
+    pub algo: String,
+    /// Units.
+    pub units: u64,
+    /// Units done.
+    pub units_done: u64,
+    /// `W/ΣS` on the measured speeds, seconds (0: nothing measured).
+    pub lower_bound_s: f64,
+    /// Why it failed.
+    pub message: String,
+    /// Workers.
+    pub workers: Vec<DivisibleWorker>,
+    /// Chunks.
+    pub chunks: Vec<DivisibleChunk>,
+    /// Gathered output size.
+    pub output_bytes: u64,
+    /// Rounds.
+    pub rounds: u32,
+}
+
+/// What a divisible job makes of a job listing's row: its state, its units as tasks, and its
+/// [`DivisibleInfo`].
+#[derive(Clone, Debug, Default)]
+pub struct DivisibleView {
+    /// running, completed, failed.
+    pub state: String,
+    /// Units.
+    pub units: u64,
+    /// 0 while running.
+    pub finished_ns: u64,
+    /// Units: not yet sent, out, done, lost with a failed job.
+    pub pending: u64,
+    /// Units out.
+    pub running: u64,
+    /// Units done.
+    pub succeeded: u64,
+    /// Units not done when the job failed.
+    pub failed: u64,
+    /// The rest.
+    pub info: DivisibleInfo,
+}
+
+fn argv_of(c: &Command) -> Vec<String> {
+    match c {
+        Command::Shell(s) => vec!["sh".into(), "-c".into(), s.clone()],
+        Command::Argv(v) => v.clone(),
+    }
+}
+
+/// The one `[[divisible]]` section of a job file that has one, checked for the runtime (one
+/// section, no `[[application]]` beside it, the input as long as it must be). `Ok(None)`: a
+/// batch job file.
+pub fn prepare(origin: &str, text: &str, input: &[u8]) -> Result<Option<DivisibleSpec>, DivError> {
+    let Ok(w) = parse_workload(origin, text) else {
+        // The batch path reports the error with its location.
+        return Ok(None);
+    };
+    if w.divisible.is_empty() {
+        return Ok(None);
+    }
+    if !w.applications.is_empty() || w.divisible.len() > 1 {
+        return Err(DivError::Invalid(format!(
+            "{origin}: divisible: a job file holds either [[application]] tables or one [[divisible]] load; submit the others as their own jobs"
+        )));
+    }
+    let d = w.divisible[0].clone();
+    let src = hetsched_core::input::Source::new(origin, text);
+    d.check_input_len(&src, 0, input.len() as u64)
+        .map_err(|e| DivError::Invalid(e.to_string()))?;
+    Ok(Some(d))
+}
+
+fn job_dir(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("job-{id}"))
+}
+
+fn write_durably(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(data)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(parent) = path.parent() {
+        std::fs::File::open(parent)?.sync_all()?;
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ChunkState {
+    Out,
+    Done,
+    Failed,
+    Lost,
+}
+
+impl ChunkState {
+    fn as_str(self) -> &'static str {
+        match self {
+            ChunkState::Out => "out",
+            ChunkState::Done => "done",
+            ChunkState::Failed => "failed",
+            ChunkState::Lost => "lost",
+        }
+    }
+    fn parse(s: &str) -> Self {
+        match s {
+            "out" => ChunkState::Out,
+            "done" => ChunkState::Done,
+            "failed" => ChunkState::Failed,
+            _ => ChunkState::Lost,
+        }
+    }
+}
+
+struct ChunkRec {
+    order: Order,
+    worker: String,
+    state: ChunkState,
+    transfer_ns: u64,
+    compute_ns: u64,
+    sent: Instant,
+}
+
+struct Job {
+    spec: DivisibleSpec,
+    argv: Vec<String>,
+    master: OnlineMaster,
+    /// The name given at submission (empty: the section's).
+    name: String,
+    /// The client's submission key (empty = none).
+    key: String,
+    submitted_ns: u64,
+    /// running, completed, failed, cancelled.
+    state: String,
+    message: String,
+    finished_ns: u64,
+    output_bytes: u64,
+    chunks: BTreeMap<u64, ChunkRec>,
+}
+
+/// What the server knows of an agent that asks for chunks: memory only (a rollback or a
+/// restart keeps or rebuilds it, the store never holds it).
+#[derive(Clone)]
+struct AgentSeen {
+    last_seen: Instant,
+    incarnation: String,
+    memory_bytes: u64,
+}
+
+/// The divisible jobs of one server: the [`Kind::Divisible`] job kind.
+pub struct Divisible {
+    /// `DATA_DIR/divisible`.
+    dir: PathBuf,
+    dead_timeout: Duration,
+    jobs: BTreeMap<u64, Job>,
+    agents: HashMap<String, AgentSeen>,
+    /// The next job number (the id is `Kind::Divisible.id(next)`).
+    next: u64,
+    /// Jobs whose row changed since the last commit.
+    dirty_jobs: BTreeSet<u64>,
+    /// Chunks whose row changed since the last commit.
+    dirty_chunks: BTreeSet<(u64, u64)>,
+}
+
+/// One stored job with its chunks, as [`load`] reads them.
+pub struct StoredJob {
+    id: u64,
+    origin: String,
+    text: String,
+    name: String,
+    key: String,
+    state: String,
+    message: String,
+    submitted_ns: u64,
+    finished_ns: u64,
+    output_bytes: u64,
+    chunks: Vec<ChunkRow>,
+}
+
+/// A stored chunk: number, round, worker, start, end, state, transfer ns, compute ns.
+type ChunkRow = (u64, u32, String, u64, u64, String, u64, u64);
+
+/// Reads this kind's rows from the store (at start and for a rollback).
+pub fn load(conn: &Connection) -> Result<Vec<StoredJob>, StoreError> {
+    let mut st = conn.prepare(
+        "SELECT id, origin, text, name, COALESCE(submission_key, ''), state, message, submitted_ns, \
+         finished_ns, output_bytes FROM div_jobs ORDER BY id",
+    )?;
+    let mut jobs: Vec<StoredJob> = st
+        .query_map([], |r| {
+            Ok(StoredJob {
+                id: r.get::<_, i64>(0)? as u64,
+                origin: r.get(1)?,
+                text: r.get(2)?,
+                name: r.get(3)?,
+                key: r.get(4)?,
+                state: r.get(5)?,
+                message: r.get(6)?,
+                submitted_ns: r.get::<_, i64>(7)? as u64,
+                finished_ns: r.get::<_, i64>(8)? as u64,
+                output_bytes: r.get::<_, i64>(9)? as u64,
+                chunks: Vec::new(),
+            })
+        })?
+        .collect::<Result<_, _>>()?;
+    let mut st = conn.prepare(
+        "SELECT chunk, round, worker, start, stop, state, transfer_ns, compute_ns FROM div_chunks \
+         WHERE job = ?1 ORDER BY chunk",
+    )?;
+    for j in &mut jobs {
+        j.chunks = st
+            .query_map([j.id as i64], |r| {
+                Ok((
+                    r.get::<_, i64>(0)? as u64,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get::<_, i64>(3)? as u64,
+                    r.get::<_, i64>(4)? as u64,
+                    r.get(5)?,
+                    r.get::<_, i64>(6)? as u64,
+                    r.get::<_, i64>(7)? as u64,
+                ))
+            })?
+            .collect::<Result<_, _>>()?;
+    }
+    Ok(jobs)
+}
+
+fn memory_units(spec: &DivisibleSpec, memory_bytes: u64) -> Option<u64> {
+    match spec.memory_per_unit {
+        Some(m) if memory_bytes > 0 => Some(memory_bytes / m.as_u64().max(1)),
+        _ => None,
+    }
+}
+
+fn new_job(spec: DivisibleSpec, name: String, key: String, submitted_ns: u64) -> Job {
+    let master = OnlineMaster::new(OnlineConfig {
+        algo: spec.algo(),
+        units: spec.units(),
+        retries: spec.retries(),
+    });
+    Job {
+        argv: argv_of(spec.command.get_ref()),
+        spec,
+        master,
+        name,
+        key,
+        submitted_ns,
+        state: "running".into(),
+        message: String::new(),
+        finished_ns: 0,
+        output_bytes: 0,
+        chunks: BTreeMap::new(),
+    }
+}
+
+/// A fresh temporary file for a chunk's output, in the job's directory under `dir`
+/// (`DATA_DIR/divisible`).
+pub fn temp_output(dir: &Path, h: &ChunkResult) -> PathBuf {
+    job_dir(dir, h.job_id).join(format!(
+        "chunk-{}.{:016x}.part",
+        h.chunk,
+        rand::random::<u64>()
+    ))
+}
+
+impl Divisible {
+    /// Rebuilds the kind from its stored rows; files are under `dir` (`DATA_DIR/divisible`).
+    pub fn restore(dir: PathBuf, dead_timeout: Duration, rows: Vec<StoredJob>) -> Self {
+        let mut d = Divisible {
+            dir,
+            dead_timeout,
+            jobs: BTreeMap::new(),
+            agents: HashMap::new(),
+            next: 1,
+            dirty_jobs: BTreeSet::new(),
+            dirty_chunks: BTreeSet::new(),
+        };
+        for row in rows {
+            d.next = d.next.max((row.id & ((1 << super::KIND_SHIFT) - 1)) + 1);
+            let spec = match parse_workload(&row.origin, &row.text)
+                .ok()
+                .and_then(|w| w.divisible.into_iter().next())
+            {
+                Some(s) => s,
+                None => {
+                    warn!(
+                        job = row.id,
+                        "divisible job's file no longer parses; skipped"
+                    );
+                    continue;
+                }
+            };
+            let mut job = new_job(spec, row.name, row.key, row.submitted_ns);
+            job.state = row.state;
+            job.message = row.message;
+            job.finished_ns = row.finished_ns;
+            job.output_bytes = row.output_bytes;
+            for (chunk, round, worker, start, end, state, t, c) in row.chunks {
+                let w = job.master.join(&worker, None);
+                let order = Order {
+                    chunk,
+                    worker: w,
+                    round,
+                    start,
+                    end,
+                };
+                let state = ChunkState::parse(&state);
+                match state {
+                    ChunkState::Done => {
+                        job.master
+                            .restore_done(order, t as f64 / 1e9, c as f64 / 1e9)
+                    }
+                    ChunkState::Out => job.master.restore_out(order),
+                    // Lost and failed chunks' units are in the pool; a lost or failed chunk
+                    // still takes its number.
+                    _ => job.master.restore_lost(order),
+                }
+                job.chunks.insert(
+                    chunk,
+                    ChunkRec {
+                        order,
+                        worker,
+                        state,
+                        transfer_ns: t,
+                        compute_ns: c,
+                        sent: Instant::now(),
+                    },
+                );
+            }
+            d.jobs.insert(row.id, job);
+        }
+        let now = Instant::now();
+        // Agents that held chunks get a dead timeout to come back before their chunks move.
+        let names: HashSet<String> = d
+            .jobs
+            .values()
+            .flat_map(|j| j.chunks.values())
+            .filter(|c| c.state == ChunkState::Out)
+            .map(|c| c.worker.clone())
+            .collect();
+        // Workers of the rebuilt masters that held nothing are taken for gone until they call.
+        for job in d.jobs.values_mut() {
+            let gone: Vec<usize> = (0..job.master.workers().len())
+                .filter(|&i| !names.contains(&job.master.workers()[i].name))
+                .collect();
+            for i in gone {
+                job.master.lose(i);
+            }
+        }
+        for name in names {
+            d.agents.insert(
+                name,
+                AgentSeen {
+                    last_seen: now,
+                    incarnation: String::new(),
+                    memory_bytes: 0,
+                },
+            );
+        }
+        d
+    }
+
+    /// After a rollback: keeps what the store does not hold (the agents' liveness and when each
+    /// chunk still out was sent).
+    pub fn carry_over(&mut self, old: &Divisible) {
+        for (name, a) in &old.agents {
+            self.agents.insert(name.clone(), a.clone());
+        }
+        for (id, job) in &mut self.jobs {
+            let Some(oj) = old.jobs.get(id) else { continue };
+            for (k, c) in &mut job.chunks {
+                if let Some(oc) = oj.chunks.get(k) {
+                    c.sent = oc.sent;
+                }
+            }
+        }
+    }
+
+    /// Whether job `id` is a divisible job.
+    pub fn knows(&self, id: u64) -> bool {
+        self.jobs.contains_key(&id)
+    }
+
+    /// A submission with a `[[divisible]]` section (`spec`, checked by [`prepare`]) and its input:
+    /// the input is written and synced, then the job row is stored in one transaction, and only
+    /// then does memory change. A key the store already holds returns that job.
+    pub fn submit(
+        &mut self,
+        cx: &mut Ctx,
+        sub: Submission,
+        spec: DivisibleSpec,
+    ) -> Result<Submitted, StateError> {
+        if !sub.key.is_empty()
+            && let Some((&id, _)) = self.jobs.iter().find(|(_, j)| j.key == sub.key)
+        {
+            return Ok(Submitted {
+                job_id: id,
+                tasks: 0,
+                existing: true,
+            });
+        }
+        let id = Kind::Divisible.id(self.next);
+        let jd = job_dir(&self.dir, id);
+        std::fs::create_dir_all(&jd)
+            .map_err(|e| StateError::Divisible(internal(format!("{}: {e}", jd.display()))))?;
+        if spec.input.is_some() {
+            let need = spec.input_bytes() as usize;
+            let input = &sub.divisible_input;
+            write_durably(&jd.join("input"), &input[..need.min(input.len())])
+                .map_err(|e| StateError::Divisible(internal(e)))?;
+        }
+        let submitted = cx.now;
+        let key = (!sub.key.is_empty()).then_some(sub.key.clone());
+        cx.store.transaction(|tx| {
+            tx.execute(
+                "INSERT INTO div_jobs(id, origin, text, name, submission_key, state, submitted_ns) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6)",
+                params![
+                    id as i64,
+                    sub.origin,
+                    sub.text,
+                    sub.name,
+                    key,
+                    submitted as i64
+                ],
+            )?;
+            Ok(())
+        })?;
+        self.next += 1;
+        let mut job = new_job(spec, sub.name, sub.key, submitted);
+        let mut live: Vec<(String, u64)> = self
+            .agents
+            .iter()
+            .filter(|(_, a)| a.last_seen.elapsed() < self.dead_timeout && a.memory_bytes > 0)
+            .map(|(n, a)| (n.clone(), a.memory_bytes))
+            .collect();
+        live.sort();
+        for (name, mem) in live {
+            let units = memory_units(&job.spec, mem);
+            job.master.join(&name, units);
+        }
+        info!(job = id, units = job.spec.units(), algo = %job.spec.algo(), "divisible job accepted");
+        self.jobs.insert(id, job);
+        Ok(Submitted {
+            job_id: id,
+            tasks: 0,
+            existing: false,
+        })
+    }
+
+    /// Notes that agent `req.name` called (while the store refuses writes nothing else is done,
+    /// but a live agent must not be declared lost meanwhile).
+    pub fn seen(&mut self, req: &ChunkRequest) {
+        if let Some(a) = self.agents.get_mut(&req.name) {
+            a.last_seen = Instant::now();
+        }
+    }
+
+    /// `NextChunk`: notes the agent, reconciles what it holds, and, when it has room, hands it
+    /// the next chunk some running job planned for it.
+    pub fn next_chunk(&mut self, req: ChunkRequest) -> Result<ChunkReply, DivError> {
+        let name = req.name.clone();
+        let now = Instant::now();
+        let restarted = match self.agents.get(&name) {
+            Some(a) => !a.incarnation.is_empty() && a.incarnation != req.incarnation,
+            None => false,
+        };
+        self.agents.insert(
+            name.clone(),
+            AgentSeen {
+                last_seen: now,
+                incarnation: req.incarnation.clone(),
+                memory_bytes: req.memory_bytes,
+            },
+        );
+        let holding: HashSet<(u64, u64)> =
+            req.holding.iter().map(|k| (k.job_id, k.chunk)).collect();
+        let mut reply = ChunkReply::default();
+        // Chunks it holds that are not its own any more.
+        for k in &req.holding {
+            let mine = self.jobs.get(&k.job_id).is_some_and(|j| {
+                j.state == "running"
+                    && j.chunks
+                        .get(&k.chunk)
+                        .is_some_and(|c| c.state == ChunkState::Out && c.worker == name)
+            });
+            if !mine {
+                reply.drop.push(*k);
+            }
+        }
+        let mut orders = Vec::new();
+        for (&id, job) in self.jobs.iter_mut() {
+            if job.state != "running" {
+                continue;
+            }
+            let w = job
+                .master
+                .join(&name, memory_units(&job.spec, req.memory_bytes));
+            // Reconcile: chunks out on this agent that it does not hold are lost.
+            let lost: Vec<u64> = job
+                .chunks
+                .values()
+                .filter(|c| {
+                    c.state == ChunkState::Out
+                        && c.worker == name
+                        && (restarted
+                            || (!holding.contains(&(id, c.order.chunk))
+                                && c.sent.elapsed() > GRACE))
+                })
+                .map(|c| c.order.chunk)
+                .collect();
+            for chunk in lost {
+                if job.master.lose_chunk(chunk) == Recorded::Yes {
+                    warn!(job = id, chunk, node = %name, "chunk lost: its agent no longer holds it; its units are re-planned");
+                    set_chunk(
+                        &mut self.dirty_chunks,
+                        id,
+                        job,
+                        chunk,
+                        ChunkState::Lost,
+                        0,
+                        0,
+                    );
+                }
+            }
+            if req.room
+                && orders.is_empty()
+                && let Some(o) = job.master.next(w)
+            {
+                job.chunks.insert(
+                    o.chunk,
+                    ChunkRec {
+                        order: o,
+                        worker: name.clone(),
+                        state: ChunkState::Out,
+                        transfer_ns: 0,
+                        compute_ns: 0,
+                        sent: now,
+                    },
+                );
+                self.dirty_chunks.insert((id, o.chunk));
+                orders.push(ChunkOrder {
+                    job_id: id,
+                    chunk: o.chunk,
+                    round: o.round,
+                    start: o.start,
+                    end: o.end,
+                    argv: job.argv.clone(),
+                    input_bytes: (o.end - o.start) * job.spec.unit_bytes(),
+                    time_limit_ms: job.spec.time_limit.map_or(0, |d| d.0 / 1_000_000),
+                    name: job.spec.name.get_ref().clone(),
+                });
+            }
+        }
+        reply.orders = orders;
+        Ok(reply)
+    }
+
+    /// Where chunk `key`'s input is: the job's input file, offset and length — if the chunk is
+    /// out.
+    pub fn input_slice(&self, key: &ChunkKey) -> Result<(PathBuf, u64, u64), DivError> {
+        let job = self
+            .jobs
+            .get(&key.job_id)
+            .ok_or_else(|| DivError::NotFound(format!("no divisible job {}", key.job_id)))?;
+        let c = job
+            .chunks
+            .get(&key.chunk)
+            .filter(|c| c.state == ChunkState::Out)
+            .ok_or_else(|| DivError::NotReady(format!("chunk {} is not out", key.chunk)))?;
+        let ub = job.spec.unit_bytes();
+        Ok((
+            job_dir(&self.dir, key.job_id).join("input"),
+            c.order.start * ub,
+            (c.order.end - c.order.start) * ub,
+        ))
+    }
+
+    /// Records a chunk's result; its output is in `tmp` (on disk, synced) when it succeeded.
+    /// True when it counted. The rows it changes are written by the state's commit.
+    pub fn record(&mut self, h: &ChunkResult, tmp: Option<&Path>) -> Result<bool, DivError> {
+        let Some(job) = self.jobs.get_mut(&h.job_id) else {
+            return Ok(false);
+        };
+        let out = job
+            .chunks
+            .get(&h.chunk)
+            .is_some_and(|c| c.state == ChunkState::Out);
+        if job.state != "running" || !out {
+            return Ok(false);
+        }
+        let jd = job_dir(&self.dir, h.job_id);
+        if h.success {
+            if let Some(tmp) = tmp {
+                std::fs::rename(tmp, jd.join(format!("chunk-{}.out", h.chunk)))
+                    .map_err(internal)?;
+                std::fs::File::open(&jd)
+                    .and_then(|d| d.sync_all())
+                    .map_err(internal)?;
+            }
+            set_chunk(
+                &mut self.dirty_chunks,
+                h.job_id,
+                job,
+                h.chunk,
+                ChunkState::Done,
+                h.transfer_ns,
+                h.compute_ns,
+            );
+            job.master.finish(
+                h.chunk,
+                h.transfer_ns as f64 / 1e9,
+                h.compute_ns as f64 / 1e9,
+            );
+            if job.master.is_done() {
+                gather(&jd, h.job_id, job);
+                self.dirty_jobs.insert(h.job_id);
+            }
+        } else {
+            set_chunk(
+                &mut self.dirty_chunks,
+                h.job_id,
+                job,
+                h.chunk,
+                ChunkState::Failed,
+                h.transfer_ns,
+                h.compute_ns,
+            );
+            warn!(
+                job = h.job_id,
+                chunk = h.chunk,
+                "chunk failed: {}",
+                h.message
+            );
+            job.master.fail(h.chunk, &h.message);
+            if let Some(why) = job.master.failure() {
+                let why = why.to_string();
+                finish_job(h.job_id, job, "failed", &why);
+                self.dirty_jobs.insert(h.job_id);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Declares agents silent for the dead timeout lost: their chunks are re-planned.
+    fn reap(&mut self) {
+        let dead: Vec<String> = self
+            .agents
+            .iter()
+            .filter(|(_, a)| a.last_seen.elapsed() >= self.dead_timeout)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in dead {
+            self.lose_agent(&name);
+        }
+    }
+
+    /// Agent `name` is lost (silent for the dead timeout here, or its node declared dead by the
+    /// state's dead-node path): its chunks are re-planned onto the others; it is used again from
+    /// its next call.
+    pub fn lose_agent(&mut self, name: &str) {
+        self.agents.remove(name);
+        for (&id, job) in self.jobs.iter_mut() {
+            let Some(w) = job.master.workers().iter().position(|w| w.name == name) else {
+                continue;
+            };
+            if !job.master.workers()[w].alive {
+                continue;
+            }
+            let lost = job.master.lose(w);
+            if job.state == "running" && !lost.is_empty() {
+                warn!(job = id, node = %name, chunks = lost.len(), "agent lost: its chunks are re-planned");
+            }
+            for o in lost {
+                set_chunk(
+                    &mut self.dirty_chunks,
+                    id,
+                    job,
+                    o.chunk,
+                    ChunkState::Lost,
+                    0,
+                    0,
+                );
+            }
+        }
+    }
+
+    /// Job `id` as a listing shows it, if it is a divisible job.
+    pub fn view(&self, id: u64) -> Option<DivisibleView> {
+        let job = self.jobs.get(&id)?;
+        let m = &job.master;
+        let out: u64 = m.outstanding().map(Order::units).sum();
+        let units = job.spec.units();
+        let done = m.units_done();
+        let running = job.state == "running";
+        let workers = m
+            .workers()
+            .iter()
+            .map(|w| {
+                let s = w.estimate.star_worker(&w.name, None);
+                DivisibleWorker {
+                    name: w.name.clone(),
+                    speed: s.as_ref().map_or(0.0, |s| s.speed),
+                    compute_latency: s.as_ref().map_or(0.0, |s| s.compute_latency),
+                    bandwidth: s.as_ref().map_or(0.0, |s| s.bandwidth),
+                    network_latency: s.as_ref().map_or(0.0, |s| s.network_latency),
+                    memory_units: w.memory_units.unwrap_or(0),
+                    units_done: w.units_done,
+                    chunks_done: w.chunks_done,
+                    alive: w.alive,
+                }
+            })
+            .collect();
+        let chunks: Vec<DivisibleChunk> = job
+            .chunks
+            .values()
+            .map(|c| DivisibleChunk {
+                chunk: c.order.chunk,
+                round: c.order.round,
+                worker: c.worker.clone(),
+                start: c.order.start,
+                end: c.order.end,
+                state: c.state.as_str().into(),
+                transfer_s: c.transfer_ns as f64 / 1e9,
+                compute_s: c.compute_ns as f64 / 1e9,
+            })
+            .collect();
+        let rounds = chunks.iter().map(|c| c.round + 1).max().unwrap_or(0);
+        let info = DivisibleInfo {
+            name: job.spec.name.get_ref().clone(),
+            algo: job.spec.algo().to_string(),
+            units,
+            units_done: done,
+            lower_bound_s: m.lower_bound().unwrap_or(0.0),
+            message: job.message.clone(),
+            workers,
+            chunks,
+            output_bytes: job.output_bytes,
+            rounds,
+        };
+        Some(DivisibleView {
+            state: job.state.clone(),
+            units,
+            finished_ns: job.finished_ns,
+            pending: if running { units - done - out } else { 0 },
+            running: if running { out } else { 0 },
+            succeeded: done,
+            failed: if job.state == "failed" {
+                units - done
+            } else {
+                0
+            },
+            info,
+        })
+    }
+
+    fn job_info(&self, id: u64) -> Option<JobInfo> {
+        let job = self.jobs.get(&id)?;
+        let v = self.view(id)?;
+        Some(JobInfo {
+            id,
+            name: job.name.clone(),
+            state: v.state,
+            tasks: v.units,
+            counts: TaskCounts {
+                pending: v.pending,
+                running: v.running,
+                succeeded: v.succeeded,
+                failed: v.failed,
+                cancelled: 0,
+            },
+            submitted_ns: job.submitted_ns,
+            finished_ns: v.finished_ns,
+            apps: Vec::new(),
+            divisible: Some(Box::new(v.info)),
+        })
+    }
+
+    /// The gathered output of a completed job.
+    pub fn output_path(&self, id: u64) -> Result<PathBuf, DivError> {
+        let job = self
+            .jobs
+            .get(&id)
+            .ok_or_else(|| DivError::NotFound(format!("no divisible job {id}")))?;
+        if job.state != "completed" {
+            return Err(DivError::NotReady(format!(
+                "divisible job {id} is {}: its output is gathered when it completes",
+                job.state
+            )));
+        }
+        Ok(job_dir(&self.dir, id).join("output"))
+    }
+
+    /// `DATA_DIR/divisible`, where the jobs' files are.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl JobKind for Divisible {
+    fn kind(&self) -> Kind {
+        Kind::Divisible
+    }
+
+    // Chunks do not travel in heartbeats (see the module documentation): no task of this kind
+    // is ever reported, expected, lost or dispatched there.
+    fn on_result(
+        &mut self,
+        _cx: &mut Ctx,
+        _node: NodeId,
+        _r: &TaskResult,
+    ) -> Result<(), StateError> {
+        Ok(())
+    }
+
+    fn expects(&self, _node: NodeId, _t: &RunningTask) -> bool {
+        false
+    }
+
+    fn on_lost(&mut self, _cx: &mut Ctx, _task: u64, _reason: &str) -> Result<(), StateError> {
+        Ok(())
+    }
+
+    fn on_heartbeat(
+        &mut self,
+        _cx: &mut Ctx,
+        _node: NodeId,
+        _report: &HeartbeatReport,
+        _open: bool,
+        _out: &mut super::Outbox,
+    ) -> Result<(), StateError> {
+        Ok(())
+    }
+
+    fn has_changes(&self) -> bool {
+        !self.dirty_jobs.is_empty() || !self.dirty_chunks.is_empty()
+    }
+
+    fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
+        for id in &self.dirty_jobs {
+            let Some(j) = self.jobs.get(id) else { continue };
+            tx.execute(
+                "UPDATE div_jobs SET state = ?2, message = ?3, finished_ns = ?4, output_bytes = ?5 WHERE id = ?1",
+                params![*id as i64, j.state, j.message, j.finished_ns as i64, j.output_bytes as i64],
+            )?;
+        }
+        for (id, chunk) in &self.dirty_chunks {
+            let Some(c) = self.jobs.get(id).and_then(|j| j.chunks.get(chunk)) else {
+                continue;
+            };
+            tx.execute(
+                "INSERT OR REPLACE INTO div_chunks(job, chunk, round, worker, start, stop, state, transfer_ns, compute_ns) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                params![
+                    *id as i64,
+                    *chunk as i64,
+                    c.order.round,
+                    c.worker,
+                    c.order.start as i64,
+                    c.order.end as i64,
+                    c.state.as_str(),
+                    c.transfer_ns as i64,
+                    c.compute_ns as i64
+                ],
+            )?;
+        }
+        Ok(())
+    }
+
+    fn committed(&mut self) {
+        self.dirty_jobs.clear();
+        self.dirty_chunks.clear();
+    }
+
+    fn housekeeping(&mut self, _cx: &mut Ctx) -> Result<(), StateError> {
+        self.reap();
+        Ok(())
+    }
+
+    fn counts(&self) -> TaskCounts {
+        // A divisible job has units and chunks, not tasks.
+        TaskCounts::default()
+    }
+
+    fn job_count(&self) -> u64 {
+        self.jobs.len() as u64
+    }
+
+    fn jobs_page(&self, _rd: &Read, cursor: u64, limit: usize) -> JobsPage {
+        let mut ids = self.jobs.range(cursor..).map(|(&id, _)| id);
+        let jobs: Vec<JobInfo> = ids
+            .by_ref()
+            .take(limit)
+            .filter_map(|id| self.job_info(id))
+            .collect();
+        JobsPage {
+            jobs,
+            next_cursor: ids.next().unwrap_or(0),
+        }
+    }
+
+    fn job(&self, _rd: &Read, id: u64) -> Result<JobInfo, StateError> {
+        self.job_info(id).ok_or(StateError::NoJob(id))
+    }
+
+    fn tasks_page(
+        &self,
+        _rd: &Read,
+        job: u64,
+        _cursor: u64,
+        _limit: usize,
+    ) -> Result<TasksPage, StateError> {
+        // Its chunks are shown by `job N` (the `divisible` view), not as tasks.
+        if job == Kind::Divisible.id(0) || self.jobs.contains_key(&job) {
+            Ok(TasksPage::default())
+        } else {
+            Err(StateError::NoJob(job))
+        }
+    }
+
+    /// Cancels a running job: no more chunks are sent, results are ignored, and agents are told
+    /// to drop the chunks they hold. The units not done (0 if it had finished).
+    fn cancel(&mut self, _cx: &mut Ctx, id: u64) -> Result<u64, StateError> {
+        let job = self.jobs.get_mut(&id).ok_or(StateError::NoJob(id))?;
+        if job.state != "running" {
+            return Ok(0);
+        }
+        let left = job.spec.units() - job.master.units_done();
+        finish_job(id, job, "cancelled", "cancelled by a user");
+        self.dirty_jobs.insert(id);
+        Ok(left)
+    }
+}
+
+fn set_chunk(
+    dirty: &mut BTreeSet<(u64, u64)>,
+    id: u64,
+    job: &mut Job,
+    chunk: u64,
+    state: ChunkState,
+    transfer_ns: u64,
+    compute_ns: u64,
+) {
+    if let Some(c) = job.chunks.get_mut(&chunk) {
+        c.state = state;
+        c.transfer_ns = transfer_ns;
+        c.compute_ns = compute_ns;
+        dirty.insert((id, chunk));
+    }
+}
+
+fn finish_job(id: u64, job: &mut Job, state: &str, message: &str) {
+    job.state = state.into();
+    job.message = message.into();
+    job.finished_ns = crate::state::now_ns();
+    info!(job = id, state, "divisible job finished {message}");
+}
+
+/// Concatenates the finished chunks' outputs in unit order into `output`; the job completes, or
+/// fails naming the chunk whose output cannot be read.
+fn gather(jd: &Path, id: u64, job: &mut Job) {
+    let mut done: Vec<&ChunkRec> = job
+        .chunks
+        .values()
+        .filter(|c| c.state == ChunkState::Done)
+        .collect();
+    done.sort_by_key(|c| c.order.start);
+    let tmp = jd.join("output.tmp");
+    let result = (|| -> Result<u64, String> {
+        let mut out = std::fs::File::create(&tmp).map_err(|e| format!("output: {e}"))?;
+        let mut total = 0;
+        for c in &done {
+            let path = jd.join(format!("chunk-{}.out", c.order.chunk));
+            let mut f = std::fs::File::open(&path).map_err(|e| {
+                format!(
+                    "chunk {} (units {}..{}): its output cannot be gathered: {}: {e}",
+                    c.order.chunk,
+                    c.order.start,
+                    c.order.end,
+                    path.display()
+                )
+            })?;
+            total += std::io::copy(&mut f, &mut out).map_err(|e| {
+                format!(
+                    "chunk {} (units {}..{}): its output cannot be gathered: {e}",
+                    c.order.chunk, c.order.start, c.order.end
+                )
+            })?;
+        }
+        out.sync_all().map_err(|e| format!("output: {e}"))?;
+        std::fs::rename(&tmp, jd.join("output")).map_err(|e| format!("output: {e}"))?;
+        Ok(total)
+    })();
+    match result {
+        Ok(total) => {
+            job.output_bytes = total;
+            finish_job(id, job, "completed", "");
+        }
+        Err(why) => finish_job(id, job, "failed", &why),
+    }
+}

@@ -1,0 +1,56 @@
+//! The state's events of divisible jobs ([`crate::jobs::divisible`]) that do not come through
+//! heartbeats: an agent asking for a chunk, a chunk's result, and the reads the chunk service
+//! needs before a transfer. Each runs under the state's lock for the bookkeeping only (the
+//! bytes are streamed by [`crate::divisible_service`] outside it) and writes what it changed in
+//! the state's one transaction, so the full-disk pause and rollback cover it.
+
+use super::{State, StateError};
+use crate::jobs::divisible::{ChunkKey, ChunkReply, ChunkRequest, ChunkResult, DivError};
+use std::path::{Path, PathBuf};
+
+impl State {
+    /// `NextChunk`: while the store refuses writes the agent is only noted alive (no chunk is
+    /// handed out, nothing is reconciled).
+    pub fn on_next_chunk(&mut self, req: ChunkRequest) -> Result<ChunkReply, StateError> {
+        if self.paused() {
+            self.jobs.divisible.seen(&req);
+            return Ok(ChunkReply::default());
+        }
+        let reply = self.jobs.divisible.next_chunk(req)?;
+        self.commit()?;
+        Ok(reply)
+    }
+
+    /// `ChunkDone`: records a chunk's result (its output, if it succeeded, is in `tmp`, synced).
+    /// True when it counted. Refused while the store refuses writes (the agent retries).
+    pub fn on_chunk_done(
+        &mut self,
+        h: &ChunkResult,
+        tmp: Option<&Path>,
+    ) -> Result<bool, StateError> {
+        if self.paused() {
+            return Err(DivError::NotReady(
+                "the server's store refuses writes (is its disk full?): retry".into(),
+            )
+            .into());
+        }
+        let recorded = self.jobs.divisible.record(h, tmp)?;
+        self.commit()?;
+        Ok(recorded)
+    }
+
+    /// Where chunk `key`'s input is (file, offset, length), if the chunk is out.
+    pub fn chunk_input(&self, key: &ChunkKey) -> Result<(PathBuf, u64, u64), StateError> {
+        Ok(self.jobs.divisible.input_slice(key)?)
+    }
+
+    /// The gathered output of a completed divisible job.
+    pub fn divisible_output(&self, id: u64) -> Result<PathBuf, StateError> {
+        Ok(self.jobs.divisible.output_path(id)?)
+    }
+
+    /// `DATA_DIR/divisible`, where divisible jobs' files are.
+    pub fn divisible_dir(&self) -> PathBuf {
+        self.jobs.divisible.dir().to_path_buf()
+    }
+}

@@ -1,0 +1,123 @@
+//! Divisible jobs as a job kind of the one dispatch path, through the state's own types: their
+//! ids carry `Kind::Divisible`, a repeated submission key returns the stored job, their rows are
+//! in the main store and written in the state's transaction — so a full disk rolls a chunk
+//! hand-out back and pauses, and a restart finds every committed chunk — and no
+//! `divisible.db` exists beside the store.
+
+use hetsched_server::ServerConfig;
+use hetsched_server::jobs::Kind;
+use hetsched_server::jobs::divisible::{ChunkRequest, ChunkResult};
+use hetsched_server::state::types::Submission;
+use hetsched_server::state::{PROBE_INTERVAL, State};
+use hetsched_server::store::Store;
+use std::path::{Path, PathBuf};
+
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn open(d: &Path) -> State {
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        ..Default::default()
+    };
+    State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state")
+}
+
+const JOB: &str = "[[divisible]]\nname = \"rows\"\nunits = 100\ncommand = \"echo {start} {end}\"\n";
+
+fn ask(s: &mut State, name: &str) -> Result<Vec<(u64, u64)>, String> {
+    s.on_next_chunk(ChunkRequest {
+        name: name.into(),
+        memory_bytes: 1 << 30,
+        incarnation: "i1".into(),
+        holding: Vec::new(),
+        room: true,
+    })
+    .map(|r| r.orders.iter().map(|o| (o.job_id, o.chunk)).collect())
+    .map_err(|e| e.to_string())
+}
+
+fn chunks(s: &State, id: u64) -> Vec<(u64, String)> {
+    let j = s.get_job(id).expect("job");
+    j.divisible
+        .expect("a divisible view")
+        .chunks
+        .iter()
+        .map(|c| (c.chunk, c.state.clone()))
+        .collect()
+}
+
+#[test]
+fn divisible_rows_are_in_the_states_transaction_and_survive_a_full_disk_and_a_restart() {
+    let d = std::env::temp_dir().join(format!("hetsched-divkind-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("dir");
+    let _scratch = Scratch(d.clone());
+    let mut s = open(&d);
+    let sub = || Submission {
+        origin: "rows.toml".into(),
+        text: JOB.into(),
+        workdir: "/".into(),
+        key: "key-1".into(),
+        name: String::new(),
+        divisible_input: Vec::new(),
+    };
+    let first = s.on_submit(sub()).expect("submitted");
+    assert_eq!(Kind::of(first.job_id), Some(Kind::Divisible));
+    let again = s.on_submit(sub()).expect("a retry with the same key");
+    assert_eq!((again.job_id, again.existing), (first.job_id, true));
+    let id = first.job_id;
+    assert_eq!(s.get_job(id).expect("job").state, "running");
+    assert_eq!(s.list_jobs(0, 0).jobs.len(), 0, "no batch job");
+    assert_eq!(s.list_jobs(Kind::Divisible.id(0), 0).jobs.len(), 1);
+
+    // Calibration: the agent gets chunk 0 and reports it done.
+    let got = ask(&mut s, "a").expect("next chunk");
+    assert_eq!(got, vec![(id, 0)]);
+    let jd = d.join("divisible").join(format!("job-{id}"));
+    let tmp = jd.join("chunk-0.part");
+    std::fs::write(&tmp, b"0 4\n").expect("output");
+    let done = ChunkResult {
+        job_id: id,
+        chunk: 0,
+        success: true,
+        message: String::new(),
+        transfer_ns: 1_000,
+        compute_ns: 1_000_000,
+    };
+    assert!(s.on_chunk_done(&done, Some(&tmp)).expect("recorded"));
+    assert!(
+        !s.on_chunk_done(&done, None)
+            .expect("a repeat is acknowledged"),
+        "a chunk's success is recorded once"
+    );
+
+    // A full disk: handing out chunk 1 cannot be committed, so it is rolled back and dispatch
+    // pauses; a result is refused (the agent retries) while paused.
+    s.simulate_full_disk(true);
+    assert!(ask(&mut s, "a").is_err(), "the hand-out is refused");
+    assert!(s.is_paused());
+    assert_eq!(chunks(&s, id), vec![(0, "done".to_string())], "rolled back");
+    assert!(ask(&mut s, "a").expect("paused: no work").is_empty());
+
+    // The disk has room again: chunk 1 goes out once the probe write succeeds.
+    s.simulate_full_disk(false);
+    std::thread::sleep(PROBE_INTERVAL);
+    assert_eq!(ask(&mut s, "a").expect("next chunk"), vec![(id, 1)]);
+    assert!(!s.is_paused());
+
+    // A restart finds what was committed, from the main store.
+    drop(s);
+    let s = open(&d);
+    assert_eq!(
+        chunks(&s, id),
+        vec![(0, "done".to_string()), (1, "out".to_string())]
+    );
+    assert_eq!(s.get_job(id).expect("job").counts.succeeded, 4);
+    assert!(!d.join("divisible.db").exists(), "no store of its own");
+}
