@@ -1045,6 +1045,7 @@ impl State {
                 None => job.row.workdir.clone(),
             },
             time_limit_ms: limit,
+            ..Default::default()
         }
     }
 
@@ -1432,6 +1433,7 @@ impl State {
                     message: t.message.clone(),
                     failed_attempts: t.failures,
                     output: String::new(),
+                    ..Default::default()
                 }
             })
             .collect();
@@ -1529,6 +1531,7 @@ impl State {
                                     as u64,
                             })
                             .collect(),
+                        ..Default::default()
                     }
                 })
                 .collect(),

@@ -2,6 +2,7 @@
 //! `tasks`, `nodes`, `wait`, `cancel`), `demo`, `bench-dispatch`, and the hidden `kernel` that the
 //! demo's tasks run.
 
+mod accel_cli;
 mod bench;
 mod client;
 mod demo;
