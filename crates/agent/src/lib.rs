@@ -276,6 +276,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     accel: pipeline.as_ref().map(|p| p.state(&gpus)),
                     accel_port,
                     accel_tls,
+                    rack: opts.accel.rack.clone(),
                 }
             };
             let reply = match tokio::time::timeout(Duration::from_secs(10), client.heartbeat(req))

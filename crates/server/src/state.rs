@@ -43,6 +43,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 use tracing::{info, warn};
 
+mod accel;
 mod retention;
 pub use retention::RETENTION_INTERVAL;
 
@@ -189,6 +190,8 @@ struct AppRec {
     observed: [Observed; 2],
     /// The application's `workdir =`, if any (relative to the job's working directory).
     workdir: Option<String>,
+    /// Declared `inputs`, `outputs` and `accelerator` (spec 01), sent in its task specs.
+    files: (Vec<String>, Vec<String>, String),
 }
 
 #[derive(Debug)]
@@ -253,6 +256,8 @@ pub struct State {
     backoff: crate::backoff::Backoff,
     /// Finished jobs' summaries and purged jobs (see [`retention`]).
     retention: retention::Retention,
+    /// Accelerator sharing: the node binding (memory only; see [`accel`]).
+    sharing: accel::Sharing,
 }
 
 impl State {
@@ -291,6 +296,7 @@ impl State {
                 Duration::from_nanos(config.start_failure_backoff.0),
             ),
             retention: retention::Retention::with_purged(snap.purged),
+            sharing: accel::Sharing::new(config.binding, config.binding_slots),
         };
         for row in snap.nodes {
             let spec: Node = serde_json::from_str(&row.spec)
@@ -428,6 +434,11 @@ impl State {
                 gpu,
                 observed: [Observed::default(); 2],
                 workdir: spec.workdir.as_ref().map(|w| w.get_ref().clone()),
+                files: (
+                    spec.inputs.iter().map(|f| f.get_ref().clone()).collect(),
+                    spec.outputs.iter().map(|f| f.get_ref().clone()).collect(),
+                    spec.accelerator_need().as_str().to_string(),
+                ),
             });
             self.view.add_application(app, pending)?;
         }
@@ -747,6 +758,7 @@ impl State {
                 reply.more = true;
             }
         }
+        self.accel_heartbeat(nid, &req, &mut reply, &mut dirty)?;
         self.commit(dirty, None)?;
         Ok(reply)
     }
@@ -1009,6 +1021,7 @@ impl State {
                 self.lose(t, &reason, now, &mut dirty)?;
             }
         }
+        self.accel_left(&mut dirty)?;
         self.commit(dirty, None)
     }
 
@@ -1045,7 +1058,9 @@ impl State {
                 None => job.row.workdir.clone(),
             },
             time_limit_ms: limit,
-            ..Default::default()
+            inputs: rec.files.0.clone(),
+            outputs: rec.files.1.clone(),
+            accelerator: rec.files.2.clone(),
         }
     }
 
@@ -1433,7 +1448,7 @@ impl State {
                     message: t.message.clone(),
                     failed_attempts: t.failures,
                     output: String::new(),
-                    ..Default::default()
+                    executed_node: self.executed_node(t.id, t.attempt, t.node),
                 }
             })
             .collect();
@@ -1478,7 +1493,7 @@ impl State {
 
     /// Every node.
     pub fn nodes(&self) -> pb::ListNodesReply {
-        pb::ListNodesReply {
+        let mut reply = pb::ListNodesReply {
             nodes: self
                 .nodes
                 .iter()
@@ -1535,7 +1550,9 @@ impl State {
                     }
                 })
                 .collect(),
-        }
+        };
+        self.accel_nodes(&mut reply);
+        reply
     }
 
     /// How many jobs were ever submitted (ids run from 1 to this).

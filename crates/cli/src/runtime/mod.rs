@@ -82,6 +82,12 @@ pub enum RuntimeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Print the accelerator binding map per rack (spec 01): each ANode with its NNodes and its
+    /// accelerator service's queue lengths, and the NNodes left unbound.
+    Bindings {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Manage nodes (`hetsched node remove|drain|resume NAME`).
     #[command(subcommand)]
     Node(NodeCommand),
@@ -241,6 +247,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         RuntimeCommand::Job { id, client } => client::job(&client, id).await,
         RuntimeCommand::Tasks { job, limit, client } => client::tasks(&client, job, limit).await,
         RuntimeCommand::Nodes { client } => client::nodes(&client).await,
+        RuntimeCommand::Bindings { client } => accel_cli::bindings(&client).await,
         RuntimeCommand::Wait {
             id,
             timeout,
