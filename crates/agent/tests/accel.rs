@@ -1,6 +1,8 @@
 //! The accelerator service (spec 01's AcCt) and offload from an NNode, on loopback: an ANode's
 //! pipeline with its listener, and the NNode's client shipping tasks to it.
 
+#![allow(clippy::unwrap_used)] // a failing test should panic with the error
+
 use hetsched_agent::accel::offload::{self, Client, Target};
 use hetsched_agent::accel::{Pipeline, service::AccelListener};
 use hetsched_agent::launch::Kill;

@@ -435,9 +435,9 @@ pub(crate) enum Route {
     /// A CPU task, or a GPU task on a node without the service: directly.
     Direct,
     /// A GPU task of an ANode: through its process stage.
-    Local(Pipeline),
+    Local(Box<Pipeline>),
     /// A GPU task on an NNode: offloaded to its ANode (`None`: unbound).
-    Offload(Option<offload::Client>),
+    Offload(Option<Box<offload::Client>>),
 }
 
 /// Where a task of `spec` runs on this node.
@@ -451,10 +451,10 @@ pub(crate) fn route(
         return Route::Direct;
     }
     if let Some(p) = pipeline {
-        return Route::Local(p.clone());
+        return Route::Local(Box::new(p.clone()));
     }
     if opts.resources.accelerators.is_empty() {
-        return Route::Offload(binding.cloned());
+        return Route::Offload(binding.cloned().map(Box::new));
     }
     Route::Direct
 }

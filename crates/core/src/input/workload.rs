@@ -50,8 +50,9 @@ pub struct ApplicationSpec {
     pub retries: Spanned<u32>,
     /// Whether a task needs an accelerator (spec 01): `"required"`, `"preferred"` or `"none"` (the
     /// default: today's behaviour). A required or preferred task needs a GPU variant, whose profile
-    /// is the accelerator's time; the offload model (`hetsched_sim::accel`) reads the field, the
-    /// batch simulator and the runtime do not yet.
+    /// is the accelerator's time; the offload model (`hetsched_sim::accel`) reads the field; the
+    /// runtime passes it to its agents (placement does not read it yet), the batch simulator does
+    /// not.
     #[serde(default)]
     pub accelerator: Option<Spanned<AcceleratorNeed>>,
     /// Files each task reads (runtime, spec 01): paths relative to the task's directory,
