@@ -322,3 +322,36 @@ async fn when_the_requester_goes_away_the_anode_kills_the_task_and_drops_its_res
     assert!(!st.devices[0].busy, "the task still holds the device");
     assert!(!dir.join("late.txt").exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_speaks_tls_with_a_certificate_and_the_nnode_verifies_it() {
+    let tls = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/tls");
+    let read = |f: &str| std::fs::read(tls.join(f)).unwrap();
+    let work = temp("tls-anode");
+    let p = Pipeline::start("anode-1", 1, &work, Default::default()).unwrap();
+    let l = AccelListener::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        p,
+        TOKEN,
+        Some((read("server.pem"), read("server.key"))),
+    )
+    .await
+    .unwrap();
+    assert!(l.tls);
+    let c = Client::new(
+        Target {
+            anode: "anode-1".into(),
+            address: format!("https://{}", l.addr),
+        },
+        TOKEN,
+        Some(&read("ca.pem")),
+    )
+    .unwrap();
+    let dir = temp("tls-nnode");
+    std::fs::create_dir_all(dir.join("in")).unwrap();
+    std::fs::write(dir.join("in/0.dat"), b"secret").unwrap();
+    let s = spec(&dir, TRANSFORM, &["in/{index}.dat"], &["out/{index}.dat"]);
+    let r = offload::run(&c, &assignment(1, 0, 1), &s, "nnode-1", &dir, never()).await;
+    assert!(r.success, "{r:?}");
+    assert_eq!(std::fs::read(dir.join("out/0.dat")).unwrap(), b"SECRET");
+}
