@@ -23,18 +23,69 @@
 //! - **Where a task ran.** The ANode an offloaded attempt was sent to is remembered in memory
 //!   (`hetsched tasks` shows it as the executed node).
 
-use super::{State, StateError, TaskState, now_ns};
+use super::State;
+use super::StateError;
+use super::types::{HeartbeatReply, HeartbeatReport, NodeInfo, TasksPage};
 use crate::config::BindingKind;
 use hetsched_core::NodeId;
 use hetsched_core::model::cluster::Accelerator;
 use hetsched_core::policy::binding::{Binding, BindingEvent, BindingMode};
-use hetsched_proto as pb;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use tracing::{info, warn};
 
 /// The rack of a node whose agent names none.
 pub const DEFAULT_RACK: &str = "default";
+
+/// One accelerator device's state, as its ANode reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceState {
+    /// Device number.
+    pub device: u32,
+    /// A task of the accelerator service runs on it.
+    pub busy: bool,
+    /// Memory used (NVML; 0 when unknown).
+    pub memory_used_bytes: u64,
+    /// Utilisation in percent (NVML; 0 when unknown).
+    pub utilisation_percent: u32,
+    /// Whether NVML measured it.
+    pub nvml: bool,
+}
+
+/// An accelerator service's devices and queue lengths.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AccelState {
+    /// Its devices.
+    pub devices: Vec<DeviceState>,
+    /// Offloads being received (remote-read).
+    pub reading: u32,
+    /// Tasks waiting for a device.
+    pub process_queue: u32,
+    /// Results waiting to be sent back.
+    pub write_queue: u32,
+}
+
+/// What a heartbeat says about the node's rack and accelerator service.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AccelReport {
+    /// The rack its agent names (empty: [`DEFAULT_RACK`]).
+    pub rack: String,
+    /// Port of its accelerator service (0: none).
+    pub port: u32,
+    /// Whether the service speaks TLS.
+    pub tls: bool,
+    /// The service's state.
+    pub state: Option<AccelState>,
+}
+
+/// A node's binding as its agent is told it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeBinding {
+    /// The ANode's name; empty = unbound.
+    pub anode: String,
+    /// Its accelerator service, `http(s)://host:port`.
+    pub address: String,
+}
 
 /// What an agent last said about its accelerator service.
 #[derive(Clone, Debug, Default)]
@@ -43,7 +94,7 @@ struct Service {
     port: u32,
     tls: bool,
     rack: String,
-    state: Option<pb::AccelState>,
+    state: Option<AccelState>,
 }
 
 /// A node's role in the binding.
@@ -103,36 +154,34 @@ impl State {
         }
     }
 
-    /// The part of a heartbeat that concerns accelerator sharing, run after the policy's
-    /// decisions: the node's service and rack, its joining the binding, the ANode of each GPU task
-    /// just sent to an NNode, and the node's binding in the reply.
+    /// The part of a heartbeat that concerns accelerator sharing, run after the kinds filled the
+    /// node: the node's service and rack, its joining the binding, the ANode of each GPU task just
+    /// sent to an NNode, and the node's binding in the reply.
     pub(super) fn accel_heartbeat(
         &mut self,
         nid: NodeId,
-        req: &pb::HeartbeatRequest,
-        reply: &mut pb::HeartbeatReply,
-        dirty: &mut Vec<u64>,
+        req: &HeartbeatReport,
+        reply: &mut HeartbeatReply,
     ) -> Result<(), StateError> {
         let id = nid.0;
         let s = self.sharing.services.entry(id).or_default();
-        s.port = req.accel_port;
-        s.tls = req.accel_tls;
-        s.state = req.accel.clone();
-        s.rack = if req.rack.is_empty() {
+        s.port = req.accel.port;
+        s.tls = req.accel.tls;
+        s.state = req.accel.state.clone();
+        s.rack = if req.accel.rack.is_empty() {
             DEFAULT_RACK.to_string()
         } else {
-            req.rack.clone()
+            req.accel.rack.clone()
         };
         if !self.sharing.members.contains_key(&id) {
-            self.accel_join(id, dirty)?;
+            self.accel_join(id)?;
         }
-        if self.sharing.members.get(&id) == Some(&Role::NNode) {
-            let anode = self.bound_anode(id);
+        if self.sharing.members.get(&id) == Some(&Role::NNode)
+            && let Some(anode) = self.bound_anode(id)
+        {
             for a in &reply.assignments {
-                // Spec keys are application id × 2 + variant; 1 = GPU.
-                if a.spec & 1 == 1
-                    && let Some(anode) = anode
-                {
+                // The NNode runs no GPU task itself: each of its devices is its ANode's.
+                if !a.devices.is_empty() {
                     self.sharing.executed.insert(a.task_id, (a.attempt, anode));
                 }
             }
@@ -143,18 +192,18 @@ impl State {
 
     /// The ANode node `id` is bound to.
     fn bound_anode(&self, id: u32) -> Option<u32> {
-        let name = &self.nodes.get(id as usize)?.spec.name;
+        let name = &self.nodes.get(id)?.spec.name;
         let anode = self
             .sharing
             .binding
             .anode_of(&unit_of(name, self.sharing.binding.mode()))?;
-        self.node_by_name.get(&**anode).copied()
+        self.nodes.by_name(anode)
     }
 
     /// Node `id`'s binding as its agent is told it.
-    fn binding_of(&self, id: u32) -> pb::NodeBinding {
+    fn binding_of(&self, id: u32) -> NodeBinding {
         let Some(anode) = self.bound_anode(id) else {
-            return pb::NodeBinding::default();
+            return NodeBinding::default();
         };
         let s = self
             .sharing
@@ -163,15 +212,14 @@ impl State {
             .cloned()
             .unwrap_or_default();
         let Some(ip) = s.ip.filter(|_| s.port != 0) else {
-            return pb::NodeBinding::default();
+            return NodeBinding::default();
         };
         let host = match ip {
             IpAddr::V4(v4) => v4.to_string(),
             IpAddr::V6(v6) => format!("[{v6}]"),
         };
-        pb::NodeBinding {
-            bound: true,
-            anode: self.nodes[anode as usize].spec.name.clone(),
+        NodeBinding {
+            anode: self.nodes.name(anode).to_string(),
             address: format!(
                 "{}://{host}:{}",
                 if s.tls { "https" } else { "http" },
@@ -180,8 +228,8 @@ impl State {
         }
     }
 
-    fn accel_join(&mut self, id: u32, dirty: &mut Vec<u64>) -> Result<(), StateError> {
-        let Some(n) = self.nodes.get(id as usize) else {
+    fn accel_join(&mut self, id: u32) -> Result<(), StateError> {
+        let Some(n) = self.nodes.get(id) else {
             return Ok(());
         };
         if !n.alive || n.removed {
@@ -216,27 +264,23 @@ impl State {
         };
         self.sharing.members.insert(id, role);
         info!(node = %name, rack = %rack, role = ?role, "joined the accelerator binding");
-        self.apply_binding_events(&events, None, dirty)
+        self.apply_binding_events(&events, None)
     }
 
     /// Takes the nodes that died or were removed out of the binding (called by
     /// [`State::check_dead`] before it commits).
-    pub(super) fn accel_left(&mut self, dirty: &mut Vec<u64>) -> Result<(), StateError> {
+    pub(super) fn accel_left(&mut self) -> Result<(), StateError> {
         let mut gone: Vec<u32> = self
             .sharing
             .members
             .keys()
             .copied()
-            .filter(|&id| {
-                self.nodes
-                    .get(id as usize)
-                    .is_none_or(|n| !n.alive || n.removed)
-            })
+            .filter(|&id| self.nodes.get(id).is_none_or(|n| !n.alive || n.removed))
             .collect();
         gone.sort_unstable();
         for id in gone {
             let role = self.sharing.members.remove(&id);
-            let name = self.nodes[id as usize].spec.name.clone();
+            let name = self.nodes.name(id).to_string();
             if role == Some(Role::Alone) {
                 continue;
             }
@@ -254,21 +298,19 @@ impl State {
                     .set_attached_accelerators(NodeId(id), Vec::new())?;
             }
             let lost_anode = (role == Some(Role::ANode)).then_some(name);
-            self.apply_binding_events(&events, lost_anode.as_deref(), dirty)?;
+            self.apply_binding_events(&events, lost_anode.as_deref())?;
         }
         Ok(())
     }
 
     /// Applies binding changes: each NNode concerned reaches its new ANode's devices (or none).
-    /// With `lost_anode`, the NNodes were bound to that ANode, which is gone: the GPU tasks they
-    /// had sent it are lost and re-queued first.
+    /// With `lost_anode`, the NNodes were bound to that ANode, which is gone: the tasks they had
+    /// sent it are lost (their kinds re-queue them) first.
     fn apply_binding_events(
         &mut self,
         events: &[BindingEvent],
         lost_anode: Option<&str>,
-        dirty: &mut Vec<u64>,
     ) -> Result<(), StateError> {
-        let now = now_ns();
         for e in events {
             let (unit, anode) = match e {
                 BindingEvent::Bound { nnode, anode } => (nnode, Some(anode)),
@@ -277,32 +319,35 @@ impl State {
             if unit.container.is_some_and(|k| k != 0) {
                 continue;
             }
-            let Some(&nid) = self.node_by_name.get(&*unit.nnode) else {
+            let Some(nid) = self.nodes.by_name(&unit.nnode) else {
                 continue;
             };
             if let Some(lost) = lost_anode {
+                let lost_id = self.nodes.by_name(lost);
                 let reason = format!("its ANode `{lost}` was lost");
-                let mut offloaded: Vec<u64> = self.nodes[nid as usize]
-                    .running
-                    .iter()
-                    .copied()
-                    .filter(|&t| {
-                        self.tasks
-                            .get(t as usize)
-                            .is_some_and(|r| r.state == TaskState::Running && r.variant == Some(1))
-                    })
-                    .collect();
+                let mut offloaded: Vec<u64> = self
+                    .nodes
+                    .get(nid)
+                    .map(|n| n.running.iter().copied().collect())
+                    .unwrap_or_default();
+                offloaded.retain(|t| {
+                    self.sharing
+                        .executed
+                        .get(t)
+                        .is_some_and(|&(_, a)| Some(a) == lost_id)
+                });
                 offloaded.sort_unstable_by(|a, b| b.cmp(a));
                 if !offloaded.is_empty() {
                     warn!(node = %unit.nnode, tasks = offloaded.len(), "{reason}: its offloaded tasks are re-queued");
                 }
                 for t in offloaded {
-                    self.lose(t, &reason, now, dirty)?;
+                    self.lose(t, &reason)?;
                 }
             }
             let devices: Vec<Accelerator> = anode
-                .and_then(|a| self.node_by_name.get(&**a))
-                .map(|&a| self.nodes[a as usize].spec.accelerators.clone())
+                .and_then(|a| self.nodes.by_name(a))
+                .and_then(|a| self.nodes.get(a))
+                .map(|n| n.spec.accelerators.clone())
                 .unwrap_or_default();
             match anode {
                 Some(a) => info!(nnode = %unit.nnode, anode = %a, "bound"),
@@ -314,10 +359,9 @@ impl State {
     }
 
     /// Fills the accelerator sharing fields of a node listing: rack, role, binding, service state.
-    pub(super) fn accel_nodes(&self, reply: &mut pb::ListNodesReply) {
-        for n in &mut reply.nodes {
-            let s = self.sharing.services.get(&n.id);
-            if let Some(s) = s {
+    pub(super) fn accel_nodes(&self, list: &mut [NodeInfo]) {
+        for n in list {
+            if let Some(s) = self.sharing.services.get(&n.id) {
                 if !s.rack.is_empty() {
                     n.rack = s.rack.clone();
                 }
@@ -334,19 +378,19 @@ impl State {
                 n.free_gpus = 0;
             }
             if let Some(a) = self.bound_anode(n.id) {
-                n.bound_to = self.nodes[a as usize].spec.name.clone();
+                n.bound_to = self.nodes.name(a).to_string();
             }
         }
     }
 
-    /// The node that executed the latest `attempt` of `task`, placed on `node`: the ANode it was
-    /// offloaded to, else the node itself (empty before it was placed).
-    pub(super) fn executed_node(&self, task: u64, attempt: u32, node: Option<u32>) -> String {
-        let id = match self.sharing.executed.get(&task) {
-            Some(&(at, anode)) if at == attempt => Some(anode),
-            _ => node,
-        };
-        id.and_then(|i| self.nodes.get(i as usize))
-            .map_or(String::new(), |n| n.spec.name.clone())
+    /// Fills each listed task's executed node: the ANode its latest attempt was offloaded to,
+    /// else the node it was placed on.
+    pub(super) fn accel_tasks(&self, page: &mut TasksPage) {
+        for t in &mut page.tasks {
+            t.executed_node = match self.sharing.executed.get(&t.id) {
+                Some(&(at, anode)) if at == t.attempt => self.nodes.name(anode).to_string(),
+                _ => t.node.clone(),
+            };
+        }
     }
 }
