@@ -149,8 +149,8 @@ impl Pipeline {
     }
 
     /// Runs one of the ANode's own GPU tasks through the process stage: it waits for free devices
-    /// like an offloaded task, and runs on the devices the pipeline picks (the server's device
-    /// numbers are replaced, since the server does not see offloaded work on them).
+    /// like an offloaded task: on the devices the server assigned when they are free, else on
+    /// free ones the pipeline picks (the server does not see offloaded work on its devices).
     pub async fn run_local(
         &self,
         assignment: &pb::Assignment,
@@ -226,9 +226,20 @@ pub(crate) fn failed(a: &pb::Assignment, message: &str) -> pb::TaskResult {
     }
 }
 
-/// Takes devices for `need` from the pool, or `None` if not enough are free.
-fn take_devices(counters: &Counters, need: u32) -> Option<Vec<u32>> {
+/// Takes devices for `need` from the pool — `preferred` (the server's choice) when they are all
+/// free, else the lowest free ones — or `None` if not enough are free.
+fn take_devices(counters: &Counters, need: u32, preferred: &[u32]) -> Option<Vec<u32>> {
     let mut busy = counters.busy.lock().unwrap_or_else(|p| p.into_inner());
+    if preferred.len() == need as usize
+        && preferred
+            .iter()
+            .all(|&d| busy.get(d as usize).is_some_and(|b| !*b))
+    {
+        for &d in preferred {
+            busy[d as usize] = true;
+        }
+        return Some(preferred.to_vec());
+    }
     let free: Vec<u32> = busy
         .iter()
         .enumerate()
@@ -275,7 +286,7 @@ async fn process_stage(
     while let Some(job) = rx.recv().await {
         let need = job.gpus.clamp(1, total);
         let devices = loop {
-            if let Some(d) = take_devices(&counters, need) {
+            if let Some(d) = take_devices(&counters, need, &job.assignment.devices) {
                 break d;
             }
             counters.freed.notified().await;
