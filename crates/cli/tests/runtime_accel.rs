@@ -287,6 +287,30 @@ fn gpu_tasks_placed_on_rack_a_nnodes_run_on_its_anode_and_rack_b_gets_none() {
     );
     assert_eq!(maps[1]["rack"], "B", "{maps}");
     assert_eq!(maps[1]["unbound"], serde_json::json!(["nnode-b"]));
+    // Every heartbeat carries the ANode's device state and queue lengths; nodes show their rack
+    // and role.
+    let nodes = c.json(&["nodes"]);
+    let by_name = |name: &str| -> Value {
+        nodes
+            .as_array()
+            .and_then(|a| a.iter().find(|n| n["name"] == name))
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let anode = by_name("anode");
+    assert_eq!(anode["role"], "anode", "{anode}");
+    assert_eq!(anode["rack"], "A", "{anode}");
+    assert_eq!(anode["accel"]["devices"][0]["device"], 0, "{anode}");
+    assert_eq!(anode["accel"]["process_queue"], 0, "{anode}");
+    let b = by_name("nnode-b");
+    assert_eq!(
+        (&b["role"], &b["rack"]),
+        (&Value::from("nnode"), &Value::from("B"))
+    );
+    assert!(
+        b["accel"].is_null(),
+        "an NNode has no accelerator service: {b}"
+    );
     let table = String::from_utf8_lossy(&c.cli(&["nodes"]).stdout).to_string();
     assert!(
         table.contains("-> anode") && table.contains("unbound"),
