@@ -311,6 +311,13 @@ fn gpu_tasks_placed_on_rack_a_nnodes_run_on_its_anode_and_rack_b_gets_none() {
         b["accel"].is_null(),
         "an NNode has no accelerator service: {b}"
     );
+    let text = String::from_utf8_lossy(&c.cli(&["bindings"]).stdout).to_string();
+    assert!(
+        text.contains("rack A\n  anode (queues r/p/w 0/0/0) <- nnode-a1, nnode-a2")
+            && text.contains("rack B\n  (no ANode")
+            && text.contains("unbound: nnode-b"),
+        "{text}"
+    );
     let table = String::from_utf8_lossy(&c.cli(&["nodes"]).stdout).to_string();
     assert!(
         table.contains("-> anode") && table.contains("unbound"),
