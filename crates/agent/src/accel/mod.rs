@@ -14,8 +14,8 @@
 //! - **remote-read** ([`service`]): each `Accel.Offload` call receives one task — its spec, then
 //!   its declared input files in chunks — into a private staging directory, then enqueues it on
 //!   the process queue (waiting while the queue is full: back-pressure reaches the NNode through
-//!   the HTTP/2 flow control of its call). Like the paper's single remote-read thread, the stage
-//!   receives one task's inputs at a time, in arrival order.
+//!   the HTTP/2 flow control of its call). Calls are received concurrently, as the paper's thread
+//!   accepts one connection after another.
 //! - **process** ([`Pipeline`]): one worker takes the queue in FIFO order, waits until the task's
 //!   devices are free, and starts it there with `CUDA_VISIBLE_DEVICES` naming them; one task per
 //!   device at a time, so devices are never oversubscribed. The ANode's **own** GPU tasks enter the
@@ -70,6 +70,7 @@ pub(crate) struct Job {
 }
 
 /// Counters and device states shared by the stages (read for heartbeats).
+#[derive(Default)]
 pub(crate) struct Counters {
     pub reading: AtomicU32,
     pub process_queue: AtomicU32,
@@ -78,11 +79,6 @@ pub(crate) struct Counters {
     pub busy: Mutex<Vec<bool>>,
     /// A device was freed.
     pub freed: Notify,
-    /// The remote-read stage receives one task's inputs at a time, in arrival order (FIFO
-    /// permits): the first task is ready to compute after one transfer, not after all of them,
-    /// which is what lets receiving and computing overlap (offloads multiplexed on one HTTP/2
-    /// connection would otherwise all finish receiving together).
-    pub read_gate: tokio::sync::Semaphore,
 }
 
 /// The accelerator pipeline of one ANode.
@@ -110,11 +106,7 @@ impl Pipeline {
         std::fs::create_dir_all(&staging)?;
         let counters = Arc::new(Counters {
             busy: Mutex::new(vec![false; devices.max(1) as usize]),
-            reading: AtomicU32::new(0),
-            process_queue: AtomicU32::new(0),
-            write_queue: AtomicU32::new(0),
-            freed: Notify::new(),
-            read_gate: tokio::sync::Semaphore::new(1),
+            ..Counters::default()
         });
         let (process_tx, process_rx) = mpsc::channel(PROCESS_QUEUE);
         let (write_tx, write_rx) = mpsc::channel(WRITE_QUEUE);
