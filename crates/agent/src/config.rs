@@ -12,6 +12,8 @@
 //! core_speed = 1.0
 //! disk_read = "200MB/s"
 //! log_listen = "0.0.0.0:0"          # task outputs for `hetsched log` (default: any port)
+//! rack = "r1"                       # binding stays within a rack (default: "default")
+//! accel_listen = "0.0.0.0:0"        # the accelerator service of a node with GPUs
 //! [[accelerator]]                   # declared GPUs replace detected ones
 //! kind = "a100"
 //! count = 4
@@ -49,6 +51,10 @@ pub struct AgentConfig {
     pub disk_read: Option<Bandwidth>,
     /// Where the log listener binds (`hetsched log` reads task outputs through it).
     pub log_listen: Option<std::net::SocketAddr>,
+    /// The rack the node sits in (spec 01: binding never crosses racks).
+    pub rack: Option<String>,
+    /// Where a node with accelerators serves its accelerator service (spec 01's AcCt).
+    pub accel_listen: Option<std::net::SocketAddr>,
     /// Declared accelerators (replace detected ones).
     #[serde(default)]
     pub accelerator: Vec<AcceleratorSpec>,

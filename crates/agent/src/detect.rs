@@ -85,6 +85,26 @@ impl Gpus {
             .collect()
     }
 
+    /// Memory used (bytes) and utilisation (percent) of each detected device, from NVML; empty
+    /// without NVML (issue 11: the accelerator service's per-device state).
+    pub fn device_states(&self) -> Vec<(u64, u32)> {
+        let Some(nvml) = &self.nvml else {
+            return Vec::new();
+        };
+        let count = nvml.device_count().unwrap_or(0);
+        (0..count)
+            .map(|i| {
+                let Ok(d) = nvml.device_by_index(i) else {
+                    return (0, 0);
+                };
+                (
+                    d.memory_info().map_or(0, |m| m.used),
+                    d.utilization_rates().map_or(0, |u| u.gpu),
+                )
+            })
+            .collect()
+    }
+
     /// Utilisation (percent) of each detected device.
     pub fn utilisation(&self) -> Vec<pb::GpuUtilisation> {
         let Some(nvml) = &self.nvml else {

@@ -8,6 +8,7 @@
 //! server is killed and restarted: the agent keeps retrying, and re-registers under its name if the
 //! server has forgotten it.
 //!
+//! - [`accel`]: the accelerator service of an ANode and offload from NNodes (spec 01);
 //! - [`config`]: the TOML configuration;
 //! - [`divisible`]: chunks of divisible jobs (fetch the input, run, upload the output);
 //! - [`detect`]: cores, memory, disks, NVIDIA GPUs, `/proc/PID/io`;
@@ -18,6 +19,7 @@
 //! - [`logs`]: the log listener that serves task outputs to the server (`hetsched log`);
 //! - [`shutdown`]: graceful shutdown on SIGTERM/SIGINT (stop taking work, kill or drain, report).
 
+pub mod accel;
 pub mod config;
 pub mod detect;
 pub mod divisible;
@@ -105,6 +107,8 @@ pub struct AgentOptions {
     pub drain: bool,
     /// The running tasks' process groups, shared with a signal handler ([`shutdown`]).
     pub processes: shutdown::Processes,
+    /// Rack and accelerator service settings (spec 01).
+    pub accel: accel::AccelOptions,
 }
 
 struct RunningTask {
@@ -123,6 +127,8 @@ struct Shared {
     specs: HashMap<u64, Arc<pb::TaskSpec>>,
     results: Vec<pb::TaskResult>,
     ledger: ledger::Ledger,
+    /// The ANode this NNode offloads to, from the server's last reply (spec 01).
+    binding: Option<accel::offload::Client>,
 }
 
 /// Runs the agent until `shutdown` resolves; then kills its tasks and returns.
@@ -181,7 +187,14 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
         specs: HashMap::new(),
         results: recovered.results,
         ledger,
+        binding: None,
     }));
+    // An ANode's accelerator service (spec 01's AcCt): every GPU task of this node, its own and
+    // its NNodes', runs through its process stage.
+    let (pipeline, accel_listener) = accel::start(&opts, &opts.resources.accelerators).await?;
+    let (accel_port, accel_tls) = accel_listener
+        .as_ref()
+        .map_or((0, false), |l| (u32::from(l.addr.port()), l.tls));
     let register = pb::RegisterRequest {
         name: opts.name.clone(),
         cores: opts.resources.cores,
@@ -190,10 +203,12 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
         disk_read_bw: opts.disk_read_bw,
         net_bw: 0.0,
         accelerators: opts.resources.accelerators.clone(),
-        rack: String::new(),
+        rack: opts.accel.rack.clone(),
         identity: identity.clone(),
         log_port,
         work_dir: work_dir_shown.clone(),
+        accel_port,
+        accel_tls,
     };
     let mut node_id: Option<u32> = None;
     let mut interval = Duration::from_millis(500);
@@ -270,6 +285,10 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     log_port,
                     work_dir: work_dir_shown.clone(),
                     draining: draining.is_some(),
+                    accel: pipeline.as_ref().map(|p| p.state(&gpus)),
+                    accel_port,
+                    accel_tls,
+                    rack: opts.accel.rack.clone(),
                 }
             };
             let reply = match tokio::time::timeout(Duration::from_secs(10), client.heartbeat(req))
@@ -286,6 +305,9 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
             }
             let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
             more = reply.more;
+            if let Some(b) = &reply.binding {
+                accel::apply_binding(&mut sh.binding, b, &opts);
+            }
             for spec in reply.specs {
                 sh.specs.insert(spec.key, Arc::new(spec));
             }
@@ -360,6 +382,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                 if let Some(tx) = old.and_then(|mut o| o.kill.take()) {
                     let _ = tx.send(launch::Kill::Server);
                 }
+                let route = accel::route(&spec, &opts, pipeline.as_ref(), sh.binding.as_ref());
                 let (shared, notify, opts) = (shared.clone(), notify.clone(), opts.clone());
                 tokio::spawn(async move {
                     let pid_shared = shared.clone();
@@ -367,19 +390,18 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     let procs = opts.processes.clone();
                     let spawned = Arc::new(std::sync::atomic::AtomicU32::new(0));
                     let spawned_in = spawned.clone();
-                    let result =
-                        launch::run(&a, &spec, &opts.name, &opts.work_dir, rx, move |pid| {
-                            procs.add(pid);
-                            spawned_in.store(pid, std::sync::atomic::Ordering::Relaxed);
-                            let mut sh = pid_shared.lock().unwrap_or_else(|p| p.into_inner());
-                            sh.ledger.started(task, attempt, pid);
-                            if let Some(t) = sh.running.get_mut(&task)
-                                && t.attempt == attempt
-                            {
-                                t.pid = Some(pid);
-                            }
-                        })
-                        .await;
+                    let on_spawn = move |pid| {
+                        procs.add(pid);
+                        spawned_in.store(pid, std::sync::atomic::Ordering::Relaxed);
+                        let mut sh = pid_shared.lock().unwrap_or_else(|p| p.into_inner());
+                        sh.ledger.started(task, attempt, pid);
+                        if let Some(t) = sh.running.get_mut(&task)
+                            && t.attempt == attempt
+                        {
+                            t.pid = Some(pid);
+                        }
+                    };
+                    let result = accel::run(route, &a, &spec, &opts, rx, on_spawn).await;
                     opts.processes
                         .remove(spawned.load(std::sync::atomic::Ordering::Relaxed));
                     let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
@@ -503,6 +525,9 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
         }
     }
     if let Some(l) = logs {
+        l.stop().await;
+    }
+    if let Some(l) = accel_listener {
         l.stop().await;
     }
     Ok(())

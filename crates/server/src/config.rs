@@ -12,6 +12,8 @@
 //! http_listen = "127.0.0.1:7421" # optional: HTTP listener for /metrics and /healthz (no token)
 //! start_failures = 3           # consecutive start failures of an application on a node …
 //! start_failure_backoff = "60s" # … keep it off that node this long (0 failures = never)
+//! binding = "plain"            # NNode→ANode binding (spec 01): plain, weighted, container
+//! binding_slots = 1            # containers per node with binding = "container"
 //! [retention]                  # optional; finished jobs are kept forever without it
 //! keep_finished = "24h"        # purge a job this long after its last task ended
 //! keep_jobs = 1000             # purge all but the most recently finished 1000 jobs
@@ -57,6 +59,24 @@ pub struct ServerConfig {
     pub start_failure_backoff: Duration,
     /// Retention of finished jobs (`[retention]`); none: kept until `hetsched purge`.
     pub retention: Option<RetentionConfig>,
+    /// How NNodes are bound to ANodes (spec 01): `plain` (the paper's rule), `weighted` (by
+    /// accelerator speed) or `container` (task slots bound one by one).
+    pub binding: BindingKind,
+    /// Containers per node in `binding = "container"` (at least 1).
+    pub binding_slots: u32,
+}
+
+/// The node binding mode a server uses (spec 01; the rules are `hetsched_core::policy::binding`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BindingKind {
+    /// The paper's rule: whole NNodes, balanced by count.
+    #[default]
+    Plain,
+    /// Whole NNodes, balanced by the ANodes' summed accelerator speed.
+    Weighted,
+    /// `binding_slots` containers per node, bound one by one.
+    Container,
 }
 
 /// When finished jobs are purged on their own (see `docs/runtime.md`, Retention).
@@ -94,6 +114,8 @@ impl Default for ServerConfig {
             start_failures: 3,
             start_failure_backoff: Duration(60_000_000_000),
             retention: None,
+            binding: BindingKind::Plain,
+            binding_slots: 1,
         }
     }
 }

@@ -70,7 +70,51 @@ impl From<pb::HeartbeatRequest> for HeartbeatReport {
             available_memory_bytes: r.available_memory_bytes,
             known_specs: r.known_specs,
             draining: r.draining,
+            accel: crate::state::accel::AccelReport {
+                rack: r.rack,
+                port: r.accel_port,
+                tls: r.accel_tls,
+                state: r.accel.map(accel_state),
+            },
         }
+    }
+}
+
+fn accel_state(a: pb::AccelState) -> crate::state::accel::AccelState {
+    crate::state::accel::AccelState {
+        devices: a
+            .devices
+            .into_iter()
+            .map(|d| crate::state::accel::DeviceState {
+                device: d.device,
+                busy: d.busy,
+                memory_used_bytes: d.memory_used_bytes,
+                utilisation_percent: d.utilisation_percent,
+                nvml: d.nvml,
+            })
+            .collect(),
+        reading: a.reading,
+        process_queue: a.process_queue,
+        write_queue: a.write_queue,
+    }
+}
+
+fn accel_state_wire(a: crate::state::accel::AccelState) -> pb::AccelState {
+    pb::AccelState {
+        devices: a
+            .devices
+            .into_iter()
+            .map(|d| pb::DeviceState {
+                device: d.device,
+                busy: d.busy,
+                memory_used_bytes: d.memory_used_bytes,
+                utilisation_percent: d.utilisation_percent,
+                nvml: d.nvml,
+            })
+            .collect(),
+        reading: a.reading,
+        process_queue: a.process_queue,
+        write_queue: a.write_queue,
     }
 }
 
@@ -113,6 +157,9 @@ fn task_spec(s: &TaskSpec) -> pb::TaskSpec {
         env: s.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         workdir: s.workdir.clone(),
         time_limit_ms: s.time_limit_ms,
+        inputs: s.inputs.clone(),
+        outputs: s.outputs.clone(),
+        accelerator: s.accelerator.clone(),
     }
 }
 
@@ -125,6 +172,11 @@ impl From<HeartbeatReply> for pb::HeartbeatReply {
             reregister: r.reregister,
             specs: r.specs.iter().map(task_spec).collect(),
             more: r.more,
+            binding: r.binding.map(|b| pb::NodeBinding {
+                bound: !b.anode.is_empty(),
+                anode: b.anode,
+                address: b.address,
+            }),
         }
     }
 }
@@ -148,6 +200,9 @@ pub fn reply_wire_len(r: &HeartbeatReply) -> usize {
         reregister: r.reregister,
         specs: r.specs.iter().map(task_spec).collect(),
         more: r.more,
+        // Added after the kinds filled the reply: an ANode name and an address, a few hundred
+        // bytes at most beyond the budget (agents decode up to 16 MiB).
+        binding: None,
     }
     .encoded_len()
 }
@@ -244,6 +299,7 @@ impl From<TaskInfo> for pb::TaskInfo {
             failed_attempts: t.failed_attempts,
             // Filled by the service from the agent that ran the task (`hetsched log`).
             output: String::new(),
+            executed_node: t.executed_node,
         }
     }
 }
@@ -304,6 +360,9 @@ impl From<NodeInfo> for pb::NodeInfo {
             draining: n.draining,
             backed_off: n.backed_off.into_iter().map(Into::into).collect(),
             rack: n.rack,
+            role: n.role,
+            bound_to: n.bound_to,
+            accel: n.accel.map(accel_state_wire),
         }
     }
 }

@@ -170,7 +170,11 @@ impl Agent for AgentService {
         let ip = req.remote_addr().map(|a| a.ip());
         let r = req.into_inner();
         let (id, port, work_dir) = (r.node_id, r.log_port, r.work_dir.clone());
-        let reply = with_state(&self.0, &self.3, Run::Inline, move |s| s.heartbeat(r)).await;
+        let reply = with_state(&self.0, &self.3, Run::Inline, move |s| {
+            s.note_peer(id, ip);
+            s.heartbeat(r)
+        })
+        .await;
         self.1.heartbeat(start.elapsed());
         if let Ok(rep) = &reply
             && !rep.get_ref().reregister

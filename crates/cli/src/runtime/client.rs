@@ -494,6 +494,10 @@ pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
         "disk read/s",
         "mem available",
         "backed off",
+        "rack",
+        "role",
+        "binding",
+        "queues r/p/w",
     ]);
     for n in &reply.nodes {
         t.add_row(vec![
@@ -545,6 +549,10 @@ pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
                     .collect::<Vec<_>>()
                     .join("; ")
             },
+            n.rack.clone(),
+            super::accel_cli::role(n).to_string(),
+            super::accel_cli::binding_cell(n),
+            super::accel_cli::queues_cell(n),
         ]);
     }
     println!("{t}");

@@ -2,9 +2,11 @@
 //! declares a GPU) — running a small mixed workload of real programs: dense LU, QR and Cholesky
 //! solves (`hetsched kernel`, faer), sized to about a second each, with CPU and GPU variants. On a
 //! machine without GPUs the "GPU" variant runs the same CPU kernel with `CUDA_VISIBLE_DEVICES` set
-//! (the task's output says so). Prints where each task ran and the makespan. Then a divisible job:
-//! rows of a matrix product planned by UMRLM from the agents' measured speeds, its gathered output
-//! checked against the product computed in one piece.
+//! (the task's output says so). The three nodes form one rack: the GPU node is its ANode and
+//! the two CPU nodes are bound to it, so GPU tasks placed on them are offloaded to it (spec 01).
+//! Prints where each task was placed and ran, and the makespan. Then a divisible job: rows of a
+//! matrix product planned by UMRLM from the agents' measured speeds, its gathered output checked
+//! against the product computed in one piece.
 
 use super::Output;
 use super::client::{connect_with, print_tasks, wait_on};
@@ -128,6 +130,13 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             log_listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
             drain: false,
             processes: Default::default(),
+            // One rack: gpu-node is its ANode (with the accelerator service), the two CPU nodes
+            // its NNodes, which offload the GPU tasks placed on them (spec 01).
+            accel: hetsched_agent::accel::AccelOptions {
+                rack: "rack-a".into(),
+                listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
+                tls: None,
+            },
         };
         println!(
             "agent {name}: 1 core{}",
@@ -146,17 +155,20 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let mut api = connect_with(&url, &server.token, None).await?;
     // Let the agents register so the job is checked against real nodes.
     let deadline = Instant::now() + std::time::Duration::from_secs(10);
-    while api
-        .list_nodes(pb::ListNodesRequest {})
-        .await?
-        .into_inner()
-        .nodes
-        .len()
-        < 3
-        && Instant::now() < deadline
-    {
+    // … and the two NNodes be bound to gpu-node.
+    loop {
+        let nodes = api
+            .list_nodes(pb::ListNodesRequest {})
+            .await?
+            .into_inner()
+            .nodes;
+        let bound = nodes.iter().filter(|n| !n.bound_to.is_empty()).count();
+        if (nodes.len() >= 3 && bound >= 2) || Instant::now() >= deadline {
+            break;
+        }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+    println!("rack-a: gpu-node is the ANode; cpu-node-1 and cpu-node-2 are bound to it");
     let text = job_file(&exe, args.tasks, n);
     let job_path = dir.join("demo-job.toml");
     std::fs::write(&job_path, &text)?;
@@ -197,14 +209,20 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         })
         .await?
         .into_inner();
-    let mut per_node: std::collections::BTreeMap<(String, String), u32> = Default::default();
+    let mut per_node: std::collections::BTreeMap<(String, String, String), u32> =
+        Default::default();
     for t in &tasks {
         *per_node
-            .entry((t.node.clone(), t.variant.clone()))
+            .entry((t.node.clone(), t.variant.clone(), t.executed_node.clone()))
             .or_default() += 1;
     }
-    for ((node, variant), count) in per_node {
-        println!("  {node:<12} {variant}: {count} task(s)");
+    for ((node, variant, executed), count) in per_node {
+        let offloaded = if executed != node && !executed.is_empty() {
+            format!(" (offloaded to {executed})")
+        } else {
+            String::new()
+        };
+        println!("  {node:<12} {variant}: {count} task(s){offloaded}");
     }
     println!(
         "  (gpu-node's GPU is declared, not detected: on a machine without one, its GPU tasks run \

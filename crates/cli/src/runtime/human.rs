@@ -151,7 +151,7 @@ pub fn task_json(t: &pb::TaskInfo) -> Value {
     let mut v = serde_json::to_value(t).unwrap_or(Value::Null);
     set_time(&mut v, "started_ns", t.started_ns);
     set_time(&mut v, "finished_ns", t.finished_ns);
-    for k in ["node", "variant", "output", "message"] {
+    for k in ["node", "variant", "output", "message", "executed_node"] {
         if v[k].as_str() == Some("") {
             v[k] = Value::Null;
         }

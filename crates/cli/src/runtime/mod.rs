@@ -2,6 +2,7 @@
 //! `tasks`, `nodes`, `wait`, `cancel`), `demo`, `bench-dispatch`, and the hidden `kernel` that the
 //! demo's tasks run.
 
+mod accel_cli;
 mod bench;
 mod client;
 mod demo;
@@ -90,6 +91,12 @@ pub enum RuntimeCommand {
     },
     /// List nodes (agents) with their free resources.
     Nodes {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Print the accelerator binding map per rack (spec 01): each ANode with its NNodes and its
+    /// accelerator service's queue lengths, and the NNodes left unbound.
+    Bindings {
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -259,6 +266,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         }
         RuntimeCommand::Tasks { job, limit, client } => client::tasks(&client, job, limit).await,
         RuntimeCommand::Nodes { client } => client::nodes(&client).await,
+        RuntimeCommand::Bindings { client } => accel_cli::bindings(&client).await,
         RuntimeCommand::Wait {
             id,
             timeout,

@@ -82,6 +82,21 @@ pub struct AgentArgs {
     /// signal kills them and exits at once).
     #[arg(long)]
     pub drain: bool,
+    /// The rack this node sits in: accelerator binding never crosses racks (spec 01)
+    /// [default: the agent configuration's `rack`, else `default`].
+    #[arg(long)]
+    pub rack: Option<String>,
+    /// Where a node with accelerators serves its accelerator service to the NNodes bound to it
+    /// (token-checked with the agent token); `none` = no service. [default: 0.0.0.0:0, any free
+    /// port]
+    #[arg(long, value_name = "ADDR")]
+    pub accel_listen: Option<String>,
+    /// Certificate (PEM) of the accelerator service: with `--accel-key`, it speaks TLS.
+    #[arg(long, requires = "accel_key")]
+    pub accel_cert: Option<PathBuf>,
+    /// Private key (PEM) of the accelerator service.
+    #[arg(long, requires = "accel_cert")]
+    pub accel_key: Option<PathBuf>,
 }
 
 fn nanos(d: humantime::Duration) -> u64 {
@@ -293,6 +308,7 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
         },
         drain: a.drain,
         processes: Default::default(),
+        accel: super::accel_cli::agent_accel_options(a, &config)?,
     })
 }
 

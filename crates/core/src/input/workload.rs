@@ -53,10 +53,18 @@ pub struct ApplicationSpec {
     pub retries: Spanned<u32>,
     /// Whether a task needs an accelerator (spec 01): `"required"`, `"preferred"` or `"none"` (the
     /// default: today's behaviour). A required or preferred task needs a GPU variant, whose profile
-    /// is the accelerator's time; the offload model (`hetsched_sim::accel`) reads the field, the
-    /// batch simulator and the runtime do not yet.
+    /// is the accelerator's time; the offload model (`hetsched_sim::accel`) reads the field; the
+    /// runtime passes it to its agents (placement does not read it yet), the batch simulator does
+    /// not.
     #[serde(default)]
     pub accelerator: Option<Spanned<AcceleratorNeed>>,
+    /// Files each task reads (runtime, spec 01): paths relative to the task's directory,
+    /// `{index}` = the task's index. A task offloaded from an NNode ships them to its ANode.
+    #[serde(default)]
+    pub inputs: Vec<Spanned<String>>,
+    /// Files each task writes, as `inputs`: an offloaded task's are shipped back to the NNode.
+    #[serde(default)]
+    pub outputs: Vec<Spanned<String>>,
     /// The CPU variant.
     pub cpu: Option<Spanned<CpuSpec>>,
     /// The GPU variant.
@@ -130,6 +138,29 @@ pub struct GpuSpec {
     pub env: BTreeMap<String, String>,
     /// Wall-clock limit of one task (runtime).
     pub time_limit: Option<Duration>,
+}
+
+/// Most `inputs` (or `outputs`) one application may declare.
+pub const MAX_TASK_FILES: usize = 64;
+
+/// Checks a declared task file: a relative path of 1 to 4096 bytes that stays inside the task's
+/// directory (no root, no `..`), so a job can name no file elsewhere on a node.
+pub fn task_file(name: &str) -> Result<(), String> {
+    use std::path::{Component, Path};
+    if name.is_empty() || name.len() > 4096 || name.contains('\0') {
+        return Err("must be a file path of 1 to 4096 bytes".into());
+    }
+    let p = Path::new(name);
+    let inside = p
+        .components()
+        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+        && p.components().any(|c| matches!(c, Component::Normal(_)));
+    if !inside {
+        return Err(format!(
+            "`{name}` must be a relative path inside the task's directory (no leading `/`, no `..`)"
+        ));
+    }
+    Ok(())
 }
 
 /// Most `retries` one application may ask for.
@@ -219,6 +250,20 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
                     field("workdir"),
                     "must be a directory path of 1 to 4096 bytes",
                 ));
+            }
+        }
+        for (list, what) in [(&a.inputs, "inputs"), (&a.outputs, "outputs")] {
+            if list.len() > MAX_TASK_FILES {
+                return Err(src.error(
+                    list.first().and_then(at),
+                    field(what),
+                    format!("at most {MAX_TASK_FILES} files"),
+                ));
+            }
+            for (k, f) in list.iter().enumerate() {
+                if let Err(e) = task_file(f.get_ref()) {
+                    return Err(src.error(at(f), field(&format!("{what}[{k}]")), e));
+                }
             }
         }
         if !names.insert(name.clone()) {

@@ -214,6 +214,36 @@ impl SchedulerView {
         Ok(())
     }
 
+    /// Gives `node` the accelerators it reaches through node binding (spec 01): an NNode bound to
+    /// an ANode is seen with that ANode's devices, so the policy places accelerator work on it
+    /// (the runtime then offloads it); an unbound NNode gets none and takes no such work. Devices
+    /// that stay keep their state; the caller re-queues the tasks that held devices it takes away
+    /// first (so their resources have returned).
+    pub fn set_attached_accelerators(
+        &mut self,
+        node: NodeId,
+        accelerators: Vec<super::cluster::Accelerator>,
+    ) -> Result<(), ViewError> {
+        let state = self
+            .nodes
+            .get_mut(node.index())
+            .ok_or(ViewError::UnknownNode(node))?;
+        let (old_capacity, old_speed) = (state.node.capacity(), device_speed(&state.node));
+        let (old_n, new_n) = (
+            state.node.accelerators.len() as u32,
+            accelerators.len() as u32,
+        );
+        state.node.accelerators = accelerators;
+        state.device_free.resize(new_n as usize, true);
+        state.free.gpus = (state.free.gpus + new_n).saturating_sub(old_n);
+        if state.alive {
+            self.totals = self.totals - old_capacity + state.node.capacity();
+            self.device_speed_total =
+                (self.device_speed_total - old_speed + device_speed(&state.node)).max(0.0);
+        }
+        Ok(())
+    }
+
     /// Adds an application with the ids of its tasks; ids must be dense and in order.
     pub fn add_application(
         &mut self,

@@ -96,6 +96,8 @@ struct AppRec {
     observed: [Observed; 2],
     /// The application's `workdir =`, if any (relative to the job's working directory).
     workdir: Option<String>,
+    /// Declared `inputs`, `outputs` and `accelerator` (spec 01), sent in its task specs.
+    files: (Vec<String>, Vec<String>, String),
 }
 
 #[derive(Debug)]
@@ -274,6 +276,11 @@ impl Batch {
                 gpu,
                 observed: [Observed::default(); 2],
                 workdir: spec.workdir.as_ref().map(|w| w.get_ref().clone()),
+                files: (
+                    spec.inputs.iter().map(|f| f.get_ref().clone()).collect(),
+                    spec.outputs.iter().map(|f| f.get_ref().clone()).collect(),
+                    spec.accelerator_need().as_str().to_string(),
+                ),
             });
             cx.view.add_application(app, pending)?;
         }
@@ -353,6 +360,9 @@ impl Batch {
                 None => job.row.workdir.clone(),
             },
             time_limit_ms: limit,
+            inputs: rec.files.0.clone(),
+            outputs: rec.files.1.clone(),
+            accelerator: rec.files.2.clone(),
         }
     }
 
@@ -671,6 +681,8 @@ fn task_info(t: &TaskRow, app: &str, job: u64, node: &str) -> TaskInfo {
         exit_code: t.exit_code.unwrap_or(-1),
         message: t.message.clone(),
         failed_attempts: t.failures,
+        // Filled by the state (accelerator sharing knows where it ran).
+        executed_node: String::new(),
     }
 }
 

@@ -51,6 +51,7 @@ use thiserror::Error;
 use tracing::{info, warn};
 
 mod divisible;
+pub mod accel;
 pub mod nodes;
 pub mod types;
 
@@ -140,6 +141,8 @@ pub struct State {
     paused_since: Option<Instant>,
     /// When the store was last tried while paused.
     last_probe: Option<Instant>,
+    /// Accelerator sharing: the node binding (memory only; see [`accel`]).
+    sharing: accel::Sharing,
 }
 
 /// Borrows the shared parts of a state as a kind's [`Ctx`] (a macro, so the borrow of
@@ -210,6 +213,7 @@ impl State {
             config: config.clone(),
             paused_since: None,
             last_probe: None,
+            sharing: accel::Sharing::new(config.binding, config.binding_slots),
         })
     }
 
@@ -332,6 +336,7 @@ impl State {
                 kind.on_heartbeat(&mut cx, nid, &req, open, &mut out)?;
             }
         }
+        self.accel_heartbeat(nid, &req, &mut reply)?;
         self.commit()?;
         Ok(reply)
     }
@@ -594,10 +599,12 @@ impl State {
     pub fn list_tasks(&self, job: u64, cursor: u64, limit: u32) -> Result<TasksPage, StateError> {
         let limit = page_limit(limit);
         if job != 0 {
-            return match self.jobs.owner(job) {
-                Some(kind) => kind.tasks_page(&self.read(), job, cursor, limit),
-                None => Err(StateError::NoJob(job)),
+            let mut page = match self.jobs.owner(job) {
+                Some(kind) => kind.tasks_page(&self.read(), job, cursor, limit)?,
+                None => return Err(StateError::NoJob(job)),
             };
+            self.accel_tasks(&mut page);
+            return Ok(page);
         }
         // Every job: the cursor's kind says where the listing is.
         let Some(kind) = self.jobs.owner(cursor) else {
@@ -611,6 +618,7 @@ impl State {
                 c.pending + c.running + c.succeeded + c.failed + c.cancelled > 0
             });
         }
+        self.accel_tasks(&mut page);
         Ok(page)
     }
 }

@@ -337,12 +337,14 @@ impl State {
             // Its agent's divisible chunks (not tasks of the node) are re-planned too.
             self.jobs.divisible.lose_agent(&name);
         }
+        self.accel_left()?;
         self.commit()
     }
 
     /// Every node (removed ones are not listed).
     pub fn list_nodes(&self) -> Vec<NodeInfo> {
-        self.nodes
+        let mut list: Vec<NodeInfo> = self
+            .nodes
             .iter()
             .enumerate()
             .filter(|(_, n)| !n.removed)
@@ -373,8 +375,11 @@ impl State {
                         .iter()
                         .flat_map(|k| k.backed_off(i as u32))
                         .collect(),
+                    ..Default::default()
                 }
             })
-            .collect()
+            .collect();
+        self.accel_nodes(&mut list);
+        list
     }
 }

@@ -100,6 +100,8 @@ pub struct HeartbeatReport {
     pub known_specs: Vec<u64>,
     /// The agent is shutting down: no new work for it.
     pub draining: bool,
+    /// Its rack and accelerator service (spec 01, [`crate::state::accel`]).
+    pub accel: crate::state::accel::AccelReport,
 }
 
 /// What every task of one spec key runs (sent to a node once, before its first task of it).
@@ -121,6 +123,13 @@ pub struct TaskSpec {
     pub workdir: String,
     /// Time limit (0 = none).
     pub time_limit_ms: u64,
+    /// Declared input and output files (relative to the task's directory, `{index}` allowed):
+    /// an offloaded task ships them (spec 01).
+    pub inputs: Vec<String>,
+    /// See `inputs`.
+    pub outputs: Vec<String>,
+    /// `required`, `preferred` or `none`.
+    pub accelerator: String,
 }
 
 /// One task handed to a node (the agent runs the spec `spec` with the task's index).
@@ -153,6 +162,8 @@ pub struct HeartbeatReply {
     pub specs: Vec<TaskSpec>,
     /// The reply was capped: heartbeat again at once for the rest.
     pub more: bool,
+    /// The node's accelerator binding (spec 01); `None` leaves the agent's as it is.
+    pub binding: Option<crate::state::accel::NodeBinding>,
 }
 
 /// A job submission.
@@ -293,6 +304,8 @@ pub struct TaskInfo {
     pub message: String,
     /// Failed attempts retried.
     pub failed_attempts: u32,
+    /// The node that ran the latest attempt: the ANode of an offloaded task, else `node`.
+    pub executed_node: String,
 }
 
 /// One page of tasks.
@@ -356,6 +369,12 @@ pub struct NodeInfo {
     pub backed_off: Vec<BackedOffApp>,
     /// Its rack.
     pub rack: String,
+    /// `anode` or `nnode` (spec 01).
+    pub role: String,
+    /// The ANode an NNode is bound to (empty: unbound, or an ANode).
+    pub bound_to: String,
+    /// Its accelerator service's devices and queues, from its last heartbeat.
+    pub accel: Option<crate::state::accel::AccelState>,
 }
 
 /// Which finished jobs a purge deletes.

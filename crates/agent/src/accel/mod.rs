@@ -1,0 +1,496 @@
+//! The accelerator service of an ANode (spec 01's **AcCt**, mechanism 3) and the NNode side of
+//! accelerator offload (mechanism 2).
+//!
+//! An ANode's agent owns its accelerator devices through one [`Pipeline`] of three stages, each an
+//! independent worker, joined by two bounded queues (spec 01, "Pipelined accelerator task
+//! execution"):
+//!
+//! ```text
+//!  remote-read ──▶ process queue ──▶ process ──▶ write queue ──▶ remote-write
+//!  (receive an NNode's   (bounded)     (a free device,   (bounded)   (stdout, stderr, declared
+//!   task and inputs)                    CUDA_VISIBLE_DEVICES)         outputs, then the result)
+//! ```
+//!
+//! - **remote-read** ([`service`]): each `Accel.Offload` call receives one task — its spec, then
+//!   its declared input files in chunks — into a private staging directory, then enqueues it on
+//!   the process queue (waiting while the queue is full: back-pressure reaches the NNode through
+//!   the HTTP/2 flow control of its call). Calls are received concurrently, as the paper's thread
+//!   accepts one connection after another.
+//! - **process** ([`Pipeline`]): one worker takes the queue in FIFO order, waits until the task's
+//!   devices are free, and starts it there with `CUDA_VISIBLE_DEVICES` naming them; one task per
+//!   device at a time, so devices are never oversubscribed. The ANode's **own** GPU tasks enter the
+//!   same queue ([`Pipeline::run_local`]) and get their devices from the same pool.
+//! - **remote-write** ([`service`]): one worker takes finished remote tasks in order and streams
+//!   back stdout, stderr and the declared output files, then the result, and removes the staging
+//!   directory. A requester that went away (its NNode died, or its call broke) gets nothing: its
+//!   task is killed if it still runs, and its result is dropped.
+//!
+//! [`offload`] is the NNode side: it checks and ships the inputs, waits asynchronously, and writes
+//! the outputs into the task's directory and stdout/stderr where a local run puts them, so the task
+//! looks as if it had run on the NNode. A transfer that breaks is retried with the same attempt.
+
+pub mod files;
+pub mod offload;
+pub mod service;
+
+use crate::launch;
+use hetsched_proto as pb;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::{Notify, mpsc, oneshot};
+use tracing::{debug, warn};
+
+/// Capacity of the process queue (tasks received and waiting for a device).
+pub const PROCESS_QUEUE: usize = 16;
+/// Capacity of the write queue (results waiting to be sent back).
+pub const WRITE_QUEUE: usize = 16;
+
+/// Where a task of the process stage came from, and where its result goes.
+pub(crate) enum Origin {
+    /// Offloaded by an NNode: the result goes through the write queue to its call.
+    Remote(service::Reply),
+    /// The ANode's own task: the result goes straight back to the agent's task loop.
+    Local {
+        done: oneshot::Sender<pb::TaskResult>,
+        kill: oneshot::Receiver<launch::Kill>,
+        on_spawn: Box<dyn FnOnce(u32) + Send>,
+    },
+}
+
+/// A task waiting in the process queue.
+pub(crate) struct Job {
+    pub assignment: pb::Assignment,
+    pub spec: pb::TaskSpec,
+    /// Where the task's stdout/stderr go (`WORK_DIR/job-J/…` below it).
+    pub work_dir: PathBuf,
+    /// Devices it needs (at least 1, at most the ANode's).
+    pub gpus: u32,
+    pub origin: Origin,
+}
+
+/// Counters and device states shared by the stages (read for heartbeats).
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub reading: AtomicU32,
+    pub process_queue: AtomicU32,
+    pub write_queue: AtomicU32,
+    /// Per device: whether a task runs on it.
+    pub busy: Mutex<Vec<bool>>,
+    /// A device was freed.
+    pub freed: Notify,
+}
+
+/// The accelerator pipeline of one ANode.
+#[derive(Clone)]
+pub struct Pipeline {
+    pub(crate) process_tx: mpsc::Sender<Job>,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) staging: PathBuf,
+    pub(crate) seq: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Pipeline {
+    /// Starts the process and remote-write stages for an ANode called `node` with `devices`
+    /// devices; offloaded tasks are staged under `work_dir/accel`. Must run inside a Tokio
+    /// runtime.
+    pub fn start(
+        node: &str,
+        devices: u32,
+        work_dir: &std::path::Path,
+        processes: crate::shutdown::Processes,
+    ) -> std::io::Result<Self> {
+        let staging = work_dir.join("accel");
+        // Leftovers of a previous agent (its calls are gone with it).
+        let _ = std::fs::remove_dir_all(&staging);
+        std::fs::create_dir_all(&staging)?;
+        let counters = Arc::new(Counters {
+            busy: Mutex::new(vec![false; devices.max(1) as usize]),
+            ..Counters::default()
+        });
+        let (process_tx, process_rx) = mpsc::channel(PROCESS_QUEUE);
+        let (write_tx, write_rx) = mpsc::channel(WRITE_QUEUE);
+        let node: Arc<str> = Arc::from(node);
+        tokio::spawn(process_stage(
+            process_rx,
+            write_tx,
+            counters.clone(),
+            node,
+            processes,
+        ));
+        tokio::spawn(service::write_stage(write_rx, counters.clone()));
+        Ok(Self {
+            process_tx,
+            counters,
+            staging,
+            seq: Arc::default(),
+        })
+    }
+
+    /// Number of devices the pipeline owns.
+    pub fn devices(&self) -> u32 {
+        self.counters
+            .busy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len() as u32
+    }
+
+    /// Enqueues a job on the process queue (waits while it is full).
+    pub(crate) async fn submit(&self, job: Job) -> Result<(), Job> {
+        self.counters.process_queue.fetch_add(1, Ordering::SeqCst);
+        match self.process_tx.send(job).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.counters.process_queue.fetch_sub(1, Ordering::SeqCst);
+                Err(e.0)
+            }
+        }
+    }
+
+    /// Runs one of the ANode's own GPU tasks through the process stage: it waits for free devices
+    /// like an offloaded task: on the devices the server assigned when they are free, else on
+    /// free ones the pipeline picks (the server does not see offloaded work on its devices).
+    pub async fn run_local(
+        &self,
+        assignment: &pb::Assignment,
+        spec: &pb::TaskSpec,
+        work_dir: &std::path::Path,
+        kill: oneshot::Receiver<launch::Kill>,
+        on_spawn: impl FnOnce(u32) + Send + 'static,
+    ) -> pb::TaskResult {
+        let (done, rx) = oneshot::channel();
+        let job = Job {
+            assignment: assignment.clone(),
+            spec: spec.clone(),
+            work_dir: work_dir.to_path_buf(),
+            gpus: (assignment.devices.len() as u32).max(1),
+            origin: Origin::Local {
+                done,
+                kill,
+                on_spawn: Box::new(on_spawn),
+            },
+        };
+        if self.submit(job).await.is_err() {
+            return failed(assignment, "the accelerator service has stopped");
+        }
+        rx.await
+            .unwrap_or_else(|_| failed(assignment, "the accelerator service has stopped"))
+    }
+
+    /// The devices' state and the queue lengths, for a heartbeat; `nvml` adds memory used and
+    /// utilisation where NVML is present.
+    pub fn state(&self, nvml: &crate::detect::Gpus) -> pb::AccelState {
+        let busy = self
+            .counters
+            .busy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let measured = nvml.device_states();
+        pb::AccelState {
+            devices: busy
+                .iter()
+                .enumerate()
+                .map(|(i, &b)| {
+                    let m = measured.get(i).copied();
+                    pb::DeviceState {
+                        device: i as u32,
+                        busy: b,
+                        memory_used_bytes: m.map_or(0, |m| m.0),
+                        utilisation_percent: m.map_or(0, |m| m.1),
+                        nvml: m.is_some(),
+                    }
+                })
+                .collect(),
+            reading: self.counters.reading.load(Ordering::SeqCst),
+            process_queue: self.counters.process_queue.load(Ordering::SeqCst),
+            write_queue: self.counters.write_queue.load(Ordering::SeqCst),
+        }
+    }
+}
+
+/// A failed result of `a` with `message` (nothing ran).
+pub(crate) fn failed(a: &pb::Assignment, message: &str) -> pb::TaskResult {
+    let now = launch::now_ns();
+    pb::TaskResult {
+        task_id: a.task_id,
+        attempt: a.attempt,
+        exit_code: -1,
+        message: message.to_string(),
+        started_ns: now,
+        finished_ns: now,
+        success: false,
+        interrupted: false,
+        start_failed: false,
+    }
+}
+
+/// Takes devices for `need` from the pool — `preferred` (the server's choice) when they are all
+/// free, else the lowest free ones — or `None` if not enough are free.
+fn take_devices(counters: &Counters, need: u32, preferred: &[u32]) -> Option<Vec<u32>> {
+    let mut busy = counters.busy.lock().unwrap_or_else(|p| p.into_inner());
+    if preferred.len() == need as usize
+        && preferred
+            .iter()
+            .all(|&d| busy.get(d as usize).is_some_and(|b| !*b))
+    {
+        for &d in preferred {
+            busy[d as usize] = true;
+        }
+        return Some(preferred.to_vec());
+    }
+    let free: Vec<u32> = busy
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| !**b)
+        .map(|(i, _)| i as u32)
+        .take(need as usize)
+        .collect();
+    if free.len() < need as usize {
+        return None;
+    }
+    for &d in &free {
+        busy[d as usize] = true;
+    }
+    Some(free)
+}
+
+fn release_devices(counters: &Counters, devices: &[u32]) {
+    let mut busy = counters.busy.lock().unwrap_or_else(|p| p.into_inner());
+    for &d in devices {
+        if let Some(b) = busy.get_mut(d as usize) {
+            *b = false;
+        }
+    }
+    drop(busy);
+    // One waiter at most (the process stage); a permit is stored if it is not waiting yet, so no
+    // wake-up is lost between its check and its wait.
+    counters.freed.notify_one();
+}
+
+/// The process stage: FIFO over the process queue; each task waits for its devices, then runs on
+/// them while the stage goes on to the next.
+async fn process_stage(
+    mut rx: mpsc::Receiver<Job>,
+    write_tx: mpsc::Sender<service::Finished>,
+    counters: Arc<Counters>,
+    node: Arc<str>,
+    processes: crate::shutdown::Processes,
+) {
+    let total = counters
+        .busy
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .len() as u32;
+    while let Some(job) = rx.recv().await {
+        let need = job.gpus.clamp(1, total);
+        let devices = loop {
+            if let Some(d) = take_devices(&counters, need, &job.assignment.devices) {
+                break d;
+            }
+            counters.freed.notified().await;
+        };
+        counters.process_queue.fetch_sub(1, Ordering::SeqCst);
+        let (counters, write_tx, node, processes) = (
+            counters.clone(),
+            write_tx.clone(),
+            node.clone(),
+            processes.clone(),
+        );
+        tokio::spawn(async move {
+            let Job {
+                mut assignment,
+                spec,
+                work_dir,
+                origin,
+                ..
+            } = job;
+            assignment.devices = devices.clone();
+            debug!(
+                task = assignment.task_id,
+                ?devices,
+                "accelerator task starts"
+            );
+            match origin {
+                Origin::Local {
+                    done,
+                    kill,
+                    on_spawn,
+                } => {
+                    let result =
+                        launch::run(&assignment, &spec, &node, &work_dir, kill, on_spawn).await;
+                    release_devices(&counters, &devices);
+                    let _ = done.send(result);
+                }
+                Origin::Remote(reply) => {
+                    // The requester went away (NNode dead, call broken): kill the task.
+                    let (kill_tx, kill_rx) = oneshot::channel();
+                    let gone = reply.clone();
+                    let watch = tokio::spawn(async move {
+                        gone.closed().await;
+                        let _ = kill_tx.send(launch::Kill::Server);
+                    });
+                    let procs = processes.clone();
+                    let spawned = Arc::new(AtomicU32::new(0));
+                    let spawned_in = spawned.clone();
+                    let result = launch::run(&assignment, &spec, &node, &work_dir, kill_rx, {
+                        move |pid| {
+                            procs.add(pid);
+                            spawned_in.store(pid, Ordering::Relaxed);
+                        }
+                    })
+                    .await;
+                    watch.abort();
+                    processes.remove(spawned.load(Ordering::Relaxed));
+                    release_devices(&counters, &devices);
+                    if reply.is_closed() {
+                        warn!(
+                            task = assignment.task_id,
+                            attempt = assignment.attempt,
+                            "the requesting node is gone: its result is dropped"
+                        );
+                        service::cleanup(&work_dir);
+                        return;
+                    }
+                    counters.write_queue.fetch_add(1, Ordering::SeqCst);
+                    let finished = service::Finished {
+                        anode: node.to_string(),
+                        assignment,
+                        spec,
+                        staging: work_dir,
+                        result,
+                        reply,
+                    };
+                    if let Err(e) = write_tx.send(finished).await {
+                        counters.write_queue.fetch_sub(1, Ordering::SeqCst);
+                        service::cleanup(&e.0.staging);
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// The agent's rack and accelerator service settings.
+#[derive(Clone, Debug, Default)]
+pub struct AccelOptions {
+    /// The rack the node sits in (binding never crosses racks); empty = the default rack.
+    pub rack: String,
+    /// Where an ANode's accelerator service binds; `None` = no service (the node's GPU tasks then
+    /// run directly, and no NNode can be bound to it).
+    pub listen: Option<std::net::SocketAddr>,
+    /// Certificate and key (PEM) for a TLS service.
+    pub tls: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Starts the pipeline and its listener when the node has accelerators and a service address.
+pub(crate) async fn start(
+    opts: &crate::AgentOptions,
+    accelerators: &[pb::Accelerator],
+) -> Result<(Option<Pipeline>, Option<service::AccelListener>), crate::AgentError> {
+    let Some(at) = opts.accel.listen else {
+        return Ok((None, None));
+    };
+    if accelerators.is_empty() {
+        return Ok((None, None));
+    }
+    let pipeline = Pipeline::start(
+        &opts.name,
+        accelerators.len() as u32,
+        &opts.work_dir,
+        opts.processes.clone(),
+    )
+    .map_err(|e| crate::AgentError::Config(format!("accelerator service staging: {e}")))?;
+    let listener =
+        service::AccelListener::bind(at, pipeline.clone(), &opts.token, opts.accel.tls.clone())
+            .await
+            .map_err(|e| crate::AgentError::Config(format!("accelerator service on {at}: {e}")))?;
+    Ok((Some(pipeline), Some(listener)))
+}
+
+/// Applies the binding of a heartbeat reply: a new ANode gets a new client; an unbound node
+/// keeps none.
+pub(crate) fn apply_binding(
+    current: &mut Option<offload::Client>,
+    b: &pb::NodeBinding,
+    opts: &crate::AgentOptions,
+) {
+    if !b.bound {
+        if let Some(c) = current.take() {
+            tracing::info!(anode = %c.target.anode, "unbound: no ANode for accelerator work");
+        }
+        return;
+    }
+    let target = offload::Target {
+        anode: b.anode.clone(),
+        address: b.address.clone(),
+    };
+    if current.as_ref().is_some_and(|c| c.target == target) {
+        return;
+    }
+    match offload::Client::new(target, &opts.token, opts.ca_pem.as_deref()) {
+        Ok(c) => {
+            tracing::info!(anode = %c.target.anode, address = %c.target.address, "bound to an ANode");
+            *current = Some(c);
+        }
+        Err(e) => {
+            warn!("binding to {}: {e}", b.anode);
+            *current = None;
+        }
+    }
+}
+
+/// How one assigned task runs.
+pub(crate) enum Route {
+    /// A CPU task, or a GPU task on a node without the service: directly.
+    Direct,
+    /// A GPU task of an ANode: through its process stage.
+    Local(Box<Pipeline>),
+    /// A GPU task on an NNode: offloaded to its ANode (`None`: unbound).
+    Offload(Option<Box<offload::Client>>),
+}
+
+/// Where a task of `spec` runs on this node.
+pub(crate) fn route(
+    spec: &pb::TaskSpec,
+    opts: &crate::AgentOptions,
+    pipeline: Option<&Pipeline>,
+    binding: Option<&offload::Client>,
+) -> Route {
+    if spec.variant != "gpu" {
+        return Route::Direct;
+    }
+    if let Some(p) = pipeline {
+        return Route::Local(Box::new(p.clone()));
+    }
+    if opts.resources.accelerators.is_empty() {
+        return Route::Offload(binding.cloned().map(Box::new));
+    }
+    Route::Direct
+}
+
+/// Runs an assigned task by its route.
+pub(crate) async fn run(
+    route: Route,
+    a: &pb::Assignment,
+    spec: &pb::TaskSpec,
+    opts: &crate::AgentOptions,
+    kill: oneshot::Receiver<launch::Kill>,
+    on_spawn: impl FnOnce(u32) + Send + 'static,
+) -> pb::TaskResult {
+    match route {
+        Route::Direct => launch::run(a, spec, &opts.name, &opts.work_dir, kill, on_spawn).await,
+        Route::Local(p) => p.run_local(a, spec, &opts.work_dir, kill, on_spawn).await,
+        Route::Offload(Some(client)) => {
+            offload::run(&client, a, spec, &opts.name, &opts.work_dir, kill).await
+        }
+        Route::Offload(None) => {
+            // The server placed accelerator work here while this node had no ANode (the reply
+            // that unbound it crossed the assignment): not a failure of the task.
+            let mut r = failed(a, "no ANode is bound to this node: the task runs elsewhere");
+            r.interrupted = true;
+            r
+        }
+    }
+}

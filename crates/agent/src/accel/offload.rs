@@ -1,0 +1,303 @@
+//! The NNode side of accelerator offload (spec 01, mechanism 2): ship a task placed here to the
+//! ANode this node is bound to, wait for it asynchronously, and put its outputs where a local run
+//! would have: the declared output files in the task's directory, stdout and stderr in
+//! `WORK_DIR/job-J/APP-INDEX.ATTEMPT.{out,err}`.
+//!
+//! - A declared input missing on the NNode fails the attempt at once, naming the file; nothing is
+//!   shipped.
+//! - A transfer that breaks (the call fails before the result arrives) is tried again, with the
+//!   same attempt number, up to [`TRANSFER_TRIES`] times; then the attempt is reported
+//!   `interrupted`, so the server runs the task again (as a lost one, not a failure).
+//! - Output files are written under a temporary name and renamed once the result has arrived, so
+//!   a broken transfer never leaves a half-written output in the task's directory.
+
+use super::files::{self, Sink};
+use crate::launch;
+use hetsched_proto as pb;
+use hetsched_proto::accel_client::AccelClient;
+use hetsched_proto::offload_reply::Part as ReplyPart;
+use hetsched_proto::offload_request::Part as RequestPart;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, warn};
+
+/// How many times one attempt's transfer is tried.
+pub const TRANSFER_TRIES: u32 = 5;
+
+/// Where to offload: the bound ANode's accelerator service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// The ANode's name.
+    pub anode: String,
+    /// `http://host:port` or `https://host:port`.
+    pub address: String,
+}
+
+/// A connection to one ANode's service (cheap to clone).
+#[derive(Clone)]
+pub struct Client {
+    /// The ANode it reaches.
+    pub target: Target,
+    inner: AccelClient<
+        tonic::service::interceptor::InterceptedService<
+            tonic::transport::Channel,
+            pb::TokenInterceptor,
+        >,
+    >,
+}
+
+impl Client {
+    /// A lazily connecting client of `target`'s service, calling with the agent `token`; `ca_pem`
+    /// verifies a TLS service.
+    pub fn new(target: Target, token: &str, ca_pem: Option<&[u8]>) -> Result<Self, String> {
+        let tls = target.address.starts_with("https://");
+        let endpoint = pb::endpoint(&target.address, if tls { ca_pem } else { None })
+            .map_err(|e| format!("{}: {e}", target.address))?;
+        let interceptor = pb::TokenInterceptor::new(token).map_err(|e| format!("token: {e}"))?;
+        let inner = AccelClient::with_interceptor(endpoint.connect_lazy(), interceptor)
+            .max_decoding_message_size(2 * files::CHUNK + (64 << 10));
+        Ok(Self { target, inner })
+    }
+}
+
+/// The task's directory on this node: the spec's `workdir` if it exists here, else the agent's
+/// work directory (as for a local run, [`launch::run`]).
+pub fn task_dir(spec: &pb::TaskSpec, work_dir: &Path) -> PathBuf {
+    let dir = Path::new(&spec.workdir);
+    if !spec.workdir.is_empty() && dir.is_dir() {
+        dir.to_path_buf()
+    } else {
+        work_dir.to_path_buf()
+    }
+}
+
+/// Offloads `a` (a task of `spec`) from node `node` through `client` and waits for its result;
+/// `kill` ends the wait (the ANode kills the task when the call goes away).
+pub async fn run(
+    client: &Client,
+    a: &pb::Assignment,
+    spec: &pb::TaskSpec,
+    node: &str,
+    work_dir: &Path,
+    mut kill: oneshot::Receiver<launch::Kill>,
+) -> pb::TaskResult {
+    let dir = task_dir(spec, work_dir);
+    let mut inputs = Vec::new();
+    for name in &spec.inputs {
+        let rel = match files::resolve(name, a.index) {
+            Ok(r) => r,
+            Err(e) => return super::failed(a, &format!("input {e}")),
+        };
+        if !dir.join(&rel).is_file() {
+            return super::failed(
+                a,
+                &format!(
+                    "input file `{}` is missing in {} on {node}",
+                    rel.display(),
+                    dir.display()
+                ),
+            );
+        }
+        inputs.push(rel.display().to_string());
+    }
+    let started = launch::now_ns();
+    let mut last_error = String::new();
+    for try_no in 1..=TRANSFER_TRIES {
+        let attempt = once(client, a, spec, node, work_dir, &dir, &inputs);
+        tokio::select! {
+            r = attempt => match r {
+                Ok(mut result) => {
+                    result.started_ns = started;
+                    return result;
+                }
+                Err(Transfer::Final(mut result)) => {
+                    result.task_id = a.task_id;
+                    result.attempt = a.attempt;
+                    return result;
+                }
+                Err(Transfer::Broken(e)) => {
+                    warn!(task = a.task_id, attempt = a.attempt, try_no, anode = %client.target.anode,
+                        "offload transfer broke ({e}); trying again with the same attempt");
+                    last_error = e;
+                }
+            },
+            Ok(why) = &mut kill => {
+                let mut r = super::failed(a, "killed at the server's request");
+                if why == launch::Kill::Shutdown {
+                    r.interrupted = true;
+                    r.message = "killed: its agent shut down".into();
+                }
+                return r;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100 << (try_no - 1).min(4))).await;
+    }
+    let mut r = super::failed(
+        a,
+        &format!(
+            "offload to {} failed {TRANSFER_TRIES} times: {last_error}",
+            client.target.anode
+        ),
+    );
+    r.interrupted = true;
+    r
+}
+
+enum Transfer {
+    /// Try again with the same attempt.
+    Broken(String),
+    /// A result that is final although no task result arrived (e.g. a local file error).
+    Final(pb::TaskResult),
+}
+
+async fn once(
+    client: &Client,
+    a: &pb::Assignment,
+    spec: &pb::TaskSpec,
+    node: &str,
+    work_dir: &Path,
+    dir: &Path,
+    inputs: &[String],
+) -> Result<pb::TaskResult, Transfer> {
+    let (tx, rx) = mpsc::channel::<pb::OffloadRequest>(4);
+    let task = pb::OffloadRequest {
+        part: Some(RequestPart::Task(pb::OffloadTask {
+            task_id: a.task_id,
+            attempt: a.attempt,
+            index: a.index,
+            spec: Some(spec.clone()),
+            node: node.to_string(),
+            gpus: (a.devices.len() as u32).max(1),
+        })),
+    };
+    // The inputs are read and sent while the call runs (HTTP/2 flow control paces them).
+    let (dir_in, inputs_in) = (dir.to_path_buf(), inputs.to_vec());
+    let sender = tokio::spawn(async move {
+        if tx.send(task).await.is_err() {
+            return Ok(());
+        }
+        for name in &inputs_in {
+            let tx = tx.clone();
+            files::send_file(&dir_in, name, 0, move |c| {
+                let tx = tx.clone();
+                async move {
+                    tx.send(pb::OffloadRequest {
+                        part: Some(RequestPart::Chunk(c)),
+                    })
+                    .await
+                    .is_ok()
+                }
+            })
+            .await
+            .map_err(|e| format!("input file `{name}`: {e}"))?;
+        }
+        Ok::<(), String>(())
+    });
+    let mut inner = client.inner.clone();
+    let call = inner
+        .offload(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await;
+    let mut stream = match call {
+        Ok(s) => s.into_inner(),
+        Err(s) => {
+            sender.abort();
+            return Err(classify(s));
+        }
+    };
+    let tmp = dir.join(format!(".hetsched-offload-{}-{}", a.task_id, a.attempt));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let (out, err) = launch::output_paths(work_dir, spec, a);
+    let mut outputs = Sink::new(&tmp);
+    let mut logs = Sink::new(Path::new("/"));
+    let result = loop {
+        let m = match stream.message().await {
+            Ok(Some(m)) => m,
+            Ok(None) => {
+                let _ = std::fs::remove_dir_all(&tmp);
+                return Err(Transfer::Broken(
+                    "the ANode closed the call before the result".into(),
+                ));
+            }
+            Err(s) => {
+                let _ = std::fs::remove_dir_all(&tmp);
+                return Err(classify(s));
+            }
+        };
+        match m.part {
+            Some(ReplyPart::Chunk(c)) => {
+                let written = match c.stream {
+                    1 => logs.write(&out, &c).await,
+                    2 => logs.write(&err, &c).await,
+                    _ => match files::resolve(&c.path, a.index) {
+                        Ok(rel) => outputs.write(&rel, &c).await,
+                        Err(e) => Err(std::io::Error::other(e)),
+                    },
+                };
+                if let Err(e) = written {
+                    let _ = std::fs::remove_dir_all(&tmp);
+                    return Err(Transfer::Final(super::failed(
+                        a,
+                        &format!("writing the offloaded task's output `{}`: {e}", c.path),
+                    )));
+                }
+            }
+            Some(ReplyPart::Done(d)) => break d.result.unwrap_or_default(),
+            None => {}
+        }
+    };
+    let _ = sender.await;
+    let finished = outputs.finish().await.and(logs.finish().await);
+    // Move the outputs into the task's directory only now that all of them arrived.
+    let moved = finished.and_then(|()| {
+        for name in &spec.outputs {
+            let Ok(rel) = files::resolve(name, a.index) else {
+                continue;
+            };
+            let from = tmp.join(&rel);
+            if from.exists() {
+                let to = dir.join(&rel);
+                if let Some(p) = to.parent() {
+                    std::fs::create_dir_all(p)?;
+                }
+                std::fs::rename(&from, &to)?;
+            }
+        }
+        Ok(())
+    });
+    let _ = std::fs::remove_dir_all(&tmp);
+    if let Err(e) = moved {
+        return Err(Transfer::Final(super::failed(
+            a,
+            &format!(
+                "writing the offloaded task's outputs in {}: {e}",
+                dir.display()
+            ),
+        )));
+    }
+    debug!(task = a.task_id, anode = %client.target.anode, success = result.success, "offloaded task done");
+    Ok(pb::TaskResult {
+        task_id: a.task_id,
+        attempt: a.attempt,
+        ..result
+    })
+}
+
+/// Whether a failed call is worth another try of the same attempt.
+fn classify(s: tonic::Status) -> Transfer {
+    match s.code() {
+        tonic::Code::InvalidArgument
+        | tonic::Code::Unauthenticated
+        | tonic::Code::PermissionDenied => {
+            let mut r = pb::TaskResult {
+                exit_code: -1,
+                message: format!("the ANode refused the offload: {}", s.message()),
+                ..Default::default()
+            };
+            r.finished_ns = launch::now_ns();
+            r.started_ns = r.finished_ns;
+            Transfer::Final(r)
+        }
+        _ => Transfer::Broken(format!("{}: {}", s.code(), s.message())),
+    }
+}

@@ -1,0 +1,307 @@
+//! The `Accel` gRPC service of an ANode: the remote-read stage (receive a task and its inputs into
+//! a staging directory, enqueue it) and the remote-write stage (send stdout, stderr, the declared
+//! outputs and the result back), on the agent's own listener. Calls must carry the agent token;
+//! the listener speaks TLS when given a certificate and key.
+
+use super::files::{self, Sink};
+use super::{Job, Origin, Pipeline};
+use hetsched_proto as pb;
+use hetsched_proto::accel_server::{Accel, AccelServer};
+use hetsched_proto::offload_reply::Part as ReplyPart;
+use hetsched_proto::offload_request::Part as RequestPart;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::{info, warn};
+
+/// Where an offloaded task's reply goes: its call's reply stream.
+pub(crate) type Reply = mpsc::Sender<Result<pb::OffloadReply, Status>>;
+
+/// A remote task that ran, waiting in the write queue.
+pub(crate) struct Finished {
+    pub anode: String,
+    pub assignment: pb::Assignment,
+    pub spec: pb::TaskSpec,
+    pub staging: PathBuf,
+    pub result: pb::TaskResult,
+    pub reply: Reply,
+}
+
+/// Longest a result waits for its requester to read it before it is dropped.
+const SEND_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Removes a staging directory (best effort: it lies in the agent's own work directory).
+pub(crate) fn cleanup(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The service over one [`Pipeline`].
+pub struct AccelService {
+    pipeline: Pipeline,
+}
+
+#[tonic::async_trait]
+impl Accel for AccelService {
+    type OffloadStream = ReceiverStream<Result<pb::OffloadReply, Status>>;
+
+    async fn offload(
+        &self,
+        req: Request<Streaming<pb::OffloadRequest>>,
+    ) -> Result<Response<Self::OffloadStream>, Status> {
+        let mut inbound = req.into_inner();
+        let task = match inbound.message().await? {
+            Some(pb::OffloadRequest {
+                part: Some(RequestPart::Task(t)),
+            }) => t,
+            _ => return Err(Status::invalid_argument("an offload starts with its task")),
+        };
+        let spec = task
+            .spec
+            .clone()
+            .ok_or_else(|| Status::invalid_argument("the offloaded task has no spec"))?;
+        for name in spec.inputs.iter().chain(&spec.outputs) {
+            files::resolve(name, task.index).map_err(Status::invalid_argument)?;
+        }
+        let p = &self.pipeline;
+        let seq = p.seq.fetch_add(1, Ordering::Relaxed);
+        let staging = p.staging.join(format!(
+            "{}-{}-{}-{seq}",
+            crate::launch::component(&task.node),
+            task.task_id,
+            task.attempt
+        ));
+        std::fs::create_dir_all(&staging)
+            .map_err(|e| Status::internal(format!("{}: {e}", staging.display())))?;
+        let (tx, rx) = mpsc::channel(8);
+        let pipeline = p.clone();
+        // remote-read: receive the inputs, then join the process queue.
+        tokio::spawn(async move {
+            pipeline.counters.reading.fetch_add(1, Ordering::SeqCst);
+            let received = receive(&mut inbound, &staging, task.index).await;
+            pipeline.counters.reading.fetch_sub(1, Ordering::SeqCst);
+            if let Err(e) = received {
+                warn!(
+                    task = task.task_id,
+                    "offload: receiving the inputs failed: {e}"
+                );
+                let _ = tx.send(Err(e)).await;
+                cleanup(&staging);
+                return;
+            }
+            let assignment = pb::Assignment {
+                task_id: task.task_id,
+                attempt: task.attempt,
+                index: task.index,
+                devices: Vec::new(),
+                spec: spec.key,
+            };
+            let mut spec = spec;
+            spec.workdir = staging.display().to_string();
+            let job = Job {
+                assignment,
+                spec,
+                work_dir: staging.clone(),
+                gpus: task.gpus.max(1),
+                origin: Origin::Remote(tx),
+            };
+            if pipeline.submit(job).await.is_err() {
+                cleanup(&staging);
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+/// Receives the input chunks of one call into `staging`.
+async fn receive(
+    inbound: &mut Streaming<pb::OffloadRequest>,
+    staging: &Path,
+    index: u32,
+) -> Result<(), Status> {
+    let mut sink = Sink::new(staging);
+    while let Some(m) = inbound.message().await? {
+        let Some(RequestPart::Chunk(c)) = m.part else {
+            return Err(Status::invalid_argument("a second task in one offload"));
+        };
+        let target = files::resolve(&c.path, index).map_err(Status::invalid_argument)?;
+        sink.write(&target, &c)
+            .await
+            .map_err(|e| Status::internal(format!("staging {}: {e}", c.path)))?;
+    }
+    sink.finish()
+        .await
+        .map_err(|e| Status::internal(format!("staging: {e}")))
+}
+
+/// The remote-write stage: results in the order they finished, one at a time.
+pub(crate) async fn write_stage(
+    mut rx: mpsc::Receiver<Finished>,
+    counters: std::sync::Arc<super::Counters>,
+) {
+    while let Some(f) = rx.recv().await {
+        if let Err(e) = send_back(&f).await {
+            warn!(
+                task = f.assignment.task_id,
+                "offload: sending the result back failed: {e}"
+            );
+        }
+        counters.write_queue.fetch_sub(1, Ordering::SeqCst);
+        cleanup(&f.staging);
+    }
+}
+
+async fn send_back(f: &Finished) -> Result<(), String> {
+    let send = |chunk: pb::FileChunk| {
+        let reply = f.reply.clone();
+        async move {
+            let m = pb::OffloadReply {
+                part: Some(ReplyPart::Chunk(chunk)),
+            };
+            matches!(
+                tokio::time::timeout(SEND_TIMEOUT, reply.send(Ok(m))).await,
+                Ok(Ok(()))
+            )
+        }
+    };
+    let mut result = f.result.clone();
+    let (out, err) = crate::launch::output_paths(&f.staging, &f.spec, &f.assignment);
+    for (path, stream) in [(out, 1), (err, 2)] {
+        if path.exists() {
+            let name = path.file_name().map(|n| n.to_string_lossy().to_string());
+            let dir = path.parent().unwrap_or(&f.staging);
+            if !files::send_file(dir, &name.unwrap_or_default(), stream, send)
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                return Err("the requester went away".into());
+            }
+        }
+    }
+    for name in &f.spec.outputs {
+        let Ok(rel) = files::resolve(name, f.assignment.index) else {
+            continue;
+        };
+        let rel = rel.display().to_string();
+        match files::send_file(&f.staging, &rel, 0, send).await {
+            Ok(true) => {}
+            Ok(false) => return Err("the requester went away".into()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if result.success {
+                    result.success = false;
+                    result.message = format!("the task did not write its declared output `{rel}`");
+                }
+            }
+            Err(e) => return Err(format!("{rel}: {e}")),
+        }
+    }
+    let done = pb::OffloadReply {
+        part: Some(ReplyPart::Done(pb::OffloadDone {
+            result: Some(result),
+            anode: f.anode.clone(),
+        })),
+    };
+    match tokio::time::timeout(SEND_TIMEOUT, f.reply.send(Ok(done))).await {
+        Ok(Ok(())) => Ok(()),
+        _ => Err("the requester went away".into()),
+    }
+}
+
+/// Admits calls carrying `authorization: Bearer <agent token>` only.
+#[derive(Clone)]
+struct CheckToken(std::sync::Arc<str>);
+
+impl tonic::service::Interceptor for CheckToken {
+    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
+        let ok = req.metadata().get(pb::AUTH_HEADER).is_some_and(|v| {
+            let (a, b) = (v.as_bytes(), self.0.as_bytes());
+            a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+        });
+        if ok {
+            Ok(req)
+        } else {
+            Err(Status::unauthenticated("wrong or missing agent token"))
+        }
+    }
+}
+
+/// A bound accelerator service listener.
+pub struct AccelListener {
+    /// The bound address.
+    pub addr: SocketAddr,
+    /// Whether it speaks TLS.
+    pub tls: bool,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    join: tokio::task::JoinHandle<()>,
+}
+
+impl AccelListener {
+    /// Binds `at` and serves `pipeline` to callers holding `token`; with `tls` = (certificate,
+    /// key) in PEM, over TLS.
+    pub async fn bind(
+        at: SocketAddr,
+        pipeline: Pipeline,
+        token: &str,
+        tls: Option<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<Self, String> {
+        let listener = tokio::net::TcpListener::bind(at)
+            .await
+            .map_err(|e| e.to_string())?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let service = AccelServer::with_interceptor(
+            AccelService { pipeline },
+            CheckToken(pb::bearer(token).into()),
+        );
+        let mut builder = tonic::transport::Server::builder();
+        let has_tls = tls.is_some();
+        if let Some((cert, key)) = tls {
+            builder = builder
+                .tls_config(
+                    tonic::transport::ServerTlsConfig::new()
+                        .identity(tonic::transport::Identity::from_pem(cert, key)),
+                )
+                .map_err(|e| e.to_string())?;
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let join = tokio::spawn(async move {
+            // Small messages (a task's result, the last chunk of a file) must not wait for
+            // Nagle's algorithm: without TCP_NODELAY every offload paid a 40 ms delayed ACK.
+            let incoming = tokio_stream::StreamExt::map(
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                |s| {
+                    s.inspect(|s| {
+                        let _ = s.set_nodelay(true);
+                    })
+                },
+            );
+            if let Err(e) = builder
+                .add_service(service)
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = rx.await;
+                })
+                .await
+            {
+                tracing::error!("accelerator service: {e}");
+            }
+        });
+        info!(%addr, tls = has_tls, "accelerator service listening");
+        Ok(Self {
+            addr,
+            tls: has_tls,
+            stop: Some(tx),
+            join,
+        })
+    }
+
+    /// Stops serving.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(2), &mut self.join).await;
+        self.join.abort();
+    }
+}

@@ -1,0 +1,357 @@
+//! The accelerator service (spec 01's AcCt) and offload from an NNode, on loopback: an ANode's
+//! pipeline with its listener, and the NNode's client shipping tasks to it.
+
+#![allow(clippy::unwrap_used)] // a failing test should panic with the error
+
+use hetsched_agent::accel::offload::{self, Client, Target};
+use hetsched_agent::accel::{Pipeline, service::AccelListener};
+use hetsched_agent::launch::Kill;
+use hetsched_proto as pb;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+const TOKEN: &str = "agent-token";
+
+fn temp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "hetsched-accel-{}-{name}-{}",
+        std::process::id(),
+        rand_suffix()
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// An ANode with `devices` devices serving on loopback.
+async fn anode(devices: u32) -> (Pipeline, AccelListener, PathBuf) {
+    let work = temp("anode");
+    let p = Pipeline::start("anode-1", devices, &work, Default::default()).expect("pipeline");
+    let l = AccelListener::bind("127.0.0.1:0".parse().unwrap(), p.clone(), TOKEN, None)
+        .await
+        .expect("listener");
+    (p, l, work)
+}
+
+fn client(addr: std::net::SocketAddr, token: &str) -> Client {
+    Client::new(
+        Target {
+            anode: "anode-1".into(),
+            address: format!("http://{addr}"),
+        },
+        token,
+        None,
+    )
+    .expect("client")
+}
+
+fn spec(dir: &Path, shell: &str, inputs: &[&str], outputs: &[&str]) -> pb::TaskSpec {
+    pb::TaskSpec {
+        key: 3,
+        job_id: 1,
+        app: "solve".into(),
+        variant: "gpu".into(),
+        argv: vec!["sh".into(), "-c".into(), shell.into()],
+        workdir: dir.display().to_string(),
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        outputs: outputs.iter().map(|s| s.to_string()).collect(),
+        accelerator: "required".into(),
+        ..Default::default()
+    }
+}
+
+fn assignment(task: u64, index: u32, attempt: u32) -> pb::Assignment {
+    pb::Assignment {
+        task_id: task,
+        attempt,
+        index,
+        devices: vec![0],
+        spec: 3,
+    }
+}
+
+fn never() -> oneshot::Receiver<Kill> {
+    let (tx, rx) = oneshot::channel();
+    std::mem::forget(tx);
+    rx
+}
+
+/// The command every test task runs: reads its input, writes a transformed output, and reports
+/// where it ran on stdout and stderr.
+const TRANSFORM: &str = "mkdir -p out && tr a-z A-Z < in/{index}.dat > out/{index}.dat && \
+     echo \"devices=$CUDA_VISIBLE_DEVICES node=$HETSCHED_NODE attempt=$HETSCHED_ATTEMPT\" && echo note >&2";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offloaded_task_reads_its_input_and_its_output_lands_as_if_it_ran_here() {
+    let (_p, l, _w) = anode(1).await;
+    let nnode_dir = temp("nnode-task");
+    let nnode_work = temp("nnode-work");
+    std::fs::create_dir_all(nnode_dir.join("in")).unwrap();
+    // 1 MB of input that spans several chunks.
+    let input: Vec<u8> = (0..1_000_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    std::fs::write(nnode_dir.join("in/4.dat"), &input).unwrap();
+    let s = spec(
+        &nnode_dir,
+        TRANSFORM,
+        &["in/{index}.dat"],
+        &["out/{index}.dat"],
+    );
+    let a = assignment(7, 4, 2);
+    let r = offload::run(
+        &client(l.addr, TOKEN),
+        &a,
+        &s,
+        "nnode-1",
+        &nnode_work,
+        never(),
+    )
+    .await;
+    assert!(r.success, "{r:?}");
+    assert_eq!((r.task_id, r.attempt), (7, 2));
+
+    // The same command run locally gives the same bytes.
+    let local = temp("local");
+    std::fs::create_dir_all(local.join("in")).unwrap();
+    std::fs::write(local.join("in/4.dat"), &input).unwrap();
+    let st = std::process::Command::new("sh")
+        .args(["-c", &TRANSFORM.replace("{index}", "4")])
+        .current_dir(&local)
+        .output()
+        .unwrap();
+    assert!(st.status.success());
+    assert_eq!(
+        std::fs::read(nnode_dir.join("out/4.dat")).unwrap(),
+        std::fs::read(local.join("out/4.dat")).unwrap()
+    );
+    // stdout and stderr are where a local run on the NNode puts them, and say where it ran.
+    let (out, err) = hetsched_agent::launch::output_paths(&nnode_work, &s, &a);
+    assert_eq!(
+        std::fs::read_to_string(out).unwrap(),
+        "devices=0 node=anode-1 attempt=2\n"
+    );
+    assert_eq!(std::fs::read_to_string(err).unwrap(), "note\n");
+    // Nothing is left in the task's directory but the input and the output.
+    let mut names: Vec<_> = std::fs::read_dir(&nnode_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["in", "out"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_input_fails_the_attempt_naming_the_file_and_a_wrong_token_is_refused() {
+    let (_p, l, _w) = anode(1).await;
+    let dir = temp("missing");
+    let s = spec(&dir, TRANSFORM, &["in/{index}.dat"], &["out/{index}.dat"]);
+    let r = offload::run(
+        &client(l.addr, TOKEN),
+        &assignment(1, 9, 1),
+        &s,
+        "nnode-1",
+        &dir,
+        never(),
+    )
+    .await;
+    assert!(!r.success && !r.interrupted);
+    assert!(
+        r.message.contains("input file `in/9.dat` is missing"),
+        "{}",
+        r.message
+    );
+
+    std::fs::create_dir_all(dir.join("in")).unwrap();
+    std::fs::write(dir.join("in/9.dat"), b"x").unwrap();
+    let r = offload::run(
+        &client(l.addr, "not-the-token"),
+        &assignment(1, 9, 1),
+        &s,
+        "nnode-1",
+        &dir,
+        never(),
+    )
+    .await;
+    assert!(!r.success, "{r:?}");
+    assert!(r.message.contains("refused"), "{}", r.message);
+    assert_eq!((r.task_id, r.attempt), (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_declared_output_fails_the_task() {
+    let (_p, l, _w) = anode(1).await;
+    let dir = temp("no-output");
+    let s = spec(&dir, "true", &[], &["result.bin"]);
+    let r = offload::run(
+        &client(l.addr, TOKEN),
+        &assignment(2, 0, 1),
+        &s,
+        "nnode-1",
+        &dir,
+        never(),
+    )
+    .await;
+    assert!(!r.success);
+    assert!(r.message.contains("`result.bin`"), "{}", r.message);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_task_per_device_at_a_time_offloaded_and_local_alike() {
+    // One device; three offloaded tasks and one of the ANode's own, all at once. Each records
+    // when it held the device; no two intervals may overlap.
+    let (p, l, w) = anode(1).await;
+    let c = client(l.addr, TOKEN);
+    let log = temp("intervals");
+    let shell = format!(
+        "s=$(date +%s%N); sleep 0.2; e=$(date +%s%N); echo \"$s $e $CUDA_VISIBLE_DEVICES\" > {}/$HETSCHED_TASK_ID",
+        log.display()
+    );
+    let mut handles = Vec::new();
+    for t in 0..3u64 {
+        let (c, dir, shell) = (c.clone(), temp("nn"), shell.clone());
+        handles.push(tokio::spawn(async move {
+            let s = spec(&dir, &shell, &[], &[]);
+            offload::run(
+                &c,
+                &assignment(t, t as u32, 1),
+                &s,
+                "nnode-1",
+                &dir,
+                never(),
+            )
+            .await
+        }));
+    }
+    let local = {
+        let (p, w, shell) = (p.clone(), w.clone(), shell.clone());
+        tokio::spawn(async move {
+            let s = spec(&w, &shell, &[], &[]);
+            p.run_local(&assignment(10, 0, 1), &s, &w, never(), |_| {})
+                .await
+        })
+    };
+    for h in handles {
+        assert!(h.await.unwrap().success);
+    }
+    assert!(local.await.unwrap().success);
+    let mut spans: Vec<(u128, u128)> = std::fs::read_dir(&log)
+        .unwrap()
+        .map(|e| {
+            let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+            let f: Vec<&str> = text.split_whitespace().collect();
+            assert_eq!(f[2], "0", "the only device is 0");
+            (f[0].parse().unwrap(), f[1].parse().unwrap())
+        })
+        .collect();
+    spans.sort();
+    assert_eq!(spans.len(), 4);
+    for w in spans.windows(2) {
+        assert!(w[0].1 <= w[1].0, "two tasks shared the device: {spans:?}");
+    }
+    let st = p.state(&hetsched_agent::detect::Gpus::init());
+    assert_eq!((st.process_queue, st.write_queue, st.reading), (0, 0, 0));
+    assert!(st.devices.iter().all(|d| !d.busy));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_transfer_is_retried_with_the_same_attempt() {
+    // The ANode is not listening yet when the NNode ships: the call fails, and the retry (same
+    // attempt) reaches the service once it is up.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let dir = temp("retry");
+    std::fs::create_dir_all(dir.join("in")).unwrap();
+    std::fs::write(dir.join("in/0.dat"), b"hello").unwrap();
+    let s = spec(&dir, TRANSFORM, &["in/{index}.dat"], &["out/{index}.dat"]);
+    let c = client(port, TOKEN);
+    let shipped = tokio::spawn({
+        let (s, dir) = (s.clone(), dir.clone());
+        async move { offload::run(&c, &assignment(5, 0, 3), &s, "nnode-1", &dir, never()).await }
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let work = temp("late-anode");
+    let p = Pipeline::start("anode-1", 1, &work, Default::default()).unwrap();
+    let _l = AccelListener::bind(port, p, TOKEN, None).await.unwrap();
+    let r = shipped.await.unwrap();
+    assert!(r.success, "{r:?}");
+    assert_eq!(r.attempt, 3);
+    assert_eq!(std::fs::read(dir.join("out/0.dat")).unwrap(), b"HELLO");
+    let (out, _) = hetsched_agent::launch::output_paths(&dir, &s, &assignment(5, 0, 3));
+    assert!(std::fs::read_to_string(out).unwrap().contains("attempt=3"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_requester_goes_away_the_anode_kills_the_task_and_drops_its_result() {
+    let (p, l, _w) = anode(1).await;
+    let dir = temp("gone");
+    let s = spec(&dir, "sleep 30; echo late > late.txt", &[], &["late.txt"]);
+    let (kill_tx, kill_rx) = oneshot::channel();
+    let c = client(l.addr, TOKEN);
+    let shipped = tokio::spawn({
+        let (s, dir) = (s.clone(), dir.clone());
+        async move { offload::run(&c, &assignment(8, 0, 1), &s, "nnode-1", &dir, kill_rx).await }
+    });
+    let gpus = hetsched_agent::detect::Gpus::init();
+    // Wait until the task holds the device, then the NNode gives up (its task was killed).
+    for _ in 0..200 {
+        if p.state(&gpus).devices[0].busy {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(p.state(&gpus).devices[0].busy);
+    kill_tx.send(Kill::Server).unwrap();
+    let r = shipped.await.unwrap();
+    assert!(!r.success);
+    // The ANode notices the call is gone, kills the task and frees the device long before 30 s.
+    for _ in 0..500 {
+        if !p.state(&gpus).devices[0].busy {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let st = p.state(&gpus);
+    assert!(!st.devices[0].busy, "the task still holds the device");
+    assert!(!dir.join("late.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_speaks_tls_with_a_certificate_and_the_nnode_verifies_it() {
+    let tls = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/tls");
+    let read = |f: &str| std::fs::read(tls.join(f)).unwrap();
+    let work = temp("tls-anode");
+    let p = Pipeline::start("anode-1", 1, &work, Default::default()).unwrap();
+    let l = AccelListener::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        p,
+        TOKEN,
+        Some((read("server.pem"), read("server.key"))),
+    )
+    .await
+    .unwrap();
+    assert!(l.tls);
+    let c = Client::new(
+        Target {
+            anode: "anode-1".into(),
+            address: format!("https://{}", l.addr),
+        },
+        TOKEN,
+        Some(&read("ca.pem")),
+    )
+    .unwrap();
+    let dir = temp("tls-nnode");
+    std::fs::create_dir_all(dir.join("in")).unwrap();
+    std::fs::write(dir.join("in/0.dat"), b"secret").unwrap();
+    let s = spec(&dir, TRANSFORM, &["in/{index}.dat"], &["out/{index}.dat"]);
+    let r = offload::run(&c, &assignment(1, 0, 1), &s, "nnode-1", &dir, never()).await;
+    assert!(r.success, "{r:?}");
+    assert_eq!(std::fs::read(dir.join("out/0.dat")).unwrap(), b"SECRET");
+}

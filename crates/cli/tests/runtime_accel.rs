@@ -1,0 +1,408 @@
+//! Accelerator sharing end to end (spec 01, issue 11) with the real `hetsched` binary on loopback:
+//! rack A holds one ANode (a declared GPU and its accelerator service) and two NNodes, rack B one
+//! NNode. GPU-only tasks placed on rack-A NNodes are offloaded to the ANode; rack B gets none.
+
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hetsched");
+
+struct Cluster {
+    dir: PathBuf,
+    server: Option<Child>,
+    listen: String,
+    agents: BTreeMap<String, Child>,
+}
+
+fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+impl Cluster {
+    fn start(name: &str) -> Cluster {
+        let dir =
+            std::env::temp_dir().join(format!("hetsched-accel-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let data = dir.join("data");
+        let log = std::fs::File::create(dir.join("server.log")).expect("log");
+        let server = Command::new(BIN)
+            .args(["server", "--listen", "127.0.0.1:0", "--dead-timeout", "1s"])
+            .args(["--heartbeat-interval", "100ms", "--data-dir"])
+            .arg(&data)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn server");
+        let address = data.join("address");
+        wait_until("the server's address", Duration::from_secs(20), || {
+            std::fs::read_to_string(&address).is_ok_and(|s| !s.is_empty())
+        });
+        let listen = std::fs::read_to_string(&address).expect("address");
+        Cluster {
+            dir,
+            server: Some(server),
+            listen,
+            agents: BTreeMap::new(),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.listen)
+    }
+
+    /// An agent in `rack`; with `gpu`, it declares one GPU and serves the accelerator service.
+    fn start_agent(&mut self, name: &str, rack: &str, gpu: bool) {
+        let config = self.dir.join(format!("agent-{name}.toml"));
+        let text = if gpu {
+            "[[accelerator]]\nkind = \"sim\"\ncount = 1\n"
+        } else {
+            ""
+        };
+        std::fs::write(&config, text).expect("config");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("agent-{name}.log")))
+            .expect("log");
+        let child = Command::new(BIN)
+            .args([
+                "agent",
+                "--server",
+                &self.url(),
+                "--name",
+                name,
+                "--cores",
+                "2",
+            ])
+            .args(["--rack", rack, "--accel-listen", "127.0.0.1:0"])
+            .args(["--log-listen", "none", "--config"])
+            .arg(&config)
+            .arg("--token-file")
+            .arg(self.dir.join("data/agent-token"))
+            .arg("--work-dir")
+            .arg(self.dir.join(format!("agent-{name}")))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn agent");
+        self.agents.insert(name.to_string(), child);
+    }
+
+    fn kill_agent(&mut self, name: &str) {
+        if let Some(mut a) = self.agents.remove(name) {
+            a.kill().expect("SIGKILL agent");
+            let _ = a.wait();
+        }
+    }
+
+    fn cli(&self, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .args(args)
+            .env("HETSCHED_SERVER", self.url())
+            .env("HETSCHED_TOKEN_FILE", self.dir.join("data/token"))
+            .current_dir(&self.dir)
+            .output()
+            .expect("run hetsched")
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut full = args.to_vec();
+        full.extend(["--output", "json"]);
+        let out = self.cli(&full);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("json")
+    }
+
+    /// Node name → the ANode it is bound to ("" = unbound), for live nodes.
+    fn bindings(&self) -> BTreeMap<String, String> {
+        self.json(&["nodes"])
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .filter(|n| n["alive"] == true)
+            .map(|n| {
+                (
+                    n["name"].as_str().unwrap_or("").to_string(),
+                    n["bound_to"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect()
+    }
+
+    fn wait_bound(&self, expected: &[(&str, &str)]) {
+        let want: BTreeMap<String, String> = expected
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        wait_until("the binding map", Duration::from_secs(20), || {
+            self.bindings() == want
+        });
+    }
+
+    /// The job file: `tasks` GPU-only tasks that read `in/INDEX.dat` and write `out/INDEX.dat`
+    /// in `tasks/`, each logging its index, attempt and node to `ran.log`.
+    fn job(&self, tasks: u32, sleep: &str) -> PathBuf {
+        let work = self.dir.join("tasks");
+        std::fs::create_dir_all(work.join("in")).expect("in");
+        for i in 0..tasks {
+            std::fs::write(work.join(format!("in/{i}.dat")), input(i)).expect("input");
+        }
+        let path = self.dir.join("job.toml");
+        std::fs::write(
+            &path,
+            format!(
+                r#"
+[[application]]
+name = "solve"
+tasks = {tasks}
+accelerator = "required"
+workdir = "{work}"
+inputs = ["in/{{index}}.dat"]
+outputs = ["out/{{index}}.dat"]
+[application.gpu]
+command = "sleep {sleep}; mkdir -p out && tr a-z A-Z < in/{{index}}.dat > out/{{index}}.dat && echo {{index}} $HETSCHED_ATTEMPT $HETSCHED_NODE >> {log}"
+"#,
+                work = work.display(),
+                log = self.dir.join("ran.log").display(),
+            ),
+        )
+        .expect("job");
+        path
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for (_, mut a) in std::mem::take(&mut self.agents) {
+            let _ = a.kill();
+            let _ = a.wait();
+        }
+        if let Some(mut s) = self.server.take() {
+            let _ = s.kill();
+            let _ = s.wait();
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Task `i`'s input: some kilobytes that differ per task.
+fn input(i: u32) -> Vec<u8> {
+    (0..20_000u32)
+        .map(|k| b'a' + ((k * 7 + i) % 26) as u8)
+        .collect()
+}
+
+/// What a local run of the command writes.
+fn expected_output(i: u32) -> Vec<u8> {
+    input(i).to_ascii_uppercase()
+}
+
+fn rack_a_and_b(name: &str) -> Cluster {
+    let mut c = Cluster::start(name);
+    c.start_agent("anode", "A", true);
+    c.start_agent("nnode-a1", "A", false);
+    c.start_agent("nnode-a2", "A", false);
+    c.start_agent("nnode-b", "B", false);
+    c.wait_bound(&[
+        ("anode", ""),
+        ("nnode-a1", "anode"),
+        ("nnode-a2", "anode"),
+        ("nnode-b", ""),
+    ]);
+    c
+}
+
+fn tasks_of(c: &Cluster) -> Vec<Value> {
+    c.json(&["tasks", "--job", "1"])
+        .as_array()
+        .expect("tasks")
+        .clone()
+}
+
+fn check_outputs(c: &Cluster, tasks: u32) {
+    for i in 0..tasks {
+        let got = std::fs::read(c.dir.join(format!("tasks/out/{i}.dat"))).expect("output");
+        assert_eq!(got, expected_output(i), "output of task {i}");
+    }
+}
+
+#[test]
+fn gpu_tasks_placed_on_rack_a_nnodes_run_on_its_anode_and_rack_b_gets_none() {
+    let c = rack_a_and_b("e2e");
+    let job = c.job(40, "0.05");
+    let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(c.dir.join("server.log")).unwrap_or_default()
+    );
+    let tasks = tasks_of(&c);
+    assert_eq!(tasks.len(), 40);
+    let mut placed: BTreeMap<String, u32> = BTreeMap::new();
+    for t in &tasks {
+        assert_eq!(t["state"], "succeeded", "{t}");
+        let node = t["node"].as_str().expect("node").to_string();
+        // Every task ran on the rack's only device, wherever it was placed.
+        assert_eq!(t["executed_node"], "anode", "{t}");
+        assert_ne!(node, "nnode-b", "the rack-B NNode got a GPU task: {t}");
+        *placed.entry(node).or_default() += 1;
+    }
+    assert!(
+        placed.keys().any(|n| n.starts_with("nnode-a")),
+        "no task was placed on a rack-A NNode: {placed:?}"
+    );
+    eprintln!("placed: {placed:?}");
+    check_outputs(&c, 40);
+    // Each task ran (and succeeded) exactly once, all on the ANode.
+    let ran = std::fs::read_to_string(c.dir.join("ran.log")).expect("ran.log");
+    let mut seen = BTreeSet::new();
+    for l in ran.lines() {
+        let f: Vec<&str> = l.split(' ').collect();
+        assert_eq!(f[2], "anode", "{l}");
+        assert!(seen.insert(f[0].to_string()), "task {} ran twice", f[0]);
+    }
+    assert_eq!(seen.len(), 40);
+    // The CLI shows the map per rack.
+    let maps = c.json(&["bindings"]);
+    assert_eq!(maps[0]["rack"], "A", "{maps}");
+    assert_eq!(maps[0]["anodes"][0]["name"], "anode", "{maps}");
+    assert_eq!(
+        maps[0]["anodes"][0]["nnodes"],
+        serde_json::json!(["nnode-a1", "nnode-a2"])
+    );
+    assert_eq!(maps[1]["rack"], "B", "{maps}");
+    assert_eq!(maps[1]["unbound"], serde_json::json!(["nnode-b"]));
+    // Every heartbeat carries the ANode's device state and queue lengths; nodes show their rack
+    // and role.
+    let nodes = c.json(&["nodes"]);
+    let by_name = |name: &str| -> Value {
+        nodes
+            .as_array()
+            .and_then(|a| a.iter().find(|n| n["name"] == name))
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let anode = by_name("anode");
+    assert_eq!(anode["role"], "anode", "{anode}");
+    assert_eq!(anode["rack"], "A", "{anode}");
+    assert_eq!(anode["accel"]["devices"][0]["device"], 0, "{anode}");
+    assert_eq!(anode["accel"]["process_queue"], 0, "{anode}");
+    let b = by_name("nnode-b");
+    assert_eq!(
+        (&b["role"], &b["rack"]),
+        (&Value::from("nnode"), &Value::from("B"))
+    );
+    assert!(
+        b["accel"].is_null(),
+        "an NNode has no accelerator service: {b}"
+    );
+    let text = String::from_utf8_lossy(&c.cli(&["bindings"]).stdout).to_string();
+    assert!(
+        text.contains("rack A\n  anode (queues r/p/w 0/0/0) <- nnode-a1, nnode-a2")
+            && text.contains("rack B\n  (no ANode")
+            && text.contains("unbound: nnode-b"),
+        "{text}"
+    );
+    let table = String::from_utf8_lossy(&c.cli(&["nodes"]).stdout).to_string();
+    assert!(
+        table.contains("-> anode") && table.contains("unbound"),
+        "{table}"
+    );
+}
+
+#[test]
+fn an_anode_killed_mid_job_unbinds_its_nnodes_and_after_a_restart_the_job_completes_once() {
+    let mut c = rack_a_and_b("kill");
+    let job = c.job(24, "0.2");
+    let out = c.cli(&["submit", job.to_str().expect("path")]);
+    assert!(out.status.success());
+    // Mid-job: some tasks done, others offloaded and running.
+    wait_until("a few successes", Duration::from_secs(30), || {
+        c.json(&["job", "1"])["counts"]["succeeded"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 4
+    });
+    c.kill_agent("anode");
+    // Declared dead after the 1 s timeout: both rack-A NNodes wait unbound.
+    c.wait_bound(&[("nnode-a1", ""), ("nnode-a2", ""), ("nnode-b", "")]);
+    let before = c.json(&["job", "1"])["counts"]["succeeded"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(before < 24, "the job ended before the ANode was killed");
+    // The restarted ANode (same name, same work directory) takes them back.
+    c.start_agent("anode", "A", true);
+    c.wait_bound(&[
+        ("anode", ""),
+        ("nnode-a1", "anode"),
+        ("nnode-a2", "anode"),
+        ("nnode-b", ""),
+    ]);
+    let out = c.cli(&["wait", "1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tasks = tasks_of(&c);
+    assert!(tasks.iter().all(|t| t["state"] == "succeeded"));
+    assert!(
+        tasks.iter().any(|t| t["attempt"].as_u64() > Some(1)),
+        "no task was re-queued by the ANode's loss"
+    );
+    assert!(tasks.iter().all(|t| t["node"] != "nnode-b"));
+    let attempts: Vec<(u64, String)> = tasks
+        .iter()
+        .map(|t| {
+            (
+                t["attempt"].as_u64().unwrap_or(0),
+                t["node"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    eprintln!("attempts: {attempts:?}; succeeded before the restart: {before}");
+    let job = c.json(&["job", "1"]);
+    assert_eq!(job["counts"]["succeeded"], 24, "{job}");
+    check_outputs(&c, 24);
+}
+
+#[test]
+fn bad_rack_and_service_flags_are_refused_with_the_flag_named() {
+    let token = std::env::temp_dir().join(format!("hetsched-accel-token-{}", std::process::id()));
+    std::fs::write(&token, "t").expect("token");
+    for (flag, value, says) in [
+        ("--rack", "", "--rack ``"),
+        (
+            "--accel-listen",
+            "not-an-address",
+            "--accel-listen `not-an-address`",
+        ),
+    ] {
+        let out = Command::new(BIN)
+            .args(["agent", "--server", "http://127.0.0.1:9", "--name", "x"])
+            .args([flag, value])
+            .arg("--token-file")
+            .arg(&token)
+            .output()
+            .expect("run");
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{err}");
+    }
+    let _ = std::fs::remove_file(&token);
+}

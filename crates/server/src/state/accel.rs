@@ -1,0 +1,396 @@
+//! Accelerator sharing in the server (spec 01, issue 11): the node binding, kept by the core's one
+//! implementation ([`hetsched_core::policy::binding::Binding`]), and what follows from it.
+//!
+//! - **Membership.** A live node joins the binding at its first heartbeat (after a registration
+//!   or a server restart): a node with accelerators and an accelerator service is an **ANode**
+//!   (its weight: the sum of its devices' speeds), any other node without accelerators an
+//!   **NNode**, in the rack its agent names (`--rack`). A node declared dead (or removed) leaves.
+//!   Nothing here is stored: a restarted server rebuilds the map from the heartbeats, in the order
+//!   the nodes are heard from.
+//! - **What the policy sees.** A bound NNode is seen by the scheduler with its ANode's devices
+//!   ([`SchedulerView::set_attached_accelerators`]), so the one batch policy places accelerator
+//!   work on it exactly as on an ANode; an unbound NNode has none and gets no GPU task. (As in the
+//!   paper, the resource manager's view counts a shared device once per node that reaches it; the
+//!   ANode's process queue serialises the real contention.)
+//! - **Telling the agents.** Every heartbeat reply carries the node's binding: its ANode's name
+//!   and the address of its accelerator service (the address that ANode's calls come from, at the
+//!   port it announces), or unbound.
+//! - **Failures.** When an ANode leaves, its NNodes are re-added by the binding rules, and every
+//!   GPU task they had offloaded (running on the NNode as the server sees it) is lost and
+//!   re-queued with the next attempt; the NNode is told to kill the old attempt, whose late result
+//!   is ignored, so no success is recorded twice. When an NNode leaves, its tasks are re-queued
+//!   as any dead node's; the ANode drops their results when the NNode's calls break.
+//! - **Where a task ran.** The ANode an offloaded attempt was sent to is remembered in memory
+//!   (`hetsched tasks` shows it as the executed node).
+
+use super::State;
+use super::StateError;
+use super::types::{HeartbeatReply, HeartbeatReport, NodeInfo, TasksPage};
+use crate::config::BindingKind;
+use hetsched_core::NodeId;
+use hetsched_core::model::cluster::Accelerator;
+use hetsched_core::policy::binding::{Binding, BindingEvent, BindingMode};
+use std::collections::HashMap;
+use std::net::IpAddr;
+use tracing::{info, warn};
+
+/// The rack of a node whose agent names none.
+pub const DEFAULT_RACK: &str = "default";
+
+/// One accelerator device's state, as its ANode reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceState {
+    /// Device number.
+    pub device: u32,
+    /// A task of the accelerator service runs on it.
+    pub busy: bool,
+    /// Memory used (NVML; 0 when unknown).
+    pub memory_used_bytes: u64,
+    /// Utilisation in percent (NVML; 0 when unknown).
+    pub utilisation_percent: u32,
+    /// Whether NVML measured it.
+    pub nvml: bool,
+}
+
+/// An accelerator service's devices and queue lengths.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AccelState {
+    /// Its devices.
+    pub devices: Vec<DeviceState>,
+    /// Offloads being received (remote-read).
+    pub reading: u32,
+    /// Tasks waiting for a device.
+    pub process_queue: u32,
+    /// Results waiting to be sent back.
+    pub write_queue: u32,
+}
+
+/// What a heartbeat says about the node's rack and accelerator service.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AccelReport {
+    /// The rack its agent names (empty: [`DEFAULT_RACK`]).
+    pub rack: String,
+    /// Port of its accelerator service (0: none).
+    pub port: u32,
+    /// Whether the service speaks TLS.
+    pub tls: bool,
+    /// The service's state.
+    pub state: Option<AccelState>,
+}
+
+/// A node's binding as its agent is told it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeBinding {
+    /// The ANode's name; empty = unbound.
+    pub anode: String,
+    /// Its accelerator service, `http(s)://host:port`.
+    pub address: String,
+}
+
+/// What an agent last said about its accelerator service.
+#[derive(Clone, Debug, Default)]
+struct Service {
+    ip: Option<IpAddr>,
+    port: u32,
+    tls: bool,
+    rack: String,
+    state: Option<AccelState>,
+}
+
+/// A node's role in the binding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    ANode,
+    NNode,
+    /// A node with accelerators but no accelerator service: it runs its own GPU tasks and takes
+    /// no NNode.
+    Alone,
+}
+
+/// The server's accelerator sharing state (memory only).
+#[derive(Debug)]
+pub(crate) struct Sharing {
+    binding: Binding,
+    /// Nodes in the binding (alive), by id.
+    members: HashMap<u32, Role>,
+    services: HashMap<u32, Service>,
+    /// Offloaded attempts: task → (attempt, ANode id).
+    executed: HashMap<u64, (u32, u32)>,
+}
+
+impl Sharing {
+    /// An empty map under the configured mode.
+    pub(crate) fn new(kind: BindingKind, slots: u32) -> Self {
+        let mode = match kind {
+            BindingKind::Plain => BindingMode::Plain,
+            BindingKind::Weighted => BindingMode::Weighted,
+            BindingKind::Container => BindingMode::Container {
+                slots: slots.max(1),
+            },
+        };
+        Self {
+            binding: Binding::new(mode),
+            members: HashMap::new(),
+            services: HashMap::new(),
+            executed: HashMap::new(),
+        }
+    }
+}
+
+/// The node's own ANode: in mode `container` the ANode of its first container (an NNode sends its
+/// accelerator work to one service).
+fn unit_of(name: &str, mode: BindingMode) -> hetsched_core::policy::binding::Unit {
+    hetsched_core::policy::binding::Unit {
+        nnode: name.into(),
+        container: matches!(mode, BindingMode::Container { .. }).then_some(0),
+    }
+}
+
+impl State {
+    /// Records the address an agent's call came from (its accelerator service listens there).
+    pub fn note_peer(&mut self, node: u32, ip: Option<IpAddr>) {
+        if let Some(ip) = ip {
+            self.sharing.services.entry(node).or_default().ip = Some(ip);
+        }
+    }
+
+    /// The part of a heartbeat that concerns accelerator sharing, run after the kinds filled the
+    /// node: the node's service and rack, its joining the binding, the ANode of each GPU task just
+    /// sent to an NNode, and the node's binding in the reply.
+    pub(super) fn accel_heartbeat(
+        &mut self,
+        nid: NodeId,
+        req: &HeartbeatReport,
+        reply: &mut HeartbeatReply,
+    ) -> Result<(), StateError> {
+        let id = nid.0;
+        let s = self.sharing.services.entry(id).or_default();
+        s.port = req.accel.port;
+        s.tls = req.accel.tls;
+        s.state = req.accel.state.clone();
+        s.rack = if req.accel.rack.is_empty() {
+            DEFAULT_RACK.to_string()
+        } else {
+            req.accel.rack.clone()
+        };
+        if !self.sharing.members.contains_key(&id) {
+            self.accel_join(id)?;
+        }
+        if self.sharing.members.get(&id) == Some(&Role::NNode)
+            && let Some(anode) = self.bound_anode(id)
+        {
+            for a in &reply.assignments {
+                // The NNode runs no GPU task itself: each of its devices is its ANode's.
+                if !a.devices.is_empty() {
+                    self.sharing.executed.insert(a.task_id, (a.attempt, anode));
+                }
+            }
+        }
+        reply.binding = Some(self.binding_of(id));
+        Ok(())
+    }
+
+    /// The ANode node `id` is bound to.
+    fn bound_anode(&self, id: u32) -> Option<u32> {
+        let name = &self.nodes.get(id)?.spec.name;
+        let anode = self
+            .sharing
+            .binding
+            .anode_of(&unit_of(name, self.sharing.binding.mode()))?;
+        self.nodes.by_name(anode)
+    }
+
+    /// Node `id`'s binding as its agent is told it.
+    fn binding_of(&self, id: u32) -> NodeBinding {
+        let Some(anode) = self.bound_anode(id) else {
+            return NodeBinding::default();
+        };
+        let s = self
+            .sharing
+            .services
+            .get(&anode)
+            .cloned()
+            .unwrap_or_default();
+        let Some(ip) = s.ip.filter(|_| s.port != 0) else {
+            return NodeBinding::default();
+        };
+        let host = match ip {
+            IpAddr::V4(v4) => v4.to_string(),
+            IpAddr::V6(v6) => format!("[{v6}]"),
+        };
+        NodeBinding {
+            anode: self.nodes.name(anode).to_string(),
+            address: format!(
+                "{}://{host}:{}",
+                if s.tls { "https" } else { "http" },
+                s.port
+            ),
+        }
+    }
+
+    fn accel_join(&mut self, id: u32) -> Result<(), StateError> {
+        let Some(n) = self.nodes.get(id) else {
+            return Ok(());
+        };
+        if !n.alive || n.removed {
+            return Ok(());
+        }
+        let name = n.spec.name.clone();
+        let s = self.sharing.services.get(&id).cloned().unwrap_or_default();
+        let rack = if s.rack.is_empty() {
+            DEFAULT_RACK.to_string()
+        } else {
+            s.rack
+        };
+        let role = match (n.spec.accelerators.is_empty(), s.port != 0) {
+            (true, _) => Role::NNode,
+            (false, true) => Role::ANode,
+            (false, false) => Role::Alone,
+        };
+        let events = match role {
+            Role::NNode => self.sharing.binding.add_nnode(&name, &rack),
+            Role::ANode => {
+                let weight: f64 = n.spec.accelerators.iter().map(|a| a.speed).sum();
+                self.sharing.binding.add_anode(&name, &rack, weight)
+            }
+            Role::Alone => Ok(Vec::new()),
+        };
+        let events = match events {
+            Ok(e) => e,
+            Err(e) => {
+                warn!(node = %name, "binding: {e}");
+                return Ok(());
+            }
+        };
+        self.sharing.members.insert(id, role);
+        info!(node = %name, rack = %rack, role = ?role, "joined the accelerator binding");
+        self.apply_binding_events(&events, None)
+    }
+
+    /// Takes the nodes that died or were removed out of the binding (called by
+    /// [`State::check_dead`] before it commits).
+    pub(super) fn accel_left(&mut self) -> Result<(), StateError> {
+        let mut gone: Vec<u32> = self
+            .sharing
+            .members
+            .keys()
+            .copied()
+            .filter(|&id| self.nodes.get(id).is_none_or(|n| !n.alive || n.removed))
+            .collect();
+        gone.sort_unstable();
+        for id in gone {
+            let role = self.sharing.members.remove(&id);
+            let name = self.nodes.name(id).to_string();
+            if role == Some(Role::Alone) {
+                continue;
+            }
+            let events = match self.sharing.binding.remove(&name) {
+                Ok(e) => e,
+                Err(e) => {
+                    warn!(node = %name, "binding: {e}");
+                    continue;
+                }
+            };
+            info!(node = %name, moved = events.len(), "left the accelerator binding");
+            if role == Some(Role::NNode) {
+                // Its tasks were re-queued with the node; it reaches no device any more.
+                self.view
+                    .set_attached_accelerators(NodeId(id), Vec::new())?;
+            }
+            let lost_anode = (role == Some(Role::ANode)).then_some(name);
+            self.apply_binding_events(&events, lost_anode.as_deref())?;
+        }
+        Ok(())
+    }
+
+    /// Applies binding changes: each NNode concerned reaches its new ANode's devices (or none).
+    /// With `lost_anode`, the NNodes were bound to that ANode, which is gone: the tasks they had
+    /// sent it are lost (their kinds re-queue them) first.
+    fn apply_binding_events(
+        &mut self,
+        events: &[BindingEvent],
+        lost_anode: Option<&str>,
+    ) -> Result<(), StateError> {
+        for e in events {
+            let (unit, anode) = match e {
+                BindingEvent::Bound { nnode, anode } => (nnode, Some(anode)),
+                BindingEvent::Unbound { nnode } => (nnode, None),
+            };
+            if unit.container.is_some_and(|k| k != 0) {
+                continue;
+            }
+            let Some(nid) = self.nodes.by_name(&unit.nnode) else {
+                continue;
+            };
+            if let Some(lost) = lost_anode {
+                let lost_id = self.nodes.by_name(lost);
+                let reason = format!("its ANode `{lost}` was lost");
+                let mut offloaded: Vec<u64> = self
+                    .nodes
+                    .get(nid)
+                    .map(|n| n.running.iter().copied().collect())
+                    .unwrap_or_default();
+                offloaded.retain(|t| {
+                    self.sharing
+                        .executed
+                        .get(t)
+                        .is_some_and(|&(_, a)| Some(a) == lost_id)
+                });
+                offloaded.sort_unstable_by(|a, b| b.cmp(a));
+                if !offloaded.is_empty() {
+                    warn!(node = %unit.nnode, tasks = offloaded.len(), "{reason}: its offloaded tasks are re-queued");
+                }
+                for t in offloaded {
+                    self.lose(t, &reason)?;
+                }
+            }
+            let devices: Vec<Accelerator> = anode
+                .and_then(|a| self.nodes.by_name(a))
+                .and_then(|a| self.nodes.get(a))
+                .map(|n| n.spec.accelerators.clone())
+                .unwrap_or_default();
+            match anode {
+                Some(a) => info!(nnode = %unit.nnode, anode = %a, "bound"),
+                None => info!(nnode = %unit.nnode, "unbound: no ANode in its rack"),
+            }
+            self.view.set_attached_accelerators(NodeId(nid), devices)?;
+        }
+        Ok(())
+    }
+
+    /// Fills the accelerator sharing fields of a node listing: rack, role, binding, service state.
+    pub(super) fn accel_nodes(&self, list: &mut [NodeInfo]) {
+        for n in list {
+            if let Some(s) = self.sharing.services.get(&n.id) {
+                if !s.rack.is_empty() {
+                    n.rack = s.rack.clone();
+                }
+                n.accel = s.state.clone();
+            }
+            n.role = if n.accelerators.is_empty() {
+                "nnode"
+            } else {
+                "anode"
+            }
+            .to_string();
+            // The view lists a bound NNode's attached devices as free GPUs; show its own (none).
+            if n.accelerators.is_empty() {
+                n.free_gpus = 0;
+            }
+            if let Some(a) = self.bound_anode(n.id) {
+                n.bound_to = self.nodes.name(a).to_string();
+            }
+        }
+    }
+
+    /// Fills each listed task's executed node: the ANode its latest attempt was offloaded to,
+    /// else the node it was placed on.
+    pub(super) fn accel_tasks(&self, page: &mut TasksPage) {
+        for t in &mut page.tasks {
+            t.executed_node = match self.sharing.executed.get(&t.id) {
+                Some(&(at, anode)) if at == t.attempt => self.nodes.name(anode).to_string(),
+                _ => t.node.clone(),
+            };
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! Accelerator sharing in the server without a network (spec 01, issue 11): the binding kept by the
+//! core's rules as nodes are heard from and die, told to each agent in its heartbeat replies, and
+//! what it means for placement and for offloaded tasks when an ANode is lost.
+
+mod common;
+
+use hetsched_proto as pb;
+use hetsched_server::ServerConfig;
+use hetsched_server::config::BindingKind;
+use hetsched_server::convert::Wire;
+use hetsched_server::state::State;
+use hetsched_server::store::Store;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn open(name: &str, binding: BindingKind) -> (State, Scratch) {
+    let d = std::env::temp_dir().join(format!("hetsched-accel-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("dir");
+    let config = ServerConfig {
+        data_dir: d.clone(),
+        binding,
+        ..Default::default()
+    };
+    let s = State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
+    (s, Scratch(d))
+}
+
+/// Registers a node; `gpus` devices of `speed` make it an ANode (its service on port 7000 + id).
+fn node(s: &mut State, name: &str, gpus: u32, speed: f64) -> u32 {
+    let id = s
+        .register(pb::RegisterRequest {
+            identity: common::IDENTITY.into(),
+            name: name.into(),
+            cores: 4,
+            memory_bytes: 1 << 30,
+            accelerators: (0..gpus)
+                .map(|_| pb::Accelerator {
+                    kind: "sim".into(),
+                    memory_bytes: 1 << 30,
+                    speed,
+                })
+                .collect(),
+            ..Default::default()
+        })
+        .expect("register")
+        .node_id;
+    s.note_peer(id, Some(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+    id
+}
+
+/// A heartbeat of `id` in `rack` (an ANode announces its service), reporting `running`.
+fn beat(
+    s: &mut State,
+    id: u32,
+    rack: &str,
+    anode: bool,
+    running: &[(u64, u32)],
+) -> pb::HeartbeatReply {
+    let mut req = common::heartbeat_request(id, running, &[]);
+    req.rack = rack.into();
+    if anode {
+        req.accel_port = 7000 + id;
+        req.accel = Some(pb::AccelState::default());
+    }
+    s.heartbeat(req).expect("heartbeat")
+}
+
+fn bound_to(r: &pb::HeartbeatReply) -> (String, String) {
+    let b = r.binding.clone().expect("every reply carries the binding");
+    (b.anode, b.address)
+}
+
+const GPU_JOB: &str = "[[application]]\nname = \"solve\"\ntasks = 6\naccelerator = \"required\"\n\
+     inputs = [\"in/{index}\"]\noutputs = [\"out/{index}\"]\n[application.gpu]\ncommand = \"solve\"\n";
+
+#[test]
+fn nnodes_of_a_rack_with_an_anode_are_bound_to_it_and_get_gpu_work_the_other_rack_gets_none() {
+    let (mut s, _d) = open("plain", BindingKind::Plain);
+    let a = node(&mut s, "anode", 1, 1.0);
+    let n1 = node(&mut s, "n1", 0, 1.0);
+    let nb = node(&mut s, "nb", 0, 1.0);
+    beat(&mut s, a, "A", true, &[]);
+    beat(&mut s, n1, "A", false, &[]);
+    beat(&mut s, nb, "B", false, &[]);
+    // The next replies carry the map.
+    assert_eq!(
+        bound_to(&beat(&mut s, n1, "A", false, &[])),
+        ("anode".into(), format!("http://127.0.0.1:{}", 7000 + a))
+    );
+    assert_eq!(
+        bound_to(&beat(&mut s, nb, "B", false, &[])),
+        (String::new(), String::new())
+    );
+    assert_eq!(bound_to(&beat(&mut s, a, "A", true, &[])).0, "");
+
+    s.submit_named("job.toml", GPU_JOB, "/tmp", "", "")
+        .expect("submit");
+    // The rack-B NNode reaches no device: no GPU task for it.
+    assert!(beat(&mut s, nb, "B", false, &[]).assignments.is_empty());
+    let r = beat(&mut s, n1, "A", false, &[]);
+    assert_eq!(r.assignments.len(), 1, "the bound NNode takes GPU work");
+    let t = &r.assignments[0];
+    let spec = r.specs.iter().find(|x| x.key == t.spec).expect("spec sent");
+    assert_eq!(
+        (spec.variant.as_str(), spec.accelerator.as_str()),
+        ("gpu", "required")
+    );
+    assert_eq!(
+        (spec.inputs.clone(), spec.outputs.clone()),
+        (
+            vec!["in/{index}".to_string()],
+            vec!["out/{index}".to_string()]
+        )
+    );
+    let tasks = s.tasks(1).expect("tasks").tasks;
+    let listed = tasks.iter().find(|x| x.id == t.task_id).expect("task");
+    assert_eq!(
+        (listed.node.as_str(), listed.executed_node.as_str()),
+        ("n1", "anode")
+    );
+
+    // The ANode stops heartbeating: it is declared dead, n1 waits unbound, and the task it had
+    // offloaded goes back to the queue; n1 is told to kill the old attempt.
+    std::thread::sleep(Duration::from_millis(30));
+    beat(&mut s, n1, "A", false, &[(t.task_id, t.attempt)]);
+    beat(&mut s, nb, "B", false, &[]);
+    s.check_dead(Duration::from_millis(20)).expect("check");
+    let listed = s.tasks(1).expect("tasks").tasks;
+    let again = listed.iter().find(|x| x.id == t.task_id).expect("task");
+    assert_eq!(again.state, "pending", "{again:?}");
+    let r = beat(&mut s, n1, "A", false, &[(t.task_id, t.attempt)]);
+    assert_eq!(bound_to(&r).0, "", "unbound once its ANode is gone");
+    assert!(
+        r.kill
+            .iter()
+            .any(|k| k.task_id == t.task_id && k.attempt == t.attempt)
+    );
+    assert!(r.assignments.is_empty(), "no GPU work without an ANode");
+    let nodes = s.nodes().nodes;
+    let n1_info = nodes.iter().find(|n| n.name == "n1").expect("n1");
+    assert_eq!(
+        (
+            n1_info.role.as_str(),
+            n1_info.bound_to.as_str(),
+            n1_info.rack.as_str()
+        ),
+        ("nnode", "", "A")
+    );
+
+    // The ANode comes back: n1 is bound again, and the re-queued task runs again with the next
+    // attempt (on the ANode or offloaded by n1), the old attempt's result being void.
+    let mut again: Vec<(u64, u32)> = beat(&mut s, a, "A", true, &[])
+        .assignments
+        .iter()
+        .map(|x| (x.task_id, x.attempt))
+        .collect();
+    let r = beat(&mut s, n1, "A", false, &[]);
+    assert_eq!(bound_to(&r).0, "anode");
+    again.extend(r.assignments.iter().map(|x| (x.task_id, x.attempt)));
+    assert!(
+        again.contains(&(t.task_id, t.attempt + 1)),
+        "{again:?} lacks the re-queued task"
+    );
+}
+
+#[test]
+fn weighted_binding_gives_the_faster_anode_more_nnodes() {
+    // Spec 01's weighted example: fast (weight 2) and slow (weight 1), four NNodes → 3 : 1.
+    let (mut s, _d) = open("weighted", BindingKind::Weighted);
+    let fast = node(&mut s, "fast", 1, 2.0);
+    let slow = node(&mut s, "slow", 1, 1.0);
+    beat(&mut s, fast, "r", true, &[]);
+    beat(&mut s, slow, "r", true, &[]);
+    let ns: Vec<u32> = (1..=4)
+        .map(|i| node(&mut s, &format!("n{i}"), 0, 1.0))
+        .collect();
+    for &n in &ns {
+        beat(&mut s, n, "r", false, &[]);
+    }
+    let map: Vec<String> = ns
+        .iter()
+        .map(|&n| bound_to(&beat(&mut s, n, "r", false, &[])).0)
+        .collect();
+    assert_eq!(map, ["fast", "fast", "fast", "slow"]);
+}
