@@ -12,6 +12,7 @@
 //! core_speed = 1.0
 //! disk_read = "200MB/s"
 //! log_listen = "0.0.0.0:0"          # task outputs for `hetsched log` (default: any port)
+//! advertise = "10.0.0.7:7431"       # where other agents reach this one (workflow data, PCDDB)
 //! [[accelerator]]                   # declared GPUs replace detected ones
 //! kind = "a100"
 //! count = 4
@@ -49,6 +50,8 @@ pub struct AgentConfig {
     pub disk_read: Option<Bandwidth>,
     /// Where the log listener binds (`hetsched log` reads task outputs through it).
     pub log_listen: Option<std::net::SocketAddr>,
+    /// Where other agents reach this agent (`host:port` of its log listener; issue 13).
+    pub advertise: Option<String>,
     /// Declared accelerators (replace detected ones).
     #[serde(default)]
     pub accelerator: Vec<AcceleratorSpec>,

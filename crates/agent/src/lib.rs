@@ -17,7 +17,9 @@
 //! - [`logs`]: the log listener that serves task outputs to the server (`hetsched log`);
 //! - [`shutdown`]: graceful shutdown on SIGTERM/SIGINT (stop taking work, kill or drain, report).
 
+pub mod balance;
 pub mod config;
+pub mod dataflow;
 pub mod detect;
 pub mod launch;
 pub mod ledger;
@@ -103,6 +105,9 @@ pub struct AgentOptions {
     pub drain: bool,
     /// The running tasks' process groups, shared with a signal handler ([`shutdown`]).
     pub processes: shutdown::Processes,
+    /// Where other agents reach this one (`host:port` of the log listener, which also serves
+    /// workflow data); None = the address the server sees with the listener's port.
+    pub advertise: Option<String>,
 }
 
 struct RunningTask {
@@ -151,9 +156,20 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
             "killed tasks left running by a previous agent in this work directory"
         );
     }
+    let balance: balance::Handle = Arc::default();
     let logs = match opts.log_listen {
         Some(at) => Some(
-            logs::LogListener::bind(at, &opts.work_dir, &opts.token)
+            logs::LogListener::bind_with(
+                at,
+                &opts.work_dir,
+                &opts.token,
+                Some(dataflow::DataService {
+                    work_dir: opts.work_dir.clone(),
+                    balance: balance.clone(),
+                    token: opts.token.clone(),
+                    wake: notify.clone(),
+                }),
+            )
                 .await
                 .map_err(|e| AgentError::Config(format!("log listener on {at}: {e}")))?,
         ),
@@ -182,7 +198,9 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
         identity: identity.clone(),
         log_port,
         work_dir: work_dir_shown.clone(),
+        advertise: opts.advertise.clone().unwrap_or_default(),
     };
+    let checks = balance::spawn_checks(balance.clone(), opts.token.clone(), notify.clone());
     let mut node_id: Option<u32> = None;
     let mut interval = Duration::from_millis(500);
     let mut backoff = Duration::from_millis(50);
@@ -218,6 +236,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                 }
             };
             let req = {
+                let mut bal = balance.lock().unwrap_or_else(|p| p.into_inner());
                 let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
                 // Sample /proc/PID/io at most every 200 ms (short tasks would otherwise pay for it).
                 let elapsed = io_sampled.elapsed();
@@ -258,12 +277,20 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     log_port,
                     work_dir: work_dir_shown.clone(),
                     draining: draining.is_some(),
+                    advertise: opts.advertise.clone().unwrap_or_default(),
+                    balance: bal.take_outbox(),
+                    balance_sent: bal.sent,
+                    balance_received: bal.received,
+                    balance_held: bal.held(),
                 }
             };
-            let reply = match tokio::time::timeout(Duration::from_secs(10), client.heartbeat(req))
+            let mut reply = match tokio::time::timeout(Duration::from_secs(10), client.heartbeat(req))
                 .await
             {
-                Ok(Ok(r)) => r.into_inner(),
+                Ok(Ok(r)) => {
+                    let r: pb::HeartbeatReply = r.into_inner();
+                    r
+                }
                 Ok(Err(s)) => break 'beat Err(s),
                 Err(_) => break 'beat Err(tonic::Status::deadline_exceeded("heartbeat timed out")),
             };
@@ -271,6 +298,19 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                 info!("the server does not know this node; registering again");
                 node_id = None;
                 continue 'main;
+            }
+            {
+                // PCDDB: the workflows this node balances, and the launch node's messages.
+                let fwd = {
+                    let mut b = balance.lock().unwrap_or_else(|p| p.into_inner());
+                    b.sync(id, opts.resources.cores, &reply.pcddb);
+                    let mut fwd = Vec::new();
+                    for m in std::mem::take(&mut reply.balance) {
+                        fwd.extend(b.deliver(m, launch::now_ns(), false));
+                    }
+                    fwd
+                };
+                balance::send(&balance, &opts.token, fwd, notify.clone());
             }
             let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
             more = reply.more;
@@ -349,14 +389,34 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     let _ = tx.send(launch::Kill::Server);
                 }
                 let (shared, notify, opts) = (shared.clone(), notify.clone(), opts.clone());
+                let bal = balance.clone();
                 tokio::spawn(async move {
                     let pid_shared = shared.clone();
                     let (task, attempt) = (a.task_id, a.attempt);
                     let procs = opts.processes.clone();
                     let spawned = Arc::new(std::sync::atomic::AtomicU32::new(0));
                     let spawned_in = spawned.clone();
-                    let result =
-                        launch::run(&a, &spec, &opts.name, &opts.work_dir, rx, move |pid| {
+                    // A workflow instance: its inputs first, from their producers' agents.
+                    let spec = if a.instance_dir.is_empty() {
+                        Ok(spec)
+                    } else {
+                        dataflow::prepare(&a, &spec, &opts.work_dir, &opts.token)
+                            .await
+                            .map(Arc::new)
+                    };
+                    let result = match spec {
+                        Err(m) => pb::TaskResult {
+                            task_id: a.task_id,
+                            attempt: a.attempt,
+                            exit_code: -1,
+                            // Not the instance's failure: the server produces the input again.
+                            interrupted: m.starts_with(dataflow::INPUT_UNAVAILABLE),
+                            message: m,
+                            started_ns: launch::now_ns(),
+                            finished_ns: launch::now_ns(),
+                            ..Default::default()
+                        },
+                        Ok(spec) => launch::run(&a, &spec, &opts.name, &opts.work_dir, rx, move |pid| {
                             procs.add(pid);
                             spawned_in.store(pid, std::sync::atomic::Ordering::Relaxed);
                             let mut sh = pid_shared.lock().unwrap_or_else(|p| p.into_inner());
@@ -367,7 +427,11 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                                 t.pid = Some(pid);
                             }
                         })
-                        .await;
+                        .await,
+                    };
+                    bal.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .finished(task, launch::now_ns());
                     opts.processes
                         .remove(spawned.load(std::sync::atomic::Ordering::Relaxed));
                     let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
@@ -441,6 +505,8 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     }
                     _ => {}
                 }
+                // The server may come back with fresh launch nodes: PCDDB machines start over.
+                balance.lock().unwrap_or_else(|p| p.into_inner()).reset();
                 if first_failure.is_none() {
                     if unreachable(&s) {
                         warn!("server unreachable ({}); retrying", s.message());
@@ -490,6 +556,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
             }
         }
     }
+    checks.abort();
     if let Some(l) = logs {
         l.stop().await;
     }

@@ -15,6 +15,10 @@
 //! [retention]                  # optional; finished jobs are kept forever without it
 //! keep_finished = "24h"        # purge a job this long after its last task ended
 //! keep_jobs = 1000             # purge all but the most recently finished 1000 jobs
+//! [workflow]                   # optional: workflows' default balancer, PCDDB thresholds per core
+//! balancer = "centralised"     # or "pcddb"
+//! lt = 2
+//! mt = 10
 //! [tls]                        # optional; PEM files
 //! cert = "server.pem"
 //! key = "server.key"
@@ -57,6 +61,20 @@ pub struct ServerConfig {
     pub start_failure_backoff: Duration,
     /// Retention of finished jobs (`[retention]`); none: kept until `hetsched purge`.
     pub retention: Option<RetentionConfig>,
+    /// Workflows (issue 13): the default balancer and the PCDDB thresholds.
+    pub workflow: Option<WorkflowConfig>,
+}
+
+/// `[workflow]`: how workflows are balanced unless their file says `balancer =`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowConfig {
+    /// `centralised` (default) or `pcddb`.
+    pub balancer: Option<String>,
+    /// PCDDB lower threshold, instances per core (default 2).
+    pub lt: Option<u32>,
+    /// PCDDB upper threshold, instances per core (default 10).
+    pub mt: Option<u32>,
 }
 
 /// When finished jobs are purged on their own (see `docs/runtime.md`, Retention).
@@ -94,6 +112,7 @@ impl Default for ServerConfig {
             start_failures: 3,
             start_failure_backoff: Duration(60_000_000_000),
             retention: None,
+            workflow: None,
         }
     }
 }

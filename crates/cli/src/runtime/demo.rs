@@ -126,6 +126,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             log_listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
             drain: false,
             processes: Default::default(),
+            advertise: None,
         };
         println!(
             "agent {name}: 1 core{}",

@@ -10,6 +10,7 @@ mod kernel;
 mod log;
 mod purge;
 mod serve;
+mod workflow;
 
 use clap::{Args, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -62,6 +63,9 @@ pub enum RuntimeCommand {
     Job {
         /// Job id.
         id: u64,
+        /// A workflow's task graph instead (DOT with `--output dot`).
+        #[arg(long)]
+        graph: bool,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -168,6 +172,8 @@ pub enum Output {
     Table,
     /// JSON for programs.
     Json,
+    /// Graphviz DOT (`hetsched job N --graph`; other commands print their table).
+    Dot,
 }
 
 /// Where the server is and how to prove who we are.
@@ -237,7 +243,10 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             client,
         } => client::resubmit(&client, id, failed, wait).await,
         RuntimeCommand::Jobs { client } => client::jobs(&client).await,
-        RuntimeCommand::Job { id, client } => client::job(&client, id).await,
+        RuntimeCommand::Job { id, graph, client } if graph => {
+            workflow::graph(&client, id).await
+        }
+        RuntimeCommand::Job { id, client, .. } => client::job(&client, id).await,
         RuntimeCommand::Tasks { job, limit, client } => client::tasks(&client, job, limit).await,
         RuntimeCommand::Nodes { client } => client::nodes(&client).await,
         RuntimeCommand::Wait {

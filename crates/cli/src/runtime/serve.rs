@@ -293,6 +293,7 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
         },
         drain: a.drain,
         processes: Default::default(),
+        advertise: config.advertise.clone(),
     })
 }
 

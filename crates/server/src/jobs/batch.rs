@@ -590,6 +590,7 @@ impl Batch {
                         mean_gpu_ms: mean(1),
                         has_cpu: r.cpu.is_some(),
                         has_gpu: r.gpu.is_some(),
+                        ready: 0,
                     }
                 })
                 .collect()
@@ -804,6 +805,7 @@ impl JobKind for Batch {
                 index: t.index,
                 devices: a.devices.clone(),
                 spec: key,
+                workflow: None,
             };
             let spec = out
                 .needs_spec(key)

@@ -57,6 +57,7 @@
 //! types stay in [`crate::convert`] and [`crate::service`].
 
 pub mod batch;
+pub mod workflow;
 
 use crate::metrics::Metrics;
 use crate::state::StateError;
@@ -70,6 +71,7 @@ use hetsched_core::{NodeId, SchedulerView};
 use std::collections::HashSet;
 
 pub use batch::Batch;
+pub use workflow::Workflows;
 
 /// Largest heartbeat reply the server builds (encoded bytes): a quarter of the agents' 4 MiB
 /// decoding limit, so no job, however large its commands, makes a reply an agent cannot read.
@@ -87,16 +89,20 @@ pub const KIND_SHIFT: u32 = 56;
 pub enum Kind {
     /// Arrays of independent tasks with CPU/GPU variants ([`batch`]).
     Batch = 0,
+    /// Task graphs with data-flow dependencies ([`workflow`]). Numbered after its issue (13),
+    /// not "the next free number", so kinds added side by side do not collide.
+    Workflow = 13,
 }
 
 impl Kind {
     /// Every kind, in listing order.
-    pub const ALL: &'static [Kind] = &[Kind::Batch];
+    pub const ALL: &'static [Kind] = &[Kind::Batch, Kind::Workflow];
 
     /// The kind that owns id `id` (a task, job or spec key), if any.
     pub fn of(id: u64) -> Option<Kind> {
         match id >> KIND_SHIFT {
             0 => Some(Kind::Batch),
+            13 => Some(Kind::Workflow),
             _ => None,
         }
     }
@@ -178,6 +184,16 @@ impl<'r> Outbox<'r> {
         }
         self.reply.assignments.push(d);
         Ok(())
+    }
+
+    /// Adds a PCDDB message from a workflow's launch node to the reply.
+    pub fn balance(&mut self, m: crate::state::types::BalanceEnvelope) {
+        self.reply.balance.push(m);
+    }
+
+    /// Tells the node it balances PCDDB workflow `j`.
+    pub fn pcddb(&mut self, j: crate::state::types::PcddbJob) {
+        self.reply.pcddb.push(j);
     }
 
     /// Some work did not fit: the agent should heartbeat again at once.
@@ -262,23 +278,26 @@ pub trait JobKind: Send {
 pub struct Jobs {
     /// Batch jobs.
     pub batch: Batch,
+    /// Workflows.
+    pub workflow: Workflows,
 }
 
 impl Jobs {
     /// Every kind, in [`Kind`] order (a new kind adds one line here and in `all_mut`).
     pub fn all(&self) -> Vec<&dyn JobKind> {
-        vec![&self.batch]
+        vec![&self.batch, &self.workflow]
     }
 
     /// Every kind, in [`Kind`] order.
     pub fn all_mut(&mut self) -> Vec<&mut dyn JobKind> {
-        vec![&mut self.batch]
+        vec![&mut self.batch, &mut self.workflow]
     }
 
     /// The kind that owns id `id`.
     pub fn owner(&self, id: u64) -> Option<&dyn JobKind> {
         match Kind::of(id)? {
             Kind::Batch => Some(&self.batch),
+            Kind::Workflow => Some(&self.workflow),
         }
     }
 
@@ -286,6 +305,7 @@ impl Jobs {
     pub fn owner_mut(&mut self, id: u64) -> Option<&mut dyn JobKind> {
         match Kind::of(id)? {
             Kind::Batch => Some(&mut self.batch),
+            Kind::Workflow => Some(&mut self.workflow),
         }
     }
 }

@@ -188,11 +188,21 @@ impl State {
             };
             Batch::restore(config, snap, &mut cx)?
         };
+        let workflow = crate::jobs::Workflows::restore(
+            config,
+            &mut Ctx {
+                view: &mut view,
+                nodes: &mut nodes,
+                store: &mut store,
+                metrics: &metrics,
+                now: now_ns(),
+            },
+        )?;
         Ok(State {
             store,
             view,
             nodes,
-            jobs: Jobs { batch },
+            jobs: Jobs { batch, workflow },
             heartbeat_interval_ms: (config.heartbeat_interval.0 / 1_000_000).max(1),
             metrics,
             config: config.clone(),
@@ -465,6 +475,9 @@ impl State {
     pub fn on_submit(&mut self, sub: Submission) -> Result<Submitted, StateError> {
         let live = self.nodes.live_specs();
         let mut cx = ctx!(self);
+        if hetsched_core::input::workflow_runtime::is_workflow(&sub.text) {
+            return self.jobs.workflow.submit(&mut cx, sub);
+        }
         self.jobs.batch.submit(&mut cx, &live, sub)
     }
 
@@ -472,7 +485,7 @@ impl State {
     pub fn on_resubmit(&mut self, job: u64) -> Result<u64, StateError> {
         let n = match Kind::of(job) {
             Some(Kind::Batch) => self.jobs.batch.resubmit_failed(&mut ctx!(self), job)?,
-            None => return Err(StateError::NoJob(job)),
+            Some(Kind::Workflow) | None => return Err(StateError::NoJob(job)),
         };
         self.commit()?;
         info!(job, tasks = n, "failed tasks resubmitted");
@@ -567,4 +580,11 @@ impl State {
 /// Where a listing over every kind goes on after `kind`'s last page (0: it was the last kind).
 fn next_kind_start(kind: Kind) -> u64 {
     Kind::ALL.iter().find(|k| **k > kind).map_or(0, |k| k.id(0))
+}
+
+impl State {
+    /// A workflow's task graph in DOT (issue 13).
+    pub fn workflow_dot(&self, job: u64) -> Result<String, StateError> {
+        self.jobs.workflow.dot(job).ok_or(StateError::NoJob(job))
+    }
 }
