@@ -225,29 +225,57 @@ fn a_sixty_instance_workflow_balanced_by_pcddb_and_by_the_centralised_dispatcher
     eprintln!("{}", figures.join("\n"));
 }
 
-#[test]
-fn a_killed_agent_and_a_killed_server_do_not_stop_the_workflow() {
-    let mut c = start("wf-kill");
+fn kill_mid_workflow(mode: &str) {
+    let mut c = start(&format!("wf-kill-{mode}"));
     let log = c.dir.join("runs.log");
-    // `double` takes a moment, so the kill lands while instances run.
-    let file = c.write("wf.toml", &workflow("centralised", &log, "sleep 0.4;"));
+    // `double` takes a moment, so the kills land while instances run.
+    let file = c.write("wf.toml", &workflow(mode, &log, "sleep 0.4;"));
     let job = submit(&c, &file);
+    // The victim: the agent that holds or runs `double` instances once they run.
+    let mut victim = String::new();
+    let mut held = Vec::new();
     wait_until("double to be running", Duration::from_secs(30), || {
-        runs(&log).keys().any(|k| k.starts_with("double"))
+        let tasks = c.tasks(job);
+        let on = |n: &str| {
+            tasks
+                .iter()
+                .filter(|t| t["app"] == "double" && t["node"] == n && t["state"] != "ready")
+                .filter_map(|t| t["index"].as_u64())
+                .collect::<Vec<_>>()
+        };
+        for n in ["n1", "n2", "n3"] {
+            if !on(n).is_empty() {
+                victim = n.to_string();
+                held = on(n);
+                return true;
+            }
+        }
+        false
     });
-    // SIGKILL the agent running the most; its outputs are gone with it (its work directory is
-    // removed too, as a lost disk would be).
-    let victim = "n1".to_string();
     c.signal_agent(&victim, "KILL");
     let _ = c.agent_exit(&victim, Duration::from_secs(10));
-    // And the server, mid-way.
+    // And the server, mid-way (the last stage has not begun).
     std::thread::sleep(Duration::from_millis(300));
+    assert!(!runs(&log).keys().any(|k| k.starts_with("gather")), "too late");
     c.kill_server();
     c.start_server();
     let v = wait_done(&c, job, Duration::from_secs(60));
-    assert_eq!(v["state"], "completed", "{v}");
-    assert_eq!(final_outputs(&c, job), expected());
+    assert_eq!(v["state"], "completed", "{mode}: {v}");
+    assert_eq!(final_outputs(&c, job), expected(), "{mode}");
     let tasks = c.tasks(job);
+    // Every `double` the dead agent ran or held (gather needs them all) was produced again on
+    // a live agent.
+    for i in &held {
+        let t = tasks
+            .iter()
+            .find(|t| t["app"] == "double" && t["index"].as_u64() == Some(*i))
+            .expect("task");
+        assert!(
+            t["node"] != victim.as_str() && t["attempt"].as_u64() >= Some(2),
+            "{mode}: double[{i}] held by {victim}: {t}"
+        );
+    }
+    eprintln!("{mode}: {victim} killed holding double {held:?}; all produced again elsewhere");
     assert!(
         tasks.iter().any(|t| t["attempt"].as_u64() > Some(1)),
         "what the dead agent ran or held was run again"
@@ -255,6 +283,12 @@ fn a_killed_agent_and_a_killed_server_do_not_stop_the_workflow() {
     // Every gather instance (the last stage) ran on a live agent with inputs fetched from live
     // agents only: the outputs above came out right.
     assert!(tasks.iter().filter(|t| t["app"] == "gather").all(|t| t["node"] != victim.as_str()));
+}
+
+#[test]
+fn a_killed_agent_and_a_killed_server_do_not_stop_the_workflow() {
+    kill_mid_workflow("centralised");
+    kill_mid_workflow("pcddb");
 }
 
 #[test]
