@@ -211,9 +211,13 @@ fn a_sixty_instance_workflow_balanced_by_pcddb_and_by_the_centralised_dispatcher
             .as_array()
             .map(|a| a.iter().map(|n| n["balance_received"].as_u64().unwrap_or(0)).sum())
             .unwrap_or(0);
+        assert_eq!(v["balancer"], mode);
         figures.push(format!(
-            "{mode}: {:.2}s, agents sent {sent:?}, requests received from other agents {hops}",
-            took.as_secs_f64()
+            "{mode}: {:.2}s from submission to completion; launch node sent {} and received {} \
+             messages; agents sent {sent:?}; requests received from other agents: {hops}",
+            took.as_secs_f64(),
+            v["launch_sent"],
+            v["launch_received"]
         ));
         if mode == "pcddb" {
             assert!(
@@ -322,4 +326,77 @@ fn bad_workflows_are_refused_at_submission_and_nothing_is_stored() {
     }
     let jobs = c.json(&["jobs"]);
     assert_eq!(jobs.as_array().map(Vec::len), Some(0), "{jobs}");
+}
+
+#[test]
+fn a_failed_instance_fails_its_dependants_and_the_rest_goes_on() {
+    let mut c = Cluster::start("wf-fail", false);
+    c.start_agent("n1", 2, &[]);
+    c.wait_for_nodes(1);
+    let file = c.write(
+        "wf.toml",
+        r#"
+[[task]]
+name = "src"
+instances = 3
+cost = "1s"
+outputs = ["s"]
+command = "if [ {index} = 2 ]; then echo boom >&2; exit 3; fi; echo {index} > {output:s}"
+retries = 1
+
+[[task]]
+name = "mid"
+instances = "1..=3"
+cost = "1s"
+inputs = ["s"]
+outputs = ["m"]
+command = "cat {input:s} > {output:m}"
+
+[[task]]
+name = "all"
+instances = 1
+cost = "1s"
+inputs = ["m"]
+outputs = ["z"]
+command = "cat {input:m} > {output:z}"
+
+[[task]]
+name = "other"
+instances = 2
+cost = "1s"
+outputs = ["o"]
+command = "echo ok > {output:o}"
+"#,
+    );
+    let job = submit(&c, &file);
+    let v = wait_done(&c, job, Duration::from_secs(30));
+    assert_eq!(v["state"], "failed", "{v}");
+    let state = |app: &str, i: u64| {
+        c.tasks(job)
+            .into_iter()
+            .find(|t| t["app"] == app && t["index"].as_u64() == Some(i))
+            .unwrap_or_else(|| panic!("{app}[{i}]"))
+    };
+    let src2 = state("src", 2);
+    assert_eq!(src2["state"], "failed");
+    assert_eq!(src2["attempt"], 2, "one retry: {src2}");
+    let mid2 = state("mid", 2);
+    assert_eq!(mid2["state"], "failed");
+    assert!(
+        mid2["message"].as_str().unwrap_or("").contains("its producer src[2] failed"),
+        "{mid2}"
+    );
+    assert_eq!(state("all", 1)["state"], "failed");
+    for (app, i) in [("src", 1), ("src", 3), ("mid", 1), ("mid", 3), ("other", 1), ("other", 2)] {
+        assert_eq!(state(app, i)["state"], "succeeded", "{app}[{i}]");
+    }
+    // The per-task view and the graph.
+    let out = c.cli(&["job", &job.to_string()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("ready") && text.contains("mid"), "{text}");
+    let out = c.cli(&["job", &job.to_string(), "--graph", "--output", "dot"]);
+    let dot = String::from_utf8_lossy(&out.stdout);
+    assert!(dot.starts_with("digraph"), "{dot}");
+    assert!(dot.contains("\"src\" -> \"mid\""), "{dot}");
+    assert!(dot.contains("\"mid\" -> \"all\" [label=\"m (all)\"]"), "{dot}");
 }

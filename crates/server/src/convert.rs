@@ -259,6 +259,9 @@ impl From<JobInfo> for pb::JobInfo {
             submitted_ns: j.submitted_ns,
             finished_ns: j.finished_ns,
             apps: j.apps.into_iter().map(Into::into).collect(),
+            balancer: j.balancer,
+            launch_sent: j.launch_sent,
+            launch_received: j.launch_received,
         }
     }
 }

@@ -606,6 +606,7 @@ impl Batch {
             submitted_ns: j.row.submitted_ns,
             finished_ns,
             apps,
+            ..Default::default()
         }
     }
 }

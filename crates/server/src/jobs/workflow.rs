@@ -547,9 +547,12 @@ impl Workflows {
             x.finished_ns = now;
             self.dirty.insert((job.seq, k));
             let (t, n) = job.task_of(k);
+            let task = &job.rt.parsed.workflow.tasks[t];
+            // Named by `{index}`, the instance's argument value.
+            let n = task.args.start + i64::from(n / task.processes.max(1));
             let cause = format!(
                 "not run: its producer {}[{n}] failed ({})",
-                job.rt.parsed.workflow.tasks[t].name,
+                task.name,
                 if k == i { why } else { "upstream" }
             );
             for c in job.consumers(k) {
@@ -701,6 +704,9 @@ impl Workflows {
             counts,
             submitted_ns: j.submitted_ns,
             finished_ns: j.finished_ns,
+            balancer: j.balancer.as_str().into(),
+            launch_sent: j.sent,
+            launch_received: j.received,
             apps: if apps {
                 j.rt
                     .parsed
@@ -961,6 +967,7 @@ impl JobKind for Workflows {
                     .iter()
                     .filter(|r| job_of(r.task_id).0 == seq && Kind::of(r.task_id) == Some(Kind::Workflow))
                     .count() as u32;
+                job.received += 1;
                 let o = job.machine.handle(
                     LaunchEvent::Deliver(Message {
                         from: node,

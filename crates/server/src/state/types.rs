@@ -265,6 +265,13 @@ pub struct JobInfo {
     pub finished_ns: u64,
     /// Its applications (only for a single job's view).
     pub apps: Vec<AppInfo>,
+    /// A workflow: the balancer, and the messages its launch node (or dispatcher) sent and
+    /// received.
+    pub balancer: String,
+    /// See `balancer`.
+    pub launch_sent: u64,
+    /// See `balancer`.
+    pub launch_received: u64,
 }
 
 /// One page of jobs.
