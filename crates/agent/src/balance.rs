@@ -53,6 +53,10 @@ pub struct Balancer {
     pub sent: u64,
     /// Messages received from other agents (requests hopping on).
     pub received: u64,
+    /// This node's id.
+    me: Option<u32>,
+    /// Measured round trips to other agents (ns), by node id.
+    pub rtt_ns: BTreeMap<u32, u64>,
 }
 
 /// The balancer shared by the heartbeat loop, the self-check timer and the gRPC service.
@@ -61,6 +65,7 @@ pub type Handle = Arc<Mutex<Balancer>>;
 impl Balancer {
     /// Keeps one machine per workflow in `jobs` (new ones start empty; others are dropped).
     pub fn sync(&mut self, me: u32, cores: u32, jobs: &[pb::PcddbJob]) {
+        self.me = Some(me);
         self.jobs
             .retain(|id, _| jobs.iter().any(|j| j.job_id == *id));
         for j in jobs {
@@ -238,12 +243,7 @@ impl Balancer {
 
 /// Sends `forwards` to their agents (each on its own task); one that fails returns to the
 /// launch node. `wake` is called when something waits for the next heartbeat.
-pub fn send(
-    handle: &Handle,
-    token: &str,
-    forwards: Vec<Forward>,
-    wake: Arc<tokio::sync::Notify>,
-) {
+pub fn send(handle: &Handle, token: &str, forwards: Vec<Forward>, wake: Arc<tokio::sync::Notify>) {
     for f in forwards {
         let (handle, token, wake) = (handle.clone(), token.to_string(), wake.clone());
         tokio::spawn(async move {
@@ -296,4 +296,56 @@ pub fn spawn_checks(
             }
         }
     })
+}
+
+/// Every [`PROBE_INTERVAL`] while a PCDDB workflow runs: the round trip to each other agent
+/// (the least of three pings on one connection), for the server's proximity clusters.
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Runs the round-trip probes until the task is aborted.
+pub fn spawn_probes(handle: Handle, token: String) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(PROBE_INTERVAL).await;
+            let peers: BTreeMap<u32, String> = {
+                let b = handle.lock().unwrap_or_else(|p| p.into_inner());
+                let me = b.me;
+                b.jobs
+                    .values()
+                    .flat_map(|m| m.peers.iter())
+                    .filter(|(id, _)| Some(**id) != me)
+                    .map(|(k, v)| (*k, v.clone()))
+                    .collect()
+            };
+            for (id, address) in peers {
+                if let Some(rtt) = probe(&address, &token).await {
+                    handle
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .rtt_ns
+                        .insert(id, rtt);
+                }
+            }
+        }
+    })
+}
+
+async fn probe(address: &str, token: &str) -> Option<u64> {
+    let ep = pb::endpoint(&format!("http://{address}"), None).ok()?;
+    let ch = tokio::time::timeout(Duration::from_secs(2), ep.connect())
+        .await
+        .ok()?
+        .ok()?;
+    let icpt = pb::TokenInterceptor::new(token).ok()?;
+    let mut c = pb::agent_data_client::AgentDataClient::with_interceptor(ch, icpt);
+    let mut best = u64::MAX;
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        tokio::time::timeout(Duration::from_secs(2), c.ping(pb::BalanceAck {}))
+            .await
+            .ok()?
+            .ok()?;
+        best = best.min(t.elapsed().as_nanos() as u64);
+    }
+    Some(best)
 }

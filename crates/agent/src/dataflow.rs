@@ -30,8 +30,7 @@ pub const CHUNK: usize = 256 << 10;
 /// Whether `rel` is a plain relative path (no `..`, no root) under `wf/`.
 fn safe_rel(rel: &str) -> bool {
     let p = Path::new(rel);
-    p.starts_with("wf")
-        && p.components().all(|c| matches!(c, Component::Normal(_)))
+    p.starts_with("wf") && p.components().all(|c| matches!(c, Component::Normal(_)))
 }
 
 /// The `AgentData` service of one agent.
@@ -106,6 +105,13 @@ impl AgentData for DataService {
         self.wake.notify_one();
         Ok(Response::new(pb::BalanceAck {}))
     }
+
+    async fn ping(
+        &self,
+        _req: Request<pb::BalanceAck>,
+    ) -> Result<Response<pb::BalanceAck>, Status> {
+        Ok(Response::new(pb::BalanceAck {}))
+    }
 }
 
 /// Fetches one file from another agent into `to`.
@@ -128,7 +134,11 @@ async fn fetch(address: &str, token: &str, rel: &str, to: &Path) -> Result<u64, 
         .await
         .map_err(|e| format!("{}: {e}", to.display()))?;
     let mut n = 0u64;
-    while let Some(chunk) = stream.message().await.map_err(|s| s.message().to_string())? {
+    while let Some(chunk) = stream
+        .message()
+        .await
+        .map_err(|s| s.message().to_string())?
+    {
         n += chunk.data.len() as u64;
         file.write_all(&chunk.data)
             .await

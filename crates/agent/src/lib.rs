@@ -170,8 +170,8 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     wake: notify.clone(),
                 }),
             )
-                .await
-                .map_err(|e| AgentError::Config(format!("log listener on {at}: {e}")))?,
+            .await
+            .map_err(|e| AgentError::Config(format!("log listener on {at}: {e}")))?,
         ),
         None => None,
     };
@@ -201,6 +201,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
         advertise: opts.advertise.clone().unwrap_or_default(),
     };
     let checks = balance::spawn_checks(balance.clone(), opts.token.clone(), notify.clone());
+    let probes = balance::spawn_probes(balance.clone(), opts.token.clone());
     let mut node_id: Option<u32> = None;
     let mut interval = Duration::from_millis(500);
     let mut backoff = Duration::from_millis(50);
@@ -282,18 +283,20 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     balance_sent: bal.sent,
                     balance_received: bal.received,
                     balance_held: bal.held(),
+                    rtt_ns: bal.rtt_ns.clone().into_iter().collect(),
                 }
             };
-            let mut reply = match tokio::time::timeout(Duration::from_secs(10), client.heartbeat(req))
-                .await
-            {
-                Ok(Ok(r)) => {
-                    let r: pb::HeartbeatReply = r.into_inner();
-                    r
-                }
-                Ok(Err(s)) => break 'beat Err(s),
-                Err(_) => break 'beat Err(tonic::Status::deadline_exceeded("heartbeat timed out")),
-            };
+            let mut reply =
+                match tokio::time::timeout(Duration::from_secs(10), client.heartbeat(req)).await {
+                    Ok(Ok(r)) => {
+                        let r: pb::HeartbeatReply = r.into_inner();
+                        r
+                    }
+                    Ok(Err(s)) => break 'beat Err(s),
+                    Err(_) => {
+                        break 'beat Err(tonic::Status::deadline_exceeded("heartbeat timed out"));
+                    }
+                };
             if reply.reregister {
                 info!("the server does not know this node; registering again");
                 node_id = None;
@@ -416,18 +419,20 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                             finished_ns: launch::now_ns(),
                             ..Default::default()
                         },
-                        Ok(spec) => launch::run(&a, &spec, &opts.name, &opts.work_dir, rx, move |pid| {
-                            procs.add(pid);
-                            spawned_in.store(pid, std::sync::atomic::Ordering::Relaxed);
-                            let mut sh = pid_shared.lock().unwrap_or_else(|p| p.into_inner());
-                            sh.ledger.started(task, attempt, pid);
-                            if let Some(t) = sh.running.get_mut(&task)
-                                && t.attempt == attempt
-                            {
-                                t.pid = Some(pid);
-                            }
-                        })
-                        .await,
+                        Ok(spec) => {
+                            launch::run(&a, &spec, &opts.name, &opts.work_dir, rx, move |pid| {
+                                procs.add(pid);
+                                spawned_in.store(pid, std::sync::atomic::Ordering::Relaxed);
+                                let mut sh = pid_shared.lock().unwrap_or_else(|p| p.into_inner());
+                                sh.ledger.started(task, attempt, pid);
+                                if let Some(t) = sh.running.get_mut(&task)
+                                    && t.attempt == attempt
+                                {
+                                    t.pid = Some(pid);
+                                }
+                            })
+                            .await
+                        }
                     };
                     bal.lock()
                         .unwrap_or_else(|p| p.into_inner())
@@ -557,6 +562,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
         }
     }
     checks.abort();
+    probes.abort();
     if let Some(l) = logs {
         l.stop().await;
     }

@@ -75,7 +75,9 @@ fn start(name: &str) -> Cluster {
 
 fn submit(c: &Cluster, file: &Path) -> u64 {
     let v = c.json(&["submit", &file.display().to_string()]);
-    v["job_id"].as_u64().unwrap_or_else(|| panic!("no job id in {v}"))
+    v["job_id"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no job id in {v}"))
 }
 
 fn wait_done(c: &Cluster, job: u64, timeout: Duration) -> serde_json::Value {
@@ -163,8 +165,14 @@ fn check_order(t: &BTreeMap<(String, u64), (u64, u64)>) {
             .min()
             .unwrap_or(0)
     };
-    assert!(first_start("spread") >= all_end("seed"), "spread before seed ended");
-    assert!(first_start("gather") >= all_end("double"), "gather before double ended");
+    assert!(
+        first_start("spread") >= all_end("seed"),
+        "spread before seed ended"
+    );
+    assert!(
+        first_start("gather") >= all_end("double"),
+        "gather before double ended"
+    );
     for i in 1..=24 {
         let b = t[&("spread".to_string(), i)];
         let c = t[&("double".to_string(), i)];
@@ -195,21 +203,35 @@ fn a_sixty_instance_workflow_balanced_by_pcddb_and_by_the_centralised_dispatcher
         assert_eq!(final_outputs(&c, job), expected(), "{mode}");
         let r = runs(&log);
         assert_eq!(r.len(), 60, "{mode}: {r:?}");
-        assert!(r.values().all(|&n| n == 1), "{mode}: an instance ran twice: {r:?}");
+        assert!(
+            r.values().all(|&n| n == 1),
+            "{mode}: an instance ran twice: {r:?}"
+        );
         assert!(c.tasks(job).iter().all(|t| t["attempt"] == 1), "{mode}");
         check_order(&times(&c, job));
         // Per-task progress: every task done.
         let apps = v["apps"].as_array().cloned().unwrap_or_default();
         assert_eq!(apps.len(), 4);
-        assert!(apps.iter().all(|a| a["counts"]["succeeded"] == a["tasks"]), "{v}");
+        assert!(
+            apps.iter().all(|a| a["counts"]["succeeded"] == a["tasks"]),
+            "{v}"
+        );
         let nodes = c.json(&["nodes"]);
         let sent: Vec<u64> = nodes
             .as_array()
-            .map(|a| a.iter().map(|n| n["balance_sent"].as_u64().unwrap_or(0)).collect())
+            .map(|a| {
+                a.iter()
+                    .map(|n| n["balance_sent"].as_u64().unwrap_or(0))
+                    .collect()
+            })
             .unwrap_or_default();
         let hops: u64 = nodes
             .as_array()
-            .map(|a| a.iter().map(|n| n["balance_received"].as_u64().unwrap_or(0)).sum())
+            .map(|a| {
+                a.iter()
+                    .map(|n| n["balance_received"].as_u64().unwrap_or(0))
+                    .sum()
+            })
             .unwrap_or(0);
         assert_eq!(v["balancer"], mode);
         figures.push(format!(
@@ -224,6 +246,18 @@ fn a_sixty_instance_workflow_balanced_by_pcddb_and_by_the_centralised_dispatcher
                 hops > 0,
                 "no PCDDB request travelled from one agent to another: {nodes}"
             );
+            // Proximity clusters from the round trips the agents measured (spec 05 §2; with
+            // three nodes m = ⌊0.3·3⌋ → 1, so each node is a cluster of its own).
+            let clusters: Vec<String> = nodes
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|n| n["clusters"].as_str().unwrap_or("").to_string())
+                        .collect()
+                })
+                .unwrap_or_default();
+            assert!(clusters.iter().all(|c| c.starts_with("Sc")), "{nodes}");
+            figures.push(format!("clusters: {clusters:?}"));
         }
     }
     eprintln!("{}", figures.join("\n"));
@@ -260,7 +294,10 @@ fn kill_mid_workflow(mode: &str) {
     let _ = c.agent_exit(&victim, Duration::from_secs(10));
     // And the server, mid-way (the last stage has not begun).
     std::thread::sleep(Duration::from_millis(300));
-    assert!(!runs(&log).keys().any(|k| k.starts_with("gather")), "too late");
+    assert!(
+        !runs(&log).keys().any(|k| k.starts_with("gather")),
+        "too late"
+    );
     c.kill_server();
     c.start_server();
     let v = wait_done(&c, job, Duration::from_secs(60));
@@ -286,7 +323,12 @@ fn kill_mid_workflow(mode: &str) {
     );
     // Every gather instance (the last stage) ran on a live agent with inputs fetched from live
     // agents only: the outputs above came out right.
-    assert!(tasks.iter().filter(|t| t["app"] == "gather").all(|t| t["node"] != victim.as_str()));
+    assert!(
+        tasks
+            .iter()
+            .filter(|t| t["app"] == "gather")
+            .all(|t| t["node"] != victim.as_str())
+    );
 }
 
 #[test]
@@ -305,7 +347,10 @@ fn bad_workflows_are_refused_at_submission_and_nothing_is_stored() {
             good.replace("inputs = [\"b\"]", "inputs = [\"b\", \"d\"]"),
             "cycle",
         ),
-        (good.replace("$(cat {input:b})", "$(cat {input:x})"), "{input:x}"),
+        (
+            good.replace("$(cat {input:b})", "$(cat {input:x})"),
+            "{input:x}",
+        ),
         (
             good.replacen(
                 "command = \"echo seed-{index} >> $RUNLOG; echo $(({index} * 10)) > {output:a}\"\n",
@@ -383,11 +428,21 @@ command = "echo ok > {output:o}"
     let mid2 = state("mid", 2);
     assert_eq!(mid2["state"], "failed");
     assert!(
-        mid2["message"].as_str().unwrap_or("").contains("its producer src[2] failed"),
+        mid2["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("its producer src[2] failed"),
         "{mid2}"
     );
     assert_eq!(state("all", 1)["state"], "failed");
-    for (app, i) in [("src", 1), ("src", 3), ("mid", 1), ("mid", 3), ("other", 1), ("other", 2)] {
+    for (app, i) in [
+        ("src", 1),
+        ("src", 3),
+        ("mid", 1),
+        ("mid", 3),
+        ("other", 1),
+        ("other", 2),
+    ] {
         assert_eq!(state(app, i)["state"], "succeeded", "{app}[{i}]");
     }
     // The per-task view and the graph.
@@ -398,5 +453,8 @@ command = "echo ok > {output:o}"
     let dot = String::from_utf8_lossy(&out.stdout);
     assert!(dot.starts_with("digraph"), "{dot}");
     assert!(dot.contains("\"src\" -> \"mid\""), "{dot}");
-    assert!(dot.contains("\"mid\" -> \"all\" [label=\"m (all)\"]"), "{dot}");
+    assert!(
+        dot.contains("\"mid\" -> \"all\" [label=\"m (all)\"]"),
+        "{dot}"
+    );
 }

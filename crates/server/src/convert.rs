@@ -75,6 +75,7 @@ impl From<pb::HeartbeatRequest> for HeartbeatReport {
             balance_sent: r.balance_sent,
             balance_received: r.balance_received,
             balance_held: r.balance_held,
+            rtt_ns: r.rtt_ns.into_iter().collect(),
         }
     }
 }
@@ -117,7 +118,10 @@ fn assignment(d: &Dispatch) -> pb::Assignment {
                 })
                 .collect()
         }),
-        outputs: d.workflow.as_ref().map_or(Vec::new(), |w| w.outputs.clone()),
+        outputs: d
+            .workflow
+            .as_ref()
+            .map_or(Vec::new(), |w| w.outputs.clone()),
     }
 }
 

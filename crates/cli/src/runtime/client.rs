@@ -212,7 +212,9 @@ pub async fn submit(
             "job {} was already submitted with this key ({} tasks)",
             reply.job_id, reply.tasks
         ),
-        Output::Table | Output::Dot => println!("job {} submitted ({} tasks)", reply.job_id, reply.tasks),
+        Output::Table | Output::Dot => {
+            println!("job {} submitted ({} tasks)", reply.job_id, reply.tasks)
+        }
     }
     if wait_for_it {
         wait_on(&mut api, args.output, reply.job_id, None).await?;
@@ -235,7 +237,9 @@ pub async fn resubmit(
         .into_inner();
     match args.output {
         Output::Json => json(&reply)?,
-        Output::Table | Output::Dot => println!("job {id}: {} failed task(s) queued again", reply.tasks),
+        Output::Table | Output::Dot => {
+            println!("job {id}: {} failed task(s) queued again", reply.tasks)
+        }
     }
     if wait_for_it {
         wait_on(&mut api, args.output, id, None).await?;

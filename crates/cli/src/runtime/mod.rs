@@ -243,9 +243,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             client,
         } => client::resubmit(&client, id, failed, wait).await,
         RuntimeCommand::Jobs { client } => client::jobs(&client).await,
-        RuntimeCommand::Job { id, graph, client } if graph => {
-            workflow::graph(&client, id).await
-        }
+        RuntimeCommand::Job { id, graph, client } if graph => workflow::graph(&client, id).await,
         RuntimeCommand::Job { id, client, .. } => client::job(&client, id).await,
         RuntimeCommand::Tasks { job, limit, client } => client::tasks(&client, job, limit).await,
         RuntimeCommand::Nodes { client } => client::nodes(&client).await,

@@ -16,9 +16,17 @@ pub fn is_workflow(id: u64) -> bool {
 pub fn progress(j: &pb::JobInfo) -> Table {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
-    t.set_header(["task", "instances", "waiting", "ready", "running", "done", "failed"]);
+    t.set_header([
+        "task",
+        "instances",
+        "waiting",
+        "ready",
+        "running",
+        "done",
+        "failed",
+    ]);
     for a in &j.apps {
-        let c = a.counts.clone().unwrap_or_default();
+        let c = a.counts.unwrap_or_default();
         t.add_row(vec![
             a.name.clone(),
             a.tasks.to_string(),

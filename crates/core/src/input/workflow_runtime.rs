@@ -268,7 +268,10 @@ time_limit = "10s"
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
-        assert!(e.starts_with("wf.toml:3:") && e.contains("task[0].command"), "{e}");
+        assert!(
+            e.starts_with("wf.toml:3:") && e.contains("task[0].command"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -36,15 +36,17 @@ use super::{Ctx, JobKind, Kind, Outbox, Read};
 use crate::config::ServerConfig;
 use crate::state::StateError;
 use crate::state::types::{
-    AppInfo, BalanceEnvelope, Dispatch, HeartbeatReport, InstanceData, JobInfo, JobsPage,
-    NodeInfo, PcddbJob, RunningTask, Submission, Submitted, TaskCounts, TaskInfo, TaskResult,
-    TaskSpec, TasksPage, WorkflowInput,
+    AppInfo, BalanceEnvelope, Dispatch, HeartbeatReport, InstanceData, JobInfo, JobsPage, NodeInfo,
+    PcddbJob, RunningTask, Submission, Submitted, TaskCounts, TaskInfo, TaskResult, TaskSpec,
+    TasksPage, WorkflowInput,
 };
 use crate::store::StoreError;
 use hetsched_core::NodeId;
 use hetsched_core::input::workflow_runtime::{RuntimeWorkflow, parse_runtime_workflow};
+use hetsched_core::model::latency::LatencyMatrix;
 use hetsched_core::model::workflow::DependencyKind;
 use hetsched_core::policy::graph::centralised::Dispatcher;
+use hetsched_core::policy::graph::clustering::{min_cluster_size, proximity_clusters};
 use hetsched_core::policy::graph::dag::InstanceGraph;
 use hetsched_core::policy::graph::pcddb::LaunchNode;
 use hetsched_core::policy::graph::{
@@ -59,13 +61,19 @@ use tracing::{info, warn};
 /// `dataflow::INPUT_UNAVAILABLE`).
 const INPUT_UNAVAILABLE: &str = "input unavailable: node ";
 
+/// A `wf_jobs` row: id, name, origin, text, workdir, balancer, submitted_ns, finished_ns.
+type StoredJob = (u64, String, String, String, String, String, u64, u64);
+
+/// The one-way latency assumed for a pair of agents that did not measure each other.
+pub const UNMEASURED: u64 = 1_000_000_000;
+
 /// The launch node's id in the core's messages (the server is no node).
 pub const LAUNCH: NodeId = NodeId(u32::MAX - 1);
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS wf_jobs(id INTEGER PRIMARY KEY, name TEXT NOT NULL, origin TEXT NOT NULL,
   text TEXT NOT NULL, workdir TEXT NOT NULL, balancer TEXT NOT NULL, submitted_ns INTEGER NOT NULL,
-  finished_ns INTEGER NOT NULL);
+  finished_ns INTEGER NOT NULL, key TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS wf_instances(job INTEGER NOT NULL, instance INTEGER NOT NULL,
   state TEXT NOT NULL, attempt INTEGER NOT NULL, node INTEGER, started_ns INTEGER NOT NULL,
   finished_ns INTEGER NOT NULL, exit_code INTEGER NOT NULL, message TEXT NOT NULL,
@@ -171,7 +179,11 @@ impl WfJob {
     }
     fn dir(&self, i: u32) -> String {
         let (t, k) = self.task_of(i);
-        format!("{}/{}-{k}", self.seq, crate::jobs::workflow::safe(&self.rt.parsed.workflow.tasks[t].name))
+        format!(
+            "{}/{}-{k}",
+            self.seq,
+            crate::jobs::workflow::safe(&self.rt.parsed.workflow.tasks[t].name)
+        )
     }
     /// The producer instances of instance `i`, with the data items each provides.
     fn producers(&self, i: u32) -> Vec<(u32, Vec<String>)> {
@@ -222,7 +234,11 @@ impl WfJob {
     }
     fn state(&self) -> &'static str {
         if !self.finished() {
-            if self.insts.iter().any(|x| x.st != St::Waiting && x.st != St::Ready) {
+            if self
+                .insts
+                .iter()
+                .any(|x| x.st != St::Waiting && x.st != St::Ready)
+            {
                 "running"
             } else {
                 "pending"
@@ -238,7 +254,13 @@ impl WfJob {
 /// A task name as one path component.
 pub fn safe(name: &str) -> String {
     name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -252,6 +274,10 @@ pub struct Workflows {
     addresses: BTreeMap<u32, String>,
     /// Each node's PCDDB figures, from its heartbeats: (sent, received, held).
     counters: BTreeMap<u32, (u64, u64, u32)>,
+    /// Round trips the agents measured: (from, to) → ns.
+    rtt: BTreeMap<(u32, u32), u64>,
+    /// Proximity clusters of the live nodes from those round trips (spec 05 §2): Sc1, Sc2, …
+    clusters: Vec<Vec<u32>>,
     dirty: HashSet<(u64, u32)>,
     dirty_jobs: HashSet<u64>,
 }
@@ -301,10 +327,12 @@ impl Workflows {
             thresholds,
             addresses: BTreeMap::new(),
             counters: BTreeMap::new(),
+            rtt: BTreeMap::new(),
+            clusters: Vec::new(),
             dirty: HashSet::new(),
             dirty_jobs: HashSet::new(),
         };
-        let rows: Vec<(u64, String, String, String, String, String, u64, u64)> = {
+        let rows: Vec<StoredJob> = {
             let mut q = cx
                 .store
                 .conn()
@@ -457,6 +485,25 @@ impl Workflows {
     /// Accepts a workflow: parsed by the core's parser, stored in one transaction, then started.
     pub fn submit(&mut self, cx: &mut Ctx, sub: Submission) -> Result<Submitted, StateError> {
         let rt = parse_runtime_workflow(&sub.origin, &sub.text)?;
+        // A retry of a submission whose reply was lost: the job stored under its key.
+        if !sub.key.is_empty() {
+            let found: Option<i64> = cx
+                .store
+                .conn()
+                .query_row(
+                    "SELECT id FROM wf_jobs WHERE key = ?1",
+                    params![sub.key],
+                    |r| r.get(0),
+                )
+                .ok();
+            if let Some(j) = found.and_then(|s| self.jobs.get(&(s as u64))) {
+                return Ok(Submitted {
+                    job_id: j.id(),
+                    tasks: j.insts.len() as u64,
+                    existing: true,
+                });
+            }
+        }
         let total = rt.parsed.workflow.total_instances();
         if total > u64::from(u32::MAX >> 1) {
             return Err(StateError::Invalid(format!(
@@ -484,8 +531,8 @@ impl Workflows {
         let n = job.insts.len();
         cx.store.transaction(|tx| {
             tx.execute(
-                "INSERT INTO wf_jobs(id,name,origin,text,workdir,balancer,submitted_ns,finished_ns) VALUES(?1,?2,?3,?4,?5,?6,?7,0)",
-                params![seq as i64, job.name, job.origin, job.text, job.workdir, balancer.as_str(), job.submitted_ns as i64],
+                "INSERT INTO wf_jobs(id,name,origin,text,workdir,balancer,submitted_ns,finished_ns,key) VALUES(?1,?2,?3,?4,?5,?6,?7,0,?8)",
+                params![seq as i64, job.name, job.origin, job.text, job.workdir, balancer.as_str(), job.submitted_ns as i64, sub.key],
             )?;
             let mut q = tx.prepare(
                 "INSERT INTO wf_instances(job,instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures) VALUES(?1,?2,'waiting',0,NULL,0,0,-1,'',0)",
@@ -524,7 +571,10 @@ impl Workflows {
                     job.sent += 1;
                     match m.body {
                         Body::Dispatch { instance } => {
-                            job.assigned.entry(m.to.0).or_default().push_back(instance.0);
+                            job.assigned
+                                .entry(m.to.0)
+                                .or_default()
+                                .push_back(instance.0);
                         }
                         _ => job.to_node.entry(m.to.0).or_default().push(m),
                     }
@@ -562,7 +612,8 @@ impl Workflows {
             }
         }
         job.free.retain(|&f| job.insts[f as usize].st != St::Failed);
-        job.blocked.retain(|&f| job.insts[f as usize].st != St::Failed);
+        job.blocked
+            .retain(|&f| job.insts[f as usize].st != St::Failed);
     }
 
     fn check_finished(&mut self, job: &mut WfJob, now: u64) {
@@ -588,7 +639,11 @@ impl Workflows {
             }
             ok = false;
             if x.st == St::Done {
-                warn!(job = job.id(), instance = p, "an output was lost with its node: producing it again");
+                warn!(
+                    job = job.id(),
+                    instance = p,
+                    "an output was lost with its node: producing it again"
+                );
                 let x = &mut job.insts[p as usize];
                 x.st = St::Ready;
                 x.reproducing = true;
@@ -650,6 +705,34 @@ impl Workflows {
         }
     }
 
+    /// Proximity clusters (spec 05 §2, the core's [`proximity_clusters`]) of the live nodes from
+    /// the round trips their agents measured; a pair not measured counts as [`UNMEASURED`] one
+    /// way.
+    fn recluster(&mut self, cx: &Ctx) {
+        let live: Vec<u32> = (0..cx.nodes.len() as u32)
+            .filter(|&n| Self::alive(cx, n))
+            .collect();
+        let names: Vec<String> = live.iter().map(|&n| cx.nodes.name(n).to_string()).collect();
+        let n = live.len();
+        let mut lat = LatencyMatrix::uniform(n, UNMEASURED);
+        for a in 0..n {
+            for b in a + 1..n {
+                let there = self.rtt.get(&(live[a], live[b]));
+                let back = self.rtt.get(&(live[b], live[a]));
+                let rtt = match (there, back) {
+                    (Some(x), Some(y)) => (x + y) / 2,
+                    (Some(x), None) | (None, Some(x)) => *x,
+                    (None, None) => continue,
+                };
+                lat.set(a, b, rtt / 2);
+            }
+        }
+        self.clusters = proximity_clusters(&lat, &names, min_cluster_size(n))
+            .into_iter()
+            .map(|c| c.members.iter().map(|m| live[m.index()]).collect())
+            .collect();
+    }
+
     /// Workflow figures of a node for `hetsched nodes`.
     pub fn annotate(&self, info: &mut NodeInfo) {
         let mut n = 0u32;
@@ -672,8 +755,15 @@ impl Workflows {
         {
             info.lt = self.thresholds.lt * info.cores;
             info.mt = self.thresholds.mt * info.cores;
-            info.clusters = "0".into();
         }
+        info.clusters = self
+            .clusters
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.contains(&info.id))
+            .map(|(k, _)| format!("Sc{}", k + 1))
+            .collect::<Vec<_>>()
+            .join(",");
     }
 
     fn counts_of(insts: &[Inst]) -> (TaskCounts, u64) {
@@ -708,8 +798,7 @@ impl Workflows {
             launch_sent: j.sent,
             launch_received: j.received,
             apps: if apps {
-                j.rt
-                    .parsed
+                j.rt.parsed
                     .workflow
                     .tasks
                     .iter()
@@ -739,7 +828,12 @@ impl Workflows {
         let j = self.jobs.get(&(job & ((1 << super::KIND_SHIFT) - 1)))?;
         let mut s = format!("digraph \"{}\" {{\n", j.name.replace('"', "'"));
         for t in &j.rt.parsed.workflow.tasks {
-            s.push_str(&format!("  \"{}\" [label=\"{} ×{}\"];\n", t.name, t.name, t.instances()));
+            s.push_str(&format!(
+                "  \"{}\" [label=\"{} ×{}\"];\n",
+                t.name,
+                t.name,
+                t.instances()
+            ));
             for d in &t.depends_on {
                 let p = &j.rt.parsed.workflow.tasks[d.producer];
                 s.push_str(&format!(
@@ -747,7 +841,11 @@ impl Workflows {
                     p.name,
                     t.name,
                     d.data.join(","),
-                    if d.kind == DependencyKind::All { " (all)" } else { "" }
+                    if d.kind == DependencyKind::All {
+                        " (all)"
+                    } else {
+                        ""
+                    }
                 ));
             }
         }
@@ -772,11 +870,7 @@ impl JobKind for Workflows {
             return Ok(());
         };
         'r: {
-            let retries = job
-                .rt
-                .tasks
-                .get(job.task_of(i).0)
-                .map_or(0, |t| t.retries);
+            let retries = job.rt.tasks.get(job.task_of(i).0).map_or(0, |t| t.retries);
             let Some(x) = job.insts.get_mut(i as usize) else {
                 break 'r;
             };
@@ -821,18 +915,19 @@ impl JobKind for Workflows {
                     .and_then(|(n, rest)| Some((n.parse::<u32>().ok()?, rest.split(':').next()?)));
                 match lost {
                     Some((n, path)) => {
-                        let p = job
-                            .producers(i)
-                            .into_iter()
-                            .map(|(p, _)| p)
-                            .find(|&p| {
-                                job.insts[p as usize].node == Some(n)
-                                    && path.starts_with(&format!("wf/{}/", job.dir(p)))
-                            });
+                        let p = job.producers(i).into_iter().map(|(p, _)| p).find(|&p| {
+                            job.insts[p as usize].node == Some(n)
+                                && path.starts_with(&format!("wf/{}/", job.dir(p)))
+                        });
                         if let Some(p) = p
                             && job.insts[p as usize].st == St::Done
                         {
-                            warn!(job = job.id(), instance = p, node = n, "an output could not be fetched: producing it again");
+                            warn!(
+                                job = job.id(),
+                                instance = p,
+                                node = n,
+                                "an output could not be fetched: producing it again"
+                            );
                             let px = &mut job.insts[p as usize];
                             px.st = St::Ready;
                             px.reproducing = true;
@@ -853,9 +948,7 @@ impl JobKind for Workflows {
                 } else {
                     let why = format!(
                         "exit code {} after {} attempt(s): {}",
-                        r.exit_code,
-                        job.insts[i as usize].failures,
-                        r.message
+                        r.exit_code, job.insts[i as usize].failures, r.message
                     );
                     self.fail(&mut job, i, &why, cx.now);
                 }
@@ -871,7 +964,9 @@ impl JobKind for Workflows {
         self.jobs
             .get(&seq)
             .and_then(|j| j.insts.get(i as usize))
-            .is_some_and(|x| x.st == St::Running && x.node == Some(node.0) && x.attempt == t.attempt)
+            .is_some_and(|x| {
+                x.st == St::Running && x.node == Some(node.0) && x.attempt == t.attempt
+            })
     }
 
     fn on_lost(&mut self, cx: &mut Ctx, task: u64, reason: &str) -> Result<(), StateError> {
@@ -885,7 +980,12 @@ impl JobKind for Workflows {
             if let Some(n) = x.node {
                 cx.nodes.ended(NodeId(n), task);
             }
-            warn!(job = seq, instance = i, reason, "workflow instance lost: it runs again");
+            warn!(
+                job = seq,
+                instance = i,
+                reason,
+                "workflow instance lost: it runs again"
+            );
             x.st = St::Ready;
             x.node = None;
             job.free.push_back(i);
@@ -907,8 +1007,21 @@ impl JobKind for Workflows {
         }
         self.counters.insert(
             node.0,
-            (report.balance_sent, report.balance_received, report.balance_held),
+            (
+                report.balance_sent,
+                report.balance_received,
+                report.balance_held,
+            ),
         );
+        if !report.rtt_ns.is_empty() {
+            let mut changed = false;
+            for (&peer, &ns) in &report.rtt_ns {
+                changed |= self.rtt.insert((node.0, peer), ns) != Some(ns);
+            }
+            if changed {
+                self.recluster(cx);
+            }
+        }
         let seqs: Vec<u64> = self.jobs.keys().copied().collect();
         for seq in seqs {
             let Some(mut job) = self.jobs.remove(&seq) else {
@@ -965,7 +1078,9 @@ impl JobKind for Workflows {
                 let held = report
                     .running
                     .iter()
-                    .filter(|r| job_of(r.task_id).0 == seq && Kind::of(r.task_id) == Some(Kind::Workflow))
+                    .filter(|r| {
+                        job_of(r.task_id).0 == seq && Kind::of(r.task_id) == Some(Kind::Workflow)
+                    })
                     .count() as u32;
                 job.received += 1;
                 let o = job.machine.handle(
@@ -981,7 +1096,11 @@ impl JobKind for Workflows {
             if open {
                 // What the machine placed here, then what is placed outside it (when this node
                 // is among the least loaded of the live ones).
-                let mut mine: Vec<u32> = job.assigned.remove(&node.0).map(Vec::from).unwrap_or_default();
+                let mut mine: Vec<u32> = job
+                    .assigned
+                    .remove(&node.0)
+                    .map(Vec::from)
+                    .unwrap_or_default();
                 // The machine placed instances on nodes that are gone: place them again.
                 let dead: Vec<u32> = job
                     .assigned
@@ -996,7 +1115,10 @@ impl JobKind for Workflows {
                 }
                 let load = |n: u32| -> (u64, u64) {
                     let r = cx.nodes.get(n).map_or(0, |r| r.running.len() as u64);
-                    let c = cx.nodes.get(n).map_or(1, |r| u64::from(r.spec.cores.max(1)));
+                    let c = cx
+                        .nodes
+                        .get(n)
+                        .map_or(1, |r| u64::from(r.spec.cores.max(1)));
                     (r, c)
                 };
                 let (my_run, my_cores) = load(node.0);
@@ -1004,7 +1126,9 @@ impl JobKind for Workflows {
                     .nodes
                     .iter()
                     .enumerate()
-                    .filter(|(i, r)| r.alive && !r.removed && !r.drained && !r.draining && *i as u32 != node.0)
+                    .filter(|(i, r)| {
+                        r.alive && !r.removed && !r.drained && !r.draining && *i as u32 != node.0
+                    })
                     .all(|(i, _)| {
                         let (r, c) = load(i as u32);
                         my_run * c <= r * my_cores
@@ -1182,7 +1306,9 @@ impl JobKind for Workflows {
                     index: u32::try_from(value).unwrap_or(k),
                     state: x.st.as_str().into(),
                     attempt: x.attempt,
-                    node: x.node.map_or(String::new(), |n| rd.nodes.name(n).to_string()),
+                    node: x
+                        .node
+                        .map_or(String::new(), |n| rd.nodes.name(n).to_string()),
                     variant: "cpu".into(),
                     devices: Vec::new(),
                     started_ns: x.started_ns,

@@ -110,6 +110,8 @@ pub struct HeartbeatReport {
     pub balance_received: u64,
     /// Instances its PCDDB machines hold.
     pub balance_held: u32,
+    /// Measured round trips (ns) to other agents, by node id.
+    pub rtt_ns: BTreeMap<u32, u64>,
 }
 
 /// What every task of one spec key runs (sent to a node once, before its first task of it).
