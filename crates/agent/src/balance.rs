@@ -38,6 +38,7 @@ pub struct Forward {
 struct JobMachine {
     node: PcddbNode,
     launch: NodeId,
+    epoch: u64,
     task_base: u64,
     peers: BTreeMap<u32, String>,
     /// The core each accepted instance was placed on.
@@ -70,6 +71,10 @@ impl Balancer {
             .retain(|id, _| jobs.iter().any(|j| j.job_id == *id));
         for j in jobs {
             let launch = NodeId(j.launch);
+            // A launch node built since this machine: start over (its table is empty).
+            if self.jobs.get(&j.job_id).is_some_and(|m| m.epoch != j.epoch) {
+                self.jobs.remove(&j.job_id);
+            }
             let m = self.jobs.entry(j.job_id).or_insert_with(|| JobMachine {
                 node: PcddbNode::new(
                     GraphNode {
@@ -81,6 +86,7 @@ impl Balancer {
                     vec![(ClusterId(0), launch)],
                 ),
                 launch,
+                epoch: j.epoch,
                 task_base: j.task_base,
                 peers: BTreeMap::new(),
                 cores: HashMap::new(),

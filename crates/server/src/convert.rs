@@ -148,6 +148,7 @@ fn pcddb_job(j: &crate::state::types::PcddbJob) -> pb::PcddbJob {
         mt: j.mt,
         launch: j.launch,
         task_base: j.task_base,
+        epoch: j.epoch,
         peers: j.peers.iter().map(|(k, v)| (*k, v.clone())).collect(),
     }
 }

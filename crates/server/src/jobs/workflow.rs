@@ -77,7 +77,8 @@ CREATE TABLE IF NOT EXISTS wf_jobs(id INTEGER PRIMARY KEY, name TEXT NOT NULL, o
 CREATE TABLE IF NOT EXISTS wf_instances(job INTEGER NOT NULL, instance INTEGER NOT NULL,
   state TEXT NOT NULL, attempt INTEGER NOT NULL, node INTEGER, started_ns INTEGER NOT NULL,
   finished_ns INTEGER NOT NULL, exit_code INTEGER NOT NULL, message TEXT NOT NULL,
-  failures INTEGER NOT NULL, PRIMARY KEY(job, instance));
+  failures INTEGER NOT NULL, produced INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY(job, instance));
 ";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,6 +124,8 @@ struct Inst {
     failures: u32,
     /// Produced again (its output was lost), outside the machine.
     reproducing: bool,
+    /// Succeeded at least once (the graph counts it finished, even while it is produced again).
+    produced: bool,
 }
 
 enum Machine {
@@ -274,6 +277,8 @@ pub struct Workflows {
     addresses: BTreeMap<u32, String>,
     /// Each node's PCDDB figures, from its heartbeats: (sent, received, held).
     counters: BTreeMap<u32, (u64, u64, u32)>,
+    /// When these launch nodes were built (this server's start, or the last rollback).
+    epoch: u64,
     /// Round trips the agents measured: (from, to) → ns.
     rtt: BTreeMap<(u32, u32), u64>,
     /// Proximity clusters of the live nodes from those round trips (spec 05 §2): Sc1, Sc2, …
@@ -327,6 +332,7 @@ impl Workflows {
             thresholds,
             addresses: BTreeMap::new(),
             counters: BTreeMap::new(),
+            epoch: cx.now,
             rtt: BTreeMap::new(),
             clusters: Vec::new(),
             dirty: HashSet::new(),
@@ -364,7 +370,7 @@ impl Workflows {
                 let mut q = cx
                     .store
                     .conn()
-                    .prepare("SELECT instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures FROM wf_instances WHERE job=?1")
+                    .prepare("SELECT instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced FROM wf_instances WHERE job=?1")
                     .map_err(StoreError::from)?;
                 let mut rows = q.query(params![seq as i64]).map_err(StoreError::from)?;
                 while let Some(r) = rows.next().map_err(StoreError::from)? {
@@ -383,38 +389,43 @@ impl Workflows {
                     x.exit_code = r.get::<_, i64>(6).map_err(StoreError::from)? as i32;
                     x.message = r.get(7).map_err(StoreError::from)?;
                     x.failures = r.get::<_, i64>(8).map_err(StoreError::from)? as u32;
+                    x.produced =
+                        r.get::<_, i64>(9).map_err(StoreError::from)? != 0 || x.st == St::Done;
                 }
             }
             // Replay the successes into the graph, in readiness order.
             let mut graph = InstanceGraph::new(&job.rt.parsed.workflow, &[]);
+            // An instance produced once counts finished (consumers were readied by it) even
+            // while it is produced again.
             let mut ready: VecDeque<InstanceId> = graph.start().into();
-            let mut open = Vec::new();
+            let mut reached = vec![false; job.insts.len()];
             while let Some(id) = ready.pop_front() {
-                if job.insts[id.0 as usize].st == St::Done {
-                    if let Ok(more) = graph.finish(id) {
-                        ready.extend(more);
-                    }
-                } else {
-                    open.push(id.0);
+                reached[id.0 as usize] = true;
+                if job.insts[id.0 as usize].produced
+                    && let Ok(more) = graph.finish(id)
+                {
+                    ready.extend(more);
                 }
             }
             job.machine = match balancer {
                 BalancerKind::Pcddb => Machine::Pcddb(LaunchNode::new(LAUNCH, ClusterId(0), graph)),
                 _ => Machine::Centralised(Dispatcher::new(LAUNCH, members(cx), graph)),
             };
-            for i in open {
+            for i in 0..job.insts.len() as u32 {
+                let tid = job.task_id(i);
                 let x = &mut job.insts[i as usize];
                 match x.st {
                     St::Running => {
                         if let Some(n) = x.node {
-                            cx.nodes.started(NodeId(n), job.task_id(i));
+                            cx.nodes.started(NodeId(n), tid);
                         }
                     }
                     St::Failed | St::Done => {}
-                    _ => {
+                    St::Ready | St::Waiting if reached[i as usize] => {
                         x.st = St::Ready;
                         job.free.push_back(i);
                     }
+                    St::Ready | St::Waiting => x.st = St::Waiting,
                 }
             }
             me.next_seq = me.next_seq.max(seq + 1);
@@ -467,6 +478,7 @@ impl Workflows {
                     message: String::new(),
                     failures: 0,
                     reproducing: false,
+                    produced: false,
                 };
                 total as usize
             ],
@@ -887,6 +899,7 @@ impl JobKind for Workflows {
                 x.node = Some(node.0);
                 x.message.clear();
                 x.reproducing = false;
+                x.produced = true;
                 // The machine readies the dependants (a re-production was finished before:
                 // the graph refuses a second finish, and the blocked consumers go on below).
                 job.received += 1;
@@ -934,6 +947,8 @@ impl JobKind for Workflows {
                             self.dirty.insert((seq, p));
                             job.free.push_back(p);
                         }
+                        // Placed again once its inputs are where the server says they are
+                        // (checked at dispatch; the producer may have moved meanwhile).
                         job.blocked.push(i);
                     }
                     None => job.free.push_back(i),
@@ -1093,6 +1108,10 @@ impl JobKind for Workflows {
                 );
                 self.apply(&mut job, o);
             }
+            // Consumers waiting for inputs are looked at again on every heartbeat (dispatch
+            // checks their inputs; a success may have come before they blocked).
+            let blocked = std::mem::take(&mut job.blocked);
+            job.free.extend(blocked);
             if open {
                 // What the machine placed here, then what is placed outside it (when this node
                 // is among the least loaded of the live ones).
@@ -1189,6 +1208,7 @@ impl JobKind for Workflows {
                     mt: self.thresholds.mt,
                     launch: LAUNCH.0,
                     task_base: job.task_id(0),
+                    epoch: self.epoch,
                     peers,
                 });
             }
@@ -1203,7 +1223,7 @@ impl JobKind for Workflows {
 
     fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
         let mut q = tx.prepare_cached(
-            "INSERT OR REPLACE INTO wf_instances(job,instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
+            "INSERT OR REPLACE INTO wf_instances(job,instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)",
         )?;
         for &(seq, i) in &self.dirty {
             let Some(x) = self.jobs.get(&seq).and_then(|j| j.insts.get(i as usize)) else {
@@ -1219,7 +1239,8 @@ impl JobKind for Workflows {
                 x.finished_ns as i64,
                 i64::from(x.exit_code),
                 x.message,
-                i64::from(x.failures)
+                i64::from(x.failures),
+                i64::from(x.produced)
             ])?;
         }
         for &seq in &self.dirty_jobs {

@@ -470,6 +470,8 @@ pub struct PcddbJob {
     pub launch: u32,
     /// Task id of instance 0.
     pub task_base: u64,
+    /// When the launch node was (re)built.
+    pub epoch: u64,
     /// Node id → `AgentData` address.
     pub peers: BTreeMap<u32, String>,
 }
