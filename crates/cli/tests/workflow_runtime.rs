@@ -141,8 +141,8 @@ fn times(c: &Cluster, job: u64) -> BTreeMap<(String, u64), (u64, u64)> {
                     t["index"].as_u64().unwrap_or(0),
                 ),
                 (
-                    t["started_ns"].as_u64().unwrap_or(0),
-                    t["finished_ns"].as_u64().unwrap_or(u64::MAX),
+                    t["started_ns"].as_u64().expect("a recorded start"),
+                    t["finished_ns"].as_u64().expect("a recorded end"),
                 ),
             )
         })

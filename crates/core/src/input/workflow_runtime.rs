@@ -255,7 +255,7 @@ time_limit = "10s"
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(
-            e.starts_with("wf.toml:14:") && e.contains("task[1].command"),
+            e.starts_with("wf.toml:15:") && e.contains("task[1].command"),
             "{e}"
         );
         assert!(e.contains("`{input:x}` names no consumed output"), "{e}");

@@ -540,7 +540,7 @@ impl State {
         };
         let mut page = kind.jobs_page(&self.read(), cursor, limit);
         if page.next_cursor == 0 {
-            page.next_cursor = next_kind_start(kind.kind());
+            page.next_cursor = self.next_listed(kind.kind(), |k| k.job_count() == 0);
         }
         page
     }
@@ -571,9 +571,28 @@ impl State {
         let all = kind.kind().id(0);
         let mut page = kind.tasks_page(&self.read(), all, cursor, limit)?;
         if page.next_cursor == 0 {
-            page.next_cursor = next_kind_start(kind.kind());
+            page.next_cursor = self.next_listed(kind.kind(), |k| {
+                let c = k.counts();
+                c.pending + c.running + c.succeeded + c.failed + c.cancelled == 0
+            });
         }
         Ok(page)
+    }
+
+    /// Where a listing over every kind goes on after `kind`: the next kind that has something to
+    /// list (0: none), so no page of the listing is empty.
+    fn next_listed(
+        &self,
+        mut kind: Kind,
+        empty: impl Fn(&dyn crate::jobs::JobKind) -> bool,
+    ) -> u64 {
+        loop {
+            let next = next_kind_start(kind);
+            match self.jobs.owner(next) {
+                Some(k) if empty(k) => kind = k.kind(),
+                _ => return next,
+            }
+        }
     }
 }
 
