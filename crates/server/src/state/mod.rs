@@ -588,6 +588,9 @@ impl State {
     ) -> u64 {
         loop {
             let next = next_kind_start(kind);
+            if next == 0 {
+                return 0;
+            }
             match self.jobs.owner(next) {
                 Some(k) if empty(k) => kind = k.kind(),
                 _ => return next,
