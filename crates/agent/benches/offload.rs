@@ -67,6 +67,7 @@ fn assignment(task: u64) -> pb::Assignment {
         index: 0,
         devices: vec![0],
         spec: 1,
+        ..Default::default()
     }
 }
 

@@ -14,6 +14,7 @@
 //! log_listen = "0.0.0.0:0"          # task outputs for `hetsched log` (default: any port)
 //! rack = "r1"                       # binding stays within a rack (default: "default")
 //! accel_listen = "0.0.0.0:0"        # the accelerator service of a node with GPUs
+//! advertise = "10.0.0.7:7431"       # where other agents reach this one (workflow data, PCDDB)
 //! [[accelerator]]                   # declared GPUs replace detected ones
 //! kind = "a100"
 //! count = 4
@@ -55,6 +56,8 @@ pub struct AgentConfig {
     pub rack: Option<String>,
     /// Where a node with accelerators serves its accelerator service (spec 01's AcCt).
     pub accel_listen: Option<std::net::SocketAddr>,
+    /// Where other agents reach this agent (`host:port` of its log listener; issue 13).
+    pub advertise: Option<String>,
     /// Declared accelerators (replace detected ones).
     #[serde(default)]
     pub accelerator: Vec<AcceleratorSpec>,

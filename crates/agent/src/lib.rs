@@ -20,7 +20,9 @@
 //! - [`shutdown`]: graceful shutdown on SIGTERM/SIGINT (stop taking work, kill or drain, report).
 
 pub mod accel;
+pub mod balance;
 pub mod config;
+pub mod dataflow;
 pub mod detect;
 pub mod divisible;
 pub mod launch;
@@ -109,6 +111,9 @@ pub struct AgentOptions {
     pub processes: shutdown::Processes,
     /// Rack and accelerator service settings (spec 01).
     pub accel: accel::AccelOptions,
+    /// Where other agents reach this one (`host:port` of the log listener, which also serves
+    /// workflow data); None = the address the server sees with the listener's port.
+    pub advertise: Option<String>,
 }
 
 struct RunningTask {
@@ -169,11 +174,22 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
             "killed tasks left running by a previous agent in this work directory"
         );
     }
+    let balance: balance::Handle = Arc::default();
     let logs = match opts.log_listen {
         Some(at) => Some(
-            logs::LogListener::bind(at, &opts.work_dir, &opts.token)
-                .await
-                .map_err(|e| AgentError::Config(format!("log listener on {at}: {e}")))?,
+            logs::LogListener::bind_with(
+                at,
+                &opts.work_dir,
+                &opts.token,
+                Some(dataflow::DataService {
+                    work_dir: opts.work_dir.clone(),
+                    balance: balance.clone(),
+                    token: opts.token.clone(),
+                    wake: notify.clone(),
+                }),
+            )
+            .await
+            .map_err(|e| AgentError::Config(format!("log listener on {at}: {e}")))?,
         ),
         None => None,
     };
@@ -209,7 +225,10 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
         work_dir: work_dir_shown.clone(),
         accel_port,
         accel_tls,
+        advertise: opts.advertise.clone().unwrap_or_default(),
     };
+    let checks = balance::spawn_checks(balance.clone(), opts.token.clone(), notify.clone());
+    let probes = balance::spawn_probes(balance.clone(), opts.token.clone());
     let mut node_id: Option<u32> = None;
     let mut interval = Duration::from_millis(500);
     let mut backoff = Duration::from_millis(50);
@@ -245,6 +264,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                 }
             };
             let req = {
+                let mut bal = balance.lock().unwrap_or_else(|p| p.into_inner());
                 let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
                 // Sample /proc/PID/io at most every 200 ms (short tasks would otherwise pay for it).
                 let elapsed = io_sampled.elapsed();
@@ -289,19 +309,42 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     accel_port,
                     accel_tls,
                     rack: opts.accel.rack.clone(),
+                    advertise: opts.advertise.clone().unwrap_or_default(),
+                    balance: bal.take_outbox(),
+                    balance_sent: bal.sent,
+                    balance_received: bal.received,
+                    balance_held: bal.held(),
+                    rtt_ns: bal.rtt_ns.clone().into_iter().collect(),
                 }
             };
-            let reply = match tokio::time::timeout(Duration::from_secs(10), client.heartbeat(req))
-                .await
-            {
-                Ok(Ok(r)) => r.into_inner(),
-                Ok(Err(s)) => break 'beat Err(s),
-                Err(_) => break 'beat Err(tonic::Status::deadline_exceeded("heartbeat timed out")),
-            };
+            let mut reply =
+                match tokio::time::timeout(Duration::from_secs(10), client.heartbeat(req)).await {
+                    Ok(Ok(r)) => {
+                        let r: pb::HeartbeatReply = r.into_inner();
+                        r
+                    }
+                    Ok(Err(s)) => break 'beat Err(s),
+                    Err(_) => {
+                        break 'beat Err(tonic::Status::deadline_exceeded("heartbeat timed out"));
+                    }
+                };
             if reply.reregister {
                 info!("the server does not know this node; registering again");
                 node_id = None;
                 continue 'main;
+            }
+            {
+                // PCDDB: the workflows this node balances, and the launch node's messages.
+                let fwd = {
+                    let mut b = balance.lock().unwrap_or_else(|p| p.into_inner());
+                    b.sync(id, opts.resources.cores, &reply.pcddb);
+                    let mut fwd = Vec::new();
+                    for m in std::mem::take(&mut reply.balance) {
+                        fwd.extend(b.deliver(m, launch::now_ns(), false));
+                    }
+                    fwd
+                };
+                balance::send(&balance, &opts.token, fwd, notify.clone());
             }
             let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
             more = reply.more;
@@ -384,6 +427,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                 }
                 let route = accel::route(&spec, &opts, pipeline.as_ref(), sh.binding.as_ref());
                 let (shared, notify, opts) = (shared.clone(), notify.clone(), opts.clone());
+                let bal = balance.clone();
                 tokio::spawn(async move {
                     let pid_shared = shared.clone();
                     let (task, attempt) = (a.task_id, a.attempt);
@@ -401,7 +445,31 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                             t.pid = Some(pid);
                         }
                     };
-                    let result = accel::run(route, &a, &spec, &opts, rx, on_spawn).await;
+                    // A workflow instance: its inputs first, from their producers' agents.
+                    let spec = if a.instance_dir.is_empty() {
+                        Ok(spec)
+                    } else {
+                        dataflow::prepare(&a, &spec, &opts.work_dir, &opts.token)
+                            .await
+                            .map(Arc::new)
+                    };
+                    let result = match spec {
+                        Err(m) => pb::TaskResult {
+                            task_id: a.task_id,
+                            attempt: a.attempt,
+                            exit_code: -1,
+                            // Not the instance's failure: the server produces the input again.
+                            interrupted: m.starts_with(dataflow::INPUT_UNAVAILABLE),
+                            message: m,
+                            started_ns: launch::now_ns(),
+                            finished_ns: launch::now_ns(),
+                            ..Default::default()
+                        },
+                        Ok(spec) => accel::run(route, &a, &spec, &opts, rx, on_spawn).await,
+                    };
+                    bal.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .finished(task, launch::now_ns());
                     opts.processes
                         .remove(spawned.load(std::sync::atomic::Ordering::Relaxed));
                     let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
@@ -475,6 +543,8 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     }
                     _ => {}
                 }
+                // The server may come back with fresh launch nodes: PCDDB machines start over.
+                balance.lock().unwrap_or_else(|p| p.into_inner()).reset();
                 if first_failure.is_none() {
                     if unreachable(&s) {
                         warn!("server unreachable ({}); retrying", s.message());
@@ -524,6 +594,8 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
             }
         }
     }
+    checks.abort();
+    probes.abort();
     if let Some(l) = logs {
         l.stop().await;
     }

@@ -135,6 +135,17 @@ pub struct LogListener {
 impl LogListener {
     /// Binds `at` and serves `work_dir`'s task outputs to callers holding `token`.
     pub async fn bind(at: SocketAddr, work_dir: &Path, token: &str) -> std::io::Result<Self> {
+        Self::bind_with(at, work_dir, token, None).await
+    }
+
+    /// As [`LogListener::bind`], also serving workflow outputs and PCDDB messages to other
+    /// agents (`AgentData`, issue 13) when `data` is given.
+    pub async fn bind_with(
+        at: SocketAddr,
+        work_dir: &Path,
+        token: &str,
+        data: Option<crate::dataflow::DataService>,
+    ) -> std::io::Result<Self> {
         let listener = tokio::net::TcpListener::bind(at).await?;
         let addr = listener.local_addr()?;
         let service = AgentLogsServer::with_interceptor(
@@ -143,11 +154,18 @@ impl LogListener {
             },
             CheckToken(pb::bearer(token).into()),
         );
+        let data = data.map(|d| {
+            pb::agent_data_server::AgentDataServer::with_interceptor(
+                d,
+                CheckToken(pb::bearer(token).into()),
+            )
+        });
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let join = tokio::spawn(async move {
             let incoming = tokio_stream_listener(listener);
             if let Err(e) = tonic::transport::Server::builder()
                 .add_service(service)
+                .add_optional_service(data)
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = rx.await;
                 })

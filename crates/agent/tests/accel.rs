@@ -74,6 +74,7 @@ fn assignment(task: u64, index: u32, attempt: u32) -> pb::Assignment {
         index,
         devices: vec![0],
         spec: 3,
+        ..Default::default()
     }
 }
 

@@ -14,6 +14,7 @@ pub mod star_platform;
 pub mod topology;
 mod units;
 pub mod workflow;
+pub mod workflow_runtime;
 pub mod workload;
 
 pub use units::{Bandwidth, Duration};

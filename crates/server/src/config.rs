@@ -17,6 +17,10 @@
 //! [retention]                  # optional; finished jobs are kept forever without it
 //! keep_finished = "24h"        # purge a job this long after its last task ended
 //! keep_jobs = 1000             # purge all but the most recently finished 1000 jobs
+//! [workflow]                   # optional: workflows' default balancer, PCDDB thresholds per core
+//! balancer = "centralised"     # or "pcddb"
+//! lt = 2
+//! mt = 10
 //! [tls]                        # optional; PEM files
 //! cert = "server.pem"
 //! key = "server.key"
@@ -64,6 +68,8 @@ pub struct ServerConfig {
     pub binding: BindingKind,
     /// Containers per node in `binding = "container"` (at least 1).
     pub binding_slots: u32,
+    /// Workflows (issue 13): the default balancer and the PCDDB thresholds.
+    pub workflow: Option<WorkflowConfig>,
 }
 
 /// The node binding mode a server uses (spec 01; the rules are `hetsched_core::policy::binding`).
@@ -77,6 +83,18 @@ pub enum BindingKind {
     Weighted,
     /// `binding_slots` containers per node, bound one by one.
     Container,
+}
+
+/// `[workflow]`: how workflows are balanced unless their file says `balancer =`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowConfig {
+    /// `centralised` (default) or `pcddb`.
+    pub balancer: Option<String>,
+    /// PCDDB lower threshold, instances per core (default 2).
+    pub lt: Option<u32>,
+    /// PCDDB upper threshold, instances per core (default 10).
+    pub mt: Option<u32>,
 }
 
 /// When finished jobs are purged on their own (see `docs/runtime.md`, Retention).
@@ -116,6 +134,7 @@ impl Default for ServerConfig {
             retention: None,
             binding: BindingKind::Plain,
             binding_slots: 1,
+            workflow: None,
         }
     }
 }

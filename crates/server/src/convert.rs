@@ -76,6 +76,12 @@ impl From<pb::HeartbeatRequest> for HeartbeatReport {
                 tls: r.accel_tls,
                 state: r.accel.map(accel_state),
             },
+            advertise: r.advertise,
+            balance: r.balance.into_iter().map(envelope_in).collect(),
+            balance_sent: r.balance_sent,
+            balance_received: r.balance_received,
+            balance_held: r.balance_held,
+            rtt_ns: r.rtt_ns.into_iter().collect(),
         }
     }
 }
@@ -144,6 +150,50 @@ fn assignment(d: &Dispatch) -> pb::Assignment {
         index: d.index,
         devices: d.devices.clone(),
         spec: d.spec,
+        instance_dir: d.workflow.as_ref().map_or(String::new(), |w| w.dir.clone()),
+        inputs: d.workflow.as_ref().map_or(Vec::new(), |w| {
+            w.inputs
+                .iter()
+                .map(|i| pb::WorkflowInput {
+                    name: i.name.clone(),
+                    node_id: i.node_id,
+                    address: i.address.clone(),
+                    path: i.path.clone(),
+                })
+                .collect()
+        }),
+        outputs: d
+            .workflow
+            .as_ref()
+            .map_or(Vec::new(), |w| w.outputs.clone()),
+    }
+}
+
+fn envelope_in(e: pb::BalanceMessage) -> crate::state::types::BalanceEnvelope {
+    crate::state::types::BalanceEnvelope {
+        job_id: e.job_id,
+        message_json: e.message_json,
+        peers: e.peers.into_iter().collect(),
+    }
+}
+
+fn envelope_out(e: &crate::state::types::BalanceEnvelope) -> pb::BalanceMessage {
+    pb::BalanceMessage {
+        job_id: e.job_id,
+        message_json: e.message_json.clone(),
+        peers: e.peers.iter().map(|(k, v)| (*k, v.clone())).collect(),
+    }
+}
+
+fn pcddb_job(j: &crate::state::types::PcddbJob) -> pb::PcddbJob {
+    pb::PcddbJob {
+        job_id: j.job_id,
+        lt: j.lt,
+        mt: j.mt,
+        launch: j.launch,
+        task_base: j.task_base,
+        epoch: j.epoch,
+        peers: j.peers.iter().map(|(k, v)| (*k, v.clone())).collect(),
     }
 }
 
@@ -177,6 +227,8 @@ impl From<HeartbeatReply> for pb::HeartbeatReply {
                 anode: b.anode,
                 address: b.address,
             }),
+            balance: r.balance.iter().map(envelope_out).collect(),
+            pcddb: r.pcddb.iter().map(pcddb_job).collect(),
         }
     }
 }
@@ -203,6 +255,8 @@ pub fn reply_wire_len(r: &HeartbeatReply) -> usize {
         // Added after the kinds filled the reply: an ANode name and an address, a few hundred
         // bytes at most beyond the budget (agents decode up to 16 MiB).
         binding: None,
+        balance: r.balance.iter().map(envelope_out).collect(),
+        pcddb: r.pcddb.iter().map(pcddb_job).collect(),
     }
     .encoded_len()
 }
@@ -249,6 +303,7 @@ impl From<AppInfo> for pb::AppInfo {
             mean_gpu_ms: a.mean_gpu_ms,
             has_cpu: a.has_cpu,
             has_gpu: a.has_gpu,
+            ready: a.ready,
         }
     }
 }
@@ -267,6 +322,9 @@ impl From<JobInfo> for pb::JobInfo {
             divisible: j
                 .divisible
                 .map(|d| crate::divisible_service::info_to_pb(*d)),
+            balancer: j.balancer,
+            launch_sent: j.launch_sent,
+            launch_received: j.launch_received,
         }
     }
 }
@@ -358,6 +416,12 @@ impl From<NodeInfo> for pb::NodeInfo {
             available_memory_bytes: n.available_memory_bytes,
             drained: n.drained,
             draining: n.draining,
+            instances: n.instances,
+            lt: n.lt,
+            mt: n.mt,
+            clusters: n.clusters,
+            balance_sent: n.balance_sent,
+            balance_received: n.balance_received,
             backed_off: n.backed_off.into_iter().map(Into::into).collect(),
             rack: n.rack,
             role: n.role,

@@ -168,7 +168,15 @@ impl Agent for AgentService {
     ) -> Result<Response<pb::HeartbeatReply>, Status> {
         let start = std::time::Instant::now();
         let ip = req.remote_addr().map(|a| a.ip());
-        let r = req.into_inner();
+        let mut r = req.into_inner();
+        // Where other agents reach this one (issue 13): its `advertise`, else the address it
+        // calls from with its listener's port.
+        if r.advertise.is_empty()
+            && r.log_port != 0
+            && let Some(ip) = ip
+        {
+            r.advertise = std::net::SocketAddr::new(ip, r.log_port as u16).to_string();
+        }
         let (id, port, work_dir) = (r.node_id, r.log_port, r.work_dir.clone());
         let reply = with_state(&self.0, &self.3, Run::Inline, move |s| {
             s.note_peer(id, ip);
@@ -269,6 +277,17 @@ impl Client for ClientService {
         let mut reply = Response::new(pb::ListTasksReply::from(page));
         self.1.fill_outputs(&mut reply.get_mut().tasks);
         Ok(reply)
+    }
+
+    async fn workflow_graph(
+        &self,
+        req: Request<pb::GetJobRequest>,
+    ) -> Result<Response<pb::WorkflowGraphReply>, Status> {
+        let id = req.into_inner().job_id;
+        read_state(&self.0, move |s| {
+            s.workflow_dot(id).map(|dot| pb::WorkflowGraphReply { dot })
+        })
+        .await
     }
 
     async fn read_log(

@@ -98,6 +98,7 @@ impl Accel for AccelService {
                 index: task.index,
                 devices: Vec::new(),
                 spec: spec.key,
+                ..Default::default()
             };
             let mut spec = spec;
             spec.workdir = staging.display().to_string();

@@ -214,7 +214,9 @@ pub async fn submit(
             "job {} was already submitted with this key ({} tasks)",
             reply.job_id, reply.tasks
         ),
-        Output::Table => println!("job {} submitted ({} tasks)", reply.job_id, reply.tasks),
+        Output::Table | Output::Dot => {
+            println!("job {} submitted ({} tasks)", reply.job_id, reply.tasks)
+        }
     }
     if wait_for_it {
         wait_on(&mut api, args.output, reply.job_id, None).await?;
@@ -237,7 +239,9 @@ pub async fn resubmit(
         .into_inner();
     match args.output {
         Output::Json => json(&reply)?,
-        Output::Table => println!("job {id}: {} failed task(s) queued again", reply.tasks),
+        Output::Table | Output::Dot => {
+            println!("job {id}: {} failed task(s) queued again", reply.tasks)
+        }
     }
     if wait_for_it {
         wait_on(&mut api, args.output, id, None).await?;
@@ -335,6 +339,10 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
     );
     if let Some(d) = &j.divisible {
         super::divisible::print(d);
+        return Ok(());
+    }
+    if super::workflow::is_workflow(j.id) {
+        println!("{}", super::workflow::progress(&j));
         return Ok(());
     }
     let mut t = table(&[
@@ -556,6 +564,9 @@ pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
         ]);
     }
     println!("{t}");
+    if let Some(w) = super::workflow::nodes(&reply) {
+        println!("{w}");
+    }
     Ok(())
 }
 
@@ -571,7 +582,7 @@ pub async fn remove_node(args: &ClientArgs, name: &str) -> anyhow::Result<()> {
         .into_inner();
     match args.output {
         Output::Json => json(&reply),
-        Output::Table => {
+        Output::Table | Output::Dot => {
             println!("node `{name}` (id {}) removed", reply.node_id);
             Ok(())
         }
@@ -598,7 +609,7 @@ pub async fn drain_node(args: &ClientArgs, name: &str, drain: bool) -> anyhow::R
             );
             Ok(())
         }
-        Output::Table => {
+        Output::Table | Output::Dot => {
             println!("node `{name}` resumed: it takes new work again");
             Ok(())
         }
@@ -615,7 +626,7 @@ pub async fn cancel(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         .into_inner();
     match args.output {
         Output::Json => json(&reply),
-        Output::Table => {
+        Output::Table | Output::Dot => {
             println!("job {id}: {} task(s) cancelled", reply.cancelled);
             Ok(())
         }
@@ -671,7 +682,7 @@ pub async fn wait_on(
     let c = counts(&j.counts);
     match output {
         Output::Json => json(&super::human::job_json(&j))?,
-        Output::Table => println!(
+        Output::Table | Output::Dot => println!(
             "job {id} {}: {} succeeded, {} failed, {} cancelled, makespan {}",
             j.state,
             c.succeeded,

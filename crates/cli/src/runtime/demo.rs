@@ -137,6 +137,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
                 listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
                 tls: None,
             },
+            advertise: None,
         };
         println!(
             "agent {name}: 1 core{}",

@@ -13,6 +13,7 @@ mod log;
 mod matrows;
 mod purge;
 mod serve;
+mod workflow;
 
 use clap::{Args, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -65,6 +66,9 @@ pub enum RuntimeCommand {
     Job {
         /// Job id.
         id: u64,
+        /// A workflow's task graph instead (DOT with `--output dot`).
+        #[arg(long)]
+        graph: bool,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -190,6 +194,8 @@ pub enum Output {
     Table,
     /// JSON for programs.
     Json,
+    /// Graphviz DOT (`hetsched job N --graph`; other commands print their table).
+    Dot,
 }
 
 /// Where the server is and how to prove who we are.
@@ -260,7 +266,8 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             client,
         } => client::resubmit(&client, id, failed, wait).await,
         RuntimeCommand::Jobs { client } => client::jobs(&client).await,
-        RuntimeCommand::Job { id, client } => client::job(&client, id).await,
+        RuntimeCommand::Job { id, graph, client } if graph => workflow::graph(&client, id).await,
+        RuntimeCommand::Job { id, client, .. } => client::job(&client, id).await,
         RuntimeCommand::Output { id, out, client } => {
             divisible::output(&client, id, out.as_deref()).await
         }

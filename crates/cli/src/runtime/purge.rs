@@ -44,7 +44,7 @@ pub async fn run(args: &PurgeArgs) -> anyhow::Result<()> {
         .into_inner();
     match args.client.output {
         Output::Json => json(&reply),
-        Output::Table => {
+        Output::Table | Output::Dot => {
             if reply.purged.is_empty() {
                 println!("no finished job to purge");
             } else {

@@ -309,6 +309,7 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
         drain: a.drain,
         processes: Default::default(),
         accel: super::accel_cli::agent_accel_options(a, &config)?,
+        advertise: config.advertise.clone(),
     })
 }
 

@@ -40,6 +40,9 @@ pub const MAX_TASK_INSTANCES: u64 = 100_000_000;
 struct WorkflowFile {
     #[serde(default)]
     task: Vec<TaskSpec>,
+    /// Runtime: `centralised` or `pcddb` (default: the server's).
+    #[serde(default)]
+    balancer: Option<Spanned<String>>,
 }
 
 /// A task as written. Fields the runtime will need later (a command, an environment) are added
@@ -67,6 +70,28 @@ pub struct TaskSpec {
     /// Data items produced.
     #[serde(default)]
     pub outputs: Vec<Spanned<String>>,
+    /// Runtime: what an instance runs, with `{index}`, `{input:NAME}` and `{output:NAME}`
+    /// placeholders (see [`crate::input::workflow_runtime`]).
+    #[serde(default)]
+    pub command: Option<Spanned<super::workload::Command>>,
+    /// Runtime: environment added to the agent's.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Runtime: wall-clock limit of one instance.
+    #[serde(default)]
+    pub time_limit: Option<Duration>,
+    /// Runtime: failed attempts run again this many times.
+    #[serde(default)]
+    pub retries: Option<Spanned<u32>>,
+    /// Runtime: cores one instance holds.
+    #[serde(default)]
+    pub cores: Option<Spanned<u32>>,
+    /// Runtime: memory one instance holds.
+    #[serde(default)]
+    pub memory: Option<bytesize::ByteSize>,
+    /// Runtime: GPUs one instance holds.
+    #[serde(default)]
+    pub gpus: Option<Spanned<u32>>,
 }
 
 fn one() -> Spanned<u32> {
@@ -85,6 +110,8 @@ pub struct ParsedWorkflow {
     pub specs: Vec<TaskSpec>,
     /// The checked model with its derived dependencies.
     pub workflow: Workflow,
+    /// Runtime: the balancer the file asks for (`balancer =`), and where it is written.
+    pub balancer: Option<Spanned<String>>,
 }
 
 /// Parses a workflow file, derives the dependencies from the data flow and checks them.
@@ -229,6 +256,7 @@ pub fn parse_workflow(origin: &str, text: &str) -> Result<ParsedWorkflow, InputE
         text: text.to_string(),
         specs: file.task,
         workflow: Workflow { tasks },
+        balancer: file.balancer,
     })
 }
 

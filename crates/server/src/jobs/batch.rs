@@ -642,6 +642,7 @@ impl Batch {
                         mean_gpu_ms: mean(1),
                         has_cpu: r.cpu.is_some(),
                         has_gpu: r.gpu.is_some(),
+                        ready: 0,
                     }
                 })
                 .collect()
@@ -657,7 +658,7 @@ impl Batch {
             submitted_ns: j.row.submitted_ns,
             finished_ns,
             apps,
-            divisible: None,
+            ..Default::default()
         }
     }
 }
@@ -935,6 +936,7 @@ impl JobKind for Batch {
                 index: t.index,
                 devices: a.devices.clone(),
                 spec: key,
+                workflow: None,
             };
             let spec = out
                 .needs_spec(key)

@@ -993,6 +993,7 @@ impl Divisible {
             finished_ns: v.finished_ns,
             apps: Vec::new(),
             divisible: Some(Box::new(v.info)),
+            ..Default::default()
         })
     }
 

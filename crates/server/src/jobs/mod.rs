@@ -58,6 +58,7 @@
 
 pub mod batch;
 pub mod divisible;
+pub mod workflow;
 
 use crate::metrics::Metrics;
 use crate::state::StateError;
@@ -72,6 +73,7 @@ use std::collections::HashSet;
 
 pub use batch::Batch;
 pub use divisible::Divisible;
+pub use workflow::Workflows;
 
 /// Largest heartbeat reply the server builds (encoded bytes): a quarter of the agents' 4 MiB
 /// decoding limit, so no job, however large its commands, makes a reply an agent cannot read.
@@ -91,17 +93,20 @@ pub enum Kind {
     Batch = 0,
     /// One load cut into chunks planned from measured speeds ([`divisible`]).
     Divisible = 1,
+    /// Task graphs with data-flow dependencies ([`workflow`]).
+    Workflow = 13,
 }
 
 impl Kind {
     /// Every kind, in listing order.
-    pub const ALL: &'static [Kind] = &[Kind::Batch, Kind::Divisible];
+    pub const ALL: &'static [Kind] = &[Kind::Batch, Kind::Divisible, Kind::Workflow];
 
     /// The kind that owns id `id` (a task, job or spec key), if any.
     pub fn of(id: u64) -> Option<Kind> {
         match id >> KIND_SHIFT {
             0 => Some(Kind::Batch),
             1 => Some(Kind::Divisible),
+            13 => Some(Kind::Workflow),
             _ => None,
         }
     }
@@ -183,6 +188,16 @@ impl<'r> Outbox<'r> {
         }
         self.reply.assignments.push(d);
         Ok(())
+    }
+
+    /// Adds a PCDDB message from a workflow's launch node to the reply.
+    pub fn balance(&mut self, m: crate::state::types::BalanceEnvelope) {
+        self.reply.balance.push(m);
+    }
+
+    /// Tells the node it balances PCDDB workflow `j`.
+    pub fn pcddb(&mut self, j: crate::state::types::PcddbJob) {
+        self.reply.pcddb.push(j);
     }
 
     /// Some work did not fit: the agent should heartbeat again at once.
@@ -269,17 +284,19 @@ pub struct Jobs {
     pub batch: Batch,
     /// Divisible jobs.
     pub divisible: Divisible,
+    /// Workflows.
+    pub workflow: Workflows,
 }
 
 impl Jobs {
     /// Every kind, in [`Kind`] order (a new kind adds one line here and in `all_mut`).
     pub fn all(&self) -> Vec<&dyn JobKind> {
-        vec![&self.batch, &self.divisible]
+        vec![&self.batch, &self.divisible, &self.workflow]
     }
 
     /// Every kind, in [`Kind`] order.
     pub fn all_mut(&mut self) -> Vec<&mut dyn JobKind> {
-        vec![&mut self.batch, &mut self.divisible]
+        vec![&mut self.batch, &mut self.divisible, &mut self.workflow]
     }
 
     /// The kind that owns id `id`.
@@ -287,6 +304,7 @@ impl Jobs {
         match Kind::of(id)? {
             Kind::Batch => Some(&self.batch),
             Kind::Divisible => Some(&self.divisible),
+            Kind::Workflow => Some(&self.workflow),
         }
     }
 
@@ -295,6 +313,7 @@ impl Jobs {
         match Kind::of(id)? {
             Kind::Batch => Some(&mut self.batch),
             Kind::Divisible => Some(&mut self.divisible),
+            Kind::Workflow => Some(&mut self.workflow),
         }
     }
 }

@@ -50,8 +50,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 use tracing::{info, warn};
 
-mod divisible;
 pub mod accel;
+mod divisible;
 pub mod nodes;
 pub mod types;
 
@@ -203,11 +203,25 @@ impl State {
             Duration::from_nanos(config.dead_timeout.0.max(1_000_000)),
             div,
         );
+        let workflow = crate::jobs::Workflows::restore(
+            config,
+            &mut Ctx {
+                view: &mut view,
+                nodes: &mut nodes,
+                store: &mut store,
+                metrics: &metrics,
+                now: now_ns(),
+            },
+        )?;
         Ok(State {
             store,
             view,
             nodes,
-            jobs: Jobs { batch, divisible },
+            jobs: Jobs {
+                batch,
+                divisible,
+                workflow,
+            },
             heartbeat_interval_ms: (config.heartbeat_interval.0 / 1_000_000).max(1),
             metrics,
             config: config.clone(),
@@ -513,6 +527,9 @@ impl State {
         }
         let live = self.nodes.live_specs();
         let mut cx = ctx!(self);
+        if hetsched_core::input::workflow_runtime::is_workflow(&sub.text) {
+            return self.jobs.workflow.submit(&mut cx, sub);
+        }
         self.jobs.batch.submit(&mut cx, &live, sub)
     }
 
@@ -525,7 +542,7 @@ impl State {
                     "job {job} is a divisible job: its failed chunks are re-planned while it runs; submit it again"
                 )));
             }
-            None => return Err(StateError::NoJob(job)),
+            Some(Kind::Workflow) | None => return Err(StateError::NoJob(job)),
         };
         self.commit()?;
         info!(job, tasks = n, "failed tasks resubmitted");
@@ -580,7 +597,7 @@ impl State {
         };
         let mut page = kind.jobs_page(&self.read(), cursor, limit);
         if page.next_cursor == 0 {
-            page.next_cursor = self.next_kind_start(kind.kind(), |k| k.job_count() > 0);
+            page.next_cursor = self.next_listed(kind.kind(), |k| k.job_count() == 0);
         }
         page
     }
@@ -613,13 +630,32 @@ impl State {
         let all = kind.kind().id(0);
         let mut page = kind.tasks_page(&self.read(), all, cursor, limit)?;
         if page.next_cursor == 0 {
-            page.next_cursor = self.next_kind_start(kind.kind(), |k| {
+            page.next_cursor = self.next_listed(kind.kind(), |k| {
                 let c = k.counts();
-                c.pending + c.running + c.succeeded + c.failed + c.cancelled > 0
+                c.pending + c.running + c.succeeded + c.failed + c.cancelled == 0
             });
         }
         self.accel_tasks(&mut page);
         Ok(page)
+    }
+
+    /// Where a listing over every kind goes on after `kind`: the next kind that has something to
+    /// list (0: none), so no page of the listing is empty.
+    fn next_listed(
+        &self,
+        mut kind: Kind,
+        empty: impl Fn(&dyn crate::jobs::JobKind) -> bool,
+    ) -> u64 {
+        loop {
+            let next = next_kind_start(kind);
+            if next == 0 {
+                return 0;
+            }
+            match self.jobs.owner(next) {
+                Some(k) if empty(k) => kind = k.kind(),
+                _ => return next,
+            }
+        }
     }
 }
 
@@ -649,14 +685,14 @@ impl State {
     }
 }
 
+/// Where a listing over every kind goes on after `kind`'s last page (0: it was the last kind).
+fn next_kind_start(kind: Kind) -> u64 {
+    Kind::ALL.iter().find(|k| **k > kind).map_or(0, |k| k.id(0))
+}
+
 impl State {
-    /// Where a listing over every kind goes on after `kind`'s last page: the first id of the next
-    /// kind that has something to list (`has`), or 0 when none has — so no page is empty.
-    fn next_kind_start(&self, kind: Kind, has: impl Fn(&dyn crate::jobs::JobKind) -> bool) -> u64 {
-        Kind::ALL
-            .iter()
-            .filter(|k| **k > kind)
-            .find(|k| self.jobs.owner(k.id(0)).is_some_and(&has))
-            .map_or(0, |k| k.id(0))
+    /// A workflow's task graph in DOT (issue 13).
+    pub fn workflow_dot(&self, job: u64) -> Result<String, StateError> {
+        self.jobs.workflow.dot(job).ok_or(StateError::NoJob(job))
     }
 }

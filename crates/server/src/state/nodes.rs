@@ -350,7 +350,7 @@ impl State {
             .filter(|(_, n)| !n.removed)
             .map(|(i, n)| {
                 let v = &self.view.nodes()[i];
-                NodeInfo {
+                let mut info = NodeInfo {
                     id: i as u32,
                     name: n.spec.name.clone(),
                     // A node restored from the store is shown dead until it heartbeats
@@ -376,7 +376,9 @@ impl State {
                         .flat_map(|k| k.backed_off(i as u32))
                         .collect(),
                     ..Default::default()
-                }
+                };
+                self.jobs.workflow.annotate(&mut info);
+                info
             })
             .collect();
         self.accel_nodes(&mut list);

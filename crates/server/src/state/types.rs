@@ -102,6 +102,18 @@ pub struct HeartbeatReport {
     pub draining: bool,
     /// Its rack and accelerator service (spec 01, [`crate::state::accel`]).
     pub accel: crate::state::accel::AccelReport,
+    /// Where other agents reach this agent's `AgentData` service (`host:port`, "" = unknown).
+    pub advertise: String,
+    /// PCDDB messages from this node to a workflow's launch node.
+    pub balance: Vec<BalanceEnvelope>,
+    /// PCDDB messages the agent sent and received since it started.
+    pub balance_sent: u64,
+    /// See `balance_sent`.
+    pub balance_received: u64,
+    /// Instances its PCDDB machines hold.
+    pub balance_held: u32,
+    /// Measured round trips (ns) to other agents, by node id.
+    pub rtt_ns: BTreeMap<u32, u64>,
 }
 
 /// What every task of one spec key runs (sent to a node once, before its first task of it).
@@ -145,6 +157,8 @@ pub struct Dispatch {
     pub devices: Vec<u32>,
     /// The key of its [`TaskSpec`].
     pub spec: u64,
+    /// A workflow instance's directory, inputs and outputs (issue 13; None = a batch task).
+    pub workflow: Option<InstanceData>,
 }
 
 /// The answer to a heartbeat.
@@ -164,6 +178,10 @@ pub struct HeartbeatReply {
     pub more: bool,
     /// The node's accelerator binding (spec 01); `None` leaves the agent's as it is.
     pub binding: Option<crate::state::accel::NodeBinding>,
+    /// PCDDB messages from a workflow's launch node to this node.
+    pub balance: Vec<BalanceEnvelope>,
+    /// The PCDDB workflows this node balances.
+    pub pcddb: Vec<PcddbJob>,
 }
 
 /// A job submission.
@@ -239,6 +257,8 @@ pub struct AppInfo {
     pub has_cpu: bool,
     /// Whether it has a GPU variant.
     pub has_gpu: bool,
+    /// Workflow tasks: instances ready and waiting for a node.
+    pub ready: u64,
 }
 
 /// One job, as listings show it.
@@ -262,6 +282,13 @@ pub struct JobInfo {
     pub apps: Vec<AppInfo>,
     /// A divisible job's load, rounds, chunks and measured workers (other kinds: `None`).
     pub divisible: Option<Box<crate::jobs::divisible::DivisibleInfo>>,
+    /// A workflow: the balancer, and the messages its launch node (or dispatcher) sent and
+    /// received.
+    pub balancer: String,
+    /// See `balancer`.
+    pub launch_sent: u64,
+    /// See `balancer`.
+    pub launch_received: u64,
 }
 
 /// One page of jobs.
@@ -375,6 +402,18 @@ pub struct NodeInfo {
     pub bound_to: String,
     /// Its accelerator service's devices and queues, from its last heartbeat.
     pub accel: Option<crate::state::accel::AccelState>,
+    /// Workflow instances running there.
+    pub instances: u32,
+    /// PCDDB thresholds of the node (LT × cores, MT × cores; 0 = none).
+    pub lt: u32,
+    /// See `lt`.
+    pub mt: u32,
+    /// The proximity clusters it belongs to.
+    pub clusters: String,
+    /// PCDDB messages its agent sent.
+    pub balance_sent: u64,
+    /// PCDDB messages its agent received.
+    pub balance_received: u64,
 }
 
 /// Which finished jobs a purge deletes.
@@ -404,4 +443,58 @@ pub struct Drained {
     pub node_id: u32,
     /// Tasks still running there.
     pub running: u32,
+}
+
+/// One consumed output a workflow instance fetches before it starts (issue 13).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkflowInput {
+    /// The data item (`{input:NAME}`).
+    pub name: String,
+    /// The producer's node.
+    pub node_id: u32,
+    /// Its agent's `AgentData` address.
+    pub address: String,
+    /// The file there, relative to its work directory.
+    pub path: String,
+}
+
+/// What a workflow instance needs beyond a batch task.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InstanceData {
+    /// Its directory under the agent's `wf/`.
+    pub dir: String,
+    /// Inputs to fetch first.
+    pub inputs: Vec<WorkflowInput>,
+    /// Outputs it writes (`{output:NAME}`).
+    pub outputs: Vec<String>,
+}
+
+/// A PCDDB message of workflow `job_id`: the core's `Message` as JSON.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BalanceEnvelope {
+    /// The workflow.
+    pub job_id: u64,
+    /// `hetsched_core::policy::graph::Message` as JSON.
+    pub message_json: String,
+    /// Node id → `AgentData` address.
+    pub peers: BTreeMap<u32, String>,
+}
+
+/// A PCDDB workflow a node balances.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PcddbJob {
+    /// The workflow.
+    pub job_id: u64,
+    /// Lower threshold per core.
+    pub lt: u32,
+    /// Upper threshold per core.
+    pub mt: u32,
+    /// The launch node's id in the messages.
+    pub launch: u32,
+    /// Task id of instance 0.
+    pub task_base: u64,
+    /// When the launch node was (re)built.
+    pub epoch: u64,
+    /// Node id → `AgentData` address.
+    pub peers: BTreeMap<u32, String>,
 }

@@ -1,0 +1,357 @@
+//! The agent's side of PCDDB (spec 05 §4, issue 13): one core [`PcddbNode`] machine per PCDDB
+//! workflow the server says this node balances — the same state machine the simulator drives,
+//! never a second copy. This module only carries its events and messages:
+//! - a self-check every [`CHECK_INTERVAL`] (`NodeEvent::SelfCheck`): a node below `LT × cores`
+//!   sends `status` to the launch node;
+//! - an allocation request arriving (from the launch node in a heartbeat reply, or from another
+//!   agent over gRPC, `AgentData.Deliver`): the machine takes `MT × cores − x` instances, replies
+//!   to the launch node, and passes the rest on to the first node of its underloaded table —
+//!   over gRPC to that agent ([`Forward`]); if that agent cannot be reached, the request returns
+//!   to the launch node for reallocation (event e);
+//! - an instance ending here (`NodeEvent::Finished`) frees its core; its `result` reaches the
+//!   launch node as the heartbeat's durable result, so the machine's copy is not sent twice.
+//!
+//! Messages to the launch node (the server) ride the next heartbeat ([`Balancer::take_outbox`]).
+//! Counters of messages sent and received go with every heartbeat (`hetsched nodes`).
+
+use hetsched_core::NodeId;
+use hetsched_core::policy::graph::pcddb::PcddbNode;
+use hetsched_core::policy::graph::{
+    Body, ClusterId, GraphNode, InstanceId, Message, NodeEvent, Outgoing, Thresholds,
+};
+use hetsched_proto as pb;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How often each machine checks itself against LT.
+pub const CHECK_INTERVAL: Duration = Duration::from_millis(100);
+
+/// A message for another agent: its `AgentData` address and the envelope.
+pub struct Forward {
+    /// `host:port`.
+    pub address: String,
+    /// What to deliver.
+    pub message: pb::BalanceMessage,
+}
+
+struct JobMachine {
+    node: PcddbNode,
+    launch: NodeId,
+    epoch: u64,
+    task_base: u64,
+    peers: BTreeMap<u32, String>,
+    /// The core each accepted instance was placed on.
+    cores: HashMap<u32, u32>,
+}
+
+/// Every PCDDB machine of this agent.
+#[derive(Default)]
+pub struct Balancer {
+    jobs: HashMap<u64, JobMachine>,
+    to_launch: Vec<pb::BalanceMessage>,
+    /// Messages sent (to the launch node and to other agents).
+    pub sent: u64,
+    /// Messages received from other agents (requests hopping on).
+    pub received: u64,
+    /// This node's id.
+    me: Option<u32>,
+    /// Measured round trips to other agents (ns), by node id.
+    pub rtt_ns: BTreeMap<u32, u64>,
+}
+
+/// The balancer shared by the heartbeat loop, the self-check timer and the gRPC service.
+pub type Handle = Arc<Mutex<Balancer>>;
+
+impl Balancer {
+    /// Keeps one machine per workflow in `jobs` (new ones start empty; others are dropped).
+    pub fn sync(&mut self, me: u32, cores: u32, jobs: &[pb::PcddbJob]) {
+        self.me = Some(me);
+        self.jobs
+            .retain(|id, _| jobs.iter().any(|j| j.job_id == *id));
+        for j in jobs {
+            let launch = NodeId(j.launch);
+            // A launch node built since this machine: start over (its table is empty).
+            if self.jobs.get(&j.job_id).is_some_and(|m| m.epoch != j.epoch) {
+                self.jobs.remove(&j.job_id);
+            }
+            let m = self.jobs.entry(j.job_id).or_insert_with(|| JobMachine {
+                node: PcddbNode::new(
+                    GraphNode {
+                        id: NodeId(me),
+                        cores: cores.max(1),
+                        attributes: 0,
+                    },
+                    Thresholds { lt: j.lt, mt: j.mt },
+                    vec![(ClusterId(0), launch)],
+                ),
+                launch,
+                epoch: j.epoch,
+                task_base: j.task_base,
+                peers: BTreeMap::new(),
+                cores: HashMap::new(),
+            });
+            m.peers = j.peers.clone().into_iter().collect();
+        }
+    }
+
+    /// Forgets every machine (the server was unreachable: it may have restarted with fresh
+    /// launch nodes, whose tables only new status messages fill).
+    pub fn reset(&mut self) {
+        self.jobs.clear();
+    }
+
+    /// Instances the machines hold.
+    pub fn held(&self) -> u32 {
+        self.jobs.values().map(|m| m.node.held()).sum()
+    }
+
+    /// Messages for the launch node, for the next heartbeat.
+    pub fn take_outbox(&mut self) -> Vec<pb::BalanceMessage> {
+        std::mem::take(&mut self.to_launch)
+    }
+
+    /// Whether messages wait for the launch node.
+    pub fn has_outbox(&self) -> bool {
+        !self.to_launch.is_empty()
+    }
+
+    /// Every machine checks itself.
+    pub fn self_check(&mut self, now: u64) -> Vec<Forward> {
+        let ids: Vec<u64> = self.jobs.keys().copied().collect();
+        let mut out = Vec::new();
+        for id in ids {
+            if let Some(m) = self.jobs.get_mut(&id) {
+                let o = m.node.handle(NodeEvent::SelfCheck, now);
+                out.extend(self.route(id, o));
+            }
+        }
+        out
+    }
+
+    /// A message for one of this agent's machines (`from_peer`: from another agent, counted in
+    /// `received`; the launch node counts its own messages).
+    pub fn deliver(&mut self, env: pb::BalanceMessage, now: u64, from_peer: bool) -> Vec<Forward> {
+        if from_peer {
+            self.received += 1;
+        }
+        let Ok(msg) = serde_json::from_str::<Message>(&env.message_json) else {
+            tracing::warn!("undecodable PCDDB message dropped");
+            return Vec::new();
+        };
+        let Some(m) = self.jobs.get_mut(&env.job_id) else {
+            // Not (or no longer) balancing this workflow: hand a request back to its launch
+            // node so its instances are not lost.
+            if let Body::Request(r) = msg.body {
+                self.sent += 1;
+                self.to_launch.push(pb::BalanceMessage {
+                    job_id: env.job_id,
+                    message_json: serde_json::to_string(&Message {
+                        from: msg.to,
+                        to: r.launch,
+                        body: Body::Return(r),
+                    })
+                    .unwrap_or_default(),
+                    peers: Default::default(),
+                });
+            }
+            return Vec::new();
+        };
+        for (k, v) in env.peers {
+            m.peers.insert(k, v);
+        }
+        let o = m.node.handle(NodeEvent::Deliver(msg), now);
+        self.route(env.job_id, o)
+    }
+
+    /// Task `task_id` ended here: if a machine accepted it, its core is free again.
+    pub fn finished(&mut self, task_id: u64, now: u64) {
+        let ids: Vec<u64> = self.jobs.keys().copied().collect();
+        for id in ids {
+            let Some(m) = self.jobs.get_mut(&id) else {
+                continue;
+            };
+            let Some(i) = task_id.checked_sub(m.task_base).filter(|i| *i < 1 << 32) else {
+                continue;
+            };
+            if let Some(core) = m.cores.remove(&(i as u32)) {
+                // The `result` it returns reaches the launch node as the heartbeat's result.
+                let _ = m.node.handle(
+                    NodeEvent::Finished {
+                        instance: InstanceId(i as u32),
+                        core,
+                    },
+                    now,
+                );
+            }
+        }
+    }
+
+    /// A request that could not reach `to`: it goes back to its launch node (event e).
+    pub fn undeliverable(&mut self, job: u64, env: &pb::BalanceMessage) {
+        if let Ok(Message {
+            body: Body::Request(r),
+            to,
+            ..
+        }) = serde_json::from_str::<Message>(&env.message_json)
+        {
+            self.sent += 1;
+            self.to_launch.push(pb::BalanceMessage {
+                job_id: job,
+                message_json: serde_json::to_string(&Message {
+                    from: to,
+                    to: r.launch,
+                    body: Body::Return(r),
+                })
+                .unwrap_or_default(),
+                peers: Default::default(),
+            });
+        }
+    }
+
+    fn route(&mut self, job: u64, out: Vec<Outgoing>) -> Vec<Forward> {
+        let Some(m) = self.jobs.get_mut(&job) else {
+            return Vec::new();
+        };
+        let mut fwd = Vec::new();
+        for o in out {
+            match o {
+                Outgoing::Run { instance, core } => {
+                    m.cores.insert(instance.0, core);
+                }
+                Outgoing::Send(msg) => {
+                    let json = serde_json::to_string(&msg).unwrap_or_default();
+                    self.sent += 1;
+                    if msg.to == m.launch {
+                        self.to_launch.push(pb::BalanceMessage {
+                            job_id: job,
+                            message_json: json,
+                            peers: Default::default(),
+                        });
+                    } else {
+                        let address = m.peers.get(&msg.to.0).cloned().unwrap_or_default();
+                        fwd.push(Forward {
+                            address,
+                            message: pb::BalanceMessage {
+                                job_id: job,
+                                message_json: json,
+                                peers: m.peers.clone().into_iter().collect(),
+                            },
+                        });
+                    }
+                }
+                Outgoing::Ready(_) => {}
+            }
+        }
+        fwd
+    }
+}
+
+/// Sends `forwards` to their agents (each on its own task); one that fails returns to the
+/// launch node. `wake` is called when something waits for the next heartbeat.
+pub fn send(handle: &Handle, token: &str, forwards: Vec<Forward>, wake: Arc<tokio::sync::Notify>) {
+    for f in forwards {
+        let (handle, token, wake) = (handle.clone(), token.to_string(), wake.clone());
+        tokio::spawn(async move {
+            let ok = deliver_to(&f.address, &token, f.message.clone()).await;
+            if let Err(e) = ok {
+                tracing::warn!(to = %f.address, "PCDDB request not delivered ({e}): back to the launch node");
+                let job = f.message.job_id;
+                handle
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .undeliverable(job, &f.message);
+                wake.notify_one();
+            }
+        });
+    }
+}
+
+async fn deliver_to(address: &str, token: &str, m: pb::BalanceMessage) -> Result<(), String> {
+    if address.is_empty() {
+        return Err("no address for the next node".into());
+    }
+    let ep = pb::endpoint(&format!("http://{address}"), None).map_err(|e| e.to_string())?;
+    let ch = ep.connect().await.map_err(|e| e.to_string())?;
+    let icpt = pb::TokenInterceptor::new(token).map_err(|e| e.to_string())?;
+    let mut c = pb::agent_data_client::AgentDataClient::with_interceptor(ch, icpt);
+    tokio::time::timeout(Duration::from_secs(5), c.deliver(m))
+        .await
+        .map_err(|_| "timed out".to_string())?
+        .map_err(|s| s.message().to_string())?;
+    Ok(())
+}
+
+/// Runs the self-checks until the task is aborted.
+pub fn spawn_checks(
+    handle: Handle,
+    token: String,
+    wake: Arc<tokio::sync::Notify>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(CHECK_INTERVAL).await;
+            let (fwd, pending) = {
+                let mut b = handle.lock().unwrap_or_else(|p| p.into_inner());
+                let f = b.self_check(crate::launch::now_ns());
+                (f, b.has_outbox())
+            };
+            send(&handle, &token, fwd, wake.clone());
+            if pending {
+                wake.notify_one();
+            }
+        }
+    })
+}
+
+/// Every [`PROBE_INTERVAL`] while a PCDDB workflow runs: the round trip to each other agent
+/// (the least of three pings on one connection), for the server's proximity clusters.
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Runs the round-trip probes until the task is aborted.
+pub fn spawn_probes(handle: Handle, token: String) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(PROBE_INTERVAL).await;
+            let peers: BTreeMap<u32, String> = {
+                let b = handle.lock().unwrap_or_else(|p| p.into_inner());
+                let me = b.me;
+                b.jobs
+                    .values()
+                    .flat_map(|m| m.peers.iter())
+                    .filter(|(id, _)| Some(**id) != me)
+                    .map(|(k, v)| (*k, v.clone()))
+                    .collect()
+            };
+            for (id, address) in peers {
+                if let Some(rtt) = probe(&address, &token).await {
+                    handle
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .rtt_ns
+                        .insert(id, rtt);
+                }
+            }
+        }
+    })
+}
+
+async fn probe(address: &str, token: &str) -> Option<u64> {
+    let ep = pb::endpoint(&format!("http://{address}"), None).ok()?;
+    let ch = tokio::time::timeout(Duration::from_secs(2), ep.connect())
+        .await
+        .ok()?
+        .ok()?;
+    let icpt = pb::TokenInterceptor::new(token).ok()?;
+    let mut c = pb::agent_data_client::AgentDataClient::with_interceptor(ch, icpt);
+    let mut best = u64::MAX;
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        tokio::time::timeout(Duration::from_secs(2), c.ping(pb::BalanceAck {}))
+            .await
+            .ok()?
+            .ok()?;
+        best = best.min(t.elapsed().as_nanos() as u64);
+    }
+    Some(best)
+}

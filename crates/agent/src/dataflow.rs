@@ -1,0 +1,207 @@
+//! Data flow between agents (issue 13): a workflow instance's outputs stay in the directory of
+//! the agent that produced them (`WORK_DIR/wf/JOB/TASK-I/out/NAME`); before a consumer starts,
+//! its agent fetches each input from the producer's agent — `AgentData.Fetch`, a stream of
+//! chunks, calls carrying the agent token — into the consumer's own directory
+//! (`WORK_DIR/wf/JOB/TASK-I/in/NAME/K`), then fills the command's `{input:NAME}`,
+//! `{output:NAME}` and `{index}` placeholders (the core's [`expand`]).
+//!
+//! The service also takes PCDDB messages from other agents ([`crate::balance`]). It is served
+//! on the agent's log listener, whose address the agent announces (`advertise`).
+
+use crate::balance;
+use hetsched_core::input::workflow_runtime::expand;
+use hetsched_proto as pb;
+use hetsched_proto::agent_data_server::AgentData;
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Component, Path, PathBuf};
+use std::pin::Pin;
+use tokio::io::AsyncWriteExt;
+use tonic::{Request, Response, Status};
+
+/// How the result of an instance whose input could not be fetched begins (the server reads the
+/// node and path that follow, and produces that output again).
+pub const INPUT_UNAVAILABLE: &str = "input unavailable: node ";
+
+/// Bytes per streamed chunk.
+pub const CHUNK: usize = 256 << 10;
+
+/// Whether `rel` is a plain relative path (no `..`, no root) under `wf/`.
+fn safe_rel(rel: &str) -> bool {
+    let p = Path::new(rel);
+    p.starts_with("wf") && p.components().all(|c| matches!(c, Component::Normal(_)))
+}
+
+/// The `AgentData` service of one agent.
+pub struct DataService {
+    /// The agent's work directory.
+    pub work_dir: PathBuf,
+    /// Its PCDDB machines.
+    pub balance: balance::Handle,
+    /// The agent token (to pass requests on).
+    pub token: String,
+    /// Woken when a message waits for the next heartbeat.
+    pub wake: std::sync::Arc<tokio::sync::Notify>,
+}
+
+type ChunkStream =
+    Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::FetchChunk, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl AgentData for DataService {
+    type FetchStream = ChunkStream;
+
+    async fn fetch(
+        &self,
+        req: Request<pb::FetchRequest>,
+    ) -> Result<Response<Self::FetchStream>, Status> {
+        let rel = req.into_inner().path;
+        if !safe_rel(&rel) {
+            return Err(Status::invalid_argument(format!(
+                "`{rel}` is not a workflow output path"
+            )));
+        }
+        let path = self.work_dir.join(&rel);
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(crate::workdir::no_follow())
+            .open(&path)
+            .map_err(|e| Status::not_found(format!("{rel}: {e}")))?;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::task::spawn_blocking(move || {
+            loop {
+                let mut buf = vec![0u8; CHUNK];
+                match f.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        buf.truncate(n);
+                        if tx.blocking_send(Ok(pb::FetchChunk { data: buf })).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.blocking_send(Err(Status::internal(e.to_string())));
+                        break;
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+
+    async fn deliver(
+        &self,
+        req: Request<pb::BalanceMessage>,
+    ) -> Result<Response<pb::BalanceAck>, Status> {
+        let fwd = self
+            .balance
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .deliver(req.into_inner(), crate::launch::now_ns(), true);
+        balance::send(&self.balance, &self.token, fwd, self.wake.clone());
+        self.wake.notify_one();
+        Ok(Response::new(pb::BalanceAck {}))
+    }
+
+    async fn ping(
+        &self,
+        _req: Request<pb::BalanceAck>,
+    ) -> Result<Response<pb::BalanceAck>, Status> {
+        Ok(Response::new(pb::BalanceAck {}))
+    }
+}
+
+/// Fetches one file from another agent into `to`.
+async fn fetch(address: &str, token: &str, rel: &str, to: &Path) -> Result<u64, String> {
+    if address.is_empty() {
+        return Err("the producer's agent has no known address".into());
+    }
+    let ep = pb::endpoint(&format!("http://{address}"), None).map_err(|e| e.to_string())?;
+    let ch = ep.connect().await.map_err(|e| e.to_string())?;
+    let icpt = pb::TokenInterceptor::new(token).map_err(|e| e.to_string())?;
+    let mut c = pb::agent_data_client::AgentDataClient::with_interceptor(ch, icpt);
+    let mut stream = c
+        .fetch(pb::FetchRequest {
+            path: rel.to_string(),
+        })
+        .await
+        .map_err(|s| s.message().to_string())?
+        .into_inner();
+    let mut file = tokio::fs::File::create(to)
+        .await
+        .map_err(|e| format!("{}: {e}", to.display()))?;
+    let mut n = 0u64;
+    while let Some(chunk) = stream
+        .message()
+        .await
+        .map_err(|s| s.message().to_string())?
+    {
+        n += chunk.data.len() as u64;
+        file.write_all(&chunk.data)
+            .await
+            .map_err(|e| format!("{}: {e}", to.display()))?;
+    }
+    file.flush().await.map_err(|e| e.to_string())?;
+    Ok(n)
+}
+
+/// Prepares workflow instance `a`: its directory, its inputs fetched from their producers'
+/// agents, and the command with its placeholders filled. Errors say which input failed.
+pub async fn prepare(
+    a: &pb::Assignment,
+    spec: &pb::TaskSpec,
+    work_dir: &Path,
+    token: &str,
+) -> Result<pb::TaskSpec, String> {
+    let rel = format!("wf/{}", a.instance_dir);
+    if !safe_rel(&rel) {
+        return Err(format!("bad instance directory `{}`", a.instance_dir));
+    }
+    let dir = work_dir.join(&rel);
+    let _ = tokio::fs::remove_dir_all(dir.join("in")).await;
+    for sub in ["in", "out"] {
+        tokio::fs::create_dir_all(dir.join(sub))
+            .await
+            .map_err(|e| format!("{}: {e}", dir.join(sub).display()))?;
+    }
+    let mut inputs: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (k, input) in a.inputs.iter().enumerate() {
+        let name = crate::launch::component(&input.name);
+        let into = dir.join("in").join(&name);
+        tokio::fs::create_dir_all(&into)
+            .await
+            .map_err(|e| format!("{}: {e}", into.display()))?;
+        let to = into.join(k.to_string());
+        fetch(&input.address, token, &input.path, &to)
+            .await
+            .map_err(|e| {
+                format!(
+                    "{INPUT_UNAVAILABLE}{} {}: input `{}`: {e}",
+                    input.node_id, input.path, input.name
+                )
+            })?;
+        inputs
+            .entry(input.name.clone())
+            .or_default()
+            .push(to.display().to_string());
+    }
+    let outputs: BTreeMap<String, String> = a
+        .outputs
+        .iter()
+        .map(|o| {
+            (
+                o.clone(),
+                dir.join("out")
+                    .join(crate::launch::component(o))
+                    .display()
+                    .to_string(),
+            )
+        })
+        .collect();
+    let mut s = spec.clone();
+    s.argv = expand(&spec.argv, &a.index.to_string(), &inputs, &outputs);
+    Ok(s)
+}

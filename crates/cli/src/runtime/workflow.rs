@@ -1,0 +1,108 @@
+//! Workflow views of the runtime commands (issue 13): a workflow's progress per task in
+//! `hetsched job N` (instances waiting, ready, running, done, failed) and `hetsched nodes`'
+//! workflow columns.
+
+use comfy_table::Table;
+use comfy_table::presets::UTF8_FULL_CONDENSED;
+use hetsched_proto as pb;
+
+/// Whether job `id` is a workflow (its kind, the id's high byte, is 13: see the server's
+/// `jobs::Kind`).
+pub fn is_workflow(id: u64) -> bool {
+    id >> 56 == 13
+}
+
+/// Per task: waiting, ready, running, done, failed.
+pub fn progress(j: &pb::JobInfo) -> Table {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header([
+        "task",
+        "instances",
+        "waiting",
+        "ready",
+        "running",
+        "done",
+        "failed",
+    ]);
+    for a in &j.apps {
+        let c = a.counts.unwrap_or_default();
+        t.add_row(vec![
+            a.name.clone(),
+            a.tasks.to_string(),
+            c.pending.saturating_sub(a.ready).to_string(),
+            a.ready.to_string(),
+            c.running.to_string(),
+            c.succeeded.to_string(),
+            c.failed.to_string(),
+        ]);
+    }
+    t
+}
+
+/// Workflow instances, PCDDB thresholds and clusters, and balancing messages of each node.
+pub fn nodes(reply: &pb::ListNodesReply) -> Option<Table> {
+    if !reply
+        .nodes
+        .iter()
+        .any(|n| n.instances > 0 || n.mt > 0 || n.balance_sent > 0)
+    {
+        return None;
+    }
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header([
+        "name",
+        "instances",
+        "LT",
+        "MT",
+        "clusters",
+        "PCDDB sent",
+        "received from agents",
+    ]);
+    for n in &reply.nodes {
+        t.add_row(vec![
+            n.name.clone(),
+            n.instances.to_string(),
+            n.lt.to_string(),
+            n.mt.to_string(),
+            if n.clusters.is_empty() {
+                "-".into()
+            } else {
+                n.clusters.clone()
+            },
+            n.balance_sent.to_string(),
+            n.balance_received.to_string(),
+        ]);
+    }
+    Some(t)
+}
+
+/// `hetsched job N --graph`: the task graph, as DOT (`--output dot`), JSON, or a table of its
+/// edges.
+pub async fn graph(args: &super::ClientArgs, id: u64) -> anyhow::Result<()> {
+    let reply = super::client::connect(args)
+        .await?
+        .workflow_graph(pb::GetJobRequest { job_id: id })
+        .await
+        .map_err(super::client::refused)?
+        .into_inner();
+    match args.output {
+        super::Output::Dot => print!("{}", reply.dot),
+        super::Output::Json => super::client::json(&reply)?,
+        super::Output::Table => {
+            // The DOT lines with an edge, as `producer → consumer (data)`.
+            let mut t = Table::new();
+            t.load_preset(UTF8_FULL_CONDENSED);
+            t.set_header(["producer", "consumer", "data"]);
+            for line in reply.dot.lines().filter(|l| l.contains("->")) {
+                let q: Vec<&str> = line.split('"').collect();
+                if q.len() >= 6 {
+                    t.add_row(vec![q[1], q[3], q[5]]);
+                }
+            }
+            println!("{t}");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,460 @@
+//! Workflows in the runtime (issue 13), end to end with the real `hetsched` binary on loopback:
+//! a server and three agents as child processes, a 60-instance workflow in four stages with
+//! fan-out and fan-in whose every instance reads its inputs (fetched from the producers' agents)
+//! and writes an output computed from them. Checked: the final outputs, each instance ran once,
+//! no instance started before its producers ended, PCDDB requests travelled between agents, and
+//! the same outputs under the centralised balancer; an agent or the server SIGKILLed mid-way;
+//! bad files refused at submission with file:line and nothing stored.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use support::{Cluster, wait_until};
+
+/// Four stages, 60 instances:
+/// - `seed` ×4: a_k = 10·k;
+/// - `spread` ×24 (fan-out: every instance reads all four `a`): b_i = Σa + i = 100 + i;
+/// - `double` ×24 (instance-wise on `spread`): c_i = 2·b_i;
+/// - `gather` ×8 (fan-in: every instance reads all 24 `c`): d_j = Σc + j = 5400 + j.
+///
+/// Every instance appends its name to `RUNLOG` (each must appear once).
+fn workflow(balancer: &str, runlog: &Path, pause: &str) -> String {
+    format!(
+        r#"balancer = "{balancer}"
+
+[[task]]
+name = "seed"
+instances = 4
+cost = "1s"
+outputs = ["a"]
+command = "echo seed-{{index}} >> $RUNLOG; echo $(({{index}} * 10)) > {{output:a}}"
+env = {{ RUNLOG = "{log}" }}
+
+[[task]]
+name = "spread"
+instances = "1..=24"
+cost = "1s"
+inputs = ["a"]
+outputs = ["b"]
+command = "echo spread-{{index}} >> $RUNLOG; s=0; for f in {{input:a}}; do s=$((s + $(cat $f))); done; echo $((s + {{index}})) > {{output:b}}"
+env = {{ RUNLOG = "{log}" }}
+
+[[task]]
+name = "double"
+instances = "1..=24"
+cost = "1s"
+inputs = ["b"]
+outputs = ["c"]
+command = "echo double-{{index}} >> $RUNLOG; {pause} echo $(( $(cat {{input:b}}) * 2 )) > {{output:c}}"
+env = {{ RUNLOG = "{log}" }}
+retries = 1
+
+[[task]]
+name = "gather"
+instances = 8
+cost = "1s"
+inputs = ["c"]
+outputs = ["d"]
+command = "echo gather-{{index}} >> $RUNLOG; s=0; for f in {{input:c}}; do s=$((s + $(cat $f))); done; echo $((s + {{index}})) > {{output:d}}"
+env = {{ RUNLOG = "{log}" }}
+"#,
+        log = runlog.display()
+    )
+}
+
+fn start(name: &str) -> Cluster {
+    let mut c = Cluster::start(name, false);
+    for a in ["n1", "n2", "n3"] {
+        c.start_agent(a, 2, &[]);
+    }
+    c.wait_for_nodes(3);
+    c
+}
+
+fn submit(c: &Cluster, file: &Path) -> u64 {
+    let v = c.json(&["submit", &file.display().to_string()]);
+    v["job_id"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no job id in {v}"))
+}
+
+fn wait_done(c: &Cluster, job: u64, timeout: Duration) -> serde_json::Value {
+    let mut last = serde_json::Value::Null;
+    let start = Instant::now();
+    loop {
+        let out = c.cli(&["job", &job.to_string(), "--output", "json"]);
+        if out.status.success()
+            && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        {
+            if v["state"] == "completed" || v["state"] == "failed" {
+                return v;
+            }
+            last = v;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "workflow {job} not finished in {timeout:?}: {last}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The final outputs d_1..d_8, read from the agents that produced them.
+fn final_outputs(c: &Cluster, job: u64) -> Vec<i64> {
+    let seq = job & 0xff_ffff_ffff_ffff;
+    let mut d = BTreeMap::new();
+    for t in c.tasks(job) {
+        if t["app"] == "gather" {
+            let node = t["node"].as_str().unwrap_or_default().to_string();
+            let k = t["index"].as_u64().unwrap_or(0);
+            // The directory is by instance number within the task (0-based).
+            let path = c
+                .dir
+                .join(format!("agent-{node}"))
+                .join(format!("wf/{seq}"));
+            let file = path.join(format!("gather-{}/out/d", k - 1));
+            let v: i64 = std::fs::read_to_string(&file)
+                .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+                .trim()
+                .parse()
+                .expect("a number");
+            d.insert(k, v);
+        }
+    }
+    d.into_values().collect()
+}
+
+fn expected() -> Vec<i64> {
+    (1..=8).map(|j| 5400 + j).collect()
+}
+
+/// Every instance's (task, index) → (started, finished) from the server's records.
+fn times(c: &Cluster, job: u64) -> BTreeMap<(String, u64), (u64, u64)> {
+    c.tasks(job)
+        .iter()
+        .map(|t| {
+            (
+                (
+                    t["app"].as_str().unwrap_or_default().to_string(),
+                    t["index"].as_u64().unwrap_or(0),
+                ),
+                (
+                    t["started_ns"].as_u64().expect("a recorded start"),
+                    t["finished_ns"].as_u64().expect("a recorded end"),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// No instance started before every producer it waits for ended.
+fn check_order(t: &BTreeMap<(String, u64), (u64, u64)>) {
+    let all_end = |task: &str| {
+        t.iter()
+            .filter(|((n, _), _)| n == task)
+            .map(|(_, (_, e))| *e)
+            .max()
+            .unwrap_or(u64::MAX)
+    };
+    let first_start = |task: &str| {
+        t.iter()
+            .filter(|((n, _), _)| n == task)
+            .map(|(_, (s, _))| *s)
+            .min()
+            .unwrap_or(0)
+    };
+    assert!(
+        first_start("spread") >= all_end("seed"),
+        "spread before seed ended"
+    );
+    assert!(
+        first_start("gather") >= all_end("double"),
+        "gather before double ended"
+    );
+    for i in 1..=24 {
+        let b = t[&("spread".to_string(), i)];
+        let c = t[&("double".to_string(), i)];
+        assert!(c.0 >= b.1, "double[{i}] started before spread[{i}] ended");
+    }
+}
+
+fn runs(log: &Path) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for l in std::fs::read_to_string(log).unwrap_or_default().lines() {
+        *m.entry(l.to_string()).or_insert(0) += 1;
+    }
+    m
+}
+
+#[test]
+fn a_sixty_instance_workflow_balanced_by_pcddb_and_by_the_centralised_dispatcher() {
+    let c = start("wf-modes");
+    let mut figures = Vec::new();
+    for mode in ["pcddb", "centralised"] {
+        let log = c.dir.join(format!("runs-{mode}.log"));
+        let file = c.write(&format!("wf-{mode}.toml"), &workflow(mode, &log, ""));
+        let t0 = Instant::now();
+        let job = submit(&c, &file);
+        let v = wait_done(&c, job, Duration::from_secs(60));
+        let took = t0.elapsed();
+        assert_eq!(v["state"], "completed", "{v}");
+        assert_eq!(final_outputs(&c, job), expected(), "{mode}");
+        let r = runs(&log);
+        assert_eq!(r.len(), 60, "{mode}: {r:?}");
+        assert!(
+            r.values().all(|&n| n == 1),
+            "{mode}: an instance ran twice: {r:?}"
+        );
+        assert!(c.tasks(job).iter().all(|t| t["attempt"] == 1), "{mode}");
+        check_order(&times(&c, job));
+        // Per-task progress: every task done.
+        let apps = v["apps"].as_array().cloned().unwrap_or_default();
+        assert_eq!(apps.len(), 4);
+        assert!(
+            apps.iter().all(|a| a["counts"]["succeeded"] == a["tasks"]),
+            "{v}"
+        );
+        let nodes = c.json(&["nodes"]);
+        let sent: Vec<u64> = nodes
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|n| n["balance_sent"].as_u64().unwrap_or(0))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let hops: u64 = nodes
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|n| n["balance_received"].as_u64().unwrap_or(0))
+                    .sum()
+            })
+            .unwrap_or(0);
+        assert_eq!(v["balancer"], mode);
+        figures.push(format!(
+            "{mode}: {:.2}s from submission to completion; launch node sent {} and received {} \
+             messages; agents sent {sent:?}; requests received from other agents: {hops}",
+            took.as_secs_f64(),
+            v["launch_sent"],
+            v["launch_received"]
+        ));
+        if mode == "pcddb" {
+            assert!(
+                hops > 0,
+                "no PCDDB request travelled from one agent to another: {nodes}"
+            );
+            // Proximity clusters from the round trips the agents measured (spec 05 §2; with
+            // three nodes m = ⌊0.3·3⌋ → 1, so each node is a cluster of its own).
+            let clusters: Vec<String> = nodes
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|n| n["clusters"].as_str().unwrap_or("").to_string())
+                        .collect()
+                })
+                .unwrap_or_default();
+            assert!(clusters.iter().all(|c| c.starts_with("Sc")), "{nodes}");
+            figures.push(format!("clusters: {clusters:?}"));
+        }
+    }
+    eprintln!("{}", figures.join("\n"));
+}
+
+fn kill_mid_workflow(mode: &str) {
+    let mut c = start(&format!("wf-kill-{mode}"));
+    let log = c.dir.join("runs.log");
+    // `double` takes a moment, so the kills land while instances run.
+    let file = c.write("wf.toml", &workflow(mode, &log, "sleep 0.4;"));
+    let job = submit(&c, &file);
+    // The victim: the agent that holds or runs `double` instances once they run.
+    let mut victim = String::new();
+    let mut held = Vec::new();
+    wait_until("double to be running", Duration::from_secs(30), || {
+        let tasks = c.tasks(job);
+        let on = |n: &str| {
+            tasks
+                .iter()
+                .filter(|t| t["app"] == "double" && t["node"] == n && t["state"] != "ready")
+                .filter_map(|t| t["index"].as_u64())
+                .collect::<Vec<_>>()
+        };
+        for n in ["n1", "n2", "n3"] {
+            if !on(n).is_empty() {
+                victim = n.to_string();
+                held = on(n);
+                return true;
+            }
+        }
+        false
+    });
+    c.signal_agent(&victim, "KILL");
+    let _ = c.agent_exit(&victim, Duration::from_secs(10));
+    // And the server, mid-way (the last stage has not begun).
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !runs(&log).keys().any(|k| k.starts_with("gather")),
+        "too late"
+    );
+    c.kill_server();
+    c.start_server();
+    let v = wait_done(&c, job, Duration::from_secs(60));
+    assert_eq!(v["state"], "completed", "{mode}: {v}");
+    assert_eq!(final_outputs(&c, job), expected(), "{mode}");
+    let tasks = c.tasks(job);
+    // Every `double` the dead agent ran or held (gather needs them all) was produced again on
+    // a live agent.
+    for i in &held {
+        let t = tasks
+            .iter()
+            .find(|t| t["app"] == "double" && t["index"].as_u64() == Some(*i))
+            .expect("task");
+        assert!(
+            t["node"] != victim.as_str() && t["attempt"].as_u64() >= Some(2),
+            "{mode}: double[{i}] held by {victim}: {t}"
+        );
+    }
+    eprintln!("{mode}: {victim} killed holding double {held:?}; all produced again elsewhere");
+    assert!(
+        tasks.iter().any(|t| t["attempt"].as_u64() > Some(1)),
+        "what the dead agent ran or held was run again"
+    );
+    // Every gather instance (the last stage) ran on a live agent with inputs fetched from live
+    // agents only: the outputs above came out right.
+    assert!(
+        tasks
+            .iter()
+            .filter(|t| t["app"] == "gather")
+            .all(|t| t["node"] != victim.as_str())
+    );
+}
+
+#[test]
+fn a_killed_agent_and_a_killed_server_do_not_stop_the_workflow() {
+    kill_mid_workflow("centralised");
+    kill_mid_workflow("pcddb");
+}
+
+#[test]
+fn bad_workflows_are_refused_at_submission_and_nothing_is_stored() {
+    let c = Cluster::start("wf-bad", false);
+    let log = c.dir.join("r.log");
+    let good = workflow("centralised", &log, "");
+    let cases = [
+        (
+            good.replace("inputs = [\"b\"]", "inputs = [\"b\", \"d\"]"),
+            "cycle",
+        ),
+        (
+            good.replace("$(cat {input:b})", "$(cat {input:x})"),
+            "{input:x}",
+        ),
+        (
+            good.replacen(
+                "command = \"echo seed-{index} >> $RUNLOG; echo $(({index} * 10)) > {output:a}\"\n",
+                "",
+                1,
+            ),
+            "missing",
+        ),
+    ];
+    for (text, what) in cases {
+        let file = c.write("bad.toml", &text);
+        let out = c.cli(&["submit", &file.display().to_string()]);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(!out.status.success(), "{what}: accepted");
+        assert!(err.contains("bad.toml:"), "{what}: no file:line in {err}");
+        assert!(err.contains(what), "{what}: {err}");
+        assert!(err.contains("task["), "{what}: no field in {err}");
+    }
+    let jobs = c.json(&["jobs"]);
+    assert_eq!(jobs.as_array().map(Vec::len), Some(0), "{jobs}");
+}
+
+#[test]
+fn a_failed_instance_fails_its_dependants_and_the_rest_goes_on() {
+    let mut c = Cluster::start("wf-fail", false);
+    c.start_agent("n1", 2, &[]);
+    c.wait_for_nodes(1);
+    let file = c.write(
+        "wf.toml",
+        r#"
+[[task]]
+name = "src"
+instances = 3
+cost = "1s"
+outputs = ["s"]
+command = "if [ {index} = 2 ]; then echo boom >&2; exit 3; fi; echo {index} > {output:s}"
+retries = 1
+
+[[task]]
+name = "mid"
+instances = "1..=3"
+cost = "1s"
+inputs = ["s"]
+outputs = ["m"]
+command = "cat {input:s} > {output:m}"
+
+[[task]]
+name = "all"
+instances = 1
+cost = "1s"
+inputs = ["m"]
+outputs = ["z"]
+command = "cat {input:m} > {output:z}"
+
+[[task]]
+name = "other"
+instances = 2
+cost = "1s"
+outputs = ["o"]
+command = "echo ok > {output:o}"
+"#,
+    );
+    let job = submit(&c, &file);
+    let v = wait_done(&c, job, Duration::from_secs(30));
+    assert_eq!(v["state"], "failed", "{v}");
+    let state = |app: &str, i: u64| {
+        c.tasks(job)
+            .into_iter()
+            .find(|t| t["app"] == app && t["index"].as_u64() == Some(i))
+            .unwrap_or_else(|| panic!("{app}[{i}]"))
+    };
+    let src2 = state("src", 2);
+    assert_eq!(src2["state"], "failed");
+    assert_eq!(src2["attempt"], 2, "one retry: {src2}");
+    let mid2 = state("mid", 2);
+    assert_eq!(mid2["state"], "failed");
+    assert!(
+        mid2["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("its producer src[2] failed"),
+        "{mid2}"
+    );
+    assert_eq!(state("all", 1)["state"], "failed");
+    for (app, i) in [
+        ("src", 1),
+        ("src", 3),
+        ("mid", 1),
+        ("mid", 3),
+        ("other", 1),
+        ("other", 2),
+    ] {
+        assert_eq!(state(app, i)["state"], "succeeded", "{app}[{i}]");
+    }
+    // The per-task view and the graph.
+    let out = c.cli(&["job", &job.to_string()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("ready") && text.contains("mid"), "{text}");
+    let out = c.cli(&["job", &job.to_string(), "--graph", "--output", "dot"]);
+    let dot = String::from_utf8_lossy(&out.stdout);
+    assert!(dot.starts_with("digraph"), "{dot}");
+    assert!(dot.contains("\"src\" -> \"mid\""), "{dot}");
+    assert!(
+        dot.contains("\"mid\" -> \"all\" [label=\"m (all)\"]"),
+        "{dot}"
+    );
+}

@@ -1,0 +1,289 @@
+//! What the runtime needs of a workflow file beyond [`super::workflow`] (the one parser; this
+//! module only checks the runtime fields it already read):
+//!
+//! ```toml
+//! balancer = "pcddb"              # or "centralised" (default: the server's)
+//! [[task]]
+//! name = "B"
+//! instances = "1..=10"
+//! cost = "1s"
+//! inputs = ["m"]
+//! outputs = ["r"]
+//! command = "sort {input:m} > {output:r}"   # or an argument vector
+//! env = { LC_ALL = "C" }
+//! time_limit = "1m"
+//! retries = 2
+//! cores = 1
+//! memory = "1GiB"
+//! gpus = 0
+//! ```
+//!
+//! Placeholders: `{index}` is the instance's argument value; `{output:NAME}` is the path the
+//! instance must write its output `NAME` to (in the agent's directory for it); `{input:NAME}` is
+//! the path(s) of the consumed output `NAME` — one per producer instance the consumer waits for,
+//! in producer order. An argument that is exactly `{input:NAME}` becomes one argument per path;
+//! inside a longer argument (a shell line) the paths are joined with spaces.
+
+use super::cluster::at;
+use super::workflow::{ParsedWorkflow, parse_workflow};
+use super::{InputError, Source};
+use crate::input::workload::Command;
+use crate::policy::graph::BalancerKind;
+use std::collections::BTreeMap;
+
+/// A task's runtime part, checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RuntimeTask {
+    /// The program and its arguments (a shell line becomes `sh -c LINE`).
+    pub argv: Vec<String>,
+    /// Environment added to the agent's.
+    pub env: BTreeMap<String, String>,
+    /// Wall-clock limit of one instance, ns (0 = none).
+    pub time_limit_ns: u64,
+    /// Failed attempts run again this many times.
+    pub retries: u32,
+    /// Cores one instance holds.
+    pub cores: u32,
+    /// Memory one instance holds, bytes.
+    pub memory_bytes: u64,
+    /// GPUs one instance holds.
+    pub gpus: u32,
+}
+
+/// A workflow the runtime can run.
+#[derive(Clone, Debug)]
+pub struct RuntimeWorkflow {
+    /// The parsed file (model, dependencies).
+    pub parsed: ParsedWorkflow,
+    /// Per task, in file order.
+    pub tasks: Vec<RuntimeTask>,
+    /// `balancer =` of the file.
+    pub balancer: Option<BalancerKind>,
+}
+
+/// Parses a workflow file for the runtime: [`parse_workflow`], then every task must have a
+/// command whose placeholders name its own inputs and outputs, and `balancer` must be a runtime
+/// balancer.
+pub fn parse_runtime_workflow(origin: &str, text: &str) -> Result<RuntimeWorkflow, InputError> {
+    let parsed = parse_workflow(origin, text)?;
+    let src = Source::new(origin, text);
+    let balancer = match &parsed.balancer {
+        None => None,
+        Some(b) => match b.get_ref().as_str() {
+            "centralised" | "centralized" => Some(BalancerKind::Centralised),
+            "pcddb" => Some(BalancerKind::Pcddb),
+            other => {
+                return Err(src.error(
+                    at(b),
+                    Some("balancer".into()),
+                    format!("unknown balancer `{other}`: expected centralised or pcddb"),
+                ));
+            }
+        },
+    };
+    let mut tasks = Vec::with_capacity(parsed.specs.len());
+    for (i, t) in parsed.specs.iter().enumerate() {
+        let field = |f: &str| Some(format!("task[{i}].{f}"));
+        let Some(command) = &t.command else {
+            return Err(src.error(
+                at(&t.name),
+                field("command"),
+                format!(
+                    "missing: task `{}` has no command (the runtime needs what an instance runs, \
+                     e.g. command = \"prog {{input:m}} > {{output:r}}\")",
+                    t.name.get_ref()
+                ),
+            ));
+        };
+        let argv = match command.get_ref() {
+            Command::Shell(s) => vec!["sh".to_string(), "-c".to_string(), s.clone()],
+            Command::Argv(v) => v.clone(),
+        };
+        if argv.first().is_none_or(|p| p.trim().is_empty()) {
+            return Err(src.error(at(command), field("command"), "must not be empty"));
+        }
+        for arg in &argv {
+            for (kind, name) in placeholders(arg) {
+                let (list, what) = match kind {
+                    "input" => (&t.inputs, "inputs"),
+                    "output" => (&t.outputs, "outputs"),
+                    _ => continue,
+                };
+                if !list.iter().any(|x| x.get_ref() == name) {
+                    let listed: Vec<&str> = list.iter().map(|x| x.get_ref().as_str()).collect();
+                    return Err(src.error(
+                        at(command),
+                        field("command"),
+                        format!(
+                            "`{{{kind}:{name}}}` names no {} of task `{}` ({what}: {})",
+                            if kind == "input" {
+                                "consumed output"
+                            } else {
+                                "output"
+                            },
+                            t.name.get_ref(),
+                            if listed.is_empty() {
+                                "none".to_string()
+                            } else {
+                                listed.join(", ")
+                            }
+                        ),
+                    ));
+                }
+            }
+        }
+        let cores = t.cores.as_ref().map_or(1, |c| *c.get_ref());
+        if cores == 0 {
+            let c = t.cores.as_ref().map_or(&t.name, |_| &t.name);
+            return Err(src.error(
+                t.cores.as_ref().and_then(at).or_else(|| at(c)),
+                field("cores"),
+                "must be at least 1",
+            ));
+        }
+        tasks.push(RuntimeTask {
+            argv,
+            env: t.env.clone(),
+            time_limit_ns: t.time_limit.map_or(0, |d| d.0),
+            retries: t.retries.as_ref().map_or(0, |r| *r.get_ref()),
+            cores,
+            memory_bytes: t.memory.map_or(0, |m| m.as_u64()),
+            gpus: t.gpus.as_ref().map_or(0, |g| *g.get_ref()),
+        });
+    }
+    Ok(RuntimeWorkflow {
+        parsed,
+        tasks,
+        balancer,
+    })
+}
+
+/// Whether a submitted file is a workflow (it has `[[task]]` tables) rather than a batch job.
+pub fn is_workflow(text: &str) -> bool {
+    match text.parse::<toml::Table>() {
+        Ok(t) => t.contains_key("task"),
+        Err(_) => false,
+    }
+}
+
+/// The `{kind:NAME}` placeholders of `arg`.
+fn placeholders(arg: &str) -> Vec<(&str, &str)> {
+    let mut out = Vec::new();
+    let mut rest = arg;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let Some(close) = after.find('}') else { break };
+        if let Some((kind, name)) = after[..close].split_once(':') {
+            out.push((kind, name));
+        }
+        rest = &after[close + 1..];
+    }
+    out
+}
+
+/// An instance's command line: `{index}` → `index`, `{output:NAME}` → `outputs[NAME]`,
+/// `{input:NAME}` → the paths `inputs[NAME]` (one argument each when the argument is exactly the
+/// placeholder; joined by spaces inside a longer argument).
+pub fn expand(
+    argv: &[String],
+    index: &str,
+    inputs: &BTreeMap<String, Vec<String>>,
+    outputs: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let mut out = Vec::with_capacity(argv.len());
+    for arg in argv {
+        if let Some(name) = arg
+            .strip_prefix("{input:")
+            .and_then(|r| r.strip_suffix('}'))
+            .filter(|n| !n.contains('}'))
+        {
+            out.extend(inputs.get(name).cloned().unwrap_or_default());
+            continue;
+        }
+        let mut s = arg.replace("{index}", index);
+        for (name, paths) in inputs {
+            s = s.replace(&format!("{{input:{name}}}"), &paths.join(" "));
+        }
+        for (name, path) in outputs {
+            s = s.replace(&format!("{{output:{name}}}"), path);
+        }
+        out.push(s);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"balancer = "pcddb"
+[[task]]
+name = "A"
+instances = 3
+cost = "1s"
+outputs = ["m"]
+command = "echo {index} > {output:m}"
+retries = 2
+[[task]]
+name = "B"
+instances = 1
+cost = "1s"
+inputs = ["m"]
+outputs = ["r"]
+command = ["sumfiles", "{input:m}", "{output:r}"]
+env = { X = "1" }
+time_limit = "10s"
+"#;
+
+    #[test]
+    fn the_runtime_fields_are_read_and_checked() {
+        let w = parse_runtime_workflow("wf.toml", GOOD).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(w.balancer, Some(BalancerKind::Pcddb));
+        assert_eq!(w.tasks[0].argv[..2], ["sh", "-c"]);
+        assert_eq!(w.tasks[0].retries, 2);
+        assert_eq!(w.tasks[1].time_limit_ns, 10_000_000_000);
+        assert_eq!(w.tasks[1].env.get("X").map(String::as_str), Some("1"));
+        assert!(is_workflow(GOOD));
+        assert!(!is_workflow("[[app]]\nname = \"x\"\n"));
+    }
+
+    #[test]
+    fn an_input_placeholder_must_name_a_consumed_output() {
+        let bad = GOOD.replace("{input:m}", "{input:x}");
+        let e = parse_runtime_workflow("wf.toml", &bad)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.starts_with("wf.toml:15:") && e.contains("task[1].command"),
+            "{e}"
+        );
+        assert!(e.contains("`{input:x}` names no consumed output"), "{e}");
+    }
+
+    #[test]
+    fn a_task_without_a_command_is_refused_at_its_name() {
+        let bad = GOOD.replace("command = \"echo {index} > {output:m}\"\n", "");
+        let e = parse_runtime_workflow("wf.toml", &bad)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.starts_with("wf.toml:3:") && e.contains("task[0].command"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn inputs_expand_to_one_argument_per_path_or_a_spaced_list() {
+        let inputs = BTreeMap::from([("m".to_string(), vec!["a".to_string(), "b".to_string()])]);
+        let outputs = BTreeMap::from([("r".to_string(), "out/r".to_string())]);
+        let argv: Vec<String> = ["p", "{input:m}", "x{index}", "cat {input:m} > {output:r}"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(
+            expand(&argv, "7", &inputs, &outputs),
+            ["p", "a", "b", "x7", "cat a b > out/r"]
+        );
+    }
+}
