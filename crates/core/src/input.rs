@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod latency;
 pub mod limits;
 pub mod star_platform;
+pub mod stream_code;
 pub mod topology;
 mod units;
 pub mod workflow;
