@@ -99,7 +99,7 @@ pub enum Builtin {
     /// side whose key the other side has seen, emits `[key, left field 1, right field 1]` (left =
     /// the first input component in file order).
     Join,
-    /// Writes every tuple as a tab-separated line to `path` (`{index}` = executor index).
+    /// Appends every tuple as a tab-separated line to `path` (`{index}` = executor index).
     FileSink {
         /// Output file.
         path: String,
