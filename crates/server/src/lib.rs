@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod service;
 pub mod state;
 pub mod store;
+pub mod topology;
 
 pub use config::{ServerConfig, TlsConfig};
 
@@ -64,6 +65,9 @@ pub enum ServerError {
     /// The HTTP (metrics) listener.
     #[error(transparent)]
     Http(#[from] metrics::HttpError),
+    /// The topology store.
+    #[error(transparent)]
+    Topology(#[from] topology::TopologyError),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ServerError + '_ {
@@ -215,6 +219,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
 
     let (tx, rx) = oneshot::channel();
     let router = service::router_with(shared, metrics, &creds, config.tls.as_ref(), relay).await?;
+    let router = topology::add_services(router, topology::Topologies::open(&dir, timeout)?, &creds);
     // Small request/response messages: without TCP_NODELAY, Nagle's algorithm and delayed ACKs
     // add tens of milliseconds to every heartbeat round trip.
     let incoming = tokio_stream::StreamExt::map(
