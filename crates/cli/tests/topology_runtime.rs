@@ -439,3 +439,68 @@ fn workers_agents_and_the_server_can_die() {
         },
     );
 }
+
+#[test]
+fn the_controller_reschedules_exactly_when_the_thresholds_allow() {
+    // Both topologies declare 300 sentences/s per spout but run at 100: measured loads are a
+    // third of the declared ones, so one-phase's self-tuning can halve the two nodes of the first
+    // placement to one, removing all inter-node traffic (gain 100 %). With a 10 % threshold that
+    // is applied at the first computation (2 s after the placement) and never again (the next
+    // computations find nothing better); with a threshold of 1000 it is never applied.
+    let c = Cluster::start("resched", &["n1", "n2", "n3"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let repeat = 300;
+    let on = c.write("on.toml", &wordcount("wc-on", repeat, 100));
+    let off = c.write("off.toml", &wordcount("wc-off", repeat, 100));
+    c.ok(&[
+        "topology",
+        "submit",
+        on.to_str().expect("path"),
+        "--interval",
+        "2s",
+        "--gain-threshold",
+        "0.1",
+    ]);
+    c.ok(&[
+        "topology",
+        "submit",
+        off.to_str().expect("path"),
+        "--interval",
+        "2s",
+        "--gain-threshold",
+        "1000",
+    ]);
+    let first = c.show("wc-on");
+    assert_eq!(first["nodes_used"], 2, "{first}");
+    let submitted = Instant::now();
+    wait_until("a traffic reschedule", Duration::from_secs(20), || {
+        c.show("wc-on")["reschedules"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty())
+    });
+    assert!(
+        submitted.elapsed() >= Duration::from_secs(2),
+        "not before the time threshold"
+    );
+    wait_until(
+        "both word counts to finish",
+        Duration::from_secs(60),
+        || c.show("wc-on")["spouts_done"] == true && c.show("wc-off")["spouts_done"] == true,
+    );
+    let (a, b) = (c.show("wc-on"), c.show("wc-off"));
+    let r = a["reschedules"].as_array().expect("reschedules");
+    assert_eq!(r.len(), 1, "exactly one reschedule: {r:?}");
+    assert_eq!(r[0]["cause"], "traffic");
+    assert!(r[0]["gain"].as_f64().unwrap_or(0.0) > 0.1);
+    assert_eq!(a["nodes_used"], 1);
+    assert_eq!(b["reschedules"].as_array().map_or(1, Vec::len), 0, "{b}");
+    assert_eq!(b["nodes_used"], 2);
+    // The topology kept running across the reschedule, and with its replaying spout no count
+    // is lost: the new workers replay the corpus, and the counts are complete.
+    let want = expected(repeat);
+    wait_until("complete counts", Duration::from_secs(10), || {
+        let got = read_counts(&c.dir, "wc-on");
+        want.iter().all(|(w, n)| got.get(w).is_some_and(|g| g >= n))
+            && read_counts(&c.dir, "wc-off") == want
+    });
+}
