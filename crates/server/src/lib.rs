@@ -9,8 +9,11 @@
 //! - [`datadir`]: the private data directory, the client and agent tokens, the directory lock;
 //! - [`limits`]: bounds on what an agent may claim at registration;
 //! - [`store`]: durable state (SQLite, WAL, `synchronous=FULL`);
-//! - [`state`]: the live state and every rule that changes it (submission, heartbeats,
-//!   reconciliation, dead nodes, cancellation, restart);
+//! - [`state`]: the live state every job kind shares (nodes, the resource ledger, the store's
+//!   transaction, the full-disk pause) and the one dispatch path that routes each event to the
+//!   job kind that owns it; its own request/reply types in [`state::types`];
+//! - [`jobs`]: the job kinds and their contract ([`jobs::JobKind`]); batch jobs in [`jobs::batch`];
+//! - [`convert`]: the protobuf edge (conversions, [`convert::Wire`]);
 //! - [`service`]: the gRPC services, authentication, health;
 //! - [`logs`]: relays `hetsched log` to the agent that ran the task;
 //! - [`metrics`]: Prometheus metrics and the optional HTTP listener (`/metrics`, `/healthz`).
@@ -20,8 +23,10 @@
 
 pub mod backoff;
 pub mod config;
+pub mod convert;
 pub mod dashboard;
 pub mod datadir;
+pub mod jobs;
 pub mod limits;
 pub mod logs;
 pub mod metrics;

@@ -8,6 +8,7 @@
 //! `ListTasks` shows as the place of each task's output. This is memory only: nothing here is
 //! needed to schedule, and every live agent repeats it on each heartbeat.
 
+use crate::convert::Wire;
 use crate::state::State;
 use hetsched_proto as pb;
 use hetsched_proto::agent_logs_client::AgentLogsClient;

@@ -11,6 +11,7 @@
 //! The output is the OpenMetrics text format of the `prometheus-client` crate, which Prometheus
 //! scrapes natively. `/metrics` asks for no token: bind `http_listen` to a trusted interface.
 
+use crate::convert::Wire;
 use crate::state::State;
 use hetsched_core::Variant;
 use prometheus_client::collector::Collector;

@@ -7,6 +7,7 @@
 
 use crate::ServerError;
 use crate::config::TlsConfig;
+use crate::convert::Wire;
 use crate::datadir::Credentials;
 use crate::logs::LogRelay;
 use crate::metrics::Metrics;

@@ -429,31 +429,7 @@ impl Store {
         tasks: impl IntoIterator<Item = &'a TaskRow>,
         cancel_job: Option<u64>,
     ) -> Result<(), StoreError> {
-        self.check_full()?;
-        let tx = self.conn.transaction()?;
-        {
-            let mut stmt = tx.prepare_cached(UPDATE_TASK)?;
-            for t in tasks {
-                stmt.execute(params![
-                    t.state.code(),
-                    t.attempt,
-                    t.node,
-                    t.variant,
-                    devices_text(&t.devices),
-                    t.started_ns as i64,
-                    t.finished_ns as i64,
-                    t.exit_code,
-                    t.message,
-                    t.failures,
-                    t.id as i64
-                ])?;
-            }
-            if let Some(job) = cancel_job {
-                tx.execute("UPDATE jobs SET cancelled=1 WHERE id=?1", params![job])?;
-            }
-        }
-        tx.commit()?;
-        Ok(())
+        self.transaction(|tx| write_tasks(tx, tasks, cancel_job))
     }
 
     /// Ids of the jobs purged (their task rows deleted; the job row stays as a tombstone so job
@@ -566,6 +542,54 @@ impl Store {
             .optional()?;
         Ok(n.unwrap_or(0) as u64)
     }
+}
+
+impl Store {
+    /// Runs `f` in one transaction and commits it; a failure of `f` or of the commit rolls it
+    /// back. The state writes every job kind's changes of one event this way.
+    pub fn transaction(
+        &mut self,
+        f: impl FnOnce(&rusqlite::Transaction) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        self.check_full()?;
+        let tx = self.conn.transaction()?;
+        f(&tx)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The connection, for a job kind that reads its own tables.
+    pub fn conn(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+/// Writes `tasks` (their whole rows) and optionally marks `cancel_job` cancelled, inside `tx`.
+pub fn write_tasks<'a>(
+    tx: &rusqlite::Transaction,
+    tasks: impl IntoIterator<Item = &'a TaskRow>,
+    cancel_job: Option<u64>,
+) -> Result<(), StoreError> {
+    let mut stmt = tx.prepare_cached(UPDATE_TASK)?;
+    for t in tasks {
+        stmt.execute(params![
+            t.state.code(),
+            t.attempt,
+            t.node,
+            t.variant,
+            devices_text(&t.devices),
+            t.started_ns as i64,
+            t.finished_ns as i64,
+            t.exit_code,
+            t.message,
+            t.failures,
+            t.id as i64
+        ])?;
+    }
+    if let Some(job) = cancel_job {
+        tx.execute("UPDATE jobs SET cancelled=1 WHERE id=?1", params![job])?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ mod common;
 use common::{IDENTITY, heartbeat_request};
 use hetsched_proto as pb;
 use hetsched_server::ServerConfig;
+use hetsched_server::convert::Wire;
 use hetsched_server::state::{REPLY_BUDGET, State};
 use hetsched_server::store::Store;
 use prost::Message;

@@ -10,6 +10,7 @@ mod common;
 use common::{IDENTITY, heartbeat_request};
 use hetsched_proto as pb;
 use hetsched_server::ServerConfig;
+use hetsched_server::convert::Wire;
 use hetsched_server::state::{PROBE_INTERVAL, State};
 use hetsched_server::store::Store;
 use std::path::{Path, PathBuf};

@@ -8,6 +8,7 @@ use common::heartbeat_request;
 use hetsched_proto as pb;
 use hetsched_server::ServerConfig;
 use hetsched_server::config::RetentionConfig;
+use hetsched_server::convert::Wire;
 use hetsched_server::state::State;
 use hetsched_server::store::Store;
 use std::path::{Path, PathBuf};

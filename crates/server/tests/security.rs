@@ -10,6 +10,7 @@ use hetsched_proto as pb;
 use hetsched_proto::agent_client::AgentClient;
 use hetsched_proto::client_client::ClientClient;
 use hetsched_server::ServerConfig;
+use hetsched_server::convert::Wire;
 use hetsched_server::state::{State, StateError};
 use hetsched_server::store::Store;
 use std::os::unix::fs::MetadataExt;

@@ -19,6 +19,7 @@
 //! The page (`index.html`, `app.js`, `app.css`) and uPlot (`vendor/`, MIT, npm `uplot`) are
 //! embedded in the binary; there is no build step.
 
+use crate::convert::Wire;
 use crate::logs::LogRelay;
 use crate::metrics::Metrics;
 use crate::state::State;

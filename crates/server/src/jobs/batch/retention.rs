@@ -18,10 +18,11 @@
 //! acknowledged and ignored, and after a restart a purged job's applications are rebuilt with no
 //! pending task (their rows are gone, and only pending rows are queued).
 
-use super::{JobRec, Observed, State, StateError, TaskRow, now_ns, variant_of};
-use crate::store::StoreError;
+use super::{Batch, Ctx, JobRec, Observed, TaskRow, variant_of};
+use crate::state::types::{PurgeSelection, Purged, TaskCounts};
+use crate::state::{StateError, now_ns};
+use crate::store::{Store, StoreError};
 use hetsched_core::{AppId, Variant};
-use hetsched_proto as pb;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
@@ -164,9 +165,9 @@ impl std::ops::IndexMut<usize> for TaskTable {
 /// What memory keeps of a finished job whose rows were evicted.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Finished {
-    counts: pb::TaskCounts,
+    counts: TaskCounts,
     /// Counts per application (in the job's application order).
-    apps: Vec<pb::TaskCounts>,
+    apps: Vec<TaskCounts>,
     /// When its last task ended.
     finished_ns: u64,
 }
@@ -191,8 +192,8 @@ struct StoredApp {
     observed: [(u64, u64); 2],
 }
 
-fn to_counts(c: [u64; 5]) -> pb::TaskCounts {
-    pb::TaskCounts {
+fn to_counts(c: [u64; 5]) -> TaskCounts {
+    TaskCounts {
         pending: c[0],
         running: c[1],
         succeeded: c[2],
@@ -201,7 +202,7 @@ fn to_counts(c: [u64; 5]) -> pb::TaskCounts {
     }
 }
 
-fn from_counts(c: &pb::TaskCounts) -> [u64; 5] {
+fn from_counts(c: &TaskCounts) -> [u64; 5] {
     [c.pending, c.running, c.succeeded, c.failed, c.cancelled]
 }
 
@@ -230,11 +231,12 @@ impl Retention {
     }
 }
 
-impl State {
+impl Batch {
     /// Restores finished jobs' summaries read from the store (their task rows were not read):
     /// memory's summary, the view's counters and the observed run times.
     pub(super) fn restore_summaries(
         &mut self,
+        cx: &mut Ctx,
         stored: Vec<(u64, String)>,
     ) -> Result<(), StateError> {
         for (job, text) in stored {
@@ -249,14 +251,13 @@ impl State {
                     StoreError::Corrupt(format!("summary of job {job}: applications")).into(),
                 );
             }
-            let mut counts = pb::TaskCounts::default();
+            let mut counts = TaskCounts::default();
             let mut app_counts = Vec::new();
             for (&a, sa) in apps.iter().zip(&s.apps) {
                 let c = to_counts(sa.counts);
                 add(&mut counts, &c);
                 app_counts.push(c);
-                self.view
-                    .restore_finished(AppId(a), sa.cpu, sa.gpu, sa.ok)?;
+                cx.view.restore_finished(AppId(a), sa.cpu, sa.gpu, sa.ok)?;
                 if let Some(r) = self.apps.get_mut(a as usize) {
                     for (v, (total, count)) in sa.observed.iter().enumerate() {
                         r.observed[v] = Observed {
@@ -279,7 +280,7 @@ impl State {
     }
 }
 
-fn add(c: &mut pb::TaskCounts, o: &pb::TaskCounts) {
+fn add(c: &mut TaskCounts, o: &TaskCounts) {
     c.pending += o.pending;
     c.running += o.running;
     c.succeeded += o.succeeded;
@@ -288,9 +289,9 @@ fn add(c: &mut pb::TaskCounts, o: &pb::TaskCounts) {
 }
 
 /// Counts of rows by state.
-pub(super) fn count_rows(rows: &[TaskRow]) -> pb::TaskCounts {
+pub(super) fn count_rows(rows: &[TaskRow]) -> TaskCounts {
     use crate::store::TaskState::*;
-    let mut c = pb::TaskCounts::default();
+    let mut c = TaskCounts::default();
     for t in rows {
         match t.state {
             Pending => c.pending += 1,
@@ -303,11 +304,11 @@ pub(super) fn count_rows(rows: &[TaskRow]) -> pb::TaskCounts {
     c
 }
 
-impl State {
+impl Batch {
     /// Counts of a task range not held in one run: the jobs it covers, from memory or from their
     /// summaries (purged jobs count for nothing).
-    pub(super) fn counts_beyond_memory(&self, range: Range<u64>) -> pb::TaskCounts {
-        let mut c = pb::TaskCounts::default();
+    pub(super) fn counts_beyond_memory(&self, range: Range<u64>) -> TaskCounts {
+        let mut c = TaskCounts::default();
         for j in &self.jobs {
             let (s, e) = (j.tasks.start.max(range.start), j.tasks.end.min(range.end));
             if s >= e || self.retention.is_purged(j.row.id) {
@@ -353,6 +354,7 @@ impl State {
     /// purged jobs are skipped rather than returned as empty pages.
     pub(super) fn rows_for_listing(
         &self,
+        store: &Store,
         page: Range<u64>,
         last: u64,
     ) -> Result<(std::borrow::Cow<'_, [TaskRow]>, u64), StateError> {
@@ -360,7 +362,7 @@ impl State {
             return Ok((std::borrow::Cow::Borrowed(rows), page.end));
         }
         let want = (page.end - page.start) as usize;
-        let rows = self.store.task_rows_from(page.start..last, want)?;
+        let rows = store.task_rows_from(page.start..last, want)?;
         let end = if rows.len() < want {
             last
         } else {
@@ -371,7 +373,7 @@ impl State {
 
     /// Drops the rows of every newly finished job from memory, keeping its summary. Returns how
     /// many jobs were evicted.
-    pub fn evict_finished(&mut self) -> usize {
+    pub fn evict_finished(&mut self, store: &mut Store) -> usize {
         let mut done: Vec<(u64, u64, Finished, String)> = Vec::new();
         for i in 0..self.jobs.len() {
             let (id, range, apps) = {
@@ -432,7 +434,7 @@ impl State {
         // The summaries are stored first: if the store refuses, the rows stay in memory (and
         // the next pass tries again).
         let rows: Vec<(u64, String)> = done.iter().map(|d| (d.0, d.3.clone())).collect();
-        if let Err(e) = self.store.put_finished(&rows) {
+        if let Err(e) = store.put_finished(&rows) {
             tracing::warn!("finished jobs stay in memory: storing their summaries failed: {e}");
             return 0;
         }
@@ -461,11 +463,11 @@ impl State {
             .collect()
     }
 
-    /// Purges the finished jobs `req` selects (see [`pb::PurgeRequest`]). A named job that does
+    /// Purges the finished jobs `req` selects (see [`PurgeSelection`]). A named job that does
     /// not exist, is already purged or is not finished refuses the whole request. The store's
     /// rows go in one transaction; memory changes only once it committed.
-    pub fn purge(&mut self, req: &pb::PurgeRequest) -> Result<pb::PurgeReply, StateError> {
-        self.evict_finished();
+    pub fn purge(&mut self, store: &mut Store, req: &PurgeSelection) -> Result<Purged, StateError> {
+        self.evict_finished(store);
         let finished = self.finished_jobs();
         let mut chosen: HashSet<u64> = HashSet::new();
         for &id in &req.job_ids {
@@ -485,8 +487,8 @@ impl State {
             }
             chosen.insert(id);
         }
-        if req.has_older_than {
-            let cutoff = now_ns().saturating_sub(req.older_than_ms.saturating_mul(1_000_000));
+        if let Some(older_than_ms) = req.older_than_ms {
+            let cutoff = now_ns().saturating_sub(older_than_ms.saturating_mul(1_000_000));
             chosen.extend(
                 finished
                     .iter()
@@ -494,27 +496,27 @@ impl State {
                     .map(|(id, _)| *id),
             );
         }
-        if req.has_keep {
+        if let Some(keep) = req.keep {
             let mut by_end = finished.clone();
             // Most recently finished first; ties by the later job.
             by_end.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
             chosen.extend(
                 by_end
                     .iter()
-                    .skip(req.keep.min(usize::MAX as u64) as usize)
+                    .skip(keep.min(usize::MAX as u64) as usize)
                     .map(|(id, _)| *id),
             );
         }
         let mut ids: Vec<u64> = chosen.into_iter().collect();
         ids.sort_unstable();
         if ids.is_empty() {
-            return Ok(pb::PurgeReply::default());
+            return Ok(Purged::default());
         }
         let ranges: Vec<(u64, Range<u64>)> = ids
             .iter()
             .map(|&id| (id, self.jobs[(id - 1) as usize].tasks.clone()))
             .collect();
-        self.store.purge_jobs(&ranges)?;
+        store.purge_jobs(&ranges)?;
         let mut tasks = 0;
         for (id, range) in ranges {
             self.tasks.take(range.start);
@@ -523,12 +525,12 @@ impl State {
             tasks += range.end - range.start;
         }
         info!(jobs = ?ids, tasks, "finished jobs purged");
-        Ok(pb::PurgeReply { purged: ids, tasks })
+        Ok(Purged { purged: ids, tasks })
     }
 
     /// Applies the configured retention rule (at most every [`RETENTION_INTERVAL`]): evicts newly
     /// finished jobs' tasks from memory, then purges the finished jobs the rule no longer keeps.
-    pub fn apply_retention(&mut self) -> Result<(), StateError> {
+    pub fn apply_retention(&mut self, store: &mut Store) -> Result<(), StateError> {
         if self
             .retention
             .last_applied
@@ -537,19 +539,17 @@ impl State {
             return Ok(());
         }
         self.retention.last_applied = Some(Instant::now());
-        self.evict_finished();
-        let Some(rule) = self.config.retention.clone() else {
+        self.evict_finished(store);
+        let Some(rule) = self.rule.clone() else {
             return Ok(());
         };
-        let req = pb::PurgeRequest {
+        let req = PurgeSelection {
             job_ids: Vec::new(),
-            has_older_than: rule.keep_finished.is_some(),
-            older_than_ms: rule.keep_finished.map_or(0, |d| d.0 / 1_000_000),
-            has_keep: rule.keep_jobs.is_some(),
-            keep: rule.keep_jobs.unwrap_or(0),
+            older_than_ms: rule.keep_finished.map(|d| d.0 / 1_000_000),
+            keep: rule.keep_jobs,
         };
-        if req.has_older_than || req.has_keep {
-            self.purge(&req)?;
+        if req.older_than_ms.is_some() || req.keep.is_some() {
+            self.purge(store, &req)?;
         }
         Ok(())
     }

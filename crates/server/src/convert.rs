@@ -1,0 +1,470 @@
+//! The protobuf edge: conversions between `hetsched_proto`'s messages and the server's own types
+//! ([`crate::state::types`]), and [`Wire`], the state's API in protobuf terms that the gRPC
+//! service, the dashboard, the metrics and tests call. Nothing inside [`crate::state`] or
+//! [`crate::jobs`] names a protobuf type; the wire format is defined here and in
+//! `crates/proto` only.
+//!
+//! A registration is checked here ([`crate::limits`]): the state receives a node description
+//! that is already within bounds.
+
+use crate::state::types::{
+    AppInfo, BackedOffApp, Dispatch, Drained, GpuUtilisation, HeartbeatReply, HeartbeatReport,
+    JobInfo, JobsPage, NodeInfo, PurgeSelection, Purged, Registered, Registration, RunningTask,
+    Submission, Submitted, TaskCounts, TaskInfo, TaskRef, TaskResult, TaskSpec, TasksPage,
+};
+use crate::state::{State, StateError};
+use hetsched_proto as pb;
+use prost::Message;
+
+// ------------------------------------------------------------------- wire → server
+
+/// Checks a registration's figures and identity and turns it into a [`Registration`].
+pub fn registration(req: &pb::RegisterRequest) -> Result<Registration, StateError> {
+    let spec = crate::limits::node_spec(req).map_err(StateError::Invalid)?;
+    crate::limits::identity(&req.identity).map_err(StateError::Invalid)?;
+    Ok(Registration {
+        name: req.name.clone(),
+        spec,
+        identity: req.identity.clone(),
+    })
+}
+
+impl From<pb::HeartbeatRequest> for HeartbeatReport {
+    fn from(r: pb::HeartbeatRequest) -> Self {
+        HeartbeatReport {
+            node_id: r.node_id,
+            identity: r.identity,
+            running: r
+                .running
+                .into_iter()
+                .map(|t| RunningTask {
+                    task_id: t.task_id,
+                    attempt: t.attempt,
+                    read_bytes: t.read_bytes,
+                })
+                .collect(),
+            results: r
+                .results
+                .into_iter()
+                .map(|t| TaskResult {
+                    task_id: t.task_id,
+                    attempt: t.attempt,
+                    exit_code: t.exit_code,
+                    message: t.message,
+                    started_ns: t.started_ns,
+                    finished_ns: t.finished_ns,
+                    success: t.success,
+                    interrupted: t.interrupted,
+                    start_failed: t.start_failed,
+                })
+                .collect(),
+            read_bytes_per_sec: r.read_bytes_per_sec,
+            gpus: r
+                .gpus
+                .into_iter()
+                .map(|g| GpuUtilisation {
+                    device: g.device,
+                    percent: g.percent,
+                })
+                .collect(),
+            available_memory_bytes: r.available_memory_bytes,
+            known_specs: r.known_specs,
+            draining: r.draining,
+        }
+    }
+}
+
+impl From<&pb::PurgeRequest> for PurgeSelection {
+    fn from(r: &pb::PurgeRequest) -> Self {
+        PurgeSelection {
+            job_ids: r.job_ids.clone(),
+            older_than_ms: r.has_older_than.then_some(r.older_than_ms),
+            keep: r.has_keep.then_some(r.keep),
+        }
+    }
+}
+
+// ------------------------------------------------------------------- server → wire
+
+fn task_ref(r: &TaskRef) -> pb::TaskRef {
+    pb::TaskRef {
+        task_id: r.task_id,
+        attempt: r.attempt,
+    }
+}
+
+fn assignment(d: &Dispatch) -> pb::Assignment {
+    pb::Assignment {
+        task_id: d.task_id,
+        attempt: d.attempt,
+        index: d.index,
+        devices: d.devices.clone(),
+        spec: d.spec,
+    }
+}
+
+fn task_spec(s: &TaskSpec) -> pb::TaskSpec {
+    pb::TaskSpec {
+        key: s.key,
+        job_id: s.job_id,
+        app: s.app.clone(),
+        variant: s.variant.clone(),
+        argv: s.argv.clone(),
+        env: s.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        workdir: s.workdir.clone(),
+        time_limit_ms: s.time_limit_ms,
+    }
+}
+
+impl From<HeartbeatReply> for pb::HeartbeatReply {
+    fn from(r: HeartbeatReply) -> Self {
+        pb::HeartbeatReply {
+            acked: r.acked.iter().map(task_ref).collect(),
+            assignments: r.assignments.iter().map(assignment).collect(),
+            kill: r.kill.iter().map(task_ref).collect(),
+            reregister: r.reregister,
+            specs: r.specs.iter().map(task_spec).collect(),
+            more: r.more,
+        }
+    }
+}
+
+/// Encoded size of `d` as an `Assignment` (without its field tag and length prefix).
+pub fn dispatch_wire_len(d: &Dispatch) -> usize {
+    assignment(d).encoded_len()
+}
+
+/// Encoded size of `s` as a `TaskSpec` (without its field tag and length prefix).
+pub fn spec_wire_len(s: &TaskSpec) -> usize {
+    task_spec(s).encoded_len()
+}
+
+/// Encoded size of `r` as a `HeartbeatReply`.
+pub fn reply_wire_len(r: &HeartbeatReply) -> usize {
+    pb::HeartbeatReply {
+        acked: r.acked.iter().map(task_ref).collect(),
+        assignments: r.assignments.iter().map(assignment).collect(),
+        kill: r.kill.iter().map(task_ref).collect(),
+        reregister: r.reregister,
+        specs: r.specs.iter().map(task_spec).collect(),
+        more: r.more,
+    }
+    .encoded_len()
+}
+
+impl From<Registered> for pb::RegisterReply {
+    fn from(r: Registered) -> Self {
+        pb::RegisterReply {
+            node_id: r.node_id,
+            heartbeat_interval_ms: r.heartbeat_interval_ms,
+        }
+    }
+}
+
+impl From<Submitted> for pb::SubmitReply {
+    fn from(r: Submitted) -> Self {
+        pb::SubmitReply {
+            job_id: r.job_id,
+            tasks: r.tasks,
+            existing: r.existing,
+        }
+    }
+}
+
+impl From<TaskCounts> for pb::TaskCounts {
+    fn from(c: TaskCounts) -> Self {
+        pb::TaskCounts {
+            pending: c.pending,
+            running: c.running,
+            succeeded: c.succeeded,
+            failed: c.failed,
+            cancelled: c.cancelled,
+        }
+    }
+}
+
+impl From<AppInfo> for pb::AppInfo {
+    fn from(a: AppInfo) -> Self {
+        pb::AppInfo {
+            id: a.id,
+            name: a.name,
+            tasks: a.tasks,
+            counts: Some(a.counts.into()),
+            mean_cpu_ms: a.mean_cpu_ms,
+            mean_gpu_ms: a.mean_gpu_ms,
+            has_cpu: a.has_cpu,
+            has_gpu: a.has_gpu,
+        }
+    }
+}
+
+impl From<JobInfo> for pb::JobInfo {
+    fn from(j: JobInfo) -> Self {
+        pb::JobInfo {
+            id: j.id,
+            name: j.name,
+            state: j.state,
+            tasks: j.tasks,
+            counts: Some(j.counts.into()),
+            submitted_ns: j.submitted_ns,
+            finished_ns: j.finished_ns,
+            apps: j.apps.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+impl From<JobsPage> for pb::ListJobsReply {
+    fn from(p: JobsPage) -> Self {
+        pb::ListJobsReply {
+            jobs: p.jobs.into_iter().map(Into::into).collect(),
+            next_cursor: p.next_cursor,
+        }
+    }
+}
+
+impl From<TaskInfo> for pb::TaskInfo {
+    fn from(t: TaskInfo) -> Self {
+        pb::TaskInfo {
+            id: t.id,
+            job_id: t.job_id,
+            app: t.app,
+            index: t.index,
+            state: t.state,
+            attempt: t.attempt,
+            node: t.node,
+            variant: t.variant,
+            devices: t.devices,
+            started_ns: t.started_ns,
+            finished_ns: t.finished_ns,
+            exit_code: t.exit_code,
+            message: t.message,
+            failed_attempts: t.failed_attempts,
+            // Filled by the service from the agent that ran the task (`hetsched log`).
+            output: String::new(),
+        }
+    }
+}
+
+impl From<TasksPage> for pb::ListTasksReply {
+    fn from(p: TasksPage) -> Self {
+        pb::ListTasksReply {
+            tasks: p.tasks.into_iter().map(Into::into).collect(),
+            next_cursor: p.next_cursor,
+            total: p.total,
+        }
+    }
+}
+
+impl From<BackedOffApp> for pb::BackedOffApp {
+    fn from(b: BackedOffApp) -> Self {
+        pb::BackedOffApp {
+            app: b.app,
+            job_id: b.job_id,
+            failures: b.failures,
+            remaining_ms: b.remaining_ms,
+        }
+    }
+}
+
+impl From<NodeInfo> for pb::NodeInfo {
+    fn from(n: NodeInfo) -> Self {
+        pb::NodeInfo {
+            id: n.id,
+            name: n.name,
+            alive: n.alive,
+            cores: n.cores,
+            free_cores: n.free_cores,
+            memory_bytes: n.memory_bytes,
+            accelerators: n
+                .accelerators
+                .into_iter()
+                .map(|a| pb::Accelerator {
+                    kind: a.kind,
+                    memory_bytes: a.memory_bytes,
+                    speed: a.speed,
+                })
+                .collect(),
+            free_gpus: n.free_gpus,
+            running: n.running,
+            last_seen_ms: n.last_seen_ms,
+            read_bytes_per_sec: n.read_bytes_per_sec,
+            gpus: n
+                .gpus
+                .into_iter()
+                .map(|g| pb::GpuUtilisation {
+                    device: g.device,
+                    percent: g.percent,
+                })
+                .collect(),
+            available_memory_bytes: n.available_memory_bytes,
+            drained: n.drained,
+            draining: n.draining,
+            backed_off: n.backed_off.into_iter().map(Into::into).collect(),
+            rack: n.rack,
+        }
+    }
+}
+
+impl From<Purged> for pb::PurgeReply {
+    fn from(p: Purged) -> Self {
+        pb::PurgeReply {
+            purged: p.purged,
+            tasks: p.tasks,
+        }
+    }
+}
+
+impl From<Drained> for pb::DrainNodeReply {
+    fn from(d: Drained) -> Self {
+        pb::DrainNodeReply {
+            node_id: d.node_id,
+            running: d.running,
+        }
+    }
+}
+
+// ------------------------------------------------------------------- the state in wire terms
+
+/// The state's API in protobuf terms: each method converts its request, calls the state's
+/// event function, and converts the answer. The gRPC handlers ([`crate::service`]), the
+/// dashboard, the metrics and tests use it; bring it into scope with `use
+/// hetsched_server::convert::Wire`.
+pub trait Wire {
+    /// [`State::on_register`].
+    fn register(&mut self, req: pb::RegisterRequest) -> Result<pb::RegisterReply, StateError>;
+    /// [`State::on_heartbeat`].
+    fn heartbeat(&mut self, req: pb::HeartbeatRequest) -> Result<pb::HeartbeatReply, StateError>;
+    /// [`State::on_submit`] without a key or a name.
+    fn submit(
+        &mut self,
+        origin: &str,
+        text: &str,
+        workdir: &str,
+    ) -> Result<pb::SubmitReply, StateError> {
+        self.submit_named(origin, text, workdir, "", "")
+    }
+    /// [`State::on_submit`] with a client's submission key (empty = none).
+    fn submit_keyed(
+        &mut self,
+        origin: &str,
+        text: &str,
+        workdir: &str,
+        key: &str,
+    ) -> Result<pb::SubmitReply, StateError> {
+        self.submit_named(origin, text, workdir, key, "")
+    }
+    /// [`State::on_submit`] with a key and a job name (empty = none).
+    fn submit_named(
+        &mut self,
+        origin: &str,
+        text: &str,
+        workdir: &str,
+        key: &str,
+        name: &str,
+    ) -> Result<pb::SubmitReply, StateError>;
+    /// [`State::on_resubmit`].
+    fn resubmit_failed(&mut self, job: u64) -> Result<pb::ResubmitReply, StateError>;
+    /// [`State::on_cancel`].
+    fn cancel(&mut self, job: u64) -> Result<pb::CancelReply, StateError>;
+    /// [`State::on_purge`].
+    fn purge(&mut self, req: &pb::PurgeRequest) -> Result<pb::PurgeReply, StateError>;
+    /// [`State::on_drain`].
+    fn drain_node(&mut self, name: &str, drain: bool) -> Result<pb::DrainNodeReply, StateError>;
+    /// [`State::count_tasks`].
+    fn task_counts(&self) -> pb::TaskCounts;
+    /// Every job ([`State::list_jobs`] without a page limit).
+    fn jobs(&self) -> pb::ListJobsReply {
+        self.jobs_page(0, u32::MAX)
+    }
+    /// [`State::list_jobs`].
+    fn jobs_page(&self, cursor: u64, limit: u32) -> pb::ListJobsReply;
+    /// [`State::get_job`].
+    fn job(&self, id: u64) -> Result<pb::JobInfo, StateError>;
+    /// Every task of a job ([`State::list_tasks`] without a page limit).
+    fn tasks(&self, job: u64) -> Result<pb::ListTasksReply, StateError> {
+        self.tasks_page(job, 0, u32::MAX)
+    }
+    /// [`State::list_tasks`].
+    fn tasks_page(
+        &self,
+        job: u64,
+        cursor: u64,
+        limit: u32,
+    ) -> Result<pb::ListTasksReply, StateError>;
+    /// [`State::list_nodes`].
+    fn nodes(&self) -> pb::ListNodesReply;
+}
+
+impl Wire for State {
+    fn register(&mut self, req: pb::RegisterRequest) -> Result<pb::RegisterReply, StateError> {
+        let r = registration(&req)?;
+        self.on_register(r).map(Into::into)
+    }
+
+    fn heartbeat(&mut self, req: pb::HeartbeatRequest) -> Result<pb::HeartbeatReply, StateError> {
+        self.on_heartbeat(req.into()).map(Into::into)
+    }
+
+    fn submit_named(
+        &mut self,
+        origin: &str,
+        text: &str,
+        workdir: &str,
+        key: &str,
+        name: &str,
+    ) -> Result<pb::SubmitReply, StateError> {
+        self.on_submit(Submission {
+            origin: origin.to_string(),
+            text: text.to_string(),
+            workdir: workdir.to_string(),
+            key: key.to_string(),
+            name: name.to_string(),
+        })
+        .map(Into::into)
+    }
+
+    fn resubmit_failed(&mut self, job: u64) -> Result<pb::ResubmitReply, StateError> {
+        self.on_resubmit(job)
+            .map(|tasks| pb::ResubmitReply { tasks })
+    }
+
+    fn cancel(&mut self, job: u64) -> Result<pb::CancelReply, StateError> {
+        self.on_cancel(job)
+            .map(|cancelled| pb::CancelReply { cancelled })
+    }
+
+    fn purge(&mut self, req: &pb::PurgeRequest) -> Result<pb::PurgeReply, StateError> {
+        self.on_purge(&req.into()).map(Into::into)
+    }
+
+    fn drain_node(&mut self, name: &str, drain: bool) -> Result<pb::DrainNodeReply, StateError> {
+        self.on_drain(name, drain).map(Into::into)
+    }
+
+    fn task_counts(&self) -> pb::TaskCounts {
+        self.count_tasks().into()
+    }
+
+    fn jobs_page(&self, cursor: u64, limit: u32) -> pb::ListJobsReply {
+        self.list_jobs(cursor, limit).into()
+    }
+
+    fn job(&self, id: u64) -> Result<pb::JobInfo, StateError> {
+        self.get_job(id).map(Into::into)
+    }
+
+    fn tasks_page(
+        &self,
+        job: u64,
+        cursor: u64,
+        limit: u32,
+    ) -> Result<pb::ListTasksReply, StateError> {
+        self.list_tasks(job, cursor, limit).map(Into::into)
+    }
+
+    fn nodes(&self) -> pb::ListNodesReply {
+        pb::ListNodesReply {
+            nodes: self.list_nodes().into_iter().map(Into::into).collect(),
+        }
+    }
+}

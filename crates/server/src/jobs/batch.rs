@@ -1,0 +1,986 @@
+//! Batch jobs: arrays of independent tasks in applications with a CPU and/or a GPU variant — the
+//! job kind of `hetsched submit`.
+//!
+//! Everything batch-specific lives here: the job file (parsed by the core's shared parser), the
+//! applications and their variants, the task rows, the core's [`BatchPolicy`] driving the
+//! applications' queues in the [`SchedulerView`](hetsched_core::SchedulerView) (exactly as the
+//! simulator drives it), observed run times feeding undeclared profiles, task specs sent once per
+//! node, retries, losses and the `max_attempts` bound, the failing-node back-off, resubmission,
+//! cancellation, listings, and retention (`batch/retention.rs`). One function per event; the
+//! [`JobKind`] impl is the state's entry.
+
+use super::{Ctx, JobKind, Kind, Outbox, Read};
+use crate::backoff::{Backoff, Change};
+use crate::config::{RetentionConfig, ServerConfig};
+use crate::metrics::Outcome;
+use crate::state::StateError;
+use crate::state::types::{
+    AppInfo, BackedOffApp, Dispatch, HeartbeatReport, JobInfo, JobsPage, RunningTask, Submission,
+    Submitted, TaskCounts, TaskInfo, TaskResult, TaskSpec, TasksPage,
+};
+use crate::store::{JobRow, Snapshot, StoreError, TaskRow, TaskState};
+use hetsched_core::input::limits;
+use hetsched_core::input::workload::{Command, MissingProfile, Workload, parse_workload};
+use hetsched_core::policy::batch::BatchPolicy;
+use hetsched_core::{AppId, Application, Assignment, Node, NodeId, NodeReport, TaskId, Variant};
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+use tracing::{info, warn};
+
+mod retention;
+pub use retention::RETENTION_INTERVAL;
+
+/// Most tasks one job may have (a typo of `tasks = 4000000000` should not exhaust memory).
+pub const MAX_TASKS_PER_JOB: u64 = 1_000_000;
+
+/// Longest submission key accepted.
+pub const MAX_SUBMISSION_KEY: usize = 128;
+
+/// Longest working directory a submission may name.
+pub const MAX_WORKDIR: usize = 4096;
+
+/// The key of application `app`'s variant `v` in `TaskSpec`s and assignments.
+pub fn spec_key(app: u32, v: Variant) -> u64 {
+    u64::from(app) * 2 + u64::from(variant_code(v))
+}
+
+fn variant_code(v: Variant) -> u8 {
+    match v {
+        Variant::Cpu => 0,
+        Variant::Gpu => 1,
+    }
+}
+
+fn variant_of(code: Option<u8>) -> Variant {
+    if code == Some(1) {
+        Variant::Gpu
+    } else {
+        Variant::Cpu
+    }
+}
+
+/// What one variant of an application runs.
+#[derive(Clone, Debug)]
+struct VariantRun {
+    command: Command,
+    env: BTreeMap<String, String>,
+    time_limit_ms: u64,
+    /// Whether the job file declared a profile (else the server learns one).
+    declared: bool,
+}
+
+/// Observed run times of successful tasks of one variant.
+#[derive(Clone, Copy, Debug, Default)]
+struct Observed {
+    total_ns: u128,
+    count: u64,
+}
+
+impl Observed {
+    fn mean_ns(&self) -> Option<u64> {
+        (self.count > 0).then(|| (self.total_ns / self.count as u128) as u64)
+    }
+}
+
+#[derive(Debug)]
+struct AppRec {
+    job: u64,
+    name: String,
+    split_bytes: u64,
+    first_task: u64,
+    tasks: u32,
+    /// How many failed attempts of one task run again.
+    retries: u32,
+    cpu: Option<VariantRun>,
+    gpu: Option<VariantRun>,
+    observed: [Observed; 2],
+    /// The application's `workdir =`, if any (relative to the job's working directory).
+    workdir: Option<String>,
+}
+
+#[derive(Debug)]
+struct JobRec {
+    row: JobRow,
+    /// What listings show: the name given at submission, else the file's `name =`, else its path.
+    name: String,
+    apps: std::ops::Range<u32>,
+    tasks: std::ops::Range<u64>,
+}
+
+/// The batch job kind.
+pub struct Batch {
+    policy: Box<dyn BatchPolicy>,
+    jobs: Vec<JobRec>,
+    apps: Vec<AppRec>,
+    /// Task rows held in memory (finished jobs' rows leave it; see [`retention`]).
+    tasks: retention::TaskTable,
+    /// Job id by submission key.
+    by_key: HashMap<String, u64>,
+    max_attempts: u32,
+    estimate: u64,
+    /// The failing-node back-off (memory only).
+    backoff: Backoff,
+    /// Finished jobs' summaries and purged jobs (see [`retention`]).
+    retention: retention::Retention,
+    /// The configured retention rule.
+    rule: Option<RetentionConfig>,
+    /// Tasks changed since the last commit.
+    dirty: Vec<u64>,
+    /// A job cancelled since the last commit.
+    cancelled: Option<u64>,
+}
+
+impl Batch {
+    /// Rebuilds the batch jobs from the store's snapshot: tasks recorded as running are put back
+    /// on their nodes (in the view and the registry) until those nodes' heartbeats confirm or
+    /// deny them; finished tasks restore the view's counters and the observed run times.
+    pub fn restore(
+        config: &ServerConfig,
+        snap: Snapshot,
+        cx: &mut Ctx,
+    ) -> Result<Self, StateError> {
+        let starts: Vec<u64> = snap.jobs.iter().map(|j| j.first_task).collect();
+        let mut b = Batch {
+            policy: config.policy.build(),
+            jobs: Vec::new(),
+            apps: Vec::new(),
+            tasks: retention::TaskTable::from_rows(snap.tasks, &starts)?,
+            by_key: HashMap::new(),
+            max_attempts: config.max_attempts.max(1),
+            estimate: config.profile_estimate.0.max(1),
+            backoff: Backoff::new(
+                config.start_failures,
+                Duration::from_nanos(config.start_failure_backoff.0),
+            ),
+            retention: retention::Retention::with_purged(snap.purged),
+            rule: config.retention.clone(),
+            dirty: Vec::new(),
+            cancelled: None,
+        };
+        for row in snap.jobs {
+            let w = parse_workload(&row.origin, &row.text)?;
+            let mut apps =
+                w.to_applications(row.first_app, MissingProfile::Estimate(b.estimate))?;
+            for a in &mut apps {
+                a.submit_time = row.submitted_ns;
+            }
+            b.install(cx, row, &w, apps)?;
+        }
+        // A purged last job's ids stay taken.
+        if let Some(a) = b.apps.last() {
+            b.tasks.reserve_ids(a.first_task + u64::from(a.tasks));
+        }
+        // Running and finished tasks: take their resources / counters in the view.
+        let mut finished: HashMap<u32, (u32, u32, u32)> = HashMap::new();
+        for i in b.tasks.ids() {
+            let t = &b.tasks[i as usize];
+            match t.state {
+                TaskState::Pending => {}
+                TaskState::Running => {
+                    let a = assignment_of(t);
+                    cx.view.restore_running(&a)?;
+                    cx.nodes.started(a.node, t.id);
+                }
+                s => {
+                    if t.attempt > 0 {
+                        let e = finished.entry(t.app).or_default();
+                        match variant_of(t.variant) {
+                            Variant::Cpu => e.0 += 1,
+                            Variant::Gpu => e.1 += 1,
+                        }
+                        if s == TaskState::Succeeded {
+                            e.2 += 1;
+                            let (app, v, d) = (
+                                t.app,
+                                variant_of(t.variant),
+                                t.finished_ns.saturating_sub(t.started_ns),
+                            );
+                            b.observe(cx, app, v, d)?;
+                        }
+                    }
+                }
+            }
+        }
+        for (app, (cpu, gpu, ok)) in finished {
+            cx.view.restore_finished(AppId(app), cpu, gpu, ok)?;
+        }
+        b.restore_summaries(cx, snap.finished)?;
+        b.evict_finished(cx.store);
+        Ok(b)
+    }
+
+    /// Keeps the memory-only back-off of `old` (the kind before a rollback) and applies its
+    /// exclusions to the rebuilt view.
+    pub fn carry_over(&mut self, old: &mut Batch, view: &mut hetsched_core::SchedulerView) {
+        self.backoff = std::mem::take(&mut old.backoff);
+        let excluded: Vec<(u32, u32)> = self.backoff.all().map(|(k, _)| k).collect();
+        for (app, node) in excluded {
+            view.set_excluded(AppId(app), NodeId(node), true);
+        }
+    }
+
+    /// Adds an accepted job's applications to memory and to the view (pending tasks only).
+    fn install(
+        &mut self,
+        cx: &mut Ctx,
+        row: JobRow,
+        w: &Workload,
+        apps: Vec<Application>,
+    ) -> Result<(), StateError> {
+        let first_app = row.first_app;
+        let mut next_task = row.first_task;
+        for (i, app) in apps.into_iter().enumerate() {
+            let spec = &w.applications[i];
+            let cpu = spec.cpu.as_ref().and_then(|c| {
+                let c = c.get_ref();
+                Some(VariantRun {
+                    command: c.command.clone()?,
+                    env: c.env.clone(),
+                    time_limit_ms: c.time_limit.map_or(0, |d| d.0 / 1_000_000),
+                    declared: c.compute.is_some(),
+                })
+            });
+            let gpu = spec.gpu.as_ref().and_then(|g| {
+                let g = g.get_ref();
+                Some(VariantRun {
+                    command: g.command.clone()?,
+                    env: g.env.clone(),
+                    time_limit_ms: g.time_limit.map_or(0, |d| d.0 / 1_000_000),
+                    declared: g.compute.is_some(),
+                })
+            });
+            let first_task = next_task;
+            next_task += app.tasks as u64;
+            let pending: Vec<TaskId> = (first_task..next_task)
+                .filter(|&t| {
+                    self.tasks
+                        .get(t as usize)
+                        .is_some_and(|r| r.state == TaskState::Pending)
+                })
+                .map(TaskId)
+                .collect();
+            self.apps.push(AppRec {
+                job: row.id,
+                name: app.name.clone(),
+                split_bytes: app.split_bytes,
+                first_task,
+                tasks: app.tasks,
+                retries: *spec.retries.get_ref(),
+                cpu,
+                gpu,
+                observed: [Observed::default(); 2],
+                workdir: spec.workdir.as_ref().map(|w| w.get_ref().clone()),
+            });
+            cx.view.add_application(app, pending)?;
+        }
+        let apps = first_app..self.apps.len() as u32;
+        if let Some(key) = &row.submission_key {
+            self.by_key.insert(key.clone(), row.id);
+        }
+        self.jobs.push(JobRec {
+            name: row
+                .name
+                .clone()
+                .or_else(|| w.name.clone())
+                .unwrap_or_else(|| row.origin.clone()),
+            tasks: row.first_task..next_task,
+            apps,
+            row,
+        });
+        Ok(())
+    }
+
+    /// Records a successful run time and, for a variant without a declared profile, hands the
+    /// policy the mean observed time as the variant's base time.
+    fn observe(
+        &mut self,
+        cx: &mut Ctx,
+        app: u32,
+        v: Variant,
+        duration_ns: u64,
+    ) -> Result<(), StateError> {
+        let Some(rec) = self.apps.get_mut(app as usize) else {
+            return Ok(());
+        };
+        let o = &mut rec.observed[variant_code(v) as usize];
+        o.total_ns += duration_ns as u128;
+        o.count += 1;
+        let mean = o.mean_ns().unwrap_or(self.estimate).max(1);
+        let declared = match v {
+            Variant::Cpu => rec.cpu.as_ref().is_some_and(|r| r.declared),
+            Variant::Gpu => rec.gpu.as_ref().is_some_and(|r| r.declared),
+        };
+        if !declared {
+            cx.view.update_profile(AppId(app), v, mean, 0)?;
+        }
+        Ok(())
+    }
+
+    /// What every task of `app`'s variant `v` runs, for an agent that does not hold it yet.
+    fn task_spec(&self, app: u32, v: Variant) -> TaskSpec {
+        let rec = &self.apps[app as usize];
+        let job = &self.jobs[(rec.job - 1) as usize];
+        let run = match v {
+            Variant::Cpu => rec.cpu.as_ref(),
+            Variant::Gpu => rec.gpu.as_ref(),
+        };
+        let (argv, env, limit) = match run {
+            Some(r) => {
+                let argv = match &r.command {
+                    Command::Shell(s) => vec!["sh".to_string(), "-c".to_string(), s.clone()],
+                    Command::Argv(v) => v.clone(),
+                };
+                (argv, r.env.clone(), r.time_limit_ms)
+            }
+            None => (Vec::new(), BTreeMap::new(), 0),
+        };
+        TaskSpec {
+            key: spec_key(app, v),
+            job_id: job.row.id,
+            app: rec.name.clone(),
+            variant: v.to_string(),
+            argv,
+            env,
+            workdir: match &rec.workdir {
+                Some(w) => std::path::Path::new(&job.row.workdir)
+                    .join(w)
+                    .display()
+                    .to_string(),
+                None => job.row.workdir.clone(),
+            },
+            time_limit_ms: limit,
+        }
+    }
+
+    /// Accepts a job file: parses it with the shared parser, checks it can run on the `live`
+    /// nodes, and stores the job with all its tasks in one transaction. On any error nothing is
+    /// stored. A submission key the store already holds answers its job (`existing`).
+    pub fn submit(
+        &mut self,
+        cx: &mut Ctx,
+        live: &[Node],
+        sub: Submission,
+    ) -> Result<Submitted, StateError> {
+        let Submission {
+            origin,
+            text,
+            workdir,
+            key,
+            name,
+        } = sub;
+        if !name.is_empty()
+            && (name.trim().is_empty()
+                || name.len() > hetsched_core::input::workload::MAX_JOB_NAME
+                || name.chars().any(char::is_control))
+        {
+            return Err(StateError::Invalid(format!(
+                "a job name must be 1 to {} bytes without control characters",
+                hetsched_core::input::workload::MAX_JOB_NAME
+            )));
+        }
+        if key.len() > MAX_SUBMISSION_KEY {
+            return Err(StateError::Invalid(format!(
+                "the submission key is {} bytes long; at most {MAX_SUBMISSION_KEY}",
+                key.len()
+            )));
+        }
+        if let Some(&id) = self.by_key.get(&key) {
+            let j = &self.jobs[(id - 1) as usize];
+            if j.row.text != text {
+                return Err(StateError::Invalid(format!(
+                    "submission key `{key}` already names job {id}, submitted with another file"
+                )));
+            }
+            info!(
+                job = id,
+                "submission repeated with the same key: the job exists"
+            );
+            return Ok(Submitted {
+                job_id: id,
+                tasks: j.tasks.end - j.tasks.start,
+                existing: true,
+            });
+        }
+        if workdir.len() > MAX_WORKDIR {
+            return Err(StateError::Invalid(format!(
+                "the working directory is {} bytes long; at most {MAX_WORKDIR}",
+                workdir.len()
+            )));
+        }
+        if text.len() > limits::MAX_JOB_FILE_BYTES {
+            return Err(StateError::Invalid(format!(
+                "{origin}: the job file is {} bytes; at most {} (2 MiB)",
+                text.len(),
+                limits::MAX_JOB_FILE_BYTES
+            )));
+        }
+        let w = parse_workload(&origin, &text)?;
+        w.check_commands()?;
+        limits::check(&w)?;
+        // Live nodes only: a dead node's resources make no job runnable. With none alive (none
+        // registered yet, or all away), the job waits for nodes.
+        if !live.is_empty() {
+            w.check_runnable(live)?;
+        }
+        let total = w.total_tasks();
+        if total > MAX_TASKS_PER_JOB {
+            return Err(StateError::Invalid(format!(
+                "{origin}: the job has {total} tasks; at most {MAX_TASKS_PER_JOB} per job"
+            )));
+        }
+        let first_app = self.apps.len() as u32;
+        let first_task = self.tasks.len() as u64;
+        let mut apps = w.to_applications(first_app, MissingProfile::Estimate(self.estimate))?;
+        let submitted_ns = cx.now;
+        for a in &mut apps {
+            a.submit_time = submitted_ns;
+        }
+        let row = JobRow {
+            id: self.jobs.len() as u64 + 1,
+            origin: origin.clone(),
+            text,
+            workdir,
+            submitted_ns,
+            first_app,
+            first_task,
+            cancelled: false,
+            submission_key: (!key.is_empty()).then_some(key),
+            name: (!name.is_empty()).then_some(name),
+        };
+        let mut rows = Vec::with_capacity(total as usize);
+        for a in &apps {
+            for index in 0..a.tasks {
+                rows.push(TaskRow {
+                    id: first_task + rows.len() as u64,
+                    app: a.id.0,
+                    index,
+                    state: TaskState::Pending,
+                    attempt: 0,
+                    node: None,
+                    variant: None,
+                    devices: Vec::new(),
+                    started_ns: 0,
+                    finished_ns: 0,
+                    exit_code: None,
+                    message: String::new(),
+                    failures: 0,
+                });
+            }
+        }
+        let names: Vec<(u32, String)> = apps.iter().map(|a| (a.id.0, a.name.clone())).collect();
+        cx.store.insert_job(&row, &names, &rows)?;
+        let id = row.id;
+        self.tasks.extend(rows);
+        self.install(cx, row, &w, apps)?;
+        cx.metrics.job_submitted();
+        info!(job = id, origin, tasks = total, "job accepted");
+        Ok(Submitted {
+            job_id: id,
+            tasks: total,
+            existing: false,
+        })
+    }
+
+    /// `hetsched resubmit JOB --failed`: every failed task of the job is queued again (at the end
+    /// of its application's queue); its next dispatch is a new attempt, and its retries count
+    /// afresh. Cancelled and succeeded tasks stay as they are. Returns how many were queued.
+    pub fn resubmit_failed(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
+        let Some(j) = job.checked_sub(1).and_then(|i| self.jobs.get(i as usize)) else {
+            return Err(StateError::NoJob(job));
+        };
+        if j.row.cancelled {
+            return Err(StateError::Invalid(format!(
+                "job {job} was cancelled: submit it again instead"
+            )));
+        }
+        let range = j.tasks.clone();
+        let mut by_app: BTreeMap<u32, Vec<TaskId>> = BTreeMap::new();
+        let mut n = 0;
+        for id in range {
+            // A finished job's rows may have left memory.
+            let Some(t) = self.tasks.get_mut(id as usize) else {
+                continue;
+            };
+            if t.state != TaskState::Failed {
+                continue;
+            }
+            t.state = TaskState::Pending;
+            t.failures = 0;
+            t.finished_ns = 0;
+            t.message = format!("resubmitted after attempt {} failed", t.attempt);
+            by_app.entry(t.app).or_default().push(TaskId(id));
+            self.dirty.push(id);
+            n += 1;
+        }
+        for (app, tasks) in by_app {
+            cx.view.resubmit(AppId(app), tasks);
+        }
+        Ok(n)
+    }
+
+    /// The rows of one page of a listing, as listings show them.
+    fn task_infos(&self, rd: &Read, rows: &[TaskRow]) -> Vec<TaskInfo> {
+        rows.iter()
+            .map(|t| {
+                let app = &self.apps[t.app as usize];
+                TaskInfo {
+                    id: t.id,
+                    job_id: app.job,
+                    app: app.name.clone(),
+                    index: t.index,
+                    state: t.state.as_str().to_string(),
+                    attempt: t.attempt,
+                    node: t
+                        .node
+                        .and_then(|n| rd.nodes.get(n))
+                        .map_or(String::new(), |n| n.spec.name.clone()),
+                    variant: t
+                        .variant
+                        .map_or(String::new(), |v| variant_of(Some(v)).to_string()),
+                    devices: t.devices.clone(),
+                    started_ns: t.started_ns,
+                    finished_ns: t.finished_ns,
+                    exit_code: t.exit_code.unwrap_or(-1),
+                    message: t.message.clone(),
+                    failed_attempts: t.failures,
+                }
+            })
+            .collect()
+    }
+
+    fn counts(&self, range: std::ops::Range<u64>) -> TaskCounts {
+        match self.tasks.slice(range.clone()) {
+            Some(rows) => retention::count_rows(rows),
+            None => self.counts_beyond_memory(range),
+        }
+    }
+
+    fn job_info(&self, j: &JobRec, with_apps: bool) -> JobInfo {
+        let counts = self.counts(j.tasks.clone());
+        let state = if counts.pending + counts.running > 0 {
+            if counts.running + counts.succeeded + counts.failed > 0 {
+                "running"
+            } else {
+                "pending"
+            }
+        } else if j.row.cancelled {
+            "cancelled"
+        } else if counts.failed > 0 {
+            "failed"
+        } else {
+            "completed"
+        };
+        let finished_ns = if counts.pending + counts.running == 0 {
+            self.job_finished_ns(j)
+        } else {
+            0
+        };
+        let apps = if with_apps {
+            j.apps
+                .clone()
+                .map(|a| {
+                    let r = &self.apps[a as usize];
+                    let mean = |i: usize| r.observed[i].mean_ns().map_or(0.0, |n| n as f64 / 1e6);
+                    AppInfo {
+                        id: a,
+                        name: r.name.clone(),
+                        tasks: r.tasks as u64,
+                        counts: self.counts(r.first_task..r.first_task + r.tasks as u64),
+                        mean_cpu_ms: mean(0),
+                        mean_gpu_ms: mean(1),
+                        has_cpu: r.cpu.is_some(),
+                        has_gpu: r.gpu.is_some(),
+                    }
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        JobInfo {
+            id: j.row.id,
+            name: j.name.clone(),
+            state: state.to_string(),
+            tasks: j.tasks.end - j.tasks.start,
+            counts,
+            submitted_ns: j.row.submitted_ns,
+            finished_ns,
+            apps,
+        }
+    }
+}
+
+fn assignment_of(t: &TaskRow) -> Assignment {
+    Assignment {
+        task: TaskId(t.id),
+        app: AppId(t.app),
+        node: NodeId(t.node.unwrap_or(0)),
+        variant: variant_of(t.variant),
+        devices: t.devices.clone(),
+    }
+}
+
+impl JobKind for Batch {
+    fn kind(&self) -> Kind {
+        Kind::Batch
+    }
+
+    /// A result from node `nid`: success, a retry, a failure for good, or (interrupted by its
+    /// agent's shutdown) a loss.
+    fn on_result(&mut self, cx: &mut Ctx, nid: NodeId, r: &TaskResult) -> Result<(), StateError> {
+        let Some(t) = self.tasks.get(r.task_id as usize) else {
+            return Ok(());
+        };
+        if t.attempt != r.attempt || t.node != Some(nid.0) {
+            return Ok(()); // an old attempt: acknowledged, ignored
+        }
+        match t.state {
+            TaskState::Running => {}
+            // Sent again after a commit failed: write the row again (idempotent).
+            TaskState::Succeeded | TaskState::Failed => {
+                self.dirty.push(t.id);
+                return Ok(());
+            }
+            _ => return Ok(()),
+        }
+        if r.interrupted && !r.success {
+            // Killed because its agent shut down: not the task's failure; it runs again, as a
+            // lost task does.
+            let reason = if r.message.is_empty() {
+                "its agent shut down".to_string()
+            } else {
+                r.message.clone()
+            };
+            return self.on_lost(cx, r.task_id, &reason);
+        }
+        let a = assignment_of(t);
+        if self
+            .backoff
+            .result(t.app, nid.0, r.start_failed, r.success, Instant::now())
+            == Change::BackedOff
+        {
+            cx.view.set_excluded(a.app, nid, true);
+            warn!(
+                node = %cx.nodes.name(nid.0),
+                app = %self.apps.get(t.app as usize).map_or("?", |x| x.name.as_str()),
+                "consecutive start failures: the application is kept off this node for a while"
+            );
+        }
+        cx.nodes.ended(nid, r.task_id);
+        let t = &mut self.tasks[r.task_id as usize];
+        if r.started_ns > 0 {
+            t.started_ns = r.started_ns;
+        }
+        t.finished_ns = r.finished_ns.max(t.started_ns);
+        t.exit_code = Some(r.exit_code);
+        t.message = r.message.clone();
+        self.dirty.push(t.id);
+        if r.success {
+            t.state = TaskState::Succeeded;
+            cx.metrics.result(Outcome::Succeeded);
+            let (app, d) = (t.app, t.finished_ns - t.started_ns);
+            cx.view.task_finished(&a);
+            self.observe(cx, app, a.variant, d)?;
+        } else {
+            let retries = self.apps.get(t.app as usize).map_or(0, |app| app.retries);
+            if t.failures < retries {
+                t.failures += 1;
+                t.state = TaskState::Pending;
+                t.message = format!(
+                    "attempt {} failed ({}); retry {} of {retries}",
+                    t.attempt,
+                    if r.message.is_empty() {
+                        format!("exit code {}", r.exit_code)
+                    } else {
+                        r.message.clone()
+                    },
+                    t.failures
+                );
+                cx.view.requeue(&a);
+                cx.metrics.result(Outcome::Retried);
+            } else {
+                t.state = TaskState::Failed;
+                cx.view.task_abandoned(&a);
+                cx.metrics.result(Outcome::Failed);
+            }
+        }
+        Ok(())
+    }
+
+    fn expects(&self, nid: NodeId, rt: &RunningTask) -> bool {
+        self.tasks.get(rt.task_id as usize).is_some_and(|t| {
+            t.state == TaskState::Running && t.attempt == rt.attempt && t.node == Some(nid.0)
+        })
+    }
+
+    /// A running task was lost: re-queue it with the next attempt, or fail it at the limit.
+    fn on_lost(&mut self, cx: &mut Ctx, task: u64, reason: &str) -> Result<(), StateError> {
+        let Some(t) = self.tasks.get(task as usize) else {
+            return Ok(());
+        };
+        if t.state != TaskState::Running {
+            return Ok(());
+        }
+        let a = assignment_of(t);
+        cx.nodes.ended(a.node, task);
+        let max = self.max_attempts;
+        let t = &mut self.tasks[task as usize];
+        self.dirty.push(task);
+        cx.metrics.lost();
+        // Failed attempts were retried on purpose; only lost ones count against `max_attempts`.
+        if t.attempt.saturating_sub(t.failures) >= max {
+            t.state = TaskState::Failed;
+            t.finished_ns = cx.now;
+            t.exit_code = None;
+            t.message = format!("{reason}; gave up after {} attempts", t.attempt);
+            cx.view.task_abandoned(&a);
+        } else {
+            t.state = TaskState::Pending;
+            t.message = format!("attempt {} lost: {reason}", t.attempt);
+            cx.view.requeue(&a);
+        }
+        Ok(())
+    }
+
+    /// The node's I/O figures go to the view, expired back-offs are lifted, and the policy
+    /// fills the node. Each application variant's command and environment go to a node once
+    /// (the agent lists the specs it holds); what the policy decided beyond the reply's budget
+    /// goes back to the front of its queues for the next beat.
+    fn on_heartbeat(
+        &mut self,
+        cx: &mut Ctx,
+        nid: NodeId,
+        report: &HeartbeatReport,
+        open: bool,
+        out: &mut Outbox,
+    ) -> Result<(), StateError> {
+        let mut total_io = 0.0;
+        let mut io_tasks = 0;
+        for rt in &report.running {
+            if Kind::of(rt.task_id) != Some(Kind::Batch) || !self.expects(nid, rt) {
+                continue;
+            }
+            let app = self.tasks[rt.task_id as usize].app as usize;
+            let split = self.apps.get(app).map_or(0, |a| a.split_bytes);
+            let remaining = split.saturating_sub(rt.read_bytes);
+            if remaining > 0 {
+                total_io += remaining as f64;
+                io_tasks += 1;
+            }
+        }
+        cx.view.node_report(
+            nid,
+            NodeReport {
+                total_io_bytes: total_io,
+                io_tasks,
+            },
+        )?;
+        for app in self.backoff.expire(nid.0, Instant::now()) {
+            cx.view.set_excluded(AppId(app), nid, false);
+            info!(
+                node = nid.0,
+                app, "start-failure back-off over: the node is tried again"
+            );
+        }
+        if !open || cx.view.pending_apps().next().is_none() {
+            return Ok(());
+        }
+        let now = cx.now;
+        let start = Instant::now();
+        let decisions = self.policy.on_node_update(cx.view, nid, now);
+        cx.metrics.decision(start.elapsed());
+        let mut deferred: Vec<Assignment> = Vec::new();
+        for a in decisions {
+            if !deferred.is_empty() {
+                deferred.push(a);
+                continue;
+            }
+            let Some(t) = self.tasks.get(a.task.0 as usize) else {
+                continue;
+            };
+            let key = spec_key(a.app.0, a.variant);
+            let d = Dispatch {
+                task_id: t.id,
+                attempt: t.attempt + 1,
+                index: t.index,
+                devices: a.devices.clone(),
+                spec: key,
+            };
+            let spec = out
+                .needs_spec(key)
+                .then(|| self.task_spec(a.app.0, a.variant));
+            if out.offer(d, spec).is_err() {
+                deferred.push(a);
+                continue;
+            }
+            let Some(t) = self.tasks.get_mut(a.task.0 as usize) else {
+                continue;
+            };
+            t.state = TaskState::Running;
+            t.attempt += 1;
+            t.node = Some(nid.0);
+            t.variant = Some(variant_code(a.variant));
+            t.devices = a.devices.clone();
+            t.started_ns = now;
+            t.finished_ns = 0;
+            t.exit_code = None;
+            cx.nodes.started(nid, t.id);
+            self.dirty.push(t.id);
+            cx.metrics.dispatched(a.variant);
+        }
+        if !deferred.is_empty() {
+            // The last first, so they keep their order at the front of their queues.
+            for a in deferred.iter().rev() {
+                cx.view.requeue(a);
+            }
+            info!(
+                node = nid.0,
+                deferred = deferred.len(),
+                "reply size cap reached; the rest goes on the next heartbeat"
+            );
+            out.more();
+        }
+        Ok(())
+    }
+
+    fn has_changes(&self) -> bool {
+        !self.dirty.is_empty() || self.cancelled.is_some()
+    }
+
+    fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
+        let mut dirty = self.dirty.clone();
+        dirty.sort_unstable();
+        dirty.dedup();
+        crate::store::write_tasks(
+            tx,
+            dirty.iter().filter_map(|&t| self.tasks.get(t as usize)),
+            self.cancelled,
+        )
+    }
+
+    fn committed(&mut self) {
+        self.dirty.clear();
+        self.cancelled = None;
+    }
+
+    fn housekeeping(&mut self, cx: &mut Ctx) -> Result<(), StateError> {
+        self.apply_retention(cx.store)
+    }
+
+    fn counts(&self) -> TaskCounts {
+        Batch::counts(self, 0..self.tasks.len() as u64)
+    }
+
+    fn job_count(&self) -> u64 {
+        self.jobs.len() as u64
+    }
+
+    fn jobs_page(&self, _rd: &Read, cursor: u64, limit: usize) -> JobsPage {
+        let start = cursor.saturating_sub(1).min(self.jobs.len() as u64) as usize;
+        let end = start.saturating_add(limit).min(self.jobs.len());
+        JobsPage {
+            jobs: self.jobs[start..end]
+                .iter()
+                .filter(|j| !self.retention.is_purged(j.row.id))
+                .map(|j| self.job_info(j, false))
+                .collect(),
+            next_cursor: if end < self.jobs.len() {
+                end as u64 + 1
+            } else {
+                0
+            },
+        }
+    }
+
+    fn job(&self, _rd: &Read, id: u64) -> Result<JobInfo, StateError> {
+        id.checked_sub(1)
+            .and_then(|i| self.jobs.get(i as usize))
+            .filter(|j| !self.retention.is_purged(j.row.id))
+            .map(|j| self.job_info(j, true))
+            .ok_or(StateError::NoJob(id))
+    }
+
+    fn tasks_page(
+        &self,
+        rd: &Read,
+        job: u64,
+        cursor: u64,
+        limit: usize,
+    ) -> Result<TasksPage, StateError> {
+        let range = if job == 0 {
+            0..self.tasks.len() as u64
+        } else {
+            job.checked_sub(1)
+                .and_then(|i| self.jobs.get(i as usize))
+                .filter(|j| !self.retention.is_purged(j.row.id))
+                .map(|j| j.tasks.clone())
+                .ok_or(StateError::NoJob(job))?
+        };
+        let start = cursor.clamp(range.start, range.end);
+        let end = start.saturating_add(limit as u64).min(range.end);
+        // Rows not held in memory come from the store; a page skips purged jobs' ids.
+        let (rows, end) = self.rows_for_listing(rd.store, start..end, range.end)?;
+        Ok(TasksPage {
+            tasks: self.task_infos(rd, &rows),
+            next_cursor: if end < range.end { end } else { 0 },
+            total: range.end - range.start,
+        })
+    }
+
+    /// Cancels a job: pending tasks are dropped, running ones killed at their nodes' next
+    /// heartbeat.
+    fn cancel(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
+        let Some(j) = job.checked_sub(1).and_then(|i| self.jobs.get(i as usize)) else {
+            return Err(StateError::NoJob(job));
+        };
+        if self.retention.is_purged(job) {
+            return Err(StateError::NoJob(job));
+        }
+        let (apps, range) = (j.apps.clone(), j.tasks.clone());
+        let mut n = 0;
+        for app in apps {
+            cx.view.cancel_pending(AppId(app));
+        }
+        for id in range {
+            // A finished job's rows may have left memory: none of them is pending or running.
+            let Some(t) = self.tasks.get(id as usize) else {
+                continue;
+            };
+            match t.state {
+                TaskState::Pending => {}
+                TaskState::Running => {
+                    let a = assignment_of(t);
+                    cx.view.task_abandoned(&a);
+                    cx.nodes.ended(a.node, id);
+                }
+                _ => continue,
+            }
+            let t = &mut self.tasks[id as usize];
+            t.state = TaskState::Cancelled;
+            t.finished_ns = cx.now;
+            t.message = "cancelled".into();
+            self.dirty.push(id);
+            n += 1;
+        }
+        self.jobs[(job - 1) as usize].row.cancelled = true;
+        self.cancelled = Some(job);
+        Ok(n)
+    }
+
+    fn backed_off(&self, node: u32) -> Vec<BackedOffApp> {
+        self.backoff
+            .of_node(node)
+            .map(|(app, e)| BackedOffApp {
+                app: self
+                    .apps
+                    .get(app as usize)
+                    .map_or(String::new(), |a| a.name.clone()),
+                job_id: self.apps.get(app as usize).map_or(0, |a| a.job),
+                failures: e.failures,
+                remaining_ms: e
+                    .until
+                    .saturating_duration_since(Instant::now())
+                    .as_millis() as u64,
+            })
+            .collect()
+    }
+}

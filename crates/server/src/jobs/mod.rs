@@ -1,0 +1,291 @@
+//! Job kinds and the one dispatch path between them and the [`State`](crate::state::State).
+//!
+//! The state owns what every kind shares: the node registry ([`Nodes`]: specs, liveness, the
+//! tasks each node runs), the one resource ledger of the cluster (the core's [`SchedulerView`]:
+//! a kind that places work on a node takes the resources there, so two kinds never book the
+//! same core twice), the store and its transaction (commit, roll back, pause on a full disk),
+//! and the metrics. A *job kind* (today: [`batch`]) owns its jobs and tasks and every rule about
+//! them. The state routes each event to the kind that owns it; a kind never sees another
+//! kind's tasks.
+//!
+//! # How a new kind plugs in
+//!
+//! 1. **Identity.** Add a variant to [`Kind`] (next free number). Every id a kind hands out —
+//!    task ids, job ids, [`TaskSpec`] keys — carries the kind in its high byte
+//!    (`id = (kind as u64) << KIND_SHIFT | n`, see [`Kind::id`]); batch is kind 0, so its ids
+//!    are unchanged. The state finds the owner of a task or job with [`Kind::of`]; ids are
+//!    what the wire already carries (`task_id`, `job_id`, `spec`), so no message changes.
+//! 2. **Module.** Write `jobs/<kind>.rs` with a struct that implements [`JobKind`], add it as a
+//!    field of [`Jobs`], list it in [`Jobs::all`] / [`Jobs::all_mut`], and build it in
+//!    `State::from_snapshot` (see *restart* below).
+//! 3. **Submission.** A kind has its own submission (a field of `SubmitRequest` in the kind's
+//!    field range that selects it, or its own RPC); [`crate::convert`] turns it into the kind's
+//!    own request type and `State` hands it to a `submit` function of the kind (one line in
+//!    `state/mod.rs`). A submission is stored first (the kind writes its rows in one
+//!    transaction through [`Store::transaction`]) and only then changes memory.
+//! 4. **Handing work to a node.** On every heartbeat of a live node the state calls
+//!    [`JobKind::on_heartbeat`] of every kind in [`Jobs::all_mut`] order. The kind decides what
+//!    the node runs, takes the resources in [`Ctx::view`], records the task as running there
+//!    with [`Nodes::started`], and offers each task to the [`Outbox`] as a [`Dispatch`] (with
+//!    its [`TaskSpec`] the first time the node needs it, see [`Outbox::needs_spec`]). The
+//!    outbox keeps the reply under [`REPLY_BUDGET`]: an offer it refuses stays with the kind
+//!    for the next beat ([`Outbox::more`] makes the agent beat again at once).
+//! 5. **Results and losses.** Each result in a heartbeat is acknowledged by the state and
+//!    handed to its owner's [`JobKind::on_result`] (the kind checks the attempt and ignores old
+//!    ones). For each task the agent says it runs the state asks [`JobKind::expects`]: if not,
+//!    the agent is told to kill it. A task the node's [`Nodes`] entry lists as running but the
+//!    heartbeat neither reports running nor finished — and every task of a node declared dead —
+//!    goes to [`JobKind::on_lost`]. A kind calls [`Nodes::ended`] when its task leaves a node.
+//! 6. **Persistence.** A kind keeps what an event changed (its "dirty" rows) and writes it in
+//!    [`JobKind::persist`], which the state calls for every kind inside ONE store transaction
+//!    after the event; [`JobKind::committed`] follows a successful commit. If the commit fails
+//!    (a full disk) the state rebuilds every kind from the store — the rollback — and pauses
+//!    dispatch until the store accepts writes; nothing was acknowledged meanwhile.
+//! 7. **Restart.** `State::from_snapshot` builds each kind from the store (batch reads its
+//!    part of [`crate::store::Snapshot`]; a new kind reads its own tables through
+//!    [`Store::conn`]) and restores its running tasks into the view and [`Nodes::started`]. A
+//!    kind's memory-only facts (batch: the back-off) are carried across a rollback in
+//!    `State::reload`.
+//! 8. **Listings and housekeeping.** `ListJobs`/`GetJob`/`ListTasks`/`Cancel` are routed by the
+//!    job id's kind ([`JobKind::jobs_page`], [`JobKind::job`], [`JobKind::tasks_page`],
+//!    [`JobKind::cancel`]); a listing over every kind (`ListJobs`, `ListTasks` of job 0) walks
+//!    the kinds in [`Kind`] order: the cursor is an id, so its kind says where the listing is,
+//!    and when one kind's listing ends the next cursor is the next kind's `Kind::id(0)`. [`JobKind::housekeeping`] runs every reaper tick (batch:
+//!    retention).
+//!
+//! Every type crossing this contract is the server's own ([`crate::state::types`]); protobuf
+//! types stay in [`crate::convert`] and [`crate::service`].
+
+pub mod batch;
+
+use crate::metrics::Metrics;
+use crate::state::StateError;
+use crate::state::nodes::Nodes;
+use crate::state::types::{
+    BackedOffApp, Dispatch, HeartbeatReply, HeartbeatReport, JobInfo, JobsPage, RunningTask,
+    TaskCounts, TaskResult, TaskSpec, TasksPage,
+};
+use crate::store::{Store, StoreError};
+use hetsched_core::{NodeId, SchedulerView};
+use std::collections::HashSet;
+
+pub use batch::Batch;
+
+/// Largest heartbeat reply the server builds (encoded bytes): a quarter of the agents' 4 MiB
+/// decoding limit, so no job, however large its commands, makes a reply an agent cannot read.
+pub const REPLY_BUDGET: usize = 1 << 20;
+
+/// Most spec keys read from one heartbeat's `known_specs`.
+pub const MAX_KNOWN_SPECS: usize = 1024;
+
+/// Where the kind sits in an id: the high byte.
+pub const KIND_SHIFT: u32 = 56;
+
+/// The job kinds; the number is the high byte of every id the kind hands out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    /// Arrays of independent tasks with CPU/GPU variants ([`batch`]).
+    Batch = 0,
+}
+
+impl Kind {
+    /// Every kind, in listing order.
+    pub const ALL: &'static [Kind] = &[Kind::Batch];
+
+    /// The kind that owns id `id` (a task, job or spec key), if any.
+    pub fn of(id: u64) -> Option<Kind> {
+        match id >> KIND_SHIFT {
+            0 => Some(Kind::Batch),
+            _ => None,
+        }
+    }
+
+    /// The id `n` of this kind.
+    pub fn id(self, n: u64) -> u64 {
+        ((self as u64) << KIND_SHIFT) | (n & ((1 << KIND_SHIFT) - 1))
+    }
+}
+
+/// The shared parts of the state a kind may use while it handles an event.
+pub struct Ctx<'a> {
+    /// The cluster's one resource ledger (and the batch applications' queues).
+    pub view: &'a mut SchedulerView,
+    /// The node registry.
+    pub nodes: &'a mut Nodes,
+    /// The store: reads at any time; writes only for store-first events (submission, purge)
+    /// — everything else goes through [`JobKind::persist`].
+    pub store: &'a mut Store,
+    /// Event counters.
+    pub metrics: &'a Metrics,
+    /// Now, ns since the epoch.
+    pub now: u64,
+}
+
+/// The shared parts of the state a listing reads.
+pub struct Read<'a> {
+    /// The resource ledger.
+    pub view: &'a SchedulerView,
+    /// The node registry.
+    pub nodes: &'a Nodes,
+    /// The store (rows not held in memory).
+    pub store: &'a Store,
+}
+
+/// The work a heartbeat reply carries, kept under [`REPLY_BUDGET`].
+pub struct Outbox<'r> {
+    reply: &'r mut HeartbeatReply,
+    known: HashSet<u64>,
+    sent: HashSet<u64>,
+    size: usize,
+}
+
+impl<'r> Outbox<'r> {
+    /// The outbox of `reply` (already holding its acknowledgements and kills) for an agent that
+    /// holds the specs `known_specs`.
+    pub fn new(reply: &'r mut HeartbeatReply, known_specs: &[u64]) -> Self {
+        let size = crate::convert::reply_wire_len(reply);
+        Outbox {
+            known: known_specs.iter().take(MAX_KNOWN_SPECS).copied().collect(),
+            sent: HashSet::new(),
+            size,
+            reply,
+        }
+    }
+
+    /// Whether spec `key` must go with a task (the agent does not hold it and this reply does
+    /// not carry it yet).
+    pub fn needs_spec(&self, key: u64) -> bool {
+        !self.known.contains(&key) && !self.sent.contains(&key)
+    }
+
+    /// Adds `d` (and `spec`, if given) to the reply, or hands `d` back if the reply would exceed
+    /// [`REPLY_BUDGET`] (a reply always takes its first assignment).
+    pub fn offer(&mut self, d: Dispatch, spec: Option<TaskSpec>) -> Result<(), Dispatch> {
+        // Field tag and length prefix: at most 6 bytes each.
+        let bytes = crate::convert::dispatch_wire_len(&d)
+            + 6
+            + spec
+                .as_ref()
+                .map_or(0, |s| crate::convert::spec_wire_len(s) + 6);
+        if self.size + bytes > REPLY_BUDGET && !self.reply.assignments.is_empty() {
+            return Err(d);
+        }
+        self.size += bytes;
+        if let Some(spec) = spec {
+            self.sent.insert(spec.key);
+            self.reply.specs.push(spec);
+        }
+        self.reply.assignments.push(d);
+        Ok(())
+    }
+
+    /// Some work did not fit: the agent should heartbeat again at once.
+    pub fn more(&mut self) {
+        self.reply.more = true;
+    }
+}
+
+/// What the state asks of every job kind (see the module documentation for the whole contract).
+pub trait JobKind: Send {
+    /// Which kind this is.
+    fn kind(&self) -> Kind;
+
+    /// A result from `node` for one of this kind's tasks.
+    fn on_result(&mut self, cx: &mut Ctx, node: NodeId, r: &TaskResult) -> Result<(), StateError>;
+
+    /// Whether `node` should be running this attempt (if not, the agent is told to kill it).
+    fn expects(&self, node: NodeId, t: &RunningTask) -> bool;
+
+    /// A task that was running on a node is gone (the node lost it or was declared dead).
+    fn on_lost(&mut self, cx: &mut Ctx, task: u64, reason: &str) -> Result<(), StateError>;
+
+    /// A heartbeat from `node` (its results and losses already handed over): hand it work
+    /// through `out` — unless `open` is false (the node is drained or its agent shuts down).
+    fn on_heartbeat(
+        &mut self,
+        cx: &mut Ctx,
+        node: NodeId,
+        report: &HeartbeatReport,
+        open: bool,
+        out: &mut Outbox,
+    ) -> Result<(), StateError>;
+
+    /// Whether an event changed something [`JobKind::persist`] must write.
+    fn has_changes(&self) -> bool;
+
+    /// Writes what changed since the last commit, inside the state's transaction.
+    fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError>;
+
+    /// The transaction committed: forget what was written.
+    fn committed(&mut self);
+
+    /// Every reaper tick (batch: retention).
+    fn housekeeping(&mut self, _cx: &mut Ctx) -> Result<(), StateError> {
+        Ok(())
+    }
+
+    /// This kind's tasks by state.
+    fn counts(&self) -> TaskCounts;
+
+    /// How many jobs of this kind were ever submitted.
+    fn job_count(&self) -> u64;
+
+    /// One page of this kind's jobs from id `cursor` (`Kind::id(0)` = the first), at most
+    /// `limit`; `next_cursor` 0 when this kind has no more.
+    fn jobs_page(&self, rd: &Read, cursor: u64, limit: usize) -> JobsPage;
+
+    /// One job.
+    fn job(&self, rd: &Read, id: u64) -> Result<JobInfo, StateError>;
+
+    /// One page of a job's tasks from task id `cursor` (`Kind::id(0)` = the first), at most
+    /// `limit` (job = `Kind::id(0)`: every job of the kind); `next_cursor` 0 at the end.
+    fn tasks_page(
+        &self,
+        rd: &Read,
+        job: u64,
+        cursor: u64,
+        limit: usize,
+    ) -> Result<TasksPage, StateError>;
+
+    /// Cancels a job: no more of its tasks run (running ones are killed at their nodes' next
+    /// heartbeat). Returns how many tasks it cancelled.
+    fn cancel(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError>;
+
+    /// This kind's applications kept off `node`, for the node listing.
+    fn backed_off(&self, _node: u32) -> Vec<BackedOffApp> {
+        Vec::new()
+    }
+}
+
+/// Every job kind the server runs.
+pub struct Jobs {
+    /// Batch jobs.
+    pub batch: Batch,
+}
+
+impl Jobs {
+    /// Every kind, in [`Kind`] order (a new kind adds one line here and in `all_mut`).
+    pub fn all(&self) -> Vec<&dyn JobKind> {
+        vec![&self.batch]
+    }
+
+    /// Every kind, in [`Kind`] order.
+    pub fn all_mut(&mut self) -> Vec<&mut dyn JobKind> {
+        vec![&mut self.batch]
+    }
+
+    /// The kind that owns id `id`.
+    pub fn owner(&self, id: u64) -> Option<&dyn JobKind> {
+        match Kind::of(id)? {
+            Kind::Batch => Some(&self.batch),
+        }
+    }
+
+    /// The kind that owns id `id`.
+    pub fn owner_mut(&mut self, id: u64) -> Option<&mut dyn JobKind> {
+        match Kind::of(id)? {
+            Kind::Batch => Some(&mut self.batch),
+        }
+    }
+}

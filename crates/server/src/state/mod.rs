@@ -1,0 +1,570 @@
+//! The server's live state: what every job kind shares, and the one dispatch path that routes
+//! each event to the kind that owns it ([`crate::jobs`]).
+//!
+//! The state owns the node registry ([`nodes`]), the cluster's resource ledger (the core's
+//! [`SchedulerView`]), the store with its transaction, and the pause on a full disk. Each event
+//! is one public function taking and returning the server's own types ([`types`]); protobuf
+//! stays at the service edge ([`crate::convert`]):
+//! - [`State::on_register`], [`State::remove_node`], [`State::on_drain`], [`State::check_dead`]
+//!   (nodes, in [`nodes`]);
+//! - [`State::on_heartbeat`]: results go to the kind that owns each task, tasks the node no
+//!   longer runs go to their kinds as lost, unexpected ones are killed, then every kind may hand
+//!   the node work; one transaction writes what every kind changed;
+//! - [`State::on_submit`] (to the submission's kind), [`State::on_cancel`],
+//!   [`State::on_resubmit`], [`State::on_purge`];
+//! - listings: [`State::list_jobs`], [`State::get_job`], [`State::list_tasks`],
+//!   [`State::list_nodes`], [`State::count_tasks`], each asking the kinds.
+//!
+//! Atomicity: an event changes memory, then `State::commit` writes every row it touched in
+//! one transaction, and only then is the reply (acknowledgements, assignments) returned. If the
+//! store refuses the write (a full disk), memory is rolled back by rebuilding the state from the
+//! store, and dispatch pauses until a probe write succeeds: nothing is acknowledged, assigned,
+//! lost or failed meanwhile. Submissions and registrations are store-first.
+//!
+//! Semantics (see `docs/runtime.md`):
+//! - a task's success is recorded once, for the attempt the server dispatched last; results of other
+//!   attempts are acknowledged and ignored, and a task with a recorded success is never dispatched
+//!   again;
+//! - a task the server believes runs on a node, but which that node's heartbeat neither lists as
+//!   running nor reports finished, was lost (the assignment never arrived, or the agent restarted):
+//!   it goes back to the front of its application's queue with the next attempt number, up to
+//!   `max_attempts`, after which it fails;
+//! - a task a node runs that the server does not expect there (cancelled, or re-queued while the
+//!   node was silent) is killed;
+//! - a failed attempt (non-zero exit, failure to start, time limit) is re-queued with the next
+//!   attempt number while the application's `retries` last; then the task fails. Failed attempts do
+//!   not count against `max_attempts`, which bounds lost ones;
+//! - a submission with a client key the store already holds returns the job stored under it (one
+//!   job per key, enforced by a UNIQUE index), so a client may retry a submission whose reply it
+//!   never received.
+
+use crate::config::ServerConfig;
+use crate::jobs::{Batch, Ctx, Jobs, Kind, Outbox, Read};
+use crate::metrics::Metrics;
+use crate::store::{Store, StoreError};
+use hetsched_core::input::InputError;
+use hetsched_core::{NodeId, SchedulerView, ViewError};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use thiserror::Error;
+use tracing::{info, warn};
+
+pub mod nodes;
+pub mod types;
+
+pub use crate::jobs::batch::{
+    MAX_SUBMISSION_KEY, MAX_TASKS_PER_JOB, MAX_WORKDIR, RETENTION_INTERVAL, spec_key,
+};
+pub use crate::jobs::{MAX_KNOWN_SPECS, REPLY_BUDGET};
+use nodes::Nodes;
+use types::{
+    HeartbeatReply, HeartbeatReport, JobInfo, JobsPage, PurgeSelection, Purged, Submission,
+    Submitted, TaskCounts, TaskRef, TasksPage,
+};
+
+/// Default page of a list call.
+pub const DEFAULT_PAGE: u32 = 1000;
+/// Largest page of a list call.
+pub const MAX_PAGE: u32 = 10_000;
+
+fn page_limit(limit: u32) -> usize {
+    match limit {
+        0 => DEFAULT_PAGE as usize,
+        // In-process callers (tests, metrics) ask for everything.
+        u32::MAX => usize::MAX,
+        n => n.min(MAX_PAGE) as usize,
+    }
+}
+
+/// How often a paused state tries the store again.
+pub const PROBE_INTERVAL: Duration = Duration::from_millis(500);
+
+/// After a restart, a node gets this many dead-timeouts (at least 5 s) to heartbeat again.
+pub const RESTART_GRACE: u32 = 3;
+
+/// Why a request failed.
+#[derive(Debug, Error)]
+pub enum StateError {
+    /// The store failed; nothing was acknowledged.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A submitted file is wrong.
+    #[error("{0}")]
+    Input(#[from] InputError),
+    /// The request is wrong.
+    #[error("{0}")]
+    Invalid(String),
+    /// No such job.
+    #[error("no job {0}")]
+    NoJob(u64),
+    /// No node of that name.
+    #[error("no node named `{0}`")]
+    NoNode(String),
+    /// A registration under a name that a live node with another identity holds.
+    #[error(
+        "node name `{0}` is held by a live agent with another identity (another agent on this \
+         host, or one with another work directory): give this agent its own --name, or stop the \
+         other one and retry once it is declared dead"
+    )]
+    NameTaken(String),
+    /// The view refused (a bug, or a corrupt store).
+    #[error("scheduler view: {0}")]
+    View(#[from] ViewError),
+}
+
+/// Nanoseconds since the Unix epoch: the time base of the server's policies and records.
+pub fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// The server's whole state.
+pub struct State {
+    store: Store,
+    view: SchedulerView,
+    nodes: Nodes,
+    jobs: Jobs,
+    heartbeat_interval_ms: u64,
+    /// Event counters (dispatch, results, lost tasks, submissions, decision time).
+    metrics: Arc<Metrics>,
+    /// The configuration the state was built with (to rebuild it from the store).
+    config: ServerConfig,
+    /// Since when the store refuses writes: dispatch is paused (see [`State::on_heartbeat`]).
+    paused_since: Option<Instant>,
+    /// When the store was last tried while paused.
+    last_probe: Option<Instant>,
+}
+
+/// Borrows the shared parts of a state as a kind's [`Ctx`] (a macro, so the borrow of
+/// `self.jobs` beside it stays separate).
+macro_rules! ctx {
+    ($s:ident) => {
+        Ctx {
+            view: &mut $s.view,
+            nodes: &mut $s.nodes,
+            store: &mut $s.store,
+            metrics: &$s.metrics,
+            now: now_ns(),
+        }
+    };
+}
+
+impl State {
+    /// Opens the store in `config.data_dir` and rebuilds the state from it: finished tasks stay
+    /// finished; tasks recorded as running stay assigned to their nodes until those nodes'
+    /// heartbeats confirm or deny them (or the nodes are declared dead).
+    pub fn open(config: &ServerConfig, store: Store) -> Result<Self, StateError> {
+        let snap = store.load()?;
+        Self::from_snapshot(config, store, snap)
+    }
+
+    fn from_snapshot(
+        config: &ServerConfig,
+        mut store: Store,
+        mut snap: crate::store::Snapshot,
+    ) -> Result<Self, StateError> {
+        let mut view = SchedulerView::new();
+        let mut nodes = Nodes::default();
+        for row in std::mem::take(&mut snap.nodes) {
+            let removed = row.removed;
+            let rec = nodes.restore(row)?;
+            let id = rec.spec.id;
+            view.add_node(rec.spec.clone())?;
+            if removed {
+                view.set_alive(id, false)?;
+            }
+        }
+        let metrics: Arc<Metrics> = Arc::default();
+        // Each kind rebuilds its jobs and puts its running tasks back on their nodes.
+        let batch = {
+            let mut cx = Ctx {
+                view: &mut view,
+                nodes: &mut nodes,
+                store: &mut store,
+                metrics: &metrics,
+                now: now_ns(),
+            };
+            Batch::restore(config, snap, &mut cx)?
+        };
+        Ok(State {
+            store,
+            view,
+            nodes,
+            jobs: Jobs { batch },
+            heartbeat_interval_ms: (config.heartbeat_interval.0 / 1_000_000).max(1),
+            metrics,
+            config: config.clone(),
+            paused_since: None,
+            last_probe: None,
+        })
+    }
+
+    /// The event metrics this state updates (shared with the service and the `/metrics` registry).
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// Heartbeat interval agents are told to use.
+    pub fn heartbeat_interval_ms(&self) -> u64 {
+        self.heartbeat_interval_ms
+    }
+
+    // ---------------------------------------------------------------- agents
+
+    /// One heartbeat: hand results to their kinds, reconcile what the node runs with what the
+    /// server dispatched there, let every kind fill the node, commit, and answer with
+    /// acknowledgements, assignments and kills.
+    pub fn on_heartbeat(&mut self, req: HeartbeatReport) -> Result<HeartbeatReply, StateError> {
+        let nid = NodeId(req.node_id);
+        let paused = self.paused();
+        let Some(rec) = self.nodes.get_mut(nid.0) else {
+            return Ok(HeartbeatReply {
+                reregister: true,
+                ..Default::default()
+            });
+        };
+        // Only the agent that registered the node speaks for it: another caller (or an agent of a
+        // server whose data directory was replaced) changes nothing and is told to register.
+        if rec.removed
+            || rec.identity.is_empty()
+            || !nodes::same_secret(&rec.identity, &req.identity)
+        {
+            warn!(node = %rec.spec.name, "heartbeat with another identity than the node's: ignored");
+            return Ok(HeartbeatReply {
+                reregister: true,
+                ..Default::default()
+            });
+        }
+        rec.last_seen = Instant::now();
+        rec.seen = true;
+        rec.read_bps = req.read_bytes_per_sec;
+        rec.available_memory = req.available_memory_bytes;
+        rec.gpus = req.gpus.clone();
+        if rec.draining != req.draining {
+            info!(node = %rec.spec.name, draining = req.draining, "the agent is shutting down: no new work for it");
+        }
+        rec.draining = req.draining;
+        // No new work for a drained node or a shutting-down agent.
+        let open = !(rec.drained || rec.draining);
+        if paused {
+            // The store refuses writes: the node is alive (in memory), but nothing is recorded,
+            // so nothing is acknowledged (the agent keeps its results), assigned or reconciled.
+            return Ok(HeartbeatReply::default());
+        }
+        if !rec.alive {
+            rec.alive = true;
+            info!(node = %rec.spec.name, "node is back");
+            self.view.set_alive(nid, true)?;
+        }
+        let mut reply = HeartbeatReply::default();
+        for r in &req.results {
+            reply.acked.push(TaskRef {
+                task_id: r.task_id,
+                attempt: r.attempt,
+            });
+            if let Some(kind) = self.jobs.owner_mut(r.task_id) {
+                kind.on_result(&mut ctx!(self), nid, r)?;
+            }
+        }
+        // Reconcile: what the agent runs against what the server dispatched there.
+        let mut reported = HashSet::new();
+        for rt in &req.running {
+            if self
+                .jobs
+                .owner(rt.task_id)
+                .is_some_and(|k| k.expects(nid, rt))
+            {
+                reported.insert(rt.task_id);
+            } else {
+                reply.kill.push(TaskRef {
+                    task_id: rt.task_id,
+                    attempt: rt.attempt,
+                });
+            }
+        }
+        let mut lost: Vec<u64> = self.nodes.get(nid.0).map_or(Vec::new(), |n| {
+            n.running
+                .iter()
+                .filter(|t| !reported.contains(t))
+                .copied()
+                .collect()
+        });
+        // Each re-queued task goes to the front: the last first, so they keep their order.
+        lost.sort_unstable_by(|a, b| b.cmp(a));
+        for t in lost {
+            self.lose(t, "the task vanished from its node")?;
+        }
+        {
+            let mut out = Outbox::new(&mut reply, &req.known_specs);
+            for kind in self.jobs.all_mut() {
+                let mut cx = Ctx {
+                    view: &mut self.view,
+                    nodes: &mut self.nodes,
+                    store: &mut self.store,
+                    metrics: &self.metrics,
+                    now: now_ns(),
+                };
+                kind.on_heartbeat(&mut cx, nid, &req, open, &mut out)?;
+            }
+        }
+        self.commit()?;
+        Ok(reply)
+    }
+
+    /// Hands a lost task to its kind (and off its node).
+    fn lose(&mut self, task: u64, reason: &str) -> Result<(), StateError> {
+        match self.jobs.owner_mut(task) {
+            Some(kind) => kind.on_lost(&mut ctx!(self), task, reason),
+            None => {
+                // No kind owns it: nothing to re-run; just forget it.
+                for n in 0..self.nodes.len() {
+                    self.nodes.ended(NodeId(n as u32), task);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Writes what every kind changed in one transaction. If the store refuses (a full disk),
+    /// the event's changes to memory are rolled back — the state is rebuilt from the store, which
+    /// holds exactly what was committed before — and dispatch pauses until the store accepts
+    /// writes again: nothing is acknowledged, assigned, lost or failed meanwhile.
+    fn commit(&mut self) -> Result<(), StateError> {
+        if !self.jobs.all().iter().any(|k| k.has_changes()) {
+            return Ok(());
+        }
+        let jobs = &self.jobs;
+        let written = self.store.transaction(|tx| {
+            for kind in jobs.all() {
+                kind.persist(tx)?;
+            }
+            Ok(())
+        });
+        match written {
+            Ok(()) => {
+                for kind in self.jobs.all_mut() {
+                    kind.committed();
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.roll_back(&e);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Undoes every change to memory since the last commit by rebuilding the state from the
+    /// store, keeps what the store does not hold (nodes' liveness and last figures), and pauses.
+    fn roll_back(&mut self, cause: &StoreError) {
+        tracing::error!(
+            "the store refused a write ({cause}): rolling memory back to the store and pausing \
+             dispatch until it accepts writes (is the disk full?)"
+        );
+        self.paused_since.get_or_insert_with(Instant::now);
+        self.last_probe = Some(Instant::now());
+        if let Err(e) = self.reload() {
+            tracing::error!("rebuilding the state from the store failed ({e}); staying paused");
+        }
+    }
+
+    /// Rebuilds the state from the store (see [`State::roll_back`]). On error, `self` is unchanged.
+    fn reload(&mut self) -> Result<(), StateError> {
+        let snap = self.store.load()?;
+        let mut fresh = Self::from_snapshot(&self.config, Store::in_memory()?, snap)?;
+        std::mem::swap(&mut fresh.store, &mut self.store);
+        fresh.nodes.carry_over(&self.nodes);
+        for (i, n) in fresh.nodes.iter().enumerate() {
+            if !n.alive {
+                fresh.view.set_alive(NodeId(i as u32), false)?;
+            }
+        }
+        // Memory-only facts of the kinds.
+        fresh
+            .jobs
+            .batch
+            .carry_over(&mut self.jobs.batch, &mut fresh.view);
+        fresh.metrics = self.metrics.clone();
+        fresh.paused_since = self.paused_since;
+        fresh.last_probe = self.last_probe;
+        *self = fresh;
+        Ok(())
+    }
+
+    /// Whether dispatch is paused because the store refused a write; while paused, tries a small
+    /// write at most every [`PROBE_INTERVAL`] and resumes when it succeeds.
+    fn paused(&mut self) -> bool {
+        let Some(since) = self.paused_since else {
+            return false;
+        };
+        if self
+            .last_probe
+            .is_some_and(|t| t.elapsed() < PROBE_INTERVAL)
+        {
+            return true;
+        }
+        self.last_probe = Some(Instant::now());
+        match self.store.probe() {
+            Ok(()) => {
+                info!(after = ?since.elapsed(), "the store accepts writes again: dispatch resumes");
+                self.paused_since = None;
+                false
+            }
+            Err(e) => {
+                warn!("the store still refuses writes ({e}); dispatch stays paused");
+                true
+            }
+        }
+    }
+
+    /// Whether dispatch is paused because the store refuses writes.
+    pub fn is_paused(&self) -> bool {
+        self.paused_since.is_some()
+    }
+
+    /// Makes the store refuse (or accept again) every write as a full disk does: for tests of the
+    /// rollback path where a small filesystem cannot be mounted.
+    #[doc(hidden)]
+    pub fn simulate_full_disk(&mut self, full: bool) {
+        self.store.simulate_full_disk(full);
+    }
+
+    /// Every reaper tick: each kind's housekeeping (batch: the retention rule, at most every
+    /// [`RETENTION_INTERVAL`]).
+    pub fn apply_retention(&mut self) -> Result<(), StateError> {
+        for kind in self.jobs.all_mut() {
+            let mut cx = Ctx {
+                view: &mut self.view,
+                nodes: &mut self.nodes,
+                store: &mut self.store,
+                metrics: &self.metrics,
+                now: now_ns(),
+            };
+            kind.housekeeping(&mut cx)?;
+        }
+        Ok(())
+    }
+
+    /// Drops the rows of every newly finished batch job from memory, keeping its summary.
+    /// Returns how many jobs were evicted.
+    pub fn evict_finished(&mut self) -> usize {
+        self.jobs.batch.evict_finished(&mut self.store)
+    }
+
+    /// How many batch task rows memory holds (finished jobs' rows are not held).
+    pub fn tasks_in_memory(&self) -> usize {
+        self.jobs.batch.tasks_in_memory()
+    }
+
+    // ---------------------------------------------------------------- clients
+
+    /// Accepts a submission: its kind parses it, checks it can run on the live nodes, and stores
+    /// it in one transaction before memory changes. On any error nothing is stored.
+    pub fn on_submit(&mut self, sub: Submission) -> Result<Submitted, StateError> {
+        let live = self.nodes.live_specs();
+        let mut cx = ctx!(self);
+        self.jobs.batch.submit(&mut cx, &live, sub)
+    }
+
+    /// `hetsched resubmit JOB --failed`: every failed task of the job runs again.
+    pub fn on_resubmit(&mut self, job: u64) -> Result<u64, StateError> {
+        let n = match Kind::of(job) {
+            Some(Kind::Batch) => self.jobs.batch.resubmit_failed(&mut ctx!(self), job)?,
+            None => return Err(StateError::NoJob(job)),
+        };
+        self.commit()?;
+        info!(job, tasks = n, "failed tasks resubmitted");
+        Ok(n)
+    }
+
+    /// Cancels a job: pending tasks are dropped, running ones killed at their nodes' next heartbeat.
+    pub fn on_cancel(&mut self, job: u64) -> Result<u64, StateError> {
+        let n = match self.jobs.owner_mut(job) {
+            Some(kind) => kind.cancel(&mut ctx!(self), job)?,
+            None => return Err(StateError::NoJob(job)),
+        };
+        self.commit()?;
+        info!(job, tasks = n, "job cancelled");
+        Ok(n)
+    }
+
+    /// Purges the finished batch jobs `sel` selects (see [`PurgeSelection`]).
+    pub fn on_purge(&mut self, sel: &PurgeSelection) -> Result<Purged, StateError> {
+        self.jobs.batch.purge(&mut self.store, sel)
+    }
+
+    fn read(&self) -> Read<'_> {
+        Read {
+            view: &self.view,
+            nodes: &self.nodes,
+            store: &self.store,
+        }
+    }
+
+    /// Tasks of every kind by state.
+    pub fn count_tasks(&self) -> TaskCounts {
+        let mut c = TaskCounts::default();
+        for kind in self.jobs.all() {
+            c.add(&kind.counts());
+        }
+        c
+    }
+
+    /// How many jobs were ever submitted.
+    pub fn job_count(&self) -> u64 {
+        self.jobs.all().iter().map(|k| k.job_count()).sum()
+    }
+
+    /// One page of jobs: from job id `cursor` (0 = the first), at most `limit` (0 = the
+    /// default). Kinds are listed in [`Kind`] order; a page holds one kind's jobs, and the
+    /// cursor after a kind's last page is the next kind's first id.
+    pub fn list_jobs(&self, cursor: u64, limit: u32) -> JobsPage {
+        let limit = page_limit(limit);
+        let Some(kind) = self.jobs.owner(cursor) else {
+            return JobsPage::default();
+        };
+        let mut page = kind.jobs_page(&self.read(), cursor, limit);
+        if page.next_cursor == 0 {
+            page.next_cursor = next_kind_start(kind.kind());
+        }
+        page
+    }
+
+    /// One job with its applications.
+    pub fn get_job(&self, id: u64) -> Result<JobInfo, StateError> {
+        match self.jobs.owner(id) {
+            Some(kind) => kind.job(&self.read(), id),
+            None => Err(StateError::NoJob(id)),
+        }
+    }
+
+    /// One page of a job's tasks (job 0 = every job of every kind): from task id `cursor`
+    /// (0 = the first), at most `limit` (0 = the default). The state's lock is held for one page
+    /// only.
+    pub fn list_tasks(&self, job: u64, cursor: u64, limit: u32) -> Result<TasksPage, StateError> {
+        let limit = page_limit(limit);
+        if job != 0 {
+            return match self.jobs.owner(job) {
+                Some(kind) => kind.tasks_page(&self.read(), job, cursor, limit),
+                None => Err(StateError::NoJob(job)),
+            };
+        }
+        // Every job: the cursor's kind says where the listing is.
+        let Some(kind) = self.jobs.owner(cursor) else {
+            return Ok(TasksPage::default());
+        };
+        let all = kind.kind().id(0);
+        let mut page = kind.tasks_page(&self.read(), all, cursor, limit)?;
+        if page.next_cursor == 0 {
+            page.next_cursor = next_kind_start(kind.kind());
+        }
+        Ok(page)
+    }
+}
+
+/// Where a listing over every kind goes on after `kind`'s last page (0: it was the last kind).
+fn next_kind_start(kind: Kind) -> u64 {
+    Kind::ALL.iter().find(|k| **k > kind).map_or(0, |k| k.id(0))
+}

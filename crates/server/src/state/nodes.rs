@@ -1,0 +1,377 @@
+//! The node registry every job kind shares: what each node offers, whether it is alive, who its
+//! agent is, and which tasks (of any kind) the server has dispatched there; and the events about
+//! nodes themselves — registration, drain/resume, removal, and declaring silent nodes dead.
+
+use super::types::{Drained, GpuUtilisation, NodeInfo, Registered, Registration};
+use super::{RESTART_GRACE, State, StateError};
+use crate::store::{NodeRow, StoreError};
+use hetsched_core::{Node, NodeId};
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+use tracing::{info, warn};
+
+/// One node as the server knows it.
+#[derive(Debug)]
+pub struct NodeRec {
+    /// What it offers.
+    pub spec: Node,
+    /// Heartbeating (or within its grace after a restart).
+    pub alive: bool,
+    /// Its last registration or heartbeat.
+    pub last_seen: Instant,
+    /// Whether the node has registered or heartbeated since this server started (nodes restored
+    /// from the store get a longer grace period to come back after a restart).
+    pub seen: bool,
+    /// Tasks (of every kind) the server has dispatched here and not seen finish.
+    pub running: HashSet<u64>,
+    /// Its last reported disk read rate.
+    pub read_bps: f64,
+    /// Its last reported free memory.
+    pub available_memory: u64,
+    /// Its last reported device utilisation.
+    pub gpus: Vec<GpuUtilisation>,
+    /// The identity of the agent that registered the node (empty: restored from a store written
+    /// before identities; the next registration sets it).
+    pub identity: String,
+    /// Removed by an operator (`hetsched node remove`): dead for good, unlisted, its name free.
+    pub removed: bool,
+    /// Drained by an operator (`hetsched node drain`): no new work until `node resume`. Kept in
+    /// memory only: a restarted server forgets drains.
+    pub drained: bool,
+    /// The agent's last heartbeat said it is shutting down: no new work.
+    pub draining: bool,
+}
+
+impl NodeRec {
+    fn new(spec: Node, identity: String, removed: bool, seen: bool) -> Self {
+        NodeRec {
+            spec,
+            alive: !removed,
+            last_seen: Instant::now(),
+            seen,
+            running: HashSet::new(),
+            read_bps: 0.0,
+            available_memory: 0,
+            gpus: Vec::new(),
+            identity,
+            removed,
+            drained: false,
+            draining: false,
+        }
+    }
+}
+
+/// Every node ever registered, by id (ids are dense and never reused).
+#[derive(Debug, Default)]
+pub struct Nodes {
+    recs: Vec<NodeRec>,
+    by_name: HashMap<String, u32>,
+}
+
+impl Nodes {
+    /// Node `id`.
+    pub fn get(&self, id: u32) -> Option<&NodeRec> {
+        self.recs.get(id as usize)
+    }
+
+    /// Node `id`.
+    pub fn get_mut(&mut self, id: u32) -> Option<&mut NodeRec> {
+        self.recs.get_mut(id as usize)
+    }
+
+    /// How many nodes were ever registered.
+    pub fn len(&self) -> usize {
+        self.recs.len()
+    }
+
+    /// Whether none was.
+    pub fn is_empty(&self) -> bool {
+        self.recs.is_empty()
+    }
+
+    /// Every node, by id.
+    pub fn iter(&self) -> impl Iterator<Item = &NodeRec> {
+        self.recs.iter()
+    }
+
+    /// The id of the node named `name` (removed nodes give their names up).
+    pub fn by_name(&self, name: &str) -> Option<u32> {
+        self.by_name.get(name).copied()
+    }
+
+    /// The name of node `id` ("" if none).
+    pub fn name(&self, id: u32) -> &str {
+        self.get(id).map_or("", |n| n.spec.name.as_str())
+    }
+
+    /// Task `task` now runs on `node`.
+    pub fn started(&mut self, node: NodeId, task: u64) {
+        if let Some(n) = self.recs.get_mut(node.index()) {
+            n.running.insert(task);
+        }
+    }
+
+    /// Task `task` no longer runs on `node`.
+    pub fn ended(&mut self, node: NodeId, task: u64) {
+        if let Some(n) = self.recs.get_mut(node.index()) {
+            n.running.remove(&task);
+        }
+    }
+
+    /// Live nodes' descriptions (what a submission must fit).
+    pub fn live_specs(&self) -> Vec<Node> {
+        self.recs
+            .iter()
+            .filter(|n| n.alive && !n.removed)
+            .map(|n| n.spec.clone())
+            .collect()
+    }
+
+    /// Rebuilds a node from its stored row.
+    pub(super) fn restore(&mut self, row: NodeRow) -> Result<&NodeRec, StoreError> {
+        let spec: Node = serde_json::from_str(&row.spec)
+            .map_err(|e| StoreError::Corrupt(format!("node {}: {e}", row.id)))?;
+        if spec.id != NodeId(row.id) || row.id as usize != self.recs.len() {
+            return Err(StoreError::Corrupt(format!(
+                "node {} has id {}",
+                row.id, spec.id
+            )));
+        }
+        if !row.removed {
+            self.by_name.insert(row.name, row.id);
+        }
+        self.recs
+            .push(NodeRec::new(spec, row.identity, row.removed, false));
+        Ok(&self.recs[self.recs.len() - 1])
+    }
+
+    /// Keeps what the store does not hold (liveness, last figures, drains) from `old`, the
+    /// registry before a rollback.
+    pub(super) fn carry_over(&mut self, old: &Nodes) {
+        for (new, old) in self.recs.iter_mut().zip(&old.recs) {
+            new.alive = old.alive;
+            new.seen = old.seen;
+            new.last_seen = old.last_seen;
+            new.read_bps = old.read_bps;
+            new.available_memory = old.available_memory;
+            new.gpus = old.gpus.clone();
+            new.drained = old.drained;
+            new.draining = old.draining;
+        }
+    }
+}
+
+/// Compares two secrets without an early exit.
+pub(super) fn same_secret(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+fn node_json(spec: &Node) -> Result<String, StateError> {
+    serde_json::to_string(spec).map_err(|e| StateError::Invalid(format!("node description: {e}")))
+}
+
+impl State {
+    /// An agent (re-)registers: a new name gets the next node id; a known name gets its old id,
+    /// if the caller proves the identity that registered it, or if that node is dead (a
+    /// replacement agent takes the name over). A name held by a live node with another identity
+    /// is refused ([`StateError::NameTaken`]): two agents must not share a node.
+    pub fn on_register(&mut self, req: Registration) -> Result<Registered, StateError> {
+        let Registration {
+            name,
+            mut spec,
+            identity,
+        } = req;
+        let id = if let Some(id) = self.nodes.by_name(&name) {
+            spec.id = NodeId(id);
+            let rec = &self.nodes.recs[id as usize];
+            let same = !rec.identity.is_empty() && same_secret(&rec.identity, &identity);
+            if !same && rec.alive && !rec.identity.is_empty() {
+                warn!(node = %name, "registration refused: the name is held by a live node with another identity");
+                return Err(StateError::NameTaken(name));
+            }
+            if !same {
+                // A replacement (or the first registration since identities were introduced):
+                // the node is now this agent's.
+                self.store.put_node(&NodeRow {
+                    id,
+                    name: name.clone(),
+                    spec: node_json(&rec.spec)?,
+                    identity: identity.clone(),
+                    removed: false,
+                })?;
+                info!(node = %name, id, "node name taken over by a new agent identity");
+            }
+            let rec = &mut self.nodes.recs[id as usize];
+            rec.identity = identity;
+            if rec.spec != spec {
+                warn!(
+                    node = %name,
+                    "node registered again with different resources; the server keeps the first \
+                     description until it restarts with a fresh data directory"
+                );
+            }
+            rec.last_seen = Instant::now();
+            rec.seen = true;
+            if !rec.alive {
+                rec.alive = true;
+                self.view.set_alive(NodeId(id), true)?;
+            }
+            info!(node = %name, id, "node registered again");
+            id
+        } else {
+            let id = self.nodes.len() as u32;
+            spec.id = NodeId(id);
+            self.store.put_node(&NodeRow {
+                id,
+                name: name.clone(),
+                spec: node_json(&spec)?,
+                identity: identity.clone(),
+                removed: false,
+            })?;
+            self.view.add_node(spec.clone())?;
+            info!(node = %name, id, cores = spec.cores, gpus = spec.accelerators.len(), "node registered");
+            self.nodes.by_name.insert(name, id);
+            self.nodes
+                .recs
+                .push(NodeRec::new(spec, identity, false, true));
+            id
+        };
+        Ok(Registered {
+            node_id: id,
+            heartbeat_interval_ms: self.heartbeat_interval_ms,
+        })
+    }
+
+    /// Removes a dead node (`hetsched node remove`): it is no longer listed, counted or offered
+    /// to policies, and its name is free for another agent. A live node is refused: stop its
+    /// agent first and wait until it is declared dead. (Its id stays taken: ids are dense.)
+    pub fn remove_node(&mut self, name: &str) -> Result<u32, StateError> {
+        let Some(id) = self.nodes.by_name(name) else {
+            return Err(StateError::NoNode(name.to_string()));
+        };
+        let rec = &self.nodes.recs[id as usize];
+        if rec.alive {
+            return Err(StateError::Invalid(format!(
+                "node `{name}` is alive (last heartbeat {} ms ago): stop its agent, wait until the \
+                 node is declared dead, then remove it",
+                rec.last_seen.elapsed().as_millis()
+            )));
+        }
+        self.store.put_node(&NodeRow {
+            id,
+            // The name is UNIQUE in the store: a removed node's row gives it up (`#` is not
+            // allowed in node names).
+            name: format!("#removed-{id}"),
+            spec: node_json(&rec.spec)?,
+            identity: String::new(),
+            removed: true,
+        })?;
+        self.nodes.by_name.remove(name);
+        let rec = &mut self.nodes.recs[id as usize];
+        rec.removed = true;
+        rec.identity.clear();
+        info!(node = %name, id, "node removed");
+        Ok(id)
+    }
+
+    /// `hetsched node drain` (`drain`) / `node resume` (`!drain`): stops or restarts placing new
+    /// work on a node; its running tasks go on.
+    pub fn on_drain(&mut self, name: &str, drain: bool) -> Result<Drained, StateError> {
+        let Some(id) = self.nodes.by_name(name) else {
+            return Err(StateError::NoNode(name.to_string()));
+        };
+        let rec = &mut self.nodes.recs[id as usize];
+        if rec.drained != drain {
+            rec.drained = drain;
+            info!(node = %name, drained = drain, running = rec.running.len(), "node {}", if drain { "drained" } else { "resumed" });
+        }
+        Ok(Drained {
+            node_id: id,
+            running: rec.running.len() as u32,
+        })
+    }
+
+    /// The name of node `id`, if it has one.
+    pub fn node_name(&self, id: u32) -> Option<String> {
+        self.nodes
+            .get(id)
+            .filter(|n| !n.removed)
+            .map(|n| n.spec.name.clone())
+    }
+
+    /// Declares dead every live node silent for longer than `timeout` and hands its tasks to
+    /// their kinds as lost. Nodes not heard from since this server started get
+    /// [`RESTART_GRACE`] timeouts, so agents that were retrying during a restart reconnect before
+    /// their tasks are given away.
+    pub fn check_dead(&mut self, timeout: Duration) -> Result<(), StateError> {
+        if self.paused() {
+            // Nothing can be recorded: declaring nodes dead now would fail their tasks in memory
+            // only. Heartbeats keep `last_seen` fresh meanwhile.
+            return Ok(());
+        }
+        for i in 0..self.nodes.len() {
+            let n = &mut self.nodes.recs[i];
+            let limit = if n.seen {
+                timeout
+            } else {
+                (timeout * RESTART_GRACE).max(Duration::from_secs(5))
+            };
+            if !n.alive || n.last_seen.elapsed() <= limit {
+                continue;
+            }
+            n.alive = false;
+            warn!(node = %n.spec.name, tasks = n.running.len(), "node stopped heartbeating: declared dead");
+            let reason = format!("node `{}` stopped heartbeating", n.spec.name);
+            let mut lost: Vec<u64> = n.running.iter().copied().collect();
+            // Each re-queued task goes to the front: re-queue the last first, so they keep order.
+            lost.sort_unstable_by(|a, b| b.cmp(a));
+            self.view.set_alive(NodeId(i as u32), false)?;
+            for t in lost {
+                self.lose(t, &reason)?;
+            }
+        }
+        self.commit()
+    }
+
+    /// Every node (removed ones are not listed).
+    pub fn list_nodes(&self) -> Vec<NodeInfo> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| !n.removed)
+            .map(|(i, n)| {
+                let v = &self.view.nodes()[i];
+                NodeInfo {
+                    id: i as u32,
+                    name: n.spec.name.clone(),
+                    // A node restored from the store is shown dead until it heartbeats
+                    // (the scheduler still gives it RESTART_GRACE to come back).
+                    alive: n.alive && n.seen,
+                    cores: n.spec.cores,
+                    free_cores: v.free.cores,
+                    memory_bytes: n.spec.memory_bytes,
+                    accelerators: n.spec.accelerators.clone(),
+                    free_gpus: v.free_devices(None),
+                    running: n.running.len() as u32,
+                    last_seen_ms: n.last_seen.elapsed().as_millis() as u64,
+                    read_bytes_per_sec: n.read_bps,
+                    available_memory_bytes: n.available_memory,
+                    gpus: n.gpus.clone(),
+                    drained: n.drained,
+                    draining: n.draining,
+                    rack: n.spec.rack.to_string(),
+                    backed_off: self
+                        .jobs
+                        .all()
+                        .iter()
+                        .flat_map(|k| k.backed_off(i as u32))
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+}

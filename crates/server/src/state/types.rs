@@ -1,0 +1,384 @@
+//! The server's own request and reply types: what [`State`](super::State) and the job kinds
+//! ([`crate::jobs`]) take and return. They carry the same facts as the protobuf messages of
+//! `hetsched_proto` but belong to the server, so the wire format can change without touching a
+//! scheduling rule and a rule can change without touching the wire. The conversions both ways are
+//! in [`crate::convert`], the only module (with [`crate::service`]) that names protobuf types.
+
+use hetsched_core::{Accelerator, Node};
+use std::collections::BTreeMap;
+
+/// An agent's registration, already checked against [`crate::limits`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Registration {
+    /// The node's name (unique among live nodes).
+    pub name: String,
+    /// What the node offers (its id is set by the state).
+    pub spec: Node,
+    /// The agent's stable identity (from its work directory).
+    pub identity: String,
+}
+
+/// What a registration is answered with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Registered {
+    /// The node's id: every heartbeat names it.
+    pub node_id: u32,
+    /// How often the agent should heartbeat.
+    pub heartbeat_interval_ms: u64,
+}
+
+/// One attempt of one task (acknowledgements, kills).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TaskRef {
+    /// The task (its kind is in the high byte: see [`crate::jobs::Kind`]).
+    pub task_id: u64,
+    /// The attempt (1 = the first dispatch).
+    pub attempt: u32,
+}
+
+/// A task an agent says it runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunningTask {
+    /// The task.
+    pub task_id: u64,
+    /// The attempt the agent runs.
+    pub attempt: u32,
+    /// Bytes the task has read so far (its input split's progress).
+    pub read_bytes: u64,
+}
+
+/// How one attempt of a task ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskResult {
+    /// The task.
+    pub task_id: u64,
+    /// The attempt that ended.
+    pub attempt: u32,
+    /// The process's exit code (-1 when it did not exit by itself).
+    pub exit_code: i32,
+    /// What went wrong, if anything.
+    pub message: String,
+    /// When it started (agent's clock, ns since the epoch; 0 = unknown).
+    pub started_ns: u64,
+    /// When it ended.
+    pub finished_ns: u64,
+    /// Whether it succeeded.
+    pub success: bool,
+    /// Killed because its agent shut down (not the task's failure).
+    pub interrupted: bool,
+    /// The process could not be started (counts toward the node's back-off).
+    pub start_failed: bool,
+}
+
+/// One device's utilisation as an agent reports it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuUtilisation {
+    /// Device index on the node.
+    pub device: u32,
+    /// Busy percentage.
+    pub percent: u32,
+}
+
+/// One heartbeat from an agent.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HeartbeatReport {
+    /// The node the agent registered.
+    pub node_id: u32,
+    /// The agent's identity (only the agent that registered the node speaks for it).
+    pub identity: String,
+    /// What the agent runs now.
+    pub running: Vec<RunningTask>,
+    /// Attempts that ended since the last acknowledged heartbeat.
+    pub results: Vec<TaskResult>,
+    /// The node's disk read rate, bytes/s.
+    pub read_bytes_per_sec: f64,
+    /// Device utilisation.
+    pub gpus: Vec<GpuUtilisation>,
+    /// Memory the node has free.
+    pub available_memory_bytes: u64,
+    /// Keys of the task specs the agent holds (it need not be sent them again).
+    pub known_specs: Vec<u64>,
+    /// The agent is shutting down: no new work for it.
+    pub draining: bool,
+}
+
+/// What every task of one spec key runs (sent to a node once, before its first task of it).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TaskSpec {
+    /// The key assignments name (kind in the high byte, as task ids).
+    pub key: u64,
+    /// The job.
+    pub job_id: u64,
+    /// The application's name (the agent's output directory).
+    pub app: String,
+    /// `cpu` or `gpu`.
+    pub variant: String,
+    /// The command, with `{index}` for the task's index.
+    pub argv: Vec<String>,
+    /// The environment added to the agent's.
+    pub env: BTreeMap<String, String>,
+    /// The working directory.
+    pub workdir: String,
+    /// Time limit (0 = none).
+    pub time_limit_ms: u64,
+}
+
+/// One task handed to a node (the agent runs the spec `spec` with the task's index).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Dispatch {
+    /// The task.
+    pub task_id: u64,
+    /// Its attempt number.
+    pub attempt: u32,
+    /// Its index within its application.
+    pub index: u32,
+    /// Devices it may use.
+    pub devices: Vec<u32>,
+    /// The key of its [`TaskSpec`].
+    pub spec: u64,
+}
+
+/// The answer to a heartbeat.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HeartbeatReply {
+    /// Results recorded (the agent may forget them).
+    pub acked: Vec<TaskRef>,
+    /// New work.
+    pub assignments: Vec<Dispatch>,
+    /// Attempts the node runs that it should not.
+    pub kill: Vec<TaskRef>,
+    /// The node is unknown or the caller is not its agent: register (again).
+    pub reregister: bool,
+    /// Specs the agent does not hold yet, for this reply's assignments.
+    pub specs: Vec<TaskSpec>,
+    /// The reply was capped: heartbeat again at once for the rest.
+    pub more: bool,
+}
+
+/// A job submission.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Submission {
+    /// Where the file came from (error messages name it).
+    pub origin: String,
+    /// The job file's text.
+    pub text: String,
+    /// The client's working directory.
+    pub workdir: String,
+    /// The client's submission key (empty = none): a retry with it returns the stored job.
+    pub key: String,
+    /// A name given at submission (empty = none).
+    pub name: String,
+}
+
+/// What a submission is answered with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Submitted {
+    /// The job's id.
+    pub job_id: u64,
+    /// How many tasks it has.
+    pub tasks: u64,
+    /// The key named a job already stored: nothing new was stored.
+    pub existing: bool,
+}
+
+/// Tasks by state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskCounts {
+    /// Waiting to run.
+    pub pending: u64,
+    /// Dispatched, not finished.
+    pub running: u64,
+    /// Succeeded.
+    pub succeeded: u64,
+    /// Failed for good.
+    pub failed: u64,
+    /// Cancelled.
+    pub cancelled: u64,
+}
+
+impl TaskCounts {
+    /// Adds `o` to these counts.
+    pub fn add(&mut self, o: &TaskCounts) {
+        self.pending += o.pending;
+        self.running += o.running;
+        self.succeeded += o.succeeded;
+        self.failed += o.failed;
+        self.cancelled += o.cancelled;
+    }
+}
+
+/// One application of a job, as listings show it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AppInfo {
+    /// Its id.
+    pub id: u32,
+    /// Its name.
+    pub name: String,
+    /// How many tasks it has.
+    pub tasks: u64,
+    /// Its tasks by state.
+    pub counts: TaskCounts,
+    /// Mean observed run time of the CPU variant's successes (0 = none yet).
+    pub mean_cpu_ms: f64,
+    /// Same for the GPU variant.
+    pub mean_gpu_ms: f64,
+    /// Whether it has a CPU variant.
+    pub has_cpu: bool,
+    /// Whether it has a GPU variant.
+    pub has_gpu: bool,
+}
+
+/// One job, as listings show it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct JobInfo {
+    /// Its id.
+    pub id: u64,
+    /// Its name.
+    pub name: String,
+    /// `pending`, `running`, `completed`, `failed` or `cancelled`.
+    pub state: String,
+    /// How many tasks it has.
+    pub tasks: u64,
+    /// Its tasks by state.
+    pub counts: TaskCounts,
+    /// When it was submitted (ns since the epoch).
+    pub submitted_ns: u64,
+    /// When its last task ended (0 while it runs).
+    pub finished_ns: u64,
+    /// Its applications (only for a single job's view).
+    pub apps: Vec<AppInfo>,
+}
+
+/// One page of jobs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct JobsPage {
+    /// The jobs.
+    pub jobs: Vec<JobInfo>,
+    /// Where the next page starts (0 = this was the last).
+    pub next_cursor: u64,
+}
+
+/// One task, as listings show it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskInfo {
+    /// Its id.
+    pub id: u64,
+    /// Its job.
+    pub job_id: u64,
+    /// Its application's name.
+    pub app: String,
+    /// Its index in the application.
+    pub index: u32,
+    /// Its state's name.
+    pub state: String,
+    /// Its last attempt.
+    pub attempt: u32,
+    /// The node of its last attempt ("" = none).
+    pub node: String,
+    /// The variant of its last attempt ("" = none).
+    pub variant: String,
+    /// Devices of its last attempt.
+    pub devices: Vec<u32>,
+    /// When its last attempt started.
+    pub started_ns: u64,
+    /// When it ended.
+    pub finished_ns: u64,
+    /// Exit code (-1 = none).
+    pub exit_code: i32,
+    /// Why it is in its state.
+    pub message: String,
+    /// Failed attempts retried.
+    pub failed_attempts: u32,
+}
+
+/// One page of tasks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TasksPage {
+    /// The tasks.
+    pub tasks: Vec<TaskInfo>,
+    /// Where the next page starts (0 = this was the last).
+    pub next_cursor: u64,
+    /// How many ids the whole listing covers.
+    pub total: u64,
+}
+
+/// An application kept off a node by the start-failure back-off.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BackedOffApp {
+    /// The application's name.
+    pub app: String,
+    /// Its job.
+    pub job_id: u64,
+    /// Consecutive start failures.
+    pub failures: u32,
+    /// How long it stays off the node.
+    pub remaining_ms: u64,
+}
+
+/// One node, as listings show it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeInfo {
+    /// Its id.
+    pub id: u32,
+    /// Its name.
+    pub name: String,
+    /// Heartbeating (a node restored from the store is shown dead until it heartbeats).
+    pub alive: bool,
+    /// Cores.
+    pub cores: u32,
+    /// Cores no task holds.
+    pub free_cores: u32,
+    /// Memory.
+    pub memory_bytes: u64,
+    /// Accelerators.
+    pub accelerators: Vec<Accelerator>,
+    /// Accelerators no task holds.
+    pub free_gpus: u32,
+    /// Tasks dispatched there and not finished.
+    pub running: u32,
+    /// Since its last heartbeat.
+    pub last_seen_ms: u64,
+    /// Disk read rate it reported.
+    pub read_bytes_per_sec: f64,
+    /// Device utilisation it reported.
+    pub gpus: Vec<GpuUtilisation>,
+    /// Memory it reported free.
+    pub available_memory_bytes: u64,
+    /// Drained by an operator.
+    pub drained: bool,
+    /// Its agent is shutting down.
+    pub draining: bool,
+    /// Applications kept off it.
+    pub backed_off: Vec<BackedOffApp>,
+    /// Its rack.
+    pub rack: String,
+}
+
+/// Which finished jobs a purge deletes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PurgeSelection {
+    /// These jobs (each must be finished).
+    pub job_ids: Vec<u64>,
+    /// Every job finished at least this long ago.
+    pub older_than_ms: Option<u64>,
+    /// Every finished job but the `keep` most recently finished.
+    pub keep: Option<u64>,
+}
+
+/// What a purge deleted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Purged {
+    /// The jobs.
+    pub purged: Vec<u64>,
+    /// Their tasks.
+    pub tasks: u64,
+}
+
+/// What draining or resuming a node answers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Drained {
+    /// The node's id.
+    pub node_id: u32,
+    /// Tasks still running there.
+    pub running: u32,
+}
