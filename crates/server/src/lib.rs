@@ -33,7 +33,6 @@ pub mod metrics;
 pub mod service;
 pub mod state;
 pub mod store;
-pub mod topology;
 
 pub use config::{ServerConfig, TlsConfig};
 
@@ -72,7 +71,7 @@ pub enum ServerError {
     Http(#[from] metrics::HttpError),
     /// The topology store.
     #[error(transparent)]
-    Topology(#[from] topology::TopologyError),
+    Topology(#[from] jobs::topology::TopologyError),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ServerError + '_ {
@@ -224,7 +223,11 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
 
     let (tx, rx) = oneshot::channel();
     let router = service::router_with(shared, metrics, &creds, config.tls.as_ref(), relay).await?;
-    let router = topology::add_services(router, topology::Topologies::open(&dir, timeout)?, &creds);
+    let router = jobs::topology::add_services(
+        router,
+        jobs::topology::Topologies::open(&dir, timeout)?,
+        &creds,
+    );
     // Small request/response messages: without TCP_NODELAY, Nagle's algorithm and delayed ACKs
     // add tens of milliseconds to every heartbeat round trip.
     let incoming = tokio_stream::StreamExt::map(

@@ -57,6 +57,7 @@
 //! types stay in [`crate::convert`] and [`crate::service`].
 
 pub mod batch;
+pub mod topology;
 
 use crate::metrics::Metrics;
 use crate::state::StateError;

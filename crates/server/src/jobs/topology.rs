@@ -19,6 +19,13 @@
 //!   read back from the store; agents' workers keep running and are adopted when the agents sync
 //!   (nodes get `dead_timeout` from the restart to show up).
 //!
+//! **Not a [`JobKind`](super::JobKind).** The kinds behind that contract hand out tasks on
+//! heartbeats and take results; a topology's workers are long-running processes that agents
+//! supervise through their own sync call, with a control channel (peers, reports) that tasks do
+//! not have. So this module sits beside the batch kind, with its own service, state and store
+//! file; it does not book its workers' cores in the `SchedulerView` (batch tasks and topology
+//! workers on one node can share its cores — a known gap).
+//!
 //! Applying a new placement starts a new **generation**: agents stop the old workers and start
 //! the new ones (every worker restarts, not only the moved executors; see the issue-16 note).
 
