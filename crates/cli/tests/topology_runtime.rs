@@ -147,6 +147,23 @@ impl Cluster {
             .expect("json")
     }
 
+    /// The body of `GET /metrics` on the server's HTTP listener.
+    fn metrics(&self) -> String {
+        use std::io::{Read, Write};
+        let addr = std::fs::read_to_string(self.data().join("http-address")).expect("http-address");
+        let mut s = std::net::TcpStream::connect(addr.trim()).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .expect("send");
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).expect("read");
+        raw
+    }
+
     fn write(&self, name: &str, text: &str) -> PathBuf {
         let p = self.dir.join(name);
         std::fs::write(&p, text).expect("write");

@@ -161,10 +161,15 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         })?;
     let addr = listener.local_addr().map_err(io_err(&dir))?;
     let relay = Arc::new(logs::LogRelay::new(&creds.agent));
+    let topologies = jobs::topology::Topologies::open(
+        &dir,
+        std::time::Duration::from_nanos(config.dead_timeout.0.max(1_000_000)),
+    )?;
     let http = match config.http_listen {
         Some(at) => {
             let policy = config.policy.to_string();
-            let registry = metrics::registry(&metrics, shared.clone(), &policy);
+            let mut registry = metrics::registry(&metrics, shared.clone(), &policy);
+            topologies.register_metrics(&mut registry);
             let read_token = dashboard::read_token(&dir).map_err(io_err(&dir))?;
             let board = Arc::new(dashboard::Dashboard::new(
                 shared.clone(),

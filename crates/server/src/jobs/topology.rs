@@ -42,10 +42,14 @@ use hetsched_core::policy::stream::{
 };
 use hetsched_proto as pb;
 use hetsched_stream::{WorkerConfig, WorkerReport};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status};
@@ -164,9 +168,25 @@ struct Inner {
     nodes: BTreeMap<String, NodeSeen>,
 }
 
+type Labels = Vec<(String, String)>;
+
+/// Topology series in `/metrics` (`hetsched_topology_*`), labelled by topology; updated every
+/// controller tick from the same figures `topology show` prints.
+#[derive(Debug, Default)]
+struct TopologyMetrics {
+    throughput: Family<Labels, Gauge<f64, AtomicU64>>,
+    inter_node: Family<Labels, Gauge<f64, AtomicU64>>,
+    inter_process: Family<Labels, Gauge<f64, AtomicU64>>,
+    latency_p99: Family<Labels, Gauge<f64, AtomicU64>>,
+    workers: Family<Labels, Gauge>,
+    nodes: Family<Labels, Gauge>,
+    reschedules: Family<Labels, Gauge>,
+}
+
 /// The server's topologies.
 #[derive(Debug)]
 pub struct Topologies {
+    metrics: TopologyMetrics,
     inner: Mutex<Inner>,
     db: Mutex<rusqlite::Connection>,
     dead_timeout: Duration,
@@ -389,6 +409,7 @@ impl Topologies {
             );
         }
         Ok(Arc::new(Self {
+            metrics: TopologyMetrics::default(),
             inner: Mutex::new(Inner {
                 runs,
                 nodes: BTreeMap::new(),
@@ -398,6 +419,84 @@ impl Topologies {
             started: Instant::now(),
             epoch: Instant::now(),
         }))
+    }
+
+    /// Registers the `hetsched_topology_*` series.
+    pub fn register_metrics(&self, r: &mut Registry) {
+        let m = &self.metrics;
+        r.register(
+            "topology_throughput_tuples_per_second",
+            "Tuples per second emitted by a topology's spouts (last ~2 s)",
+            m.throughput.clone(),
+        );
+        r.register(
+            "topology_inter_node_tuples_per_second",
+            "Tuples per second between executors on different nodes (last ~2 s)",
+            m.inter_node.clone(),
+        );
+        r.register(
+            "topology_inter_process_tuples_per_second",
+            "Tuples per second between executors in different processes of one node (last ~2 s)",
+            m.inter_process.clone(),
+        );
+        r.register(
+            "topology_latency_p99_seconds",
+            "End-to-end latency, 99th percentile, worst of the workers' cumulative histograms",
+            m.latency_p99.clone(),
+        );
+        r.register(
+            "topology_workers_running",
+            "Worker processes reporting",
+            m.workers.clone(),
+        );
+        r.register(
+            "topology_nodes_used",
+            "Nodes the placement uses",
+            m.nodes.clone(),
+        );
+        r.register(
+            "topology_reschedules",
+            "Reschedules applied, by cause",
+            m.reschedules.clone(),
+        );
+    }
+
+    fn update_metrics(&self, inner: &Inner) {
+        let m = &self.metrics;
+        for run in inner.runs.values() {
+            let s = self.status(inner, run);
+            let l: Labels = vec![("topology".into(), run.rec.name.clone())];
+            let f = |k: &str| s[k].as_f64().unwrap_or(0.0);
+            m.throughput
+                .get_or_create(&l)
+                .set(f("throughput_tuples_per_s"));
+            m.inter_node
+                .get_or_create(&l)
+                .set(f("inter_node_tuples_per_s"));
+            m.inter_process
+                .get_or_create(&l)
+                .set(f("inter_process_tuples_per_s"));
+            m.latency_p99
+                .get_or_create(&l)
+                .set(f("latency_p99_us") / 1e6);
+            m.workers
+                .get_or_create(&l)
+                .set(s["workers_running"].as_i64().unwrap_or(0));
+            m.nodes
+                .get_or_create(&l)
+                .set(s["nodes_used"].as_i64().unwrap_or(0));
+            for cause in ["overload", "traffic", "node-lost", "rebalance"] {
+                let n = run
+                    .rec
+                    .reschedules
+                    .iter()
+                    .filter(|r| r.cause == cause)
+                    .count();
+                let mut lc = l.clone();
+                lc.push(("cause".into(), cause.into()));
+                m.reschedules.get_or_create(&lc).set(n as i64);
+            }
+        }
     }
 
     fn core_now(&self) -> u64 {
@@ -783,6 +882,7 @@ impl Topologies {
                 Err(e) => tracing::error!(topology = %run.rec.name, "reschedule: {e}"),
             }
         }
+        self.update_metrics(&inner);
         drop(inner);
         for rec in saves {
             self.save(&rec);
