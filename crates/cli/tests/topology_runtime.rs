@@ -83,6 +83,8 @@ impl Cluster {
                 &self.listen,
                 "--dead-timeout",
                 "2s",
+                "--http-listen",
+                "127.0.0.1:0",
                 "--data-dir",
             ])
             .arg(self.data())
@@ -325,6 +327,15 @@ fn word_count_is_exact_under_one_phase_and_even_and_one_phase_sends_less_between
         "one-phase {:.0} vs even {:.0} inter-node tuples/s",
         rates.0,
         rates.1
+    );
+    let m = c.metrics();
+    assert!(
+        m.contains("hetsched_topology_inter_node_tuples_per_second{topology=\"wc-one\"}"),
+        "{m}"
+    );
+    assert!(
+        m.contains("hetsched_topology_nodes_used{topology=\"wc-even\"} 3"),
+        "{m}"
     );
     c.ok(&["topology", "kill", "wc-one"]);
     let list = c.ok(&["topology", "list"]);

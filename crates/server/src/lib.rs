@@ -228,11 +228,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
 
     let (tx, rx) = oneshot::channel();
     let router = service::router_with(shared, metrics, &creds, config.tls.as_ref(), relay).await?;
-    let router = jobs::topology::add_services(
-        router,
-        jobs::topology::Topologies::open(&dir, timeout)?,
-        &creds,
-    );
+    let router = jobs::topology::add_services(router, topologies, &creds);
     // Small request/response messages: without TCP_NODELAY, Nagle's algorithm and delayed ACKs
     // add tens of milliseconds to every heartbeat round trip.
     let incoming = tokio_stream::StreamExt::map(

@@ -621,6 +621,8 @@ impl Topologies {
         let mut inner = lock(&self.inner);
         let run = inner.runs.get_mut(name).ok_or_else(|| not_found(name))?;
         run.rec.state = "killed".into();
+        // Its workers stop at their agents' next sync; none is reported from now on.
+        run.live.clear();
         let rec = run.rec.clone();
         self.save(&rec);
         let run = inner.runs.get(name).ok_or_else(|| not_found(name))?;
