@@ -97,6 +97,12 @@ pub fn spawn(
                 }
                 _ => continue,
             };
+            if reply.report_now {
+                for w in workers.values_mut() {
+                    let _ = w.stdin.write_all(b"{\"cmd\":\"report\"}\n").await;
+                    let _ = w.stdin.flush().await;
+                }
+            }
             let wanted: HashMap<Key, pb::WorkerAssignment> = reply
                 .workers
                 .into_iter()

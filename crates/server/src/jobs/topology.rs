@@ -9,7 +9,9 @@
 //!   latest cumulative counters; the answer is the workers their node should run, with the
 //!   addresses of the topology's other workers.
 //! - **Monitoring**: counter deltas feed the core's `TrafficMonitor` (spec 04's monitor); every
-//!   `interval` it is flushed into the executor traffic list, which is kept (with node loads) in
+//!   `interval` — after asking every worker for a fresh report (the agents' next sync carries
+//!   `report_now`; at most 1.5 s wait) — it is flushed into the executor traffic list, which is
+//!   kept (with node loads) in
 //!   the store — `DATA_DIR/topologies.sqlite` — and handed to the core's
 //!   `RescheduleController` with the same placer: overload → apply at once; traffic gain above
 //!   `gain_threshold` → apply; at most one computation per `interval`.
@@ -53,6 +55,9 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status};
+
+/// Longest wait for fresh reports before a reschedule computation goes on without them.
+const REPORT_WAIT: Duration = Duration::from_millis(1500);
 
 /// Worker slots a node offers a placer (Storm's usual four).
 const SLOTS_PER_NODE: u32 = 4;
@@ -146,6 +151,8 @@ struct Run {
     traffic: Vec<ExecutorPair>,
     controller: Option<RescheduleController>,
     last_compute: Instant,
+    /// A computation is due: fresh reports were asked for at this time (wall ns, Instant).
+    asked: Option<(u64, Instant)>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -245,6 +252,7 @@ impl Run {
             traffic: Vec::new(),
             controller,
             last_compute: Instant::now(),
+            asked: None,
         }
     }
 
@@ -774,7 +782,14 @@ impl Topologies {
                 });
             }
         }
-        pb::SyncWorkersReply { workers: out }
+        let report_now = inner
+            .runs
+            .values()
+            .any(|r| r.asked.is_some() && r.rec.state == "running");
+        pb::SyncWorkersReply {
+            workers: out,
+            report_now,
+        }
     }
 
     /// The controller's periodic pass: places topologies waiting for nodes, re-places those
@@ -835,6 +850,25 @@ impl Topologies {
             if run.last_compute.elapsed() < Duration::from_millis(run.rec.interval_ms) {
                 continue;
             }
+            // Spec 04: when a reschedule is considered, the monitors report at once. Ask every
+            // worker (through the agents' next sync) and compute when all have answered, or
+            // after REPORT_WAIT.
+            match run.asked {
+                None => {
+                    run.asked = Some((now_ns(), Instant::now()));
+                    continue;
+                }
+                Some((asked_ns, asked_at)) => {
+                    let fresh = run
+                        .live
+                        .values()
+                        .all(|l| l.report.as_ref().is_some_and(|r| r.at_ns >= asked_ns));
+                    if !fresh && asked_at.elapsed() < REPORT_WAIT {
+                        continue;
+                    }
+                }
+            }
+            run.asked = None;
             run.last_compute = Instant::now();
             let traffic = run.monitor.flush(now);
             if traffic.is_empty() {
