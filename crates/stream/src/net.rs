@@ -57,7 +57,7 @@ fn connect(shared: &Shared, peer: u32) -> Option<TcpStream> {
                 Ok(mut s) => {
                     let _ = s.set_nodelay(true);
                     let mut scratch = Vec::new();
-                    if Frame::Hello(shared.worker)
+                    if Frame::Hello(shared.routes().worker)
                         .write(&mut s, &mut scratch)
                         .is_ok()
                     {

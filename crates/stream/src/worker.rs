@@ -100,17 +100,28 @@ pub enum WorkerError {
     },
 }
 
+/// Where executors run, as this worker knows it: its own index and every executor's worker.
+/// Replaced as a whole when the server applies a placement that keeps this worker's executors
+/// ([`Worker::reassign`]).
+#[derive(Debug)]
+pub struct Routes {
+    /// This worker's index.
+    pub worker: u32,
+    /// Worker of every executor.
+    pub assignment: Vec<u32>,
+}
+
 /// State shared by a worker's threads.
 #[derive(Debug)]
 pub struct Shared {
-    /// This worker's index.
-    pub worker: u32,
+    /// The routes now; `routes_gen` counts replacements so emitters notice.
+    pub routes: RwLock<Arc<Routes>>,
+    /// Replacements of `routes` so far.
+    pub routes_gen: AtomicU64,
     /// The topology and its code.
     pub topo: RunnableTopology,
     /// Component of every executor.
     pub components: Vec<usize>,
-    /// Worker of every executor.
-    pub assignment: Vec<u32>,
     /// Inboxes of this worker's bolts.
     pub inboxes: HashMap<u32, Sender<Vec<Tuple>>>,
     /// Ack inboxes of this worker's spouts.
@@ -138,6 +149,14 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// The routes now.
+    pub fn routes(&self) -> Arc<Routes> {
+        match self.routes.read() {
+            Ok(r) => r.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
     /// Whether the worker is stopping.
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
@@ -201,8 +220,11 @@ impl Shared {
         };
         if let Some(b) = self.ack_boxes.get(&spout) {
             let _ = b.send(a);
-        } else if let Some(&w) = self.assignment.get(spout as usize)
-            && w != self.worker
+            return;
+        }
+        let routes = self.routes();
+        if let Some(&w) = routes.assignment.get(spout as usize)
+            && w != routes.worker
         {
             let _ = self.peer(w).acks.send(a);
         }
@@ -227,6 +249,8 @@ pub struct Emitter {
     outs: Vec<Out>,
     local: HashMap<u32, Vec<Tuple>>,
     remote: HashMap<u32, Vec<Tuple>>,
+    routes: Arc<Routes>,
+    routes_seen: u64,
     rng: u64,
     emitted: u64,
 }
@@ -249,6 +273,8 @@ impl Emitter {
             })
             .collect();
         Self {
+            routes: shared.routes(),
+            routes_seen: shared.routes_gen.load(Ordering::Acquire),
             rng: 0x9e37_79b9_7f4a_7c15 ^ (u64::from(me) << 17) ^ now_ns(),
             shared,
             me,
@@ -327,8 +353,8 @@ impl Emitter {
     }
 
     fn push(&mut self, t: Tuple) {
-        let w = self.shared.assignment[t.dst as usize];
-        if w == self.shared.worker {
+        let w = self.routes.assignment[t.dst as usize];
+        if w == self.routes.worker {
             let dst = t.dst;
             let buf = self.local.entry(dst).or_default();
             buf.push(t);
@@ -364,8 +390,23 @@ impl Emitter {
         }
     }
 
-    /// Sends every buffered tuple now, and publishes the emitted count.
+    /// Sends every buffered tuple now, and publishes the emitted count. When the routes changed,
+    /// buffered tuples are routed again first.
     pub fn flush(&mut self) {
+        let g = self.shared.routes_gen.load(Ordering::Acquire);
+        if g != self.routes_seen {
+            self.routes_seen = g;
+            self.routes = self.shared.routes();
+            let pending: Vec<Tuple> = self
+                .local
+                .drain()
+                .chain(self.remote.drain())
+                .flat_map(|(_, b)| b)
+                .collect();
+            for t in pending {
+                self.push(t);
+            }
+        }
         let local: Vec<(u32, Vec<Tuple>)> = self
             .local
             .iter_mut()
@@ -466,9 +507,12 @@ impl Worker {
         }
         let _ = std::fs::create_dir_all(&config.work_dir);
         let shared = Arc::new(Shared {
-            worker: config.worker,
+            routes: RwLock::new(Arc::new(Routes {
+                worker: config.worker,
+                assignment: config.assignment.clone(),
+            })),
+            routes_gen: AtomicU64::new(0),
             components: components.clone(),
-            assignment: config.assignment.clone(),
             inboxes,
             ack_boxes,
             peers: Mutex::new(HashMap::new()),
@@ -584,6 +628,40 @@ impl Worker {
         }
     }
 
+    /// Takes a new placement that keeps exactly this worker's executors here: the worker becomes
+    /// worker `worker` of `assignment`, its executors keep running (and their state), and tuples
+    /// go by the new routes from now on. Connections to other workers are dropped (their indices
+    /// may mean other workers now); give the new peers with [`Worker::set_peers`]. Refused (and
+    /// nothing changes) when the new placement moves an executor into or out of this worker.
+    pub fn reassign(&self, worker: u32, assignment: Vec<u32>) -> Result<(), String> {
+        if assignment.len() != self.shared.components.len() {
+            return Err(format!(
+                "the assignment names {} executors, but the topology has {}",
+                assignment.len(),
+                self.shared.components.len()
+            ));
+        }
+        let mut mine: Vec<u32> = self.shared.counters.keys().copied().collect();
+        mine.sort_unstable();
+        let theirs: Vec<u32> = (0..assignment.len() as u32)
+            .filter(|&e| assignment[e as usize] == worker)
+            .collect();
+        if mine != theirs {
+            return Err(
+                "the new placement moves executors into or out of this worker: start a new one"
+                    .into(),
+            );
+        }
+        if let Ok(mut r) = self.shared.routes.write() {
+            *r = Arc::new(Routes { worker, assignment });
+        }
+        if let Ok(mut p) = self.shared.peers.lock() {
+            p.clear();
+        }
+        self.shared.routes_gen.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
     /// The worker's counters now.
     pub fn report(&self) -> WorkerReport {
         report(&self.shared)
@@ -656,7 +734,7 @@ pub fn report(shared: &Shared) -> WorkerReport {
         .map(|h| h.summary())
         .unwrap_or_default();
     WorkerReport {
-        worker: shared.worker,
+        worker: shared.routes().worker,
         at_ns: now_ns(),
         pairs,
         executors,
