@@ -108,6 +108,32 @@ pub fn spawn(
                 .into_iter()
                 .map(|a| ((a.topology.clone(), a.generation, a.worker), a))
                 .collect();
+            // A new placement that keeps a running worker's executors: hand it the new routes
+            // under its new key instead of stopping it and starting another.
+            for (k, a) in &wanted {
+                if a.keep_generation == 0 || workers.contains_key(k) {
+                    continue;
+                }
+                let old: Key = (k.0.clone(), a.keep_generation, a.keep_worker);
+                let Some(mut w) = workers.remove(&old) else {
+                    continue;
+                };
+                let assignment = serde_json::from_str::<serde_json::Value>(&a.config_json)
+                    .ok()
+                    .and_then(|c| c.get("assignment").cloned())
+                    .unwrap_or_default();
+                let cmd =
+                    serde_json::json!({"cmd": "assign", "worker": k.2, "assignment": assignment});
+                let line = format!("{cmd}\n");
+                if w.stdin.write_all(line.as_bytes()).await.is_ok() && w.stdin.flush().await.is_ok()
+                {
+                    info!(topology = %k.0, generation = k.1, worker = k.2, "stream worker kept under the new placement");
+                    w.peers_sent.clear();
+                    workers.insert(k.clone(), w);
+                } else {
+                    workers.insert(old, w);
+                }
+            }
             // Stop what is no longer assigned.
             let stale: Vec<Key> = workers
                 .keys()

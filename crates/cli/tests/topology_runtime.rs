@@ -532,3 +532,113 @@ fn the_controller_reschedules_exactly_when_the_thresholds_allow() {
             && read_counts(&c.dir, "wc-off") == want
     });
 }
+
+/// Two independent pipelines (spout → count), each 160 % of CPU: one-phase gives each its own
+/// 2-core node.
+fn two_pipelines() -> String {
+    let mut t = String::from("name = \"pipes\"\n");
+    for p in ["a", "b"] {
+        t.push_str(&format!(
+            r#"[[component]]
+name = "words-{p}"
+kind = "spout"
+parallelism = 2
+cpu = 40.0
+builtin = "corpus-spout"
+params = {{ lines = ["one two three", "two three", "three"], repeat = 0, reliable = true, rate = 100 }}
+[[component]]
+name = "count-{p}"
+kind = "bolt"
+parallelism = 2
+cpu = 40.0
+builtin = "count"
+[[stream]]
+from = "words-{p}"
+to = "count-{p}"
+grouping = "fields"
+rate = 100.0
+"#
+        ));
+    }
+    t
+}
+
+#[test]
+fn a_new_placement_restarts_only_the_workers_whose_executors_move() {
+    // One-phase puts each pipeline on its own node. When the agent of pipeline b's node dies,
+    // pipeline b is placed on the third node; pipeline a's worker runs the same executors on the
+    // same node before and after, so it is kept: same process, new routes, no restart.
+    let mut c = Cluster::start("keep", &["n1", "n2", "n3"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let file = c.write("pipes.toml", &two_pipelines());
+    c.ok(&[
+        "topology",
+        "submit",
+        file.to_str().expect("path"),
+        "--interval",
+        "0s",
+    ]);
+    wait_until("two workers producing", Duration::from_secs(20), || {
+        let s = c.show("pipes");
+        worker_pids(&s).len() == 2 && total(&s) > 0
+    });
+    let s = c.show("pipes");
+    let placement = s["placement"].as_array().expect("placement").clone();
+    let node_of = |x: &str| {
+        placement
+            .iter()
+            .find(|p| p["executor"] == x)
+            .and_then(|p| p["node"].as_str())
+            .expect("placed")
+            .to_string()
+    };
+    let (node_a, node_b) = (node_of("words-a#0"), node_of("words-b#0"));
+    assert_ne!(node_a, node_b, "one node per pipeline: {s}");
+    let kept_pid = s["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .find(|w| w["node"] == node_a.as_str())
+        .and_then(|w| w["pid"].as_u64())
+        .expect("pid");
+    if let Some(mut a) = c.agents.remove(&node_b) {
+        a.kill().expect("SIGKILL agent");
+        let _ = a.wait();
+    }
+    wait_until(
+        "re-placement without the lost node",
+        Duration::from_secs(30),
+        || {
+            let s = c.show("pipes");
+            s["generation"].as_u64() == Some(2)
+                && worker_pids(&s).len() == 2
+                && !nodes_of_workers(&s).contains(&node_b)
+        },
+    );
+    let s = c.show("pipes");
+    let r = &s["reschedules"][0];
+    assert_eq!(r["cause"], "node-lost");
+    assert_eq!(r["workers_kept"], 1, "{s}");
+    assert!(
+        worker_pids(&s).contains(&kept_pid),
+        "the kept worker still runs: {s}"
+    );
+    let before = total(&s);
+    let received = |s: &Value, prefix: &str| -> f64 {
+        s["executors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|x| {
+                x["executor"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with(prefix))
+            })
+            .map(|x| x["received_per_s"].as_f64().unwrap_or(0.0))
+            .sum()
+    };
+    wait_until("both pipelines counting", Duration::from_secs(20), || {
+        let s = c.show("pipes");
+        total(&s) > before + 300 && received(&s, "count-a") > 0.0 && received(&s, "count-b") > 0.0
+    });
+}

@@ -9,6 +9,8 @@
 //!
 //! In (stdin), one JSON object per line:
 //! - `{"cmd": "peers", "peers": {"1": "127.0.0.1:40124", ...}}`: where the other workers listen;
+//! - `{"cmd": "assign", "worker": 2, "assignment": [...]}`: a new placement that keeps this
+//!   worker's executors (it becomes worker 2; refused with an `error` event otherwise);
 //! - `{"cmd": "report"}`: report now (the server asks when it considers a reschedule);
 //! - `{"cmd": "stop"}`: stop (components finish: counts write their last snapshot).
 //!
@@ -27,6 +29,7 @@ use std::time::Duration;
 #[serde(tag = "cmd", rename_all = "kebab-case")]
 enum Cmd {
     Peers { peers: HashMap<String, String> },
+    Assign { worker: u32, assignment: Vec<u32> },
     Report,
     Stop,
 }
@@ -83,6 +86,16 @@ pub fn run_process(config: WorkerConfig, report_every: Duration) -> Result<(), W
                     })
                     .collect();
                 worker.set_peers(map);
+            }
+            Ok(Some(Cmd::Assign {
+                worker: w,
+                assignment,
+            })) => {
+                let event = match worker.reassign(w, assignment) {
+                    Ok(()) => serde_json::json!({"event": "assigned", "worker": w}),
+                    Err(message) => serde_json::json!({"event": "error", "message": message}),
+                };
+                emit(&event);
             }
             Ok(Some(Cmd::Report)) | Err(mpsc::RecvTimeoutError::Timeout) => {
                 let r = worker.report();

@@ -121,6 +121,9 @@ pub struct Reschedule {
     pub nodes: usize,
     /// The generation it started.
     pub generation: u64,
+    /// Workers of the earlier placement kept running (their executors did not move).
+    #[serde(default)]
+    pub workers_kept: usize,
 }
 
 #[derive(Debug)]
@@ -153,6 +156,9 @@ struct Run {
     last_compute: Instant,
     /// A computation is due: fresh reports were asked for at this time (wall ns, Instant).
     asked: Option<(u64, Instant)>,
+    /// Workers of this generation that are running workers of an earlier one (new index →
+    /// (old generation, old index)).
+    kept: HashMap<u32, (u64, u32)>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -253,6 +259,7 @@ impl Run {
             controller,
             last_compute: Instant::now(),
             asked: None,
+            kept: HashMap::new(),
         }
     }
 
@@ -326,13 +333,54 @@ impl Run {
         self.window_start = Instant::now();
     }
 
-    fn new_generation(&mut self, placed: Placed) {
+    /// Applies a new placement as a new generation. A worker of the new placement that runs
+    /// exactly the executors an old worker runs, on the same node, is **kept**: its agent hands
+    /// the running process the new routes (`keep_generation`/`keep_worker`) instead of starting
+    /// one, so only the executors that move are restarted. Returns how many workers are kept.
+    fn new_generation(&mut self, placed: Placed) -> usize {
+        let old_gen = self.rec.generation;
+        let sets = |p: &Placed| -> Vec<(String, Vec<usize>)> {
+            (0..p.workers.len())
+                .map(|w| {
+                    let execs = (0..p.assignment.len())
+                        .filter(|&e| p.assignment[e] as usize == w)
+                        .collect();
+                    (p.workers[w].0.clone(), execs)
+                })
+                .collect()
+        };
+        let mut kept: HashMap<u32, (u64, u32)> = HashMap::new();
+        if let Some(old) = &self.rec.placement {
+            let old_sets = sets(old);
+            for (new_w, set) in sets(&placed).into_iter().enumerate() {
+                if let Some(old_w) = old_sets.iter().position(|o| *o == set) {
+                    kept.insert(new_w as u32, (old_gen, old_w as u32));
+                }
+            }
+        }
+        let by_old: HashMap<u32, u32> = kept.iter().map(|(n, (_, o))| (*o, *n)).collect();
+        let renumber = |w: u32| by_old.get(&w).copied();
+        self.live = std::mem::take(&mut self.live)
+            .into_iter()
+            .filter_map(|(w, l)| renumber(w).map(|n| (n, l)))
+            .collect();
+        self.prev_pairs = std::mem::take(&mut self.prev_pairs)
+            .into_iter()
+            .filter_map(|((w, a, b), c)| renumber(w).map(|n| ((n, a, b), c)))
+            .collect();
+        self.prev_cpu = std::mem::take(&mut self.prev_cpu)
+            .into_iter()
+            .filter_map(|((w, e), c)| renumber(w).map(|n| ((n, e), c)))
+            .collect();
+        self.prev_emitted = std::mem::take(&mut self.prev_emitted)
+            .into_iter()
+            .filter_map(|((w, e), c)| renumber(w).map(|n| ((n, e), c)))
+            .collect();
         self.rec.generation += 1;
         self.rec.placement = Some(placed);
-        self.live.clear();
-        self.prev_pairs.clear();
-        self.prev_cpu.clear();
-        self.prev_emitted.clear();
+        let n = kept.len();
+        self.kept = kept;
+        n
     }
 }
 
@@ -683,9 +731,10 @@ impl Topologies {
         if current.as_ref() != Some(&p) {
             let pl = placed(&p, &nodes);
             let used = p.nodes_used().len();
-            run.new_generation(pl);
+            let workers_kept = run.new_generation(pl);
             let generation = run.rec.generation;
             run.rec.reschedules.push(Reschedule {
+                workers_kept,
                 at_ns: now_ns(),
                 cause: "rebalance".into(),
                 gain,
@@ -773,12 +822,16 @@ impl Topologies {
                     .filter(|(w, _)| **w != idx as u32)
                     .map(|(w, l)| (*w, l.addr.clone()))
                     .collect();
+                let (keep_generation, keep_worker) =
+                    run.kept.get(&(idx as u32)).copied().unwrap_or((0, 0));
                 out.push(pb::WorkerAssignment {
                     topology: run.rec.name.clone(),
                     generation: run.rec.generation,
                     worker: idx as u32,
                     config_json: serde_json::to_string(&config).unwrap_or_default(),
                     peers,
+                    keep_generation,
+                    keep_worker,
                 });
             }
         }
@@ -825,10 +878,11 @@ impl Topologies {
                     Ok(p) => {
                         let first = run.rec.placement.is_none();
                         let used = p.nodes_used().len();
-                        run.new_generation(placed(&p, &nodes));
+                        let workers_kept = run.new_generation(placed(&p, &nodes));
                         if !first {
                             let generation = run.rec.generation;
                             run.rec.reschedules.push(Reschedule {
+                                workers_kept,
                                 at_ns: now_ns(),
                                 cause: "node-lost".into(),
                                 gain: 0.0,
@@ -898,7 +952,7 @@ impl Topologies {
                     placement,
                 }) => {
                     let used = placement.nodes_used().len();
-                    run.new_generation(placed(&placement, &nodes));
+                    let workers_kept = run.new_generation(placed(&placement, &nodes));
                     let generation = run.rec.generation;
                     let cause = match cause {
                         Cause::Overload => "overload",
@@ -906,6 +960,7 @@ impl Topologies {
                     };
                     tracing::info!(topology = %run.rec.name, cause, gain, "rescheduled onto {used} node(s)");
                     run.rec.reschedules.push(Reschedule {
+                        workers_kept,
                         at_ns: now_ns(),
                         cause: cause.into(),
                         gain,
