@@ -28,8 +28,9 @@
 //! file; it does not book its workers' cores in the `SchedulerView` (batch tasks and topology
 //! workers on one node can share its cores — a known gap).
 //!
-//! Applying a new placement starts a new **generation**: agents stop the old workers and start
-//! the new ones (every worker restarts, not only the moved executors; see the issue-16 note).
+//! Applying a new placement starts a new **generation**: a worker of the new placement that runs
+//! the same executors on the same node as a running one is kept (its agent hands it the new
+//! routes); agents stop the other old workers and start the other new ones.
 
 use hetsched_core::input::stream_code::parse_runnable_topology;
 use hetsched_core::model::stream_code::RunnableTopology;
