@@ -8,7 +8,8 @@
 //!   live charts over Server-Sent Events);
 //! - [`datadir`]: the private data directory, the client and agent tokens, the directory lock;
 //! - [`limits`]: bounds on what an agent may claim at registration;
-//! - [`store`]: durable state (SQLite, WAL, `synchronous=FULL`);
+//! - [`store`]: durable state (SQLite, WAL, `synchronous=NORMAL`);
+//! - [`durable`]: group commit — replies wait for one shared `fdatasync` of the WAL;
 //! - [`state`]: the live state every job kind shares (nodes, the resource ledger, the store's
 //!   transaction, the full-disk pause) and the one dispatch path that routes each event to the
 //!   job kind that owns it; its own request/reply types in [`state::types`];
@@ -26,6 +27,7 @@ pub mod config;
 pub mod convert;
 pub mod dashboard;
 pub mod datadir;
+pub mod durable;
 pub mod jobs;
 pub mod limits;
 pub mod logs;
@@ -72,6 +74,9 @@ pub enum ServerError {
     /// The topology store.
     #[error(transparent)]
     Topology(#[from] jobs::topology::TopologyError),
+    /// The state's lock was poisoned (a panic while it was held).
+    #[error("the server state is poisoned")]
+    Poisoned,
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ServerError + '_ {

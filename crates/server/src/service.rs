@@ -2,16 +2,24 @@
 //! cancel), each behind a check of its own role's token (agents and users hold different ones), plus the standard gRPC health service (unauthenticated, so
 //! load balancers and `grpc_health_probe` can use it).
 //!
-//! Handlers take the state's lock inside `block_in_place`: a heartbeat may commit to SQLite, and an
-//! fsync must not stall the other async tasks of the worker it runs on.
+//! Handlers take the state's lock, run one event, and answer only once the event's writes are
+//! durable (see [`crate::durable`]). Heartbeats — the hot path — run on the async worker itself
+//! when the lock is free: under the lock they only change memory and append to the WAL (no
+//! fsync), and their replies wait ([`Durable::wait`]) for one `fdatasync` of the WAL shared by
+//! every reply waiting at that moment, made outside the lock. Other calls, which are rare and may
+//! read or write many rows (a 1,000,000-task submission, a page read from the store, a purge),
+//! run inside `block_in_place` and sync before releasing the lock, as every call did before
+//! group commit.
 
 use crate::ServerError;
 use crate::config::TlsConfig;
 use crate::convert::Wire;
 use crate::datadir::Credentials;
+use crate::durable::Durable;
 use crate::logs::LogRelay;
 use crate::metrics::Metrics;
-use crate::state::{State, StateError};
+use crate::state::{State, StateError, TasksListing};
+use crate::store::StoreReader;
 use hetsched_proto as pb;
 use hetsched_proto::agent_server::{Agent, AgentServer};
 use hetsched_proto::client_server::{Client, ClientServer};
@@ -34,31 +42,109 @@ fn status(e: StateError) -> Status {
     }
 }
 
+/// How a handler runs its event.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Run {
+    /// On the async worker when the lock is free (short: memory and WAL appends only); inside
+    /// `block_in_place` when another call holds it.
+    Inline,
+    /// Inside `block_in_place` (may read or write many rows).
+    Blocking,
+}
+
+/// Runs `f` under the state's lock and returns its answer once every write made up to the end
+/// of `f` is durable (a call that wrote nothing may have read what another call wrote: it
+/// waits for that too, so nothing it acknowledges can be lost).
 async fn with_state<T: Send + 'static>(
+    state: &Shared,
+    durable: &Durable,
+    how: Run,
+    f: impl FnOnce(&mut State) -> Result<T, StateError> + Send + 'static,
+) -> Result<Response<T>, Status> {
+    let (answer, written) = run_event(state, durable, how, f)?;
+    let answer = answer?;
+    if let Err(e) = durable.wait(written).await {
+        // What this call (and others) committed may not be on disk: roll memory back to the
+        // store and pause, as after a refused commit.
+        blocking(|| {
+            if let Ok(mut s) = state.lock() {
+                s.sync_failed(&e);
+            }
+        });
+        return Err(unavailable(e));
+    }
+    Ok(Response::new(answer))
+}
+
+/// Runs `f`, which may block on I/O or a lock, without stalling the async worker's other tasks
+/// (a current-thread runtime, in tests, cannot hand its only worker over: `f` runs in place).
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    if tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::MultiThread
+    {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
+    }
+}
+
+/// The synchronous part of [`with_state`]: `f`'s answer and the store's write count after it.
+fn run_event<T>(
+    state: &Shared,
+    durable: &Durable,
+    how: Run,
+    f: impl FnOnce(&mut State) -> Result<T, StateError>,
+) -> Result<(Result<T, Status>, u64), Status> {
+    let poisoned = || Status::internal("server state poisoned");
+    let exec = move |s: &mut State| (f(s).map_err(status), s.written());
+    // Inline only while the lock is free: a heartbeat must not park the async worker behind a
+    // long call (a big submission) that holds it.
+    if how == Run::Inline {
+        match state.try_lock() {
+            Ok(mut guard) => return Ok(exec(&mut guard)),
+            Err(std::sync::TryLockError::WouldBlock) => {}
+            Err(std::sync::TryLockError::Poisoned(_)) => return Err(poisoned()),
+        }
+    }
+    // The worker thread is replaced while this one may block on the lock or on I/O.
+    blocking(|| {
+        let mut guard = state.lock().map_err(|_| poisoned())?;
+        let (answer, written) = exec(&mut guard);
+        if how == Run::Blocking {
+            // A rare call (registration, submission, cancel …): synced before the lock is
+            // released, so no other call sees its change before it is durable.
+            if let Err(e) = durable.wait_blocking(written) {
+                guard.sync_failed(&e);
+                return Err(unavailable(e));
+            }
+        }
+        Ok((answer, written))
+    })
+}
+
+fn unavailable(e: crate::durable::SyncError) -> Status {
+    tracing::error!("{e}");
+    Status::unavailable(format!("{e}: nothing was recorded for this call; retry"))
+}
+
+/// Runs a read-only `f` under the state's lock (inside `block_in_place`: a page may be read
+/// from the store). Reads do not wait for durability: they acknowledge nothing.
+async fn read_state<T: Send + 'static>(
     state: &Shared,
     f: impl FnOnce(&mut State) -> Result<T, StateError> + Send + 'static,
 ) -> Result<Response<T>, Status> {
-    // `block_in_place` (not `spawn_blocking`): the handler runs on this worker thread, which the
-    // runtime replaces while it may block on the lock or an fsync — no hand-off to another thread.
-    let run = || {
+    blocking(|| {
         let mut guard = state
             .lock()
             .map_err(|_| Status::internal("server state poisoned"))?;
         f(&mut guard).map_err(status)
-    };
-    let multi_thread = tokio::runtime::Handle::current().runtime_flavor()
-        == tokio::runtime::RuntimeFlavor::MultiThread;
-    if multi_thread {
-        tokio::task::block_in_place(run)
-    } else {
-        run() // a current-thread runtime (tests) cannot hand its only worker over
-    }
+    })
     .map(Response::new)
 }
 
 /// The `Agent` service; heartbeats are counted and timed in its [`Metrics`]; where each agent's
 /// log listener is goes to the [`LogRelay`].
-pub struct AgentService(Shared, Arc<Metrics>, Arc<LogRelay>);
+pub struct AgentService(Shared, Arc<Metrics>, Arc<LogRelay>, Arc<Durable>);
 
 #[tonic::async_trait]
 impl Agent for AgentService {
@@ -69,7 +155,7 @@ impl Agent for AgentService {
         let ip = req.remote_addr().map(|a| a.ip());
         let r = req.into_inner();
         let (name, port, work_dir) = (r.name.clone(), r.log_port, r.work_dir.clone());
-        let reply = with_state(&self.0, move |s| s.register(r)).await?;
+        let reply = with_state(&self.0, &self.3, Run::Blocking, move |s| s.register(r)).await?;
         self.2
             .seen(reply.get_ref().node_id, Some(&name), ip, port, &work_dir);
         Ok(reply)
@@ -83,7 +169,7 @@ impl Agent for AgentService {
         let ip = req.remote_addr().map(|a| a.ip());
         let r = req.into_inner();
         let (id, port, work_dir) = (r.node_id, r.log_port, r.work_dir.clone());
-        let reply = with_state(&self.0, move |s| s.heartbeat(r)).await;
+        let reply = with_state(&self.0, &self.3, Run::Inline, move |s| s.heartbeat(r)).await;
         self.1.heartbeat(start.elapsed());
         if let Ok(rep) = &reply
             && !rep.get_ref().reregister
@@ -92,7 +178,7 @@ impl Agent for AgentService {
                 None
             } else {
                 // First heartbeat since a restart: the name comes from the state.
-                with_state(&self.0, move |s| Ok(s.node_name(id)))
+                read_state(&self.0, move |s| Ok(s.node_name(id)))
                     .await
                     .ok()
                     .and_then(Response::into_inner)
@@ -104,7 +190,14 @@ impl Agent for AgentService {
 }
 
 /// The `Client` service; task outputs are read through the [`LogRelay`].
-pub struct ClientService(Shared, Arc<LogRelay>);
+/// The fourth field is a read-only connection to the store: pages of finished jobs' tasks are
+/// read through it after the state's lock is released.
+pub struct ClientService(
+    Shared,
+    Arc<LogRelay>,
+    Arc<Durable>,
+    Option<Arc<StoreReader>>,
+);
 
 #[tonic::async_trait]
 impl Client for ClientService {
@@ -113,7 +206,7 @@ impl Client for ClientService {
         req: Request<pb::SubmitRequest>,
     ) -> Result<Response<pb::SubmitReply>, Status> {
         let r = req.into_inner();
-        with_state(&self.0, move |s| {
+        with_state(&self.0, &self.2, Run::Blocking, move |s| {
             s.submit_named(&r.origin, &r.text, &r.workdir, &r.submission_key, &r.name)
         })
         .await
@@ -126,7 +219,7 @@ impl Client for ClientService {
         let r = req.into_inner();
         // u32::MAX means "everything" in process; over the wire it is just a large page.
         let limit = r.limit.min(crate::state::MAX_PAGE);
-        with_state(&self.0, move |s| Ok(s.jobs_page(r.cursor, limit))).await
+        read_state(&self.0, move |s| Ok(s.jobs_page(r.cursor, limit))).await
     }
 
     async fn get_job(
@@ -134,7 +227,7 @@ impl Client for ClientService {
         req: Request<pb::GetJobRequest>,
     ) -> Result<Response<pb::JobInfo>, Status> {
         let id = req.into_inner().job_id;
-        with_state(&self.0, move |s| s.job(id)).await
+        read_state(&self.0, move |s| s.job(id)).await
     }
 
     async fn list_tasks(
@@ -143,8 +236,24 @@ impl Client for ClientService {
     ) -> Result<Response<pb::ListTasksReply>, Status> {
         let r = req.into_inner();
         let limit = r.limit.min(crate::state::MAX_PAGE);
-        let mut reply =
-            with_state(&self.0, move |s| s.tasks_page(r.job_id, r.cursor, limit)).await?;
+        let (job, cursor) = (r.job_id, r.cursor);
+        // Under the lock: the page itself, or what it takes to read it from the store.
+        let plan = read_state(&self.0, move |s| s.plan_tasks(job, cursor, limit))
+            .await?
+            .into_inner();
+        let page = match (plan, &self.3) {
+            (TasksListing::Ready(page), _) => page,
+            // A finished job's rows: read without the state's lock.
+            (TasksListing::FromStore(stored), Some(reader)) => {
+                blocking(|| stored.read(reader)).map_err(status)?
+            }
+            (TasksListing::FromStore(_), None) => {
+                read_state(&self.0, move |s| s.list_tasks(job, cursor, limit))
+                    .await?
+                    .into_inner()
+            }
+        };
+        let mut reply = Response::new(pb::ListTasksReply::from(page));
         self.1.fill_outputs(&mut reply.get_mut().tasks);
         Ok(reply)
     }
@@ -168,7 +277,10 @@ impl Client for ClientService {
                 "resubmit re-runs a job's failed tasks: pass --failed",
             ));
         }
-        with_state(&self.0, move |s| s.resubmit_failed(r.job_id)).await
+        with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            s.resubmit_failed(r.job_id)
+        })
+        .await
     }
 
     async fn drain_node(
@@ -176,14 +288,17 @@ impl Client for ClientService {
         req: Request<pb::DrainNodeRequest>,
     ) -> Result<Response<pb::DrainNodeReply>, Status> {
         let r = req.into_inner();
-        with_state(&self.0, move |s| s.drain_node(&r.name, r.drain)).await
+        with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            s.drain_node(&r.name, r.drain)
+        })
+        .await
     }
 
     async fn list_nodes(
         &self,
         _: Request<pb::ListNodesRequest>,
     ) -> Result<Response<pb::ListNodesReply>, Status> {
-        with_state(&self.0, |s| Ok(s.nodes())).await
+        read_state(&self.0, |s| Ok(s.nodes())).await
     }
 
     async fn remove_node(
@@ -191,7 +306,7 @@ impl Client for ClientService {
         req: Request<pb::RemoveNodeRequest>,
     ) -> Result<Response<pb::RemoveNodeReply>, Status> {
         let name = req.into_inner().name;
-        with_state(&self.0, move |s| {
+        with_state(&self.0, &self.2, Run::Blocking, move |s| {
             s.remove_node(&name)
                 .map(|node_id| pb::RemoveNodeReply { node_id })
         })
@@ -203,7 +318,7 @@ impl Client for ClientService {
         req: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::CancelReply>, Status> {
         let id = req.into_inner().job_id;
-        with_state(&self.0, move |s| s.cancel(id)).await
+        with_state(&self.0, &self.2, Run::Blocking, move |s| s.cancel(id)).await
     }
 
     async fn purge(
@@ -211,7 +326,7 @@ impl Client for ClientService {
         req: Request<pb::PurgeRequest>,
     ) -> Result<Response<pb::PurgeReply>, Status> {
         let req = req.into_inner();
-        with_state(&self.0, move |s| s.purge(&req)).await
+        with_state(&self.0, &self.2, Run::Blocking, move |s| s.purge(&req)).await
     }
 }
 
@@ -301,6 +416,15 @@ pub async fn router_with(
     tls: Option<&TlsConfig>,
     relay: Arc<LogRelay>,
 ) -> Result<tonic::transport::server::Router, ServerError> {
+    let (durable, reader) = {
+        let s = state.lock().map_err(|_| ServerError::Poisoned)?;
+        let reader = s.store_reader().unwrap_or_else(|e| {
+            tracing::warn!("no read-only store connection ({e}): listings read under the lock");
+            None
+        });
+        (s.durable(), reader.map(Arc::new))
+    };
+    durable.start();
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<AgentServer<AgentService>>().await;
     reporter.set_serving::<ClientServer<ClientService>>().await;
@@ -319,11 +443,11 @@ pub async fn router_with(
     Ok(builder
         .add_service(health)
         .add_service(AgentServer::with_interceptor(
-            AgentService(state.clone(), metrics, relay.clone()),
+            AgentService(state.clone(), metrics, relay.clone(), durable.clone()),
             CheckToken::new(Role::Agent, creds),
         ))
         .add_service(ClientServer::with_interceptor(
-            ClientService(state, relay),
+            ClientService(state, relay, durable, reader),
             CheckToken::new(Role::Client, creds),
         )))
 }

@@ -231,3 +231,59 @@ fn anyhow_like(e: &dyn std::error::Error) -> String {
     }
     s
 }
+
+/// Group commit: when the WAL cannot be synced, the replies waiting for it are refused (the
+/// service answers `Unavailable`) and the state pauses as on a full disk; once a probe write is
+/// synced again, the agent's results — which it kept, never acknowledged — are recorded.
+#[test]
+fn a_failed_wal_sync_pauses_dispatch_until_a_write_is_synced_again() {
+    let dir = std::env::temp_dir().join(format!("hetsched-sync-fail-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut s = open(&dir);
+    let n = s
+        .register(pb::RegisterRequest {
+            name: "n".into(),
+            cores: 2,
+            memory_bytes: 1 << 30,
+            identity: IDENTITY.into(),
+            ..Default::default()
+        })
+        .expect("register")
+        .node_id;
+    s.submit("job.toml", JOB, "/").expect("submit");
+    let durable = s.durable();
+    durable.wait_blocking(s.written()).expect("synced");
+    durable.simulate_sync_failure(true);
+    // The heartbeat is committed (to the WAL) but its reply cannot be made durable.
+    let r = s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
+    assert_eq!(r.assignments.len(), 2);
+    let e = durable
+        .wait_blocking(s.written())
+        .expect_err("the sync fails");
+    s.sync_failed(&e);
+    assert!(s.is_paused());
+    // Paused: nothing acknowledged or assigned, whatever the agent says.
+    let done = [(0, 1, true), (1, 1, true)];
+    let r = s.heartbeat(heartbeat_request(n, &[], &done)).expect("beat");
+    assert!(r.acked.is_empty() && r.assignments.is_empty() && r.kill.is_empty());
+    std::thread::sleep(PROBE_INTERVAL);
+    let r = s.heartbeat(heartbeat_request(n, &[], &done)).expect("beat");
+    assert!(r.acked.is_empty(), "still paused: the probe's sync fails");
+    assert!(s.is_paused());
+    durable.simulate_sync_failure(false);
+    std::thread::sleep(PROBE_INTERVAL);
+    // Resumed: the results the agent kept are recorded (the dispatch was committed, and the
+    // rollback rebuilt it from the store).
+    let r = s.heartbeat(heartbeat_request(n, &[], &done)).expect("beat");
+    assert!(!s.is_paused());
+    assert_eq!(r.acked.len(), 2);
+    durable.wait_blocking(s.written()).expect("synced");
+    drop(s);
+    let after: Vec<(String, u32)> = states(&open(&dir));
+    assert_eq!(
+        after[..2],
+        [("succeeded".to_string(), 1), ("succeeded".to_string(), 1)]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

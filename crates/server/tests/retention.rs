@@ -322,3 +322,43 @@ fn listing_every_jobs_tasks_skips_purged_jobs_and_joins_up_across_jobs() {
     }
     assert_eq!(ids, vec![6, 7, 8, 9, 10, 11]);
 }
+
+#[test]
+fn failed_tasks_of_a_finished_job_can_be_resubmitted_after_its_rows_left_memory() {
+    let d = dir("resubmit-evicted");
+    let mut s = open(&d);
+    let n = register(&mut s, 3);
+    let job = s.submit("job.toml", JOB, "/").expect("submit").job_id;
+    let r = beat(&mut s, n, &[], &[]);
+    let results: Vec<(u64, u32, bool)> = r
+        .assignments
+        .iter()
+        .map(|a| (a.task_id, a.attempt, a.task_id != 1))
+        .collect();
+    beat(&mut s, n, &[], &results);
+    assert_eq!(s.job(job).expect("job").state, "failed");
+    assert_eq!(s.evict_finished(), 1);
+    assert_eq!(s.tasks_in_memory(), 0);
+
+    // The failed task runs again, though the job's rows had left memory.
+    assert_eq!(s.resubmit_failed(job).expect("resubmit").tasks, 1);
+    assert_eq!(s.job(job).expect("job").state, "running");
+    // A restart before it is dispatched: the job is not taken for finished (its stored summary
+    // went with the resubmission), so the task is read back pending and dispatched.
+    drop(s);
+    let mut s = open(&d);
+    let n = register(&mut s, 3);
+    let r = beat(&mut s, n, &[], &[]);
+    let sent: Vec<(u64, u32)> = r
+        .assignments
+        .iter()
+        .map(|a| (a.task_id, a.attempt))
+        .collect();
+    assert_eq!(sent, vec![(1, 2)], "only the failed task, as attempt 2");
+    beat(&mut s, n, &[], &[(1, 2, true)]);
+    assert_eq!(s.job(job).expect("job").state, "completed");
+    // Finished again: its rows leave memory again with a fresh summary.
+    assert_eq!(s.evict_finished(), 1);
+    let c = s.job(job).expect("job").counts.expect("counts");
+    assert_eq!((c.succeeded, c.failed), (3, 0));
+}

@@ -18,7 +18,7 @@ use crate::state::types::{
     AppInfo, BackedOffApp, Dispatch, HeartbeatReport, JobInfo, JobsPage, RunningTask, Submission,
     Submitted, TaskCounts, TaskInfo, TaskResult, TaskSpec, TasksPage,
 };
-use crate::store::{JobRow, Snapshot, StoreError, TaskRow, TaskState};
+use crate::store::{JobRow, Snapshot, StoreError, StoreReader, TaskRow, TaskState};
 use hetsched_core::input::limits;
 use hetsched_core::input::workload::{Command, MissingProfile, Workload, parse_workload};
 use hetsched_core::policy::batch::BatchPolicy;
@@ -128,6 +128,9 @@ pub struct Batch {
     dirty: Vec<u64>,
     /// A job cancelled since the last commit.
     cancelled: Option<u64>,
+    /// Evicted jobs whose rows came back to memory since the last commit (their stored
+    /// summaries are deleted with the rows' changes).
+    revived: Vec<u64>,
 }
 
 impl Batch {
@@ -156,6 +159,7 @@ impl Batch {
             rule: config.retention.clone(),
             dirty: Vec::new(),
             cancelled: None,
+            revived: Vec::new(),
         };
         for row in snap.jobs {
             let w = parse_workload(&row.origin, &row.text)?;
@@ -493,11 +497,24 @@ impl Batch {
                 "job {job} was cancelled: submit it again instead"
             )));
         }
+        if self.retention.is_purged(job) {
+            return Err(StateError::NoJob(job));
+        }
         let range = j.tasks.clone();
+        // A finished job's rows may have left memory: with failed tasks, they come back (the job
+        // is no longer finished; its stored summary goes in this event's transaction).
+        if self.retention.failed_of_evicted(job).is_some_and(|f| f > 0) {
+            let rows = cx.store.task_rows(range.clone())?;
+            if rows.len() as u64 != range.end - range.start {
+                return Err(StoreError::Corrupt(format!("job {job}: task rows missing")).into());
+            }
+            self.tasks.extend(rows);
+            self.retention.revive(job);
+            self.revived.push(job);
+        }
         let mut by_app: BTreeMap<u32, Vec<TaskId>> = BTreeMap::new();
         let mut n = 0;
         for id in range {
-            // A finished job's rows may have left memory.
             let Some(t) = self.tasks.get_mut(id as usize) else {
                 continue;
             };
@@ -523,29 +540,53 @@ impl Batch {
         rows.iter()
             .map(|t| {
                 let app = &self.apps[t.app as usize];
-                TaskInfo {
-                    id: t.id,
-                    job_id: app.job,
-                    app: app.name.clone(),
-                    index: t.index,
-                    state: t.state.as_str().to_string(),
-                    attempt: t.attempt,
-                    node: t
-                        .node
+                task_info(
+                    t,
+                    &app.name,
+                    app.job,
+                    t.node
                         .and_then(|n| rd.nodes.get(n))
-                        .map_or(String::new(), |n| n.spec.name.clone()),
-                    variant: t
-                        .variant
-                        .map_or(String::new(), |v| variant_of(Some(v)).to_string()),
-                    devices: t.devices.clone(),
-                    started_ns: t.started_ns,
-                    finished_ns: t.finished_ns,
-                    exit_code: t.exit_code.unwrap_or(-1),
-                    message: t.message.clone(),
-                    failed_attempts: t.failures,
-                }
+                        .map_or("", |n| n.spec.name.as_str()),
+                )
             })
             .collect()
+    }
+
+    /// One page of a job's tasks, or — for a finished job whose rows left memory — what it
+    /// takes to read that page from the store after the state's lock is released
+    /// ([`StoredTasks::read`]): such rows no longer change, so nothing under the lock is needed.
+    pub fn plan_tasks_page(
+        &self,
+        rd: &Read,
+        job: u64,
+        cursor: u64,
+        limit: usize,
+    ) -> Result<TasksListing, StateError> {
+        let evicted = (job != 0)
+            .then(|| job.checked_sub(1).and_then(|i| self.jobs.get(i as usize)))
+            .flatten()
+            .filter(|j| !self.retention.is_purged(j.row.id))
+            .filter(|j| !j.tasks.is_empty() && self.tasks.slice(j.tasks.clone()).is_none());
+        let Some(j) = evicted else {
+            return self
+                .tasks_page(rd, job, cursor, limit)
+                .map(TasksListing::Ready);
+        };
+        let range = j.tasks.clone();
+        let start = cursor.clamp(range.start, range.end);
+        let end = start.saturating_add(limit as u64).min(range.end);
+        Ok(TasksListing::FromStore(StoredTasks {
+            job,
+            page: start..end,
+            last: range.end,
+            total: range.end - range.start,
+            apps: j
+                .apps
+                .clone()
+                .map(|a| (a, self.apps[a as usize].name.clone()))
+                .collect(),
+            nodes: rd.nodes.iter().map(|n| n.spec.name.clone()).collect(),
+        }))
     }
 
     fn counts(&self, range: std::ops::Range<u64>) -> TaskCounts {
@@ -606,6 +647,82 @@ impl Batch {
             finished_ns,
             apps,
         }
+    }
+}
+
+/// A task row as listings show it.
+fn task_info(t: &TaskRow, app: &str, job: u64, node: &str) -> TaskInfo {
+    TaskInfo {
+        id: t.id,
+        job_id: job,
+        app: app.to_string(),
+        index: t.index,
+        state: t.state.as_str().to_string(),
+        attempt: t.attempt,
+        node: node.to_string(),
+        variant: t
+            .variant
+            .map_or(String::new(), |v| variant_of(Some(v)).to_string()),
+        devices: t.devices.clone(),
+        started_ns: t.started_ns,
+        finished_ns: t.finished_ns,
+        exit_code: t.exit_code.unwrap_or(-1),
+        message: t.message.clone(),
+        failed_attempts: t.failures,
+    }
+}
+
+/// A page of tasks, ready or still to be read from the store.
+pub enum TasksListing {
+    /// Built under the state's lock (rows held in memory).
+    Ready(TasksPage),
+    /// To read from the store without the lock.
+    FromStore(StoredTasks),
+}
+
+/// A page of a finished job's tasks to read from the store (see [`Batch::plan_tasks_page`]):
+/// everything needed to show the rows, copied out of the state.
+#[derive(Debug)]
+pub struct StoredTasks {
+    job: u64,
+    page: std::ops::Range<u64>,
+    last: u64,
+    total: u64,
+    /// The job's applications' names by id.
+    apps: HashMap<u32, String>,
+    /// Node names by id.
+    nodes: Vec<String>,
+}
+
+impl StoredTasks {
+    /// Reads the page through `reader` (a read-only connection; no state lock).
+    pub fn read(self, reader: &StoreReader) -> Result<TasksPage, StateError> {
+        let want = (self.page.end - self.page.start) as usize;
+        let rows = reader.task_rows_from(self.page.clone(), want)?;
+        if want > 0 && rows.is_empty() {
+            // Purged since the page was planned.
+            return Err(StateError::NoJob(self.job));
+        }
+        let tasks = rows
+            .iter()
+            .map(|t| {
+                let app = self.apps.get(&t.app).map_or("", String::as_str);
+                let node = t
+                    .node
+                    .and_then(|n| self.nodes.get(n as usize))
+                    .map_or("", String::as_str);
+                task_info(t, app, self.job, node)
+            })
+            .collect();
+        Ok(TasksPage {
+            tasks,
+            next_cursor: if self.page.end < self.last {
+                self.page.end
+            } else {
+                0
+            },
+            total: self.total,
+        })
     }
 }
 
@@ -843,7 +960,7 @@ impl JobKind for Batch {
     }
 
     fn has_changes(&self) -> bool {
-        !self.dirty.is_empty() || self.cancelled.is_some()
+        !self.dirty.is_empty() || self.cancelled.is_some() || !self.revived.is_empty()
     }
 
     fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
@@ -854,12 +971,14 @@ impl JobKind for Batch {
             tx,
             dirty.iter().filter_map(|&t| self.tasks.get(t as usize)),
             self.cancelled,
-        )
+        )?;
+        crate::store::forget_finished(tx, &self.revived)
     }
 
     fn committed(&mut self) {
         self.dirty.clear();
         self.cancelled = None;
+        self.revived.clear();
     }
 
     fn housekeeping(&mut self, cx: &mut Ctx) -> Result<(), StateError> {

@@ -41,7 +41,7 @@
 use crate::config::ServerConfig;
 use crate::jobs::{Batch, Ctx, Jobs, Kind, Outbox, Read};
 use crate::metrics::Metrics;
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, StoreReader};
 use hetsched_core::input::InputError;
 use hetsched_core::{NodeId, SchedulerView, ViewError};
 use std::collections::HashSet;
@@ -56,6 +56,7 @@ pub mod types;
 pub use crate::jobs::batch::{
     MAX_SUBMISSION_KEY, MAX_TASKS_PER_JOB, MAX_WORKDIR, RETENTION_INTERVAL, spec_key,
 };
+pub use crate::jobs::batch::{StoredTasks, TasksListing};
 pub use crate::jobs::{MAX_KNOWN_SPECS, REPLY_BUDGET};
 use nodes::Nodes;
 use types::{
@@ -204,6 +205,17 @@ impl State {
     /// The event metrics this state updates (shared with the service and the `/metrics` registry).
     pub fn metrics(&self) -> Arc<Metrics> {
         self.metrics.clone()
+    }
+
+    /// The durability of the store's writes: replies wait on it (see [`crate::durable`]).
+    pub fn durable(&self) -> Arc<crate::durable::Durable> {
+        self.store.durable()
+    }
+
+    /// How many writes the store committed so far (a reply sent after an event waits until the
+    /// WAL is synced past this count).
+    pub fn written(&self) -> u64 {
+        self.store.durable().written()
     }
 
     /// Heartbeat interval agents are told to use.
@@ -358,7 +370,7 @@ impl State {
 
     /// Undoes every change to memory since the last commit by rebuilding the state from the
     /// store, keeps what the store does not hold (nodes' liveness and last figures), and pauses.
-    fn roll_back(&mut self, cause: &StoreError) {
+    fn roll_back(&mut self, cause: &dyn std::fmt::Display) {
         tracing::error!(
             "the store refused a write ({cause}): rolling memory back to the store and pausing \
              dispatch until it accepts writes (is the disk full?)"
@@ -406,7 +418,12 @@ impl State {
             return true;
         }
         self.last_probe = Some(Instant::now());
-        match self.store.probe() {
+        let durable = self.store.durable();
+        match self.store.probe().and_then(|()| {
+            durable
+                .wait_blocking(durable.written())
+                .map_err(StoreError::from)
+        }) {
             Ok(()) => {
                 info!(after = ?since.elapsed(), "the store accepts writes again: dispatch resumes");
                 self.paused_since = None;
@@ -417,6 +434,13 @@ impl State {
                 true
             }
         }
+    }
+
+    /// The WAL could not be synced: what was committed since the last sync may not be on disk,
+    /// and the replies waiting for it were refused. Memory is rolled back to what the store
+    /// holds and dispatch pauses, as after a refused commit, until a probe write is synced.
+    pub fn sync_failed(&mut self, cause: &crate::durable::SyncError) {
+        self.roll_back(cause);
     }
 
     /// Whether dispatch is paused because the store refuses writes.
@@ -561,6 +585,32 @@ impl State {
             page.next_cursor = next_kind_start(kind.kind());
         }
         Ok(page)
+    }
+}
+
+impl State {
+    /// [`State::list_tasks`] in two steps: under the state's lock, either the page itself or —
+    /// for a finished batch job whose rows left memory — a plan to read it from the store
+    /// afterwards without the lock ([`StoredTasks::read`] on [`State::store_reader`]).
+    pub fn plan_tasks(
+        &self,
+        job: u64,
+        cursor: u64,
+        limit: u32,
+    ) -> Result<TasksListing, StateError> {
+        match Kind::of(job) {
+            Some(Kind::Batch) if job != 0 => {
+                self.jobs
+                    .batch
+                    .plan_tasks_page(&self.read(), job, cursor, page_limit(limit))
+            }
+            _ => self.list_tasks(job, cursor, limit).map(TasksListing::Ready),
+        }
+    }
+
+    /// A second, read-only connection to the store (`None` for a store in memory).
+    pub fn store_reader(&self) -> Result<Option<StoreReader>, StateError> {
+        Ok(self.store.reader()?)
     }
 }
 

@@ -93,7 +93,7 @@ impl TaskTable {
         self.end = self.end.max(end);
     }
 
-    /// Adds a new job's rows (ids from `self.len()` on).
+    /// Adds a job's rows: a new job's (ids from `self.len()` on), or an evicted job's read back.
     pub(super) fn extend(&mut self, rows: Vec<TaskRow>) {
         if let Some(first) = rows.first() {
             let start = first.id;
@@ -228,6 +228,16 @@ impl Retention {
 
     pub(super) fn is_purged(&self, job: u64) -> bool {
         self.purged.contains(&job)
+    }
+
+    /// How many tasks of evicted job `job` failed (`None`: the job is not evicted).
+    pub(super) fn failed_of_evicted(&self, job: u64) -> Option<u64> {
+        self.finished.get(&job).map(|f| f.counts.failed)
+    }
+
+    /// Job `job` is no longer finished (its failed tasks were resubmitted): forget its summary.
+    pub(super) fn revive(&mut self, job: u64) {
+        self.finished.remove(&job);
     }
 }
 

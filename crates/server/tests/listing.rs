@@ -1,0 +1,196 @@
+//! Pages of a finished job's tasks are read from the store without the state's lock: the lock
+//! is held only to plan the page (which rows, the names to show them with); the rows are read
+//! through a second, read-only connection while the scheduler goes on.
+
+mod common;
+
+use common::heartbeat_request;
+use hetsched_proto as pb;
+use hetsched_proto::client_client::ClientClient;
+use hetsched_server::ServerConfig;
+use hetsched_server::convert::Wire;
+use hetsched_server::state::{State, StateError, TasksListing};
+use hetsched_server::store::Store;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+const JOB: &str =
+    "[[application]]\nname = \"a\"\ntasks = 3\n[application.cpu]\ncommand = \"true\"\n";
+
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(name: &str) -> Scratch {
+    let d = std::env::temp_dir().join(format!("hetsched-listing-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    Scratch(d)
+}
+
+fn open(d: &Path) -> State {
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        ..Default::default()
+    };
+    State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state")
+}
+
+/// Runs one 3-task job to success on a 3-core node and lets its rows leave memory.
+fn finished_job(s: &mut State) -> u64 {
+    let n = s
+        .register(pb::RegisterRequest {
+            identity: common::IDENTITY.into(),
+            name: "n".into(),
+            cores: 3,
+            memory_bytes: 1 << 30,
+            ..Default::default()
+        })
+        .expect("register")
+        .node_id;
+    let job = s.submit("job.toml", JOB, "/").expect("submit").job_id;
+    let r = s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
+    let done: Vec<(u64, u32, bool)> = r
+        .assignments
+        .iter()
+        .map(|a| (a.task_id, a.attempt, true))
+        .collect();
+    s.heartbeat(heartbeat_request(n, &[], &done)).expect("beat");
+    assert_eq!(s.evict_finished(), 1);
+    assert_eq!(s.tasks_in_memory(), 0);
+    job
+}
+
+#[test]
+fn a_finished_jobs_page_is_read_while_another_thread_holds_the_state() {
+    let d = scratch("lock");
+    std::fs::create_dir_all(&d.0).expect("dir");
+    let mut s = open(&d.0);
+    let job = finished_job(&mut s);
+    let under_lock = s.list_tasks(job, 0, 2).expect("page under the lock");
+    let reader = s.store_reader().expect("reader").expect("a file store");
+    let shared = Arc::new(Mutex::new(s));
+
+    let plan = shared
+        .lock()
+        .expect("lock")
+        .plan_tasks(job, 0, 2)
+        .expect("plan");
+    let TasksListing::FromStore(stored) = plan else {
+        panic!("a finished job's rows left memory: the page is read from the store");
+    };
+    // The state's lock is held (and used: a new job is submitted) while the page is read.
+    let mut guard = shared.lock().expect("lock");
+    let (tx, rx) = mpsc::channel();
+    let t = std::thread::spawn(move || {
+        let _ = tx.send(stored.read(&reader));
+    });
+    let page = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the read does not wait for the state's lock")
+        .expect("page");
+    guard
+        .submit("job.toml", JOB, "/")
+        .expect("the state goes on");
+    drop(guard);
+    t.join().expect("reader thread");
+    assert_eq!(
+        page, under_lock,
+        "the same page as the listing under the lock"
+    );
+    assert_eq!(
+        page.tasks.iter().map(|t| t.id).collect::<Vec<_>>(),
+        vec![0, 1]
+    );
+    assert_eq!((page.next_cursor, page.total), (2, 3));
+    assert!(
+        page.tasks
+            .iter()
+            .all(|t| t.state == "succeeded" && t.node == "n")
+    );
+
+    // A job still running is listed from memory, under the lock.
+    let s = shared.lock().expect("lock");
+    assert!(matches!(
+        s.plan_tasks(2, 0, 2).expect("plan"),
+        TasksListing::Ready(_)
+    ));
+    // A plan made before a purge finds no rows: the job is gone.
+    let stale = match s.plan_tasks(job, 2, 2).expect("plan") {
+        TasksListing::FromStore(p) => p,
+        TasksListing::Ready(_) => panic!("finished job"),
+    };
+    drop(s);
+    shared
+        .lock()
+        .expect("lock")
+        .purge(&pb::PurgeRequest {
+            job_ids: vec![job],
+            ..Default::default()
+        })
+        .expect("purge");
+    let reader = shared
+        .lock()
+        .expect("lock")
+        .store_reader()
+        .expect("reader")
+        .expect("file store");
+    assert!(matches!(stale.read(&reader), Err(StateError::NoJob(j)) if j == job));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_tasks_pages_a_finished_job_from_the_store_over_grpc() {
+    let d = scratch("grpc");
+    let config = ServerConfig {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        data_dir: d.0.clone(),
+        ..Default::default()
+    };
+    // A first start prepares the private data directory; the job is then run in process.
+    hetsched_server::start(config.clone())
+        .await
+        .expect("server starts")
+        .stop()
+        .await
+        .expect("stops");
+    let job = finished_job(&mut open(&d.0));
+    // After a restart the finished job's rows are not read into memory at all.
+    let server = hetsched_server::start(config).await.expect("server starts");
+    let channel = pb::endpoint(&format!("http://{}", server.addr), None)
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let token = pb::TokenInterceptor::new(&server.token).expect("ascii");
+    let mut client = ClientClient::with_interceptor(channel, token);
+    let mut ids = Vec::new();
+    let mut cursor = 0;
+    loop {
+        let page = client
+            .list_tasks(pb::ListTasksRequest {
+                job_id: job,
+                cursor,
+                limit: 2,
+            })
+            .await
+            .expect("page")
+            .into_inner();
+        assert_eq!(page.total, 3);
+        ids.extend(
+            page.tasks
+                .iter()
+                .map(|t| (t.id, t.state.clone(), t.app.clone())),
+        );
+        if page.next_cursor == 0 {
+            break;
+        }
+        cursor = page.next_cursor;
+    }
+    let ok = |id: u64| (id, "succeeded".to_string(), "a".to_string());
+    assert_eq!(ids, vec![ok(0), ok(1), ok(2)]);
+    server.stop().await.expect("stops");
+}
