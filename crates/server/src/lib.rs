@@ -35,6 +35,7 @@ pub mod metrics;
 pub mod service;
 pub mod state;
 pub mod store;
+pub mod topology_service;
 
 pub use config::{ServerConfig, TlsConfig};
 
@@ -71,9 +72,6 @@ pub enum ServerError {
     /// The HTTP (metrics) listener.
     #[error(transparent)]
     Http(#[from] metrics::HttpError),
-    /// The topology store.
-    #[error(transparent)]
-    Topology(#[from] jobs::topology::TopologyError),
     /// The state's lock was poisoned (a panic while it was held).
     #[error("the server state is poisoned")]
     Poisoned,
@@ -157,6 +155,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     let db = store::Store::open(&datadir::protect_store(&dir)?)?;
     let state = state::State::open(&config, db)?;
     let metrics = state.metrics();
+    let durable = state.durable();
     let shared = Arc::new(Mutex::new(state));
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -166,15 +165,14 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         })?;
     let addr = listener.local_addr().map_err(io_err(&dir))?;
     let relay = Arc::new(logs::LogRelay::new(&creds.agent));
-    let topologies = jobs::topology::Topologies::open(
-        &dir,
-        std::time::Duration::from_nanos(config.dead_timeout.0.max(1_000_000)),
-    )?;
     let http = match config.http_listen {
         Some(at) => {
             let policy = config.policy.to_string();
             let mut registry = metrics::registry(&metrics, shared.clone(), &policy);
-            topologies.register_metrics(&mut registry);
+            shared
+                .lock()
+                .map_err(|_| ServerError::Poisoned)?
+                .register_topology_metrics(&mut registry);
             let read_token = dashboard::read_token(&dir).map_err(io_err(&dir))?;
             let board = Arc::new(dashboard::Dashboard::new(
                 shared.clone(),
@@ -232,8 +230,9 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     });
 
     let (tx, rx) = oneshot::channel();
-    let router = service::router_with(shared, metrics, &creds, config.tls.as_ref(), relay).await?;
-    let router = jobs::topology::add_services(router, topologies, &creds);
+    let router =
+        service::router_with(shared.clone(), metrics, &creds, config.tls.as_ref(), relay).await?;
+    let router = topology_service::add_services(router, shared, durable, &creds);
     // Small request/response messages: without TCP_NODELAY, Nagle's algorithm and delayed ACKs
     // add tens of milliseconds to every heartbeat round trip.
     let incoming = tokio_stream::StreamExt::map(

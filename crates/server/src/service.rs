@@ -26,15 +26,16 @@ use hetsched_proto::client_server::{Client, ClientServer};
 use std::sync::{Arc, Mutex};
 use tonic::{Request, Response, Status};
 
-type Shared = Arc<Mutex<State>>;
+pub(crate) type Shared = Arc<Mutex<State>>;
 
-fn status(e: StateError) -> Status {
+pub(crate) fn status(e: StateError) -> Status {
     match e {
         StateError::Input(e) => Status::invalid_argument(e.to_string()),
         StateError::Invalid(m) => Status::invalid_argument(m),
         StateError::NoJob(j) => Status::not_found(format!("no job {j}")),
         e @ StateError::NameTaken(_) => Status::already_exists(e.to_string()),
         e @ StateError::NoNode(_) => Status::not_found(e.to_string()),
+        StateError::Topology(e) => crate::topology_service::status(e),
         e => {
             tracing::error!("{e}");
             Status::internal(e.to_string())
@@ -44,7 +45,7 @@ fn status(e: StateError) -> Status {
 
 /// How a handler runs its event.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Run {
+pub(crate) enum Run {
     /// On the async worker when the lock is free (short: memory and WAL appends only); inside
     /// `block_in_place` when another call holds it.
     Inline,
@@ -55,7 +56,7 @@ enum Run {
 /// Runs `f` under the state's lock and returns its answer once every write made up to the end
 /// of `f` is durable (a call that wrote nothing may have read what another call wrote: it
 /// waits for that too, so nothing it acknowledges can be lost).
-async fn with_state<T: Send + 'static>(
+pub(crate) async fn with_state<T: Send + 'static>(
     state: &Shared,
     durable: &Durable,
     how: Run,

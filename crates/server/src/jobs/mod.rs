@@ -4,7 +4,7 @@
 //! tasks each node runs), the one resource ledger of the cluster (the core's [`SchedulerView`]:
 //! a kind that places work on a node takes the resources there, so two kinds never book the
 //! same core twice), the store and its transaction (commit, roll back, pause on a full disk),
-//! and the metrics. A *job kind* (today: [`batch`]) owns its jobs and tasks and every rule about
+//! and the metrics. A *job kind* (today: [`batch`], [`topology`]) owns its jobs and tasks and every rule about
 //! them. The state routes each event to the kind that owns it; a kind never sees another
 //! kind's tasks.
 //!
@@ -71,6 +71,7 @@ use hetsched_core::{NodeId, SchedulerView};
 use std::collections::HashSet;
 
 pub use batch::Batch;
+pub use topology::Topology;
 
 /// Largest heartbeat reply the server builds (encoded bytes): a quarter of the agents' 4 MiB
 /// decoding limit, so no job, however large its commands, makes a reply an agent cannot read.
@@ -88,6 +89,9 @@ pub const KIND_SHIFT: u32 = 56;
 pub enum Kind {
     /// Arrays of independent tasks with CPU/GPU variants ([`batch`]).
     Batch = 0,
+    /// Stream topologies: long-running worker processes ([`topology`]). Its jobs are listed by
+    /// `hetsched topology list`, not by `ListJobs`, so it is not in [`Kind::ALL`].
+    Topology = 2,
 }
 
 impl Kind {
@@ -98,6 +102,7 @@ impl Kind {
     pub fn of(id: u64) -> Option<Kind> {
         match id >> KIND_SHIFT {
             0 => Some(Kind::Batch),
+            2 => Some(Kind::Topology),
             _ => None,
         }
     }
@@ -263,23 +268,26 @@ pub trait JobKind: Send {
 pub struct Jobs {
     /// Batch jobs.
     pub batch: Batch,
+    /// Stream topologies.
+    pub topology: Topology,
 }
 
 impl Jobs {
     /// Every kind, in [`Kind`] order (a new kind adds one line here and in `all_mut`).
     pub fn all(&self) -> Vec<&dyn JobKind> {
-        vec![&self.batch]
+        vec![&self.batch, &self.topology]
     }
 
     /// Every kind, in [`Kind`] order.
     pub fn all_mut(&mut self) -> Vec<&mut dyn JobKind> {
-        vec![&mut self.batch]
+        vec![&mut self.batch, &mut self.topology]
     }
 
     /// The kind that owns id `id`.
     pub fn owner(&self, id: u64) -> Option<&dyn JobKind> {
         match Kind::of(id)? {
             Kind::Batch => Some(&self.batch),
+            Kind::Topology => Some(&self.topology),
         }
     }
 
@@ -287,6 +295,7 @@ impl Jobs {
     pub fn owner_mut(&mut self, id: u64) -> Option<&mut dyn JobKind> {
         match Kind::of(id)? {
             Kind::Batch => Some(&mut self.batch),
+            Kind::Topology => Some(&mut self.topology),
         }
     }
 }

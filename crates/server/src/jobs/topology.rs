@@ -12,7 +12,7 @@
 //!   `interval` — after asking every worker for a fresh report (the agents' next sync carries
 //!   `report_now`; at most 1.5 s wait) — it is flushed into the executor traffic list, which is
 //!   kept (with node loads) in
-//!   the store — `DATA_DIR/topologies.sqlite` — and handed to the core's
+//!   the server's one store (tables `topologies` and `topology_traffic`) and handed to the core's
 //!   `RescheduleController` with the same placer: overload → apply at once; traffic gain above
 //!   `gain_threshold` → apply; at most one computation per `interval`.
 //! - **Failures**: a node not heard from for `dead_timeout` is lost; its topologies are placed
@@ -21,17 +21,32 @@
 //!   read back from the store; agents' workers keep running and are adopted when the agents sync
 //!   (nodes get `dead_timeout` from the restart to show up).
 //!
-//! **Not a [`JobKind`](super::JobKind).** The kinds behind that contract hand out tasks on
-//! heartbeats and take results; a topology's workers are long-running processes that agents
-//! supervise through their own sync call, with a control channel (peers, reports) that tasks do
-//! not have. So this module sits beside the batch kind, with its own service, state and store
-//! file; it does not book its workers' cores in the `SchedulerView` (batch tasks and topology
-//! workers on one node can share its cores — a known gap).
+//! **A [`JobKind`](super::JobKind)** ([`Kind::Topology`](super::Kind::Topology), a field of
+//! [`Jobs`](super::Jobs)). Its records live in the server's one store and every change is
+//! written by [`JobKind::persist`](super::JobKind::persist) inside the state's one transaction
+//! per event, so the full-disk rollback and pause cover topologies as they cover batch jobs
+//! (after a rollback, [`Topology::carry_over`] keeps what the store does not hold: the workers
+//! seen, the monitors). A topology hands out no tasks on heartbeats: its workers are
+//! long-running processes that agents supervise through their own sync call (`SyncWorkers`,
+//! with a control channel — peers, reports — that tasks do not have), which reaches this kind
+//! through `State::topology_sync`. Each running worker **books its executors' declared cores**
+//! (⌈Σ declared load / 100⌉) in the cluster's `SchedulerView` on its node
+//! ([`Topology::rebook`]), so batch tasks are not placed on them.
+//!
+//! Protobuf stays at the service edge (`crate::topology_service`): this module takes and
+//! returns its own types ([`TopologySubmission`], [`WorkerSeen`], [`WorkersToRun`]).
 //!
 //! Applying a new placement starts a new **generation**: a worker of the new placement that runs
 //! the same executors on the same node as a running one is kept (its agent hands it the new
 //! routes); agents stop the other old workers and start the other new ones.
 
+use crate::jobs::{Ctx, JobKind, Kind, Outbox, Read};
+use crate::state::StateError;
+use crate::state::nodes::Nodes;
+use crate::state::types::{
+    HeartbeatReport, JobInfo, JobsPage, RunningTask, TaskCounts, TaskResult, TasksPage,
+};
+use crate::store::StoreError;
 use hetsched_core::input::stream_code::parse_runnable_topology;
 use hetsched_core::model::stream_code::RunnableTopology;
 use hetsched_core::model::topology::{ExecutorId, ExecutorPair};
@@ -43,19 +58,17 @@ use hetsched_core::policy::stream::reschedule::{
 use hetsched_core::policy::stream::{
     Placement, PlacementProblem, StreamNode, StreamPlacer, StreamPlacerKind, evaluate,
 };
-use hetsched_proto as pb;
+use hetsched_core::{NodeId, SchedulerView};
 use hetsched_stream::{WorkerConfig, WorkerReport};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tonic::{Request, Response, Status};
 
 /// Longest wait for fresh reports before a reschedule computation goes on without them.
 const REPORT_WAIT: Duration = Duration::from_millis(1500);
@@ -176,17 +189,21 @@ struct NodeSeen {
     seen: Instant,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Inner {
     runs: BTreeMap<String, Run>,
     nodes: BTreeMap<String, NodeSeen>,
+    /// Topologies whose record changed since the last commit.
+    dirty: BTreeSet<String>,
+    /// Latest traffic lists not yet written: name → (at ns, traffic, node loads).
+    traffic_dirty: BTreeMap<String, (u64, Vec<ExecutorPair>, serde_json::Value)>,
 }
 
 type Labels = Vec<(String, String)>;
 
 /// Topology series in `/metrics` (`hetsched_topology_*`), labelled by topology; updated every
 /// controller tick from the same figures `topology show` prints.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct TopologyMetrics {
     throughput: Family<Labels, Gauge<f64, AtomicU64>>,
     inter_node: Family<Labels, Gauge<f64, AtomicU64>>,
@@ -197,39 +214,144 @@ struct TopologyMetrics {
     reschedules: Family<Labels, Gauge>,
 }
 
-/// The server's topologies.
-#[derive(Debug)]
-pub struct Topologies {
-    metrics: TopologyMetrics,
-    inner: Mutex<Inner>,
-    db: Mutex<rusqlite::Connection>,
+/// Times the kind keeps beside its records.
+#[derive(Clone, Copy, Debug)]
+struct Cfg {
     dead_timeout: Duration,
     started: Instant,
     epoch: Instant,
 }
 
-/// A store or input problem.
+/// The topology job kind: the server's topologies.
+pub struct Topology {
+    metrics: TopologyMetrics,
+    inner: Inner,
+    cfg: Cfg,
+    /// Cores each running worker holds in the view: (topology, worker) → (node, wanted, taken).
+    held: HashMap<(String, u32), (u32, u32, u32)>,
+}
+
+/// Why a topology request was refused (the service edge maps each to a gRPC status).
 #[derive(Debug, thiserror::Error)]
 pub enum TopologyError {
-    /// SQLite.
-    #[error("topology store: {0}")]
-    Store(#[from] rusqlite::Error),
-    /// A stored record that does not parse.
-    #[error("topology store: {0}")]
-    Decode(#[from] serde_json::Error),
+    /// The request or its file is wrong.
+    #[error("{0}")]
+    Invalid(String),
+    /// No topology of that name.
+    #[error("{0}")]
+    NotFound(String),
+    /// A running topology has that name.
+    #[error("{0}")]
+    Exists(String),
+    /// The topology is not in a state that allows the request.
+    #[error("{0}")]
+    Precondition(String),
+}
+
+/// A topology submission (`hetsched topology submit`).
+#[derive(Clone, Debug, Default)]
+pub struct TopologySubmission {
+    /// Where the file came from (for error locations).
+    pub origin: String,
+    /// The topology file's text.
+    pub text: String,
+    /// Where relative paths in the file start.
+    pub base_dir: String,
+    /// Placer name.
+    pub placer: String,
+    /// User-fixed worker count (0: the placer chooses).
+    pub workers: u32,
+    /// Least time between reschedule computations, ms (0 = never).
+    pub interval_ms: u64,
+    /// Least relative gain for a traffic reschedule.
+    pub gain_threshold: f64,
+    /// One-phase's utilisation limit.
+    pub max_utilisation: f64,
+}
+
+/// One worker an agent runs, as its sync reports it.
+#[derive(Clone, Debug, Default)]
+pub struct WorkerSeen {
+    /// Topology name.
+    pub topology: String,
+    /// Placement generation the worker was started for.
+    pub generation: u64,
+    /// Worker index in that generation.
+    pub worker: u32,
+    /// Where its peers reach it.
+    pub addr: String,
+    /// Its process id.
+    pub pid: u32,
+    /// Its latest cumulative counters, if it reported.
+    pub report: Option<WorkerReport>,
+}
+
+/// One agent's sync.
+#[derive(Clone, Debug, Default)]
+pub struct WorkersSeen {
+    /// The agent's node name.
+    pub node: String,
+    /// Its cores.
+    pub cores: u32,
+    /// The workers it runs.
+    pub workers: Vec<WorkerSeen>,
+}
+
+/// One worker a node should run.
+#[derive(Clone, Debug)]
+pub struct WorkerOrder {
+    /// Topology name.
+    pub topology: String,
+    /// Placement generation.
+    pub generation: u64,
+    /// Worker index.
+    pub worker: u32,
+    /// What the worker process is started with.
+    pub config: WorkerConfig,
+    /// Addresses of the topology's other running workers.
+    pub peers: HashMap<u32, String>,
+    /// A running worker of this generation (non-zero) to keep with new routes, not restart.
+    pub keep_generation: u64,
+    /// Its index in `keep_generation`.
+    pub keep_worker: u32,
+}
+
+/// The answer to an agent's sync.
+#[derive(Clone, Debug, Default)]
+pub struct WorkersToRun {
+    /// Every worker the node should run.
+    pub workers: Vec<WorkerOrder>,
+    /// Workers should report at once (a reschedule is being considered).
+    pub report_now: bool,
+}
+
+/// The kind's tables in the store (created with the store's schema).
+pub const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS topologies(name TEXT PRIMARY KEY, record TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS topology_traffic(
+    name TEXT PRIMARY KEY, at_ns INTEGER NOT NULL, traffic TEXT NOT NULL,
+    node_loads TEXT NOT NULL);
+";
+
+/// Reads every stored topology record (for [`crate::store::Snapshot`]).
+pub fn load(conn: &rusqlite::Connection) -> Result<Vec<Record>, StoreError> {
+    let mut stmt = conn.prepare("SELECT name, record FROM topologies ORDER BY name")?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (name, text) = row?;
+        out.push(
+            serde_json::from_str(&text)
+                .map_err(|e| StoreError::Corrupt(format!("topology {name}: {e}")))?,
+        );
+    }
+    Ok(out)
 }
 
 fn now_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
 }
 
 impl Run {
@@ -431,51 +553,112 @@ fn as_placement(p: &Placed, nodes: &[StreamNode]) -> Option<Placement> {
     })
 }
 
-fn invalid(e: impl std::fmt::Display) -> Status {
-    Status::invalid_argument(e.to_string())
+fn invalid(e: impl std::fmt::Display) -> TopologyError {
+    TopologyError::Invalid(e.to_string())
 }
 
-impl Topologies {
-    /// Opens (or creates) `DATA_DIR/topologies.sqlite` and reads the topologies back.
-    pub fn open(data_dir: &Path, dead_timeout: Duration) -> Result<Arc<Self>, TopologyError> {
-        let conn = rusqlite::Connection::open(data_dir.join("topologies.sqlite"))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "FULL")?;
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS topologies(name TEXT PRIMARY KEY, record TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS topology_traffic(name TEXT PRIMARY KEY, at_ns INTEGER NOT NULL, traffic TEXT NOT NULL, node_loads TEXT NOT NULL);",
-        )?;
+impl Topology {
+    /// Rebuilds the kind from its stored records (a server restart, or a rollback).
+    pub fn restore(records: Vec<Record>, dead_timeout: Duration) -> Self {
         let mut runs = BTreeMap::new();
-        {
-            let mut stmt = conn.prepare("SELECT record FROM topologies")?;
-            let records = stmt.query_map([], |r| r.get::<_, String>(0))?;
-            for text in records {
-                let rec: Record = serde_json::from_str(&text?)?;
-                match parse_runnable_topology(&rec.origin, &rec.text) {
-                    Ok(topo) => {
-                        runs.insert(rec.name.clone(), Run::new(rec, topo, 0));
-                    }
-                    Err(e) => tracing::error!("stored topology {} no longer parses: {e}", rec.name),
+        for rec in records {
+            match parse_runnable_topology(&rec.origin, &rec.text) {
+                Ok(topo) => {
+                    runs.insert(rec.name.clone(), Run::new(rec, topo, 0));
                 }
+                Err(e) => tracing::error!("stored topology {} no longer parses: {e}", rec.name),
             }
         }
-        if !runs.is_empty() {
-            tracing::info!(
-                topologies = runs.len(),
-                "topologies read back from the store"
-            );
-        }
-        Ok(Arc::new(Self {
+        Topology {
             metrics: TopologyMetrics::default(),
-            inner: Mutex::new(Inner {
+            inner: Inner {
                 runs,
-                nodes: BTreeMap::new(),
-            }),
-            db: Mutex::new(conn),
-            dead_timeout,
-            started: Instant::now(),
-            epoch: Instant::now(),
-        }))
+                ..Inner::default()
+            },
+            cfg: Cfg {
+                dead_timeout,
+                started: Instant::now(),
+                epoch: Instant::now(),
+            },
+            held: HashMap::new(),
+        }
+    }
+
+    /// After a rollback (`self` rebuilt from the store, `old` the memory before it): keeps what
+    /// the store does not hold — the nodes seen, the metrics' families, the clock, and the
+    /// workers and monitors of every topology whose stored record the rollback did not change.
+    pub fn carry_over(&mut self, old: &mut Topology) {
+        self.metrics = old.metrics.clone();
+        self.cfg = old.cfg;
+        self.inner.nodes = std::mem::take(&mut old.inner.nodes);
+        for (name, run) in self.inner.runs.iter_mut() {
+            let Some(o) = old.inner.runs.remove(name) else {
+                continue;
+            };
+            if o.rec.generation == run.rec.generation
+                && o.rec.text == run.rec.text
+                && o.rec.state == run.rec.state
+            {
+                let rec = run.rec.clone();
+                *run = o;
+                run.rec = rec;
+            }
+        }
+    }
+
+    /// Books in `view` the declared cores of every running worker on its node, and gives back
+    /// what workers that stopped (or moved) held. A worker takes what is free: tasks already
+    /// running are not preempted, and it takes the rest as they finish.
+    pub fn rebook(&mut self, view: &mut SchedulerView, nodes: &Nodes) {
+        let mut want: HashMap<(String, u32), (u32, u32)> = HashMap::new();
+        for run in self.inner.runs.values() {
+            let Some(p) = &run.rec.placement else {
+                continue;
+            };
+            if run.rec.state != "running" {
+                continue;
+            }
+            let loads = run.topo.topology.declared_loads();
+            for w in run.live.keys() {
+                let Some((node, _)) = p.workers.get(*w as usize) else {
+                    continue;
+                };
+                let Some(id) = nodes.by_name(node) else {
+                    continue;
+                };
+                let percent: f64 = p
+                    .assignment
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, a)| **a == *w)
+                    .map(|(e, _)| loads.get(e).copied().unwrap_or(0.0))
+                    .sum();
+                let cores = (percent / 100.0).ceil().max(0.0) as u32;
+                want.insert((run.rec.name.clone(), *w), (id, cores));
+            }
+        }
+        self.held.retain(|k, (node, wanted, taken)| {
+            if want.get(k) == Some(&(*node, *wanted)) {
+                return true;
+            }
+            view.release_cores(NodeId(*node), *taken);
+            false
+        });
+        for (k, (node, cores)) in want {
+            let e = self.held.entry(k).or_insert((node, cores, 0));
+            if e.2 < e.1 {
+                e.2 += view.hold_cores(NodeId(node), e.1 - e.2);
+            }
+        }
+    }
+
+    /// Cores the running workers hold on node `node` (for tests and listings).
+    pub fn held_cores(&self, node: u32) -> u32 {
+        self.held
+            .values()
+            .filter(|(n, _, _)| *n == node)
+            .map(|(_, _, t)| t)
+            .sum()
     }
 
     /// Registers the `hetsched_topology_*` series.
@@ -518,10 +701,11 @@ impl Topologies {
         );
     }
 
-    fn update_metrics(&self, inner: &Inner) {
+    fn update_metrics(&self) {
         let m = &self.metrics;
+        let inner = &self.inner;
         for run in inner.runs.values() {
-            let s = self.status(inner, run);
+            let s = self.cfg.status(inner, run);
             let l: Labels = vec![("topology".into(), run.rec.name.clone())];
             let f = |k: &str| s[k].as_f64().unwrap_or(0.0);
             m.throughput
@@ -556,55 +740,8 @@ impl Topologies {
         }
     }
 
-    fn core_now(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
-    }
-
-    fn save(&self, rec: &Record) {
-        let db = lock(&self.db);
-        let text = match serde_json::to_string(rec) {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::error!("topology {}: {e}", rec.name);
-                return;
-            }
-        };
-        if let Err(e) = db.execute(
-            "INSERT INTO topologies(name, record) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET record = excluded.record",
-            rusqlite::params![rec.name, text],
-        ) {
-            tracing::error!("storing topology {}: {e}", rec.name);
-        }
-    }
-
-    fn save_traffic(&self, name: &str, traffic: &[ExecutorPair], loads: &serde_json::Value) {
-        let db = lock(&self.db);
-        let t = serde_json::to_string(traffic).unwrap_or_default();
-        if let Err(e) = db.execute(
-            "INSERT INTO topology_traffic(name, at_ns, traffic, node_loads) VALUES (?1, ?2, ?3, ?4) ON CONFLICT(name) DO UPDATE SET at_ns = excluded.at_ns, traffic = excluded.traffic, node_loads = excluded.node_loads",
-            rusqlite::params![name, now_ns() as i64, t, loads.to_string()],
-        ) {
-            tracing::error!("storing the traffic of {name}: {e}");
-        }
-    }
-
-    /// Nodes alive now, by name, with their cores. After a restart, nodes get `dead_timeout`
-    /// to sync before placements on them count as lost.
-    fn alive(&self, inner: &Inner) -> Vec<(String, u32)> {
-        inner
-            .nodes
-            .iter()
-            .filter(|(_, n)| n.seen.elapsed() < self.dead_timeout)
-            .map(|(name, n)| (name.clone(), n.cores))
-            .collect()
-    }
-
-    fn in_grace(&self) -> bool {
-        self.started.elapsed() < self.dead_timeout
-    }
-
     /// Submits a topology.
-    pub fn submit(&self, req: pb::SubmitTopologyRequest) -> Result<serde_json::Value, Status> {
+    pub fn submit(&mut self, req: TopologySubmission) -> Result<serde_json::Value, TopologyError> {
         let topo = parse_runnable_topology(&req.origin, &req.text).map_err(invalid)?;
         let placer: StreamPlacerKind = req.placer.parse().map_err(invalid)?;
         if !(req.max_utilisation > 0.0 && req.max_utilisation <= 1.0) {
@@ -614,11 +751,11 @@ impl Topologies {
             return Err(invalid("gain_threshold must be a non-negative number"));
         }
         let name = topo.topology.name.clone();
-        let mut inner = lock(&self.inner);
+        let inner = &mut self.inner;
         if let Some(r) = inner.runs.get(&name)
             && r.rec.state == "running"
         {
-            return Err(Status::already_exists(format!(
+            return Err(TopologyError::Exists(format!(
                 "topology `{name}` is running: kill it first (hetsched topology kill {name})"
             )));
         }
@@ -638,8 +775,8 @@ impl Topologies {
             reschedules: Vec::new(),
             submitted_ns: now_ns(),
         };
-        let mut run = Run::new(rec, topo, self.core_now());
-        let alive = self.alive(&inner);
+        let mut run = Run::new(rec, topo, self.cfg.core_now());
+        let alive = self.cfg.alive(inner);
         if !alive.is_empty() {
             let nodes = stream_nodes(&alive);
             let mut problem = PlacementProblem::declared(&run.topo.topology, &nodes);
@@ -648,59 +785,58 @@ impl Topologies {
             let pl = placed(&p, &nodes);
             run.new_generation(pl);
         }
-        self.save(&run.rec);
-        let status = self.status(&inner, &run);
+        inner.dirty.insert(name.clone());
+        let status = self.cfg.status(inner, &run);
         inner.runs.insert(name, run);
         Ok(status)
     }
 
     /// Every topology's status.
     pub fn list(&self) -> serde_json::Value {
-        let inner = lock(&self.inner);
+        let inner = &self.inner;
         serde_json::Value::Array(
             inner
                 .runs
                 .values()
-                .map(|r| self.status(&inner, r))
+                .map(|r| self.cfg.status(inner, r))
                 .collect(),
         )
     }
 
     /// One topology's status.
-    pub fn show(&self, name: &str) -> Result<serde_json::Value, Status> {
-        let inner = lock(&self.inner);
+    pub fn show(&self, name: &str) -> Result<serde_json::Value, TopologyError> {
+        let inner = &self.inner;
         let run = inner.runs.get(name).ok_or_else(|| not_found(name))?;
-        Ok(self.status(&inner, run))
+        Ok(self.cfg.status(inner, run))
     }
 
     /// Kills a topology: agents stop its workers.
-    pub fn kill(&self, name: &str) -> Result<serde_json::Value, Status> {
-        let mut inner = lock(&self.inner);
+    pub fn kill(&mut self, name: &str) -> Result<serde_json::Value, TopologyError> {
+        let inner = &mut self.inner;
         let run = inner.runs.get_mut(name).ok_or_else(|| not_found(name))?;
         run.rec.state = "killed".into();
         // Its workers stop at their agents' next sync; none is reported from now on.
         run.live.clear();
-        let rec = run.rec.clone();
-        self.save(&rec);
+        inner.dirty.insert(name.to_string());
         let run = inner.runs.get(name).ok_or_else(|| not_found(name))?;
-        Ok(self.status(&inner, run))
+        Ok(self.cfg.status(inner, run))
     }
 
     /// Places a topology again now from the measured traffic (the user's `rebalance`), applying
     /// the result when it differs from the running placement.
-    pub fn rebalance(&self, name: &str) -> Result<serde_json::Value, Status> {
-        let mut inner = lock(&self.inner);
-        let alive = self.alive(&inner);
+    pub fn rebalance(&mut self, name: &str) -> Result<serde_json::Value, TopologyError> {
+        let inner = &mut self.inner;
+        let alive = self.cfg.alive(inner);
         let nodes = stream_nodes(&alive);
-        let now = self.core_now();
+        let now = self.cfg.core_now();
         let run = inner.runs.get_mut(name).ok_or_else(|| not_found(name))?;
         if run.rec.state != "running" {
-            return Err(Status::failed_precondition(format!(
+            return Err(TopologyError::Precondition(format!(
                 "topology `{name}` is not running"
             )));
         }
         if nodes.is_empty() {
-            return Err(Status::failed_precondition("no node is alive"));
+            return Err(TopologyError::Precondition("no node is alive".into()));
         }
         let mut traffic = run.monitor.flush(now);
         if traffic.is_empty() {
@@ -742,21 +878,16 @@ impl Topologies {
                 nodes: used,
                 generation,
             });
-            let rec = run.rec.clone();
-            self.save(&rec);
+            inner.dirty.insert(name.to_string());
         }
         let run = inner.runs.get(name).ok_or_else(|| not_found(name))?;
-        Ok(self.status(&inner, run))
+        Ok(self.cfg.status(inner, run))
     }
 
     /// One agent's sync: records its workers and reports, answers what it should run.
-    pub fn sync(
-        &self,
-        req: pb::SyncWorkersRequest,
-        from: Option<std::net::IpAddr>,
-    ) -> pb::SyncWorkersReply {
-        let mut inner = lock(&self.inner);
-        let now = self.core_now();
+    pub fn sync(&mut self, req: WorkersSeen, from: Option<std::net::IpAddr>) -> WorkersToRun {
+        let inner = &mut self.inner;
+        let now = self.cfg.core_now();
         inner.nodes.insert(
             req.node.clone(),
             NodeSeen {
@@ -777,11 +908,7 @@ impl Topologies {
             {
                 addr = std::net::SocketAddr::new(ip, sa.port()).to_string();
             }
-            let report: Option<WorkerReport> = if w.report_json.is_empty() {
-                None
-            } else {
-                serde_json::from_str(&w.report_json).ok()
-            };
+            let report = w.report;
             if let Some(r) = &report {
                 run.feed(w.worker, w.pid, r.clone(), now);
             }
@@ -825,11 +952,11 @@ impl Topologies {
                     .collect();
                 let (keep_generation, keep_worker) =
                     run.kept.get(&(idx as u32)).copied().unwrap_or((0, 0));
-                out.push(pb::WorkerAssignment {
+                out.push(WorkerOrder {
                     topology: run.rec.name.clone(),
                     generation: run.rec.generation,
                     worker: idx as u32,
-                    config_json: serde_json::to_string(&config).unwrap_or_default(),
+                    config,
                     peers,
                     keep_generation,
                     keep_worker,
@@ -840,7 +967,7 @@ impl Topologies {
             .runs
             .values()
             .any(|r| r.asked.is_some() && r.rec.state == "running");
-        pb::SyncWorkersReply {
+        WorkersToRun {
             workers: out,
             report_now,
         }
@@ -848,12 +975,12 @@ impl Topologies {
 
     /// The controller's periodic pass: places topologies waiting for nodes, re-places those
     /// that lost a node, and runs spec 04's reschedule controller.
-    pub fn tick(&self) {
-        let mut inner = lock(&self.inner);
-        let alive = self.alive(&inner);
-        let grace = self.in_grace();
+    pub fn tick(&mut self) {
+        let inner = &mut self.inner;
+        let alive = self.cfg.alive(inner);
+        let grace = self.cfg.in_grace();
         let nodes = stream_nodes(&alive);
-        let now = self.core_now();
+        let now = self.cfg.core_now();
         let mut saves = Vec::new();
         let mut traffic_saves = Vec::new();
         for run in inner.runs.values_mut() {
@@ -974,14 +1101,34 @@ impl Topologies {
                 Err(e) => tracing::error!(topology = %run.rec.name, "reschedule: {e}"),
             }
         }
-        self.update_metrics(&inner);
-        drop(inner);
         for rec in saves {
-            self.save(&rec);
+            inner.dirty.insert(rec.name);
         }
         for (name, t, l) in traffic_saves {
-            self.save_traffic(&name, &t, &l);
+            inner.traffic_dirty.insert(name, (now_ns(), t, l));
         }
+        self.update_metrics();
+    }
+}
+
+impl Cfg {
+    fn core_now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Nodes alive now, by name, with their cores. After a restart, nodes get `dead_timeout`
+    /// to sync before placements on them count as lost.
+    fn alive(&self, inner: &Inner) -> Vec<(String, u32)> {
+        inner
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.seen.elapsed() < self.dead_timeout)
+            .map(|(name, n)| (name.clone(), n.cores))
+            .collect()
+    }
+
+    fn in_grace(&self) -> bool {
+        self.started.elapsed() < self.dead_timeout
     }
 
     fn status(&self, inner: &Inner, run: &Run) -> serde_json::Value {
@@ -1140,100 +1287,114 @@ impl Topologies {
     }
 }
 
-fn not_found(name: &str) -> Status {
-    Status::not_found(format!(
+fn not_found(name: &str) -> TopologyError {
+    TopologyError::NotFound(format!(
         "no topology named `{name}` (hetsched topology list)"
     ))
 }
 
-/// The client-facing service.
-#[derive(Clone, Debug)]
-pub struct ClientService(pub Arc<Topologies>);
+const UPSERT_RECORD: &str = "INSERT INTO topologies(name, record) VALUES (?1, ?2)
+    ON CONFLICT(name) DO UPDATE SET record = excluded.record";
+const UPSERT_TRAFFIC: &str = "INSERT INTO topology_traffic(name, at_ns, traffic, node_loads)
+    VALUES (?1, ?2, ?3, ?4) ON CONFLICT(name) DO UPDATE SET at_ns = excluded.at_ns,
+    traffic = excluded.traffic, node_loads = excluded.node_loads";
 
-/// The agent-facing service.
-#[derive(Clone, Debug)]
-pub struct AgentService(pub Arc<Topologies>);
-
-fn reply(v: serde_json::Value) -> Response<pb::TopologyReply> {
-    Response::new(pb::TopologyReply {
-        status_json: v.to_string(),
-    })
+fn encode(what: &str, e: serde_json::Error) -> StoreError {
+    StoreError::Corrupt(format!("{what}: {e}"))
 }
 
-#[tonic::async_trait]
-impl pb::topology_client_server::TopologyClient for ClientService {
-    async fn submit_topology(
-        &self,
-        r: Request<pb::SubmitTopologyRequest>,
-    ) -> Result<Response<pb::TopologyReply>, Status> {
-        self.0.submit(r.into_inner()).map(reply)
+/// A topology hands out no tasks: the heartbeat hooks have nothing to do, and its workers are
+/// supervised through the agents' sync (`State::topology_sync`). Its jobs are listed by
+/// `hetsched topology list`, not `ListJobs`.
+impl JobKind for Topology {
+    fn kind(&self) -> Kind {
+        Kind::Topology
     }
-    async fn list_topologies(
-        &self,
-        _r: Request<pb::ListTopologiesRequest>,
-    ) -> Result<Response<pb::ListTopologiesReply>, Status> {
-        Ok(Response::new(pb::ListTopologiesReply {
-            statuses_json: self.0.list().to_string(),
-        }))
-    }
-    async fn show_topology(
-        &self,
-        r: Request<pb::TopologyName>,
-    ) -> Result<Response<pb::TopologyReply>, Status> {
-        self.0.show(&r.into_inner().name).map(reply)
-    }
-    async fn kill_topology(
-        &self,
-        r: Request<pb::TopologyName>,
-    ) -> Result<Response<pb::TopologyReply>, Status> {
-        self.0.kill(&r.into_inner().name).map(reply)
-    }
-    async fn rebalance_topology(
-        &self,
-        r: Request<pb::TopologyName>,
-    ) -> Result<Response<pb::TopologyReply>, Status> {
-        self.0.rebalance(&r.into_inner().name).map(reply)
-    }
-}
 
-#[tonic::async_trait]
-impl pb::topology_agent_server::TopologyAgent for AgentService {
-    async fn sync_workers(
-        &self,
-        r: Request<pb::SyncWorkersRequest>,
-    ) -> Result<Response<pb::SyncWorkersReply>, Status> {
-        let from = r.remote_addr().map(|a| a.ip());
-        Ok(Response::new(self.0.sync(r.into_inner(), from)))
+    fn on_result(
+        &mut self,
+        _cx: &mut Ctx,
+        _node: NodeId,
+        _r: &TaskResult,
+    ) -> Result<(), StateError> {
+        Ok(())
     }
-}
 
-/// Adds the topology services (behind the token checks) to the server's router and starts the
-/// controller's tick.
-pub fn add_services(
-    router: tonic::transport::server::Router,
-    topologies: Arc<Topologies>,
-    creds: &crate::datadir::Credentials,
-) -> tonic::transport::server::Router {
-    let ticker = topologies.clone();
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(Duration::from_millis(250));
-        loop {
-            every.tick().await;
-            let t = ticker.clone();
-            let _ = tokio::task::spawn_blocking(move || t.tick()).await;
+    fn expects(&self, _node: NodeId, _t: &RunningTask) -> bool {
+        false
+    }
+
+    fn on_lost(&mut self, _cx: &mut Ctx, _task: u64, _reason: &str) -> Result<(), StateError> {
+        Ok(())
+    }
+
+    fn on_heartbeat(
+        &mut self,
+        _cx: &mut Ctx,
+        _node: NodeId,
+        _report: &HeartbeatReport,
+        _open: bool,
+        _out: &mut Outbox,
+    ) -> Result<(), StateError> {
+        Ok(())
+    }
+
+    fn has_changes(&self) -> bool {
+        !self.inner.dirty.is_empty() || !self.inner.traffic_dirty.is_empty()
+    }
+
+    fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
+        for name in &self.inner.dirty {
+            let Some(run) = self.inner.runs.get(name) else {
+                continue;
+            };
+            let text = serde_json::to_string(&run.rec)
+                .map_err(|e| encode(&format!("topology {name}"), e))?;
+            tx.execute(UPSERT_RECORD, rusqlite::params![name, text])?;
         }
-    });
-    router
-        .add_service(
-            pb::topology_client_server::TopologyClientServer::with_interceptor(
-                ClientService(topologies.clone()),
-                crate::service::CheckToken::new(crate::service::Role::Client, creds),
-            ),
-        )
-        .add_service(
-            pb::topology_agent_server::TopologyAgentServer::with_interceptor(
-                AgentService(topologies),
-                crate::service::CheckToken::new(crate::service::Role::Agent, creds),
-            ),
-        )
+        for (name, (at, traffic, loads)) in &self.inner.traffic_dirty {
+            let t = serde_json::to_string(traffic)
+                .map_err(|e| encode(&format!("traffic of {name}"), e))?;
+            tx.execute(
+                UPSERT_TRAFFIC,
+                rusqlite::params![name, *at as i64, t, loads.to_string()],
+            )?;
+        }
+        Ok(())
+    }
+
+    fn committed(&mut self) {
+        self.inner.dirty.clear();
+        self.inner.traffic_dirty.clear();
+    }
+
+    fn counts(&self) -> TaskCounts {
+        TaskCounts::default()
+    }
+
+    fn job_count(&self) -> u64 {
+        self.inner.runs.len() as u64
+    }
+
+    fn jobs_page(&self, _rd: &Read, _cursor: u64, _limit: usize) -> JobsPage {
+        JobsPage::default()
+    }
+
+    fn job(&self, _rd: &Read, id: u64) -> Result<JobInfo, StateError> {
+        Err(StateError::NoJob(id))
+    }
+
+    fn tasks_page(
+        &self,
+        _rd: &Read,
+        _job: u64,
+        _cursor: u64,
+        _limit: usize,
+    ) -> Result<TasksPage, StateError> {
+        Ok(TasksPage::default())
+    }
+
+    fn cancel(&mut self, _cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
+        Err(StateError::NoJob(job))
+    }
 }

@@ -51,6 +51,7 @@ use thiserror::Error;
 use tracing::{info, warn};
 
 pub mod nodes;
+mod topology;
 pub mod types;
 
 pub use crate::jobs::batch::{
@@ -112,6 +113,9 @@ pub enum StateError {
     /// The view refused (a bug, or a corrupt store).
     #[error("scheduler view: {0}")]
     View(#[from] ViewError),
+    /// A topology request was refused.
+    #[error(transparent)]
+    Topology(#[from] crate::jobs::topology::TopologyError),
 }
 
 /// Nanoseconds since the Unix epoch: the time base of the server's policies and records.
@@ -178,6 +182,10 @@ impl State {
             }
         }
         let metrics: Arc<Metrics> = Arc::default();
+        let topology = crate::jobs::Topology::restore(
+            std::mem::take(&mut snap.topologies),
+            Duration::from_nanos(config.dead_timeout.0.max(1_000_000)),
+        );
         // Each kind rebuilds its jobs and puts its running tasks back on their nodes.
         let batch = {
             let mut cx = Ctx {
@@ -193,7 +201,7 @@ impl State {
             store,
             view,
             nodes,
-            jobs: Jobs { batch },
+            jobs: Jobs { batch, topology },
             heartbeat_interval_ms: (config.heartbeat_interval.0 / 1_000_000).max(1),
             metrics,
             config: config.clone(),
@@ -398,6 +406,8 @@ impl State {
             .jobs
             .batch
             .carry_over(&mut self.jobs.batch, &mut fresh.view);
+        fresh.jobs.topology.carry_over(&mut self.jobs.topology);
+        fresh.jobs.topology.rebook(&mut fresh.view, &fresh.nodes);
         fresh.metrics = self.metrics.clone();
         fresh.paused_since = self.paused_since;
         fresh.last_probe = self.last_probe;
@@ -496,7 +506,7 @@ impl State {
     pub fn on_resubmit(&mut self, job: u64) -> Result<u64, StateError> {
         let n = match Kind::of(job) {
             Some(Kind::Batch) => self.jobs.batch.resubmit_failed(&mut ctx!(self), job)?,
-            None => return Err(StateError::NoJob(job)),
+            Some(Kind::Topology) | None => return Err(StateError::NoJob(job)),
         };
         self.commit()?;
         info!(job, tasks = n, "failed tasks resubmitted");
