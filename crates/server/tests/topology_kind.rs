@@ -188,3 +188,67 @@ fn a_full_disk_refuses_a_submission_and_keeps_nothing_of_it() {
     assert_eq!(s.topology_list()[0]["state"], "running");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_node_the_dead_node_check_declares_dead_loses_its_workers_to_the_nodes_left() {
+    let dir = scratch("dead");
+    let config = ServerConfig {
+        data_dir: dir.clone(),
+        dead_timeout: "1s".parse().expect("duration"),
+        ..Default::default()
+    };
+    let mut s =
+        State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state");
+    let mut ids = std::collections::HashMap::new();
+    for name in ["n", "m"] {
+        let id = s
+            .register(pb::RegisterRequest {
+                name: name.into(),
+                cores: 4,
+                memory_bytes: 1 << 30,
+                identity: IDENTITY.into(),
+                ..Default::default()
+            })
+            .expect("register")
+            .node_id;
+        ids.insert(name.to_string(), id);
+    }
+    let sync_both = |s: &mut State| {
+        for name in ["n", "m"] {
+            s.topology_sync(
+                WorkersSeen {
+                    node: name.into(),
+                    cores: 4,
+                    workers: vec![],
+                },
+                None,
+            )
+            .expect("sync");
+        }
+    };
+    sync_both(&mut s);
+    let shown = s.topology_submit(submission()).expect("submit");
+    let placed = shown["workers"][0]["node"]
+        .as_str()
+        .expect("placed")
+        .to_string();
+    let other = if placed == "n" { "m" } else { "n" };
+    // Past the restart grace, both agents' worker syncs are fresh; only the placed node's
+    // heartbeats stop, and the dead-node check declares it dead.
+    std::thread::sleep(std::time::Duration::from_millis(1050));
+    sync_both(&mut s);
+    s.heartbeat(heartbeat_request(ids[&placed], &[], &[]))
+        .expect("beat");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    s.heartbeat(heartbeat_request(ids[other], &[], &[]))
+        .expect("beat");
+    s.check_dead(std::time::Duration::from_millis(100))
+        .expect("dead check");
+    s.topology_tick().expect("tick");
+    let shown = s.topology_show("pipe").expect("show");
+    assert_eq!(shown["generation"], 2, "placed again");
+    assert_eq!(shown["reschedules"][0]["cause"], "node-lost");
+    assert_eq!(shown["workers"][0]["node"], other);
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -197,6 +197,8 @@ struct Inner {
     dirty: BTreeSet<String>,
     /// Latest traffic lists not yet written: name → (at ns, traffic, node loads).
     traffic_dirty: BTreeMap<String, (u64, Vec<ExecutorPair>, serde_json::Value)>,
+    /// Nodes the state's registry declared dead (the dead-node path) or that were removed.
+    down: BTreeSet<String>,
 }
 
 type Labels = Vec<(String, String)>;
@@ -650,6 +652,16 @@ impl Topology {
                 e.2 += view.hold_cores(NodeId(node), e.1 - e.2);
             }
         }
+    }
+
+    /// Takes the state's dead-node verdicts: a node the registry declared dead (its heartbeats
+    /// stopped) or removed is not alive for topologies either, whatever its last worker sync.
+    pub fn set_down(&mut self, nodes: &Nodes) {
+        self.inner.down = nodes
+            .iter()
+            .filter(|n| !n.alive || n.removed)
+            .map(|n| n.spec.name.clone())
+            .collect();
     }
 
     /// Cores the running workers hold on node `node` (for tests and listings).
@@ -1122,7 +1134,7 @@ impl Cfg {
         inner
             .nodes
             .iter()
-            .filter(|(_, n)| n.seen.elapsed() < self.dead_timeout)
+            .filter(|(name, n)| n.seen.elapsed() < self.dead_timeout && !inner.down.contains(*name))
             .map(|(name, n)| (name.clone(), n.cores))
             .collect()
     }

@@ -22,6 +22,8 @@ impl State {
                     .into(),
             ));
         }
+        // The dead-node path (`State::check_dead`) decides for topologies too.
+        self.jobs.topology.set_down(&self.nodes);
         let answer = f(&mut self.jobs.topology);
         self.jobs.topology.rebook(&mut self.view, &self.nodes);
         self.commit()?;
