@@ -28,7 +28,62 @@ type Key = (String, u64, u32);
 struct Info {
     addr: String,
     pid: u32,
-    report_json: String,
+    report: Option<pb::WorkerCounters>,
+}
+
+/// A worker's report in protobuf terms (the worker prints it as JSON on its stdout).
+fn counters(r: hetsched_stream::WorkerReport) -> pb::WorkerCounters {
+    pb::WorkerCounters {
+        worker: r.worker,
+        at_ns: r.at_ns,
+        pairs: r
+            .pairs
+            .into_iter()
+            .map(|p| pb::PairCounter {
+                from: p.from,
+                to: p.to,
+                tuples: p.tuples,
+            })
+            .collect(),
+        executors: r
+            .executors
+            .into_iter()
+            .map(|e| pb::ExecutorCounters {
+                executor: e.executor,
+                name: e.name,
+                cpu_ns: e.cpu_ns,
+                emitted: e.emitted,
+                received: e.received,
+                acked: e.acked,
+                failed: e.failed,
+                done: e.done,
+            })
+            .collect(),
+        remote_out: r.remote_out,
+        remote_in: r.remote_in,
+        dropped: r.dropped,
+        latency: Some(pb::LatencyCounters {
+            count: r.latency.count,
+            p50_us: r.latency.p50_us,
+            p99_us: r.latency.p99_us,
+            max_us: r.latency.max_us,
+        }),
+        rss_bytes: r.rss_bytes,
+    }
+}
+
+/// The worker configuration the server sent, as the worker reads it (the agent adds its work
+/// directory and listen address in [`start`]).
+fn worker_config(spec: &pb::WorkerSpec) -> hetsched_stream::WorkerConfig {
+    hetsched_stream::WorkerConfig {
+        topology_origin: spec.topology_origin.clone(),
+        topology_text: spec.topology_text.clone(),
+        worker: spec.worker,
+        assignment: spec.assignment.clone(),
+        base_dir: PathBuf::from(&spec.base_dir),
+        work_dir: PathBuf::new(),
+        listen: String::new(),
+    }
 }
 
 struct WorkerProc {
@@ -78,7 +133,8 @@ pub fn spawn(
                         worker: k.2,
                         addr: i.addr.clone(),
                         pid: i.pid,
-                        report_json: i.report_json.clone(),
+                        report: i.report.clone(),
+                        ..Default::default()
                     }
                 })
                 .collect();
@@ -118,9 +174,10 @@ pub fn spawn(
                 let Some(mut w) = workers.remove(&old) else {
                     continue;
                 };
-                let assignment = serde_json::from_str::<serde_json::Value>(&a.config_json)
-                    .ok()
-                    .and_then(|c| c.get("assignment").cloned())
+                let assignment = a
+                    .config
+                    .as_ref()
+                    .map(|c| c.assignment.clone())
                     .unwrap_or_default();
                 let cmd =
                     serde_json::json!({"cmd": "assign", "worker": k.2, "assignment": assignment});
@@ -157,7 +214,11 @@ pub fn spawn(
             }
             for (k, a) in wanted {
                 if !workers.contains_key(&k) {
-                    match start(&exe, &work_dir, &k, &a.config_json) {
+                    let Some(spec) = &a.config else {
+                        warn!(topology = %k.0, worker = k.2, "the server sent no worker configuration");
+                        continue;
+                    };
+                    match start(&exe, &work_dir, &k, &worker_config(spec)) {
                         Ok(w) => {
                             info!(topology = %k.0, generation = k.1, worker = k.2, "started stream worker");
                             workers.insert(k.clone(), w);
@@ -193,10 +254,9 @@ fn start(
     exe: &std::path::Path,
     work_dir: &std::path::Path,
     k: &Key,
-    config_json: &str,
+    config: &hetsched_stream::WorkerConfig,
 ) -> Result<WorkerProc, String> {
-    let mut config: serde_json::Value =
-        serde_json::from_str(config_json).map_err(|e| format!("bad worker config: {e}"))?;
+    let mut config = serde_json::to_value(config).map_err(|e| format!("bad worker config: {e}"))?;
     let safe: String =
         k.0.chars()
             .map(|c| {
@@ -249,8 +309,10 @@ fn start(
                         .to_string();
                 }
                 Some("report") => {
-                    if let Some(r) = v.get("report") {
-                        lock(&reader_info).report_json = r.to_string();
+                    if let Some(r) = v.get("report")
+                        && let Ok(r) = serde_json::from_value(r.clone())
+                    {
+                        lock(&reader_info).report = Some(counters(r));
                     }
                 }
                 Some("error") => {

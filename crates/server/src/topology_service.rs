@@ -10,6 +10,8 @@ use crate::jobs::topology::{
 };
 use crate::service::{Run, Shared, with_state};
 use hetsched_proto as pb;
+use hetsched_stream::WorkerReport;
+use hetsched_stream::metrics::{ExecutorReport, LatencySummary, PairCount};
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::{Request, Response, Status};
@@ -50,14 +52,51 @@ fn workers_seen(r: pb::SyncWorkersRequest) -> WorkersSeen {
                 worker: w.worker,
                 addr: w.addr,
                 pid: w.pid,
-                // A report that does not parse counts as none (an agent of another version).
-                report: if w.report_json.is_empty() {
-                    None
-                } else {
-                    serde_json::from_str(&w.report_json).ok()
-                },
+                report: w.report.map(report),
             })
             .collect(),
+    }
+}
+
+/// A worker's counters as the topology kind reads them.
+fn report(c: pb::WorkerCounters) -> WorkerReport {
+    let latency = c.latency.unwrap_or_default();
+    WorkerReport {
+        worker: c.worker,
+        at_ns: c.at_ns,
+        pairs: c
+            .pairs
+            .into_iter()
+            .map(|p| PairCount {
+                from: p.from,
+                to: p.to,
+                tuples: p.tuples,
+            })
+            .collect(),
+        executors: c
+            .executors
+            .into_iter()
+            .map(|e| ExecutorReport {
+                executor: e.executor,
+                name: e.name,
+                cpu_ns: e.cpu_ns,
+                emitted: e.emitted,
+                received: e.received,
+                acked: e.acked,
+                failed: e.failed,
+                done: e.done,
+            })
+            .collect(),
+        remote_out: c.remote_out,
+        remote_in: c.remote_in,
+        dropped: c.dropped,
+        latency: LatencySummary {
+            count: latency.count,
+            p50_us: latency.p50_us,
+            p99_us: latency.p99_us,
+            max_us: latency.max_us,
+        },
+        rss_bytes: c.rss_bytes,
     }
 }
 
@@ -70,10 +109,17 @@ fn to_run(r: WorkersToRun) -> pb::SyncWorkersReply {
                 topology: w.topology,
                 generation: w.generation,
                 worker: w.worker,
-                config_json: serde_json::to_string(&w.config).unwrap_or_default(),
+                config: Some(pb::WorkerSpec {
+                    topology_origin: w.config.topology_origin,
+                    topology_text: w.config.topology_text,
+                    worker: w.config.worker,
+                    assignment: w.config.assignment,
+                    base_dir: w.config.base_dir.to_string_lossy().into_owned(),
+                }),
                 peers: w.peers,
                 keep_generation: w.keep_generation,
                 keep_worker: w.keep_worker,
+                ..Default::default()
             })
             .collect(),
         report_now: r.report_now,
