@@ -29,6 +29,7 @@ pub mod launch;
 pub mod ledger;
 pub mod logs;
 pub mod shutdown;
+pub mod stream_workers;
 pub mod workdir;
 
 use hetsched_proto as pb;
@@ -142,6 +143,13 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
     let channel = endpoint.connect_lazy();
     let interceptor = pb::TokenInterceptor::new(&opts.token)
         .map_err(|e| AgentError::Config(format!("token: {e}")))?;
+    stream_workers::spawn(
+        channel.clone(),
+        interceptor.clone(),
+        opts.name.clone(),
+        opts.resources.cores,
+        opts.work_dir.clone(),
+    );
     let mut client = AgentClient::with_interceptor(channel.clone(), interceptor.clone())
         .max_decoding_message_size(MAX_REPLY_BYTES);
     let gpus = detect::Gpus::init();

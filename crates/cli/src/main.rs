@@ -11,6 +11,7 @@ mod sim_divisible;
 mod sim_stream;
 mod sim_sweep;
 mod stream;
+mod topology;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -35,6 +36,12 @@ enum Command {
     Stream(stream::StreamCommand),
     #[command(flatten)]
     Runtime(runtime::RuntimeCommand),
+    /// Long-running stream topologies on the runtime: submit, list, show, kill, rebalance.
+    #[command(subcommand)]
+    Topology(topology::TopologyCommand),
+    /// A stream topology's worker process (started by agents).
+    #[command(hide = true)]
+    StreamWorker(topology::StreamWorkerArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell to complete for.
@@ -52,6 +59,8 @@ fn main() -> std::process::ExitCode {
         Command::Binding(cmd) => binding::run(cmd),
         Command::Stream(cmd) => stream::run(cmd),
         Command::Runtime(cmd) => runtime::run(cmd),
+        Command::Topology(cmd) => topology::run(cmd),
+        Command::StreamWorker(args) => topology::run_worker(args),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

@@ -11,6 +11,7 @@ pub mod divisible;
 pub mod latency;
 pub mod limits;
 pub mod star_platform;
+pub mod stream_code;
 pub mod topology;
 mod units;
 pub mod workflow;

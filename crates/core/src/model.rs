@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod ids;
 pub mod latency;
 pub mod resources;
+pub mod stream_code;
 pub mod topology;
 pub mod view;
 pub mod workflow;

@@ -40,6 +40,7 @@ pub mod metrics;
 pub mod service;
 pub mod state;
 pub mod store;
+pub mod topology_service;
 
 pub use config::{ServerConfig, TlsConfig};
 
@@ -159,6 +160,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     let db = store::Store::open(&datadir::protect_store(&dir)?)?;
     let state = state::State::open(&config, db)?;
     let metrics = state.metrics();
+    let durable = state.durable();
     let shared = Arc::new(Mutex::new(state));
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -171,7 +173,11 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     let http = match config.http_listen {
         Some(at) => {
             let policy = config.policy.to_string();
-            let registry = metrics::registry(&metrics, shared.clone(), &policy);
+            let mut registry = metrics::registry(&metrics, shared.clone(), &policy);
+            shared
+                .lock()
+                .map_err(|_| ServerError::Poisoned)?
+                .register_topology_metrics(&mut registry);
             let read_token = dashboard::read_token(&dir).map_err(io_err(&dir))?;
             let board = Arc::new(dashboard::Dashboard::new(
                 shared.clone(),
@@ -229,7 +235,9 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     });
 
     let (tx, rx) = oneshot::channel();
-    let router = service::router_with(shared, metrics, &creds, config.tls.as_ref(), relay).await?;
+    let router =
+        service::router_with(shared.clone(), metrics, &creds, config.tls.as_ref(), relay).await?;
+    let router = topology_service::add_services(router, shared, durable, &creds);
     // Small request/response messages: without TCP_NODELAY, Nagle's algorithm and delayed ACKs
     // add tens of milliseconds to every heartbeat round trip.
     let incoming = tokio_stream::StreamExt::map(

@@ -26,7 +26,7 @@ use hetsched_proto::client_server::{Client, ClientServer};
 use std::sync::{Arc, Mutex};
 use tonic::{Request, Response, Status};
 
-type Shared = Arc<Mutex<State>>;
+pub(crate) type Shared = Arc<Mutex<State>>;
 
 pub(crate) fn status(e: StateError) -> Status {
     match e {
@@ -36,6 +36,7 @@ pub(crate) fn status(e: StateError) -> Status {
         StateError::NoJob(j) => Status::not_found(format!("no job {j}")),
         e @ StateError::NameTaken(_) => Status::already_exists(e.to_string()),
         e @ StateError::NoNode(_) => Status::not_found(e.to_string()),
+        StateError::Topology(e) => crate::topology_service::status(e),
         e => {
             tracing::error!("{e}");
             Status::internal(e.to_string())

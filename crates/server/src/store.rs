@@ -162,6 +162,8 @@ pub struct Snapshot {
     pub purged: Vec<u64>,
     /// Summaries of finished jobs whose task rows were not read (job id, summary).
     pub finished: Vec<(u64, String)>,
+    /// Stream topologies' records ([`crate::jobs::topology`]).
+    pub topologies: Vec<crate::jobs::topology::Record>,
 }
 
 /// The SQLite store.
@@ -243,6 +245,7 @@ impl Store {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.execute_batch(SCHEMA)?;
         conn.execute_batch(crate::jobs::divisible::SCHEMA)?;
+        conn.execute_batch(crate::jobs::topology::SCHEMA)?;
         for (table, column, definition) in MIGRATIONS {
             let exists: bool = conn.query_row(
                 &format!("SELECT COUNT(*) > 0 FROM pragma_table_info('{table}') WHERE name = ?1"),
@@ -268,6 +271,7 @@ impl Store {
         let conn = Connection::open_in_memory()?;
         conn.execute_batch(SCHEMA)?;
         conn.execute_batch(crate::jobs::divisible::SCHEMA)?;
+        conn.execute_batch(crate::jobs::topology::SCHEMA)?;
         Ok(Self {
             conn,
             full: false,
@@ -375,6 +379,7 @@ impl Store {
         for r in ranges {
             snap.tasks.extend(self.task_rows(r)?);
         }
+        snap.topologies = crate::jobs::topology::load(&self.conn)?;
         Ok(snap)
     }
 

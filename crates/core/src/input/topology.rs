@@ -55,6 +55,18 @@ struct ComponentSpec {
     cpu: Spanned<f64>,
     #[serde(default)]
     memory: ByteSize,
+    /// Runtime only (issue 16): a built-in component; read by [`super::stream_code`].
+    #[serde(default)]
+    #[allow(dead_code)]
+    builtin: Option<String>,
+    /// Runtime only (issue 16): a multi-lang program; read by [`super::stream_code`].
+    #[serde(default)]
+    #[allow(dead_code)]
+    command: Option<Vec<String>>,
+    /// Runtime only (issue 16): the component's parameters; read by [`super::stream_code`].
+    #[serde(default)]
+    #[allow(dead_code)]
+    params: Option<toml::Table>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -368,6 +368,25 @@ impl SchedulerView {
         }
     }
 
+    /// Takes up to `cores` free cores of `node` for work the view does not dispatch (a stream
+    /// topology's worker process), so no task is placed on them; returns how many it took
+    /// (tasks already running keep theirs).
+    pub fn hold_cores(&mut self, node: NodeId, cores: u32) -> u32 {
+        let Some(n) = self.nodes.get_mut(node.index()) else {
+            return 0;
+        };
+        let taken = cores.min(n.free.cores);
+        n.free.cores -= taken;
+        taken
+    }
+
+    /// Gives back `cores` cores taken with [`SchedulerView::hold_cores`].
+    pub fn release_cores(&mut self, node: NodeId, cores: u32) {
+        if let Some(n) = self.nodes.get_mut(node.index()) {
+            n.free.cores += cores;
+        }
+    }
+
     /// Dispatches the next pending task of `app` to `node` as `variant`, if it has one and it fits;
     /// updates free resources, devices, `TotalIO`, `#IOtask` and the application's counters.
     pub fn assign(&mut self, app: AppId, node: NodeId, variant: Variant) -> Option<Assignment> {

@@ -4,8 +4,9 @@
 //! tasks each node runs), the one resource ledger of the cluster (the core's [`SchedulerView`]:
 //! a kind that places work on a node takes the resources there, so two kinds never book the
 //! same core twice), the store and its transaction (commit, roll back, pause on a full disk),
-//! and the metrics. A *job kind* (today: [`batch`]) owns its jobs and tasks and every rule about
-//! them (today: [`batch`] and [`divisible`]). The state routes each event to the kind that owns it; a kind never sees another
+//! and the metrics. A *job kind* (today: [`batch`], [`divisible`], [`workflow`] and [`topology`])
+//! owns its jobs and tasks and every rule about them. The state routes each event to the kind that
+//! owns it; a kind never sees another
 //! kind's tasks.
 //!
 //! # How a new kind plugs in
@@ -58,6 +59,7 @@
 
 pub mod batch;
 pub mod divisible;
+pub mod topology;
 pub mod workflow;
 
 use crate::metrics::Metrics;
@@ -73,6 +75,7 @@ use std::collections::HashSet;
 
 pub use batch::Batch;
 pub use divisible::Divisible;
+pub use topology::Topology;
 pub use workflow::Workflows;
 
 /// Largest heartbeat reply the server builds (encoded bytes): a quarter of the agents' 4 MiB
@@ -95,6 +98,9 @@ pub enum Kind {
     Divisible = 1,
     /// Task graphs with data-flow dependencies ([`workflow`]).
     Workflow = 13,
+    /// Stream topologies: long-running worker processes ([`topology`]). Its jobs are listed by
+    /// `hetsched topology list`, not by `ListJobs`, so it is not in [`Kind::ALL`].
+    Topology = 2,
 }
 
 impl Kind {
@@ -107,6 +113,7 @@ impl Kind {
             0 => Some(Kind::Batch),
             1 => Some(Kind::Divisible),
             13 => Some(Kind::Workflow),
+            2 => Some(Kind::Topology),
             _ => None,
         }
     }
@@ -286,17 +293,24 @@ pub struct Jobs {
     pub divisible: Divisible,
     /// Workflows.
     pub workflow: Workflows,
+    /// Stream topologies.
+    pub topology: Topology,
 }
 
 impl Jobs {
     /// Every kind, in [`Kind`] order (a new kind adds one line here and in `all_mut`).
     pub fn all(&self) -> Vec<&dyn JobKind> {
-        vec![&self.batch, &self.divisible, &self.workflow]
+        vec![&self.batch, &self.divisible, &self.topology, &self.workflow]
     }
 
     /// Every kind, in [`Kind`] order.
     pub fn all_mut(&mut self) -> Vec<&mut dyn JobKind> {
-        vec![&mut self.batch, &mut self.divisible, &mut self.workflow]
+        vec![
+            &mut self.batch,
+            &mut self.divisible,
+            &mut self.topology,
+            &mut self.workflow,
+        ]
     }
 
     /// The kind that owns id `id`.
@@ -305,6 +319,7 @@ impl Jobs {
             Kind::Batch => Some(&self.batch),
             Kind::Divisible => Some(&self.divisible),
             Kind::Workflow => Some(&self.workflow),
+            Kind::Topology => Some(&self.topology),
         }
     }
 
@@ -314,6 +329,7 @@ impl Jobs {
             Kind::Batch => Some(&mut self.batch),
             Kind::Divisible => Some(&mut self.divisible),
             Kind::Workflow => Some(&mut self.workflow),
+            Kind::Topology => Some(&mut self.topology),
         }
     }
 }

@@ -53,6 +53,7 @@ use tracing::{info, warn};
 pub mod accel;
 mod divisible;
 pub mod nodes;
+mod topology;
 pub mod types;
 
 pub use crate::jobs::batch::{
@@ -117,6 +118,9 @@ pub enum StateError {
     /// A divisible job's call was refused ([`crate::jobs::divisible`]).
     #[error(transparent)]
     Divisible(#[from] crate::jobs::divisible::DivError),
+    /// A topology request was refused.
+    #[error(transparent)]
+    Topology(#[from] crate::jobs::topology::TopologyError),
 }
 
 /// Nanoseconds since the Unix epoch: the time base of the server's policies and records.
@@ -187,6 +191,10 @@ impl State {
             }
         }
         let metrics: Arc<Metrics> = Arc::default();
+        let topology = crate::jobs::Topology::restore(
+            std::mem::take(&mut snap.topologies),
+            Duration::from_nanos(config.dead_timeout.0.max(1_000_000)),
+        );
         // Each kind rebuilds its jobs and puts its running tasks back on their nodes.
         let batch = {
             let mut cx = Ctx {
@@ -220,6 +228,7 @@ impl State {
             jobs: Jobs {
                 batch,
                 divisible,
+                topology,
                 workflow,
             },
             heartbeat_interval_ms: (config.heartbeat_interval.0 / 1_000_000).max(1),
@@ -430,6 +439,8 @@ impl State {
             .batch
             .carry_over(&mut self.jobs.batch, &mut fresh.view);
         fresh.jobs.divisible.carry_over(&self.jobs.divisible);
+        fresh.jobs.topology.carry_over(&mut self.jobs.topology);
+        fresh.jobs.topology.rebook(&mut fresh.view, &fresh.nodes);
         fresh.metrics = self.metrics.clone();
         fresh.paused_since = self.paused_since;
         fresh.last_probe = self.last_probe;
@@ -542,7 +553,9 @@ impl State {
                     "job {job} is a divisible job: its failed chunks are re-planned while it runs; submit it again"
                 )));
             }
-            Some(Kind::Workflow) | None => return Err(StateError::NoJob(job)),
+            Some(Kind::Workflow) | Some(Kind::Topology) | None => {
+                return Err(StateError::NoJob(job));
+            }
         };
         self.commit()?;
         info!(job, tasks = n, "failed tasks resubmitted");

@@ -1,0 +1,331 @@
+//! Stream topology workers on this node (issue 16): about every 500 ms the agent tells the
+//! server (`TopologyAgent.SyncWorkers`) which worker processes it runs, with each worker's latest
+//! counters, and starts or stops workers to match the answer.
+//!
+//! A worker is `hetsched stream-worker --config FILE` (this same executable), driven over its
+//! stdin and stdout (`hetsched_stream::process`): the agent forwards the addresses of the
+//! topology's other workers, and reads the worker's address and periodic reports. A worker that
+//! exits (crash, SIGKILL) is started again on the next sync if the server still assigns it.
+//! While the server cannot be reached, workers keep running untouched; if the agent itself dies,
+//! its workers see their stdin close and stop (the server then places their executors on the
+//! nodes left).
+
+use hetsched_proto as pb;
+use hetsched_proto::topology_agent_client::TopologyAgentClient;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+use tonic::transport::Channel;
+use tracing::{info, warn};
+
+type Key = (String, u64, u32);
+
+#[derive(Debug, Default)]
+struct Info {
+    addr: String,
+    pid: u32,
+    report: Option<pb::WorkerCounters>,
+}
+
+/// A worker's report in protobuf terms (the worker prints it as JSON on its stdout).
+fn counters(r: hetsched_stream::WorkerReport) -> pb::WorkerCounters {
+    pb::WorkerCounters {
+        worker: r.worker,
+        at_ns: r.at_ns,
+        pairs: r
+            .pairs
+            .into_iter()
+            .map(|p| pb::PairCounter {
+                from: p.from,
+                to: p.to,
+                tuples: p.tuples,
+            })
+            .collect(),
+        executors: r
+            .executors
+            .into_iter()
+            .map(|e| pb::ExecutorCounters {
+                executor: e.executor,
+                name: e.name,
+                cpu_ns: e.cpu_ns,
+                emitted: e.emitted,
+                received: e.received,
+                acked: e.acked,
+                failed: e.failed,
+                done: e.done,
+            })
+            .collect(),
+        remote_out: r.remote_out,
+        remote_in: r.remote_in,
+        dropped: r.dropped,
+        latency: Some(pb::LatencyCounters {
+            count: r.latency.count,
+            p50_us: r.latency.p50_us,
+            p99_us: r.latency.p99_us,
+            max_us: r.latency.max_us,
+        }),
+        rss_bytes: r.rss_bytes,
+    }
+}
+
+/// The worker configuration the server sent, as the worker reads it (the agent adds its work
+/// directory and listen address in [`start`]).
+fn worker_config(spec: &pb::WorkerSpec) -> hetsched_stream::WorkerConfig {
+    hetsched_stream::WorkerConfig {
+        topology_origin: spec.topology_origin.clone(),
+        topology_text: spec.topology_text.clone(),
+        worker: spec.worker,
+        assignment: spec.assignment.clone(),
+        base_dir: PathBuf::from(&spec.base_dir),
+        work_dir: PathBuf::new(),
+        listen: String::new(),
+    }
+}
+
+struct WorkerProc {
+    child: Child,
+    stdin: ChildStdin,
+    info: Arc<Mutex<Info>>,
+    peers_sent: BTreeMap<u32, String>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// Starts the sync loop in the background.
+pub fn spawn(
+    channel: Channel,
+    interceptor: pb::TokenInterceptor,
+    node: String,
+    cores: u32,
+    work_dir: PathBuf,
+) {
+    tokio::spawn(async move {
+        let mut client = TopologyAgentClient::with_interceptor(channel, interceptor);
+        let mut workers: HashMap<Key, WorkerProc> = HashMap::new();
+        let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("hetsched"));
+        let mut every = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            every.tick().await;
+            // Reap workers that exited.
+            workers.retain(|k, w| match w.child.try_wait() {
+                Ok(Some(status)) => {
+                    warn!(topology = %k.0, worker = k.2, "stream worker exited ({status})");
+                    false
+                }
+                _ => true,
+            });
+            let running: Vec<pb::RunningWorker> = workers
+                .iter()
+                .map(|(k, w)| {
+                    let i = lock(&w.info);
+                    pb::RunningWorker {
+                        topology: k.0.clone(),
+                        generation: k.1,
+                        worker: k.2,
+                        addr: i.addr.clone(),
+                        pid: i.pid,
+                        report: i.report.clone(),
+                        ..Default::default()
+                    }
+                })
+                .collect();
+            let req = pb::SyncWorkersRequest {
+                node: node.clone(),
+                cores,
+                workers: running,
+            };
+            let reply = match tokio::time::timeout(Duration::from_secs(3), client.sync_workers(req))
+                .await
+            {
+                Ok(Ok(r)) => r.into_inner(),
+                Ok(Err(s)) if s.code() == tonic::Code::Unimplemented => {
+                    // A server without topologies: nothing to do, ever.
+                    return;
+                }
+                _ => continue,
+            };
+            if reply.report_now {
+                for w in workers.values_mut() {
+                    let _ = w.stdin.write_all(b"{\"cmd\":\"report\"}\n").await;
+                    let _ = w.stdin.flush().await;
+                }
+            }
+            let wanted: HashMap<Key, pb::WorkerAssignment> = reply
+                .workers
+                .into_iter()
+                .map(|a| ((a.topology.clone(), a.generation, a.worker), a))
+                .collect();
+            // A new placement that keeps a running worker's executors: hand it the new routes
+            // under its new key instead of stopping it and starting another.
+            for (k, a) in &wanted {
+                if a.keep_generation == 0 || workers.contains_key(k) {
+                    continue;
+                }
+                let old: Key = (k.0.clone(), a.keep_generation, a.keep_worker);
+                let Some(mut w) = workers.remove(&old) else {
+                    continue;
+                };
+                let assignment = a
+                    .config
+                    .as_ref()
+                    .map(|c| c.assignment.clone())
+                    .unwrap_or_default();
+                let cmd =
+                    serde_json::json!({"cmd": "assign", "worker": k.2, "assignment": assignment});
+                let line = format!("{cmd}\n");
+                if w.stdin.write_all(line.as_bytes()).await.is_ok() && w.stdin.flush().await.is_ok()
+                {
+                    info!(topology = %k.0, generation = k.1, worker = k.2, "stream worker kept under the new placement");
+                    w.peers_sent.clear();
+                    workers.insert(k.clone(), w);
+                } else {
+                    workers.insert(old, w);
+                }
+            }
+            // Stop what is no longer assigned.
+            let stale: Vec<Key> = workers
+                .keys()
+                .filter(|k| !wanted.contains_key(*k))
+                .cloned()
+                .collect();
+            for k in stale {
+                if let Some(mut w) = workers.remove(&k) {
+                    info!(topology = %k.0, worker = k.2, "stopping stream worker");
+                    let _ = w.stdin.write_all(b"{\"cmd\":\"stop\"}\n").await;
+                    let _ = w.stdin.flush().await;
+                    tokio::spawn(async move {
+                        if tokio::time::timeout(Duration::from_secs(5), w.child.wait())
+                            .await
+                            .is_err()
+                        {
+                            let _ = w.child.kill().await;
+                        }
+                    });
+                }
+            }
+            for (k, a) in wanted {
+                if !workers.contains_key(&k) {
+                    let Some(spec) = &a.config else {
+                        warn!(topology = %k.0, worker = k.2, "the server sent no worker configuration");
+                        continue;
+                    };
+                    match start(&exe, &work_dir, &k, &worker_config(spec)) {
+                        Ok(w) => {
+                            info!(topology = %k.0, generation = k.1, worker = k.2, "started stream worker");
+                            workers.insert(k.clone(), w);
+                        }
+                        Err(e) => {
+                            warn!(topology = %k.0, worker = k.2, "cannot start stream worker: {e}");
+                            continue;
+                        }
+                    }
+                }
+                let Some(w) = workers.get_mut(&k) else {
+                    continue;
+                };
+                let peers: BTreeMap<u32, String> = a.peers.into_iter().collect();
+                if peers != w.peers_sent {
+                    let cmd = serde_json::json!({
+                        "cmd": "peers",
+                        "peers": peers.iter().map(|(k, v)| (k.to_string(), v.clone())).collect::<BTreeMap<_, _>>(),
+                    });
+                    let line = format!("{cmd}\n");
+                    if w.stdin.write_all(line.as_bytes()).await.is_ok()
+                        && w.stdin.flush().await.is_ok()
+                    {
+                        w.peers_sent = peers;
+                    }
+                }
+            }
+        }
+    });
+}
+
+fn start(
+    exe: &std::path::Path,
+    work_dir: &std::path::Path,
+    k: &Key,
+    config: &hetsched_stream::WorkerConfig,
+) -> Result<WorkerProc, String> {
+    let mut config = serde_json::to_value(config).map_err(|e| format!("bad worker config: {e}"))?;
+    let safe: String =
+        k.0.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+    let dir = work_dir
+        .join("stream")
+        .join(format!("{safe}-g{}-w{}", k.1, k.2));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    config["work_dir"] = serde_json::Value::from(dir.to_string_lossy().into_owned());
+    config["listen"] = serde_json::Value::from("0.0.0.0:0");
+    let path = dir.join("config.json");
+    std::fs::write(&path, config.to_string()).map_err(|e| format!("{}: {e}", path.display()))?;
+    let stderr = std::fs::File::create(dir.join("worker.err")).map_err(|e| e.to_string())?;
+    let mut child = Command::new(exe)
+        .arg("stream-worker")
+        .arg("--config")
+        .arg(&path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(stderr))
+        .spawn()
+        .map_err(|e| format!("{}: {e}", exe.display()))?;
+    let stdin = child.stdin.take().ok_or("no stdin")?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let info = Arc::new(Mutex::new(Info {
+        pid: child.id().unwrap_or(0),
+        ..Info::default()
+    }));
+    let reader_info = info.clone();
+    let label = format!("{}#{}", k.0, k.2);
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stdout).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            match v.get("event").and_then(|e| e.as_str()) {
+                Some("listening") => {
+                    let mut i = lock(&reader_info);
+                    i.addr = v
+                        .get("addr")
+                        .and_then(|a| a.as_str())
+                        .unwrap_or("")
+                        .to_string();
+                }
+                Some("report") => {
+                    if let Some(r) = v.get("report")
+                        && let Ok(r) = serde_json::from_value(r.clone())
+                    {
+                        lock(&reader_info).report = Some(counters(r));
+                    }
+                }
+                Some("error") => {
+                    warn!(worker = %label, "{}", v.get("message").and_then(|m| m.as_str()).unwrap_or(""));
+                }
+                _ => {}
+            }
+        }
+    });
+    Ok(WorkerProc {
+        child,
+        stdin,
+        info,
+        peers_sent: BTreeMap::new(),
+    })
+}

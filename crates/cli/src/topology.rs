@@ -1,0 +1,379 @@
+//! `hetsched topology …`: long-running stream topologies on the runtime (issue 16, spec 04) —
+//! `submit FILE`, `list`, `show NAME`, `kill NAME`, `rebalance NAME` — and the hidden
+//! `hetsched stream-worker --config FILE`, the worker process agents start
+//! (`hetsched_stream::process`).
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
+use hetsched_core::input::stream_code::parse_runnable_topology;
+use hetsched_core::policy::stream::StreamPlacerKind;
+use hetsched_proto as pb;
+use hetsched_proto::topology_client_client::TopologyClientClient;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::runtime::{ClientArgs, Output};
+
+/// Stream topology commands.
+#[derive(Debug, Subcommand)]
+pub enum TopologyCommand {
+    /// Submit a topology (TOML with `builtin`/`command` per component); it runs until killed.
+    Submit(SubmitArgs),
+    /// List topologies.
+    List(ClientOnly),
+    /// A topology's placement, per-executor rates, per-pair traffic, per-node load, latency and
+    /// reschedules.
+    Show(Named),
+    /// Stop a topology's workers.
+    Kill(Named),
+    /// Place a topology again now from its measured traffic (applied if it changes).
+    Rebalance(Named),
+}
+
+/// Options of `topology submit`.
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// Topology file (TOML).
+    pub file: PathBuf,
+    /// Placer: one-phase (default: one worker per node it uses, nodes chosen by traffic) or
+    /// even (Storm's round-robin over `--workers` workers); resource-aware and
+    /// two-phase-traffic are accepted too.
+    #[arg(long, default_value = "one-phase")]
+    pub placer: StreamPlacerKind,
+    /// User-fixed worker count (even, two-phase-traffic); one per node when absent.
+    #[arg(long)]
+    pub workers: Option<u32>,
+    /// Least time between two reschedule computations (spec 04's time threshold); 0 = never.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub interval: Duration,
+    /// Least relative inter-node traffic gain for a traffic-driven reschedule (0.1 = 10 %).
+    #[arg(long, default_value_t = 0.1)]
+    pub gain_threshold: f64,
+    /// One-phase: share of each node's CPU its self-tuning may fill (0 < x ≤ 1).
+    #[arg(long, default_value_t = 0.9)]
+    pub max_utilisation: f64,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Commands that take only the server options.
+#[derive(Debug, Args)]
+pub struct ClientOnly {
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Commands on one topology.
+#[derive(Debug, Args)]
+pub struct Named {
+    /// The topology's name.
+    pub name: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Options of the hidden `stream-worker` command.
+#[derive(Debug, Args)]
+pub struct StreamWorkerArgs {
+    /// The worker's configuration (JSON, written by the agent).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// How often the worker reports its counters on stdout.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub report_every: Duration,
+}
+
+type Api = TopologyClientClient<
+    tonic::service::interceptor::InterceptedService<
+        tonic::transport::Channel,
+        pb::TokenInterceptor,
+    >,
+>;
+
+async fn connect(args: &ClientArgs) -> anyhow::Result<Api> {
+    let token = std::fs::read_to_string(&args.token_file)
+        .with_context(|| {
+            format!(
+                "reading the token from {} (the server writes DATA_DIR/token; pass --token-file)",
+                args.token_file.display()
+            )
+        })?
+        .trim()
+        .to_string();
+    let ca = match &args.ca {
+        Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),
+        None => None,
+    };
+    let channel = pb::endpoint(&args.server, ca.as_deref())?
+        .connect()
+        .await
+        .with_context(|| {
+            format!(
+                "connecting to {} (is `hetsched server` running?)",
+                args.server
+            )
+        })?;
+    Ok(TopologyClientClient::with_interceptor(
+        channel,
+        pb::TokenInterceptor::new(&token)?,
+    ))
+}
+
+fn refused(s: tonic::Status) -> anyhow::Error {
+    match s.code() {
+        tonic::Code::InvalidArgument
+        | tonic::Code::NotFound
+        | tonic::Code::AlreadyExists
+        | tonic::Code::FailedPrecondition => anyhow::anyhow!("{}", s.message()),
+        tonic::Code::Unimplemented => {
+            anyhow::anyhow!(
+                "this server does not run stream topologies (it is older than this client)"
+            )
+        }
+        _ => anyhow::anyhow!("server: {} ({:?})", s.message(), s.code()),
+    }
+}
+
+/// Runs a `topology` command.
+pub fn run(cmd: TopologyCommand) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(run_async(cmd))
+}
+
+async fn run_async(cmd: TopologyCommand) -> anyhow::Result<()> {
+    match cmd {
+        TopologyCommand::Submit(a) => {
+            let origin = a.file.display().to_string();
+            let text =
+                std::fs::read_to_string(&a.file).with_context(|| format!("reading {origin}"))?;
+            // The same parser the server runs: errors before any connection.
+            parse_runnable_topology(&origin, &text)?;
+            if !(a.max_utilisation > 0.0 && a.max_utilisation <= 1.0) {
+                bail!("--max-utilisation must be in (0, 1]");
+            }
+            if a.workers == Some(0) {
+                bail!("--workers must be at least 1");
+            }
+            let base_dir = std::env::current_dir()?.display().to_string();
+            let mut api = connect(&a.client).await?;
+            let r = api
+                .submit_topology(pb::SubmitTopologyRequest {
+                    origin,
+                    text,
+                    base_dir,
+                    placer: a.placer.as_str().to_string(),
+                    workers: a.workers.unwrap_or(0),
+                    interval_ms: a.interval.as_millis() as u64,
+                    gain_threshold: a.gain_threshold,
+                    max_utilisation: a.max_utilisation,
+                })
+                .await
+                .map_err(refused)?
+                .into_inner();
+            let v: Value = serde_json::from_str(&r.status_json)?;
+            match a.client.output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&v)?),
+                Output::Table | Output::Dot => println!(
+                    "topology {} submitted: placer {}, {} worker(s) on {} node(s)",
+                    v["name"].as_str().unwrap_or(""),
+                    v["placer"].as_str().unwrap_or(""),
+                    v["workers"].as_array().map_or(0, Vec::len),
+                    v["nodes_used"]
+                ),
+            }
+        }
+        TopologyCommand::List(a) => {
+            let mut api = connect(&a.client).await?;
+            let r = api
+                .list_topologies(pb::ListTopologiesRequest {})
+                .await
+                .map_err(refused)?
+                .into_inner();
+            let v: Value = serde_json::from_str(&r.statuses_json)?;
+            match a.client.output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&v)?),
+                Output::Table | Output::Dot => {
+                    let mut t = table(&[
+                        "name",
+                        "state",
+                        "placer",
+                        "nodes",
+                        "workers",
+                        "generation",
+                        "tuples/s",
+                        "inter-node t/s",
+                    ]);
+                    for s in v.as_array().into_iter().flatten() {
+                        t.add_row(vec![
+                            s["name"].as_str().unwrap_or("").to_string(),
+                            s["state"].as_str().unwrap_or("").to_string(),
+                            s["placer"].as_str().unwrap_or("").to_string(),
+                            s["nodes_used"].to_string(),
+                            format!(
+                                "{}/{}",
+                                s["workers_running"],
+                                s["workers"].as_array().map_or(0, Vec::len)
+                            ),
+                            s["generation"].to_string(),
+                            format!(
+                                "{:.0}",
+                                s["throughput_tuples_per_s"].as_f64().unwrap_or(0.0)
+                            ),
+                            format!(
+                                "{:.0}",
+                                s["inter_node_tuples_per_s"].as_f64().unwrap_or(0.0)
+                            ),
+                        ]);
+                    }
+                    println!("{t}");
+                }
+            }
+        }
+        TopologyCommand::Show(a) => {
+            let mut api = connect(&a.client).await?;
+            let r = api
+                .show_topology(pb::TopologyName { name: a.name })
+                .await
+                .map_err(refused)?
+                .into_inner();
+            print_status(&r.status_json, a.client.output)?;
+        }
+        TopologyCommand::Kill(a) => {
+            let mut api = connect(&a.client).await?;
+            let r = api
+                .kill_topology(pb::TopologyName {
+                    name: a.name.clone(),
+                })
+                .await
+                .map_err(refused)?
+                .into_inner();
+            match a.client.output {
+                Output::Json => print_status(&r.status_json, Output::Json)?,
+                Output::Table | Output::Dot => println!(
+                    "topology {} killed: its workers stop at their agents' next sync",
+                    a.name
+                ),
+            }
+        }
+        TopologyCommand::Rebalance(a) => {
+            let mut api = connect(&a.client).await?;
+            let r = api
+                .rebalance_topology(pb::TopologyName { name: a.name })
+                .await
+                .map_err(refused)?
+                .into_inner();
+            print_status(&r.status_json, a.client.output)?;
+        }
+    }
+    Ok(())
+}
+
+fn table(header: &[&str]) -> Table {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header(header.iter().copied());
+    t
+}
+
+fn print_status(json: &str, output: Output) -> anyhow::Result<()> {
+    let v: Value = serde_json::from_str(json)?;
+    if output == Output::Json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
+    println!(
+        "topology {} ({}): placer {}, generation {}, {} node(s) used of {} alive, {}/{} workers running",
+        v["name"].as_str().unwrap_or(""),
+        v["state"].as_str().unwrap_or(""),
+        v["placer"].as_str().unwrap_or(""),
+        v["generation"],
+        v["nodes_used"],
+        v["nodes_alive"],
+        v["workers_running"],
+        v["workers"].as_array().map_or(0, Vec::len),
+    );
+    println!(
+        "throughput {:.0} tuples/s from spouts; inter-node {:.0} tuples/s, inter-process {:.0} tuples/s (last {:.1} s); latency p50 {} µs, p99 {} µs",
+        f("throughput_tuples_per_s"),
+        f("inter_node_tuples_per_s"),
+        f("inter_process_tuples_per_s"),
+        f("window_s"),
+        v["latency_p50_us"],
+        v["latency_p99_us"],
+    );
+    let mut w = table(&["worker", "node", "process", "address", "pid", "executors"]);
+    for x in v["workers"].as_array().into_iter().flatten() {
+        w.add_row(vec![
+            x["worker"].to_string(),
+            x["node"].as_str().unwrap_or("").to_string(),
+            x["process"].to_string(),
+            x["addr"].as_str().unwrap_or("-").to_string(),
+            x["pid"].as_u64().map_or("-".into(), |p| p.to_string()),
+            x["executors"].as_array().map_or(String::new(), |a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            }),
+        ]);
+    }
+    println!("{w}");
+    let mut e = table(&["executor", "node", "received/s", "emitted/s", "cpu %"]);
+    for x in v["executors"].as_array().into_iter().flatten() {
+        e.add_row(vec![
+            x["executor"].as_str().unwrap_or("").to_string(),
+            x["node"].as_str().unwrap_or("-").to_string(),
+            format!("{:.0}", x["received_per_s"].as_f64().unwrap_or(0.0)),
+            format!("{:.0}", x["emitted_per_s"].as_f64().unwrap_or(0.0)),
+            format!("{:.1}", x["cpu_percent"].as_f64().unwrap_or(0.0)),
+        ]);
+    }
+    println!("{e}");
+    let mut n = table(&["node", "measured cpu %", "model load %"]);
+    for x in v["node_loads"].as_array().into_iter().flatten() {
+        n.add_row(vec![
+            x["node"].as_str().unwrap_or("").to_string(),
+            format!("{:.1}", x["cpu_percent"].as_f64().unwrap_or(0.0)),
+            format!("{:.1}", x["model_load_percent"].as_f64().unwrap_or(0.0)),
+        ]);
+    }
+    println!("{n}");
+    let mut t = table(&["from", "to", "tuples/s"]);
+    for x in v["traffic"].as_array().into_iter().flatten() {
+        t.add_row(vec![
+            x["from"].as_str().unwrap_or("").to_string(),
+            x["to"].as_str().unwrap_or("").to_string(),
+            format!("{:.0}", x["tuples_per_s"].as_f64().unwrap_or(0.0)),
+        ]);
+    }
+    println!("{t}");
+    let rs = v["reschedules"].as_array().cloned().unwrap_or_default();
+    if rs.is_empty() {
+        println!("no reschedule");
+    }
+    for r in rs {
+        println!(
+            "reschedule → generation {}: cause {}, gain {:.1} %, {} node(s)",
+            r["generation"],
+            r["cause"].as_str().unwrap_or(""),
+            r["gain"].as_f64().unwrap_or(0.0) * 100.0,
+            r["nodes"]
+        );
+    }
+    Ok(())
+}
+
+/// Runs the hidden `stream-worker` command.
+pub fn run_worker(args: StreamWorkerArgs) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&args.config)
+        .with_context(|| format!("reading {}", args.config.display()))?;
+    let config: hetsched_stream::WorkerConfig = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not a worker configuration", args.config.display()))?;
+    hetsched_stream::process::run_process(config, args.report_every)?;
+    Ok(())
+}

@@ -1,0 +1,459 @@
+//! What each component of a topology runs in the runtime (issue 16): the topology file of
+//! [`super::topology`] plus, per component, either `builtin = "NAME"` with an optional
+//! `[component.params]` table, or `command = ["python3", "bolt.py"]` (a program speaking Storm's
+//! multi-lang protocol; its `params` go into the handshake's `conf`). One parser: this reads the
+//! same file [`parse_topology`] reads, and the simulator ignores the extra fields.
+//!
+//! ```toml
+//! [[component]]
+//! name = "sentences"
+//! kind = "spout"
+//! parallelism = 2
+//! cpu = 30.0
+//! builtin = "corpus-spout"
+//! params = { file = "corpus.txt", repeat = 1, reliable = true }
+//! ```
+//!
+//! | builtin | kind | params (defaults) |
+//! |---|---|---|
+//! | `corpus-spout` | spout | `lines` (inline) or `file`; `repeat` (1; 0 = for ever); spout settings |
+//! | `sequence-spout` | spout | `count` (0 = for ever); spout settings |
+//! | `split` | bolt | `separator` (whitespace), `lowercase` (false) |
+//! | `count` | bolt | `output` (none; `{index}` = executor index), `every` ("1s") |
+//! | `filter` | bolt | `field` (0), `contains`, `min_length` (0) |
+//! | `join` | bolt | none; exactly two input components |
+//! | `file-sink` | bolt | `path` (required; `{index}` = executor index) |
+//!
+//! Spout settings: `reliable` (false; true = ack/fail and replay, at-least-once), `max_pending`
+//! (1000), `timeout` ("30s"), `rate` (tuples/s per executor; none = unlimited).
+//!
+//! Refused with `file:line:column: field: message`: both or neither of `builtin` and `command`
+//! (the runtime needs code for every component), an unknown builtin, a spout builtin on a bolt or
+//! the reverse, unknown or mistyped params, an empty command, a `join` without exactly two input
+//! components, a corpus spout without lines.
+
+use super::cluster::at;
+use super::topology::parse_topology;
+use super::{Duration, InputError, Source};
+use crate::model::stream_code::{
+    BUILTIN_NAMES, Builtin, ComponentCode, RunnableTopology, SpoutSettings,
+};
+use crate::model::topology::ComponentKind;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_spanned::Spanned;
+use std::collections::{BTreeMap, BTreeSet};
+
+#[derive(Debug, Deserialize)]
+struct CodeFile {
+    #[serde(default)]
+    component: Vec<CodeSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CodeSpec {
+    name: Spanned<String>,
+    #[serde(default)]
+    builtin: Option<Spanned<String>>,
+    #[serde(default)]
+    command: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    params: Option<Spanned<toml::Table>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CorpusParams {
+    #[serde(default)]
+    lines: Vec<String>,
+    file: Option<String>,
+    #[serde(default = "one")]
+    repeat: u64,
+    #[serde(default)]
+    reliable: bool,
+    #[serde(default = "max_pending")]
+    max_pending: u32,
+    #[serde(default = "timeout")]
+    timeout: Duration,
+    rate: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SequenceParams {
+    #[serde(default)]
+    count: u64,
+    #[serde(default)]
+    reliable: bool,
+    #[serde(default = "max_pending")]
+    max_pending: u32,
+    #[serde(default = "timeout")]
+    timeout: Duration,
+    rate: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SplitParams {
+    separator: Option<String>,
+    #[serde(default)]
+    lowercase: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CountParams {
+    output: Option<String>,
+    #[serde(default = "every")]
+    every: Duration,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilterParams {
+    #[serde(default)]
+    field: usize,
+    contains: Option<String>,
+    #[serde(default)]
+    min_length: usize,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoParams {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SinkParams {
+    path: String,
+}
+
+fn one() -> u64 {
+    1
+}
+fn max_pending() -> u32 {
+    1000
+}
+fn timeout() -> Duration {
+    Duration(30 * crate::time::NANOS_PER_SEC)
+}
+fn every() -> Duration {
+    Duration(crate::time::NANOS_PER_SEC)
+}
+
+/// Parses a topology file with the code of every component (see the module documentation).
+pub fn parse_runnable_topology(origin: &str, text: &str) -> Result<RunnableTopology, InputError> {
+    let topology = parse_topology(origin, text)?;
+    let src = Source::new(origin, text);
+    let file: CodeFile = src.parse_toml()?;
+    let mut code = Vec::with_capacity(file.component.len());
+    for (i, c) in file.component.iter().enumerate() {
+        let field = |f: &str| Some(format!("component[{i}].{f}"));
+        let kind = topology.components[i].kind;
+        let name = c.name.get_ref();
+        let params = c.params.as_ref();
+        let params_at = params.and_then(at).or_else(|| at(&c.name));
+        let parsed = match (&c.builtin, &c.command) {
+            (Some(_), Some(cmd)) => {
+                return Err(src.error(
+                    at(cmd),
+                    field("command"),
+                    format!("component `{name}` has both `builtin` and `command`: choose one"),
+                ));
+            }
+            (None, None) => {
+                return Err(src.error(
+                    at(&c.name),
+                    field("builtin"),
+                    format!(
+                        "component `{name}` runs no code: give `builtin = \"...\"` (one of: {}) or `command = [...]` (a Storm multi-lang program)",
+                        BUILTIN_NAMES.join(", ")
+                    ),
+                ));
+            }
+            (None, Some(cmd)) => {
+                if cmd.get_ref().is_empty() || cmd.get_ref()[0].is_empty() {
+                    return Err(src.error(
+                        at(cmd),
+                        field("command"),
+                        "empty command: give the program and its arguments",
+                    ));
+                }
+                let mut conf = BTreeMap::new();
+                if let Some(p) = params {
+                    for (k, v) in p.get_ref() {
+                        let text = match v {
+                            toml::Value::String(s) => s.clone(),
+                            other => other.to_string(),
+                        };
+                        conf.insert(k.clone(), text);
+                    }
+                }
+                ComponentCode::Command {
+                    argv: cmd.get_ref().clone(),
+                    conf,
+                }
+            }
+            (Some(b), None) => {
+                let table = params.map(|p| p.get_ref().clone()).unwrap_or_default();
+                let typed = |table: toml::Table| -> Result<Builtin, InputError> {
+                    builtin(b.get_ref(), table).map_err(|message| {
+                        src.error(params_at.or_else(|| at(b)), field("params"), message)
+                    })
+                };
+                let builtin = match b.get_ref().as_str() {
+                    known if BUILTIN_NAMES.contains(&known) => typed(table)?,
+                    other => {
+                        return Err(src.error(
+                            at(b),
+                            field("builtin"),
+                            format!(
+                                "unknown builtin `{other}` (expected one of: {})",
+                                BUILTIN_NAMES.join(", ")
+                            ),
+                        ));
+                    }
+                };
+                let wants_spout = builtin.is_spout();
+                if wants_spout != (kind == ComponentKind::Spout) {
+                    return Err(src.error(
+                        at(b),
+                        field("builtin"),
+                        format!(
+                            "`{}` is a {} but component `{name}` is a {}",
+                            builtin.name(),
+                            if wants_spout { "spout" } else { "bolt" },
+                            if wants_spout { "bolt" } else { "spout" },
+                        ),
+                    ));
+                }
+                if let Builtin::CorpusSpout { lines, file, .. } = &builtin
+                    && lines.is_empty()
+                    && file.is_none()
+                {
+                    return Err(src.error(
+                        params_at,
+                        field("params"),
+                        "a corpus spout needs `lines = [...]` or `file = \"...\"`",
+                    ));
+                }
+                if let Builtin::Join = builtin {
+                    let inputs: BTreeSet<usize> = topology
+                        .streams
+                        .iter()
+                        .filter(|s| s.to == i)
+                        .map(|s| s.from)
+                        .collect();
+                    if inputs.len() != 2 {
+                        return Err(src.error(
+                            at(b),
+                            field("builtin"),
+                            format!(
+                                "a join needs streams from exactly two components; `{name}` has {}",
+                                inputs.len()
+                            ),
+                        ));
+                    }
+                }
+                ComponentCode::Builtin(builtin)
+            }
+        };
+        code.push(parsed);
+    }
+    Ok(RunnableTopology { topology, code })
+}
+
+fn typed<T: DeserializeOwned>(table: toml::Table) -> Result<T, String> {
+    T::deserialize(toml::Value::Table(table)).map_err(|e| e.message().trim().to_string())
+}
+
+fn spout(
+    reliable: bool,
+    max_pending: u32,
+    timeout: Duration,
+    rate: Option<f64>,
+) -> Result<SpoutSettings, String> {
+    if let Some(r) = rate
+        && !(r.is_finite() && r > 0.0)
+    {
+        return Err("rate must be a positive number of tuples per second".into());
+    }
+    if max_pending == 0 {
+        return Err("max_pending must be at least 1".into());
+    }
+    if timeout.0 == 0 {
+        return Err("timeout must be positive".into());
+    }
+    Ok(SpoutSettings {
+        reliable,
+        max_pending,
+        timeout_ns: timeout.0,
+        rate,
+    })
+}
+
+fn builtin(name: &str, table: toml::Table) -> Result<Builtin, String> {
+    Ok(match name {
+        "corpus-spout" => {
+            let p: CorpusParams = typed(table)?;
+            Builtin::CorpusSpout {
+                lines: p.lines,
+                file: p.file,
+                repeat: p.repeat,
+                spout: spout(p.reliable, p.max_pending, p.timeout, p.rate)?,
+            }
+        }
+        "sequence-spout" => {
+            let p: SequenceParams = typed(table)?;
+            Builtin::SequenceSpout {
+                count: p.count,
+                spout: spout(p.reliable, p.max_pending, p.timeout, p.rate)?,
+            }
+        }
+        "split" => {
+            let p: SplitParams = typed(table)?;
+            if p.separator.as_deref() == Some("") {
+                return Err("separator must not be empty".into());
+            }
+            Builtin::Split {
+                separator: p.separator,
+                lowercase: p.lowercase,
+            }
+        }
+        "count" => {
+            let p: CountParams = typed(table)?;
+            if p.every.0 == 0 {
+                return Err("every must be positive".into());
+            }
+            Builtin::Count {
+                output: p.output,
+                every_ns: p.every.0,
+            }
+        }
+        "filter" => {
+            let p: FilterParams = typed(table)?;
+            Builtin::Filter {
+                field: p.field,
+                contains: p.contains,
+                min_length: p.min_length,
+            }
+        }
+        "join" => {
+            let _: NoParams = typed(table)?;
+            Builtin::Join
+        }
+        "file-sink" => {
+            let p: SinkParams = typed(table)?;
+            if p.path.is_empty() {
+                return Err("path must not be empty".into());
+            }
+            Builtin::FileSink { path: p.path }
+        }
+        other => return Err(format!("unknown builtin `{other}`")),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WORDCOUNT: &str = r#"name = "wc"
+[[component]]
+name = "sentences"
+kind = "spout"
+parallelism = 2
+cpu = 10.0
+builtin = "corpus-spout"
+params = { lines = ["a b", "b c"], repeat = 3, reliable = true }
+[[component]]
+name = "split"
+kind = "bolt"
+parallelism = 2
+cpu = 10.0
+command = ["python3", "split.py"]
+params = { lowercase = true, n = 2 }
+[[component]]
+name = "count"
+kind = "bolt"
+parallelism = 2
+cpu = 10.0
+builtin = "count"
+[[stream]]
+from = "sentences"
+to = "split"
+rate = 10.0
+[[stream]]
+from = "split"
+to = "count"
+grouping = "fields"
+rate = 20.0
+"#;
+
+    fn err(text: &str) -> String {
+        parse_runnable_topology("t.toml", text)
+            .expect_err("refused")
+            .to_string()
+    }
+
+    #[test]
+    fn builtins_and_commands_parse_with_their_params() {
+        let r = parse_runnable_topology("t.toml", WORDCOUNT).expect("parses");
+        assert_eq!(r.topology.executor_count(), 6);
+        match &r.code[0] {
+            ComponentCode::Builtin(Builtin::CorpusSpout {
+                lines,
+                repeat,
+                spout,
+                ..
+            }) => {
+                assert_eq!(lines.len(), 2);
+                assert_eq!(*repeat, 3);
+                assert!(spout.reliable);
+                assert_eq!(spout.max_pending, 1000);
+            }
+            other => panic!("{other:?}"),
+        }
+        match &r.code[1] {
+            ComponentCode::Command { argv, conf } => {
+                assert_eq!(argv, &["python3", "split.py"]);
+                assert_eq!(conf["lowercase"], "true");
+                assert_eq!(conf["n"], "2");
+            }
+            other => panic!("{other:?}"),
+        }
+        // The simulator's parser reads the same file.
+        assert!(parse_topology("t.toml", WORDCOUNT).is_ok());
+    }
+
+    #[test]
+    fn a_component_without_code_is_refused_for_the_runtime() {
+        let e = err(&WORDCOUNT.replace("builtin = \"count\"\n", ""));
+        assert!(
+            e.starts_with("t.toml:17:8: component[2].builtin: component `count` runs no code"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn unknown_builtins_wrong_kinds_and_bad_params_are_located() {
+        let e = err(&WORDCOUNT.replace("builtin = \"count\"", "builtin = \"counter\""));
+        assert!(
+            e.starts_with("t.toml:21:11: component[2].builtin: unknown builtin `counter`"),
+            "{e}"
+        );
+        let e = err(&WORDCOUNT.replace("builtin = \"count\"", "builtin = \"sequence-spout\""));
+        assert!(
+            e.contains("`sequence-spout` is a spout but component `count` is a bolt"),
+            "{e}"
+        );
+        let e = err(&WORDCOUNT.replace("repeat = 3", "repeats = 3"));
+        assert!(
+            e.starts_with("t.toml:8:10: component[0].params: unknown field `repeats`"),
+            "{e}"
+        );
+        let e = err(&WORDCOUNT.replace("lines = [\"a b\", \"b c\"], ", ""));
+        assert!(e.contains("a corpus spout needs `lines"), "{e}");
+        let e = err(&WORDCOUNT.replace("[\"python3\", \"split.py\"]", "[]"));
+        assert!(e.contains("component[1].command: empty command"), "{e}");
+    }
+}

@@ -1,0 +1,141 @@
+//! What a stream component runs in the runtime (issue 16): a built-in Rust component chosen with
+//! `builtin = "..."` and its `[component.params]`, or any program speaking Apache Storm's
+//! multi-lang protocol, chosen with `command = [...]`. The simulator ignores this; the runtime's
+//! worker (`hetsched-stream`) reads it. Parsed by `input::topology::parse_runnable_topology`.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use super::topology::Topology;
+
+/// A topology with the code each component runs, indexed like `topology.components`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunnableTopology {
+    /// Components, streams, declared rates: what placers read.
+    pub topology: Topology,
+    /// The code of each component, in component order.
+    pub code: Vec<ComponentCode>,
+}
+
+/// The code one component runs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ComponentCode {
+    /// A built-in component.
+    Builtin(Builtin),
+    /// A program speaking Storm's multi-lang protocol (JSON over stdin/stdout).
+    Command {
+        /// Program and arguments (no shell).
+        argv: Vec<String>,
+        /// The component's `params`, passed in the handshake's `conf` (values as strings).
+        conf: BTreeMap<String, String>,
+    },
+}
+
+/// Settings shared by the built-in spouts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SpoutSettings {
+    /// Track every tuple tree (ack/fail) and replay what fails or times out: at-least-once.
+    pub reliable: bool,
+    /// Reliable spouts: most tuple trees in flight per executor (Storm's `max.spout.pending`).
+    pub max_pending: u32,
+    /// Reliable spouts: a tuple tree not fully acknowledged after this many nanoseconds fails
+    /// and is replayed.
+    pub timeout_ns: u64,
+    /// Tuples per second each executor emits at most; `None`: as fast as the topology takes them.
+    pub rate: Option<f64>,
+}
+
+/// The built-in components and their parameters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Builtin {
+    /// Emits the lines of a corpus (one tuple `[line]` each), `repeat` times (0 = for ever).
+    /// Executor `k` of `p` emits lines `k, k + p, k + 2p, …` of each pass.
+    CorpusSpout {
+        /// The lines, given inline.
+        lines: Vec<String>,
+        /// A file to read the lines from instead (relative to the submitting directory).
+        file: Option<String>,
+        /// Passes over the corpus; 0 = for ever.
+        repeat: u64,
+        /// Reliability and rate.
+        spout: SpoutSettings,
+    },
+    /// Emits `[n]` for n = 0, 1, …, count − 1 (0 = for ever), spread over the executors like
+    /// the corpus spout's lines.
+    SequenceSpout {
+        /// How many numbers in all; 0 = for ever.
+        count: u64,
+        /// Reliability and rate.
+        spout: SpoutSettings,
+    },
+    /// Splits field 0 into words and emits `[word]` for each.
+    Split {
+        /// Separator; `None` splits on any whitespace.
+        separator: Option<String>,
+        /// Lower-case the words first.
+        lowercase: bool,
+    },
+    /// Counts tuples by field 0; emits `[key, count]` after each update when it has an outgoing
+    /// stream, and writes its counts to `output` (if given) every `every_ns` and on shutdown.
+    Count {
+        /// File to write `key<TAB>count` lines to; `{index}` becomes the executor's index.
+        output: Option<String>,
+        /// Period of the snapshot, nanoseconds.
+        every_ns: u64,
+    },
+    /// Passes on tuples whose field `field` (as text) contains `contains` and is at least
+    /// `min_length` characters long.
+    Filter {
+        /// Field to test.
+        field: usize,
+        /// Substring that must occur, if given.
+        contains: Option<String>,
+        /// Least length in characters.
+        min_length: usize,
+    },
+    /// Joins by field 0 the latest tuple from each of two input components: on a tuple from one
+    /// side whose key the other side has seen, emits `[key, left field 1, right field 1]` (left =
+    /// the first input component in file order).
+    Join,
+    /// Appends every tuple as a tab-separated line to `path` (`{index}` = executor index).
+    FileSink {
+        /// Output file.
+        path: String,
+    },
+}
+
+impl Builtin {
+    /// The name users write in `builtin = "..."`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Builtin::CorpusSpout { .. } => "corpus-spout",
+            Builtin::SequenceSpout { .. } => "sequence-spout",
+            Builtin::Split { .. } => "split",
+            Builtin::Count { .. } => "count",
+            Builtin::Filter { .. } => "filter",
+            Builtin::Join => "join",
+            Builtin::FileSink { .. } => "file-sink",
+        }
+    }
+
+    /// Whether this built-in is a spout (the others are bolts).
+    pub fn is_spout(&self) -> bool {
+        matches!(
+            self,
+            Builtin::CorpusSpout { .. } | Builtin::SequenceSpout { .. }
+        )
+    }
+}
+
+/// Every built-in's name, spouts first.
+pub const BUILTIN_NAMES: [&str; 7] = [
+    "corpus-spout",
+    "sequence-spout",
+    "split",
+    "count",
+    "filter",
+    "join",
+    "file-sink",
+];

@@ -1,0 +1,1412 @@
+//! Stream topologies in the runtime (issue 16, spec 04): long-running jobs whose executors run
+//! in worker processes that agents start. This module holds the server's side:
+//!
+//! - **Submission** parses the file with the core's one parser
+//!   (`hetsched_core::input::stream_code`) and places it with the core's placers
+//!   (`hetsched_core::policy::stream`): `one-phase` (one worker per node it uses) or `even` with a
+//!   user-fixed worker count, on the nodes whose agents sync (capacity `cores × 100`).
+//! - **Agents** call `SyncWorkers` about every 500 ms with the workers they run and each worker's
+//!   latest cumulative counters; the answer is the workers their node should run, with the
+//!   addresses of the topology's other workers.
+//! - **Monitoring**: counter deltas feed the core's `TrafficMonitor` (spec 04's monitor); every
+//!   `interval` — after asking every worker for a fresh report (the agents' next sync carries
+//!   `report_now`; at most 1.5 s wait) — it is flushed into the executor traffic list, which is
+//!   kept (with node loads) in
+//!   the server's one store (tables `topologies` and `topology_traffic`) and handed to the core's
+//!   `RescheduleController` with the same placer: overload → apply at once; traffic gain above
+//!   `gain_threshold` → apply; at most one computation per `interval`.
+//! - **Failures**: a node not heard from for `dead_timeout` is lost; its topologies are placed
+//!   again on the nodes left (cause `node-lost`). A worker that died is started again by its
+//!   agent (the server keeps assigning it). After a server restart, topologies and placements are
+//!   read back from the store; agents' workers keep running and are adopted when the agents sync
+//!   (nodes get `dead_timeout` from the restart to show up).
+//!
+//! **A [`JobKind`](super::JobKind)** ([`Kind::Topology`](super::Kind::Topology), a field of
+//! [`Jobs`](super::Jobs)). Its records live in the server's one store and every change is
+//! written by [`JobKind::persist`](super::JobKind::persist) inside the state's one transaction
+//! per event, so the full-disk rollback and pause cover topologies as they cover batch jobs
+//! (after a rollback, [`Topology::carry_over`] keeps what the store does not hold: the workers
+//! seen, the monitors). A topology hands out no tasks on heartbeats: its workers are
+//! long-running processes that agents supervise through their own sync call (`SyncWorkers`,
+//! with a control channel — peers, reports — that tasks do not have), which reaches this kind
+//! through `State::topology_sync`. Each running worker **books its executors' declared cores**
+//! (⌈Σ declared load / 100⌉) in the cluster's `SchedulerView` on its node
+//! ([`Topology::rebook`]), so batch tasks are not placed on them.
+//!
+//! Protobuf stays at the service edge (`crate::topology_service`): this module takes and
+//! returns its own types ([`TopologySubmission`], [`WorkerSeen`], [`WorkersToRun`]).
+//!
+//! Applying a new placement starts a new **generation**: a worker of the new placement that runs
+//! the same executors on the same node as a running one is kept (its agent hands it the new
+//! routes); agents stop the other old workers and start the other new ones.
+
+use crate::jobs::{Ctx, JobKind, Kind, Outbox, Read};
+use crate::state::StateError;
+use crate::state::nodes::Nodes;
+use crate::state::types::{
+    HeartbeatReport, JobInfo, JobsPage, RunningTask, TaskCounts, TaskResult, TasksPage,
+};
+use crate::store::StoreError;
+use hetsched_core::input::stream_code::parse_runnable_topology;
+use hetsched_core::model::stream_code::RunnableTopology;
+use hetsched_core::model::topology::{ExecutorId, ExecutorPair};
+use hetsched_core::policy::stream::monitor::TrafficMonitor;
+use hetsched_core::policy::stream::one_phase::OnePhase;
+use hetsched_core::policy::stream::reschedule::{
+    Cause, Decision, RescheduleController, RescheduleSettings,
+};
+use hetsched_core::policy::stream::{
+    Placement, PlacementProblem, StreamNode, StreamPlacer, StreamPlacerKind, evaluate,
+};
+use hetsched_core::{NodeId, SchedulerView};
+use hetsched_stream::{WorkerConfig, WorkerReport};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
+
+/// Longest wait for fresh reports before a reschedule computation goes on without them.
+const REPORT_WAIT: Duration = Duration::from_millis(1500);
+
+/// Worker slots a node offers a placer (Storm's usual four).
+const SLOTS_PER_NODE: u32 = 4;
+
+/// What the store keeps of a topology.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Record {
+    /// Unique name (the topology file's `name`).
+    pub name: String,
+    /// The file it came from.
+    pub origin: String,
+    /// The file's text.
+    pub text: String,
+    /// Where relative paths in the file start.
+    pub base_dir: String,
+    /// Placer name.
+    pub placer: String,
+    /// User-fixed worker count.
+    pub workers: Option<u32>,
+    /// Least time between reschedule computations, ms (0 = never).
+    pub interval_ms: u64,
+    /// Least relative gain for a traffic reschedule.
+    pub gain_threshold: f64,
+    /// One-phase's utilisation limit.
+    pub max_utilisation: f64,
+    /// `running` or `killed`.
+    pub state: String,
+    /// Placement generation (0 = not placed yet).
+    pub generation: u64,
+    /// The placement running now.
+    pub placement: Option<Placed>,
+    /// Reschedules applied, oldest first.
+    pub reschedules: Vec<Reschedule>,
+    /// When it was submitted, ns since the Unix epoch.
+    pub submitted_ns: u64,
+}
+
+/// A placement by node name.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Placed {
+    /// Node of each executor.
+    pub nodes: Vec<String>,
+    /// Process on its node of each executor.
+    pub process: Vec<u32>,
+    /// (node, process) of each worker.
+    pub workers: Vec<(String, u32)>,
+    /// Worker index of each executor.
+    pub assignment: Vec<u32>,
+}
+
+/// One applied reschedule.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Reschedule {
+    /// When, ns since the Unix epoch.
+    pub at_ns: u64,
+    /// `overload`, `traffic`, `node-lost` or `rebalance`.
+    pub cause: String,
+    /// Relative inter-node traffic gain the controller computed.
+    pub gain: f64,
+    /// Nodes used afterwards.
+    pub nodes: usize,
+    /// The generation it started.
+    pub generation: u64,
+    /// Workers of the earlier placement kept running (their executors did not move).
+    #[serde(default)]
+    pub workers_kept: usize,
+}
+
+#[derive(Debug)]
+struct Live {
+    addr: String,
+    pid: u32,
+    report: Option<WorkerReport>,
+}
+
+#[derive(Debug)]
+struct Run {
+    rec: Record,
+    topo: RunnableTopology,
+    live: HashMap<u32, Live>,
+    /// Last cumulative count per (worker, from, to) and per (worker, executor) CPU.
+    prev_pairs: HashMap<(u32, u32, u32), u64>,
+    prev_cpu: HashMap<(u32, u32), u64>,
+    prev_emitted: HashMap<(u32, u32), u64>,
+    /// Spec 04's monitor: what the controller reads every interval.
+    monitor: TrafficMonitor,
+    /// A short window for `show`: traffic and CPU over the last couple of seconds.
+    window: TrafficMonitor,
+    window_cpu: HashMap<u32, u64>,
+    window_emitted: HashMap<u32, u64>,
+    window_start: Instant,
+    shown: Rates,
+    /// The latest executor traffic list the controller saw.
+    traffic: Vec<ExecutorPair>,
+    controller: Option<RescheduleController>,
+    last_compute: Instant,
+    /// A computation is due: fresh reports were asked for at this time (wall ns, Instant).
+    asked: Option<(u64, Instant)>,
+    /// Workers of this generation that are running workers of an earlier one (new index →
+    /// (old generation, old index)).
+    kept: HashMap<u32, (u64, u32)>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+struct Rates {
+    pairs: Vec<ExecutorPair>,
+    cpu_percent: HashMap<u32, f64>,
+    emitted_per_s: HashMap<u32, f64>,
+    window_s: f64,
+}
+
+#[derive(Debug)]
+struct NodeSeen {
+    cores: u32,
+    seen: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    runs: BTreeMap<String, Run>,
+    nodes: BTreeMap<String, NodeSeen>,
+    /// Topologies whose record changed since the last commit.
+    dirty: BTreeSet<String>,
+    /// Latest traffic lists not yet written: name → (at ns, traffic, node loads).
+    traffic_dirty: BTreeMap<String, (u64, Vec<ExecutorPair>, serde_json::Value)>,
+    /// Nodes the state's registry declared dead (the dead-node path) or that were removed.
+    down: BTreeSet<String>,
+}
+
+type Labels = Vec<(String, String)>;
+
+/// Topology series in `/metrics` (`hetsched_topology_*`), labelled by topology; updated every
+/// controller tick from the same figures `topology show` prints.
+#[derive(Clone, Debug, Default)]
+struct TopologyMetrics {
+    throughput: Family<Labels, Gauge<f64, AtomicU64>>,
+    inter_node: Family<Labels, Gauge<f64, AtomicU64>>,
+    inter_process: Family<Labels, Gauge<f64, AtomicU64>>,
+    latency_p99: Family<Labels, Gauge<f64, AtomicU64>>,
+    workers: Family<Labels, Gauge>,
+    nodes: Family<Labels, Gauge>,
+    reschedules: Family<Labels, Gauge>,
+}
+
+/// Times the kind keeps beside its records.
+#[derive(Clone, Copy, Debug)]
+struct Cfg {
+    dead_timeout: Duration,
+    started: Instant,
+    epoch: Instant,
+}
+
+/// The topology job kind: the server's topologies.
+pub struct Topology {
+    metrics: TopologyMetrics,
+    inner: Inner,
+    cfg: Cfg,
+    /// Cores each running worker holds in the view: (topology, worker) → (node, wanted, taken).
+    held: HashMap<(String, u32), (u32, u32, u32)>,
+}
+
+/// Why a topology request was refused (the service edge maps each to a gRPC status).
+#[derive(Debug, thiserror::Error)]
+pub enum TopologyError {
+    /// The request or its file is wrong.
+    #[error("{0}")]
+    Invalid(String),
+    /// No topology of that name.
+    #[error("{0}")]
+    NotFound(String),
+    /// A running topology has that name.
+    #[error("{0}")]
+    Exists(String),
+    /// The topology is not in a state that allows the request.
+    #[error("{0}")]
+    Precondition(String),
+}
+
+/// A topology submission (`hetsched topology submit`).
+#[derive(Clone, Debug, Default)]
+pub struct TopologySubmission {
+    /// Where the file came from (for error locations).
+    pub origin: String,
+    /// The topology file's text.
+    pub text: String,
+    /// Where relative paths in the file start.
+    pub base_dir: String,
+    /// Placer name.
+    pub placer: String,
+    /// User-fixed worker count (0: the placer chooses).
+    pub workers: u32,
+    /// Least time between reschedule computations, ms (0 = never).
+    pub interval_ms: u64,
+    /// Least relative gain for a traffic reschedule.
+    pub gain_threshold: f64,
+    /// One-phase's utilisation limit.
+    pub max_utilisation: f64,
+}
+
+/// One worker an agent runs, as its sync reports it.
+#[derive(Clone, Debug, Default)]
+pub struct WorkerSeen {
+    /// Topology name.
+    pub topology: String,
+    /// Placement generation the worker was started for.
+    pub generation: u64,
+    /// Worker index in that generation.
+    pub worker: u32,
+    /// Where its peers reach it.
+    pub addr: String,
+    /// Its process id.
+    pub pid: u32,
+    /// Its latest cumulative counters, if it reported.
+    pub report: Option<WorkerReport>,
+}
+
+/// One agent's sync.
+#[derive(Clone, Debug, Default)]
+pub struct WorkersSeen {
+    /// The agent's node name.
+    pub node: String,
+    /// Its cores.
+    pub cores: u32,
+    /// The workers it runs.
+    pub workers: Vec<WorkerSeen>,
+}
+
+/// One worker a node should run.
+#[derive(Clone, Debug)]
+pub struct WorkerOrder {
+    /// Topology name.
+    pub topology: String,
+    /// Placement generation.
+    pub generation: u64,
+    /// Worker index.
+    pub worker: u32,
+    /// What the worker process is started with.
+    pub config: WorkerConfig,
+    /// Addresses of the topology's other running workers.
+    pub peers: HashMap<u32, String>,
+    /// A running worker of this generation (non-zero) to keep with new routes, not restart.
+    pub keep_generation: u64,
+    /// Its index in `keep_generation`.
+    pub keep_worker: u32,
+}
+
+/// The answer to an agent's sync.
+#[derive(Clone, Debug, Default)]
+pub struct WorkersToRun {
+    /// Every worker the node should run.
+    pub workers: Vec<WorkerOrder>,
+    /// Workers should report at once (a reschedule is being considered).
+    pub report_now: bool,
+}
+
+/// The kind's tables in the store (created with the store's schema).
+pub const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS topologies(name TEXT PRIMARY KEY, record TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS topology_traffic(
+    name TEXT PRIMARY KEY, at_ns INTEGER NOT NULL, traffic TEXT NOT NULL,
+    node_loads TEXT NOT NULL);
+";
+
+/// Reads every stored topology record (for [`crate::store::Snapshot`]).
+pub fn load(conn: &rusqlite::Connection) -> Result<Vec<Record>, StoreError> {
+    let mut stmt = conn.prepare("SELECT name, record FROM topologies ORDER BY name")?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (name, text) = row?;
+        out.push(
+            serde_json::from_str(&text)
+                .map_err(|e| StoreError::Corrupt(format!("topology {name}: {e}")))?,
+        );
+    }
+    Ok(out)
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+impl Run {
+    fn new(rec: Record, topo: RunnableTopology, start: u64) -> Self {
+        let controller = (rec.interval_ms > 0).then(|| {
+            RescheduleController::new(
+                RescheduleSettings {
+                    interval: rec.interval_ms * 1_000_000,
+                    gain_threshold: rec.gain_threshold,
+                },
+                start,
+            )
+        });
+        Self {
+            rec,
+            topo,
+            live: HashMap::new(),
+            prev_pairs: HashMap::new(),
+            prev_cpu: HashMap::new(),
+            prev_emitted: HashMap::new(),
+            monitor: TrafficMonitor::new(start),
+            window: TrafficMonitor::new(start),
+            window_cpu: HashMap::new(),
+            window_emitted: HashMap::new(),
+            window_start: Instant::now(),
+            shown: Rates::default(),
+            traffic: Vec::new(),
+            controller,
+            last_compute: Instant::now(),
+            asked: None,
+            kept: HashMap::new(),
+        }
+    }
+
+    fn placer(&self) -> Box<dyn StreamPlacer> {
+        match self.rec.placer.parse::<StreamPlacerKind>() {
+            Ok(StreamPlacerKind::OnePhase) | Err(_) => Box::new(OnePhase {
+                max_utilisation: self.rec.max_utilisation,
+                ..OnePhase::default()
+            }),
+            Ok(k) => k.build(),
+        }
+    }
+
+    /// Takes a worker's cumulative counters: the increase since its last report feeds the
+    /// monitors. A worker whose process changed starts from zero.
+    fn feed(&mut self, worker: u32, pid: u32, report: WorkerReport, now: u64) {
+        let restarted = self.live.get(&worker).is_some_and(|l| l.pid != pid);
+        if restarted {
+            self.prev_pairs.retain(|k, _| k.0 != worker);
+            self.prev_cpu.retain(|k, _| k.0 != worker);
+            self.prev_emitted.retain(|k, _| k.0 != worker);
+        }
+        let _ = now;
+        for p in &report.pairs {
+            let prev = self
+                .prev_pairs
+                .insert((worker, p.from, p.to), p.tuples)
+                .unwrap_or(0);
+            let delta = p.tuples.saturating_sub(prev) as f64;
+            if delta > 0.0 {
+                self.monitor
+                    .tuples_received(ExecutorId(p.from), ExecutorId(p.to), delta);
+                self.window
+                    .tuples_received(ExecutorId(p.from), ExecutorId(p.to), delta);
+            }
+        }
+        for e in &report.executors {
+            let prev = self
+                .prev_cpu
+                .insert((worker, e.executor), e.cpu_ns)
+                .unwrap_or(0);
+            *self.window_cpu.entry(e.executor).or_default() += e.cpu_ns.saturating_sub(prev);
+            let prev = self
+                .prev_emitted
+                .insert((worker, e.executor), e.emitted)
+                .unwrap_or(0);
+            *self.window_emitted.entry(e.executor).or_default() += e.emitted.saturating_sub(prev);
+        }
+    }
+
+    fn roll_window(&mut self, now_core: u64) {
+        let secs = self.window_start.elapsed().as_secs_f64();
+        if secs < 2.0 {
+            return;
+        }
+        let pairs = self.window.flush(now_core);
+        self.shown = Rates {
+            pairs,
+            cpu_percent: self
+                .window_cpu
+                .drain()
+                .map(|(e, ns)| (e, ns as f64 / 1e9 / secs * 100.0))
+                .collect(),
+            emitted_per_s: self
+                .window_emitted
+                .drain()
+                .map(|(e, n)| (e, n as f64 / secs))
+                .collect(),
+            window_s: secs,
+        };
+        self.window_start = Instant::now();
+    }
+
+    /// Applies a new placement as a new generation. A worker of the new placement that runs
+    /// exactly the executors an old worker runs, on the same node, is **kept**: its agent hands
+    /// the running process the new routes (`keep_generation`/`keep_worker`) instead of starting
+    /// one, so only the executors that move are restarted. Returns how many workers are kept.
+    fn new_generation(&mut self, placed: Placed) -> usize {
+        let old_gen = self.rec.generation;
+        let sets = |p: &Placed| -> Vec<(String, Vec<usize>)> {
+            (0..p.workers.len())
+                .map(|w| {
+                    let execs = (0..p.assignment.len())
+                        .filter(|&e| p.assignment[e] as usize == w)
+                        .collect();
+                    (p.workers[w].0.clone(), execs)
+                })
+                .collect()
+        };
+        let mut kept: HashMap<u32, (u64, u32)> = HashMap::new();
+        if let Some(old) = &self.rec.placement {
+            let old_sets = sets(old);
+            for (new_w, set) in sets(&placed).into_iter().enumerate() {
+                if let Some(old_w) = old_sets.iter().position(|o| *o == set) {
+                    kept.insert(new_w as u32, (old_gen, old_w as u32));
+                }
+            }
+        }
+        let by_old: HashMap<u32, u32> = kept.iter().map(|(n, (_, o))| (*o, *n)).collect();
+        let renumber = |w: u32| by_old.get(&w).copied();
+        self.live = std::mem::take(&mut self.live)
+            .into_iter()
+            .filter_map(|(w, l)| renumber(w).map(|n| (n, l)))
+            .collect();
+        self.prev_pairs = std::mem::take(&mut self.prev_pairs)
+            .into_iter()
+            .filter_map(|((w, a, b), c)| renumber(w).map(|n| ((n, a, b), c)))
+            .collect();
+        self.prev_cpu = std::mem::take(&mut self.prev_cpu)
+            .into_iter()
+            .filter_map(|((w, e), c)| renumber(w).map(|n| ((n, e), c)))
+            .collect();
+        self.prev_emitted = std::mem::take(&mut self.prev_emitted)
+            .into_iter()
+            .filter_map(|((w, e), c)| renumber(w).map(|n| ((n, e), c)))
+            .collect();
+        self.rec.generation += 1;
+        self.rec.placement = Some(placed);
+        let n = kept.len();
+        self.kept = kept;
+        n
+    }
+}
+
+fn stream_nodes(nodes: &[(String, u32)]) -> Vec<StreamNode> {
+    nodes
+        .iter()
+        .map(|(name, cores)| StreamNode {
+            name: name.clone(),
+            rack: 0,
+            capacity: f64::from(*cores) * 100.0,
+            background: 0.0,
+            memory_bytes: u64::MAX / 4,
+            slots: SLOTS_PER_NODE,
+        })
+        .collect()
+}
+
+fn placed(p: &Placement, nodes: &[StreamNode]) -> Placed {
+    let mut workers: Vec<(String, u32)> = Vec::new();
+    let mut index: HashMap<(usize, u32), u32> = HashMap::new();
+    let mut assignment = Vec::with_capacity(p.node.len());
+    for (e, &n) in p.node.iter().enumerate() {
+        let key = (n, p.process[e]);
+        let w = *index.entry(key).or_insert_with(|| {
+            workers.push((nodes[n].name.clone(), p.process[e]));
+            (workers.len() - 1) as u32
+        });
+        assignment.push(w);
+    }
+    Placed {
+        nodes: p.node.iter().map(|&n| nodes[n].name.clone()).collect(),
+        process: p.process.clone(),
+        workers,
+        assignment,
+    }
+}
+
+fn as_placement(p: &Placed, nodes: &[StreamNode]) -> Option<Placement> {
+    let node = p
+        .nodes
+        .iter()
+        .map(|name| nodes.iter().position(|n| &n.name == name))
+        .collect::<Option<Vec<usize>>>()?;
+    Some(Placement {
+        node,
+        process: p.process.clone(),
+    })
+}
+
+fn invalid(e: impl std::fmt::Display) -> TopologyError {
+    TopologyError::Invalid(e.to_string())
+}
+
+impl Topology {
+    /// Rebuilds the kind from its stored records (a server restart, or a rollback).
+    pub fn restore(records: Vec<Record>, dead_timeout: Duration) -> Self {
+        let mut runs = BTreeMap::new();
+        for rec in records {
+            match parse_runnable_topology(&rec.origin, &rec.text) {
+                Ok(topo) => {
+                    runs.insert(rec.name.clone(), Run::new(rec, topo, 0));
+                }
+                Err(e) => tracing::error!("stored topology {} no longer parses: {e}", rec.name),
+            }
+        }
+        Topology {
+            metrics: TopologyMetrics::default(),
+            inner: Inner {
+                runs,
+                ..Inner::default()
+            },
+            cfg: Cfg {
+                dead_timeout,
+                started: Instant::now(),
+                epoch: Instant::now(),
+            },
+            held: HashMap::new(),
+        }
+    }
+
+    /// After a rollback (`self` rebuilt from the store, `old` the memory before it): keeps what
+    /// the store does not hold — the nodes seen, the metrics' families, the clock, and the
+    /// workers and monitors of every topology whose stored record the rollback did not change.
+    pub fn carry_over(&mut self, old: &mut Topology) {
+        self.metrics = old.metrics.clone();
+        self.cfg = old.cfg;
+        self.inner.nodes = std::mem::take(&mut old.inner.nodes);
+        for (name, run) in self.inner.runs.iter_mut() {
+            let Some(o) = old.inner.runs.remove(name) else {
+                continue;
+            };
+            if o.rec.generation == run.rec.generation
+                && o.rec.text == run.rec.text
+                && o.rec.state == run.rec.state
+            {
+                let rec = run.rec.clone();
+                *run = o;
+                run.rec = rec;
+            }
+        }
+    }
+
+    /// Books in `view` the declared cores of every running worker on its node, and gives back
+    /// what workers that stopped (or moved) held. A worker takes what is free: tasks already
+    /// running are not preempted, and it takes the rest as they finish.
+    pub fn rebook(&mut self, view: &mut SchedulerView, nodes: &Nodes) {
+        let mut want: HashMap<(String, u32), (u32, u32)> = HashMap::new();
+        for run in self.inner.runs.values() {
+            let Some(p) = &run.rec.placement else {
+                continue;
+            };
+            if run.rec.state != "running" {
+                continue;
+            }
+            let loads = run.topo.topology.declared_loads();
+            for w in run.live.keys() {
+                let Some((node, _)) = p.workers.get(*w as usize) else {
+                    continue;
+                };
+                let Some(id) = nodes.by_name(node) else {
+                    continue;
+                };
+                let percent: f64 = p
+                    .assignment
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, a)| **a == *w)
+                    .map(|(e, _)| loads.get(e).copied().unwrap_or(0.0))
+                    .sum();
+                let cores = (percent / 100.0).ceil().max(0.0) as u32;
+                want.insert((run.rec.name.clone(), *w), (id, cores));
+            }
+        }
+        self.held.retain(|k, (node, wanted, taken)| {
+            if want.get(k) == Some(&(*node, *wanted)) {
+                return true;
+            }
+            view.release_cores(NodeId(*node), *taken);
+            false
+        });
+        for (k, (node, cores)) in want {
+            let e = self.held.entry(k).or_insert((node, cores, 0));
+            if e.2 < e.1 {
+                e.2 += view.hold_cores(NodeId(node), e.1 - e.2);
+            }
+        }
+    }
+
+    /// Takes the state's dead-node verdicts: a node the registry declared dead (its heartbeats
+    /// stopped) or removed is not alive for topologies either, whatever its last worker sync.
+    pub fn set_down(&mut self, nodes: &Nodes) {
+        self.inner.down = nodes
+            .iter()
+            .filter(|n| !n.alive || n.removed)
+            .map(|n| n.spec.name.clone())
+            .collect();
+    }
+
+    /// Cores the running workers hold on node `node` (for tests and listings).
+    pub fn held_cores(&self, node: u32) -> u32 {
+        self.held
+            .values()
+            .filter(|(n, _, _)| *n == node)
+            .map(|(_, _, t)| t)
+            .sum()
+    }
+
+    /// Registers the `hetsched_topology_*` series.
+    pub fn register_metrics(&self, r: &mut Registry) {
+        let m = &self.metrics;
+        r.register(
+            "topology_throughput_tuples_per_second",
+            "Tuples per second emitted by a topology's spouts (last ~2 s)",
+            m.throughput.clone(),
+        );
+        r.register(
+            "topology_inter_node_tuples_per_second",
+            "Tuples per second between executors on different nodes (last ~2 s)",
+            m.inter_node.clone(),
+        );
+        r.register(
+            "topology_inter_process_tuples_per_second",
+            "Tuples per second between executors in different processes of one node (last ~2 s)",
+            m.inter_process.clone(),
+        );
+        r.register(
+            "topology_latency_p99_seconds",
+            "End-to-end latency, 99th percentile, worst of the workers' cumulative histograms",
+            m.latency_p99.clone(),
+        );
+        r.register(
+            "topology_workers_running",
+            "Worker processes reporting",
+            m.workers.clone(),
+        );
+        r.register(
+            "topology_nodes_used",
+            "Nodes the placement uses",
+            m.nodes.clone(),
+        );
+        r.register(
+            "topology_reschedules",
+            "Reschedules applied, by cause",
+            m.reschedules.clone(),
+        );
+    }
+
+    fn update_metrics(&self) {
+        let m = &self.metrics;
+        let inner = &self.inner;
+        for run in inner.runs.values() {
+            let s = self.cfg.status(inner, run);
+            let l: Labels = vec![("topology".into(), run.rec.name.clone())];
+            let f = |k: &str| s[k].as_f64().unwrap_or(0.0);
+            m.throughput
+                .get_or_create(&l)
+                .set(f("throughput_tuples_per_s"));
+            m.inter_node
+                .get_or_create(&l)
+                .set(f("inter_node_tuples_per_s"));
+            m.inter_process
+                .get_or_create(&l)
+                .set(f("inter_process_tuples_per_s"));
+            m.latency_p99
+                .get_or_create(&l)
+                .set(f("latency_p99_us") / 1e6);
+            m.workers
+                .get_or_create(&l)
+                .set(s["workers_running"].as_i64().unwrap_or(0));
+            m.nodes
+                .get_or_create(&l)
+                .set(s["nodes_used"].as_i64().unwrap_or(0));
+            for cause in ["overload", "traffic", "node-lost", "rebalance"] {
+                let n = run
+                    .rec
+                    .reschedules
+                    .iter()
+                    .filter(|r| r.cause == cause)
+                    .count();
+                let mut lc = l.clone();
+                lc.push(("cause".into(), cause.into()));
+                m.reschedules.get_or_create(&lc).set(n as i64);
+            }
+        }
+    }
+
+    /// Submits a topology.
+    pub fn submit(&mut self, req: TopologySubmission) -> Result<serde_json::Value, TopologyError> {
+        let topo = parse_runnable_topology(&req.origin, &req.text).map_err(invalid)?;
+        let placer: StreamPlacerKind = req.placer.parse().map_err(invalid)?;
+        if !(req.max_utilisation > 0.0 && req.max_utilisation <= 1.0) {
+            return Err(invalid("max_utilisation must be in (0, 1]"));
+        }
+        if !(req.gain_threshold.is_finite() && req.gain_threshold >= 0.0) {
+            return Err(invalid("gain_threshold must be a non-negative number"));
+        }
+        let name = topo.topology.name.clone();
+        let inner = &mut self.inner;
+        if let Some(r) = inner.runs.get(&name)
+            && r.rec.state == "running"
+        {
+            return Err(TopologyError::Exists(format!(
+                "topology `{name}` is running: kill it first (hetsched topology kill {name})"
+            )));
+        }
+        let rec = Record {
+            name: name.clone(),
+            origin: req.origin,
+            text: req.text,
+            base_dir: req.base_dir,
+            placer: placer.as_str().to_string(),
+            workers: (req.workers > 0).then_some(req.workers),
+            interval_ms: req.interval_ms,
+            gain_threshold: req.gain_threshold,
+            max_utilisation: req.max_utilisation,
+            state: "running".into(),
+            generation: 0,
+            placement: None,
+            reschedules: Vec::new(),
+            submitted_ns: now_ns(),
+        };
+        let mut run = Run::new(rec, topo, self.cfg.core_now());
+        let alive = self.cfg.alive(inner);
+        if !alive.is_empty() {
+            let nodes = stream_nodes(&alive);
+            let mut problem = PlacementProblem::declared(&run.topo.topology, &nodes);
+            problem.workers = run.rec.workers;
+            let p = run.placer().place(&problem).map_err(invalid)?;
+            let pl = placed(&p, &nodes);
+            run.new_generation(pl);
+        }
+        inner.dirty.insert(name.clone());
+        let status = self.cfg.status(inner, &run);
+        inner.runs.insert(name, run);
+        Ok(status)
+    }
+
+    /// Every topology's status.
+    pub fn list(&self) -> serde_json::Value {
+        let inner = &self.inner;
+        serde_json::Value::Array(
+            inner
+                .runs
+                .values()
+                .map(|r| self.cfg.status(inner, r))
+                .collect(),
+        )
+    }
+
+    /// One topology's status.
+    pub fn show(&self, name: &str) -> Result<serde_json::Value, TopologyError> {
+        let inner = &self.inner;
+        let run = inner.runs.get(name).ok_or_else(|| not_found(name))?;
+        Ok(self.cfg.status(inner, run))
+    }
+
+    /// Kills a topology: agents stop its workers.
+    pub fn kill(&mut self, name: &str) -> Result<serde_json::Value, TopologyError> {
+        let inner = &mut self.inner;
+        let run = inner.runs.get_mut(name).ok_or_else(|| not_found(name))?;
+        run.rec.state = "killed".into();
+        // Its workers stop at their agents' next sync; none is reported from now on.
+        run.live.clear();
+        inner.dirty.insert(name.to_string());
+        let run = inner.runs.get(name).ok_or_else(|| not_found(name))?;
+        Ok(self.cfg.status(inner, run))
+    }
+
+    /// Places a topology again now from the measured traffic (the user's `rebalance`), applying
+    /// the result when it differs from the running placement.
+    pub fn rebalance(&mut self, name: &str) -> Result<serde_json::Value, TopologyError> {
+        let inner = &mut self.inner;
+        let alive = self.cfg.alive(inner);
+        let nodes = stream_nodes(&alive);
+        let now = self.cfg.core_now();
+        let run = inner.runs.get_mut(name).ok_or_else(|| not_found(name))?;
+        if run.rec.state != "running" {
+            return Err(TopologyError::Precondition(format!(
+                "topology `{name}` is not running"
+            )));
+        }
+        if nodes.is_empty() {
+            return Err(TopologyError::Precondition("no node is alive".into()));
+        }
+        let mut traffic = run.monitor.flush(now);
+        if traffic.is_empty() {
+            traffic = run.traffic.clone();
+        }
+        run.traffic = traffic.clone();
+        let current = run
+            .rec
+            .placement
+            .as_ref()
+            .and_then(|p| as_placement(p, &nodes));
+        let mut problem = if traffic.is_empty() {
+            PlacementProblem::declared(&run.topo.topology, &nodes)
+        } else {
+            PlacementProblem::measured(&run.topo.topology, &nodes, traffic)
+        };
+        problem.workers = run.rec.workers;
+        problem.previous = current.as_ref();
+        let p = run.placer().place(&problem).map_err(invalid)?;
+        let gain = current.as_ref().map_or(0.0, |c| {
+            let before = evaluate(&problem, c).inter_node_traffic;
+            let after = evaluate(&problem, &p).inter_node_traffic;
+            if before > 0.0 {
+                (before - after) / before
+            } else {
+                0.0
+            }
+        });
+        if current.as_ref() != Some(&p) {
+            let pl = placed(&p, &nodes);
+            let used = p.nodes_used().len();
+            let workers_kept = run.new_generation(pl);
+            let generation = run.rec.generation;
+            run.rec.reschedules.push(Reschedule {
+                workers_kept,
+                at_ns: now_ns(),
+                cause: "rebalance".into(),
+                gain,
+                nodes: used,
+                generation,
+            });
+            inner.dirty.insert(name.to_string());
+        }
+        let run = inner.runs.get(name).ok_or_else(|| not_found(name))?;
+        Ok(self.cfg.status(inner, run))
+    }
+
+    /// One agent's sync: records its workers and reports, answers what it should run.
+    pub fn sync(&mut self, req: WorkersSeen, from: Option<std::net::IpAddr>) -> WorkersToRun {
+        let inner = &mut self.inner;
+        let now = self.cfg.core_now();
+        inner.nodes.insert(
+            req.node.clone(),
+            NodeSeen {
+                cores: req.cores.max(1),
+                seen: Instant::now(),
+            },
+        );
+        for w in req.workers {
+            let Some(run) = inner.runs.get_mut(&w.topology) else {
+                continue;
+            };
+            if run.rec.generation != w.generation || run.rec.state != "running" {
+                continue;
+            }
+            let mut addr = w.addr.clone();
+            if let (Some(ip), Ok(sa)) = (from, w.addr.parse::<std::net::SocketAddr>())
+                && sa.ip().is_unspecified()
+            {
+                addr = std::net::SocketAddr::new(ip, sa.port()).to_string();
+            }
+            let report = w.report;
+            if let Some(r) = &report {
+                run.feed(w.worker, w.pid, r.clone(), now);
+            }
+            let entry = run.live.entry(w.worker).or_insert(Live {
+                addr: addr.clone(),
+                pid: w.pid,
+                report: None,
+            });
+            entry.addr = addr;
+            entry.pid = w.pid;
+            if report.is_some() {
+                entry.report = report;
+            }
+        }
+        let mut out = Vec::new();
+        for run in inner.runs.values() {
+            if run.rec.state != "running" {
+                continue;
+            }
+            let Some(p) = &run.rec.placement else {
+                continue;
+            };
+            for (idx, (node, _)) in p.workers.iter().enumerate() {
+                if node != &req.node {
+                    continue;
+                }
+                let config = WorkerConfig {
+                    topology_origin: run.rec.origin.clone(),
+                    topology_text: run.rec.text.clone(),
+                    worker: idx as u32,
+                    assignment: p.assignment.clone(),
+                    base_dir: PathBuf::from(&run.rec.base_dir),
+                    work_dir: PathBuf::new(),
+                    listen: String::new(),
+                };
+                let peers = run
+                    .live
+                    .iter()
+                    .filter(|(w, _)| **w != idx as u32)
+                    .map(|(w, l)| (*w, l.addr.clone()))
+                    .collect();
+                let (keep_generation, keep_worker) =
+                    run.kept.get(&(idx as u32)).copied().unwrap_or((0, 0));
+                out.push(WorkerOrder {
+                    topology: run.rec.name.clone(),
+                    generation: run.rec.generation,
+                    worker: idx as u32,
+                    config,
+                    peers,
+                    keep_generation,
+                    keep_worker,
+                });
+            }
+        }
+        let report_now = inner
+            .runs
+            .values()
+            .any(|r| r.asked.is_some() && r.rec.state == "running");
+        WorkersToRun {
+            workers: out,
+            report_now,
+        }
+    }
+
+    /// The controller's periodic pass: places topologies waiting for nodes, re-places those
+    /// that lost a node, and runs spec 04's reschedule controller.
+    pub fn tick(&mut self) {
+        let inner = &mut self.inner;
+        let alive = self.cfg.alive(inner);
+        let grace = self.cfg.in_grace();
+        let nodes = stream_nodes(&alive);
+        let now = self.cfg.core_now();
+        let mut saves = Vec::new();
+        let mut traffic_saves = Vec::new();
+        for run in inner.runs.values_mut() {
+            run.roll_window(now);
+            if run.rec.state != "running" || nodes.is_empty() {
+                continue;
+            }
+            let current = run
+                .rec
+                .placement
+                .as_ref()
+                .and_then(|p| as_placement(p, &nodes));
+            let lost = run.rec.placement.is_some() && current.is_none();
+            if run.rec.placement.is_none() || (lost && !grace) {
+                let traffic = run.traffic.clone();
+                let mut problem = if traffic.is_empty() {
+                    PlacementProblem::declared(&run.topo.topology, &nodes)
+                } else {
+                    PlacementProblem::measured(&run.topo.topology, &nodes, traffic)
+                };
+                problem.workers = run.rec.workers;
+                match run.placer().place(&problem) {
+                    Ok(p) => {
+                        let first = run.rec.placement.is_none();
+                        let used = p.nodes_used().len();
+                        let workers_kept = run.new_generation(placed(&p, &nodes));
+                        if !first {
+                            let generation = run.rec.generation;
+                            run.rec.reschedules.push(Reschedule {
+                                workers_kept,
+                                at_ns: now_ns(),
+                                cause: "node-lost".into(),
+                                gain: 0.0,
+                                nodes: used,
+                                generation,
+                            });
+                            tracing::warn!(topology = %run.rec.name, "a node was lost: placed again on {used} node(s)");
+                        }
+                        saves.push(run.rec.clone());
+                    }
+                    Err(e) => tracing::error!(topology = %run.rec.name, "cannot place: {e}"),
+                }
+                continue;
+            }
+            let Some(current) = current else { continue };
+            if run.controller.is_none() {
+                continue;
+            }
+            if run.last_compute.elapsed() < Duration::from_millis(run.rec.interval_ms) {
+                continue;
+            }
+            // Spec 04: when a reschedule is considered, the monitors report at once. Ask every
+            // worker (through the agents' next sync) and compute when all have answered, or
+            // after REPORT_WAIT.
+            match run.asked {
+                None => {
+                    run.asked = Some((now_ns(), Instant::now()));
+                    continue;
+                }
+                Some((asked_ns, asked_at)) => {
+                    let fresh = run
+                        .live
+                        .values()
+                        .all(|l| l.report.as_ref().is_some_and(|r| r.at_ns >= asked_ns));
+                    if !fresh && asked_at.elapsed() < REPORT_WAIT {
+                        continue;
+                    }
+                }
+            }
+            run.asked = None;
+            run.last_compute = Instant::now();
+            let traffic = run.monitor.flush(now);
+            if traffic.is_empty() {
+                continue;
+            }
+            run.traffic = traffic.clone();
+            let mut problem =
+                PlacementProblem::measured(&run.topo.topology, &nodes, traffic.clone());
+            problem.workers = run.rec.workers;
+            let loads = current.node_loads(nodes.len(), &problem.loads);
+            let node_loads = json!(
+                nodes
+                    .iter()
+                    .zip(&loads)
+                    .map(|(n, l)| json!({"node": n.name, "load": l, "capacity": n.capacity}))
+                    .collect::<Vec<_>>()
+            );
+            traffic_saves.push((run.rec.name.clone(), traffic, node_loads));
+            let placer = run.placer();
+            let Some(controller) = run.controller.as_mut() else {
+                continue;
+            };
+            match controller.tick(now, placer.as_ref(), &problem, &current) {
+                Ok(Decision::Apply {
+                    cause,
+                    gain,
+                    placement,
+                }) => {
+                    let used = placement.nodes_used().len();
+                    let workers_kept = run.new_generation(placed(&placement, &nodes));
+                    let generation = run.rec.generation;
+                    let cause = match cause {
+                        Cause::Overload => "overload",
+                        Cause::Traffic => "traffic",
+                    };
+                    tracing::info!(topology = %run.rec.name, cause, gain, "rescheduled onto {used} node(s)");
+                    run.rec.reschedules.push(Reschedule {
+                        workers_kept,
+                        at_ns: now_ns(),
+                        cause: cause.into(),
+                        gain,
+                        nodes: used,
+                        generation,
+                    });
+                    saves.push(run.rec.clone());
+                }
+                Ok(_) => {}
+                Err(e) => tracing::error!(topology = %run.rec.name, "reschedule: {e}"),
+            }
+        }
+        for rec in saves {
+            inner.dirty.insert(rec.name);
+        }
+        for (name, t, l) in traffic_saves {
+            inner.traffic_dirty.insert(name, (now_ns(), t, l));
+        }
+        self.update_metrics();
+    }
+}
+
+impl Cfg {
+    fn core_now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Nodes alive now, by name, with their cores. After a restart, nodes get `dead_timeout`
+    /// to sync before placements on them count as lost.
+    fn alive(&self, inner: &Inner) -> Vec<(String, u32)> {
+        inner
+            .nodes
+            .iter()
+            .filter(|(name, n)| n.seen.elapsed() < self.dead_timeout && !inner.down.contains(*name))
+            .map(|(name, n)| (name.clone(), n.cores))
+            .collect()
+    }
+
+    fn in_grace(&self) -> bool {
+        self.started.elapsed() < self.dead_timeout
+    }
+
+    fn status(&self, inner: &Inner, run: &Run) -> serde_json::Value {
+        let topo = &run.topo.topology;
+        let name_of = |e: u32| topo.executor_name(ExecutorId(e));
+        let alive = self.alive(inner);
+        let mut workers = Vec::new();
+        let mut placement = Vec::new();
+        let mut inter_node = 0.0;
+        let mut inter_process = 0.0;
+        let mut inter_node_total: u64 = 0;
+        let mut total: u64 = 0;
+        let mut spouts_done = true;
+        let mut p50: u64 = 0;
+        let mut p99: u64 = 0;
+        let mut latency_count: u64 = 0;
+        let mut running_workers = 0;
+        if let Some(p) = &run.rec.placement {
+            for (e, node) in p.nodes.iter().enumerate() {
+                placement.push(json!({"executor": name_of(e as u32), "node": node, "process": p.process[e], "worker": p.assignment[e]}));
+            }
+            for (w, (node, process)) in p.workers.iter().enumerate() {
+                let live = run.live.get(&(w as u32));
+                let executors: Vec<String> = p
+                    .assignment
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, a)| **a == w as u32)
+                    .map(|(e, _)| name_of(e as u32))
+                    .collect();
+                if live.is_some() {
+                    running_workers += 1;
+                }
+                workers.push(json!({
+                    "worker": w, "node": node, "process": process, "executors": executors,
+                    "addr": live.map(|l| l.addr.clone()), "pid": live.map(|l| l.pid),
+                    "remote_out": live.and_then(|l| l.report.as_ref()).map(|r| r.remote_out),
+                    "rss_bytes": live.and_then(|l| l.report.as_ref()).map(|r| r.rss_bytes),
+                }));
+            }
+            for pair in &run.shown.pairs {
+                let (a, b) = (pair.from.index(), pair.to.index());
+                if p.nodes.get(a) != p.nodes.get(b) {
+                    inter_node += pair.tuples_per_s;
+                } else if p.process.get(a) != p.process.get(b) {
+                    inter_process += pair.tuples_per_s;
+                }
+            }
+            let spouts: Vec<u32> = topo
+                .executor_components()
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| {
+                    topo.components[**c].kind
+                        == hetsched_core::model::topology::ComponentKind::Spout
+                })
+                .map(|(e, _)| e as u32)
+                .collect();
+            let mut seen_spouts = 0;
+            for l in run.live.values() {
+                let Some(r) = &l.report else { continue };
+                for pc in &r.pairs {
+                    total += pc.tuples;
+                    if p.nodes.get(pc.from as usize) != p.nodes.get(pc.to as usize) {
+                        inter_node_total += pc.tuples;
+                    }
+                }
+                for e in &r.executors {
+                    if spouts.contains(&e.executor) {
+                        seen_spouts += 1;
+                        spouts_done &= e.done;
+                    }
+                }
+                if r.latency.count > 0 {
+                    p50 = p50.max(r.latency.p50_us);
+                    p99 = p99.max(r.latency.p99_us);
+                    latency_count += r.latency.count;
+                }
+            }
+            spouts_done &= seen_spouts == spouts.len();
+        } else {
+            spouts_done = false;
+        }
+        let executors: Vec<serde_json::Value> = (0..topo.executor_count() as u32)
+            .map(|e| {
+                let received: f64 = run
+                    .shown
+                    .pairs
+                    .iter()
+                    .filter(|p| p.to.0 == e)
+                    .map(|p| p.tuples_per_s)
+                    .sum();
+                json!({
+                    "executor": name_of(e),
+                    "node": run.rec.placement.as_ref().and_then(|p| p.nodes.get(e as usize)),
+                    "received_per_s": received,
+                    "emitted_per_s": run.shown.emitted_per_s.get(&e).copied().unwrap_or(0.0),
+                    "cpu_percent": run.shown.cpu_percent.get(&e).copied().unwrap_or(0.0),
+                })
+            })
+            .collect();
+        let mut node_loads: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+        if let Some(p) = &run.rec.placement {
+            let declared = topo.loads_from_traffic(&run.shown.pairs);
+            for (e, n) in p.nodes.iter().enumerate() {
+                let entry = node_loads.entry(n.clone()).or_default();
+                entry.0 += run
+                    .shown
+                    .cpu_percent
+                    .get(&(e as u32))
+                    .copied()
+                    .unwrap_or(0.0);
+                if !run.shown.pairs.is_empty() {
+                    entry.1 += declared.get(e).copied().unwrap_or(0.0);
+                }
+            }
+        }
+        let throughput: f64 = run
+            .shown
+            .emitted_per_s
+            .iter()
+            .filter(|(e, _)| {
+                topo.locate(ExecutorId(**e)).is_some_and(|(c, _)| {
+                    topo.components[c].kind == hetsched_core::model::topology::ComponentKind::Spout
+                })
+            })
+            .map(|(_, r)| r)
+            .sum();
+        json!({
+            "name": run.rec.name,
+            "state": run.rec.state,
+            "placer": run.rec.placer,
+            "workers_requested": run.rec.workers,
+            "generation": run.rec.generation,
+            "submitted_ns": run.rec.submitted_ns,
+            "nodes_alive": alive.len(),
+            "nodes_used": run.rec.placement.as_ref().map_or(0, |p| { let mut v = p.nodes.clone(); v.sort(); v.dedup(); v.len() }),
+            "workers": workers,
+            "workers_running": running_workers,
+            "placement": placement,
+            "executors": executors,
+            "traffic": run.shown.pairs.iter().map(|p| json!({"from": name_of(p.from.0), "to": name_of(p.to.0), "tuples_per_s": p.tuples_per_s})).collect::<Vec<_>>(),
+            "node_loads": node_loads.iter().map(|(n, (cpu, model))| json!({"node": n, "cpu_percent": cpu, "model_load_percent": model})).collect::<Vec<_>>(),
+            "window_s": run.shown.window_s,
+            "throughput_tuples_per_s": throughput,
+            "inter_node_tuples_per_s": inter_node,
+            "inter_process_tuples_per_s": inter_process,
+            "tuples_total": total,
+            "inter_node_tuples_total": inter_node_total,
+            "latency_p50_us": p50,
+            "latency_p99_us": p99,
+            "latency_count": latency_count,
+            "spouts_done": spouts_done,
+            "reschedules": run.rec.reschedules,
+        })
+    }
+}
+
+fn not_found(name: &str) -> TopologyError {
+    TopologyError::NotFound(format!(
+        "no topology named `{name}` (hetsched topology list)"
+    ))
+}
+
+const UPSERT_RECORD: &str = "INSERT INTO topologies(name, record) VALUES (?1, ?2)
+    ON CONFLICT(name) DO UPDATE SET record = excluded.record";
+const UPSERT_TRAFFIC: &str = "INSERT INTO topology_traffic(name, at_ns, traffic, node_loads)
+    VALUES (?1, ?2, ?3, ?4) ON CONFLICT(name) DO UPDATE SET at_ns = excluded.at_ns,
+    traffic = excluded.traffic, node_loads = excluded.node_loads";
+
+fn encode(what: &str, e: serde_json::Error) -> StoreError {
+    StoreError::Corrupt(format!("{what}: {e}"))
+}
+
+/// A topology hands out no tasks: the heartbeat hooks have nothing to do, and its workers are
+/// supervised through the agents' sync (`State::topology_sync`). Its jobs are listed by
+/// `hetsched topology list`, not `ListJobs`.
+impl JobKind for Topology {
+    fn kind(&self) -> Kind {
+        Kind::Topology
+    }
+
+    fn on_result(
+        &mut self,
+        _cx: &mut Ctx,
+        _node: NodeId,
+        _r: &TaskResult,
+    ) -> Result<(), StateError> {
+        Ok(())
+    }
+
+    fn expects(&self, _node: NodeId, _t: &RunningTask) -> bool {
+        false
+    }
+
+    fn on_lost(&mut self, _cx: &mut Ctx, _task: u64, _reason: &str) -> Result<(), StateError> {
+        Ok(())
+    }
+
+    fn on_heartbeat(
+        &mut self,
+        _cx: &mut Ctx,
+        _node: NodeId,
+        _report: &HeartbeatReport,
+        _open: bool,
+        _out: &mut Outbox,
+    ) -> Result<(), StateError> {
+        Ok(())
+    }
+
+    fn has_changes(&self) -> bool {
+        !self.inner.dirty.is_empty() || !self.inner.traffic_dirty.is_empty()
+    }
+
+    fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
+        for name in &self.inner.dirty {
+            let Some(run) = self.inner.runs.get(name) else {
+                continue;
+            };
+            let text = serde_json::to_string(&run.rec)
+                .map_err(|e| encode(&format!("topology {name}"), e))?;
+            tx.execute(UPSERT_RECORD, rusqlite::params![name, text])?;
+        }
+        for (name, (at, traffic, loads)) in &self.inner.traffic_dirty {
+            let t = serde_json::to_string(traffic)
+                .map_err(|e| encode(&format!("traffic of {name}"), e))?;
+            tx.execute(
+                UPSERT_TRAFFIC,
+                rusqlite::params![name, *at as i64, t, loads.to_string()],
+            )?;
+        }
+        Ok(())
+    }
+
+    fn committed(&mut self) {
+        self.inner.dirty.clear();
+        self.inner.traffic_dirty.clear();
+    }
+
+    fn counts(&self) -> TaskCounts {
+        TaskCounts::default()
+    }
+
+    fn job_count(&self) -> u64 {
+        self.inner.runs.len() as u64
+    }
+
+    fn jobs_page(&self, _rd: &Read, _cursor: u64, _limit: usize) -> JobsPage {
+        JobsPage::default()
+    }
+
+    fn job(&self, _rd: &Read, id: u64) -> Result<JobInfo, StateError> {
+        Err(StateError::NoJob(id))
+    }
+
+    fn tasks_page(
+        &self,
+        _rd: &Read,
+        _job: u64,
+        _cursor: u64,
+        _limit: usize,
+    ) -> Result<TasksPage, StateError> {
+        Ok(TasksPage::default())
+    }
+
+    fn cancel(&mut self, _cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
+        Err(StateError::NoJob(job))
+    }
+}

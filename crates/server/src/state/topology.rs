@@ -1,0 +1,91 @@
+//! The state's door for stream topologies ([`crate::jobs::topology`]): each request is one event
+//! of the topology kind, followed by the same `State::commit` as every other event (one
+//! transaction for what every kind changed; a refused write rolls memory back and pauses) and by
+//! re-booking the running workers' cores in the view.
+
+use super::{State, StateError};
+use crate::jobs::topology::{
+    Topology, TopologyError, TopologySubmission, WorkersSeen, WorkersToRun,
+};
+use prometheus_client::registry::Registry;
+
+impl State {
+    /// Runs one topology event; `writes`: refused while the store refuses writes.
+    fn topology_event<T>(
+        &mut self,
+        writes: bool,
+        f: impl FnOnce(&mut Topology) -> Result<T, TopologyError>,
+    ) -> Result<T, StateError> {
+        if writes && self.paused() {
+            return Err(StateError::Invalid(
+                "the store refuses writes (is the disk full?): try again once it accepts them"
+                    .into(),
+            ));
+        }
+        // The dead-node path (`State::check_dead`) decides for topologies too.
+        self.jobs.topology.set_down(&self.nodes);
+        let answer = f(&mut self.jobs.topology);
+        self.jobs.topology.rebook(&mut self.view, &self.nodes);
+        self.commit()?;
+        Ok(answer?)
+    }
+
+    /// `hetsched topology submit`.
+    pub fn topology_submit(
+        &mut self,
+        sub: TopologySubmission,
+    ) -> Result<serde_json::Value, StateError> {
+        self.topology_event(true, |t| t.submit(sub))
+    }
+
+    /// `hetsched topology list`.
+    pub fn topology_list(&self) -> serde_json::Value {
+        self.jobs.topology.list()
+    }
+
+    /// `hetsched topology show NAME`.
+    pub fn topology_show(&self, name: &str) -> Result<serde_json::Value, StateError> {
+        Ok(self.jobs.topology.show(name)?)
+    }
+
+    /// `hetsched topology kill NAME`.
+    pub fn topology_kill(&mut self, name: &str) -> Result<serde_json::Value, StateError> {
+        self.topology_event(true, |t| t.kill(name))
+    }
+
+    /// `hetsched topology rebalance NAME`.
+    pub fn topology_rebalance(&mut self, name: &str) -> Result<serde_json::Value, StateError> {
+        self.topology_event(true, |t| t.rebalance(name))
+    }
+
+    /// One agent's worker sync.
+    pub fn topology_sync(
+        &mut self,
+        seen: WorkersSeen,
+        from: Option<std::net::IpAddr>,
+    ) -> Result<WorkersToRun, StateError> {
+        self.topology_event(false, |t| Ok(t.sync(seen, from)))
+    }
+
+    /// The controller's periodic pass (skipped while the store refuses writes).
+    pub fn topology_tick(&mut self) -> Result<(), StateError> {
+        if self.paused() {
+            return Ok(());
+        }
+        self.topology_event(false, |t| {
+            t.tick();
+            Ok(())
+        })
+    }
+
+    /// Cores the running topology workers hold in the view on node `node`.
+    pub fn topology_held_cores(&self, node: u32) -> u32 {
+        self.jobs.topology.held_cores(node)
+    }
+
+    /// Registers the `hetsched_topology_*` series (they survive a rollback: the rebuilt kind
+    /// keeps the same families).
+    pub fn register_topology_metrics(&self, r: &mut Registry) {
+        self.jobs.topology.register_metrics(r);
+    }
+}

@@ -1,0 +1,264 @@
+//! The topology services at the gRPC edge (`TopologyClient`, `TopologyAgent`): protobuf in,
+//! the topology kind's own types through the state ([`crate::state::State::topology_submit`]
+//! and the rest), protobuf out. Every call runs under the state's lock like the batch services
+//! ([`crate::service::with_state`]) and answers once what it wrote is durable. The controller's
+//! tick (every 250 ms) runs here too.
+
+use crate::durable::Durable;
+use crate::jobs::topology::{
+    TopologyError, TopologySubmission, WorkerSeen, WorkersSeen, WorkersToRun,
+};
+use crate::service::{Run, Shared, with_state};
+use hetsched_proto as pb;
+use hetsched_stream::WorkerReport;
+use hetsched_stream::metrics::{ExecutorReport, LatencySummary, PairCount};
+use std::sync::Arc;
+use std::time::Duration;
+use tonic::{Request, Response, Status};
+
+/// The gRPC status of a refused topology request.
+pub fn status(e: TopologyError) -> Status {
+    match e {
+        TopologyError::Invalid(m) => Status::invalid_argument(m),
+        TopologyError::NotFound(m) => Status::not_found(m),
+        TopologyError::Exists(m) => Status::already_exists(m),
+        TopologyError::Precondition(m) => Status::failed_precondition(m),
+    }
+}
+
+fn submission(r: pb::SubmitTopologyRequest) -> TopologySubmission {
+    TopologySubmission {
+        origin: r.origin,
+        text: r.text,
+        base_dir: r.base_dir,
+        placer: r.placer,
+        workers: r.workers,
+        interval_ms: r.interval_ms,
+        gain_threshold: r.gain_threshold,
+        max_utilisation: r.max_utilisation,
+    }
+}
+
+fn workers_seen(r: pb::SyncWorkersRequest) -> WorkersSeen {
+    WorkersSeen {
+        node: r.node,
+        cores: r.cores,
+        workers: r
+            .workers
+            .into_iter()
+            .map(|w| WorkerSeen {
+                topology: w.topology,
+                generation: w.generation,
+                worker: w.worker,
+                addr: w.addr,
+                pid: w.pid,
+                report: w.report.map(report),
+            })
+            .collect(),
+    }
+}
+
+/// A worker's counters as the topology kind reads them.
+fn report(c: pb::WorkerCounters) -> WorkerReport {
+    let latency = c.latency.unwrap_or_default();
+    WorkerReport {
+        worker: c.worker,
+        at_ns: c.at_ns,
+        pairs: c
+            .pairs
+            .into_iter()
+            .map(|p| PairCount {
+                from: p.from,
+                to: p.to,
+                tuples: p.tuples,
+            })
+            .collect(),
+        executors: c
+            .executors
+            .into_iter()
+            .map(|e| ExecutorReport {
+                executor: e.executor,
+                name: e.name,
+                cpu_ns: e.cpu_ns,
+                emitted: e.emitted,
+                received: e.received,
+                acked: e.acked,
+                failed: e.failed,
+                done: e.done,
+            })
+            .collect(),
+        remote_out: c.remote_out,
+        remote_in: c.remote_in,
+        dropped: c.dropped,
+        latency: LatencySummary {
+            count: latency.count,
+            p50_us: latency.p50_us,
+            p99_us: latency.p99_us,
+            max_us: latency.max_us,
+        },
+        rss_bytes: c.rss_bytes,
+    }
+}
+
+fn to_run(r: WorkersToRun) -> pb::SyncWorkersReply {
+    pb::SyncWorkersReply {
+        workers: r
+            .workers
+            .into_iter()
+            .map(|w| pb::WorkerAssignment {
+                topology: w.topology,
+                generation: w.generation,
+                worker: w.worker,
+                config: Some(pb::WorkerSpec {
+                    topology_origin: w.config.topology_origin,
+                    topology_text: w.config.topology_text,
+                    worker: w.config.worker,
+                    assignment: w.config.assignment,
+                    base_dir: w.config.base_dir.to_string_lossy().into_owned(),
+                }),
+                peers: w.peers,
+                keep_generation: w.keep_generation,
+                keep_worker: w.keep_worker,
+                ..Default::default()
+            })
+            .collect(),
+        report_now: r.report_now,
+    }
+}
+
+fn reply(v: Response<serde_json::Value>) -> Response<pb::TopologyReply> {
+    Response::new(pb::TopologyReply {
+        status_json: v.into_inner().to_string(),
+    })
+}
+
+/// The client-facing service.
+#[derive(Clone)]
+pub struct ClientService(Shared, Arc<Durable>);
+
+/// The agent-facing service.
+#[derive(Clone)]
+pub struct AgentService(Shared, Arc<Durable>);
+
+#[tonic::async_trait]
+impl pb::topology_client_server::TopologyClient for ClientService {
+    async fn submit_topology(
+        &self,
+        r: Request<pb::SubmitTopologyRequest>,
+    ) -> Result<Response<pb::TopologyReply>, Status> {
+        let sub = submission(r.into_inner());
+        with_state(&self.0, &self.1, Run::Blocking, move |s| {
+            s.topology_submit(sub)
+        })
+        .await
+        .map(reply)
+    }
+    async fn list_topologies(
+        &self,
+        _r: Request<pb::ListTopologiesRequest>,
+    ) -> Result<Response<pb::ListTopologiesReply>, Status> {
+        let list = with_state(&self.0, &self.1, Run::Blocking, |s| Ok(s.topology_list())).await?;
+        Ok(Response::new(pb::ListTopologiesReply {
+            statuses_json: list.into_inner().to_string(),
+        }))
+    }
+    async fn show_topology(
+        &self,
+        r: Request<pb::TopologyName>,
+    ) -> Result<Response<pb::TopologyReply>, Status> {
+        let name = r.into_inner().name;
+        with_state(&self.0, &self.1, Run::Blocking, move |s| {
+            s.topology_show(&name)
+        })
+        .await
+        .map(reply)
+    }
+    async fn kill_topology(
+        &self,
+        r: Request<pb::TopologyName>,
+    ) -> Result<Response<pb::TopologyReply>, Status> {
+        let name = r.into_inner().name;
+        with_state(&self.0, &self.1, Run::Blocking, move |s| {
+            s.topology_kill(&name)
+        })
+        .await
+        .map(reply)
+    }
+    async fn rebalance_topology(
+        &self,
+        r: Request<pb::TopologyName>,
+    ) -> Result<Response<pb::TopologyReply>, Status> {
+        let name = r.into_inner().name;
+        with_state(&self.0, &self.1, Run::Blocking, move |s| {
+            s.topology_rebalance(&name)
+        })
+        .await
+        .map(reply)
+    }
+}
+
+#[tonic::async_trait]
+impl pb::topology_agent_server::TopologyAgent for AgentService {
+    async fn sync_workers(
+        &self,
+        r: Request<pb::SyncWorkersRequest>,
+    ) -> Result<Response<pb::SyncWorkersReply>, Status> {
+        let from = r.remote_addr().map(|a| a.ip());
+        let seen = workers_seen(r.into_inner());
+        let answer = with_state(&self.0, &self.1, Run::Inline, move |s| {
+            s.topology_sync(seen, from)
+        })
+        .await?;
+        Ok(Response::new(to_run(answer.into_inner())))
+    }
+}
+
+/// Adds the topology services (behind the token checks) to the server's router and starts the
+/// controller's tick.
+pub fn add_services(
+    router: tonic::transport::server::Router,
+    state: Shared,
+    durable: Arc<Durable>,
+    creds: &crate::datadir::Credentials,
+) -> tonic::transport::server::Router {
+    let (ticker, d) = (state.clone(), durable.clone());
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_millis(250));
+        loop {
+            every.tick().await;
+            let (s, d) = (ticker.clone(), d.clone());
+            let _ = tokio::task::spawn_blocking(move || {
+                let written = match s.lock() {
+                    Ok(mut st) => {
+                        if let Err(e) = st.topology_tick() {
+                            tracing::error!("topology controller: {e}");
+                        }
+                        st.written()
+                    }
+                    Err(_) => return,
+                };
+                // What the tick wrote (a new placement, the traffic list) is synced like every
+                // other event's writes; a failed sync rolls back and pauses.
+                if let Err(e) = d.wait_blocking(written)
+                    && let Ok(mut st) = s.lock()
+                {
+                    st.sync_failed(&e);
+                }
+            })
+            .await;
+        }
+    });
+    router
+        .add_service(
+            pb::topology_client_server::TopologyClientServer::with_interceptor(
+                ClientService(state.clone(), durable.clone()),
+                crate::service::CheckToken::new(crate::service::Role::Client, creds),
+            ),
+        )
+        .add_service(
+            pb::topology_agent_server::TopologyAgentServer::with_interceptor(
+                AgentService(state, durable),
+                crate::service::CheckToken::new(crate::service::Role::Agent, creds),
+            ),
+        )
+}

@@ -1,0 +1,254 @@
+//! Stream topologies are a job kind of the one state: their records live in the server's one
+//! store (no `topologies.sqlite`), written in the state's transaction (so a full disk refuses a
+//! submission and rolls it back like any other event), they are read back at restart, and each
+//! running worker holds its executors' declared cores on its node, so batch tasks do not
+//! oversubscribe the node.
+
+mod common;
+
+use common::{IDENTITY, heartbeat_request};
+use hetsched_proto as pb;
+use hetsched_server::ServerConfig;
+use hetsched_server::convert::Wire;
+use hetsched_server::jobs::topology::{TopologySubmission, WorkerSeen, WorkersSeen};
+use hetsched_server::state::State;
+use hetsched_server::store::Store;
+use std::path::{Path, PathBuf};
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "hetsched-topology-kind-{name}-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+/// Two spout executors and two bolt executors at 50 % each: one worker, 2 declared cores.
+const TOPOLOGY: &str = r#"
+name = "pipe"
+
+[[component]]
+name = "numbers"
+kind = "spout"
+parallelism = 2
+cpu = 50.0
+builtin = "sequence-spout"
+
+[[component]]
+name = "keep"
+kind = "bolt"
+parallelism = 2
+cpu = 50.0
+builtin = "filter"
+
+[[stream]]
+from = "numbers"
+to = "keep"
+grouping = "shuffle"
+rate = 10.0
+"#;
+
+/// Four one-core tasks.
+const JOB: &str =
+    "[[application]]\nname = \"a\"\ntasks = 4\n[application.cpu]\ncommand = \"true\"\n";
+
+fn open(dir: &Path) -> State {
+    let config = ServerConfig {
+        data_dir: dir.to_path_buf(),
+        ..Default::default()
+    };
+    State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state")
+}
+
+fn submission() -> TopologySubmission {
+    TopologySubmission {
+        origin: "pipe.toml".into(),
+        text: TOPOLOGY.into(),
+        base_dir: "/".into(),
+        placer: "one-phase".into(),
+        interval_ms: 0,
+        max_utilisation: 0.9,
+        ..Default::default()
+    }
+}
+
+fn sync(s: &mut State, workers: Vec<WorkerSeen>) -> usize {
+    s.topology_sync(
+        WorkersSeen {
+            node: "n".into(),
+            cores: 4,
+            workers,
+        },
+        None,
+    )
+    .expect("sync")
+    .workers
+    .len()
+}
+
+fn running_worker(generation: u64) -> WorkerSeen {
+    WorkerSeen {
+        topology: "pipe".into(),
+        generation,
+        worker: 0,
+        addr: "127.0.0.1:1".into(),
+        pid: 4242,
+        report: None,
+    }
+}
+
+#[test]
+fn a_running_worker_holds_its_declared_cores_and_topologies_live_in_the_one_store() {
+    let dir = scratch("booking");
+    let mut s = open(&dir);
+    let n = s
+        .register(pb::RegisterRequest {
+            name: "n".into(),
+            cores: 4,
+            memory_bytes: 1 << 30,
+            identity: IDENTITY.into(),
+            ..Default::default()
+        })
+        .expect("register")
+        .node_id;
+    // The agent's worker sync makes the node a candidate; the submission places on it.
+    assert_eq!(sync(&mut s, vec![]), 0);
+    let shown = s.topology_submit(submission()).expect("submit");
+    assert_eq!(shown["generation"], 1);
+    assert_eq!(
+        sync(&mut s, vec![]),
+        1,
+        "the node is told to run one worker"
+    );
+    assert_eq!(
+        s.list_nodes()[0].free_cores,
+        4,
+        "not running yet: nothing held"
+    );
+    // The worker runs: its 4 executors × 50 % = 2 declared cores are held on the node.
+    sync(&mut s, vec![running_worker(1)]);
+    assert_eq!(s.topology_held_cores(n), 2);
+    assert_eq!(s.list_nodes()[0].free_cores, 2);
+    // A batch job of four one-core tasks gets only the two cores left.
+    s.submit("job.toml", JOB, "/").expect("submit job");
+    let r = s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
+    assert_eq!(
+        r.assignments.len(),
+        2,
+        "batch tasks do not oversubscribe the node"
+    );
+    // Killed: the worker's cores go back.
+    s.topology_kill("pipe").expect("kill");
+    assert_eq!(s.topology_held_cores(n), 0);
+    assert_eq!(
+        s.list_nodes()[0].free_cores,
+        2,
+        "the two batch tasks still run"
+    );
+    drop(s);
+    assert!(
+        !dir.join("topologies.sqlite").exists(),
+        "no store beside the server's one"
+    );
+    // Restart: the record, its placement and its state come back from the one store.
+    let s = open(&dir);
+    let list = s.topology_list();
+    assert_eq!(list[0]["name"], "pipe");
+    assert_eq!(list[0]["state"], "killed");
+    assert_eq!(list[0]["generation"], 1);
+    assert_eq!(list[0]["placement"].as_array().map(Vec::len), Some(4));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_full_disk_refuses_a_submission_and_keeps_nothing_of_it() {
+    let dir = scratch("full");
+    let mut s = open(&dir);
+    sync(&mut s, vec![]);
+    s.simulate_full_disk(true);
+    s.topology_submit(submission())
+        .expect_err("the store refused the submission's commit");
+    assert!(s.is_paused());
+    assert_eq!(
+        s.topology_list().as_array().map(Vec::len),
+        Some(0),
+        "memory rolled back to the store"
+    );
+    s.simulate_full_disk(false);
+    std::thread::sleep(hetsched_server::state::PROBE_INTERVAL);
+    // The nodes seen by the agents' syncs survive the rollback: the retry places at once.
+    let shown = s
+        .topology_submit(submission())
+        .expect("submit once the disk has room");
+    assert_eq!(shown["generation"], 1);
+    drop(s);
+    let s = open(&dir);
+    assert_eq!(s.topology_list()[0]["state"], "running");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_node_the_dead_node_check_declares_dead_loses_its_workers_to_the_nodes_left() {
+    let dir = scratch("dead");
+    let config = ServerConfig {
+        data_dir: dir.clone(),
+        dead_timeout: "1s".parse().expect("duration"),
+        ..Default::default()
+    };
+    let mut s =
+        State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state");
+    let mut ids = std::collections::HashMap::new();
+    for name in ["n", "m"] {
+        let id = s
+            .register(pb::RegisterRequest {
+                name: name.into(),
+                cores: 4,
+                memory_bytes: 1 << 30,
+                identity: IDENTITY.into(),
+                ..Default::default()
+            })
+            .expect("register")
+            .node_id;
+        ids.insert(name.to_string(), id);
+    }
+    let sync_both = |s: &mut State| {
+        for name in ["n", "m"] {
+            s.topology_sync(
+                WorkersSeen {
+                    node: name.into(),
+                    cores: 4,
+                    workers: vec![],
+                },
+                None,
+            )
+            .expect("sync");
+        }
+    };
+    sync_both(&mut s);
+    let shown = s.topology_submit(submission()).expect("submit");
+    let placed = shown["workers"][0]["node"]
+        .as_str()
+        .expect("placed")
+        .to_string();
+    let other = if placed == "n" { "m" } else { "n" };
+    // Past the restart grace, both agents' worker syncs are fresh; only the placed node's
+    // heartbeats stop, and the dead-node check declares it dead.
+    std::thread::sleep(std::time::Duration::from_millis(1050));
+    sync_both(&mut s);
+    s.heartbeat(heartbeat_request(ids[&placed], &[], &[]))
+        .expect("beat");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    s.heartbeat(heartbeat_request(ids[other], &[], &[]))
+        .expect("beat");
+    s.check_dead(std::time::Duration::from_millis(100))
+        .expect("dead check");
+    s.topology_tick().expect("tick");
+    let shown = s.topology_show("pipe").expect("show");
+    assert_eq!(shown["generation"], 2, "placed again");
+    assert_eq!(shown["reschedules"][0]["cause"], "node-lost");
+    assert_eq!(shown["workers"][0]["node"], other);
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}

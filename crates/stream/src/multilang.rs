@@ -1,0 +1,478 @@
+//! Apache Storm's multi-lang protocol, so components written for Storm in Python (or any
+//! language with a multi-lang library: pystorm, storm.py, …) run unchanged as
+//! `command = [...]` components. As Storm's ShellBolt and ShellSpout do, the worker:
+//!
+//! - starts the program (working directory: the submitting directory) with pipes on stdin and
+//!   stdout; its stderr goes to the worker's;
+//! - exchanges JSON messages, each followed by a line `end`;
+//! - **handshake**: sends `{"conf": {...params}, "pidDir": DIR, "context": {"task->component":
+//!   {...}, "taskid": T, "componentid": C, "stormid": TOPOLOGY}}` and waits for `{"pid": N}`
+//!   (the program writes an empty file named after its pid in `pidDir`);
+//! - **bolts**: sends each input as `{"id", "comp", "stream": "default", "task", "tuple"}`;
+//!   handles `emit` (with `anchors`; answers the receiving task ids unless `need_task_ids` is
+//!   false), `ack`, `fail`, `log`, `error`, `metrics` (ignored); every second sends a
+//!   **heartbeat** tuple (`"task": -1, "stream": "__heartbeat"`) that the program answers with
+//!   `sync`;
+//! - **spouts**: sends `{"command": "next"}`, then `ack`/`fail` with the message `id` the
+//!   program gave its emit, and reads until the program's `sync`.
+//!
+//! Task ids are executor ids. Deviations: one output stream (`stream` in an emit is ignored,
+//! every outgoing stream of the component gets the tuple); `direct` emits are sent as normal
+//! emits; a tuple anchored to inputs of several different trees joins the first anchor's tree
+//! only (the others are acked without it).
+
+use crate::metrics::{Histogram, bump, now_ns};
+use crate::tuple::{AckMsg, Tuple, Value};
+use crate::worker::{Emitter, Pending, Shared, Tracker};
+use crossbeam_channel::{Receiver, RecvTimeoutError, select, unbounded};
+use hetsched_core::model::topology::ExecutorId;
+use serde_json::{Value as Json, json};
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a program may take to answer the handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Heartbeat period (bolts).
+const HEARTBEAT: Duration = Duration::from_secs(1);
+/// Spouts: trees in flight before `next` waits for acks.
+const SHELL_MAX_PENDING: usize = 1000;
+/// Spouts: a tree not acked after this fails.
+const SHELL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A running multi-lang program.
+#[derive(Debug)]
+pub struct Shell {
+    child: Child,
+    stdin: BufWriter<ChildStdin>,
+    msgs: Receiver<Json>,
+    name: String,
+    /// The program's pid, from the handshake.
+    pub pid: u64,
+}
+
+impl Drop for Shell {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Shell {
+    /// Starts `argv` for executor `e` and completes the handshake.
+    pub fn start(
+        shared: &Arc<Shared>,
+        e: u32,
+        argv: &[String],
+        conf: &BTreeMap<String, String>,
+    ) -> Result<Shell, String> {
+        let topo = &shared.topo.topology;
+        let name = topo.executor_name(ExecutorId(e));
+        let (program, args) = argv.split_first().ok_or("empty command")?;
+        let mut child = Command::new(program)
+            .args(args)
+            .current_dir(&shared.base_dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|err| format!("cannot start `{}`: {err}", argv.join(" ")))?;
+        let stdout = child.stdout.take().ok_or("no stdout pipe")?;
+        let stdin = child.stdin.take().ok_or("no stdin pipe")?;
+        let (tx, msgs) = unbounded();
+        let reader_name = name.clone();
+        std::thread::Builder::new()
+            .name(format!("{name}-stdout"))
+            .spawn(move || {
+                let mut r = BufReader::new(stdout);
+                let mut text = String::new();
+                let mut line = String::new();
+                loop {
+                    line.clear();
+                    match r.read_line(&mut line) {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {}
+                    }
+                    if line.trim_end_matches(['\n', '\r']) == "end" {
+                        match serde_json::from_str::<Json>(&text) {
+                            Ok(v) => {
+                                if tx.send(v).is_err() {
+                                    return;
+                                }
+                            }
+                            Err(err) => tracing::warn!(
+                                "{reader_name}: not a multi-lang message ({err}): {}",
+                                text.trim()
+                            ),
+                        }
+                        text.clear();
+                    } else {
+                        text.push_str(&line);
+                    }
+                }
+            })
+            .map_err(|err| format!("cannot start the reader thread: {err}"))?;
+        let mut shell = Shell {
+            child,
+            stdin: BufWriter::new(stdin),
+            msgs,
+            name: name.clone(),
+            pid: 0,
+        };
+        let pid_dir = shared.work_dir.join("pids").join(e.to_string());
+        std::fs::create_dir_all(&pid_dir)
+            .map_err(|err| format!("cannot create {}: {err}", pid_dir.display()))?;
+        let task_to_component: serde_json::Map<String, Json> = topo
+            .executor_components()
+            .iter()
+            .enumerate()
+            .map(|(x, &c)| (x.to_string(), Json::from(topo.components[c].name.clone())))
+            .collect();
+        let component = topo
+            .locate(ExecutorId(e))
+            .map(|(c, _)| topo.components[c].name.clone())
+            .unwrap_or_default();
+        shell
+            .send(&json!({
+                "conf": conf,
+                "pidDir": pid_dir.to_string_lossy(),
+                "context": {
+                    "task->component": task_to_component,
+                    "taskid": e,
+                    "componentid": component,
+                    "stormid": topo.name,
+                },
+            }))
+            .map_err(|err| format!("handshake: {err}"))?;
+        match shell.msgs.recv_timeout(HANDSHAKE_TIMEOUT) {
+            Ok(m) => match m.get("pid").and_then(Json::as_u64) {
+                Some(pid) => shell.pid = pid,
+                None => return Err(format!("handshake: expected {{\"pid\": N}}, got {m}")),
+            },
+            Err(_) => {
+                return Err(format!(
+                    "`{}` did not answer the multi-lang handshake within {}s",
+                    argv.join(" "),
+                    HANDSHAKE_TIMEOUT.as_secs()
+                ));
+            }
+        }
+        Ok(shell)
+    }
+
+    /// Sends one message (JSON, then `end`).
+    pub fn send(&mut self, v: &Json) -> std::io::Result<()> {
+        serde_json::to_writer(&mut self.stdin, v)?;
+        self.stdin.write_all(b"\nend\n")?;
+        self.stdin.flush()
+    }
+
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+fn values(v: Option<&Json>) -> Vec<Value> {
+    v.and_then(Json::as_array)
+        .map(|a| a.iter().map(Value::from_json).collect())
+        .unwrap_or_default()
+}
+
+fn log(name: &str, m: &Json) {
+    let text = m.get("msg").and_then(Json::as_str).unwrap_or("");
+    tracing::info!(target: "multilang", "{name}: {text}");
+}
+
+/// A bolt input handed to the program and not yet acked.
+struct InFlight {
+    root: u64,
+    edge: u64,
+    emitted_ns: u64,
+    xor: u64,
+}
+
+/// Runs a multi-lang bolt: inputs go to the program, its commands come back.
+pub fn run_shell_bolt(shared: Arc<Shared>, me: u32, mut shell: Shell, inbox: Receiver<Vec<Tuple>>) {
+    let Some(counters) = shared.counters.get(&me) else {
+        return;
+    };
+    let topo = &shared.topo.topology;
+    let mut em = Emitter::new(shared.clone(), me);
+    let terminal = !em.has_outputs();
+    let mut hist = Histogram::default();
+    let mut inflight: HashMap<String, InFlight> = HashMap::new();
+    let mut next_id: u64 = 0;
+    let mut last_heartbeat = Instant::now();
+    let mut last_sync = Instant::now();
+    let msgs = shell.msgs.clone();
+    let mut warned = false;
+    while !shared.stopping() {
+        if inbox.is_empty() && msgs.is_empty() {
+            em.flush();
+            if let Ok(mut h) = shared.latency.lock() {
+                hist.drain_into(&mut h);
+            }
+        }
+        if last_heartbeat.elapsed() >= HEARTBEAT {
+            last_heartbeat = Instant::now();
+            let _ = shell.send(&json!({
+                "id": "-1", "comp": Json::Null, "stream": "__heartbeat", "task": -1, "tuple": []
+            }));
+            if last_sync.elapsed() > 10 * HEARTBEAT && !warned {
+                tracing::warn!("{}: no heartbeat answer for 10 s", shell.name);
+                warned = true;
+            }
+            if !shell.alive() {
+                tracing::error!("{}: the program exited", shell.name);
+                return;
+            }
+        }
+        select! {
+            recv(inbox) -> b => {
+                let Ok(batch) = b else { break };
+                let now = if terminal { now_ns() } else { 0 };
+                for t in batch {
+                    if let Some(c) = counters.received_from.get(t.src as usize) {
+                        bump(c, 1);
+                    }
+                    if terminal {
+                        hist.record(now.saturating_sub(t.emitted_ns) / 1000);
+                    }
+                    next_id += 1;
+                    let id = next_id.to_string();
+                    let comp = topo.locate(ExecutorId(t.src)).map(|(c, _)| topo.components[c].name.clone());
+                    let tuple: Vec<Json> = t.values.iter().map(Value::to_json).collect();
+                    let msg = json!({"id": id, "comp": comp, "stream": "default", "task": t.src, "tuple": tuple});
+                    inflight.insert(id, InFlight { root: t.root, edge: t.edge, emitted_ns: t.emitted_ns, xor: 0 });
+                    if let Err(err) = shell.send(&msg) {
+                        tracing::error!("{}: cannot write to the program: {err}", shell.name);
+                        return;
+                    }
+                }
+            }
+            recv(msgs) -> m => {
+                let Ok(m) = m else {
+                    tracing::error!("{}: the program closed its output", shell.name);
+                    return;
+                };
+                match m.get("command").and_then(Json::as_str) {
+                    Some("emit") => {
+                        let anchors: Vec<String> = m.get("anchors").and_then(Json::as_array).map(|a| {
+                            a.iter().map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_owned)).collect()
+                        }).unwrap_or_default();
+                        let anchor = anchors.iter().find_map(|a| inflight.get(a).map(|f| (a.clone(), f.root, f.emitted_ns)));
+                        let (root, ts) = anchor.as_ref().map_or((0, now_ns()), |(_, r, ts)| (*r, *ts));
+                        let mut targets = Vec::new();
+                        let xor = em.emit(values(m.get("tuple")), root, ts, Some(&mut targets));
+                        if let Some((a, _, _)) = anchor && let Some(f) = inflight.get_mut(&a) {
+                            f.xor ^= xor;
+                        }
+                        if m.get("need_task_ids").and_then(Json::as_bool) != Some(false) {
+                            let _ = shell.send(&json!(targets));
+                        }
+                    }
+                    Some("ack") | Some("fail") => {
+                        let fail = m.get("command").and_then(Json::as_str) == Some("fail");
+                        let id = m.get("id").map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_owned)).unwrap_or_default();
+                        if let Some(f) = inflight.remove(&id) && f.root != 0 {
+                            shared.route_ack(AckMsg { root: f.root, xor: f.edge ^ f.xor, fail });
+                        }
+                    }
+                    Some("sync") => { last_sync = Instant::now(); warned = false; }
+                    Some("log") => log(&shell.name, &m),
+                    Some("error") => tracing::warn!("{}: error: {}", shell.name, m.get("msg").and_then(Json::as_str).unwrap_or("")),
+                    Some("metrics") => {}
+                    other => tracing::warn!("{}: unknown command {other:?}", shell.name),
+                }
+            }
+            default(Duration::from_millis(100)) => {}
+        }
+    }
+    em.flush();
+    if let Ok(mut h) = shared.latency.lock() {
+        hist.drain_into(&mut h);
+    }
+}
+
+/// Runs a multi-lang spout: `next`, `ack` and `fail` go to the program; it emits and syncs.
+pub fn run_shell_spout(shared: Arc<Shared>, me: u32, mut shell: Shell, acks: Receiver<AckMsg>) {
+    let Some(counters) = shared.counters.get(&me) else {
+        return;
+    };
+    let mut em = Emitter::new(shared.clone(), me);
+    let mut tracker = Tracker::default();
+    let mut ids: HashMap<u64, Json> = HashMap::new();
+    let mut next_msg: u64 = 0;
+    let mut last_expire = Instant::now();
+    while !shared.stopping() {
+        let mut done: Vec<(u64, bool)> = Vec::new();
+        while let Ok(a) = acks.try_recv() {
+            if let Some(d) = tracker.apply(a) {
+                done.push(d);
+            }
+        }
+        if last_expire.elapsed() >= Duration::from_millis(100) {
+            last_expire = Instant::now();
+            done.extend(
+                tracker
+                    .expire(SHELL_TIMEOUT)
+                    .into_iter()
+                    .map(|m| (m, false)),
+            );
+        }
+        for (msg, ok) in done {
+            bump(
+                if ok {
+                    &counters.acked
+                } else {
+                    &counters.failed
+                },
+                1,
+            );
+            if let Some(id) = ids.remove(&msg) {
+                let command = if ok { "ack" } else { "fail" };
+                if shell.send(&json!({"command": command, "id": id})).is_err()
+                    || !read_until_sync(
+                        &shared,
+                        &mut shell,
+                        &mut em,
+                        &mut tracker,
+                        &mut ids,
+                        &mut next_msg,
+                        me,
+                    )
+                    .0
+                {
+                    return;
+                }
+            }
+        }
+        if tracker.pending.len() >= SHELL_MAX_PENDING {
+            em.flush();
+            match acks.recv_timeout(Duration::from_millis(20)) {
+                Ok(a) => {
+                    if let Some((msg, ok)) = tracker.apply(a) {
+                        bump(
+                            if ok {
+                                &counters.acked
+                            } else {
+                                &counters.failed
+                            },
+                            1,
+                        );
+                        if let Some(id) = ids.remove(&msg) {
+                            let command = if ok { "ack" } else { "fail" };
+                            let _ = shell.send(&json!({"command": command, "id": id}));
+                            read_until_sync(
+                                &shared,
+                                &mut shell,
+                                &mut em,
+                                &mut tracker,
+                                &mut ids,
+                                &mut next_msg,
+                                me,
+                            );
+                        }
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            continue;
+        }
+        if shell.send(&json!({"command": "next"})).is_err() {
+            tracing::error!("{}: the program exited", shell.name);
+            return;
+        }
+        let (alive, emitted) = read_until_sync(
+            &shared,
+            &mut shell,
+            &mut em,
+            &mut tracker,
+            &mut ids,
+            &mut next_msg,
+            me,
+        );
+        if !alive {
+            return;
+        }
+        if emitted == 0 {
+            // Storm sleeps a little when `next` emitted nothing.
+            em.flush();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    em.flush();
+}
+
+/// Reads the program's messages up to its `sync`; returns (still alive, tuples emitted).
+fn read_until_sync(
+    shared: &Shared,
+    shell: &mut Shell,
+    em: &mut Emitter,
+    tracker: &mut Tracker,
+    ids: &mut HashMap<u64, Json>,
+    next_msg: &mut u64,
+    me: u32,
+) -> (bool, u64) {
+    let mut emitted = 0;
+    loop {
+        let m = match shell.msgs.recv_timeout(Duration::from_millis(200)) {
+            Ok(m) => m,
+            Err(RecvTimeoutError::Timeout) => {
+                if shared.stopping() || !shell.alive() {
+                    return (false, emitted);
+                }
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => return (false, emitted),
+        };
+        match m.get("command").and_then(Json::as_str) {
+            Some("sync") => return (true, emitted),
+            Some("emit") => {
+                let vals = values(m.get("tuple"));
+                let mut targets = Vec::new();
+                let ts = now_ns();
+                match m.get("id").filter(|id| !id.is_null()) {
+                    Some(id) => {
+                        let root = tracker.new_root(me);
+                        let xor = em.emit(vals, root, ts, Some(&mut targets));
+                        *next_msg += 1;
+                        ids.insert(*next_msg, id.clone());
+                        if xor != 0 {
+                            tracker.pending.insert(
+                                root,
+                                Pending {
+                                    xor,
+                                    at: Instant::now(),
+                                    msg: *next_msg,
+                                },
+                            );
+                        } else {
+                            // No receiver: nothing to track (an ack now would interleave with
+                            // this read's `sync`).
+                            ids.remove(next_msg);
+                        }
+                    }
+                    None => {
+                        em.emit(vals, 0, ts, Some(&mut targets));
+                    }
+                }
+                emitted += 1;
+                if m.get("need_task_ids").and_then(Json::as_bool) != Some(false) {
+                    let _ = shell.send(&json!(targets));
+                }
+            }
+            Some("log") => log(&shell.name, &m),
+            Some("error") => tracing::warn!(
+                "{}: error: {}",
+                shell.name,
+                m.get("msg").and_then(Json::as_str).unwrap_or("")
+            ),
+            Some("metrics") => {}
+            other => tracing::warn!("{}: unknown command {other:?}", shell.name),
+        }
+    }
+}

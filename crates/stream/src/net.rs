@@ -1,0 +1,219 @@
+//! Tuples between workers over TCP: one listener per worker, and one outgoing connection per
+//! peer worker, fed by a bounded channel of tuple batches (back-pressure: when the peer reads
+//! slowly, TCP's window fills, the sender thread blocks, the channel fills, and the emitting
+//! executors block) and an unbounded channel of acks (acks flow against the tuples, and blocking
+//! them could close a cycle of full buffers; they are bounded by the spouts' `max_pending`).
+//!
+//! The sender thread coalesces whatever batches are waiting into one write. A broken connection
+//! loses the frame being written (counted as `dropped`; reliable spouts replay those trees) and is
+//! re-established, to the peer's current address.
+
+use crate::tuple::{AckMsg, Frame, Tuple};
+use crate::worker::Shared;
+use crossbeam_channel::{Receiver, Sender, bounded, select, unbounded};
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// Batches queued per peer before emitters block.
+pub const PEER_QUEUE: usize = 64;
+
+/// The sending ends towards one peer worker.
+#[derive(Clone, Debug)]
+pub struct PeerLink {
+    /// Tuple batches (bounded).
+    pub tuples: Sender<Vec<Tuple>>,
+    /// Acks and fails (unbounded).
+    pub acks: Sender<AckMsg>,
+}
+
+/// Starts the sender thread towards worker `peer`.
+pub fn spawn_peer(shared: Arc<Shared>, peer: u32) -> PeerLink {
+    let (tuples, tuples_rx) = bounded(PEER_QUEUE);
+    let (acks, acks_rx) = unbounded();
+    let link = PeerLink { tuples, acks };
+    std::thread::Builder::new()
+        .name(format!("peer-{peer}"))
+        .spawn(move || sender_loop(&shared, peer, &tuples_rx, &acks_rx))
+        .map_err(|e| tracing::error!("cannot start the sender thread to worker {peer}: {e}"))
+        .ok();
+    link
+}
+
+fn connect(shared: &Shared, peer: u32) -> Option<TcpStream> {
+    loop {
+        if shared.stopping() {
+            return None;
+        }
+        let addr: Option<SocketAddr> = shared
+            .peer_addrs
+            .read()
+            .ok()
+            .and_then(|m| m.get(&peer).copied());
+        if let Some(addr) = addr {
+            match TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+                Ok(mut s) => {
+                    let _ = s.set_nodelay(true);
+                    let mut scratch = Vec::new();
+                    if Frame::Hello(shared.routes().worker)
+                        .write(&mut s, &mut scratch)
+                        .is_ok()
+                    {
+                        return Some(s);
+                    }
+                }
+                Err(e) => tracing::debug!("connecting to worker {peer} at {addr}: {e}"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn sender_loop(
+    shared: &Shared,
+    peer: u32,
+    tuples_rx: &Receiver<Vec<Tuple>>,
+    acks_rx: &Receiver<AckMsg>,
+) {
+    let mut conn: Option<TcpStream> = None;
+    let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
+    loop {
+        if shared.stopping() {
+            return;
+        }
+        // Wait for something to send.
+        let mut batches: Vec<Vec<Tuple>> = Vec::new();
+        let mut acks: Vec<AckMsg> = Vec::new();
+        select! {
+            recv(tuples_rx) -> m => match m { Ok(b) => batches.push(b), Err(_) => return },
+            recv(acks_rx) -> m => match m { Ok(a) => acks.push(a), Err(_) => return },
+            default(Duration::from_millis(100)) => continue,
+        }
+        // Coalesce what else is waiting (bounded, to keep frames moderate).
+        while batches.len() < 16 {
+            match tuples_rx.try_recv() {
+                Ok(b) => batches.push(b),
+                Err(_) => break,
+            }
+        }
+        while let Ok(a) = acks_rx.try_recv() {
+            acks.push(a);
+        }
+        buf.clear();
+        let mut n = 0u64;
+        for b in batches {
+            n += b.len() as u64;
+            Frame::Tuples(b).encode(&mut buf);
+        }
+        if !acks.is_empty() {
+            Frame::Acks(acks).encode(&mut buf);
+        }
+        if conn.is_none() {
+            conn = connect(shared, peer);
+        }
+        let Some(s) = conn.as_mut() else { return };
+        match s.write_all(&buf) {
+            Ok(()) => {
+                shared.remote_out.fetch_add(n, Ordering::Relaxed);
+            }
+            Err(e) => {
+                tracing::warn!("connection to worker {peer} broke ({e}); {n} tuples dropped");
+                shared.dropped.fetch_add(n, Ordering::Relaxed);
+                conn = None;
+            }
+        }
+    }
+}
+
+/// A reader that waits out read timeouts until the worker stops, so a frame is never cut.
+struct Patient<'a> {
+    s: TcpStream,
+    shared: &'a Shared,
+}
+
+impl Read for Patient<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match self.s.read(buf) {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if self.shared.stopping() {
+                        return Err(io::Error::other("worker stopping"));
+                    }
+                }
+                r => return r,
+            }
+        }
+    }
+}
+
+/// Accepts peers' connections until the worker stops.
+pub fn spawn_listener(shared: Arc<Shared>, listener: TcpListener) {
+    let _ = listener.set_nonblocking(true);
+    std::thread::Builder::new()
+        .name("listener".into())
+        .spawn(move || {
+            while !shared.stopping() {
+                match listener.accept() {
+                    Ok((s, _)) => {
+                        let shared = shared.clone();
+                        let _ = std::thread::Builder::new()
+                            .name("receiver".into())
+                            .spawn(move || receive(&shared, s));
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    Err(e) => {
+                        tracing::warn!("accept: {e}");
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
+            }
+        })
+        .map_err(|e| tracing::error!("cannot start the listener thread: {e}"))
+        .ok();
+}
+
+fn receive(shared: &Arc<Shared>, s: TcpStream) {
+    let _ = s.set_nonblocking(false);
+    let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+    let _ = s.set_nodelay(true);
+    let mut r = io::BufReader::with_capacity(
+        1 << 16,
+        Patient {
+            s,
+            shared: shared.as_ref(),
+        },
+    );
+    let mut scratch = Vec::new();
+    loop {
+        match Frame::read(&mut r, &mut scratch) {
+            Ok(Some(Frame::Hello(_))) => {}
+            Ok(Some(Frame::Tuples(ts))) => {
+                shared
+                    .remote_in
+                    .fetch_add(ts.len() as u64, Ordering::Relaxed);
+                shared.deliver_local(ts);
+            }
+            Ok(Some(Frame::Acks(acks))) => {
+                for a in acks {
+                    shared.route_ack(a);
+                }
+            }
+            Ok(None) => return,
+            Err(e) => {
+                if !shared.stopping() {
+                    tracing::debug!("a peer's connection ended: {e}");
+                }
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! The worker as a process (`hetsched stream-worker --config FILE`, started by an agent): a
+//! [`Worker`] driven by JSON lines on stdin, answering JSON lines on stdout.
+//!
+//! Out (stdout), one JSON object per line:
+//! - `{"event": "listening", "addr": "127.0.0.1:40123", "pid": 4242}` once started;
+//! - `{"event": "report", "report": {...}}` every `report_every` and when asked
+//!   ([`crate::metrics::WorkerReport`]: cumulative counters);
+//! - `{"event": "error", "message": "..."}` when it cannot start (then it exits with status 1).
+//!
+//! In (stdin), one JSON object per line:
+//! - `{"cmd": "peers", "peers": {"1": "127.0.0.1:40124", ...}}`: where the other workers listen;
+//! - `{"cmd": "assign", "worker": 2, "assignment": [...]}`: a new placement that keeps this
+//!   worker's executors (it becomes worker 2; refused with an `error` event otherwise);
+//! - `{"cmd": "report"}`: report now (the server asks when it considers a reschedule);
+//! - `{"cmd": "stop"}`: stop (components finish: counts write their last snapshot).
+//!
+//! End of stdin (the agent is gone) stops the worker too: an orphaned worker would keep
+//! counting for a placement the server may already have replaced.
+
+use crate::worker::{Worker, WorkerConfig, WorkerError};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::net::SocketAddr;
+use std::sync::mpsc;
+use std::time::Duration;
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "cmd", rename_all = "kebab-case")]
+enum Cmd {
+    Peers { peers: HashMap<String, String> },
+    Assign { worker: u32, assignment: Vec<u32> },
+    Report,
+    Stop,
+}
+
+fn emit(line: &serde_json::Value) -> bool {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}").and_then(|()| out.flush()).is_ok()
+}
+
+/// Runs a worker process until told to stop or until stdin closes.
+pub fn run_process(config: WorkerConfig, report_every: Duration) -> Result<(), WorkerError> {
+    let worker = match Worker::start(config) {
+        Ok(w) => w,
+        Err(e) => {
+            emit(&serde_json::json!({"event": "error", "message": e.to_string()}));
+            return Err(e);
+        }
+    };
+    emit(&serde_json::json!({
+        "event": "listening",
+        "addr": worker.local_addr().to_string(),
+        "pid": std::process::id(),
+    }));
+    let (tx, rx) = mpsc::channel::<Option<Cmd>>();
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        for line in stdin.lock().lines() {
+            let Ok(line) = line else { break };
+            if line.trim().is_empty() {
+                continue;
+            }
+            match serde_json::from_str::<Cmd>(&line) {
+                Ok(c) => {
+                    if tx.send(Some(c)).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    emit(
+                        &serde_json::json!({"event": "error", "message": format!("bad command: {e}")}),
+                    );
+                }
+            }
+        }
+        let _ = tx.send(None);
+    });
+    loop {
+        match rx.recv_timeout(report_every) {
+            Ok(Some(Cmd::Peers { peers })) => {
+                let map = peers
+                    .into_iter()
+                    .filter_map(|(k, v)| {
+                        Some((k.parse::<u32>().ok()?, v.parse::<SocketAddr>().ok()?))
+                    })
+                    .collect();
+                worker.set_peers(map);
+            }
+            Ok(Some(Cmd::Assign {
+                worker: w,
+                assignment,
+            })) => {
+                let event = match worker.reassign(w, assignment) {
+                    Ok(()) => serde_json::json!({"event": "assigned", "worker": w}),
+                    Err(message) => serde_json::json!({"event": "error", "message": message}),
+                };
+                emit(&event);
+            }
+            Ok(Some(Cmd::Report)) | Err(mpsc::RecvTimeoutError::Timeout) => {
+                let r = worker.report();
+                if !emit(&serde_json::json!({"event": "report", "report": r})) {
+                    break;
+                }
+            }
+            Ok(Some(Cmd::Stop)) | Ok(None) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    worker.stop();
+    Ok(())
+}

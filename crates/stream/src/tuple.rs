@@ -1,0 +1,350 @@
+//! Tuples and the frames that carry them between workers.
+//!
+//! A [`Tuple`] names its sender and receiver executors (so the receiver can count the pair, spec
+//! 04's tuple-received record), the tuple tree it belongs to (`root`, 0 = untracked) and its own
+//! edge id (for the XOR acker, see [`crate::acker`]), and the time its spout emitted the tree's
+//! root (nanoseconds since the Unix epoch, for end-to-end latency).
+//!
+//! Between workers, tuples travel in length-delimited frames: a 4-byte big-endian length, then a
+//! kind byte and the payload. A frame holds a batch of tuples (many destinations mixed), or a
+//! batch of acks and fails for spouts.
+
+use std::io::{self, Read, Write};
+
+/// One field of a tuple.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// An integer.
+    Int(i64),
+    /// A floating-point number.
+    Float(f64),
+    /// Text.
+    Str(String),
+}
+
+impl Value {
+    /// The value as text (integers and floats in decimal).
+    pub fn as_text(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Value::Str(s) => std::borrow::Cow::Borrowed(s),
+            Value::Int(i) => std::borrow::Cow::Owned(i.to_string()),
+            Value::Float(f) => std::borrow::Cow::Owned(f.to_string()),
+        }
+    }
+
+    /// The value as JSON (multi-lang).
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            Value::Int(i) => serde_json::Value::from(*i),
+            Value::Float(f) => serde_json::Value::from(*f),
+            Value::Str(s) => serde_json::Value::from(s.as_str()),
+        }
+    }
+
+    /// A JSON value as a tuple field: numbers stay numbers, anything else becomes its text.
+    pub fn from_json(v: &serde_json::Value) -> Value {
+        match v {
+            serde_json::Value::String(s) => Value::Str(s.clone()),
+            serde_json::Value::Number(n) => match n.as_i64() {
+                Some(i) => Value::Int(i),
+                None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            other => Value::Str(other.to_string()),
+        }
+    }
+
+    /// A stable hash for `fields` grouping: the same key goes to the same receiver in every
+    /// worker (FNV-1a over the text).
+    pub fn key_hash(&self) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |bytes: &[u8]| {
+            for b in bytes {
+                h ^= u64::from(*b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+        };
+        match self {
+            Value::Str(s) => eat(s.as_bytes()),
+            Value::Int(i) => eat(&i.to_le_bytes()),
+            Value::Float(f) => eat(&f.to_bits().to_le_bytes()),
+        }
+        h
+    }
+}
+
+/// A tuple in flight from one executor to another.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tuple {
+    /// Sending executor.
+    pub src: u32,
+    /// Receiving executor.
+    pub dst: u32,
+    /// Tuple tree (spout executor in the top 16 bits + 1, random below); 0 = not tracked.
+    pub root: u64,
+    /// This edge's random id in the tree (XOR acker).
+    pub edge: u64,
+    /// When the spout emitted the tree's root, nanoseconds since the Unix epoch.
+    pub emitted_ns: u64,
+    /// The fields.
+    pub values: Vec<Value>,
+}
+
+/// An acknowledgement for a spout: XOR `xor` into tree `root`'s value; `fail` fails the tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AckMsg {
+    /// The tuple tree.
+    pub root: u64,
+    /// Edge ids to XOR in (the acked input's and its anchored children's).
+    pub xor: u64,
+    /// The tree failed: replay it.
+    pub fail: bool,
+}
+
+impl AckMsg {
+    /// The spout executor that owns tree `root`.
+    pub fn spout_of(root: u64) -> Option<u32> {
+        let top = (root >> 48) as u32;
+        top.checked_sub(1)
+    }
+}
+
+/// A frame between workers.
+#[derive(Debug, PartialEq)]
+pub enum Frame {
+    /// The first frame on a connection: the sending worker's index.
+    Hello(u32),
+    /// A batch of tuples.
+    Tuples(Vec<Tuple>),
+    /// A batch of acks and fails.
+    Acks(Vec<AckMsg>),
+}
+
+/// Largest frame accepted (a batch is far smaller; this bounds a corrupt length).
+pub const MAX_FRAME: usize = 64 << 20;
+
+const KIND_HELLO: u8 = 0;
+const KIND_TUPLES: u8 = 1;
+const KIND_ACKS: u8 = 2;
+
+fn put_u32(b: &mut Vec<u8>, v: u32) {
+    b.extend_from_slice(&v.to_be_bytes());
+}
+fn put_u64(b: &mut Vec<u8>, v: u64) {
+    b.extend_from_slice(&v.to_be_bytes());
+}
+
+impl Frame {
+    /// Appends the frame, length prefix included, to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.extend_from_slice(&[0; 4]);
+        match self {
+            Frame::Hello(w) => {
+                out.push(KIND_HELLO);
+                put_u32(out, *w);
+            }
+            Frame::Tuples(ts) => {
+                out.push(KIND_TUPLES);
+                put_u32(out, ts.len() as u32);
+                for t in ts {
+                    put_u32(out, t.src);
+                    put_u32(out, t.dst);
+                    put_u64(out, t.root);
+                    put_u64(out, t.edge);
+                    put_u64(out, t.emitted_ns);
+                    out.extend_from_slice(&(t.values.len() as u16).to_be_bytes());
+                    for v in &t.values {
+                        match v {
+                            Value::Int(i) => {
+                                out.push(0);
+                                out.extend_from_slice(&i.to_be_bytes());
+                            }
+                            Value::Float(f) => {
+                                out.push(1);
+                                put_u64(out, f.to_bits());
+                            }
+                            Value::Str(s) => {
+                                out.push(2);
+                                put_u32(out, s.len() as u32);
+                                out.extend_from_slice(s.as_bytes());
+                            }
+                        }
+                    }
+                }
+            }
+            Frame::Acks(acks) => {
+                out.push(KIND_ACKS);
+                put_u32(out, acks.len() as u32);
+                for a in acks {
+                    put_u64(out, a.root);
+                    put_u64(out, a.xor);
+                    out.push(u8::from(a.fail));
+                }
+            }
+        }
+        let len = (out.len() - start - 4) as u32;
+        out[start..start + 4].copy_from_slice(&len.to_be_bytes());
+    }
+
+    /// Reads one frame; `Ok(None)` at a clean end of stream.
+    pub fn read(r: &mut impl Read, buf: &mut Vec<u8>) -> io::Result<Option<Frame>> {
+        let mut len = [0u8; 4];
+        match r.read_exact(&mut len) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        let len = u32::from_be_bytes(len) as usize;
+        if len == 0 || len > MAX_FRAME {
+            return Err(bad(format!("frame of {len} bytes")));
+        }
+        buf.resize(len, 0);
+        r.read_exact(buf)?;
+        Frame::decode(buf).map(Some)
+    }
+
+    /// Decodes a frame's body (after the length).
+    pub fn decode(body: &[u8]) -> io::Result<Frame> {
+        let mut c = Cursor { b: body, at: 0 };
+        match c.u8()? {
+            KIND_HELLO => Ok(Frame::Hello(c.u32()?)),
+            KIND_TUPLES => {
+                let n = c.u32()? as usize;
+                let mut ts = Vec::with_capacity(n.min(1 << 16));
+                for _ in 0..n {
+                    let src = c.u32()?;
+                    let dst = c.u32()?;
+                    let root = c.u64()?;
+                    let edge = c.u64()?;
+                    let emitted_ns = c.u64()?;
+                    let nv = u16::from_be_bytes([c.u8()?, c.u8()?]) as usize;
+                    let mut values = Vec::with_capacity(nv);
+                    for _ in 0..nv {
+                        values.push(match c.u8()? {
+                            0 => Value::Int(c.u64()? as i64),
+                            1 => Value::Float(f64::from_bits(c.u64()?)),
+                            2 => {
+                                let l = c.u32()? as usize;
+                                let bytes = c.take(l)?;
+                                Value::Str(
+                                    std::str::from_utf8(bytes)
+                                        .map_err(|_| bad("a text field is not UTF-8".into()))?
+                                        .to_owned(),
+                                )
+                            }
+                            t => return Err(bad(format!("unknown value tag {t}"))),
+                        });
+                    }
+                    ts.push(Tuple {
+                        src,
+                        dst,
+                        root,
+                        edge,
+                        emitted_ns,
+                        values,
+                    });
+                }
+                Ok(Frame::Tuples(ts))
+            }
+            KIND_ACKS => {
+                let n = c.u32()? as usize;
+                let mut acks = Vec::with_capacity(n.min(1 << 16));
+                for _ in 0..n {
+                    acks.push(AckMsg {
+                        root: c.u64()?,
+                        xor: c.u64()?,
+                        fail: c.u8()? != 0,
+                    });
+                }
+                Ok(Frame::Acks(acks))
+            }
+            k => Err(bad(format!("unknown frame kind {k}"))),
+        }
+    }
+
+    /// Writes the frame to `w` (not flushed).
+    pub fn write(&self, w: &mut impl Write, scratch: &mut Vec<u8>) -> io::Result<()> {
+        scratch.clear();
+        self.encode(scratch);
+        w.write_all(scratch)
+    }
+}
+
+fn bad(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message)
+}
+
+struct Cursor<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> io::Result<&'a [u8]> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|&e| e <= self.b.len())
+            .ok_or_else(|| bad("truncated frame".into()))?;
+        let s = &self.b[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> io::Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> io::Result<u32> {
+        let mut a = [0u8; 4];
+        a.copy_from_slice(self.take(4)?);
+        Ok(u32::from_be_bytes(a))
+    }
+    fn u64(&mut self) -> io::Result<u64> {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(u64::from_be_bytes(a))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_truncation_is_an_error() {
+        let frame = Frame::Tuples(vec![Tuple {
+            src: 1,
+            dst: 7,
+            root: 42,
+            edge: 9,
+            emitted_ns: 123,
+            values: vec![Value::Str("word".into()), Value::Int(-3), Value::Float(0.5)],
+        }]);
+        let mut buf = Vec::new();
+        frame.encode(&mut buf);
+        Frame::Acks(vec![AckMsg {
+            root: 1,
+            xor: 2,
+            fail: true,
+        }])
+        .encode(&mut buf);
+        let mut r = &buf[..];
+        let mut scratch = Vec::new();
+        assert_eq!(
+            Frame::read(&mut r, &mut scratch).ok().flatten(),
+            Some(frame)
+        );
+        assert!(matches!(
+            Frame::read(&mut r, &mut scratch),
+            Ok(Some(Frame::Acks(a))) if a[0].fail
+        ));
+        assert!(matches!(Frame::read(&mut r, &mut scratch), Ok(None)));
+        let mut short = &buf[..10];
+        assert!(Frame::read(&mut short, &mut scratch).is_err());
+    }
+
+    #[test]
+    fn a_tree_root_names_its_spout() {
+        assert_eq!(AckMsg::spout_of((4 << 48) | 99), Some(3));
+        assert_eq!(AckMsg::spout_of(5), None);
+    }
+}

@@ -1,0 +1,407 @@
+//! The worker alone: word count over a known corpus gives exactly the expected counts in one
+//! worker (in-memory path) and across two workers (TCP path); a multi-lang bolt in Python runs
+//! inside the topology; a worker that dies mid-stream loses nothing a reliable spout sent.
+
+use hetsched_stream::{Worker, WorkerConfig};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const CORPUS: [&str; 6] = [
+    "the quick brown fox jumps over the lazy dog",
+    "a stitch in time saves nine",
+    "the early bird catches the worm",
+    "all that glitters is not gold",
+    "the pen is mightier than the sword",
+    "actions speak louder than words",
+];
+const REPEAT: u64 = 50;
+
+fn expected(upper: bool) -> BTreeMap<String, u64> {
+    let mut m = BTreeMap::new();
+    for line in CORPUS {
+        for w in line.split_whitespace() {
+            let w = if upper {
+                w.to_uppercase()
+            } else {
+                w.to_string()
+            };
+            *m.entry(w).or_default() += REPEAT;
+        }
+    }
+    m
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("hetsched-stream-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+fn lines() -> String {
+    CORPUS
+        .iter()
+        .map(|l| format!("\"{l}\""))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Word count: 2 spouts → 3 splits (shuffle) → 3 counts (fields); `split` is the split
+/// component's code lines.
+fn wordcount(split: &str) -> String {
+    format!(
+        r#"name = "wc"
+[[component]]
+name = "sentences"
+kind = "spout"
+parallelism = 2
+cpu = 10.0
+builtin = "corpus-spout"
+params = {{ lines = [{}], repeat = {REPEAT}, reliable = true, timeout = "2s" }}
+[[component]]
+name = "split"
+kind = "bolt"
+parallelism = 3
+cpu = 10.0
+{split}
+[[component]]
+name = "count"
+kind = "bolt"
+parallelism = 3
+cpu = 10.0
+builtin = "count"
+params = {{ output = "counts-{{index}}.tsv", every = "50ms" }}
+[[stream]]
+from = "sentences"
+to = "split"
+rate = 10.0
+[[stream]]
+from = "split"
+to = "count"
+grouping = "fields"
+rate = 20.0
+"#,
+        lines()
+    )
+}
+
+fn config(dir: &Path, text: &str, worker: u32, assignment: Vec<u32>) -> WorkerConfig {
+    WorkerConfig {
+        topology_origin: "wc.toml".into(),
+        topology_text: text.into(),
+        worker,
+        assignment,
+        base_dir: dir.to_path_buf(),
+        work_dir: dir.join(format!("worker-{worker}")),
+        listen: "127.0.0.1:0".into(),
+    }
+}
+
+fn read_counts(dir: &Path) -> BTreeMap<String, u64> {
+    let mut m = BTreeMap::new();
+    for i in 0..3 {
+        let text = std::fs::read_to_string(dir.join(format!("counts-{i}.tsv"))).unwrap_or_default();
+        for line in text.lines() {
+            let (w, c) = line.split_once('\t').expect("word<TAB>count");
+            *m.entry(w.to_string()).or_default() += c.parse::<u64>().expect("a count");
+        }
+    }
+    m
+}
+
+fn wait_done(workers: &[&Worker]) {
+    let start = Instant::now();
+    while !workers.iter().all(|w| w.spouts_done()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the spouts never finished"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn word_count_in_one_worker_is_exact() {
+    let dir = scratch("one");
+    let text = wordcount("builtin = \"split\"");
+    let w = Worker::start(config(&dir, &text, 0, vec![0; 8])).expect("starts");
+    wait_done(&[&w]);
+    let report = w.report();
+    w.stop();
+    assert_eq!(read_counts(&dir), expected(false));
+    // Every tuple passed in memory; the pair counters add up to the words.
+    assert_eq!(report.remote_out, 0);
+    let words: u64 = expected(false).values().sum();
+    let into_count: u64 = report
+        .pairs
+        .iter()
+        .filter(|p| p.to >= 5)
+        .map(|p| p.tuples)
+        .sum();
+    assert_eq!(into_count, words);
+    let spouts: u64 = report
+        .executors
+        .iter()
+        .filter(|e| e.executor < 2)
+        .map(|e| e.acked)
+        .sum();
+    assert_eq!(spouts, CORPUS.len() as u64 * REPEAT);
+    assert!(report.latency.count >= words);
+}
+
+#[test]
+fn word_count_across_two_workers_over_tcp_is_exact() {
+    let dir = scratch("two");
+    let text = wordcount("builtin = \"split\"");
+    // Executors alternate between the workers, so most tuples cross.
+    let assignment: Vec<u32> = (0..8).map(|e| e % 2).collect();
+    let a = Worker::start(config(&dir, &text, 0, assignment.clone())).expect("starts");
+    let b = Worker::start(config(&dir, &text, 1, assignment)).expect("starts");
+    a.set_peers(HashMap::from([(1, b.local_addr())]));
+    b.set_peers(HashMap::from([(0, a.local_addr())]));
+    wait_done(&[&a, &b]);
+    let (ra, rb) = (a.report(), b.report());
+    a.stop();
+    b.stop();
+    assert_eq!(read_counts(&dir), expected(false));
+    assert!(ra.remote_out > 0 && rb.remote_out > 0, "{ra:?} {rb:?}");
+    assert_eq!(ra.remote_out + rb.remote_out, ra.remote_in + rb.remote_in);
+    assert_eq!(ra.dropped + rb.dropped, 0);
+}
+
+fn python_has(python: &str, module: &str) -> bool {
+    std::process::Command::new(python)
+        .args(["-c", &format!("import {module}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[test]
+fn a_python_multilang_bolt_splits_the_corpus_correctly() {
+    if !python_has("python3", "json") {
+        eprintln!("SKIPPED: python3 is not installed; the multi-lang bolt test needs it");
+        return;
+    }
+    let dir = scratch("multilang");
+    let split = format!(
+        "command = [\"python3\", \"{}\"]\nparams = {{ upper = true }}",
+        fixture("split_bolt.py")
+    );
+    let text = wordcount(&split);
+    let assignment: Vec<u32> = (0..8).map(|e| e % 2).collect();
+    let a = Worker::start(config(&dir, &text, 0, assignment.clone())).expect("starts");
+    let b = Worker::start(config(&dir, &text, 1, assignment)).expect("starts");
+    a.set_peers(HashMap::from([(1, b.local_addr())]));
+    b.set_peers(HashMap::from([(0, a.local_addr())]));
+    wait_done(&[&a, &b]);
+    a.stop();
+    b.stop();
+    assert_eq!(read_counts(&dir), expected(true));
+    // Each program wrote its pid file in the pidDir of the handshake.
+    let pids = std::fs::read_dir(dir.join("worker-0/pids"))
+        .expect("pid dirs")
+        .count()
+        + std::fs::read_dir(dir.join("worker-1/pids"))
+            .expect("pid dirs")
+            .count();
+    assert_eq!(pids, 3);
+}
+
+#[test]
+fn a_pystorm_bolt_runs_unchanged() {
+    // A Python with pystorm: HETSCHED_PYSTORM_PYTHON (e.g. a virtualenv's python), else python3.
+    let python = std::env::var("HETSCHED_PYSTORM_PYTHON").unwrap_or_else(|_| "python3".into());
+    if !python_has(&python, "pystorm") {
+        eprintln!(
+            "SKIPPED: PyPI's pystorm is not importable by `{python}` (pip install pystorm, or set HETSCHED_PYSTORM_PYTHON)"
+        );
+        return;
+    }
+    let dir = scratch("pystorm");
+    let split = format!(
+        "command = [\"{python}\", \"{}\"]",
+        fixture("pystorm_split.py")
+    );
+    let text = wordcount(&split);
+    let w = Worker::start(config(&dir, &text, 0, vec![0; 8])).expect("starts");
+    wait_done(&[&w]);
+    w.stop();
+    assert_eq!(read_counts(&dir), expected(false));
+}
+
+#[test]
+fn a_lost_worker_loses_no_tuple_of_a_reliable_spout() {
+    let dir = scratch("replay");
+    // spout (worker 0) → split (worker 0) → sink (worker 1); worker 1 is stopped mid-stream and
+    // replaced; the spout replays every tree the sink did not ack, so every word reaches a sink
+    // file at least once.
+    let text = format!(
+        r#"name = "replay"
+[[component]]
+name = "sentences"
+kind = "spout"
+parallelism = 1
+cpu = 10.0
+builtin = "corpus-spout"
+params = {{ lines = [{}], repeat = 400, reliable = true, timeout = "1s", max_pending = 50, rate = 2000.0 }}
+[[component]]
+name = "split"
+kind = "bolt"
+parallelism = 1
+cpu = 10.0
+builtin = "split"
+[[component]]
+name = "sink"
+kind = "bolt"
+parallelism = 1
+cpu = 10.0
+builtin = "file-sink"
+params = {{ path = "sink.txt" }}
+[[stream]]
+from = "sentences"
+to = "split"
+rate = 10.0
+[[stream]]
+from = "split"
+to = "sink"
+rate = 10.0
+"#,
+        lines()
+    );
+    let assignment = vec![0, 0, 1];
+    let a = Worker::start(config(&dir, &text, 0, assignment.clone())).expect("starts");
+    let b = Worker::start(config(&dir, &text, 1, assignment.clone())).expect("starts");
+    a.set_peers(HashMap::from([(1, b.local_addr())]));
+    b.set_peers(HashMap::from([(0, a.local_addr())]));
+    std::thread::sleep(Duration::from_millis(300));
+    b.stop();
+    std::thread::sleep(Duration::from_millis(300));
+    let c = Worker::start(config(&dir, &text, 1, assignment)).expect("restarts");
+    a.set_peers(HashMap::from([(1, c.local_addr())]));
+    c.set_peers(HashMap::from([(0, a.local_addr())]));
+    wait_done(&[&a]);
+    let report = a.report();
+    a.stop();
+    c.stop();
+    let mut got: BTreeMap<String, u64> = BTreeMap::new();
+    for w in std::fs::read_to_string(dir.join("sink.txt"))
+        .expect("sink")
+        .lines()
+    {
+        *got.entry(w.to_string()).or_default() += 1;
+    }
+    let mut want: BTreeMap<String, u64> = BTreeMap::new();
+    for line in CORPUS {
+        for w in line.split_whitespace() {
+            *want.entry(w.to_string()).or_default() += 400;
+        }
+    }
+    for (w, n) in &want {
+        assert!(
+            got.get(w).copied().unwrap_or(0) >= *n,
+            "{w}: {:?} < {n}",
+            got.get(w)
+        );
+    }
+    assert!(
+        report.executors[0].failed > 0,
+        "some trees were replayed: {report:?}"
+    );
+}
+
+#[test]
+fn a_kept_worker_takes_a_new_placement_without_restarting() {
+    let dir = scratch("reassign");
+    // spout (worker 0) → split (worker 1) → sink (worker 2). The new placement keeps worker 0
+    // (same executors, still index 0) and puts split and sink together in a new worker 1. The
+    // spout keeps running (its position and its pending trees), so only the trees lost with the
+    // old workers are replayed, and every word reaches a sink file at least once.
+    let text = format!(
+        r#"name = "reassign"
+[[component]]
+name = "sentences"
+kind = "spout"
+parallelism = 1
+cpu = 10.0
+builtin = "corpus-spout"
+params = {{ lines = [{}], repeat = 300, reliable = true, timeout = "1s", max_pending = 50, rate = 2000.0 }}
+[[component]]
+name = "split"
+kind = "bolt"
+parallelism = 1
+cpu = 10.0
+builtin = "split"
+[[component]]
+name = "sink"
+kind = "bolt"
+parallelism = 1
+cpu = 10.0
+builtin = "file-sink"
+params = {{ path = "sink.txt" }}
+[[stream]]
+from = "sentences"
+to = "split"
+rate = 10.0
+[[stream]]
+from = "split"
+to = "sink"
+rate = 10.0
+"#,
+        lines()
+    );
+    let a = Worker::start(config(&dir, &text, 0, vec![0, 1, 2])).expect("starts");
+    let b = Worker::start(config(&dir, &text, 1, vec![0, 1, 2])).expect("starts");
+    let c = Worker::start(config(&dir, &text, 2, vec![0, 1, 2])).expect("starts");
+    a.set_peers(HashMap::from([(1, b.local_addr()), (2, c.local_addr())]));
+    b.set_peers(HashMap::from([(0, a.local_addr()), (2, c.local_addr())]));
+    c.set_peers(HashMap::from([(0, a.local_addr()), (1, b.local_addr())]));
+    std::thread::sleep(Duration::from_millis(300));
+    // A placement that moves executors into worker 0 is refused.
+    assert!(a.reassign(0, vec![0, 0, 1]).is_err());
+    b.stop();
+    c.stop();
+    let d = Worker::start(WorkerConfig {
+        work_dir: dir.join("worker-d"),
+        ..config(&dir, &text, 1, vec![0, 1, 1])
+    })
+    .expect("the new worker starts");
+    a.reassign(0, vec![0, 1, 1])
+        .expect("worker 0 keeps its executors");
+    a.set_peers(HashMap::from([(1, d.local_addr())]));
+    d.set_peers(HashMap::from([(0, a.local_addr())]));
+    wait_done(&[&a]);
+    let report = a.report();
+    a.stop();
+    d.stop();
+    let mut got: BTreeMap<String, u64> = BTreeMap::new();
+    for w in std::fs::read_to_string(dir.join("sink.txt"))
+        .expect("sink")
+        .lines()
+    {
+        *got.entry(w.to_string()).or_default() += 1;
+    }
+    let mut want: BTreeMap<String, u64> = BTreeMap::new();
+    for line in CORPUS {
+        for w in line.split_whitespace() {
+            *want.entry(w.to_string()).or_default() += 300;
+        }
+    }
+    for (w, n) in &want {
+        assert!(
+            got.get(w).copied().unwrap_or(0) >= *n,
+            "{w}: {:?} < {n}",
+            got.get(w)
+        );
+    }
+    // The spout was not restarted: it acked every one of its 1,800 messages once.
+    assert_eq!(report.executors[0].acked, 1800, "{report:?}");
+}
