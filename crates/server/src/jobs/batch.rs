@@ -597,6 +597,7 @@ impl Batch {
                 .map(|a| (a, self.apps[a as usize].name.clone()))
                 .collect(),
             nodes: rd.nodes.iter().map(|n| n.spec.name.clone()).collect(),
+            executed: HashMap::new(),
         }))
     }
 
@@ -707,9 +708,17 @@ pub struct StoredTasks {
     apps: HashMap<u32, String>,
     /// Node names by id.
     nodes: Vec<String>,
+    /// Where a task's attempt ran when it is not where it was placed (accelerator offload):
+    /// task id → (attempt, node name), filled under the lock by the state.
+    pub executed: HashMap<u64, (u32, String)>,
 }
 
 impl StoredTasks {
+    /// The task ids the page covers.
+    pub fn ids(&self) -> std::ops::Range<u64> {
+        self.page.clone()
+    }
+
     /// Reads the page through `reader` (a read-only connection; no state lock).
     pub fn read(self, reader: &StoreReader) -> Result<TasksPage, StateError> {
         let want = (self.page.end - self.page.start) as usize;
@@ -726,7 +735,12 @@ impl StoredTasks {
                     .node
                     .and_then(|n| self.nodes.get(n as usize))
                     .map_or("", String::as_str);
-                task_info(t, app, self.job, node)
+                let mut info = task_info(t, app, self.job, node);
+                info.executed_node = match self.executed.get(&t.id) {
+                    Some((at, name)) if *at == t.attempt => name.clone(),
+                    _ => info.node.clone(),
+                };
+                info
             })
             .collect();
         Ok(TasksPage {

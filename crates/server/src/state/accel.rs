@@ -383,6 +383,20 @@ impl State {
         }
     }
 
+    /// The offloaded attempts among tasks `ids`: task id → (attempt, ANode name), for a page read
+    /// from the store after the lock is released.
+    pub(super) fn executed_in(
+        &self,
+        ids: std::ops::Range<u64>,
+    ) -> std::collections::HashMap<u64, (u32, String)> {
+        self.sharing
+            .executed
+            .iter()
+            .filter(|(id, _)| ids.contains(id))
+            .map(|(&id, &(at, anode))| (id, (at, self.nodes.name(anode).to_string())))
+            .collect()
+    }
+
     /// Fills each listed task's executed node: the ANode its latest attempt was offloaded to,
     /// else the node it was placed on.
     pub(super) fn accel_tasks(&self, page: &mut TasksPage) {

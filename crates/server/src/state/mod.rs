@@ -684,9 +684,19 @@ impl State {
     ) -> Result<TasksListing, StateError> {
         match Kind::of(job) {
             Some(Kind::Batch) if job != 0 => {
-                self.jobs
-                    .batch
-                    .plan_tasks_page(&self.read(), job, cursor, page_limit(limit))
+                let mut listing = self.jobs.batch.plan_tasks_page(
+                    &self.read(),
+                    job,
+                    cursor,
+                    page_limit(limit),
+                )?;
+                match &mut listing {
+                    TasksListing::Ready(page) => self.accel_tasks(page),
+                    TasksListing::FromStore(stored) => {
+                        stored.executed = self.executed_in(stored.ids())
+                    }
+                }
+                Ok(listing)
             }
             _ => self.list_tasks(job, cursor, limit).map(TasksListing::Ready),
         }
