@@ -53,7 +53,9 @@ fn batch_ids_are_kind_zero_and_other_kinds_ids_are_told_apart() {
     assert_eq!(Kind::Batch.id(41), 41);
     assert_eq!(Kind::of(1 << 56 | 41), Some(Kind::Divisible));
     assert_eq!(Kind::Divisible.id(41), 1 << 56 | 41);
-    assert_eq!(Kind::of(2 << 56 | 41), None, "no kind 2 yet");
+    assert_eq!(Kind::of(2 << 56 | 41), Some(Kind::Topology));
+    assert_eq!(Kind::of(13 << 56 | 41), Some(Kind::Workflow));
+    assert_eq!(Kind::of(3 << 56 | 41), None, "no kind 3");
 }
 
 #[test]
