@@ -2,11 +2,14 @@
 //! rack A holds one ANode (a declared GPU and its accelerator service) and two NNodes, rack B one
 //! NNode. GPU-only tasks placed on rack-A NNodes are offloaded to the ANode; rack B gets none.
 
+mod support;
+
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use support::wait_until;
 
 const BIN: &str = env!("CARGO_BIN_EXE_hetsched");
 
@@ -15,14 +18,6 @@ struct Cluster {
     server: Option<Child>,
     listen: String,
     agents: BTreeMap<String, Child>,
-}
-
-fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 impl Cluster {

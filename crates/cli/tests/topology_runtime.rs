@@ -2,11 +2,14 @@
 //! binary: a server and three agents on loopback, topologies submitted with
 //! `hetsched topology submit`, worker processes started by the agents.
 
+mod support;
+
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use support::wait_until;
 
 const BIN: &str = env!("CARGO_BIN_EXE_hetsched");
 
@@ -35,14 +38,6 @@ impl Drop for Cluster {
             let _ = s.kill();
             let _ = s.wait();
         }
-    }
-}
-
-fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
