@@ -62,7 +62,7 @@
 //! takes from the *latest* name among the most loaded, a pop takes the most recent push, and units
 //! that are re-added (an ANode's stack, a rack's waiting list) go in push or join order. So any two
 //! correct implementations give the same map for the same events —
-//! `crates/core/tests/binding.rs` checks this one against a naive transcription of the rules.
+//! `crates/core/tests/core/binding.rs` checks this one against a naive transcription of the rules.
 
 mod rack;
 mod replay;

@@ -2,7 +2,7 @@
 //! rack A holds one ANode (a declared GPU and its accelerator service) and two NNodes, rack B one
 //! NNode. GPU-only tasks placed on rack-A NNodes are offloaded to the ANode; rack B gets none.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};

@@ -6,7 +6,7 @@
 //! the same outputs under the centralised balancer; an agent or the server SIGKILLed mid-way;
 //! bad files refused at submission with file:line and nothing stored.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

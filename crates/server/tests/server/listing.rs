@@ -2,7 +2,7 @@
 //! is held only to plan the page (which rows, the names to show them with); the rows are read
 //! through a second, read-only connection while the scheduler goes on.
 
-mod common;
+use crate::common;
 
 use common::heartbeat_request;
 use hetsched_proto as pb;

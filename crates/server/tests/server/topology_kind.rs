@@ -4,7 +4,7 @@
 //! running worker holds its executors' declared cores on its node, so batch tasks do not
 //! oversubscribe the node.
 
-mod common;
+use crate::common;
 
 use common::{IDENTITY, heartbeat_request};
 use hetsched_proto as pb;

@@ -2,7 +2,7 @@
 //! bounded at submission; each application's command travels to a node once, not once per task;
 //! a reply stays under its size cap and the rest follows on the next beats.
 
-mod common;
+use crate::common;
 
 use common::{IDENTITY, heartbeat_request};
 use hetsched_proto as pb;

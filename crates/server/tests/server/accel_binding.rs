@@ -2,7 +2,7 @@
 //! core's rules as nodes are heard from and die, told to each agent in its heartbeat replies, and
 //! what it means for placement and for offloaded tasks when an ANode is lost.
 
-mod common;
+use crate::common;
 
 use hetsched_proto as pb;
 use hetsched_server::ServerConfig;

@@ -2,7 +2,7 @@
 //! binary: a server and three agents on loopback, topologies submitted with
 //! `hetsched topology submit`, worker processes started by the agents.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::collections::BTreeMap;

@@ -5,7 +5,7 @@
 //! simulated full disk (everywhere) and with a real one, a small tmpfs (where mounting is
 //! allowed; otherwise the test says why it skipped).
 
-mod common;
+use crate::common;
 
 use common::{IDENTITY, heartbeat_request};
 use hetsched_proto as pb;

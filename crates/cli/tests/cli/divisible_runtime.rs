@@ -3,7 +3,7 @@
 //! `HETSCHED_MATROWS_SLOWDOWN=2`, which the chunk program reads), running a row-wise matrix
 //! product whose input the server ships chunk by chunk. Every wait is bounded.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! nodes appear, and the task counts change while the page is open (Server-Sent Events, no
 //! reload). Skips, saying so, where no chromium binary is installed. Also the 401s.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};

@@ -2,7 +2,7 @@
 //! retried failure, a lost task, a final failure, a repeated result, a repeated submission) and
 //! the exposition text the registry encodes afterwards.
 
-mod common;
+use crate::common;
 
 use common::heartbeat_request;
 use hetsched_proto as pb;

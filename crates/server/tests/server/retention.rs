@@ -2,7 +2,7 @@
 //! but the job is still reported; `purge` and the `[retention]` rule delete finished jobs from
 //! memory and store, and neither a purge nor a restart runs a succeeded task again.
 
-mod common;
+use crate::common;
 
 use common::heartbeat_request;
 use hetsched_proto as pb;

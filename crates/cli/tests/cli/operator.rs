@@ -2,7 +2,7 @@
 //! tasks' stderr after `submit --wait`, graceful agent shutdown (SIGTERM/SIGINT, `--drain`),
 //! `node drain`/`node resume`.
 
-mod support;
+use crate::support;
 
 use std::io::BufRead;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The server's rules without a network: heartbeats in, assignments and kills out, state across a
 //! restart. Each test reads like the situation it checks.
 
-mod common;
+use crate::common;
 
 use common::heartbeat_request;
 use hetsched_proto as pb;

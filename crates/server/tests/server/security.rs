@@ -3,7 +3,7 @@
 //! it, a live node's name cannot be taken by another agent, and the data directory and store are
 //! private to the server's user.
 
-mod common;
+use crate::common;
 
 use common::heartbeat_request;
 use hetsched_proto as pb;

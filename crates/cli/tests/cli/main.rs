@@ -1,0 +1,17 @@
+//! End-to-end tests through the real `hetsched` binary, gathered in one test binary (one link instead of one per file).
+
+mod binding_cli;
+mod dashboard;
+mod divisible_cli;
+mod divisible_runtime;
+mod graph_cli;
+mod operator;
+mod runtime;
+mod runtime_accel;
+mod sim_accel_cli;
+mod sim_bound_sweep;
+mod sim_cli;
+mod stream_cli;
+mod support;
+mod topology_runtime;
+mod workflow_runtime;

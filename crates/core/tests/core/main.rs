@@ -1,0 +1,11 @@
+//! Integration tests of the core, gathered in one test binary (one link instead of one per file).
+
+mod accelerator_field;
+mod binding;
+mod input;
+mod pcddb_figure3;
+mod policies;
+mod properties;
+mod stream;
+mod task_files;
+mod view_exclusion;

@@ -1,0 +1,16 @@
+//! Integration tests of the server, in process, gathered in one test binary (one link instead of one per file).
+
+mod accel_binding;
+mod bounds;
+mod common;
+mod dispatch;
+mod divisible_kind;
+mod full_disk;
+mod http;
+mod listing;
+mod metrics;
+mod retention;
+mod security;
+mod service;
+mod state;
+mod topology_kind;
