@@ -205,8 +205,10 @@ fn umrlm_sizes_chunks_by_measured_speed_and_gathers_the_exact_product() {
         "umrlm units per agent: {units:?}; slow/fast = {ratio:.2}; duration {} s; lower bound {} s",
         j["duration_s"], j["divisible"]["lower_bound_s"]
     );
+    // Measured speeds on a loaded machine also shift the fast agents' latency, hence the wide
+    // band; an even split (1.0) or the slow agent starved (below 0.3) both fail.
     assert!(
-        (0.3..0.8).contains(&ratio),
+        (0.3..0.9).contains(&ratio),
         "slow/fast = {ratio}: {units:?}"
     );
     // No chunk exceeds its agent's declared memory (in units of the job's 1 MiB; two chunks
@@ -276,7 +278,9 @@ fn a_job_survives_the_sigkill_of_an_agent_and_of_the_server() {
     let _one = serial();
     let mut c = cluster("div-kill");
     let expected = whole_product(&c);
-    let id = submit(&c, "umrlm.toml", &job_file("umrlm", 8.0));
+    // Rows of 32 ms: the three quarters left after the agent's death take seconds, far longer than
+    // one poll of `job` even on a loaded machine, so the server is killed while the job runs.
+    let id = submit(&c, "umrlm.toml", &job_file("umrlm", 32.0));
     wait_until("a quarter of the units", Duration::from_secs(60), || {
         job(&c, id)["divisible"]["units_done"].as_u64() >= Some(ROWS / 4)
     });
