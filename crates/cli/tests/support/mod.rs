@@ -2,6 +2,8 @@
 //! on loopback, driven through the CLI as a user would. Every wait is bounded.
 #![allow(dead_code)]
 
+pub mod cdp;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
