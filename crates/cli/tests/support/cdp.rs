@@ -86,10 +86,10 @@ impl Browser {
                 if buf.last() == Some(&0) {
                     buf.pop();
                 }
-                if let Ok(v) = serde_json::from_slice(&buf) {
-                    if tx.send(v).is_err() {
-                        break;
-                    }
+                if let Ok(v) = serde_json::from_slice(&buf)
+                    && tx.send(v).is_err()
+                {
+                    break;
                 }
             }
         });
