@@ -106,6 +106,8 @@ pub struct AgentOptions {
     /// Where the log listener binds (`hetsched log` reads task outputs through it); None = no
     /// listener.
     pub log_listen: Option<std::net::SocketAddr>,
+    /// Certificate and key (PEM) of the log listener: with them it speaks TLS (`--log-cert`).
+    pub log_tls: Option<(Vec<u8>, Vec<u8>)>,
     /// On shutdown, wait for running tasks to end instead of killing them.
     pub drain: bool,
     /// The running tasks' process groups, shared with a signal handler ([`shutdown`]).
@@ -185,10 +187,11 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
     let balance: balance::Handle = Arc::default();
     let logs = match opts.log_listen {
         Some(at) => Some(
-            logs::LogListener::bind_with(
+            logs::LogListener::bind_tls(
                 at,
                 &opts.work_dir,
                 &opts.token,
+                opts.log_tls.clone(),
                 Some(dataflow::DataService {
                     work_dir: opts.work_dir.clone(),
                     balance: balance.clone(),

@@ -7,6 +7,9 @@
 //! offset, or the last bytes of the file (negative offset). Files are opened with `O_NOFOLLOW`
 //! and paths are built from sanitised components only, so a request cannot name a file outside
 //! the work directory.
+//!
+//! With a certificate and key (`hetsched agent --log-cert --log-key`) the listener speaks TLS, and
+//! the server checks the certificate against its `[tls] agent_ca`; the token check is the same.
 
 use hetsched_proto as pb;
 use hetsched_proto::agent_logs_server::{AgentLogs, AgentLogsServer};
@@ -146,6 +149,26 @@ impl LogListener {
         token: &str,
         data: Option<crate::dataflow::DataService>,
     ) -> std::io::Result<Self> {
+        Self::bind_tls(at, work_dir, token, None, data).await
+    }
+
+    /// As [`LogListener::bind_with`], over TLS when `tls` = (certificate, key) in PEM is given.
+    pub async fn bind_tls(
+        at: SocketAddr,
+        work_dir: &Path,
+        token: &str,
+        tls: Option<(Vec<u8>, Vec<u8>)>,
+        data: Option<crate::dataflow::DataService>,
+    ) -> std::io::Result<Self> {
+        let mut builder = tonic::transport::Server::builder();
+        if let Some((cert, key)) = tls {
+            builder = builder
+                .tls_config(
+                    tonic::transport::ServerTlsConfig::new()
+                        .identity(tonic::transport::Identity::from_pem(cert, key)),
+                )
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        }
         let listener = tokio::net::TcpListener::bind(at).await?;
         let addr = listener.local_addr()?;
         let service = AgentLogsServer::with_interceptor(
@@ -163,7 +186,7 @@ impl LogListener {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let join = tokio::spawn(async move {
             let incoming = tokio_stream_listener(listener);
-            if let Err(e) = tonic::transport::Server::builder()
+            if let Err(e) = builder
                 .add_service(service)
                 .add_optional_service(data)
                 .serve_with_incoming_shutdown(incoming, async {

@@ -11,7 +11,8 @@ use crate::sim::Output;
 /// Options of `sim accel-paper`.
 #[derive(Debug, Args)]
 pub struct AccelPaperArgs {
-    /// Also write CSV, JSON and SVG plots (the paper's figures 5 and 6) to this directory.
+    /// Also write CSV, JSON and SVG plots (the paper's figures 5 and 6) into this directory
+    /// (created if missing).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Tasks per kernel application (the paper: 100).
@@ -39,6 +40,9 @@ pub struct AccelPaperArgs {
 
 /// Runs the scenario and prints it.
 pub fn run(args: AccelPaperArgs) -> anyhow::Result<()> {
+    if let Some(dir) = &args.out {
+        crate::out_dir::prepare(dir)?;
+    }
     for k in &args.kernels {
         if !accel_paper::KERNELS
             .iter()

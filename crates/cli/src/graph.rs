@@ -65,8 +65,8 @@ pub struct PcddbPaperArgs {
     /// Seeds to repeat every run with (costs and self-check phases), comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
     pub seeds: Vec<u64>,
-    /// Also write the report as JSON to this file.
-    #[arg(long, value_name = "FILE")]
+    /// Also write the report as `pcddb-paper.json` into this directory (created if missing).
+    #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Print tables or JSON.
     #[arg(long, value_enum, default_value_t)]
@@ -215,10 +215,13 @@ pub fn pcddb_paper_cmd(args: PcddbPaperArgs) -> anyhow::Result<()> {
     if args.seeds.is_empty() {
         bail!("--seeds: give at least one seed");
     }
+    if let Some(dir) = &args.out {
+        crate::out_dir::prepare(dir)?;
+    }
     let report = pcddb_paper::run(&args.seeds)?;
-    if let Some(path) = &args.out {
-        std::fs::write(path, serde_json::to_string_pretty(&report)?)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+    if let Some(dir) = &args.out {
+        let json = serde_json::to_string_pretty(&report)?;
+        crate::out_dir::write(dir, "pcddb-paper.json", json.as_bytes())?;
     }
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),

@@ -4,6 +4,7 @@
 mod accel_paper;
 mod binding;
 mod graph;
+mod out_dir;
 mod runtime;
 mod sim;
 mod sim_accel;

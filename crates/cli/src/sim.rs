@@ -107,7 +107,8 @@ impl From<IoReportArg> for IoReport {
 /// Options of `sim hdas-paper`.
 #[derive(Debug, Args)]
 pub struct HdasPaperArgs {
-    /// Also write CSV, JSON and SVG plots (the paper's figures 3, 4, 6, 8, 9, 10) to this directory.
+    /// Also write CSV, JSON and SVG plots (the paper's figures 3, 4, 6, 8, 9, 10) into this
+    /// directory (created if missing).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Seed of the simulation (heartbeat phases).
@@ -154,8 +155,8 @@ pub struct RunArgs {
     /// Print a table or JSON (the whole result, task records included).
     #[arg(long, value_enum, default_value_t)]
     pub output: Output,
-    /// Also write the result as JSON to this file.
-    #[arg(long, value_name = "FILE")]
+    /// Also write the result as `result.json` into this directory (created if missing).
+    #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
 }
 
@@ -188,6 +189,9 @@ fn progress_bar(total: u64, what: &str) -> ProgressBar {
 }
 
 fn hdas_paper_cmd(args: HdasPaperArgs) -> anyhow::Result<()> {
+    if let Some(dir) = &args.out {
+        crate::out_dir::prepare(dir)?;
+    }
     let mut options = hdas_paper::HdasPaperOptions::default();
     options.sim.seed = args.seed;
     options.scale = args.scale;
@@ -290,6 +294,9 @@ fn sim_config(heartbeat: Duration, seed: u64, io_report: IoReportArg) -> SimConf
 }
 
 fn run_cmd(args: RunArgs) -> anyhow::Result<()> {
+    if let Some(dir) = &args.out {
+        crate::out_dir::prepare(dir)?;
+    }
     let case = load_case(&args.cluster, &args.workload)?;
     if let Some(why) = case.refusal(args.policy) {
         bail!(why);
@@ -299,8 +306,8 @@ fn run_cmd(args: RunArgs) -> anyhow::Result<()> {
         &sim_config(args.heartbeat, args.seed, args.io_report),
     )?;
     let json = with_bound(&result, case.bound_s)?;
-    if let Some(path) = &args.out {
-        std::fs::write(path, &json).with_context(|| format!("cannot write {}", path.display()))?;
+    if let Some(dir) = &args.out {
+        crate::out_dir::write(dir, "result.json", json.as_bytes())?;
     }
     match args.output {
         Output::Table => print_result(&result, case.bound_s),
@@ -459,6 +466,7 @@ where
         Output::Json => println!("{}", serde_json::to_string_pretty(report)?),
     }
     if let Some(dir) = out {
+        crate::out_dir::prepare(dir)?;
         let written =
             write(dir).with_context(|| format!("writing results to {}", dir.display()))?;
         eprintln!(

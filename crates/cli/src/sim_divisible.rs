@@ -51,7 +51,7 @@ pub struct DivisibleArgs {
 /// Options of `sim divisible-paper`.
 #[derive(Debug, Args)]
 pub struct DivisiblePaperArgs {
-    /// Also write CSV, JSON and SVG plots to this directory.
+    /// Also write CSV, JSON and SVG plots into this directory (created if missing).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Seeds per error level in the RUMR-vs-UMR robustness runs.
@@ -159,6 +159,9 @@ fn print_run(run: &StarRun) {
 
 /// `sim divisible-paper`.
 pub fn divisible_paper_cmd(args: DivisiblePaperArgs) -> anyhow::Result<()> {
+    if let Some(dir) = &args.out {
+        crate::out_dir::prepare(dir)?;
+    }
     if args.seeds == 0 {
         bail!("--seeds must be at least 1");
     }

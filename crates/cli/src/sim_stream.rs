@@ -1,7 +1,6 @@
 //! `hetsched sim stream-paper`: spec 04's stream placers compared on five topologies and a
 //! 10-node heterogeneous cluster, with a stream simulation under a rate script.
 
-use anyhow::Context;
 use clap::Args;
 use hetsched_core::input::Duration;
 use hetsched_core::policy::stream::one_phase::Refine;
@@ -34,13 +33,16 @@ pub struct StreamPaperArgs {
     /// Print a table or JSON.
     #[arg(long, value_enum, default_value_t)]
     pub output: crate::sim::Output,
-    /// Also write the report as JSON to this file.
-    #[arg(long, value_name = "FILE")]
+    /// Also write the report as `report.json` into this directory (created if missing).
+    #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
 }
 
 /// Runs `sim stream-paper`.
 pub fn run_cmd(args: StreamPaperArgs) -> anyhow::Result<()> {
+    if let Some(dir) = &args.out {
+        crate::out_dir::prepare(dir)?;
+    }
     if !(args.surge.is_finite() && args.surge >= 0.0) {
         anyhow::bail!("--surge must be a non-negative number");
     }
@@ -61,8 +63,8 @@ pub fn run_cmd(args: StreamPaperArgs) -> anyhow::Result<()> {
     })?;
     eprintln!();
     let json = serde_json::to_string_pretty(&report)?;
-    if let Some(path) = &args.out {
-        std::fs::write(path, &json).with_context(|| format!("cannot write {}", path.display()))?;
+    if let Some(dir) = &args.out {
+        crate::out_dir::write(dir, "report.json", json.as_bytes())?;
     }
     match args.output {
         crate::sim::Output::Table => println!("{}", report.render_table()),

@@ -3,7 +3,6 @@
 //! applications), against the makespan lower bound (`hetsched_sim::scenario::sweep`).
 
 use crate::sim::Output;
-use anyhow::Context;
 use clap::Args;
 use hetsched_sim::scenario::sweep::{self, SweepOptions};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -24,13 +23,17 @@ pub struct SweepArgs {
     /// Print a table or JSON (JSON includes every case).
     #[arg(long, value_enum, default_value_t)]
     pub output: Output,
-    /// Also write the whole report (every case) as JSON to this file.
-    #[arg(long, value_name = "FILE")]
+    /// Also write the whole report (every case) as `report.json` into this directory (created
+    /// if missing).
+    #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
 }
 
 /// Runs `sim sweep`.
 pub fn run(args: SweepArgs) -> anyhow::Result<()> {
+    if let Some(dir) = &args.out {
+        crate::out_dir::prepare(dir)?;
+    }
     let options = SweepOptions {
         cases: args.cases,
         seed: args.seed,
@@ -46,8 +49,8 @@ pub fn run(args: SweepArgs) -> anyhow::Result<()> {
     let report = sweep::run(&options, &mut |done, _| bar.set_position(done as u64))?;
     bar.finish_and_clear();
     let json = serde_json::to_string_pretty(&report)?;
-    if let Some(path) = &args.out {
-        std::fs::write(path, &json).with_context(|| format!("cannot write {}", path.display()))?;
+    if let Some(dir) = &args.out {
+        crate::out_dir::write(dir, "report.json", json.as_bytes())?;
     }
     match args.output {
         Output::Table => println!("{}", report.render_table()),

@@ -8,7 +8,9 @@
 //!
 //! A start failure is what the agent reports as `start_failed`: the process could not be spawned,
 //! or it exited with 126 or 127 (the shell's "cannot execute" and "command not found").
-//! Counts live in memory only: a restarted server starts with none.
+//! Active back-offs are stored (`store::operator`, as the wall-clock time they end) and restored
+//! at start ([`Backoff::restore`]), so a restart neither forgets nor extends them; the counts of
+//! consecutive failures below the limit live in memory only.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -81,6 +83,24 @@ impl Backoff {
             return Change::BackedOff;
         }
         Change::None
+    }
+
+    /// How long a back-off lasts.
+    pub fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// Puts back a stored back-off of `app` on `node` that ends `remaining` after `now` (as a
+    /// pair that reached the limit).
+    pub fn restore(&mut self, app: u32, node: u32, remaining: Duration, now: Instant) {
+        self.consecutive.insert((app, node), self.limit.max(1));
+        self.active.insert(
+            (app, node),
+            Entry {
+                failures: self.limit.max(1),
+                until: now + remaining,
+            },
+        );
     }
 
     /// Back-offs of `node` that have expired at `now`: they are lifted (their applications may be

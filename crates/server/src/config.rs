@@ -24,6 +24,7 @@
 //! [tls]                        # optional; PEM files
 //! cert = "server.pem"
 //! key = "server.key"
+//! agent_ca = "ca.pem"          # optional: agents' log listeners speak TLS (agent --log-cert)
 //! ```
 
 use hetsched_core::input::Duration;
@@ -115,6 +116,11 @@ pub struct TlsConfig {
     pub cert: PathBuf,
     /// Private key.
     pub key: PathBuf,
+    /// CA certificate that signed the agents' log-listener certificates (`hetsched agent
+    /// --log-cert`). Set: the server reads task output from every agent over TLS, checking the
+    /// agent's certificate against it (never falling back to plain text); unset: in plain text.
+    #[serde(default)]
+    pub agent_ca: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {

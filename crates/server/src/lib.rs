@@ -169,7 +169,14 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
             source: e,
         })?;
     let addr = listener.local_addr().map_err(io_err(&dir))?;
-    let relay = Arc::new(logs::LogRelay::new(&creds.agent));
+    let mut relay = logs::LogRelay::new(&creds.agent);
+    if let Some(ca) = config.tls.as_ref().and_then(|t| t.agent_ca.as_ref()) {
+        relay.agent_ca = Some(std::fs::read(ca).map_err(|e| ServerError::Io {
+            path: ca.clone(),
+            source: e,
+        })?);
+    }
+    let relay = Arc::new(relay);
     let http = match config.http_listen {
         Some(at) => {
             let policy = config.policy.to_string();

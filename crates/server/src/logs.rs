@@ -7,6 +7,10 @@
 //! restarted server learns it from the next heartbeat) — and its work directory, which
 //! `ListTasks` shows as the place of each task's output. This is memory only: nothing here is
 //! needed to schedule, and every live agent repeats it on each heartbeat.
+//!
+//! With `[tls] agent_ca` configured, every call to an agent goes over TLS and the agent's
+//! certificate must be signed by that CA and name the address the server calls; there is no
+//! fallback to plain text (it would hand the agent token to whoever answers in clear).
 
 use crate::convert::Wire;
 use crate::state::State;
@@ -36,6 +40,8 @@ pub struct LogRelay {
     nodes: Mutex<HashMap<u32, AgentAt>>,
     by_name: Mutex<HashMap<String, u32>>,
     agent_token: String,
+    /// The CA of the agents' log-listener certificates: set, agents are called over TLS.
+    pub agent_ca: Option<Vec<u8>>,
 }
 
 impl LogRelay {
@@ -45,6 +51,7 @@ impl LogRelay {
             nodes: Mutex::default(),
             by_name: Mutex::default(),
             agent_token: agent_token.to_string(),
+            agent_ca: None,
         }
     }
 
@@ -138,7 +145,12 @@ impl LogRelay {
                 at.name
             ))
         };
-        let channel = pb::endpoint(&format!("http://{addr}"), None)
+        let scheme = if self.agent_ca.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let channel = pb::endpoint(&format!("{scheme}://{addr}"), self.agent_ca.as_deref())
             .map_err(|e| unreachable(e.to_string()))?
             .timeout(AGENT_TIMEOUT)
             .connect()
@@ -150,6 +162,13 @@ impl LogRelay {
             .max_decoding_message_size(2 * MAX_PAGE as usize);
         match tokio::time::timeout(AGENT_TIMEOUT, client.read_log(req)).await {
             Ok(Ok(r)) => Ok(r.into_inner()),
+            Ok(Err(s)) if self.agent_ca.is_none() && s.code() != tonic::Code::Unauthenticated => {
+                Err(unreachable(format!(
+                    "{} (if the agent serves its output over TLS, with --log-cert, give the \
+                     server the CA that signed it as `[tls] agent_ca`)",
+                    s.message()
+                )))
+            }
             Ok(Err(s)) => Err(unreachable(s.message().to_string())),
             Err(_) => Err(unreachable("timed out".into())),
         }

@@ -12,6 +12,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use std::path::Path;
 use thiserror::Error;
 
+mod operator;
+
 /// A store failure.
 #[derive(Debug, Error)]
 pub enum StoreError {

@@ -9,12 +9,18 @@ set -eu
 bin=${1:-target/release/hetsched}
 out=docs/results/streams/sweep
 mkdir -p "$out"
+# --out names a directory (the report is its report.json): each run goes to a scratch directory
+# and its report is kept under the run's name.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 for surge in 1.6 1.0; do
   for u in 0.6 0.7 0.8 0.9; do
     "$bin" sim stream-paper --max-utilisation "$u" --surge "$surge" \
-      --out "$out/util-$u-surge-$surge.json" >/dev/null 2>&1
+      --out "$tmp" >/dev/null 2>&1
+    mv "$tmp/report.json" "$out/util-$u-surge-$surge.json"
     "$bin" sim stream-paper --max-utilisation "$u" --surge "$surge" --gain-threshold 1000 \
-      --out "$out/util-$u-surge-$surge-no-traffic-reschedule.json" >/dev/null 2>&1
+      --out "$tmp" >/dev/null 2>&1
+    mv "$tmp/report.json" "$out/util-$u-surge-$surge-no-traffic-reschedule.json"
   done
 done
 python3 - "$out" <<'PY'

@@ -128,6 +128,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             work_dir: dir.join(name),
             no_exec: false,
             log_listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
+            log_tls: None,
             drain: false,
             processes: Default::default(),
             // One rack: gpu-node is its ANode (with the accelerator service), the two CPU nodes

@@ -166,7 +166,14 @@ pub async fn output(args: &ClientArgs, id: u64, to: Option<&Path>) -> anyhow::Re
         Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),
         None => None,
     };
-    let mut sink: Box<dyn Write> = match to {
+    let file = match to {
+        Some(dir) => {
+            crate::out_dir::prepare(dir)?;
+            Some(dir.join(format!("job-{id}.out")))
+        }
+        None => None,
+    };
+    let mut sink: Box<dyn Write> = match &file {
         Some(p) => Box::new(std::io::BufWriter::new(
             std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
         )),
@@ -174,6 +181,9 @@ pub async fn output(args: &ClientArgs, id: u64, to: Option<&Path>) -> anyhow::Re
     };
     read_output(&args.server, &token, ca.as_deref(), id, &mut sink).await?;
     sink.flush()?;
+    if let Some(p) = file {
+        eprintln!("wrote {}", p.display());
+    }
     Ok(())
 }
 

@@ -76,8 +76,9 @@ pub enum RuntimeCommand {
     Output {
         /// Job id.
         id: u64,
-        /// Write it here instead of stdout.
-        #[arg(short = 'o', long = "out")]
+        /// Write it as `job-ID.out` into this directory (created if missing) instead of to
+        /// stdout.
+        #[arg(short = 'o', long = "out", value_name = "DIR")]
         out: Option<PathBuf>,
         #[command(flatten)]
         client: ClientArgs,

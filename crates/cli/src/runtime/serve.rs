@@ -78,6 +78,14 @@ pub struct AgentArgs {
     /// this port. `none` = no listener. [default: 0.0.0.0:0, any free port]
     #[arg(long, value_name = "ADDR")]
     pub log_listen: Option<String>,
+    /// Certificate (PEM) of the log listener: with `--log-key`, it speaks TLS (the server then
+    /// needs the CA that signed it as `[tls] agent_ca`). The certificate must name the address
+    /// the server reaches the agent at.
+    #[arg(long, requires = "log_key", value_name = "FILE")]
+    pub log_cert: Option<PathBuf>,
+    /// Private key (PEM) of the log listener.
+    #[arg(long, requires = "log_cert", value_name = "FILE")]
+    pub log_key: Option<PathBuf>,
     /// On SIGTERM/SIGINT, wait for the running tasks to end instead of killing them (a second
     /// signal kills them and exits at once).
     #[arg(long)]
@@ -305,6 +313,13 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
                 s.parse()
                     .with_context(|| format!("--log-listen `{s}`: expected HOST:PORT or none"))?,
             ),
+        },
+        log_tls: match (&a.log_cert, &a.log_key) {
+            (Some(c), Some(k)) => Some((
+                std::fs::read(c).with_context(|| format!("--log-cert: reading {}", c.display()))?,
+                std::fs::read(k).with_context(|| format!("--log-key: reading {}", k.display()))?,
+            )),
+            _ => None,
         },
         drain: a.drain,
         processes: Default::default(),

@@ -133,14 +133,14 @@ fn whole_product(c: &Cluster) -> Vec<u8> {
 }
 
 fn gathered(c: &Cluster, id: u64) -> Vec<u8> {
-    let to = c.dir.join(format!("out-{id}.bin"));
+    let to = c.dir.join(format!("out-{id}"));
     let out = c.cli(&["output", &id.to_string(), "-o", to.to_str().expect("utf-8")]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    std::fs::read(to).expect("output")
+    std::fs::read(to.join(format!("job-{id}.out"))).expect("output")
 }
 
 /// Done chunks cover every unit exactly once (no success recorded twice).

@@ -384,6 +384,102 @@ fn nodes_restored_after_a_server_restart_are_dead_until_they_heartbeat() {
     c.wait_for_nodes(1);
 }
 
+/// Node `name` in `hetsched nodes --output json`.
+fn node(c: &Cluster, name: &str) -> serde_json::Value {
+    c.json(&["nodes"])
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .find(|n| n["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no node {name}"))
+}
+
+fn failed_attempts(c: &Cluster, job: u64) -> u64 {
+    c.tasks(job)
+        .iter()
+        .map(|t| t["failed_attempts"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+#[test]
+fn drains_and_back_offs_survive_a_server_restart() {
+    let mut c = Cluster::start("restart-operator", false);
+    c.start_agent("a", 2, &[]);
+    c.start_agent("b", 1, &[]);
+    c.wait_for_nodes(2);
+    // `a` cannot start the application: backed off after 3 start failures, while `b` works
+    // through the queue one task at a time.
+    let job = c.write(
+        "job.toml",
+        "[[application]]\nname = \"needs-tool\"\ntasks = 8\nretries = 5\n[application.cpu]\n\
+         command = 'if [ $HETSCHED_NODE = a ]; then exit 127; fi; sleep 0.5'\n",
+    );
+    assert!(
+        c.cli(&["submit", job.to_str().expect("path")])
+            .status
+            .success()
+    );
+    wait_until("the back-off of a", Duration::from_secs(30), || {
+        node(&c, "a")["backed_off"][0]["app"] == "needs-tool"
+    });
+    // A task already started on a's other slot may still fail after the back-off began.
+    wait_until("a's last attempt to end", Duration::from_secs(30), || {
+        !c.tasks(1)
+            .iter()
+            .any(|t| t["node"] == "a" && t["state"] == "running")
+    });
+    let before = failed_attempts(&c, 1);
+    assert!((3..=4).contains(&before), "{before} start failures on a");
+    let pending = c
+        .tasks(1)
+        .iter()
+        .filter(|t| t["state"] == "pending")
+        .count();
+    assert!(pending > 0, "the restart comes while tasks wait");
+
+    c.kill_server();
+    c.start_server();
+    c.wait_for_nodes(2);
+    let a = node(&c, "a");
+    assert_eq!(a["backed_off"][0]["app"], "needs-tool", "kept: {a}");
+    let left = a["backed_off"][0]["remaining_ms"]
+        .as_u64()
+        .expect("remaining");
+    assert!(
+        left > 0 && left <= 60_000,
+        "the time left goes on: {left} ms"
+    );
+    // …and in force: the rest of the queue runs on b, and a fails nothing more.
+    wait_until("job 1 to finish", Duration::from_secs(60), || {
+        c.tasks(1).iter().all(|t| t["state"] == "succeeded")
+    });
+    assert_eq!(failed_attempts(&c, 1), before, "no new start failure on a");
+    assert!(c.tasks(1).iter().all(|t| t["node"] == "b"));
+
+    // A drain is kept across a restart too, and so is its end.
+    assert!(c.cli(&["node", "drain", "b"]).status.success());
+    c.kill_server();
+    c.start_server();
+    c.wait_for_nodes(2);
+    assert_eq!(node(&c, "b")["drained"], true, "the drain is kept");
+    let quick = c.write(
+        "quick.toml",
+        "[[application]]\nname = \"t\"\ntasks = 4\n[application.cpu]\ncommand = 'true'\n",
+    );
+    let out = c.cli(&["submit", quick.to_str().expect("path"), "--wait"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        c.tasks(2).iter().all(|t| t["node"] == "a"),
+        "nothing ran on b"
+    );
+    assert!(c.cli(&["node", "resume", "b"]).status.success());
+    c.kill_server();
+    c.start_server();
+    c.wait_for_nodes(2);
+    assert_eq!(node(&c, "b")["drained"], false, "the resume is kept");
+}
+
 #[test]
 fn job_names_application_workdirs_and_resubmit_failed() {
     let mut c = Cluster::start("names", false);

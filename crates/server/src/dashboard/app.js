@@ -206,7 +206,7 @@ $("jobs-next").addEventListener("click", () => { jobsView.from = Math.max(1, job
 
 // ---------------------------------------------------------------- a job's tasks
 
-const tasksView = { job: null, cursors: [0], next: 0, state: "all", jobState: "", timer: null };
+const tasksView = { job: null, cursors: [0], next: 0, state: "all", jobState: "", timer: null, seq: 0 };
 
 function updateJobTitle(j) {
   const c = j.counts || {};
@@ -225,9 +225,12 @@ async function selectJob(id) {
 
 async function loadTasks() {
   const cursor = tasksView.cursors[tasksView.cursors.length - 1];
-  const job = tasksView.job;
-  const page = await api(`/api/tasks?job=${job}&cursor=${cursor}&limit=${TASK_PAGE}&state=${encodeURIComponent(tasksView.state)}`);
-  if (job !== tasksView.job) return;
+  const seq = ++tasksView.seq;
+  clearTimeout(tasksView.timer);
+  const page = await api(`/api/tasks?job=${tasksView.job}&cursor=${cursor}&limit=${TASK_PAGE}&state=${encodeURIComponent(tasksView.state)}`);
+  // A later request (another page, filter or job, or the refresh timer) went out meanwhile: its
+  // answer is the one to show, whichever comes back first.
+  if (seq !== tasksView.seq) return;
   tasksView.next = page.next_cursor;
   const body = $("tasks").querySelector("tbody");
   body.innerHTML = page.tasks.map((t) => {

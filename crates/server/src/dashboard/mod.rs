@@ -44,6 +44,8 @@ const TICKET: Duration = Duration::from_secs(60);
 const COOKIE: &str = "hetsched_session";
 /// Most tasks one filtered listing call scans.
 const SCAN_LIMIT: u64 = 100_000;
+/// Tasks a filtered listing reads per page of the state.
+const SCAN_CHUNK: u32 = 1000;
 /// Most rows a page returns.
 const MAX_ROWS: u32 = 1000;
 /// Newest jobs whose counts ride on each event.
@@ -573,8 +575,8 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
         )
 }
 
-/// A page of `job`'s tasks in `state` (all when None), from task id `cursor`: scans at most
-/// [`SCAN_LIMIT`] tasks, a page of the state at a time, and says where to go on.
+/// A page of `job`'s tasks in `state` (all when None), from `cursor`: scans at most
+/// [`SCAN_LIMIT`] tasks, [`SCAN_CHUNK`] at a time, and says where to go on (0: the job's end).
 fn filtered_tasks(
     s: &State,
     job: u64,
@@ -588,31 +590,31 @@ fn filtered_tasks(
     let mut out = Vec::new();
     let mut cursor = cursor;
     let mut scanned = 0u64;
-    let mut total;
     loop {
         let page = s
-            .tasks_page(job, cursor, crate::state::MAX_PAGE)
+            .tasks_page(job, cursor, SCAN_CHUNK)
             .map_err(|e| e.to_string())?;
-        total = page.total;
-        for t in page.tasks {
-            scanned += 1;
-            if out.len() as u32 >= limit {
+        let total = page.total;
+        for (k, t) in page.tasks.into_iter().enumerate() {
+            if out.len() as u32 >= limit || scanned >= SCAN_LIMIT {
+                // Stopped inside this chunk: the cursor of its k-th task is where the chunk's
+                // first k end (cursors are the listing's own, not task ids).
+                let next = if k == 0 {
+                    cursor
+                } else {
+                    s.tasks_page(job, cursor, k as u32)
+                        .map_err(|e| e.to_string())?
+                        .next_cursor
+                };
                 return Ok(pb::ListTasksReply {
                     tasks: out,
-                    next_cursor: t.id,
+                    next_cursor: next,
                     total,
                 });
             }
-            let id = t.id;
+            scanned += 1;
             if t.state == state {
                 out.push(t);
-            }
-            if scanned >= SCAN_LIMIT {
-                return Ok(pb::ListTasksReply {
-                    tasks: out,
-                    next_cursor: id + 1,
-                    total,
-                });
             }
         }
         if page.next_cursor == 0 {

@@ -212,6 +212,7 @@ impl Batch {
         }
         b.restore_summaries(cx, snap.finished)?;
         b.evict_finished(cx.store);
+        b.restore_backoffs(cx)?;
         Ok(b)
     }
 
@@ -223,6 +224,41 @@ impl Batch {
         for (app, node) in excluded {
             view.set_excluded(AppId(app), NodeId(node), true);
         }
+    }
+
+    /// Records (`on`) or deletes a back-off of `app` on `node` in the store, so a restart keeps
+    /// it. Advisory: a failed write is logged, not fatal (the back-off holds in memory).
+    fn store_backoff(&self, cx: &mut Ctx, app: u32, node: u32, on: bool) {
+        let until = on.then(|| {
+            cx.now
+                .saturating_add(u64::try_from(self.backoff.period().as_nanos()).unwrap_or(u64::MAX))
+        });
+        if let Err(e) = cx.store.put_backoff(app, node, until) {
+            warn!(app, node, "the start-failure back-off was not stored: {e}");
+        }
+    }
+
+    /// Puts back the stored back-offs that have not ended (a restart keeps them).
+    fn restore_backoffs(&mut self, cx: &mut Ctx) -> Result<(), StateError> {
+        let now = Instant::now();
+        for (app, node, until) in cx.store.backoffs()? {
+            let known =
+                (app as usize) < self.apps.len() && cx.nodes.iter().nth(node as usize).is_some();
+            if until <= cx.now || !known {
+                // Ended while the server was down (or names nothing): forget it.
+                if let Err(e) = cx.store.put_backoff(app, node, None) {
+                    warn!(
+                        app,
+                        node, "an ended start-failure back-off was not deleted: {e}"
+                    );
+                }
+                continue;
+            }
+            self.backoff
+                .restore(app, node, Duration::from_nanos(until - cx.now), now);
+            cx.view.set_excluded(AppId(app), NodeId(node), true);
+        }
+        Ok(())
     }
 
     /// Adds an accepted job's applications to memory and to the view (pending tasks only).
@@ -805,6 +841,7 @@ impl JobKind for Batch {
             == Change::BackedOff
         {
             cx.view.set_excluded(a.app, nid, true);
+            self.store_backoff(cx, t.app, nid.0, true);
             warn!(
                 node = %cx.nodes.name(nid.0),
                 app = %self.apps.get(t.app as usize).map_or("?", |x| x.name.as_str()),
@@ -922,6 +959,7 @@ impl JobKind for Batch {
         )?;
         for app in self.backoff.expire(nid.0, Instant::now()) {
             cx.view.set_excluded(AppId(app), nid, false);
+            self.store_backoff(cx, app, nid.0, false);
             info!(
                 node = nid.0,
                 app, "start-failure back-off over: the node is tried again"

@@ -190,6 +190,7 @@ impl State {
                 view.set_alive(id, false)?;
             }
         }
+        nodes.restore_drains(&store)?;
         let metrics: Arc<Metrics> = Arc::default();
         let topology = crate::jobs::Topology::restore(
             std::mem::take(&mut snap.topologies),

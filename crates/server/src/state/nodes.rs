@@ -145,7 +145,17 @@ impl Nodes {
         Ok(&self.recs[self.recs.len() - 1])
     }
 
-    /// Keeps what the store does not hold (liveness, last figures, drains) from `old`, the
+    /// Marks the nodes the store records as drained (`hetsched node drain` before a restart).
+    pub(super) fn restore_drains(&mut self, store: &crate::store::Store) -> Result<(), StoreError> {
+        for id in store.drained_nodes()? {
+            if let Some(rec) = self.recs.get_mut(id as usize) {
+                rec.drained = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps what the store does not hold (liveness, last figures) and drains from `old`, the
     /// registry before a rollback.
     pub(super) fn carry_over(&mut self, old: &Nodes) {
         for (new, old) in self.recs.iter_mut().zip(&old.recs) {
@@ -284,6 +294,10 @@ impl State {
         let Some(id) = self.nodes.by_name(name) else {
             return Err(StateError::NoNode(name.to_string()));
         };
+        if self.nodes.recs[id as usize].drained != drain {
+            // Stored first: a drain survives a restart (see `store::operator`).
+            self.store.put_drain(id, drain)?;
+        }
         let rec = &mut self.nodes.recs[id as usize];
         if rec.drained != drain {
             rec.drained = drain;

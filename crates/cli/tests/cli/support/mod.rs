@@ -2,6 +2,8 @@
 //! on loopback, driven through the CLI as a user would. Every wait is bounded.
 #![allow(dead_code)]
 
+pub mod cdp;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -15,6 +17,15 @@ pub struct Cluster {
     pub listen: String,
     pub agents: BTreeMap<String, Child>,
     pub http: bool,
+    /// TLS with the test certificates in `tests/tls` (see [`Cluster::start_tls`]).
+    pub tls: bool,
+}
+
+/// A file of the test TLS material (`crates/cli/tests/tls`).
+pub fn tls_file(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/tls")
+        .join(name)
 }
 
 pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
@@ -56,6 +67,26 @@ impl Cluster {
             listen: "127.0.0.1:0".into(),
             agents: BTreeMap::new(),
             http,
+            tls: false,
+        };
+        c.start_server();
+        c
+    }
+
+    /// A cluster whose server speaks TLS (the test certificate, for `localhost`/`127.0.0.1`) and
+    /// checks the agents' log listeners against the test CA (`[tls] agent_ca`); the CLI and the
+    /// agents trust the same CA.
+    pub fn start_tls(name: &str) -> Cluster {
+        let dir = std::env::temp_dir().join(format!("hetsched-op-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let mut c = Cluster {
+            dir,
+            server: None,
+            listen: "127.0.0.1:0".into(),
+            agents: BTreeMap::new(),
+            http: false,
+            tls: true,
         };
         c.start_server();
         c
@@ -73,8 +104,22 @@ impl Cluster {
             .append(true)
             .open(self.dir.join("server.log"))
             .expect("log");
+        let config = self.dir.join("server.toml");
+        let text = if self.tls {
+            format!(
+                "[tls]\ncert = \"{}\"\nkey = \"{}\"\nagent_ca = \"{}\"\n",
+                tls_file("server.pem").display(),
+                tls_file("server.key").display(),
+                tls_file("ca.pem").display()
+            )
+        } else {
+            String::new()
+        };
+        std::fs::write(&config, text).expect("server config");
         let child = Command::new(BIN)
             .args(["server", "--listen", &self.listen, "--dead-timeout", "1s"])
+            .arg("--config")
+            .arg(&config)
             .args(["--heartbeat-interval", "100ms", "--data-dir"])
             .arg(self.data())
             .args(if self.http {
@@ -101,7 +146,11 @@ impl Cluster {
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.listen)
+        format!(
+            "{}://{}",
+            if self.tls { "https" } else { "http" },
+            self.listen
+        )
     }
 
     pub fn start_agent(&mut self, name: &str, cores: u32, extra: &[&str]) {
@@ -119,6 +168,11 @@ impl Cluster {
             .arg("--work-dir")
             .arg(self.dir.join(format!("agent-{name}")))
             .args(["--log-listen", "127.0.0.1:0"])
+            .args(if self.tls {
+                vec!["--ca".to_string(), tls_file("ca.pem").display().to_string()]
+            } else {
+                vec![]
+            })
             .args(extra)
             .stdout(Stdio::null())
             .stderr(log)
@@ -167,6 +221,7 @@ impl Cluster {
         cmd.args(args)
             .env("HETSCHED_SERVER", self.url())
             .env("HETSCHED_TOKEN_FILE", self.data().join("token"))
+            .envs(self.tls.then(|| ("HETSCHED_CA", tls_file("ca.pem"))))
             .env_remove("NO_COLOR")
             .current_dir(&self.dir);
         cmd

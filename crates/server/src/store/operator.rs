@@ -1,0 +1,116 @@
+//! Operator decisions kept across a server restart: drained nodes (`hetsched node drain`) and the
+//! failing-node back-off's active exclusions ([`crate::backoff`]). They live in the store's `meta`
+//! table, one row each — `drain/NODE` = 1 and `backoff/APP/NODE` = the time the node is tried
+//! again for the application (Unix nanoseconds, so a restart keeps the remaining time) — so the
+//! store's schema does not change. A resumed node's row and an expired back-off's row are deleted.
+
+use super::{Store, StoreError};
+use rusqlite::params;
+
+const DRAIN: &str = "drain/";
+const BACKOFF: &str = "backoff/";
+
+impl Store {
+    /// Records that node `node` is drained (`true`) or no longer is.
+    pub fn put_drain(&mut self, node: u32, drained: bool) -> Result<(), StoreError> {
+        self.check_full()?;
+        let key = format!("{DRAIN}{node}");
+        if drained {
+            self.conn.execute(
+                "INSERT INTO meta(key, value) VALUES (?1, 1)
+                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                params![key],
+            )?;
+        } else {
+            self.conn
+                .execute("DELETE FROM meta WHERE key = ?1", params![key])?;
+        }
+        self.durable.wrote();
+        Ok(())
+    }
+
+    /// The drained nodes' ids.
+    pub fn drained_nodes(&self) -> Result<Vec<u32>, StoreError> {
+        let mut out = Vec::new();
+        for (rest, _) in self.meta_with(DRAIN)? {
+            out.push(
+                rest.parse()
+                    .map_err(|_| StoreError::Corrupt(format!("meta key {DRAIN}{rest}")))?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// Records the back-off of application `app` on node `node` until `until_ns` (Unix ns), or
+    /// its end (None).
+    pub fn put_backoff(
+        &mut self,
+        app: u32,
+        node: u32,
+        until_ns: Option<u64>,
+    ) -> Result<(), StoreError> {
+        self.check_full()?;
+        let key = format!("{BACKOFF}{app}/{node}");
+        match until_ns {
+            Some(t) => self.conn.execute(
+                "INSERT INTO meta(key, value) VALUES (?1, ?2)
+                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                params![key, i64::try_from(t).unwrap_or(i64::MAX)],
+            )?,
+            None => self
+                .conn
+                .execute("DELETE FROM meta WHERE key = ?1", params![key])?,
+        };
+        self.durable.wrote();
+        Ok(())
+    }
+
+    /// The recorded back-offs: (application, node, until in Unix ns).
+    pub fn backoffs(&self) -> Result<Vec<(u32, u32, u64)>, StoreError> {
+        let mut out = Vec::new();
+        for (rest, value) in self.meta_with(BACKOFF)? {
+            let bad = || StoreError::Corrupt(format!("meta key {BACKOFF}{rest}"));
+            let (app, node) = rest.split_once('/').ok_or_else(bad)?;
+            out.push((
+                app.parse().map_err(|_| bad())?,
+                node.parse().map_err(|_| bad())?,
+                u64::try_from(value).unwrap_or(0),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// `meta` rows whose key starts with `prefix`: (the rest of the key, value).
+    fn meta_with(&self, prefix: &str) -> Result<Vec<(String, i64)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT key, value FROM meta WHERE substr(key, 1, ?1) = ?2 ORDER BY key")?;
+        let rows = stmt.query_map(params![prefix.len() as i64, prefix], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+        })?;
+        let mut out = Vec::new();
+        for r in rows {
+            let (key, value) = r?;
+            out.push((key[prefix.len()..].to_string(), value));
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drains_and_back_offs_are_kept_and_removed() {
+        let mut s = Store::in_memory().expect("store");
+        s.put_drain(3, true).expect("drain");
+        s.put_drain(1, true).expect("drain");
+        s.put_drain(3, false).expect("resume");
+        assert_eq!(s.drained_nodes().expect("read"), vec![1]);
+        s.put_backoff(7, 2, Some(5_000)).expect("back off");
+        s.put_backoff(8, 2, Some(6_000)).expect("back off");
+        s.put_backoff(7, 2, None).expect("over");
+        assert_eq!(s.backoffs().expect("read"), vec![(8, 2, 6_000)]);
+    }
+}
