@@ -64,8 +64,12 @@ env = {{ RUNLOG = "{log}" }}
     )
 }
 
+/// Proximity clusters of at least three nodes (spec 05 §2's ⌊0.3·3⌋ would make each agent a
+/// cluster of its own, where no request travels from one agent to another).
+const SERVER_CONFIG: &str = "[workflow]\ncluster_size = 3\n";
+
 fn start(name: &str) -> Cluster {
-    let mut c = Cluster::start(name, false);
+    let mut c = Cluster::start_configured(name, false, SERVER_CONFIG);
     for a in ["n1", "n2", "n3"] {
         c.start_agent(a, 2, &[]);
     }

@@ -138,6 +138,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
                 tls: None,
             },
             advertise: None,
+            data: Default::default(),
         };
         println!(
             "agent {name}: 1 core{}",

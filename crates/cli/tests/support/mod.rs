@@ -15,6 +15,8 @@ pub struct Cluster {
     pub listen: String,
     pub agents: BTreeMap<String, Child>,
     pub http: bool,
+    /// The server's `--config` file, if any.
+    pub server_config: Option<PathBuf>,
 }
 
 pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
@@ -56,6 +58,26 @@ impl Cluster {
             listen: "127.0.0.1:0".into(),
             agents: BTreeMap::new(),
             http,
+            server_config: None,
+        };
+        c.start_server();
+        c
+    }
+
+    /// As [`Cluster::start`], the server reading the configuration `config` (TOML text).
+    pub fn start_configured(name: &str, http: bool, config: &str) -> Cluster {
+        let dir = std::env::temp_dir().join(format!("hetsched-op-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("server.toml");
+        std::fs::write(&path, config).expect("server config");
+        let mut c = Cluster {
+            dir,
+            server: None,
+            listen: "127.0.0.1:0".into(),
+            agents: BTreeMap::new(),
+            http,
+            server_config: Some(path),
         };
         c.start_server();
         c
@@ -82,6 +104,11 @@ impl Cluster {
             } else {
                 vec![]
             })
+            .args(
+                self.server_config
+                    .iter()
+                    .flat_map(|p| [std::ffi::OsStr::new("--config"), p.as_os_str()]),
+            )
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

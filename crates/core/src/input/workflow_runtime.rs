@@ -28,8 +28,8 @@ use super::cluster::at;
 use super::workflow::{ParsedWorkflow, parse_workflow};
 use super::{InputError, Source};
 use crate::input::workload::Command;
-use crate::policy::graph::BalancerKind;
 use crate::model::Resources;
+use crate::policy::graph::BalancerKind;
 use std::collections::BTreeMap;
 
 /// A task's runtime part, checked.
@@ -178,11 +178,23 @@ impl RuntimeWorkflow {
                 continue;
             }
             let (f, span, what) = if !nodes.iter().any(|n| n.cores >= r.cores) {
-                ("cores", spec.cores.as_ref().and_then(at), format!("{} cores", r.cores))
+                (
+                    "cores",
+                    spec.cores.as_ref().and_then(at),
+                    format!("{} cores", r.cores),
+                )
             } else if !nodes.iter().any(|n| n.gpus >= r.gpus) {
-                ("gpus", spec.gpus.as_ref().and_then(at), format!("{} GPUs", r.gpus))
+                (
+                    "gpus",
+                    spec.gpus.as_ref().and_then(at),
+                    format!("{} GPUs", r.gpus),
+                )
             } else {
-                ("memory", None, format!("{} bytes of memory", r.memory_bytes))
+                (
+                    "memory",
+                    None,
+                    format!("{} bytes of memory", r.memory_bytes),
+                )
             };
             let span = span.or_else(|| at(&spec.name));
             let most = |g: fn(&Resources) -> u64| nodes.iter().map(g).max().unwrap_or(0);

@@ -55,7 +55,6 @@ use crate::state::types::{
 };
 use crate::store::StoreError;
 use hetsched_core::input::workflow_runtime::{RuntimeWorkflow, parse_runtime_workflow};
-use hetsched_core::{NodeId, Resources};
 use hetsched_core::model::latency::LatencyMatrix;
 use hetsched_core::model::workflow::DependencyKind;
 use hetsched_core::policy::graph::centralised::Dispatcher;
@@ -63,9 +62,10 @@ use hetsched_core::policy::graph::clustering::{min_cluster_size, proximity_clust
 use hetsched_core::policy::graph::dag::InstanceGraph;
 use hetsched_core::policy::graph::pcddb::LaunchNode;
 use hetsched_core::policy::graph::{
-    AttrMask, BalancerKind, Body, ClusterId, GraphNode, InstanceId, LaunchEvent, Message,
-    Outgoing, Thresholds,
+    AttrMask, BalancerKind, Body, ClusterId, GraphNode, InstanceId, LaunchEvent, Message, Outgoing,
+    Thresholds,
 };
+use hetsched_core::{NodeId, Resources};
 use rusqlite::params;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use tracing::{info, warn};
@@ -559,7 +559,11 @@ impl Workflows {
     /// A node's attributes: those its agent declares, and `gpu` with accelerators.
     fn attributes_of(&self, cx: &Ctx, n: u32) -> Vec<String> {
         let mut a = self.node_attrs.get(&n).cloned().unwrap_or_default();
-        if cx.nodes.get(n).is_some_and(|r| !r.spec.accelerators.is_empty()) {
+        if cx
+            .nodes
+            .get(n)
+            .is_some_and(|r| !r.spec.accelerators.is_empty())
+        {
             a.push("gpu".into());
         }
         a
@@ -826,7 +830,8 @@ impl Workflows {
                 }
             }
         }
-        job.rerun.retain(|&f| job.insts[f as usize].st != St::Failed);
+        job.rerun
+            .retain(|&f| job.insts[f as usize].st != St::Failed);
         job.blocked
             .retain(|&f| job.insts[f as usize].st != St::Failed);
     }
