@@ -462,3 +462,50 @@ command = "echo ok > {output:o}"
         "{dot}"
     );
 }
+
+fn tls_file(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/tls")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn agents_exchange_workflow_data_and_pcddb_requests_over_tls() {
+    let mut c = Cluster::start_configured("wf-tls", false, SERVER_CONFIG);
+    // The agents' `[tls]` (the test certificate for 127.0.0.1) and the CA that verifies it.
+    let config = c.write(
+        "agent.toml",
+        &format!(
+            "ca = \"{}\"\n[tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+            tls_file("ca.pem"),
+            tls_file("server.pem"),
+            tls_file("server.key")
+        ),
+    );
+    let config = config.display().to_string();
+    for a in ["n1", "n2"] {
+        c.start_agent(a, 2, &["--config", &config]);
+    }
+    c.wait_for_nodes(2);
+    let log = c.dir.join("runs.log");
+    let file = c.write("wf.toml", &workflow("pcddb", &log, ""));
+    let job = submit(&c, &file);
+    let v = wait_done(&c, job, Duration::from_secs(60));
+    assert_eq!(v["state"], "completed", "{v}");
+    // `gather` reads all 24 `double` outputs, which both agents produced (one agent holds at
+    // most MT × cores = 20): inputs crossed between the agents, over TLS.
+    assert_eq!(final_outputs(&c, job), expected());
+    let tasks = c.tasks(job);
+    let on = |n: &str| tasks.iter().filter(|t| t["node"] == n).count();
+    assert!(on("n1") > 0 && on("n2") > 0, "both agents ran instances");
+    for a in ["n1", "n2"] {
+        let l = c.agent_log(a);
+        assert!(
+            l.contains("serving workflow data and PCDDB to other agents over TLS"),
+            "{a}: {l}"
+        );
+        assert!(!l.contains("input unavailable"), "{a}: {l}");
+    }
+}
