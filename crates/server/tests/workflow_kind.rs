@@ -23,7 +23,7 @@ use hetsched_server::convert::Wire;
 use hetsched_server::state::State;
 use hetsched_server::store::Store;
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!(
@@ -35,9 +35,9 @@ fn scratch(name: &str) -> PathBuf {
     d
 }
 
-fn open(dir: &PathBuf, workflow: WorkflowConfig) -> State {
+fn open(dir: &Path, workflow: WorkflowConfig) -> State {
     let config = ServerConfig {
-        data_dir: dir.clone(),
+        data_dir: dir.to_path_buf(),
         workflow: Some(workflow),
         ..Default::default()
     };

@@ -200,8 +200,6 @@ struct WfJob {
     booked: HashMap<u32, (u32, Resources, Vec<u32>)>,
     /// Required attribute mask of each task.
     masks: Vec<AttrMask>,
-    /// The clustering its launch node follows (`Workflows::cluster_gen`).
-    cluster_gen: u64,
     /// The members its dispatcher knows (centralised).
     members: Vec<GraphNode>,
     /// Messages from the launch node to a node, for its next heartbeat.
@@ -325,8 +323,6 @@ pub struct Workflows {
     rtt: BTreeMap<(u32, u32), u64>,
     /// Proximity clusters of the live nodes from those round trips (spec 05 §2): Sc1, Sc2, …
     clusters: Vec<Vec<u32>>,
-    /// Bumped whenever `clusters` is computed again.
-    cluster_gen: u64,
     /// The live nodes `clusters` was computed over.
     clustered: Vec<u32>,
     /// `[workflow] cluster_size`: the minimum cluster size m (None: ⌊0.3·N⌋).
@@ -375,7 +371,6 @@ impl Workflows {
             epoch: cx.now,
             rtt: BTreeMap::new(),
             clusters: Vec::new(),
-            cluster_gen: 1,
             clustered: Vec::new(),
             cluster_size,
             node_attrs: BTreeMap::new(),
@@ -673,7 +668,6 @@ impl Workflows {
             blocked: Vec::new(),
             booked: HashMap::new(),
             masks,
-            cluster_gen: self.cluster_gen,
             members,
             to_node: HashMap::new(),
             sent: 0,
@@ -934,7 +928,6 @@ impl Workflows {
             .filter(|&n| Self::alive(cx, n))
             .collect();
         self.clustered = live.clone();
-        self.cluster_gen += 1;
         let names: Vec<String> = live.iter().map(|&n| cx.nodes.name(n).to_string()).collect();
         let n = live.len();
         let mut lat = LatencyMatrix::uniform(n, UNMEASURED);
@@ -961,7 +954,6 @@ impl Workflows {
         for job in self.jobs.values_mut() {
             if let Machine::Pcddb(l) = &mut job.machine {
                 l.set_clusters(&table);
-                job.cluster_gen = self.cluster_gen;
             }
         }
     }
