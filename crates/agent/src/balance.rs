@@ -368,3 +368,78 @@ async fn probe(address: &str, auth: &PeerAuth) -> Option<u64> {
     }
     Some(best)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hetsched_core::policy::graph::{AllocationRequest, Wanted};
+
+    fn job(clusters: Vec<u32>, attributes: u64) -> pb::PcddbJob {
+        pb::PcddbJob {
+            job_id: 7,
+            lt: 2,
+            mt: 3,
+            launch: 99,
+            task_base: 1000,
+            epoch: 1,
+            clusters,
+            attributes,
+            ..Default::default()
+        }
+    }
+
+    fn request(cluster: u32, requires: u64) -> pb::BalanceMessage {
+        let r = AllocationRequest {
+            cluster: ClusterId(cluster),
+            launch: NodeId(99),
+            sent_at: 0,
+            instances: [Wanted {
+                instance: InstanceId(0),
+                requires,
+            }]
+            .into(),
+            table: vec![NodeId(1)],
+        };
+        pb::BalanceMessage {
+            job_id: 7,
+            message_json: serde_json::to_string(&Message {
+                from: NodeId(99),
+                to: NodeId(1),
+                body: Body::Request(r),
+            })
+            .unwrap_or_default(),
+            peers: Default::default(),
+        }
+    }
+
+    fn kinds(b: &mut Balancer) -> Vec<&'static str> {
+        b.take_outbox()
+            .iter()
+            .filter_map(|m| serde_json::from_str::<Message>(&m.message_json).ok())
+            .map(|m| m.body.kind())
+            .collect()
+    }
+
+    #[test]
+    fn the_machine_follows_the_servers_clusters_and_attribute_mask() {
+        let mut b = Balancer::default();
+        b.sync(1, 2, &[job(vec![0, 1], 0)]);
+        assert_eq!(b.clusters(7), Some(vec![ClusterId(0), ClusterId(1)]));
+        // Idle: the self-check reports to the launch node once per cluster.
+        assert!(b.self_check(0).is_empty());
+        assert_eq!(kinds(&mut b), ["status", "status"]);
+        // The clusters change: the node is in Sc2 only; a request of Sc1 goes home.
+        b.sync(1, 2, &[job(vec![1], 0)]);
+        assert_eq!(b.clusters(7), Some(vec![ClusterId(1)]));
+        b.deliver(request(0, 0), 0, false);
+        assert_eq!(kinds(&mut b), ["return"]);
+        // A request of its cluster for an instance requiring bit 1: refused without the bit,
+        // taken with it.
+        b.deliver(request(1, 2), 0, false);
+        assert_eq!(kinds(&mut b), ["return"]);
+        b.sync(1, 2, &[job(vec![1], 2)]);
+        b.deliver(request(1, 2), 0, false);
+        assert_eq!(kinds(&mut b), ["reply"]);
+        assert_eq!(b.held(), 1);
+    }
+}
