@@ -472,25 +472,29 @@ fn tls_file(name: &str) -> String {
 }
 
 #[test]
-fn agents_exchange_workflow_data_and_pcddb_requests_over_tls() {
+fn agents_exchange_workflow_data_and_pcddb_requests_over_tls_and_requirements_pick_the_agent() {
     let mut c = Cluster::start_configured("wf-tls", false, SERVER_CONFIG);
-    // The agents' `[tls]` (the test certificate for 127.0.0.1) and the CA that verifies it.
-    let config = c.write(
-        "agent.toml",
-        &format!(
-            "ca = \"{}\"\n[tls]\ncert = \"{}\"\nkey = \"{}\"\n",
-            tls_file("ca.pem"),
-            tls_file("server.pem"),
-            tls_file("server.key")
-        ),
-    );
-    let config = config.display().to_string();
-    for a in ["n1", "n2"] {
-        c.start_agent(a, 2, &["--config", &config]);
+    // The agents' `[tls]` (the test certificate for 127.0.0.1) and the CA that verifies it; n1
+    // also declares the attribute `bigmem`.
+    for (a, attributes) in [("n1", "attributes = [\"bigmem\"]\n"), ("n2", "")] {
+        let config = c.write(
+            &format!("{a}.toml"),
+            &format!(
+                "{attributes}ca = \"{}\"\n[tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+                tls_file("ca.pem"),
+                tls_file("server.pem"),
+                tls_file("server.key")
+            ),
+        );
+        c.start_agent(a, 2, &["--config", &config.display().to_string()]);
     }
     c.wait_for_nodes(2);
     let log = c.dir.join("runs.log");
-    let file = c.write("wf.toml", &workflow("pcddb", &log, ""));
+    // Plus a task only an agent with `bigmem` may run (matched by the PCDDB machines).
+    let text = workflow("pcddb", &log, "")
+        + "\n[[task]]\nname = \"pinned\"\ninstances = 3\ncost = \"1s\"\n\
+           requires = [\"bigmem\"]\noutputs = [\"p\"]\ncommand = \"echo > {output:p}\"\n";
+    let file = c.write("wf.toml", &text);
     let job = submit(&c, &file);
     let v = wait_done(&c, job, Duration::from_secs(60));
     assert_eq!(v["state"], "completed", "{v}");
@@ -500,6 +504,12 @@ fn agents_exchange_workflow_data_and_pcddb_requests_over_tls() {
     let tasks = c.tasks(job);
     let on = |n: &str| tasks.iter().filter(|t| t["node"] == n).count();
     assert!(on("n1") > 0 && on("n2") > 0, "both agents ran instances");
+    let pinned: Vec<&serde_json::Value> = tasks.iter().filter(|t| t["app"] == "pinned").collect();
+    assert_eq!(pinned.len(), 3);
+    assert!(
+        pinned.iter().all(|t| t["node"] == "n1"),
+        "`requires = [\"bigmem\"]` runs only on n1: {pinned:?}"
+    );
     for a in ["n1", "n2"] {
         let l = c.agent_log(a);
         assert!(
