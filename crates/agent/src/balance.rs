@@ -14,6 +14,7 @@
 //! Messages to the launch node (the server) ride the next heartbeat ([`Balancer::take_outbox`]).
 //! Counters of messages sent and received go with every heartbeat (`hetsched nodes`).
 
+use crate::dataflow::PeerAuth;
 use hetsched_core::NodeId;
 use hetsched_core::policy::graph::pcddb::PcddbNode;
 use hetsched_core::policy::graph::{
@@ -64,7 +65,9 @@ pub struct Balancer {
 pub type Handle = Arc<Mutex<Balancer>>;
 
 impl Balancer {
-    /// Keeps one machine per workflow in `jobs` (new ones start empty; others are dropped).
+    /// Keeps one machine per workflow in `jobs` (new ones start empty; others are dropped), each
+    /// a member of the proximity clusters the server computed for this node (spec 05 §2) and
+    /// with the attribute mask requests are matched against.
     pub fn sync(&mut self, me: u32, cores: u32, jobs: &[pb::PcddbJob]) {
         self.me = Some(me);
         self.jobs
@@ -75,15 +78,17 @@ impl Balancer {
             if self.jobs.get(&j.job_id).is_some_and(|m| m.epoch != j.epoch) {
                 self.jobs.remove(&j.job_id);
             }
+            let memberships: Vec<(ClusterId, NodeId)> =
+                j.clusters.iter().map(|&c| (ClusterId(c), launch)).collect();
             let m = self.jobs.entry(j.job_id).or_insert_with(|| JobMachine {
                 node: PcddbNode::new(
                     GraphNode {
                         id: NodeId(me),
                         cores: cores.max(1),
-                        attributes: 0,
+                        attributes: j.attributes,
                     },
                     Thresholds { lt: j.lt, mt: j.mt },
-                    vec![(ClusterId(0), launch)],
+                    memberships.clone(),
                 ),
                 launch,
                 epoch: j.epoch,
@@ -92,7 +97,16 @@ impl Balancer {
                 cores: HashMap::new(),
             });
             m.peers = j.peers.clone().into_iter().collect();
+            if m.node.clusters() != j.clusters.iter().map(|&c| ClusterId(c)).collect::<Vec<_>>() {
+                m.node.set_memberships(memberships);
+            }
+            m.node.set_attributes(j.attributes);
         }
+    }
+
+    /// The clusters this node's machines are in (for tests and logs).
+    pub fn clusters(&self, job: u64) -> Option<Vec<ClusterId>> {
+        self.jobs.get(&job).map(|m| m.node.clusters())
     }
 
     /// Forgets every machine (the server was unreachable: it may have restarted with fresh
@@ -249,11 +263,16 @@ impl Balancer {
 
 /// Sends `forwards` to their agents (each on its own task); one that fails returns to the
 /// launch node. `wake` is called when something waits for the next heartbeat.
-pub fn send(handle: &Handle, token: &str, forwards: Vec<Forward>, wake: Arc<tokio::sync::Notify>) {
+pub fn send(
+    handle: &Handle,
+    auth: &PeerAuth,
+    forwards: Vec<Forward>,
+    wake: Arc<tokio::sync::Notify>,
+) {
     for f in forwards {
-        let (handle, token, wake) = (handle.clone(), token.to_string(), wake.clone());
+        let (handle, auth, wake) = (handle.clone(), auth.clone(), wake.clone());
         tokio::spawn(async move {
-            let ok = deliver_to(&f.address, &token, f.message.clone()).await;
+            let ok = deliver_to(&f.address, &auth, f.message.clone()).await;
             if let Err(e) = ok {
                 tracing::warn!(to = %f.address, "PCDDB request not delivered ({e}): back to the launch node");
                 let job = f.message.job_id;
@@ -267,14 +286,11 @@ pub fn send(handle: &Handle, token: &str, forwards: Vec<Forward>, wake: Arc<toki
     }
 }
 
-async fn deliver_to(address: &str, token: &str, m: pb::BalanceMessage) -> Result<(), String> {
-    if address.is_empty() {
-        return Err("no address for the next node".into());
-    }
-    let ep = pb::endpoint(&format!("http://{address}"), None).map_err(|e| e.to_string())?;
-    let ch = ep.connect().await.map_err(|e| e.to_string())?;
-    let icpt = pb::TokenInterceptor::new(token).map_err(|e| e.to_string())?;
-    let mut c = pb::agent_data_client::AgentDataClient::with_interceptor(ch, icpt);
+async fn deliver_to(address: &str, auth: &PeerAuth, m: pb::BalanceMessage) -> Result<(), String> {
+    let mut c = auth
+        .connect(address)
+        .await
+        .map_err(|e| format!("the next node: {e}"))?;
     tokio::time::timeout(Duration::from_secs(5), c.deliver(m))
         .await
         .map_err(|_| "timed out".to_string())?
@@ -285,7 +301,7 @@ async fn deliver_to(address: &str, token: &str, m: pb::BalanceMessage) -> Result
 /// Runs the self-checks until the task is aborted.
 pub fn spawn_checks(
     handle: Handle,
-    token: String,
+    auth: PeerAuth,
     wake: Arc<tokio::sync::Notify>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -296,7 +312,7 @@ pub fn spawn_checks(
                 let f = b.self_check(crate::launch::now_ns());
                 (f, b.has_outbox())
             };
-            send(&handle, &token, fwd, wake.clone());
+            send(&handle, &auth, fwd, wake.clone());
             if pending {
                 wake.notify_one();
             }
@@ -309,7 +325,7 @@ pub fn spawn_checks(
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Runs the round-trip probes until the task is aborted.
-pub fn spawn_probes(handle: Handle, token: String) -> tokio::task::JoinHandle<()> {
+pub fn spawn_probes(handle: Handle, auth: PeerAuth) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(PROBE_INTERVAL).await;
@@ -324,7 +340,7 @@ pub fn spawn_probes(handle: Handle, token: String) -> tokio::task::JoinHandle<()
                     .collect()
             };
             for (id, address) in peers {
-                if let Some(rtt) = probe(&address, &token).await {
+                if let Some(rtt) = probe(&address, &auth).await {
                     handle
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
@@ -336,14 +352,11 @@ pub fn spawn_probes(handle: Handle, token: String) -> tokio::task::JoinHandle<()
     })
 }
 
-async fn probe(address: &str, token: &str) -> Option<u64> {
-    let ep = pb::endpoint(&format!("http://{address}"), None).ok()?;
-    let ch = tokio::time::timeout(Duration::from_secs(2), ep.connect())
+async fn probe(address: &str, auth: &PeerAuth) -> Option<u64> {
+    let mut c = tokio::time::timeout(Duration::from_secs(2), auth.connect(address))
         .await
         .ok()?
         .ok()?;
-    let icpt = pb::TokenInterceptor::new(token).ok()?;
-    let mut c = pb::agent_data_client::AgentDataClient::with_interceptor(ch, icpt);
     let mut best = u64::MAX;
     for _ in 0..3 {
         let t = std::time::Instant::now();
@@ -354,4 +367,79 @@ async fn probe(address: &str, token: &str) -> Option<u64> {
         best = best.min(t.elapsed().as_nanos() as u64);
     }
     Some(best)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hetsched_core::policy::graph::{AllocationRequest, Wanted};
+
+    fn job(clusters: Vec<u32>, attributes: u64) -> pb::PcddbJob {
+        pb::PcddbJob {
+            job_id: 7,
+            lt: 2,
+            mt: 3,
+            launch: 99,
+            task_base: 1000,
+            epoch: 1,
+            clusters,
+            attributes,
+            ..Default::default()
+        }
+    }
+
+    fn request(cluster: u32, requires: u64) -> pb::BalanceMessage {
+        let r = AllocationRequest {
+            cluster: ClusterId(cluster),
+            launch: NodeId(99),
+            sent_at: 0,
+            instances: [Wanted {
+                instance: InstanceId(0),
+                requires,
+            }]
+            .into(),
+            table: vec![NodeId(1)],
+        };
+        pb::BalanceMessage {
+            job_id: 7,
+            message_json: serde_json::to_string(&Message {
+                from: NodeId(99),
+                to: NodeId(1),
+                body: Body::Request(r),
+            })
+            .unwrap_or_default(),
+            peers: Default::default(),
+        }
+    }
+
+    fn kinds(b: &mut Balancer) -> Vec<&'static str> {
+        b.take_outbox()
+            .iter()
+            .filter_map(|m| serde_json::from_str::<Message>(&m.message_json).ok())
+            .map(|m| m.body.kind())
+            .collect()
+    }
+
+    #[test]
+    fn the_machine_follows_the_servers_clusters_and_attribute_mask() {
+        let mut b = Balancer::default();
+        b.sync(1, 2, &[job(vec![0, 1], 0)]);
+        assert_eq!(b.clusters(7), Some(vec![ClusterId(0), ClusterId(1)]));
+        // Idle: the self-check reports to the launch node once per cluster.
+        assert!(b.self_check(0).is_empty());
+        assert_eq!(kinds(&mut b), ["status", "status"]);
+        // The clusters change: the node is in Sc2 only; a request of Sc1 goes home.
+        b.sync(1, 2, &[job(vec![1], 0)]);
+        assert_eq!(b.clusters(7), Some(vec![ClusterId(1)]));
+        b.deliver(request(0, 0), 0, false);
+        assert_eq!(kinds(&mut b), ["return"]);
+        // A request of its cluster for an instance requiring bit 1: refused without the bit,
+        // taken with it.
+        b.deliver(request(1, 2), 0, false);
+        assert_eq!(kinds(&mut b), ["return"]);
+        b.sync(1, 2, &[job(vec![1], 2)]);
+        b.deliver(request(1, 2), 0, false);
+        assert_eq!(kinds(&mut b), ["reply"]);
+        assert_eq!(b.held(), 1);
+    }
 }

@@ -15,6 +15,10 @@
 //! rack = "r1"                       # binding stays within a rack (default: "default")
 //! accel_listen = "0.0.0.0:0"        # the accelerator service of a node with GPUs
 //! advertise = "10.0.0.7:7431"       # where other agents reach this one (workflow data, PCDDB)
+//! attributes = ["fpga", "bigmem"]   # what workflow tasks may `require` (`gpu` comes with GPUs)
+//! [tls]                             # optional: workflow data and PCDDB between agents over TLS
+//! cert = "agent.pem"                # (peers verify it with their `ca`; same as the server's)
+//! key = "agent.key"
 //! [[accelerator]]                   # declared GPUs replace detected ones
 //! kind = "a100"
 //! count = 4
@@ -56,11 +60,27 @@ pub struct AgentConfig {
     pub rack: Option<String>,
     /// Where a node with accelerators serves its accelerator service (spec 01's AcCt).
     pub accel_listen: Option<std::net::SocketAddr>,
-    /// Where other agents reach this agent (`host:port` of its log listener; issue 13).
+    /// Where other agents reach this agent (`host:port` of its log listener, or of its TLS
+    /// data listener with `[tls]`; issue 13).
     pub advertise: Option<String>,
+    /// Attributes workflow tasks may `require` (spec 05 §1; `gpu` is added for a node with
+    /// accelerators).
+    pub attributes: Vec<String>,
+    /// TLS between agents (workflow data, PCDDB): the same options as the server's `[tls]`.
+    pub tls: Option<TlsFiles>,
     /// Declared accelerators (replace detected ones).
     #[serde(default)]
     pub accelerator: Vec<AcceleratorSpec>,
+}
+
+/// `[tls]`: the certificate and key (PEM files) of the agent's data listener.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    /// Certificate chain.
+    pub cert: PathBuf,
+    /// Private key.
+    pub key: PathBuf,
 }
 
 impl AgentConfig {

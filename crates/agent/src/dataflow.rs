@@ -5,8 +5,12 @@
 //! (`WORK_DIR/wf/JOB/TASK-I/in/NAME/K`), then fills the command's `{input:NAME}`,
 //! `{output:NAME}` and `{index}` placeholders (the core's [`expand`]).
 //!
-//! The service also takes PCDDB messages from other agents ([`crate::balance`]). It is served
-//! on the agent's log listener, whose address the agent announces (`advertise`).
+//! The service also takes PCDDB messages from other agents ([`crate::balance`]) and answers
+//! their round-trip probes. It is served on the agent's log listener, whose address the agent
+//! announces (`advertise`) — or, when the agent configuration has a `[tls]` section (`cert`,
+//! `key`: the same options as the server's), over TLS on a listener of its own
+//! ([`DataListener`]), announced as `https://HOST:PORT`; other agents then verify its certificate
+//! with their `ca`. Every call carries the agent token either way.
 
 use crate::balance;
 use hetsched_core::input::workflow_runtime::expand;
@@ -27,6 +31,109 @@ pub const INPUT_UNAVAILABLE: &str = "input unavailable: node ";
 /// Bytes per streamed chunk.
 pub const CHUNK: usize = 256 << 10;
 
+/// An agent's workflow settings (issue 13).
+#[derive(Clone, Debug, Default)]
+pub struct DataOptions {
+    /// Attributes workflow tasks may `require` (`attributes = [...]` in the configuration).
+    pub attributes: Vec<String>,
+    /// (certificate, key) in PEM: serve `AgentData` over TLS on its own listener.
+    pub tls: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// What a call to another agent carries: the agent token, and the CA that signed the other
+/// agents' certificates (for `https://` peers).
+#[derive(Clone, Debug, Default)]
+pub struct PeerAuth {
+    /// The agent token.
+    pub token: String,
+    /// CA certificate (PEM), the agent's `ca`.
+    pub ca: Option<Vec<u8>>,
+}
+
+impl PeerAuth {
+    /// A client of the `AgentData` service at `address` (`host:port`, or `https://host:port`
+    /// for a TLS peer), with the token.
+    pub async fn connect(
+        &self,
+        address: &str,
+    ) -> Result<
+        pb::agent_data_client::AgentDataClient<
+            tonic::service::interceptor::InterceptedService<
+                tonic::transport::Channel,
+                pb::TokenInterceptor,
+            >,
+        >,
+        String,
+    > {
+        if address.is_empty() {
+            return Err("no known address".into());
+        }
+        let (url, ca) = if address.starts_with("https://") {
+            let Some(ca) = self.ca.as_deref() else {
+                return Err(format!(
+                    "{address} speaks TLS but this agent has no CA certificate (`ca`)"
+                ));
+            };
+            (address.to_string(), Some(ca))
+        } else {
+            (format!("http://{address}"), None)
+        };
+        let ep = pb::endpoint(&url, ca).map_err(|e| e.to_string())?;
+        let ch = ep.connect().await.map_err(|e| e.to_string())?;
+        let icpt = pb::TokenInterceptor::new(&self.token).map_err(|e| e.to_string())?;
+        Ok(pb::agent_data_client::AgentDataClient::with_interceptor(
+            ch, icpt,
+        ))
+    }
+}
+
+/// `AgentData` over TLS on a listener of its own.
+pub struct DataListener {
+    /// The bound address.
+    pub addr: std::net::SocketAddr,
+    join: tokio::task::JoinHandle<()>,
+}
+
+impl DataListener {
+    /// Binds `at` and serves `service` over TLS with (certificate, key) to callers holding
+    /// `token`.
+    pub async fn bind(
+        at: std::net::SocketAddr,
+        service: DataService,
+        token: &str,
+        tls: (Vec<u8>, Vec<u8>),
+    ) -> Result<Self, String> {
+        let listener = tokio::net::TcpListener::bind(at)
+            .await
+            .map_err(|e| format!("{at}: {e}"))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let svc = pb::agent_data_server::AgentDataServer::with_interceptor(
+            service,
+            crate::logs::check_token(token),
+        );
+        let builder = tonic::transport::Server::builder()
+            .tls_config(
+                tonic::transport::ServerTlsConfig::new()
+                    .identity(tonic::transport::Identity::from_pem(tls.0, tls.1)),
+            )
+            .map_err(|e| format!("TLS: {e}"))?;
+        let mut builder = builder;
+        let join = tokio::spawn(async move {
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            if let Err(e) = builder.add_service(svc).serve_with_incoming(incoming).await {
+                tracing::error!("agent data listener: {e}");
+            }
+        });
+        tracing::info!(%addr, "serving workflow data and PCDDB to other agents over TLS");
+        Ok(Self { addr, join })
+    }
+
+    /// Stops serving.
+    pub fn stop(self) {
+        self.join.abort();
+    }
+}
+
 /// Whether `rel` is a plain relative path (no `..`, no root) under `wf/`.
 fn safe_rel(rel: &str) -> bool {
     let p = Path::new(rel);
@@ -39,8 +146,8 @@ pub struct DataService {
     pub work_dir: PathBuf,
     /// Its PCDDB machines.
     pub balance: balance::Handle,
-    /// The agent token (to pass requests on).
-    pub token: String,
+    /// The token and CA for calls to other agents (to pass requests on).
+    pub auth: PeerAuth,
     /// Woken when a message waits for the next heartbeat.
     pub wake: std::sync::Arc<tokio::sync::Notify>,
 }
@@ -101,7 +208,7 @@ impl AgentData for DataService {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .deliver(req.into_inner(), crate::launch::now_ns(), true);
-        balance::send(&self.balance, &self.token, fwd, self.wake.clone());
+        balance::send(&self.balance, &self.auth, fwd, self.wake.clone());
         self.wake.notify_one();
         Ok(Response::new(pb::BalanceAck {}))
     }
@@ -115,14 +222,11 @@ impl AgentData for DataService {
 }
 
 /// Fetches one file from another agent into `to`.
-async fn fetch(address: &str, token: &str, rel: &str, to: &Path) -> Result<u64, String> {
-    if address.is_empty() {
-        return Err("the producer's agent has no known address".into());
-    }
-    let ep = pb::endpoint(&format!("http://{address}"), None).map_err(|e| e.to_string())?;
-    let ch = ep.connect().await.map_err(|e| e.to_string())?;
-    let icpt = pb::TokenInterceptor::new(token).map_err(|e| e.to_string())?;
-    let mut c = pb::agent_data_client::AgentDataClient::with_interceptor(ch, icpt);
+async fn fetch(address: &str, auth: &PeerAuth, rel: &str, to: &Path) -> Result<u64, String> {
+    let mut c = auth
+        .connect(address)
+        .await
+        .map_err(|e| format!("the producer's agent: {e}"))?;
     let mut stream = c
         .fetch(pb::FetchRequest {
             path: rel.to_string(),
@@ -154,7 +258,7 @@ pub async fn prepare(
     a: &pb::Assignment,
     spec: &pb::TaskSpec,
     work_dir: &Path,
-    token: &str,
+    auth: &PeerAuth,
 ) -> Result<pb::TaskSpec, String> {
     let rel = format!("wf/{}", a.instance_dir);
     if !safe_rel(&rel) {
@@ -175,7 +279,7 @@ pub async fn prepare(
             .await
             .map_err(|e| format!("{}: {e}", into.display()))?;
         let to = into.join(k.to_string());
-        fetch(&input.address, token, &input.path, &to)
+        fetch(&input.address, auth, &input.path, &to)
             .await
             .map_err(|e| {
                 format!(

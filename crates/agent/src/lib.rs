@@ -117,6 +117,8 @@ pub struct AgentOptions {
     /// Where other agents reach this one (`host:port` of the log listener, which also serves
     /// workflow data); None = the address the server sees with the listener's port.
     pub advertise: Option<String>,
+    /// Workflow settings: attributes, TLS between agents (issue 13).
+    pub data: dataflow::DataOptions,
 }
 
 struct RunningTask {
@@ -185,24 +187,58 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
         );
     }
     let balance: balance::Handle = Arc::default();
-    let logs = match opts.log_listen {
-        Some(at) => Some(
-            logs::LogListener::bind_tls(
+    let auth = dataflow::PeerAuth {
+        token: opts.token.clone(),
+        ca: opts.ca_pem.clone(),
+    };
+    let data_service = dataflow::DataService {
+        work_dir: opts.work_dir.clone(),
+        balance: balance.clone(),
+        auth: auth.clone(),
+        wake: notify.clone(),
+    };
+    // Workflow data and PCDDB between agents: on the (plain) log listener, or over TLS on a
+    // listener of their own — with the configuration's `[tls]`, else with the log listener's
+    // certificate (`--log-cert`), so a TLS agent never serves its peers in clear.
+    let (logs, data_listener) = match opts.log_listen {
+        Some(at) => {
+            let (plain, tls) = match opts.data.tls.clone().or_else(|| opts.log_tls.clone()) {
+                None => (Some(data_service), None),
+                Some(tls) => (None, Some((data_service, tls))),
+            };
+            let logs = logs::LogListener::bind_tls(
                 at,
                 &opts.work_dir,
                 &opts.token,
                 opts.log_tls.clone(),
-                Some(dataflow::DataService {
-                    work_dir: opts.work_dir.clone(),
-                    balance: balance.clone(),
-                    token: opts.token.clone(),
-                    wake: notify.clone(),
-                }),
+                plain,
             )
-            .await
-            .map_err(|e| AgentError::Config(format!("log listener on {at}: {e}")))?,
-        ),
-        None => None,
+                .await
+                .map_err(|e| AgentError::Config(format!("log listener on {at}: {e}")))?;
+            let data = match tls {
+                Some((svc, tls)) => Some(
+                    dataflow::DataListener::bind(
+                        std::net::SocketAddr::new(at.ip(), 0),
+                        svc,
+                        &opts.token,
+                        tls,
+                    )
+                    .await
+                    .map_err(|e| AgentError::Config(format!("agent data listener: {e}")))?,
+                ),
+                None => None,
+            };
+            (Some(logs), data)
+        }
+        None => (None, None),
+    };
+    let data_port = data_listener
+        .as_ref()
+        .map_or(0, |l| u32::from(l.addr.port()));
+    let advertise = match (&opts.advertise, data_port) {
+        (Some(a), p) if p != 0 => format!("https://{a}"),
+        (Some(a), _) => a.clone(),
+        (None, _) => String::new(),
     };
     let log_port = logs.as_ref().map_or(0, |l| u32::from(l.addr.port()));
     if let Some(l) = &logs {
@@ -236,10 +272,10 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
         work_dir: work_dir_shown.clone(),
         accel_port,
         accel_tls,
-        advertise: opts.advertise.clone().unwrap_or_default(),
+        advertise: advertise.clone(),
     };
-    let checks = balance::spawn_checks(balance.clone(), opts.token.clone(), notify.clone());
-    let probes = balance::spawn_probes(balance.clone(), opts.token.clone());
+    let checks = balance::spawn_checks(balance.clone(), auth.clone(), notify.clone());
+    let probes = balance::spawn_probes(balance.clone(), auth.clone());
     let mut node_id: Option<u32> = None;
     let mut interval = Duration::from_millis(500);
     let mut backoff = Duration::from_millis(50);
@@ -320,7 +356,9 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     accel_port,
                     accel_tls,
                     rack: opts.accel.rack.clone(),
-                    advertise: opts.advertise.clone().unwrap_or_default(),
+                    advertise: advertise.clone(),
+                    attributes: opts.data.attributes.clone(),
+                    data_port,
                     balance: bal.take_outbox(),
                     balance_sent: bal.sent,
                     balance_received: bal.received,
@@ -355,7 +393,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     }
                     fwd
                 };
-                balance::send(&balance, &opts.token, fwd, notify.clone());
+                balance::send(&balance, &auth, fwd, notify.clone());
             }
             let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
             more = reply.more;
@@ -438,7 +476,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                 }
                 let route = accel::route(&spec, &opts, pipeline.as_ref(), sh.binding.as_ref());
                 let (shared, notify, opts) = (shared.clone(), notify.clone(), opts.clone());
-                let bal = balance.clone();
+                let (bal, auth) = (balance.clone(), auth.clone());
                 tokio::spawn(async move {
                     let pid_shared = shared.clone();
                     let (task, attempt) = (a.task_id, a.attempt);
@@ -460,7 +498,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     let spec = if a.instance_dir.is_empty() {
                         Ok(spec)
                     } else {
-                        dataflow::prepare(&a, &spec, &opts.work_dir, &opts.token)
+                        dataflow::prepare(&a, &spec, &opts.work_dir, &auth)
                             .await
                             .map(Arc::new)
                     };
@@ -609,6 +647,9 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
     probes.abort();
     if let Some(l) = logs {
         l.stop().await;
+    }
+    if let Some(l) = data_listener {
+        l.stop();
     }
     if let Some(l) = accel_listener {
         l.stop().await;

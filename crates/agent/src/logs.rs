@@ -111,7 +111,12 @@ impl AgentLogs for LogService {
 
 /// Admits calls carrying `authorization: Bearer <agent token>` only.
 #[derive(Clone)]
-struct CheckToken(std::sync::Arc<str>);
+pub struct CheckToken(std::sync::Arc<str>);
+
+/// The interceptor admitting calls that carry `token`.
+pub fn check_token(token: &str) -> CheckToken {
+    CheckToken(pb::bearer(token).into())
+}
 
 impl tonic::service::Interceptor for CheckToken {
     fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {

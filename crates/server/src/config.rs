@@ -21,6 +21,7 @@
 //! balancer = "centralised"     # or "pcddb"
 //! lt = 2
 //! mt = 10
+//! cluster_size = 3             # minimum proximity-cluster size (default ⌊0.3·agents⌋)
 //! [tls]                        # optional; PEM files
 //! cert = "server.pem"
 //! key = "server.key"
@@ -96,6 +97,9 @@ pub struct WorkflowConfig {
     pub lt: Option<u32>,
     /// PCDDB upper threshold, instances per core (default 10).
     pub mt: Option<u32>,
+    /// Minimum proximity-cluster size m (spec 05 §2; default ⌊0.3·N⌋ of the N live agents, at
+    /// least 1 — which makes every node a cluster of its own below 7 agents).
+    pub cluster_size: Option<u32>,
 }
 
 /// When finished jobs are purged on their own (see `docs/runtime.md`, Retention).

@@ -82,6 +82,7 @@ impl From<pb::HeartbeatRequest> for HeartbeatReport {
             balance_received: r.balance_received,
             balance_held: r.balance_held,
             rtt_ns: r.rtt_ns.into_iter().collect(),
+            attributes: r.attributes,
         }
     }
 }
@@ -194,6 +195,8 @@ fn pcddb_job(j: &crate::state::types::PcddbJob) -> pb::PcddbJob {
         task_base: j.task_base,
         epoch: j.epoch,
         peers: j.peers.iter().map(|(k, v)| (*k, v.clone())).collect(),
+        clusters: j.clusters.clone(),
+        attributes: j.attributes,
     }
 }
 

@@ -171,12 +171,16 @@ impl Agent for AgentService {
         let ip = req.remote_addr().map(|a| a.ip());
         let mut r = req.into_inner();
         // Where other agents reach this one (issue 13): its `advertise`, else the address it
-        // calls from with its listener's port.
+        // calls from with its listener's port (its TLS data listener's, as https://, if any).
         if r.advertise.is_empty()
-            && r.log_port != 0
             && let Some(ip) = ip
         {
-            r.advertise = std::net::SocketAddr::new(ip, r.log_port as u16).to_string();
+            if r.data_port != 0 {
+                let at = std::net::SocketAddr::new(ip, r.data_port as u16);
+                r.advertise = format!("https://{at}");
+            } else if r.log_port != 0 {
+                r.advertise = std::net::SocketAddr::new(ip, r.log_port as u16).to_string();
+            }
         }
         let (id, port, work_dir) = (r.node_id, r.log_port, r.work_dir.clone());
         let reply = with_state(&self.0, &self.3, Run::Inline, move |s| {

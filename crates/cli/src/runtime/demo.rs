@@ -6,7 +6,8 @@
 //! the two CPU nodes are bound to it, so GPU tasks placed on them are offloaded to it (spec 01).
 //! Prints where each task was placed and ran, and the makespan. Then a divisible job: rows of a
 //! matrix product planned by UMRLM from the agents' measured speeds, its gathered output checked
-//! against the product computed in one piece.
+//! against the product computed in one piece. Then a small workflow (split → square → sum)
+//! balanced agent to agent by PCDDB, its sum checked ([`super::demo_workflow`]).
 
 use super::Output;
 use super::client::{connect_with, print_tasks, wait_on};
@@ -95,6 +96,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         policy: args.policy,
         heartbeat_interval: hetsched_core::input::Duration(100_000_000),
         dead_timeout: hetsched_core::input::Duration(5_000_000_000),
+        workflow: Some(super::demo_workflow::server_config()),
         ..Default::default()
     };
     let server = hetsched_server::start(config).await?;
@@ -139,6 +141,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
                 tls: None,
             },
             advertise: None,
+            data: Default::default(),
         };
         println!(
             "agent {name}: 1 core{}",
@@ -243,6 +246,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         job.finished_ns.saturating_sub(job.submitted_ns) as f64 / 1e9
     );
     let divisible = super::divisible::demo(&mut api, &url, &server.token, &exe, &dir).await;
+    let workflow = super::demo_workflow::demo(&mut api, &dir).await;
     for tx in stops {
         let _ = tx.send(());
     }
@@ -255,7 +259,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     } else {
         let _ = std::fs::remove_dir_all(&dir);
     }
-    waited.and(divisible)
+    waited.and(divisible).and(workflow)
 }
 
 /// A learned mean for the demo's summary: `–` for a variant the application does not have.

@@ -6,6 +6,7 @@ mod accel_cli;
 mod bench;
 mod client;
 mod demo;
+mod demo_workflow;
 mod divisible;
 pub mod human;
 mod kernel;

@@ -248,7 +248,8 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
         .unwrap_or_else(|| PathBuf::from("hetsched-data/agent-token"));
     let token = read_token(&token_file)?;
     let ca = a.ca.clone().or(config.ca.clone());
-    check_tls(&server, ca.is_some())?;
+    // With `[tls]` the CA also verifies the other agents' data listeners.
+    check_tls(&server, ca.is_some() && config.tls.is_none())?;
     let ca_pem = match ca {
         Some(p) => Some(std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?),
         None => None,
@@ -325,6 +326,7 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
         processes: Default::default(),
         accel: super::accel_cli::agent_accel_options(a, &config)?,
         advertise: config.advertise.clone(),
+        data: super::workflow::agent_data_options(&config)?,
     })
 }
 

@@ -106,3 +106,27 @@ pub async fn graph(args: &super::ClientArgs, id: u64) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// The agent's workflow settings from its configuration: `attributes`, and `[tls]` (the
+/// certificate and key files are read now, so a missing file stops the agent at start).
+pub fn agent_data_options(
+    config: &hetsched_agent::config::AgentConfig,
+) -> anyhow::Result<hetsched_agent::dataflow::DataOptions> {
+    use anyhow::Context;
+    for a in &config.attributes {
+        if a.trim().is_empty() || a.contains(char::is_whitespace) {
+            anyhow::bail!("attributes: `{a}`: an attribute is one non-empty word, e.g. \"fpga\"");
+        }
+    }
+    let tls = match &config.tls {
+        Some(t) => Some((
+            std::fs::read(&t.cert).with_context(|| format!("reading {}", t.cert.display()))?,
+            std::fs::read(&t.key).with_context(|| format!("reading {}", t.key.display()))?,
+        )),
+        None => None,
+    };
+    Ok(hetsched_agent::dataflow::DataOptions {
+        attributes: config.attributes.clone(),
+        tls,
+    })
+}

@@ -2,6 +2,7 @@
 
 mod binding_cli;
 mod dashboard;
+mod demo_cli;
 mod divisible_cli;
 mod divisible_runtime;
 mod graph_cli;

@@ -64,8 +64,12 @@ env = {{ RUNLOG = "{log}" }}
     )
 }
 
+/// Proximity clusters of at least three nodes (spec 05 §2's ⌊0.3·3⌋ would make each agent a
+/// cluster of its own, where no request travels from one agent to another).
+const SERVER_CONFIG: &str = "[workflow]\ncluster_size = 3\n";
+
 fn start(name: &str) -> Cluster {
-    let mut c = Cluster::start(name, false);
+    let mut c = Cluster::start_configured(name, false, SERVER_CONFIG);
     for a in ["n1", "n2", "n3"] {
         c.start_agent(a, 2, &[]);
     }
@@ -457,4 +461,61 @@ command = "echo ok > {output:o}"
         dot.contains("\"mid\" -> \"all\" [label=\"m (all)\"]"),
         "{dot}"
     );
+}
+
+fn tls_file(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/tls")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn agents_exchange_workflow_data_and_pcddb_requests_over_tls_and_requirements_pick_the_agent() {
+    let mut c = Cluster::start_configured("wf-tls", false, SERVER_CONFIG);
+    // The agents' `[tls]` (the test certificate for 127.0.0.1) and the CA that verifies it; n1
+    // also declares the attribute `bigmem`.
+    for (a, attributes) in [("n1", "attributes = [\"bigmem\"]\n"), ("n2", "")] {
+        let config = c.write(
+            &format!("{a}.toml"),
+            &format!(
+                "{attributes}ca = \"{}\"\n[tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+                tls_file("ca.pem"),
+                tls_file("server.pem"),
+                tls_file("server.key")
+            ),
+        );
+        c.start_agent(a, 2, &["--config", &config.display().to_string()]);
+    }
+    c.wait_for_nodes(2);
+    let log = c.dir.join("runs.log");
+    // Plus a task only an agent with `bigmem` may run (matched by the PCDDB machines).
+    let text = workflow("pcddb", &log, "")
+        + "\n[[task]]\nname = \"pinned\"\ninstances = 3\ncost = \"1s\"\n\
+           requires = [\"bigmem\"]\noutputs = [\"p\"]\ncommand = \"echo > {output:p}\"\n";
+    let file = c.write("wf.toml", &text);
+    let job = submit(&c, &file);
+    let v = wait_done(&c, job, Duration::from_secs(60));
+    assert_eq!(v["state"], "completed", "{v}");
+    // `gather` reads all 24 `double` outputs, which both agents produced (one agent holds at
+    // most MT × cores = 20): inputs crossed between the agents, over TLS.
+    assert_eq!(final_outputs(&c, job), expected());
+    let tasks = c.tasks(job);
+    let on = |n: &str| tasks.iter().filter(|t| t["node"] == n).count();
+    assert!(on("n1") > 0 && on("n2") > 0, "both agents ran instances");
+    let pinned: Vec<&serde_json::Value> = tasks.iter().filter(|t| t["app"] == "pinned").collect();
+    assert_eq!(pinned.len(), 3);
+    assert!(
+        pinned.iter().all(|t| t["node"] == "n1"),
+        "`requires = [\"bigmem\"]` runs only on n1: {pinned:?}"
+    );
+    for a in ["n1", "n2"] {
+        let l = c.agent_log(a);
+        assert!(
+            l.contains("serving workflow data and PCDDB to other agents over TLS"),
+            "{a}: {l}"
+        );
+        assert!(!l.contains("input unavailable"), "{a}: {l}");
+    }
 }

@@ -28,6 +28,7 @@ use super::cluster::at;
 use super::workflow::{ParsedWorkflow, parse_workflow};
 use super::{InputError, Source};
 use crate::input::workload::Command;
+use crate::model::Resources;
 use crate::policy::graph::BalancerKind;
 use std::collections::BTreeMap;
 
@@ -156,6 +157,62 @@ pub fn parse_runtime_workflow(origin: &str, text: &str) -> Result<RuntimeWorkflo
         tasks,
         balancer,
     })
+}
+
+impl RuntimeTask {
+    /// What one running instance holds on its node (booked in the scheduler's view).
+    pub fn request(&self) -> Resources {
+        Resources::new(self.cores, self.memory_bytes, self.gpus)
+    }
+}
+
+impl RuntimeWorkflow {
+    /// Checks that one instance of every task fits on at least one of the nodes whose
+    /// capacities are `nodes` (cores, memory, devices); the error names the task's field that no
+    /// node can give (`file:line:col: task[i].cores: …`).
+    pub fn check_fits(&self, nodes: &[Resources]) -> Result<(), InputError> {
+        let src = Source::new(&self.parsed.origin, &self.parsed.text);
+        for (i, (t, spec)) in self.tasks.iter().zip(&self.parsed.specs).enumerate() {
+            let r = t.request();
+            if nodes.iter().any(|n| n.fits(&r)) {
+                continue;
+            }
+            let (f, span, what) = if !nodes.iter().any(|n| n.cores >= r.cores) {
+                (
+                    "cores",
+                    spec.cores.as_ref().and_then(at),
+                    format!("{} cores", r.cores),
+                )
+            } else if !nodes.iter().any(|n| n.gpus >= r.gpus) {
+                (
+                    "gpus",
+                    spec.gpus.as_ref().and_then(at),
+                    format!("{} GPUs", r.gpus),
+                )
+            } else {
+                (
+                    "memory",
+                    None,
+                    format!("{} bytes of memory", r.memory_bytes),
+                )
+            };
+            let span = span.or_else(|| at(&spec.name));
+            let most = |g: fn(&Resources) -> u64| nodes.iter().map(g).max().unwrap_or(0);
+            return Err(src.error(
+                span,
+                Some(format!("task[{i}].{f}")),
+                format!(
+                    "no live node can hold one instance of `{}` ({what}; the largest node has \
+                     {} cores, {} bytes of memory, {} GPUs)",
+                    spec.name.get_ref(),
+                    most(|n| u64::from(n.cores)),
+                    most(|n| n.memory_bytes),
+                    most(|n| u64::from(n.gpus)),
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Whether a submitted file is a workflow (it has `[[task]]` tables) rather than a batch job.

@@ -387,6 +387,42 @@ impl SchedulerView {
         }
     }
 
+    /// Books `request` on `node` for work the view does not dispatch (a workflow instance,
+    /// issue 13) if it fits in what is free now (the node alive, cores, memory, and that many
+    /// free devices of any kind): returns the devices taken, or `None` and books nothing.
+    pub fn book(&mut self, node: NodeId, request: Resources) -> Option<Vec<u32>> {
+        let n = self.nodes.get_mut(node.index())?;
+        if !n.alive || !n.free.fits(&request) || n.free_devices(None) < request.gpus {
+            return None;
+        }
+        let mut devices = Vec::with_capacity(request.gpus as usize);
+        for (d, free) in n.device_free.iter_mut().enumerate() {
+            if devices.len() == request.gpus as usize {
+                break;
+            }
+            if *free {
+                *free = false;
+                devices.push(d as u32);
+            }
+        }
+        n.free = n.free - request;
+        n.running += 1;
+        Some(devices)
+    }
+
+    /// Gives back what [`SchedulerView::book`] took.
+    pub fn unbook(&mut self, node: NodeId, request: Resources, devices: &[u32]) {
+        if let Some(n) = self.nodes.get_mut(node.index()) {
+            n.free = n.free + request;
+            n.running = n.running.saturating_sub(1);
+            for &d in devices {
+                if let Some(free) = n.device_free.get_mut(d as usize) {
+                    *free = true;
+                }
+            }
+        }
+    }
+
     /// Dispatches the next pending task of `app` to `node` as `variant`, if it has one and it fits;
     /// updates free resources, devices, `TotalIO`, `#IOtask` and the application's counters.
     pub fn assign(&mut self, app: AppId, node: NodeId, variant: Variant) -> Option<Assignment> {

@@ -3,6 +3,7 @@
 mod accelerator_field;
 mod binding;
 mod input;
+mod pcddb_clusters;
 mod pcddb_figure3;
 mod policies;
 mod properties;

@@ -18,14 +18,27 @@
 //! What the machines do not model, this module adds around them:
 //! - **results** are the heartbeat's (durable, acknowledged); a success feeds `Result` to the
 //!   machine, which readies the dependants;
-//! - **failures**: a failed attempt runs again while the task's `retries` last (placed on the
-//!   least-loaded live node, outside the machine); then the instance fails and so does every
-//!   instance depending on it, transitively, with a message naming the cause; the rest goes on;
+//! - **failures**: a failed attempt runs again while the task's `retries` last; then the
+//!   instance fails and so does every instance depending on it, transitively, with a message
+//!   naming the cause; the rest goes on;
 //! - **data flow**: an output stays on the node that produced it; a consumer's assignment names
 //!   each input's node and path, and its agent fetches them first. Before a consumer is sent,
 //!   every input's node must be alive; an output whose node died is produced again (its
-//!   producer runs again, outside the machine), and the consumer waits for it;
+//!   producer runs again), and the consumer waits for it on the node that took it;
 //! - **losses**: an instance lost with its node (or its agent) runs again;
+//! - every run again (a retry, a loss, a re-production, a ready instance after a restart) is
+//!   placed by the machine like a ready instance ([`LaunchNode::resubmit`],
+//!   [`Dispatcher::resubmit`]): under `pcddb` it travels in the next allocation request;
+//! - **clusters** (spec 05 §2): the agents measure round trips to each other; the core's
+//!   [`proximity_clusters`] groups the live nodes (minimum size `[workflow] cluster_size`, else
+//!   ⌊0.3·N⌋); the launch node keeps one table per cluster and each agent's `PcddbNode` is a
+//!   member of its clusters, so a request travels within one cluster first;
+//! - **requirements and resources**: a task's `requires` and the capacity one instance needs
+//!   (`cores`, `memory`, `gpus`) are bits of an attribute mask (the node catalogue's idea, spec
+//!   05 §1), matched by the core machines (`PcddbNode` takes only what it meets, the
+//!   `Dispatcher` picks only such nodes); a running instance books its cores, memory and
+//!   devices in the shared [`SchedulerView`](hetsched_core::SchedulerView) (batch tasks are not
+//!   placed over it), and waits on its node until they are free;
 //! - **restart**: jobs and instances are rows of `wf_jobs` / `wf_instances`; the graph is rebuilt
 //!   by replaying the successes, and ready instances not running are placed again.
 //!
@@ -41,7 +54,6 @@ use crate::state::types::{
     TasksPage, WorkflowInput,
 };
 use crate::store::StoreError;
-use hetsched_core::NodeId;
 use hetsched_core::input::workflow_runtime::{RuntimeWorkflow, parse_runtime_workflow};
 use hetsched_core::model::latency::LatencyMatrix;
 use hetsched_core::model::workflow::DependencyKind;
@@ -50,9 +62,10 @@ use hetsched_core::policy::graph::clustering::{min_cluster_size, proximity_clust
 use hetsched_core::policy::graph::dag::InstanceGraph;
 use hetsched_core::policy::graph::pcddb::LaunchNode;
 use hetsched_core::policy::graph::{
-    BalancerKind, Body, ClusterId, GraphNode, InstanceId, LaunchEvent, Message, Outgoing,
+    AttrMask, BalancerKind, Body, ClusterId, GraphNode, InstanceId, LaunchEvent, Message, Outgoing,
     Thresholds,
 };
+use hetsched_core::{NodeId, Resources};
 use rusqlite::params;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use tracing::{info, warn};
@@ -69,6 +82,19 @@ pub const UNMEASURED: u64 = 1_000_000_000;
 
 /// The launch node's id in the core's messages (the server is no node).
 pub const LAUNCH: NodeId = NodeId(u32::MAX - 1);
+
+/// Measured round trips are compared at this resolution (ns) when clustering, so the jitter of
+/// a few microseconds between two probes does not reshuffle the clusters every second.
+pub const RTT_RESOLUTION: u64 = 250_000;
+
+/// One bit of the attribute vocabulary: a node attribute, or "can hold this much" (the
+/// capacity one instance of some task needs; such words cannot collide with attribute names,
+/// which are single words).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Word {
+    Attr(String),
+    Fits(Resources),
+}
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS wf_jobs(id INTEGER PRIMARY KEY, name TEXT NOT NULL, origin TEXT NOT NULL,
@@ -140,6 +166,13 @@ impl Machine {
             Machine::Pcddb(m) => m.handle(e, now),
         }
     }
+
+    fn resubmit(&mut self, ids: &[InstanceId], now: u64) -> Vec<Outgoing> {
+        match self {
+            Machine::Centralised(m) => m.resubmit(ids),
+            Machine::Pcddb(m) => m.resubmit(ids, now),
+        }
+    }
 }
 
 struct WfJob {
@@ -158,10 +191,17 @@ struct WfJob {
     finished_ns: u64,
     /// Instances the machine sent to a node, to hand it at its next heartbeat.
     assigned: HashMap<u32, VecDeque<u32>>,
-    /// Instances placed outside the machine (retries, losses, re-production, restart).
-    free: VecDeque<u32>,
-    /// Consumers waiting for a lost input to be produced again.
+    /// Instances to run again, for the machine (retries, losses, re-productions, restart).
+    rerun: Vec<u32>,
+    /// Consumers whose input could not be fetched, waiting for it to be produced again (then
+    /// they go to the machine again).
     blocked: Vec<u32>,
+    /// Resources each running instance booked in the view: instance → (node, request, devices).
+    booked: HashMap<u32, (u32, Resources, Vec<u32>)>,
+    /// Required attribute mask of each task.
+    masks: Vec<AttrMask>,
+    /// The members its dispatcher knows (centralised).
+    members: Vec<GraphNode>,
     /// Messages from the launch node to a node, for its next heartbeat.
     to_node: HashMap<u32, Vec<Message>>,
     /// Messages the launch node sent and received.
@@ -283,11 +323,19 @@ pub struct Workflows {
     rtt: BTreeMap<(u32, u32), u64>,
     /// Proximity clusters of the live nodes from those round trips (spec 05 §2): Sc1, Sc2, …
     clusters: Vec<Vec<u32>>,
+    /// The live nodes `clusters` was computed over.
+    clustered: Vec<u32>,
+    /// `[workflow] cluster_size`: the minimum cluster size m (None: ⌊0.3·N⌋).
+    cluster_size: Option<u32>,
+    /// Each node's declared attributes, from its heartbeats.
+    node_attrs: BTreeMap<u32, Vec<String>>,
+    /// The attribute vocabulary: bit k is `vocab[k]` (append-only, at most 64 words).
+    vocab: Vec<Word>,
     dirty: HashSet<(u64, u32)>,
     dirty_jobs: HashSet<u64>,
 }
 
-fn thresholds(config: &ServerConfig) -> (BalancerKind, Thresholds) {
+fn thresholds(config: &ServerConfig) -> (BalancerKind, Thresholds, Option<u32>) {
     let w = config.workflow.clone().unwrap_or_default();
     let d = Thresholds::default();
     let b = match w.balancer.as_deref() {
@@ -300,27 +348,15 @@ fn thresholds(config: &ServerConfig) -> (BalancerKind, Thresholds) {
             lt: w.lt.unwrap_or(d.lt),
             mt: w.mt.unwrap_or(d.mt).max(1),
         },
+        w.cluster_size,
     )
-}
-
-fn members(cx: &Ctx) -> Vec<GraphNode> {
-    cx.nodes
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| !n.removed)
-        .map(|(i, n)| GraphNode {
-            id: NodeId(i as u32),
-            cores: n.spec.cores.max(1),
-            attributes: 0,
-        })
-        .collect()
 }
 
 impl Workflows {
     /// Builds the kind from its tables (creating them on a fresh store), putting running
     /// instances back on their nodes.
     pub fn restore(config: &ServerConfig, cx: &mut Ctx) -> Result<Self, StateError> {
-        let (default_balancer, thresholds) = thresholds(config);
+        let (default_balancer, thresholds, cluster_size) = thresholds(config);
         cx.store
             .conn()
             .execute_batch(SCHEMA)
@@ -335,6 +371,10 @@ impl Workflows {
             epoch: cx.now,
             rtt: BTreeMap::new(),
             clusters: Vec::new(),
+            clustered: Vec::new(),
+            cluster_size,
+            node_attrs: BTreeMap::new(),
+            vocab: Vec::new(),
             dirty: HashSet::new(),
             dirty_jobs: HashSet::new(),
         };
@@ -363,7 +403,7 @@ impl Workflows {
         for (seq, name, origin, text, workdir, balancer, submitted_ns, finished_ns) in rows {
             let rt = parse_runtime_workflow(&origin, &text)?;
             let balancer = balancer.parse().unwrap_or(BalancerKind::Centralised);
-            let mut job = me.new_job(cx, seq, rt, balancer, name, origin, text, workdir);
+            let mut job = me.new_job(cx, seq, rt, balancer, name, origin, text, workdir)?;
             job.submitted_ns = submitted_ns;
             job.finished_ns = finished_ns;
             {
@@ -394,7 +434,7 @@ impl Workflows {
                 }
             }
             // Replay the successes into the graph, in readiness order.
-            let mut graph = InstanceGraph::new(&job.rt.parsed.workflow, &[]);
+            let mut graph = InstanceGraph::new(&job.rt.parsed.workflow, &job.masks);
             // An instance produced once counts finished (consumers were readied by it) even
             // while it is produced again.
             let mut ready: VecDeque<InstanceId> = graph.start().into();
@@ -407,36 +447,176 @@ impl Workflows {
                     ready.extend(more);
                 }
             }
-            job.machine = match balancer {
-                BalancerKind::Pcddb => Machine::Pcddb(LaunchNode::new(LAUNCH, ClusterId(0), graph)),
-                _ => Machine::Centralised(Dispatcher::new(LAUNCH, members(cx), graph)),
-            };
+            let (machine, members) = me.machine(cx, balancer, graph);
+            job.machine = machine;
+            job.members = members;
             for i in 0..job.insts.len() as u32 {
                 let tid = job.task_id(i);
+                let request = job.rt.tasks[job.task_of(i).0].request();
                 let x = &mut job.insts[i as usize];
                 match x.st {
                     St::Running => {
                         if let Some(n) = x.node {
                             cx.nodes.started(NodeId(n), tid);
+                            // It holds its resources again (if the view has them free: what
+                            // ran before the restart is not preempted).
+                            if let Some(d) = cx.view.book(NodeId(n), request) {
+                                job.booked.insert(i, (n, request, d));
+                            }
                         }
                     }
                     St::Failed | St::Done => {}
                     St::Ready | St::Waiting if reached[i as usize] => {
                         x.st = St::Ready;
-                        job.free.push_back(i);
+                        job.rerun.push(i);
                     }
                     St::Ready | St::Waiting => x.st = St::Waiting,
                 }
             }
+            me.flush(cx, &mut job);
             me.next_seq = me.next_seq.max(seq + 1);
             me.jobs.insert(seq, job);
         }
         Ok(me)
     }
 
+    /// A machine for a new or restored job: a launch node with the current clusters (pcddb), or
+    /// a dispatcher over the live nodes (centralised, with the members it was given).
+    fn machine(
+        &mut self,
+        cx: &Ctx,
+        balancer: BalancerKind,
+        graph: InstanceGraph,
+    ) -> (Machine, Vec<GraphNode>) {
+        match balancer {
+            BalancerKind::Pcddb => {
+                let mut launch = LaunchNode::with_clusters(LAUNCH, Vec::new(), graph);
+                launch.set_clusters(&self.cluster_table());
+                (Machine::Pcddb(launch), Vec::new())
+            }
+            _ => {
+                let members = self.graph_nodes(cx);
+                (
+                    Machine::Centralised(Dispatcher::new(LAUNCH, members.clone(), graph)),
+                    members,
+                )
+            }
+        }
+    }
+
+    /// The clusters as the launch node takes them: (Sc k, members).
+    fn cluster_table(&self) -> Vec<(ClusterId, Vec<NodeId>)> {
+        self.clusters
+            .iter()
+            .enumerate()
+            .map(|(k, m)| (ClusterId(k as u32), m.iter().map(|&n| NodeId(n)).collect()))
+            .collect()
+    }
+
+    /// The bit of `w`, added to the vocabulary if new (None: the 64 bits are taken).
+    fn bit(&mut self, w: Word) -> Option<AttrMask> {
+        let k = match self.vocab.iter().position(|x| *x == w) {
+            Some(k) => k,
+            None if self.vocab.len() < 64 => {
+                self.vocab.push(w);
+                self.vocab.len() - 1
+            }
+            None => return None,
+        };
+        Some(1 << k)
+    }
+
+    /// Per task: the mask of its `requires` and, when one instance needs more than one core,
+    /// memory or a device, of the capacity it needs.
+    fn task_masks(&mut self, rt: &RuntimeWorkflow) -> Result<Vec<AttrMask>, StateError> {
+        let mut masks = Vec::with_capacity(rt.tasks.len());
+        for (t, task) in rt.tasks.iter().zip(&rt.parsed.workflow.tasks) {
+            let r = t.request();
+            let mut words: Vec<Word> = task.requires.iter().cloned().map(Word::Attr).collect();
+            if r != Resources::new(1, 0, 0) {
+                words.push(Word::Fits(r));
+            }
+            let mut m = 0;
+            for w in words {
+                m |= self.bit(w).ok_or_else(|| {
+                    StateError::Invalid(format!(
+                        "{}: more than 64 distinct requirements and instance sizes across \
+                         the workflows of this server",
+                        rt.parsed.origin
+                    ))
+                })?;
+            }
+            masks.push(m);
+        }
+        Ok(masks)
+    }
+
+    /// A node's attributes: those its agent declares, and `gpu` with accelerators.
+    fn attributes_of(&self, cx: &Ctx, n: u32) -> Vec<String> {
+        let mut a = self.node_attrs.get(&n).cloned().unwrap_or_default();
+        if cx
+            .nodes
+            .get(n)
+            .is_some_and(|r| !r.spec.accelerators.is_empty())
+        {
+            a.push("gpu".into());
+        }
+        a
+    }
+
+    /// Node `n`'s mask: the attributes it has, and every instance size it can hold.
+    fn node_mask(&self, cx: &Ctx, n: u32) -> AttrMask {
+        let Some(rec) = cx.nodes.get(n) else {
+            return 0;
+        };
+        let attrs = self.attributes_of(cx, n);
+        let capacity = rec.spec.capacity();
+        self.vocab
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| match w {
+                Word::Attr(a) => attrs.contains(a),
+                Word::Fits(r) => capacity.fits(r),
+            })
+            .fold(0, |m, (k, _)| m | (1 << k))
+    }
+
+    /// The live nodes as the balancers see them (cores and attribute masks).
+    fn graph_nodes(&self, cx: &Ctx) -> Vec<GraphNode> {
+        (0..cx.nodes.len() as u32)
+            .filter(|&n| Self::alive(cx, n))
+            .map(|n| GraphNode {
+                id: NodeId(n),
+                cores: cx.nodes.get(n).map_or(1, |r| r.spec.cores.max(1)),
+                attributes: self.node_mask(cx, n),
+            })
+            .collect()
+    }
+
+    /// Hands the instances to run again to the job's machine.
+    fn flush(&mut self, cx: &Ctx, job: &mut WfJob) {
+        if job.rerun.is_empty() {
+            return;
+        }
+        let ids: Vec<InstanceId> = std::mem::take(&mut job.rerun)
+            .into_iter()
+            .filter(|&i| matches!(job.insts[i as usize].st, St::Ready | St::Waiting))
+            .map(InstanceId)
+            .collect();
+        let out = job.machine.resubmit(&ids, cx.now);
+        self.apply(job, out);
+    }
+
+    /// Gives back what instance `i` booked in the view.
+    fn unbook(cx: &mut Ctx, job: &mut WfJob, i: u32) {
+        if let Some((n, r, d)) = job.booked.remove(&i) {
+            cx.view.unbook(NodeId(n), r, &d);
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn new_job(
-        &self,
+        &mut self,
         cx: &Ctx,
         seq: u64,
         rt: RuntimeWorkflow,
@@ -445,7 +625,7 @@ impl Workflows {
         origin: String,
         text: String,
         workdir: String,
-    ) -> WfJob {
+    ) -> Result<WfJob, StateError> {
         let mut offset = Vec::new();
         let mut total = 0u32;
         for t in &rt.parsed.workflow.tasks {
@@ -453,12 +633,10 @@ impl Workflows {
             total += t.instances() as u32;
         }
         offset.push(total);
-        let graph = InstanceGraph::new(&rt.parsed.workflow, &[]);
-        let machine = match balancer {
-            BalancerKind::Pcddb => Machine::Pcddb(LaunchNode::new(LAUNCH, ClusterId(0), graph)),
-            _ => Machine::Centralised(Dispatcher::new(LAUNCH, members(cx), graph)),
-        };
-        WfJob {
+        let masks = self.task_masks(&rt)?;
+        let graph = InstanceGraph::new(&rt.parsed.workflow, &masks);
+        let (machine, members) = self.machine(cx, balancer, graph);
+        Ok(WfJob {
             seq,
             name,
             origin,
@@ -486,12 +664,15 @@ impl Workflows {
             submitted_ns: cx.now,
             finished_ns: 0,
             assigned: HashMap::new(),
-            free: VecDeque::new(),
+            rerun: Vec::new(),
             blocked: Vec::new(),
+            booked: HashMap::new(),
+            masks,
+            members,
             to_node: HashMap::new(),
             sent: 0,
             received: 0,
-        }
+        })
     }
 
     /// Accepts a workflow: parsed by the core's parser, stored in one transaction, then started.
@@ -523,6 +704,26 @@ impl Workflows {
                 sub.origin
             )));
         }
+        // What the live nodes offer: every `requires` must be offered by one of them, and one
+        // instance of every task must fit on one of them (with no live node yet, the workflow
+        // waits for nodes; placement matches requirements and sizes either way).
+        let live: Vec<u32> = (0..cx.nodes.len() as u32)
+            .filter(|&n| Self::alive(cx, n))
+            .collect();
+        if !live.is_empty() {
+            let mut offered: BTreeMap<String, usize> = BTreeMap::new();
+            for &n in &live {
+                for a in self.attributes_of(cx, n) {
+                    *offered.entry(a).or_default() += 1;
+                }
+            }
+            rt.parsed.check_requirements(&offered)?;
+            let capacities: Vec<Resources> = live
+                .iter()
+                .filter_map(|&n| cx.nodes.get(n).map(|r| r.spec.capacity()))
+                .collect();
+            rt.check_fits(&capacities)?;
+        }
         let balancer = rt.balancer.unwrap_or(self.default_balancer);
         let seq = self.next_seq;
         let name = if sub.name.is_empty() {
@@ -539,7 +740,7 @@ impl Workflows {
             sub.origin.clone(),
             sub.text.clone(),
             sub.workdir.clone(),
-        );
+        )?;
         let n = job.insts.len();
         cx.store.transaction(|tx| {
             tx.execute(
@@ -623,7 +824,8 @@ impl Workflows {
                 }
             }
         }
-        job.free.retain(|&f| job.insts[f as usize].st != St::Failed);
+        job.rerun
+            .retain(|&f| job.insts[f as usize].st != St::Failed);
         job.blocked
             .retain(|&f| job.insts[f as usize].st != St::Failed);
     }
@@ -660,13 +862,13 @@ impl Workflows {
                 x.st = St::Ready;
                 x.reproducing = true;
                 self.dirty.insert((job.seq, p));
-                job.free.push_back(p);
+                job.rerun.push(p);
             }
         }
         ok
     }
 
-    fn dispatch(&self, cx: &Ctx, job: &WfJob, i: u32) -> (Dispatch, u64) {
+    fn dispatch(&self, job: &WfJob, i: u32, devices: Vec<u32>) -> (Dispatch, u64) {
         let (t, k) = job.task_of(i);
         let task = &job.rt.parsed.workflow.tasks[t];
         let mut inputs = Vec::new();
@@ -681,7 +883,6 @@ impl Workflows {
                 });
             }
         }
-        let _ = cx;
         let key = Kind::Workflow.id((job.seq << 32) | t as u64);
         // `{index}` is the instance's argument value.
         let value = task.args.start + i64::from(k / task.processes.max(1));
@@ -690,7 +891,7 @@ impl Workflows {
                 task_id: job.task_id(i),
                 attempt: job.insts[i as usize].attempt + 1,
                 index: u32::try_from(value).unwrap_or(k),
-                devices: Vec::new(),
+                devices,
                 spec: key,
                 workflow: Some(InstanceData {
                     dir: job.dir(i),
@@ -719,12 +920,14 @@ impl Workflows {
     }
 
     /// Proximity clusters (spec 05 §2, the core's [`proximity_clusters`]) of the live nodes from
-    /// the round trips their agents measured; a pair not measured counts as [`UNMEASURED`] one
-    /// way.
+    /// the round trips their agents measured (at [`RTT_RESOLUTION`]); a pair not measured counts
+    /// as [`UNMEASURED`] one way. The minimum size is `[workflow] cluster_size`, else the spec's
+    /// ⌊0.3·N⌋. Every PCDDB launch node follows the new clusters.
     fn recluster(&mut self, cx: &Ctx) {
         let live: Vec<u32> = (0..cx.nodes.len() as u32)
             .filter(|&n| Self::alive(cx, n))
             .collect();
+        self.clustered = live.clone();
         let names: Vec<String> = live.iter().map(|&n| cx.nodes.name(n).to_string()).collect();
         let n = live.len();
         let mut lat = LatencyMatrix::uniform(n, UNMEASURED);
@@ -740,10 +943,29 @@ impl Workflows {
                 lat.set(a, b, rtt / 2);
             }
         }
-        self.clusters = proximity_clusters(&lat, &names, min_cluster_size(n))
+        let m = self
+            .cluster_size
+            .map_or(min_cluster_size(n), |m| (m as usize).clamp(1, n.max(1)));
+        self.clusters = proximity_clusters(&lat, &names, m)
             .into_iter()
             .map(|c| c.members.iter().map(|m| live[m.index()]).collect())
             .collect();
+        let table = self.cluster_table();
+        for job in self.jobs.values_mut() {
+            if let Machine::Pcddb(l) = &mut job.machine {
+                l.set_clusters(&table);
+            }
+        }
+    }
+
+    /// The clusters node `n` is in (ids of the launch node's tables).
+    fn clusters_of(&self, n: u32) -> Vec<u32> {
+        self.clusters
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.contains(&n))
+            .map(|(k, _)| k as u32)
+            .collect()
     }
 
     /// Workflow figures of a node for `hetsched nodes`.
@@ -892,6 +1114,8 @@ impl JobKind for Workflows {
                 break 'r;
             }
             cx.nodes.ended(node, r.task_id);
+            Self::unbook(cx, &mut job, i);
+            let x = &mut job.insts[i as usize];
             x.started_ns = r.started_ns;
             x.finished_ns = r.finished_ns;
             x.exit_code = r.exit_code;
@@ -916,8 +1140,6 @@ impl JobKind for Workflows {
                     cx.now,
                 );
                 self.apply(&mut job, out);
-                let blocked = std::mem::take(&mut job.blocked);
-                job.free.extend(blocked);
             } else if r.interrupted {
                 x.st = St::Ready;
                 x.message = r.message.clone();
@@ -947,13 +1169,13 @@ impl JobKind for Workflows {
                             px.st = St::Ready;
                             px.reproducing = true;
                             self.dirty.insert((seq, p));
-                            job.free.push_back(p);
+                            job.rerun.push(p);
                         }
                         // Placed again once its inputs are where the server says they are
-                        // (checked at dispatch; the producer may have moved meanwhile).
+                        // (the producer may have moved meanwhile).
                         job.blocked.push(i);
                     }
-                    None => job.free.push_back(i),
+                    None => job.rerun.push(i),
                 }
             } else {
                 x.failures += 1;
@@ -961,7 +1183,7 @@ impl JobKind for Workflows {
                 if x.failures <= retries {
                     let x = &mut job.insts[i as usize];
                     x.st = St::Ready;
-                    job.free.push_back(i);
+                    job.rerun.push(i);
                 } else {
                     let why = format!(
                         "exit code {} after {} attempt(s): {}",
@@ -971,6 +1193,7 @@ impl JobKind for Workflows {
                 }
             }
         }
+        self.flush(cx, &mut job);
         self.check_finished(&mut job, cx.now);
         self.jobs.insert(seq, job);
         Ok(())
@@ -988,7 +1211,7 @@ impl JobKind for Workflows {
 
     fn on_lost(&mut self, cx: &mut Ctx, task: u64, reason: &str) -> Result<(), StateError> {
         let (seq, i) = job_of(task);
-        let Some(job) = self.jobs.get_mut(&seq) else {
+        let Some(mut job) = self.jobs.remove(&seq) else {
             return Ok(());
         };
         if let Some(x) = job.insts.get_mut(i as usize)
@@ -1005,9 +1228,12 @@ impl JobKind for Workflows {
             );
             x.st = St::Ready;
             x.node = None;
-            job.free.push_back(i);
+            Self::unbook(cx, &mut job, i);
+            job.rerun.push(i);
             self.dirty.insert((seq, i));
+            self.flush(cx, &mut job);
         }
+        self.jobs.insert(seq, job);
         Ok(())
     }
 
@@ -1031,14 +1257,28 @@ impl JobKind for Workflows {
             ),
         );
         if !report.rtt_ns.is_empty() {
-            let mut changed = false;
             for (&peer, &ns) in &report.rtt_ns {
-                changed |= self.rtt.insert((node.0, peer), ns) != Some(ns);
-            }
-            if changed {
-                self.recluster(cx);
+                let q = ns.div_ceil(RTT_RESOLUTION).max(1) * RTT_RESOLUTION;
+                if self.rtt.insert((node.0, peer), q) != Some(q) {
+                    // Computed again below, once per heartbeat at most.
+                    self.clustered.clear();
+                }
             }
         }
+        let mut attrs = report.attributes.clone();
+        attrs.sort();
+        attrs.dedup();
+        let attrs_changed = self.node_attrs.get(&node.0) != Some(&attrs);
+        if attrs_changed {
+            self.node_attrs.insert(node.0, attrs);
+        }
+        let live: Vec<u32> = (0..cx.nodes.len() as u32)
+            .filter(|&n| Self::alive(cx, n))
+            .collect();
+        if live != self.clustered {
+            self.recluster(cx);
+        }
+        let graph_nodes = self.graph_nodes(cx);
         let seqs: Vec<u64> = self.jobs.keys().copied().collect();
         for seq in seqs {
             let Some(mut job) = self.jobs.remove(&seq) else {
@@ -1048,6 +1288,15 @@ impl JobKind for Workflows {
                 self.jobs.insert(seq, job);
                 continue;
             }
+            // Centralised: the dispatcher's members follow the live nodes and their masks
+            // (instances nobody could run are tried again).
+            if let Machine::Centralised(d) = &mut job.machine
+                && job.members != graph_nodes
+            {
+                job.members = graph_nodes.clone();
+                let o = d.set_members(graph_nodes.clone());
+                self.apply(&mut job, o);
+            }
             // The node's messages to this launch node.
             let jid = job.id();
             for env in report.balance.iter().filter(|e| e.job_id == jid) {
@@ -1055,13 +1304,24 @@ impl JobKind for Workflows {
                     continue;
                 };
                 job.received += 1;
-                if let Body::Reply { taken, .. } = &m.body {
-                    let q = job.assigned.entry(m.from.0).or_default();
-                    q.extend(taken.iter().map(|t| t.0));
-                }
-                // Results come from the heartbeat's own (durable) results, not from here.
-                if matches!(m.body, Body::Result { .. }) {
-                    continue;
+                match &m.body {
+                    Body::Reply { taken, .. } => {
+                        let q = job.assigned.entry(m.from.0).or_default();
+                        q.extend(taken.iter().map(|t| t.0));
+                    }
+                    // Results come from the heartbeat's own (durable) results, not from here.
+                    Body::Result { .. } => continue,
+                    // A status for a cluster the node is no longer in (sent before the
+                    // clusters changed) would list it where requests cannot reach it.
+                    Body::Status { cluster }
+                        if !self
+                            .clusters
+                            .get(cluster.0 as usize)
+                            .is_some_and(|c| c.contains(&m.from.0)) =>
+                    {
+                        continue;
+                    }
+                    _ => {}
                 }
                 let o = job.machine.handle(LaunchEvent::Deliver(m), cx.now);
                 self.apply(&mut job, o);
@@ -1110,77 +1370,64 @@ impl JobKind for Workflows {
                 );
                 self.apply(&mut job, o);
             }
-            // Consumers waiting for inputs are looked at again on every heartbeat (dispatch
-            // checks their inputs; a success may have come before they blocked).
+            // Instances the machine placed on nodes that are gone (or that take no more work)
+            // run again: back to the machine.
+            let dead: Vec<u32> = job
+                .assigned
+                .keys()
+                .copied()
+                .filter(|&n| !Self::alive(cx, n) || (n == node.0 && !open))
+                .collect();
+            for n in dead {
+                if let Some(q) = job.assigned.remove(&n) {
+                    job.rerun.extend(q);
+                }
+            }
+            // Consumers whose input could not be fetched go back to the machine once every
+            // input is on a live node again (a lost one is produced again meanwhile).
             let blocked = std::mem::take(&mut job.blocked);
-            job.free.extend(blocked);
+            for i in blocked {
+                if job.insts[i as usize].st != St::Ready {
+                    continue;
+                }
+                if self.inputs_ready(cx, &mut job, i) {
+                    job.rerun.push(i);
+                } else {
+                    job.blocked.push(i);
+                }
+            }
             if open {
-                // What the machine placed here, then what is placed outside it (when this node
-                // is among the least loaded of the live ones).
-                let mut mine: Vec<u32> = job
-                    .assigned
-                    .remove(&node.0)
-                    .map(Vec::from)
-                    .unwrap_or_default();
-                // The machine placed instances on nodes that are gone: place them again.
-                let dead: Vec<u32> = job
-                    .assigned
-                    .keys()
-                    .copied()
-                    .filter(|&n| !Self::alive(cx, n))
-                    .collect();
-                for n in dead {
-                    if let Some(q) = job.assigned.remove(&n) {
-                        job.free.extend(q);
-                    }
-                }
-                let load = |n: u32| -> (u64, u64) {
-                    let r = cx.nodes.get(n).map_or(0, |r| r.running.len() as u64);
-                    let c = cx
-                        .nodes
-                        .get(n)
-                        .map_or(1, |r| u64::from(r.spec.cores.max(1)));
-                    (r, c)
-                };
-                let (my_run, my_cores) = load(node.0);
-                let least = cx
-                    .nodes
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, r)| {
-                        r.alive && !r.removed && !r.drained && !r.draining && *i as u32 != node.0
-                    })
-                    .all(|(i, _)| {
-                        let (r, c) = load(i as u32);
-                        my_run * c <= r * my_cores
-                    });
-                let room = (2 * my_cores).saturating_sub(my_run + mine.len() as u64);
-                if least || my_run < my_cores {
-                    for _ in 0..room.max(u64::from(least)) {
-                        match job.free.pop_front() {
-                            Some(i) => mine.push(i),
-                            None => break,
-                        }
-                    }
-                }
-                for i in mine {
+                // What the machine placed here, in order: each starts once its inputs are on
+                // live nodes and its resources are free here; until then it waits here (the
+                // node's machine counts it as held).
+                let mut mine = job.assigned.remove(&node.0).unwrap_or_default();
+                let mut keep = VecDeque::new();
+                while let Some(i) = mine.pop_front() {
                     let st = job.insts[i as usize].st;
                     if !matches!(st, St::Ready | St::Waiting) {
                         continue;
                     }
                     if !self.inputs_ready(cx, &mut job, i) {
-                        job.blocked.push(i);
+                        keep.push_back(i);
                         continue;
                     }
-                    let (d, key) = self.dispatch(cx, &job, i);
+                    let request = job.rt.tasks[job.task_of(i).0].request();
+                    let Some(devices) = cx.view.book(node, request) else {
+                        keep.push_back(i);
+                        continue;
+                    };
+                    let (d, key) = self.dispatch(&job, i, devices.clone());
                     let spec = out
                         .needs_spec(key)
                         .then(|| Self::spec(&job, job.task_of(i).0));
                     if let Err(_d) = out.offer(d, spec) {
-                        job.free.push_front(i);
+                        cx.view.unbook(node, request, &devices);
+                        keep.push_back(i);
+                        keep.extend(mine.drain(..));
                         out.more();
-                        continue;
+                        break;
                     }
+                    job.booked.insert(i, (node.0, request, devices));
                     let x = &mut job.insts[i as usize];
                     x.st = St::Running;
                     x.attempt += 1;
@@ -1189,7 +1436,11 @@ impl JobKind for Workflows {
                     cx.nodes.started(node, job.task_id(i));
                     self.dirty.insert((seq, i));
                 }
+                if !keep.is_empty() {
+                    job.assigned.insert(node.0, keep);
+                }
             }
+            self.flush(cx, &mut job);
             // Launch node → this node.
             let peers: BTreeMap<u32, String> = self.addresses.clone();
             if let Some(ms) = job.to_node.remove(&node.0) {
@@ -1212,6 +1463,11 @@ impl JobKind for Workflows {
                     task_base: job.task_id(0),
                     epoch: self.epoch,
                     peers,
+                    clusters: self.clusters_of(node.0),
+                    attributes: graph_nodes
+                        .iter()
+                        .find(|g| g.id == node)
+                        .map_or(0, |g| g.attributes),
                 });
             }
             self.jobs.insert(seq, job);
@@ -1372,9 +1628,13 @@ impl JobKind for Workflows {
             self.dirty.insert((seq, i as u32));
             n += 1;
         }
-        j.free.clear();
+        j.rerun.clear();
         j.blocked.clear();
         j.assigned.clear();
+        let booked: Vec<u32> = j.booked.keys().copied().collect();
+        for i in booked {
+            Self::unbook(cx, &mut j, i);
+        }
         self.check_finished(&mut j, cx.now);
         self.jobs.insert(seq, j);
         Ok(n)

@@ -114,6 +114,8 @@ pub struct HeartbeatReport {
     pub balance_held: u32,
     /// Measured round trips (ns) to other agents, by node id.
     pub rtt_ns: BTreeMap<u32, u64>,
+    /// The node's declared attributes (workflow `requires`).
+    pub attributes: Vec<String>,
 }
 
 /// What every task of one spec key runs (sent to a node once, before its first task of it).
@@ -497,4 +499,8 @@ pub struct PcddbJob {
     pub epoch: u64,
     /// Node id → `AgentData` address.
     pub peers: BTreeMap<u32, String>,
+    /// The proximity clusters the node is in.
+    pub clusters: Vec<u32>,
+    /// The node's attribute mask.
+    pub attributes: u64,
 }

@@ -14,3 +14,4 @@ mod security;
 mod service;
 mod state;
 mod topology_kind;
+mod workflow_kind;

@@ -19,6 +19,8 @@ pub struct Cluster {
     pub http: bool,
     /// TLS with the test certificates in `tests/tls` (see [`Cluster::start_tls`]).
     pub tls: bool,
+    /// More server configuration (TOML text), written after the TLS part, if any.
+    pub server_config: Option<String>,
 }
 
 /// A file of the test TLS material (`crates/cli/tests/tls`).
@@ -68,6 +70,7 @@ impl Cluster {
             agents: BTreeMap::new(),
             http,
             tls: false,
+            server_config: None,
         };
         c.start_server();
         c
@@ -87,6 +90,25 @@ impl Cluster {
             agents: BTreeMap::new(),
             http: false,
             tls: true,
+            server_config: None,
+        };
+        c.start_server();
+        c
+    }
+
+    /// As [`Cluster::start`], the server also reading the configuration `config` (TOML text).
+    pub fn start_configured(name: &str, http: bool, config: &str) -> Cluster {
+        let dir = std::env::temp_dir().join(format!("hetsched-op-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let mut c = Cluster {
+            dir,
+            server: None,
+            listen: "127.0.0.1:0".into(),
+            agents: BTreeMap::new(),
+            http,
+            tls: false,
+            server_config: Some(config.to_string()),
         };
         c.start_server();
         c
@@ -115,6 +137,7 @@ impl Cluster {
         } else {
             String::new()
         };
+        let text = text + self.server_config.as_deref().unwrap_or("");
         std::fs::write(&config, text).expect("server config");
         let child = Command::new(BIN)
             .args(["server", "--listen", &self.listen, "--dead-timeout", "1s"])

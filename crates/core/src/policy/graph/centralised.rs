@@ -109,6 +109,39 @@ impl Dispatcher {
         &self.graph
     }
 
+    /// The members change (nodes joined, died, or their attributes changed): estimates are
+    /// kept for members that stay; instances nobody could run are tried again.
+    pub fn set_members(&mut self, members: Vec<GraphNode>) -> Vec<Outgoing> {
+        let estimate = members
+            .iter()
+            .map(|m| {
+                self.members
+                    .iter()
+                    .position(|o| o.id == m.id)
+                    .map_or(0, |k| self.estimate[k])
+            })
+            .collect();
+        self.members = members;
+        self.estimate = estimate;
+        let mut out = Vec::new();
+        let waiting = std::mem::take(&mut self.unplaceable);
+        self.dispatch(waiting, &mut out);
+        out
+    }
+
+    /// Instances that must run again although the graph already counts them ready (a failed
+    /// attempt with retries left, a lost run, a lost output) are dispatched like ready ones.
+    pub fn resubmit(&mut self, ids: &[InstanceId]) -> Vec<Outgoing> {
+        let mut out = Vec::new();
+        self.dispatch(ids.to_vec(), &mut out);
+        out
+    }
+
+    /// Instances waiting for a member that meets their requirements.
+    pub fn unplaceable(&self) -> &[InstanceId] {
+        &self.unplaceable
+    }
+
     /// Handles one event at `now`.
     pub fn handle(&mut self, event: LaunchEvent, _now: Time) -> Vec<Outgoing> {
         let mut out = Vec::new();

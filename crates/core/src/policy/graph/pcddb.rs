@@ -141,6 +141,35 @@ impl PcddbNode {
         }
     }
 
+    /// The clusters this node is in change (proximity clusters computed again from fresh
+    /// round trips): a cluster it stays in keeps its table; a new one starts empty, so the next
+    /// self-check reports to that cluster's launch node when the node is underloaded.
+    pub fn set_memberships(&mut self, memberships: Vec<(ClusterId, NodeId)>) {
+        let mut old = std::mem::take(&mut self.memberships);
+        for (cluster, launch) in memberships {
+            let table = old
+                .iter_mut()
+                .find(|m| m.cluster == cluster && m.launch == launch)
+                .map(|m| std::mem::take(&mut m.table))
+                .unwrap_or_default();
+            self.memberships.push(Membership {
+                cluster,
+                launch,
+                table,
+            });
+        }
+    }
+
+    /// The clusters this node is in.
+    pub fn clusters(&self) -> Vec<ClusterId> {
+        self.memberships.iter().map(|m| m.cluster).collect()
+    }
+
+    /// The node's attributes change (the requests it accepts from are matched against them).
+    pub fn set_attributes(&mut self, attributes: super::AttrMask) {
+        self.node.attributes = attributes;
+    }
+
     /// Instances held (queued or running).
     pub fn held(&self) -> u32 {
         self.load.held()
@@ -289,13 +318,22 @@ impl PcddbNode {
     }
 }
 
-/// The task manager on a cluster's launch node.
+/// The task manager on a launch node: one underloaded-node table per proximity cluster it
+/// launches into (spec 05 §2: "a user picks a launch node per cluster"; the runtime's server is
+/// the launch node of every cluster).
+///
+/// A request carries one cluster's table and travels only among that cluster's members
+/// (members forward to the first node of *their* table for that cluster). With several
+/// clusters, the launch node sends its next request into the first cluster, in the order it was
+/// given, whose table lists an underloaded node: a request travels within one cluster first,
+/// and what it could not place returns (event e) and goes into the next cluster whose table
+/// is not empty.
 #[derive(Clone, Debug)]
 pub struct LaunchNode {
     id: NodeId,
-    cluster: ClusterId,
-    /// The underloaded-node table with the time each entry was last reported.
-    table: Vec<(NodeId, Time)>,
+    /// Per cluster, in preference order: the underloaded-node table with the time each entry
+    /// was last reported.
+    tables: Vec<(ClusterId, Vec<(NodeId, Time)>)>,
     graph: InstanceGraph,
     pending: VecDeque<Wanted>,
     in_flight: bool,
@@ -304,24 +342,71 @@ pub struct LaunchNode {
 impl LaunchNode {
     /// The launch node `id` of `cluster`, running the workflow `graph`.
     pub fn new(id: NodeId, cluster: ClusterId, graph: InstanceGraph) -> Self {
+        Self::with_clusters(id, vec![cluster], graph)
+    }
+
+    /// The launch node `id` of every cluster in `clusters` (in preference order).
+    pub fn with_clusters(id: NodeId, clusters: Vec<ClusterId>, graph: InstanceGraph) -> Self {
         Self {
             id,
-            cluster,
-            table: Vec::new(),
+            tables: clusters.into_iter().map(|c| (c, Vec::new())).collect(),
             graph,
             pending: VecDeque::new(),
             in_flight: false,
         }
     }
 
-    /// Sets the table as a scenario describes it (the worked example starts mid-run).
-    pub fn preset_table(&mut self, table: Vec<NodeId>) {
-        self.table = table.into_iter().map(|n| (n, 0)).collect();
+    /// The clusters change (proximity clusters are computed again from fresh round trips):
+    /// each `(cluster, members)` keeps its table with the entries still members; a new cluster
+    /// starts with an empty table (its members report to it at their next self-check).
+    pub fn set_clusters(&mut self, clusters: &[(ClusterId, Vec<NodeId>)]) {
+        let mut old = std::mem::take(&mut self.tables);
+        for (c, members) in clusters {
+            let mut table = old
+                .iter_mut()
+                .find(|(k, _)| k == c)
+                .map(|(_, t)| std::mem::take(t))
+                .unwrap_or_default();
+            table.retain(|(n, _)| members.contains(n));
+            self.tables.push((*c, table));
+        }
     }
 
-    /// The underloaded-node table in order.
+    /// The clusters it launches into, in preference order.
+    pub fn clusters(&self) -> Vec<ClusterId> {
+        self.tables.iter().map(|(c, _)| *c).collect()
+    }
+
+    /// Sets the first cluster's table as a scenario describes it (the worked example starts
+    /// mid-run).
+    pub fn preset_table(&mut self, table: Vec<NodeId>) {
+        if let Some((_, t)) = self.tables.first_mut() {
+            *t = table.into_iter().map(|n| (n, 0)).collect();
+        }
+    }
+
+    /// The first cluster's underloaded-node table in order.
     pub fn table(&self) -> Vec<NodeId> {
-        self.table.iter().map(|&(n, _)| n).collect()
+        self.tables
+            .first()
+            .map(|(_, t)| t.iter().map(|&(n, _)| n).collect())
+            .unwrap_or_default()
+    }
+
+    /// The underloaded-node table of `cluster` in order (empty for a cluster it does not know).
+    pub fn table_of(&self, cluster: ClusterId) -> Vec<NodeId> {
+        self.tables
+            .iter()
+            .find(|(c, _)| *c == cluster)
+            .map(|(_, t)| t.iter().map(|&(n, _)| n).collect())
+            .unwrap_or_default()
+    }
+
+    fn table_mut(&mut self, cluster: ClusterId) -> Option<&mut Vec<(NodeId, Time)>> {
+        self.tables
+            .iter_mut()
+            .find(|(c, _)| *c == cluster)
+            .map(|(_, t)| t)
     }
 
     /// The instance graph it tracks.
@@ -334,6 +419,21 @@ impl LaunchNode {
         self.in_flight
     }
 
+    /// Instances that must run again although the graph already counts them ready — a failed
+    /// attempt with retries left, an attempt lost with its node, an output lost with its node
+    /// (produced again) — join the front of the next request, like ready instances: the runtime
+    /// places every run through the protocol.
+    pub fn resubmit(&mut self, ids: &[InstanceId], now: Time) -> Vec<Outgoing> {
+        for &id in ids.iter().rev() {
+            if !self.pending.iter().any(|w| w.instance == id) {
+                self.pending.push_front(self.graph.wanted(id));
+            }
+        }
+        let mut out = Vec::new();
+        self.dispatch(now, &mut out);
+        out
+    }
+
     /// Handles one event at `now`.
     pub fn handle(&mut self, event: LaunchEvent, now: Time) -> Vec<Outgoing> {
         let mut out = Vec::new();
@@ -343,13 +443,24 @@ impl LaunchNode {
                 self.ready(ready, &mut out);
             }
             LaunchEvent::Deliver(msg) => match msg.body {
-                Body::Status { .. } => match self.table.iter_mut().find(|(n, _)| *n == msg.from) {
-                    Some(entry) => entry.1 = now,
-                    None => self.table.push((msg.from, now)),
-                },
-                Body::Reply { remaining, .. } => {
-                    // d) The replying node is no longer underloaded.
-                    self.table.retain(|&(n, _)| n != msg.from);
+                Body::Status { cluster } => {
+                    // A status for a cluster this launch node does not launch into (stale
+                    // after the clusters changed) is ignored.
+                    if let Some(table) = self.table_mut(cluster) {
+                        match table.iter_mut().find(|(n, _)| *n == msg.from) {
+                            Some(entry) => entry.1 = now,
+                            None => table.push((msg.from, now)),
+                        }
+                    }
+                }
+                Body::Reply {
+                    cluster, remaining, ..
+                } => {
+                    // d) The replying node is no longer underloaded (in that cluster's table:
+                    // the node dropped itself from its own table of that cluster only).
+                    if let Some(table) = self.table_mut(cluster) {
+                        table.retain(|&(n, _)| n != msg.from);
+                    }
                     if remaining == 0 {
                         self.in_flight = false;
                     }
@@ -357,8 +468,10 @@ impl LaunchNode {
                 Body::Return(request) => {
                     // The travel disproved every entry that left the request's table, unless
                     // that node reported again after the request was sent.
-                    self.table
-                        .retain(|&(n, at)| at > request.sent_at || request.table.contains(&n));
+                    let (sent_at, carried) = (request.sent_at, &request.table);
+                    if let Some(table) = self.table_mut(request.cluster) {
+                        table.retain(|&(n, at)| at > sent_at || carried.contains(&n));
+                    }
                     // The returned instances go first, before those that became ready since.
                     let mut pending = request.instances;
                     pending.append(&mut self.pending);
@@ -387,14 +500,19 @@ impl LaunchNode {
         }
     }
 
-    /// b) Packs every pending instance and the table into a request to the table's first node.
+    /// b) Packs every pending instance and a table into a request to the table's first node:
+    /// the first cluster (in preference order) whose table is not empty.
     fn dispatch(&mut self, now: Time, out: &mut Vec<Outgoing>) {
-        if self.in_flight || self.pending.is_empty() || self.table.is_empty() {
+        if self.in_flight || self.pending.is_empty() {
             return;
         }
-        let table: Vec<NodeId> = self.table.iter().map(|&(n, _)| n).collect();
+        let Some((cluster, table)) = self.tables.iter().find(|(_, t)| !t.is_empty()) else {
+            return;
+        };
+        let cluster = *cluster;
+        let table: Vec<NodeId> = table.iter().map(|&(n, _)| n).collect();
         let request = AllocationRequest {
-            cluster: self.cluster,
+            cluster,
             launch: self.id,
             sent_at: now,
             instances: std::mem::take(&mut self.pending),

@@ -1,0 +1,455 @@
+//! Workflows in the server's state (issue 13, spec 05), with the agents' side played by the
+//! core's own `PcddbNode` machines exactly as `crates/agent/src/balance.rs` drives them: a
+//! self-check sends `status` with the next heartbeat, a request from the launch node arrives in
+//! a heartbeat reply, a request for another agent is handed to it at once (the gRPC hop).
+//!
+//! Shown here: proximity clusters come from the round trips the agents report and a request
+//! travels within one cluster first; instances that run again go through the balancer; a
+//! task's `requires` and size decide where its instances may run, and a running instance
+//! books its cores in the view shared with batch jobs.
+
+use crate::common;
+
+use common::heartbeat_request;
+use hetsched_core::NodeId;
+use hetsched_core::policy::graph::pcddb::PcddbNode;
+use hetsched_core::policy::graph::{
+    Body, ClusterId, GraphNode, InstanceId, Message, NodeEvent, Outgoing, Thresholds,
+};
+use hetsched_proto as pb;
+use hetsched_server::ServerConfig;
+use hetsched_server::config::WorkflowConfig;
+use hetsched_server::convert::Wire;
+use hetsched_server::state::State;
+use hetsched_server::store::Store;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "hetsched-workflow-kind-{name}-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+fn open(dir: &Path, workflow: WorkflowConfig) -> State {
+    let config = ServerConfig {
+        data_dir: dir.to_path_buf(),
+        workflow: Some(workflow),
+        ..Default::default()
+    };
+    State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state")
+}
+
+fn register(s: &mut State, name: &str, cores: u32) -> u32 {
+    s.register(pb::RegisterRequest {
+        name: name.into(),
+        cores,
+        memory_bytes: 4 << 30,
+        identity: common::IDENTITY.into(),
+        ..Default::default()
+    })
+    .expect("register")
+    .node_id
+}
+
+/// The agents: one PCDDB machine each (one workflow), their messages for the launch node, the
+/// tasks they run, and every allocation request's hop (from, to, cluster, instances).
+#[derive(Default)]
+struct Agents {
+    machines: BTreeMap<u32, PcddbNode>,
+    task_base: u64,
+    job: u64,
+    outbox: HashMap<u32, Vec<pb::BalanceMessage>>,
+    hops: Vec<(u32, u32, u32, Vec<u32>)>,
+    running: HashMap<u32, Vec<(u64, u32)>>,
+    results: HashMap<u32, Vec<(u64, u32, bool)>>,
+    cores: HashMap<u32, u32>,
+    /// (node, instance, attempt) in the order the server assigned them.
+    assigned: Vec<(u32, u32, u32)>,
+    rtt: HashMap<u32, BTreeMap<u32, u64>>,
+}
+
+impl Agents {
+    fn beat(&mut self, s: &mut State, n: u32) -> pb::HeartbeatReply {
+        let running = self.running.get(&n).cloned().unwrap_or_default();
+        let results = self.results.remove(&n).unwrap_or_default();
+        let mut req = heartbeat_request(n, &running, &results);
+        req.balance = self.outbox.remove(&n).unwrap_or_default();
+        req.rtt_ns = self
+            .rtt
+            .get(&n)
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let reply = s.heartbeat(req).expect("heartbeat");
+        for j in &reply.pcddb {
+            self.job = j.job_id;
+            self.task_base = j.task_base;
+            let launch = NodeId(j.launch);
+            let clusters: Vec<(ClusterId, NodeId)> =
+                j.clusters.iter().map(|&c| (ClusterId(c), launch)).collect();
+            let m = self.machines.entry(n).or_insert_with(|| {
+                PcddbNode::new(
+                    GraphNode {
+                        id: NodeId(n),
+                        cores: 2,
+                        attributes: j.attributes,
+                    },
+                    Thresholds { lt: j.lt, mt: j.mt },
+                    clusters.clone(),
+                )
+            });
+            m.set_memberships(clusters);
+        }
+        for env in reply.balance.clone() {
+            let msg: Message = serde_json::from_str(&env.message_json).expect("a core message");
+            self.deliver(n, msg);
+        }
+        for a in &reply.assignments {
+            self.running
+                .entry(n)
+                .or_default()
+                .push((a.task_id, a.attempt));
+            let i = (a.task_id - self.task_base) as u32;
+            self.assigned.push((n, i, a.attempt));
+        }
+        reply
+    }
+
+    fn deliver(&mut self, n: u32, msg: Message) {
+        if let Body::Request(r) = &msg.body {
+            self.hops.push((
+                msg.from.0,
+                n,
+                r.cluster.0,
+                r.instances.iter().map(|w| w.instance.0).collect(),
+            ));
+        }
+        let Some(m) = self.machines.get_mut(&n) else {
+            return;
+        };
+        let out = m.handle(NodeEvent::Deliver(msg), 0);
+        self.route(n, out);
+    }
+
+    fn route(&mut self, n: u32, out: Vec<Outgoing>) {
+        for o in out {
+            match o {
+                Outgoing::Send(m) if self.machines.contains_key(&m.to.0) => {
+                    let to = m.to.0;
+                    self.deliver(to, m);
+                }
+                Outgoing::Send(m) => {
+                    self.outbox.entry(n).or_default().push(pb::BalanceMessage {
+                        job_id: self.job,
+                        message_json: serde_json::to_string(&m).expect("json"),
+                        peers: Default::default(),
+                    });
+                }
+                Outgoing::Run { instance, core } => {
+                    self.cores.insert(instance.0, core);
+                }
+                Outgoing::Ready(_) => {}
+            }
+        }
+    }
+
+    fn self_check(&mut self, n: u32) {
+        if let Some(m) = self.machines.get_mut(&n) {
+            let out = m.handle(NodeEvent::SelfCheck, 0);
+            self.route(n, out);
+        }
+    }
+
+    /// Every running instance on `n` ends (`ok`), as its agent reports it.
+    fn finish_all(&mut self, n: u32, ok: bool) {
+        for (task, attempt) in self.running.remove(&n).unwrap_or_default() {
+            self.results.entry(n).or_default().push((task, attempt, ok));
+            let i = (task - self.task_base) as u32;
+            if let (Some(m), Some(core)) = (self.machines.get_mut(&n), self.cores.remove(&i)) {
+                let _ = m.handle(
+                    NodeEvent::Finished {
+                        instance: InstanceId(i),
+                        core,
+                    },
+                    0,
+                );
+            }
+        }
+    }
+
+    /// One round: every agent checks itself and heartbeats.
+    fn round(&mut self, s: &mut State, nodes: &[u32]) {
+        for &n in nodes {
+            self.self_check(n);
+            self.beat(s, n);
+        }
+    }
+}
+
+/// Round trips: 0.1 ms within {n0, n1} and within {n2, n3}, 5 ms between the pairs.
+fn pairs(ids: &[u32]) -> HashMap<u32, BTreeMap<u32, u64>> {
+    let mut rtt = HashMap::new();
+    for (a, &x) in ids.iter().enumerate() {
+        let mut m = BTreeMap::new();
+        for (b, &y) in ids.iter().enumerate() {
+            if a != b {
+                let near = a / 2 == b / 2;
+                m.insert(y, if near { 100_000 } else { 5_000_000 });
+            }
+        }
+        rtt.insert(x, m);
+    }
+    rtt
+}
+
+const FAN_OUT: &str = r#"
+balancer = "pcddb"
+
+[[task]]
+name = "seed"
+instances = 1
+cost = "1s"
+outputs = ["a"]
+command = "echo 1 > {output:a}"
+
+[[task]]
+name = "spread"
+instances = "1..=20"
+cost = "1s"
+inputs = ["a"]
+outputs = ["b"]
+command = "cat {input:a} > {output:b}"
+"#;
+
+#[test]
+fn clusters_come_from_measured_round_trips_and_a_request_travels_within_a_cluster_first() {
+    let dir = scratch("clusters");
+    let mut s = open(
+        &dir,
+        WorkflowConfig {
+            lt: Some(2),
+            mt: Some(3),
+            cluster_size: Some(2),
+            ..Default::default()
+        },
+    );
+    let ids: Vec<u32> = (0..4)
+        .map(|k| register(&mut s, &format!("n{k}"), 2))
+        .collect();
+    let mut agents = Agents {
+        rtt: pairs(&ids),
+        ..Default::default()
+    };
+    agents.round(&mut s, &ids);
+    // The core's clustering over the measured round trips: Sc1 = {n0, n1}, Sc2 = {n2, n3}.
+    let shown: Vec<(String, String)> = s
+        .nodes()
+        .nodes
+        .iter()
+        .map(|n| (n.name.clone(), n.clusters.clone()))
+        .collect();
+    assert_eq!(
+        shown,
+        [("n0", "Sc1"), ("n1", "Sc1"), ("n2", "Sc2"), ("n3", "Sc2")]
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .to_vec()
+    );
+    let job = s.submit("fan.toml", FAN_OUT, "/").expect("submit").job_id;
+    // Each agent's machine is a member of its own cluster only.
+    for (k, &n) in ids.iter().enumerate() {
+        let r = agents.beat(&mut s, n);
+        assert_eq!(r.pcddb[0].clusters, vec![k as u32 / 2], "n{k}");
+    }
+    // Run until every instance ran (an agent reports what runs on it as done at each round).
+    for _ in 0..30 {
+        agents.round(&mut s, &ids);
+        for &n in &ids {
+            agents.finish_all(n, true);
+        }
+        if agents.assigned.len() == 21 {
+            break;
+        }
+    }
+    assert_eq!(agents.assigned.len(), 21, "every instance ran: {agents:?}");
+    // Every hop stays within the request's cluster.
+    let members = |c: u32| &ids[2 * c as usize..2 * c as usize + 2];
+    for (from, to, c, _) in &agents.hops {
+        assert!(
+            members(*c).contains(to),
+            "{from} → {to} outside Sc{}",
+            c + 1
+        );
+        assert!(
+            ids.contains(from) == members(*c).contains(from),
+            "{from} → {to} crossed clusters"
+        );
+    }
+    // The 20 `spread` instances: first into Sc1 (agent to agent inside it), the rest returned
+    // and then into Sc2.
+    let spread: Vec<&(u32, u32, u32, Vec<u32>)> = agents
+        .hops
+        .iter()
+        .filter(|h| h.3.iter().any(|&i| i > 0))
+        .collect();
+    let first_sc2 = spread.iter().position(|h| h.2 == 1).expect("Sc2 was used");
+    assert!(first_sc2 > 0 && spread[..first_sc2].iter().all(|h| h.2 == 0));
+    assert!(
+        spread[..first_sc2].iter().any(|h| ids.contains(&h.0)),
+        "a request hopped from one Sc1 agent to the other: {spread:?}"
+    );
+    assert!(
+        spread[first_sc2..].iter().any(|h| ids.contains(&h.0)),
+        "and from one Sc2 agent to the other: {spread:?}"
+    );
+    // Exactly: L → n1 (Sc1, all 20) → n0 (14 left); back to L; L → n2 (Sc2, 8) → n3 (2).
+    let l = u32::MAX - 1;
+    let path: Vec<(u32, u32, u32, usize)> =
+        spread.iter().map(|h| (h.0, h.1, h.2, h.3.len())).collect();
+    assert_eq!(
+        path,
+        vec![
+            (l, ids[1], 0, 20),
+            (ids[1], ids[0], 0, 14),
+            (l, ids[2], 1, 8),
+            (ids[2], ids[3], 1, 2)
+        ]
+    );
+    let _ = job;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+impl std::fmt::Debug for Agents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "assigned {:?}, hops {:?}", self.assigned, self.hops)
+    }
+}
+
+#[test]
+fn a_failed_attempt_runs_again_through_the_next_allocation_request() {
+    let dir = scratch("retry");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let n = register(&mut s, "n0", 2);
+    let mut agents = Agents::default();
+    agents.beat(&mut s, n);
+    s.submit(
+        "flaky.toml",
+        "balancer = \"pcddb\"\n[[task]]\nname = \"flaky\"\ninstances = 1\ncost = \"1s\"\n\
+         outputs = [\"o\"]\ncommand = \"echo > {output:o}\"\nretries = 1\n",
+        "/",
+    )
+    .expect("submit");
+    for _ in 0..5 {
+        agents.round(&mut s, &[n]);
+    }
+    assert_eq!(agents.assigned, vec![(n, 0, 1)]);
+    let requests = |a: &Agents| a.hops.iter().filter(|h| h.3.contains(&0)).count();
+    assert_eq!(requests(&agents), 1);
+    // The attempt fails: the server does not hand the retry to the node itself; it travels in
+    // a new allocation request, which the node accepts.
+    agents.finish_all(n, false);
+    agents.beat(&mut s, n);
+    assert_eq!(agents.assigned.len(), 1, "not placed outside the balancer");
+    for _ in 0..5 {
+        agents.round(&mut s, &[n]);
+    }
+    assert_eq!(requests(&agents), 2, "a second request carried it");
+    assert_eq!(agents.assigned, vec![(n, 0, 1), (n, 0, 2)]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn requirements_and_sizes_decide_the_nodes_and_running_instances_book_their_cores() {
+    let dir = scratch("fit");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let plain = register(&mut s, "plain", 2);
+    let fpga = register(&mut s, "fpga", 4);
+    let beat = |s: &mut State, n: u32, running: &[(u64, u32)], done: &[(u64, u32, bool)]| {
+        let mut req = heartbeat_request(n, running, done);
+        if n == fpga {
+            req.attributes = vec!["fpga".into()];
+        }
+        s.heartbeat(req).expect("heartbeat")
+    };
+    beat(&mut s, plain, &[], &[]);
+    beat(&mut s, fpga, &[], &[]);
+    // Refused at submission, naming the field: a requirement no node offers, a size no node has.
+    let bad = s
+        .submit(
+            "tpu.toml",
+            "[[task]]\nname = \"t\"\ninstances = 1\ncost = \"1s\"\nrequires = [\"tpu\"]\n\
+             outputs = [\"o\"]\ncommand = \"true\"\n",
+            "/",
+        )
+        .expect_err("no node offers tpu")
+        .to_string();
+    assert!(
+        bad.contains("tpu.toml:5:13: task[0].requires[0]") && bad.contains("fpga"),
+        "{bad}"
+    );
+    let bad = s
+        .submit(
+            "huge.toml",
+            "[[task]]\nname = \"t\"\ninstances = 1\ncost = \"1s\"\ncores = 8\n\
+             outputs = [\"o\"]\ncommand = \"true\"\n",
+            "/",
+        )
+        .expect_err("no node has 8 cores")
+        .to_string();
+    assert!(bad.contains("huge.toml:5:9: task[0].cores"), "{bad}");
+    assert_eq!(s.jobs().jobs.len(), 0, "nothing stored");
+    // `big` needs 3 cores (only `fpga` has them); `accel` requires the attribute `fpga`.
+    s.submit(
+        "fit.toml",
+        "[[task]]\nname = \"big\"\ninstances = 2\ncost = \"1s\"\ncores = 3\noutputs = [\"b\"]\n\
+         command = \"true\"\n\
+         [[task]]\nname = \"accel\"\ninstances = 2\ncost = \"1s\"\nrequires = [\"fpga\"]\n\
+         outputs = [\"a\"]\ncommand = \"true\"\n",
+        "/",
+    )
+    .expect("submit");
+    let mut running: Vec<(u64, u32)> = Vec::new();
+    let mut placed = Vec::new();
+    for _ in 0..3 {
+        let r = beat(&mut s, plain, &[], &[]);
+        assert!(r.assignments.is_empty(), "nothing fits on `plain`");
+        let r = beat(&mut s, fpga, &running, &[]);
+        for a in &r.assignments {
+            running.push((a.task_id, a.attempt));
+            placed.push(a.task_id);
+        }
+    }
+    // 3 + 1 cores: one `big` and one `accel` at a time on the 4 cores of `fpga`.
+    assert_eq!(running.len(), 2, "{running:?}");
+    let free = |s: &State, name: &str| {
+        s.nodes()
+            .nodes
+            .iter()
+            .find(|n| n.name == name)
+            .map(|n| n.free_cores)
+    };
+    assert_eq!(
+        free(&s, "fpga"),
+        Some(0),
+        "the instances hold the node's cores"
+    );
+    // A batch job is not placed over them.
+    s.submit(
+        "job.toml",
+        "[[application]]\nname = \"a\"\ntasks = 2\n[application.cpu]\ncommand = \"true\"\n",
+        "/",
+    )
+    .expect("submit batch");
+    let r = beat(&mut s, fpga, &running, &[]);
+    assert!(r.assignments.is_empty(), "{:?}", r.assignments);
+    // They end: their cores are free again, and the rest of the workflow runs there.
+    let done: Vec<(u64, u32, bool)> = running.iter().map(|&(t, a)| (t, a, true)).collect();
+    let r = beat(&mut s, fpga, &[], &done);
+    assert!(!r.assignments.is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
