@@ -102,6 +102,7 @@ fn accel_state(a: pb::AccelState) -> crate::state::accel::AccelState {
         reading: a.reading,
         process_queue: a.process_queue,
         write_queue: a.write_queue,
+        process_capacity: a.process_capacity,
     }
 }
 
@@ -121,6 +122,7 @@ fn accel_state_wire(a: crate::state::accel::AccelState) -> pb::AccelState {
         reading: a.reading,
         process_queue: a.process_queue,
         write_queue: a.write_queue,
+        process_capacity: a.process_capacity,
     }
 }
 

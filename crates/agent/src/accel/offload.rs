@@ -171,10 +171,13 @@ async fn once(
             gpus: (a.devices.len() as u32).max(1),
         })),
     };
-    // The inputs are read and sent while the call runs (HTTP/2 flow control paces them).
+    // The inputs are sent once the ANode's remote-read stage takes the call (`OffloadReady`),
+    // then paced by HTTP/2 flow control; until then the call holds only its task.
     let (dir_in, inputs_in) = (dir.to_path_buf(), inputs.to_vec());
+    let (go, go_rx) = oneshot::channel::<()>();
+    let mut go = Some(go);
     let sender = tokio::spawn(async move {
-        if tx.send(task).await.is_err() {
+        if tx.send(task).await.is_err() || go_rx.await.is_err() {
             return Ok(());
         }
         for name in &inputs_in {
@@ -240,6 +243,11 @@ async fn once(
                         a,
                         &format!("writing the offloaded task's output `{}`: {e}", c.path),
                     )));
+                }
+            }
+            Some(ReplyPart::Ready(_)) => {
+                if let Some(go) = go.take() {
+                    let _ = go.send(());
                 }
             }
             Some(ReplyPart::Done(d)) => break d.result.unwrap_or_default(),

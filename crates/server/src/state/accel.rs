@@ -57,12 +57,14 @@ pub struct DeviceState {
 pub struct AccelState {
     /// Its devices.
     pub devices: Vec<DeviceState>,
-    /// Offloads being received (remote-read).
+    /// Offloads being received or waiting to be (remote-read).
     pub reading: u32,
     /// Tasks waiting for a device.
     pub process_queue: u32,
     /// Results waiting to be sent back.
     pub write_queue: u32,
+    /// Tasks the process queue holds (0: unknown, no limit).
+    pub process_capacity: u32,
 }
 
 /// What a heartbeat says about the node's rack and accelerator service.
