@@ -12,6 +12,11 @@
 //!   work on it exactly as on an ANode; an unbound NNode has none and gets no GPU task. (As in the
 //!   paper, the resource manager's view counts a shared device once per node that reaches it; the
 //!   ANode's process queue serialises the real contention.)
+//! - **The ANodes' queues.** Each ANode reports its service's queue lengths in its heartbeats.
+//!   While the offloads it holds or waits to receive (`reading` + `process_queue`), plus those
+//!   sent to its NNodes since that report, fill its process queue (`process_capacity`), its
+//!   NNodes are held in the view (`SchedulerView::set_accelerator_held`): the policy gives them
+//!   no more accelerator work until a report shows room.
 //! - **Telling the agents.** Every heartbeat reply carries the node's binding: its ANode's name
 //!   and the address of its accelerator service (the address that ANode's calls come from, at the
 //!   port it announces), or unbound.
@@ -118,6 +123,9 @@ pub(crate) struct Sharing {
     services: HashMap<u32, Service>,
     /// Offloaded attempts: task → (attempt, ANode id).
     executed: HashMap<u64, (u32, u32)>,
+    /// Per ANode: accelerator tasks sent to its NNodes since its last heartbeat (not yet in its
+    /// reported queues).
+    sent_since_report: HashMap<u32, u32>,
 }
 
 impl Sharing {
@@ -135,6 +143,7 @@ impl Sharing {
             members: HashMap::new(),
             services: HashMap::new(),
             executed: HashMap::new(),
+            sent_since_report: HashMap::new(),
         }
     }
 }
@@ -178,17 +187,78 @@ impl State {
         if !self.sharing.members.contains_key(&id) {
             self.accel_join(id)?;
         }
-        if self.sharing.members.get(&id) == Some(&Role::NNode)
-            && let Some(anode) = self.bound_anode(id)
-        {
-            for a in &reply.assignments {
-                // The NNode runs no GPU task itself: each of its devices is its ANode's.
-                if !a.devices.is_empty() {
-                    self.sharing.executed.insert(a.task_id, (a.attempt, anode));
+        match self.sharing.members.get(&id) {
+            Some(Role::ANode) => {
+                // A fresh report of its queues.
+                self.sharing.sent_since_report.remove(&id);
+                self.hold_if_full(id)?;
+            }
+            Some(Role::NNode) => {
+                if let Some(anode) = self.bound_anode(id) {
+                    let mut sent = 0;
+                    for a in &reply.assignments {
+                        // The NNode runs no GPU task itself: each of its devices is its ANode's.
+                        if !a.devices.is_empty() {
+                            self.sharing.executed.insert(a.task_id, (a.attempt, anode));
+                            sent += 1;
+                        }
+                    }
+                    if sent > 0 {
+                        *self.sharing.sent_since_report.entry(anode).or_default() += sent;
+                        self.hold_if_full(anode)?;
+                    }
                 }
             }
+            _ => {}
         }
         reply.binding = Some(self.binding_of(id));
+        Ok(())
+    }
+
+    /// Whether ANode `anode`'s process queue is full: the offloads it holds or waits to receive
+    /// by its last report, plus those sent to its NNodes since, reach the queue's capacity.
+    fn anode_full(&self, anode: u32) -> bool {
+        let Some(st) = self
+            .sharing
+            .services
+            .get(&anode)
+            .and_then(|s| s.state.as_ref())
+        else {
+            return false;
+        };
+        let sent = self
+            .sharing
+            .sent_since_report
+            .get(&anode)
+            .copied()
+            .unwrap_or(0);
+        st.process_capacity > 0
+            && st
+                .reading
+                .saturating_add(st.process_queue)
+                .saturating_add(sent)
+                >= st.process_capacity
+    }
+
+    /// Holds ANode `anode`'s NNodes in the view while its queue is full, and lets them go
+    /// when it is not (spec 01: the policy sees the ANodes' queue lengths).
+    fn hold_if_full(&mut self, anode: u32) -> Result<(), StateError> {
+        let full = self.anode_full(anode);
+        let mut nnodes: Vec<u32> = self
+            .sharing
+            .members
+            .iter()
+            .filter(|&(&n, &r)| r == Role::NNode && self.bound_anode(n) == Some(anode))
+            .map(|(&n, _)| n)
+            .collect();
+        nnodes.sort_unstable();
+        for n in nnodes {
+            if self.view.node(NodeId(n)).accel_held != full {
+                info!(nnode = %self.nodes.name(n), anode = %self.nodes.name(anode), held = full,
+                    "the ANode's queue is {}", if full { "full: no more offloads for now" } else { "open again" });
+                self.view.set_accelerator_held(NodeId(n), full)?;
+            }
+        }
         Ok(())
     }
 
@@ -282,6 +352,7 @@ impl State {
         gone.sort_unstable();
         for id in gone {
             let role = self.sharing.members.remove(&id);
+            self.sharing.sent_since_report.remove(&id);
             let name = self.nodes.name(id).to_string();
             if role == Some(Role::Alone) {
                 continue;
@@ -356,6 +427,10 @@ impl State {
                 None => info!(nnode = %unit.nnode, "unbound: no ANode in its rack"),
             }
             self.view.set_attached_accelerators(NodeId(nid), devices)?;
+            let held = anode
+                .and_then(|a| self.nodes.by_name(a))
+                .is_some_and(|a| self.anode_full(a));
+            self.view.set_accelerator_held(NodeId(nid), held)?;
         }
         Ok(())
     }
