@@ -168,6 +168,7 @@ fn assignment(d: &Dispatch) -> pb::Assignment {
             .workflow
             .as_ref()
             .map_or(Vec::new(), |w| w.outputs.clone()),
+        ..Default::default()
     }
 }
 
@@ -219,7 +220,18 @@ impl From<HeartbeatReply> for pb::HeartbeatReply {
     fn from(r: HeartbeatReply) -> Self {
         pb::HeartbeatReply {
             acked: r.acked.iter().map(task_ref).collect(),
-            assignments: r.assignments.iter().map(assignment).collect(),
+            assignments: r
+                .assignments
+                .iter()
+                .map(|d| {
+                    let mut a = assignment(d);
+                    if let Some((_, b)) = r.offload_to.iter().find(|(t, _)| *t == d.task_id) {
+                        a.offload_anode = b.anode.clone();
+                        a.offload_address = b.address.clone();
+                    }
+                    a
+                })
+                .collect(),
             kill: r.kill.iter().map(task_ref).collect(),
             reregister: r.reregister,
             specs: r.specs.iter().map(task_spec).collect(),
@@ -429,6 +441,7 @@ impl From<NodeInfo> for pb::NodeInfo {
             role: n.role,
             bound_to: n.bound_to,
             accel: n.accel.map(accel_state_wire),
+            containers: n.containers,
         }
     }
 }

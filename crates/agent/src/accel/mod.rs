@@ -493,9 +493,14 @@ pub(crate) async fn run(
     match route {
         Route::Direct => launch::run(a, spec, &opts.name, &opts.work_dir, kill, on_spawn).await,
         Route::Local(p) => p.run_local(a, spec, &opts.work_dir, kill, on_spawn).await,
-        Route::Offload(Some(client)) => {
-            offload::run(&client, a, spec, &opts.name, &opts.work_dir, kill).await
-        }
+        Route::Offload(Some(client)) => match client.for_assignment(a) {
+            Ok(client) => offload::run(&client, a, spec, &opts.name, &opts.work_dir, kill).await,
+            Err(e) => {
+                let mut r = failed(a, &format!("offload to {}: {e}", a.offload_anode));
+                r.interrupted = true;
+                r
+            }
+        },
         Route::Offload(None) => {
             // The server placed accelerator work here while this node had no ANode (the reply
             // that unbound it crossed the assignment): not a failure of the task.

@@ -17,7 +17,9 @@ use hetsched_proto as pb;
 use hetsched_proto::accel_client::AccelClient;
 use hetsched_proto::offload_reply::Part as ReplyPart;
 use hetsched_proto::offload_request::Part as RequestPart;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
@@ -45,6 +47,11 @@ pub struct Client {
             pb::TokenInterceptor,
         >,
     >,
+    token: Arc<str>,
+    ca_pem: Option<Arc<[u8]>>,
+    /// Connections to other ANodes a task was sent to (container binding: an NNode's containers
+    /// may be bound to different ANodes), by address.
+    peers: Arc<Mutex<HashMap<String, Client>>>,
 }
 
 impl Client {
@@ -57,7 +64,36 @@ impl Client {
         let interceptor = pb::TokenInterceptor::new(token).map_err(|e| format!("token: {e}"))?;
         let inner = AccelClient::with_interceptor(endpoint.connect_lazy(), interceptor)
             .max_decoding_message_size(2 * files::CHUNK + (64 << 10));
-        Ok(Self { target, inner })
+        Ok(Self {
+            target,
+            inner,
+            token: token.into(),
+            ca_pem: ca_pem.map(Into::into),
+            peers: Arc::default(),
+        })
+    }
+
+    /// The client for the ANode an assignment names (`offload_anode`/`offload_address`): this
+    /// one when it names none or this one's ANode, else a connection to the other ANode, made once
+    /// and kept.
+    pub fn for_assignment(&self, a: &pb::Assignment) -> Result<Client, String> {
+        if a.offload_address.is_empty() || a.offload_address == self.target.address {
+            return Ok(self.clone());
+        }
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = peers.get(&a.offload_address) {
+            return Ok(c.clone());
+        }
+        let c = Client::new(
+            Target {
+                anode: a.offload_anode.clone(),
+                address: a.offload_address.clone(),
+            },
+            &self.token,
+            self.ca_pem.as_deref(),
+        )?;
+        peers.insert(a.offload_address.clone(), c.clone());
+        Ok(c)
     }
 }
 

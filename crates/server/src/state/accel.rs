@@ -148,12 +148,25 @@ impl Sharing {
     }
 }
 
-/// The node's own ANode: in mode `container` the ANode of its first container (an NNode sends its
-/// accelerator work to one service).
+/// The node's own ANode: in mode `container` the ANode of its first container (the binding its
+/// agent is told; each task names the ANode of its own container).
 fn unit_of(name: &str, mode: BindingMode) -> hetsched_core::policy::binding::Unit {
+    container_unit(name, mode, 0)
+}
+
+/// The binding unit of container `k` of node `name` (the whole node outside mode `container`).
+fn container_unit(name: &str, mode: BindingMode, k: u32) -> hetsched_core::policy::binding::Unit {
     hetsched_core::policy::binding::Unit {
         nnode: name.into(),
-        container: matches!(mode, BindingMode::Container { .. }).then_some(0),
+        container: matches!(mode, BindingMode::Container { .. }).then_some(k),
+    }
+}
+
+/// Units one NNode has: its containers in mode `container`, else one.
+fn containers(mode: BindingMode) -> u32 {
+    match mode {
+        BindingMode::Container { slots } => slots.max(1),
+        _ => 1,
     }
 }
 
@@ -194,19 +207,24 @@ impl State {
                 self.hold_if_full(id)?;
             }
             Some(Role::NNode) => {
-                if let Some(anode) = self.bound_anode(id) {
-                    let mut sent = 0;
-                    for a in &reply.assignments {
-                        // The NNode runs no GPU task itself: each of its devices is its ANode's.
-                        if !a.devices.is_empty() {
-                            self.sharing.executed.insert(a.task_id, (a.attempt, anode));
-                            sent += 1;
-                        }
+                // The NNode runs no GPU task itself: each of its devices is one of its ANodes'
+                // (its containers' in mode `container`), and the task goes there.
+                let reached = self.reached_devices(id);
+                let mut touched = Vec::new();
+                for a in &reply.assignments {
+                    let Some(&anode) = a.devices.first().and_then(|&d| reached.get(d as usize))
+                    else {
+                        continue;
+                    };
+                    self.sharing.executed.insert(a.task_id, (a.attempt, anode));
+                    reply.offload_to.push((a.task_id, self.service_of(anode)));
+                    *self.sharing.sent_since_report.entry(anode).or_default() += 1;
+                    if !touched.contains(&anode) {
+                        touched.push(anode);
                     }
-                    if sent > 0 {
-                        *self.sharing.sent_since_report.entry(anode).or_default() += sent;
-                        self.hold_if_full(anode)?;
-                    }
+                }
+                for anode in touched {
+                    self.hold_if_full(anode)?;
                 }
             }
             _ => {}
@@ -243,16 +261,22 @@ impl State {
     /// Holds ANode `anode`'s NNodes in the view while its queue is full, and lets them go
     /// when it is not (spec 01: the policy sees the ANodes' queue lengths).
     fn hold_if_full(&mut self, anode: u32) -> Result<(), StateError> {
-        let full = self.anode_full(anode);
         let mut nnodes: Vec<u32> = self
             .sharing
             .members
             .iter()
-            .filter(|&(&n, &r)| r == Role::NNode && self.bound_anode(n) == Some(anode))
+            .filter(|&(&n, &r)| r == Role::NNode && self.container_anodes(n).contains(&Some(anode)))
             .map(|(&n, _)| n)
             .collect();
         nnodes.sort_unstable();
         for n in nnodes {
+            // An NNode whose containers reach several ANodes is held while any of them is full
+            // (the view holds a node, not a device).
+            let full = self
+                .container_anodes(n)
+                .into_iter()
+                .flatten()
+                .any(|a| self.anode_full(a));
             if self.view.node(NodeId(n)).accel_held != full {
                 info!(nnode = %self.nodes.name(n), anode = %self.nodes.name(anode), held = full,
                     "the ANode's queue is {}", if full { "full: no more offloads for now" } else { "open again" });
@@ -272,11 +296,69 @@ impl State {
         self.nodes.by_name(anode)
     }
 
+    /// The ANode of each of node `id`'s containers (one outside mode `container`).
+    fn container_anodes(&self, id: u32) -> Vec<Option<u32>> {
+        let Some(n) = self.nodes.get(id) else {
+            return Vec::new();
+        };
+        let mode = self.sharing.binding.mode();
+        (0..containers(mode))
+            .map(|k| {
+                let unit = container_unit(&n.spec.name, mode, k);
+                let anode = self.sharing.binding.anode_of(&unit)?;
+                self.nodes.by_name(anode)
+            })
+            .collect()
+    }
+
+    /// The ANodes NNode `id` reaches, each once, in container order.
+    fn reached_anodes(&self, id: u32) -> Vec<u32> {
+        let mut out = Vec::new();
+        for a in self.container_anodes(id).into_iter().flatten() {
+            if !out.contains(&a) {
+                out.push(a);
+            }
+        }
+        out
+    }
+
+    /// For each device NNode `id` is seen with, the ANode that owns it: the devices of its
+    /// [`Self::reached_anodes`], one after another.
+    fn reached_devices(&self, id: u32) -> Vec<u32> {
+        self.reached_anodes(id)
+            .into_iter()
+            .flat_map(|a| {
+                let n = self.nodes.get(a).map_or(0, |n| n.spec.accelerators.len());
+                std::iter::repeat_n(a, n)
+            })
+            .collect()
+    }
+
+    /// NNode `nid` is seen with the devices of the ANodes it reaches, and held while one of
+    /// them has a full queue.
+    fn refresh_reach(&mut self, nid: u32) -> Result<(), StateError> {
+        let anodes = self.reached_anodes(nid);
+        let devices: Vec<Accelerator> = anodes
+            .iter()
+            .filter_map(|&a| self.nodes.get(a))
+            .flat_map(|n| n.spec.accelerators.iter().cloned())
+            .collect();
+        self.view.set_attached_accelerators(NodeId(nid), devices)?;
+        let held = anodes.iter().any(|&a| self.anode_full(a));
+        self.view.set_accelerator_held(NodeId(nid), held)?;
+        Ok(())
+    }
+
     /// Node `id`'s binding as its agent is told it.
     fn binding_of(&self, id: u32) -> NodeBinding {
-        let Some(anode) = self.bound_anode(id) else {
-            return NodeBinding::default();
-        };
+        match self.bound_anode(id) {
+            Some(anode) => self.service_of(anode),
+            None => NodeBinding::default(),
+        }
+    }
+
+    /// ANode `anode`'s name and accelerator service address (default if it announced none).
+    fn service_of(&self, anode: u32) -> NodeBinding {
         let s = self
             .sharing
             .services
@@ -389,9 +471,6 @@ impl State {
                 BindingEvent::Bound { nnode, anode } => (nnode, Some(anode)),
                 BindingEvent::Unbound { nnode } => (nnode, None),
             };
-            if unit.container.is_some_and(|k| k != 0) {
-                continue;
-            }
             let Some(nid) = self.nodes.by_name(&unit.nnode) else {
                 continue;
             };
@@ -417,20 +496,11 @@ impl State {
                     self.lose(t, &reason)?;
                 }
             }
-            let devices: Vec<Accelerator> = anode
-                .and_then(|a| self.nodes.by_name(a))
-                .and_then(|a| self.nodes.get(a))
-                .map(|n| n.spec.accelerators.clone())
-                .unwrap_or_default();
             match anode {
-                Some(a) => info!(nnode = %unit.nnode, anode = %a, "bound"),
-                None => info!(nnode = %unit.nnode, "unbound: no ANode in its rack"),
+                Some(a) => info!(nnode = %unit, anode = %a, "bound"),
+                None => info!(nnode = %unit, "unbound: no ANode in its rack"),
             }
-            self.view.set_attached_accelerators(NodeId(nid), devices)?;
-            let held = anode
-                .and_then(|a| self.nodes.by_name(a))
-                .is_some_and(|a| self.anode_full(a));
-            self.view.set_accelerator_held(NodeId(nid), held)?;
+            self.refresh_reach(nid)?;
         }
         Ok(())
     }
@@ -456,6 +526,15 @@ impl State {
             }
             if let Some(a) = self.bound_anode(n.id) {
                 n.bound_to = self.nodes.name(a).to_string();
+            }
+            if matches!(self.sharing.binding.mode(), BindingMode::Container { .. })
+                && self.sharing.members.get(&n.id) == Some(&Role::NNode)
+            {
+                n.containers = self
+                    .container_anodes(n.id)
+                    .into_iter()
+                    .map(|a| a.map_or(String::new(), |a| self.nodes.name(a).to_string()))
+                    .collect();
             }
         }
     }
