@@ -403,7 +403,12 @@ fn with_container_binding_an_nnodes_containers_offload_to_the_anodes_they_are_bo
             .expect("nodes")
             .iter()
             .filter(|n| n["alive"] == true && n["role"] == "nnode")
-            .map(|n| (n["name"].as_str().unwrap_or("").to_string(), n["containers"].clone()))
+            .map(|n| {
+                (
+                    n["name"].as_str().unwrap_or("").to_string(),
+                    n["containers"].clone(),
+                )
+            })
             .collect()
     };
     let want: BTreeMap<String, Value> = [
