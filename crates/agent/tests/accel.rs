@@ -406,21 +406,21 @@ async fn the_pipeline_overlaps_receiving_with_computing() {
             false,
         )
         .await;
-        // Compute stage: as long per task as one task's transfer took.
+        // Compute stage: a `sleep` as long as one task's transfer took; measured as the transfer
+        // stage is, the 10 tasks one after another without input (so it includes what starting
+        // each task's processes costs on this machine now).
         let per_task = (transfer / TASKS as u32).max(Duration::from_millis(50));
-        let compute = per_task * TASKS as u32;
         // Each task notes when its device time starts.
         let starts = temp("starts");
-        let both = spec(
-            &dir,
-            &format!(
-                "date +%s%N > {}/$HETSCHED_TASK_ID; sleep {:.3}",
-                starts.display(),
-                per_task.as_secs_f64()
-            ),
-            &["big.dat"],
-            &[],
+        let command = format!(
+            "date +%s%N > {}/$HETSCHED_TASK_ID; sleep {:.3}",
+            starts.display(),
+            per_task.as_secs_f64()
         );
+        let compute = ship(&c, &spec(&dir, &command, &[], &[]), &dir, TASKS, false).await;
+        let _ = std::fs::remove_dir_all(&starts);
+        std::fs::create_dir_all(&starts).unwrap();
+        let both = spec(&dir, &command, &["big.dat"], &[]);
         let t0 = std::time::SystemTime::now();
         let pipelined = ship(&c, &both, &dir, TASKS, true).await;
         let first_start = std::fs::read_dir(&starts)

@@ -475,6 +475,55 @@ fn with_container_binding_an_nnodes_containers_offload_to_the_anodes_they_are_bo
 }
 
 #[test]
+fn required_and_preferred_tasks_use_a_reachable_device_and_only_preferred_ones_fall_back_to_cpus() {
+    // Both applications have a CPU and a GPU variant. `required` runs only on a device (the
+    // ANode's, or offloaded from a bound NNode); `preferred` runs on a device wherever one is
+    // reachable and on the CPUs of rack B's NNode (which reaches none) only when the devices are
+    // busy. So no task runs a CPU variant in rack A, and rack B never gets a required one.
+    let c = rack_a_and_b("need");
+    let work = c.dir.join("tasks");
+    std::fs::create_dir_all(&work).expect("work");
+    let app = |name: &str, need: &str, tasks: u32| {
+        format!(
+            "[[application]]\nname = \"{name}\"\ntasks = {tasks}\naccelerator = \"{need}\"\n\
+             workdir = \"{work}\"\n[application.cpu]\ncommand = \"sleep 0.1\"\n\
+             [application.gpu]\ncommand = \"sleep 0.1\"\n",
+            work = work.display()
+        )
+    };
+    let path = c.dir.join("needs.toml");
+    std::fs::write(
+        &path,
+        app("req", "required", 8) + &app("pref", "preferred", 16),
+    )
+    .expect("job");
+    let out = c.cli(&["submit", path.to_str().expect("path"), "--wait"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut seen: BTreeMap<(String, String, String), u32> = BTreeMap::new();
+    for t in tasks_of(&c) {
+        assert_eq!(t["state"], "succeeded", "{t}");
+        let (app, node, variant) = (
+            t["app"].as_str().unwrap_or("").to_string(),
+            t["node"].as_str().unwrap_or("").to_string(),
+            t["variant"].as_str().unwrap_or("").to_string(),
+        );
+        if node == "nnode-b" {
+            assert_eq!((app.as_str(), variant.as_str()), ("pref", "cpu"), "{t}");
+        } else {
+            assert_eq!(variant, "gpu", "{t}");
+            assert_eq!(t["executed_node"], "anode", "{t}");
+        }
+        *seen.entry((app, node, variant)).or_default() += 1;
+    }
+    eprintln!("(application, node, variant) → tasks: {seen:?}");
+    assert_eq!(seen.values().sum::<u32>(), 24);
+}
+
+#[test]
 fn bad_rack_and_service_flags_are_refused_with_the_flag_named() {
     let token = std::env::temp_dir().join(format!("hetsched-accel-token-{}", std::process::id()));
     std::fs::write(&token, "t").expect("token");
