@@ -103,6 +103,7 @@ fn accel_state(a: pb::AccelState) -> crate::state::accel::AccelState {
         reading: a.reading,
         process_queue: a.process_queue,
         write_queue: a.write_queue,
+        process_capacity: a.process_capacity,
     }
 }
 
@@ -122,6 +123,7 @@ fn accel_state_wire(a: crate::state::accel::AccelState) -> pb::AccelState {
         reading: a.reading,
         process_queue: a.process_queue,
         write_queue: a.write_queue,
+        process_capacity: a.process_capacity,
     }
 }
 
@@ -167,6 +169,7 @@ fn assignment(d: &Dispatch) -> pb::Assignment {
             .workflow
             .as_ref()
             .map_or(Vec::new(), |w| w.outputs.clone()),
+        ..Default::default()
     }
 }
 
@@ -220,7 +223,18 @@ impl From<HeartbeatReply> for pb::HeartbeatReply {
     fn from(r: HeartbeatReply) -> Self {
         pb::HeartbeatReply {
             acked: r.acked.iter().map(task_ref).collect(),
-            assignments: r.assignments.iter().map(assignment).collect(),
+            assignments: r
+                .assignments
+                .iter()
+                .map(|d| {
+                    let mut a = assignment(d);
+                    if let Some((_, b)) = r.offload_to.iter().find(|(t, _)| *t == d.task_id) {
+                        a.offload_anode = b.anode.clone();
+                        a.offload_address = b.address.clone();
+                    }
+                    a
+                })
+                .collect(),
             kill: r.kill.iter().map(task_ref).collect(),
             reregister: r.reregister,
             specs: r.specs.iter().map(task_spec).collect(),
@@ -430,6 +444,7 @@ impl From<NodeInfo> for pb::NodeInfo {
             role: n.role,
             bound_to: n.bound_to,
             accel: n.accel.map(accel_state_wire),
+            containers: n.containers,
         }
     }
 }

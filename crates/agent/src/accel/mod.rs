@@ -11,11 +11,12 @@
 //!   task and inputs)                    CUDA_VISIBLE_DEVICES)         outputs, then the result)
 //! ```
 //!
-//! - **remote-read** ([`service`]): each `Accel.Offload` call receives one task — its spec, then
-//!   its declared input files in chunks — into a private staging directory, then enqueues it on
-//!   the process queue (waiting while the queue is full: back-pressure reaches the NNode through
-//!   the HTTP/2 flow control of its call). Calls are received concurrently, as the paper's thread
-//!   accepts one connection after another.
+//! - **remote-read** ([`service::read_stage`]): each `Accel.Offload` call brings one task's spec
+//!   and joins the stage's line; the stage takes the calls one at a time, in arrival order, as the
+//!   paper's single remote-read thread: it tells the requester to send its declared input files
+//!   (`OffloadReady`), receives them in chunks into a private staging directory, and enqueues the
+//!   task on the process queue (waiting while the queue is full: the calls behind it wait, holding
+//!   no input). One call at a time is what lets the stages overlap (see `read_stage`).
 //! - **process** ([`Pipeline`]): one worker takes the queue in FIFO order, waits until the task's
 //!   devices are free, and starts it there with `CUDA_VISIBLE_DEVICES` naming them; one task per
 //!   device at a time, so devices are never oversubscribed. The ANode's **own** GPU tasks enter the
@@ -45,6 +46,9 @@ use tracing::{debug, warn};
 pub const PROCESS_QUEUE: usize = 16;
 /// Capacity of the write queue (results waiting to be sent back).
 pub const WRITE_QUEUE: usize = 16;
+/// Offload calls that may wait for the remote-read stage (they hold only their task's spec);
+/// a call beyond it waits to be accepted.
+const READ_LINE: usize = 1024;
 
 /// Where a task of the process stage came from, and where its result goes.
 pub(crate) enum Origin {
@@ -85,6 +89,8 @@ pub(crate) struct Counters {
 #[derive(Clone)]
 pub struct Pipeline {
     pub(crate) process_tx: mpsc::Sender<Job>,
+    /// The remote-read stage's line of offload calls.
+    pub(crate) read_tx: mpsc::Sender<service::Incoming>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) staging: PathBuf,
     pub(crate) seq: Arc<std::sync::atomic::AtomicU64>,
@@ -119,12 +125,16 @@ impl Pipeline {
             processes,
         ));
         tokio::spawn(service::write_stage(write_rx, counters.clone()));
-        Ok(Self {
+        let (read_tx, read_rx) = mpsc::channel(READ_LINE);
+        let pipeline = Self {
             process_tx,
+            read_tx,
             counters,
             staging,
             seq: Arc::default(),
-        })
+        };
+        tokio::spawn(service::read_stage(read_rx, pipeline.clone()));
+        Ok(pipeline)
     }
 
     /// Number of devices the pipeline owns.
@@ -206,6 +216,7 @@ impl Pipeline {
             reading: self.counters.reading.load(Ordering::SeqCst),
             process_queue: self.counters.process_queue.load(Ordering::SeqCst),
             write_queue: self.counters.write_queue.load(Ordering::SeqCst),
+            process_capacity: PROCESS_QUEUE as u32,
         }
     }
 }
@@ -482,9 +493,14 @@ pub(crate) async fn run(
     match route {
         Route::Direct => launch::run(a, spec, &opts.name, &opts.work_dir, kill, on_spawn).await,
         Route::Local(p) => p.run_local(a, spec, &opts.work_dir, kill, on_spawn).await,
-        Route::Offload(Some(client)) => {
-            offload::run(&client, a, spec, &opts.name, &opts.work_dir, kill).await
-        }
+        Route::Offload(Some(client)) => match client.for_assignment(a) {
+            Ok(client) => offload::run(&client, a, spec, &opts.name, &opts.work_dir, kill).await,
+            Err(e) => {
+                let mut r = failed(a, &format!("offload to {}: {e}", a.offload_anode));
+                r.interrupted = true;
+                r
+            }
+        },
         Route::Offload(None) => {
             // The server placed accelerator work here while this node had no ANode (the reply
             // that unbound it crossed the assignment): not a failure of the task.

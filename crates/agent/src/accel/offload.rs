@@ -17,7 +17,9 @@ use hetsched_proto as pb;
 use hetsched_proto::accel_client::AccelClient;
 use hetsched_proto::offload_reply::Part as ReplyPart;
 use hetsched_proto::offload_request::Part as RequestPart;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
@@ -45,6 +47,11 @@ pub struct Client {
             pb::TokenInterceptor,
         >,
     >,
+    token: Arc<str>,
+    ca_pem: Option<Arc<[u8]>>,
+    /// Connections to other ANodes a task was sent to (container binding: an NNode's containers
+    /// may be bound to different ANodes), by address.
+    peers: Arc<Mutex<HashMap<String, Client>>>,
 }
 
 impl Client {
@@ -57,7 +64,36 @@ impl Client {
         let interceptor = pb::TokenInterceptor::new(token).map_err(|e| format!("token: {e}"))?;
         let inner = AccelClient::with_interceptor(endpoint.connect_lazy(), interceptor)
             .max_decoding_message_size(2 * files::CHUNK + (64 << 10));
-        Ok(Self { target, inner })
+        Ok(Self {
+            target,
+            inner,
+            token: token.into(),
+            ca_pem: ca_pem.map(Into::into),
+            peers: Arc::default(),
+        })
+    }
+
+    /// The client for the ANode an assignment names (`offload_anode`/`offload_address`): this
+    /// one when it names none or this one's ANode, else a connection to the other ANode, made once
+    /// and kept.
+    pub fn for_assignment(&self, a: &pb::Assignment) -> Result<Client, String> {
+        if a.offload_address.is_empty() || a.offload_address == self.target.address {
+            return Ok(self.clone());
+        }
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = peers.get(&a.offload_address) {
+            return Ok(c.clone());
+        }
+        let c = Client::new(
+            Target {
+                anode: a.offload_anode.clone(),
+                address: a.offload_address.clone(),
+            },
+            &self.token,
+            self.ca_pem.as_deref(),
+        )?;
+        peers.insert(a.offload_address.clone(), c.clone());
+        Ok(c)
     }
 }
 
@@ -171,10 +207,13 @@ async fn once(
             gpus: (a.devices.len() as u32).max(1),
         })),
     };
-    // The inputs are read and sent while the call runs (HTTP/2 flow control paces them).
+    // The inputs are sent once the ANode's remote-read stage takes the call (`OffloadReady`),
+    // then paced by HTTP/2 flow control; until then the call holds only its task.
     let (dir_in, inputs_in) = (dir.to_path_buf(), inputs.to_vec());
+    let (go, go_rx) = oneshot::channel::<()>();
+    let mut go = Some(go);
     let sender = tokio::spawn(async move {
-        if tx.send(task).await.is_err() {
+        if tx.send(task).await.is_err() || go_rx.await.is_err() {
             return Ok(());
         }
         for name in &inputs_in {
@@ -240,6 +279,11 @@ async fn once(
                         a,
                         &format!("writing the offloaded task's output `{}`: {e}", c.path),
                     )));
+                }
+            }
+            Some(ReplyPart::Ready(_)) => {
+                if let Some(go) = go.take() {
+                    let _ = go.send(());
                 }
             }
             Some(ReplyPart::Done(d)) => break d.result.unwrap_or_default(),

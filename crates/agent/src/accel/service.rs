@@ -77,43 +77,96 @@ impl Accel for AccelService {
         std::fs::create_dir_all(&staging)
             .map_err(|e| Status::internal(format!("{}: {e}", staging.display())))?;
         let (tx, rx) = mpsc::channel(8);
-        let pipeline = p.clone();
-        // remote-read: receive the inputs, then join the process queue.
-        tokio::spawn(async move {
-            pipeline.counters.reading.fetch_add(1, Ordering::SeqCst);
-            let received = receive(&mut inbound, &staging, task.index).await;
-            pipeline.counters.reading.fetch_sub(1, Ordering::SeqCst);
-            if let Err(e) = received {
-                warn!(
-                    task = task.task_id,
-                    "offload: receiving the inputs failed: {e}"
-                );
-                let _ = tx.send(Err(e)).await;
-                cleanup(&staging);
-                return;
-            }
-            let assignment = pb::Assignment {
-                task_id: task.task_id,
-                attempt: task.attempt,
-                index: task.index,
-                devices: Vec::new(),
-                spec: spec.key,
-                ..Default::default()
-            };
-            let mut spec = spec;
-            spec.workdir = staging.display().to_string();
-            let job = Job {
-                assignment,
-                spec,
-                work_dir: staging.clone(),
-                gpus: task.gpus.max(1),
-                origin: Origin::Remote(tx),
-            };
-            if pipeline.submit(job).await.is_err() {
-                cleanup(&staging);
-            }
-        });
+        // Join the remote-read stage's line; it tells the requester when to send its inputs.
+        p.counters.reading.fetch_add(1, Ordering::SeqCst);
+        let waiting = Incoming {
+            inbound,
+            task,
+            spec,
+            staging,
+            reply: tx,
+        };
+        if let Err(e) = p.read_tx.send(waiting).await {
+            p.counters.reading.fetch_sub(1, Ordering::SeqCst);
+            cleanup(&e.0.staging);
+            return Err(Status::unavailable("the accelerator service has stopped"));
+        }
         Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+/// An offload call waiting for the remote-read stage: its task has arrived, its inputs have not
+/// been sent yet.
+pub(crate) struct Incoming {
+    inbound: Streaming<pb::OffloadRequest>,
+    task: pb::OffloadTask,
+    spec: pb::TaskSpec,
+    staging: PathBuf,
+    reply: Reply,
+}
+
+/// Longest the remote-read stage waits for the next message of the call it receives; a requester
+/// silent that long is dropped so the calls behind it are served.
+const READ_IDLE: Duration = Duration::from_secs(30);
+
+/// The remote-read stage (spec 01: one remote-read thread): takes the waiting calls in the order
+/// they arrived and receives one at a time — it tells the call's requester to send its inputs
+/// (`OffloadReady`), receives them all into the call's staging directory, and enqueues the task
+/// on the process queue (waiting while that queue is full) before it takes the next call.
+///
+/// Receiving one call at a time is what makes the pipeline overlap: the first task's inputs
+/// arrive at the link's full rate and its device starts while the next inputs arrive, instead of
+/// every call sharing the link and all inputs arriving together at the end. Calls that wait have
+/// sent no input, so they hold none of their HTTP/2 connection's flow-control window and cannot
+/// stall the call being received.
+pub(crate) async fn read_stage(mut rx: mpsc::Receiver<Incoming>, pipeline: Pipeline) {
+    while let Some(c) = rx.recv().await {
+        let Incoming {
+            mut inbound,
+            task,
+            spec,
+            staging,
+            reply,
+        } = c;
+        let ready = pb::OffloadReply {
+            part: Some(ReplyPart::Ready(pb::OffloadReady {})),
+        };
+        let received = if reply.send(Ok(ready)).await.is_err() {
+            // The requester went away while it waited.
+            Err(Status::cancelled("the requester went away"))
+        } else {
+            receive(&mut inbound, &staging, task.index).await
+        };
+        pipeline.counters.reading.fetch_sub(1, Ordering::SeqCst);
+        if let Err(e) = received {
+            warn!(
+                task = task.task_id,
+                "offload: receiving the inputs failed: {e}"
+            );
+            let _ = reply.try_send(Err(e));
+            cleanup(&staging);
+            continue;
+        }
+        let assignment = pb::Assignment {
+            task_id: task.task_id,
+            attempt: task.attempt,
+            index: task.index,
+            devices: Vec::new(),
+            spec: spec.key,
+            ..Default::default()
+        };
+        let mut spec = spec;
+        spec.workdir = staging.display().to_string();
+        let job = Job {
+            assignment,
+            spec,
+            work_dir: staging.clone(),
+            gpus: task.gpus.max(1),
+            origin: Origin::Remote(reply),
+        };
+        if pipeline.submit(job).await.is_err() {
+            cleanup(&staging);
+        }
     }
 }
 
@@ -124,7 +177,17 @@ async fn receive(
     index: u32,
 ) -> Result<(), Status> {
     let mut sink = Sink::new(staging);
-    while let Some(m) = inbound.message().await? {
+    loop {
+        let m = match tokio::time::timeout(READ_IDLE, inbound.message()).await {
+            Ok(m) => m?,
+            Err(_) => {
+                return Err(Status::deadline_exceeded(format!(
+                    "no input arrived for {} s",
+                    READ_IDLE.as_secs()
+                )));
+            }
+        };
+        let Some(m) = m else { break };
         let Some(RequestPart::Chunk(c)) = m.part else {
             return Err(Status::invalid_argument("a second task in one offload"));
         };

@@ -86,7 +86,7 @@ pub struct RackMap {
 pub struct AnodeEntry {
     /// The ANode.
     pub name: String,
-    /// NNodes bound to it, by name.
+    /// NNodes bound to it, by name (`NNODE/k` for container `k` with `binding = "container"`).
     pub nnodes: Vec<String>,
     /// Its accelerator service's queues (null when it reports no service).
     pub reading: Option<u32>,
@@ -130,9 +130,21 @@ pub fn rack_maps(nodes: &[hetsched_proto::NodeInfo]) -> Vec<RackMap> {
         let Some(r) = racks.get_mut(&n.rack) else {
             continue;
         };
-        match r.anodes.iter_mut().find(|a| a.name == n.bound_to) {
-            Some(a) if !n.bound_to.is_empty() => a.nnodes.push(n.name.clone()),
-            _ => r.unbound.push(n.name.clone()),
+        // With container binding each container is bound on its own: `NNODE/k`.
+        let units: Vec<(String, &str)> = if n.containers.is_empty() {
+            vec![(n.name.clone(), n.bound_to.as_str())]
+        } else {
+            n.containers
+                .iter()
+                .enumerate()
+                .map(|(k, a)| (format!("{}/{k}", n.name), a.as_str()))
+                .collect()
+        };
+        for (unit, anode) in units {
+            match r.anodes.iter_mut().find(|a| a.name == anode) {
+                Some(a) if !anode.is_empty() => a.nnodes.push(unit),
+                _ => r.unbound.push(unit),
+            }
         }
     }
     let mut out: Vec<RackMap> = racks.into_values().collect();

@@ -22,14 +22,23 @@ struct Cluster {
 
 impl Cluster {
     fn start(name: &str) -> Cluster {
+        Self::start_with(name, "")
+    }
+
+    /// A server whose configuration file holds `config` (e.g. the binding mode).
+    fn start_with(name: &str, config: &str) -> Cluster {
         let dir =
             std::env::temp_dir().join(format!("hetsched-accel-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
         let data = dir.join("data");
         let log = std::fs::File::create(dir.join("server.log")).expect("log");
+        std::fs::write(dir.join("server.toml"), config).expect("server config");
         let server = Command::new(BIN)
-            .args(["server", "--listen", "127.0.0.1:0", "--dead-timeout", "1s"])
+            .arg("server")
+            .arg("--config")
+            .arg(dir.join("server.toml"))
+            .args(["--listen", "127.0.0.1:0", "--dead-timeout", "1s"])
             .args(["--heartbeat-interval", "100ms", "--data-dir"])
             .arg(&data)
             .stdout(Stdio::null())
@@ -374,6 +383,144 @@ fn an_anode_killed_mid_job_unbinds_its_nnodes_and_after_a_restart_the_job_comple
     let job = c.json(&["job", "1"]);
     assert_eq!(job["counts"]["succeeded"], 24, "{job}");
     check_outputs(&c, 24);
+}
+
+#[test]
+fn with_container_binding_an_nnodes_containers_offload_to_the_anodes_they_are_bound_to() {
+    // `binding = "container"`, two containers per node: rack A holds two ANodes (a1, a2; one GPU
+    // each) and two NNodes. By spec 01's container rule (weighted, an ANode's own containers
+    // count as its users, ties by name) each NNode's container 0 goes to a1 and container 1 to
+    // a2, so every NNode reaches both ANodes, which node binding never gives.
+    let mut c = Cluster::start_with("container", "binding = \"container\"\nbinding_slots = 2\n");
+    c.start_agent("a1", "A", true);
+    c.start_agent("a2", "A", true);
+    c.wait_bound(&[("a1", ""), ("a2", "")]);
+    c.start_agent("n1", "A", false);
+    c.start_agent("n2", "A", false);
+    let containers = |c: &Cluster| -> BTreeMap<String, Value> {
+        c.json(&["nodes"])
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .filter(|n| n["alive"] == true && n["role"] == "nnode")
+            .map(|n| {
+                (
+                    n["name"].as_str().unwrap_or("").to_string(),
+                    n["containers"].clone(),
+                )
+            })
+            .collect()
+    };
+    let want: BTreeMap<String, Value> = [
+        ("n1".to_string(), serde_json::json!(["a1", "a2"])),
+        ("n2".to_string(), serde_json::json!(["a1", "a2"])),
+    ]
+    .into();
+    wait_until("the container map", Duration::from_secs(20), || {
+        containers(&c) == want
+    });
+    // `hetsched bindings` lists each container as a unit of its own.
+    let maps = c.json(&["bindings"]);
+    assert_eq!(maps[0]["anodes"][0]["name"], "a1", "{maps}");
+    assert_eq!(
+        maps[0]["anodes"][0]["nnodes"],
+        serde_json::json!(["n1/0", "n2/0"]),
+        "{maps}"
+    );
+    assert_eq!(
+        maps[0]["anodes"][1]["nnodes"],
+        serde_json::json!(["n1/1", "n2/1"]),
+        "{maps}"
+    );
+
+    let job = c.job(16, "0.1");
+    let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(c.dir.join("server.log")).unwrap_or_default()
+    );
+    let tasks = tasks_of(&c);
+    // Where each task was placed → the ANodes that ran the ones offloaded from there.
+    let mut ran_on: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut executed = BTreeMap::new();
+    for t in &tasks {
+        assert_eq!(t["state"], "succeeded", "{t}");
+        let node = t["node"].as_str().expect("node").to_string();
+        let ex = t["executed_node"].as_str().expect("executed").to_string();
+        assert!(ex == "a1" || ex == "a2", "{t}");
+        if node.starts_with('n') {
+            ran_on.entry(node).or_default().insert(ex.clone());
+        } else {
+            assert_eq!(node, ex, "an ANode runs its own tasks: {t}");
+        }
+        executed.insert(t["index"].as_u64().expect("index").to_string(), ex);
+    }
+    eprintln!("offloads by NNode: {ran_on:?}");
+    assert!(
+        ran_on.values().any(|a| a.len() == 2),
+        "no NNode used both of its containers' ANodes: {ran_on:?}"
+    );
+    // Each task really ran where the server says (its command logs the node it ran on), once.
+    let ran = std::fs::read_to_string(c.dir.join("ran.log")).expect("ran.log");
+    let mut seen = BTreeSet::new();
+    for l in ran.lines() {
+        let f: Vec<&str> = l.split(' ').collect();
+        assert_eq!(Some(&f[2].to_string()), executed.get(f[0]), "{l}");
+        assert!(seen.insert(f[0].to_string()), "task {} ran twice", f[0]);
+    }
+    assert_eq!(seen.len(), 16);
+    check_outputs(&c, 16);
+}
+
+#[test]
+fn required_and_preferred_tasks_use_a_reachable_device_and_only_preferred_ones_fall_back_to_cpus() {
+    // Both applications have a CPU and a GPU variant. `required` runs only on a device (the
+    // ANode's, or offloaded from a bound NNode); `preferred` runs on a device wherever one is
+    // reachable and on the CPUs of rack B's NNode (which reaches none) only when the devices are
+    // busy. So no task runs a CPU variant in rack A, and rack B never gets a required one.
+    let c = rack_a_and_b("need");
+    let work = c.dir.join("tasks");
+    std::fs::create_dir_all(&work).expect("work");
+    let app = |name: &str, need: &str, tasks: u32| {
+        format!(
+            "[[application]]\nname = \"{name}\"\ntasks = {tasks}\naccelerator = \"{need}\"\n\
+             workdir = \"{work}\"\n[application.cpu]\ncommand = \"sleep 0.1\"\n\
+             [application.gpu]\ncommand = \"sleep 0.1\"\n",
+            work = work.display()
+        )
+    };
+    let path = c.dir.join("needs.toml");
+    std::fs::write(
+        &path,
+        app("req", "required", 8) + &app("pref", "preferred", 16),
+    )
+    .expect("job");
+    let out = c.cli(&["submit", path.to_str().expect("path"), "--wait"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut seen: BTreeMap<(String, String, String), u32> = BTreeMap::new();
+    for t in tasks_of(&c) {
+        assert_eq!(t["state"], "succeeded", "{t}");
+        let (app, node, variant) = (
+            t["app"].as_str().unwrap_or("").to_string(),
+            t["node"].as_str().unwrap_or("").to_string(),
+            t["variant"].as_str().unwrap_or("").to_string(),
+        );
+        if node == "nnode-b" {
+            assert_eq!((app.as_str(), variant.as_str()), ("pref", "cpu"), "{t}");
+        } else {
+            assert_eq!(variant, "gpu", "{t}");
+            assert_eq!(t["executed_node"], "anode", "{t}");
+        }
+        *seen.entry((app, node, variant)).or_default() += 1;
+    }
+    eprintln!("(application, node, variant) → tasks: {seen:?}");
+    assert_eq!(seen.values().sum::<u32>(), 24);
 }
 
 #[test]

@@ -54,8 +54,8 @@ pub struct ApplicationSpec {
     /// Whether a task needs an accelerator (spec 01): `"required"`, `"preferred"` or `"none"` (the
     /// default: today's behaviour). A required or preferred task needs a GPU variant, whose profile
     /// is the accelerator's time; the offload model (`hetsched_sim::accel`) reads the field; the
-    /// runtime passes it to its agents (placement does not read it yet), the batch simulator does
-    /// not.
+    /// runtime's placement applies it through the scheduler's view
+    /// (`SchedulerView::set_accelerator_need`); the batch simulator does not read it.
     #[serde(default)]
     pub accelerator: Option<Spanned<AcceleratorNeed>>,
     /// Files each task reads (runtime, spec 01): paths relative to the task's directory,
@@ -425,11 +425,14 @@ impl Workload {
     pub fn check_runnable(&self, nodes: &[Node]) -> Result<(), InputError> {
         let src = self.source();
         for (i, a) in self.applications.iter().enumerate() {
-            let cpu_fits = a.cpu.as_ref().is_some_and(|c| {
-                nodes
-                    .iter()
-                    .any(|n| n.capacity().fits(&c.get_ref().request()))
-            });
+            // A task that requires an accelerator never runs its CPU variant.
+            let required = a.accelerator_need() == AcceleratorNeed::Required;
+            let cpu_fits = !required
+                && a.cpu.as_ref().is_some_and(|c| {
+                    nodes
+                        .iter()
+                        .any(|n| n.capacity().fits(&c.get_ref().request()))
+                });
             let gpu_fits = a.gpu.as_ref().is_some_and(|g| {
                 let g = g.get_ref();
                 nodes.iter().any(|n| {
@@ -446,7 +449,14 @@ impl Workload {
             }
             let name = a.name.get_ref();
             let (span, field, message) = match (&a.cpu, &a.gpu) {
-                (None, Some(g)) => (
+                (Some(c), _) if !required => (
+                    at(c),
+                    "cpu",
+                    format!(
+                        "application `{name}`: no node has the cores and memory one task asks for"
+                    ),
+                ),
+                (_, Some(g)) => (
                     at(g),
                     "gpu",
                     match &g.get_ref().kind {
@@ -460,14 +470,7 @@ impl Workload {
                         ),
                     },
                 ),
-                (Some(c), _) => (
-                    at(c),
-                    "cpu",
-                    format!(
-                        "application `{name}`: no node has the cores and memory one task asks for"
-                    ),
-                ),
-                (None, None) => (
+                (_, None) => (
                     at(&a.name),
                     "name",
                     format!("application `{name}` has no variant"),

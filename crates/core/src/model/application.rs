@@ -139,7 +139,9 @@ impl Application {
 /// A `required` or `preferred` task placed on an NNode is offloaded through the node binding to
 /// its ANode's accelerator service; a `required` task never runs where no accelerator is reachable
 /// (an unbound NNode cannot take it), a `preferred` one runs on the CPU there; `none` always runs
-/// on the CPU.
+/// on the CPU in the offload model (`hetsched_sim::accel`). The runtime's placement applies the
+/// field through [`crate::model::SchedulerView::set_accelerator_need`], where `none` leaves the
+/// choice of variant to the policy, as before the field existed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AcceleratorNeed {

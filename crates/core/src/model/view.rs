@@ -7,7 +7,7 @@
 //! sees the load the previous one added (spec 02, Algorithm 1: "update the node's free resources,
 //! TotalIO, #IOtask").
 
-use super::application::{Application, Need, Variant};
+use super::application::{AcceleratorNeed, Application, Need, Variant};
 use super::cluster::Node;
 use super::ids::{AppId, NodeId, TaskId};
 use super::resources::Resources;
@@ -57,6 +57,9 @@ pub struct NodeState {
     pub running: u32,
     /// False once the node is lost; policies never place work on it.
     pub alive: bool,
+    /// Accelerator work is held off the node for now: the accelerator service it reaches through
+    /// its binding has a full queue (spec 01; the runtime sets it from the ANode's heartbeats).
+    pub accel_held: bool,
 }
 
 impl NodeState {
@@ -89,6 +92,8 @@ pub struct AppState {
     pub usage: Resources,
     /// The application's queue by need.
     pub need: Need,
+    /// Whether its tasks need an accelerator (spec 01; `none` unless the driver sets it).
+    pub accelerator: AcceleratorNeed,
 }
 
 impl AppState {
@@ -188,6 +193,7 @@ impl SchedulerView {
             io_tasks: 0,
             running: 0,
             alive: true,
+            accel_held: false,
         });
         Ok(expected)
     }
@@ -244,6 +250,41 @@ impl SchedulerView {
         Ok(())
     }
 
+    /// Holds accelerator work off `node` (or lets it go there again): while held, no GPU task
+    /// fits there whatever its free devices. The runtime holds the NNodes of an ANode whose
+    /// accelerator service has a full queue (spec 01: the policy sees the ANodes' queue lengths).
+    pub fn set_accelerator_held(&mut self, node: NodeId, held: bool) -> Result<(), ViewError> {
+        self.nodes
+            .get_mut(node.index())
+            .ok_or(ViewError::UnknownNode(node))?
+            .accel_held = held;
+        Ok(())
+    }
+
+    /// Sets whether `app`'s tasks need an accelerator (spec 01, a task's `accelerator`), which
+    /// [`SchedulerView::fits`] applies for every policy:
+    /// - `required`: only the GPU variant, so only on nodes that reach a device (ANodes, NNodes
+    ///   bound to one); the application joins the GPU-only queue;
+    /// - `preferred`: the GPU variant where a device is reachable; the CPU variant only on a node
+    ///   that reaches no device of its kind, and only while no node could take the task on a
+    ///   device now;
+    /// - `none`: either variant, as the policy chooses.
+    pub fn set_accelerator_need(
+        &mut self,
+        app: AppId,
+        need: AcceleratorNeed,
+    ) -> Result<(), ViewError> {
+        let a = self
+            .apps
+            .get_mut(app.index())
+            .ok_or(ViewError::UnknownApp(app))?;
+        a.accelerator = need;
+        if need == AcceleratorNeed::Required && a.app.gpu.is_some() {
+            a.need = Need::GpuOnly;
+        }
+        Ok(())
+    }
+
     /// Adds an application with the ids of its tasks; ids must be dense and in order.
     pub fn add_application(
         &mut self,
@@ -269,6 +310,7 @@ impl SchedulerView {
             completed: 0,
             usage: Resources::default(),
             need,
+            accelerator: AcceleratorNeed::None,
         });
         Ok(expected)
     }
@@ -353,7 +395,24 @@ impl SchedulerView {
             return false;
         }
         match (variant, &a.app.gpu) {
-            (Variant::Gpu, Some(gpu)) => n.free_devices(gpu.kind.as_deref()) >= request.gpus,
+            (Variant::Gpu, Some(gpu)) => {
+                !n.accel_held && n.free_devices(gpu.kind.as_deref()) >= request.gpus
+            }
+            (Variant::Cpu, Some(gpu)) => match a.accelerator {
+                AcceleratorNeed::None => true,
+                AcceleratorNeed::Required => false,
+                AcceleratorNeed::Preferred => {
+                    let kind = gpu.kind.as_deref();
+                    let reaches = n
+                        .node
+                        .accelerators
+                        .iter()
+                        .any(|acc| kind.is_none_or(|k| acc.kind == k));
+                    !reaches
+                        && !(0..self.nodes.len() as u32)
+                            .any(|m| self.fits(app, NodeId(m), Variant::Gpu))
+                }
+            },
             _ => true,
         }
     }

@@ -318,7 +318,9 @@ impl Batch {
                     spec.accelerator_need().as_str().to_string(),
                 ),
             });
-            cx.view.add_application(app, pending)?;
+            let id = cx.view.add_application(app, pending)?;
+            // `accelerator = required|preferred` (spec 01) is applied by the view's `fits`.
+            cx.view.set_accelerator_need(id, spec.accelerator_need())?;
         }
         let apps = first_app..self.apps.len() as u32;
         if let Some(key) = &row.submission_key {

@@ -12,6 +12,11 @@
 //!   work on it exactly as on an ANode; an unbound NNode has none and gets no GPU task. (As in the
 //!   paper, the resource manager's view counts a shared device once per node that reaches it; the
 //!   ANode's process queue serialises the real contention.)
+//! - **The ANodes' queues.** Each ANode reports its service's queue lengths in its heartbeats.
+//!   While the offloads it holds or waits to receive (`reading` + `process_queue`), plus those
+//!   sent to its NNodes since that report, fill its process queue (`process_capacity`), its
+//!   NNodes are held in the view (`SchedulerView::set_accelerator_held`): the policy gives them
+//!   no more accelerator work until a report shows room.
 //! - **Telling the agents.** Every heartbeat reply carries the node's binding: its ANode's name
 //!   and the address of its accelerator service (the address that ANode's calls come from, at the
 //!   port it announces), or unbound.
@@ -57,12 +62,14 @@ pub struct DeviceState {
 pub struct AccelState {
     /// Its devices.
     pub devices: Vec<DeviceState>,
-    /// Offloads being received (remote-read).
+    /// Offloads being received or waiting to be (remote-read).
     pub reading: u32,
     /// Tasks waiting for a device.
     pub process_queue: u32,
     /// Results waiting to be sent back.
     pub write_queue: u32,
+    /// Tasks the process queue holds (0: unknown, no limit).
+    pub process_capacity: u32,
 }
 
 /// What a heartbeat says about the node's rack and accelerator service.
@@ -116,6 +123,9 @@ pub(crate) struct Sharing {
     services: HashMap<u32, Service>,
     /// Offloaded attempts: task → (attempt, ANode id).
     executed: HashMap<u64, (u32, u32)>,
+    /// Per ANode: accelerator tasks sent to its NNodes since its last heartbeat (not yet in its
+    /// reported queues).
+    sent_since_report: HashMap<u32, u32>,
 }
 
 impl Sharing {
@@ -133,16 +143,30 @@ impl Sharing {
             members: HashMap::new(),
             services: HashMap::new(),
             executed: HashMap::new(),
+            sent_since_report: HashMap::new(),
         }
     }
 }
 
-/// The node's own ANode: in mode `container` the ANode of its first container (an NNode sends its
-/// accelerator work to one service).
+/// The node's own ANode: in mode `container` the ANode of its first container (the binding its
+/// agent is told; each task names the ANode of its own container).
 fn unit_of(name: &str, mode: BindingMode) -> hetsched_core::policy::binding::Unit {
+    container_unit(name, mode, 0)
+}
+
+/// The binding unit of container `k` of node `name` (the whole node outside mode `container`).
+fn container_unit(name: &str, mode: BindingMode, k: u32) -> hetsched_core::policy::binding::Unit {
     hetsched_core::policy::binding::Unit {
         nnode: name.into(),
-        container: matches!(mode, BindingMode::Container { .. }).then_some(0),
+        container: matches!(mode, BindingMode::Container { .. }).then_some(k),
+    }
+}
+
+/// Units one NNode has: its containers in mode `container`, else one.
+fn containers(mode: BindingMode) -> u32 {
+    match mode {
+        BindingMode::Container { slots } => slots.max(1),
+        _ => 1,
     }
 }
 
@@ -176,17 +200,89 @@ impl State {
         if !self.sharing.members.contains_key(&id) {
             self.accel_join(id)?;
         }
-        if self.sharing.members.get(&id) == Some(&Role::NNode)
-            && let Some(anode) = self.bound_anode(id)
-        {
-            for a in &reply.assignments {
-                // The NNode runs no GPU task itself: each of its devices is its ANode's.
-                if !a.devices.is_empty() {
+        match self.sharing.members.get(&id) {
+            Some(Role::ANode) => {
+                // A fresh report of its queues.
+                self.sharing.sent_since_report.remove(&id);
+                self.hold_if_full(id)?;
+            }
+            Some(Role::NNode) => {
+                // The NNode runs no GPU task itself: each of its devices is one of its ANodes'
+                // (its containers' in mode `container`), and the task goes there.
+                let reached = self.reached_devices(id);
+                let mut touched = Vec::new();
+                for a in &reply.assignments {
+                    let Some(&anode) = a.devices.first().and_then(|&d| reached.get(d as usize))
+                    else {
+                        continue;
+                    };
                     self.sharing.executed.insert(a.task_id, (a.attempt, anode));
+                    reply.offload_to.push((a.task_id, self.service_of(anode)));
+                    *self.sharing.sent_since_report.entry(anode).or_default() += 1;
+                    if !touched.contains(&anode) {
+                        touched.push(anode);
+                    }
+                }
+                for anode in touched {
+                    self.hold_if_full(anode)?;
                 }
             }
+            _ => {}
         }
         reply.binding = Some(self.binding_of(id));
+        Ok(())
+    }
+
+    /// Whether ANode `anode`'s process queue is full: the offloads it holds or waits to receive
+    /// by its last report, plus those sent to its NNodes since, reach the queue's capacity.
+    fn anode_full(&self, anode: u32) -> bool {
+        let Some(st) = self
+            .sharing
+            .services
+            .get(&anode)
+            .and_then(|s| s.state.as_ref())
+        else {
+            return false;
+        };
+        let sent = self
+            .sharing
+            .sent_since_report
+            .get(&anode)
+            .copied()
+            .unwrap_or(0);
+        st.process_capacity > 0
+            && st
+                .reading
+                .saturating_add(st.process_queue)
+                .saturating_add(sent)
+                >= st.process_capacity
+    }
+
+    /// Holds ANode `anode`'s NNodes in the view while its queue is full, and lets them go
+    /// when it is not (spec 01: the policy sees the ANodes' queue lengths).
+    fn hold_if_full(&mut self, anode: u32) -> Result<(), StateError> {
+        let mut nnodes: Vec<u32> = self
+            .sharing
+            .members
+            .iter()
+            .filter(|&(&n, &r)| r == Role::NNode && self.container_anodes(n).contains(&Some(anode)))
+            .map(|(&n, _)| n)
+            .collect();
+        nnodes.sort_unstable();
+        for n in nnodes {
+            // An NNode whose containers reach several ANodes is held while any of them is full
+            // (the view holds a node, not a device).
+            let full = self
+                .container_anodes(n)
+                .into_iter()
+                .flatten()
+                .any(|a| self.anode_full(a));
+            if self.view.node(NodeId(n)).accel_held != full {
+                info!(nnode = %self.nodes.name(n), anode = %self.nodes.name(anode), held = full,
+                    "the ANode's queue is {}", if full { "full: no more offloads for now" } else { "open again" });
+                self.view.set_accelerator_held(NodeId(n), full)?;
+            }
+        }
         Ok(())
     }
 
@@ -200,11 +296,69 @@ impl State {
         self.nodes.by_name(anode)
     }
 
+    /// The ANode of each of node `id`'s containers (one outside mode `container`).
+    fn container_anodes(&self, id: u32) -> Vec<Option<u32>> {
+        let Some(n) = self.nodes.get(id) else {
+            return Vec::new();
+        };
+        let mode = self.sharing.binding.mode();
+        (0..containers(mode))
+            .map(|k| {
+                let unit = container_unit(&n.spec.name, mode, k);
+                let anode = self.sharing.binding.anode_of(&unit)?;
+                self.nodes.by_name(anode)
+            })
+            .collect()
+    }
+
+    /// The ANodes NNode `id` reaches, each once, in container order.
+    fn reached_anodes(&self, id: u32) -> Vec<u32> {
+        let mut out = Vec::new();
+        for a in self.container_anodes(id).into_iter().flatten() {
+            if !out.contains(&a) {
+                out.push(a);
+            }
+        }
+        out
+    }
+
+    /// For each device NNode `id` is seen with, the ANode that owns it: the devices of its
+    /// [`Self::reached_anodes`], one after another.
+    fn reached_devices(&self, id: u32) -> Vec<u32> {
+        self.reached_anodes(id)
+            .into_iter()
+            .flat_map(|a| {
+                let n = self.nodes.get(a).map_or(0, |n| n.spec.accelerators.len());
+                std::iter::repeat_n(a, n)
+            })
+            .collect()
+    }
+
+    /// NNode `nid` is seen with the devices of the ANodes it reaches, and held while one of
+    /// them has a full queue.
+    fn refresh_reach(&mut self, nid: u32) -> Result<(), StateError> {
+        let anodes = self.reached_anodes(nid);
+        let devices: Vec<Accelerator> = anodes
+            .iter()
+            .filter_map(|&a| self.nodes.get(a))
+            .flat_map(|n| n.spec.accelerators.iter().cloned())
+            .collect();
+        self.view.set_attached_accelerators(NodeId(nid), devices)?;
+        let held = anodes.iter().any(|&a| self.anode_full(a));
+        self.view.set_accelerator_held(NodeId(nid), held)?;
+        Ok(())
+    }
+
     /// Node `id`'s binding as its agent is told it.
     fn binding_of(&self, id: u32) -> NodeBinding {
-        let Some(anode) = self.bound_anode(id) else {
-            return NodeBinding::default();
-        };
+        match self.bound_anode(id) {
+            Some(anode) => self.service_of(anode),
+            None => NodeBinding::default(),
+        }
+    }
+
+    /// ANode `anode`'s name and accelerator service address (default if it announced none).
+    fn service_of(&self, anode: u32) -> NodeBinding {
         let s = self
             .sharing
             .services
@@ -280,6 +434,7 @@ impl State {
         gone.sort_unstable();
         for id in gone {
             let role = self.sharing.members.remove(&id);
+            self.sharing.sent_since_report.remove(&id);
             let name = self.nodes.name(id).to_string();
             if role == Some(Role::Alone) {
                 continue;
@@ -316,9 +471,6 @@ impl State {
                 BindingEvent::Bound { nnode, anode } => (nnode, Some(anode)),
                 BindingEvent::Unbound { nnode } => (nnode, None),
             };
-            if unit.container.is_some_and(|k| k != 0) {
-                continue;
-            }
             let Some(nid) = self.nodes.by_name(&unit.nnode) else {
                 continue;
             };
@@ -344,16 +496,11 @@ impl State {
                     self.lose(t, &reason)?;
                 }
             }
-            let devices: Vec<Accelerator> = anode
-                .and_then(|a| self.nodes.by_name(a))
-                .and_then(|a| self.nodes.get(a))
-                .map(|n| n.spec.accelerators.clone())
-                .unwrap_or_default();
             match anode {
-                Some(a) => info!(nnode = %unit.nnode, anode = %a, "bound"),
-                None => info!(nnode = %unit.nnode, "unbound: no ANode in its rack"),
+                Some(a) => info!(nnode = %unit, anode = %a, "bound"),
+                None => info!(nnode = %unit, "unbound: no ANode in its rack"),
             }
-            self.view.set_attached_accelerators(NodeId(nid), devices)?;
+            self.refresh_reach(nid)?;
         }
         Ok(())
     }
@@ -379,6 +526,15 @@ impl State {
             }
             if let Some(a) = self.bound_anode(n.id) {
                 n.bound_to = self.nodes.name(a).to_string();
+            }
+            if matches!(self.sharing.binding.mode(), BindingMode::Container { .. })
+                && self.sharing.members.get(&n.id) == Some(&Role::NNode)
+            {
+                n.containers = self
+                    .container_anodes(n.id)
+                    .into_iter()
+                    .map(|a| a.map_or(String::new(), |a| self.nodes.name(a).to_string()))
+                    .collect();
             }
         }
     }

@@ -180,6 +180,8 @@ pub struct HeartbeatReply {
     pub more: bool,
     /// The node's accelerator binding (spec 01); `None` leaves the agent's as it is.
     pub binding: Option<crate::state::accel::NodeBinding>,
+    /// The ANode each accelerator task of this reply is shipped to, by task id (spec 01).
+    pub offload_to: Vec<(u64, crate::state::accel::NodeBinding)>,
     /// PCDDB messages from a workflow's launch node to this node.
     pub balance: Vec<BalanceEnvelope>,
     /// The PCDDB workflows this node balances.
@@ -404,6 +406,8 @@ pub struct NodeInfo {
     pub bound_to: String,
     /// Its accelerator service's devices and queues, from its last heartbeat.
     pub accel: Option<crate::state::accel::AccelState>,
+    /// `binding = "container"`: the ANode of each of its containers ("" = unbound).
+    pub containers: Vec<String>,
     /// Workflow instances running there.
     pub instances: u32,
     /// PCDDB thresholds of the node (LT × cores, MT × cores; 0 = none).

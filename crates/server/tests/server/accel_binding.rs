@@ -193,3 +193,148 @@ fn weighted_binding_gives_the_faster_anode_more_nnodes() {
         .collect();
     assert_eq!(map, ["fast", "fast", "fast", "slow"]);
 }
+
+/// A job of one application with both variants and `accelerator = need` (absent for "").
+fn mixed_job(need: &str) -> String {
+    let field = if need.is_empty() {
+        String::new()
+    } else {
+        format!("accelerator = \"{need}\"\n")
+    };
+    format!(
+        "[[application]]\nname = \"solve\"\ntasks = 12\n{field}\
+         [application.cpu]\ncommand = \"solve --cpu\"\n[application.gpu]\ncommand = \"solve\"\n"
+    )
+}
+
+/// Rack A: an ANode (1 GPU) and an NNode bound to it; rack B: an NNode alone (a CPU node).
+fn racks(s: &mut State) -> (u32, u32, u32) {
+    let a = node(s, "anode", 1, 1.0);
+    let n1 = node(s, "n1", 0, 1.0);
+    let nb = node(s, "nb", 0, 1.0);
+    beat(s, a, "A", true, &[]);
+    beat(s, n1, "A", false, &[]);
+    beat(s, nb, "B", false, &[]);
+    (a, n1, nb)
+}
+
+/// The variants of the tasks a reply assigns.
+fn variants(r: &pb::HeartbeatReply) -> Vec<String> {
+    r.assignments
+        .iter()
+        .map(|a| {
+            let spec = r.specs.iter().find(|x| x.key == a.spec);
+            spec.map_or("known".into(), |x| x.variant.clone())
+        })
+        .collect()
+}
+
+#[test]
+fn a_required_task_is_placed_only_where_a_device_is_reachable() {
+    let (mut s, _d) = open("required", BindingKind::Plain);
+    let (a, n1, nb) = racks(&mut s);
+    s.submit_named("job.toml", &mixed_job("required"), "/tmp", "", "")
+        .expect("submit");
+    // The CPU node never takes it, though it has a CPU variant and idle cores.
+    assert!(beat(&mut s, nb, "B", false, &[]).assignments.is_empty());
+    assert_eq!(variants(&beat(&mut s, a, "A", true, &[])), ["gpu"]);
+    assert_eq!(variants(&beat(&mut s, n1, "A", false, &[])), ["gpu"]);
+    assert!(beat(&mut s, nb, "B", false, &[]).assignments.is_empty());
+}
+
+#[test]
+fn a_preferred_task_takes_reachable_devices_first_and_a_cpu_node_only_when_they_are_busy() {
+    let (mut s, _d) = open("preferred", BindingKind::Plain);
+    let (a, n1, nb) = racks(&mut s);
+    s.submit_named("job.toml", &mixed_job("preferred"), "/tmp", "", "")
+        .expect("submit");
+    // A device is free (the ANode's, reached by n1 too): the CPU node waits for it.
+    assert!(beat(&mut s, nb, "B", false, &[]).assignments.is_empty());
+    // Nodes that reach a device run it there, never on their cores.
+    let on_anode = beat(&mut s, a, "A", true, &[]);
+    assert_eq!(variants(&on_anode), ["gpu"]);
+    let on_n1 = beat(&mut s, n1, "A", false, &[]);
+    assert_eq!(variants(&on_n1), ["gpu"]);
+    // Every reachable device is taken: the CPU node runs the rest on its cores.
+    assert_eq!(variants(&beat(&mut s, nb, "B", false, &[])), ["cpu"; 4]);
+}
+
+#[test]
+fn a_task_without_the_field_is_placed_as_before() {
+    let (mut s, _d) = open("no-need", BindingKind::Plain);
+    let (_a, _n1, nb) = racks(&mut s);
+    s.submit_named("job.toml", &mixed_job(""), "/tmp", "", "")
+        .expect("submit");
+    // The policy chooses freely: the CPU node's cores take tasks while devices are free.
+    assert_eq!(variants(&beat(&mut s, nb, "B", false, &[])), ["cpu"; 4]);
+}
+
+#[test]
+fn a_required_job_is_refused_where_no_node_reaches_a_device() {
+    let (mut s, _d) = open("required-refused", BindingKind::Plain);
+    let nb = node(&mut s, "nb", 0, 1.0);
+    beat(&mut s, nb, "B", false, &[]);
+    let e = s
+        .submit_named("job.toml", &mixed_job("required"), "/tmp", "", "")
+        .expect_err("no device anywhere");
+    assert!(e.to_string().contains("runs only on GPUs"), "{e}");
+    // Its CPU variant makes a preferred one runnable.
+    s.submit_named("job.toml", &mixed_job("preferred"), "/tmp", "", "")
+        .expect("preferred runs on the CPU");
+}
+
+/// A heartbeat of ANode `id` reporting its service's queues.
+fn anode_reports(s: &mut State, id: u32, reading: u32, queued: u32, capacity: u32) {
+    let mut req = common::heartbeat_request(id, &[], &[]);
+    req.rack = "A".into();
+    req.accel_port = 7000 + id;
+    req.accel = Some(pb::AccelState {
+        devices: vec![pb::DeviceState::default()],
+        reading,
+        process_queue: queued,
+        process_capacity: capacity,
+        ..Default::default()
+    });
+    s.heartbeat(req).expect("heartbeat");
+}
+
+#[test]
+fn the_nnodes_of_an_anode_whose_queue_is_full_get_no_offloads_until_it_has_room() {
+    let (mut s, _d) = open("queue-full", BindingKind::Plain);
+    let a = node(&mut s, "anode", 1, 1.0);
+    let n1 = node(&mut s, "n1", 0, 1.0);
+    let n2 = node(&mut s, "n2", 0, 1.0);
+    anode_reports(&mut s, a, 0, 0, 16);
+    beat(&mut s, n1, "A", false, &[]);
+    beat(&mut s, n2, "A", false, &[]);
+    s.submit_named("job.toml", GPU_JOB, "/tmp", "", "")
+        .expect("submit");
+    // The ANode's process queue is full (16 of 16): its NNodes get no accelerator work.
+    anode_reports(&mut s, a, 0, 16, 16);
+    assert!(beat(&mut s, n1, "A", false, &[]).assignments.is_empty());
+    let listed = s.nodes().nodes;
+    let anode = listed.iter().find(|n| n.name == "anode").expect("anode");
+    let q = anode.accel.clone().expect("queues listed");
+    assert_eq!((q.process_queue, q.process_capacity), (16, 16));
+    // Room again: the next beat of an NNode offloads.
+    anode_reports(&mut s, a, 0, 3, 16);
+    let given = beat(&mut s, n1, "A", false, &[]).assignments;
+    assert_eq!(given.len(), 1);
+    let on_n1 = [(given[0].task_id, given[0].attempt)];
+
+    // What was sent since the ANode's last report counts: one slot left (14 received or
+    // waiting + 1 queued of 16); n2 takes it, so n1, once its device is free again, waits for
+    // the ANode's next report.
+    anode_reports(&mut s, a, 14, 1, 16);
+    assert_eq!(
+        beat(&mut s, n2, "A", false, &[]).assignments.len(),
+        1,
+        "the last slot"
+    );
+    let mut req = common::heartbeat_request(n1, &[], &[(on_n1[0].0, on_n1[0].1, true)]);
+    req.rack = "A".into();
+    let r = s.heartbeat(req).expect("heartbeat");
+    assert!(r.assignments.is_empty(), "{:?}", r.assignments);
+    anode_reports(&mut s, a, 0, 0, 16);
+    assert_eq!(beat(&mut s, n1, "A", false, &[]).assignments.len(), 1);
+}
