@@ -9,4 +9,5 @@ mod policies;
 mod properties;
 mod stream;
 mod task_files;
+mod view_accelerator;
 mod view_exclusion;
