@@ -48,11 +48,13 @@
 //!    [`Store::conn`]) and restores its running tasks into the view and [`Nodes::started`]. A
 //!    kind's memory-only facts (batch: the back-off) are carried across a rollback in
 //!    `State::reload`.
-//! 8. **Listings and housekeeping.** `ListJobs`/`GetJob`/`ListTasks`/`Cancel` are routed by the
-//!    job id's kind ([`JobKind::jobs_page`], [`JobKind::job`], [`JobKind::tasks_page`],
-//!    [`JobKind::cancel`]); a listing over every kind (`ListJobs`, `ListTasks` of job 0) walks
-//!    the kinds in [`Kind`] order: the cursor is an id, so its kind says where the listing is,
-//!    and when one kind's listing ends the next cursor is the next kind's `Kind::id(0)`. [`JobKind::housekeeping`] runs every reaper tick (batch:
+//! 8. **Listings and housekeeping.** `GetJob`/`ListTasks`/`Cancel` are routed by the job id's
+//!    kind, looked up in the state's map of job ids ([`JobKind::job`], [`JobKind::tasks_page`],
+//!    [`JobKind::cancel`]); `ListJobs` walks that map in id order and asks each job's kind for
+//!    its entry ([`JobKind::jobs_page`] from the job's id, one long). `ListTasks` of job 0 (every
+//!    job) walks the kinds in [`Kind`] order: its cursor is a task id, so its kind says where
+//!    the listing is, and when one kind's listing ends the next cursor is the next kind's
+//!    `Kind::id(0)`. [`JobKind::housekeeping`] runs every reaper tick (batch:
 //!    retention).
 //!
 //! Every type crossing this contract is the server's own ([`crate::state::types`]); protobuf
