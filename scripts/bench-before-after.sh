@@ -1,10 +1,15 @@
 #!/bin/sh
 # Server CPU per task of two hetsched builds side by side with HyperQueue's native CLI, in the same
 # run, alternating: BEFORE normal, AFTER normal, BEFORE scheduler-only, AFTER scheduler-only,
-# HyperQueue — ROUNDS times. Each line: a label, then `bench-dispatch --json` /
+# HyperQueue (without, then with its journal; then zero-worker if HQ_ZERO is set) — ROUNDS times. Each line: a label, then `bench-dispatch --json` /
 # `scripts/hq-array-bench.sh` output; the load average after each round.
 #   scripts/bench-before-after.sh BEFORE_BIN AFTER_BIN [ROUNDS] [TASKS]
-# HQ (default `hq`) names HyperQueue's binary (see scripts/hq-array-bench.sh for its build).
+# AFTER_FLAGS: extra `bench-dispatch` flags for AFTER only (e.g. `--poll-ms 5`, the period an
+# older BEFORE polls at).
+# HQ (default `hq`) names HyperQueue's binary (see scripts/hq-array-bench.sh for its build); it
+# runs without and with its journal (HQ_JOURNAL=1). HQ_ZERO, if set, names a zero-worker build of
+# hq (RUSTFLAGS="--cfg zero_worker": tasks finish without a process), run beside
+# `--scheduler-only`.
 set -eu
 BEFORE=$1
 AFTER=$2
@@ -19,13 +24,24 @@ while [ "$round" -le "$ROUNDS" ]; do
         [ "$mode" = sched ] && flag=--scheduler-only
         for bin in before after; do
             exe=$BEFORE
-            [ "$bin" = after ] && exe=$AFTER
+            extra=""
+            if [ "$bin" = after ]; then
+                exe=$AFTER
+                extra=${AFTER_FLAGS:-}
+            fi
             printf "%s round%s %s " "$bin" "$round" "$mode"
-            "$exe" bench-dispatch --tasks "$N" --slots 4 $flag --json 2>/dev/null | tail -1
+            # shellcheck disable=SC2086
+            "$exe" bench-dispatch --tasks "$N" --slots 4 $flag $extra --json 2>/dev/null | tail -1
         done
     done
     printf "hq round%s normal " "$round"
     HQ=$HQ scripts/hq-array-bench.sh "$N" 2>/dev/null | tail -1
+    printf "hq round%s journal " "$round"
+    HQ=$HQ HQ_JOURNAL=1 scripts/hq-array-bench.sh "$N" 2>/dev/null | tail -1
+    if [ -n "${HQ_ZERO:-}" ]; then
+        printf "hq round%s zero-worker " "$round"
+        HQ=$HQ_ZERO scripts/hq-array-bench.sh "$N" 2>/dev/null | tail -1
+    fi
     echo "load $(cut -d' ' -f1-3 /proc/loadavg)"
     round=$((round + 1))
 done

@@ -43,9 +43,15 @@ use thiserror::Error;
 use tokio::sync::{Notify, oneshot};
 use tracing::{debug, info, warn};
 
-/// How long the agent waits after a task ends before it heartbeats, so that tasks ending
-/// together report together.
+/// How long the agent waits after something wakes it (a dataflow input, a PCDDB message)
+/// before it heartbeats, so that events arriving together report together.
 const COALESCE: Duration = Duration::from_millis(1);
+
+/// How long a finished task's result may wait for others while tasks still run here, so that
+/// results of short tasks ride on one heartbeat (one RPC, one server transaction and one WAL
+/// sync for several tasks). A result is sent at once when nothing else runs here (waiting would
+/// gain nothing), so a lone task's end — and its slot's next task — is not delayed.
+const RESULT_WINDOW: Duration = Duration::from_millis(5);
 
 /// Task specs kept beyond those of running tasks (the server reads at most 1024 keys).
 const MAX_SPECS: usize = 256;
@@ -289,6 +295,11 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
     let mut more = false;
     // Since when the agent shuts down (first signal): it takes no new work.
     let mut draining: Option<Instant> = None;
+    // Benchmarks may try other windows (`HETSCHED_RESULT_WINDOW_US`); 0 sends every result at once.
+    let result_window = std::env::var("HETSCHED_RESULT_WINDOW_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(RESULT_WINDOW, Duration::from_micros);
     'main: loop {
         let ok = 'beat: {
             let Some(id) = node_id else {
@@ -563,7 +574,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     () = notify.notified() => {
                         // Group commit, agent side: results of tasks ending within the next moment
                         // ride on the same heartbeat (one RPC and one server transaction for many).
-                        tokio::time::sleep(COALESCE).await;
+                        coalesce(&shared, &notify, result_window).await;
                     }
                     () = tokio::time::sleep(interval) => {}
                     () = &mut shutdown, if draining.is_none() => {
@@ -655,6 +666,29 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
         l.stop().await;
     }
     Ok(())
+}
+
+/// Waits before a heartbeat that reports results: while tasks still run here, up to `window`
+/// for more of them to end (each end wakes `notify`), and no longer once none runs; otherwise
+/// [`COALESCE`].
+async fn coalesce(shared: &Mutex<Shared>, notify: &Notify, window: Duration) {
+    let deadline = tokio::time::Instant::now() + window;
+    loop {
+        let (results, running) = {
+            let sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+            (!sh.results.is_empty(), !sh.running.is_empty())
+        };
+        if !results || !running {
+            if !results {
+                tokio::time::sleep(COALESCE).await;
+            }
+            return;
+        }
+        tokio::select! {
+            () = notify.notified() => {}
+            () = tokio::time::sleep_until(deadline) => return,
+        }
+    }
 }
 
 /// The first shutdown signal: from now on heartbeats say `draining`; running tasks are killed

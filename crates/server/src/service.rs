@@ -245,7 +245,12 @@ impl Client for ClientService {
         let r = req.into_inner();
         // u32::MAX means "everything" in process; over the wire it is just a large page.
         let limit = r.limit.min(crate::state::MAX_PAGE);
-        read_state(&self.0, move |s| Ok(s.jobs_page(r.cursor, limit))).await
+        // Under the lock: the page's entries (each a lookup and a few additions, no scan of
+        // tasks); the reply is encoded after the lock is released.
+        let page = read_state(&self.0, move |s| Ok(s.list_jobs(r.cursor, limit)))
+            .await?
+            .into_inner();
+        Ok(Response::new(page.into()))
     }
 
     async fn get_job(

@@ -30,6 +30,11 @@ pub struct BenchArgs {
     /// own ceiling (server, store, heartbeats), apart from process start-up.
     #[arg(long)]
     pub scheduler_only: bool,
+    /// How often the job's state is polled to see it end (milliseconds). Each poll is a
+    /// `GetJob` call the server pays for, so a short period adds to the server CPU measured;
+    /// the end is seen at most this late.
+    #[arg(long, default_value_t = 25)]
+    pub poll_ms: u64,
 }
 
 struct Children(Vec<Child>);
@@ -170,7 +175,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             if start.elapsed() > Duration::from_secs(600) {
                 bail!("not finished after 600 s");
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::time::sleep(Duration::from_millis(args.poll_ms.max(1))).await;
         }
     })?;
     let hwm = vm_hwm_kib(server_pid);

@@ -341,7 +341,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         super::divisible::print(d);
         return Ok(());
     }
-    if super::workflow::is_workflow(j.id) {
+    if super::workflow::is_workflow(&j) {
         println!("{}", super::workflow::progress(&j));
         return Ok(());
     }

@@ -6,10 +6,9 @@ use comfy_table::Table;
 use comfy_table::presets::UTF8_FULL_CONDENSED;
 use hetsched_proto as pb;
 
-/// Whether job `id` is a workflow (its kind, the id's high byte, is 13: see the server's
-/// `jobs::Kind`).
-pub fn is_workflow(id: u64) -> bool {
-    id >> 56 == 13
+/// Whether job `j` is a workflow (only workflows name a balancer).
+pub fn is_workflow(j: &pb::JobInfo) -> bool {
+    !j.balancer.is_empty()
 }
 
 /// Per task: waiting, ready, running, done, failed.

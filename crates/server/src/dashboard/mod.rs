@@ -67,6 +67,9 @@ pub struct Dashboard {
     sessions: Mutex<HashMap<String, Instant>>,
     tickets: Mutex<HashMap<String, Instant>>,
     tick: Duration,
+    /// A read-only store connection (opened on first use): finished jobs' task pages are read
+    /// through it without the state's lock.
+    reader: std::sync::OnceLock<Option<Arc<crate::store::StoreReader>>>,
 }
 
 /// Reads `DATA_DIR/read-token`, creating it (256 random bits in hex, mode 0600) on first start.
@@ -204,6 +207,7 @@ impl Dashboard {
             sessions: Mutex::default(),
             tickets: Mutex::default(),
             tick: Duration::from_millis(500),
+            reader: std::sync::OnceLock::new(),
         }
     }
 
@@ -459,9 +463,7 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
             let limit = num(&uri, "limit").unwrap_or(100u32).clamp(1, MAX_ROWS);
             let state = query(&uri, "state").filter(|s| !s.is_empty() && s != "all");
             let relay = d.relay.clone();
-            let page = d
-                .read(move |s| filtered_tasks(s, job, cursor, limit, state.as_deref()))
-                .await;
+            let page = filtered_tasks(&d, job, cursor, limit, state.as_deref()).await;
             match page {
                 Some(Ok(mut p)) => {
                     relay.fill_outputs(&mut p.tasks);
@@ -575,25 +577,76 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
         )
 }
 
-/// A page of `job`'s tasks in `state` (all when None), from `cursor`: scans at most
-/// [`SCAN_LIMIT`] tasks, [`SCAN_CHUNK`] at a time, and says where to go on (0: the job's end).
-fn filtered_tasks(
-    s: &State,
+impl Dashboard {
+    /// One page of `job`'s tasks from task id `cursor`: planned under the state's lock (held for
+    /// this page only); a finished job's page is read from the store after the lock is released.
+    async fn tasks_page(
+        self: &Arc<Self>,
+        job: u64,
+        cursor: u64,
+        limit: u32,
+    ) -> Option<Result<pb::ListTasksReply, String>> {
+        use crate::state::TasksListing;
+        let plan = self.read(move |s| s.plan_tasks(job, cursor, limit)).await?;
+        let page = match plan {
+            Err(e) => return Some(Err(e.to_string())),
+            Ok(TasksListing::Ready(page)) => Ok(page),
+            Ok(TasksListing::FromStore(stored)) => {
+                let me = self.clone();
+                let reader = match self.reader.get() {
+                    Some(r) => r.clone(),
+                    None => {
+                        let r = self
+                            .read(|s| s.store_reader().ok().flatten().map(Arc::new))
+                            .await?;
+                        self.reader.get_or_init(|| r).clone()
+                    }
+                };
+                match reader {
+                    Some(reader) => tokio::task::spawn_blocking(move || stored.read(&reader))
+                        .await
+                        .ok()?,
+                    // A store in memory: read under the lock.
+                    None => me.read(move |s| s.list_tasks(job, cursor, limit)).await?,
+                }
+            }
+        };
+        Some(page.map(Into::into).map_err(|e| e.to_string()))
+    }
+}
+
+/// A page of `job`'s tasks (all when `state` is None, else those in `state`), from task id
+/// `cursor`: scans at most [`SCAN_LIMIT`] tasks, one page of the state at a time (the state's
+/// lock is taken per page, and a finished job's pages are read from the store without it), and
+/// says where to go on.
+async fn filtered_tasks(
+    d: &Arc<Dashboard>,
     job: u64,
     cursor: u64,
     limit: u32,
     state: Option<&str>,
-) -> Result<pb::ListTasksReply, String> {
+) -> Option<Result<pb::ListTasksReply, String>> {
     let Some(state) = state else {
-        return s.tasks_page(job, cursor, limit).map_err(|e| e.to_string());
+        return d.tasks_page(job, cursor, limit).await;
     };
+    Some(filter_pages(d, job, cursor, limit, state).await)
+}
+
+async fn filter_pages(
+    d: &Arc<Dashboard>,
+    job: u64,
+    cursor: u64,
+    limit: u32,
+    state: &str,
+) -> Result<pb::ListTasksReply, String> {
     let mut out = Vec::new();
     let mut cursor = cursor;
     let mut scanned = 0u64;
     loop {
-        let page = s
+        let page = d
             .tasks_page(job, cursor, SCAN_CHUNK)
-            .map_err(|e| e.to_string())?;
+            .await
+            .ok_or_else(|| "the server's state is unavailable".to_string())??;
         let total = page.total;
         for (k, t) in page.tasks.into_iter().enumerate() {
             if out.len() as u32 >= limit || scanned >= SCAN_LIMIT {
@@ -602,8 +655,9 @@ fn filtered_tasks(
                 let next = if k == 0 {
                     cursor
                 } else {
-                    s.tasks_page(job, cursor, k as u32)
-                        .map_err(|e| e.to_string())?
+                    d.tasks_page(job, cursor, k as u32)
+                        .await
+                        .ok_or_else(|| "the server's state is unavailable".to_string())??
                         .next_cursor
                 };
                 return Ok(pb::ListTasksReply {

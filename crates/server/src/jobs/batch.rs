@@ -98,6 +98,39 @@ struct AppRec {
     workdir: Option<String>,
     /// Declared `inputs`, `outputs` and `accelerator` (spec 01), sent in its task specs.
     files: (Vec<String>, Vec<String>, String),
+    /// Its tasks by state (pending, running, succeeded, failed, cancelled), kept as tasks move
+    /// ([`moved`]) so that job listings and `GetJob` cost one addition per application, not a
+    /// scan of the job's rows.
+    counts: [u64; 5],
+}
+
+/// Where a state is counted in [`AppRec::counts`].
+fn slot(s: TaskState) -> usize {
+    match s {
+        TaskState::Pending => 0,
+        TaskState::Running => 1,
+        TaskState::Succeeded => 2,
+        TaskState::Failed => 3,
+        TaskState::Cancelled => 4,
+    }
+}
+
+/// One task of application `app` moved from state `from` to `to`.
+fn moved(apps: &mut [AppRec], app: u32, from: TaskState, to: TaskState) {
+    if let Some(r) = apps.get_mut(app as usize) {
+        r.counts[slot(from)] = r.counts[slot(from)].saturating_sub(1);
+        r.counts[slot(to)] += 1;
+    }
+}
+
+fn to_counts(c: &[u64; 5]) -> TaskCounts {
+    TaskCounts {
+        pending: c[0],
+        running: c[1],
+        succeeded: c[2],
+        failed: c[3],
+        cancelled: c[4],
+    }
 }
 
 #[derive(Debug)]
@@ -293,14 +326,17 @@ impl Batch {
             });
             let first_task = next_task;
             next_task += app.tasks as u64;
-            let pending: Vec<TaskId> = (first_task..next_task)
-                .filter(|&t| {
-                    self.tasks
-                        .get(t as usize)
-                        .is_some_and(|r| r.state == TaskState::Pending)
-                })
-                .map(TaskId)
-                .collect();
+            // Rows not held (an evicted job's) are counted from its summary instead.
+            let mut counts = [0u64; 5];
+            let mut pending: Vec<TaskId> = Vec::new();
+            for t in first_task..next_task {
+                if let Some(r) = self.tasks.get(t as usize) {
+                    counts[slot(r.state)] += 1;
+                    if r.state == TaskState::Pending {
+                        pending.push(TaskId(t));
+                    }
+                }
+            }
             self.apps.push(AppRec {
                 job: row.id,
                 name: app.name.clone(),
@@ -317,6 +353,7 @@ impl Batch {
                     spec.outputs.iter().map(|f| f.get_ref().clone()).collect(),
                     spec.accelerator_need().as_str().to_string(),
                 ),
+                counts,
             });
             let id = cx.view.add_application(app, pending)?;
             // `accelerator = required|preferred` (spec 01) is applied by the view's `fits`.
@@ -365,10 +402,23 @@ impl Batch {
         Ok(())
     }
 
+    /// Where job `id` is in `self.jobs` (held in id order; ids come from the state's one
+    /// sequence across kinds, so they need not be dense).
+    fn job_index(&self, id: u64) -> Option<usize> {
+        self.jobs.binary_search_by_key(&id, |j| j.row.id).ok()
+    }
+
+    /// Job `id`.
+    fn job_rec(&self, id: u64) -> Option<&JobRec> {
+        self.job_index(id).map(|i| &self.jobs[i])
+    }
+
     /// What every task of `app`'s variant `v` runs, for an agent that does not hold it yet.
     fn task_spec(&self, app: u32, v: Variant) -> TaskSpec {
         let rec = &self.apps[app as usize];
-        let job = &self.jobs[(rec.job - 1) as usize];
+        let (job_id, job_workdir) = self
+            .job_rec(rec.job)
+            .map_or((rec.job, ""), |j| (j.row.id, j.row.workdir.as_str()));
         let run = match v {
             Variant::Cpu => rec.cpu.as_ref(),
             Variant::Gpu => rec.gpu.as_ref(),
@@ -385,17 +435,17 @@ impl Batch {
         };
         TaskSpec {
             key: spec_key(app, v),
-            job_id: job.row.id,
+            job_id,
             app: rec.name.clone(),
             variant: v.to_string(),
             argv,
             env,
             workdir: match &rec.workdir {
-                Some(w) => std::path::Path::new(&job.row.workdir)
+                Some(w) => std::path::Path::new(job_workdir)
                     .join(w)
                     .display()
                     .to_string(),
-                None => job.row.workdir.clone(),
+                None => job_workdir.to_string(),
             },
             time_limit_ms: limit,
             inputs: rec.files.0.clone(),
@@ -404,14 +454,16 @@ impl Batch {
         }
     }
 
-    /// Accepts a job file: parses it with the shared parser, checks it can run on the `live`
-    /// nodes, and stores the job with all its tasks in one transaction. On any error nothing is
-    /// stored. A submission key the store already holds answers its job (`existing`).
+    /// Accepts a job file as job `id` (the state's next job id): parses it with the shared
+    /// parser, checks it can run on the `live` nodes, and stores the job with all its tasks in
+    /// one transaction. On any error nothing is stored. A submission key the store already
+    /// holds answers its job (`existing`).
     pub fn submit(
         &mut self,
         cx: &mut Ctx,
         live: &[Node],
         sub: Submission,
+        id: u64,
     ) -> Result<Submitted, StateError> {
         let Submission {
             origin,
@@ -437,8 +489,8 @@ impl Batch {
                 key.len()
             )));
         }
-        if let Some(&id) = self.by_key.get(&key) {
-            let j = &self.jobs[(id - 1) as usize];
+        if let Some(j) = self.by_key.get(&key).and_then(|&id| self.job_rec(id)) {
+            let id = j.row.id;
             if j.row.text != text {
                 return Err(StateError::Invalid(format!(
                     "submission key `{key}` already names job {id}, submitted with another file"
@@ -489,7 +541,7 @@ impl Batch {
             a.submit_time = submitted_ns;
         }
         let row = JobRow {
-            id: self.jobs.len() as u64 + 1,
+            id,
             origin: origin.clone(),
             text,
             workdir,
@@ -522,7 +574,6 @@ impl Batch {
         }
         let names: Vec<(u32, String)> = apps.iter().map(|a| (a.id.0, a.name.clone())).collect();
         cx.store.insert_job(&row, &names, &rows)?;
-        let id = row.id;
         self.tasks.extend(rows);
         self.install(cx, row, &w, apps)?;
         cx.metrics.job_submitted();
@@ -538,7 +589,7 @@ impl Batch {
     /// of its application's queue); its next dispatch is a new attempt, and its retries count
     /// afresh. Cancelled and succeeded tasks stay as they are. Returns how many were queued.
     pub fn resubmit_failed(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
-        let Some(j) = job.checked_sub(1).and_then(|i| self.jobs.get(i as usize)) else {
+        let Some(j) = self.job_rec(job) else {
             return Err(StateError::NoJob(job));
         };
         if j.row.cancelled {
@@ -570,6 +621,7 @@ impl Batch {
             if t.state != TaskState::Failed {
                 continue;
             }
+            moved(&mut self.apps, t.app, TaskState::Failed, TaskState::Pending);
             t.state = TaskState::Pending;
             t.failures = 0;
             t.finished_ns = 0;
@@ -612,7 +664,7 @@ impl Batch {
         limit: usize,
     ) -> Result<TasksListing, StateError> {
         let evicted = (job != 0)
-            .then(|| job.checked_sub(1).and_then(|i| self.jobs.get(i as usize)))
+            .then(|| self.job_rec(job))
             .flatten()
             .filter(|j| !self.retention.is_purged(j.row.id))
             .filter(|j| !j.tasks.is_empty() && self.tasks.slice(j.tasks.clone()).is_none());
@@ -639,15 +691,21 @@ impl Batch {
         }))
     }
 
-    fn counts(&self, range: std::ops::Range<u64>) -> TaskCounts {
-        match self.tasks.slice(range.clone()) {
-            Some(rows) => retention::count_rows(rows),
-            None => self.counts_beyond_memory(range),
+    /// A job's tasks by state: the sum of its applications' counts.
+    fn job_counts(&self, j: &JobRec) -> TaskCounts {
+        let mut c = [0u64; 5];
+        for a in j.apps.clone() {
+            if let Some(r) = self.apps.get(a as usize) {
+                for (s, n) in c.iter_mut().zip(r.counts) {
+                    *s += n;
+                }
+            }
         }
+        to_counts(&c)
     }
 
     fn job_info(&self, j: &JobRec, with_apps: bool) -> JobInfo {
-        let counts = self.counts(j.tasks.clone());
+        let counts = self.job_counts(j);
         let state = if counts.pending + counts.running > 0 {
             if counts.running + counts.succeeded + counts.failed > 0 {
                 "running"
@@ -676,7 +734,7 @@ impl Batch {
                         id: a,
                         name: r.name.clone(),
                         tasks: r.tasks as u64,
-                        counts: self.counts(r.first_task..r.first_task + r.tasks as u64),
+                        counts: to_counts(&r.counts),
                         mean_cpu_ms: mean(0),
                         mean_gpu_ms: mean(1),
                         has_cpu: r.cpu.is_some(),
@@ -860,6 +918,7 @@ impl JobKind for Batch {
         t.message = r.message.clone();
         self.dirty.push(t.id);
         if r.success {
+            moved(&mut self.apps, t.app, t.state, TaskState::Succeeded);
             t.state = TaskState::Succeeded;
             cx.metrics.result(Outcome::Succeeded);
             let (app, d) = (t.app, t.finished_ns - t.started_ns);
@@ -869,6 +928,7 @@ impl JobKind for Batch {
             let retries = self.apps.get(t.app as usize).map_or(0, |app| app.retries);
             if t.failures < retries {
                 t.failures += 1;
+                moved(&mut self.apps, t.app, t.state, TaskState::Pending);
                 t.state = TaskState::Pending;
                 t.message = format!(
                     "attempt {} failed ({}); retry {} of {retries}",
@@ -883,6 +943,7 @@ impl JobKind for Batch {
                 cx.view.requeue(&a);
                 cx.metrics.result(Outcome::Retried);
             } else {
+                moved(&mut self.apps, t.app, t.state, TaskState::Failed);
                 t.state = TaskState::Failed;
                 cx.view.task_abandoned(&a);
                 cx.metrics.result(Outcome::Failed);
@@ -913,12 +974,14 @@ impl JobKind for Batch {
         cx.metrics.lost();
         // Failed attempts were retried on purpose; only lost ones count against `max_attempts`.
         if t.attempt.saturating_sub(t.failures) >= max {
+            moved(&mut self.apps, t.app, t.state, TaskState::Failed);
             t.state = TaskState::Failed;
             t.finished_ns = cx.now;
             t.exit_code = None;
             t.message = format!("{reason}; gave up after {} attempts", t.attempt);
             cx.view.task_abandoned(&a);
         } else {
+            moved(&mut self.apps, t.app, t.state, TaskState::Pending);
             t.state = TaskState::Pending;
             t.message = format!("attempt {} lost: {reason}", t.attempt);
             cx.view.requeue(&a);
@@ -1002,6 +1065,7 @@ impl JobKind for Batch {
             let Some(t) = self.tasks.get_mut(a.task.0 as usize) else {
                 continue;
             };
+            moved(&mut self.apps, t.app, t.state, TaskState::Running);
             t.state = TaskState::Running;
             t.attempt += 1;
             t.node = Some(nid.0);
@@ -1056,15 +1120,27 @@ impl JobKind for Batch {
     }
 
     fn counts(&self) -> TaskCounts {
-        Batch::counts(self, 0..self.tasks.len() as u64)
+        let mut c = TaskCounts::default();
+        for j in self
+            .jobs
+            .iter()
+            .filter(|j| !self.retention.is_purged(j.row.id))
+        {
+            c.add(&self.job_counts(j));
+        }
+        c
     }
 
     fn job_count(&self) -> u64 {
         self.jobs.len() as u64
     }
 
+    fn job_ids(&self) -> Vec<u64> {
+        self.jobs.iter().map(|j| j.row.id).collect()
+    }
+
     fn jobs_page(&self, _rd: &Read, cursor: u64, limit: usize) -> JobsPage {
-        let start = cursor.saturating_sub(1).min(self.jobs.len() as u64) as usize;
+        let start = self.jobs.partition_point(|j| j.row.id < cursor);
         let end = start.saturating_add(limit).min(self.jobs.len());
         JobsPage {
             jobs: self.jobs[start..end]
@@ -1073,7 +1149,7 @@ impl JobKind for Batch {
                 .map(|j| self.job_info(j, false))
                 .collect(),
             next_cursor: if end < self.jobs.len() {
-                end as u64 + 1
+                self.jobs[end].row.id
             } else {
                 0
             },
@@ -1081,8 +1157,7 @@ impl JobKind for Batch {
     }
 
     fn job(&self, _rd: &Read, id: u64) -> Result<JobInfo, StateError> {
-        id.checked_sub(1)
-            .and_then(|i| self.jobs.get(i as usize))
+        self.job_rec(id)
             .filter(|j| !self.retention.is_purged(j.row.id))
             .map(|j| self.job_info(j, true))
             .ok_or(StateError::NoJob(id))
@@ -1098,8 +1173,7 @@ impl JobKind for Batch {
         let range = if job == 0 {
             0..self.tasks.len() as u64
         } else {
-            job.checked_sub(1)
-                .and_then(|i| self.jobs.get(i as usize))
+            self.job_rec(job)
                 .filter(|j| !self.retention.is_purged(j.row.id))
                 .map(|j| j.tasks.clone())
                 .ok_or(StateError::NoJob(job))?
@@ -1118,7 +1192,7 @@ impl JobKind for Batch {
     /// Cancels a job: pending tasks are dropped, running ones killed at their nodes' next
     /// heartbeat.
     fn cancel(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
-        let Some(j) = job.checked_sub(1).and_then(|i| self.jobs.get(i as usize)) else {
+        let Some(j) = self.job_rec(job) else {
             return Err(StateError::NoJob(job));
         };
         if self.retention.is_purged(job) {
@@ -1144,13 +1218,16 @@ impl JobKind for Batch {
                 _ => continue,
             }
             let t = &mut self.tasks[id as usize];
+            moved(&mut self.apps, t.app, t.state, TaskState::Cancelled);
             t.state = TaskState::Cancelled;
             t.finished_ns = cx.now;
             t.message = "cancelled".into();
             self.dirty.push(id);
             n += 1;
         }
-        self.jobs[(job - 1) as usize].row.cancelled = true;
+        if let Some(i) = self.job_index(job) {
+            self.jobs[i].row.cancelled = true;
+        }
         self.cancelled = Some(job);
         Ok(n)
     }

@@ -373,8 +373,6 @@ pub struct Divisible {
     dead_timeout: Duration,
     jobs: BTreeMap<u64, Job>,
     agents: HashMap<String, AgentSeen>,
-    /// The next job number (the id is `Kind::Divisible.id(next)`).
-    next: u64,
     /// Jobs whose row changed since the last commit.
     dirty_jobs: BTreeSet<u64>,
     /// Chunks whose row changed since the last commit.
@@ -491,12 +489,10 @@ impl Divisible {
             dead_timeout,
             jobs: BTreeMap::new(),
             agents: HashMap::new(),
-            next: 1,
             dirty_jobs: BTreeSet::new(),
             dirty_chunks: BTreeSet::new(),
         };
         for row in rows {
-            d.next = d.next.max((row.id & ((1 << super::KIND_SHIFT) - 1)) + 1);
             let spec = match parse_workload(&row.origin, &row.text)
                 .ok()
                 .and_then(|w| w.divisible.into_iter().next())
@@ -609,6 +605,7 @@ impl Divisible {
         cx: &mut Ctx,
         sub: Submission,
         spec: DivisibleSpec,
+        id: u64,
     ) -> Result<Submitted, StateError> {
         if !sub.key.is_empty()
             && let Some((&id, _)) = self.jobs.iter().find(|(_, j)| j.key == sub.key)
@@ -619,7 +616,7 @@ impl Divisible {
                 existing: true,
             });
         }
-        let id = Kind::Divisible.id(self.next);
+        // The state's next job id (one sequence across kinds).
         let jd = job_dir(&self.dir, id);
         std::fs::create_dir_all(&jd)
             .map_err(|e| StateError::Divisible(internal(format!("{}: {e}", jd.display()))))?;
@@ -646,7 +643,6 @@ impl Divisible {
             )?;
             Ok(())
         })?;
-        self.next += 1;
         let mut job = new_job(spec, sub.name, sub.key, submitted);
         let mut live: Vec<(String, u64)> = self
             .agents
@@ -1105,6 +1101,10 @@ impl JobKind for Divisible {
 
     fn job_count(&self) -> u64 {
         self.jobs.len() as u64
+    }
+
+    fn job_ids(&self) -> Vec<u64> {
+        self.jobs.keys().copied().collect()
     }
 
     fn jobs_page(&self, _rd: &Read, cursor: u64, limit: usize) -> JobsPage {

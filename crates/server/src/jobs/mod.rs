@@ -11,11 +11,12 @@
 //!
 //! # How a new kind plugs in
 //!
-//! 1. **Identity.** Add a variant to [`Kind`] (next free number). Every id a kind hands out —
-//!    task ids, job ids, [`TaskSpec`] keys — carries the kind in its high byte
-//!    (`id = (kind as u64) << KIND_SHIFT | n`, see [`Kind::id`]); batch is kind 0, so its ids
-//!    are unchanged. The state finds the owner of a task or job with [`Kind::of`]; ids are
-//!    what the wire already carries (`task_id`, `job_id`, `spec`), so no message changes.
+//! 1. **Identity.** Add a variant to [`Kind`] (next free number). The ids a kind hands out for
+//!    its tasks and [`TaskSpec`] keys carry the kind in their high byte
+//!    (`id = (kind as u64) << KIND_SHIFT | n`, see [`Kind::id`]); batch is kind 0. The state
+//!    finds the owner of a task with [`Kind::of`]. Job ids are small and shared by every kind:
+//!    the state hands the kind the next id with the submission, and finds a job's kind in its
+//!    map (`state/job_ids.rs`), rebuilt after a restart from [`JobKind::job_ids`].
 //! 2. **Module.** Write `jobs/<kind>.rs` with a struct that implements [`JobKind`], add it as a
 //!    field of [`Jobs`], list it in [`Jobs::all`] / [`Jobs::all_mut`], and build it in
 //!    `State::from_snapshot` (see *restart* below).
@@ -47,11 +48,13 @@
 //!    [`Store::conn`]) and restores its running tasks into the view and [`Nodes::started`]. A
 //!    kind's memory-only facts (batch: the back-off) are carried across a rollback in
 //!    `State::reload`.
-//! 8. **Listings and housekeeping.** `ListJobs`/`GetJob`/`ListTasks`/`Cancel` are routed by the
-//!    job id's kind ([`JobKind::jobs_page`], [`JobKind::job`], [`JobKind::tasks_page`],
-//!    [`JobKind::cancel`]); a listing over every kind (`ListJobs`, `ListTasks` of job 0) walks
-//!    the kinds in [`Kind`] order: the cursor is an id, so its kind says where the listing is,
-//!    and when one kind's listing ends the next cursor is the next kind's `Kind::id(0)`. [`JobKind::housekeeping`] runs every reaper tick (batch:
+//! 8. **Listings and housekeeping.** `GetJob`/`ListTasks`/`Cancel` are routed by the job id's
+//!    kind, looked up in the state's map of job ids ([`JobKind::job`], [`JobKind::tasks_page`],
+//!    [`JobKind::cancel`]); `ListJobs` walks that map in id order and asks each job's kind for
+//!    its entry ([`JobKind::jobs_page`] from the job's id, one long). `ListTasks` of job 0 (every
+//!    job) walks the kinds in [`Kind`] order: its cursor is a task id, so its kind says where
+//!    the listing is, and when one kind's listing ends the next cursor is the next kind's
+//!    `Kind::id(0)`. [`JobKind::housekeeping`] runs every reaper tick (batch:
 //!    retention).
 //!
 //! Every type crossing this contract is the server's own ([`crate::state::types`]); protobuf
@@ -258,8 +261,14 @@ pub trait JobKind: Send {
     /// How many jobs of this kind were ever submitted.
     fn job_count(&self) -> u64;
 
-    /// One page of this kind's jobs from id `cursor` (`Kind::id(0)` = the first), at most
-    /// `limit`; `next_cursor` 0 when this kind has no more.
+    /// The ids of every job of this kind (the state's map of job ids to kinds is rebuilt from
+    /// them after a restart).
+    fn job_ids(&self) -> Vec<u64> {
+        Vec::new()
+    }
+
+    /// One page of this kind's jobs from id `cursor` on (0 = the first), at most `limit`, in id
+    /// order; `next_cursor` 0 when this kind has no more.
     fn jobs_page(&self, rd: &Read, cursor: u64, limit: usize) -> JobsPage;
 
     /// One job.
@@ -311,6 +320,26 @@ impl Jobs {
             &mut self.topology,
             &mut self.workflow,
         ]
+    }
+
+    /// The kind `kind`.
+    pub fn of_kind(&self, kind: Kind) -> &dyn JobKind {
+        match kind {
+            Kind::Batch => &self.batch,
+            Kind::Divisible => &self.divisible,
+            Kind::Workflow => &self.workflow,
+            Kind::Topology => &self.topology,
+        }
+    }
+
+    /// The kind `kind`.
+    pub fn of_kind_mut(&mut self, kind: Kind) -> &mut dyn JobKind {
+        match kind {
+            Kind::Batch => &mut self.batch,
+            Kind::Divisible => &mut self.divisible,
+            Kind::Workflow => &mut self.workflow,
+            Kind::Topology => &mut self.topology,
+        }
     }
 
     /// The kind that owns id `id`.

@@ -42,8 +42,9 @@
 //! - **restart**: jobs and instances are rows of `wf_jobs` / `wf_instances`; the graph is rebuilt
 //!   by replaying the successes, and ready instances not running are placed again.
 //!
-//! Ids: job `Kind::Workflow.id(seq)`, instance `i` of it is task `Kind::Workflow.id(seq << 32 | i)`,
-//! task `t`'s spec is `Kind::Workflow.id(seq << 32 | t)` (a separate key space).
+//! Ids: job `seq` (the state's job id, one sequence across kinds), instance `i` of it is task
+//! `Kind::Workflow.id(seq << 32 | i)`, task `t`'s spec is `Kind::Workflow.id(seq << 32 | t)` (a
+//! separate key space).
 
 use super::{Ctx, JobKind, Kind, Outbox, Read};
 use crate::config::ServerConfig;
@@ -210,8 +211,9 @@ struct WfJob {
 }
 
 impl WfJob {
+    /// The job id: `seq` is the state's job id (one sequence across kinds).
     fn id(&self) -> u64 {
-        Kind::Workflow.id(self.seq)
+        self.seq
     }
     fn task_id(&self, i: u32) -> u64 {
         Kind::Workflow.id((self.seq << 32) | u64::from(i))
@@ -310,7 +312,6 @@ pub fn safe(name: &str) -> String {
 /// The workflow job kind.
 pub struct Workflows {
     jobs: BTreeMap<u64, WfJob>,
-    next_seq: u64,
     default_balancer: BalancerKind,
     thresholds: Thresholds,
     /// Each node's `AgentData` address, from its heartbeats.
@@ -363,7 +364,6 @@ impl Workflows {
             .map_err(StoreError::from)?;
         let mut me = Workflows {
             jobs: BTreeMap::new(),
-            next_seq: 1,
             default_balancer,
             thresholds,
             addresses: BTreeMap::new(),
@@ -474,7 +474,6 @@ impl Workflows {
                 }
             }
             me.flush(cx, &mut job);
-            me.next_seq = me.next_seq.max(seq + 1);
             me.jobs.insert(seq, job);
         }
         Ok(me)
@@ -676,7 +675,12 @@ impl Workflows {
     }
 
     /// Accepts a workflow: parsed by the core's parser, stored in one transaction, then started.
-    pub fn submit(&mut self, cx: &mut Ctx, sub: Submission) -> Result<Submitted, StateError> {
+    pub fn submit(
+        &mut self,
+        cx: &mut Ctx,
+        sub: Submission,
+        id: u64,
+    ) -> Result<Submitted, StateError> {
         let rt = parse_runtime_workflow(&sub.origin, &sub.text)?;
         // A retry of a submission whose reply was lost: the job stored under its key.
         if !sub.key.is_empty() {
@@ -725,7 +729,7 @@ impl Workflows {
             rt.check_fits(&capacities)?;
         }
         let balancer = rt.balancer.unwrap_or(self.default_balancer);
-        let seq = self.next_seq;
+        let seq = id;
         let name = if sub.name.is_empty() {
             sub.origin.clone()
         } else {
@@ -755,7 +759,6 @@ impl Workflows {
             }
             Ok(())
         })?;
-        self.next_seq += 1;
         let out = job.machine.handle(LaunchEvent::Start, cx.now);
         self.apply(&mut job, out);
         info!(job = job.id(), instances = n, balancer = %balancer, "workflow submitted");
@@ -1529,12 +1532,16 @@ impl JobKind for Workflows {
         self.jobs.len() as u64
     }
 
+    fn job_ids(&self) -> Vec<u64> {
+        self.jobs.keys().copied().collect()
+    }
+
     fn jobs_page(&self, _rd: &Read, cursor: u64, limit: usize) -> JobsPage {
         let from = cursor & ((1 << super::KIND_SHIFT) - 1);
         let mut page = JobsPage::default();
         for (seq, j) in self.jobs.range(from..) {
             if page.jobs.len() == limit {
-                page.next_cursor = Kind::Workflow.id(*seq);
+                page.next_cursor = *seq;
                 break;
             }
             page.jobs.push(Self::job_info(j, false));

@@ -52,6 +52,7 @@ use tracing::{info, warn};
 
 pub mod accel;
 mod divisible;
+pub mod job_ids;
 pub mod nodes;
 mod topology;
 pub mod types;
@@ -147,6 +148,8 @@ pub struct State {
     last_probe: Option<Instant>,
     /// Accelerator sharing: the node binding (memory only; see [`accel`]).
     sharing: accel::Sharing,
+    /// Which kind owns each job id; the next id ([`job_ids`]).
+    ids: job_ids::JobIds,
 }
 
 /// Borrows the shared parts of a state as a kind's [`Ctx`] (a macro, so the borrow of
@@ -168,6 +171,7 @@ impl State {
     /// finished; tasks recorded as running stay assigned to their nodes until those nodes'
     /// heartbeats confirm or deny them (or the nodes are declared dead).
     pub fn open(config: &ServerConfig, store: Store) -> Result<Self, StateError> {
+        job_ids::check_store(&store)?;
         let snap = store.load()?;
         let div = crate::jobs::divisible::load(store.conn())?;
         Self::from_snapshot(config, store, snap, div)
@@ -222,16 +226,18 @@ impl State {
                 now: now_ns(),
             },
         )?;
+        let jobs = Jobs {
+            batch,
+            divisible,
+            topology,
+            workflow,
+        };
         Ok(State {
             store,
             view,
             nodes,
-            jobs: Jobs {
-                batch,
-                divisible,
-                topology,
-                workflow,
-            },
+            ids: job_ids::JobIds::of(&jobs),
+            jobs,
             heartbeat_interval_ms: (config.heartbeat_interval.0 / 1_000_000).max(1),
             metrics,
             config: config.clone(),
@@ -531,23 +537,38 @@ impl State {
 
     /// Accepts a submission: its kind parses it, checks it can run on the live nodes, and stores
     /// it in one transaction before memory changes. On any error nothing is stored.
+    /// The job gets the next id of the one sequence shared by every kind ([`job_ids`]).
     pub fn on_submit(&mut self, sub: Submission) -> Result<Submitted, StateError> {
-        if let Some(spec) =
+        let id = self.ids.next()?;
+        let (kind, done) = if let Some(spec) =
             crate::jobs::divisible::prepare(&sub.origin, &sub.text, &sub.divisible_input)?
         {
-            return self.jobs.divisible.submit(&mut ctx!(self), sub, spec);
+            let done = self.jobs.divisible.submit(&mut ctx!(self), sub, spec, id);
+            (Kind::Divisible, done)
+        } else {
+            let live = self.nodes.live_specs();
+            let mut cx = ctx!(self);
+            if hetsched_core::input::workflow_runtime::is_workflow(&sub.text) {
+                (Kind::Workflow, self.jobs.workflow.submit(&mut cx, sub, id))
+            } else {
+                (Kind::Batch, self.jobs.batch.submit(&mut cx, &live, sub, id))
+            }
+        };
+        let done = done?;
+        if !done.existing {
+            self.ids.add(done.job_id, kind);
         }
-        let live = self.nodes.live_specs();
-        let mut cx = ctx!(self);
-        if hetsched_core::input::workflow_runtime::is_workflow(&sub.text) {
-            return self.jobs.workflow.submit(&mut cx, sub);
-        }
-        self.jobs.batch.submit(&mut cx, &live, sub)
+        Ok(done)
+    }
+
+    /// The kind that owns job `job`.
+    fn job_owner(&self, job: u64) -> Option<&dyn crate::jobs::JobKind> {
+        self.ids.kind(job).map(|k| self.jobs.of_kind(k))
     }
 
     /// `hetsched resubmit JOB --failed`: every failed task of the job runs again.
     pub fn on_resubmit(&mut self, job: u64) -> Result<u64, StateError> {
-        let n = match Kind::of(job) {
+        let n = match self.ids.kind(job) {
             Some(Kind::Batch) => self.jobs.batch.resubmit_failed(&mut ctx!(self), job)?,
             Some(Kind::Divisible) => {
                 return Err(StateError::Invalid(format!(
@@ -565,8 +586,8 @@ impl State {
 
     /// Cancels a job: pending tasks are dropped, running ones killed at their nodes' next heartbeat.
     pub fn on_cancel(&mut self, job: u64) -> Result<u64, StateError> {
-        let n = match self.jobs.owner_mut(job) {
-            Some(kind) => kind.cancel(&mut ctx!(self), job)?,
+        let n = match self.ids.kind(job) {
+            Some(k) => self.jobs.of_kind_mut(k).cancel(&mut ctx!(self), job)?,
             None => return Err(StateError::NoJob(job)),
         };
         self.commit()?;
@@ -601,24 +622,33 @@ impl State {
         self.jobs.all().iter().map(|k| k.job_count()).sum()
     }
 
-    /// One page of jobs: from job id `cursor` (0 = the first), at most `limit` (0 = the
-    /// default). Kinds are listed in [`Kind`] order; a page holds one kind's jobs, and the
-    /// cursor after a kind's last page is the next kind's first id.
+    /// One page of jobs of every kind, in id order: from job id `cursor` (0 = the first), at
+    /// most `limit` (0 = the default). Each job's entry costs its kind a lookup and a few
+    /// additions (batch keeps its counts as tasks move), never a scan of its tasks, so the
+    /// state's lock is held for the page's copy only.
     pub fn list_jobs(&self, cursor: u64, limit: u32) -> JobsPage {
         let limit = page_limit(limit);
-        let Some(kind) = self.jobs.owner(cursor) else {
-            return JobsPage::default();
-        };
-        let mut page = kind.jobs_page(&self.read(), cursor, limit);
-        if page.next_cursor == 0 {
-            page.next_cursor = self.next_listed(kind.kind(), |k| k.job_count() == 0);
+        let rd = self.read();
+        let mut page = JobsPage::default();
+        for (id, kind) in self.ids.from(cursor) {
+            if page.jobs.len() >= limit {
+                page.next_cursor = id;
+                break;
+            }
+            if !Kind::ALL.contains(&kind) {
+                continue;
+            }
+            // The kind's page from `id`, one long: this job, unless the kind hides it (purged).
+            let one = self.jobs.of_kind(kind).jobs_page(&rd, id, 1);
+            page.jobs
+                .extend(one.jobs.into_iter().filter(|j| j.id == id));
         }
         page
     }
 
     /// One job with its applications.
     pub fn get_job(&self, id: u64) -> Result<JobInfo, StateError> {
-        match self.jobs.owner(id) {
+        match self.job_owner(id) {
             Some(kind) => kind.job(&self.read(), id),
             None => Err(StateError::NoJob(id)),
         }
@@ -630,7 +660,7 @@ impl State {
     pub fn list_tasks(&self, job: u64, cursor: u64, limit: u32) -> Result<TasksPage, StateError> {
         let limit = page_limit(limit);
         if job != 0 {
-            let mut page = match self.jobs.owner(job) {
+            let mut page = match self.job_owner(job) {
                 Some(kind) => kind.tasks_page(&self.read(), job, cursor, limit)?,
                 None => return Err(StateError::NoJob(job)),
             };
@@ -683,7 +713,7 @@ impl State {
         cursor: u64,
         limit: u32,
     ) -> Result<TasksListing, StateError> {
-        match Kind::of(job) {
+        match self.ids.kind(job) {
             Some(Kind::Batch) if job != 0 => {
                 let mut listing = self.jobs.batch.plan_tasks_page(
                     &self.read(),
@@ -717,6 +747,9 @@ fn next_kind_start(kind: Kind) -> u64 {
 impl State {
     /// A workflow's task graph in DOT (issue 13).
     pub fn workflow_dot(&self, job: u64) -> Result<String, StateError> {
+        if self.ids.kind(job) != Some(Kind::Workflow) {
+            return Err(StateError::NoJob(job));
+        }
         self.jobs.workflow.dot(job).ok_or(StateError::NoJob(job))
     }
 }

@@ -1,11 +1,10 @@
 //! Divisible jobs as a job kind of the one dispatch path, through the state's own types: their
-//! ids carry `Kind::Divisible`, a repeated submission key returns the stored job, their rows are
+//! ids come from the one sequence of every kind, a repeated submission key returns the stored job, their rows are
 //! in the main store and written in the state's transaction — so a full disk rolls a chunk
 //! hand-out back and pauses, and a restart finds every committed chunk — and no
 //! `divisible.db` exists beside the store.
 
 use hetsched_server::ServerConfig;
-use hetsched_server::jobs::Kind;
 use hetsched_server::jobs::divisible::{ChunkRequest, ChunkResult};
 use hetsched_server::state::types::Submission;
 use hetsched_server::state::{PROBE_INTERVAL, State};
@@ -68,13 +67,16 @@ fn divisible_rows_are_in_the_states_transaction_and_survive_a_full_disk_and_a_re
         divisible_input: Vec::new(),
     };
     let first = s.on_submit(sub()).expect("submitted");
-    assert_eq!(Kind::of(first.job_id), Some(Kind::Divisible));
+    assert_eq!(first.job_id, 1, "job ids are one sequence across kinds");
     let again = s.on_submit(sub()).expect("a retry with the same key");
     assert_eq!((again.job_id, again.existing), (first.job_id, true));
     let id = first.job_id;
     assert_eq!(s.get_job(id).expect("job").state, "running");
-    assert_eq!(s.list_jobs(0, 0).jobs.len(), 0, "no batch job");
-    assert_eq!(s.list_jobs(Kind::Divisible.id(0), 0).jobs.len(), 1);
+    assert_eq!(
+        s.list_jobs(0, 0).jobs.len(),
+        1,
+        "listed with every kind's jobs"
+    );
 
     // Calibration: the agent gets chunk 0 and reports it done.
     let got = ask(&mut s, "a").expect("next chunk");

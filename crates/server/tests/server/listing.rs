@@ -194,3 +194,143 @@ async fn list_tasks_pages_a_finished_job_from_the_store_over_grpc() {
     assert_eq!(ids, vec![ok(0), ok(1), ok(2)]);
     server.stop().await.expect("stops");
 }
+
+/// Counts of `job` as listings show them, and as its task rows say.
+fn counts_both_ways(s: &State, job: u64) -> ([u64; 5], [u64; 5]) {
+    let listed = s
+        .list_jobs(0, 0)
+        .jobs
+        .into_iter()
+        .find(|j| j.id == job)
+        .expect("listed");
+    let c = listed.counts;
+    let shown = [c.pending, c.running, c.succeeded, c.failed, c.cancelled];
+    let one = s.get_job(job).expect("job").counts;
+    assert_eq!(
+        shown,
+        [
+            one.pending,
+            one.running,
+            one.succeeded,
+            one.failed,
+            one.cancelled
+        ],
+        "ListJobs and GetJob agree"
+    );
+    let mut rows = [0u64; 5];
+    for t in s.list_tasks(job, 0, u32::MAX).expect("tasks").tasks {
+        let i = ["pending", "running", "succeeded", "failed", "cancelled"]
+            .iter()
+            .position(|x| *x == t.state)
+            .expect("a known state");
+        rows[i] += 1;
+    }
+    (shown, rows)
+}
+
+/// Job listings no longer count a job's rows under the state's lock: each application keeps its
+/// counts as its tasks move (dispatch, success, failed attempt and retry, failure for good, loss,
+/// cancel, resubmission, restart, eviction). They must always equal what the rows say.
+#[test]
+fn job_listings_keep_counts_as_tasks_move_and_they_match_the_rows() {
+    let d = scratch("counts");
+    std::fs::create_dir_all(&d.0).expect("dir");
+    let mut s = open(&d.0);
+    let n = s
+        .register(pb::RegisterRequest {
+            identity: common::IDENTITY.into(),
+            name: "n".into(),
+            cores: 4,
+            memory_bytes: 1 << 30,
+            ..Default::default()
+        })
+        .expect("register")
+        .node_id;
+    let two_apps = "[[application]]\nname = \"a\"\ntasks = 5\nretries = 1\n[application.cpu]\ncommand = \"true\"\n\n[[application]]\nname = \"b\"\ntasks = 3\n[application.cpu]\ncommand = \"true\"\n";
+    let job = s.submit("two.toml", two_apps, "/").expect("submit").job_id;
+    let other = s.submit("job.toml", JOB, "/").expect("submit").job_id;
+    let check = |s: &State, want: [u64; 5]| {
+        let (shown, rows) = counts_both_ways(s, job);
+        assert_eq!(shown, rows, "counts kept as tasks move equal the rows");
+        assert_eq!(shown, want);
+    };
+    check(&s, [8, 0, 0, 0, 0]);
+    // Four tasks start.
+    let r = s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
+    let started: Vec<(u64, u32)> = r
+        .assignments
+        .iter()
+        .map(|a| (a.task_id, a.attempt))
+        .collect();
+    assert_eq!(started.len(), 4);
+    // (The policy shares the node between the two jobs' applications.)
+    let (shown, rows) = counts_both_ways(&s, job);
+    assert_eq!(shown, rows);
+    assert!(shown[1] > 0 && shown[0] + shown[1] == 8, "{shown:?}");
+    // One succeeds, one fails (app `a` retries it: pending again), one is lost (neither
+    // running nor finished in the heartbeat), one keeps running. Three more start.
+    let (ok, bad, lost, keep) = (started[0], started[1], started[2], started[3]);
+    let r = s
+        .heartbeat(heartbeat_request(
+            n,
+            &[keep],
+            &[(ok.0, ok.1, true), (bad.0, bad.1, false)],
+        ))
+        .expect("beat");
+    let _ = lost; // lost: pending again, with its next attempt
+    let mut running: Vec<(u64, u32)> = vec![keep];
+    running.extend(r.assignments.iter().map(|a| (a.task_id, a.attempt)));
+    let (shown, rows) = counts_both_ways(&s, job);
+    assert_eq!(shown, rows);
+    let (o, orows) = counts_both_ways(&s, other);
+    assert_eq!(o, orows);
+    assert_eq!(shown[1] + o[1], running.len() as u64);
+    assert_eq!(shown[2] + o[2], 1);
+    // Every running task fails for good (retries spent on a second failure; `b` has none).
+    let mut failures: Vec<(u64, u32, bool)> = running.iter().map(|&(t, a)| (t, a, false)).collect();
+    let mut rounds = 0;
+    while !failures.is_empty() && rounds < 20 {
+        let r = s
+            .heartbeat(heartbeat_request(n, &[], &failures))
+            .expect("beat");
+        failures = r
+            .assignments
+            .iter()
+            .map(|a| (a.task_id, a.attempt, false))
+            .collect();
+        let (shown, rows) = counts_both_ways(&s, job);
+        assert_eq!(shown, rows, "after failure round {rounds}");
+        rounds += 1;
+    }
+    let (shown, rows) = counts_both_ways(&s, job);
+    assert_eq!(shown, rows);
+    assert_eq!(
+        shown[0] + shown[1],
+        0,
+        "nothing pending or running: {shown:?}"
+    );
+    assert!(shown[3] > 0, "some failed for good: {shown:?}");
+    // Resubmitting the failed tasks makes them pending again; cancelling cancels them.
+    let failed = shown[3];
+    s.on_resubmit(job).expect("resubmit");
+    check(&s, [failed, 0, shown[2], 0, 0]);
+    s.on_cancel(job).expect("cancel");
+    check(&s, [0, 0, shown[2], 0, failed]);
+    // The same after a restart, and after the rows left memory.
+    drop(s);
+    let mut s = open(&d.0);
+    check(&s, [0, 0, shown[2], 0, failed]);
+    // (A restart already evicts finished jobs; this evicts any left.)
+    s.evict_finished();
+    assert_eq!(s.tasks_in_memory(), 0, "both jobs finished: no row held");
+    check(&s, [0, 0, shown[2], 0, failed]);
+    drop(s);
+    let s = open(&d.0);
+    check(&s, [0, 0, shown[2], 0, failed]);
+    let (o, _) = counts_both_ways(&s, other);
+    assert_eq!(
+        o.iter().sum::<u64>(),
+        3,
+        "the other job keeps its three tasks"
+    );
+}

@@ -7,6 +7,7 @@ mod dispatch;
 mod divisible_kind;
 mod full_disk;
 mod http;
+mod job_ids;
 mod listing;
 mod metrics;
 mod retention;

@@ -166,8 +166,6 @@ impl std::ops::IndexMut<usize> for TaskTable {
 #[derive(Clone, Debug, Default)]
 pub(super) struct Finished {
     counts: TaskCounts,
-    /// Counts per application (in the job's application order).
-    apps: Vec<TaskCounts>,
     /// When its last task ended.
     finished_ns: u64,
 }
@@ -252,7 +250,7 @@ impl Batch {
         for (job, text) in stored {
             let s: StoredSummary = serde_json::from_str(&text)
                 .map_err(|e| StoreError::Corrupt(format!("summary of job {job}: {e}")))?;
-            let Some(j) = job.checked_sub(1).and_then(|i| self.jobs.get(i as usize)) else {
+            let Some(j) = self.job_rec(job) else {
                 return Err(StoreError::Corrupt(format!("summary of unknown job {job}")).into());
             };
             let apps: Vec<u32> = j.apps.clone().collect();
@@ -262,11 +260,12 @@ impl Batch {
                 );
             }
             let mut counts = TaskCounts::default();
-            let mut app_counts = Vec::new();
             for (&a, sa) in apps.iter().zip(&s.apps) {
                 let c = to_counts(sa.counts);
                 add(&mut counts, &c);
-                app_counts.push(c);
+                if let Some(r) = self.apps.get_mut(a as usize) {
+                    r.counts = sa.counts;
+                }
                 cx.view.restore_finished(AppId(a), sa.cpu, sa.gpu, sa.ok)?;
                 if let Some(r) = self.apps.get_mut(a as usize) {
                     for (v, (total, count)) in sa.observed.iter().enumerate() {
@@ -281,7 +280,6 @@ impl Batch {
                 job,
                 Finished {
                     counts,
-                    apps: app_counts,
                     finished_ns: s.finished_ns,
                 },
             );
@@ -315,37 +313,6 @@ pub(super) fn count_rows(rows: &[TaskRow]) -> TaskCounts {
 }
 
 impl Batch {
-    /// Counts of a task range not held in one run: the jobs it covers, from memory or from their
-    /// summaries (purged jobs count for nothing).
-    pub(super) fn counts_beyond_memory(&self, range: Range<u64>) -> TaskCounts {
-        let mut c = TaskCounts::default();
-        for j in &self.jobs {
-            let (s, e) = (j.tasks.start.max(range.start), j.tasks.end.min(range.end));
-            if s >= e || self.retention.is_purged(j.row.id) {
-                continue;
-            }
-            if let Some(rows) = self.tasks.slice(s..e) {
-                add(&mut c, &count_rows(rows));
-            } else if let Some(f) = self.retention.finished.get(&j.row.id) {
-                if (s, e) == (j.tasks.start, j.tasks.end) {
-                    add(&mut c, &f.counts);
-                } else {
-                    for (i, a) in j.apps.clone().enumerate() {
-                        let r = &self.apps[a as usize];
-                        let ar = r.first_task..r.first_task + u64::from(r.tasks);
-                        if ar.start >= s
-                            && ar.end <= e
-                            && let Some(ac) = f.apps.get(i)
-                        {
-                            add(&mut c, ac);
-                        }
-                    }
-                }
-            }
-        }
-        c
-    }
-
     /// When a finished job's last task ended (0 while it is not finished).
     pub(super) fn job_finished_ns(&self, j: &JobRec) -> u64 {
         match self.tasks.slice(j.tasks.clone()) {
@@ -393,6 +360,11 @@ impl Batch {
             if range.is_empty() || self.retention.finished.contains_key(&id) {
                 continue;
             }
+            // Unfinished (by its counts): its rows need not be looked at.
+            let c = self.job_counts(&self.jobs[i]);
+            if c.pending + c.running > 0 {
+                continue;
+            }
             let Some(rows) = self.tasks.slice(range.clone()) else {
                 continue;
             };
@@ -403,7 +375,6 @@ impl Batch {
                 finished_ns: rows.iter().map(|t| t.finished_ns).max().unwrap_or(0),
                 apps: Vec::new(),
             };
-            let mut app_counts = Vec::new();
             for a in apps {
                 let r = &self.apps[a as usize];
                 let s = (r.first_task - range.start) as usize;
@@ -427,12 +398,10 @@ impl Batch {
                         sa.ok += 1;
                     }
                 }
-                app_counts.push(c);
                 stored.apps.push(sa);
             }
             let summary = Finished {
                 counts: count_rows(rows),
-                apps: app_counts,
                 finished_ns: stored.finished_ns,
             };
             let text = serde_json::to_string(&stored).unwrap_or_default();
@@ -481,13 +450,13 @@ impl Batch {
         let finished = self.finished_jobs();
         let mut chosen: HashSet<u64> = HashSet::new();
         for &id in &req.job_ids {
-            let Some(j) = id.checked_sub(1).and_then(|i| self.jobs.get(i as usize)) else {
+            let Some(j) = self.job_rec(id) else {
                 return Err(StateError::NoJob(id));
             };
             if self.retention.is_purged(id) {
                 return Err(StateError::NoJob(id));
             }
-            let c = self.counts(j.tasks.clone());
+            let c = self.job_counts(j);
             if c.pending + c.running > 0 {
                 return Err(StateError::Invalid(format!(
                     "job {id} is not finished ({} tasks pending, {} running): cancel it first \
@@ -524,7 +493,7 @@ impl Batch {
         }
         let ranges: Vec<(u64, Range<u64>)> = ids
             .iter()
-            .map(|&id| (id, self.jobs[(id - 1) as usize].tasks.clone()))
+            .filter_map(|&id| self.job_rec(id).map(|j| (id, j.tasks.clone())))
             .collect();
         store.purge_jobs(&ranges)?;
         let mut tasks = 0;

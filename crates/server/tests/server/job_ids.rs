@@ -1,0 +1,183 @@
+//! Job ids are one small sequence across job kinds: the second job is job 2 whatever its kind,
+//! `job N` and `cancel N` reach the kind that owns N (also after a restart), and a store whose
+//! workflows were numbered apart from batch jobs is refused with a message saying what to do.
+
+use hetsched_server::ServerConfig;
+use hetsched_server::state::State;
+use hetsched_server::state::types::Submission;
+use hetsched_server::store::Store;
+use std::path::{Path, PathBuf};
+
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(name: &str) -> Scratch {
+    let d = std::env::temp_dir().join(format!("hetsched-jobids-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("dir");
+    Scratch(d)
+}
+
+fn open(d: &Path) -> Result<State, String> {
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        ..Default::default()
+    };
+    State::open(&config, Store::open(&d.join("state.db")).expect("store"))
+        .map_err(|e| e.to_string())
+}
+
+const BATCH: &str =
+    "[[application]]\nname = \"hello\"\ntasks = 3\n[application.cpu]\ncommand = \"true\"\n";
+const DIVISIBLE: &str =
+    "[[divisible]]\nname = \"rows\"\nunits = 100\ncommand = \"echo {start} {end}\"\n";
+const WORKFLOW: &str = "[[task]]\nname = \"a\"\ninstances = 2\ncost = \"1s\"\noutputs = [\"x\"]\ncommand = \"true\"\n\n[[task]]\nname = \"b\"\ninstances = 1\ncost = \"1s\"\ninputs = [\"x\"]\ncommand = \"true\"\n";
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Batch,
+    Divisible,
+    Workflow,
+}
+
+fn submit(s: &mut State, kind: Kind) -> u64 {
+    let text = match kind {
+        Kind::Batch => BATCH,
+        Kind::Divisible => DIVISIBLE,
+        Kind::Workflow => WORKFLOW,
+    };
+    let done = s
+        .on_submit(Submission {
+            origin: format!("{kind:?}.toml"),
+            text: text.into(),
+            workdir: "/".into(),
+            key: String::new(),
+            name: String::new(),
+            divisible_input: Vec::new(),
+        })
+        .unwrap_or_else(|e| panic!("{kind:?} submitted: {e}"));
+    assert!(!done.existing);
+    done.job_id
+}
+
+/// The kind `job N` shows: a divisible view, a workflow's balancer, or a batch job's
+/// applications.
+fn shown_kind(s: &State, id: u64) -> Kind {
+    let j = s.get_job(id).expect("job");
+    assert_eq!(j.id, id);
+    if j.divisible.is_some() {
+        Kind::Divisible
+    } else if !j.balancer.is_empty() {
+        Kind::Workflow
+    } else {
+        assert_eq!(j.apps.first().map(|a| a.name.as_str()), Some("hello"));
+        Kind::Batch
+    }
+}
+
+#[test]
+fn the_second_job_of_any_kind_is_job_2() {
+    for first in [Kind::Batch, Kind::Divisible, Kind::Workflow] {
+        for second in [Kind::Batch, Kind::Divisible, Kind::Workflow] {
+            let d = scratch(&format!("second-{first:?}-{second:?}"));
+            let mut s = open(&d.0).expect("state");
+            assert_eq!(submit(&mut s, first), 1, "{first:?} first");
+            assert_eq!(submit(&mut s, second), 2, "{second:?} after {first:?}");
+            assert_eq!(shown_kind(&s, 1), first);
+            assert_eq!(shown_kind(&s, 2), second);
+        }
+    }
+}
+
+#[test]
+fn job_and_cancel_reach_the_right_kind_after_a_restart() {
+    let d = scratch("restart");
+    let kinds = [Kind::Divisible, Kind::Batch, Kind::Workflow, Kind::Batch];
+    {
+        let mut s = open(&d.0).expect("state");
+        for (i, k) in kinds.iter().enumerate() {
+            assert_eq!(submit(&mut s, *k), i as u64 + 1);
+        }
+    }
+    let mut s = open(&d.0).expect("reopened");
+    // Every kind's jobs in one listing, in id order.
+    let listed: Vec<u64> = s.list_jobs(0, 0).jobs.iter().map(|j| j.id).collect();
+    assert_eq!(listed, vec![1, 2, 3, 4]);
+    let page = s.list_jobs(2, 2);
+    assert_eq!(
+        (
+            page.jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+            page.next_cursor
+        ),
+        (vec![2, 3], 4)
+    );
+    for (i, k) in kinds.iter().enumerate() {
+        assert_eq!(shown_kind(&s, i as u64 + 1), *k, "job {}", i + 1);
+    }
+    // The next job continues the sequence.
+    assert_eq!(submit(&mut s, Kind::Divisible), 5);
+    // `cancel N` goes to job N's kind and no other.
+    s.on_cancel(3).expect("cancel the workflow");
+    // A cancelled workflow's instances fail.
+    assert_eq!(s.get_job(3).expect("job 3").state, "failed");
+    assert_eq!(
+        s.get_job(2).expect("job 2").state,
+        "pending",
+        "batch job 2 untouched"
+    );
+    assert_eq!(
+        s.get_job(1).expect("job 1").state,
+        "running",
+        "divisible job 1 untouched"
+    );
+    s.on_cancel(1).expect("cancel the divisible job");
+    assert_eq!(s.get_job(1).expect("job 1").state, "cancelled");
+    s.on_cancel(4).expect("cancel batch job 4");
+    assert_eq!(s.get_job(4).expect("job 4").state, "cancelled");
+    assert_eq!(s.get_job(2).expect("job 2").state, "pending");
+    assert!(s.get_job(6).is_err(), "no job 6");
+    assert!(s.on_cancel(6).is_err(), "no job 6 to cancel");
+    drop(s);
+    let s = open(&d.0).expect("reopened again");
+    assert_eq!(s.get_job(3).expect("job 3").state, "failed");
+    assert_eq!(s.get_job(1).expect("job 1").state, "cancelled");
+    assert_eq!(shown_kind(&s, 5), Kind::Divisible);
+}
+
+#[test]
+fn a_store_with_workflows_numbered_apart_is_refused_with_a_clear_message() {
+    let d = scratch("legacy");
+    {
+        let mut s = open(&d.0).expect("state");
+        submit(&mut s, Kind::Batch);
+        submit(&mut s, Kind::Workflow);
+    }
+    // A store written before the shared sequence has no mark in `meta`.
+    let conn = rusqlite::Connection::open(d.0.join("state.db")).expect("sqlite");
+    conn.execute("DELETE FROM meta WHERE key = 'shared_job_ids'", [])
+        .expect("unmark");
+    drop(conn);
+    let err = open(&d.0).err().expect("refused");
+    assert!(err.contains("workflow job(s) numbered apart"), "{err}");
+    assert!(err.contains("--data-dir"), "{err}");
+
+    // A batch-only store from before is simply marked: its job ids stay.
+    let d = scratch("legacy-batch");
+    {
+        let mut s = open(&d.0).expect("state");
+        submit(&mut s, Kind::Batch);
+        submit(&mut s, Kind::Batch);
+    }
+    let conn = rusqlite::Connection::open(d.0.join("state.db")).expect("sqlite");
+    conn.execute("DELETE FROM meta WHERE key = 'shared_job_ids'", [])
+        .expect("unmark");
+    drop(conn);
+    let mut s = open(&d.0).expect("a batch-only store opens");
+    assert_eq!(shown_kind(&s, 2), Kind::Batch);
+    assert_eq!(submit(&mut s, Kind::Workflow), 3);
+}
