@@ -21,12 +21,15 @@
 //! - **merge**: the request's view of *other* nodes replaces the local one (the paper's figure 3:
 //!   node 6 drops 12, node 3 drops 6, 8 and 9 — entries the request no longer carries); the node's
 //!   own entry follows its live instance count;
-//! - **status**: a node reports when it *becomes* underloaded (its own entry was absent), not on
-//!   every self-check;
-//! - **one request in flight** per launch node: instances that become ready while a request travels
-//!   join the next one (the launch node knows a request ended from a reply with nothing
-//!   remaining, or a return);
-//! - "wait and retry" with an empty table = wait for the next status report;
+//! - **status**: a node reports at *every* self-check that finds it below LT (seed 004 §2.5 a:
+//!   "每个节点周期性地检查自身状态,若…小于LT,则…并将自身状态发给启动节点"), so the launch node's
+//!   entry is refreshed while the node stays underloaded;
+//! - **one request per activation**: every event that readies instances (program start, a result,
+//!   seed 004 §2.4) packs what is ready into a request at once, without waiting for earlier
+//!   requests to end (§2.5 b says nothing of waiting); instances that find the table empty wait
+//!   in the launch node's queue;
+//! - "wait and retry" with an empty table = the next status report (one arrives every check
+//!   period from every underloaded node);
 //! - a node that is underloaded but meets no instance's requirements passes the request on like a
 //!   loaded node, and also drops its own entry, so its next self-check reports it again;
 //! - on a return, the launch node drops the entries the request's travel disproved (nodes that
@@ -191,7 +194,8 @@ impl PcddbNode {
         })
     }
 
-    /// a) Below LT: record itself and tell each launch node, once per underloaded spell.
+    /// a) Below LT: record itself and tell each launch node — at every check that finds it so
+    /// (seed 004 §2.5 a), not only the first.
     fn self_check(&mut self) -> Vec<Outgoing> {
         let me = self.node.id;
         let underloaded = self.underloaded();
@@ -200,7 +204,7 @@ impl PcddbNode {
             let m = &mut self.memberships[k];
             if !underloaded {
                 m.table.remove(me);
-            } else if !m.table.contains(me) {
+            } else {
                 m.table.add(me);
                 let (launch, cluster) = (m.launch, m.cluster);
                 out.push(self.send(launch, Body::Status { cluster }));
@@ -298,7 +302,8 @@ pub struct LaunchNode {
     table: Vec<(NodeId, Time)>,
     graph: InstanceGraph,
     pending: VecDeque<Wanted>,
-    in_flight: bool,
+    /// Requests sent and not yet ended (a reply with nothing left, or a return).
+    in_flight: u32,
 }
 
 impl LaunchNode {
@@ -310,7 +315,7 @@ impl LaunchNode {
             table: Vec::new(),
             graph,
             pending: VecDeque::new(),
-            in_flight: false,
+            in_flight: 0,
         }
     }
 
@@ -331,7 +336,7 @@ impl LaunchNode {
 
     /// Whether an allocation request is travelling.
     pub fn request_in_flight(&self) -> bool {
-        self.in_flight
+        self.in_flight > 0
     }
 
     /// Handles one event at `now`.
@@ -351,7 +356,7 @@ impl LaunchNode {
                     // d) The replying node is no longer underloaded.
                     self.table.retain(|&(n, _)| n != msg.from);
                     if remaining == 0 {
-                        self.in_flight = false;
+                        self.in_flight = self.in_flight.saturating_sub(1);
                     }
                 }
                 Body::Return(request) => {
@@ -363,7 +368,7 @@ impl LaunchNode {
                     let mut pending = request.instances;
                     pending.append(&mut self.pending);
                     self.pending = pending;
-                    self.in_flight = false;
+                    self.in_flight = self.in_flight.saturating_sub(1);
                 }
                 Body::Result { instance } => {
                     // f) A finished instance readies its dependants (event 2). A result the
@@ -387,9 +392,11 @@ impl LaunchNode {
         }
     }
 
-    /// b) Packs every pending instance and the table into a request to the table's first node.
+    /// b) Packs every pending instance and the table into a request to the table's first node —
+    /// at once, whether or not earlier requests are still travelling (seed 004 §2.4: each event
+    /// that readies instances starts the balancing for them).
     fn dispatch(&mut self, now: Time, out: &mut Vec<Outgoing>) {
-        if self.in_flight || self.pending.is_empty() || self.table.is_empty() {
+        if self.pending.is_empty() || self.table.is_empty() {
             return;
         }
         let table: Vec<NodeId> = self.table.iter().map(|&(n, _)| n).collect();
@@ -400,7 +407,7 @@ impl LaunchNode {
             instances: std::mem::take(&mut self.pending),
             table,
         };
-        self.in_flight = true;
+        self.in_flight += 1;
         out.push(Outgoing::Send(Message {
             from: self.id,
             to: request.table[0],
