@@ -364,10 +364,18 @@ impl LaunchNode {
                     // that node reported again after the request was sent.
                     self.table
                         .retain(|&(n, at)| at > request.sent_at || request.table.contains(&n));
-                    // The returned instances go first, before those that became ready since.
-                    let mut pending = request.instances;
-                    pending.append(&mut self.pending);
-                    self.pending = pending;
+                    // The returned instances go first, before those that became ready since —
+                    // moving the shorter of the two queues (several requests may be out, so the
+                    // queue a return meets can be long).
+                    let mut returned = request.instances;
+                    if returned.len() <= self.pending.len() {
+                        while let Some(w) = returned.pop_back() {
+                            self.pending.push_front(w);
+                        }
+                    } else {
+                        returned.append(&mut self.pending);
+                        self.pending = returned;
+                    }
                     self.in_flight = self.in_flight.saturating_sub(1);
                 }
                 Body::Result { instance } => {
