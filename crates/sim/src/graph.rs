@@ -545,8 +545,19 @@ pub fn simulate_graph(
         makespan: 0,
         error: None,
     };
+    // The nodes' agents run before the program does (they are deployed when a node joins the
+    // cluster, seed 004 §1.1, and check themselves periodically, §2.5 a): the program starts one
+    // check period in, when every member has checked itself once — under pcddb the launch node's
+    // underloaded-node table then lists the idle members, as it would on a running cluster.
+    // Reported times count from the program's start.
+    let origin = if config.balancer == BalancerKind::Static {
+        0
+    } else {
+        config.check_interval
+    };
+    sim.last_progress = origin;
     let mut q = EventQueue::with_capacity(1024);
-    q.schedule(0, Event::Start);
+    q.schedule(origin, Event::Start);
     if config.balancer != BalancerKind::Static {
         let mut rng = Pcg64::seed_from_u64(config.seed);
         for m in &members {
@@ -560,6 +571,18 @@ pub fn simulate_graph(
     }
     if let Some(e) = sim.error {
         return Err(e);
+    }
+    let since_start = |t: Time| {
+        if t == Time::MAX {
+            t
+        } else {
+            t.saturating_sub(origin)
+        }
+    };
+    for r in &mut sim.records {
+        r.ready = since_start(r.ready);
+        r.start = since_start(r.start);
+        r.end = since_start(r.end);
     }
     let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
     for (k, c) in MESSAGE_KINDS.iter().zip(sim.kind_counts) {
@@ -585,7 +608,7 @@ pub fn simulate_graph(
         .collect();
     Ok(GraphResult {
         balancer: config.balancer.as_str().to_string(),
-        makespan: sim.makespan,
+        makespan: sim.makespan.saturating_sub(origin),
         instances: sim.records,
         task_names: workflow.tasks.iter().map(|t| t.name.clone()).collect(),
         nodes,

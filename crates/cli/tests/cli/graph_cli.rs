@@ -216,7 +216,22 @@ fn the_pcddb_paper_scenario_reports_the_papers_figures() {
         v["deployment_cores"], 52,
         "Sc2: 14 dual-core + 3 eight-core nodes"
     );
-    assert_eq!(v["launch_fewer_messages"], true);
+    // At the paper's 48 h pcddb's launch node handles fewer messages than the dispatcher (at
+    // 12–24 h its idle nodes' status reports outweigh the saved dispatches: graphs.md (ii)).
+    let launch_msgs = |balancer: &str| {
+        v["run_time"]
+            .as_array()
+            .and_then(|rows| {
+                rows.iter()
+                    .find(|r| r["hours"] == 48 && r["balancer"] == balancer)
+            })
+            .and_then(|r| r["launch_node_messages"].as_f64())
+    };
+    let (pcddb, centralised) = (launch_msgs("pcddb"), launch_msgs("centralised"));
+    assert!(
+        pcddb.is_some() && pcddb < centralised,
+        "{pcddb:?} < {centralised:?}"
+    );
     assert_eq!(v["per_core"][0]["paper_mean"], 34.0);
     assert_eq!(v["run_time"].as_array().map(Vec::len), Some(12));
     assert_eq!(v["speedup"].as_array().map(Vec::len), Some(20));

@@ -5,6 +5,7 @@ mod binding;
 mod input;
 mod pcddb_clusters;
 mod pcddb_figure3;
+mod pcddb_protocol;
 mod policies;
 mod properties;
 mod stream;

@@ -142,6 +142,38 @@ impl Setup {
             .map_or_else(Vec::new, |c| c.members.clone())
     }
 
+    /// The baselines' deployment (seed 004 §3.2: "使用其他两种负载均衡方法的程序则被部署在随机选择的
+    /// 14台双核节点和3台8核节点组成的子集群上"): 14 dual-core nodes drawn at random (seeded) from the
+    /// whole cluster plus 3 eight-core nodes — the cluster has exactly three, so launch node n33
+    /// is always in it. Same hardware as Sc2; only the latencies differ.
+    pub fn baseline_subset(&self, seed: u64) -> Vec<NodeId> {
+        let of = |cores: u32| -> Vec<NodeId> {
+            self.cluster
+                .nodes
+                .iter()
+                .filter(|n| n.cores == cores)
+                .map(|n| n.id)
+                .collect()
+        };
+        let mut duals = of(2);
+        duals.shuffle(&mut Pcg64::seed_from_u64(seed ^ 0xba5e_11e5));
+        duals.truncate(14);
+        let mut eights = of(8);
+        eights.truncate(3);
+        let mut pick: Vec<NodeId> = duals.into_iter().chain(eights).collect();
+        pick.sort();
+        pick
+    }
+
+    /// Where `balancer` runs in the paper's run-time experiment: pcddb on Sc2, the baselines on
+    /// [`Setup::baseline_subset`].
+    pub fn deployment(&self, balancer: BalancerKind, seed: u64) -> Vec<NodeId> {
+        match balancer {
+            BalancerKind::Pcddb => self.sc2(),
+            _ => self.baseline_subset(seed),
+        }
+    }
+
     fn names(&self, nodes: &[NodeId]) -> Vec<String> {
         nodes
             .iter()
@@ -434,7 +466,8 @@ pub fn run(seeds: &[u64]) -> Result<PcddbPaperReport, PcddbPaperError> {
             let (mut terrain_done_s, mut terrain_nodes) = (0.0, 0.0);
             let k = seeds.len() as f64;
             for &seed in seeds {
-                let r = setup.run(&wf, balancer, paper, &sc2, setup.launch, seed)?;
+                let members = setup.deployment(balancer, seed);
+                let r = setup.run(&wf, balancer, paper, &members, setup.launch, seed)?;
                 spans.push(r.makespan_s());
                 launch_msgs += r.messages.launch_node as f64 / k;
                 msgs += r.messages.total as f64 / k;
@@ -479,9 +512,10 @@ pub fn run(seeds: &[u64]) -> Result<PcddbPaperReport, PcddbPaperError> {
         for balancer in BalancerKind::ALL {
             let mut spans = Vec::new();
             for &seed in seeds {
+                let members = setup.deployment(balancer, seed);
                 spans.push(
                     costly
-                        .run(&wf48, balancer, paper, &sc2, setup.launch, seed)?
+                        .run(&wf48, balancer, paper, &members, setup.launch, seed)?
                         .makespan_s(),
                 );
             }
@@ -507,8 +541,9 @@ pub fn run(seeds: &[u64]) -> Result<PcddbPaperReport, PcddbPaperError> {
                 seeds
                     .iter()
                     .map(|&seed| {
+                        let members = setup.deployment(balancer, seed);
                         Ok(costly
-                            .run(&wf, balancer, thresholds, &sc2, setup.launch, seed)?
+                            .run(&wf, balancer, thresholds, &members, setup.launch, seed)?
                             .makespan_s())
                     })
                     .collect()
@@ -799,49 +834,96 @@ mod tests {
         assert_eq!(WORKFLOW_TOML, mm5_workflow_text(24));
     }
 
-    /// Mean makespan at 48 h on Sc2 over seeds 1–5.
-    fn mean_48h(balancer: BalancerKind, mt: u32, message_cost_ms: u64) -> f64 {
+    /// The 48-hour runs of seeds 1–5: pcddb on Sc2, the baselines on their random 14 + 3 subset.
+    fn runs_48h(balancer: BalancerKind, mt: u32, message_cost_ms: u64) -> Vec<GraphResult> {
         let setup = Setup {
             message_cost: message_cost_ms * 1_000_000,
             ..Setup::load().unwrap_or_else(|e| panic!("{e}"))
         };
         let wf = workflow(48).unwrap_or_else(|e| panic!("{e}"));
         let thresholds = Thresholds { lt: mt.min(2), mt };
-        let spans: Vec<f64> = (1..=5)
+        (1..=5)
             .map(|seed| {
                 setup
-                    .run(&wf, balancer, thresholds, &setup.sc2(), setup.launch, seed)
+                    .run(
+                        &wf,
+                        balancer,
+                        thresholds,
+                        &setup.deployment(balancer, seed),
+                        setup.launch,
+                        seed,
+                    )
                     .unwrap_or_else(|e| panic!("{e}"))
-                    .makespan_s()
             })
-            .collect();
-        mean_var(&spans).0
+            .collect()
     }
 
-    /// The parts of the paper's ordering that hold in our model (docs/results/graphs.md, (ii)):
-    /// the full pcddb ≤ centralised ≤ static does not hold at the paper's MT = 10 at any input
-    /// size or message cost we tried, so it is not asserted.
+    fn mean_makespan(runs: &[GraphResult]) -> f64 {
+        mean_var(&runs.iter().map(GraphResult::makespan_s).collect::<Vec<_>>()).0
+    }
+
+    /// The parts of the paper's claims that hold in our model at 48 h, the paper's input
+    /// (docs/results/graphs.md, (ii)). The full pcddb ≤ centralised ≤ static does not hold at the
+    /// paper's MT = 10 at any input size or message cost we tried, so it is not asserted; the
+    /// next test pins down why.
     #[test]
-    fn at_48_hours_the_dynamic_methods_beat_static_and_a_costly_dispatcher_loses_to_pcddb() {
-        let (st, ce) = (
-            mean_48h(BalancerKind::Static, 10, 0),
-            mean_48h(BalancerKind::Centralised, 10, 0),
-        );
-        assert!(ce < st, "centralised {ce:.1} s < static {st:.1} s");
-        let pcddb_mt2 = mean_48h(BalancerKind::Pcddb, 2, 0);
-        assert!(
-            pcddb_mt2 < st,
-            "pcddb MT = 2: {pcddb_mt2:.1} s < static {st:.1} s"
-        );
+    fn at_48_hours_centralised_beats_static_and_the_launch_node_handles_fewer_messages() {
+        let st = runs_48h(BalancerKind::Static, 10, 0);
+        let ce = runs_48h(BalancerKind::Centralised, 10, 0);
+        let pc = runs_48h(BalancerKind::Pcddb, 10, 0);
+        let (st_s, ce_s) = (mean_makespan(&st), mean_makespan(&ce));
+        assert!(ce_s < st_s, "centralised {ce_s:.1} s < static {st_s:.1} s");
+        for (seed, (p, c)) in pc.iter().zip(&ce).enumerate() {
+            assert!(
+                p.messages.launch_node < c.messages.launch_node,
+                "seed {}: pcddb's launch node {} < the dispatcher's {} messages",
+                seed + 1,
+                p.messages.launch_node,
+                c.messages.launch_node
+            );
+        }
         // At 50 ms per message the dispatcher is the bottleneck the paper describes.
         let (ce50, pc50) = (
-            mean_48h(BalancerKind::Centralised, 10, 50),
-            mean_48h(BalancerKind::Pcddb, 10, 50),
+            mean_makespan(&runs_48h(BalancerKind::Centralised, 10, 50)),
+            mean_makespan(&runs_48h(BalancerKind::Pcddb, 10, 50)),
         );
         assert!(
             pc50 < ce50,
             "50 ms/message: pcddb {pc50:.1} s < centralised {ce50:.1} s"
         );
+    }
+
+    /// Why pcddb is slower at MT = 10: MT × cores − x acceptance hands a whole ready batch to the
+    /// first underloaded node of the table. The 32 Topographic instances every PREinter waits
+    /// for, ready at the start, land on at most two nodes under pcddb on every seed, while the
+    /// dispatcher spreads them over every node of its deployment.
+    #[test]
+    fn under_pcddb_the_terrain_batch_lands_on_at_most_two_nodes() {
+        let terrain_nodes = |r: &GraphResult| {
+            let t = r.task_names.iter().position(|t| t == "Topographic");
+            let mut nodes: Vec<NodeId> = r
+                .instances
+                .iter()
+                .filter(|i| Some(i.task as usize) == t)
+                .map(|i| i.node)
+                .collect();
+            nodes.sort();
+            nodes.dedup();
+            nodes.len()
+        };
+        for (seed, (p, c)) in runs_48h(BalancerKind::Pcddb, 10, 0)
+            .iter()
+            .zip(&runs_48h(BalancerKind::Centralised, 10, 0))
+            .enumerate()
+        {
+            let (np, nc) = (terrain_nodes(p), terrain_nodes(c));
+            assert!(
+                np <= 2,
+                "seed {}: pcddb ran Topographic on {np} nodes",
+                seed + 1
+            );
+            assert!(nc >= 16, "seed {}: centralised on {nc} nodes", seed + 1);
+        }
     }
 
     #[test]

@@ -21,12 +21,15 @@
 //! - **merge**: the request's view of *other* nodes replaces the local one (the paper's figure 3:
 //!   node 6 drops 12, node 3 drops 6, 8 and 9 — entries the request no longer carries); the node's
 //!   own entry follows its live instance count;
-//! - **status**: a node reports when it *becomes* underloaded (its own entry was absent), not on
-//!   every self-check;
-//! - **one request in flight** per launch node: instances that become ready while a request travels
-//!   join the next one (the launch node knows a request ended from a reply with nothing
-//!   remaining, or a return);
-//! - "wait and retry" with an empty table = wait for the next status report;
+//! - **status**: a node reports at *every* self-check that finds it below LT (seed 004 §2.5 a:
+//!   "每个节点周期性地检查自身状态,若…小于LT,则…并将自身状态发给启动节点"), so the launch node's
+//!   entry is refreshed while the node stays underloaded;
+//! - **one request per activation**: every event that readies instances (program start, a result,
+//!   seed 004 §2.4) packs what is ready into a request at once, without waiting for earlier
+//!   requests to end (§2.5 b says nothing of waiting); instances that find the table empty wait
+//!   in the launch node's queue;
+//! - "wait and retry" with an empty table = the next status report (one arrives every check
+//!   period from every underloaded node);
 //! - a node that is underloaded but meets no instance's requirements passes the request on like a
 //!   loaded node, and also drops its own entry, so its next self-check reports it again;
 //! - on a return, the launch node drops the entries the request's travel disproved (nodes that
@@ -220,7 +223,8 @@ impl PcddbNode {
         })
     }
 
-    /// a) Below LT: record itself and tell each launch node, once per underloaded spell.
+    /// a) Below LT: record itself and tell each launch node — at every check that finds it so
+    /// (seed 004 §2.5 a), not only the first.
     fn self_check(&mut self) -> Vec<Outgoing> {
         let me = self.node.id;
         let underloaded = self.underloaded();
@@ -229,7 +233,7 @@ impl PcddbNode {
             let m = &mut self.memberships[k];
             if !underloaded {
                 m.table.remove(me);
-            } else if !m.table.contains(me) {
+            } else {
                 m.table.add(me);
                 let (launch, cluster) = (m.launch, m.cluster);
                 out.push(self.send(launch, Body::Status { cluster }));
@@ -336,7 +340,8 @@ pub struct LaunchNode {
     tables: Vec<(ClusterId, Vec<(NodeId, Time)>)>,
     graph: InstanceGraph,
     pending: VecDeque<Wanted>,
-    in_flight: bool,
+    /// Requests sent and not yet ended (a reply with nothing left, or a return).
+    in_flight: u32,
 }
 
 impl LaunchNode {
@@ -352,7 +357,7 @@ impl LaunchNode {
             tables: clusters.into_iter().map(|c| (c, Vec::new())).collect(),
             graph,
             pending: VecDeque::new(),
-            in_flight: false,
+            in_flight: 0,
         }
     }
 
@@ -416,7 +421,7 @@ impl LaunchNode {
 
     /// Whether an allocation request is travelling.
     pub fn request_in_flight(&self) -> bool {
-        self.in_flight
+        self.in_flight > 0
     }
 
     /// Instances that must run again although the graph already counts them ready — a failed
@@ -462,7 +467,7 @@ impl LaunchNode {
                         table.retain(|&(n, _)| n != msg.from);
                     }
                     if remaining == 0 {
-                        self.in_flight = false;
+                        self.in_flight = self.in_flight.saturating_sub(1);
                     }
                 }
                 Body::Return(request) => {
@@ -472,11 +477,19 @@ impl LaunchNode {
                     if let Some(table) = self.table_mut(request.cluster) {
                         table.retain(|&(n, at)| at > sent_at || carried.contains(&n));
                     }
-                    // The returned instances go first, before those that became ready since.
-                    let mut pending = request.instances;
-                    pending.append(&mut self.pending);
-                    self.pending = pending;
-                    self.in_flight = false;
+                    // The returned instances go first, before those that became ready since —
+                    // moving the shorter of the two queues (several requests may be out, so the
+                    // queue a return meets can be long).
+                    let mut returned = request.instances;
+                    if returned.len() <= self.pending.len() {
+                        while let Some(w) = returned.pop_back() {
+                            self.pending.push_front(w);
+                        }
+                    } else {
+                        returned.append(&mut self.pending);
+                        self.pending = returned;
+                    }
+                    self.in_flight = self.in_flight.saturating_sub(1);
                 }
                 Body::Result { instance } => {
                     // f) A finished instance readies its dependants (event 2). A result the
@@ -500,10 +513,12 @@ impl LaunchNode {
         }
     }
 
-    /// b) Packs every pending instance and a table into a request to the table's first node:
-    /// the first cluster (in preference order) whose table is not empty.
+    /// b) Packs every pending instance and a table into a request to the table's first node —
+    /// the first cluster (in preference order) whose table is not empty — at once, whether or not
+    /// earlier requests are still travelling (seed 004 §2.4: each event that readies instances
+    /// starts the balancing for them).
     fn dispatch(&mut self, now: Time, out: &mut Vec<Outgoing>) {
-        if self.in_flight || self.pending.is_empty() {
+        if self.pending.is_empty() {
             return;
         }
         let Some((cluster, table)) = self.tables.iter().find(|(_, t)| !t.is_empty()) else {
@@ -518,7 +533,7 @@ impl LaunchNode {
             instances: std::mem::take(&mut self.pending),
             table,
         };
-        self.in_flight = true;
+        self.in_flight += 1;
         out.push(Outgoing::Send(Message {
             from: self.id,
             to: request.table[0],
