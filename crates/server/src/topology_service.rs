@@ -85,6 +85,7 @@ fn report(c: pb::WorkerCounters) -> WorkerReport {
                 acked: e.acked,
                 failed: e.failed,
                 done: e.done,
+                started_ns: e.started_ns,
             })
             .collect(),
         remote_out: c.remote_out,
@@ -115,6 +116,8 @@ fn to_run(r: WorkersToRun) -> pb::SyncWorkersReply {
                     worker: w.config.worker,
                     assignment: w.config.assignment,
                     base_dir: w.config.base_dir.to_string_lossy().into_owned(),
+                    started_ns: w.config.started_ns,
+                    await_state: w.config.await_state,
                 }),
                 peers: w.peers,
                 keep_generation: w.keep_generation,
