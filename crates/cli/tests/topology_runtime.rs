@@ -25,6 +25,8 @@ struct Cluster {
     server: Option<Child>,
     listen: String,
     agents: BTreeMap<String, Child>,
+    /// Cores each agent declares.
+    cores: u32,
 }
 
 impl Drop for Cluster {
@@ -43,6 +45,10 @@ impl Drop for Cluster {
 
 impl Cluster {
     fn start(name: &str, agents: &[&str]) -> Cluster {
+        Cluster::start_with_cores(name, agents, 2)
+    }
+
+    fn start_with_cores(name: &str, agents: &[&str], cores: u32) -> Cluster {
         let dir = std::env::temp_dir().join(format!("hetsched-topo-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
@@ -51,6 +57,7 @@ impl Cluster {
             server: None,
             listen: "127.0.0.1:0".into(),
             agents: BTreeMap::new(),
+            cores,
         };
         c.start_server();
         for a in agents {
@@ -104,7 +111,7 @@ impl Cluster {
                 "--name",
                 name,
             ])
-            .args(["--cores", "2", "--token-file"])
+            .args(["--cores", &self.cores.to_string(), "--token-file"])
             .arg(self.data().join("agent-token"))
             .arg("--work-dir")
             .arg(self.dir.join(format!("agent-{name}")))
@@ -464,8 +471,9 @@ fn workers_agents_and_the_server_can_die() {
 }
 
 /// Word count whose spouts follow a scripted rate: 50 sentences/s per spout (the declared
-/// rate — streams declare the rate per sending executor —: 80 % of a core in all) until 5 s after the topology started, 200/s (320 %: more than
-/// a 2-core node) until 11 s, then 50/s again; 1,700 sentences per spout.
+/// rate — streams declare the rate per sending executor —: 80 % of a core in all) until 5 s
+/// after the topology started, 200/s (320 %: more than a 3-core node) until 11 s, then 50/s
+/// again; 1,700 sentences per spout.
 fn scripted(name: &str) -> String {
     let lines: Vec<String> = CORPUS.iter().map(|l| format!("\"{l}\"")).collect();
     format!(
@@ -580,7 +588,9 @@ fn a_scripted_rate_change_reschedules_exactly_when_the_thresholds_say_and_loses_
     // overloads its node, and both are rescheduled onto more nodes at the next computation
     // whatever their threshold; when the rate falls back, one-phase can halve the nodes again,
     // cutting all inter-node traffic: applied under the 10 % threshold, not under 1000.
-    let c = Cluster::start("scripted", &["n1", "n2", "n3"]);
+    // Three 3-core nodes: each topology's worker holds one core (80 % declared), which the
+    // other's placer sees; one node still holds either at the declared rate.
+    let c = Cluster::start_with_cores("scripted", &["n1", "n2", "n3"], 3);
     std::thread::sleep(Duration::from_millis(1500));
     let on = c.write("on.toml", &scripted("rc-on"));
     let off = c.write("off.toml", &scripted("rc-off"));

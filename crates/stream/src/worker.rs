@@ -948,7 +948,29 @@ impl Worker {
     }
 
     /// Stops every thread (components' `finish` runs, e.g. counts write their last snapshot).
+    /// Tuples and acks parked for executors that left are sent on first, and what is queued
+    /// towards other workers is given a moment to leave (at most about 2 s in all).
     pub fn stop(self) {
+        let sh = &self.shared;
+        let until = Instant::now() + Duration::from_secs(1);
+        while !lock(&sh.limbo).is_empty() && Instant::now() < until {
+            let items = std::mem::take(&mut *lock(&sh.limbo));
+            // Forced: the routes this worker has are the newest it will get.
+            lock(&sh.limbo).extend(items.into_iter().map(|mut p| {
+                p.routes_at = u64::MAX;
+                p
+            }));
+            sh.sweep();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let until = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < until
+            && lock(&sh.peers)
+                .values()
+                .any(|l| !l.tuples.is_empty() || !l.acks.is_empty() || !l.states.is_empty())
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         self.shared.stop.store(true, Ordering::Relaxed);
         let threads = std::mem::take(&mut *lock(&self.shared.threads));
         for t in threads {

@@ -80,6 +80,10 @@ const SLOTS_PER_NODE: u32 = 4;
 /// hand their state over.
 const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 
+/// Least time a draining worker is kept, so that every worker has the new routes before it
+/// stops.
+const DRAIN_MIN: Duration = Duration::from_secs(3);
+
 /// What the store keeps of a topology.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Record {
@@ -263,6 +267,9 @@ pub struct Topology {
     cfg: Cfg,
     /// Cores each running worker holds in the view: (topology, worker) → (node, wanted, taken).
     held: HashMap<(String, u32), (u32, u32, u32)>,
+    /// Cores in use in the view on each node (by batch tasks and every topology's workers), by
+    /// node name, with the node's id, as of the last event ([`Topology::see_view`]).
+    in_use: HashMap<String, (u32, u32)>,
 }
 
 /// Why a topology request was refused (the service edge maps each to a gRPC status).
@@ -586,7 +593,9 @@ impl Run {
                 .get(w)
                 .and_then(|l| l.report.as_ref())
                 .is_some_and(|r| r.executors.is_empty());
-            !(empty || since.elapsed() > DRAIN_LIMIT)
+            // Empty, and long enough for every other worker to have taken the new routes
+            // (agents sync every 500 ms): nothing is sent to it any more.
+            !((empty && since.elapsed() > DRAIN_MIN) || since.elapsed() > DRAIN_LIMIT)
         });
         let (placed, draining) = (
             self.rec.placement.as_ref().map_or(0, |p| p.workers.len()) as u32,
@@ -597,14 +606,39 @@ impl Run {
     }
 }
 
-fn stream_nodes(nodes: &[(String, u32)]) -> Vec<StreamNode> {
+/// Per node name, the load (per cent of a core) the rest of the cluster puts on it, as topology
+/// `name`'s placer sees it: the cores in use there (batch tasks, other topologies' workers)
+/// minus those `name`'s own workers hold (they move with its placement).
+fn background(
+    held: &HashMap<(String, u32), (u32, u32, u32)>,
+    in_use: &HashMap<String, (u32, u32)>,
+    name: &str,
+) -> HashMap<String, f64> {
+    let mut own: HashMap<u32, u32> = HashMap::new();
+    for ((t, _), (node, _, taken)) in held {
+        if t == name {
+            *own.entry(*node).or_default() += taken;
+        }
+    }
+    in_use
+        .iter()
+        .map(|(n, (id, used))| {
+            let mine = own.get(id).copied().unwrap_or(0);
+            (n.clone(), f64::from(used.saturating_sub(mine)) * 100.0)
+        })
+        .collect()
+}
+
+/// The placers' nodes: capacity `cores × 100`, background what the rest of the cluster holds
+/// there ([`background`]).
+fn stream_nodes(nodes: &[(String, u32)], busy: &HashMap<String, f64>) -> Vec<StreamNode> {
     nodes
         .iter()
         .map(|(name, cores)| StreamNode {
             name: name.clone(),
             rack: 0,
             capacity: f64::from(*cores) * 100.0,
-            background: 0.0,
+            background: busy.get(name).copied().unwrap_or(0.0),
             memory_bytes: u64::MAX / 4,
             slots: SLOTS_PER_NODE,
         })
@@ -671,6 +705,7 @@ impl Topology {
                 epoch: Instant::now(),
             },
             held: HashMap::new(),
+            in_use: HashMap::new(),
         }
     }
 
@@ -740,6 +775,22 @@ impl Topology {
                 e.2 += view.hold_cores(NodeId(node), e.1 - e.2);
             }
         }
+    }
+
+    /// Notes the cores in use on every node in `view` (batch tasks, other kinds' work and every
+    /// topology's workers), so placements see what the rest of the cluster holds.
+    pub fn see_view(&mut self, view: &SchedulerView, nodes: &Nodes) {
+        self.in_use = nodes
+            .iter()
+            .filter_map(|n| {
+                let id = nodes.by_name(&n.spec.name)?;
+                let st = view.nodes().get(id as usize)?;
+                Some((
+                    n.spec.name.clone(),
+                    (id, st.node.cores.saturating_sub(st.free.cores)),
+                ))
+            })
+            .collect();
     }
 
     /// Takes the state's dead-node verdicts: a node the registry declared dead (its heartbeats
@@ -878,7 +929,8 @@ impl Topology {
         let mut run = Run::new(rec, topo, self.cfg.core_now());
         let alive = self.cfg.alive(inner);
         if !alive.is_empty() {
-            let nodes = stream_nodes(&alive);
+            let busy = background(&self.held, &self.in_use, &name);
+            let nodes = stream_nodes(&alive, &busy);
             let mut problem = PlacementProblem::declared(&run.topo.topology, &nodes);
             problem.workers = run.rec.workers;
             let p = run.placer().place(&problem).map_err(invalid)?;
@@ -927,7 +979,8 @@ impl Topology {
     pub fn rebalance(&mut self, name: &str) -> Result<serde_json::Value, TopologyError> {
         let inner = &mut self.inner;
         let alive = self.cfg.alive(inner);
-        let nodes = stream_nodes(&alive);
+        let busy = background(&self.held, &self.in_use, name);
+        let nodes = stream_nodes(&alive, &busy);
         let now = self.cfg.core_now();
         let run = inner.runs.get_mut(name).ok_or_else(|| not_found(name))?;
         if run.rec.state != "running" {
@@ -1093,12 +1146,13 @@ impl Topology {
         let inner = &mut self.inner;
         let alive = self.cfg.alive(inner);
         let grace = self.cfg.in_grace();
-        let nodes = stream_nodes(&alive);
         let now = self.cfg.core_now();
         let mut saves = Vec::new();
         let mut traffic_saves = Vec::new();
         for run in inner.runs.values_mut() {
             run.roll_window(now);
+            let busy = background(&self.held, &self.in_use, &run.rec.name);
+            let nodes = stream_nodes(&alive, &busy);
             if run.rec.state != "running" || nodes.is_empty() {
                 continue;
             }
