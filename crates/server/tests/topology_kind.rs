@@ -334,3 +334,27 @@ fn the_placer_sees_the_cores_batch_tasks_and_other_topologies_hold() {
     let shown = s.topology_submit(submission()).expect("submit");
     assert_eq!(nodes_used(&shown), vec!["b".to_string()], "{shown}");
 }
+
+#[test]
+fn a_topology_status_is_a_typed_message_with_the_keys_of_the_json_document() {
+    let dir = scratch("typed");
+    let mut s = two_nodes(&dir, false);
+    s.topology_submit(submission()).expect("submit");
+    s.topology_sync(
+        WorkersSeen {
+            node: "a".into(),
+            cores: 4,
+            workers: vec![running_worker(1)],
+        },
+        None,
+    )
+    .expect("sync");
+    s.topology_rebalance("pipe").expect("rebalance");
+    let shown = s.topology_show("pipe").expect("show");
+    // What the service puts in `TopologyReply.status`, and what the CLI prints from it.
+    let typed: pb::TopologyStatus = serde_json::from_value(shown.clone()).expect("fits");
+    assert_eq!(typed.name, "pipe");
+    assert_eq!(typed.workers[0].pid, Some(4242));
+    assert_eq!(typed.placement.len(), 4);
+    assert_eq!(serde_json::to_value(&typed).expect("json"), shown);
+}
