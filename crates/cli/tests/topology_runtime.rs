@@ -651,7 +651,26 @@ fn a_scripted_rate_change_reschedules_exactly_when_the_thresholds_say_and_loses_
             if name == "rc-on" { &a } else { &b }["controller"]
         );
     }
-    eprintln!("rc-on: {}\nrc-off: {}", a["reschedules"], b["reschedules"]);
+    for s in [&a, &b] {
+        let t0 = s["submitted_ns"].as_u64().unwrap_or(0);
+        let r: Vec<String> = s["reschedules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| {
+                format!(
+                    "{:.1} s {} gain {:.2} -> {} node(s), {} executor(s) moved, {} worker(s) kept",
+                    (r["at_ns"].as_u64().unwrap_or(0).saturating_sub(t0)) as f64 / 1e9,
+                    r["cause"].as_str().unwrap_or(""),
+                    r["gain"].as_f64().unwrap_or(0.0),
+                    r["nodes"],
+                    r["executors_moved"],
+                    r["workers_kept"]
+                )
+            })
+            .collect();
+        eprintln!("{}: {r:?}", s["name"]);
+    }
     eprintln!(
         "rc-on controller: {}\nrc-off controller: {}",
         a["controller"], b["controller"]
