@@ -57,6 +57,7 @@ fn counters(r: hetsched_stream::WorkerReport) -> pb::WorkerCounters {
                 acked: e.acked,
                 failed: e.failed,
                 done: e.done,
+                started_ns: e.started_ns,
             })
             .collect(),
         remote_out: r.remote_out,
@@ -83,6 +84,8 @@ fn worker_config(spec: &pb::WorkerSpec) -> hetsched_stream::WorkerConfig {
         base_dir: PathBuf::from(&spec.base_dir),
         work_dir: PathBuf::new(),
         listen: String::new(),
+        started_ns: spec.started_ns,
+        await_state: spec.await_state.clone(),
     }
 }
 
@@ -164,8 +167,9 @@ pub fn spawn(
                 .into_iter()
                 .map(|a| ((a.topology.clone(), a.generation, a.worker), a))
                 .collect();
-            // A new placement that keeps a running worker's executors: hand it the new routes
-            // under its new key instead of stopping it and starting another.
+            // A new placement that keeps a running worker (same node and process): hand it the
+            // new routes under its new key instead of stopping it and starting another; only
+            // the executors that move stop or start in it.
             for (k, a) in &wanted {
                 if a.keep_generation == 0 || workers.contains_key(k) {
                     continue;
@@ -174,13 +178,15 @@ pub fn spawn(
                 let Some(mut w) = workers.remove(&old) else {
                     continue;
                 };
-                let assignment = a
+                let (assignment, await_state) = a
                     .config
                     .as_ref()
-                    .map(|c| c.assignment.clone())
+                    .map(|c| (c.assignment.clone(), c.await_state.clone()))
                     .unwrap_or_default();
-                let cmd =
-                    serde_json::json!({"cmd": "assign", "worker": k.2, "assignment": assignment});
+                let cmd = serde_json::json!({
+                    "cmd": "assign", "worker": k.2, "assignment": assignment,
+                    "await_state": await_state,
+                });
                 let line = format!("{cmd}\n");
                 if w.stdin.write_all(line.as_bytes()).await.is_ok() && w.stdin.flush().await.is_ok()
                 {

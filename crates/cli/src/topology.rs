@@ -174,7 +174,7 @@ async fn run_async(cmd: TopologyCommand) -> anyhow::Result<()> {
                 .await
                 .map_err(refused)?
                 .into_inner();
-            let v: Value = serde_json::from_str(&r.status_json)?;
+            let v = status_of(&r)?;
             match a.client.output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&v)?),
                 Output::Table | Output::Dot => println!(
@@ -193,7 +193,12 @@ async fn run_async(cmd: TopologyCommand) -> anyhow::Result<()> {
                 .await
                 .map_err(refused)?
                 .into_inner();
-            let v: Value = serde_json::from_str(&r.statuses_json)?;
+            // The typed statuses; a server from before them sends only the JSON document.
+            let v: Value = if r.statuses.is_empty() {
+                serde_json::from_str(&r.statuses_json)?
+            } else {
+                serde_json::to_value(&r.statuses)?
+            };
             match a.client.output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&v)?),
                 Output::Table | Output::Dot => {
@@ -240,7 +245,7 @@ async fn run_async(cmd: TopologyCommand) -> anyhow::Result<()> {
                 .await
                 .map_err(refused)?
                 .into_inner();
-            print_status(&r.status_json, a.client.output)?;
+            print_status(&status_of(&r)?, a.client.output)?;
         }
         TopologyCommand::Kill(a) => {
             let mut api = connect(&a.client).await?;
@@ -252,7 +257,7 @@ async fn run_async(cmd: TopologyCommand) -> anyhow::Result<()> {
                 .map_err(refused)?
                 .into_inner();
             match a.client.output {
-                Output::Json => print_status(&r.status_json, Output::Json)?,
+                Output::Json => print_status(&status_of(&r)?, Output::Json)?,
                 Output::Table | Output::Dot => println!(
                     "topology {} killed: its workers stop at their agents' next sync",
                     a.name
@@ -266,10 +271,19 @@ async fn run_async(cmd: TopologyCommand) -> anyhow::Result<()> {
                 .await
                 .map_err(refused)?
                 .into_inner();
-            print_status(&r.status_json, a.client.output)?;
+            print_status(&status_of(&r)?, a.client.output)?;
         }
     }
     Ok(())
+}
+
+/// The status a reply carries: the typed message, or (a server from before it) the JSON
+/// document. Both have the same keys, so `--output json` prints the same either way.
+fn status_of(r: &pb::TopologyReply) -> anyhow::Result<Value> {
+    Ok(match &r.status {
+        Some(s) => serde_json::to_value(s)?,
+        None => serde_json::from_str(&r.status_json)?,
+    })
 }
 
 fn table(header: &[&str]) -> Table {
@@ -279,10 +293,9 @@ fn table(header: &[&str]) -> Table {
     t
 }
 
-fn print_status(json: &str, output: Output) -> anyhow::Result<()> {
-    let v: Value = serde_json::from_str(json)?;
+fn print_status(v: &Value, output: Output) -> anyhow::Result<()> {
     if output == Output::Json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        println!("{}", serde_json::to_string_pretty(v)?);
         return Ok(());
     }
     let f = |k: &str| v[k].as_f64().unwrap_or(0.0);

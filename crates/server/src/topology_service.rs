@@ -85,6 +85,7 @@ fn report(c: pb::WorkerCounters) -> WorkerReport {
                 acked: e.acked,
                 failed: e.failed,
                 done: e.done,
+                started_ns: e.started_ns,
             })
             .collect(),
         remote_out: c.remote_out,
@@ -115,6 +116,8 @@ fn to_run(r: WorkersToRun) -> pb::SyncWorkersReply {
                     worker: w.config.worker,
                     assignment: w.config.assignment,
                     base_dir: w.config.base_dir.to_string_lossy().into_owned(),
+                    started_ns: w.config.started_ns,
+                    await_state: w.config.await_state,
                 }),
                 peers: w.peers,
                 keep_generation: w.keep_generation,
@@ -126,9 +129,19 @@ fn to_run(r: WorkersToRun) -> pb::SyncWorkersReply {
     }
 }
 
+/// A status document as the typed message (its keys are the message's field names); `None`
+/// if it does not fit, which would be a bug the JSON field still covers.
+fn typed(v: &serde_json::Value) -> Option<pb::TopologyStatus> {
+    serde_json::from_value(v.clone())
+        .map_err(|e| tracing::error!("a topology status does not fit TopologyStatus: {e}"))
+        .ok()
+}
+
 fn reply(v: Response<serde_json::Value>) -> Response<pb::TopologyReply> {
+    let v = v.into_inner();
     Response::new(pb::TopologyReply {
-        status_json: v.into_inner().to_string(),
+        status: typed(&v),
+        status_json: v.to_string(),
     })
 }
 
@@ -158,8 +171,15 @@ impl pb::topology_client_server::TopologyClient for ClientService {
         _r: Request<pb::ListTopologiesRequest>,
     ) -> Result<Response<pb::ListTopologiesReply>, Status> {
         let list = with_state(&self.0, &self.1, Run::Blocking, |s| Ok(s.topology_list())).await?;
+        let list = list.into_inner();
         Ok(Response::new(pb::ListTopologiesReply {
-            statuses_json: list.into_inner().to_string(),
+            statuses: list
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(typed)
+                .collect(),
+            statuses_json: list.to_string(),
         }))
     }
     async fn show_topology(

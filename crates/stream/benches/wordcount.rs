@@ -65,6 +65,8 @@ fn run(two: bool) {
         base_dir: dir.clone(),
         work_dir: dir.join("hetsched-wc-bench"),
         listen: "127.0.0.1:0".into(),
+        started_ns: 0,
+        await_state: Vec::new(),
     };
     let a = Worker::start(cfg(0)).expect("starts");
     let b = two.then(|| Worker::start(cfg(1)).expect("starts"));

@@ -106,6 +106,8 @@ fn run(label: &str, secs: u64, splits: u32, counts: u32, two: bool, rate: Option
         base_dir: dir.clone(),
         work_dir: dir.join(format!("w{w}")),
         listen: "127.0.0.1:0".into(),
+        started_ns: 0,
+        await_state: Vec::new(),
     };
     let mut workers = vec![Worker::start(cfg(0)).expect("worker 0 starts")];
     if two {

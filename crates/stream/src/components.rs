@@ -24,6 +24,12 @@ pub trait SpoutCode: Send {
     fn next(&mut self) -> SpoutNext;
     /// The values of message `msg`, emitted earlier, for a replay.
     fn replay(&mut self, msg: u64) -> Vec<Value>;
+    /// Where the spout is (handed to the executor's next home when a placement moves it).
+    fn position(&self) -> Option<u64> {
+        None
+    }
+    /// Goes on from a position [`SpoutCode::position`] gave.
+    fn resume(&mut self, _position: u64) {}
 }
 
 /// A bolt's code: called once per input tuple.
@@ -32,8 +38,15 @@ pub trait BoltCode: Send {
     fn execute(&mut self, input: &Tuple, out: &mut BoltOut<'_>);
     /// Called about every 100 ms with the time, nanoseconds since the Unix epoch.
     fn tick(&mut self, _now_ns: u64) {}
-    /// Called once when the worker stops.
+    /// Called once when the worker stops, or the executor moves away.
     fn finish(&mut self) {}
+    /// What the bolt keeps, handed to the executor's next home when a placement moves it
+    /// (`None`: nothing to keep).
+    fn state(&mut self) -> Option<Vec<u8>> {
+        None
+    }
+    /// Takes the state an earlier home of this executor handed over ([`BoltCode::state`]).
+    fn restore(&mut self, _state: &[u8]) {}
 }
 
 /// Executor `index` of `parallelism` emits message ids `index, index + parallelism, …` below
@@ -92,6 +105,12 @@ impl SpoutCode for CorpusSpout {
             self.lines.get(line).cloned().unwrap_or_default(),
         )]
     }
+    fn position(&self) -> Option<u64> {
+        Some(self.ids.next)
+    }
+    fn resume(&mut self, position: u64) {
+        self.ids.next = position;
+    }
 }
 
 /// 0, 1, 2, … (each executor its stride).
@@ -121,6 +140,12 @@ impl SpoutCode for SequenceSpout {
     }
     fn replay(&mut self, msg: u64) -> Vec<Value> {
         vec![Value::Int(msg as i64)]
+    }
+    fn position(&self) -> Option<u64> {
+        Some(self.ids.next)
+    }
+    fn resume(&mut self, position: u64) {
+        self.ids.next = position;
     }
 }
 
@@ -220,6 +245,21 @@ impl BoltCode for Count {
     }
     fn finish(&mut self) {
         self.write();
+    }
+    fn state(&mut self) -> Option<Vec<u8>> {
+        serde_json::to_vec(&self.counts).ok()
+    }
+    fn restore(&mut self, state: &[u8]) {
+        // Added, not replaced: what this executor counted before the state arrived stays.
+        match serde_json::from_slice::<HashMap<String, u64>>(state) {
+            Ok(counts) => {
+                for (k, n) in counts {
+                    *self.counts.entry(k).or_default() += n;
+                }
+                self.dirty = true;
+            }
+            Err(e) => tracing::warn!("count: a handed-over table does not decode: {e}"),
+        }
     }
 }
 

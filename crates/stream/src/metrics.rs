@@ -25,6 +25,11 @@ pub struct ExecutorCounters {
     pub tid: AtomicU64,
     /// A spout that has emitted everything it will emit and has nothing in flight.
     pub done: AtomicBool,
+    /// The executor moved to another worker (a new placement): its thread hands its state over
+    /// and ends.
+    pub moved: AtomicBool,
+    /// When its thread started, nanoseconds since the Unix epoch (0 until it starts).
+    pub started_ns: AtomicU64,
 }
 
 impl ExecutorCounters {
@@ -37,6 +42,8 @@ impl ExecutorCounters {
             failed: AtomicU64::new(0),
             tid: AtomicU64::new(0),
             done: AtomicBool::new(false),
+            moved: AtomicBool::new(false),
+            started_ns: AtomicU64::new(0),
         }
     }
 }
@@ -162,6 +169,10 @@ pub struct ExecutorReport {
     pub failed: u64,
     /// A spout that has emitted everything and has nothing in flight.
     pub done: bool,
+    /// When its thread started in this worker, nanoseconds since the Unix epoch: unchanged
+    /// while the executor runs on, new when it was (re)started.
+    #[serde(default)]
+    pub started_ns: u64,
 }
 
 /// What a worker reports: cumulative counters since it started.

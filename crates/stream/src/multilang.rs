@@ -195,7 +195,7 @@ struct InFlight {
 
 /// Runs a multi-lang bolt: inputs go to the program, its commands come back.
 pub fn run_shell_bolt(shared: Arc<Shared>, me: u32, mut shell: Shell, inbox: Receiver<Vec<Tuple>>) {
-    let Some(counters) = shared.counters.get(&me) else {
+    let Some(counters) = shared.counter(me) else {
         return;
     };
     let topo = &shared.topo.topology;
@@ -277,7 +277,7 @@ pub fn run_shell_bolt(shared: Arc<Shared>, me: u32, mut shell: Shell, inbox: Rec
                         let fail = m.get("command").and_then(Json::as_str) == Some("fail");
                         let id = m.get("id").map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_owned)).unwrap_or_default();
                         if let Some(f) = inflight.remove(&id) && f.root != 0 {
-                            shared.route_ack(AckMsg { root: f.root, xor: f.edge ^ f.xor, fail });
+                            shared.route_ack(AckMsg { root: f.root, xor: f.edge ^ f.xor, fail }, false);
                         }
                     }
                     Some("sync") => { last_sync = Instant::now(); warned = false; }
@@ -298,7 +298,7 @@ pub fn run_shell_bolt(shared: Arc<Shared>, me: u32, mut shell: Shell, inbox: Rec
 
 /// Runs a multi-lang spout: `next`, `ack` and `fail` go to the program; it emits and syncs.
 pub fn run_shell_spout(shared: Arc<Shared>, me: u32, mut shell: Shell, acks: Receiver<AckMsg>) {
-    let Some(counters) = shared.counters.get(&me) else {
+    let Some(counters) = shared.counter(me) else {
         return;
     };
     let mut em = Emitter::new(shared.clone(), me);
@@ -306,7 +306,7 @@ pub fn run_shell_spout(shared: Arc<Shared>, me: u32, mut shell: Shell, acks: Rec
     let mut ids: HashMap<u64, Json> = HashMap::new();
     let mut next_msg: u64 = 0;
     let mut last_expire = Instant::now();
-    while !shared.stopping() {
+    while !shared.stopping() && !counters.moved.load(std::sync::atomic::Ordering::Acquire) {
         let mut done: Vec<(u64, bool)> = Vec::new();
         while let Ok(a) = acks.try_recv() {
             if let Some(d) = tracker.apply(a) {

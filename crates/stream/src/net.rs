@@ -27,16 +27,24 @@ pub struct PeerLink {
     pub tuples: Sender<Vec<Tuple>>,
     /// Acks and fails (unbounded).
     pub acks: Sender<AckMsg>,
+    /// States of executors moving to the peer (unbounded: a state must not wait behind tuples
+    /// its executor has to take first).
+    pub states: Sender<(u32, Vec<u8>)>,
 }
 
 /// Starts the sender thread towards worker `peer`.
 pub fn spawn_peer(shared: Arc<Shared>, peer: u32) -> PeerLink {
     let (tuples, tuples_rx) = bounded(PEER_QUEUE);
     let (acks, acks_rx) = unbounded();
-    let link = PeerLink { tuples, acks };
+    let (states, states_rx) = unbounded();
+    let link = PeerLink {
+        tuples,
+        acks,
+        states,
+    };
     std::thread::Builder::new()
         .name(format!("peer-{peer}"))
-        .spawn(move || sender_loop(&shared, peer, &tuples_rx, &acks_rx))
+        .spawn(move || sender_loop(&shared, peer, &tuples_rx, &acks_rx, &states_rx))
         .map_err(|e| tracing::error!("cannot start the sender thread to worker {peer}: {e}"))
         .ok();
     link
@@ -76,6 +84,7 @@ fn sender_loop(
     peer: u32,
     tuples_rx: &Receiver<Vec<Tuple>>,
     acks_rx: &Receiver<AckMsg>,
+    states_rx: &Receiver<(u32, Vec<u8>)>,
 ) {
     let mut conn: Option<TcpStream> = None;
     let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
@@ -86,10 +95,18 @@ fn sender_loop(
         // Wait for something to send.
         let mut batches: Vec<Vec<Tuple>> = Vec::new();
         let mut acks: Vec<AckMsg> = Vec::new();
+        let mut states: Vec<(u32, Vec<u8>)> = Vec::new();
+        // The link was dropped (a new placement renumbered the workers): send what is still
+        // queued, then end.
+        let mut closing = false;
         select! {
-            recv(tuples_rx) -> m => match m { Ok(b) => batches.push(b), Err(_) => return },
-            recv(acks_rx) -> m => match m { Ok(a) => acks.push(a), Err(_) => return },
+            recv(tuples_rx) -> m => match m { Ok(b) => batches.push(b), Err(_) => closing = true },
+            recv(acks_rx) -> m => match m { Ok(a) => acks.push(a), Err(_) => closing = true },
+            recv(states_rx) -> m => match m { Ok(s) => states.push(s), Err(_) => closing = true },
             default(Duration::from_millis(100)) => continue,
+        }
+        if closing && tuples_rx.is_empty() && acks_rx.is_empty() && states_rx.is_empty() {
+            return;
         }
         // Coalesce what else is waiting (bounded, to keep frames moderate).
         while batches.len() < 16 {
@@ -109,6 +126,12 @@ fn sender_loop(
         }
         if !acks.is_empty() {
             Frame::Acks(acks).encode(&mut buf);
+        }
+        while let Ok(st) = states_rx.try_recv() {
+            states.push(st);
+        }
+        for (executor, bytes) in states {
+            Frame::State { executor, bytes }.encode(&mut buf);
         }
         if conn.is_none() {
             conn = connect(shared, peer);
@@ -204,8 +227,11 @@ fn receive(shared: &Arc<Shared>, s: TcpStream) {
             }
             Ok(Some(Frame::Acks(acks))) => {
                 for a in acks {
-                    shared.route_ack(a);
+                    shared.route_ack(a, true);
                 }
+            }
+            Ok(Some(Frame::State { executor, bytes })) => {
+                shared.take_state(executor, bytes);
             }
             Ok(None) => return,
             Err(e) => {

@@ -9,8 +9,11 @@
 //!
 //! In (stdin), one JSON object per line:
 //! - `{"cmd": "peers", "peers": {"1": "127.0.0.1:40124", ...}}`: where the other workers listen;
-//! - `{"cmd": "assign", "worker": 2, "assignment": [...]}`: a new placement that keeps this
-//!   worker's executors (it becomes worker 2; refused with an `error` event otherwise);
+//! - `{"cmd": "assign", "worker": 2, "assignment": [...], "await_state": [...]}`: a new
+//!   placement (it becomes worker 2): executors that stay keep running, those that leave hand
+//!   their state over and stop, those that arrive start (those in `await_state` once their
+//!   state arrives); answered `{"event": "assigned", "worker": 2, "started": [...],
+//!   "stopped": [...]}`;
 //! - `{"cmd": "report"}`: report now (the server asks when it considers a reschedule);
 //! - `{"cmd": "stop"}`: stop (components finish: counts write their last snapshot).
 //!
@@ -28,8 +31,15 @@ use std::time::Duration;
 #[derive(Debug, Deserialize)]
 #[serde(tag = "cmd", rename_all = "kebab-case")]
 enum Cmd {
-    Peers { peers: HashMap<String, String> },
-    Assign { worker: u32, assignment: Vec<u32> },
+    Peers {
+        peers: HashMap<String, String>,
+    },
+    Assign {
+        worker: u32,
+        assignment: Vec<u32>,
+        #[serde(default)]
+        await_state: Vec<u32>,
+    },
     Report,
     Stop,
 }
@@ -90,9 +100,12 @@ pub fn run_process(config: WorkerConfig, report_every: Duration) -> Result<(), W
             Ok(Some(Cmd::Assign {
                 worker: w,
                 assignment,
+                await_state,
             })) => {
-                let event = match worker.reassign(w, assignment) {
-                    Ok(()) => serde_json::json!({"event": "assigned", "worker": w}),
+                let event = match worker.reassign(w, assignment, &await_state) {
+                    Ok((started, stopped)) => serde_json::json!({
+                        "event": "assigned", "worker": w, "started": started, "stopped": stopped,
+                    }),
                     Err(message) => serde_json::json!({"event": "error", "message": message}),
                 };
                 emit(&event);

@@ -117,6 +117,15 @@ pub enum Frame {
     Tuples(Vec<Tuple>),
     /// A batch of acks and fails.
     Acks(Vec<AckMsg>),
+    /// The state of an executor that moved here from the sending worker (a new placement):
+    /// what its component kept (a count's table, a spout's position and tuple trees in flight),
+    /// as [`crate::worker::Handoff`] encodes it.
+    State {
+        /// The executor.
+        executor: u32,
+        /// Its state.
+        bytes: Vec<u8>,
+    },
 }
 
 /// Largest frame accepted (a batch is far smaller; this bounds a corrupt length).
@@ -125,6 +134,7 @@ pub const MAX_FRAME: usize = 64 << 20;
 const KIND_HELLO: u8 = 0;
 const KIND_TUPLES: u8 = 1;
 const KIND_ACKS: u8 = 2;
+const KIND_STATE: u8 = 3;
 
 fn put_u32(b: &mut Vec<u8>, v: u32) {
     b.extend_from_slice(&v.to_be_bytes());
@@ -180,6 +190,12 @@ impl Frame {
                     put_u64(out, a.xor);
                     out.push(u8::from(a.fail));
                 }
+            }
+            Frame::State { executor, bytes } => {
+                out.push(KIND_STATE);
+                put_u32(out, *executor);
+                put_u32(out, bytes.len() as u32);
+                out.extend_from_slice(bytes);
             }
         }
         let len = (out.len() - start - 4) as u32;
@@ -257,6 +273,14 @@ impl Frame {
                     });
                 }
                 Ok(Frame::Acks(acks))
+            }
+            KIND_STATE => {
+                let executor = c.u32()?;
+                let l = c.u32()? as usize;
+                Ok(Frame::State {
+                    executor,
+                    bytes: c.take(l)?.to_vec(),
+                })
             }
             k => Err(bad(format!("unknown frame kind {k}"))),
         }
@@ -338,6 +362,16 @@ mod tests {
             Ok(Some(Frame::Acks(a))) if a[0].fail
         ));
         assert!(matches!(Frame::read(&mut r, &mut scratch), Ok(None)));
+        let mut buf = Vec::new();
+        Frame::State {
+            executor: 7,
+            bytes: b"{}".to_vec(),
+        }
+        .encode(&mut buf);
+        assert!(matches!(
+            Frame::read(&mut &buf[..], &mut scratch),
+            Ok(Some(Frame::State { executor: 7, bytes })) if bytes == b"{}"
+        ));
         let mut short = &buf[..10];
         assert!(Frame::read(&mut short, &mut scratch).is_err());
     }

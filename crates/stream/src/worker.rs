@@ -17,6 +17,18 @@
 //! happen at least once, some twice after a failure (a count may be higher than exact after a
 //! replay, never lower). Bolt state (a count's table) lives in its worker and is lost with it.
 //! Unreliable spouts send root 0 and nothing is tracked (at-most-once).
+//!
+//! ## Moving executors ([`Worker::reassign`])
+//! A new placement that changes which executors a running worker hosts does not restart it:
+//! executors that stay keep running (same thread, same state); executors that leave stop and
+//! hand their state over ([`Frame::State`](crate::tuple::Frame::State) to their new worker: a
+//! count's table, a built-in spout's position with its tuple trees still in flight); executors
+//! that arrive start, and those whose earlier worker hands state over wait for it (at most
+//! [`STATE_WAIT`]) before they take tuples, keeping what arrives meanwhile. A tuple or an ack that
+//! reaches a worker whose executor has left (its sender did not know yet) is parked and sent on
+//! to where the routes say once they agree ([`Shared::sweep`]), so nothing in flight is lost on
+//! the way. Multi-lang programs and `join` keep no state across a move (the program is started
+//! again at the new worker).
 
 use crate::components::{self, BoltCode, SpoutCode, SpoutNext};
 use crate::metrics::{
@@ -31,7 +43,7 @@ use hetsched_core::input::stream_code::parse_runnable_topology;
 use hetsched_core::model::stream_code::{ComponentCode, RunnableTopology, SpoutSettings};
 use hetsched_core::model::topology::{ComponentKind, ExecutorId, Grouping};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -46,6 +58,14 @@ pub const BATCH: usize = 256;
 pub const INBOX_BATCHES: usize = 32;
 /// How often executors call their component's `tick` and check for a stop.
 const TICK: Duration = Duration::from_millis(100);
+/// Longest wait of an arriving executor for the state its earlier worker hands over; after it,
+/// the executor starts empty (its earlier worker died with the state).
+pub const STATE_WAIT: Duration = Duration::from_secs(10);
+/// A parked tuple or ack is sent on by the routes after this long even if they did not change
+/// (the sender's routes were newer than this worker's, and this worker has them now).
+const PARK: Duration = Duration::from_millis(300);
+/// Parked items older than this are dropped (counted in `dropped`; reliable spouts replay).
+const PARK_LIMIT: Duration = Duration::from_secs(30);
 
 /// Everything a worker needs to start.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -65,6 +85,14 @@ pub struct WorkerConfig {
     pub work_dir: PathBuf,
     /// Address to listen on for other workers' tuples (`127.0.0.1:0`: any free port).
     pub listen: String,
+    /// When the topology started, nanoseconds since the Unix epoch: the origin of spouts'
+    /// `rate_schedule` (0: this worker's own start).
+    #[serde(default)]
+    pub started_ns: u64,
+    /// Executors of this worker that move here from a running worker, which hands their state
+    /// over: they wait for it (at most [`STATE_WAIT`]) before they start.
+    #[serde(default)]
+    pub await_state: Vec<u32>,
 }
 
 /// A worker that cannot start.
@@ -123,15 +151,26 @@ pub struct Shared {
     /// Component of every executor.
     pub components: Vec<usize>,
     /// Inboxes of this worker's bolts.
-    pub inboxes: HashMap<u32, Sender<Vec<Tuple>>>,
+    pub inboxes: RwLock<HashMap<u32, Sender<Vec<Tuple>>>>,
     /// Ack inboxes of this worker's spouts.
-    pub ack_boxes: HashMap<u32, Sender<AckMsg>>,
+    pub ack_boxes: RwLock<HashMap<u32, Sender<AckMsg>>>,
     /// Links to other workers, made on first use.
     pub peers: Mutex<HashMap<u32, PeerLink>>,
     /// Other workers' addresses, as the controller last said.
     pub peer_addrs: RwLock<HashMap<u32, SocketAddr>>,
-    /// Counters of this worker's executors.
-    pub counters: HashMap<u32, ExecutorCounters>,
+    /// Counters of every executor this worker has run (cumulative; those that left stop
+    /// growing).
+    pub counters: RwLock<HashMap<u32, Arc<ExecutorCounters>>>,
+    /// The executors running here now.
+    pub hosted: RwLock<BTreeSet<u32>>,
+    /// Executor threads, by executor (a thread that left may still be handing over).
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Tuples and acks for executors not here, waiting for the routes to say where they go.
+    limbo: Mutex<Vec<Parked>>,
+    /// States handed over by earlier workers, not yet taken by their executors.
+    states: Mutex<HashMap<u32, Vec<u8>>>,
+    /// Origin of spouts' rate schedules, nanoseconds since the Unix epoch.
+    pub started_ns: u64,
     /// Set to stop every thread.
     pub stop: AtomicBool,
     /// Tuples sent over TCP.
@@ -191,43 +230,212 @@ impl Shared {
             .clone()
     }
 
-    /// Hands tuples that arrived from another worker to their local executors.
+    /// Hands tuples that arrived from another worker to their local executors; tuples for an
+    /// executor not here are parked ([`Shared::sweep`] sends them on).
     pub fn deliver_local(&self, tuples: Vec<Tuple>) {
         let mut by_dst: HashMap<u32, Vec<Tuple>> = HashMap::new();
         for t in tuples {
             by_dst.entry(t.dst).or_default().push(t);
         }
         for (dst, batch) in by_dst {
-            match self.inboxes.get(&dst) {
+            let inbox = read(&self.inboxes).get(&dst).cloned();
+            match inbox {
                 Some(inbox) => {
                     let n = batch.len() as u64;
-                    if !self.send_blocking(inbox, batch) {
-                        self.dropped.fetch_add(n, Ordering::Relaxed);
+                    if let Err(batch) = self.send_or_return(&inbox, batch) {
+                        if self.stopping() {
+                            self.dropped.fetch_add(n, Ordering::Relaxed);
+                        } else {
+                            self.park(Held::Tuples(dst, batch));
+                        }
                     }
                 }
-                None => {
-                    self.dropped
-                        .fetch_add(batch.len() as u64, Ordering::Relaxed);
-                }
+                None => self.park(Held::Tuples(dst, batch)),
             }
         }
     }
 
-    /// Sends an ack towards the spout that owns its tree, here or in another worker.
-    pub fn route_ack(self: &Arc<Self>, a: AckMsg) {
+    /// Like [`Shared::send_blocking`], but gives the item back when the receiver is gone.
+    fn send_or_return<T>(&self, ch: &Sender<T>, mut item: T) -> Result<(), T> {
+        loop {
+            match ch.send_timeout(item, Duration::from_millis(50)) {
+                Ok(()) => return Ok(()),
+                Err(crossbeam_channel::SendTimeoutError::Timeout(i)) => {
+                    if self.stopping() {
+                        return Err(i);
+                    }
+                    item = i;
+                }
+                Err(crossbeam_channel::SendTimeoutError::Disconnected(i)) => return Err(i),
+            }
+        }
+    }
+
+    fn park(&self, item: Held) {
+        let routes_at = self.routes_gen.load(Ordering::Acquire);
+        lock(&self.limbo).push(Parked {
+            at: Instant::now(),
+            routes_at,
+            item,
+        });
+    }
+
+    /// Sends an ack towards the spout that owns its tree, here or in another worker. An ack
+    /// that came from another worker (`from_remote`) for a spout not here is parked rather than
+    /// sent straight back: the two workers' routes may disagree for a moment during a move.
+    pub fn route_ack(self: &Arc<Self>, a: AckMsg, from_remote: bool) {
         let Some(spout) = AckMsg::spout_of(a.root) else {
             return;
         };
-        if let Some(b) = self.ack_boxes.get(&spout) {
-            let _ = b.send(a);
+        let local = read(&self.ack_boxes).get(&spout).cloned();
+        if let Some(b) = local {
+            if let Err(e) = b.send(a) {
+                self.park(Held::Ack(e.into_inner()));
+            }
             return;
         }
         let routes = self.routes();
-        if let Some(&w) = routes.assignment.get(spout as usize)
-            && w != routes.worker
-        {
-            let _ = self.peer(w).acks.send(a);
+        match routes.assignment.get(spout as usize) {
+            Some(&w) if w != routes.worker && !from_remote => {
+                let _ = self.peer(w).acks.send(a);
+            }
+            Some(_) => self.park(Held::Ack(a)),
+            None => {}
         }
+    }
+
+    /// Keeps a state an earlier worker handed over, for its executor to take.
+    pub fn take_state(&self, executor: u32, bytes: Vec<u8>) {
+        lock(&self.states).insert(executor, bytes);
+    }
+
+    /// Sends executor `e`'s state to the worker the routes now put it in.
+    fn hand_over(self: &Arc<Self>, e: u32, bytes: Vec<u8>) {
+        let routes = self.routes();
+        match routes.assignment.get(e as usize) {
+            Some(&w) if w != routes.worker => {
+                let _ = self.peer(w).states.send((e, bytes));
+            }
+            Some(_) => self.take_state(e, bytes),
+            None => {}
+        }
+    }
+
+    /// Sends parked tuples and acks on: to the local executor once it is here, else to the
+    /// worker the routes name once the routes changed since parking or [`PARK`] has passed.
+    pub fn sweep(self: &Arc<Self>) {
+        let items = std::mem::take(&mut *lock(&self.limbo));
+        if items.is_empty() {
+            return;
+        }
+        let routes_at = self.routes_gen.load(Ordering::Acquire);
+        let routes = self.routes();
+        let mut keep = Vec::new();
+        for p in items {
+            let due = p.routes_at != routes_at || p.at.elapsed() >= PARK;
+            match p.item {
+                Held::Tuples(dst, batch) => {
+                    let inbox = read(&self.inboxes).get(&dst).cloned();
+                    if let Some(inbox) = inbox {
+                        if let Err(batch) = self.send_or_return(&inbox, batch) {
+                            keep.push(Parked {
+                                item: Held::Tuples(dst, batch),
+                                ..p
+                            });
+                        }
+                        continue;
+                    }
+                    match routes.assignment.get(dst as usize) {
+                        Some(&w) if due && w != routes.worker => {
+                            let n = batch.len() as u64;
+                            if !self.send_blocking(&self.peer(w).tuples, batch) {
+                                self.dropped.fetch_add(n, Ordering::Relaxed);
+                            }
+                        }
+                        Some(_) if p.at.elapsed() < PARK_LIMIT => keep.push(Parked {
+                            item: Held::Tuples(dst, batch),
+                            ..p
+                        }),
+                        _ => {
+                            self.dropped
+                                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                        }
+                    }
+                }
+                Held::Ack(a) => {
+                    let Some(spout) = AckMsg::spout_of(a.root) else {
+                        continue;
+                    };
+                    let local = read(&self.ack_boxes).get(&spout).cloned();
+                    if let Some(b) = local {
+                        if let Err(e) = b.send(a) {
+                            keep.push(Parked {
+                                item: Held::Ack(e.into_inner()),
+                                ..p
+                            });
+                        }
+                        continue;
+                    }
+                    match routes.assignment.get(spout as usize) {
+                        Some(&w) if due && w != routes.worker => {
+                            let _ = self.peer(w).acks.send(a);
+                        }
+                        Some(_) if p.at.elapsed() < PARK_LIMIT => keep.push(Parked {
+                            item: Held::Ack(a),
+                            ..p
+                        }),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        lock(&self.limbo).extend(keep);
+    }
+
+    /// The counters of executor `e`, if it ever ran here.
+    pub fn counter(&self, e: u32) -> Option<Arc<ExecutorCounters>> {
+        read(&self.counters).get(&e).cloned()
+    }
+
+    /// Whether executor `e` runs here now.
+    pub fn hosts(&self, e: u32) -> bool {
+        read(&self.hosted).contains(&e)
+    }
+}
+
+/// A tuple batch or an ack waiting in [`Shared::sweep`]'s limbo.
+#[derive(Debug)]
+enum Held {
+    Tuples(u32, Vec<Tuple>),
+    Ack(AckMsg),
+}
+
+#[derive(Debug)]
+struct Parked {
+    at: Instant,
+    /// `routes_gen` when parked.
+    routes_at: u64,
+    item: Held,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    match m.read() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    match m.write() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
     }
 }
 
@@ -253,6 +461,7 @@ pub struct Emitter {
     routes_seen: u64,
     rng: u64,
     emitted: u64,
+    counters: Option<Arc<ExecutorCounters>>,
 }
 
 impl Emitter {
@@ -273,6 +482,7 @@ impl Emitter {
             })
             .collect();
         Self {
+            counters: shared.counter(me),
             routes: shared.routes(),
             routes_seen: shared.routes_gen.load(Ordering::Acquire),
             rng: 0x9e37_79b9_7f4a_7c15 ^ (u64::from(me) << 17) ^ now_ns(),
@@ -374,10 +584,18 @@ impl Emitter {
 
     fn send_local(&self, dst: u32, b: Vec<Tuple>) {
         let n = b.len() as u64;
-        match self.shared.inboxes.get(&dst) {
-            Some(inbox) if self.shared.send_blocking(inbox, b) => {}
-            _ => {
+        let inbox = read(&self.shared.inboxes).get(&dst).cloned();
+        // An executor that just left (these routes are older than the worker's): parked, and
+        // sent on to its new worker.
+        let Some(inbox) = inbox else {
+            self.shared.park(Held::Tuples(dst, b));
+            return;
+        };
+        if let Err(b) = self.shared.send_or_return(&inbox, b) {
+            if self.shared.stopping() {
                 self.shared.dropped.fetch_add(n, Ordering::Relaxed);
+            } else {
+                self.shared.park(Held::Tuples(dst, b));
             }
         }
     }
@@ -426,7 +644,7 @@ impl Emitter {
             self.send_remote(w, b);
         }
         if self.emitted > 0
-            && let Some(c) = self.shared.counters.get(&self.me)
+            && let Some(c) = &self.counters
         {
             bump(&c.emitted, self.emitted);
             self.emitted = 0;
@@ -458,8 +676,105 @@ impl BoltOut<'_> {
 #[derive(Debug)]
 pub struct Worker {
     shared: Arc<Shared>,
-    threads: Vec<JoinHandle<()>>,
     addr: SocketAddr,
+}
+
+/// An executor's code, built and ready to run on its thread.
+type Start = Box<dyn FnOnce() + Send>;
+
+impl Shared {
+    /// Builds executor `e`'s component and its inbox (or ack inbox), ready to start; the inbox
+    /// is registered at once, so tuples sent to it from now on wait in it.
+    fn build(self: &Arc<Self>, e: u32, await_state: bool) -> Result<Start, WorkerError> {
+        let components = &self.components;
+        let c = components[e as usize];
+        let comp = &self.topo.topology.components[c];
+        let index = e - self.topo.topology.first_executor(c).0;
+        let name = self.topo.topology.executor_name(ExecutorId(e));
+        let fail = |message: String| WorkerError::Component {
+            executor: name.clone(),
+            message,
+        };
+        let n = self.components.len();
+        let counters = {
+            let mut all = write(&self.counters);
+            let c = all
+                .entry(e)
+                .or_insert_with(|| Arc::new(ExecutorCounters::new(n)));
+            c.moved.store(false, Ordering::Relaxed);
+            c.clone()
+        };
+        let _ = counters;
+        let sh = self.clone();
+        let start: Start = match (&self.topo.code[c], comp.kind) {
+            (ComponentCode::Builtin(b), ComponentKind::Spout) => {
+                let code =
+                    components::spout(b, &self.base_dir, index, comp.parallelism).map_err(fail)?;
+                let settings = spout_settings(b);
+                let (tx, rx) = unbounded();
+                write(&self.ack_boxes).insert(e, tx);
+                Box::new(move || run_spout(sh, e, code, settings, rx, await_state))
+            }
+            (ComponentCode::Builtin(b), ComponentKind::Bolt) => {
+                let inputs: Vec<usize> = {
+                    let mut v: Vec<usize> = self
+                        .topo
+                        .topology
+                        .streams
+                        .iter()
+                        .filter(|s| s.to == c)
+                        .map(|s| s.from)
+                        .collect();
+                    v.sort_unstable();
+                    v.dedup();
+                    v
+                };
+                let emits = self.topo.topology.streams.iter().any(|s| s.from == c);
+                let code = components::bolt(b, &self.base_dir, index, emits, components, &inputs)
+                    .map_err(fail)?;
+                let (tx, rx) = bounded(INBOX_BATCHES);
+                write(&self.inboxes).insert(e, tx);
+                Box::new(move || run_bolt(sh, e, code, rx, await_state))
+            }
+            (ComponentCode::Command { argv, conf }, kind) => {
+                let shell = multilang::Shell::start(self, e, argv, conf).map_err(fail)?;
+                if kind == ComponentKind::Spout {
+                    let (tx, rx) = unbounded();
+                    write(&self.ack_boxes).insert(e, tx);
+                    Box::new(move || multilang::run_shell_spout(sh, e, shell, rx))
+                } else {
+                    let (tx, rx) = bounded(INBOX_BATCHES);
+                    write(&self.inboxes).insert(e, tx);
+                    Box::new(move || multilang::run_shell_bolt(sh, e, shell, rx))
+                }
+            }
+        };
+        Ok(start)
+    }
+
+    /// Starts built executors on their threads and marks them hosted.
+    fn launch(self: &Arc<Self>, starts: Vec<(u32, Start)>) -> Result<(), WorkerError> {
+        for (e, start) in starts {
+            let name = self.topo.topology.executor_name(ExecutorId(e));
+            let sh = self.clone();
+            write(&self.hosted).insert(e);
+            let h = std::thread::Builder::new()
+                .name(name.clone())
+                .spawn(move || {
+                    if let Some(c) = sh.counter(e) {
+                        c.tid.store(current_tid(), Ordering::Relaxed);
+                        c.started_ns.store(now_ns(), Ordering::Relaxed);
+                    }
+                    start();
+                })
+                .map_err(|err| WorkerError::Component {
+                    executor: name,
+                    message: format!("cannot start its thread: {err}"),
+                })?;
+            lock(&self.threads).push(h);
+        }
+        Ok(())
+    }
 }
 
 impl Worker {
@@ -487,24 +802,6 @@ impl Worker {
         let mine: Vec<u32> = (0..n as u32)
             .filter(|&e| config.assignment[e as usize] == config.worker)
             .collect();
-        let mut inboxes = HashMap::new();
-        let mut inbox_rx = HashMap::new();
-        let mut ack_boxes = HashMap::new();
-        let mut ack_rx = HashMap::new();
-        let mut counters = HashMap::new();
-        for &e in &mine {
-            let c = components[e as usize];
-            if topo.topology.components[c].kind == ComponentKind::Spout {
-                let (tx, rx) = unbounded();
-                ack_boxes.insert(e, tx);
-                ack_rx.insert(e, rx);
-            } else {
-                let (tx, rx) = bounded(INBOX_BATCHES);
-                inboxes.insert(e, tx);
-                inbox_rx.insert(e, rx);
-            }
-            counters.insert(e, ExecutorCounters::new(n));
-        }
         let _ = std::fs::create_dir_all(&config.work_dir);
         let shared = Arc::new(Shared {
             routes: RwLock::new(Arc::new(Routes {
@@ -512,12 +809,21 @@ impl Worker {
                 assignment: config.assignment.clone(),
             })),
             routes_gen: AtomicU64::new(0),
-            components: components.clone(),
-            inboxes,
-            ack_boxes,
+            components,
+            inboxes: RwLock::new(HashMap::new()),
+            ack_boxes: RwLock::new(HashMap::new()),
             peers: Mutex::new(HashMap::new()),
             peer_addrs: RwLock::new(HashMap::new()),
-            counters,
+            counters: RwLock::new(HashMap::new()),
+            hosted: RwLock::new(BTreeSet::new()),
+            threads: Mutex::new(Vec::new()),
+            limbo: Mutex::new(Vec::new()),
+            states: Mutex::new(HashMap::new()),
+            started_ns: if config.started_ns > 0 {
+                config.started_ns
+            } else {
+                now_ns()
+            },
             stop: AtomicBool::new(false),
             remote_out: AtomicU64::new(0),
             remote_in: AtomicU64::new(0),
@@ -529,90 +835,33 @@ impl Worker {
         });
         // Build every component before starting any thread, so a bad one stops the worker
         // cleanly.
-        let mut starts: Vec<Box<dyn FnOnce() + Send>> = Vec::new();
+        let mut starts = Vec::new();
         for &e in &mine {
-            let c = components[e as usize];
-            let comp = &shared.topo.topology.components[c];
-            let index = e - shared.topo.topology.first_executor(c).0;
-            let name = shared.topo.topology.executor_name(ExecutorId(e));
-            let fail = |message: String| WorkerError::Component {
-                executor: name.clone(),
-                message,
-            };
-            let sh = shared.clone();
-            match (&shared.topo.code[c], comp.kind) {
-                (ComponentCode::Builtin(b), ComponentKind::Spout) => {
-                    let code = components::spout(b, &shared.base_dir, index, comp.parallelism)
-                        .map_err(fail)?;
-                    let settings = spout_settings(b);
-                    let rx = ack_rx
-                        .remove(&e)
-                        .ok_or_else(|| fail("no ack inbox".into()))?;
-                    starts.push(Box::new(move || run_spout(sh, e, code, settings, rx)));
-                }
-                (ComponentCode::Builtin(b), ComponentKind::Bolt) => {
-                    let inputs: Vec<usize> = {
-                        let mut v: Vec<usize> = shared
-                            .topo
-                            .topology
-                            .streams
-                            .iter()
-                            .filter(|s| s.to == c)
-                            .map(|s| s.from)
-                            .collect();
-                        v.sort_unstable();
-                        v.dedup();
-                        v
-                    };
-                    let emits = shared.topo.topology.streams.iter().any(|s| s.from == c);
-                    let code =
-                        components::bolt(b, &shared.base_dir, index, emits, &components, &inputs)
-                            .map_err(fail)?;
-                    let rx = inbox_rx.remove(&e).ok_or_else(|| fail("no inbox".into()))?;
-                    starts.push(Box::new(move || run_bolt(sh, e, code, rx)));
-                }
-                (ComponentCode::Command { argv, conf }, kind) => {
-                    let shell = multilang::Shell::start(&shared, e, argv, conf).map_err(fail)?;
-                    if kind == ComponentKind::Spout {
-                        let rx = ack_rx
-                            .remove(&e)
-                            .ok_or_else(|| fail("no ack inbox".into()))?;
-                        starts.push(Box::new(move || {
-                            multilang::run_shell_spout(sh, e, shell, rx)
-                        }));
-                    } else {
-                        let rx = inbox_rx.remove(&e).ok_or_else(|| fail("no inbox".into()))?;
-                        starts.push(Box::new(move || {
-                            multilang::run_shell_bolt(sh, e, shell, rx)
-                        }));
-                    }
+            let wait = config.await_state.contains(&e);
+            match shared.build(e, wait) {
+                Ok(s) => starts.push((e, s)),
+                Err(err) => {
+                    shared.stop.store(true, Ordering::Relaxed);
+                    return Err(err);
                 }
             }
         }
         net::spawn_listener(shared.clone(), listener);
-        let mut threads = Vec::new();
-        for (start, &e) in starts.into_iter().zip(&mine) {
-            let name = shared.topo.topology.executor_name(ExecutorId(e));
-            let sh = shared.clone();
-            let h = std::thread::Builder::new()
-                .name(name.clone())
-                .spawn(move || {
-                    if let Some(c) = sh.counters.get(&e) {
-                        c.tid.store(current_tid(), Ordering::Relaxed);
-                    }
-                    start();
-                })
-                .map_err(|err| WorkerError::Component {
-                    executor: name,
-                    message: format!("cannot start its thread: {err}"),
-                })?;
-            threads.push(h);
-        }
-        Ok(Worker {
-            shared,
-            threads,
-            addr,
-        })
+        let sweeper = shared.clone();
+        std::thread::Builder::new()
+            .name("limbo".into())
+            .spawn(move || {
+                while !sweeper.stopping() {
+                    std::thread::sleep(Duration::from_millis(50));
+                    sweeper.sweep();
+                }
+            })
+            .map_err(|err| WorkerError::Component {
+                executor: "limbo".into(),
+                message: format!("cannot start its thread: {err}"),
+            })?;
+        shared.launch(starts)?;
+        Ok(Worker { shared, addr })
     }
 
     /// The address other workers send tuples to.
@@ -628,59 +877,111 @@ impl Worker {
         }
     }
 
-    /// Takes a new placement that keeps exactly this worker's executors here: the worker becomes
-    /// worker `worker` of `assignment`, its executors keep running (and their state), and tuples
-    /// go by the new routes from now on. Connections to other workers are dropped (their indices
-    /// may mean other workers now); give the new peers with [`Worker::set_peers`]. Refused (and
-    /// nothing changes) when the new placement moves an executor into or out of this worker.
-    pub fn reassign(&self, worker: u32, assignment: Vec<u32>) -> Result<(), String> {
-        if assignment.len() != self.shared.components.len() {
+    /// Takes a new placement: the worker becomes worker `worker` of `assignment`. Executors that
+    /// stay here keep running (and their state); executors the placement takes away stop and
+    /// hand their state to their new worker; executors it brings start — those in
+    /// `await_state` first wait for the state their earlier worker hands over. Tuples go by the
+    /// new routes from now on. Connections to other workers are dropped (their indices may mean
+    /// other workers now); give the new peers with [`Worker::set_peers`]. Returns the executors
+    /// started and stopped.
+    pub fn reassign(
+        &self,
+        worker: u32,
+        assignment: Vec<u32>,
+        await_state: &[u32],
+    ) -> Result<(Vec<u32>, Vec<u32>), String> {
+        let sh = &self.shared;
+        if assignment.len() != sh.components.len() {
             return Err(format!(
                 "the assignment names {} executors, but the topology has {}",
                 assignment.len(),
-                self.shared.components.len()
+                sh.components.len()
             ));
         }
-        let mut mine: Vec<u32> = self.shared.counters.keys().copied().collect();
-        mine.sort_unstable();
-        let theirs: Vec<u32> = (0..assignment.len() as u32)
+        let before: BTreeSet<u32> = read(&sh.hosted).clone();
+        let after: BTreeSet<u32> = (0..assignment.len() as u32)
             .filter(|&e| assignment[e as usize] == worker)
             .collect();
-        if mine != theirs {
-            return Err(
-                "the new placement moves executors into or out of this worker: start a new one"
-                    .into(),
-            );
+        let arriving: Vec<u32> = after.difference(&before).copied().collect();
+        let leaving: Vec<u32> = before.difference(&after).copied().collect();
+        // Arriving executors get their inboxes before the routes change, so nothing routed here
+        // by the new routes finds none.
+        let mut starts = Vec::new();
+        for &e in &arriving {
+            let start = sh
+                .build(e, await_state.contains(&e))
+                .map_err(|err| err.to_string())?;
+            starts.push((e, start));
         }
-        if let Ok(mut r) = self.shared.routes.write() {
-            *r = Arc::new(Routes { worker, assignment });
+        *write(&sh.routes) = Arc::new(Routes { worker, assignment });
+        lock(&sh.peers).clear();
+        sh.routes_gen.fetch_add(1, Ordering::AcqRel);
+        // Leaving executors: no new input reaches them (their inboxes close; what is queued is
+        // still taken), then they hand over and end.
+        for &e in &leaving {
+            write(&sh.hosted).remove(&e);
+            if let Some(c) = sh.counter(e) {
+                c.moved.store(true, Ordering::Release);
+            }
+            write(&sh.inboxes).remove(&e);
+            write(&sh.ack_boxes).remove(&e);
         }
-        if let Ok(mut p) = self.shared.peers.lock() {
-            p.clear();
-        }
-        self.shared.routes_gen.fetch_add(1, Ordering::AcqRel);
-        Ok(())
+        sh.launch(starts).map_err(|err| err.to_string())?;
+        Ok((arriving, leaving))
     }
 
-    /// The worker's counters now.
+    /// The counters now.
     pub fn report(&self) -> WorkerReport {
         report(&self.shared)
     }
 
     /// Whether every local spout has emitted everything and has nothing in flight.
     pub fn spouts_done(&self) -> bool {
-        self.shared
-            .ack_boxes
-            .keys()
-            .all(|e| self.shared.counters[e].done.load(Ordering::Relaxed))
+        let hosted = read(&self.shared.hosted).clone();
+        hosted.iter().all(|e| {
+            !self.shared.ack_boxes_has(*e)
+                || self
+                    .shared
+                    .counter(*e)
+                    .is_some_and(|c| c.done.load(Ordering::Relaxed))
+        })
     }
 
     /// Stops every thread (components' `finish` runs, e.g. counts write their last snapshot).
+    /// Tuples and acks parked for executors that left are sent on first, and what is queued
+    /// towards other workers is given a moment to leave (at most about 2 s in all).
     pub fn stop(self) {
+        let sh = &self.shared;
+        let until = Instant::now() + Duration::from_secs(1);
+        while !lock(&sh.limbo).is_empty() && Instant::now() < until {
+            let items = std::mem::take(&mut *lock(&sh.limbo));
+            // Forced: the routes this worker has are the newest it will get.
+            lock(&sh.limbo).extend(items.into_iter().map(|mut p| {
+                p.routes_at = u64::MAX;
+                p
+            }));
+            sh.sweep();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let until = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < until
+            && lock(&sh.peers)
+                .values()
+                .any(|l| !l.tuples.is_empty() || !l.acks.is_empty() || !l.states.is_empty())
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         self.shared.stop.store(true, Ordering::Relaxed);
-        for t in self.threads {
+        let threads = std::mem::take(&mut *lock(&self.shared.threads));
+        for t in threads {
             let _ = t.join();
         }
+    }
+}
+
+impl Shared {
+    fn ack_boxes_has(&self, e: u32) -> bool {
+        read(&self.ack_boxes).contains_key(&e)
     }
 }
 
@@ -693,6 +994,7 @@ fn spout_settings(b: &hetsched_core::model::stream_code::Builtin) -> SpoutSettin
             max_pending: 1000,
             timeout_ns: 30_000_000_000,
             rate: None,
+            rate_schedule: Vec::new(),
         },
     }
 }
@@ -701,10 +1003,13 @@ fn spout_settings(b: &hetsched_core::model::stream_code::Builtin) -> SpoutSettin
 pub fn report(shared: &Shared) -> WorkerReport {
     let mut pairs = Vec::new();
     let mut executors = Vec::new();
-    let mut ids: Vec<&u32> = shared.counters.keys().collect();
-    ids.sort();
-    for &e in ids {
-        let c = &shared.counters[&e];
+    let mut all: Vec<(u32, Arc<ExecutorCounters>)> = read(&shared.counters)
+        .iter()
+        .map(|(e, c)| (*e, c.clone()))
+        .collect();
+    all.sort_by_key(|(e, _)| *e);
+    let hosted = read(&shared.hosted).clone();
+    for (e, c) in all {
         let mut received = 0;
         for (from, n) in c.received_from.iter().enumerate() {
             let n = n.load(Ordering::Relaxed);
@@ -717,6 +1022,11 @@ pub fn report(shared: &Shared) -> WorkerReport {
                 });
             }
         }
+        // An executor that left is not this worker's any more: its pairs stay (cumulative,
+        // they no longer grow), its entry goes.
+        if !hosted.contains(&e) {
+            continue;
+        }
         executors.push(ExecutorReport {
             executor: e,
             name: shared.topo.topology.executor_name(ExecutorId(e)),
@@ -726,6 +1036,7 @@ pub fn report(shared: &Shared) -> WorkerReport {
             acked: c.acked.load(Ordering::Relaxed),
             failed: c.failed.load(Ordering::Relaxed),
             done: c.done.load(Ordering::Relaxed),
+            started_ns: c.started_ns.load(Ordering::Relaxed),
         });
     }
     let latency = shared
@@ -762,7 +1073,7 @@ pub struct Pending {
 pub struct Tracker {
     /// Trees in flight by root.
     pub pending: HashMap<u64, Pending>,
-    next_root: u64,
+    pub(crate) next_root: u64,
 }
 
 impl Tracker {
@@ -803,36 +1114,103 @@ impl Tracker {
     }
 }
 
+/// What a built-in spout hands to its next worker when a placement moves it: where its code
+/// is, its tuple trees still in flight (the new worker takes their acks, and replays those
+/// that fail or time out) and the messages waiting for a replay.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Handoff {
+    /// The code's position ([`SpoutCode::position`]).
+    pub position: Option<u64>,
+    /// The tracker's last root.
+    pub next_root: u64,
+    /// Trees in flight: (root, XOR of the edges not yet acked, message id).
+    pub pending: Vec<(u64, u64, u64)>,
+    /// Messages waiting for a replay.
+    pub replay: Vec<u64>,
+    /// Whether the code had emitted everything.
+    pub source_done: bool,
+}
+
+/// Waits for the state an earlier worker hands over for executor `me` (at most [`STATE_WAIT`];
+/// `None` when none came, or the worker stops). `keep` is called meanwhile, so a bolt can take
+/// its inbox and not block its senders.
+fn wait_state(shared: &Shared, me: u32, mut keep: impl FnMut()) -> Option<Vec<u8>> {
+    let until = Instant::now() + STATE_WAIT;
+    while Instant::now() < until && !shared.stopping() {
+        if let Some(s) = lock(&shared.states).remove(&me) {
+            return Some(s);
+        }
+        keep();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    tracing::warn!(
+        "{}: no state handed over within {STATE_WAIT:?}: starting empty",
+        shared.topo.topology.executor_name(ExecutorId(me))
+    );
+    None
+}
+
 fn run_spout(
     shared: Arc<Shared>,
     me: u32,
     mut code: Box<dyn SpoutCode>,
     settings: SpoutSettings,
     acks: Receiver<AckMsg>,
+    await_state: bool,
 ) {
-    let Some(counters) = shared.counters.get(&me) else {
+    let Some(counters) = shared.counter(me) else {
         return;
     };
     let mut em = Emitter::new(shared.clone(), me);
     let mut tracker = Tracker::default();
     let mut replay: Vec<u64> = Vec::new();
     let mut source_done = false;
-    let start = Instant::now();
-    let mut emitted_total: u64 = 0;
+    if await_state && let Some(bytes) = wait_state(&shared, me, || {}) {
+        match serde_json::from_slice::<Handoff>(&bytes) {
+            Ok(h) => {
+                if let Some(p) = h.position {
+                    code.resume(p);
+                }
+                tracker.next_root = h.next_root;
+                for (root, xor, msg) in h.pending {
+                    tracker.pending.insert(
+                        root,
+                        Pending {
+                            xor,
+                            at: Instant::now(),
+                            msg,
+                        },
+                    );
+                }
+                replay = h.replay;
+                source_done = h.source_done;
+            }
+            Err(e) => tracing::warn!("a spout's handed-over state does not decode: {e}"),
+        }
+    }
+    let timed = settings.rate.is_some() || !settings.rate_schedule.is_empty();
+    // The rate in force (spec: `rate`, then `rate_schedule`'s steps, from the topology's start)
+    // is kept per segment: emissions since the segment began (or this executor started).
+    let mut segment = usize::MAX;
+    let mut segment_start = Instant::now();
+    let mut segment_emitted: u64 = 0;
     let mut last_check = Instant::now();
     let timeout = Duration::from_nanos(settings.timeout_ns);
     let mut since_flush = 0usize;
-    while !shared.stopping() {
+    let on_ack = |tracker: &mut Tracker, replay: &mut Vec<u64>, a: AckMsg| {
+        if let Some((msg, ok)) = tracker.apply(a) {
+            if ok {
+                bump(&counters.acked, 1);
+            } else {
+                bump(&counters.failed, 1);
+                replay.push(msg);
+            }
+        }
+    };
+    while !shared.stopping() && !counters.moved.load(Ordering::Acquire) {
         // Acks first: they free room under max_pending.
         while let Ok(a) = acks.try_recv() {
-            if let Some((msg, ok)) = tracker.apply(a) {
-                if ok {
-                    bump(&counters.acked, 1);
-                } else {
-                    bump(&counters.failed, 1);
-                    replay.push(msg);
-                }
-            }
+            on_ack(&mut tracker, &mut replay, a);
         }
         if settings.reliable && last_check.elapsed() >= TICK {
             last_check = Instant::now();
@@ -842,9 +1220,17 @@ fn run_spout(
             }
         }
         let full = settings.reliable && tracker.pending.len() >= settings.max_pending as usize;
-        let throttled = settings
-            .rate
-            .is_some_and(|r| emitted_total as f64 >= r * start.elapsed().as_secs_f64());
+        let throttled = timed && {
+            let seg = settings.rate_at(now_ns().saturating_sub(shared.started_ns));
+            if seg.index != segment {
+                segment = seg.index;
+                segment_start = Instant::now();
+                segment_emitted = 0;
+            }
+            seg.rate.is_some_and(|r| {
+                segment_emitted as f64 >= r * segment_start.elapsed().as_secs_f64()
+            })
+        };
         let nothing = source_done && replay.is_empty();
         if full || throttled || nothing {
             em.flush();
@@ -857,18 +1243,9 @@ fn run_spout(
                 Duration::from_millis(20)
             };
             match acks.recv_timeout(wait) {
-                Ok(a) => {
-                    if let Some((msg, ok)) = tracker.apply(a) {
-                        if ok {
-                            bump(&counters.acked, 1);
-                        } else {
-                            bump(&counters.failed, 1);
-                            replay.push(msg);
-                        }
-                    }
-                }
+                Ok(a) => on_ack(&mut tracker, &mut replay, a),
                 Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Disconnected) => break,
             }
             continue;
         }
@@ -902,7 +1279,7 @@ fn run_spout(
         } else {
             em.emit(values, 0, now, None);
         }
-        emitted_total += 1;
+        segment_emitted += 1;
         since_flush += 1;
         if since_flush >= BATCH {
             em.flush();
@@ -910,6 +1287,34 @@ fn run_spout(
         }
     }
     em.flush();
+    if !counters.moved.load(Ordering::Acquire) {
+        return;
+    }
+    // Moved: take the acks still on their way here (the inbox closed: this ends once every
+    // sender is done), then hand the spout over.
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        match acks.recv_timeout(Duration::from_millis(20)) {
+            Ok(a) => on_ack(&mut tracker, &mut replay, a),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let h = Handoff {
+        position: code.position(),
+        next_root: tracker.next_root,
+        pending: tracker
+            .pending
+            .iter()
+            .map(|(r, p)| (*r, p.xor, p.msg))
+            .collect(),
+        replay,
+        source_done,
+    };
+    match serde_json::to_vec(&h) {
+        Ok(bytes) => shared.hand_over(me, bytes),
+        Err(e) => tracing::error!("cannot encode a spout's state: {e}"),
+    }
 }
 
 fn run_bolt(
@@ -917,28 +1322,45 @@ fn run_bolt(
     me: u32,
     mut code: Box<dyn BoltCode>,
     inbox: Receiver<Vec<Tuple>>,
+    await_state: bool,
 ) {
-    let Some(counters) = shared.counters.get(&me) else {
+    let Some(counters) = shared.counter(me) else {
         return;
     };
     let mut em = Emitter::new(shared.clone(), me);
     let terminal = !em.has_outputs();
     let mut hist = Histogram::default();
     let mut last_tick = Instant::now();
-    loop {
-        let batch = match inbox.try_recv() {
-            Ok(b) => Some(b),
-            Err(_) => {
-                em.flush();
-                if let Ok(mut h) = shared.latency.lock() {
-                    hist.drain_into(&mut h);
-                }
-                match inbox.recv_timeout(TICK) {
-                    Ok(b) => Some(b),
-                    Err(RecvTimeoutError::Timeout) => None,
-                    Err(RecvTimeoutError::Disconnected) => break,
-                }
+    // Tuples that arrived while waiting for the state: taken first.
+    let mut early: Vec<Vec<Tuple>> = Vec::new();
+    if await_state {
+        let state = wait_state(&shared, me, || {
+            while let Ok(b) = inbox.try_recv() {
+                early.push(b);
             }
+        });
+        if let Some(st) = state {
+            code.restore(&st);
+        }
+    }
+    let mut early = early.into_iter();
+    loop {
+        let batch = match early.next() {
+            Some(b) => Some(b),
+            None => match inbox.try_recv() {
+                Ok(b) => Some(b),
+                Err(_) => {
+                    em.flush();
+                    if let Ok(mut h) = shared.latency.lock() {
+                        hist.drain_into(&mut h);
+                    }
+                    match inbox.recv_timeout(TICK) {
+                        Ok(b) => Some(b),
+                        Err(RecvTimeoutError::Timeout) => None,
+                        Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+            },
         };
         if let Some(batch) = batch {
             let now = if terminal { now_ns() } else { 0 };
@@ -958,11 +1380,14 @@ fn run_bolt(
                 code.execute(t, &mut out);
                 if t.root != 0 {
                     let xor = t.edge ^ out.xor;
-                    shared.route_ack(AckMsg {
-                        root: t.root,
-                        xor,
-                        fail: false,
-                    });
+                    shared.route_ack(
+                        AckMsg {
+                            root: t.root,
+                            xor,
+                            fail: false,
+                        },
+                        false,
+                    );
                 }
             }
         }
@@ -978,5 +1403,12 @@ fn run_bolt(
     em.flush();
     if let Ok(mut h) = shared.latency.lock() {
         hist.drain_into(&mut h);
+    }
+    // Moved (its inbox closed and every queued tuple is taken): hand what it keeps over.
+    if counters.moved.load(Ordering::Acquire)
+        && !shared.stopping()
+        && let Some(st) = code.state()
+    {
+        shared.hand_over(me, st);
     }
 }

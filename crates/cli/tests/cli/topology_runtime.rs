@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use support::wait_until;
 
 const BIN: &str = env!("CARGO_BIN_EXE_hetsched");
@@ -25,6 +25,8 @@ struct Cluster {
     server: Option<Child>,
     listen: String,
     agents: BTreeMap<String, Child>,
+    /// Cores each agent declares.
+    cores: u32,
 }
 
 impl Drop for Cluster {
@@ -43,6 +45,10 @@ impl Drop for Cluster {
 
 impl Cluster {
     fn start(name: &str, agents: &[&str]) -> Cluster {
+        Cluster::start_with_cores(name, agents, 2)
+    }
+
+    fn start_with_cores(name: &str, agents: &[&str], cores: u32) -> Cluster {
         let dir = std::env::temp_dir().join(format!("hetsched-topo-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
@@ -51,6 +57,7 @@ impl Cluster {
             server: None,
             listen: "127.0.0.1:0".into(),
             agents: BTreeMap::new(),
+            cores,
         };
         c.start_server();
         for a in agents {
@@ -104,7 +111,7 @@ impl Cluster {
                 "--name",
                 name,
             ])
-            .args(["--cores", "2", "--token-file"])
+            .args(["--cores", &self.cores.to_string(), "--token-file"])
             .arg(self.data().join("agent-token"))
             .arg("--work-dir")
             .arg(self.dir.join(format!("agent-{name}")))
@@ -463,69 +470,254 @@ fn workers_agents_and_the_server_can_die() {
     );
 }
 
+/// Word count whose spouts follow a scripted rate: 50 sentences/s per spout (the declared
+/// rate — streams declare the rate per sending executor —: 80 % of a core in all) until 5 s
+/// after the topology started, 200/s (320 %: more than a 3-core node) until 11 s, then 50/s
+/// again; 1,700 sentences per spout.
+fn scripted(name: &str) -> String {
+    let lines: Vec<String> = CORPUS.iter().map(|l| format!("\"{l}\"")).collect();
+    format!(
+        r#"name = "{name}"
+[[component]]
+name = "sentences"
+kind = "spout"
+parallelism = 2
+cpu = 10.0
+builtin = "corpus-spout"
+params = {{ lines = [{}], repeat = 850, reliable = true, rate = 50, rate_schedule = [{{ after = "5s", rate = 200.0 }}, {{ after = "11s", rate = 50.0 }}] }}
+[[component]]
+name = "split"
+kind = "bolt"
+parallelism = 3
+cpu = 10.0
+builtin = "split"
+[[component]]
+name = "count"
+kind = "bolt"
+parallelism = 3
+cpu = 10.0
+builtin = "count"
+params = {{ output = "{name}-counts-{{index}}.tsv", every = "100ms" }}
+[[stream]]
+from = "sentences"
+to = "split"
+rate = 50.0
+[[stream]]
+from = "split"
+to = "count"
+grouping = "fields"
+rate = 208.0
+"#,
+        lines.join(", ")
+    )
+}
+
+/// Every computation the controller lists obeys spec 04's rules: overload → applied at once;
+/// otherwise applied only for a gain above the threshold; never two within the interval. The
+/// reschedules are exactly the applied computations.
+fn check_controller(s: &Value) {
+    let c = &s["controller"];
+    let interval_ns = c["interval_ms"].as_u64().expect("interval") * 1_000_000;
+    let threshold = c["gain_threshold"].as_f64().expect("threshold");
+    let comps = c["computations"].as_array().expect("computations");
+    let mut applied = Vec::new();
+    let mut last: Option<u64> = None;
+    for x in comps {
+        let (at, gain) = (
+            x["at_ns"].as_u64().unwrap_or(0),
+            x["gain"].as_f64().unwrap_or(0.0),
+        );
+        let overloaded = x["overloaded_nodes"].as_u64().unwrap_or(0);
+        match x["decision"].as_str().unwrap_or("") {
+            "overload" => {
+                assert!(overloaded > 0, "{x}");
+                applied.push("overload");
+            }
+            "traffic" => {
+                assert!(overloaded == 0 && gain > threshold, "{x}");
+                applied.push("traffic");
+            }
+            "keep" => assert!(
+                gain <= threshold && (overloaded == 0 || gain == 0.0),
+                "kept although the thresholds say apply: {x}"
+            ),
+            other => panic!("decision {other}"),
+        }
+        if let Some(l) = last {
+            assert!(
+                at + 50_000_000 >= l + interval_ns,
+                "two computations within the interval: {comps:?}"
+            );
+        }
+        last = Some(at);
+    }
+    let causes: Vec<&str> = s["reschedules"]
+        .as_array()
+        .expect("reschedules")
+        .iter()
+        .filter_map(|r| r["cause"].as_str())
+        .collect();
+    assert_eq!(causes, applied, "{s}");
+}
+
+/// (pid, thread start, node) of every executor, by name, once every executor reports from the
+/// worker the placement puts it in.
+fn executor_starts(s: &Value) -> Option<BTreeMap<String, (u64, u64, String)>> {
+    let mut m = BTreeMap::new();
+    let placement = s["placement"].as_array()?;
+    for (x, p) in s["executors"].as_array()?.iter().zip(placement) {
+        if x["running_in_worker"] != p["worker"] {
+            return None;
+        }
+        m.insert(
+            x["executor"].as_str()?.to_string(),
+            (
+                x["pid"].as_u64()?,
+                x["started_ns"].as_u64()?,
+                x["node"].as_str()?.to_string(),
+            ),
+        );
+    }
+    Some(m)
+}
+
 #[test]
-fn the_controller_reschedules_exactly_when_the_thresholds_allow() {
-    // Both topologies declare 300 sentences/s per spout but run at 100: measured loads are a
-    // third of the declared ones, so one-phase's self-tuning can halve the two nodes of the first
-    // placement to one, removing all inter-node traffic (gain 100 %). With a 10 % threshold that
-    // is applied at the first computation (2 s after the placement) and never again (the next
-    // computations find nothing better); with a threshold of 1000 it is never applied.
-    let c = Cluster::start("resched", &["n1", "n2", "n3"]);
+fn a_scripted_rate_change_reschedules_exactly_when_the_thresholds_say_and_loses_no_count() {
+    // Two copies of the scripted word count, one with a 10 % gain threshold, one with 1000.
+    // At the declared rate one node holds each; when the rate quadruples, the running placement
+    // overloads its node, and both are rescheduled onto more nodes at the next computation
+    // whatever their threshold; when the rate falls back, one-phase can halve the nodes again,
+    // cutting all inter-node traffic: applied under the 10 % threshold, not under 1000.
+    // Three 3-core nodes: each topology's worker holds one core (80 % declared), which the
+    // other's placer sees; one node still holds either at the declared rate.
+    let c = Cluster::start_with_cores("scripted", &["n1", "n2", "n3"], 3);
     std::thread::sleep(Duration::from_millis(1500));
-    let repeat = 300;
-    let on = c.write("on.toml", &wordcount("wc-on", repeat, 100));
-    let off = c.write("off.toml", &wordcount("wc-off", repeat, 100));
-    c.ok(&[
-        "topology",
-        "submit",
-        on.to_str().expect("path"),
-        "--interval",
-        "2s",
-        "--gain-threshold",
-        "0.1",
-    ]);
-    c.ok(&[
-        "topology",
-        "submit",
-        off.to_str().expect("path"),
-        "--interval",
-        "2s",
-        "--gain-threshold",
-        "1000",
-    ]);
-    let first = c.show("wc-on");
-    assert_eq!(first["nodes_used"], 2, "{first}");
-    let submitted = Instant::now();
-    wait_until("a traffic reschedule", Duration::from_secs(20), || {
-        c.show("wc-on")["reschedules"]
-            .as_array()
-            .is_some_and(|r| !r.is_empty())
-    });
-    assert!(
-        submitted.elapsed() >= Duration::from_secs(2),
-        "not before the time threshold"
-    );
+    let on = c.write("on.toml", &scripted("rc-on"));
+    let off = c.write("off.toml", &scripted("rc-off"));
+    for (f, threshold) in [(&on, "0.1"), (&off, "1000")] {
+        c.ok(&[
+            "topology",
+            "submit",
+            f.to_str().expect("path"),
+            "--interval",
+            "2s",
+            "--gain-threshold",
+            threshold,
+        ]);
+    }
+    assert_eq!(c.show("rc-on")["nodes_used"], 1);
+    assert_eq!(c.show("rc-off")["nodes_used"], 1);
+    // Watch rc-off across its overload reschedule: the executors that stay on their node keep
+    // running (same process, same thread start); those that move start anew.
+    let mut before = None;
+    let mut after = None;
     wait_until(
         "both word counts to finish",
-        Duration::from_secs(60),
-        || c.show("wc-on")["spouts_done"] == true && c.show("wc-off")["spouts_done"] == true,
+        Duration::from_secs(90),
+        || {
+            let (a, b) = (c.show("rc-on"), c.show("rc-off"));
+            let generation = b["generation"].as_u64().unwrap_or(0);
+            if generation == 1 {
+                before = executor_starts(&b).or(before.take());
+            } else if generation == 2
+                && after.is_none()
+                && b["workers_draining"] == 0
+                && b["workers_running"] == b["workers"].as_array().map_or(0, Vec::len) as u64
+            {
+                after = executor_starts(&b);
+            }
+            a["spouts_done"] == true && b["spouts_done"] == true
+        },
     );
-    let (a, b) = (c.show("wc-on"), c.show("wc-off"));
+    let want = expected(850);
+    let t0 = std::time::Instant::now();
+    while !(read_counts(&c.dir, "rc-on") == want && read_counts(&c.dir, "rc-off") == want)
+        && t0.elapsed() < Duration::from_secs(15)
+    {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (a, b) = (c.show("rc-on"), c.show("rc-off"));
+    for name in ["rc-on", "rc-off"] {
+        let got = read_counts(&c.dir, name);
+        let diff: Vec<String> = want
+            .iter()
+            .filter(|(w, n)| got.get(*w) != Some(n))
+            .map(|(w, n)| format!("{w}: {:?} of {n}", got.get(w)))
+            .collect();
+        assert!(
+            diff.is_empty(),
+            "{name}: counts differ: {diff:?}\n{}\n{}",
+            if name == "rc-on" { &a } else { &b }["reschedules"],
+            if name == "rc-on" { &a } else { &b }["controller"]
+        );
+    }
+    for s in [&a, &b] {
+        let t0 = s["submitted_ns"].as_u64().unwrap_or(0);
+        let r: Vec<String> = s["reschedules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| {
+                format!(
+                    "{:.1} s {} gain {:.2} -> {} node(s), {} executor(s) moved, {} worker(s) kept",
+                    (r["at_ns"].as_u64().unwrap_or(0).saturating_sub(t0)) as f64 / 1e9,
+                    r["cause"].as_str().unwrap_or(""),
+                    r["gain"].as_f64().unwrap_or(0.0),
+                    r["nodes"],
+                    r["executors_moved"],
+                    r["workers_kept"]
+                )
+            })
+            .collect();
+        eprintln!("{}: {r:?}", s["name"]);
+    }
+    eprintln!(
+        "rc-on controller: {}\nrc-off controller: {}",
+        a["controller"], b["controller"]
+    );
+    check_controller(&a);
+    check_controller(&b);
+    let submitted = |s: &Value| s["submitted_ns"].as_u64().unwrap_or(0);
+    for s in [&a, &b] {
+        let r = s["reschedules"].as_array().expect("reschedules");
+        // Nothing before the rate rises; the rise overloads the node, applied at once.
+        assert!(!r.is_empty(), "{s}");
+        assert_eq!(r[0]["cause"], "overload", "{s}");
+        assert!(r[0]["at_ns"].as_u64().unwrap_or(0) >= submitted(s) + 5_000_000_000);
+        assert!(
+            r.iter()
+                .all(|x| x["executors_moved"].as_u64().unwrap_or(0) > 0)
+        );
+    }
+    // The fall: a traffic reschedule back to one node under 10 %, none under 1000.
     let r = a["reschedules"].as_array().expect("reschedules");
-    assert_eq!(r.len(), 1, "exactly one reschedule: {r:?}");
-    assert_eq!(r[0]["cause"], "traffic");
-    assert!(r[0]["gain"].as_f64().unwrap_or(0.0) > 0.1);
+    let last = &r[r.len() - 1];
+    assert_eq!(last["cause"], "traffic", "{a}");
+    assert!(last["at_ns"].as_u64().unwrap_or(0) >= submitted(&a) + 11_000_000_000);
     assert_eq!(a["nodes_used"], 1);
-    assert_eq!(b["reschedules"].as_array().map_or(1, Vec::len), 0, "{b}");
-    assert_eq!(b["nodes_used"], 2);
-    // The topology kept running across the reschedule, and with its replaying spout no count
-    // is lost: the new workers replay the corpus, and the counts are complete.
-    let want = expected(repeat);
-    wait_until("complete counts", Duration::from_secs(10), || {
-        let got = read_counts(&c.dir, "wc-on");
-        want.iter().all(|(w, n)| got.get(w).is_some_and(|g| g >= n))
-            && read_counts(&c.dir, "wc-off") == want
-    });
+    let r = b["reschedules"].as_array().expect("reschedules");
+    assert_eq!(r.len(), 1, "{b}");
+    assert!(b["nodes_used"].as_u64().unwrap_or(0) >= 2);
+    // Executor by executor across rc-off's reschedule.
+    let (before, after) = (before.expect("starts before"), after.expect("starts after"));
+    let mut stayed = 0;
+    for (name, (pid, started, node)) in &before {
+        let (pid2, started2, node2) = &after[name];
+        if node == node2 {
+            stayed += 1;
+            assert_eq!(
+                (pid, started),
+                (pid2, started2),
+                "{name} stayed on {node} but restarted"
+            );
+        } else {
+            assert_ne!(started, started2, "{name} moved from {node} to {node2}");
+        }
+    }
+    eprintln!(
+        "rc-off: {stayed} of {} executors stayed and ran on",
+        before.len()
+    );
 }
 
 /// Two independent pipelines (spout → count), each 160 % of CPU: one-phase gives each its own
@@ -575,9 +767,10 @@ fn a_new_placement_restarts_only_the_workers_whose_executors_move() {
     ]);
     wait_until("two workers producing", Duration::from_secs(20), || {
         let s = c.show("pipes");
-        worker_pids(&s).len() == 2 && total(&s) > 0
+        worker_pids(&s).len() == 2 && total(&s) > 0 && executor_starts(&s).is_some()
     });
     let s = c.show("pipes");
+    let starts_before = executor_starts(&s).expect("every executor reports");
     let placement = s["placement"].as_array().expect("placement").clone();
     let node_of = |x: &str| {
         placement
@@ -618,6 +811,20 @@ fn a_new_placement_restarts_only_the_workers_whose_executors_move() {
         worker_pids(&s).contains(&kept_pid),
         "the kept worker still runs: {s}"
     );
+    // Executor by executor: pipeline a's ran on (same process, same thread start).
+    let mut starts_after = None;
+    wait_until("every executor reporting", Duration::from_secs(20), || {
+        starts_after = executor_starts(&c.show("pipes"));
+        starts_after.is_some()
+    });
+    let starts_after = starts_after.expect("starts");
+    for (name, before) in &starts_before {
+        if name.ends_with("-a#0") || name.ends_with("-a#1") {
+            assert_eq!(before, &starts_after[name], "{name} was restarted");
+        } else {
+            assert_ne!(before.1, starts_after[name].1, "{name} moved");
+        }
+    }
     let before = total(&s);
     let received = |s: &Value, prefix: &str| -> f64 {
         s["executors"]

@@ -25,7 +25,9 @@
 //! | `file-sink` | bolt | `path` (required; `{index}` = executor index) |
 //!
 //! Spout settings: `reliable` (false; true = ack/fail and replay, at-least-once), `max_pending`
-//! (1000), `timeout` ("30s"), `rate` (tuples/s per executor; none = unlimited).
+//! (1000), `timeout` ("30s"), `rate` (tuples/s per executor; none = unlimited), `rate_schedule`
+//! (a scripted rate change: `[{ after = "6s", rate = 200.0 }, ...]`, times after the topology
+//! started, in increasing order; each step's rate holds until the next).
 //!
 //! Refused with `file:line:column: field: message`: both or neither of `builtin` and `command`
 //! (the runtime needs code for every component), an unknown builtin, a spout builtin on a bolt or
@@ -36,7 +38,7 @@ use super::cluster::at;
 use super::topology::parse_topology;
 use super::{Duration, InputError, Source};
 use crate::model::stream_code::{
-    BUILTIN_NAMES, Builtin, ComponentCode, RunnableTopology, SpoutSettings,
+    BUILTIN_NAMES, Builtin, ComponentCode, RateStep, RunnableTopology, SpoutSettings,
 };
 use crate::model::topology::ComponentKind;
 use serde::Deserialize;
@@ -76,6 +78,8 @@ struct CorpusParams {
     #[serde(default = "timeout")]
     timeout: Duration,
     rate: Option<f64>,
+    #[serde(default)]
+    rate_schedule: Vec<StepParams>,
 }
 
 #[derive(Deserialize)]
@@ -90,6 +94,16 @@ struct SequenceParams {
     #[serde(default = "timeout")]
     timeout: Duration,
     rate: Option<f64>,
+    #[serde(default)]
+    rate_schedule: Vec<StepParams>,
+}
+
+/// One step of `rate_schedule = [{ after = "6s", rate = 200.0 }, ...]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StepParams {
+    after: Duration,
+    rate: f64,
 }
 
 #[derive(Deserialize)]
@@ -272,6 +286,7 @@ fn spout(
     max_pending: u32,
     timeout: Duration,
     rate: Option<f64>,
+    schedule: Vec<StepParams>,
 ) -> Result<SpoutSettings, String> {
     if let Some(r) = rate
         && !(r.is_finite() && r > 0.0)
@@ -284,11 +299,31 @@ fn spout(
     if timeout.0 == 0 {
         return Err("timeout must be positive".into());
     }
+    let mut rate_schedule: Vec<RateStep> = Vec::with_capacity(schedule.len());
+    for (k, step) in schedule.into_iter().enumerate() {
+        if !(step.rate.is_finite() && step.rate > 0.0) {
+            return Err(format!(
+                "rate_schedule[{k}].rate must be a positive number of tuples per second"
+            ));
+        }
+        if let Some(prev) = rate_schedule.last()
+            && step.after.0 <= prev.after_ns
+        {
+            return Err(format!(
+                "rate_schedule[{k}].after must be later than the step before it"
+            ));
+        }
+        rate_schedule.push(RateStep {
+            after_ns: step.after.0,
+            rate: step.rate,
+        });
+    }
     Ok(SpoutSettings {
         reliable,
         max_pending,
         timeout_ns: timeout.0,
         rate,
+        rate_schedule,
     })
 }
 
@@ -300,14 +335,26 @@ fn builtin(name: &str, table: toml::Table) -> Result<Builtin, String> {
                 lines: p.lines,
                 file: p.file,
                 repeat: p.repeat,
-                spout: spout(p.reliable, p.max_pending, p.timeout, p.rate)?,
+                spout: spout(
+                    p.reliable,
+                    p.max_pending,
+                    p.timeout,
+                    p.rate,
+                    p.rate_schedule,
+                )?,
             }
         }
         "sequence-spout" => {
             let p: SequenceParams = typed(table)?;
             Builtin::SequenceSpout {
                 count: p.count,
-                spout: spout(p.reliable, p.max_pending, p.timeout, p.rate)?,
+                spout: spout(
+                    p.reliable,
+                    p.max_pending,
+                    p.timeout,
+                    p.rate,
+                    p.rate_schedule,
+                )?,
             }
         }
         "split" => {
@@ -455,5 +502,44 @@ rate = 20.0
         assert!(e.contains("a corpus spout needs `lines"), "{e}");
         let e = err(&WORDCOUNT.replace("[\"python3\", \"split.py\"]", "[]"));
         assert!(e.contains("component[1].command: empty command"), "{e}");
+    }
+
+    #[test]
+    fn a_scripted_rate_change_parses_and_says_which_rate_holds_when() {
+        let text = WORDCOUNT.replace(
+            "repeat = 3, reliable = true",
+            "repeat = 3, reliable = true, rate = 50, rate_schedule = [{ after = \"6s\", rate = 200.0 }, { after = \"14s\", rate = 50.0 }]",
+        );
+        let r = parse_runnable_topology("t.toml", &text).expect("parses");
+        let ComponentCode::Builtin(Builtin::CorpusSpout { spout, .. }) = &r.code[0] else {
+            panic!("{:?}", r.code[0]);
+        };
+        let s = crate::time::NANOS_PER_SEC;
+        assert_eq!(spout.rate_schedule.len(), 2);
+        let at = |t| spout.rate_at(t);
+        assert_eq!((at(0).index, at(0).rate), (0, Some(50.0)));
+        assert_eq!((at(6 * s - 1).index, at(6 * s - 1).rate), (0, Some(50.0)));
+        assert_eq!(
+            (at(6 * s).index, at(6 * s).since_ns, at(6 * s).rate),
+            (1, 6 * s, Some(200.0))
+        );
+        assert_eq!((at(20 * s).index, at(20 * s).rate), (2, Some(50.0)));
+        // Out of order, or not a rate: refused with the params' location.
+        let e = err(&WORDCOUNT.replace(
+            "reliable = true",
+            "reliable = true, rate_schedule = [{ after = \"6s\", rate = 2.0 }, { after = \"5s\", rate = 1.0 }]",
+        ));
+        assert!(
+            e.starts_with("t.toml:8:10: component[0].params: rate_schedule[1].after must be later"),
+            "{e}"
+        );
+        let e = err(&WORDCOUNT.replace(
+            "reliable = true",
+            "reliable = true, rate_schedule = [{ after = \"6s\", rate = 0.0 }]",
+        ));
+        assert!(
+            e.contains("rate_schedule[0].rate must be a positive"),
+            "{e}"
+        );
     }
 }

@@ -44,6 +44,53 @@ pub struct SpoutSettings {
     pub timeout_ns: u64,
     /// Tuples per second each executor emits at most; `None`: as fast as the topology takes them.
     pub rate: Option<f64>,
+    /// A scripted rate change: from `after_ns` after the topology started, each executor emits
+    /// at most `rate` tuples per second (steps in increasing `after_ns`; before the first step,
+    /// `rate` above holds).
+    #[serde(default)]
+    pub rate_schedule: Vec<RateStep>,
+}
+
+/// One step of a spout's scripted rate ([`SpoutSettings::rate_schedule`]).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RateStep {
+    /// Nanoseconds after the topology started.
+    pub after_ns: u64,
+    /// Tuples per second per executor from then on.
+    pub rate: f64,
+}
+
+/// The rate in force at one time, and since when ([`SpoutSettings::rate_at`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RateSegment {
+    /// Index of the segment: 0 before the first step, `k + 1` from step `k` on.
+    pub index: usize,
+    /// Nanoseconds after the topology started at which the segment began (0 for the first).
+    pub since_ns: u64,
+    /// Tuples per second per executor; `None`: unlimited.
+    pub rate: Option<f64>,
+}
+
+impl SpoutSettings {
+    /// The rate in force `t_ns` after the topology started: the last step whose `after_ns` has
+    /// passed, or `rate` before the first step.
+    pub fn rate_at(&self, t_ns: u64) -> RateSegment {
+        let mut seg = RateSegment {
+            index: 0,
+            since_ns: 0,
+            rate: self.rate,
+        };
+        for (k, step) in self.rate_schedule.iter().enumerate() {
+            if step.after_ns <= t_ns {
+                seg = RateSegment {
+                    index: k + 1,
+                    since_ns: step.after_ns,
+                    rate: Some(step.rate),
+                };
+            }
+        }
+        seg
+    }
 }
 
 /// The built-in components and their parameters.

@@ -76,6 +76,14 @@ const REPORT_WAIT: Duration = Duration::from_millis(1500);
 /// Worker slots a node offers a placer (Storm's usual four).
 const SLOTS_PER_NODE: u32 = 4;
 
+/// Longest a draining worker (one a new placement no longer uses) is kept for its executors to
+/// hand their state over.
+const DRAIN_LIMIT: Duration = Duration::from_secs(30);
+
+/// Least time a draining worker is kept, so that every worker has the new routes before it
+/// stops.
+const DRAIN_MIN: Duration = Duration::from_secs(3);
+
 /// What the store keeps of a topology.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Record {
@@ -135,9 +143,13 @@ pub struct Reschedule {
     pub nodes: usize,
     /// The generation it started.
     pub generation: u64,
-    /// Workers of the earlier placement kept running (their executors did not move).
+    /// Workers of the earlier placement kept running (same node and process; executors that
+    /// did not move kept running in them).
     #[serde(default)]
     pub workers_kept: usize,
+    /// Executors that changed worker (stopped in one, started in another); the others ran on.
+    #[serde(default)]
+    pub executors_moved: usize,
 }
 
 #[derive(Debug)]
@@ -173,6 +185,30 @@ struct Run {
     /// Workers of this generation that are running workers of an earlier one (new index →
     /// (old generation, old index)).
     kept: HashMap<u32, (u64, u32)>,
+    /// Executors each worker of this generation waits for the state of (they move from a
+    /// running worker), until the worker first reports.
+    await_state: HashMap<u32, Vec<u32>>,
+    /// Workers of an earlier placement on nodes this one does not use, kept (index beyond the
+    /// placement's workers) until their executors have handed over: node, since when.
+    draining: BTreeMap<u32, (String, Instant)>,
+    /// The controller's latest computations, oldest first (at most [`COMPUTATIONS_KEPT`]).
+    computations: std::collections::VecDeque<Computation>,
+}
+
+/// How many controller computations `topology show` lists.
+const COMPUTATIONS_KEPT: usize = 64;
+
+/// One computation of the reschedule controller, as `topology show` lists it (`controller`).
+#[derive(Clone, Debug, Serialize)]
+struct Computation {
+    /// When, ns since the Unix epoch.
+    at_ns: u64,
+    /// Overloaded nodes under the running placement and the measured loads.
+    overloaded_nodes: usize,
+    /// Relative inter-node traffic gain of the computed placement over the running one.
+    gain: f64,
+    /// `overload` or `traffic` (applied), or `keep`.
+    decision: String,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -231,6 +267,9 @@ pub struct Topology {
     cfg: Cfg,
     /// Cores each running worker holds in the view: (topology, worker) → (node, wanted, taken).
     held: HashMap<(String, u32), (u32, u32, u32)>,
+    /// Cores in use in the view on each node (by batch tasks and every topology's workers), by
+    /// node name, with the node's id, as of the last event ([`Topology::see_view`]).
+    in_use: HashMap<String, (u32, u32)>,
 }
 
 /// Why a topology request was refused (the service edge maps each to a gRPC status).
@@ -385,6 +424,9 @@ impl Run {
             last_compute: Instant::now(),
             asked: None,
             kept: HashMap::new(),
+            await_state: HashMap::new(),
+            draining: BTreeMap::new(),
+            computations: std::collections::VecDeque::new(),
         }
     }
 
@@ -458,33 +500,65 @@ impl Run {
         self.window_start = Instant::now();
     }
 
-    /// Applies a new placement as a new generation. A worker of the new placement that runs
-    /// exactly the executors an old worker runs, on the same node, is **kept**: its agent hands
-    /// the running process the new routes (`keep_generation`/`keep_worker`) instead of starting
-    /// one, so only the executors that move are restarted. Returns how many workers are kept.
-    fn new_generation(&mut self, placed: Placed) -> usize {
+    /// Applies a new placement as a new generation, moving only the executors that change.
+    /// A running worker whose (node, process) the new placement uses again is **kept**: its
+    /// agent hands the running process the new routes (`keep_generation`/`keep_worker`), its
+    /// executors that stay keep running, and only those that leave or arrive stop or start. A
+    /// running worker on a node still alive that the new placement no longer uses **drains**: it
+    /// stays, hosting nothing, until its executors have handed their state over, then its agent
+    /// stops it. An executor that leaves a running worker hands its state to its new worker,
+    /// which waits for it (`await_state`); one whose worker is gone (a lost node) starts empty.
+    /// `alive`: the nodes alive now. Returns (workers kept, executors moved).
+    fn new_generation(&mut self, placed: Placed, alive: &[(String, u32)]) -> (usize, usize) {
         let old_gen = self.rec.generation;
-        let sets = |p: &Placed| -> Vec<(String, Vec<usize>)> {
-            (0..p.workers.len())
-                .map(|w| {
-                    let execs = (0..p.assignment.len())
-                        .filter(|&e| p.assignment[e] as usize == w)
-                        .collect();
-                    (p.workers[w].0.clone(), execs)
-                })
-                .collect()
-        };
+        let alive: BTreeSet<&str> = alive.iter().map(|(n, _)| n.as_str()).collect();
         let mut kept: HashMap<u32, (u64, u32)> = HashMap::new();
+        let mut renumber: HashMap<u32, u32> = HashMap::new();
+        let mut await_state: HashMap<u32, Vec<u32>> = HashMap::new();
+        let mut draining: BTreeMap<u32, (String, Instant)> = BTreeMap::new();
+        let mut moved = 0;
         if let Some(old) = &self.rec.placement {
-            let old_sets = sets(old);
-            for (new_w, set) in sets(&placed).into_iter().enumerate() {
-                if let Some(old_w) = old_sets.iter().position(|o| *o == set) {
+            // Every worker that runs now, by (node, process): the old placement's workers and
+            // those still draining from an earlier one.
+            let running = |w: u32| self.live.contains_key(&w);
+            for (new_w, key) in placed.workers.iter().enumerate() {
+                if let Some(old_w) = old.workers.iter().position(|o| o == key)
+                    && running(old_w as u32)
+                {
                     kept.insert(new_w as u32, (old_gen, old_w as u32));
+                    renumber.insert(old_w as u32, new_w as u32);
+                }
+            }
+            let mut next = placed.workers.len() as u32;
+            for (old_w, (node, _)) in old.workers.iter().enumerate() {
+                let old_w = old_w as u32;
+                if renumber.contains_key(&old_w)
+                    || !running(old_w)
+                    || !alive.contains(node.as_str())
+                {
+                    continue;
+                }
+                kept.insert(next, (old_gen, old_w));
+                renumber.insert(old_w, next);
+                draining.insert(next, (node.clone(), Instant::now()));
+                next += 1;
+            }
+            for (e, (&ow, &nw)) in old.assignment.iter().zip(&placed.assignment).enumerate() {
+                if old.workers.get(ow as usize) == placed.workers.get(nw as usize) {
+                    continue;
+                }
+                moved += 1;
+                let source_runs = running(ow)
+                    && old
+                        .workers
+                        .get(ow as usize)
+                        .is_some_and(|(n, _)| alive.contains(n.as_str()));
+                if source_runs {
+                    await_state.entry(nw).or_default().push(e as u32);
                 }
             }
         }
-        let by_old: HashMap<u32, u32> = kept.iter().map(|(n, (_, o))| (*o, *n)).collect();
-        let renumber = |w: u32| by_old.get(&w).copied();
+        let renumber = |w: u32| renumber.get(&w).copied();
         self.live = std::mem::take(&mut self.live)
             .into_iter()
             .filter_map(|(w, l)| renumber(w).map(|n| (n, l)))
@@ -502,21 +576,69 @@ impl Run {
             .filter_map(|((w, e), c)| renumber(w).map(|n| ((n, e), c)))
             .collect();
         self.rec.generation += 1;
+        let workers_kept = kept.len() - draining.len();
         self.rec.placement = Some(placed);
-        let n = kept.len();
         self.kept = kept;
-        n
+        self.await_state = await_state;
+        self.draining = draining;
+        (workers_kept, moved)
+    }
+
+    /// Stops ordering draining workers once they host nothing (their last report lists no
+    /// executor) or after [`DRAIN_LIMIT`].
+    fn retire_drained(&mut self) {
+        let live = &self.live;
+        self.draining.retain(|w, (_, since)| {
+            let empty = live
+                .get(w)
+                .and_then(|l| l.report.as_ref())
+                .is_some_and(|r| r.executors.is_empty());
+            // Empty, and long enough for every other worker to have taken the new routes
+            // (agents sync every 500 ms): nothing is sent to it any more.
+            !((empty && since.elapsed() > DRAIN_MIN) || since.elapsed() > DRAIN_LIMIT)
+        });
+        let (placed, draining) = (
+            self.rec.placement.as_ref().map_or(0, |p| p.workers.len()) as u32,
+            &self.draining,
+        );
+        self.live
+            .retain(|w, _| *w < placed || draining.contains_key(w));
     }
 }
 
-fn stream_nodes(nodes: &[(String, u32)]) -> Vec<StreamNode> {
+/// Per node name, the load (per cent of a core) the rest of the cluster puts on it, as topology
+/// `name`'s placer sees it: the cores in use there (batch tasks, other topologies' workers)
+/// minus those `name`'s own workers hold (they move with its placement).
+fn background(
+    held: &HashMap<(String, u32), (u32, u32, u32)>,
+    in_use: &HashMap<String, (u32, u32)>,
+    name: &str,
+) -> HashMap<String, f64> {
+    let mut own: HashMap<u32, u32> = HashMap::new();
+    for ((t, _), (node, _, taken)) in held {
+        if t == name {
+            *own.entry(*node).or_default() += taken;
+        }
+    }
+    in_use
+        .iter()
+        .map(|(n, (id, used))| {
+            let mine = own.get(id).copied().unwrap_or(0);
+            (n.clone(), f64::from(used.saturating_sub(mine)) * 100.0)
+        })
+        .collect()
+}
+
+/// The placers' nodes: capacity `cores × 100`, background what the rest of the cluster holds
+/// there ([`background`]).
+fn stream_nodes(nodes: &[(String, u32)], busy: &HashMap<String, f64>) -> Vec<StreamNode> {
     nodes
         .iter()
         .map(|(name, cores)| StreamNode {
             name: name.clone(),
             rack: 0,
             capacity: f64::from(*cores) * 100.0,
-            background: 0.0,
+            background: busy.get(name).copied().unwrap_or(0.0),
             memory_bytes: u64::MAX / 4,
             slots: SLOTS_PER_NODE,
         })
@@ -583,6 +705,7 @@ impl Topology {
                 epoch: Instant::now(),
             },
             held: HashMap::new(),
+            in_use: HashMap::new(),
         }
     }
 
@@ -652,6 +775,22 @@ impl Topology {
                 e.2 += view.hold_cores(NodeId(node), e.1 - e.2);
             }
         }
+    }
+
+    /// Notes the cores in use on every node in `view` (batch tasks, other kinds' work and every
+    /// topology's workers), so placements see what the rest of the cluster holds.
+    pub fn see_view(&mut self, view: &SchedulerView, nodes: &Nodes) {
+        self.in_use = nodes
+            .iter()
+            .filter_map(|n| {
+                let id = nodes.by_name(&n.spec.name)?;
+                let st = view.nodes().get(id as usize)?;
+                Some((
+                    n.spec.name.clone(),
+                    (id, st.node.cores.saturating_sub(st.free.cores)),
+                ))
+            })
+            .collect();
     }
 
     /// Takes the state's dead-node verdicts: a node the registry declared dead (its heartbeats
@@ -790,12 +929,13 @@ impl Topology {
         let mut run = Run::new(rec, topo, self.cfg.core_now());
         let alive = self.cfg.alive(inner);
         if !alive.is_empty() {
-            let nodes = stream_nodes(&alive);
+            let busy = background(&self.held, &self.in_use, &name);
+            let nodes = stream_nodes(&alive, &busy);
             let mut problem = PlacementProblem::declared(&run.topo.topology, &nodes);
             problem.workers = run.rec.workers;
             let p = run.placer().place(&problem).map_err(invalid)?;
             let pl = placed(&p, &nodes);
-            run.new_generation(pl);
+            run.new_generation(pl, &alive);
         }
         inner.dirty.insert(name.clone());
         let status = self.cfg.status(inner, &run);
@@ -839,7 +979,8 @@ impl Topology {
     pub fn rebalance(&mut self, name: &str) -> Result<serde_json::Value, TopologyError> {
         let inner = &mut self.inner;
         let alive = self.cfg.alive(inner);
-        let nodes = stream_nodes(&alive);
+        let busy = background(&self.held, &self.in_use, name);
+        let nodes = stream_nodes(&alive, &busy);
         let now = self.cfg.core_now();
         let run = inner.runs.get_mut(name).ok_or_else(|| not_found(name))?;
         if run.rec.state != "running" {
@@ -880,10 +1021,11 @@ impl Topology {
         if current.as_ref() != Some(&p) {
             let pl = placed(&p, &nodes);
             let used = p.nodes_used().len();
-            let workers_kept = run.new_generation(pl);
+            let (workers_kept, executors_moved) = run.new_generation(pl, &alive);
             let generation = run.rec.generation;
             run.rec.reschedules.push(Reschedule {
                 workers_kept,
+                executors_moved,
                 at_ns: now_ns(),
                 cause: "rebalance".into(),
                 gain,
@@ -923,6 +1065,9 @@ impl Topology {
             let report = w.report;
             if let Some(r) = &report {
                 run.feed(w.worker, w.pid, r.clone(), now);
+                // It runs (and has taken what was handed over, or stopped waiting): a restart
+                // from now on starts its executors without waiting.
+                run.await_state.remove(&w.worker);
             }
             let entry = run.live.entry(w.worker).or_insert(Live {
                 addr: addr.clone(),
@@ -936,6 +1081,9 @@ impl Topology {
             }
         }
         let mut out = Vec::new();
+        for run in inner.runs.values_mut() {
+            run.retire_drained();
+        }
         for run in inner.runs.values() {
             if run.rec.state != "running" {
                 continue;
@@ -943,31 +1091,38 @@ impl Topology {
             let Some(p) = &run.rec.placement else {
                 continue;
             };
-            for (idx, (node, _)) in p.workers.iter().enumerate() {
+            let workers = p
+                .workers
+                .iter()
+                .enumerate()
+                .map(|(i, (node, _))| (i as u32, node))
+                .chain(run.draining.iter().map(|(i, (node, _))| (*i, node)));
+            for (idx, node) in workers {
                 if node != &req.node {
                     continue;
                 }
                 let config = WorkerConfig {
                     topology_origin: run.rec.origin.clone(),
                     topology_text: run.rec.text.clone(),
-                    worker: idx as u32,
+                    worker: idx,
                     assignment: p.assignment.clone(),
                     base_dir: PathBuf::from(&run.rec.base_dir),
                     work_dir: PathBuf::new(),
                     listen: String::new(),
+                    started_ns: run.rec.submitted_ns,
+                    await_state: run.await_state.get(&idx).cloned().unwrap_or_default(),
                 };
                 let peers = run
                     .live
                     .iter()
-                    .filter(|(w, _)| **w != idx as u32)
+                    .filter(|(w, _)| **w != idx)
                     .map(|(w, l)| (*w, l.addr.clone()))
                     .collect();
-                let (keep_generation, keep_worker) =
-                    run.kept.get(&(idx as u32)).copied().unwrap_or((0, 0));
+                let (keep_generation, keep_worker) = run.kept.get(&idx).copied().unwrap_or((0, 0));
                 out.push(WorkerOrder {
                     topology: run.rec.name.clone(),
                     generation: run.rec.generation,
-                    worker: idx as u32,
+                    worker: idx,
                     config,
                     peers,
                     keep_generation,
@@ -991,12 +1146,13 @@ impl Topology {
         let inner = &mut self.inner;
         let alive = self.cfg.alive(inner);
         let grace = self.cfg.in_grace();
-        let nodes = stream_nodes(&alive);
         let now = self.cfg.core_now();
         let mut saves = Vec::new();
         let mut traffic_saves = Vec::new();
         for run in inner.runs.values_mut() {
             run.roll_window(now);
+            let busy = background(&self.held, &self.in_use, &run.rec.name);
+            let nodes = stream_nodes(&alive, &busy);
             if run.rec.state != "running" || nodes.is_empty() {
                 continue;
             }
@@ -1018,11 +1174,13 @@ impl Topology {
                     Ok(p) => {
                         let first = run.rec.placement.is_none();
                         let used = p.nodes_used().len();
-                        let workers_kept = run.new_generation(placed(&p, &nodes));
+                        let (workers_kept, executors_moved) =
+                            run.new_generation(placed(&p, &nodes), &alive);
                         if !first {
                             let generation = run.rec.generation;
                             run.rec.reschedules.push(Reschedule {
                                 workers_kept,
+                                executors_moved,
                                 at_ns: now_ns(),
                                 cause: "node-lost".into(),
                                 gain: 0.0,
@@ -1082,17 +1240,42 @@ impl Topology {
             );
             traffic_saves.push((run.rec.name.clone(), traffic, node_loads));
             let placer = run.placer();
+            let overloaded_nodes = evaluate(&problem, &current).overloaded_nodes;
             let Some(controller) = run.controller.as_mut() else {
                 continue;
             };
-            match controller.tick(now, placer.as_ref(), &problem, &current) {
+            let decision = controller.tick(now, placer.as_ref(), &problem, &current);
+            let logged = match &decision {
+                Ok(Decision::Apply { cause, gain, .. }) => Some((
+                    *gain,
+                    match cause {
+                        Cause::Overload => "overload",
+                        Cause::Traffic => "traffic",
+                    },
+                )),
+                Ok(Decision::Keep { gain }) => Some((*gain, "keep")),
+                _ => None,
+            };
+            if let Some((gain, what)) = logged {
+                if run.computations.len() >= COMPUTATIONS_KEPT {
+                    run.computations.pop_front();
+                }
+                run.computations.push_back(Computation {
+                    at_ns: now_ns(),
+                    overloaded_nodes,
+                    gain,
+                    decision: what.into(),
+                });
+            }
+            match decision {
                 Ok(Decision::Apply {
                     cause,
                     gain,
                     placement,
                 }) => {
                     let used = placement.nodes_used().len();
-                    let workers_kept = run.new_generation(placed(&placement, &nodes));
+                    let (workers_kept, executors_moved) =
+                        run.new_generation(placed(&placement, &nodes), &alive);
                     let generation = run.rec.generation;
                     let cause = match cause {
                         Cause::Overload => "overload",
@@ -1101,6 +1284,7 @@ impl Topology {
                     tracing::info!(topology = %run.rec.name, cause, gain, "rescheduled onto {used} node(s)");
                     run.rec.reschedules.push(Reschedule {
                         workers_kept,
+                        executors_moved,
                         at_ns: now_ns(),
                         cause: cause.into(),
                         gain,
@@ -1224,6 +1408,22 @@ impl Cfg {
         } else {
             spouts_done = false;
         }
+        // Where each executor runs now, as the workers report: (worker, pid, thread start).
+        let mut running_at: HashMap<u32, (u32, u32, u64)> = HashMap::new();
+        for (w, l) in &run.live {
+            let Some(r) = &l.report else { continue };
+            for x in &r.executors {
+                let mine = run
+                    .rec
+                    .placement
+                    .as_ref()
+                    .and_then(|p| p.assignment.get(x.executor as usize))
+                    == Some(w);
+                if mine || !running_at.contains_key(&x.executor) {
+                    running_at.insert(x.executor, (*w, l.pid, x.started_ns));
+                }
+            }
+        }
         let executors: Vec<serde_json::Value> = (0..topo.executor_count() as u32)
             .map(|e| {
                 let received: f64 = run
@@ -1239,6 +1439,9 @@ impl Cfg {
                     "received_per_s": received,
                     "emitted_per_s": run.shown.emitted_per_s.get(&e).copied().unwrap_or(0.0),
                     "cpu_percent": run.shown.cpu_percent.get(&e).copied().unwrap_or(0.0),
+                    "running_in_worker": running_at.get(&e).map(|r| r.0),
+                    "pid": running_at.get(&e).map(|r| r.1),
+                    "started_ns": running_at.get(&e).map(|r| r.2),
                 })
             })
             .collect();
@@ -1295,6 +1498,12 @@ impl Cfg {
             "latency_count": latency_count,
             "spouts_done": spouts_done,
             "reschedules": run.rec.reschedules,
+            "workers_draining": run.draining.len(),
+            "controller": {
+                "interval_ms": run.rec.interval_ms,
+                "gain_threshold": run.rec.gain_threshold,
+                "computations": run.computations,
+            },
         })
     }
 }

@@ -24,6 +24,8 @@ impl State {
         }
         // The dead-node path (`State::check_dead`) decides for topologies too.
         self.jobs.topology.set_down(&self.nodes);
+        // Placements see the cores batch tasks and other topologies hold.
+        self.jobs.topology.see_view(&self.view, &self.nodes);
         let answer = f(&mut self.jobs.topology);
         self.jobs.topology.rebook(&mut self.view, &self.nodes);
         self.commit()?;

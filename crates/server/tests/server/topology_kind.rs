@@ -252,3 +252,109 @@ fn a_node_the_dead_node_check_declares_dead_loses_its_workers_to_the_nodes_left(
     drop(s);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A state with two 4-core nodes, `a` and `b`, both syncing workers; `batch_on_a` runs a job of
+/// four one-core tasks on `a` first.
+fn two_nodes(dir: &Path, batch_on_a: bool) -> State {
+    let mut s = open(dir);
+    let mut ids = Vec::new();
+    for name in ["a", "b"] {
+        ids.push(
+            s.register(pb::RegisterRequest {
+                name: name.into(),
+                cores: 4,
+                memory_bytes: 1 << 30,
+                identity: IDENTITY.into(),
+                ..Default::default()
+            })
+            .expect("register")
+            .node_id,
+        );
+        s.topology_sync(
+            WorkersSeen {
+                node: name.into(),
+                cores: 4,
+                workers: vec![],
+            },
+            None,
+        )
+        .expect("sync");
+    }
+    if batch_on_a {
+        s.submit("job.toml", JOB, "/").expect("submit job");
+        let r = s
+            .heartbeat(heartbeat_request(ids[0], &[], &[]))
+            .expect("beat");
+        assert_eq!(r.assignments.len(), 4, "the batch job fills node a");
+    }
+    s
+}
+
+fn nodes_used(shown: &serde_json::Value) -> Vec<String> {
+    let mut v: Vec<String> = shown["placement"]
+        .as_array()
+        .expect("placement")
+        .iter()
+        .filter_map(|p| p["node"].as_str().map(str::to_string))
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+#[test]
+fn the_placer_sees_the_cores_batch_tasks_and_other_topologies_hold() {
+    // Without batch work the topology (2 declared cores) goes to the first of two empty nodes.
+    let dir = scratch("busy-free");
+    let mut s = two_nodes(&dir, false);
+    let shown = s.topology_submit(submission()).expect("submit");
+    assert_eq!(nodes_used(&shown), vec!["a".to_string()]);
+    // Its worker runs on a and holds 2 cores there: a second topology of 4 × 80 % (one-phase
+    // fills a node to 90 %: 360 %) no longer fits on a beside it, and goes to b.
+    s.topology_sync(
+        WorkersSeen {
+            node: "a".into(),
+            cores: 4,
+            workers: vec![running_worker(1)],
+        },
+        None,
+    )
+    .expect("sync");
+    let second = TopologySubmission {
+        text: TOPOLOGY
+            .replace("name = \"pipe\"", "name = \"other\"")
+            .replace("cpu = 50.0", "cpu = 80.0"),
+        ..submission()
+    };
+    let shown = s.topology_submit(second).expect("submit");
+    assert_eq!(nodes_used(&shown), vec!["b".to_string()], "{shown}");
+    // With node a's four cores held by batch tasks, the placer sees it full and uses b.
+    let dir = scratch("busy-full");
+    let mut s = two_nodes(&dir, true);
+    let shown = s.topology_submit(submission()).expect("submit");
+    assert_eq!(nodes_used(&shown), vec!["b".to_string()], "{shown}");
+}
+
+#[test]
+fn a_topology_status_is_a_typed_message_with_the_keys_of_the_json_document() {
+    let dir = scratch("typed");
+    let mut s = two_nodes(&dir, false);
+    s.topology_submit(submission()).expect("submit");
+    s.topology_sync(
+        WorkersSeen {
+            node: "a".into(),
+            cores: 4,
+            workers: vec![running_worker(1)],
+        },
+        None,
+    )
+    .expect("sync");
+    s.topology_rebalance("pipe").expect("rebalance");
+    let shown = s.topology_show("pipe").expect("show");
+    // What the service puts in `TopologyReply.status`, and what the CLI prints from it.
+    let typed: pb::TopologyStatus = serde_json::from_value(shown.clone()).expect("fits");
+    assert_eq!(typed.name, "pipe");
+    assert_eq!(typed.workers[0].pid, Some(4242));
+    assert_eq!(typed.placement.len(), 4);
+    assert_eq!(serde_json::to_value(&typed).expect("json"), shown);
+}
