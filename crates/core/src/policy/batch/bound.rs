@@ -119,6 +119,20 @@ impl NodeGroup<'_> {
             .sum()
     }
 
+    /// The shortest time any node of the group needs to read `app`'s split alone, seconds.
+    fn read_time(&self, app: &Application) -> f64 {
+        self.nodes
+            .iter()
+            .map(|n| read_s(app, n))
+            .reduce(f64::min)
+            .unwrap_or(0.0)
+    }
+
+    /// Cores of the group's largest node: at most this many of its tasks read its disk at once.
+    fn max_cores(&self) -> u32 {
+        self.nodes.iter().map(|n| n.cores).max().unwrap_or(1)
+    }
+
     /// The shortest `variant` task of `app` on any node of the group, if it fits on one.
     fn best_task_time(&self, app: &Application, variant: Variant) -> Option<f64> {
         self.nodes
@@ -347,6 +361,9 @@ pub struct GroupPlan {
     pub cpu_tasks: Vec<f64>,
     /// Per application: tasks the optimum runs as GPU tasks on these nodes.
     pub gpu_tasks: Vec<f64>,
+    /// How many times its time alone a read on these nodes was taken to last (1 in the bound's
+    /// programme; [`contended_plan`] sets it from the disk contention).
+    pub read_stretch: f64,
 }
 
 /// The fluid optimum of `apps` on `nodes` (see the module doc), with its CPU/GPU split.
@@ -355,6 +372,81 @@ pub fn fluid_plan<'a>(
     apps: &[&Application],
 ) -> Result<FluidPlan, BoundError> {
     fluid(&groups_of(nodes).0, apps)
+}
+
+/// Rounds of [`contended_plan`]'s fixed point (each one LP solve).
+pub const CONTENTION_ROUNDS: usize = 4;
+
+/// The fluid optimum of `apps` on `nodes` **with the disk contention of a real run**: a plan for
+/// a scheduler, not a bound. The bound's programme lets every task read at its disk's full
+/// bandwidth; in a real run the tasks reading a disk at once share it (processor sharing), so a
+/// read lasts `s` times as long as alone, `s` the number of tasks reading beside it. A CPU task
+/// holds its core for the whole stretched read, so on a busy disk the cores are scarcer than the
+/// bound's programme says, and a compute-bound application's 900 s CPU tasks that fit in the
+/// bound's spare core time may not fit at all.
+///
+/// Per group, the stretch is `observed(group's nodes)` when the scheduler has measured it (the
+/// mean number of readers a reader shares the disk with, from the heartbeats' `#IOtask`).
+/// Otherwise it is predicted from the plan itself: where the plan keeps a disk busy a fraction `ρ`
+/// of the time, a read takes about `1 / (1 − ρ)` times as long as alone (the mean stretch of a
+/// job under M/G/1 processor sharing), and never more than one share among the node's cores (each
+/// task holds a core). That is a fixed point — solve with stretch 1, set each group's stretch from
+/// the disk load `ρ = Σ x · V / (BW · T)` of the solution, solve again — run for
+/// [`CONTENTION_ROUNDS`] rounds, each new stretch the geometric mean of the last one and the one
+/// the solution implies (a busy disk stretches reads, which lengthens `T`, which lowers `ρ`: the
+/// mean damps that swing).
+pub fn contended_plan<'a>(
+    nodes: impl Iterator<Item = &'a Node>,
+    apps: &[&Application],
+    observed: &dyn Fn(&[crate::model::NodeId]) -> Option<f64>,
+) -> Result<FluidPlan, BoundError> {
+    let groups = groups_of(nodes).0;
+    let fixed: Vec<Option<f64>> = groups
+        .iter()
+        .map(|g| {
+            let ids: Vec<crate::model::NodeId> = g.nodes.iter().map(|n| n.id).collect();
+            observed(&ids).map(|s| s.max(1.0))
+        })
+        .collect();
+    let mut stretch: Vec<f64> = fixed.iter().map(|f| f.unwrap_or(1.0)).collect();
+    let mut plan = fluid_stretched(&groups, apps, &stretch)?;
+    for _ in 0..CONTENTION_ROUNDS {
+        if plan.makespan_s <= 0.0 {
+            break;
+        }
+        let mut changed = false;
+        for (gi, g) in groups.iter().enumerate() {
+            let bw = g.disk_bw();
+            if bw <= 0.0 || fixed[gi].is_some() {
+                continue;
+            }
+            let bytes: f64 = apps
+                .iter()
+                .enumerate()
+                .map(|(ai, a)| {
+                    (plan.groups[gi].cpu_tasks[ai] + plan.groups[gi].gpu_tasks[ai])
+                        * a.split_bytes as f64
+                })
+                .sum();
+            let cap = f64::from(g.max_cores().max(1));
+            let rho = (bytes / bw / plan.makespan_s).clamp(0.0, 1.0);
+            let implied = if rho >= 1.0 - 1.0 / cap {
+                cap
+            } else {
+                1.0 / (1.0 - rho)
+            };
+            let next = (stretch[gi] * implied).sqrt();
+            if (next - stretch[gi]).abs() > 1e-3 * stretch[gi] {
+                changed = true;
+            }
+            stretch[gi] = next;
+        }
+        if !changed {
+            break;
+        }
+        plan = fluid_stretched(&groups, apps, &stretch)?;
+    }
+    Ok(plan)
 }
 
 /// One task variable: `x` tasks of an application as `variant` on the nodes of a group.
@@ -377,6 +469,17 @@ struct Placement {
 /// nodes that is the per-node row `Σ x · duration · request / node capacity ≤ m · T` divided by
 /// `m`.
 fn fluid(groups: &[NodeGroup<'_>], apps: &[&Application]) -> Result<FluidPlan, BoundError> {
+    fluid_stretched(groups, apps, &[])
+}
+
+/// The fluid programme with every task's read on group `g` taking `stretch[g]` times its time
+/// alone (1 where `stretch` has no entry: the bound's programme). `stretch` models the disk
+/// contention of a real run for [`contended_plan`]; it is never used for the bound.
+fn fluid_stretched(
+    groups: &[NodeGroup<'_>],
+    apps: &[&Application],
+    stretch: &[f64],
+) -> Result<FluidPlan, BoundError> {
     let mut vars = ProblemVariables::new();
     let t = vars.add(variable().min(0.0));
     let mut placements: Vec<Placement> = Vec::new();
@@ -386,10 +489,13 @@ fn fluid(groups: &[NodeGroup<'_>], apps: &[&Application]) -> Result<FluidPlan, B
         let mut any = false;
         for (gi, g) in groups.iter().enumerate() {
             let disk_bw = g.disk_bw();
+            let extra_read = (stretch.get(gi).copied().unwrap_or(1.0) - 1.0).max(0.0)
+                * g.read_time(a);
             for v in [Variant::Cpu, Variant::Gpu] {
                 let Some(duration) = g.best_task_time(a, v) else {
                     continue;
                 };
+                let duration = duration + extra_read;
                 let x = vars.add(variable().min(0.0));
                 sum += x;
                 any = true;
@@ -427,9 +533,13 @@ fn fluid(groups: &[NodeGroup<'_>], apps: &[&Application]) -> Result<FluidPlan, B
                 nodes: g.nodes.iter().map(|n| n.id).collect(),
                 cpu_tasks: vec![0.0; apps.len()],
                 gpu_tasks: vec![0.0; apps.len()],
+                read_stretch: 1.0,
             })
             .collect(),
     };
+    for (gi, g) in plan.groups.iter_mut().enumerate() {
+        g.read_stretch = stretch.get(gi).copied().unwrap_or(1.0).max(1.0);
+    }
     if demand.is_empty() {
         return Ok(plan);
     }

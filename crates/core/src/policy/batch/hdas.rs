@@ -66,6 +66,61 @@ pub struct Hdas {
     plan_for: Option<(usize, usize, crate::model::Resources)>,
     /// The heartbeat being handled.
     now: Time,
+    /// `hdas-hetero` only, per node (by index): the readers its heartbeats reported (`#IOtask`),
+    /// as decayed sums ([`Readers`]).
+    readers: Vec<Readers>,
+}
+
+/// What a node's heartbeats said about its disk: decayed sums over the heartbeats the policy saw
+/// of 1, `k` and `k²`, `k` the `#IOtask` reported. `Σk² / Σk` is the mean number of tasks a
+/// reading task shares the disk with (each of the `k` readers of a heartbeat sees `k`), so the
+/// factor by which a read lasts longer than alone under processor sharing: the measured stretch
+/// `hdas-hetero`'s plan uses for that node's reads.
+#[derive(Clone, Copy, Debug, Default)]
+struct Readers {
+    beats: f64,
+    sum: f64,
+    sum_sq: f64,
+}
+
+/// Weight each new heartbeat keeps of the ones before (a memory of about 50 heartbeats, so the
+/// measured stretch follows a change in the mix of applications).
+const READERS_DECAY: f64 = 0.98;
+
+/// Heartbeats (decayed) a group needs before its measured stretch replaces the predicted one.
+const READERS_MIN_BEATS: f64 = 10.0;
+
+/// A measured read stretch this far (relative) from the one the plan assumed makes a new plan.
+const STRETCH_DRIFT: f64 = 0.25;
+
+impl Readers {
+    fn record(&mut self, k: u32) {
+        let k = f64::from(k);
+        self.beats = self.beats * READERS_DECAY + 1.0;
+        self.sum = self.sum * READERS_DECAY + k;
+        self.sum_sq = self.sum_sq * READERS_DECAY + k * k;
+    }
+}
+
+/// The measured read stretch over `nodes` (see [`Readers`]), once they have reported
+/// [`READERS_MIN_BEATS`] heartbeats.
+fn measured_stretch(readers: &[Readers], nodes: &[NodeId]) -> Option<f64> {
+    let total = nodes
+        .iter()
+        .filter_map(|n| readers.get(n.index()))
+        .fold(Readers::default(), |t, r| Readers {
+            beats: t.beats + r.beats,
+            sum: t.sum + r.sum,
+            sum_sq: t.sum_sq + r.sum_sq,
+        });
+    if total.beats < READERS_MIN_BEATS {
+        return None;
+    }
+    Some(if total.sum > 0.0 {
+        (total.sum_sq / total.sum).max(1.0)
+    } else {
+        1.0
+    })
 }
 
 /// The fluid optimum (`bound::fluid_plan`) of the work pending at `start`, which `hdas-hetero`
@@ -82,6 +137,8 @@ struct Plan {
     group_of: Vec<usize>,
     /// Per group, per application (by index): planned (GPU, CPU) tasks.
     planned: Vec<Vec<(f64, f64)>>,
+    /// Per group: its nodes, and the read stretch the plan assumed there.
+    groups: Vec<(Vec<NodeId>, f64)>,
     /// Per group, per application: (GPU, CPU) tasks started there since `start`.
     started: Vec<Vec<(u32, u32)>>,
 }
@@ -176,6 +233,7 @@ impl Hdas {
             plan: None,
             plan_for: None,
             now: 0,
+            readers: Vec::new(),
             feasible: Vec::new(),
             feasible_for: None,
         }
@@ -428,10 +486,18 @@ impl Hdas {
             view.pending_apps().count(),
             view.totals(),
         );
-        // Re-planned when the pending set or the cluster changes, and when the plan's makespan
-        // has passed (the run is slower than the fluid optimum: heartbeats, contention, noise).
+        // Re-planned when the pending set or the cluster changes, when the plan's makespan
+        // has passed (the run is slower than the fluid optimum: heartbeats, contention, noise),
+        // and when a group's disk is measured to stretch reads [`STRETCH_DRIFT`] more or less
+        // than the plan assumed (the plan's core time is then wrong).
         let expired = self.plan.as_ref().is_some_and(|p| p.expired(now));
-        if self.plan_for == Some(signature) && !expired {
+        let drifted = self.plan.as_ref().is_some_and(|p| {
+            p.groups.iter().any(|(nodes, assumed)| {
+                measured_stretch(&self.readers, nodes)
+                    .is_some_and(|m| (m / assumed.max(1.0) - 1.0).abs() > STRETCH_DRIFT)
+            })
+        });
+        if self.plan_for == Some(signature) && !expired && !drifted {
             return;
         }
         self.plan_for = Some(signature);
@@ -445,7 +511,9 @@ impl Hdas {
         let refs: Vec<&crate::model::Application> = pending.iter().collect();
         let nodes = view.nodes().iter().filter(|n| n.alive).map(|n| &n.node);
         let apps = view.apps().len();
-        self.plan = super::bound::fluid_plan(nodes, &refs).ok().map(|p| {
+        let readers = &self.readers;
+        let observed = |ids: &[NodeId]| measured_stretch(readers, ids);
+        self.plan = super::bound::contended_plan(nodes, &refs, &observed).ok().map(|p| {
             let mut group_of = vec![usize::MAX; view.nodes().len()];
             let mut planned = vec![vec![(0.0, 0.0); apps]; p.groups.len()];
             for (g, group) in p.groups.iter().enumerate() {
@@ -461,6 +529,11 @@ impl Hdas {
             Plan {
                 start: now,
                 makespan: p.makespan_s,
+                groups: p
+                    .groups
+                    .iter()
+                    .map(|g| (g.nodes.clone(), g.read_stretch))
+                    .collect(),
                 group_of,
                 started: vec![vec![(0, 0); apps]; planned.len()],
                 planned,
@@ -495,6 +568,12 @@ impl BatchPolicy for Hdas {
         let mut out = Vec::new();
         self.now = now;
         if self.config.completion_aware {
+            if self.readers.len() < view.nodes().len() {
+                self.readers.resize(view.nodes().len(), Readers::default());
+            }
+            if let Some(r) = self.readers.get_mut(node.index()) {
+                r.record(view.node(node).io_tasks);
+            }
             self.refresh_plan(view, now);
             self.refresh_feasible(view);
             self.backlog = gpu_backlogs(view, &self.feasible, self.config.progress_tolerance);
