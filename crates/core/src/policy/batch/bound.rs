@@ -845,4 +845,60 @@ mod plan_tests {
         assert!((p.gpu_tasks[0] - 3.0).abs() < 1e-9, "{p:?}");
         assert!((p.cpu_tasks[0] - 1.0).abs() < 1e-9, "{p:?}");
     }
+
+    /// The cluster and workload of the sweep's case that `hdas-hetero` used to lose (#815 of
+    /// seed 1), cut down to one node: 4 cores and 1 GPU on a 100 MiB/s disk; `io`, CPU-only,
+    /// 60 tasks of 32 s of compute and an 800 MiB split (8 s alone); `bp`, 50 tasks of 900 s on a
+    /// core or 20 s on the GPU. With reads at full bandwidth the cores have spare time, and the
+    /// optimum puts `bp` on them for 0.625 tasks (by hand: `1000 − 20y = (3400 + 880y) / 4`).
+    /// With the three `io` readers sharing the disk (each read 3× as long), the `io` tasks alone
+    /// fill the cores (`(60 · 56 + 50 · 20) / 4 = 1090 s` of core time per core against 1000 s of
+    /// GPU work), so a plan that knows the contention runs every `bp` task on the GPU.
+    fn core_bound_under_contention() -> (Node, Vec<Application>) {
+        let n = node("n")
+            .cores(4)
+            .gpus(1, "g")
+            .disk_mib_s(100.0)
+            .build(NodeId(0));
+        let io = app("io")
+            .split_mib(800)
+            .tasks(60)
+            .cpu(32.0, 8.0)
+            .build(AppId(0));
+        let bp = app("bp")
+            .split_mib(0)
+            .tasks(50)
+            .cpu(900.0, 0.0)
+            .gpu(20.0, 0.0, 0.0)
+            .build(AppId(1));
+        (n, vec![io, bp])
+    }
+
+    #[test]
+    fn a_plan_that_knows_the_disk_contention_keeps_long_cpu_tasks_off_scarce_cores() {
+        let (n, apps) = core_bound_under_contention();
+        let refs: Vec<&Application> = apps.iter().collect();
+        let fluid = fluid_plan(std::iter::once(&n), &refs).unwrap();
+        assert!((fluid.cpu_tasks[1] - 0.625).abs() < 1e-6, "{fluid:?}");
+        assert!((fluid.makespan_s - 987.5).abs() < 1e-6, "{fluid:?}");
+        let measured = contended_plan(std::iter::once(&n), &refs, &|_| Some(3.0)).unwrap();
+        assert!(measured.cpu_tasks[1] < 1e-6, "{measured:?}");
+        assert!((measured.makespan_s - 1090.0).abs() < 1e-6, "{measured:?}");
+        assert_eq!(measured.groups[0].read_stretch, 3.0);
+    }
+
+    /// With nothing measured yet, the stretch is predicted from the plan's own disk load: about
+    /// half of the time busy here, so reads last about twice as long, and `bp` gets fewer cores
+    /// than in the bound's programme; a disk nobody reads is not stretched.
+    #[test]
+    fn an_unmeasured_disk_is_stretched_by_the_plans_own_load() {
+        let (n, apps) = core_bound_under_contention();
+        let refs: Vec<&Application> = apps.iter().collect();
+        let predicted = contended_plan(std::iter::once(&n), &refs, &|_| None).unwrap();
+        let stretch = predicted.groups[0].read_stretch;
+        assert!((1.5..=2.5).contains(&stretch), "{predicted:?}");
+        assert!(predicted.cpu_tasks[1] < 0.625 - 0.1, "{predicted:?}");
+        let idle = contended_plan(std::iter::once(&n), &refs[1..], &|_| None).unwrap();
+        assert_eq!(idle.groups[0].read_stretch, 1.0);
+    }
 }

@@ -69,6 +69,12 @@ pub struct Hdas {
     /// `hdas-hetero` only, per node (by index): the readers its heartbeats reported (`#IOtask`),
     /// as decayed sums ([`Readers`]).
     readers: Vec<Readers>,
+    /// `hdas-hetero` only, per node: when the policy last handled its heartbeat.
+    last_beat: Vec<Option<Time>>,
+    /// `hdas-hetero` only: the heartbeat interval as measured — the shortest gap between two
+    /// heartbeats of one node that the policy handled (nodes with nothing free are not brought to
+    /// it, so gaps are whole multiples of the interval). `None` before any node beat twice.
+    beat: Option<Time>,
 }
 
 /// What a node's heartbeats said about its disk: decayed sums over the heartbeats the policy saw
@@ -234,6 +240,8 @@ impl Hdas {
             plan_for: None,
             now: 0,
             readers: Vec::new(),
+            last_beat: Vec::new(),
+            beat: None,
             feasible: Vec::new(),
             feasible_for: None,
         }
@@ -425,6 +433,20 @@ fn gpu_feasible(view: &SchedulerView, app: &crate::model::AppState) -> bool {
 /// the straggler `hdas-hetero` avoids. Applications whose GPU variant fits no node (`feasible`
 /// false) get infinity: nothing to wait for.
 pub fn gpu_backlogs(view: &SchedulerView, feasible: &[bool], tolerance: f64) -> Vec<f64> {
+    gpu_backlogs_between_beats(view, feasible, tolerance, 0.0)
+}
+
+/// [`gpu_backlogs`] when an accelerator that finishes a task gets its next one only on its node's
+/// next heartbeat, `beat_ns` apart: each GPU task then holds its device `beat_ns / 2` longer on
+/// average (the wait from a finish at a random moment to the next beat). With 5 s heartbeats and
+/// RS's 12 s GPU tasks that is a fifth more GPU time than the profile says; without it, the gate
+/// keeps cores idle near the end, believing the accelerators will be done sooner than they can.
+pub fn gpu_backlogs_between_beats(
+    view: &SchedulerView,
+    feasible: &[bool],
+    tolerance: f64,
+    beat_ns: f64,
+) -> Vec<f64> {
     let gpus = view.totals().gpus;
     let mut out = vec![f64::INFINITY; view.apps().len()];
     if gpus == 0 {
@@ -443,7 +465,7 @@ pub fn gpu_backlogs(view: &SchedulerView, feasible: &[bool], tolerance: f64) -> 
         .filter(|a| feasible.get(a.app.id.index()).copied().unwrap_or(false))
         .filter_map(|a| {
             let g = a.app.gpu.as_ref()?;
-            let task = g.compute as f64 / speed + g.copy as f64 + g.read as f64;
+            let task = g.compute as f64 / speed + g.copy as f64 + g.read as f64 + beat_ns / 2.0;
             let advantage = a
                 .app
                 .cpu_base_time()
@@ -574,9 +596,23 @@ impl BatchPolicy for Hdas {
             if let Some(r) = self.readers.get_mut(node.index()) {
                 r.record(view.node(node).io_tasks);
             }
+            if self.last_beat.len() < view.nodes().len() {
+                self.last_beat.resize(view.nodes().len(), None);
+            }
+            if let Some(last) = self.last_beat.get_mut(node.index()) {
+                if let Some(gap) = last.and_then(|t| now.checked_sub(t)).filter(|&g| g > 0) {
+                    self.beat = Some(self.beat.map_or(gap, |b| b.min(gap)));
+                }
+                *last = Some(now);
+            }
             self.refresh_plan(view, now);
             self.refresh_feasible(view);
-            self.backlog = gpu_backlogs(view, &self.feasible, self.config.progress_tolerance);
+            self.backlog = gpu_backlogs_between_beats(
+                view,
+                &self.feasible,
+                self.config.progress_tolerance,
+                self.beat.map_or(0.0, |b| b as f64),
+            );
         }
         for level in view.pending_priorities() {
             if self.config.completion_aware {
