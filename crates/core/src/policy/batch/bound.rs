@@ -385,9 +385,11 @@ pub const CONTENTION_ROUNDS: usize = 4;
 /// bound's programme says, and a compute-bound application's 900 s CPU tasks that fit in the
 /// bound's spare core time may not fit at all.
 ///
-/// Per group, the stretch is `observed(group's nodes)` when the scheduler has measured it (the
-/// mean number of readers a reader shares the disk with, from the heartbeats' `#IOtask`).
-/// Otherwise it is predicted from the plan itself: where the plan keeps a disk busy a fraction `ρ`
+/// Per group, the stretch is predicted from the plan itself, and is at least `observed(group's
+/// nodes)` when the scheduler has measured it (the mean number of readers a reader shares the
+/// disk with, from the heartbeats' `#IOtask`): a measured contention above the prediction is a
+/// fact of this run (tasks started together read together), one below it may only be the mix of
+/// the moment. The prediction: where the plan keeps a disk busy a fraction `ρ`
 /// of the time, a read takes about `1 / (1 − ρ)` times as long as alone (the mean stretch of a
 /// job under M/G/1 processor sharing), and never more than one share among the node's cores (each
 /// task holds a core). That is a fixed point — solve with stretch 1, set each group's stretch from
@@ -417,7 +419,7 @@ pub fn contended_plan<'a>(
         let mut changed = false;
         for (gi, g) in groups.iter().enumerate() {
             let bw = g.disk_bw();
-            if bw <= 0.0 || fixed[gi].is_some() {
+            if bw <= 0.0 {
                 continue;
             }
             let bytes: f64 = apps
@@ -435,7 +437,7 @@ pub fn contended_plan<'a>(
             } else {
                 1.0 / (1.0 - rho)
             };
-            let next = (stretch[gi] * implied).sqrt();
+            let next = (stretch[gi] * implied).sqrt().max(fixed[gi].unwrap_or(1.0));
             if (next - stretch[gi]).abs() > 1e-3 * stretch[gi] {
                 changed = true;
             }

@@ -96,8 +96,11 @@ const READERS_DECAY: f64 = 0.98;
 /// Heartbeats (decayed) a group needs before its measured stretch replaces the predicted one.
 const READERS_MIN_BEATS: f64 = 10.0;
 
-/// A measured read stretch this far (relative) from the one the plan assumed makes a new plan.
+/// A measured read stretch this much (relative) above the one the plan assumed makes a new plan.
 const STRETCH_DRIFT: f64 = 0.25;
+
+/// Share of its course a plan runs before a measured stretch may replace it.
+const DRIFT_MIN_PACE: f64 = 0.1;
 
 impl Readers {
     fn record(&mut self, k: u32) {
@@ -510,14 +513,17 @@ impl Hdas {
         );
         // Re-planned when the pending set or the cluster changes, when the plan's makespan
         // has passed (the run is slower than the fluid optimum: heartbeats, contention, noise),
-        // and when a group's disk is measured to stretch reads [`STRETCH_DRIFT`] more or less
-        // than the plan assumed (the plan's core time is then wrong).
+        // and when a group's disk is measured to stretch reads [`STRETCH_DRIFT`] more than the
+        // plan assumed (the plan's core time is then too short) — not before the plan has run
+        // [`DRIFT_MIN_PACE`] of its course, so that a run is not re-planned at every heartbeat
+        // while the measurements settle (each new plan starts its pacing afresh).
         let expired = self.plan.as_ref().is_some_and(|p| p.expired(now));
         let drifted = self.plan.as_ref().is_some_and(|p| {
-            p.groups.iter().any(|(nodes, assumed)| {
-                measured_stretch(&self.readers, nodes)
-                    .is_some_and(|m| (m / assumed.max(1.0) - 1.0).abs() > STRETCH_DRIFT)
-            })
+            p.pace(now) >= DRIFT_MIN_PACE
+                && p.groups.iter().any(|(nodes, assumed)| {
+                    measured_stretch(&self.readers, nodes)
+                        .is_some_and(|m| m > assumed.max(1.0) * (1.0 + STRETCH_DRIFT))
+                })
         });
         if self.plan_for == Some(signature) && !expired && !drifted {
             return;
