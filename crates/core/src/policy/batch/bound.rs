@@ -491,8 +491,8 @@ fn fluid_stretched(
         let mut any = false;
         for (gi, g) in groups.iter().enumerate() {
             let disk_bw = g.disk_bw();
-            let extra_read = (stretch.get(gi).copied().unwrap_or(1.0) - 1.0).max(0.0)
-                * g.read_time(a);
+            let extra_read =
+                (stretch.get(gi).copied().unwrap_or(1.0) - 1.0).max(0.0) * g.read_time(a);
             for v in [Variant::Cpu, Variant::Gpu] {
                 let Some(duration) = g.best_task_time(a, v) else {
                     continue;

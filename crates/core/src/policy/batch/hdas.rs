@@ -114,14 +114,15 @@ impl Readers {
 /// The measured read stretch over `nodes` (see [`Readers`]), once they have reported
 /// [`READERS_MIN_BEATS`] heartbeats.
 fn measured_stretch(readers: &[Readers], nodes: &[NodeId]) -> Option<f64> {
-    let total = nodes
-        .iter()
-        .filter_map(|n| readers.get(n.index()))
-        .fold(Readers::default(), |t, r| Readers {
-            beats: t.beats + r.beats,
-            sum: t.sum + r.sum,
-            sum_sq: t.sum_sq + r.sum_sq,
-        });
+    let total =
+        nodes
+            .iter()
+            .filter_map(|n| readers.get(n.index()))
+            .fold(Readers::default(), |t, r| Readers {
+                beats: t.beats + r.beats,
+                sum: t.sum + r.sum,
+                sum_sq: t.sum_sq + r.sum_sq,
+            });
     if total.beats < READERS_MIN_BEATS {
         return None;
     }
@@ -541,32 +542,34 @@ impl Hdas {
         let apps = view.apps().len();
         let readers = &self.readers;
         let observed = |ids: &[NodeId]| measured_stretch(readers, ids);
-        self.plan = super::bound::contended_plan(nodes, &refs, &observed).ok().map(|p| {
-            let mut group_of = vec![usize::MAX; view.nodes().len()];
-            let mut planned = vec![vec![(0.0, 0.0); apps]; p.groups.len()];
-            for (g, group) in p.groups.iter().enumerate() {
-                for n in &group.nodes {
-                    if let Some(slot) = group_of.get_mut(n.index()) {
-                        *slot = g;
+        self.plan = super::bound::contended_plan(nodes, &refs, &observed)
+            .ok()
+            .map(|p| {
+                let mut group_of = vec![usize::MAX; view.nodes().len()];
+                let mut planned = vec![vec![(0.0, 0.0); apps]; p.groups.len()];
+                for (g, group) in p.groups.iter().enumerate() {
+                    for n in &group.nodes {
+                        if let Some(slot) = group_of.get_mut(n.index()) {
+                            *slot = g;
+                        }
+                    }
+                    for (i, a) in pending.iter().enumerate() {
+                        planned[g][a.id.index()] = (group.gpu_tasks[i], group.cpu_tasks[i]);
                     }
                 }
-                for (i, a) in pending.iter().enumerate() {
-                    planned[g][a.id.index()] = (group.gpu_tasks[i], group.cpu_tasks[i]);
+                Plan {
+                    start: now,
+                    makespan: p.makespan_s,
+                    groups: p
+                        .groups
+                        .iter()
+                        .map(|g| (g.nodes.clone(), g.read_stretch))
+                        .collect(),
+                    group_of,
+                    started: vec![vec![(0, 0); apps]; planned.len()],
+                    planned,
                 }
-            }
-            Plan {
-                start: now,
-                makespan: p.makespan_s,
-                groups: p
-                    .groups
-                    .iter()
-                    .map(|g| (g.nodes.clone(), g.read_stretch))
-                    .collect(),
-                group_of,
-                started: vec![vec![(0, 0); apps]; planned.len()],
-                planned,
-            }
-        });
+            });
     }
 
     fn refresh_feasible(&mut self, view: &SchedulerView) {
