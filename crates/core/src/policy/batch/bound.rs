@@ -119,6 +119,20 @@ impl NodeGroup<'_> {
             .sum()
     }
 
+    /// The shortest time any node of the group needs to read `app`'s split alone, seconds.
+    fn read_time(&self, app: &Application) -> f64 {
+        self.nodes
+            .iter()
+            .map(|n| read_s(app, n))
+            .reduce(f64::min)
+            .unwrap_or(0.0)
+    }
+
+    /// Cores of the group's largest node: at most this many of its tasks read its disk at once.
+    fn max_cores(&self) -> u32 {
+        self.nodes.iter().map(|n| n.cores).max().unwrap_or(1)
+    }
+
     /// The shortest `variant` task of `app` on any node of the group, if it fits on one.
     fn best_task_time(&self, app: &Application, variant: Variant) -> Option<f64> {
         self.nodes
@@ -347,6 +361,9 @@ pub struct GroupPlan {
     pub cpu_tasks: Vec<f64>,
     /// Per application: tasks the optimum runs as GPU tasks on these nodes.
     pub gpu_tasks: Vec<f64>,
+    /// How many times its time alone a read on these nodes was taken to last (1 in the bound's
+    /// programme; [`contended_plan`] sets it from the disk contention).
+    pub read_stretch: f64,
 }
 
 /// The fluid optimum of `apps` on `nodes` (see the module doc), with its CPU/GPU split.
@@ -355,6 +372,83 @@ pub fn fluid_plan<'a>(
     apps: &[&Application],
 ) -> Result<FluidPlan, BoundError> {
     fluid(&groups_of(nodes).0, apps)
+}
+
+/// Rounds of [`contended_plan`]'s fixed point (each one LP solve).
+pub const CONTENTION_ROUNDS: usize = 4;
+
+/// The fluid optimum of `apps` on `nodes` **with the disk contention of a real run**: a plan for
+/// a scheduler, not a bound. The bound's programme lets every task read at its disk's full
+/// bandwidth; in a real run the tasks reading a disk at once share it (processor sharing), so a
+/// read lasts `s` times as long as alone, `s` the number of tasks reading beside it. A CPU task
+/// holds its core for the whole stretched read, so on a busy disk the cores are scarcer than the
+/// bound's programme says, and a compute-bound application's 900 s CPU tasks that fit in the
+/// bound's spare core time may not fit at all.
+///
+/// Per group, the stretch is predicted from the plan itself, and is at least `observed(group's
+/// nodes)` when the scheduler has measured it (the mean number of readers a reader shares the
+/// disk with, from the heartbeats' `#IOtask`): a measured contention above the prediction is a
+/// fact of this run (tasks started together read together), one below it may only be the mix of
+/// the moment. The prediction: where the plan keeps a disk busy a fraction `ρ`
+/// of the time, a read takes about `1 / (1 − ρ)` times as long as alone (the mean stretch of a
+/// job under M/G/1 processor sharing), and never more than one share among the node's cores (each
+/// task holds a core). That is a fixed point — solve with stretch 1, set each group's stretch from
+/// the disk load `ρ = Σ x · V / (BW · T)` of the solution, solve again — run for
+/// [`CONTENTION_ROUNDS`] rounds, each new stretch the geometric mean of the last one and the one
+/// the solution implies (a busy disk stretches reads, which lengthens `T`, which lowers `ρ`: the
+/// mean damps that swing).
+pub fn contended_plan<'a>(
+    nodes: impl Iterator<Item = &'a Node>,
+    apps: &[&Application],
+    observed: &dyn Fn(&[crate::model::NodeId]) -> Option<f64>,
+) -> Result<FluidPlan, BoundError> {
+    let groups = groups_of(nodes).0;
+    let fixed: Vec<Option<f64>> = groups
+        .iter()
+        .map(|g| {
+            let ids: Vec<crate::model::NodeId> = g.nodes.iter().map(|n| n.id).collect();
+            observed(&ids).map(|s| s.max(1.0))
+        })
+        .collect();
+    let mut stretch: Vec<f64> = fixed.iter().map(|f| f.unwrap_or(1.0)).collect();
+    let mut plan = fluid_stretched(&groups, apps, &stretch)?;
+    for _ in 0..CONTENTION_ROUNDS {
+        if plan.makespan_s <= 0.0 {
+            break;
+        }
+        let mut changed = false;
+        for (gi, g) in groups.iter().enumerate() {
+            let bw = g.disk_bw();
+            if bw <= 0.0 {
+                continue;
+            }
+            let bytes: f64 = apps
+                .iter()
+                .enumerate()
+                .map(|(ai, a)| {
+                    (plan.groups[gi].cpu_tasks[ai] + plan.groups[gi].gpu_tasks[ai])
+                        * a.split_bytes as f64
+                })
+                .sum();
+            let cap = f64::from(g.max_cores().max(1));
+            let rho = (bytes / bw / plan.makespan_s).clamp(0.0, 1.0);
+            let implied = if rho >= 1.0 - 1.0 / cap {
+                cap
+            } else {
+                1.0 / (1.0 - rho)
+            };
+            let next = (stretch[gi] * implied).sqrt().max(fixed[gi].unwrap_or(1.0));
+            if (next - stretch[gi]).abs() > 1e-3 * stretch[gi] {
+                changed = true;
+            }
+            stretch[gi] = next;
+        }
+        if !changed {
+            break;
+        }
+        plan = fluid_stretched(&groups, apps, &stretch)?;
+    }
+    Ok(plan)
 }
 
 /// One task variable: `x` tasks of an application as `variant` on the nodes of a group.
@@ -377,6 +471,17 @@ struct Placement {
 /// nodes that is the per-node row `Σ x · duration · request / node capacity ≤ m · T` divided by
 /// `m`.
 fn fluid(groups: &[NodeGroup<'_>], apps: &[&Application]) -> Result<FluidPlan, BoundError> {
+    fluid_stretched(groups, apps, &[])
+}
+
+/// The fluid programme with every task's read on group `g` taking `stretch[g]` times its time
+/// alone (1 where `stretch` has no entry: the bound's programme). `stretch` models the disk
+/// contention of a real run for [`contended_plan`]; it is never used for the bound.
+fn fluid_stretched(
+    groups: &[NodeGroup<'_>],
+    apps: &[&Application],
+    stretch: &[f64],
+) -> Result<FluidPlan, BoundError> {
     let mut vars = ProblemVariables::new();
     let t = vars.add(variable().min(0.0));
     let mut placements: Vec<Placement> = Vec::new();
@@ -386,10 +491,13 @@ fn fluid(groups: &[NodeGroup<'_>], apps: &[&Application]) -> Result<FluidPlan, B
         let mut any = false;
         for (gi, g) in groups.iter().enumerate() {
             let disk_bw = g.disk_bw();
+            let extra_read =
+                (stretch.get(gi).copied().unwrap_or(1.0) - 1.0).max(0.0) * g.read_time(a);
             for v in [Variant::Cpu, Variant::Gpu] {
                 let Some(duration) = g.best_task_time(a, v) else {
                     continue;
                 };
+                let duration = duration + extra_read;
                 let x = vars.add(variable().min(0.0));
                 sum += x;
                 any = true;
@@ -427,9 +535,13 @@ fn fluid(groups: &[NodeGroup<'_>], apps: &[&Application]) -> Result<FluidPlan, B
                 nodes: g.nodes.iter().map(|n| n.id).collect(),
                 cpu_tasks: vec![0.0; apps.len()],
                 gpu_tasks: vec![0.0; apps.len()],
+                read_stretch: 1.0,
             })
             .collect(),
     };
+    for (gi, g) in plan.groups.iter_mut().enumerate() {
+        g.read_stretch = stretch.get(gi).copied().unwrap_or(1.0).max(1.0);
+    }
     if demand.is_empty() {
         return Ok(plan);
     }
@@ -734,5 +846,61 @@ mod plan_tests {
         assert!((p.makespan_s - 30.0).abs() < 1e-9);
         assert!((p.gpu_tasks[0] - 3.0).abs() < 1e-9, "{p:?}");
         assert!((p.cpu_tasks[0] - 1.0).abs() < 1e-9, "{p:?}");
+    }
+
+    /// The cluster and workload of the sweep's case that `hdas-hetero` used to lose (#815 of
+    /// seed 1), cut down to one node: 4 cores and 1 GPU on a 100 MiB/s disk; `io`, CPU-only,
+    /// 60 tasks of 32 s of compute and an 800 MiB split (8 s alone); `bp`, 50 tasks of 900 s on a
+    /// core or 20 s on the GPU. With reads at full bandwidth the cores have spare time, and the
+    /// optimum puts `bp` on them for 0.625 tasks (by hand: `1000 − 20y = (3400 + 880y) / 4`).
+    /// With the three `io` readers sharing the disk (each read 3× as long), the `io` tasks alone
+    /// fill the cores (`(60 · 56 + 50 · 20) / 4 = 1090 s` of core time per core against 1000 s of
+    /// GPU work), so a plan that knows the contention runs every `bp` task on the GPU.
+    fn core_bound_under_contention() -> (Node, Vec<Application>) {
+        let n = node("n")
+            .cores(4)
+            .gpus(1, "g")
+            .disk_mib_s(100.0)
+            .build(NodeId(0));
+        let io = app("io")
+            .split_mib(800)
+            .tasks(60)
+            .cpu(32.0, 8.0)
+            .build(AppId(0));
+        let bp = app("bp")
+            .split_mib(0)
+            .tasks(50)
+            .cpu(900.0, 0.0)
+            .gpu(20.0, 0.0, 0.0)
+            .build(AppId(1));
+        (n, vec![io, bp])
+    }
+
+    #[test]
+    fn a_plan_that_knows_the_disk_contention_keeps_long_cpu_tasks_off_scarce_cores() {
+        let (n, apps) = core_bound_under_contention();
+        let refs: Vec<&Application> = apps.iter().collect();
+        let fluid = fluid_plan(std::iter::once(&n), &refs).unwrap();
+        assert!((fluid.cpu_tasks[1] - 0.625).abs() < 1e-6, "{fluid:?}");
+        assert!((fluid.makespan_s - 987.5).abs() < 1e-6, "{fluid:?}");
+        let measured = contended_plan(std::iter::once(&n), &refs, &|_| Some(3.0)).unwrap();
+        assert!(measured.cpu_tasks[1] < 1e-6, "{measured:?}");
+        assert!((measured.makespan_s - 1090.0).abs() < 1e-6, "{measured:?}");
+        assert_eq!(measured.groups[0].read_stretch, 3.0);
+    }
+
+    /// With nothing measured yet, the stretch is predicted from the plan's own disk load: about
+    /// half of the time busy here, so reads last about twice as long, and `bp` gets fewer cores
+    /// than in the bound's programme; a disk nobody reads is not stretched.
+    #[test]
+    fn an_unmeasured_disk_is_stretched_by_the_plans_own_load() {
+        let (n, apps) = core_bound_under_contention();
+        let refs: Vec<&Application> = apps.iter().collect();
+        let predicted = contended_plan(std::iter::once(&n), &refs, &|_| None).unwrap();
+        let stretch = predicted.groups[0].read_stretch;
+        assert!((1.5..=2.5).contains(&stretch), "{predicted:?}");
+        assert!(predicted.cpu_tasks[1] < 0.625 - 0.1, "{predicted:?}");
+        let idle = contended_plan(std::iter::once(&n), &refs[1..], &|_| None).unwrap();
+        assert_eq!(idle.groups[0].read_stretch, 1.0);
     }
 }

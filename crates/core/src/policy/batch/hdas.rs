@@ -66,6 +66,71 @@ pub struct Hdas {
     plan_for: Option<(usize, usize, crate::model::Resources)>,
     /// The heartbeat being handled.
     now: Time,
+    /// `hdas-hetero` only, per node (by index): the readers its heartbeats reported (`#IOtask`),
+    /// as decayed sums ([`Readers`]).
+    readers: Vec<Readers>,
+    /// `hdas-hetero` only, per node: when the policy last handled its heartbeat.
+    last_beat: Vec<Option<Time>>,
+    /// `hdas-hetero` only: the heartbeat interval as measured — the shortest gap between two
+    /// heartbeats of one node that the policy handled (nodes with nothing free are not brought to
+    /// it, so gaps are whole multiples of the interval). `None` before any node beat twice.
+    beat: Option<Time>,
+}
+
+/// What a node's heartbeats said about its disk: decayed sums over the heartbeats the policy saw
+/// of 1, `k` and `k²`, `k` the `#IOtask` reported. `Σk² / Σk` is the mean number of tasks a
+/// reading task shares the disk with (each of the `k` readers of a heartbeat sees `k`), so the
+/// factor by which a read lasts longer than alone under processor sharing: the measured stretch
+/// `hdas-hetero`'s plan uses for that node's reads.
+#[derive(Clone, Copy, Debug, Default)]
+struct Readers {
+    beats: f64,
+    sum: f64,
+    sum_sq: f64,
+}
+
+/// Weight each new heartbeat keeps of the ones before (a memory of about 50 heartbeats, so the
+/// measured stretch follows a change in the mix of applications).
+const READERS_DECAY: f64 = 0.98;
+
+/// Heartbeats (decayed) a group needs before its measured stretch replaces the predicted one.
+const READERS_MIN_BEATS: f64 = 10.0;
+
+/// A measured read stretch this much (relative) above the one the plan assumed makes a new plan.
+const STRETCH_DRIFT: f64 = 0.25;
+
+/// Share of its course a plan runs before a measured stretch may replace it.
+const DRIFT_MIN_PACE: f64 = 0.1;
+
+impl Readers {
+    fn record(&mut self, k: u32) {
+        let k = f64::from(k);
+        self.beats = self.beats * READERS_DECAY + 1.0;
+        self.sum = self.sum * READERS_DECAY + k;
+        self.sum_sq = self.sum_sq * READERS_DECAY + k * k;
+    }
+}
+
+/// The measured read stretch over `nodes` (see [`Readers`]), once they have reported
+/// [`READERS_MIN_BEATS`] heartbeats.
+fn measured_stretch(readers: &[Readers], nodes: &[NodeId]) -> Option<f64> {
+    let total =
+        nodes
+            .iter()
+            .filter_map(|n| readers.get(n.index()))
+            .fold(Readers::default(), |t, r| Readers {
+                beats: t.beats + r.beats,
+                sum: t.sum + r.sum,
+                sum_sq: t.sum_sq + r.sum_sq,
+            });
+    if total.beats < READERS_MIN_BEATS {
+        return None;
+    }
+    Some(if total.sum > 0.0 {
+        (total.sum_sq / total.sum).max(1.0)
+    } else {
+        1.0
+    })
 }
 
 /// The fluid optimum (`bound::fluid_plan`) of the work pending at `start`, which `hdas-hetero`
@@ -82,6 +147,8 @@ struct Plan {
     group_of: Vec<usize>,
     /// Per group, per application (by index): planned (GPU, CPU) tasks.
     planned: Vec<Vec<(f64, f64)>>,
+    /// Per group: its nodes, and the read stretch the plan assumed there.
+    groups: Vec<(Vec<NodeId>, f64)>,
     /// Per group, per application: (GPU, CPU) tasks started there since `start`.
     started: Vec<Vec<(u32, u32)>>,
 }
@@ -176,6 +243,9 @@ impl Hdas {
             plan: None,
             plan_for: None,
             now: 0,
+            readers: Vec::new(),
+            last_beat: Vec::new(),
+            beat: None,
             feasible: Vec::new(),
             feasible_for: None,
         }
@@ -367,6 +437,20 @@ fn gpu_feasible(view: &SchedulerView, app: &crate::model::AppState) -> bool {
 /// the straggler `hdas-hetero` avoids. Applications whose GPU variant fits no node (`feasible`
 /// false) get infinity: nothing to wait for.
 pub fn gpu_backlogs(view: &SchedulerView, feasible: &[bool], tolerance: f64) -> Vec<f64> {
+    gpu_backlogs_between_beats(view, feasible, tolerance, 0.0)
+}
+
+/// [`gpu_backlogs`] when an accelerator that finishes a task gets its next one only on its node's
+/// next heartbeat, `beat_ns` apart: each GPU task then holds its device `beat_ns / 2` longer on
+/// average (the wait from a finish at a random moment to the next beat). With 5 s heartbeats and
+/// RS's 12 s GPU tasks that is a fifth more GPU time than the profile says; without it, the gate
+/// keeps cores idle near the end, believing the accelerators will be done sooner than they can.
+pub fn gpu_backlogs_between_beats(
+    view: &SchedulerView,
+    feasible: &[bool],
+    tolerance: f64,
+    beat_ns: f64,
+) -> Vec<f64> {
     let gpus = view.totals().gpus;
     let mut out = vec![f64::INFINITY; view.apps().len()];
     if gpus == 0 {
@@ -385,7 +469,7 @@ pub fn gpu_backlogs(view: &SchedulerView, feasible: &[bool], tolerance: f64) -> 
         .filter(|a| feasible.get(a.app.id.index()).copied().unwrap_or(false))
         .filter_map(|a| {
             let g = a.app.gpu.as_ref()?;
-            let task = g.compute as f64 / speed + g.copy as f64 + g.read as f64;
+            let task = g.compute as f64 / speed + g.copy as f64 + g.read as f64 + beat_ns / 2.0;
             let advantage = a
                 .app
                 .cpu_base_time()
@@ -428,10 +512,21 @@ impl Hdas {
             view.pending_apps().count(),
             view.totals(),
         );
-        // Re-planned when the pending set or the cluster changes, and when the plan's makespan
-        // has passed (the run is slower than the fluid optimum: heartbeats, contention, noise).
+        // Re-planned when the pending set or the cluster changes, when the plan's makespan
+        // has passed (the run is slower than the fluid optimum: heartbeats, contention, noise),
+        // and when a group's disk is measured to stretch reads [`STRETCH_DRIFT`] more than the
+        // plan assumed (the plan's core time is then too short) — not before the plan has run
+        // [`DRIFT_MIN_PACE`] of its course, so that a run is not re-planned at every heartbeat
+        // while the measurements settle (each new plan starts its pacing afresh).
         let expired = self.plan.as_ref().is_some_and(|p| p.expired(now));
-        if self.plan_for == Some(signature) && !expired {
+        let drifted = self.plan.as_ref().is_some_and(|p| {
+            p.pace(now) >= DRIFT_MIN_PACE
+                && p.groups.iter().any(|(nodes, assumed)| {
+                    measured_stretch(&self.readers, nodes)
+                        .is_some_and(|m| m > assumed.max(1.0) * (1.0 + STRETCH_DRIFT))
+                })
+        });
+        if self.plan_for == Some(signature) && !expired && !drifted {
             return;
         }
         self.plan_for = Some(signature);
@@ -445,27 +540,36 @@ impl Hdas {
         let refs: Vec<&crate::model::Application> = pending.iter().collect();
         let nodes = view.nodes().iter().filter(|n| n.alive).map(|n| &n.node);
         let apps = view.apps().len();
-        self.plan = super::bound::fluid_plan(nodes, &refs).ok().map(|p| {
-            let mut group_of = vec![usize::MAX; view.nodes().len()];
-            let mut planned = vec![vec![(0.0, 0.0); apps]; p.groups.len()];
-            for (g, group) in p.groups.iter().enumerate() {
-                for n in &group.nodes {
-                    if let Some(slot) = group_of.get_mut(n.index()) {
-                        *slot = g;
+        let readers = &self.readers;
+        let observed = |ids: &[NodeId]| measured_stretch(readers, ids);
+        self.plan = super::bound::contended_plan(nodes, &refs, &observed)
+            .ok()
+            .map(|p| {
+                let mut group_of = vec![usize::MAX; view.nodes().len()];
+                let mut planned = vec![vec![(0.0, 0.0); apps]; p.groups.len()];
+                for (g, group) in p.groups.iter().enumerate() {
+                    for n in &group.nodes {
+                        if let Some(slot) = group_of.get_mut(n.index()) {
+                            *slot = g;
+                        }
+                    }
+                    for (i, a) in pending.iter().enumerate() {
+                        planned[g][a.id.index()] = (group.gpu_tasks[i], group.cpu_tasks[i]);
                     }
                 }
-                for (i, a) in pending.iter().enumerate() {
-                    planned[g][a.id.index()] = (group.gpu_tasks[i], group.cpu_tasks[i]);
+                Plan {
+                    start: now,
+                    makespan: p.makespan_s,
+                    groups: p
+                        .groups
+                        .iter()
+                        .map(|g| (g.nodes.clone(), g.read_stretch))
+                        .collect(),
+                    group_of,
+                    started: vec![vec![(0, 0); apps]; planned.len()],
+                    planned,
                 }
-            }
-            Plan {
-                start: now,
-                makespan: p.makespan_s,
-                group_of,
-                started: vec![vec![(0, 0); apps]; planned.len()],
-                planned,
-            }
-        });
+            });
     }
 
     fn refresh_feasible(&mut self, view: &SchedulerView) {
@@ -495,9 +599,29 @@ impl BatchPolicy for Hdas {
         let mut out = Vec::new();
         self.now = now;
         if self.config.completion_aware {
+            if self.readers.len() < view.nodes().len() {
+                self.readers.resize(view.nodes().len(), Readers::default());
+            }
+            if let Some(r) = self.readers.get_mut(node.index()) {
+                r.record(view.node(node).io_tasks);
+            }
+            if self.last_beat.len() < view.nodes().len() {
+                self.last_beat.resize(view.nodes().len(), None);
+            }
+            if let Some(last) = self.last_beat.get_mut(node.index()) {
+                if let Some(gap) = last.and_then(|t| now.checked_sub(t)).filter(|&g| g > 0) {
+                    self.beat = Some(self.beat.map_or(gap, |b| b.min(gap)));
+                }
+                *last = Some(now);
+            }
             self.refresh_plan(view, now);
             self.refresh_feasible(view);
-            self.backlog = gpu_backlogs(view, &self.feasible, self.config.progress_tolerance);
+            self.backlog = gpu_backlogs_between_beats(
+                view,
+                &self.feasible,
+                self.config.progress_tolerance,
+                self.beat.map_or(0.0, |b| b as f64),
+            );
         }
         for level in view.pending_priorities() {
             if self.config.completion_aware {
