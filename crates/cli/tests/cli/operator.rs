@@ -258,9 +258,12 @@ fn drain_waits_for_running_tasks_and_a_second_signal_exits_at_once() {
     c.signal_agent("a", "TERM");
     let code = c.agent_exit("a", Duration::from_secs(10));
     assert_eq!(code, Some(130), "{}", c.agent_log("a"));
-    assert!(
-        group_members(groups[0]).is_empty(),
-        "no orphan after the second signal"
+    // The agent SIGKILLs the group before it exits; a killed process still takes a moment to die
+    // on a loaded machine, so the check is bounded rather than instantaneous.
+    wait_until(
+        "no orphan after the second signal",
+        Duration::from_secs(5),
+        || group_members(groups[0]).is_empty(),
     );
 }
 

@@ -307,7 +307,10 @@ fn clusters_come_from_measured_round_trips_and_a_request_travels_within_a_cluste
         spread[first_sc2..].iter().any(|h| ids.contains(&h.0)),
         "and from one Sc2 agent to the other: {spread:?}"
     );
-    // Exactly: L → n1 (Sc1, all 20) → n0 (14 left); back to L; L → n2 (Sc2, 8) → n3 (2).
+    // Exactly: L → n1 (Sc1, all 20) → n0 (14 left); back to L; L → n1 again (8): n1's status of
+    // a self-check made before it accepted reached L after the first request left, and a node
+    // reports at every check below LT (seed 004), so Sc1's table named n1 once more — n1, now
+    // loaded, returns the 8 at once and the return clears it; then L → n2 (Sc2, 8) → n3 (2).
     let l = u32::MAX - 1;
     let path: Vec<(u32, u32, u32, usize)> =
         spread.iter().map(|h| (h.0, h.1, h.2, h.3.len())).collect();
@@ -316,6 +319,7 @@ fn clusters_come_from_measured_round_trips_and_a_request_travels_within_a_cluste
         vec![
             (l, ids[1], 0, 20),
             (ids[1], ids[0], 0, 14),
+            (l, ids[1], 0, 8),
             (l, ids[2], 1, 8),
             (ids[2], ids[3], 1, 2)
         ]
