@@ -219,8 +219,8 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                 opts.log_tls.clone(),
                 plain,
             )
-                .await
-                .map_err(|e| AgentError::Config(format!("log listener on {at}: {e}")))?;
+            .await
+            .map_err(|e| AgentError::Config(format!("log listener on {at}: {e}")))?;
             let data = match tls {
                 Some((svc, tls)) => Some(
                     dataflow::DataListener::bind(

@@ -278,24 +278,28 @@ fn a_job_survives_the_sigkill_of_an_agent_and_of_the_server() {
     let _one = serial();
     let mut c = cluster("div-kill");
     let expected = whole_product(&c);
-    // Rows of 32 ms: the three quarters left after the agent's death take seconds, far longer than
-    // one poll of `job` even on a loaded machine, so the server is killed while the job runs.
+    // Rows of 32 ms: what is left after the agent's death takes seconds, far longer than the
+    // server's 1 s dead timeout plus one poll of `job`, so the server is killed while the job runs.
     let id = submit(&c, "umrlm.toml", &job_file("umrlm", 32.0));
-    wait_until("a quarter of the units", Duration::from_secs(60), || {
-        job(&c, id)["divisible"]["units_done"].as_u64() >= Some(ROWS / 4)
+    wait_until("an eighth of the units", Duration::from_secs(60), || {
+        job(&c, id)["divisible"]["units_done"].as_u64() >= Some(ROWS / 8)
     });
     kill_agent(&mut c, "b");
-    // The server is killed at the first progress seen after the agent's death: units finish in
-    // chunk-sized steps, so waiting for a fixed fraction could see the job already completed.
-    let done_at_agent_kill = job(&c, id)["divisible"]["units_done"].as_u64();
+    // The server is killed once it has declared the agent lost (its chunks re-queued), not at a
+    // fraction of the units: units finish in chunk-sized steps, and a burst of them could end the
+    // job between two looks.
+    let b_lost = |j: &serde_json::Value| {
+        j["divisible"]["workers"]
+            .as_array()
+            .is_some_and(|ws| ws.iter().any(|w| w["name"] == "b" && w["alive"] == false))
+    };
     let mut before = serde_json::Value::Null;
     wait_until(
-        "progress after the agent's death",
+        "the server to declare the agent lost",
         Duration::from_secs(60),
         || {
             before = job(&c, id);
-            before["state"] != "running"
-                || before["divisible"]["units_done"].as_u64() > done_at_agent_kill
+            before["state"] != "running" || b_lost(&before)
         },
     );
     assert_eq!(

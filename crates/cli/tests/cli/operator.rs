@@ -641,9 +641,11 @@ fn the_cli_exits_quietly_on_a_closed_pipe_and_speaks_plainly() {
     c.start_agent("a", 1, &[]);
     c.wait_for_nodes(1);
     // The server may list the node before the agent has logged its registration.
-    wait_until("the agent's registration in its log", Duration::from_secs(30), || {
-        c.agent_log("a").contains("registered")
-    });
+    wait_until(
+        "the agent's registration in its log",
+        Duration::from_secs(30),
+        || c.agent_log("a").contains("registered"),
+    );
     let log = c.agent_log("a");
     assert!(!log.contains('\u{1b}'), "{log}");
 }
