@@ -59,7 +59,7 @@ fn workload(nodes: usize, racks: usize, events: usize) -> Workload {
     Workload {
         names: (0..nodes).map(|i| format!("node{i}")).collect(),
         racks: (0..nodes).map(|i| format!("rack{}", i % racks)).collect(),
-        anode: (0..nodes).map(|i| (i / racks) % 5 == 0).collect(),
+        anode: (0..nodes).map(|i| (i / racks).is_multiple_of(5)).collect(),
         events: out,
     }
 }
