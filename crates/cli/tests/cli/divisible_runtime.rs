@@ -267,12 +267,6 @@ fn assert_memory_respected(j: &serde_json::Value) {
     }
 }
 
-fn kill_agent(c: &mut Cluster, name: &str) {
-    let mut child = c.agents.remove(name).expect("agent");
-    child.kill().expect("SIGKILL");
-    let _ = child.wait();
-}
-
 #[test]
 fn a_job_survives_the_sigkill_of_an_agent_and_of_the_server() {
     let _one = serial();
@@ -284,7 +278,7 @@ fn a_job_survives_the_sigkill_of_an_agent_and_of_the_server() {
     wait_until("an eighth of the units", Duration::from_secs(60), || {
         job(&c, id)["divisible"]["units_done"].as_u64() >= Some(ROWS / 8)
     });
-    kill_agent(&mut c, "b");
+    c.kill_agent("b");
     // The server is killed once it has declared the agent lost (its chunks re-queued), not at a
     // fraction of the units: units finish in chunk-sized steps, and a burst of them could end the
     // job between two looks.

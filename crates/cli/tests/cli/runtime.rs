@@ -3,256 +3,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{tls_file, wait_until};
-
-const BIN: &str = env!("CARGO_BIN_EXE_hetsched");
-
-/// A throw-away cluster: one server process and any number of agent processes.
-struct Cluster {
-    dir: PathBuf,
-    server: Option<Child>,
-    listen: String,
-    agents: BTreeMap<String, Child>,
-    /// Serve TLS with the test certificate in `tests/tls`.
-    tls: bool,
-    /// Start the server with `--http-listen 127.0.0.1:0` (metrics).
-    http: bool,
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("hetsched-rt-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
-
-impl Cluster {
-    fn start(name: &str) -> Cluster {
-        Self::start_with(name, false)
-    }
-
-    fn start_with(name: &str, tls: bool) -> Cluster {
-        Self::start_full(name, tls, false)
-    }
-
-    /// A cluster whose server also serves `/metrics` over HTTP (see [`Cluster::http_get`]).
-    fn start_with_metrics(name: &str) -> Cluster {
-        Self::start_full(name, false, true)
-    }
-
-    fn start_full(name: &str, tls: bool, http: bool) -> Cluster {
-        let mut c = Cluster {
-            dir: temp_dir(name),
-            server: None,
-            listen: "127.0.0.1:0".into(),
-            agents: BTreeMap::new(),
-            tls,
-            http,
-        };
-        c.start_server();
-        c
-    }
-
-    /// `GET path` on the server's HTTP listener: (status line, headers, body). Bounded by socket
-    /// time-outs.
-    fn http_get(&self, path: &str) -> (String, String, String) {
-        use std::io::{Read, Write};
-        let addr = std::fs::read_to_string(self.data().join("http-address")).expect("http-address");
-        let mut s =
-            std::net::TcpStream::connect(addr.trim()).expect("connect to the HTTP listener");
-        s.set_read_timeout(Some(Duration::from_secs(10)))
-            .expect("timeout");
-        s.set_write_timeout(Some(Duration::from_secs(10)))
-            .expect("timeout");
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-            addr.trim()
-        )
-        .expect("send request");
-        let mut raw = String::new();
-        s.read_to_string(&mut raw).expect("read response");
-        let (head, body) = raw.split_once("\r\n\r\n").expect("header/body separator");
-        let (status, headers) = head.split_once("\r\n").unwrap_or((head, ""));
-        (
-            status.to_string(),
-            headers.to_ascii_lowercase(),
-            body.to_string(),
-        )
-    }
-
-    fn data(&self) -> PathBuf {
-        self.dir.join("data")
-    }
-
-    fn start_server(&mut self) {
-        let address = self.data().join("address");
-        let _ = std::fs::remove_file(&address);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("server.log"))
-            .expect("log");
-        let config = self.dir.join("server.toml");
-        let text = if self.tls {
-            format!(
-                "[tls]\ncert = \"{}\"\nkey = \"{}\"\n",
-                tls_file("server.pem").display(),
-                tls_file("server.key").display()
-            )
-        } else {
-            String::new()
-        };
-        std::fs::write(&config, text).expect("config");
-        let child = Command::new(BIN)
-            .args(["server", "--listen", &self.listen, "--dead-timeout", "1s"])
-            .arg("--config")
-            .arg(&config)
-            .args(["--heartbeat-interval", "100ms", "--data-dir"])
-            .arg(self.data())
-            .args(if self.http {
-                vec!["--http-listen", "127.0.0.1:0"]
-            } else {
-                vec![]
-            })
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn server");
-        self.server = Some(child);
-        wait_until("the server's address file", Duration::from_secs(20), || {
-            std::fs::read_to_string(&address).is_ok_and(|s| !s.is_empty())
-        });
-        self.listen = std::fs::read_to_string(&address).expect("address");
-    }
-
-    fn kill_server(&mut self) {
-        if let Some(mut s) = self.server.take() {
-            s.kill().expect("SIGKILL server");
-            let _ = s.wait();
-        }
-    }
-
-    fn url(&self) -> String {
-        format!(
-            "{}://{}",
-            if self.tls { "https" } else { "http" },
-            self.listen
-        )
-    }
-
-    fn start_agent(&mut self, name: &str, cores: u32) {
-        let log = std::fs::File::create(self.dir.join(format!("agent-{name}.log"))).expect("log");
-        let child = Command::new(BIN)
-            .args(["agent", "--server", &self.url(), "--name", name])
-            .arg("--cores")
-            .arg(cores.to_string())
-            .arg("--token-file")
-            .arg(self.data().join("agent-token"))
-            .arg("--work-dir")
-            .arg(self.dir.join(format!("agent-{name}")))
-            .args(if self.tls {
-                vec!["--ca".to_string(), tls_file("ca.pem").display().to_string()]
-            } else {
-                vec![]
-            })
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn agent");
-        self.agents.insert(name.to_string(), child);
-    }
-
-    /// An agent configured by a TOML file (flags still give server, token and work directory).
-    fn start_agent_with_config(&mut self, name: &str, config: &str) {
-        let path = self.write(&format!("agent-{name}.toml"), config);
-        let log = std::fs::File::create(self.dir.join(format!("agent-{name}.log"))).expect("log");
-        let child = Command::new(BIN)
-            .args(["agent", "--server", &self.url(), "--name", name, "--config"])
-            .arg(path)
-            .arg("--token-file")
-            .arg(self.data().join("agent-token"))
-            .arg("--work-dir")
-            .arg(self.dir.join(format!("agent-{name}")))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn agent");
-        self.agents.insert(name.to_string(), child);
-    }
-
-    fn kill_agent(&mut self, name: &str) {
-        if let Some(mut a) = self.agents.remove(name) {
-            a.kill().expect("SIGKILL agent");
-            let _ = a.wait();
-        }
-    }
-
-    fn cli(&self, args: &[&str]) -> Output {
-        Command::new(BIN)
-            .args(args)
-            .env("HETSCHED_SERVER", self.url())
-            .env("HETSCHED_TOKEN_FILE", self.data().join("token"))
-            .envs(self.tls.then(|| ("HETSCHED_CA", tls_file("ca.pem"))))
-            .current_dir(&self.dir)
-            .output()
-            .expect("run hetsched")
-    }
-
-    fn json(&self, args: &[&str]) -> serde_json::Value {
-        let mut full = args.to_vec();
-        full.extend(["--output", "json"]);
-        let out = self.cli(&full);
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).expect("json")
-    }
-
-    fn wait_for_nodes(&self, n: usize) {
-        wait_until("agents to register", Duration::from_secs(20), || {
-            let out = self.cli(&["nodes", "--output", "json"]);
-            out.status.success()
-                && serde_json::from_slice::<serde_json::Value>(&out.stdout)
-                    .ok()
-                    .and_then(|v| {
-                        v.as_array()
-                            .map(|a| a.iter().filter(|n| n["alive"] == true).count())
-                    })
-                    == Some(n)
-        });
-    }
-
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let p = self.dir.join(name);
-        std::fs::write(&p, text).expect("write");
-        p
-    }
-
-    fn succeeded(&self, job: u64) -> u64 {
-        self.json(&["job", &job.to_string()])["counts"]["succeeded"]
-            .as_u64()
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for (_, mut a) in std::mem::take(&mut self.agents) {
-            let _ = a.kill();
-            let _ = a.wait();
-        }
-        self.kill_server();
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
+use crate::support::{BIN, Cluster, tls_file, wait_until};
 
 fn lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
@@ -264,9 +18,9 @@ fn lines(path: &Path) -> Vec<String> {
 
 #[test]
 fn a_job_of_200_tasks_runs_every_task_exactly_once() {
-    let mut c = Cluster::start("200");
-    c.start_agent("a", 4);
-    c.start_agent("b", 4);
+    let mut c = Cluster::start("200", false);
+    c.start_agent("a", 4, &[]);
+    c.start_agent("b", 4, &[]);
     c.wait_for_nodes(2);
     let log = c.dir.join("ran.log");
     let job = c.write(
@@ -334,8 +88,8 @@ fn a_job_of_200_tasks_runs_every_task_exactly_once() {
 
 #[test]
 fn malformed_job_files_are_refused_with_file_line_and_field_and_nothing_is_stored() {
-    let mut c = Cluster::start("malformed");
-    c.start_agent("cpu-only", 2);
+    let mut c = Cluster::start("malformed", false);
+    c.start_agent("cpu-only", 2, &[]);
     c.wait_for_nodes(1);
     let fixtures =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/jobs-malformed");
@@ -402,9 +156,9 @@ fn events(path: &Path) -> Vec<(String, u32, u32)> {
 
 #[test]
 fn a_server_killed_mid_job_restarts_and_no_recorded_success_runs_again() {
-    let mut c = Cluster::start("server-kill");
-    c.start_agent("a", 3);
-    c.start_agent("b", 3);
+    let mut c = Cluster::start("server-kill", false);
+    c.start_agent("a", 3, &[]);
+    c.start_agent("b", 3, &[]);
     c.wait_for_nodes(2);
     let log = c.dir.join("events.log");
     let job = c.write(
@@ -468,9 +222,9 @@ fn a_server_killed_mid_job_restarts_and_no_recorded_success_runs_again() {
 
 #[test]
 fn an_agent_killed_mid_job_loses_its_tasks_to_the_others() {
-    let mut c = Cluster::start("agent-kill");
-    c.start_agent("doomed", 2);
-    c.start_agent("survivor", 2);
+    let mut c = Cluster::start("agent-kill", false);
+    c.start_agent("doomed", 2, &[]);
+    c.start_agent("survivor", 2, &[]);
     c.wait_for_nodes(2);
     let log = c.dir.join("ran.log");
     let job = c.write(
@@ -546,8 +300,8 @@ fn process_gone(pid: u32) -> bool {
 
 #[test]
 fn a_restarted_agent_kills_the_tasks_its_sigkilled_predecessor_left_running() {
-    let mut c = Cluster::start("agent-restart");
-    c.start_agent("n", 3);
+    let mut c = Cluster::start("agent-restart", false);
+    c.start_agent("n", 3, &[]);
     c.wait_for_nodes(1);
     let log = c.dir.join("events.log");
     // The first attempt sleeps long in a child of the shell (both in the task's process group);
@@ -591,7 +345,7 @@ fn a_restarted_agent_kills_the_tasks_its_sigkilled_predecessor_left_running() {
         old.iter().all(|&p| !process_gone(p)),
         "the orphans outlive the SIGKILLed agent"
     );
-    c.start_agent("n", 3);
+    c.start_agent("n", 3, &[]);
     wait_until(
         "the restarted agent to kill the orphans (well before their 6 s sleep ends)",
         Duration::from_secs(4),
@@ -630,8 +384,8 @@ fn a_restarted_agent_kills_the_tasks_its_sigkilled_predecessor_left_running() {
 
 #[test]
 fn failed_attempts_run_again_while_retries_last_and_a_time_limit_counts_as_a_failure() {
-    let mut c = Cluster::start("retries");
-    c.start_agent("a", 4);
+    let mut c = Cluster::start("retries", false);
+    c.start_agent("a", 4, &[]);
     c.wait_for_nodes(1);
     let job = c.write(
         "job.toml",
@@ -678,7 +432,7 @@ fn failed_attempts_run_again_while_retries_last_and_a_time_limit_counts_as_a_fai
 
 #[test]
 fn a_submission_repeated_with_its_key_makes_one_job() {
-    let mut c = Cluster::start("keys");
+    let mut c = Cluster::start("keys", false);
     let job = c.write(
         "job.toml",
         "[[application]]\nname = \"a\"\ntasks = 1\n[application.cpu]\ncommand = \"true\"\n",
@@ -731,8 +485,8 @@ fn submit_plain(c: &Cluster, job: &Path) -> String {
 
 #[test]
 fn cancel_stops_running_tasks_and_time_limits_are_enforced() {
-    let mut c = Cluster::start("cancel");
-    c.start_agent("a", 2);
+    let mut c = Cluster::start("cancel", false);
+    c.start_agent("a", 2, &[]);
     c.wait_for_nodes(1);
     let slow = c.write(
         "slow.toml",
@@ -801,8 +555,8 @@ fn example_job_files_are_valid_runtime_jobs() {
 
 #[test]
 fn agents_and_clients_speak_tls_when_the_server_has_a_certificate() {
-    let mut c = Cluster::start_with("tls", true);
-    c.start_agent("secure", 2);
+    let mut c = Cluster::start_tls("tls");
+    c.start_agent("secure", 2, &[]);
     c.wait_for_nodes(1);
     let job = c.write(
         "job.toml",
@@ -854,7 +608,7 @@ fn agents_and_clients_speak_tls_when_the_server_has_a_certificate() {
 
 #[test]
 fn gpu_tasks_go_to_declared_gpus_with_cuda_visible_devices_set() {
-    let mut c = Cluster::start("gpus");
+    let mut c = Cluster::start("gpus", false);
     c.start_agent_with_config(
         "gpu-box",
         "cores = 4\nmemory = \"8GiB\"\n[[accelerator]]\nkind = \"test-gpu\"\ncount = 2\n",
@@ -962,12 +716,12 @@ fn parse_exposition(text: &str) -> BTreeMap<String, f64> {
 
 #[test]
 fn metrics_over_http_match_a_finished_job() {
-    let mut c = Cluster::start_with_metrics("metrics");
+    let mut c = Cluster::start("metrics", true);
     let (status, _, body) = c.http_get("/healthz");
     assert!(status.contains(" 200 "), "{status}");
     assert_eq!(body, "ok");
-    c.start_agent("a", 2);
-    c.start_agent("b", 2);
+    c.start_agent("a", 2, &[]);
+    c.start_agent("b", 2, &[]);
     c.wait_for_nodes(2);
     let job = c.write(
         "job.toml",
@@ -1069,7 +823,7 @@ fn agent_exits(c: &Cluster, args: &[&str], env: &[(&str, &Path)]) -> (bool, Stri
 #[test]
 fn an_agent_with_the_client_token_is_refused_and_the_data_directory_is_private() {
     use std::os::unix::fs::PermissionsExt;
-    let c = Cluster::start("roles");
+    let c = Cluster::start("roles", false);
     let client_token = c.data().join("token");
     let work = c.dir.join("w");
     let (ok, err) = agent_exits(
@@ -1119,8 +873,8 @@ fn an_agent_with_the_client_token_is_refused_and_the_data_directory_is_private()
 
 #[test]
 fn a_second_agent_under_a_live_nodes_name_is_refused_and_the_first_keeps_its_tasks() {
-    let mut c = Cluster::start("same-name");
-    c.start_agent("host", 2);
+    let mut c = Cluster::start("same-name", false);
+    c.start_agent("host", 2, &[]);
     c.wait_for_nodes(1);
     let token = c.data().join("agent-token");
     let other = c.dir.join("other-work-dir");
@@ -1165,7 +919,7 @@ fn a_second_agent_under_a_live_nodes_name_is_refused_and_the_first_keeps_its_tas
 #[test]
 fn the_default_work_directory_is_private_and_a_symlinked_one_is_refused() {
     use std::os::unix::fs::PermissionsExt;
-    let mut c = Cluster::start("work-dirs");
+    let mut c = Cluster::start("work-dirs", false);
     let state = c.dir.join("state");
     let token = c.data().join("agent-token");
     let child = Command::new(BIN)
@@ -1217,8 +971,8 @@ fn the_default_work_directory_is_private_and_a_symlinked_one_is_refused() {
 
 #[test]
 fn a_one_mebibyte_command_is_refused_and_64_tasks_of_a_60_kb_command_all_succeed() {
-    let mut c = Cluster::start("big-commands");
-    c.start_agent("wide", 64);
+    let mut c = Cluster::start("big-commands", false);
+    c.start_agent("wide", 64, &[]);
     c.wait_for_nodes(1);
     let huge = c.write(
         "huge.toml",
@@ -1261,7 +1015,7 @@ fn a_one_mebibyte_command_is_refused_and_64_tasks_of_a_60_kb_command_all_succeed
 
 #[test]
 fn tasks_pages_through_a_long_listing() {
-    let c = Cluster::start("pages");
+    let c = Cluster::start("pages", false);
     let job = c.write(
         "many.toml",
         "[[application]]\nname = \"m\"\ntasks = 2500\n[application.cpu]\ncommand = \"true\"\n",
@@ -1294,9 +1048,9 @@ fn tasks_pages_through_a_long_listing() {
 
 #[test]
 fn a_dead_node_can_be_removed_and_a_live_one_cannot() {
-    let mut c = Cluster::start("node-remove");
-    c.start_agent("gone", 1);
-    c.start_agent("stays", 1);
+    let mut c = Cluster::start("node-remove", false);
+    c.start_agent("gone", 1, &[]);
+    c.start_agent("stays", 1, &[]);
     c.wait_for_nodes(2);
     let out = c.cli(&["node", "remove", "stays"]);
     assert!(!out.status.success());
@@ -1325,8 +1079,8 @@ fn a_dead_node_can_be_removed_and_a_live_one_cannot() {
 
 #[test]
 fn results_of_tasks_that_ended_while_the_server_was_down_survive_an_agent_sigkill() {
-    let mut c = Cluster::start("results-survive");
-    c.start_agent("n", 2);
+    let mut c = Cluster::start("results-survive", false);
+    c.start_agent("n", 2, &[]);
     c.wait_for_nodes(1);
     let marks = c.dir.join("marks");
     let job = c.write(
@@ -1347,7 +1101,7 @@ fn results_of_tasks_that_ended_while_the_server_was_down_survive_an_agent_sigkil
     std::thread::sleep(Duration::from_millis(300)); // the agent records the results
     c.kill_agent("n"); // SIGKILL: the results were never acknowledged
     c.start_server();
-    c.start_agent("n", 2);
+    c.start_agent("n", 2, &[]);
     let out = c.cli(&["wait", "1", "--timeout", "30s"]);
     assert!(
         out.status.success(),
@@ -1403,7 +1157,7 @@ fn store_bytes(c: &Cluster) -> u64 {
 
 #[test]
 fn purge_removes_finished_jobs_from_listings_and_store_and_the_server_restarts() {
-    let mut c = Cluster::start("purge");
+    let mut c = Cluster::start("purge", false);
     // Job 1: 20,000 tasks, cancelled before any node came (finished: every task cancelled).
     let big = c.write(
         "big.toml",
@@ -1417,7 +1171,7 @@ fn purge_removes_finished_jobs_from_listings_and_store_and_the_server_restarts()
     );
     assert!(c.cli(&["cancel", "1"]).status.success());
     // Job 2 runs to completion on an agent.
-    c.start_agent("a", 2);
+    c.start_agent("a", 2, &[]);
     c.wait_for_nodes(1);
     let small = c.write(
         "small.toml",

@@ -7,167 +7,73 @@ use crate::support;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 use std::time::Duration;
-use support::wait_until;
+use support::{BIN, Cluster, wait_until};
 
-const BIN: &str = env!("CARGO_BIN_EXE_hetsched");
-
-struct Cluster {
-    dir: PathBuf,
-    server: Option<Child>,
-    listen: String,
-    agents: BTreeMap<String, Child>,
+/// An agent with 2 cores in `rack`; with `gpu`, it declares one GPU and serves the accelerator
+/// service.
+fn start_rack_agent(c: &mut Cluster, name: &str, rack: &str, gpu: bool) {
+    let text = if gpu {
+        "[[accelerator]]\nkind = \"sim\"\ncount = 1\n"
+    } else {
+        ""
+    };
+    let config = c.write(&format!("agent-{name}.toml"), text);
+    let config = config.display().to_string();
+    c.start_agent(
+        name,
+        2,
+        &[
+            "--rack",
+            rack,
+            "--accel-listen",
+            "127.0.0.1:0",
+            "--config",
+            &config,
+        ],
+    );
 }
 
-impl Cluster {
-    fn start(name: &str) -> Cluster {
-        Self::start_with(name, "")
-    }
+/// Node name → the ANode it is bound to ("" = unbound), for live nodes.
+fn bindings(c: &Cluster) -> BTreeMap<String, String> {
+    c.json(&["nodes"])
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .filter(|n| n["alive"] == true)
+        .map(|n| {
+            (
+                n["name"].as_str().unwrap_or("").to_string(),
+                n["bound_to"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
 
-    /// A server whose configuration file holds `config` (e.g. the binding mode).
-    fn start_with(name: &str, config: &str) -> Cluster {
-        let dir =
-            std::env::temp_dir().join(format!("hetsched-accel-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let data = dir.join("data");
-        let log = std::fs::File::create(dir.join("server.log")).expect("log");
-        std::fs::write(dir.join("server.toml"), config).expect("server config");
-        let server = Command::new(BIN)
-            .arg("server")
-            .arg("--config")
-            .arg(dir.join("server.toml"))
-            .args(["--listen", "127.0.0.1:0", "--dead-timeout", "1s"])
-            .args(["--heartbeat-interval", "100ms", "--data-dir"])
-            .arg(&data)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn server");
-        let address = data.join("address");
-        wait_until("the server's address", Duration::from_secs(20), || {
-            std::fs::read_to_string(&address).is_ok_and(|s| !s.is_empty())
-        });
-        let listen = std::fs::read_to_string(&address).expect("address");
-        Cluster {
-            dir,
-            server: Some(server),
-            listen,
-            agents: BTreeMap::new(),
-        }
-    }
+fn wait_bound(c: &Cluster, expected: &[(&str, &str)]) {
+    let want: BTreeMap<String, String> = expected
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    wait_until("the binding map", Duration::from_secs(20), || {
+        bindings(c) == want
+    });
+}
 
-    fn url(&self) -> String {
-        format!("http://{}", self.listen)
+/// The job file: `tasks` GPU-only tasks that read `in/INDEX.dat` and write `out/INDEX.dat`
+/// in `tasks/`, each logging its index, attempt and node to `ran.log`.
+fn job(c: &Cluster, tasks: u32, sleep: &str) -> PathBuf {
+    let work = c.dir.join("tasks");
+    std::fs::create_dir_all(work.join("in")).expect("in");
+    for i in 0..tasks {
+        std::fs::write(work.join(format!("in/{i}.dat")), input(i)).expect("input");
     }
-
-    /// An agent in `rack`; with `gpu`, it declares one GPU and serves the accelerator service.
-    fn start_agent(&mut self, name: &str, rack: &str, gpu: bool) {
-        let config = self.dir.join(format!("agent-{name}.toml"));
-        let text = if gpu {
-            "[[accelerator]]\nkind = \"sim\"\ncount = 1\n"
-        } else {
-            ""
-        };
-        std::fs::write(&config, text).expect("config");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(format!("agent-{name}.log")))
-            .expect("log");
-        let child = Command::new(BIN)
-            .args([
-                "agent",
-                "--server",
-                &self.url(),
-                "--name",
-                name,
-                "--cores",
-                "2",
-            ])
-            .args(["--rack", rack, "--accel-listen", "127.0.0.1:0"])
-            .args(["--log-listen", "none", "--config"])
-            .arg(&config)
-            .arg("--token-file")
-            .arg(self.dir.join("data/agent-token"))
-            .arg("--work-dir")
-            .arg(self.dir.join(format!("agent-{name}")))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn agent");
-        self.agents.insert(name.to_string(), child);
-    }
-
-    fn kill_agent(&mut self, name: &str) {
-        if let Some(mut a) = self.agents.remove(name) {
-            a.kill().expect("SIGKILL agent");
-            let _ = a.wait();
-        }
-    }
-
-    fn cli(&self, args: &[&str]) -> Output {
-        Command::new(BIN)
-            .args(args)
-            .env("HETSCHED_SERVER", self.url())
-            .env("HETSCHED_TOKEN_FILE", self.dir.join("data/token"))
-            .current_dir(&self.dir)
-            .output()
-            .expect("run hetsched")
-    }
-
-    fn json(&self, args: &[&str]) -> Value {
-        let mut full = args.to_vec();
-        full.extend(["--output", "json"]);
-        let out = self.cli(&full);
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).expect("json")
-    }
-
-    /// Node name → the ANode it is bound to ("" = unbound), for live nodes.
-    fn bindings(&self) -> BTreeMap<String, String> {
-        self.json(&["nodes"])
-            .as_array()
-            .expect("nodes")
-            .iter()
-            .filter(|n| n["alive"] == true)
-            .map(|n| {
-                (
-                    n["name"].as_str().unwrap_or("").to_string(),
-                    n["bound_to"].as_str().unwrap_or("").to_string(),
-                )
-            })
-            .collect()
-    }
-
-    fn wait_bound(&self, expected: &[(&str, &str)]) {
-        let want: BTreeMap<String, String> = expected
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect();
-        wait_until("the binding map", Duration::from_secs(20), || {
-            self.bindings() == want
-        });
-    }
-
-    /// The job file: `tasks` GPU-only tasks that read `in/INDEX.dat` and write `out/INDEX.dat`
-    /// in `tasks/`, each logging its index, attempt and node to `ran.log`.
-    fn job(&self, tasks: u32, sleep: &str) -> PathBuf {
-        let work = self.dir.join("tasks");
-        std::fs::create_dir_all(work.join("in")).expect("in");
-        for i in 0..tasks {
-            std::fs::write(work.join(format!("in/{i}.dat")), input(i)).expect("input");
-        }
-        let path = self.dir.join("job.toml");
-        std::fs::write(
-            &path,
-            format!(
-                r#"
+    let path = c.dir.join("job.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"
 [[application]]
 name = "solve"
 tasks = {tasks}
@@ -178,29 +84,12 @@ outputs = ["out/{{index}}.dat"]
 [application.gpu]
 command = "sleep {sleep}; mkdir -p out && tr a-z A-Z < in/{{index}}.dat > out/{{index}}.dat && echo {{index}} $HETSCHED_ATTEMPT $HETSCHED_NODE >> {log}"
 "#,
-                work = work.display(),
-                log = self.dir.join("ran.log").display(),
-            ),
-        )
-        .expect("job");
-        path
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for (_, mut a) in std::mem::take(&mut self.agents) {
-            let _ = a.kill();
-            let _ = a.wait();
-        }
-        if let Some(mut s) = self.server.take() {
-            let _ = s.kill();
-            let _ = s.wait();
-        }
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
+            work = work.display(),
+            log = c.dir.join("ran.log").display(),
+        ),
+    )
+    .expect("job");
+    path
 }
 
 /// Task `i`'s input: some kilobytes that differ per task.
@@ -216,17 +105,20 @@ fn expected_output(i: u32) -> Vec<u8> {
 }
 
 fn rack_a_and_b(name: &str) -> Cluster {
-    let mut c = Cluster::start(name);
-    c.start_agent("anode", "A", true);
-    c.start_agent("nnode-a1", "A", false);
-    c.start_agent("nnode-a2", "A", false);
-    c.start_agent("nnode-b", "B", false);
-    c.wait_bound(&[
-        ("anode", ""),
-        ("nnode-a1", "anode"),
-        ("nnode-a2", "anode"),
-        ("nnode-b", ""),
-    ]);
+    let mut c = Cluster::start(name, false);
+    start_rack_agent(&mut c, "anode", "A", true);
+    start_rack_agent(&mut c, "nnode-a1", "A", false);
+    start_rack_agent(&mut c, "nnode-a2", "A", false);
+    start_rack_agent(&mut c, "nnode-b", "B", false);
+    wait_bound(
+        &c,
+        &[
+            ("anode", ""),
+            ("nnode-a1", "anode"),
+            ("nnode-a2", "anode"),
+            ("nnode-b", ""),
+        ],
+    );
     c
 }
 
@@ -247,7 +139,7 @@ fn check_outputs(c: &Cluster, tasks: u32) {
 #[test]
 fn gpu_tasks_placed_on_rack_a_nnodes_run_on_its_anode_and_rack_b_gets_none() {
     let c = rack_a_and_b("e2e");
-    let job = c.job(40, "0.05");
+    let job = job(&c, 40, "0.05");
     let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
     assert!(
         out.status.success(),
@@ -332,7 +224,7 @@ fn gpu_tasks_placed_on_rack_a_nnodes_run_on_its_anode_and_rack_b_gets_none() {
 #[test]
 fn an_anode_killed_mid_job_unbinds_its_nnodes_and_after_a_restart_the_job_completes_once() {
     let mut c = rack_a_and_b("kill");
-    let job = c.job(24, "0.2");
+    let job = job(&c, 24, "0.2");
     let out = c.cli(&["submit", job.to_str().expect("path")]);
     assert!(out.status.success());
     // Mid-job: some tasks done, others offloaded and running.
@@ -344,19 +236,22 @@ fn an_anode_killed_mid_job_unbinds_its_nnodes_and_after_a_restart_the_job_comple
     });
     c.kill_agent("anode");
     // Declared dead after the 1 s timeout: both rack-A NNodes wait unbound.
-    c.wait_bound(&[("nnode-a1", ""), ("nnode-a2", ""), ("nnode-b", "")]);
+    wait_bound(&c, &[("nnode-a1", ""), ("nnode-a2", ""), ("nnode-b", "")]);
     let before = c.json(&["job", "1"])["counts"]["succeeded"]
         .as_u64()
         .unwrap_or(0);
     assert!(before < 24, "the job ended before the ANode was killed");
     // The restarted ANode (same name, same work directory) takes them back.
-    c.start_agent("anode", "A", true);
-    c.wait_bound(&[
-        ("anode", ""),
-        ("nnode-a1", "anode"),
-        ("nnode-a2", "anode"),
-        ("nnode-b", ""),
-    ]);
+    start_rack_agent(&mut c, "anode", "A", true);
+    wait_bound(
+        &c,
+        &[
+            ("anode", ""),
+            ("nnode-a1", "anode"),
+            ("nnode-a2", "anode"),
+            ("nnode-b", ""),
+        ],
+    );
     let out = c.cli(&["wait", "1"]);
     assert!(
         out.status.success(),
@@ -391,12 +286,16 @@ fn with_container_binding_an_nnodes_containers_offload_to_the_anodes_they_are_bo
     // each) and two NNodes. By spec 01's container rule (weighted, an ANode's own containers
     // count as its users, ties by name) each NNode's container 0 goes to a1 and container 1 to
     // a2, so every NNode reaches both ANodes, which node binding never gives.
-    let mut c = Cluster::start_with("container", "binding = \"container\"\nbinding_slots = 2\n");
-    c.start_agent("a1", "A", true);
-    c.start_agent("a2", "A", true);
-    c.wait_bound(&[("a1", ""), ("a2", "")]);
-    c.start_agent("n1", "A", false);
-    c.start_agent("n2", "A", false);
+    let mut c = Cluster::start_configured(
+        "container",
+        false,
+        "binding = \"container\"\nbinding_slots = 2\n",
+    );
+    start_rack_agent(&mut c, "a1", "A", true);
+    start_rack_agent(&mut c, "a2", "A", true);
+    wait_bound(&c, &[("a1", ""), ("a2", "")]);
+    start_rack_agent(&mut c, "n1", "A", false);
+    start_rack_agent(&mut c, "n2", "A", false);
     let containers = |c: &Cluster| -> BTreeMap<String, Value> {
         c.json(&["nodes"])
             .as_array()
@@ -433,7 +332,7 @@ fn with_container_binding_an_nnodes_containers_offload_to_the_anodes_they_are_bo
         "{maps}"
     );
 
-    let job = c.job(16, "0.1");
+    let job = job(&c, 16, "0.1");
     let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
     assert!(
         out.status.success(),

@@ -11,7 +11,7 @@ use crate::support;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use support::{Cluster, wait_until};
+use support::{Cluster, tls_file, wait_until};
 
 /// Four stages, 60 instances:
 /// - `seed` ×4: a_k = 10·k;
@@ -463,14 +463,6 @@ command = "echo ok > {output:o}"
     );
 }
 
-fn tls_file(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/tls")
-        .join(name)
-        .display()
-        .to_string()
-}
-
 #[test]
 fn agents_exchange_workflow_data_and_pcddb_requests_over_tls_and_requirements_pick_the_agent() {
     let mut c = Cluster::start_configured("wf-tls", false, SERVER_CONFIG);
@@ -481,9 +473,9 @@ fn agents_exchange_workflow_data_and_pcddb_requests_over_tls_and_requirements_pi
             &format!("{a}.toml"),
             &format!(
                 "{attributes}ca = \"{}\"\n[tls]\ncert = \"{}\"\nkey = \"{}\"\n",
-                tls_file("ca.pem"),
-                tls_file("server.pem"),
-                tls_file("server.key")
+                tls_file("ca.pem").display(),
+                tls_file("server.pem").display(),
+                tls_file("server.key").display()
             ),
         );
         c.start_agent(a, 2, &["--config", &config.display().to_string()]);

@@ -7,6 +7,7 @@ pub mod cdp;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_hetsched");
@@ -58,11 +59,20 @@ pub fn group_members(pgid: u32) -> Vec<u32> {
     found
 }
 
+/// A fresh directory for one cluster. Every test module of this binary shares the process id, so a
+/// counter keeps two clusters of the same name apart.
+fn temp_dir(name: &str) -> PathBuf {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("hetsched-op-{name}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
 impl Cluster {
     pub fn start(name: &str, http: bool) -> Cluster {
-        let dir = std::env::temp_dir().join(format!("hetsched-op-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dir = temp_dir(name);
         let mut c = Cluster {
             dir,
             server: None,
@@ -80,9 +90,7 @@ impl Cluster {
     /// checks the agents' log listeners against the test CA (`[tls] agent_ca`); the CLI and the
     /// agents trust the same CA.
     pub fn start_tls(name: &str) -> Cluster {
-        let dir = std::env::temp_dir().join(format!("hetsched-op-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dir = temp_dir(name);
         let mut c = Cluster {
             dir,
             server: None,
@@ -98,9 +106,7 @@ impl Cluster {
 
     /// As [`Cluster::start`], the server also reading the configuration `config` (TOML text).
     pub fn start_configured(name: &str, http: bool, config: &str) -> Cluster {
-        let dir = std::env::temp_dir().join(format!("hetsched-op-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dir = temp_dir(name);
         let mut c = Cluster {
             dir,
             server: None,
@@ -202,6 +208,67 @@ impl Cluster {
             .spawn()
             .expect("spawn agent");
         self.agents.insert(name.to_string(), child);
+    }
+
+    /// `GET path` on the server's HTTP listener (a cluster started with `http`): (status line,
+    /// lower-cased headers, body). Bounded by socket time-outs.
+    pub fn http_get(&self, path: &str) -> (String, String, String) {
+        use std::io::{Read, Write};
+        let addr = std::fs::read_to_string(self.data().join("http-address")).expect("http-address");
+        let mut s =
+            std::net::TcpStream::connect(addr.trim()).expect("connect to the HTTP listener");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        s.set_write_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            addr.trim()
+        )
+        .expect("send request");
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).expect("read response");
+        let (head, body) = raw.split_once("\r\n\r\n").expect("header/body separator");
+        let (status, headers) = head.split_once("\r\n").unwrap_or((head, ""));
+        (
+            status.to_string(),
+            headers.to_ascii_lowercase(),
+            body.to_string(),
+        )
+    }
+
+    /// An agent configured by a TOML file (flags still give server, token and work directory).
+    pub fn start_agent_with_config(&mut self, name: &str, config: &str) {
+        let path = self.write(&format!("agent-{name}.toml"), config);
+        let log = std::fs::File::create(self.dir.join(format!("agent-{name}.log"))).expect("log");
+        let child = Command::new(BIN)
+            .args(["agent", "--server", &self.url(), "--name", name, "--config"])
+            .arg(path)
+            .arg("--token-file")
+            .arg(self.data().join("agent-token"))
+            .arg("--work-dir")
+            .arg(self.dir.join(format!("agent-{name}")))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn agent");
+        self.agents.insert(name.to_string(), child);
+    }
+
+    /// SIGKILLs agent `name` and reaps it.
+    pub fn kill_agent(&mut self, name: &str) {
+        if let Some(mut a) = self.agents.remove(name) {
+            a.kill().expect("SIGKILL agent");
+            let _ = a.wait();
+        }
+    }
+
+    /// How many of job `job`'s tasks have succeeded (0 while the job is unknown).
+    pub fn succeeded(&self, job: u64) -> u64 {
+        self.json(&["job", &job.to_string()])["counts"]["succeeded"]
+            .as_u64()
+            .unwrap_or(0)
     }
 
     pub fn agent_log(&self, name: &str) -> String {
