@@ -5,7 +5,8 @@
 # `scripts/hq-array-bench.sh` output; the load average after each round.
 #   scripts/bench-before-after.sh BEFORE_BIN AFTER_BIN [ROUNDS] [TASKS]
 # AFTER_FLAGS: extra `bench-dispatch` flags for AFTER only (e.g. `--poll-ms 5`, the period an
-# older BEFORE polls at).
+# older BEFORE polls at); BEFORE_FLAGS likewise for BEFORE. BEFORE and AFTER may be one binary
+# run with different flags (e.g. AFTER_FLAGS="--prefetch 8").
 # HQ (default `hq`) names HyperQueue's binary (see scripts/hq-array-bench.sh for its build); it
 # runs without and with its journal (HQ_JOURNAL=1). HQ_ZERO, if set, names a zero-worker build of
 # hq (RUSTFLAGS="--cfg zero_worker": tasks finish without a process), run beside
@@ -24,7 +25,7 @@ while [ "$round" -le "$ROUNDS" ]; do
         [ "$mode" = sched ] && flag=--scheduler-only
         for bin in before after; do
             exe=$BEFORE
-            extra=""
+            extra=${BEFORE_FLAGS:-}
             if [ "$bin" = after ]; then
                 exe=$AFTER
                 extra=${AFTER_FLAGS:-}

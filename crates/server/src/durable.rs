@@ -62,6 +62,8 @@ pub struct Durable {
     progress: watch::Sender<Progress>,
     /// Whether the flusher thread runs (else a waiter syncs itself).
     started: AtomicBool,
+    /// A waiter is syncing on its own thread right now (see [`Durable::wait`]).
+    syncing: AtomicBool,
     /// The data directory was synced once the WAL existed (its entry must survive a crash).
     dir_synced: AtomicBool,
     /// `fdatasync` calls made.
@@ -91,6 +93,7 @@ impl Durable {
             wake: Condvar::new(),
             progress: watch::Sender::new(Progress::default()),
             started: AtomicBool::new(false),
+            syncing: AtomicBool::new(false),
             dir_synced: AtomicBool::new(false),
             syncs: AtomicU64::new(0),
             fail: AtomicBool::new(false),
@@ -140,6 +143,14 @@ impl Durable {
         }
         if !self.started.load(Ordering::SeqCst) {
             return self.sync_through(seq);
+        }
+        // No sync under way: this call syncs on its own thread (one `fdatasync`, no hand-off to
+        // the flusher and back — two thread switches fewer per heartbeat). Calls arriving while
+        // it syncs go to the flusher, which syncs once for all of them.
+        if !self.syncing.swap(true, Ordering::SeqCst) {
+            let r = self.sync_through(seq);
+            self.syncing.store(false, Ordering::SeqCst);
+            return r;
         }
         let mut rx = self.progress.subscribe();
         // Only a failure after this call's request fails it (an older one was retried since).

@@ -217,6 +217,7 @@ impl Batch {
                 TaskState::Pending => {}
                 TaskState::Running => {
                     let a = assignment_of(t);
+                    cx.nodes.prefetch.restoring(cx.view, &a);
                     cx.view.restore_running(&a)?;
                     cx.nodes.started(a.node, t.id);
                 }
@@ -1034,10 +1035,14 @@ impl JobKind for Batch {
             return Ok(());
         }
         let now = cx.now;
+        // With `prefetch`, the policy sees the node with that many more free cores; tasks placed
+        // beyond its real free cores are queued by the agent (crate::state::prefetch).
+        let credit = cx.nodes.prefetch.open(cx.view, nid);
         let start = Instant::now();
         let decisions = self.policy.on_node_update(cx.view, nid, now);
         cx.metrics.decision(start.elapsed());
         let mut deferred: Vec<Assignment> = Vec::new();
+        let mut used = 0u32;
         for a in decisions {
             if !deferred.is_empty() {
                 deferred.push(a);
@@ -1047,6 +1052,7 @@ impl JobKind for Batch {
                 continue;
             };
             let key = spec_key(a.app.0, a.variant);
+            let cores = crate::state::prefetch::cores_of(cx.view, a.app, a.variant);
             let d = Dispatch {
                 task_id: t.id,
                 attempt: t.attempt + 1,
@@ -1054,6 +1060,8 @@ impl JobKind for Batch {
                 devices: a.devices.clone(),
                 spec: key,
                 workflow: None,
+                cores,
+                prefetched: used + cores > credit.free,
             };
             let spec = out
                 .needs_spec(key)
@@ -1062,6 +1070,7 @@ impl JobKind for Batch {
                 deferred.push(a);
                 continue;
             }
+            used += cores;
             let Some(t) = self.tasks.get_mut(a.task.0 as usize) else {
                 continue;
             };
@@ -1090,6 +1099,7 @@ impl JobKind for Batch {
             );
             out.more();
         }
+        cx.nodes.prefetch.close(cx.view, nid, credit);
         Ok(())
     }
 
