@@ -56,7 +56,7 @@ const RESULT_WINDOW: Duration = Duration::from_millis(5);
 /// While prefetched tasks wait in the queue, the node has work without asking: results wait
 /// until the queue empties (then the agent beats at once, so its refill arrives while the last
 /// tasks run), but no longer than this.
-const QUEUE_WINDOW: Duration = Duration::from_millis(50);
+const QUEUE_WINDOW: Duration = Duration::from_millis(200);
 
 /// Task specs kept beyond those of running tasks (the server reads at most 1024 keys).
 const MAX_SPECS: usize = 256;
