@@ -654,9 +654,10 @@ impl Batch {
             .collect()
     }
 
-    /// One page of a job's tasks, or — for a finished job whose rows left memory — what it
-    /// takes to read that page from the store after the state's lock is released
-    /// ([`StoredTasks::read`]): such rows no longer change, so nothing under the lock is needed.
+    /// What it takes to read one page of a job's tasks from the store after the state's lock is
+    /// released ([`StoredTasks::read`]) — for a running job as for a finished one whose rows left
+    /// memory: the read sees the store's latest commit, which is the state as of some moment
+    /// after the plan (issue 10). Job 0 (every job) is still listed under the lock.
     pub fn plan_tasks_page(
         &self,
         rd: &Read,
@@ -664,12 +665,16 @@ impl Batch {
         cursor: u64,
         limit: usize,
     ) -> Result<TasksListing, StateError> {
-        let evicted = (job != 0)
+        // Every committed row is in the store: each event commits what it changed before the
+        // lock is released, so the store's latest commit is exactly the state's memory. A job's
+        // page — running or finished — is read there, through the read-only connection, after
+        // the lock is released; under the lock only this plan is made (O(applications + nodes)).
+        let stored = (job != 0)
             .then(|| self.job_rec(job))
             .flatten()
             .filter(|j| !self.retention.is_purged(j.row.id))
-            .filter(|j| !j.tasks.is_empty() && self.tasks.slice(j.tasks.clone()).is_none());
-        let Some(j) = evicted else {
+            .filter(|j| !j.tasks.is_empty());
+        let Some(j) = stored else {
             return self
                 .tasks_page(rd, job, cursor, limit)
                 .map(TasksListing::Ready);
