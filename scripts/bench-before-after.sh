@@ -5,7 +5,10 @@
 # `scripts/hq-array-bench.sh` output; the load average after each round.
 #   scripts/bench-before-after.sh BEFORE_BIN AFTER_BIN [ROUNDS] [TASKS]
 # AFTER_FLAGS: extra `bench-dispatch` flags for AFTER only (e.g. `--poll-ms 5`, the period an
-# older BEFORE polls at).
+# older BEFORE polls at); BEFORE_FLAGS likewise for BEFORE. BEFORE and AFTER may be one binary
+# run with different flags (e.g. AFTER_FLAGS="--prefetch 8"). AFTER2_FLAGS, if set, adds one
+# more line per mode for each comma-separated entry: AFTER run with those flags
+# (e.g. AFTER2_FLAGS="--prefetch 8,--prefetch 32").
 # HQ (default `hq`) names HyperQueue's binary (see scripts/hq-array-bench.sh for its build); it
 # runs without and with its journal (HQ_JOURNAL=1). HQ_ZERO, if set, names a zero-worker build of
 # hq (RUSTFLAGS="--cfg zero_worker": tasks finish without a process), run beside
@@ -22,13 +25,21 @@ while [ "$round" -le "$ROUNDS" ]; do
     for mode in normal sched; do
         flag=""
         [ "$mode" = sched ] && flag=--scheduler-only
-        for bin in before after; do
-            exe=$BEFORE
-            extra=""
-            if [ "$bin" = after ]; then
-                exe=$AFTER
-                extra=${AFTER_FLAGS:-}
-            fi
+        # BEFORE, AFTER, then AFTER once more per comma-separated entry of AFTER2_FLAGS.
+        set -- before after
+        if [ -n "${AFTER2_FLAGS:-}" ]; then
+            old_ifs=$IFS
+            IFS=,
+            # shellcheck disable=SC2086
+            set -- before after $AFTER2_FLAGS
+            IFS=$old_ifs
+        fi
+        for entry in "$@"; do
+            case $entry in
+            before) bin=before exe=$BEFORE extra=${BEFORE_FLAGS:-} ;;
+            after) bin=after exe=$AFTER extra=${AFTER_FLAGS:-} ;;
+            *) bin="after[$entry]" exe=$AFTER extra=$entry ;;
+            esac
             printf "%s round%s %s " "$bin" "$round" "$mode"
             # shellcheck disable=SC2086
             "$exe" bench-dispatch --tasks "$N" --slots 4 $flag $extra --json 2>/dev/null | tail -1

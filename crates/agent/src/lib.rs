@@ -34,7 +34,7 @@ pub mod workdir;
 
 use hetsched_proto as pb;
 use hetsched_proto::agent_client::AgentClient;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -52,6 +52,11 @@ const COALESCE: Duration = Duration::from_millis(1);
 /// sync for several tasks). A result is sent at once when nothing else runs here (waiting would
 /// gain nothing), so a lone task's end — and its slot's next task — is not delayed.
 const RESULT_WINDOW: Duration = Duration::from_millis(5);
+
+/// While prefetched tasks wait in the queue, the node has work without asking: results wait
+/// until the queue empties (then the agent beats at once, so its refill arrives while the last
+/// tasks run), but no longer than this.
+const QUEUE_WINDOW: Duration = Duration::from_millis(200);
 
 /// Task specs kept beyond those of running tasks (the server reads at most 1024 keys).
 const MAX_SPECS: usize = 256;
@@ -136,12 +141,23 @@ struct RunningTask {
     read_bytes: u64,
 }
 
+/// A task the server assigned beyond the node's free cores (`prefetched`): started here, in
+/// order, as soon as its cores are free, without asking the server (issue 10).
+struct Queued {
+    a: pb::Assignment,
+    spec: Arc<pb::TaskSpec>,
+}
+
 struct Shared {
     running: HashMap<u64, RunningTask>,
     /// TaskSpecs received, by key: each application variant's command and environment arrive
     /// once; heartbeats list the keys held so the server does not send them again.
     specs: HashMap<u64, Arc<pb::TaskSpec>>,
     results: Vec<pb::TaskResult>,
+    /// Prefetched tasks not started yet; heartbeats list them among the running tasks.
+    queue: VecDeque<Queued>,
+    /// Cores of the tasks started here and not yet ended.
+    busy_cores: u32,
     ledger: ledger::Ledger,
     /// The ANode this NNode offloads to, from the server's last reply (spec 01).
     binding: Option<accel::offload::Client>,
@@ -255,6 +271,8 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
         running: HashMap::new(),
         specs: HashMap::new(),
         results: recovered.results,
+        queue: VecDeque::new(),
+        busy_cores: 0,
         ledger,
         binding: None,
     }));
@@ -300,6 +318,14 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
         .ok()
         .and_then(|v| v.parse().ok())
         .map_or(RESULT_WINDOW, Duration::from_micros);
+    let launcher = Launcher {
+        shared: &shared,
+        notify: &notify,
+        opts: &opts,
+        pipeline: pipeline.as_ref(),
+        balance: &balance,
+        auth: &auth,
+    };
     'main: loop {
         let ok = 'beat: {
             let Some(id) = node_id else {
@@ -324,6 +350,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
             let req = {
                 let mut bal = balance.lock().unwrap_or_else(|p| p.into_inner());
                 let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+                launcher.start_queued(&mut sh);
                 // Sample /proc/PID/io at most every 200 ms (short tasks would otherwise pay for it).
                 let elapsed = io_sampled.elapsed();
                 if elapsed >= Duration::from_millis(200) {
@@ -353,6 +380,11 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                             attempt: t.attempt,
                             read_bytes: t.read_bytes,
                         })
+                        .chain(sh.queue.iter().map(|q| pb::RunningTask {
+                            task_id: q.a.task_id,
+                            attempt: q.a.attempt,
+                            read_bytes: 0,
+                        }))
                         .collect(),
                     results: sh.results.clone(),
                     read_bytes_per_sec: read_bps,
@@ -424,6 +456,8 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                 sh.ledger.acked(a.task_id, a.attempt);
             }
             for k in &reply.kill {
+                sh.queue
+                    .retain(|q| !(q.a.task_id == k.task_id && q.a.attempt == k.attempt));
                 if let Some(t) = sh.running.get_mut(&k.task_id)
                     && t.attempt == k.attempt
                     && let Some(tx) = t.kill.take()
@@ -470,78 +504,15 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     notify.notify_one();
                     continue;
                 }
-                let (tx, rx) = oneshot::channel();
-                let old = sh.running.insert(
-                    a.task_id,
-                    RunningTask {
-                        attempt: a.attempt,
-                        spec: a.spec,
-                        pid: None,
-                        kill: Some(tx),
-                        read_bytes: 0,
-                    },
-                );
-                // A new attempt of a task that still runs here: the old attempt is stale.
-                if let Some(tx) = old.and_then(|mut o| o.kill.take()) {
-                    let _ = tx.send(launch::Kill::Server);
+                // A new attempt replaces a queued older one.
+                sh.queue.retain(|q| q.a.task_id != a.task_id);
+                if a.prefetched {
+                    sh.queue.push_back(Queued { a, spec });
+                } else {
+                    launcher.launch(&mut sh, a, spec);
                 }
-                let route = accel::route(&spec, &opts, pipeline.as_ref(), sh.binding.as_ref());
-                let (shared, notify, opts) = (shared.clone(), notify.clone(), opts.clone());
-                let (bal, auth) = (balance.clone(), auth.clone());
-                tokio::spawn(async move {
-                    let pid_shared = shared.clone();
-                    let (task, attempt) = (a.task_id, a.attempt);
-                    let procs = opts.processes.clone();
-                    let spawned = Arc::new(std::sync::atomic::AtomicU32::new(0));
-                    let spawned_in = spawned.clone();
-                    let on_spawn = move |pid| {
-                        procs.add(pid);
-                        spawned_in.store(pid, std::sync::atomic::Ordering::Relaxed);
-                        let mut sh = pid_shared.lock().unwrap_or_else(|p| p.into_inner());
-                        sh.ledger.started(task, attempt, pid);
-                        if let Some(t) = sh.running.get_mut(&task)
-                            && t.attempt == attempt
-                        {
-                            t.pid = Some(pid);
-                        }
-                    };
-                    // A workflow instance: its inputs first, from their producers' agents.
-                    let spec = if a.instance_dir.is_empty() {
-                        Ok(spec)
-                    } else {
-                        dataflow::prepare(&a, &spec, &opts.work_dir, &auth)
-                            .await
-                            .map(Arc::new)
-                    };
-                    let result = match spec {
-                        Err(m) => pb::TaskResult {
-                            task_id: a.task_id,
-                            attempt: a.attempt,
-                            exit_code: -1,
-                            // Not the instance's failure: the server produces the input again.
-                            interrupted: m.starts_with(dataflow::INPUT_UNAVAILABLE),
-                            message: m,
-                            started_ns: launch::now_ns(),
-                            finished_ns: launch::now_ns(),
-                            ..Default::default()
-                        },
-                        Ok(spec) => accel::run(route, &a, &spec, &opts, rx, on_spawn).await,
-                    };
-                    bal.lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .finished(task, launch::now_ns());
-                    opts.processes
-                        .remove(spawned.load(std::sync::atomic::Ordering::Relaxed));
-                    let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
-                    sh.ledger.finished(&result);
-                    if sh.running.get(&task).is_some_and(|t| t.attempt == attempt) {
-                        sh.running.remove(&task);
-                    }
-                    sh.results.push(result);
-                    drop(sh);
-                    notify.notify_one();
-                });
             }
+            launcher.start_queued(&mut sh);
             // Forget specs no running task uses once many are held (long-lived agents see many
             // jobs); the server sends a forgotten one again when it is needed.
             if sh.specs.len() > MAX_SPECS {
@@ -574,7 +545,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     () = notify.notified() => {
                         // Group commit, agent side: results of tasks ending within the next moment
                         // ride on the same heartbeat (one RPC and one server transaction for many).
-                        coalesce(&shared, &notify, result_window).await;
+                        coalesce(&launcher, result_window).await;
                     }
                     () = tokio::time::sleep(interval) => {}
                     () = &mut shutdown, if draining.is_none() => {
@@ -668,15 +639,132 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
     Ok(())
 }
 
+/// Starts tasks on this node: assignments at once, prefetched ones from the queue as their
+/// cores free up.
+struct Launcher<'a> {
+    shared: &'a Arc<Mutex<Shared>>,
+    notify: &'a Arc<Notify>,
+    opts: &'a AgentOptions,
+    pipeline: Option<&'a accel::Pipeline>,
+    balance: &'a balance::Handle,
+    auth: &'a dataflow::PeerAuth,
+}
+
+impl Launcher<'_> {
+    /// Starts queued tasks, in order, while their cores fit in what the started tasks leave
+    /// (a task larger than the node starts once nothing else runs).
+    fn start_queued(&self, sh: &mut Shared) {
+        while let Some(q) = sh.queue.front() {
+            let fits = sh.busy_cores == 0 || sh.busy_cores + q.a.cores <= self.opts.resources.cores;
+            if !fits {
+                break;
+            }
+            let Some(q) = sh.queue.pop_front() else {
+                break;
+            };
+            self.launch(sh, q.a, q.spec);
+        }
+    }
+
+    /// Starts task `a` running `spec`: its result goes to `results` and wakes the agent.
+    fn launch(&self, sh: &mut Shared, a: pb::Assignment, spec: Arc<pb::TaskSpec>) {
+        let (tx, rx) = oneshot::channel();
+        let old = sh.running.insert(
+            a.task_id,
+            RunningTask {
+                attempt: a.attempt,
+                spec: a.spec,
+                pid: None,
+                kill: Some(tx),
+                read_bytes: 0,
+            },
+        );
+        sh.busy_cores += a.cores;
+        // A new attempt of a task that still runs here: the old attempt is stale.
+        if let Some(tx) = old.and_then(|mut o| o.kill.take()) {
+            let _ = tx.send(launch::Kill::Server);
+        }
+        let route = accel::route(&spec, self.opts, self.pipeline, sh.binding.as_ref());
+        let (shared, notify, opts) = (self.shared.clone(), self.notify.clone(), self.opts.clone());
+        let (bal, auth) = (self.balance.clone(), self.auth.clone());
+        let cores = a.cores;
+        tokio::spawn(async move {
+            let pid_shared = shared.clone();
+            let (task, attempt) = (a.task_id, a.attempt);
+            let procs = opts.processes.clone();
+            let spawned = Arc::new(std::sync::atomic::AtomicU32::new(0));
+            let spawned_in = spawned.clone();
+            let on_spawn = move |pid| {
+                procs.add(pid);
+                spawned_in.store(pid, std::sync::atomic::Ordering::Relaxed);
+                let mut sh = pid_shared.lock().unwrap_or_else(|p| p.into_inner());
+                sh.ledger.started(task, attempt, pid);
+                if let Some(t) = sh.running.get_mut(&task)
+                    && t.attempt == attempt
+                {
+                    t.pid = Some(pid);
+                }
+            };
+            // A workflow instance: its inputs first, from their producers' agents.
+            let spec = if a.instance_dir.is_empty() {
+                Ok(spec)
+            } else {
+                dataflow::prepare(&a, &spec, &opts.work_dir, &auth)
+                    .await
+                    .map(Arc::new)
+            };
+            let result = match spec {
+                Err(m) => pb::TaskResult {
+                    task_id: a.task_id,
+                    attempt: a.attempt,
+                    exit_code: -1,
+                    // Not the instance's failure: the server produces the input again.
+                    interrupted: m.starts_with(dataflow::INPUT_UNAVAILABLE),
+                    message: m,
+                    started_ns: launch::now_ns(),
+                    finished_ns: launch::now_ns(),
+                    ..Default::default()
+                },
+                Ok(spec) => accel::run(route, &a, &spec, &opts, rx, on_spawn).await,
+            };
+            bal.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .finished(task, launch::now_ns());
+            opts.processes
+                .remove(spawned.load(std::sync::atomic::Ordering::Relaxed));
+            let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+            sh.ledger.finished(&result);
+            sh.busy_cores = sh.busy_cores.saturating_sub(cores);
+            if sh.running.get(&task).is_some_and(|t| t.attempt == attempt) {
+                sh.running.remove(&task);
+            }
+            sh.results.push(result);
+            drop(sh);
+            notify.notify_one();
+        });
+    }
+}
+
 /// Waits before a heartbeat that reports results: while tasks still run here, up to `window`
 /// for more of them to end (each end wakes `notify`), and no longer once none runs; otherwise
 /// [`COALESCE`].
-async fn coalesce(shared: &Mutex<Shared>, notify: &Notify, window: Duration) {
-    let deadline = tokio::time::Instant::now() + window;
+///
+/// Queued (prefetched) tasks are started at each wake-up. While some still wait in the queue the
+/// node has work without asking, so results wait — up to [`QUEUE_WINDOW`] — until the queue
+/// empties; then the agent beats at once, and its refill arrives while the last tasks run.
+async fn coalesce(l: &Launcher<'_>, window: Duration) {
+    let start = tokio::time::Instant::now();
+    // Whether prefetched tasks waited during this pause.
+    let mut had_queue = false;
     loop {
-        let (results, running) = {
-            let sh = shared.lock().unwrap_or_else(|p| p.into_inner());
-            (!sh.results.is_empty(), !sh.running.is_empty())
+        let (results, running, queued) = {
+            let mut sh = l.shared.lock().unwrap_or_else(|p| p.into_inner());
+            l.start_queued(&mut sh);
+            (
+                !sh.results.is_empty(),
+                !sh.running.is_empty(),
+                !sh.queue.is_empty(),
+            )
         };
         if !results || !running {
             if !results {
@@ -684,8 +772,15 @@ async fn coalesce(shared: &Mutex<Shared>, notify: &Notify, window: Duration) {
             }
             return;
         }
+        if queued {
+            had_queue = true;
+        } else if had_queue {
+            // The queue just emptied: ask for more while the last tasks run.
+            return;
+        }
+        let deadline = start + if queued { QUEUE_WINDOW } else { window };
         tokio::select! {
-            () = notify.notified() => {}
+            () = l.notify.notified() => {}
             () = tokio::time::sleep_until(deadline) => return,
         }
     }
@@ -696,6 +791,9 @@ async fn coalesce(shared: &Mutex<Shared>, notify: &Notify, window: Duration) {
 fn begin_shutdown(shared: &Mutex<Shared>, opts: &AgentOptions) {
     let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
     let running = sh.running.len();
+    // Prefetched tasks not started yet stay unstarted: the server sees them vanish from this
+    // node's heartbeats and runs them elsewhere.
+    sh.queue.clear();
     if opts.drain {
         info!(
             running,

@@ -14,6 +14,7 @@
 //! start_failure_backoff = "60s" # … keep it off that node this long (0 failures = never)
 //! binding = "plain"            # NNode→ANode binding (spec 01): plain, weighted, container
 //! binding_slots = 1            # containers per node with binding = "container"
+//! prefetch = 0                 # cores' worth of batch tasks a node may queue beyond its free cores
 //! [retention]                  # optional; finished jobs are kept forever without it
 //! keep_finished = "24h"        # purge a job this long after its last task ended
 //! keep_jobs = 1000             # purge all but the most recently finished 1000 jobs
@@ -72,6 +73,10 @@ pub struct ServerConfig {
     pub binding_slots: u32,
     /// Workflows (issue 13): the default balancer and the PCDDB thresholds.
     pub workflow: Option<WorkflowConfig>,
+    /// Cores' worth of batch tasks a node may be handed beyond its free cores (0 = none): its
+    /// agent queues them and starts each as soon as a running task ends, so one heartbeat
+    /// carries many results and assignments (issue 10; see [`crate::state::prefetch`]).
+    pub prefetch: u32,
 }
 
 /// The node binding mode a server uses (spec 01; the rules are `hetsched_core::policy::binding`).
@@ -145,6 +150,7 @@ impl Default for ServerConfig {
             binding: BindingKind::Plain,
             binding_slots: 1,
             workflow: None,
+            prefetch: 0,
         }
     }
 }

@@ -169,6 +169,8 @@ fn assignment(d: &Dispatch) -> pb::Assignment {
             .workflow
             .as_ref()
             .map_or(Vec::new(), |w| w.outputs.clone()),
+        cores: d.cores,
+        prefetched: d.prefetched,
         ..Default::default()
     }
 }

@@ -5,8 +5,9 @@
 //! the WAL (in the kernel's page cache) and returns without an fsync. Each successful write
 //! bumps [`Durable::written`]. Before the service answers a call that wrote (a heartbeat, a
 //! submission, a registration, a cancel, a purge …) it waits until the WAL has been synced past
-//! the writes made up to the end of that call ([`Durable::wait`]); a flusher thread performs
-//! the syncs, one for every batch of waiting calls. So:
+//! the writes made up to the end of that call ([`Durable::wait`]). A call that finds no sync
+//! under way performs one itself, on its own thread (no hand-off); calls arriving while a sync
+//! runs go to a flusher thread, which syncs once for every batch of them. So:
 //! - **nothing acknowledged is lost**: a reply (an acknowledged result, an assignment, a job id)
 //!   leaves the server only after its rows are on disk — the guarantee `synchronous=FULL` gave;
 //! - what a crash of the *machine* (power loss, kernel panic) can lose is only writes whose
@@ -62,6 +63,8 @@ pub struct Durable {
     progress: watch::Sender<Progress>,
     /// Whether the flusher thread runs (else a waiter syncs itself).
     started: AtomicBool,
+    /// A waiter is syncing on its own thread right now (see [`Durable::wait`]).
+    syncing: AtomicBool,
     /// The data directory was synced once the WAL existed (its entry must survive a crash).
     dir_synced: AtomicBool,
     /// `fdatasync` calls made.
@@ -91,6 +94,7 @@ impl Durable {
             wake: Condvar::new(),
             progress: watch::Sender::new(Progress::default()),
             started: AtomicBool::new(false),
+            syncing: AtomicBool::new(false),
             dir_synced: AtomicBool::new(false),
             syncs: AtomicU64::new(0),
             fail: AtomicBool::new(false),
@@ -140,6 +144,14 @@ impl Durable {
         }
         if !self.started.load(Ordering::SeqCst) {
             return self.sync_through(seq);
+        }
+        // No sync under way: this call syncs on its own thread (one `fdatasync`, no hand-off to
+        // the flusher and back — two thread switches fewer per heartbeat). Calls arriving while
+        // it syncs go to the flusher, which syncs once for all of them.
+        if !self.syncing.swap(true, Ordering::SeqCst) {
+            let r = self.sync_through(seq);
+            self.syncing.store(false, Ordering::SeqCst);
+            return r;
         }
         let mut rx = self.progress.subscribe();
         // Only a failure after this call's request fails it (an older one was retried since).
@@ -298,6 +310,29 @@ mod tests {
         // Already durable: no further sync.
         rt.block_on(durable.wait(seq)).expect("synced");
         assert_eq!(durable.syncs(), syncs);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_reply_arriving_while_another_syncs_is_made_durable_by_the_flusher() {
+        let d = scratch("flusher");
+        let mut store = Store::open(&d.join("state.db")).expect("store");
+        let durable = store.durable();
+        durable.start();
+        write(&mut store);
+        // Another reply is syncing on its own thread: this one must not return before its own
+        // writes are synced, and does not sync itself.
+        durable.syncing.store(true, Ordering::SeqCst);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(durable.wait(durable.written()))
+            .expect("synced by the flusher");
+        assert!(durable.progress.borrow().synced >= durable.written());
+        assert_eq!(durable.syncs(), 1, "one sync, by the flusher thread");
+        durable.syncing.store(false, Ordering::SeqCst);
         drop(store);
         let _ = std::fs::remove_dir_all(&d);
     }

@@ -144,6 +144,27 @@ pub(crate) async fn read_state<T: Send + 'static>(
     .map(Response::new)
 }
 
+/// As [`read_state`] for a short read (a job's counts, added up per application): on the async
+/// worker itself when the lock is free — no hand-off of the worker, as for heartbeats — and
+/// inside `block_in_place` otherwise. Clients polling a job (`hetsched wait`, `bench-dispatch`)
+/// call it many times a second.
+pub(crate) async fn read_state_inline<T: Send + 'static>(
+    state: &Shared,
+    f: impl FnOnce(&mut State) -> Result<T, StateError> + Send + 'static,
+) -> Result<Response<T>, Status> {
+    let f = {
+        // The guard is dropped before any await.
+        match state.try_lock() {
+            Ok(mut guard) => return f(&mut guard).map(Response::new).map_err(status),
+            Err(std::sync::TryLockError::WouldBlock) => f,
+            Err(std::sync::TryLockError::Poisoned(_)) => {
+                return Err(Status::internal("server state poisoned"));
+            }
+        }
+    };
+    read_state(state, f).await
+}
+
 /// The `Agent` service; heartbeats are counted and timed in its [`Metrics`]; where each agent's
 /// log listener is goes to the [`LogRelay`].
 pub struct AgentService(Shared, Arc<Metrics>, Arc<LogRelay>, Arc<Durable>);
@@ -258,7 +279,7 @@ impl Client for ClientService {
         req: Request<pb::GetJobRequest>,
     ) -> Result<Response<pb::JobInfo>, Status> {
         let id = req.into_inner().job_id;
-        read_state(&self.0, move |s| s.job(id)).await
+        read_state_inline(&self.0, move |s| s.job(id)).await
     }
 
     async fn list_tasks(

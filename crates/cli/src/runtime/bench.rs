@@ -35,6 +35,11 @@ pub struct BenchArgs {
     /// the end is seen at most this late.
     #[arg(long, default_value_t = 25)]
     pub poll_ms: u64,
+    /// Cores' worth of tasks the server may hand each agent beyond its free cores (the server's
+    /// `prefetch` setting; 0 = none): the agent queues them and starts each as a slot frees,
+    /// and one heartbeat carries many results and assignments.
+    #[arg(long, default_value_t = 0)]
+    pub prefetch: u32,
 }
 
 struct Children(Vec<Child>);
@@ -95,9 +100,13 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             dir.join(format!("{name}.log")),
         )?))
     };
+    let config = dir.join("server.toml");
+    std::fs::write(&config, format!("prefetch = {}\n", args.prefetch))?;
     let server = std::process::Command::new(&exe)
+        .arg("server")
+        .arg("--config")
+        .arg(&config)
         .args([
-            "server",
             "--listen",
             "127.0.0.1:0",
             "--heartbeat-interval",
@@ -185,11 +194,12 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let rate = ok as f64 / elapsed.as_secs_f64();
     if args.json {
         println!(
-            "{{\"tasks\":{},\"succeeded\":{ok},\"agents\":{},\"slots\":{},\"scheduler_only\":{},\"seconds\":{:.3},\"tasks_per_sec\":{rate:.0},\"server_cpu_seconds\":{server_cpu:.2},\"server_vmhwm_kib\":{}}}",
+            "{{\"tasks\":{},\"succeeded\":{ok},\"agents\":{},\"slots\":{},\"scheduler_only\":{},\"prefetch\":{},\"seconds\":{:.3},\"tasks_per_sec\":{rate:.0},\"server_cpu_seconds\":{server_cpu:.2},\"server_vmhwm_kib\":{}}}",
             args.tasks,
             args.agents,
             args.slots,
             args.scheduler_only,
+            args.prefetch,
             elapsed.as_secs_f64(),
             hwm.unwrap_or(0)
         );

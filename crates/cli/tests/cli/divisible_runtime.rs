@@ -275,9 +275,25 @@ fn a_job_survives_the_sigkill_of_an_agent_and_of_the_server() {
     // Rows of 32 ms: what is left after the agent's death takes seconds, far longer than the
     // server's 1 s dead timeout plus one poll of `job`, so the server is killed while the job runs.
     let id = submit(&c, "umrlm.toml", &job_file("umrlm", 32.0));
-    wait_until("an eighth of the units", Duration::from_secs(60), || {
-        job(&c, id)["divisible"]["units_done"].as_u64() >= Some(ROWS / 8)
-    });
+    // Killed while computing a chunk of a later round (seconds long), so its chunk is lost and
+    // the job cannot end before the server declares the agent lost. (Waiting for an eighth of
+    // the units instead could see them only when b had already finished its last chunk: units
+    // are counted in chunk-sized steps, and faster round trips make round 0 smaller.)
+    wait_until(
+        "b to compute a chunk of round 1",
+        Duration::from_secs(60),
+        || {
+            job(&c, id)["divisible"]["chunks"]
+                .as_array()
+                .is_some_and(|chunks| {
+                    chunks.iter().any(|ch| {
+                        ch["worker"] == "b"
+                            && ch["state"] == "out"
+                            && ch["round"].as_u64() >= Some(1)
+                    })
+                })
+        },
+    );
     c.kill_agent("b");
     // The server is killed once it has declared the agent lost (its chunks re-queued), not at a
     // fraction of the units: units finish in chunk-sized steps, and a burst of them could end the

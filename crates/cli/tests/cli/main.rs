@@ -9,6 +9,7 @@ mod graph_cli;
 mod log_tls;
 mod operator;
 mod out_dir_cli;
+mod prefetch_runtime;
 mod runtime;
 mod runtime_accel;
 mod sim_accel_cli;

@@ -579,7 +579,7 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
 
 impl Dashboard {
     /// One page of `job`'s tasks from task id `cursor`: planned under the state's lock (held for
-    /// this page only); a finished job's page is read from the store after the lock is released.
+    /// this page only); a batch job's page is read from the store after the lock is released.
     async fn tasks_page(
         self: &Arc<Self>,
         job: u64,

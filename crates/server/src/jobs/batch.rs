@@ -217,6 +217,7 @@ impl Batch {
                 TaskState::Pending => {}
                 TaskState::Running => {
                     let a = assignment_of(t);
+                    cx.nodes.prefetch.restoring(cx.view, &a);
                     cx.view.restore_running(&a)?;
                     cx.nodes.started(a.node, t.id);
                 }
@@ -653,9 +654,10 @@ impl Batch {
             .collect()
     }
 
-    /// One page of a job's tasks, or — for a finished job whose rows left memory — what it
-    /// takes to read that page from the store after the state's lock is released
-    /// ([`StoredTasks::read`]): such rows no longer change, so nothing under the lock is needed.
+    /// What it takes to read one page of a job's tasks from the store after the state's lock is
+    /// released ([`StoredTasks::read`]) — for a running job as for a finished one whose rows left
+    /// memory: the read sees the store's latest commit, which is the state as of some moment
+    /// after the plan (issue 10). Job 0 (every job) is still listed under the lock.
     pub fn plan_tasks_page(
         &self,
         rd: &Read,
@@ -663,12 +665,16 @@ impl Batch {
         cursor: u64,
         limit: usize,
     ) -> Result<TasksListing, StateError> {
-        let evicted = (job != 0)
+        // Every committed row is in the store: each event commits what it changed before the
+        // lock is released, so the store's latest commit is exactly the state's memory. A job's
+        // page — running or finished — is read there, through the read-only connection, after
+        // the lock is released; under the lock only this plan is made (O(applications + nodes)).
+        let stored = (job != 0)
             .then(|| self.job_rec(job))
             .flatten()
             .filter(|j| !self.retention.is_purged(j.row.id))
-            .filter(|j| !j.tasks.is_empty() && self.tasks.slice(j.tasks.clone()).is_none());
-        let Some(j) = evicted else {
+            .filter(|j| !j.tasks.is_empty());
+        let Some(j) = stored else {
             return self
                 .tasks_page(rd, job, cursor, limit)
                 .map(TasksListing::Ready);
@@ -1034,10 +1040,14 @@ impl JobKind for Batch {
             return Ok(());
         }
         let now = cx.now;
+        // With `prefetch`, the policy sees the node with that many more free cores; tasks placed
+        // beyond its real free cores are queued by the agent (crate::state::prefetch).
+        let credit = cx.nodes.prefetch.open(cx.view, nid);
         let start = Instant::now();
         let decisions = self.policy.on_node_update(cx.view, nid, now);
         cx.metrics.decision(start.elapsed());
         let mut deferred: Vec<Assignment> = Vec::new();
+        let mut used = 0u32;
         for a in decisions {
             if !deferred.is_empty() {
                 deferred.push(a);
@@ -1047,6 +1057,7 @@ impl JobKind for Batch {
                 continue;
             };
             let key = spec_key(a.app.0, a.variant);
+            let cores = crate::state::prefetch::cores_of(cx.view, a.app, a.variant);
             let d = Dispatch {
                 task_id: t.id,
                 attempt: t.attempt + 1,
@@ -1054,6 +1065,8 @@ impl JobKind for Batch {
                 devices: a.devices.clone(),
                 spec: key,
                 workflow: None,
+                cores,
+                prefetched: used + cores > credit.free,
             };
             let spec = out
                 .needs_spec(key)
@@ -1062,6 +1075,7 @@ impl JobKind for Batch {
                 deferred.push(a);
                 continue;
             }
+            used += cores;
             let Some(t) = self.tasks.get_mut(a.task.0 as usize) else {
                 continue;
             };
@@ -1090,6 +1104,7 @@ impl JobKind for Batch {
             );
             out.more();
         }
+        cx.nodes.prefetch.close(cx.view, nid, credit);
         Ok(())
     }
 

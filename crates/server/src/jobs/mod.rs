@@ -181,6 +181,8 @@ impl<'r> Outbox<'r> {
 
     /// Adds `d` (and `spec`, if given) to the reply, or hands `d` back if the reply would exceed
     /// [`REPLY_BUDGET`] (a reply always takes its first assignment).
+    // The refused dispatch is handed back whole (rare: once per reply at its size cap).
+    #[allow(clippy::result_large_err)]
     pub fn offer(&mut self, d: Dispatch, spec: Option<TaskSpec>) -> Result<(), Dispatch> {
         // Field tag and length prefix: at most 6 bytes each.
         let bytes = crate::convert::dispatch_wire_len(&d)

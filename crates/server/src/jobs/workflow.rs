@@ -901,6 +901,7 @@ impl Workflows {
                     inputs,
                     outputs: task.outputs.clone(),
                 }),
+                ..Default::default()
             },
             key,
         )

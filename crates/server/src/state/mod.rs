@@ -54,6 +54,7 @@ pub mod accel;
 mod divisible;
 pub mod job_ids;
 pub mod nodes;
+pub mod prefetch;
 mod topology;
 pub mod types;
 
@@ -185,6 +186,7 @@ impl State {
     ) -> Result<Self, StateError> {
         let mut view = SchedulerView::new();
         let mut nodes = Nodes::default();
+        nodes.prefetch = prefetch::Prefetch::new(config.prefetch);
         for row in std::mem::take(&mut snap.nodes) {
             let removed = row.removed;
             let rec = nodes.restore(row)?;
@@ -353,6 +355,8 @@ impl State {
         for t in lost {
             self.lose(t, "the task vanished from its node")?;
         }
+        // Cores released above may owe a prefetch debt: no kind sees them free.
+        self.nodes.prefetch.repay_all(&mut self.view);
         {
             let mut out = Outbox::new(&mut reply, &req.known_specs);
             for kind in self.jobs.all_mut() {

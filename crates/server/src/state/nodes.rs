@@ -66,6 +66,8 @@ impl NodeRec {
 pub struct Nodes {
     recs: Vec<NodeRec>,
     by_name: HashMap<String, u32>,
+    /// Batch tasks handed to nodes beyond their free cores (issue 10, [`super::prefetch`]).
+    pub prefetch: super::prefetch::Prefetch,
 }
 
 impl Nodes {

@@ -161,6 +161,10 @@ pub struct Dispatch {
     pub spec: u64,
     /// A workflow instance's directory, inputs and outputs (issue 13; None = a batch task).
     pub workflow: Option<InstanceData>,
+    /// Cores it takes on the node (0 = not said: the agent starts it at once).
+    pub cores: u32,
+    /// Assigned beyond the node's free cores (`prefetch`): the agent queues it until cores free.
+    pub prefetched: bool,
 }
 
 /// The answer to a heartbeat.

@@ -113,11 +113,11 @@ fn a_finished_jobs_page_is_read_while_another_thread_holds_the_state() {
             .all(|t| t.state == "succeeded" && t.node == "n")
     );
 
-    // A job still running is listed from memory, under the lock.
+    // A job still running is read from the store too (see the test below).
     let s = shared.lock().expect("lock");
     assert!(matches!(
         s.plan_tasks(2, 0, 2).expect("plan"),
-        TasksListing::Ready(_)
+        TasksListing::FromStore(_)
     ));
     // A plan made before a purge finds no rows: the job is gone.
     let stale = match s.plan_tasks(job, 2, 2).expect("plan") {
@@ -193,6 +193,74 @@ async fn list_tasks_pages_a_finished_job_from_the_store_over_grpc() {
     let ok = |id: u64| (id, "succeeded".to_string(), "a".to_string());
     assert_eq!(ids, vec![ok(0), ok(1), ok(2)]);
     server.stop().await.expect("stops");
+}
+
+#[test]
+fn a_running_jobs_page_is_read_from_the_store_while_another_thread_holds_the_state() {
+    let d = scratch("running");
+    std::fs::create_dir_all(&d.0).expect("dir");
+    let mut s = open(&d.0);
+    let n = s
+        .register(pb::RegisterRequest {
+            identity: common::IDENTITY.into(),
+            name: "n".into(),
+            cores: 2,
+            memory_bytes: 1 << 30,
+            ..Default::default()
+        })
+        .expect("register")
+        .node_id;
+    let job = s.submit("job.toml", JOB, "/").expect("submit").job_id;
+    s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
+    // Task 0 succeeds, 1 runs, 2 is dispatched in its place.
+    s.heartbeat(heartbeat_request(n, &[(1, 1)], &[(0, 1, true)]))
+        .expect("beat");
+    let under_lock = s.list_tasks(job, 0, 3).expect("page under the lock");
+    let states: Vec<&str> = under_lock.tasks.iter().map(|t| t.state.as_str()).collect();
+    assert_eq!(states, ["succeeded", "running", "running"]);
+    let reader = s.store_reader().expect("reader").expect("a file store");
+    let shared = Arc::new(Mutex::new(s));
+    let plan = shared
+        .lock()
+        .expect("lock")
+        .plan_tasks(job, 0, 3)
+        .expect("plan");
+    let TasksListing::FromStore(stored) = plan else {
+        panic!("a running job's page is read from the store, not built under the lock");
+    };
+    // The state's lock is held while the page is read on another thread.
+    let guard = shared.lock().expect("lock");
+    let (tx, rx) = mpsc::channel();
+    let t = std::thread::spawn(move || {
+        let _ = tx.send(stored.read(&reader));
+    });
+    let page = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the read does not wait for the state's lock")
+        .expect("page");
+    drop(guard);
+    t.join().expect("reader thread");
+    assert_eq!(page, under_lock, "the same page as built under the lock");
+    assert!(
+        page.tasks[1..]
+            .iter()
+            .all(|t| t.node == "n" && t.attempt == 1)
+    );
+
+    // A plan made before the job moves on reads the newer state: the store's latest commit.
+    let mut s = shared.lock().expect("lock");
+    let TasksListing::FromStore(stored) = s.plan_tasks(job, 0, 3).expect("plan") else {
+        panic!("from the store");
+    };
+    s.heartbeat(heartbeat_request(n, &[], &[(1, 1, true), (2, 1, true)]))
+        .expect("beat");
+    let reader = s.store_reader().expect("reader").expect("a file store");
+    drop(s);
+    let page = stored.read(&reader).expect("page");
+    assert!(
+        page.tasks.iter().all(|t| t.state == "succeeded"),
+        "{page:?}"
+    );
 }
 
 /// Counts of `job` as listings show them, and as its task rows say.

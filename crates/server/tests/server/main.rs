@@ -10,6 +10,7 @@ mod http;
 mod job_ids;
 mod listing;
 mod metrics;
+mod prefetch;
 mod retention;
 mod security;
 mod service;

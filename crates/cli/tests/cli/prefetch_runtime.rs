@@ -1,0 +1,121 @@
+//! Prefetch through the real binaries (issue 10): with `prefetch = N` in the server's
+//! configuration an agent holds up to N cores' worth of tasks beyond its cores in a queue and
+//! starts each as a slot frees — never more at once than its cores — and the tasks queued on an
+//! agent that is SIGKILLed are re-queued and run exactly once elsewhere.
+
+use crate::support::{Cluster, wait_until};
+use std::path::Path;
+use std::time::Duration;
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn submit(c: &Cluster, name: &str, text: &str) {
+    let job = c.write(name, text);
+    let out = c.cli(&["submit", job.to_str().expect("path")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn running_on(c: &Cluster, node: &str) -> u64 {
+    c.json(&["nodes"])
+        .as_array()
+        .and_then(|a| a.iter().find(|n| n["name"] == node).cloned())
+        .and_then(|n| n["running"].as_u64())
+        .unwrap_or(0)
+}
+
+#[test]
+fn an_agent_queues_prefetched_tasks_and_never_runs_more_than_its_cores() {
+    let mut c = Cluster::start_configured("prefetch-cores", false, "prefetch = 2\n");
+    c.start_agent("n", 2, &[]);
+    c.wait_for_nodes(1);
+    let log = c.dir.join("events");
+    // Each task logs its start and its end (appends of a few bytes are atomic).
+    submit(
+        &c,
+        "job.toml",
+        &format!(
+            "[[application]]\nname = \"s\"\ntasks = 12\n[application.cpu]\ncommand = \"echo s {{index}} >> {0}; sleep 0.5; echo e {{index}} >> {0}\"\n",
+            log.display()
+        ),
+    );
+    // The 2-core node holds four tasks: two running, two queued by its agent.
+    wait_until(
+        "the node to hold four tasks",
+        Duration::from_secs(20),
+        || running_on(&c, "n") == 4,
+    );
+    let out = c.cli(&["wait", "1", "--timeout", "60s"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = lines(&log);
+    let (mut now, mut most) = (0i32, 0i32);
+    for e in &events {
+        now += if e.starts_with("s ") { 1 } else { -1 };
+        most = most.max(now);
+    }
+    assert_eq!(most, 2, "never more tasks at once than cores: {events:?}");
+    let mut started: Vec<&str> = events.iter().filter_map(|e| e.strip_prefix("s ")).collect();
+    started.sort_unstable_by_key(|i| i.parse::<u32>().unwrap_or(u32::MAX));
+    let want: Vec<String> = (0..12).map(|i| i.to_string()).collect();
+    assert_eq!(started, want, "each task started once");
+    let tasks = c.tasks(1);
+    assert!(
+        tasks
+            .iter()
+            .all(|t| t["attempt"] == 1 && t["state"] == "succeeded"),
+        "{tasks:?}"
+    );
+}
+
+#[test]
+fn tasks_queued_on_a_sigkilled_agent_run_exactly_once_elsewhere() {
+    let mut c = Cluster::start_configured("prefetch-kill", false, "prefetch = 2\n");
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    let marks = c.dir.join("marks");
+    // Task 0 runs long on a's one core; tasks 1 and 2 wait in a's queue.
+    submit(
+        &c,
+        "job.toml",
+        &format!(
+            "[[application]]\nname = \"q\"\ntasks = 3\n[application.cpu]\ncommand = \"echo {{index}} >> {}; sleep 3\"\n",
+            marks.display()
+        ),
+    );
+    wait_until("a to hold all three tasks", Duration::from_secs(20), || {
+        running_on(&c, "a") == 3
+    });
+    assert_eq!(lines(&marks), ["0"], "only task 0 started on a");
+    c.signal_agent("a", "KILL");
+    let _ = c.agent_exit("a", Duration::from_secs(10));
+    c.start_agent("b", 3, &[]);
+    let out = c.cli(&["wait", "1", "--timeout", "60s"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let marks = lines(&marks);
+    for queued in ["1", "2"] {
+        assert_eq!(
+            marks.iter().filter(|m| *m == queued).count(),
+            1,
+            "task {queued} (queued on a, never started there) ran once: {marks:?}"
+        );
+    }
+    let tasks = c.tasks(1);
+    assert!(tasks.iter().all(|t| t["state"] == "succeeded"), "{tasks:?}");
+}

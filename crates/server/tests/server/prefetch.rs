@@ -1,0 +1,226 @@
+//! Prefetch (issue 10): with `prefetch = N` a node is handed batch tasks beyond its free cores,
+//! marked `prefetched`, up to N cores' worth; they are recorded as running on the node before
+//! the reply, so a node that dies or an agent that forgets its queue gets them re-queued, and
+//! each task still succeeds exactly once. A restarted server keeps the node full.
+
+use hetsched_proto as pb;
+use hetsched_server::ServerConfig;
+use hetsched_server::convert::registration;
+use hetsched_server::state::State;
+use hetsched_server::state::types::{
+    Dispatch, HeartbeatReport, RunningTask, Submission, TaskResult,
+};
+use hetsched_server::store::Store;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const IDENTITY: &str = "prefetch-test-agent";
+
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(name: &str) -> Scratch {
+    let d = std::env::temp_dir().join(format!("hetsched-prefetch-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("dir");
+    Scratch(d)
+}
+
+fn open(dir: &Path, prefetch: u32) -> State {
+    let config = ServerConfig {
+        data_dir: dir.to_path_buf(),
+        prefetch,
+        ..Default::default()
+    };
+    State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state")
+}
+
+fn register(s: &mut State, name: &str, cores: u32) -> u32 {
+    s.on_register(
+        registration(&pb::RegisterRequest {
+            identity: IDENTITY.into(),
+            name: name.into(),
+            cores,
+            memory_bytes: 1 << 30,
+            ..Default::default()
+        })
+        .expect("valid registration"),
+    )
+    .expect("register")
+    .node_id
+}
+
+fn submit(s: &mut State, tasks: u32) {
+    s.on_submit(Submission {
+        origin: "job.toml".into(),
+        text: format!(
+            "[[application]]\nname = \"a\"\ntasks = {tasks}\n[application.cpu]\ncommand = \"true\"\n"
+        ),
+        workdir: "/".into(),
+        ..Default::default()
+    })
+    .expect("submit");
+}
+
+fn running(tasks: &[&Dispatch]) -> Vec<RunningTask> {
+    tasks
+        .iter()
+        .map(|d| RunningTask {
+            task_id: d.task_id,
+            attempt: d.attempt,
+            read_bytes: 0,
+        })
+        .collect()
+}
+
+fn success(d: &Dispatch) -> TaskResult {
+    TaskResult {
+        task_id: d.task_id,
+        attempt: d.attempt,
+        success: true,
+        started_ns: 1,
+        finished_ns: 2,
+        ..Default::default()
+    }
+}
+
+fn beat(
+    s: &mut State,
+    node: u32,
+    running: Vec<RunningTask>,
+    results: Vec<TaskResult>,
+) -> Vec<Dispatch> {
+    s.on_heartbeat(HeartbeatReport {
+        node_id: node,
+        identity: IDENTITY.into(),
+        running,
+        results,
+        ..Default::default()
+    })
+    .expect("beat")
+    .assignments
+}
+
+fn succeeded(s: &State) -> u64 {
+    s.get_job(1).expect("job 1").counts.succeeded
+}
+
+#[test]
+fn a_node_gets_its_free_cores_plus_the_allowance_and_only_the_extra_tasks_are_prefetched() {
+    let d = scratch("allowance");
+    let mut s = open(&d.0, 2);
+    let n = register(&mut s, "n", 2);
+    submit(&mut s, 10);
+    let first = beat(&mut s, n, vec![], vec![]);
+    let flags: Vec<(u64, bool, u32)> = first
+        .iter()
+        .map(|a| (a.task_id, a.prefetched, a.cores))
+        .collect();
+    assert_eq!(
+        flags,
+        vec![(0, false, 1), (1, false, 1), (2, true, 1), (3, true, 1)],
+        "two cores free, two more queued"
+    );
+    // Nothing more while the node holds all four (two running, two queued).
+    let all: Vec<&Dispatch> = first.iter().collect();
+    assert!(beat(&mut s, n, running(&all), vec![]).is_empty());
+    // Tasks 0 and 1 end; the agent started 2 and 3 from its queue: two more, both queued.
+    let next = beat(
+        &mut s,
+        n,
+        running(&all[2..]),
+        vec![success(all[0]), success(all[1])],
+    );
+    let flags: Vec<(u64, bool)> = next.iter().map(|a| (a.task_id, a.prefetched)).collect();
+    assert_eq!(flags, vec![(4, true), (5, true)]);
+    assert_eq!(succeeded(&s), 2);
+    // The node shows no free core while its queue is full.
+    let info = s.list_nodes();
+    assert_eq!(info[0].free_cores, 0);
+    assert_eq!(info[0].running, 4);
+}
+
+#[test]
+fn without_prefetch_a_node_gets_only_its_free_cores() {
+    let d = scratch("none");
+    let mut s = open(&d.0, 0);
+    let n = register(&mut s, "n", 2);
+    submit(&mut s, 10);
+    let first = beat(&mut s, n, vec![], vec![]);
+    assert_eq!(first.len(), 2);
+    assert!(first.iter().all(|a| !a.prefetched && a.cores == 1));
+}
+
+#[test]
+fn queued_tasks_of_a_dead_node_or_a_forgetful_agent_are_requeued_and_succeed_once() {
+    let d = scratch("lost");
+    let mut s = open(&d.0, 2);
+    let a = register(&mut s, "a", 2);
+    submit(&mut s, 6);
+    let on_a = beat(&mut s, a, vec![], vec![]);
+    assert_eq!(on_a.len(), 4);
+    // Agent a restarts and forgets its queue: it reports tasks 0 and 1 only. Tasks 2 and 3 are
+    // lost (never started), go back to the front of the queue, and come back to a as its queue.
+    let a_run: Vec<&Dispatch> = on_a[..2].iter().collect();
+    let again = beat(&mut s, a, running(&a_run), vec![]);
+    let ids: Vec<(u64, u32, bool)> = again
+        .iter()
+        .map(|d| (d.task_id, d.attempt, d.prefetched))
+        .collect();
+    assert_eq!(ids, vec![(2, 2, true), (3, 2, true)]);
+    // Node a dies holding 0 and 1 (running) and 2 and 3 (queued): all four are re-queued.
+    std::thread::sleep(Duration::from_millis(20));
+    s.check_dead(Duration::from_millis(1)).expect("reaper");
+    let b = register(&mut s, "b", 2);
+    let on_b = beat(&mut s, b, vec![], vec![]);
+    let ids: Vec<(u64, u32)> = on_b.iter().map(|d| (d.task_id, d.attempt)).collect();
+    assert_eq!(
+        ids,
+        vec![(0, 2), (1, 2), (2, 3), (3, 3)],
+        "the lost tasks first, each as its next attempt"
+    );
+    let rest = beat(&mut s, b, vec![], on_b.iter().map(success).collect());
+    let ids: Vec<(u64, u32)> = rest.iter().map(|d| (d.task_id, d.attempt)).collect();
+    assert_eq!(ids, vec![(4, 1), (5, 1)]);
+    let done = beat(&mut s, b, vec![], rest.iter().map(success).collect());
+    assert!(done.is_empty());
+    assert_eq!(succeeded(&s), 6, "every task once");
+    // A late result of a's first attempt of task 0 changes nothing.
+    let late = beat(&mut s, a, vec![], vec![success(&on_a[0])]);
+    assert!(late.is_empty());
+    assert_eq!(succeeded(&s), 6);
+    let job = s.get_job(1).expect("job 1");
+    assert_eq!((job.counts.succeeded, job.counts.failed), (6, 0));
+}
+
+#[test]
+fn a_restarted_server_keeps_a_node_with_queued_tasks_full() {
+    let d = scratch("restart");
+    let mut s = open(&d.0, 2);
+    let n = register(&mut s, "n", 2);
+    submit(&mut s, 10);
+    let first = beat(&mut s, n, vec![], vec![]);
+    assert_eq!(first.len(), 4);
+    drop(s);
+    // The assignments were committed before the reply: after a restart they are still the
+    // node's, and the node shows no free core (its queue is full).
+    let mut s = open(&d.0, 2);
+    let all: Vec<&Dispatch> = first.iter().collect();
+    assert!(beat(&mut s, n, running(&all), vec![]).is_empty());
+    assert_eq!(s.list_nodes()[0].free_cores, 0);
+    // Two end: two cores' worth more, and never more than four held at once.
+    let next = beat(
+        &mut s,
+        n,
+        running(&all[2..]),
+        vec![success(all[0]), success(all[1])],
+    );
+    assert_eq!(next.len(), 2);
+    assert!(next.iter().all(|a| a.prefetched));
+    assert_eq!(s.list_nodes()[0].running, 4);
+}
