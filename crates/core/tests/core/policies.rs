@@ -385,3 +385,38 @@ fn hdas_hetero_never_holds_back_cpu_only_applications() {
         .collect();
     assert_eq!(cpu, [AppId(1), AppId(1)]);
 }
+
+/// Kmeans-like: 40 s on a core, 6.33 s on a GPU, a 256 MiB split.
+fn kmeans(tasks: u32) -> hetsched_core::testkit::AppBuilder {
+    app("kmeans")
+        .tasks(tasks)
+        .split_mib(256)
+        .gpu(6.33, 0.0, 2.0)
+        .cpu(40.0, 2.0)
+}
+
+#[test]
+fn hdas_hetero_gives_no_core_to_a_long_task_its_plan_keeps_on_gpus() {
+    // One node: 4 GPUs (each GPU task holds a core too) and 2 spare cores. BP's 400 tasks are
+    // 2360 s of GPU work, far longer than one 900 s CPU task, so the completion gate lets BP onto a
+    // core; but the plan (the fluid optimum) gives both spare cores to Kmeans, whose CPU task costs
+    // 6.3 GPU tasks' time against BP's 38, and none to BP. Once Kmeans has its first core it is a
+    // task ahead of its even pace while BP, planned nothing, is at zero: ranking by "behind the
+    // plan" alone handed BP the second core for 900 s. Ranked by how far behind each would be
+    // once the task is started, BP would be 900 s ahead and Kmeans 80 s: Kmeans gets both cores.
+    let mut env = Env::new(1);
+    env.add(bp(400));
+    env.add(kmeans(200));
+    let got = env.heartbeat(BatchPolicyKind::HdasHetero, 0, 0.0);
+    let names = ["bp", "kmeans"];
+    let cpu: Vec<_> = summary(&got, &names)
+        .into_iter()
+        .filter(|s| s.ends_with(":cpu"))
+        .collect();
+    assert_eq!(
+        cpu,
+        ["kmeans:cpu", "kmeans:cpu"],
+        "all: {:?}",
+        summary(&got, &names)
+    );
+}

@@ -224,8 +224,10 @@ struct GpuKey {
 
 /// A CPU candidate.
 struct CpuCandidate {
-    /// `hdas-hetero`: seconds of CPU work behind the plan on this node's group; 0 in `hdas`.
-    behind: f64,
+    /// `hdas-hetero`: seconds of CPU work behind the plan on this node's group **once this task
+    /// is started** (behind the plan now, minus the task's predicted time on this node's core);
+    /// 0 in `hdas`.
+    behind_after: f64,
     progress: f64,
     /// Predicted CPU speed over best speed alone (higher is better).
     speed_ratio: f64,
@@ -349,8 +351,15 @@ impl Hdas {
             // are not favoured.
             let progress = a.dispatched() as f64 * cpu_base as f64
                 / elapsed_since(now, a.app.submit_time) as f64;
-            let behind = match (self.config.completion_aware, self.plan.as_ref()) {
-                (true, Some(plan)) => plan.behind(a, Variant::Cpu, node, now),
+            // hdas-hetero: how far behind its plan the application would be once this core's
+            // task is started. A start commits the core for the whole task, so a long task the
+            // plan does not ask for (BP's 900 s on a group where the plan runs BP on GPUs only)
+            // would put its application far ahead of the plan, and a short one (Kmeans's 40 s)
+            // barely: ranking by "behind" before the start made an application the plan gives
+            // nothing (behind 0) win a core from every application a task ahead of its even
+            // pace (behind < 0) — which all of them are, right after their cores are filled.
+            let behind_after = match (self.config.completion_aware, self.plan.as_ref()) {
+                (true, Some(plan)) => plan.behind(a, Variant::Cpu, node, now) - predicted / 1e9,
                 _ => 0.0,
             };
             // hdas-hetero: a mixed application whose GPU variant can run somewhere gets no core
@@ -372,7 +381,7 @@ impl Hdas {
                 continue;
             }
             candidates.push(CpuCandidate {
-                behind,
+                behind_after,
                 progress,
                 // speed = V / T, so the ratio of speeds is the inverse ratio of times.
                 speed_ratio: best_alone as f64 / predicted.max(1.0),
@@ -382,12 +391,13 @@ impl Hdas {
             });
         }
         if self.config.completion_aware && self.plan.is_some() {
-            // hdas-hetero: the application furthest behind the plan's CPU share first.
+            // hdas-hetero: the application that would be furthest behind the plan's CPU share
+            // once the task is started first (least ahead of it, when all are ahead).
             return candidates
                 .into_iter()
                 .min_by(|x, y| {
-                    y.behind
-                        .total_cmp(&x.behind)
+                    y.behind_after
+                        .total_cmp(&x.behind_after)
                         .then(x.progress.total_cmp(&y.progress))
                         .then(x.app.cmp(&y.app))
                 })
