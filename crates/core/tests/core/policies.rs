@@ -420,3 +420,29 @@ fn hdas_hetero_gives_no_core_to_a_long_task_its_plan_keeps_on_gpus() {
         summary(&got, &names)
     );
 }
+
+#[test]
+fn hdas_hetero_waits_for_the_disks_its_accelerators_read_from() {
+    use hetsched_core::policy::batch::hdas::gpu_backlogs;
+    // A GPU node on a 64 MiB/s disk beside a CPU-only node on a 128 MiB/s disk. NB's 22 GPU
+    // tasks read 22 GiB, all from the GPU node's disk: 352 s before the accelerators can have
+    // read them, whatever the CPU-only node's disk could do. Counting both disks (117 s) would
+    // make a 105 s CPU task look like a straggler behind the accelerators and keep NB off the
+    // CPU-only node's idle cores.
+    let mut view = SchedulerView::new();
+    view.add_node(
+        node("gpu")
+            .cores(6)
+            .gpus(3, "c2050")
+            .disk_mib_s(64.0)
+            .build(NodeId(0)),
+    )
+    .expect("dense node ids");
+    view.add_node(node("cpu").cores(4).disk_mib_s(128.0).build(NodeId(1)))
+        .expect("dense node ids");
+    let a: Application = nb(22).build(AppId(0));
+    view.add_application(a, (0..22).map(TaskId))
+        .expect("dense app ids");
+    let backlog = gpu_backlogs(&view, &[true], 0.05)[0] / 1e9;
+    assert!((backlog - 22.0 * 1024.0 / 64.0).abs() < 1e-6, "{backlog}");
+}

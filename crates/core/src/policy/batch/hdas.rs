@@ -441,8 +441,9 @@ fn gpu_feasible(view: &SchedulerView, app: &crate::model::AppState) -> bool {
 /// Per application `a`, how long (ns) before the accelerators could have run `a`'s next task: the
 /// pending GPU work of every application whose GPU advantage (CPU_base / GPU_base, the order in
 /// which `hdas-hetero` hands out GPUs) is at least `a`'s (within `tolerance`), `a` included, at the
-/// cluster's mean device speed over all its devices — and no less than the time the disks need to
-/// read those tasks' inputs after what they are reading now (`TotalIO`). A CPU task of `a` that
+/// cluster's mean device speed over all its devices — and no less than the time the disks of the
+/// nodes with accelerators need to read those tasks' inputs after what they are reading now
+/// (`TotalIO`). A CPU task of `a` that
 /// would take longer than this finishes after a GPU could have finished the same task: it becomes
 /// the straggler `hdas-hetero` avoids. Applications whose GPU variant fits no node (`feasible`
 /// false) get infinity: nothing to wait for.
@@ -469,7 +470,16 @@ pub fn gpu_backlogs_between_beats(
     let speed = view.mean_device_speed().max(f64::MIN_POSITIVE);
     let mut disk_bw = 0.0;
     let mut in_flight = 0.0;
-    for n in view.nodes().iter().filter(|n| n.alive) {
+    // A GPU task reads its split from the disk of the node whose accelerator runs it: only the
+    // disks of nodes with accelerators bound how soon the GPUs can have read the queue. Counting
+    // the other nodes' disks too made a CPU-only node's fast disk shorten the backlog, and the
+    // gate then kept IO-heavy tasks off those nodes' cores while the accelerators queued behind
+    // their own slow disk (#772 of sweep seed 6).
+    for n in view
+        .nodes()
+        .iter()
+        .filter(|n| n.alive && !n.node.accelerators.is_empty())
+    {
         disk_bw += n.node.disk_read_bw;
         in_flight += n.total_io_bytes;
     }
