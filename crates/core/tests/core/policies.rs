@@ -385,3 +385,64 @@ fn hdas_hetero_never_holds_back_cpu_only_applications() {
         .collect();
     assert_eq!(cpu, [AppId(1), AppId(1)]);
 }
+
+/// Kmeans-like: 40 s on a core, 6.33 s on a GPU, a 256 MiB split.
+fn kmeans(tasks: u32) -> hetsched_core::testkit::AppBuilder {
+    app("kmeans")
+        .tasks(tasks)
+        .split_mib(256)
+        .gpu(6.33, 0.0, 2.0)
+        .cpu(40.0, 2.0)
+}
+
+#[test]
+fn hdas_hetero_gives_no_core_to_a_long_task_its_plan_keeps_on_gpus() {
+    // One node: 4 GPUs (each GPU task holds a core too) and 2 spare cores. BP's 400 tasks are
+    // 2360 s of GPU work, far longer than one 900 s CPU task, so the completion gate lets BP onto a
+    // core; but the plan (the fluid optimum) gives both spare cores to Kmeans, whose CPU task costs
+    // 6.3 GPU tasks' time against BP's 38, and none to BP. Once Kmeans has its first core it is a
+    // task ahead of its even pace while BP, planned nothing, is at zero: ranking by "behind the
+    // plan" alone handed BP the second core for 900 s. Ranked by how far behind each would be
+    // once the task is started, BP would be 900 s ahead and Kmeans 80 s: Kmeans gets both cores.
+    let mut env = Env::new(1);
+    env.add(bp(400));
+    env.add(kmeans(200));
+    let got = env.heartbeat(BatchPolicyKind::HdasHetero, 0, 0.0);
+    let names = ["bp", "kmeans"];
+    let cpu: Vec<_> = summary(&got, &names)
+        .into_iter()
+        .filter(|s| s.ends_with(":cpu"))
+        .collect();
+    assert_eq!(
+        cpu,
+        ["kmeans:cpu", "kmeans:cpu"],
+        "all: {:?}",
+        summary(&got, &names)
+    );
+}
+
+#[test]
+fn hdas_hetero_waits_for_the_disks_its_accelerators_read_from() {
+    use hetsched_core::policy::batch::hdas::gpu_backlogs;
+    // A GPU node on a 64 MiB/s disk beside a CPU-only node on a 128 MiB/s disk. NB's 22 GPU
+    // tasks read 22 GiB, all from the GPU node's disk: 352 s before the accelerators can have
+    // read them, whatever the CPU-only node's disk could do. Counting both disks (117 s) would
+    // make a 105 s CPU task look like a straggler behind the accelerators and keep NB off the
+    // CPU-only node's idle cores.
+    let mut view = SchedulerView::new();
+    view.add_node(
+        node("gpu")
+            .cores(6)
+            .gpus(3, "c2050")
+            .disk_mib_s(64.0)
+            .build(NodeId(0)),
+    )
+    .expect("dense node ids");
+    view.add_node(node("cpu").cores(4).disk_mib_s(128.0).build(NodeId(1)))
+        .expect("dense node ids");
+    let a: Application = nb(22).build(AppId(0));
+    view.add_application(a, (0..22).map(TaskId))
+        .expect("dense app ids");
+    let backlog = gpu_backlogs(&view, &[true], 0.05)[0] / 1e9;
+    assert!((backlog - 22.0 * 1024.0 / 64.0).abs() < 1e-6, "{backlog}");
+}

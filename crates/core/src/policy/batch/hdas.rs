@@ -224,8 +224,10 @@ struct GpuKey {
 
 /// A CPU candidate.
 struct CpuCandidate {
-    /// `hdas-hetero`: seconds of CPU work behind the plan on this node's group; 0 in `hdas`.
-    behind: f64,
+    /// `hdas-hetero`: seconds of CPU work behind the plan on this node's group **once this task
+    /// is started** (behind the plan now, minus the task's predicted time on this node's core);
+    /// 0 in `hdas`.
+    behind_after: f64,
     progress: f64,
     /// Predicted CPU speed over best speed alone (higher is better).
     speed_ratio: f64,
@@ -349,8 +351,15 @@ impl Hdas {
             // are not favoured.
             let progress = a.dispatched() as f64 * cpu_base as f64
                 / elapsed_since(now, a.app.submit_time) as f64;
-            let behind = match (self.config.completion_aware, self.plan.as_ref()) {
-                (true, Some(plan)) => plan.behind(a, Variant::Cpu, node, now),
+            // hdas-hetero: how far behind its plan the application would be once this core's
+            // task is started. A start commits the core for the whole task, so a long task the
+            // plan does not ask for (BP's 900 s on a group where the plan runs BP on GPUs only)
+            // would put its application far ahead of the plan, and a short one (Kmeans's 40 s)
+            // barely: ranking by "behind" before the start made an application the plan gives
+            // nothing (behind 0) win a core from every application a task ahead of its even
+            // pace (behind < 0) — which all of them are, right after their cores are filled.
+            let behind_after = match (self.config.completion_aware, self.plan.as_ref()) {
+                (true, Some(plan)) => plan.behind(a, Variant::Cpu, node, now) - predicted / 1e9,
                 _ => 0.0,
             };
             // hdas-hetero: a mixed application whose GPU variant can run somewhere gets no core
@@ -372,7 +381,7 @@ impl Hdas {
                 continue;
             }
             candidates.push(CpuCandidate {
-                behind,
+                behind_after,
                 progress,
                 // speed = V / T, so the ratio of speeds is the inverse ratio of times.
                 speed_ratio: best_alone as f64 / predicted.max(1.0),
@@ -382,12 +391,13 @@ impl Hdas {
             });
         }
         if self.config.completion_aware && self.plan.is_some() {
-            // hdas-hetero: the application furthest behind the plan's CPU share first.
+            // hdas-hetero: the application that would be furthest behind the plan's CPU share
+            // once the task is started first (least ahead of it, when all are ahead).
             return candidates
                 .into_iter()
                 .min_by(|x, y| {
-                    y.behind
-                        .total_cmp(&x.behind)
+                    y.behind_after
+                        .total_cmp(&x.behind_after)
                         .then(x.progress.total_cmp(&y.progress))
                         .then(x.app.cmp(&y.app))
                 })
@@ -431,8 +441,9 @@ fn gpu_feasible(view: &SchedulerView, app: &crate::model::AppState) -> bool {
 /// Per application `a`, how long (ns) before the accelerators could have run `a`'s next task: the
 /// pending GPU work of every application whose GPU advantage (CPU_base / GPU_base, the order in
 /// which `hdas-hetero` hands out GPUs) is at least `a`'s (within `tolerance`), `a` included, at the
-/// cluster's mean device speed over all its devices — and no less than the time the disks need to
-/// read those tasks' inputs after what they are reading now (`TotalIO`). A CPU task of `a` that
+/// cluster's mean device speed over all its devices — and no less than the time the disks of the
+/// nodes with accelerators need to read those tasks' inputs after what they are reading now
+/// (`TotalIO`). A CPU task of `a` that
 /// would take longer than this finishes after a GPU could have finished the same task: it becomes
 /// the straggler `hdas-hetero` avoids. Applications whose GPU variant fits no node (`feasible`
 /// false) get infinity: nothing to wait for.
@@ -459,7 +470,16 @@ pub fn gpu_backlogs_between_beats(
     let speed = view.mean_device_speed().max(f64::MIN_POSITIVE);
     let mut disk_bw = 0.0;
     let mut in_flight = 0.0;
-    for n in view.nodes().iter().filter(|n| n.alive) {
+    // A GPU task reads its split from the disk of the node whose accelerator runs it: only the
+    // disks of nodes with accelerators bound how soon the GPUs can have read the queue. Counting
+    // the other nodes' disks too made a CPU-only node's fast disk shorten the backlog, and the
+    // gate then kept IO-heavy tasks off those nodes' cores while the accelerators queued behind
+    // their own slow disk (#772 of sweep seed 6).
+    for n in view
+        .nodes()
+        .iter()
+        .filter(|n| n.alive && !n.node.accelerators.is_empty())
+    {
         disk_bw += n.node.disk_read_bw;
         in_flight += n.total_io_bytes;
     }
