@@ -35,11 +35,22 @@ pub struct BenchArgs {
     /// the end is seen at most this late.
     #[arg(long, default_value_t = 25)]
     pub poll_ms: u64,
-    /// Cores' worth of tasks the server may hand each agent beyond its free cores (the server's
-    /// `prefetch` setting; 0 = none): the agent queues them and starts each as a slot frees,
-    /// and one heartbeat carries many results and assignments.
-    #[arg(long, default_value_t = 0)]
-    pub prefetch: u32,
+    /// Tasks the server may hand each agent beyond its free cores (the server's `prefetch`
+    /// setting): `auto` (the server's default: short tasks only, sized from their measured run
+    /// times), or N cores' worth (0 = none). The agent queues them and starts each as a slot
+    /// frees, and one heartbeat carries many results and assignments.
+    #[arg(long, default_value = "auto", value_parser = prefetch_setting)]
+    pub prefetch: String,
+}
+
+/// `--prefetch`: `auto` or a number of cores, written as the server's TOML value.
+fn prefetch_setting(s: &str) -> Result<String, String> {
+    if s == "auto" {
+        return Ok("\"auto\"".into());
+    }
+    s.parse::<u32>()
+        .map(|n| n.to_string())
+        .map_err(|_| format!("expected `auto` or a number of cores, got `{s}`"))
 }
 
 struct Children(Vec<Child>);
