@@ -75,8 +75,9 @@ struct VariantRun {
 struct Observed {
     total_ns: u128,
     count: u64,
-    /// The longest (for `prefetch = "auto"`: a variant that ever ran long is not queued).
-    max_ns: u64,
+    /// How many ran longer than `prefetch = "auto"`'s budget (a variant often long is not
+    /// queued).
+    long: u64,
 }
 
 impl Observed {
@@ -88,7 +89,7 @@ impl Observed {
         RunTimes {
             count: self.count,
             mean_ns: self.mean_ns().unwrap_or(0),
-            max_ns: self.max_ns,
+            long: self.long,
         }
     }
 }
@@ -403,7 +404,7 @@ impl Batch {
         let o = &mut rec.observed[variant_code(v) as usize];
         o.total_ns += duration_ns as u128;
         o.count += 1;
-        o.max_ns = o.max_ns.max(duration_ns);
+        o.long += u64::from(duration_ns > crate::state::prefetch::AUTO_BUDGET_NS);
         let mean = o.mean_ns().unwrap_or(self.estimate).max(1);
         let declared = match v {
             Variant::Cpu => rec.cpu.as_ref().is_some_and(|r| r.declared),

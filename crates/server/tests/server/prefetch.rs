@@ -349,8 +349,8 @@ fn auto_queues_the_short_application_of_a_job_and_never_its_long_one() {
 }
 
 #[test]
-fn a_variant_that_once_ran_long_is_not_queued_again() {
-    // 1 ms tasks, but the 10th ran 150 ms: the mean is short, the longest is over 100 ms.
+fn a_variant_with_more_than_one_long_run_in_100_is_not_queued_again() {
+    // 1 ms tasks, but the 10th ran 150 ms: the mean is short, but 1 run in 10 is long.
     let d = scratch("auto-outlier");
     let mut s = open_auto(&d.0);
     let n = register(&mut s, "n", 2);
