@@ -1,6 +1,6 @@
 //! `hetsched bench-dispatch`: dispatch throughput of the real system. Starts `hetsched server` and
 //! two `hetsched agent` processes on loopback (this same binary), submits one job of N tasks that
-//! run `true`, and measures from submission to the last recorded success; reports tasks/s and the
+//! run `true` (or `--command`), and measures from submission to the last recorded success; reports tasks/s and the
 //! server's peak resident memory (`VmHWM` of `/proc/PID/status`).
 
 use super::client::connect_with;
@@ -41,6 +41,10 @@ pub struct BenchArgs {
     /// frees, and one heartbeat carries many results and assignments.
     #[arg(long, default_value = "auto", value_parser = prefetch_setting)]
     pub prefetch: String,
+    /// What each task runs, split at spaces (e.g. `--command "sleep 1"` to check that long
+    /// tasks keep their makespan under `--prefetch auto`).
+    #[arg(long, default_value = "true")]
+    pub command: String,
 }
 
 /// `--prefetch`: `auto` or a number of cores, written as the server's TOML value.
@@ -166,9 +170,18 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        let argv: Vec<String> = args
+            .command
+            .split_whitespace()
+            .map(|a| format!("{a:?}"))
+            .collect();
+        if argv.is_empty() {
+            bail!("--command is empty");
+        }
         let text = format!(
-            "[[application]]\nname = \"true\"\ntasks = {}\n[application.cpu]\ncommand = [\"true\"]\n",
-            args.tasks
+            "[[application]]\nname = \"bench\"\ntasks = {}\n[application.cpu]\ncommand = [{}]\n",
+            args.tasks,
+            argv.join(", ")
         );
         let start = Instant::now();
         let cpu_before = cpu_seconds(server_pid).unwrap_or(0.0);
@@ -216,8 +229,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         );
     } else {
         println!(
-            "{} `true` tasks ({ok} succeeded) through 1 server and {} agents × {} slots on loopback{}",
+            "{} `{}` tasks ({ok} succeeded) through 1 server and {} agents × {} slots on loopback{}",
             args.tasks,
+            args.command,
             args.agents,
             args.slots,
             if args.scheduler_only {
