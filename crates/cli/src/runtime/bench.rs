@@ -162,7 +162,12 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         let token = std::fs::read_to_string(&token_file)?;
         let mut api = connect_with(&url, token.trim(), None).await?;
         let start = Instant::now();
-        while api.list_nodes(pb::ListNodesRequest {}).await?.into_inner().nodes.len()
+        while api
+            .list_nodes(pb::ListNodesRequest {})
+            .await?
+            .into_inner()
+            .nodes
+            .len()
             < args.agents as usize
         {
             if start.elapsed() > Duration::from_secs(30) {

@@ -66,11 +66,11 @@ impl<'de> serde::Deserialize<'de> for Setting {
             fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Setting, E> {
                 u32::try_from(n)
                     .map(Setting::Cores)
-                    .map_err(|_| E::custom(format!("prefetch {n} is too large")))
+                    .map_err(|_| E::custom(format!("{n} cores is too many")))
             }
             fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Setting, E> {
                 u64::try_from(n)
-                    .map_err(|_| E::custom(format!("prefetch must not be negative, got {n}")))
+                    .map_err(|_| E::custom(format!("must not be negative, got {n}")))
                     .and_then(|n| self.visit_u64(n))
             }
             fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Setting, E> {
