@@ -14,7 +14,8 @@
 //! start_failure_backoff = "60s" # … keep it off that node this long (0 failures = never)
 //! binding = "plain"            # NNode→ANode binding (spec 01): plain, weighted, container
 //! binding_slots = 1            # containers per node with binding = "container"
-//! prefetch = 0                 # cores' worth of batch tasks a node may queue beyond its free cores
+//! prefetch = "auto"            # batch tasks a node may queue beyond its free cores: "auto"
+//!                              # (short tasks only, sized from measured run times), N cores, or 0
 //! [retention]                  # optional; finished jobs are kept forever without it
 //! keep_finished = "24h"        # purge a job this long after its last task ended
 //! keep_jobs = 1000             # purge all but the most recently finished 1000 jobs
@@ -73,10 +74,12 @@ pub struct ServerConfig {
     pub binding_slots: u32,
     /// Workflows (issue 13): the default balancer and the PCDDB thresholds.
     pub workflow: Option<WorkflowConfig>,
-    /// Cores' worth of batch tasks a node may be handed beyond its free cores (0 = none): its
-    /// agent queues them and starts each as soon as a running task ends, so one heartbeat
-    /// carries many results and assignments (issue 10; see [`crate::state::prefetch`]).
-    pub prefetch: u32,
+    /// Batch tasks a node may be handed beyond its free cores: its agent queues them and
+    /// starts each as soon as a running task ends, so one heartbeat carries many results and
+    /// assignments (issue 10; see [`crate::state::prefetch`]). `"auto"` (the default): only
+    /// applications whose measured tasks are short, sized so the queued work per core stays
+    /// under a time budget; `N`: N cores' worth of any tasks; `0`: none.
+    pub prefetch: crate::state::prefetch::Setting,
 }
 
 /// The node binding mode a server uses (spec 01; the rules are `hetsched_core::policy::binding`).
@@ -150,7 +153,7 @@ impl Default for ServerConfig {
             binding: BindingKind::Plain,
             binding_slots: 1,
             workflow: None,
-            prefetch: 0,
+            prefetch: crate::state::prefetch::Setting::Auto,
         }
     }
 }

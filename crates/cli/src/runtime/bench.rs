@@ -1,6 +1,6 @@
 //! `hetsched bench-dispatch`: dispatch throughput of the real system. Starts `hetsched server` and
 //! two `hetsched agent` processes on loopback (this same binary), submits one job of N tasks that
-//! run `true`, and measures from submission to the last recorded success; reports tasks/s and the
+//! run `true` (or `--command`), and measures from submission to the last recorded success; reports tasks/s and the
 //! server's peak resident memory (`VmHWM` of `/proc/PID/status`).
 
 use super::client::connect_with;
@@ -35,11 +35,26 @@ pub struct BenchArgs {
     /// the end is seen at most this late.
     #[arg(long, default_value_t = 25)]
     pub poll_ms: u64,
-    /// Cores' worth of tasks the server may hand each agent beyond its free cores (the server's
-    /// `prefetch` setting; 0 = none): the agent queues them and starts each as a slot frees,
-    /// and one heartbeat carries many results and assignments.
-    #[arg(long, default_value_t = 0)]
-    pub prefetch: u32,
+    /// Tasks the server may hand each agent beyond its free cores (the server's `prefetch`
+    /// setting): `auto` (the server's default: short tasks only, sized from their measured run
+    /// times), or N cores' worth (0 = none). The agent queues them and starts each as a slot
+    /// frees, and one heartbeat carries many results and assignments.
+    #[arg(long, default_value = "auto", value_parser = prefetch_setting)]
+    pub prefetch: String,
+    /// What each task runs, split at spaces (e.g. `--command "sleep 1"` to check that long
+    /// tasks keep their makespan under `--prefetch auto`).
+    #[arg(long, default_value = "true")]
+    pub command: String,
+}
+
+/// `--prefetch`: `auto` or a number of cores, written as the server's TOML value.
+fn prefetch_setting(s: &str) -> Result<String, String> {
+    if s == "auto" {
+        return Ok("\"auto\"".into());
+    }
+    s.parse::<u32>()
+        .map(|n| n.to_string())
+        .map_err(|_| format!("expected `auto` or a number of cores, got `{s}`"))
 }
 
 struct Children(Vec<Child>);
@@ -147,7 +162,12 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         let token = std::fs::read_to_string(&token_file)?;
         let mut api = connect_with(&url, token.trim(), None).await?;
         let start = Instant::now();
-        while api.list_nodes(pb::ListNodesRequest {}).await?.into_inner().nodes.len()
+        while api
+            .list_nodes(pb::ListNodesRequest {})
+            .await?
+            .into_inner()
+            .nodes
+            .len()
             < args.agents as usize
         {
             if start.elapsed() > Duration::from_secs(30) {
@@ -155,9 +175,18 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        let argv: Vec<String> = args
+            .command
+            .split_whitespace()
+            .map(|a| format!("{a:?}"))
+            .collect();
+        if argv.is_empty() {
+            bail!("--command is empty");
+        }
         let text = format!(
-            "[[application]]\nname = \"true\"\ntasks = {}\n[application.cpu]\ncommand = [\"true\"]\n",
-            args.tasks
+            "[[application]]\nname = \"bench\"\ntasks = {}\n[application.cpu]\ncommand = [{}]\n",
+            args.tasks,
+            argv.join(", ")
         );
         let start = Instant::now();
         let cpu_before = cpu_seconds(server_pid).unwrap_or(0.0);
@@ -205,8 +234,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         );
     } else {
         println!(
-            "{} `true` tasks ({ok} succeeded) through 1 server and {} agents × {} slots on loopback{}",
+            "{} `{}` tasks ({ok} succeeded) through 1 server and {} agents × {} slots on loopback{}",
             args.tasks,
+            args.command,
             args.agents,
             args.slots,
             if args.scheduler_only {

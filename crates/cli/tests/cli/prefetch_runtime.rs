@@ -119,3 +119,37 @@ fn tasks_queued_on_a_sigkilled_agent_run_exactly_once_elsewhere() {
     let tasks = c.tasks(1);
     assert!(tasks.iter().all(|t| t["state"] == "succeeded"), "{tasks:?}");
 }
+
+#[test]
+fn a_prefetch_setting_that_is_neither_auto_nor_a_number_is_refused_with_its_line() {
+    let dir = std::env::temp_dir().join(format!("hetsched-prefetch-bad-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let config = dir.join("server.toml");
+    std::fs::write(&config, "listen = \"127.0.0.1:0\"\nprefetch = \"lots\"\n").expect("config");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hetsched"))
+        .args(["server", "--config"])
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("server.toml:2") && err.contains("\"auto\" or a number of cores"),
+        "{err}"
+    );
+    // bench-dispatch refuses the same before starting anything.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hetsched"))
+        .args(["bench-dispatch", "--prefetch", "lots"])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("expected `auto` or a number of cores"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -14,6 +14,7 @@ use crate::backoff::{Backoff, Change};
 use crate::config::{RetentionConfig, ServerConfig};
 use crate::metrics::Outcome;
 use crate::state::StateError;
+use crate::state::prefetch::{AutoQueue, RunTimes, Setting};
 use crate::state::types::{
     AppInfo, BackedOffApp, Dispatch, HeartbeatReport, JobInfo, JobsPage, RunningTask, Submission,
     Submitted, TaskCounts, TaskInfo, TaskResult, TaskSpec, TasksPage,
@@ -74,11 +75,22 @@ struct VariantRun {
 struct Observed {
     total_ns: u128,
     count: u64,
+    /// How many ran longer than `prefetch = "auto"`'s budget (a variant often long is not
+    /// queued).
+    long: u64,
 }
 
 impl Observed {
     fn mean_ns(&self) -> Option<u64> {
         (self.count > 0).then(|| (self.total_ns / self.count as u128) as u64)
+    }
+
+    fn run_times(&self) -> RunTimes {
+        RunTimes {
+            count: self.count,
+            mean_ns: self.mean_ns().unwrap_or(0),
+            long: self.long,
+        }
     }
 }
 
@@ -392,6 +404,7 @@ impl Batch {
         let o = &mut rec.observed[variant_code(v) as usize];
         o.total_ns += duration_ns as u128;
         o.count += 1;
+        o.long += u64::from(duration_ns > crate::state::prefetch::AUTO_BUDGET_NS);
         let mean = o.mean_ns().unwrap_or(self.estimate).max(1);
         let declared = match v {
             Variant::Cpu => rec.cpu.as_ref().is_some_and(|r| r.declared),
@@ -1040,13 +1053,31 @@ impl JobKind for Batch {
             return Ok(());
         }
         let now = cx.now;
-        // With `prefetch`, the policy sees the node with that many more free cores; tasks placed
-        // beyond its real free cores are queued by the agent (crate::state::prefetch).
-        let credit = cx.nodes.prefetch.open(cx.view, nid);
+        // With `prefetch`, the policy sees the node with more free cores; tasks placed beyond
+        // its real free cores are queued by the agent (crate::state::prefetch). Under "auto" the
+        // loan is sized for the shortest measured pending variant, and each task placed in it
+        // must be of a variant measured short and fit the node's time budget ([`AutoQueue`]);
+        // any other goes back to its queue.
+        let (lend, mut auto) = match cx.nodes.prefetch.setting() {
+            Setting::Cores(n) => (n, None),
+            Setting::Auto => {
+                let node_cores = cx.view.node(nid).node.cores;
+                let depth = cx
+                    .view
+                    .pending_apps()
+                    .filter_map(|p| self.apps.get(p.app.id.index()))
+                    .flat_map(|r| r.observed.iter().map(|o| o.run_times().depth()))
+                    .max()
+                    .unwrap_or(0);
+                (depth * node_cores, Some(AutoQueue::new(node_cores)))
+            }
+        };
+        let credit = cx.nodes.prefetch.open(cx.view, nid, lend);
         let start = Instant::now();
         let decisions = self.policy.on_node_update(cx.view, nid, now);
         cx.metrics.decision(start.elapsed());
         let mut deferred: Vec<Assignment> = Vec::new();
+        let mut declined: Vec<Assignment> = Vec::new();
         let mut used = 0u32;
         for a in decisions {
             if !deferred.is_empty() {
@@ -1058,6 +1089,19 @@ impl JobKind for Batch {
             };
             let key = spec_key(a.app.0, a.variant);
             let cores = crate::state::prefetch::cores_of(cx.view, a.app, a.variant);
+            let prefetched = used + cores > credit.free;
+            if prefetched && let Some(q) = auto.as_mut() {
+                let rt = self
+                    .apps
+                    .get(a.app.index())
+                    .map_or_else(RunTimes::default, |r| {
+                        r.observed[variant_code(a.variant) as usize].run_times()
+                    });
+                if !q.admit(rt, cores) {
+                    declined.push(a);
+                    continue;
+                }
+            }
             let d = Dispatch {
                 task_id: t.id,
                 attempt: t.attempt + 1,
@@ -1066,7 +1110,7 @@ impl JobKind for Batch {
                 spec: key,
                 workflow: None,
                 cores,
-                prefetched: used + cores > credit.free,
+                prefetched,
             };
             let spec = out
                 .needs_spec(key)
@@ -1103,6 +1147,11 @@ impl JobKind for Batch {
                 "reply size cap reached; the rest goes on the next heartbeat"
             );
             out.more();
+        }
+        // Not queueable (long, or not measured yet): back to the front of their queues, the
+        // last first so they keep their order.
+        for a in declined.iter().rev() {
+            cx.view.requeue(a);
         }
         cx.nodes.prefetch.close(cx.view, nid, credit);
         Ok(())

@@ -13,6 +13,21 @@
 //! ([`Prefetch::repay_all`]), so the view never shows a free core the node does not have when a
 //! policy looks at it.
 //!
+//! How much is lent is the `prefetch` [`Setting`]. `N` lends N cores' worth of any tasks.
+//! `"auto"`, the default, queues only tasks known to be short, from what the server measured of
+//! each application variant's finished tasks (their run times as the agent timed them):
+//! - a variant is queueable once [`AUTO_MIN_SAMPLES`] of its tasks have succeeded, their mean
+//!   run time is at most [`AUTO_BUDGET_NS`] (100 ms), and at most 1 in [`AUTO_LONG_RATIO`] of
+//!   them ran longer than that (a `true` delayed by a loaded machine is tolerated; an
+//!   application of long tasks, or often long ones, is not): until then, and for long tasks,
+//!   nothing is queued, so a long task never waits behind another on a node while a node
+//!   elsewhere idles;
+//! - the tasks queued on a node in one decision are at most [`AUTO_CAP_PER_CORE`] per core,
+//!   and their summed mean run time is at most [`AUTO_BUDGET_NS`] per core ([`AutoQueue`]):
+//!   a node's queue drains in about 100 ms (a fifth of the default heartbeat interval), so
+//!   queueing delays nothing a user can see, while one heartbeat carries up to 16 tasks per
+//!   core.
+//!
 //! Durability and exactly-once are those of any running task: a prefetched task is recorded as
 //! running on its node before the reply leaves; the agent lists it among its running tasks; if
 //! the node dies (or the agent restarts, forgetting its queue) the server re-queues it like a
@@ -20,11 +35,123 @@
 
 use hetsched_core::{AppId, Assignment, NodeId, SchedulerView, Variant};
 
-/// The prefetch allowance and each node's debt (see the module documentation).
+/// Under `"auto"`: the most queued work per core, as the sum of the queued tasks' mean run
+/// times (ns); a run longer than this is a long one.
+pub const AUTO_BUDGET_NS: u64 = 100_000_000;
+/// Under `"auto"`: a variant with more than one long run in this many is not queued.
+pub const AUTO_LONG_RATIO: u64 = 100;
+/// Under `"auto"`: the most tasks' cores queued per core of the node in one decision.
+pub const AUTO_CAP_PER_CORE: u32 = 16;
+/// Under `"auto"`: successful tasks of a variant measured before any of its tasks is queued.
+pub const AUTO_MIN_SAMPLES: u64 = 8;
+
+/// The server's `prefetch` setting: `"auto"` (the default), or a number of cores (`0`: off).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Setting {
+    /// Short tasks only, sized from measured run times (see the module documentation).
+    #[default]
+    Auto,
+    /// This many cores' worth of any batch tasks per node (0 = none).
+    Cores(u32),
+}
+
+impl<'de> serde::Deserialize<'de> for Setting {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Setting;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("\"auto\" or a number of cores (0 = off)")
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Setting, E> {
+                u32::try_from(n)
+                    .map(Setting::Cores)
+                    .map_err(|_| E::custom(format!("{n} cores is too many")))
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Setting, E> {
+                u64::try_from(n)
+                    .map_err(|_| E::custom(format!("must not be negative, got {n}")))
+                    .and_then(|n| self.visit_u64(n))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Setting, E> {
+                if s == "auto" {
+                    Ok(Setting::Auto)
+                } else {
+                    Err(E::custom(format!(
+                        "expected \"auto\" or a number of cores, got \"{s}\""
+                    )))
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// What the server measured of one application variant's successful tasks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunTimes {
+    /// Tasks measured.
+    pub count: u64,
+    /// Their mean run time (ns).
+    pub mean_ns: u64,
+    /// How many of them ran longer than [`AUTO_BUDGET_NS`].
+    pub long: u64,
+}
+
+impl RunTimes {
+    /// Under `"auto"`: enough tasks measured, short on average, and hardly any long.
+    pub fn short(&self) -> bool {
+        self.count >= AUTO_MIN_SAMPLES
+            && self.mean_ns <= AUTO_BUDGET_NS
+            && self.long.saturating_mul(AUTO_LONG_RATIO) <= self.count
+    }
+
+    /// Under `"auto"`: tasks of this variant that may be queued per core of a node (0: none).
+    pub fn depth(&self) -> u32 {
+        if !self.short() {
+            return 0;
+        }
+        let n = AUTO_BUDGET_NS / self.mean_ns.max(1);
+        n.min(AUTO_CAP_PER_CORE as u64) as u32
+    }
+}
+
+/// Under `"auto"`: what one decision may still queue on a node — tasks' cores at most
+/// [`AUTO_CAP_PER_CORE`] per core, their mean run times at most [`AUTO_BUDGET_NS`] per core.
+#[derive(Debug)]
+pub struct AutoQueue {
+    cores_left: u64,
+    work_left_ns: u128,
+}
+
+impl AutoQueue {
+    /// The allowance of a node of `cores` cores.
+    pub fn new(cores: u32) -> Self {
+        AutoQueue {
+            cores_left: u64::from(cores) * u64::from(AUTO_CAP_PER_CORE),
+            work_left_ns: u128::from(cores) * u128::from(AUTO_BUDGET_NS),
+        }
+    }
+
+    /// Whether a task of `cores` cores whose variant measured `rt` may be queued; if so, it
+    /// is counted against the allowance.
+    pub fn admit(&mut self, rt: RunTimes, cores: u32) -> bool {
+        let cores = u64::from(cores.max(1));
+        let work = u128::from(rt.mean_ns) * u128::from(cores);
+        if !rt.short() || cores > self.cores_left || work > self.work_left_ns {
+            return false;
+        }
+        self.cores_left -= cores;
+        self.work_left_ns -= work;
+        true
+    }
+}
+
+/// The prefetch setting and each node's debt (see the module documentation).
 #[derive(Debug, Default)]
 pub struct Prefetch {
-    /// Cores' worth of tasks a node may be handed beyond its free cores (0 = none).
-    cores: u32,
+    /// How much a node may be handed beyond its free cores.
+    setting: Setting,
     /// Per node: cores booked in the view beyond the node's capacity, not yet repaid.
     debt: Vec<u32>,
 }
@@ -39,17 +166,17 @@ pub struct Credit {
 }
 
 impl Prefetch {
-    /// An allowance of `cores` per node.
-    pub fn new(cores: u32) -> Self {
+    /// Prefetch as `setting` says.
+    pub fn new(setting: Setting) -> Self {
         Prefetch {
-            cores,
+            setting,
             debt: Vec::new(),
         }
     }
 
-    /// The allowance per node.
-    pub fn cores(&self) -> u32 {
-        self.cores
+    /// The setting.
+    pub fn setting(&self) -> Setting {
+        self.setting
     }
 
     /// Cores node `node` still owes.
@@ -77,12 +204,12 @@ impl Prefetch {
         }
     }
 
-    /// Lends node `node` the allowance for one policy decision.
-    pub fn open(&mut self, view: &mut SchedulerView, node: NodeId) -> Credit {
+    /// Lends node `node` `cores` for one policy decision.
+    pub fn open(&mut self, view: &mut SchedulerView, node: NodeId, cores: u32) -> Credit {
         self.repay_all(view);
         let free = view.node(node).free.cores;
         // A node that still owes cores gets no loan: its queue is full.
-        let lent = if self.debt(node) > 0 { 0 } else { self.cores };
+        let lent = if self.debt(node) > 0 { 0 } else { cores };
         view.release_cores(node, lent);
         Credit { free, lent }
     }
@@ -138,8 +265,8 @@ mod tests {
     #[test]
     fn a_used_loan_is_repaid_out_of_the_next_released_cores() {
         let mut v = view(4);
-        let mut p = Prefetch::new(4);
-        let c = p.open(&mut v, NodeId(0));
+        let mut p = Prefetch::new(Setting::Cores(4));
+        let c = p.open(&mut v, NodeId(0), 4);
         assert_eq!((c.free, c.lent), (4, 4));
         assert_eq!(v.node(NodeId(0)).free.cores, 8);
         // The policy places six one-core tasks: two beyond the node's cores.
@@ -152,7 +279,7 @@ mod tests {
         assert_eq!(v.node(NodeId(0)).free.cores, 0);
         assert_eq!(p.debt(NodeId(0)), 2);
         // No loan while in debt.
-        let c = p.open(&mut v, NodeId(0));
+        let c = p.open(&mut v, NodeId(0), 4);
         assert_eq!(c.lent, 0);
         p.close(&mut v, NodeId(0), c);
         // Three cores come back: two repay the debt, one is really free.
@@ -172,11 +299,66 @@ mod tests {
     #[test]
     fn without_an_allowance_nothing_changes() {
         let mut v = view(4);
-        let mut p = Prefetch::new(0);
-        let c = p.open(&mut v, NodeId(0));
+        let mut p = Prefetch::new(Setting::Cores(0));
+        let c = p.open(&mut v, NodeId(0), 0);
         assert_eq!(v.node(NodeId(0)).free.cores, 4);
         p.close(&mut v, NodeId(0), c);
         assert_eq!(v.node(NodeId(0)).free.cores, 4);
         assert_eq!(p.debt(NodeId(0)), 0);
+    }
+
+    fn measured(count: u64, mean_ms: u64, long: u64) -> RunTimes {
+        RunTimes {
+            count,
+            mean_ns: mean_ms * 1_000_000,
+            long,
+        }
+    }
+
+    #[test]
+    fn auto_queues_only_variants_measured_short() {
+        // Not measured enough yet: nothing queued.
+        assert_eq!(measured(AUTO_MIN_SAMPLES - 1, 1, 0).depth(), 0);
+        // 2 ms tasks: 50 per core fit in 100 ms, capped at 16.
+        assert_eq!(measured(100, 2, 0).depth(), AUTO_CAP_PER_CORE);
+        // 25 ms tasks: 4 per core.
+        assert_eq!(measured(100, 25, 0).depth(), 4);
+        // One long run in 100 is tolerated; two are not, however short the mean.
+        assert_eq!(measured(100, 2, 1).depth(), AUTO_CAP_PER_CORE);
+        assert_eq!(measured(100, 2, 2).depth(), 0);
+        // One long run among the first 8: not until 100 are measured.
+        assert_eq!(measured(8, 2, 1).depth(), 0);
+        // Long tasks: never.
+        assert_eq!(measured(100, 1000, 100).depth(), 0);
+        assert_eq!(measured(100, 101, 0).depth(), 0);
+    }
+
+    #[test]
+    fn an_auto_queue_holds_at_most_the_budget_of_work_per_core() {
+        let mut q = AutoQueue::new(2);
+        // 40 ms tasks on 2 cores: 200 ms of budget hold five.
+        let rt = measured(10, 40, 0);
+        let admitted = (0..10).filter(|_| q.admit(rt, 1)).count();
+        assert_eq!(admitted, 5);
+        // Short tasks on 1 core: capped at 16 per core.
+        let mut q = AutoQueue::new(1);
+        let admitted = (0..100).filter(|_| q.admit(measured(10, 0, 0), 1)).count();
+        assert_eq!(admitted, AUTO_CAP_PER_CORE as usize);
+        // A long variant is never admitted.
+        assert!(!AutoQueue::new(4).admit(measured(10, 500, 10), 1));
+    }
+
+    #[test]
+    fn the_setting_reads_auto_or_a_number() {
+        #[derive(serde::Deserialize)]
+        struct C {
+            prefetch: Setting,
+        }
+        let read = |t: &str| toml::from_str::<C>(t).map(|c| c.prefetch);
+        assert_eq!(read("prefetch = \"auto\"").ok(), Some(Setting::Auto));
+        assert_eq!(read("prefetch = 0").ok(), Some(Setting::Cores(0)));
+        assert_eq!(read("prefetch = 32").ok(), Some(Setting::Cores(32)));
+        assert!(read("prefetch = -1").is_err());
+        assert!(read("prefetch = \"lots\"").is_err());
     }
 }

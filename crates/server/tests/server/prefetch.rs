@@ -34,7 +34,7 @@ fn scratch(name: &str) -> Scratch {
 fn open(dir: &Path, prefetch: u32) -> State {
     let config = ServerConfig {
         data_dir: dir.to_path_buf(),
-        prefetch,
+        prefetch: hetsched_server::state::prefetch::Setting::Cores(prefetch),
         ..Default::default()
     };
     State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state")
@@ -223,4 +223,150 @@ fn a_restarted_server_keeps_a_node_with_queued_tasks_full() {
     assert_eq!(next.len(), 2);
     assert!(next.iter().all(|a| a.prefetched));
     assert_eq!(s.list_nodes()[0].running, 4);
+}
+
+// `prefetch = "auto"` (the default): only variants measured short are queued.
+
+fn open_auto(dir: &Path) -> State {
+    let config = ServerConfig {
+        data_dir: dir.to_path_buf(),
+        ..Default::default()
+    };
+    assert_eq!(
+        config.prefetch,
+        hetsched_server::state::prefetch::Setting::Auto,
+        "auto is the default"
+    );
+    State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state")
+}
+
+/// One job of `apps` (name, tasks), each running `true`.
+fn submit_apps(s: &mut State, apps: &[(&str, u32)]) {
+    let text: String = apps
+        .iter()
+        .map(|(name, tasks)| {
+            format!(
+                "[[application]]\nname = \"{name}\"\ntasks = {tasks}\n[application.cpu]\ncommand = \"true\"\n"
+            )
+        })
+        .collect();
+    s.on_submit(Submission {
+        origin: "job.toml".into(),
+        text,
+        workdir: "/".into(),
+        ..Default::default()
+    })
+    .expect("submit");
+}
+
+/// The agent reports every task it was handed as succeeded after `run_ns(task)` as it timed
+/// them; each beat's reply, as (task, prefetched), until the job has no task left to hand out.
+fn drive(s: &mut State, node: u32, run_ns: impl Fn(u64) -> u64) -> Vec<Vec<(u64, bool)>> {
+    let mut beats = Vec::new();
+    let mut outstanding: Vec<Dispatch> = Vec::new();
+    for _ in 0..200 {
+        let results = outstanding
+            .iter()
+            .map(|d| TaskResult {
+                started_ns: 1_000,
+                finished_ns: 1_000 + run_ns(d.task_id),
+                ..success(d)
+            })
+            .collect();
+        outstanding = beat(s, node, vec![], results);
+        if outstanding.is_empty() {
+            break;
+        }
+        beats.push(
+            outstanding
+                .iter()
+                .map(|d| (d.task_id, d.prefetched))
+                .collect(),
+        );
+    }
+    beats
+}
+
+const MS: u64 = 1_000_000;
+
+#[test]
+fn auto_queues_short_tasks_once_measured_and_never_long_ones() {
+    // Short tasks (1 ms each) on a 2-core node.
+    let d = scratch("auto-short");
+    let mut s = open_auto(&d.0);
+    let n = register(&mut s, "n", 2);
+    submit_apps(&mut s, &[("short", 200)]);
+    let beats = drive(&mut s, n, |_| MS);
+    // Until 8 tasks have been measured, a beat gets the node's 2 free cores and nothing queued.
+    for b in &beats[..4] {
+        assert_eq!(b.len(), 2);
+        assert!(b.iter().all(|(_, p)| !p), "nothing queued before measuring");
+    }
+    // Then 16 tasks per core are queued (1 ms each: 100 ms per core would hold 100).
+    assert_eq!(beats[4].len(), 2 + 32);
+    assert_eq!(beats[4].iter().filter(|(_, p)| *p).count(), 32);
+    assert_eq!(succeeded(&s), 200);
+
+    // Long tasks (2 s each): however many are measured, never more than the free cores.
+    let d = scratch("auto-long");
+    let mut s = open_auto(&d.0);
+    let n = register(&mut s, "n", 2);
+    submit_apps(&mut s, &[("long", 40)]);
+    let beats = drive(&mut s, n, |_| 2_000 * MS);
+    assert_eq!(beats.len(), 20);
+    assert!(
+        beats
+            .iter()
+            .all(|b| b.len() == 2 && b.iter().all(|(_, p)| !p)),
+        "long tasks are never queued: {beats:?}"
+    );
+    assert_eq!(succeeded(&s), 40);
+}
+
+#[test]
+fn auto_queues_the_short_application_of_a_job_and_never_its_long_one() {
+    // Tasks 0..20 are the long application (2 s), 20..220 the short one (1 ms).
+    let d = scratch("auto-mixed");
+    let mut s = open_auto(&d.0);
+    let n = register(&mut s, "n", 2);
+    submit_apps(&mut s, &[("long", 20), ("short", 200)]);
+    let long = |t: u64| t < 20;
+    let beats = drive(&mut s, n, |t| if long(t) { 2_000 * MS } else { MS });
+    let all: Vec<(u64, bool)> = beats.concat();
+    assert!(
+        all.iter().all(|&(t, p)| !(p && long(t))),
+        "a long task was queued"
+    );
+    assert!(
+        all.iter().any(|&(t, p)| p && !long(t)),
+        "short tasks are queued"
+    );
+    // Every task was handed out once, and all succeeded.
+    let mut ids: Vec<u64> = all.iter().map(|&(t, _)| t).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..220).collect::<Vec<u64>>());
+    assert_eq!(succeeded(&s), 220);
+}
+
+#[test]
+fn a_variant_with_more_than_one_long_run_in_100_is_not_queued_again() {
+    // 1 ms tasks, but the 10th ran 150 ms: the mean is short, but 1 run in 10 is long.
+    let d = scratch("auto-outlier");
+    let mut s = open_auto(&d.0);
+    let n = register(&mut s, "n", 2);
+    submit_apps(&mut s, &[("mostly-short", 60)]);
+    let beats = drive(&mut s, n, |t| if t == 9 { 150 * MS } else { MS });
+    // Measured 8 short ones: queued (tasks 8..42 handed out at beat 5, 10th among them).
+    assert!(beats[4].iter().any(|(_, p)| *p));
+    // Once the 150 ms run is reported, nothing more is queued.
+    let after = beats
+        .iter()
+        .position(|b| b.iter().any(|&(t, _)| t == 9))
+        .expect("task 9")
+        + 1;
+    assert!(
+        beats[after..].iter().all(|b| b.iter().all(|(_, p)| !p)),
+        "{beats:?}"
+    );
+    assert_eq!(succeeded(&s), 60);
 }

@@ -272,6 +272,9 @@ impl Batch {
                         r.observed[v] = Observed {
                             total_ns: u128::from(*total),
                             count: *count,
+                            // Not in the summary: counted all long, so never queued by
+                            // prefetch (a finished job has nothing pending anyway).
+                            long: *count,
                         };
                     }
                 }
