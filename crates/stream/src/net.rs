@@ -231,7 +231,7 @@ fn receive(shared: &Arc<Shared>, s: TcpStream) {
                 }
             }
             Ok(Some(Frame::State { executor, bytes })) => {
-                shared.take_state(executor, bytes);
+                shared.receive_state(executor, bytes);
             }
             Ok(None) => return,
             Err(e) => {

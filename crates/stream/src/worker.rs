@@ -24,11 +24,13 @@
 //! hand their state over ([`Frame::State`](crate::tuple::Frame::State) to their new worker: a
 //! count's table, a built-in spout's position with its tuple trees still in flight); executors
 //! that arrive start, and those whose earlier worker hands state over wait for it (at most
-//! [`STATE_WAIT`]) before they take tuples, keeping what arrives meanwhile. A tuple or an ack that
-//! reaches a worker whose executor has left (its sender did not know yet) is parked and sent on
-//! to where the routes say once they agree ([`Shared::sweep`]), so nothing in flight is lost on
-//! the way. Multi-lang programs and `join` keep no state across a move (the program is started
-//! again at the new worker).
+//! [`STATE_WAIT`]) before they take tuples, keeping what arrives meanwhile (a bolt that keeps
+//! nothing hands over an empty state, so its next worker does not wait). A tuple, an ack or a
+//! state that reaches a worker whose executor has left, or is not there yet (its sender did not
+//! know yet, or reached the worker that had its index before a renumbering placement), is
+//! parked and sent on to where the routes say once they agree ([`Shared::sweep`]), so nothing
+//! in flight is lost on the way. Multi-lang programs and `join` keep no state across a move
+//! (the program is started again at the new worker).
 
 use crate::components::{self, BoltCode, SpoutCode, SpoutNext};
 use crate::metrics::{
@@ -309,6 +311,20 @@ impl Shared {
         lock(&self.states).insert(executor, bytes);
     }
 
+    /// A state another worker handed over: kept when the routes put its executor here, else
+    /// parked and sent on like a tuple ([`Shared::sweep`]). The sender may have reached the
+    /// wrong worker (its routes or its peers' addresses were a placement ahead or behind this
+    /// worker's); a state kept where its executor does not run would be lost, and the executor
+    /// would start empty.
+    pub fn receive_state(&self, executor: u32, bytes: Vec<u8>) {
+        let routes = self.routes();
+        if routes.assignment.get(executor as usize) == Some(&routes.worker) {
+            self.take_state(executor, bytes);
+        } else {
+            self.park(Held::State(executor, bytes));
+        }
+    }
+
     /// Sends executor `e`'s state to the worker the routes now put it in.
     fn hand_over(self: &Arc<Self>, e: u32, bytes: Vec<u8>) {
         let routes = self.routes();
@@ -362,6 +378,20 @@ impl Shared {
                         }
                     }
                 }
+                Held::State(e, bytes) => match routes.assignment.get(e as usize) {
+                    Some(&w) if w == routes.worker => self.take_state(e, bytes),
+                    Some(&w) if due => {
+                        let _ = self.peer(w).states.send((e, bytes));
+                    }
+                    Some(_) if p.at.elapsed() < PARK_LIMIT => keep.push(Parked {
+                        item: Held::State(e, bytes),
+                        ..p
+                    }),
+                    _ => tracing::warn!(
+                        "{}: a handed-over state found no worker: dropped",
+                        self.topo.topology.executor_name(ExecutorId(e))
+                    ),
+                },
                 Held::Ack(a) => {
                     let Some(spout) = AckMsg::spout_of(a.root) else {
                         continue;
@@ -403,11 +433,13 @@ impl Shared {
     }
 }
 
-/// A tuple batch or an ack waiting in [`Shared::sweep`]'s limbo.
+/// A tuple batch, an ack or a handed-over state waiting in [`Shared::sweep`]'s limbo.
 #[derive(Debug)]
 enum Held {
     Tuples(u32, Vec<Tuple>),
     Ack(AckMsg),
+    /// An executor's state, for the worker the routes put it in.
+    State(u32, Vec<u8>),
 }
 
 #[derive(Debug)]
@@ -881,9 +913,10 @@ impl Worker {
     /// stay here keep running (and their state); executors the placement takes away stop and
     /// hand their state to their new worker; executors it brings start — those in
     /// `await_state` first wait for the state their earlier worker hands over. Tuples go by the
-    /// new routes from now on. Connections to other workers are dropped (their indices may mean
-    /// other workers now); give the new peers with [`Worker::set_peers`]. Returns the executors
-    /// started and stopped.
+    /// new routes from now on. Connections to other workers are dropped, and their addresses
+    /// forgotten (their indices may mean other workers now): nothing goes to another worker
+    /// until the new peers are given with [`Worker::set_peers`]. Returns the executors started
+    /// and stopped.
     pub fn reassign(
         &self,
         worker: u32,
@@ -914,7 +947,12 @@ impl Worker {
             starts.push((e, start));
         }
         *write(&sh.routes) = Arc::new(Routes { worker, assignment });
+        // Worker indices may name other workers now: the links and the addresses go, and a
+        // link waits for the new addresses ([`Worker::set_peers`], given next). A link made
+        // with an old address would carry what is meant for worker `w` to the worker that was
+        // `w`, for as long as that connection lasts.
         lock(&sh.peers).clear();
+        write(&sh.peer_addrs).clear();
         sh.routes_gen.fetch_add(1, Ordering::AcqRel);
         // Leaving executors: no new input reaches them (their inboxes close; what is queued is
         // still taken), then they hand over and end.
@@ -1339,7 +1377,7 @@ fn run_bolt(
                 early.push(b);
             }
         });
-        if let Some(st) = state {
+        if let Some(st) = state.filter(|st| !st.is_empty()) {
             code.restore(&st);
         }
     }
@@ -1404,11 +1442,10 @@ fn run_bolt(
     if let Ok(mut h) = shared.latency.lock() {
         hist.drain_into(&mut h);
     }
-    // Moved (its inbox closed and every queued tuple is taken): hand what it keeps over.
-    if counters.moved.load(Ordering::Acquire)
-        && !shared.stopping()
-        && let Some(st) = code.state()
-    {
-        shared.hand_over(me, st);
+    // Moved (its inbox closed and every queued tuple is taken): hand what it keeps over —
+    // nothing (empty) for a bolt that keeps nothing, so that its next worker, which waits for
+    // a state, starts it at once rather than after [`STATE_WAIT`].
+    if counters.moved.load(Ordering::Acquire) && !shared.stopping() {
+        shared.hand_over(me, code.state().unwrap_or_default());
     }
 }

@@ -349,6 +349,9 @@ fn a_new_placement_moves_only_the_executors_that_change_and_loses_no_count() {
     assert_eq!((came, left), (vec![1, 5], vec![6]));
     let (came, left) = b.reassign(1, after, &[6]).expect("worker 1");
     assert_eq!((came, left), (vec![6], vec![1, 5]));
+    // A new placement may renumber the workers: each learns the addresses anew.
+    a.set_peers(HashMap::from([(1, b.local_addr())]));
+    b.set_peers(HashMap::from([(0, a.local_addr())]));
     wait_done(&[&a, &b]);
     // Let the counts' last snapshots land.
     std::thread::sleep(Duration::from_millis(200));
@@ -371,4 +374,45 @@ fn a_new_placement_moves_only_the_executors_that_change_and_loses_no_count() {
         assert_eq!(nb[&e], sb[&e], "executor {e} was restarted");
     }
     assert!(na[&1] > sb[&1] && na[&5] > sb[&5] && nb[&6] > sa[&6]);
+}
+
+#[test]
+fn a_placement_that_renumbers_the_workers_hands_every_state_to_the_right_worker() {
+    let dir = scratch("renumber");
+    // Word count over three workers (executor e on worker e % 3). The new placement puts every
+    // executor on the second worker, which becomes worker 0; the first becomes worker 1 and
+    // the third stays worker 2, both hosting nothing. As with agents, each worker hears of the
+    // placement on its own and of the new addresses a moment later: the third worker's counts
+    // leave while it still knows worker 0 by its old address (the first worker's). Their
+    // tables must still reach the second worker: no count is lost.
+    let text = wordcount("builtin = \"split\"").replace(
+        "reliable = true, timeout = \"2s\"",
+        "reliable = true, timeout = \"20s\", rate = 100.0",
+    );
+    let before: Vec<u32> = (0..8).map(|e| e % 3).collect();
+    let a = Worker::start(config(&dir, &text, 0, before.clone())).expect("starts");
+    let b = Worker::start(config(&dir, &text, 1, before.clone())).expect("starts");
+    let c = Worker::start(config(&dir, &text, 2, before)).expect("starts");
+    let (pa, pb, pc) = (a.local_addr(), b.local_addr(), c.local_addr());
+    a.set_peers(HashMap::from([(1, pb), (2, pc)]));
+    b.set_peers(HashMap::from([(0, pa), (2, pc)]));
+    c.set_peers(HashMap::from([(0, pa), (1, pb)]));
+    std::thread::sleep(Duration::from_millis(600));
+    let after = vec![0; 8];
+    // The third worker first: its counts (#5) and split (#2) hand over at once.
+    c.reassign(2, after.clone(), &[]).expect("worker 2");
+    std::thread::sleep(Duration::from_millis(300));
+    c.set_peers(HashMap::from([(0, pb), (1, pa)]));
+    // Executors that move to the second worker: those of the first (0 3 6) and third (2 5).
+    b.reassign(0, after.clone(), &[0, 2, 3, 5, 6])
+        .expect("worker 0");
+    b.set_peers(HashMap::from([(1, pa), (2, pc)]));
+    a.reassign(1, after, &[]).expect("worker 1");
+    a.set_peers(HashMap::from([(0, pb), (2, pc)]));
+    wait_done(&[&a, &b, &c]);
+    std::thread::sleep(Duration::from_millis(200));
+    a.stop();
+    c.stop();
+    b.stop();
+    assert_eq!(read_counts(&dir), expected(false));
 }
