@@ -446,3 +446,62 @@ fn hdas_hetero_waits_for_the_disks_its_accelerators_read_from() {
     let backlog = gpu_backlogs(&view, &[true], 0.05)[0] / 1e9;
     assert!((backlog - 22.0 * 1024.0 / 64.0).abs() < 1e-6, "{backlog}");
 }
+
+#[test]
+fn hdas_hetero_counts_the_tail_its_slow_accelerator_adds() {
+    use hetsched_core::policy::batch::hdas::{ListDevice, ListTasks, gpu_backlogs, list_finish};
+    // Three accelerators of speed 2.0 and one of speed 0.5 on two nodes; 57 tasks of 10 s (at
+    // speed 1.0) on a GPU or 95 s on a core. Spread over the devices' summed speed the GPUs would
+    // be done in 57 × 10 s / 6.5 = 87.7 s, before a 95 s CPU task. But heartbeats hand each task
+    // to the device that frees first: the slow device, free at 80 s, takes the 57th task and ends
+    // it at 100 s. A CPU task started now ends 5 s before the accelerators would, so the core is
+    // gain, not a straggler.
+    let mut view = SchedulerView::new();
+    let mut fast = node("fast").cores(8).gpus(3, "g").build(NodeId(0));
+    for acc in &mut fast.accelerators {
+        acc.speed = 2.0;
+    }
+    let mut slow = node("slow").cores(4).gpus(1, "g").build(NodeId(1));
+    for acc in &mut slow.accelerators {
+        acc.speed = 0.5;
+    }
+    view.add_node(fast).expect("dense node ids");
+    view.add_node(slow).expect("dense node ids");
+    let a: Application = app("bp")
+        .tasks(57)
+        .split_mib(0)
+        .gpu(10.0, 0.0, 0.0)
+        .cpu(95.0, 0.0)
+        .build(AppId(0));
+    view.add_application(a, (0..57).map(TaskId))
+        .expect("dense app ids");
+
+    let fluid = gpu_backlogs(&view, &[true], 0.05)[0] / 1e9;
+    assert!((fluid - 57.0 * 10.0 / 6.5).abs() < 1e-6, "{fluid}");
+    let devices: Vec<ListDevice> = [2.0, 2.0, 2.0, 0.5]
+        .into_iter()
+        .map(|speed| ListDevice {
+            speed,
+            free_in: 0.0,
+        })
+        .collect();
+    let tasks = ListTasks {
+        count: 57,
+        compute: 10e9,
+        fixed: 0.0,
+    };
+    assert_eq!(list_finish(&devices, &[tasks], 0.0) / 1e9, 100.0);
+    // With 5 s heartbeats each task holds its device for whole heartbeats: 5 s on a fast device
+    // and 20 s on the slow one, the same here.
+    assert_eq!(list_finish(&devices, &[tasks], 5e9) / 1e9, 100.0);
+
+    let got = BatchPolicyKind::HdasHetero
+        .build()
+        .on_node_update(&mut view, NodeId(0), 0);
+    let names = ["bp"];
+    let cpu = summary(&got, &names)
+        .into_iter()
+        .filter(|s| s.ends_with(":cpu"))
+        .count();
+    assert!(cpu > 0, "no core for bp: {:?}", summary(&got, &names));
+}
