@@ -30,8 +30,7 @@ pub struct HdasConfig {
     /// speed-ratio criterion can act (spec 02 leaves it OPEN). 0.05 = within 5 % of the slowest.
     pub progress_tolerance: f64,
     /// Beyond the paper (`hdas-hetero`): a mixed application gets a core only while its CPU task
-    /// would end before the accelerators could reach it ([`gpu_backlogs`]; near the end of the
-    /// queue a list schedule over the devices of different speeds, [`list_finish`]).
+    /// would end before the accelerators could reach it ([`gpu_backlogs`]).
     /// Off in `hdas`, which is Algorithm 1 as published.
     pub completion_aware: bool,
     /// Eq. (3) counts each of the node's `#IOtask` readers with at most one split
@@ -76,15 +75,6 @@ pub struct Hdas {
     /// heartbeats of one node that the policy handled (nodes with nothing free are not brought to
     /// it, so gaps are whole multiples of the interval). `None` before any node beat twice.
     beat: Option<Time>,
-    /// `hdas-hetero` only, per node, per accelerator: the GPU task the policy last started there
-    /// and has not yet seen end — (start, application index, predicted hold in ns: the task's
-    /// predicted time under the node's reads at the start plus half a heartbeat).
-    gpu_running: Vec<Vec<Option<(Time, usize, f64)>>>,
-    /// `hdas-hetero` only, per application: per device speed, (speed, Σ measured holds in ns,
-    /// count) of its GPU tasks seen to end. A hold runs from the start to the first heartbeat of
-    /// the node that reports the device free again: what a scheduler sees of a task, profile
-    /// noise and heartbeats included.
-    gpu_holds: Vec<Vec<(f64, f64, u32)>>,
 }
 
 /// What a node's heartbeats said about its disk: decayed sums over the heartbeats the policy saw
@@ -260,8 +250,6 @@ impl Hdas {
             beat: None,
             feasible: Vec::new(),
             feasible_for: None,
-            gpu_running: Vec::new(),
-            gpu_holds: Vec::new(),
         }
     }
 
@@ -474,22 +462,8 @@ pub fn gpu_backlogs_between_beats(
     tolerance: f64,
     beat_ns: f64,
 ) -> Vec<f64> {
-    gpu_backlog_parts(view, feasible, tolerance, beat_ns)
-        .into_iter()
-        .map(|(work, disk)| work.max(disk))
-        .collect()
-}
-
-/// [`gpu_backlogs_between_beats`] in its two parts per application: (the GPU work over the
-/// devices, the read time of the accelerator nodes' disks).
-fn gpu_backlog_parts(
-    view: &SchedulerView,
-    feasible: &[bool],
-    tolerance: f64,
-    beat_ns: f64,
-) -> Vec<(f64, f64)> {
     let gpus = view.totals().gpus;
-    let mut out = vec![(f64::INFINITY, 0.0); view.apps().len()];
+    let mut out = vec![f64::INFINITY; view.apps().len()];
     if gpus == 0 {
         return out;
     }
@@ -543,271 +517,13 @@ fn gpu_backlog_parts(
             0.0
         };
         if let Some(slot) = out.get_mut(app) {
-            *slot = (work / gpus as f64, disk);
+            *slot = (work / gpus as f64).max(disk);
         }
     }
     out
 }
 
-/// Largest queue [`list_finish`] schedules task by task; a longer one is far from its tail, and the
-/// fluid backlog stands.
-const MAX_LISTED_TASKS: u64 = 4_096;
-
-/// One accelerator as [`list_finish`] sees it.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ListDevice {
-    /// Speed weight (1.0: the profile's device).
-    pub speed: f64,
-    /// Nanoseconds from now until it is free.
-    pub free_in: f64,
-}
-
-/// When (ns from now) the last of `counts[q]` tasks of each entry `q` of a queue ends if the
-/// tasks, in order, each go to the device that frees first — list scheduling, as heartbeats hand
-/// out accelerators: the last tasks land on whichever device frees first, a slow one included, and
-/// a task that lands on a device of speed 0.5 ends long after the fast devices have gone idle. The
-/// fluid backlog (all the work spread over the devices' summed speed) misses that tail.
-/// `hold(q, d)`: how long a task of entry `q` holds device `d` (ns). Infinity without a device, 0
-/// for an empty queue.
-pub fn list_finish(
-    devices: &[ListDevice],
-    counts: &[u64],
-    hold: impl Fn(usize, usize) -> f64,
-) -> f64 {
-    use std::cmp::Reverse;
-    use std::collections::BinaryHeap;
-    let mut free: BinaryHeap<Reverse<(u64, usize)>> = devices
-        .iter()
-        .enumerate()
-        .filter(|(_, d)| d.speed > 0.0)
-        .map(|(i, d)| Reverse((d.free_in.max(0.0) as u64, i)))
-        .collect();
-    let mut finish = 0u64;
-    for (q, &count) in counts.iter().enumerate() {
-        for _ in 0..count {
-            let Some(Reverse((at, d))) = free.pop() else {
-                return f64::INFINITY;
-            };
-            let end = at.saturating_add(hold(q, d).max(0.0) as u64);
-            finish = finish.max(end);
-            free.push(Reverse((end, d)));
-        }
-    }
-    finish as f64
-}
-
-/// GPU tasks of an application measured on devices of one speed before their mean hold replaces
-/// the predicted one in [`Hdas::list_backlog`].
-const MIN_MEASURED_HOLDS: u32 = 3;
-
 impl Hdas {
-    /// The mean hold measured for `app`'s GPU tasks on devices of `speed`, once
-    /// [`MIN_MEASURED_HOLDS`] have ended.
-    fn measured_hold(&self, app: usize, speed: f64) -> Option<f64> {
-        self.gpu_holds
-            .get(app)?
-            .iter()
-            .find(|h| h.0 == speed && h.2 >= MIN_MEASURED_HOLDS)
-            .map(|h| h.1 / f64::from(h.2))
-    }
-
-    /// At a heartbeat of `node`: an accelerator the policy started a GPU task on and that is
-    /// free again has ended that task; it is forgotten.
-    fn forget_ended_gpu_tasks(&mut self, view: &SchedulerView, node: NodeId, now: Time) {
-        let n = view.node(node);
-        if self.gpu_running.len() < view.nodes().len() {
-            self.gpu_running.resize(view.nodes().len(), Vec::new());
-        }
-        let Some(running) = self.gpu_running.get_mut(node.index()) else {
-            return;
-        };
-        running.resize(n.device_free.len(), None);
-        for ((slot, &free), acc) in running
-            .iter_mut()
-            .zip(&n.device_free)
-            .zip(&n.node.accelerators)
-        {
-            if let (true, Some((start, app, _))) = (free, *slot) {
-                if self.gpu_holds.len() <= app {
-                    self.gpu_holds.resize(app + 1, Vec::new());
-                }
-                if let Some(holds) = self.gpu_holds.get_mut(app) {
-                    let held = now.saturating_sub(start) as f64;
-                    match holds.iter_mut().find(|h| h.0 == acc.speed) {
-                        Some(h) => {
-                            h.1 += held;
-                            h.2 += 1;
-                        }
-                        None => holds.push((acc.speed, held, 1)),
-                    }
-                }
-                *slot = None;
-            }
-        }
-    }
-
-    /// Records a GPU task just started, predicted to hold its devices `period` ns, so that
-    /// [`Hdas::list_backlog`] knows when they free.
-    fn record_gpu_start(&mut self, a: &Assignment, now: Time, period: f64) {
-        let Some(running) = self.gpu_running.get_mut(a.node.index()) else {
-            return;
-        };
-        for &d in &a.devices {
-            if let Some(slot) = running.get_mut(d as usize) {
-                *slot = Some((now, a.app.index(), period));
-            }
-        }
-    }
-
-    /// `app`'s GPU backlog as a list schedule ([`list_finish`]) of the same queue as
-    /// [`gpu_backlogs`] (every application at least as GPU-advantaged, `app` included, the more
-    /// advantaged first) over the live accelerators its tasks can use, each free when the task
-    /// the policy started there should end (its predicted time under the node's reads at the
-    /// start, in whole heartbeats), each task held for whole heartbeats ([`beats`]). `None` when
-    /// some task of the queue needs several devices or the queue is too long to list
-    /// ([`MAX_LISTED_TASKS`]).
-    fn list_backlog(
-        &self,
-        view: &SchedulerView,
-        app: AppId,
-        now: Time,
-        beat_ns: f64,
-    ) -> Option<f64> {
-        let kind = view.app(app).app.gpu.as_ref()?.kind.clone();
-        let mut devices = Vec::new();
-        for n in view.nodes().iter().filter(|n| n.alive) {
-            let running = self.gpu_running.get(n.node.id.index());
-            for (i, acc) in n.node.accelerators.iter().enumerate() {
-                if kind.as_deref().is_some_and(|k| acc.kind != k) {
-                    continue;
-                }
-                let busy = !n.device_free.get(i).copied().unwrap_or(true);
-                let free_in = match running.and_then(|r| r.get(i)).copied().flatten() {
-                    Some((start, a, period)) if busy => {
-                        let period = self.measured_hold(a, acc.speed).unwrap_or(period);
-                        (start as f64 + period - now as f64).max(0.0)
-                    }
-                    _ if busy => beat_ns / 2.0,
-                    _ => 0.0,
-                };
-                devices.push(ListDevice {
-                    speed: acc.speed,
-                    free_in,
-                });
-            }
-        }
-        let speed = view.mean_device_speed().max(f64::MIN_POSITIVE);
-        let advantage = |a: &crate::model::AppState| -> Option<f64> {
-            let g = a.app.gpu.as_ref()?;
-            let task = g.compute as f64 / speed + g.copy as f64 + g.read as f64 + beat_ns / 2.0;
-            Some(
-                a.app
-                    .cpu_base_time()
-                    .map_or(f64::INFINITY, |c| c as f64 / task.max(1.0)),
-            )
-        };
-        let own = advantage(view.app(app))?;
-        let mut queue: Vec<(f64, AppId, u64)> = Vec::new();
-        let mut total = 0u64;
-        for a in view.pending_apps().filter(|a| {
-            self.feasible
-                .get(a.app.id.index())
-                .copied()
-                .unwrap_or(false)
-        }) {
-            let (Some(g), Some(adv)) = (a.app.gpu.as_ref(), advantage(a)) else {
-                continue;
-            };
-            if adv < own * (1.0 - self.config.progress_tolerance) {
-                continue;
-            }
-            if g.request.gpus > 1 {
-                return None;
-            }
-            let count = a.pending.len() as u64;
-            total += count;
-            queue.push((adv, a.app.id, count));
-        }
-        if total > MAX_LISTED_TASKS {
-            return None;
-        }
-        queue.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
-        // Per queue entry, per device: the hold measured for that application on devices of that
-        // speed, or else the profile's time plus half a heartbeat.
-        let holds: Vec<Vec<f64>> = queue
-            .iter()
-            .map(|&(_, id, _)| {
-                let g = view.app(id).app.gpu.as_ref();
-                devices
-                    .iter()
-                    .map(|d| {
-                        self.measured_hold(id.index(), d.speed).unwrap_or_else(|| {
-                            g.map_or(0.0, |g| {
-                                g.compute as f64 / d.speed.max(f64::MIN_POSITIVE)
-                                    + g.copy as f64
-                                    + g.read as f64
-                                    + beat_ns / 2.0
-                            })
-                        })
-                    })
-                    .collect()
-            })
-            .collect();
-        let counts: Vec<u64> = queue.iter().map(|&(_, _, c)| c).collect();
-        Some(list_finish(&devices, &counts, |q, d| {
-            holds.get(q).and_then(|h| h.get(d)).copied().unwrap_or(0.0)
-        }))
-    }
-
-    /// Near the end of the GPU queue, where the completion gate's decision turns on the last
-    /// tasks: replaces the fluid backlog of each mixed application whose CPU task on `node` is
-    /// at least 0.8 of it and at most two tasks on the slowest device above it by the
-    /// list schedule's ([`Hdas::list_backlog`]), no shorter than the disks' read time. Elsewhere
-    /// the fluid backlog decides alone, and costs O(applications²) rather than a schedule of every
-    /// pending task.
-    fn list_backlogs(
-        &mut self,
-        view: &SchedulerView,
-        node: NodeId,
-        now: Time,
-        beat_ns: f64,
-        parts: &[(f64, f64)],
-    ) {
-        let n = view.node(node);
-        let slowest = view
-            .nodes()
-            .iter()
-            .filter(|n| n.alive)
-            .flat_map(|n| n.node.accelerators.iter().map(|acc| acc.speed))
-            .filter(|&s| s > 0.0)
-            .min_by(f64::total_cmp)
-            .unwrap_or(1.0);
-        for a in view.pending_apps() {
-            let i = a.app.id.index();
-            if a.need != Need::Mixed || !self.feasible.get(i).copied().unwrap_or(false) {
-                continue;
-            }
-            let (Some(g), Some(predicted), Some(&(_, disk)), Some(&fluid)) = (
-                a.app.gpu.as_ref(),
-                cpu_task_time(&a.app, n, self.config.cap_by_io_tasks),
-                parts.get(i),
-                self.backlog.get(i),
-            ) else {
-                continue;
-            };
-            let slow_task = g.compute as f64 / slowest + g.copy as f64 + g.read as f64 + beat_ns;
-            if predicted < 0.8 * fluid || predicted > fluid + 2.0 * slow_task {
-                continue;
-            }
-            if let (Some(list), Some(slot)) = (
-                self.list_backlog(view, a.app.id, now, beat_ns),
-                self.backlog.get_mut(i),
-            ) {
-                *slot = list.max(disk);
-            }
-        }
-    }
-
     /// Refreshes which applications' GPU variants can run anywhere, when the cluster or the set
     /// of applications changed since the last heartbeat (O(apps × nodes) then, O(1) otherwise).
     fn refresh_plan(&mut self, view: &SchedulerView, now: Time) {
@@ -920,16 +636,12 @@ impl BatchPolicy for Hdas {
             }
             self.refresh_plan(view, now);
             self.refresh_feasible(view);
-            self.forget_ended_gpu_tasks(view, node, now);
-            let beat_ns = self.beat.map_or(0.0, |b| b as f64);
-            let parts = gpu_backlog_parts(
+            self.backlog = gpu_backlogs_between_beats(
                 view,
                 &self.feasible,
                 self.config.progress_tolerance,
-                beat_ns,
+                self.beat.map_or(0.0, |b| b as f64),
             );
-            self.backlog = parts.iter().map(|&(work, disk)| work.max(disk)).collect();
-            self.list_backlogs(view, node, now, beat_ns, &parts);
         }
         for level in view.pending_priorities() {
             if self.config.completion_aware {
@@ -940,24 +652,11 @@ impl BatchPolicy for Hdas {
                             Variant::Gpu => self.pick_gpu(view, node, level),
                             Variant::Cpu => self.pick_cpu(view, node, level, now),
                         };
-                        // The GPU task's predicted time, before it adds to the node's reads.
-                        let predicted = match (variant, pick) {
-                            (Variant::Gpu, Some(app)) => gpu_task_time(
-                                &view.app(app).app,
-                                view.node(node),
-                                self.config.cap_by_io_tasks,
-                            ),
-                            _ => None,
-                        };
                         let Some(a) = pick.and_then(|app| view.assign(app, node, variant)) else {
                             break;
                         };
                         if let Some(plan) = self.plan.as_mut() {
                             plan.record(a.app, variant, node);
-                        }
-                        if let Some(predicted) = predicted {
-                            let beat_ns = self.beat.map_or(0.0, |b| b as f64);
-                            self.record_gpu_start(&a, now, predicted + beat_ns / 2.0);
                         }
                         out.push(a);
                     }
