@@ -669,8 +669,8 @@ impl Batch {
 
     /// What it takes to read one page of a job's tasks from the store after the state's lock is
     /// released ([`StoredTasks::read`]) — for a running job as for a finished one whose rows left
-    /// memory: the read sees the store's latest commit, which is the state as of some moment
-    /// after the plan (issue 10). Job 0 (every job) is still listed under the lock.
+    /// memory, and for job 0 (every batch job): the read sees the store's latest commit, which is
+    /// the state as of some moment after the plan (issue 10).
     pub fn plan_tasks_page(
         &self,
         rd: &Read,
@@ -679,12 +679,20 @@ impl Batch {
         limit: usize,
     ) -> Result<TasksListing, StateError> {
         // Every committed row is in the store: each event commits what it changed before the
-        // lock is released, so the store's latest commit is exactly the state's memory. A job's
-        // page — running or finished — is read there, through the read-only connection, after
-        // the lock is released; under the lock only this plan is made (O(applications + nodes)).
-        let stored = (job != 0)
-            .then(|| self.job_rec(job))
-            .flatten()
+        // lock is released, so the store's latest commit is exactly the state's memory. A page —
+        // of a running or finished job, or of every job — is read there, through the read-only
+        // connection, after the lock is released; under the lock only this plan is made
+        // (O(the page's jobs' applications + nodes)).
+        let nodes = || rd.nodes.iter().map(|n| n.spec.name.clone()).collect();
+        if job == 0 {
+            return Ok(TasksListing::FromStore(self.plan_every_job_page(
+                cursor,
+                limit,
+                nodes(),
+            )));
+        }
+        let stored = self
+            .job_rec(job)
             .filter(|j| !self.retention.is_purged(j.row.id))
             .filter(|j| !j.tasks.is_empty());
         let Some(j) = stored else {
@@ -698,16 +706,57 @@ impl Batch {
         Ok(TasksListing::FromStore(StoredTasks {
             job,
             page: start..end,
+            scan: start..end,
             last: range.end,
             total: range.end - range.start,
-            apps: j
-                .apps
-                .clone()
-                .map(|a| (a, self.apps[a as usize].name.clone()))
-                .collect(),
-            nodes: rd.nodes.iter().map(|n| n.spec.name.clone()).collect(),
+            apps: self.app_names(j),
+            nodes: nodes(),
             executed: HashMap::new(),
+            after: 0,
         }))
+    }
+
+    /// Job 0's page from `cursor`: the store's first `limit` rows from there, by id. Purged jobs'
+    /// rows are gone from the store, so the plan names the applications of the jobs those rows
+    /// can come from — the unpurged jobs from the cursor on, until they hold `limit` tasks.
+    fn plan_every_job_page(&self, cursor: u64, limit: usize, nodes: Vec<String>) -> StoredTasks {
+        let last = self.tasks.len() as u64;
+        let start = cursor.min(last);
+        let mut apps = HashMap::new();
+        let mut held = 0u64;
+        let mut scan_end = start;
+        let first = self.jobs.partition_point(|j| j.tasks.end <= start);
+        for j in &self.jobs[first..] {
+            if held >= limit as u64 {
+                break;
+            }
+            if self.retention.is_purged(j.row.id) {
+                continue;
+            }
+            let from = j.tasks.start.max(start);
+            held += j.tasks.end.saturating_sub(from);
+            scan_end = j.tasks.end;
+            apps.extend(self.app_names(j));
+        }
+        StoredTasks {
+            job: 0,
+            page: start..start.saturating_add(limit as u64).min(last),
+            scan: start..scan_end.max(start),
+            last,
+            total: last,
+            apps,
+            nodes,
+            executed: HashMap::new(),
+            after: 0,
+        }
+    }
+
+    /// A job's applications: id → (name, job).
+    fn app_names(&self, j: &JobRec) -> HashMap<u32, (String, u64)> {
+        j.apps
+            .clone()
+            .map(|a| (a, (self.apps[a as usize].name.clone(), j.row.id)))
+            .collect()
     }
 
     /// A job's tasks by state: the sum of its applications' counts.
@@ -811,46 +860,73 @@ pub enum TasksListing {
     FromStore(StoredTasks),
 }
 
-/// A page of a finished job's tasks to read from the store (see [`Batch::plan_tasks_page`]):
-/// everything needed to show the rows, copied out of the state.
+/// A page of tasks to read from the store (see [`Batch::plan_tasks_page`]): everything needed to
+/// show the rows, copied out of the state.
 #[derive(Debug)]
 pub struct StoredTasks {
+    /// The job listed (0: every batch job).
     job: u64,
+    /// The ids the page starts at and, without gaps, would end at.
     page: std::ops::Range<u64>,
+    /// The ids the page's rows can have (job 0: past purged jobs' gaps).
+    scan: std::ops::Range<u64>,
     last: u64,
     total: u64,
-    /// The job's applications' names by id.
-    apps: HashMap<u32, String>,
+    /// The applications' names and jobs by id.
+    apps: HashMap<u32, (String, u64)>,
     /// Node names by id.
     nodes: Vec<String>,
     /// Where a task's attempt ran when it is not where it was placed (accelerator offload):
     /// task id → (attempt, node name), filled under the lock by the state.
     pub executed: HashMap<u64, (u32, String)>,
+    /// Job 0: where the listing goes on once this kind's rows are done (the next kind's first
+    /// id, 0 = nowhere), filled under the lock by the state.
+    pub after: u64,
 }
 
 impl StoredTasks {
-    /// The task ids the page covers.
+    /// The task ids the page's rows can have.
     pub fn ids(&self) -> std::ops::Range<u64> {
-        self.page.clone()
+        self.scan.start..self.scan.end.max(self.page.end)
     }
 
     /// Reads the page through `reader` (a read-only connection; no state lock).
     pub fn read(self, reader: &StoreReader) -> Result<TasksPage, StateError> {
         let want = (self.page.end - self.page.start) as usize;
-        let rows = reader.task_rows_from(self.page.clone(), want)?;
-        if want > 0 && rows.is_empty() {
+        let rows = reader.task_rows_from(self.page.start..self.last, want)?;
+        if self.job != 0 && want > 0 && rows.is_empty() {
             // Purged since the page was planned.
             return Err(StateError::NoJob(self.job));
         }
-        let tasks = rows
+        // Where the next page starts: after the last row read, unless the rows ran out.
+        let end = if rows.len() < want {
+            self.last
+        } else {
+            rows.last().map_or(self.last, |t| t.id + 1)
+        };
+        // Job 0: rows of a job the plan did not name (one purged after the plan let later jobs'
+        // rows in) are left to the next page, which plans them.
+        let known = rows
+            .iter()
+            .take_while(|t| self.job != 0 || self.apps.contains_key(&t.app))
+            .count();
+        let next_cursor = match rows.get(known) {
+            Some(t) => t.id,
+            None if end < self.last => end,
+            None => self.after,
+        };
+        let tasks = rows[..known]
             .iter()
             .map(|t| {
-                let app = self.apps.get(&t.app).map_or("", String::as_str);
+                let (app, job) = self
+                    .apps
+                    .get(&t.app)
+                    .map_or(("", self.job), |(name, job)| (name.as_str(), *job));
                 let node = t
                     .node
                     .and_then(|n| self.nodes.get(n as usize))
                     .map_or("", String::as_str);
-                let mut info = task_info(t, app, self.job, node);
+                let mut info = task_info(t, app, job, node);
                 info.executed_node = match self.executed.get(&t.id) {
                     Some((at, name)) if *at == t.attempt => name.clone(),
                     _ => info.node.clone(),
@@ -860,11 +936,7 @@ impl StoredTasks {
             .collect();
         Ok(TasksPage {
             tasks,
-            next_cursor: if self.page.end < self.last {
-                self.page.end
-            } else {
-                0
-            },
+            next_cursor,
             total: self.total,
         })
     }

@@ -709,32 +709,36 @@ impl State {
 
 impl State {
     /// [`State::list_tasks`] in two steps: under the state's lock, either the page itself or —
-    /// for a finished batch job whose rows left memory — a plan to read it from the store
-    /// afterwards without the lock ([`StoredTasks::read`] on [`State::store_reader`]).
+    /// for a batch job, and for job 0 while the listing is in the batch kind's ids — a plan to
+    /// read it from the store afterwards without the lock ([`StoredTasks::read`] on
+    /// [`State::store_reader`]).
     pub fn plan_tasks(
         &self,
         job: u64,
         cursor: u64,
         limit: u32,
     ) -> Result<TasksListing, StateError> {
-        match self.ids.kind(job) {
-            Some(Kind::Batch) if job != 0 => {
-                let mut listing = self.jobs.batch.plan_tasks_page(
-                    &self.read(),
-                    job,
-                    cursor,
-                    page_limit(limit),
-                )?;
-                match &mut listing {
-                    TasksListing::Ready(page) => self.accel_tasks(page),
-                    TasksListing::FromStore(stored) => {
-                        stored.executed = self.executed_in(stored.ids())
-                    }
-                }
-                Ok(listing)
-            }
-            _ => self.list_tasks(job, cursor, limit).map(TasksListing::Ready),
+        let every_job_in_batch = job == 0 && Kind::of(cursor) == Some(Kind::Batch);
+        if self.ids.kind(job) != Some(Kind::Batch) && !every_job_in_batch {
+            return self.list_tasks(job, cursor, limit).map(TasksListing::Ready);
         }
+        let mut listing =
+            self.jobs
+                .batch
+                .plan_tasks_page(&self.read(), job, cursor, page_limit(limit))?;
+        match &mut listing {
+            TasksListing::Ready(page) => self.accel_tasks(page),
+            TasksListing::FromStore(stored) => {
+                stored.executed = self.executed_in(stored.ids());
+                if job == 0 {
+                    stored.after = self.next_listed(Kind::Batch, |k| {
+                        let c = k.counts();
+                        c.pending + c.running + c.succeeded + c.failed + c.cancelled == 0
+                    });
+                }
+            }
+        }
+        Ok(listing)
     }
 
     /// A second, read-only connection to the store (`None` for a store in memory).

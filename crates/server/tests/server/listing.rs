@@ -1,4 +1,5 @@
-//! Pages of a finished job's tasks are read from the store without the state's lock: the lock
+//! Pages of batch jobs' tasks (one job's, running or finished, or every job's) are read from the store
+//! without the state's lock: the lock
 //! is held only to plan the page (which rows, the names to show them with); the rows are read
 //! through a second, read-only connection while the scheduler goes on.
 
@@ -400,5 +401,85 @@ fn job_listings_keep_counts_as_tasks_move_and_they_match_the_rows() {
         o.iter().sum::<u64>(),
         3,
         "the other job keeps its three tasks"
+    );
+}
+
+/// Runs `job`'s 3 tasks to success on node `n` (3 cores) and lets the rows leave memory.
+fn run_to_success(s: &mut State, n: u32) -> u64 {
+    let job = s.submit("job.toml", JOB, "/").expect("submit").job_id;
+    let r = s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
+    let done: Vec<(u64, u32, bool)> = r
+        .assignments
+        .iter()
+        .map(|a| (a.task_id, a.attempt, true))
+        .collect();
+    s.heartbeat(heartbeat_request(n, &[], &done)).expect("beat");
+    assert_eq!(s.evict_finished(), 1);
+    job
+}
+
+#[test]
+fn every_jobs_pages_are_read_from_the_store_past_a_purged_job_and_match_the_listing_under_the_lock()
+{
+    let d = scratch("every-job");
+    std::fs::create_dir_all(&d.0).expect("dir");
+    let mut s = open(&d.0);
+    let n = s
+        .register(pb::RegisterRequest {
+            identity: common::IDENTITY.into(),
+            name: "n".into(),
+            cores: 3,
+            memory_bytes: 1 << 30,
+            ..Default::default()
+        })
+        .expect("register")
+        .node_id;
+    // Job 1 finished (rows in the store only), job 2 finished and purged (a hole in the ids),
+    // job 3 running.
+    let first = run_to_success(&mut s, n);
+    let purged = run_to_success(&mut s, n);
+    s.purge(&pb::PurgeRequest {
+        job_ids: vec![purged],
+        ..Default::default()
+    })
+    .expect("purge");
+    let running = s.submit("job.toml", JOB, "/").expect("submit").job_id;
+    s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
+
+    let reader = s.store_reader().expect("reader").expect("a file store");
+    let shared = Arc::new(Mutex::new(s));
+    let (mut cursor, mut seen) = (0u64, Vec::new());
+    loop {
+        let s = shared.lock().expect("lock");
+        let under_lock = s.list_tasks(0, cursor, 2).expect("page under the lock");
+        let TasksListing::FromStore(stored) = s.plan_tasks(0, cursor, 2).expect("plan") else {
+            panic!("every job's page is read from the store, not built under the lock");
+        };
+        // The state's lock stays held while the page is read on another thread.
+        let reader = &reader;
+        let page = std::thread::scope(|scope| {
+            scope
+                .spawn(move || stored.read(reader))
+                .join()
+                .expect("reader thread")
+        })
+        .expect("page");
+        drop(s);
+        assert_eq!(page, under_lock, "page at cursor {cursor}");
+        seen.extend(page.tasks.iter().map(|t| (t.id, t.job_id)));
+        if page.next_cursor == 0 {
+            break;
+        }
+        assert!(page.next_cursor > cursor, "the listing moves on");
+        cursor = page.next_cursor;
+    }
+    assert_eq!(
+        seen,
+        [0, 1, 2]
+            .map(|i| (i, first))
+            .into_iter()
+            .chain([6, 7, 8].map(|i| (i, running)))
+            .collect::<Vec<_>>(),
+        "every task of every unpurged job once, in id order, with its own job"
     );
 }
