@@ -1,7 +1,7 @@
-//! Pages of batch jobs' tasks (one job's, running or finished, or every job's) are read from the store
-//! without the state's lock: the lock
-//! is held only to plan the page (which rows, the names to show them with); the rows are read
-//! through a second, read-only connection while the scheduler goes on.
+//! Pages of batch jobs' tasks (one job's, running or finished, or every job's) are read from the
+//! store without the state's lock: the lock is held only to plan the page (which rows, the names
+//! to show them with); the rows are read through a second, read-only connection while the
+//! scheduler goes on.
 
 use crate::common;
 
