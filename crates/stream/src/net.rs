@@ -32,8 +32,11 @@ pub struct PeerLink {
     pub states: Sender<(u32, Vec<u8>)>,
 }
 
-/// Starts the sender thread towards worker `peer`.
-pub fn spawn_peer(shared: Arc<Shared>, peer: u32) -> PeerLink {
+/// Starts the sender thread towards worker `peer` of the routes of generation `generation`.
+/// If the routes change before it has connected, `peer` may name another worker (or this
+/// one): it does not connect, and hands what it carries back to its worker, which parks it
+/// and sends it by the new routes.
+pub fn spawn_peer(shared: Arc<Shared>, peer: u32, generation: u64) -> PeerLink {
     let (tuples, tuples_rx) = bounded(PEER_QUEUE);
     let (acks, acks_rx) = unbounded();
     let (states, states_rx) = unbounded();
@@ -44,22 +47,37 @@ pub fn spawn_peer(shared: Arc<Shared>, peer: u32) -> PeerLink {
     };
     std::thread::Builder::new()
         .name(format!("peer-{peer}"))
-        .spawn(move || sender_loop(&shared, peer, &tuples_rx, &acks_rx, &states_rx))
+        .spawn(move || sender_loop(&shared, peer, generation, &tuples_rx, &acks_rx, &states_rx))
         .map_err(|e| tracing::error!("cannot start the sender thread to worker {peer}: {e}"))
         .ok();
     link
 }
 
-fn connect(shared: &Shared, peer: u32) -> Option<TcpStream> {
+/// Why no connection was made.
+enum NoConn {
+    /// The worker stops.
+    Stopping,
+    /// The routes changed since the link was made: `peer` may be another worker now.
+    Stale,
+}
+
+fn connect(shared: &Shared, peer: u32, generation: u64) -> Result<TcpStream, NoConn> {
     loop {
         if shared.stopping() {
-            return None;
+            return Err(NoConn::Stopping);
         }
-        let addr: Option<SocketAddr> = shared
-            .peer_addrs
-            .read()
-            .ok()
-            .and_then(|m| m.get(&peer).copied());
+        // Read under the addresses' lock, which [`crate::Worker::reassign`] holds while it
+        // changes the routes: the address is `peer`'s in generation `generation`'s numbering.
+        let addr: Option<SocketAddr> = {
+            let m = match shared.peer_addrs.read() {
+                Ok(m) => m,
+                Err(p) => p.into_inner(),
+            };
+            if shared.routes_gen.load(Ordering::Acquire) != generation {
+                return Err(NoConn::Stale);
+            }
+            m.get(&peer).copied()
+        };
         if let Some(addr) = addr {
             match TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
                 Ok(mut s) => {
@@ -69,7 +87,7 @@ fn connect(shared: &Shared, peer: u32) -> Option<TcpStream> {
                         .write(&mut s, &mut scratch)
                         .is_ok()
                     {
-                        return Some(s);
+                        return Ok(s);
                     }
                 }
                 Err(e) => tracing::debug!("connecting to worker {peer} at {addr}: {e}"),
@@ -80,8 +98,9 @@ fn connect(shared: &Shared, peer: u32) -> Option<TcpStream> {
 }
 
 fn sender_loop(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     peer: u32,
+    generation: u64,
     tuples_rx: &Receiver<Vec<Tuple>>,
     acks_rx: &Receiver<AckMsg>,
     states_rx: &Receiver<(u32, Vec<u8>)>,
@@ -118,6 +137,29 @@ fn sender_loop(
         while let Ok(a) = acks_rx.try_recv() {
             acks.push(a);
         }
+        while let Ok(st) = states_rx.try_recv() {
+            states.push(st);
+        }
+        if conn.is_none() {
+            match connect(shared, peer, generation) {
+                Ok(s) => conn = Some(s),
+                Err(NoConn::Stopping) => return,
+                Err(NoConn::Stale) => {
+                    // Back to this worker, which parks what is not its own and sends it by
+                    // the routes now.
+                    for b in batches {
+                        shared.deliver_local(b);
+                    }
+                    for a in acks {
+                        shared.route_ack(a, true);
+                    }
+                    for (executor, bytes) in states {
+                        shared.receive_state(executor, bytes);
+                    }
+                    continue;
+                }
+            }
+        }
         buf.clear();
         let mut n = 0u64;
         for b in batches {
@@ -127,14 +169,8 @@ fn sender_loop(
         if !acks.is_empty() {
             Frame::Acks(acks).encode(&mut buf);
         }
-        while let Ok(st) = states_rx.try_recv() {
-            states.push(st);
-        }
         for (executor, bytes) in states {
             Frame::State { executor, bytes }.encode(&mut buf);
-        }
-        if conn.is_none() {
-            conn = connect(shared, peer);
         }
         let Some(s) = conn.as_mut() else { return };
         match s.write_all(&buf) {

@@ -220,16 +220,30 @@ impl Shared {
         }
     }
 
-    /// The link to worker `w`, started on first use.
-    pub fn peer(self: &Arc<Self>, w: u32) -> PeerLink {
-        let mut peers = match self.peers.lock() {
-            Ok(p) => p,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        peers
-            .entry(w)
-            .or_insert_with(|| net::spawn_peer(self.clone(), w))
-            .clone()
+    /// The routes now with their generation (`routes_gen`), read in that order: a link asked
+    /// for with this generation ([`Shared::link`]) is refused if the routes changed since, so a
+    /// worker index is never looked up in a numbering it does not belong to.
+    pub fn routes_now(&self) -> (u64, Arc<Routes>) {
+        let g = self.routes_gen.load(Ordering::Acquire);
+        (g, self.routes())
+    }
+
+    /// The link to worker `w` of the routes of generation `generation`, started on first use;
+    /// `None` when the routes have changed since (a new placement may have renumbered the
+    /// workers: `w` may now be another worker, or this one). [`Worker::reassign`] replaces the
+    /// routes and the links under the same lock, so a link given out belongs to
+    /// `generation`'s numbering.
+    pub fn link(self: &Arc<Self>, w: u32, generation: u64) -> Option<PeerLink> {
+        let mut peers = lock(&self.peers);
+        if self.routes_gen.load(Ordering::Acquire) != generation {
+            return None;
+        }
+        Some(
+            peers
+                .entry(w)
+                .or_insert_with(|| net::spawn_peer(self.clone(), w, generation))
+                .clone(),
+        )
     }
 
     /// Hands tuples that arrived from another worker to their local executors; tuples for an
@@ -296,11 +310,15 @@ impl Shared {
             }
             return;
         }
-        let routes = self.routes();
+        let (generation, routes) = self.routes_now();
         match routes.assignment.get(spout as usize) {
-            Some(&w) if w != routes.worker && !from_remote => {
-                let _ = self.peer(w).acks.send(a);
-            }
+            Some(&w) if w != routes.worker && !from_remote => match self.link(w, generation) {
+                Some(link) => {
+                    let _ = link.acks.send(a);
+                }
+                // The routes just changed: parked, and sent by the new ones.
+                None => self.park(Held::Ack(a)),
+            },
             Some(_) => self.park(Held::Ack(a)),
             None => {}
         }
@@ -327,11 +345,14 @@ impl Shared {
 
     /// Sends executor `e`'s state to the worker the routes now put it in.
     fn hand_over(self: &Arc<Self>, e: u32, bytes: Vec<u8>) {
-        let routes = self.routes();
+        let (generation, routes) = self.routes_now();
         match routes.assignment.get(e as usize) {
-            Some(&w) if w != routes.worker => {
-                let _ = self.peer(w).states.send((e, bytes));
-            }
+            Some(&w) if w != routes.worker => match self.link(w, generation) {
+                Some(link) => {
+                    let _ = link.states.send((e, bytes));
+                }
+                None => self.park(Held::State(e, bytes)),
+            },
             Some(_) => self.take_state(e, bytes),
             None => {}
         }
@@ -344,8 +365,7 @@ impl Shared {
         if items.is_empty() {
             return;
         }
-        let routes_at = self.routes_gen.load(Ordering::Acquire);
-        let routes = self.routes();
+        let (routes_at, routes) = self.routes_now();
         let mut keep = Vec::new();
         for p in items {
             let due = p.routes_at != routes_at || p.at.elapsed() >= PARK;
@@ -364,7 +384,15 @@ impl Shared {
                     match routes.assignment.get(dst as usize) {
                         Some(&w) if due && w != routes.worker => {
                             let n = batch.len() as u64;
-                            if !self.send_blocking(&self.peer(w).tuples, batch) {
+                            // Routes changed meanwhile: kept for the next sweep.
+                            let Some(link) = self.link(w, routes_at) else {
+                                keep.push(Parked {
+                                    item: Held::Tuples(dst, batch),
+                                    ..p
+                                });
+                                continue;
+                            };
+                            if !self.send_blocking(&link.tuples, batch) {
                                 self.dropped.fetch_add(n, Ordering::Relaxed);
                             }
                         }
@@ -380,9 +408,15 @@ impl Shared {
                 }
                 Held::State(e, bytes) => match routes.assignment.get(e as usize) {
                     Some(&w) if w == routes.worker => self.take_state(e, bytes),
-                    Some(&w) if due => {
-                        let _ = self.peer(w).states.send((e, bytes));
-                    }
+                    Some(&w) if due => match self.link(w, routes_at) {
+                        Some(link) => {
+                            let _ = link.states.send((e, bytes));
+                        }
+                        None => keep.push(Parked {
+                            item: Held::State(e, bytes),
+                            ..p
+                        }),
+                    },
                     Some(_) if p.at.elapsed() < PARK_LIMIT => keep.push(Parked {
                         item: Held::State(e, bytes),
                         ..p
@@ -407,9 +441,15 @@ impl Shared {
                         continue;
                     }
                     match routes.assignment.get(spout as usize) {
-                        Some(&w) if due && w != routes.worker => {
-                            let _ = self.peer(w).acks.send(a);
-                        }
+                        Some(&w) if due && w != routes.worker => match self.link(w, routes_at) {
+                            Some(link) => {
+                                let _ = link.acks.send(a);
+                            }
+                            None => keep.push(Parked {
+                                item: Held::Ack(a),
+                                ..p
+                            }),
+                        },
                         Some(_) if p.at.elapsed() < PARK_LIMIT => keep.push(Parked {
                             item: Held::Ack(a),
                             ..p
@@ -499,6 +539,7 @@ pub struct Emitter {
 impl Emitter {
     pub(crate) fn new(shared: Arc<Shared>, me: u32) -> Self {
         let c = shared.components[me as usize];
+        let (routes_seen, routes) = shared.routes_now();
         let topo = &shared.topo.topology;
         let outs = topo
             .streams
@@ -515,8 +556,8 @@ impl Emitter {
             .collect();
         Self {
             counters: shared.counter(me),
-            routes: shared.routes(),
-            routes_seen: shared.routes_gen.load(Ordering::Acquire),
+            routes_seen,
+            routes,
             rng: 0x9e37_79b9_7f4a_7c15 ^ (u64::from(me) << 17) ^ now_ns(),
             shared,
             me,
@@ -634,7 +675,13 @@ impl Emitter {
 
     fn send_remote(&self, w: u32, b: Vec<Tuple>) {
         let n = b.len() as u64;
-        let link = self.shared.peer(w);
+        // `w` is a worker index of this emitter's routes; when the worker's routes changed
+        // since, `w` may name another worker now (or this one, and a link to itself never
+        // connects): the batch is taken here and parked instead, and sent on by the new routes.
+        let Some(link) = self.shared.link(w, self.routes_seen) else {
+            self.shared.deliver_local(b);
+            return;
+        };
         if !self.shared.send_blocking(&link.tuples, b) {
             self.shared.dropped.fetch_add(n, Ordering::Relaxed);
         }
@@ -643,10 +690,10 @@ impl Emitter {
     /// Sends every buffered tuple now, and publishes the emitted count. When the routes changed,
     /// buffered tuples are routed again first.
     pub fn flush(&mut self) {
-        let g = self.shared.routes_gen.load(Ordering::Acquire);
+        let (g, routes) = self.shared.routes_now();
         if g != self.routes_seen {
             self.routes_seen = g;
-            self.routes = self.shared.routes();
+            self.routes = routes;
             let pending: Vec<Tuple> = self
                 .local
                 .drain()
@@ -946,14 +993,25 @@ impl Worker {
                 .map_err(|err| err.to_string())?;
             starts.push((e, start));
         }
-        *write(&sh.routes) = Arc::new(Routes { worker, assignment });
         // Worker indices may name other workers now: the links and the addresses go, and a
         // link waits for the new addresses ([`Worker::set_peers`], given next). A link made
         // with an old address would carry what is meant for worker `w` to the worker that was
-        // `w`, for as long as that connection lasts.
-        lock(&sh.peers).clear();
-        write(&sh.peer_addrs).clear();
-        sh.routes_gen.fetch_add(1, Ordering::AcqRel);
+        // `w`, for as long as that connection lasts. The routes, their generation, the links
+        // and the addresses change together, under the links' and the addresses' locks: a
+        // sender holding routes of the old generation gets no link ([`Shared::link`]), and a
+        // link of the old generation that has not connected yet connects nowhere
+        // ([`net::spawn_peer`]); what they carry is parked and sent by the new routes. Else a
+        // tuple routed to worker `w` by the old routes could take the new numbering's link `w`
+        // (this worker itself, after a renumbering: lost), and its tree be replayed: counted
+        // twice where the rest of it arrived.
+        {
+            let mut peers = lock(&sh.peers);
+            let mut addrs = write(&sh.peer_addrs);
+            *write(&sh.routes) = Arc::new(Routes { worker, assignment });
+            peers.clear();
+            addrs.clear();
+            sh.routes_gen.fetch_add(1, Ordering::AcqRel);
+        }
         // Leaving executors: no new input reaches them (their inboxes close; what is queued is
         // still taken), then they hand over and end.
         for &e in &leaving {
