@@ -41,27 +41,23 @@ fn open(d: &Path) -> State {
     State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state")
 }
 
+/// Registers node `n` with `cores` cores.
+fn node_n(s: &mut State, cores: u32) -> u32 {
+    s.register(pb::RegisterRequest {
+        identity: common::IDENTITY.into(),
+        name: "n".into(),
+        cores,
+        memory_bytes: 1 << 30,
+        ..Default::default()
+    })
+    .expect("register")
+    .node_id
+}
+
 /// Runs one 3-task job to success on a 3-core node and lets its rows leave memory.
 fn finished_job(s: &mut State) -> u64 {
-    let n = s
-        .register(pb::RegisterRequest {
-            identity: common::IDENTITY.into(),
-            name: "n".into(),
-            cores: 3,
-            memory_bytes: 1 << 30,
-            ..Default::default()
-        })
-        .expect("register")
-        .node_id;
-    let job = s.submit("job.toml", JOB, "/").expect("submit").job_id;
-    let r = s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
-    let done: Vec<(u64, u32, bool)> = r
-        .assignments
-        .iter()
-        .map(|a| (a.task_id, a.attempt, true))
-        .collect();
-    s.heartbeat(heartbeat_request(n, &[], &done)).expect("beat");
-    assert_eq!(s.evict_finished(), 1);
+    let n = node_n(s, 3);
+    let job = run_to_success(s, n);
     assert_eq!(s.tasks_in_memory(), 0);
     job
 }
@@ -201,16 +197,7 @@ fn a_running_jobs_page_is_read_from_the_store_while_another_thread_holds_the_sta
     let d = scratch("running");
     std::fs::create_dir_all(&d.0).expect("dir");
     let mut s = open(&d.0);
-    let n = s
-        .register(pb::RegisterRequest {
-            identity: common::IDENTITY.into(),
-            name: "n".into(),
-            cores: 2,
-            memory_bytes: 1 << 30,
-            ..Default::default()
-        })
-        .expect("register")
-        .node_id;
+    let n = node_n(&mut s, 2);
     let job = s.submit("job.toml", JOB, "/").expect("submit").job_id;
     s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
     // Task 0 succeeds, 1 runs, 2 is dispatched in its place.
@@ -305,16 +292,7 @@ fn job_listings_keep_counts_as_tasks_move_and_they_match_the_rows() {
     let d = scratch("counts");
     std::fs::create_dir_all(&d.0).expect("dir");
     let mut s = open(&d.0);
-    let n = s
-        .register(pb::RegisterRequest {
-            identity: common::IDENTITY.into(),
-            name: "n".into(),
-            cores: 4,
-            memory_bytes: 1 << 30,
-            ..Default::default()
-        })
-        .expect("register")
-        .node_id;
+    let n = node_n(&mut s, 4);
     let two_apps = "[[application]]\nname = \"a\"\ntasks = 5\nretries = 1\n[application.cpu]\ncommand = \"true\"\n\n[[application]]\nname = \"b\"\ntasks = 3\n[application.cpu]\ncommand = \"true\"\n";
     let job = s.submit("two.toml", two_apps, "/").expect("submit").job_id;
     let other = s.submit("job.toml", JOB, "/").expect("submit").job_id;
@@ -424,16 +402,7 @@ fn every_jobs_pages_are_read_from_the_store_past_a_purged_job_and_match_the_list
     let d = scratch("every-job");
     std::fs::create_dir_all(&d.0).expect("dir");
     let mut s = open(&d.0);
-    let n = s
-        .register(pb::RegisterRequest {
-            identity: common::IDENTITY.into(),
-            name: "n".into(),
-            cores: 3,
-            memory_bytes: 1 << 30,
-            ..Default::default()
-        })
-        .expect("register")
-        .node_id;
+    let n = node_n(&mut s, 3);
     // Job 1 finished (rows in the store only), job 2 finished and purged (a hole in the ids),
     // job 3 running.
     let first = run_to_success(&mut s, n);
