@@ -11,16 +11,9 @@ use hetsched_server::convert::Wire;
 use hetsched_server::state::State;
 use hetsched_server::store::Store;
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::PathBuf;
 use std::time::Duration;
 
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use crate::common::Scratch;
 
 fn open(name: &str, binding: BindingKind) -> (State, Scratch) {
     let d = std::env::temp_dir().join(format!("hetsched-accel-{name}-{}", std::process::id()));

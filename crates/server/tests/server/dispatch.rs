@@ -12,17 +12,10 @@ use hetsched_server::state::types::{
     HeartbeatReport, RunningTask, Submission, TaskRef, TaskResult,
 };
 use hetsched_server::store::Store;
-use std::path::PathBuf;
 
 const IDENTITY: &str = "dispatch-test-agent";
 
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use crate::common::Scratch;
 
 fn open(name: &str) -> (Scratch, State) {
     let d = std::env::temp_dir().join(format!("hetsched-dispatch-{name}-{}", std::process::id()));

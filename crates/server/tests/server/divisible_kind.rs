@@ -9,15 +9,9 @@ use hetsched_server::jobs::divisible::{ChunkRequest, ChunkResult};
 use hetsched_server::state::types::Submission;
 use hetsched_server::state::{PROBE_INTERVAL, State};
 use hetsched_server::store::Store;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use crate::common::Scratch;
 
 fn open(d: &Path) -> State {
     let config = ServerConfig {

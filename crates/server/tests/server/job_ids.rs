@@ -2,25 +2,15 @@
 //! `job N` and `cancel N` reach the kind that owns N (also after a restart), and a store whose
 //! workflows were numbered apart from batch jobs is refused with a message saying what to do.
 
+use crate::common::{self, Scratch};
 use hetsched_server::ServerConfig;
 use hetsched_server::state::State;
 use hetsched_server::state::types::Submission;
 use hetsched_server::store::Store;
-use std::path::{Path, PathBuf};
-
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use std::path::Path;
 
 fn scratch(name: &str) -> Scratch {
-    let d = std::env::temp_dir().join(format!("hetsched-jobids-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
-    Scratch(d)
+    common::scratch("jobids", name)
 }
 
 fn open(d: &Path) -> Result<State, String> {

@@ -5,32 +5,22 @@
 
 use crate::common;
 
-use common::heartbeat_request;
+use common::{Scratch, heartbeat_request};
 use hetsched_proto as pb;
 use hetsched_proto::client_client::ClientClient;
 use hetsched_server::ServerConfig;
 use hetsched_server::convert::Wire;
 use hetsched_server::state::{State, StateError, TasksListing};
 use hetsched_server::store::Store;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 const JOB: &str =
     "[[application]]\nname = \"a\"\ntasks = 3\n[application.cpu]\ncommand = \"true\"\n";
 
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn scratch(name: &str) -> Scratch {
-    let d = std::env::temp_dir().join(format!("hetsched-listing-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    Scratch(d)
+    common::scratch("listing", name)
 }
 
 fn open(d: &Path) -> State {

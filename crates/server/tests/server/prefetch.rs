@@ -11,18 +11,12 @@ use hetsched_server::state::types::{
     Dispatch, HeartbeatReport, RunningTask, Submission, TaskResult,
 };
 use hetsched_server::store::Store;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 const IDENTITY: &str = "prefetch-test-agent";
 
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use crate::common::Scratch;
 
 fn scratch(name: &str) -> Scratch {
     let d = std::env::temp_dir().join(format!("hetsched-prefetch-{name}-{}", std::process::id()));

@@ -4,35 +4,17 @@
 
 use crate::common;
 
-use common::heartbeat_request;
+use common::{Scratch, heartbeat_request};
 use hetsched_proto as pb;
 use hetsched_server::ServerConfig;
 use hetsched_server::config::RetentionConfig;
 use hetsched_server::convert::Wire;
 use hetsched_server::state::State;
 use hetsched_server::store::Store;
-use std::path::{Path, PathBuf};
-
-struct Scratch(PathBuf);
-
-impl std::ops::Deref for Scratch {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use std::path::Path;
 
 fn dir(name: &str) -> Scratch {
-    let d = std::env::temp_dir().join(format!("hetsched-retention-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
-    Scratch(d)
+    common::scratch("retention", name)
 }
 
 fn open_with(d: &Path, retention: Option<RetentionConfig>) -> State {

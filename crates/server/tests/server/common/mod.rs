@@ -1,6 +1,7 @@
 //! Helpers shared by the server's in-process tests.
 
 use hetsched_proto as pb;
+use std::path::{Path, PathBuf};
 
 /// The identity every test agent registers and heartbeats with (unless a test forges another).
 pub const IDENTITY: &str = "test-agent-identity";
@@ -37,4 +38,29 @@ pub fn heartbeat_request(
         identity: IDENTITY.into(),
         ..Default::default()
     }
+}
+
+/// A scratch directory, created empty and removed when the test ends.
+pub struct Scratch(pub PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A fresh scratch directory for test `name` of module `topic` (the process id keeps parallel
+/// runs apart).
+pub fn scratch(topic: &str, name: &str) -> Scratch {
+    let d = std::env::temp_dir().join(format!("hetsched-{topic}-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    Scratch(d)
 }
