@@ -1,0 +1,122 @@
+//! Does the paper's ordering (pcddb ≤ centralised ≤ static) appear for another shape of the
+//! MM5-like workflow? docs/results/graphs.md, "(ii) against the workflow's shape".
+//!
+//! The committed workflow (`mm5_workflow_text`) is a step pipeline: every module runs once per
+//! time step and consecutive modules depend step by step. This example runs the paper's
+//! deployments (pcddb on Sc2, the baselines on their random 14 + 3 subset; LT = 2, MT = 10 per
+//! core, plus MT = 4 and MT = 2; free messages) on four shapes, seeds 1–5:
+//! - `pipeline`: the committed workflow;
+//! - `barriers`: the same modules and instance counts, but each module waits for *all* of its
+//!   producer (one big ready batch per module);
+//! - `pipeline ×4` and `barriers ×4`: four times the component calls per step (heavy load: ready
+//!   instances exceed the 520 that MT × cores admits).
+//!
+//! ```sh
+//! cargo run --release -p hetsched-sim --example pcddb_shapes
+//! ```
+
+use hetsched_core::input::workflow::parse_workflow;
+use hetsched_core::policy::graph::{BalancerKind, Thresholds};
+use hetsched_core::time::NANOS_PER_SEC;
+use hetsched_sim::graph::{GraphSimConfig, simulate_graph};
+use hetsched_sim::scenario::pcddb_paper::{Setup, mm5_workflow_text};
+
+/// `mm5_workflow_text(steps)` reshaped: calls per step × `scale`; with `barriers`, every
+/// per-step module becomes one plain count of instances, so a consumer waits for all of its
+/// producer (the data-flow rule: different argument ranges → all).
+fn shaped(steps: u32, scale: u32, barriers: bool) -> String {
+    let mut out = String::new();
+    let mut range: Option<u32> = None;
+    for line in mm5_workflow_text(steps).lines() {
+        if let Some(n) = line
+            .strip_prefix("instances = \"1..=")
+            .and_then(|r| r.strip_suffix('"'))
+            .and_then(|n| n.parse::<u32>().ok())
+        {
+            range = Some(n);
+            if barriers {
+                continue;
+            }
+        } else if let Some(p) = line
+            .strip_prefix("processes = ")
+            .and_then(|p| p.parse::<u32>().ok())
+        {
+            match (barriers, range.take()) {
+                (true, Some(n)) => out += &format!("instances = {}\n", n * p * scale),
+                _ => out += &format!("processes = {}\n", p * scale),
+            }
+            continue;
+        }
+        out += line;
+        out.push('\n');
+    }
+    out
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let setup = Setup::load()?;
+    let shapes = [
+        ("pipeline", 1, false),
+        ("barriers", 1, true),
+        ("pipeline ×4", 4, false),
+        ("barriers ×4", 4, true),
+    ];
+    println!(
+        "| shape | input | instances | static | centralised | pcddb MT = 10 | MT = 4 | MT = 2 | ordering holds (mean; seeds of 5), MT 10 / 4 / 2 |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (shape, scale, barriers) in shapes {
+        for hours in [12u32, 48] {
+            let wf = parse_workflow("mm5.toml", &shaped(hours / 2, scale, barriers))?.workflow;
+            let mut runs: Vec<Vec<f64>> = vec![Vec::new(); 5];
+            for seed in 1..=5u64 {
+                let cases = [
+                    (BalancerKind::Static, 10),
+                    (BalancerKind::Centralised, 10),
+                    (BalancerKind::Pcddb, 10),
+                    (BalancerKind::Pcddb, 4),
+                    (BalancerKind::Pcddb, 2),
+                ];
+                for (k, (balancer, mt)) in cases.into_iter().enumerate() {
+                    let r = simulate_graph(
+                        &setup.cluster,
+                        &setup.attributes,
+                        &setup.latency,
+                        &wf,
+                        &GraphSimConfig {
+                            balancer,
+                            thresholds: Thresholds { lt: 2.min(mt), mt },
+                            launch: setup.launch,
+                            members: Some(setup.deployment(balancer, seed)),
+                            check_interval: NANOS_PER_SEC,
+                            seed,
+                            message_cost: 0,
+                        },
+                    )?;
+                    runs[k].push(r.makespan_s());
+                }
+            }
+            let mean = |k: usize| runs[k].iter().sum::<f64>() / runs[k].len() as f64;
+            let holds = |p: usize| {
+                let on_mean = mean(p) <= mean(1) && mean(1) <= mean(0);
+                let seeds = (0..5)
+                    .filter(|&s| runs[p][s] <= runs[1][s] && runs[1][s] <= runs[0][s])
+                    .count();
+                format!("{} ({seeds})", if on_mean { "yes" } else { "no" })
+            };
+            println!(
+                "| {shape} | {hours} h | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} / {} / {} |",
+                wf.total_instances(),
+                mean(0),
+                mean(1),
+                mean(2),
+                mean(3),
+                mean(4),
+                holds(2),
+                holds(3),
+                holds(4)
+            );
+        }
+    }
+    Ok(())
+}
