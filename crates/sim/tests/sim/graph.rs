@@ -355,3 +355,55 @@ fn a_core_that_falls_idle_takes_an_instance_waiting_on_its_sibling() {
         );
     }
 }
+
+#[test]
+fn under_a_backlog_pcddb_lets_the_faster_node_pull_more_and_finishes_before_the_push() {
+    // The paper's "能者多劳" (seed 004, line 97): a node is refilled only when it drains below LT,
+    // so a node whose cores are twice as fast pulls about twice the work. The centralised
+    // dispatcher pushes every ready instance at once by count, so the slow node gets as many as
+    // the fast one and the run waits for it. 200 one-second instances on two dual-core nodes
+    // of speed 1.0 and 0.5: the push ends near 100 s, the pull near 67 s.
+    let task = TaskGen {
+        values: 200,
+        processes: 1,
+        cost_ms: 1_000,
+        cv: 0,
+        inputs: vec![],
+        gpu: false,
+    };
+    let case = case(&[task], &[(2, 4), (2, 2)]);
+    let by = |balancer| {
+        run(
+            &case,
+            &GraphSimConfig {
+                balancer,
+                thresholds: Thresholds { lt: 2, mt: 4 },
+                ..GraphSimConfig::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let done = |r: &GraphResult, n: usize| r.nodes[n].instances_per_core.iter().sum::<u32>();
+    let (push, pull) = (by(BalancerKind::Centralised), by(BalancerKind::Pcddb));
+    assert_eq!(
+        (done(&push, 0), done(&push, 1)),
+        (100, 100),
+        "push: by count"
+    );
+    assert!(
+        (99.0..102.0).contains(&push.makespan_s()),
+        "push: {} s",
+        push.makespan_s()
+    );
+    let (fast, slow) = (done(&pull, 0), done(&pull, 1));
+    assert!(
+        fast >= 125 && fast + slow == 200,
+        "pull: the fast node ran {fast}, the slow one {slow}"
+    );
+    assert!(
+        pull.makespan_s() < 0.8 * push.makespan_s(),
+        "pull {} s against push {} s",
+        pull.makespan_s(),
+        push.makespan_s()
+    );
+}
