@@ -11,7 +11,7 @@
 use hetsched_core::input::workflow::parse_workflow;
 use hetsched_core::policy::graph::{BalancerKind, Thresholds};
 use hetsched_core::time::NANOS_PER_SEC;
-use hetsched_sim::graph::{GraphResult, GraphSimConfig, simulate_graph};
+use hetsched_sim::graph::GraphResult;
 use hetsched_sim::scenario::pcddb_paper::{Setup, mm5_workflow_text};
 
 /// (idle core-seconds, idle core-seconds while an instance was ready but not started).
@@ -47,21 +47,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     .iter()
                     .map(|m| setup.cluster.nodes[m.index()].cores)
                     .sum();
-                let r = simulate_graph(
-                    &setup.cluster,
-                    &setup.attributes,
-                    &setup.latency,
-                    &wf,
-                    &GraphSimConfig {
-                        balancer,
-                        thresholds: Thresholds { lt: 2, mt: 10 },
-                        launch: setup.launch,
-                        members: Some(members),
-                        check_interval: NANOS_PER_SEC,
-                        seed,
-                        message_cost: 0,
-                    },
-                )?;
+                let thresholds = Thresholds { lt: 2, mt: 10 };
+                let r = setup.run(&wf, balancer, thresholds, &members, setup.launch, seed)?;
                 let (total, with_work) = idle(&r, cores);
                 let k = |kind: &str| r.messages.by_kind.get(kind).copied().unwrap_or(0);
                 println!(

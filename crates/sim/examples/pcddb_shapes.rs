@@ -17,8 +17,6 @@
 
 use hetsched_core::input::workflow::parse_workflow;
 use hetsched_core::policy::graph::{BalancerKind, Thresholds};
-use hetsched_core::time::NANOS_PER_SEC;
-use hetsched_sim::graph::{GraphSimConfig, simulate_graph};
 use hetsched_sim::scenario::pcddb_paper::{Setup, mm5_workflow_text};
 
 /// `mm5_workflow_text(steps)` reshaped: calls per step × `scale`; with `barriers`, every
@@ -78,21 +76,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     (BalancerKind::Pcddb, 2),
                 ];
                 for (k, (balancer, mt)) in cases.into_iter().enumerate() {
-                    let r = simulate_graph(
-                        &setup.cluster,
-                        &setup.attributes,
-                        &setup.latency,
-                        &wf,
-                        &GraphSimConfig {
-                            balancer,
-                            thresholds: Thresholds { lt: 2.min(mt), mt },
-                            launch: setup.launch,
-                            members: Some(setup.deployment(balancer, seed)),
-                            check_interval: NANOS_PER_SEC,
-                            seed,
-                            message_cost: 0,
-                        },
-                    )?;
+                    let members = setup.deployment(balancer, seed);
+                    let thresholds = Thresholds { lt: 2.min(mt), mt };
+                    let r = setup.run(&wf, balancer, thresholds, &members, setup.launch, seed)?;
                     runs[k].push(r.makespan_s());
                 }
             }

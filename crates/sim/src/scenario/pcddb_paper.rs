@@ -181,7 +181,9 @@ impl Setup {
             .collect()
     }
 
-    fn run(
+    /// Simulates `workflow` under `balancer` on `members`, launched from `launch`, with this
+    /// setup's cluster, latencies, 1 s self-checks and message cost.
+    pub fn run(
         &self,
         workflow: &Workflow,
         balancer: BalancerKind,
