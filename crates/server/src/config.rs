@@ -99,15 +99,36 @@ pub enum BindingKind {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkflowConfig {
-    /// `centralised` (default) or `pcddb`.
-    pub balancer: Option<String>,
+    /// `centralised` (default) or `pcddb`; any other name is refused with its line.
+    pub balancer: Option<WorkflowBalancer>,
     /// PCDDB lower threshold, instances per core (default 2).
     pub lt: Option<u32>,
-    /// PCDDB upper threshold, instances per core (default 10).
-    pub mt: Option<u32>,
+    /// PCDDB upper threshold, instances per core (default 10; 0 is refused: a node could take
+    /// nothing).
+    pub mt: Option<std::num::NonZeroU32>,
     /// Minimum proximity-cluster size m (spec 05 §2; default ⌊0.3·N⌋ of the N live agents, at
     /// least 1 — which makes every node a cluster of its own below 7 agents).
     pub cluster_size: Option<u32>,
+}
+
+/// The balancers the runtime runs workflows under (the simulator also has `static`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkflowBalancer {
+    /// One dispatcher in the server (the core's `Dispatcher`).
+    #[default]
+    Centralised,
+    /// Spec 05's decentralised protocol among the agents (the core's `PcddbNode`s).
+    Pcddb,
+}
+
+impl From<WorkflowBalancer> for hetsched_core::policy::graph::BalancerKind {
+    fn from(b: WorkflowBalancer) -> Self {
+        match b {
+            WorkflowBalancer::Centralised => Self::Centralised,
+            WorkflowBalancer::Pcddb => Self::Pcddb,
+        }
+    }
 }
 
 /// When finished jobs are purged on their own (see `docs/runtime.md`, Retention).

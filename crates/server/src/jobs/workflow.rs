@@ -339,15 +339,11 @@ pub struct Workflows {
 fn thresholds(config: &ServerConfig) -> (BalancerKind, Thresholds, Option<u32>) {
     let w = config.workflow.clone().unwrap_or_default();
     let d = Thresholds::default();
-    let b = match w.balancer.as_deref() {
-        Some("pcddb") => BalancerKind::Pcddb,
-        _ => BalancerKind::Centralised,
-    };
     (
-        b,
+        w.balancer.unwrap_or_default().into(),
         Thresholds {
             lt: w.lt.unwrap_or(d.lt),
-            mt: w.mt.unwrap_or(d.mt).max(1),
+            mt: w.mt.map_or(d.mt, std::num::NonZeroU32::get),
         },
         w.cluster_size,
     )

@@ -234,7 +234,7 @@ fn clusters_come_from_measured_round_trips_and_a_request_travels_within_a_cluste
         &dir,
         WorkflowConfig {
             lt: Some(2),
-            mt: Some(3),
+            mt: std::num::NonZeroU32::new(3),
             cluster_size: Some(2),
             ..Default::default()
         },
@@ -456,4 +456,40 @@ fn requirements_and_sizes_decide_the_nodes_and_running_instances_book_their_core
     let r = beat(&mut s, fpga, &[], &done);
     assert!(!r.assignments.is_empty());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_server_configuration_refuses_an_unknown_balancer_and_an_mt_of_zero_naming_the_line() {
+    let ok = ServerConfig::parse("s.toml", "[workflow]\nbalancer = \"pcddb\"\nmt = 4\n")
+        .expect("parses");
+    let w = ok.workflow.expect("[workflow] read");
+    assert_eq!(
+        (w.balancer, w.mt.map(|m| m.get())),
+        (
+            Some(hetsched_server::config::WorkflowBalancer::Pcddb),
+            Some(4)
+        )
+    );
+    // A misspelt balancer once ran every workflow under `centralised` without a word.
+    for (text, line, words) in [
+        (
+            "[workflow]\nbalancer = \"pcdb\"\n",
+            "s.toml:2",
+            ["pcdb", "pcddb"],
+        ),
+        (
+            "[workflow]\nlt = 2\nmt = 0\n",
+            "s.toml:3",
+            ["mt", "nonzero"],
+        ),
+    ] {
+        let e = ServerConfig::parse("s.toml", text)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.contains(line) && words.iter().all(|w| e.contains(w)),
+            "{text:?}: {e}"
+        );
+    }
 }
