@@ -1561,23 +1561,32 @@ impl JobKind for Workflows {
         limit: usize,
     ) -> Result<TasksPage, StateError> {
         let all = job == Kind::Workflow.id(0);
+        let listed = |seq: u64| all || seq == job;
+        // A task id is the kind's id of (job << 32 | instance), so the cursor names the job and
+        // the instance the page starts at: a page costs O(jobs + limit) under the lock, however
+        // many instances come before the cursor or after the page.
         let start = cursor & ((1 << super::KIND_SHIFT) - 1);
-        let mut page = TasksPage::default();
-        for (seq, j) in &self.jobs {
-            if !all && j.id() != job {
+        let (start_job, start_instance) = (start >> 32, start & u64::from(u32::MAX));
+        let mut page = TasksPage {
+            total: self
+                .jobs
+                .iter()
+                .filter(|&(&seq, _)| listed(seq))
+                .map(|(_, j)| j.insts.len() as u64)
+                .sum(),
+            ..TasksPage::default()
+        };
+        'page: for (&seq, j) in self.jobs.range(start_job..) {
+            if !listed(seq) {
                 continue;
             }
-            page.total += j.insts.len() as u64;
-            for (i, x) in j.insts.iter().enumerate() {
+            let from = if seq == start_job { start_instance } else { 0 };
+            let from = usize::try_from(from).unwrap_or(usize::MAX);
+            for (i, x) in j.insts.iter().enumerate().skip(from) {
                 let tid = j.task_id(i as u32);
-                if (tid & ((1 << super::KIND_SHIFT) - 1)) < start {
-                    continue;
-                }
                 if page.tasks.len() == limit {
-                    if page.next_cursor == 0 {
-                        page.next_cursor = tid;
-                    }
-                    continue;
+                    page.next_cursor = tid;
+                    break 'page;
                 }
                 let (t, k) = j.task_of(i as u32);
                 let task = &j.rt.parsed.workflow.tasks[t];
@@ -1602,7 +1611,6 @@ impl JobKind for Workflows {
                     executed_node: String::new(),
                 });
             }
-            let _ = seq;
         }
         if !all && page.total == 0 {
             return Err(StateError::NoJob(job));

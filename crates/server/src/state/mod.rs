@@ -672,19 +672,27 @@ impl State {
             return Ok(page);
         }
         // Every job: the cursor's kind says where the listing is.
+        let cursor = self.first_listed(cursor);
         let Some(kind) = self.jobs.owner(cursor) else {
             return Ok(TasksPage::default());
         };
         let all = kind.kind().id(0);
         let mut page = kind.tasks_page(&self.read(), all, cursor, limit)?;
         if page.next_cursor == 0 {
-            page.next_cursor = self.next_listed(kind.kind(), |k| {
-                let c = k.counts();
-                c.pending + c.running + c.succeeded + c.failed + c.cancelled == 0
-            });
+            page.next_cursor = self.next_listed(kind.kind(), nothing_listed);
         }
         self.accel_tasks(&mut page);
         Ok(page)
+    }
+
+    /// Where a listing over every kind starts from `cursor`: past a kind with nothing to list, so
+    /// that its first page is not empty (without batch jobs, cursor 0 would list the empty batch
+    /// kind first).
+    fn first_listed(&self, cursor: u64) -> u64 {
+        match self.jobs.owner(cursor) {
+            Some(k) if nothing_listed(k) => self.next_listed(k.kind(), nothing_listed),
+            _ => cursor,
+        }
     }
 
     /// Where a listing over every kind goes on after `kind`: the next kind that has something to
@@ -718,6 +726,11 @@ impl State {
         cursor: u64,
         limit: u32,
     ) -> Result<TasksListing, StateError> {
+        let cursor = if job == 0 {
+            self.first_listed(cursor)
+        } else {
+            cursor
+        };
         let every_job_in_batch = job == 0 && Kind::of(cursor) == Some(Kind::Batch);
         if self.ids.kind(job) != Some(Kind::Batch) && !every_job_in_batch {
             return self.list_tasks(job, cursor, limit).map(TasksListing::Ready);
@@ -731,10 +744,7 @@ impl State {
             TasksListing::FromStore(stored) => {
                 stored.executed = self.executed_in(stored.ids());
                 if job == 0 {
-                    stored.after = self.next_listed(Kind::Batch, |k| {
-                        let c = k.counts();
-                        c.pending + c.running + c.succeeded + c.failed + c.cancelled == 0
-                    });
+                    stored.after = self.next_listed(Kind::Batch, nothing_listed);
                 }
             }
         }
@@ -745,6 +755,12 @@ impl State {
     pub fn store_reader(&self) -> Result<Option<StoreReader>, StateError> {
         Ok(self.store.reader()?)
     }
+}
+
+/// Whether a kind has no task to list.
+fn nothing_listed(k: &dyn crate::jobs::JobKind) -> bool {
+    let c = k.counts();
+    c.pending + c.running + c.succeeded + c.failed + c.cancelled == 0
 }
 
 /// Where a listing over every kind goes on after `kind`'s last page (0: it was the last kind).

@@ -493,3 +493,55 @@ fn the_server_configuration_refuses_an_unknown_balancer_and_an_mt_of_zero_naming
         );
     }
 }
+
+#[test]
+fn workflow_task_pages_follow_the_cursor_and_list_every_instance_once() {
+    let dir = scratch("pages");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let first = s
+        .submit(
+            "a.toml",
+            "[[task]]\nname = \"a\"\ninstances = \"1..=4\"\noutputs = [\"m\"]\ncost = \"1s\"\ncommand = \"true\"\n\
+             [[task]]\nname = \"b\"\ninstances = \"1..=3\"\ninputs = [\"m\"]\ncost = \"1s\"\ncommand = \"true\"\n",
+            "/",
+        )
+        .expect("submit")
+        .job_id;
+    let second = s
+        .submit(
+            "c.toml",
+            "[[task]]\nname = \"c\"\ninstances = 5\ncost = \"1s\"\ncommand = \"true\"\n",
+            "/",
+        )
+        .expect("submit")
+        .job_id;
+    // Pages of 3 from `cursor` until the listing says it ended: (job, task, index) in order.
+    let walk = |s: &State, job: u64| {
+        let (mut seen, mut cursor, mut pages) = (Vec::new(), 0, 0);
+        loop {
+            let page = s.list_tasks(job, cursor, 3).expect("page");
+            assert!(page.tasks.len() <= 3);
+            pages += 1;
+            seen.extend(
+                page.tasks
+                    .iter()
+                    .map(|t| (t.job_id, t.app.clone(), t.index)),
+            );
+            if page.next_cursor == 0 {
+                return (seen, pages, page.total);
+            }
+            cursor = page.next_cursor;
+        }
+    };
+    let of = |job: u64, app: &'static str, values: std::ops::RangeInclusive<u32>| {
+        values.map(move |v| (job, app.to_string(), v))
+    };
+    let a: Vec<_> = of(first, "a", 1..=4).chain(of(first, "b", 1..=3)).collect();
+    let c: Vec<_> = of(second, "c", 1..=5).collect();
+    assert_eq!(walk(&s, first), (a.clone(), 3, 7), "one job");
+    assert_eq!(walk(&s, second), (c.clone(), 2, 5), "the other");
+    let every: Vec<_> = a.into_iter().chain(c).collect();
+    let (listed, pages, total) = walk(&s, 0);
+    assert_eq!((listed, pages, total), (every, 4, 12), "every job");
+    let _ = std::fs::remove_dir_all(&dir);
+}
