@@ -8,11 +8,12 @@
 //! - `pipeline`: the committed workflow;
 //! - `barriers`: the same modules and instance counts, but each module waits for *all* of its
 //!   producer (one big ready batch per module);
-//! - `pipeline ×4` and `barriers ×4`: four times the component calls per step (heavy load: ready
-//!   instances exceed the 520 that MT × cores admits).
+//! - `pipeline ×k` and `barriers ×k` (k = 4, 8, 16): k times the component calls per step (heavy
+//!   load: ready instances exceed the 520 that MT × cores admits).
 //!
 //! ```sh
 //! cargo run --release -p hetsched-sim --example pcddb_shapes
+//! cargo run --release -p hetsched-sim --example pcddb_shapes -- --write DIR   # + DIR/barriers-x4-48h.toml, …
 //! ```
 
 use hetsched_core::input::workflow::parse_workflow;
@@ -39,9 +40,11 @@ fn shaped(steps: u32, scale: u32, barriers: bool) -> String {
             .strip_prefix("processes = ")
             .and_then(|p| p.parse::<u32>().ok())
         {
+            // Only the per-step modules scale; Topographic's terrain tiles stay 8 × 4.
             match (barriers, range.take()) {
                 (true, Some(n)) => out += &format!("instances = {}\n", n * p * scale),
-                _ => out += &format!("processes = {}\n", p * scale),
+                (false, Some(_)) => out += &format!("processes = {}\n", p * scale),
+                (_, None) => out += &format!("processes = {p}\n"),
             }
             continue;
         }
@@ -53,11 +56,22 @@ fn shaped(steps: u32, scale: u32, barriers: bool) -> String {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let setup = Setup::load()?;
+    // `-- --write DIR`: also write each shape's workflow files (e.g. for `hetsched sim graph`).
+    let args: Vec<String> = std::env::args().collect();
+    let write_dir = match args.get(1).map(String::as_str) {
+        Some("--write") => Some(args.get(2).ok_or("--write needs a directory")?.clone()),
+        Some(other) => return Err(format!("unknown argument `{other}` (only --write DIR)").into()),
+        None => None,
+    };
     let shapes = [
         ("pipeline", 1, false),
         ("barriers", 1, true),
         ("pipeline ×4", 4, false),
         ("barriers ×4", 4, true),
+        ("pipeline ×8", 8, false),
+        ("barriers ×8", 8, true),
+        ("pipeline ×16", 16, false),
+        ("barriers ×16", 16, true),
     ];
     println!(
         "| shape | input | instances | static | centralised | pcddb MT = 10 | MT = 4 | MT = 2 | ordering holds (mean; seeds of 5), MT 10 / 4 / 2 |"
@@ -65,7 +79,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("|---|---|---|---|---|---|---|---|---|");
     for (shape, scale, barriers) in shapes {
         for hours in [12u32, 48] {
-            let wf = parse_workflow("mm5.toml", &shaped(hours / 2, scale, barriers))?.workflow;
+            let text = shaped(hours / 2, scale, barriers);
+            if let Some(dir) = &write_dir {
+                let name = format!("{}-{hours}h.toml", shape.replace(" ×", "-x"));
+                std::fs::write(std::path::Path::new(dir).join(name), &text)?;
+            }
+            let wf = parse_workflow("mm5.toml", &text)?.workflow;
             let mut runs: Vec<Vec<f64>> = vec![Vec::new(); 5];
             for seed in 1..=5u64 {
                 let cases = [
