@@ -9,7 +9,9 @@
 //!
 //! `M*` minimises `Ex` over integers `M ≥ 1`, rejecting any `M` whose chunks are not positive or
 //! whose rounds shrink (the closed form assumes no worker ever waits for its next chunk, which
-//! holds exactly when rounds do not shrink).
+//! holds exactly when rounds do not shrink). The chosen `M` is checked against the rounds the
+//! recursion gives — what is sent: near the recursion's unstable fixed point (θ > 1, `round_0 ≈ γ`)
+//! the closed form's rounding grows by θ each round, and such an `M` gives way to the best below.
 //!
 //! Resource selection: spec 03's robust alternative — workers ordered by decreasing `B_i` (ties:
 //! file order), `Ex(M*)` evaluated for every prefix of that order, the best prefix kept. Every sum
@@ -115,15 +117,66 @@ fn best_rounds(sums: &Sums, load: f64) -> Result<(u32, f64, f64, f64, f64), Stri
     // Σβ_i/B_i = Σ S_i(c̄ − cLat_i)/B_i.
     let beta_over_b = cbar * sums.s_over_b - sums.s_clat_over_b;
     let eta = theta * (sums.s_clat - ss * (sums.nlat + beta_over_b));
-    // chunk_{0,i} > 0 ⟺ round_0 > ΣS·(cLat_i − c̄) for every i.
+    // chunk_{j,i} > 0 ⟺ round_j > ΣS·(cLat_i − c̄) for every i.
+    let r_min = ss * (sums.max_clat - cbar);
+    let mut why = String::from("every round count gives a chunk ≤ 0");
+    let mut max_rounds = MAX_ROUNDS;
+    // The closed form can be off where the recursion is unstable (θ > 1 and round_0 near γ, its
+    // fixed point: a difference of 1e-12 in round_0 grows by θ every round), so the best M is
+    // checked against the rounds [`UmrSolution::chunks`] will send; when they fail, the best M
+    // below it is sought.
+    loop {
+        let best = scan_rounds(sums, load, max_rounds, &mut why);
+        let Some((m, r0, ex)) = best else {
+            return Err(why);
+        };
+        if rounds_hold(r0, theta, eta, m, r_min, load) {
+            return Ok((m, r0, ex, theta, eta));
+        }
+        why = format!(
+            "from {m} rounds on, the rounds the recursion gives have a chunk ≤ 0 or do not add up to \
+             the load (round_0 is too close to the recursion's unstable fixed point)"
+        );
+        if m == 1 {
+            return Err(why);
+        }
+        max_rounds = m - 1;
+    }
+}
+
+/// Whether the rounds the recursion gives from `r0` (what [`UmrSolution::chunks`] sends) all
+/// have positive chunks (`round > r_min`) and add up to `load`.
+fn rounds_hold(r0: f64, theta: f64, eta: f64, m: u32, r_min: f64, load: f64) -> bool {
+    let (mut r, mut sum) = (r0, 0.0);
+    for _ in 0..m {
+        if !(r > r_min && r > 0.0) {
+            return false;
+        }
+        sum += r;
+        r = theta * r + eta;
+    }
+    (sum - load).abs() <= 1e-9 * load.abs().max(1.0)
+}
+
+/// The `M ≤ max_rounds` with the smallest `Ex` by the closed form: `(M, round_0, Ex)`.
+fn scan_rounds(
+    sums: &Sums,
+    load: f64,
+    max_rounds: u32,
+    why: &mut String,
+) -> Option<(u32, f64, f64)> {
+    let ss = sums.s;
+    let cbar = sums.s_clat / ss;
+    let theta = 1.0 / sums.s_over_b;
+    let beta_over_b = cbar * sums.s_over_b - sums.s_clat_over_b;
+    let eta = theta * (sums.s_clat - ss * (sums.nlat + beta_over_b));
     let r_min = ss * (sums.max_clat - cbar);
     let a = sums.s_over_b / ss; // Σα_i/B_i
     let near_one = (theta - 1.0).abs() < 1e-9;
     let gamma = if near_one { 0.0 } else { eta / (1.0 - theta) };
     let mut best: Option<(u32, f64, f64)> = None;
     let mut theta_m = 1.0_f64;
-    let mut why = String::from("every round count gives a chunk ≤ 0");
-    for m in 1..=MAX_ROUNDS {
+    for m in 1..=max_rounds {
         theta_m *= theta;
         let mf = f64::from(m);
         // Lower bound of Ex(M) for every larger M: stop once it passes the best.
@@ -146,7 +199,7 @@ fn best_rounds(sums: &Sums, load: f64) -> Result<(u32, f64, f64, f64, f64), Stri
         }
         // Rounds must not shrink: round_1 − round_0 = (θ−1)·round_0 + η ≥ 0.
         if m > 1 && (theta - 1.0) * r0 + eta < -1e-12 * r0.abs() {
-            why = "rounds would shrink for every round count above 1".into();
+            *why = "rounds would shrink for every round count above 1".into();
             continue;
         }
         let ex = load / ss + mf * cbar + sums.nlat + r0 * a + beta_over_b;
@@ -154,7 +207,7 @@ fn best_rounds(sums: &Sums, load: f64) -> Result<(u32, f64, f64, f64, f64), Stri
             best = Some((m, r0, ex));
         }
     }
-    best.map(|(m, r0, ex)| (m, r0, ex, theta, eta)).ok_or(why)
+    best
 }
 
 fn sums_of(platform: &StarPlatform, workers: &[usize]) -> Sums {
@@ -261,6 +314,42 @@ mod tests {
     use super::super::testing::{Rng, random_platform};
     use super::super::{predict, reference_makespan};
     use super::*;
+
+    #[test]
+    fn a_round_count_whose_rounds_drift_below_zero_is_never_chosen() {
+        // 10,000 workers whose links together are about four times faster than their computes
+        // (θ ≈ 3.8) and whose latencies make η strongly negative: for a load of 1e7 the closed
+        // form puts round_0 within 1e-9 of the recursion's unstable fixed point γ, the rounds
+        // then shrink by θ each round, and M = 25 looked best while its last rounds had chunks
+        // below zero (a plan `hetsched sim divisible` refused as "a chunk of size -100.7").
+        let mut rng = Rng(7);
+        let workers = (0..10_000)
+            .map(|i| super::super::StarWorker {
+                name: format!("w{i}"),
+                speed: rng.uniform(50.0, 100.0),
+                compute_latency: rng.uniform(0.001, 0.01),
+                bandwidth: rng.uniform(2e6, 4e6),
+                network_latency: rng.uniform(1e-4, 1e-3),
+                memory: None,
+            })
+            .collect();
+        let p = StarPlatform { workers };
+        let w = 1e7;
+        let plan = plan(&p, w).expect("a plan");
+        assert!(
+            plan.chunks.iter().all(|c| c.size > 0.0),
+            "every chunk positive"
+        );
+        let sum: f64 = plan.chunks.iter().map(|c| c.size).sum();
+        assert!((sum - w).abs() <= 1e-9 * w, "the chunks add up to the load");
+        let sends: Vec<(usize, f64)> = plan.chunks.iter().map(|c| (c.worker, c.size)).collect();
+        let simulated = reference_makespan(&p, &sends);
+        assert!(
+            (simulated - plan.predicted_makespan).abs() <= 1e-6 * simulated,
+            "Ex(M*) {} is the schedule's makespan {simulated}",
+            plan.predicted_makespan
+        );
+    }
 
     #[test]
     fn rounds_follow_the_recursion_and_add_up_to_the_load() {
