@@ -1,0 +1,59 @@
+#!/bin/sh
+# hetsched's divisible-load simulator checked against SimGrid (docs/divisible.md, "Checked against
+# SimGrid"): every schedule below is planned and simulated by `hetsched sim divisible`, exported,
+# and replayed in SimGrid's S4U (scripts/simgrid/divisible_replay.cpp) on the same star platform
+# with SimGrid's plain network model (CM02: a transfer takes latency + size / bandwidth; no TCP
+# window, no cross-traffic). One table row per case: sends, hetsched's makespan, SimGrid's, their
+# relative difference, and the largest difference of any send's start, arrival or compute end.
+#
+#   scripts/simgrid-divisible.sh            # needs g++ and SimGrid's headers (libsimgrid-dev)
+#
+# HETSCHED names the binary (default target/release/hetsched); OUT the scratch folder.
+set -eu
+cd "$(dirname "$0")/.."
+HETSCHED=${HETSCHED:-target/release/hetsched}
+OUT=${OUT:-${TMPDIR:-/tmp}/hetsched-simgrid}
+mkdir -p "$OUT"
+[ -x "$HETSCHED" ] || { echo "no $HETSCHED: cargo build --release -p hetsched-cli" >&2; exit 2; }
+g++ -O2 -std=c++17 -o "$OUT/divisible_replay" scripts/simgrid/divisible_replay.cpp -lsimgrid ||
+    { echo "building the replay needs g++ and SimGrid (apt-get install libsimgrid-dev)" >&2; exit 2; }
+# Synthetic stars of N heterogeneous workers, seeded: speed 50-100 units/s, compute latency
+# 1-10 ms, network latency 0.1-1 ms, no memory limit; bandwidth 200,000-400,000 units/s (100 and
+# 1,000 workers) or ten times that (10,000 workers, so that UMR can use them all).
+for spec in "100 2e5" "1000 2e5" "10000 2e6"; do
+    set -- $spec
+    python3 - "$1" "$2" "$OUT/star$1.toml" <<'PY'
+import random, sys
+n, bw, path = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+rng = random.Random(7)
+with open(path, "w") as f:
+    for i in range(n):
+        f.write(f'[[worker]]\nname = "w{i}"\nspeed = {rng.uniform(50, 100):.3f}\n'
+                f'compute_latency = {rng.uniform(0.001, 0.01):.4f}\n'
+                f'bandwidth = {rng.uniform(bw, 2 * bw):.1f}\n'
+                f'network_latency = {rng.uniform(1e-4, 1e-3):.5f}\n\n')
+PY
+done
+echo "| platform | algorithm | load | sends | hetsched makespan | SimGrid makespan | relative difference | largest difference of a send's times |"
+echo "|---|---|---|---|---|---|---|---|"
+while read -r platform algo load; do
+    name=$(basename "$platform" .toml)-$algo-$load
+    "$HETSCHED" sim divisible --platform "$platform" --load "$load" --algo "$algo" \
+        --export-schedule "$OUT/$name.json" --output json >/dev/null
+    python3 scripts/simgrid/schedule_to_simgrid.py "$OUT/$name.json" "$OUT/$name.txt"
+    "$OUT/divisible_replay" "$OUT/$name.txt" --cfg=network/model:CM02 \
+        --cfg=network/TCP-gamma:0 --cfg=network/crosstraffic:0 --log=root.thres:warning \
+        >"$OUT/$name.out"
+    echo "| $(basename "$platform" .toml) | $algo | $load | $(python3 scripts/simgrid/compare.py "$OUT/$name.json" "$OUT/$name.out") |"
+done <<CASES
+examples/platform-divisible-paper.toml umr 5000
+examples/platform-divisible-paper.toml umrlm 5000
+examples/platform-divisible-paper.toml umrlm 10000
+examples/platform-divisible-paper.toml rumr 10000
+examples/platform-divisible-paper.toml static 10000
+$OUT/star100.toml umr 1000000
+$OUT/star1000.toml umr 1000000
+$OUT/star1000.toml umr 100000000
+$OUT/star10000.toml umr 10000000
+$OUT/star10000.toml umr 100000000
+CASES
