@@ -1,0 +1,54 @@
+//! The divisible-load simulator against SimGrid (docs/divisible.md, "Checked against SimGrid"):
+//! `scripts/simgrid-divisible.sh` with this build's `hetsched` plans and simulates each case,
+//! replays the schedule in SimGrid's S4U, and every case must agree — the makespan to 1e-8
+//! relative, every send's start, arrival and compute end to 1 µs. Skips, saying so, where SimGrid's
+//! headers or a C++ compiler are missing (`.ci/run` installs Debian's `libsimgrid-dev`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[test]
+fn every_schedule_replays_in_simgrid_to_the_same_times() {
+    if !Path::new("/usr/include/simgrid/s4u.hpp").exists()
+        || Command::new("g++").arg("--version").output().is_err()
+    {
+        eprintln!(
+            "SKIPPED: no SimGrid headers or no g++ (install Debian's `libsimgrid-dev`, as .ci/run does)"
+        );
+        return;
+    }
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out_dir = std::env::temp_dir().join(format!("hetsched-simgrid-{}", std::process::id()));
+    let out = Command::new("sh")
+        .arg(repo.join("scripts/simgrid-divisible.sh"))
+        .env("HETSCHED", env!("CARGO_BIN_EXE_hetsched"))
+        .env("OUT", &out_dir)
+        .current_dir(&repo)
+        .output()
+        .expect("the script runs");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{table}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Rows: | platform | algorithm | load | sends | ours | SimGrid | relative | largest (ns) |
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| platform |"))
+        .map(|l| l.trim_matches('|').split('|').map(str::trim).collect())
+        .collect();
+    assert_eq!(rows.len(), 10, "every case ran:\n{table}");
+    for r in &rows {
+        let relative: f64 = r[6].parse().expect("a relative difference");
+        let worst_ns: f64 = r[7].trim_end_matches(" ns").parse().expect("nanoseconds");
+        assert!(
+            relative <= 1e-8 && worst_ns <= 1_000.0,
+            "{} {} {}: hetsched and SimGrid disagree\n{table}",
+            r[0],
+            r[1],
+            r[2]
+        );
+    }
+    let _ = std::fs::remove_dir_all(&out_dir);
+}
