@@ -40,11 +40,11 @@ while read -r platform algo load; do
     name=$(basename "$platform" .toml)-$algo-$load
     "$HETSCHED" sim divisible --platform "$platform" --load "$load" --algo "$algo" \
         --export-schedule "$OUT/$name.json" --output json >/dev/null
-    python3 scripts/simgrid/schedule_to_simgrid.py "$OUT/$name.json" "$OUT/$name.txt"
+    python3 scripts/simgrid/schedule.py replay-input "$OUT/$name.json" "$OUT/$name.txt"
     "$OUT/divisible_replay" "$OUT/$name.txt" --cfg=network/model:CM02 \
         --cfg=network/TCP-gamma:0 --cfg=network/crosstraffic:0 --log=root.thres:warning \
         >"$OUT/$name.out"
-    echo "| $(basename "$platform" .toml) | $algo | $load | $(python3 scripts/simgrid/compare.py "$OUT/$name.json" "$OUT/$name.out") |"
+    echo "| $(basename "$platform" .toml) | $algo | $load | $(python3 scripts/simgrid/schedule.py compare "$OUT/$name.json" "$OUT/$name.out") |"
 done <<CASES
 examples/platform-divisible-paper.toml umr 5000
 examples/platform-divisible-paper.toml umrlm 5000
