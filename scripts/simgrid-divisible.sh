@@ -5,6 +5,7 @@
 # with SimGrid's plain network model (CM02: a transfer takes latency + size / bandwidth; no TCP
 # window, no cross-traffic). One table row per case: sends, hetsched's makespan, SimGrid's, their
 # relative difference, and the largest difference of any send's start, arrival or compute end.
+# Cases with a prediction error replay the durations the run drew (schedule.py --drawn).
 #
 #   scripts/simgrid-divisible.sh            # needs g++ and SimGrid's headers (libsimgrid-dev)
 #
@@ -34,26 +35,31 @@ with open(path, "w") as f:
                 f'network_latency = {rng.uniform(1e-4, 1e-3):.5f}\n\n')
 PY
 done
-echo "| platform | algorithm | load | sends | hetsched makespan | SimGrid makespan | relative difference | largest difference of a send's times |"
-echo "|---|---|---|---|---|---|---|---|"
-while read -r platform algo load; do
-    name=$(basename "$platform" .toml)-$algo-$load
-    "$HETSCHED" sim divisible --platform "$platform" --load "$load" --algo "$algo" \
+echo "| platform | algorithm | load | error | sends | hetsched makespan | SimGrid makespan | relative difference | largest difference of a send's times |"
+echo "|---|---|---|---|---|---|---|---|---|"
+while read -r platform algo load error; do
+    name=$(basename "$platform" .toml)-$algo-$load-$error
+    "$HETSCHED" sim divisible --platform "$platform" --load "$load" --algo "$algo" --error "$error" \
         --export-schedule "$OUT/$name.json" --output json >/dev/null
-    python3 scripts/simgrid/schedule.py replay-input "$OUT/$name.json" "$OUT/$name.txt"
+    drawn=""
+    [ "$error" = 0 ] || drawn=--drawn
+    python3 scripts/simgrid/schedule.py replay-input "$OUT/$name.json" "$OUT/$name.txt" $drawn
     "$OUT/divisible_replay" "$OUT/$name.txt" --cfg=network/model:CM02 \
         --cfg=network/TCP-gamma:0 --cfg=network/crosstraffic:0 --log=root.thres:warning \
         >"$OUT/$name.out"
-    echo "| $(basename "$platform" .toml) | $algo | $load | $(python3 scripts/simgrid/schedule.py compare "$OUT/$name.json" "$OUT/$name.out") |"
+    echo "| $(basename "$platform" .toml) | $algo | $load | $error | $(python3 scripts/simgrid/schedule.py compare "$OUT/$name.json" "$OUT/$name.out") |"
 done <<CASES
-examples/platform-divisible-paper.toml umr 5000
-examples/platform-divisible-paper.toml umrlm 5000
-examples/platform-divisible-paper.toml umrlm 10000
-examples/platform-divisible-paper.toml rumr 10000
-examples/platform-divisible-paper.toml static 10000
-$OUT/star100.toml umr 1000000
-$OUT/star1000.toml umr 1000000
-$OUT/star1000.toml umr 100000000
-$OUT/star10000.toml umr 10000000
-$OUT/star10000.toml umr 100000000
+examples/platform-divisible-paper.toml umr 5000 0
+examples/platform-divisible-paper.toml umrlm 5000 0
+examples/platform-divisible-paper.toml umrlm 10000 0
+examples/platform-divisible-paper.toml rumr 10000 0
+examples/platform-divisible-paper.toml static 10000 0
+$OUT/star100.toml umr 1000000 0
+$OUT/star1000.toml umr 1000000 0
+$OUT/star1000.toml umr 100000000 0
+$OUT/star10000.toml umr 10000000 0
+$OUT/star10000.toml umr 100000000 0
+examples/platform-divisible-paper.toml rumr 10000 0.2
+examples/platform-divisible-paper.toml umrlm 10000 0.2
+$OUT/star1000.toml rumr 1000000 0.3
 CASES

@@ -15,7 +15,9 @@
 //
 // Usage: divisible_replay SCHEDULE.txt [SimGrid --cfg options]
 // SCHEDULE.txt: "workers N", then N lines "speed compute_latency bandwidth network_latency"
-// (load units per second and seconds), then "sends M", then M lines "worker size". Prints
+// (load units per second and seconds), then "sends M", then M lines "worker transfer compute" (load
+// units moved over the link and computed: the chunk's size, or what a run's drawn errors made of
+// it). Prints
 // "makespan SECONDS" and, per send, "send W START END COMPUTE_END".
 #include <simgrid/s4u.hpp>
 
@@ -35,7 +37,8 @@ constexpr double kScale = 1e6;
 
 struct Send {
   int worker;
-  double size;
+  double transfer;  // load units over the link
+  double compute;   // load units computed
   double start = 0;
   double end = 0;
   double compute_end = 0;
@@ -59,7 +62,7 @@ void worker(int i) {
     if (index == sends.size())
       return;  // the master's end marker
     sg4::this_actor::sleep_for(compute_latency[i]);
-    sg4::this_actor::execute(sends[index].size * kScale);
+    sg4::this_actor::execute(sends[index].compute * kScale);
     double now = sg4::Engine::get_clock();
     sends[index].compute_end = now;
     makespan = std::max(makespan, now);
@@ -80,7 +83,7 @@ void master() {
     sends[index].start = sg4::Engine::get_clock();
     sent[i]++;
     sg4::Mailbox::by_name("w" + std::to_string(i))
-        ->put(new size_t(index), static_cast<uint64_t>(sends[index].size * kScale));
+        ->put(new size_t(index), static_cast<uint64_t>(sends[index].transfer * kScale));
     sends[index].end = sg4::Engine::get_clock();
   }
   // End markers (they arrive after every chunk; the makespan counts compute ends only).
@@ -129,8 +132,9 @@ int main(int argc, char** argv) {
   }
   sends.resize(m);
   for (auto& s : sends)
-    if (!(in >> s.worker >> s.size) || s.worker < 0 || static_cast<size_t>(s.worker) >= n) {
-      std::fprintf(stderr, "%s: a send names no worker or has no size\n", argv[1]);
+    if (!(in >> s.worker >> s.transfer >> s.compute) || s.worker < 0 ||
+        static_cast<size_t>(s.worker) >= n) {
+      std::fprintf(stderr, "%s: a send names no worker or lacks its sizes\n", argv[1]);
       return 2;
     }
   sent.assign(n, 0);

@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
 """hetsched's divisible schedules and SimGrid's replay of them (scripts/simgrid-divisible.sh).
 
-    schedule.py replay-input SCHEDULE.json SCHEDULE.txt
+    schedule.py replay-input SCHEDULE.json SCHEDULE.txt [--drawn]
         The plain text divisible_replay.cpp reads: the workers (speed, compute latency, bandwidth,
-        network latency, in load units per second and seconds), then the sends in order (worker, size),
-        from a schedule exported by `hetsched sim divisible --export-schedule`.
+        network latency, in load units per second and seconds), then the sends in order (worker, units
+        to transfer, units to compute), from a schedule exported by `hetsched sim divisible
+        --export-schedule`. Both are the chunk's size; with --drawn (a run with `--error E`), they are
+        what the run's drawn factors made of it: the exported transfer and compute times, less the
+        latencies, times the nominal bandwidth and speed — so SimGrid replays the same perturbed
+        durations, and the check is of the protocol's timing (one port, the one-buffer wait, RUMR's
+        tail order), not of the draws.
     schedule.py compare SCHEDULE.json REPLAY.out
         One table row: sends, both makespans, their relative difference, and the largest absolute
         difference of any send's start, arrival or compute end.
@@ -13,16 +18,22 @@ import json
 import sys
 
 
-def replay_input(schedule, out):
+def replay_input(schedule, out, drawn):
+    workers = schedule["workers"]
     with open(out, "w") as f:
-        f.write(f'workers {len(schedule["workers"])}\n')
-        for w in schedule["workers"]:
+        f.write(f"workers {len(workers)}\n")
+        for w in workers:
             f.write(
                 f'{w["speed"]!r} {w["compute_latency"]!r} {w["bandwidth"]!r} {w["network_latency"]!r}\n'
             )
         f.write(f'sends {len(schedule["sends"])}\n')
         for s in schedule["sends"]:
-            f.write(f'{s["worker"]} {s["size"]!r}\n')
+            transfer = compute = s["size"]
+            if drawn:
+                w = workers[s["worker"]]
+                transfer = (s["send_end"] - s["send_start"] - w["network_latency"]) * w["bandwidth"]
+                compute = (s["compute_end"] - s["compute_start"] - w["compute_latency"]) * w["speed"]
+            f.write(f'{s["worker"]} {transfer!r} {compute!r}\n')
 
 
 def compare(ours, replay):
@@ -47,14 +58,18 @@ def compare(ours, replay):
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("replay-input", "compare"):
+    args = sys.argv[1:]
+    drawn = args[-1:] == ["--drawn"] and args[0] == "replay-input"
+    if drawn:
+        args = args[:-1]
+    if len(args) != 3 or args[0] not in ("replay-input", "compare"):
         sys.exit(__doc__)
-    with open(sys.argv[2]) as f:
+    with open(args[1]) as f:
         schedule = json.load(f)
-    if sys.argv[1] == "replay-input":
-        replay_input(schedule, sys.argv[3])
+    if args[0] == "replay-input":
+        replay_input(schedule, args[2], drawn)
     else:
-        compare(schedule, sys.argv[3])
+        compare(schedule, args[2])
 
 
 if __name__ == "__main__":
