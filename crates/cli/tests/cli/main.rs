@@ -15,7 +15,7 @@ mod runtime_accel;
 mod sim_accel_cli;
 mod sim_bound_sweep;
 mod sim_cli;
-mod simgrid_divisible;
+mod simgrid;
 mod stream_cli;
 mod support;
 mod topology_runtime;

@@ -1,0 +1,98 @@
+//! The divisible-load simulator against SimGrid (docs/divisible.md, "Checked against SimGrid"):
+//! `scripts/simgrid-divisible.sh` with this build's `hetsched` plans and simulates each case,
+//! replays the schedule in SimGrid's S4U (with a prediction error: the durations the run drew),
+//! and every case must agree — the makespan to 1e-8
+//! relative, every send's start, arrival and compute end to 1 µs. Skips, saying so, where SimGrid's
+//! headers or a C++ compiler are missing (`.ci/run` installs Debian's `libsimgrid-dev`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Runs `script` with this build's binary; its table's rows (cells trimmed), or `None` (skipped)
+/// without SimGrid.
+fn table_of(script: &str, header: &str) -> Option<(String, Vec<Vec<String>>)> {
+    if !Path::new("/usr/include/simgrid/s4u.hpp").exists()
+        || Command::new("g++").arg("--version").output().is_err()
+    {
+        eprintln!(
+            "SKIPPED: no SimGrid headers or no g++ (install Debian's `libsimgrid-dev`, as .ci/run does)"
+        );
+        return None;
+    }
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out_dir = std::env::temp_dir().join(format!(
+        "hetsched-{}-{}",
+        script.trim_end_matches(".sh"),
+        std::process::id()
+    ));
+    let out = Command::new("sh")
+        .arg(repo.join("scripts").join(script))
+        .env("HETSCHED", env!("CARGO_BIN_EXE_hetsched"))
+        .env("OUT", &out_dir)
+        .env_remove("BIG")
+        .current_dir(&repo)
+        .output()
+        .expect("the script runs");
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{table}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = table
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with(header))
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().to_string())
+                .collect()
+        })
+        .collect();
+    let _ = std::fs::remove_dir_all(&out_dir);
+    Some((table, rows))
+}
+
+fn nanoseconds(cell: &str) -> f64 {
+    cell.trim_end_matches(" ns").parse().expect("nanoseconds")
+}
+
+#[test]
+fn every_divisible_schedule_replays_in_simgrid_to_the_same_times() {
+    let Some((table, rows)) = table_of("simgrid-divisible.sh", "| platform |") else {
+        return;
+    };
+    // Rows: | platform | algorithm | load | error | sends | ours | SimGrid | relative | largest (ns) |
+    assert_eq!(rows.len(), 13, "every case ran:\n{table}");
+    for r in &rows {
+        let relative: f64 = r[7].parse().expect("a relative difference");
+        let worst_ns: f64 = r[8].trim_end_matches(" ns").parse().expect("nanoseconds");
+        assert!(
+            relative <= 1e-8 && worst_ns <= 1_000.0,
+            "{} {} {} (error {}): hetsched and SimGrid disagree\n{table}",
+            r[0],
+            r[1],
+            r[2],
+            r[3]
+        );
+    }
+}
+
+#[test]
+fn every_batch_task_ends_within_a_microsecond_of_the_exact_replay() {
+    let Some((table, rows)) = table_of("simgrid-batch.sh", "| cluster |") else {
+        return;
+    };
+    // Rows: | cluster | workload | policy | heartbeat | tasks | ours | SimGrid | relative |
+    //         largest difference (ns) | hetsched from exact (ns) | SimGrid from exact (ns) |
+    assert_eq!(rows.len(), 7, "every case ran:\n{table}");
+    for r in &rows {
+        assert!(
+            nanoseconds(&r[9]) <= 1_000.0 && nanoseconds(&r[10]) <= 100_000.0,
+            "{} {} {}: a task's end is off the exact replay\n{table}",
+            r[0],
+            r[1],
+            r[2]
+        );
+    }
+}
