@@ -679,7 +679,7 @@ impl State {
         let all = kind.kind().id(0);
         let mut page = kind.tasks_page(&self.read(), all, cursor, limit)?;
         if page.next_cursor == 0 {
-            page.next_cursor = self.next_listed(kind.kind(), nothing_listed);
+            page.next_cursor = self.next_listed(kind.kind());
         }
         self.accel_tasks(&mut page);
         Ok(page)
@@ -690,25 +690,21 @@ impl State {
     /// kind first).
     fn first_listed(&self, cursor: u64) -> u64 {
         match self.jobs.owner(cursor) {
-            Some(k) if nothing_listed(k) => self.next_listed(k.kind(), nothing_listed),
+            Some(k) if nothing_listed(k) => self.next_listed(k.kind()),
             _ => cursor,
         }
     }
 
     /// Where a listing over every kind goes on after `kind`: the next kind that has something to
     /// list (0: none), so no page of the listing is empty.
-    fn next_listed(
-        &self,
-        mut kind: Kind,
-        empty: impl Fn(&dyn crate::jobs::JobKind) -> bool,
-    ) -> u64 {
+    fn next_listed(&self, mut kind: Kind) -> u64 {
         loop {
             let next = next_kind_start(kind);
             if next == 0 {
                 return 0;
             }
             match self.jobs.owner(next) {
-                Some(k) if empty(k) => kind = k.kind(),
+                Some(k) if nothing_listed(k) => kind = k.kind(),
                 _ => return next,
             }
         }
@@ -744,7 +740,7 @@ impl State {
             TasksListing::FromStore(stored) => {
                 stored.executed = self.executed_in(stored.ids());
                 if job == 0 {
-                    stored.after = self.next_listed(Kind::Batch, nothing_listed);
+                    stored.after = self.next_listed(Kind::Batch);
                 }
             }
         }
