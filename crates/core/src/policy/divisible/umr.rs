@@ -109,29 +109,68 @@ struct Sums {
     max_clat: f64,
 }
 
-/// The best `M` for one prefix: `(M, round_0, Ex)`.
+/// The constants of UMR's round recursion over one prefix of workers (spec 03's formulas).
+#[derive(Clone, Copy)]
+struct Recursion {
+    /// ΣS.
+    ss: f64,
+    /// c̄ = ΣS·cLat / ΣS.
+    cbar: f64,
+    theta: f64,
+    eta: f64,
+    /// Σβ_i/B_i = Σ S_i(c̄ − cLat_i)/B_i.
+    beta_over_b: f64,
+    /// chunk_{j,i} > 0 ⟺ round_j > r_min = ΣS·(max cLat − c̄).
+    r_min: f64,
+}
+
+impl Recursion {
+    fn of(sums: &Sums) -> Self {
+        let ss = sums.s;
+        let cbar = sums.s_clat / ss;
+        let theta = 1.0 / sums.s_over_b;
+        let beta_over_b = cbar * sums.s_over_b - sums.s_clat_over_b;
+        Recursion {
+            ss,
+            cbar,
+            theta,
+            eta: theta * (sums.s_clat - ss * (sums.nlat + beta_over_b)),
+            beta_over_b,
+            r_min: ss * (sums.max_clat - cbar),
+        }
+    }
+
+    /// Whether the rounds the recursion gives from `r0` (what [`UmrSolution::chunks`] sends) all
+    /// have positive chunks and add up to `load`.
+    fn rounds_hold(&self, r0: f64, m: u32, load: f64) -> bool {
+        let (mut r, mut sum) = (r0, 0.0);
+        for _ in 0..m {
+            if !(r > self.r_min && r > 0.0) {
+                return false;
+            }
+            sum += r;
+            r = self.theta * r + self.eta;
+        }
+        (sum - load).abs() <= 1e-9 * load.abs().max(1.0)
+    }
+}
+
+/// The best `M` for one prefix: `(M, round_0, Ex, θ, η)`.
+///
+/// The closed form can be off where the recursion is unstable (θ > 1 and round_0 near γ, its
+/// fixed point: a difference of 1e-12 in round_0 grows by θ every round), so the best `M` is
+/// checked against the rounds [`UmrSolution::chunks`] will send; when they fail, the best `M`
+/// below it is sought.
 fn best_rounds(sums: &Sums, load: f64) -> Result<(u32, f64, f64, f64, f64), String> {
-    let ss = sums.s;
-    let cbar = sums.s_clat / ss;
-    let theta = 1.0 / sums.s_over_b;
-    // Σβ_i/B_i = Σ S_i(c̄ − cLat_i)/B_i.
-    let beta_over_b = cbar * sums.s_over_b - sums.s_clat_over_b;
-    let eta = theta * (sums.s_clat - ss * (sums.nlat + beta_over_b));
-    // chunk_{j,i} > 0 ⟺ round_j > ΣS·(cLat_i − c̄) for every i.
-    let r_min = ss * (sums.max_clat - cbar);
+    let rec = Recursion::of(sums);
     let mut why = String::from("every round count gives a chunk ≤ 0");
     let mut max_rounds = MAX_ROUNDS;
-    // The closed form can be off where the recursion is unstable (θ > 1 and round_0 near γ, its
-    // fixed point: a difference of 1e-12 in round_0 grows by θ every round), so the best M is
-    // checked against the rounds [`UmrSolution::chunks`] will send; when they fail, the best M
-    // below it is sought.
     loop {
-        let best = scan_rounds(sums, load, max_rounds, &mut why);
-        let Some((m, r0, ex)) = best else {
+        let Some((m, r0, ex)) = scan_rounds(sums, &rec, load, max_rounds, &mut why) else {
             return Err(why);
         };
-        if rounds_hold(r0, theta, eta, m, r_min, load) {
-            return Ok((m, r0, ex, theta, eta));
+        if rec.rounds_hold(r0, m, load) {
+            return Ok((m, r0, ex, rec.theta, rec.eta));
         }
         why = format!(
             "from {m} rounds on, the rounds the recursion gives have a chunk ≤ 0 or do not add up to \
@@ -144,33 +183,22 @@ fn best_rounds(sums: &Sums, load: f64) -> Result<(u32, f64, f64, f64, f64), Stri
     }
 }
 
-/// Whether the rounds the recursion gives from `r0` (what [`UmrSolution::chunks`] sends) all
-/// have positive chunks (`round > r_min`) and add up to `load`.
-fn rounds_hold(r0: f64, theta: f64, eta: f64, m: u32, r_min: f64, load: f64) -> bool {
-    let (mut r, mut sum) = (r0, 0.0);
-    for _ in 0..m {
-        if !(r > r_min && r > 0.0) {
-            return false;
-        }
-        sum += r;
-        r = theta * r + eta;
-    }
-    (sum - load).abs() <= 1e-9 * load.abs().max(1.0)
-}
-
 /// The `M ≤ max_rounds` with the smallest `Ex` by the closed form: `(M, round_0, Ex)`.
 fn scan_rounds(
     sums: &Sums,
+    rec: &Recursion,
     load: f64,
     max_rounds: u32,
     why: &mut String,
 ) -> Option<(u32, f64, f64)> {
-    let ss = sums.s;
-    let cbar = sums.s_clat / ss;
-    let theta = 1.0 / sums.s_over_b;
-    let beta_over_b = cbar * sums.s_over_b - sums.s_clat_over_b;
-    let eta = theta * (sums.s_clat - ss * (sums.nlat + beta_over_b));
-    let r_min = ss * (sums.max_clat - cbar);
+    let Recursion {
+        ss,
+        cbar,
+        theta,
+        eta,
+        beta_over_b,
+        r_min,
+    } = *rec;
     let a = sums.s_over_b / ss; // Σα_i/B_i
     let near_one = (theta - 1.0).abs() < 1e-9;
     let gamma = if near_one { 0.0 } else { eta / (1.0 - theta) };
