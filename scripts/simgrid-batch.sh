@@ -10,15 +10,14 @@
 #   scripts/simgrid-batch.sh            # needs g++ and SimGrid's headers (libsimgrid-dev)
 #   BIG=1 scripts/simgrid-batch.sh      # also 75,000 tasks on 200 nodes (about a minute)
 #
-# SimGrid runs with tighter numerical precision than its defaults (SG_CFG, below): with the defaults
-# (maxmin/precision 1e-5, surf/precision 1e-9) its reads of many concurrent readers end early, by up
-# to 0.42 s in the BIG case. HETSCHED names the binary (default target/release/hetsched); OUT the
-# scratch folder.
+# SimGrid runs with tighter numerical precision than its defaults (SG_CFG, below; `SG_CFG=` for its
+# defaults: maxmin/precision 1e-5, surf/precision 1e-9). HETSCHED names the binary (default
+# target/release/hetsched); OUT the scratch folder.
 set -eu
 cd "$(dirname "$0")/.."
 HETSCHED=${HETSCHED:-target/release/hetsched}
 OUT=${OUT:-${TMPDIR:-/tmp}/hetsched-simgrid-batch}
-SG_CFG=${SG_CFG:---cfg=maxmin/precision:1e-9 --cfg=surf/precision:1e-12}
+SG_CFG=${SG_CFG---cfg=maxmin/precision:1e-9 --cfg=surf/precision:1e-12}
 mkdir -p "$OUT"
 [ -x "$HETSCHED" ] || { echo "no $HETSCHED: cargo build --release -p hetsched-cli" >&2; exit 2; }
 g++ -O2 -std=c++17 -o "$OUT/batch_replay" scripts/simgrid/batch_replay.cpp -lsimgrid ||

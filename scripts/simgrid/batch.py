@@ -11,6 +11,9 @@
         One table row: tasks, both makespans, their relative difference, the largest absolute
         difference of a task's end, and how far each simulator's ends are from the exact ones: the
         same replay in rational arithmetic (`fractions`), every node's disk shared exactly.
+    batch.py sensitivity TASKS.txt NODE
+        How ill-conditioned the exact replay is on NODE: the largest change of any exact end on that
+        node when its first task starts 1 ns later.
 """
 import heapq
 import json
@@ -147,6 +150,30 @@ def compare(result_path, replay, tasks_path):
           f"{worst * 1e9:.0f} ns | {ours_off * 1e9:.0f} ns | {theirs_off * 1e9:.0f} ns")
 
 
+def sensitivity(tasks_path, node):
+    with open(tasks_path) as f:
+        lines = f.read().split("\n")
+    n = int(lines[0].split()[1])
+    shifted = list(lines)
+    mine = []
+    for k in range(2 + n, len(lines)):
+        word = lines[k].split()
+        if len(word) == 6 and int(word[0]) == node:
+            mine.append(k - 2 - n)
+            if len(mine) == 1:
+                word[1] = repr(float(word[1]) + 1e-9)
+                shifted[k] = " ".join(word)
+    if not mine:
+        sys.exit(f"{tasks_path}: no task on node {node}")
+    other = tasks_path + ".shifted"
+    with open(other, "w") as f:
+        f.write("\n".join(shifted))
+    a, b = exact_ends(tasks_path), exact_ends(other)
+    worst = max(abs(a[i] - b[i]) for i in mine)
+    print(f"node {node}: {len(mine)} tasks; a 1 ns later start of the first moves an exact end by up to "
+          f"{worst * 1e3:.3f} ms")
+
+
 def main():
     args = sys.argv[1:]
     if args[:1] == ["replay-input"] and len(args) in (5, 7):
@@ -154,6 +181,8 @@ def main():
         replay_input(args[1], args[2], args[3], args[4], chunks)
     elif args[:1] == ["compare"] and len(args) == 4:
         compare(args[1], args[2], args[3])
+    elif args[:1] == ["sensitivity"] and len(args) == 3:
+        sensitivity(args[1], int(args[2]))
     else:
         sys.exit(__doc__)
 
