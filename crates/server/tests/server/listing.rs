@@ -31,22 +31,9 @@ fn open(d: &Path) -> State {
     State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state")
 }
 
-/// Registers node `n` with `cores` cores.
-fn node_n(s: &mut State, cores: u32) -> u32 {
-    s.register(pb::RegisterRequest {
-        identity: common::IDENTITY.into(),
-        name: "n".into(),
-        cores,
-        memory_bytes: 1 << 30,
-        ..Default::default()
-    })
-    .expect("register")
-    .node_id
-}
-
 /// Runs one 3-task job to success on a 3-core node and lets its rows leave memory.
 fn finished_job(s: &mut State) -> u64 {
-    let n = node_n(s, 3);
+    let n = common::register(s, "n", 3);
     let job = run_to_success(s, n);
     assert_eq!(s.tasks_in_memory(), 0);
     job
@@ -187,7 +174,7 @@ fn a_running_jobs_page_is_read_from_the_store_while_another_thread_holds_the_sta
     let d = scratch("running");
     std::fs::create_dir_all(&d.0).expect("dir");
     let mut s = open(&d.0);
-    let n = node_n(&mut s, 2);
+    let n = common::register(&mut s, "n", 2);
     let job = s.submit("job.toml", JOB, "/").expect("submit").job_id;
     s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
     // Task 0 succeeds, 1 runs, 2 is dispatched in its place.
@@ -282,7 +269,7 @@ fn job_listings_keep_counts_as_tasks_move_and_they_match_the_rows() {
     let d = scratch("counts");
     std::fs::create_dir_all(&d.0).expect("dir");
     let mut s = open(&d.0);
-    let n = node_n(&mut s, 4);
+    let n = common::register(&mut s, "n", 4);
     let two_apps = "[[application]]\nname = \"a\"\ntasks = 5\nretries = 1\n[application.cpu]\ncommand = \"true\"\n\n[[application]]\nname = \"b\"\ntasks = 3\n[application.cpu]\ncommand = \"true\"\n";
     let job = s.submit("two.toml", two_apps, "/").expect("submit").job_id;
     let other = s.submit("job.toml", JOB, "/").expect("submit").job_id;
@@ -392,7 +379,7 @@ fn every_jobs_pages_are_read_from_the_store_past_a_purged_job_and_match_the_list
     let d = scratch("every-job");
     std::fs::create_dir_all(&d.0).expect("dir");
     let mut s = open(&d.0);
-    let n = node_n(&mut s, 3);
+    let n = common::register(&mut s, "n", 3);
     // Job 1 finished (rows in the store only), job 2 finished and purged (a hole in the ids),
     // job 3 running.
     let first = run_to_success(&mut s, n);

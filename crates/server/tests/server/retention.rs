@@ -30,18 +30,6 @@ fn open(d: &Path) -> State {
     open_with(d, None)
 }
 
-fn register(s: &mut State, cores: u32) -> u32 {
-    s.register(pb::RegisterRequest {
-        identity: common::IDENTITY.into(),
-        name: "n".into(),
-        cores,
-        memory_bytes: 1 << 30,
-        ..Default::default()
-    })
-    .expect("register")
-    .node_id
-}
-
 fn beat(
     s: &mut State,
     node: u32,
@@ -84,7 +72,7 @@ fn listed(s: &State) -> Vec<(u64, String)> {
 fn a_finished_jobs_tasks_leave_memory_and_are_still_reported_from_the_store() {
     let d = dir("evict");
     let mut s = open(&d);
-    let n = register(&mut s, 3);
+    let n = common::register(&mut s, "n", 3);
     let job = run_job(&mut s, n, "k-1");
     assert_eq!(s.tasks_in_memory(), 3);
     assert_eq!(s.evict_finished(), 1);
@@ -128,7 +116,7 @@ fn purge_deletes_a_finished_jobs_rows_and_nothing_runs_again_across_a_restart() 
     let d = dir("purge");
     {
         let mut s = open(&d);
-        let n = register(&mut s, 3);
+        let n = common::register(&mut s, "n", 3);
         let first = run_job(&mut s, n, "k-1");
         // Job 2 is still running: it cannot be purged by name.
         s.submit("job.toml", JOB, "/").expect("submit");
@@ -171,7 +159,7 @@ fn purge_deletes_a_finished_jobs_rows_and_nothing_runs_again_across_a_restart() 
     let mut s = open(&d);
     assert_eq!(listed(&s), vec![(2, "running".into())]);
     assert!(s.job(1).is_err());
-    let n = register(&mut s, 3);
+    let n = common::register(&mut s, "n", 3);
     // The agent still runs job 2 and finishes it; job 1's tasks are never dispatched again.
     let r = beat(&mut s, n, &[(3, 1), (4, 1), (5, 1)], &[]);
     assert!(r.assignments.is_empty(), "{:?}", r.assignments);
@@ -204,7 +192,7 @@ fn the_retention_rule_keeps_the_newest_finished_jobs_and_purge_selects_by_age_or
             keep_jobs: Some(1),
         }),
     );
-    let n = register(&mut s, 3);
+    let n = common::register(&mut s, "n", 3);
     run_job(&mut s, n, "a");
     run_job(&mut s, n, "b");
     run_job(&mut s, n, "c");
@@ -248,7 +236,7 @@ fn after_a_restart_a_finished_job_is_reported_from_its_summary_without_reading_i
     let d = dir("summary");
     {
         let mut s = open(&d);
-        let n = register(&mut s, 3);
+        let n = common::register(&mut s, "n", 3);
         run_job(&mut s, n, "k");
         s.submit("job.toml", JOB, "/").expect("submit");
         assert_eq!(s.evict_finished(), 1);
@@ -267,7 +255,7 @@ fn after_a_restart_a_finished_job_is_reported_from_its_summary_without_reading_i
     assert_eq!(info.apps[0].counts.expect("app").succeeded, 3);
     assert_eq!(s.tasks(1).expect("tasks").tasks.len(), 3);
     // The unfinished job runs; nothing of the finished one is dispatched again.
-    let n = register(&mut s, 3);
+    let n = common::register(&mut s, "n", 3);
     let ids: Vec<u64> = beat(&mut s, n, &[], &[])
         .assignments
         .iter()
@@ -280,7 +268,7 @@ fn after_a_restart_a_finished_job_is_reported_from_its_summary_without_reading_i
 fn listing_every_jobs_tasks_skips_purged_jobs_and_joins_up_across_jobs() {
     let d = dir("all");
     let mut s = open(&d);
-    let n = register(&mut s, 3);
+    let n = common::register(&mut s, "n", 3);
     for key in ["a", "b", "c"] {
         run_job(&mut s, n, key);
     }
@@ -309,7 +297,7 @@ fn listing_every_jobs_tasks_skips_purged_jobs_and_joins_up_across_jobs() {
 fn failed_tasks_of_a_finished_job_can_be_resubmitted_after_its_rows_left_memory() {
     let d = dir("resubmit-evicted");
     let mut s = open(&d);
-    let n = register(&mut s, 3);
+    let n = common::register(&mut s, "n", 3);
     let job = s.submit("job.toml", JOB, "/").expect("submit").job_id;
     let r = beat(&mut s, n, &[], &[]);
     let results: Vec<(u64, u32, bool)> = r
@@ -329,7 +317,7 @@ fn failed_tasks_of_a_finished_job_can_be_resubmitted_after_its_rows_left_memory(
     // went with the resubmission), so the task is read back pending and dispatched.
     drop(s);
     let mut s = open(&d);
-    let n = register(&mut s, 3);
+    let n = common::register(&mut s, "n", 3);
     let r = beat(&mut s, n, &[], &[]);
     let sent: Vec<(u64, u32)> = r
         .assignments

@@ -25,18 +25,6 @@ fn open(d: &Path) -> State {
     State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state")
 }
 
-fn register(s: &mut State, name: &str, cores: u32) -> u32 {
-    s.register(pb::RegisterRequest {
-        identity: common::IDENTITY.into(),
-        name: name.into(),
-        cores,
-        memory_bytes: 1 << 30,
-        ..Default::default()
-    })
-    .expect("register")
-    .node_id
-}
-
 fn beat(
     s: &mut State,
     node: u32,
@@ -70,7 +58,7 @@ fn states(s: &State) -> Vec<(String, u32)> {
 fn a_heartbeat_fills_free_cores_and_a_result_frees_them() {
     let d = dir("fill");
     let mut s = open(&d);
-    let n = register(&mut s, "n", 2);
+    let n = common::register(&mut s, "n", 2);
     s.submit("job.toml", JOB, "/").expect("submit");
     let r = beat(&mut s, n, &[], &[]);
     assert_eq!(assigned(&r), vec![(0, 1), (1, 1)]);
@@ -105,7 +93,7 @@ fn a_heartbeat_fills_free_cores_and_a_result_frees_them() {
 fn a_result_sent_twice_is_recorded_once_and_a_stale_attempt_is_ignored() {
     let d = dir("dedup");
     let mut s = open(&d);
-    let n = register(&mut s, "n", 1);
+    let n = common::register(&mut s, "n", 1);
     s.submit("job.toml", JOB, "/").expect("submit");
     beat(&mut s, n, &[], &[]);
     let r = beat(&mut s, n, &[], &[(0, 1, true)]);
@@ -124,7 +112,7 @@ fn a_result_sent_twice_is_recorded_once_and_a_stale_attempt_is_ignored() {
 fn a_task_the_agent_does_not_know_is_requeued_and_an_unexpected_one_is_killed() {
     let d = dir("reconcile");
     let mut s = open(&d);
-    let n = register(&mut s, "n", 1);
+    let n = common::register(&mut s, "n", 1);
     s.submit("job.toml", JOB, "/").expect("submit");
     let r = beat(&mut s, n, &[], &[]);
     assert_eq!(assigned(&r), vec![(0, 1)]);
@@ -146,10 +134,10 @@ fn a_task_the_agent_does_not_know_is_requeued_and_an_unexpected_one_is_killed() 
 fn a_silent_node_is_declared_dead_and_its_tasks_run_elsewhere() {
     let d = dir("dead");
     let mut s = open(&d);
-    let a = register(&mut s, "a", 3);
+    let a = common::register(&mut s, "a", 3);
     s.submit("job.toml", JOB, "/").expect("submit");
     assert_eq!(beat(&mut s, a, &[], &[]).assignments.len(), 3);
-    let b = register(&mut s, "b", 3);
+    let b = common::register(&mut s, "b", 3);
     std::thread::sleep(Duration::from_millis(30));
     beat(&mut s, b, &[], &[]);
     s.check_dead(Duration::from_millis(20)).expect("check");
@@ -167,7 +155,7 @@ fn after_a_restart_finished_tasks_stay_finished_and_running_ones_stay_assigned()
     let d = dir("restart");
     {
         let mut s = open(&d);
-        let n = register(&mut s, "n", 2);
+        let n = common::register(&mut s, "n", 2);
         s.submit("job.toml", JOB, "/").expect("submit");
         beat(&mut s, n, &[], &[]);
         beat(&mut s, n, &[(1, 1)], &[(0, 1, true)]);
@@ -195,7 +183,7 @@ fn after_a_restart_finished_tasks_stay_finished_and_running_ones_stay_assigned()
 fn a_refused_submission_stores_nothing_and_cancel_kills_running_tasks() {
     let d = dir("cancel");
     let mut s = open(&d);
-    let n = register(&mut s, "n", 1);
+    let n = common::register(&mut s, "n", 1);
     let bad = "[[application]]\nname = \"g\"\ntasks = 2\n[application.gpu]\ncommand = \"x\"\n";
     let e = s.submit("gpu.toml", bad, "/").expect_err("no GPUs here");
     assert!(
@@ -286,7 +274,7 @@ fn a_failed_attempt_runs_again_while_retries_last_and_lost_ones_count_apart() {
     let d = dir("retries");
     {
         let mut s = open(&d);
-        let n = register(&mut s, "n", 2);
+        let n = common::register(&mut s, "n", 2);
         s.submit("job.toml", FLAKY, "/").expect("submit");
         assert_eq!(assigned(&beat(&mut s, n, &[], &[])), vec![(0, 1), (1, 1)]);
         // Task 0 fails once: it runs again as attempt 2; task 1 succeeds.
@@ -315,7 +303,7 @@ fn a_failed_attempt_runs_again_while_retries_last_and_lost_ones_count_apart() {
 fn without_retries_a_failure_is_final() {
     let d = dir("no-retries");
     let mut s = open(&d);
-    let n = register(&mut s, "n", 1);
+    let n = common::register(&mut s, "n", 1);
     s.submit("job.toml", JOB, "/").expect("submit");
     beat(&mut s, n, &[], &[]);
     let r = beat(&mut s, n, &[], &[(0, 1, false)]);

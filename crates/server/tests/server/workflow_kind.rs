@@ -44,18 +44,6 @@ fn open(dir: &Path, workflow: WorkflowConfig) -> State {
     State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state")
 }
 
-fn register(s: &mut State, name: &str, cores: u32) -> u32 {
-    s.register(pb::RegisterRequest {
-        name: name.into(),
-        cores,
-        memory_bytes: 4 << 30,
-        identity: common::IDENTITY.into(),
-        ..Default::default()
-    })
-    .expect("register")
-    .node_id
-}
-
 /// The agents: one PCDDB machine each (one workflow), their messages for the launch node, the
 /// tasks they run, and every allocation request's hop (from, to, cluster, instances).
 #[derive(Default)]
@@ -240,7 +228,7 @@ fn clusters_come_from_measured_round_trips_and_a_request_travels_within_a_cluste
         },
     );
     let ids: Vec<u32> = (0..4)
-        .map(|k| register(&mut s, &format!("n{k}"), 2))
+        .map(|k| common::register(&mut s, &format!("n{k}"), 2))
         .collect();
     let mut agents = Agents {
         rtt: pairs(&ids),
@@ -338,7 +326,7 @@ impl std::fmt::Debug for Agents {
 fn a_failed_attempt_runs_again_through_the_next_allocation_request() {
     let dir = scratch("retry");
     let mut s = open(&dir, WorkflowConfig::default());
-    let n = register(&mut s, "n0", 2);
+    let n = common::register(&mut s, "n0", 2);
     let mut agents = Agents::default();
     agents.beat(&mut s, n);
     s.submit(
@@ -371,8 +359,8 @@ fn a_failed_attempt_runs_again_through_the_next_allocation_request() {
 fn requirements_and_sizes_decide_the_nodes_and_running_instances_book_their_cores() {
     let dir = scratch("fit");
     let mut s = open(&dir, WorkflowConfig::default());
-    let plain = register(&mut s, "plain", 2);
-    let fpga = register(&mut s, "fpga", 4);
+    let plain = common::register(&mut s, "plain", 2);
+    let fpga = common::register(&mut s, "fpga", 4);
     let beat = |s: &mut State, n: u32, running: &[(u64, u32)], done: &[(u64, u32, bool)]| {
         let mut req = heartbeat_request(n, running, done);
         if n == fpga {

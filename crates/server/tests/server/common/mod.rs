@@ -1,10 +1,25 @@
 //! Helpers shared by the server's in-process tests.
 
 use hetsched_proto as pb;
+use hetsched_server::convert::Wire;
+use hetsched_server::state::State;
 use std::path::{Path, PathBuf};
 
 /// The identity every test agent registers and heartbeats with (unless a test forges another).
 pub const IDENTITY: &str = "test-agent-identity";
+
+/// Registers an agent `name` with `cores` cores and 1 GiB of memory; its node id.
+pub fn register(s: &mut State, name: &str, cores: u32) -> u32 {
+    s.register(pb::RegisterRequest {
+        identity: IDENTITY.into(),
+        name: name.into(),
+        cores,
+        memory_bytes: 1 << 30,
+        ..Default::default()
+    })
+    .expect("register")
+    .node_id
+}
 
 /// A heartbeat from `node` reporting `running` (task, attempt) and `results` (task, attempt,
 /// success); everything else default.
