@@ -3,17 +3,8 @@
 //! starts each as a slot frees — never more at once than its cores — and the tasks queued on an
 //! agent that is SIGKILLed are re-queued and run exactly once elsewhere.
 
-use crate::support::{Cluster, wait_until};
-use std::path::Path;
+use crate::support::{Cluster, lines, wait_until};
 use std::time::Duration;
-
-fn lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
 
 fn submit(c: &Cluster, name: &str, text: &str) {
     let job = c.write(name, text);

@@ -6,15 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{BIN, Cluster, tls_file, wait_until};
-
-fn lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
+use crate::support::{BIN, Cluster, lines, tls_file, wait_until};
 
 #[test]
 fn a_job_of_200_tasks_runs_every_task_exactly_once() {

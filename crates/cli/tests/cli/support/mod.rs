@@ -31,6 +31,15 @@ pub fn tls_file(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The lines of a file the tasks wrote (none while it does not exist yet).
+pub fn lines(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
 pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     let start = Instant::now();
     while !f() {
