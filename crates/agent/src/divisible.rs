@@ -31,7 +31,9 @@ type Client = DivisibleClient<
 /// How often an agent asks for work (and says it is alive).
 pub const POLL: Duration = Duration::from_millis(100);
 
-/// How often an agent with room asks again when it got nothing (not its turn yet).
+/// How long an agent with room waits before asking again when it got nothing. The server holds
+/// such an ask open until divisible jobs change (a new job, a result, whose turn it is) or for a
+/// few seconds, so this is a pause between held asks, not a polling period.
 pub const ROOM_POLL: Duration = Duration::from_millis(20);
 
 /// Largest chunk output uploaded in one piece.
@@ -163,8 +165,8 @@ pub async fn run(
                         }
                     }
                 }
-                // With room, ask again soon (it may be this agent's turn after another's send);
-                // when full, when a compute ends (or at the liveness poll).
+                // With room, ask again soon (the server answered because something changed, or
+                // its hold ended); when full, when a compute ends (or at the liveness poll).
                 let room = held.lock().map(|h| h.slots < 2).unwrap_or(false);
                 let wait = if room { ROOM_POLL } else { POLL };
                 tokio::select! {

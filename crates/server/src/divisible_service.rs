@@ -137,15 +137,23 @@ pub struct DivisibleService {
     durable: Arc<Durable>,
     /// The one port: held while a chunk's input is streamed.
     port: Arc<tokio::sync::Mutex<()>>,
+    /// True once the server stops: asks held open are answered at once.
+    stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl DivisibleService {
-    /// The service over `state`; replies wait for `durable`.
-    pub fn new(state: Shared, durable: Arc<Durable>) -> Self {
+    /// The service over `state`; replies wait for `durable`; `stopping` turns true when the
+    /// server stops.
+    pub fn new(
+        state: Shared,
+        durable: Arc<Durable>,
+        stopping: tokio::sync::watch::Receiver<bool>,
+    ) -> Self {
         DivisibleService {
             state,
             durable,
             port: Arc::new(tokio::sync::Mutex::new(())),
+            stopping,
         }
     }
 }
@@ -171,11 +179,42 @@ impl pb::divisible_server::Divisible for DivisibleService {
                 .collect(),
             room: r.room,
         };
-        let reply = with_state(&self.state, &self.durable, Run::Inline, move |s| {
-            s.on_next_chunk(r)
-        })
-        .await?
-        .into_inner();
+        // An ask with room that gets nothing (no job, or not this agent's turn in the plan) is
+        // held open until divisible jobs change or the hold ends, then looked at again: an idle
+        // agent costs one call per hold, not one per poll, and a chunk goes out as soon as it is
+        // this agent's turn.
+        let mut stopping = self.stopping.clone();
+        let mut until: Option<tokio::time::Instant> = None;
+        let reply = loop {
+            let req = r.clone();
+            let (reply, mut changes, hold) =
+                with_state(&self.state, &self.durable, Run::Inline, move |s| {
+                    // Subscribed under the same lock as the look: no change is missed between.
+                    let (changes, hold) = s.divisible_changes();
+                    Ok((s.on_next_chunk(req)?, changes, hold))
+                })
+                .await?
+                .into_inner();
+            let until = *until.get_or_insert_with(|| tokio::time::Instant::now() + hold);
+            if !r.room
+                || !reply.orders.is_empty()
+                || !reply.drop.is_empty()
+                || *stopping.borrow()
+                || tokio::time::Instant::now() >= until
+            {
+                break reply;
+            }
+            tokio::select! {
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        // The kind was dropped (the server is going away): answer at the end.
+                        tokio::time::sleep_until(until).await;
+                    }
+                }
+                () = tokio::time::sleep_until(until) => {}
+                _ = stopping.changed() => {}
+            }
+        };
         Ok(Response::new(pb::NextChunkReply {
             orders: reply
                 .orders

@@ -110,6 +110,9 @@ pub struct ServerHandle {
     /// The address of the HTTP listener (`/metrics`, `/healthz`), if it was configured.
     pub http_addr: Option<SocketAddr>,
     shutdown: Option<oneshot::Sender<()>>,
+    /// Turned true first when stopping, so that calls held open (`NextChunk`) answer at once
+    /// and the graceful shutdown does not wait for them.
+    stopping: tokio::sync::watch::Sender<bool>,
     join: JoinHandle<Result<(), ServerError>>,
     reaper: JoinHandle<()>,
     http: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
@@ -118,6 +121,7 @@ pub struct ServerHandle {
 impl ServerHandle {
     /// Stops the server and waits for it.
     pub async fn stop(mut self) -> Result<(), ServerError> {
+        self.stopping.send_replace(true);
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
@@ -242,8 +246,16 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     });
 
     let (tx, rx) = oneshot::channel();
-    let router =
-        service::router_with(shared.clone(), metrics, &creds, config.tls.as_ref(), relay).await?;
+    let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
+    let router = service::router_with(
+        shared.clone(),
+        metrics,
+        &creds,
+        config.tls.as_ref(),
+        relay,
+        stopping_rx,
+    )
+    .await?;
     let router = topology_service::add_services(router, shared, durable, &creds);
     // Small request/response messages: without TCP_NODELAY, Nagle's algorithm and delayed ACKs
     // add tens of milliseconds to every heartbeat round trip.
@@ -285,6 +297,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         agent_token: creds.agent,
         http_addr,
         shutdown: Some(tx),
+        stopping,
         join,
         reaper,
         http,

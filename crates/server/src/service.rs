@@ -460,24 +460,16 @@ impl tonic::service::Interceptor for CheckToken {
     }
 }
 
-/// The whole gRPC router: agent and client services behind the token check, and health.
-pub async fn router(
-    state: Shared,
-    metrics: Arc<Metrics>,
-    creds: &Credentials,
-    tls: Option<&TlsConfig>,
-) -> Result<tonic::transport::server::Router, ServerError> {
-    let relay = Arc::new(LogRelay::new(&creds.agent));
-    router_with(state, metrics, creds, tls, relay).await
-}
-
-/// [`router`] with the [`LogRelay`] shared with the dashboard.
+/// The whole gRPC router: agent and client services behind the token check, and health, with
+/// the [`LogRelay`] shared with the dashboard; `stopping` turns true when the server stops (calls
+/// held open answer then).
 pub async fn router_with(
     state: Shared,
     metrics: Arc<Metrics>,
     creds: &Credentials,
     tls: Option<&TlsConfig>,
     relay: Arc<LogRelay>,
+    stopping: tokio::sync::watch::Receiver<bool>,
 ) -> Result<tonic::transport::server::Router, ServerError> {
     let (durable, reader) = {
         let s = state.lock().map_err(|_| ServerError::Poisoned)?;
@@ -515,7 +507,7 @@ pub async fn router_with(
         ));
     Ok(router
         .add_service(pb::divisible_server::DivisibleServer::with_interceptor(
-            crate::divisible_service::DivisibleService::new(state.clone(), durable),
+            crate::divisible_service::DivisibleService::new(state.clone(), durable, stopping),
             CheckToken::new(Role::Agent, creds),
         ))
         .add_service(

@@ -46,6 +46,7 @@ use rusqlite::{Connection, params};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
@@ -55,6 +56,10 @@ pub const PIECE: usize = 256 << 10;
 /// A chunk the master believes out but its agent does not list is lost after this long (the
 /// reply carrying it may still be on its way).
 const GRACE: Duration = Duration::from_secs(2);
+
+/// The longest an ask with room is held open when there is nothing to hand out (see
+/// [`Divisible::hold`]).
+const MAX_HOLD: Duration = Duration::from_secs(5);
 
 /// This kind's tables in the main store (created by [`crate::store::Store::open`] with the
 /// rest of the schema; a store from before them gains them there).
@@ -377,6 +382,10 @@ pub struct Divisible {
     dirty_jobs: BTreeSet<u64>,
     /// Chunks whose row changed since the last commit.
     dirty_chunks: BTreeSet<(u64, u64)>,
+    /// Bumped when what decides an agent's next chunk changed — a committed row, a new job, a
+    /// job's turn moving to another worker — so that asks held open by
+    /// [`crate::divisible_service`] are answered then, not at the next poll.
+    changes: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 /// One stored job with its chunks, as [`load`] reads them.
@@ -491,6 +500,7 @@ impl Divisible {
             agents: HashMap::new(),
             dirty_jobs: BTreeSet::new(),
             dirty_chunks: BTreeSet::new(),
+            changes: Arc::new(tokio::sync::watch::Sender::new(0)),
         };
         for row in rows {
             let spec = match parse_workload(&row.origin, &row.text)
@@ -579,6 +589,9 @@ impl Divisible {
     /// After a rollback: keeps what the store does not hold (the agents' liveness and when each
     /// chunk still out was sent).
     pub fn carry_over(&mut self, old: &Divisible) {
+        // Asks held open wait on the old channel: keep it, and wake them to ask the rebuilt kind.
+        self.changes = old.changes.clone();
+        self.changed();
         for (name, a) in &old.agents {
             self.agents.insert(name.clone(), a.clone());
         }
@@ -590,6 +603,22 @@ impl Divisible {
                 }
             }
         }
+    }
+
+    /// How long the chunk service holds an ask with room open while it has nothing to hand out:
+    /// an idle agent asks about once per hold instead of polling. A quarter of the dead
+    /// timeout at most, since a held agent is noted alive only when its ask is looked at.
+    pub fn hold(&self) -> Duration {
+        (self.dead_timeout / 4).min(MAX_HOLD)
+    }
+
+    /// A receiver that sees every later change (see [`Divisible::changes`]'s field).
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|g| *g = g.wrapping_add(1));
     }
 
     /// Whether job `id` is a divisible job.
@@ -657,6 +686,7 @@ impl Divisible {
         }
         info!(job = id, units = job.spec.units(), algo = %job.spec.algo(), "divisible job accepted");
         self.jobs.insert(id, job);
+        self.changed();
         Ok(Submitted {
             job_id: id,
             tasks: 0,
@@ -692,6 +722,7 @@ impl Divisible {
         let holding: HashSet<(u64, u64)> =
             req.holding.iter().map(|k| (k.job_id, k.chunk)).collect();
         let mut reply = ChunkReply::default();
+        let turns_before = self.turns();
         // Chunks it holds that are not its own any more.
         for k in &req.holding {
             let mine = self.jobs.get(&k.job_id).is_some_and(|j| {
@@ -769,7 +800,20 @@ impl Divisible {
             }
         }
         reply.orders = orders;
+        if self.turns() != turns_before {
+            // This ask made or replaced a plan: another worker's held ask may now be served.
+            self.changed();
+        }
         Ok(reply)
+    }
+
+    /// Whose turn it is in each running job.
+    fn turns(&self) -> Vec<(u64, Option<usize>)> {
+        self.jobs
+            .iter()
+            .filter(|(_, j)| j.state == "running")
+            .map(|(&id, j)| (id, j.master.turn()))
+            .collect()
     }
 
     /// Where chunk `key`'s input is: the job's input file, offset and length — if the chunk is
@@ -1085,6 +1129,9 @@ impl JobKind for Divisible {
     }
 
     fn committed(&mut self) {
+        if self.has_changes() {
+            self.changed();
+        }
         self.dirty_jobs.clear();
         self.dirty_chunks.clear();
     }

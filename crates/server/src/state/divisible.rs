@@ -21,6 +21,12 @@ impl State {
         Ok(reply)
     }
 
+    /// What an ask held open by the chunk service waits on: a receiver of every later change
+    /// of divisible jobs, and how long to hold it at most.
+    pub fn divisible_changes(&self) -> (tokio::sync::watch::Receiver<u64>, std::time::Duration) {
+        (self.jobs.divisible.changes(), self.jobs.divisible.hold())
+    }
+
     /// `ChunkDone`: records a chunk's result (its output, if it succeeded, is in `tmp`, synced).
     /// True when it counted. Refused while the store refuses writes (the agent retries).
     pub fn on_chunk_done(

@@ -59,3 +59,96 @@ async fn health_is_open_and_everything_else_needs_the_token() {
     server.stop().await.expect("stops");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An agent with room for a chunk and nothing to take is not answered at once (it would poll):
+/// its `NextChunk` is held open, answered the moment a divisible job gives it a chunk, and
+/// answered at once when the server stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_agents_chunk_ask_is_held_open_and_answered_when_a_job_arrives() {
+    use hetsched_proto::divisible_client::DivisibleClient;
+    use std::time::{Duration, Instant};
+    let dir = std::env::temp_dir().join(format!("hetsched-held-ask-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let server = hetsched_server::start(ServerConfig {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        data_dir: dir.clone(),
+        // Held asks last a quarter of this, at most 5 s.
+        dead_timeout: hetsched_core::input::Duration(40_000_000_000),
+        ..Default::default()
+    })
+    .await
+    .expect("server starts");
+    let channel = pb::endpoint(&format!("http://{}", server.addr), None)
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let agent = DivisibleClient::with_interceptor(
+        channel.clone(),
+        pb::TokenInterceptor::new(&server.agent_token).expect("ascii"),
+    );
+    let ask = |name: &str| {
+        let mut agent = agent.clone();
+        let req = pb::NextChunkRequest {
+            name: name.into(),
+            memory_bytes: 1 << 30,
+            incarnation: format!("{name}-1"),
+            room: true,
+            ..Default::default()
+        };
+        tokio::spawn(async move {
+            let t = Instant::now();
+            let reply = agent.next_chunk(req).await.map(|r| r.into_inner());
+            (reply, t.elapsed())
+        })
+    };
+
+    let held = ask("a");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !held.is_finished(),
+        "an ask with nothing to hand out is held open"
+    );
+    let submitted = Instant::now();
+    let job = ClientClient::with_interceptor(
+        channel.clone(),
+        pb::TokenInterceptor::new(&server.token).expect("ascii"),
+    )
+    .submit(pb::SubmitRequest {
+        origin: "rows.toml".into(),
+        text: "[[divisible]]\nname = \"rows\"\nunits = 100\ncommand = \"echo {start} {end}\"\n"
+            .into(),
+        workdir: "/".into(),
+        ..Default::default()
+    })
+    .await
+    .expect("submitted")
+    .into_inner();
+    let (reply, waited) = held.await.expect("ask task");
+    let reply = reply.expect("answered");
+    assert_eq!(
+        reply.orders.iter().map(|o| o.job_id).collect::<Vec<_>>(),
+        vec![job.job_id],
+        "the held ask takes the new job's first chunk"
+    );
+    assert!(
+        submitted.elapsed() < Duration::from_millis(3000) && waited < Duration::from_millis(4500),
+        "answered when the job arrived ({:?} after the submission, {waited:?} held), not at the \
+         hold's end (5 s)",
+        submitted.elapsed()
+    );
+
+    // A second agent, not in the job's calibration plan, is held; stopping answers it at once.
+    let second = ask("b");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!second.is_finished(), "not b's turn: held open");
+    let stopped = Instant::now();
+    server.stop().await.expect("stops");
+    let _ = second.await.expect("ask task");
+    assert!(
+        stopped.elapsed() < Duration::from_secs(3),
+        "a held ask does not hold the shutdown ({:?})",
+        stopped.elapsed()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

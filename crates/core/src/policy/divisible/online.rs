@@ -225,6 +225,13 @@ impl OnlineMaster {
         self.failed.as_deref()
     }
 
+    /// The worker whose send is next in plan order, if a plan is queued. A worker asking out of
+    /// turn gets nothing; a driver that holds such asks open ([`OnlineMaster::next`] is lazy:
+    /// a plan is made or replaced inside some worker's ask) wakes them when this changes.
+    pub fn turn(&self) -> Option<usize> {
+        self.queue.front().map(|item| item.worker)
+    }
+
     /// Plans made so far (calibration excluded).
     pub fn plans(&self) -> u32 {
         self.plans
@@ -921,6 +928,25 @@ mod tests {
         );
         let bound = 6000.0 / 250.0;
         assert!(run.makespan < 1.15 * bound, "{} vs {bound}", run.makespan);
+    }
+
+    #[test]
+    fn the_turn_names_the_one_worker_an_ask_would_serve() {
+        let mut m = OnlineMaster::new(OnlineConfig {
+            algo: Algo::Umr,
+            units: 600,
+            retries: 0,
+        });
+        let (a, b) = (m.join("a", None), m.join("b", None));
+        assert_eq!(m.turn(), None, "nothing is planned before the first ask");
+        // The calibration round alternates a, b, a, b; b's ask out of turn makes the plan.
+        assert_eq!(m.next(b), None);
+        assert_eq!(m.turn(), Some(a));
+        let first = m.next(a).expect("a's turn");
+        assert_eq!(first.worker, a);
+        assert_eq!(m.turn(), Some(b));
+        assert_eq!(m.next(a), None, "not a's turn");
+        assert_eq!(m.next(b).map(|o| o.worker), Some(b));
     }
 
     #[test]
