@@ -236,7 +236,17 @@ pub struct ClientService(
     Arc<LogRelay>,
     Arc<Durable>,
     Option<Arc<StoreReader>>,
+    /// True once the server stops: a `GetJob` held open answers at once.
+    tokio::sync::watch::Receiver<bool>,
 );
+
+/// The longest a `GetJob` with `wait_ms` is held.
+const MAX_JOB_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Whether a job's state is one it never leaves.
+fn job_ended(state: &str) -> bool {
+    matches!(state, "completed" | "failed" | "cancelled")
+}
 
 #[tonic::async_trait]
 impl Client for ClientService {
@@ -278,8 +288,35 @@ impl Client for ClientService {
         &self,
         req: Request<pb::GetJobRequest>,
     ) -> Result<Response<pb::JobInfo>, Status> {
-        let id = req.into_inner().job_id;
-        read_state_inline(&self.0, move |s| s.job(id)).await
+        let r = req.into_inner();
+        let id = r.job_id;
+        let wait = std::time::Duration::from_millis(r.wait_ms.into()).min(MAX_JOB_WAIT);
+        if wait.is_zero() {
+            return read_state_inline(&self.0, move |s| s.job(id)).await;
+        }
+        // Held until the job ends: looked at again after each commit (what can end it), not
+        // polled by the client.
+        let until = tokio::time::Instant::now() + wait;
+        let mut stopping = self.4.clone();
+        loop {
+            // Subscribed under the same lock as the look: no commit is missed between.
+            let (job, mut commits) =
+                read_state_inline(&self.0, move |s| Ok((s.job(id)?, s.commits())))
+                    .await?
+                    .into_inner();
+            if job_ended(&job.state) || *stopping.borrow() || tokio::time::Instant::now() >= until {
+                return Ok(Response::new(job));
+            }
+            tokio::select! {
+                changed = commits.changed() => {
+                    if changed.is_err() {
+                        tokio::time::sleep_until(until).await;
+                    }
+                }
+                () = tokio::time::sleep_until(until) => {}
+                _ = stopping.changed() => {}
+            }
+        }
     }
 
     async fn list_tasks(
@@ -502,7 +539,13 @@ pub async fn router_with(
             CheckToken::new(Role::Agent, creds),
         ))
         .add_service(ClientServer::with_interceptor(
-            ClientService(state.clone(), relay, durable.clone(), reader),
+            ClientService(
+                state.clone(),
+                relay,
+                durable.clone(),
+                reader,
+                stopping.clone(),
+            ),
             CheckToken::new(Role::Client, creds),
         ));
     Ok(router

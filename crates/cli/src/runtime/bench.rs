@@ -30,9 +30,10 @@ pub struct BenchArgs {
     /// own ceiling (server, store, heartbeats), apart from process start-up.
     #[arg(long)]
     pub scheduler_only: bool,
-    /// How often the job's state is polled to see it end (milliseconds). Each poll is a
-    /// `GetJob` call the server pays for, so a short period adds to the server CPU measured;
-    /// the end is seen at most this late.
+    /// Pause between two `GetJob` calls (milliseconds). Each call is held by the server until
+    /// the job ends or a second passes (`wait_ms`), so the end is seen as it happens and the
+    /// server answers about one call a second; before `wait_ms` existed this was a polling
+    /// period, and each poll added to the server CPU measured.
     #[arg(long, default_value_t = 25)]
     pub poll_ms: u64,
     /// Tasks the server may hand each agent beyond its free cores (the server's `prefetch`
@@ -200,9 +201,12 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             .await?
             .into_inner();
         loop {
+            // Held by the server until the job ends (or a second passes): the end is seen as
+            // it happens, as `hq submit --wait` sees it.
             let j = api
                 .get_job(pb::GetJobRequest {
                     job_id: reply.job_id,
+                    wait_ms: 1000,
                 })
                 .await?
                 .into_inner();

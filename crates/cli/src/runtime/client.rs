@@ -312,7 +312,10 @@ pub async fn jobs(args: &ClientArgs) -> anyhow::Result<()> {
 pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
     let j = connect(args)
         .await?
-        .get_job(pb::GetJobRequest { job_id: id })
+        .get_job(pb::GetJobRequest {
+            job_id: id,
+            ..Default::default()
+        })
         .await
         .map_err(refused)?
         .into_inner();
@@ -644,7 +647,12 @@ pub fn is_final(state: &str) -> bool {
     matches!(state, "completed" | "failed" | "cancelled")
 }
 
-/// Polls a job until it finishes, with a progress bar on a terminal.
+/// How long one `GetJob` of [`wait_on`] is held by the server (the progress bar's refresh).
+const WAIT_STEP: Duration = Duration::from_millis(500);
+
+/// Waits for a job to finish, with a progress bar on a terminal. Each `GetJob` is held by the
+/// server until the job ends or [`WAIT_STEP`] passes, so the end is seen as it happens, without
+/// polling.
 pub async fn wait_on(
     api: &mut Api,
     output: Output,
@@ -659,8 +667,12 @@ pub async fn wait_on(
     );
     let mut delay = Duration::from_millis(20);
     let j = loop {
+        let asked = Instant::now();
         let j = api
-            .get_job(pb::GetJobRequest { job_id: id })
+            .get_job(pb::GetJobRequest {
+                job_id: id,
+                wait_ms: WAIT_STEP.as_millis() as u32,
+            })
             .await
             .map_err(refused)?
             .into_inner();
@@ -675,8 +687,11 @@ pub async fn wait_on(
             bar.abandon();
             bail!("job {id} not finished after {:?}", start.elapsed());
         }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_millis(250));
+        if asked.elapsed() < WAIT_STEP / 5 {
+            // A server that does not hold the call: poll, backing off.
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(250));
+        }
     };
     bar.finish_and_clear();
     let c = counts(&j.counts);

@@ -211,6 +211,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let job = api
         .get_job(pb::GetJobRequest {
             job_id: reply.job_id,
+            ..Default::default()
         })
         .await?
         .into_inner();

@@ -89,6 +89,7 @@ pub async fn demo(api: &mut Api, dir: &Path) -> anyhow::Result<()> {
     let job = api
         .get_job(pb::GetJobRequest {
             job_id: reply.job_id,
+            ..Default::default()
         })
         .await?
         .into_inner();

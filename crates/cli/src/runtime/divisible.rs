@@ -242,6 +242,8 @@ memory_per_unit = "1MiB"
         let j = api
             .get_job(pb::GetJobRequest {
                 job_id: reply.job_id,
+                // Held until the job ends or a second passes.
+                wait_ms: 1000,
             })
             .await
             .map_err(super::client::refused)?

@@ -82,7 +82,10 @@ pub fn nodes(reply: &pb::ListNodesReply) -> Option<Table> {
 pub async fn graph(args: &super::ClientArgs, id: u64) -> anyhow::Result<()> {
     let reply = super::client::connect(args)
         .await?
-        .workflow_graph(pb::GetJobRequest { job_id: id })
+        .workflow_graph(pb::GetJobRequest {
+            job_id: id,
+            ..Default::default()
+        })
         .await
         .map_err(super::client::refused)?
         .into_inner();

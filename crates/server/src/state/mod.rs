@@ -151,6 +151,9 @@ pub struct State {
     sharing: accel::Sharing,
     /// Which kind owns each job id; the next id ([`job_ids`]).
     ids: job_ids::JobIds,
+    /// Bumped after every commit that changed something (and after a rollback): what a client
+    /// waiting for a job's end (`GetJob` with `wait_ms`) waits on, instead of polling.
+    commits: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 /// Borrows the shared parts of a state as a kind's [`Ctx`] (a macro, so the borrow of
@@ -246,7 +249,13 @@ impl State {
             paused_since: None,
             last_probe: None,
             sharing: accel::Sharing::new(config.binding, config.binding_slots),
+            commits: Arc::new(tokio::sync::watch::Sender::new(0)),
         })
+    }
+
+    /// A receiver that sees every later commit (see the `commits` field).
+    pub fn commits(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.commits.subscribe()
     }
 
     /// The event metrics this state updates (shared with the service and the `/metrics` registry).
@@ -409,6 +418,7 @@ impl State {
                 for kind in self.jobs.all_mut() {
                     kind.committed();
                 }
+                self.commits.send_modify(|c| *c = c.wrapping_add(1));
                 Ok(())
             }
             Err(e) => {
@@ -455,6 +465,9 @@ impl State {
         fresh.metrics = self.metrics.clone();
         fresh.paused_since = self.paused_since;
         fresh.last_probe = self.last_probe;
+        // Waiters hold receivers of this state's channel; memory changed back.
+        fresh.commits = self.commits.clone();
+        fresh.commits.send_modify(|c| *c = c.wrapping_add(1));
         *self = fresh;
         Ok(())
     }

@@ -152,3 +152,83 @@ async fn an_idle_agents_chunk_ask_is_held_open_and_answered_when_a_job_arrives()
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `GetJob` with `wait_ms` is held until the job ends — here, a cancellation — so a client waits
+/// for a job without polling; a job that has not ended is answered when the wait runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_job_with_wait_ms_answers_when_the_job_ends_not_before() {
+    use std::time::{Duration, Instant};
+    let dir = std::env::temp_dir().join(format!("hetsched-job-wait-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let server = hetsched_server::start(ServerConfig {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        data_dir: dir.clone(),
+        ..Default::default()
+    })
+    .await
+    .expect("server starts");
+    let channel = pb::endpoint(&format!("http://{}", server.addr), None)
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let mut api = ClientClient::with_interceptor(
+        channel,
+        pb::TokenInterceptor::new(&server.token).expect("ascii"),
+    );
+    // No agent: the job cannot run, it only ends when cancelled.
+    let job = api
+        .submit(pb::SubmitRequest {
+            origin: "one.toml".into(),
+            text: "[[application]]\nname = \"one\"\ntasks = 1\n[application.cpu]\ncommand = [\"true\"]\n"
+                .into(),
+            workdir: "/".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("submitted")
+        .into_inner()
+        .job_id;
+
+    let t = Instant::now();
+    let j = api
+        .get_job(pb::GetJobRequest {
+            job_id: job,
+            wait_ms: 800,
+        })
+        .await
+        .expect("answered")
+        .into_inner();
+    assert_eq!(j.state, "pending");
+    assert!(
+        t.elapsed() >= Duration::from_millis(700),
+        "held for the wait ({:?})",
+        t.elapsed()
+    );
+
+    let mut waiter = api.clone();
+    let held = tokio::spawn(async move {
+        let t = Instant::now();
+        let j = waiter
+            .get_job(pb::GetJobRequest {
+                job_id: job,
+                wait_ms: 30_000,
+            })
+            .await
+            .map(|r| r.into_inner().state);
+        (j, t.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!held.is_finished(), "held while the job runs");
+    api.cancel(pb::CancelRequest { job_id: job })
+        .await
+        .expect("cancelled");
+    let (state, waited) = held.await.expect("task");
+    assert_eq!(state.expect("answered"), "cancelled");
+    assert!(
+        waited < Duration::from_secs(10),
+        "answered when the job ended, not at the end of the wait ({waited:?})"
+    );
+    server.stop().await.expect("stops");
+    let _ = std::fs::remove_dir_all(&dir);
+}
