@@ -36,19 +36,12 @@ fn registration(name: &str, identity: &str) -> pb::RegisterRequest {
 #[tokio::test]
 async fn the_client_token_cannot_register_or_heartbeat_and_the_agent_token_cannot_read_jobs() {
     let dir = scratch("roles");
-    let server = hetsched_server::start(ServerConfig {
-        listen: "127.0.0.1:0".parse().expect("addr"),
+    let (server, channel) = common::serve(ServerConfig {
         data_dir: dir.clone(),
         ..Default::default()
     })
-    .await
-    .expect("server starts");
+    .await;
     assert_ne!(server.token, server.agent_token);
-    let channel = pb::endpoint(&format!("http://{}", server.addr), None)
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect");
     let as_client = pb::TokenInterceptor::new(&server.token).expect("ascii");
     let as_agent = pb::TokenInterceptor::new(&server.agent_token).expect("ascii");
 

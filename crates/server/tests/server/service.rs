@@ -7,23 +7,16 @@ use hetsched_server::ServerConfig;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
+use crate::common::{scratch, serve};
+
 #[tokio::test]
 async fn health_is_open_and_everything_else_needs_the_token() {
-    let dir = std::env::temp_dir().join(format!("hetsched-service-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let server = hetsched_server::start(ServerConfig {
-        listen: "127.0.0.1:0".parse().expect("addr"),
-        data_dir: dir.clone(),
+    let dir = scratch("service", "health");
+    let (server, channel) = serve(ServerConfig {
+        data_dir: dir.to_path_buf(),
         ..Default::default()
     })
-    .await
-    .expect("server starts");
-    let url = format!("http://{}", server.addr);
-    let channel = pb::endpoint(&url, None)
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect");
+    .await;
 
     let health = HealthClient::new(channel.clone())
         .check(HealthCheckRequest {
@@ -57,7 +50,6 @@ async fn health_is_open_and_everything_else_needs_the_token() {
     let on_disk = std::fs::read_to_string(hetsched_server::token_path(&dir)).expect("token file");
     assert_eq!(on_disk.trim(), server.token);
     server.stop().await.expect("stops");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// An agent with room for a chunk and nothing to take is not answered at once (it would poll):
@@ -67,22 +59,14 @@ async fn health_is_open_and_everything_else_needs_the_token() {
 async fn an_idle_agents_chunk_ask_is_held_open_and_answered_when_a_job_arrives() {
     use hetsched_proto::divisible_client::DivisibleClient;
     use std::time::{Duration, Instant};
-    let dir = std::env::temp_dir().join(format!("hetsched-held-ask-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let server = hetsched_server::start(ServerConfig {
-        listen: "127.0.0.1:0".parse().expect("addr"),
-        data_dir: dir.clone(),
+    let dir = scratch("service", "held-ask");
+    let (server, channel) = serve(ServerConfig {
+        data_dir: dir.to_path_buf(),
         // Held asks last a quarter of this, at most 5 s.
         dead_timeout: hetsched_core::input::Duration(40_000_000_000),
         ..Default::default()
     })
-    .await
-    .expect("server starts");
-    let channel = pb::endpoint(&format!("http://{}", server.addr), None)
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect");
+    .await;
     let agent = DivisibleClient::with_interceptor(
         channel.clone(),
         pb::TokenInterceptor::new(&server.agent_token).expect("ascii"),
@@ -150,7 +134,6 @@ async fn an_idle_agents_chunk_ask_is_held_open_and_answered_when_a_job_arrives()
         "a held ask does not hold the shutdown ({:?})",
         stopped.elapsed()
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `GetJob` with `wait_ms` is held until the job ends — here, a cancellation — so a client waits
@@ -158,20 +141,12 @@ async fn an_idle_agents_chunk_ask_is_held_open_and_answered_when_a_job_arrives()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_job_with_wait_ms_answers_when_the_job_ends_not_before() {
     use std::time::{Duration, Instant};
-    let dir = std::env::temp_dir().join(format!("hetsched-job-wait-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let server = hetsched_server::start(ServerConfig {
-        listen: "127.0.0.1:0".parse().expect("addr"),
-        data_dir: dir.clone(),
+    let dir = scratch("service", "job-wait");
+    let (server, channel) = serve(ServerConfig {
+        data_dir: dir.to_path_buf(),
         ..Default::default()
     })
-    .await
-    .expect("server starts");
-    let channel = pb::endpoint(&format!("http://{}", server.addr), None)
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect");
+    .await;
     let mut api = ClientClient::with_interceptor(
         channel,
         pb::TokenInterceptor::new(&server.token).expect("ascii"),
@@ -230,5 +205,4 @@ async fn get_job_with_wait_ms_answers_when_the_job_ends_not_before() {
         "answered when the job ended, not at the end of the wait ({waited:?})"
     );
     server.stop().await.expect("stops");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -79,3 +79,18 @@ pub fn scratch(topic: &str, name: &str) -> Scratch {
     std::fs::create_dir_all(&d).expect("scratch dir");
     Scratch(d)
 }
+
+/// A server started in-process over `config` on a loopback port (`config.listen` is replaced),
+/// and a channel to it.
+pub async fn serve(
+    mut config: hetsched_server::ServerConfig,
+) -> (hetsched_server::ServerHandle, tonic::transport::Channel) {
+    config.listen = "127.0.0.1:0".parse().expect("addr");
+    let server = hetsched_server::start(config).await.expect("server starts");
+    let channel = pb::endpoint(&format!("http://{}", server.addr), None)
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    (server, channel)
+}
