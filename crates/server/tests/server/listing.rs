@@ -133,12 +133,7 @@ async fn list_tasks_pages_a_finished_job_from_the_store_over_grpc() {
         .expect("stops");
     let job = finished_job(&mut open(&d.0));
     // After a restart the finished job's rows are not read into memory at all.
-    let server = hetsched_server::start(config).await.expect("server starts");
-    let channel = pb::endpoint(&format!("http://{}", server.addr), None)
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect");
+    let (server, channel) = crate::common::serve(config).await;
     let token = pb::TokenInterceptor::new(&server.token).expect("ascii");
     let mut client = ClientClient::with_interceptor(channel, token);
     let mut ids = Vec::new();
