@@ -204,16 +204,7 @@ impl pb::divisible_server::Divisible for DivisibleService {
             {
                 break reply;
             }
-            tokio::select! {
-                changed = changes.changed() => {
-                    if changed.is_err() {
-                        // The kind was dropped (the server is going away): answer at the end.
-                        tokio::time::sleep_until(until).await;
-                    }
-                }
-                () = tokio::time::sleep_until(until) => {}
-                _ = stopping.changed() => {}
-            }
+            crate::service::held(&mut changes, until, &mut stopping).await;
         };
         Ok(Response::new(pb::NextChunkReply {
             orders: reply

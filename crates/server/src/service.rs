@@ -243,6 +243,25 @@ pub struct ClientService(
 /// The longest a `GetJob` with `wait_ms` is held.
 const MAX_JOB_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// One wait of a call held open: until `changes` sees a change, `until`, or the server stops.
+/// The caller looks again afterwards (a wake-up is a reason to look, not an answer).
+pub(crate) async fn held(
+    changes: &mut tokio::sync::watch::Receiver<u64>,
+    until: tokio::time::Instant,
+    stopping: &mut tokio::sync::watch::Receiver<bool>,
+) {
+    tokio::select! {
+        changed = changes.changed() => {
+            if changed.is_err() {
+                // The sender is gone (the state is going away): answer at the end.
+                tokio::time::sleep_until(until).await;
+            }
+        }
+        () = tokio::time::sleep_until(until) => {}
+        _ = stopping.changed() => {}
+    }
+}
+
 /// Whether a job's state is one it never leaves.
 fn job_ended(state: &str) -> bool {
     matches!(state, "completed" | "failed" | "cancelled")
@@ -307,15 +326,7 @@ impl Client for ClientService {
             if job_ended(&job.state) || *stopping.borrow() || tokio::time::Instant::now() >= until {
                 return Ok(Response::new(job));
             }
-            tokio::select! {
-                changed = commits.changed() => {
-                    if changed.is_err() {
-                        tokio::time::sleep_until(until).await;
-                    }
-                }
-                () = tokio::time::sleep_until(until) => {}
-                _ = stopping.changed() => {}
-            }
+            held(&mut commits, until, &mut stopping).await;
         }
     }
 
