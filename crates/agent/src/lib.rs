@@ -184,6 +184,14 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
         .map_err(|e| AgentError::Config(format!("work directory: {e}")))?;
     let identity = workdir::identity(&opts.work_dir)
         .map_err(|e| AgentError::Config(format!("agent identity: {e}")))?;
+    // The node id while registered: the wake-up waiter asks for this node's work.
+    let (registered, registered_rx) = tokio::sync::watch::channel(None);
+    let _waiter = divisible::Running(tokio::spawn(await_work(
+        client.clone(),
+        identity.clone(),
+        registered_rx,
+        notify.clone(),
+    )));
     let _divisible = divisible::Running(tokio::spawn(divisible::run(
         channel,
         interceptor,
@@ -333,6 +341,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     Ok(r) => {
                         let r = r.into_inner();
                         node_id = Some(r.node_id);
+                        registered.send_replace(node_id);
                         // Spec keys are a server's: after a (re-)registration, hold none, so a
                         // server with a fresh store never meets a key it did not send.
                         shared
@@ -423,6 +432,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
             if reply.reregister {
                 info!("the server does not know this node; registering again");
                 node_id = None;
+                registered.send_replace(None);
                 continue 'main;
             }
             {
@@ -742,6 +752,60 @@ impl Launcher<'_> {
             drop(sh);
             notify.notify_one();
         });
+    }
+}
+
+/// Keeps one `AwaitWork` call open while the agent is registered, and makes the agent beat
+/// (through `notify`) when the server answers that work waits for this node: a job submitted
+/// to an idle cluster, a kill or a workflow message then arrives at once, not at the next
+/// interval. A call that fails only costs that: the periodic heartbeats go on.
+async fn await_work(
+    mut client: AgentClient<
+        tonic::service::interceptor::InterceptedService<
+            tonic::transport::Channel,
+            pb::TokenInterceptor,
+        >,
+    >,
+    identity: String,
+    mut registered: tokio::sync::watch::Receiver<Option<u32>>,
+    notify: Arc<Notify>,
+) {
+    let mut seen = 0;
+    loop {
+        let Some(node_id) = *registered.borrow_and_update() else {
+            if registered.changed().await.is_err() {
+                return;
+            }
+            continue;
+        };
+        let call = client.await_work(pb::AwaitWorkRequest {
+            node_id,
+            identity: identity.clone(),
+            seen,
+        });
+        tokio::select! {
+            r = call => match r {
+                Ok(r) => {
+                    let wake = r.into_inner().wake;
+                    if wake != seen {
+                        seen = wake;
+                        notify.notify_one();
+                    }
+                }
+                Err(s) if s.code() == tonic::Code::Unimplemented => {
+                    debug!("the server does not wake agents: heartbeats alone bring work");
+                    return;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+            },
+            changed = registered.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                // Registered again (maybe under another id): its counter starts afresh.
+                seen = 0;
+            }
+        }
     }
 }
 

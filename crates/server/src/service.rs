@@ -166,8 +166,18 @@ pub(crate) async fn read_state_inline<T: Send + 'static>(
 }
 
 /// The `Agent` service; heartbeats are counted and timed in its [`Metrics`]; where each agent's
-/// log listener is goes to the [`LogRelay`].
-pub struct AgentService(Shared, Arc<Metrics>, Arc<LogRelay>, Arc<Durable>);
+/// log listener is goes to the [`LogRelay`]. The fifth field turns true when the server stops
+/// (an `AwaitWork` held open answers at once).
+pub struct AgentService(
+    Shared,
+    Arc<Metrics>,
+    Arc<LogRelay>,
+    Arc<Durable>,
+    tokio::sync::watch::Receiver<bool>,
+);
+
+/// The longest an `AwaitWork` is held (the agent calls again at once).
+const MAX_WAKE_HOLD: std::time::Duration = std::time::Duration::from_secs(25);
 
 #[tonic::async_trait]
 impl Agent for AgentService {
@@ -225,6 +235,33 @@ impl Agent for AgentService {
             self.2.seen(id, name.as_deref(), ip, port, &work_dir);
         }
         reply
+    }
+
+    /// Held until the node has work waiting (its wake-up counter moves past `seen`), at most
+    /// [`MAX_WAKE_HOLD`], or the server stops; see `state::wakes`.
+    async fn await_work(
+        &self,
+        req: Request<pb::AwaitWorkRequest>,
+    ) -> Result<Response<pb::AwaitWorkReply>, Status> {
+        let r = req.into_inner();
+        let (id, identity, seen) = (r.node_id, r.identity, r.seen);
+        let Some(mut wakes) = read_state_inline(&self.0, move |s| Ok(s.await_work(id, &identity)))
+            .await?
+            .into_inner()
+        else {
+            return Err(Status::failed_precondition(
+                "no node with this id and identity: register first",
+            ));
+        };
+        let until = tokio::time::Instant::now() + MAX_WAKE_HOLD;
+        let mut stopping = self.4.clone();
+        loop {
+            let wake = *wakes.borrow_and_update();
+            if wake != seen || *stopping.borrow() || tokio::time::Instant::now() >= until {
+                return Ok(Response::new(pb::AwaitWorkReply { wake }));
+            }
+            held(&mut wakes, until, &mut stopping).await;
+        }
     }
 }
 
@@ -546,7 +583,13 @@ pub async fn router_with(
     let router = builder
         .add_service(health)
         .add_service(AgentServer::with_interceptor(
-            AgentService(state.clone(), metrics, relay.clone(), durable.clone()),
+            AgentService(
+                state.clone(),
+                metrics,
+                relay.clone(),
+                durable.clone(),
+                stopping.clone(),
+            ),
             CheckToken::new(Role::Agent, creds),
         ))
         .add_service(ClientServer::with_interceptor(

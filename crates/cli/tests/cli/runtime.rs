@@ -290,6 +290,73 @@ fn process_gone(pid: u32) -> bool {
     }
 }
 
+/// Agents told to beat only every 10 s still get work at once: the server wakes an idle agent
+/// when a job arrives and when a running task is cancelled (`AwaitWork`), so neither waits for
+/// the next heartbeat. Without wake-ups the first job would wait up to 10 s, and the cancelled
+/// task would run until the agent's next beat.
+#[test]
+fn work_and_cancels_reach_an_idle_agent_at_once_not_at_its_next_heartbeat() {
+    let mut c = Cluster::start_beating("wake", "10s", "60s");
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    // The registration's own beats are over: the agent's next periodic one is ~10 s away.
+    std::thread::sleep(Duration::from_millis(500));
+    let one = c.write(
+        "one.toml",
+        "[[application]]\nname = \"one\"\ntasks = 1\n[application.cpu]\ncommand = [\"true\"]\n",
+    );
+    let start = Instant::now();
+    let out = c.cli(&["submit", one.to_str().expect("path"), "--wait"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "a one-task job on an idle cluster ran in {:?}, not at the next heartbeat",
+        start.elapsed()
+    );
+
+    let pid_file = c.dir.join("sleeper.pid");
+    let sleeper = c.write(
+        "sleeper.toml",
+        &format!(
+            "[[application]]\nname = \"sleeper\"\ntasks = 1\n[application.cpu]\n\
+             command = [\"sh\", \"-c\", \"echo $$ > {}; exec sleep 60\"]\n",
+            pid_file.display()
+        ),
+    );
+    let out = c.cli(&["submit", sleeper.to_str().expect("path")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_until("the sleeper to start", Duration::from_secs(5), || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|s| s.trim().parse::<u32>().is_ok())
+    });
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .expect("pid")
+        .trim()
+        .parse()
+        .expect("pid");
+    std::thread::sleep(Duration::from_millis(300));
+    let cancelled = Instant::now();
+    let out = c.cli(&["cancel", "2"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_until(
+        "the cancelled task to be killed",
+        Duration::from_secs(4),
+        || process_gone(pid),
+    );
+    assert!(cancelled.elapsed() < Duration::from_secs(4));
+}
+
 #[test]
 fn a_restarted_agent_kills_the_tasks_its_sigkilled_predecessor_left_running() {
     let mut c = Cluster::start("agent-restart", false);

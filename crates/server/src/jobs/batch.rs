@@ -590,6 +590,7 @@ impl Batch {
         cx.store.insert_job(&row, &names, &rows)?;
         self.tasks.extend(rows);
         self.install(cx, row, &w, apps)?;
+        cx.nodes.wakes.free(total as usize);
         cx.metrics.job_submitted();
         info!(job = id, origin, tasks = total, "job accepted");
         Ok(Submitted {
@@ -647,6 +648,7 @@ impl Batch {
         for (app, tasks) in by_app {
             cx.view.resubmit(AppId(app), tasks);
         }
+        cx.nodes.wakes.free(n as usize);
         Ok(n)
     }
 
@@ -1032,6 +1034,7 @@ impl JobKind for Batch {
                     t.failures
                 );
                 cx.view.requeue(&a);
+                cx.nodes.wakes.free(1);
                 cx.metrics.result(Outcome::Retried);
             } else {
                 moved(&mut self.apps, t.app, t.state, TaskState::Failed);
@@ -1076,6 +1079,7 @@ impl JobKind for Batch {
             t.state = TaskState::Pending;
             t.message = format!("attempt {} lost: {reason}", t.attempt);
             cx.view.requeue(&a);
+            cx.nodes.wakes.free(1);
         }
         Ok(())
     }
@@ -1350,6 +1354,8 @@ impl JobKind for Batch {
                     let a = assignment_of(t);
                     cx.view.task_abandoned(&a);
                     cx.nodes.ended(a.node, id);
+                    // Its agent learns to kill it from its next heartbeat: now.
+                    cx.nodes.wakes.node(a.node.0);
                 }
                 _ => continue,
             }

@@ -54,6 +54,7 @@ use crate::state::types::{
     PcddbJob, RunningTask, Submission, Submitted, TaskCounts, TaskInfo, TaskResult, TaskSpec,
     TasksPage, WorkflowInput,
 };
+use crate::state::wakes::Wakes;
 use crate::store::StoreError;
 use hetsched_core::input::workflow_runtime::{RuntimeWorkflow, parse_runtime_workflow};
 use hetsched_core::model::latency::LatencyMatrix;
@@ -68,7 +69,7 @@ use hetsched_core::policy::graph::{
 };
 use hetsched_core::{NodeId, Resources};
 use rusqlite::params;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use tracing::{info, warn};
 
 /// How an agent's result begins when an input could not be fetched (see the agent's
@@ -334,6 +335,9 @@ pub struct Workflows {
     vocab: Vec<Word>,
     dirty: HashSet<(u64, u32)>,
     dirty_jobs: HashSet<u64>,
+    /// Nodes the machines queued an instance or a message for in this event (woken at its end,
+    /// see [`JobKind::take_wakes`]).
+    woken: BTreeSet<u32>,
 }
 
 fn thresholds(config: &ServerConfig) -> (BalancerKind, Thresholds, Option<u32>) {
@@ -373,6 +377,7 @@ impl Workflows {
             vocab: Vec::new(),
             dirty: HashSet::new(),
             dirty_jobs: HashSet::new(),
+            woken: BTreeSet::new(),
         };
         let rows: Vec<StoredJob> = {
             let mut q = cx
@@ -781,6 +786,7 @@ impl Workflows {
                 }
                 Outgoing::Send(m) => {
                     job.sent += 1;
+                    self.woken.insert(m.to.0);
                     match m.body {
                         Body::Dispatch { instance } => {
                             job.assigned
@@ -1479,6 +1485,12 @@ impl JobKind for Workflows {
         !self.dirty.is_empty() || !self.dirty_jobs.is_empty()
     }
 
+    fn take_wakes(&mut self, wakes: &mut Wakes) {
+        for n in std::mem::take(&mut self.woken) {
+            wakes.node(n);
+        }
+    }
+
     fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
         let mut q = tx.prepare_cached(
             "INSERT OR REPLACE INTO wf_instances(job,instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)",
@@ -1634,6 +1646,7 @@ impl JobKind for Workflows {
                 && let Some(node) = x.node
             {
                 cx.nodes.ended(NodeId(node), tid);
+                self.woken.insert(node);
             }
             x.st = St::Failed;
             x.message = "cancelled".into();

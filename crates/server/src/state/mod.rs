@@ -57,6 +57,7 @@ pub mod nodes;
 pub mod prefetch;
 mod topology;
 pub mod types;
+pub mod wakes;
 
 pub use crate::jobs::batch::{
     MAX_SUBMISSION_KEY, MAX_TASKS_PER_JOB, MAX_WORKDIR, RETENTION_INTERVAL, spec_key,
@@ -381,7 +382,17 @@ impl State {
         }
         self.accel_heartbeat(nid, &req, &mut reply)?;
         self.commit()?;
+        self.wake(Some(nid));
         Ok(reply)
+    }
+
+    /// Sends the wake-ups this event marked ([`wakes`]): every kind hands over its marks, and
+    /// the agents concerned (but `answered`, whose reply carries its work) heartbeat at once.
+    fn wake(&mut self, answered: Option<NodeId>) {
+        for kind in self.jobs.all_mut() {
+            kind.take_wakes(&mut self.nodes.wakes);
+        }
+        self.nodes.flush_wakes(&self.view, answered.map(|n| n.0));
     }
 
     /// Hands a lost task to its kind (and off its node).
@@ -575,6 +586,7 @@ impl State {
         if !done.existing {
             self.ids.add(done.job_id, kind);
         }
+        self.wake(None);
         Ok(done)
     }
 
@@ -597,6 +609,7 @@ impl State {
             }
         };
         self.commit()?;
+        self.wake(None);
         info!(job, tasks = n, "failed tasks resubmitted");
         Ok(n)
     }
@@ -608,6 +621,7 @@ impl State {
             None => return Err(StateError::NoJob(job)),
         };
         self.commit()?;
+        self.wake(None);
         info!(job, tasks = n, "job cancelled");
         Ok(n)
     }

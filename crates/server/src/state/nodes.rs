@@ -5,7 +5,7 @@
 use super::types::{Drained, GpuUtilisation, NodeInfo, Registered, Registration};
 use super::{RESTART_GRACE, State, StateError};
 use crate::store::{NodeRow, StoreError};
-use hetsched_core::{Node, NodeId};
+use hetsched_core::{Node, NodeId, SchedulerView};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
@@ -68,6 +68,8 @@ pub struct Nodes {
     by_name: HashMap<String, u32>,
     /// Batch tasks handed to nodes beyond their free cores (issue 10, [`super::prefetch`]).
     pub prefetch: super::prefetch::Prefetch,
+    /// Agents waiting for work, and what this event woke ([`super::wakes`]).
+    pub wakes: super::wakes::Wakes,
 }
 
 impl Nodes {
@@ -170,6 +172,31 @@ impl Nodes {
             new.drained = old.drained;
             new.draining = old.draining;
         }
+        self.wakes.carry_over(&old.wakes);
+    }
+
+    /// Sends the wake-ups the event marked ([`super::wakes`]), except to `answered` (the node
+    /// whose heartbeat reply carries the work). Batch work goes to live nodes that take work and
+    /// have free cores, the most free first, at most one node per new task.
+    pub fn flush_wakes(&mut self, view: &SchedulerView, answered: Option<u32>) {
+        let free = self.wakes.take_free();
+        if free > 0 {
+            let mut open: Vec<(u32, u32)> = self
+                .recs
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| n.alive && !n.removed && !n.drained && !n.draining)
+                .filter_map(|(i, _)| {
+                    let cores = view.nodes().get(i)?.free.cores;
+                    (cores > 0).then_some((i as u32, cores))
+                })
+                .collect();
+            open.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            for (n, _) in open.into_iter().take(free) {
+                self.wakes.node(n);
+            }
+        }
+        self.wakes.send(answered);
     }
 }
 
@@ -304,11 +331,31 @@ impl State {
         if rec.drained != drain {
             rec.drained = drain;
             info!(node = %name, drained = drain, running = rec.running.len(), "node {}", if drain { "drained" } else { "resumed" });
+            if !drain {
+                // Work may wait for it.
+                self.nodes.wakes.node(id);
+                self.wake(None);
+            }
         }
+        let rec = &self.nodes.recs[id as usize];
         Ok(Drained {
             node_id: id,
             running: rec.running.len() as u32,
         })
+    }
+
+    /// The wake-up counter of node `id` that its agent's `AwaitWork` waits on ([`super::wakes`]),
+    /// if `identity` is the one that registered the node; `None` tells the agent to register.
+    pub fn await_work(
+        &mut self,
+        id: u32,
+        identity: &str,
+    ) -> Option<tokio::sync::watch::Receiver<u64>> {
+        let rec = self.nodes.get(id)?;
+        if rec.removed || rec.identity.is_empty() || !same_secret(&rec.identity, identity) {
+            return None;
+        }
+        Some(self.nodes.wakes.subscribe(id))
     }
 
     /// The name of node `id`, if it has one.
@@ -354,7 +401,9 @@ impl State {
             self.jobs.divisible.lose_agent(&name);
         }
         self.accel_left()?;
-        self.commit()
+        self.commit()?;
+        self.wake(None);
+        Ok(())
     }
 
     /// Every node (removed ones are not listed).

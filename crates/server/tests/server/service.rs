@@ -206,3 +206,145 @@ async fn get_job_with_wait_ms_answers_when_the_job_ends_not_before() {
     );
     server.stop().await.expect("stops");
 }
+
+/// An idle agent keeps one `AwaitWork` open; it is answered as soon as the server has work for
+/// its node — a job while it has free cores, a kill of its task — so work does not wait for the
+/// next periodic heartbeat. A one-task job wakes one node (the one with the most free cores),
+/// not every node; a caller that is not the node's agent is refused; stopping answers at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_waiting_for_work_is_woken_by_a_job_and_by_a_kill_not_before() {
+    use hetsched_proto::agent_client::AgentClient;
+    use std::time::{Duration, Instant};
+    let dir = scratch("service", "await-work");
+    let (server, channel) = serve(ServerConfig {
+        data_dir: dir.to_path_buf(),
+        // Periodic heartbeats play no part here: the test sends them itself.
+        heartbeat_interval: hetsched_core::input::Duration(60_000_000_000),
+        dead_timeout: hetsched_core::input::Duration(600_000_000_000),
+        ..Default::default()
+    })
+    .await;
+    let agent = AgentClient::with_interceptor(
+        channel.clone(),
+        pb::TokenInterceptor::new(&server.agent_token).expect("ascii"),
+    );
+    let mut api = ClientClient::with_interceptor(
+        channel,
+        pb::TokenInterceptor::new(&server.token).expect("ascii"),
+    );
+    let register = |name: &str, cores: u32| {
+        let mut agent = agent.clone();
+        let req = pb::RegisterRequest {
+            name: name.into(),
+            cores,
+            memory_bytes: 8 << 30,
+            core_speed: 1.0,
+            identity: format!("{name}-identity"),
+            ..Default::default()
+        };
+        async move {
+            agent
+                .register(req)
+                .await
+                .expect("registered")
+                .into_inner()
+                .node_id
+        }
+    };
+    let small = register("small", 2).await;
+    let big = register("big", 8).await;
+    let wait = |node_id: u32, identity: &str, seen: u64| {
+        let mut agent = agent.clone();
+        let req = pb::AwaitWorkRequest {
+            node_id,
+            identity: identity.into(),
+            seen,
+        };
+        tokio::spawn(async move {
+            let t = Instant::now();
+            (agent.await_work(req).await, t.elapsed())
+        })
+    };
+
+    let refused = wait(big, "not-its-identity", 0).await.expect("task").0;
+    assert_eq!(
+        refused.expect_err("another identity").code(),
+        tonic::Code::FailedPrecondition
+    );
+
+    let small_wait = wait(small, "small-identity", 0);
+    let big_wait = wait(big, "big-identity", 0);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(
+        !small_wait.is_finished() && !big_wait.is_finished(),
+        "no work: both held open"
+    );
+    let submitted = Instant::now();
+    let job = api
+        .submit(pb::SubmitRequest {
+            origin: "one.toml".into(),
+            text: "[[application]]\nname = \"one\"\ntasks = 1\n[application.cpu]\ncommand = [\"sleep\", \"60\"]\n"
+                .into(),
+            workdir: "/".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("submitted")
+        .into_inner()
+        .job_id;
+    let (woken, _) = big_wait.await.expect("task");
+    let first = woken.expect("answered").into_inner().wake;
+    assert_ne!(first, 0, "the wake-up count moved");
+    assert!(
+        submitted.elapsed() < Duration::from_secs(5),
+        "woken by the submission ({:?}), not at the hold's end (25 s)",
+        submitted.elapsed()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !small_wait.is_finished(),
+        "a one-task job wakes one node, the one with the most free cores"
+    );
+
+    // The big node beats and takes the task; a later cancel wakes it to kill the task.
+    let mut beat = agent.clone();
+    let reply = beat
+        .heartbeat(pb::HeartbeatRequest {
+            node_id: big,
+            identity: "big-identity".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("heartbeat")
+        .into_inner();
+    assert_eq!(reply.assignments.len(), 1, "the woken node takes the task");
+    let big_wait = wait(big, "big-identity", first);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!big_wait.is_finished(), "nothing new for it: held");
+    api.cancel(pb::CancelRequest { job_id: job })
+        .await
+        .expect("cancelled");
+    let (woken, waited) = big_wait.await.expect("task");
+    assert_ne!(woken.expect("answered").into_inner().wake, first);
+    assert!(
+        waited < Duration::from_secs(5),
+        "woken by the cancel ({waited:?})"
+    );
+
+    // A wake-up that came between two calls is not lost: `seen` behind the count answers at once.
+    let (again, waited) = wait(big, "big-identity", first).await.expect("task");
+    again.expect("answered");
+    assert!(
+        waited < Duration::from_secs(1),
+        "answered at once ({waited:?})"
+    );
+
+    let stopped = Instant::now();
+    server.stop().await.expect("stops");
+    let _ = small_wait.await.expect("task");
+    assert!(
+        stopped.elapsed() < Duration::from_secs(3),
+        "a held wait does not hold the shutdown ({:?})",
+        stopped.elapsed()
+    );
+}

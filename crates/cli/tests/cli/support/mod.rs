@@ -22,6 +22,8 @@ pub struct Cluster {
     pub tls: bool,
     /// More server configuration (TOML text), written after the TLS part, if any.
     pub server_config: Option<String>,
+    /// The server's `--heartbeat-interval` and `--dead-timeout`.
+    pub beat: (&'static str, &'static str),
 }
 
 /// A file of the test TLS material (`crates/cli/tests/tls`).
@@ -81,52 +83,51 @@ fn temp_dir(name: &str) -> PathBuf {
 
 impl Cluster {
     pub fn start(name: &str, http: bool) -> Cluster {
-        let dir = temp_dir(name);
-        let mut c = Cluster {
-            dir,
-            server: None,
-            listen: "127.0.0.1:0".into(),
-            agents: BTreeMap::new(),
-            http,
-            tls: false,
-            server_config: None,
-        };
-        c.start_server();
-        c
+        Cluster::new(name, http, false, None)
     }
 
     /// A cluster whose server speaks TLS (the test certificate, for `localhost`/`127.0.0.1`) and
     /// checks the agents' log listeners against the test CA (`[tls] agent_ca`); the CLI and the
     /// agents trust the same CA.
     pub fn start_tls(name: &str) -> Cluster {
-        let dir = temp_dir(name);
-        let mut c = Cluster {
-            dir,
-            server: None,
-            listen: "127.0.0.1:0".into(),
-            agents: BTreeMap::new(),
-            http: false,
-            tls: true,
-            server_config: None,
-        };
-        c.start_server();
-        c
+        Cluster::new(name, false, true, None)
     }
 
     /// As [`Cluster::start`], the server also reading the configuration `config` (TOML text).
     pub fn start_configured(name: &str, http: bool, config: &str) -> Cluster {
-        let dir = temp_dir(name);
-        let mut c = Cluster {
-            dir,
+        Cluster::new(name, http, false, Some(config.to_string()))
+    }
+
+    /// As [`Cluster::start`], with agents told to heartbeat every `heartbeat` (100 ms elsewhere)
+    /// and nodes declared dead after `dead_timeout` of silence (1 s elsewhere).
+    pub fn start_beating(
+        name: &str,
+        heartbeat: &'static str,
+        dead_timeout: &'static str,
+    ) -> Cluster {
+        let mut c = Cluster::new_stopped(name, false, false, None);
+        c.beat = (heartbeat, dead_timeout);
+        c.start_server();
+        c
+    }
+
+    fn new(name: &str, http: bool, tls: bool, server_config: Option<String>) -> Cluster {
+        let mut c = Cluster::new_stopped(name, http, tls, server_config);
+        c.start_server();
+        c
+    }
+
+    fn new_stopped(name: &str, http: bool, tls: bool, server_config: Option<String>) -> Cluster {
+        Cluster {
+            dir: temp_dir(name),
             server: None,
             listen: "127.0.0.1:0".into(),
             agents: BTreeMap::new(),
             http,
-            tls: false,
-            server_config: Some(config.to_string()),
-        };
-        c.start_server();
-        c
+            tls,
+            server_config,
+            beat: ("100ms", "1s"),
+        }
     }
 
     pub fn data(&self) -> PathBuf {
@@ -155,10 +156,16 @@ impl Cluster {
         let text = text + self.server_config.as_deref().unwrap_or("");
         std::fs::write(&config, text).expect("server config");
         let child = Command::new(BIN)
-            .args(["server", "--listen", &self.listen, "--dead-timeout", "1s"])
+            .args([
+                "server",
+                "--listen",
+                &self.listen,
+                "--dead-timeout",
+                self.beat.1,
+            ])
             .arg("--config")
             .arg(&config)
-            .args(["--heartbeat-interval", "100ms", "--data-dir"])
+            .args(["--heartbeat-interval", self.beat.0, "--data-dir"])
             .arg(self.data())
             .args(if self.http {
                 vec!["--http-listen", "127.0.0.1:0"]
