@@ -186,11 +186,13 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
         .map_err(|e| AgentError::Config(format!("agent identity: {e}")))?;
     // The node id while registered: the wake-up waiter asks for this node's work.
     let (registered, registered_rx) = tokio::sync::watch::channel(None);
+    // Set by the waiter: the server has work for this node (beat at once, without coalescing).
+    let woken = Arc::new(Notify::new());
     let _waiter = divisible::Running(tokio::spawn(await_work(
         client.clone(),
         identity.clone(),
         registered_rx,
-        notify.clone(),
+        woken.clone(),
     )));
     let _divisible = divisible::Running(tokio::spawn(divisible::run(
         channel,
@@ -557,6 +559,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                         // ride on the same heartbeat (one RPC and one server transaction for many).
                         coalesce(&launcher, result_window).await;
                     }
+                    () = woken.notified() => {}
                     () = tokio::time::sleep(interval) => {}
                     () = &mut shutdown, if draining.is_none() => {
                         draining = Some(Instant::now());
@@ -756,7 +759,7 @@ impl Launcher<'_> {
 }
 
 /// Keeps one `AwaitWork` call open while the agent is registered, and makes the agent beat
-/// (through `notify`) when the server answers that work waits for this node: a job submitted
+/// (through `woken`) when the server answers that work waits for this node: a job submitted
 /// to an idle cluster, a kill or a workflow message then arrives at once, not at the next
 /// interval. A call that fails only costs that: the periodic heartbeats go on.
 async fn await_work(
@@ -768,7 +771,7 @@ async fn await_work(
     >,
     identity: String,
     mut registered: tokio::sync::watch::Receiver<Option<u32>>,
-    notify: Arc<Notify>,
+    woken: Arc<Notify>,
 ) {
     let mut seen = 0;
     loop {
@@ -789,7 +792,7 @@ async fn await_work(
                     let wake = r.into_inner().wake;
                     if wake != seen {
                         seen = wake;
-                        notify.notify_one();
+                        woken.notify_one();
                     }
                 }
                 Err(s) if s.code() == tonic::Code::Unimplemented => {
