@@ -762,6 +762,11 @@ impl Workflows {
         })?;
         let out = job.machine.handle(LaunchEvent::Start, cx.now);
         self.apply(&mut job, out);
+        if balancer == BalancerKind::Pcddb {
+            // Every agent learns of a pcddb job from a heartbeat reply (its thresholds, peers
+            // and clusters) and only then checks itself against it: let them beat now.
+            self.woken.extend(live.iter().copied());
+        }
         info!(job = job.id(), instances = n, balancer = %balancer, "workflow submitted");
         let id = job.id();
         self.jobs.insert(seq, job);
