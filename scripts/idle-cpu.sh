@@ -7,29 +7,8 @@
 set -eu
 BIN=$1
 T=${2:-10}
-D=$(mktemp -d)
-cleanup() {
-    kill $(jobs -p) 2>/dev/null || true
-    wait 2>/dev/null || true
-    rm -rf "$D"
-}
-trap cleanup EXIT
-if [ "$BIN" = hq ]; then
-    HQ=${HQ:-hq}
-    "$HQ" server start --server-dir "$D" >"$D/server.log" 2>&1 &
-    SERVER=$!
-    until "$HQ" server info --server-dir "$D" >/dev/null 2>&1; do sleep 0.05; done
-    for i in 1 2; do "$HQ" worker start --cpus 4 --server-dir "$D" >"$D/worker$i.log" 2>&1 & done
-else
-    "$BIN" server --listen 127.0.0.1:0 --data-dir "$D/server" >"$D/server.log" 2>&1 &
-    SERVER=$!
-    until [ -f "$D/server/address" ]; do sleep 0.05; done
-    ADDR=$(cat "$D/server/address")
-    for i in 0 1; do
-        "$BIN" agent --server "http://$ADDR" --name "idle-$i" --cores 4 \
-            --token-file "$D/server/agent-token" --work-dir "$D/agent-$i" >"$D/agent-$i.log" 2>&1 &
-    done
-fi
+. "$(dirname "$0")/small-cluster.sh"
+start_cluster "$BIN"
 sleep 3
 cpu() { awk '{ print $14 + $15 }' "/proc/$SERVER/stat"; } # clock ticks (1/100 s)
 c0=$(cpu)

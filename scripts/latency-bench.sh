@@ -11,35 +11,12 @@
 set -eu
 BIN=$1
 N=${2:-20}
-D=$(mktemp -d)
-cleanup() {
-    kill $(jobs -p) 2>/dev/null || true
-    wait 2>/dev/null || true
-    rm -rf "$D"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/small-cluster.sh"
+start_cluster "$BIN"
 if [ "$BIN" = hq ]; then
-    HQ=${HQ:-hq}
-    "$HQ" server start --server-dir "$D" >"$D/server.log" 2>&1 &
-    until "$HQ" server info --server-dir "$D" >/dev/null 2>&1; do sleep 0.05; done
-    for i in 1 2; do "$HQ" worker start --cpus 4 --server-dir "$D" >"$D/worker$i.log" 2>&1 & done
-    until [ "$("$HQ" worker list --server-dir "$D" --output-mode quiet 2>/dev/null | wc -l)" -ge 2 ]; do
-        sleep 0.05
-    done
     submit() { "$HQ" submit --server-dir "$D" --wait --stdout none --stderr none -- true >/dev/null; }
 else
-    "$BIN" server --listen 127.0.0.1:0 --data-dir "$D/server" >"$D/server.log" 2>&1 &
-    until [ -s "$D/server/address" ]; do sleep 0.05; done
-    ADDR=$(cat "$D/server/address")
-    for i in 0 1; do
-        "$BIN" agent --server "http://$ADDR" --name "lat-$i" --cores 4 \
-            --token-file "$D/server/agent-token" --work-dir "$D/agent-$i" >"$D/agent-$i.log" 2>&1 &
-    done
     printf '[[application]]\nname = "one"\ntasks = 1\n[application.cpu]\ncommand = ["true"]\n' >"$D/one.toml"
-    export HETSCHED_SERVER="http://$ADDR" HETSCHED_TOKEN_FILE="$D/server/token"
-    until [ "$("$BIN" nodes --output json 2>/dev/null | grep -o '"alive": *true' | wc -l)" -ge 2 ]; do
-        sleep 0.05
-    done
     submit() { "$BIN" submit "$D/one.toml" --wait >/dev/null; }
 fi
 sleep 1
