@@ -242,9 +242,18 @@ pub fn run(cmd: RuntimeCommand) -> anyhow::Result<()> {
         RuntimeCommand::Matrows(args) => matrows::run(&args),
         RuntimeCommand::BenchDispatch(args) => bench::run(&args),
         cmd => {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
+            // A client command makes a few calls and exits: one thread spares it the worker
+            // threads' start-up and the hand-offs between them (a third of `hetsched jobs`'
+            // own time); the server, the agent and the demo serve many connections at once.
+            let rt = if cmd.long_running() {
+                tokio::runtime::Builder::new_multi_thread()
+                    .enable_all()
+                    .build()?
+            } else {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?
+            };
             rt.block_on(run_async(cmd))
         }
     }

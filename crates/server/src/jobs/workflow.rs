@@ -54,7 +54,6 @@ use crate::state::types::{
     PcddbJob, RunningTask, Submission, Submitted, TaskCounts, TaskInfo, TaskResult, TaskSpec,
     TasksPage, WorkflowInput,
 };
-use crate::state::wakes::Wakes;
 use crate::store::StoreError;
 use hetsched_core::input::workflow_runtime::{RuntimeWorkflow, parse_runtime_workflow};
 use hetsched_core::model::latency::LatencyMatrix;
@@ -69,7 +68,7 @@ use hetsched_core::policy::graph::{
 };
 use hetsched_core::{NodeId, Resources};
 use rusqlite::params;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use tracing::{info, warn};
 
 /// How an agent's result begins when an input could not be fetched (see the agent's
@@ -335,9 +334,6 @@ pub struct Workflows {
     vocab: Vec<Word>,
     dirty: HashSet<(u64, u32)>,
     dirty_jobs: HashSet<u64>,
-    /// Nodes the machines queued an instance or a message for in this event (woken at its end,
-    /// see [`JobKind::take_wakes`]).
-    woken: BTreeSet<u32>,
 }
 
 fn thresholds(config: &ServerConfig) -> (BalancerKind, Thresholds, Option<u32>) {
@@ -377,7 +373,6 @@ impl Workflows {
             vocab: Vec::new(),
             dirty: HashSet::new(),
             dirty_jobs: HashSet::new(),
-            woken: BTreeSet::new(),
         };
         let rows: Vec<StoredJob> = {
             let mut q = cx
@@ -762,11 +757,6 @@ impl Workflows {
         })?;
         let out = job.machine.handle(LaunchEvent::Start, cx.now);
         self.apply(&mut job, out);
-        if balancer == BalancerKind::Pcddb {
-            // Every agent learns of a pcddb job from a heartbeat reply (its thresholds, peers
-            // and clusters) and only then checks itself against it: let them beat now.
-            self.woken.extend(live.iter().copied());
-        }
         info!(job = job.id(), instances = n, balancer = %balancer, "workflow submitted");
         let id = job.id();
         self.jobs.insert(seq, job);
@@ -791,7 +781,6 @@ impl Workflows {
                 }
                 Outgoing::Send(m) => {
                     job.sent += 1;
-                    self.woken.insert(m.to.0);
                     match m.body {
                         Body::Dispatch { instance } => {
                             job.assigned
@@ -1490,12 +1479,6 @@ impl JobKind for Workflows {
         !self.dirty.is_empty() || !self.dirty_jobs.is_empty()
     }
 
-    fn take_wakes(&mut self, wakes: &mut Wakes) {
-        for n in std::mem::take(&mut self.woken) {
-            wakes.node(n);
-        }
-    }
-
     fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
         let mut q = tx.prepare_cached(
             "INSERT OR REPLACE INTO wf_instances(job,instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)",
@@ -1651,7 +1634,8 @@ impl JobKind for Workflows {
                 && let Some(node) = x.node
             {
                 cx.nodes.ended(NodeId(node), tid);
-                self.woken.insert(node);
+                // Its agent learns to kill it from its next heartbeat: now.
+                cx.nodes.wakes.node(node);
             }
             x.st = St::Failed;
             x.message = "cancelled".into();
