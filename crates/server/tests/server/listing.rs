@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::{Scratch, heartbeat_request};
+use common::{Scratch, client_token, heartbeat_request};
 use hetsched_proto as pb;
 use hetsched_proto::client_client::ClientClient;
 use hetsched_server::ServerConfig;
@@ -134,7 +134,7 @@ async fn list_tasks_pages_a_finished_job_from_the_store_over_grpc() {
     let job = finished_job(&mut open(&d.0));
     // After a restart the finished job's rows are not read into memory at all.
     let (server, channel) = crate::common::serve(config).await;
-    let token = pb::TokenInterceptor::new(&server.token).expect("ascii");
+    let token = client_token(&server);
     let mut client = ClientClient::with_interceptor(channel, token);
     let mut ids = Vec::new();
     let mut cursor = 0;

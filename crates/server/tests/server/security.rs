@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::heartbeat_request;
+use common::{agent_token, client_token, heartbeat_request};
 use hetsched_proto as pb;
 use hetsched_proto::agent_client::AgentClient;
 use hetsched_proto::client_client::ClientClient;
@@ -42,8 +42,8 @@ async fn the_client_token_cannot_register_or_heartbeat_and_the_agent_token_canno
     })
     .await;
     assert_ne!(server.token, server.agent_token);
-    let as_client = pb::TokenInterceptor::new(&server.token).expect("ascii");
-    let as_agent = pb::TokenInterceptor::new(&server.agent_token).expect("ascii");
+    let as_client = client_token(&server);
+    let as_agent = agent_token(&server);
 
     let mut agent_api_with_client_token =
         AgentClient::with_interceptor(channel.clone(), as_client.clone());

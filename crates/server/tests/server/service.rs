@@ -7,7 +7,7 @@ use hetsched_server::ServerConfig;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
-use crate::common::{scratch, serve};
+use crate::common::{agent_token, client_token, scratch, serve};
 
 #[tokio::test]
 async fn health_is_open_and_everything_else_needs_the_token() {
@@ -40,7 +40,7 @@ async fn health_is_open_and_everything_else_needs_the_token() {
         .expect_err("wrong token");
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
 
-    let right = pb::TokenInterceptor::new(&server.token).expect("ascii");
+    let right = client_token(&server);
     let jobs = ClientClient::with_interceptor(channel, right)
         .list_jobs(pb::ListJobsRequest::default())
         .await
@@ -67,10 +67,7 @@ async fn an_idle_agents_chunk_ask_is_held_open_and_answered_when_a_job_arrives()
         ..Default::default()
     })
     .await;
-    let agent = DivisibleClient::with_interceptor(
-        channel.clone(),
-        pb::TokenInterceptor::new(&server.agent_token).expect("ascii"),
-    );
+    let agent = DivisibleClient::with_interceptor(channel.clone(), agent_token(&server));
     let ask = |name: &str| {
         let mut agent = agent.clone();
         let req = pb::NextChunkRequest {
@@ -94,20 +91,17 @@ async fn an_idle_agents_chunk_ask_is_held_open_and_answered_when_a_job_arrives()
         "an ask with nothing to hand out is held open"
     );
     let submitted = Instant::now();
-    let job = ClientClient::with_interceptor(
-        channel.clone(),
-        pb::TokenInterceptor::new(&server.token).expect("ascii"),
-    )
-    .submit(pb::SubmitRequest {
-        origin: "rows.toml".into(),
-        text: "[[divisible]]\nname = \"rows\"\nunits = 100\ncommand = \"echo {start} {end}\"\n"
-            .into(),
-        workdir: "/".into(),
-        ..Default::default()
-    })
-    .await
-    .expect("submitted")
-    .into_inner();
+    let job = ClientClient::with_interceptor(channel.clone(), client_token(&server))
+        .submit(pb::SubmitRequest {
+            origin: "rows.toml".into(),
+            text: "[[divisible]]\nname = \"rows\"\nunits = 100\ncommand = \"echo {start} {end}\"\n"
+                .into(),
+            workdir: "/".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("submitted")
+        .into_inner();
     let (reply, waited) = held.await.expect("ask task");
     let reply = reply.expect("answered");
     assert_eq!(
@@ -147,10 +141,7 @@ async fn get_job_with_wait_ms_answers_when_the_job_ends_not_before() {
         ..Default::default()
     })
     .await;
-    let mut api = ClientClient::with_interceptor(
-        channel,
-        pb::TokenInterceptor::new(&server.token).expect("ascii"),
-    );
+    let mut api = ClientClient::with_interceptor(channel, client_token(&server));
     // No agent: the job cannot run, it only ends when cancelled.
     let job = api
         .submit(pb::SubmitRequest {
@@ -224,14 +215,8 @@ async fn an_agent_waiting_for_work_is_woken_by_a_job_and_by_a_kill_not_before() 
         ..Default::default()
     })
     .await;
-    let agent = AgentClient::with_interceptor(
-        channel.clone(),
-        pb::TokenInterceptor::new(&server.agent_token).expect("ascii"),
-    );
-    let mut api = ClientClient::with_interceptor(
-        channel,
-        pb::TokenInterceptor::new(&server.token).expect("ascii"),
-    );
+    let agent = AgentClient::with_interceptor(channel.clone(), agent_token(&server));
+    let mut api = ClientClient::with_interceptor(channel, client_token(&server));
     let register = |name: &str, cores: u32| {
         let mut agent = agent.clone();
         let req = pb::RegisterRequest {

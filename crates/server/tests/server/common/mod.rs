@@ -94,3 +94,13 @@ pub async fn serve(
         .expect("connect");
     (server, channel)
 }
+
+/// The client token of `server`, as a call interceptor.
+pub fn client_token(server: &hetsched_server::ServerHandle) -> pb::TokenInterceptor {
+    pb::TokenInterceptor::new(&server.token).expect("ascii token")
+}
+
+/// The agent token of `server`, as a call interceptor.
+pub fn agent_token(server: &hetsched_server::ServerHandle) -> pb::TokenInterceptor {
+    pb::TokenInterceptor::new(&server.agent_token).expect("ascii token")
+}
