@@ -760,7 +760,7 @@ impl Launcher<'_> {
 
 /// Keeps one `AwaitWork` call open while the agent is registered, and makes the agent beat
 /// (through `woken`) when the server answers that work waits for this node: a job submitted
-/// to an idle cluster or a kill then arrives at once, not at the next
+/// to an idle cluster, a kill or a workflow message then arrives at once, not at the next
 /// interval. A call that fails only costs that: the periodic heartbeats go on.
 async fn await_work(
     mut client: AgentClient<

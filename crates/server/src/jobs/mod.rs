@@ -38,9 +38,9 @@
 //!    the agent is told to kill it. A task the node's [`Nodes`] entry lists as running but the
 //!    heartbeat neither reports running nor finished — and every task of a node declared dead —
 //!    goes to [`JobKind::on_lost`]. A kind calls [`Nodes::ended`] when its task leaves a node.
-//!    Work a kind has for a node *between* its heartbeats (new tasks, a kill) is marked in
-//!    [`Nodes::wakes`]; the state wakes those agents at the end of the event, and they beat
-//!    at once.
+//!    Work a kind has for a node *between* its heartbeats (new tasks, a kill, a message) is
+//!    marked in [`Nodes::wakes`] (or handed over in [`JobKind::take_wakes`]); the state wakes
+//!    those agents at the end of the event, and they beat at once.
 //! 6. **Persistence.** A kind keeps what an event changed (its "dirty" rows) and writes it in
 //!    [`JobKind::persist`], which the state calls for every kind inside ONE store transaction
 //!    after the event; [`JobKind::committed`] follows a successful commit. If the commit fails
@@ -75,6 +75,7 @@ use crate::state::types::{
     BackedOffApp, Dispatch, HeartbeatReply, HeartbeatReport, JobInfo, JobsPage, RunningTask,
     TaskCounts, TaskResult, TaskSpec, TasksPage,
 };
+use crate::state::wakes::Wakes;
 use crate::store::{Store, StoreError};
 use hetsched_core::{NodeId, SchedulerView};
 use std::collections::HashSet;
@@ -254,6 +255,12 @@ pub trait JobKind: Send {
 
     /// The transaction committed: forget what was written.
     fn committed(&mut self);
+
+    /// At the end of each event: the nodes this kind has something for before their next
+    /// heartbeat, marked in `wakes` ([`crate::state::wakes`]). A kind may also mark them as it
+    /// goes, through `Ctx::nodes.wakes` (batch does); this is for marks made where no `Ctx` is at
+    /// hand (workflow: what its machines send).
+    fn take_wakes(&mut self, _wakes: &mut Wakes) {}
 
     /// Every reaper tick (batch: retention).
     fn housekeeping(&mut self, _cx: &mut Ctx) -> Result<(), StateError> {

@@ -26,9 +26,12 @@
 //!   every input's node must be alive; an output whose node died is produced again (its
 //!   producer runs again), and the consumer waits for it on the node that took it;
 //! - **losses**: an instance lost with its node (or its agent) runs again;
-//! - every run again (a retry, a loss, a re-production, a ready instance after a restart) is
-//!   placed by the machine like a ready instance ([`LaunchNode::resubmit`],
-//!   [`Dispatcher::resubmit`]): under `pcddb` it travels in the next allocation request;
+//! - every run again (a retry, a loss, a ready instance after a restart) is placed by the
+//!   machine like a ready instance ([`LaunchNode::resubmit`], [`Dispatcher::resubmit`]): under
+//!   `pcddb` it travels in the next allocation request. A re-production that a consumer already
+//!   waits for on a live node runs on that node instead, first (`Workflows::waiting_for`):
+//!   waiting consumers count in the nodes' instance tables, and could otherwise leave no node
+//!   underloaded to take the producer;
 //! - **clusters** (spec 05 §2): the agents measure round trips to each other; the core's
 //!   [`proximity_clusters`] groups the live nodes (minimum size `[workflow] cluster_size`, else
 //!   ⌊0.3·N⌋); the launch node keeps one table per cluster and each agent's `PcddbNode` is a
@@ -54,6 +57,7 @@ use crate::state::types::{
     PcddbJob, RunningTask, Submission, Submitted, TaskCounts, TaskInfo, TaskResult, TaskSpec,
     TasksPage, WorkflowInput,
 };
+use crate::state::wakes::Wakes;
 use crate::store::StoreError;
 use hetsched_core::input::workflow_runtime::{RuntimeWorkflow, parse_runtime_workflow};
 use hetsched_core::model::latency::LatencyMatrix;
@@ -68,7 +72,7 @@ use hetsched_core::policy::graph::{
 };
 use hetsched_core::{NodeId, Resources};
 use rusqlite::params;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use tracing::{info, warn};
 
 /// How an agent's result begins when an input could not be fetched (see the agent's
@@ -334,6 +338,9 @@ pub struct Workflows {
     vocab: Vec<Word>,
     dirty: HashSet<(u64, u32)>,
     dirty_jobs: HashSet<u64>,
+    /// Nodes the machines queued an instance or a message for in this event (woken at its end,
+    /// see [`JobKind::take_wakes`]).
+    woken: BTreeSet<u32>,
 }
 
 fn thresholds(config: &ServerConfig) -> (BalancerKind, Thresholds, Option<u32>) {
@@ -373,6 +380,7 @@ impl Workflows {
             vocab: Vec::new(),
             dirty: HashSet::new(),
             dirty_jobs: HashSet::new(),
+            woken: BTreeSet::new(),
         };
         let rows: Vec<StoredJob> = {
             let mut q = cx
@@ -588,18 +596,56 @@ impl Workflows {
             .collect()
     }
 
-    /// Hands the instances to run again to the job's machine.
-    fn flush(&mut self, cx: &Ctx, job: &mut WfJob) {
+    /// Hands the instances to run again to the job's machine — except a lost output's producer
+    /// that a consumer already waits for on a live node: it runs there, first (see
+    /// [`Self::waiting_for`]).
+    fn flush(&mut self, cx: &mut Ctx, job: &mut WfJob) {
         if job.rerun.is_empty() {
             return;
         }
-        let ids: Vec<InstanceId> = std::mem::take(&mut job.rerun)
-            .into_iter()
-            .filter(|&i| matches!(job.insts[i as usize].st, St::Ready | St::Waiting))
-            .map(InstanceId)
-            .collect();
+        let mut ids = Vec::new();
+        for i in std::mem::take(&mut job.rerun) {
+            let x = &job.insts[i as usize];
+            if !matches!(x.st, St::Ready | St::Waiting) {
+                continue;
+            }
+            if x.reproducing
+                && let Some(n) = Self::waiting_for(cx, job, i)
+            {
+                job.assigned.entry(n).or_default().push_front(i);
+                cx.nodes.wakes.node(n);
+                continue;
+            }
+            ids.push(InstanceId(i));
+        }
+        if ids.is_empty() {
+            return;
+        }
         let out = job.machine.resubmit(&ids, cx.now);
         self.apply(job, out);
+    }
+
+    /// A live node where a consumer of `p` waits for `p`'s lost output (the node took the
+    /// consumer before the output was lost), the one with most such consumers (lowest id on
+    /// ties).
+    ///
+    /// The producer runs there rather than through the balancer. Those consumers count in the
+    /// node's instance table, and under pcddb they may fill every node's table to LT or more:
+    /// then no node reports itself underloaded, an allocation request carrying the producer
+    /// finds no taker, and nothing ever runs again. (This happened when the server restarted
+    /// while an agent died: every live node held consumers of outputs the dead one had.) It
+    /// is recovery, not balancing — spec 05 has no lost outputs — and it costs no fetch: the
+    /// output is made where it is read. The node's instance table does not count it, so it
+    /// may run above MT × cores.
+    fn waiting_for(cx: &Ctx, job: &WfJob, p: u32) -> Option<u32> {
+        let consumers: HashSet<u32> = job.consumers(p).into_iter().collect();
+        job.assigned
+            .iter()
+            .filter(|(n, _)| Self::alive(cx, **n))
+            .map(|(&n, q)| (q.iter().filter(|i| consumers.contains(i)).count(), n))
+            .filter(|&(k, _)| k > 0)
+            .max_by_key(|&(k, n)| (k, std::cmp::Reverse(n)))
+            .map(|(_, n)| n)
     }
 
     /// Gives back what instance `i` booked in the view.
@@ -757,6 +803,11 @@ impl Workflows {
         })?;
         let out = job.machine.handle(LaunchEvent::Start, cx.now);
         self.apply(&mut job, out);
+        if balancer == BalancerKind::Pcddb {
+            // Every agent learns of a pcddb job from a heartbeat reply (its thresholds, peers
+            // and clusters) and only then checks itself against it: let them beat now.
+            self.woken.extend(live.iter().copied());
+        }
         info!(job = job.id(), instances = n, balancer = %balancer, "workflow submitted");
         let id = job.id();
         self.jobs.insert(seq, job);
@@ -781,6 +832,7 @@ impl Workflows {
                 }
                 Outgoing::Send(m) => {
                     job.sent += 1;
+                    self.woken.insert(m.to.0);
                     match m.body {
                         Body::Dispatch { instance } => {
                             job.assigned
@@ -1479,6 +1531,12 @@ impl JobKind for Workflows {
         !self.dirty.is_empty() || !self.dirty_jobs.is_empty()
     }
 
+    fn take_wakes(&mut self, wakes: &mut Wakes) {
+        for n in std::mem::take(&mut self.woken) {
+            wakes.node(n);
+        }
+    }
+
     fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
         let mut q = tx.prepare_cached(
             "INSERT OR REPLACE INTO wf_instances(job,instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)",
@@ -1634,8 +1692,7 @@ impl JobKind for Workflows {
                 && let Some(node) = x.node
             {
                 cx.nodes.ended(NodeId(node), tid);
-                // Its agent learns to kill it from its next heartbeat: now.
-                cx.nodes.wakes.node(node);
+                self.woken.insert(node);
             }
             x.st = St::Failed;
             x.message = "cancelled".into();

@@ -386,9 +386,12 @@ impl State {
         Ok(reply)
     }
 
-    /// Sends the wake-ups this event marked ([`wakes`]): the agents concerned (but `answered`,
-    /// whose reply carries its work) heartbeat at once.
+    /// Sends the wake-ups this event marked ([`wakes`]): every kind hands over its marks, and
+    /// the agents concerned (but `answered`, whose reply carries its work) heartbeat at once.
     fn wake(&mut self, answered: Option<NodeId>) {
+        for kind in self.jobs.all_mut() {
+            kind.take_wakes(&mut self.nodes.wakes);
+        }
         self.nodes.flush_wakes(&self.view, answered.map(|n| n.0));
     }
 

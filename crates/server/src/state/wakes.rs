@@ -4,8 +4,7 @@
 //! `heartbeat_interval` (500 ms by default). Without wake-ups a job submitted to an idle cluster
 //! waited half an interval on average before it started, and a cancelled task ran on until its
 //! node's next beat. Each agent therefore keeps one `AwaitWork` call open (see `service.rs`); it
-//! answers when the node's counter here moves, and the agent beats at once. (A workflow's
-//! launch-node messages do not wake their target yet: see ARCHITECTURE.md.)
+//! answers when the node's counter here moves, and the agent beats at once.
 //!
 //! Events mark what they made waiting — a node ([`Wakes::node`]) or "batch work any node with
 //! free cores may take" ([`Wakes::free`]) — and the state sends the marks once, at the end of the

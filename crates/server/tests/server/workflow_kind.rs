@@ -58,6 +58,10 @@ struct Agents {
     cores: HashMap<u32, u32>,
     /// (node, instance, attempt) in the order the server assigned them.
     assigned: Vec<(u32, u32, u32)>,
+    /// Each assigned task's inputs: (producer's node, path).
+    inputs: HashMap<u64, Vec<(u32, String)>>,
+    /// Results other than plain successes and failures, for the next heartbeat.
+    special: HashMap<u32, Vec<pb::TaskResult>>,
     rtt: HashMap<u32, BTreeMap<u32, u64>>,
 }
 
@@ -66,6 +70,8 @@ impl Agents {
         let running = self.running.get(&n).cloned().unwrap_or_default();
         let results = self.results.remove(&n).unwrap_or_default();
         let mut req = heartbeat_request(n, &running, &results);
+        req.results
+            .extend(self.special.remove(&n).unwrap_or_default());
         req.balance = self.outbox.remove(&n).unwrap_or_default();
         req.rtt_ns = self
             .rtt
@@ -105,6 +111,10 @@ impl Agents {
                 .push((a.task_id, a.attempt));
             let i = (a.task_id - self.task_base) as u32;
             self.assigned.push((n, i, a.attempt));
+            self.inputs.insert(
+                a.task_id,
+                a.inputs.iter().map(|x| (x.node_id, x.path.clone())).collect(),
+            );
         }
         reply
     }
@@ -158,6 +168,34 @@ impl Agents {
     fn finish_all(&mut self, n: u32, ok: bool) {
         for (task, attempt) in self.running.remove(&n).unwrap_or_default() {
             self.results.entry(n).or_default().push((task, attempt, ok));
+            let i = (task - self.task_base) as u32;
+            if let (Some(m), Some(core)) = (self.machines.get_mut(&n), self.cores.remove(&i)) {
+                let _ = m.handle(
+                    NodeEvent::Finished {
+                        instance: InstanceId(i),
+                        core,
+                    },
+                    0,
+                );
+            }
+        }
+    }
+
+    /// Every running instance on `n` ends without running: its first input could not be
+    /// fetched (the agent's `input unavailable: node N PATH: …`).
+    fn fetch_fails(&mut self, n: u32) {
+        for (task, attempt) in self.running.remove(&n).unwrap_or_default() {
+            let (node, path) = self.inputs[&task][0].clone();
+            self.special.entry(n).or_default().push(pb::TaskResult {
+                task_id: task,
+                attempt,
+                exit_code: -1,
+                interrupted: true,
+                message: format!("input unavailable: node {node} {path}: input `a`: gone"),
+                started_ns: 1,
+                finished_ns: 2,
+                ..Default::default()
+            });
             let i = (task - self.task_base) as u32;
             if let (Some(m), Some(core)) = (self.machines.get_mut(&n), self.cores.remove(&i)) {
                 let _ = m.handle(
@@ -352,6 +390,53 @@ fn a_failed_attempt_runs_again_through_the_next_allocation_request() {
     }
     assert_eq!(requests(&agents), 2, "a second request carried it");
     assert_eq!(agents.assigned, vec![(n, 0, 1), (n, 0, 2)]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_lost_output_is_produced_again_where_its_consumers_wait_even_when_they_fill_the_node() {
+    // One dual-core node, LT = 2 and MT = 10 per core (4 and 20): it takes the seed, then all
+    // 20 `spread` instances. The seed's output is then lost (its first two consumers cannot
+    // fetch it): the 18 consumers still waiting on the node keep its instance count above LT,
+    // so it never reports itself underloaded and no allocation request could place the seed
+    // again. The seed runs again on that node, first, outside the balancer.
+    let dir = scratch("lost-output");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let n = common::register(&mut s, "n0", 2);
+    let mut agents = Agents::default();
+    agents.beat(&mut s, n);
+    let job = s.submit("fan.toml", FAN_OUT, "/").expect("submit").job_id;
+    let run_until = |agents: &mut Agents, s: &mut State, k: usize| {
+        for _ in 0..10 {
+            if agents.assigned.len() >= k {
+                break;
+            }
+            agents.round(s, &[n]);
+        }
+    };
+    run_until(&mut agents, &mut s, 1);
+    assert_eq!(agents.assigned, vec![(n, 0, 1)], "the seed");
+    agents.finish_all(n, true);
+    run_until(&mut agents, &mut s, 3);
+    assert_eq!(agents.assigned.len(), 3, "two spread instances run: {agents:?}");
+    assert_eq!(agents.machines[&n].held(), 20, "the node took all 20");
+    agents.fetch_fails(n);
+    for _ in 0..5 {
+        agents.round(&mut s, &[n]);
+    }
+    assert_eq!(
+        agents.assigned.get(3),
+        Some(&(n, 0, 2)),
+        "the seed ran again, on the node its consumers wait on: {agents:?}"
+    );
+    assert!(agents.machines[&n].held() >= 4, "not underloaded meanwhile");
+    // Everything completes.
+    for _ in 0..40 {
+        agents.finish_all(n, true);
+        agents.round(&mut s, &[n]);
+    }
+    let info = s.get_job(job).expect("job");
+    assert_eq!(info.state, "completed", "{agents:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
