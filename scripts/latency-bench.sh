@@ -7,14 +7,43 @@
 # heartbeat cycle), or not at all with PAUSE=0 (a script waiting on one job after another).
 #   scripts/latency-bench.sh target/release/hetsched [N]
 #   HQ=/path/to/hq scripts/latency-bench.sh hq [N]    # `hq submit --wait -- true`
+# CHAIN=K times a task graph instead: K tasks of one instance each, each waiting for the one
+# before — a workflow (`[[task]]`, balancer $BALANCER: pcddb, else centralised) whose tasks pass a
+# file down the chain; for HyperQueue a job file of K `true` tasks with `deps` on the one before
+# (`hq job submit-file`, its native task-graph path; it passes no data).
 # HyperQueue is not vendored: see the header of scripts/hq-array-bench.sh for its build.
 set -eu
 BIN=$1
 N=${2:-20}
 . "$(dirname "$0")/small-cluster.sh"
 start_cluster "$BIN"
-if [ "$BIN" = hq ]; then
+CHAIN=${CHAIN:-0}
+if [ "$BIN" = hq ] && [ "$CHAIN" -gt 0 ]; then
+    for k in $(seq 0 $((CHAIN - 1))); do
+        printf '[[task]]\nid = %d\ncommand = ["true"]\n' "$k"
+        printf 'stdout = { path = "%s/o", on_close = "rm-if-finished" }\n' "$D"
+        printf 'stderr = { path = "%s/e", on_close = "rm-if-finished" }\n' "$D"
+        if [ "$k" -gt 0 ]; then printf 'deps = [%d]\n' $((k - 1)); fi
+    done >"$D/chain.toml"
+    # `submit-file` has no `--wait`: the job is waited for by a second command.
+    submit() {
+        "$HQ" job submit-file --server-dir "$D" "$D/chain.toml" >/dev/null
+        "$HQ" job wait last --server-dir "$D" >/dev/null
+    }
+elif [ "$BIN" = hq ]; then
     submit() { "$HQ" submit --server-dir "$D" --wait --stdout none --stderr none -- true >/dev/null; }
+elif [ "$CHAIN" -gt 0 ]; then
+    {
+        printf 'balancer = "%s"\n' "${BALANCER:-centralised}"
+        printf '[[task]]\nname = "s1"\ninstances = 1\ncost = "1s"\noutputs = ["o1"]\n'
+        printf 'command = "echo 1 > {output:o1}"\n'
+        for k in $(seq 2 "$CHAIN"); do
+            printf '[[task]]\nname = "s%d"\ninstances = 1\ncost = "1s"\n' "$k"
+            printf 'inputs = ["o%d"]\noutputs = ["o%d"]\n' $((k - 1)) "$k"
+            printf 'command = "cat {input:o%d} > {output:o%d}"\n' $((k - 1)) "$k"
+        done
+    } >"$D/chain.toml"
+    submit() { "$BIN" submit "$D/chain.toml" --wait >/dev/null; }
 else
     printf '[[application]]\nname = "one"\ntasks = 1\n[application.cpu]\ncommand = ["true"]\n' >"$D/one.toml"
     submit() { "$BIN" submit "$D/one.toml" --wait >/dev/null; }
@@ -33,4 +62,4 @@ done
 sorted=($(printf '%s\n' "${samples[@]}" | sort -n))
 median=${sorted[$(( N / 2 ))]}
 p90=${sorted[$(( N * 9 / 10 ))]}
-echo "{\"cluster\":\"$BIN\",\"pause\":\"${PAUSE:-random}\",\"jobs\":$N,\"median_ms\":$median,\"p90_ms\":$p90,\"samples_ms\":[$(IFS=,; echo "${samples[*]}")]}"
+echo "{\"cluster\":\"$BIN\",\"chain\":$CHAIN,\"balancer\":\"${BALANCER:-centralised}\",\"pause\":\"${PAUSE:-random}\",\"jobs\":$N,\"median_ms\":$median,\"p90_ms\":$p90,\"samples_ms\":[$(IFS=,; echo "${samples[*]}")]}"

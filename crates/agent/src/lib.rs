@@ -437,8 +437,10 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                 registered.send_replace(None);
                 continue 'main;
             }
-            {
-                // PCDDB: the workflows this node balances, and the launch node's messages.
+            // PCDDB: the workflows this node balances, and the launch node's messages. What the
+            // machines answer the launch node (a `reply` to a request: the server assigns the
+            // instances on receiving it) goes at once, in the next heartbeat.
+            let answer = {
                 let fwd = {
                     let mut b = balance.lock().unwrap_or_else(|p| p.into_inner());
                     b.sync(id, opts.resources.cores, &reply.pcddb);
@@ -446,12 +448,13 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     for m in std::mem::take(&mut reply.balance) {
                         fwd.extend(b.deliver(m, launch::now_ns(), false));
                     }
-                    fwd
+                    (fwd, b.has_outbox())
                 };
-                balance::send(&balance, &auth, fwd, notify.clone());
-            }
+                balance::send(&balance, &auth, fwd.0, notify.clone());
+                fwd.1
+            };
             let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
-            more = reply.more;
+            more = reply.more || answer;
             if let Some(b) = &reply.binding {
                 accel::apply_binding(&mut sh.binding, b, &opts);
             }

@@ -333,14 +333,8 @@ impl AccelListener {
         let join = tokio::spawn(async move {
             // Small messages (a task's result, the last chunk of a file) must not wait for
             // Nagle's algorithm: without TCP_NODELAY every offload paid a 40 ms delayed ACK.
-            let incoming = tokio_stream::StreamExt::map(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
-                |s| {
-                    s.inspect(|s| {
-                        let _ = s.set_nodelay(true);
-                    })
-                },
-            );
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
             if let Err(e) = builder
                 .add_service(service)
                 .serve_with_incoming_shutdown(incoming, async {

@@ -20,7 +20,9 @@ use support::{Cluster, tls_file, wait_until};
 /// - `gather` ×8 (fan-in: every instance reads all 24 `c`): d_j = Σc + j = 5400 + j.
 ///
 /// Every instance appends its name to `RUNLOG` (each must appear once).
-fn workflow(balancer: &str, runlog: &Path, pause: &str) -> String {
+/// The test workflow: `seed_pause` and `pause` go before the work of each `seed` and each
+/// `double` instance (e.g. `sleep 0.3; `).
+fn workflow(balancer: &str, runlog: &Path, seed_pause: &str, pause: &str) -> String {
     format!(
         r#"balancer = "{balancer}"
 
@@ -29,7 +31,7 @@ name = "seed"
 instances = 4
 cost = "1s"
 outputs = ["a"]
-command = "echo seed-{{index}} >> $RUNLOG; echo $(({{index}} * 10)) > {{output:a}}"
+command = "echo seed-{{index}} >> $RUNLOG; {seed_pause}echo $(({{index}} * 10)) > {{output:a}}"
 env = {{ RUNLOG = "{log}" }}
 
 [[task]]
@@ -198,7 +200,13 @@ fn a_sixty_instance_workflow_balanced_by_pcddb_and_by_the_centralised_dispatcher
     let mut figures = Vec::new();
     for mode in ["pcddb", "centralised"] {
         let log = c.dir.join(format!("runs-{mode}.log"));
-        let file = c.write(&format!("wf-{mode}.toml"), &workflow(mode, &log, ""));
+        // The seeds take 0.3 s (three self-check periods), so every idle agent has reported
+        // itself underloaded when the 24 `spread` instances become ready: the first agent of
+        // the launch node's table takes MT × cores = 20 and passes the rest to another agent.
+        let file = c.write(
+            &format!("wf-{mode}.toml"),
+            &workflow(mode, &log, "sleep 0.3; ", ""),
+        );
         let t0 = Instant::now();
         let job = submit(&c, &file);
         let v = wait_done(&c, job, Duration::from_secs(60));
@@ -271,7 +279,7 @@ fn kill_mid_workflow(mode: &str) {
     let mut c = start(&format!("wf-kill-{mode}"));
     let log = c.dir.join("runs.log");
     // `double` takes a moment, so the kills land while instances run.
-    let file = c.write("wf.toml", &workflow(mode, &log, "sleep 0.4;"));
+    let file = c.write("wf.toml", &workflow(mode, &log, "", "sleep 0.4;"));
     let job = submit(&c, &file);
     // The victim: the agent that holds or runs `double` instances once they run.
     let mut victim = String::new();
@@ -345,7 +353,7 @@ fn a_killed_agent_and_a_killed_server_do_not_stop_the_workflow() {
 fn bad_workflows_are_refused_at_submission_and_nothing_is_stored() {
     let c = Cluster::start("wf-bad", false);
     let log = c.dir.join("r.log");
-    let good = workflow("centralised", &log, "");
+    let good = workflow("centralised", &log, "", "");
     let cases = [
         (
             good.replace("inputs = [\"b\"]", "inputs = [\"b\", \"d\"]"),
@@ -483,7 +491,7 @@ fn agents_exchange_workflow_data_and_pcddb_requests_over_tls_and_requirements_pi
     c.wait_for_nodes(2);
     let log = c.dir.join("runs.log");
     // Plus a task only an agent with `bigmem` may run (matched by the PCDDB machines).
-    let text = workflow("pcddb", &log, "")
+    let text = workflow("pcddb", &log, "", "")
         + "\n[[task]]\nname = \"pinned\"\ninstances = 3\ncost = \"1s\"\n\
            requires = [\"bigmem\"]\noutputs = [\"p\"]\ncommand = \"echo > {output:p}\"\n";
     let file = c.write("wf.toml", &text);
