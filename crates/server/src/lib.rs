@@ -259,8 +259,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     let router = topology_service::add_services(router, shared, durable, &creds);
     // Small request/response messages: without TCP_NODELAY, Nagle's algorithm and delayed ACKs
     // add tens of milliseconds to every heartbeat round trip.
-    let incoming =
-        tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let join = tokio::spawn(async move {
         // The data directory stays locked while the server serves.
         let _lock = lock;

@@ -113,7 +113,10 @@ impl Agents {
             self.assigned.push((n, i, a.attempt));
             self.inputs.insert(
                 a.task_id,
-                a.inputs.iter().map(|x| (x.node_id, x.path.clone())).collect(),
+                a.inputs
+                    .iter()
+                    .map(|x| (x.node_id, x.path.clone()))
+                    .collect(),
             );
         }
         reply
@@ -418,7 +421,11 @@ fn a_lost_output_is_produced_again_where_its_consumers_wait_even_when_they_fill_
     assert_eq!(agents.assigned, vec![(n, 0, 1)], "the seed");
     agents.finish_all(n, true);
     run_until(&mut agents, &mut s, 3);
-    assert_eq!(agents.assigned.len(), 3, "two spread instances run: {agents:?}");
+    assert_eq!(
+        agents.assigned.len(),
+        3,
+        "two spread instances run: {agents:?}"
+    );
     assert_eq!(agents.machines[&n].held(), 20, "the node took all 20");
     agents.fetch_fails(n);
     for _ in 0..5 {
