@@ -167,20 +167,25 @@ impl Agents {
         }
     }
 
+    /// Task `task` ended on `n`: its core is free in the node's machine.
+    fn ended(&mut self, n: u32, task: u64) {
+        let i = (task - self.task_base) as u32;
+        if let (Some(m), Some(core)) = (self.machines.get_mut(&n), self.cores.remove(&i)) {
+            let _ = m.handle(
+                NodeEvent::Finished {
+                    instance: InstanceId(i),
+                    core,
+                },
+                0,
+            );
+        }
+    }
+
     /// Every running instance on `n` ends (`ok`), as its agent reports it.
     fn finish_all(&mut self, n: u32, ok: bool) {
         for (task, attempt) in self.running.remove(&n).unwrap_or_default() {
             self.results.entry(n).or_default().push((task, attempt, ok));
-            let i = (task - self.task_base) as u32;
-            if let (Some(m), Some(core)) = (self.machines.get_mut(&n), self.cores.remove(&i)) {
-                let _ = m.handle(
-                    NodeEvent::Finished {
-                        instance: InstanceId(i),
-                        core,
-                    },
-                    0,
-                );
-            }
+            self.ended(n, task);
         }
     }
 
@@ -199,16 +204,7 @@ impl Agents {
                 finished_ns: 2,
                 ..Default::default()
             });
-            let i = (task - self.task_base) as u32;
-            if let (Some(m), Some(core)) = (self.machines.get_mut(&n), self.cores.remove(&i)) {
-                let _ = m.handle(
-                    NodeEvent::Finished {
-                        instance: InstanceId(i),
-                        core,
-                    },
-                    0,
-                );
-            }
+            self.ended(n, task);
         }
     }
 
