@@ -440,19 +440,16 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
             // PCDDB: the workflows this node balances, and the launch node's messages. What the
             // machines answer the launch node (a `reply` to a request: the server assigns the
             // instances on receiving it) goes at once, in the next heartbeat.
-            let answer = {
-                let fwd = {
-                    let mut b = balance.lock().unwrap_or_else(|p| p.into_inner());
-                    b.sync(id, opts.resources.cores, &reply.pcddb);
-                    let mut fwd = Vec::new();
-                    for m in std::mem::take(&mut reply.balance) {
-                        fwd.extend(b.deliver(m, launch::now_ns(), false));
-                    }
-                    (fwd, b.has_outbox())
-                };
-                balance::send(&balance, &auth, fwd.0, notify.clone());
-                fwd.1
+            let (fwd, answer) = {
+                let mut b = balance.lock().unwrap_or_else(|p| p.into_inner());
+                b.sync(id, opts.resources.cores, &reply.pcddb);
+                let mut fwd = Vec::new();
+                for m in std::mem::take(&mut reply.balance) {
+                    fwd.extend(b.deliver(m, launch::now_ns(), false));
+                }
+                (fwd, b.has_outbox())
             };
+            balance::send(&balance, &auth, fwd, notify.clone());
             let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
             more = reply.more || answer;
             if let Some(b) = &reply.binding {
