@@ -1,8 +1,8 @@
 //! The agent's side of PCDDB (spec 05 §4, issue 13): one core [`PcddbNode`] machine per PCDDB
 //! workflow the server says this node balances — the same state machine the simulator drives,
 //! never a second copy. This module only carries its events and messages:
-//! - a self-check every [`CHECK_INTERVAL`] (`NodeEvent::SelfCheck`): a node below `LT × cores`
-//!   sends `status` to the launch node;
+//! - a self-check every [`CHECK_INTERVAL`] (`NodeEvent::SelfCheck`) while the agent balances a
+//!   workflow: a node below `LT × cores` sends `status` to the launch node;
 //! - an allocation request arriving (from the launch node in a heartbeat reply, or from another
 //!   agent over gRPC, `AgentData.Deliver`): the machine takes `MT × cores − x` instances, replies
 //!   to the launch node, and passes the rest on to the first node of its underloaded table —
@@ -59,6 +59,9 @@ pub struct Balancer {
     me: Option<u32>,
     /// Measured round trips to other agents (ns), by node id.
     pub rtt_ns: BTreeMap<u32, u64>,
+    /// Whether any machine runs: the self-check and probe loops sleep while it is false, so an
+    /// agent without PCDDB workflows wakes for none of them.
+    balancing: tokio::sync::watch::Sender<bool>,
 }
 
 /// The balancer shared by the heartbeat loop, the self-check timer and the gRPC service.
@@ -102,6 +105,18 @@ impl Balancer {
             }
             m.node.set_attributes(j.attributes);
         }
+        self.note_balancing();
+    }
+
+    /// Whether this agent balances any workflow.
+    pub fn is_balancing(&self) -> bool {
+        !self.jobs.is_empty()
+    }
+
+    fn note_balancing(&self) {
+        let now = self.is_balancing();
+        self.balancing
+            .send_if_modified(|b| std::mem::replace(b, now) != now);
     }
 
     /// The clusters this node's machines are in (for tests and logs).
@@ -113,6 +128,7 @@ impl Balancer {
     /// launch nodes, whose tables only new status messages fill).
     pub fn reset(&mut self) {
         self.jobs.clear();
+        self.note_balancing();
     }
 
     /// Instances the machines hold.
@@ -306,6 +322,7 @@ pub fn spawn_checks(
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
+            until_balancing(&handle).await;
             tokio::time::sleep(CHECK_INTERVAL).await;
             let (fwd, pending) = {
                 let mut b = handle.lock().unwrap_or_else(|p| p.into_inner());
@@ -328,6 +345,7 @@ pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 pub fn spawn_probes(handle: Handle, auth: PeerAuth) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
+            until_balancing(&handle).await;
             tokio::time::sleep(PROBE_INTERVAL).await;
             let peers: BTreeMap<u32, String> = {
                 let b = handle.lock().unwrap_or_else(|p| p.into_inner());
@@ -350,6 +368,17 @@ pub fn spawn_probes(handle: Handle, auth: PeerAuth) -> tokio::task::JoinHandle<(
             }
         }
     })
+}
+
+/// Returns once this agent balances a workflow (at once if it does).
+async fn until_balancing(handle: &Handle) {
+    let mut rx = handle
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .balancing
+        .subscribe();
+    // The sender lives as long as the balancer, which outlives these loops' handle.
+    let _ = rx.wait_for(|b| *b).await;
 }
 
 async fn probe(address: &str, auth: &PeerAuth) -> Option<u64> {

@@ -312,6 +312,8 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
     let probes = balance::spawn_probes(balance.clone(), auth.clone());
     let mut node_id: Option<u32> = None;
     let mut interval = Duration::from_millis(500);
+    // How often to beat with nothing to report (the server's `idle_heartbeat_interval`).
+    let mut idle_interval = interval;
     let mut backoff = Duration::from_millis(50);
     let mut io_sampled = Instant::now();
     let mut read_bps = 0.0;
@@ -352,6 +354,11 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                             .specs
                             .clear();
                         interval = Duration::from_millis(r.heartbeat_interval_ms.max(1));
+                        // 0: a server that predates the field; beat as often as with work.
+                        idle_interval = match r.idle_heartbeat_interval_ms {
+                            0 => interval,
+                            ms => Duration::from_millis(ms).max(interval),
+                        };
                         info!(node = %opts.name, id = r.node_id, "registered");
                         continue 'main;
                     }
@@ -553,6 +560,18 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                 if std::mem::take(&mut more) {
                     continue 'main;
                 }
+                // Nothing to report (no task running, queued or unreported, no workflow being
+                // balanced, the accelerator stages empty): new work arrives through `AwaitWork`
+                // and wakes this loop, so beats only need to say the node lives.
+                let idle = {
+                    let sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+                    sh.running.is_empty() && sh.queue.is_empty() && sh.results.is_empty()
+                } && !balance
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .is_balancing()
+                    && pipeline.as_ref().is_none_or(accel::Pipeline::is_idle);
+                let pause = if idle { idle_interval } else { interval };
                 tokio::select! {
                     () = notify.notified() => {
                         // Group commit, agent side: results of tasks ending within the next moment
@@ -560,7 +579,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                         coalesce(&launcher, result_window).await;
                     }
                     () = woken.notified() => {}
-                    () = tokio::time::sleep(interval) => {}
+                    () = tokio::time::sleep(pause) => {}
                     () = &mut shutdown, if draining.is_none() => {
                         draining = Some(Instant::now());
                         begin_shutdown(&shared, &opts);
@@ -761,7 +780,9 @@ impl Launcher<'_> {
 /// Keeps one `AwaitWork` call open while the agent is registered, and makes the agent beat
 /// (through `woken`) when the server answers that work waits for this node: a job submitted
 /// to an idle cluster, a kill or a workflow message then arrives at once, not at the next
-/// interval. A call that fails only costs that: the periodic heartbeats go on.
+/// interval. A call that fails only costs that: the periodic heartbeats go on. The first
+/// failure after a success also makes the agent beat at once, so an idle agent (which beats
+/// seldom) meets a restarted server without waiting for its next beat.
 async fn await_work(
     mut client: AgentClient<
         tonic::service::interceptor::InterceptedService<
@@ -774,6 +795,7 @@ async fn await_work(
     woken: Arc<Notify>,
 ) {
     let mut seen = 0;
+    let mut failing = false;
     loop {
         let Some(node_id) = *registered.borrow_and_update() else {
             if registered.changed().await.is_err() {
@@ -789,6 +811,7 @@ async fn await_work(
         tokio::select! {
             r = call => match r {
                 Ok(r) => {
+                    failing = false;
                     let wake = r.into_inner().wake;
                     if wake != seen {
                         seen = wake;
@@ -799,7 +822,12 @@ async fn await_work(
                     debug!("the server does not wake agents: heartbeats alone bring work");
                     return;
                 }
-                Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+                Err(_) => {
+                    if !std::mem::replace(&mut failing, true) {
+                        woken.notify_one();
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
             },
             changed = registered.changed() => {
                 if changed.is_err() {

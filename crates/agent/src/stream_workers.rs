@@ -1,6 +1,8 @@
 //! Stream topology workers on this node (issue 16): about every 500 ms the agent tells the
 //! server (`TopologyAgent.SyncWorkers`) which worker processes it runs, with each worker's latest
-//! counters, and starts or stops workers to match the answer.
+//! counters, and starts or stops workers to match the answer. An agent that runs no worker
+//! asks to be held: the server answers when it has a worker for this node (or after at most
+//! [`IDLE_HOLD`]), so idle agents cost the server a call every few seconds.
 //!
 //! A worker is `hetsched stream-worker --config FILE` (this same executable), driven over its
 //! stdin and stdout (`hetsched_stream::process`): the agent forwards the addresses of the
@@ -103,6 +105,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     }
 }
 
+/// How often an agent running stream workers syncs (their reports ride on it).
+const SYNC_INTERVAL: Duration = Duration::from_millis(500);
+
+/// The longest the server may hold the sync of an agent running no worker (it holds at most a
+/// quarter of its dead timeout).
+const IDLE_HOLD: Duration = Duration::from_secs(5);
+
 /// Starts the sync loop in the background.
 pub fn spawn(
     channel: Channel,
@@ -115,7 +124,9 @@ pub fn spawn(
         let mut client = TopologyAgentClient::with_interceptor(channel, interceptor);
         let mut workers: HashMap<Key, WorkerProc> = HashMap::new();
         let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("hetsched"));
-        let mut every = tokio::time::interval(Duration::from_millis(500));
+        let mut every = tokio::time::interval(SYNC_INTERVAL);
+        // After a held call the tick is overdue: sync once at once, not once per missed tick.
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
             // Reap workers that exited.
@@ -141,21 +152,31 @@ pub fn spawn(
                     }
                 })
                 .collect();
+            // Running no worker, there is nothing to report: the server may hold the call until
+            // it has a worker for this node, so an idle agent costs it a call per hold, not one
+            // per interval.
+            let hold = if running.is_empty() {
+                IDLE_HOLD
+            } else {
+                Duration::ZERO
+            };
             let req = pb::SyncWorkersRequest {
                 node: node.clone(),
                 cores,
                 workers: running,
+                hold_ms: hold.as_millis() as u64,
             };
-            let reply = match tokio::time::timeout(Duration::from_secs(3), client.sync_workers(req))
-                .await
-            {
-                Ok(Ok(r)) => r.into_inner(),
-                Ok(Err(s)) if s.code() == tonic::Code::Unimplemented => {
-                    // A server without topologies: nothing to do, ever.
-                    return;
-                }
-                _ => continue,
-            };
+            let reply =
+                match tokio::time::timeout(hold + Duration::from_secs(3), client.sync_workers(req))
+                    .await
+                {
+                    Ok(Ok(r)) => r.into_inner(),
+                    Ok(Err(s)) if s.code() == tonic::Code::Unimplemented => {
+                        // A server without topologies: nothing to do, ever.
+                        return;
+                    }
+                    _ => continue,
+                };
             if reply.report_now {
                 for w in workers.values_mut() {
                     let _ = w.stdin.write_all(b"{\"cmd\":\"report\"}\n").await;

@@ -5,7 +5,9 @@
 //! listen = "0.0.0.0:7420"
 //! data_dir = "/var/lib/hetsched"
 //! policy = "hdas"              # cpu-only, fifo, drf, hadoop-model, hdas
-//! heartbeat_interval = "500ms" # agents beat at least this often (and at once when a task ends)
+//! heartbeat_interval = "500ms" # agents with work beat at least this often (and at once when a task ends)
+//! idle_heartbeat_interval = "2.5s" # agents with nothing to report (default: dead_timeout / 4,
+//!                              # at least heartbeat_interval; below dead_timeout / 2)
 //! dead_timeout = "10s"         # no heartbeat for this long: the node is dead, its tasks re-queued
 //! max_attempts = 3             # a task lost this many times fails
 //! profile_estimate = "1s"      # compute-time guess for variants without a declared profile
@@ -46,8 +48,13 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     /// Batch policy.
     pub policy: BatchPolicyKind,
-    /// How often agents heartbeat when nothing happens.
+    /// How often an agent with work (a task running, queued or unreported, a PCDDB workflow)
+    /// heartbeats when nothing happens.
     pub heartbeat_interval: Duration,
+    /// How often an agent with nothing to report heartbeats: new work reaches it at once through
+    /// its held `AwaitWork` call, so its beats only say it lives. None: `dead_timeout / 4`, at
+    /// least `heartbeat_interval` (see [`ServerConfig::idle_heartbeat`]).
+    pub idle_heartbeat_interval: Option<Duration>,
     /// Silence after which a node is declared dead.
     pub dead_timeout: Duration,
     /// How many times a task may be lost (its node died, or it vanished) before it fails.
@@ -163,6 +170,7 @@ impl Default for ServerConfig {
             data_dir: PathBuf::from("hetsched-data"),
             policy: BatchPolicyKind::Hdas,
             heartbeat_interval: Duration(500_000_000),
+            idle_heartbeat_interval: None,
             dead_timeout: Duration(10_000_000_000),
             max_attempts: 3,
             profile_estimate: Duration(1_000_000_000),
@@ -180,6 +188,27 @@ impl Default for ServerConfig {
 }
 
 impl ServerConfig {
+    /// How often an idle agent heartbeats: `idle_heartbeat_interval`, else a quarter of the dead
+    /// timeout; never below `heartbeat_interval`. A value set in the configuration is refused
+    /// when it exceeds half the dead timeout: one late beat would then make a live idle node dead.
+    pub fn idle_heartbeat(&self) -> Result<std::time::Duration, String> {
+        let busy = self.heartbeat_interval.0;
+        let dead = self.dead_timeout.0;
+        let idle = match self.idle_heartbeat_interval {
+            Some(d) if d.0.saturating_mul(2) > dead => {
+                return Err(format!(
+                    "idle_heartbeat_interval ({}) must be at most half of dead_timeout ({}): an \
+                     idle node would be declared dead between two beats",
+                    humantime::format_duration(std::time::Duration::from_nanos(d.0)),
+                    humantime::format_duration(std::time::Duration::from_nanos(dead)),
+                ));
+            }
+            Some(d) => d.0,
+            None => dead / 4,
+        };
+        Ok(std::time::Duration::from_nanos(idle.max(busy)))
+    }
+
     /// Parses a configuration file's text; errors name the line and field.
     pub fn parse(origin: &str, text: &str) -> Result<Self, hetsched_core::input::InputError> {
         hetsched_core::input::Source::new(origin, text).parse_toml()

@@ -256,7 +256,8 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         stopping_rx,
     )
     .await?;
-    let router = topology_service::add_services(router, shared, durable, &creds);
+    let router =
+        topology_service::add_services(router, shared, durable, &creds, stopping.subscribe());
     // Small request/response messages: without TCP_NODELAY, Nagle's algorithm and delayed ACKs
     // add tens of milliseconds to every heartbeat round trip.
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));

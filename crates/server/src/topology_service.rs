@@ -2,7 +2,9 @@
 //! the topology kind's own types through the state ([`crate::state::State::topology_submit`]
 //! and the rest), protobuf out. Every call runs under the state's lock like the batch services
 //! ([`crate::service::with_state`]) and answers once what it wrote is durable. The controller's
-//! tick (every 250 ms) runs here too.
+//! tick (every 250 ms while a topology runs or waits to be placed; none otherwise) runs here
+//! too. A sync from an agent running no worker may be held until the server has one for it
+//! (`hold_ms`), so an idle cluster costs the server a call per agent every few seconds.
 
 use crate::durable::Durable;
 use crate::jobs::topology::{
@@ -149,9 +151,10 @@ fn reply(v: Response<serde_json::Value>) -> Response<pb::TopologyReply> {
 #[derive(Clone)]
 pub struct ClientService(Shared, Arc<Durable>);
 
-/// The agent-facing service.
+/// The agent-facing service; the receiver turns true when the server stops (a held sync then
+/// answers at once).
 #[derive(Clone)]
-pub struct AgentService(Shared, Arc<Durable>);
+pub struct AgentService(Shared, Arc<Durable>, tokio::sync::watch::Receiver<bool>);
 
 #[tonic::async_trait]
 impl pb::topology_client_server::TopologyClient for ClientService {
@@ -224,12 +227,37 @@ impl pb::topology_agent_server::TopologyAgent for AgentService {
         r: Request<pb::SyncWorkersRequest>,
     ) -> Result<Response<pb::SyncWorkersReply>, Status> {
         let from = r.remote_addr().map(|a| a.ip());
-        let seen = workers_seen(r.into_inner());
-        let answer = with_state(&self.0, &self.1, Run::Inline, move |s| {
-            s.topology_sync(seen, from)
-        })
-        .await?;
-        Ok(Response::new(to_run(answer.into_inner())))
+        let r = r.into_inner();
+        let hold_ms = r.hold_ms;
+        let seen = workers_seen(r);
+        // An agent running no worker has nothing to report: while the answer names no worker
+        // for it either, the call is held until where workers run changes (or the hold ends),
+        // then looked at again.
+        let may_hold = hold_ms > 0 && seen.workers.is_empty();
+        let mut stopping = self.2.clone();
+        let mut until: Option<tokio::time::Instant> = None;
+        let answer = loop {
+            let seen = seen.clone();
+            let (answer, mut changes, hold) = with_state(&self.0, &self.1, Run::Inline, move |s| {
+                // Subscribed under the same lock as the look: no change is missed between.
+                let (changes, hold) = s.topology_changes();
+                Ok((s.topology_sync(seen, from)?, changes, hold))
+            })
+            .await?
+            .into_inner();
+            let until = *until.get_or_insert_with(|| {
+                tokio::time::Instant::now() + hold.min(Duration::from_millis(hold_ms))
+            });
+            if !may_hold
+                || !answer.workers.is_empty()
+                || *stopping.borrow()
+                || tokio::time::Instant::now() >= until
+            {
+                break answer;
+            }
+            crate::service::held(&mut changes, until, &mut stopping).await;
+        };
+        Ok(Response::new(to_run(answer)))
     }
 }
 
@@ -240,22 +268,27 @@ pub fn add_services(
     state: Shared,
     durable: Arc<Durable>,
     creds: &crate::datadir::Credentials,
+    stopping: tokio::sync::watch::Receiver<bool>,
 ) -> tonic::transport::server::Router {
     let (ticker, d) = (state.clone(), durable.clone());
     tokio::spawn(async move {
         let mut every = tokio::time::interval(Duration::from_millis(250));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
             let (s, d) = (ticker.clone(), d.clone());
-            let _ = tokio::task::spawn_blocking(move || {
-                let written = match s.lock() {
+            let idle = tokio::task::spawn_blocking(move || {
+                let (written, idle) = match s.lock() {
                     Ok(mut st) => {
                         if let Err(e) = st.topology_tick() {
                             tracing::error!("topology controller: {e}");
                         }
-                        st.written()
+                        // Subscribed under the lock that saw no topology: a submission after
+                        // it is seen.
+                        let idle = (!st.topology_running()).then(|| st.topology_changes().0);
+                        (st.written(), idle)
                     }
-                    Err(_) => return,
+                    Err(_) => return None,
                 };
                 // What the tick wrote (a new placement, the traffic list) is synced like every
                 // other event's writes; a failed sync rolls back and pauses.
@@ -264,8 +297,16 @@ pub fn add_services(
                 {
                     st.sync_failed(&e);
                 }
+                idle
             })
             .await;
+            // No topology runs or waits: nothing to tick until one is submitted (or restored
+            // by a rollback).
+            if let Ok(Some(mut changes)) = idle
+                && changes.changed().await.is_err()
+            {
+                return;
+            }
         }
     });
     router
@@ -277,7 +318,7 @@ pub fn add_services(
         )
         .add_service(
             pb::topology_agent_server::TopologyAgentServer::with_interceptor(
-                AgentService(state, durable),
+                AgentService(state, durable, stopping),
                 crate::service::CheckToken::new(crate::service::Role::Agent, creds),
             ),
         )

@@ -188,6 +188,21 @@ impl Pipeline {
             .unwrap_or_else(|_| failed(assignment, "the accelerator service has stopped"))
     }
 
+    /// Whether no offload call is being read, processed or written and no device is busy: the
+    /// heartbeat's accelerator state then does not change until a call arrives.
+    pub fn is_idle(&self) -> bool {
+        let c = &self.counters;
+        c.reading.load(Ordering::SeqCst) == 0
+            && c.process_queue.load(Ordering::SeqCst) == 0
+            && c.write_queue.load(Ordering::SeqCst) == 0
+            && !c
+                .busy
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .any(|&b| b)
+    }
+
     /// The devices' state and the queue lengths, for a heartbeat; `nvml` adds memory used and
     /// utilisation where NVML is present.
     pub fn state(&self, nvml: &crate::detect::Gpus) -> pb::AccelState {

@@ -35,9 +35,18 @@ pub struct ServerArgs {
     /// Declare a node dead after this long without a heartbeat (e.g. `10s`).
     #[arg(long, help = format!("Declare a node dead after this long without a heartbeat [default: {}]", humantime::format_duration(std::time::Duration::from_nanos(ServerConfig::default().dead_timeout.0))))]
     pub dead_timeout: Option<humantime::Duration>,
-    /// How often agents heartbeat when idle (e.g. `500ms`).
-    #[arg(long, help = format!("How often agents heartbeat when idle [default: {}]", humantime::format_duration(std::time::Duration::from_nanos(ServerConfig::default().heartbeat_interval.0))))]
+    /// How often an agent with work heartbeats when nothing happens (e.g. `500ms`).
+    #[arg(long, help = format!("How often an agent with work (a task running, queued or unreported) heartbeats when nothing happens [default: {}]", humantime::format_duration(std::time::Duration::from_nanos(ServerConfig::default().heartbeat_interval.0))))]
     pub heartbeat_interval: Option<humantime::Duration>,
+    /// How often an agent with nothing to report heartbeats (e.g. `2s`; at most half the dead
+    /// timeout).
+    #[arg(
+        long,
+        help = "How often an agent with nothing to report heartbeats: new work reaches it at once \
+                anyway [default: a quarter of the dead timeout, at least --heartbeat-interval; at \
+                most half the dead timeout]"
+    )]
+    pub idle_heartbeat_interval: Option<humantime::Duration>,
     /// Serve Prometheus `/metrics` and `/healthz` over HTTP on this address (no token: use a
     /// trusted interface; port 0 = any free port, the bound address goes to DATA_DIR/http-address).
     #[arg(long)]
@@ -157,6 +166,9 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
     }
     if let Some(d) = a.heartbeat_interval {
         config.heartbeat_interval = hetsched_core::input::Duration(nanos(d));
+    }
+    if let Some(d) = a.idle_heartbeat_interval {
+        config.idle_heartbeat_interval = Some(hetsched_core::input::Duration(nanos(d)));
     }
     if let Some(h) = a.http_listen {
         config.http_listen = Some(h);

@@ -67,6 +67,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
@@ -270,7 +271,14 @@ pub struct Topology {
     /// Cores in use in the view on each node (by batch tasks and every topology's workers), by
     /// node name, with the node's id, as of the last event ([`Topology::see_view`]).
     in_use: HashMap<String, (u32, u32)>,
+    /// Counts changes of where workers run ([`Topology::placements_key`]): syncs held open
+    /// (agents running no worker) and the idle controller tick wait on it. Shared with the
+    /// kind rebuilt after a rollback, so nothing waiting on it is stranded.
+    changes: Arc<tokio::sync::watch::Sender<u64>>,
 }
+
+/// The longest a sync of an agent running no worker is held.
+const MAX_HOLD: Duration = Duration::from_secs(5);
 
 /// Why a topology request was refused (the service edge maps each to a gRPC status).
 #[derive(Debug, thiserror::Error)]
@@ -706,13 +714,64 @@ impl Topology {
             },
             held: HashMap::new(),
             in_use: HashMap::new(),
+            changes: Arc::new(tokio::sync::watch::Sender::new(0)),
         }
+    }
+
+    /// What an agent's held sync and the idle controller wait on: a receiver of every later
+    /// change of where workers run, and how long a sync may be held at most.
+    pub fn changes(&self) -> (tokio::sync::watch::Receiver<u64>, Duration) {
+        (
+            self.changes.subscribe(),
+            (self.cfg.dead_timeout / 4).min(MAX_HOLD),
+        )
+    }
+
+    /// A digest of where the running topologies' workers run (name, generation, the nodes of
+    /// their workers and of the workers still draining): what decides whether a sync answer can
+    /// name a worker for a node that runs none.
+    pub fn placements_key(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for run in self.inner.runs.values() {
+            if run.rec.state != "running" {
+                continue;
+            }
+            run.rec.name.hash(&mut h);
+            run.rec.generation.hash(&mut h);
+            if let Some(p) = &run.rec.placement {
+                for (node, _) in &p.workers {
+                    node.hash(&mut h);
+                }
+            }
+            for (i, (node, _)) in &run.draining {
+                (i, node).hash(&mut h);
+            }
+        }
+        h.finish()
+    }
+
+    /// Wakes what waits on [`Topology::changes`] when `before` (a [`Topology::placements_key`]
+    /// taken before an event) no longer holds.
+    pub fn note_changes(&self, before: u64) {
+        if self.placements_key() != before {
+            self.changes.send_modify(|g| *g = g.wrapping_add(1));
+        }
+    }
+
+    /// Whether a topology runs (or waits to be placed): the controller's tick has work.
+    pub fn is_running(&self) -> bool {
+        self.inner.runs.values().any(|r| r.rec.state == "running")
     }
 
     /// After a rollback (`self` rebuilt from the store, `old` the memory before it): keeps what
     /// the store does not hold — the nodes seen, the metrics' families, the clock, and the
     /// workers and monitors of every topology whose stored record the rollback did not change.
     pub fn carry_over(&mut self, old: &mut Topology) {
+        // Held syncs and the idle tick wait on the old channel: keep it, and wake them to look
+        // at the rebuilt kind.
+        self.changes = old.changes.clone();
+        self.changes.send_modify(|g| *g = g.wrapping_add(1));
         self.metrics = old.metrics.clone();
         self.cfg = old.cfg;
         self.inner.nodes = std::mem::take(&mut old.inner.nodes);

@@ -140,6 +140,8 @@ pub struct State {
     nodes: Nodes,
     jobs: Jobs,
     heartbeat_interval_ms: u64,
+    /// How often idle agents heartbeat ([`ServerConfig::idle_heartbeat`]).
+    idle_heartbeat_interval_ms: u64,
     /// Event counters (dispatch, results, lost tasks, submissions, decision time).
     metrics: Arc<Metrics>,
     /// The configuration the state was built with (to rebuild it from the store).
@@ -188,6 +190,7 @@ impl State {
         mut snap: crate::store::Snapshot,
         div: Vec<crate::jobs::divisible::StoredJob>,
     ) -> Result<Self, StateError> {
+        let idle_heartbeat = config.idle_heartbeat().map_err(StateError::Invalid)?;
         let mut view = SchedulerView::new();
         let mut nodes = Nodes::default();
         nodes.prefetch = prefetch::Prefetch::new(config.prefetch);
@@ -245,6 +248,7 @@ impl State {
             ids: job_ids::JobIds::of(&jobs),
             jobs,
             heartbeat_interval_ms: (config.heartbeat_interval.0 / 1_000_000).max(1),
+            idle_heartbeat_interval_ms: (idle_heartbeat.as_millis() as u64).max(1),
             metrics,
             config: config.clone(),
             paused_since: None,

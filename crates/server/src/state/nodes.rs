@@ -282,6 +282,7 @@ impl State {
         Ok(Registered {
             node_id: id,
             heartbeat_interval_ms: self.heartbeat_interval_ms,
+            idle_heartbeat_interval_ms: self.idle_heartbeat_interval_ms,
         })
     }
 

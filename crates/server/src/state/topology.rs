@@ -26,10 +26,23 @@ impl State {
         self.jobs.topology.set_down(&self.nodes);
         // Placements see the cores batch tasks and other topologies hold.
         self.jobs.topology.see_view(&self.view, &self.nodes);
+        let before = self.jobs.topology.placements_key();
         let answer = f(&mut self.jobs.topology);
         self.jobs.topology.rebook(&mut self.view, &self.nodes);
         self.commit()?;
+        // After the commit: a refused write rebuilt the kind, which woke every waiter already.
+        self.jobs.topology.note_changes(before);
         Ok(answer?)
+    }
+
+    /// What a held sync and the idle controller tick wait on ([`Topology::changes`]).
+    pub fn topology_changes(&self) -> (tokio::sync::watch::Receiver<u64>, std::time::Duration) {
+        self.jobs.topology.changes()
+    }
+
+    /// Whether the controller's tick has work (a topology runs or waits to be placed).
+    pub fn topology_running(&self) -> bool {
+        self.jobs.topology.is_running()
     }
 
     /// `hetsched topology submit`.

@@ -23,8 +23,10 @@ pub struct Registration {
 pub struct Registered {
     /// The node's id: every heartbeat names it.
     pub node_id: u32,
-    /// How often the agent should heartbeat.
+    /// How often the agent should heartbeat while it has work.
     pub heartbeat_interval_ms: u64,
+    /// How often it should heartbeat while it has nothing to report.
+    pub idle_heartbeat_interval_ms: u64,
 }
 
 /// One attempt of one task (acknowledgements, kills).

@@ -333,3 +333,148 @@ async fn an_agent_waiting_for_work_is_woken_by_a_job_and_by_a_kill_not_before() 
         stopped.elapsed()
     );
 }
+
+/// An idle cluster costs the server a call per agent every few seconds, not a poll every
+/// interval: a node is told to beat seldom while it has nothing to report (a quarter of the
+/// dead timeout), and the stream-worker sync of an agent running no worker is held open until
+/// the server places a worker on it — then answered at once, with the worker — or the server
+/// stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_agent_beats_seldom_and_its_worker_sync_is_held_until_a_topology_needs_it() {
+    use hetsched_proto::agent_client::AgentClient;
+    use hetsched_proto::topology_agent_client::TopologyAgentClient;
+    use hetsched_proto::topology_client_client::TopologyClientClient;
+    use std::time::{Duration, Instant};
+    let dir = scratch("service", "held-sync");
+    let (server, channel) = serve(ServerConfig {
+        data_dir: dir.to_path_buf(),
+        // Held syncs last a quarter of this, at most 5 s.
+        dead_timeout: hetsched_core::input::Duration(40_000_000_000),
+        ..Default::default()
+    })
+    .await;
+    let registered = AgentClient::with_interceptor(channel.clone(), agent_token(&server))
+        .register(pb::RegisterRequest {
+            name: "n".into(),
+            cores: 4,
+            memory_bytes: 8 << 30,
+            core_speed: 1.0,
+            identity: "n-identity".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("registered")
+        .into_inner();
+    assert_eq!(registered.heartbeat_interval_ms, 500);
+    assert_eq!(
+        registered.idle_heartbeat_interval_ms, 10_000,
+        "idle nodes beat every quarter of the dead timeout"
+    );
+    let agent = TopologyAgentClient::with_interceptor(channel.clone(), agent_token(&server));
+    let sync = |hold_ms: u64| {
+        let mut agent = agent.clone();
+        let req = pb::SyncWorkersRequest {
+            node: "n".into(),
+            cores: 4,
+            workers: vec![],
+            hold_ms,
+        };
+        tokio::spawn(async move {
+            let t = Instant::now();
+            let reply = agent.sync_workers(req).await.map(|r| r.into_inner());
+            (reply, t.elapsed())
+        })
+    };
+    // Without a hold the answer comes at once, as before.
+    let (reply, _) = sync(0).await.expect("sync task");
+    assert!(reply.expect("answered").workers.is_empty());
+
+    let held = sync(60_000);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !held.is_finished(),
+        "a sync with nothing to answer is held open"
+    );
+    let submitted = Instant::now();
+    TopologyClientClient::with_interceptor(channel.clone(), client_token(&server))
+        .submit_topology(pb::SubmitTopologyRequest {
+            origin: "pipe.toml".into(),
+            text: "name = \"pipe\"\n[[component]]\nname = \"numbers\"\nkind = \"spout\"\n\
+                   parallelism = 1\ncpu = 50.0\nbuiltin = \"sequence-spout\"\n"
+                .into(),
+            base_dir: "/".into(),
+            placer: "one-phase".into(),
+            max_utilisation: 0.9,
+            ..Default::default()
+        })
+        .await
+        .expect("topology submitted");
+    let (reply, waited) = held.await.expect("sync task");
+    let reply = reply.expect("answered");
+    assert_eq!(
+        reply
+            .workers
+            .iter()
+            .map(|w| w.topology.as_str())
+            .collect::<Vec<_>>(),
+        vec!["pipe"],
+        "the held sync names the new topology's worker"
+    );
+    assert!(
+        submitted.elapsed() < Duration::from_millis(3000) && waited < Duration::from_millis(4500),
+        "answered when the worker was placed ({:?} after the submission, {waited:?} held), not \
+         at the hold's end (5 s)",
+        submitted.elapsed()
+    );
+
+    // Killed: the next held sync waits again; stopping the server answers it at once.
+    TopologyClientClient::with_interceptor(channel, client_token(&server))
+        .kill_topology(pb::TopologyName {
+            name: "pipe".into(),
+        })
+        .await
+        .expect("killed");
+    let second = sync(60_000);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!second.is_finished(), "no worker for the node: held open");
+    let stopped = Instant::now();
+    server.stop().await.expect("stops");
+    let _ = second.await.expect("sync task");
+    assert!(
+        stopped.elapsed() < Duration::from_secs(3),
+        "a held sync does not hold the shutdown ({:?})",
+        stopped.elapsed()
+    );
+}
+
+/// `idle_heartbeat_interval` is read from the configuration; a value that would let a live idle
+/// node be declared dead between two beats is refused at start with the field's name.
+#[tokio::test]
+async fn an_idle_heartbeat_beyond_half_the_dead_timeout_is_refused() {
+    let c = ServerConfig::parse("s.toml", "idle_heartbeat_interval = \"3s\"\n").expect("parses");
+    assert_eq!(
+        c.idle_heartbeat(),
+        Ok(std::time::Duration::from_secs(3)),
+        "within half the default 10 s dead timeout"
+    );
+    assert_eq!(
+        ServerConfig::default().idle_heartbeat(),
+        Ok(std::time::Duration::from_millis(2500))
+    );
+    let dir = scratch("service", "idle-beat");
+    let err = match hetsched_server::start(ServerConfig {
+        data_dir: dir.to_path_buf(),
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        idle_heartbeat_interval: Some(hetsched_core::input::Duration(6_000_000_000)),
+        ..Default::default()
+    })
+    .await
+    {
+        Ok(_) => panic!("a 6 s idle heartbeat with a 10 s dead timeout must be refused"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("idle_heartbeat_interval") && err.contains("dead_timeout"),
+        "{err}"
+    );
+}

@@ -358,3 +358,54 @@ fn a_topology_status_is_a_typed_message_with_the_keys_of_the_json_document() {
     assert_eq!(typed.placement.len(), 4);
     assert_eq!(serde_json::to_value(&typed).expect("json"), shown);
 }
+
+/// What lets an idle cluster cost the server (almost) nothing: an agent running no worker has
+/// its sync held until where workers run changes, and the controller's tick sleeps while no
+/// topology runs. Both wait on `topology_changes`, which must fire when a submission places a
+/// worker or a kill stops one, and stay quiet on syncs and ticks that change nothing.
+#[test]
+fn held_syncs_and_the_idle_tick_wake_when_workers_are_placed_or_stopped_and_only_then() {
+    let dir = scratch("changes");
+    let mut s = open(&dir);
+    s.register(pb::RegisterRequest {
+        name: "n".into(),
+        cores: 4,
+        memory_bytes: 1 << 30,
+        identity: IDENTITY.into(),
+        ..Default::default()
+    })
+    .expect("register");
+    assert!(
+        !s.topology_running(),
+        "no topology: the tick has nothing to do"
+    );
+    let (mut changes, hold) = s.topology_changes();
+    assert_eq!(
+        hold,
+        std::time::Duration::from_millis(2500),
+        "held a quarter of the default 10 s dead timeout"
+    );
+    // Idle syncs and ticks change nothing a held sync could answer.
+    assert_eq!(sync(&mut s, vec![]), 0);
+    s.topology_tick().expect("tick");
+    assert_eq!(sync(&mut s, vec![]), 0);
+    assert!(
+        !changes.has_changed().expect("sender alive"),
+        "an idle sync or tick must not wake held syncs"
+    );
+    // A submission places a worker on the node: held syncs wake and the tick has work.
+    s.topology_submit(submission()).expect("submit");
+    assert!(changes.has_changed().expect("sender alive"));
+    changes.borrow_and_update();
+    assert!(s.topology_running());
+    assert_eq!(sync(&mut s, vec![]), 1, "the woken sync names the worker");
+    // The worker runs and reports: nothing moves, nothing wakes.
+    sync(&mut s, vec![running_worker(1)]);
+    s.topology_tick().expect("tick");
+    assert!(!changes.has_changed().expect("sender alive"));
+    // Killed: the worker is to stop, and the tick goes back to sleep.
+    s.topology_kill("pipe").expect("kill");
+    assert!(changes.has_changed().expect("sender alive"));
+    assert!(!s.topology_running());
+    let _ = std::fs::remove_dir_all(&dir);
+}
