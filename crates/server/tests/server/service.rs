@@ -9,6 +9,23 @@ use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
 use crate::common::{agent_token, client_token, scratch, serve};
 
+/// Stops `server` while `held` (a task waiting on a call the server holds open) waits, and
+/// asserts the stop answered the call at once rather than at the hold's end.
+async fn stop_answers_at_once<T>(
+    server: hetsched_server::ServerHandle,
+    held: tokio::task::JoinHandle<T>,
+    call: &str,
+) {
+    let stopped = std::time::Instant::now();
+    server.stop().await.expect("stops");
+    let _ = held.await.expect("the held call's task");
+    assert!(
+        stopped.elapsed() < std::time::Duration::from_secs(3),
+        "a held {call} does not hold the shutdown ({:?})",
+        stopped.elapsed()
+    );
+}
+
 #[tokio::test]
 async fn health_is_open_and_everything_else_needs_the_token() {
     let dir = scratch("service", "health");
@@ -120,14 +137,7 @@ async fn an_idle_agents_chunk_ask_is_held_open_and_answered_when_a_job_arrives()
     let second = ask("b");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!second.is_finished(), "not b's turn: held open");
-    let stopped = Instant::now();
-    server.stop().await.expect("stops");
-    let _ = second.await.expect("ask task");
-    assert!(
-        stopped.elapsed() < Duration::from_secs(3),
-        "a held ask does not hold the shutdown ({:?})",
-        stopped.elapsed()
-    );
+    stop_answers_at_once(server, second, "ask").await;
 }
 
 /// `GetJob` with `wait_ms` is held until the job ends — here, a cancellation — so a client waits
@@ -324,14 +334,7 @@ async fn an_agent_waiting_for_work_is_woken_by_a_job_and_by_a_kill_not_before() 
         "answered at once ({waited:?})"
     );
 
-    let stopped = Instant::now();
-    server.stop().await.expect("stops");
-    let _ = small_wait.await.expect("task");
-    assert!(
-        stopped.elapsed() < Duration::from_secs(3),
-        "a held wait does not hold the shutdown ({:?})",
-        stopped.elapsed()
-    );
+    stop_answers_at_once(server, small_wait, "wait").await;
 }
 
 /// An idle cluster costs the server a call per agent every few seconds, not a poll every
@@ -437,14 +440,7 @@ async fn an_idle_agent_beats_seldom_and_its_worker_sync_is_held_until_a_topology
     let second = sync(60_000);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!second.is_finished(), "no worker for the node: held open");
-    let stopped = Instant::now();
-    server.stop().await.expect("stops");
-    let _ = second.await.expect("sync task");
-    assert!(
-        stopped.elapsed() < Duration::from_secs(3),
-        "a held sync does not hold the shutdown ({:?})",
-        stopped.elapsed()
-    );
+    stop_answers_at_once(server, second, "sync").await;
 }
 
 /// `idle_heartbeat_interval` is read from the configuration; a value that would let a live idle
