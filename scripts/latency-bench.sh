@@ -11,6 +11,8 @@
 # before — a workflow (`[[task]]`, balancer $BALANCER: pcddb, else centralised) whose tasks pass a
 # file down the chain; for HyperQueue a job file of K `true` tasks with `deps` on the one before
 # (`hq job submit-file`, its native task-graph path; it passes no data).
+# SERVER_CONFIG=FILE starts the hetsched server with that configuration (e.g. a
+# `[workflow] check_interval` for pcddb).
 # HyperQueue is not vendored: see the header of scripts/hq-array-bench.sh for its build.
 set -eu
 BIN=$1

@@ -3,6 +3,7 @@
 # directory, waits until both agents are up, and stops everything (and removes the directory)
 # when the calling script exits. BIN is a hetsched binary, or `hq` for HyperQueue ($HQ, else on
 # PATH: a server and two workers of 4 cpus; not vendored, see scripts/hq-array-bench.sh).
+# SERVER_CONFIG, if set, is passed to a hetsched server as --config.
 # Sets D (the directory) and SERVER (the server's PID); for hetsched it also exports
 # HETSCHED_SERVER and HETSCHED_TOKEN_FILE, so `"$BIN" submit …` reaches this server.
 
@@ -26,7 +27,9 @@ start_cluster() {
             sleep 0.05
         done
     else
-        "$bin" server --listen 127.0.0.1:0 --data-dir "$D/server" >"$D/server.log" 2>&1 &
+        # SERVER_CONFIG: a server configuration file (e.g. `[workflow] check_interval`).
+        "$bin" server --listen 127.0.0.1:0 --data-dir "$D/server" \
+            ${SERVER_CONFIG:+--config "$SERVER_CONFIG"} >"$D/server.log" 2>&1 &
         SERVER=$!
         until [ -s "$D/server/address" ]; do sleep 0.05; done
         export HETSCHED_SERVER="http://$(cat "$D/server/address")" HETSCHED_TOKEN_FILE="$D/server/token"

@@ -1,8 +1,9 @@
 //! The agent's side of PCDDB (spec 05 §4, issue 13): one core [`PcddbNode`] machine per PCDDB
 //! workflow the server says this node balances — the same state machine the simulator drives,
 //! never a second copy. This module only carries its events and messages:
-//! - a self-check every [`CHECK_INTERVAL`] (`NodeEvent::SelfCheck`) while the agent balances a
-//!   workflow: a node below `LT × cores` sends `status` to the launch node;
+//! - a self-check every period (the server's `[workflow] check_interval`, [`CHECK_INTERVAL`] by
+//!   default; `NodeEvent::SelfCheck`) while the agent balances a workflow: a node below
+//!   `LT × cores` sends `status` to the launch node;
 //! - an allocation request arriving (from the launch node in a heartbeat reply, or from another
 //!   agent over gRPC, `AgentData.Deliver`): the machine takes `MT × cores − x` instances, replies
 //!   to the launch node, and passes the rest on to the first node of its underloaded table —
@@ -25,7 +26,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// How often each machine checks itself against LT.
+/// How often each machine checks itself against LT when the server does not say.
 pub const CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
 /// A message for another agent: its `AgentData` address and the envelope.
@@ -44,6 +45,8 @@ struct JobMachine {
     peers: BTreeMap<u32, String>,
     /// The core each accepted instance was placed on.
     cores: HashMap<u32, u32>,
+    /// The self-check period the server set for this workflow.
+    check_interval: Duration,
 }
 
 /// Every PCDDB machine of this agent.
@@ -98,7 +101,12 @@ impl Balancer {
                 task_base: j.task_base,
                 peers: BTreeMap::new(),
                 cores: HashMap::new(),
+                check_interval: CHECK_INTERVAL,
             });
+            m.check_interval = match j.check_interval_ms {
+                0 => CHECK_INTERVAL,
+                ms => Duration::from_millis(ms),
+            };
             m.peers = j.peers.clone().into_iter().collect();
             if m.node.clusters() != j.clusters.iter().map(|&c| ClusterId(c)).collect::<Vec<_>>() {
                 m.node.set_memberships(memberships);
@@ -106,6 +114,15 @@ impl Balancer {
             m.node.set_attributes(j.attributes);
         }
         self.note_balancing();
+    }
+
+    /// The self-check period: the shortest any of the workflows asks for.
+    pub fn check_interval(&self) -> Duration {
+        self.jobs
+            .values()
+            .map(|m| m.check_interval)
+            .min()
+            .unwrap_or(CHECK_INTERVAL)
     }
 
     /// Whether this agent balances any workflow.
@@ -323,7 +340,11 @@ pub fn spawn_checks(
     tokio::spawn(async move {
         loop {
             until_balancing(&handle).await;
-            tokio::time::sleep(CHECK_INTERVAL).await;
+            let period = handle
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .check_interval();
+            tokio::time::sleep(period).await;
             let (fwd, pending) = {
                 let mut b = handle.lock().unwrap_or_else(|p| p.into_inner());
                 let f = b.self_check(crate::launch::now_ns());
@@ -447,6 +468,33 @@ mod tests {
             .filter_map(|m| serde_json::from_str::<Message>(&m.message_json).ok())
             .map(|m| m.body.kind())
             .collect()
+    }
+
+    /// The self-check runs at the period the server sets (`[workflow] check_interval`), 100 ms
+    /// when it sets none, and only while a workflow is balanced here.
+    #[test]
+    fn the_self_check_period_is_the_servers_and_runs_only_while_balancing() {
+        let mut b = Balancer::default();
+        let balancing = b.balancing.subscribe();
+        assert!(!b.is_balancing() && !*balancing.borrow());
+        b.sync(1, 2, &[job(vec![0], 0)]);
+        assert!(
+            *balancing.borrow(),
+            "a workflow wakes the check and probe loops"
+        );
+        assert_eq!(
+            b.check_interval(),
+            CHECK_INTERVAL,
+            "no period from the server"
+        );
+        let fast = pb::PcddbJob {
+            check_interval_ms: 20,
+            ..job(vec![0], 0)
+        };
+        b.sync(1, 2, &[fast]);
+        assert_eq!(b.check_interval(), Duration::from_millis(20));
+        b.sync(1, 2, &[]);
+        assert!(!*balancing.borrow(), "no workflow: the loops sleep");
     }
 
     #[test]

@@ -26,6 +26,7 @@
 //! lt = 2
 //! mt = 10
 //! cluster_size = 3             # minimum proximity-cluster size (default ⌊0.3·agents⌋)
+//! check_interval = "100ms"     # how often each agent checks itself against LT (10 ms to 10 s)
 //! [tls]                        # optional; PEM files
 //! cert = "server.pem"
 //! key = "server.key"
@@ -116,6 +117,38 @@ pub struct WorkflowConfig {
     /// Minimum proximity-cluster size m (spec 05 §2; default ⌊0.3·N⌋ of the N live agents, at
     /// least 1 — which makes every node a cluster of its own below 7 agents).
     pub cluster_size: Option<u32>,
+    /// The period of each agent's PCDDB self-check (spec 05 §4 a, whose period the paper does not
+    /// give): default 100 ms. A stage of a chain waits for it (about half a period on average);
+    /// each check of an underloaded agent sends a `status`, so a shorter period costs more calls.
+    pub check_interval: Option<Duration>,
+}
+
+/// The bounds of `[workflow] check_interval`.
+pub const CHECK_INTERVAL_RANGE: (std::time::Duration, std::time::Duration) = (
+    std::time::Duration::from_millis(10),
+    std::time::Duration::from_secs(10),
+);
+
+impl WorkflowConfig {
+    /// The agents' self-check period: `check_interval`, else 100 ms; refused outside
+    /// [`CHECK_INTERVAL_RANGE`].
+    pub fn check_interval(&self) -> Result<std::time::Duration, String> {
+        let d = self
+            .check_interval
+            .map_or(std::time::Duration::from_millis(100), |d| {
+                std::time::Duration::from_nanos(d.0)
+            });
+        let (lo, hi) = CHECK_INTERVAL_RANGE;
+        if d < lo || d > hi {
+            return Err(format!(
+                "workflow.check_interval ({}) must be between {} and {}",
+                humantime::format_duration(d),
+                humantime::format_duration(lo),
+                humantime::format_duration(hi),
+            ));
+        }
+        Ok(d)
+    }
 }
 
 /// The balancers the runtime runs workflows under (the simulator also has `static`).

@@ -202,6 +202,7 @@ fn pcddb_job(j: &crate::state::types::PcddbJob) -> pb::PcddbJob {
         peers: j.peers.iter().map(|(k, v)| (*k, v.clone())).collect(),
         clusters: j.clusters.clone(),
         attributes: j.attributes,
+        check_interval_ms: j.check_interval_ms,
     }
 }
 

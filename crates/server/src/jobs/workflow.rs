@@ -332,6 +332,8 @@ pub struct Workflows {
     clustered: Vec<u32>,
     /// `[workflow] cluster_size`: the minimum cluster size m (None: ⌊0.3·N⌋).
     cluster_size: Option<u32>,
+    /// `[workflow] check_interval`: the agents' self-check period, ms.
+    check_interval_ms: u64,
     /// Each node's declared attributes, from its heartbeats.
     node_attrs: BTreeMap<u32, Vec<String>>,
     /// The attribute vocabulary: bit k is `vocab[k]` (append-only, at most 64 words).
@@ -343,7 +345,7 @@ pub struct Workflows {
     woken: BTreeSet<u32>,
 }
 
-fn thresholds(config: &ServerConfig) -> (BalancerKind, Thresholds, Option<u32>) {
+fn thresholds(config: &ServerConfig) -> (BalancerKind, Thresholds, Option<u32>, u64) {
     let w = config.workflow.clone().unwrap_or_default();
     let d = Thresholds::default();
     (
@@ -353,6 +355,8 @@ fn thresholds(config: &ServerConfig) -> (BalancerKind, Thresholds, Option<u32>) 
             mt: w.mt.map_or(d.mt, std::num::NonZeroU32::get),
         },
         w.cluster_size,
+        // Checked when the state is built (`State::from_snapshot`).
+        w.check_interval().map_or(100, |d| d.as_millis() as u64),
     )
 }
 
@@ -360,7 +364,7 @@ impl Workflows {
     /// Builds the kind from its tables (creating them on a fresh store), putting running
     /// instances back on their nodes.
     pub fn restore(config: &ServerConfig, cx: &mut Ctx) -> Result<Self, StateError> {
-        let (default_balancer, thresholds, cluster_size) = thresholds(config);
+        let (default_balancer, thresholds, cluster_size, check_interval_ms) = thresholds(config);
         cx.store
             .conn()
             .execute_batch(SCHEMA)
@@ -376,6 +380,7 @@ impl Workflows {
             clusters: Vec::new(),
             clustered: Vec::new(),
             cluster_size,
+            check_interval_ms,
             node_attrs: BTreeMap::new(),
             vocab: Vec::new(),
             dirty: HashSet::new(),
@@ -1520,6 +1525,7 @@ impl JobKind for Workflows {
                         .iter()
                         .find(|g| g.id == node)
                         .map_or(0, |g| g.attributes),
+                    check_interval_ms: self.check_interval_ms,
                 });
             }
             self.jobs.insert(seq, job);

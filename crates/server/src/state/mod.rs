@@ -191,6 +191,9 @@ impl State {
         div: Vec<crate::jobs::divisible::StoredJob>,
     ) -> Result<Self, StateError> {
         let idle_heartbeat = config.idle_heartbeat().map_err(StateError::Invalid)?;
+        if let Some(w) = &config.workflow {
+            w.check_interval().map_err(StateError::Invalid)?;
+        }
         let mut view = SchedulerView::new();
         let mut nodes = Nodes::default();
         nodes.prefetch = prefetch::Prefetch::new(config.prefetch);

@@ -513,4 +513,6 @@ pub struct PcddbJob {
     pub clusters: Vec<u32>,
     /// The node's attribute mask.
     pub attributes: u64,
+    /// How often the node checks itself against LT, ms.
+    pub check_interval_ms: u64,
 }

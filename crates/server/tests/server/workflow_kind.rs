@@ -261,6 +261,7 @@ fn clusters_come_from_measured_round_trips_and_a_request_travels_within_a_cluste
             lt: Some(2),
             mt: std::num::NonZeroU32::new(3),
             cluster_size: Some(2),
+            check_interval: Some("20ms".parse().expect("duration")),
             ..Default::default()
         },
     );
@@ -290,6 +291,10 @@ fn clusters_come_from_measured_round_trips_and_a_request_travels_within_a_cluste
     for (k, &n) in ids.iter().enumerate() {
         let r = agents.beat(&mut s, n);
         assert_eq!(r.pcddb[0].clusters, vec![k as u32 / 2], "n{k}");
+        assert_eq!(
+            r.pcddb[0].check_interval_ms, 20,
+            "the agents check themselves at the server's [workflow] check_interval"
+        );
     }
     // Run until every instance ran (an agent reports what runs on it as done at each round).
     for _ in 0..30 {
@@ -620,4 +625,26 @@ fn workflow_task_pages_follow_the_cursor_and_list_every_instance_once() {
     let (listed, pages, total) = walk(&s, 0);
     assert_eq!((listed, pages, total), (every, 4, 12), "every job");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `[workflow] check_interval` outside 10 ms – 10 s is refused when the server starts, naming
+/// the field.
+#[test]
+fn a_self_check_period_out_of_bounds_is_refused() {
+    for bad in ["0s", "5ms", "1min"] {
+        let dir = scratch("check-interval");
+        let config = ServerConfig {
+            data_dir: dir.to_path_buf(),
+            workflow: Some(WorkflowConfig {
+                check_interval: Some(bad.parse().expect("duration")),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let err = match State::open(&config, Store::open(&dir.join("state.db")).expect("store")) {
+            Ok(_) => panic!("check_interval = {bad} must be refused"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains("workflow.check_interval"), "{bad}: {err}");
+    }
 }
