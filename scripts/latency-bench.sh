@@ -2,7 +2,8 @@
 # Latency of one short job on an idle cluster: one server and two agents (workers) of 4 cores on
 # this machine; N one-task jobs running `true`, submitted one after another, each timed from
 # the submitting command's start to its exit (`submit --wait`: the job has ended). Prints one
-# JSON line: every sample in ms, the median and the 90th percentile. Between two jobs the script
+# JSON line: every sample in ms, the median and the 90th percentile, and the server's CPU time
+# (user + system) over all N. Between two jobs the script
 # pauses a random 0-0.99 s (a person's pace: each job lands at another point of the agents'
 # heartbeat cycle), or not at all with PAUSE=0 (a script waiting on one job after another).
 #   scripts/latency-bench.sh target/release/hetsched [N]
@@ -51,6 +52,8 @@ else
     submit() { "$BIN" submit "$D/one.toml" --wait >/dev/null; }
 fi
 sleep 1
+cpu() { awk '{ print $14 + $15 }' "/proc/$SERVER/stat"; } # clock ticks (1/100 s)
+c0=$(cpu)
 samples=()
 for _ in $(seq "$N"); do
     t0=$(date +%s%N)
@@ -61,7 +64,8 @@ for _ in $(seq "$N"); do
         sleep "0.$(( RANDOM % 10 ))$(( RANDOM % 10 ))"
     fi
 done
+c1=$(cpu)
 sorted=($(printf '%s\n' "${samples[@]}" | sort -n))
 median=${sorted[$(( N / 2 ))]}
 p90=${sorted[$(( N * 9 / 10 ))]}
-echo "{\"cluster\":\"$BIN\",\"chain\":$CHAIN,\"balancer\":\"${BALANCER:-centralised}\",\"pause\":\"${PAUSE:-random}\",\"jobs\":$N,\"median_ms\":$median,\"p90_ms\":$p90,\"samples_ms\":[$(IFS=,; echo "${samples[*]}")]}"
+echo "{\"cluster\":\"$BIN\",\"chain\":$CHAIN,\"balancer\":\"${BALANCER:-centralised}\",\"pause\":\"${PAUSE:-random}\",\"jobs\":$N,\"median_ms\":$median,\"p90_ms\":$p90,\"server_cpu_ms\":$(( (c1 - c0) * 10 )),\"samples_ms\":[$(IFS=,; echo "${samples[*]}")]}"
