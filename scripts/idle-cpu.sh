@@ -1,6 +1,6 @@
 #!/bin/bash
-# CPU of an idle cluster: one server and two agents of 4 cores on this machine, no job, measured
-# over SECONDS (default 30) after 3 s of settling: the server's and the two agents' (or
+# CPU of an idle cluster: one server and two agents of 4 cores (AGENTS=N: N) on this machine, no job, measured
+# over SECONDS (default 30) after 3 s of settling: the server's and the agents' (or
 # HyperQueue workers') user + system time, from /proc/PID/stat (10 ms clock ticks: measure long
 # enough; `perf stat -e task-clock -p PID` gives finer figures).
 #   scripts/idle-cpu.sh target/release/hetsched [SECONDS]
@@ -13,15 +13,15 @@ T=${2:-30}
 start_cluster "$BIN"
 sleep 3
 # The agents (workers) are the cluster's other processes: children of this shell.
-AGENTS=$(jobs -p | grep -vx "$SERVER" || true)
+AGENT_PIDS=$(jobs -p | grep -vx "$SERVER" || true)
 cpu() { # clock ticks (1/100 s) of the given PIDs, summed
     local t=0 p
     for p in "$@"; do t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat"))); done
     echo "$t"
 }
 s0=$(cpu "$SERVER")
-a0=$(cpu $AGENTS)
+a0=$(cpu $AGENT_PIDS)
 sleep "$T"
 s1=$(cpu "$SERVER")
-a1=$(cpu $AGENTS)
-echo "{\"server\":\"$BIN\",\"seconds\":$T,\"server_cpu_ms\":$(( (s1 - s0) * 10 )),\"agents_cpu_ms\":$(( (a1 - a0) * 10 ))}"
+a1=$(cpu $AGENT_PIDS)
+echo "{\"server\":\"$BIN\",\"agents\":$AGENTS,\"seconds\":$T,\"server_cpu_ms\":$(( (s1 - s0) * 10 )),\"agents_cpu_ms\":$(( (a1 - a0) * 10 ))}"

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Latency of one short job on an idle cluster: one server and two agents (workers) of 4 cores on
+# Latency of one short job on an idle cluster: one server and two agents (workers; AGENTS=N: N) of 4 cores on
 # this machine; N one-task jobs running `true`, submitted one after another, each timed from
 # the submitting command's start to its exit (`submit --wait`: the job has ended). Prints one
 # JSON line: every sample in ms, the median and the 90th percentile, and the server's CPU time
@@ -68,4 +68,4 @@ c1=$(cpu)
 sorted=($(printf '%s\n' "${samples[@]}" | sort -n))
 median=${sorted[$(( N / 2 ))]}
 p90=${sorted[$(( N * 9 / 10 ))]}
-echo "{\"cluster\":\"$BIN\",\"chain\":$CHAIN,\"balancer\":\"${BALANCER:-centralised}\",\"pause\":\"${PAUSE:-random}\",\"jobs\":$N,\"median_ms\":$median,\"p90_ms\":$p90,\"server_cpu_ms\":$(( (c1 - c0) * 10 )),\"samples_ms\":[$(IFS=,; echo "${samples[*]}")]}"
+echo "{\"cluster\":\"$BIN\",\"agents\":$AGENTS,\"chain\":$CHAIN,\"balancer\":\"${BALANCER:-centralised}\",\"pause\":\"${PAUSE:-random}\",\"jobs\":$N,\"median_ms\":$median,\"p90_ms\":$p90,\"server_cpu_ms\":$(( (c1 - c0) * 10 )),\"samples_ms\":[$(IFS=,; echo "${samples[*]}")]}"

@@ -3,7 +3,8 @@
 # directory, waits until both agents are up, and stops everything (and removes the directory)
 # when the calling script exits. BIN is a hetsched binary, or `hq` for HyperQueue ($HQ, else on
 # PATH: a server and two workers of 4 cpus; not vendored, see scripts/hq-array-bench.sh).
-# SERVER_CONFIG, if set, is passed to a hetsched server as --config.
+# SERVER_CONFIG, if set, is passed to a hetsched server as --config; AGENTS=N starts N agents
+# (workers) instead of two.
 # Sets D (the directory) and SERVER (the server's PID); for hetsched it also exports
 # HETSCHED_SERVER and HETSCHED_TOKEN_FILE, so `"$BIN" submit …` reaches this server.
 
@@ -15,6 +16,7 @@ cleanup_cluster() {
 
 start_cluster() {
     local bin=$1 i
+    AGENTS=${AGENTS:-2}
     D=$(mktemp -d)
     trap cleanup_cluster EXIT
     if [ "$bin" = hq ]; then
@@ -22,8 +24,10 @@ start_cluster() {
         "$HQ" server start --server-dir "$D" >"$D/server.log" 2>&1 &
         SERVER=$!
         until "$HQ" server info --server-dir "$D" >/dev/null 2>&1; do sleep 0.05; done
-        for i in 1 2; do "$HQ" worker start --cpus 4 --server-dir "$D" >"$D/worker$i.log" 2>&1 & done
-        until [ "$("$HQ" worker list --server-dir "$D" --output-mode quiet 2>/dev/null | wc -l)" -ge 2 ]; do
+        for i in $(seq "$AGENTS"); do
+            "$HQ" worker start --cpus 4 --server-dir "$D" >"$D/worker$i.log" 2>&1 &
+        done
+        until [ "$("$HQ" worker list --server-dir "$D" --output-mode quiet 2>/dev/null | wc -l)" -ge "$AGENTS" ]; do
             sleep 0.05
         done
     else
@@ -33,11 +37,11 @@ start_cluster() {
         SERVER=$!
         until [ -s "$D/server/address" ]; do sleep 0.05; done
         export HETSCHED_SERVER="http://$(cat "$D/server/address")" HETSCHED_TOKEN_FILE="$D/server/token"
-        for i in 0 1; do
+        for i in $(seq 0 $((AGENTS - 1))); do
             "$bin" agent --server "$HETSCHED_SERVER" --name "node-$i" --cores 4 \
                 --token-file "$D/server/agent-token" --work-dir "$D/agent-$i" >"$D/agent-$i.log" 2>&1 &
         done
-        until [ "$("$bin" nodes --output json 2>/dev/null | grep -o '"alive": *true' | wc -l)" -ge 2 ]; do
+        until [ "$("$bin" nodes --output json 2>/dev/null | grep -o '"alive": *true' | wc -l)" -ge "$AGENTS" ]; do
             sleep 0.05
         done
     fi
