@@ -65,7 +65,9 @@ for _ in $(seq "$N"); do
     fi
 done
 c1=$(cpu)
+balancer=${BALANCER:-centralised}
+[ "$BIN" = hq ] && balancer=hq # HyperQueue's own scheduler
 sorted=($(printf '%s\n' "${samples[@]}" | sort -n))
 median=${sorted[$(( N / 2 ))]}
 p90=${sorted[$(( N * 9 / 10 ))]}
-echo "{\"cluster\":\"$BIN\",\"agents\":$AGENTS,\"chain\":$CHAIN,\"balancer\":\"${BALANCER:-centralised}\",\"pause\":\"${PAUSE:-random}\",\"jobs\":$N,\"median_ms\":$median,\"p90_ms\":$p90,\"server_cpu_ms\":$(( (c1 - c0) * 10 )),\"samples_ms\":[$(IFS=,; echo "${samples[*]}")]}"
+echo "{\"cluster\":\"$BIN\",\"agents\":$AGENTS,\"chain\":$CHAIN,\"balancer\":\"$balancer\",\"pause\":\"${PAUSE:-random}\",\"jobs\":$N,\"median_ms\":$median,\"p90_ms\":$p90,\"server_cpu_ms\":$(( (c1 - c0) * 10 )),\"samples_ms\":[$(IFS=,; echo "${samples[*]}")]}"
