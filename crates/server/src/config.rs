@@ -242,6 +242,17 @@ impl ServerConfig {
         Ok(std::time::Duration::from_nanos(idle.max(busy)))
     }
 
+    /// Checks the values whose bounds depend on each other or on the field's meaning (the
+    /// idle heartbeat against the dead timeout, the PCDDB self-check period); the message
+    /// names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        self.idle_heartbeat()?;
+        if let Some(w) = &self.workflow {
+            w.check_interval()?;
+        }
+        Ok(())
+    }
+
     /// Parses a configuration file's text; errors name the line and field.
     pub fn parse(origin: &str, text: &str) -> Result<Self, hetsched_core::input::InputError> {
         hetsched_core::input::Source::new(origin, text).parse_toml()

@@ -80,6 +80,9 @@ pub enum ServerError {
     /// The state's lock was poisoned (a panic while it was held).
     #[error("the server state is poisoned")]
     Poisoned,
+    /// A configuration value out of its bounds (the message names the field).
+    #[error("invalid server configuration: {0}")]
+    Config(String),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ServerError + '_ {
@@ -157,6 +160,7 @@ impl ServerHandle {
 /// `config.http_listen`, also serves `/metrics` and `/healthz` there and writes that bound address
 /// to `DATA_DIR/http-address`.
 pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
+    config.validate().map_err(ServerError::Config)?;
     let dir = config.data_dir.clone();
     datadir::prepare(&dir)?;
     let lock = datadir::lock(&dir)?;

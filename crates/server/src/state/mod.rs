@@ -190,10 +190,8 @@ impl State {
         mut snap: crate::store::Snapshot,
         div: Vec<crate::jobs::divisible::StoredJob>,
     ) -> Result<Self, StateError> {
+        config.validate().map_err(StateError::Invalid)?;
         let idle_heartbeat = config.idle_heartbeat().map_err(StateError::Invalid)?;
-        if let Some(w) = &config.workflow {
-            w.check_interval().map_err(StateError::Invalid)?;
-        }
         let mut view = SchedulerView::new();
         let mut nodes = Nodes::default();
         nodes.prefetch = prefetch::Prefetch::new(config.prefetch);
