@@ -183,29 +183,19 @@ impl pb::divisible_server::Divisible for DivisibleService {
         // held open until divisible jobs change or the hold ends, then looked at again: an idle
         // agent costs one call per hold, not one per poll, and a chunk goes out as soon as it is
         // this agent's turn.
-        let mut stopping = self.stopping.clone();
-        let mut until: Option<tokio::time::Instant> = None;
-        let reply = loop {
-            let req = r.clone();
-            let (reply, mut changes, hold) =
-                with_state(&self.state, &self.durable, Run::Inline, move |s| {
-                    // Subscribed under the same lock as the look: no change is missed between.
-                    let (changes, hold) = s.divisible_changes();
-                    Ok((s.on_next_chunk(req)?, changes, hold))
-                })
-                .await?
-                .into_inner();
-            let until = *until.get_or_insert_with(|| tokio::time::Instant::now() + hold);
-            if !r.room
-                || !reply.orders.is_empty()
-                || !reply.drop.is_empty()
-                || *stopping.borrow()
-                || tokio::time::Instant::now() >= until
-            {
-                break reply;
-            }
-            crate::service::held(&mut changes, until, &mut stopping).await;
-        };
+        let room = r.room;
+        let reply = crate::service::held_event(
+            &self.state,
+            &self.durable,
+            &self.stopping,
+            std::time::Duration::MAX,
+            move |s| {
+                let (changes, hold) = s.divisible_changes();
+                Ok((s.on_next_chunk(r.clone())?, changes, hold))
+            },
+            |reply| !room || !reply.orders.is_empty() || !reply.drop.is_empty(),
+        )
+        .await?;
         Ok(Response::new(pb::NextChunkReply {
             orders: reply
                 .orders

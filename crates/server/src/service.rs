@@ -280,6 +280,40 @@ pub struct ClientService(
 /// The longest a `GetJob` with `wait_ms` is held.
 const MAX_JOB_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// A call held open on an event: `look` runs as an event (under the state's lock, answered once
+/// its writes are durable) and returns the answer, a receiver of the changes that could alter it
+/// (subscribed under the same lock, so none is missed between) and the longest the state lets
+/// such a call be held. The call is answered when `ready(&answer)`, when the server stops, or
+/// when the hold — that longest hold, at most `cap`, from the first look — ends; otherwise it
+/// waits for a change and looks again. Idle agents' `NextChunk` and `SyncWorkers` are held so.
+pub(crate) async fn held_event<T: Send + 'static>(
+    state: &Shared,
+    durable: &Durable,
+    stopping: &tokio::sync::watch::Receiver<bool>,
+    cap: std::time::Duration,
+    look: impl Fn(
+        &mut State,
+    )
+        -> Result<(T, tokio::sync::watch::Receiver<u64>, std::time::Duration), StateError>
+    + Clone
+    + Send
+    + 'static,
+    ready: impl Fn(&T) -> bool,
+) -> Result<T, Status> {
+    let mut stopping = stopping.clone();
+    let mut until: Option<tokio::time::Instant> = None;
+    loop {
+        let (answer, mut changes, hold) = with_state(state, durable, Run::Inline, look.clone())
+            .await?
+            .into_inner();
+        let until = *until.get_or_insert_with(|| tokio::time::Instant::now() + hold.min(cap));
+        if ready(&answer) || *stopping.borrow() || tokio::time::Instant::now() >= until {
+            return Ok(answer);
+        }
+        held(&mut changes, until, &mut stopping).await;
+    }
+}
+
 /// One wait of a call held open: until `changes` sees a change, `until`, or the server stops.
 /// The caller looks again afterwards (a wake-up is a reason to look, not an answer).
 pub(crate) async fn held(

@@ -234,29 +234,18 @@ impl pb::topology_agent_server::TopologyAgent for AgentService {
         // for it either, the call is held until where workers run changes (or the hold ends),
         // then looked at again.
         let may_hold = hold_ms > 0 && seen.workers.is_empty();
-        let mut stopping = self.2.clone();
-        let mut until: Option<tokio::time::Instant> = None;
-        let answer = loop {
-            let seen = seen.clone();
-            let (answer, mut changes, hold) = with_state(&self.0, &self.1, Run::Inline, move |s| {
-                // Subscribed under the same lock as the look: no change is missed between.
+        let answer = crate::service::held_event(
+            &self.0,
+            &self.1,
+            &self.2,
+            Duration::from_millis(hold_ms),
+            move |s| {
                 let (changes, hold) = s.topology_changes();
-                Ok((s.topology_sync(seen, from)?, changes, hold))
-            })
-            .await?
-            .into_inner();
-            let until = *until.get_or_insert_with(|| {
-                tokio::time::Instant::now() + hold.min(Duration::from_millis(hold_ms))
-            });
-            if !may_hold
-                || !answer.workers.is_empty()
-                || *stopping.borrow()
-                || tokio::time::Instant::now() >= until
-            {
-                break answer;
-            }
-            crate::service::held(&mut changes, until, &mut stopping).await;
-        };
+                Ok((s.topology_sync(seen.clone(), from)?, changes, hold))
+            },
+            |answer| !may_hold || !answer.workers.is_empty(),
+        )
+        .await?;
         Ok(Response::new(to_run(answer)))
     }
 }
