@@ -36,6 +36,9 @@ pub const POLL: Duration = Duration::from_millis(100);
 /// few seconds, so this is a pause between held asks, not a polling period.
 pub const ROOM_POLL: Duration = Duration::from_millis(20);
 
+/// The longest the server may hold an ask of an agent that holds no chunk.
+const IDLE_HOLD: Duration = Duration::from_secs(25);
+
 /// Largest chunk output uploaded in one piece.
 const PIECE: usize = 256 << 10;
 
@@ -130,6 +133,13 @@ pub async fn run(
                 h.slots < 2,
             )
         };
+        // Holding no chunk, the agent may wait long for one: the server looks at the held ask
+        // every few seconds (which keeps it alive there) and answers when it has a chunk.
+        let hold_ms = if room && holding.is_empty() {
+            IDLE_HOLD.as_millis() as u64
+        } else {
+            0
+        };
         let req = pb::NextChunkRequest {
             name: me.name.clone(),
             identity: me.identity.clone(),
@@ -137,6 +147,7 @@ pub async fn run(
             incarnation: incarnation.clone(),
             holding,
             room,
+            hold_ms,
         };
         match client.next_chunk(req).await {
             Ok(reply) => {

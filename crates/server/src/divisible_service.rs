@@ -165,6 +165,7 @@ impl pb::divisible_server::Divisible for DivisibleService {
         req: Request<pb::NextChunkRequest>,
     ) -> Result<Response<pb::NextChunkReply>, Status> {
         let r = req.into_inner();
+        let hold_ms = r.hold_ms;
         let r = ChunkRequest {
             name: r.name,
             memory_bytes: r.memory_bytes,
@@ -180,15 +181,20 @@ impl pb::divisible_server::Divisible for DivisibleService {
             room: r.room,
         };
         // An ask with room that gets nothing (no job, or not this agent's turn in the plan) is
-        // held open until divisible jobs change or the hold ends, then looked at again: an idle
-        // agent costs one call per hold, not one per poll, and a chunk goes out as soon as it is
-        // this agent's turn.
+        // held open and looked at again when divisible jobs change and every look period: an
+        // idle agent costs one call per hold, not one per poll, and a chunk goes out as soon as
+        // it is this agent's turn.
         let room = r.room;
+        // An agent holding no chunk may be held longer than a look period: each look keeps it
+        // alive (`Divisible::next_chunk` notes it), and with no chunk out on it nothing its
+        // `holding` list says can go stale meanwhile.
+        let answer_within = (r.holding.is_empty() && hold_ms > 0)
+            .then(|| std::time::Duration::from_millis(hold_ms));
         let reply = crate::service::held_event(
             &self.state,
             &self.durable,
             &self.stopping,
-            std::time::Duration::MAX,
+            answer_within,
             move |s| {
                 let (changes, hold) = s.divisible_changes();
                 Ok((s.on_next_chunk(r.clone())?, changes, hold))

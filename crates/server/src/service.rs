@@ -280,17 +280,22 @@ pub struct ClientService(
 /// The longest a `GetJob` with `wait_ms` is held.
 const MAX_JOB_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// The longest a call held open on an event is left unanswered ([`held_event`]).
+pub const MAX_HELD: std::time::Duration = std::time::Duration::from_secs(25);
+
 /// A call held open on an event: `look` runs as an event (under the state's lock, answered once
 /// its writes are durable) and returns the answer, a receiver of the changes that could alter it
 /// (subscribed under the same lock, so none is missed between) and the longest the state lets
-/// such a call be held. The call is answered when `ready(&answer)`, when the server stops, or
-/// when the hold — that longest hold, at most `cap`, from the first look — ends; otherwise it
-/// waits for a change and looks again. Idle agents' `NextChunk` and `SyncWorkers` are held so.
+/// pass between two looks (looking is what keeps an idle agent alive in its kind). The call is
+/// answered when `ready(&answer)`, when the server stops, or when `answer_within` (at most
+/// [`MAX_HELD`]; None: one look period) has passed since the first look; otherwise it waits for
+/// a change or the next look period and looks again. Idle agents' `NextChunk` and `SyncWorkers`
+/// are held so: a look inside the server costs far less than the agent's call it replaces.
 pub(crate) async fn held_event<T: Send + 'static>(
     state: &Shared,
     durable: &Durable,
     stopping: &tokio::sync::watch::Receiver<bool>,
-    cap: std::time::Duration,
+    answer_within: Option<std::time::Duration>,
     look: impl Fn(
         &mut State,
     )
@@ -301,16 +306,18 @@ pub(crate) async fn held_event<T: Send + 'static>(
     ready: impl Fn(&T) -> bool,
 ) -> Result<T, Status> {
     let mut stopping = stopping.clone();
-    let mut until: Option<tokio::time::Instant> = None;
+    let mut deadline: Option<tokio::time::Instant> = None;
     loop {
-        let (answer, mut changes, hold) = with_state(state, durable, Run::Inline, look.clone())
+        let (answer, mut changes, period) = with_state(state, durable, Run::Inline, look.clone())
             .await?
             .into_inner();
-        let until = *until.get_or_insert_with(|| tokio::time::Instant::now() + hold.min(cap));
-        if ready(&answer) || *stopping.borrow() || tokio::time::Instant::now() >= until {
+        let now = tokio::time::Instant::now();
+        let deadline = *deadline
+            .get_or_insert_with(|| now + answer_within.map_or(period, |d| d.min(MAX_HELD)));
+        if ready(&answer) || *stopping.borrow() || now >= deadline {
             return Ok(answer);
         }
-        held(&mut changes, until, &mut stopping).await;
+        held(&mut changes, deadline.min(now + period), &mut stopping).await;
     }
 }
 

@@ -238,7 +238,7 @@ impl pb::topology_agent_server::TopologyAgent for AgentService {
             &self.0,
             &self.1,
             &self.2,
-            Duration::from_millis(hold_ms),
+            Some(Duration::from_millis(hold_ms)),
             move |s| {
                 let (changes, hold) = s.topology_changes();
                 Ok((s.topology_sync(seen.clone(), from)?, changes, hold))

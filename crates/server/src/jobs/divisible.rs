@@ -57,8 +57,7 @@ pub const PIECE: usize = 256 << 10;
 /// reply carrying it may still be on its way).
 const GRACE: Duration = Duration::from_secs(2);
 
-/// The longest an ask with room is held open when there is nothing to hand out (see
-/// [`Divisible::hold`]).
+/// The longest between two looks at an ask held open (see [`Divisible::hold`]).
 const MAX_HOLD: Duration = Duration::from_secs(5);
 
 /// This kind's tables in the main store (created by [`crate::store::Store::open`] with the
@@ -605,9 +604,10 @@ impl Divisible {
         }
     }
 
-    /// How long the chunk service holds an ask with room open while it has nothing to hand out:
-    /// an idle agent asks about once per hold instead of polling. A quarter of the dead
-    /// timeout at most, since a held agent is noted alive only when its ask is looked at.
+    /// How often the chunk service looks again at an ask with room it holds open while it has
+    /// nothing to hand out (and how long it holds an ask that did not say how long it may
+    /// wait). A quarter of the dead timeout at most, since a held agent is noted alive only when
+    /// its ask is looked at.
     pub fn hold(&self) -> Duration {
         (self.dead_timeout / 4).min(MAX_HOLD)
     }

@@ -277,7 +277,8 @@ pub struct Topology {
     changes: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
-/// The longest a sync of an agent running no worker is held.
+/// The longest between two looks at a held sync of an agent running no worker (each look
+/// notes the node seen).
 const MAX_HOLD: Duration = Duration::from_secs(5);
 
 /// Why a topology request was refused (the service edge maps each to a gRPC status).
@@ -719,7 +720,8 @@ impl Topology {
     }
 
     /// What an agent's held sync and the idle controller wait on: a receiver of every later
-    /// change of where workers run, and how long a sync may be held at most.
+    /// change of where workers run, and how long a held sync may go without a look (a quarter
+    /// of the dead timeout, at most 5 s: each look notes the node seen).
     pub fn changes(&self) -> (tokio::sync::watch::Receiver<u64>, Duration) {
         (
             self.changes.subscribe(),

@@ -22,7 +22,7 @@ impl State {
     }
 
     /// What an ask held open by the chunk service waits on: a receiver of every later change
-    /// of divisible jobs, and how long to hold it at most.
+    /// of divisible jobs, and how long it may go without a look ([`Divisible::hold`]).
     pub fn divisible_changes(&self) -> (tokio::sync::watch::Receiver<u64>, std::time::Duration) {
         (self.jobs.divisible.changes(), self.jobs.divisible.hold())
     }

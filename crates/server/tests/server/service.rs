@@ -474,3 +474,70 @@ async fn an_idle_heartbeat_beyond_half_the_dead_timeout_is_refused() {
         "{err}"
     );
 }
+
+/// An agent that holds no chunk may ask to be held long (`hold_ms`, here beyond the dead
+/// timeout, so it calls once where it used to call every quarter of the dead timeout): the call
+/// stays open as asked — the server looks at it every quarter of the dead timeout meanwhile —
+/// and a job submitted much later hands it a chunk at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_held_chunk_ask_keeps_its_agent_alive_past_the_dead_timeout() {
+    use hetsched_proto::divisible_client::DivisibleClient;
+    use std::time::{Duration, Instant};
+    let dir = scratch("service", "long-ask");
+    let (server, channel) = serve(ServerConfig {
+        data_dir: dir.to_path_buf(),
+        // Looks every 250 ms; an agent silent for 1 s is lost.
+        dead_timeout: hetsched_core::input::Duration(1_000_000_000),
+        heartbeat_interval: hetsched_core::input::Duration(100_000_000),
+        ..Default::default()
+    })
+    .await;
+    let mut agent = DivisibleClient::with_interceptor(channel.clone(), agent_token(&server));
+    let held = tokio::spawn(async move {
+        let t = Instant::now();
+        let reply = agent
+            .next_chunk(pb::NextChunkRequest {
+                name: "a".into(),
+                memory_bytes: 1 << 30,
+                incarnation: "a-1".into(),
+                room: true,
+                hold_ms: 20_000,
+                ..Default::default()
+            })
+            .await
+            .map(|r| r.into_inner());
+        (reply, t.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(
+        !held.is_finished(),
+        "held past the dead timeout and the look period, as asked"
+    );
+    let job = ClientClient::with_interceptor(channel, client_token(&server))
+        .submit(pb::SubmitRequest {
+            origin: "rows.toml".into(),
+            text: "[[divisible]]\nname = \"rows\"\nunits = 100\ncommand = \"echo {start} {end}\"\n"
+                .into(),
+            workdir: "/".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("submitted")
+        .into_inner();
+    let (reply, waited) = held.await.expect("ask task");
+    assert_eq!(
+        reply
+            .expect("answered")
+            .orders
+            .iter()
+            .map(|o| o.job_id)
+            .collect::<Vec<_>>(),
+        vec![job.job_id],
+        "the long-held ask takes the new job's first chunk"
+    );
+    assert!(
+        waited < Duration::from_secs(10),
+        "answered on the job ({waited:?})"
+    );
+    server.stop().await.expect("stops");
+}
