@@ -46,7 +46,6 @@ use rusqlite::{Connection, params};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
@@ -56,9 +55,6 @@ pub const PIECE: usize = 256 << 10;
 /// A chunk the master believes out but its agent does not list is lost after this long (the
 /// reply carrying it may still be on its way).
 const GRACE: Duration = Duration::from_secs(2);
-
-/// The longest between two looks at an ask held open (see [`Divisible::hold`]).
-const MAX_HOLD: Duration = Duration::from_secs(5);
 
 /// This kind's tables in the main store (created by [`crate::store::Store::open`] with the
 /// rest of the schema; a store from before them gains them there).
@@ -384,7 +380,7 @@ pub struct Divisible {
     /// Bumped when what decides an agent's next chunk changed — a committed row, a new job, a
     /// job's turn moving to another worker — so that asks held open by
     /// [`crate::divisible_service`] are answered then, not at the next poll.
-    changes: Arc<tokio::sync::watch::Sender<u64>>,
+    changes: super::Changes,
 }
 
 /// One stored job with its chunks, as [`load`] reads them.
@@ -499,7 +495,7 @@ impl Divisible {
             agents: HashMap::new(),
             dirty_jobs: BTreeSet::new(),
             dirty_chunks: BTreeSet::new(),
-            changes: Arc::new(tokio::sync::watch::Sender::new(0)),
+            changes: super::Changes::default(),
         };
         for row in rows {
             let spec = match parse_workload(&row.origin, &row.text)
@@ -590,7 +586,7 @@ impl Divisible {
     pub fn carry_over(&mut self, old: &Divisible) {
         // Asks held open wait on the old channel: keep it, and wake them to ask the rebuilt kind.
         self.changes = old.changes.clone();
-        self.changed();
+        self.changes.bump();
         for (name, a) in &old.agents {
             self.agents.insert(name.clone(), a.clone());
         }
@@ -606,10 +602,9 @@ impl Divisible {
 
     /// How often the chunk service looks again at an ask with room it holds open while it has
     /// nothing to hand out (and how long it holds an ask that did not say how long it may
-    /// wait). A quarter of the dead timeout at most, since a held agent is noted alive only when
-    /// its ask is looked at.
+    /// wait): [`super::look_period`].
     pub fn hold(&self) -> Duration {
-        (self.dead_timeout / 4).min(MAX_HOLD)
+        super::look_period(self.dead_timeout)
     }
 
     /// A receiver that sees every later change (see [`Divisible::changes`]'s field).
@@ -618,7 +613,7 @@ impl Divisible {
     }
 
     fn changed(&self) {
-        self.changes.send_modify(|g| *g = g.wrapping_add(1));
+        self.changes.bump();
     }
 
     /// Whether job `id` is a divisible job.

@@ -85,6 +85,39 @@ pub use divisible::Divisible;
 pub use topology::Topology;
 pub use workflow::Workflows;
 
+/// A kind's change counter, which calls held open on the kind wait on
+/// ([`crate::service::held_event`]). Cloned into the kind rebuilt after a rollback, so nothing
+/// waiting on it is stranded.
+#[derive(Clone, Debug)]
+pub struct Changes(std::sync::Arc<tokio::sync::watch::Sender<u64>>);
+
+impl Default for Changes {
+    fn default() -> Self {
+        Changes(std::sync::Arc::new(tokio::sync::watch::Sender::new(0)))
+    }
+}
+
+impl Changes {
+    /// A receiver that sees every later change.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.0.subscribe()
+    }
+
+    /// Wakes every call waiting on the counter.
+    pub fn bump(&self) {
+        self.0.send_modify(|g| *g = g.wrapping_add(1));
+    }
+}
+
+/// The longest a call held open on a kind goes without a look ([`look_period`]).
+const MAX_LOOK_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How often a call held open on a kind is looked at again: a quarter of the dead timeout, at
+/// most 5 s, since each look is what notes a held agent alive in its kind.
+pub fn look_period(dead_timeout: std::time::Duration) -> std::time::Duration {
+    (dead_timeout / 4).min(MAX_LOOK_PERIOD)
+}
+
 /// Largest heartbeat reply the server builds (encoded bytes): a quarter of the agents' 4 MiB
 /// decoding limit, so no job, however large its commands, makes a reply an agent cannot read.
 pub const REPLY_BUDGET: usize = 1 << 20;

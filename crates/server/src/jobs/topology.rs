@@ -67,7 +67,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
@@ -274,12 +273,8 @@ pub struct Topology {
     /// Counts changes of where workers run ([`Topology::placements_key`]): syncs held open
     /// (agents running no worker) and the idle controller tick wait on it. Shared with the
     /// kind rebuilt after a rollback, so nothing waiting on it is stranded.
-    changes: Arc<tokio::sync::watch::Sender<u64>>,
+    changes: super::Changes,
 }
-
-/// The longest between two looks at a held sync of an agent running no worker (each look
-/// notes the node seen).
-const MAX_HOLD: Duration = Duration::from_secs(5);
 
 /// Why a topology request was refused (the service edge maps each to a gRPC status).
 #[derive(Debug, thiserror::Error)]
@@ -715,7 +710,7 @@ impl Topology {
             },
             held: HashMap::new(),
             in_use: HashMap::new(),
-            changes: Arc::new(tokio::sync::watch::Sender::new(0)),
+            changes: super::Changes::default(),
         }
     }
 
@@ -725,7 +720,7 @@ impl Topology {
     pub fn changes(&self) -> (tokio::sync::watch::Receiver<u64>, Duration) {
         (
             self.changes.subscribe(),
-            (self.cfg.dead_timeout / 4).min(MAX_HOLD),
+            super::look_period(self.cfg.dead_timeout),
         )
     }
 
@@ -757,7 +752,7 @@ impl Topology {
     /// taken before an event) no longer holds.
     pub fn note_changes(&self, before: u64) {
         if self.placements_key() != before {
-            self.changes.send_modify(|g| *g = g.wrapping_add(1));
+            self.changes.bump();
         }
     }
 
@@ -773,7 +768,7 @@ impl Topology {
         // Held syncs and the idle tick wait on the old channel: keep it, and wake them to look
         // at the rebuilt kind.
         self.changes = old.changes.clone();
-        self.changes.send_modify(|g| *g = g.wrapping_add(1));
+        self.changes.bump();
         self.metrics = old.metrics.clone();
         self.cfg = old.cfg;
         self.inner.nodes = std::mem::take(&mut old.inner.nodes);
