@@ -5,6 +5,7 @@
 mod accel_cli;
 mod bench;
 mod client;
+mod command_job;
 mod demo;
 mod demo_workflow;
 mod divisible;
@@ -26,10 +27,19 @@ pub enum RuntimeCommand {
     Server(serve::ServerArgs),
     /// Run an agent (node manager) that registers with a server and runs its tasks.
     Agent(serve::AgentArgs),
-    /// Submit a job file (TOML applications of tasks); prints the job id.
+    /// Submit a job: a job file (TOML applications of tasks), or a command after `--`
+    /// (`hetsched submit --tasks 100 -- ./sim --seed {index}`); prints the job id.
+    #[command(
+        after_help = "Examples:\n  hetsched submit job.toml --wait\n  hetsched submit --tasks 100 --cores 2 -- ./sim --seed {index}\n  hetsched submit --shell -- 'sort big.txt > sorted.txt'"
+    )]
     Submit {
-        /// The job file.
-        file: PathBuf,
+        /// The job file (or give a command after `--` instead).
+        #[arg(conflicts_with = "command")]
+        file: Option<PathBuf>,
+        /// The command every task runs, with its arguments (instead of a job file); `{index}`
+        /// is replaced by the task's index.
+        #[arg(last = true, value_name = "COMMAND")]
+        command: Vec<String>,
         /// Wait for the job to finish (exit status: success only if every task succeeded).
         #[arg(long)]
         wait: bool,
@@ -39,11 +49,14 @@ pub enum RuntimeCommand {
         #[arg(long, value_name = "KEY")]
         submission_key: Option<String>,
         /// The job's name in listings (overrides `name =` in the file; default: that, else the
-        /// file's path).
+        /// file's path; for a command, the command as typed).
         #[arg(long)]
         name: Option<String>,
         #[command(flatten)]
         client: ClientArgs,
+        // Last: its help heading applies to what follows it.
+        #[command(flatten)]
+        job: Box<command_job::CommandJobArgs>,
     },
     /// Run a job's failed tasks again, a new attempt each (their retries count afresh).
     Resubmit {
@@ -265,11 +278,33 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         RuntimeCommand::Agent(a) => serve::agent(a).await,
         RuntimeCommand::Submit {
             file,
+            command,
+            job,
             wait,
             submission_key,
             name,
             client,
-        } => client::submit(&client, &file, wait, submission_key, name).await,
+        } => {
+            let source = match file {
+                Some(file) => {
+                    if let Some(flag) = job.first_given() {
+                        anyhow::bail!(
+                            "{flag} is for a command given after `--`; a job file sets its own \
+                             fields (see docs/runtime.md, \"Job files\")"
+                        );
+                    }
+                    client::JobSource::File(file)
+                }
+                None if command.is_empty() => anyhow::bail!(
+                    "nothing to submit: give a job file (`hetsched submit job.toml`) or a command \
+                     after `--` (`hetsched submit --tasks 10 -- ./prog --seed {{index}}`)"
+                ),
+                None => {
+                    client::JobSource::Command(command_job::build(&job, &command, name.as_deref())?)
+                }
+            };
+            client::submit(&client, source, wait, submission_key, name).await
+        }
         RuntimeCommand::Resubmit {
             id,
             failed,

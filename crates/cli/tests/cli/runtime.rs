@@ -1300,3 +1300,100 @@ fn purge_removes_finished_jobs_from_listings_and_store_and_the_server_restarts()
     assert_eq!(jobs[0]["id"], 3, "{jobs}");
     assert_eq!(jobs[0]["state"], "completed", "{jobs}");
 }
+
+#[test]
+fn a_command_after_the_double_dash_is_a_job_of_indexed_tasks_and_its_mistakes_name_the_flag() {
+    let mut c = Cluster::start("command-jobs", false);
+    c.start_agent("a", 4, &[]);
+    c.wait_for_nodes(1);
+    // A program and its arguments, `{index}` replaced in each task; tasks run where `submit` ran.
+    let out = c.cli(&[
+        "submit",
+        "--tasks",
+        "3",
+        "--env",
+        "GREETING=hi",
+        "--wait",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$GREETING {index}\" > out-{index}.txt",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for i in 0..3 {
+        let text = std::fs::read_to_string(c.dir.join(format!("out-{i}.txt"))).expect("output");
+        assert_eq!(text, format!("hi {i}\n"));
+    }
+    // A shell line with a retry after a time limit.
+    let out = c.cli(&[
+        "submit",
+        "--shell",
+        "--retries",
+        "1",
+        "--time-limit",
+        "300ms",
+        "--name",
+        "second try",
+        "--wait",
+        "--",
+        "if [ $HETSCHED_ATTEMPT = 1 ]; then sleep 30; fi; echo done > s.txt",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        c.tasks(2)[0]["attempt"],
+        2,
+        "the first attempt hit the limit"
+    );
+    let jobs = c.json(&["jobs"]);
+    let names: Vec<&str> = jobs
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .filter_map(|j| j["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "sh -c echo \"$GREETING {index}\" > out-{index}.txt",
+            "second try"
+        ],
+        "{jobs}"
+    );
+    assert_eq!(c.tasks(1)[0]["app"], "sh", "named after the program");
+    // Mistakes name the flag, and nothing is stored.
+    let refused = |args: &[&str], says: &str| {
+        let out = c.cli(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(says),
+            "{args:?}: {err}"
+        );
+    };
+    refused(
+        &["submit", "--gpus", "1", "--", "nvidia-smi"],
+        "(--cores, --memory, --gpus): application `nvidia-smi` runs only on GPUs",
+    );
+    refused(&["submit", "--memory", "lots", "--", "true"], "--memory: ");
+    refused(
+        &["submit", "--env", "NOVALUE", "--", "true"],
+        "--env NOVALUE: expected KEY=VALUE",
+    );
+    let file = c.write(
+        "one.toml",
+        "[[application]]\nname = \"a\"\ntasks = 1\n[application.cpu]\ncommand = \"true\"\n",
+    );
+    refused(
+        &["submit", "--tasks", "2", file.to_str().expect("path")],
+        "--tasks is for a command given after `--`",
+    );
+    refused(&["submit"], "nothing to submit");
+    assert_eq!(c.json(&["jobs"]).as_array().map(Vec::len), Some(2));
+}

@@ -1,0 +1,482 @@
+//! `hetsched submit [OPTIONS] -- COMMAND…`: a job of one application written on the command line
+//! instead of in a job file — the quick path people know from `hq submit -- …` and
+//! `sbatch --wrap`. The flags become the job file text the server parses for `hetsched submit
+//! FILE` (one parser, one set of limits, one stored form); the text is checked here first with
+//! the same parser, so a mistake names the flag (`--memory: …`), not a line of generated text.
+
+use anyhow::{anyhow, bail};
+use clap::Args;
+use hetsched_core::input::InputError;
+use hetsched_core::input::limits;
+use hetsched_core::input::workload::{MAX_JOB_NAME, parse_workload};
+use toml::{Table, Value};
+
+/// What the submitted text is called in the server's messages and in `hetsched job`.
+pub const ORIGIN: &str = "<command line>";
+
+/// Flags of a command-line job. Each is the job file field of the same name (`--time-limit` is
+/// `time_limit`); all are refused with a job file, which sets them itself.
+#[derive(Debug, Default, Args)]
+#[command(
+    next_help_heading = "A job from the command line (`hetsched submit [OPTIONS] -- COMMAND…`)"
+)]
+pub struct CommandJobArgs {
+    /// Tasks in the job (default 1). `{index}` in the command becomes each task's index,
+    /// 0 to N−1 (also in `$HETSCHED_TASK_INDEX`).
+    #[arg(long, value_name = "N")]
+    pub tasks: Option<u32>,
+    /// Cores one task holds (default 1).
+    #[arg(long, value_name = "N")]
+    pub cores: Option<u32>,
+    /// Memory one task holds (`512MiB`, `4GiB`; default none).
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// GPUs one task holds; with it the tasks run only on nodes with GPUs, and
+    /// `CUDA_VISIBLE_DEVICES` names the devices assigned.
+    #[arg(long, value_name = "N")]
+    pub gpus: Option<u32>,
+    /// Accelerator kind the GPUs must be (with `--gpus`; default any).
+    #[arg(long, value_name = "KIND")]
+    pub kind: Option<String>,
+    /// Wall-clock limit of one task (`90s`, `2m`): it is killed and the attempt fails.
+    #[arg(long, value_name = "DURATION")]
+    pub time_limit: Option<String>,
+    /// Times a failed task runs again (default 0, at most 100).
+    #[arg(long, value_name = "N")]
+    pub retries: Option<u32>,
+    /// Priority among the server's applications: higher levels are served first (default 0).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub priority: Option<i32>,
+    /// An environment variable for every task (repeat for more).
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    /// Directory the tasks run in on the nodes (absolute, or relative to here; default: this
+    /// directory if it exists on the node, else the agent's work directory).
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<String>,
+    /// The application's name (default: the program's file name); task outputs and
+    /// `hetsched log JOB APP:INDEX` use it.
+    #[arg(long, value_name = "NAME")]
+    pub app: Option<String>,
+    /// Run the command, one argument, as a shell line (`sh -c`) instead of as a program with
+    /// its arguments.
+    #[arg(long)]
+    pub shell: bool,
+}
+
+impl CommandJobArgs {
+    /// The first flag given, as typed: refused with a job file.
+    pub fn first_given(&self) -> Option<&'static str> {
+        let given = [
+            (self.tasks.is_some(), "--tasks"),
+            (self.cores.is_some(), "--cores"),
+            (self.memory.is_some(), "--memory"),
+            (self.gpus.is_some(), "--gpus"),
+            (self.kind.is_some(), "--kind"),
+            (self.time_limit.is_some(), "--time-limit"),
+            (self.retries.is_some(), "--retries"),
+            (self.priority.is_some(), "--priority"),
+            (!self.env.is_empty(), "--env"),
+            (self.workdir.is_some(), "--workdir"),
+            (self.app.is_some(), "--app"),
+            (self.shell, "--shell"),
+        ];
+        given.into_iter().find(|(g, _)| *g).map(|(_, f)| f)
+    }
+}
+
+/// A job written on the command line, as the job file text the server stores.
+#[derive(Debug)]
+pub struct CommandJob {
+    /// The job file text (TOML).
+    pub text: String,
+}
+
+/// Builds and checks the job of `command` (the words after `--`); `name` is the job's name
+/// (default: the command as typed, shortened).
+pub fn build(
+    args: &CommandJobArgs,
+    command: &[String],
+    name: Option<&str>,
+) -> anyhow::Result<CommandJob> {
+    let Some(program) = command.first() else {
+        bail!("no command after `--`");
+    };
+    if args.shell && command.len() != 1 {
+        bail!(
+            "--shell runs one shell line; quote it as one argument (got {} arguments after `--`)",
+            command.len()
+        );
+    }
+    if args.kind.is_some() && args.gpus.is_none_or(|g| g == 0) {
+        bail!("--kind names the kind of GPU a task needs: give --gpus too");
+    }
+    let mut variant = Table::new();
+    variant.insert(
+        "command".into(),
+        if args.shell {
+            Value::String(program.clone())
+        } else {
+            Value::Array(command.iter().cloned().map(Value::String).collect())
+        },
+    );
+    let gpu = args.gpus.is_some_and(|g| g > 0);
+    if let Some(g) = args.gpus.filter(|&g| g > 0) {
+        variant.insert("gpus".into(), Value::Integer(g.into()));
+    }
+    if let Some(k) = &args.kind {
+        variant.insert("kind".into(), Value::String(k.clone()));
+    }
+    if let Some(c) = args.cores {
+        variant.insert("cores".into(), Value::Integer(c.into()));
+    }
+    if let Some(m) = &args.memory {
+        variant.insert("memory".into(), Value::String(m.clone()));
+    }
+    if let Some(t) = &args.time_limit {
+        variant.insert("time_limit".into(), Value::String(t.clone()));
+    }
+    if !args.env.is_empty() {
+        let mut env = Table::new();
+        for kv in &args.env {
+            let Some((k, v)) = kv.split_once('=') else {
+                bail!("--env {kv}: expected KEY=VALUE");
+            };
+            if k.is_empty() {
+                bail!("--env {kv}: the variable's name is empty");
+            }
+            if env.insert(k.into(), Value::String(v.into())).is_some() {
+                bail!("--env {k}: given twice");
+            }
+        }
+        variant.insert("env".into(), Value::Table(env));
+    }
+    let mut app = Table::new();
+    app.insert(
+        "name".into(),
+        Value::String(
+            args.app
+                .clone()
+                .unwrap_or_else(|| app_name(program, args.shell)),
+        ),
+    );
+    app.insert(
+        "tasks".into(),
+        Value::Integer(args.tasks.unwrap_or(1).into()),
+    );
+    if let Some(r) = args.retries {
+        app.insert("retries".into(), Value::Integer(r.into()));
+    }
+    if let Some(p) = args.priority {
+        app.insert("priority".into(), Value::Integer(p.into()));
+    }
+    if let Some(w) = &args.workdir {
+        app.insert("workdir".into(), Value::String(w.clone()));
+    }
+    app.insert(
+        if gpu { "gpu" } else { "cpu" }.into(),
+        Value::Table(variant),
+    );
+    let mut job = Table::new();
+    job.insert(
+        "name".into(),
+        Value::String(name.map_or_else(|| job_name(command), str::to_string)),
+    );
+    job.insert("application".into(), Value::Array(vec![Value::Table(app)]));
+    let text = toml::to_string(&job)?;
+    // The server checks the same again, and against its nodes; checking here first lets the
+    // error name the flag.
+    let w = parse_workload(ORIGIN, &text).map_err(flag_error)?;
+    w.check_commands().map_err(flag_error)?;
+    limits::check(&w).map_err(flag_error)?;
+    Ok(CommandJob { text })
+}
+
+/// The flag (or the command) behind a field of the generated job file.
+fn flag(field: &str) -> String {
+    let rest = field
+        .strip_prefix("application[0]")
+        .map(|r| r.trim_start_matches('.'));
+    let Some(rest) = rest else {
+        return match field {
+            "name" => "--name".into(),
+            other => other.into(),
+        };
+    };
+    let rest = rest
+        .strip_prefix("cpu")
+        .or_else(|| rest.strip_prefix("gpu"))
+        .map_or(rest, |r| r.trim_start_matches('.'));
+    match rest.split(['.', '[']).next().unwrap_or("") {
+        "command" => "the command".into(),
+        "name" => "--app".into(),
+        "time_limit" => "--time-limit".into(),
+        // The variant as a whole: what one task holds.
+        "" => "the task's resources (--cores, --memory, --gpus)".into(),
+        f => format!("--{f}"),
+    }
+}
+
+/// A parse or limit error of the generated text, told in terms of the flags.
+fn flag_error(e: InputError) -> anyhow::Error {
+    match &e.field {
+        Some(f) => anyhow!("{}: {}", flag(f), e.message),
+        None => anyhow!("{}", e.message),
+    }
+}
+
+/// The server's message about a command-line job, told in terms of the flags: its messages name
+/// `<command line>:LINE:COLUMN: FIELD:` of the generated text, which the user never saw.
+pub fn relocate(message: &str) -> String {
+    let Some(rest) = message.strip_prefix(ORIGIN) else {
+        return message.to_string();
+    };
+    // Skip `:LINE` and `:COLUMN` when there, then `: `.
+    let mut rest = rest;
+    for _ in 0..2 {
+        if let Some(after) = rest.strip_prefix(':')
+            && after.starts_with(|c: char| c.is_ascii_digit())
+        {
+            rest = after.trim_start_matches(|c: char| c.is_ascii_digit());
+        }
+    }
+    let rest = rest.strip_prefix(": ").unwrap_or(rest);
+    match rest.split_once(": ") {
+        Some((field, what)) if field.starts_with("application[") || field == "name" => {
+            format!("{}: {what}", flag(field))
+        }
+        _ => rest.to_string(),
+    }
+}
+
+/// The default application name: the program's file name (a shell line's first word's), made
+/// a valid application name (no `/`, no leading `.`, no control characters, at most 128 bytes).
+fn app_name(program: &str, shell: bool) -> String {
+    let word = if shell {
+        program.split_whitespace().next().unwrap_or("")
+    } else {
+        program
+    };
+    let base = word.rsplit('/').next().unwrap_or(word);
+    let mut name: String = base
+        .chars()
+        .map(|c| if c.is_control() || c == '\\' { '_' } else { c })
+        .collect::<String>()
+        .trim_start_matches('.')
+        .to_string();
+    truncate(&mut name, limits::MAX_APP_NAME);
+    if name.trim().is_empty() {
+        "command".into()
+    } else {
+        name
+    }
+}
+
+/// The default job name: the command as typed, shortened to 80 characters.
+fn job_name(command: &[String]) -> String {
+    let joined: String = command
+        .join(" ")
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let mut name = joined.trim().to_string();
+    if name.chars().count() > 80 {
+        name = name.chars().take(79).collect::<String>() + "…";
+    }
+    truncate(&mut name, MAX_JOB_NAME);
+    if name.is_empty() {
+        "command".into()
+    } else {
+        name
+    }
+}
+
+/// Cuts `s` to at most `max` bytes at a character boundary.
+fn truncate(s: &mut String, max: usize) {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &[&str]) -> Vec<String> {
+        s.iter().map(|w| (*w).to_string()).collect()
+    }
+
+    #[test]
+    fn a_plain_command_is_one_cpu_task_named_after_its_program() {
+        let job = build(
+            &CommandJobArgs::default(),
+            &words(&["/usr/bin/solve", "--n", "{index}"]),
+            None,
+        )
+        .expect("valid");
+        let w = parse_workload(ORIGIN, &job.text).expect("parses");
+        assert_eq!(w.name.as_deref(), Some("/usr/bin/solve --n {index}"));
+        let a = &w.applications[0];
+        assert_eq!(a.name.get_ref(), "solve");
+        assert_eq!(*a.tasks.get_ref(), 1);
+        let cpu = a.cpu.as_ref().expect("cpu variant").get_ref();
+        assert_eq!(
+            cpu.command,
+            Some(hetsched_core::input::workload::Command::Argv(words(&[
+                "/usr/bin/solve",
+                "--n",
+                "{index}"
+            ])))
+        );
+        assert!(a.gpu.is_none());
+    }
+
+    #[test]
+    fn every_flag_lands_in_its_job_file_field() {
+        let args = CommandJobArgs {
+            tasks: Some(12),
+            cores: Some(2),
+            memory: Some("3GiB".into()),
+            gpus: Some(1),
+            kind: Some("a100".into()),
+            time_limit: Some("90s".into()),
+            retries: Some(3),
+            priority: Some(-2),
+            env: words(&["A=1", "B=x=y"]),
+            workdir: Some("/scratch/run".into()),
+            app: Some("train".into()),
+            shell: true,
+        };
+        let job = build(
+            &args,
+            &words(&["python train.py --fold {index}"]),
+            Some("folds"),
+        )
+        .expect("valid");
+        let w = parse_workload(ORIGIN, &job.text).expect("parses");
+        assert_eq!(w.name.as_deref(), Some("folds"));
+        let a = &w.applications[0];
+        assert_eq!(a.name.get_ref(), "train");
+        assert_eq!(*a.tasks.get_ref(), 12);
+        assert_eq!(*a.retries.get_ref(), 3);
+        assert_eq!(a.priority, -2);
+        assert_eq!(
+            a.workdir.as_ref().map(|w| w.get_ref().as_str()),
+            Some("/scratch/run")
+        );
+        assert!(a.cpu.is_none(), "--gpus makes it a GPU task");
+        let g = a.gpu.as_ref().expect("gpu variant").get_ref();
+        assert_eq!(*g.gpus.get_ref(), 1);
+        assert_eq!(*g.cores.get_ref(), 2);
+        assert_eq!(g.memory.as_u64(), 3 << 30);
+        assert_eq!(g.kind.as_deref(), Some("a100"));
+        assert_eq!(g.time_limit.map(|d| d.0), Some(90_000_000_000));
+        assert_eq!(g.env.get("B").map(String::as_str), Some("x=y"));
+        assert_eq!(
+            g.command,
+            Some(hetsched_core::input::workload::Command::Shell(
+                "python train.py --fold {index}".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn mistakes_name_the_flag() {
+        let err = |args: CommandJobArgs, cmd: &[&str]| {
+            build(&args, &words(cmd), None)
+                .expect_err("refused")
+                .to_string()
+        };
+        let e = err(
+            CommandJobArgs {
+                memory: Some("lots".into()),
+                ..Default::default()
+            },
+            &["true"],
+        );
+        assert!(e.starts_with("--memory: "), "{e}");
+        let e = err(
+            CommandJobArgs {
+                time_limit: Some("soon".into()),
+                ..Default::default()
+            },
+            &["true"],
+        );
+        assert!(e.starts_with("--time-limit: "), "{e}");
+        let e = err(
+            CommandJobArgs {
+                retries: Some(1000),
+                ..Default::default()
+            },
+            &["true"],
+        );
+        assert!(e.starts_with("--retries: "), "{e}");
+        let e = err(
+            CommandJobArgs {
+                app: Some("../x".into()),
+                ..Default::default()
+            },
+            &["true"],
+        );
+        assert!(e.starts_with("--app: "), "{e}");
+        let e = err(
+            CommandJobArgs {
+                env: words(&["NOVALUE"]),
+                ..Default::default()
+            },
+            &["true"],
+        );
+        assert!(e.contains("--env NOVALUE: expected KEY=VALUE"), "{e}");
+        let e = err(
+            CommandJobArgs {
+                shell: true,
+                ..Default::default()
+            },
+            &["echo", "hi"],
+        );
+        assert!(e.contains("--shell runs one shell line"), "{e}");
+        let e = err(
+            CommandJobArgs {
+                kind: Some("a100".into()),
+                ..Default::default()
+            },
+            &["true"],
+        );
+        assert!(e.contains("give --gpus too"), "{e}");
+        let long = "x".repeat(70_000);
+        let e = err(CommandJobArgs::default(), &["echo", &long]);
+        assert!(e.starts_with("the command: "), "{e}");
+        assert!(e.contains("at most 65536"), "{e}");
+        assert!(err(CommandJobArgs::default(), &[]).contains("no command after `--`"));
+    }
+
+    #[test]
+    fn server_messages_about_the_generated_text_name_the_flag() {
+        assert_eq!(
+            relocate(
+                "<command line>:7:1: application[0].gpu: application `x` runs only on GPUs, and no node has 2 GPU(s)"
+            ),
+            "the task's resources (--cores, --memory, --gpus): application `x` runs only on GPUs, and no node has 2 GPU(s)"
+        );
+        assert_eq!(
+            relocate("<command line>:3:9: application[0].cpu.cores: too many"),
+            "--cores: too many"
+        );
+        assert_eq!(relocate("job.toml:3:9: x: y"), "job.toml:3:9: x: y");
+    }
+
+    #[test]
+    fn default_names_are_valid_and_short() {
+        assert_eq!(app_name("./.hidden-tool", false), "hidden-tool");
+        assert_eq!(app_name("echo {index} > out", true), "echo");
+        assert_eq!(app_name("/", false), "command");
+        let long: Vec<String> = (0..100).map(|i| format!("arg{i}")).collect();
+        let n = job_name(&long);
+        assert_eq!(n.chars().count(), 80);
+        assert!(n.ends_with('…'));
+    }
+}
