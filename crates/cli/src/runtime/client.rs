@@ -202,6 +202,20 @@ pub async fn submit(
 ) -> anyhow::Result<()> {
     let workdir = std::env::current_dir()?.display().to_string();
     let (origin, text, divisible_input, name) = match &source {
+        // `-`: the job file on standard input (a script that writes its jobs).
+        JobSource::File(file) if file.as_os_str() == "-" => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .context("reading the job file from standard input")?;
+            let origin = PathBuf::from("<stdin>");
+            let input = super::divisible::read_input(&origin, &text)?;
+            (
+                origin.display().to_string(),
+                text,
+                input,
+                name.unwrap_or_default(),
+            )
+        }
         JobSource::File(file) => {
             let text = std::fs::read_to_string(file)
                 .with_context(|| format!("reading {}", file.display()))?;

@@ -33,7 +33,8 @@ pub enum RuntimeCommand {
         after_help = "Examples:\n  hetsched submit job.toml --wait\n  hetsched submit --tasks 100 --cores 2 -- ./sim --seed {index}\n  hetsched submit --shell -- 'sort big.txt > sorted.txt'"
     )]
     Submit {
-        /// The job file (or give a command after `--` instead).
+        /// The job file (`-`: read it from standard input), or give a command after `--`
+        /// instead.
         #[arg(conflicts_with = "command")]
         file: Option<PathBuf>,
         /// The command every task runs, with its arguments (instead of a job file); `{index}`

@@ -1368,6 +1368,34 @@ fn a_command_after_the_double_dash_is_a_job_of_indexed_tasks_and_its_mistakes_na
         "{jobs}"
     );
     assert_eq!(c.tasks(1)[0]["app"], "sh", "named after the program");
+    // `-`: a job file on standard input, errors located in it as in a file.
+    let from_stdin = |text: &str| {
+        let mut child = c
+            .command(&["submit", "-", "--wait"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("submit -");
+        std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), text.as_bytes())
+            .expect("write the job");
+        child.wait_with_output().expect("submit ends")
+    };
+    let out = from_stdin(
+        "name = \"piped\"\n[[application]]\nname = \"a\"\ntasks = 2\n[application.cpu]\ncommand = \"true\"\n",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(c.succeeded(3), 2);
+    let out = from_stdin("[[application]]\nname = \"a\"\ntasks = -1\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("<stdin>:3:9: application[0].tasks"),
+        "{err}"
+    );
     // Mistakes name the flag, and nothing is stored.
     let refused = |args: &[&str], says: &str| {
         let out = c.cli(args);
@@ -1395,5 +1423,5 @@ fn a_command_after_the_double_dash_is_a_job_of_indexed_tasks_and_its_mistakes_na
         "--tasks is for a command given after `--`",
     );
     refused(&["submit"], "nothing to submit");
-    assert_eq!(c.json(&["jobs"]).as_array().map(Vec::len), Some(2));
+    assert_eq!(c.json(&["jobs"]).as_array().map(Vec::len), Some(3));
 }
