@@ -17,7 +17,7 @@ pub mod export;
 
 use crate::engine::{EventQueue, Flow, Model, run};
 use hetsched_core::model::latency::LatencyMatrix;
-use hetsched_core::model::workflow::{Cost, Workflow};
+use hetsched_core::model::workflow::{Cost, DependencyKind, Workflow};
 use hetsched_core::policy::graph::catalogue::NodeCatalogue;
 use hetsched_core::policy::graph::{
     self, BalancerKind, GraphSetup, InstanceId, LaunchEvent, Manager, Message, NodeAgent,
@@ -119,6 +119,10 @@ pub struct NodeOutcome {
     pub sent: u64,
     /// Messages this node received.
     pub received: u64,
+    /// One-way latency of a message from the launch node to this node.
+    pub latency_from_launch: Time,
+    /// One-way latency of a message from this node to the launch node.
+    pub latency_to_launch: Time,
 }
 
 /// One instance's life.
@@ -140,6 +144,20 @@ pub struct InstanceRecord {
     pub end: Time,
     /// How many times it was started (1 in a correct run).
     pub runs: u32,
+    /// Its cost on a 1.0-speed core (as drawn from the seed).
+    pub cost: Time,
+}
+
+/// A task as the launch node's task manager sees it: how its instances are numbered and whom
+/// they wait for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskShape {
+    /// Instances (argument values × processes).
+    pub instances: u64,
+    /// Processes per argument value.
+    pub processes: u32,
+    /// Producer tasks (indices) and how each is waited for.
+    pub depends_on: Vec<(usize, DependencyKind)>,
 }
 
 /// Message counters.
@@ -167,6 +185,8 @@ pub struct GraphResult {
     pub instances: Vec<InstanceRecord>,
     /// Task names, by task index.
     pub task_names: Vec<String>,
+    /// Each task's processes and the producers it waits for (the workflow's task graph).
+    pub task_shapes: Vec<TaskShape>,
     /// Every node of the cluster.
     pub nodes: Vec<NodeOutcome>,
     /// Message counters.
@@ -510,8 +530,12 @@ pub fn simulate_graph(
                 start: Time::MAX,
                 end: Time::MAX,
                 runs: 0,
+                cost: 0,
             });
         }
+    }
+    for (r, c) in records.iter_mut().zip(&costs) {
+        r.cost = *c;
     }
     let mut sim = Sim {
         agents,
@@ -603,6 +627,8 @@ pub fn simulate_graph(
                 busy_per_core: sim.cores[i].iter().map(|c| c.busy).collect(),
                 sent: sim.sent[i],
                 received: sim.received[i],
+                latency_from_launch: latency.get(config.launch.index(), i),
+                latency_to_launch: latency.get(i, config.launch.index()),
             }
         })
         .collect();
@@ -611,6 +637,15 @@ pub fn simulate_graph(
         makespan: sim.makespan.saturating_sub(origin),
         instances: sim.records,
         task_names: workflow.tasks.iter().map(|t| t.name.clone()).collect(),
+        task_shapes: workflow
+            .tasks
+            .iter()
+            .map(|t| TaskShape {
+                instances: t.instances(),
+                processes: t.processes,
+                depends_on: t.depends_on.iter().map(|d| (d.producer, d.kind)).collect(),
+            })
+            .collect(),
         nodes,
         messages: MessageCounts {
             total: sim.kind_counts.iter().sum(),

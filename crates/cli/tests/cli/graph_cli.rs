@@ -69,15 +69,48 @@ fn the_export_lists_every_instance_node_and_message_counter() {
     );
     let text = std::fs::read_to_string(&path).expect("export written");
     let doc: serde_json::Value = serde_json::from_str(&text).expect("export is JSON");
-    assert_eq!(keys(&doc), ["instances", "makespan", "messages", "nodes"]);
+    assert_eq!(
+        keys(&doc),
+        [
+            "instances",
+            "launch",
+            "makespan",
+            "messages",
+            "nodes",
+            "tasks"
+        ]
+    );
+    assert_eq!(doc["launch"], "eight-1");
+    // The task graph, as the launch node's task manager sees it.
+    assert_eq!(
+        doc["tasks"],
+        serde_json::json!([
+            {"name": "A", "instances": 40, "processes": 4, "depends_on": []},
+            {"name": "B", "instances": 10, "processes": 1,
+             "depends_on": [{"task": "A", "kind": "instance-wise"}]},
+            {"name": "C", "instances": 2, "processes": 1,
+             "depends_on": [{"task": "B", "kind": "all"}]},
+        ])
+    );
     assert_eq!(keys(&doc["messages"]), ["by_kind", "launch_node", "total"]);
     let instances = doc["instances"].as_array().expect("instances");
     assert_eq!(instances.len(), 40 + 10 + 2, "A [p4]{{1-10}}, B ×10, C ×2");
     for i in instances {
         assert_eq!(
             keys(i),
-            ["core", "end", "index", "node", "ready", "start", "task"]
+            [
+                "core", "cost", "end", "index", "node", "ready", "start", "task"
+            ]
         );
+        // An instance runs for its cost over its node's core speed.
+        let speed = doc["nodes"]
+            .as_array()
+            .and_then(|ns| ns.iter().find(|n| n["name"] == i["node"]))
+            .and_then(|n| n["core_speed"].as_f64())
+            .expect("its node");
+        let ran = i["end"].as_f64().unwrap_or(0.0) - i["start"].as_f64().unwrap_or(0.0);
+        let cost = i["cost"].as_f64().unwrap_or(0.0);
+        assert!(cost > 0.0 && (ran - cost / speed).abs() < 1e-6, "{i}");
         assert!(
             i["ready"].as_f64() <= i["start"].as_f64() && i["start"].as_f64() <= i["end"].as_f64()
         );
@@ -88,7 +121,22 @@ fn the_export_lists_every_instance_node_and_message_counter() {
     let nodes = doc["nodes"].as_array().expect("nodes");
     assert_eq!(nodes.len(), 7);
     for n in nodes {
-        assert_eq!(keys(n), ["cores", "name", "peak_instances"]);
+        assert_eq!(
+            keys(n),
+            [
+                "core_speed",
+                "cores",
+                "latency_from_launch",
+                "latency_to_launch",
+                "name",
+                "peak_instances"
+            ]
+        );
+        if n["name"] == "eight-1" {
+            assert_eq!(n["latency_from_launch"], 0.0, "the launch node itself");
+        } else {
+            assert!(n["latency_to_launch"].as_f64() > Some(0.0), "{n}");
+        }
         let cores = n["cores"].as_u64().unwrap_or(0);
         assert!(
             n["peak_instances"].as_u64().unwrap_or(u64::MAX) <= 10 * cores,

@@ -1,8 +1,11 @@
-//! The divisible-load simulator against SimGrid (docs/divisible.md, "Checked against SimGrid"):
+//! The simulators against SimGrid. Divisible loads (docs/divisible.md, "Checked against SimGrid"):
 //! `scripts/simgrid-divisible.sh` with this build's `hetsched` plans and simulates each case,
 //! replays the schedule in SimGrid's S4U (with a prediction error: the durations the run drew),
 //! and every case must agree — the makespan to 1e-8
-//! relative, every send's start, arrival and compute end to 1 µs. Skips, saying so, where SimGrid's
+//! relative, every send's start, arrival and compute end to 1 µs. Task graphs
+//! (docs/results/graphs.md, "Checked against SimGrid"): `scripts/simgrid-graph.sh` replays static
+//! runs — messages, readiness, core queues — and every instance's ready, start and end must agree
+//! to 1 µs. Batch runs: below. Skips, saying so, where SimGrid's
 //! headers or a C++ compiler are missing (`.ci/run` installs Debian's `libsimgrid-dev`).
 
 use std::path::{Path, PathBuf};
@@ -102,6 +105,27 @@ fn every_batch_task_ends_within_a_microsecond_of_the_exact_replay() {
             r[0],
             r[1],
             r[2]
+        );
+    }
+}
+
+#[test]
+fn every_static_graph_run_replays_in_simgrid_to_the_same_times() {
+    let Some((table, rows)) = table_of("simgrid-graph.sh", "| cluster |") else {
+        return;
+    };
+    // Rows: | cluster | workflow | launch | seed | instances | ours | SimGrid | relative |
+    //         largest difference (ns) |
+    assert_eq!(rows.len(), 7, "every case ran:\n{table}");
+    for r in &rows {
+        let relative: f64 = r[7].parse().expect("a relative difference");
+        assert!(
+            relative <= 1e-8 && nanoseconds(&r[8]) <= 1_000.0,
+            "{} {} (launch {}, seed {}): hetsched and SimGrid disagree\n{table}",
+            r[0],
+            r[1],
+            r[2],
+            r[3]
         );
     }
 }

@@ -2,13 +2,20 @@
 //! the message counters and the makespan, with times in seconds.
 //!
 //! ```json
-//! {"instances":[{"task","index","node","core","ready","start","end"}],
-//!  "nodes":[{"name","cores","peak_instances"}],
+//! {"instances":[{"task","index","node","core","ready","start","end","cost"}],
+//!  "nodes":[{"name","cores","peak_instances","core_speed","latency_from_launch","latency_to_launch"}],
 //!  "messages":{"total","by_kind":{…},"launch_node":…},
-//!  "makespan"}
+//!  "makespan",
+//!  "launch",
+//!  "tasks":[{"name","instances","processes","depends_on":[{"task","kind"}]}]}
 //! ```
+//!
+//! `cost` is the instance's drawn cost on a 1.0-speed core; `kind` is `instance-wise` or `all`.
+//! With the nodes' speeds and latencies and the tasks' graph the document is a complete replay
+//! input: `scripts/simgrid-graph.sh` re-runs static placements in SimGrid from it.
 
 use super::GraphResult;
+use hetsched_core::model::workflow::DependencyKind;
 use hetsched_core::time::{NANOS_PER_SEC, Time};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -26,6 +33,7 @@ struct Instance<'a> {
     ready: f64,
     start: f64,
     end: f64,
+    cost: f64,
 }
 
 #[derive(Serialize)]
@@ -33,6 +41,23 @@ struct Node<'a> {
     name: &'a str,
     cores: u32,
     peak_instances: u32,
+    core_speed: f64,
+    latency_from_launch: f64,
+    latency_to_launch: f64,
+}
+
+#[derive(Serialize)]
+struct Producer<'a> {
+    task: &'a str,
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct Task<'a> {
+    name: &'a str,
+    instances: u64,
+    processes: u32,
+    depends_on: Vec<Producer<'a>>,
 }
 
 #[derive(Serialize)]
@@ -48,6 +73,8 @@ struct Export<'a> {
     nodes: Vec<Node<'a>>,
     messages: Messages<'a>,
     makespan: f64,
+    launch: &'a str,
+    tasks: Vec<Task<'a>>,
 }
 
 impl GraphResult {
@@ -68,6 +95,7 @@ impl GraphResult {
                     ready: secs(r.ready),
                     start: secs(r.start),
                     end: secs(r.end),
+                    cost: secs(r.cost),
                 })
                 .collect(),
             nodes: self
@@ -77,6 +105,9 @@ impl GraphResult {
                     name: &n.name,
                     cores: n.cores,
                     peak_instances: n.peak_instances,
+                    core_speed: n.core_speed,
+                    latency_from_launch: secs(n.latency_from_launch),
+                    latency_to_launch: secs(n.latency_to_launch),
                 })
                 .collect(),
             messages: Messages {
@@ -85,6 +116,31 @@ impl GraphResult {
                 launch_node: self.messages.launch_node,
             },
             makespan: self.makespan_s(),
+            launch: self
+                .nodes
+                .get(self.launch.index())
+                .map_or("", |n| n.name.as_str()),
+            tasks: self
+                .task_names
+                .iter()
+                .zip(&self.task_shapes)
+                .map(|(name, shape)| Task {
+                    name,
+                    instances: shape.instances,
+                    processes: shape.processes,
+                    depends_on: shape
+                        .depends_on
+                        .iter()
+                        .map(|&(p, kind)| Producer {
+                            task: &self.task_names[p],
+                            kind: match kind {
+                                DependencyKind::InstanceWise => "instance-wise",
+                                DependencyKind::All => "all",
+                            },
+                        })
+                        .collect(),
+                })
+                .collect(),
         };
         serde_json::to_string(&doc)
     }

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""hetsched's task graph runs and SimGrid's replay of them (scripts/simgrid-graph.sh).
+
+    graph.py replay-input RUN.json RUN.txt
+        The plain text graph_replay.cpp reads, from a run exported by `hetsched sim graph
+        --balancer static --export RUN.json`: every node (cores, core speed, one-way latency from
+        and to the launch node), every task (instances, processes, the producers it waits for and
+        how), every instance (the node static placement gave it, its drawn cost).
+    graph.py compare RUN.json REPLAY.out
+        One table row: instances, both makespans, their relative difference, and the largest
+        absolute difference of any instance's ready, start or end time.
+"""
+import json
+import sys
+
+
+def replay_input(run, out):
+    node_index = {n["name"]: k for k, n in enumerate(run["nodes"])}
+    task_index = {t["name"]: k for k, t in enumerate(run["tasks"])}
+    with open(out, "w") as f:
+        f.write(f'nodes {len(run["nodes"])}\n')
+        for n in run["nodes"]:
+            f.write(
+                f'{n["cores"]} {n["core_speed"]!r} {n["latency_from_launch"]!r} {n["latency_to_launch"]!r}\n'
+            )
+        f.write(f'tasks {len(run["tasks"])}\n')
+        for t in run["tasks"]:
+            deps = " ".join(
+                f'{task_index[d["task"]]} {0 if d["kind"] == "instance-wise" else 1}'
+                for d in t["depends_on"]
+            )
+            f.write(f'{t["instances"]} {t["processes"]} {len(t["depends_on"])} {deps}\n')
+        f.write(f'instances {len(run["instances"])}\n')
+        for i in run["instances"]:
+            f.write(f'{node_index[i["node"]]} {i["cost"]!r}\n')
+
+
+def compare(ours, replay):
+    makespan, replayed = None, []
+    with open(replay) as f:
+        for line in f:
+            word = line.split()
+            if word[:1] == ["makespan"]:
+                makespan = float(word[1])
+            elif word[:1] == ["instance"]:
+                replayed.append([float(x) for x in word[1:4]])
+    if makespan is None or len(replayed) != len(ours["instances"]):
+        sys.exit(f"{replay}: no makespan, or not one line per instance of the run")
+    worst = 0.0
+    for i, r in zip(ours["instances"], replayed):
+        for a, b in zip((i["ready"], i["start"], i["end"]), r):
+            worst = max(worst, abs(a - b))
+    rel = abs(makespan - ours["makespan"]) / ours["makespan"]
+    print(
+        f'{len(replayed)} | {ours["makespan"]:.9f} s | {makespan:.9f} s | {rel:.1e} | {worst * 1e9:.0f} ns'
+    )
+
+
+def main():
+    args = sys.argv[1:]
+    if len(args) != 3 or args[0] not in ("replay-input", "compare"):
+        sys.exit(__doc__)
+    with open(args[1]) as f:
+        run = json.load(f)
+    if args[0] == "replay-input":
+        replay_input(run, args[2])
+    else:
+        compare(run, args[2])
+
+
+if __name__ == "__main__":
+    main()
