@@ -9,7 +9,7 @@
 # their relative difference, and the largest difference of any instance's ready, start or end.
 #
 #   scripts/simgrid-graph.sh            # needs g++ and SimGrid's headers (libsimgrid-dev)
-#   BIG=1 scripts/simgrid-graph.sh      # adds 1,000,000 instances on 1,000 nodes
+#   BIG=1 scripts/simgrid-graph.sh      # adds 100,000 instances on 100 nodes, 1,000,000 on 1,000
 #
 # HETSCHED names the binary (default target/release/hetsched); OUT the scratch folder.
 set -eu
@@ -48,7 +48,7 @@ with open(workflow, "w") as f:
 PY
 }
 gen 100 20000
-[ -z "${BIG:-}" ] || gen 1000 1000000
+if [ -n "${BIG:-}" ]; then gen 100 100000; gen 1000 1000000; fi
 echo "| cluster | workflow | launch | seed | instances | hetsched makespan | SimGrid makespan | relative difference | largest difference of an instance's times |"
 echo "|---|---|---|---|---|---|---|---|---|"
 while read -r cluster workflow latency launch seed; do
@@ -72,5 +72,6 @@ docs/results/graphs/cluster-sc2.toml docs/results/graphs/workflow-mm5-12h.toml -
 examples/cluster-graph-small.toml examples/workflow-loop.toml - dual-1 1
 $OUT/cluster100.toml $OUT/workflow20000.toml - n0000 1
 $OUT/cluster100.toml $OUT/workflow20000.toml - n0005 2
+${BIG:+$OUT/cluster100.toml $OUT/workflow100000.toml - n0000 1}
 ${BIG:+$OUT/cluster1000.toml $OUT/workflow1000000.toml - n0000 1}
 CASES
