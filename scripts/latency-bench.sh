@@ -48,8 +48,14 @@ elif [ "$CHAIN" -gt 0 ]; then
     } >"$D/chain.toml"
     submit() { "$BIN" submit "$D/chain.toml" --wait >/dev/null; }
 else
-    printf '[[application]]\nname = "one"\ntasks = 1\n[application.cpu]\ncommand = ["true"]\n' >"$D/one.toml"
-    submit() { "$BIN" submit "$D/one.toml" --wait >/dev/null; }
+    # The command line's job (`submit -- true`), as HyperQueue's `hq submit -- true`; JOB_FILE=1
+    # submits the same job as a file (the only way before session 27).
+    if [ -n "${JOB_FILE:-}" ]; then
+        printf '[[application]]\nname = "one"\ntasks = 1\n[application.cpu]\ncommand = ["true"]\n' >"$D/one.toml"
+        submit() { "$BIN" submit "$D/one.toml" --wait >/dev/null; }
+    else
+        submit() { "$BIN" submit --wait -- true >/dev/null; }
+    fi
 fi
 sleep 1
 cpu() { awk '{ print $14 + $15 }' "/proc/$SERVER/stat"; } # clock ticks (1/100 s)

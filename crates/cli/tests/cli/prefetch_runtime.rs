@@ -86,9 +86,13 @@ fn tasks_queued_on_a_sigkilled_agent_run_exactly_once_elsewhere() {
             marks.display()
         ),
     );
-    wait_until("a to hold all three tasks", Duration::from_secs(20), || {
-        running_on(&c, "a") == 3
-    });
+    // Held by a (the server's view) and task 0's shell started (it writes its mark a moment after
+    // the agent starts it).
+    wait_until(
+        "a to hold all three tasks and task 0 to start",
+        Duration::from_secs(20),
+        || running_on(&c, "a") == 3 && !lines(&marks).is_empty(),
+    );
     assert_eq!(lines(&marks), ["0"], "only task 0 started on a");
     c.signal_agent("a", "KILL");
     let _ = c.agent_exit("a", Duration::from_secs(10));
