@@ -13,6 +13,8 @@
 import json
 import sys
 
+import replay_out
+
 
 def replay_input(run, out):
     node_index = {n["name"]: k for k, n in enumerate(run["nodes"])}
@@ -36,24 +38,9 @@ def replay_input(run, out):
 
 
 def compare(ours, replay):
-    makespan, replayed = None, []
-    with open(replay) as f:
-        for line in f:
-            word = line.split()
-            if word[:1] == ["makespan"]:
-                makespan = float(word[1])
-            elif word[:1] == ["instance"]:
-                replayed.append([float(x) for x in word[1:4]])
-    if makespan is None or len(replayed) != len(ours["instances"]):
-        sys.exit(f"{replay}: no makespan, or not one line per instance of the run")
-    worst = 0.0
-    for i, r in zip(ours["instances"], replayed):
-        for a, b in zip((i["ready"], i["start"], i["end"]), r):
-            worst = max(worst, abs(a - b))
-    rel = abs(makespan - ours["makespan"]) / ours["makespan"]
-    print(
-        f'{len(replayed)} | {ours["makespan"]:.9f} s | {makespan:.9f} s | {rel:.1e} | {worst * 1e9:.0f} ns'
-    )
+    makespan, replayed = replay_out.read(replay, "instance", len(ours["instances"]), 1, 4)
+    times = [[i["ready"], i["start"], i["end"]] for i in ours["instances"]]
+    print(replay_out.row(times, replayed, ours["makespan"], makespan))
 
 
 def main():

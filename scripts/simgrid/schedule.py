@@ -17,6 +17,8 @@
 import json
 import sys
 
+import replay_out
+
 
 def replay_input(schedule, out, drawn):
     workers = schedule["workers"]
@@ -37,24 +39,9 @@ def replay_input(schedule, out, drawn):
 
 
 def compare(ours, replay):
-    makespan, replayed = None, []
-    with open(replay) as f:
-        for line in f:
-            word = line.split()
-            if word[:1] == ["makespan"]:
-                makespan = float(word[1])
-            elif word[:1] == ["send"]:
-                replayed.append([float(x) for x in word[2:5]])
-    if makespan is None or len(replayed) != len(ours["sends"]):
-        sys.exit(f"{replay}: no makespan, or not one line per send of the schedule")
-    worst = 0.0
-    for s, r in zip(ours["sends"], replayed):
-        for a, b in zip((s["send_start"], s["send_end"], s["compute_end"]), r):
-            worst = max(worst, abs(a - b))
-    rel = abs(makespan - ours["makespan"]) / ours["makespan"]
-    print(
-        f'{len(replayed)} | {ours["makespan"]:.9f} s | {makespan:.9f} s | {rel:.1e} | {worst * 1e9:.0f} ns'
-    )
+    makespan, replayed = replay_out.read(replay, "send", len(ours["sends"]), 2, 5)
+    times = [[s["send_start"], s["send_end"], s["compute_end"]] for s in ours["sends"]]
+    print(replay_out.row(times, replayed, ours["makespan"], makespan))
 
 
 def main():

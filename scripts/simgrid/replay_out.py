@@ -1,0 +1,31 @@
+"""What the SimGrid replays print, read back and set beside hetsched's run (schedule.py, graph.py).
+
+A replay prints `makespan SECONDS`, then one line per item (`send …`, `instance …`) of numbers.
+"""
+import sys
+
+
+def read(replay, tag, count, first, last):
+    """The makespan and, per `tag` line, its numbers `first`..`last` (word positions); exits when
+    the file does not hold a makespan and `count` such lines."""
+    makespan, items = None, []
+    with open(replay) as f:
+        for line in f:
+            word = line.split()
+            if word[:1] == ["makespan"]:
+                makespan = float(word[1])
+            elif word[:1] == [tag]:
+                items.append([float(x) for x in word[first:last]])
+    if makespan is None or len(items) != count:
+        sys.exit(f"{replay}: no makespan, or not one `{tag}` line per {tag} of the run")
+    return makespan, items
+
+
+def row(ours, theirs, ours_makespan, makespan):
+    """One table row's cells: items, both makespans, their relative difference, and the largest
+    absolute difference between matching times of `ours` and `theirs` (lists of time lists)."""
+    worst = max(
+        (abs(a - b) for o, t in zip(ours, theirs) for a, b in zip(o, t)), default=0.0
+    )
+    rel = abs(makespan - ours_makespan) / ours_makespan
+    return f"{len(theirs)} | {ours_makespan:.9f} s | {makespan:.9f} s | {rel:.1e} | {worst * 1e9:.0f} ns"
