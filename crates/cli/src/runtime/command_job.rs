@@ -409,6 +409,17 @@ mod tests {
         assert!(e.starts_with("--time-limit: "), "{e}");
         let e = err(
             CommandJobArgs {
+                time_limit: Some("0s".into()),
+                ..Default::default()
+            },
+            &["true"],
+        );
+        assert_eq!(
+            e,
+            "--time-limit: must be at least 1ms (leave it out for no limit)"
+        );
+        let e = err(
+            CommandJobArgs {
                 retries: Some(1000),
                 ..Default::default()
             },

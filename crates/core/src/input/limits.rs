@@ -85,6 +85,34 @@ pub fn check(w: &Workload) -> Result<(), InputError> {
                 problem,
             ));
         }
+        // Agents count time limits in whole milliseconds, 0 meaning none: a shorter limit would
+        // silently be no limit at all. (Checked at submission only, like every bound here, so a
+        // job stored before the check still loads.)
+        let limits = [
+            (
+                "cpu",
+                a.cpu
+                    .as_ref()
+                    .and_then(|c| c.get_ref().time_limit.map(|t| (t, c.span().start))),
+            ),
+            (
+                "gpu",
+                a.gpu
+                    .as_ref()
+                    .and_then(|g| g.get_ref().time_limit.map(|t| (t, g.span().start))),
+            ),
+        ];
+        for (variant, limit) in limits {
+            if let Some((t, at)) = limit
+                && t.0 < crate::time::NANOS_PER_SEC / 1000
+            {
+                return Err(src.error(
+                    Some(at),
+                    Some(format!("application[{i}].{variant}.time_limit")),
+                    "must be at least 1ms (leave it out for no limit)",
+                ));
+            }
+        }
         let variants = [
             a.cpu.as_ref().map(|c| {
                 let c = c.get_ref();

@@ -194,3 +194,31 @@ fn retries_default_to_zero_and_bad_values_name_the_field() {
         assert!(text.contains(says), "{value}: {text}");
     }
 }
+
+#[test]
+fn a_time_limit_under_a_millisecond_is_refused_not_dropped() {
+    // Agents count limits in whole milliseconds with 0 meaning none: `500us` would be no limit.
+    let job = |variant: &str, limit: &str| {
+        format!(
+            "[[application]]\nname = \"a\"\ntasks = 1\n[application.{variant}]\ncommand = \"true\"\ntime_limit = \"{limit}\"\n"
+        )
+    };
+    let w = parse_workload("j.toml", &job("cpu", "1ms")).expect("valid");
+    hetsched_core::input::limits::check(&w).expect("1ms is a limit");
+    let cpu = w.applications[0].cpu.as_ref().expect("cpu").get_ref();
+    assert_eq!(cpu.time_limit.map(|t| t.0), Some(1_000_000));
+    for (variant, limit) in [("cpu", "0s"), ("cpu", "500us"), ("gpu", "0ms")] {
+        // It parses (a stored job must still load), and the submission check refuses it.
+        let w = parse_workload("j.toml", &job(variant, limit)).expect(limit);
+        let e = hetsched_core::input::limits::check(&w).expect_err(limit);
+        assert_eq!(
+            (e.line, e.field.as_deref()),
+            (
+                Some(4),
+                Some(format!("application[0].{variant}.time_limit").as_str())
+            ),
+            "{e}"
+        );
+        assert!(e.message.contains("at least 1ms"), "{e}");
+    }
+}
