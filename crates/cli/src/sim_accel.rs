@@ -38,6 +38,67 @@ pub struct AccelArgs {
     /// Print a table or JSON.
     #[arg(long, value_enum, default_value_t)]
     pub output: Output,
+    /// Write every node's link and every network transfer (an offloaded input or result: nodes,
+    /// bytes, start, end) as JSON to this file; `scripts/simgrid-accel.sh` replays them in SimGrid.
+    #[arg(long, value_name = "FILE.json")]
+    pub export: Option<PathBuf>,
+}
+
+/// The `--export` document: `{"links":[{"name","bandwidth","latency"}],
+/// "transfers":[{"src","dst","bytes","start","end"}],"makespan"}` (bytes per second, seconds).
+#[derive(Debug, Serialize)]
+struct Export<'a> {
+    links: Vec<LinkLine<'a>>,
+    transfers: Vec<TransferLine<'a>>,
+    makespan: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct LinkLine<'a> {
+    name: &'a str,
+    bandwidth: f64,
+    latency: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct TransferLine<'a> {
+    src: &'a str,
+    dst: &'a str,
+    bytes: u64,
+    start: f64,
+    end: f64,
+}
+
+fn export<'a>(cluster: &'a hetsched_core::Cluster, r: &AccelResult) -> Export<'a> {
+    let name = |i: u32| {
+        cluster
+            .nodes
+            .get(i as usize)
+            .map_or("", |n| n.name.as_str())
+    };
+    Export {
+        links: cluster
+            .nodes
+            .iter()
+            .map(|n| LinkLine {
+                name: &n.name,
+                bandwidth: n.net_bw,
+                latency: to_secs(n.net_latency),
+            })
+            .collect(),
+        transfers: r
+            .transfers
+            .iter()
+            .map(|t| TransferLine {
+                src: name(t.src),
+                dst: name(t.dst),
+                bytes: t.bytes,
+                start: to_secs(t.start),
+                end: to_secs(t.end),
+            })
+            .collect(),
+        makespan: r.makespan_s,
+    }
 }
 
 /// The JSON report (keys are stable).
@@ -101,6 +162,10 @@ pub fn run(args: AccelArgs) -> anyhow::Result<()> {
         ..AccelConfig::default()
     };
     let result = simulate_accel(&cluster, &apps, &config)?;
+    if let Some(path) = &args.export {
+        std::fs::write(path, serde_json::to_string(&export(&cluster, &result))?)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    }
     let report = report(&args, &apps, result, cluster_origin, workload_origin);
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),

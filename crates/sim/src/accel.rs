@@ -165,6 +165,25 @@ pub struct AccelResult {
     pub map: Vec<String>,
     /// Events handled.
     pub events: u64,
+    /// Every network transfer, in start order (written by `sim accel --export`, not in the
+    /// report).
+    #[serde(skip)]
+    pub transfers: Vec<TransferRecord>,
+}
+
+/// One network transfer of a run: an offloaded task's input to its ANode or its result back.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct TransferRecord {
+    /// Sending node (index in the cluster).
+    pub src: u32,
+    /// Receiving node.
+    pub dst: u32,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// When it was started (its path latency begins).
+    pub start: Time,
+    /// When its last byte arrived.
+    pub end: Time,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -188,6 +207,8 @@ struct Task {
     node: u32,
     container: u32,
     transfer_start: Time,
+    /// Its transfer in flight, as an index into [`AccelResult::transfers`].
+    transfer: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -407,6 +428,7 @@ pub fn simulate_accel(
             offloaded_tasks: 0,
             transfer_ns: 0,
             compute_ns: 0,
+            transfers: Vec::new(),
             anodes: Vec::new(),
             nodes: cluster
                 .nodes
@@ -516,6 +538,7 @@ impl AccelSim<'_> {
                 node: best as u32,
                 container: 0,
                 transfer_start: 0,
+                transfer: usize::MAX,
             });
             self.node_queue[best].push_back(id);
         }
@@ -591,9 +614,12 @@ impl AccelSim<'_> {
             return;
         };
         s.receiving = true;
+        let record = self.result.transfers.len();
         let t = &mut self.tasks[task as usize];
         t.transfer_start = now;
+        t.transfer = record;
         let (src, bytes) = (t.node as usize, self.apps[t.app as usize].input_bytes);
+        self.record_transfer(src, anode as usize, bytes, now);
         self.network
             .start(now, src, anode as usize, bytes, (task, Leg::Input));
     }
@@ -607,11 +633,24 @@ impl AccelSim<'_> {
             return;
         };
         s.writing = true;
+        let record = self.result.transfers.len();
         let t = &mut self.tasks[task as usize];
         t.transfer_start = now;
+        t.transfer = record;
         let (dst, bytes) = (t.node as usize, self.apps[t.app as usize].output_bytes);
+        self.record_transfer(anode as usize, dst, bytes, now);
         self.network
             .start(now, anode as usize, dst, bytes, (task, Leg::Result));
+    }
+
+    fn record_transfer(&mut self, src: usize, dst: usize, bytes: u64, now: Time) {
+        self.result.transfers.push(TransferRecord {
+            src: src as u32,
+            dst: dst as u32,
+            bytes,
+            start: now,
+            end: Time::MAX,
+        });
     }
 
     fn start_devices(&mut self, anode: u32, queue: &mut EventQueue<Event>) {
@@ -674,6 +713,9 @@ impl AccelSim<'_> {
         for &(task, leg) in &done {
             let t = &self.tasks[task as usize];
             let took = now - t.transfer_start;
+            if let Some(r) = self.result.transfers.get_mut(t.transfer) {
+                r.end = now;
+            }
             self.result.transfer_ns += took;
             let anode = self.containers[t.container as usize]
                 .target

@@ -5,7 +5,9 @@
 //! relative, every send's start, arrival and compute end to 1 µs. Task graphs
 //! (docs/results/graphs.md, "Checked against SimGrid"): `scripts/simgrid-graph.sh` replays static
 //! runs — messages, readiness, core queues — and every instance's ready, start and end must agree
-//! to 1 µs. Batch runs: below. Skips, saying so, where SimGrid's
+//! to 1 µs. The network of the offload model (docs/results/accelerators.md, "The network beside
+//! SimGrid"): `scripts/simgrid-accel.sh` replays every transfer, each must end within 1 µs. Batch
+//! runs: below. Skips, saying so, where SimGrid's
 //! headers or a C++ compiler are missing (`.ci/run` installs Debian's `libsimgrid-dev`).
 
 use std::path::{Path, PathBuf};
@@ -128,4 +130,27 @@ fn every_static_graph_run_replays_in_simgrid_to_the_same_times() {
             r[3]
         );
     }
+}
+
+#[test]
+fn every_offload_transfer_ends_in_simgrid_when_it_ends_in_hetsched() {
+    let Some((table, rows)) = table_of("simgrid-accel.sh", "| cluster |") else {
+        return;
+    };
+    // Rows: | cluster | workload | binding | transfers | ours | SimGrid | relative |
+    //         largest difference (ns) | transfers that shared a link | latency-weighted (ms) |
+    assert_eq!(rows.len(), 9, "every case ran:\n{table}");
+    for r in &rows {
+        let relative: f64 = r[6].parse().expect("a relative difference");
+        assert!(
+            relative <= 1e-8 && nanoseconds(&r[7]) <= 1_000.0,
+            "{} {} {}: hetsched and SimGrid disagree\n{table}",
+            r[0],
+            r[1],
+            r[2]
+        );
+    }
+    // The cases share links: max-min sharing is what is checked, not only latency and bandwidth.
+    let shared: u64 = rows.iter().map(|r| r[8].parse::<u64>().unwrap_or(0)).sum();
+    assert!(shared >= 100, "too few transfers shared a link:\n{table}");
 }
