@@ -202,3 +202,53 @@ fn a_bad_binding_mode_is_refused() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("fastest"), "{}", stderr(&out));
 }
+
+#[test]
+fn the_export_lists_every_link_and_an_input_and_a_result_per_offloaded_task() {
+    let path =
+        std::env::temp_dir().join(format!("hetsched-accel-export-{}.json", std::process::id()));
+    let report = json(&["--export", path.to_str().expect("path")]);
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("export written"))
+        .expect("JSON");
+    let _ = std::fs::remove_file(&path);
+    let keys: Vec<&str> = doc
+        .as_object()
+        .expect("object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, ["links", "makespan", "transfers"]);
+    let links = doc["links"].as_array().expect("links");
+    assert_eq!(links.len(), report["nodes"].as_array().map_or(0, Vec::len));
+    assert!(
+        links
+            .iter()
+            .all(|l| l["bandwidth"] == 1e9 && l["latency"] == 1e-4),
+        "{links:?}"
+    );
+    let transfers = doc["transfers"].as_array().expect("transfers");
+    let offloaded = report["offloaded_tasks"].as_u64().expect("offloaded tasks");
+    assert!(offloaded > 0);
+    assert_eq!(
+        transfers.len() as u64,
+        2 * offloaded,
+        "an input and a result each"
+    );
+    for t in transfers {
+        let (start, end) = (
+            t["start"].as_f64().unwrap_or(0.0),
+            t["end"].as_f64().unwrap_or(0.0),
+        );
+        let bytes = t["bytes"].as_f64().unwrap_or(0.0);
+        // Two nodes' latencies, then the bytes at no more than the link's bandwidth.
+        assert!(end - start >= 2e-4 + bytes / 1e9 - 1e-9, "{t}");
+        assert_ne!(t["src"], t["dst"], "{t}");
+    }
+    assert!(
+        doc["makespan"].as_f64()
+            >= transfers
+                .iter()
+                .filter_map(|t| t["end"].as_f64())
+                .reduce(f64::max)
+    );
+}
