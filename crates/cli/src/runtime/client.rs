@@ -184,6 +184,56 @@ pub async fn submit_with_retries(
     }
 }
 
+/// A job as the commands that take one name it: its id, or `last` — the newest job the server
+/// lists (as HyperQueue's `last`), so `hetsched wait last` follows a `submit` without its id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobRef {
+    /// This job id.
+    Id(u64),
+    /// The newest job.
+    Last,
+}
+
+impl std::str::FromStr for JobRef {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "last" {
+            return Ok(JobRef::Last);
+        }
+        s.parse()
+            .map(JobRef::Id)
+            .map_err(|_| format!("`{s}` is not a job id (a number) or `last`"))
+    }
+}
+
+impl JobRef {
+    /// The job id: as given, or the newest job's (one paged `ListJobs`, only for `last`).
+    pub async fn resolve(self, args: &ClientArgs) -> anyhow::Result<u64> {
+        let JobRef::Id(id) = self else {
+            let mut api = connect(args).await?;
+            let (mut cursor, mut newest) = (0, None);
+            loop {
+                let page = api
+                    .list_jobs(pb::ListJobsRequest {
+                        cursor,
+                        limit: 10_000,
+                    })
+                    .await
+                    .map_err(refused)?
+                    .into_inner();
+                newest = page.jobs.iter().map(|j| j.id).chain(newest).max();
+                if page.next_cursor == 0 {
+                    break;
+                }
+                cursor = page.next_cursor;
+            }
+            return newest.ok_or_else(|| anyhow::anyhow!("`last`: the server lists no job"));
+        };
+        Ok(id)
+    }
+}
+
 /// What `hetsched submit` sends: a job file, or a job written on the command line.
 pub enum JobSource {
     /// `hetsched submit FILE`.

@@ -18,6 +18,7 @@ mod serve;
 mod workflow;
 
 use clap::{Args, Subcommand, ValueEnum};
+pub use client::JobRef;
 use std::path::PathBuf;
 
 /// Runtime subcommands, flattened into the top-level command.
@@ -61,8 +62,8 @@ pub enum RuntimeCommand {
     },
     /// Run a job's failed tasks again, a new attempt each (their retries count afresh).
     Resubmit {
-        /// Job id.
-        id: u64,
+        /// Job id, or `last` (the newest job).
+        id: JobRef,
         /// Re-run the failed tasks (required: the only mode).
         #[arg(long, required = true)]
         failed: bool,
@@ -79,8 +80,8 @@ pub enum RuntimeCommand {
     },
     /// Show one job and its applications.
     Job {
-        /// Job id.
-        id: u64,
+        /// Job id, or `last` (the newest job).
+        id: JobRef,
         /// A workflow's task graph instead (DOT with `--output dot`).
         #[arg(long)]
         graph: bool,
@@ -89,8 +90,8 @@ pub enum RuntimeCommand {
     },
     /// Fetch the gathered output of a completed divisible job (`output = "concat"`).
     Output {
-        /// Job id.
-        id: u64,
+        /// Job id, or `last` (the newest job).
+        id: JobRef,
         /// Write it as `job-ID.out` into this directory (created if missing) instead of to
         /// stdout.
         #[arg(short = 'o', long = "out", value_name = "DIR")]
@@ -125,8 +126,8 @@ pub enum RuntimeCommand {
     Node(NodeCommand),
     /// Print a task's captured stdout (or stderr), read from the agent that ran it.
     Log {
-        /// Job id.
-        job: u64,
+        /// Job id, or `last` (the newest job).
+        job: JobRef,
         /// The task: its id (the `task` column of `hetsched tasks`) or APP:INDEX.
         task: String,
         /// Show stderr instead of stdout.
@@ -143,8 +144,8 @@ pub enum RuntimeCommand {
     },
     /// Wait until a job finishes; fails unless every task succeeded.
     Wait {
-        /// Job id.
-        id: u64,
+        /// Job id, or `last` (the newest job).
+        id: JobRef,
         /// Give up after this long (e.g. `10m`).
         #[arg(long)]
         timeout: Option<humantime::Duration>,
@@ -153,8 +154,8 @@ pub enum RuntimeCommand {
     },
     /// Cancel a job: pending tasks are dropped, running ones killed.
     Cancel {
-        /// Job id.
-        id: u64,
+        /// Job id, or `last` (the newest job).
+        id: JobRef,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -311,12 +312,16 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             failed,
             wait,
             client,
-        } => client::resubmit(&client, id, failed, wait).await,
+        } => client::resubmit(&client, id.resolve(&client).await?, failed, wait).await,
         RuntimeCommand::Jobs { client } => client::jobs(&client).await,
-        RuntimeCommand::Job { id, graph, client } if graph => workflow::graph(&client, id).await,
-        RuntimeCommand::Job { id, client, .. } => client::job(&client, id).await,
+        RuntimeCommand::Job { id, graph, client } if graph => {
+            workflow::graph(&client, id.resolve(&client).await?).await
+        }
+        RuntimeCommand::Job { id, client, .. } => {
+            client::job(&client, id.resolve(&client).await?).await
+        }
         RuntimeCommand::Output { id, out, client } => {
-            divisible::output(&client, id, out.as_deref()).await
+            divisible::output(&client, id.resolve(&client).await?, out.as_deref()).await
         }
         RuntimeCommand::Tasks { job, limit, client } => client::tasks(&client, job, limit).await,
         RuntimeCommand::Nodes { client } => client::nodes(&client).await,
@@ -325,8 +330,13 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             id,
             timeout,
             client,
-        } => client::wait(&client, id, timeout.map(Into::into)).await,
-        RuntimeCommand::Cancel { id, client } => client::cancel(&client, id).await,
+        } => {
+            let id = id.resolve(&client).await?;
+            client::wait(&client, id, timeout.map(Into::into)).await
+        }
+        RuntimeCommand::Cancel { id, client } => {
+            client::cancel(&client, id.resolve(&client).await?).await
+        }
         RuntimeCommand::Node(NodeCommand::Remove { name, client }) => {
             client::remove_node(&client, &name).await
         }
@@ -343,7 +353,10 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             attempt,
             follow,
             client,
-        } => log::log(&client, job, &task, stderr, attempt, follow).await,
+        } => {
+            let job = job.resolve(&client).await?;
+            log::log(&client, job, &task, stderr, attempt, follow).await
+        }
         RuntimeCommand::Purge(a) => purge::run(&a).await,
         RuntimeCommand::Demo(a) => demo::run(a).await,
         RuntimeCommand::Kernel(_)

@@ -1424,4 +1424,19 @@ fn a_command_after_the_double_dash_is_a_job_of_indexed_tasks_and_its_mistakes_na
     );
     refused(&["submit"], "nothing to submit");
     assert_eq!(c.json(&["jobs"]).as_array().map(Vec::len), Some(3));
+    // `last` names the newest job wherever a job id goes.
+    let out = c.cli(&["submit", "--tasks", "2", "--", "sleep", "0.2"]);
+    assert!(out.status.success());
+    let out = c.cli(&["wait", "last"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(c.json(&["job", "last"])["id"], 4);
+    assert_eq!(c.succeeded(4), 2, "`wait last` waited for job 4");
+    refused(
+        &["cancel", "lats"],
+        "`lats` is not a job id (a number) or `last`",
+    );
 }
