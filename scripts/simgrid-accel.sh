@@ -15,12 +15,8 @@
 # HETSCHED names the binary (default target/release/hetsched); OUT the scratch folder.
 set -eu
 cd "$(dirname "$0")/.."
-HETSCHED=${HETSCHED:-target/release/hetsched}
-OUT=${OUT:-${TMPDIR:-/tmp}/hetsched-simgrid-accel}
-mkdir -p "$OUT"
-[ -x "$HETSCHED" ] || { echo "no $HETSCHED: cargo build --release -p hetsched-cli" >&2; exit 2; }
-g++ -O2 -std=c++17 -o "$OUT/network_replay" scripts/simgrid/network_replay.cpp -lsimgrid ||
-    { echo "building the replay needs g++ and SimGrid (apt-get install libsimgrid-dev)" >&2; exit 2; }
+. scripts/simgrid/prelude.sh
+prelude "${TMPDIR:-/tmp}/hetsched-simgrid-accel" network_replay
 # A generated cluster of RACKS racks, seeded: per rack two to four ANodes (1-4 GPUs of speed
 # 0.5-2) and three to six NNodes; every node's link 1, 2.5 or 10 Gbit/s with 20-200 us of latency.
 # The workload is network-heavy, so transfers overlap on the links: offloads of 200 MB and 50 MB

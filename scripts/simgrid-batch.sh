@@ -15,13 +15,9 @@
 # target/release/hetsched); OUT the scratch folder.
 set -eu
 cd "$(dirname "$0")/.."
-HETSCHED=${HETSCHED:-target/release/hetsched}
-OUT=${OUT:-${TMPDIR:-/tmp}/hetsched-simgrid-batch}
 SG_CFG=${SG_CFG---cfg=maxmin/precision:1e-9 --cfg=surf/precision:1e-12}
-mkdir -p "$OUT"
-[ -x "$HETSCHED" ] || { echo "no $HETSCHED: cargo build --release -p hetsched-cli" >&2; exit 2; }
-g++ -O2 -std=c++17 -o "$OUT/batch_replay" scripts/simgrid/batch_replay.cpp -lsimgrid ||
-    { echo "building the replay needs g++ and SimGrid (apt-get install libsimgrid-dev)" >&2; exit 2; }
+. scripts/simgrid/prelude.sh
+prelude "${TMPDIR:-/tmp}/hetsched-simgrid-batch" batch_replay
 # BIG: the mixed-generations cluster with 25 times the nodes (200) and the mixed workload with 50
 # times the tasks (75,000).
 if [ -n "${BIG:-}" ]; then

@@ -12,12 +12,8 @@
 # HETSCHED names the binary (default target/release/hetsched); OUT the scratch folder.
 set -eu
 cd "$(dirname "$0")/.."
-HETSCHED=${HETSCHED:-target/release/hetsched}
-OUT=${OUT:-${TMPDIR:-/tmp}/hetsched-simgrid}
-mkdir -p "$OUT"
-[ -x "$HETSCHED" ] || { echo "no $HETSCHED: cargo build --release -p hetsched-cli" >&2; exit 2; }
-g++ -O2 -std=c++17 -o "$OUT/divisible_replay" scripts/simgrid/divisible_replay.cpp -lsimgrid ||
-    { echo "building the replay needs g++ and SimGrid (apt-get install libsimgrid-dev)" >&2; exit 2; }
+. scripts/simgrid/prelude.sh
+prelude "${TMPDIR:-/tmp}/hetsched-simgrid" divisible_replay
 # Synthetic stars of N heterogeneous workers, seeded: speed 50-100 units/s, compute latency
 # 1-10 ms, network latency 0.1-1 ms, no memory limit; bandwidth 200,000-400,000 units/s (100 and
 # 1,000 workers) or ten times that (10,000 workers, so that UMR can use them all).

@@ -14,12 +14,8 @@
 # HETSCHED names the binary (default target/release/hetsched); OUT the scratch folder.
 set -eu
 cd "$(dirname "$0")/.."
-HETSCHED=${HETSCHED:-target/release/hetsched}
-OUT=${OUT:-${TMPDIR:-/tmp}/hetsched-simgrid-graph}
-mkdir -p "$OUT"
-[ -x "$HETSCHED" ] || { echo "no $HETSCHED: cargo build --release -p hetsched-cli" >&2; exit 2; }
-g++ -O2 -std=c++17 -o "$OUT/graph_replay" scripts/simgrid/graph_replay.cpp -lsimgrid ||
-    { echo "building the replay needs g++ and SimGrid (apt-get install libsimgrid-dev)" >&2; exit 2; }
+. scripts/simgrid/prelude.sh
+prelude "${TMPDIR:-/tmp}/hetsched-simgrid-graph" graph_replay
 # Generated cases (graph_million's shape, crates/sim/examples/graph_million.rs): N nodes, 60 %
 # dual-core (speed 1.0), 30 % quad-core (0.8), 10 % eight-core (0.6), racks of 40, 100 µs per node;
 # four tasks chained instance by instance, lognormal costs (mean 1 s, cv 0.5), and a last task of
