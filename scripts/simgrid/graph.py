@@ -10,9 +10,6 @@
         One table row: instances, both makespans, their relative difference, and the largest
         absolute difference of any instance's ready, start or end time.
 """
-import json
-import sys
-
 import replay_out
 
 
@@ -43,17 +40,5 @@ def compare(ours, replay):
     print(replay_out.row(times, replayed, ours["makespan"], makespan))
 
 
-def main():
-    args = sys.argv[1:]
-    if len(args) != 3 or args[0] not in ("replay-input", "compare"):
-        sys.exit(__doc__)
-    with open(args[1]) as f:
-        run = json.load(f)
-    if args[0] == "replay-input":
-        replay_input(run, args[2])
-    else:
-        compare(run, args[2])
-
-
 if __name__ == "__main__":
-    main()
+    replay_out.main(__doc__, replay_input, compare)

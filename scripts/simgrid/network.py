@@ -11,9 +11,6 @@
         direction with another; with RTT.out (the replay under
         SimGrid's latency-weighted sharing), also that replay's largest difference.
 """
-import json
-import sys
-
 import replay_out
 
 
@@ -59,19 +56,5 @@ def compare(ours, replay, rtt=None):
     print(row)
 
 
-def main():
-    args = sys.argv[1:]
-    if not (args[:1] == ["replay-input"] and len(args) == 3) and not (
-        args[:1] == ["compare"] and len(args) in (3, 4)
-    ):
-        sys.exit(__doc__)
-    with open(args[1]) as f:
-        run = json.load(f)
-    if args[0] == "replay-input":
-        replay_input(run, args[2])
-    else:
-        compare(run, *args[2:])
-
-
 if __name__ == "__main__":
-    main()
+    replay_out.main(__doc__, replay_input, compare, compare_extra=1)

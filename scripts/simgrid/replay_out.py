@@ -2,6 +2,7 @@
 
 A replay prints `makespan SECONDS`, then one line per item (`send …`, `instance …`) of numbers.
 """
+import json
 import sys
 
 
@@ -29,3 +30,21 @@ def row(ours, theirs, ours_makespan, makespan):
     )
     rel = abs(makespan - ours_makespan) / ours_makespan
     return f"{len(theirs)} | {ours_makespan:.9f} s | {makespan:.9f} s | {rel:.1e} | {worst * 1e9:.0f} ns"
+
+
+def main(doc, replay_input, compare, compare_extra=0):
+    """The command line of a replay's glue: `replay-input RUN.json RUN.txt` calls
+    `replay_input(run, path)`, `compare RUN.json REPLAY.out [up to compare_extra more]` calls
+    `compare(run, path, ...)`; anything else prints `doc` and exits."""
+    args = sys.argv[1:]
+    ok = (args[:1] == ["replay-input"] and len(args) == 3) or (
+        args[:1] == ["compare"] and 3 <= len(args) <= 3 + compare_extra
+    )
+    if not ok:
+        sys.exit(doc)
+    with open(args[1]) as f:
+        run = json.load(f)
+    if args[0] == "replay-input":
+        replay_input(run, args[2])
+    else:
+        compare(run, *args[2:])
