@@ -391,73 +391,41 @@ mod tests {
                 .expect_err("refused")
                 .to_string()
         };
-        let e = err(
-            CommandJobArgs {
-                memory: Some("lots".into()),
-                ..Default::default()
-            },
-            &["true"],
-        );
-        assert!(e.starts_with("--memory: "), "{e}");
-        let e = err(
-            CommandJobArgs {
-                time_limit: Some("soon".into()),
-                ..Default::default()
-            },
-            &["true"],
-        );
-        assert!(e.starts_with("--time-limit: "), "{e}");
-        let e = err(
-            CommandJobArgs {
-                time_limit: Some("0s".into()),
-                ..Default::default()
-            },
-            &["true"],
-        );
-        assert_eq!(
-            e,
-            "--time-limit: must be at least 1ms (leave it out for no limit)"
-        );
-        let e = err(
-            CommandJobArgs {
-                retries: Some(1000),
-                ..Default::default()
-            },
-            &["true"],
-        );
-        assert!(e.starts_with("--retries: "), "{e}");
-        let e = err(
-            CommandJobArgs {
-                app: Some("../x".into()),
-                ..Default::default()
-            },
-            &["true"],
-        );
-        assert!(e.starts_with("--app: "), "{e}");
-        let e = err(
-            CommandJobArgs {
-                env: words(&["NOVALUE"]),
-                ..Default::default()
-            },
-            &["true"],
-        );
-        assert!(e.contains("--env NOVALUE: expected KEY=VALUE"), "{e}");
-        let e = err(
-            CommandJobArgs {
-                shell: true,
-                ..Default::default()
-            },
-            &["echo", "hi"],
-        );
-        assert!(e.contains("--shell runs one shell line"), "{e}");
-        let e = err(
-            CommandJobArgs {
-                kind: Some("a100".into()),
-                ..Default::default()
-            },
-            &["true"],
-        );
-        assert!(e.contains("give --gpus too"), "{e}");
+        let true_ = ["true"];
+        let echo_hi = ["echo", "hi"];
+        type Case<'a> = (fn(&mut CommandJobArgs), &'a [&'a str], &'a str);
+        let cases: [Case; 8] = [
+            (|a| a.memory = Some("lots".into()), &true_, "--memory: "),
+            (
+                |a| a.time_limit = Some("soon".into()),
+                &true_,
+                "--time-limit: ",
+            ),
+            (
+                |a| a.time_limit = Some("0s".into()),
+                &true_,
+                "--time-limit: must be at least 1ms (leave it out for no limit)",
+            ),
+            (|a| a.retries = Some(1000), &true_, "--retries: "),
+            (|a| a.app = Some("../x".into()), &true_, "--app: "),
+            (
+                |a| a.env = words(&["NOVALUE"]),
+                &true_,
+                "--env NOVALUE: expected KEY=VALUE",
+            ),
+            (|a| a.shell = true, &echo_hi, "--shell runs one shell line"),
+            (
+                |a| a.kind = Some("a100".into()),
+                &true_,
+                "--kind names the kind of GPU a task needs: give --gpus too",
+            ),
+        ];
+        for (set, cmd, says) in cases {
+            let mut args = CommandJobArgs::default();
+            set(&mut args);
+            let e = err(args, cmd);
+            assert!(e.starts_with(says), "{e}");
+        }
         let long = "x".repeat(70_000);
         let e = err(CommandJobArgs::default(), &["echo", &long]);
         assert!(e.starts_with("the command: "), "{e}");
