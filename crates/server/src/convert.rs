@@ -346,6 +346,8 @@ impl From<JobInfo> for pb::JobInfo {
             balancer: j.balancer,
             launch_sent: j.launch_sent,
             launch_received: j.launch_received,
+            after: j.after,
+            waiting: j.waiting,
         }
     }
 }
@@ -568,6 +570,7 @@ impl Wire for State {
             key: key.to_string(),
             name: name.to_string(),
             divisible_input: Vec::new(),
+            after: Vec::new(),
         })
         .map(Into::into)
     }

@@ -360,6 +360,7 @@ impl Client for ClientService {
                 key: r.submission_key,
                 name: r.name,
                 divisible_input: r.divisible_input,
+                after: r.after,
             })
             .map(Into::into)
         })

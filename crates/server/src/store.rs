@@ -134,6 +134,8 @@ pub struct JobRow {
     pub submission_key: Option<String>,
     /// The name given at submission (`submit --name`), which overrides the file's `name =`.
     pub name: Option<String>,
+    /// The batch jobs it runs after (`submit --after`), ascending.
+    pub after: Vec<u64>,
 }
 
 /// One node row: its name and its description as JSON (`hetsched_core::Node`).
@@ -205,6 +207,7 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("nodes", "removed", "INTEGER NOT NULL DEFAULT 0"),
     ("jobs", "name", "TEXT"),
     ("jobs", "purged", "INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "after", "TEXT NOT NULL DEFAULT ''"),
 ];
 
 const INDEXES: &str =
@@ -215,6 +218,39 @@ const UPDATE_TASK: &str = "UPDATE tasks SET state=?1, attempt=?2, node=?3, varia
 
 fn devices_text(d: &[u32]) -> String {
     d.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// A job's `after` list as stored.
+fn ids_text(ids: &[u64]) -> String {
+    ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// A comma-separated list of ids (a job's `after`).
+fn parse_ids(s: &str) -> Result<Vec<u64>, StoreError> {
+    if s.is_empty() {
+        return Ok(Vec::new());
+    }
+    s.split(',')
+        .map(|d| {
+            d.parse()
+                .map_err(|_| StoreError::Corrupt(format!("job ids `{s}`")))
+        })
+        .collect()
+}
+
+/// A job row as read, before its `after` list is parsed.
+struct StoredJobRow {
+    id: u64,
+    origin: String,
+    text: String,
+    workdir: String,
+    submitted_ns: u64,
+    first_app: u32,
+    first_task: u64,
+    cancelled: bool,
+    submission_key: Option<String>,
+    name: Option<String>,
+    after: String,
 }
 
 fn parse_devices(s: &str) -> Result<Vec<u32>, StoreError> {
@@ -329,10 +365,10 @@ impl Store {
         }
         let mut stmt = self.conn.prepare(
             "SELECT id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled,
-                    submission_key, name FROM jobs ORDER BY id",
+                    submission_key, name, after FROM jobs ORDER BY id",
         )?;
         let rows = stmt.query_map([], |r| {
-            Ok(JobRow {
+            Ok(StoredJobRow {
                 id: r.get(0)?,
                 origin: r.get(1)?,
                 text: r.get(2)?,
@@ -343,10 +379,24 @@ impl Store {
                 cancelled: r.get(7)?,
                 submission_key: r.get(8)?,
                 name: r.get(9)?,
+                after: r.get::<_, String>(10)?,
             })
         })?;
         for r in rows {
-            snap.jobs.push(r?);
+            let r = r?;
+            snap.jobs.push(JobRow {
+                id: r.id,
+                origin: r.origin,
+                text: r.text,
+                workdir: r.workdir,
+                submitted_ns: r.submitted_ns,
+                first_app: r.first_app,
+                first_task: r.first_task,
+                cancelled: r.cancelled,
+                submission_key: r.submission_key,
+                name: r.name,
+                after: parse_ids(&r.after)?,
+            });
         }
         snap.purged = self.purged_jobs()?;
         let mut stmt = self
@@ -410,8 +460,8 @@ impl Store {
         let tx = self.conn.transaction()?;
         tx.execute(
             "INSERT INTO jobs(id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled,
-                              submission_key, name)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                              submission_key, name, after)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             params![
                 job.id,
                 job.origin,
@@ -422,7 +472,8 @@ impl Store {
                 job.first_task as i64,
                 job.cancelled,
                 job.submission_key,
-                job.name
+                job.name,
+                ids_text(&job.after)
             ],
         )?;
         {
@@ -454,9 +505,9 @@ impl Store {
     pub fn update_tasks<'a>(
         &mut self,
         tasks: impl IntoIterator<Item = &'a TaskRow>,
-        cancel_job: Option<u64>,
+        cancelled_jobs: &[u64],
     ) -> Result<(), StoreError> {
-        self.transaction(|tx| write_tasks(tx, tasks, cancel_job))
+        self.transaction(|tx| write_tasks(tx, tasks, cancelled_jobs))
     }
 
     /// Ids of the jobs purged (their task rows deleted; the job row stays as a tombstone so job
@@ -587,11 +638,11 @@ impl Store {
     }
 }
 
-/// Writes `tasks` (their whole rows) and optionally marks `cancel_job` cancelled, inside `tx`.
+/// Writes `tasks` (their whole rows) and marks `cancelled_jobs` cancelled, inside `tx`.
 pub fn write_tasks<'a>(
     tx: &rusqlite::Transaction,
     tasks: impl IntoIterator<Item = &'a TaskRow>,
-    cancel_job: Option<u64>,
+    cancelled_jobs: &[u64],
 ) -> Result<(), StoreError> {
     let mut stmt = tx.prepare_cached(UPDATE_TASK)?;
     for t in tasks {
@@ -609,7 +660,7 @@ pub fn write_tasks<'a>(
             t.id as i64
         ])?;
     }
-    if let Some(job) = cancel_job {
+    for job in cancelled_jobs {
         tx.execute("UPDATE jobs SET cancelled=1 WHERE id=?1", params![job])?;
     }
     Ok(())
@@ -699,6 +750,7 @@ mod tests {
             cancelled: false,
             submission_key: Some("k".into()),
             name: None,
+            after: vec![3, 7],
         };
         let mut task = TaskRow {
             id: 0,
@@ -726,7 +778,7 @@ mod tests {
             task.devices = vec![0, 2];
             task.exit_code = Some(0);
             task.failures = 2;
-            s.update_tasks([&task], Some(1)).expect("update");
+            s.update_tasks([&task], &[1]).expect("update");
         }
         let s = Store::open(&path).expect("reopen");
         let snap = s.load().expect("load");
@@ -734,6 +786,7 @@ mod tests {
         assert!(snap.jobs[0].cancelled);
         assert_eq!(snap.tasks, vec![task]);
         assert_eq!(snap.jobs[0].submission_key.as_deref(), Some("k"));
+        assert_eq!(snap.jobs[0].after, vec![3, 7]);
         if let Some(dir) = path.parent() {
             let _ = std::fs::remove_dir_all(dir);
         }
@@ -756,6 +809,7 @@ mod tests {
             let s = Store::open(&path).expect("migrates, then opens as is");
             let snap = s.load().expect("load");
             assert_eq!(snap.jobs[0].submission_key, None);
+            assert!(snap.jobs[0].after.is_empty());
         }
         if let Some(dir) = path.parent() {
             let _ = std::fs::remove_dir_all(dir);

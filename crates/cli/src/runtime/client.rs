@@ -249,6 +249,7 @@ pub async fn submit(
     wait_for_it: bool,
     key: Option<String>,
     name: Option<String>,
+    after: Vec<u64>,
 ) -> anyhow::Result<()> {
     let workdir = std::env::current_dir()?.display().to_string();
     let (origin, text, divisible_input, name) = match &source {
@@ -294,6 +295,7 @@ pub async fn submit(
             submission_key: key.unwrap_or_else(new_submission_key),
             name,
             divisible_input,
+            after,
         },
     )
     .await;
@@ -391,7 +393,11 @@ pub async fn jobs(args: &ClientArgs) -> anyhow::Result<()> {
         t.add_row(vec![
             j.id.to_string(),
             j.name.clone(),
-            j.state.clone(),
+            if j.waiting {
+                "waiting".to_string()
+            } else {
+                j.state.clone()
+            },
             j.tasks.to_string(),
             c.pending.to_string(),
             c.running.to_string(),
@@ -437,6 +443,19 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
             "not finished".into()
         }
     );
+    if !j.after.is_empty() {
+        let ids: Vec<String> = j.after.iter().map(u64::to_string).collect();
+        println!(
+            "runs after job{} {}{}",
+            if ids.len() > 1 { "s" } else { "" },
+            ids.join(", "),
+            if j.waiting {
+                ": waiting for them to complete"
+            } else {
+                ""
+            }
+        );
+    }
     if let Some(d) = &j.divisible {
         super::divisible::print(d);
         return Ok(());

@@ -54,6 +54,11 @@ pub enum RuntimeCommand {
         /// file's path; for a command, the command as typed).
         #[arg(long)]
         name: Option<String>,
+        /// Run after these batch jobs (ids or `last`; repeat the flag or separate with commas):
+        /// the tasks wait until every one of them has completed, and the job is cancelled if
+        /// one ends failed or cancelled (Slurm's `--dependency=afterok`).
+        #[arg(long, value_name = "JOB", value_delimiter = ',')]
+        after: Vec<JobRef>,
         #[command(flatten)]
         client: ClientArgs,
         // Last: its help heading applies to what follows it.
@@ -285,6 +290,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             wait,
             submission_key,
             name,
+            after,
             client,
         } => {
             let source = match file {
@@ -305,7 +311,11 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
                     client::JobSource::Command(command_job::build(&job, &command, name.as_deref())?)
                 }
             };
-            client::submit(&client, source, wait, submission_key, name).await
+            let mut after_ids = Vec::with_capacity(after.len());
+            for job in after {
+                after_ids.push(job.resolve(&client).await?);
+            }
+            client::submit(&client, source, wait, submission_key, name, after_ids).await
         }
         RuntimeCommand::Resubmit {
             id,

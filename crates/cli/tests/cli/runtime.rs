@@ -1440,3 +1440,63 @@ fn a_command_after_the_double_dash_is_a_job_of_indexed_tasks_and_its_mistakes_na
         "`lats` is not a job id (a number) or `last`",
     );
 }
+
+/// `submit --after`: a job waits for the jobs it names (its file written by the first one is
+/// there when it starts), `job` says what it waits for, and a failure cancels the job after it.
+#[test]
+fn a_job_submitted_after_another_starts_when_it_completes_and_is_cancelled_if_it_fails() {
+    let mut c = Cluster::start("after-jobs", false);
+    c.start_agent("a", 4, &[]);
+    c.wait_for_nodes(1);
+    let ok = |out: std::process::Output| {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // The first job writes a file after a while; the second, after it, reads it.
+    ok(c.cli(&["submit", "--shell", "--", "sleep 1; echo ready > first.txt"]));
+    ok(c.cli(&[
+        "submit",
+        "--after",
+        "last",
+        "--tasks",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        "cat first.txt > second-{index}.txt",
+    ]));
+    let shown = ok(c.cli(&["job", "2"]));
+    assert!(
+        shown.contains("runs after job 1: waiting for them to complete"),
+        "{shown}"
+    );
+    assert_eq!(c.json(&["job", "2"])["waiting"], true);
+    ok(c.cli(&["wait", "2"]));
+    for i in 0..2 {
+        let text = std::fs::read_to_string(c.dir.join(format!("second-{i}.txt"))).expect("read");
+        assert_eq!(text, "ready\n", "the second job ran after the first ended");
+    }
+    assert_eq!(c.json(&["job", "2"])["waiting"], false);
+
+    // A failing job: the one after it is cancelled, and `wait` on it fails.
+    ok(c.cli(&["submit", "--shell", "--", "sleep 0.3; exit 3"]));
+    ok(c.cli(&["submit", "--after", "3", "--", "touch", "never.txt"]));
+    let out = c.cli(&["wait", "4"]);
+    assert!(!out.status.success(), "a cancelled job does not complete");
+    assert_eq!(c.json(&["job", "4"])["state"], "cancelled");
+    assert_eq!(
+        c.tasks(4)[0]["message"],
+        "cancelled: job 3, which this job runs after, ended failed"
+    );
+    assert!(!c.dir.join("never.txt").exists());
+    let out = c.cli(&["submit", "--after", "3,1", "--", "true"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--after: job 3 ended failed"),
+        "{err}"
+    );
+}

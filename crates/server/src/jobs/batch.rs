@@ -28,7 +28,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
+mod after;
 mod retention;
+pub use after::MAX_AFTER;
 pub use retention::RETENTION_INTERVAL;
 
 /// Most tasks one job may have (a typo of `tasks = 4000000000` should not exhaust memory).
@@ -173,8 +175,10 @@ pub struct Batch {
     rule: Option<RetentionConfig>,
     /// Tasks changed since the last commit.
     dirty: Vec<u64>,
-    /// A job cancelled since the last commit.
-    cancelled: Option<u64>,
+    /// Jobs cancelled since the last commit (a user's cancel and the jobs waiting on it).
+    cancelled: Vec<u64>,
+    /// Jobs whose tasks wait for the jobs they run after (`submit --after`; see [`after`]).
+    waiting: after::Waiting,
     /// Evicted jobs whose rows came back to memory since the last commit (their stored
     /// summaries are deleted with the rows' changes).
     revived: Vec<u64>,
@@ -205,8 +209,9 @@ impl Batch {
             retention: retention::Retention::with_purged(snap.purged),
             rule: config.retention.clone(),
             dirty: Vec::new(),
-            cancelled: None,
+            cancelled: Vec::new(),
             revived: Vec::new(),
+            waiting: after::Waiting::default(),
         };
         for row in snap.jobs {
             let w = parse_workload(&row.origin, &row.text)?;
@@ -257,6 +262,9 @@ impl Batch {
             cx.view.restore_finished(AppId(app), cpu, gpu, ok)?;
         }
         b.restore_summaries(cx, snap.finished)?;
+        // Jobs that run after others: queued if those completed (before or while the server was
+        // away), else still waiting.
+        b.settle_waiting(cx)?;
         b.evict_finished(cx.store);
         b.restore_backoffs(cx)?;
         Ok(b)
@@ -368,6 +376,12 @@ impl Batch {
                 ),
                 counts,
             });
+            // A job that runs after others keeps its tasks out of the queues until they
+            // completed ([`after`]).
+            if !row.after.is_empty() && !pending.is_empty() {
+                self.waiting
+                    .hold(row.id, app.id.0, std::mem::take(&mut pending));
+            }
             let id = cx.view.add_application(app, pending)?;
             // `accelerator = required|preferred` (spec 01) is applied by the view's `fits`.
             cx.view.set_accelerator_need(id, spec.accelerator_need())?;
@@ -485,6 +499,7 @@ impl Batch {
             workdir,
             key,
             name,
+            after,
             ..
         } = sub;
         if !name.is_empty()
@@ -533,6 +548,7 @@ impl Batch {
                 limits::MAX_JOB_FILE_BYTES
             )));
         }
+        let after = self.check_after(&after)?;
         let w = parse_workload(&origin, &text)?;
         w.check_commands()?;
         limits::check(&w)?;
@@ -565,6 +581,7 @@ impl Batch {
             cancelled: false,
             submission_key: (!key.is_empty()).then_some(key),
             name: (!name.is_empty()).then_some(name),
+            after,
         };
         let mut rows = Vec::with_capacity(total as usize);
         for a in &apps {
@@ -590,6 +607,8 @@ impl Batch {
         cx.store.insert_job(&row, &names, &rows)?;
         self.tasks.extend(rows);
         self.install(cx, row, &w, apps)?;
+        // Runs after jobs that already completed: queued at once.
+        self.settle_waiting(cx)?;
         cx.nodes.wakes.free(total as usize);
         cx.metrics.job_submitted();
         info!(job = id, origin, tasks = total, "job accepted");
@@ -649,6 +668,53 @@ impl Batch {
             cx.view.resubmit(AppId(app), tasks);
         }
         cx.nodes.wakes.free(n as usize);
+        Ok(n)
+    }
+
+    /// Cancels job `job`: its pending tasks are dropped and its running ones killed by their
+    /// agents; each task's message says why (`message`).
+    pub fn cancel_job(&mut self, cx: &mut Ctx, job: u64, message: &str) -> Result<u64, StateError> {
+        let Some(j) = self.job_rec(job) else {
+            return Err(StateError::NoJob(job));
+        };
+        if self.retention.is_purged(job) {
+            return Err(StateError::NoJob(job));
+        }
+        let (apps, range) = (j.apps.clone(), j.tasks.clone());
+        let mut n = 0;
+        for app in apps {
+            cx.view.cancel_pending(AppId(app));
+        }
+        self.waiting.forget(job);
+        self.waiting.task_ended();
+        for id in range {
+            // A finished job's rows may have left memory: none of them is pending or running.
+            let Some(t) = self.tasks.get(id as usize) else {
+                continue;
+            };
+            match t.state {
+                TaskState::Pending => {}
+                TaskState::Running => {
+                    let a = assignment_of(t);
+                    cx.view.task_abandoned(&a);
+                    cx.nodes.ended(a.node, id);
+                    // Its agent learns to kill it from its next heartbeat: now.
+                    cx.nodes.wakes.node(a.node.0);
+                }
+                _ => continue,
+            }
+            let t = &mut self.tasks[id as usize];
+            moved(&mut self.apps, t.app, t.state, TaskState::Cancelled);
+            t.state = TaskState::Cancelled;
+            t.finished_ns = cx.now;
+            t.message = message.to_string();
+            self.dirty.push(id);
+            n += 1;
+        }
+        if let Some(i) = self.job_index(job) {
+            self.jobs[i].row.cancelled = true;
+        }
+        self.cancelled.push(job);
         Ok(n)
     }
 
@@ -774,21 +840,14 @@ impl Batch {
         to_counts(&c)
     }
 
+    /// `pending`, `running`, `completed`, `failed` or `cancelled`.
+    fn job_state(&self, j: &JobRec) -> &'static str {
+        state_of(&self.job_counts(j), j.row.cancelled)
+    }
+
     fn job_info(&self, j: &JobRec, with_apps: bool) -> JobInfo {
         let counts = self.job_counts(j);
-        let state = if counts.pending + counts.running > 0 {
-            if counts.running + counts.succeeded + counts.failed > 0 {
-                "running"
-            } else {
-                "pending"
-            }
-        } else if j.row.cancelled {
-            "cancelled"
-        } else if counts.failed > 0 {
-            "failed"
-        } else {
-            "completed"
-        };
+        let state = state_of(&counts, j.row.cancelled);
         let finished_ns = if counts.pending + counts.running == 0 {
             self.job_finished_ns(j)
         } else {
@@ -825,8 +884,27 @@ impl Batch {
             submitted_ns: j.row.submitted_ns,
             finished_ns,
             apps,
+            after: j.row.after.clone(),
+            waiting: self.waiting.waits(j.row.id),
             ..Default::default()
         }
+    }
+}
+
+/// A job's state from its tasks' counts and whether it was cancelled.
+fn state_of(counts: &TaskCounts, cancelled: bool) -> &'static str {
+    if counts.pending + counts.running > 0 {
+        if counts.running + counts.succeeded + counts.failed > 0 {
+            "running"
+        } else {
+            "pending"
+        }
+    } else if cancelled {
+        "cancelled"
+    } else if counts.failed > 0 {
+        "failed"
+    } else {
+        "completed"
     }
 }
 
@@ -1016,6 +1094,7 @@ impl JobKind for Batch {
             cx.metrics.result(Outcome::Succeeded);
             let (app, d) = (t.app, t.finished_ns - t.started_ns);
             cx.view.task_finished(&a);
+            self.waiting.task_ended();
             self.observe(cx, app, a.variant, d)?;
         } else {
             let retries = self.apps.get(t.app as usize).map_or(0, |app| app.retries);
@@ -1040,6 +1119,7 @@ impl JobKind for Batch {
                 moved(&mut self.apps, t.app, t.state, TaskState::Failed);
                 t.state = TaskState::Failed;
                 cx.view.task_abandoned(&a);
+                self.waiting.task_ended();
                 cx.metrics.result(Outcome::Failed);
             }
         }
@@ -1074,6 +1154,7 @@ impl JobKind for Batch {
             t.exit_code = None;
             t.message = format!("{reason}; gave up after {} attempts", t.attempt);
             cx.view.task_abandoned(&a);
+            self.waiting.task_ended();
         } else {
             moved(&mut self.apps, t.app, t.state, TaskState::Pending);
             t.state = TaskState::Pending;
@@ -1096,6 +1177,8 @@ impl JobKind for Batch {
         open: bool,
         out: &mut Outbox,
     ) -> Result<(), StateError> {
+        // Results just recorded may have completed a job others run after.
+        self.settle_waiting(cx)?;
         let mut total_io = 0.0;
         let mut io_tasks = 0;
         for rt in &report.running {
@@ -1234,7 +1317,7 @@ impl JobKind for Batch {
     }
 
     fn has_changes(&self) -> bool {
-        !self.dirty.is_empty() || self.cancelled.is_some() || !self.revived.is_empty()
+        !self.dirty.is_empty() || !self.cancelled.is_empty() || !self.revived.is_empty()
     }
 
     fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
@@ -1244,18 +1327,20 @@ impl JobKind for Batch {
         crate::store::write_tasks(
             tx,
             dirty.iter().filter_map(|&t| self.tasks.get(t as usize)),
-            self.cancelled,
+            &self.cancelled,
         )?;
         crate::store::forget_finished(tx, &self.revived)
     }
 
     fn committed(&mut self) {
         self.dirty.clear();
-        self.cancelled = None;
+        self.cancelled.clear();
         self.revived.clear();
     }
 
     fn housekeeping(&mut self, cx: &mut Ctx) -> Result<(), StateError> {
+        // Tasks lost for good between heartbeats may have ended a job others run after.
+        self.settle_waiting(cx)?;
         self.apply_retention(cx.store)
     }
 
@@ -1332,45 +1417,9 @@ impl JobKind for Batch {
     /// Cancels a job: pending tasks are dropped, running ones killed at their nodes' next
     /// heartbeat.
     fn cancel(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
-        let Some(j) = self.job_rec(job) else {
-            return Err(StateError::NoJob(job));
-        };
-        if self.retention.is_purged(job) {
-            return Err(StateError::NoJob(job));
-        }
-        let (apps, range) = (j.apps.clone(), j.tasks.clone());
-        let mut n = 0;
-        for app in apps {
-            cx.view.cancel_pending(AppId(app));
-        }
-        for id in range {
-            // A finished job's rows may have left memory: none of them is pending or running.
-            let Some(t) = self.tasks.get(id as usize) else {
-                continue;
-            };
-            match t.state {
-                TaskState::Pending => {}
-                TaskState::Running => {
-                    let a = assignment_of(t);
-                    cx.view.task_abandoned(&a);
-                    cx.nodes.ended(a.node, id);
-                    // Its agent learns to kill it from its next heartbeat: now.
-                    cx.nodes.wakes.node(a.node.0);
-                }
-                _ => continue,
-            }
-            let t = &mut self.tasks[id as usize];
-            moved(&mut self.apps, t.app, t.state, TaskState::Cancelled);
-            t.state = TaskState::Cancelled;
-            t.finished_ns = cx.now;
-            t.message = "cancelled".into();
-            self.dirty.push(id);
-            n += 1;
-        }
-        if let Some(i) = self.job_index(job) {
-            self.jobs[i].row.cancelled = true;
-        }
-        self.cancelled = Some(job);
+        let n = self.cancel_job(cx, job, "cancelled")?;
+        // Jobs waiting on this one can never start now.
+        self.settle_waiting(cx)?;
         Ok(n)
     }
 

@@ -158,6 +158,16 @@ impl Kind {
         }
     }
 
+    /// Its name in messages (`batch`, `divisible`, `workflow`, `topology`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Batch => "batch",
+            Kind::Divisible => "divisible",
+            Kind::Workflow => "workflow",
+            Kind::Topology => "topology",
+        }
+    }
+
     /// The id `n` of this kind.
     pub fn id(self, n: u64) -> u64 {
         ((self as u64) << KIND_SHIFT) | (n & ((1 << KIND_SHIFT) - 1))

@@ -1113,6 +1113,8 @@ impl Workflows {
             } else {
                 Vec::new()
             },
+            after: Vec::new(),
+            waiting: false,
         }
     }
 

@@ -49,6 +49,7 @@ fn submit(s: &mut State, kind: Kind) -> u64 {
             key: String::new(),
             name: String::new(),
             divisible_input: Vec::new(),
+            after: Vec::new(),
         })
         .unwrap_or_else(|e| panic!("{kind:?} submitted: {e}"));
     assert!(!done.existing);

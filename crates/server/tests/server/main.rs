@@ -1,6 +1,7 @@
 //! Integration tests of the server, in process, gathered in one test binary (one link instead of one per file).
 
 mod accel_binding;
+mod after;
 mod bounds;
 mod common;
 mod dispatch;

@@ -1,0 +1,164 @@
+//! Jobs that run after other jobs (`hetsched submit --after JOB`, Slurm's `afterok`).
+//!
+//! A batch job may name up to [`MAX_AFTER`] earlier batch jobs. Its tasks are stored as pending
+//! like any job's, but they are kept out of the scheduler's queues ("waiting") until every job
+//! it names has **completed** (each of its tasks succeeded); then they join their applications'
+//! queues at once. If one of those jobs ends **failed** or **cancelled**, the waiting job can
+//! never start and is cancelled, its tasks saying which job it waited for and how that ended —
+//! and jobs waiting on it are cancelled in the same pass (ids only grow, so a job always names
+//! lower ids and one pass in id order settles a chain).
+//!
+//! Nothing here is stored beyond the job row's `after` list: whether a job still waits is derived
+//! from the states of the jobs it names, after a restart as at any other time. A purged job
+//! counts as completed: only finished jobs are purged, and a job that ended failed or cancelled
+//! has already cancelled its waiting dependants in the transaction that recorded its end.
+
+use super::{Batch, Ctx, TaskId};
+use crate::state::StateError;
+use hetsched_core::AppId;
+use std::collections::BTreeMap;
+use tracing::info;
+
+/// Most jobs one job may run after.
+pub const MAX_AFTER: usize = 64;
+
+/// The jobs whose tasks wait, and those tasks by application.
+#[derive(Debug, Default)]
+pub(super) struct Waiting {
+    /// Job id → (application, its pending tasks in queue order), kept out of the view.
+    held: BTreeMap<u64, Vec<(u32, Vec<TaskId>)>>,
+    /// Whether a task ended since the waiting jobs were last looked at.
+    ended: bool,
+}
+
+impl Waiting {
+    /// Keeps `tasks` of application `app` of job `job` out of the queues.
+    pub(super) fn hold(&mut self, job: u64, app: u32, tasks: Vec<TaskId>) {
+        self.held.entry(job).or_default().push((app, tasks));
+        self.ended = true;
+    }
+
+    /// A task ended: a job something waits on may have finished.
+    pub(super) fn task_ended(&mut self) {
+        self.ended |= !self.held.is_empty();
+    }
+
+    /// Whether job `job` still waits.
+    pub(super) fn waits(&self, job: u64) -> bool {
+        self.held.contains_key(&job)
+    }
+
+    /// Job `job` no longer waits (cancelled by a user): its held tasks are dropped.
+    pub(super) fn forget(&mut self, job: u64) {
+        self.held.remove(&job);
+    }
+}
+
+/// How a job named in `after` stands.
+enum Outcome {
+    Completed,
+    Unfinished,
+    /// Ended `failed` or `cancelled` (the state's name).
+    Ended(&'static str),
+}
+
+impl Batch {
+    /// Checks the `after` list of a submission against the batch jobs held: each must exist and
+    /// must not have ended failed or cancelled. Returns it sorted, without repeats.
+    pub(super) fn check_after(&self, after: &[u64]) -> Result<Vec<u64>, StateError> {
+        let mut ids = after.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.len() > MAX_AFTER {
+            return Err(StateError::Invalid(format!(
+                "--after names {} jobs; at most {MAX_AFTER}",
+                ids.len()
+            )));
+        }
+        for &id in &ids {
+            match self.outcome_of(id) {
+                None => {
+                    return Err(StateError::Invalid(format!("--after: no batch job {id}")));
+                }
+                Some(Outcome::Ended(state)) => {
+                    return Err(StateError::Invalid(format!(
+                        "--after: job {id} ended {state}, so a job after it could never start \
+                         (`hetsched resubmit {id}` runs its failed tasks again)"
+                    )));
+                }
+                Some(Outcome::Completed | Outcome::Unfinished) => {}
+            }
+        }
+        Ok(ids)
+    }
+
+    /// How batch job `id` stands (`None`: no such batch job).
+    fn outcome_of(&self, id: u64) -> Option<Outcome> {
+        if self.retention.is_purged(id) {
+            return Some(Outcome::Completed);
+        }
+        let j = self.job_rec(id)?;
+        Some(match self.job_state(j) {
+            "completed" => Outcome::Completed,
+            "failed" => Outcome::Ended("failed"),
+            "cancelled" => Outcome::Ended("cancelled"),
+            _ => Outcome::Unfinished,
+        })
+    }
+
+    /// Releases the waiting jobs whose `after` jobs all completed, and cancels those one of
+    /// whose `after` jobs ended failed or cancelled. Cheap when no task ended since the last
+    /// look.
+    pub(super) fn settle_waiting(&mut self, cx: &mut Ctx) -> Result<(), StateError> {
+        if !std::mem::take(&mut self.waiting.ended) {
+            return Ok(());
+        }
+        let jobs: Vec<u64> = self.waiting.held.keys().copied().collect();
+        for job in jobs {
+            let Some(after) = self.job_rec(job).map(|j| j.row.after.clone()) else {
+                self.waiting.forget(job);
+                continue;
+            };
+            let mut ended = None;
+            let mut unfinished = false;
+            for &d in &after {
+                match self.outcome_of(d) {
+                    Some(Outcome::Completed) => {}
+                    Some(Outcome::Ended(state)) => {
+                        ended = Some((d, state));
+                        break;
+                    }
+                    Some(Outcome::Unfinished) | None => unfinished = true,
+                }
+            }
+            if let Some((d, state)) = ended {
+                self.waiting.forget(job);
+                let n = self.cancel_job(
+                    cx,
+                    job,
+                    &format!("cancelled: job {d}, which this job runs after, ended {state}"),
+                )?;
+                info!(
+                    job,
+                    after = d,
+                    tasks = n,
+                    "job cancelled: a job it runs after ended {state}"
+                );
+            } else if !unfinished {
+                let held = self.waiting.held.remove(&job).unwrap_or_default();
+                let mut n = 0;
+                for (app, tasks) in held {
+                    n += tasks.len();
+                    cx.view.resubmit(AppId(app), tasks);
+                }
+                cx.nodes.wakes.free(n);
+                info!(
+                    job,
+                    tasks = n,
+                    "the jobs it runs after completed: its tasks are queued"
+                );
+            }
+        }
+        Ok(())
+    }
+}

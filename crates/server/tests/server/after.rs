@@ -1,0 +1,253 @@
+//! Jobs that run after other jobs (`hetsched submit --after`, docs/runtime.md "Jobs after
+//! jobs"): a waiting job's tasks are not dispatched while a job it names is unfinished, are
+//! queued once all have completed (also across a restart), and the job is cancelled — with the
+//! jobs waiting on it — when one ends failed or cancelled. Submissions naming what cannot be
+//! waited for are refused, naming the job.
+
+use crate::common;
+
+use common::{heartbeat_request, register};
+use hetsched_proto as pb;
+use hetsched_server::ServerConfig;
+use hetsched_server::convert::Wire;
+use hetsched_server::state::State;
+use hetsched_server::state::types::Submission;
+use hetsched_server::store::Store;
+use std::path::Path;
+
+fn open(d: &Path) -> State {
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        ..Default::default()
+    };
+    State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state")
+}
+
+fn job_text(tasks: u32, command: &str) -> String {
+    format!(
+        "[[application]]\nname = \"a\"\ntasks = {tasks}\n[application.cpu]\ncommand = \"{command}\"\n"
+    )
+}
+
+fn submit(s: &mut State, tasks: u32, after: &[u64]) -> Result<u64, String> {
+    s.on_submit(Submission {
+        origin: "job.toml".into(),
+        text: job_text(tasks, "true"),
+        workdir: "/".into(),
+        after: after.to_vec(),
+        ..Default::default()
+    })
+    .map(|d| d.job_id)
+    .map_err(|e| e.to_string())
+}
+
+/// One agent: what it runs, reported on every beat as an agent does.
+struct Agent {
+    node: u32,
+    running: Vec<(u64, u32)>,
+}
+
+impl Agent {
+    fn new(s: &mut State, cores: u32) -> Self {
+        Agent {
+            node: register(s, "n", cores),
+            running: Vec::new(),
+        }
+    }
+
+    /// Beats with `results` (task, attempt, success) of tasks it ran; returns what it was sent.
+    fn beat(&mut self, s: &mut State, results: &[(u64, u32, bool)]) -> Vec<(u64, u32)> {
+        self.running
+            .retain(|r| !results.iter().any(|x| (x.0, x.1) == *r));
+        let sent: Vec<(u64, u32)> = s
+            .heartbeat(heartbeat_request(self.node, &self.running, results))
+            .expect("heartbeat")
+            .assignments
+            .iter()
+            .map(|a| (a.task_id, a.attempt))
+            .collect();
+        self.running.extend(&sent);
+        sent
+    }
+}
+
+/// The job of each dispatched task (from the listing of every task).
+fn jobs_of(s: &State, tasks: &[(u64, u32)]) -> Vec<u64> {
+    let every: Vec<pb::TaskInfo> = s.tasks(0).expect("tasks").tasks;
+    tasks
+        .iter()
+        .map(|(t, _)| every.iter().find(|i| i.id == *t).expect("listed").job_id)
+        .collect()
+}
+
+#[test]
+fn a_job_after_another_waits_until_it_completes_then_runs() {
+    let d = common::scratch("after", "waits");
+    let mut s = open(&d.0);
+    let mut n = Agent::new(&mut s, 8);
+    let first = submit(&mut s, 2, &[]).expect("submit");
+    let second = submit(&mut s, 3, &[first]).expect("submit after");
+    let info = s.job(second).expect("job");
+    assert_eq!((info.state.as_str(), info.waiting), ("pending", true));
+    assert_eq!(info.after, vec![first]);
+
+    // Eight free cores, five pending tasks: only the first job's two go out.
+    let sent = n.beat(&mut s, &[]);
+    assert_eq!(jobs_of(&s, &sent), vec![first, first]);
+    assert!(n.beat(&mut s, &[]).is_empty(), "the second job still waits");
+
+    // One of the two succeeds: still waiting.
+    let sent_more = n.beat(&mut s, &[(sent[0].0, sent[0].1, true)]);
+    assert!(sent_more.is_empty());
+    assert!(s.job(second).expect("job").waiting);
+
+    // The other succeeds: the first job completed, the second's three tasks go out at once.
+    let released = n.beat(&mut s, &[(sent[1].0, sent[1].1, true)]);
+    assert_eq!(jobs_of(&s, &released), vec![second; 3]);
+    let info = s.job(second).expect("job");
+    assert_eq!((info.state.as_str(), info.waiting), ("running", false));
+}
+
+#[test]
+fn when_a_job_fails_every_job_waiting_on_it_is_cancelled_naming_it() {
+    let d = common::scratch("after", "fails");
+    let mut s = open(&d.0);
+    let mut n = Agent::new(&mut s, 4);
+    let first = submit(&mut s, 1, &[]).expect("submit");
+    let second = submit(&mut s, 2, &[first]).expect("after the first");
+    let third = submit(&mut s, 1, &[second]).expect("after the second");
+    let other = submit(&mut s, 1, &[]).expect("unrelated");
+
+    let sent = n.beat(&mut s, &[]);
+    assert_eq!(jobs_of(&s, &sent), vec![first, other]);
+    // The first job's only task fails (no retries): the job fails, and the chain after it is
+    // cancelled in the same event — the second because of the first, the third because of the
+    // second.
+    n.beat(&mut s, &[(sent[0].0, sent[0].1, false)]);
+    assert_eq!(s.job(first).expect("job").state, "failed");
+    for (job, reason) in [
+        (
+            second,
+            format!("cancelled: job {first}, which this job runs after, ended failed"),
+        ),
+        (
+            third,
+            format!("cancelled: job {second}, which this job runs after, ended cancelled"),
+        ),
+    ] {
+        let info = s.job(job).expect("job");
+        assert_eq!((info.state.as_str(), info.waiting), ("cancelled", false));
+        for t in s.tasks(job).expect("tasks").tasks {
+            assert_eq!((t.state.as_str(), t.attempt), ("cancelled", 0));
+            assert_eq!(t.message, reason);
+        }
+    }
+    assert_eq!(
+        s.job(other).expect("job").state,
+        "running",
+        "an unrelated job runs on"
+    );
+
+    // Nothing can wait for a job that already failed or was cancelled.
+    let e = submit(&mut s, 1, &[other, first]).expect_err("after a failed job");
+    assert!(e.contains(&format!("job {first} ended failed")), "{e}");
+    let e = submit(&mut s, 1, &[second]).expect_err("after a cancelled job");
+    assert!(e.contains(&format!("job {second} ended cancelled")), "{e}");
+}
+
+#[test]
+fn a_user_cancelling_the_first_job_cancels_the_job_after_it() {
+    let d = common::scratch("after", "cancel");
+    let mut s = open(&d.0);
+    let first = submit(&mut s, 1, &[]).expect("submit");
+    let second = submit(&mut s, 1, &[first]).expect("after");
+    s.on_cancel(first).expect("cancel");
+    let info = s.job(second).expect("job");
+    assert_eq!(info.state, "cancelled");
+    // And a user may cancel a waiting job itself: it never runs.
+    let third = submit(&mut s, 1, &[]).expect("submit");
+    let fourth = submit(&mut s, 1, &[third]).expect("after");
+    s.on_cancel(fourth).expect("cancel the waiting job");
+    let mut n = Agent::new(&mut s, 4);
+    let sent = n.beat(&mut s, &[]);
+    assert_eq!(jobs_of(&s, &sent), vec![third]);
+    n.beat(&mut s, &[(sent[0].0, sent[0].1, true)]);
+    assert!(n.beat(&mut s, &[]).is_empty());
+    assert_eq!(s.job(fourth).expect("job").state, "cancelled");
+}
+
+#[test]
+fn a_restarted_server_keeps_waiting_jobs_waiting_and_released_ones_queued() {
+    let d = common::scratch("after", "restart");
+    let mut running = {
+        let mut s = open(&d.0);
+        let first = submit(&mut s, 1, &[]).expect("submit");
+        let second = submit(&mut s, 3, &[first]).expect("after the first");
+        submit(&mut s, 1, &[second]).expect("after the second");
+        // Two cores: the first job runs and completes; the second is released and two of its
+        // three tasks go out; the third job waits for the second.
+        let mut n = Agent::new(&mut s, 2);
+        let sent = n.beat(&mut s, &[]);
+        assert_eq!(jobs_of(&s, &sent), vec![first]);
+        let next = n.beat(&mut s, &[(sent[0].0, sent[0].1, true)]);
+        assert_eq!(jobs_of(&s, &next), vec![second, second]);
+        assert!(!s.job(second).expect("job").waiting);
+        assert!(s.job(3).expect("job").waiting);
+        n.running
+    }; // the server dies; its agent runs on
+    let mut s = open(&d.0);
+    assert!(
+        !s.job(2).expect("job").waiting,
+        "its first job completed before the restart"
+    );
+    assert!(
+        s.job(3).expect("job").waiting,
+        "the job it runs after is unfinished"
+    );
+    let mut n = Agent::new(&mut s, 2);
+    n.running = std::mem::take(&mut running);
+    assert!(n.beat(&mut s, &[]).is_empty(), "both cores busy");
+    let done: Vec<(u64, u32, bool)> = n.running.iter().map(|&(t, a)| (t, a, true)).collect();
+    // The released job's last task goes out (it was queued again at the restart), not the third
+    // job's.
+    let last = n.beat(&mut s, &done);
+    assert_eq!(jobs_of(&s, &last), vec![2]);
+    let third = n.beat(&mut s, &[(last[0].0, last[0].1, true)]);
+    assert_eq!(jobs_of(&s, &third), vec![3]);
+    assert_eq!(s.job(2).expect("job").state, "completed");
+}
+
+#[test]
+fn after_names_earlier_batch_jobs_only_and_at_most_sixty_four() {
+    let d = common::scratch("after", "refused");
+    let mut s = open(&d.0);
+    let first = submit(&mut s, 1, &[]).expect("submit");
+    let e = submit(&mut s, 1, &[first, 99]).expect_err("no job 99");
+    assert!(e.contains("--after: no job 99"), "{e}");
+    let many: Vec<u64> = (0..65)
+        .map(|_| submit(&mut s, 1, &[]).expect("submit"))
+        .collect();
+    let e = submit(&mut s, 1, &many).expect_err("65 jobs");
+    assert!(e.contains("--after names 65 jobs; at most 64"), "{e}");
+    submit(&mut s, 1, &many[..64]).expect("64 jobs");
+    let workflow = s
+        .on_submit(Submission {
+            origin: "wf.toml".into(),
+            text: "balancer = \"centralised\"\n[[task]]\nname = \"A\"\ninstances = 1\ncommand = \"true\"\n"
+                .into(),
+            workdir: "/".into(),
+            after: vec![first],
+            ..Default::default()
+        })
+        .expect_err("a workflow after a job");
+    assert!(
+        workflow
+            .to_string()
+            .contains("--after applies to batch jobs; this is a workflow"),
+        "{workflow}"
+    );
+    // Repeats count once; nothing refused was stored.
+    let ok = submit(&mut s, 1, &[first, first, first]).expect("repeats");
+    assert_eq!(s.job(ok).expect("job").after, vec![first]);
+    assert_eq!(ok, many[64] + 2, "refused submissions took no id");
+}
