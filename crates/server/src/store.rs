@@ -111,6 +111,27 @@ pub struct TaskRow {
     pub failures: u32,
 }
 
+impl TaskRow {
+    /// The row a submission writes: task `id`, the `index`th of application `app`, pending.
+    pub fn submitted(id: u64, app: u32, index: u32) -> Self {
+        TaskRow {
+            id,
+            app,
+            index,
+            state: TaskState::Pending,
+            attempt: 0,
+            node: None,
+            variant: None,
+            devices: Vec::new(),
+            started_ns: 0,
+            finished_ns: 0,
+            exit_code: None,
+            message: String::new(),
+            failures: 0,
+        }
+    }
+}
+
 /// One job row.
 #[derive(Clone, Debug, PartialEq)]
 pub struct JobRow {
@@ -160,7 +181,9 @@ pub struct Snapshot {
     pub nodes: Vec<NodeRow>,
     /// Jobs by id.
     pub jobs: Vec<JobRow>,
-    /// Tasks by id.
+    /// Rows of unfinished jobs' tasks that changed since the job was submitted, by id. A task
+    /// without one here is pending and was never dispatched: its row is still the one the
+    /// submission wrote, which its job's applications imply (see [`Store::load`]).
     pub tasks: Vec<TaskRow>,
     /// Ids of purged jobs (see [`Store::purge_jobs`]).
     pub purged: Vec<u64>,
@@ -428,8 +451,17 @@ impl Store {
                 _ => ranges.push(j.first_task..end),
             }
         }
+        // Rows still as submitted (pending, never dispatched, no message) are not read: a
+        // million-task job that has not started restarts without reading a million rows.
+        let mut stmt = self.conn.prepare(&format!(
+            "{TASK_COLUMNS} WHERE id >= ?1 AND id < ?2 AND (state != 0 OR attempt != 0 OR message != '')
+             ORDER BY id"
+        ))?;
         for r in ranges {
-            snap.tasks.extend(self.task_rows(r)?);
+            let mut rows = stmt.query(params![r.start as i64, r.end as i64])?;
+            while let Some(row) = rows.next()? {
+                snap.tasks.push(task_row(row)?);
+            }
         }
         snap.topologies = crate::jobs::topology::load(&self.conn)?;
         Ok(snap)
@@ -690,36 +722,44 @@ impl StoreReader {
     }
 }
 
+/// The columns of a task row, in [`task_row`]'s order.
+const TASK_COLUMNS: &str =
+    "SELECT id, app, idx, state, attempt, node, variant, devices, started_ns,
+    finished_ns, exit_code, message, failures FROM tasks";
+
+/// One row of a query on [`TASK_COLUMNS`].
+fn task_row(r: &rusqlite::Row) -> Result<TaskRow, StoreError> {
+    let devices: String = r.get(7)?;
+    Ok(TaskRow {
+        id: r.get::<_, i64>(0)? as u64,
+        app: r.get(1)?,
+        index: r.get(2)?,
+        state: TaskState::from_code(r.get(3)?)?,
+        attempt: r.get(4)?,
+        node: r.get(5)?,
+        variant: r.get(6)?,
+        devices: parse_devices(&devices)?,
+        started_ns: r.get::<_, i64>(8)? as u64,
+        finished_ns: r.get::<_, i64>(9)? as u64,
+        exit_code: r.get(10)?,
+        message: r.get(11)?,
+        failures: r.get(12)?,
+    })
+}
+
 fn task_rows_from(
     conn: &Connection,
     range: std::ops::Range<u64>,
     limit: usize,
 ) -> Result<Vec<TaskRow>, StoreError> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT id, app, idx, state, attempt, node, variant, devices, started_ns, finished_ns,
-                exit_code, message, failures FROM tasks WHERE id >= ?1 AND id < ?2 ORDER BY id
-                LIMIT ?3",
-    )?;
+    let mut stmt = conn.prepare_cached(&format!(
+        "{TASK_COLUMNS} WHERE id >= ?1 AND id < ?2 ORDER BY id LIMIT ?3"
+    ))?;
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let mut rows = stmt.query(params![range.start as i64, range.end as i64, limit])?;
     let mut out = Vec::new();
     while let Some(r) = rows.next()? {
-        let devices: String = r.get(7)?;
-        out.push(TaskRow {
-            id: r.get::<_, i64>(0)? as u64,
-            app: r.get(1)?,
-            index: r.get(2)?,
-            state: TaskState::from_code(r.get(3)?)?,
-            attempt: r.get(4)?,
-            node: r.get(5)?,
-            variant: r.get(6)?,
-            devices: parse_devices(&devices)?,
-            started_ns: r.get::<_, i64>(8)? as u64,
-            finished_ns: r.get::<_, i64>(9)? as u64,
-            exit_code: r.get(10)?,
-            message: r.get(11)?,
-            failures: r.get(12)?,
-        });
+        out.push(task_row(r)?);
     }
     Ok(out)
 }
@@ -787,6 +827,57 @@ mod tests {
         assert_eq!(snap.tasks, vec![task]);
         assert_eq!(snap.jobs[0].submission_key.as_deref(), Some("k"));
         assert_eq!(snap.jobs[0].after, vec![3, 7]);
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+
+    #[test]
+    fn load_reads_back_only_the_task_rows_that_changed_since_submission() {
+        let path = temp_db("touched");
+        let job = JobRow {
+            id: 1,
+            origin: "job.toml".into(),
+            text: "x".into(),
+            workdir: "/".into(),
+            submitted_ns: 5,
+            first_app: 0,
+            first_task: 0,
+            cancelled: false,
+            submission_key: None,
+            name: None,
+            after: Vec::new(),
+        };
+        let rows: Vec<TaskRow> = (0..4).map(|i| TaskRow::submitted(i, 0, i as u32)).collect();
+        {
+            let mut s = Store::open(&path).expect("open");
+            s.insert_job(&job, &[(0, "a".into())], &rows)
+                .expect("insert");
+            let running = TaskRow {
+                state: TaskState::Running,
+                attempt: 1,
+                node: Some(0),
+                variant: Some(0),
+                ..rows[1].clone()
+            };
+            // Lost with its node and queued again: pending, but not as submitted.
+            let requeued = TaskRow {
+                attempt: 1,
+                message: "attempt 1 lost: node `n` stopped heartbeating".into(),
+                ..rows[3].clone()
+            };
+            s.update_tasks([&running, &requeued], &[]).expect("update");
+        }
+        let snap = Store::open(&path).expect("reopen").load().expect("load");
+        let read: Vec<(u64, TaskState, u32)> = snap
+            .tasks
+            .iter()
+            .map(|t| (t.id, t.state, t.attempt))
+            .collect();
+        assert_eq!(
+            read,
+            vec![(1, TaskState::Running, 1), (3, TaskState::Pending, 1)]
+        );
         if let Some(dir) = path.parent() {
             let _ = std::fs::remove_dir_all(dir);
         }

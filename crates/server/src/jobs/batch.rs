@@ -193,15 +193,39 @@ impl Batch {
         snap: Snapshot,
         cx: &mut Ctx,
     ) -> Result<Self, StateError> {
-        let starts: Vec<u64> = snap.jobs.iter().map(|j| j.first_task).collect();
+        // Every job's file is parsed first: the applications' sizes say which task rows the
+        // store did not need to hold (those still as submitted) for the jobs whose rows are read.
+        let summarised: std::collections::HashSet<u64> = snap
+            .finished
+            .iter()
+            .map(|f| f.0)
+            .chain(snap.purged.iter().copied())
+            .collect();
+        let estimate = config.profile_estimate.0.max(1);
+        let mut parsed = Vec::with_capacity(snap.jobs.len());
+        let mut held = Vec::new();
+        for row in snap.jobs {
+            let w = parse_workload(&row.origin, &row.text)?;
+            let mut apps = w.to_applications(row.first_app, MissingProfile::Estimate(estimate))?;
+            for a in &mut apps {
+                a.submit_time = row.submitted_ns;
+            }
+            if !summarised.contains(&row.id) {
+                held.push((
+                    row.first_task,
+                    apps.iter().map(|a| (a.id.0, a.tasks)).collect::<Vec<_>>(),
+                ));
+            }
+            parsed.push((row, w, apps));
+        }
         let mut b = Batch {
             policy: config.policy.build(),
             jobs: Vec::new(),
             apps: Vec::new(),
-            tasks: retention::TaskTable::from_rows(snap.tasks, &starts)?,
+            tasks: retention::TaskTable::from_touched(snap.tasks, &held)?,
             by_key: HashMap::new(),
             max_attempts: config.max_attempts.max(1),
-            estimate: config.profile_estimate.0.max(1),
+            estimate,
             backoff: Backoff::new(
                 config.start_failures,
                 Duration::from_nanos(config.start_failure_backoff.0),
@@ -213,13 +237,7 @@ impl Batch {
             revived: Vec::new(),
             waiting: after::Waiting::default(),
         };
-        for row in snap.jobs {
-            let w = parse_workload(&row.origin, &row.text)?;
-            let mut apps =
-                w.to_applications(row.first_app, MissingProfile::Estimate(b.estimate))?;
-            for a in &mut apps {
-                a.submit_time = row.submitted_ns;
-            }
+        for (row, w, apps) in parsed {
             b.install(cx, row, &w, apps)?;
         }
         // A purged last job's ids stay taken.
@@ -586,21 +604,11 @@ impl Batch {
         let mut rows = Vec::with_capacity(total as usize);
         for a in &apps {
             for index in 0..a.tasks {
-                rows.push(TaskRow {
-                    id: first_task + rows.len() as u64,
-                    app: a.id.0,
+                rows.push(TaskRow::submitted(
+                    first_task + rows.len() as u64,
+                    a.id.0,
                     index,
-                    state: TaskState::Pending,
-                    attempt: 0,
-                    node: None,
-                    variant: None,
-                    devices: Vec::new(),
-                    started_ns: 0,
-                    finished_ns: 0,
-                    exit_code: None,
-                    message: String::new(),
-                    failures: 0,
-                });
+                ));
             }
         }
         let names: Vec<(u32, String)> = apps.iter().map(|a| (a.id.0, a.name.clone())).collect();

@@ -43,35 +43,43 @@ pub(super) struct TaskTable {
 }
 
 impl TaskTable {
-    /// Rows read from the store (by id), cut into runs at the jobs' first tasks `starts`
-    /// (ascending). Purged jobs have no rows.
-    pub(super) fn from_rows(rows: Vec<TaskRow>, starts: &[u64]) -> Result<Self, StoreError> {
+    /// The rows of the jobs whose rows are held (`jobs`: each one's first task and its
+    /// applications' ids and task counts, by first task): the `touched` rows read from the
+    /// store (by id; see [`crate::store::Snapshot::tasks`]), and for every other task the row
+    /// its submission wrote — pending, never dispatched.
+    pub(super) fn from_touched(
+        touched: Vec<TaskRow>,
+        jobs: &[(u64, Vec<(u32, u32)>)],
+    ) -> Result<Self, StoreError> {
         let mut table = TaskTable::default();
-        let mut current: Option<(u64, Vec<TaskRow>)> = None;
-        for row in rows {
-            // The run this row belongs to: the last job starting at or before it.
-            let start = match starts.partition_point(|&s| s <= row.id) {
-                0 => return Err(StoreError::Corrupt(format!("task {} has no job", row.id))),
-                i => starts[i - 1],
-            };
-            if current.as_ref().is_none_or(|(s, _)| *s != start) {
-                if let Some((s, v)) = current.take() {
-                    table.insert(s, v);
+        let mut touched = touched.into_iter().peekable();
+        for (first, apps) in jobs {
+            let total: u64 = apps.iter().map(|&(_, n)| u64::from(n)).sum();
+            let mut rows = Vec::with_capacity(total as usize);
+            let mut id = *first;
+            for &(app, n) in apps {
+                for index in 0..n {
+                    let row = match touched.next_if(|r| r.id <= id) {
+                        Some(r) if r.id == id && r.app == app && r.index == index => r,
+                        Some(r) => {
+                            return Err(StoreError::Corrupt(format!(
+                                "task row {} (application {}, index {}) is not task {id}                                  (application {app}, index {index})",
+                                r.id, r.app, r.index
+                            )));
+                        }
+                        None => TaskRow::submitted(id, app, index),
+                    };
+                    rows.push(row);
+                    id += 1;
                 }
-                current = Some((start, Vec::new()));
             }
-            if let Some((s, v)) = current.as_mut() {
-                if row.id != *s + v.len() as u64 {
-                    return Err(StoreError::Corrupt(format!(
-                        "task ids not dense at {}",
-                        row.id
-                    )));
-                }
-                v.push(row);
-            }
+            table.insert(*first, rows);
         }
-        if let Some((s, v)) = current {
-            table.insert(s, v);
+        if let Some(r) = touched.next() {
+            return Err(StoreError::Corrupt(format!(
+                "task row {} belongs to no job",
+                r.id
+            )));
         }
         Ok(table)
     }
@@ -539,5 +547,65 @@ impl Batch {
     /// How many task rows memory holds (finished jobs' rows are not held).
     pub fn tasks_in_memory(&self) -> usize {
         self.tasks.held()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::TaskState;
+
+    fn ran(id: u64, app: u32, index: u32) -> TaskRow {
+        TaskRow {
+            state: TaskState::Succeeded,
+            attempt: 1,
+            node: Some(0),
+            message: "done".into(),
+            ..TaskRow::submitted(id, app, index)
+        }
+    }
+
+    #[test]
+    fn rows_not_read_back_are_the_submitted_pending_rows_of_their_jobs() {
+        // Job A: tasks 0..5 (application 0: 3 tasks, application 1: 2); job B (a summarised
+        // job's ids 5..7 are not held); job C: tasks 7..9 (application 3).
+        let jobs = vec![(0, vec![(0, 3), (1, 2)]), (7, vec![(3, 2)])];
+        let table = TaskTable::from_touched(vec![ran(1, 0, 1), ran(3, 1, 0), ran(8, 3, 1)], &jobs)
+            .expect("consistent");
+        let held: Vec<(u64, u32, u32, TaskState)> = table
+            .ids()
+            .into_iter()
+            .map(|i| {
+                let r = &table[i as usize];
+                (r.id, r.app, r.index, r.state)
+            })
+            .collect();
+        use TaskState::{Pending as P, Succeeded as S};
+        assert_eq!(
+            held,
+            vec![
+                (0, 0, 0, P),
+                (1, 0, 1, S),
+                (2, 0, 2, P),
+                (3, 1, 0, S),
+                (4, 1, 1, P),
+                (7, 3, 0, P),
+                (8, 3, 1, S)
+            ]
+        );
+        assert_eq!(table[0], TaskRow::submitted(0, 0, 0));
+        assert_eq!(table.len(), 9);
+        assert!(
+            table.get(5).is_none(),
+            "the summarised job's rows are not held"
+        );
+
+        // A row that is not the task its id names, or that belongs to no held job, is refused.
+        for bad in [vec![ran(1, 1, 1)], vec![ran(6, 0, 0)], vec![ran(9, 3, 2)]] {
+            assert!(matches!(
+                TaskTable::from_touched(bad, &jobs),
+                Err(StoreError::Corrupt(_))
+            ));
+        }
     }
 }
