@@ -416,8 +416,10 @@ impl Client for ClientService {
         let r = req.into_inner();
         let limit = r.limit.min(crate::state::MAX_PAGE);
         let (job, cursor) = (r.job_id, r.cursor);
+        let states = crate::state::types::StateFilter::parse(&r.states).map_err(status)?;
+        let filter = states.clone();
         // Under the lock: the page itself, or what it takes to read it from the store.
-        let plan = read_state(&self.0, move |s| s.plan_tasks(job, cursor, limit))
+        let plan = read_state(&self.0, move |s| s.plan_tasks(job, cursor, limit, &filter))
             .await?
             .into_inner();
         let page = match (plan, &self.3) {
@@ -432,6 +434,10 @@ impl Client for ClientService {
                     .into_inner()
             }
         };
+        // Pages the store did not filter (other kinds, every job) keep what the filter admits;
+        // the cursor still says where the listing goes on.
+        let mut page = page;
+        page.tasks.retain(|t| states.admits(&t.state));
         let mut reply = Response::new(pb::ListTasksReply::from(page));
         self.1.fill_outputs(&mut reply.get_mut().tasks);
         Ok(reply)

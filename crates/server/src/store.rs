@@ -59,6 +59,19 @@ impl TaskState {
         self as i64
     }
 
+    /// The state named `name` (as [`TaskState::as_str`] names it), if it is one.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [
+            TaskState::Pending,
+            TaskState::Running,
+            TaskState::Succeeded,
+            TaskState::Failed,
+            TaskState::Cancelled,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == name)
+    }
+
     fn from_code(c: i64) -> Result<Self, StoreError> {
         Ok(match c {
             0 => TaskState::Pending,
@@ -719,6 +732,30 @@ impl StoreReader {
     ) -> Result<Vec<TaskRow>, StoreError> {
         let conn = self.0.lock().unwrap_or_else(|p| p.into_inner());
         task_rows_from(&conn, range, limit)
+    }
+
+    /// The first `limit` task rows with ids in `range` whose state is one of `states`, by id
+    /// (`hetsched tasks --state`: one scan of the range, however few rows match).
+    pub fn task_rows_in_states(
+        &self,
+        range: std::ops::Range<u64>,
+        limit: usize,
+        states: &[TaskState],
+    ) -> Result<Vec<TaskRow>, StoreError> {
+        let conn = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        // The codes are ours, not the client's text.
+        let codes: Vec<String> = states.iter().map(|s| s.code().to_string()).collect();
+        let mut stmt = conn.prepare(&format!(
+            "{TASK_COLUMNS} WHERE id >= ?1 AND id < ?2 AND state IN ({}) ORDER BY id LIMIT ?3",
+            codes.join(",")
+        ))?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut rows = stmt.query(params![range.start as i64, range.end as i64, limit])?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next()? {
+            out.push(task_row(r)?);
+        }
+        Ok(out)
     }
 }
 

@@ -500,7 +500,12 @@ const PAGE: u32 = 1000;
 
 /// `hetsched tasks`: pages through the listing (the server holds its lock for one page at a
 /// time), printing each page as it arrives: a table per page, or one JSON array streamed.
-pub async fn tasks(args: &ClientArgs, job: Option<u64>, limit: Option<u64>) -> anyhow::Result<()> {
+pub async fn tasks(
+    args: &ClientArgs,
+    job: Option<u64>,
+    limit: Option<u64>,
+    states: Vec<String>,
+) -> anyhow::Result<()> {
     use std::io::Write;
     let mut api = connect(args).await?;
     let mut cursor = 0;
@@ -520,6 +525,7 @@ pub async fn tasks(args: &ClientArgs, job: Option<u64>, limit: Option<u64>) -> a
                 job_id: job.unwrap_or(0),
                 cursor,
                 limit: want as u32,
+                states: states.clone(),
             })
             .await
             .map_err(refused)?

@@ -89,6 +89,8 @@ pub async fn print_failures(api: &mut Api, job: u64) {
                 job_id: job,
                 cursor,
                 limit: 1000,
+                // The store finds them; the loop below still checks each task's state.
+                states: vec!["failed".into()],
             })
             .await
         else {

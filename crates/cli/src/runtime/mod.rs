@@ -112,6 +112,11 @@ pub enum RuntimeCommand {
         /// Show at most this many tasks (default: all).
         #[arg(long)]
         limit: Option<u64>,
+        /// Only tasks in these states (repeat the flag or separate with commas): pending,
+        /// running, succeeded, failed, cancelled; workflow instances' waiting, ready; divisible
+        /// chunks' out, done, lost.
+        #[arg(long, value_name = "STATE", value_delimiter = ',')]
+        state: Vec<String>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -333,7 +338,12 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         RuntimeCommand::Output { id, out, client } => {
             divisible::output(&client, id.resolve(&client).await?, out.as_deref()).await
         }
-        RuntimeCommand::Tasks { job, limit, client } => client::tasks(&client, job, limit).await,
+        RuntimeCommand::Tasks {
+            job,
+            limit,
+            state,
+            client,
+        } => client::tasks(&client, job, limit, state).await,
         RuntimeCommand::Nodes { client } => client::nodes(&client).await,
         RuntimeCommand::Bindings { client } => accel_cli::bindings(&client).await,
         RuntimeCommand::Wait {

@@ -1500,3 +1500,63 @@ fn a_job_submitted_after_another_starts_when_it_completes_and_is_cancelled_if_it
         "{err}"
     );
 }
+
+/// `hetsched tasks --state`: a job's failed tasks without paging through the rest, over one job
+/// (filtered by the store) and over every job (filtered page by page); an unknown state is named.
+#[test]
+fn tasks_can_be_listed_by_state() {
+    let mut c = Cluster::start("tasks-by-state", false);
+    c.start_agent("a", 4, &[]);
+    c.wait_for_nodes(1);
+    let out = c.cli(&[
+        "submit",
+        "--tasks",
+        "7",
+        "--shell",
+        "--wait",
+        "--",
+        "exit $((HETSCHED_TASK_INDEX % 3 == 0))",
+    ]);
+    assert!(!out.status.success(), "three tasks fail");
+    let out = c.cli(&["submit", "--tasks", "2", "--wait", "--", "true"]);
+    assert!(out.status.success());
+    let indices = |args: &[&str]| -> Vec<(u64, u64, String)> {
+        let mut a = vec!["tasks"];
+        a.extend_from_slice(args);
+        c.json(&a)
+            .as_array()
+            .expect("tasks")
+            .iter()
+            .map(|t| {
+                (
+                    t["job_id"].as_u64().expect("job"),
+                    t["index"].as_u64().expect("index"),
+                    t["state"].as_str().expect("state").to_string(),
+                )
+            })
+            .collect()
+    };
+    let failed = |i: u64| (1, i, "failed".to_string());
+    assert_eq!(
+        indices(&["--job", "1", "--state", "failed"]),
+        vec![failed(0), failed(3), failed(6)]
+    );
+    // Every job, two states: the pages of every job are filtered one by one, and one the filter
+    // empties does not end the listing.
+    let all = indices(&["--state", "failed", "--state", "cancelled"]);
+    assert_eq!(all, vec![failed(0), failed(3), failed(6)]);
+    let ok = indices(&["--state", "succeeded,failed"]);
+    assert_eq!(ok.len(), 9);
+    assert_eq!(indices(&["--job", "2", "--state", "failed"]), vec![]);
+    assert_eq!(
+        indices(&["--job", "1", "--state", "ready"]),
+        vec![],
+        "no batch state"
+    );
+    let out = c.cli(&["tasks", "--state", "faild"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("unknown task state `faild`: one of pending"),
+        "{err}"
+    );
+}

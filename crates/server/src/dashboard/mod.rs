@@ -587,7 +587,9 @@ impl Dashboard {
         limit: u32,
     ) -> Option<Result<pb::ListTasksReply, String>> {
         use crate::state::TasksListing;
-        let plan = self.read(move |s| s.plan_tasks(job, cursor, limit)).await?;
+        let plan = self
+            .read(move |s| s.plan_tasks(job, cursor, limit, &Default::default()))
+            .await?;
         let page = match plan {
             Err(e) => return Some(Err(e.to_string())),
             Ok(TasksListing::Ready(page)) => Ok(page),

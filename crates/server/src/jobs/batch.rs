@@ -747,12 +747,16 @@ impl Batch {
     /// released ([`StoredTasks::read`]) — for a running job as for a finished one whose rows left
     /// memory, and for job 0 (every batch job): the read sees the store's latest commit, which is
     /// the state as of some moment after the plan (issue 10).
+    ///
+    /// `states` (empty: every state) filters a single job's page in the store's query; a page
+    /// of every job is filtered by the caller.
     pub fn plan_tasks_page(
         &self,
         rd: &Read,
         job: u64,
         cursor: u64,
         limit: usize,
+        states: &[TaskState],
     ) -> Result<TasksListing, StateError> {
         // Every committed row is in the store: each event commits what it changed before the
         // lock is released, so the store's latest commit is exactly the state's memory. A page —
@@ -779,12 +783,33 @@ impl Batch {
         let range = j.tasks.clone();
         let start = cursor.clamp(range.start, range.end);
         let end = start.saturating_add(limit as u64).min(range.end);
+        // Filtered: the first `limit` matching rows from the cursor, wherever they are in the
+        // job; the total counts the matching tasks.
+        let (end, total) = if states.is_empty() {
+            (end, range.end - range.start)
+        } else {
+            let c = self.job_counts(j);
+            let counted = |s: &TaskState| match s {
+                TaskState::Pending => c.pending,
+                TaskState::Running => c.running,
+                TaskState::Succeeded => c.succeeded,
+                TaskState::Failed => c.failed,
+                TaskState::Cancelled => c.cancelled,
+            };
+            (range.end, states.iter().map(counted).sum())
+        };
         Ok(TasksListing::FromStore(StoredTasks {
             job,
             page: start..end,
             scan: start..end,
+            want: if states.is_empty() {
+                (end - start) as usize
+            } else {
+                limit
+            },
+            states: states.to_vec(),
             last: range.end,
-            total: range.end - range.start,
+            total,
             apps: self.app_names(j),
             nodes: nodes(),
             executed: HashMap::new(),
@@ -814,9 +839,12 @@ impl Batch {
             scan_end = j.tasks.end;
             apps.extend(self.app_names(j));
         }
+        let page = start..start.saturating_add(limit as u64).min(last);
         StoredTasks {
             job: 0,
-            page: start..start.saturating_add(limit as u64).min(last),
+            want: (page.end - page.start) as usize,
+            states: Vec::new(),
+            page,
             scan: start..scan_end.max(start),
             last,
             total: last,
@@ -954,8 +982,12 @@ pub enum TasksListing {
 pub struct StoredTasks {
     /// The job listed (0: every batch job).
     job: u64,
-    /// The ids the page starts at and, without gaps, would end at.
+    /// The ids the page starts at and, without gaps (and unfiltered), would end at.
     page: std::ops::Range<u64>,
+    /// How many rows the page holds at most.
+    want: usize,
+    /// Only rows in these states (empty: every state).
+    states: Vec<TaskState>,
     /// The ids the page's rows can have (job 0: past purged jobs' gaps).
     scan: std::ops::Range<u64>,
     last: u64,
@@ -980,9 +1012,13 @@ impl StoredTasks {
 
     /// Reads the page through `reader` (a read-only connection; no state lock).
     pub fn read(self, reader: &StoreReader) -> Result<TasksPage, StateError> {
-        let want = (self.page.end - self.page.start) as usize;
-        let rows = reader.task_rows_from(self.page.start..self.last, want)?;
-        if self.job != 0 && want > 0 && rows.is_empty() {
+        let want = self.want;
+        let rows = if self.states.is_empty() {
+            reader.task_rows_from(self.page.start..self.last, want)?
+        } else {
+            reader.task_rows_in_states(self.page.start..self.last, want, &self.states)?
+        };
+        if self.job != 0 && want > 0 && rows.is_empty() && self.states.is_empty() {
             // Purged since the page was planned.
             return Err(StateError::NoJob(self.job));
         }

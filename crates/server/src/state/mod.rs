@@ -66,8 +66,8 @@ pub use crate::jobs::batch::{StoredTasks, TasksListing};
 pub use crate::jobs::{MAX_KNOWN_SPECS, REPLY_BUDGET};
 use nodes::Nodes;
 use types::{
-    HeartbeatReply, HeartbeatReport, JobInfo, JobsPage, PurgeSelection, Purged, Submission,
-    Submitted, TaskCounts, TaskRef, TasksPage,
+    HeartbeatReply, HeartbeatReport, JobInfo, JobsPage, PurgeSelection, Purged, StateFilter,
+    Submission, Submitted, TaskCounts, TaskRef, TasksPage,
 };
 
 /// Default page of a list call.
@@ -771,11 +771,15 @@ impl State {
     /// for a batch job, and for job 0 while the listing is in the batch kind's ids — a plan to
     /// read it from the store afterwards without the lock ([`StoredTasks::read`] on
     /// [`State::store_reader`]).
+    ///
+    /// With a filter (`states`), a single batch job's page is filtered by the store's query; other
+    /// pages come whole, and the caller keeps the tasks `states` admits.
     pub fn plan_tasks(
         &self,
         job: u64,
         cursor: u64,
         limit: u32,
+        states: &StateFilter,
     ) -> Result<TasksListing, StateError> {
         let cursor = if job == 0 {
             self.first_listed(cursor)
@@ -786,10 +790,21 @@ impl State {
         if self.ids.kind(job) != Some(Kind::Batch) && !every_job_in_batch {
             return self.list_tasks(job, cursor, limit).map(TasksListing::Ready);
         }
-        let mut listing =
-            self.jobs
-                .batch
-                .plan_tasks_page(&self.read(), job, cursor, page_limit(limit))?;
+        if job != 0 && !states.is_all() && states.batch().is_empty() {
+            // No batch state asked for: nothing of a batch job is listed.
+            return Ok(TasksListing::Ready(TasksPage {
+                tasks: Vec::new(),
+                next_cursor: 0,
+                total: 0,
+            }));
+        }
+        let mut listing = self.jobs.batch.plan_tasks_page(
+            &self.read(),
+            job,
+            cursor,
+            page_limit(limit),
+            states.batch(),
+        )?;
         match &mut listing {
             TasksListing::Ready(page) => self.accel_tasks(page),
             TasksListing::FromStore(stored) => {

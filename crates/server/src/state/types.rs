@@ -522,3 +522,68 @@ pub struct PcddbJob {
     /// How often the node checks itself against LT, ms.
     pub check_interval_ms: u64,
 }
+
+/// The task states a listing keeps (`hetsched tasks --state`; empty: every state).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StateFilter {
+    names: Vec<String>,
+    /// The batch task states among them (what the store's query keeps).
+    batch: Vec<crate::store::TaskState>,
+}
+
+impl StateFilter {
+    /// Every state a task, workflow instance or divisible chunk is listed in.
+    pub const NAMES: &'static [&'static str] = &[
+        "pending",
+        "waiting",
+        "ready",
+        "running",
+        "out",
+        "succeeded",
+        "done",
+        "failed",
+        "lost",
+        "cancelled",
+    ];
+
+    /// The filter of a request's `states`: each must be one of [`StateFilter::NAMES`]; at most
+    /// 16 (repeats count once).
+    pub fn parse(states: &[String]) -> Result<Self, super::StateError> {
+        if states.len() > 16 {
+            return Err(super::StateError::Invalid(format!(
+                "{} task states asked for; at most 16",
+                states.len()
+            )));
+        }
+        let mut f = StateFilter::default();
+        for s in states {
+            if !Self::NAMES.contains(&s.as_str()) {
+                return Err(super::StateError::Invalid(format!(
+                    "unknown task state `{}`: one of {}",
+                    s.escape_debug(),
+                    Self::NAMES.join(", ")
+                )));
+            }
+            if !f.names.contains(s) {
+                f.names.push(s.clone());
+                f.batch.extend(crate::store::TaskState::from_name(s));
+            }
+        }
+        Ok(f)
+    }
+
+    /// Whether it keeps every state.
+    pub fn is_all(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// Whether a task in state `state` is listed.
+    pub fn admits(&self, state: &str) -> bool {
+        self.is_all() || self.names.iter().any(|n| n == state)
+    }
+
+    /// The batch states it keeps (empty with [`StateFilter::is_all`]).
+    pub fn batch(&self) -> &[crate::store::TaskState] {
+        &self.batch
+    }
+}

@@ -52,7 +52,7 @@ fn a_finished_jobs_page_is_read_while_another_thread_holds_the_state() {
     let plan = shared
         .lock()
         .expect("lock")
-        .plan_tasks(job, 0, 2)
+        .plan_tasks(job, 0, 2, &Default::default())
         .expect("plan");
     let TasksListing::FromStore(stored) = plan else {
         panic!("a finished job's rows left memory: the page is read from the store");
@@ -90,11 +90,11 @@ fn a_finished_jobs_page_is_read_while_another_thread_holds_the_state() {
     // A job still running is read from the store too (see the test below).
     let s = shared.lock().expect("lock");
     assert!(matches!(
-        s.plan_tasks(2, 0, 2).expect("plan"),
+        s.plan_tasks(2, 0, 2, &Default::default()).expect("plan"),
         TasksListing::FromStore(_)
     ));
     // A plan made before a purge finds no rows: the job is gone.
-    let stale = match s.plan_tasks(job, 2, 2).expect("plan") {
+    let stale = match s.plan_tasks(job, 2, 2, &Default::default()).expect("plan") {
         TasksListing::FromStore(p) => p,
         TasksListing::Ready(_) => panic!("finished job"),
     };
@@ -144,6 +144,7 @@ async fn list_tasks_pages_a_finished_job_from_the_store_over_grpc() {
                 job_id: job,
                 cursor,
                 limit: 2,
+                ..Default::default()
             })
             .await
             .expect("page")
@@ -183,7 +184,7 @@ fn a_running_jobs_page_is_read_from_the_store_while_another_thread_holds_the_sta
     let plan = shared
         .lock()
         .expect("lock")
-        .plan_tasks(job, 0, 3)
+        .plan_tasks(job, 0, 3, &Default::default())
         .expect("plan");
     let TasksListing::FromStore(stored) = plan else {
         panic!("a running job's page is read from the store, not built under the lock");
@@ -209,7 +210,9 @@ fn a_running_jobs_page_is_read_from_the_store_while_another_thread_holds_the_sta
 
     // A plan made before the job moves on reads the newer state: the store's latest commit.
     let mut s = shared.lock().expect("lock");
-    let TasksListing::FromStore(stored) = s.plan_tasks(job, 0, 3).expect("plan") else {
+    let TasksListing::FromStore(stored) =
+        s.plan_tasks(job, 0, 3, &Default::default()).expect("plan")
+    else {
         panic!("from the store");
     };
     s.heartbeat(heartbeat_request(n, &[], &[(1, 1, true), (2, 1, true)]))
@@ -393,7 +396,10 @@ fn every_jobs_pages_are_read_from_the_store_past_a_purged_job_and_match_the_list
     loop {
         let s = shared.lock().expect("lock");
         let under_lock = s.list_tasks(0, cursor, 2).expect("page under the lock");
-        let TasksListing::FromStore(stored) = s.plan_tasks(0, cursor, 2).expect("plan") else {
+        let TasksListing::FromStore(stored) = s
+            .plan_tasks(0, cursor, 2, &Default::default())
+            .expect("plan")
+        else {
             panic!("every job's page is read from the store, not built under the lock");
         };
         // The state's lock stays held while the page is read on another thread.
@@ -423,4 +429,46 @@ fn every_jobs_pages_are_read_from_the_store_past_a_purged_job_and_match_the_list
             .collect::<Vec<_>>(),
         "every task of every unpurged job once, in id order, with its own job"
     );
+}
+
+/// A state filter on one batch job's page is the store's query: the page holds the first
+/// `limit` matching rows from the cursor wherever they are, `total` counts the matching tasks,
+/// and the cursor goes on after the last row shown.
+#[test]
+fn a_filtered_page_of_one_job_is_its_first_matching_rows_from_the_cursor() {
+    use hetsched_server::state::types::StateFilter;
+    let d = scratch("filtered");
+    std::fs::create_dir_all(&d.0).expect("dir");
+    let mut s = open(&d.0);
+    let n = common::register(&mut s, "n", 6);
+    let text = "[[application]]\nname = \"a\"\ntasks = 6\n[application.cpu]\ncommand = \"true\"\n";
+    let job = s.submit("job.toml", text, "/").expect("submit").job_id;
+    s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
+    // Tasks 1, 3 and 4 fail, the others succeed.
+    let results: Vec<(u64, u32, bool)> = (0..6).map(|t| (t, 1, ![1, 3, 4].contains(&t))).collect();
+    s.heartbeat(heartbeat_request(n, &[], &results))
+        .expect("beat");
+    let reader = s.store_reader().expect("reader").expect("a file store");
+    let failed = StateFilter::parse(&["failed".to_string()]).expect("a state");
+    let page = |s: &State, cursor: u64, limit: u32| {
+        let TasksListing::FromStore(stored) =
+            s.plan_tasks(job, cursor, limit, &failed).expect("plan")
+        else {
+            panic!("one batch job's page is read from the store");
+        };
+        stored.read(&reader).expect("page")
+    };
+    let first = page(&s, 0, 2);
+    let ids: Vec<u64> = first.tasks.iter().map(|t| t.id).collect();
+    assert_eq!((ids, first.total, first.next_cursor), (vec![1, 3], 3, 4));
+    let rest = page(&s, first.next_cursor, 2);
+    let ids: Vec<u64> = rest.tasks.iter().map(|t| t.id).collect();
+    assert_eq!((ids, rest.next_cursor), (vec![4], 0));
+    // A workflow's state names no batch task: an empty page, the listing ends.
+    let ready = StateFilter::parse(&["ready".to_string()]).expect("a state");
+    let TasksListing::Ready(none) = s.plan_tasks(job, 0, 10, &ready).expect("plan") else {
+        panic!("nothing to read");
+    };
+    assert!(none.tasks.is_empty() && none.next_cursor == 0);
+    assert!(StateFilter::parse(&["bogus".to_string()]).is_err());
 }
