@@ -23,6 +23,7 @@ use crate::convert::Wire;
 use crate::logs::LogRelay;
 use crate::metrics::Metrics;
 use crate::state::State;
+use crate::state::types::StateFilter;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -579,16 +580,19 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
 
 impl Dashboard {
     /// One page of `job`'s tasks from task id `cursor`: planned under the state's lock (held for
-    /// this page only); a batch job's page is read from the store after the lock is released.
+    /// this page only); a batch job's page is read from the store after the lock is released,
+    /// filtered there by `states` (other pages come whole: the caller keeps what it wants).
     async fn tasks_page(
         self: &Arc<Self>,
         job: u64,
         cursor: u64,
         limit: u32,
+        states: &StateFilter,
     ) -> Option<Result<pb::ListTasksReply, String>> {
         use crate::state::TasksListing;
+        let states = states.clone();
         let plan = self
-            .read(move |s| s.plan_tasks(job, cursor, limit, &Default::default()))
+            .read(move |s| s.plan_tasks(job, cursor, limit, &states))
             .await?;
         let page = match plan {
             Err(e) => return Some(Err(e.to_string())),
@@ -629,7 +633,9 @@ async fn filtered_tasks(
     state: Option<&str>,
 ) -> Option<Result<pb::ListTasksReply, String>> {
     let Some(state) = state else {
-        return d.tasks_page(job, cursor, limit).await;
+        return d
+            .tasks_page(job, cursor, limit, &StateFilter::default())
+            .await;
     };
     Some(filter_pages(d, job, cursor, limit, state).await)
 }
@@ -641,12 +647,15 @@ async fn filter_pages(
     limit: u32,
     state: &str,
 ) -> Result<pb::ListTasksReply, String> {
+    // A batch job's store filters its rows (each page holds only matching tasks); pages of
+    // other kinds are scanned here.
+    let filter = StateFilter::parse(&[state.to_string()]).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     let mut cursor = cursor;
     let mut scanned = 0u64;
     loop {
         let page = d
-            .tasks_page(job, cursor, SCAN_CHUNK)
+            .tasks_page(job, cursor, SCAN_CHUNK, &filter)
             .await
             .ok_or_else(|| "the server's state is unavailable".to_string())??;
         let total = page.total;
@@ -657,7 +666,7 @@ async fn filter_pages(
                 let next = if k == 0 {
                     cursor
                 } else {
-                    d.tasks_page(job, cursor, k as u32)
+                    d.tasks_page(job, cursor, k as u32, &filter)
                         .await
                         .ok_or_else(|| "the server's state is unavailable".to_string())??
                         .next_cursor
