@@ -62,7 +62,8 @@ pub enum Kill {
 }
 
 /// Runs `a`, a task of `spec`, to the end; `on_spawn` receives the child's pid. `{index}` in the
-/// spec's arguments becomes the task's index, and the task gets the `HETSCHED_*` variables.
+/// spec's arguments becomes the task's index and then `{entry}` its entry (an application with
+/// `entries`; the entry is inserted as it is), and the task gets the `HETSCHED_*` variables.
 pub async fn run(
     a: &pb::Assignment,
     spec: &pb::TaskSpec,
@@ -92,7 +93,13 @@ pub async fn run(
     let argv: Vec<String> = spec
         .argv
         .iter()
-        .map(|x| x.replace("{index}", &index))
+        .map(|x| {
+            let x = x.replace("{index}", &index);
+            match &a.entry {
+                Some(entry) => x.replace("{entry}", entry),
+                None => x,
+            }
+        })
         .collect();
     let Some(program) = argv.first() else {
         return fail(result, "the assignment has no command".into());
@@ -116,6 +123,7 @@ pub async fn run(
         .env("HETSCHED_VARIANT", &spec.variant)
         .env("HETSCHED_NODE", node)
         .env("CUDA_VISIBLE_DEVICES", devices.join(","))
+        .envs(a.entry.as_ref().map(|e| ("HETSCHED_ENTRY", e)))
         .current_dir(cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -171,6 +171,7 @@ fn assignment(d: &Dispatch) -> pb::Assignment {
             .map_or(Vec::new(), |w| w.outputs.clone()),
         cores: d.cores,
         prefetched: d.prefetched,
+        entry: d.entry.clone(),
         ..Default::default()
     }
 }

@@ -205,6 +205,7 @@ async fn once(
             spec: Some(spec.clone()),
             node: node.to_string(),
             gpus: (a.devices.len() as u32).max(1),
+            entry: a.entry.clone(),
         })),
     };
     // The inputs are sent once the ANode's remote-read stage takes the call (`OffloadReady`),

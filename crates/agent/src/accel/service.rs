@@ -153,6 +153,7 @@ pub(crate) async fn read_stage(mut rx: mpsc::Receiver<Incoming>, pipeline: Pipel
             index: task.index,
             devices: Vec::new(),
             spec: spec.key,
+            entry: task.entry.clone(),
             ..Default::default()
         };
         let mut spec = spec;

@@ -25,6 +25,10 @@ pub struct CommandJobArgs {
     /// 0 to N−1 (also in `$HETSCHED_TASK_INDEX`).
     #[arg(long, value_name = "N")]
     pub tasks: Option<u32>,
+    /// One task per line of FILE (`-`: standard input), instead of `--tasks`: `{entry}` in the
+    /// command becomes the task's line (also in `$HETSCHED_ENTRY`), `{index}` its number from 0.
+    #[arg(long, value_name = "FILE", conflicts_with = "tasks")]
+    pub each_line: Option<std::path::PathBuf>,
     /// Cores one task holds (default 1).
     #[arg(long, value_name = "N")]
     pub cores: Option<u32>,
@@ -69,6 +73,7 @@ impl CommandJobArgs {
     pub fn first_given(&self) -> Option<&'static str> {
         let given = [
             (self.tasks.is_some(), "--tasks"),
+            (self.each_line.is_some(), "--each-line"),
             (self.cores.is_some(), "--cores"),
             (self.memory.is_some(), "--memory"),
             (self.gpus.is_some(), "--gpus"),
@@ -160,10 +165,21 @@ pub fn build(
                 .unwrap_or_else(|| app_name(program, args.shell)),
         ),
     );
-    app.insert(
-        "tasks".into(),
-        Value::Integer(args.tasks.unwrap_or(1).into()),
-    );
+    match &args.each_line {
+        Some(file) => {
+            let lines = read_lines(file)?;
+            app.insert(
+                "entries".into(),
+                Value::Array(lines.into_iter().map(Value::String).collect()),
+            );
+        }
+        None => {
+            app.insert(
+                "tasks".into(),
+                Value::Integer(args.tasks.unwrap_or(1).into()),
+            );
+        }
+    }
     if let Some(r) = args.retries {
         app.insert("retries".into(), Value::Integer(r.into()));
     }
@@ -184,12 +200,42 @@ pub fn build(
     );
     job.insert("application".into(), Value::Array(vec![Value::Table(app)]));
     let text = toml::to_string(&job)?;
+    if let Some(file) = &args.each_line
+        && text.len() > limits::MAX_JOB_FILE_BYTES
+    {
+        bail!(
+            "--each-line {}: its lines make a job of {} bytes, over the {} bytes a job may have \
+             (2 MiB); split the file over several jobs, or give `--tasks N` and let each task read \
+             its line ({{index}} is its number from 0)",
+            file.display(),
+            text.len(),
+            limits::MAX_JOB_FILE_BYTES
+        );
+    }
     // The server checks the same again, and against its nodes; checking here first lets the
     // error name the flag.
     let w = parse_workload(ORIGIN, &text).map_err(flag_error)?;
     w.check_commands().map_err(flag_error)?;
     limits::check(&w).map_err(flag_error)?;
     Ok(CommandJob { text })
+}
+
+/// The lines of `--each-line FILE` (`-`: standard input), one task each; a last line without its
+/// newline counts, a final newline adds no empty task.
+fn read_lines(file: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    let text = if file.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .map_err(|e| anyhow!("--each-line -: reading standard input: {e}"))?;
+        text
+    } else {
+        std::fs::read_to_string(file).map_err(|e| anyhow!("--each-line {}: {e}", file.display()))?
+    };
+    let lines: Vec<String> = text.lines().map(str::to_string).collect();
+    if lines.is_empty() {
+        bail!("--each-line {}: no lines, so no tasks", file.display());
+    }
+    Ok(lines)
 }
 
 /// The flag (or the command) behind a field of the generated job file.
@@ -211,6 +257,7 @@ fn flag(field: &str) -> String {
         "command" => "the command".into(),
         "name" => "--app".into(),
         "time_limit" => "--time-limit".into(),
+        "entries" => "--each-line".into(),
         // The variant as a whole: what one task holds.
         "" => "the task's resources (--cores, --memory, --gpus)".into(),
         f => format!("--{f}"),
@@ -322,7 +369,7 @@ mod tests {
         assert_eq!(w.name.as_deref(), Some("/usr/bin/solve --n {index}"));
         let a = &w.applications[0];
         assert_eq!(a.name.get_ref(), "solve");
-        assert_eq!(*a.tasks.get_ref(), 1);
+        assert_eq!(a.task_count(), 1);
         let cpu = a.cpu.as_ref().expect("cpu variant").get_ref();
         assert_eq!(
             cpu.command,
@@ -339,6 +386,7 @@ mod tests {
     fn every_flag_lands_in_its_job_file_field() {
         let args = CommandJobArgs {
             tasks: Some(12),
+            each_line: None,
             cores: Some(2),
             memory: Some("3GiB".into()),
             gpus: Some(1),
@@ -361,7 +409,7 @@ mod tests {
         assert_eq!(w.name.as_deref(), Some("folds"));
         let a = &w.applications[0];
         assert_eq!(a.name.get_ref(), "train");
-        assert_eq!(*a.tasks.get_ref(), 12);
+        assert_eq!(a.task_count(), 12);
         assert_eq!(*a.retries.get_ref(), 3);
         assert_eq!(a.priority, -2);
         assert_eq!(

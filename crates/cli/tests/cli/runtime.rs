@@ -1560,3 +1560,85 @@ fn tasks_can_be_listed_by_state() {
         "{err}"
     );
 }
+
+/// `submit --each-line FILE -- COMMAND`: one task per line, `{entry}` and `$HETSCHED_ENTRY` the
+/// task's line (spaces and braces kept as they are), from a file or standard input; mistakes
+/// name the flag.
+#[test]
+fn each_line_of_a_file_is_one_task_with_its_line_as_entry() {
+    let mut c = Cluster::start("each-line", false);
+    c.start_agent("a", 4, &[]);
+    c.wait_for_nodes(1);
+    let lines = c.write("inputs.txt", "alpha\nbeta gamma\n{index} and {entry}\n");
+    let out = c.cli(&[
+        "submit",
+        "--each-line",
+        lines.to_str().expect("utf-8"),
+        "--wait",
+        "--",
+        "sh",
+        "-c",
+        "printf '%s|%s' \"$1\" \"$HETSCHED_ENTRY\" > line-{index}.txt",
+        "_",
+        "{entry}",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (i, line) in ["alpha", "beta gamma", "{index} and {entry}"]
+        .iter()
+        .enumerate()
+    {
+        let got = std::fs::read_to_string(c.dir.join(format!("line-{i}.txt"))).expect("output");
+        assert_eq!(got, format!("{line}|{line}"), "task {i}");
+    }
+    assert_eq!(c.json(&["job", "1"])["tasks"], 3);
+    let mut child = c
+        .command(&[
+            "submit",
+            "--each-line",
+            "-",
+            "--wait",
+            "--",
+            "touch",
+            "{entry}.done",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("submit");
+    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), b"one\ntwo").expect("lines");
+    let out = child.wait_with_output().expect("submit ends");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(c.dir.join("one.done").exists() && c.dir.join("two.done").exists());
+    let empty = c.write("empty.txt", "");
+    let out = c.cli(&[
+        "submit",
+        "--each-line",
+        empty.to_str().expect("utf-8"),
+        "--",
+        "true",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("no lines, so no tasks"),
+        "{err}"
+    );
+    let job = c.write(
+        "job.toml",
+        "[[application]]\nname = \"a\"\ntasks = 1\n[application.cpu]\ncommand = \"true\"\n",
+    );
+    let out = c.cli(&["submit", job.to_str().expect("utf-8"), "--each-line", "x"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--each-line is for a command"),
+        "{err}"
+    );
+}

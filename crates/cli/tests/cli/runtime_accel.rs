@@ -62,7 +62,8 @@ fn wait_bound(c: &Cluster, expected: &[(&str, &str)]) {
 }
 
 /// The job file: `tasks` GPU-only tasks that read `in/INDEX.dat` and write `out/INDEX.dat`
-/// in `tasks/`, each logging its index, attempt and node to `ran.log`.
+/// in `tasks/`, each logging its index, attempt, node and entry (`entry-INDEX`, one per task:
+/// `entries` instead of `tasks`) to `ran.log`.
 fn job(c: &Cluster, tasks: u32, sleep: &str) -> PathBuf {
     let work = c.dir.join("tasks");
     std::fs::create_dir_all(work.join("in")).expect("in");
@@ -76,14 +77,18 @@ fn job(c: &Cluster, tasks: u32, sleep: &str) -> PathBuf {
             r#"
 [[application]]
 name = "solve"
-tasks = {tasks}
+entries = [{entries}]
 accelerator = "required"
 workdir = "{work}"
 inputs = ["in/{{index}}.dat"]
 outputs = ["out/{{index}}.dat"]
 [application.gpu]
-command = "sleep {sleep}; mkdir -p out && tr a-z A-Z < in/{{index}}.dat > out/{{index}}.dat && echo {{index}} $HETSCHED_ATTEMPT $HETSCHED_NODE >> {log}"
+command = "sleep {sleep}; mkdir -p out && tr a-z A-Z < in/{{index}}.dat > out/{{index}}.dat && echo {{index}} $HETSCHED_ATTEMPT $HETSCHED_NODE {{entry}} $HETSCHED_ENTRY >> {log}"
 "#,
+            entries = (0..tasks)
+                .map(|i| format!("\"entry-{i}\""))
+                .collect::<Vec<_>>()
+                .join(", "),
             work = work.display(),
             log = c.dir.join("ran.log").display(),
         ),
@@ -170,6 +175,9 @@ fn gpu_tasks_placed_on_rack_a_nnodes_run_on_its_anode_and_rack_b_gets_none() {
     for l in ran.lines() {
         let f: Vec<&str> = l.split(' ').collect();
         assert_eq!(f[2], "anode", "{l}");
+        // Offloaded or not, the task's argument and variable carry its own entry.
+        let entry = format!("entry-{}", f[0]);
+        assert_eq!((f[3], f[4]), (entry.as_str(), entry.as_str()), "{l}");
         assert!(seen.insert(f[0].to_string()), "task {} ran twice", f[0]);
     }
     assert_eq!(seen.len(), 40);

@@ -36,8 +36,14 @@ struct WorkloadFile {
 pub struct ApplicationSpec {
     /// Unique name within the file.
     pub name: Spanned<String>,
-    /// Number of tasks.
-    pub tasks: Spanned<u32>,
+    /// Number of tasks (may be left out with `entries`: one task per entry).
+    #[serde(default)]
+    pub tasks: Option<Spanned<u32>>,
+    /// One task per entry (runtime, `hetsched submit --each-line FILE`): `{entry}` in the command
+    /// becomes the task's entry (also in `$HETSCHED_ENTRY`). Each entry at most
+    /// [`MAX_ENTRY_BYTES`], without NUL.
+    #[serde(default)]
+    pub entries: Option<Spanned<Vec<String>>>,
     /// Input split size V of each task, e.g. `"1GiB"` (0 when tasks read nothing).
     #[serde(default)]
     pub split: ByteSize,
@@ -166,6 +172,28 @@ pub fn task_file(name: &str) -> Result<(), String> {
 /// Most `retries` one application may ask for.
 pub const MAX_RETRIES: u32 = 100;
 
+/// Longest entry of an application's `entries` (one task's argument).
+pub const MAX_ENTRY_BYTES: usize = 16 * 1024;
+
+impl ApplicationSpec {
+    /// How many tasks it has: `tasks`, else one per entry.
+    pub fn task_count(&self) -> u32 {
+        match (&self.tasks, &self.entries) {
+            (Some(t), _) => *t.get_ref(),
+            (None, Some(e)) => u32::try_from(e.get_ref().len()).unwrap_or(u32::MAX),
+            (None, None) => 0,
+        }
+    }
+
+    /// Task `index`'s entry, if the application has entries.
+    pub fn entry(&self, index: u32) -> Option<&str> {
+        self.entries
+            .as_ref()
+            .and_then(|e| e.get_ref().get(index as usize))
+            .map(String::as_str)
+    }
+}
+
 fn one() -> Spanned<u32> {
     Spanned::new(0..0, 1)
 }
@@ -273,8 +301,43 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
                 format!("application `{name}` is declared twice"),
             ));
         }
-        if *a.tasks.get_ref() == 0 {
-            return Err(src.error(at(&a.tasks), field("tasks"), "must be at least 1"));
+        match (&a.tasks, &a.entries) {
+            (None, None) => {
+                return Err(src.error(
+                    at(&a.name),
+                    field("tasks"),
+                    "missing: give `tasks` (how many) or `entries` (one task per entry)",
+                ));
+            }
+            (Some(t), _) if *t.get_ref() == 0 => {
+                return Err(src.error(at(t), field("tasks"), "must be at least 1"));
+            }
+            (_, Some(e)) if e.get_ref().is_empty() => {
+                return Err(src.error(at(e), field("entries"), "must hold at least one entry"));
+            }
+            (Some(t), Some(e)) if *t.get_ref() as usize != e.get_ref().len() => {
+                return Err(src.error(
+                    at(t),
+                    field("tasks"),
+                    format!(
+                        "is {} but `entries` holds {} (one task per entry; leave `tasks` out)",
+                        t.get_ref(),
+                        e.get_ref().len()
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        if let Some(e) = &a.entries {
+            for (k, entry) in e.get_ref().iter().enumerate() {
+                if entry.len() > MAX_ENTRY_BYTES || entry.contains('\0') {
+                    return Err(src.error(
+                        at(e),
+                        field(&format!("entries[{k}]")),
+                        format!("an entry is at most {MAX_ENTRY_BYTES} bytes, without NUL"),
+                    ));
+                }
+            }
         }
         if *a.retries.get_ref() > MAX_RETRIES {
             return Err(src.error(
@@ -356,7 +419,7 @@ impl Workload {
     pub fn total_tasks(&self) -> u64 {
         self.applications
             .iter()
-            .map(|a| *a.tasks.get_ref() as u64)
+            .map(|a| u64::from(a.task_count()))
             .sum()
     }
 
@@ -412,7 +475,7 @@ impl Workload {
                     priority: a.priority,
                     submit_time: a.submit_at.0,
                     split_bytes: a.split.as_u64(),
-                    tasks: *a.tasks.get_ref(),
+                    tasks: a.task_count(),
                     cpu,
                     gpu,
                 })

@@ -222,3 +222,59 @@ fn a_time_limit_under_a_millisecond_is_refused_not_dropped() {
         assert!(e.message.contains("at least 1ms"), "{e}");
     }
 }
+
+/// `entries`: one task per entry (tasks may be left out), each task's entry by index; a count
+/// that disagrees, an empty list, neither field, and an oversized entry are refused naming the
+/// field.
+#[test]
+fn entries_make_one_task_each_and_their_mistakes_are_named() {
+    let job = |fields: &str| {
+        format!(
+            "[[application]]\nname = \"a\"\n{fields}\n[application.cpu]\ncommand = \"echo {{entry}}\"\n"
+        )
+    };
+    let w = parse_workload("j.toml", &job("entries = [\"x\", \"y y\", \"{index}\"]")).expect("ok");
+    let a = &w.applications[0];
+    assert_eq!((a.task_count(), w.total_tasks()), (3, 3));
+    assert_eq!(
+        (a.entry(1), a.entry(2), a.entry(3)),
+        (Some("y y"), Some("{index}"), None)
+    );
+    let apps = w
+        .to_applications(0, MissingProfile::Estimate(1))
+        .expect("model");
+    assert_eq!(apps[0].tasks, 3);
+    let w = parse_workload("j.toml", &job("tasks = 2\nentries = [\"x\", \"y\"]")).expect("ok");
+    assert_eq!(w.applications[0].task_count(), 2);
+    assert_eq!(w.applications[0].entry(0), Some("x"));
+    assert_eq!(
+        parse_workload("j.toml", &job("tasks = 4"))
+            .expect("ok")
+            .applications[0]
+            .entry(0),
+        None
+    );
+
+    let refused = |fields: &str, field: &str, says: &str| {
+        let e = parse_workload("j.toml", &job(fields)).expect_err(fields);
+        assert_eq!(e.field.as_deref(), Some(field), "{fields}: {e}");
+        assert!(e.message.contains(says), "{fields}: {e}");
+    };
+    refused(
+        "tasks = 3\nentries = [\"x\"]",
+        "application[0].tasks",
+        "is 3 but `entries` holds 1",
+    );
+    refused(
+        "entries = []",
+        "application[0].entries",
+        "at least one entry",
+    );
+    refused(
+        "retries = 0",
+        "application[0].tasks",
+        "give `tasks` (how many) or `entries`",
+    );
+    let long = format!("entries = [\"ok\", \"{}\"]", "z".repeat(16 * 1024 + 1));
+    refused(&long, "application[0].entries[1]", "at most 16384 bytes");
+}

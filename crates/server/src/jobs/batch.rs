@@ -112,6 +112,8 @@ struct AppRec {
     workdir: Option<String>,
     /// Declared `inputs`, `outputs` and `accelerator` (spec 01), sent in its task specs.
     files: (Vec<String>, Vec<String>, String),
+    /// Its tasks' entries by index (`entries`, `submit --each-line`), sent with each dispatch.
+    entries: Option<Vec<String>>,
     /// Its tasks by state (pending, running, succeeded, failed, cancelled), kept as tasks move
     /// ([`moved`]) so that job listings and `GetJob` cost one addition per application, not a
     /// scan of the job's rows.
@@ -392,6 +394,7 @@ impl Batch {
                     spec.outputs.iter().map(|f| f.get_ref().clone()).collect(),
                     spec.accelerator_need().as_str().to_string(),
                 ),
+                entries: spec.entries.as_ref().map(|e| e.get_ref().clone()),
                 counts,
             });
             // A job that runs after others keeps its tasks out of the queues until they
@@ -1314,6 +1317,12 @@ impl JobKind for Batch {
                 workflow: None,
                 cores,
                 prefetched,
+                entry: self
+                    .apps
+                    .get(a.app.index())
+                    .and_then(|r| r.entries.as_ref())
+                    .and_then(|e| e.get(t.index as usize))
+                    .cloned(),
             };
             let spec = out
                 .needs_spec(key)

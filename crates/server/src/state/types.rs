@@ -167,6 +167,8 @@ pub struct Dispatch {
     pub cores: u32,
     /// Assigned beyond the node's free cores (`prefetch`): the agent queues it until cores free.
     pub prefetched: bool,
+    /// Its entry (an application with `entries`).
+    pub entry: Option<String>,
 }
 
 /// The answer to a heartbeat.

@@ -95,7 +95,7 @@ pub fn accel_apps(workload: &Workload, cluster: &Cluster) -> Result<Vec<AccelApp
         let bytes = a.split.as_u64();
         apps.push(AccelApp {
             name: name.clone(),
-            tasks: *a.tasks.get_ref(),
+            tasks: a.task_count(),
             need,
             cpu_time,
             gpu_time,
