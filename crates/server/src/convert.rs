@@ -349,6 +349,7 @@ impl From<JobInfo> for pb::JobInfo {
             launch_received: j.launch_received,
             after: j.after,
             waiting: j.waiting,
+            after_any: j.after_any,
         }
     }
 }
@@ -572,6 +573,7 @@ impl Wire for State {
             name: name.to_string(),
             divisible_input: Vec::new(),
             after: Vec::new(),
+            after_any: Vec::new(),
         })
         .map(Into::into)
     }

@@ -361,6 +361,7 @@ impl Client for ClientService {
                 name: r.name,
                 divisible_input: r.divisible_input,
                 after: r.after,
+                after_any: r.after_any,
             })
             .map(Into::into)
         })

@@ -168,8 +168,10 @@ pub struct JobRow {
     pub submission_key: Option<String>,
     /// The name given at submission (`submit --name`), which overrides the file's `name =`.
     pub name: Option<String>,
-    /// The batch jobs it runs after (`submit --after`), ascending.
+    /// The batch jobs it runs after once each completed (`submit --after`), ascending.
     pub after: Vec<u64>,
+    /// The batch jobs it runs after once each ended, however (`submit --after-any`), ascending.
+    pub after_any: Vec<u64>,
 }
 
 /// One node row: its name and its description as JSON (`hetsched_core::Node`).
@@ -244,6 +246,7 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("jobs", "name", "TEXT"),
     ("jobs", "purged", "INTEGER NOT NULL DEFAULT 0"),
     ("jobs", "after", "TEXT NOT NULL DEFAULT ''"),
+    ("jobs", "after_any", "TEXT NOT NULL DEFAULT ''"),
 ];
 
 const INDEXES: &str =
@@ -256,7 +259,7 @@ fn devices_text(d: &[u32]) -> String {
     d.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
-/// A job's `after` list as stored.
+/// A job's `after` (or `after_any`) list as stored.
 fn ids_text(ids: &[u64]) -> String {
     ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
 }
@@ -287,6 +290,7 @@ struct StoredJobRow {
     submission_key: Option<String>,
     name: Option<String>,
     after: String,
+    after_any: String,
 }
 
 fn parse_devices(s: &str) -> Result<Vec<u32>, StoreError> {
@@ -401,7 +405,7 @@ impl Store {
         }
         let mut stmt = self.conn.prepare(
             "SELECT id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled,
-                    submission_key, name, after FROM jobs ORDER BY id",
+                    submission_key, name, after, after_any FROM jobs ORDER BY id",
         )?;
         let rows = stmt.query_map([], |r| {
             Ok(StoredJobRow {
@@ -416,6 +420,7 @@ impl Store {
                 submission_key: r.get(8)?,
                 name: r.get(9)?,
                 after: r.get::<_, String>(10)?,
+                after_any: r.get::<_, String>(11)?,
             })
         })?;
         for r in rows {
@@ -432,6 +437,7 @@ impl Store {
                 submission_key: r.submission_key,
                 name: r.name,
                 after: parse_ids(&r.after)?,
+                after_any: parse_ids(&r.after_any)?,
             });
         }
         snap.purged = self.purged_jobs()?;
@@ -505,8 +511,8 @@ impl Store {
         let tx = self.conn.transaction()?;
         tx.execute(
             "INSERT INTO jobs(id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled,
-                              submission_key, name, after)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                              submission_key, name, after, after_any)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             params![
                 job.id,
                 job.origin,
@@ -518,7 +524,8 @@ impl Store {
                 job.cancelled,
                 job.submission_key,
                 job.name,
-                ids_text(&job.after)
+                ids_text(&job.after),
+                ids_text(&job.after_any)
             ],
         )?;
         {
@@ -828,6 +835,7 @@ mod tests {
             submission_key: Some("k".into()),
             name: None,
             after: vec![3, 7],
+            after_any: vec![5],
         };
         let mut task = TaskRow {
             id: 0,
@@ -864,6 +872,7 @@ mod tests {
         assert_eq!(snap.tasks, vec![task]);
         assert_eq!(snap.jobs[0].submission_key.as_deref(), Some("k"));
         assert_eq!(snap.jobs[0].after, vec![3, 7]);
+        assert_eq!(snap.jobs[0].after_any, vec![5]);
         if let Some(dir) = path.parent() {
             let _ = std::fs::remove_dir_all(dir);
         }
@@ -884,6 +893,7 @@ mod tests {
             submission_key: None,
             name: None,
             after: Vec::new(),
+            after_any: Vec::new(),
         };
         let rows: Vec<TaskRow> = (0..4).map(|i| TaskRow::submitted(i, 0, i as u32)).collect();
         {

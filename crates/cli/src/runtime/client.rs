@@ -242,6 +242,15 @@ pub enum JobSource {
     Command(super::command_job::CommandJob),
 }
 
+/// The jobs a submission runs after (`--after`, `--after-any`).
+#[derive(Debug, Default)]
+pub struct After {
+    /// Once each has completed.
+    pub completed: Vec<u64>,
+    /// Once each has ended, however.
+    pub ended: Vec<u64>,
+}
+
 /// `hetsched submit`.
 pub async fn submit(
     args: &ClientArgs,
@@ -249,7 +258,7 @@ pub async fn submit(
     wait_for_it: bool,
     key: Option<String>,
     name: Option<String>,
-    after: Vec<u64>,
+    after: After,
 ) -> anyhow::Result<()> {
     let workdir = std::env::current_dir()?.display().to_string();
     let (origin, text, divisible_input, name) = match &source {
@@ -295,7 +304,8 @@ pub async fn submit(
             submission_key: key.unwrap_or_else(new_submission_key),
             name,
             divisible_input,
-            after,
+            after: after.completed,
+            after_any: after.ended,
         },
     )
     .await;
@@ -443,17 +453,32 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
             "not finished".into()
         }
     );
-    if !j.after.is_empty() {
-        let ids: Vec<String> = j.after.iter().map(u64::to_string).collect();
+    if !j.after.is_empty() || !j.after_any.is_empty() {
+        let list = |ids: &[u64]| {
+            ids.iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut parts = Vec::new();
+        if !j.after.is_empty() {
+            parts.push(format!(
+                "job{} {} (once completed)",
+                if j.after.len() > 1 { "s" } else { "" },
+                list(&j.after)
+            ));
+        }
+        if !j.after_any.is_empty() {
+            parts.push(format!(
+                "job{} {} (once ended, however)",
+                if j.after_any.len() > 1 { "s" } else { "" },
+                list(&j.after_any)
+            ));
+        }
         println!(
-            "runs after job{} {}{}",
-            if ids.len() > 1 { "s" } else { "" },
-            ids.join(", "),
-            if j.waiting {
-                ": waiting for them to complete"
-            } else {
-                ""
-            }
+            "runs after {}{}",
+            parts.join(" and "),
+            if j.waiting { ": waiting" } else { "" }
         );
     }
     if let Some(d) = &j.divisible {

@@ -59,6 +59,11 @@ pub enum RuntimeCommand {
         /// one ends failed or cancelled (Slurm's `--dependency=afterok`).
         #[arg(long, value_name = "JOB", value_delimiter = ',')]
         after: Vec<JobRef>,
+        /// Run after these batch jobs have ended, however they ended — completed, failed or
+        /// cancelled (ids or `last`; Slurm's `--dependency=afterany`): for a job that gathers or
+        /// cleans up what the others left.
+        #[arg(long, value_name = "JOB", value_delimiter = ',')]
+        after_any: Vec<JobRef>,
         #[command(flatten)]
         client: ClientArgs,
         // Last: its help heading applies to what follows it.
@@ -296,6 +301,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             submission_key,
             name,
             after,
+            after_any,
             client,
         } => {
             let source = match file {
@@ -320,7 +326,15 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             for job in after {
                 after_ids.push(job.resolve(&client).await?);
             }
-            client::submit(&client, source, wait, submission_key, name, after_ids).await
+            let mut after_any_ids = Vec::with_capacity(after_any.len());
+            for job in after_any {
+                after_any_ids.push(job.resolve(&client).await?);
+            }
+            let after = client::After {
+                completed: after_ids,
+                ended: after_any_ids,
+            };
+            client::submit(&client, source, wait, submission_key, name, after).await
         }
         RuntimeCommand::Resubmit {
             id,

@@ -1471,7 +1471,7 @@ fn a_job_submitted_after_another_starts_when_it_completes_and_is_cancelled_if_it
     ]));
     let shown = ok(c.cli(&["job", "2"]));
     assert!(
-        shown.contains("runs after job 1: waiting for them to complete"),
+        shown.contains("runs after job 1 (once completed): waiting"),
         "{shown}"
     );
     assert_eq!(c.json(&["job", "2"])["waiting"], true);
@@ -1493,6 +1493,22 @@ fn a_job_submitted_after_another_starts_when_it_completes_and_is_cancelled_if_it
         "cancelled: job 3, which this job runs after, ended failed"
     );
     assert!(!c.dir.join("never.txt").exists());
+    // `--after-any`: runs after the failed job too.
+    ok(c.cli(&[
+        "submit",
+        "--after-any",
+        "3",
+        "--wait",
+        "--",
+        "touch",
+        "gathered.txt",
+    ]));
+    assert!(c.dir.join("gathered.txt").exists());
+    let shown = ok(c.cli(&["job", "5"]));
+    assert!(
+        shown.contains("runs after job 3 (once ended, however)"),
+        "{shown}"
+    );
     let out = c.cli(&["submit", "--after", "3,1", "--", "true"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

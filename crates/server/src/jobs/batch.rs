@@ -399,7 +399,7 @@ impl Batch {
             });
             // A job that runs after others keeps its tasks out of the queues until they
             // completed ([`after`]).
-            if !row.after.is_empty() && !pending.is_empty() {
+            if !(row.after.is_empty() && row.after_any.is_empty()) && !pending.is_empty() {
                 self.waiting
                     .hold(row.id, app.id.0, std::mem::take(&mut pending));
             }
@@ -521,6 +521,7 @@ impl Batch {
             key,
             name,
             after,
+            after_any,
             ..
         } = sub;
         if !name.is_empty()
@@ -569,7 +570,7 @@ impl Batch {
                 limits::MAX_JOB_FILE_BYTES
             )));
         }
-        let after = self.check_after(&after)?;
+        let (after, after_any) = self.check_after(&after, &after_any)?;
         let w = parse_workload(&origin, &text)?;
         w.check_commands()?;
         limits::check(&w)?;
@@ -603,6 +604,7 @@ impl Batch {
             submission_key: (!key.is_empty()).then_some(key),
             name: (!name.is_empty()).then_some(name),
             after,
+            after_any,
         };
         let mut rows = Vec::with_capacity(total as usize);
         for a in &apps {
@@ -924,6 +926,7 @@ impl Batch {
             finished_ns,
             apps,
             after: j.row.after.clone(),
+            after_any: j.row.after_any.clone(),
             waiting: self.waiting.waits(j.row.id),
             ..Default::default()
         }

@@ -1115,6 +1115,7 @@ impl Workflows {
             },
             after: Vec::new(),
             waiting: false,
+            after_any: Vec::new(),
         }
     }
 

@@ -572,24 +572,26 @@ impl State {
     /// it in one transaction before memory changes. On any error nothing is stored.
     /// The job gets the next id of the one sequence shared by every kind ([`job_ids`]).
     pub fn on_submit(&mut self, sub: Submission) -> Result<Submitted, StateError> {
-        // `--after` names batch jobs; the batch kind checks how they stand.
-        for &job in &sub.after {
+        // `--after` and `--after-any` name batch jobs; the batch kind checks how they stand.
+        let named = (sub.after.iter().map(|&j| ("--after", j)))
+            .chain(sub.after_any.iter().map(|&j| ("--after-any", j)));
+        for (flag, job) in named {
             match self.ids.kind(job) {
                 Some(Kind::Batch) => {}
                 Some(k) => {
                     return Err(StateError::Invalid(format!(
-                        "--after: job {job} is a {} job; a job runs after batch jobs only",
+                        "{flag}: job {job} is a {} job; a job runs after batch jobs only",
                         k.as_str()
                     )));
                 }
-                None => return Err(StateError::Invalid(format!("--after: no job {job}"))),
+                None => return Err(StateError::Invalid(format!("{flag}: no job {job}"))),
             }
         }
         let id = self.ids.next()?;
         let (kind, done) = if let Some(spec) =
             crate::jobs::divisible::prepare(&sub.origin, &sub.text, &sub.divisible_input)?
         {
-            if !sub.after.is_empty() {
+            if !sub.after.is_empty() || !sub.after_any.is_empty() {
                 return Err(StateError::Invalid(
                     "--after applies to batch jobs; this is a divisible job".into(),
                 ));
@@ -600,7 +602,7 @@ impl State {
             let live = self.nodes.live_specs();
             let mut cx = ctx!(self);
             if hetsched_core::input::workflow_runtime::is_workflow(&sub.text) {
-                if !sub.after.is_empty() {
+                if !sub.after.is_empty() || !sub.after_any.is_empty() {
                     return Err(StateError::Invalid(
                         "--after applies to batch jobs; this is a workflow".into(),
                     ));

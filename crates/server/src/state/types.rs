@@ -211,8 +211,10 @@ pub struct Submission {
     pub name: String,
     /// The input of a divisible job (`[[divisible]]` with `input`; empty otherwise).
     pub divisible_input: Vec<u8>,
-    /// Batch jobs this one runs after (`submit --after`; empty = none).
+    /// Batch jobs this one runs after once each completed (`submit --after`; empty = none).
     pub after: Vec<u64>,
+    /// Batch jobs this one runs after once each ended, however (`submit --after-any`).
+    pub after_any: Vec<u64>,
 }
 
 /// What a submission is answered with.
@@ -303,8 +305,10 @@ pub struct JobInfo {
     pub launch_sent: u64,
     /// See `balancer`.
     pub launch_received: u64,
-    /// The jobs it runs after (`submit --after`).
+    /// The jobs it runs after once they completed (`submit --after`).
     pub after: Vec<u64>,
+    /// The jobs it runs after once they ended, however (`submit --after-any`).
+    pub after_any: Vec<u64>,
     /// Whether it still waits for one of them.
     pub waiting: bool,
 }

@@ -30,11 +30,22 @@ fn job_text(tasks: u32, command: &str) -> String {
 }
 
 fn submit(s: &mut State, tasks: u32, after: &[u64]) -> Result<u64, String> {
+    submit_after(s, tasks, after, &[])
+}
+
+/// A job of `tasks` tasks run after `after` completed and `after_any` ended.
+fn submit_after(
+    s: &mut State,
+    tasks: u32,
+    after: &[u64],
+    after_any: &[u64],
+) -> Result<u64, String> {
     s.on_submit(Submission {
         origin: "job.toml".into(),
         text: job_text(tasks, "true"),
         workdir: "/".into(),
         after: after.to_vec(),
+        after_any: after_any.to_vec(),
         ..Default::default()
     })
     .map(|d| d.job_id)
@@ -156,6 +167,37 @@ fn when_a_job_fails_every_job_waiting_on_it_is_cancelled_naming_it() {
 }
 
 #[test]
+fn a_job_after_any_runs_once_the_others_ended_however_and_is_not_cancelled_by_a_failure() {
+    let d = common::scratch("after", "any");
+    let mut s = open(&d.0);
+    let mut n = Agent::new(&mut s, 4);
+    let failing = submit(&mut s, 1, &[]).expect("submit");
+    let fine = submit(&mut s, 1, &[]).expect("submit");
+    // Gathers whatever the two leave; a second one also needs `fine` to have completed.
+    let gather = submit_after(&mut s, 1, &[], &[failing, fine]).expect("after any");
+    let strict = submit_after(&mut s, 1, &[fine], &[failing]).expect("after and after any");
+    let info = s.job(gather).expect("job");
+    assert_eq!(
+        (info.after_any.clone(), info.waiting),
+        (vec![failing, fine], true)
+    );
+    let sent = n.beat(&mut s, &[]);
+    assert_eq!(jobs_of(&s, &sent), vec![failing, fine]);
+    // `failing` fails: nothing waiting is cancelled; `fine` still runs, so both still wait.
+    assert!(n.beat(&mut s, &[(sent[0].0, sent[0].1, false)]).is_empty());
+    assert_eq!(s.job(failing).expect("job").state, "failed");
+    assert!(s.job(gather).expect("job").waiting && s.job(strict).expect("job").waiting);
+    // `fine` completes: both are released.
+    let released = n.beat(&mut s, &[(sent[1].0, sent[1].1, true)]);
+    assert_eq!(jobs_of(&s, &released), vec![gather, strict]);
+    // A job that already ended, failed included, may be named: the job is queued at once.
+    let late = submit_after(&mut s, 1, &[], &[failing]).expect("after a failed job");
+    assert!(!s.job(late).expect("job").waiting);
+    let e = submit_after(&mut s, 1, &[], &[77]).expect_err("no job 77");
+    assert!(e.contains("--after-any: no job 77"), "{e}");
+}
+
+#[test]
 fn a_user_cancelling_the_first_job_cancels_the_job_after_it() {
     let d = common::scratch("after", "cancel");
     let mut s = open(&d.0);
@@ -228,7 +270,10 @@ fn after_names_earlier_batch_jobs_only_and_at_most_sixty_four() {
         .map(|_| submit(&mut s, 1, &[]).expect("submit"))
         .collect();
     let e = submit(&mut s, 1, &many).expect_err("65 jobs");
-    assert!(e.contains("--after names 65 jobs; at most 64"), "{e}");
+    assert!(
+        e.contains("--after and --after-any name 65 jobs; at most 64"),
+        "{e}"
+    );
     submit(&mut s, 1, &many[..64]).expect("64 jobs");
     let workflow = s
         .on_submit(Submission {

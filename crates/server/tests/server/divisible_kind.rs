@@ -60,6 +60,7 @@ fn divisible_rows_are_in_the_states_transaction_and_survive_a_full_disk_and_a_re
         name: String::new(),
         divisible_input: Vec::new(),
         after: Vec::new(),
+        after_any: Vec::new(),
     };
     let first = s.on_submit(sub()).expect("submitted");
     assert_eq!(first.job_id, 1, "job ids are one sequence across kinds");

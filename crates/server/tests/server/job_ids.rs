@@ -50,6 +50,7 @@ fn submit(s: &mut State, kind: Kind) -> u64 {
             name: String::new(),
             divisible_input: Vec::new(),
             after: Vec::new(),
+            after_any: Vec::new(),
         })
         .unwrap_or_else(|e| panic!("{kind:?} submitted: {e}"));
     assert!(!done.existing);

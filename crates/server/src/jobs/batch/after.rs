@@ -1,12 +1,14 @@
-//! Jobs that run after other jobs (`hetsched submit --after JOB`, Slurm's `afterok`).
+//! Jobs that run after other jobs (`hetsched submit --after JOB`, Slurm's `afterok`, and
+//! `--after-any JOB`, Slurm's `afterany`).
 //!
 //! A batch job may name up to [`MAX_AFTER`] earlier batch jobs. Its tasks are stored as pending
 //! like any job's, but they are kept out of the scheduler's queues ("waiting") until every job
-//! it names has **completed** (each of its tasks succeeded); then they join their applications'
-//! queues at once. If one of those jobs ends **failed** or **cancelled**, the waiting job can
-//! never start and is cancelled, its tasks saying which job it waited for and how that ended —
-//! and jobs waiting on it are cancelled in the same pass (ids only grow, so a job always names
-//! lower ids and one pass in id order settles a chain).
+//! it names `--after` has **completed** (each of its tasks succeeded) and every job it names
+//! `--after-any` has **ended** (completed, failed or cancelled); then they join their
+//! applications' queues at once. If a job it names `--after` ends **failed** or **cancelled**,
+//! the waiting job can never start and is cancelled, its tasks saying which job it waited for and
+//! how that ended — and jobs waiting on it with `--after` are cancelled in the same pass (ids
+//! only grow, so a job always names lower ids and one pass in id order settles a chain).
 //!
 //! Nothing here is stored beyond the job row's `after` list: whether a job still waits is derived
 //! from the states of the jobs it names, after a restart as at any other time. A purged job
@@ -63,16 +65,33 @@ enum Outcome {
 }
 
 impl Batch {
-    /// Checks the `after` list of a submission against the batch jobs held: each must exist and
-    /// must not have ended failed or cancelled. Returns it sorted, without repeats.
-    pub(super) fn check_after(&self, after: &[u64]) -> Result<Vec<u64>, StateError> {
+    /// Checks the `after` and `after_any` lists of a submission against the batch jobs held:
+    /// each job must exist, and one named `after` must not have ended failed or cancelled.
+    /// Returns them sorted, without repeats (a job named in both counts as `after`).
+    pub(super) fn check_after(
+        &self,
+        after: &[u64],
+        after_any: &[u64],
+    ) -> Result<(Vec<u64>, Vec<u64>), StateError> {
         let mut ids = after.to_vec();
         ids.sort_unstable();
         ids.dedup();
-        if ids.len() > MAX_AFTER {
+        let mut any: Vec<u64> = after_any
+            .iter()
+            .copied()
+            .filter(|j| ids.binary_search(j).is_err())
+            .collect();
+        any.sort_unstable();
+        any.dedup();
+        if ids.len() + any.len() > MAX_AFTER {
             return Err(StateError::Invalid(format!(
-                "--after names {} jobs; at most {MAX_AFTER}",
-                ids.len()
+                "--after and --after-any name {} jobs; at most {MAX_AFTER}",
+                ids.len() + any.len()
+            )));
+        }
+        if let Some(&id) = any.iter().find(|&&id| self.outcome_of(id).is_none()) {
+            return Err(StateError::Invalid(format!(
+                "--after-any: no batch job {id}"
             )));
         }
         for &id in &ids {
@@ -89,7 +108,7 @@ impl Batch {
                 Some(Outcome::Completed | Outcome::Unfinished) => {}
             }
         }
-        Ok(ids)
+        Ok((ids, any))
     }
 
     /// How batch job `id` stands (`None`: no such batch job).
@@ -115,7 +134,10 @@ impl Batch {
         }
         let jobs: Vec<u64> = self.waiting.held.keys().copied().collect();
         for job in jobs {
-            let Some(after) = self.job_rec(job).map(|j| j.row.after.clone()) else {
+            let Some((after, after_any)) = self
+                .job_rec(job)
+                .map(|j| (j.row.after.clone(), j.row.after_any.clone()))
+            else {
                 self.waiting.forget(job);
                 continue;
             };
@@ -131,6 +153,10 @@ impl Batch {
                     Some(Outcome::Unfinished) | None => unfinished = true,
                 }
             }
+            // `--after-any`: only whether each has ended.
+            unfinished |= after_any
+                .iter()
+                .any(|&d| matches!(self.outcome_of(d), Some(Outcome::Unfinished) | None));
             if let Some((d, state)) = ended {
                 self.waiting.forget(job);
                 let n = self.cancel_job(
