@@ -399,7 +399,8 @@ impl Batch {
             });
             // A job that runs after others keeps its tasks out of the queues until they
             // completed ([`after`]).
-            if !(row.after.is_empty() && row.after_any.is_empty()) && !pending.is_empty() {
+            let runs_after_others = !row.after.is_empty() || !row.after_any.is_empty();
+            if runs_after_others && !pending.is_empty() {
                 self.waiting
                     .hold(row.id, app.id.0, std::mem::take(&mut pending));
             }
