@@ -158,9 +158,15 @@ function bar(j) {
   return `<div class="bar" title="${(c.succeeded || 0) + (c.failed || 0) + (c.cancelled || 0)}/${j.tasks} done"><span class="s" data-w="${w(c.succeeded)}"></span><span class="f" data-w="${w(c.failed)}"></span><span class="c" data-w="${w(c.cancelled)}"></span><span class="r" data-w="${w(c.running)}"></span></div>`;
 }
 
+// A pending job that waits for the jobs it runs after (`submit --after`) shows as `waiting`.
+function shownState(j) {
+  return j.waiting ? "waiting" : j.state;
+}
+
 function jobRow(j) {
   const c = j.counts || {};
-  return `<td>${j.id}</td><td>${esc(j.name)}</td><td class="state-${esc(j.state)}">${esc(j.state)}</td><td>${bar(j)}</td>
+  const st = shownState(j);
+  return `<td>${j.id}</td><td>${esc(j.name)}</td><td class="state-${esc(st)}">${esc(st)}</td><td>${bar(j)}</td>
     <td>${c.pending || 0}</td><td>${c.running || 0}</td><td>${c.succeeded || 0}</td><td>${c.failed || 0}</td><td>${c.cancelled || 0}</td>`;
 }
 
@@ -211,7 +217,7 @@ const tasksView = { job: null, cursors: [0], next: 0, state: "all", jobState: ""
 function updateJobTitle(j) {
   const c = j.counts || {};
   tasksView.jobState = j.state;
-  $("job-title").textContent = `Job ${j.id} — ${j.name} — ${j.state}: ${j.tasks} tasks, ${c.succeeded || 0} succeeded, ${c.failed || 0} failed, ${c.running || 0} running, ${c.pending || 0} pending`;
+  $("job-title").textContent = `Job ${j.id} — ${j.name} — ${shownState(j)}: ${j.tasks} tasks, ${c.succeeded || 0} succeeded, ${c.failed || 0} failed, ${c.running || 0} running, ${c.pending || 0} pending`;
 }
 
 async function selectJob(id) {
