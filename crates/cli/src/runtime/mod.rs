@@ -39,7 +39,7 @@ pub enum RuntimeCommand {
         #[arg(conflicts_with = "command")]
         file: Option<PathBuf>,
         /// The command every task runs, with its arguments (instead of a job file); `{index}`
-        /// is replaced by the task's index.
+        /// is replaced by the task's index, and with `--each-line` `{entry}` by its line.
         #[arg(last = true, value_name = "COMMAND")]
         command: Vec<String>,
         /// Wait for the job to finish (exit status: success only if every task succeeded).
