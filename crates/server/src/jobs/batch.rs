@@ -1206,6 +1206,9 @@ impl JobKind for Batch {
             t.message = format!("{reason}; gave up after {} attempts", t.attempt);
             cx.view.task_abandoned(&a);
             self.waiting.task_ended();
+            // In this event, not at the next heartbeat: a purge in between would hide how the
+            // job ended from the jobs waiting on it.
+            self.settle_waiting(cx)?;
         } else {
             moved(&mut self.apps, t.app, t.state, TaskState::Pending);
             t.state = TaskState::Pending;
