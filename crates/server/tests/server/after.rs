@@ -198,6 +198,31 @@ fn a_job_after_any_runs_once_the_others_ended_however_and_is_not_cancelled_by_a_
 }
 
 #[test]
+fn a_job_failed_by_the_dead_node_check_cancels_its_waiters_in_the_same_event() {
+    let d = common::scratch("after", "dead");
+    let config = ServerConfig {
+        data_dir: d.0.clone(),
+        max_attempts: 1,
+        ..Default::default()
+    };
+    let mut s =
+        State::open(&config, Store::open(&d.0.join("state.db")).expect("store")).expect("state");
+    let mut n = Agent::new(&mut s, 1);
+    let first = submit(&mut s, 1, &[]).expect("submit");
+    let second = submit(&mut s, 1, &[first]).expect("after");
+    let sent = n.beat(&mut s, &[]);
+    assert_eq!(jobs_of(&s, &sent), vec![first]);
+    // The node goes silent; its task is lost once, which `max_attempts = 1` makes a failure.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    s.check_dead(std::time::Duration::from_millis(1))
+        .expect("dead check");
+    assert_eq!(s.job(first).expect("job").state, "failed");
+    // No heartbeat or reaper tick since: the job after it is already cancelled (so a purge of
+    // the failed job now cannot make it look completed).
+    assert_eq!(s.job(second).expect("job").state, "cancelled");
+}
+
+#[test]
 fn a_user_cancelling_the_first_job_cancels_the_job_after_it() {
     let d = common::scratch("after", "cancel");
     let mut s = open(&d.0);
