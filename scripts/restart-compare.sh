@@ -27,22 +27,9 @@ cleanup() {
 trap cleanup EXIT
 ms() { echo $(( $(date +%s%N) / 1000000 )); }
 : >"$D/runs"
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+. "$(dirname "$0")/restartable-server.sh"
+PORT=$(free_port)
 
-start_server() {
-    if [ "$BIN" = hq ]; then
-        "$HQ" server start --server-dir "$D/hq" --journal "$D/journal" \
-            ${HQ_FLUSH:+--journal-flush-period "$HQ_FLUSH"} >>"$D/server.log" 2>&1 &
-        SERVER=$!
-        until "$HQ" server info --server-dir "$D/hq" >/dev/null 2>&1; do sleep 0.01; done
-    else
-        "$BIN" server --listen "127.0.0.1:$PORT" --data-dir "$D/server" >>"$D/server.log" 2>&1 &
-        SERVER=$!
-        until "$BIN" jobs --server "http://127.0.0.1:$PORT" --token-file "$D/server/token" >/dev/null 2>&1; do
-            sleep 0.01
-        done
-    fi
-}
 start_agent() { # $1: its number
     if [ "$BIN" = hq ]; then
         "$HQ" worker start --cpus 4 --server-dir "$D/hq" >>"$D/worker$1.log" 2>&1 &

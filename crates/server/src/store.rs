@@ -255,24 +255,24 @@ const INDEXES: &str =
 const UPDATE_TASK: &str = "UPDATE tasks SET state=?1, attempt=?2, node=?3, variant=?4, devices=?5,
     started_ns=?6, finished_ns=?7, exit_code=?8, message=?9, failures=?10 WHERE id=?11";
 
-fn devices_text(d: &[u32]) -> String {
-    d.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+/// A list of numbers as stored: a task's devices, a job's `after` and `after_any`.
+fn list_text<T: std::fmt::Display>(items: &[T]) -> String {
+    items
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
-/// A job's `after` (or `after_any`) list as stored.
-fn ids_text(ids: &[u64]) -> String {
-    ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
-}
-
-/// A comma-separated list of ids (a job's `after`).
-fn parse_ids(s: &str) -> Result<Vec<u64>, StoreError> {
+/// A list stored by [`list_text`]; `what` names it in the error.
+fn parse_list<T: std::str::FromStr>(s: &str, what: &str) -> Result<Vec<T>, StoreError> {
     if s.is_empty() {
         return Ok(Vec::new());
     }
     s.split(',')
         .map(|d| {
             d.parse()
-                .map_err(|_| StoreError::Corrupt(format!("job ids `{s}`")))
+                .map_err(|_| StoreError::Corrupt(format!("{what} `{s}`")))
         })
         .collect()
 }
@@ -291,18 +291,6 @@ struct StoredJobRow {
     name: Option<String>,
     after: String,
     after_any: String,
-}
-
-fn parse_devices(s: &str) -> Result<Vec<u32>, StoreError> {
-    if s.is_empty() {
-        return Ok(Vec::new());
-    }
-    s.split(',')
-        .map(|d| {
-            d.parse()
-                .map_err(|_| StoreError::Corrupt(format!("devices `{s}`")))
-        })
-        .collect()
 }
 
 impl Store {
@@ -436,8 +424,8 @@ impl Store {
                 cancelled: r.cancelled,
                 submission_key: r.submission_key,
                 name: r.name,
-                after: parse_ids(&r.after)?,
-                after_any: parse_ids(&r.after_any)?,
+                after: parse_list(&r.after, "job ids")?,
+                after_any: parse_list(&r.after_any, "job ids")?,
             });
         }
         snap.purged = self.purged_jobs()?;
@@ -524,8 +512,8 @@ impl Store {
                 job.cancelled,
                 job.submission_key,
                 job.name,
-                ids_text(&job.after),
-                ids_text(&job.after_any)
+                list_text(&job.after),
+                list_text(&job.after_any)
             ],
         )?;
         {
@@ -703,7 +691,7 @@ pub fn write_tasks<'a>(
             t.attempt,
             t.node,
             t.variant,
-            devices_text(&t.devices),
+            list_text(&t.devices),
             t.started_ns as i64,
             t.finished_ns as i64,
             t.exit_code,
@@ -782,7 +770,7 @@ fn task_row(r: &rusqlite::Row) -> Result<TaskRow, StoreError> {
         attempt: r.get(4)?,
         node: r.get(5)?,
         variant: r.get(6)?,
-        devices: parse_devices(&devices)?,
+        devices: parse_list(&devices, "devices")?,
         started_ns: r.get::<_, i64>(8)? as u64,
         finished_ns: r.get::<_, i64>(9)? as u64,
         exit_code: r.get(10)?,
