@@ -625,7 +625,7 @@ impl Store {
         range: std::ops::Range<u64>,
         limit: usize,
     ) -> Result<Vec<TaskRow>, StoreError> {
-        task_rows_from(&self.conn, range, limit)
+        task_rows_from(&self.conn, range, limit, &[])
     }
 
     /// A second, read-only connection to this store (`None` for a store in memory): listings
@@ -726,7 +726,7 @@ impl StoreReader {
         limit: usize,
     ) -> Result<Vec<TaskRow>, StoreError> {
         let conn = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        task_rows_from(&conn, range, limit)
+        task_rows_from(&conn, range, limit, &[])
     }
 
     /// The first `limit` task rows with ids in `range` whose state is one of `states`, by id
@@ -738,19 +738,7 @@ impl StoreReader {
         states: &[TaskState],
     ) -> Result<Vec<TaskRow>, StoreError> {
         let conn = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        // The codes are ours, not the client's text.
-        let codes: Vec<String> = states.iter().map(|s| s.code().to_string()).collect();
-        let mut stmt = conn.prepare(&format!(
-            "{TASK_COLUMNS} WHERE id >= ?1 AND id < ?2 AND state IN ({}) ORDER BY id LIMIT ?3",
-            codes.join(",")
-        ))?;
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let mut rows = stmt.query(params![range.start as i64, range.end as i64, limit])?;
-        let mut out = Vec::new();
-        while let Some(r) = rows.next()? {
-            out.push(task_row(r)?);
-        }
-        Ok(out)
+        task_rows_from(&conn, range, limit, states)
     }
 }
 
@@ -779,13 +767,23 @@ fn task_row(r: &rusqlite::Row) -> Result<TaskRow, StoreError> {
     })
 }
 
+/// The first `limit` task rows with ids in `range`, by id; only rows in `states` unless it is
+/// empty.
 fn task_rows_from(
     conn: &Connection,
     range: std::ops::Range<u64>,
     limit: usize,
+    states: &[TaskState],
 ) -> Result<Vec<TaskRow>, StoreError> {
+    // The codes are ours, not a client's text; each set of states is its own cached statement.
+    let filter = if states.is_empty() {
+        String::new()
+    } else {
+        let codes: Vec<i64> = states.iter().map(|s| s.code()).collect();
+        format!(" AND state IN ({})", list_text(&codes))
+    };
     let mut stmt = conn.prepare_cached(&format!(
-        "{TASK_COLUMNS} WHERE id >= ?1 AND id < ?2 ORDER BY id LIMIT ?3"
+        "{TASK_COLUMNS} WHERE id >= ?1 AND id < ?2{filter} ORDER BY id LIMIT ?3"
     ))?;
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let mut rows = stmt.query(params![range.start as i64, range.end as i64, limit])?;
