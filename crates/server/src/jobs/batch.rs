@@ -621,9 +621,12 @@ impl Batch {
         cx.store.insert_job(&row, &names, &rows)?;
         self.tasks.extend(rows);
         self.install(cx, row, &w, apps)?;
-        // Runs after jobs that already completed: queued at once.
+        // Runs after jobs that already completed: queued at once (and woken for below); a job
+        // that waits wakes no agent.
         self.settle_waiting(cx)?;
-        cx.nodes.wakes.free(total as usize);
+        if !self.waiting.waits(id) {
+            cx.nodes.wakes.free(total as usize);
+        }
         cx.metrics.job_submitted();
         info!(job = id, origin, tasks = total, "job accepted");
         Ok(Submitted {
@@ -687,7 +690,7 @@ impl Batch {
 
     /// Cancels job `job`: its pending tasks are dropped and its running ones killed by their
     /// agents; each task's message says why (`message`).
-    pub fn cancel_job(&mut self, cx: &mut Ctx, job: u64, message: &str) -> Result<u64, StateError> {
+    fn cancel_job(&mut self, cx: &mut Ctx, job: u64, message: &str) -> Result<u64, StateError> {
         let Some(j) = self.job_rec(job) else {
             return Err(StateError::NoJob(job));
         };

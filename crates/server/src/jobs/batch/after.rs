@@ -125,9 +125,9 @@ impl Batch {
         })
     }
 
-    /// Releases the waiting jobs whose `after` jobs all completed, and cancels those one of
-    /// whose `after` jobs ended failed or cancelled. Cheap when no task ended since the last
-    /// look.
+    /// Releases the waiting jobs whose `after` jobs all completed and whose `after_any` jobs all
+    /// ended, and cancels those one of whose `after` jobs ended failed or cancelled. Cheap when
+    /// no task ended since the last look.
     pub(super) fn settle_waiting(&mut self, cx: &mut Ctx) -> Result<(), StateError> {
         if !std::mem::take(&mut self.waiting.ended) {
             return Ok(());
@@ -181,7 +181,7 @@ impl Batch {
                 info!(
                     job,
                     tasks = n,
-                    "the jobs it runs after completed: its tasks are queued"
+                    "the jobs it runs after ended as it needs: its tasks are queued"
                 );
             }
         }
