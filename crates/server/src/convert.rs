@@ -350,6 +350,7 @@ impl From<JobInfo> for pb::JobInfo {
             after: j.after,
             waiting: j.waiting,
             after_any: j.after_any,
+            held: j.held,
         }
     }
 }
@@ -518,6 +519,8 @@ pub trait Wire {
     fn resubmit_failed(&mut self, job: u64) -> Result<pb::ResubmitReply, StateError>;
     /// [`State::on_cancel`].
     fn cancel(&mut self, job: u64) -> Result<pb::CancelReply, StateError>;
+    /// [`State::on_hold`].
+    fn hold(&mut self, job: u64, hold: bool) -> Result<pb::HoldReply, StateError>;
     /// [`State::on_purge`].
     fn purge(&mut self, req: &pb::PurgeRequest) -> Result<pb::PurgeReply, StateError>;
     /// [`State::on_drain`].
@@ -581,6 +584,10 @@ impl Wire for State {
     fn resubmit_failed(&mut self, job: u64) -> Result<pb::ResubmitReply, StateError> {
         self.on_resubmit(job)
             .map(|tasks| pb::ResubmitReply { tasks })
+    }
+
+    fn hold(&mut self, job: u64, hold: bool) -> Result<pb::HoldReply, StateError> {
+        self.on_hold(job, hold).map(|tasks| pb::HoldReply { tasks })
     }
 
     fn cancel(&mut self, job: u64) -> Result<pb::CancelReply, StateError> {

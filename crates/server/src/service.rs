@@ -518,6 +518,14 @@ impl Client for ClientService {
         with_state(&self.0, &self.2, Run::Blocking, move |s| s.cancel(id)).await
     }
 
+    async fn hold(&self, req: Request<pb::HoldRequest>) -> Result<Response<pb::HoldReply>, Status> {
+        let r = req.into_inner();
+        with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            s.hold(r.job_id, r.hold)
+        })
+        .await
+    }
+
     async fn purge(
         &self,
         req: Request<pb::PurgeRequest>,

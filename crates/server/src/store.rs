@@ -172,6 +172,8 @@ pub struct JobRow {
     pub after: Vec<u64>,
     /// The batch jobs it runs after once each ended, however (`submit --after-any`), ascending.
     pub after_any: Vec<u64>,
+    /// Held by `hetsched hold` (until `release`).
+    pub held: bool,
 }
 
 /// One node row: its name and its description as JSON (`hetsched_core::Node`).
@@ -247,6 +249,7 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("jobs", "purged", "INTEGER NOT NULL DEFAULT 0"),
     ("jobs", "after", "TEXT NOT NULL DEFAULT ''"),
     ("jobs", "after_any", "TEXT NOT NULL DEFAULT ''"),
+    ("jobs", "held", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
 const INDEXES: &str =
@@ -291,6 +294,7 @@ struct StoredJobRow {
     name: Option<String>,
     after: String,
     after_any: String,
+    held: bool,
 }
 
 impl Store {
@@ -393,7 +397,7 @@ impl Store {
         }
         let mut stmt = self.conn.prepare(
             "SELECT id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled,
-                    submission_key, name, after, after_any FROM jobs ORDER BY id",
+                    submission_key, name, after, after_any, held FROM jobs ORDER BY id",
         )?;
         let rows = stmt.query_map([], |r| {
             Ok(StoredJobRow {
@@ -409,6 +413,7 @@ impl Store {
                 name: r.get(9)?,
                 after: r.get::<_, String>(10)?,
                 after_any: r.get::<_, String>(11)?,
+                held: r.get(12)?,
             })
         })?;
         for r in rows {
@@ -426,6 +431,7 @@ impl Store {
                 name: r.name,
                 after: parse_list(&r.after, "job ids")?,
                 after_any: parse_list(&r.after_any, "job ids")?,
+                held: r.held,
             });
         }
         snap.purged = self.purged_jobs()?;
@@ -678,6 +684,15 @@ impl Store {
     }
 }
 
+/// Records whether each job is held (`hetsched hold` / `release`), inside `tx`.
+pub fn write_held(tx: &rusqlite::Transaction, jobs: &[(u64, bool)]) -> Result<(), StoreError> {
+    let mut stmt = tx.prepare_cached("UPDATE jobs SET held = ?1 WHERE id = ?2")?;
+    for &(job, held) in jobs {
+        stmt.execute(params![held, job])?;
+    }
+    Ok(())
+}
+
 /// Writes `tasks` (their whole rows) and marks `cancelled_jobs` cancelled, inside `tx`.
 pub fn write_tasks<'a>(
     tx: &rusqlite::Transaction,
@@ -822,6 +837,7 @@ mod tests {
             name: None,
             after: vec![3, 7],
             after_any: vec![5],
+            held: false,
         };
         let mut task = TaskRow {
             id: 0,
@@ -880,6 +896,7 @@ mod tests {
             name: None,
             after: Vec::new(),
             after_any: Vec::new(),
+            held: false,
         };
         let rows: Vec<TaskRow> = (0..4).map(|i| TaskRow::submitted(i, 0, i as u32)).collect();
         {

@@ -403,7 +403,9 @@ pub async fn jobs(args: &ClientArgs) -> anyhow::Result<()> {
         t.add_row(vec![
             j.id.to_string(),
             j.name.clone(),
-            if j.waiting {
+            if j.held {
+                "held".to_string()
+            } else if j.waiting {
                 "waiting".to_string()
             } else {
                 j.state.clone()
@@ -453,6 +455,12 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
             "not finished".into()
         }
     );
+    if j.held {
+        println!(
+            "held: its pending tasks wait for `hetsched release {}`",
+            j.id
+        );
+    }
     if !j.after.is_empty() || !j.after_any.is_empty() {
         let list = |ids: &[u64]| {
             ids.iter()
@@ -778,6 +786,27 @@ pub async fn cancel(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         Output::Json => json(&reply),
         Output::Table | Output::Dot => {
             println!("job {id}: {} task(s) cancelled", reply.cancelled);
+            Ok(())
+        }
+    }
+}
+
+/// `hetsched hold` (`hold`) and `hetsched release`.
+pub async fn hold(args: &ClientArgs, id: u64, hold: bool) -> anyhow::Result<()> {
+    let reply = connect(args)
+        .await?
+        .hold(pb::HoldRequest { job_id: id, hold })
+        .await
+        .map_err(refused)?
+        .into_inner();
+    match args.output {
+        Output::Json => json(&reply),
+        Output::Table | Output::Dot => {
+            println!(
+                "job {id}: {} pending task(s) {}",
+                reply.tasks,
+                if hold { "held" } else { "released" }
+            );
             Ok(())
         }
     }

@@ -174,6 +174,22 @@ pub enum RuntimeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Hold a batch job: its pending tasks are not dispatched until `hetsched release` (running
+    /// ones go on; a task that fails and retries, or is lost, waits too)
+    Hold {
+        /// Job id, or `last` (the newest job).
+        id: JobRef,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Release a held batch job: its pending tasks are dispatched again (once the jobs it runs
+    /// `--after` allow it)
+    Release {
+        /// Job id, or `last` (the newest job).
+        id: JobRef,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Delete finished jobs from the server and its store: by id, `--older-than DURATION` or
     /// `--keep N` (see docs/runtime.md, Retention).
     Purge(purge::PurgeArgs),
@@ -370,6 +386,12 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         }
         RuntimeCommand::Cancel { id, client } => {
             client::cancel(&client, id.resolve(&client).await?).await
+        }
+        RuntimeCommand::Hold { id, client } => {
+            client::hold(&client, id.resolve(&client).await?, true).await
+        }
+        RuntimeCommand::Release { id, client } => {
+            client::hold(&client, id.resolve(&client).await?, false).await
         }
         RuntimeCommand::Node(NodeCommand::Remove { name, client }) => {
             client::remove_node(&client, &name).await

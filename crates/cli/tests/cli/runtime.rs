@@ -1658,3 +1658,52 @@ fn each_line_of_a_file_is_one_task_with_its_line_as_entry() {
         "{err}"
     );
 }
+
+/// `hetsched hold` / `release`: a held job's pending tasks wait (the running one finishes), the
+/// listing says `held`, and after the release the job completes.
+#[test]
+fn a_held_job_waits_for_its_release() {
+    let mut c = Cluster::start("hold", false);
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    let ok = |out: std::process::Output| {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    ok(c.cli(&[
+        "submit",
+        "--tasks",
+        "3",
+        "--shell",
+        "--",
+        "sleep 0.5; touch t-{index}",
+    ]));
+    wait_until("the first task to run", Duration::from_secs(10), || {
+        c.json(&["job", "1"])["counts"]["running"] == 1
+    });
+    let said = ok(c.cli(&["hold", "last"]));
+    assert!(said.contains("job 1: 2 pending task(s) held"), "{said}");
+    assert!(ok(c.cli(&["jobs"])).contains("held"));
+    assert!(
+        ok(c.cli(&["job", "1"])).contains("held: its pending tasks wait for `hetsched release 1`")
+    );
+    // The running task ends; nothing else starts while the job is held (the heartbeat that
+    // recorded its result would have carried the next task).
+    wait_until("the first task to end", Duration::from_secs(10), || {
+        c.json(&["job", "1"])["counts"]["succeeded"] == 1
+    });
+    let counts = c.json(&["job", "1"])["counts"].clone();
+    assert_eq!(
+        (counts["running"].as_u64(), counts["pending"].as_u64()),
+        (Some(0), Some(2))
+    );
+    assert_eq!(c.json(&["job", "1"])["held"], true);
+    let said = ok(c.cli(&["release", "1"]));
+    assert!(said.contains("job 1: 2 pending task(s) released"), "{said}");
+    ok(c.cli(&["wait", "1"]));
+    assert!((0..3).all(|i| c.dir.join(format!("t-{i}")).exists()));
+}

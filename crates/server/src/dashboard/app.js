@@ -158,9 +158,10 @@ function bar(j) {
   return `<div class="bar" title="${(c.succeeded || 0) + (c.failed || 0) + (c.cancelled || 0)}/${j.tasks} done"><span class="s" data-w="${w(c.succeeded)}"></span><span class="f" data-w="${w(c.failed)}"></span><span class="c" data-w="${w(c.cancelled)}"></span><span class="r" data-w="${w(c.running)}"></span></div>`;
 }
 
-// A pending job that waits for the jobs it runs after (`submit --after`) shows as `waiting`.
+// A job held by `hetsched hold` shows as `held`; one that waits for the jobs it runs after
+// (`submit --after`) as `waiting`.
 function shownState(j) {
-  return j.waiting ? "waiting" : j.state;
+  return j.held ? "held" : j.waiting ? "waiting" : j.state;
 }
 
 function jobRow(j) {

@@ -179,8 +179,11 @@ pub struct Batch {
     dirty: Vec<u64>,
     /// Jobs cancelled since the last commit (a user's cancel and the jobs waiting on it).
     cancelled: Vec<u64>,
-    /// Jobs whose tasks wait for the jobs they run after (`submit --after`; see [`after`]).
+    /// Jobs whose tasks wait for the jobs they run after (`submit --after`), or held by a user
+    /// (`hetsched hold`; see [`after`]).
     waiting: after::Waiting,
+    /// Jobs held or released since the last commit.
+    held_changed: Vec<(u64, bool)>,
     /// Evicted jobs whose rows came back to memory since the last commit (their stored
     /// summaries are deleted with the rows' changes).
     revived: Vec<u64>,
@@ -238,6 +241,7 @@ impl Batch {
             cancelled: Vec::new(),
             revived: Vec::new(),
             waiting: after::Waiting::default(),
+            held_changed: Vec::new(),
         };
         for (row, w, apps) in parsed {
             b.install(cx, row, &w, apps)?;
@@ -400,7 +404,7 @@ impl Batch {
             // A job that runs after others keeps its tasks out of the queues until they
             // completed ([`after`]).
             let runs_after_others = !row.after.is_empty() || !row.after_any.is_empty();
-            if runs_after_others && !pending.is_empty() {
+            if (runs_after_others || row.held) && !pending.is_empty() {
                 self.waiting
                     .hold(row.id, app.id.0, std::mem::take(&mut pending));
             }
@@ -409,6 +413,9 @@ impl Batch {
             cx.view.set_accelerator_need(id, spec.accelerator_need())?;
         }
         let apps = first_app..self.apps.len() as u32;
+        if row.held {
+            self.waiting.hold_by_user(row.id);
+        }
         if let Some(key) = &row.submission_key {
             self.by_key.insert(key.clone(), row.id);
         }
@@ -606,6 +613,7 @@ impl Batch {
             name: (!name.is_empty()).then_some(name),
             after,
             after_any,
+            held: false,
         };
         let mut rows = Vec::with_capacity(total as usize);
         for a in &apps {
@@ -682,10 +690,40 @@ impl Batch {
             n += 1;
         }
         for (app, tasks) in by_app {
-            cx.view.resubmit(AppId(app), tasks);
+            if self.waiting.waits(job) {
+                // Held: they wait with the job's other pending tasks.
+                self.waiting.hold(job, app, tasks);
+            } else {
+                cx.view.resubmit(AppId(app), tasks);
+            }
         }
-        cx.nodes.wakes.free(n as usize);
+        if !self.waiting.waits(job) {
+            cx.nodes.wakes.free(n as usize);
+        }
         Ok(n)
+    }
+
+    /// A dispatched task goes back to the front of its application's queue (a retry, a loss),
+    /// or, when its job is held, to the job's waiting tasks.
+    fn requeue(&mut self, cx: &mut Ctx, a: &Assignment) {
+        let job = self.apps.get(a.app.index()).map_or(0, |r| r.job);
+        if self.waiting.waits(job) {
+            // Its node's resources come back; the task joins the job's waiting ones.
+            cx.view.task_abandoned(a);
+            self.waiting.hold(job, a.app.0, vec![a.task]);
+        } else {
+            cx.view.requeue(a);
+            cx.nodes.wakes.free(1);
+        }
+    }
+
+    /// The task rows of application `app` held in memory, by id.
+    fn tasks_of_app(&self, app: u32) -> impl Iterator<Item = &TaskRow> {
+        let range = self
+            .apps
+            .get(app as usize)
+            .map_or(0..0, |r| r.first_task..r.first_task + u64::from(r.tasks));
+        range.filter_map(|t| self.tasks.get(t as usize))
     }
 
     /// Cancels job `job`: its pending tasks are dropped and its running ones killed by their
@@ -932,6 +970,7 @@ impl Batch {
             after: j.row.after.clone(),
             after_any: j.row.after_any.clone(),
             waiting: self.waiting.waits(j.row.id),
+            held: j.row.held,
             ..Default::default()
         }
     }
@@ -1166,8 +1205,7 @@ impl JobKind for Batch {
                     },
                     t.failures
                 );
-                cx.view.requeue(&a);
-                cx.nodes.wakes.free(1);
+                self.requeue(cx, &a);
                 cx.metrics.result(Outcome::Retried);
             } else {
                 moved(&mut self.apps, t.app, t.state, TaskState::Failed);
@@ -1216,8 +1254,7 @@ impl JobKind for Batch {
             moved(&mut self.apps, t.app, t.state, TaskState::Pending);
             t.state = TaskState::Pending;
             t.message = format!("attempt {} lost: {reason}", t.attempt);
-            cx.view.requeue(&a);
-            cx.nodes.wakes.free(1);
+            self.requeue(cx, &a);
         }
         Ok(())
     }
@@ -1380,7 +1417,10 @@ impl JobKind for Batch {
     }
 
     fn has_changes(&self) -> bool {
-        !self.dirty.is_empty() || !self.cancelled.is_empty() || !self.revived.is_empty()
+        !self.dirty.is_empty()
+            || !self.cancelled.is_empty()
+            || !self.revived.is_empty()
+            || !self.held_changed.is_empty()
     }
 
     fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
@@ -1392,12 +1432,14 @@ impl JobKind for Batch {
             dirty.iter().filter_map(|&t| self.tasks.get(t as usize)),
             &self.cancelled,
         )?;
+        crate::store::write_held(tx, &self.held_changed)?;
         crate::store::forget_finished(tx, &self.revived)
     }
 
     fn committed(&mut self) {
         self.dirty.clear();
         self.cancelled.clear();
+        self.held_changed.clear();
         self.revived.clear();
     }
 

@@ -1116,6 +1116,7 @@ impl Workflows {
             after: Vec::new(),
             waiting: false,
             after_any: Vec::new(),
+            held: false,
         }
     }
 

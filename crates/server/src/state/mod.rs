@@ -656,6 +656,25 @@ impl State {
         Ok(n)
     }
 
+    /// `hetsched hold JOB` (`hold`) / `release JOB`: whether a batch job's pending tasks may be
+    /// dispatched; running ones go on. Returns how many pending tasks it held or queued again.
+    pub fn on_hold(&mut self, job: u64, hold: bool) -> Result<u64, StateError> {
+        let n = match self.ids.kind(job) {
+            Some(Kind::Batch) => self.jobs.batch.hold(&mut ctx!(self), job, hold)?,
+            Some(k) => {
+                return Err(StateError::Invalid(format!(
+                    "job {job} is a {} job; hold and release apply to batch jobs",
+                    k.as_str()
+                )));
+            }
+            None => return Err(StateError::NoJob(job)),
+        };
+        self.commit()?;
+        self.wake(None);
+        info!(job, tasks = n, hold, "job held or released");
+        Ok(n)
+    }
+
     /// Purges the finished batch jobs `sel` selects (see [`PurgeSelection`]).
     pub fn on_purge(&mut self, sel: &PurgeSelection) -> Result<Purged, StateError> {
         self.jobs.batch.purge(&mut self.store, sel)

@@ -309,6 +309,8 @@ pub struct JobInfo {
     pub after: Vec<u64>,
     /// The jobs it runs after once they ended, however (`submit --after-any`).
     pub after_any: Vec<u64>,
+    /// Held by `hetsched hold` (until `release`).
+    pub held: bool,
     /// Whether it still waits for one of them.
     pub waiting: bool,
 }

@@ -321,3 +321,70 @@ fn after_names_earlier_batch_jobs_only_and_at_most_sixty_four() {
     assert_eq!(s.job(ok).expect("job").after, vec![first]);
     assert_eq!(ok, many[64] + 2, "refused submissions took no id");
 }
+
+#[test]
+fn a_held_job_dispatches_nothing_new_until_released_and_a_restart_keeps_it_held() {
+    let d = common::scratch("after", "hold");
+    let (job, running) = {
+        let mut s = open(&d.0);
+        let mut n = Agent::new(&mut s, 2);
+        let job = submit(&mut s, 6, &[]).expect("submit");
+        let sent = n.beat(&mut s, &[]);
+        assert_eq!(sent.len(), 2);
+        // Held with two tasks running and four pending.
+        assert_eq!(s.hold(job, true).expect("hold").tasks, 4);
+        assert_eq!(s.hold(job, true).expect("again").tasks, 0, "already held");
+        let info = s.job(job).expect("job");
+        assert!(info.held && info.waiting);
+        // The running tasks go on: one succeeds, the other fails and would retry — it waits.
+        let more = n.beat(&mut s, &[(sent[0].0, sent[0].1, true)]);
+        assert!(more.is_empty(), "a freed core takes nothing of a held job");
+        (job, n.running.clone())
+    }; // the server dies with the job held
+    let mut s = open(&d.0);
+    assert!(s.job(job).expect("job").held, "the hold is stored");
+    let mut n = Agent::new(&mut s, 2);
+    n.running = running;
+    assert!(n.beat(&mut s, &[]).is_empty());
+    assert_eq!(s.job(job).expect("job").counts.expect("counts").pending, 4);
+    // Released: the four pending tasks go out as cores allow.
+    assert_eq!(s.hold(job, false).expect("release").tasks, 4);
+    let info = s.job(job).expect("job");
+    assert!(!info.held && !info.waiting);
+    let sent = n.beat(&mut s, &[]);
+    assert_eq!(jobs_of(&s, &sent), vec![job], "one core is free");
+    // Ended jobs and other kinds cannot be held; an unknown job is named.
+    let done = submit(&mut s, 1, &[]).expect("submit");
+    s.on_cancel(done).expect("cancel");
+    let e = s.hold(done, true).expect_err("ended").to_string();
+    assert!(e.contains("has ended (cancelled): nothing to hold"), "{e}");
+    assert!(s.hold(999, true).is_err());
+}
+
+#[test]
+fn a_task_that_fails_and_retries_while_its_job_is_held_waits_for_the_release() {
+    let d = common::scratch("after", "hold-retry");
+    let mut s = open(&d.0);
+    let mut n = Agent::new(&mut s, 1);
+    let job = s
+        .on_submit(Submission {
+            origin: "job.toml".into(),
+            text: "[[application]]\nname = \"a\"\ntasks = 1\nretries = 1\n[application.cpu]\ncommand = \"true\"\n".into(),
+            workdir: "/".into(),
+            ..Default::default()
+        })
+        .expect("submit")
+        .job_id;
+    let sent = n.beat(&mut s, &[]);
+    s.hold(job, true).expect("hold");
+    // Its only task fails while held: the retry waits.
+    assert!(n.beat(&mut s, &[(sent[0].0, sent[0].1, false)]).is_empty());
+    assert_eq!(s.job(job).expect("job").counts.expect("counts").pending, 1);
+    assert_eq!(s.hold(job, false).expect("release").tasks, 1);
+    let again = n.beat(&mut s, &[]);
+    assert_eq!(
+        again,
+        vec![(sent[0].0, 2)],
+        "the second attempt, after the release"
+    );
+}

@@ -10,6 +10,11 @@
 //! how that ended — and jobs waiting on it with `--after` are cancelled in the same pass (ids
 //! only grow, so a job always names lower ids and one pass in id order settles a chain).
 //!
+//! **Held jobs** (`hetsched hold JOB`, Slurm's `scontrol hold`) wait the same way: their pending
+//! tasks leave the queues (running ones go on; one that fails and retries, or is lost, waits
+//! too) until `hetsched release JOB`, and then until the jobs they run after allow them. The
+//! job row's `held` flag is stored in the same transaction.
+//!
 //! Nothing here is stored beyond the job row's `after` list: whether a job still waits is derived
 //! from the states of the jobs it names, after a restart as at any other time. A purged job
 //! counts as completed: only finished jobs are purged, and a job that ended failed or cancelled
@@ -17,6 +22,7 @@
 
 use super::{Batch, Ctx, TaskId};
 use crate::state::StateError;
+use crate::store::TaskState;
 use hetsched_core::AppId;
 use std::collections::BTreeMap;
 use tracing::info;
@@ -31,6 +37,8 @@ pub(super) struct Waiting {
     held: BTreeMap<u64, Vec<(u32, Vec<TaskId>)>>,
     /// Whether a task ended since the waiting jobs were last looked at.
     ended: bool,
+    /// Jobs held by `hetsched hold` (they wait whatever the jobs they run after did).
+    held_by_user: std::collections::BTreeSet<u64>,
 }
 
 impl Waiting {
@@ -45,14 +53,25 @@ impl Waiting {
         self.ended |= !self.held.is_empty();
     }
 
-    /// Whether job `job` still waits.
+    /// Whether job `job` still waits (for the jobs it runs after, or for its release).
     pub(super) fn waits(&self, job: u64) -> bool {
-        self.held.contains_key(&job)
+        self.held.contains_key(&job) || self.held_by_user.contains(&job)
     }
 
     /// Job `job` no longer waits (cancelled by a user): its held tasks are dropped.
     pub(super) fn forget(&mut self, job: u64) {
         self.held.remove(&job);
+        self.held_by_user.remove(&job);
+    }
+
+    /// Job `job` is held by a user (restored from its row; its tasks are held by [`Waiting::hold`]).
+    pub(super) fn hold_by_user(&mut self, job: u64) {
+        self.held_by_user.insert(job);
+    }
+
+    /// Whether a user holds job `job`.
+    pub(super) fn held_by_user(&self, job: u64) -> bool {
+        self.held_by_user.contains(&job)
     }
 }
 
@@ -132,7 +151,10 @@ impl Batch {
         if !std::mem::take(&mut self.waiting.ended) {
             return Ok(());
         }
-        let jobs: Vec<u64> = self.waiting.held.keys().copied().collect();
+        let jobs: Vec<u64> = (self.waiting.held.keys())
+            .filter(|j| !self.waiting.held_by_user.contains(j))
+            .copied()
+            .collect();
         for job in jobs {
             let Some((after, after_any)) = self
                 .job_rec(job)
@@ -186,5 +208,64 @@ impl Batch {
             }
         }
         Ok(())
+    }
+}
+
+impl Batch {
+    /// `hetsched hold JOB` (`hold`) or `release JOB`: whether job `job`'s pending tasks may be
+    /// dispatched. Returns how many pending tasks the call held or queued again (0 when it was
+    /// already so).
+    pub fn hold(&mut self, cx: &mut Ctx, job: u64, hold: bool) -> Result<u64, StateError> {
+        let Some(j) = self.job_rec(job).filter(|_| !self.retention.is_purged(job)) else {
+            return Err(StateError::NoJob(job));
+        };
+        if hold == self.waiting.held_by_user(job) {
+            return Ok(0);
+        }
+        let (apps, range, state) = (j.apps.clone(), j.tasks.clone(), self.job_state(j));
+        if hold && !matches!(state, "pending" | "running") {
+            return Err(StateError::Invalid(format!(
+                "job {job} has ended ({state}): nothing to hold"
+            )));
+        }
+        if let Some(i) = self.job_index(job) {
+            self.jobs[i].row.held = hold;
+        }
+        self.held_changed.push((job, hold));
+        let pending = |b: &Batch| {
+            range
+                .clone()
+                .filter(|&t| {
+                    b.tasks
+                        .get(t as usize)
+                        .is_some_and(|r| r.state == TaskState::Pending)
+                })
+                .count() as u64
+        };
+        if hold {
+            let already_waiting = self.waiting.waits(job);
+            self.waiting.held_by_user.insert(job);
+            if !already_waiting {
+                // Out of the queues, into the job's waiting list, application by application.
+                for app in apps {
+                    cx.view.cancel_pending(AppId(app));
+                    let tasks: Vec<TaskId> = self
+                        .tasks_of_app(app)
+                        .filter(|r| r.state == TaskState::Pending)
+                        .map(|r| TaskId(r.id))
+                        .collect();
+                    if !tasks.is_empty() {
+                        self.waiting.hold(job, app, tasks);
+                    }
+                }
+            }
+            Ok(pending(self))
+        } else {
+            self.waiting.held_by_user.remove(&job);
+            self.waiting.ended = true;
+            let n = pending(self);
+            self.settle_waiting(cx)?;
+            Ok(if self.waiting.waits(job) { 0 } else { n })
+        }
     }
 }
