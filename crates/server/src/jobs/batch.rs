@@ -407,6 +407,8 @@ impl Batch {
             if (runs_after_others || row.held) && !pending.is_empty() {
                 self.waiting
                     .hold(row.id, app.id.0, std::mem::take(&mut pending));
+                self.waiting
+                    .name(row.id, row.after.iter().chain(&row.after_any).copied());
             }
             let id = cx.view.add_application(app, pending)?;
             // `accelerator = required|preferred` (spec 01) is applied by the view's `fits`.
@@ -703,6 +705,21 @@ impl Batch {
         Ok(n)
     }
 
+    /// A task of application `app` ended for good: if that ended its job, the jobs waiting on
+    /// it are due ([`after`]). One addition per application of the job, not a look at every
+    /// waiting job.
+    fn task_ended(&mut self, app: u32) {
+        let Some(job) = self.apps.get(app as usize).map(|r| r.job) else {
+            return;
+        };
+        if let Some(j) = self.job_rec(job) {
+            let c = self.job_counts(j);
+            if c.pending + c.running == 0 {
+                self.waiting.job_ended(job);
+            }
+        }
+    }
+
     /// A dispatched task goes back to the front of its application's queue (a retry, a loss),
     /// or, when its job is held, to the job's waiting tasks.
     fn requeue(&mut self, cx: &mut Ctx, a: &Assignment) {
@@ -741,7 +758,8 @@ impl Batch {
             cx.view.cancel_pending(AppId(app));
         }
         self.waiting.forget(job);
-        self.waiting.task_ended();
+        // Jobs waiting on this one are looked at again.
+        self.waiting.job_ended(job);
         for id in range {
             // A finished job's rows may have left memory: none of them is pending or running.
             let Some(t) = self.tasks.get(id as usize) else {
@@ -1187,7 +1205,7 @@ impl JobKind for Batch {
             cx.metrics.result(Outcome::Succeeded);
             let (app, d) = (t.app, t.finished_ns - t.started_ns);
             cx.view.task_finished(&a);
-            self.waiting.task_ended();
+            self.task_ended(a.app.0);
             self.observe(cx, app, a.variant, d)?;
         } else {
             let retries = self.apps.get(t.app as usize).map_or(0, |app| app.retries);
@@ -1211,7 +1229,7 @@ impl JobKind for Batch {
                 moved(&mut self.apps, t.app, t.state, TaskState::Failed);
                 t.state = TaskState::Failed;
                 cx.view.task_abandoned(&a);
-                self.waiting.task_ended();
+                self.task_ended(a.app.0);
                 cx.metrics.result(Outcome::Failed);
             }
         }
@@ -1246,7 +1264,7 @@ impl JobKind for Batch {
             t.exit_code = None;
             t.message = format!("{reason}; gave up after {} attempts", t.attempt);
             cx.view.task_abandoned(&a);
-            self.waiting.task_ended();
+            self.task_ended(a.app.0);
             // In this event, not at the next heartbeat: a purge in between would hide how the
             // job ended from the jobs waiting on it.
             self.settle_waiting(cx)?;

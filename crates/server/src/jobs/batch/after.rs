@@ -24,33 +24,49 @@ use super::{Batch, Ctx, TaskId};
 use crate::state::StateError;
 use crate::store::TaskState;
 use hetsched_core::AppId;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use tracing::info;
 
 /// Most jobs one job may run after.
 pub const MAX_AFTER: usize = 64;
 
-/// The jobs whose tasks wait, and those tasks by application.
+/// The jobs whose tasks wait, those tasks by application, and which of them to look at next.
 #[derive(Debug, Default)]
 pub(super) struct Waiting {
     /// Job id → (application, its pending tasks in queue order), kept out of the view.
     held: BTreeMap<u64, Vec<(u32, Vec<TaskId>)>>,
-    /// Whether a task ended since the waiting jobs were last looked at.
-    ended: bool,
     /// Jobs held by `hetsched hold` (they wait whatever the jobs they run after did).
-    held_by_user: std::collections::BTreeSet<u64>,
+    held_by_user: BTreeSet<u64>,
+    /// Job → the waiting jobs that name it (`after` or `after_any`), so that a task's end looks
+    /// only at the jobs that wait on its job, not at every waiting job.
+    waiters: HashMap<u64, Vec<u64>>,
+    /// Waiting jobs to look at on the next [`Batch::settle_waiting`].
+    due: BTreeSet<u64>,
 }
 
 impl Waiting {
     /// Keeps `tasks` of application `app` of job `job` out of the queues.
     pub(super) fn hold(&mut self, job: u64, app: u32, tasks: Vec<TaskId>) {
         self.held.entry(job).or_default().push((app, tasks));
-        self.ended = true;
+        self.due.insert(job);
     }
 
-    /// A task ended: a job something waits on may have finished.
-    pub(super) fn task_ended(&mut self) {
-        self.ended |= !self.held.is_empty();
+    /// Waiting job `job` names `jobs` (`after` and `after_any`).
+    pub(super) fn name(&mut self, job: u64, jobs: impl Iterator<Item = u64>) {
+        for d in jobs {
+            let list = self.waiters.entry(d).or_default();
+            if !list.contains(&job) {
+                list.push(job);
+            }
+        }
+    }
+
+    /// Job `job` ended (its last task ended, or it was cancelled): the jobs waiting on it are
+    /// looked at again.
+    pub(super) fn job_ended(&mut self, job: u64) {
+        if let Some(list) = self.waiters.get(&job) {
+            self.due.extend(list.iter().copied());
+        }
     }
 
     /// Whether job `job` still waits (for the jobs it runs after, or for its release).
@@ -62,6 +78,18 @@ impl Waiting {
     pub(super) fn forget(&mut self, job: u64) {
         self.held.remove(&job);
         self.held_by_user.remove(&job);
+    }
+
+    /// Job `job`, which named `jobs`, waits no more: it leaves their lists of waiters.
+    fn unname(&mut self, job: u64, jobs: &[u64]) {
+        for d in jobs {
+            if let Some(list) = self.waiters.get_mut(d) {
+                list.retain(|&w| w != job);
+                if list.is_empty() {
+                    self.waiters.remove(d);
+                }
+            }
+        }
     }
 
     /// Job `job` is held by a user (restored from its row; its tasks are held by [`Waiting::hold`]).
@@ -144,18 +172,17 @@ impl Batch {
         })
     }
 
-    /// Releases the waiting jobs whose `after` jobs all completed and whose `after_any` jobs all
-    /// ended, and cancels those one of whose `after` jobs ended failed or cancelled. Cheap when
-    /// no task ended since the last look.
+    /// Looks at the waiting jobs that are due (a job they name had a task end, or they were just
+    /// submitted, restored, re-queued into or released): releases those whose `after` jobs all
+    /// completed and whose `after_any` jobs all ended, and cancels those one of whose `after`
+    /// jobs ended failed or cancelled. Costs nothing when none is due.
     pub(super) fn settle_waiting(&mut self, cx: &mut Ctx) -> Result<(), StateError> {
-        if !std::mem::take(&mut self.waiting.ended) {
-            return Ok(());
-        }
-        let jobs: Vec<u64> = (self.waiting.held.keys())
-            .filter(|j| !self.waiting.held_by_user.contains(j))
-            .copied()
-            .collect();
-        for job in jobs {
+        // In id order: a job cancelled here makes the jobs waiting on it (higher ids) due in the
+        // same pass.
+        while let Some(job) = self.waiting.due.pop_first() {
+            if !self.waiting.held.contains_key(&job) || self.waiting.held_by_user.contains(&job) {
+                continue;
+            }
             let Some((after, after_any)) = self
                 .job_rec(job)
                 .map(|j| (j.row.after.clone(), j.row.after_any.clone()))
@@ -181,6 +208,8 @@ impl Batch {
                 .any(|&d| matches!(self.outcome_of(d), Some(Outcome::Unfinished) | None));
             if let Some((d, state)) = ended {
                 self.waiting.forget(job);
+                self.waiting.unname(job, &after);
+                self.waiting.unname(job, &after_any);
                 let n = self.cancel_job(
                     cx,
                     job,
@@ -193,6 +222,8 @@ impl Batch {
                     "job cancelled: a job it runs after ended {state}"
                 );
             } else if !unfinished {
+                self.waiting.unname(job, &after);
+                self.waiting.unname(job, &after_any);
                 let held = self.waiting.held.remove(&job).unwrap_or_default();
                 let mut n = 0;
                 for (app, tasks) in held {
@@ -262,7 +293,7 @@ impl Batch {
             Ok(pending(self))
         } else {
             self.waiting.held_by_user.remove(&job);
-            self.waiting.ended = true;
+            self.waiting.due.insert(job);
             let n = pending(self);
             self.settle_waiting(cx)?;
             Ok(if self.waiting.waits(job) { 0 } else { n })
