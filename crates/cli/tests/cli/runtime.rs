@@ -1448,17 +1448,9 @@ fn a_job_submitted_after_another_starts_when_it_completes_and_is_cancelled_if_it
     let mut c = Cluster::start("after-jobs", false);
     c.start_agent("a", 4, &[]);
     c.wait_for_nodes(1);
-    let ok = |out: std::process::Output| {
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
     // The first job writes a file after a while; the second, after it, reads it.
-    ok(c.cli(&["submit", "--shell", "--", "sleep 1; echo ready > first.txt"]));
-    ok(c.cli(&[
+    c.ok(&["submit", "--shell", "--", "sleep 1; echo ready > first.txt"]);
+    c.ok(&[
         "submit",
         "--after",
         "last",
@@ -1468,14 +1460,14 @@ fn a_job_submitted_after_another_starts_when_it_completes_and_is_cancelled_if_it
         "sh",
         "-c",
         "cat first.txt > second-{index}.txt",
-    ]));
-    let shown = ok(c.cli(&["job", "2"]));
+    ]);
+    let shown = c.ok(&["job", "2"]);
     assert!(
         shown.contains("runs after job 1 (once completed): waiting"),
         "{shown}"
     );
     assert_eq!(c.json(&["job", "2"])["waiting"], true);
-    ok(c.cli(&["wait", "2"]));
+    c.ok(&["wait", "2"]);
     for i in 0..2 {
         let text = std::fs::read_to_string(c.dir.join(format!("second-{i}.txt"))).expect("read");
         assert_eq!(text, "ready\n", "the second job ran after the first ended");
@@ -1483,8 +1475,8 @@ fn a_job_submitted_after_another_starts_when_it_completes_and_is_cancelled_if_it
     assert_eq!(c.json(&["job", "2"])["waiting"], false);
 
     // A failing job: the one after it is cancelled, and `wait` on it fails.
-    ok(c.cli(&["submit", "--shell", "--", "sleep 0.3; exit 3"]));
-    ok(c.cli(&["submit", "--after", "3", "--", "touch", "never.txt"]));
+    c.ok(&["submit", "--shell", "--", "sleep 0.3; exit 3"]);
+    c.ok(&["submit", "--after", "3", "--", "touch", "never.txt"]);
     let out = c.cli(&["wait", "4"]);
     assert!(!out.status.success(), "a cancelled job does not complete");
     assert_eq!(c.json(&["job", "4"])["state"], "cancelled");
@@ -1494,7 +1486,7 @@ fn a_job_submitted_after_another_starts_when_it_completes_and_is_cancelled_if_it
     );
     assert!(!c.dir.join("never.txt").exists());
     // `--after-any`: runs after the failed job too.
-    ok(c.cli(&[
+    c.ok(&[
         "submit",
         "--after-any",
         "3",
@@ -1502,18 +1494,16 @@ fn a_job_submitted_after_another_starts_when_it_completes_and_is_cancelled_if_it
         "--",
         "touch",
         "gathered.txt",
-    ]));
+    ]);
     assert!(c.dir.join("gathered.txt").exists());
-    let shown = ok(c.cli(&["job", "5"]));
+    let shown = c.ok(&["job", "5"]);
     assert!(
         shown.contains("runs after job 3 (once ended, however)"),
         "{shown}"
     );
-    let out = c.cli(&["submit", "--after", "3,1", "--", "true"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("--after: job 3 ended failed"),
-        "{err}"
+    c.refused(
+        &["submit", "--after", "3,1", "--", "true"],
+        "--after: job 3 ended failed",
     );
 }
 
@@ -1569,11 +1559,9 @@ fn tasks_can_be_listed_by_state() {
         vec![],
         "no batch state"
     );
-    let out = c.cli(&["tasks", "--state", "faild"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("unknown task state `faild`: one of pending"),
-        "{err}"
+    c.refused(
+        &["tasks", "--state", "faild"],
+        "unknown task state `faild`: one of pending",
     );
 }
 
@@ -1635,27 +1623,23 @@ fn each_line_of_a_file_is_one_task_with_its_line_as_entry() {
     );
     assert!(c.dir.join("one.done").exists() && c.dir.join("two.done").exists());
     let empty = c.write("empty.txt", "");
-    let out = c.cli(&[
-        "submit",
-        "--each-line",
-        empty.to_str().expect("utf-8"),
-        "--",
-        "true",
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("no lines, so no tasks"),
-        "{err}"
+    c.refused(
+        &[
+            "submit",
+            "--each-line",
+            empty.to_str().expect("utf-8"),
+            "--",
+            "true",
+        ],
+        "no lines, so no tasks",
     );
     let job = c.write(
         "job.toml",
         "[[application]]\nname = \"a\"\ntasks = 1\n[application.cpu]\ncommand = \"true\"\n",
     );
-    let out = c.cli(&["submit", job.to_str().expect("utf-8"), "--each-line", "x"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("--each-line is for a command"),
-        "{err}"
+    c.refused(
+        &["submit", job.to_str().expect("utf-8"), "--each-line", "x"],
+        "--each-line is for a command",
     );
 }
 
@@ -1666,30 +1650,23 @@ fn a_held_job_waits_for_its_release() {
     let mut c = Cluster::start("hold", false);
     c.start_agent("a", 1, &[]);
     c.wait_for_nodes(1);
-    let ok = |out: std::process::Output| {
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    ok(c.cli(&[
+    c.ok(&[
         "submit",
         "--tasks",
         "3",
         "--shell",
         "--",
         "sleep 0.5; touch t-{index}",
-    ]));
+    ]);
     wait_until("the first task to run", Duration::from_secs(10), || {
         c.json(&["job", "1"])["counts"]["running"] == 1
     });
-    let said = ok(c.cli(&["hold", "last"]));
+    let said = c.ok(&["hold", "last"]);
     assert!(said.contains("job 1: 2 pending task(s) held"), "{said}");
-    assert!(ok(c.cli(&["jobs"])).contains("held"));
+    assert!(c.ok(&["jobs"]).contains("held"));
     assert!(
-        ok(c.cli(&["job", "1"])).contains("held: its pending tasks wait for `hetsched release 1`")
+        c.ok(&["job", "1"])
+            .contains("held: its pending tasks wait for `hetsched release 1`")
     );
     // The running task ends; nothing else starts while the job is held (the heartbeat that
     // recorded its result would have carried the next task).
@@ -1702,8 +1679,8 @@ fn a_held_job_waits_for_its_release() {
         (Some(0), Some(2))
     );
     assert_eq!(c.json(&["job", "1"])["held"], true);
-    let said = ok(c.cli(&["release", "1"]));
+    let said = c.ok(&["release", "1"]);
     assert!(said.contains("job 1: 2 pending task(s) released"), "{said}");
-    ok(c.cli(&["wait", "1"]));
+    c.ok(&["wait", "1"]);
     assert!((0..3).all(|i| c.dir.join(format!("t-{i}")).exists()));
 }

@@ -337,6 +337,27 @@ impl Cluster {
         self.command(args).output().expect("run hetsched")
     }
 
+    /// Runs `hetsched ARGS`, asserts it succeeded, and returns its standard output.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs `hetsched ARGS`, asserts it failed saying `says` on standard error.
+    pub fn refused(&self, args: &[&str], says: &str) {
+        let out = self.cli(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(says),
+            "{args:?}: {err}"
+        );
+    }
+
     pub fn json(&self, args: &[&str]) -> serde_json::Value {
         let mut full = args.to_vec();
         full.extend(["--output", "json"]);
