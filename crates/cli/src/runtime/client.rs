@@ -728,6 +728,22 @@ pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The reply of a call that changed something: JSON with `--output json`, else the line `line`
+/// writes for people.
+fn answer<T: serde::Serialize>(
+    args: &ClientArgs,
+    reply: &T,
+    line: impl FnOnce(&T) -> String,
+) -> anyhow::Result<()> {
+    match args.output {
+        Output::Json => json(reply),
+        Output::Table | Output::Dot => {
+            println!("{}", line(reply));
+            Ok(())
+        }
+    }
+}
+
 /// `hetsched node remove NAME`.
 pub async fn remove_node(args: &ClientArgs, name: &str) -> anyhow::Result<()> {
     let reply = connect(args)
@@ -738,13 +754,9 @@ pub async fn remove_node(args: &ClientArgs, name: &str) -> anyhow::Result<()> {
         .await
         .map_err(refused)?
         .into_inner();
-    match args.output {
-        Output::Json => json(&reply),
-        Output::Table | Output::Dot => {
-            println!("node `{name}` (id {}) removed", reply.node_id);
-            Ok(())
-        }
-    }
+    answer(args, &reply, |r| {
+        format!("node `{name}` (id {}) removed", r.node_id)
+    })
 }
 
 /// `hetsched node drain NAME` (`drain`) and `hetsched node resume NAME`.
@@ -758,20 +770,16 @@ pub async fn drain_node(args: &ClientArgs, name: &str, drain: bool) -> anyhow::R
         .await
         .map_err(refused)?
         .into_inner();
-    match args.output {
-        Output::Json => json(&reply),
-        Output::Table if drain => {
-            println!(
+    answer(args, &reply, |r| {
+        if drain {
+            format!(
                 "node `{name}` drained: no new work; {} running task(s) finish there",
-                reply.running
-            );
-            Ok(())
+                r.running
+            )
+        } else {
+            format!("node `{name}` resumed: it takes new work again")
         }
-        Output::Table | Output::Dot => {
-            println!("node `{name}` resumed: it takes new work again");
-            Ok(())
-        }
-    }
+    })
 }
 
 /// `hetsched cancel`.
@@ -782,13 +790,9 @@ pub async fn cancel(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         .await
         .map_err(refused)?
         .into_inner();
-    match args.output {
-        Output::Json => json(&reply),
-        Output::Table | Output::Dot => {
-            println!("job {id}: {} task(s) cancelled", reply.cancelled);
-            Ok(())
-        }
-    }
+    answer(args, &reply, |r| {
+        format!("job {id}: {} task(s) cancelled", r.cancelled)
+    })
 }
 
 /// `hetsched hold` (`hold`) and `hetsched release`.
@@ -799,17 +803,13 @@ pub async fn hold(args: &ClientArgs, id: u64, hold: bool) -> anyhow::Result<()> 
         .await
         .map_err(refused)?
         .into_inner();
-    match args.output {
-        Output::Json => json(&reply),
-        Output::Table | Output::Dot => {
-            println!(
-                "job {id}: {} pending task(s) {}",
-                reply.tasks,
-                if hold { "held" } else { "released" }
-            );
-            Ok(())
-        }
-    }
+    answer(args, &reply, |r| {
+        format!(
+            "job {id}: {} pending task(s) {}",
+            r.tasks,
+            if hold { "held" } else { "released" }
+        )
+    })
 }
 
 /// `hetsched wait`.
