@@ -36,8 +36,9 @@ pub const POLL: Duration = Duration::from_millis(100);
 /// few seconds, so this is a pause between held asks, not a polling period.
 pub const ROOM_POLL: Duration = Duration::from_millis(20);
 
-/// The longest the server may hold an ask of an agent that holds no chunk.
-const IDLE_HOLD: Duration = Duration::from_secs(25);
+/// The longest the server may hold an ask of an agent that holds no chunk (the open call keeps
+/// the agent present meanwhile; the server holds no call longer than a minute).
+const IDLE_HOLD: Duration = Duration::from_secs(60);
 
 /// Largest chunk output uploaded in one piece.
 const PIECE: usize = 256 << 10;

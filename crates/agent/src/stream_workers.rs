@@ -2,8 +2,8 @@
 //! server (`TopologyAgent.SyncWorkers`) which worker processes it runs, with each worker's latest
 //! counters, and starts or stops workers to match the answer. An agent that runs no worker
 //! asks to be held: the server answers when it has a worker for this node (or after at most
-//! [`IDLE_HOLD`], looking at it again every few seconds meanwhile), so an idle agent costs the
-//! server one call every 25 s.
+//! [`IDLE_HOLD`]; the open call keeps the node alive in the topology kind meanwhile), so an
+//! idle agent costs the server one call a minute.
 //!
 //! A worker is `hetsched stream-worker --config FILE` (this same executable), driven over its
 //! stdin and stdout (`hetsched_stream::process`): the agent forwards the addresses of the
@@ -109,9 +109,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// How often an agent running stream workers syncs (their reports ride on it).
 const SYNC_INTERVAL: Duration = Duration::from_millis(500);
 
-/// The longest the server may hold the sync of an agent running no worker (it looks at it
-/// again every few seconds meanwhile, which keeps the node seen).
-const IDLE_HOLD: Duration = Duration::from_secs(25);
+/// The longest the server may hold the sync of an agent running no worker (the open call keeps
+/// the node seen meanwhile; the server holds no call longer than a minute).
+const IDLE_HOLD: Duration = Duration::from_secs(60);
 
 /// Starts the sync loop in the background.
 pub fn spawn(

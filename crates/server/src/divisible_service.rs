@@ -13,6 +13,7 @@ use crate::durable::Durable;
 use crate::jobs::divisible::{ChunkKey, ChunkRequest, ChunkResult, DivError, DivisibleInfo, PIECE};
 use crate::service::{Run, read_state, with_state};
 use crate::state::State;
+use crate::state::nodes::Presence;
 use hetsched_proto as pb;
 use std::io::Write;
 use std::path::PathBuf;
@@ -185,16 +186,18 @@ impl pb::divisible_server::Divisible for DivisibleService {
         // idle agent costs one call per hold, not one per poll, and a chunk goes out as soon as
         // it is this agent's turn.
         let room = r.room;
-        // An agent holding no chunk may be held longer than a look period: each look keeps it
-        // alive (`Divisible::next_chunk` notes it), and with no chunk out on it nothing its
+        // An agent holding no chunk may be held longer than a look period: the open call keeps
+        // it present in the kind (`Divisible::held`), and with no chunk out on it nothing its
         // `holding` list says can go stale meanwhile.
-        let answer_within = (r.holding.is_empty() && hold_ms > 0)
-            .then(|| std::time::Duration::from_millis(hold_ms));
+        let long = r.holding.is_empty() && hold_ms > 0;
+        let answer_within = long.then(|| std::time::Duration::from_millis(hold_ms));
+        let presence = long.then(|| Presence::Chunks(r.name.clone()));
         let reply = crate::service::held_event(
             &self.state,
             &self.durable,
             &self.stopping,
             answer_within,
+            presence,
             move |s| {
                 let (changes, hold) = s.divisible_changes();
                 Ok((s.on_next_chunk(r.clone())?, changes, hold))

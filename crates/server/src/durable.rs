@@ -27,7 +27,6 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
-use std::time::Duration;
 use tokio::sync::watch;
 
 /// Why a write could not be made durable.
@@ -51,15 +50,30 @@ struct Progress {
     failed: u64,
 }
 
+/// The flusher's inbox.
+#[derive(Default)]
+struct Requests {
+    asked: Mutex<Asked>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct Asked {
+    /// The highest write count a caller waits for.
+    seq: u64,
+    /// The [`Durable`] is gone: the flusher stops.
+    closed: bool,
+}
+
 /// The durability of one store's writes (see the module documentation).
 pub struct Durable {
     /// The store's WAL (`None`: an in-memory store, durable as soon as written).
     wal: Option<PathBuf>,
     /// Successful writes so far.
     written: AtomicU64,
-    /// The highest write count a caller waits for.
-    requested: Mutex<u64>,
-    wake: Condvar,
+    /// What callers ask of the flusher thread (shared with it: it holds no handle to `self`
+    /// while it waits, so it sleeps until asked, not on a timer).
+    requests: Arc<Requests>,
     progress: watch::Sender<Progress>,
     /// Whether the flusher thread runs (else a waiter syncs itself).
     started: AtomicBool,
@@ -90,8 +104,7 @@ impl Durable {
         Arc::new(Durable {
             wal,
             written: AtomicU64::new(0),
-            requested: Mutex::new(0),
-            wake: Condvar::new(),
+            requests: Arc::default(),
             progress: watch::Sender::new(Progress::default()),
             started: AtomicBool::new(false),
             syncing: AtomicBool::new(false),
@@ -128,9 +141,10 @@ impl Durable {
             return;
         }
         let me: Weak<Durable> = Arc::downgrade(self);
+        let requests = self.requests.clone();
         let spawned = std::thread::Builder::new()
             .name("hetsched-wal-sync".into())
-            .spawn(move || flusher(me));
+            .spawn(move || flusher(me, &requests));
         if let Err(e) = spawned {
             tracing::warn!("cannot start the WAL sync thread ({e}); replies sync themselves");
             self.started.store(false, Ordering::SeqCst);
@@ -157,10 +171,14 @@ impl Durable {
         // Only a failure after this call's request fails it (an older one was retried since).
         let failures = rx.borrow().failures;
         {
-            let mut r = self.requested.lock().unwrap_or_else(|p| p.into_inner());
-            *r = (*r).max(seq);
+            let mut r = self
+                .requests
+                .asked
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            r.seq = r.seq.max(seq);
         }
-        self.wake.notify_one();
+        self.requests.wake.notify_one();
         let p = *rx
             .wait_for(|p| p.synced >= seq || (p.failures > failures && p.failed >= seq))
             .await
@@ -238,36 +256,51 @@ impl Durable {
     }
 }
 
-/// The flusher: waits for a request beyond what is synced, then syncs once for every write
-/// committed so far (all the requests that arrived meanwhile share it).
-fn flusher(me: Weak<Durable>) {
+impl Drop for Durable {
+    fn drop(&mut self) {
+        self.requests
+            .asked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .closed = true;
+        self.requests.wake.notify_all();
+    }
+}
+
+/// The flusher: sleeps until a request beyond the last it handled (or the store is gone), then
+/// syncs once for every write committed so far (all the requests that arrived meanwhile share
+/// it). It holds the [`Durable`] only while it syncs, so dropping the last handle stops it.
+fn flusher(me: Weak<Durable>, requests: &Requests) {
+    // The highest request handled (or, after a failure, what was synced).
+    let mut handled = 0;
     loop {
+        let wanted = {
+            let mut r = requests.asked.lock().unwrap_or_else(|p| p.into_inner());
+            while !r.closed && r.seq <= handled {
+                r = requests.wake.wait(r).unwrap_or_else(|p| p.into_inner());
+            }
+            if r.closed {
+                return;
+            }
+            r.seq
+        };
+        handled = wanted;
         let Some(d) = me.upgrade() else {
             return;
         };
-        let wanted = {
-            let r = d.requested.lock().unwrap_or_else(|p| p.into_inner());
-            let synced = d.progress.borrow().synced;
-            if *r > synced {
-                Some(*r)
-            } else {
-                // Wake up now and then to notice that the store is gone.
-                let (r, _) = d
-                    .wake
-                    .wait_timeout(r, Duration::from_secs(1))
-                    .unwrap_or_else(|p| p.into_inner());
-                (*r > synced).then_some(*r)
-            }
-        };
-        if let Some(seq) = wanted
-            && let Err(e) = d.sync_through(seq)
-        {
+        if d.progress.borrow().synced >= wanted {
+            // A waiter synced it on its own thread.
+            continue;
+        }
+        if let Err(e) = d.sync_through(wanted) {
             tracing::error!("{e}");
-            // Not in a tight loop: the next request tries again.
-            let mut r = d.requested.lock().unwrap_or_else(|p| p.into_inner());
-            if *r <= seq {
-                *r = d.progress.borrow().synced;
+            // Not in a tight loop: the next request (even for the same writes) tries again.
+            let synced = d.progress.borrow().synced;
+            let mut r = requests.asked.lock().unwrap_or_else(|p| p.into_inner());
+            if r.seq <= wanted {
+                r.seq = synced;
             }
+            handled = synced;
         }
     }
 }

@@ -258,6 +258,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         config.tls.as_ref(),
         relay,
         stopping_rx,
+        timeout,
     )
     .await?;
     let router =

@@ -18,6 +18,7 @@ use crate::datadir::Credentials;
 use crate::durable::Durable;
 use crate::logs::LogRelay;
 use crate::metrics::Metrics;
+use crate::state::nodes::Presence;
 use crate::state::{State, StateError, TasksListing};
 use crate::store::StoreReader;
 use hetsched_proto as pb;
@@ -176,8 +177,10 @@ pub struct AgentService(
     tokio::sync::watch::Receiver<bool>,
 );
 
-/// The longest an `AwaitWork` is held (the agent calls again at once).
-const MAX_WAKE_HOLD: std::time::Duration = std::time::Duration::from_secs(25);
+/// The longest an `AwaitWork` is held (the agent calls again at once). The open call is the
+/// idle node's sign of life, and HTTP/2 keepalive ends it if the agent's host vanishes, so it
+/// may be long: an idle agent costs one call a minute here.
+const MAX_WAKE_HOLD: std::time::Duration = std::time::Duration::from_secs(60);
 
 #[tonic::async_trait]
 impl Agent for AgentService {
@@ -253,6 +256,9 @@ impl Agent for AgentService {
                 "no node with this id and identity: register first",
             ));
         };
+        // Until this call ends — answered, or dropped with its connection — the node counts as
+        // alive without heartbeats (`State::check_dead`).
+        let _present = Present::open(&self.0, Presence::Node(id))?;
         let until = tokio::time::Instant::now() + MAX_WAKE_HOLD;
         let mut stopping = self.4.clone();
         loop {
@@ -261,6 +267,58 @@ impl Agent for AgentService {
                 return Ok(Response::new(pb::AwaitWorkReply { wake }));
             }
             held(&mut wakes, until, &mut stopping).await;
+        }
+    }
+}
+
+/// A call held open that says its agent lives ([`Presence`]): counted open when made, closed
+/// when dropped — the call answered, or cancelled because its connection closed.
+struct Present {
+    state: Shared,
+    who: Presence,
+}
+
+impl Present {
+    /// Counts `who` open. Synchronous, so no cancellation can fall between the count and the
+    /// guard that undoes it.
+    fn open(state: &Shared, who: Presence) -> Result<Present, Status> {
+        let open = |s: &mut State| s.presence(&who, true);
+        match state.try_lock() {
+            Ok(mut s) => open(&mut s),
+            Err(std::sync::TryLockError::WouldBlock) => blocking(|| match state.lock() {
+                Ok(mut s) => {
+                    open(&mut s);
+                    Ok(())
+                }
+                Err(_) => Err(Status::internal("server state poisoned")),
+            })?,
+            Err(std::sync::TryLockError::Poisoned(_)) => {
+                return Err(Status::internal("server state poisoned"));
+            }
+        }
+        Ok(Present {
+            state: state.clone(),
+            who,
+        })
+    }
+}
+
+impl Drop for Present {
+    fn drop(&mut self) {
+        match self.state.try_lock() {
+            Ok(mut s) => s.presence(&self.who, false),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                // A long call holds the lock: do not park this worker behind it.
+                let (state, who) = (self.state.clone(), self.who.clone());
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    rt.spawn_blocking(move || {
+                        if let Ok(mut s) = state.lock() {
+                            s.presence(&who, false);
+                        }
+                    });
+                }
+            }
+            Err(std::sync::TryLockError::Poisoned(_)) => {}
         }
     }
 }
@@ -281,21 +339,24 @@ pub struct ClientService(
 const MAX_JOB_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The longest a call held open on an event is left unanswered ([`held_event`]).
-pub const MAX_HELD: std::time::Duration = std::time::Duration::from_secs(25);
+pub const MAX_HELD: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A call held open on an event: `look` runs as an event (under the state's lock, answered once
 /// its writes are durable) and returns the answer, a receiver of the changes that could alter it
 /// (subscribed under the same lock, so none is missed between) and the longest the state lets
-/// pass between two looks (looking is what keeps an idle agent alive in its kind). The call is
-/// answered when `ready(&answer)`, when the server stops, or when `answer_within` (at most
-/// [`MAX_HELD`]; None: one look period) has passed since the first look; otherwise it waits for
-/// a change or the next look period and looks again. Idle agents' `NextChunk` and `SyncWorkers`
-/// are held so: a look inside the server costs far less than the agent's call it replaces.
+/// pass between two looks (looking notes the agent alive in its kind). The call is answered
+/// when `ready(&answer)`, when the server stops, or when `answer_within` (at most [`MAX_HELD`];
+/// None: one look period) has passed since the first look; otherwise it waits for a change or
+/// the next look period and looks again. With a `presence`, the open call itself is the agent's
+/// sign of life in its kind from the first look until it ends, so it is looked at again only
+/// on a change. Idle agents' `NextChunk` and `SyncWorkers` are held so: an idle agent costs one
+/// call per hold.
 pub(crate) async fn held_event<T: Send + 'static>(
     state: &Shared,
     durable: &Durable,
     stopping: &tokio::sync::watch::Receiver<bool>,
     answer_within: Option<std::time::Duration>,
+    presence: Option<Presence>,
     look: impl Fn(
         &mut State,
     )
@@ -307,17 +368,29 @@ pub(crate) async fn held_event<T: Send + 'static>(
 ) -> Result<T, Status> {
     let mut stopping = stopping.clone();
     let mut deadline: Option<tokio::time::Instant> = None;
+    // Counted open after the first look (which notes the agent in its kind), closed when this
+    // call ends.
+    let mut to_open = presence;
+    let mut present: Option<Present> = None;
     loop {
         let (answer, mut changes, period) = with_state(state, durable, Run::Inline, look.clone())
             .await?
             .into_inner();
+        if let Some(who) = to_open.take() {
+            present = Some(Present::open(state, who)?);
+        }
         let now = tokio::time::Instant::now();
         let deadline = *deadline
             .get_or_insert_with(|| now + answer_within.map_or(period, |d| d.min(MAX_HELD)));
         if ready(&answer) || *stopping.borrow() || now >= deadline {
             return Ok(answer);
         }
-        held(&mut changes, deadline.min(now + period), &mut stopping).await;
+        let until = if present.is_some() {
+            deadline
+        } else {
+            deadline.min(now + period)
+        };
+        held(&mut changes, until, &mut stopping).await;
     }
 }
 
@@ -604,7 +677,9 @@ impl tonic::service::Interceptor for CheckToken {
 
 /// The whole gRPC router: agent and client services behind the token check, and health, with
 /// the [`LogRelay`] shared with the dashboard; `stopping` turns true when the server stops (calls
-/// held open answer then).
+/// held open answer then). Every connection is pinged (HTTP/2 keepalive) every `dead_timeout`
+/// and closed when a ping goes unanswered for half of it: an idle agent lives by its open
+/// `AwaitWork` call, and this is how the call of an agent whose host vanished (no FIN) ends.
 pub async fn router_with(
     state: Shared,
     metrics: Arc<Metrics>,
@@ -612,6 +687,7 @@ pub async fn router_with(
     tls: Option<&TlsConfig>,
     relay: Arc<LogRelay>,
     stopping: tokio::sync::watch::Receiver<bool>,
+    dead_timeout: std::time::Duration,
 ) -> Result<tonic::transport::server::Router, ServerError> {
     let (durable, reader) = {
         let s = state.lock().map_err(|_| ServerError::Poisoned)?;
@@ -625,7 +701,9 @@ pub async fn router_with(
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<AgentServer<AgentService>>().await;
     reporter.set_serving::<ClientServer<ClientService>>().await;
-    let mut builder = tonic::transport::Server::builder();
+    let mut builder = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(dead_timeout))
+        .http2_keepalive_timeout(Some(dead_timeout / 2));
     if let Some(tls) = tls {
         let read = |p: &std::path::Path| {
             std::fs::read(p).map_err(|source| ServerError::Io {

@@ -11,6 +11,7 @@ use crate::jobs::topology::{
     TopologyError, TopologySubmission, WorkerSeen, WorkersSeen, WorkersToRun,
 };
 use crate::service::{Run, Shared, with_state};
+use crate::state::nodes::Presence;
 use hetsched_proto as pb;
 use hetsched_stream::WorkerReport;
 use hetsched_stream::metrics::{ExecutorReport, LatencySummary, PairCount};
@@ -234,11 +235,14 @@ impl pb::topology_agent_server::TopologyAgent for AgentService {
         // for it either, the call is held until where workers run changes (or the hold ends),
         // then looked at again.
         let may_hold = hold_ms > 0 && seen.workers.is_empty();
+        // Held, the open call keeps the node alive in the kind (`Topology::held`).
+        let presence = may_hold.then(|| Presence::Workers(seen.node.clone()));
         let answer = crate::service::held_event(
             &self.0,
             &self.1,
             &self.2,
             Some(Duration::from_millis(hold_ms)),
+            presence,
             move |s| {
                 let (changes, hold) = s.topology_changes();
                 Ok((s.topology_sync(seen.clone(), from)?, changes, hold))

@@ -38,13 +38,12 @@ pub struct ServerArgs {
     /// How often an agent with work heartbeats when nothing happens (e.g. `500ms`).
     #[arg(long, help = format!("How often an agent with work (a task running, queued or unreported) heartbeats when nothing happens [default: {}]", humantime::format_duration(std::time::Duration::from_nanos(ServerConfig::default().heartbeat_interval.0))))]
     pub heartbeat_interval: Option<humantime::Duration>,
-    /// How often an agent with nothing to report heartbeats (e.g. `2s`; at most half the dead
-    /// timeout).
+    /// How often an agent with nothing to report heartbeats (e.g. `10s`).
     #[arg(
         long,
         help = "How often an agent with nothing to report heartbeats: new work reaches it at once \
-                anyway [default: a quarter of the dead timeout, at least --heartbeat-interval; at \
-                most half the dead timeout]"
+                anyway, and its open wait for work says it lives, so idle beats only refresh what \
+                `hetsched nodes` shows [default: 30s, at least --heartbeat-interval]"
     )]
     pub idle_heartbeat_interval: Option<humantime::Duration>,
     /// Serve Prometheus `/metrics` and `/healthz` over HTTP on this address (no token: use a

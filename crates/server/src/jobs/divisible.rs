@@ -364,6 +364,16 @@ struct AgentSeen {
     last_seen: Instant,
     incarnation: String,
     memory_bytes: u64,
+    /// Asks of this agent held open now ([`Divisible::held`]): while one is, the agent is
+    /// present whatever `last_seen` says.
+    held: u32,
+}
+
+impl AgentSeen {
+    /// Whether the agent counts as alive: an ask held open, or one within the dead timeout.
+    fn present(&self, dead_timeout: Duration) -> bool {
+        self.held > 0 || self.last_seen.elapsed() < dead_timeout
+    }
 }
 
 /// The divisible jobs of one server: the [`Kind::Divisible`] job kind.
@@ -575,6 +585,7 @@ impl Divisible {
                     last_seen: now,
                     incarnation: String::new(),
                     memory_bytes: 0,
+                    held: 0,
                 },
             );
         }
@@ -671,7 +682,7 @@ impl Divisible {
         let mut live: Vec<(String, u64)> = self
             .agents
             .iter()
-            .filter(|(_, a)| a.last_seen.elapsed() < self.dead_timeout && a.memory_bytes > 0)
+            .filter(|(_, a)| a.present(self.dead_timeout) && a.memory_bytes > 0)
             .map(|(n, a)| (n.clone(), a.memory_bytes))
             .collect();
         live.sort();
@@ -697,6 +708,20 @@ impl Divisible {
         }
     }
 
+    /// An ask of agent `name` held open by the chunk service began (`open`) or ended: while one
+    /// is open the agent is present without calling again, and its silence is counted from the
+    /// end of the last one (the call ends when answered, or when its connection closes).
+    pub fn held(&mut self, name: &str, open: bool) {
+        if let Some(a) = self.agents.get_mut(name) {
+            if open {
+                a.held += 1;
+            } else {
+                a.held = a.held.saturating_sub(1);
+                a.last_seen = Instant::now();
+            }
+        }
+    }
+
     /// `NextChunk`: notes the agent, reconciles what it holds, and, when it has room, hands it
     /// the next chunk some running job planned for it.
     pub fn next_chunk(&mut self, req: ChunkRequest) -> Result<ChunkReply, DivError> {
@@ -706,12 +731,14 @@ impl Divisible {
             Some(a) => !a.incarnation.is_empty() && a.incarnation != req.incarnation,
             None => false,
         };
+        let held = self.agents.get(&name).map_or(0, |a| a.held);
         self.agents.insert(
             name.clone(),
             AgentSeen {
                 last_seen: now,
                 incarnation: req.incarnation.clone(),
                 memory_bytes: req.memory_bytes,
+                held,
             },
         );
         let holding: HashSet<(u64, u64)> =
@@ -902,7 +929,7 @@ impl Divisible {
         let dead: Vec<String> = self
             .agents
             .iter()
-            .filter(|(_, a)| a.last_seen.elapsed() >= self.dead_timeout)
+            .filter(|(_, a)| !a.present(self.dead_timeout))
             .map(|(n, _)| n.clone())
             .collect();
         for name in dead {

@@ -223,6 +223,9 @@ struct Rates {
 struct NodeSeen {
     cores: u32,
     seen: Instant,
+    /// Syncs of this node's agent held open now ([`Topology::held`]): while one is, the node
+    /// is alive whatever `seen` says.
+    held: u32,
 }
 
 #[derive(Debug, Default)]
@@ -1094,15 +1097,31 @@ impl Topology {
         Ok(self.cfg.status(inner, run))
     }
 
+    /// A sync of node `node`'s agent held open by the topology service began (`open`) or ended:
+    /// while one is open the node is alive without syncing again, and its silence is counted
+    /// from the end of the last one (the call ends when answered, or when its connection closes).
+    pub fn held(&mut self, node: &str, open: bool) {
+        if let Some(n) = self.inner.nodes.get_mut(node) {
+            if open {
+                n.held += 1;
+            } else {
+                n.held = n.held.saturating_sub(1);
+                n.seen = Instant::now();
+            }
+        }
+    }
+
     /// One agent's sync: records its workers and reports, answers what it should run.
     pub fn sync(&mut self, req: WorkersSeen, from: Option<std::net::IpAddr>) -> WorkersToRun {
         let inner = &mut self.inner;
         let now = self.cfg.core_now();
+        let held = inner.nodes.get(&req.node).map_or(0, |n| n.held);
         inner.nodes.insert(
             req.node.clone(),
             NodeSeen {
                 cores: req.cores.max(1),
                 seen: Instant::now(),
+                held,
             },
         );
         for w in req.workers {
@@ -1374,7 +1393,9 @@ impl Cfg {
         inner
             .nodes
             .iter()
-            .filter(|(name, n)| n.seen.elapsed() < self.dead_timeout && !inner.down.contains(*name))
+            .filter(|(name, n)| {
+                (n.held > 0 || n.seen.elapsed() < self.dead_timeout) && !inner.down.contains(*name)
+            })
             .map(|(name, n)| (name.clone(), n.cores))
             .collect()
     }

@@ -17,8 +17,11 @@ pub struct NodeRec {
     pub spec: Node,
     /// Heartbeating (or within its grace after a restart).
     pub alive: bool,
-    /// Its last registration or heartbeat.
+    /// Its last registration or heartbeat, or when its agent's last `AwaitWork` call ended.
     pub last_seen: Instant,
+    /// `AwaitWork` calls its agent holds open now. While one is open and no task runs here, the
+    /// node lives without heartbeats (an idle agent beats seldom: `idle_heartbeat_interval`).
+    pub awaiting: u32,
     /// Whether the node has registered or heartbeated since this server started (nodes restored
     /// from the store get a longer grace period to come back after a restart).
     pub seen: bool,
@@ -48,6 +51,7 @@ impl NodeRec {
             spec,
             alive: !removed,
             last_seen: Instant::now(),
+            awaiting: 0,
             seen,
             running: HashSet::new(),
             read_bps: 0.0,
@@ -59,6 +63,20 @@ impl NodeRec {
             draining: false,
         }
     }
+}
+
+/// An agent's call that the server holds open and that counts as the agent's sign of life while
+/// it is open ([`State::presence`]): an idle agent then costs one call per hold, not a beat or a
+/// look every fraction of the dead timeout. All of an agent's calls share its connection, so a
+/// stopped agent or a vanished host ends them together.
+#[derive(Clone, Debug)]
+pub enum Presence {
+    /// `AwaitWork` of the node with this id: the node lives while no task runs there.
+    Node(u32),
+    /// `NextChunk` of the agent of this name holding no chunk: present in the divisible kind.
+    Chunks(String),
+    /// `SyncWorkers` of the node of this name running no worker: alive in the topology kind.
+    Workers(String),
 }
 
 /// Every node ever registered, by id (ids are dense and never reused).
@@ -166,6 +184,7 @@ impl Nodes {
             new.alive = old.alive;
             new.seen = old.seen;
             new.last_seen = old.last_seen;
+            new.awaiting = old.awaiting;
             new.read_bps = old.read_bps;
             new.available_memory = old.available_memory;
             new.gpus = old.gpus.clone();
@@ -347,6 +366,7 @@ impl State {
 
     /// The wake-up counter of node `id` that its agent's `AwaitWork` waits on ([`super::wakes`]),
     /// if `identity` is the one that registered the node; `None` tells the agent to register.
+    /// The call is the node's sign of life while it is open ([`Presence::Node`]).
     pub fn await_work(
         &mut self,
         id: u32,
@@ -357,6 +377,27 @@ impl State {
             return None;
         }
         Some(self.nodes.wakes.subscribe(id))
+    }
+
+    /// A call that says its agent lives began (`open`) or ended: answered, or dropped because
+    /// its connection closed (the agent stopped, or its host vanished and HTTP/2 keepalive gave
+    /// up on it). While one is open the agent needs no other sign of life; when the last ends,
+    /// its silence is counted from then.
+    pub fn presence(&mut self, who: &Presence, open: bool) {
+        match who {
+            Presence::Node(id) => {
+                if let Some(rec) = self.nodes.recs.get_mut(*id as usize) {
+                    rec.awaiting = if open {
+                        rec.awaiting + 1
+                    } else {
+                        rec.awaiting.saturating_sub(1)
+                    };
+                    rec.last_seen = Instant::now();
+                }
+            }
+            Presence::Chunks(name) => self.jobs.divisible.held(name, open),
+            Presence::Workers(name) => self.jobs.topology.held(name, open),
+        }
     }
 
     /// The name of node `id`, if it has one.
@@ -384,7 +425,12 @@ impl State {
             } else {
                 (timeout * RESTART_GRACE).max(Duration::from_secs(5))
             };
-            if !n.alive || n.last_seen.elapsed() <= limit {
+            // An agent holding `AwaitWork` open lives (its connection does; keepalive checks
+            // it) — but only while no task runs here: an agent with tasks beats every
+            // `heartbeat_interval`, and one whose beats stop while its connection stays up must
+            // still give its tasks back.
+            let connected = n.awaiting > 0 && n.running.is_empty();
+            if !n.alive || connected || n.last_seen.elapsed() <= limit {
                 continue;
             }
             n.alive = false;
@@ -428,7 +474,12 @@ impl State {
                     accelerators: n.spec.accelerators.clone(),
                     free_gpus: v.free_devices(None),
                     running: n.running.len() as u32,
-                    last_seen_ms: n.last_seen.elapsed().as_millis() as u64,
+                    // 0 while its agent holds a call open: heard from now.
+                    last_seen_ms: if n.awaiting > 0 {
+                        0
+                    } else {
+                        n.last_seen.elapsed().as_millis() as u64
+                    },
                     read_bytes_per_sec: n.read_bps,
                     available_memory_bytes: n.available_memory,
                     gpus: n.gpus.clone(),

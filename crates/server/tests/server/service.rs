@@ -378,8 +378,8 @@ async fn an_idle_agent_beats_seldom_and_its_worker_sync_is_held_until_a_topology
         .into_inner();
     assert_eq!(registered.heartbeat_interval_ms, 500);
     assert_eq!(
-        registered.idle_heartbeat_interval_ms, 10_000,
-        "idle nodes beat every quarter of the dead timeout"
+        registered.idle_heartbeat_interval_ms, 30_000,
+        "idle nodes beat every 30 s: their open AwaitWork says they live"
     );
     let agent = TopologyAgentClient::with_interceptor(channel.clone(), agent_token(&server));
     let sync = |hold_ms: u64| {
@@ -451,36 +451,46 @@ async fn an_idle_agent_beats_seldom_and_its_worker_sync_is_held_until_a_topology
     stop_answers_at_once(server, second, "sync").await;
 }
 
-/// `idle_heartbeat_interval` is read from the configuration; a value that would let a live idle
-/// node be declared dead between two beats is refused at start with the field's name.
+/// `idle_heartbeat_interval` is read from the configuration, is not bounded by the dead timeout
+/// (an idle node lives by its open `AwaitWork`), and is never below `heartbeat_interval`; 0 is
+/// refused at start with the field's name.
 #[tokio::test]
-async fn an_idle_heartbeat_beyond_half_the_dead_timeout_is_refused() {
+async fn an_idle_heartbeat_may_exceed_the_dead_timeout_and_zero_is_refused() {
     let c = ServerConfig::parse("s.toml", "idle_heartbeat_interval = \"3s\"\n").expect("parses");
+    assert_eq!(c.idle_heartbeat(), Ok(std::time::Duration::from_secs(3)));
+    let c = ServerConfig::parse("s.toml", "idle_heartbeat_interval = \"1m\"\n").expect("parses");
     assert_eq!(
         c.idle_heartbeat(),
-        Ok(std::time::Duration::from_secs(3)),
-        "within half the default 10 s dead timeout"
+        Ok(std::time::Duration::from_secs(60)),
+        "beyond the 10 s dead timeout"
+    );
+    let c = ServerConfig::parse(
+        "s.toml",
+        "heartbeat_interval = \"2s\"\nidle_heartbeat_interval = \"1s\"\n",
+    )
+    .expect("parses");
+    assert_eq!(
+        c.idle_heartbeat(),
+        Ok(std::time::Duration::from_secs(2)),
+        "never below heartbeat_interval"
     );
     assert_eq!(
         ServerConfig::default().idle_heartbeat(),
-        Ok(std::time::Duration::from_millis(2500))
+        Ok(std::time::Duration::from_secs(30))
     );
     let dir = scratch("service", "idle-beat");
     let err = match hetsched_server::start(ServerConfig {
         data_dir: dir.to_path_buf(),
         listen: "127.0.0.1:0".parse().expect("addr"),
-        idle_heartbeat_interval: Some(hetsched_core::input::Duration(6_000_000_000)),
+        idle_heartbeat_interval: Some(hetsched_core::input::Duration(0)),
         ..Default::default()
     })
     .await
     {
-        Ok(_) => panic!("a 6 s idle heartbeat with a 10 s dead timeout must be refused"),
+        Ok(_) => panic!("a zero idle heartbeat must be refused"),
         Err(e) => e.to_string(),
     };
-    assert!(
-        err.contains("idle_heartbeat_interval") && err.contains("dead_timeout"),
-        "{err}"
-    );
+    assert!(err.contains("idle_heartbeat_interval"), "{err}");
 }
 
 /// An agent that holds no chunk may ask to be held long (`hold_ms`, here beyond the dead
@@ -538,4 +548,216 @@ async fn a_long_held_chunk_ask_keeps_its_agent_alive_past_the_dead_timeout() {
         "answered on the job ({waited:?})"
     );
     server.stop().await.expect("stops");
+}
+
+/// An idle agent lives by its open `AwaitWork` call, not by heartbeats: with a 1 s dead
+/// timeout and no beat after its registration, a node whose agent holds the call stays alive
+/// (`nodes` shows it heard from now), one whose agent holds nothing is declared dead, and once
+/// the holder's connection closes (its agent killed) it is declared dead a dead timeout later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_node_lives_by_its_open_wait_for_work_and_dies_when_its_connection_closes() {
+    use hetsched_proto::agent_client::AgentClient;
+    use std::time::{Duration, Instant};
+    let dir = scratch("service", "await-alive");
+    let (server, channel) = serve(ServerConfig {
+        data_dir: dir.to_path_buf(),
+        dead_timeout: hetsched_core::input::Duration(1_000_000_000),
+        ..Default::default()
+    })
+    .await;
+    // The holder speaks over its own connection, which the test closes as a killed agent's.
+    let own = pb::endpoint(&format!("http://{}", server.addr), None)
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let register = |channel: tonic::transport::Channel, name: &'static str| {
+        let mut agent = AgentClient::with_interceptor(channel, agent_token(&server));
+        async move {
+            agent
+                .register(pb::RegisterRequest {
+                    name: name.into(),
+                    cores: 2,
+                    memory_bytes: 1 << 30,
+                    core_speed: 1.0,
+                    identity: format!("{name}-identity"),
+                    ..Default::default()
+                })
+                .await
+                .expect("registered")
+                .into_inner()
+                .node_id
+        }
+    };
+    let holder = register(own.clone(), "holder").await;
+    register(channel.clone(), "silent").await;
+    let mut agent = AgentClient::with_interceptor(own, agent_token(&server));
+    let held = tokio::spawn(async move {
+        agent
+            .await_work(pb::AwaitWorkRequest {
+                node_id: holder,
+                identity: "holder-identity".into(),
+                seen: 0,
+            })
+            .await
+    });
+    let mut api = ClientClient::with_interceptor(channel, client_token(&server));
+    let mut nodes = async || {
+        let list = api
+            .list_nodes(pb::ListNodesRequest::default())
+            .await
+            .expect("nodes")
+            .into_inner()
+            .nodes;
+        let get = |name: &str| {
+            list.iter()
+                .find(|n| n.name == name)
+                .map(|n| (n.alive, n.last_seen_ms))
+                .expect("listed")
+        };
+        (get("holder"), get("silent"))
+    };
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (holder_now, silent_now) = nodes().await;
+    assert_eq!(
+        holder_now,
+        (true, 0),
+        "2.5 s without a beat: the node whose agent waits for work lives, heard from now"
+    );
+    assert!(!silent_now.0, "the node whose agent holds nothing is dead");
+    assert!(!held.is_finished(), "no work: the call is held open");
+
+    // The agent is killed: its call and connection go away.
+    held.abort();
+    let closed = Instant::now();
+    loop {
+        let ((alive, _), _) = nodes().await;
+        if !alive {
+            break;
+        }
+        assert!(
+            closed.elapsed() < Duration::from_secs(4),
+            "declared dead within the dead timeout (and a reaper tick) of the connection closing"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        closed.elapsed() >= Duration::from_millis(900),
+        "not before the dead timeout has run from the close ({:?})",
+        closed.elapsed()
+    );
+}
+
+/// A host that vanishes (no FIN: here a relay that stops passing bytes) leaves its agent's
+/// `AwaitWork` open on the server's side until HTTP/2 keepalive gives up on the connection
+/// (pinged every dead timeout, closed after half of it unanswered); then the node is declared
+/// dead a dead timeout later — 1 s here, so within 2.5 s of the freeze and a reaper tick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_idle_hosts_open_wait_ends_by_keepalive_and_its_node_dies() {
+    use hetsched_proto::agent_client::AgentClient;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = scratch("service", "await-vanished");
+    let (server, channel) = serve(ServerConfig {
+        data_dir: dir.to_path_buf(),
+        dead_timeout: hetsched_core::input::Duration(1_000_000_000),
+        ..Default::default()
+    })
+    .await;
+    // The relay: one connection, passed through until `frozen`, then silent both ways with
+    // both sockets left open.
+    let relay = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let relay_addr = relay.local_addr().expect("addr");
+    let frozen = Arc::new(AtomicBool::new(false));
+    let upstream = server.addr;
+    let f = frozen.clone();
+    tokio::spawn(async move {
+        let (down, _) = relay.accept().await.expect("accept");
+        let up = tokio::net::TcpStream::connect(upstream)
+            .await
+            .expect("connect");
+        let (dr, dw) = down.into_split();
+        let (ur, uw) = up.into_split();
+        let pass = |f: Arc<AtomicBool>| {
+            move |mut r: tokio::net::tcp::OwnedReadHalf, mut w: tokio::net::tcp::OwnedWriteHalf| async move {
+                let mut buf = vec![0u8; 16 << 10];
+                loop {
+                    let n = match r.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    if f.load(Ordering::SeqCst) {
+                        // Vanished: nothing passes, nothing closes.
+                        std::future::pending::<()>().await;
+                    }
+                    if w.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::join!(pass(f.clone())(dr, uw), pass(f)(ur, dw));
+    });
+    let through = pb::endpoint(&format!("http://{relay_addr}"), None)
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect through the relay");
+    let mut agent = AgentClient::with_interceptor(through, agent_token(&server));
+    let id = agent
+        .register(pb::RegisterRequest {
+            name: "far".into(),
+            cores: 2,
+            memory_bytes: 1 << 30,
+            core_speed: 1.0,
+            identity: "far-identity".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("registered")
+        .into_inner()
+        .node_id;
+    let _held = tokio::spawn(async move {
+        agent
+            .await_work(pb::AwaitWorkRequest {
+                node_id: id,
+                identity: "far-identity".into(),
+                seen: 0,
+            })
+            .await
+    });
+    let mut api = ClientClient::with_interceptor(channel, client_token(&server));
+    let mut alive = async || {
+        api.list_nodes(pb::ListNodesRequest::default())
+            .await
+            .expect("nodes")
+            .into_inner()
+            .nodes
+            .iter()
+            .any(|n| n.name == "far" && n.alive)
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        alive().await,
+        "idle, waiting for work through the relay: alive"
+    );
+    frozen.store(true, Ordering::SeqCst);
+    let froze = Instant::now();
+    while alive().await {
+        assert!(
+            froze.elapsed() < Duration::from_secs(6),
+            "declared dead once keepalive closed the silent connection"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        froze.elapsed() >= Duration::from_millis(1000),
+        "not before a dead timeout ({:?})",
+        froze.elapsed()
+    );
 }
