@@ -244,9 +244,8 @@ impl ServerConfig {
         Ok(idle.max(std::time::Duration::from_nanos(busy)))
     }
 
-    /// Checks the values whose bounds depend on each other or on the field's meaning (the
-    /// idle heartbeat against the dead timeout, the PCDDB self-check period); the message
-    /// names the field.
+    /// Checks the values whose bounds depend on the field's meaning (a zero idle heartbeat,
+    /// the PCDDB self-check period); the message names the field.
     pub fn validate(&self) -> Result<(), String> {
         self.idle_heartbeat()?;
         if let Some(w) = &self.workflow {
