@@ -550,13 +550,54 @@ async fn a_long_held_chunk_ask_keeps_its_agent_alive_past_the_dead_timeout() {
     server.stop().await.expect("stops");
 }
 
+/// Registers an idle 2-core agent `name` over `channel` (identity `NAME-identity`) and, if
+/// `wait`, holds its `AwaitWork` open in a task (as an idle agent does); returns the node id
+/// and that task.
+async fn idle_agent(
+    channel: tonic::transport::Channel,
+    server: &hetsched_server::ServerHandle,
+    name: &str,
+    wait: bool,
+) -> (
+    u32,
+    Option<tokio::task::JoinHandle<Result<tonic::Response<pb::AwaitWorkReply>, tonic::Status>>>,
+) {
+    let mut agent =
+        hetsched_proto::agent_client::AgentClient::with_interceptor(channel, agent_token(server));
+    let identity = format!("{name}-identity");
+    let node_id = agent
+        .register(pb::RegisterRequest {
+            name: name.into(),
+            cores: 2,
+            memory_bytes: 1 << 30,
+            core_speed: 1.0,
+            identity: identity.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("registered")
+        .into_inner()
+        .node_id;
+    let held = wait.then(|| {
+        tokio::spawn(async move {
+            agent
+                .await_work(pb::AwaitWorkRequest {
+                    node_id,
+                    identity,
+                    seen: 0,
+                })
+                .await
+        })
+    });
+    (node_id, held)
+}
+
 /// An idle agent lives by its open `AwaitWork` call, not by heartbeats: with a 1 s dead
 /// timeout and no beat after its registration, a node whose agent holds the call stays alive
 /// (`nodes` shows it heard from now), one whose agent holds nothing is declared dead, and once
 /// the holder's connection closes (its agent killed) it is declared dead a dead timeout later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_node_lives_by_its_open_wait_for_work_and_dies_when_its_connection_closes() {
-    use hetsched_proto::agent_client::AgentClient;
     use std::time::{Duration, Instant};
     let dir = scratch("service", "await-alive");
     let (server, channel) = serve(ServerConfig {
@@ -571,36 +612,9 @@ async fn an_idle_node_lives_by_its_open_wait_for_work_and_dies_when_its_connecti
         .connect()
         .await
         .expect("connect");
-    let register = |channel: tonic::transport::Channel, name: &'static str| {
-        let mut agent = AgentClient::with_interceptor(channel, agent_token(&server));
-        async move {
-            agent
-                .register(pb::RegisterRequest {
-                    name: name.into(),
-                    cores: 2,
-                    memory_bytes: 1 << 30,
-                    core_speed: 1.0,
-                    identity: format!("{name}-identity"),
-                    ..Default::default()
-                })
-                .await
-                .expect("registered")
-                .into_inner()
-                .node_id
-        }
-    };
-    let holder = register(own.clone(), "holder").await;
-    register(channel.clone(), "silent").await;
-    let mut agent = AgentClient::with_interceptor(own, agent_token(&server));
-    let held = tokio::spawn(async move {
-        agent
-            .await_work(pb::AwaitWorkRequest {
-                node_id: holder,
-                identity: "holder-identity".into(),
-                seen: 0,
-            })
-            .await
-    });
+    let (_, held) = idle_agent(own, &server, "holder", true).await;
+    let held = held.expect("waiting");
+    idle_agent(channel.clone(), &server, "silent", false).await;
     let mut api = ClientClient::with_interceptor(channel, client_token(&server));
     let mut nodes = async || {
         let list = api
@@ -654,7 +668,6 @@ async fn an_idle_node_lives_by_its_open_wait_for_work_and_dies_when_its_connecti
 /// dead a dead timeout later — 1 s here, so within 2.5 s of the freeze and a reaper tick.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vanished_idle_hosts_open_wait_ends_by_keepalive_and_its_node_dies() {
-    use hetsched_proto::agent_client::AgentClient;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::{Duration, Instant};
@@ -708,29 +721,7 @@ async fn a_vanished_idle_hosts_open_wait_ends_by_keepalive_and_its_node_dies() {
         .connect()
         .await
         .expect("connect through the relay");
-    let mut agent = AgentClient::with_interceptor(through, agent_token(&server));
-    let id = agent
-        .register(pb::RegisterRequest {
-            name: "far".into(),
-            cores: 2,
-            memory_bytes: 1 << 30,
-            core_speed: 1.0,
-            identity: "far-identity".into(),
-            ..Default::default()
-        })
-        .await
-        .expect("registered")
-        .into_inner()
-        .node_id;
-    let _held = tokio::spawn(async move {
-        agent
-            .await_work(pb::AwaitWorkRequest {
-                node_id: id,
-                identity: "far-identity".into(),
-                seen: 0,
-            })
-            .await
-    });
+    let (_, _held) = idle_agent(through, &server, "far", true).await;
     let mut api = ClientClient::with_interceptor(channel, client_token(&server));
     let mut alive = async || {
         api.list_nodes(pb::ListNodesRequest::default())
