@@ -37,8 +37,8 @@ pub const POLL: Duration = Duration::from_millis(100);
 pub const ROOM_POLL: Duration = Duration::from_millis(20);
 
 /// The longest the server may hold an ask of an agent that holds no chunk (the open call keeps
-/// the agent present meanwhile; the server holds no call longer than a minute).
-const IDLE_HOLD: Duration = Duration::from_secs(60);
+/// the agent present meanwhile): the longest it holds any.
+const IDLE_HOLD: Duration = pb::MAX_HOLD;
 
 /// Largest chunk output uploaded in one piece.
 const PIECE: usize = 256 << 10;
@@ -134,8 +134,8 @@ pub async fn run(
                 h.slots < 2,
             )
         };
-        // Holding no chunk, the agent may wait long for one: the server looks at the held ask
-        // every few seconds (which keeps it alive there) and answers when it has a chunk.
+        // Holding no chunk, the agent may wait long for one: the open ask keeps it present
+        // there, and the server answers when it has a chunk (or when the hold ends).
         let hold_ms = if room && holding.is_empty() {
             IDLE_HOLD.as_millis() as u64
         } else {

@@ -3,7 +3,7 @@
 //! counters, and starts or stops workers to match the answer. An agent that runs no worker
 //! asks to be held: the server answers when it has a worker for this node (or after at most
 //! [`IDLE_HOLD`]; the open call keeps the node alive in the topology kind meanwhile), so an
-//! idle agent costs the server one call a minute.
+//! idle agent costs the server one call per hold (five minutes).
 //!
 //! A worker is `hetsched stream-worker --config FILE` (this same executable), driven over its
 //! stdin and stdout (`hetsched_stream::process`): the agent forwards the addresses of the
@@ -110,8 +110,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 const SYNC_INTERVAL: Duration = Duration::from_millis(500);
 
 /// The longest the server may hold the sync of an agent running no worker (the open call keeps
-/// the node seen meanwhile; the server holds no call longer than a minute).
-const IDLE_HOLD: Duration = Duration::from_secs(60);
+/// the node seen meanwhile): the longest it holds any.
+const IDLE_HOLD: Duration = pb::MAX_HOLD;
 
 /// Starts the sync loop in the background.
 pub fn spawn(

@@ -12,6 +12,14 @@ mod generated {
 
 pub use generated::*;
 
+/// The longest the server holds an agent's call open while the agent is idle (`AwaitWork`, and
+/// `NextChunk` / `SyncWorkers` asked to be held): the agent calls again at once, so an idle agent
+/// costs the server one call of each per hold. The open call is the agent's sign of life and the
+/// kernel's TCP keepalive ends it if the agent's host vanishes, so the hold can be long; it
+/// still bounds what keepalive cannot see (a relay between the two that hangs while its own
+/// host answers the probes).
+pub const MAX_HOLD: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// The metadata key that carries the token.
 pub const AUTH_HEADER: &str = "authorization";
 

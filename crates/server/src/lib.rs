@@ -223,14 +223,16 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     let address_file = dir.join("address");
     std::fs::write(&address_file, addr.to_string()).map_err(io_err(&address_file))?;
 
-    // Dead-node detection.
+    // Dead-node detection and each kind's housekeeping: the reaper runs when something can be
+    // due (`state::alarm`), and sleeps until then or until an event moves that earlier.
     let timeout = std::time::Duration::from_nanos(config.dead_timeout.0.max(1_000_000));
     let reaper_state = shared.clone();
+    let mut alarm = shared.lock().map_err(|_| ServerError::Poisoned)?.alarm();
     let reaper = tokio::spawn(async move {
-        let mut tick =
-            tokio::time::interval((timeout / 4).max(std::time::Duration::from_millis(20)));
+        // Never closer than this after a pass: a deadline that stays past (a failing store)
+        // must not spin.
+        let gap = (timeout / 4).clamp(std::time::Duration::from_millis(20), timeout);
         loop {
-            tick.tick().await;
             let s = reaper_state.clone();
             let r = tokio::task::spawn_blocking(move || match s.lock() {
                 Ok(mut st) => {
@@ -238,13 +240,32 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
                     if let Err(e) = st.apply_retention() {
                         tracing::error!("retention: {e}");
                     }
-                    st.check_dead(timeout)
+                    if let Err(e) = st.check_dead(timeout) {
+                        tracing::error!("dead-node check: {e}");
+                    }
+                    Some(st.plan_housekeeping())
                 }
-                Err(_) => Ok(()),
+                Err(_) => None,
             })
             .await;
-            if let Ok(Err(e)) = r {
-                tracing::error!("dead-node check: {e}");
+            let passed = std::time::Instant::now();
+            let mut next = match r {
+                Ok(Some(at)) => at.max(passed + std::time::Duration::from_millis(20)),
+                _ => passed + gap,
+            };
+            alarm.borrow_and_update();
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep_until(next.into()) => break,
+                    changed = alarm.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        // Moved earlier by an event: sleep until then instead.
+                        let at = *alarm.borrow_and_update();
+                        next = next.min(at.max(passed + std::time::Duration::from_millis(20)));
+                    }
+                }
             }
         }
     });
@@ -258,14 +279,11 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         config.tls.as_ref(),
         relay,
         stopping_rx,
-        timeout,
     )
     .await?;
     let router =
         topology_service::add_services(router, shared, durable, &creds, stopping.subscribe());
-    // Small request/response messages: without TCP_NODELAY, Nagle's algorithm and delayed ACKs
-    // add tens of milliseconds to every heartbeat round trip.
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let incoming = service::incoming(listener, timeout);
     let join = tokio::spawn(async move {
         // The data directory stays locked while the server serves.
         let _lock = lock;

@@ -177,10 +177,11 @@ pub struct AgentService(
     tokio::sync::watch::Receiver<bool>,
 );
 
-/// The longest an `AwaitWork` is held (the agent calls again at once). The open call is the
-/// idle node's sign of life, and HTTP/2 keepalive ends it if the agent's host vanishes, so it
-/// may be long: an idle agent costs one call a minute here.
-const MAX_WAKE_HOLD: std::time::Duration = std::time::Duration::from_secs(60);
+/// The longest an `AwaitWork` is held ([`pb::MAX_HOLD`]; the agent calls again at once). The open
+/// call is the idle node's sign of life, and the kernel's TCP keepalive ([`incoming`]) ends it if
+/// the agent's host vanishes. A relay between agent and server that hangs while its own host
+/// answers probes is seen when the hold ends: the node is dead a dead timeout later.
+const MAX_WAKE_HOLD: std::time::Duration = pb::MAX_HOLD;
 
 #[tonic::async_trait]
 impl Agent for AgentService {
@@ -339,7 +340,7 @@ pub struct ClientService(
 const MAX_JOB_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The longest a call held open on an event is left unanswered ([`held_event`]).
-pub const MAX_HELD: std::time::Duration = std::time::Duration::from_secs(60);
+pub const MAX_HELD: std::time::Duration = pb::MAX_HOLD;
 
 /// A call held open on an event: `look` runs as an event (under the state's lock, answered once
 /// its writes are durable) and returns the answer, a receiver of the changes that could alter it
@@ -675,11 +676,41 @@ impl tonic::service::Interceptor for CheckToken {
     }
 }
 
+/// The connections the gRPC router serves, from `listener`: `TCP_NODELAY` (small
+/// request/response messages: without it, Nagle's algorithm and delayed ACKs add tens of
+/// milliseconds to every heartbeat round trip) and the kernel's TCP keepalive, sized from the
+/// dead timeout so that a silent connection is probed after half of it and closed after about
+/// one: an idle agent lives by its open `AwaitWork` call, and this is how the call of an agent
+/// whose host vanished (no FIN) ends. The probes are the kernel's own — the server and the agent
+/// processes never wake for them (HTTP/2 pings woke both, every dead timeout, per agent).
+pub fn incoming(
+    listener: tokio::net::TcpListener,
+    dead_timeout: std::time::Duration,
+) -> tonic::transport::server::TcpIncoming {
+    let (idle, interval, probes) = tcp_keepalive(dead_timeout);
+    tonic::transport::server::TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .with_keepalive(Some(idle))
+        .with_keepalive_interval(Some(interval))
+        .with_keepalive_retries(Some(probes))
+}
+
+/// TCP keepalive for a dead timeout: the idle time before the first probe, the time between
+/// probes, and how many go unanswered before the kernel closes the connection. The kernel counts
+/// in whole seconds, so each time is at least one.
+pub fn tcp_keepalive(
+    dead_timeout: std::time::Duration,
+) -> (std::time::Duration, std::time::Duration, u32) {
+    let second = std::time::Duration::from_secs(1);
+    let whole = |d: std::time::Duration| std::time::Duration::from_secs(d.as_secs()).max(second);
+    (whole(dead_timeout / 2), whole(dead_timeout / 4), 2)
+}
+
 /// The whole gRPC router: agent and client services behind the token check, and health, with
 /// the [`LogRelay`] shared with the dashboard; `stopping` turns true when the server stops (calls
-/// held open answer then). Every connection is pinged (HTTP/2 keepalive) every `dead_timeout`
-/// and closed when a ping goes unanswered for half of it: an idle agent lives by its open
-/// `AwaitWork` call, and this is how the call of an agent whose host vanished (no FIN) ends.
+/// held open answer then). A vanished host's connection is closed by the kernel's TCP keepalive
+/// ([`incoming`]), not by HTTP/2 pings: probes the kernel sends and answers wake neither the
+/// server nor an idle agent.
 pub async fn router_with(
     state: Shared,
     metrics: Arc<Metrics>,
@@ -687,7 +718,6 @@ pub async fn router_with(
     tls: Option<&TlsConfig>,
     relay: Arc<LogRelay>,
     stopping: tokio::sync::watch::Receiver<bool>,
-    dead_timeout: std::time::Duration,
 ) -> Result<tonic::transport::server::Router, ServerError> {
     let (durable, reader) = {
         let s = state.lock().map_err(|_| ServerError::Poisoned)?;
@@ -701,9 +731,7 @@ pub async fn router_with(
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<AgentServer<AgentService>>().await;
     reporter.set_serving::<ClientServer<ClientService>>().await;
-    let mut builder = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(dead_timeout))
-        .http2_keepalive_timeout(Some(dead_timeout / 2));
+    let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = tls {
         let read = |p: &std::path::Path| {
             std::fs::read(p).map_err(|source| ServerError::Io {

@@ -1467,6 +1467,14 @@ impl JobKind for Batch {
         self.apply_retention(cx.store)
     }
 
+    /// While some job's task rows are in memory (it has not finished, or has just finished and
+    /// awaits eviction), the retention pass is due every [`RETENTION_INTERVAL`]. A retention
+    /// rule's time running out is not announced: on an idle cluster it is seen within
+    /// `alarm::CALM_RECHECK`.
+    fn housekeeping_due(&self) -> Option<Instant> {
+        (self.tasks_in_memory() > 0).then(|| self.retention_due())
+    }
+
     fn counts(&self) -> TaskCounts {
         let mut c = TaskCounts::default();
         for j in self

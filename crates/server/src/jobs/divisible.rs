@@ -1163,6 +1163,15 @@ impl JobKind for Divisible {
         Ok(())
     }
 
+    /// When the first agent holding no ask open is lost if it stays silent.
+    fn housekeeping_due(&self) -> Option<Instant> {
+        self.agents
+            .values()
+            .filter(|a| a.held == 0)
+            .map(|a| a.last_seen + self.dead_timeout)
+            .min()
+    }
+
     fn counts(&self) -> TaskCounts {
         // A divisible job has units and chunks, not tasks.
         TaskCounts::default()

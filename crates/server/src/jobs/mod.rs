@@ -305,9 +305,16 @@ pub trait JobKind: Send {
     /// hand (workflow: what its machines send).
     fn take_wakes(&mut self, _wakes: &mut Wakes) {}
 
-    /// Every reaper tick (batch: retention).
+    /// At every pass of the reaper (batch: retention; divisible: losing silent agents).
     fn housekeeping(&mut self, _cx: &mut Ctx) -> Result<(), StateError> {
         Ok(())
+    }
+
+    /// The first instant this kind's [`JobKind::housekeeping`] may have something to do, if it
+    /// knows one; the reaper sleeps until the earliest of every kind's and the nodes'
+    /// ([`crate::state::alarm`]). None: nothing until an event says so.
+    fn housekeeping_due(&self) -> Option<std::time::Instant> {
+        None
     }
 
     /// This kind's tasks by state.

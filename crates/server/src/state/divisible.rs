@@ -17,6 +17,8 @@ impl State {
             return Ok(ChunkReply::default());
         }
         let reply = self.jobs.divisible.next_chunk(req)?;
+        // Until it holds an ask open, the agent lives by its calls.
+        self.agent_may_be_lost();
         self.commit()?;
         Ok(reply)
     }

@@ -51,6 +51,7 @@ use thiserror::Error;
 use tracing::{info, warn};
 
 pub mod accel;
+pub mod alarm;
 mod divisible;
 pub mod job_ids;
 pub mod nodes;
@@ -157,6 +158,8 @@ pub struct State {
     /// Bumped after every commit that changed something (and after a rollback): what a client
     /// waiting for a job's end (`GetJob` with `wait_ms`) waits on, instead of polling.
     commits: Arc<tokio::sync::watch::Sender<u64>>,
+    /// When the reaper runs next ([`alarm`]).
+    alarm: alarm::Alarm,
 }
 
 /// Borrows the shared parts of a state as a kind's [`Ctx`] (a macro, so the borrow of
@@ -256,6 +259,7 @@ impl State {
             last_probe: None,
             sharing: accel::Sharing::new(config.binding, config.binding_slots),
             commits: Arc::new(tokio::sync::watch::Sender::new(0)),
+            alarm: alarm::Alarm::default(),
         })
     }
 
@@ -289,8 +293,16 @@ impl State {
 
     /// One heartbeat: hand results to their kinds, reconcile what the node runs with what the
     /// server dispatched there, let every kind fill the node, commit, and answer with
-    /// acknowledgements, assignments and kills.
+    /// acknowledgements, assignments and kills. A node left running tasks lives by its beats
+    /// from here: the reaper is told when it would die.
     pub fn on_heartbeat(&mut self, req: HeartbeatReport) -> Result<HeartbeatReply, StateError> {
+        let node = req.node_id;
+        let reply = self.beat(req);
+        self.node_may_die(node);
+        reply
+    }
+
+    fn beat(&mut self, req: HeartbeatReport) -> Result<HeartbeatReply, StateError> {
         let nid = NodeId(req.node_id);
         let paused = self.paused();
         let Some(rec) = self.nodes.get_mut(nid.0) else {
@@ -484,6 +496,8 @@ impl State {
         // Waiters hold receivers of this state's channel; memory changed back.
         fresh.commits = self.commits.clone();
         fresh.commits.send_modify(|c| *c = c.wrapping_add(1));
+        // The reaper watches this state's plan.
+        fresh.alarm = std::mem::take(&mut self.alarm);
         *self = fresh;
         Ok(())
     }
@@ -538,7 +552,35 @@ impl State {
         self.store.simulate_full_disk(full);
     }
 
-    /// Every reaper tick: each kind's housekeeping (batch: the retention rule, at most every
+    /// The dead timeout (at least 1 ms).
+    pub fn dead_timeout(&self) -> Duration {
+        Duration::from_nanos(self.config.dead_timeout.0.max(1_000_000))
+    }
+
+    /// What the reaper watches: when it must run next ([`alarm`]).
+    pub fn alarm(&self) -> tokio::sync::watch::Receiver<Instant> {
+        self.alarm.subscribe()
+    }
+
+    /// After a pass of the reaper ([`State::apply_retention`], [`State::check_dead`]): the first
+    /// instant a node can be declared dead or a kind has housekeeping due, at most
+    /// [`alarm::CALM_RECHECK`] from now — or a quarter of the dead timeout from now while the
+    /// store refuses writes (the checks wait for it then). Becomes the reaper's plan.
+    pub fn plan_housekeeping(&mut self) -> Instant {
+        let now = Instant::now();
+        let timeout = self.dead_timeout();
+        let next = if self.paused_since.is_some() {
+            now + timeout / 4
+        } else {
+            let nodes = self.nodes.iter().filter_map(|n| n.dies_at(timeout));
+            let kinds = self.jobs.all().into_iter().filter_map(|k| k.housekeeping_due());
+            nodes.chain(kinds).fold(now + alarm::CALM_RECHECK, Instant::min)
+        };
+        self.alarm.plan(next);
+        next
+    }
+
+    /// Every reaper pass: each kind's housekeeping (batch: the retention rule, at most every
     /// [`RETENTION_INTERVAL`]).
     pub fn apply_retention(&mut self) -> Result<(), StateError> {
         for kind in self.jobs.all_mut() {

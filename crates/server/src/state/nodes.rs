@@ -46,6 +46,27 @@ pub struct NodeRec {
 }
 
 impl NodeRec {
+    /// When the node is declared dead if nothing more is heard from it; None while it cannot
+    /// be: dead (or removed) already, or living by an open `AwaitWork` with no task here.
+    /// Nodes not heard from since this server started get [`RESTART_GRACE`] dead timeouts (at
+    /// least 5 s).
+    pub fn dies_at(&self, timeout: Duration) -> Option<Instant> {
+        // An agent holding `AwaitWork` open lives (its connection does; TCP keepalive checks
+        // it) — but only while no task runs here: an agent with tasks beats every
+        // `heartbeat_interval`, and one whose beats stop while its connection stays up must
+        // still give its tasks back.
+        let lives_by_its_call = self.awaiting > 0 && self.running.is_empty();
+        if !self.alive || lives_by_its_call {
+            return None;
+        }
+        let limit = if self.seen {
+            timeout
+        } else {
+            (timeout * RESTART_GRACE).max(Duration::from_secs(5))
+        };
+        Some(self.last_seen + limit)
+    }
+
     fn new(spec: Node, identity: String, removed: bool, seen: bool) -> Self {
         NodeRec {
             spec,
@@ -298,6 +319,7 @@ impl State {
                 .push(NodeRec::new(spec, identity, false, true));
             id
         };
+        self.node_may_die(id);
         Ok(Registered {
             node_id: id,
             heartbeat_interval_ms: self.heartbeat_interval_ms,
@@ -380,8 +402,8 @@ impl State {
     }
 
     /// A call that says its agent lives began (`open`) or ended: answered, or dropped because
-    /// its connection closed (the agent stopped, or its host vanished and HTTP/2 keepalive gave
-    /// up on it). While one is open the agent needs no other sign of life; when the last ends,
+    /// its connection closed (the agent stopped, or its host vanished and the kernel's TCP
+    /// keepalive gave up on it). While one is open the agent needs no other sign of life; when the last ends,
     /// its silence is counted from then.
     pub fn presence(&mut self, who: &Presence, open: bool) {
         match who {
@@ -394,9 +416,37 @@ impl State {
                     };
                     rec.last_seen = Instant::now();
                 }
+                if !open {
+                    self.node_may_die(*id);
+                }
             }
-            Presence::Chunks(name) => self.jobs.divisible.held(name, open),
+            Presence::Chunks(name) => {
+                self.jobs.divisible.held(name, open);
+                if !open {
+                    self.agent_may_be_lost();
+                }
+            }
             Presence::Workers(name) => self.jobs.topology.held(name, open),
+        }
+    }
+
+    /// Node `id` may now be declared dead at some instant: the reaper is told, in case that is
+    /// before its plan ([`super::alarm`]).
+    pub(super) fn node_may_die(&self, id: u32) {
+        if let Some(at) = self
+            .nodes
+            .get(id)
+            .and_then(|n| n.dies_at(self.dead_timeout()))
+        {
+            self.alarm.due(at);
+        }
+    }
+
+    /// A divisible agent may now be lost at some instant (its last held ask ended, or it asked
+    /// without a hold): the reaper is told, in case that is before its plan.
+    pub(super) fn agent_may_be_lost(&self) {
+        if let Some(at) = crate::jobs::JobKind::housekeeping_due(&self.jobs.divisible) {
+            self.alarm.due(at);
         }
     }
 
@@ -418,19 +468,10 @@ impl State {
             // only. Heartbeats keep `last_seen` fresh meanwhile.
             return Ok(());
         }
+        let now = Instant::now();
         for i in 0..self.nodes.len() {
             let n = &mut self.nodes.recs[i];
-            let limit = if n.seen {
-                timeout
-            } else {
-                (timeout * RESTART_GRACE).max(Duration::from_secs(5))
-            };
-            // An agent holding `AwaitWork` open lives (its connection does; keepalive checks
-            // it) — but only while no task runs here: an agent with tasks beats every
-            // `heartbeat_interval`, and one whose beats stop while its connection stays up must
-            // still give its tasks back.
-            let connected = n.awaiting > 0 && n.running.is_empty();
-            if !n.alive || connected || n.last_seen.elapsed() <= limit {
+            if n.dies_at(timeout).is_none_or(|at| now <= at) {
                 continue;
             }
             n.alive = false;

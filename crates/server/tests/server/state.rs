@@ -347,3 +347,56 @@ fn list_calls_come_in_pages_that_join_up_to_the_whole_listing() {
     let jobs = s.jobs_page(2, 1);
     assert_eq!((jobs.jobs[0].id, jobs.next_cursor), (2, 0));
 }
+
+#[test]
+fn the_reaper_sleeps_while_every_node_lives_by_its_open_call_and_is_woken_when_one_ends() {
+    use hetsched_server::state::alarm::CALM_RECHECK;
+    use hetsched_server::state::nodes::Presence;
+    use std::time::Instant;
+    let d = dir("alarm");
+    let mut s = open(&d);
+    let timeout = s.dead_timeout();
+    let mut alarm = s.alarm();
+    let start = Instant::now();
+    // The reaper's first pass: no node, nothing due.
+    assert!(s.plan_housekeeping() >= start + CALM_RECHECK);
+    alarm.borrow_and_update();
+    let a = common::register(&mut s, "a", 2);
+    assert!(
+        alarm.has_changed().expect("open"),
+        "a node registered: the reaper is told when it may die"
+    );
+    let plan = s.plan_housekeeping();
+    assert!(
+        plan >= start + timeout && plan <= Instant::now() + timeout,
+        "heard from just now: due a dead timeout from now"
+    );
+
+    // Its agent holds `AwaitWork` open: nothing can fall due until the calm recheck.
+    s.presence(&Presence::Node(a), true);
+    let plan = s.plan_housekeeping();
+    assert!(plan >= start + CALM_RECHECK, "idle: the reaper sleeps");
+    alarm.borrow_and_update();
+
+    // The call ends (the agent stopped, or its connection closed): the reaper is woken to look
+    // a dead timeout from now, not at its calm recheck.
+    s.presence(&Presence::Node(a), false);
+    assert!(alarm.has_changed().expect("open"), "woken");
+    let at = *alarm.borrow_and_update();
+    assert!(at <= Instant::now() + timeout && at < plan);
+    // A call that opens and ends again later moves nothing: the reaper already looks earlier.
+    s.presence(&Presence::Node(a), true);
+    s.presence(&Presence::Node(a), false);
+    assert!(!alarm.has_changed().expect("open"));
+
+    // With a task running, the node lives by its beats, whatever its open call.
+    s.presence(&Presence::Node(a), true);
+    s.submit("job.toml", JOB, "/").expect("submit");
+    let beat_at = Instant::now();
+    assert_eq!(beat(&mut s, a, &[], &[]).assignments.len(), 2);
+    let plan = s.plan_housekeeping();
+    assert!(
+        plan >= beat_at && plan <= Instant::now() + timeout,
+        "running tasks: due a dead timeout after its last beat"
+    );
+}

@@ -544,6 +544,13 @@ impl Batch {
         Ok(())
     }
 
+    /// When [`Batch::apply_retention`] next does something (at once if it never ran).
+    pub(super) fn retention_due(&self) -> Instant {
+        self.retention
+            .last_applied
+            .map_or_else(Instant::now, |t| t + RETENTION_INTERVAL)
+    }
+
     /// How many task rows memory holds (finished jobs' rows are not held).
     pub fn tasks_in_memory(&self) -> usize {
         self.tasks.held()
