@@ -6,7 +6,7 @@
 //! data_dir = "/var/lib/hetsched"
 //! policy = "hdas"              # cpu-only, fifo, drf, hadoop-model, hdas
 //! heartbeat_interval = "500ms" # agents with work beat at least this often (and at once when a task ends)
-//! idle_heartbeat_interval = "30s" # agents with nothing to report (at least heartbeat_interval):
+//! idle_heartbeat_interval = "60s" # agents with nothing to report (at least heartbeat_interval):
 //!                              # their held `AwaitWork` call says they live; beats refresh
 //!                              # what `hetsched nodes` shows (free memory, read rate, GPUs)
 //! dead_timeout = "10s"         # no heartbeat for this long: the node is dead, its tasks re-queued
@@ -226,7 +226,7 @@ impl Default for ServerConfig {
 /// How often an idle agent heartbeats unless `idle_heartbeat_interval` says otherwise.
 /// HyperQueue's workers beat every 8 s; ours need not beat to live while idle (their held
 /// `AwaitWork` call does that), so this only bounds how stale an idle node's figures get.
-pub const IDLE_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(30);
+pub const IDLE_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl ServerConfig {
     /// How often an idle agent heartbeats: `idle_heartbeat_interval`, else [`IDLE_HEARTBEAT`];

@@ -229,9 +229,6 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     let reaper_state = shared.clone();
     let mut alarm = shared.lock().map_err(|_| ServerError::Poisoned)?.alarm();
     let reaper = tokio::spawn(async move {
-        // Never closer than this after a pass: a deadline that stays past (a failing store)
-        // must not spin.
-        let gap = (timeout / 4).clamp(std::time::Duration::from_millis(20), timeout);
         loop {
             let s = reaper_state.clone();
             let r = tokio::task::spawn_blocking(move || match s.lock() {
@@ -240,30 +237,35 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
                     if let Err(e) = st.apply_retention() {
                         tracing::error!("retention: {e}");
                     }
-                    if let Err(e) = st.check_dead(timeout) {
+                    let failed = st.check_dead(timeout).map_err(|e| {
                         tracing::error!("dead-node check: {e}");
-                    }
-                    Some(st.plan_housekeeping())
+                    });
+                    let next = st.plan_housekeeping();
+                    // What failed is tried again a quarter of a dead timeout on, not at once.
+                    Some(match failed {
+                        Ok(()) => next,
+                        Err(()) => next.max(std::time::Instant::now() + timeout / 4),
+                    })
                 }
                 Err(_) => None,
             })
             .await;
-            let passed = std::time::Instant::now();
-            let mut next = match r {
-                Ok(Some(at)) => at.max(passed + std::time::Duration::from_millis(20)),
-                _ => passed + gap,
+            let Ok(Some(mut next)) = r else {
+                // A panic poisoned the state: every call fails from here on.
+                tracing::error!("the server's state is poisoned: housekeeping stops");
+                return;
             };
-            alarm.borrow_and_update();
+            // Never sooner than this after a pass: a deadline that stays past must not spin.
+            let soonest = std::time::Instant::now() + std::time::Duration::from_millis(20);
             loop {
                 tokio::select! {
-                    () = tokio::time::sleep_until(next.into()) => break,
+                    () = tokio::time::sleep_until(next.max(soonest).into()) => break,
                     changed = alarm.changed() => {
                         if changed.is_err() {
                             return;
                         }
-                        // Moved earlier by an event: sleep until then instead.
-                        let at = *alarm.borrow_and_update();
-                        next = next.min(at.max(passed + std::time::Duration::from_millis(20)));
+                        // An event moved the plan earlier: sleep until then instead.
+                        next = next.min(*alarm.borrow_and_update());
                     }
                 }
             }

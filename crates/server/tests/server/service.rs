@@ -378,8 +378,8 @@ async fn an_idle_agent_beats_seldom_and_its_worker_sync_is_held_until_a_topology
         .into_inner();
     assert_eq!(registered.heartbeat_interval_ms, 500);
     assert_eq!(
-        registered.idle_heartbeat_interval_ms, 30_000,
-        "idle nodes beat every 30 s: their open AwaitWork says they live"
+        registered.idle_heartbeat_interval_ms, 60_000,
+        "idle nodes beat every 60 s: their open AwaitWork says they live"
     );
     let agent = TopologyAgentClient::with_interceptor(channel.clone(), agent_token(&server));
     let sync = |hold_ms: u64| {
