@@ -573,8 +573,14 @@ impl State {
             now + timeout / 4
         } else {
             let nodes = self.nodes.iter().filter_map(|n| n.dies_at(timeout));
-            let kinds = self.jobs.all().into_iter().filter_map(|k| k.housekeeping_due());
-            nodes.chain(kinds).fold(now + alarm::CALM_RECHECK, Instant::min)
+            let kinds = self
+                .jobs
+                .all()
+                .into_iter()
+                .filter_map(|k| k.housekeeping_due());
+            nodes
+                .chain(kinds)
+                .fold(now + alarm::CALM_RECHECK, Instant::min)
         };
         self.alarm.plan(next);
         next

@@ -678,7 +678,10 @@ async fn the_kernel_probes_an_idle_agents_connection_from_half_a_dead_timeout() 
         (idle, interval, probes),
         (Duration::from_secs(2), Duration::from_secs(1), 2)
     );
-    assert!(idle + interval * probes <= dead, "closed within a dead timeout of silence");
+    assert!(
+        idle + interval * probes <= dead,
+        "closed within a dead timeout of silence"
+    );
     assert_eq!(
         hetsched_server::service::tcp_keepalive(Duration::from_millis(500)),
         (Duration::from_secs(1), Duration::from_secs(1), 2),
@@ -717,8 +720,14 @@ async fn the_kernel_probes_an_idle_agents_connection_from_half_a_dead_timeout() 
     let seen = timers();
     assert!(!seen.is_empty(), "the agent's connection is listed");
     for (tr, when) in &seen {
-        assert_eq!(tr, "02", "the keepalive timer runs on an idle connection: {seen:?}");
-        assert!(*when <= 200, "first probe within half the dead timeout (2 s): {seen:?}");
+        assert_eq!(
+            tr, "02",
+            "the keepalive timer runs on an idle connection: {seen:?}"
+        );
+        assert!(
+            *when <= 200,
+            "first probe within half the dead timeout (2 s): {seen:?}"
+        );
     }
     assert!(!held.is_finished(), "no work: the call is held open");
 }
