@@ -781,8 +781,10 @@ impl Launcher<'_> {
 /// (through `woken`) when the server answers that work waits for this node: a job submitted
 /// to an idle cluster, a kill or a workflow message then arrives at once, not at the next
 /// interval. A call that fails only costs that: the periodic heartbeats go on. The first
-/// failure after a success also makes the agent beat at once, so an idle agent (which beats
-/// seldom) meets a restarted server without waiting for its next beat.
+/// failure after a success — or after a call held open for a second or more, which a server
+/// restarted while the call was held breaks before answering anything — also makes the agent
+/// beat at once, so an idle agent (which beats seldom) meets a restarted server without
+/// waiting for its next beat.
 async fn await_work(
     mut client: AgentClient<
         tonic::service::interceptor::InterceptedService<
@@ -808,6 +810,7 @@ async fn await_work(
             identity: identity.clone(),
             seen,
         });
+        let called = std::time::Instant::now();
         tokio::select! {
             r = call => match r {
                 Ok(r) => {
@@ -823,6 +826,11 @@ async fn await_work(
                     return;
                 }
                 Err(_) => {
+                    // A call the server had held open for a while broke (it stopped or
+                    // restarted, maybe again before any call was answered): a new failure.
+                    if called.elapsed() >= Duration::from_secs(1) {
+                        failing = false;
+                    }
                     if !std::mem::replace(&mut failing, true) {
                         woken.notify_one();
                     }

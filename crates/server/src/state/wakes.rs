@@ -17,26 +17,47 @@ use tokio::sync::watch;
 
 /// Per node, the wake-up counter its agent's `AwaitWork` watches; and the marks of the event
 /// being handled.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Wakes {
-    /// By node id; a node's counter exists once its agent has waited for work.
+    /// By node id; a node's counter exists once its agent has waited for work or the node was
+    /// marked.
     counters: Vec<Option<Arc<watch::Sender<u64>>>>,
+    /// Where this server's counters start: its start time in nanoseconds. An agent's `seen`
+    /// comes from the counter of the server it last waited on; a restarted server's counters
+    /// start elsewhere, so the agent's first wait on it is answered at once (it beats, and the
+    /// server meets it), and a mark made before that wait is never taken for one already seen.
+    base: u64,
     /// Nodes to wake at the end of this event.
     nodes: BTreeSet<u32>,
     /// Batch tasks that became pending in this event: wake up to this many nodes with free cores.
     free: usize,
 }
 
+impl Default for Wakes {
+    fn default() -> Self {
+        Wakes {
+            counters: Vec::new(),
+            base: super::now_ns(),
+            nodes: BTreeSet::new(),
+            free: 0,
+        }
+    }
+}
+
 impl Wakes {
-    /// A receiver of node `node`'s counter (created on first use).
-    pub fn subscribe(&mut self, node: u32) -> watch::Receiver<u64> {
+    /// Node `node`'s counter (created on first use).
+    fn counter(&mut self, node: u32) -> &watch::Sender<u64> {
         let i = node as usize;
         if self.counters.len() <= i {
             self.counters.resize(i + 1, None);
         }
-        self.counters[i]
-            .get_or_insert_with(|| Arc::new(watch::Sender::new(0)))
-            .subscribe()
+        let base = self.base;
+        self.counters[i].get_or_insert_with(|| Arc::new(watch::Sender::new(base)))
+    }
+
+    /// A receiver of node `node`'s counter.
+    pub fn subscribe(&mut self, node: u32) -> watch::Receiver<u64> {
+        self.counter(node).subscribe()
     }
 
     /// Node `node` has something waiting for it (an instance, a message, a task to kill).
@@ -61,15 +82,16 @@ impl Wakes {
             if Some(n) == except {
                 continue;
             }
-            if let Some(Some(c)) = self.counters.get(n as usize) {
-                c.send_modify(|v| *v = v.wrapping_add(1));
-            }
+            // Also for a node whose agent is not waiting yet (it is between two calls, or has
+            // just met a restarted server): its next wait is answered at once.
+            self.counter(n).send_modify(|v| *v = v.wrapping_add(1));
         }
     }
 
     /// Keeps the counters of `old` (agents wait on them) across a rebuild of the state.
     pub(super) fn carry_over(&mut self, old: &Wakes) {
         self.counters = old.counters.clone();
+        self.base = old.base;
     }
 }
 
@@ -87,13 +109,29 @@ mod tests {
         w.node(3);
         w.send(Some(3));
         assert_eq!(a.has_changed().ok(), Some(true));
-        assert_eq!(*a.borrow_and_update(), 1);
+        assert_eq!(*a.borrow_and_update(), w.base + 1);
         assert_eq!(b.has_changed().ok(), Some(false));
         // Marks are forgotten once sent.
         w.send(None);
         assert_eq!(a.has_changed().ok(), Some(false));
-        // A node that never waited has no counter: marking it costs nothing.
+    }
+
+    #[test]
+    fn a_mark_made_before_the_agent_waits_is_kept_and_a_restarted_servers_counters_start_apart() {
+        let mut w = Wakes::default();
+        // Node 7's agent is between two calls (or meets this server for the first time).
         w.node(7);
         w.send(None);
+        let seen_before = w.base;
+        assert_ne!(
+            *w.subscribe(7).borrow(),
+            seen_before,
+            "its next wait, with what it saw before, is answered at once"
+        );
+        // Another server (a restart) starts its counters elsewhere: an agent that saw this one's
+        // counters is answered at once by it, even if no mark was made there.
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        let mut restarted = Wakes::default();
+        assert_ne!(*restarted.subscribe(7).borrow(), *w.subscribe(7).borrow());
     }
 }

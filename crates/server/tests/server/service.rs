@@ -275,8 +275,20 @@ async fn an_agent_waiting_for_work_is_woken_by_a_job_and_by_a_kill_not_before() 
         tonic::Code::FailedPrecondition
     );
 
-    let small_wait = wait(small, "small-identity", 0);
-    let big_wait = wait(big, "big-identity", 0);
+    // A first wait, having seen nothing of this server, is answered at once with its counter
+    // (a restarted server meets its agents so); the next, with that counter, is held.
+    let counter = |w: tokio::task::JoinHandle<(
+        Result<tonic::Response<pb::AwaitWorkReply>, tonic::Status>,
+        Duration,
+    )>| async move {
+        let (r, took) = w.await.expect("task");
+        assert!(took < Duration::from_secs(1), "answered at once");
+        r.expect("answered").into_inner().wake
+    };
+    let small_seen = counter(wait(small, "small-identity", 0)).await;
+    let big_seen = counter(wait(big, "big-identity", 0)).await;
+    let small_wait = wait(small, "small-identity", small_seen);
+    let big_wait = wait(big, "big-identity", big_seen);
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert!(
         !small_wait.is_finished() && !big_wait.is_finished(),
@@ -297,7 +309,7 @@ async fn an_agent_waiting_for_work_is_woken_by_a_job_and_by_a_kill_not_before() 
         .job_id;
     let (woken, _) = big_wait.await.expect("task");
     let first = woken.expect("answered").into_inner().wake;
-    assert_ne!(first, 0, "the wake-up count moved");
+    assert_ne!(first, big_seen, "the wake-up count moved");
     assert!(
         submitted.elapsed() < Duration::from_secs(5),
         "woken by the submission ({:?}), not at the hold's end (25 s)",
@@ -476,7 +488,7 @@ async fn an_idle_heartbeat_may_exceed_the_dead_timeout_and_zero_is_refused() {
     );
     assert_eq!(
         ServerConfig::default().idle_heartbeat(),
-        Ok(std::time::Duration::from_secs(30))
+        Ok(std::time::Duration::from_secs(60))
     );
     let dir = scratch("service", "idle-beat");
     let err = match hetsched_server::start(ServerConfig {
@@ -578,18 +590,31 @@ async fn idle_agent(
         .expect("registered")
         .into_inner()
         .node_id;
-    let held = wait.then(|| {
-        tokio::spawn(async move {
-            agent
-                .await_work(pb::AwaitWorkRequest {
-                    node_id,
-                    identity,
-                    seen: 0,
-                })
-                .await
+    if !wait {
+        return (node_id, None);
+    }
+    // As an agent does: its first wait (having seen nothing of this server) is answered at
+    // once with the counter, and the next, with that counter, is held.
+    let seen = agent
+        .await_work(pb::AwaitWorkRequest {
+            node_id,
+            identity: identity.clone(),
+            seen: 0,
         })
+        .await
+        .expect("first wait")
+        .into_inner()
+        .wake;
+    let held = tokio::spawn(async move {
+        agent
+            .await_work(pb::AwaitWorkRequest {
+                node_id,
+                identity,
+                seen,
+            })
+            .await
     });
-    (node_id, held)
+    (node_id, Some(held))
 }
 
 /// An idle agent lives by its open `AwaitWork` call, not by heartbeats: with a 1 s dead
