@@ -1501,7 +1501,15 @@ impl JobKind for Workflows {
                     job.assigned.insert(node.0, keep);
                 }
             }
+            let held_here = job.assigned.get(&node.0).map_or(0, VecDeque::len);
             self.flush(cx, &mut job);
+            if open && job.assigned.get(&node.0).map_or(0, VecDeque::len) > held_here {
+                // Placed here after this reply's dispatch (a lost output produced again where
+                // its consumer waits): the agent beats again at once for it. No wake-up would
+                // reach it — the node being answered is not woken — and an idle agent's next
+                // beat may be a minute away.
+                out.more();
+            }
             // Launch node → this node.
             let peers: BTreeMap<u32, String> = self.addresses.clone();
             if let Some(ms) = job.to_node.remove(&node.0) {
