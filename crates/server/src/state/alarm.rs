@@ -55,9 +55,4 @@ impl Alarm {
             false
         });
     }
-
-    /// The current plan.
-    pub fn planned(&self) -> Instant {
-        *self.planned.borrow()
-    }
 }

@@ -442,12 +442,11 @@ impl State {
         }
     }
 
-    /// A divisible agent may now be lost at some instant (its last held ask ended, or it asked
-    /// without a hold): the reaper is told, in case that is before its plan.
+    /// A divisible agent was just heard from (its last held ask ended, or it asked without a
+    /// hold): it may be lost a dead timeout from now, which the reaper is told in case that is
+    /// before its plan (no scan of the agents: that is the only deadline this event can move).
     pub(super) fn agent_may_be_lost(&self) {
-        if let Some(at) = crate::jobs::JobKind::housekeeping_due(&self.jobs.divisible) {
-            self.alarm.due(at);
-        }
+        self.alarm.due(Instant::now() + self.dead_timeout());
     }
 
     /// The name of node `id`, if it has one.
