@@ -83,6 +83,7 @@ pub async fn run(
         success: false,
         interrupted: false,
         start_failed: false,
+        usage: None,
     };
     let fail = |mut r: pb::TaskResult, m: String| {
         r.message = m;
@@ -141,6 +142,8 @@ pub async fn run(
     if let Some(pid) = pid {
         on_spawn(pid);
     }
+    // Watches the process until it exits, leaving it unreaped so that its counters can be read.
+    let mut watch = pid.and_then(crate::usage::Watch::new);
     let drains = [
         child.stdout.take().map(|s| tokio::spawn(drain(s, out))),
         child.stderr.take().map(|s| tokio::spawn(drain(s, err))),
@@ -152,8 +155,29 @@ pub async fn run(
             None => std::future::pending().await,
         }
     };
-    tokio::select! {
-        status = child.wait() => match status {
+    let exited = async {
+        match watch.as_mut() {
+            Some(w) => w.exited().await,
+            // Unwatched: reaped here; the status is kept for the `wait` below.
+            None => drop(child.wait().await),
+        }
+    };
+    let ended = tokio::select! {
+        () = exited => None,
+        Ok(why) = kill => Some(Ok(why)),
+        () = sleep => Some(Err(())),
+    };
+    if ended.is_some() {
+        kill_group(pid);
+        // Killed: still measured, once the group's leader has exited.
+        if let Some(w) = watch.as_mut() {
+            w.exited().await;
+        }
+    }
+    result.usage = watch.as_ref().and_then(crate::usage::Watch::usage);
+    let status = child.wait().await;
+    match ended {
+        None => match status {
             Ok(s) => {
                 result.exit_code = s.code().unwrap_or(-1);
                 result.success = s.success();
@@ -165,9 +189,7 @@ pub async fn run(
             }
             Err(e) => result.message = format!("wait: {e}"),
         },
-        Ok(why) = kill => {
-            kill_group(pid);
-            let _ = child.wait().await;
+        Some(Ok(why)) => {
             result.message = match why {
                 Kill::Server => "killed at the server's request".into(),
                 Kill::Shutdown => {
@@ -176,9 +198,7 @@ pub async fn run(
                 }
             };
         }
-        () = sleep => {
-            kill_group(pid);
-            let _ = child.wait().await;
+        Some(Err(())) => {
             result.message = format!(
                 "time limit of {} exceeded",
                 humanize(limit.unwrap_or_default())

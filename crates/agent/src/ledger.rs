@@ -9,6 +9,7 @@
 //! ```text
 //! start TASK ATTEMPT PID STARTTIME   # STARTTIME: field 22 of /proc/PID/stat (clock ticks since boot)
 //! end TASK ATTEMPT                   # (older agents) the process ended
+//! usage TASK ATTEMPT USER_MS SYSTEM_MS MAX_RSS_BYTES    # what it used (written with its result)
 //! result TASK ATTEMPT OK EXIT STARTED FINISHED MESSAGE   # it ended; the result awaits its ack
 //! acked TASK ATTEMPT                 # the server recorded that result
 //! ```
@@ -125,36 +126,58 @@ fn parse_result(line: &str) -> Option<pb::TaskResult> {
         started_ns: f.next()?.parse().ok()?,
         finished_ns: f.next()?.parse().ok()?,
         message: f.next().unwrap_or("").to_string(),
+        usage: None,
     })
 }
 
+/// The `usage` line's fields after TASK ATTEMPT.
+fn parse_usage(mut f: std::str::SplitWhitespace<'_>) -> Option<pb::TaskUsage> {
+    Some(pb::TaskUsage {
+        cpu_user_ms: f.next()?.parse().ok()?,
+        cpu_system_ms: f.next()?.parse().ok()?,
+        max_rss_bytes: f.next()?.parse().ok()?,
+    })
+}
+
+/// A result's lines: its `usage` (if measured), then the `result` itself — one write, so a torn
+/// write loses the result with its usage.
 fn result_line(r: &pb::TaskResult) -> String {
-    format!(
-        "result {} {} {} {} {} {} {}\n",
-        r.task_id,
-        r.attempt,
-        if r.interrupted {
-            2
-        } else if r.start_failed && !r.success {
-            3
-        } else {
-            u8::from(r.success)
-        },
-        r.exit_code,
-        r.started_ns,
-        r.finished_ns,
-        r.message.replace(['\n', '\r'], " ")
-    )
+    let usage = r.usage.as_ref().map_or(String::new(), |u| {
+        format!(
+            "usage {} {} {} {} {}\n",
+            r.task_id, r.attempt, u.cpu_user_ms, u.cpu_system_ms, u.max_rss_bytes
+        )
+    });
+    usage
+        + &format!(
+            "result {} {} {} {} {} {} {}\n",
+            r.task_id,
+            r.attempt,
+            if r.interrupted {
+                2
+            } else if r.start_failed && !r.success {
+                3
+            } else {
+                u8::from(r.success)
+            },
+            r.exit_code,
+            r.started_ns,
+            r.finished_ns,
+            r.message.replace(['\n', '\r'], " ")
+        )
 }
 
 fn parse_all(text: &str) -> (HashMap<(u64, u32), Entry>, Unacked) {
     let mut live = HashMap::new();
     let mut unacked = HashMap::new();
+    // Usage read from a `usage` line, for the `result` line that follows it.
+    let mut usage = HashMap::new();
     for line in text.lines() {
         if line.starts_with("result ") {
             // Only a whole line counts (a torn last line has no message field and may be cut
             // inside a number: parse_result refuses both when fields are missing).
-            if let Some(r) = parse_result(line) {
+            if let Some(mut r) = parse_result(line) {
+                r.usage = usage.remove(&(r.task_id, r.attempt));
                 live.remove(&(r.task_id, r.attempt));
                 unacked.insert((r.task_id, r.attempt), r);
             }
@@ -191,6 +214,11 @@ fn parse_all(text: &str) -> (HashMap<(u64, u32), Entry>, Unacked) {
             }
             Some("acked") => {
                 unacked.remove(&(task, attempt));
+            }
+            Some("usage") => {
+                if let Some(u) = parse_usage(f) {
+                    usage.insert((task, attempt), u);
+                }
             }
             _ => {}
         }
@@ -465,6 +493,12 @@ mod tests {
             success: ok,
             interrupted: false,
             start_failed: false,
+            // What the task used comes back with its result.
+            usage: ok.then_some(pb::TaskUsage {
+                cpu_user_ms: 1_250,
+                cpu_system_ms: 40,
+                max_rss_bytes: 3 << 30,
+            }),
         };
         let (mut l, _) = Ledger::recover(&dir).expect("recover");
         l.started(1, 1, 1);

@@ -30,6 +30,7 @@ pub mod ledger;
 pub mod logs;
 pub mod shutdown;
 pub mod stream_workers;
+pub mod usage;
 pub mod workdir;
 
 use hetsched_proto as pb;
@@ -519,6 +520,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                         success: true,
                         interrupted: false,
                         start_failed: false,
+                        usage: None,
                     });
                     notify.notify_one();
                     continue;

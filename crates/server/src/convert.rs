@@ -56,6 +56,11 @@ impl From<pb::HeartbeatRequest> for HeartbeatReport {
                     success: t.success,
                     interrupted: t.interrupted,
                     start_failed: t.start_failed,
+                    usage: t.usage.map(|u| crate::store::TaskUsage {
+                        cpu_user_ms: u.cpu_user_ms,
+                        cpu_system_ms: u.cpu_system_ms,
+                        max_rss_bytes: u.max_rss_bytes,
+                    }),
                 })
                 .collect(),
             read_bytes_per_sec: r.read_bytes_per_sec,
@@ -384,6 +389,11 @@ impl From<TaskInfo> for pb::TaskInfo {
             // Filled by the service from the agent that ran the task (`hetsched log`).
             output: String::new(),
             executed_node: t.executed_node,
+            usage: t.usage.map(|u| pb::TaskUsage {
+                cpu_user_ms: u.cpu_user_ms,
+                cpu_system_ms: u.cpu_system_ms,
+                max_rss_bytes: u.max_rss_bytes,
+            }),
         }
     }
 }

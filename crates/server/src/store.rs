@@ -92,6 +92,17 @@ impl TaskState {
     }
 }
 
+/// What one attempt of a task used, as its agent measured it (`TaskUsage` on the wire).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskUsage {
+    /// CPU time in user mode, ms (the process and the descendants it waited for).
+    pub cpu_user_ms: u64,
+    /// CPU time in kernel mode, ms.
+    pub cpu_system_ms: u64,
+    /// Peak resident memory of its process tree, bytes (sampled).
+    pub max_rss_bytes: u64,
+}
+
 /// One task row.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TaskRow {
@@ -122,6 +133,10 @@ pub struct TaskRow {
     /// Attempts that failed (non-zero exit, failure to start, time limit) and were retried;
     /// `attempt - failures` attempts were lost with their nodes or not finished yet.
     pub failures: u32,
+    /// What the latest finished attempt used, if its agent measured it. Boxed: a row without
+    /// (pending, running, or measured by no agent) costs one word, which keeps a million-task
+    /// job's rows small.
+    pub usage: Option<Box<TaskUsage>>,
 }
 
 impl TaskRow {
@@ -141,6 +156,7 @@ impl TaskRow {
             exit_code: None,
             message: String::new(),
             failures: 0,
+            usage: None,
         }
     }
 }
@@ -250,13 +266,39 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("jobs", "after", "TEXT NOT NULL DEFAULT ''"),
     ("jobs", "after_any", "TEXT NOT NULL DEFAULT ''"),
     ("jobs", "held", "INTEGER NOT NULL DEFAULT 0"),
+    // A task's usage: all three NULL when not measured.
+    ("tasks", "cpu_user_ms", "INTEGER"),
+    ("tasks", "cpu_system_ms", "INTEGER"),
+    ("tasks", "max_rss_bytes", "INTEGER"),
 ];
 
 const INDEXES: &str =
     "CREATE UNIQUE INDEX IF NOT EXISTS jobs_submission_key ON jobs(submission_key);";
 
 const UPDATE_TASK: &str = "UPDATE tasks SET state=?1, attempt=?2, node=?3, variant=?4, devices=?5,
-    started_ns=?6, finished_ns=?7, exit_code=?8, message=?9, failures=?10 WHERE id=?11";
+    started_ns=?6, finished_ns=?7, exit_code=?8, message=?9, failures=?10, cpu_user_ms=?11,
+    cpu_system_ms=?12, max_rss_bytes=?13 WHERE id=?14";
+
+/// Adds each (`table`, `column`, definition) of `columns` that `table` lacks: a column added
+/// after a store was created.
+pub(crate) fn add_missing_columns(
+    conn: &Connection,
+    columns: &[(&str, &str, &str)],
+) -> Result<(), StoreError> {
+    for (table, column, definition) in columns {
+        let exists: bool = conn.query_row(
+            &format!("SELECT COUNT(*) > 0 FROM pragma_table_info('{table}') WHERE name = ?1"),
+            params![column],
+            |r| r.get(0),
+        )?;
+        if !exists {
+            conn.execute_batch(&format!(
+                "ALTER TABLE {table} ADD COLUMN {column} {definition}"
+            ))?;
+        }
+    }
+    Ok(())
+}
 
 /// A list of numbers as stored: a task's devices, a job's `after` and `after_any`.
 fn list_text<T: std::fmt::Display>(items: &[T]) -> String {
@@ -316,18 +358,7 @@ impl Store {
         conn.execute_batch(SCHEMA)?;
         conn.execute_batch(crate::jobs::divisible::SCHEMA)?;
         conn.execute_batch(crate::jobs::topology::SCHEMA)?;
-        for (table, column, definition) in MIGRATIONS {
-            let exists: bool = conn.query_row(
-                &format!("SELECT COUNT(*) > 0 FROM pragma_table_info('{table}') WHERE name = ?1"),
-                params![column],
-                |r| r.get(0),
-            )?;
-            if !exists {
-                conn.execute_batch(&format!(
-                    "ALTER TABLE {table} ADD COLUMN {column} {definition}"
-                ))?;
-            }
-        }
+        add_missing_columns(&conn, MIGRATIONS)?;
         conn.execute_batch(INDEXES)?;
         Ok(Self {
             conn,
@@ -712,6 +743,9 @@ pub fn write_tasks<'a>(
             t.exit_code,
             t.message,
             t.failures,
+            t.usage.as_ref().map(|u| u.cpu_user_ms as i64),
+            t.usage.as_ref().map(|u| u.cpu_system_ms as i64),
+            t.usage.as_ref().map(|u| u.max_rss_bytes as i64),
             t.id as i64
         ])?;
     }
@@ -760,7 +794,8 @@ impl StoreReader {
 /// The columns of a task row, in [`task_row`]'s order.
 const TASK_COLUMNS: &str =
     "SELECT id, app, idx, state, attempt, node, variant, devices, started_ns,
-    finished_ns, exit_code, message, failures FROM tasks";
+    finished_ns, exit_code, message, failures, cpu_user_ms, cpu_system_ms, max_rss_bytes
+    FROM tasks";
 
 /// One row of a query on [`TASK_COLUMNS`].
 fn task_row(r: &rusqlite::Row) -> Result<TaskRow, StoreError> {
@@ -779,6 +814,18 @@ fn task_row(r: &rusqlite::Row) -> Result<TaskRow, StoreError> {
         exit_code: r.get(10)?,
         message: r.get(11)?,
         failures: r.get(12)?,
+        usage: match (
+            r.get::<_, Option<i64>>(13)?,
+            r.get::<_, Option<i64>>(14)?,
+            r.get::<_, Option<i64>>(15)?,
+        ) {
+            (Some(user), Some(system), Some(rss)) => Some(Box::new(TaskUsage {
+                cpu_user_ms: user as u64,
+                cpu_system_ms: system as u64,
+                max_rss_bytes: rss as u64,
+            })),
+            _ => None,
+        },
     })
 }
 
@@ -853,6 +900,7 @@ mod tests {
             exit_code: None,
             message: String::new(),
             failures: 0,
+            usage: None,
         };
         {
             let mut s = Store::open(&path).expect("open");
@@ -865,6 +913,11 @@ mod tests {
             task.devices = vec![0, 2];
             task.exit_code = Some(0);
             task.failures = 2;
+            task.usage = Some(Box::new(TaskUsage {
+                cpu_user_ms: 61_000,
+                cpu_system_ms: 250,
+                max_rss_bytes: 5 << 30,
+            }));
             s.update_tasks([&task], &[1]).expect("update");
         }
         let s = Store::open(&path).expect("reopen");

@@ -249,6 +249,7 @@ pub(crate) fn failed(a: &pb::Assignment, message: &str) -> pb::TaskResult {
         success: false,
         interrupted: false,
         start_failed: false,
+        usage: None,
     }
 }
 

@@ -602,7 +602,7 @@ pub fn print_tasks(tasks: &[pb::TaskInfo]) {
 fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
     let mut t = table(&[
         "task", "job", "app", "index", "state", "attempt", "node", "variant", "devices",
-        "run time", "message", "output",
+        "run time", "cpu", "max rss", "message", "output",
     ]);
     for x in tasks {
         t.add_row(vec![
@@ -628,6 +628,16 @@ fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
             } else {
                 "-".into()
             },
+            x.usage.map_or("-".into(), |u| {
+                super::human::duration(Duration::from_millis(u.cpu_user_ms + u.cpu_system_ms))
+            }),
+            x.usage.map_or("-".into(), |u| {
+                if u.max_rss_bytes == 0 {
+                    "-".into()
+                } else {
+                    bytesize::ByteSize(u.max_rss_bytes).to_string()
+                }
+            }),
             x.message.clone(),
             x.output.clone(),
         ]);

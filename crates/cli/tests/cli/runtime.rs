@@ -1684,3 +1684,78 @@ fn a_held_job_waits_for_its_release() {
     c.ok(&["wait", "1"]);
     assert!((0..3).all(|i| c.dir.join(format!("t-{i}")).exists()));
 }
+
+#[test]
+fn each_task_reports_the_cpu_time_and_peak_memory_it_used_and_a_restart_keeps_them() {
+    let mut c = Cluster::start("usage", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    // Task 0 computes for about half a second in `awk`; task 1 has a child shell hold 48 MiB
+    // for a second; task 2 sleeps. What is measured is what the task's shell ran, not the shell
+    // alone.
+    let out = c.cli(&[
+        "submit",
+        "--tasks",
+        "3",
+        "--shell",
+        "--wait",
+        "--",
+        "case {index} in \
+         0) awk 'BEGIN { for (i = 0; i < 10000000; i++) s += i }' ;; \
+         1) sh -c 'x=$(head -c 50331648 /dev/zero | tr \"\\0\" a); sleep 1; : \"$x\"' ;; \
+         *) sleep 0.5 ;; esac",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let usage = |c: &Cluster| -> Vec<(u64, u64)> {
+        let tasks = c.json(&["tasks", "--job", "1"]);
+        let mut v: Vec<(u64, u64, u64)> = tasks
+            .as_array()
+            .expect("tasks")
+            .iter()
+            .map(|t| {
+                let u = &t["usage"];
+                assert!(u.is_object(), "a finished task has its usage: {t}");
+                (
+                    t["index"].as_u64().unwrap_or(9),
+                    u["cpu_user_ms"].as_u64().unwrap_or(0)
+                        + u["cpu_system_ms"].as_u64().unwrap_or(0),
+                    u["max_rss_bytes"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect();
+        v.sort_unstable();
+        v.into_iter().map(|(_, cpu, rss)| (cpu, rss)).collect()
+    };
+    let before = usage(&c);
+    assert_eq!(before.len(), 3);
+    let ((busy_cpu, _), (_, holding_rss), (sleep_cpu, sleep_rss)) =
+        (before[0], before[1], before[2]);
+    assert!(
+        busy_cpu >= 200,
+        "the computing task's CPU time: {busy_cpu} ms"
+    );
+    assert!(sleep_cpu < 100, "sleeping costs no CPU: {sleep_cpu} ms");
+    assert!(
+        holding_rss >= 45 << 20,
+        "the 48 MiB held by the task's child: {} MiB",
+        holding_rss >> 20
+    );
+    assert!(
+        sleep_rss < 20 << 20,
+        "a sleeping shell is small: {} MiB",
+        sleep_rss >> 20
+    );
+    // The table shows them too.
+    let table = c.cli(&["tasks", "--job", "1"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.contains("cpu") && text.contains("max rss"), "{text}");
+    assert!(text.contains("MiB"), "peak memory is shown in MiB: {text}");
+    // Stored with the task: a restarted server lists the same figures.
+    c.kill_server();
+    c.start_server();
+    assert_eq!(usage(&c), before, "the usage survives a server restart");
+}

@@ -1032,6 +1032,7 @@ fn task_info(t: &TaskRow, app: &str, job: u64, node: &str) -> TaskInfo {
         failed_attempts: t.failures,
         // Filled by the state (accelerator sharing knows where it ran).
         executed_node: String::new(),
+        usage: t.usage.as_deref().copied(),
     }
 }
 
@@ -1198,6 +1199,7 @@ impl JobKind for Batch {
         t.finished_ns = r.finished_ns.max(t.started_ns);
         t.exit_code = Some(r.exit_code);
         t.message = r.message.clone();
+        t.usage = r.usage.map(Box::new);
         self.dirty.push(t.id);
         if r.success {
             moved(&mut self.apps, t.app, t.state, TaskState::Succeeded);

@@ -58,7 +58,7 @@ use crate::state::types::{
     TasksPage, WorkflowInput,
 };
 use crate::state::wakes::Wakes;
-use crate::store::StoreError;
+use crate::store::{StoreError, TaskUsage};
 use hetsched_core::input::workflow_runtime::{RuntimeWorkflow, parse_runtime_workflow};
 use hetsched_core::model::latency::LatencyMatrix;
 use hetsched_core::model::workflow::DependencyKind;
@@ -112,6 +112,14 @@ CREATE TABLE IF NOT EXISTS wf_instances(job INTEGER NOT NULL, instance INTEGER N
   PRIMARY KEY(job, instance));
 ";
 
+/// Columns added to `wf_instances` after its first schema: an instance's usage (NULL when not
+/// measured).
+const MIGRATIONS: &[(&str, &str, &str)] = &[
+    ("wf_instances", "cpu_user_ms", "INTEGER"),
+    ("wf_instances", "cpu_system_ms", "INTEGER"),
+    ("wf_instances", "max_rss_bytes", "INTEGER"),
+];
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum St {
     Waiting,
@@ -157,6 +165,8 @@ struct Inst {
     reproducing: bool,
     /// Succeeded at least once (the graph counts it finished, even while it is produced again).
     produced: bool,
+    /// What its latest finished attempt used, if measured.
+    usage: Option<TaskUsage>,
 }
 
 enum Machine {
@@ -369,6 +379,7 @@ impl Workflows {
             .conn()
             .execute_batch(SCHEMA)
             .map_err(StoreError::from)?;
+        crate::store::add_missing_columns(cx.store.conn(), MIGRATIONS)?;
         let mut me = Workflows {
             jobs: BTreeMap::new(),
             default_balancer,
@@ -419,7 +430,7 @@ impl Workflows {
                 let mut q = cx
                     .store
                     .conn()
-                    .prepare("SELECT instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced FROM wf_instances WHERE job=?1")
+                    .prepare("SELECT instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes FROM wf_instances WHERE job=?1")
                     .map_err(StoreError::from)?;
                 let mut rows = q.query(params![seq as i64]).map_err(StoreError::from)?;
                 while let Some(r) = rows.next().map_err(StoreError::from)? {
@@ -440,6 +451,15 @@ impl Workflows {
                     x.failures = r.get::<_, i64>(8).map_err(StoreError::from)? as u32;
                     x.produced =
                         r.get::<_, i64>(9).map_err(StoreError::from)? != 0 || x.st == St::Done;
+                    let measured = |c| r.get::<_, Option<i64>>(c).map_err(StoreError::from);
+                    x.usage = match (measured(10)?, measured(11)?, measured(12)?) {
+                        (Some(user), Some(system), Some(rss)) => Some(TaskUsage {
+                            cpu_user_ms: user as u64,
+                            cpu_system_ms: system as u64,
+                            max_rss_bytes: rss as u64,
+                        }),
+                        _ => None,
+                    };
                 }
             }
             // Replay the successes into the graph, in readiness order.
@@ -703,6 +723,7 @@ impl Workflows {
                     failures: 0,
                     reproducing: false,
                     produced: false,
+                    usage: None,
                 };
                 total as usize
             ],
@@ -1180,6 +1201,7 @@ impl JobKind for Workflows {
             x.started_ns = r.started_ns;
             x.finished_ns = r.finished_ns;
             x.exit_code = r.exit_code;
+            x.usage = r.usage;
             self.dirty.insert((seq, i));
             if r.success {
                 x.st = St::Done;
@@ -1557,7 +1579,7 @@ impl JobKind for Workflows {
 
     fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
         let mut q = tx.prepare_cached(
-            "INSERT OR REPLACE INTO wf_instances(job,instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)",
+            "INSERT OR REPLACE INTO wf_instances(job,instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14)",
         )?;
         for &(seq, i) in &self.dirty {
             let Some(x) = self.jobs.get(&seq).and_then(|j| j.insts.get(i as usize)) else {
@@ -1574,7 +1596,10 @@ impl JobKind for Workflows {
                 i64::from(x.exit_code),
                 x.message,
                 i64::from(x.failures),
-                i64::from(x.produced)
+                i64::from(x.produced),
+                x.usage.map(|u| u.cpu_user_ms as i64),
+                x.usage.map(|u| u.cpu_system_ms as i64),
+                x.usage.map(|u| u.max_rss_bytes as i64)
             ])?;
         }
         for &seq in &self.dirty_jobs {
@@ -1685,6 +1710,7 @@ impl JobKind for Workflows {
                     message: x.message.clone(),
                     failed_attempts: x.failures,
                     executed_node: String::new(),
+                    usage: x.usage,
                 });
             }
         }

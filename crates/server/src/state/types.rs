@@ -70,6 +70,8 @@ pub struct TaskResult {
     pub interrupted: bool,
     /// The process could not be started (counts toward the node's back-off).
     pub start_failed: bool,
+    /// What the attempt used, if its agent measured it.
+    pub usage: Option<crate::store::TaskUsage>,
 }
 
 /// One device's utilisation as an agent reports it.
@@ -357,6 +359,8 @@ pub struct TaskInfo {
     pub failed_attempts: u32,
     /// The node that ran the latest attempt: the ANode of an offloaded task, else `node`.
     pub executed_node: String,
+    /// What the latest finished attempt used, if measured.
+    pub usage: Option<crate::store::TaskUsage>,
 }
 
 /// One page of tasks.

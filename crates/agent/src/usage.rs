@@ -1,0 +1,246 @@
+//! What a task's process used — its accounting, as `sacct` shows it: CPU time in user and kernel
+//! mode, and peak resident memory.
+//!
+//! - **CPU time is exact.** The agent learns that the task's process exited *before* reaping it
+//!   (`SIGCHLD`, then `waitid(…, WEXITED | WNOWAIT)` on its pid): the zombie keeps its kernel counters, so `/proc/PID/stat` still gives its own
+//!   user and system time (fields 14–15) and those of every descendant it waited for (16–17). A
+//!   shell running a program counts the program. Descendants the task left running are not
+//!   counted.
+//! - **Peak memory is sampled**, as Slurm's `jobacct_gather/linux` does: 10 ms after the start,
+//!   then at doubling intervals up to every second, the sampler sums the resident memory of the
+//!   task's process tree (found through `/proc/PID/task/PID/children`); the peak is the largest
+//!   such sum, or the process's own high-water mark (`VmHWM`) if larger. A task that ends within
+//!   10 ms gets no sample; a tree's peak between two samples can be missed.
+//!
+//! Where `SIGCHLD` cannot be listened to the task runs as before and its result carries no
+//! usage.
+
+use hetsched_proto as pb;
+use rustix::process::{Pid, WaitId, WaitIdOptions};
+use std::time::Duration;
+use tokio::signal::unix::{Signal, SignalKind};
+use tokio::time::Instant;
+
+/// The first memory sample, after the start.
+const FIRST_SAMPLE: Duration = Duration::from_millis(10);
+/// Samples come at doubling intervals up to this one.
+const MAX_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+/// A sample reads at most this many processes of the task's tree (a fork bomb costs the agent
+/// no more than this per sample).
+const MAX_TREE: usize = 1024;
+
+/// A running task's process, watched until it exits.
+pub struct Watch {
+    pid: u32,
+    raw: Pid,
+    /// Every child's exit raises it: each watch then asks the kernel about its own process.
+    sigchld: Signal,
+    next_sample: Instant,
+    interval: Duration,
+    peak_bytes: u64,
+}
+
+impl Watch {
+    /// Starts watching process `pid`, a child of this agent not reaped yet; `None` if `SIGCHLD`
+    /// cannot be listened to.
+    pub fn new(pid: u32) -> Option<Self> {
+        Some(Watch {
+            pid,
+            raw: Pid::from_raw(i32::try_from(pid).ok()?)?,
+            sigchld: tokio::signal::unix::signal(SignalKind::child()).ok()?,
+            next_sample: Instant::now() + FIRST_SAMPLE,
+            interval: FIRST_SAMPLE,
+            peak_bytes: 0,
+        })
+    }
+
+    /// Whether the process has exited (or cannot be waited for): asked without reaping it.
+    fn has_exited(&self) -> bool {
+        let how = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT | WaitIdOptions::NOHANG;
+        !matches!(
+            rustix::process::waitid(WaitId::Pid(self.raw), how),
+            Ok(None)
+        )
+    }
+
+    /// Waits until the process has exited, sampling its tree's memory meanwhile. The process is
+    /// left for the caller to reap (a zombie, with its counters).
+    pub async fn exited(&mut self) {
+        // The listener exists before this first look, so an exit after it raises a signal seen
+        // below; one before it is seen by the look.
+        while !self.has_exited() {
+            tokio::select! {
+                got = self.sigchld.recv() => if got.is_none() {
+                    // The runtime is shutting down: nothing more to measure.
+                    return;
+                },
+                () = tokio::time::sleep_until(self.next_sample) => {
+                    self.peak_bytes = self.peak_bytes.max(tree_resident_bytes(self.pid));
+                    self.interval = (self.interval * 2).min(MAX_SAMPLE_INTERVAL);
+                    self.next_sample = Instant::now() + self.interval;
+                }
+            }
+        }
+    }
+
+    /// What the exited, not yet reaped, process used; `None` if its counters cannot be read.
+    pub fn usage(&self) -> Option<pb::TaskUsage> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).ok()?;
+        let ticks = stat_cpu_ticks(&stat)?;
+        let per_s = rustix::param::clock_ticks_per_second().max(1);
+        let ms = |t: u64| t.saturating_mul(1000) / per_s;
+        Some(pb::TaskUsage {
+            cpu_user_ms: ms(ticks.user),
+            cpu_system_ms: ms(ticks.system),
+            max_rss_bytes: self.peak_bytes,
+        })
+    }
+}
+
+/// User and system CPU time in clock ticks, the process's own plus its waited-for children's.
+#[derive(Debug, PartialEq, Eq)]
+struct CpuTicks {
+    user: u64,
+    system: u64,
+}
+
+/// Fields 14–17 of a `/proc/PID/stat` line: utime, stime, cutime, cstime.
+fn stat_cpu_ticks(stat: &str) -> Option<CpuTicks> {
+    // The command name (field 2) is in parentheses and may hold spaces: count from the last `)`.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // `rest` starts at field 3; field 14 is the 12th from there.
+    let mut f = rest.split_whitespace().skip(11);
+    let mut next = || -> Option<u64> {
+        // cutime and cstime are signed in the kernel's format; they are never negative.
+        let v: i64 = f.next()?.parse().ok()?;
+        u64::try_from(v).ok()
+    };
+    let (utime, stime, cutime, cstime) = (next()?, next()?, next()?, next()?);
+    Some(CpuTicks {
+        user: utime + cutime,
+        system: stime + cstime,
+    })
+}
+
+/// One process's resident memory now and its high-water mark, bytes, from `/proc/PID/status`
+/// (both 0 for a zombie or a process that is gone).
+fn resident_bytes(pid: u32) -> (u64, u64) {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return (0, 0);
+    };
+    status_memory(&status)
+}
+
+/// `VmRSS` and `VmHWM` of a `/proc/PID/status` text, bytes.
+fn status_memory(status: &str) -> (u64, u64) {
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |k| k.saturating_mul(1024))
+    };
+    (kib("VmRSS:"), kib("VmHWM:"))
+}
+
+/// The peak to record now for the tree rooted at `pid`: its summed resident memory, or the
+/// root's own high-water mark if larger.
+fn tree_resident_bytes(pid: u32) -> u64 {
+    let (root_rss, root_hwm) = resident_bytes(pid);
+    let mut sum = root_rss;
+    let mut stack = children(pid);
+    let mut seen = 1;
+    while let Some(p) = stack.pop() {
+        if seen >= MAX_TREE {
+            break;
+        }
+        seen += 1;
+        sum = sum.saturating_add(resident_bytes(p).0);
+        stack.extend(children(p));
+    }
+    sum.max(root_hwm)
+}
+
+/// The children of `pid`'s main thread (`/proc/PID/task/PID/children`).
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .map(|s| {
+            s.split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_ticks_are_read_after_a_command_name_with_spaces_and_parentheses() {
+        // Fields: pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt
+        // cmajflt utime stime cutime cstime …
+        let line = "4242 (my (odd) prog) Z 1 4242 4242 0 -1 4227084 120 0 0 0 30 5 200 7 20 0 1";
+        assert_eq!(
+            stat_cpu_ticks(line),
+            Some(CpuTicks {
+                user: 230,
+                system: 12
+            })
+        );
+        assert_eq!(stat_cpu_ticks("4242 (cut short) Z 1 2 3"), None);
+    }
+
+    #[test]
+    fn resident_memory_is_read_in_kib_from_status() {
+        let status = "Name:\tx\nVmHWM:\t  204800 kB\nVmRSS:\t  102400 kB\nThreads:\t1\n";
+        assert_eq!(status_memory(status), (100 << 20, 200 << 20));
+        assert_eq!(status_memory("Name:\tzombie\nState:\tZ (zombie)\n"), (0, 0));
+    }
+
+    /// Runs `sh -c script` as the agent runs a task: watched, then reaped.
+    async fn usage_of(script: &str) -> pb::TaskUsage {
+        let mut child = tokio::process::Command::new("sh")
+            .args(["-c", script])
+            .spawn()
+            .expect("sh starts");
+        let mut watch = Watch::new(child.id().expect("running")).expect("SIGCHLD is heard");
+        watch.exited().await;
+        let usage = watch.usage().expect("the zombie's counters are readable");
+        let status = child.wait().await.expect("reaped");
+        assert!(status.success());
+        usage
+    }
+
+    #[tokio::test]
+    async fn a_tasks_cpu_time_counts_the_programs_its_shell_ran() {
+        // The work is done by a child (`awk`) the shell waits for: counted in cutime.
+        let u = usage_of("awk 'BEGIN { for (i = 0; i < 20000000; i++) s += i }'").await;
+        assert!(
+            u.cpu_user_ms + u.cpu_system_ms >= 100,
+            "a busy loop of about a second shows its CPU time: {u:?}"
+        );
+        let idle = usage_of("sleep 0.3").await;
+        assert!(
+            idle.cpu_user_ms + idle.cpu_system_ms < 100,
+            "sleeping costs no CPU: {idle:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_tasks_peak_memory_counts_its_children() {
+        // The inner shell, a child of the task's, holds 64 MiB in a variable for a second.
+        let hold = r#"sh -c 'x=$(head -c 67108864 /dev/zero | tr "\0" a); sleep 1; : "$x"'; true"#;
+        let u = usage_of(hold).await;
+        assert!(
+            u.max_rss_bytes >= 60 << 20,
+            "a child holding 64 MiB is seen: {} MiB",
+            u.max_rss_bytes >> 20
+        );
+        let small = usage_of("sleep 0.2").await;
+        assert!(
+            small.max_rss_bytes > 0 && small.max_rss_bytes < 60 << 20,
+            "{small:?}"
+        );
+    }
+}
