@@ -171,6 +171,10 @@ fn the_dashboard_shows_jobs_tasks_and_nodes_and_updates_live_in_a_browser() {
         dom.contains("/api/log?job=1&amp;task="),
         "links to the tasks' output"
     );
+    assert!(
+        dom.contains("<th>max rss</th>") && dom.contains(" MiB</td>"),
+        "finished tasks show the memory their agents measured"
+    );
     let events = attr(&dom, "data-events").expect("live marker");
     let (first, last) = (
         attr(&dom, "data-first-done").expect("first"),

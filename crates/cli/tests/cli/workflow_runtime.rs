@@ -220,6 +220,13 @@ fn a_sixty_instance_workflow_balanced_by_pcddb_and_by_the_centralised_dispatcher
             "{mode}: an instance ran twice: {r:?}"
         );
         assert!(c.tasks(job).iter().all(|t| t["attempt"] == 1), "{mode}");
+        // Every instance's process was measured, as a batch task's is.
+        assert!(
+            c.tasks(job)
+                .iter()
+                .all(|t| t["usage"]["max_rss_bytes"].as_u64().is_some()),
+            "{mode}: an instance without its usage"
+        );
         check_order(&times(&c, job));
         // Per-task progress: every task done.
         let apps = v["apps"].as_array().cloned().unwrap_or_default();

@@ -29,6 +29,15 @@ function human(ns) {
   return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
 }
 
+// Bytes as KiB, MiB or GiB ("-" for 0: not sampled).
+function bytes(n) {
+  if (!n) return "-";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${i ? n.toFixed(1) : n} ${units[i]}`;
+}
+
 // ---------------------------------------------------------------- charts
 
 function chartOpts(el, series, yLabel) {
@@ -245,6 +254,7 @@ async function loadTasks() {
     return `<tr data-task="${t.id}"><td>${t.id}</td><td>${esc(t.app)}</td><td>${t.index}</td><td class="state-${esc(t.state)}">${esc(t.state)}</td>
       <td>${t.attempt}${t.failed_attempts ? ` (${t.failed_attempts} failed)` : ""}</td><td>${esc(t.node || "-")}</td><td>${esc(t.variant || "-")}</td>
       <td>${esc((t.devices || []).join(",") || "-")}</td><td>${t.finished_ns ? human(t.finished_ns - t.started_ns) : "-"}</td>
+      <td>${t.usage ? human((t.usage.cpu_user_ms + t.usage.cpu_system_ms) * 1e6) : "-"}</td><td>${t.usage ? bytes(t.usage.max_rss_bytes) : "-"}</td>
       <td>${t.attempt > 0 ? `${log("stdout")} ${log("stderr")}` : "-"}</td><td class="msg">${esc(t.message)}</td></tr>`;
   }).join("");
   const n = tasksView.cursors.length;
