@@ -2,7 +2,7 @@
 //! mode, and peak resident memory.
 //!
 //! - **CPU time is exact.** The agent learns that the task's process exited *before* reaping it
-//!   (`SIGCHLD`, then `waitid(…, WEXITED | WNOWAIT)` on its pid): the zombie keeps its kernel counters, so `/proc/PID/stat` still gives its own
+//!   (a pidfd, readable once the process exits, on the runtime's reactor): the zombie keeps its kernel counters, so `/proc/PID/stat` still gives its own
 //!   user and system time (fields 14–15) and those of every descendant it waited for (16–17). A
 //!   shell running a program counts the program. Descendants the task left running are not
 //!   counted.
@@ -12,13 +12,14 @@
 //!   such sum, or the process's own high-water mark (`VmHWM`) if larger. A task that ends within
 //!   10 ms gets no sample; a tree's peak between two samples can be missed.
 //!
-//! Where `SIGCHLD` cannot be listened to the task runs as before and its result carries no
-//! usage.
+//! Where the kernel has no pidfd (before Linux 5.3) the task runs as before and its result
+//! carries no usage.
 
 use hetsched_proto as pb;
-use rustix::process::{Pid, WaitId, WaitIdOptions};
+use rustix::process::{Pid, PidfdFlags};
+use std::os::fd::OwnedFd;
 use std::time::Duration;
-use tokio::signal::unix::{Signal, SignalKind};
+use tokio::io::unix::AsyncFd;
 use tokio::time::Instant;
 
 /// The first memory sample, after the start.
@@ -29,51 +30,49 @@ const MAX_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 /// no more than this per sample).
 const MAX_TREE: usize = 1024;
 
+/// A pidfd of the task's process, readable once the process has exited (before it is reaped),
+/// registered with the runtime's reactor as tokio's own child reaper registers its pidfd.
+fn exit_watch(pid: Pid) -> Option<AsyncFd<OwnedFd>> {
+    let fd = rustix::process::pidfd_open(pid, PidfdFlags::NONBLOCK).ok()?;
+    // Deprecated because a generic `T` need not own its descriptor; an `OwnedFd` does, and the
+    // `AsyncFd` owns it until it is dropped, which is what `AsyncFd::register` requires.
+    #[allow(deprecated)]
+    let watch = AsyncFd::with_interest(fd, tokio::io::Interest::READABLE).ok()?;
+    Some(watch)
+}
+
 /// A running task's process, watched until it exits.
 pub struct Watch {
     pid: u32,
-    raw: Pid,
-    /// Every child's exit raises it: each watch then asks the kernel about its own process.
-    sigchld: Signal,
+    /// Readable once the process exited.
+    exited: AsyncFd<OwnedFd>,
     next_sample: Instant,
     interval: Duration,
     peak_bytes: u64,
 }
 
 impl Watch {
-    /// Starts watching process `pid`, a child of this agent not reaped yet; `None` if `SIGCHLD`
-    /// cannot be listened to.
+    /// Starts watching process `pid`, a child of this agent not reaped yet; `None` where the
+    /// kernel has no pidfd or epoll.
     pub fn new(pid: u32) -> Option<Self> {
+        let raw = Pid::from_raw(i32::try_from(pid).ok()?)?;
         Some(Watch {
             pid,
-            raw: Pid::from_raw(i32::try_from(pid).ok()?)?,
-            sigchld: tokio::signal::unix::signal(SignalKind::child()).ok()?,
+            exited: exit_watch(raw)?,
             next_sample: Instant::now() + FIRST_SAMPLE,
             interval: FIRST_SAMPLE,
             peak_bytes: 0,
         })
     }
 
-    /// Whether the process has exited (or cannot be waited for): asked without reaping it.
-    fn has_exited(&self) -> bool {
-        let how = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT | WaitIdOptions::NOHANG;
-        !matches!(
-            rustix::process::waitid(WaitId::Pid(self.raw), how),
-            Ok(None)
-        )
-    }
-
     /// Waits until the process has exited, sampling its tree's memory meanwhile. The process is
     /// left for the caller to reap (a zombie, with its counters).
     pub async fn exited(&mut self) {
-        // The listener exists before this first look, so an exit after it raises a signal seen
-        // below; one before it is seen by the look.
-        while !self.has_exited() {
+        loop {
             tokio::select! {
-                got = self.sigchld.recv() => if got.is_none() {
-                    // The runtime is shutting down: nothing more to measure.
-                    return;
-                },
+                // An error: the runtime is shutting down; the process is then waited for
+                // without its usage.
+                _ = self.exited.readable() => return,
                 () = tokio::time::sleep_until(self.next_sample) => {
                     self.peak_bytes = self.peak_bytes.max(tree_resident_bytes(self.pid));
                     self.interval = (self.interval * 2).min(MAX_SAMPLE_INTERVAL);
