@@ -331,6 +331,8 @@ impl From<AppInfo> for pb::AppInfo {
             has_cpu: a.has_cpu,
             has_gpu: a.has_gpu,
             ready: a.ready,
+            cpu_ms: a.cpu_ms,
+            max_rss_bytes: a.max_rss_bytes,
         }
     }
 }

@@ -504,6 +504,8 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         "failed",
         "mean cpu (ms)",
         "mean gpu (ms)",
+        "cpu time",
+        "max rss",
     ]);
     for a in &j.apps {
         let c = counts(&a.counts);
@@ -521,6 +523,8 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
             c.failed.to_string(),
             ms(a.mean_cpu_ms),
             ms(a.mean_gpu_ms),
+            super::human::cpu_time(a.cpu_ms),
+            super::human::memory(a.max_rss_bytes),
         ]);
     }
     println!("{t}");
@@ -629,15 +633,11 @@ fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
                 "-".into()
             },
             x.usage.map_or("-".into(), |u| {
+                // A measured 0 ms (a sleeping task) is shown as such.
                 super::human::duration(Duration::from_millis(u.cpu_user_ms + u.cpu_system_ms))
             }),
-            x.usage.map_or("-".into(), |u| {
-                if u.max_rss_bytes == 0 {
-                    "-".into()
-                } else {
-                    bytesize::ByteSize(u.max_rss_bytes).to_string()
-                }
-            }),
+            x.usage
+                .map_or("-".into(), |u| super::human::memory(u.max_rss_bytes)),
             x.message.clone(),
             x.output.clone(),
         ]);

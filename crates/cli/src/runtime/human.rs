@@ -25,6 +25,24 @@ pub fn duration(d: Duration) -> String {
     }
 }
 
+/// CPU time from ms, as [`duration`] writes it; `-` for none.
+pub fn cpu_time(ms: u64) -> String {
+    if ms == 0 {
+        "-".into()
+    } else {
+        duration(Duration::from_millis(ms))
+    }
+}
+
+/// Bytes in binary units (`48.0 MiB`); `-` for none (not measured).
+pub fn memory(bytes: u64) -> String {
+    if bytes == 0 {
+        "-".into()
+    } else {
+        bytesize::ByteSize(bytes).to_string()
+    }
+}
+
 /// `3m 10s ago`.
 pub fn ago(d: Duration) -> String {
     format!("{} ago", duration(d))
@@ -134,6 +152,11 @@ pub fn job_json(j: &pb::JobInfo) -> Value {
     } else {
         Value::Null
     };
+    // The job's usage from its applications' (sacct's per-job line).
+    if !j.apps.is_empty() {
+        v["cpu_ms"] = json!(j.apps.iter().map(|a| a.cpu_ms).sum::<u64>());
+        v["max_rss_bytes"] = json!(j.apps.iter().map(|a| a.max_rss_bytes).max().unwrap_or(0));
+    }
     if let Some(apps) = v["apps"].as_array_mut() {
         for a in apps {
             for k in ["mean_cpu_ms", "mean_gpu_ms"] {

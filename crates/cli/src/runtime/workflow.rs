@@ -23,6 +23,8 @@ pub fn progress(j: &pb::JobInfo) -> Table {
         "running",
         "done",
         "failed",
+        "cpu time",
+        "max rss",
     ]);
     for a in &j.apps {
         let c = a.counts.unwrap_or_default();
@@ -34,6 +36,8 @@ pub fn progress(j: &pb::JobInfo) -> Table {
             c.running.to_string(),
             c.succeeded.to_string(),
             c.failed.to_string(),
+            super::human::cpu_time(a.cpu_ms),
+            super::human::memory(a.max_rss_bytes),
         ]);
     }
     t

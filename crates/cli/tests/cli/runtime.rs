@@ -1749,6 +1749,20 @@ fn each_task_reports_the_cpu_time_and_peak_memory_it_used_and_a_restart_keeps_th
         "a sleeping shell is small: {} MiB",
         sleep_rss >> 20
     );
+    // The job adds them up (CPU time) and keeps the largest peak, as `sacct` does per job.
+    let job_usage = |c: &Cluster| {
+        let j = c.json(&["job", "1"]);
+        (j["cpu_ms"].as_u64(), j["max_rss_bytes"].as_u64())
+    };
+    let job_before = job_usage(&c);
+    assert_eq!(
+        job_before,
+        (
+            Some(before.iter().map(|u| u.0).sum()),
+            before.iter().map(|u| u.1).max()
+        ),
+        "the job's usage is its tasks'"
+    );
     // The table shows them too.
     let table = c.cli(&["tasks", "--job", "1"]);
     let text = String::from_utf8_lossy(&table.stdout);
@@ -1758,4 +1772,5 @@ fn each_task_reports_the_cpu_time_and_peak_memory_it_used_and_a_restart_keeps_th
     c.kill_server();
     c.start_server();
     assert_eq!(usage(&c), before, "the usage survives a server restart");
+    assert_eq!(job_usage(&c), job_before, "so does the job's");
 }

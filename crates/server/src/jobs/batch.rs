@@ -19,7 +19,7 @@ use crate::state::types::{
     AppInfo, BackedOffApp, Dispatch, HeartbeatReport, JobInfo, JobsPage, RunningTask, Submission,
     Submitted, TaskCounts, TaskInfo, TaskResult, TaskSpec, TasksPage,
 };
-use crate::store::{JobRow, Snapshot, StoreError, StoreReader, TaskRow, TaskState};
+use crate::store::{JobRow, Snapshot, StoreError, StoreReader, TaskRow, TaskState, TaskUsage};
 use hetsched_core::input::limits;
 use hetsched_core::input::workload::{Command, MissingProfile, Workload, parse_workload};
 use hetsched_core::policy::batch::BatchPolicy;
@@ -118,6 +118,30 @@ struct AppRec {
     /// ([`moved`]) so that job listings and `GetJob` cost one addition per application, not a
     /// scan of the job's rows.
     counts: [u64; 5],
+    /// What its tasks' latest finished attempts used, kept as results arrive.
+    used: Used,
+}
+
+/// An application's usage: its tasks' latest finished attempts' CPU time summed and the largest
+/// peak memory among them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(super) struct Used {
+    /// CPU time, user + system, ms.
+    pub cpu_ms: u64,
+    /// Peak resident memory, bytes.
+    pub max_rss_bytes: u64,
+}
+
+impl Used {
+    /// Over `rows`' recorded usage.
+    fn of(rows: &[TaskRow]) -> Used {
+        let mut u = Used::default();
+        for r in rows.iter().filter_map(|t| t.usage.as_deref()) {
+            u.cpu_ms += r.cpu_user_ms + r.cpu_system_ms;
+            u.max_rss_bytes = u.max_rss_bytes.max(r.max_rss_bytes);
+        }
+        u
+    }
 }
 
 /// Where a state is counted in [`AppRec::counts`].
@@ -372,6 +396,10 @@ impl Batch {
             let first_task = next_task;
             next_task += app.tasks as u64;
             // Rows not held (an evicted job's) are counted from its summary instead.
+            let used = self
+                .tasks
+                .slice(first_task..next_task)
+                .map_or_else(Used::default, Used::of);
             let mut counts = [0u64; 5];
             let mut pending: Vec<TaskId> = Vec::new();
             for t in first_task..next_task {
@@ -400,6 +428,7 @@ impl Batch {
                 ),
                 entries: spec.entries.as_ref().map(|e| e.get_ref().clone()),
                 counts,
+                used,
             });
             // A job that runs after others keeps its tasks out of the queues until they
             // completed ([`after`]).
@@ -705,6 +734,29 @@ impl Batch {
         Ok(n)
     }
 
+    /// A task of application `app` recorded `new` as its latest attempt's usage in place of
+    /// `old`: the application's totals follow. A peak that may have been the largest is
+    /// recounted from the application's rows (rare: a retried attempt with a lower peak).
+    fn account(&mut self, app: u32, old: Option<&TaskUsage>, new: Option<&TaskUsage>) {
+        let Some(r) = self.apps.get_mut(app as usize) else {
+            return;
+        };
+        let cpu = |u: Option<&TaskUsage>| u.map_or(0, |u| u.cpu_user_ms + u.cpu_system_ms);
+        r.used.cpu_ms = r.used.cpu_ms.saturating_sub(cpu(old)) + cpu(new);
+        let (old_rss, new_rss) = (
+            old.map_or(0, |u| u.max_rss_bytes),
+            new.map_or(0, |u| u.max_rss_bytes),
+        );
+        if new_rss >= r.used.max_rss_bytes {
+            r.used.max_rss_bytes = new_rss;
+        } else if old_rss == r.used.max_rss_bytes {
+            let range = r.first_task..r.first_task + u64::from(r.tasks);
+            if let Some(rows) = self.tasks.slice(range) {
+                r.used.max_rss_bytes = Used::of(rows).max_rss_bytes;
+            }
+        }
+    }
+
     /// A task of application `app` ended for good: if that ended its job, the jobs waiting on
     /// it are due ([`after`]). One addition per application of the job, not a look at every
     /// waiting job.
@@ -970,6 +1022,8 @@ impl Batch {
                         has_cpu: r.cpu.is_some(),
                         has_gpu: r.gpu.is_some(),
                         ready: 0,
+                        cpu_ms: r.used.cpu_ms,
+                        max_rss_bytes: r.used.max_rss_bytes,
                     }
                 })
                 .collect()
@@ -1199,8 +1253,11 @@ impl JobKind for Batch {
         t.finished_ns = r.finished_ns.max(t.started_ns);
         t.exit_code = Some(r.exit_code);
         t.message = r.message.clone();
+        let (app, old) = (t.app, t.usage.take());
         t.usage = r.usage.map(Box::new);
         self.dirty.push(t.id);
+        self.account(app, old.as_deref(), r.usage.as_ref());
+        let t = &mut self.tasks[r.task_id as usize];
         if r.success {
             moved(&mut self.apps, t.app, t.state, TaskState::Succeeded);
             t.state = TaskState::Succeeded;

@@ -1119,7 +1119,9 @@ impl Workflows {
                     .enumerate()
                     .map(|(t, task)| {
                         let r = j.offset[t] as usize..j.offset[t + 1] as usize;
-                        let (counts, ready) = Self::counts_of(&j.insts[r]);
+                        let insts = &j.insts[r];
+                        let (counts, ready) = Self::counts_of(insts);
+                        let used = insts.iter().filter_map(|x| x.usage);
                         AppInfo {
                             id: t as u32,
                             name: task.name.clone(),
@@ -1127,6 +1129,8 @@ impl Workflows {
                             counts,
                             has_cpu: true,
                             ready,
+                            cpu_ms: used.clone().map(|u| u.cpu_user_ms + u.cpu_system_ms).sum(),
+                            max_rss_bytes: used.map(|u| u.max_rss_bytes).max().unwrap_or(0),
                             ..Default::default()
                         }
                     })

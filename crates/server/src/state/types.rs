@@ -277,6 +277,10 @@ pub struct AppInfo {
     pub has_gpu: bool,
     /// Workflow tasks: instances ready and waiting for a node.
     pub ready: u64,
+    /// Its tasks' latest finished attempts' CPU time, summed (ms; 0 = none measured).
+    pub cpu_ms: u64,
+    /// The largest peak resident memory among them (bytes).
+    pub max_rss_bytes: u64,
 }
 
 /// One job, as listings show it.

@@ -332,3 +332,91 @@ fn failed_tasks_of_a_finished_job_can_be_resubmitted_after_its_rows_left_memory(
     let c = s.job(job).expect("job").counts.expect("counts");
     assert_eq!((c.succeeded, c.failed), (3, 0));
 }
+
+/// A result of `task`'s `attempt` that used `cpu_ms` (user) and peaked at `rss` bytes.
+fn measured(task: u64, attempt: u32, ok: bool, cpu_ms: u64, rss: u64) -> pb::TaskResult {
+    pb::TaskResult {
+        task_id: task,
+        attempt,
+        exit_code: if ok { 0 } else { 1 },
+        success: ok,
+        started_ns: 1,
+        finished_ns: 2,
+        usage: Some(pb::TaskUsage {
+            cpu_user_ms: cpu_ms,
+            cpu_system_ms: 0,
+            max_rss_bytes: rss,
+        }),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn an_applications_usage_follows_its_tasks_latest_attempts_and_survives_eviction_and_restart() {
+    let d = dir("usage");
+    let job_text = "[[application]]\nname = \"a\"\ntasks = 3\nretries = 1\n[application.cpu]\ncommand = \"true\"\n";
+    let used = |s: &State| {
+        let a = &s.job(1).expect("job").apps[0];
+        (a.cpu_ms, a.max_rss_bytes)
+    };
+    {
+        let mut s = open(&d);
+        let n = common::register(&mut s, "n", 3);
+        s.submit("job.toml", job_text, "/").expect("submit");
+        let ids: Vec<u64> = beat(&mut s, n, &[], &[])
+            .assignments
+            .iter()
+            .map(|a| a.task_id)
+            .collect();
+        assert_eq!(ids.len(), 3);
+        // Task 0 fails at its largest peak and is retried; the others succeed.
+        let mut req = heartbeat_request(n, &[], &[]);
+        req.results = vec![
+            measured(ids[0], 1, false, 500, 900 << 20),
+            measured(ids[1], 1, true, 1_000, 100 << 20),
+            measured(ids[2], 1, true, 2_000, 300 << 20),
+        ];
+        let r = s.heartbeat(req).expect("heartbeat");
+        assert_eq!((used(&s)), (3_500, 900 << 20));
+        // The retry replaces the failed attempt's figures: its CPU time leaves the sum and the
+        // peak falls back to the largest that is still recorded.
+        let retry = r
+            .assignments
+            .iter()
+            .find(|a| a.task_id == ids[0])
+            .map(|a| a.attempt)
+            .or_else(|| {
+                beat(&mut s, n, &[], &[])
+                    .assignments
+                    .iter()
+                    .find(|a| a.task_id == ids[0])
+                    .map(|a| a.attempt)
+            })
+            .expect("the failed task runs again");
+        let mut req = heartbeat_request(n, &[], &[]);
+        req.results = vec![measured(ids[0], retry, true, 250, 200 << 20)];
+        s.heartbeat(req).expect("heartbeat");
+        assert_eq!(s.job(1).expect("job").state, "completed");
+        assert_eq!(used(&s), (3_250, 300 << 20));
+        let task = &s.tasks(1).expect("tasks").tasks[0];
+        assert_eq!(
+            task.usage.map(|u| (u.cpu_user_ms, u.max_rss_bytes)),
+            Some((250, 200 << 20)),
+            "a task lists its latest attempt's usage"
+        );
+        // The job's rows leave memory: its summary keeps the figures.
+        assert_eq!(s.evict_finished(), 1);
+        assert_eq!(used(&s), (3_250, 300 << 20));
+    }
+    // A restart reads the summary, not the rows.
+    let s = open(&d);
+    assert_eq!(s.tasks_in_memory(), 0);
+    assert_eq!(used(&s), (3_250, 300 << 20));
+    assert_eq!(
+        s.tasks(1).expect("tasks").tasks[2]
+            .usage
+            .map(|u| u.cpu_user_ms),
+        Some(2_000),
+        "each task's usage is read back from the store"
+    );
+}

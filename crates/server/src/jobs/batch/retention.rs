@@ -196,6 +196,9 @@ struct StoredApp {
     ok: u32,
     /// Observed run times of successes per variant: (total ns, count).
     observed: [(u64, u64); 2],
+    /// What its tasks used (absent from summaries stored before usage was measured).
+    #[serde(default)]
+    used: super::Used,
 }
 
 fn to_counts(c: [u64; 5]) -> TaskCounts {
@@ -273,6 +276,7 @@ impl Batch {
                 add(&mut counts, &c);
                 if let Some(r) = self.apps.get_mut(a as usize) {
                     r.counts = sa.counts;
+                    r.used = sa.used;
                 }
                 cx.view.restore_finished(AppId(a), sa.cpu, sa.gpu, sa.ok)?;
                 if let Some(r) = self.apps.get_mut(a as usize) {
@@ -397,6 +401,7 @@ impl Batch {
                         let o = r.observed[v];
                         (o.total_ns.min(u64::MAX as u128) as u64, o.count)
                     }),
+                    used: r.used,
                     ..Default::default()
                 };
                 // As the restart counts them (`State::from_snapshot`).
