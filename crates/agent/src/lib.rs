@@ -189,15 +189,17 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
     let (registered, registered_rx) = tokio::sync::watch::channel(None);
     // Set by the waiter: the server has work for this node (beat at once, without coalescing).
     let woken = Arc::new(Notify::new());
+    // The connection heartbeats go over, replaced when a beat times out; the waiter follows it.
+    let (connection, connection_rx) = tokio::sync::watch::channel(client.clone());
     let _waiter = divisible::Running(tokio::spawn(await_work(
-        client.clone(),
+        connection_rx,
         identity.clone(),
         registered_rx,
         woken.clone(),
     )));
     let _divisible = divisible::Running(tokio::spawn(divisible::run(
         channel,
-        interceptor,
+        interceptor.clone(),
         divisible::DivisibleAgent {
             name: opts.name.clone(),
             identity: identity.clone(),
@@ -436,6 +438,15 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     }
                     Ok(Err(s)) => break 'beat Err(s),
                     Err(_) => {
+                        // The connection may be dead without the kernel knowing — data in
+                        // flight is retransmitted for many minutes, and a hung relay between
+                        // agent and server accepts it forever: beat over a new one.
+                        client = AgentClient::with_interceptor(
+                            endpoint.connect_lazy(),
+                            interceptor.clone(),
+                        )
+                        .max_decoding_message_size(MAX_REPLY_BYTES);
+                        connection.send_replace(client.clone());
                         break 'beat Err(tonic::Status::deadline_exceeded("heartbeat timed out"));
                     }
                 };
@@ -786,12 +797,15 @@ impl Launcher<'_> {
 /// failure after a success — or after a call held open for a second or more, which a server
 /// restarted while the call was held breaks before answering anything — also makes the agent
 /// beat at once, so an idle agent (which beats seldom) meets a restarted server without
-/// waiting for its next beat.
+/// waiting for its next beat. The call goes over the heartbeats' connection, and moves when they
+/// move to a new one.
 async fn await_work(
-    mut client: AgentClient<
-        tonic::service::interceptor::InterceptedService<
-            tonic::transport::Channel,
-            pb::TokenInterceptor,
+    mut connection: tokio::sync::watch::Receiver<
+        AgentClient<
+            tonic::service::interceptor::InterceptedService<
+                tonic::transport::Channel,
+                pb::TokenInterceptor,
+            >,
         >,
     >,
     identity: String,
@@ -807,6 +821,7 @@ async fn await_work(
             }
             continue;
         };
+        let mut client = connection.borrow_and_update().clone();
         let call = client.await_work(pb::AwaitWorkRequest {
             node_id,
             identity: identity.clone(),
@@ -846,6 +861,11 @@ async fn await_work(
                 // Registered again (maybe under another id): its counter starts afresh.
                 seen = 0;
             }
+            // The heartbeats moved to a new connection (the old one may be dead): so does the
+            // call.
+            changed = connection.changed() => if changed.is_err() {
+                return;
+            },
         }
     }
 }

@@ -1774,3 +1774,100 @@ fn each_task_reports_the_cpu_time_and_peak_memory_it_used_and_a_restart_keeps_th
     assert_eq!(usage(&c), before, "the usage survives a server restart");
     assert_eq!(job_usage(&c), job_before, "so does the job's");
 }
+
+/// A TCP relay to `target` whose connections can be hung: a hung connection stays open and the
+/// relay keeps reading it (so the sender's kernel sees every byte acknowledged) but passes
+/// nothing on — a proxy or NAT that lost its state. Connections made after the hang pass.
+struct Relay {
+    addr: std::net::SocketAddr,
+    made: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    hung_below: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Relay {
+    fn start(target: std::net::SocketAddr) -> Relay {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("relay listens");
+        let addr = listener.local_addr().expect("addr");
+        let made = Arc::new(AtomicU64::new(0));
+        let hung_below = Arc::new(AtomicU64::new(0));
+        let (m, h) = (made.clone(), hung_below.clone());
+        std::thread::spawn(move || {
+            for inbound in listener.incoming() {
+                let Ok(inbound) = inbound else { continue };
+                let Ok(outbound) = std::net::TcpStream::connect(target) else {
+                    continue;
+                };
+                let n = m.fetch_add(1, Ordering::SeqCst);
+                for (mut from, mut to) in [
+                    (
+                        inbound.try_clone().expect("clone"),
+                        outbound.try_clone().expect("clone"),
+                    ),
+                    (outbound, inbound),
+                ] {
+                    let h = h.clone();
+                    std::thread::spawn(move || {
+                        use std::io::{Read, Write};
+                        let mut buf = [0u8; 16 * 1024];
+                        while let Ok(k) = from.read(&mut buf) {
+                            if k == 0 {
+                                break;
+                            }
+                            if n >= h.load(Ordering::SeqCst) && to.write_all(&buf[..k]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(std::net::Shutdown::Write);
+                    });
+                }
+            }
+        });
+        Relay {
+            addr,
+            made,
+            hung_below,
+        }
+    }
+
+    /// Hangs every connection made so far.
+    fn hang(&self) {
+        use std::sync::atomic::Ordering;
+        self.hung_below
+            .store(self.made.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn an_agent_behind_a_relay_that_hangs_beats_over_a_new_connection_and_its_job_completes() {
+    let mut c = Cluster::start("hung-relay", false);
+    let relay = Relay::start(c.listen.parse().expect("server address"));
+    let url = format!("http://{}", relay.addr);
+    c.start_agent_at(&url, "a", 2, &[]);
+    c.wait_for_nodes(1);
+    let out = c.cli(&["submit", "--tasks", "20", "--", "sleep", "0.3"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_until("some tasks to succeed", Duration::from_secs(30), || {
+        c.succeeded(1) >= 4
+    });
+    // The relay hangs: the agent's calls are accepted and go nowhere. Its beats time out (10 s);
+    // it then beats over a new connection, which passes.
+    relay.hang();
+    let hung = Instant::now();
+    let out = c.cli(&["wait", "1", "--timeout", "90s"]);
+    assert!(
+        out.status.success(),
+        "the job completes through a new connection: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        hung.elapsed() < Duration::from_secs(45),
+        "within a few beat time-outs: {:?}",
+        hung.elapsed()
+    );
+}

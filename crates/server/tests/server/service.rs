@@ -693,6 +693,7 @@ async fn an_idle_node_lives_by_its_open_wait_for_work_and_dies_when_its_connecti
 /// its kernel: on the server's side of an idle agent's connection the keepalive timer runs
 /// (`/proc/net/tcp`: timer 2 on an established socket), due within half a dead timeout of the
 /// last traffic — and the sizing of probes makes the kernel give up about one dead timeout after.
+/// The agent's side probes too ([`pb::endpoint`]).
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kernel_probes_an_idle_agents_connection_from_half_a_dead_timeout() {
@@ -724,14 +725,15 @@ async fn the_kernel_probes_an_idle_agents_connection_from_half_a_dead_timeout() 
     // The server's side of every connection to it: local port = the server's, established.
     // Each line: sl local rem st tx:rx tr:when … ; the times are in USER_HZ (100) ticks.
     let port = format!(":{:04X}", server.addr.port());
-    let timers = || {
+    // `side`: 1 = sockets whose local address is the server's (its side), 2 = whose remote one is.
+    let timers = |side: usize| {
         let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
         table
             .lines()
             .skip(1)
             .filter_map(|l| {
                 let f: Vec<&str> = l.split_whitespace().collect();
-                (f.len() > 5 && f[1].ends_with(&port) && f[3] == "01").then(|| {
+                (f.len() > 5 && f[side].ends_with(&port) && f[3] == "01").then(|| {
                     let (tr, when) = f[5].split_once(':').expect("tr:when");
                     (
                         tr.to_string(),
@@ -742,7 +744,7 @@ async fn the_kernel_probes_an_idle_agents_connection_from_half_a_dead_timeout() 
             .collect::<Vec<_>>()
     };
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let seen = timers();
+    let seen = timers(1);
     assert!(!seen.is_empty(), "the agent's connection is listed");
     for (tr, when) in &seen {
         assert_eq!(
@@ -752,6 +754,18 @@ async fn the_kernel_probes_an_idle_agents_connection_from_half_a_dead_timeout() 
         assert!(
             *when <= 200,
             "first probe within half the dead timeout (2 s): {seen:?}"
+        );
+    }
+    // The agent's side (remote port = the server's) probes too, from its own idle time, so an
+    // agent whose server host vanished reconnects instead of holding a dead call.
+    let agent_side = timers(2);
+    assert!(!agent_side.is_empty(), "the agent's end is listed");
+    for (tr, when) in &agent_side {
+        assert_eq!(tr, "02", "the agent's kernel probes too: {agent_side:?}");
+        assert!(
+            *when <= pb::CLIENT_KEEPALIVE_IDLE.as_secs() * 100,
+            "first probe within {:?}: {agent_side:?}",
+            pb::CLIENT_KEEPALIVE_IDLE
         );
     }
     assert!(!held.is_finished(), "no work: the call is held open");

@@ -199,13 +199,19 @@ impl Cluster {
     }
 
     pub fn start_agent(&mut self, name: &str, cores: u32, extra: &[&str]) {
+        let url = self.url();
+        self.start_agent_at(&url, name, cores, extra);
+    }
+
+    /// As [`Cluster::start_agent`], with the agent told the server is at `url` (a relay).
+    pub fn start_agent_at(&mut self, url: &str, name: &str, cores: u32, extra: &[&str]) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.dir.join(format!("agent-{name}.log")))
             .expect("log");
         let child = Command::new(BIN)
-            .args(["agent", "--server", &self.url(), "--name", name])
+            .args(["agent", "--server", url, "--name", name])
             .arg("--cores")
             .arg(cores.to_string())
             .arg("--token-file")
