@@ -358,6 +358,8 @@ impl From<JobInfo> for pb::JobInfo {
             waiting: j.waiting,
             after_any: j.after_any,
             held: j.held,
+            cpu_ms: j.cpu_ms,
+            max_rss_bytes: j.max_rss_bytes,
         }
     }
 }

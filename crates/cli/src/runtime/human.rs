@@ -152,11 +152,6 @@ pub fn job_json(j: &pb::JobInfo) -> Value {
     } else {
         Value::Null
     };
-    // The job's usage from its applications' (sacct's per-job line).
-    if !j.apps.is_empty() {
-        v["cpu_ms"] = json!(j.apps.iter().map(|a| a.cpu_ms).sum::<u64>());
-        v["max_rss_bytes"] = json!(j.apps.iter().map(|a| a.max_rss_bytes).max().unwrap_or(0));
-    }
     if let Some(apps) = v["apps"].as_array_mut() {
         for a in apps {
             for k in ["mean_cpu_ms", "mean_gpu_ms"] {

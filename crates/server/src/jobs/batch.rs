@@ -1006,6 +1006,12 @@ impl Batch {
         } else {
             0
         };
+        // The job's usage: its applications' added up (one addition each, as the counts).
+        let mut used = Used::default();
+        for r in j.apps.clone().filter_map(|a| self.apps.get(a as usize)) {
+            used.cpu_ms += r.used.cpu_ms;
+            used.max_rss_bytes = used.max_rss_bytes.max(r.used.max_rss_bytes);
+        }
         let apps = if with_apps {
             j.apps
                 .clone()
@@ -1043,6 +1049,8 @@ impl Batch {
             after_any: j.row.after_any.clone(),
             waiting: self.waiting.waits(j.row.id),
             held: j.row.held,
+            cpu_ms: used.cpu_ms,
+            max_rss_bytes: used.max_rss_bytes,
             ..Default::default()
         }
     }

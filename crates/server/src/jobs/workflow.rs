@@ -1099,7 +1099,10 @@ impl Workflows {
 
     fn job_info(j: &WfJob, apps: bool) -> JobInfo {
         let (counts, _) = Self::counts_of(&j.insts);
+        let used = j.insts.iter().filter_map(|x| x.usage);
         JobInfo {
+            cpu_ms: used.clone().map(|u| u.cpu_user_ms + u.cpu_system_ms).sum(),
+            max_rss_bytes: used.map(|u| u.max_rss_bytes).max().unwrap_or(0),
             id: j.id(),
             name: j.name.clone(),
             state: j.state().into(),
@@ -1227,6 +1230,15 @@ impl JobKind for Workflows {
                     cx.now,
                 );
                 self.apply(&mut job, out);
+                // Instances placed on other nodes that wait there for an input (one produced
+                // again after a loss) may start now: those nodes beat to look. Without it an
+                // idle node would look at its next idle beat, a minute away.
+                self.woken.extend(
+                    job.assigned
+                        .iter()
+                        .filter(|(n, q)| **n != node.0 && !q.is_empty())
+                        .map(|(n, _)| *n),
+                );
             } else if r.interrupted {
                 x.st = St::Ready;
                 x.message = r.message.clone();

@@ -319,6 +319,10 @@ pub struct JobInfo {
     pub held: bool,
     /// Whether it still waits for one of them.
     pub waiting: bool,
+    /// Its tasks' CPU time, summed over their latest finished attempts (ms; 0 = none measured).
+    pub cpu_ms: u64,
+    /// The largest peak resident memory among them (bytes).
+    pub max_rss_bytes: u64,
 }
 
 /// One page of jobs.
