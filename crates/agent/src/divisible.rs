@@ -71,13 +71,18 @@ struct Held {
     dropped: HashSet<(u64, u64)>,
 }
 
-/// Runs the loop until the task is aborted.
+/// Runs the loop until the task is aborted. Calls go over the agent's current connection
+/// (`connection`), which its heartbeats replace when one times out; an ask held on the old one
+/// is given up and asked again on the new.
 pub async fn run(
-    channel: tonic::transport::Channel,
+    mut connection: crate::Connection,
     token: pb::TokenInterceptor,
     me: DivisibleAgent,
 ) {
-    let client: Client = DivisibleClient::with_interceptor(channel, token);
+    let on = |c: &crate::Connection| -> Client {
+        DivisibleClient::with_interceptor(c.borrow().clone(), token.clone())
+    };
+    let client: Client = on(&connection);
     let incarnation = format!("{:032x}", rand::random::<u128>());
     let held = Arc::new(Mutex::new(Held::default()));
     // Rung when a chunk's compute ends: the agent has room again and asks at once.
@@ -86,7 +91,8 @@ pub async fn run(
     let me = Arc::new(me);
     // The runner: one chunk at a time, in the order received.
     {
-        let (client, held, me, freed) = (client.clone(), held.clone(), me.clone(), freed.clone());
+        let (held, me, freed) = (held.clone(), me.clone(), freed.clone());
+        let (uploads, token) = (connection.clone(), token.clone());
         tokio::spawn(async move {
             while let Some(r) = rx.recv().await {
                 let key = (r.order.job_id, r.order.chunk);
@@ -105,7 +111,12 @@ pub async fn run(
                 freed.notify_one();
                 match header {
                     Some((h, out)) => {
-                        let (client, held) = (client.clone(), held.clone());
+                        // Over the connection current now.
+                        let client: Client = DivisibleClient::with_interceptor(
+                            uploads.borrow().clone(),
+                            token.clone(),
+                        );
+                        let held = held.clone();
                         tokio::spawn(async move {
                             upload(client, h, out).await;
                             if let Ok(mut g) = held.lock() {
@@ -124,6 +135,10 @@ pub async fn run(
     }
     let mut client = client;
     loop {
+        if connection.has_changed().unwrap_or(false) {
+            connection.mark_unchanged();
+            client = on(&connection);
+        }
         let (holding, room) = {
             let h = held.lock().unwrap_or_else(|p| p.into_inner());
             (
@@ -150,7 +165,18 @@ pub async fn run(
             room,
             hold_ms,
         };
-        match client.next_chunk(req).await {
+        let reply = tokio::select! {
+            r = client.next_chunk(req) => r,
+            // The agent moved to a new connection (this one may be dead): ask there.
+            changed = connection.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                connection.mark_changed();
+                continue;
+            }
+        };
+        match reply {
             Ok(reply) => {
                 let reply = reply.into_inner();
                 if let Ok(mut h) = held.lock() {

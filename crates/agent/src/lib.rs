@@ -31,6 +31,11 @@ pub mod logs;
 pub mod shutdown;
 pub mod stream_workers;
 pub mod usage;
+
+/// The connection to the server that the agent's calls go over now: its heartbeats replace it
+/// when a beat times out (the old one may be dead — a hung relay keeps it open), and every loop
+/// that holds calls open follows.
+pub type Connection = tokio::sync::watch::Receiver<tonic::transport::Channel>;
 pub mod workdir;
 
 use hetsched_proto as pb;
@@ -170,8 +175,11 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
     let channel = endpoint.connect_lazy();
     let interceptor = pb::TokenInterceptor::new(&opts.token)
         .map_err(|e| AgentError::Config(format!("token: {e}")))?;
+    // The connection the agent's calls go over, replaced when a beat times out (the old one may
+    // be dead); every loop that holds calls follows it.
+    let (connection, connection_rx) = tokio::sync::watch::channel(channel.clone());
     stream_workers::spawn(
-        channel.clone(),
+        connection_rx.clone(),
         interceptor.clone(),
         opts.name.clone(),
         opts.resources.cores,
@@ -189,16 +197,15 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
     let (registered, registered_rx) = tokio::sync::watch::channel(None);
     // Set by the waiter: the server has work for this node (beat at once, without coalescing).
     let woken = Arc::new(Notify::new());
-    // The connection heartbeats go over, replaced when a beat times out; the waiter follows it.
-    let (connection, connection_rx) = tokio::sync::watch::channel(client.clone());
     let _waiter = divisible::Running(tokio::spawn(await_work(
-        connection_rx,
+        connection_rx.clone(),
+        interceptor.clone(),
         identity.clone(),
         registered_rx,
         woken.clone(),
     )));
     let _divisible = divisible::Running(tokio::spawn(divisible::run(
-        channel,
+        connection_rx,
         interceptor.clone(),
         divisible::DivisibleAgent {
             name: opts.name.clone(),
@@ -441,12 +448,10 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                         // The connection may be dead without the kernel knowing — data in
                         // flight is retransmitted for many minutes, and a hung relay between
                         // agent and server accepts it forever: beat over a new one.
-                        client = AgentClient::with_interceptor(
-                            endpoint.connect_lazy(),
-                            interceptor.clone(),
-                        )
-                        .max_decoding_message_size(MAX_REPLY_BYTES);
-                        connection.send_replace(client.clone());
+                        let fresh = endpoint.connect_lazy();
+                        client = AgentClient::with_interceptor(fresh.clone(), interceptor.clone())
+                            .max_decoding_message_size(MAX_REPLY_BYTES);
+                        connection.send_replace(fresh);
                         break 'beat Err(tonic::Status::deadline_exceeded("heartbeat timed out"));
                     }
                 };
@@ -800,14 +805,8 @@ impl Launcher<'_> {
 /// waiting for its next beat. The call goes over the heartbeats' connection, and moves when they
 /// move to a new one.
 async fn await_work(
-    mut connection: tokio::sync::watch::Receiver<
-        AgentClient<
-            tonic::service::interceptor::InterceptedService<
-                tonic::transport::Channel,
-                pb::TokenInterceptor,
-            >,
-        >,
-    >,
+    mut connection: Connection,
+    token: pb::TokenInterceptor,
     identity: String,
     mut registered: tokio::sync::watch::Receiver<Option<u32>>,
     woken: Arc<Notify>,
@@ -821,7 +820,8 @@ async fn await_work(
             }
             continue;
         };
-        let mut client = connection.borrow_and_update().clone();
+        let mut client =
+            AgentClient::with_interceptor(connection.borrow_and_update().clone(), token.clone());
         let call = client.await_work(pb::AwaitWorkRequest {
             node_id,
             identity: identity.clone(),

@@ -22,7 +22,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
-use tonic::transport::Channel;
 use tracing::{info, warn};
 
 type Key = (String, u64, u32);
@@ -115,14 +114,17 @@ const IDLE_HOLD: Duration = pb::MAX_HOLD;
 
 /// Starts the sync loop in the background.
 pub fn spawn(
-    channel: Channel,
+    mut connection: crate::Connection,
     interceptor: pb::TokenInterceptor,
     node: String,
     cores: u32,
     work_dir: PathBuf,
 ) {
     tokio::spawn(async move {
-        let mut client = TopologyAgentClient::with_interceptor(channel, interceptor);
+        let on = |c: &crate::Connection| {
+            TopologyAgentClient::with_interceptor(c.borrow().clone(), interceptor.clone())
+        };
+        let mut client = on(&connection);
         let mut workers: HashMap<Key, WorkerProc> = HashMap::new();
         let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("hetsched"));
         let mut every = tokio::time::interval(SYNC_INTERVAL);
@@ -167,17 +169,30 @@ pub fn spawn(
                 workers: running,
                 hold_ms: hold.as_millis() as u64,
             };
-            let reply =
-                match tokio::time::timeout(hold + Duration::from_secs(3), client.sync_workers(req))
-                    .await
-                {
+            if connection.has_changed().unwrap_or(false) {
+                connection.mark_unchanged();
+                client = on(&connection);
+            }
+            let call =
+                tokio::time::timeout(hold + Duration::from_secs(3), client.sync_workers(req));
+            let reply = tokio::select! {
+                r = call => match r {
                     Ok(Ok(r)) => r.into_inner(),
                     Ok(Err(s)) if s.code() == tonic::Code::Unimplemented => {
                         // A server without topologies: nothing to do, ever.
                         return;
                     }
                     _ => continue,
-                };
+                },
+                // The agent moved to a new connection (this one may be dead): sync there.
+                changed = connection.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    connection.mark_changed();
+                    continue;
+                }
+            };
             if reply.report_now {
                 for w in workers.values_mut() {
                     let _ = w.stdin.write_all(b"{\"cmd\":\"report\"}\n").await;

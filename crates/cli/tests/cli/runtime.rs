@@ -1870,4 +1870,34 @@ fn an_agent_behind_a_relay_that_hangs_beats_over_a_new_connection_and_its_job_co
         "within a few beat time-outs: {:?}",
         hung.elapsed()
     );
+    // The agent's ask for divisible chunks, held on the hung connection, followed its beats to
+    // the new one: a divisible job submitted now runs there.
+    let rows: Vec<u8> = (0..40 * 4)
+        .flat_map(|k| f64::from(k).to_le_bytes())
+        .collect();
+    std::fs::write(c.dir.join("a.bin"), rows).expect("a.bin");
+    let job = c.write(
+        "rows.toml",
+        &format!(
+            r#"[[divisible]]
+name = "rows"
+units = 40
+command = ["{BIN}", "matrows", "--start", "{{start}}", "--end", "{{end}}", "--input", "{{input}}", "--cols", "4"]
+input = "a.bin"
+unit_bytes = 32
+output = "concat"
+algo = "static"
+memory_per_unit = "1KiB"
+"#
+        ),
+    );
+    let id = c.json(&["submit", job.to_str().expect("path")])["job_id"]
+        .as_u64()
+        .expect("job id");
+    let out = c.cli(&["wait", &id.to_string(), "--timeout", "60s"]);
+    assert!(
+        out.status.success(),
+        "the divisible job runs over the new connection: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
