@@ -24,6 +24,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -48,6 +49,8 @@ pub struct Metrics {
     results_family: Family<Label, Counter>,
     results: [Counter; 3],
     lost: Counter,
+    cpu_family: Family<Label, Counter<f64, AtomicU64>>,
+    cpu: [Counter<f64, AtomicU64>; 2],
     jobs_submitted: Counter,
     heartbeats: Counter,
     heartbeat_seconds: Histogram,
@@ -62,12 +65,16 @@ impl Default for Metrics {
         let results_family = Family::<Label, Counter>::default();
         let results = ["succeeded", "retried", "failed"]
             .map(|o| results_family.get_or_create(&[("outcome", o)]).clone());
+        let cpu_family = Family::<Label, Counter<f64, AtomicU64>>::default();
+        let cpu = ["user", "system"].map(|m| cpu_family.get_or_create(&[("mode", m)]).clone());
         Self {
             dispatched_family,
             dispatched,
             results_family,
             results,
             lost: Counter::default(),
+            cpu_family,
+            cpu,
             jobs_submitted: Counter::default(),
             heartbeats: Counter::default(),
             // 50 µs … ~1.6 s: a heartbeat may commit to SQLite (an fsync).
@@ -91,6 +98,14 @@ impl Metrics {
     /// A result of the current attempt of a running task was recorded.
     pub fn result(&self, o: Outcome) {
         self.results[o as usize].inc();
+    }
+
+    /// A recorded result's attempt used `usage` (a stale or repeated result is not counted).
+    pub fn used(&self, usage: Option<&crate::store::TaskUsage>) {
+        if let Some(u) = usage {
+            self.cpu[0].inc_by(u.cpu_user_ms as f64 / 1e3);
+            self.cpu[1].inc_by(u.cpu_system_ms as f64 / 1e3);
+        }
     }
 
     /// Tasks dispatched since the server started (both variants).
@@ -134,6 +149,13 @@ pub fn registry(metrics: &Metrics, state: Arc<Mutex<State>>, policy: &str) -> Re
         "Results of current attempts recorded, by outcome (succeeded; failed and retried; failed \
          for good)",
         metrics.results_family.clone(),
+    );
+    r.register_with_unit(
+        "task_cpu",
+        "CPU time used by the tasks whose results were recorded (batch tasks and workflow \
+         instances, as their agents measured it), by mode",
+        Unit::Seconds,
+        metrics.cpu_family.clone(),
     );
     r.register(
         "tasks_lost",

@@ -784,7 +784,8 @@ fn metrics_over_http_match_a_finished_job() {
     c.wait_for_nodes(2);
     let job = c.write(
         "job.toml",
-        "[[application]]\nname = \"noop\"\ntasks = 20\n[application.cpu]\ncommand = \"true\"\n",
+        "[[application]]\nname = \"noop\"\ntasks = 20\n[application.cpu]\n\
+         command = \"awk 'BEGIN { for (i = 0; i < 3000000; i++) s += i }'\"\n",
     );
     let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
     assert!(
@@ -846,6 +847,30 @@ fn metrics_over_http_match_a_finished_job() {
     assert!(get("hetsched_heartbeat_duration_seconds_count") >= 2.0);
     assert!(get("hetsched_scheduler_decision_duration_seconds_count") >= 1.0);
     assert!(get("hetsched_heartbeat_duration_seconds_bucket{le=\"+Inf\"}") >= 2.0);
+    // The tasks' CPU time, as their agents measured it, adds up in the counter.
+    let tasks = c.json(&["tasks", "--job", "1"]);
+    let sum = |key: &str| -> f64 {
+        tasks
+            .as_array()
+            .expect("tasks")
+            .iter()
+            .map(|t| t["usage"][key].as_u64().expect("measured") as f64 / 1e3)
+            .sum()
+    };
+    for (mode, key) in [("user", "cpu_user_ms"), ("system", "cpu_system_ms")] {
+        let counted = get(&format!(
+            "hetsched_task_cpu_seconds_total{{mode=\"{mode}\"}}"
+        ));
+        assert!(
+            (counted - sum(key)).abs() < 1e-6,
+            "{mode}: {counted} s counted, {} s listed",
+            sum(key)
+        );
+    }
+    assert!(
+        sum("cpu_user_ms") + sum("cpu_system_ms") > 0.0,
+        "20 busy loops used some CPU"
+    );
 }
 
 // ---------------------------------------------------------------- hardening (issue 10)

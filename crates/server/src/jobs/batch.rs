@@ -1265,6 +1265,7 @@ impl JobKind for Batch {
         t.usage = r.usage.map(Box::new);
         self.dirty.push(t.id);
         self.account(app, old.as_deref(), r.usage.as_ref());
+        cx.metrics.used(r.usage.as_ref());
         let t = &mut self.tasks[r.task_id as usize];
         if r.success {
             moved(&mut self.apps, t.app, t.state, TaskState::Succeeded);

@@ -1209,6 +1209,7 @@ impl JobKind for Workflows {
             x.finished_ns = r.finished_ns;
             x.exit_code = r.exit_code;
             x.usage = r.usage;
+            cx.metrics.used(r.usage.as_ref());
             self.dirty.insert((seq, i));
             if r.success {
                 x.st = St::Done;
