@@ -455,6 +455,13 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
             "not finished".into()
         }
     );
+    if j.cpu_ms > 0 || j.max_rss_bytes > 0 {
+        println!(
+            "used: cpu time {}, max rss {} (its tasks' latest attempts)",
+            super::human::cpu_time(j.cpu_ms),
+            super::human::memory(j.max_rss_bytes)
+        );
+    }
     if j.held {
         println!(
             "held: its pending tasks wait for `hetsched release {}`",

@@ -1793,6 +1793,12 @@ fn each_task_reports_the_cpu_time_and_peak_memory_it_used_and_a_restart_keeps_th
     let text = String::from_utf8_lossy(&table.stdout);
     assert!(text.contains("cpu") && text.contains("max rss"), "{text}");
     assert!(text.contains("MiB"), "peak memory is shown in MiB: {text}");
+    let shown = c.cli(&["job", "1"]);
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        text.contains("used: cpu time") && text.contains("MiB"),
+        "job N says what the job used: {text}"
+    );
     // Stored with the task: a restarted server lists the same figures.
     c.kill_server();
     c.start_server();
