@@ -648,3 +648,78 @@ fn a_self_check_period_out_of_bounds_is_refused() {
         assert!(err.contains("workflow.check_interval"), "{bad}: {err}");
     }
 }
+
+#[test]
+fn a_produced_input_wakes_the_idle_node_whose_placed_consumer_waits_for_it() {
+    // Centralised, three one-core nodes. The seed runs on one; its node dies with the output
+    // while consumers are placed on the others (running, or queued behind a running one). The
+    // seed runs again where a consumer waits; when it succeeds there, every other node holding
+    // a placed consumer is woken — an idle agent would otherwise look at its next idle beat, a
+    // minute away (seen under load in the CLI's killed-agent test).
+    let dir = scratch("wake-placed");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let nodes: Vec<u32> = ["n0", "n1", "n2"]
+        .iter()
+        .map(|n| common::register(&mut s, n, 1))
+        .collect();
+    let mut agents = Agents::default();
+    let text = FAN_OUT
+        .replace("balancer = \"pcddb\"", "balancer = \"centralised\"")
+        .replace("1..=20", "1..=6");
+    s.submit("fan.toml", &text, "/").expect("submit");
+    for _ in 0..3 {
+        agents.round(&mut s, &nodes);
+    }
+    let (seed_node, _, _) = agents.assigned[0];
+    agents.finish_all(seed_node, true);
+    for _ in 0..3 {
+        agents.round(&mut s, &nodes);
+    }
+    // The seed's node goes silent and is declared dead: its output is lost.
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let live: Vec<u32> = nodes.iter().copied().filter(|&n| n != seed_node).collect();
+    for &n in &live {
+        agents.beat(&mut s, n);
+    }
+    s.check_dead(std::time::Duration::from_millis(200))
+        .expect("dead check");
+    agents.running.remove(&seed_node);
+    for &n in &live {
+        agents.beat(&mut s, n);
+    }
+    // The running consumers end; the seed runs again on a node where consumers wait.
+    let before = agents.assigned.len();
+    for &n in &live {
+        agents.finish_all(n, true);
+        agents.beat(&mut s, n);
+    }
+    let rerun: Vec<(u32, u32, u32)> = agents.assigned[before..].to_vec();
+    assert_eq!(rerun.len(), 1, "only the seed runs: {agents:?}");
+    let (seed_again, instance, attempt) = rerun[0];
+    assert_eq!((instance, attempt), (0, 2), "the seed, again");
+    let idle = live
+        .iter()
+        .copied()
+        .find(|&n| n != seed_again)
+        .expect("another live node");
+    assert!(
+        !agents.running.contains_key(&idle) || agents.running[&idle].is_empty(),
+        "the other node is idle, its placed consumers waiting for the seed"
+    );
+    // Its agent waits for work (`AwaitWork`): the seed's success must wake it.
+    let mut woken = s.await_work(idle, common::IDENTITY).expect("its wake-ups");
+    woken.borrow_and_update();
+    agents.finish_all(seed_again, true);
+    agents.beat(&mut s, seed_again);
+    assert!(
+        woken.has_changed().unwrap_or(false),
+        "the idle node holding placed consumers is woken when their input is produced"
+    );
+    let before = agents.assigned.len();
+    agents.beat(&mut s, idle);
+    assert!(
+        agents.assigned[before..].iter().any(|&(n, _, _)| n == idle),
+        "and, beating, it starts them: {agents:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
