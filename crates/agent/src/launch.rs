@@ -61,6 +61,17 @@ pub enum Kill {
     Shutdown,
 }
 
+/// How a task's process came to an end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    /// By itself.
+    Exited,
+    /// Killed on a request.
+    Killed(Kill),
+    /// Killed when its time limit passed.
+    TimedOut,
+}
+
 /// Runs `a`, a task of `spec`, to the end; `on_spawn` receives the child's pid. `{index}` in the
 /// spec's arguments becomes the task's index and then `{entry}` its entry (an application with
 /// `entries`; the entry is inserted as it is), and the task gets the `HETSCHED_*` variables.
@@ -163,11 +174,11 @@ pub async fn run(
         }
     };
     let ended = tokio::select! {
-        () = exited => None,
-        Ok(why) = kill => Some(Ok(why)),
-        () = sleep => Some(Err(())),
+        () = exited => Ended::Exited,
+        Ok(why) = kill => Ended::Killed(why),
+        () = sleep => Ended::TimedOut,
     };
-    if ended.is_some() {
+    if ended != Ended::Exited {
         kill_group(pid);
         // Killed: still measured, once the group's leader has exited.
         if let Some(w) = watch.as_mut() {
@@ -177,7 +188,7 @@ pub async fn run(
     result.usage = watch.as_ref().and_then(crate::usage::Watch::usage);
     let status = child.wait().await;
     match ended {
-        None => match status {
+        Ended::Exited => match status {
             Ok(s) => {
                 result.exit_code = s.code().unwrap_or(-1);
                 result.success = s.success();
@@ -189,7 +200,7 @@ pub async fn run(
             }
             Err(e) => result.message = format!("wait: {e}"),
         },
-        Some(Ok(why)) => {
+        Ended::Killed(why) => {
             result.message = match why {
                 Kill::Server => "killed at the server's request".into(),
                 Kill::Shutdown => {
@@ -198,7 +209,7 @@ pub async fn run(
                 }
             };
         }
-        Some(Err(())) => {
+        Ended::TimedOut => {
             result.message = format!(
                 "time limit of {} exceeded",
                 humanize(limit.unwrap_or_default())
