@@ -80,20 +80,15 @@ pub struct Ledger {
 /// Field 22 (`starttime`) of `/proc/PID/stat`, `None` if the process does not exist.
 pub fn proc_start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is in parentheses and may hold spaces: count from the last `)`.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // `rest` starts at field 3 (state); field 22 is the 20th from there.
-    rest.split_whitespace().nth(19)?.parse().ok()
+    // Field 22 is the 20th from field 3.
+    crate::usage::stat_fields(&stat)?.nth(19)?.parse().ok()
 }
 
 /// Whether `pid` is a zombie (dead, not yet reaped) according to `/proc/PID/stat`.
 pub fn is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|s| {
-            let rest = &s[s.rfind(')')? + 1..];
-            rest.split_whitespace().next().map(|st| st == "Z")
-        })
+        .and_then(|s| crate::usage::stat_fields(&s)?.next().map(|st| st == "Z"))
         .unwrap_or(false)
 }
 

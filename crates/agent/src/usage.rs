@@ -103,12 +103,16 @@ struct CpuTicks {
     system: u64,
 }
 
+/// The fields of a `/proc/PID/stat` line from field 3 (the state) on. The command name (field 2)
+/// is in parentheses and may hold spaces and parentheses: the fields start after the last `)`.
+pub(crate) fn stat_fields(stat: &str) -> Option<std::str::SplitWhitespace<'_>> {
+    Some(stat[stat.rfind(')')? + 1..].split_whitespace())
+}
+
 /// Fields 14–17 of a `/proc/PID/stat` line: utime, stime, cutime, cstime.
 fn stat_cpu_ticks(stat: &str) -> Option<CpuTicks> {
-    // The command name (field 2) is in parentheses and may hold spaces: count from the last `)`.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // `rest` starts at field 3; field 14 is the 12th from there.
-    let mut f = rest.split_whitespace().skip(11);
+    // Field 14 is the 12th from field 3.
+    let mut f = stat_fields(stat)?.skip(11);
     let mut next = || -> Option<u64> {
         // cutime and cstime are signed in the kernel's format; they are never negative.
         let v: i64 = f.next()?.parse().ok()?;
