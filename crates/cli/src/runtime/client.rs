@@ -707,14 +707,7 @@ pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
                 "-".to_string()
             },
             format!("{:.1} MB/s", n.read_bytes_per_sec / 1e6),
-            if n.available_memory_bytes > 0 {
-                format!(
-                    "{:.1} GiB",
-                    n.available_memory_bytes as f64 / (1u64 << 30) as f64
-                )
-            } else {
-                "–".to_string()
-            },
+            super::human::memory(n.available_memory_bytes),
             if n.backed_off.is_empty() {
                 "-".to_string()
             } else {
