@@ -120,8 +120,9 @@ pub struct TaskRow {
     pub node: Option<u32>,
     /// Variant of the latest attempt: 0 = CPU, 1 = GPU.
     pub variant: Option<u8>,
-    /// Devices of the latest attempt.
-    pub devices: Vec<u32>,
+    /// Devices of the latest attempt (a boxed slice: one word less than a `Vec` in every row,
+    /// and most rows have none).
+    pub devices: Box<[u32]>,
     /// Start (ns since the Unix epoch), 0 if unknown.
     pub started_ns: u64,
     /// End (ns since the Unix epoch), 0 if not finished.
@@ -150,7 +151,7 @@ impl TaskRow {
             attempt: 0,
             node: None,
             variant: None,
-            devices: Vec::new(),
+            devices: Box::default(),
             started_ns: 0,
             finished_ns: 0,
             exit_code: None,
@@ -808,7 +809,7 @@ fn task_row(r: &rusqlite::Row) -> Result<TaskRow, StoreError> {
         attempt: r.get(4)?,
         node: r.get(5)?,
         variant: r.get(6)?,
-        devices: parse_list(&devices, "devices")?,
+        devices: parse_list(&devices, "devices")?.into(),
         started_ns: r.get::<_, i64>(8)? as u64,
         finished_ns: r.get::<_, i64>(9)? as u64,
         exit_code: r.get(10)?,
@@ -894,7 +895,7 @@ mod tests {
             attempt: 0,
             node: None,
             variant: None,
-            devices: vec![],
+            devices: Box::default(),
             started_ns: 0,
             finished_ns: 0,
             exit_code: None,
@@ -910,7 +911,7 @@ mod tests {
             task.attempt = 1;
             task.node = Some(0);
             task.variant = Some(1);
-            task.devices = vec![0, 2];
+            task.devices = vec![0, 2].into();
             task.exit_code = Some(0);
             task.failures = 2;
             task.usage = Some(Box::new(TaskUsage {

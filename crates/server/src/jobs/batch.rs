@@ -1086,7 +1086,7 @@ fn task_info(t: &TaskRow, app: &str, job: u64, node: &str) -> TaskInfo {
         variant: t
             .variant
             .map_or(String::new(), |v| variant_of(Some(v)).to_string()),
-        devices: t.devices.clone(),
+        devices: t.devices.to_vec(),
         started_ns: t.started_ns,
         finished_ns: t.finished_ns,
         exit_code: t.exit_code.unwrap_or(-1),
@@ -1202,7 +1202,7 @@ fn assignment_of(t: &TaskRow) -> Assignment {
         app: AppId(t.app),
         node: NodeId(t.node.unwrap_or(0)),
         variant: variant_of(t.variant),
-        devices: t.devices.clone(),
+        devices: t.devices.to_vec(),
     }
 }
 
@@ -1473,7 +1473,7 @@ impl JobKind for Batch {
             t.attempt += 1;
             t.node = Some(nid.0);
             t.variant = Some(variant_code(a.variant));
-            t.devices = a.devices.clone();
+            t.devices = a.devices.as_slice().into();
             t.started_ns = now;
             t.finished_ns = 0;
             t.exit_code = None;
