@@ -207,7 +207,7 @@ mod tests {
             .args(["-c", script])
             .spawn()
             .expect("sh starts");
-        let mut watch = Watch::new(child.id().expect("running")).expect("SIGCHLD is heard");
+        let mut watch = Watch::new(child.id().expect("running")).expect("this kernel has pidfd");
         watch.exited().await;
         let usage = watch.usage().expect("the zombie's counters are readable");
         let status = child.wait().await.expect("reaped");
