@@ -88,8 +88,14 @@ fn setup() -> Setup {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
     let (listener, client) = rt.block_on(async {
-        let p =
-            Pipeline::start("anode", 1, &dir.join("anode"), Default::default()).expect("pipeline");
+        let p = Pipeline::start(
+            "anode",
+            1,
+            &dir.join("anode"),
+            Default::default(),
+            launch::DEFAULT_KILL_GRACE,
+        )
+        .expect("pipeline");
         let l = AccelListener::bind("127.0.0.1:0".parse().expect("addr"), p, TOKEN, None)
             .await
             .expect("listener");
@@ -170,6 +176,7 @@ fn overhead(c: &mut Criterion) {
                 "anode",
                 &work,
                 never(),
+                launch::DEFAULT_KILL_GRACE,
                 |_| {},
             ));
             assert!(r.success);

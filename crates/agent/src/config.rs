@@ -16,6 +16,7 @@
 //! accel_listen = "0.0.0.0:0"        # the accelerator service of a node with GPUs
 //! advertise = "10.0.0.7:7431"       # where other agents reach this one (workflow data, PCDDB)
 //! attributes = ["fpga", "bigmem"]   # what workflow tasks may `require` (`gpu` comes with GPUs)
+//! kill_grace = "10s"                # a stopped task's time between SIGTERM and SIGKILL
 //! [tls]                             # optional: workflow data and PCDDB between agents over TLS
 //! cert = "agent.pem"                # (peers verify it with their `ca`; same as the server's)
 //! key = "agent.key"
@@ -66,6 +67,9 @@ pub struct AgentConfig {
     /// Attributes workflow tasks may `require` (spec 05 §1; `gpu` is added for a node with
     /// accelerators).
     pub attributes: Vec<String>,
+    /// How long a task asked to stop (cancelled, out of time, the agent shutting down) has
+    /// between SIGTERM and SIGKILL.
+    pub kill_grace: Option<hetsched_core::input::Duration>,
     /// TLS between agents (workflow data, PCDDB): the same options as the server's `[tls]`.
     pub tls: Option<TlsFiles>,
     /// Declared accelerators (replace detected ones).

@@ -1,7 +1,14 @@
 //! Runs one assigned task as a child process in its own process group: environment
 //! (`CUDA_VISIBLE_DEVICES` = the assigned devices, `HETSCHED_*`), working directory, stdout and
-//! stderr captured to files; waits for it, kills the whole group on a kill request or when its time
-//! limit passes, and reports the result.
+//! stderr captured to files; waits for it and reports the result.
+//!
+//! Stopping a task (a kill request, its time limit, its agent shutting down) is graceful, as
+//! Slurm does it: the whole group gets SIGTERM (and SIGCONT, so that a stopped process sees it),
+//! and SIGKILL only if the task's process is still there after the agent's kill grace — time to
+//! write a checkpoint or remove temporary files. However the task's process ends, whatever it
+//! left running in its group is SIGKILLed before the result is reported: a finished task leaves
+//! nothing behind on the node (a process that made itself a new session has left the group and
+//! is not found).
 
 use hetsched_proto as pb;
 use std::path::{Path, PathBuf};
@@ -42,12 +49,15 @@ pub fn output_paths(
     (path(false), path(true))
 }
 
-fn kill_group(pid: Option<u32>) {
+/// How long a task asked to stop has between SIGTERM and SIGKILL when the agent's configuration
+/// says nothing (`kill_grace`). Slurm's `KillWait` is 30 s, HyperQueue's 1 s: long enough for a
+/// program to save its state, short enough that a cancelled task frees its cores soon.
+pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
+
+/// Sends `signal` to process group `pid` (the task's group: its pgid is its first process's pid).
+fn signal_group(pid: Option<u32>, signal: nix::sys::signal::Signal) {
     if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-        let _ = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), signal);
     }
 }
 
@@ -75,12 +85,14 @@ enum Ended {
 /// Runs `a`, a task of `spec`, to the end; `on_spawn` receives the child's pid. `{index}` in the
 /// spec's arguments becomes the task's index and then `{entry}` its entry (an application with
 /// `entries`; the entry is inserted as it is), and the task gets the `HETSCHED_*` variables.
+/// A kill request or the time limit stops it with SIGTERM, then SIGKILL after `grace`.
 pub async fn run(
     a: &pb::Assignment,
     spec: &pb::TaskSpec,
     node: &str,
     work_dir: &Path,
     kill: oneshot::Receiver<Kill>,
+    grace: Duration,
     on_spawn: impl FnOnce(u32),
 ) -> pb::TaskResult {
     let started = now_ns();
@@ -178,15 +190,38 @@ pub async fn run(
         Ok(why) = kill => Ended::Killed(why),
         () = sleep => Ended::TimedOut,
     };
+    // Whether the task outlived its grace and was SIGKILLed.
+    let mut forced = false;
     if ended != Ended::Exited {
-        kill_group(pid);
-        // Killed: still measured, once the group's leader has exited.
-        if let Some(w) = watch.as_mut() {
-            w.exited().await;
+        use nix::sys::signal::Signal;
+        signal_group(pid, Signal::SIGTERM);
+        signal_group(pid, Signal::SIGCONT);
+        let gone = match watch.as_mut() {
+            Some(w) => tokio::time::timeout(grace, w.exited()).await.is_ok(),
+            // Unwatched: a wait reaps the process; the status is kept for the `wait` below.
+            None => tokio::time::timeout(grace, child.wait()).await.is_ok(),
+        };
+        if !gone {
+            forced = true;
+            signal_group(pid, Signal::SIGKILL);
+            // Still measured, once the group's leader has exited.
+            if let Some(w) = watch.as_mut() {
+                w.exited().await;
+            }
         }
+    }
+    // What the task left running in its group. Only while the leader is an unreaped zombie: it
+    // keeps the group's id from being given to a new process group.
+    if watch.is_some() {
+        signal_group(pid, nix::sys::signal::Signal::SIGKILL);
     }
     result.usage = watch.as_ref().and_then(crate::usage::Watch::usage);
     let status = child.wait().await;
+    let forced = if forced {
+        format!("; SIGKILLed after ignoring SIGTERM for {}", humanize(grace))
+    } else {
+        String::new()
+    };
     match ended {
         Ended::Exited => match status {
             Ok(s) => {
@@ -202,22 +237,22 @@ pub async fn run(
         },
         Ended::Killed(why) => {
             result.message = match why {
-                Kill::Server => "killed at the server's request".into(),
+                Kill::Server => format!("killed at the server's request{forced}"),
                 Kill::Shutdown => {
                     result.interrupted = true;
-                    "killed: its agent shut down".into()
+                    format!("killed: its agent shut down{forced}")
                 }
             };
         }
         Ended::TimedOut => {
             result.message = format!(
-                "time limit of {} exceeded",
+                "time limit of {} exceeded{forced}",
                 humanize(limit.unwrap_or_default())
             );
         }
     }
-    // The pipes close when the process (group) ends; a daemon that keeps them open is not waited
-    // for long.
+    // The pipes close when the process group ends; a process that left the group (a new
+    // session) and keeps them open is not waited for long.
     for d in drains.into_iter().flatten() {
         let abort = d.abort_handle();
         match tokio::time::timeout(Duration::from_secs(2), d).await {
@@ -263,4 +298,152 @@ async fn drain(
 
 fn humanize(d: Duration) -> String {
     format!("{:.3}s", d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh directory for one test, given to its script as `$D`.
+    fn test_dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("hetsched-launch-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("temporary directory");
+        d
+    }
+
+    fn task(dir: &Path, script: &str, time_limit_ms: u64) -> (pb::Assignment, pb::TaskSpec) {
+        let spec = pb::TaskSpec {
+            job_id: 1,
+            app: "app".into(),
+            argv: vec!["sh".into(), "-c".into(), script.into()],
+            env: [("D".to_string(), dir.display().to_string())].into(),
+            time_limit_ms,
+            ..Default::default()
+        };
+        (
+            pb::Assignment {
+                task_id: 1,
+                attempt: 1,
+                ..Default::default()
+            },
+            spec,
+        )
+    }
+
+    /// Waits until the script has written `$D/started` (its trap is set by then).
+    async fn started(dir: &Path) {
+        for _ in 0..500 {
+            if dir.join("started").exists() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the task did not start");
+    }
+
+    /// Runs the task in `dir` and, once it has started, asks it to stop.
+    async fn run_and_kill(dir: &Path, script: &str, grace: Duration) -> pb::TaskResult {
+        let (a, spec) = task(dir, script, 0);
+        let (tx, rx) = oneshot::channel();
+        let run = run(&a, &spec, "n", dir, rx, grace, |_| {});
+        let kill = async {
+            started(dir).await;
+            let _ = tx.send(Kill::Server);
+            std::future::pending::<()>().await
+        };
+        tokio::select! {
+            r = run => r,
+            () = kill => unreachable!(),
+        }
+    }
+
+    /// Whether process `pid` is gone: no longer listed, or a zombie waiting for its new parent.
+    fn gone(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|f| f.trim_start().starts_with('Z'))
+        })
+    }
+
+    const SAVES_ON_TERM: &str = r#"trap 'echo saved > "$D/saved"; exit 0' TERM; echo > "$D/started"; for i in $(seq 600); do sleep 0.05; done"#;
+
+    #[tokio::test]
+    async fn a_cancelled_task_gets_sigterm_first_and_its_handler_runs() {
+        let dir = test_dir("term");
+        let r = run_and_kill(&dir, SAVES_ON_TERM, Duration::from_secs(60)).await;
+        assert_eq!(r.message, "killed at the server's request", "{r:?}");
+        assert!(!r.success);
+        assert!(
+            dir.join("saved").exists(),
+            "the task's SIGTERM handler ran before it ended"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn a_task_that_ignores_sigterm_is_sigkilled_once_its_grace_has_passed() {
+        let dir = test_dir("kill");
+        let grace = Duration::from_millis(300);
+        let script =
+            r#"trap '' TERM; echo > "$D/started"; for i in $(seq 600); do sleep 0.05; done"#;
+        let (a, spec) = task(&dir, script, 0);
+        let (tx, rx) = oneshot::channel();
+        let run = run(&a, &spec, "n", &dir, rx, grace, |_| {});
+        tokio::pin!(run);
+        tokio::select! {
+            r = &mut run => panic!("ended before it was killed: {r:?}"),
+            () = started(&dir) => {}
+        }
+        let asked = std::time::Instant::now();
+        let _ = tx.send(Kill::Server);
+        let r = run.await;
+        assert!(
+            asked.elapsed() >= grace,
+            "not killed before its grace: {:?}",
+            asked.elapsed()
+        );
+        assert_eq!(
+            r.message,
+            "killed at the server's request; SIGKILLed after ignoring SIGTERM for 0.300s"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn a_task_past_its_time_limit_gets_sigterm_first() {
+        let dir = test_dir("limit");
+        let (a, spec) = task(&dir, SAVES_ON_TERM, 200);
+        let (_tx, rx) = oneshot::channel();
+        let r = run(&a, &spec, "n", &dir, rx, Duration::from_secs(60), |_| {}).await;
+        assert_eq!(r.message, "time limit of 0.200s exceeded", "{r:?}");
+        assert!(!r.success);
+        assert!(dir.join("saved").exists(), "the SIGTERM handler ran");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn what_a_finished_task_left_running_in_its_group_is_killed() {
+        let dir = test_dir("leftover");
+        // The background `sleep` also holds the task's stdout open.
+        let script = r#"sleep 300 & echo $! > "$D/pid""#;
+        let (a, spec) = task(&dir, script, 0);
+        let (_tx, rx) = oneshot::channel();
+        let r = run(&a, &spec, "n", &dir, rx, Duration::from_secs(60), |_| {}).await;
+        assert!(r.success, "{r:?}");
+        let pid: u32 = std::fs::read_to_string(dir.join("pid"))
+            .expect("the script wrote the pid")
+            .trim()
+            .parse()
+            .expect("a pid");
+        // SIGKILL is delivered before `killpg` returns; the exit itself may take a moment.
+        let mut tries = 0;
+        while !gone(pid) && tries < 100 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            tries += 1;
+        }
+        assert!(gone(pid), "the task's background process {pid} still runs");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

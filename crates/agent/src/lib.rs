@@ -127,6 +127,9 @@ pub struct AgentOptions {
     pub log_tls: Option<(Vec<u8>, Vec<u8>)>,
     /// On shutdown, wait for running tasks to end instead of killing them.
     pub drain: bool,
+    /// How long a task asked to stop has between SIGTERM and SIGKILL
+    /// ([`launch::DEFAULT_KILL_GRACE`] unless configured).
+    pub kill_grace: std::time::Duration,
     /// The running tasks' process groups, shared with a signal handler ([`shutdown`]).
     pub processes: shutdown::Processes,
     /// Rack and accelerator service settings (spec 01).
@@ -147,8 +150,9 @@ struct RunningTask {
     read_bytes: u64,
 }
 
-/// A task the server assigned beyond the node's free cores (`prefetched`): started here, in
-/// order, as soon as its cores are free, without asking the server (issue 10).
+/// A task the server assigned beyond the node's free cores (`prefetched`), or onto cores that a
+/// stopped task still holds during its kill grace: started here, in order, as soon as its cores
+/// are free, without asking the server (issue 10).
 struct Queued {
     a: pb::Assignment,
     spec: Arc<pb::TaskSpec>,
@@ -541,9 +545,17 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
                     notify.notify_one();
                     continue;
                 }
-                // A new attempt replaces a queued older one.
+                // A new attempt replaces a queued older one, and stops a running one.
                 sh.queue.retain(|q| q.a.task_id != a.task_id);
-                if a.prefetched {
+                if let Some(t) = sh.running.get_mut(&a.task_id)
+                    && t.attempt != a.attempt
+                    && let Some(tx) = t.kill.take()
+                {
+                    let _ = tx.send(launch::Kill::Server);
+                }
+                // A task the server placed on cores that a stopped task still holds (it has
+                // its kill grace to end) waits here for them, as a prefetched one does.
+                if a.prefetched || !launcher.fits(&sh, a.cores) {
                     sh.queue.push_back(Queued { a, spec });
                 } else {
                     launcher.launch(&mut sh, a, spec);
@@ -705,8 +717,7 @@ impl Launcher<'_> {
     /// (a task larger than the node starts once nothing else runs).
     fn start_queued(&self, sh: &mut Shared) {
         while let Some(q) = sh.queue.front() {
-            let fits = sh.busy_cores == 0 || sh.busy_cores + q.a.cores <= self.opts.resources.cores;
-            if !fits {
+            if !self.fits(sh, q.a.cores) {
                 break;
             }
             let Some(q) = sh.queue.pop_front() else {
@@ -714,6 +725,12 @@ impl Launcher<'_> {
             };
             self.launch(sh, q.a, q.spec);
         }
+    }
+
+    /// Whether a task of `cores` cores can start beside the tasks started and not yet ended
+    /// (a task larger than the node starts once nothing else runs).
+    fn fits(&self, sh: &Shared, cores: u32) -> bool {
+        sh.busy_cores == 0 || sh.busy_cores + cores <= self.opts.resources.cores
     }
 
     /// Starts task `a` running `spec`: its result goes to `results` and wakes the agent.
@@ -928,8 +945,10 @@ fn begin_shutdown(shared: &Mutex<Shared>, opts: &AgentOptions) {
     } else {
         info!(
             running,
-            "shutting down: taking no new work, killing the running tasks' process groups; the \
-             server runs them again elsewhere"
+            grace = ?opts.kill_grace,
+            "shutting down: taking no new work, stopping the running tasks (SIGTERM, then SIGKILL \
+             after the kill grace); the server runs them again elsewhere; a second signal kills \
+             them at once"
         );
         for t in sh.running.values_mut() {
             if let Some(tx) = t.kill.take() {

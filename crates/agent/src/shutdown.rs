@@ -1,9 +1,10 @@
 //! Graceful shutdown of an agent.
 //!
 //! On the first SIGTERM or SIGINT the agent stops taking work (its heartbeats say `draining`, and
-//! the server assigns it nothing more), then either kills its running tasks' process groups —
-//! their results go to the server marked `interrupted`, so the server runs them again elsewhere
-//! rather than counting a failure — or, with `--drain`, waits for them to end. It keeps
+//! the server assigns it nothing more), then either stops its running tasks (SIGTERM to their
+//! process groups, SIGKILL after the kill grace: [`crate::launch`]) — their results go to the
+//! server marked `interrupted`, so the server runs them again elsewhere rather than counting a
+//! failure — or, with `--drain`, waits for them to end. It keeps
 //! heartbeating until the server has acknowledged every result, logs what it did, and exits 0.
 //!
 //! A second signal exits at once: [`Processes::kill_all`] kills the process group of every task

@@ -5,7 +5,7 @@
 
 use hetsched_agent::accel::offload::{self, Client, Target};
 use hetsched_agent::accel::{Pipeline, service::AccelListener};
-use hetsched_agent::launch::Kill;
+use hetsched_agent::launch::{DEFAULT_KILL_GRACE, Kill};
 use hetsched_proto as pb;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -33,7 +33,14 @@ fn rand_suffix() -> u64 {
 /// An ANode with `devices` devices serving on loopback.
 async fn anode(devices: u32) -> (Pipeline, AccelListener, PathBuf) {
     let work = temp("anode");
-    let p = Pipeline::start("anode-1", devices, &work, Default::default()).expect("pipeline");
+    let p = Pipeline::start(
+        "anode-1",
+        devices,
+        &work,
+        Default::default(),
+        DEFAULT_KILL_GRACE,
+    )
+    .expect("pipeline");
     let l = AccelListener::bind("127.0.0.1:0".parse().unwrap(), p.clone(), TOKEN, None)
         .await
         .expect("listener");
@@ -279,7 +286,7 @@ async fn a_broken_transfer_is_retried_with_the_same_attempt() {
     });
     tokio::time::sleep(Duration::from_millis(150)).await;
     let work = temp("late-anode");
-    let p = Pipeline::start("anode-1", 1, &work, Default::default()).unwrap();
+    let p = Pipeline::start("anode-1", 1, &work, Default::default(), DEFAULT_KILL_GRACE).unwrap();
     let _l = AccelListener::bind(port, p, TOKEN, None).await.unwrap();
     let r = shipped.await.unwrap();
     assert!(r.success, "{r:?}");
@@ -329,7 +336,7 @@ async fn the_service_speaks_tls_with_a_certificate_and_the_nnode_verifies_it() {
     let tls = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/tls");
     let read = |f: &str| std::fs::read(tls.join(f)).unwrap();
     let work = temp("tls-anode");
-    let p = Pipeline::start("anode-1", 1, &work, Default::default()).unwrap();
+    let p = Pipeline::start("anode-1", 1, &work, Default::default(), DEFAULT_KILL_GRACE).unwrap();
     let l = AccelListener::bind(
         "127.0.0.1:0".parse().unwrap(),
         p,

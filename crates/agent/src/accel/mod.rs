@@ -98,13 +98,14 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// Starts the process and remote-write stages for an ANode called `node` with `devices`
-    /// devices; offloaded tasks are staged under `work_dir/accel`. Must run inside a Tokio
-    /// runtime.
+    /// devices; offloaded tasks are staged under `work_dir/accel`; a task asked to stop has
+    /// `kill_grace` between SIGTERM and SIGKILL. Must run inside a Tokio runtime.
     pub fn start(
         node: &str,
         devices: u32,
         work_dir: &std::path::Path,
         processes: crate::shutdown::Processes,
+        kill_grace: std::time::Duration,
     ) -> std::io::Result<Self> {
         let staging = work_dir.join("accel");
         // Leftovers of a previous agent (its calls are gone with it).
@@ -123,6 +124,7 @@ impl Pipeline {
             counters.clone(),
             node,
             processes,
+            kill_grace,
         ));
         tokio::spawn(service::write_stage(write_rx, counters.clone()));
         let (read_tx, read_rx) = mpsc::channel(READ_LINE);
@@ -304,6 +306,7 @@ async fn process_stage(
     counters: Arc<Counters>,
     node: Arc<str>,
     processes: crate::shutdown::Processes,
+    kill_grace: std::time::Duration,
 ) {
     let total = counters
         .busy
@@ -345,8 +348,16 @@ async fn process_stage(
                     kill,
                     on_spawn,
                 } => {
-                    let result =
-                        launch::run(&assignment, &spec, &node, &work_dir, kill, on_spawn).await;
+                    let result = launch::run(
+                        &assignment,
+                        &spec,
+                        &node,
+                        &work_dir,
+                        kill,
+                        kill_grace,
+                        on_spawn,
+                    )
+                    .await;
                     release_devices(&counters, &devices);
                     let _ = done.send(result);
                 }
@@ -361,12 +372,19 @@ async fn process_stage(
                     let procs = processes.clone();
                     let spawned = Arc::new(AtomicU32::new(0));
                     let spawned_in = spawned.clone();
-                    let result = launch::run(&assignment, &spec, &node, &work_dir, kill_rx, {
-                        move |pid| {
-                            procs.add(pid);
-                            spawned_in.store(pid, Ordering::Relaxed);
-                        }
-                    })
+                    let on_spawn = move |pid| {
+                        procs.add(pid);
+                        spawned_in.store(pid, Ordering::Relaxed);
+                    };
+                    let result = launch::run(
+                        &assignment,
+                        &spec,
+                        &node,
+                        &work_dir,
+                        kill_rx,
+                        kill_grace,
+                        on_spawn,
+                    )
                     .await;
                     watch.abort();
                     processes.remove(spawned.load(Ordering::Relaxed));
@@ -427,6 +445,7 @@ pub(crate) async fn start(
         accelerators.len() as u32,
         &opts.work_dir,
         opts.processes.clone(),
+        opts.kill_grace,
     )
     .map_err(|e| crate::AgentError::Config(format!("accelerator service staging: {e}")))?;
     let listener =
@@ -507,7 +526,18 @@ pub(crate) async fn run(
     on_spawn: impl FnOnce(u32) + Send + 'static,
 ) -> pb::TaskResult {
     match route {
-        Route::Direct => launch::run(a, spec, &opts.name, &opts.work_dir, kill, on_spawn).await,
+        Route::Direct => {
+            launch::run(
+                a,
+                spec,
+                &opts.name,
+                &opts.work_dir,
+                kill,
+                opts.kill_grace,
+                on_spawn,
+            )
+            .await
+        }
         Route::Local(p) => p.run_local(a, spec, &opts.work_dir, kill, on_spawn).await,
         Route::Offload(Some(client)) => match client.for_assignment(a) {
             Ok(client) => offload::run(&client, a, spec, &opts.name, &opts.work_dir, kill).await,

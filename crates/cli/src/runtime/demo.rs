@@ -132,6 +132,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             log_listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
             log_tls: None,
             drain: false,
+            kill_grace: hetsched_agent::launch::DEFAULT_KILL_GRACE,
             processes: Default::default(),
             // One rack: gpu-node is its ANode (with the accelerator service), the two CPU nodes
             // its NNodes, which offload the GPU tasks placed on them (spec 01).

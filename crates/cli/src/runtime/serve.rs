@@ -98,6 +98,11 @@ pub struct AgentArgs {
     /// signal kills them and exits at once).
     #[arg(long)]
     pub drain: bool,
+    /// How long a task asked to stop (cancelled, past its time limit, the agent shutting down)
+    /// has between SIGTERM and SIGKILL to save its state [default: the configuration's
+    /// `kill_grace`, else 10s].
+    #[arg(long, value_name = "DURATION")]
+    pub kill_grace: Option<humantime::Duration>,
     /// The rack this node sits in: accelerator binding never crosses racks (spec 01)
     /// [default: the agent configuration's `rack`, else `default`].
     #[arg(long)]
@@ -334,6 +339,16 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
             _ => None,
         },
         drain: a.drain,
+        kill_grace: a
+            .kill_grace
+            .map(std::time::Duration::from)
+            .unwrap_or_else(|| {
+                config
+                    .kill_grace
+                    .map_or(hetsched_agent::launch::DEFAULT_KILL_GRACE, |d| {
+                        std::time::Duration::from_nanos(d.0)
+                    })
+            }),
         processes: Default::default(),
         accel: super::accel_cli::agent_accel_options(a, &config)?,
         advertise: config.advertise.clone(),

@@ -589,6 +589,77 @@ fn cancel_stops_running_tasks_and_time_limits_are_enforced() {
     );
 }
 
+/// A cancelled task gets SIGTERM and the agent's kill grace (`--kill-grace`) to end, and its
+/// cores stay its own until it has ended: the task the server places on them next waits on the
+/// agent instead of running beside it. One that ends on SIGTERM frees them at once.
+#[test]
+fn a_cancelled_task_keeps_its_cores_through_its_kill_grace() {
+    let mut c = Cluster::start("grace", false);
+    c.start_agent("a", 1, &["--kill-grace", "2s"]);
+    c.wait_for_nodes(1);
+    let now_ns = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_nanos()
+    };
+    let run_then_cancel = |job: u64, trap: &str| -> u128 {
+        let started = c.dir.join(format!("started-{job}"));
+        let file = c.write(
+            &format!("stubborn-{job}.toml"),
+            &format!(
+                "[[application]]\nname = \"stubborn\"\ntasks = 1\n[application.cpu]\n\
+                 command = [\"sh\", \"-c\", \"trap '{trap}' TERM; echo > {}; \
+                 for i in $(seq 600); do sleep 0.05; done\"]\n",
+                started.display()
+            ),
+        );
+        c.ok(&["submit", file.to_str().expect("path")]);
+        wait_until("the task to start", Duration::from_secs(20), || {
+            started.exists()
+        });
+        let at = now_ns();
+        c.ok(&["cancel", &job.to_string()]);
+        at
+    };
+    // The next job's task writes when it started.
+    let next = |job: u64| -> u128 {
+        let mark = c.dir.join(format!("next-{job}"));
+        let file = c.write(
+            &format!("next-{job}.toml"),
+            &format!(
+                "[[application]]\nname = \"next\"\ntasks = 1\n[application.cpu]\n\
+                 command = [\"sh\", \"-c\", \"date +%s%N > {}\"]\n",
+                mark.display()
+            ),
+        );
+        c.ok(&["submit", file.to_str().expect("path"), "--wait"]);
+        std::fs::read_to_string(&mark)
+            .expect("the next task ran")
+            .trim()
+            .parse()
+            .expect("nanoseconds")
+    };
+
+    // (Each stubborn task ends by itself after 30 s, should the test fail and leave it behind.)
+    // Ignores SIGTERM: SIGKILLed 2 s after the cancel; the next task starts after that.
+    let cancelled = run_then_cancel(1, "");
+    let started = next(2);
+    assert!(
+        started >= cancelled + 2_000_000_000,
+        "the next task started {} ms after the cancel, inside the stopped task's grace",
+        (started.saturating_sub(cancelled)) / 1_000_000
+    );
+    // Ends on SIGTERM: the next task does not wait for the grace.
+    let cancelled = run_then_cancel(3, "exit 0");
+    let started = next(4);
+    assert!(
+        started < cancelled + 1_500_000_000,
+        "a task ending on SIGTERM held its core for {} ms",
+        (started.saturating_sub(cancelled)) / 1_000_000
+    );
+}
+
 #[test]
 fn example_job_files_are_valid_runtime_jobs() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples");
