@@ -322,6 +322,13 @@ async fn run_chunk(me: &DivisibleAgent, r: &Ready) -> (pb::ChunkResultHeader, Op
         match tokio::time::timeout(Duration::from_millis(o.time_limit_ms), child.wait()).await {
             Ok(s) => s,
             Err(_) => {
+                // The chunk's whole process group: its leader and whatever it started.
+                if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
+                    let _ = nix::sys::signal::killpg(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
                 let _ = child.kill().await;
                 header.compute_ns = start.elapsed().as_nanos() as u64;
                 return fail(
