@@ -167,7 +167,8 @@ pub enum RuntimeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Cancel a job: pending tasks are dropped, running ones killed.
+    /// Cancel a job: pending tasks are dropped, running ones stopped (SIGTERM, then SIGKILL after
+    /// the agent's kill grace).
     Cancel {
         /// Job id, or `last` (the newest job).
         id: JobRef,
