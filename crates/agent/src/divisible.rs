@@ -323,11 +323,8 @@ async fn run_chunk(me: &DivisibleAgent, r: &Ready) -> (pb::ChunkResultHeader, Op
             Ok(s) => s,
             Err(_) => {
                 // The chunk's whole process group: its leader and whatever it started.
-                if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
-                    let _ = nix::sys::signal::killpg(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
+                if let Some(pid) = child.id() {
+                    crate::launch::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
                 }
                 let _ = child.kill().await;
                 header.compute_ns = start.elapsed().as_nanos() as u64;

@@ -54,10 +54,12 @@ pub fn output_paths(
 /// program to save its state, short enough that a cancelled task frees its cores soon.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
 
-/// Sends `signal` to process group `pid` (the task's group: its pgid is its first process's pid).
-fn signal_group(pid: Option<u32>, signal: nix::sys::signal::Signal) {
-    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), signal);
+/// Sends `signal` to process group `pgid` (a task's group: its id is its first process's pid);
+/// whether a process received it. Groups 0 and 1 (the caller's own, init's) are never signalled.
+pub(crate) fn signal_group(pgid: u32, signal: nix::sys::signal::Signal) -> bool {
+    match i32::try_from(pgid) {
+        Ok(p) if p > 1 => nix::sys::signal::killpg(nix::unistd::Pid::from_raw(p), signal).is_ok(),
+        _ => false,
     }
 }
 
@@ -194,8 +196,9 @@ pub async fn run(
     let mut forced = false;
     if ended != Ended::Exited {
         use nix::sys::signal::Signal;
-        signal_group(pid, Signal::SIGTERM);
-        signal_group(pid, Signal::SIGCONT);
+        let group = |signal| pid.is_some_and(|p| signal_group(p, signal));
+        group(Signal::SIGTERM);
+        group(Signal::SIGCONT);
         let gone = match watch.as_mut() {
             Some(w) => tokio::time::timeout(grace, w.exited()).await.is_ok(),
             // Unwatched: a wait reaps the process; the status is kept for the `wait` below.
@@ -203,7 +206,7 @@ pub async fn run(
         };
         if !gone {
             forced = true;
-            signal_group(pid, Signal::SIGKILL);
+            group(Signal::SIGKILL);
             // Still measured, once the group's leader has exited.
             if let Some(w) = watch.as_mut() {
                 w.exited().await;
@@ -212,7 +215,7 @@ pub async fn run(
     }
     // What the task left running in its group. Only while the leader is an unreaped zombie: it
     // keeps the group's id from being given to a new process group.
-    if watch.is_some() {
+    if let (Some(pid), Some(_)) = (pid, &watch) {
         signal_group(pid, nix::sys::signal::Signal::SIGKILL);
     }
     result.usage = watch.as_ref().and_then(crate::usage::Watch::usage);

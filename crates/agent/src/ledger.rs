@@ -235,14 +235,7 @@ fn open_no_follow(path: &Path, write: bool) -> std::io::Result<File> {
 
 /// SIGKILLs process group `pid`; whether a process received it.
 fn kill_group(pid: u32) -> bool {
-    match i32::try_from(pid) {
-        Ok(p) if p > 1 => nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(p),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .is_ok(),
-        _ => false,
-    }
+    crate::launch::signal_group(pid, nix::sys::signal::Signal::SIGKILL)
 }
 
 impl Ledger {

@@ -58,12 +58,7 @@ impl Processes {
             .copied()
             .collect();
         for &pid in &pids {
-            if let Ok(pid) = i32::try_from(pid) {
-                let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
+            crate::launch::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
         }
         pids.len()
     }
