@@ -2002,4 +2002,25 @@ memory_per_unit = "1KiB"
         "the divisible job runs over the new connection: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // So did the stream-worker sync: a topology submitted now gets its worker started here and
+    // counts every word.
+    use crate::topology_runtime::{expected, read_counts, wordcount};
+    let topology = c.write("wc.toml", &wordcount("wc", 20, 200));
+    c.ok(&[
+        "topology",
+        "submit",
+        topology.to_str().expect("path"),
+        "--placer",
+        "even",
+        "--workers",
+        "1",
+        "--interval",
+        "0s",
+    ]);
+    let want = expected(20);
+    wait_until(
+        "the word count to run over the new connection",
+        Duration::from_secs(60),
+        || read_counts(&c.dir, "wc") == want,
+    );
 }

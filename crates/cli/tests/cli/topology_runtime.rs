@@ -177,7 +177,7 @@ impl Cluster {
 
 /// Word count: 2 reliable corpus spouts → 3 splits → 3 counts, 8 executors of 40 % of a core
 /// each (320 %: more than one 2-core node holds at one-phase's 90 % limit).
-fn wordcount(name: &str, repeat: u64, rate: u64) -> String {
+pub(crate) fn wordcount(name: &str, repeat: u64, rate: u64) -> String {
     let lines: Vec<String> = CORPUS.iter().map(|l| format!("\"{l}\"")).collect();
     format!(
         r#"name = "{name}"
@@ -215,7 +215,7 @@ rate = 2000.0
     )
 }
 
-fn expected(repeat: u64) -> BTreeMap<String, u64> {
+pub(crate) fn expected(repeat: u64) -> BTreeMap<String, u64> {
     let mut m = BTreeMap::new();
     for line in CORPUS {
         for w in line.split_whitespace() {
@@ -225,7 +225,7 @@ fn expected(repeat: u64) -> BTreeMap<String, u64> {
     m
 }
 
-fn read_counts(dir: &Path, name: &str) -> BTreeMap<String, u64> {
+pub(crate) fn read_counts(dir: &Path, name: &str) -> BTreeMap<String, u64> {
     let mut m = BTreeMap::new();
     for i in 0..3 {
         let text =
