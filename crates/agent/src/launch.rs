@@ -82,6 +82,8 @@ enum Ended {
     Killed(Kill),
     /// Killed when its time limit passed.
     TimedOut,
+    /// Killed when its process tree held more resident memory (bytes) than the task declared.
+    OverMemory(u64),
 }
 
 /// Runs `a`, a task of `spec`, to the end; `on_spawn` receives the child's pid. `{index}` in the
@@ -168,7 +170,7 @@ pub async fn run(
         on_spawn(pid);
     }
     // Watches the process until it exits, leaving it unreaped so that its counters can be read.
-    let mut watch = pid.and_then(crate::usage::Watch::new);
+    let mut watch = pid.and_then(|p| crate::usage::Watch::new(p, spec.memory_limit_bytes));
     let drains = [
         child.stdout.take().map(|s| tokio::spawn(drain(s, out))),
         child.stderr.take().map(|s| tokio::spawn(drain(s, err))),
@@ -182,13 +184,19 @@ pub async fn run(
     };
     let exited = async {
         match watch.as_mut() {
-            Some(w) => w.exited().await,
+            Some(w) => match w.exited().await {
+                crate::usage::Exit::Exited => Ended::Exited,
+                crate::usage::Exit::OverMemory(bytes) => Ended::OverMemory(bytes),
+            },
             // Unwatched: reaped here; the status is kept for the `wait` below.
-            None => drop(child.wait().await),
+            None => {
+                drop(child.wait().await);
+                Ended::Exited
+            }
         }
     };
     let ended = tokio::select! {
-        () = exited => Ended::Exited,
+        e = exited => e,
         Ok(why) = kill => Ended::Killed(why),
         () = sleep => Ended::TimedOut,
     };
@@ -251,6 +259,13 @@ pub async fn run(
             result.message = format!(
                 "time limit of {} exceeded{forced}",
                 humanize(limit.unwrap_or_default())
+            );
+        }
+        Ended::OverMemory(bytes) => {
+            result.message = format!(
+                "memory limit of {} exceeded: its processes held {}{forced}",
+                bytesize::ByteSize(spec.memory_limit_bytes),
+                bytesize::ByteSize(bytes)
             );
         }
     }
@@ -423,6 +438,36 @@ mod tests {
         assert_eq!(r.message, "time limit of 0.200s exceeded", "{r:?}");
         assert!(!r.success);
         assert!(dir.join("saved").exists(), "the SIGTERM handler ran");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn a_task_whose_processes_hold_more_memory_than_it_declared_is_stopped() {
+        let dir = test_dir("memory");
+        // A child shell holds 64 MiB in a variable for 30 s; the task declared 16 MiB.
+        let hold = r#"sh -c 'x=$(head -c 67108864 /dev/zero | tr "\0" a); sleep 30; : "$x"'"#;
+        let (a, mut spec) = task(&dir, hold, 0);
+        spec.memory_limit_bytes = 16 << 20;
+        let (_tx, rx) = oneshot::channel();
+        let started = std::time::Instant::now();
+        let r = run(&a, &spec, "n", &dir, rx, Duration::from_secs(60), |_| {}).await;
+        assert!(!r.success);
+        assert!(
+            r.message
+                .starts_with("memory limit of 16.0 MiB exceeded: its processes held "),
+            "{r:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "stopped at a sample, not at its end"
+        );
+        // Within its limit, the same task runs to its end.
+        let small = r#"sh -c 'x=$(head -c 1048576 /dev/zero | tr "\0" a); sleep 0.3; : "$x"'"#;
+        let (a, mut spec) = task(&dir, small, 0);
+        spec.memory_limit_bytes = 256 << 20;
+        let (_tx, rx) = oneshot::channel();
+        let r = run(&a, &spec, "n", &dir, rx, Duration::from_secs(60), |_| {}).await;
+        assert!(r.success, "{r:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -12,8 +12,11 @@
 //!   such sum, or the process's own high-water mark (`VmHWM`) if larger. A task that ends within
 //!   10 ms gets no sample; a tree's peak between two samples can be missed.
 //!
+//! The same samples enforce a task's declared `memory`, as Slurm's `OverMemoryKill` does: a
+//! sample above it ends the watch early ([`Exit::OverMemory`]) and the task is stopped.
+//!
 //! Where the kernel has no pidfd (before Linux 5.3) the task runs as before and its result
-//! carries no usage.
+//! carries no usage (and its memory is not enforced).
 
 use hetsched_proto as pb;
 use rustix::process::{Pid, PidfdFlags};
@@ -49,12 +52,25 @@ pub struct Watch {
     next_sample: Instant,
     interval: Duration,
     peak_bytes: u64,
+    /// The task's declared memory, bytes (0 = none); cleared once exceeded.
+    limit_bytes: u64,
+}
+
+/// How a watch ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// The process exited.
+    Exited,
+    /// A sample of its tree's resident memory (this many bytes) exceeded the limit; the
+    /// process still runs.
+    OverMemory(u64),
 }
 
 impl Watch {
-    /// Starts watching process `pid`, a child of this agent not reaped yet; `None` where the
-    /// kernel has no pidfd or epoll.
-    pub fn new(pid: u32) -> Option<Self> {
+    /// Starts watching process `pid`, a child of this agent not reaped yet, whose tree may hold
+    /// `limit_bytes` of resident memory (0 = no limit); `None` where the kernel has no pidfd or
+    /// epoll.
+    pub fn new(pid: u32, limit_bytes: u64) -> Option<Self> {
         let raw = Pid::from_raw(i32::try_from(pid).ok()?)?;
         Some(Watch {
             pid,
@@ -62,21 +78,28 @@ impl Watch {
             next_sample: Instant::now() + FIRST_SAMPLE,
             interval: FIRST_SAMPLE,
             peak_bytes: 0,
+            limit_bytes,
         })
     }
 
-    /// Waits until the process has exited, sampling its tree's memory meanwhile. The process is
-    /// left for the caller to reap (a zombie, with its counters).
-    pub async fn exited(&mut self) {
+    /// Waits until the process has exited, sampling its tree's memory meanwhile — or until a
+    /// sample exceeds the limit, once (a later call waits for the exit). The process is left for
+    /// the caller to reap (a zombie, with its counters).
+    pub async fn exited(&mut self) -> Exit {
         loop {
             tokio::select! {
                 // An error: the runtime is shutting down; the process is then waited for
                 // without its usage.
-                _ = self.exited.readable() => return,
+                _ = self.exited.readable() => return Exit::Exited,
                 () = tokio::time::sleep_until(self.next_sample) => {
-                    self.peak_bytes = self.peak_bytes.max(tree_resident_bytes(self.pid));
+                    let now = tree_resident_bytes(self.pid);
+                    self.peak_bytes = self.peak_bytes.max(now);
                     self.interval = (self.interval * 2).min(MAX_SAMPLE_INTERVAL);
                     self.next_sample = Instant::now() + self.interval;
+                    if self.limit_bytes > 0 && now > self.limit_bytes {
+                        self.limit_bytes = 0;
+                        return Exit::OverMemory(now);
+                    }
                 }
             }
         }
@@ -207,8 +230,8 @@ mod tests {
             .args(["-c", script])
             .spawn()
             .expect("sh starts");
-        let mut watch = Watch::new(child.id().expect("running")).expect("this kernel has pidfd");
-        watch.exited().await;
+        let mut watch = Watch::new(child.id().expect("running"), 0).expect("this kernel has pidfd");
+        assert_eq!(watch.exited().await, Exit::Exited);
         let usage = watch.usage().expect("the zombie's counters are readable");
         let status = child.wait().await.expect("reaped");
         assert!(status.success());

@@ -225,6 +225,7 @@ fn task_spec(s: &TaskSpec) -> pb::TaskSpec {
         inputs: s.inputs.clone(),
         outputs: s.outputs.clone(),
         accelerator: s.accelerator.clone(),
+        memory_limit_bytes: s.memory_limit_bytes,
     }
 }
 

@@ -32,7 +32,8 @@ pub struct CommandJobArgs {
     /// Cores one task holds (default 1).
     #[arg(long, value_name = "N")]
     pub cores: Option<u32>,
-    /// Memory one task holds (`512MiB`, `4GiB`; default none).
+    /// Memory one task holds (`512MiB`, `4GiB`; default none); its agent stops a task whose
+    /// processes hold more.
     #[arg(long, value_name = "SIZE")]
     pub memory: Option<String>,
     /// GPUs one task holds; with it the tasks run only on nodes with GPUs, and

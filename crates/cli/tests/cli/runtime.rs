@@ -1781,6 +1781,36 @@ fn a_held_job_waits_for_its_release() {
     assert!((0..3).all(|i| c.dir.join(format!("t-{i}")).exists()));
 }
 
+/// A task's declared `memory` is enforced by its agent: one whose processes hold more is
+/// stopped, and the attempt fails saying so; the server sends the limit with the task's command.
+#[test]
+fn a_task_that_holds_more_memory_than_it_declared_fails_saying_so() {
+    let mut c = Cluster::start("memory-limit", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    let hold = r#"x=$(head -c 67108864 /dev/zero | tr "\0" a); sleep 30; : "$x""#;
+    let start = Instant::now();
+    let out = c.cli(&[
+        "submit", "--memory", "16MiB", "--wait", "--", "sh", "-c", hold,
+    ]);
+    assert!(!out.status.success(), "the job fails");
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "stopped when a sample saw it, not after its 30 s"
+    );
+    let tasks = c.tasks(1);
+    let message = tasks[0]["message"].as_str().unwrap_or("");
+    assert!(
+        message.starts_with("memory limit of 16.0 MiB exceeded: its processes held "),
+        "{tasks:?}"
+    );
+    // Declared with room to spare, the same command's shorter variant succeeds.
+    let fits = r#"x=$(head -c 1048576 /dev/zero | tr "\0" a); sleep 0.3; : "$x""#;
+    c.ok(&[
+        "submit", "--memory", "256MiB", "--wait", "--", "sh", "-c", fits,
+    ]);
+}
+
 #[test]
 fn each_task_reports_the_cpu_time_and_peak_memory_it_used_and_a_restart_keeps_them() {
     let mut c = Cluster::start("usage", false);

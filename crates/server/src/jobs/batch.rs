@@ -68,6 +68,8 @@ struct VariantRun {
     command: Command,
     env: BTreeMap<String, String>,
     time_limit_ms: u64,
+    /// Memory one task declared, bytes (0 = none): its agent enforces it.
+    memory_bytes: u64,
     /// Whether the job file declared a profile (else the server learns one).
     declared: bool,
 }
@@ -381,6 +383,7 @@ impl Batch {
                     command: c.command.clone()?,
                     env: c.env.clone(),
                     time_limit_ms: c.time_limit.map_or(0, |d| d.0 / 1_000_000),
+                    memory_bytes: c.memory.as_u64(),
                     declared: c.compute.is_some(),
                 })
             });
@@ -390,6 +393,7 @@ impl Batch {
                     command: g.command.clone()?,
                     env: g.env.clone(),
                     time_limit_ms: g.time_limit.map_or(0, |d| d.0 / 1_000_000),
+                    memory_bytes: g.memory.as_u64(),
                     declared: g.compute.is_some(),
                 })
             });
@@ -511,15 +515,15 @@ impl Batch {
             Variant::Cpu => rec.cpu.as_ref(),
             Variant::Gpu => rec.gpu.as_ref(),
         };
-        let (argv, env, limit) = match run {
+        let (argv, env, limit, memory) = match run {
             Some(r) => {
                 let argv = match &r.command {
                     Command::Shell(s) => vec!["sh".to_string(), "-c".to_string(), s.clone()],
                     Command::Argv(v) => v.clone(),
                 };
-                (argv, r.env.clone(), r.time_limit_ms)
+                (argv, r.env.clone(), r.time_limit_ms, r.memory_bytes)
             }
-            None => (Vec::new(), BTreeMap::new(), 0),
+            None => (Vec::new(), BTreeMap::new(), 0, 0),
         };
         TaskSpec {
             key: spec_key(app, v),
@@ -539,6 +543,7 @@ impl Batch {
             inputs: rec.files.0.clone(),
             outputs: rec.files.1.clone(),
             accelerator: rec.files.2.clone(),
+            memory_limit_bytes: memory,
         }
     }
 

@@ -148,6 +148,9 @@ pub struct TaskSpec {
     pub outputs: Vec<String>,
     /// `required`, `preferred` or `none`.
     pub accelerator: String,
+    /// The variant's declared memory, bytes (0 = none): the agent stops a task whose processes
+    /// hold more.
+    pub memory_limit_bytes: u64,
 }
 
 /// One task handed to a node (the agent runs the spec `spec` with the task's index).
