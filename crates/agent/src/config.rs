@@ -69,7 +69,7 @@ pub struct AgentConfig {
     pub attributes: Vec<String>,
     /// How long a task asked to stop (cancelled, out of time, the agent shutting down) has
     /// between SIGTERM and SIGKILL.
-    pub kill_grace: Option<hetsched_core::input::Duration>,
+    pub kill_grace: Option<serde_spanned::Spanned<hetsched_core::input::Duration>>,
     /// TLS between agents (workflow data, PCDDB): the same options as the server's `[tls]`.
     pub tls: Option<TlsFiles>,
     /// Declared accelerators (replace detected ones).
@@ -90,6 +90,42 @@ pub struct TlsFiles {
 impl AgentConfig {
     /// Parses a configuration file's text; errors name the line and field.
     pub fn parse(origin: &str, text: &str) -> Result<Self, hetsched_core::input::InputError> {
-        hetsched_core::input::Source::new(origin, text).parse_toml()
+        let src = hetsched_core::input::Source::new(origin, text);
+        let config: Self = src.parse_toml()?;
+        if let Some(g) = &config.kill_grace
+            && std::time::Duration::from_nanos(g.get_ref().0) > crate::launch::MAX_KILL_GRACE
+        {
+            return Err(src.error(
+                Some(g.span().start),
+                Some("kill_grace".into()),
+                format!(
+                    "at most {}",
+                    humantime::format_duration(crate::launch::MAX_KILL_GRACE)
+                ),
+            ));
+        }
+        Ok(config)
+    }
+
+    /// The kill grace written, if any.
+    pub fn kill_grace(&self) -> Option<std::time::Duration> {
+        self.kill_grace
+            .as_ref()
+            .map(|g| std::time::Duration::from_nanos(g.get_ref().0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kill_grace_is_read_and_one_over_an_hour_is_refused_at_its_line() {
+        let c =
+            AgentConfig::parse("agent.toml", "cores = 2\nkill_grace = \"30s\"\n").expect("valid");
+        assert_eq!(c.kill_grace(), Some(std::time::Duration::from_secs(30)));
+        let e = AgentConfig::parse("agent.toml", "cores = 2\nkill_grace = \"2h\"\n")
+            .expect_err("too long");
+        assert_eq!(e.to_string(), "agent.toml:2:14: kill_grace: at most 1h");
     }
 }

@@ -54,6 +54,10 @@ pub fn output_paths(
 /// program to save its state, short enough that a cancelled task frees its cores soon.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
 
+/// The longest kill grace an agent accepts: a cancelled task's cores stay taken that long, and a
+/// shutting-down agent may wait that long.
+pub const MAX_KILL_GRACE: Duration = Duration::from_secs(3600);
+
 /// Sends `signal` to process group `pgid` (a task's group: its id is its first process's pid);
 /// whether a process received it. Groups 0 and 1 (the caller's own, init's) are never signalled.
 pub(crate) fn signal_group(pgid: u32, signal: nix::sys::signal::Signal) -> bool {

@@ -339,16 +339,17 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
             _ => None,
         },
         drain: a.drain,
-        kill_grace: a
-            .kill_grace
-            .map(std::time::Duration::from)
-            .unwrap_or_else(|| {
-                config
-                    .kill_grace
-                    .map_or(hetsched_agent::launch::DEFAULT_KILL_GRACE, |d| {
-                        std::time::Duration::from_nanos(d.0)
-                    })
-            }),
+        kill_grace: match a.kill_grace.map(std::time::Duration::from) {
+            Some(g) if g > hetsched_agent::launch::MAX_KILL_GRACE => anyhow::bail!(
+                "--kill-grace {}: at most {}",
+                humantime::format_duration(g),
+                humantime::format_duration(hetsched_agent::launch::MAX_KILL_GRACE)
+            ),
+            Some(g) => g,
+            None => config
+                .kill_grace()
+                .unwrap_or(hetsched_agent::launch::DEFAULT_KILL_GRACE),
+        },
         processes: Default::default(),
         accel: super::accel_cli::agent_accel_options(a, &config)?,
         advertise: config.advertise.clone(),
