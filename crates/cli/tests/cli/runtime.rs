@@ -650,6 +650,17 @@ fn a_cancelled_task_keeps_its_cores_through_its_kill_grace() {
         "the next task started {} ms after the cancel, inside the stopped task's grace",
         (started.saturating_sub(cancelled)) / 1_000_000
     );
+    // The cancelled attempt's usage until it ended is kept with its row.
+    wait_until(
+        "the cancelled task's usage",
+        Duration::from_secs(10),
+        || {
+            c.tasks(1)[0]["usage"]["max_rss_bytes"]
+                .as_u64()
+                .is_some_and(|b| b > 0)
+        },
+    );
+    assert_eq!(c.tasks(1)[0]["state"], "cancelled");
     // Ends on SIGTERM: the next task does not wait for the grace.
     let cancelled = run_then_cancel(3, "exit 0");
     let started = next(4);

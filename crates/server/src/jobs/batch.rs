@@ -1232,6 +1232,17 @@ impl JobKind for Batch {
                 self.dirty.push(t.id);
                 return Ok(());
             }
+            // The attempt a cancel stopped: what it used until it ended is kept, as `sacct`
+            // shows a cancelled job's usage.
+            TaskState::Cancelled if t.usage.is_none() && r.usage.is_some() => {
+                let t = &mut self.tasks[r.task_id as usize];
+                t.usage = r.usage.map(Box::new);
+                let app = t.app;
+                self.dirty.push(r.task_id);
+                self.account(app, None, r.usage.as_ref());
+                cx.metrics.used(r.usage.as_ref());
+                return Ok(());
+            }
             _ => return Ok(()),
         }
         if r.interrupted && !r.success {
