@@ -321,6 +321,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
         accel_port,
         accel_tls,
         advertise: advertise.clone(),
+        attributes: opts.data.attributes.clone(),
     };
     let checks = balance::spawn_checks(balance.clone(), auth.clone(), notify.clone());
     let probes = balance::spawn_probes(balance.clone(), auth.clone());

@@ -20,6 +20,7 @@ pub fn node(name: &str) -> NodeBuilder {
             net_bw: 125_000_000.0,
             net_latency: 100_000,
             accelerators: Vec::new(),
+            attributes: Vec::new(),
         },
     }
 }
@@ -57,6 +58,12 @@ impl NodeBuilder {
         }
         self
     }
+    /// Sets the attributes tasks may require (sorted here).
+    pub fn attributes(mut self, attributes: &[&str]) -> Self {
+        self.node.attributes = attributes.iter().map(|a| (*a).to_string()).collect();
+        self.node.attributes.sort();
+        self
+    }
     /// Sets the rack.
     pub fn rack(mut self, rack: RackId) -> Self {
         self.node.rack = rack;
@@ -81,6 +88,7 @@ pub fn app(name: &str) -> AppBuilder {
             tasks: 10,
             cpu: None,
             gpu: None,
+            requires: Vec::new(),
         },
     }
 }
@@ -92,6 +100,12 @@ pub struct AppBuilder {
 }
 
 impl AppBuilder {
+    /// Sets the node attributes every task requires.
+    pub fn requires(mut self, attributes: &[&str]) -> Self {
+        self.app.requires = attributes.iter().map(|a| (*a).to_string()).collect();
+        self.app.requires.sort();
+        self
+    }
     /// Sets the number of tasks.
     pub fn tasks(mut self, n: u32) -> Self {
         self.app.tasks = n;

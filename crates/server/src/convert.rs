@@ -87,7 +87,6 @@ impl From<pb::HeartbeatRequest> for HeartbeatReport {
             balance_received: r.balance_received,
             balance_held: r.balance_held,
             rtt_ns: r.rtt_ns.into_iter().collect(),
-            attributes: r.attributes,
         }
     }
 }

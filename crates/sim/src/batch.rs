@@ -344,7 +344,8 @@ fn check_runnable(
         }
         let kind = app.gpu.as_ref().and_then(|g| g.kind.as_deref());
         let fits = cluster.nodes.iter().any(|n| {
-            n.capacity().fits(&request)
+            n.has_attributes(&app.requires)
+                && n.capacity().fits(&request)
                 && (variant == Variant::Cpu
                     || n.accelerators
                         .iter()
@@ -369,10 +370,17 @@ fn check_runnable(
             ),
         });
     }
+    let mut reason = reasons.join("; ");
+    if !app.requires.is_empty() {
+        reason = format!(
+            "{reason} (among the nodes with {})",
+            app.requires.join(" + ")
+        );
+    }
     Err(SimError::Unrunnable {
         app: app.name.clone(),
         policy: policy.name().to_string(),
-        reason: reasons.join("; "),
+        reason,
     })
 }
 

@@ -43,6 +43,11 @@ pub struct CommandJobArgs {
     /// Accelerator kind the GPUs must be (with `--gpus`; default any).
     #[arg(long, value_name = "KIND")]
     pub kind: Option<String>,
+    /// Node attributes every task needs (its agent configuration's `attributes`; `gpu`: a node
+    /// with GPUs): the tasks run only on nodes that have them all (repeat the flag or separate
+    /// with commas; Slurm's `--constraint`).
+    #[arg(long, value_name = "ATTR", value_delimiter = ',')]
+    pub requires: Vec<String>,
     /// Wall-clock limit of one task (`90s`, `2m`): it is killed and the attempt fails.
     #[arg(long, value_name = "DURATION")]
     pub time_limit: Option<String>,
@@ -79,6 +84,7 @@ impl CommandJobArgs {
             (self.memory.is_some(), "--memory"),
             (self.gpus.is_some(), "--gpus"),
             (self.kind.is_some(), "--kind"),
+            (!self.requires.is_empty(), "--requires"),
             (self.time_limit.is_some(), "--time-limit"),
             (self.retries.is_some(), "--retries"),
             (self.priority.is_some(), "--priority"),
@@ -183,6 +189,12 @@ pub fn build(
     }
     if let Some(r) = args.retries {
         app.insert("retries".into(), Value::Integer(r.into()));
+    }
+    if !args.requires.is_empty() {
+        app.insert(
+            "requires".into(),
+            Value::Array(args.requires.iter().cloned().map(Value::String).collect()),
+        );
     }
     if let Some(p) = args.priority {
         app.insert("priority".into(), Value::Integer(p.into()));
@@ -392,6 +404,7 @@ mod tests {
             memory: Some("3GiB".into()),
             gpus: Some(1),
             kind: Some("a100".into()),
+            requires: words(&["bigmem", "ssd"]),
             time_limit: Some("90s".into()),
             retries: Some(3),
             priority: Some(-2),
@@ -412,6 +425,7 @@ mod tests {
         assert_eq!(a.name.get_ref(), "train");
         assert_eq!(a.task_count(), 12);
         assert_eq!(*a.retries.get_ref(), 3);
+        assert_eq!(a.requires(), ["bigmem", "ssd"]);
         assert_eq!(a.priority, -2);
         assert_eq!(
             a.workdir.as_ref().map(|w| w.get_ref().as_str()),

@@ -228,6 +228,24 @@ pub fn parse_cluster_with_slots(
         for (j, a) in spec.accelerator.iter().enumerate() {
             accelerators.extend(a.devices(&src, &format!("node[{i}].accelerator[{j}]"))?);
         }
+        let mut attributes = Vec::new();
+        for (j, a) in spec.attributes.iter().enumerate() {
+            crate::model::cluster::check_attribute(a.get_ref())
+                .map_err(|e| src.error(at(a), field(&format!("attributes[{j}]")), e))?;
+            attributes.push(a.get_ref().clone());
+        }
+        if attributes.len() > crate::model::cluster::MAX_ATTRIBUTES {
+            return Err(src.error(
+                None,
+                field("attributes"),
+                format!(
+                    "at most {} attributes",
+                    crate::model::cluster::MAX_ATTRIBUTES
+                ),
+            ));
+        }
+        attributes.sort();
+        attributes.dedup();
         for k in 1..=count {
             let name = if count == 1 {
                 spec.name.get_ref().clone()
@@ -253,6 +271,7 @@ pub fn parse_cluster_with_slots(
                 net_bw: spec.network.0,
                 net_latency: spec.latency.0,
                 accelerators: accelerators.clone(),
+                attributes: attributes.clone(),
             });
         }
     }
@@ -263,34 +282,10 @@ pub fn parse_cluster_with_slots(
     Ok((cluster, slots))
 }
 
-/// The attributes of every node of a cluster file, in the node order of [`parse_cluster`]: the
-/// `attributes` written for its group, plus `gpu` when the node has accelerators. Sorted and
-/// deduplicated. Workflow tasks `require` attributes (spec 05 §3).
+/// The attributes of every node of a cluster file, in the node order of [`parse_cluster`]: its
+/// [`Node::attributes`], plus `gpu` when the node has accelerators. Sorted and deduplicated.
+/// Workflow tasks `require` attributes (spec 05 §3).
 pub fn parse_node_attributes(origin: &str, text: &str) -> Result<Vec<Vec<String>>, InputError> {
-    let src = Source::new(origin, text);
-    let file: ClusterFile = src.parse_toml()?;
-    let mut out = Vec::new();
-    for (i, spec) in file.node.iter().enumerate() {
-        let mut attrs = Vec::new();
-        for (j, a) in spec.attributes.iter().enumerate() {
-            let name = a.get_ref().trim();
-            if name.is_empty() || name.contains(char::is_whitespace) {
-                return Err(src.error(
-                    at(a),
-                    Some(format!("node[{i}].attributes[{j}]")),
-                    "an attribute is one non-empty word, e.g. \"fpga\"",
-                ));
-            }
-            attrs.push(name.to_string());
-        }
-        if !spec.accelerator.is_empty() {
-            attrs.push("gpu".to_string());
-        }
-        attrs.sort();
-        attrs.dedup();
-        for _ in 0..*spec.count.get_ref() {
-            out.push(attrs.clone());
-        }
-    }
-    Ok(out)
+    let cluster = parse_cluster(origin, text)?;
+    Ok(cluster.nodes.iter().map(Node::all_attributes).collect())
 }

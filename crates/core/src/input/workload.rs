@@ -71,6 +71,11 @@ pub struct ApplicationSpec {
     /// Files each task writes, as `inputs`: an offloaded task's are shipped back to the NNode.
     #[serde(default)]
     pub outputs: Vec<Spanned<String>>,
+    /// Node attributes every task needs (`requires = ["bigmem"]`): its tasks run only on nodes
+    /// whose `attributes` (cluster file, agent configuration) include them all; `gpu` is every
+    /// node with accelerators. Slurm's `--constraint`.
+    #[serde(default)]
+    pub requires: Vec<Spanned<String>>,
     /// The CPU variant.
     pub cpu: Option<Spanned<CpuSpec>>,
     /// The GPU variant.
@@ -80,6 +85,16 @@ pub struct ApplicationSpec {
     /// exists on the node, else the agent's work directory.
     #[serde(default)]
     pub workdir: Option<Spanned<String>>,
+}
+
+impl ApplicationSpec {
+    /// The attributes it `requires`, sorted and without repeats.
+    pub fn requires(&self) -> Vec<String> {
+        let mut r: Vec<String> = self.requires.iter().map(|r| r.get_ref().clone()).collect();
+        r.sort();
+        r.dedup();
+        r
+    }
 }
 
 /// What a task runs: a shell line (run with `sh -c`) or an argument vector (run directly).
@@ -346,6 +361,20 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
                 format!("must be at most {MAX_RETRIES}"),
             ));
         }
+        for (j, r) in a.requires.iter().enumerate() {
+            crate::model::cluster::check_attribute(r.get_ref())
+                .map_err(|e| src.error(at(r), field(&format!("requires[{j}]")), e))?;
+        }
+        if a.requires.len() > crate::model::cluster::MAX_ATTRIBUTES {
+            return Err(src.error(
+                None,
+                field("requires"),
+                format!(
+                    "at most {} attributes",
+                    crate::model::cluster::MAX_ATTRIBUTES
+                ),
+            ));
+        }
         if a.cpu.is_none() && a.gpu.is_none() {
             return Err(src.error(
                 at(&a.name),
@@ -478,16 +507,59 @@ impl Workload {
                     tasks: a.task_count(),
                     cpu,
                     gpu,
+                    requires: a.requires(),
                 })
             })
             .collect()
     }
 
-    /// Checks that every application can run somewhere on `nodes`: at least one of its variants
-    /// fits on at least one node (resources and accelerator kind).
-    pub fn check_runnable(&self, nodes: &[Node]) -> Result<(), InputError> {
+    /// Checks that every application can run somewhere on `nodes`: some node has the attributes
+    /// it `requires`, and at least one of its variants fits on at least one such node (resources
+    /// and accelerator kind).
+    pub fn check_runnable(&self, cluster: &[Node]) -> Result<(), InputError> {
         let src = self.source();
         for (i, a) in self.applications.iter().enumerate() {
+            let attrs = a.requires();
+            let nodes: Vec<&Node> = cluster
+                .iter()
+                .filter(|n| n.has_attributes(&attrs))
+                .collect();
+            if nodes.is_empty() {
+                // Name the first attribute no node has, or the first of a combination none has.
+                let missing = a.requires.iter().enumerate().find(|(_, r)| {
+                    !cluster
+                        .iter()
+                        .any(|n| n.has_attributes(std::slice::from_ref(r.get_ref())))
+                });
+                let mut offered: Vec<String> =
+                    cluster.iter().flat_map(Node::all_attributes).collect();
+                offered.sort();
+                offered.dedup();
+                let offered = if offered.is_empty() {
+                    "none".to_string()
+                } else {
+                    offered.join(", ")
+                };
+                let name = a.name.get_ref();
+                return Err(match missing {
+                    Some((j, r)) => src.error(
+                        at(r),
+                        Some(format!("application[{i}].requires[{j}]")),
+                        format!(
+                            "application `{name}` requires `{}`, which no node has (attributes offered: {offered})",
+                            r.get_ref()
+                        ),
+                    ),
+                    None => src.error(
+                        None,
+                        Some(format!("application[{i}].requires")),
+                        format!(
+                            "application `{name}` requires {}, and no node has them all",
+                            attrs.join(" + ")
+                        ),
+                    ),
+                });
+            }
             // A task that requires an accelerator never runs its CPU variant.
             let required = a.accelerator_need() == AcceleratorNeed::Required;
             let cpu_fits = !required
@@ -538,6 +610,11 @@ impl Workload {
                     "name",
                     format!("application `{name}` has no variant"),
                 ),
+            };
+            let message = if attrs.is_empty() {
+                message
+            } else {
+                format!("{message} among the nodes with {}", attrs.join(" + "))
             };
             return Err(src.error(span, Some(format!("application[{i}].{field}")), message));
         }

@@ -74,6 +74,9 @@ pub struct Application {
     pub cpu: Option<CpuVariant>,
     /// The GPU implementation, if any.
     pub gpu: Option<GpuVariant>,
+    /// Node attributes every task needs (`requires`, sorted); empty: any node.
+    #[serde(default)]
+    pub requires: Vec<String>,
 }
 
 /// The queue an application sits in by the variants it has (spec 02, Algorithm 1).

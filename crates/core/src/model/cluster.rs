@@ -27,6 +27,36 @@ pub struct Rack {
     pub name: String,
 }
 
+/// The attribute every node with accelerators has.
+pub const GPU_ATTRIBUTE: &str = "gpu";
+
+/// Longest attribute name, in bytes.
+pub const MAX_ATTRIBUTE_BYTES: usize = 64;
+
+/// Most attributes a node may have, or a task may require.
+pub const MAX_ATTRIBUTES: usize = 64;
+
+/// Checks one attribute name (of a node, or required by a task): 1 to [`MAX_ATTRIBUTE_BYTES`]
+/// bytes, no whitespace or control characters.
+pub fn check_attribute(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("an attribute must not be empty".into());
+    }
+    if name.len() > MAX_ATTRIBUTE_BYTES {
+        return Err(format!(
+            "attribute `{}…` is longer than {MAX_ATTRIBUTE_BYTES} bytes",
+            name.chars().take(16).collect::<String>()
+        ));
+    }
+    if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "attribute `{}` has whitespace or a control character",
+            name.escape_debug()
+        ));
+    }
+    Ok(())
+}
+
 /// One machine that runs tasks.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Node {
@@ -50,9 +80,34 @@ pub struct Node {
     pub net_latency: Time,
     /// Accelerator devices, indexed by device number.
     pub accelerators: Vec<Accelerator>,
+    /// Attributes tasks may `require` (`"bigmem"`, `"avx512"`): the cluster file's or the agent
+    /// configuration's `attributes`, sorted and without repeats. `gpu` is implied by
+    /// accelerators ([`Node::has_attributes`]).
+    #[serde(default)]
+    pub attributes: Vec<String>,
 }
 
 impl Node {
+    /// Its attributes with `gpu` added when it has accelerators, sorted.
+    pub fn all_attributes(&self) -> Vec<String> {
+        let mut all = self.attributes.clone();
+        if !self.accelerators.is_empty() {
+            all.push(GPU_ATTRIBUTE.to_string());
+            all.sort();
+            all.dedup();
+        }
+        all
+    }
+
+    /// Whether the node has every attribute of `required` (sorted or not); `gpu` when it has
+    /// accelerators.
+    pub fn has_attributes(&self, required: &[String]) -> bool {
+        required.iter().all(|r| {
+            (r == GPU_ATTRIBUTE && !self.accelerators.is_empty())
+                || self.attributes.binary_search(r).is_ok()
+        })
+    }
+
     /// The resources this node offers to tasks.
     pub fn capacity(&self) -> Resources {
         Resources::new(

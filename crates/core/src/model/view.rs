@@ -220,6 +220,21 @@ impl SchedulerView {
         Ok(())
     }
 
+    /// Replaces `node`'s attributes (sorted, without repeats): applications that `require`
+    /// attributes fit only where the node has them all.
+    pub fn set_node_attributes(
+        &mut self,
+        node: NodeId,
+        attributes: Vec<String>,
+    ) -> Result<(), ViewError> {
+        let state = self
+            .nodes
+            .get_mut(node.index())
+            .ok_or(ViewError::UnknownNode(node))?;
+        state.node.attributes = attributes;
+        Ok(())
+    }
+
     /// Gives `node` the accelerators it reaches through node binding (spec 01): an NNode bound to
     /// an ANode is seen with that ANode's devices, so the policy places accelerator work on it
     /// (the runtime then offloads it); an unbound NNode gets none and takes no such work. Devices
@@ -386,6 +401,9 @@ impl SchedulerView {
     pub fn fits(&self, app: AppId, node: NodeId, variant: Variant) -> bool {
         let (a, n) = (&self.apps[app.index()], &self.nodes[node.index()]);
         if !n.alive || (!self.excluded.is_empty() && self.excluded.contains(&(app, node))) {
+            return false;
+        }
+        if !a.app.requires.is_empty() && !n.node.has_attributes(&a.app.requires) {
             return false;
         }
         let Some(request) = a.app.request(variant) else {

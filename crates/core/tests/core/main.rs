@@ -12,3 +12,4 @@ mod stream;
 mod task_files;
 mod view_accelerator;
 mod view_exclusion;
+mod view_requires;

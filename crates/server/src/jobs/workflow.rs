@@ -344,8 +344,6 @@ pub struct Workflows {
     cluster_size: Option<u32>,
     /// `[workflow] check_interval`: the agents' self-check period, ms.
     check_interval_ms: u64,
-    /// Each node's declared attributes, from its heartbeats.
-    node_attrs: BTreeMap<u32, Vec<String>>,
     /// The attribute vocabulary: bit k is `vocab[k]` (append-only, at most 64 words).
     vocab: Vec<Word>,
     dirty: HashSet<(u64, u32)>,
@@ -392,7 +390,6 @@ impl Workflows {
             clustered: Vec::new(),
             cluster_size,
             check_interval_ms,
-            node_attrs: BTreeMap::new(),
             vocab: Vec::new(),
             dirty: HashSet::new(),
             dirty_jobs: HashSet::new(),
@@ -581,15 +578,10 @@ impl Workflows {
 
     /// A node's attributes: those its agent declares, and `gpu` with accelerators.
     fn attributes_of(&self, cx: &Ctx, n: u32) -> Vec<String> {
-        let mut a = self.node_attrs.get(&n).cloned().unwrap_or_default();
-        if cx
-            .nodes
+        cx.nodes
             .get(n)
-            .is_some_and(|r| !r.spec.accelerators.is_empty())
-        {
-            a.push("gpu".into());
-        }
-        a
+            .map(|r| r.spec.all_attributes())
+            .unwrap_or_default()
     }
 
     /// Node `n`'s mask: the attributes it has, and every instance size it can hold.
@@ -1364,13 +1356,6 @@ impl JobKind for Workflows {
                     self.clustered.clear();
                 }
             }
-        }
-        let mut attrs = report.attributes.clone();
-        attrs.sort();
-        attrs.dedup();
-        let attrs_changed = self.node_attrs.get(&node.0) != Some(&attrs);
-        if attrs_changed {
-            self.node_attrs.insert(node.0, attrs);
         }
         let live: Vec<u32> = (0..cx.nodes.len() as u32)
             .filter(|&n| Self::alive(cx, n))

@@ -286,6 +286,22 @@ impl State {
             }
             let rec = &mut self.nodes.recs[id as usize];
             rec.identity = identity;
+            // Attributes are labels, not resources: an agent restarted with new ones has them.
+            if rec.spec.attributes != spec.attributes {
+                info!(node = %name, attributes = ?spec.attributes, "node attributes changed");
+                rec.spec.attributes = std::mem::take(&mut spec.attributes);
+                self.view
+                    .set_node_attributes(NodeId(id), rec.spec.attributes.clone())?;
+                self.store.put_node(&NodeRow {
+                    id,
+                    name: name.clone(),
+                    spec: node_json(&rec.spec)?,
+                    identity: rec.identity.clone(),
+                    removed: false,
+                })?;
+            }
+            let rec = &mut self.nodes.recs[id as usize];
+            spec.attributes.clone_from(&rec.spec.attributes);
             if rec.spec != spec {
                 warn!(
                     node = %name,

@@ -257,6 +257,7 @@ mod tests {
             net_bw: 1e8,
             net_latency: 0,
             accelerators: Vec::new(),
+            attributes: Vec::new(),
         })
         .expect("node");
         v

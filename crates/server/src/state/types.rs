@@ -118,8 +118,6 @@ pub struct HeartbeatReport {
     pub balance_held: u32,
     /// Measured round trips (ns) to other agents, by node id.
     pub rtt_ns: BTreeMap<u32, u64>,
-    /// The node's declared attributes (workflow `requires`).
-    pub attributes: Vec<String>,
 }
 
 /// What every task of one spec key runs (sent to a node once, before its first task of it).

@@ -453,13 +453,10 @@ fn requirements_and_sizes_decide_the_nodes_and_running_instances_book_their_core
     let dir = scratch("fit");
     let mut s = open(&dir, WorkflowConfig::default());
     let plain = common::register(&mut s, "plain", 2);
-    let fpga = common::register(&mut s, "fpga", 4);
+    let fpga = common::register_with(&mut s, "fpga", 4, &["fpga"]);
     let beat = |s: &mut State, n: u32, running: &[(u64, u32)], done: &[(u64, u32, bool)]| {
-        let mut req = heartbeat_request(n, running, done);
-        if n == fpga {
-            req.attributes = vec!["fpga".into()];
-        }
-        s.heartbeat(req).expect("heartbeat")
+        s.heartbeat(heartbeat_request(n, running, done))
+            .expect("heartbeat")
     };
     beat(&mut s, plain, &[], &[]);
     beat(&mut s, fpga, &[], &[]);

@@ -38,6 +38,7 @@ fn cluster(nodes: &[(&str, u32, &[f64])]) -> Cluster {
                     speed,
                 })
                 .collect(),
+            attributes: Vec::new(),
         })
         .collect();
     Cluster { racks, nodes }

@@ -171,6 +171,7 @@ pub fn cluster4(gpus: u32) -> Cluster {
             } else {
                 Vec::new()
             },
+            attributes: Vec::new(),
         })
         .collect();
     Cluster {

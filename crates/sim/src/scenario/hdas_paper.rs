@@ -106,6 +106,7 @@ pub fn cluster() -> Cluster {
                     speed: 1.0,
                 })
                 .collect(),
+            attributes: Vec::new(),
         })
         .collect();
     Cluster {
@@ -140,6 +141,7 @@ pub fn application(profile: &AppProfile, id: AppId, scale: f64) -> Application {
             request: Resources::new(1, TASK_MEMORY, 1),
             kind: None,
         }),
+        requires: Vec::new(),
     }
 }
 

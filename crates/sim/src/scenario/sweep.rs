@@ -143,6 +143,7 @@ fn slave(id: usize, cores: u32, gpus: &[f64], disk_mib: f64) -> Node {
                 speed,
             })
             .collect(),
+        attributes: Vec::new(),
     }
 }
 

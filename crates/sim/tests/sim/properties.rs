@@ -35,6 +35,7 @@ fn arb_node() -> impl Strategy<Value = Node> {
                     speed: gpu_speed,
                 })
                 .collect(),
+            attributes: Vec::new(),
         })
 }
 
@@ -71,6 +72,7 @@ fn arb_app() -> impl Strategy<Value = Application> {
                         request: Resources::new(1, mem / 2, gpus),
                         kind: None,
                     }),
+                    requires: Vec::new(),
                 }
             },
         )

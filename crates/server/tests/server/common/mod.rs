@@ -10,11 +10,17 @@ pub const IDENTITY: &str = "test-agent-identity";
 
 /// Registers an agent `name` with `cores` cores and 1 GiB of memory; its node id.
 pub fn register(s: &mut State, name: &str, cores: u32) -> u32 {
+    register_with(s, name, cores, &[])
+}
+
+/// Registers node `name` with `cores` cores, 1 GiB and `attributes`; returns its id.
+pub fn register_with(s: &mut State, name: &str, cores: u32, attributes: &[&str]) -> u32 {
     s.register(pb::RegisterRequest {
         identity: IDENTITY.into(),
         name: name.into(),
         cores,
         memory_bytes: 1 << 30,
+        attributes: attributes.iter().map(|a| (*a).to_string()).collect(),
         ..Default::default()
     })
     .expect("register")

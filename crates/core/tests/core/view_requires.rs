@@ -1,0 +1,117 @@
+//! An application's `requires` (node attributes, Slurm's `--constraint`) as the scheduler's view
+//! applies it: every policy places through [`SchedulerView::fits`], so each one keeps the tasks
+//! on nodes with the attributes, and the submission check names an attribute no node has.
+
+use hetsched_core::input::workload::parse_workload;
+use hetsched_core::model::{AppId, NodeId, SchedulerView, TaskId};
+use hetsched_core::policy::batch::BatchPolicyKind;
+use hetsched_core::testkit::{app, node};
+
+/// Node 0: plain; node 1: `bigmem` and `ssd`; node 2: `ssd` and a GPU. One application of 12
+/// one-core CPU tasks requiring `required`.
+fn view(required: &[&str]) -> SchedulerView {
+    let mut v = SchedulerView::new();
+    v.add_node(node("plain").cores(4).build(NodeId(0)))
+        .expect("plain");
+    v.add_node(
+        node("fat")
+            .cores(4)
+            .attributes(&["ssd", "bigmem"])
+            .build(NodeId(1)),
+    )
+    .expect("fat");
+    v.add_node(
+        node("gpu")
+            .cores(4)
+            .gpus(1, "k20")
+            .attributes(&["ssd"])
+            .build(NodeId(2)),
+    )
+    .expect("gpu");
+    let a = app("solve")
+        .tasks(12)
+        .cpu(2.0, 0.0)
+        .requires(required)
+        .build(AppId(0));
+    v.add_application(a, (0..12).map(TaskId).collect::<Vec<_>>())
+        .expect("app");
+    v
+}
+
+/// How many tasks each node takes at one heartbeat of its own, under every batch policy.
+fn placed(required: &[&str]) -> Vec<(BatchPolicyKind, [usize; 3])> {
+    BatchPolicyKind::ALL
+        .iter()
+        .map(|&kind| {
+            let mut v = view(required);
+            let mut p = kind.build();
+            let mut counts = [0; 3];
+            for (n, count) in counts.iter_mut().enumerate() {
+                *count = p
+                    .on_node_update(&mut v, NodeId(n as u32), 1_000_000_000)
+                    .len();
+            }
+            (kind, counts)
+        })
+        .collect()
+}
+
+#[test]
+fn every_policy_places_tasks_only_on_nodes_with_the_required_attributes() {
+    for (kind, counts) in placed(&["bigmem"]) {
+        assert_eq!(counts, [0, 4, 0], "{kind:?}: only the bigmem node");
+    }
+    for (kind, counts) in placed(&["ssd"]) {
+        assert_eq!(counts, [0, 4, 4], "{kind:?}: both ssd nodes");
+    }
+    // `gpu` is every node with accelerators, whether or not it lists it.
+    for (kind, counts) in placed(&["gpu", "ssd"]) {
+        assert_eq!(counts, [0, 0, 4], "{kind:?}: the GPU node");
+    }
+    for (kind, counts) in placed(&[]) {
+        assert_eq!(counts, [4, 4, 4], "{kind:?}: no requirement, any node");
+    }
+}
+
+#[test]
+fn a_requirement_no_node_has_is_refused_at_its_field_naming_what_the_nodes_offer() {
+    let text = "[[application]]\nname = \"x\"\ntasks = 1\nrequires = [\"ssd\", \"avx512\"]\n\
+                [application.cpu]\ncompute = \"1s\"\n";
+    let w = parse_workload("w.toml", text).expect("valid");
+    let nodes = [
+        node("a").cores(2).attributes(&["ssd"]).build(NodeId(0)),
+        node("b").cores(2).gpus(1, "k20").build(NodeId(1)),
+    ];
+    let e = w.check_runnable(&nodes).expect_err("no avx512 node");
+    assert_eq!(
+        e.to_string(),
+        "w.toml:4:20: application[0].requires[1]: application `x` requires `avx512`, which no \
+         node has (attributes offered: gpu, ssd)"
+    );
+    // Each attribute exists, but no node has both.
+    let text = text.replace("avx512", "gpu");
+    let w = parse_workload("w.toml", &text).expect("valid");
+    let e = w.check_runnable(&nodes).expect_err("no node has ssd + gpu");
+    assert!(
+        e.to_string()
+            .ends_with("application `x` requires gpu + ssd, and no node has them all"),
+        "{e}"
+    );
+    // Resources are checked among the nodes with the attributes.
+    let big = text
+        .replace("\"gpu\"", "\"ssd\"")
+        .replace("compute = \"1s\"", "compute = \"1s\"\ncores = 4");
+    let w = parse_workload("w.toml", &big).expect("valid");
+    let e = w
+        .check_runnable(&nodes)
+        .expect_err("the ssd node has 2 cores");
+    assert!(e.to_string().ends_with("among the nodes with ssd"), "{e}");
+    // A bad name is refused at parse time.
+    let e = parse_workload("w.toml", &text.replace("\"gpu\"", "\"two words\""))
+        .expect_err("whitespace");
+    assert_eq!(
+        e.field.as_deref(),
+        Some("application[0].requires[1]"),
+        "{e}"
+    );
+}
