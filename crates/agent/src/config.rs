@@ -15,7 +15,7 @@
 //! rack = "r1"                       # binding stays within a rack (default: "default")
 //! accel_listen = "0.0.0.0:0"        # the accelerator service of a node with GPUs
 //! advertise = "10.0.0.7:7431"       # where other agents reach this one (workflow data, PCDDB)
-//! attributes = ["fpga", "bigmem"]   # what workflow tasks may `require` (`gpu` comes with GPUs)
+//! attributes = ["fpga", "bigmem"]   # what jobs and workflow tasks may `require` (`gpu` comes with GPUs)
 //! kill_grace = "10s"                # a stopped task's time between SIGTERM and SIGKILL
 //! [tls]                             # optional: workflow data and PCDDB between agents over TLS
 //! cert = "agent.pem"                # (peers verify it with their `ca`; same as the server's)
@@ -64,8 +64,8 @@ pub struct AgentConfig {
     /// Where other agents reach this agent (`host:port` of its log listener, or of its TLS
     /// data listener with `[tls]`; issue 13).
     pub advertise: Option<String>,
-    /// Attributes workflow tasks may `require` (spec 05 §1; `gpu` is added for a node with
-    /// accelerators).
+    /// Attributes batch applications and workflow tasks may `require` (spec 05 §1; `gpu` is
+    /// added for a node with accelerators); sent when the agent registers.
     pub attributes: Vec<String>,
     /// How long a task asked to stop (cancelled, out of time, the agent shutting down) has
     /// between SIGTERM and SIGKILL.

@@ -116,7 +116,7 @@ pub fn node_spec(req: &pb::RegisterRequest) -> Result<Node, String> {
         net_bw: positive(req.net_bw, 125e6, MAX_BANDWIDTH, "network bandwidth")?,
         net_latency: 100_000,
         accelerators,
-        attributes: attributes(&name, &req.attributes)?,
+        attributes: attributes(name, &req.attributes)?,
     })
 }
 

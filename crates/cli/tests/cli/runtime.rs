@@ -671,6 +671,60 @@ fn a_cancelled_task_keeps_its_cores_through_its_kill_grace() {
     );
 }
 
+/// `requires` on the runtime (`submit --requires`, a job file's `requires`): the tasks run only
+/// on agents whose configuration lists the attributes; one that no registered node has is refused
+/// naming the flag; an agent restarted with other attributes has them.
+#[test]
+fn a_job_that_requires_an_attribute_runs_only_on_the_agents_that_have_it() {
+    let mut c = Cluster::start("requires", false);
+    c.start_agent("plain", 2, &[]);
+    c.start_agent_with_config("fat", "cores = 2\nattributes = [\"bigmem\", \"ssd\"]\n");
+    c.wait_for_nodes(2);
+    c.ok(&[
+        "submit",
+        "--tasks",
+        "8",
+        "--requires",
+        "bigmem",
+        "--wait",
+        "--",
+        "sleep",
+        "0.1",
+    ]);
+    let nodes: BTreeSet<String> = c
+        .tasks(1)
+        .iter()
+        .map(|t| t["node"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(nodes, BTreeSet::from(["fat".to_string()]));
+    // Without the requirement both nodes take tasks.
+    c.ok(&["submit", "--tasks", "8", "--wait", "--", "sleep", "0.3"]);
+    let nodes: BTreeSet<String> = c
+        .tasks(2)
+        .iter()
+        .map(|t| t["node"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(nodes.len(), 2, "{nodes:?}");
+    c.refused(
+        &["submit", "--requires", "ssd,avx512", "--", "true"],
+        "--requires: application `true` requires `avx512`, which no node has (attributes offered: bigmem, ssd)",
+    );
+    // The plain agent restarted with `avx512`: the same job is accepted and runs there.
+    c.kill_agent("plain");
+    c.start_agent_with_config("plain", "cores = 2\nattributes = [\"avx512\"]\n");
+    wait_until(
+        "the restarted agent's new attribute",
+        Duration::from_secs(20),
+        || {
+            c.cli(&["submit", "--requires", "avx512", "--", "true"])
+                .status
+                .success()
+        },
+    );
+    c.ok(&["wait", "3"]);
+    assert_eq!(c.tasks(3)[0]["node"], "plain");
+}
+
 #[test]
 fn example_job_files_are_valid_runtime_jobs() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples");

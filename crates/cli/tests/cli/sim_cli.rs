@@ -187,3 +187,64 @@ fn compare_runs_every_policy_side_by_side() {
         Some(serde_json::json!(0.0))
     );
 }
+
+/// A workload's `requires` in the simulator: the cluster file's `attributes` decide which nodes
+/// take an application's tasks, under every policy; a requirement no node has is refused at its
+/// line.
+#[test]
+fn sim_run_keeps_an_applications_tasks_on_the_nodes_with_its_required_attributes() {
+    let dir = std::env::temp_dir().join(format!("hetsched-sim-requires-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let cluster = dir.join("cluster.toml");
+    std::fs::write(
+        &cluster,
+        "[[node]]\nname = \"plain\"\ncount = 2\ncores = 4\nmemory = \"8GiB\"\n\
+         [[node]]\nname = \"fat\"\ncount = 2\ncores = 4\nmemory = \"64GiB\"\nattributes = [\"bigmem\"]\n",
+    )
+    .expect("cluster");
+    let workload = dir.join("workload.toml");
+    let text = "[[application]]\nname = \"big\"\ntasks = 40\nrequires = [\"bigmem\"]\n\
+                [application.cpu]\ncompute = \"2s\"\nread = \"0s\"\n\
+                [[application]]\nname = \"any\"\ntasks = 40\n[application.cpu]\ncompute = \"2s\"\nread = \"0s\"\n";
+    std::fs::write(&workload, text).expect("workload");
+    let (c, w) = (
+        cluster.to_str().expect("path"),
+        workload.to_str().expect("path"),
+    );
+    for policy in ["fifo", "hdas", "hdas-hetero", "drf", "cpu-only"] {
+        let out = sim_run(c, w, &["--policy", policy, "--output", "json"]);
+        assert!(
+            out.status.success(),
+            "{policy}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        let tasks = v["tasks"].as_array().expect("tasks");
+        assert_eq!(tasks.len(), 80, "{policy}");
+        // Nodes 0–1 are `plain-1`, `plain-2`; 2–3 the `fat` ones.
+        let on = |app: u64| -> Vec<u64> {
+            tasks
+                .iter()
+                .filter(|t| t["app"] == app)
+                .map(|t| t["node"].as_u64().expect("node"))
+                .collect()
+        };
+        assert!(on(0).iter().all(|&n| n >= 2), "{policy}: {:?}", on(0));
+        assert!(
+            on(1).iter().any(|&n| n < 2),
+            "{policy}: the other uses every node"
+        );
+    }
+    std::fs::write(&workload, text.replace("\"bigmem\"", "\"avx512\"")).expect("workload");
+    let out = sim_run(c, w, &["--policy", "fifo"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "workload.toml:4:13: application[0].requires[0]: application `big` requires `avx512`, \
+             which no node has (attributes offered: bigmem)"
+        ),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
