@@ -143,3 +143,44 @@ fn a_reply_stays_under_its_cap_and_the_rest_follows_on_the_next_beats() {
     );
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// A registration's attributes are bounded (count and length, no whitespace) and refused with
+/// the node's name; accepted ones are sorted and deduplicated.
+#[test]
+fn a_nodes_attributes_are_bounded_at_registration() {
+    let (mut s, d) = open("attributes");
+    let with = |attributes: Vec<String>| pb::RegisterRequest {
+        name: "n".into(),
+        cores: 1,
+        memory_bytes: 1 << 30,
+        identity: IDENTITY.into(),
+        attributes,
+        ..Default::default()
+    };
+    for (bad, says) in [
+        (vec!["x".repeat(65)], "longer than 64 bytes"),
+        (vec!["two words".into()], "whitespace"),
+        (vec![String::new()], "must not be empty"),
+        ((0..65).map(|i| format!("a{i}")).collect(), "at most 64"),
+    ] {
+        let e = s.register(with(bad)).expect_err("refused");
+        assert!(e.to_string().contains("node `n`"), "{e}");
+        assert!(e.to_string().contains(says), "{e}");
+    }
+    s.register(with(vec!["ssd".into(), "bigmem".into(), "ssd".into()]))
+        .expect("accepted");
+    let e = s
+        .submit(
+            "j.toml",
+            "[[application]]\nname = \"a\"\ntasks = 1\nrequires = [\"fpga\"]\n\
+             [application.cpu]\ncommand = \"true\"\n",
+            "/",
+        )
+        .expect_err("no fpga node");
+    assert!(
+        e.to_string()
+            .contains("requires `fpga`, which no node has (attributes offered: bigmem, ssd)"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
