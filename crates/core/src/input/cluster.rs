@@ -114,6 +114,34 @@ fn default_latency() -> Duration {
 }
 
 /// Offset of a spanned value, `None` for defaults (which have an empty span).
+/// A list of attribute names as written (a node's `attributes`, an application's `requires`),
+/// checked ([`check_attribute`](crate::model::cluster::check_attribute), at most
+/// [`MAX_ATTRIBUTES`](crate::model::cluster::MAX_ATTRIBUTES)); sorted, without repeats. Errors
+/// name `field[j]`.
+pub(crate) fn attribute_list(
+    src: &Source<'_>,
+    list: &[Spanned<String>],
+    field: &str,
+) -> Result<Vec<String>, InputError> {
+    use crate::model::cluster::{MAX_ATTRIBUTES, check_attribute};
+    if list.len() > MAX_ATTRIBUTES {
+        return Err(src.error(
+            list.first().and_then(at),
+            Some(field.to_string()),
+            format!("at most {MAX_ATTRIBUTES} attributes"),
+        ));
+    }
+    let mut out = Vec::with_capacity(list.len());
+    for (j, a) in list.iter().enumerate() {
+        check_attribute(a.get_ref())
+            .map_err(|e| src.error(at(a), Some(format!("{field}[{j}]")), e))?;
+        out.push(a.get_ref().clone());
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
 pub(crate) fn at<T>(s: &Spanned<T>) -> Option<usize> {
     let span = s.span();
     (span.end > span.start).then_some(span.start)
@@ -228,24 +256,7 @@ pub fn parse_cluster_with_slots(
         for (j, a) in spec.accelerator.iter().enumerate() {
             accelerators.extend(a.devices(&src, &format!("node[{i}].accelerator[{j}]"))?);
         }
-        let mut attributes = Vec::new();
-        for (j, a) in spec.attributes.iter().enumerate() {
-            crate::model::cluster::check_attribute(a.get_ref())
-                .map_err(|e| src.error(at(a), field(&format!("attributes[{j}]")), e))?;
-            attributes.push(a.get_ref().clone());
-        }
-        if attributes.len() > crate::model::cluster::MAX_ATTRIBUTES {
-            return Err(src.error(
-                None,
-                field("attributes"),
-                format!(
-                    "at most {} attributes",
-                    crate::model::cluster::MAX_ATTRIBUTES
-                ),
-            ));
-        }
-        attributes.sort();
-        attributes.dedup();
+        let attributes = attribute_list(&src, &spec.attributes, &format!("node[{i}].attributes"))?;
         for k in 1..=count {
             let name = if count == 1 {
                 spec.name.get_ref().clone()

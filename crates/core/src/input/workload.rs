@@ -361,20 +361,7 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
                 format!("must be at most {MAX_RETRIES}"),
             ));
         }
-        for (j, r) in a.requires.iter().enumerate() {
-            crate::model::cluster::check_attribute(r.get_ref())
-                .map_err(|e| src.error(at(r), field(&format!("requires[{j}]")), e))?;
-        }
-        if a.requires.len() > crate::model::cluster::MAX_ATTRIBUTES {
-            return Err(src.error(
-                None,
-                field("requires"),
-                format!(
-                    "at most {} attributes",
-                    crate::model::cluster::MAX_ATTRIBUTES
-                ),
-            ));
-        }
+        super::cluster::attribute_list(&src, &a.requires, &format!("application[{i}].requires"))?;
         if a.cpu.is_none() && a.gpu.is_none() {
             return Err(src.error(
                 at(&a.name),
