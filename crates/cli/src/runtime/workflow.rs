@@ -119,10 +119,15 @@ pub fn agent_data_options(
     config: &hetsched_agent::config::AgentConfig,
 ) -> anyhow::Result<hetsched_agent::dataflow::DataOptions> {
     use anyhow::Context;
+    if config.attributes.len() > hetsched_core::model::cluster::MAX_ATTRIBUTES {
+        anyhow::bail!(
+            "attributes: at most {} attributes",
+            hetsched_core::model::cluster::MAX_ATTRIBUTES
+        );
+    }
     for a in &config.attributes {
-        if a.trim().is_empty() || a.contains(char::is_whitespace) {
-            anyhow::bail!("attributes: `{a}`: an attribute is one non-empty word, e.g. \"fpga\"");
-        }
+        hetsched_core::model::cluster::check_attribute(a)
+            .map_err(|e| anyhow::anyhow!("attributes: {e}"))?;
     }
     let tls = match &config.tls {
         Some(t) => Some((
