@@ -468,6 +468,7 @@ impl From<NodeInfo> for pb::NodeInfo {
             bound_to: n.bound_to,
             accel: n.accel.map(accel_state_wire),
             containers: n.containers,
+            attributes: n.attributes,
         }
     }
 }

@@ -678,6 +678,7 @@ pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
         "mem available",
         "backed off",
         "rack",
+        "attributes",
         "role",
         "binding",
         "queues r/p/w",
@@ -726,6 +727,11 @@ pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
                     .join("; ")
             },
             n.rack.clone(),
+            if n.attributes.is_empty() {
+                "-".to_string()
+            } else {
+                n.attributes.join(",")
+            },
             super::accel_cli::role(n).to_string(),
             super::accel_cli::binding_cell(n),
             super::accel_cli::queues_cell(n),

@@ -669,7 +669,10 @@ impl Batch {
         // that waits wakes no agent.
         self.settle_waiting(cx)?;
         if !self.waiting.waits(id) {
-            cx.nodes.wakes.free(total as usize);
+            for &(a, _) in &names {
+                let tasks = self.apps.get(a as usize).map_or(0, |r| r.tasks);
+                cx.nodes.wakes.free(a, tasks as usize);
+            }
         }
         cx.metrics.job_submitted();
         info!(job = id, origin, tasks = total, "job accepted");
@@ -730,11 +733,9 @@ impl Batch {
                 // Held: they wait with the job's other pending tasks.
                 self.waiting.hold(job, app, tasks);
             } else {
+                cx.nodes.wakes.free(app, tasks.len());
                 cx.view.resubmit(AppId(app), tasks);
             }
-        }
-        if !self.waiting.waits(job) {
-            cx.nodes.wakes.free(n as usize);
         }
         Ok(n)
     }
@@ -787,7 +788,7 @@ impl Batch {
             self.waiting.hold(job, a.app.0, vec![a.task]);
         } else {
             cx.view.requeue(a);
-            cx.nodes.wakes.free(1);
+            cx.nodes.wakes.free(a.app.0, 1);
         }
     }
 

@@ -5,7 +5,7 @@
 use super::types::{Drained, GpuUtilisation, NodeInfo, Registered, Registration};
 use super::{RESTART_GRACE, State, StateError};
 use crate::store::{NodeRow, StoreError};
-use hetsched_core::{Node, NodeId, SchedulerView};
+use hetsched_core::{AppId, Node, NodeId, SchedulerView, Variant};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
@@ -216,12 +216,14 @@ impl Nodes {
     }
 
     /// Sends the wake-ups the event marked ([`super::wakes`]), except to `answered` (the node
-    /// whose heartbeat reply carries the work). Batch work goes to live nodes that take work and
-    /// have free cores, the most free first, at most one node per new task.
+    /// whose heartbeat reply carries the work). An application's new batch work goes to live
+    /// nodes that take work and that one of its tasks fits on now (free resources, GPUs,
+    /// `requires`: `SchedulerView::fits`), the most free cores first, at most one node per new
+    /// task.
     pub fn flush_wakes(&mut self, view: &SchedulerView, answered: Option<u32>) {
         let free = self.wakes.take_free();
-        if free > 0 {
-            let mut open: Vec<(u32, u32)> = self
+        if !free.is_empty() {
+            let open: Vec<(u32, u32)> = self
                 .recs
                 .iter()
                 .enumerate()
@@ -231,9 +233,20 @@ impl Nodes {
                     (cores > 0).then_some((i as u32, cores))
                 })
                 .collect();
-            open.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-            for (n, _) in open.into_iter().take(free) {
-                self.wakes.node(n);
+            for (app, tasks) in free {
+                let (app, fits) = (AppId(app), |n: u32| {
+                    view.fits(AppId(app), NodeId(n), Variant::Cpu)
+                        || view.fits(AppId(app), NodeId(n), Variant::Gpu)
+                });
+                if app.index() >= view.apps().len() {
+                    continue;
+                }
+                let mut takers: Vec<(u32, u32)> =
+                    open.iter().copied().filter(|&(n, _)| fits(n)).collect();
+                takers.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+                for (n, _) in takers.into_iter().take(tasks) {
+                    self.wakes.node(n);
+                }
             }
         }
         self.wakes.send(answered);
@@ -542,6 +555,7 @@ impl State {
                     drained: n.drained,
                     draining: n.draining,
                     rack: n.spec.rack.to_string(),
+                    attributes: n.spec.all_attributes(),
                     backed_off: self
                         .jobs
                         .all()

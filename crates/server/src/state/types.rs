@@ -441,6 +441,8 @@ pub struct NodeInfo {
     pub accel: Option<crate::state::accel::AccelState>,
     /// `binding = "container"`: the ANode of each of its containers ("" = unbound).
     pub containers: Vec<String>,
+    /// Its attributes, `gpu` included with accelerators.
+    pub attributes: Vec<String>,
     /// Workflow instances running there.
     pub instances: u32,
     /// PCDDB thresholds of the node (LT × cores, MT × cores; 0 = none).

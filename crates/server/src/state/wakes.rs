@@ -6,12 +6,15 @@
 //! node's next beat. Each agent therefore keeps one `AwaitWork` call open (see `service.rs`); it
 //! answers when the node's counter here moves, and the agent beats at once.
 //!
-//! Events mark what they made waiting — a node ([`Wakes::node`]) or "batch work any node with
-//! free cores may take" ([`Wakes::free`]) — and the state sends the marks once, at the end of the
-//! event ([`super::nodes::Nodes::flush_wakes`]), so an event wakes each node once. A wake-up is
-//! only a hint: the heartbeat decides, so a lost or needless one costs a beat, never a task.
+//! Events mark what they made waiting — a node ([`Wakes::node`]) or "batch work of an
+//! application, for nodes it fits on" ([`Wakes::free`]) — and the state sends the marks once, at
+//! the end of the event ([`super::nodes::Nodes::flush_wakes`]), so an event wakes each node once.
+//! A wake-up is only a hint: the heartbeat decides, so a needless one costs a beat, never a task;
+//! but a node that could take the work and is not woken waits for its next beat (an idle one
+//! beats once a minute), so batch work wakes the nodes the application fits on
+//! (`SchedulerView::fits`: resources, GPUs, `requires`), not merely those with free cores.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use tokio::sync::watch;
 
@@ -29,8 +32,9 @@ pub struct Wakes {
     base: u64,
     /// Nodes to wake at the end of this event.
     nodes: BTreeSet<u32>,
-    /// Batch tasks that became pending in this event: wake up to this many nodes with free cores.
-    free: usize,
+    /// Batch tasks that became pending in this event, by application: wake up to this many
+    /// nodes the application fits on.
+    free: BTreeMap<u32, usize>,
 }
 
 impl Default for Wakes {
@@ -39,7 +43,7 @@ impl Default for Wakes {
             counters: Vec::new(),
             base: super::now_ns(),
             nodes: BTreeSet::new(),
-            free: 0,
+            free: BTreeMap::new(),
         }
     }
 }
@@ -65,13 +69,18 @@ impl Wakes {
         self.nodes.insert(node);
     }
 
-    /// `tasks` batch tasks became pending: any node with free cores may take them.
-    pub fn free(&mut self, tasks: usize) {
-        self.free = self.free.saturating_add(tasks);
+    /// `tasks` batch tasks of application `app` became pending: any node it fits on may take
+    /// them.
+    pub fn free(&mut self, app: u32, tasks: usize) {
+        if tasks > 0 {
+            let n = self.free.entry(app).or_default();
+            *n = n.saturating_add(tasks);
+        }
     }
 
-    /// How many nodes with free cores the event asked to wake, and forgets it.
-    pub(super) fn take_free(&mut self) -> usize {
+    /// The applications whose pending tasks the event asked to wake nodes for (with how many
+    /// tasks each), and forgets them.
+    pub(super) fn take_free(&mut self) -> BTreeMap<u32, usize> {
         std::mem::take(&mut self.free)
     }
 

@@ -5,7 +5,7 @@
 
 use hetsched_proto as pb;
 use hetsched_server::ServerConfig;
-use hetsched_server::convert::registration;
+use hetsched_server::convert::{Wire, registration};
 use hetsched_server::jobs::Kind;
 use hetsched_server::state::State;
 use hetsched_server::state::types::{
@@ -163,4 +163,67 @@ fn results_and_running_reports_reach_the_kind_that_owns_the_task() {
     let states: Vec<&str> = tasks.tasks.iter().map(|t| t.state.as_str()).collect();
     assert_eq!(states, vec!["succeeded", "running", "running"]);
     assert_eq!(s.count_tasks().succeeded, 1);
+}
+
+/// A new job wakes the idle nodes its tasks fit on, not merely those with the most free cores:
+/// a one-task GPU job wakes the GPU node, and a job that `requires` an attribute wakes the node
+/// that has it, although a bigger CPU node is idle. (Idle agents beat once a minute: a node that
+/// is not woken takes its work only then.)
+#[test]
+fn new_work_wakes_the_nodes_it_fits_on() {
+    let (_d, mut s) = open("wake-fits");
+    let register = |s: &mut State, name: &str, cores: u32, gpus: u32, attributes: &[&str]| {
+        s.register(pb::RegisterRequest {
+            name: name.into(),
+            cores,
+            memory_bytes: 1 << 30,
+            identity: IDENTITY.into(),
+            accelerators: (0..gpus)
+                .map(|_| pb::Accelerator {
+                    kind: "k20".into(),
+                    memory_bytes: 1 << 30,
+                    speed: 1.0,
+                })
+                .collect(),
+            attributes: attributes.iter().map(|a| (*a).to_string()).collect(),
+            ..Default::default()
+        })
+        .expect("register")
+        .node_id
+    };
+    let big = register(&mut s, "big", 16, 0, &[]);
+    let gpu = register(&mut s, "gpu", 2, 1, &[]);
+    let ssd = register(&mut s, "ssd", 2, 0, &["ssd"]);
+    let mut waits: Vec<_> = [big, gpu, ssd]
+        .iter()
+        .map(|&n| s.await_work(n, IDENTITY).expect("its wake-ups"))
+        .collect();
+    let mut woken = |waits: &mut Vec<tokio::sync::watch::Receiver<u64>>| -> Vec<bool> {
+        waits
+            .iter_mut()
+            .map(|w| {
+                let changed = w.has_changed().unwrap_or(false);
+                w.borrow_and_update();
+                changed
+            })
+            .collect()
+    };
+    woken(&mut waits);
+    let job = |gpus: bool, requires: &str| {
+        format!(
+            "[[application]]\nname = \"a\"\ntasks = 1\n{requires}\n[application.{}]\ncommand = \"true\"\n",
+            if gpus { "gpu" } else { "cpu" }
+        )
+    };
+    s.submit("gpu.toml", &job(true, ""), "/").expect("submit");
+    assert_eq!(woken(&mut waits), [false, true, false], "the GPU job");
+    s.submit("ssd.toml", &job(false, "requires = [\"ssd\"]"), "/")
+        .expect("submit");
+    assert_eq!(woken(&mut waits), [false, false, true], "the ssd job");
+    s.submit("any.toml", &job(false, ""), "/").expect("submit");
+    assert_eq!(
+        woken(&mut waits),
+        [true, false, false],
+        "a plain job: the most free cores"
+    );
 }

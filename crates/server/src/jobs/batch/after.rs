@@ -228,9 +228,9 @@ impl Batch {
                 let mut n = 0;
                 for (app, tasks) in held {
                     n += tasks.len();
+                    cx.nodes.wakes.free(app, tasks.len());
                     cx.view.resubmit(AppId(app), tasks);
                 }
-                cx.nodes.wakes.free(n);
                 info!(
                     job,
                     tasks = n,
