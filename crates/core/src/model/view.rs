@@ -156,6 +156,8 @@ pub struct SchedulerView {
     /// (application, node) pairs on which the application must not be placed for now (the
     /// runtime's failing-node back-off); nothing fits there.
     excluded: std::collections::BTreeSet<(AppId, NodeId)>,
+    /// How many times a node's attributes changed ([`SchedulerView::attributes_generation`]).
+    attributes_generation: u64,
 }
 
 impl SchedulerView {
@@ -231,8 +233,17 @@ impl SchedulerView {
             .nodes
             .get_mut(node.index())
             .ok_or(ViewError::UnknownNode(node))?;
-        state.node.attributes = attributes;
+        if state.node.attributes != attributes {
+            state.node.attributes = attributes;
+            self.attributes_generation += 1;
+        }
         Ok(())
+    }
+
+    /// Moves each time a node's attributes change: a policy that caches where an application can
+    /// run ([`Node::has_attributes`] against its `requires`) computes it again.
+    pub fn attributes_generation(&self) -> u64 {
+        self.attributes_generation
     }
 
     /// Gives `node` the accelerators it reaches through node binding (spec 01): an NNode bound to

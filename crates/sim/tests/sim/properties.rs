@@ -10,6 +10,19 @@ use hetsched_core::{
 use hetsched_sim::{SimConfig, SimError, SimResult};
 use proptest::prelude::*;
 
+/// Attribute sets a node may have, or an application require (mostly none).
+fn arb_attributes() -> impl Strategy<Value = Vec<String>> {
+    prop::sample::select(vec![
+        vec![],
+        vec![],
+        vec![],
+        vec!["ssd".to_string()],
+        vec!["bigmem".to_string()],
+        vec!["bigmem".to_string(), "ssd".to_string()],
+        vec!["gpu".to_string()],
+    ])
+}
+
 fn arb_node() -> impl Strategy<Value = Node> {
     (
         1u32..=8,
@@ -17,26 +30,30 @@ fn arb_node() -> impl Strategy<Value = Node> {
         prop::sample::select(vec![0.5, 1.0, 2.0]),
         prop::sample::select(vec![0.5, 1.0, 3.0]),
         prop::sample::select(vec![32.0, 128.0, 500.0]),
+        arb_attributes(),
     )
-        .prop_map(|(cores, gpus, core_speed, gpu_speed, disk_mib)| Node {
-            id: NodeId(0),
-            name: "n".into(),
-            rack: RackId(0),
-            cores,
-            core_speed,
-            memory_bytes: 16 << 30,
-            disk_read_bw: disk_mib * 1024.0 * 1024.0,
-            net_bw: 1e9,
-            net_latency: 0,
-            accelerators: (0..gpus)
-                .map(|_| Accelerator {
-                    kind: "gpu".into(),
-                    memory_bytes: 3 << 30,
-                    speed: gpu_speed,
-                })
-                .collect(),
-            attributes: Vec::new(),
-        })
+        .prop_map(
+            |(cores, gpus, core_speed, gpu_speed, disk_mib, attributes)| Node {
+                id: NodeId(0),
+                name: "n".into(),
+                rack: RackId(0),
+                cores,
+                core_speed,
+                memory_bytes: 16 << 30,
+                disk_read_bw: disk_mib * 1024.0 * 1024.0,
+                net_bw: 1e9,
+                net_latency: 0,
+                accelerators: (0..gpus)
+                    .map(|_| Accelerator {
+                        kind: "gpu".into(),
+                        memory_bytes: 3 << 30,
+                        speed: gpu_speed,
+                    })
+                    .collect(),
+                // `gpu` is implied by accelerators, never listed.
+                attributes: attributes.into_iter().filter(|a| a != "gpu").collect(),
+            },
+        )
 }
 
 fn arb_app() -> impl Strategy<Value = Application> {
@@ -44,12 +61,14 @@ fn arb_app() -> impl Strategy<Value = Application> {
         (0u32..3, 0u32..30, 0u64..300, 0u64..4),
         (0.0f64..20.0, 0.0f64..3.0, 0.0f64..2.0),
         (1u32..=2, 1u32..=2, 0u64..(4 << 30), -1i32..=1),
+        arb_attributes(),
     )
         .prop_map(
             |(
                 (which, tasks, split_mib, submit_s),
                 (cpu_s, gpu_s, copy_s),
                 (cores, gpus, mem, prio),
+                requires,
             )| {
                 let split = split_mib << 20;
                 let read = secs(split as f64 / (128.0 * 1024.0 * 1024.0));
@@ -72,7 +91,7 @@ fn arb_app() -> impl Strategy<Value = Application> {
                         request: Resources::new(1, mem / 2, gpus),
                         kind: None,
                     }),
-                    requires: Vec::new(),
+                    requires,
                 }
             },
         )
@@ -119,11 +138,15 @@ fn check_capacity(nodes: &[Node], apps: &[Application], r: &SimResult) -> Result
     Ok(())
 }
 
-/// Whether some application can never run: no node holds its CPU task, nor (under a policy that
-/// runs GPU tasks) its GPU task.
+/// Whether some application can never run: no node with the attributes it requires holds its
+/// CPU task, nor (under a policy that runs GPU tasks) its GPU task.
 fn legitimately_unrunnable(nodes: &[Node], apps: &[Application], kind: BatchPolicyKind) -> bool {
-    let fits_somewhere = |req: &Resources| nodes.iter().any(|n| n.capacity().fits(req));
     apps.iter().any(|a| {
+        let fits_somewhere = |req: &Resources| {
+            nodes
+                .iter()
+                .any(|n| n.has_attributes(&a.requires) && n.capacity().fits(req))
+        };
         let cpu_ok = a.cpu.as_ref().is_some_and(|c| fits_somewhere(&c.request));
         let gpu_ok = kind != BatchPolicyKind::CpuOnly
             && a.gpu.as_ref().is_some_and(|g| fits_somewhere(&g.request));
@@ -156,6 +179,11 @@ proptest! {
                     prop_assert_eq!(ids, (0..total).collect::<Vec<_>>(), "{}", kind);
                     for t in &r.tasks {
                         let a = &apps[t.app.index()];
+                        prop_assert!(
+                            nodes[t.node.index()].has_attributes(&a.requires),
+                            "{kind}: a task of an application requiring {:?} ran on node {} ({:?})",
+                            a.requires, t.node.index(), nodes[t.node.index()].attributes
+                        );
                         prop_assert!(t.start_ns >= a.submit_time);
                         prop_assert!(t.end_ns >= t.start_ns);
                         if kind == BatchPolicyKind::CpuOnly {

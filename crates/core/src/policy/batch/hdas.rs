@@ -58,8 +58,8 @@ pub struct Hdas {
     backlog: Vec<f64>,
     /// Per application: whether its GPU variant can run on some live node (`hdas-hetero` only).
     feasible: Vec<bool>,
-    /// (nodes, applications, live capacity) when `feasible` was computed.
-    feasible_for: Option<(usize, usize, crate::model::Resources)>,
+    /// (nodes, applications, live capacity, attributes generation) when `feasible` was computed.
+    feasible_for: Option<(usize, usize, crate::model::Resources, u64)>,
     /// `hdas-hetero` only: the fluid optimum of the work pending when it was made.
     plan: Option<Plan>,
     /// (applications, pending applications, live capacity) when `plan` was made.
@@ -422,7 +422,8 @@ impl Hdas {
     }
 }
 
-/// Whether some live node could ever run a GPU task of `app` (capacity and accelerator kind).
+/// Whether some live node could ever run a GPU task of `app` (capacity, accelerator kind and the
+/// attributes it `requires`).
 fn gpu_feasible(view: &SchedulerView, app: &crate::model::AppState) -> bool {
     let Some(g) = app.app.gpu.as_ref() else {
         return false;
@@ -434,7 +435,10 @@ fn gpu_feasible(view: &SchedulerView, app: &crate::model::AppState) -> bool {
             .iter()
             .filter(|acc| g.kind.as_deref().is_none_or(|k| acc.kind == k))
             .count();
-        n.alive && n.node.capacity().fits(&g.request) && devices as u32 >= g.request.gpus
+        n.alive
+            && n.node.has_attributes(&app.app.requires)
+            && n.node.capacity().fits(&g.request)
+            && devices as u32 >= g.request.gpus
     })
 }
 
@@ -593,7 +597,12 @@ impl Hdas {
     }
 
     fn refresh_feasible(&mut self, view: &SchedulerView) {
-        let signature = (view.nodes().len(), view.apps().len(), view.totals());
+        let signature = (
+            view.nodes().len(),
+            view.apps().len(),
+            view.totals(),
+            view.attributes_generation(),
+        );
         if self.feasible_for != Some(signature) {
             self.feasible = view.apps().iter().map(|a| gpu_feasible(view, a)).collect();
             self.feasible_for = Some(signature);
