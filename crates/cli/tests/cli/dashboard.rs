@@ -134,7 +134,7 @@ fn the_dashboard_shows_jobs_tasks_and_nodes_and_updates_live_in_a_browser() {
         return;
     };
     c.start_agent("a", 2, &[]);
-    c.start_agent("b", 2, &[]);
+    c.start_agent_with_config("b", "cores = 2\nattributes = [\"bigmem\", \"ssd\"]\n");
     c.wait_for_nodes(2);
     // About 12 s of steady progress on 4 slots.
     let job = c.write(
@@ -166,6 +166,10 @@ fn the_dashboard_shows_jobs_tasks_and_nodes_and_updates_live_in_a_browser() {
     assert!(
         dom.contains("data-node=\"a\"") && dom.contains("data-node=\"b\""),
         "both nodes"
+    );
+    assert!(
+        dom.contains("<div class=\"attrs\" title=\"what jobs may require\">bigmem · ssd</div>"),
+        "b's attributes"
     );
     assert!(
         dom.contains("/api/log?job=1&amp;task="),

@@ -149,6 +149,7 @@ function renderNodes(nodes) {
         <div class="meter"><span data-w="${n.cores ? (100 * usedCores / n.cores) : 0}%"></span></div>
         ${n.gpus ? `<div>GPUs ${usedGpus}/${n.gpus} in use${n.gpu_util === null ? "" : ` · ${Math.round(n.gpu_util)}% busy`}</div>
         <div class="meter gpu"><span data-w="${100 * usedGpus / n.gpus}%"></span></div>` : "<div>no GPUs</div>"}
+        ${(n.attributes || []).length ? `<div class="attrs" title="what jobs may require">${(n.attributes || []).map(esc).join(" · ")}</div>` : ""}
       </div>`;
     }
     html += "</div></div>";
@@ -279,6 +280,7 @@ loadJobs().catch((e) => console.error(e));
 api("/api/nodes").then((nodes) => renderNodes(nodes.map((n) => ({
   name: n.name, rack: n.rack, alive: n.alive, running: n.running, cores: n.cores, free_cores: n.free_cores,
   gpus: (n.accelerators || []).length, free_gpus: n.free_gpus, drained: n.drained, draining: n.draining, gpu_util: null,
+  attributes: n.attributes || [],
 })))).catch((e) => console.error(e));
 // `#events=N` in the address: stop listening after N updates (headless snapshots and tests need the
 // page's network to go idle; a person never needs it).
