@@ -50,8 +50,9 @@ pub fn output_paths(
 }
 
 /// How long a task asked to stop has between SIGTERM and SIGKILL when the agent's configuration
-/// says nothing (`kill_grace`). Slurm's `KillWait` is 30 s, HyperQueue's 1 s: long enough for a
-/// program to save its state, short enough that a cancelled task frees its cores soon.
+/// says nothing (`kill_grace`). Slurm's `KillWait` is 30 s; HyperQueue sends SIGINT and waits 1 s.
+/// Long enough for a program to save its state, short enough that a cancelled task frees its
+/// cores soon.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
 
 /// The longest kill grace an agent accepts: a cancelled task's cores stay taken that long, and a
