@@ -57,7 +57,8 @@ pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
 
 /// The longest kill grace an agent accepts: a cancelled task's cores stay taken that long, and a
 /// shutting-down agent may wait that long.
-pub const MAX_KILL_GRACE: Duration = Duration::from_secs(3600);
+pub const MAX_KILL_GRACE: Duration =
+    Duration::from_nanos(hetsched_core::input::limits::MAX_KILL_GRACE);
 
 /// Sends `signal` to process group `pgid` (a task's group: its id is its first process's pid);
 /// whether a process received it. Groups 0 and 1 (the caller's own, init's) are never signalled.
@@ -94,7 +95,8 @@ enum Ended {
 /// Runs `a`, a task of `spec`, to the end; `on_spawn` receives the child's pid. `{index}` in the
 /// spec's arguments becomes the task's index and then `{entry}` its entry (an application with
 /// `entries`; the entry is inserted as it is), and the task gets the `HETSCHED_*` variables.
-/// A kill request or the time limit stops it with SIGTERM, then SIGKILL after `grace`.
+/// A kill request or the time limit stops it with SIGTERM, then SIGKILL after the spec's
+/// `kill_grace_ms` or, without one, `grace` (the agent's).
 pub async fn run(
     a: &pb::Assignment,
     spec: &pb::TaskSpec,
@@ -105,6 +107,10 @@ pub async fn run(
     on_spawn: impl FnOnce(u32),
 ) -> pb::TaskResult {
     let started = now_ns();
+    let grace = match spec.kill_grace_ms {
+        0 => grace,
+        ms => Duration::from_millis(ms).min(MAX_KILL_GRACE),
+    };
     let mut result = pb::TaskResult {
         task_id: a.task_id,
         attempt: a.attempt,
@@ -430,6 +436,28 @@ mod tests {
         assert_eq!(
             r.message,
             "killed at the server's request; SIGKILLed after ignoring SIGTERM for 0.300s"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn a_tasks_own_kill_grace_replaces_the_agents() {
+        let dir = test_dir("own-grace");
+        let script =
+            r#"trap '' TERM; echo > "$D/started"; for i in $(seq 600); do sleep 0.05; done"#;
+        // The agent's grace is a minute; the task's own, 200 ms.
+        let (a, mut spec) = task(&dir, script, 300);
+        spec.kill_grace_ms = 200;
+        let (_tx, rx) = oneshot::channel();
+        let started = std::time::Instant::now();
+        let r = run(&a, &spec, "n", &dir, rx, Duration::from_secs(60), |_| {}).await;
+        assert_eq!(
+            r.message,
+            "time limit of 0.300s exceeded; SIGKILLed after ignoring SIGTERM for 0.200s"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "not the agent's minute"
         );
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -225,6 +225,7 @@ fn task_spec(s: &TaskSpec) -> pb::TaskSpec {
         outputs: s.outputs.clone(),
         accelerator: s.accelerator.clone(),
         memory_limit_bytes: s.memory_limit_bytes,
+        kill_grace_ms: s.kill_grace_ms,
     }
 }
 

@@ -51,6 +51,10 @@ pub struct CommandJobArgs {
     /// Wall-clock limit of one task (`90s`, `2m`): it is killed and the attempt fails.
     #[arg(long, value_name = "DURATION")]
     pub time_limit: Option<String>,
+    /// A stopped task's time between SIGTERM and SIGKILL, to save its state (`2m`; default:
+    /// its agent's `kill_grace`; at most 1h).
+    #[arg(long, value_name = "DURATION")]
+    pub kill_grace: Option<String>,
     /// Times a failed task runs again (default 0, at most 100).
     #[arg(long, value_name = "N")]
     pub retries: Option<u32>,
@@ -86,6 +90,7 @@ impl CommandJobArgs {
             (self.kind.is_some(), "--kind"),
             (!self.requires.is_empty(), "--requires"),
             (self.time_limit.is_some(), "--time-limit"),
+            (self.kill_grace.is_some(), "--kill-grace"),
             (self.retries.is_some(), "--retries"),
             (self.priority.is_some(), "--priority"),
             (!self.env.is_empty(), "--env"),
@@ -144,6 +149,9 @@ pub fn build(
     }
     if let Some(m) = &args.memory {
         variant.insert("memory".into(), Value::String(m.clone()));
+    }
+    if let Some(g) = &args.kill_grace {
+        variant.insert("kill_grace".into(), Value::String(g.clone()));
     }
     if let Some(t) = &args.time_limit {
         variant.insert("time_limit".into(), Value::String(t.clone()));
@@ -270,6 +278,7 @@ fn flag(field: &str) -> String {
         "command" => "the command".into(),
         "name" => "--app".into(),
         "time_limit" => "--time-limit".into(),
+        "kill_grace" => "--kill-grace".into(),
         "entries" => "--each-line".into(),
         // The variant as a whole: what one task holds.
         "" => "the task's resources (--cores, --memory, --gpus)".into(),
@@ -406,6 +415,7 @@ mod tests {
             kind: Some("a100".into()),
             requires: words(&["bigmem", "ssd"]),
             time_limit: Some("90s".into()),
+            kill_grace: Some("2m".into()),
             retries: Some(3),
             priority: Some(-2),
             env: words(&["A=1", "B=x=y"]),
@@ -438,6 +448,7 @@ mod tests {
         assert_eq!(g.memory.as_u64(), 3 << 30);
         assert_eq!(g.kind.as_deref(), Some("a100"));
         assert_eq!(g.time_limit.map(|d| d.0), Some(90_000_000_000));
+        assert_eq!(g.kill_grace.map(|d| d.0), Some(120_000_000_000));
         assert_eq!(g.env.get("B").map(String::as_str), Some("x=y"));
         assert_eq!(
             g.command,
@@ -457,8 +468,13 @@ mod tests {
         let true_ = ["true"];
         let echo_hi = ["echo", "hi"];
         type Case<'a> = (fn(&mut CommandJobArgs), &'a [&'a str], &'a str);
-        let cases: [Case; 8] = [
+        let cases: [Case; 9] = [
             (|a| a.memory = Some("lots".into()), &true_, "--memory: "),
+            (
+                |a| a.kill_grace = Some("2h".into()),
+                &true_,
+                "--kill-grace: must be at most 1h",
+            ),
             (
                 |a| a.time_limit = Some("soon".into()),
                 &true_,

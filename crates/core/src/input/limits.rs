@@ -13,6 +13,9 @@ use std::collections::BTreeMap;
 
 /// Largest job file, in bytes.
 pub const MAX_JOB_FILE_BYTES: usize = 2 << 20;
+/// The longest kill grace (a variant's `kill_grace`, an agent's): a stopped task's cores stay
+/// taken that long, and a shutting-down agent may wait that long.
+pub const MAX_KILL_GRACE: crate::time::Time = 3600 * crate::time::NANOS_PER_SEC;
 /// Largest command of one variant (all its arguments together), in bytes.
 pub const MAX_COMMAND_BYTES: usize = 64 << 10;
 /// Most arguments of one command.
@@ -110,6 +113,31 @@ pub fn check(w: &Workload) -> Result<(), InputError> {
                     Some(at),
                     Some(format!("application[{i}].{variant}.time_limit")),
                     "must be at least 1ms (leave it out for no limit)",
+                ));
+            }
+        }
+        let graces = [
+            (
+                "cpu",
+                a.cpu
+                    .as_ref()
+                    .and_then(|c| c.get_ref().kill_grace.map(|t| (t, c.span().start))),
+            ),
+            (
+                "gpu",
+                a.gpu
+                    .as_ref()
+                    .and_then(|g| g.get_ref().kill_grace.map(|t| (t, g.span().start))),
+            ),
+        ];
+        for (variant, grace) in graces {
+            if let Some((t, at)) = grace
+                && t.0 > MAX_KILL_GRACE
+            {
+                return Err(src.error(
+                    Some(at),
+                    Some(format!("application[{i}].{variant}.kill_grace")),
+                    "must be at most 1h",
                 ));
             }
         }

@@ -129,6 +129,9 @@ pub struct CpuSpec {
     pub env: BTreeMap<String, String>,
     /// Wall-clock limit of one task (runtime).
     pub time_limit: Option<Duration>,
+    /// A stopped task's time between SIGTERM and SIGKILL (runtime; default: its agent's
+    /// `kill_grace`; at most [`MAX_KILL_GRACE`](super::limits::MAX_KILL_GRACE)).
+    pub kill_grace: Option<Duration>,
 }
 
 /// The GPU variant as written.
@@ -159,6 +162,9 @@ pub struct GpuSpec {
     pub env: BTreeMap<String, String>,
     /// Wall-clock limit of one task (runtime).
     pub time_limit: Option<Duration>,
+    /// A stopped task's time between SIGTERM and SIGKILL (runtime; default: its agent's
+    /// `kill_grace`; at most [`MAX_KILL_GRACE`](super::limits::MAX_KILL_GRACE)).
+    pub kill_grace: Option<Duration>,
 }
 
 /// Most `inputs` (or `outputs`) one application may declare.

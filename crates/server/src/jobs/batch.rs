@@ -70,6 +70,8 @@ struct VariantRun {
     time_limit_ms: u64,
     /// Memory one task declared, bytes (0 = none): its agent enforces it.
     memory_bytes: u64,
+    /// The variant's kill grace, ms (0 = its agent's).
+    kill_grace_ms: u64,
     /// Whether the job file declared a profile (else the server learns one).
     declared: bool,
 }
@@ -384,6 +386,7 @@ impl Batch {
                     env: c.env.clone(),
                     time_limit_ms: c.time_limit.map_or(0, |d| d.0 / 1_000_000),
                     memory_bytes: c.memory.as_u64(),
+                    kill_grace_ms: c.kill_grace.map_or(0, |d| d.0.div_ceil(1_000_000)),
                     declared: c.compute.is_some(),
                 })
             });
@@ -394,6 +397,7 @@ impl Batch {
                     env: g.env.clone(),
                     time_limit_ms: g.time_limit.map_or(0, |d| d.0 / 1_000_000),
                     memory_bytes: g.memory.as_u64(),
+                    kill_grace_ms: g.kill_grace.map_or(0, |d| d.0.div_ceil(1_000_000)),
                     declared: g.compute.is_some(),
                 })
             });
@@ -515,15 +519,21 @@ impl Batch {
             Variant::Cpu => rec.cpu.as_ref(),
             Variant::Gpu => rec.gpu.as_ref(),
         };
-        let (argv, env, limit, memory) = match run {
+        let (argv, env, limit, memory, grace) = match run {
             Some(r) => {
                 let argv = match &r.command {
                     Command::Shell(s) => vec!["sh".to_string(), "-c".to_string(), s.clone()],
                     Command::Argv(v) => v.clone(),
                 };
-                (argv, r.env.clone(), r.time_limit_ms, r.memory_bytes)
+                (
+                    argv,
+                    r.env.clone(),
+                    r.time_limit_ms,
+                    r.memory_bytes,
+                    r.kill_grace_ms,
+                )
             }
-            None => (Vec::new(), BTreeMap::new(), 0, 0),
+            None => (Vec::new(), BTreeMap::new(), 0, 0, 0),
         };
         TaskSpec {
             key: spec_key(app, v),
@@ -544,6 +554,7 @@ impl Batch {
             outputs: rec.files.1.clone(),
             accelerator: rec.files.2.clone(),
             memory_limit_bytes: memory,
+            kill_grace_ms: grace,
         }
     }
 

@@ -149,6 +149,8 @@ pub struct TaskSpec {
     /// The variant's declared memory, bytes (0 = none): the agent stops a task whose processes
     /// hold more.
     pub memory_limit_bytes: u64,
+    /// The variant's kill grace, ms (0 = the agent's).
+    pub kill_grace_ms: u64,
 }
 
 /// One task handed to a node (the agent runs the spec `spec` with the task's index).
