@@ -198,7 +198,7 @@ fn new_work_wakes_the_nodes_it_fits_on() {
         .iter()
         .map(|&n| s.await_work(n, IDENTITY).expect("its wake-ups"))
         .collect();
-    let mut woken = |waits: &mut Vec<tokio::sync::watch::Receiver<u64>>| -> Vec<bool> {
+    let woken = |waits: &mut Vec<tokio::sync::watch::Receiver<u64>>| -> Vec<bool> {
         waits
             .iter_mut()
             .map(|w| {
