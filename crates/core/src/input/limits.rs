@@ -88,52 +88,38 @@ pub fn check(w: &Workload) -> Result<(), InputError> {
                 problem,
             ));
         }
-        // Agents count time limits in whole milliseconds, 0 meaning none: a shorter limit would
-        // silently be no limit at all. (Checked at submission only, like every bound here, so a
-        // job stored before the check still loads.)
-        let limits = [
+        // Each variant's (time limit, kill grace, where it is written).
+        let timings = [
             (
                 "cpu",
-                a.cpu
-                    .as_ref()
-                    .and_then(|c| c.get_ref().time_limit.map(|t| (t, c.span().start))),
+                a.cpu.as_ref().map(|c| {
+                    let v = c.get_ref();
+                    (v.time_limit, v.kill_grace, c.span().start)
+                }),
             ),
             (
                 "gpu",
-                a.gpu
-                    .as_ref()
-                    .and_then(|g| g.get_ref().time_limit.map(|t| (t, g.span().start))),
+                a.gpu.as_ref().map(|g| {
+                    let v = g.get_ref();
+                    (v.time_limit, v.kill_grace, g.span().start)
+                }),
             ),
         ];
-        for (variant, limit) in limits {
-            if let Some((t, at)) = limit
-                && t.0 < crate::time::NANOS_PER_SEC / 1000
-            {
+        for (variant, timing) in timings {
+            let Some((limit, grace, at)) = timing else {
+                continue;
+            };
+            // Agents count time limits in whole milliseconds, 0 meaning none: a shorter limit
+            // would silently be no limit at all. (Checked at submission only, like every bound
+            // here, so a job stored before the check still loads.)
+            if limit.is_some_and(|t| t.0 < crate::time::NANOS_PER_SEC / 1000) {
                 return Err(src.error(
                     Some(at),
                     Some(format!("application[{i}].{variant}.time_limit")),
                     "must be at least 1ms (leave it out for no limit)",
                 ));
             }
-        }
-        let graces = [
-            (
-                "cpu",
-                a.cpu
-                    .as_ref()
-                    .and_then(|c| c.get_ref().kill_grace.map(|t| (t, c.span().start))),
-            ),
-            (
-                "gpu",
-                a.gpu
-                    .as_ref()
-                    .and_then(|g| g.get_ref().kill_grace.map(|t| (t, g.span().start))),
-            ),
-        ];
-        for (variant, grace) in graces {
-            if let Some((t, at)) = grace
-                && t.0 > MAX_KILL_GRACE
-            {
+            if grace.is_some_and(|g| g.0 > MAX_KILL_GRACE) {
                 return Err(src.error(
                     Some(at),
                     Some(format!("application[{i}].{variant}.kill_grace")),
