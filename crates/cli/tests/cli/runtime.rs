@@ -1898,7 +1898,8 @@ fn each_task_reports_the_cpu_time_and_peak_memory_it_used_and_a_restart_keeps_th
     let mut c = Cluster::start("usage", false);
     c.start_agent("a", 2, &[]);
     c.wait_for_nodes(1);
-    // Task 0 computes for about half a second in `awk`; task 1 has a child shell hold 48 MiB
+    // Task 0 computes for about a second in `awk` (40 million additions: 0.97 s on this
+    // project's VM, four times the 200 ms asserted); task 1 has a child shell hold 48 MiB
     // for a second; task 2 sleeps. What is measured is what the task's shell ran, not the shell
     // alone.
     let out = c.cli(&[
@@ -1909,7 +1910,7 @@ fn each_task_reports_the_cpu_time_and_peak_memory_it_used_and_a_restart_keeps_th
         "--wait",
         "--",
         "case {index} in \
-         0) awk 'BEGIN { for (i = 0; i < 10000000; i++) s += i }' ;; \
+         0) awk 'BEGIN { for (i = 0; i < 40000000; i++) s += i }' ;; \
          1) sh -c 'x=$(head -c 50331648 /dev/zero | tr \"\\0\" a); sleep 1; : \"$x\"' ;; \
          *) sleep 0.5 ;; esac",
     ]);
