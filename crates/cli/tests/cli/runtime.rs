@@ -1899,7 +1899,7 @@ fn each_task_reports_the_cpu_time_and_peak_memory_it_used_and_a_restart_keeps_th
     c.start_agent("a", 2, &[]);
     c.wait_for_nodes(1);
     // Task 0 computes for about a second in `awk` (40 million additions: 0.97 s on this
-    // project's VM, four times the 200 ms asserted); task 1 has a child shell hold 48 MiB
+    // project's VM, about five times the 200 ms asserted); task 1 has a child shell hold 48 MiB
     // for a second; task 2 sleeps. What is measured is what the task's shell ran, not the shell
     // alone.
     let out = c.cli(&[
