@@ -300,18 +300,21 @@ impl State {
             let rec = &mut self.nodes.recs[id as usize];
             rec.identity = identity;
             // Attributes are labels, not resources: an agent restarted with new ones has them.
+            // Stored first: a failed write changes nothing in memory.
             if rec.spec.attributes != spec.attributes {
                 info!(node = %name, attributes = ?spec.attributes, "node attributes changed");
-                rec.spec.attributes = std::mem::take(&mut spec.attributes);
-                self.view
-                    .set_node_attributes(NodeId(id), rec.spec.attributes.clone())?;
+                let mut relabelled = rec.spec.clone();
+                relabelled.attributes = std::mem::take(&mut spec.attributes);
                 self.store.put_node(&NodeRow {
                     id,
                     name: name.clone(),
-                    spec: node_json(&rec.spec)?,
+                    spec: node_json(&relabelled)?,
                     identity: rec.identity.clone(),
                     removed: false,
                 })?;
+                self.view
+                    .set_node_attributes(NodeId(id), relabelled.attributes.clone())?;
+                self.nodes.recs[id as usize].spec = relabelled;
             }
             let rec = &mut self.nodes.recs[id as usize];
             spec.attributes.clone_from(&rec.spec.attributes);

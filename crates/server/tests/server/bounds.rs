@@ -169,6 +169,26 @@ fn a_nodes_attributes_are_bounded_at_registration() {
     }
     s.register(with(vec!["ssd".into(), "bigmem".into(), "ssd".into()]))
         .expect("accepted");
+    let attributes = |s: &State| s.nodes().nodes[0].attributes.clone();
+    assert_eq!(attributes(&s), ["bigmem", "ssd"]);
+    // Stored with the node: a restarted server knows them before the agent comes back.
+    drop(s);
+    let config = ServerConfig {
+        data_dir: d.clone(),
+        ..Default::default()
+    };
+    let mut s =
+        State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
+    assert_eq!(attributes(&s), ["bigmem", "ssd"]);
+    // An agent registering again with other attributes has them, and so does the store.
+    s.register(with(vec!["fpga".into()])).expect("again");
+    assert_eq!(attributes(&s), ["fpga"]);
+    drop(s);
+    let mut s =
+        State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
+    assert_eq!(attributes(&s), ["fpga"]);
+    s.register(with(vec!["ssd".into(), "bigmem".into()]))
+        .expect("back to the first ones");
     let e = s
         .submit(
             "j.toml",
