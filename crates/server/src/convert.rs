@@ -334,6 +334,7 @@ impl From<AppInfo> for pb::AppInfo {
             ready: a.ready,
             cpu_ms: a.cpu_ms,
             max_rss_bytes: a.max_rss_bytes,
+            requires: a.requires,
         }
     }
 }

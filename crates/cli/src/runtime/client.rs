@@ -513,6 +513,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         "mean gpu (ms)",
         "cpu time",
         "max rss",
+        "requires",
     ]);
     for a in &j.apps {
         let c = counts(&a.counts);
@@ -532,6 +533,11 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
             ms(a.mean_gpu_ms),
             super::human::cpu_time(a.cpu_ms),
             super::human::memory(a.max_rss_bytes),
+            if a.requires.is_empty() {
+                "-".to_string()
+            } else {
+                a.requires.join(",")
+            },
         ]);
     }
     println!("{t}");

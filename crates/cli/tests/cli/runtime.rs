@@ -712,6 +712,11 @@ fn a_job_that_requires_an_attribute_runs_only_on_the_agents_that_have_it() {
         .map(|t| t["node"].as_str().unwrap_or("").to_string())
         .collect();
     assert_eq!(nodes, BTreeSet::from(["fat".to_string()]));
+    // `hetsched job` shows what each application requires.
+    assert_eq!(
+        c.json(&["job", "1"])["apps"][0]["requires"],
+        serde_json::json!(["bigmem"])
+    );
     // Without the requirement both nodes take tasks.
     c.ok(&["submit", "--tasks", "8", "--wait", "--", "sleep", "0.3"]);
     let nodes: BTreeSet<String> = c

@@ -124,6 +124,8 @@ struct AppRec {
     counts: [u64; 5],
     /// What its tasks' latest finished attempts used, kept as results arrive.
     used: Used,
+    /// The node attributes its tasks require (`requires`).
+    requires: Vec<String>,
 }
 
 /// An application's usage: its tasks' latest finished attempts' CPU time summed and the largest
@@ -437,6 +439,7 @@ impl Batch {
                 entries: spec.entries.as_ref().map(|e| e.get_ref().clone()),
                 counts,
                 used,
+                requires: app.requires.clone(),
             });
             // A job that runs after others keeps its tasks out of the queues until they
             // completed ([`after`]).
@@ -1047,6 +1050,7 @@ impl Batch {
                         ready: 0,
                         cpu_ms: r.used.cpu_ms,
                         max_rss_bytes: r.used.max_rss_bytes,
+                        requires: r.requires.clone(),
                     }
                 })
                 .collect()

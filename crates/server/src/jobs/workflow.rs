@@ -1126,6 +1126,7 @@ impl Workflows {
                             ready,
                             cpu_ms: used.clone().map(|u| u.cpu_user_ms + u.cpu_system_ms).sum(),
                             max_rss_bytes: used.map(|u| u.max_rss_bytes).max().unwrap_or(0),
+                            requires: task.requires.clone(),
                             ..Default::default()
                         }
                     })

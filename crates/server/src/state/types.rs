@@ -284,6 +284,8 @@ pub struct AppInfo {
     pub cpu_ms: u64,
     /// The largest peak resident memory among them (bytes).
     pub max_rss_bytes: u64,
+    /// The node attributes its tasks require.
+    pub requires: Vec<String>,
 }
 
 /// One job, as listings show it.
