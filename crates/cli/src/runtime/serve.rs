@@ -103,6 +103,11 @@ pub struct AgentArgs {
     /// `kill_grace`, else 10s].
     #[arg(long, value_name = "DURATION")]
     pub kill_grace: Option<humantime::Duration>,
+    /// Attributes jobs and workflow tasks may `requires` of this node (`bigmem,ssd`; repeat the
+    /// flag or separate with commas; `gpu` comes with GPUs) [default: the configuration's
+    /// `attributes`, which the flag replaces].
+    #[arg(long, value_name = "ATTR", value_delimiter = ',')]
+    pub attributes: Vec<String>,
     /// The rack this node sits in: accelerator binding never crosses racks (spec 01)
     /// [default: the agent configuration's `rack`, else `default`].
     #[arg(long)]
@@ -243,7 +248,7 @@ fn host_name() -> String {
 
 /// Builds the agent's options from its configuration file, flags and detection.
 pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptions> {
-    let (config, origin, text) = match &a.config {
+    let (mut config, origin, text) = match &a.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?;
@@ -252,6 +257,13 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
         }
         None => (AgentConfig::default(), String::new(), String::new()),
     };
+    if !a.attributes.is_empty() {
+        for attr in &a.attributes {
+            hetsched_core::model::cluster::check_attribute(attr)
+                .map_err(|e| anyhow::anyhow!("--attributes: {e}"))?;
+        }
+        config.attributes.clone_from(&a.attributes);
+    }
     let server = a
         .server
         .clone()

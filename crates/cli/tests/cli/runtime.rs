@@ -729,9 +729,10 @@ fn a_job_that_requires_an_attribute_runs_only_on_the_agents_that_have_it() {
         &["submit", "--requires", "ssd,avx512", "--", "true"],
         "--requires: application `true` requires `avx512`, which no node has (attributes offered: bigmem, ssd)",
     );
-    // The plain agent restarted with `avx512`: the same job is accepted and runs there.
+    // The plain agent restarted with `--attributes avx512`: the same job is accepted and runs
+    // there.
     c.kill_agent("plain");
-    c.start_agent_with_config("plain", "cores = 2\nattributes = [\"avx512\"]\n");
+    c.start_agent("plain", 2, &["--attributes", "avx512"]);
     wait_until(
         "the restarted agent's new attribute",
         Duration::from_secs(20),
