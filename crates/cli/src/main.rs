@@ -36,7 +36,7 @@ enum Command {
     #[command(subcommand)]
     Stream(stream::StreamCommand),
     #[command(flatten)]
-    Runtime(runtime::RuntimeCommand),
+    Runtime(Box<runtime::RuntimeCommand>),
     /// Long-running stream topologies on the runtime: submit, list, show, kill, rebalance.
     #[command(subcommand)]
     Topology(topology::TopologyCommand),
@@ -59,7 +59,7 @@ fn main() -> std::process::ExitCode {
         Command::Sim(cmd) => sim::run(cmd),
         Command::Binding(cmd) => binding::run(cmd),
         Command::Stream(cmd) => stream::run(cmd),
-        Command::Runtime(cmd) => runtime::run(cmd),
+        Command::Runtime(cmd) => runtime::run(*cmd),
         Command::Topology(cmd) => topology::run(cmd),
         Command::StreamWorker(args) => topology::run_worker(args),
         Command::Completions { shell } => {
