@@ -124,21 +124,8 @@ pub fn node_spec(req: &pb::RegisterRequest) -> Result<Node, String> {
 /// each as [`check_attribute`](hetsched_core::model::cluster::check_attribute)), sorted and
 /// without repeats.
 pub fn attributes(node: &str, list: &[String]) -> Result<Vec<String>, String> {
-    use hetsched_core::model::cluster::{MAX_ATTRIBUTES, check_attribute};
-    if list.len() > MAX_ATTRIBUTES {
-        return Err(format!(
-            "node `{node}` has {} attributes; at most {MAX_ATTRIBUTES}",
-            list.len()
-        ));
-    }
-    let mut out = Vec::with_capacity(list.len());
-    for a in list {
-        check_attribute(a).map_err(|e| format!("node `{node}`: {e}"))?;
-        out.push(a.clone());
-    }
-    out.sort();
-    out.dedup();
-    Ok(out)
+    hetsched_core::model::cluster::attribute_set(list.iter().map(String::as_str))
+        .map_err(|(_, e)| format!("node `{node}`: {e}"))
 }
 
 /// Checks an agent identity: present, short, printable ASCII.

@@ -258,10 +258,8 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
         None => (AgentConfig::default(), String::new(), String::new()),
     };
     if !a.attributes.is_empty() {
-        for attr in &a.attributes {
-            hetsched_core::model::cluster::check_attribute(attr)
-                .map_err(|e| anyhow::anyhow!("--attributes: {e}"))?;
-        }
+        hetsched_core::model::cluster::attribute_set(a.attributes.iter().map(String::as_str))
+            .map_err(|(_, e)| anyhow::anyhow!("--attributes: {e}"))?;
         config.attributes.clone_from(&a.attributes);
     }
     let server = a

@@ -119,16 +119,8 @@ pub fn agent_data_options(
     config: &hetsched_agent::config::AgentConfig,
 ) -> anyhow::Result<hetsched_agent::dataflow::DataOptions> {
     use anyhow::Context;
-    if config.attributes.len() > hetsched_core::model::cluster::MAX_ATTRIBUTES {
-        anyhow::bail!(
-            "attributes: at most {} attributes",
-            hetsched_core::model::cluster::MAX_ATTRIBUTES
-        );
-    }
-    for a in &config.attributes {
-        hetsched_core::model::cluster::check_attribute(a)
-            .map_err(|e| anyhow::anyhow!("attributes: {e}"))?;
-    }
+    hetsched_core::model::cluster::attribute_set(config.attributes.iter().map(String::as_str))
+        .map_err(|(_, e)| anyhow::anyhow!("attributes: {e}"))?;
     let tls = match &config.tls {
         Some(t) => Some((
             std::fs::read(&t.cert).with_context(|| format!("reading {}", t.cert.display()))?,

@@ -123,23 +123,12 @@ pub(crate) fn attribute_list(
     list: &[Spanned<String>],
     field: &str,
 ) -> Result<Vec<String>, InputError> {
-    use crate::model::cluster::{MAX_ATTRIBUTES, check_attribute};
-    if list.len() > MAX_ATTRIBUTES {
-        return Err(src.error(
-            list.first().and_then(at),
-            Some(field.to_string()),
-            format!("at most {MAX_ATTRIBUTES} attributes"),
-        ));
-    }
-    let mut out = Vec::with_capacity(list.len());
-    for (j, a) in list.iter().enumerate() {
-        check_attribute(a.get_ref())
-            .map_err(|e| src.error(at(a), Some(format!("{field}[{j}]")), e))?;
-        out.push(a.get_ref().clone());
-    }
-    out.sort();
-    out.dedup();
-    Ok(out)
+    crate::model::cluster::attribute_set(list.iter().map(|a| a.get_ref().as_str())).map_err(
+        |(j, e)| match j {
+            Some(j) => src.error(at(&list[j]), Some(format!("{field}[{j}]")), e),
+            None => src.error(list.first().and_then(at), Some(field.to_string()), e),
+        },
+    )
 }
 
 pub(crate) fn at<T>(s: &Spanned<T>) -> Option<usize> {

@@ -57,6 +57,25 @@ pub fn check_attribute(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A list of attribute names (a node's, or those a task requires) checked as a whole: at most
+/// [`MAX_ATTRIBUTES`], each as [`check_attribute`]; sorted, without repeats. An error says which
+/// name is wrong (its position), or none when there are too many.
+pub fn attribute_set<'a>(
+    names: impl ExactSizeIterator<Item = &'a str>,
+) -> Result<Vec<String>, (Option<usize>, String)> {
+    if names.len() > MAX_ATTRIBUTES {
+        return Err((None, format!("at most {MAX_ATTRIBUTES} attributes")));
+    }
+    let mut out = Vec::with_capacity(names.len());
+    for (j, name) in names.enumerate() {
+        check_attribute(name).map_err(|e| (Some(j), e))?;
+        out.push(name.to_string());
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
 /// One machine that runs tasks.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Node {
