@@ -76,6 +76,7 @@ pub fn info_to_pb(i: DivisibleInfo) -> pb::DivisibleInfo {
             .collect(),
         output_bytes: i.output_bytes,
         rounds: i.rounds,
+        requires: i.requires,
     }
 }
 
@@ -180,6 +181,8 @@ impl pb::divisible_server::Divisible for DivisibleService {
                 })
                 .collect(),
             room: r.room,
+            // Set by the state from the agent's registration.
+            attributes: Vec::new(),
         };
         // An ask with room that gets nothing (no job, or not this agent's turn in the plan) is
         // held open and looked at again when divisible jobs change and every look period: an

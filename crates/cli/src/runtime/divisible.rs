@@ -49,8 +49,13 @@ pub fn read_input(file: &Path, text: &str) -> anyhow::Result<Vec<u8>> {
 /// The divisible part of `hetsched job N` (table form).
 pub fn print(d: &pb::DivisibleInfo) {
     println!(
-        "divisible load `{}`: {} units with {}, {} done; {} round(s); lower bound W/ΣS = {}{}",
+        "divisible load `{}`{}: {} units with {}, {} done; {} round(s); lower bound W/ΣS = {}{}",
         d.name,
+        if d.requires.is_empty() {
+            String::new()
+        } else {
+            format!(" (on nodes with {})", d.requires.join(", "))
+        },
         d.units,
         d.algo,
         d.units_done,

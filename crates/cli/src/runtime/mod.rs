@@ -111,9 +111,9 @@ pub enum RuntimeCommand {
     },
     /// List tasks (of one job, or of every job), page by page as they arrive.
     Tasks {
-        /// Only this job's tasks.
+        /// Only this job's tasks (its id, or `last`: the newest job).
         #[arg(long)]
-        job: Option<u64>,
+        job: Option<JobRef>,
         /// Show at most this many tasks (default: all).
         #[arg(long)]
         limit: Option<u64>,
@@ -219,7 +219,7 @@ pub enum NodeCommand {
         client: ClientArgs,
     },
     /// Drain a node: no new work is placed on it; its running tasks finish. Lasts until
-    /// `node resume` (or a server restart).
+    /// `node resume`, through server restarts (the drain is stored before it is acknowledged).
     Drain {
         /// The node's name.
         name: String,
@@ -374,7 +374,13 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             limit,
             state,
             client,
-        } => client::tasks(&client, job, limit, state).await,
+        } => {
+            let job = match job {
+                Some(j) => Some(j.resolve(&client).await?),
+                None => None,
+            };
+            client::tasks(&client, job, limit, state).await
+        }
         RuntimeCommand::Nodes { client } => client::nodes(&client).await,
         RuntimeCommand::Bindings { client } => accel_cli::bindings(&client).await,
         RuntimeCommand::Wait {

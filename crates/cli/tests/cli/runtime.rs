@@ -725,6 +725,38 @@ fn a_job_that_requires_an_attribute_runs_only_on_the_agents_that_have_it() {
         .map(|t| t["node"].as_str().unwrap_or("").to_string())
         .collect();
     assert_eq!(nodes.len(), 2, "{nodes:?}");
+    // A divisible load that requires `ssd` is planned on `fat` alone, and says so.
+    let load = c.write(
+        "ranges.toml",
+        "[[divisible]]\nname = \"ranges\"\nunits = 40\ncommand = \"echo {start} {end}\"\noutput = \"concat\"\nrequires = [\"ssd\"]\n",
+    );
+    c.ok(&["submit", load.to_str().expect("utf-8"), "--wait"]);
+    let j = c.json(&["job", "3"]);
+    assert_eq!(j["state"], "completed", "{j}");
+    assert_eq!(j["divisible"]["requires"], serde_json::json!(["ssd"]));
+    let chunk_nodes: BTreeSet<&str> = j["divisible"]["chunks"]
+        .as_array()
+        .expect("chunks")
+        .iter()
+        .filter_map(|c| c["worker"].as_str())
+        .chain(
+            j["divisible"]["workers"]
+                .as_array()
+                .expect("workers")
+                .iter()
+                .filter_map(|w| w["name"].as_str()),
+        )
+        .collect();
+    assert_eq!(chunk_nodes, BTreeSet::from(["fat"]), "{j}");
+    assert!(c.ok(&["job", "3"]).contains("(on nodes with ssd)"));
+    let nowhere = c.write(
+        "nowhere.toml",
+        "[[divisible]]\nname = \"nowhere\"\nunits = 4\ncommand = \"echo {start} {end}\"\nrequires = [\"fpga\"]\n",
+    );
+    c.refused(
+        &["submit", nowhere.to_str().expect("utf-8")],
+        "nowhere.toml:5:13: divisible[0].requires[0]: divisible load `nowhere` requires `fpga`, which no node has (attributes offered: bigmem, ssd)",
+    );
     c.refused(
         &["submit", "--requires", "ssd,avx512", "--", "true"],
         "--requires: application `true` requires `avx512`, which no node has (attributes offered: bigmem, ssd)",
@@ -744,8 +776,8 @@ fn a_job_that_requires_an_attribute_runs_only_on_the_agents_that_have_it() {
     );
     // The submission woke the node that can take the task, not the one with the most free
     // cores (which lacks `avx512`): it runs at once, not at plain's next idle beat (60 s).
-    c.ok(&["wait", "3", "--timeout", "20s"]);
-    assert_eq!(c.tasks(3)[0]["node"], "plain");
+    c.ok(&["wait", "4", "--timeout", "20s"]);
+    assert_eq!(c.tasks(4)[0]["node"], "plain");
 }
 
 #[test]
@@ -1619,6 +1651,18 @@ fn a_command_after_the_double_dash_is_a_job_of_indexed_tasks_and_its_mistakes_na
     );
     assert_eq!(c.json(&["job", "last"])["id"], 4);
     assert_eq!(c.succeeded(4), 2, "`wait last` waited for job 4");
+    let listed = c.json(&["tasks", "--job", "last"]);
+    let jobs: Vec<_> = listed
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|t| t["job_id"].as_u64())
+        .collect();
+    assert_eq!(
+        jobs,
+        [Some(4), Some(4)],
+        "`tasks --job last` lists job 4's tasks"
+    );
     refused(
         &["cancel", "lats"],
         "`lats` is not a job id (a number) or `last`",

@@ -100,6 +100,11 @@ pub struct DivisibleSpec {
     /// Wall-clock limit of one chunk.
     #[serde(default)]
     pub time_limit: Option<Duration>,
+    /// Node attributes a worker needs (`requires = ["bigmem"]`): only agents whose `attributes`
+    /// include them all take chunks (the plan's workers are those agents). Slurm's
+    /// `--constraint`, as for batch applications.
+    #[serde(default)]
+    pub requires: Vec<Spanned<String>>,
 }
 
 impl DivisibleSpec {
@@ -113,6 +118,22 @@ impl DivisibleSpec {
     /// Total units.
     pub fn units(&self) -> u64 {
         *self.units.get_ref()
+    }
+
+    /// The attributes it `requires`, sorted and without repeats.
+    pub fn requires(&self) -> Vec<String> {
+        let mut r: Vec<String> = self.requires.iter().map(|r| r.get_ref().clone()).collect();
+        r.sort();
+        r.dedup();
+        r
+    }
+
+    /// Whether a node with `attributes` (with `gpu` where it has accelerators, as
+    /// [`crate::model::cluster::Node::all_attributes`] lists them) may take its chunks.
+    pub fn admits(&self, attributes: &[String]) -> bool {
+        self.requires
+            .iter()
+            .all(|r| attributes.contains(r.get_ref()))
     }
 
     /// Retries per chunk.
@@ -260,6 +281,7 @@ pub fn check(src: &Source<'_>, index: usize, d: &DivisibleSpec) -> Result<(), In
             format!("must be at most {MAX_RETRIES}"),
         ));
     }
+    super::cluster::attribute_list(src, &d.requires, &format!("divisible[{index}].requires"))?;
     if let Some(m) = d.memory_per_unit
         && m.as_u64() == 0
     {
@@ -307,6 +329,25 @@ mod tests {
         assert_eq!(d.algo(), crate::policy::divisible::Algo::Umrlm);
         assert_eq!(d.input_bytes(), 600 * 512);
         assert_eq!(d.memory_per_unit.map(|m| m.as_u64()), Some(4096));
+    }
+
+    #[test]
+    fn requires_lists_the_attributes_a_worker_needs_and_bad_ones_are_refused_at_their_place() {
+        let w = parse_workload(
+            "job.toml",
+            &job("units = 10\ncommand = \"mm {start} {end}\"\nrequires = [\"bigmem\", \"ssd\", \"bigmem\"]\n"),
+        )
+        .expect("parses");
+        let d = &w.divisible[0];
+        assert_eq!(d.requires(), ["bigmem", "ssd"]);
+        let has = |a: &[&str]| d.admits(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert!(has(&["bigmem", "gpu", "ssd"]));
+        assert!(!has(&["bigmem"]), "a node without `ssd` takes no chunk");
+        assert!(!has(&[]));
+        assert_eq!(
+            err("units = 10\ncommand = \"mm {start} {end}\"\nrequires = [\"ok\", \"no spaces\"]\n"),
+            "job.toml:5:19: divisible[0].requires[1]: attribute `no spaces` has whitespace or a control character"
+        );
     }
 
     #[test]

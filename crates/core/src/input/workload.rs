@@ -508,51 +508,25 @@ impl Workload {
 
     /// Checks that every application can run somewhere on `nodes`: some node has the attributes
     /// it `requires`, and at least one of its variants fits on at least one such node (resources
-    /// and accelerator kind).
+    /// and accelerator kind); and that some node has the attributes each divisible load
+    /// `requires`.
     pub fn check_runnable(&self, cluster: &[Node]) -> Result<(), InputError> {
         let src = self.source();
+        for (i, d) in self.divisible.iter().enumerate() {
+            let who = format!("divisible load `{}`", d.name.get_ref());
+            nodes_with(
+                &src,
+                cluster,
+                &d.requires,
+                &format!("divisible[{i}].requires"),
+                &who,
+            )?;
+        }
         for (i, a) in self.applications.iter().enumerate() {
+            let who = format!("application `{}`", a.name.get_ref());
+            let field = format!("application[{i}].requires");
+            let nodes = nodes_with(&src, cluster, &a.requires, &field, &who)?;
             let attrs = a.requires();
-            let nodes: Vec<&Node> = cluster
-                .iter()
-                .filter(|n| n.has_attributes(&attrs))
-                .collect();
-            if nodes.is_empty() {
-                // Name the first attribute no node has, or the first of a combination none has.
-                let missing = a.requires.iter().enumerate().find(|(_, r)| {
-                    !cluster
-                        .iter()
-                        .any(|n| n.has_attributes(std::slice::from_ref(r.get_ref())))
-                });
-                let mut offered: Vec<String> =
-                    cluster.iter().flat_map(Node::all_attributes).collect();
-                offered.sort();
-                offered.dedup();
-                let offered = if offered.is_empty() {
-                    "none".to_string()
-                } else {
-                    offered.join(", ")
-                };
-                let name = a.name.get_ref();
-                return Err(match missing {
-                    Some((j, r)) => src.error(
-                        at(r),
-                        Some(format!("application[{i}].requires[{j}]")),
-                        format!(
-                            "application `{name}` requires `{}`, which no node has (attributes offered: {offered})",
-                            r.get_ref()
-                        ),
-                    ),
-                    None => src.error(
-                        None,
-                        Some(format!("application[{i}].requires")),
-                        format!(
-                            "application `{name}` requires {}, and no node has them all",
-                            attrs.join(" + ")
-                        ),
-                    ),
-                });
-            }
             // A task that requires an accelerator never runs its CPU variant.
             let required = a.accelerator_need() == AcceleratorNeed::Required;
             let cpu_fits = !required
@@ -658,4 +632,58 @@ impl ApplicationSpec {
             .as_ref()
             .map_or(AcceleratorNeed::None, |n| *n.get_ref())
     }
+}
+
+/// The nodes of `cluster` that have every attribute of `requires` (the field `field` of `who`);
+/// none is an error naming the first attribute no node has (or the combination), with the
+/// attributes the cluster offers.
+fn nodes_with<'n>(
+    src: &Source<'_>,
+    cluster: &'n [Node],
+    requires: &[Spanned<String>],
+    field: &str,
+    who: &str,
+) -> Result<Vec<&'n Node>, InputError> {
+    let mut attrs: Vec<String> = requires.iter().map(|r| r.get_ref().clone()).collect();
+    attrs.sort();
+    attrs.dedup();
+    let nodes: Vec<&Node> = cluster
+        .iter()
+        .filter(|n| n.has_attributes(&attrs))
+        .collect();
+    if !nodes.is_empty() {
+        return Ok(nodes);
+    }
+    // Name the first attribute no node has, or the first of a combination none has.
+    let missing = requires.iter().enumerate().find(|(_, r)| {
+        !cluster
+            .iter()
+            .any(|n| n.has_attributes(std::slice::from_ref(r.get_ref())))
+    });
+    let mut offered: Vec<String> = cluster.iter().flat_map(Node::all_attributes).collect();
+    offered.sort();
+    offered.dedup();
+    let offered = if offered.is_empty() {
+        "none".to_string()
+    } else {
+        offered.join(", ")
+    };
+    Err(match missing {
+        Some((j, r)) => src.error(
+            at(r),
+            Some(format!("{field}[{j}]")),
+            format!(
+                "{who} requires `{}`, which no node has (attributes offered: {offered})",
+                r.get_ref()
+            ),
+        ),
+        None => src.error(
+            None,
+            Some(field.to_string()),
+            format!(
+                "{who} requires {}, and no node has them all",
+                attrs.join(" + ")
+            ),
+        ),
+    })
 }

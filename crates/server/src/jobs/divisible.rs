@@ -116,6 +116,9 @@ pub struct ChunkRequest {
     pub holding: Vec<ChunkKey>,
     /// Whether it can take a chunk.
     pub room: bool,
+    /// Its node's attributes (with `gpu` where it has accelerators), sorted: set by the state
+    /// from the agent's registration, for jobs that `require` some.
+    pub attributes: Vec<String>,
 }
 
 /// One chunk sent to an agent.
@@ -234,6 +237,8 @@ pub struct DivisibleInfo {
     pub output_bytes: u64,
     /// Rounds.
     pub rounds: u32,
+    /// Node attributes a worker needs, sorted.
+    pub requires: Vec<String>,
 }
 
 /// What a divisible job makes of a job listing's row: its state, its units as tasks, and its
@@ -266,9 +271,15 @@ fn argv_of(c: &Command) -> Vec<String> {
 }
 
 /// The one `[[divisible]]` section of a job file that has one, checked for the runtime (one
-/// section, no `[[application]]` beside it, the input as long as it must be). `Ok(None)`: a
-/// batch job file.
-pub fn prepare(origin: &str, text: &str, input: &[u8]) -> Result<Option<DivisibleSpec>, DivError> {
+/// section, no `[[application]]` beside it, the input as long as it must be, some node of
+/// `live` with the attributes it `requires` — unless none is alive: then it waits for nodes).
+/// `Ok(None)`: a batch job file.
+pub fn prepare(
+    origin: &str,
+    text: &str,
+    input: &[u8],
+    live: &[hetsched_core::model::cluster::Node],
+) -> Result<Option<DivisibleSpec>, DivError> {
     let Ok(w) = parse_workload(origin, text) else {
         // The batch path reports the error with its location.
         return Ok(None);
@@ -280,6 +291,10 @@ pub fn prepare(origin: &str, text: &str, input: &[u8]) -> Result<Option<Divisibl
         return Err(DivError::Invalid(format!(
             "{origin}: divisible: a job file holds either [[application]] tables or one [[divisible]] load; submit the others as their own jobs"
         )));
+    }
+    if !live.is_empty() {
+        w.check_runnable(live)
+            .map_err(|e| DivError::Invalid(e.to_string()))?;
     }
     let d = w.divisible[0].clone();
     let src = hetsched_core::input::Source::new(origin, text);
@@ -364,6 +379,8 @@ struct AgentSeen {
     last_seen: Instant,
     incarnation: String,
     memory_bytes: u64,
+    /// Its node's attributes at its last ask.
+    attributes: Vec<String>,
     /// Asks of this agent held open now ([`Divisible::held`]): while one is, the agent is
     /// present whatever `last_seen` says.
     held: u32,
@@ -585,6 +602,7 @@ impl Divisible {
                     last_seen: now,
                     incarnation: String::new(),
                     memory_bytes: 0,
+                    attributes: Vec::new(),
                     held: 0,
                 },
             );
@@ -682,7 +700,9 @@ impl Divisible {
         let mut live: Vec<(String, u64)> = self
             .agents
             .iter()
-            .filter(|(_, a)| a.present(self.dead_timeout) && a.memory_bytes > 0)
+            .filter(|(_, a)| {
+                a.present(self.dead_timeout) && a.memory_bytes > 0 && job.spec.admits(&a.attributes)
+            })
             .map(|(n, a)| (n.clone(), a.memory_bytes))
             .collect();
         live.sort();
@@ -738,6 +758,7 @@ impl Divisible {
                 last_seen: now,
                 incarnation: req.incarnation.clone(),
                 memory_bytes: req.memory_bytes,
+                attributes: req.attributes.clone(),
                 held,
             },
         );
@@ -760,6 +781,12 @@ impl Divisible {
         let mut orders = Vec::new();
         for (&id, job) in self.jobs.iter_mut() {
             if job.state != "running" {
+                continue;
+            }
+            if !job.spec.admits(&req.attributes) {
+                // Not a worker of this job; one that was (its node lost an attribute when its
+                // agent re-registered) leaves the plan, its chunks planned again elsewhere.
+                leave_plan(&mut self.dirty_chunks, id, job, &name);
                 continue;
             }
             let w = job
@@ -943,27 +970,7 @@ impl Divisible {
     pub fn lose_agent(&mut self, name: &str) {
         self.agents.remove(name);
         for (&id, job) in self.jobs.iter_mut() {
-            let Some(w) = job.master.workers().iter().position(|w| w.name == name) else {
-                continue;
-            };
-            if !job.master.workers()[w].alive {
-                continue;
-            }
-            let lost = job.master.lose(w);
-            if job.state == "running" && !lost.is_empty() {
-                warn!(job = id, node = %name, chunks = lost.len(), "agent lost: its chunks are re-planned");
-            }
-            for o in lost {
-                set_chunk(
-                    &mut self.dirty_chunks,
-                    id,
-                    job,
-                    o.chunk,
-                    ChunkState::Lost,
-                    0,
-                    0,
-                );
-            }
+            leave_plan(&mut self.dirty_chunks, id, job, name);
         }
     }
 
@@ -1019,6 +1026,7 @@ impl Divisible {
             chunks,
             output_bytes: job.output_bytes,
             rounds,
+            requires: job.spec.requires(),
         };
         Some(DivisibleView {
             state: job.state.clone(),
@@ -1228,6 +1236,24 @@ impl JobKind for Divisible {
         finish_job(id, job, "cancelled", "cancelled by a user");
         self.dirty_jobs.insert(id);
         Ok(left)
+    }
+}
+
+/// Worker `name` leaves job `id`'s plan (if it is an alive worker of it): its chunks out are
+/// lost and their units planned again onto the others.
+fn leave_plan(dirty: &mut BTreeSet<(u64, u64)>, id: u64, job: &mut Job, name: &str) {
+    let Some(w) = job.master.workers().iter().position(|w| w.name == name) else {
+        return;
+    };
+    if !job.master.workers()[w].alive {
+        return;
+    }
+    let lost = job.master.lose(w);
+    if job.state == "running" && !lost.is_empty() {
+        warn!(job = id, node = %name, chunks = lost.len(), "worker left the plan: its chunks are re-planned");
+    }
+    for o in lost {
+        set_chunk(dirty, id, job, o.chunk, ChunkState::Lost, 0, 0);
     }
 }
 

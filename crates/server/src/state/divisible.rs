@@ -11,7 +11,15 @@ use std::path::{Path, PathBuf};
 impl State {
     /// `NextChunk`: while the store refuses writes the agent is only noted alive (no chunk is
     /// handed out, nothing is reconciled).
-    pub fn on_next_chunk(&mut self, req: ChunkRequest) -> Result<ChunkReply, StateError> {
+    pub fn on_next_chunk(&mut self, mut req: ChunkRequest) -> Result<ChunkReply, StateError> {
+        // What the agent offers jobs that `require` attributes: its registration's (an agent
+        // registers before it asks).
+        req.attributes = self
+            .nodes
+            .by_name(&req.name)
+            .and_then(|id| self.nodes.get(id))
+            .map(|n| n.spec.all_attributes())
+            .unwrap_or_default();
         if self.paused() {
             self.jobs.divisible.seen(&req);
             return Ok(ChunkReply::default());

@@ -636,8 +636,9 @@ impl State {
             }
         }
         let id = self.ids.next()?;
+        let live = self.nodes.live_specs();
         let (kind, done) = if let Some(spec) =
-            crate::jobs::divisible::prepare(&sub.origin, &sub.text, &sub.divisible_input)?
+            crate::jobs::divisible::prepare(&sub.origin, &sub.text, &sub.divisible_input, &live)?
         {
             if !sub.after.is_empty() || !sub.after_any.is_empty() {
                 return Err(StateError::Invalid(
@@ -647,7 +648,6 @@ impl State {
             let done = self.jobs.divisible.submit(&mut ctx!(self), sub, spec, id);
             (Kind::Divisible, done)
         } else {
-            let live = self.nodes.live_specs();
             let mut cx = ctx!(self);
             if hetsched_core::input::workflow_runtime::is_workflow(&sub.text) {
                 if !sub.after.is_empty() || !sub.after_any.is_empty() {

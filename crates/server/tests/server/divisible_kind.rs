@@ -30,6 +30,7 @@ fn ask(s: &mut State, name: &str) -> Result<Vec<(u64, u64)>, String> {
         incarnation: "i1".into(),
         holding: Vec::new(),
         room: true,
+        attributes: Vec::new(),
     })
     .map(|r| r.orders.iter().map(|o| (o.job_id, o.chunk)).collect())
     .map_err(|e| e.to_string())
@@ -118,4 +119,84 @@ fn divisible_rows_are_in_the_states_transaction_and_survive_a_full_disk_and_a_re
     );
     assert_eq!(s.get_job(id).expect("job").counts.succeeded, 4);
     assert!(!d.join("divisible.db").exists(), "no store of its own");
+}
+
+/// A divisible job that `requires` an attribute plans its load on the agents whose nodes have
+/// it: another agent asks and gets nothing, and one that registers again without the attribute
+/// leaves the plan, the chunk it held planned again for the others.
+#[test]
+fn a_divisible_job_that_requires_an_attribute_hands_chunks_only_to_nodes_that_have_it() {
+    use hetsched_proto as pb;
+    use hetsched_server::convert::Wire;
+    let d = std::env::temp_dir().join(format!("hetsched-divreq-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("dir");
+    let _scratch = Scratch(d.clone());
+    let mut s = open(&d);
+    let register = |s: &mut State, name: &str, attributes: &[&str]| {
+        s.register(pb::RegisterRequest {
+            name: name.into(),
+            cores: 2,
+            memory_bytes: 1 << 30,
+            identity: crate::common::IDENTITY.into(),
+            attributes: attributes.iter().map(|a| a.to_string()).collect(),
+            ..Default::default()
+        })
+        .expect("register");
+    };
+    register(&mut s, "plain", &[]);
+    register(&mut s, "big-1", &["bigmem"]);
+    register(&mut s, "big-2", &["bigmem", "ssd"]);
+    // The three agents ask before the job comes: they are present when it is planned.
+    for name in ["plain", "big-1", "big-2"] {
+        assert!(ask(&mut s, name).expect("asked").is_empty(), "no job yet");
+    }
+    let submit = |s: &mut State, requires: &str| {
+        s.on_submit(Submission {
+            origin: "rows.toml".into(),
+            text: format!("{JOB}requires = {requires}\n"),
+            workdir: "/".into(),
+            key: String::new(),
+            name: String::new(),
+            divisible_input: Vec::new(),
+            after: Vec::new(),
+            after_any: Vec::new(),
+        })
+    };
+    let refused = submit(&mut s, "[\"bigmem\", \"fpga\"]").expect_err("no node has `fpga`");
+    assert_eq!(
+        refused.to_string(),
+        "rows.toml:5:23: divisible[0].requires[1]: divisible load `rows` requires `fpga`, which no node has (attributes offered: bigmem, ssd)"
+    );
+    let id = submit(&mut s, "[\"bigmem\"]").expect("submitted").job_id;
+    let workers = |s: &State| -> Vec<(String, bool)> {
+        s.get_job(id)
+            .expect("job")
+            .divisible
+            .expect("a divisible view")
+            .workers
+            .iter()
+            .map(|w| (w.name.clone(), w.alive))
+            .collect()
+    };
+    let both = vec![("big-1".to_string(), true), ("big-2".to_string(), true)];
+    assert_eq!(workers(&s), both, "only the `bigmem` nodes are in the plan");
+    assert!(
+        ask(&mut s, "plain").expect("asked").is_empty(),
+        "a node without `bigmem` gets no chunk"
+    );
+    let first = ask(&mut s, "big-1").expect("asked");
+    assert_eq!(first, vec![(id, 0)], "the first worker calibrates");
+    assert!(ask(&mut s, "plain").expect("asked").is_empty());
+    assert_eq!(workers(&s), both, "an ask does not add `plain` to the plan");
+    // big-1's agent comes back without the attribute: it leaves the plan, and the chunk it
+    // held is lost, its units planned again for big-2.
+    register(&mut s, "big-1", &["ssd"]);
+    assert!(ask(&mut s, "big-1").expect("asked").is_empty());
+    assert_eq!(chunks(&s, id), vec![(0, "lost".to_string())]);
+    assert_eq!(
+        workers(&s),
+        vec![("big-1".to_string(), false), ("big-2".to_string(), true)]
+    );
+    assert_eq!(ask(&mut s, "big-2").expect("asked"), vec![(id, 1)]);
 }
