@@ -359,7 +359,11 @@ pub async fn resubmit(
 }
 
 /// `hetsched jobs`.
-pub async fn jobs(args: &ClientArgs) -> anyhow::Result<()> {
+pub async fn jobs(
+    args: &ClientArgs,
+    states: &[super::JobStateFilter],
+    last: Option<usize>,
+) -> anyhow::Result<()> {
     let mut api = connect(args).await?;
     let mut all = Vec::new();
     let mut cursor = 0;
@@ -372,11 +376,19 @@ pub async fn jobs(args: &ClientArgs) -> anyhow::Result<()> {
             .await
             .map_err(refused)?
             .into_inner();
-        all.extend(page.jobs);
+        all.extend(
+            page.jobs
+                .into_iter()
+                .filter(|j| states.is_empty() || states.iter().any(|s| s.selects(j))),
+        );
         if page.next_cursor == 0 {
             break;
         }
         cursor = page.next_cursor;
+    }
+    if let Some(n) = last {
+        all.sort_by_key(|j| j.id);
+        all.drain(..all.len().saturating_sub(n));
     }
     let reply = pb::ListJobsReply {
         jobs: all,

@@ -85,6 +85,14 @@ pub enum RuntimeCommand {
     },
     /// List jobs.
     Jobs {
+        /// Only jobs in these states (repeat the flag or separate with commas): pending,
+        /// running, completed, failed, cancelled; `held` and `waiting` (for the jobs it runs
+        /// `--after`) are pending or running jobs so marked; `active` = pending or running.
+        #[arg(long, value_name = "STATE", value_delimiter = ',')]
+        state: Vec<JobStateFilter>,
+        /// Only the newest N jobs (of those the states select).
+        #[arg(long, value_name = "N")]
+        last: Option<usize>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -235,6 +243,43 @@ pub enum NodeCommand {
     },
 }
 
+/// A state `hetsched jobs --state` selects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum JobStateFilter {
+    /// No task has started yet.
+    Pending,
+    /// Some task has started, some is not finished.
+    Running,
+    /// Every task succeeded.
+    Completed,
+    /// Every task finished, some failed.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+    /// Held by `hetsched hold`.
+    Held,
+    /// Waiting for the jobs it runs `--after`.
+    Waiting,
+    /// Pending or running.
+    Active,
+}
+
+impl JobStateFilter {
+    /// Whether job `j` is in this state.
+    pub fn selects(self, j: &hetsched_proto::JobInfo) -> bool {
+        match self {
+            JobStateFilter::Pending => j.state == "pending",
+            JobStateFilter::Running => j.state == "running",
+            JobStateFilter::Completed => j.state == "completed",
+            JobStateFilter::Failed => j.state == "failed",
+            JobStateFilter::Cancelled => j.state == "cancelled",
+            JobStateFilter::Held => j.held,
+            JobStateFilter::Waiting => j.waiting,
+            JobStateFilter::Active => matches!(j.state.as_str(), "pending" | "running"),
+        }
+    }
+}
+
 /// How read commands print.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -359,7 +404,11 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             wait,
             client,
         } => client::resubmit(&client, id.resolve(&client).await?, failed, wait).await,
-        RuntimeCommand::Jobs { client } => client::jobs(&client).await,
+        RuntimeCommand::Jobs {
+            state,
+            last,
+            client,
+        } => client::jobs(&client, &state, last).await,
         RuntimeCommand::Job { id, graph, client } if graph => {
             workflow::graph(&client, id.resolve(&client).await?).await
         }

@@ -1892,6 +1892,18 @@ fn a_held_job_waits_for_its_release() {
     let said = c.ok(&["hold", "last"]);
     assert!(said.contains("job 1: 2 pending task(s) held"), "{said}");
     assert!(c.ok(&["jobs"]).contains("held"));
+    let ids = |args: &[&str]| -> Vec<u64> {
+        let mut full = vec!["jobs"];
+        full.extend_from_slice(args);
+        c.json(&full)
+            .as_array()
+            .expect("a list")
+            .iter()
+            .filter_map(|j| j["id"].as_u64())
+            .collect()
+    };
+    assert_eq!(ids(&["--state", "held"]), [1]);
+    assert_eq!(ids(&["--state", "active"]), [1]);
     assert!(
         c.ok(&["job", "1"])
             .contains("held: its pending tasks wait for `hetsched release 1`")
@@ -1911,6 +1923,19 @@ fn a_held_job_waits_for_its_release() {
     assert!(said.contains("job 1: 2 pending task(s) released"), "{said}");
     c.ok(&["wait", "1"]);
     assert!((0..3).all(|i| c.dir.join(format!("t-{i}")).exists()));
+    // `jobs --state` and `--last` select from the listing.
+    let failed = c.cli(&["submit", "--wait", "--", "false"]);
+    assert!(!failed.status.success());
+    assert_eq!(ids(&["--state", "held"]), Vec::<u64>::new());
+    assert_eq!(ids(&["--state", "failed"]), [2]);
+    assert_eq!(ids(&["--state", "completed,failed"]), [1, 2]);
+    assert_eq!(ids(&["--state", "active"]), Vec::<u64>::new());
+    assert_eq!(ids(&["--last", "1"]), [2]);
+    assert_eq!(ids(&["--state", "completed", "--last", "1"]), [1]);
+    c.refused(
+        &["jobs", "--state", "done"],
+        "invalid value 'done' for '--state <STATE>'",
+    );
 }
 
 /// A task's declared `memory` is enforced by its agent: one whose processes hold more is
