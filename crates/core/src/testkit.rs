@@ -89,6 +89,7 @@ pub fn app(name: &str) -> AppBuilder {
             cpu: None,
             gpu: None,
             requires: Vec::new(),
+            max_running: 0,
         },
     }
 }
@@ -104,6 +105,11 @@ impl AppBuilder {
     pub fn requires(mut self, attributes: &[&str]) -> Self {
         self.app.requires = attributes.iter().map(|a| (*a).to_string()).collect();
         self.app.requires.sort();
+        self
+    }
+    /// Sets the most tasks that may run at once (0: no limit).
+    pub fn max_running(mut self, n: u32) -> Self {
+        self.app.max_running = n;
         self
     }
     /// Sets the number of tasks.

@@ -335,6 +335,7 @@ impl From<AppInfo> for pb::AppInfo {
             cpu_ms: a.cpu_ms,
             max_rss_bytes: a.max_rss_bytes,
             requires: a.requires,
+            max_running: a.max_running,
         }
     }
 }

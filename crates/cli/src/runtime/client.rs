@@ -526,6 +526,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         "cpu time",
         "max rss",
         "requires",
+        "max running",
     ]);
     for a in &j.apps {
         let c = counts(&a.counts);
@@ -549,6 +550,11 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
                 "-".to_string()
             } else {
                 a.requires.join(",")
+            },
+            if a.max_running == 0 {
+                "-".to_string()
+            } else {
+                a.max_running.to_string()
             },
         ]);
     }

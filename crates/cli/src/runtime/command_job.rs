@@ -58,6 +58,10 @@ pub struct CommandJobArgs {
     /// Times a failed task runs again (default 0, at most 100).
     #[arg(long, value_name = "N")]
     pub retries: Option<u32>,
+    /// The most of the job's tasks that run at once, wherever they run (default: no limit;
+    /// Slurm's `--array=…%N`).
+    #[arg(long, value_name = "N")]
+    pub max_running: Option<u32>,
     /// Priority among the server's applications: higher levels are served first (default 0).
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub priority: Option<i32>,
@@ -92,6 +96,7 @@ impl CommandJobArgs {
             (self.time_limit.is_some(), "--time-limit"),
             (self.kill_grace.is_some(), "--kill-grace"),
             (self.retries.is_some(), "--retries"),
+            (self.max_running.is_some(), "--max-running"),
             (self.priority.is_some(), "--priority"),
             (!self.env.is_empty(), "--env"),
             (self.workdir.is_some(), "--workdir"),
@@ -198,6 +203,9 @@ pub fn build(
     if let Some(r) = args.retries {
         app.insert("retries".into(), Value::Integer(r.into()));
     }
+    if let Some(m) = args.max_running {
+        app.insert("max_running".into(), Value::Integer(m.into()));
+    }
     if !args.requires.is_empty() {
         app.insert(
             "requires".into(),
@@ -282,7 +290,7 @@ fn flag(field: &str) -> String {
         "entries" => "--each-line".into(),
         // The variant as a whole: what one task holds.
         "" => "the task's resources (--cores, --memory, --gpus)".into(),
-        f => format!("--{f}"),
+        f => format!("--{}", f.replace('_', "-")),
     }
 }
 
@@ -417,6 +425,7 @@ mod tests {
             time_limit: Some("90s".into()),
             kill_grace: Some("2m".into()),
             retries: Some(3),
+            max_running: Some(4),
             priority: Some(-2),
             env: words(&["A=1", "B=x=y"]),
             workdir: Some("/scratch/run".into()),
@@ -435,6 +444,7 @@ mod tests {
         assert_eq!(a.name.get_ref(), "train");
         assert_eq!(a.task_count(), 12);
         assert_eq!(*a.retries.get_ref(), 3);
+        assert_eq!(a.max_running.as_ref().map(|m| *m.get_ref()), Some(4));
         assert_eq!(a.requires(), ["bigmem", "ssd"]);
         assert_eq!(a.priority, -2);
         assert_eq!(
@@ -468,7 +478,7 @@ mod tests {
         let true_ = ["true"];
         let echo_hi = ["echo", "hi"];
         type Case<'a> = (fn(&mut CommandJobArgs), &'a [&'a str], &'a str);
-        let cases: [Case; 9] = [
+        let cases: [Case; 10] = [
             (|a| a.memory = Some("lots".into()), &true_, "--memory: "),
             (
                 |a| a.kill_grace = Some("2h".into()),
@@ -486,6 +496,11 @@ mod tests {
                 "--time-limit: must be at least 1ms (leave it out for no limit)",
             ),
             (|a| a.retries = Some(1000), &true_, "--retries: "),
+            (
+                |a| a.max_running = Some(0),
+                &true_,
+                "--max-running: must be at least 1 (leave it out for no limit)",
+            ),
             (|a| a.app = Some("../x".into()), &true_, "--app: "),
             (
                 |a| a.env = words(&["NOVALUE"]),

@@ -1938,6 +1938,53 @@ fn a_held_job_waits_for_its_release() {
     );
 }
 
+/// `submit --max-running N` (a job file's `max_running`): never more than N of the job's tasks
+/// run at once, wherever there are free cores, and the job still runs through without waiting
+/// for idle beats; `job N` shows the limit.
+#[test]
+fn a_job_with_max_running_never_runs_more_tasks_at_once() {
+    let mut c = Cluster::start("max-running", false);
+    c.start_agent("a", 2, &[]);
+    c.start_agent("b", 2, &[]);
+    c.wait_for_nodes(2);
+    let begun = std::time::Instant::now();
+    c.ok(&[
+        "submit",
+        "--tasks",
+        "6",
+        "--max-running",
+        "2",
+        "--wait",
+        "--",
+        "sleep",
+        "0.4",
+    ]);
+    let took = begun.elapsed();
+    // Three waves of two on four free cores: about 1.2 s; an idle beat would add a minute.
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+    let tasks = c.tasks(1);
+    let mut edges: Vec<(u64, bool)> = tasks
+        .iter()
+        .flat_map(|t| {
+            let at = |k: &str| t[k].as_u64().expect("a finished task's times");
+            [(at("started_ns"), true), (at("finished_ns"), false)]
+        })
+        .collect();
+    edges.sort_unstable();
+    let (mut running, mut most) = (0i32, 0i32);
+    for (_, start) in edges {
+        running += if start { 1 } else { -1 };
+        most = most.max(running);
+    }
+    assert_eq!(most, 2, "at most two at once, and two did run together");
+    assert_eq!(c.json(&["job", "1"])["apps"][0]["max_running"], 2);
+    assert!(c.ok(&["job", "1"]).contains("max running"));
+    c.refused(
+        &["submit", "--max-running", "0", "--", "true"],
+        "--max-running: must be at least 1 (leave it out for no limit)",
+    );
+}
+
 /// A task's declared `memory` is enforced by its agent: one whose processes hold more is
 /// stopped, and the attempt fails saying so; the server sends the limit with the task's command.
 #[test]

@@ -57,6 +57,10 @@ pub struct ApplicationSpec {
     /// (runtime; at most [`MAX_RETRIES`]). The simulator's tasks do not fail.
     #[serde(default = "zero")]
     pub retries: Spanned<u32>,
+    /// The most of its tasks that may run at once, wherever they run (Slurm's array throttle,
+    /// `--array=0-99%4`); absent: no limit. At least 1.
+    #[serde(default)]
+    pub max_running: Option<Spanned<u32>>,
     /// Whether a task needs an accelerator (spec 01): `"required"`, `"preferred"` or `"none"` (the
     /// default: today's behaviour). A required or preferred task needs a GPU variant, whose profile
     /// is the accelerator's time; the offload model (`hetsched_sim::accel`) reads the field; the
@@ -368,6 +372,15 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
             ));
         }
         super::cluster::attribute_list(&src, &a.requires, &format!("application[{i}].requires"))?;
+        if let Some(m) = &a.max_running
+            && *m.get_ref() == 0
+        {
+            return Err(src.error(
+                at(m),
+                field("max_running"),
+                "must be at least 1 (leave it out for no limit)",
+            ));
+        }
         if a.cpu.is_none() && a.gpu.is_none() {
             return Err(src.error(
                 at(&a.name),
@@ -501,6 +514,7 @@ impl Workload {
                     cpu,
                     gpu,
                     requires: a.requires(),
+                    max_running: a.max_running.as_ref().map_or(0, |m| *m.get_ref()),
                 })
             })
             .collect()

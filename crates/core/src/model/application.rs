@@ -77,6 +77,10 @@ pub struct Application {
     /// Node attributes every task needs (`requires`, sorted); empty: any node.
     #[serde(default)]
     pub requires: Vec<String>,
+    /// The most of its tasks that may hold resources at once (`max_running`, Slurm's array
+    /// throttle `%N`); 0: no limit.
+    #[serde(default)]
+    pub max_running: u32,
 }
 
 /// The queue an application sits in by the variants it has (spec 02, Algorithm 1).

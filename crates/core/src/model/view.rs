@@ -417,6 +417,9 @@ impl SchedulerView {
         if !a.app.requires.is_empty() && !n.node.has_attributes(&a.app.requires) {
             return false;
         }
+        if a.app.max_running > 0 && a.running >= a.app.max_running {
+            return false;
+        }
         let Some(request) = a.app.request(variant) else {
             return false;
         };

@@ -126,6 +126,8 @@ struct AppRec {
     used: Used,
     /// The node attributes its tasks require (`requires`).
     requires: Vec<String>,
+    /// The most of its tasks that may run at once (0: no limit).
+    max_running: u32,
 }
 
 /// An application's usage: its tasks' latest finished attempts' CPU time summed and the largest
@@ -440,6 +442,7 @@ impl Batch {
                 counts,
                 used,
                 requires: app.requires.clone(),
+                max_running: app.max_running,
             });
             // A job that runs after others keeps its tasks out of the queues until they
             // completed ([`after`]).
@@ -1051,6 +1054,7 @@ impl Batch {
                         cpu_ms: r.used.cpu_ms,
                         max_rss_bytes: r.used.max_rss_bytes,
                         requires: r.requires.clone(),
+                        max_running: r.max_running,
                     }
                 })
                 .collect()

@@ -286,6 +286,8 @@ pub struct AppInfo {
     pub max_rss_bytes: u64,
     /// The node attributes its tasks require.
     pub requires: Vec<String>,
+    /// The most of its tasks that may run at once (0: no limit).
+    pub max_running: u32,
 }
 
 /// One job, as listings show it.

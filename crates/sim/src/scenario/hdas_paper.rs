@@ -142,6 +142,7 @@ pub fn application(profile: &AppProfile, id: AppId, scale: f64) -> Application {
             kind: None,
         }),
         requires: Vec::new(),
+        max_running: 0,
     }
 }
 

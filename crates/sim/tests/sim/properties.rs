@@ -62,6 +62,7 @@ fn arb_app() -> impl Strategy<Value = Application> {
         (0.0f64..20.0, 0.0f64..3.0, 0.0f64..2.0),
         (1u32..=2, 1u32..=2, 0u64..(4 << 30), -1i32..=1),
         arb_attributes(),
+        prop_oneof![Just(0u32), 1u32..=3],
     )
         .prop_map(
             |(
@@ -69,6 +70,7 @@ fn arb_app() -> impl Strategy<Value = Application> {
                 (cpu_s, gpu_s, copy_s),
                 (cores, gpus, mem, prio),
                 requires,
+                max_running,
             )| {
                 let split = split_mib << 20;
                 let read = secs(split as f64 / (128.0 * 1024.0 * 1024.0));
@@ -92,6 +94,7 @@ fn arb_app() -> impl Strategy<Value = Application> {
                         kind: None,
                     }),
                     requires,
+                    max_running,
                 }
             },
         )
@@ -132,6 +135,31 @@ fn check_capacity(nodes: &[Node], apps: &[Application], r: &SimResult) -> Result
             held = if is_start { held + req } else { held - req };
             if !node.capacity().fits(&held) {
                 return Err(format!("node {i} holds {held:?} at t = {t}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Sweeps each application's task intervals and checks that no more of its tasks run at once
+/// than its `max_running` allows.
+fn check_max_running(apps: &[Application], r: &SimResult) -> Result<(), String> {
+    for a in apps.iter().filter(|a| a.max_running > 0) {
+        let mut edges: Vec<(u64, bool)> = r
+            .tasks
+            .iter()
+            .filter(|t| t.app == a.id)
+            .flat_map(|t| [(t.start_ns, true), (t.end_ns, false)])
+            .collect();
+        edges.sort_unstable();
+        let mut running = 0u32;
+        for (t, is_start) in edges {
+            running = if is_start { running + 1 } else { running - 1 };
+            if running > a.max_running {
+                return Err(format!(
+                    "{}: {running} tasks at t = {t}, max_running {}",
+                    a.name, a.max_running
+                ));
             }
         }
     }
@@ -194,6 +222,9 @@ proptest! {
                         prop_assert_eq!(res.cpu_tasks + res.gpu_tasks, a.tasks);
                     }
                     if let Err(e) = check_capacity(&nodes, &apps, &r) {
+                        prop_assert!(false, "{kind}: {e}");
+                    }
+                    if let Err(e) = check_max_running(&apps, &r) {
                         prop_assert!(false, "{kind}: {e}");
                     }
                 }

@@ -63,7 +63,9 @@ pub struct LowerBound {
     pub lower_bound_s: f64,
     /// The fluid LP over the whole workload.
     pub fluid_s: f64,
-    /// The latest `submit + shortest task` over the applications.
+    /// The latest `submit + waves × shortest task` over the applications, `waves` =
+    /// `⌈tasks / max_running⌉` (1 without a limit): tasks of which at most `m` run at once form
+    /// at most `m` chains of tasks one after another, so one chain holds `⌈tasks / m⌉` of them.
     pub longest_task_s: f64,
     /// The largest `r + LP(applications submitted at ≥ r)` over the release times tried.
     pub release_s: f64,
@@ -307,7 +309,12 @@ pub fn lower_bound(cluster: &Cluster, apps: &[Application]) -> Result<LowerBound
         if !shortest.is_finite() {
             return Err(BoundError::Unrunnable(a.name.clone()));
         }
-        longest_task_s = longest_task_s.max(secs(a.submit_time) + shortest);
+        let waves = if a.max_running > 0 {
+            a.tasks.div_ceil(a.max_running)
+        } else {
+            1
+        };
+        longest_task_s = longest_task_s.max(secs(a.submit_time) + f64::from(waves) * shortest);
     }
     let all: Vec<&Application> = apps.iter().collect();
     let fluid_s = fluid(&groups, &all)?.makespan_s;
@@ -680,6 +687,31 @@ mod tests {
         assert!((one.lower_bound_s - 100.0).abs() < 1e-9);
         assert!((two.lower_bound_s - 50.0).abs() < 1e-9);
         assert_eq!(two.node_classes, 1);
+    }
+
+    /// Ten 10 s tasks on 8 cores: the fluid programme says 12.5 s; at most 2 at once
+    /// (`max_running`) they need 5 waves, 50 s — the simulator's schedule.
+    #[test]
+    fn max_running_bounds_an_application_by_its_waves() {
+        let c = cluster(vec![node("n").cores(8).build(NodeId(0))]);
+        let a = app("throttled")
+            .split_mib(0)
+            .tasks(10)
+            .cpu(10.0, 0.0)
+            .max_running(2)
+            .build(AppId(0));
+        let b = lower_bound(&c, std::slice::from_ref(&a)).unwrap();
+        assert!((b.fluid_s - 12.5).abs() < 1e-9, "{b:?}");
+        assert!((b.lower_bound_s - 50.0).abs() < 1e-9, "{b:?}");
+        let three = Application {
+            max_running: 3,
+            ..a
+        };
+        let three = lower_bound(&c, &[three]).unwrap();
+        assert!(
+            (three.lower_bound_s - 40.0).abs() < 1e-9,
+            "⌈10 / 3⌉ = 4 waves: {three:?}"
+        );
     }
 
     /// Work submitted at 50 s cannot start before 50 s: 4 tasks of 10 s on one core end at 90 s at
