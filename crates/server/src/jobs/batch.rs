@@ -1221,6 +1221,18 @@ impl StoredTasks {
     }
 }
 
+/// A task of `app` stopped holding resources. Under `max_running` that may let one of its
+/// pending tasks run on any node it fits on — not only the one whose heartbeat reported the end
+/// (that one's reply may carry it; another may be waiting in a held call, with free cores).
+fn throttle_opened(cx: &mut Ctx, app: AppId) {
+    if let Some(s) = cx.view.apps().get(app.index())
+        && s.app.max_running > 0
+        && !s.pending.is_empty()
+    {
+        cx.nodes.wakes.free(app.0, 1);
+    }
+}
+
 fn assignment_of(t: &TaskRow) -> Assignment {
     Assignment {
         task: TaskId(t.id),
@@ -1337,6 +1349,7 @@ impl JobKind for Batch {
                 cx.metrics.result(Outcome::Failed);
             }
         }
+        throttle_opened(cx, a.app);
         Ok(())
     }
 

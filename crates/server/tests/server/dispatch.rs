@@ -227,3 +227,62 @@ fn new_work_wakes_the_nodes_it_fits_on() {
         "a plain job: the most free cores"
     );
 }
+
+/// Under `max_running`, a task's end lets another of its application's tasks run anywhere it
+/// fits: when the node that reported the end cannot take it (here: drained meanwhile), the idle
+/// node waiting in a held call is woken — not left to its once-a-minute beat.
+#[test]
+fn the_end_of_a_throttled_task_wakes_a_node_that_can_take_the_next() {
+    let (_d, mut s) = open("wake-throttle");
+    let register = |s: &mut State, name: &str| {
+        s.register(pb::RegisterRequest {
+            name: name.into(),
+            cores: 2,
+            memory_bytes: 1 << 30,
+            identity: IDENTITY.into(),
+            ..Default::default()
+        })
+        .expect("register")
+        .node_id
+    };
+    let (a, b) = (register(&mut s, "a"), register(&mut s, "b"));
+    s.submit(
+        "throttled.toml",
+        "[[application]]\nname = \"t\"\ntasks = 2\nmax_running = 1\n[application.cpu]\ncommand = \"true\"\n",
+        "/",
+    )
+    .expect("submit");
+    let first = s.on_heartbeat(report(a, vec![], vec![])).expect("beat");
+    assert_eq!(first.assignments.len(), 1, "one at a time");
+    let running = first.assignments[0].task_id;
+    let second = s.on_heartbeat(report(b, vec![], vec![])).expect("beat");
+    assert!(
+        second.assignments.is_empty(),
+        "b gets nothing while one runs"
+    );
+    let mut b_waits = s.await_work(b, IDENTITY).expect("b's wake-ups");
+    b_waits.borrow_and_update();
+    s.on_drain("a", true).expect("drain a");
+    b_waits.borrow_and_update();
+    let done = s
+        .on_heartbeat(report(
+            a,
+            vec![],
+            vec![TaskResult {
+                task_id: running,
+                attempt: 1,
+                success: true,
+                started_ns: 1,
+                finished_ns: 2,
+                ..Default::default()
+            }],
+        ))
+        .expect("beat");
+    assert!(done.assignments.is_empty(), "a is drained");
+    assert!(
+        b_waits.has_changed().unwrap_or(false),
+        "b is woken for the task a's end let run"
+    );
+    let next = s.on_heartbeat(report(b, vec![], vec![])).expect("beat");
+    assert_eq!(next.assignments.len(), 1);
+}
