@@ -175,6 +175,35 @@ impl LogRelay {
     }
 }
 
+/// The id of the task with index `index` among the `tasks` tasks of `job` from id `first`
+/// (one application's). Its index is its position unless the application lists `indices`
+/// (`submit --array`): then its tasks are read page by page.
+fn with_index(state: &State, job: u64, first: u64, tasks: u64, index: u32) -> Option<u64> {
+    let page_of = |from: u64, n: u32| state.tasks_page(job, from, n).ok();
+    if u64::from(index) < tasks
+        && let Some(p) = page_of(first + u64::from(index), 1)
+        && let Some(t) = p.tasks.first()
+        && t.index == index
+    {
+        return Some(t.id);
+    }
+    let end = first + tasks;
+    let mut from = first;
+    while from < end {
+        let page = page_of(from, 1000)?;
+        for t in page.tasks.iter().take_while(|t| t.id < end) {
+            if t.index == index {
+                return Some(t.id);
+            }
+        }
+        if page.next_cursor == 0 || page.next_cursor <= from {
+            return None;
+        }
+        from = page.next_cursor;
+    }
+    None
+}
+
 /// Finds `job`'s task named `task` (an id, or `APP:INDEX`).
 fn resolve(state: &State, job: u64, task: &str) -> Result<pb::TaskInfo, Status> {
     let info = state
@@ -190,21 +219,19 @@ fn resolve(state: &State, job: u64, task: &str) -> Result<pb::TaskInfo, Status> 
     let id = if let Ok(id) = task.parse::<u64>() {
         id
     } else if let Some((app, index)) = task.rsplit_once(':') {
-        let index: u64 = index.parse().map_err(|_| {
+        let index: u32 = index.parse().map_err(|_| {
             Status::invalid_argument(format!("task `{task}`: expected a task id or APP:INDEX"))
         })?;
         let mut start = first;
         let mut found = None;
         for a in &info.apps {
             if a.name == app {
-                if index >= a.tasks {
-                    return Err(Status::not_found(format!(
-                        "application `{app}` of job {job} has {} tasks (indices 0 to {})",
-                        a.tasks,
-                        a.tasks.saturating_sub(1)
-                    )));
-                }
-                found = Some(start + index);
+                found = Some(with_index(state, job, start, a.tasks, index).ok_or_else(|| {
+                    Status::not_found(format!(
+                        "application `{app}` of job {job} has {} tasks, none with index {index}",
+                        a.tasks
+                    ))
+                })?);
                 break;
             }
             start += a.tasks;

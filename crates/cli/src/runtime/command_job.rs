@@ -29,6 +29,11 @@ pub struct CommandJobArgs {
     /// command becomes the task's line (also in `$HETSCHED_ENTRY`), `{index}` its number from 0.
     #[arg(long, value_name = "FILE", conflicts_with = "tasks")]
     pub each_line: Option<std::path::PathBuf>,
+    /// One task per index of a list, instead of `--tasks` (HyperQueue's `--array`, Slurm's
+    /// `--array`): `1-100`, `0-99:10,500`; `{index}` and `$HETSCHED_TASK_INDEX` are the task's
+    /// index. A Slurm throttle `%N` at the end is `--max-running N`.
+    #[arg(long, value_name = "INDICES", conflicts_with = "tasks")]
+    pub array: Option<String>,
     /// Cores one task holds (default 1).
     #[arg(long, value_name = "N")]
     pub cores: Option<u32>,
@@ -88,6 +93,7 @@ impl CommandJobArgs {
         let given = [
             (self.tasks.is_some(), "--tasks"),
             (self.each_line.is_some(), "--each-line"),
+            (self.array.is_some(), "--array"),
             (self.cores.is_some(), "--cores"),
             (self.memory.is_some(), "--memory"),
             (self.gpus.is_some(), "--gpus"),
@@ -193,6 +199,8 @@ pub fn build(
                 Value::Array(lines.into_iter().map(Value::String).collect()),
             );
         }
+        // With `--array`, one task per index.
+        None if args.array.is_some() => {}
         None => {
             app.insert(
                 "tasks".into(),
@@ -203,7 +211,24 @@ pub fn build(
     if let Some(r) = args.retries {
         app.insert("retries".into(), Value::Integer(r.into()));
     }
-    if let Some(m) = args.max_running {
+    let mut max_running = args.max_running;
+    if let Some(spec) = &args.array {
+        let (indices, throttle) = match spec.split_once('%') {
+            Some((i, n)) => {
+                let n: u32 = n.trim().parse().map_err(|_| {
+                    anyhow!("--array {spec}: `%{n}` must be a number of tasks (Slurm's throttle)")
+                })?;
+                if max_running.is_some() {
+                    bail!("--array {spec}: give the throttle either as `%{n}` or as --max-running");
+                }
+                (i, Some(n))
+            }
+            None => (spec.as_str(), None),
+        };
+        max_running = max_running.or(throttle);
+        app.insert("indices".into(), Value::String(indices.to_string()));
+    }
+    if let Some(m) = max_running {
         app.insert("max_running".into(), Value::Integer(m.into()));
     }
     if !args.requires.is_empty() {
@@ -288,6 +313,7 @@ fn flag(field: &str) -> String {
         "time_limit" => "--time-limit".into(),
         "kill_grace" => "--kill-grace".into(),
         "entries" => "--each-line".into(),
+        "indices" => "--array".into(),
         // The variant as a whole: what one task holds.
         "" => "the task's resources (--cores, --memory, --gpus)".into(),
         f => format!("--{}", f.replace('_', "-")),
@@ -413,6 +439,39 @@ mod tests {
     }
 
     #[test]
+    fn array_gives_the_indices_and_slurms_throttle() {
+        let job = |array: &str, max_running: Option<u32>| {
+            let args = CommandJobArgs {
+                array: Some(array.into()),
+                max_running,
+                ..CommandJobArgs::default()
+            };
+            build(&args, &words(&["echo", "{index}"]), None)
+        };
+        let w =
+            parse_workload(ORIGIN, &job("1-5:2,10%2", None).expect("valid").text).expect("parses");
+        let a = &w.applications[0];
+        assert_eq!(a.indices(), Some(vec![1, 3, 5, 10]));
+        assert_eq!(a.task_count(), 4);
+        assert_eq!(a.max_running.as_ref().map(|m| *m.get_ref()), Some(2));
+        let err = |array: &str, max_running: Option<u32>| {
+            job(array, max_running).expect_err("refused").to_string()
+        };
+        assert_eq!(
+            err("1-9%x", None),
+            "--array 1-9%x: `%x` must be a number of tasks (Slurm's throttle)"
+        );
+        assert_eq!(
+            err("1-9%2", Some(3)),
+            "--array 1-9%2: give the throttle either as `%2` or as --max-running"
+        );
+        assert_eq!(
+            err("5-1", None),
+            "--array: `5-1`: the range ends before it starts"
+        );
+    }
+
+    #[test]
     fn every_flag_lands_in_its_job_file_field() {
         let args = CommandJobArgs {
             tasks: Some(12),
@@ -426,6 +485,7 @@ mod tests {
             kill_grace: Some("2m".into()),
             retries: Some(3),
             max_running: Some(4),
+            array: None,
             priority: Some(-2),
             env: words(&["A=1", "B=x=y"]),
             workdir: Some("/scratch/run".into()),

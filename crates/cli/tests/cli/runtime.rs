@@ -1938,6 +1938,48 @@ fn a_held_job_waits_for_its_release() {
     );
 }
 
+/// `submit --array` (HyperQueue's and Slurm's array syntax, a job file's `indices`): one task
+/// per listed index, `{index}` and `$HETSCHED_TASK_INDEX` are that index, listings and
+/// `log JOB APP:INDEX` use it, and Slurm's `%N` throttles the job.
+#[test]
+fn an_array_job_runs_one_task_per_listed_index() {
+    let mut c = Cluster::start("array", false);
+    c.start_agent("a", 4, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&[
+        "submit",
+        "--array",
+        "3-7:2,20%2",
+        "--app",
+        "a",
+        "--shell",
+        "--wait",
+        "--",
+        "echo $HETSCHED_TASK_INDEX > idx-{index}.txt; echo out {index}",
+    ]);
+    for i in [3, 5, 7, 20] {
+        let text = std::fs::read_to_string(c.dir.join(format!("idx-{i}.txt"))).expect("written");
+        assert_eq!(text.trim(), i.to_string());
+    }
+    let indices: Vec<u64> = c
+        .tasks(1)
+        .iter()
+        .filter_map(|t| t["index"].as_u64())
+        .collect();
+    assert_eq!(indices, [3, 5, 7, 20]);
+    let job = c.json(&["job", "1"]);
+    assert_eq!(job["apps"][0]["max_running"], 2, "`%2` is the throttle");
+    assert_eq!(c.ok(&["log", "1", "a:20"]).trim(), "out 20");
+    c.refused(
+        &["log", "1", "a:4"],
+        "application `a` of job 1 has 4 tasks, none with index 4",
+    );
+    c.refused(
+        &["submit", "--array", "2-1", "--", "true"],
+        "--array: `2-1`: the range ends before it starts",
+    );
+}
+
 /// `submit --max-running N` (a job file's `max_running`): never more than N of the job's tasks
 /// run at once, wherever there are free cores, and the job still runs through without waiting
 /// for idle beats; `job N` shows the limit.

@@ -36,9 +36,16 @@ struct WorkloadFile {
 pub struct ApplicationSpec {
     /// Unique name within the file.
     pub name: Spanned<String>,
-    /// Number of tasks (may be left out with `entries`: one task per entry).
+    /// Number of tasks (may be left out with `entries` or `indices`: one task per entry or
+    /// index).
     #[serde(default)]
     pub tasks: Option<Spanned<u32>>,
+    /// The tasks' indices (runtime, `hetsched submit --array`), HyperQueue's and Slurm's array
+    /// syntax: `"1-100"`, `"0-99:10,500"` — comma-separated `N`, `A-B` (inclusive) or `A-B:STEP`,
+    /// each index once. `{index}` and `$HETSCHED_TASK_INDEX` are the task's index from this list
+    /// (without it: 0 to tasks − 1).
+    #[serde(default)]
+    pub indices: Option<Spanned<String>>,
     /// One task per entry (runtime, `hetsched submit --each-line FILE`): `{entry}` in the command
     /// becomes the task's entry (also in `$HETSCHED_ENTRY`). Each entry at most
     /// [`MAX_ENTRY_BYTES`], without NUL.
@@ -201,13 +208,23 @@ pub const MAX_RETRIES: u32 = 100;
 pub const MAX_ENTRY_BYTES: usize = 16 * 1024;
 
 impl ApplicationSpec {
-    /// How many tasks it has: `tasks`, else one per entry.
+    /// How many tasks it has: `tasks`, else one per entry, else one per index.
     pub fn task_count(&self) -> u32 {
         match (&self.tasks, &self.entries) {
             (Some(t), _) => *t.get_ref(),
             (None, Some(e)) => u32::try_from(e.get_ref().len()).unwrap_or(u32::MAX),
-            (None, None) => 0,
+            (None, None) => self
+                .indices()
+                .map_or(0, |i| u32::try_from(i.len()).unwrap_or(u32::MAX)),
         }
+    }
+
+    /// Its tasks' indices in task order: `indices` as parsed (checked by [`parse_workload`]),
+    /// or `None` for 0 to tasks − 1.
+    pub fn indices(&self) -> Option<Vec<u32>> {
+        self.indices
+            .as_ref()
+            .and_then(|i| parse_indices(i.get_ref()).ok())
     }
 
     /// Task `index`'s entry, if the application has entries.
@@ -217,6 +234,58 @@ impl ApplicationSpec {
             .and_then(|e| e.get_ref().get(index as usize))
             .map(String::as_str)
     }
+}
+
+/// Most indices one application's `indices` may list (the server's cap on a job's tasks).
+pub const MAX_INDICES: usize = 1_000_000;
+
+/// Parses an index list (`indices`, `submit --array`): comma-separated `N`, `A-B` (inclusive)
+/// or `A-B:STEP`, in the order written, each index once, at most [`MAX_INDICES`].
+pub fn parse_indices(text: &str) -> Result<Vec<u32>, String> {
+    let number = |s: &str, item: &str| -> Result<u32, String> {
+        s.trim().parse::<u32>().map_err(|_| {
+            format!(
+                "`{item}`: expected an index N, a range A-B or A-B:STEP (indices 0 to {})",
+                u32::MAX
+            )
+        })
+    };
+    let mut out = Vec::new();
+    for item in text.split(',') {
+        let item = item.trim();
+        if item.is_empty() {
+            return Err("an empty item (two commas, or one at an end)".into());
+        }
+        let (range, step) = match item.split_once(':') {
+            Some((r, s)) => (r, number(s, item)?),
+            None => (item, 1),
+        };
+        if step == 0 {
+            return Err(format!("`{item}`: the step must be at least 1"));
+        }
+        let (first, last) = match range.split_once('-') {
+            Some((a, b)) => (number(a, item)?, number(b, item)?),
+            None if step != 1 => return Err(format!("`{item}`: a step needs a range A-B:STEP")),
+            None => {
+                let n = number(range, item)?;
+                (n, n)
+            }
+        };
+        if last < first {
+            return Err(format!("`{item}`: the range ends before it starts"));
+        }
+        let count = ((last - first) / step) as usize + 1;
+        if out.len() + count > MAX_INDICES {
+            return Err(format!("more than {MAX_INDICES} indices"));
+        }
+        out.extend((first..=last).step_by(step as usize));
+    }
+    let mut sorted = out.clone();
+    sorted.sort_unstable();
+    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        return Err(format!("index {} is listed twice", w[0]));
+    }
+    Ok(out)
 }
 
 fn one() -> Spanned<u32> {
@@ -326,12 +395,37 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
                 format!("application `{name}` is declared twice"),
             ));
         }
+        let indices = match &a.indices {
+            Some(i) => Some(
+                parse_indices(i.get_ref()).map_err(|e| src.error(at(i), field("indices"), e))?,
+            ),
+            None => None,
+        };
+        if let (Some(list), Some(i)) = (&indices, &a.indices) {
+            let other = match (&a.tasks, &a.entries) {
+                (Some(t), _) => Some(("`tasks` is", *t.get_ref() as usize)),
+                (None, Some(e)) => Some(("`entries` holds", e.get_ref().len())),
+                (None, None) => None,
+            };
+            if let Some((what, n)) = other
+                && n != list.len()
+            {
+                return Err(src.error(
+                    at(i),
+                    field("indices"),
+                    format!(
+                        "lists {} indices but {what} {n} (one task per index)",
+                        list.len()
+                    ),
+                ));
+            }
+        }
         match (&a.tasks, &a.entries) {
-            (None, None) => {
+            (None, None) if indices.is_none() => {
                 return Err(src.error(
                     at(&a.name),
                     field("tasks"),
-                    "missing: give `tasks` (how many) or `entries` (one task per entry)",
+                    "missing: give `tasks` (how many), `entries` (one task per entry) or `indices` (one task per index)",
                 ));
             }
             (Some(t), _) if *t.get_ref() == 0 => {
@@ -700,4 +794,48 @@ fn nodes_with<'n>(
             ),
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn indices_read_hyperqueues_and_slurms_array_syntax() {
+        assert_eq!(parse_indices("1-5"), Ok(vec![1, 2, 3, 4, 5]));
+        assert_eq!(parse_indices("0-20:10, 7"), Ok(vec![0, 10, 20, 7]));
+        assert_eq!(parse_indices("3"), Ok(vec![3]));
+        assert_eq!(parse_indices("1-10:4"), Ok(vec![1, 5, 9]));
+        let err = |s: &str| parse_indices(s).expect_err(s);
+        assert_eq!(err("5-3"), "`5-3`: the range ends before it starts");
+        assert_eq!(err("1-9:0"), "`1-9:0`: the step must be at least 1");
+        assert_eq!(err("1,,2"), "an empty item (two commas, or one at an end)");
+        assert_eq!(err("1-4,3"), "index 3 is listed twice");
+        assert_eq!(err("4:2"), "`4:2`: a step needs a range A-B:STEP");
+        assert!(err("x-2").starts_with("`x-2`: expected an index N, a range A-B or A-B:STEP"));
+        assert_eq!(err("0-4294967295"), "more than 1000000 indices");
+    }
+
+    #[test]
+    fn indices_set_the_task_count_and_must_agree_with_tasks() {
+        let job = |extra: &str| {
+            format!(
+                "[[application]]\nname = \"a\"\n{extra}\n[application.cpu]\ncommand = \"echo {{index}}\"\n"
+            )
+        };
+        let w = parse_workload("j.toml", &job("indices = \"1-3,10\"")).expect("parses");
+        assert_eq!(w.applications[0].task_count(), 4);
+        assert_eq!(w.applications[0].indices(), Some(vec![1, 2, 3, 10]));
+        let e =
+            parse_workload("j.toml", &job("tasks = 2\nindices = \"1-3\"")).expect_err("disagree");
+        assert_eq!(
+            e.to_string(),
+            "j.toml:4:11: application[0].indices: lists 3 indices but `tasks` is 2 (one task per index)"
+        );
+        let e = parse_workload("j.toml", &job("indices = \"2-1\"")).expect_err("bad range");
+        assert_eq!(
+            e.to_string(),
+            "j.toml:3:11: application[0].indices: `2-1`: the range ends before it starts"
+        );
+    }
 }

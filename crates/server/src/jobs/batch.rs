@@ -116,7 +116,8 @@ struct AppRec {
     workdir: Option<String>,
     /// Declared `inputs`, `outputs` and `accelerator` (spec 01), sent in its task specs.
     files: (Vec<String>, Vec<String>, String),
-    /// Its tasks' entries by index (`entries`, `submit --each-line`), sent with each dispatch.
+    /// Its tasks' entries in task order (`entries`, `submit --each-line`), sent with each
+    /// dispatch.
     entries: Option<Vec<String>>,
     /// Its tasks by state (pending, running, succeeded, failed, cancelled), kept as tasks move
     /// ([`moved`]) so that job listings and `GetJob` cost one addition per application, not a
@@ -669,8 +670,14 @@ impl Batch {
             held: false,
         };
         let mut rows = Vec::with_capacity(total as usize);
-        for a in &apps {
-            for index in 0..a.tasks {
+        for (a, spec) in apps.iter().zip(&w.applications) {
+            // A task's index: from `indices` (`submit --array`), else its position.
+            let indices = spec.indices();
+            for k in 0..a.tasks {
+                let index = indices
+                    .as_ref()
+                    .and_then(|i| i.get(k as usize))
+                    .map_or(k, |&i| i);
                 rows.push(TaskRow::submitted(
                     first_task + rows.len() as u64,
                     a.id.0,
@@ -1499,12 +1506,12 @@ impl JobKind for Batch {
                 workflow: None,
                 cores,
                 prefetched,
-                entry: self
-                    .apps
-                    .get(a.app.index())
-                    .and_then(|r| r.entries.as_ref())
-                    .and_then(|e| e.get(t.index as usize))
-                    .cloned(),
+                // The task's position in its application (its index may come from `indices`).
+                entry: self.apps.get(a.app.index()).and_then(|r| {
+                    let e = r.entries.as_ref()?;
+                    e.get(usize::try_from(t.id.checked_sub(r.first_task)?).ok()?)
+                        .cloned()
+                }),
             };
             let spec = out
                 .needs_spec(key)
