@@ -537,6 +537,13 @@ pub trait Wire {
     fn resubmit_failed(&mut self, job: u64) -> Result<pb::ResubmitReply, StateError>;
     /// [`State::on_cancel`].
     fn cancel(&mut self, job: u64) -> Result<pb::CancelReply, StateError>;
+    /// [`State::on_cancel_tasks`] (`indices` in the syntax of a job file's `indices`).
+    fn cancel_tasks(
+        &mut self,
+        job: u64,
+        app: &str,
+        indices: &str,
+    ) -> Result<pb::CancelReply, StateError>;
     /// [`State::on_hold`].
     fn hold(&mut self, job: u64, hold: bool) -> Result<pb::HoldReply, StateError>;
     /// [`State::on_purge`].
@@ -610,6 +617,19 @@ impl Wire for State {
 
     fn cancel(&mut self, job: u64) -> Result<pb::CancelReply, StateError> {
         self.on_cancel(job)
+            .map(|cancelled| pb::CancelReply { cancelled })
+    }
+
+    fn cancel_tasks(
+        &mut self,
+        job: u64,
+        app: &str,
+        indices: &str,
+    ) -> Result<pb::CancelReply, StateError> {
+        let indices = hetsched_core::input::workload::parse_indices(indices)
+            .map_err(|e| StateError::Invalid(format!("--tasks: {e}")))?;
+        let app = (!app.is_empty()).then_some(app);
+        self.on_cancel_tasks(job, app, &indices)
             .map(|cancelled| pb::CancelReply { cancelled })
     }
 

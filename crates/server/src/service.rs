@@ -588,8 +588,25 @@ impl Client for ClientService {
         &self,
         req: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::CancelReply>, Status> {
-        let id = req.into_inner().job_id;
-        with_state(&self.0, &self.2, Run::Blocking, move |s| s.cancel(id)).await
+        let r = req.into_inner();
+        if r.indices.is_empty() && r.app.is_empty() {
+            return with_state(&self.0, &self.2, Run::Blocking, move |s| s.cancel(r.job_id)).await;
+        }
+        use hetsched_core::input::limits::MAX_APP_NAME;
+        if r.indices.len() > MAX_CANCEL_INDICES_BYTES || r.app.len() > MAX_APP_NAME {
+            return Err(Status::invalid_argument(format!(
+                "--tasks is at most {MAX_CANCEL_INDICES_BYTES} bytes and --app at most {MAX_APP_NAME}"
+            )));
+        }
+        if r.indices.is_empty() {
+            return Err(Status::invalid_argument(
+                "--app picks the application of --tasks: give --tasks too",
+            ));
+        }
+        with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            s.cancel_tasks(r.job_id, &r.app, &r.indices)
+        })
+        .await
     }
 
     async fn hold(&self, req: Request<pb::HoldRequest>) -> Result<Response<pb::HoldReply>, Status> {
@@ -608,6 +625,9 @@ impl Client for ClientService {
         with_state(&self.0, &self.2, Run::Blocking, move |s| s.purge(&req)).await
     }
 }
+
+/// Longest index list `hetsched cancel --tasks` may send (a range covers many indices).
+const MAX_CANCEL_INDICES_BYTES: usize = 64 << 10;
 
 /// Who a call's token says the caller is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

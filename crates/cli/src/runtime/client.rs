@@ -823,10 +823,24 @@ pub async fn drain_node(args: &ClientArgs, name: &str, drain: bool) -> anyhow::R
 }
 
 /// `hetsched cancel`.
-pub async fn cancel(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
+pub async fn cancel(
+    args: &ClientArgs,
+    id: u64,
+    tasks: Option<&str>,
+    app: Option<&str>,
+) -> anyhow::Result<()> {
+    if let Some(t) = tasks {
+        // Refused here with the same words as the server would, without a round trip.
+        hetsched_core::input::workload::parse_indices(t)
+            .map_err(|e| anyhow::anyhow!("--tasks: {e}"))?;
+    }
     let reply = connect(args)
         .await?
-        .cancel(pb::CancelRequest { job_id: id })
+        .cancel(pb::CancelRequest {
+            job_id: id,
+            indices: tasks.unwrap_or_default().to_string(),
+            app: app.unwrap_or_default().to_string(),
+        })
         .await
         .map_err(refused)?
         .into_inner();

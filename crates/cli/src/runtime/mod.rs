@@ -180,6 +180,14 @@ pub enum RuntimeCommand {
     Cancel {
         /// Job id, or `last` (the newest job).
         id: JobRef,
+        /// Only the tasks with these indices (`3,7-9`, `0-99:2`; the syntax of `submit
+        /// --array`): the rest of the job goes on, and it ends `cancelled` (Slurm's `scancel
+        /// JOB_[3,7-9]`).
+        #[arg(long, value_name = "INDICES")]
+        tasks: Option<String>,
+        /// With `--tasks`: only this application's tasks (default: every application's).
+        #[arg(long, value_name = "NAME", requires = "tasks")]
+        app: Option<String>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -440,8 +448,14 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             let id = id.resolve(&client).await?;
             client::wait(&client, id, timeout.map(Into::into)).await
         }
-        RuntimeCommand::Cancel { id, client } => {
-            client::cancel(&client, id.resolve(&client).await?).await
+        RuntimeCommand::Cancel {
+            id,
+            tasks,
+            app,
+            client,
+        } => {
+            let id = id.resolve(&client).await?;
+            client::cancel(&client, id, tasks.as_deref(), app.as_deref()).await
         }
         RuntimeCommand::Hold { id, client } => {
             client::hold(&client, id.resolve(&client).await?, true).await

@@ -1980,6 +1980,76 @@ fn an_array_job_runs_one_task_per_listed_index() {
     );
 }
 
+/// `hetsched cancel JOB --tasks INDICES`: the named tasks are cancelled (a pending one dropped,
+/// a running one stopped), the others run on, the job ends `cancelled` and a job that runs
+/// `--after` it is cancelled too; an index the job lacks is refused, naming it.
+#[test]
+fn cancelling_some_tasks_of_a_job_lets_the_others_run() {
+    let mut c = Cluster::start("cancel-tasks", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&[
+        "submit",
+        "--array",
+        "0-7",
+        "--max-running",
+        "2",
+        "--app",
+        "s",
+        "--",
+        "sleep",
+        "0.4",
+    ]);
+    c.ok(&["submit", "--after", "1", "--", "true"]);
+    wait_until("task 0 to run", Duration::from_secs(10), || {
+        c.json(&["job", "1"])["counts"]["running"] == 2
+    });
+    let said = c.ok(&["cancel", "1", "--tasks", "0,5-7"]);
+    assert!(said.contains("job 1: 4 task(s) cancelled"), "{said}");
+    c.refused(
+        &["cancel", "1", "--tasks", "42"],
+        "job 1 has no task with index 42",
+    );
+    c.refused(
+        &["cancel", "1", "--tasks", "1", "--app", "zzz"],
+        "job 1 has no application `zzz`",
+    );
+    c.refused(
+        &["cancel", "1", "--tasks", "3-1"],
+        "--tasks: `3-1`: the range ends before it starts",
+    );
+    let out = c.cli(&["wait", "1"]);
+    assert!(!out.status.success(), "not every task succeeded");
+    let states: Vec<(u64, String)> = c
+        .tasks(1)
+        .iter()
+        .map(|t| {
+            (
+                t["index"].as_u64().unwrap_or(99),
+                t["state"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    let state_of = |i: u64| {
+        states
+            .iter()
+            .find(|(j, _)| *j == i)
+            .map(|(_, s)| s.as_str())
+    };
+    for i in [0, 5, 6, 7] {
+        assert_eq!(state_of(i), Some("cancelled"), "{states:?}");
+    }
+    for i in 1..=4 {
+        assert_eq!(state_of(i), Some("succeeded"), "{states:?}");
+    }
+    assert_eq!(c.json(&["job", "1"])["state"], "cancelled");
+    wait_until(
+        "the job after it to be cancelled",
+        Duration::from_secs(10),
+        || c.json(&["job", "2"])["state"] == "cancelled",
+    );
+}
+
 /// `submit --max-running N` (a job file's `max_running`): never more than N of the job's tasks
 /// run at once, wherever there are free cores, and the job still runs through without waiting
 /// for idle beats; `job N` shows the limit.

@@ -691,6 +691,21 @@ impl SchedulerView {
         n
     }
 
+    /// Drops the pending tasks of `app` that are in `tasks` (a cancel of some of its tasks);
+    /// returns how many it dropped.
+    pub fn cancel_pending_tasks(
+        &mut self,
+        app: AppId,
+        tasks: &std::collections::HashSet<TaskId>,
+    ) -> usize {
+        let Some(a) = self.apps.get_mut(app.index()) else {
+            return 0;
+        };
+        let before = a.pending.len();
+        a.pending.retain(|t| !tasks.contains(t));
+        before - a.pending.len()
+    }
+
     /// Whether every task of every application finished.
     pub fn all_complete(&self) -> bool {
         self.apps.iter().all(AppState::is_complete)

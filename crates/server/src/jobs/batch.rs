@@ -873,6 +873,91 @@ impl Batch {
         Ok(n)
     }
 
+    /// `hetsched cancel JOB --tasks INDICES [--app NAME]`: cancels job `job`'s pending and
+    /// running tasks whose index is in `indices` (of application `app`, or of every
+    /// application); the rest of the job goes on. Returns how many it cancelled. An index that
+    /// no task of the job has is refused, naming it; a job that has ended cancels nothing.
+    pub fn cancel_tasks(
+        &mut self,
+        cx: &mut Ctx,
+        job: u64,
+        app: Option<&str>,
+        indices: &[u32],
+    ) -> Result<u64, StateError> {
+        let Some(j) = self.job_rec(job).filter(|_| !self.retention.is_purged(job)) else {
+            return Err(StateError::NoJob(job));
+        };
+        let (apps, range, state) = (j.apps.clone(), j.tasks.clone(), self.job_state(j));
+        let apps: Vec<u32> = apps
+            .filter(|&a| app.is_none_or(|n| self.apps.get(a as usize).is_some_and(|r| r.name == n)))
+            .collect();
+        if let Some(name) = app
+            && apps.is_empty()
+        {
+            return Err(StateError::Invalid(format!(
+                "job {job} has no application `{name}`"
+            )));
+        }
+        if !matches!(state, "pending" | "running") {
+            return Ok(0);
+        }
+        let wanted: std::collections::HashSet<u32> = indices.iter().copied().collect();
+        let mut seen = std::collections::HashSet::new();
+        let mut pending: HashMap<u32, std::collections::HashSet<TaskId>> = HashMap::new();
+        let mut chosen = Vec::new();
+        for id in range {
+            let Some(t) = self.tasks.get(id as usize) else {
+                continue;
+            };
+            if !apps.contains(&t.app) || !wanted.contains(&t.index) {
+                continue;
+            }
+            seen.insert(t.index);
+            match t.state {
+                TaskState::Pending => {
+                    pending.entry(t.app).or_default().insert(TaskId(id));
+                }
+                TaskState::Running => {}
+                _ => continue,
+            }
+            chosen.push(id);
+        }
+        if let Some(missing) = indices.iter().find(|i| !seen.contains(i)) {
+            return Err(StateError::Invalid(format!(
+                "job {job} has no task with index {missing}{}",
+                app.map_or(String::new(), |n| format!(" in application `{n}`"))
+            )));
+        }
+        for (&app, tasks) in &pending {
+            cx.view.cancel_pending_tasks(AppId(app), tasks);
+            self.waiting.drop_tasks(job, tasks);
+        }
+        for &id in &chosen {
+            let t = &self.tasks[id as usize];
+            if t.state == TaskState::Running {
+                let a = assignment_of(t);
+                cx.view.task_abandoned(&a);
+                cx.nodes.ended(a.node, id);
+                // Its agent learns to kill it from its next heartbeat: now.
+                cx.nodes.wakes.node(a.node.0);
+                throttle_opened(cx, a.app);
+            }
+            let t = &mut self.tasks[id as usize];
+            moved(&mut self.apps, t.app, t.state, TaskState::Cancelled);
+            t.state = TaskState::Cancelled;
+            t.finished_ns = cx.now;
+            t.message = "cancelled".to_string();
+            self.dirty.push(id);
+        }
+        if let Some(&id) = chosen.first() {
+            let app = self.tasks[id as usize].app;
+            // The job may have ended with them: the jobs waiting on it are looked at again.
+            self.task_ended(app);
+            self.settle_waiting(cx)?;
+        }
+        Ok(chosen.len() as u64)
+    }
+
     /// The rows of one page of a listing, as listings show them.
     fn task_infos(&self, rd: &Read, rows: &[TaskRow]) -> Vec<TaskInfo> {
         rows.iter()
@@ -1096,7 +1181,8 @@ fn state_of(counts: &TaskCounts, cancelled: bool) -> &'static str {
         } else {
             "pending"
         }
-    } else if cancelled {
+    } else if cancelled || counts.cancelled > 0 {
+        // Some of its tasks were cancelled (`cancel JOB --tasks`): it did not complete.
         "cancelled"
     } else if counts.failed > 0 {
         "failed"

@@ -704,6 +704,35 @@ impl State {
         Ok(n)
     }
 
+    /// `hetsched cancel JOB --tasks INDICES [--app NAME]`: cancels some of a batch job's tasks
+    /// (pending ones dropped, running ones killed at their nodes' next heartbeat); the rest of
+    /// the job goes on.
+    pub fn on_cancel_tasks(
+        &mut self,
+        job: u64,
+        app: Option<&str>,
+        indices: &[u32],
+    ) -> Result<u64, StateError> {
+        let n = match self.ids.kind(job) {
+            Some(Kind::Batch) => {
+                self.jobs
+                    .batch
+                    .cancel_tasks(&mut ctx!(self), job, app, indices)?
+            }
+            Some(k) => {
+                return Err(StateError::Invalid(format!(
+                    "job {job} is a {} job; --tasks picks tasks of batch jobs (cancel the whole job)",
+                    k.as_str()
+                )));
+            }
+            None => return Err(StateError::NoJob(job)),
+        };
+        self.commit()?;
+        self.wake(None);
+        info!(job, tasks = n, "tasks cancelled");
+        Ok(n)
+    }
+
     /// `hetsched hold JOB` (`hold`) / `release JOB`: whether a batch job's pending tasks may be
     /// dispatched; running ones go on. Returns how many pending tasks it held or queued again.
     pub fn on_hold(&mut self, job: u64, hold: bool) -> Result<u64, StateError> {

@@ -204,9 +204,12 @@ async fn get_job_with_wait_ms_answers_when_the_job_ends_not_before() {
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!held.is_finished(), "held while the job runs");
-    api.cancel(pb::CancelRequest { job_id: job })
-        .await
-        .expect("cancelled");
+    api.cancel(pb::CancelRequest {
+        job_id: job,
+        ..Default::default()
+    })
+    .await
+    .expect("cancelled");
     let (state, waited) = held.await.expect("task");
     assert_eq!(state.expect("answered"), "cancelled");
     assert!(
@@ -336,9 +339,12 @@ async fn an_agent_waiting_for_work_is_woken_by_a_job_and_by_a_kill_not_before() 
     let big_wait = wait(big, "big-identity", first);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!big_wait.is_finished(), "nothing new for it: held");
-    api.cancel(pb::CancelRequest { job_id: job })
-        .await
-        .expect("cancelled");
+    api.cancel(pb::CancelRequest {
+        job_id: job,
+        ..Default::default()
+    })
+    .await
+    .expect("cancelled");
     let (woken, waited) = big_wait.await.expect("task");
     assert_ne!(woken.expect("answered").into_inner().wake, first);
     assert!(

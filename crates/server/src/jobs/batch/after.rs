@@ -74,6 +74,15 @@ impl Waiting {
         self.held.contains_key(&job) || self.held_by_user.contains(&job)
     }
 
+    /// Some of job `job`'s held tasks were cancelled: they are dropped from its lists.
+    pub(super) fn drop_tasks(&mut self, job: u64, tasks: &std::collections::HashSet<TaskId>) {
+        if let Some(lists) = self.held.get_mut(&job) {
+            for (_, held) in lists.iter_mut() {
+                held.retain(|t| !tasks.contains(t));
+            }
+        }
+    }
+
     /// Job `job` no longer waits (cancelled by a user): its held tasks are dropped.
     pub(super) fn forget(&mut self, job: u64) {
         self.held.remove(&job);
