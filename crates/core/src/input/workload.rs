@@ -425,7 +425,7 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
                 return Err(src.error(
                     at(&a.name),
                     field("tasks"),
-                    "missing: give `tasks` (how many), `entries` (one task per entry) or `indices` (one task per index)",
+                    "missing: give `tasks` (how many) or `entries` (one task per entry), or `indices` (one task per index)",
                 ));
             }
             (Some(t), _) if *t.get_ref() == 0 => {

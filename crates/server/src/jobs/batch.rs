@@ -24,7 +24,7 @@ use hetsched_core::input::limits;
 use hetsched_core::input::workload::{Command, MissingProfile, Workload, parse_workload};
 use hetsched_core::policy::batch::BatchPolicy;
 use hetsched_core::{AppId, Application, Assignment, Node, NodeId, NodeReport, TaskId, Variant};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
@@ -844,33 +844,43 @@ impl Batch {
         self.waiting.job_ended(job);
         for id in range {
             // A finished job's rows may have left memory: none of them is pending or running.
-            let Some(t) = self.tasks.get(id as usize) else {
-                continue;
-            };
-            match t.state {
-                TaskState::Pending => {}
-                TaskState::Running => {
-                    let a = assignment_of(t);
-                    cx.view.task_abandoned(&a);
-                    cx.nodes.ended(a.node, id);
-                    // Its agent learns to kill it from its next heartbeat: now.
-                    cx.nodes.wakes.node(a.node.0);
-                }
-                _ => continue,
+            if self.cancel_task(cx, id, message) {
+                n += 1;
             }
-            let t = &mut self.tasks[id as usize];
-            moved(&mut self.apps, t.app, t.state, TaskState::Cancelled);
-            t.state = TaskState::Cancelled;
-            t.finished_ns = cx.now;
-            t.message = message.to_string();
-            self.dirty.push(id);
-            n += 1;
         }
         if let Some(i) = self.job_index(job) {
             self.jobs[i].row.cancelled = true;
         }
         self.cancelled.push(job);
         Ok(n)
+    }
+
+    /// Cancels task `id` if it is pending or running (a running one's resources come back and
+    /// its node is woken to kill it; a pending one must already be out of the queues). Returns
+    /// whether it did.
+    fn cancel_task(&mut self, cx: &mut Ctx, id: u64, message: &str) -> bool {
+        let Some(t) = self.tasks.get(id as usize) else {
+            return false;
+        };
+        match t.state {
+            TaskState::Pending => {}
+            TaskState::Running => {
+                let a = assignment_of(t);
+                cx.view.task_abandoned(&a);
+                cx.nodes.ended(a.node, id);
+                // Its agent learns to kill it from its next heartbeat: now.
+                cx.nodes.wakes.node(a.node.0);
+                throttle_opened(cx, a.app);
+            }
+            _ => return false,
+        }
+        let t = &mut self.tasks[id as usize];
+        moved(&mut self.apps, t.app, t.state, TaskState::Cancelled);
+        t.state = TaskState::Cancelled;
+        t.finished_ns = cx.now;
+        t.message = message.to_string();
+        self.dirty.push(id);
+        true
     }
 
     /// `hetsched cancel JOB --tasks INDICES [--app NAME]`: cancels job `job`'s pending and
@@ -901,9 +911,9 @@ impl Batch {
         if !matches!(state, "pending" | "running") {
             return Ok(0);
         }
-        let wanted: std::collections::HashSet<u32> = indices.iter().copied().collect();
-        let mut seen = std::collections::HashSet::new();
-        let mut pending: HashMap<u32, std::collections::HashSet<TaskId>> = HashMap::new();
+        let wanted: HashSet<u32> = indices.iter().copied().collect();
+        let mut seen = HashSet::new();
+        let mut pending: HashMap<u32, HashSet<TaskId>> = HashMap::new();
         let mut chosen = Vec::new();
         for id in range {
             let Some(t) = self.tasks.get(id as usize) else {
@@ -933,21 +943,7 @@ impl Batch {
             self.waiting.drop_tasks(job, tasks);
         }
         for &id in &chosen {
-            let t = &self.tasks[id as usize];
-            if t.state == TaskState::Running {
-                let a = assignment_of(t);
-                cx.view.task_abandoned(&a);
-                cx.nodes.ended(a.node, id);
-                // Its agent learns to kill it from its next heartbeat: now.
-                cx.nodes.wakes.node(a.node.0);
-                throttle_opened(cx, a.app);
-            }
-            let t = &mut self.tasks[id as usize];
-            moved(&mut self.apps, t.app, t.state, TaskState::Cancelled);
-            t.state = TaskState::Cancelled;
-            t.finished_ns = cx.now;
-            t.message = "cancelled".to_string();
-            self.dirty.push(id);
+            self.cancel_task(cx, id, "cancelled");
         }
         if let Some(&id) = chosen.first() {
             let app = self.tasks[id as usize].app;
