@@ -84,7 +84,17 @@ fn place(args: PlaceArgs) -> anyhow::Result<()> {
     let topology = parse_topology(&topo_origin, &read(&args.topology)?)?;
     let cluster_origin = args.cluster.display().to_string();
     let (cluster, slots) = parse_cluster_with_slots(&cluster_origin, &read(&args.cluster)?)?;
-    let nodes = stream_nodes(&cluster, &slots);
+    if !cluster
+        .nodes
+        .iter()
+        .any(|n| n.has_attributes(&topology.requires))
+    {
+        bail!(
+            "{topo_origin}: requires {}, and no node of {cluster_origin} has them all",
+            topology.requires.join(" + ")
+        );
+    }
+    let nodes = stream_nodes(&cluster, &slots, &topology.requires);
     let mut problem = match &args.traffic {
         Some(path) => {
             let origin = path.display().to_string();

@@ -40,6 +40,7 @@ fn chain(executors: u32, grouping: Grouping) -> Topology {
     let per = executors / 10;
     Topology {
         name: "bench".into(),
+        requires: Vec::new(),
         components: (0..10)
             .map(|i| Component {
                 name: format!("c{i}"),

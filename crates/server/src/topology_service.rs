@@ -46,6 +46,8 @@ fn workers_seen(r: pb::SyncWorkersRequest) -> WorkersSeen {
     WorkersSeen {
         node: r.node,
         cores: r.cores,
+        // Set by the state from the agent's registration.
+        attributes: Vec::new(),
         workers: r
             .workers
             .into_iter()

@@ -450,7 +450,7 @@ pub fn simulate_stream(
     {
         return Err(bad("rate_changes", "factors must be non-negative numbers"));
     }
-    let nodes = stream_nodes(cluster, slots);
+    let nodes = stream_nodes(cluster, slots, &topology.requires);
     let mut problem = PlacementProblem::declared(topology, &nodes);
     problem.workers = config.workers;
     let placement = placer.place(&problem)?;

@@ -4,6 +4,7 @@
 //!
 //! ```toml
 //! name = "wordcount"
+//! requires = ["ssd"]    # optional: node attributes every worker's node needs
 //! [[component]]
 //! name = "sentences"
 //! kind = "spout"        # or "bolt"
@@ -44,6 +45,10 @@ struct TopologyFile {
     component: Vec<ComponentSpec>,
     #[serde(default)]
     stream: Vec<StreamSpec>,
+    /// Node attributes its workers' nodes need (Slurm's `--constraint`, as a batch
+    /// application's `requires`).
+    #[serde(default)]
+    requires: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -200,10 +205,12 @@ pub fn parse_topology(origin: &str, text: &str) -> Result<Topology, InputError> 
         };
         return Err(src.error(at(&spec.to), Some(format!("stream[{i}].to")), message));
     }
+    let requires = super::cluster::attribute_list(&src, &file.requires, "requires")?;
     Ok(Topology {
         name: file.name.get_ref().clone(),
         components,
         streams,
+        requires,
     })
 }
 

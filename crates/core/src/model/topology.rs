@@ -109,6 +109,10 @@ pub struct Topology {
     pub components: Vec<Component>,
     /// Streams in file order.
     pub streams: Vec<Stream>,
+    /// Node attributes every node running one of its workers needs (`requires`, sorted);
+    /// empty: any node.
+    #[serde(default)]
+    pub requires: Vec<String>,
 }
 
 impl Topology {
@@ -282,6 +286,7 @@ mod tests {
     fn two(grouping: Grouping) -> Topology {
         Topology {
             name: "t".into(),
+            requires: Vec::new(),
             components: vec![
                 Component {
                     name: "src".into(),

@@ -60,9 +60,11 @@ impl StreamNode {
     }
 }
 
-/// The placer's view of `cluster`, with `slots[i]` worker slots on node `i`
-/// (see `input::cluster::parse_cluster_with_slots`) and no background load.
-pub fn stream_nodes(cluster: &Cluster, slots: &[u32]) -> Vec<StreamNode> {
+/// The placer's view of `cluster` for a topology that `requires` these node attributes, with
+/// `slots[i]` worker slots on node `i` (see `input::cluster::parse_cluster_with_slots`) and no
+/// background load. A node without every required attribute has no slot: no placer puts a
+/// worker there, and nodes keep their positions.
+pub fn stream_nodes(cluster: &Cluster, slots: &[u32], requires: &[String]) -> Vec<StreamNode> {
     cluster
         .nodes
         .iter()
@@ -73,10 +75,14 @@ pub fn stream_nodes(cluster: &Cluster, slots: &[u32]) -> Vec<StreamNode> {
             capacity: f64::from(n.cores) * 100.0,
             background: 0.0,
             memory_bytes: n.memory_bytes,
-            slots: slots
-                .get(i)
-                .copied()
-                .unwrap_or(crate::input::cluster::DEFAULT_SLOTS),
+            slots: if n.has_attributes(requires) {
+                slots
+                    .get(i)
+                    .copied()
+                    .unwrap_or(crate::input::cluster::DEFAULT_SLOTS)
+            } else {
+                0
+            },
         })
         .collect()
 }

@@ -47,7 +47,7 @@ fn paper_cluster() -> Vec<StreamNode> {
     let path = repo().join("examples/cluster-streams-10.toml");
     let (cluster, slots) =
         parse_cluster_with_slots("cluster", &std::fs::read_to_string(path).unwrap()).unwrap();
-    stream_nodes(&cluster, &slots)
+    stream_nodes(&cluster, &slots, &[])
 }
 
 fn node(name: &str, cores: u32, slots: u32) -> StreamNode {
@@ -117,6 +117,7 @@ fn one_phase_packs_a_pair_on_the_least_loaded_node_and_follows_the_heaviest_traf
     // (spout#0, bolt#0) and (spout#1, bolt#0), of equal traffic.
     let t = Topology {
         name: "t".into(),
+        requires: Vec::new(),
         components: vec![
             Component {
                 name: "s".into(),
@@ -195,6 +196,7 @@ fn small(factor: f64) -> (Topology, Vec<StreamNode>) {
     };
     let t = Topology {
         name: "t".into(),
+        requires: Vec::new(),
         components: vec![
             comp("s", ComponentKind::Spout),
             comp("b", ComponentKind::Bolt),
@@ -280,6 +282,7 @@ fn tight_four() -> (Topology, Vec<StreamNode>) {
     };
     let t = Topology {
         name: "t".into(),
+        requires: Vec::new(),
         components: vec![
             comp("a", ComponentKind::Spout, 30.0),
             comp("b", ComponentKind::Bolt, 30.0),
@@ -426,6 +429,7 @@ fn build(s: &Shape) -> (Topology, Vec<StreamNode>) {
     (
         Topology {
             name: "random".into(),
+            requires: Vec::new(),
             components,
             streams,
         },
@@ -633,7 +637,7 @@ fn cluster_files_give_slots_with_storms_default_of_four() {
         "[[node]]\nname = \"a\"\ncores = 4\nslots = 2\n\n[[node]]\nname = \"b\"\ncores = 8\n";
     let (cluster, slots) = parse_cluster_with_slots("c.toml", text).unwrap();
     assert_eq!(slots, vec![2, 4]);
-    let nodes = stream_nodes(&cluster, &slots);
+    let nodes = stream_nodes(&cluster, &slots, &[]);
     assert_eq!(
         nodes[1].capacity, 800.0,
         "a node's CPU capacity is cores × 100"
@@ -642,4 +646,32 @@ fn cluster_files_give_slots_with_storms_default_of_four() {
         .unwrap_err()
         .to_string();
     assert_eq!(e, "c.toml:4:9: node[0].slots: must be at least 1");
+}
+
+/// A topology that `requires` a node attribute is placed by every placer on the nodes that have
+/// it: the others have no worker slot for it.
+#[test]
+fn a_topology_that_requires_an_attribute_runs_only_on_the_nodes_that_have_it() {
+    let cluster = "[[node]]\nname = \"a\"\ncores = 8\n\n[[node]]\nname = \"b\"\ncores = 4\nattributes = [\"ssd\"]\n\n[[node]]\nname = \"c\"\ncores = 4\nattributes = [\"ssd\"]\n";
+    let (cluster, slots) = parse_cluster_with_slots("c.toml", cluster).unwrap();
+    let text = std::fs::read_to_string(repo().join("examples/topology-wordcount.toml")).unwrap();
+    let topology = parse_topology("t.toml", &format!("requires = [\"ssd\"]\n{text}")).unwrap();
+    assert_eq!(topology.requires, ["ssd"]);
+    let nodes = stream_nodes(&cluster, &slots, &topology.requires);
+    assert_eq!(nodes.iter().map(|n| n.slots).collect::<Vec<_>>(), [0, 4, 4]);
+    for kind in StreamPlacerKind::ALL {
+        let problem = PlacementProblem::declared(&topology, &nodes);
+        let p = kind.build().place(&problem).unwrap();
+        assert!(
+            p.nodes_used().iter().all(|&n| n != 0),
+            "{kind:?} put a worker on `a`, which lacks `ssd`"
+        );
+    }
+    let e = parse_topology("t.toml", &format!("requires = [\"no space\"]\n{text}"))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "t.toml:1:13: requires[0]: attribute `no space` has whitespace or a control character"
+    );
 }

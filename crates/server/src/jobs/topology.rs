@@ -222,6 +222,9 @@ struct Rates {
 #[derive(Debug)]
 struct NodeSeen {
     cores: u32,
+    /// Its node's attributes (from the agent's registration), for topologies that `require`
+    /// some.
+    attributes: Vec<String>,
     seen: Instant,
     /// Syncs of this node's agent held open now ([`Topology::held`]): while one is, the node
     /// is alive whatever `seen` says.
@@ -341,6 +344,9 @@ pub struct WorkersSeen {
     pub node: String,
     /// Its cores.
     pub cores: u32,
+    /// Its node's attributes (with `gpu` where it has accelerators), sorted: set by the state
+    /// from the agent's registration.
+    pub attributes: Vec<String>,
     /// The workers it runs.
     pub workers: Vec<WorkerSeen>,
 }
@@ -632,6 +638,26 @@ fn background(
         .map(|(n, (id, used))| {
             let mine = own.get(id).copied().unwrap_or(0);
             (n.clone(), f64::from(used.saturating_sub(mine)) * 100.0)
+        })
+        .collect()
+}
+
+/// The nodes of `alive` whose attributes include every one of `requires` (a topology's): the
+/// only ones its placement may use.
+fn admitted(
+    alive: Vec<(String, u32)>,
+    nodes: &BTreeMap<String, NodeSeen>,
+    requires: &[String],
+) -> Vec<(String, u32)> {
+    if requires.is_empty() {
+        return alive;
+    }
+    alive
+        .into_iter()
+        .filter(|(name, _)| {
+            nodes
+                .get(name)
+                .is_some_and(|n| requires.iter().all(|r| n.attributes.contains(r)))
         })
         .collect()
 }
@@ -986,7 +1012,28 @@ impl Topology {
             submitted_ns: now_ns(),
         };
         let mut run = Run::new(rec, topo, self.cfg.core_now());
-        let alive = self.cfg.alive(inner);
+        let live = self.cfg.alive(inner);
+        let requires = &run.topo.topology.requires;
+        let alive = admitted(live.clone(), &inner.nodes, requires);
+        if !live.is_empty() && alive.is_empty() {
+            // As a batch job is refused: live nodes, none of which may run it.
+            let mut offered: Vec<&str> = live
+                .iter()
+                .filter_map(|(n, _)| inner.nodes.get(n))
+                .flat_map(|n| n.attributes.iter().map(String::as_str))
+                .collect();
+            offered.sort_unstable();
+            offered.dedup();
+            return Err(TopologyError::Invalid(format!(
+                "topology `{name}` requires {}, and no live node has them all (attributes offered: {})",
+                requires.join(" + "),
+                if offered.is_empty() {
+                    "none".to_string()
+                } else {
+                    offered.join(", ")
+                }
+            )));
+        }
         if !alive.is_empty() {
             let busy = background(&self.held, &self.in_use, &name);
             let nodes = stream_nodes(&alive, &busy);
@@ -1037,7 +1084,12 @@ impl Topology {
     /// the result when it differs from the running placement.
     pub fn rebalance(&mut self, name: &str) -> Result<serde_json::Value, TopologyError> {
         let inner = &mut self.inner;
-        let alive = self.cfg.alive(inner);
+        let requires = inner
+            .runs
+            .get(name)
+            .map(|r| r.topo.topology.requires.clone())
+            .unwrap_or_default();
+        let alive = admitted(self.cfg.alive(inner), &inner.nodes, &requires);
         let busy = background(&self.held, &self.in_use, name);
         let nodes = stream_nodes(&alive, &busy);
         let now = self.cfg.core_now();
@@ -1120,6 +1172,7 @@ impl Topology {
             req.node.clone(),
             NodeSeen {
                 cores: req.cores.max(1),
+                attributes: req.attributes.clone(),
                 seen: Instant::now(),
                 held,
             },
@@ -1226,6 +1279,7 @@ impl Topology {
         let mut traffic_saves = Vec::new();
         for run in inner.runs.values_mut() {
             run.roll_window(now);
+            let alive = admitted(alive.clone(), &inner.nodes, &run.topo.topology.requires);
             let busy = background(&self.held, &self.in_use, &run.rec.name);
             let nodes = stream_nodes(&alive, &busy);
             if run.rec.state != "running" || nodes.is_empty() {

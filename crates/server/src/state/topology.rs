@@ -76,9 +76,16 @@ impl State {
     /// One agent's worker sync.
     pub fn topology_sync(
         &mut self,
-        seen: WorkersSeen,
+        mut seen: WorkersSeen,
         from: Option<std::net::IpAddr>,
     ) -> Result<WorkersToRun, StateError> {
+        // What the node offers topologies that `requires` attributes: its registration's.
+        seen.attributes = self
+            .nodes
+            .by_name(&seen.node)
+            .and_then(|id| self.nodes.get(id))
+            .map(|n| n.spec.all_attributes())
+            .unwrap_or_default();
         self.topology_event(false, |t| Ok(t.sync(seen, from)))
     }
 

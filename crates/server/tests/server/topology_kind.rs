@@ -79,6 +79,7 @@ fn sync(s: &mut State, workers: Vec<WorkerSeen>) -> usize {
         WorkersSeen {
             node: "n".into(),
             cores: 4,
+            attributes: Vec::new(),
             workers,
         },
         None,
@@ -219,6 +220,7 @@ fn a_node_the_dead_node_check_declares_dead_loses_its_workers_to_the_nodes_left(
                 WorkersSeen {
                     node: name.into(),
                     cores: 4,
+                    attributes: Vec::new(),
                     workers: vec![],
                 },
                 None,
@@ -274,6 +276,7 @@ fn two_nodes(dir: &Path, batch_on_a: bool) -> State {
             WorkersSeen {
                 node: name.into(),
                 cores: 4,
+                attributes: Vec::new(),
                 workers: vec![],
             },
             None,
@@ -315,6 +318,7 @@ fn the_placer_sees_the_cores_batch_tasks_and_other_topologies_hold() {
         WorkersSeen {
             node: "a".into(),
             cores: 4,
+            attributes: Vec::new(),
             workers: vec![running_worker(1)],
         },
         None,
@@ -344,6 +348,7 @@ fn a_topology_status_is_a_typed_message_with_the_keys_of_the_json_document() {
         WorkersSeen {
             node: "a".into(),
             cores: 4,
+            attributes: Vec::new(),
             workers: vec![running_worker(1)],
         },
         None,
@@ -407,5 +412,56 @@ fn held_syncs_and_the_idle_tick_wake_when_workers_are_placed_or_stopped_and_only
     s.topology_kill("pipe").expect("kill");
     assert!(changes.has_changed().expect("sender alive"));
     assert!(!s.topology_running());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A topology that `requires` node attributes is placed only on the live nodes whose
+/// registration has them (here `b`, although `a` comes first), and one that requires what no live
+/// node has is refused, naming what they offer.
+#[test]
+fn a_topology_that_requires_an_attribute_is_placed_on_the_nodes_that_have_it() {
+    let dir = scratch("requires");
+    let mut s = open(&dir);
+    for (name, attributes) in [("a", vec![]), ("b", vec!["ssd".to_string()])] {
+        s.register(pb::RegisterRequest {
+            name: name.into(),
+            cores: 4,
+            memory_bytes: 1 << 30,
+            identity: IDENTITY.into(),
+            attributes,
+            ..Default::default()
+        })
+        .expect("register");
+        s.topology_sync(
+            WorkersSeen {
+                node: name.into(),
+                cores: 4,
+                // The state fills it in from the registration.
+                attributes: Vec::new(),
+                workers: vec![],
+            },
+            None,
+        )
+        .expect("sync");
+    }
+    let requiring = |what: &str| TopologySubmission {
+        text: format!("requires = [\"{what}\"]\n{TOPOLOGY}"),
+        ..submission()
+    };
+    let shown = s.topology_submit(requiring("ssd")).expect("submit");
+    assert_eq!(nodes_used(&shown), vec!["b".to_string()], "{shown}");
+    s.topology_kill("pipe").expect("kill");
+    let e = s
+        .topology_submit(requiring("fpga"))
+        .expect_err("no node has it");
+    assert!(
+        e.to_string().contains(
+            "topology `pipe` requires fpga, and no live node has them all (attributes offered: ssd)"
+        ),
+        "{e}"
+    );
+    // Without the requirement the first node serves.
+    let shown = s.topology_submit(submission()).expect("submit");
+    assert_eq!(nodes_used(&shown), vec!["a".to_string()], "{shown}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -176,7 +176,8 @@ pub fn run(
     progress: &mut dyn FnMut(usize, usize, &str),
 ) -> Result<StreamPaperReport, StreamPaperError> {
     let (cluster, slots) = cluster()?;
-    let nodes = stream_nodes(&cluster, &slots);
+    // The paper's topologies require no node attribute.
+    let nodes = stream_nodes(&cluster, &slots, &[]);
     let topologies = topologies()?;
     let total = topologies.len() * StreamPlacerKind::ALL.len();
     let mut rows = Vec::new();
