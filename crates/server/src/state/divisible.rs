@@ -14,12 +14,7 @@ impl State {
     pub fn on_next_chunk(&mut self, mut req: ChunkRequest) -> Result<ChunkReply, StateError> {
         // What the agent offers jobs that `require` attributes: its registration's (an agent
         // registers before it asks).
-        req.attributes = self
-            .nodes
-            .by_name(&req.name)
-            .and_then(|id| self.nodes.get(id))
-            .map(|n| n.spec.all_attributes())
-            .unwrap_or_default();
+        req.attributes = self.nodes.attributes_of(&req.name);
         if self.paused() {
             self.jobs.divisible.seen(&req);
             return Ok(ChunkReply::default());

@@ -142,6 +142,15 @@ impl Nodes {
         self.by_name.get(name).copied()
     }
 
+    /// The attributes of the node named `name` (with `gpu` where it has accelerators), sorted;
+    /// none for a name no agent registered.
+    pub fn attributes_of(&self, name: &str) -> Vec<String> {
+        self.by_name(name)
+            .and_then(|id| self.get(id))
+            .map(|n| n.spec.all_attributes())
+            .unwrap_or_default()
+    }
+
     /// The name of node `id` ("" if none).
     pub fn name(&self, id: u32) -> &str {
         self.get(id).map_or("", |n| n.spec.name.as_str())

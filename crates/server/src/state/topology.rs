@@ -80,12 +80,7 @@ impl State {
         from: Option<std::net::IpAddr>,
     ) -> Result<WorkersToRun, StateError> {
         // What the node offers topologies that `requires` attributes: its registration's.
-        seen.attributes = self
-            .nodes
-            .by_name(&seen.node)
-            .and_then(|id| self.nodes.get(id))
-            .map(|n| n.spec.all_attributes())
-            .unwrap_or_default();
+        seen.attributes = self.nodes.attributes_of(&seen.node);
         self.topology_event(false, |t| Ok(t.sync(seen, from)))
     }
 
