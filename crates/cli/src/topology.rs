@@ -310,6 +310,13 @@ fn print_status(v: &Value, output: Output) -> anyhow::Result<()> {
         v["workers_running"],
         v["workers"].as_array().map_or(0, Vec::len),
     );
+    let requires: Vec<&str> = v["requires"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if !requires.is_empty() {
+        println!("on nodes with {}", requires.join(", "));
+    }
     println!(
         "throughput {:.0} tuples/s from spouts; inter-node {:.0} tuples/s, inter-process {:.0} tuples/s (last {:.1} s); latency p50 {} µs, p99 {} µs",
         f("throughput_tuples_per_s"),

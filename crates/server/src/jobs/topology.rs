@@ -1607,6 +1607,7 @@ impl Cfg {
             "name": run.rec.name,
             "state": run.rec.state,
             "placer": run.rec.placer,
+            "requires": topo.requires,
             "workers_requested": run.rec.workers,
             "generation": run.rec.generation,
             "submitted_ns": run.rec.submitted_ns,

@@ -450,6 +450,11 @@ fn a_topology_that_requires_an_attribute_is_placed_on_the_nodes_that_have_it() {
     };
     let shown = s.topology_submit(requiring("ssd")).expect("submit");
     assert_eq!(nodes_used(&shown), vec!["b".to_string()], "{shown}");
+    assert_eq!(
+        shown["requires"],
+        serde_json::json!(["ssd"]),
+        "`topology show` says so"
+    );
     s.topology_kill("pipe").expect("kill");
     let e = s
         .topology_submit(requiring("fpga"))
