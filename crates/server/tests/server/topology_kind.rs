@@ -255,34 +255,41 @@ fn a_node_the_dead_node_check_declares_dead_loses_its_workers_to_the_nodes_left(
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Registers a 4-core node `name` with `attributes`, and its agent syncs no workers; its id.
+fn join(s: &mut State, name: &str, attributes: Vec<String>) -> u32 {
+    let id = s
+        .register(pb::RegisterRequest {
+            name: name.into(),
+            cores: 4,
+            memory_bytes: 1 << 30,
+            identity: IDENTITY.into(),
+            attributes,
+            ..Default::default()
+        })
+        .expect("register")
+        .node_id;
+    s.topology_sync(
+        WorkersSeen {
+            node: name.into(),
+            cores: 4,
+            // The state fills it in from the registration.
+            attributes: Vec::new(),
+            workers: vec![],
+        },
+        None,
+    )
+    .expect("sync");
+    id
+}
+
 /// A state with two 4-core nodes, `a` and `b`, both syncing workers; `batch_on_a` runs a job of
 /// four one-core tasks on `a` first.
 fn two_nodes(dir: &Path, batch_on_a: bool) -> State {
     let mut s = open(dir);
-    let mut ids = Vec::new();
-    for name in ["a", "b"] {
-        ids.push(
-            s.register(pb::RegisterRequest {
-                name: name.into(),
-                cores: 4,
-                memory_bytes: 1 << 30,
-                identity: IDENTITY.into(),
-                ..Default::default()
-            })
-            .expect("register")
-            .node_id,
-        );
-        s.topology_sync(
-            WorkersSeen {
-                node: name.into(),
-                cores: 4,
-                attributes: Vec::new(),
-                workers: vec![],
-            },
-            None,
-        )
-        .expect("sync");
-    }
+    let ids: Vec<u32> = ["a", "b"]
+        .iter()
+        .map(|name| join(&mut s, name, Vec::new()))
+        .collect();
     if batch_on_a {
         s.submit("job.toml", JOB, "/").expect("submit job");
         let r = s
@@ -422,28 +429,8 @@ fn held_syncs_and_the_idle_tick_wake_when_workers_are_placed_or_stopped_and_only
 fn a_topology_that_requires_an_attribute_is_placed_on_the_nodes_that_have_it() {
     let dir = scratch("requires");
     let mut s = open(&dir);
-    for (name, attributes) in [("a", vec![]), ("b", vec!["ssd".to_string()])] {
-        s.register(pb::RegisterRequest {
-            name: name.into(),
-            cores: 4,
-            memory_bytes: 1 << 30,
-            identity: IDENTITY.into(),
-            attributes,
-            ..Default::default()
-        })
-        .expect("register");
-        s.topology_sync(
-            WorkersSeen {
-                node: name.into(),
-                cores: 4,
-                // The state fills it in from the registration.
-                attributes: Vec::new(),
-                workers: vec![],
-            },
-            None,
-        )
-        .expect("sync");
-    }
+    join(&mut s, "a", Vec::new());
+    join(&mut s, "b", vec!["ssd".to_string()]);
     let requiring = |what: &str| TopologySubmission {
         text: format!("requires = [\"{what}\"]\n{TOPOLOGY}"),
         ..submission()
