@@ -139,7 +139,9 @@ fn the_dashboard_shows_jobs_tasks_and_nodes_and_updates_live_in_a_browser() {
     // About 12 s of steady progress on 4 slots.
     let job = c.write(
         "job.toml",
-        "name = \"dash-demo\"\n[[application]]\nname = \"steady\"\ntasks = 120\n\
+        "name = \"dash-demo\"\n[[application]]\nname = \"steady\"\ntasks = 120\nmax_running = 4\n\
+         [application.cpu]\ncommand = 'sleep 0.4'\n\
+         [[application]]\nname = \"on-ssd\"\ntasks = 2\nrequires = [\"ssd\"]\n\
          [application.cpu]\ncommand = 'sleep 0.4'\n",
     );
     assert!(
@@ -170,6 +172,18 @@ fn the_dashboard_shows_jobs_tasks_and_nodes_and_updates_live_in_a_browser() {
     assert!(
         dom.contains("<div class=\"attrs\" title=\"what jobs may require\">bigmem · ssd</div>"),
         "b's attributes"
+    );
+    // The job's applications, with what they ask of the cluster.
+    assert!(
+        dom.contains("<tr data-app=\"steady\">")
+            && dom.contains("<td class=\"max-running\">4</td>"),
+        "steady's max_running: {dom}"
+    );
+    assert!(
+        dom.contains("<tr data-app=\"on-ssd\">")
+            && dom.contains("<td class=\"requires\">ssd</td>")
+            && dom.contains("<td class=\"max-running\">no limit</td>"),
+        "on-ssd's requires"
     );
     assert!(
         dom.contains("/api/log?job=1&amp;task="),

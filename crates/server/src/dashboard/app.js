@@ -231,12 +231,44 @@ function updateJobTitle(j) {
   $("job-title").textContent = `Job ${j.id} — ${j.name} — ${shownState(j)}: ${j.tasks} tasks, ${c.succeeded || 0} succeeded, ${c.failed || 0} failed, ${c.running || 0} running, ${c.pending || 0} pending`;
 }
 
+// What a job's applications are and ask for: variants, `requires`, `max_running`, measured use;
+// a divisible load's plan or a workflow's balancer above them.
+function renderJobDetail(j) {
+  updateJobTitle(j);
+  const ms = (x) => (x ? human(x * 1e6) : "-");
+  $("apps").querySelector("tbody").innerHTML = (j.apps || []).map((a) => {
+    const c = a.counts || {};
+    const variants = [a.has_cpu ? "cpu" : "", a.has_gpu ? "gpu" : ""].filter(Boolean).join(", ") || "-";
+    const mean = [a.has_cpu ? `cpu ${ms(a.mean_cpu_ms)}` : "", a.has_gpu ? `gpu ${ms(a.mean_gpu_ms)}` : ""].filter(Boolean).join(" · ") || "-";
+    return `<tr data-app="${esc(a.name)}"><td>${esc(a.name)}</td><td>${a.tasks}</td><td>${c.pending || 0}</td><td>${c.running || 0}</td>
+      <td>${c.succeeded || 0}</td><td>${c.failed || 0}</td><td>${c.cancelled || 0}</td><td>${variants}</td>
+      <td class="requires">${esc((a.requires || []).join(", ") || "-")}</td><td class="max-running">${a.max_running || "no limit"}</td>
+      <td>${mean}</td><td>${ms(a.cpu_ms)}</td><td>${bytes(a.max_rss_bytes)}</td></tr>`;
+  }).join("");
+  let kind = "";
+  const d = j.divisible;
+  if (d) {
+    kind = `divisible load <b>${esc(d.name)}</b> (${esc(d.algo)}): ${d.units_done}/${d.units} units, ${d.rounds} round(s)`
+      + ((d.requires || []).length ? ` · on nodes with <span class="requires">${esc(d.requires.join(", "))}</span>` : "")
+      + (d.message ? ` · ${esc(d.message)}` : "");
+  } else if (j.balancer) {
+    kind = `workflow balanced by <b>${esc(j.balancer)}</b>: its launch node sent ${j.launch_sent} and received ${j.launch_received} messages`;
+  }
+  $("job-kind").innerHTML = kind;
+}
+
+async function loadJobDetail() {
+  const id = tasksView.job;
+  const j = await api(`/api/job?id=${id}`);
+  if (id === tasksView.job) renderJobDetail(j);
+}
+
 async function selectJob(id) {
   jobsView.selected = id;
   markSelected();
   tasksView.job = id; tasksView.cursors = [0];
   $("job-detail").hidden = false;
-  updateJobTitle(await api(`/api/job?id=${id}`));
+  await loadJobDetail();
   loadTasks();
 }
 
@@ -265,7 +297,9 @@ async function loadTasks() {
   $("tasks-next").disabled = !page.next_cursor;
   clearTimeout(tasksView.timer);
   // While the job runs, refresh this page only.
-  if (!FINAL.has(tasksView.jobState)) tasksView.timer = setTimeout(loadTasks, 2000);
+  if (!FINAL.has(tasksView.jobState)) {
+    tasksView.timer = setTimeout(() => { loadJobDetail().catch((e) => console.error(e)); loadTasks(); }, 2000);
+  }
 }
 
 $("task-state").addEventListener("change", (e) => { tasksView.state = e.target.value; tasksView.cursors = [0]; loadTasks(); });
