@@ -11,7 +11,7 @@ pub const MAX_NODE_NAME: usize = 253;
 /// Most cores one node may offer.
 pub const MAX_CORES: u32 = 65_536;
 /// Most accelerators one node may offer.
-pub const MAX_ACCELERATORS: usize = 256;
+pub const MAX_ACCELERATORS: usize = hetsched_core::input::cluster::MAX_NODE_ACCELERATORS as usize;
 /// Longest accelerator kind.
 pub const MAX_KIND: usize = 64;
 /// Largest memory one node (or device) may offer: 1 PiB.

@@ -73,6 +73,26 @@ pub struct NodeSpec {
 /// Worker-process slots of a node whose entry names none: Storm's default of four supervisor
 /// ports (6700–6703).
 pub const DEFAULT_SLOTS: u32 = 4;
+/// Most nodes one cluster file describes (`count` included): a typo such as `count = 4294967295`
+/// is refused instead of exhausting memory.
+pub const MAX_CLUSTER_NODES: u64 = 100_000;
+/// Most accelerators on one node (the runtime's bound on an agent's registration too).
+pub const MAX_NODE_ACCELERATORS: u64 = 256;
+/// The range of a core's or an accelerator's `speed` relative to the reference: wide enough for
+/// any real pair of machines, narrow enough that run times stay within the simulator's clock and
+/// the makespan bound's LP stays well conditioned.
+pub const SPEED_RANGE: std::ops::RangeInclusive<f64> = 1e-3..=1e3;
+
+/// Why `speed` is not a usable relative speed, if it is not.
+fn speed_problem(speed: f64) -> Option<String> {
+    (!SPEED_RANGE.contains(&speed)).then(|| {
+        format!(
+            "must be between {} and {} (relative to the reference, 1.0); got {speed}",
+            SPEED_RANGE.start(),
+            SPEED_RANGE.end()
+        )
+    })
+}
 
 /// A group of identical accelerators on a node, as written.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -139,15 +159,19 @@ pub(crate) fn at<T>(s: &Spanned<T>) -> Option<usize> {
 impl AcceleratorSpec {
     /// The devices this entry describes, checked.
     pub fn devices(&self, src: &Source<'_>, field: &str) -> Result<Vec<Accelerator>, InputError> {
-        let speed = *self.speed.get_ref();
-        if !(speed.is_finite() && speed > 0.0) {
+        let count = *self.count.get_ref();
+        if u64::from(count) > MAX_NODE_ACCELERATORS {
             return Err(src.error(
-                at(&self.speed),
-                Some(format!("{field}.speed")),
-                "must be a positive number",
+                at(&self.count),
+                Some(format!("{field}.count")),
+                format!("{count} accelerators; a node has at most {MAX_NODE_ACCELERATORS}"),
             ));
         }
-        Ok((0..*self.count.get_ref())
+        let speed = *self.speed.get_ref();
+        if let Some(problem) = speed_problem(speed) {
+            return Err(src.error(at(&self.speed), Some(format!("{field}.speed")), problem));
+        }
+        Ok((0..count)
             .map(|_| Accelerator {
                 kind: self.kind.clone(),
                 memory_bytes: self.memory.as_u64(),
@@ -224,16 +248,23 @@ pub fn parse_cluster_with_slots(
         if count == 0 {
             return Err(src.error(at(&spec.count), field("count"), "must be at least 1"));
         }
+        if nodes.len() as u64 + u64::from(count) > MAX_CLUSTER_NODES {
+            return Err(src.error(
+                at(&spec.count),
+                field("count"),
+                format!(
+                    "{} nodes in all with these {count}; a cluster file describes at most \
+                     {MAX_CLUSTER_NODES}",
+                    nodes.len() as u64 + u64::from(count)
+                ),
+            ));
+        }
         if *spec.cores.get_ref() == 0 {
             return Err(src.error(at(&spec.cores), field("cores"), "must be at least 1"));
         }
         let speed = *spec.core_speed.get_ref();
-        if !(speed.is_finite() && speed > 0.0) {
-            return Err(src.error(
-                at(&spec.core_speed),
-                field("core_speed"),
-                "must be a positive number",
-            ));
+        if let Some(problem) = speed_problem(speed) {
+            return Err(src.error(at(&spec.core_speed), field("core_speed"), problem));
         }
         let node_slots = spec.slots.as_ref().map_or(DEFAULT_SLOTS, |s| *s.get_ref());
         if let Some(s) = &spec.slots

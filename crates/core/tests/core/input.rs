@@ -170,6 +170,64 @@ accelerator = [{ kind = "c2050", count = 4, speed = 1.0 }]
 }
 
 #[test]
+fn a_cluster_of_absurd_size_or_speed_is_refused_at_the_field_not_allocated() {
+    let err = |text: &str| {
+        parse_cluster("c.toml", text)
+            .expect_err("refused")
+            .to_string()
+    };
+    // Four billion nodes, or accelerators, would exhaust memory before anything else was said.
+    let e = err("[[node]]\nname = \"n\"\ncount = 4294967295\ncores = 2\n");
+    assert!(
+        e.starts_with("c.toml:3:9: node[0].count: 4294967295 nodes in all")
+            && e.contains("at most 100000"),
+        "{e}"
+    );
+    let e = err(
+        "[[node]]\nname = \"a\"\ncount = 60000\ncores = 1\n[[node]]\nname = \"b\"\ncount = 40001\ncores = 1\n",
+    );
+    assert!(
+        e.starts_with("c.toml:7:9: node[1].count: 100001 nodes in all"),
+        "{e}"
+    );
+    let e = err(
+        "[[node]]\nname = \"n\"\ncores = 1\naccelerator = [{ kind = \"k\", count = 100000 }]\n",
+    );
+    assert!(
+        e.contains("node[0].accelerator[0].count: 100000 accelerators; a node has at most 256"),
+        "{e}"
+    );
+    // A speed a billion times the reference's overflows the clock (and made the bound's LP fail
+    // with a message that named neither the file nor the field).
+    for (speed, at) in [
+        ("1e-9", "c.toml:4:14"),
+        ("0", "c.toml:4:14"),
+        ("-1", "c.toml:4:14"),
+    ] {
+        let e = err(&format!(
+            "[[node]]\nname = \"n\"\ncores = 1\ncore_speed = {speed}\n"
+        ));
+        assert!(
+            e.starts_with(&format!(
+                "{at}: node[0].core_speed: must be between 0.001 and 1000"
+            )),
+            "{speed}: {e}"
+        );
+    }
+    let e =
+        err("[[node]]\nname = \"n\"\ncores = 1\naccelerator = [{ kind = \"k\", speed = 1e6 }]\n");
+    assert!(
+        e.contains("node[0].accelerator[0].speed: must be between"),
+        "{e}"
+    );
+    parse_cluster(
+        "c.toml",
+        "[[node]]\nname = \"n\"\ncount = 100000\ncores = 1\ncore_speed = 1000\n",
+    )
+    .expect("at the bounds");
+}
+
+#[test]
 fn retries_default_to_zero_and_bad_values_name_the_field() {
     let job = |retries: &str| {
         format!(
