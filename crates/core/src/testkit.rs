@@ -158,3 +158,123 @@ impl AppBuilder {
         self.app
     }
 }
+
+/// Mangled input files for robustness tests: [`mangle`] applies draws (from a property-test
+/// strategy, or any other source of numbers) to a valid file — values replaced by hostile ones,
+/// lines dropped, doubled or swapped, stray bytes inserted — so every parser, and everything
+/// behind it, can be run against text a careless or hostile user might send.
+pub mod mangle {
+    /// Values that have broken parsers elsewhere: bounds, signs, floats where integers go,
+    /// strings where numbers go, ranges that end before they start, units that overflow.
+    pub const HOSTILE: &[&str] = &[
+        "0",
+        "-1",
+        "1",
+        "4294967295",
+        "4294967296",
+        "9223372036854775807",
+        "18446744073709551615",
+        "1e308",
+        "-1e308",
+        "nan",
+        "inf",
+        "-inf",
+        "0.0",
+        "1.5",
+        "\"\"",
+        "\"0\"",
+        "\"-1s\"",
+        "\"0s\"",
+        "\"1e300s\"",
+        "\"99999999999999999999h\"",
+        "\"18446744073709551615ms\"",
+        "\"1ns\"",
+        "\"1e-30s\"",
+        "\"16EiB\"",
+        "\"99999999999PiB\"",
+        "\"-1GiB\"",
+        "\"1..=0\"",
+        "\"0..=4294967295\"",
+        "\"1..=18446744073709551615\"",
+        "\"5..=5\"",
+        "\"1-100%0\"",
+        "\"0-99:0\"",
+        "[]",
+        "[\"\"]",
+        "[\"gpu\", \"gpu\"]",
+        "{}",
+        "{ mean = \"1s\", cv = -1 }",
+        "{ mean = \"1s\", cv = 1e308 }",
+        "{ mean = \"0s\", cv = 0.5 }",
+        "true",
+        "\"{index}{index}{output:zz}{input:zz}\"",
+        "\"../../etc/passwd\"",
+        "\"\u{0}\"",
+        "\"é😀\"",
+    ];
+
+    /// What a mutation inserts between tokens: broken syntax as well as plausible fields.
+    pub const STRAY: &[&str] = &[
+        "\n",
+        "=",
+        "[",
+        "]]",
+        "[[task]]\n",
+        "[[application]]\n",
+        "[[divisible]]\n",
+        "[[node]]\n",
+        "\"",
+        "'",
+        "#",
+        ",",
+        "\u{0}",
+        "é",
+        "\nname = \"x\"\n",
+        "\ninstances = 1000000000\n",
+        "\ntasks = 4294967295\n",
+    ];
+
+    /// `text` after each draw `(kind, a, b)` in turn (any numbers; they are reduced modulo what
+    /// they index): kind 0–3 replaces the value after the `=` of the `a`-th line that has one
+    /// with `HOSTILE[b]`; 4 drops line `a`; 5 doubles it; 6 swaps lines `a` and `b`; 7 inserts
+    /// `STRAY[b]` at character `a`.
+    pub fn mangle(text: &str, draws: &[(u8, usize, usize)]) -> String {
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        for &(kind, a, b) in draws {
+            if lines.is_empty() {
+                lines.push(String::new());
+            }
+            let n = lines.len();
+            match kind % 8 {
+                0..=3 => {
+                    let with_value: Vec<usize> =
+                        (0..n).filter(|&i| lines[i].contains('=')).collect();
+                    if !with_value.is_empty() {
+                        let i = with_value[a % with_value.len()];
+                        let key = lines[i].split('=').next().unwrap_or_default().to_string();
+                        lines[i] = format!("{key}= {}", HOSTILE[b % HOSTILE.len()]);
+                    }
+                }
+                4 => {
+                    lines.remove(a % n);
+                }
+                5 => {
+                    let l = lines[a % n].clone();
+                    lines.insert(a % n, l);
+                }
+                6 => lines.swap(a % n, b % n),
+                _ => {
+                    let mut joined = lines.join("\n");
+                    let chars = joined.chars().count();
+                    let byte = joined
+                        .char_indices()
+                        .nth(a % (chars + 1))
+                        .map_or(joined.len(), |(i, _)| i);
+                    joined.insert_str(byte, STRAY[b % STRAY.len()]);
+                    lines = joined.lines().map(str::to_string).collect();
+                }
+            }
+        }
+        lines.join("\n") + "\n"
+    }
+}

@@ -7,6 +7,7 @@
 
 use hetsched_core::input::InputError;
 use hetsched_core::input::cluster::parse_cluster;
+use hetsched_core::testkit::mangle::mangle;
 use proptest::prelude::*;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -47,136 +48,9 @@ memory = "1GiB"
 cores = 1
 "#;
 
-/// Values that have broken parsers elsewhere: bounds, signs, floats where integers go, strings
-/// where numbers go, ranges that end before they start, units that overflow.
-const HOSTILE: &[&str] = &[
-    "0",
-    "-1",
-    "1",
-    "4294967295",
-    "4294967296",
-    "9223372036854775807",
-    "18446744073709551615",
-    "1e308",
-    "-1e308",
-    "nan",
-    "inf",
-    "-inf",
-    "0.0",
-    "1.5",
-    "\"\"",
-    "\"0\"",
-    "\"-1s\"",
-    "\"0s\"",
-    "\"1e300s\"",
-    "\"99999999999999999999h\"",
-    "\"18446744073709551615ms\"",
-    "\"1ns\"",
-    "\"1e-30s\"",
-    "\"16EiB\"",
-    "\"99999999999PiB\"",
-    "\"-1GiB\"",
-    "\"1..=0\"",
-    "\"0..=4294967295\"",
-    "\"1..=18446744073709551615\"",
-    "\"5..=5\"",
-    "\"1-100%0\"",
-    "\"0-99:0\"",
-    "[]",
-    "[\"\"]",
-    "[\"gpu\", \"gpu\"]",
-    "{}",
-    "{ mean = \"1s\", cv = -1 }",
-    "{ mean = \"1s\", cv = 1e308 }",
-    "{ mean = \"0s\", cv = 0.5 }",
-    "true",
-    "\"{index}{index}{output:zz}{input:zz}\"",
-    "\"../../etc/passwd\"",
-    "\"\u{0}\"",
-    "\"é😀\"",
-];
-
-/// What a mutation inserts between tokens: broken syntax as well as plausible fields.
-const STRAY: &[&str] = &[
-    "\n",
-    "=",
-    "[",
-    "]]",
-    "[[task]]\n",
-    "[[application]]\n",
-    "[[divisible]]\n",
-    "[[node]]\n",
-    "\"",
-    "'",
-    "#",
-    ",",
-    "\u{0}",
-    "é",
-    "\nname = \"x\"\n",
-    "\ninstances = 1000000000\n",
-    "\ntasks = 4294967295\n",
-];
-
-#[derive(Clone, Debug)]
-enum Mutation {
-    /// The value after the `=` of line `line` (mod lines with one) becomes `HOSTILE[v]`.
-    Value { line: usize, v: usize },
-    /// Line `line` is dropped.
-    Drop { line: usize },
-    /// Line `line` appears twice.
-    Double { line: usize },
-    /// Lines `a` and `b` trade places.
-    Swap { a: usize, b: usize },
-    /// `STRAY[s]` is inserted at character `at`.
-    Insert { at: usize, s: usize },
-}
-
-fn mutation() -> impl Strategy<Value = Mutation> {
-    prop_oneof![
-        4 => (any::<usize>(), 0..HOSTILE.len()).prop_map(|(line, v)| Mutation::Value { line, v }),
-        1 => any::<usize>().prop_map(|line| Mutation::Drop { line }),
-        1 => any::<usize>().prop_map(|line| Mutation::Double { line }),
-        1 => (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Mutation::Swap { a, b }),
-        1 => (any::<usize>(), 0..STRAY.len()).prop_map(|(at, s)| Mutation::Insert { at, s }),
-    ]
-}
-
-fn mutate(text: &str, mutations: &[Mutation]) -> String {
-    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
-    for m in mutations {
-        if lines.is_empty() {
-            lines.push(String::new());
-        }
-        let n = lines.len();
-        match *m {
-            Mutation::Value { line, v } => {
-                let with_value: Vec<usize> = (0..n).filter(|&i| lines[i].contains('=')).collect();
-                if let Some(&i) = with_value.get(line % with_value.len().max(1)) {
-                    let key = lines[i].split('=').next().unwrap_or_default().to_string();
-                    lines[i] = format!("{key}= {}", HOSTILE[v]);
-                }
-            }
-            Mutation::Drop { line } => {
-                lines.remove(line % n);
-            }
-            Mutation::Double { line } => {
-                let l = lines[line % n].clone();
-                lines.insert(line % n, l);
-            }
-            Mutation::Swap { a, b } => lines.swap(a % n, b % n),
-            Mutation::Insert { at, s } => {
-                let mut joined = lines.join("\n");
-                let chars = joined.chars().count();
-                let byte = joined
-                    .char_indices()
-                    .nth(at % (chars + 1))
-                    .map_or(joined.len(), |(b, _)| b);
-                joined.insert_str(byte, STRAY[s]);
-                lines = joined.lines().map(str::to_string).collect();
-            }
-        }
-    }
-    lines.join("\n") + "\n"
+/// Draws for [`mangle`]: one to five mutations of a file.
+fn draws() -> impl Strategy<Value = Vec<(u8, usize, usize)>> {
+    prop::collection::vec(any::<(u8, usize, usize)>(), 1..6)
 }
 
 /// Runs `parse` on `text`; fails the case on a panic or on an error that does not name
@@ -215,8 +89,8 @@ fn example(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-fn mangled(seeds: usize) -> impl Strategy<Value = (usize, Vec<Mutation>)> {
-    (0..seeds, prop::collection::vec(mutation(), 1..6))
+fn mangled(seeds: usize) -> impl Strategy<Value = (usize, Vec<(u8, usize, usize)>)> {
+    (0..seeds, draws())
 }
 
 proptest! {
@@ -234,7 +108,7 @@ proptest! {
             DIVISIBLE_JOB.to_string(),
         ];
         // As the runtime takes a job file: parsed, then its bounds checked.
-        check("job.toml", &mutate(&seeds[seed], &ms), |o, t| {
+        check("job.toml", &mangle(&seeds[seed], &ms), |o, t| {
             let w = parse_workload(o, t)?;
             hetsched_core::input::limits::check(&w).map(|()| w)
         })?;
@@ -245,7 +119,7 @@ proptest! {
         use hetsched_core::input::workflow::parse_workflow;
         use hetsched_core::input::workflow_runtime::parse_runtime_workflow;
         let seeds = [example("workflow-loop.toml"), example("workflow-mm5.toml"), RUNTIME_WORKFLOW.to_string()];
-        let text = mutate(&seeds[seed], &ms);
+        let text = mangle(&seeds[seed], &ms);
         check("wf.toml", &text, parse_workflow)?;
         check("wf.toml", &text, parse_runtime_workflow)?;
     }
@@ -262,7 +136,7 @@ proptest! {
             example("cluster-streams-10.toml"),
             example("latency-pcddb-paper.toml"),
         ];
-        let text = mutate(&seeds[seed], &ms);
+        let text = mangle(&seeds[seed], &ms);
         if seed == 6 {
             let cluster = parse_cluster("c.toml", &example("cluster-pcddb-paper.toml"))
                 .unwrap_or_else(|e| panic!("{e}"));
@@ -289,7 +163,7 @@ proptest! {
             example("binding-figure3.txt"),
             example("traffic-wordcount.csv"),
         ];
-        let text = mutate(&seeds[seed], &ms);
+        let text = mangle(&seeds[seed], &ms);
         match seed {
             0..=4 => check("topology.toml", &text, parse_topology)?,
             5 => check("topology.toml", &text, parse_runnable_topology)?,

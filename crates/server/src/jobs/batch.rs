@@ -54,6 +54,19 @@ fn variant_code(v: Variant) -> u8 {
     }
 }
 
+/// A job's applications with how their tasks are numbered (the same at submission and at a
+/// restart: see [`retention::AppTasks`]).
+fn app_tasks(apps: &[Application], w: &Workload) -> Vec<retention::AppTasks> {
+    apps.iter()
+        .zip(&w.applications)
+        .map(|(a, spec)| retention::AppTasks {
+            app: a.id.0,
+            tasks: a.tasks,
+            indices: spec.indices(),
+        })
+        .collect()
+}
+
 fn variant_of(code: Option<u8>) -> Variant {
     if code == Some(1) {
         Variant::Gpu
@@ -249,10 +262,7 @@ impl Batch {
                 a.submit_time = row.submitted_ns;
             }
             if !summarised.contains(&row.id) {
-                held.push((
-                    row.first_task,
-                    apps.iter().map(|a| (a.id.0, a.tasks)).collect::<Vec<_>>(),
-                ));
+                held.push((row.first_task, app_tasks(&apps, &w)));
             }
             parsed.push((row, w, apps));
         }
@@ -670,18 +680,12 @@ impl Batch {
             held: false,
         };
         let mut rows = Vec::with_capacity(total as usize);
-        for (a, spec) in apps.iter().zip(&w.applications) {
-            // A task's index: from `indices` (`submit --array`), else its position.
-            let indices = spec.indices();
+        for a in app_tasks(&apps, &w) {
             for k in 0..a.tasks {
-                let index = indices
-                    .as_ref()
-                    .and_then(|i| i.get(k as usize))
-                    .map_or(k, |&i| i);
                 rows.push(TaskRow::submitted(
                     first_task + rows.len() as u64,
-                    a.id.0,
-                    index,
+                    a.app,
+                    a.index(k),
                 ));
             }
         }

@@ -7,6 +7,7 @@ mod common;
 mod dispatch;
 mod divisible_kind;
 mod full_disk;
+mod fuzz;
 mod http;
 mod job_ids;
 mod listing;

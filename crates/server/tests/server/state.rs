@@ -180,6 +180,46 @@ fn after_a_restart_finished_tasks_stay_finished_and_running_ones_stay_assigned()
 }
 
 #[test]
+fn an_array_job_keeps_its_listed_indices_across_a_restart() {
+    // `indices = "1-7:2"`: four tasks, indices 1, 3, 5, 7. Until this test, a restart after any
+    // of them ran refused the store as corrupt (it rebuilt indices 0..4), and the tasks still
+    // pending would have run as indices 0..4.
+    let d = dir("array-restart");
+    let job = "[[application]]\nname = \"a\"\nindices = \"1-7:2\"\n[application.cpu]\ncommand = \"true\"\n";
+    {
+        let mut s = open(&d);
+        let n = common::register(&mut s, "n", 1);
+        s.submit("job.toml", job, "/").expect("submit");
+        let r = beat(&mut s, n, &[], &[]);
+        assert_eq!(r.assignments[0].index, 1);
+        beat(&mut s, n, &[], &[(0, 1, true)]);
+    }
+    let mut s = open(&d);
+    let indices: Vec<u32> = s
+        .tasks(1)
+        .expect("tasks")
+        .tasks
+        .iter()
+        .map(|t| t.index)
+        .collect();
+    assert_eq!(indices, [1, 3, 5, 7]);
+    let mut ran = Vec::new();
+    let mut running: Vec<(u64, u32)> = Vec::new();
+    for _ in 0..6 {
+        let done: Vec<(u64, u32, bool)> = running.iter().map(|&(t, a)| (t, a, true)).collect();
+        let r = beat(&mut s, 0, &[], &done);
+        ran.extend(r.assignments.iter().map(|a| a.index));
+        running = assigned(&r);
+    }
+    assert_eq!(
+        ran,
+        [3, 5, 7],
+        "the pending tasks run with their listed indices"
+    );
+    assert_eq!(s.job(1).expect("job").state, "completed");
+}
+
+#[test]
 fn a_refused_submission_stores_nothing_and_cancel_kills_running_tasks() {
     let d = dir("cancel");
     let mut s = open(&d);

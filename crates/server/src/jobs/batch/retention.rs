@@ -42,28 +42,54 @@ pub(super) struct TaskTable {
     end: u64,
 }
 
+/// One application's tasks as its submission numbered them: task `k` of the application (its
+/// `k`-th id) has index `indices[k]` when the job file listed `indices` (`submit --array`), else
+/// `k`. Submission writes the rows from it, and a restart rebuilds the rows it did not read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct AppTasks {
+    /// The application's id.
+    pub app: u32,
+    /// How many tasks it has.
+    pub tasks: u32,
+    /// The listed indices, if any.
+    pub indices: Option<Vec<u32>>,
+}
+
+impl AppTasks {
+    /// The index of the application's `k`-th task.
+    pub fn index(&self, k: u32) -> u32 {
+        self.indices
+            .as_ref()
+            .and_then(|i| i.get(k as usize))
+            .map_or(k, |&i| i)
+    }
+}
+
 impl TaskTable {
     /// The rows of the jobs whose rows are held (`jobs`: each one's first task and its
-    /// applications' ids and task counts, by first task): the `touched` rows read from the
-    /// store (by id; see [`crate::store::Snapshot::tasks`]), and for every other task the row
-    /// its submission wrote — pending, never dispatched.
+    /// applications, by first task): the `touched` rows read from the store (by id; see
+    /// [`crate::store::Snapshot::tasks`]), and for every other task the row its submission
+    /// wrote — pending, never dispatched.
     pub(super) fn from_touched(
         touched: Vec<TaskRow>,
-        jobs: &[(u64, Vec<(u32, u32)>)],
+        jobs: &[(u64, Vec<AppTasks>)],
     ) -> Result<Self, StoreError> {
         let mut table = TaskTable::default();
         let mut touched = touched.into_iter().peekable();
         for (first, apps) in jobs {
-            let total: u64 = apps.iter().map(|&(_, n)| u64::from(n)).sum();
+            let total: u64 = apps.iter().map(|a| u64::from(a.tasks)).sum();
             let mut rows = Vec::with_capacity(total as usize);
             let mut id = *first;
-            for &(app, n) in apps {
-                for index in 0..n {
+            for a in apps {
+                let app = a.app;
+                for k in 0..a.tasks {
+                    let index = a.index(k);
                     let row = match touched.next_if(|r| r.id <= id) {
                         Some(r) if r.id == id && r.app == app && r.index == index => r,
                         Some(r) => {
                             return Err(StoreError::Corrupt(format!(
-                                "task row {} (application {}, index {}) is not task {id}                                  (application {app}, index {index})",
+                                "task row {} (application {}, index {}) is not task {id} \
+                                 (application {app}, index {index})",
                                 r.id, r.app, r.index
                             )));
                         }
@@ -581,7 +607,12 @@ mod tests {
     fn rows_not_read_back_are_the_submitted_pending_rows_of_their_jobs() {
         // Job A: tasks 0..5 (application 0: 3 tasks, application 1: 2); job B (a summarised
         // job's ids 5..7 are not held); job C: tasks 7..9 (application 3).
-        let jobs = vec![(0, vec![(0, 3), (1, 2)]), (7, vec![(3, 2)])];
+        let apps = |a: u32, tasks: u32| AppTasks {
+            app: a,
+            tasks,
+            indices: None,
+        };
+        let jobs = vec![(0, vec![apps(0, 3), apps(1, 2)]), (7, vec![apps(3, 2)])];
         let table = TaskTable::from_touched(vec![ran(1, 0, 1), ran(3, 1, 0), ran(8, 3, 1)], &jobs)
             .expect("consistent");
         let held: Vec<(u64, u32, u32, TaskState)> = table
@@ -619,5 +650,26 @@ mod tests {
                 Err(StoreError::Corrupt(_))
             ));
         }
+    }
+
+    #[test]
+    fn an_array_jobs_rows_keep_their_listed_indices() {
+        // `indices = "1-7:2"`: tasks 0..4 have indices 1, 3, 5, 7; task 1 ran.
+        let jobs = vec![(
+            0,
+            vec![AppTasks {
+                app: 0,
+                tasks: 4,
+                indices: Some(vec![1, 3, 5, 7]),
+            }],
+        )];
+        let table = TaskTable::from_touched(vec![ran(1, 0, 3)], &jobs).expect("consistent");
+        let indices: Vec<u32> = (0..4).map(|i| table[i].index).collect();
+        assert_eq!(indices, [1, 3, 5, 7]);
+        assert_eq!(table[1].state, TaskState::Succeeded);
+        assert!(matches!(
+            TaskTable::from_touched(vec![ran(1, 0, 1)], &jobs),
+            Err(StoreError::Corrupt(_))
+        ));
     }
 }
