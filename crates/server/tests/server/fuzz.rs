@@ -3,9 +3,15 @@
 //! refused with an error that names the file, or it is stored — and then dispatched to two
 //! agents, run to its end or to the beats' budget, and found again, unchanged, by a server
 //! restarted from the same store. Nothing panics on the way, and nothing accepted is lost.
+//!
+//! And a random operator's day: submissions (arrays, throttles, two applications), heartbeats
+//! that report successes and failures, cancels of jobs and of some tasks, holds, releases,
+//! resubmissions, purges and drains, with server restarts between them — after each restart
+//! every job and every task reads exactly as it did before.
 
 use crate::common::{self, heartbeat_request, register_with};
 use hetsched_core::testkit::mangle::mangle;
+use hetsched_proto as pb;
 use hetsched_server::ServerConfig;
 use hetsched_server::convert::Wire;
 use hetsched_server::state::State;
@@ -129,5 +135,134 @@ proptest! {
                 prop_assert_eq!(listing(&s), before, "after a restart\n{}", text);
             }
         }
+    }
+}
+
+const DAY_JOBS: &[&str] = &[
+    "[[application]]\nname = \"plain\"\ntasks = 5\nretries = 1\n[application.cpu]\ncommand = \"true\"\n",
+    "[[application]]\nname = \"array\"\nindices = \"2-11:3\"\nmax_running = 1\n[application.cpu]\ncommand = \"true\"\n",
+    "[[application]]\nname = \"x\"\ntasks = 2\n[application.cpu]\ncommand = \"true\"\ncores = 2\n\
+     [[application]]\nname = \"y\"\nindices = \"7,9\"\npriority = 3\n[application.cpu]\ncommand = \"true\"\n",
+];
+
+#[derive(Clone, Debug)]
+enum Op {
+    Submit(usize),
+    /// Node `0` reports every task it runs ended (`1`: bit k = the k-th failed) and takes more.
+    Beat(usize, u8),
+    Cancel(u64),
+    /// Cancels indices `1` of job `0`.
+    CancelTasks(u64, &'static str),
+    Hold(u64, bool),
+    Resubmit(u64),
+    Purge(u64),
+    Drain(usize, bool),
+    Restart,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        2 => (0..DAY_JOBS.len()).prop_map(Op::Submit),
+        6 => (0..2usize, any::<u8>()).prop_map(|(n, f)| Op::Beat(n, f)),
+        1 => (1..5u64).prop_map(Op::Cancel),
+        1 => (1..5u64, prop::sample::select(vec!["0", "1-3", "5,8", "7", "2-11:3"]))
+            .prop_map(|(j, i)| Op::CancelTasks(j, i)),
+        1 => (1..5u64, any::<bool>()).prop_map(|(j, h)| Op::Hold(j, h)),
+        1 => (1..5u64).prop_map(Op::Resubmit),
+        1 => (1..5u64).prop_map(Op::Purge),
+        1 => (0..2usize, any::<bool>()).prop_map(|(n, d)| Op::Drain(n, d)),
+        2 => Just(Op::Restart),
+    ]
+}
+
+/// Every job and every task as listings show them.
+fn everything(s: &State) -> Vec<String> {
+    let mut out = Vec::new();
+    for j in s.jobs().jobs {
+        out.push(format!(
+            "job {} {} {:?} held={}",
+            j.id, j.state, j.counts, j.held
+        ));
+        if let Ok(t) = s.tasks(j.id) {
+            for t in t.tasks {
+                out.push(format!(
+                    "  task {} {}:{} {} attempt {} node {:?} failed {} {:?}",
+                    t.id, t.app, t.index, t.state, t.attempt, t.node, t.failed_attempts, t.message
+                ));
+            }
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn after_any_day_of_operations_a_restarted_server_reads_as_it_did(
+        ops in prop::collection::vec(op(), 1..40),
+    ) {
+        let dir = common::scratch("fuzz", "day");
+        let mut s = open(&dir);
+        let nodes = [
+            register_with(&mut s, "a", 3, &[]),
+            register_with(&mut s, "b", 2, &[]),
+        ];
+        // What each agent runs: (task, attempt).
+        let mut running: Vec<Vec<(u64, u32)>> = vec![Vec::new(); nodes.len()];
+        for op in ops {
+            match op {
+                Op::Submit(k) => {
+                    s.submit("day.toml", DAY_JOBS[k], "/").expect("a valid job");
+                }
+                Op::Beat(n, failures) => {
+                    let done: Vec<(u64, u32, bool)> = running[n]
+                        .iter()
+                        .enumerate()
+                        .map(|(k, &(t, a))| (t, a, failures >> (k % 8) & 1 == 0))
+                        .collect();
+                    let r = s.heartbeat(heartbeat_request(nodes[n], &[], &done))
+                        .map_err(|e| TestCaseError::fail(format!("heartbeat: {e}")))?;
+                    running[n] = r.assignments.iter().map(|a| (a.task_id, a.attempt)).collect();
+                }
+                Op::Cancel(j) => {
+                    let _ = s.cancel(j);
+                }
+                Op::CancelTasks(j, indices) => {
+                    let _ = s.cancel_tasks(j, "", indices);
+                }
+                Op::Hold(j, h) => {
+                    let _ = s.hold(j, h);
+                }
+                Op::Resubmit(j) => {
+                    let _ = s.resubmit_failed(j);
+                }
+                Op::Purge(j) => {
+                    let _ = s.purge(&pb::PurgeRequest { job_ids: vec![j], ..Default::default() });
+                }
+                Op::Drain(n, d) => {
+                    let _ = s.drain_node(["a", "b"][n], d);
+                }
+                Op::Restart => {
+                    let before = everything(&s);
+                    drop(s);
+                    s = open(&dir);
+                    let after = everything(&s);
+                    prop_assert_eq!(after, before);
+                }
+            }
+        }
+        // Whatever happened, the agents' work ends and the server can be restarted once more.
+        for _ in 0..30 {
+            for n in 0..nodes.len() {
+                let done: Vec<(u64, u32, bool)> = running[n].iter().map(|&(t, a)| (t, a, true)).collect();
+                let r = s.heartbeat(heartbeat_request(nodes[n], &[], &done))
+                    .map_err(|e| TestCaseError::fail(format!("heartbeat: {e}")))?;
+                running[n] = r.assignments.iter().map(|a| (a.task_id, a.attempt)).collect();
+            }
+        }
+        let before = everything(&s);
+        drop(s);
+        prop_assert_eq!(everything(&open(&dir)), before);
     }
 }
