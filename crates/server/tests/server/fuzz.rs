@@ -143,6 +143,10 @@ const DAY_JOBS: &[&str] = &[
     "[[application]]\nname = \"array\"\nindices = \"2-11:3\"\nmax_running = 1\n[application.cpu]\ncommand = \"true\"\n",
     "[[application]]\nname = \"x\"\ntasks = 2\n[application.cpu]\ncommand = \"true\"\ncores = 2\n\
      [[application]]\nname = \"y\"\nindices = \"7,9\"\npriority = 3\n[application.cpu]\ncommand = \"true\"\n",
+    "balancer = \"centralised\"\n[[task]]\nname = \"A\"\ninstances = \"1..=3\"\ncost = \"1s\"\noutputs = [\"m\"]\n\
+     command = \"true\"\n[[task]]\nname = \"B\"\ninstances = 2\ncost = \"1s\"\ninputs = [\"m\"]\ncommand = \"true\"\n",
+    "balancer = \"pcddb\"\n[[task]]\nname = \"A\"\ninstances = \"1..=4\"\ncost = \"1s\"\noutputs = [\"m\"]\n\
+     command = \"true\"\n[[task]]\nname = \"B\"\ninstances = \"1..=4\"\ncost = \"1s\"\ninputs = [\"m\"]\ncommand = \"true\"\n",
 ];
 
 #[derive(Clone, Debug)]
