@@ -270,3 +270,207 @@ proptest! {
         prop_assert_eq!(everything(&open(&dir)), before);
     }
 }
+
+#[derive(Clone, Debug)]
+enum DivOp {
+    /// units, algorithm, whether chunk outputs are gathered.
+    Submit(u64, &'static str, bool),
+    /// Agent `0` asks for a chunk.
+    Ask(usize),
+    /// Agent `0` reports the `1`-th chunk it holds, succeeded or not (`2`).
+    Done(usize, usize, bool),
+    Cancel(u64),
+    /// Agent `0`'s process restarts: it holds nothing, under a new incarnation.
+    AgentRestart(usize),
+    Restart,
+}
+
+fn div_op() -> impl Strategy<Value = DivOp> {
+    prop_oneof![
+        1 => (
+            prop::sample::select(vec![10u64, 37, 100]),
+            prop::sample::select(vec!["umr", "umrlm", "rumr", "static"]),
+            any::<bool>(),
+        )
+            .prop_map(|(u, a, o)| DivOp::Submit(u, a, o)),
+        5 => (0..2usize).prop_map(DivOp::Ask),
+        5 => (0..2usize, any::<usize>(), prop::bool::weighted(0.85))
+            .prop_map(|(n, k, ok)| DivOp::Done(n, k, ok)),
+        1 => (1..4u64).prop_map(DivOp::Cancel),
+        1 => (0..2usize).prop_map(DivOp::AgentRestart),
+        2 => Just(DivOp::Restart),
+    ]
+}
+
+/// Every job, and every divisible job's chunks, as listings show them.
+fn divisible_view(s: &State) -> Vec<String> {
+    let mut out = Vec::new();
+    for j in s.jobs().jobs {
+        out.push(format!("job {} {} {:?}", j.id, j.state, j.counts));
+        if let Some(d) = s.job(j.id).ok().and_then(|j| j.divisible) {
+            out.push(format!(
+                "  {} of {} units, {} rounds",
+                d.units_done, d.units, d.rounds
+            ));
+            for c in d.chunks {
+                out.push(format!(
+                    "  chunk {} round {} [{}, {}) {} on {}",
+                    c.chunk, c.round, c.start, c.end, c.state, c.worker
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// An agent of the divisible day: what it holds and its process's incarnation.
+struct DivAgent {
+    name: &'static str,
+    incarnation: u32,
+    holding: Vec<hetsched_server::jobs::divisible::ChunkOrder>,
+}
+
+impl DivAgent {
+    fn ask(&mut self, s: &mut State) -> Result<(), TestCaseError> {
+        use hetsched_server::jobs::divisible::{ChunkKey, ChunkRequest};
+        let reply = s
+            .on_next_chunk(ChunkRequest {
+                name: self.name.into(),
+                memory_bytes: 1 << 30,
+                incarnation: format!("{}-{}", self.name, self.incarnation),
+                holding: self
+                    .holding
+                    .iter()
+                    .map(|o| ChunkKey {
+                        job_id: o.job_id,
+                        chunk: o.chunk,
+                    })
+                    .collect(),
+                room: self.holding.len() < 2,
+                attributes: Vec::new(),
+            })
+            .map_err(|e| TestCaseError::fail(format!("{}: next chunk: {e}", self.name)))?;
+        self.holding.retain(|o| {
+            !reply
+                .drop
+                .iter()
+                .any(|k| k.job_id == o.job_id && k.chunk == o.chunk)
+        });
+        self.holding.extend(reply.orders);
+        Ok(())
+    }
+
+    /// Reports the `k`-th chunk it holds; a success writes `START END` as its output.
+    fn done(&mut self, s: &mut State, dir: &Path, k: usize, ok: bool) -> Result<(), TestCaseError> {
+        use hetsched_server::jobs::divisible::ChunkResult;
+        if self.holding.is_empty() {
+            return Ok(());
+        }
+        let o = self.holding.remove(k % self.holding.len());
+        let jd = dir.join("divisible").join(format!("job-{}", o.job_id));
+        let tmp = jd.join(format!("chunk-{}.part", o.chunk));
+        let output = ok && jd.is_dir();
+        if output {
+            std::fs::write(&tmp, format!("{} {}\n", o.start, o.end)).expect("output");
+        }
+        let result = ChunkResult {
+            job_id: o.job_id,
+            chunk: o.chunk,
+            success: ok,
+            message: if ok { String::new() } else { "exit 1".into() },
+            transfer_ns: 1_000,
+            compute_ns: 1_000_000 * (o.end - o.start).max(1),
+        };
+        s.on_chunk_done(&result, output.then_some(tmp.as_path()))
+            .map_err(|e| TestCaseError::fail(format!("{}: chunk done: {e}", self.name)))?;
+        Ok(())
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn after_any_day_of_divisible_loads_a_restarted_server_reads_as_it_did_and_every_load_ends(
+        ops in prop::collection::vec(div_op(), 1..40),
+    ) {
+        let dir = common::scratch("fuzz", "divisible-day");
+        let mut s = open(&dir);
+        register_with(&mut s, "a", 2, &[]);
+        register_with(&mut s, "b", 2, &[]);
+        let mut agents = [
+            DivAgent { name: "a", incarnation: 0, holding: Vec::new() },
+            DivAgent { name: "b", incarnation: 0, holding: Vec::new() },
+        ];
+        let mut gathered: Vec<(u64, u64)> = Vec::new();
+        for op in ops {
+            match op {
+                DivOp::Submit(units, algo, concat) => {
+                    let text = format!(
+                        "[[divisible]]\nname = \"load\"\nunits = {units}\ncommand = \"echo {{start}} {{end}}\"\n\
+                         algo = \"{algo}\"\nretries = 1\n{}",
+                        if concat { "output = \"concat\"\n" } else { "" }
+                    );
+                    let r = s.submit("load.toml", &text, "/").expect("a valid load");
+                    if concat {
+                        gathered.push((r.job_id, units));
+                    }
+                }
+                DivOp::Ask(n) => agents[n].ask(&mut s)?,
+                DivOp::Done(n, k, ok) => agents[n].done(&mut s, &dir, k, ok)?,
+                DivOp::Cancel(j) => {
+                    let _ = s.cancel(j);
+                }
+                DivOp::AgentRestart(n) => {
+                    agents[n].incarnation += 1;
+                    agents[n].holding.clear();
+                }
+                DivOp::Restart => {
+                    let before = divisible_view(&s);
+                    drop(s);
+                    s = open(&dir);
+                    prop_assert_eq!(divisible_view(&s), before);
+                }
+            }
+        }
+        // The agents go on asking and succeeding: every load ends. A chunk out on an agent
+        // that no longer holds it (its process restarted while the server was down, so no
+        // incarnation tells) is lost once the reply could no longer be on its way, 2 s on.
+        let all_ended = |s: &State| {
+            s.jobs().jobs.iter().all(|j| ["completed", "failed", "cancelled"].contains(&j.state.as_str()))
+        };
+        for round in 0..2 {
+            if round == 1 && !all_ended(&s) {
+                std::thread::sleep(std::time::Duration::from_millis(2_100));
+            }
+            for _ in 0..200 {
+                for a in &mut agents {
+                    a.ask(&mut s)?;
+                    while !a.holding.is_empty() {
+                        a.done(&mut s, &dir, 0, true)?;
+                    }
+                }
+            }
+        }
+        for j in s.jobs().jobs {
+            prop_assert!(
+                ["completed", "failed", "cancelled"].contains(&j.state.as_str()),
+                "job {} is still {}: {:#?}", j.id, j.state, divisible_view(&s)
+            );
+        }
+        // A completed load's gathered output covers its units once, in order.
+        for (id, units) in gathered {
+            if s.job(id).map(|j| j.state).ok().as_deref() != Some("completed") {
+                continue;
+            }
+            let out = std::fs::read_to_string(s.divisible_output(id).expect("output")).expect("read");
+            let mut next = 0;
+            for line in out.lines() {
+                let (a, b) = line.split_once(' ').expect("START END");
+                prop_assert_eq!(a.parse::<u64>().ok(), Some(next), "{}", out);
+                next = b.parse().expect("END");
+            }
+            prop_assert_eq!(next, units, "{}", out);
+        }
+    }
+}
