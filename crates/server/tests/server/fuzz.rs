@@ -84,6 +84,19 @@ fn open(dir: &Path) -> State {
     State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state")
 }
 
+/// A server whose retention rule keeps the two newest finished jobs.
+fn open_retaining(dir: &Path) -> State {
+    let config = ServerConfig {
+        data_dir: dir.to_path_buf(),
+        retention: Some(hetsched_server::config::RetentionConfig {
+            keep_finished: None,
+            keep_jobs: Some(2),
+        }),
+        ..Default::default()
+    };
+    State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state")
+}
+
 /// Each job's id, state and task count, as a listing shows them.
 fn listing(s: &State) -> Vec<(u64, String, u64)> {
     s.jobs()
@@ -161,6 +174,10 @@ enum Op {
     Resubmit(u64),
     Purge(u64),
     Drain(usize, bool),
+    /// Finished jobs' task rows leave memory.
+    Evict,
+    /// The retention rule (keep the two newest finished jobs) purges the others.
+    Retain,
     Restart,
 }
 
@@ -175,6 +192,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (1..5u64).prop_map(Op::Resubmit),
         1 => (1..5u64).prop_map(Op::Purge),
         1 => (0..2usize, any::<bool>()).prop_map(|(n, d)| Op::Drain(n, d)),
+        1 => Just(Op::Evict),
+        1 => Just(Op::Retain),
         2 => Just(Op::Restart),
     ]
 }
@@ -207,7 +226,7 @@ proptest! {
         ops in prop::collection::vec(op(), 1..40),
     ) {
         let dir = common::scratch("fuzz", "day");
-        let mut s = open(&dir);
+        let mut s = open_retaining(&dir);
         let nodes = [
             register_with(&mut s, "a", 3, &[]),
             register_with(&mut s, "b", 2, &[]),
@@ -247,10 +266,16 @@ proptest! {
                 Op::Drain(n, d) => {
                     let _ = s.drain_node(["a", "b"][n], d);
                 }
+                Op::Evict => {
+                    s.evict_finished();
+                }
+                Op::Retain => {
+                    s.apply_retention().map_err(|e| TestCaseError::fail(format!("retention: {e}")))?;
+                }
                 Op::Restart => {
                     let before = everything(&s);
                     drop(s);
-                    s = open(&dir);
+                    s = open_retaining(&dir);
                     let after = everything(&s);
                     prop_assert_eq!(after, before);
                 }
@@ -267,7 +292,7 @@ proptest! {
         }
         let before = everything(&s);
         drop(s);
-        prop_assert_eq!(everything(&open(&dir)), before);
+        prop_assert_eq!(everything(&open_retaining(&dir)), before);
     }
 }
 
