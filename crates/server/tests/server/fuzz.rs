@@ -158,7 +158,7 @@ const DAY_JOBS: &[&str] = &[
      [[application]]\nname = \"y\"\nindices = \"7,9\"\npriority = 3\n[application.cpu]\ncommand = \"true\"\n",
     "balancer = \"centralised\"\n[[task]]\nname = \"A\"\ninstances = \"1..=3\"\ncost = \"1s\"\noutputs = [\"m\"]\n\
      command = \"true\"\n[[task]]\nname = \"B\"\ninstances = 2\ncost = \"1s\"\ninputs = [\"m\"]\ncommand = \"true\"\n",
-    "balancer = \"pcddb\"\n[[task]]\nname = \"A\"\ninstances = \"1..=4\"\ncost = \"1s\"\noutputs = [\"m\"]\n\
+    "balancer = \"pcddb\"\n[[task]]\nname = \"A\"\ninstances = \"1..=4\"\nprocesses = 2\ncost = \"1s\"\noutputs = [\"m\"]\n\
      command = \"true\"\n[[task]]\nname = \"B\"\ninstances = \"1..=4\"\ncost = \"1s\"\ninputs = [\"m\"]\ncommand = \"true\"\n",
 ];
 
