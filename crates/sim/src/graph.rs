@@ -564,8 +564,8 @@ pub fn simulate_graph(
         handler_free: vec![0; n],
         last_progress: 0,
         // Far longer than any instance, any queue of MT instances, and many check rounds.
-        stall_after: (longest * (config.thresholds.mt as f64 + 2.0)) as Time
-            + 1000 * config.check_interval,
+        stall_after: ((longest * (config.thresholds.mt as f64 + 2.0)) as Time)
+            .saturating_add(config.check_interval.saturating_mul(1000)),
         makespan: 0,
         error: None,
     };

@@ -18,7 +18,12 @@ impl<'de> Deserialize<'de> for Duration {
             Text(String),
         }
         match Raw::deserialize(d)? {
-            Raw::Secs(s) if s.is_finite() && s >= 0.0 => Ok(Duration(crate::time::secs(s))),
+            Raw::Secs(s) if s.is_finite() && s >= 0.0 && crate::time::secs(s) <= MAX_DURATION => {
+                Ok(Duration(crate::time::secs(s)))
+            }
+            Raw::Secs(s) if s.is_finite() && s >= 0.0 => Err(D::Error::custom(format!(
+                "invalid duration {s}: at most 10 years (315360000 seconds)"
+            ))),
             Raw::Secs(s) => Err(D::Error::custom(format!(
                 "invalid duration {s}: expected a non-negative number of seconds"
             ))),
@@ -42,7 +47,22 @@ impl std::str::FromStr for Duration {
     }
 }
 
+/// The longest duration a submitted file may write (ten years): longer ones are typos, and one
+/// near the clock's end (`u64` nanoseconds, 584 years) would saturate every time it is added to.
+pub const MAX_DURATION: Time = 10 * 365 * 24 * 3600 * crate::time::NANOS_PER_SEC;
+
 fn parse_duration(text: &str) -> Result<Time, String> {
+    let t = parse_any_duration(text)?;
+    if t > MAX_DURATION {
+        return Err(format!(
+            "invalid duration `{}`: at most 10 years (87600h)",
+            text.trim()
+        ));
+    }
+    Ok(t)
+}
+
+fn parse_any_duration(text: &str) -> Result<Time, String> {
     // humantime rejects fractional units ("23.6s"); accept them as users write them.
     let t = text.trim();
     if let Some((num, unit)) = t
@@ -127,6 +147,39 @@ mod tests {
         assert_eq!(parse_duration("250ms"), Ok(250_000_000));
         assert_eq!(parse_duration("2m"), Ok(120_000_000_000));
         assert!(parse_duration("5 parsecs").is_err());
+    }
+
+    #[test]
+    fn a_duration_over_ten_years_is_refused_not_saturated() {
+        assert_eq!(parse_duration("87600h"), Ok(MAX_DURATION));
+        // 10⁹ hours is past the clock's end: it used to read as 584 years, silently.
+        for text in ["87601h", "1000000000h", "1e300s", "400 years"] {
+            let e = parse_duration(text).expect_err(text);
+            assert!(
+                e.contains("at most 10 years") || e.contains("invalid duration"),
+                "{text}: {e}"
+            );
+        }
+        let e = parse_duration("1000000000h").expect_err("too long");
+        assert_eq!(
+            e,
+            "invalid duration `1000000000h`: at most 10 years (87600h)"
+        );
+        let read = |v: &str| {
+            toml::from_str::<toml::Table>(&format!("d = {v}"))
+                .expect("toml")
+                .get("d")
+                .cloned()
+                .expect("d")
+                .try_into::<Duration>()
+        };
+        assert_eq!(read("60").map(|d| d.0), Ok(60_000_000_000));
+        assert!(
+            read("1e12")
+                .expect_err("too long")
+                .to_string()
+                .contains("at most 10 years")
+        );
     }
 
     #[test]
