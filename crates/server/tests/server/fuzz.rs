@@ -499,3 +499,161 @@ proptest! {
         }
     }
 }
+
+const DAY_TOPOLOGY: &str = r#"
+[[component]]
+name = "numbers"
+kind = "spout"
+parallelism = 2
+cpu = 50.0
+builtin = "sequence-spout"
+
+[[component]]
+name = "keep"
+kind = "bolt"
+parallelism = 3
+cpu = 40.0
+builtin = "filter"
+
+[[stream]]
+from = "numbers"
+to = "keep"
+grouping = "shuffle"
+rate = 10.0
+"#;
+
+#[derive(Clone, Debug)]
+enum TopoOp {
+    /// Topology `t0` or `t1` under a placer.
+    Submit(usize, &'static str),
+    /// Node `0`'s agent syncs, running what it was last told to.
+    Sync(usize),
+    /// Node `0`'s agent restarts: it runs no worker.
+    AgentRestart(usize),
+    Kill(usize),
+    Rebalance(usize),
+    Tick,
+    Restart,
+}
+
+fn topo_op() -> impl Strategy<Value = TopoOp> {
+    prop_oneof![
+        1 => (0..2usize, prop::sample::select(vec!["one-phase", "even", "resource-aware", "two-phase"]))
+            .prop_map(|(t, p)| TopoOp::Submit(t, p)),
+        5 => (0..2usize).prop_map(TopoOp::Sync),
+        1 => (0..2usize).prop_map(TopoOp::AgentRestart),
+        1 => (0..2usize).prop_map(TopoOp::Kill),
+        1 => (0..2usize).prop_map(TopoOp::Rebalance),
+        1 => Just(TopoOp::Tick),
+        2 => Just(TopoOp::Restart),
+    ]
+}
+
+/// Every topology as `topology list` and `show` print it, less what only the agents' next syncs
+/// say (which nodes are alive, which workers run with which process and address, and so the
+/// cores running workers hold): a restarted server learns that again from the first syncs.
+fn topology_view(s: &State) -> Vec<String> {
+    const LIVE: &[&str] = &[
+        "nodes_alive",
+        "workers_running",
+        "addr",
+        "pid",
+        "rss_bytes",
+        "remote_out",
+        "running_in_worker",
+        "started_ns",
+    ];
+    fn strip(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(o) => {
+                o.retain(|k, _| !LIVE.contains(&k.as_str()));
+                o.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let stored = |mut v: serde_json::Value| {
+        strip(&mut v);
+        v.to_string()
+    };
+    let mut out = vec![stored(s.topology_list())];
+    for t in ["t0", "t1"] {
+        out.push(s.topology_show(t).map_or_else(|e| e.to_string(), stored));
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn after_any_day_of_stream_topologies_a_restarted_server_reads_as_it_did(
+        ops in prop::collection::vec(topo_op(), 1..30),
+    ) {
+        use hetsched_server::jobs::topology::{TopologySubmission, WorkerSeen, WorkersSeen};
+        let dir = common::scratch("fuzz", "topology-day");
+        let mut s = open(&dir);
+        let names = ["a", "b"];
+        for name in names {
+            register_with(&mut s, name, 4, &[]);
+        }
+        // What each agent runs: (topology, generation, worker).
+        let mut runs: Vec<Vec<(String, u64, u32)>> = vec![Vec::new(); 2];
+        for op in ops {
+            match op {
+                TopoOp::Submit(t, placer) => {
+                    let _ = s.topology_submit(TopologySubmission {
+                        origin: "t.toml".into(),
+                        text: format!("name = \"t{t}\"\n{DAY_TOPOLOGY}"),
+                        base_dir: "/".into(),
+                        placer: placer.into(),
+                        interval_ms: 0,
+                        max_utilisation: 0.9,
+                        ..Default::default()
+                    });
+                }
+                TopoOp::Sync(n) => {
+                    let workers = runs[n]
+                        .iter()
+                        .map(|(t, g, w)| WorkerSeen {
+                            topology: t.clone(),
+                            generation: *g,
+                            worker: *w,
+                            addr: format!("127.0.0.1:{}", 1000 + w),
+                            pid: 4000 + w,
+                            report: None,
+                        })
+                        .collect();
+                    let told = s
+                        .topology_sync(
+                            WorkersSeen { node: names[n].into(), cores: 4, attributes: Vec::new(), workers },
+                            None,
+                        )
+                        .map_err(|e| TestCaseError::fail(format!("sync: {e}")))?;
+                    runs[n] = told
+                        .workers
+                        .iter()
+                        .map(|o| (o.topology.clone(), o.generation, o.worker))
+                        .collect();
+                }
+                TopoOp::AgentRestart(n) => runs[n].clear(),
+                TopoOp::Kill(t) => {
+                    let _ = s.topology_kill(&format!("t{t}"));
+                }
+                TopoOp::Rebalance(t) => {
+                    let _ = s.topology_rebalance(&format!("t{t}"));
+                }
+                TopoOp::Tick => {
+                    s.topology_tick().map_err(|e| TestCaseError::fail(format!("tick: {e}")))?;
+                }
+                TopoOp::Restart => {
+                    let before = topology_view(&s);
+                    drop(s);
+                    s = open(&dir);
+                    prop_assert_eq!(topology_view(&s), before);
+                }
+            }
+        }
+    }
+}
