@@ -65,7 +65,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
@@ -273,6 +273,10 @@ pub struct Topology {
     cfg: Cfg,
     /// Cores each running worker holds in the view: (topology, worker) → (node, wanted, taken).
     held: HashMap<(String, u32), (u32, u32, u32)>,
+    /// Nodes whose agents have not synced since the store was read at start-up: their workers
+    /// outlive a server restart, so the placement's workers on them are taken to run (and hold
+    /// their cores) until the first sync says what really runs.
+    unsynced: HashSet<String>,
     /// Cores in use in the view on each node (by batch tasks and every topology's workers), by
     /// node name, with the node's id, as of the last event ([`Topology::see_view`]).
     in_use: HashMap<String, (u32, u32)>,
@@ -718,9 +722,15 @@ impl Topology {
     /// Rebuilds the kind from its stored records (a server restart, or a rollback).
     pub fn restore(records: Vec<Record>, dead_timeout: Duration) -> Self {
         let mut runs = BTreeMap::new();
+        let mut unsynced = HashSet::new();
         for rec in records {
             match parse_runnable_topology(&rec.origin, &rec.text) {
                 Ok(topo) => {
+                    if rec.state == "running"
+                        && let Some(p) = &rec.placement
+                    {
+                        unsynced.extend(p.workers.iter().map(|(node, _)| node.clone()));
+                    }
                     runs.insert(rec.name.clone(), Run::new(rec, topo, 0));
                 }
                 Err(e) => tracing::error!("stored topology {} no longer parses: {e}", rec.name),
@@ -738,6 +748,7 @@ impl Topology {
                 epoch: Instant::now(),
             },
             held: HashMap::new(),
+            unsynced,
             in_use: HashMap::new(),
             changes: super::Changes::default(),
         }
@@ -801,6 +812,7 @@ impl Topology {
         self.metrics = old.metrics.clone();
         self.cfg = old.cfg;
         self.inner.nodes = std::mem::take(&mut old.inner.nodes);
+        self.unsynced = std::mem::take(&mut old.unsynced);
         for (name, run) in self.inner.runs.iter_mut() {
             let Some(o) = old.inner.runs.remove(name) else {
                 continue;
@@ -829,8 +841,11 @@ impl Topology {
                 continue;
             }
             let loads = run.topo.topology.declared_loads();
-            for w in run.live.keys() {
-                let Some((node, _)) = p.workers.get(*w as usize) else {
+            let assumed = (0..p.workers.len() as u32)
+                .filter(|&w| self.unsynced.contains(&p.workers[w as usize].0))
+                .filter(|w| !run.live.contains_key(w));
+            for w in run.live.keys().copied().chain(assumed) {
+                let Some((node, _)) = p.workers.get(w as usize) else {
                     continue;
                 };
                 let Some(id) = nodes.by_name(node) else {
@@ -840,11 +855,11 @@ impl Topology {
                     .assignment
                     .iter()
                     .enumerate()
-                    .filter(|(_, a)| **a == *w)
+                    .filter(|(_, a)| **a == w)
                     .map(|(e, _)| loads.get(e).copied().unwrap_or(0.0))
                     .sum();
                 let cores = (percent / 100.0).ceil().max(0.0) as u32;
-                want.insert((run.rec.name.clone(), *w), (id, cores));
+                want.insert((run.rec.name.clone(), w), (id, cores));
             }
         }
         self.held.retain(|k, (node, wanted, taken)| {
@@ -886,6 +901,9 @@ impl Topology {
             .filter(|n| !n.alive || n.removed)
             .map(|n| n.spec.name.clone())
             .collect();
+        // A node declared dead (or removed) runs nothing any more, restarted server or not.
+        let down = &self.inner.down;
+        self.unsynced.retain(|n| !down.contains(n));
     }
 
     /// Cores the running workers hold on node `node` (for tests and listings).
@@ -1165,6 +1183,7 @@ impl Topology {
 
     /// One agent's sync: records its workers and reports, answers what it should run.
     pub fn sync(&mut self, req: WorkersSeen, from: Option<std::net::IpAddr>) -> WorkersToRun {
+        self.unsynced.remove(&req.node);
         let inner = &mut self.inner;
         let now = self.cfg.core_now();
         let held = inner.nodes.get(&req.node).map_or(0, |n| n.held);

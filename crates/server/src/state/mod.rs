@@ -239,12 +239,15 @@ impl State {
                 now: now_ns(),
             },
         )?;
-        let jobs = Jobs {
+        let mut jobs = Jobs {
             batch,
             divisible,
             topology,
             workflow,
         };
+        // Stream workers outlive a restart: the placements' workers hold their cores until their
+        // agents' first syncs say what runs.
+        jobs.topology.rebook(&mut view, &nodes);
         Ok(State {
             store,
             view,

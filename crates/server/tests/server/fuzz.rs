@@ -550,12 +550,13 @@ fn topo_op() -> impl Strategy<Value = TopoOp> {
 }
 
 /// Every topology as `topology list` and `show` print it, less what only the agents' next syncs
-/// say (which nodes are alive, which workers run with which process and address, and so the
-/// cores running workers hold): a restarted server learns that again from the first syncs.
+/// say (which nodes are alive, which workers run — or still drain after a move — with which
+/// process and address): a restarted server learns that again from the first syncs.
 fn topology_view(s: &State) -> Vec<String> {
     const LIVE: &[&str] = &[
         "nodes_alive",
         "workers_running",
+        "workers_draining",
         "addr",
         "pid",
         "rss_bytes",
@@ -595,9 +596,7 @@ proptest! {
         let dir = common::scratch("fuzz", "topology-day");
         let mut s = open(&dir);
         let names = ["a", "b"];
-        for name in names {
-            register_with(&mut s, name, 4, &[]);
-        }
+        let nodes = names.map(|name| register_with(&mut s, name, 4, &[]));
         // What each agent runs: (topology, generation, worker).
         let mut runs: Vec<Vec<(String, u64, u32)>> = vec![Vec::new(); 2];
         for op in ops {
@@ -649,9 +648,20 @@ proptest! {
                 }
                 TopoOp::Restart => {
                     let before = topology_view(&s);
+                    let held = |s: &State| nodes.map(|n| s.topology_held_cores(n));
+                    let held_before = held(&s);
                     drop(s);
                     s = open(&dir);
                     prop_assert_eq!(topology_view(&s), before);
+                    // Workers outlive a server restart: until its agent syncs, a node's running
+                    // workers keep their cores (batch tasks do not take them meanwhile).
+                    let held_after = held(&s);
+                    for k in 0..2 {
+                        prop_assert!(
+                            held_after[k] >= held_before[k],
+                            "node {k}: {} cores held before the restart, {} after", held_before[k], held_after[k]
+                        );
+                    }
                 }
             }
         }

@@ -457,3 +457,43 @@ fn a_topology_that_requires_an_attribute_is_placed_on_the_nodes_that_have_it() {
     assert_eq!(nodes_used(&shown), vec!["a".to_string()], "{shown}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Stream workers outlive a server restart, so a restarted server holds their cores on their
+/// nodes from the start, as the server before it did: batch tasks dispatched before the agent's
+/// first worker sync do not oversubscribe the node. (Until this test, the cores were free until
+/// that sync.)
+#[test]
+fn after_a_restart_a_running_workers_cores_are_held_before_its_agent_syncs() {
+    let dir = scratch("restart-held");
+    let n = {
+        let mut s = open(&dir);
+        let n = s
+            .register(pb::RegisterRequest {
+                name: "n".into(),
+                cores: 4,
+                memory_bytes: 1 << 30,
+                identity: IDENTITY.into(),
+                ..Default::default()
+            })
+            .expect("register")
+            .node_id;
+        sync(&mut s, vec![]);
+        s.topology_submit(submission()).expect("submit");
+        sync(&mut s, vec![running_worker(1)]);
+        assert_eq!(s.topology_held_cores(n), 2);
+        n
+    }; // the server dies; the worker runs on
+    let mut s = open(&dir);
+    assert_eq!(s.topology_held_cores(n), 2, "held before any sync");
+    s.submit("job.toml", JOB, "/").expect("submit job");
+    let r = s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
+    assert_eq!(
+        r.assignments.len(),
+        2,
+        "batch tasks get only the cores the worker does not hold"
+    );
+    // The agent syncs and runs the worker: still held, now as a worker seen running.
+    sync(&mut s, vec![running_worker(1)]);
+    assert_eq!(s.topology_held_cores(n), 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
