@@ -165,6 +165,8 @@ const DAY_JOBS: &[&str] = &[
 #[derive(Clone, Debug)]
 enum Op {
     Submit(usize),
+    /// Job file `0`, to run after job `1` completed (or, with `2`, ended however).
+    SubmitAfter(usize, u64, bool),
     /// Node `0` reports every task it runs ended (`1`: bit k = the k-th failed) and takes more.
     Beat(usize, u8),
     Cancel(u64),
@@ -184,6 +186,7 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         2 => (0..DAY_JOBS.len()).prop_map(Op::Submit),
+        1 => (0..3usize, 1..5u64, any::<bool>()).prop_map(|(k, j, any)| Op::SubmitAfter(k, j, any)),
         6 => (0..2usize, any::<u8>()).prop_map(|(n, f)| Op::Beat(n, f)),
         1 => (1..5u64).prop_map(Op::Cancel),
         1 => (1..5u64, prop::sample::select(vec!["0", "1-3", "5,8", "7", "2-11:3"]))
@@ -238,6 +241,17 @@ proptest! {
                 Op::Submit(k) => {
                     s.submit("day.toml", DAY_JOBS[k], "/").expect("a valid job");
                 }
+                Op::SubmitAfter(k, j, any) => {
+                    // Refused when job `j` does not exist (or was purged); else stored.
+                    let _ = s.on_submit(hetsched_server::state::types::Submission {
+                        origin: "after.toml".into(),
+                        text: DAY_JOBS[k].into(),
+                        workdir: "/".into(),
+                        after: if any { Vec::new() } else { vec![j] },
+                        after_any: if any { vec![j] } else { Vec::new() },
+                        ..Default::default()
+                    });
+                }
                 Op::Beat(n, failures) => {
                     let done: Vec<(u64, u32, bool)> = running[n]
                         .iter()
@@ -247,6 +261,31 @@ proptest! {
                     let r = s.heartbeat(heartbeat_request(nodes[n], &[], &done))
                         .map_err(|e| TestCaseError::fail(format!("heartbeat: {e}")))?;
                     running[n] = r.assignments.iter().map(|a| (a.task_id, a.attempt)).collect();
+                    // A task is dispatched only once the jobs its job runs after completed (or
+                    // ended, however). (A dependency resubmitted later does not stop what runs.)
+                    let jobs = s.jobs().jobs;
+                    // (A purged job is not listed: it had ended, and what waited on it was
+                    // decided then.)
+                    let state = |id: u64| {
+                        jobs.iter()
+                            .find(|j| j.id == id)
+                            .map_or("purged".to_string(), |j| j.state.clone())
+                    };
+                    for a in &r.assignments {
+                        let Some(j) = jobs.iter().find(|j| {
+                            s.tasks(j.id).is_ok_and(|t| t.tasks.iter().any(|t| t.id == a.task_id))
+                        }) else {
+                            continue;
+                        };
+                        for d in &j.after {
+                            let st = state(*d);
+                            prop_assert!(["completed", "purged"].contains(&st.as_str()), "job {} ran before {} completed", j.id, d);
+                        }
+                        for d in &j.after_any {
+                            let ended = ["completed", "failed", "cancelled", "purged"].contains(&state(*d).as_str());
+                            prop_assert!(ended, "job {} ran before {} ended", j.id, d);
+                        }
+                    }
                 }
                 Op::Cancel(j) => {
                     let _ = s.cancel(j);
