@@ -261,6 +261,13 @@ proptest! {
                     let r = s.heartbeat(heartbeat_request(nodes[n], &[], &done))
                         .map_err(|e| TestCaseError::fail(format!("heartbeat: {e}")))?;
                     running[n] = r.assignments.iter().map(|a| (a.task_id, a.attempt)).collect();
+                    // `max_running = 1`: never two of the throttled application's tasks at once.
+                    for j in s.jobs().jobs {
+                        let running = s.tasks(j.id).map_or(0, |t| {
+                            t.tasks.iter().filter(|t| t.app == "array" && t.state == "running").count()
+                        });
+                        prop_assert!(running <= 1, "job {}: {} throttled tasks run at once", j.id, running);
+                    }
                     // A task is dispatched only once the jobs its job runs after completed (or
                     // ended, however). (A dependency resubmitted later does not stop what runs.)
                     let jobs = s.jobs().jobs;
