@@ -104,16 +104,7 @@ fn running_worker(generation: u64) -> WorkerSeen {
 fn a_running_worker_holds_its_declared_cores_and_topologies_live_in_the_one_store() {
     let dir = scratch("booking");
     let mut s = open(&dir);
-    let n = s
-        .register(pb::RegisterRequest {
-            name: "n".into(),
-            cores: 4,
-            memory_bytes: 1 << 30,
-            identity: IDENTITY.into(),
-            ..Default::default()
-        })
-        .expect("register")
-        .node_id;
+    let n = common::register(&mut s, "n", 4);
     // The agent's worker sync makes the node a candidate; the submission places on it.
     assert_eq!(sync(&mut s, vec![]), 0);
     let shown = s.topology_submit(submission()).expect("submit");
@@ -467,16 +458,7 @@ fn after_a_restart_a_running_workers_cores_are_held_before_its_agent_syncs() {
     let dir = scratch("restart-held");
     let n = {
         let mut s = open(&dir);
-        let n = s
-            .register(pb::RegisterRequest {
-                name: "n".into(),
-                cores: 4,
-                memory_bytes: 1 << 30,
-                identity: IDENTITY.into(),
-                ..Default::default()
-            })
-            .expect("register")
-            .node_id;
+        let n = common::register(&mut s, "n", 4);
         sync(&mut s, vec![]);
         s.topology_submit(submission()).expect("submit");
         sync(&mut s, vec![running_worker(1)]);
