@@ -184,7 +184,8 @@ impl State {
         job_ids::check_store(&store)?;
         let snap = store.load()?;
         let div = crate::jobs::divisible::load(store.conn())?;
-        Self::from_snapshot(config, store, snap, div)
+        let wf = crate::jobs::workflow::load(store.conn())?;
+        Self::from_snapshot(config, store, snap, div, wf)
     }
 
     fn from_snapshot(
@@ -192,6 +193,7 @@ impl State {
         mut store: Store,
         mut snap: crate::store::Snapshot,
         div: Vec<crate::jobs::divisible::StoredJob>,
+        wf: Vec<crate::jobs::workflow::StoredWorkflow>,
     ) -> Result<Self, StateError> {
         config.validate().map_err(StateError::Invalid)?;
         let idle_heartbeat = config.idle_heartbeat().map_err(StateError::Invalid)?;
@@ -238,6 +240,7 @@ impl State {
                 metrics: &metrics,
                 now: now_ns(),
             },
+            wf,
         )?;
         let mut jobs = Jobs {
             batch,
@@ -477,7 +480,8 @@ impl State {
     fn reload(&mut self) -> Result<(), StateError> {
         let snap = self.store.load()?;
         let div = crate::jobs::divisible::load(self.store.conn())?;
-        let mut fresh = Self::from_snapshot(&self.config, Store::in_memory()?, snap, div)?;
+        let wf = crate::jobs::workflow::load(self.store.conn())?;
+        let mut fresh = Self::from_snapshot(&self.config, Store::in_memory()?, snap, div, wf)?;
         std::mem::swap(&mut fresh.store, &mut self.store);
         fresh.nodes.carry_over(&self.nodes);
         for (i, n) in fresh.nodes.iter().enumerate() {

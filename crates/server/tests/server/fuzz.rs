@@ -180,11 +180,16 @@ enum Op {
     Evict,
     /// The retention rule (keep the two newest finished jobs) purges the others.
     Retain,
+    /// The store's disk fills up (`true`) or has room again.
+    DiskFull(bool),
+    /// Long enough for the paused server's next probe write.
+    WaitForProbe,
     Restart,
 }
 
-fn op() -> impl Strategy<Value = Op> {
-    prop_oneof![
+/// The day's operations; with `disk`, the disk also fills up and empties.
+fn op(disk: bool) -> BoxedStrategy<Op> {
+    let day = prop_oneof![
         2 => (0..DAY_JOBS.len()).prop_map(Op::Submit),
         1 => (0..3usize, 1..5u64, any::<bool>()).prop_map(|(k, j, any)| Op::SubmitAfter(k, j, any)),
         6 => (0..2usize, any::<u8>()).prop_map(|(n, f)| Op::Beat(n, f)),
@@ -198,7 +203,16 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Evict),
         1 => Just(Op::Retain),
         2 => Just(Op::Restart),
+    ];
+    if !disk {
+        return day.boxed();
+    }
+    prop_oneof![
+        20 => day,
+        2 => any::<bool>().prop_map(Op::DiskFull),
+        1 => Just(Op::WaitForProbe),
     ]
+    .boxed()
 }
 
 /// Every job and every task as listings show them.
@@ -221,124 +235,193 @@ fn everything(s: &State) -> Vec<String> {
     out
 }
 
+/// Runs one day of `ops` (see [`op`]) against a server in `dir`.
+fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let mut s = open_retaining(dir);
+    // Whether the disk was full since the last restart: a refused event is then expected.
+    let mut disk_was_full = false;
+    let nodes = [
+        register_with(&mut s, "a", 3, &[]),
+        register_with(&mut s, "b", 2, &[]),
+    ];
+    // What each agent runs: (task, attempt).
+    let mut running: Vec<Vec<(u64, u32)>> = vec![Vec::new(); nodes.len()];
+    for op in ops {
+        match op {
+            Op::Submit(k) => {
+                if let Err(e) = s.submit("day.toml", DAY_JOBS[k], "/") {
+                    prop_assert!(disk_was_full, "a valid job refused: {e}");
+                }
+            }
+            Op::DiskFull(full) => {
+                s.simulate_full_disk(full);
+                disk_was_full |= full;
+            }
+            Op::WaitForProbe => std::thread::sleep(hetsched_server::state::PROBE_INTERVAL),
+            Op::SubmitAfter(k, j, any) => {
+                // Refused when job `j` does not exist (or was purged); else stored.
+                let _ = s.on_submit(hetsched_server::state::types::Submission {
+                    origin: "after.toml".into(),
+                    text: DAY_JOBS[k].into(),
+                    workdir: "/".into(),
+                    after: if any { Vec::new() } else { vec![j] },
+                    after_any: if any { vec![j] } else { Vec::new() },
+                    ..Default::default()
+                });
+            }
+            Op::Beat(n, failures) => {
+                let done: Vec<(u64, u32, bool)> = running[n]
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &(t, a))| (t, a, failures >> (k % 8) & 1 == 0))
+                    .collect();
+                let r = match s.heartbeat(heartbeat_request(nodes[n], &[], &done)) {
+                    Ok(r) => r,
+                    // The store refused the beat: the agent keeps its results and retries.
+                    Err(e) if disk_was_full => {
+                        let _ = e;
+                        continue;
+                    }
+                    Err(e) => return Err(TestCaseError::fail(format!("heartbeat: {e}"))),
+                };
+                running[n] = r
+                    .assignments
+                    .iter()
+                    .map(|a| (a.task_id, a.attempt))
+                    .collect();
+                // `max_running = 1`: never two of the throttled application's tasks at once.
+                for j in s.jobs().jobs {
+                    let running = s.tasks(j.id).map_or(0, |t| {
+                        t.tasks
+                            .iter()
+                            .filter(|t| t.app == "array" && t.state == "running")
+                            .count()
+                    });
+                    prop_assert!(
+                        running <= 1,
+                        "job {}: {} throttled tasks run at once",
+                        j.id,
+                        running
+                    );
+                }
+                // A task is dispatched only once the jobs its job runs after completed (or
+                // ended, however). (A dependency resubmitted later does not stop what runs.)
+                let jobs = s.jobs().jobs;
+                // (A purged job is not listed: it had ended, and what waited on it was
+                // decided then.)
+                let state = |id: u64| {
+                    jobs.iter()
+                        .find(|j| j.id == id)
+                        .map_or("purged".to_string(), |j| j.state.clone())
+                };
+                for a in &r.assignments {
+                    let Some(j) = jobs.iter().find(|j| {
+                        s.tasks(j.id)
+                            .is_ok_and(|t| t.tasks.iter().any(|t| t.id == a.task_id))
+                    }) else {
+                        continue;
+                    };
+                    for d in &j.after {
+                        let st = state(*d);
+                        prop_assert!(
+                            ["completed", "purged"].contains(&st.as_str()),
+                            "job {} ran before {} completed",
+                            j.id,
+                            d
+                        );
+                    }
+                    for d in &j.after_any {
+                        let ended = ["completed", "failed", "cancelled", "purged"]
+                            .contains(&state(*d).as_str());
+                        prop_assert!(ended, "job {} ran before {} ended", j.id, d);
+                    }
+                }
+            }
+            Op::Cancel(j) => {
+                let _ = s.cancel(j);
+            }
+            Op::CancelTasks(j, indices) => {
+                let _ = s.cancel_tasks(j, "", indices);
+            }
+            Op::Hold(j, h) => {
+                let _ = s.hold(j, h);
+            }
+            Op::Resubmit(j) => {
+                let _ = s.resubmit_failed(j);
+            }
+            Op::Purge(j) => {
+                let _ = s.purge(&pb::PurgeRequest {
+                    job_ids: vec![j],
+                    ..Default::default()
+                });
+            }
+            Op::Drain(n, d) => {
+                let _ = s.drain_node(["a", "b"][n], d);
+            }
+            Op::Evict => {
+                s.evict_finished();
+            }
+            Op::Retain => {
+                if let Err(e) = s.apply_retention() {
+                    prop_assert!(disk_was_full, "retention: {e}");
+                }
+            }
+            Op::Restart => {
+                let before = everything(&s);
+                drop(s);
+                s = open_retaining(dir);
+                disk_was_full = false;
+                let after = everything(&s);
+                prop_assert_eq!(after, before);
+            }
+        }
+    }
+    // Whatever happened, the agents' work ends and the server can be restarted once more.
+    if disk_was_full {
+        s.simulate_full_disk(false);
+        std::thread::sleep(hetsched_server::state::PROBE_INTERVAL);
+    }
+    for _ in 0..30 {
+        for n in 0..nodes.len() {
+            let done: Vec<(u64, u32, bool)> =
+                running[n].iter().map(|&(t, a)| (t, a, true)).collect();
+            let r = s
+                .heartbeat(heartbeat_request(nodes[n], &[], &done))
+                .map_err(|e| TestCaseError::fail(format!("heartbeat: {e}")))?;
+            running[n] = r
+                .assignments
+                .iter()
+                .map(|a| (a.task_id, a.attempt))
+                .collect();
+        }
+    }
+    let before = everything(&s);
+    drop(s);
+    prop_assert_eq!(everything(&open_retaining(dir)), before);
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     #[test]
     fn after_any_day_of_operations_a_restarted_server_reads_as_it_did(
-        ops in prop::collection::vec(op(), 1..40),
+        ops in prop::collection::vec(op(false), 1..40),
     ) {
-        let dir = common::scratch("fuzz", "day");
-        let mut s = open_retaining(&dir);
-        let nodes = [
-            register_with(&mut s, "a", 3, &[]),
-            register_with(&mut s, "b", 2, &[]),
-        ];
-        // What each agent runs: (task, attempt).
-        let mut running: Vec<Vec<(u64, u32)>> = vec![Vec::new(); nodes.len()];
-        for op in ops {
-            match op {
-                Op::Submit(k) => {
-                    s.submit("day.toml", DAY_JOBS[k], "/").expect("a valid job");
-                }
-                Op::SubmitAfter(k, j, any) => {
-                    // Refused when job `j` does not exist (or was purged); else stored.
-                    let _ = s.on_submit(hetsched_server::state::types::Submission {
-                        origin: "after.toml".into(),
-                        text: DAY_JOBS[k].into(),
-                        workdir: "/".into(),
-                        after: if any { Vec::new() } else { vec![j] },
-                        after_any: if any { vec![j] } else { Vec::new() },
-                        ..Default::default()
-                    });
-                }
-                Op::Beat(n, failures) => {
-                    let done: Vec<(u64, u32, bool)> = running[n]
-                        .iter()
-                        .enumerate()
-                        .map(|(k, &(t, a))| (t, a, failures >> (k % 8) & 1 == 0))
-                        .collect();
-                    let r = s.heartbeat(heartbeat_request(nodes[n], &[], &done))
-                        .map_err(|e| TestCaseError::fail(format!("heartbeat: {e}")))?;
-                    running[n] = r.assignments.iter().map(|a| (a.task_id, a.attempt)).collect();
-                    // `max_running = 1`: never two of the throttled application's tasks at once.
-                    for j in s.jobs().jobs {
-                        let running = s.tasks(j.id).map_or(0, |t| {
-                            t.tasks.iter().filter(|t| t.app == "array" && t.state == "running").count()
-                        });
-                        prop_assert!(running <= 1, "job {}: {} throttled tasks run at once", j.id, running);
-                    }
-                    // A task is dispatched only once the jobs its job runs after completed (or
-                    // ended, however). (A dependency resubmitted later does not stop what runs.)
-                    let jobs = s.jobs().jobs;
-                    // (A purged job is not listed: it had ended, and what waited on it was
-                    // decided then.)
-                    let state = |id: u64| {
-                        jobs.iter()
-                            .find(|j| j.id == id)
-                            .map_or("purged".to_string(), |j| j.state.clone())
-                    };
-                    for a in &r.assignments {
-                        let Some(j) = jobs.iter().find(|j| {
-                            s.tasks(j.id).is_ok_and(|t| t.tasks.iter().any(|t| t.id == a.task_id))
-                        }) else {
-                            continue;
-                        };
-                        for d in &j.after {
-                            let st = state(*d);
-                            prop_assert!(["completed", "purged"].contains(&st.as_str()), "job {} ran before {} completed", j.id, d);
-                        }
-                        for d in &j.after_any {
-                            let ended = ["completed", "failed", "cancelled", "purged"].contains(&state(*d).as_str());
-                            prop_assert!(ended, "job {} ran before {} ended", j.id, d);
-                        }
-                    }
-                }
-                Op::Cancel(j) => {
-                    let _ = s.cancel(j);
-                }
-                Op::CancelTasks(j, indices) => {
-                    let _ = s.cancel_tasks(j, "", indices);
-                }
-                Op::Hold(j, h) => {
-                    let _ = s.hold(j, h);
-                }
-                Op::Resubmit(j) => {
-                    let _ = s.resubmit_failed(j);
-                }
-                Op::Purge(j) => {
-                    let _ = s.purge(&pb::PurgeRequest { job_ids: vec![j], ..Default::default() });
-                }
-                Op::Drain(n, d) => {
-                    let _ = s.drain_node(["a", "b"][n], d);
-                }
-                Op::Evict => {
-                    s.evict_finished();
-                }
-                Op::Retain => {
-                    s.apply_retention().map_err(|e| TestCaseError::fail(format!("retention: {e}")))?;
-                }
-                Op::Restart => {
-                    let before = everything(&s);
-                    drop(s);
-                    s = open_retaining(&dir);
-                    let after = everything(&s);
-                    prop_assert_eq!(after, before);
-                }
-            }
-        }
-        // Whatever happened, the agents' work ends and the server can be restarted once more.
-        for _ in 0..30 {
-            for n in 0..nodes.len() {
-                let done: Vec<(u64, u32, bool)> = running[n].iter().map(|&(t, a)| (t, a, true)).collect();
-                let r = s.heartbeat(heartbeat_request(nodes[n], &[], &done))
-                    .map_err(|e| TestCaseError::fail(format!("heartbeat: {e}")))?;
-                running[n] = r.assignments.iter().map(|a| (a.task_id, a.attempt)).collect();
-            }
-        }
-        let before = everything(&s);
-        drop(s);
-        prop_assert_eq!(everything(&open_retaining(&dir)), before);
+        day(&common::scratch("fuzz", "day"), ops)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    /// The same with a disk that fills up: every refused commit rolls memory back to the store
+    /// and pauses dispatch until a probe write succeeds, so a restart still reads as before.
+    #[test]
+    fn after_a_day_with_a_full_disk_a_restarted_server_reads_as_it_did(
+        ops in prop::collection::vec(op(true), 1..30),
+    ) {
+        day(&common::scratch("fuzz", "disk-day"), ops)?;
     }
 }
 

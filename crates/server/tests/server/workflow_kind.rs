@@ -720,3 +720,52 @@ fn a_produced_input_wakes_the_idle_node_whose_placed_consumer_waits_for_it() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A refused commit (a full disk) rolls memory back to the store: the workflows stored before it
+/// are still there, with their instances, and run on once the disk has room. (Until this test,
+/// the rollback rebuilt the workflow kind from a scratch store and every workflow vanished from
+/// memory until the server restarted.)
+#[test]
+fn a_full_disk_rollback_keeps_the_stored_workflows() {
+    let dir = scratch("rollback");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let n = common::register(&mut s, "n", 2);
+    let id = s
+        .submit(
+            "w.toml",
+            "balancer = \"centralised\"\n[[task]]\nname = \"a\"\ninstances = 3\ncost = \"1s\"\ncommand = \"true\"\n",
+            "/",
+        )
+        .expect("submit")
+        .job_id;
+    let before = s.tasks(id).expect("tasks").tasks.len();
+    assert_eq!(before, 3);
+    s.simulate_full_disk(true);
+    // The node's beat dispatches an instance: its commit is refused.
+    s.heartbeat(heartbeat_request(n, &[], &[]))
+        .expect_err("the store refuses the dispatch's commit");
+    assert!(s.is_paused(), "rolled back and paused");
+    assert_eq!(
+        s.tasks(id).map(|t| t.tasks.len()).ok(),
+        Some(3),
+        "the stored workflow is still in memory"
+    );
+    s.simulate_full_disk(false);
+    std::thread::sleep(hetsched_server::state::PROBE_INTERVAL);
+    // The disk has room: its instances run.
+    let mut ran = 0;
+    let mut running: Vec<(u64, u32)> = Vec::new();
+    for _ in 0..10 {
+        let done: Vec<(u64, u32, bool)> = running.iter().map(|&(t, a)| (t, a, true)).collect();
+        let r = s.heartbeat(heartbeat_request(n, &[], &done)).expect("beat");
+        ran += r.assignments.len();
+        running = r
+            .assignments
+            .iter()
+            .map(|a| (a.task_id, a.attempt))
+            .collect();
+    }
+    assert_eq!(ran, 3);
+    assert_eq!(s.job(id).expect("job").state, "completed");
+    let _ = std::fs::remove_dir_all(&dir);
+}
