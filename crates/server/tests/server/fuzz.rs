@@ -436,11 +436,16 @@ enum DivOp {
     Cancel(u64),
     /// Agent `0`'s process restarts: it holds nothing, under a new incarnation.
     AgentRestart(usize),
+    /// The store's disk fills up (`true`) or has room again.
+    DiskFull(bool),
+    /// Long enough for the paused server's next probe write.
+    WaitForProbe,
     Restart,
 }
 
-fn div_op() -> impl Strategy<Value = DivOp> {
-    prop_oneof![
+/// The divisible day's operations; with `disk`, the disk also fills up and empties.
+fn div_op(disk: bool) -> BoxedStrategy<DivOp> {
+    let day = prop_oneof![
         1 => (
             prop::sample::select(vec![10u64, 37, 100]),
             prop::sample::select(vec!["umr", "umrlm", "rumr", "static"]),
@@ -453,7 +458,16 @@ fn div_op() -> impl Strategy<Value = DivOp> {
         1 => (1..4u64).prop_map(DivOp::Cancel),
         1 => (0..2usize).prop_map(DivOp::AgentRestart),
         2 => Just(DivOp::Restart),
+    ];
+    if !disk {
+        return day.boxed();
+    }
+    prop_oneof![
+        16 => day,
+        2 => any::<bool>().prop_map(DivOp::DiskFull),
+        1 => Just(DivOp::WaitForProbe),
     ]
+    .boxed()
 }
 
 /// Every job, and every divisible job's chunks, as listings show them.
@@ -485,25 +499,34 @@ struct DivAgent {
 }
 
 impl DivAgent {
-    fn ask(&mut self, s: &mut State) -> Result<(), TestCaseError> {
+    /// Asks for a chunk. With `refusals` (the disk was full) a refused ask is retried later.
+    fn ask(&mut self, s: &mut State, refusals: bool) -> Result<(), TestCaseError> {
         use hetsched_server::jobs::divisible::{ChunkKey, ChunkRequest};
-        let reply = s
-            .on_next_chunk(ChunkRequest {
-                name: self.name.into(),
-                memory_bytes: 1 << 30,
-                incarnation: format!("{}-{}", self.name, self.incarnation),
-                holding: self
-                    .holding
-                    .iter()
-                    .map(|o| ChunkKey {
-                        job_id: o.job_id,
-                        chunk: o.chunk,
-                    })
-                    .collect(),
-                room: self.holding.len() < 2,
-                attributes: Vec::new(),
-            })
-            .map_err(|e| TestCaseError::fail(format!("{}: next chunk: {e}", self.name)))?;
+        let reply = s.on_next_chunk(ChunkRequest {
+            name: self.name.into(),
+            memory_bytes: 1 << 30,
+            incarnation: format!("{}-{}", self.name, self.incarnation),
+            holding: self
+                .holding
+                .iter()
+                .map(|o| ChunkKey {
+                    job_id: o.job_id,
+                    chunk: o.chunk,
+                })
+                .collect(),
+            room: self.holding.len() < 2,
+            attributes: Vec::new(),
+        });
+        let reply = match reply {
+            Ok(r) => r,
+            Err(_) if refusals => return Ok(()),
+            Err(e) => {
+                return Err(TestCaseError::fail(format!(
+                    "{}: next chunk: {e}",
+                    self.name
+                )));
+            }
+        };
         self.holding.retain(|o| {
             !reply
                 .drop
@@ -514,8 +537,16 @@ impl DivAgent {
         Ok(())
     }
 
-    /// Reports the `k`-th chunk it holds; a success writes `START END` as its output.
-    fn done(&mut self, s: &mut State, dir: &Path, k: usize, ok: bool) -> Result<(), TestCaseError> {
+    /// Reports the `k`-th chunk it holds; a success writes `START END` as its output. With
+    /// `refusals` (the disk was full) a refused report is kept and made again later.
+    fn done(
+        &mut self,
+        s: &mut State,
+        dir: &Path,
+        k: usize,
+        ok: bool,
+        refusals: bool,
+    ) -> Result<(), TestCaseError> {
         use hetsched_server::jobs::divisible::ChunkResult;
         if self.holding.is_empty() {
             return Ok(());
@@ -535,10 +566,126 @@ impl DivAgent {
             transfer_ns: 1_000,
             compute_ns: 1_000_000 * (o.end - o.start).max(1),
         };
-        s.on_chunk_done(&result, output.then_some(tmp.as_path()))
-            .map_err(|e| TestCaseError::fail(format!("{}: chunk done: {e}", self.name)))?;
-        Ok(())
+        match s.on_chunk_done(&result, output.then_some(tmp.as_path())) {
+            Ok(_) => Ok(()),
+            Err(_) if refusals => {
+                self.holding.push(o);
+                Ok(())
+            }
+            Err(e) => Err(TestCaseError::fail(format!(
+                "{}: chunk done: {e}",
+                self.name
+            ))),
+        }
     }
+}
+
+/// Runs one divisible day of `ops` (see [`div_op`]) against a server in `dir`.
+fn divisible_day(dir: &Path, ops: Vec<DivOp>) -> Result<(), TestCaseError> {
+    let mut s = open(dir);
+    let mut disk_was_full = false;
+    register_with(&mut s, "a", 2, &[]);
+    register_with(&mut s, "b", 2, &[]);
+    let mut agents = [
+        DivAgent {
+            name: "a",
+            incarnation: 0,
+            holding: Vec::new(),
+        },
+        DivAgent {
+            name: "b",
+            incarnation: 0,
+            holding: Vec::new(),
+        },
+    ];
+    let mut gathered: Vec<(u64, u64)> = Vec::new();
+    for op in ops {
+        match op {
+            DivOp::Submit(units, algo, concat) => {
+                let text = format!(
+                    "[[divisible]]\nname = \"load\"\nunits = {units}\ncommand = \"echo {{start}} {{end}}\"\n\
+                         algo = \"{algo}\"\nretries = 1\n{}",
+                    if concat { "output = \"concat\"\n" } else { "" }
+                );
+                match s.submit("load.toml", &text, "/") {
+                    Ok(r) if concat => gathered.push((r.job_id, units)),
+                    Ok(_) => {}
+                    Err(e) => prop_assert!(disk_was_full, "a valid load refused: {e}"),
+                }
+            }
+            DivOp::Ask(n) => agents[n].ask(&mut s, disk_was_full)?,
+            DivOp::Done(n, k, ok) => agents[n].done(&mut s, dir, k, ok, disk_was_full)?,
+            DivOp::DiskFull(full) => {
+                s.simulate_full_disk(full);
+                disk_was_full |= full;
+            }
+            DivOp::WaitForProbe => std::thread::sleep(hetsched_server::state::PROBE_INTERVAL),
+            DivOp::Cancel(j) => {
+                let _ = s.cancel(j);
+            }
+            DivOp::AgentRestart(n) => {
+                agents[n].incarnation += 1;
+                agents[n].holding.clear();
+            }
+            DivOp::Restart => {
+                let before = divisible_view(&s);
+                drop(s);
+                s = open(dir);
+                disk_was_full = false;
+                prop_assert_eq!(divisible_view(&s), before);
+            }
+        }
+    }
+    // The agents go on asking and succeeding: every load ends. A chunk out on an agent
+    // that no longer holds it (its process restarted while the server was down, so no
+    // incarnation tells) is lost once the reply could no longer be on its way, 2 s on.
+    let all_ended = |s: &State| {
+        s.jobs()
+            .jobs
+            .iter()
+            .all(|j| ["completed", "failed", "cancelled"].contains(&j.state.as_str()))
+    };
+    if disk_was_full {
+        s.simulate_full_disk(false);
+        std::thread::sleep(hetsched_server::state::PROBE_INTERVAL);
+    }
+    for round in 0..2 {
+        if round == 1 && !all_ended(&s) {
+            std::thread::sleep(std::time::Duration::from_millis(2_100));
+        }
+        for _ in 0..200 {
+            for a in &mut agents {
+                a.ask(&mut s, false)?;
+                while !a.holding.is_empty() {
+                    a.done(&mut s, dir, 0, true, false)?;
+                }
+            }
+        }
+    }
+    for j in s.jobs().jobs {
+        prop_assert!(
+            ["completed", "failed", "cancelled"].contains(&j.state.as_str()),
+            "job {} is still {}: {:#?}",
+            j.id,
+            j.state,
+            divisible_view(&s)
+        );
+    }
+    // A completed load's gathered output covers its units once, in order.
+    for (id, units) in gathered {
+        if s.job(id).map(|j| j.state).ok().as_deref() != Some("completed") {
+            continue;
+        }
+        let out = std::fs::read_to_string(s.divisible_output(id).expect("output")).expect("read");
+        let mut next = 0;
+        for line in out.lines() {
+            let (a, b) = line.split_once(' ').expect("START END");
+            prop_assert_eq!(a.parse::<u64>().ok(), Some(next), "{}", out);
+            next = b.parse().expect("END");
+        }
+        prop_assert_eq!(next, units, "{}", out);
+    }
+    Ok(())
 }
 
 proptest! {
@@ -546,86 +693,21 @@ proptest! {
 
     #[test]
     fn after_any_day_of_divisible_loads_a_restarted_server_reads_as_it_did_and_every_load_ends(
-        ops in prop::collection::vec(div_op(), 1..40),
+        ops in prop::collection::vec(div_op(false), 1..40),
     ) {
-        let dir = common::scratch("fuzz", "divisible-day");
-        let mut s = open(&dir);
-        register_with(&mut s, "a", 2, &[]);
-        register_with(&mut s, "b", 2, &[]);
-        let mut agents = [
-            DivAgent { name: "a", incarnation: 0, holding: Vec::new() },
-            DivAgent { name: "b", incarnation: 0, holding: Vec::new() },
-        ];
-        let mut gathered: Vec<(u64, u64)> = Vec::new();
-        for op in ops {
-            match op {
-                DivOp::Submit(units, algo, concat) => {
-                    let text = format!(
-                        "[[divisible]]\nname = \"load\"\nunits = {units}\ncommand = \"echo {{start}} {{end}}\"\n\
-                         algo = \"{algo}\"\nretries = 1\n{}",
-                        if concat { "output = \"concat\"\n" } else { "" }
-                    );
-                    let r = s.submit("load.toml", &text, "/").expect("a valid load");
-                    if concat {
-                        gathered.push((r.job_id, units));
-                    }
-                }
-                DivOp::Ask(n) => agents[n].ask(&mut s)?,
-                DivOp::Done(n, k, ok) => agents[n].done(&mut s, &dir, k, ok)?,
-                DivOp::Cancel(j) => {
-                    let _ = s.cancel(j);
-                }
-                DivOp::AgentRestart(n) => {
-                    agents[n].incarnation += 1;
-                    agents[n].holding.clear();
-                }
-                DivOp::Restart => {
-                    let before = divisible_view(&s);
-                    drop(s);
-                    s = open(&dir);
-                    prop_assert_eq!(divisible_view(&s), before);
-                }
-            }
-        }
-        // The agents go on asking and succeeding: every load ends. A chunk out on an agent
-        // that no longer holds it (its process restarted while the server was down, so no
-        // incarnation tells) is lost once the reply could no longer be on its way, 2 s on.
-        let all_ended = |s: &State| {
-            s.jobs().jobs.iter().all(|j| ["completed", "failed", "cancelled"].contains(&j.state.as_str()))
-        };
-        for round in 0..2 {
-            if round == 1 && !all_ended(&s) {
-                std::thread::sleep(std::time::Duration::from_millis(2_100));
-            }
-            for _ in 0..200 {
-                for a in &mut agents {
-                    a.ask(&mut s)?;
-                    while !a.holding.is_empty() {
-                        a.done(&mut s, &dir, 0, true)?;
-                    }
-                }
-            }
-        }
-        for j in s.jobs().jobs {
-            prop_assert!(
-                ["completed", "failed", "cancelled"].contains(&j.state.as_str()),
-                "job {} is still {}: {:#?}", j.id, j.state, divisible_view(&s)
-            );
-        }
-        // A completed load's gathered output covers its units once, in order.
-        for (id, units) in gathered {
-            if s.job(id).map(|j| j.state).ok().as_deref() != Some("completed") {
-                continue;
-            }
-            let out = std::fs::read_to_string(s.divisible_output(id).expect("output")).expect("read");
-            let mut next = 0;
-            for line in out.lines() {
-                let (a, b) = line.split_once(' ').expect("START END");
-                prop_assert_eq!(a.parse::<u64>().ok(), Some(next), "{}", out);
-                next = b.parse().expect("END");
-            }
-            prop_assert_eq!(next, units, "{}", out);
-        }
+        divisible_day(&common::scratch("fuzz", "divisible-day"), ops)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    /// The same with a disk that fills up (refused hand-outs and reports are retried).
+    #[test]
+    fn after_a_divisible_day_with_a_full_disk_every_load_ends_and_reads_as_before(
+        ops in prop::collection::vec(div_op(true), 1..30),
+    ) {
+        divisible_day(&common::scratch("fuzz", "divisible-disk-day"), ops)?;
     }
 }
 
