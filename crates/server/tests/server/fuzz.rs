@@ -744,11 +744,16 @@ enum TopoOp {
     Kill(usize),
     Rebalance(usize),
     Tick,
+    /// The store's disk fills up (`true`) or has room again.
+    DiskFull(bool),
+    /// Long enough for the paused server's next probe write.
+    WaitForProbe,
     Restart,
 }
 
-fn topo_op() -> impl Strategy<Value = TopoOp> {
-    prop_oneof![
+/// The stream day's operations; with `disk`, the disk also fills up and empties.
+fn topo_op(disk: bool) -> BoxedStrategy<TopoOp> {
+    let day = prop_oneof![
         1 => (0..2usize, prop::sample::select(vec!["one-phase", "even", "resource-aware", "two-phase"]))
             .prop_map(|(t, p)| TopoOp::Submit(t, p)),
         5 => (0..2usize).prop_map(TopoOp::Sync),
@@ -757,7 +762,16 @@ fn topo_op() -> impl Strategy<Value = TopoOp> {
         1 => (0..2usize).prop_map(TopoOp::Rebalance),
         1 => Just(TopoOp::Tick),
         2 => Just(TopoOp::Restart),
+    ];
+    if !disk {
+        return day.boxed();
+    }
+    prop_oneof![
+        12 => day,
+        2 => any::<bool>().prop_map(TopoOp::DiskFull),
+        1 => Just(TopoOp::WaitForProbe),
     ]
+    .boxed()
 }
 
 /// Every topology as `topology list` and `show` print it, less what only the agents' next syncs
@@ -796,85 +810,121 @@ fn topology_view(s: &State) -> Vec<String> {
     out
 }
 
+/// Runs one stream day of `ops` (see [`topo_op`]) against a server in `dir`.
+fn stream_day(dir: &Path, ops: Vec<TopoOp>) -> Result<(), TestCaseError> {
+    use hetsched_server::jobs::topology::{TopologySubmission, WorkerSeen, WorkersSeen};
+    let mut s = open(dir);
+    let mut disk_was_full = false;
+    let names = ["a", "b"];
+    let nodes = names.map(|name| register_with(&mut s, name, 4, &[]));
+    // What each agent runs: (topology, generation, worker).
+    let mut runs: Vec<Vec<(String, u64, u32)>> = vec![Vec::new(); 2];
+    for op in ops {
+        match op {
+            TopoOp::Submit(t, placer) => {
+                let _ = s.topology_submit(TopologySubmission {
+                    origin: "t.toml".into(),
+                    text: format!("name = \"t{t}\"\n{DAY_TOPOLOGY}"),
+                    base_dir: "/".into(),
+                    placer: placer.into(),
+                    interval_ms: 0,
+                    max_utilisation: 0.9,
+                    ..Default::default()
+                });
+            }
+            TopoOp::Sync(n) => {
+                let workers = runs[n]
+                    .iter()
+                    .map(|(t, g, w)| WorkerSeen {
+                        topology: t.clone(),
+                        generation: *g,
+                        worker: *w,
+                        addr: format!("127.0.0.1:{}", 1000 + w),
+                        pid: 4000 + w,
+                        report: None,
+                    })
+                    .collect();
+                let told = match s.topology_sync(
+                    WorkersSeen {
+                        node: names[n].into(),
+                        cores: 4,
+                        attributes: Vec::new(),
+                        workers,
+                    },
+                    None,
+                ) {
+                    Ok(told) => told,
+                    // Refused (the disk was full): the agent keeps its workers and syncs again.
+                    Err(_) if disk_was_full => continue,
+                    Err(e) => return Err(TestCaseError::fail(format!("sync: {e}"))),
+                };
+                runs[n] = told
+                    .workers
+                    .iter()
+                    .map(|o| (o.topology.clone(), o.generation, o.worker))
+                    .collect();
+            }
+            TopoOp::AgentRestart(n) => runs[n].clear(),
+            TopoOp::Kill(t) => {
+                let _ = s.topology_kill(&format!("t{t}"));
+            }
+            TopoOp::Rebalance(t) => {
+                let _ = s.topology_rebalance(&format!("t{t}"));
+            }
+            TopoOp::Tick => {
+                if let Err(e) = s.topology_tick() {
+                    prop_assert!(disk_was_full, "tick: {e}");
+                }
+            }
+            TopoOp::DiskFull(full) => {
+                s.simulate_full_disk(full);
+                disk_was_full |= full;
+            }
+            TopoOp::WaitForProbe => std::thread::sleep(hetsched_server::state::PROBE_INTERVAL),
+            TopoOp::Restart => {
+                let before = topology_view(&s);
+                let held = |s: &State| nodes.map(|n| s.topology_held_cores(n));
+                let held_before = held(&s);
+                drop(s);
+                s = open(dir);
+                disk_was_full = false;
+                prop_assert_eq!(topology_view(&s), before);
+                // Workers outlive a server restart: until its agent syncs, a node's running
+                // workers keep their cores (batch tasks do not take them meanwhile).
+                let held_after = held(&s);
+                for k in 0..2 {
+                    prop_assert!(
+                        held_after[k] >= held_before[k],
+                        "node {k}: {} cores held before the restart, {} after",
+                        held_before[k],
+                        held_after[k]
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
     fn after_any_day_of_stream_topologies_a_restarted_server_reads_as_it_did(
-        ops in prop::collection::vec(topo_op(), 1..30),
+        ops in prop::collection::vec(topo_op(false), 1..30),
     ) {
-        use hetsched_server::jobs::topology::{TopologySubmission, WorkerSeen, WorkersSeen};
-        let dir = common::scratch("fuzz", "topology-day");
-        let mut s = open(&dir);
-        let names = ["a", "b"];
-        let nodes = names.map(|name| register_with(&mut s, name, 4, &[]));
-        // What each agent runs: (topology, generation, worker).
-        let mut runs: Vec<Vec<(String, u64, u32)>> = vec![Vec::new(); 2];
-        for op in ops {
-            match op {
-                TopoOp::Submit(t, placer) => {
-                    let _ = s.topology_submit(TopologySubmission {
-                        origin: "t.toml".into(),
-                        text: format!("name = \"t{t}\"\n{DAY_TOPOLOGY}"),
-                        base_dir: "/".into(),
-                        placer: placer.into(),
-                        interval_ms: 0,
-                        max_utilisation: 0.9,
-                        ..Default::default()
-                    });
-                }
-                TopoOp::Sync(n) => {
-                    let workers = runs[n]
-                        .iter()
-                        .map(|(t, g, w)| WorkerSeen {
-                            topology: t.clone(),
-                            generation: *g,
-                            worker: *w,
-                            addr: format!("127.0.0.1:{}", 1000 + w),
-                            pid: 4000 + w,
-                            report: None,
-                        })
-                        .collect();
-                    let told = s
-                        .topology_sync(
-                            WorkersSeen { node: names[n].into(), cores: 4, attributes: Vec::new(), workers },
-                            None,
-                        )
-                        .map_err(|e| TestCaseError::fail(format!("sync: {e}")))?;
-                    runs[n] = told
-                        .workers
-                        .iter()
-                        .map(|o| (o.topology.clone(), o.generation, o.worker))
-                        .collect();
-                }
-                TopoOp::AgentRestart(n) => runs[n].clear(),
-                TopoOp::Kill(t) => {
-                    let _ = s.topology_kill(&format!("t{t}"));
-                }
-                TopoOp::Rebalance(t) => {
-                    let _ = s.topology_rebalance(&format!("t{t}"));
-                }
-                TopoOp::Tick => {
-                    s.topology_tick().map_err(|e| TestCaseError::fail(format!("tick: {e}")))?;
-                }
-                TopoOp::Restart => {
-                    let before = topology_view(&s);
-                    let held = |s: &State| nodes.map(|n| s.topology_held_cores(n));
-                    let held_before = held(&s);
-                    drop(s);
-                    s = open(&dir);
-                    prop_assert_eq!(topology_view(&s), before);
-                    // Workers outlive a server restart: until its agent syncs, a node's running
-                    // workers keep their cores (batch tasks do not take them meanwhile).
-                    let held_after = held(&s);
-                    for k in 0..2 {
-                        prop_assert!(
-                            held_after[k] >= held_before[k],
-                            "node {k}: {} cores held before the restart, {} after", held_before[k], held_after[k]
-                        );
-                    }
-                }
-            }
-        }
+        stream_day(&common::scratch("fuzz", "topology-day"), ops)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    /// The same with a disk that fills up.
+    #[test]
+    fn after_a_stream_day_with_a_full_disk_a_restarted_server_reads_as_it_did(
+        ops in prop::collection::vec(topo_op(true), 1..30),
+    ) {
+        stream_day(&common::scratch("fuzz", "topology-disk-day"), ops)?;
     }
 }
