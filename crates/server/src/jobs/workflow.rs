@@ -82,87 +82,6 @@ const INPUT_UNAVAILABLE: &str = "input unavailable: node ";
 /// A `wf_jobs` row: id, name, origin, text, workdir, balancer, submitted_ns, finished_ns.
 type StoredJob = (u64, String, String, String, String, String, u64, u64);
 
-/// One instance's stored row.
-#[derive(Debug)]
-pub struct StoredInstance {
-    instance: u32,
-    state: String,
-    attempt: u32,
-    node: Option<u32>,
-    started_ns: u64,
-    finished_ns: u64,
-    exit_code: i32,
-    message: String,
-    failures: u32,
-    produced: bool,
-    usage: Option<TaskUsage>,
-}
-
-/// One workflow job's stored rows, as [`load`] reads them for [`Workflows::restore`].
-#[derive(Debug)]
-pub struct StoredWorkflow {
-    job: StoredJob,
-    instances: Vec<StoredInstance>,
-}
-
-/// Reads the kind's tables (creating them, and any column added since, on a fresh store).
-pub fn load(conn: &rusqlite::Connection) -> Result<Vec<StoredWorkflow>, StoreError> {
-    conn.execute_batch(SCHEMA)?;
-    crate::store::add_missing_columns(conn, MIGRATIONS)?;
-    let jobs: Vec<StoredJob> = conn
-        .prepare(
-            "SELECT id,name,origin,text,workdir,balancer,submitted_ns,finished_ns FROM wf_jobs \
-             ORDER BY id",
-        )?
-        .query_map([], |r| {
-            Ok((
-                r.get::<_, i64>(0)? as u64,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get::<_, i64>(6)? as u64,
-                r.get::<_, i64>(7)? as u64,
-            ))
-        })?
-        .collect::<Result<_, _>>()?;
-    let mut q = conn.prepare(
-        "SELECT instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,\
-         produced,cpu_user_ms,cpu_system_ms,max_rss_bytes FROM wf_instances WHERE job=?1",
-    )?;
-    let mut out = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        let instances = q
-            .query_map(params![job.0 as i64], |r| {
-                let measured = |c| r.get::<_, Option<i64>>(c);
-                Ok(StoredInstance {
-                    instance: r.get::<_, i64>(0)? as u32,
-                    state: r.get(1)?,
-                    attempt: r.get::<_, i64>(2)? as u32,
-                    node: r.get::<_, Option<i64>>(3)?.map(|n| n as u32),
-                    started_ns: r.get::<_, i64>(4)? as u64,
-                    finished_ns: r.get::<_, i64>(5)? as u64,
-                    exit_code: r.get::<_, i64>(6)? as i32,
-                    message: r.get(7)?,
-                    failures: r.get::<_, i64>(8)? as u32,
-                    produced: r.get::<_, i64>(9)? != 0,
-                    usage: match (measured(10)?, measured(11)?, measured(12)?) {
-                        (Some(user), Some(system), Some(rss)) => Some(TaskUsage {
-                            cpu_user_ms: user as u64,
-                            cpu_system_ms: system as u64,
-                            max_rss_bytes: rss as u64,
-                        }),
-                        _ => None,
-                    },
-                })
-            })?
-            .collect::<Result<_, _>>()?;
-        out.push(StoredWorkflow { job, instances });
-    }
-    Ok(out)
-}
-
 /// The one-way latency assumed for a pair of agents that did not measure each other.
 pub const UNMEASURED: u64 = 1_000_000_000;
 
@@ -450,13 +369,13 @@ fn thresholds(config: &ServerConfig) -> (BalancerKind, Thresholds, Option<u32>, 
 }
 
 impl Workflows {
-    /// Builds the kind from `stored` (its tables as [`load`] read them), putting running
-    /// instances back on their nodes. (Not read from `cx.store`: a rollback rebuilds the state
-    /// over a scratch store.)
+    /// Builds the kind from its tables (creating them on a fresh store), putting running
+    /// instances back on their nodes. The rows are read from `source` when given: a rollback
+    /// rebuilds the state over a scratch store (`cx.store`) and passes the real one here.
     pub fn restore(
         config: &ServerConfig,
         cx: &mut Ctx,
-        stored: Vec<StoredWorkflow>,
+        source: Option<&rusqlite::Connection>,
     ) -> Result<Self, StateError> {
         let (default_balancer, thresholds, cluster_size, check_interval_ms) = thresholds(config);
         cx.store
@@ -481,30 +400,67 @@ impl Workflows {
             dirty_jobs: HashSet::new(),
             woken: BTreeSet::new(),
         };
-        for StoredWorkflow {
-            job: (seq, name, origin, text, workdir, balancer, submitted_ns, finished_ns),
-            instances,
-        } in stored
-        {
+        let rows: Vec<StoredJob> = {
+            let mut q = source
+                .unwrap_or_else(|| cx.store.conn())
+                .prepare("SELECT id,name,origin,text,workdir,balancer,submitted_ns,finished_ns FROM wf_jobs ORDER BY id")
+                .map_err(StoreError::from)?;
+            q.query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)? as u64,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get::<_, i64>(6)? as u64,
+                    r.get::<_, i64>(7)? as u64,
+                ))
+            })
+            .map_err(StoreError::from)?
+            .collect::<Result<_, _>>()
+            .map_err(StoreError::from)?
+        };
+        for (seq, name, origin, text, workdir, balancer, submitted_ns, finished_ns) in rows {
             let rt = parse_runtime_workflow(&origin, &text)?;
             let balancer = balancer.parse().unwrap_or(BalancerKind::Centralised);
             let mut job = me.new_job(cx, seq, rt, balancer, name, origin, text, workdir)?;
             job.submitted_ns = submitted_ns;
             job.finished_ns = finished_ns;
-            for r in instances {
-                let Some(x) = job.insts.get_mut(r.instance as usize) else {
-                    continue;
-                };
-                x.st = St::parse(&r.state);
-                x.attempt = r.attempt;
-                x.node = r.node;
-                x.started_ns = r.started_ns;
-                x.finished_ns = r.finished_ns;
-                x.exit_code = r.exit_code;
-                x.message = r.message;
-                x.failures = r.failures;
-                x.produced = r.produced || x.st == St::Done;
-                x.usage = r.usage;
+            {
+                let mut q = source
+                    .unwrap_or_else(|| cx.store.conn())
+                    .prepare("SELECT instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes FROM wf_instances WHERE job=?1")
+                    .map_err(StoreError::from)?;
+                let mut rows = q.query(params![seq as i64]).map_err(StoreError::from)?;
+                while let Some(r) = rows.next().map_err(StoreError::from)? {
+                    let i: i64 = r.get(0).map_err(StoreError::from)?;
+                    let Some(x) = job.insts.get_mut(i as usize) else {
+                        continue;
+                    };
+                    x.st = St::parse(&r.get::<_, String>(1).map_err(StoreError::from)?);
+                    x.attempt = r.get::<_, i64>(2).map_err(StoreError::from)? as u32;
+                    x.node = r
+                        .get::<_, Option<i64>>(3)
+                        .map_err(StoreError::from)?
+                        .map(|n| n as u32);
+                    x.started_ns = r.get::<_, i64>(4).map_err(StoreError::from)? as u64;
+                    x.finished_ns = r.get::<_, i64>(5).map_err(StoreError::from)? as u64;
+                    x.exit_code = r.get::<_, i64>(6).map_err(StoreError::from)? as i32;
+                    x.message = r.get(7).map_err(StoreError::from)?;
+                    x.failures = r.get::<_, i64>(8).map_err(StoreError::from)? as u32;
+                    x.produced =
+                        r.get::<_, i64>(9).map_err(StoreError::from)? != 0 || x.st == St::Done;
+                    let measured = |c| r.get::<_, Option<i64>>(c).map_err(StoreError::from);
+                    x.usage = match (measured(10)?, measured(11)?, measured(12)?) {
+                        (Some(user), Some(system), Some(rss)) => Some(TaskUsage {
+                            cpu_user_ms: user as u64,
+                            cpu_system_ms: system as u64,
+                            max_rss_bytes: rss as u64,
+                        }),
+                        _ => None,
+                    };
+                }
             }
             // Replay the successes into the graph, in readiness order.
             let mut graph = InstanceGraph::new(&job.rt.parsed.workflow, &job.masks);

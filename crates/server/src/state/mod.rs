@@ -184,8 +184,7 @@ impl State {
         job_ids::check_store(&store)?;
         let snap = store.load()?;
         let div = crate::jobs::divisible::load(store.conn())?;
-        let wf = crate::jobs::workflow::load(store.conn())?;
-        Self::from_snapshot(config, store, snap, div, wf)
+        Self::from_snapshot(config, store, snap, div, None)
     }
 
     fn from_snapshot(
@@ -193,7 +192,7 @@ impl State {
         mut store: Store,
         mut snap: crate::store::Snapshot,
         div: Vec<crate::jobs::divisible::StoredJob>,
-        wf: Vec<crate::jobs::workflow::StoredWorkflow>,
+        source: Option<&rusqlite::Connection>,
     ) -> Result<Self, StateError> {
         config.validate().map_err(StateError::Invalid)?;
         let idle_heartbeat = config.idle_heartbeat().map_err(StateError::Invalid)?;
@@ -240,7 +239,7 @@ impl State {
                 metrics: &metrics,
                 now: now_ns(),
             },
-            wf,
+            source,
         )?;
         let mut jobs = Jobs {
             batch,
@@ -480,8 +479,14 @@ impl State {
     fn reload(&mut self) -> Result<(), StateError> {
         let snap = self.store.load()?;
         let div = crate::jobs::divisible::load(self.store.conn())?;
-        let wf = crate::jobs::workflow::load(self.store.conn())?;
-        let mut fresh = Self::from_snapshot(&self.config, Store::in_memory()?, snap, div, wf)?;
+        // The workflow kind reads its rows itself, from the real store (not the scratch one).
+        let mut fresh = Self::from_snapshot(
+            &self.config,
+            Store::in_memory()?,
+            snap,
+            div,
+            Some(self.store.conn()),
+        )?;
         std::mem::swap(&mut fresh.store, &mut self.store);
         fresh.nodes.carry_over(&self.nodes);
         for (i, n) in fresh.nodes.iter().enumerate() {
