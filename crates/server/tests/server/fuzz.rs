@@ -17,6 +17,7 @@ use hetsched_server::convert::Wire;
 use hetsched_server::state::State;
 use hetsched_server::store::Store;
 use proptest::prelude::*;
+use std::collections::BTreeMap;
 use std::path::Path;
 
 const SEEDS: &[&str] = &[
@@ -926,5 +927,172 @@ proptest! {
         ops in prop::collection::vec(topo_op(true), 1..30),
     ) {
         stream_day(&common::scratch("fuzz", "topology-disk-day"), ops)?;
+    }
+}
+
+/// What an agent does on a beat of the chaotic day.
+#[derive(Clone, Copy, Debug)]
+enum Conduct {
+    /// Reports everything it runs as ended (bit k of the byte: the k-th failed).
+    Honest(u8),
+    /// Forgets (loses) what it runs: reports nothing of it.
+    Forgets,
+    /// Reports its results twice in the same beat.
+    Repeats,
+    /// Also reports a result for an attempt it never ran (the previous one).
+    Stale,
+    /// Also reports a result for a task it was never given.
+    Stranger(u64),
+    /// Reports what it runs as running, ending nothing.
+    Busy,
+}
+
+#[derive(Clone, Debug)]
+enum ChaosOp {
+    Submit(usize),
+    Beat(usize, Conduct),
+    /// Node `0` registers again (its agent restarted), holding nothing.
+    Reregister(usize),
+    /// Node `0` falls silent long enough to be declared dead.
+    Silence(usize),
+    Restart,
+}
+
+fn chaos_op() -> impl Strategy<Value = ChaosOp> {
+    let conduct = prop_oneof![
+        6 => any::<u8>().prop_map(Conduct::Honest),
+        1 => Just(Conduct::Forgets),
+        1 => Just(Conduct::Repeats),
+        1 => Just(Conduct::Stale),
+        1 => (0..40u64).prop_map(Conduct::Stranger),
+        2 => Just(Conduct::Busy),
+    ];
+    prop_oneof![
+        // Not the pcddb workflow: its instances move only through the agents' balancing
+        // protocol, which these agents do not play.
+        2 => (0..4usize).prop_map(ChaosOp::Submit),
+        10 => (0..2usize, conduct).prop_map(|(n, c)| ChaosOp::Beat(n, c)),
+        1 => (0..2usize).prop_map(ChaosOp::Reregister),
+        1 => (0..2usize).prop_map(ChaosOp::Silence),
+        1 => Just(ChaosOp::Restart),
+    ]
+}
+
+/// Each task's (id, state) over every job.
+fn task_states(s: &State) -> BTreeMap<u64, String> {
+    s.jobs()
+        .jobs
+        .iter()
+        .flat_map(|j| s.tasks(j.id).map(|t| t.tasks).unwrap_or_default())
+        .map(|t| (t.id, t.state))
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Agents that lose tasks, repeat results, report attempts they never ran or tasks they
+    /// were never given, restart, or fall silent: a succeeded task is never handed out again,
+    /// every job's counts add up to its tasks, a restart reads as before, and once the agents
+    /// behave every job ends.
+    #[test]
+    fn misbehaving_agents_never_make_a_task_run_after_its_success(
+        ops in prop::collection::vec(chaos_op(), 1..40),
+    ) {
+        let dir = common::scratch("fuzz", "chaos");
+        let mut s = open(&dir);
+        let names = ["a", "b"];
+        let mut nodes = names.map(|n| register_with(&mut s, n, 3, &[]));
+        let mut running: Vec<Vec<(u64, u32)>> = vec![Vec::new(); 2];
+        let beat = |s: &mut State,
+                        node: u32,
+                        running: &[(u64, u32)],
+                        results: &[(u64, u32, bool)]|
+         -> Result<pb::HeartbeatReply, TestCaseError> {
+            let before = task_states(s);
+            let r = s
+                .heartbeat(heartbeat_request(node, running, results))
+                .map_err(|e| TestCaseError::fail(format!("heartbeat: {e}")))?;
+            for a in &r.assignments {
+                prop_assert_ne!(
+                    before.get(&a.task_id).map(String::as_str),
+                    Some("succeeded"),
+                    "task {} handed out again after its success",
+                    a.task_id
+                );
+            }
+            for j in s.jobs().jobs {
+                let c = j.counts.unwrap_or_default();
+                prop_assert_eq!(c.pending + c.running + c.succeeded + c.failed + c.cancelled, j.tasks);
+            }
+            Ok(r)
+        };
+        for op in ops {
+            match op {
+                ChaosOp::Submit(k) => {
+                    s.submit("day.toml", DAY_JOBS[k], "/").expect("a valid job");
+                }
+                ChaosOp::Beat(n, conduct) => {
+                    let mine = running[n].clone();
+                    let ended = |fail: u8| -> Vec<(u64, u32, bool)> {
+                        mine.iter().enumerate().map(|(k, &(t, a))| (t, a, fail >> (k % 8) & 1 == 0)).collect()
+                    };
+                    let (still, results) = match conduct {
+                        Conduct::Honest(fail) => (Vec::new(), ended(fail)),
+                        Conduct::Forgets => (Vec::new(), Vec::new()),
+                        Conduct::Repeats => (Vec::new(), [ended(0), ended(0)].concat()),
+                        Conduct::Stale => (
+                            Vec::new(),
+                            [ended(0), mine.iter().map(|&(t, a)| (t, a.saturating_sub(1), true)).collect()].concat(),
+                        ),
+                        Conduct::Stranger(t) => (Vec::new(), [ended(0), vec![(t, 1, true)]].concat()),
+                        Conduct::Busy => (mine.clone(), Vec::new()),
+                    };
+                    let r = beat(&mut s, nodes[n], &still, &results)?;
+                    let killed: Vec<u64> = r.kill.iter().map(|k| k.task_id).collect();
+                    running[n] = still.into_iter().filter(|(t, _)| !killed.contains(t)).collect();
+                    running[n].extend(r.assignments.iter().map(|a| (a.task_id, a.attempt)));
+                }
+                ChaosOp::Reregister(n) => {
+                    nodes[n] = register_with(&mut s, names[n], 3, &[]);
+                    running[n].clear();
+                }
+                ChaosOp::Silence(n) => {
+                    // The other node beats on; this one is declared dead and forgets its work.
+                    std::thread::sleep(std::time::Duration::from_millis(30));
+                    let other = 1 - n;
+                    let mine = running[other].clone();
+                    let r = beat(&mut s, nodes[other], &mine, &[])?;
+                    running[other].extend(r.assignments.iter().map(|a| (a.task_id, a.attempt)));
+                    s.check_dead(std::time::Duration::from_millis(20))
+                        .map_err(|e| TestCaseError::fail(format!("check dead: {e}")))?;
+                    running[n].clear();
+                }
+                ChaosOp::Restart => {
+                    let before = everything(&s);
+                    drop(s);
+                    s = open(&dir);
+                    prop_assert_eq!(everything(&s), before);
+                }
+            }
+        }
+        // The agents behave from now on: every job ends.
+        for n in 0..2 {
+            nodes[n] = register_with(&mut s, names[n], 3, &[]);
+            running[n].clear();
+        }
+        for _ in 0..60 {
+            for n in 0..2 {
+                let done: Vec<(u64, u32, bool)> = running[n].iter().map(|&(t, a)| (t, a, true)).collect();
+                let r = beat(&mut s, nodes[n], &[], &done)?;
+                running[n] = r.assignments.iter().map(|a| (a.task_id, a.attempt)).collect();
+            }
+        }
+        for j in s.jobs().jobs {
+            prop_assert!(
+                ["completed", "failed", "cancelled"].contains(&j.state.as_str()),
+                "job {} is still {}", j.id, j.state
+            );
+        }
     }
 }
