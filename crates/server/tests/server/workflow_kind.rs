@@ -769,3 +769,102 @@ fn a_full_disk_rollback_keeps_the_stored_workflows() {
     assert_eq!(s.job(id).expect("job").state, "completed");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// One step of the pcddb day below.
+#[derive(Clone, Debug)]
+enum PcddbStep {
+    /// Every agent checks itself and heartbeats.
+    Round,
+    /// Everything agent `0` runs ends, succeeded or failed (`1`).
+    Finish(usize, bool),
+    /// The server restarts (the agents and their balancing machines run on).
+    Restart,
+}
+
+fn pcddb_step() -> impl proptest::strategy::Strategy<Value = PcddbStep> {
+    use proptest::prelude::*;
+    prop_oneof![
+        6 => Just(PcddbStep::Round),
+        3 => (0..3usize, any::<bool>()).prop_map(|(n, ok)| PcddbStep::Finish(n, ok)),
+        1 => Just(PcddbStep::Restart),
+    ]
+}
+
+/// A random workflow of two to four tasks of one to five instances; each task after the first
+/// reads the output of an earlier one (instance by instance when their ranges match). Retries
+/// outlast any day's failures, so each workflow must complete.
+fn random_workflow() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    prop::collection::vec((1u32..=5, any::<prop::sample::Index>()), 2..=4).prop_map(|tasks| {
+        let mut text = String::from("balancer = \"pcddb\"\n");
+        for (i, (n, producer)) in tasks.iter().enumerate() {
+            text += &format!(
+                "[[task]]\nname = \"t{i}\"\ninstances = \"1..={n}\"\ncost = \"1s\"\nretries = 50\n\
+                 outputs = [\"o{i}\"]\ncommand = \"true\"\n"
+            );
+            if i > 0 {
+                text += &format!("inputs = [\"o{}\"]\n", producer.index(i));
+            }
+        }
+        text
+    })
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 32, ..Default::default() })]
+
+    /// Under pcddb between real balancing machines, with failed attempts and server restarts
+    /// at any point: every instance succeeds exactly once, only after the instances it waits
+    /// for succeeded, and the workflow completes.
+    #[test]
+    fn a_pcddb_workflow_completes_once_whatever_fails_or_restarts(
+        workflow in random_workflow(),
+        steps in proptest::collection::vec(pcddb_step(), 1..40),
+    ) {
+        use proptest::prelude::*;
+        let dir = scratch(&format!("pcddb-day-{}", workflow.len()));
+        let mut s = open(&dir, WorkflowConfig::default());
+        let ids: Vec<u32> = (0..3).map(|i| common::register(&mut s, &format!("n{i}"), 2)).collect();
+        let mut agents = Agents { rtt: pairs(&ids), ..Agents::default() };
+        for &n in &ids {
+            agents.beat(&mut s, n);
+        }
+        let id = s.submit("wf.toml", &workflow, "/").expect("a valid workflow").job_id;
+        let graph = |s: &State| -> Vec<(u32, String)> {
+            s.tasks(id).expect("tasks").tasks.iter().map(|t| (t.index, t.state.clone())).collect()
+        };
+        for step in steps {
+            // No instance ever runs twice at once (two attempts, or one on two nodes).
+            let mut running: Vec<u64> =
+                agents.running.values().flatten().map(|&(t, _)| t).collect();
+            running.sort_unstable();
+            let n = running.len();
+            running.dedup();
+            prop_assert_eq!(running.len(), n, "an instance runs twice at once");
+            match step {
+                PcddbStep::Round => agents.round(&mut s, &ids),
+                PcddbStep::Finish(n, ok) => agents.finish_all(ids[n], ok),
+                PcddbStep::Restart => {
+                    let before = graph(&s);
+                    drop(s);
+                    s = open(&dir, WorkflowConfig::default());
+                    prop_assert_eq!(graph(&s), before);
+                }
+            }
+        }
+        for _ in 0..200 {
+            if !["pending", "running"].contains(&s.job(id).expect("job").state.as_str()) {
+                break;
+            }
+            agents.round(&mut s, &ids);
+            for &n in &ids {
+                agents.finish_all(n, true);
+            }
+        }
+        prop_assert_eq!(s.job(id).expect("job").state, "completed", "{}", workflow);
+        for t in s.tasks(id).expect("tasks").tasks {
+            prop_assert_eq!(t.state, "succeeded");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
