@@ -6,7 +6,9 @@
 //! Shown here: proximity clusters come from the round trips the agents report and a request
 //! travels within one cluster first; instances that run again go through the balancer; a
 //! task's `requires` and size decide where its instances may run, and a running instance
-//! books its cores in the view shared with batch jobs.
+//! books its cores in the view shared with batch jobs; a full-disk rollback keeps the stored
+//! workflows; and, over random workflows, failed attempts and server restarts never make an
+//! instance run twice at once, and every workflow completes.
 
 use crate::common;
 
