@@ -112,6 +112,19 @@ impl Balancer {
                 m.node.set_memberships(memberships);
             }
             m.node.set_attributes(j.attributes);
+            // Taken here but not to run here (cancelled, or run elsewhere): no longer held.
+            // The server lists each in a few replies; each is forgotten once.
+            for &i in &j.dropped {
+                if let Some(core) = m.cores.remove(&i) {
+                    let _ = m.node.handle(
+                        NodeEvent::Finished {
+                            instance: InstanceId(i),
+                            core,
+                        },
+                        crate::launch::now_ns(),
+                    );
+                }
+            }
         }
         self.note_balancing();
     }
@@ -516,6 +529,30 @@ mod tests {
         assert_eq!(kinds(&mut b), ["return"]);
         b.sync(1, 2, &[job(vec![1], 2)]);
         b.deliver(request(1, 2), 0, false);
+        assert_eq!(kinds(&mut b), ["reply"]);
+        assert_eq!(b.held(), 1);
+    }
+
+    /// An instance the machine took and the server then cancelled is listed in `dropped`: the
+    /// machine no longer holds it (else it would count in the instance table for ever), once
+    /// however often the list is repeated.
+    #[test]
+    fn a_dropped_instance_is_no_longer_held_here() {
+        let mut b = Balancer::default();
+        b.sync(1, 2, &[job(vec![0], 0)]);
+        b.deliver(request(0, 0), 0, false);
+        assert_eq!(kinds(&mut b), ["reply"]);
+        assert_eq!(b.held(), 1);
+        let dropping = pb::PcddbJob {
+            dropped: vec![0, 5],
+            ..job(vec![0], 0)
+        };
+        b.sync(1, 2, std::slice::from_ref(&dropping));
+        assert_eq!(b.held(), 0);
+        b.sync(1, 2, &[dropping]);
+        assert_eq!(b.held(), 0);
+        // The machine goes on taking work as before.
+        b.deliver(request(0, 0), 0, false);
         assert_eq!(kinds(&mut b), ["reply"]);
         assert_eq!(b.held(), 1);
     }

@@ -208,6 +208,7 @@ fn pcddb_job(j: &crate::state::types::PcddbJob) -> pb::PcddbJob {
         clusters: j.clusters.clone(),
         attributes: j.attributes,
         check_interval_ms: j.check_interval_ms,
+        dropped: j.dropped.clone(),
     }
 }
 

@@ -182,10 +182,12 @@ pub enum RuntimeCommand {
         id: JobRef,
         /// Only the tasks with these indices (`3,7-9`, `0-99:2`; the syntax of `submit
         /// --array`): the rest of the job goes on, and it ends `cancelled` (Slurm's `scancel
-        /// JOB_[3,7-9]`).
+        /// JOB_[3,7-9]`). In a workflow: the instances with these `{index}` values, and every
+        /// instance depending on them.
         #[arg(long, value_name = "INDICES")]
         tasks: Option<String>,
-        /// With `--tasks`: only this application's tasks (default: every application's).
+        /// With `--tasks`: only this application's tasks, or this workflow task's instances
+        /// (default: every application's or task's).
         #[arg(long, value_name = "NAME", requires = "tasks")]
         app: Option<String>,
         #[command(flatten)]

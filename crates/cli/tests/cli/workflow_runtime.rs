@@ -94,7 +94,7 @@ fn wait_done(c: &Cluster, job: u64, timeout: Duration) -> serde_json::Value {
         if out.status.success()
             && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout)
         {
-            if v["state"] == "completed" || v["state"] == "failed" {
+            if ["completed", "failed", "cancelled"].contains(&v["state"].as_str().unwrap_or("")) {
                 return v;
             }
             last = v;
@@ -476,6 +476,89 @@ command = "echo ok > {output:o}"
         dot.contains("\"mid\" -> \"all\" [label=\"m (all)\"]"),
         "{dot}"
     );
+}
+
+#[test]
+fn cancelling_a_running_instance_kills_it_skips_its_dependants_and_the_rest_completes() {
+    // `src[2]` sleeps until it is cancelled (`hetsched cancel JOB --app src --tasks 2`): its
+    // process is killed, `mid[2]` and `all` are not run, the other instances complete, and the
+    // workflow ends `cancelled`, under pcddb between a real agent's machine and the server.
+    let mut c = Cluster::start("wf-cancel", false);
+    c.start_agent("n1", 2, &[]);
+    c.wait_for_nodes(1);
+    let file = c.write(
+        "wf.toml",
+        r#"
+balancer = "pcddb"
+
+[[task]]
+name = "src"
+instances = 3
+cost = "1s"
+outputs = ["s"]
+command = "if [ {index} = 2 ]; then sleep 300; fi; echo {index} > {output:s}"
+
+[[task]]
+name = "mid"
+instances = "1..=3"
+cost = "1s"
+inputs = ["s"]
+outputs = ["m"]
+command = "cat {input:s} > {output:m}"
+
+[[task]]
+name = "all"
+instances = 1
+cost = "1s"
+inputs = ["m"]
+command = "cat {input:m}"
+"#,
+    );
+    let job = submit(&c, &file);
+    let state = |app: &str, i: u64| {
+        c.tasks(job)
+            .into_iter()
+            .find(|t| t["app"] == app && t["index"].as_u64() == Some(i))
+            .unwrap_or_else(|| panic!("{app}[{i}]"))
+    };
+    let start = Instant::now();
+    while state("src", 2)["state"] != "running" || state("mid", 1)["state"] != "succeeded" {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "src[2] never ran"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = c.cli(&["cancel", &job.to_string(), "--app", "src", "--tasks", "9"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no task with index 9 in task `src`"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = c.cli(&["cancel", &job.to_string(), "--app", "src", "--tasks", "2"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = wait_done(&c, job, Duration::from_secs(30));
+    assert_eq!(v["state"], "cancelled", "{v}");
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "the sleeping instance was not killed"
+    );
+    assert_eq!(state("src", 2)["state"], "cancelled");
+    let mid2 = state("mid", 2);
+    assert_eq!(mid2["state"], "cancelled");
+    assert_eq!(
+        mid2["message"],
+        "not run: its producer src[2] was cancelled"
+    );
+    assert_eq!(state("all", 1)["state"], "cancelled");
+    for (app, i) in [("src", 1), ("src", 3), ("mid", 1), ("mid", 3)] {
+        assert_eq!(state(app, i)["state"], "succeeded", "{app}[{i}]");
+    }
 }
 
 #[test]

@@ -891,7 +891,7 @@ impl Batch {
     /// running tasks whose index is in `indices` (of application `app`, or of every
     /// application); the rest of the job goes on. Returns how many it cancelled. An index that
     /// no task of the job has is refused, naming it; a job that has ended cancels nothing.
-    pub fn cancel_tasks(
+    fn cancel_some(
         &mut self,
         cx: &mut Ctx,
         job: u64,
@@ -1762,6 +1762,16 @@ impl JobKind for Batch {
         // Jobs waiting on this one can never start now.
         self.settle_waiting(cx)?;
         Ok(n)
+    }
+
+    fn cancel_tasks(
+        &mut self,
+        cx: &mut Ctx,
+        job: u64,
+        app: Option<&str>,
+        indices: &[u32],
+    ) -> Result<u64, StateError> {
+        self.cancel_some(cx, job, app, indices)
     }
 
     fn backed_off(&self, node: u32) -> Vec<BackedOffApp> {

@@ -350,6 +350,22 @@ pub trait JobKind: Send {
     /// heartbeat). Returns how many tasks it cancelled.
     fn cancel(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError>;
 
+    /// `hetsched cancel JOB --tasks INDICES [--app NAME]`: cancels the tasks of `job` whose
+    /// listed index is one of `indices` (in application or task `app` only, if given); the rest
+    /// of the job goes on. Returns how many it cancelled. Kinds without such tasks refuse.
+    fn cancel_tasks(
+        &mut self,
+        _cx: &mut Ctx,
+        job: u64,
+        _app: Option<&str>,
+        _indices: &[u32],
+    ) -> Result<u64, StateError> {
+        Err(StateError::Invalid(format!(
+            "job {job} is a {} job; --tasks picks tasks of batch and workflow jobs (cancel the whole job)",
+            self.kind().as_str()
+        )))
+    }
+
     /// This kind's applications kept off `node`, for the node listing.
     fn backed_off(&self, _node: u32) -> Vec<BackedOffApp> {
         Vec::new()

@@ -75,6 +75,10 @@ use rusqlite::params;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use tracing::{info, warn};
 
+/// How many heartbeat replies to a node list an instance its machine is to forget (the agent
+/// forgets it at the first; the others cover lost replies).
+const DROPPED_REPLIES: u8 = 3;
+
 /// How an agent's result begins when an input could not be fetched (see the agent's
 /// `dataflow::INPUT_UNAVAILABLE`).
 const INPUT_UNAVAILABLE: &str = "input unavailable: node ";
@@ -127,6 +131,9 @@ enum St {
     Running,
     Done,
     Failed,
+    /// Cancelled by a user (`cancel JOB`, `cancel JOB --tasks`), or not run because a producer
+    /// was.
+    Cancelled,
 }
 
 impl St {
@@ -137,7 +144,16 @@ impl St {
             St::Running => "running",
             St::Done => "succeeded",
             St::Failed => "failed",
+            St::Cancelled => "cancelled",
         }
+    }
+    /// Will not run again: succeeded, failed or cancelled.
+    fn ended(self) -> bool {
+        matches!(self, St::Done | St::Failed | St::Cancelled)
+    }
+    /// Ended without succeeding.
+    fn not_run(self) -> bool {
+        matches!(self, St::Failed | St::Cancelled)
     }
     fn parse(s: &str) -> St {
         match s {
@@ -145,6 +161,7 @@ impl St {
             "running" => St::Running,
             "succeeded" => St::Done,
             "failed" => St::Failed,
+            "cancelled" => St::Cancelled,
             _ => St::Waiting,
         }
     }
@@ -179,6 +196,15 @@ impl Machine {
         match self {
             Machine::Centralised(m) => m.handle(e, now),
             Machine::Pcddb(m) => m.handle(e, now),
+        }
+    }
+
+    /// Instances that will not run (cancelled, or failed for good): the machine never places
+    /// them, even when their producers' results would make them ready.
+    fn withdraw(&mut self, ids: &[InstanceId]) {
+        match self {
+            Machine::Centralised(m) => m.withdraw(ids),
+            Machine::Pcddb(m) => m.withdraw(ids),
         }
     }
 
@@ -219,6 +245,12 @@ struct WfJob {
     members: Vec<GraphNode>,
     /// Messages from the launch node to a node, for its next heartbeat.
     to_node: HashMap<u32, Vec<Message>>,
+    /// Per node: instances its pcddb machine took that will not run there (cancelled, not run
+    /// because a producer was, or already run or running elsewhere), with how many more
+    /// heartbeat replies list them ([`DROPPED_REPLIES`]: a lost reply costs nothing; the
+    /// machine forgets each once). Without this the machine would count them in its instance
+    /// table for the rest of the workflow.
+    dropped: HashMap<u32, BTreeMap<u32, u8>>,
     /// Messages the launch node sent and received.
     sent: u64,
     received: u64,
@@ -235,6 +267,14 @@ impl WfJob {
     fn task_of(&self, i: u32) -> (usize, u32) {
         let t = self.offset.partition_point(|&o| o <= i).saturating_sub(1);
         (t, i - self.offset[t])
+    }
+    /// The index listings show for instance `i` (and `cancel --tasks` picks by): its argument
+    /// value, shared by its processes (its position if the value is negative).
+    fn listed_index(&self, i: u32) -> u32 {
+        let (t, k) = self.task_of(i);
+        let task = &self.rt.parsed.workflow.tasks[t];
+        let value = task.args.start + i64::from(k / task.processes.max(1));
+        u32::try_from(value).unwrap_or(k)
     }
     fn dir(&self, i: u32) -> String {
         let (t, k) = self.task_of(i);
@@ -287,9 +327,7 @@ impl WfJob {
         out
     }
     fn finished(&self) -> bool {
-        self.insts
-            .iter()
-            .all(|x| matches!(x.st, St::Done | St::Failed))
+        self.insts.iter().all(|x| x.st.ended())
     }
     fn state(&self) -> &'static str {
         if !self.finished() {
@@ -302,6 +340,9 @@ impl WfJob {
             } else {
                 "pending"
             }
+        } else if self.insts.iter().any(|x| x.st == St::Cancelled) {
+            // Some instances were cancelled (`cancel JOB --tasks`): it did not complete.
+            "cancelled"
         } else if self.insts.iter().any(|x| x.st == St::Failed) {
             "failed"
         } else {
@@ -479,6 +520,13 @@ impl Workflows {
             let (machine, members) = me.machine(cx, balancer, graph);
             job.machine = machine;
             job.members = members;
+            // What ended without succeeding is never placed again, even when its producers
+            // (running at the restart) succeed later.
+            let ended: Vec<InstanceId> = (0..job.insts.len() as u32)
+                .filter(|&i| job.insts[i as usize].st.not_run())
+                .map(InstanceId)
+                .collect();
+            job.machine.withdraw(&ended);
             for i in 0..job.insts.len() as u32 {
                 let tid = job.task_id(i);
                 let request = job.rt.tasks[job.task_of(i).0].request();
@@ -494,7 +542,7 @@ impl Workflows {
                             }
                         }
                     }
-                    St::Failed | St::Done => {}
+                    St::Failed | St::Cancelled | St::Done => {}
                     St::Ready | St::Waiting if reached[i as usize] => {
                         x.st = St::Ready;
                         job.rerun.push(i);
@@ -668,6 +716,23 @@ impl Workflows {
             .map(|(_, n)| n)
     }
 
+    /// The instances `node`'s machine is to forget, for one heartbeat reply: each is listed in
+    /// [`DROPPED_REPLIES`] replies, then no more.
+    fn take_dropped(job: &mut WfJob, node: u32) -> Vec<u32> {
+        let Some(d) = job.dropped.get_mut(&node) else {
+            return Vec::new();
+        };
+        let listed: Vec<u32> = d.keys().copied().collect();
+        d.retain(|_, left| {
+            *left = left.saturating_sub(1);
+            *left > 0
+        });
+        if d.is_empty() {
+            job.dropped.remove(&node);
+        }
+        listed
+    }
+
     /// Gives back what instance `i` booked in the view.
     fn unbook(cx: &mut Ctx, job: &mut WfJob, i: u32) {
         if let Some((n, r, d)) = job.booked.remove(&i) {
@@ -732,6 +797,7 @@ impl Workflows {
             masks,
             members,
             to_node: HashMap::new(),
+            dropped: HashMap::new(),
             sent: 0,
             received: 0,
         })
@@ -871,13 +937,19 @@ impl Workflows {
 
     /// Marks instance `i` failed for good, and every instance depending on it.
     fn fail(&mut self, job: &mut WfJob, i: u32, why: &str, now: u64) {
+        self.end_for_good(job, i, why, false, now);
+    }
+
+    /// Marks instance `i` failed for good — `cancelled` by a user, or failed for `why` — and
+    /// every instance depending on it, each with a message naming its producer.
+    fn end_for_good(&mut self, job: &mut WfJob, i: u32, why: &str, cancelled: bool, now: u64) {
         let mut stack = vec![(i, why.to_string())];
         while let Some((k, msg)) = stack.pop() {
             let x = &mut job.insts[k as usize];
-            if matches!(x.st, St::Done | St::Failed) && k != i {
+            if x.st.ended() && k != i {
                 continue;
             }
-            x.st = St::Failed;
+            x.st = if cancelled { St::Cancelled } else { St::Failed };
             x.message = msg;
             x.finished_ns = now;
             self.dirty.insert((job.seq, k));
@@ -885,21 +957,26 @@ impl Workflows {
             let task = &job.rt.parsed.workflow.tasks[t];
             // Named by `{index}`, the instance's argument value.
             let n = task.args.start + i64::from(n / task.processes.max(1));
-            let cause = format!(
-                "not run: its producer {}[{n}] failed ({})",
-                task.name,
-                if k == i { why } else { "upstream" }
-            );
+            let cause = match (cancelled, k == i) {
+                (true, true) => format!("not run: its producer {}[{n}] was cancelled", task.name),
+                (true, false) => format!(
+                    "not run: its producer {}[{n}] was not run (cancelled upstream)",
+                    task.name
+                ),
+                (false, first) => format!(
+                    "not run: its producer {}[{n}] failed ({})",
+                    task.name,
+                    if first { why } else { "upstream" }
+                ),
+            };
             for c in job.consumers(k) {
-                if !matches!(job.insts[c as usize].st, St::Done | St::Failed) {
+                if !job.insts[c as usize].st.ended() {
                     stack.push((c, cause.clone()));
                 }
             }
         }
-        job.rerun
-            .retain(|&f| job.insts[f as usize].st != St::Failed);
-        job.blocked
-            .retain(|&f| job.insts[f as usize].st != St::Failed);
+        job.rerun.retain(|&f| !job.insts[f as usize].st.not_run());
+        job.blocked.retain(|&f| !job.insts[f as usize].st.not_run());
     }
 
     fn check_finished(&mut self, job: &mut WfJob, now: u64) {
@@ -1087,6 +1164,7 @@ impl Workflows {
                 St::Running => c.running += 1,
                 St::Done => c.succeeded += 1,
                 St::Failed => c.failed += 1,
+                St::Cancelled => c.cancelled += 1,
             }
         }
         (c, ready)
@@ -1492,8 +1570,17 @@ impl JobKind for Workflows {
                 let mut mine = job.assigned.remove(&node.0).unwrap_or_default();
                 let mut keep = VecDeque::new();
                 while let Some(i) = mine.pop_front() {
-                    let st = job.insts[i as usize].st;
-                    if !matches!(st, St::Ready | St::Waiting) {
+                    let x = &job.insts[i as usize];
+                    if !matches!(x.st, St::Ready | St::Waiting) {
+                        // Cancelled after this node's machine took it, or handed out twice
+                        // (a reply of a launch node from before a restart): it does not run
+                        // here, so the machine must stop counting it.
+                        if !(x.st == St::Running && x.node == Some(node.0)) {
+                            job.dropped
+                                .entry(node.0)
+                                .or_default()
+                                .insert(i, DROPPED_REPLIES);
+                        }
                         continue;
                     }
                     if !self.inputs_ready(cx, &mut job, i) {
@@ -1566,6 +1653,7 @@ impl JobKind for Workflows {
                         .find(|g| g.id == node)
                         .map_or(0, |g| g.attributes),
                     check_interval_ms: self.check_interval_ms,
+                    dropped: Self::take_dropped(&mut job, node.0),
                 });
             }
             self.jobs.insert(seq, job);
@@ -1695,14 +1783,13 @@ impl JobKind for Workflows {
                     page.next_cursor = tid;
                     break 'page;
                 }
-                let (t, k) = j.task_of(i as u32);
+                let (t, _) = j.task_of(i as u32);
                 let task = &j.rt.parsed.workflow.tasks[t];
-                let value = task.args.start + i64::from(k / task.processes.max(1));
                 page.tasks.push(TaskInfo {
                     id: tid,
                     job_id: j.id(),
                     app: task.name.clone(),
-                    index: u32::try_from(value).unwrap_or(k),
+                    index: j.listed_index(i as u32),
                     state: x.st.as_str().into(),
                     attempt: x.attempt,
                     node: x
@@ -1726,6 +1813,109 @@ impl JobKind for Workflows {
         Ok(page)
     }
 
+    /// Cancels the instances of `job` whose listed index (`{index}`, the argument value) is one
+    /// of `indices` — every process of that value — in task `app` only, if given. Running ones
+    /// are killed at their nodes' next heartbeat; those a node's pcddb machine took and not yet
+    /// started are dropped there; every instance depending on one is not run (failed, with a
+    /// message naming the cancelled producer). The rest of the workflow goes on.
+    fn cancel_tasks(
+        &mut self,
+        cx: &mut Ctx,
+        job: u64,
+        app: Option<&str>,
+        indices: &[u32],
+    ) -> Result<u64, StateError> {
+        let seq = job & ((1 << super::KIND_SHIFT) - 1);
+        let Some(j) = self.jobs.get(&seq) else {
+            return Err(StateError::NoJob(job));
+        };
+        let tasks = &j.rt.parsed.workflow.tasks;
+        let picked: Vec<usize> = match app {
+            Some(name) => match tasks.iter().position(|t| t.name == name) {
+                Some(t) => vec![t],
+                None => {
+                    return Err(StateError::Invalid(format!(
+                        "job {job} has no task `{name}`"
+                    )));
+                }
+            },
+            None => (0..tasks.len()).collect(),
+        };
+        let wanted: HashSet<u32> = indices.iter().copied().collect();
+        let mut seen = HashSet::new();
+        let mut chosen = Vec::new();
+        for t in picked {
+            for i in j.offset[t]..j.offset[t + 1] {
+                let index = j.listed_index(i);
+                if wanted.contains(&index) {
+                    seen.insert(index);
+                    chosen.push(i);
+                }
+            }
+        }
+        if let Some(missing) = indices.iter().find(|i| !seen.contains(i)) {
+            return Err(StateError::Invalid(format!(
+                "job {job} has no task with index {missing}{}",
+                app.map_or(String::new(), |n| format!(" in task `{n}`"))
+            )));
+        }
+        let Some(mut j) = self.jobs.remove(&seq) else {
+            return Err(StateError::NoJob(job));
+        };
+        let running: Vec<u32> = (0..j.insts.len() as u32)
+            .filter(|&i| j.insts[i as usize].st == St::Running)
+            .collect();
+        let mut n = 0;
+        for i in chosen {
+            if j.insts[i as usize].st.ended() {
+                continue;
+            }
+            self.end_for_good(&mut j, i, "cancelled", true, cx.now);
+            n += 1;
+        }
+        // Running ones (the cancelled, and dependants already running on a re-produced
+        // input) end at their nodes: the node's next heartbeat reports them, and as nothing
+        // expects them any more the agent is told to kill them.
+        for i in running {
+            if j.insts[i as usize].st != St::Cancelled {
+                continue;
+            }
+            if let Some(node) = j.insts[i as usize].node {
+                cx.nodes.ended(NodeId(node), j.task_id(i));
+                self.woken.insert(node);
+            }
+            Self::unbook(cx, &mut j, i);
+        }
+        // Taken by a node's machine and not started: dropped there.
+        for (&node, q) in &mut j.assigned {
+            q.retain(|&i| {
+                let gone = j.insts[i as usize].st.not_run();
+                if gone {
+                    j.dropped
+                        .entry(node)
+                        .or_default()
+                        .insert(i, DROPPED_REPLIES);
+                    self.woken.insert(node);
+                }
+                !gone
+            });
+        }
+        j.assigned.retain(|_, q| !q.is_empty());
+        // The machine never places them (a cancelled instance whose producers still run
+        // would otherwise be readied by their results).
+        let withdrawn: Vec<InstanceId> = (0..j.insts.len() as u32)
+            .filter(|&i| j.insts[i as usize].st == St::Cancelled)
+            .map(InstanceId)
+            .collect();
+        j.machine.withdraw(&withdrawn);
+        if n > 0 {
+            info!(job, instances = n, "workflow instances cancelled");
+        }
+        self.check_finished(&mut j, cx.now);
+        self.jobs.insert(seq, j);
+        Ok(n)
+    }
+
     fn cancel(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
         let seq = job & ((1 << super::KIND_SHIFT) - 1);
         let Some(mut j) = self.jobs.remove(&seq) else {
@@ -1735,7 +1925,7 @@ impl JobKind for Workflows {
         for i in 0..j.insts.len() {
             let tid = j.task_id(i as u32);
             let x = &mut j.insts[i];
-            if matches!(x.st, St::Done | St::Failed) {
+            if x.st.ended() {
                 continue;
             }
             if x.st == St::Running
@@ -1744,7 +1934,7 @@ impl JobKind for Workflows {
                 cx.nodes.ended(NodeId(node), tid);
                 self.woken.insert(node);
             }
-            x.st = St::Failed;
+            x.st = St::Cancelled;
             x.message = "cancelled".into();
             self.dirty.insert((seq, i as u32));
             n += 1;

@@ -694,7 +694,12 @@ impl State {
                     "job {job} is a divisible job: its failed chunks are re-planned while it runs; submit it again"
                 )));
             }
-            Some(Kind::Workflow) | Some(Kind::Topology) | None => {
+            Some(Kind::Workflow) => {
+                return Err(StateError::Invalid(format!(
+                    "job {job} is a workflow: a failed instance runs again while its task's `retries` last; submit it again"
+                )));
+            }
+            Some(Kind::Topology) | None => {
                 return Err(StateError::NoJob(job));
             }
         };
@@ -716,9 +721,9 @@ impl State {
         Ok(n)
     }
 
-    /// `hetsched cancel JOB --tasks INDICES [--app NAME]`: cancels some of a batch job's tasks
-    /// (pending ones dropped, running ones killed at their nodes' next heartbeat); the rest of
-    /// the job goes on.
+    /// `hetsched cancel JOB --tasks INDICES [--app NAME]`: cancels some of a batch job's tasks or
+    /// a workflow's instances (pending ones dropped, running ones killed at their nodes' next
+    /// heartbeat; a cancelled instance's dependants are not run); the rest of the job goes on.
     pub fn on_cancel_tasks(
         &mut self,
         job: u64,
@@ -726,17 +731,10 @@ impl State {
         indices: &[u32],
     ) -> Result<u64, StateError> {
         let n = match self.ids.kind(job) {
-            Some(Kind::Batch) => {
-                self.jobs
-                    .batch
-                    .cancel_tasks(&mut ctx!(self), job, app, indices)?
-            }
-            Some(k) => {
-                return Err(StateError::Invalid(format!(
-                    "job {job} is a {} job; --tasks picks tasks of batch jobs (cancel the whole job)",
-                    k.as_str()
-                )));
-            }
+            Some(k) => self
+                .jobs
+                .of_kind_mut(k)
+                .cancel_tasks(&mut ctx!(self), job, app, indices)?,
             None => return Err(StateError::NoJob(job)),
         };
         self.commit()?;

@@ -550,6 +550,8 @@ pub struct PcddbJob {
     pub attributes: u64,
     /// How often the node checks itself against LT, ms.
     pub check_interval_ms: u64,
+    /// Instances the node's machine took that will not run: it forgets them.
+    pub dropped: Vec<u32>,
 }
 
 /// The task states a listing keeps (`hetsched tasks --state`; empty: every state).

@@ -115,8 +115,8 @@ fn job_and_cancel_reach_the_right_kind_after_a_restart() {
     assert_eq!(submit(&mut s, Kind::Divisible), 5);
     // `cancel N` goes to job N's kind and no other.
     s.on_cancel(3).expect("cancel the workflow");
-    // A cancelled workflow's instances fail.
-    assert_eq!(s.get_job(3).expect("job 3").state, "failed");
+    // A cancelled workflow reads `cancelled`, as a cancelled batch or divisible job does.
+    assert_eq!(s.get_job(3).expect("job 3").state, "cancelled");
     assert_eq!(
         s.get_job(2).expect("job 2").state,
         "pending",
@@ -136,7 +136,7 @@ fn job_and_cancel_reach_the_right_kind_after_a_restart() {
     assert!(s.on_cancel(6).is_err(), "no job 6 to cancel");
     drop(s);
     let s = open(&d.0).expect("reopened again");
-    assert_eq!(s.get_job(3).expect("job 3").state, "failed");
+    assert_eq!(s.get_job(3).expect("job 3").state, "cancelled");
     assert_eq!(s.get_job(1).expect("job 1").state, "cancelled");
     assert_eq!(shown_kind(&s, 5), Kind::Divisible);
 }

@@ -6,8 +6,8 @@
 //! Shown here: proximity clusters come from the round trips the agents report and a request
 //! travels within one cluster first; instances that run again go through the balancer; a
 //! task's `requires` and size decide where its instances may run, and a running instance
-//! books its cores in the view shared with batch jobs; a full-disk rollback keeps the stored
-//! workflows; and, over random workflows, failed attempts and server restarts never make an
+//! books its cores in the view shared with batch jobs; cancelling some instances kills or drops
+//! them and skips only their dependants; a full-disk rollback keeps the stored workflows; and, over random workflows, failed attempts and server restarts never make an
 //! instance run twice at once, and every workflow completes.
 
 use crate::common;
@@ -57,7 +57,10 @@ struct Agents {
     hops: Vec<(u32, u32, u32, Vec<u32>)>,
     running: HashMap<u32, Vec<(u64, u32)>>,
     results: HashMap<u32, Vec<(u64, u32, bool)>>,
-    cores: HashMap<u32, u32>,
+    /// (node, instance) → the core its machine put it on.
+    cores: HashMap<(u32, u32), u32>,
+    /// The launch node's epoch each node's machine was built for.
+    epochs: HashMap<u32, u64>,
     /// (node, instance, attempt) in the order the server assigned them.
     assigned: Vec<(u32, u32, u32)>,
     /// Each assigned task's inputs: (producer's node, path).
@@ -65,6 +68,21 @@ struct Agents {
     /// Results other than plain successes and failures, for the next heartbeat.
     special: HashMap<u32, Vec<pb::TaskResult>>,
     rtt: HashMap<u32, BTreeMap<u32, u64>>,
+    /// (node, instance) killed at the server's request.
+    killed: Vec<(u32, u32)>,
+    /// (node, instance) a machine forgot because the server listed it as dropped.
+    dropped: Vec<(u32, u32)>,
+    /// How many of `assigned` a test has looked at.
+    checked: usize,
+}
+
+/// Task id of instance 0 of workflow `job`.
+fn agents_base(s: &State, job: u64) -> u64 {
+    s.tasks(job)
+        .expect("tasks")
+        .tasks
+        .first()
+        .map_or(0, |t| t.id)
 }
 
 impl Agents {
@@ -89,6 +107,12 @@ impl Agents {
             let launch = NodeId(j.launch);
             let clusters: Vec<(ClusterId, NodeId)> =
                 j.clusters.iter().map(|&c| (ClusterId(c), launch)).collect();
+            // As the agent does: a launch node built since (a restarted server) means a fresh
+            // machine, which holds nothing.
+            if self.epochs.insert(n, j.epoch).is_some_and(|e| e != j.epoch) {
+                self.machines.remove(&n);
+                self.cores.retain(|&(node, _), _| node != n);
+            }
             let m = self.machines.entry(n).or_insert_with(|| {
                 PcddbNode::new(
                     GraphNode {
@@ -101,6 +125,40 @@ impl Agents {
                 )
             });
             m.set_memberships(clusters);
+            // As the agent does: instances taken here that will not run are forgotten.
+            for &i in &j.dropped {
+                if let Some(core) = self.cores.remove(&(n, i)) {
+                    let _ = m.handle(
+                        NodeEvent::Finished {
+                            instance: InstanceId(i),
+                            core,
+                        },
+                        0,
+                    );
+                    self.dropped.push((n, i));
+                }
+            }
+        }
+        // Killed at the server's request: the task ends (interrupted) and says so.
+        for k in &reply.kill {
+            let before = self.running.get(&n).map_or(0, Vec::len);
+            if let Some(r) = self.running.get_mut(&n) {
+                r.retain(|&(t, a)| (t, a) != (k.task_id, k.attempt));
+            }
+            if self.running.get(&n).map_or(0, Vec::len) < before {
+                self.killed.push((n, (k.task_id - self.task_base) as u32));
+                self.special.entry(n).or_default().push(pb::TaskResult {
+                    task_id: k.task_id,
+                    attempt: k.attempt,
+                    exit_code: -1,
+                    interrupted: true,
+                    message: "killed".into(),
+                    started_ns: 1,
+                    finished_ns: 2,
+                    ..Default::default()
+                });
+                self.ended(n, k.task_id);
+            }
         }
         for env in reply.balance.clone() {
             let msg: Message = serde_json::from_str(&env.message_json).expect("a core message");
@@ -155,7 +213,7 @@ impl Agents {
                     });
                 }
                 Outgoing::Run { instance, core } => {
-                    self.cores.insert(instance.0, core);
+                    self.cores.insert((n, instance.0), core);
                 }
                 Outgoing::Ready(_) => {}
             }
@@ -172,7 +230,7 @@ impl Agents {
     /// Task `task` ended on `n`: its core is free in the node's machine.
     fn ended(&mut self, n: u32, task: u64) {
         let i = (task - self.task_base) as u32;
-        if let (Some(m), Some(core)) = (self.machines.get_mut(&n), self.cores.remove(&i)) {
+        if let (Some(m), Some(core)) = (self.machines.get_mut(&n), self.cores.remove(&(n, i))) {
             let _ = m.handle(
                 NodeEvent::Finished {
                     instance: InstanceId(i),
@@ -723,6 +781,141 @@ fn a_produced_input_wakes_the_idle_node_whose_placed_consumer_waits_for_it() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Six `gen` instances, each read by its `use` instance, all of whose outputs one `sum` reads.
+const CHAIN: &str = r#"
+balancer = "pcddb"
+
+[[task]]
+name = "gen"
+instances = "1..=6"
+cost = "1s"
+outputs = ["m"]
+command = "echo {index} > {output:m}"
+
+[[task]]
+name = "use"
+instances = "1..=6"
+cost = "1s"
+inputs = ["m"]
+outputs = ["o"]
+command = "cat {input:m} > {output:o}"
+
+[[task]]
+name = "sum"
+instances = 1
+cost = "1s"
+inputs = ["o"]
+command = "cat {input:o}"
+"#;
+
+#[test]
+fn cancelling_workflow_instances_kills_or_drops_them_and_skips_their_dependants_only() {
+    // One dual-core node takes all six `gen` instances (LT 4, MT 20): two run, four wait on
+    // the node. `cancel --app gen --tasks 2,5` kills the running gen[2] and drops the waiting
+    // gen[5] from the node's machine; use[2], use[5] and sum are not run; the rest runs. The
+    // listing survives a restart.
+    let dir = scratch("cancel-tasks");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let n = common::register(&mut s, "n0", 2);
+    let mut agents = Agents::default();
+    agents.beat(&mut s, n);
+    let job = s.submit("chain.toml", CHAIN, "/").expect("submit").job_id;
+    for _ in 0..10 {
+        if agents.assigned.len() >= 2 {
+            break;
+        }
+        agents.round(&mut s, &[n]);
+    }
+    assert_eq!(
+        agents.assigned,
+        vec![(n, 0, 1), (n, 1, 1)],
+        "gen[1] and gen[2] run"
+    );
+    assert_eq!(agents.machines[&n].held(), 6, "the node took all six");
+
+    // Refusals name what is wrong and change nothing.
+    let err = |r: Result<pb::CancelReply, _>| format!("{}", r.expect_err("refused"));
+    assert!(err(s.cancel_tasks(job, "nope", "1")).contains("has no task `nope`"));
+    assert!(err(s.cancel_tasks(job, "gen", "2,9")).contains("no task with index 9 in task `gen`"));
+
+    let reply = s.cancel_tasks(job, "gen", "2,5").expect("cancel");
+    assert_eq!(reply.cancelled, 2);
+    let listed = |s: &State| -> Vec<(String, u32, String, String)> {
+        s.tasks(job)
+            .expect("tasks")
+            .tasks
+            .into_iter()
+            .map(|t| (t.app, t.index, t.state, t.message))
+            .collect()
+    };
+    let before = listed(&s);
+    let of = |l: &[(String, u32, String, String)], app: &str, i: u32| {
+        l.iter()
+            .find(|t| t.0 == app && t.1 == i)
+            .map(|t| (t.2.clone(), t.3.clone()))
+            .expect("listed")
+    };
+    assert_eq!(
+        of(&before, "gen", 2),
+        ("cancelled".into(), "cancelled".into())
+    );
+    assert_eq!(
+        of(&before, "gen", 5),
+        ("cancelled".into(), "cancelled".into())
+    );
+    assert_eq!(
+        of(&before, "use", 2),
+        (
+            "cancelled".into(),
+            "not run: its producer gen[2] was cancelled".into()
+        )
+    );
+    assert_eq!(of(&before, "use", 5).0, "cancelled");
+    assert_eq!(of(&before, "sum", 1).0, "cancelled");
+    assert!(of(&before, "sum", 1).1.contains("cancelled upstream"));
+    assert_eq!(of(&before, "gen", 1).0, "running");
+    assert_eq!(of(&before, "use", 1).0, "waiting");
+
+    // The node's next heartbeat kills gen[2] and drops gen[5] from its machine.
+    agents.beat(&mut s, n);
+    assert_eq!(agents.killed, vec![(n, 1)]);
+    assert_eq!(agents.dropped, vec![(n, 4)]);
+    assert_eq!(
+        agents.machines[&n].held(),
+        4,
+        "gen[1], gen[3], gen[4], gen[6]"
+    );
+
+    // The rest runs to the end; nothing cancelled ever starts.
+    for _ in 0..40 {
+        agents.finish_all(n, true);
+        agents.round(&mut s, &[n]);
+    }
+    let ran: Vec<u32> = agents.assigned.iter().map(|a| a.1).collect();
+    for never in [4, 7, 10, 12] {
+        assert!(!ran.contains(&never), "instance {never} ran: {ran:?}");
+    }
+    let after = listed(&s);
+    assert_eq!(
+        after.iter().filter(|t| t.2 == "succeeded").count(),
+        8,
+        "gen and use 1, 3, 4, 6: {after:?}"
+    );
+    let info = s.get_job(job).expect("job");
+    assert_eq!(info.state, "cancelled");
+    assert_eq!((info.counts.succeeded, info.counts.cancelled), (8, 5));
+    assert_eq!(s.cancel_tasks(job, "gen", "1").expect("ended").cancelled, 0);
+    let refused = format!("{}", s.resubmit_failed(job).expect_err("a workflow"));
+    assert!(refused.contains("is a workflow"), "{refused}");
+
+    // A restarted server lists the same.
+    drop(s);
+    let s = open(&dir, WorkflowConfig::default());
+    assert_eq!(listed(&s), after);
+    assert_eq!(s.get_job(job).expect("job").state, "cancelled");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A refused commit (a full disk) rolls memory back to the store: the workflows stored before it
 /// are still there, with their instances, and run on once the disk has room. (Until this test,
 /// the rollback rebuilt the workflow kind from a scratch store and every workflow vanished from
@@ -781,6 +974,8 @@ enum PcddbStep {
     Finish(usize, bool),
     /// The server restarts (the agents and their balancing machines run on).
     Restart,
+    /// `cancel JOB --app tT --tasks V`: one instance (a refusal if it does not exist).
+    Cancel(usize, u32),
 }
 
 fn pcddb_step() -> impl proptest::strategy::Strategy<Value = PcddbStep> {
@@ -789,6 +984,7 @@ fn pcddb_step() -> impl proptest::strategy::Strategy<Value = PcddbStep> {
         6 => Just(PcddbStep::Round),
         3 => (0..3usize, any::<bool>()).prop_map(|(n, ok)| PcddbStep::Finish(n, ok)),
         1 => Just(PcddbStep::Restart),
+        1 => (0..4usize, 1..=5u32).prop_map(|(t, v)| PcddbStep::Cancel(t, v)),
     ]
 }
 
@@ -815,9 +1011,10 @@ fn random_workflow() -> impl proptest::strategy::Strategy<Value = String> {
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig { cases: 32, ..Default::default() })]
 
-    /// Under pcddb between real balancing machines, with failed attempts and server restarts
-    /// at any point: every instance succeeds exactly once, only after the instances it waits
-    /// for succeeded, and the workflow completes.
+    /// Under pcddb between real balancing machines, with failed attempts, server restarts and
+    /// cancels of single instances at any point: no instance runs twice at once, none starts
+    /// once cancelled, and the workflow ends with every instance succeeded or cancelled — all
+    /// succeeded unless some were cancelled.
     #[test]
     fn a_pcddb_workflow_completes_once_whatever_fails_or_restarts(
         workflow in random_workflow(),
@@ -835,6 +1032,17 @@ proptest::proptest! {
         let graph = |s: &State| -> Vec<(u32, String)> {
             s.tasks(id).expect("tasks").tasks.iter().map(|t| (t.index, t.state.clone())).collect()
         };
+        let cancelled_now = |s: &State| -> std::collections::HashSet<u32> {
+            let base = agents_base(s, id);
+            s.tasks(id)
+                .expect("tasks")
+                .tasks
+                .iter()
+                .filter(|t| t.state == "cancelled")
+                .map(|t| (t.id - base) as u32)
+                .collect()
+        };
+        let mut cancelled = std::collections::HashSet::new();
         for step in steps {
             // No instance ever runs twice at once (two attempts, or one on two nodes).
             let mut running: Vec<u64> =
@@ -852,7 +1060,17 @@ proptest::proptest! {
                     s = open(&dir, WorkflowConfig::default());
                     prop_assert_eq!(graph(&s), before);
                 }
+                PcddbStep::Cancel(t, v) => {
+                    let _ = s.cancel_tasks(id, &format!("t{t}"), &v.to_string());
+                    cancelled = cancelled_now(&s);
+                }
             }
+            // Nothing cancelled is handed out afterwards.
+            let from = agents.assigned.len().min(agents.checked);
+            for &(_, i, _) in &agents.assigned[from..] {
+                prop_assert!(!cancelled.contains(&i), "cancelled instance {} started", i);
+            }
+            agents.checked = agents.assigned.len();
         }
         for _ in 0..200 {
             if !["pending", "running"].contains(&s.job(id).expect("job").state.as_str()) {
@@ -863,10 +1081,17 @@ proptest::proptest! {
                 agents.finish_all(n, true);
             }
         }
-        prop_assert_eq!(s.job(id).expect("job").state, "completed", "{}", workflow);
+        let want = if cancelled.is_empty() { "completed" } else { "cancelled" };
+        prop_assert_eq!(s.job(id).expect("job").state, want, "{}", workflow);
         for t in s.tasks(id).expect("tasks").tasks {
-            prop_assert_eq!(t.state, "succeeded");
+            prop_assert!(
+                t.state == "succeeded"
+                    || (t.state == "cancelled"
+                        && (t.message == "cancelled" || t.message.starts_with("not run: "))),
+                "{:?}", t
+            );
         }
+
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -137,6 +137,15 @@ impl Dispatcher {
         out
     }
 
+    /// Instances that will not run (a runtime's cancel): never dispatched, nor made ready by
+    /// their producers' results.
+    pub fn withdraw(&mut self, ids: &[InstanceId]) {
+        for &id in ids {
+            self.graph.withdraw(id);
+        }
+        self.unplaceable.retain(|i| !ids.contains(i));
+    }
+
     /// Instances waiting for a member that meets their requirements.
     pub fn unplaceable(&self) -> &[InstanceId] {
         &self.unplaceable

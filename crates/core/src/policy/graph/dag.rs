@@ -22,6 +22,9 @@ pub enum GraphError {
     /// A result for an instance that was never ready.
     #[error("instance {0} finished before it was ready")]
     NotReady(u32),
+    /// A result for an instance withdrawn from the workflow.
+    #[error("instance {0} was withdrawn")]
+    Withdrawn(u32),
 }
 
 /// The workflow's instances and what each still waits for.
@@ -46,6 +49,8 @@ enum State {
     Waiting,
     Ready,
     Finished,
+    /// Will not run (the runtime cancelled it): never ready again.
+    Withdrawn,
 }
 
 impl InstanceGraph {
@@ -141,6 +146,20 @@ impl InstanceGraph {
         ready
     }
 
+    /// Withdraws `id` (a runtime's cancel): it is never made ready again, so its producers'
+    /// results no longer ready it. Returns whether it was ready (then a machine holding it in
+    /// a queue drops it). A finished instance stays finished.
+    pub fn withdraw(&mut self, id: InstanceId) -> bool {
+        match self.state.get_mut(id.0 as usize) {
+            Some(s @ (State::Waiting | State::Ready)) => {
+                let was_ready = *s == State::Ready;
+                *s = State::Withdrawn;
+                was_ready
+            }
+            _ => false,
+        }
+    }
+
     /// Records that `id` finished; returns the instances this makes ready, in id order.
     pub fn finish(&mut self, id: InstanceId) -> Result<Vec<InstanceId>, GraphError> {
         let i = id.0 as usize;
@@ -148,6 +167,7 @@ impl InstanceGraph {
             None => return Err(GraphError::Unknown(id.0)),
             Some(State::Finished) => return Err(GraphError::FinishedTwice(id.0)),
             Some(State::Waiting) => return Err(GraphError::NotReady(id.0)),
+            Some(State::Withdrawn) => return Err(GraphError::Withdrawn(id.0)),
             Some(State::Ready) => {}
         }
         self.state[i] = State::Finished;
@@ -190,6 +210,24 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"))
             .workflow;
         InstanceGraph::new(&w, &[0; 8])
+    }
+
+    #[test]
+    fn a_withdrawn_instance_is_never_made_ready() {
+        let mut g = graph(
+            "[[task]]\nname = \"A\"\ninstances = \"1..=2\"\ncost = \"1s\"\noutputs = [\"m\"]\n\
+             [[task]]\nname = \"B\"\ninstances = \"1..=2\"\ncost = \"1s\"\ninputs = [\"m\"]\n",
+        );
+        assert_eq!(g.start(), [InstanceId(0), InstanceId(1)]);
+        assert!(!g.withdraw(InstanceId(2)), "B1 was waiting");
+        assert!(g.withdraw(InstanceId(1)), "A2 was ready");
+        assert_eq!(g.finish(InstanceId(0)), Ok(vec![]), "B1 withdrawn");
+        assert_eq!(g.finish(InstanceId(1)), Err(GraphError::Withdrawn(1)));
+        assert!(
+            !g.withdraw(InstanceId(0)),
+            "a finished instance stays finished"
+        );
+        assert_eq!(g.finish(InstanceId(0)), Err(GraphError::FinishedTwice(0)));
     }
 
     #[test]

@@ -424,6 +424,15 @@ impl LaunchNode {
         self.in_flight > 0
     }
 
+    /// Instances that will not run (a runtime's cancel): dropped from the next request and
+    /// never made ready by their producers' results.
+    pub fn withdraw(&mut self, ids: &[InstanceId]) {
+        for &id in ids {
+            self.graph.withdraw(id);
+        }
+        self.pending.retain(|w| !ids.contains(&w.instance));
+    }
+
     /// Instances that must run again although the graph already counts them ready — a failed
     /// attempt with retries left, an attempt lost with its node, an output lost with its node
     /// (produced again) — join the front of the next request, like ready instances: the runtime
