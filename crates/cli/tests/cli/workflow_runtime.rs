@@ -132,6 +132,14 @@ fn final_outputs(c: &Cluster, job: u64) -> Vec<i64> {
     d.into_values().collect()
 }
 
+/// Instance `app[i]` of workflow `job` as `hetsched tasks` lists it.
+fn instance(c: &Cluster, job: u64, app: &str, i: u64) -> serde_json::Value {
+    c.tasks(job)
+        .into_iter()
+        .find(|t| t["app"] == app && t["index"].as_u64() == Some(i))
+        .unwrap_or_else(|| panic!("{app}[{i}]"))
+}
+
 fn expected() -> Vec<i64> {
     (1..=8).map(|j| 5400 + j).collect()
 }
@@ -435,12 +443,7 @@ command = "echo ok > {output:o}"
     let job = submit(&c, &file);
     let v = wait_done(&c, job, Duration::from_secs(30));
     assert_eq!(v["state"], "failed", "{v}");
-    let state = |app: &str, i: u64| {
-        c.tasks(job)
-            .into_iter()
-            .find(|t| t["app"] == app && t["index"].as_u64() == Some(i))
-            .unwrap_or_else(|| panic!("{app}[{i}]"))
-    };
+    let state = |app: &str, i: u64| instance(&c, job, app, i);
     let src2 = state("src", 2);
     assert_eq!(src2["state"], "failed");
     assert_eq!(src2["attempt"], 2, "one retry: {src2}");
@@ -515,12 +518,7 @@ command = "cat {input:m}"
 "#,
     );
     let job = submit(&c, &file);
-    let state = |app: &str, i: u64| {
-        c.tasks(job)
-            .into_iter()
-            .find(|t| t["app"] == app && t["index"].as_u64() == Some(i))
-            .unwrap_or_else(|| panic!("{app}[{i}]"))
-    };
+    let state = |app: &str, i: u64| instance(&c, job, app, i);
     let start = Instant::now();
     while state("src", 2)["state"] != "running" || state("mid", 1)["state"] != "succeeded" {
         assert!(
