@@ -937,12 +937,21 @@ impl Workflows {
 
     /// Marks instance `i` failed for good, and every instance depending on it.
     fn fail(&mut self, job: &mut WfJob, i: u32, why: &str, now: u64) {
-        self.end_for_good(job, i, why, false, now);
+        let _ = self.end_for_good(job, i, why, false, now);
     }
 
     /// Marks instance `i` failed for good — `cancelled` by a user, or failed for `why` — and
-    /// every instance depending on it, each with a message naming its producer.
-    fn end_for_good(&mut self, job: &mut WfJob, i: u32, why: &str, cancelled: bool, now: u64) {
+    /// every instance depending on it, each with a message naming its producer. Returns the
+    /// instances it ended.
+    fn end_for_good(
+        &mut self,
+        job: &mut WfJob,
+        i: u32,
+        why: &str,
+        cancelled: bool,
+        now: u64,
+    ) -> Vec<u32> {
+        let mut ended = Vec::new();
         let mut stack = vec![(i, why.to_string())];
         while let Some((k, msg)) = stack.pop() {
             let x = &mut job.insts[k as usize];
@@ -950,6 +959,7 @@ impl Workflows {
                 continue;
             }
             x.st = if cancelled { St::Cancelled } else { St::Failed };
+            ended.push(k);
             x.message = msg;
             x.finished_ns = now;
             self.dirty.insert((job.seq, k));
@@ -977,6 +987,7 @@ impl Workflows {
         }
         job.rerun.retain(|&f| !job.insts[f as usize].st.not_run());
         job.blocked.retain(|&f| !job.insts[f as usize].st.not_run());
+        ended
     }
 
     fn check_finished(&mut self, job: &mut WfJob, now: u64) {
@@ -1862,24 +1873,22 @@ impl JobKind for Workflows {
         let Some(mut j) = self.jobs.remove(&seq) else {
             return Err(StateError::NoJob(job));
         };
-        let running: Vec<u32> = (0..j.insts.len() as u32)
+        let running: HashSet<u32> = (0..j.insts.len() as u32)
             .filter(|&i| j.insts[i as usize].st == St::Running)
             .collect();
         let mut n = 0;
+        let mut ended = Vec::new();
         for i in chosen {
             if j.insts[i as usize].st.ended() {
                 continue;
             }
-            self.end_for_good(&mut j, i, "cancelled", true, cx.now);
+            ended.extend(self.end_for_good(&mut j, i, "cancelled", true, cx.now));
             n += 1;
         }
         // Running ones (the cancelled, and dependants already running on a re-produced
         // input) end at their nodes: the node's next heartbeat reports them, and as nothing
         // expects them any more the agent is told to kill them.
-        for i in running {
-            if j.insts[i as usize].st != St::Cancelled {
-                continue;
-            }
+        for &i in ended.iter().filter(|i| running.contains(i)) {
             if let Some(node) = j.insts[i as usize].node {
                 cx.nodes.ended(NodeId(node), j.task_id(i));
                 self.woken.insert(node);
@@ -1903,10 +1912,7 @@ impl JobKind for Workflows {
         j.assigned.retain(|_, q| !q.is_empty());
         // The machine never places them (a cancelled instance whose producers still run
         // would otherwise be readied by their results).
-        let withdrawn: Vec<InstanceId> = (0..j.insts.len() as u32)
-            .filter(|&i| j.insts[i as usize].st == St::Cancelled)
-            .map(InstanceId)
-            .collect();
+        let withdrawn: Vec<InstanceId> = ended.iter().copied().map(InstanceId).collect();
         j.machine.withdraw(&withdrawn);
         if n > 0 {
             info!(job, instances = n, "workflow instances cancelled");

@@ -140,7 +140,8 @@ impl Dispatcher {
     /// Instances that will not run (a runtime's cancel): never dispatched, nor made ready by
     /// their producers' results.
     pub fn withdraw(&mut self, ids: &[InstanceId]) {
-        for &id in ids {
+        let ids: std::collections::HashSet<InstanceId> = ids.iter().copied().collect();
+        for &id in &ids {
             self.graph.withdraw(id);
         }
         self.unplaceable.retain(|i| !ids.contains(i));

@@ -427,7 +427,8 @@ impl LaunchNode {
     /// Instances that will not run (a runtime's cancel): dropped from the next request and
     /// never made ready by their producers' results.
     pub fn withdraw(&mut self, ids: &[InstanceId]) {
-        for &id in ids {
+        let ids: std::collections::HashSet<InstanceId> = ids.iter().copied().collect();
+        for &id in &ids {
             self.graph.withdraw(id);
         }
         self.pending.retain(|w| !ids.contains(&w.instance));
