@@ -97,3 +97,93 @@ fn a_result_that_readies_instances_sends_a_new_request_while_the_first_still_tra
         other => panic!("expected a request, got {other:?}"),
     }
 }
+
+/// The runtime can hand a node a request carrying an instance that node already took (a retried
+/// request and a lost reply, or a server restart): it keeps one core slot for it, so the node's
+/// instance table comes back to zero once that instance ends.
+#[test]
+fn an_instance_taken_twice_holds_one_slot_and_frees_it_once() {
+    use hetsched_core::policy::graph::{AllocationRequest, Wanted};
+    let mut node = PcddbNode::new(
+        GraphNode {
+            id: NodeId(1),
+            cores: 2,
+            attributes: 0,
+        },
+        Thresholds { lt: 2, mt: 10 },
+        vec![(SC, L)],
+    );
+    let request = |ids: &[u32]| {
+        NodeEvent::Deliver(Message {
+            from: L,
+            to: NodeId(1),
+            body: Body::Request(AllocationRequest {
+                cluster: SC,
+                launch: L,
+                sent_at: 0,
+                instances: ids
+                    .iter()
+                    .map(|&i| Wanted {
+                        instance: InstanceId(i),
+                        requires: 0,
+                    })
+                    .collect(),
+                table: vec![NodeId(1)],
+            }),
+        })
+    };
+    let runs = |out: &[Outgoing]| -> Vec<(u32, u32)> {
+        out.iter()
+            .filter_map(|o| match o {
+                Outgoing::Run { instance, core } => Some((instance.0, *core)),
+                _ => None,
+            })
+            .collect()
+    };
+    let first = node.handle(request(&[7]), 0);
+    let placed = runs(&first);
+    assert_eq!(placed.len(), 1);
+    assert_eq!(node.held(), 1);
+    // The same instance again, with a new one: both are in the reply (the launch node learns
+    // where they are), only the new one is placed.
+    let second = node.handle(request(&[7, 8]), 1);
+    assert_eq!(
+        runs(&second).iter().map(|r| r.0).collect::<Vec<_>>(),
+        vec![8],
+        "7 is not placed twice"
+    );
+    let replies: Vec<Vec<u32>> = sent(&second)
+        .iter()
+        .filter_map(|m| match &m.body {
+            Body::Reply { taken, .. } => Some(taken.iter().map(|i| i.0).collect()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(replies, vec![vec![7, 8]]);
+    assert_eq!(node.held(), 2);
+    let (_, core7) = placed[0];
+    let (_, core8) = runs(&second)[0];
+    let results = |out: Vec<Outgoing>| sent(&out).len();
+    assert_eq!(
+        results(node.handle(
+            NodeEvent::Finished {
+                instance: InstanceId(7),
+                core: core7
+            },
+            2
+        )),
+        1,
+        "one result for 7"
+    );
+    assert_eq!(
+        results(node.handle(
+            NodeEvent::Finished {
+                instance: InstanceId(8),
+                core: core8
+            },
+            3
+        )),
+        1
+    );
+    assert_eq!(node.held(), 0, "nothing stays counted");
+}

@@ -1065,6 +1065,12 @@ proptest::proptest! {
                     cancelled = cancelled_now(&s);
                 }
             }
+            // A machine counts exactly the instances it was told to run and has not seen end or
+            // dropped (an instance re-sent to the node that took it is counted once).
+            for (&n, m) in &agents.machines {
+                let tracked = agents.cores.keys().filter(|&&(node, _)| node == n).count();
+                prop_assert_eq!(m.held() as usize, tracked, "node {} miscounts what it holds", n);
+            }
             // Nothing cancelled is handed out afterwards.
             let from = agents.assigned.len().min(agents.checked);
             for &(_, i, _) in &agents.assigned[from..] {

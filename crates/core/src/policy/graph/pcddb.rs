@@ -41,7 +41,7 @@ use super::{
 };
 use crate::model::NodeId;
 use crate::time::Time;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 /// An ordered underloaded-node table (one per cluster a node belongs to).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -104,8 +104,10 @@ pub struct PcddbNode {
     mt: u32,
     load: CoreLoad,
     memberships: Vec<Membership>,
-    /// Instances held and the launch node each result goes to.
-    holding: Vec<(InstanceId, NodeId)>,
+    /// Instances held and the launch node each result goes to. A map, so a request carrying an
+    /// instance this node already holds (the runtime re-sends after a retry or a restart) is
+    /// found at once and not given a second core slot.
+    holding: HashMap<InstanceId, NodeId>,
 }
 
 impl PcddbNode {
@@ -127,7 +129,7 @@ impl PcddbNode {
                     table: UnderloadTable::default(),
                 })
                 .collect(),
-            holding: Vec::new(),
+            holding: HashMap::new(),
             node,
         }
     }
@@ -206,9 +208,8 @@ impl PcddbNode {
             NodeEvent::Deliver(_) => Vec::new(),
             NodeEvent::Finished { instance, core } => {
                 self.load.release(core);
-                let launch = match self.holding.iter().position(|&(i, _)| i == instance) {
-                    Some(k) => self.holding.swap_remove(k).1,
-                    None => return Vec::new(),
+                let Some(launch) = self.holding.remove(&instance) else {
+                    return Vec::new();
                 };
                 vec![self.send(launch, Body::Result { instance })]
             }
@@ -290,8 +291,12 @@ impl PcddbNode {
             self.memberships[k].table.remove(me);
             if !taken.is_empty() {
                 for &instance in &taken {
+                    // Already held here: the reply says so again, but it keeps its one slot.
+                    if self.holding.contains_key(&instance) {
+                        continue;
+                    }
                     let core = self.load.place();
-                    self.holding.push((instance, request.launch));
+                    self.holding.insert(instance, request.launch);
                     out.push(Outgoing::Run { instance, core });
                 }
                 out.push(self.send(
