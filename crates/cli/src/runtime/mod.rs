@@ -70,7 +70,8 @@ pub enum RuntimeCommand {
         #[command(flatten)]
         job: Box<command_job::CommandJobArgs>,
     },
-    /// Run a job's failed tasks again, a new attempt each (their retries count afresh).
+    /// Run a job's failed tasks again, a new attempt each (their retries count afresh); in a
+    /// workflow, also the instances not run because of them.
     Resubmit {
         /// Job id, or `last` (the newest job).
         id: JobRef,

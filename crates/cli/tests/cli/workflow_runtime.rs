@@ -401,19 +401,21 @@ fn bad_workflows_are_refused_at_submission_and_nothing_is_stored() {
 }
 
 #[test]
-fn a_failed_instance_fails_its_dependants_and_the_rest_goes_on() {
+fn a_failed_instance_fails_its_dependants_the_rest_goes_on_and_resubmit_completes_it() {
     let mut c = Cluster::start("wf-fail", false);
     c.start_agent("n1", 2, &[]);
     c.wait_for_nodes(1);
+    // src[2] fails until the file `fixed` exists (the user repairs what broke it).
+    let fixed = c.dir.join("fixed");
     let file = c.write(
         "wf.toml",
-        r#"
+        &r#"
 [[task]]
 name = "src"
 instances = 3
 cost = "1s"
 outputs = ["s"]
-command = "if [ {index} = 2 ]; then echo boom >&2; exit 3; fi; echo {index} > {output:s}"
+command = "if [ {index} = 2 ] && [ ! -e FIXED ]; then echo boom >&2; exit 3; fi; echo {index} > {output:s}"
 retries = 1
 
 [[task]]
@@ -438,7 +440,8 @@ instances = 2
 cost = "1s"
 outputs = ["o"]
 command = "echo ok > {output:o}"
-"#,
+"#
+        .replace("FIXED", &fixed.display().to_string()),
     );
     let job = submit(&c, &file);
     let v = wait_done(&c, job, Duration::from_secs(30));
@@ -478,6 +481,36 @@ command = "echo ok > {output:o}"
     assert!(
         dot.contains("\"mid\" -> \"all\" [label=\"m (all)\"]"),
         "{dot}"
+    );
+
+    // Repaired: `resubmit --failed` runs src[2], then mid[2] and all; nothing else runs again.
+    std::fs::write(&fixed, "").expect("write");
+    let out = c.cli(&["resubmit", &job.to_string(), "--failed", "--wait"]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = wait_done(&c, job, Duration::from_secs(30));
+    assert_eq!(v["state"], "completed", "{v}");
+    let src2 = state("src", 2);
+    assert_eq!(src2["state"], "succeeded");
+    assert_eq!(
+        src2["attempt"], 3,
+        "a new attempt after the two that failed: {src2}"
+    );
+    assert_eq!(state("mid", 2)["attempt"], 1, "run once, now");
+    assert_eq!(state("all", 1)["state"], "succeeded");
+    for (app, i) in [("src", 1), ("src", 3), ("mid", 1), ("mid", 3), ("other", 1)] {
+        assert_eq!(state(app, i)["attempt"], 1, "{app}[{i}] did not run again");
+    }
+    // Nothing failed any more.
+    let out = c.cli(&["resubmit", &job.to_string(), "--failed"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 

@@ -714,7 +714,7 @@ impl Batch {
     /// `hetsched resubmit JOB --failed`: every failed task of the job is queued again (at the end
     /// of its application's queue); its next dispatch is a new attempt, and its retries count
     /// afresh. Cancelled and succeeded tasks stay as they are. Returns how many were queued.
-    pub fn resubmit_failed(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
+    pub fn requeue_failed(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
         let Some(j) = self.job_rec(job) else {
             return Err(StateError::NoJob(job));
         };
@@ -1772,6 +1772,10 @@ impl JobKind for Batch {
         indices: &[u32],
     ) -> Result<u64, StateError> {
         self.cancel_some(cx, job, app, indices)
+    }
+
+    fn resubmit_failed(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
+        self.requeue_failed(cx, job)
     }
 
     fn backed_off(&self, node: u32) -> Vec<BackedOffApp> {

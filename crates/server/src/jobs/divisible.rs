@@ -1227,6 +1227,12 @@ impl JobKind for Divisible {
 
     /// Cancels a running job: no more chunks are sent, results are ignored, and agents are told
     /// to drop the chunks they hold. The units not done (0 if it had finished).
+    fn resubmit_failed(&mut self, _cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
+        Err(StateError::Invalid(format!(
+            "job {job} is a divisible job: its failed chunks are re-planned while it runs; submit it again"
+        )))
+    }
+
     fn cancel(&mut self, _cx: &mut Ctx, id: u64) -> Result<u64, StateError> {
         let job = self.jobs.get_mut(&id).ok_or(StateError::NoJob(id))?;
         if job.state != "running" {

@@ -366,6 +366,16 @@ pub trait JobKind: Send {
         )))
     }
 
+    /// `hetsched resubmit JOB --failed`: the job's failed tasks run again, each as a new
+    /// attempt with its retries counted afresh. Returns how many were queued. Kinds whose
+    /// failures are handled while they run refuse.
+    fn resubmit_failed(&mut self, _cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
+        Err(StateError::Invalid(format!(
+            "job {job} is a {} job: resubmit runs failed tasks of batch and workflow jobs; submit it again",
+            self.kind().as_str()
+        )))
+    }
+
     /// This kind's applications kept off `node`, for the node listing.
     fn backed_off(&self, _node: u32) -> Vec<BackedOffApp> {
         Vec::new()

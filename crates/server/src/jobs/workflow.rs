@@ -20,7 +20,8 @@
 //!   machine, which readies the dependants;
 //! - **failures**: a failed attempt runs again while the task's `retries` last; then the
 //!   instance fails and so does every instance depending on it, transitively, with a message
-//!   naming the cause; the rest goes on;
+//!   naming the cause; the rest goes on. `resubmit --failed` puts them back into the graph
+//!   (the machines' `reinstate`) with their retries counted afresh;
 //! - **data flow**: an output stays on the node that produced it; a consumer's assignment names
 //!   each input's node and path, and its agent fetches them first. Before a consumer is sent,
 //!   every input's node must be alive; an output whose node died is produced again (its
@@ -83,8 +84,9 @@ const DROPPED_REPLIES: u8 = 3;
 /// `dataflow::INPUT_UNAVAILABLE`).
 const INPUT_UNAVAILABLE: &str = "input unavailable: node ";
 
-/// A `wf_jobs` row: id, name, origin, text, workdir, balancer, submitted_ns, finished_ns.
-type StoredJob = (u64, String, String, String, String, String, u64, u64);
+/// A `wf_jobs` row: id, name, origin, text, workdir, balancer, submitted_ns, finished_ns,
+/// cancelled.
+type StoredJob = (u64, String, String, String, String, String, u64, u64, bool);
 
 /// The one-way latency assumed for a pair of agents that did not measure each other.
 pub const UNMEASURED: u64 = 1_000_000_000;
@@ -122,6 +124,7 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("wf_instances", "cpu_user_ms", "INTEGER"),
     ("wf_instances", "cpu_system_ms", "INTEGER"),
     ("wf_instances", "max_rss_bytes", "INTEGER"),
+    ("wf_jobs", "cancelled", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -208,6 +211,15 @@ impl Machine {
         }
     }
 
+    /// Instances that ended without succeeding come back (`resubmit`): those the graph has
+    /// ready now.
+    fn reinstate(&mut self, ids: &[InstanceId]) -> Vec<InstanceId> {
+        match self {
+            Machine::Centralised(m) => m.reinstate(ids),
+            Machine::Pcddb(m) => m.reinstate(ids),
+        }
+    }
+
     fn resubmit(&mut self, ids: &[InstanceId], now: u64) -> Vec<Outgoing> {
         match self {
             Machine::Centralised(m) => m.resubmit(ids),
@@ -230,6 +242,8 @@ struct WfJob {
     machine: Machine,
     submitted_ns: u64,
     finished_ns: u64,
+    /// Cancelled as a whole (`hetsched cancel JOB`): `resubmit` refuses it.
+    cancelled: bool,
     /// Instances the machine sent to a node, to hand it at its next heartbeat.
     assigned: HashMap<u32, VecDeque<u32>>,
     /// Instances to run again, for the machine (retries, losses, re-productions, restart).
@@ -275,6 +289,13 @@ impl WfJob {
         let task = &self.rt.parsed.workflow.tasks[t];
         let value = task.args.start + i64::from(k / task.processes.max(1));
         u32::try_from(value).unwrap_or(k)
+    }
+    /// `task[index]` of instance `i`, as messages name it (the index is its `{index}` value).
+    fn label(&self, i: u32) -> String {
+        let (t, k) = self.task_of(i);
+        let task = &self.rt.parsed.workflow.tasks[t];
+        let n = task.args.start + i64::from(k / task.processes.max(1));
+        format!("{}[{n}]", task.name)
     }
     fn dir(&self, i: u32) -> String {
         let (t, k) = self.task_of(i);
@@ -444,7 +465,7 @@ impl Workflows {
         let rows: Vec<StoredJob> = {
             let mut q = source
                 .unwrap_or_else(|| cx.store.conn())
-                .prepare("SELECT id,name,origin,text,workdir,balancer,submitted_ns,finished_ns FROM wf_jobs ORDER BY id")
+                .prepare("SELECT id,name,origin,text,workdir,balancer,submitted_ns,finished_ns,cancelled FROM wf_jobs ORDER BY id")
                 .map_err(StoreError::from)?;
             q.query_map([], |r| {
                 Ok((
@@ -456,18 +477,22 @@ impl Workflows {
                     r.get(5)?,
                     r.get::<_, i64>(6)? as u64,
                     r.get::<_, i64>(7)? as u64,
+                    r.get::<_, i64>(8)? != 0,
                 ))
             })
             .map_err(StoreError::from)?
             .collect::<Result<_, _>>()
             .map_err(StoreError::from)?
         };
-        for (seq, name, origin, text, workdir, balancer, submitted_ns, finished_ns) in rows {
+        for (seq, name, origin, text, workdir, balancer, submitted_ns, finished_ns, cancelled) in
+            rows
+        {
             let rt = parse_runtime_workflow(&origin, &text)?;
             let balancer = balancer.parse().unwrap_or(BalancerKind::Centralised);
             let mut job = me.new_job(cx, seq, rt, balancer, name, origin, text, workdir)?;
             job.submitted_ns = submitted_ns;
             job.finished_ns = finished_ns;
+            job.cancelled = cancelled;
             {
                 let mut q = source
                     .unwrap_or_else(|| cx.store.conn())
@@ -790,6 +815,7 @@ impl Workflows {
             machine,
             submitted_ns: cx.now,
             finished_ns: 0,
+            cancelled: false,
             assigned: HashMap::new(),
             rerun: Vec::new(),
             blocked: Vec::new(),
@@ -963,22 +989,7 @@ impl Workflows {
             x.message = msg;
             x.finished_ns = now;
             self.dirty.insert((job.seq, k));
-            let (t, n) = job.task_of(k);
-            let task = &job.rt.parsed.workflow.tasks[t];
-            // Named by `{index}`, the instance's argument value.
-            let n = task.args.start + i64::from(n / task.processes.max(1));
-            let cause = match (cancelled, k == i) {
-                (true, true) => format!("not run: its producer {}[{n}] was cancelled", task.name),
-                (true, false) => format!(
-                    "not run: its producer {}[{n}] was not run (cancelled upstream)",
-                    task.name
-                ),
-                (false, first) => format!(
-                    "not run: its producer {}[{n}] failed ({})",
-                    task.name,
-                    if first { why } else { "upstream" }
-                ),
-            };
+            let cause = Self::not_run_because(job, k, cancelled, k == i, why);
             for c in job.consumers(k) {
                 if !job.insts[c as usize].st.ended() {
                     stack.push((c, cause.clone()));
@@ -988,6 +999,96 @@ impl Workflows {
         job.rerun.retain(|&f| !job.insts[f as usize].st.not_run());
         job.blocked.retain(|&f| !job.insts[f as usize].st.not_run());
         ended
+    }
+
+    /// [`JobKind::resubmit_failed`] on one workflow.
+    fn requeue_failed(&mut self, cx: &mut Ctx, j: &mut WfJob) -> Result<u64, StateError> {
+        if j.cancelled {
+            return Err(StateError::Invalid(format!(
+                "job {} was cancelled: submit it again instead",
+                j.id()
+            )));
+        }
+        let failed: Vec<u32> = (0..j.insts.len() as u32)
+            .filter(|&i| j.insts[i as usize].st == St::Failed)
+            .collect();
+        if failed.is_empty() {
+            return Ok(0);
+        }
+        let mut again: HashSet<u32> = failed.iter().copied().collect();
+        // Downstream of a cancelled instance nothing can run: those stay ended, as cancelled
+        // (they read `failed` because another producer of theirs failed first).
+        let mut stack: Vec<u32> = (0..j.insts.len() as u32)
+            .filter(|&i| j.insts[i as usize].st == St::Cancelled)
+            .collect();
+        while let Some(k) = stack.pop() {
+            let direct = j.insts[k as usize].message == "cancelled";
+            for c in j.consumers(k) {
+                if again.remove(&c) {
+                    let why = Self::not_run_because(j, k, true, direct, "");
+                    let x = &mut j.insts[c as usize];
+                    x.st = St::Cancelled;
+                    x.message = why;
+                    x.finished_ns = cx.now;
+                    self.dirty.insert((j.seq, c));
+                    stack.push(c);
+                }
+            }
+        }
+        let mut graph_side = Vec::new();
+        for &i in failed.iter().filter(|i| again.contains(i)) {
+            let x = &mut j.insts[i as usize];
+            x.message = if x.failures > 0 {
+                format!("resubmitted after attempt {} failed", x.attempt)
+            } else {
+                "resubmitted: waits for its producers again".into()
+            };
+            x.failures = 0;
+            x.finished_ns = 0;
+            self.dirty.insert((j.seq, i));
+            if x.produced {
+                // Its output was lost and producing it again failed: the graph counts it
+                // finished, so it runs again as a re-production.
+                x.st = St::Ready;
+                x.reproducing = true;
+                j.rerun.push(i);
+            } else {
+                x.st = St::Waiting;
+                graph_side.push(InstanceId(i));
+            }
+        }
+        for id in j.machine.reinstate(&graph_side) {
+            let i = id.0;
+            j.insts[i as usize].st = St::Ready;
+            if self.inputs_ready(cx, j, i) {
+                j.rerun.push(i);
+            } else {
+                j.blocked.push(i);
+            }
+        }
+        if !again.is_empty() {
+            j.finished_ns = 0;
+            self.dirty_jobs.insert(j.seq);
+        }
+        self.flush(cx, j);
+        self.check_finished(j, cx.now);
+        Ok(again.len() as u64)
+    }
+
+    /// Why a consumer of `k` is not run: `k` was cancelled (`first`: by a user; else because
+    /// of its own producer), or failed (`first`: for `why`; else upstream).
+    fn not_run_because(job: &WfJob, k: u32, cancelled: bool, first: bool, why: &str) -> String {
+        let producer = job.label(k);
+        match (cancelled, first) {
+            (true, true) => format!("not run: its producer {producer} was cancelled"),
+            (true, false) => {
+                format!("not run: its producer {producer} was not run (cancelled upstream)")
+            }
+            (false, first) => format!(
+                "not run: its producer {producer} failed ({})",
+                if first { why } else { "upstream" }
+            ),
+        }
     }
 
     fn check_finished(&mut self, job: &mut WfJob, now: u64) {
@@ -1710,8 +1811,8 @@ impl JobKind for Workflows {
         for &seq in &self.dirty_jobs {
             if let Some(j) = self.jobs.get(&seq) {
                 tx.execute(
-                    "UPDATE wf_jobs SET finished_ns=?2 WHERE id=?1",
-                    params![seq as i64, j.finished_ns as i64],
+                    "UPDATE wf_jobs SET finished_ns=?2, cancelled=?3 WHERE id=?1",
+                    params![seq as i64, j.finished_ns as i64, i64::from(j.cancelled)],
                 )?;
             }
         }
@@ -1922,11 +2023,34 @@ impl JobKind for Workflows {
         Ok(n)
     }
 
+    /// `hetsched resubmit JOB --failed`: every instance that failed — out of retries, or not
+    /// run because a producer failed — runs again, a new attempt each with its retries counted
+    /// afresh. Succeeded instances keep their outputs and cancelled ones stay cancelled; an
+    /// instance downstream of a cancelled one still cannot run, and now says so. What the
+    /// graph has ready goes to the machine like a retry once its inputs are on live nodes (a
+    /// failed re-production of a lost output runs again as one); the rest waits for its
+    /// producers. A workflow cancelled as a whole is refused, as a batch job is.
+    fn resubmit_failed(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
+        let seq = job & ((1 << super::KIND_SHIFT) - 1);
+        let Some(mut j) = self.jobs.remove(&seq) else {
+            return Err(StateError::NoJob(job));
+        };
+        let n = self.requeue_failed(cx, &mut j);
+        self.jobs.insert(seq, j);
+        let n = n?;
+        if n > 0 {
+            info!(job, instances = n, "failed workflow instances resubmitted");
+        }
+        Ok(n)
+    }
+
     fn cancel(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
         let seq = job & ((1 << super::KIND_SHIFT) - 1);
         let Some(mut j) = self.jobs.remove(&seq) else {
             return Err(StateError::NoJob(job));
         };
+        j.cancelled = true;
+        self.dirty_jobs.insert(seq);
         let mut n = 0;
         for i in 0..j.insts.len() {
             let tid = j.task_id(i as u32);

@@ -688,20 +688,11 @@ impl State {
     /// `hetsched resubmit JOB --failed`: every failed task of the job runs again.
     pub fn on_resubmit(&mut self, job: u64) -> Result<u64, StateError> {
         let n = match self.ids.kind(job) {
-            Some(Kind::Batch) => self.jobs.batch.resubmit_failed(&mut ctx!(self), job)?,
-            Some(Kind::Divisible) => {
-                return Err(StateError::Invalid(format!(
-                    "job {job} is a divisible job: its failed chunks are re-planned while it runs; submit it again"
-                )));
-            }
-            Some(Kind::Workflow) => {
-                return Err(StateError::Invalid(format!(
-                    "job {job} is a workflow: a failed instance runs again while its task's `retries` last; submit it again"
-                )));
-            }
-            Some(Kind::Topology) | None => {
-                return Err(StateError::NoJob(job));
-            }
+            Some(Kind::Topology) | None => return Err(StateError::NoJob(job)),
+            Some(k) => self
+                .jobs
+                .of_kind_mut(k)
+                .resubmit_failed(&mut ctx!(self), job)?,
         };
         self.commit()?;
         self.wake(None);

@@ -905,8 +905,11 @@ fn cancelling_workflow_instances_kills_or_drops_them_and_skips_their_dependants_
     assert_eq!(info.state, "cancelled");
     assert_eq!((info.counts.succeeded, info.counts.cancelled), (8, 5));
     assert_eq!(s.cancel_tasks(job, "gen", "1").expect("ended").cancelled, 0);
-    let refused = format!("{}", s.resubmit_failed(job).expect_err("a workflow"));
-    assert!(refused.contains("is a workflow"), "{refused}");
+    assert_eq!(
+        s.resubmit_failed(job).expect("nothing failed").tasks,
+        0,
+        "cancelled instances are not resubmitted"
+    );
 
     // A restarted server lists the same.
     drop(s);
@@ -914,6 +917,124 @@ fn cancelling_workflow_instances_kills_or_drops_them_and_skips_their_dependants_
     assert_eq!(listed(&s), after);
     assert_eq!(s.get_job(job).expect("job").state, "cancelled");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `hetsched resubmit JOB --failed` on a workflow: the failed instances and those not run
+/// because of them run again (after a restart too, when the graph has them withdrawn); the
+/// succeeded ones keep their outputs and do not run again. A workflow cancelled as a whole is
+/// refused.
+#[test]
+fn resubmitting_a_failed_workflow_runs_its_failed_and_skipped_instances_only() {
+    let dir = scratch("resubmit");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let n = common::register(&mut s, "n0", 2);
+    let mut agents = Agents::default();
+    agents.beat(&mut s, n);
+    let job = s.submit("chain.toml", CHAIN, "/").expect("submit").job_id;
+    for _ in 0..10 {
+        if agents.assigned.len() >= 2 {
+            break;
+        }
+        agents.round(&mut s, &[n]);
+    }
+    assert_eq!(agents.assigned, vec![(n, 0, 1), (n, 1, 1)]);
+    // gen[1] and gen[2] fail (no retries): use[1], use[2] and sum are not run; the rest runs.
+    agents.finish_all(n, false);
+    for _ in 0..40 {
+        agents.round(&mut s, &[n]);
+        agents.finish_all(n, true);
+    }
+    let listed = |s: &State| -> Vec<(String, u32, String, String)> {
+        s.tasks(job)
+            .expect("tasks")
+            .tasks
+            .into_iter()
+            .map(|t| (t.app, t.index, t.state, t.message))
+            .collect()
+    };
+    let of = |l: &[(String, u32, String, String)], app: &str, i: u32| {
+        l.iter()
+            .find(|t| t.0 == app && t.1 == i)
+            .map(|t| (t.2.clone(), t.3.clone()))
+            .expect("listed")
+    };
+    assert_eq!(s.get_job(job).expect("job").state, "failed");
+    let failed = listed(&s);
+    assert_eq!(of(&failed, "use", 2).0, "failed");
+    assert_eq!(failed.iter().filter(|t| t.2 == "succeeded").count(), 8);
+    let ran_before = agents.assigned.len();
+    assert_eq!(ran_before, 10, "gen 1–6 and use 3–6");
+
+    // A restarted server has them withdrawn from its graph; resubmit brings them back.
+    drop(s);
+    let mut s = open(&dir, WorkflowConfig::default());
+    assert_eq!(s.resubmit_failed(job).expect("resubmit").tasks, 5);
+    let again = listed(&s);
+    assert_eq!(
+        of(&again, "gen", 1),
+        ("ready".into(), "resubmitted after attempt 1 failed".into())
+    );
+    assert_eq!(
+        of(&again, "use", 1),
+        (
+            "waiting".into(),
+            "resubmitted: waits for its producers again".into()
+        )
+    );
+    assert_eq!(of(&again, "sum", 1).0, "waiting");
+    assert_eq!(
+        of(&again, "use", 3),
+        of(&failed, "use", 3),
+        "succeeded stays"
+    );
+    assert_eq!(s.get_job(job).expect("job").state, "running");
+
+    for _ in 0..40 {
+        agents.round(&mut s, &[n]);
+        agents.finish_all(n, true);
+    }
+    let info = s.get_job(job).expect("job");
+    assert_eq!(info.state, "completed", "{:?}", listed(&s));
+    assert_eq!(info.counts.succeeded, 13);
+    // Only the five ran: gen[1] and gen[2] as their second attempt.
+    let rerun: Vec<(u32, u32)> = agents.assigned[ran_before..]
+        .iter()
+        .map(|a| (a.1, a.2))
+        .collect();
+    assert_eq!(rerun.len(), 5, "{rerun:?}");
+    for (i, attempt) in [(0, 2), (1, 2), (6, 1), (7, 1), (12, 1)] {
+        assert!(
+            rerun.contains(&(i, attempt)),
+            "instance {i} attempt {attempt}: {rerun:?}"
+        );
+    }
+    assert_eq!(s.resubmit_failed(job).expect("nothing failed").tasks, 0);
+    // The sum read all six: every producer's output was where the server said it was.
+    assert_eq!(
+        agents.inputs[&agents_base_of(&agents, 12)].len(),
+        6,
+        "sum's inputs"
+    );
+
+    // Cancelled as a whole: refused, as a batch job is.
+    let other = s.submit("chain.toml", CHAIN, "/").expect("submit").job_id;
+    agents.round(&mut s, &[n]);
+    agents.round(&mut s, &[n]);
+    agents.finish_all(n, false);
+    agents.round(&mut s, &[n]);
+    s.cancel(other).expect("cancel");
+    let refused = format!("{}", s.resubmit_failed(other).expect_err("cancelled"));
+    assert!(refused.contains("was cancelled"), "{refused}");
+    drop(s);
+    let mut s = open(&dir, WorkflowConfig::default());
+    let refused = format!("{}", s.resubmit_failed(other).expect_err("still cancelled"));
+    assert!(refused.contains("was cancelled"), "{refused}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Task id of instance `i` of the workflow the agents run.
+fn agents_base_of(a: &Agents, i: u32) -> u64 {
+    a.task_base + u64::from(i)
 }
 
 /// A refused commit (a full disk) rolls memory back to the store: the workflows stored before it
@@ -976,6 +1097,8 @@ enum PcddbStep {
     Restart,
     /// `cancel JOB --app tT --tasks V`: one instance (a refusal if it does not exist).
     Cancel(usize, u32),
+    /// `resubmit JOB --failed`.
+    Resubmit,
 }
 
 fn pcddb_step() -> impl proptest::strategy::Strategy<Value = PcddbStep> {
@@ -985,19 +1108,21 @@ fn pcddb_step() -> impl proptest::strategy::Strategy<Value = PcddbStep> {
         3 => (0..3usize, any::<bool>()).prop_map(|(n, ok)| PcddbStep::Finish(n, ok)),
         1 => Just(PcddbStep::Restart),
         1 => (0..4usize, 1..=5u32).prop_map(|(t, v)| PcddbStep::Cancel(t, v)),
+        1 => Just(PcddbStep::Resubmit),
     ]
 }
 
 /// A random workflow of two to four tasks of one to five instances; each task after the first
-/// reads the output of an earlier one (instance by instance when their ranges match). Retries
-/// outlast any day's failures, so each workflow must complete.
+/// reads the output of an earlier one (instance by instance when their ranges match). A task
+/// has 0, 1 or 50 retries: with few, instances fail for good (and `resubmit` runs them again).
 fn random_workflow() -> impl proptest::strategy::Strategy<Value = String> {
     use proptest::prelude::*;
-    prop::collection::vec((1u32..=5, any::<prop::sample::Index>()), 2..=4).prop_map(|tasks| {
+    let retries = prop_oneof![Just(0u32), Just(1), Just(50)];
+    prop::collection::vec((1u32..=5, any::<prop::sample::Index>(), retries), 2..=4).prop_map(|tasks| {
         let mut text = String::from("balancer = \"pcddb\"\n");
-        for (i, (n, producer)) in tasks.iter().enumerate() {
+        for (i, (n, producer, retries)) in tasks.iter().enumerate() {
             text += &format!(
-                "[[task]]\nname = \"t{i}\"\ninstances = \"1..={n}\"\ncost = \"1s\"\nretries = 50\n\
+                "[[task]]\nname = \"t{i}\"\ninstances = \"1..={n}\"\ncost = \"1s\"\nretries = {retries}\n\
                  outputs = [\"o{i}\"]\ncommand = \"true\"\n"
             );
             if i > 0 {
@@ -1011,10 +1136,11 @@ fn random_workflow() -> impl proptest::strategy::Strategy<Value = String> {
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig { cases: 32, ..Default::default() })]
 
-    /// Under pcddb between real balancing machines, with failed attempts, server restarts and
-    /// cancels of single instances at any point: no instance runs twice at once, none starts
-    /// once cancelled, and the workflow ends with every instance succeeded or cancelled — all
-    /// succeeded unless some were cancelled.
+    /// Under pcddb between real balancing machines, with failed attempts, server restarts,
+    /// cancels of single instances and resubmits of failed ones at any point: no instance runs
+    /// twice at once, none starts once cancelled, and — resubmitting whatever failed for good
+    /// — the workflow ends with every instance succeeded or cancelled, all succeeded unless
+    /// some were cancelled.
     #[test]
     fn a_pcddb_workflow_completes_once_whatever_fails_or_restarts(
         workflow in random_workflow(),
@@ -1064,6 +1190,20 @@ proptest::proptest! {
                     let _ = s.cancel_tasks(id, &format!("t{t}"), &v.to_string());
                     cancelled = cancelled_now(&s);
                 }
+                PcddbStep::Resubmit => {
+                    let failed = s
+                        .tasks(id)
+                        .expect("tasks")
+                        .tasks
+                        .iter()
+                        .filter(|t| t.state == "failed")
+                        .count() as u64;
+                    let n = s.resubmit_failed(id).expect("a workflow is resubmitted").tasks;
+                    cancelled = cancelled_now(&s);
+                    // Each failed instance runs again, or reads cancelled (downstream of one).
+                    prop_assert!(n <= failed);
+                    prop_assert!(!s.tasks(id).expect("tasks").tasks.iter().any(|t| t.state == "failed"));
+                }
             }
             // A machine counts exactly the instances it was told to run and has not seen end or
             // dropped (an instance re-sent to the node that took it is counted once).
@@ -1079,7 +1219,15 @@ proptest::proptest! {
             agents.checked = agents.assigned.len();
         }
         for _ in 0..200 {
-            if !["pending", "running"].contains(&s.job(id).expect("job").state.as_str()) {
+            let state = s.job(id).expect("job").state;
+            // Some failed for good (no retries left): run them again.
+            if ["failed", "cancelled"].contains(&state.as_str())
+                && s.resubmit_failed(id).expect("resubmit").tasks > 0
+            {
+                cancelled = cancelled_now(&s);
+                continue;
+            }
+            if !["pending", "running"].contains(&state.as_str()) {
                 break;
             }
             agents.round(&mut s, &ids);

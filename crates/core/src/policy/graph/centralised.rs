@@ -147,6 +147,16 @@ impl Dispatcher {
         self.unplaceable.retain(|i| !ids.contains(i));
     }
 
+    /// Instances that ended without succeeding come back (a runtime's resubmit): see
+    /// [`InstanceGraph::reinstate`]. Returns those ready now, in the order given; the caller
+    /// places them with [`Dispatcher::resubmit`].
+    pub fn reinstate(&mut self, ids: &[InstanceId]) -> Vec<InstanceId> {
+        ids.iter()
+            .copied()
+            .filter(|&id| self.graph.reinstate(id))
+            .collect()
+    }
+
     /// Instances waiting for a member that meets their requirements.
     pub fn unplaceable(&self) -> &[InstanceId] {
         &self.unplaceable

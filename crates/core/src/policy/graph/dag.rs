@@ -160,6 +160,24 @@ impl InstanceGraph {
         }
     }
 
+    /// Puts `id` back into the workflow (a runtime's resubmit of an instance that failed for
+    /// good or was not run): a withdrawn instance is ready again if every producer it waits for
+    /// has finished, else it waits for them. Returns whether it is ready now — also when it
+    /// was never withdrawn and is still ready (it failed while the graph counted it handed
+    /// out). A finished or waiting instance stays as it is.
+    pub fn reinstate(&mut self, id: InstanceId) -> bool {
+        let i = id.0 as usize;
+        match self.state.get(i) {
+            Some(State::Withdrawn) => {
+                let ready = self.waiting[i] == 0;
+                self.state[i] = if ready { State::Ready } else { State::Waiting };
+                ready
+            }
+            Some(State::Ready) => true,
+            _ => false,
+        }
+    }
+
     /// Records that `id` finished; returns the instances this makes ready, in id order.
     pub fn finish(&mut self, id: InstanceId) -> Result<Vec<InstanceId>, GraphError> {
         let i = id.0 as usize;
@@ -225,6 +243,31 @@ mod tests {
         assert_eq!(g.finish(InstanceId(1)), Err(GraphError::Withdrawn(1)));
         assert!(
             !g.withdraw(InstanceId(0)),
+            "a finished instance stays finished"
+        );
+        assert_eq!(g.finish(InstanceId(0)), Err(GraphError::FinishedTwice(0)));
+    }
+
+    #[test]
+    fn a_reinstated_instance_is_ready_once_its_producers_finished() {
+        let mut g = graph(
+            "[[task]]\nname = \"A\"\ninstances = \"1..=2\"\ncost = \"1s\"\noutputs = [\"m\"]\n\
+             [[task]]\nname = \"B\"\ninstances = \"1..=2\"\ncost = \"1s\"\ninputs = [\"m\"]\n",
+        );
+        assert_eq!(g.start(), [InstanceId(0), InstanceId(1)]);
+        // A1 failed for good (withdrawn with B1), A2 failed while still counted ready.
+        assert!(g.withdraw(InstanceId(0)));
+        assert!(!g.withdraw(InstanceId(2)));
+        assert!(g.reinstate(InstanceId(0)), "A1 waits for nothing");
+        assert!(!g.reinstate(InstanceId(2)), "B1 waits for A1");
+        assert!(g.reinstate(InstanceId(1)), "A2 is still ready");
+        assert_eq!(
+            g.finish(InstanceId(0)),
+            Ok(vec![InstanceId(2)]),
+            "B1 ready again"
+        );
+        assert!(
+            !g.reinstate(InstanceId(0)),
             "a finished instance stays finished"
         );
         assert_eq!(g.finish(InstanceId(0)), Err(GraphError::FinishedTwice(0)));

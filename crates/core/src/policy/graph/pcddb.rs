@@ -439,6 +439,17 @@ impl LaunchNode {
         self.pending.retain(|w| !ids.contains(&w.instance));
     }
 
+    /// Instances that ended without succeeding come back (a runtime's resubmit): see
+    /// [`InstanceGraph::reinstate`]. Returns those ready now, in the order given; the caller
+    /// places them with [`LaunchNode::resubmit`] (the others are readied by their producers'
+    /// results).
+    pub fn reinstate(&mut self, ids: &[InstanceId]) -> Vec<InstanceId> {
+        ids.iter()
+            .copied()
+            .filter(|&id| self.graph.reinstate(id))
+            .collect()
+    }
+
     /// Instances that must run again although the graph already counts them ready — a failed
     /// attempt with retries left, an attempt lost with its node, an output lost with its node
     /// (produced again) — join the front of the next request, like ready instances: the runtime
