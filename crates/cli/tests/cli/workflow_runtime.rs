@@ -402,7 +402,16 @@ fn bad_workflows_are_refused_at_submission_and_nothing_is_stored() {
 
 #[test]
 fn a_failed_instance_fails_its_dependants_the_rest_goes_on_and_resubmit_completes_it() {
-    let mut c = Cluster::start("wf-fail", false);
+    fail_then_resubmit("centralised");
+}
+
+#[test]
+fn under_pcddb_resubmit_completes_a_failed_workflow_through_the_agents_machines() {
+    fail_then_resubmit("pcddb");
+}
+
+fn fail_then_resubmit(balancer: &str) {
+    let mut c = Cluster::start(&format!("wf-fail-{balancer}"), false);
     c.start_agent("n1", 2, &[]);
     c.wait_for_nodes(1);
     // src[2] fails until the file `fixed` exists (the user repairs what broke it).
@@ -410,6 +419,8 @@ fn a_failed_instance_fails_its_dependants_the_rest_goes_on_and_resubmit_complete
     let file = c.write(
         "wf.toml",
         &r#"
+balancer = "BALANCER"
+
 [[task]]
 name = "src"
 instances = 3
@@ -441,7 +452,8 @@ cost = "1s"
 outputs = ["o"]
 command = "echo ok > {output:o}"
 "#
-        .replace("FIXED", &fixed.display().to_string()),
+        .replace("FIXED", &fixed.display().to_string())
+        .replace("BALANCER", balancer),
     );
     let job = submit(&c, &file);
     let v = wait_done(&c, job, Duration::from_secs(30));
@@ -485,12 +497,25 @@ command = "echo ok > {output:o}"
 
     // Repaired: `resubmit --failed` runs src[2], then mid[2] and all; nothing else runs again.
     std::fs::write(&fixed, "").expect("write");
+    let resubmitted = Instant::now();
     let out = c.cli(&["resubmit", &job.to_string(), "--failed", "--wait"]);
     assert!(
         out.status.success(),
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("3 failed task(s) queued again"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // An idle agent beats about once a minute: the resubmit woke it (under pcddb it must hear
+    // of the workflow again before its machine reports itself underloaded).
+    assert!(
+        resubmitted.elapsed() < Duration::from_secs(30),
+        "the idle agent was not woken: {:?}",
+        resubmitted.elapsed()
     );
     let v = wait_done(&c, job, Duration::from_secs(30));
     assert_eq!(v["state"], "completed", "{v}");

@@ -1067,6 +1067,13 @@ impl Workflows {
             }
         }
         if !again.is_empty() {
+            if j.finished_ns != 0 && j.balancer == BalancerKind::Pcddb {
+                // The agents forgot the finished workflow's machines: as at its submission,
+                // they learn of it again from a heartbeat reply, and only then check
+                // themselves against it.
+                self.woken
+                    .extend((0..cx.nodes.len() as u32).filter(|&n| Self::alive(cx, n)));
+            }
             j.finished_ns = 0;
             self.dirty_jobs.insert(j.seq);
         }
