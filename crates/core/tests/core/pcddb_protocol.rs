@@ -23,9 +23,9 @@ fn sent(out: &[Outgoing]) -> Vec<&Message> {
         .collect()
 }
 
-#[test]
-fn a_node_below_lt_reports_at_every_self_check_and_stops_once_loaded() {
-    let mut node = PcddbNode::new(
+/// Node 1: two cores, LT 2 and MT 10 per core, in cluster `SC` of launch node `L`.
+fn dual_core_node() -> PcddbNode {
+    PcddbNode::new(
         GraphNode {
             id: NodeId(1),
             cores: 2,
@@ -33,7 +33,12 @@ fn a_node_below_lt_reports_at_every_self_check_and_stops_once_loaded() {
         },
         Thresholds { lt: 2, mt: 10 },
         vec![(SC, L)],
-    );
+    )
+}
+
+#[test]
+fn a_node_below_lt_reports_at_every_self_check_and_stops_once_loaded() {
+    let mut node = dual_core_node();
     for t in 0..3 {
         let out = node.handle(NodeEvent::SelfCheck, t);
         let msgs = sent(&out);
@@ -104,15 +109,7 @@ fn a_result_that_readies_instances_sends_a_new_request_while_the_first_still_tra
 #[test]
 fn an_instance_taken_twice_holds_one_slot_and_frees_it_once() {
     use hetsched_core::policy::graph::{AllocationRequest, Wanted};
-    let mut node = PcddbNode::new(
-        GraphNode {
-            id: NodeId(1),
-            cores: 2,
-            attributes: 0,
-        },
-        Thresholds { lt: 2, mt: 10 },
-        vec![(SC, L)],
-    );
+    let mut node = dual_core_node();
     let request = |ids: &[u32]| {
         NodeEvent::Deliver(Message {
             from: L,

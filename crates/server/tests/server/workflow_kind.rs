@@ -808,14 +808,10 @@ inputs = ["o"]
 command = "cat {input:o}"
 "#;
 
-#[test]
-fn cancelling_workflow_instances_kills_or_drops_them_and_skips_their_dependants_only() {
-    // One dual-core node takes all six `gen` instances (LT 4, MT 20): two run, four wait on
-    // the node. `cancel --app gen --tasks 2,5` kills the running gen[2] and drops the waiting
-    // gen[5] from the node's machine; use[2], use[5] and sum are not run; the rest runs. The
-    // listing survives a restart.
-    let dir = scratch("cancel-tasks");
-    let mut s = open(&dir, WorkflowConfig::default());
+/// A server with one dual-core node `n0` running [`CHAIN`] under pcddb, once the node runs
+/// its first two instances (gen[1] and gen[2]; it holds all six `gen`).
+fn chain_started(dir: &Path) -> (State, u32, Agents, u64) {
+    let mut s = open(dir, WorkflowConfig::default());
     let n = common::register(&mut s, "n0", 2);
     let mut agents = Agents::default();
     agents.beat(&mut s, n);
@@ -826,6 +822,37 @@ fn cancelling_workflow_instances_kills_or_drops_them_and_skips_their_dependants_
         }
         agents.round(&mut s, &[n]);
     }
+    (s, n, agents, job)
+}
+
+/// Every instance of `job` as listed: (task, index, state, message).
+type Listing = Vec<(String, u32, String, String)>;
+
+fn listing(s: &State, job: u64) -> Listing {
+    s.tasks(job)
+        .expect("tasks")
+        .tasks
+        .into_iter()
+        .map(|t| (t.app, t.index, t.state, t.message))
+        .collect()
+}
+
+/// The state and message of `app[i]` in a listing.
+fn of(l: &Listing, app: &str, i: u32) -> (String, String) {
+    l.iter()
+        .find(|t| t.0 == app && t.1 == i)
+        .map(|t| (t.2.clone(), t.3.clone()))
+        .expect("listed")
+}
+
+#[test]
+fn cancelling_workflow_instances_kills_or_drops_them_and_skips_their_dependants_only() {
+    // One dual-core node takes all six `gen` instances (LT 4, MT 20): two run, four wait on
+    // the node. `cancel --app gen --tasks 2,5` kills the running gen[2] and drops the waiting
+    // gen[5] from the node's machine; use[2], use[5] and sum are not run; the rest runs. The
+    // listing survives a restart.
+    let dir = scratch("cancel-tasks");
+    let (mut s, n, mut agents, job) = chain_started(&dir);
     assert_eq!(
         agents.assigned,
         vec![(n, 0, 1), (n, 1, 1)],
@@ -840,21 +867,8 @@ fn cancelling_workflow_instances_kills_or_drops_them_and_skips_their_dependants_
 
     let reply = s.cancel_tasks(job, "gen", "2,5").expect("cancel");
     assert_eq!(reply.cancelled, 2);
-    let listed = |s: &State| -> Vec<(String, u32, String, String)> {
-        s.tasks(job)
-            .expect("tasks")
-            .tasks
-            .into_iter()
-            .map(|t| (t.app, t.index, t.state, t.message))
-            .collect()
-    };
+    let listed = |s: &State| listing(s, job);
     let before = listed(&s);
-    let of = |l: &[(String, u32, String, String)], app: &str, i: u32| {
-        l.iter()
-            .find(|t| t.0 == app && t.1 == i)
-            .map(|t| (t.2.clone(), t.3.clone()))
-            .expect("listed")
-    };
     assert_eq!(
         of(&before, "gen", 2),
         ("cancelled".into(), "cancelled".into())
@@ -926,17 +940,7 @@ fn cancelling_workflow_instances_kills_or_drops_them_and_skips_their_dependants_
 #[test]
 fn resubmitting_a_failed_workflow_runs_its_failed_and_skipped_instances_only() {
     let dir = scratch("resubmit");
-    let mut s = open(&dir, WorkflowConfig::default());
-    let n = common::register(&mut s, "n0", 2);
-    let mut agents = Agents::default();
-    agents.beat(&mut s, n);
-    let job = s.submit("chain.toml", CHAIN, "/").expect("submit").job_id;
-    for _ in 0..10 {
-        if agents.assigned.len() >= 2 {
-            break;
-        }
-        agents.round(&mut s, &[n]);
-    }
+    let (mut s, n, mut agents, job) = chain_started(&dir);
     assert_eq!(agents.assigned, vec![(n, 0, 1), (n, 1, 1)]);
     // gen[1] and gen[2] fail (no retries): use[1], use[2] and sum are not run; the rest runs.
     agents.finish_all(n, false);
@@ -944,20 +948,7 @@ fn resubmitting_a_failed_workflow_runs_its_failed_and_skipped_instances_only() {
         agents.round(&mut s, &[n]);
         agents.finish_all(n, true);
     }
-    let listed = |s: &State| -> Vec<(String, u32, String, String)> {
-        s.tasks(job)
-            .expect("tasks")
-            .tasks
-            .into_iter()
-            .map(|t| (t.app, t.index, t.state, t.message))
-            .collect()
-    };
-    let of = |l: &[(String, u32, String, String)], app: &str, i: u32| {
-        l.iter()
-            .find(|t| t.0 == app && t.1 == i)
-            .map(|t| (t.2.clone(), t.3.clone()))
-            .expect("listed")
-    };
+    let listed = |s: &State| listing(s, job);
     assert_eq!(s.get_job(job).expect("job").state, "failed");
     let failed = listed(&s);
     assert_eq!(of(&failed, "use", 2).0, "failed");
