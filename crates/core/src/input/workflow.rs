@@ -59,8 +59,10 @@ pub struct TaskSpec {
     /// MPI-style processes per argument value.
     #[serde(default = "one")]
     pub processes: Spanned<u32>,
-    /// `"20s"`, a number of seconds, or `{ mean = "20s", cv = 0.5 }`.
-    pub cost: Spanned<toml::Value>,
+    /// `"20s"`, a number of seconds, or `{ mean = "20s", cv = 0.5 }`. The simulator needs it;
+    /// the runtime, which runs the real program, does without.
+    #[serde(default)]
+    pub cost: Option<Spanned<toml::Value>>,
     /// Node attributes an instance needs.
     #[serde(default)]
     pub requires: Vec<Spanned<String>>,
@@ -114,8 +116,27 @@ pub struct ParsedWorkflow {
     pub balancer: Option<Spanned<String>>,
 }
 
-/// Parses a workflow file, derives the dependencies from the data flow and checks them.
+/// Whether a task must state its cost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Costs {
+    /// The simulator: every task states `cost` (it is how long an instance runs).
+    Required,
+    /// The runtime: the real program takes what it takes; a missing `cost` reads as zero.
+    Optional,
+}
+
+/// Parses a workflow file for the simulator (every task states its `cost`), derives the
+/// dependencies from the data flow and checks them.
 pub fn parse_workflow(origin: &str, text: &str) -> Result<ParsedWorkflow, InputError> {
+    parse_workflow_with(origin, text, Costs::Required)
+}
+
+/// [`parse_workflow`], with `cost` required or not.
+pub fn parse_workflow_with(
+    origin: &str,
+    text: &str,
+    costs: Costs,
+) -> Result<ParsedWorkflow, InputError> {
     let src = Source::new(origin, text);
     let file: WorkflowFile = src.parse_toml()?;
     if file.task.is_empty() {
@@ -155,7 +176,20 @@ pub fn parse_workflow(origin: &str, text: &str) -> Result<ParsedWorkflow, InputE
                 ),
             ));
         }
-        let cost = cost(&src, &t.cost, &format!("task[{i}].cost"))?;
+        let cost = match (&t.cost, costs) {
+            (Some(c), _) => cost(&src, c, &format!("task[{i}].cost"))?,
+            (None, Costs::Optional) => Cost::Fixed(0),
+            (None, Costs::Required) => {
+                return Err(src.error(
+                    at(&t.name),
+                    field("cost"),
+                    format!(
+                        "missing: task `{name}` has no cost (the simulator needs the work of one \
+                         instance on a 1.0-speed core, e.g. cost = \"20s\")"
+                    ),
+                ));
+            }
+        };
         for (j, r) in t.requires.iter().enumerate() {
             if r.get_ref().trim().is_empty() {
                 return Err(src.error(
@@ -562,6 +596,19 @@ outputs = ["c"]
             e,
             "wf.toml:5:11: task[0].inputs[0]: input `x` has no producer: no task lists it in `outputs`"
         );
+    }
+
+    #[test]
+    fn the_simulator_refuses_a_task_without_a_cost_at_its_name() {
+        let text = "[[task]]\nname = \"A\"\ninstances = 1\noutputs = [\"m\"]\n";
+        let e = error(text);
+        assert!(
+            e.starts_with("wf.toml:2:8: task[0].cost: missing: task `A` has no cost"),
+            "{e}"
+        );
+        let w =
+            parse_workflow_with("wf.toml", text, Costs::Optional).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(w.workflow.tasks[0].cost, Cost::Fixed(0));
     }
 
     #[test]

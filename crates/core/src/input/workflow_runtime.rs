@@ -6,7 +6,7 @@
 //! [[task]]
 //! name = "B"
 //! instances = "1..=10"
-//! cost = "1s"
+//! cost = "1s"                     # optional here: the simulator's, the runtime ignores it
 //! inputs = ["m"]
 //! outputs = ["r"]
 //! command = "sort {input:m} > {output:r}"   # or an argument vector
@@ -25,7 +25,7 @@
 //! inside a longer argument (a shell line) the paths are joined with spaces.
 
 use super::cluster::at;
-use super::workflow::{ParsedWorkflow, parse_workflow};
+use super::workflow::{Costs, ParsedWorkflow, parse_workflow_with};
 use super::{InputError, Source};
 use crate::input::workload::Command;
 use crate::model::Resources;
@@ -62,11 +62,11 @@ pub struct RuntimeWorkflow {
     pub balancer: Option<BalancerKind>,
 }
 
-/// Parses a workflow file for the runtime: [`parse_workflow`], then every task must have a
-/// command whose placeholders name its own inputs and outputs, and `balancer` must be a runtime
-/// balancer.
+/// Parses a workflow file for the runtime: the simulator's parser with `cost` optional (the
+/// runtime runs the real program), then every task must have a command whose placeholders name
+/// its own inputs and outputs, and `balancer` must be a runtime balancer.
 pub fn parse_runtime_workflow(origin: &str, text: &str) -> Result<RuntimeWorkflow, InputError> {
-    let parsed = parse_workflow(origin, text)?;
+    let parsed = parse_workflow_with(origin, text, Costs::Optional)?;
     let src = Source::new(origin, text);
     let balancer = match &parsed.balancer {
         None => None,
@@ -302,6 +302,14 @@ time_limit = "10s"
         assert_eq!(w.tasks[1].env.get("X").map(String::as_str), Some("1"));
         assert!(is_workflow(GOOD));
         assert!(!is_workflow("[[app]]\nname = \"x\"\n"));
+    }
+
+    #[test]
+    fn the_runtime_does_without_costs() {
+        let w = parse_runtime_workflow("wf.toml", &GOOD.replace("cost = \"1s\"\n", ""))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(w.tasks.len(), 2);
+        assert_eq!(w.parsed.workflow.tasks[1].depends_on.len(), 1);
     }
 
     #[test]
