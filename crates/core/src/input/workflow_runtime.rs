@@ -301,7 +301,7 @@ time_limit = "10s"
         assert_eq!(w.tasks[1].time_limit_ns, 10_000_000_000);
         assert_eq!(w.tasks[1].env.get("X").map(String::as_str), Some("1"));
         assert!(is_workflow(GOOD));
-        assert!(!is_workflow("[[app]]\nname = \"x\"\n"));
+        assert!(!is_workflow("[[application]]\nname = \"x\"\n"));
     }
 
     #[test]

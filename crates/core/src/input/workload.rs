@@ -343,10 +343,39 @@ pub struct Workload {
     pub divisible: Vec<super::divisible::DivisibleSpec>,
 }
 
+/// Fields of a variant (`[application.cpu]` / `[application.gpu]`) that are easy to write on the
+/// application itself.
+const VARIANT_FIELDS: [&str; 8] = [
+    "command",
+    "env",
+    "cores",
+    "memory",
+    "gpus",
+    "time_limit",
+    "kill_grace",
+    "compute",
+];
+
+/// An unknown field that belongs to a variant, written on the application, gets told where it goes.
+fn variant_field_hint(mut e: InputError) -> InputError {
+    let misplaced = e.field.as_deref().and_then(|f| {
+        let (app, name) = f.rsplit_once('.')?;
+        let is_app = app.starts_with("application[") && !app.contains('.');
+        (is_app && VARIANT_FIELDS.contains(&name)).then(|| name.to_string())
+    });
+    if let Some(name) = misplaced {
+        e.message = format!(
+            "`{name}` belongs to a variant of the application: write it under \
+             [application.cpu] (or [application.gpu]), e.g.\n  [application.cpu]\n  {name} = …"
+        );
+    }
+    e
+}
+
 /// Parses a workload or job file and checks everything the file alone can tell.
 pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> {
     let src = Source::new(origin, text);
-    let file: WorkloadFile = src.parse_toml()?;
+    let file: WorkloadFile = src.parse_toml().map_err(variant_field_hint)?;
     if file.application.is_empty() && file.divisible.is_empty() {
         return Err(src.error(
             None,
@@ -836,6 +865,26 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "j.toml:3:11: application[0].indices: `2-1`: the range ends before it starts"
+        );
+    }
+
+    #[test]
+    fn a_command_on_the_application_is_pointed_to_its_variant() {
+        let text = "[[application]]\nname = \"x\"\ntasks = 3\ncommand = \"echo {index}\"\n";
+        let e = parse_workload("j.toml", text).expect_err("misplaced");
+        assert!(
+            e.to_string().starts_with(
+                "j.toml:4:1: application[0].command: `command` belongs to a variant of the \
+                 application: write it under [application.cpu]"
+            ),
+            "{e}"
+        );
+        // A field that is nobody's keeps serde's list of the expected ones.
+        let e = parse_workload("j.toml", &text.replace("command", "comand")).expect_err("typo");
+        assert!(
+            e.to_string()
+                .contains("unknown field `comand`, expected one of"),
+            "{e}"
         );
     }
 }
