@@ -305,6 +305,7 @@ impl From<Submitted> for pb::SubmitReply {
             job_id: r.job_id,
             tasks: r.tasks,
             existing: r.existing,
+            kind: r.kind.as_str().into(),
         }
     }
 }

@@ -1,7 +1,9 @@
-//! Bounds on what an agent may claim when it registers. A node's figures feed every scheduling
-//! decision and every `hetsched nodes` listing, so absurd ones (2^32−1 cores, NaN speeds, a
-//! megabyte-long name, 100,000 GPUs) are refused with a message naming the field and the limit,
-//! instead of being stored and breaking things for everyone later.
+//! Bounds on what an agent may claim when it registers, and on the envelope of a submission. A
+//! node's figures feed every scheduling decision and every `hetsched nodes` listing, so absurd
+//! ones (2^32−1 cores, NaN speeds, a megabyte-long name, 100,000 GPUs) are refused with a message
+//! naming the field and the limit, instead of being stored and breaking things for everyone
+//! later. A submission's file, name, key and directory are checked here for every job kind before
+//! any kind parses it; what a file holds is bounded by the core's `input::limits`.
 
 use hetsched_core::{Accelerator, Node, NodeId, RackId};
 use hetsched_proto as pb;
@@ -126,6 +128,53 @@ pub fn node_spec(req: &pb::RegisterRequest) -> Result<Node, String> {
 pub fn attributes(node: &str, list: &[String]) -> Result<Vec<String>, String> {
     hetsched_core::model::cluster::attribute_set(list.iter().map(String::as_str))
         .map_err(|(_, e)| format!("node `{node}`: {e}"))
+}
+
+/// Longest origin (the submitted file's path as the client names it).
+pub const MAX_ORIGIN: usize = 4096;
+
+/// Checks what every submission carries besides its file's contents: the file's size, the job
+/// name given with `--name`, the submission key and the client's directory. Stored and shown for
+/// every kind of job, so checked once, before any kind parses the file.
+pub fn submission(sub: &crate::state::types::Submission) -> Result<(), String> {
+    use crate::jobs::batch::{MAX_SUBMISSION_KEY, MAX_WORKDIR};
+    use hetsched_core::input::limits::MAX_JOB_FILE_BYTES;
+    use hetsched_core::input::workload::MAX_JOB_NAME;
+    if sub.origin.len() > MAX_ORIGIN || sub.origin.chars().any(char::is_control) {
+        return Err(format!(
+            "the file's name must be at most {MAX_ORIGIN} bytes without control characters"
+        ));
+    }
+    if sub.text.len() > MAX_JOB_FILE_BYTES {
+        return Err(format!(
+            "{}: the job file is {} bytes; at most {MAX_JOB_FILE_BYTES} (2 MiB)",
+            sub.origin,
+            sub.text.len()
+        ));
+    }
+    let name = &sub.name;
+    if !name.is_empty()
+        && (name.trim().is_empty()
+            || name.len() > MAX_JOB_NAME
+            || name.chars().any(char::is_control))
+    {
+        return Err(format!(
+            "a job name must be 1 to {MAX_JOB_NAME} bytes without control characters"
+        ));
+    }
+    if sub.key.len() > MAX_SUBMISSION_KEY {
+        return Err(format!(
+            "the submission key is {} bytes long; at most {MAX_SUBMISSION_KEY}",
+            sub.key.len()
+        ));
+    }
+    if sub.workdir.len() > MAX_WORKDIR {
+        return Err(format!(
+            "the working directory is {} bytes long; at most {MAX_WORKDIR}",
+            sub.workdir.len()
+        ));
+    }
+    Ok(())
 }
 
 /// Checks an agent identity: present, short, printable ASCII.

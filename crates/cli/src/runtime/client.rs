@@ -320,11 +320,16 @@ pub async fn submit(
     match args.output {
         Output::Json => json(&reply)?,
         Output::Table if reply.existing => println!(
-            "job {} was already submitted with this key ({} tasks)",
-            reply.job_id, reply.tasks
+            "job {} was already submitted with this key ({})",
+            reply.job_id,
+            submitted_size(&reply)
         ),
         Output::Table | Output::Dot => {
-            println!("job {} submitted ({} tasks)", reply.job_id, reply.tasks)
+            println!(
+                "job {} submitted ({})",
+                reply.job_id,
+                submitted_size(&reply)
+            )
         }
     }
     if wait_for_it {
@@ -943,4 +948,12 @@ pub async fn wait_on(
         bail!("job {id} {}", j.state);
     }
     Ok(())
+}
+
+/// What a submission holds, in its kind's words: a divisible job's units, other jobs' tasks.
+fn submitted_size(reply: &pb::SubmitReply) -> String {
+    match reply.kind.as_str() {
+        "divisible" => format!("{} units", reply.tasks),
+        _ => format!("{} tasks", reply.tasks),
+    }
 }

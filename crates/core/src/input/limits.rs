@@ -8,6 +8,8 @@
 //! directory. The limits are generous for real work and clear when hit.
 
 use super::InputError;
+use super::cluster::at;
+use super::workflow::ParsedWorkflow;
 use super::workload::{Command, Workload};
 use std::collections::BTreeMap;
 
@@ -148,21 +150,83 @@ pub fn check(w: &Workload) -> Result<(), InputError> {
             }),
         ];
         for (variant, command, env, at) in variants.into_iter().flatten() {
-            check_variant(&src, i, variant, command, env, at)?;
+            let prefix = format!("application[{i}].{variant}");
+            check_command_env(&src, &prefix, command, env, at)?;
         }
     }
     Ok(())
 }
 
-fn check_variant(
+/// Most instances one workflow may have (a batch job's bound on tasks).
+pub const MAX_WORKFLOW_INSTANCES: u64 = 1_000_000;
+
+/// Checks every bound above on a workflow submitted to the runtime: the file's size, its
+/// instance count, task and data names (each becomes a path component on the agents, as an
+/// application name does), and each task's command, environment and time limit.
+pub fn check_workflow(w: &ParsedWorkflow) -> Result<(), InputError> {
+    let src = super::Source::new(&w.origin, &w.text);
+    if w.text.len() > MAX_JOB_FILE_BYTES {
+        return Err(src.error(
+            None,
+            None,
+            format!(
+                "the workflow file is {} bytes; at most {MAX_JOB_FILE_BYTES} (2 MiB)",
+                w.text.len()
+            ),
+        ));
+    }
+    let total = w.workflow.total_instances();
+    if total > MAX_WORKFLOW_INSTANCES {
+        return Err(src.error(
+            None,
+            Some("task".into()),
+            format!("the workflow has {total} instances; at most {MAX_WORKFLOW_INSTANCES}"),
+        ));
+    }
+    for (i, t) in w.specs.iter().enumerate() {
+        if let Some(problem) = app_name_problem(t.name.get_ref()) {
+            return Err(src.error(at(&t.name), Some(format!("task[{i}].name")), problem));
+        }
+        let data = [("inputs", &t.inputs), ("outputs", &t.outputs)];
+        for (list, names) in data {
+            for (j, n) in names.iter().enumerate() {
+                if let Some(problem) = app_name_problem(n.get_ref()) {
+                    return Err(src.error(at(n), Some(format!("task[{i}].{list}[{j}]")), problem));
+                }
+            }
+        }
+        if t.time_limit
+            .is_some_and(|d| d.0 < crate::time::NANOS_PER_SEC / 1000)
+        {
+            return Err(src.error(
+                at(&t.name),
+                Some(format!("task[{i}].time_limit")),
+                "must be at least 1ms (leave it out for no limit)",
+            ));
+        }
+        let command = t.command.as_ref();
+        let at_command = command.and_then(at).or_else(|| at(&t.name));
+        check_command_env(
+            &src,
+            &format!("task[{i}]"),
+            command.map(|c| c.get_ref()),
+            &t.env,
+            at_command,
+        )?;
+    }
+    Ok(())
+}
+
+/// The bounds on one command and its environment; `prefix` names where they are written
+/// (`application[0].cpu`, `task[2]`).
+fn check_command_env(
     src: &super::Source<'_>,
-    i: usize,
-    variant: &str,
+    prefix: &str,
     command: Option<&Command>,
     env: &BTreeMap<String, String>,
     at: Option<usize>,
 ) -> Result<(), InputError> {
-    let field = |f: &str| Some(format!("application[{i}].{variant}.{f}"));
+    let field = |f: &str| Some(format!("{prefix}.{f}"));
     if let Some(c) = command {
         let (bytes, args) = command_size(c);
         if bytes > MAX_COMMAND_BYTES {
@@ -259,5 +323,65 @@ mod tests {
         assert!(err(&job("a", "true", &big)).contains("at most 65536"));
         let bad = "[application.cpu.env]\n\"A=B\" = \"1\"\n";
         assert!(err(&job("a", "true", bad)).contains("without `=`"));
+    }
+
+    fn workflow_err(task: &str) -> String {
+        let text = format!("[[task]]\nname = \"a\"\n{task}\n");
+        let w = crate::input::workflow::parse_workflow_with(
+            "wf.toml",
+            &text,
+            crate::input::workflow::Costs::Optional,
+        )
+        .expect("parses");
+        check_workflow(&w).expect_err("over a limit").to_string()
+    }
+
+    #[test]
+    fn a_workflow_is_bounded_as_a_batch_job_is() {
+        let e = workflow_err(&format!(
+            "instances = 2\ncommand = \"{}\"",
+            "x".repeat(1 << 20)
+        ));
+        assert!(
+            e.starts_with(
+                "wf.toml:4:11: task[0].command: the command is 1048576 bytes; at most 65536"
+            ),
+            "{e}"
+        );
+        let e = workflow_err("instances = 1000001\ncommand = \"true\"");
+        assert!(
+            e.contains("task: the workflow has 1000001 instances; at most 1000000"),
+            "{e}"
+        );
+        let e = workflow_err("instances = 500000\nprocesses = 3\ncommand = \"true\"");
+        assert!(e.contains("1500000 instances"), "{e}");
+        let e = workflow_err("instances = 1\ncommand = \"true\"\noutputs = [\"../up\"]");
+        assert!(
+            e.starts_with("wf.toml:5:12: task[0].outputs[0]: `../up`"),
+            "{e}"
+        );
+        let e = workflow_err("instances = 1\ncommand = \"true\"\ntime_limit = \"10us\"");
+        assert!(
+            e.contains("task[0].time_limit: must be at least 1ms"),
+            "{e}"
+        );
+        let e = workflow_err("instances = 1\ncommand = \"true\"\nenv = { \"A=B\" = \"1\" }");
+        assert!(e.contains("task[0].env: variable `A=B`"), "{e}");
+        let text = format!(
+            "[[task]]\nname = \"{}\"\ninstances = 1\ncommand = \"true\"\n",
+            "n".repeat(200)
+        );
+        let w = crate::input::workflow::parse_workflow_with(
+            "wf.toml",
+            &text,
+            crate::input::workflow::Costs::Optional,
+        )
+        .expect("parses");
+        let e = check_workflow(&w).expect_err("long name").to_string();
+        assert!(
+            e.starts_with("wf.toml:2:8: task[0].name: is 200 bytes long; at most 128"),
+            "{e}"
+        );
+        assert!(workflow_err("instances = 1\ncommand = \"true\"\n[[task]]\nname = \".x\"\ninstances = 1\ncommand = \"true\"").contains("task[1].name"));
     }
 }

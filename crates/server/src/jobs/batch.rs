@@ -596,22 +596,6 @@ impl Batch {
             after_any,
             ..
         } = sub;
-        if !name.is_empty()
-            && (name.trim().is_empty()
-                || name.len() > hetsched_core::input::workload::MAX_JOB_NAME
-                || name.chars().any(char::is_control))
-        {
-            return Err(StateError::Invalid(format!(
-                "a job name must be 1 to {} bytes without control characters",
-                hetsched_core::input::workload::MAX_JOB_NAME
-            )));
-        }
-        if key.len() > MAX_SUBMISSION_KEY {
-            return Err(StateError::Invalid(format!(
-                "the submission key is {} bytes long; at most {MAX_SUBMISSION_KEY}",
-                key.len()
-            )));
-        }
         if let Some(j) = self.by_key.get(&key).and_then(|&id| self.job_rec(id)) {
             let id = j.row.id;
             if j.row.text != text {
@@ -627,20 +611,8 @@ impl Batch {
                 job_id: id,
                 tasks: j.tasks.end - j.tasks.start,
                 existing: true,
+                kind: Kind::Batch,
             });
-        }
-        if workdir.len() > MAX_WORKDIR {
-            return Err(StateError::Invalid(format!(
-                "the working directory is {} bytes long; at most {MAX_WORKDIR}",
-                workdir.len()
-            )));
-        }
-        if text.len() > limits::MAX_JOB_FILE_BYTES {
-            return Err(StateError::Invalid(format!(
-                "{origin}: the job file is {} bytes; at most {} (2 MiB)",
-                text.len(),
-                limits::MAX_JOB_FILE_BYTES
-            )));
         }
         let (after, after_any) = self.check_after(&after, &after_any)?;
         let w = parse_workload(&origin, &text)?;
@@ -708,6 +680,7 @@ impl Batch {
             job_id: id,
             tasks: total,
             existing: false,
+            kind: Kind::Batch,
         })
     }
 

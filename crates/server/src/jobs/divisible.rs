@@ -279,7 +279,7 @@ pub fn prepare(
     text: &str,
     input: &[u8],
     live: &[hetsched_core::model::cluster::Node],
-) -> Result<Option<DivisibleSpec>, DivError> {
+) -> Result<Option<Prepared>, DivError> {
     let Ok(w) = parse_workload(origin, text) else {
         // The batch path reports the error with its location.
         return Ok(None);
@@ -300,7 +300,28 @@ pub fn prepare(
     let src = hetsched_core::input::Source::new(origin, text);
     d.check_input_len(&src, 0, input.len() as u64)
         .map_err(|e| DivError::Invalid(e.to_string()))?;
-    Ok(Some(d))
+    Ok(Some(Prepared {
+        spec: d,
+        file_name: w.name,
+    }))
+}
+
+/// A submission [`prepare`] found to be a divisible job.
+pub struct Prepared {
+    /// The checked `[[divisible]]` section.
+    pub spec: DivisibleSpec,
+    /// `name =` at the top of the file.
+    pub file_name: Option<String>,
+}
+
+/// A divisible job's name, as a batch job's: the one given at submission, else the file's
+/// `name`, else the file's path.
+fn job_name(given: &str, file_name: Option<String>, origin: &str) -> String {
+    if given.is_empty() {
+        file_name.unwrap_or_else(|| origin.to_string())
+    } else {
+        given.to_string()
+    }
 }
 
 fn job_dir(dir: &Path, id: u64) -> PathBuf {
@@ -359,7 +380,7 @@ struct Job {
     spec: DivisibleSpec,
     argv: Vec<String>,
     master: OnlineMaster,
-    /// The name given at submission (empty: the section's).
+    /// The job's name: given at submission, else the file's `name`, else its path.
     name: String,
     /// The client's submission key (empty = none).
     key: String,
@@ -525,9 +546,9 @@ impl Divisible {
             changes: super::Changes::default(),
         };
         for row in rows {
-            let spec = match parse_workload(&row.origin, &row.text)
+            let (spec, file_name) = match parse_workload(&row.origin, &row.text)
                 .ok()
-                .and_then(|w| w.divisible.into_iter().next())
+                .and_then(|w| Some((w.divisible.into_iter().next()?, w.name)))
             {
                 Some(s) => s,
                 None => {
@@ -538,7 +559,9 @@ impl Divisible {
                     continue;
                 }
             };
-            let mut job = new_job(spec, row.name, row.key, row.submitted_ns);
+            // Rows stored before names were resolved at submission hold an empty name.
+            let name = job_name(&row.name, file_name, &row.origin);
+            let mut job = new_job(spec, name, row.key, row.submitted_ns);
             job.state = row.state;
             job.message = row.message;
             job.finished_ns = row.finished_ns;
@@ -657,16 +680,19 @@ impl Divisible {
         &mut self,
         cx: &mut Ctx,
         sub: Submission,
-        spec: DivisibleSpec,
+        prepared: Prepared,
         id: u64,
     ) -> Result<Submitted, StateError> {
+        let Prepared { spec, file_name } = prepared;
+        let name = job_name(&sub.name, file_name, &sub.origin);
         if !sub.key.is_empty()
-            && let Some((&id, _)) = self.jobs.iter().find(|(_, j)| j.key == sub.key)
+            && let Some((&id, j)) = self.jobs.iter().find(|(_, j)| j.key == sub.key)
         {
             return Ok(Submitted {
                 job_id: id,
-                tasks: 0,
+                tasks: j.spec.units(),
                 existing: true,
+                kind: Kind::Divisible,
             });
         }
         // The state's next job id (one sequence across kinds).
@@ -685,18 +711,11 @@ impl Divisible {
             tx.execute(
                 "INSERT INTO div_jobs(id, origin, text, name, submission_key, state, submitted_ns) \
                  VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6)",
-                params![
-                    id as i64,
-                    sub.origin,
-                    sub.text,
-                    sub.name,
-                    key,
-                    submitted as i64
-                ],
+                params![id as i64, sub.origin, sub.text, name, key, submitted as i64],
             )?;
             Ok(())
         })?;
-        let mut job = new_job(spec, sub.name, sub.key, submitted);
+        let mut job = new_job(spec, name, sub.key, submitted);
         let mut live: Vec<(String, u64)> = self
             .agents
             .iter()
@@ -711,12 +730,14 @@ impl Divisible {
             job.master.join(&name, units);
         }
         info!(job = id, units = job.spec.units(), algo = %job.spec.algo(), "divisible job accepted");
+        let job_units = job.spec.units();
         self.jobs.insert(id, job);
         self.changed();
         Ok(Submitted {
             job_id: id,
-            tasks: 0,
+            tasks: job_units,
             existing: false,
+            kind: Kind::Divisible,
         })
     }
 

@@ -129,10 +129,11 @@ pub const MAX_KNOWN_SPECS: usize = 1024;
 pub const KIND_SHIFT: u32 = 56;
 
 /// The job kinds; the number is the high byte of every id the kind hands out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(u8)]
 pub enum Kind {
     /// Arrays of independent tasks with CPU/GPU variants ([`batch`]).
+    #[default]
     Batch = 0,
     /// One load cut into chunks planned from measured speeds ([`divisible`]).
     Divisible = 1,

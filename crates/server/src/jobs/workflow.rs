@@ -853,16 +853,11 @@ impl Workflows {
                     job_id: j.id(),
                     tasks: j.insts.len() as u64,
                     existing: true,
+                    kind: Kind::Workflow,
                 });
             }
         }
-        let total = rt.parsed.workflow.total_instances();
-        if total > u64::from(u32::MAX >> 1) {
-            return Err(StateError::Invalid(format!(
-                "{}: {total} instances is too many for one workflow",
-                sub.origin
-            )));
-        }
+        hetsched_core::input::limits::check_workflow(&rt.parsed)?;
         // What the live nodes offer: every `requires` must be offered by one of them, and one
         // instance of every task must fit on one of them (with no live node yet, the workflow
         // waits for nodes; placement matches requirements and sizes either way).
@@ -928,6 +923,7 @@ impl Workflows {
             job_id: id,
             tasks: n as u64,
             existing: false,
+            kind: Kind::Workflow,
         })
     }
 

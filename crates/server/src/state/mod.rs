@@ -632,6 +632,7 @@ impl State {
     /// it in one transaction before memory changes. On any error nothing is stored.
     /// The job gets the next id of the one sequence shared by every kind ([`job_ids`]).
     pub fn on_submit(&mut self, sub: Submission) -> Result<Submitted, StateError> {
+        crate::limits::submission(&sub).map_err(StateError::Invalid)?;
         // `--after` and `--after-any` name batch jobs; the batch kind checks how they stand.
         let named = (sub.after.iter().map(|&j| ("--after", j)))
             .chain(sub.after_any.iter().map(|&j| ("--after-any", j)));
@@ -649,7 +650,7 @@ impl State {
         }
         let id = self.ids.next()?;
         let live = self.nodes.live_specs();
-        let (kind, done) = if let Some(spec) =
+        let (kind, done) = if let Some(prepared) =
             crate::jobs::divisible::prepare(&sub.origin, &sub.text, &sub.divisible_input, &live)?
         {
             if !sub.after.is_empty() || !sub.after_any.is_empty() {
@@ -657,7 +658,10 @@ impl State {
                     "--after applies to batch jobs; this is a divisible job".into(),
                 ));
             }
-            let done = self.jobs.divisible.submit(&mut ctx!(self), sub, spec, id);
+            let done = self
+                .jobs
+                .divisible
+                .submit(&mut ctx!(self), sub, prepared, id);
             (Kind::Divisible, done)
         } else {
             let mut cx = ctx!(self);

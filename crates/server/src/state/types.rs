@@ -227,10 +227,12 @@ pub struct Submission {
 pub struct Submitted {
     /// The job's id.
     pub job_id: u64,
-    /// How many tasks it has.
+    /// How many tasks it has (a divisible job: its units).
     pub tasks: u64,
     /// The key named a job already stored: nothing new was stored.
     pub existing: bool,
+    /// What kind of job it is.
+    pub kind: crate::jobs::Kind,
 }
 
 /// Tasks by state.

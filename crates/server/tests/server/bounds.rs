@@ -72,6 +72,35 @@ fn a_one_mebibyte_command_is_refused_at_submission_with_the_limit() {
 }
 
 #[test]
+fn a_workflow_is_bounded_at_submission_as_a_batch_job_is() {
+    let (mut s, d) = open("workflow");
+    let task = |name: &str, instances: u64, command_bytes: usize| {
+        format!(
+            "[[task]]\nname = \"{name}\"\ninstances = {instances}\ncommand = \"true #{}\"\n",
+            "x".repeat(command_bytes)
+        )
+    };
+    for (text, says) in [
+        (
+            task("a", 1, 1 << 20),
+            "task[0].command: the command is 1048582 bytes; at most 65536",
+        ),
+        (
+            task("a", 2_000_000, 1),
+            "the workflow has 2000000 instances; at most 1000000",
+        ),
+        (task("../../etc", 1, 1), "task[0].name"),
+    ] {
+        let e = s.submit("wf.toml", &text, "/").expect_err("refused");
+        assert!(e.to_string().contains(says), "{e}");
+    }
+    assert!(s.jobs().jobs.is_empty(), "nothing stored");
+    s.submit("wf.toml", &task("a", 1_000_000, 60_000), "/")
+        .expect("a million instances of a 60 KB command are fine");
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
 fn sixty_four_tasks_of_a_60_kb_command_fit_one_reply_with_the_command_sent_once() {
     let (mut s, d) = open("sixty-four");
     let n = register(&mut s, 64);

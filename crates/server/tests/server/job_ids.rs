@@ -173,3 +173,105 @@ fn a_store_with_workflows_numbered_apart_is_refused_with_a_clear_message() {
     assert_eq!(shown_kind(&s, 2), Kind::Batch);
     assert_eq!(submit(&mut s, Kind::Workflow), 3);
 }
+
+fn submission(kind: Kind, text: &str, name: &str, key: &str) -> Submission {
+    Submission {
+        origin: format!("{kind:?}.toml"),
+        text: text.into(),
+        workdir: "/".into(),
+        key: key.into(),
+        name: name.into(),
+        divisible_input: Vec::new(),
+        after: Vec::new(),
+        after_any: Vec::new(),
+    }
+}
+
+#[test]
+fn every_kind_is_named_alike_and_its_submission_bounded_alike() {
+    let d = scratch("names");
+    let named_file = |text: &str| format!("name = \"from-file\"\n{text}");
+    {
+        let mut s = open(&d.0).expect("state");
+        for (kind, text) in [
+            (Kind::Batch, BATCH),
+            (Kind::Divisible, DIVISIBLE),
+            (Kind::Workflow, WORKFLOW),
+        ] {
+            let given = s
+                .on_submit(submission(kind, text, "given", ""))
+                .expect("named");
+            assert_eq!(
+                s.get_job(given.job_id).expect("job").name,
+                "given",
+                "{kind:?}"
+            );
+            let path = s
+                .on_submit(submission(kind, text, "", ""))
+                .expect("unnamed");
+            assert_eq!(
+                s.get_job(path.job_id).expect("job").name,
+                format!("{kind:?}.toml"),
+                "{kind:?}: the file's path"
+            );
+            // Workflow files have no `name =` (their top level is `balancer` and tasks).
+            if kind != Kind::Workflow {
+                let file = s
+                    .on_submit(submission(kind, &named_file(text), "", ""))
+                    .expect("named in the file");
+                assert_eq!(
+                    s.get_job(file.job_id).expect("job").name,
+                    "from-file",
+                    "{kind:?}"
+                );
+            }
+            // The reply says the kind, and a divisible job's size in units.
+            let expected = match kind {
+                Kind::Batch => (3, hetsched_server::jobs::Kind::Batch),
+                Kind::Divisible => (100, hetsched_server::jobs::Kind::Divisible),
+                Kind::Workflow => (3, hetsched_server::jobs::Kind::Workflow),
+            };
+            assert_eq!((given.tasks, given.kind), expected, "{kind:?}");
+
+            // The envelope is checked the same way whatever the kind, and nothing is stored.
+            let before = s.list_jobs(0, 0).jobs.len();
+            let long_key = "k".repeat(200);
+            let refused = [
+                submission(kind, text, "a\tb", ""),
+                submission(kind, text, &"n".repeat(300), ""),
+                submission(kind, text, "", &long_key),
+                submission(kind, &format!("{text}\n#{}", "x".repeat(3 << 20)), "", ""),
+            ];
+            for (i, sub) in refused.into_iter().enumerate() {
+                let e = s.on_submit(sub).err().map(|e| e.to_string());
+                assert!(e.is_some(), "{kind:?}: submission {i} refused");
+            }
+            assert_eq!(
+                s.list_jobs(0, 0).jobs.len(),
+                before,
+                "{kind:?}: nothing stored"
+            );
+        }
+    }
+    // Names survive a restart.
+    let s = open(&d.0).expect("reopened");
+    let names: Vec<String> = s
+        .list_jobs(0, 0)
+        .jobs
+        .iter()
+        .map(|j| j.name.clone())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "given",
+            "Batch.toml",
+            "from-file",
+            "given",
+            "Divisible.toml",
+            "from-file",
+            "given",
+            "Workflow.toml"
+        ]
+    );
+}
