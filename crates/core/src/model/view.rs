@@ -478,14 +478,29 @@ impl SchedulerView {
         }
     }
 
+    /// Whether [`SchedulerView::book`] would book `request` on `node` now.
+    pub fn can_book(&self, node: NodeId, request: Resources) -> bool {
+        self.nodes.get(node.index()).is_some_and(|n| {
+            n.alive && n.free.fits(&request) && n.free_devices(None) >= request.gpus
+        })
+    }
+
+    /// Whether `node` has no free core: nothing more can be booked there (every request
+    /// holds at least one core).
+    pub fn is_full(&self, node: NodeId) -> bool {
+        self.nodes
+            .get(node.index())
+            .is_none_or(|n| !n.alive || n.free.cores == 0)
+    }
+
     /// Books `request` on `node` for work the view does not dispatch (a workflow instance,
     /// issue 13) if it fits in what is free now (the node alive, cores, memory, and that many
     /// free devices of any kind): returns the devices taken, or `None` and books nothing.
     pub fn book(&mut self, node: NodeId, request: Resources) -> Option<Vec<u32>> {
-        let n = self.nodes.get_mut(node.index())?;
-        if !n.alive || !n.free.fits(&request) || n.free_devices(None) < request.gpus {
+        if !self.can_book(node, request) {
             return None;
         }
+        let n = self.nodes.get_mut(node.index())?;
         let mut devices = Vec::with_capacity(request.gpus as usize);
         for (d, free) in n.device_free.iter_mut().enumerate() {
             if devices.len() == request.gpus as usize {

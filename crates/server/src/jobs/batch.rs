@@ -14,7 +14,7 @@ use crate::backoff::{Backoff, Change};
 use crate::config::{RetentionConfig, ServerConfig};
 use crate::metrics::Outcome;
 use crate::state::StateError;
-use crate::state::prefetch::{AutoQueue, RunTimes, Setting};
+use crate::state::prefetch::{AutoQueue, Observed, RunTimes, Setting};
 use crate::state::types::{
     AppInfo, BackedOffApp, Dispatch, HeartbeatReport, JobInfo, JobsPage, RunningTask, Submission,
     Submitted, TaskCounts, TaskInfo, TaskResult, TaskSpec, TasksPage,
@@ -87,30 +87,6 @@ struct VariantRun {
     kill_grace_ms: u64,
     /// Whether the job file declared a profile (else the server learns one).
     declared: bool,
-}
-
-/// Observed run times of successful tasks of one variant.
-#[derive(Clone, Copy, Debug, Default)]
-struct Observed {
-    total_ns: u128,
-    count: u64,
-    /// How many ran longer than `prefetch = "auto"`'s budget (a variant often long is not
-    /// queued).
-    long: u64,
-}
-
-impl Observed {
-    fn mean_ns(&self) -> Option<u64> {
-        (self.count > 0).then(|| (self.total_ns / self.count as u128) as u64)
-    }
-
-    fn run_times(&self) -> RunTimes {
-        RunTimes {
-            count: self.count,
-            mean_ns: self.mean_ns().unwrap_or(0),
-            long: self.long,
-        }
-    }
 }
 
 #[derive(Debug)]
@@ -501,9 +477,7 @@ impl Batch {
             return Ok(());
         };
         let o = &mut rec.observed[variant_code(v) as usize];
-        o.total_ns += duration_ns as u128;
-        o.count += 1;
-        o.long += u64::from(duration_ns > crate::state::prefetch::AUTO_BUDGET_NS);
+        o.record(duration_ns);
         let mean = o.mean_ns().unwrap_or(self.estimate).max(1);
         let declared = match v {
             Variant::Cpu => rec.cpu.as_ref().is_some_and(|r| r.declared),

@@ -53,6 +53,7 @@
 use super::{Ctx, JobKind, Kind, Outbox, Read};
 use crate::config::ServerConfig;
 use crate::state::StateError;
+use crate::state::prefetch::{AutoQueue, Observed, Setting};
 use crate::state::types::{
     AppInfo, BalanceEnvelope, Dispatch, HeartbeatReport, InstanceData, JobInfo, JobsPage, NodeInfo,
     PcddbJob, RunningTask, Submission, Submitted, TaskCounts, TaskInfo, TaskResult, TaskSpec,
@@ -75,6 +76,10 @@ use hetsched_core::{NodeId, Resources};
 use rusqlite::params;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use tracing::{info, warn};
+
+/// Instances a node's heartbeat passes over (they cannot start there now) before it stops
+/// looking further down the node's queue.
+const PASS_OVER: u32 = 64;
 
 /// How many heartbeat replies to a node list an instance its machine is to forget (the agent
 /// forgets it at the first; the others cover lost replies).
@@ -268,6 +273,9 @@ struct WfJob {
     /// Messages the launch node sent and received.
     sent: u64,
     received: u64,
+    /// Per task: run times of its successful instances (`prefetch = "auto"` queues only short
+    /// ones). Not stored: a restarted server measures again.
+    observed: Vec<Observed>,
 }
 
 impl WfJob {
@@ -348,7 +356,10 @@ impl WfJob {
         out
     }
     fn finished(&self) -> bool {
-        self.insts.iter().all(|x| x.st.ended())
+        // From the back: instances are numbered in task order and readied roughly in that
+        // order, so while a job runs an unended one is found at once (it is asked after every
+        // result; from the front it cost a scan of every ended instance each time).
+        self.insts.iter().rev().all(|x| x.st.ended())
     }
     fn state(&self) -> &'static str {
         if !self.finished() {
@@ -787,6 +798,7 @@ impl Workflows {
         let masks = self.task_masks(&rt)?;
         let graph = InstanceGraph::new(&rt.parsed.workflow, &masks);
         let (machine, members) = self.machine(cx, balancer, graph);
+        let observed = vec![Observed::default(); rt.parsed.workflow.tasks.len()];
         Ok(WfJob {
             seq,
             name,
@@ -826,6 +838,7 @@ impl Workflows {
             dropped: HashMap::new(),
             sent: 0,
             received: 0,
+            observed,
         })
     }
 
@@ -1401,6 +1414,11 @@ impl JobKind for Workflows {
             cx.metrics.used(r.usage.as_ref());
             self.dirty.insert((seq, i));
             if r.success {
+                let t = job.task_of(i).0;
+                if let Some(o) = job.observed.get_mut(t) {
+                    o.record(r.finished_ns.saturating_sub(r.started_ns));
+                }
+                let x = &mut job.insts[i as usize];
                 x.st = St::Done;
                 x.node = Some(node.0);
                 x.message.clear();
@@ -1681,9 +1699,24 @@ impl JobKind for Workflows {
             if open {
                 // What the machine placed here, in order: each starts once its inputs are on
                 // live nodes and its resources are free here; until then it waits here (the
-                // node's machine counts it as held).
+                // node's machine counts it as held). With prefetch, as for batch tasks, the
+                // node is lent cores beyond its free ones; an instance placed on them is queued
+                // by the agent, which starts it as soon as a running one's cores are free
+                // (under "auto": only instances of tasks measured short, within the node's
+                // time budget).
                 let mut mine = job.assigned.remove(&node.0).unwrap_or_default();
                 let mut keep = VecDeque::new();
+                let (lend, mut auto) = match cx.nodes.prefetch.setting() {
+                    Setting::Cores(n) => (n, None),
+                    Setting::Auto => {
+                        let depth = job.observed.iter().map(|o| o.run_times().depth()).max();
+                        let cores = cx.view.node(node).node.cores;
+                        (depth.unwrap_or(0) * cores, Some(AutoQueue::new(cores)))
+                    }
+                };
+                let credit = cx.nodes.prefetch.open(cx.view, node, lend);
+                let mut used = 0u32;
+                let mut passed_over = 0;
                 while let Some(i) = mine.pop_front() {
                     let x = &job.insts[i as usize];
                     if !matches!(x.st, St::Ready | St::Waiting) {
@@ -1698,26 +1731,51 @@ impl JobKind for Workflows {
                         }
                         continue;
                     }
+                    // What cannot start here now (an input not on a live node, too large for
+                    // what is free, or not to be queued) is passed over, but only so many
+                    // times: under `centralised` a node may hold most of a wide workflow, and
+                    // looking at every queued instance on each of its heartbeats made a
+                    // workflow's run quadratic in its width. Inputs are looked at first: a lost
+                    // one is produced again at once, even while this node is full.
                     if !self.inputs_ready(cx, &mut job, i) {
                         keep.push_back(i);
+                        passed_over += 1;
+                        if passed_over >= PASS_OVER {
+                            break;
+                        }
                         continue;
                     }
-                    let request = job.rt.tasks[job.task_of(i).0].request();
+                    let t = job.task_of(i).0;
+                    let request = job.rt.tasks[t].request();
+                    let prefetched = used + request.cores > credit.free;
+                    let queueable = !prefetched
+                        || auto
+                            .as_mut()
+                            .is_none_or(|q| q.admit(job.observed[t].run_times(), request.cores));
+                    if !queueable || !cx.view.can_book(node, request) {
+                        keep.push_back(i);
+                        passed_over += 1;
+                        if cx.view.is_full(node) || passed_over >= PASS_OVER {
+                            break;
+                        }
+                        continue;
+                    }
                     let Some(devices) = cx.view.book(node, request) else {
                         keep.push_back(i);
                         continue;
                     };
-                    let (d, key) = self.dispatch(&job, i, devices.clone());
+                    let (mut d, key) = self.dispatch(&job, i, devices.clone());
+                    d.prefetched = prefetched;
                     let spec = out
                         .needs_spec(key)
                         .then(|| Self::spec(&job, job.task_of(i).0));
                     if let Err(_d) = out.offer(d, spec) {
                         cx.view.unbook(node, request, &devices);
                         keep.push_back(i);
-                        keep.extend(mine.drain(..));
                         out.more();
                         break;
                     }
+                    used += request.cores;
                     job.booked.insert(i, (node.0, request, devices));
                     let x = &mut job.insts[i as usize];
                     x.st = St::Running;
@@ -1727,8 +1785,13 @@ impl JobKind for Workflows {
                     cx.nodes.started(node, job.task_id(i));
                     self.dirty.insert((seq, i));
                 }
-                if !keep.is_empty() {
-                    job.assigned.insert(node.0, keep);
+                cx.nodes.prefetch.close(cx.view, node, credit);
+                // The ones kept, in order, before the ones not looked at.
+                while let Some(i) = keep.pop_back() {
+                    mine.push_front(i);
+                }
+                if !mine.is_empty() {
+                    job.assigned.insert(node.0, mine);
                 }
             }
             let held_here = job.assigned.get(&node.0).map_or(0, VecDeque::len);

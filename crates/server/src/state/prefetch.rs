@@ -1,4 +1,6 @@
-//! Prefetch (issue 10): a node may be handed batch tasks beyond its free cores, up to
+//! Prefetch (issue 10): a node may be handed batch tasks (and workflow instances, which the
+//! workflow kind hands out the same way: a loan of cores around its dispatch, [`Observed`] run
+//! times per workflow task) beyond its free cores, up to
 //! `prefetch` cores' worth, which its agent holds in a queue and starts itself as soon as a
 //! running task ends. One heartbeat then carries many results and many assignments, so the
 //! server's per-heartbeat cost (an RPC, a transaction, a WAL sync) is spread over more tasks,
@@ -84,6 +86,42 @@ impl<'de> serde::Deserialize<'de> for Setting {
             }
         }
         d.deserialize_any(V)
+    }
+}
+
+/// Run times of successful tasks of one application variant (or one workflow task), as their
+/// agents timed them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Observed {
+    /// Their summed run time (ns).
+    pub total_ns: u128,
+    /// How many.
+    pub count: u64,
+    /// How many ran longer than `prefetch = "auto"`'s budget (a variant often long is not
+    /// queued).
+    pub long: u64,
+}
+
+impl Observed {
+    /// Counts one success that ran `duration_ns`.
+    pub fn record(&mut self, duration_ns: u64) {
+        self.total_ns += u128::from(duration_ns);
+        self.count += 1;
+        self.long += u64::from(duration_ns > AUTO_BUDGET_NS);
+    }
+
+    /// The mean run time, once one was measured.
+    pub fn mean_ns(&self) -> Option<u64> {
+        (self.count > 0).then(|| (self.total_ns / u128::from(self.count)) as u64)
+    }
+
+    /// What `"auto"` judges by.
+    pub fn run_times(&self) -> RunTimes {
+        RunTimes {
+            count: self.count,
+            mean_ns: self.mean_ns().unwrap_or(0),
+            long: self.long,
+        }
     }
 }
 

@@ -364,3 +364,94 @@ fn a_variant_with_more_than_one_long_run_in_100_is_not_queued_again() {
     );
     assert_eq!(succeeded(&s), 60);
 }
+
+fn submit_workflow(s: &mut State, instances: u32) {
+    s.on_submit(Submission {
+        origin: "wf.toml".into(),
+        text: format!(
+            "balancer = \"centralised\"\n[[task]]\nname = \"w\"\ninstances = {instances}\ncommand = \"true\"\n"
+        ),
+        workdir: "/".into(),
+        ..Default::default()
+    })
+    .expect("submit the workflow");
+}
+
+#[test]
+fn workflow_instances_are_prefetched_as_batch_tasks_are() {
+    let d = scratch("workflow");
+    let mut s = open(&d.0, 2);
+    let n = register(&mut s, "n", 2);
+    submit_workflow(&mut s, 9);
+    // The dispatcher places the ready instances at the node's first beat; its next beat hands
+    // them out: two on free cores, two queued by the agent.
+    let mut first = beat(&mut s, n, vec![], vec![]);
+    if first.is_empty() {
+        first = beat(&mut s, n, vec![], vec![]);
+    }
+    let flags: Vec<bool> = first.iter().map(|a| a.prefetched).collect();
+    assert_eq!(
+        flags,
+        [false, false, true, true],
+        "two on free cores, two queued"
+    );
+    let all: Vec<&Dispatch> = first.iter().collect();
+    assert!(
+        beat(&mut s, n, running(&all), vec![]).is_empty(),
+        "nothing more while the node holds four"
+    );
+    // Two end and the agent starts the queued two: two more, both queued.
+    let next = beat(
+        &mut s,
+        n,
+        running(&all[2..]),
+        vec![success(all[0]), success(all[1])],
+    );
+    assert_eq!(
+        next.iter().map(|a| a.prefetched).collect::<Vec<_>>(),
+        [true, true]
+    );
+    assert_eq!(s.list_nodes()[0].free_cores, 0);
+    // Each instance succeeds exactly once; the workflow completes.
+    let mut held: Vec<Dispatch> = first[2..].iter().chain(&next).cloned().collect();
+    for _ in 0..20 {
+        let results: Vec<TaskResult> = held.iter().map(success).collect();
+        held = beat(&mut s, n, vec![], results);
+        if held.is_empty() {
+            break;
+        }
+    }
+    let job = s.get_job(1).expect("the workflow");
+    assert_eq!((job.state.as_str(), job.counts.succeeded), ("completed", 9));
+}
+
+#[test]
+fn under_auto_a_workflow_task_is_queued_once_measured_short() {
+    let d = scratch("workflow-auto");
+    let config = ServerConfig {
+        data_dir: d.0.clone(),
+        ..Default::default()
+    };
+    let mut s =
+        State::open(&config, Store::open(&d.0.join("state.db")).expect("store")).expect("state");
+    let n = register(&mut s, "n", 1);
+    submit_workflow(&mut s, 40);
+    // Until 8 instances have succeeded, one at a time on the one core, none queued.
+    let mut prefetched = Vec::new();
+    let mut results = Vec::new();
+    for _ in 0..40 {
+        let got = beat(&mut s, n, vec![], std::mem::take(&mut results));
+        prefetched.push(got.iter().filter(|a| a.prefetched).count());
+        results = got.iter().map(success).collect();
+        if s.get_job(1).expect("job").counts.succeeded >= 10 {
+            break;
+        }
+    }
+    let succeeded = s.get_job(1).expect("job").counts.succeeded;
+    assert!(succeeded >= 10, "{succeeded}");
+    let first_queued = prefetched.iter().position(|&p| p > 0);
+    assert!(
+        first_queued.is_some_and(|k| k >= 8),
+        "queued only after 8 measured short: {prefetched:?}"
+    );
+}

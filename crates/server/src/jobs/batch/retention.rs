@@ -18,7 +18,8 @@
 //! acknowledged and ignored, and after a restart a purged job's applications are rebuilt with no
 //! pending task (their rows are gone, and only pending rows are queued).
 
-use super::{Batch, Ctx, JobRec, Observed, TaskRow, variant_of};
+use super::{Batch, Ctx, JobRec, TaskRow, variant_of};
+use crate::state::prefetch::Observed;
 use crate::state::types::{PurgeSelection, Purged, TaskCounts};
 use crate::state::{StateError, now_ns};
 use crate::store::{Store, StoreError};
