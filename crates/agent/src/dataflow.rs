@@ -267,11 +267,17 @@ pub async fn prepare(
         return Err(format!("bad instance directory `{}`", a.instance_dir));
     }
     let dir = work_dir.join(&rel);
-    let _ = tokio::fs::remove_dir_all(dir.join("in")).await;
-    for sub in ["in", "out"] {
-        tokio::fs::create_dir_all(dir.join(sub))
+    // Only the directories the instance uses (`in/NAME` below, `out`): a wide workflow's
+    // instances make many, and making directories was most of what an agent spent on a short
+    // instance (ext4 looks for a free inode on every one).
+    if !a.inputs.is_empty() {
+        // A previous attempt's copies are fetched again.
+        let _ = tokio::fs::remove_dir_all(dir.join("in")).await;
+    }
+    if !a.outputs.is_empty() {
+        tokio::fs::create_dir_all(dir.join("out"))
             .await
-            .map_err(|e| format!("{}: {e}", dir.join(sub).display()))?;
+            .map_err(|e| format!("{}: {e}", dir.join("out").display()))?;
     }
     let mut inputs: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (k, input) in a.inputs.iter().enumerate() {
