@@ -81,6 +81,9 @@ use tracing::{info, warn};
 /// looking further down the node's queue.
 const PASS_OVER: u32 = 64;
 
+/// The message of an instance cancelled with its workflow.
+const CANCELLED: &str = "cancelled";
+
 /// How many heartbeat replies to a node list an instance its machine is to forget (the agent
 /// forgets it at the first; the others cover lost replies).
 const DROPPED_REPLIES: u8 = 3;
@@ -539,6 +542,14 @@ impl Workflows {
                     };
                 }
             }
+            // A workflow cancelled as a whole: what had not ended was cancelled with it (its rows
+            // were not written at the cancel).
+            if cancelled {
+                for x in job.insts.iter_mut().filter(|x| !x.st.ended()) {
+                    x.st = St::Cancelled;
+                    x.message = CANCELLED.into();
+                }
+            }
             // Replay the successes into the graph, in readiness order.
             let mut graph = InstanceGraph::new(&job.rt.parsed.workflow, &job.masks);
             // An instance produced once counts finished (consumers were readied by it) even
@@ -914,12 +925,8 @@ impl Workflows {
                 "INSERT INTO wf_jobs(id,name,origin,text,workdir,balancer,submitted_ns,finished_ns,key) VALUES(?1,?2,?3,?4,?5,?6,?7,0,?8)",
                 params![seq as i64, job.name, job.origin, job.text, job.workdir, balancer.as_str(), job.submitted_ns as i64, sub.key],
             )?;
-            let mut q = tx.prepare(
-                "INSERT INTO wf_instances(job,instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures) VALUES(?1,?2,'waiting',0,NULL,0,0,-1,'',0)",
-            )?;
-            for i in 0..n {
-                q.execute(params![seq as i64, i as i64])?;
-            }
+            // No instance rows: an instance without one is waiting (a restart replays the
+            // graph to find the ready ones), so a row is written when an instance first runs.
             Ok(())
         })?;
         let out = job.machine.handle(LaunchEvent::Start, cx.now);
@@ -945,11 +952,12 @@ impl Workflows {
         for o in out {
             match o {
                 Outgoing::Ready(id) => {
+                    // Not stored: a restart finds the ready instances by replaying the graph
+                    // (a wide workflow readies a million at its start).
                     if let Some(x) = job.insts.get_mut(id.0 as usize)
                         && x.st == St::Waiting
                     {
                         x.st = St::Ready;
-                        self.dirty.insert((job.seq, id.0));
                     }
                 }
                 Outgoing::Send(m) => {
@@ -2130,9 +2138,11 @@ impl JobKind for Workflows {
                 cx.nodes.ended(NodeId(node), tid);
                 self.woken.insert(node);
             }
+            // No row is written: the job's `cancelled` flag says it for every instance that had
+            // not ended (read back so at a restart), so cancelling a million-instance workflow
+            // writes one row, not a million.
             x.st = St::Cancelled;
-            x.message = "cancelled".into();
-            self.dirty.insert((seq, i as u32));
+            x.message = CANCELLED.into();
             n += 1;
         }
         j.rerun.clear();

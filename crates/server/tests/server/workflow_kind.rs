@@ -933,6 +933,42 @@ fn cancelling_workflow_instances_kills_or_drops_them_and_skips_their_dependants_
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn a_workflow_cancelled_as_a_whole_reads_cancelled_after_a_restart() {
+    // gen[1] and gen[2] run and succeed, the next ones start; the whole workflow is cancelled:
+    // every instance that had not ended reads `cancelled`, before and after a restart (the
+    // cancel writes the job's flag, not a row per instance), and the succeeded ones keep theirs.
+    let dir = scratch("cancel-whole");
+    let (mut s, n, mut agents, job) = chain_started(&dir);
+    agents.finish_all(n, true);
+    agents.beat(&mut s, n);
+    let ok = |l: &Listing| l.iter().filter(|t| t.2 == "succeeded").count();
+    assert_eq!(ok(&listing(&s, job)), 2, "gen[1] and gen[2] succeeded");
+    assert!(
+        listing(&s, job).iter().any(|t| t.2 == "running"),
+        "others run"
+    );
+    let cancelled = s.cancel(job).expect("cancel");
+    let before = listing(&s, job);
+    assert_eq!(cancelled.cancelled as usize, before.len() - 2);
+    for t in before.iter().filter(|t| t.2 != "succeeded") {
+        assert_eq!(
+            (t.2.as_str(), t.3.as_str()),
+            ("cancelled", "cancelled"),
+            "{t:?}"
+        );
+    }
+    drop(s);
+    let s = open(&dir, WorkflowConfig::default());
+    assert_eq!(listing(&s, job), before);
+    let info = s.get_job(job).expect("job");
+    assert_eq!(
+        (info.state.as_str(), info.counts.succeeded),
+        ("cancelled", 2)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `hetsched resubmit JOB --failed` on a workflow: the failed instances and those not run
 /// because of them run again (after a restart too, when the graph has them withdrawn); the
 /// succeeded ones keep their outputs and do not run again. A workflow cancelled as a whole is
