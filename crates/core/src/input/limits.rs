@@ -338,35 +338,36 @@ mod tests {
 
     #[test]
     fn a_workflow_is_bounded_as_a_batch_job_is() {
-        let e = workflow_err(&format!(
-            "instances = 2\ncommand = \"{}\"",
-            "x".repeat(1 << 20)
-        ));
-        assert!(
-            e.starts_with(
-                "wf.toml:4:11: task[0].command: the command is 1048576 bytes; at most 65536"
+        let big = format!("instances = 2\ncommand = \"{}\"", "x".repeat(1 << 20));
+        for (task, says) in [
+            (
+                big.as_str(),
+                "wf.toml:4:11: task[0].command: the command is 1048576 bytes; at most 65536",
             ),
-            "{e}"
-        );
-        let e = workflow_err("instances = 1000001\ncommand = \"true\"");
-        assert!(
-            e.contains("task: the workflow has 1000001 instances; at most 1000000"),
-            "{e}"
-        );
-        let e = workflow_err("instances = 500000\nprocesses = 3\ncommand = \"true\"");
-        assert!(e.contains("1500000 instances"), "{e}");
-        let e = workflow_err("instances = 1\ncommand = \"true\"\noutputs = [\"../up\"]");
-        assert!(
-            e.starts_with("wf.toml:5:12: task[0].outputs[0]: `../up`"),
-            "{e}"
-        );
-        let e = workflow_err("instances = 1\ncommand = \"true\"\ntime_limit = \"10us\"");
-        assert!(
-            e.contains("task[0].time_limit: must be at least 1ms"),
-            "{e}"
-        );
-        let e = workflow_err("instances = 1\ncommand = \"true\"\nenv = { \"A=B\" = \"1\" }");
-        assert!(e.contains("task[0].env: variable `A=B`"), "{e}");
+            (
+                "instances = 1000001\ncommand = \"true\"",
+                "wf.toml: task: the workflow has 1000001 instances; at most 1000000",
+            ),
+            (
+                "instances = 500000\nprocesses = 3\ncommand = \"true\"",
+                "wf.toml: task: the workflow has 1500000 instances",
+            ),
+            (
+                "instances = 1\ncommand = \"true\"\noutputs = [\"../up\"]",
+                "wf.toml:5:12: task[0].outputs[0]: `../up`",
+            ),
+            (
+                "instances = 1\ncommand = \"true\"\ntime_limit = \"10us\"",
+                "wf.toml:2:8: task[0].time_limit: must be at least 1ms",
+            ),
+            (
+                "instances = 1\ncommand = \"true\"\nenv = { \"A=B\" = \"1\" }",
+                "wf.toml:4:11: task[0].env: variable `A=B`",
+            ),
+        ] {
+            let e = workflow_err(task);
+            assert!(e.starts_with(says), "{e}");
+        }
         let text = format!(
             "[[task]]\nname = \"{}\"\ninstances = 1\ncommand = \"true\"\n",
             "n".repeat(200)
