@@ -69,19 +69,25 @@ pub fn app_name_problem(name: &str) -> Option<String> {
     None
 }
 
-/// Checks every bound above on a parsed job file.
-pub fn check(w: &Workload) -> Result<(), InputError> {
-    let src = super::Source::new(&w.origin, &w.text);
-    if w.text.len() > MAX_JOB_FILE_BYTES {
+/// A submitted file is at most [`MAX_JOB_FILE_BYTES`]; `what` names its kind in the error.
+fn check_file_size(src: &super::Source<'_>, what: &str, text: &str) -> Result<(), InputError> {
+    if text.len() > MAX_JOB_FILE_BYTES {
         return Err(src.error(
             None,
             None,
             format!(
-                "the job file is {} bytes; at most {MAX_JOB_FILE_BYTES} (2 MiB)",
-                w.text.len()
+                "the {what} file is {} bytes; at most {MAX_JOB_FILE_BYTES} (2 MiB)",
+                text.len()
             ),
         ));
     }
+    Ok(())
+}
+
+/// Checks every bound above on a parsed job file.
+pub fn check(w: &Workload) -> Result<(), InputError> {
+    let src = super::Source::new(&w.origin, &w.text);
+    check_file_size(&src, "job", &w.text)?;
     for (i, a) in w.applications.iter().enumerate() {
         if let Some(problem) = app_name_problem(a.name.get_ref()) {
             return Err(src.error(
@@ -165,16 +171,7 @@ pub const MAX_WORKFLOW_INSTANCES: u64 = 1_000_000;
 /// application name does), and each task's command, environment and time limit.
 pub fn check_workflow(w: &ParsedWorkflow) -> Result<(), InputError> {
     let src = super::Source::new(&w.origin, &w.text);
-    if w.text.len() > MAX_JOB_FILE_BYTES {
-        return Err(src.error(
-            None,
-            None,
-            format!(
-                "the workflow file is {} bytes; at most {MAX_JOB_FILE_BYTES} (2 MiB)",
-                w.text.len()
-            ),
-        ));
-    }
+    check_file_size(&src, "workflow", &w.text)?;
     let total = w.workflow.total_instances();
     if total > MAX_WORKFLOW_INSTANCES {
         return Err(src.error(
