@@ -515,6 +515,10 @@ impl Workflows {
                 let mut rows = q.query(params![seq as i64]).map_err(StoreError::from)?;
                 while let Some(r) = rows.next().map_err(StoreError::from)? {
                     let i: i64 = r.get(0).map_err(StoreError::from)?;
+                    let Ok(i) = u32::try_from(i) else {
+                        continue;
+                    };
+                    let task = job.task_of(i).0;
                     let Some(x) = job.insts.get_mut(i as usize) else {
                         continue;
                     };
@@ -540,6 +544,15 @@ impl Workflows {
                         }),
                         _ => None,
                     };
+                    // Its run time counts again for `prefetch = "auto"`, as it did before the
+                    // restart: a task measured short is queued at once, not measured anew.
+                    if x.st == St::Done
+                        && x.started_ns > 0
+                        && x.finished_ns >= x.started_ns
+                        && let Some(o) = job.observed.get_mut(task)
+                    {
+                        o.record(x.finished_ns - x.started_ns);
+                    }
                 }
             }
             // A workflow cancelled as a whole: what had not ended was cancelled with it (its rows

@@ -455,3 +455,44 @@ fn under_auto_a_workflow_task_is_queued_once_measured_short() {
         "queued only after 8 measured short: {prefetched:?}"
     );
 }
+
+#[test]
+fn a_restarted_server_queues_a_workflow_task_it_measured_short_at_once() {
+    let d = scratch("workflow-auto-restart");
+    let mut s = open_auto(&d.0);
+    let n = register(&mut s, "n", 1);
+    submit_workflow(&mut s, 60);
+    // Measured short before the restart: instances are queued.
+    let mut results = Vec::new();
+    let mut queued = false;
+    for _ in 0..40 {
+        let got = beat(&mut s, n, vec![], std::mem::take(&mut results));
+        queued |= got.iter().any(|a| a.prefetched);
+        results = got.iter().map(success).collect();
+        if queued && succeeded(&s) >= 10 {
+            break;
+        }
+    }
+    assert!(queued, "queued once measured short");
+    // The last results arrive while the node is drained (nothing new goes out), then the
+    // server restarts.
+    s.on_drain("n", true).expect("drain");
+    assert!(beat(&mut s, n, vec![], results).is_empty());
+    let before = succeeded(&s);
+    drop(s);
+    let mut s = open_auto(&d.0);
+    assert_eq!(succeeded(&s), before);
+    s.on_drain("n", false).expect("resume");
+    // The measurements survived: the first hand-out after the restart already queues beyond
+    // the one free core (measured again, it would wait for 8 more successes).
+    let mut first = beat(&mut s, n, vec![], vec![]);
+    if first.is_empty() {
+        first = beat(&mut s, n, vec![], vec![]);
+    }
+    assert!(
+        first.len() > 1 && first.iter().any(|a| a.prefetched),
+        "queued at once after the restart: {} handed out, prefetched {:?}",
+        first.len(),
+        first.iter().map(|a| a.prefetched).collect::<Vec<_>>()
+    );
+}
