@@ -65,7 +65,8 @@ pub struct PcddbPaperArgs {
     /// Seeds to repeat every run with (costs and self-check phases), comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
     pub seeds: Vec<u64>,
-    /// Also write the report as `pcddb-paper.json` into this directory (created if missing).
+    /// Also write the report into this directory (created if missing): `pcddb-paper.json`, a
+    /// CSV per part and the paper's figures 5–8 and table 4 as SVG.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Print tables or JSON.
@@ -219,13 +220,11 @@ pub fn pcddb_paper_cmd(args: PcddbPaperArgs) -> anyhow::Result<()> {
         crate::out_dir::prepare(dir)?;
     }
     let report = pcddb_paper::run(&args.seeds)?;
-    if let Some(dir) = &args.out {
-        let json = serde_json::to_string_pretty(&report)?;
-        crate::out_dir::write(dir, "pcddb-paper.json", json.as_bytes())?;
-    }
-    match args.output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        Output::Table => println!("{}", report.render_table()),
-    }
-    Ok(())
+    crate::sim::emit_report(
+        args.output,
+        || report.render_table(),
+        &report,
+        args.out.as_deref(),
+        |dir| report.write_outputs(dir),
+    )
 }

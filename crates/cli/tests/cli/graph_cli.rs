@@ -253,7 +253,18 @@ fn bad_options_say_what_is_wrong() {
 
 #[test]
 fn the_pcddb_paper_scenario_reports_the_papers_figures() {
-    let out = hetsched(&["sim", "pcddb-paper", "--seeds", "1", "--output", "json"]);
+    let dir = temp("pcddb-paper-out");
+    let d = dir.display().to_string();
+    let out = hetsched(&[
+        "sim",
+        "pcddb-paper",
+        "--seeds",
+        "1",
+        "--output",
+        "json",
+        "--out",
+        &d,
+    ]);
     assert!(
         out.status.success(),
         "{}",
@@ -285,4 +296,53 @@ fn the_pcddb_paper_scenario_reports_the_papers_figures() {
     assert_eq!(v["speedup"].as_array().map(Vec::len), Some(20));
     // 4 input sizes × 5 message costs × 4 MT values.
     assert_eq!(v["ordering"].as_array().map(Vec::len), Some(80));
+    // Every core of Sc2, dual-core first as in the paper's figures 5 and 6.
+    let cores = v["cores"].as_array().expect("cores");
+    assert_eq!(cores.len(), 52);
+    assert_eq!(cores[0]["node_type"], "dual-core");
+    assert_eq!(cores[51]["node_type"], "eight-core");
+
+    // --out: the JSON, a CSV per part and the paper's figures.
+    let read = |name: &str| {
+        std::fs::read_to_string(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    let json: serde_json::Value =
+        serde_json::from_str(&read("pcddb-paper.json")).expect("pcddb-paper.json");
+    assert_eq!(json["cores"], v["cores"], "the file is the printed report");
+    let csv = read("cores.csv");
+    assert_eq!(csv.lines().count(), 53, "a header and 52 cores: {csv}");
+    assert!(csv.starts_with("seed,node,core,node_type,instances,busy_s\n"));
+    let completed: u64 = csv
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split(',').nth(4)?.parse::<u64>().ok())
+        .sum();
+    let instances_48h = v["run_time"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["hours"] == 48))
+        .and_then(|r| r["instances"].as_u64());
+    assert_eq!(
+        Some(completed),
+        instances_48h,
+        "every instance on some core"
+    );
+    assert_eq!(read("run_time.csv").lines().count(), 13);
+    assert_eq!(read("ordering.csv").lines().count(), 81);
+    assert_eq!(read("speedup.csv").lines().count(), 21);
+    for svg in [
+        "fig5_instances_per_core.svg",
+        "fig6_busy_per_core.svg",
+        "fig7_run_time.svg",
+        "fig8_balancing_latency.svg",
+        "table4_speedup.svg",
+        "message_cost.svg",
+    ] {
+        let text = read(svg);
+        assert!(text.starts_with("<svg") && text.contains("</svg>"), "{svg}");
+    }
+    assert!(
+        read("fig7_run_time.svg").contains("centralised"),
+        "figure 7 names its series"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -163,6 +163,72 @@ pub fn lines(path: &Path, chart: &Lines<'_>) -> Result<(), SimError> {
     Ok(())
 }
 
+/// A line chart where each series has its own points, marked (a series may stop early: UMR
+/// where it is infeasible), on an axis that starts at the smallest x.
+pub fn xy(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> Result<(), SimError> {
+    let err = |e: String| SimError::Output {
+        what: path.display().to_string(),
+        problem: e,
+    };
+    let pts = || series.iter().flat_map(|(_, v)| v.iter().copied());
+    let x_min = pts().map(|p| p.0).fold(f64::INFINITY, f64::min);
+    let x_max = pts().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
+    let y_max = pts().map(|p| p.1).fold(0.0_f64, f64::max) * 1.1;
+    let (x_min, x_max) = if x_min < x_max {
+        (x_min, x_max)
+    } else {
+        (0.0, 1.0)
+    };
+    let y_max = if y_max > 0.0 { y_max } else { 1.0 };
+    // Ratios near 1 get a zoomed axis; makespans start at zero.
+    let y_low = pts().map(|p| p.1).fold(f64::INFINITY, f64::min);
+    let y_min = if y_low > 0.5 * y_max {
+        y_low * 0.95
+    } else {
+        0.0
+    };
+    let root = SVGBackend::new(path, (900, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
+    let mut c = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(x_min..x_max, y_min..y_max)
+        .map_err(|e| err(e.to_string()))?;
+    c.configure_mesh()
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .draw()
+        .map_err(|e| err(e.to_string()))?;
+    for (s, (name, values)) in series.iter().enumerate() {
+        let color = PALETTE[s % PALETTE.len()];
+        c.draw_series(LineSeries::new(
+            values.iter().copied(),
+            color.stroke_width(2),
+        ))
+        .map_err(|e| err(e.to_string()))?
+        .label(name.as_str())
+        .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], color.stroke_width(2)));
+        c.draw_series(values.iter().map(|&p| Circle::new(p, 3, color.filled())))
+            .map_err(|e| err(e.to_string()))?;
+    }
+    c.configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(e.to_string()))?;
+    root.present().map_err(|e| err(e.to_string()))?;
+    Ok(())
+}
+
 /// Trailing moving mean of `values` over `window` samples (shorter at the start).
 pub fn moving_mean(values: &[f64], window: usize) -> Vec<f64> {
     let window = window.max(1);

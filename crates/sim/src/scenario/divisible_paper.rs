@@ -17,11 +17,11 @@
 
 use crate::divisible::{DivisibleError, StarConfig, simulate};
 use crate::error::SimError;
+use crate::report::plot;
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use hetsched_core::policy::divisible::{
     Algo, PlanOptions, StarPlatform, StarWorker, Weights, plan,
 };
-use plotters::prelude::*;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -440,35 +440,11 @@ impl DivisiblePaperReport {
 
     /// Writes `report.json`, one CSV per part and SVG plots into `dir`.
     pub fn write_outputs(&self, dir: &Path) -> Result<Vec<PathBuf>, SimError> {
-        let io = |path: &Path| {
-            let path = path.display().to_string();
-            move |source| SimError::Io { path, source }
-        };
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
-        let mut written = Vec::new();
-        let json = dir.join("report.json");
-        let text = serde_json::to_string_pretty(self).map_err(|e| SimError::Output {
-            what: "report.json".into(),
-            problem: e.to_string(),
-        })?;
-        std::fs::write(&json, text + "\n").map_err(io(&json))?;
-        written.push(json);
+        let mut written = vec![crate::report::json_file(dir, "report.json", self)?];
 
-        let csv_out =
-            |name: &str, header: &[&str], rows: Vec<Vec<String>>| -> Result<PathBuf, SimError> {
-                let path = dir.join(name);
-                let err = |e: csv::Error| SimError::Output {
-                    what: name.to_string(),
-                    problem: e.to_string(),
-                };
-                let mut w = csv::Writer::from_path(&path).map_err(err)?;
-                w.write_record(header).map_err(err)?;
-                for r in rows {
-                    w.write_record(r).map_err(err)?;
-                }
-                w.flush().map_err(io(&path))?;
-                Ok(path)
-            };
+        let csv_out = |name: &str, header: &[&str], rows: Vec<Vec<String>>| {
+            crate::report::csv_file(dir, name, header, rows)
+        };
         let f = |x: f64| format!("{x:.6}");
         let rows_csv = |v: &[RowsPoint]| {
             v.iter()
@@ -569,7 +545,7 @@ impl DivisiblePaperReport {
         for &k in &self.options.worker_counts {
             let pts: Vec<&RowsPoint> = self.vs_rows.iter().filter(|p| p.workers == k).collect();
             let path = dir.join(format!("makespan-vs-rows-{k}.svg"));
-            xy_chart(
+            plot::xy(
                 &path,
                 &format!("{k} workers: makespan vs matrix rows"),
                 "matrix rows",
@@ -596,7 +572,7 @@ impl DivisiblePaperReport {
             written.push(path);
         }
         let path = dir.join("makespan-vs-workers.svg");
-        xy_chart(
+        plot::xy(
             &path,
             "10,000 rows: makespan vs workers",
             "workers",
@@ -631,7 +607,7 @@ impl DivisiblePaperReport {
             let pts: Vec<&OrderingPoint> =
                 self.ordering.iter().filter(|p| p.workers == k).collect();
             let x = |p: &OrderingPoint| f64::from(p.rows);
-            xy_chart(
+            plot::xy(
                 &path,
                 &format!("{k} workers: UMRLM under three worker orders"),
                 "matrix rows",
@@ -654,7 +630,7 @@ impl DivisiblePaperReport {
             written.push(path);
         }
         let path = dir.join("memory.svg");
-        xy_chart(
+        plot::xy(
             &path,
             "10,000 rows: smallest memory raised",
             "smallest worker memory (rows)",
@@ -693,7 +669,7 @@ impl DivisiblePaperReport {
                 )
             })
             .collect();
-        xy_chart(
+        plot::xy(
             &path,
             "Mean makespan of RUMR relative to UMR under prediction error",
             "error E",
@@ -703,78 +679,6 @@ impl DivisiblePaperReport {
         written.push(path);
         Ok(written)
     }
-}
-
-const PALETTE: [RGBColor; 4] = [
-    RGBColor(0, 114, 178),
-    RGBColor(230, 159, 0),
-    RGBColor(0, 158, 115),
-    RGBColor(204, 121, 167),
-];
-
-/// A line chart where each series has its own points (UMR's stops where it is infeasible).
-fn xy_chart(
-    path: &Path,
-    title: &str,
-    x_label: &str,
-    y_label: &str,
-    series: &[(String, Vec<(f64, f64)>)],
-) -> Result<(), SimError> {
-    let err = |e: String| SimError::Output {
-        what: path.display().to_string(),
-        problem: e,
-    };
-    let pts = || series.iter().flat_map(|(_, v)| v.iter().copied());
-    let x_min = pts().map(|p| p.0).fold(f64::INFINITY, f64::min);
-    let x_max = pts().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
-    let y_max = pts().map(|p| p.1).fold(0.0_f64, f64::max) * 1.1;
-    let (x_min, x_max) = if x_min < x_max {
-        (x_min, x_max)
-    } else {
-        (0.0, 1.0)
-    };
-    let y_max = if y_max > 0.0 { y_max } else { 1.0 };
-    // Ratios near 1 get a zoomed axis; makespans start at zero.
-    let y_low = pts().map(|p| p.1).fold(f64::INFINITY, f64::min);
-    let y_min = if y_low > 0.5 * y_max {
-        y_low * 0.95
-    } else {
-        0.0
-    };
-    let root = SVGBackend::new(path, (900, 480)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
-    let mut c = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(x_min..x_max, y_min..y_max)
-        .map_err(|e| err(e.to_string()))?;
-    c.configure_mesh()
-        .x_desc(x_label)
-        .y_desc(y_label)
-        .draw()
-        .map_err(|e| err(e.to_string()))?;
-    for (s, (name, values)) in series.iter().enumerate() {
-        let color = PALETTE[s % PALETTE.len()];
-        c.draw_series(LineSeries::new(
-            values.iter().copied(),
-            color.stroke_width(2),
-        ))
-        .map_err(|e| err(e.to_string()))?
-        .label(name.as_str())
-        .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], color.stroke_width(2)));
-        c.draw_series(values.iter().map(|&p| Circle::new(p, 3, color.filled())))
-            .map_err(|e| err(e.to_string()))?;
-    }
-    c.configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(e.to_string()))?;
-    root.present().map_err(|e| err(e.to_string()))?;
-    Ok(())
 }
 
 #[cfg(test)]

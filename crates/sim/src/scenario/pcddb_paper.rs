@@ -15,7 +15,9 @@
 //! depend step by step; PREinter also waits for all of Topographic's terrain tiles. Costs are
 //! lognormal (mean, cv) per module, the big MM5 forecast instances the most variable.
 
+use crate::error::SimError;
 use crate::graph::{GraphResult, GraphSimConfig, GraphSimError, simulate_graph};
+use crate::report::{csv_file, plot};
 use hetsched_core::input::cluster::{parse_cluster, parse_node_attributes};
 use hetsched_core::input::latency::parse_latency;
 use hetsched_core::input::workflow::parse_workflow;
@@ -31,6 +33,7 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_pcg::Pcg64;
 use serde::Serialize;
+use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 /// The cluster file.
@@ -264,6 +267,23 @@ pub struct PerCoreRow {
     pub max_busy_s: f64,
 }
 
+/// (i) One core of Sc2 in one seed's pcddb run at 48 h: the paper's figures 5 and 6 plot these.
+#[derive(Clone, Debug, Serialize)]
+pub struct CoreRow {
+    /// The seed of the run.
+    pub seed: u64,
+    /// The node's name.
+    pub node: String,
+    /// The core's index on its node.
+    pub core: u32,
+    /// "dual-core" or "eight-core".
+    pub node_type: String,
+    /// Instances the core completed.
+    pub instances: u32,
+    /// Time the core spent running them, seconds.
+    pub busy_s: f64,
+}
+
 /// (ii) Run time of one balancer at one input size.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunTimeRow {
@@ -371,6 +391,8 @@ pub struct PcddbPaperReport {
     pub deployment_cores: u32,
     /// (i).
     pub per_core: Vec<PerCoreRow>,
+    /// (i) Every core of Sc2 in every seed's run, dual-core nodes first (the paper's order).
+    pub cores: Vec<CoreRow>,
     /// (ii).
     pub run_time: Vec<RunTimeRow>,
     /// (ii) at 48 h with a per-message handling time.
@@ -414,13 +436,29 @@ pub fn run(seeds: &[u64]) -> Result<PcddbPaperReport, PcddbPaperError> {
     let types = [("dual-core", 2u32), ("eight-core", 8)];
     let mut spread: Vec<Vec<(f64, f64)>> = vec![Vec::new(); types.len()];
     let mut busy: Vec<Vec<f64>> = vec![Vec::new(); types.len()];
+    let mut core_rows = Vec::new();
     for &seed in seeds {
         let r = setup.run(&wf48, BalancerKind::Pcddb, paper, &sc2, setup.launch, seed)?;
-        for (k, &(_, cores)) in types.iter().enumerate() {
+        for (k, &(label, cores)) in types.iter().enumerate() {
             let mut counts = Vec::new();
             for n in r.nodes.iter().filter(|n| n.member && n.cores == cores) {
                 counts.extend(n.instances_per_core.iter().map(|&c| c as f64));
                 busy[k].extend(n.busy_per_core.iter().map(|&b| to_secs(b)));
+                for (core, (&instances, &b)) in n
+                    .instances_per_core
+                    .iter()
+                    .zip(&n.busy_per_core)
+                    .enumerate()
+                {
+                    core_rows.push(CoreRow {
+                        seed,
+                        node: n.name.clone(),
+                        core: core as u32,
+                        node_type: label.to_string(),
+                        instances,
+                        busy_s: to_secs(b),
+                    });
+                }
             }
             spread[k].push(mean_var(&counts));
         }
@@ -671,6 +709,7 @@ pub fn run(seeds: &[u64]) -> Result<PcddbPaperReport, PcddbPaperError> {
             .map(|m| setup.cluster.nodes[m.index()].cores)
             .sum(),
         per_core,
+        cores: core_rows,
         run_time,
         message_cost,
         ordering,
@@ -683,6 +722,305 @@ pub fn run(seeds: &[u64]) -> Result<PcddbPaperReport, PcddbPaperError> {
 }
 
 impl PcddbPaperReport {
+    /// Writes `pcddb-paper.json`, one CSV per part and the paper's figures as SVG into `dir`:
+    /// figure 5 (instances per core) and 6 (busy time per core) from `cores`, averaged over the
+    /// seeds core by core; figure 7 (run time vs input size); figure 8 (balancing messages'
+    /// network time, proximity cluster vs random subset); table 4 (speedup) as a chart; and the
+    /// 48-hour run time against the message-handling cost.
+    pub fn write_outputs(&self, dir: &Path) -> Result<Vec<PathBuf>, SimError> {
+        let mut written = vec![crate::report::json_file(dir, "pcddb-paper.json", self)?];
+
+        let f = |x: f64| format!("{x:.6}");
+        written.push(csv_file(
+            dir,
+            "cores.csv",
+            &["seed", "node", "core", "node_type", "instances", "busy_s"],
+            self.cores.iter().map(|c| {
+                vec![
+                    c.seed.to_string(),
+                    c.node.clone(),
+                    c.core.to_string(),
+                    c.node_type.clone(),
+                    c.instances.to_string(),
+                    f(c.busy_s),
+                ]
+            }),
+        )?);
+        written.push(csv_file(
+            dir,
+            "run_time.csv",
+            &[
+                "hours",
+                "instances",
+                "balancer",
+                "makespan_mean_s",
+                "makespan_min_s",
+                "makespan_max_s",
+                "launch_node_messages",
+                "messages",
+            ],
+            self.run_time.iter().map(|r| {
+                vec![
+                    r.hours.to_string(),
+                    r.instances.to_string(),
+                    r.balancer.clone(),
+                    f(r.makespan_s.mean),
+                    f(r.makespan_s.min),
+                    f(r.makespan_s.max),
+                    f(r.launch_node_messages),
+                    f(r.messages),
+                ]
+            }),
+        )?);
+        written.push(csv_file(
+            dir,
+            "message_cost.csv",
+            &[
+                "cost_ms",
+                "balancer",
+                "makespan_mean_s",
+                "makespan_min_s",
+                "makespan_max_s",
+            ],
+            self.message_cost.iter().map(|r| {
+                vec![
+                    f(r.cost_ms),
+                    r.balancer.clone(),
+                    f(r.makespan_s.mean),
+                    f(r.makespan_s.min),
+                    f(r.makespan_s.max),
+                ]
+            }),
+        )?);
+        written.push(csv_file(
+            dir,
+            "ordering.csv",
+            &[
+                "hours",
+                "cost_ms",
+                "pcddb_mt",
+                "static_s",
+                "centralised_s",
+                "pcddb_s",
+                "holds_on_mean",
+                "seeds_holding",
+            ],
+            self.ordering.iter().map(|r| {
+                vec![
+                    r.hours.to_string(),
+                    f(r.cost_ms),
+                    r.mt.to_string(),
+                    f(r.static_s),
+                    f(r.centralised_s),
+                    f(r.pcddb_s),
+                    r.holds_on_mean.to_string(),
+                    r.seeds_holding.to_string(),
+                ]
+            }),
+        )?);
+        written.push(csv_file(
+            dir,
+            "overhead.csv",
+            &[
+                "hours",
+                "deployment",
+                "balancing_messages",
+                "balancing_latency_ms",
+                "makespan_s",
+            ],
+            self.overhead.iter().map(|r| {
+                vec![
+                    r.hours.to_string(),
+                    r.deployment.clone(),
+                    f(r.balancing_messages),
+                    f(r.balancing_latency_ms),
+                    f(r.makespan_s),
+                ]
+            }),
+        )?);
+        written.push(csv_file(
+            dir,
+            "speedup.csv",
+            &["cores", "method", "speedup"],
+            self.speedup
+                .iter()
+                .map(|r| vec![r.cores.to_string(), r.method.clone(), f(r.speedup)]),
+        )?);
+
+        // Figures 5 and 6: core by core in the paper's order (Sc2's dual-core nodes, then its
+        // eight-core ones), each the mean over the seeds; every seed's run lists the same cores.
+        let runs = self.seeds.len().max(1);
+        let per_run = self.cores.len() / runs;
+        let position_mean = |value: fn(&CoreRow) -> f64| -> Vec<f64> {
+            (0..per_run)
+                .map(|p| {
+                    (0..runs)
+                        .filter_map(|k| self.cores.get(k * per_run + p))
+                        .map(value)
+                        .sum::<f64>()
+                        / runs as f64
+                })
+                .collect()
+        };
+        let labels: Vec<String> = (1..=per_run).map(|p| p.to_string()).collect();
+        let paper_mean: Vec<f64> = self.cores[..per_run.min(self.cores.len())]
+            .iter()
+            .map(|c| {
+                self.per_core
+                    .iter()
+                    .find(|t| t.node_type == c.node_type)
+                    .map_or(0.0, |t| t.paper_mean)
+            })
+            .collect();
+        let seeds = if runs == 1 {
+            "1 seed".to_string()
+        } else {
+            format!("mean of {runs} seeds")
+        };
+        let path = dir.join("fig5_instances_per_core.svg");
+        plot::bars(
+            &path,
+            &plot::Bars {
+                title: "Instances completed per core, pcddb on Sc2, 48 h (cores 1-28 dual-core, 29-52 eight-core)",
+                y_label: "instances",
+                categories: labels.clone(),
+                series: vec![
+                    (
+                        &format!("hetsched ({seeds})"),
+                        position_mean(|c| f64::from(c.instances)),
+                    ),
+                    ("paper: mean of the node type", paper_mean),
+                ],
+                reference: None,
+            },
+        )?;
+        written.push(path);
+        let busy = position_mean(|c| c.busy_s);
+        let path = dir.join("fig6_busy_per_core.svg");
+        plot::bars(
+            &path,
+            &plot::Bars {
+                title: "Busy time per core, pcddb on Sc2, 48 h (line: mean over the cores)",
+                y_label: "seconds",
+                categories: labels,
+                series: vec![(&format!("hetsched ({seeds})"), busy.clone())],
+                reference: Some(busy.iter().sum::<f64>() / busy.len().max(1) as f64),
+            },
+        )?;
+        written.push(path);
+
+        let balancers = BalancerKind::ALL.map(|b| b.as_str());
+        let path = dir.join("fig7_run_time.svg");
+        plot::xy(
+            &path,
+            "Run time vs input size (LT = 2, MT = 10; mean over seeds)",
+            "hours of input",
+            "run time (s)",
+            &balancers
+                .iter()
+                .map(|&b| {
+                    let pts = self
+                        .run_time
+                        .iter()
+                        .filter(|r| r.balancer == b)
+                        .map(|r| (f64::from(r.hours), r.makespan_s.mean))
+                        .collect();
+                    (b.to_string(), pts)
+                })
+                .collect::<Vec<_>>(),
+        )?;
+        written.push(path);
+
+        let path = dir.join("fig8_balancing_latency.svg");
+        let deployments = ["proximity cluster Sc1", "random subset"];
+        plot::bars(
+            &path,
+            &plot::Bars {
+                title: "pcddb's balancing messages: their summed network latency (same counts on both)",
+                y_label: "milliseconds",
+                categories: INPUT_HOURS.iter().map(|h| format!("{h} h")).collect(),
+                series: deployments
+                    .iter()
+                    .map(|&d| {
+                        (
+                            d,
+                            INPUT_HOURS
+                                .iter()
+                                .map(|&h| {
+                                    self.overhead
+                                        .iter()
+                                        .find(|r| r.hours == h && r.deployment == d)
+                                        .map_or(0.0, |r| r.balancing_latency_ms)
+                                })
+                                .collect(),
+                        )
+                    })
+                    .collect(),
+                reference: None,
+            },
+        )?;
+        written.push(path);
+
+        let path = dir.join("table4_speedup.svg");
+        let mut methods: Vec<String> = Vec::new();
+        for r in &self.speedup {
+            if !methods.contains(&r.method) {
+                methods.push(r.method.clone());
+            }
+        }
+        let mut series: Vec<(String, Vec<(f64, f64)>)> = methods
+            .iter()
+            .map(|m| {
+                let pts = self
+                    .speedup
+                    .iter()
+                    .filter(|r| &r.method == m)
+                    .map(|r| (f64::from(r.cores), r.speedup))
+                    .collect();
+                (m.clone(), pts)
+            })
+            .collect();
+        let mut cores: Vec<u32> = self.speedup.iter().map(|r| r.cores).collect();
+        cores.dedup();
+        series.push((
+            "ideal".into(),
+            cores
+                .iter()
+                .map(|&c| (f64::from(c), f64::from(c)))
+                .collect(),
+        ));
+        plot::xy(
+            &path,
+            "Speedup over one core, 48 h (dual-core nodes of Sc1)",
+            "cores",
+            "speedup",
+            &series,
+        )?;
+        written.push(path);
+
+        let path = dir.join("message_cost.svg");
+        plot::xy(
+            &path,
+            "48 h run time when each message costs its receiver time to handle",
+            "handling time per message (ms)",
+            "run time (s)",
+            &balancers
+                .iter()
+                .map(|&b| {
+                    let pts = self
+                        .message_cost
+                        .iter()
+                        .filter(|r| r.balancer == b)
+                        .map(|r| (r.cost_ms, r.makespan_s.mean))
+                        .collect();
+                    (b.to_string(), pts)
+                })
+                .collect::<Vec<_>>(),
+        )?;
+        written.push(path);
+        Ok(written)
+    }
+
     /// The report as terminal tables.
     pub fn render_table(&self) -> String {
         use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};

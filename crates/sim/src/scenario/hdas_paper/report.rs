@@ -225,20 +225,11 @@ impl HdasPaperReport {
     /// Writes `report.json`, `workloads.csv`, `single_app.csv`, `series_P.csv` and the SVG plots
     /// into `dir` (created if missing); returns the paths written.
     pub fn write_outputs(&self, dir: &Path) -> Result<Vec<std::path::PathBuf>, SimError> {
+        let mut written = vec![crate::report::json_file(dir, "report.json", self)?];
         let io = |path: &Path| {
             let path = path.display().to_string();
             move |source| SimError::Io { path, source }
         };
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
-        let mut written = Vec::new();
-
-        let json = dir.join("report.json");
-        let text = serde_json::to_string_pretty(self).map_err(|e| SimError::Output {
-            what: "report.json".into(),
-            problem: e.to_string(),
-        })?;
-        std::fs::write(&json, text + "\n").map_err(io(&json))?;
-        written.push(json);
 
         let csv_err = |what: &str| {
             let what = what.to_string();
