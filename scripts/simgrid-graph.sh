@@ -1,12 +1,16 @@
 #!/bin/sh
 # hetsched's task graph simulator checked against SimGrid (docs/results/graphs.md, "Checked against
-# SimGrid"): each case below runs `hetsched sim graph --balancer static`, exports every instance,
-# and replays the run in SimGrid's S4U (scripts/simgrid/graph_replay.cpp): the launch node's task
-# manager, every node's agent and cores as SimGrid actors, messages as SimGrid
-# communications over links carrying the latencies (one byte each), instances as SimGrid executions. Static
-# placement fixes where each instance goes before the run, so any difference is in how the two
-# simulators compute the times. One table row per case: instances, hetsched's makespan, SimGrid's,
-# their relative difference, and the largest difference of any instance's ready, start or end.
+# SimGrid"): each case below runs `hetsched sim graph` under each balancer (static, centralised,
+# pcddb), exports every instance, and replays the run in SimGrid's S4U
+# (scripts/simgrid/graph_replay.cpp): the launch node's task manager, every node's agent and cores
+# as SimGrid actors, messages as SimGrid communications over links carrying the latencies (one byte
+# each), instances as SimGrid executions. The replay takes each instance's node from the export
+# (static fixes it before the run, centralised when it is ready: both are sent it when ready, as
+# in the replay) and, for pcddb, when its node accepted it from a request (the protocol itself is
+# not replayed); readiness, the core each node picks, the queues and the results are the
+# replay's own, so any difference is in how the two simulators compute the times. One table row
+# per case and balancer: instances, hetsched's makespan, SimGrid's, their relative difference,
+# and the largest difference of any instance's ready, start or end.
 #
 #   scripts/simgrid-graph.sh            # needs g++ and SimGrid's headers (libsimgrid-dev)
 #   BIG=1 scripts/simgrid-graph.sh      # adds 100,000 instances on 100 nodes, 1,000,000 on 1,000
@@ -45,21 +49,23 @@ PY
 }
 gen 100 20000
 if [ -n "${BIG:-}" ]; then gen 100 100000; gen 1000 1000000; fi
-echo "| cluster | workflow | launch | seed | instances | hetsched makespan | SimGrid makespan | relative difference | largest difference of an instance's times |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| cluster | workflow | balancer | launch | seed | instances | hetsched makespan | SimGrid makespan | relative difference | largest difference of an instance's times |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 while read -r cluster workflow latency launch seed; do
     [ -n "$cluster" ] || continue
-    name=$(basename "$cluster" .toml)-$(basename "$workflow" .toml)-$seed
-    lat=""
-    [ "$latency" = - ] || lat="--latency $latency"
-    # shellcheck disable=SC2086
-    "$HETSCHED" sim graph --cluster "$cluster" --workflow "$workflow" $lat --launch "$launch" \
-        --balancer static --seed "$seed" --export "$OUT/$name.json" --output json >/dev/null
-    python3 scripts/simgrid/graph.py replay-input "$OUT/$name.json" "$OUT/$name.txt"
-    "$OUT/graph_replay" "$OUT/$name.txt" --cfg=network/model:CM02 --cfg=network/TCP-gamma:0 \
-        --cfg=network/crosstraffic:0 --cfg=maxmin/precision:1e-9 --cfg=surf/precision:1e-12 \
-        --log=root.thres:warning >"$OUT/$name.out"
-    echo "| $(basename "$cluster" .toml) | $(basename "$workflow" .toml) | $launch | $seed | $(python3 scripts/simgrid/graph.py compare "$OUT/$name.json" "$OUT/$name.out") |"
+    for balancer in static centralised pcddb; do
+        name=$(basename "$cluster" .toml)-$(basename "$workflow" .toml)-$seed-$balancer
+        lat=""
+        [ "$latency" = - ] || lat="--latency $latency"
+        # shellcheck disable=SC2086
+        "$HETSCHED" sim graph --cluster "$cluster" --workflow "$workflow" $lat --launch "$launch" \
+            --balancer "$balancer" --seed "$seed" --export "$OUT/$name.json" --output json >/dev/null
+        python3 scripts/simgrid/graph.py replay-input "$OUT/$name.json" "$OUT/$name.txt"
+        "$OUT/graph_replay" "$OUT/$name.txt" --cfg=network/model:CM02 --cfg=network/TCP-gamma:0 \
+            --cfg=network/crosstraffic:0 --cfg=maxmin/precision:1e-9 --cfg=surf/precision:1e-12 \
+            --log=root.thres:warning >"$OUT/$name.out"
+        echo "| $(basename "$cluster" .toml) | $(basename "$workflow" .toml) | $balancer | $launch | $seed | $(python3 scripts/simgrid/graph.py compare "$OUT/$name.json" "$OUT/$name.out") |"
+    done
 done <<CASES
 examples/cluster-pcddb-paper.toml examples/workflow-mm5.toml examples/latency-pcddb-paper.toml n33 1
 examples/cluster-pcddb-paper.toml examples/workflow-mm5.toml examples/latency-pcddb-paper.toml n33 2

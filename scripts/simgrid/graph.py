@@ -3,9 +3,10 @@
 
     graph.py replay-input RUN.json RUN.txt
         The plain text graph_replay.cpp reads, from a run exported by `hetsched sim graph
-        --balancer static --export RUN.json`: every node (cores, core speed, one-way latency from
+        --balancer B --export RUN.json`: every node (cores, core speed, one-way latency from
         and to the launch node), every task (instances, processes, the producers it waits for and
-        how), every instance (the node static placement gave it, its drawn cost).
+        how), every instance (the node its balancer gave it, its drawn cost) and, for a pcddb
+        run, every placement in the run's order (when its node took which instance).
     graph.py compare RUN.json REPLAY.out
         One table row: instances, both makespans, their relative difference, and the largest
         absolute difference of any instance's ready, start or end time.
@@ -32,6 +33,16 @@ def replay_input(run, out):
         f.write(f'instances {len(run["instances"])}\n')
         for i in run["instances"]:
             f.write(f'{node_index[i["node"]]} {i["cost"]!r}\n')
+        # static and centralised send each instance to its node when it is ready, as the replay
+        # does; pcddb's nodes take instances from travelling requests: the replay places them
+        # when and where the run did.
+        placed = []
+        if run.get("balancer") == "pcddb":
+            placed = sorted(range(len(run["instances"])), key=lambda k: run["instances"][k]["placement"])
+        f.write(f"placements {len(placed)}\n")
+        for k in placed:
+            i = run["instances"][k]
+            f.write(f'{i["placed"]!r} {k}\n')
 
 
 def compare(ours, replay):

@@ -19,17 +19,27 @@
 // Nothing here is hetsched's code: the readiness rule, the core placement and the queues are
 // written again from that description.
 //
+// A pcddb run's placements come from its nodes' acceptances of allocation requests, which this
+// replay does not model (a second copy of the protocol would check nothing). For such a run the
+// input lists every placement — when the node took the instance — and the replay has the node
+// place each instance at that time (on the core holding fewest, as above) instead of dispatching
+// it when it is ready; readiness, the core choice, the queues and the results are the replay's own,
+// so any difference in ready, start or end times is a difference of the two simulators.
+//
 // Usage: graph_replay RUN.txt [SimGrid --cfg options]
 // RUN.txt (written by scripts/simgrid/graph.py from the export):
 //   nodes N            then N lines: cores core_speed latency_from_launch latency_to_launch
 //   tasks T            then T lines: instances processes D, then D pairs `producer kind`
 //                      (kind 0: instance-wise, 1: all-to-all)
 //   instances M        then M lines: node cost (seconds on a 1.0-speed core), in instance order
+//   placements P       (optional; P > 0 for a pcddb run) then P lines: time instance, in the
+//                      order the run placed them
 // Prints "makespan SECONDS" (when the last result reached the launch node) and, per instance in
 // order, "instance READY START END".
 #include <simgrid/s4u.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <fstream>
@@ -79,6 +89,14 @@ std::vector<Task> tasks;
 std::vector<Instance> instances;
 std::vector<long> waiting;
 double makespan = 0;
+
+// A pcddb run's placements, in the order the run made them (empty: instances are dispatched to
+// their node when they are ready).
+struct Placement {
+  double time;
+  int instance;
+};
+std::vector<Placement> placements;
 
 sg4::Host* manager_host = nullptr;
 std::vector<sg4::Host*> hosts;
@@ -167,7 +185,12 @@ void core_actor(int n, int core) {
     if (done)
       return;
     int i = node.running[core];
-    sg4::this_actor::execute(instances[i].cost * kScale);
+    // hetsched keeps time in whole nanoseconds: a run takes cost / speed rounded up to the next
+    // one. Executing exactly that long keeps the two clocks together over a long chain, so two
+    // instances that reach one node a few nanoseconds apart are queued in the same order.
+    double cost_ns = std::round(instances[i].cost * 1e9);
+    double run_s = std::ceil(cost_ns / node.speed) / 1e9;
+    sg4::this_actor::execute(run_s * node.speed * kScale);
     instances[i].end = sg4::Engine::get_clock();
     node.running[core] = kIdle;
     node.held[instances[i].core]--;
@@ -176,7 +199,8 @@ void core_actor(int n, int core) {
   }
 }
 
-// A node's agent receives a dispatched instance: it places it on the core holding fewest.
+// A node's agent receives an instance: it places it on the core holding fewest and starts it
+// there or on an idle sibling.
 void dispatched(int i) {
   int n = instances[i].node;
   Node& node = nodes[n];
@@ -193,12 +217,23 @@ void dispatched(int i) {
   }
 }
 
+// A pcddb run: every instance is placed when and where the run placed it.
+void placer() {
+  for (const auto& p : placements) {
+    sg4::this_actor::sleep_until(p.time);
+    dispatched(p.instance);
+  }
+}
+
 void dispatch(const std::vector<int>& ready) {
   double now = sg4::Engine::get_clock();
   std::unordered_map<int, std::vector<int>> by_node;
   std::vector<int> order;  // nodes in the order of their first instance
-  for (int i : ready) {
+  for (int i : ready)
     instances[i].ready = now;
+  if (!placements.empty())
+    return;
+  for (int i : ready) {
     auto& b = by_node[instances[i].node];
     if (b.empty())
       order.push_back(instances[i].node);
@@ -339,8 +374,25 @@ int main(int argc, char** argv) {
         return 2;
       }
     }
+  long p = 0;
+  if (std::string w; in >> w) {
+    if (w != "placements" || !(in >> p) || (p != 0 && p != m)) {
+      std::fprintf(stderr, "%s: expected `placements 0` or `placements %ld` after the instances\n", argv[1], m);
+      return 2;
+    }
+  }
+  for (long k = 0; k < p; k++) {
+    Placement pl{};
+    if (!(in >> pl.time >> pl.instance) || pl.instance < 0 || pl.instance >= m) {
+      std::fprintf(stderr, "%s: placement %ld: expected `time instance`\n", argv[1], k);
+      return 2;
+    }
+    placements.push_back(pl);
+  }
   arrivals = sg4::Semaphore::create(0);
   sg4::Actor::create("launch", manager_host, launch);
+  if (!placements.empty())
+    sg4::Actor::create("placer", manager_host, placer);
   sg4::Actor::create("handler", manager_host, handler);
   for (long k = 0; k < n; k++) {
     for (size_t c = 0; c < nodes[k].go.size(); c++)

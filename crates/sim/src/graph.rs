@@ -138,6 +138,12 @@ pub struct InstanceRecord {
     pub core: u32,
     /// When the launch node found it ready.
     pub ready: Time,
+    /// When its node took it and queued it on `core` (static and centralised: when the launch
+    /// node's message reached the node; pcddb: when the node accepted it from a request).
+    pub placed: Time,
+    /// Its place in the order of every placement of the run (0, 1, …): instances placed at one
+    /// instant were queued in this order.
+    pub placement: u64,
     /// When it started on its core.
     pub start: Time,
     /// When it ended.
@@ -233,6 +239,8 @@ struct Sim<'a> {
     in_flight: Vec<Option<Message>>,
     free_slots: Vec<usize>,
     records: Vec<InstanceRecord>,
+    /// Placements so far (the next one's `placement`).
+    placements: u64,
     /// The core each instance's agent assigned it to (it may run on an idle sibling).
     assigned_core: Vec<u32>,
     total: u64,
@@ -296,6 +304,9 @@ impl Sim<'_> {
                     r.node = at;
                     r.core = core;
                     r.runs += 1;
+                    r.placed = now;
+                    r.placement = self.placements;
+                    self.placements += 1;
                     self.assigned_core[instance.0 as usize] = core;
                     let node = at.index();
                     self.cores[node][core as usize].queue.push_back(instance);
@@ -527,6 +538,8 @@ pub fn simulate_graph(
                 node: NodeId(u32::MAX),
                 core: 0,
                 ready: Time::MAX,
+                placed: Time::MAX,
+                placement: u64::MAX,
                 start: Time::MAX,
                 end: Time::MAX,
                 runs: 0,
@@ -553,6 +566,7 @@ pub fn simulate_graph(
         free_slots: Vec::new(),
         assigned_core: vec![0; records.len()],
         records,
+        placements: 0,
         total,
         check_interval: config.check_interval,
         kind_counts: [0; MESSAGE_KINDS.len()],
@@ -605,6 +619,7 @@ pub fn simulate_graph(
     };
     for r in &mut sim.records {
         r.ready = since_start(r.ready);
+        r.placed = since_start(r.placed);
         r.start = since_start(r.start);
         r.end = since_start(r.end);
     }

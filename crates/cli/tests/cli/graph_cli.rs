@@ -72,6 +72,7 @@ fn the_export_lists_every_instance_node_and_message_counter() {
     assert_eq!(
         keys(&doc),
         [
+            "balancer",
             "instances",
             "launch",
             "makespan",
@@ -81,6 +82,7 @@ fn the_export_lists_every_instance_node_and_message_counter() {
         ]
     );
     assert_eq!(doc["launch"], "eight-1");
+    assert_eq!(doc["balancer"], "pcddb");
     // The task graph, as the launch node's task manager sees it.
     assert_eq!(
         doc["tasks"],
@@ -99,7 +101,16 @@ fn the_export_lists_every_instance_node_and_message_counter() {
         assert_eq!(
             keys(i),
             [
-                "core", "cost", "end", "index", "node", "ready", "start", "task"
+                "core",
+                "cost",
+                "end",
+                "index",
+                "node",
+                "placed",
+                "placement",
+                "ready",
+                "start",
+                "task"
             ]
         );
         // An instance runs for its cost over its node's core speed.
@@ -112,12 +123,28 @@ fn the_export_lists_every_instance_node_and_message_counter() {
         let cost = i["cost"].as_f64().unwrap_or(0.0);
         assert!(cost > 0.0 && (ran - cost / speed).abs() < 1e-6, "{i}");
         assert!(
-            i["ready"].as_f64() <= i["start"].as_f64() && i["start"].as_f64() <= i["end"].as_f64()
+            i["ready"].as_f64() <= i["placed"].as_f64()
+                && i["placed"].as_f64() <= i["start"].as_f64()
+                && i["start"].as_f64() <= i["end"].as_f64(),
+            "ready, placed, started, ended in this order: {i}"
         );
         if i["task"] == "C" {
             assert_eq!(i["node"], "gpu", "C requires a GPU");
         }
     }
+    // Every instance was placed once: the placements number 0, 1, … in time order.
+    let mut placed: Vec<(f64, u64)> = instances
+        .iter()
+        .map(|i| {
+            (
+                i["placed"].as_f64().unwrap_or(f64::NAN),
+                i["placement"].as_u64().unwrap_or(u64::MAX),
+            )
+        })
+        .collect();
+    placed.sort_by_key(|p| p.1);
+    assert!(placed.iter().enumerate().all(|(k, p)| p.1 == k as u64));
+    assert!(placed.windows(2).all(|w| w[0].0 <= w[1].0), "{placed:?}");
     let nodes = doc["nodes"].as_array().expect("nodes");
     assert_eq!(nodes.len(), 7);
     for n in nodes {

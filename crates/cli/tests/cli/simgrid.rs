@@ -3,9 +3,10 @@
 //! replays the schedule in SimGrid's S4U (with a prediction error: the durations the run drew),
 //! and every case must agree — the makespan to 1e-8
 //! relative, every send's start, arrival and compute end to 1 µs. Task graphs
-//! (docs/results/graphs.md, "Checked against SimGrid"): `scripts/simgrid-graph.sh` replays static
-//! runs — messages, readiness, core queues — and every instance's ready, start and end must agree
-//! to 1 µs. The network of the offload model (docs/results/accelerators.md, "The network beside
+//! (docs/results/graphs.md, "Checked against SimGrid"): `scripts/simgrid-graph.sh` replays static,
+//! centralised and pcddb runs — messages, readiness, core choice and queues, given each instance's
+//! node (and for pcddb when its node accepted it) — and every instance's ready, start and end must
+//! agree to 1 µs. The network of the offload model (docs/results/accelerators.md, "The network beside
 //! SimGrid"): `scripts/simgrid-accel.sh` replays every transfer, each must end within 1 µs. Batch
 //! runs: below. Skips, saying so, where SimGrid's
 //! headers or a C++ compiler are missing (`.ci/run` installs Debian's `libsimgrid-dev`).
@@ -112,22 +113,34 @@ fn every_batch_task_ends_within_a_microsecond_of_the_exact_replay() {
 }
 
 #[test]
-fn every_static_graph_run_replays_in_simgrid_to_the_same_times() {
+fn every_graph_run_replays_in_simgrid_to_the_same_times() {
     let Some((table, rows)) = table_of("simgrid-graph.sh", "| cluster |") else {
         return;
     };
-    // Rows: | cluster | workflow | launch | seed | instances | ours | SimGrid | relative |
-    //         largest difference (ns) |
-    assert_eq!(rows.len(), 7, "every case ran:\n{table}");
+    // Rows: | cluster | workflow | balancer | launch | seed | instances | ours | SimGrid |
+    //         relative | largest difference (ns) |
+    assert_eq!(
+        rows.len(),
+        7 * 3,
+        "every case ran under every balancer:\n{table}"
+    );
+    for balancer in ["static", "centralised", "pcddb"] {
+        assert_eq!(
+            rows.iter().filter(|r| r[2] == balancer).count(),
+            7,
+            "{balancer}:\n{table}"
+        );
+    }
     for r in &rows {
-        let relative: f64 = r[7].parse().expect("a relative difference");
+        let relative: f64 = r[8].parse().expect("a relative difference");
         assert!(
-            relative <= 1e-8 && nanoseconds(&r[8]) <= 1_000.0,
-            "{} {} (launch {}, seed {}): hetsched and SimGrid disagree\n{table}",
+            relative <= 1e-8 && nanoseconds(&r[9]) <= 1_000.0,
+            "{} {} {} (launch {}, seed {}): hetsched and SimGrid disagree\n{table}",
             r[0],
             r[1],
             r[2],
-            r[3]
+            r[3],
+            r[4]
         );
     }
 }

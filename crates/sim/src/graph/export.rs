@@ -2,7 +2,8 @@
 //! the message counters and the makespan, with times in seconds.
 //!
 //! ```json
-//! {"instances":[{"task","index","node","core","ready","start","end","cost"}],
+//! {"balancer",
+//!  "instances":[{"task","index","node","core","ready","placed","placement","start","end","cost"}],
 //!  "nodes":[{"name","cores","peak_instances","core_speed","latency_from_launch","latency_to_launch"}],
 //!  "messages":{"total","by_kind":{…},"launch_node":…},
 //!  "makespan",
@@ -11,8 +12,11 @@
 //! ```
 //!
 //! `cost` is the instance's drawn cost on a 1.0-speed core; `kind` is `instance-wise` or `all`.
-//! With the nodes' speeds and latencies and the tasks' graph the document is a complete replay
-//! input: `scripts/simgrid-graph.sh` re-runs static placements in SimGrid from it.
+//! `placed` is when its node took it and queued it on `core` (static, centralised: when the launch
+//! node's message arrived; pcddb: when the node accepted it from a request), `placement` its rank
+//! among every placement of the run. With the nodes' speeds and latencies and the tasks' graph
+//! the document is a complete replay input: `scripts/simgrid-graph.sh` re-runs the runs of every
+//! balancer in SimGrid from it (pcddb's from its placements).
 
 use super::GraphResult;
 use hetsched_core::model::workflow::DependencyKind;
@@ -31,6 +35,8 @@ struct Instance<'a> {
     node: &'a str,
     core: u32,
     ready: f64,
+    placed: f64,
+    placement: u64,
     start: f64,
     end: f64,
     cost: f64,
@@ -69,6 +75,7 @@ struct Messages<'a> {
 
 #[derive(Serialize)]
 struct Export<'a> {
+    balancer: &'a str,
     instances: Vec<Instance<'a>>,
     nodes: Vec<Node<'a>>,
     messages: Messages<'a>,
@@ -81,6 +88,7 @@ impl GraphResult {
     /// The export document as JSON text.
     pub fn export_json(&self) -> Result<String, serde_json::Error> {
         let doc = Export {
+            balancer: &self.balancer,
             instances: self
                 .instances
                 .iter()
@@ -93,6 +101,8 @@ impl GraphResult {
                         .map_or("", |n| n.name.as_str()),
                     core: r.core,
                     ready: secs(r.ready),
+                    placed: secs(r.placed),
+                    placement: r.placement,
                     start: secs(r.start),
                     end: secs(r.end),
                     cost: secs(r.cost),
