@@ -151,6 +151,7 @@ fn summary(r: &GraphResult) -> serde_json::Value {
             "by_kind": r.messages.by_kind,
             "launch_node": r.messages.launch_node,
         },
+        "waits": r.waits(),
         "nodes": r.nodes.iter().map(|n| serde_json::json!({
             "name": n.name,
             "cores": n.cores,
@@ -181,6 +182,11 @@ fn print_result(r: &GraphResult) {
         .map(|(k, c)| format!("{k} {c}"))
         .collect();
     println!("messages by kind: {}", kinds.join(", "));
+    let w = r.waits();
+    println!(
+        "ready instances waited for a node {:.2} s on average (at most {:.2} s), then in its queue {:.2} s (at most {:.2} s)",
+        w.for_node_mean_s, w.for_node_max_s, w.in_queue_mean_s, w.in_queue_max_s
+    );
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);
     table.set_header([

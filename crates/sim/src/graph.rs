@@ -23,10 +23,11 @@ use hetsched_core::policy::graph::{
     self, BalancerKind, GraphSetup, InstanceId, LaunchEvent, Manager, Message, NodeAgent,
     NodeEvent, Outgoing, Thresholds,
 };
-use hetsched_core::time::{NANOS_PER_SEC, Time};
+use hetsched_core::time::{NANOS_PER_SEC, Time, to_secs};
 use hetsched_core::{Cluster, NodeId};
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
+use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 use thiserror::Error;
 
@@ -206,6 +207,36 @@ impl GraphResult {
     pub fn makespan_s(&self) -> f64 {
         self.makespan as f64 / NANOS_PER_SEC as f64
     }
+
+    /// Where ready instances waited: for a node to take them (ready → placed: the balancer's
+    /// delay, a pcddb request's travel and its wait for a taker) and in their node's queue
+    /// (placed → start: work handed to a node faster than its cores run it).
+    pub fn waits(&self) -> Waits {
+        let mut w = Waits::default();
+        let n = self.instances.len().max(1) as f64;
+        for r in &self.instances {
+            let for_node = r.placed.saturating_sub(r.ready);
+            let in_queue = r.start.saturating_sub(r.placed);
+            w.for_node_mean_s += to_secs(for_node) / n;
+            w.for_node_max_s = w.for_node_max_s.max(to_secs(for_node));
+            w.in_queue_mean_s += to_secs(in_queue) / n;
+            w.in_queue_max_s = w.in_queue_max_s.max(to_secs(in_queue));
+        }
+        w
+    }
+}
+
+/// How long a run's instances waited after they became ready, in seconds ([`GraphResult::waits`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Waits {
+    /// Mean time from ready to placed on a node.
+    pub for_node_mean_s: f64,
+    /// Longest time from ready to placed on a node.
+    pub for_node_max_s: f64,
+    /// Mean time from placed to started (queued on the node).
+    pub in_queue_mean_s: f64,
+    /// Longest time from placed to started.
+    pub in_queue_max_s: f64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -210,6 +210,13 @@ fn every_balancer_runs_and_prints_json() {
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
         assert_eq!(v["balancer"], balancer);
         assert_eq!(v["instances"], 52);
+        // Where ready instances waited: static and centralised send each to its node at once.
+        let wait = |k: &str| v["waits"][k].as_f64().unwrap_or(f64::NAN);
+        assert!(wait("for_node_mean_s") <= wait("for_node_max_s"), "{v}");
+        assert!(wait("in_queue_mean_s") <= wait("in_queue_max_s"), "{v}");
+        if balancer != "pcddb" {
+            assert!(wait("for_node_max_s") < 0.01, "sent when ready: {v}");
+        }
     }
 }
 
