@@ -909,25 +909,26 @@ impl PcddbPaperReport {
         )?;
         written.push(path);
 
-        let balancers = BalancerKind::ALL.map(|b| b.as_str());
+        // One line per balancer, its points picked from rows by the balancer's name.
+        let per_balancer = |points: &dyn Fn(&str) -> Vec<(f64, f64)>| {
+            BalancerKind::ALL
+                .iter()
+                .map(|b| (b.as_str().to_string(), points(b.as_str())))
+                .collect::<Vec<_>>()
+        };
         let path = dir.join("fig7_run_time.svg");
         plot::xy(
             &path,
             "Run time vs input size (LT = 2, MT = 10; mean over seeds)",
             "hours of input",
             "run time (s)",
-            &balancers
-                .iter()
-                .map(|&b| {
-                    let pts = self
-                        .run_time
-                        .iter()
-                        .filter(|r| r.balancer == b)
-                        .map(|r| (f64::from(r.hours), r.makespan_s.mean))
-                        .collect();
-                    (b.to_string(), pts)
-                })
-                .collect::<Vec<_>>(),
+            &per_balancer(&|b| {
+                self.run_time
+                    .iter()
+                    .filter(|r| r.balancer == b)
+                    .map(|r| (f64::from(r.hours), r.makespan_s.mean))
+                    .collect()
+            }),
         )?;
         written.push(path);
 
@@ -1004,18 +1005,13 @@ impl PcddbPaperReport {
             "48 h run time when each message costs its receiver time to handle",
             "handling time per message (ms)",
             "run time (s)",
-            &balancers
-                .iter()
-                .map(|&b| {
-                    let pts = self
-                        .message_cost
-                        .iter()
-                        .filter(|r| r.balancer == b)
-                        .map(|r| (r.cost_ms, r.makespan_s.mean))
-                        .collect();
-                    (b.to_string(), pts)
-                })
-                .collect::<Vec<_>>(),
+            &per_balancer(&|b| {
+                self.message_cost
+                    .iter()
+                    .filter(|r| r.balancer == b)
+                    .map(|r| (r.cost_ms, r.makespan_s.mean))
+                    .collect()
+            }),
         )?;
         written.push(path);
         Ok(written)
