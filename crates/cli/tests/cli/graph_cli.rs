@@ -370,6 +370,8 @@ fn the_pcddb_paper_scenario_reports_the_papers_figures() {
         "fig8_balancing_latency.svg",
         "table4_speedup.svg",
         "message_cost.svg",
+        "ordering_12h.svg",
+        "ordering_48h.svg",
     ] {
         let text = read(svg);
         assert!(text.starts_with("<svg") && text.contains("</svg>"), "{svg}");

@@ -726,7 +726,8 @@ impl PcddbPaperReport {
     /// figure 5 (instances per core) and 6 (busy time per core) from `cores`, averaged over the
     /// seeds core by core; figure 7 (run time vs input size); figure 8 (balancing messages'
     /// network time, proximity cluster vs random subset); table 4 (speedup) as a chart; and the
-    /// 48-hour run time against the message-handling cost.
+    /// 48-hour run time against the message-handling cost; and per input size the ordering sweep
+    /// (pcddb's run time against its MT beside the baselines, free messages).
     pub fn write_outputs(&self, dir: &Path) -> Result<Vec<PathBuf>, SimError> {
         let mut written = vec![crate::report::json_file(dir, "pcddb-paper.json", self)?];
 
@@ -998,6 +999,34 @@ impl PcddbPaperReport {
             &series,
         )?;
         written.push(path);
+
+        // The ordering sweep with free messages: pcddb's run time as MT falls, beside the two
+        // baselines (which do not depend on MT), one chart per input size.
+        for hours in INPUT_HOURS {
+            let rows: Vec<&OrderingRow> = self
+                .ordering
+                .iter()
+                .filter(|r| r.hours == hours && r.cost_ms == 0.0)
+                .collect();
+            let line = |v: fn(&OrderingRow) -> f64| -> Vec<(f64, f64)> {
+                rows.iter().map(|r| (f64::from(r.mt), v(r))).collect()
+            };
+            let path = dir.join(format!("ordering_{hours}h.svg"));
+            plot::xy(
+                &path,
+                &format!(
+                    "{hours} h: run time against pcddb's MT per core (LT = min(2, MT); free messages)"
+                ),
+                "pcddb's MT per core",
+                "run time (s)",
+                &[
+                    ("static".into(), line(|r| r.static_s)),
+                    ("centralised".into(), line(|r| r.centralised_s)),
+                    ("pcddb".into(), line(|r| r.pcddb_s)),
+                ],
+            )?;
+            written.push(path);
+        }
 
         let path = dir.join("message_cost.svg");
         plot::xy(
