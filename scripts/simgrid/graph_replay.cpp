@@ -217,7 +217,7 @@ void dispatched(int i) {
   }
 }
 
-// A pcddb run: every instance is placed when and where the run placed it.
+// A pcddb run: every instance reaches its node when the run placed it there; the node picks the core.
 void placer() {
   for (const auto& p : placements) {
     sg4::this_actor::sleep_until(p.time);

@@ -725,8 +725,8 @@ impl PcddbPaperReport {
     /// Writes `pcddb-paper.json`, one CSV per part and the paper's figures as SVG into `dir`:
     /// figure 5 (instances per core) and 6 (busy time per core) from `cores`, averaged over the
     /// seeds core by core; figure 7 (run time vs input size); figure 8 (balancing messages'
-    /// network time, proximity cluster vs random subset); table 4 (speedup) as a chart; and the
-    /// 48-hour run time against the message-handling cost; and per input size the ordering sweep
+    /// network time, proximity cluster vs random subset); table 4 (speedup) as a chart; the
+    /// 48-hour run time against the message-handling cost; and, per input size, the ordering sweep
     /// (pcddb's run time against its MT beside the baselines, free messages).
     pub fn write_outputs(&self, dir: &Path) -> Result<Vec<PathBuf>, SimError> {
         let mut written = vec![crate::report::json_file(dir, "pcddb-paper.json", self)?];
