@@ -16,6 +16,21 @@ const PALETTE: [RGBColor; 6] = [
     RGBColor(213, 94, 0),
 ];
 
+/// Draws the chart's legend (the series' labels, boxed) at `position` and writes the file.
+fn finish<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    c: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> Result<(), String> {
+    c.configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())
+}
+
 /// A grouped bar chart: one group per category, one bar per series.
 #[derive(Clone, Debug)]
 pub struct Bars<'a> {
@@ -108,13 +123,7 @@ pub fn bars(path: &Path, chart: &Bars<'_>) -> Result<(), SimError> {
         ))
         .map_err(|e| err(e.to_string()))?;
     }
-    c.configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(e.to_string()))?;
-    root.present().map_err(|e| err(e.to_string()))?;
+    finish(&root, &mut c, SeriesLabelPosition::UpperLeft).map_err(err)?;
     Ok(())
 }
 
@@ -153,13 +162,7 @@ pub fn lines(path: &Path, chart: &Lines<'_>) -> Result<(), SimError> {
         .label(*name)
         .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], color.stroke_width(2)));
     }
-    c.configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(e.to_string()))?;
-    root.present().map_err(|e| err(e.to_string()))?;
+    finish(&root, &mut c, SeriesLabelPosition::UpperRight).map_err(err)?;
     Ok(())
 }
 
@@ -219,13 +222,7 @@ pub fn xy(
         c.draw_series(values.iter().map(|&p| Circle::new(p, 3, color.filled())))
             .map_err(|e| err(e.to_string()))?;
     }
-    c.configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(e.to_string()))?;
-    root.present().map_err(|e| err(e.to_string()))?;
+    finish(&root, &mut c, SeriesLabelPosition::UpperLeft).map_err(err)?;
     Ok(())
 }
 
