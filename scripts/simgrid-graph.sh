@@ -8,8 +8,10 @@
 # (static fixes it before the run, centralised when it is ready: both are sent it when ready, as
 # in the replay) and, for pcddb, when its node accepted it from a request (the protocol itself is
 # not replayed); readiness, the core each node picks, the queues and the results are the
-# replay's own, so any difference is in how the two simulators compute the times. One table row
-# per case and balancer: instances, hetsched's makespan, SimGrid's, their relative difference,
+# replay's own, so any difference is in how the two simulators compute the times. Each case runs
+# with both ways a node may run what it holds (`--execution queue`, and `time-share`, where
+# SimGrid's own CPU model shares a node's cores among its instances); BIG cases with queues only.
+# One table row per case, balancer and execution: instances, hetsched's makespan, SimGrid's, their relative difference,
 # and the largest difference of any instance's ready, start or end.
 #
 #   scripts/simgrid-graph.sh            # needs g++ and SimGrid's headers (libsimgrid-dev)
@@ -49,31 +51,34 @@ PY
 }
 gen 100 20000
 if [ -n "${BIG:-}" ]; then gen 100 100000; gen 1000 1000000; fi
-echo "| cluster | workflow | balancer | launch | seed | instances | hetsched makespan | SimGrid makespan | relative difference | largest difference of an instance's times |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
-while read -r cluster workflow latency launch seed; do
+echo "| cluster | workflow | balancer | execution | launch | seed | instances | hetsched makespan | SimGrid makespan | relative difference | largest difference of an instance's times |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
+while read -r cluster workflow latency launch seed executions; do
     [ -n "$cluster" ] || continue
+    for execution in $(echo "$executions" | tr , ' '); do
     for balancer in static centralised pcddb; do
-        name=$(basename "$cluster" .toml)-$(basename "$workflow" .toml)-$seed-$balancer
+        name=$(basename "$cluster" .toml)-$(basename "$workflow" .toml)-$seed-$balancer-$execution
         lat=""
         [ "$latency" = - ] || lat="--latency $latency"
         # shellcheck disable=SC2086
         "$HETSCHED" sim graph --cluster "$cluster" --workflow "$workflow" $lat --launch "$launch" \
-            --balancer "$balancer" --seed "$seed" --export "$OUT/$name.json" --output json >/dev/null
+            --balancer "$balancer" --execution "$execution" --seed "$seed" \
+            --export "$OUT/$name.json" --output json >/dev/null
         python3 scripts/simgrid/graph.py replay-input "$OUT/$name.json" "$OUT/$name.txt"
         "$OUT/graph_replay" "$OUT/$name.txt" --cfg=network/model:CM02 --cfg=network/TCP-gamma:0 \
             --cfg=network/crosstraffic:0 --cfg=maxmin/precision:1e-9 --cfg=surf/precision:1e-12 \
             --log=root.thres:warning >"$OUT/$name.out"
-        echo "| $(basename "$cluster" .toml) | $(basename "$workflow" .toml) | $balancer | $launch | $seed | $(python3 scripts/simgrid/graph.py compare "$OUT/$name.json" "$OUT/$name.out") |"
+        echo "| $(basename "$cluster" .toml) | $(basename "$workflow" .toml) | $balancer | $execution | $launch | $seed | $(python3 scripts/simgrid/graph.py compare "$OUT/$name.json" "$OUT/$name.out") |"
+    done
     done
 done <<CASES
-examples/cluster-pcddb-paper.toml examples/workflow-mm5.toml examples/latency-pcddb-paper.toml n33 1
-examples/cluster-pcddb-paper.toml examples/workflow-mm5.toml examples/latency-pcddb-paper.toml n33 2
-examples/cluster-pcddb-paper.toml examples/workflow-mm5.toml examples/latency-pcddb-paper.toml n01 3
-docs/results/graphs/cluster-sc2.toml docs/results/graphs/workflow-mm5-12h.toml - n33 1
-examples/cluster-graph-small.toml examples/workflow-loop.toml - dual-1 1
-$OUT/cluster100.toml $OUT/workflow20000.toml - n0000 1
-$OUT/cluster100.toml $OUT/workflow20000.toml - n0005 2
-${BIG:+$OUT/cluster100.toml $OUT/workflow100000.toml - n0000 1}
-${BIG:+$OUT/cluster1000.toml $OUT/workflow1000000.toml - n0000 1}
+examples/cluster-pcddb-paper.toml examples/workflow-mm5.toml examples/latency-pcddb-paper.toml n33 1 queue,time-share
+examples/cluster-pcddb-paper.toml examples/workflow-mm5.toml examples/latency-pcddb-paper.toml n33 2 queue,time-share
+examples/cluster-pcddb-paper.toml examples/workflow-mm5.toml examples/latency-pcddb-paper.toml n01 3 queue,time-share
+docs/results/graphs/cluster-sc2.toml docs/results/graphs/workflow-mm5-12h.toml - n33 1 queue,time-share
+examples/cluster-graph-small.toml examples/workflow-loop.toml - dual-1 1 queue,time-share
+$OUT/cluster100.toml $OUT/workflow20000.toml - n0000 1 queue,time-share
+$OUT/cluster100.toml $OUT/workflow20000.toml - n0005 2 queue,time-share
+${BIG:+$OUT/cluster100.toml $OUT/workflow100000.toml - n0000 1 queue}
+${BIG:+$OUT/cluster1000.toml $OUT/workflow1000000.toml - n0000 1 queue}
 CASES

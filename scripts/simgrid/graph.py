@@ -6,7 +6,8 @@
         --balancer B --export RUN.json`: every node (cores, core speed, one-way latency from
         and to the launch node), every task (instances, processes, the producers it waits for and
         how), every instance (the node its balancer gave it, its drawn cost) and, for a pcddb
-        run, every placement in the run's order (when its node took which instance).
+        run, every placement in the run's order (when its node took which instance), and how
+        nodes run what they hold (`queue` or `time-share`).
     graph.py compare RUN.json REPLAY.out
         One table row: instances, both makespans, their relative difference, and the largest
         absolute difference of any instance's ready, start or end time.
@@ -43,6 +44,8 @@ def replay_input(run, out):
         for k in placed:
             i = run["instances"][k]
             f.write(f'{i["placed"]!r} {k}\n')
+        # How nodes run what they hold (exports before it existed: queue).
+        f.write(f'execution {run.get("execution", "queue")}\n')
 
 
 def compare(ours, replay):

@@ -26,6 +26,11 @@
 // it when it is ready; readiness, the core choice, the queues and the results are the replay's own,
 // so any difference in ready, start or end times is a difference of the two simulators.
 //
+// Under `time-share` (hetsched's `--execution time-share`) a node runs every instance it is given
+// at once, as a process of its own: each is a SimGrid execution on the node's multi-core host,
+// which SimGrid's CPU model shares among them (each at most one core, all of them at most the
+// host's cores) — no queues and no core actors' work.
+//
 // Usage: graph_replay RUN.txt [SimGrid --cfg options]
 // RUN.txt (written by scripts/simgrid/graph.py from the export):
 //   nodes N            then N lines: cores core_speed latency_from_launch latency_to_launch
@@ -34,6 +39,7 @@
 //   instances M        then M lines: node cost (seconds on a 1.0-speed core), in instance order
 //   placements P       (optional; P > 0 for a pcddb run) then P lines: time instance, in the
 //                      order the run placed them
+//   execution E        (optional, after the placements) queue (the default) or time-share
 // Prints "makespan SECONDS" (when the last result reached the launch node) and, per instance in
 // order, "instance READY START END".
 #include <simgrid/s4u.hpp>
@@ -97,6 +103,7 @@ struct Placement {
   int instance;
 };
 std::vector<Placement> placements;
+bool time_share = false;
 
 sg4::Host* manager_host = nullptr;
 std::vector<sg4::Host*> hosts;
@@ -199,11 +206,26 @@ void core_actor(int n, int core) {
   }
 }
 
+// Under time-sharing: instance `i` runs on its node's host beside whatever else runs there.
+void shared_run(int i) {
+  const Node& node = nodes[instances[i].node];
+  double cost_ns = std::round(instances[i].cost * 1e9);
+  double run_s = std::ceil(cost_ns / node.speed) / 1e9;
+  sg4::this_actor::execute(run_s * node.speed * kScale);
+  instances[i].end = sg4::Engine::get_clock();
+  send(result_box(instances[i].node), result, {i});
+}
+
 // A node's agent receives an instance: it places it on the core holding fewest and starts it
-// there or on an idle sibling.
+// there or on an idle sibling (under time-sharing: starts it at once).
 void dispatched(int i) {
   int n = instances[i].node;
   Node& node = nodes[n];
+  if (time_share) {
+    instances[i].start = sg4::Engine::get_clock();
+    sg4::Actor::create("run", hosts[n], shared_run, i);
+    return;
+  }
   int core = static_cast<int>(std::min_element(node.held.begin(), node.held.end()) - node.held.begin());
   node.held[core]++;
   instances[i].core = core;
@@ -388,6 +410,14 @@ int main(int argc, char** argv) {
       return 2;
     }
     placements.push_back(pl);
+  }
+  if (std::string w; in >> w) {
+    std::string how;
+    if (w != "execution" || !(in >> how) || (how != "queue" && how != "time-share")) {
+      std::fprintf(stderr, "%s: expected `execution queue` or `execution time-share` last\n", argv[1]);
+      return 2;
+    }
+    time_share = how == "time-share";
   }
   arrivals = sg4::Semaphore::create(0);
   sg4::Actor::create("launch", manager_host, launch);

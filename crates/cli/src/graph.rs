@@ -14,7 +14,7 @@ use hetsched_core::model::latency::LatencyMatrix;
 use hetsched_core::policy::graph::catalogue::NodeCatalogue;
 use hetsched_core::policy::graph::{BalancerKind, Thresholds};
 use hetsched_core::time::to_secs;
-use hetsched_sim::graph::{GraphResult, GraphSimConfig, simulate_graph};
+use hetsched_sim::graph::{Execution, GraphResult, GraphSimConfig, simulate_graph};
 use hetsched_sim::scenario::pcddb_paper;
 use std::path::{Path, PathBuf};
 
@@ -51,6 +51,10 @@ pub struct GraphArgs {
     /// Time a node needs to handle one incoming message, e.g. "2ms" (0: free, no bottleneck).
     #[arg(long, default_value = "0s")]
     pub message_cost: Duration,
+    /// How a node runs what it holds: `queue` (each core one instance at a time, idle cores
+    /// take a sibling's waiting ones) or `time-share` (all at once, the cores shared equally).
+    #[arg(long, default_value = "queue")]
+    pub execution: Execution,
     /// Write every instance, node peak and message counter as JSON to this file.
     #[arg(long, value_name = "FILE.json")]
     pub export: Option<PathBuf>,
@@ -115,6 +119,7 @@ pub fn graph_cmd(args: GraphArgs) -> anyhow::Result<()> {
         check_interval: args.check_interval.0,
         seed: args.seed,
         message_cost: args.message_cost.0,
+        execution: args.execution,
     };
     let result = simulate_graph(&cluster, &attributes, &latency, &workflow.workflow, &config)?;
     if let Some(path) = &args.export {

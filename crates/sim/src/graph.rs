@@ -83,6 +83,49 @@ pub struct GraphSimConfig {
     /// messages one at a time, in the order they were sent). 0 = free and instant: the model then
     /// has no central bottleneck.
     pub message_cost: Time,
+    /// How a node runs the instances it took.
+    pub execution: Execution,
+}
+
+/// How a node runs the instances it holds.
+///
+/// Seed 004 says only that a node "generates and executes" what it accepts locally, "evenly
+/// spread over its cores" (§2.5 c(b)); its LT and MT (2–4 and 6–10 per core) read like load
+/// averages. Both readings are modelled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Execution {
+    /// Each core runs one instance at a time from its queue; an idle core takes a sibling's
+    /// waiting instance (the default).
+    #[default]
+    Queue,
+    /// Every instance a node holds runs at once, as a process: the operating system shares the
+    /// node's cores among them equally, so each of `n` instances on a `c`-core node runs at
+    /// `min(1, c / n)` of a core (processor sharing, no core idles while the node holds work).
+    TimeShare,
+}
+
+impl Execution {
+    /// The name the CLI and the export use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Execution::Queue => "queue",
+            Execution::TimeShare => "time-share",
+        }
+    }
+}
+
+impl std::str::FromStr for Execution {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "queue" => Ok(Execution::Queue),
+            "time-share" => Ok(Execution::TimeShare),
+            other => Err(format!(
+                "unknown execution `{other}`: expected queue or time-share"
+            )),
+        }
+    }
 }
 
 impl Default for GraphSimConfig {
@@ -95,6 +138,7 @@ impl Default for GraphSimConfig {
             check_interval: NANOS_PER_SEC,
             seed: 1,
             message_cost: 0,
+            execution: Execution::Queue,
         }
     }
 }
@@ -186,6 +230,8 @@ pub struct MessageCounts {
 pub struct GraphResult {
     /// The balancer's name.
     pub balancer: String,
+    /// How nodes ran their instances.
+    pub execution: Execution,
     /// Time the last instance ended.
     pub makespan: Time,
     /// Every instance, by instance id.
@@ -249,6 +295,39 @@ enum Event {
         node: u32,
         core: u32,
     },
+    /// Under [`Execution::TimeShare`]: the node's next instance to end ends now, unless the
+    /// node's set of running instances changed since this was scheduled (`generation`).
+    ShareFinish {
+        node: u32,
+        generation: u64,
+    },
+}
+
+/// A node's running instances under [`Execution::TimeShare`].
+#[derive(Clone, Debug, Default)]
+struct Shared {
+    /// Each running instance and its remaining run time at a full core of this node, in ns.
+    running: Vec<(InstanceId, f64)>,
+    /// When `running`'s remaining times were last brought up to date.
+    updated: Time,
+    /// Bumped whenever `running` changes: a `ShareFinish` of an older generation is stale.
+    generation: u64,
+}
+
+impl Shared {
+    /// Run time each instance gets per unit of time on `cores` cores.
+    fn rate(&self, cores: usize) -> f64 {
+        (cores as f64 / self.running.len().max(1) as f64).min(1.0)
+    }
+
+    /// Charges the time since the last update to every running instance.
+    fn advance(&mut self, now: Time, cores: usize) {
+        let ran = (now - self.updated) as f64 * self.rate(cores);
+        for (_, left) in &mut self.running {
+            *left -= ran;
+        }
+        self.updated = now;
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -263,6 +342,8 @@ struct Sim<'a> {
     agents: Vec<NodeAgent>,
     manager: Manager,
     cores: Vec<Vec<Core>>,
+    execution: Execution,
+    shared: Vec<Shared>,
     speed: Vec<f64>,
     costs: Vec<Time>,
     latency: &'a LatencyMatrix,
@@ -340,6 +421,10 @@ impl Sim<'_> {
                     self.placements += 1;
                     self.assigned_core[instance.0 as usize] = core;
                     let node = at.index();
+                    if self.execution == Execution::TimeShare {
+                        self.share_start(node, core as usize, instance, q);
+                        continue;
+                    }
                     self.cores[node][core as usize].queue.push_back(instance);
                     // The assigned core starts it if idle; otherwise an idle sibling takes it.
                     if self.cores[node][core as usize].running.is_none() {
@@ -390,6 +475,101 @@ impl Sim<'_> {
     }
 }
 
+impl Sim<'_> {
+    /// Under [`Execution::TimeShare`]: `instance` starts at once beside the node's other running
+    /// instances; it is accounted on `core`, the core its agent spread it to.
+    fn share_start(
+        &mut self,
+        node: usize,
+        core: usize,
+        instance: InstanceId,
+        q: &mut EventQueue<Event>,
+    ) {
+        let now = q.now();
+        let cores = self.cores[node].len();
+        let run = self.run_time(instance, node);
+        self.cores[node][core].busy += run;
+        let r = &mut self.records[instance.0 as usize];
+        r.core = core as u32;
+        r.start = now;
+        let shared = &mut self.shared[node];
+        shared.advance(now, cores);
+        shared.running.push((instance, run as f64));
+        self.share_schedule(node, q);
+    }
+
+    /// Schedules the end of the node's running instance with the least run time left.
+    fn share_schedule(&mut self, node: usize, q: &mut EventQueue<Event>) {
+        let cores = self.cores[node].len();
+        let shared = &mut self.shared[node];
+        shared.generation += 1;
+        let Some(least) = shared
+            .running
+            .iter()
+            .map(|&(_, left)| left)
+            .min_by(f64::total_cmp)
+        else {
+            return;
+        };
+        let wait = (least.max(0.0) / shared.rate(cores)).ceil() as Time;
+        q.schedule_in(
+            wait,
+            Event::ShareFinish {
+                node: node as u32,
+                generation: shared.generation,
+            },
+        );
+    }
+
+    /// Ends every running instance of the node whose run time is used up (those ending within
+    /// the same nanosecond end together, in the order they started).
+    fn share_finish(&mut self, node: usize, q: &mut EventQueue<Event>) {
+        let now = q.now();
+        let cores = self.cores[node].len();
+        let shared = &mut self.shared[node];
+        shared.advance(now, cores);
+        // An instance ends if what it has left would take it less than a nanosecond.
+        let rate = shared.rate(cores);
+        let mut ended = Vec::new();
+        shared.running.retain(|&(i, left)| {
+            let done = left < rate;
+            if done {
+                ended.push(i);
+            }
+            !done
+        });
+        for i in ended {
+            let core = self.assigned_core[i.0 as usize] as usize;
+            self.cores[node][core].done += 1;
+            self.finished(node, i, q);
+        }
+        self.share_schedule(node, q);
+    }
+
+    /// An instance's run time on a core of `node`, rounded up to the nanosecond.
+    fn run_time(&self, i: InstanceId, node: usize) -> Time {
+        ((self.costs[i.0 as usize] as f64) / self.speed[node]).ceil() as Time
+    }
+
+    /// Records the end of `i` on `node` and tells the node's agent, which accounts it on the core
+    /// it assigned it to.
+    fn finished(&mut self, node: usize, i: InstanceId, q: &mut EventQueue<Event>) {
+        let now = q.now();
+        let assigned = self.assigned_core[i.0 as usize];
+        self.records[i.0 as usize].end = now;
+        self.makespan = self.makespan.max(now);
+        self.last_progress = now;
+        let outs = self.agents[node].handle(
+            NodeEvent::Finished {
+                instance: i,
+                core: assigned,
+            },
+            now,
+        );
+        self.apply(NodeId(node as u32), outs, q);
+    }
+}
+
 impl Model for Sim<'_> {
     type Event = Event;
     type Error = GraphSimError;
@@ -436,21 +616,16 @@ impl Model for Sim<'_> {
                 let Some(i) = c.running.take() else {
                     return Ok(Flow::Continue);
                 };
+                // The core that ran it counts it done; the agent accounts it on the core it
+                // assigned it to.
                 c.done += 1;
-                self.records[i.0 as usize].end = now;
-                self.makespan = self.makespan.max(now);
-                self.last_progress = now;
-                // The agent accounts the instance on the core it assigned it to.
-                let assigned = self.assigned_core[i.0 as usize];
-                let outs = self.agents[node as usize].handle(
-                    NodeEvent::Finished {
-                        instance: i,
-                        core: assigned,
-                    },
-                    now,
-                );
-                self.apply(NodeId(node), outs, q);
+                self.finished(node as usize, i, q);
                 self.start_next(node as usize, core as usize, q);
+            }
+            Event::ShareFinish { node, generation } => {
+                if self.shared[node as usize].generation == generation {
+                    self.share_finish(node as usize, q);
+                }
             }
         }
         Ok(Flow::Continue)
@@ -589,6 +764,8 @@ pub fn simulate_graph(
             .iter()
             .map(|n| vec![Core::default(); n.cores.max(1) as usize])
             .collect(),
+        execution: config.execution,
+        shared: vec![Shared::default(); n],
         speed: cluster.nodes.iter().map(|n| n.core_speed).collect(),
         costs,
         latency,
@@ -680,6 +857,7 @@ pub fn simulate_graph(
         .collect();
     Ok(GraphResult {
         balancer: config.balancer.as_str().to_string(),
+        execution: config.execution,
         makespan: sim.makespan.saturating_sub(origin),
         instances: sim.records,
         task_names: workflow.tasks.iter().map(|t| t.name.clone()).collect(),

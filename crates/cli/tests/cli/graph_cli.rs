@@ -73,6 +73,7 @@ fn the_export_lists_every_instance_node_and_message_counter() {
         keys(&doc),
         [
             "balancer",
+            "execution",
             "instances",
             "launch",
             "makespan",
@@ -83,6 +84,7 @@ fn the_export_lists_every_instance_node_and_message_counter() {
     );
     assert_eq!(doc["launch"], "eight-1");
     assert_eq!(doc["balancer"], "pcddb");
+    assert_eq!(doc["execution"], "queue", "the default");
     // The task graph, as the launch node's task manager sees it.
     assert_eq!(
         doc["tasks"],
@@ -217,6 +219,25 @@ fn every_balancer_runs_and_prints_json() {
         if balancer != "pcddb" {
             assert!(wait("for_node_max_s") < 0.01, "sent when ready: {v}");
         }
+        // With nodes time-sharing their cores, an instance starts when its node takes it.
+        let out = graph(
+            WORKFLOW,
+            &[
+                "--balancer",
+                balancer,
+                "--execution",
+                "time-share",
+                "--output",
+                "json",
+            ],
+        );
+        assert!(out.status.success(), "{balancer}, time-share");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+        assert_eq!(v["instances"], 52);
+        assert_eq!(
+            v["waits"]["in_queue_max_s"], 0.0,
+            "{balancer}: no queue: {v}"
+        );
     }
 }
 
@@ -274,6 +295,13 @@ fn bad_options_say_what_is_wrong() {
     let out = graph(WORKFLOW, &["--balancer", "round-robin"]);
     assert_eq!(out.status.code(), Some(2), "clap refuses unknown balancers");
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown balancer `round-robin`"));
+    let out = graph(WORKFLOW, &["--execution", "fifo"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--execution") && stderr.contains("expected queue or time-share"),
+        "{stderr}"
+    );
     let out = graph(
         WORKFLOW,
         &["--latency", "tests/fixtures/workflow/cycle.toml"],
@@ -330,6 +358,9 @@ fn the_pcddb_paper_scenario_reports_the_papers_figures() {
     assert_eq!(v["speedup"].as_array().map(Vec::len), Some(20));
     // 4 input sizes × 5 message costs × 4 MT values.
     assert_eq!(v["ordering"].as_array().map(Vec::len), Some(80));
+    // The run times again with nodes time-sharing their cores: 4 input sizes × 3 balancers.
+    assert_eq!(v["time_share"].as_array().map(Vec::len), Some(12));
+    assert!(v["ordering_holds_time_sharing"].is_boolean());
     // Every core of Sc2, dual-core first as in the paper's figures 5 and 6.
     let cores = v["cores"].as_array().expect("cores");
     assert_eq!(cores.len(), 52);
@@ -362,6 +393,7 @@ fn the_pcddb_paper_scenario_reports_the_papers_figures() {
     );
     assert_eq!(read("run_time.csv").lines().count(), 13);
     assert_eq!(read("ordering.csv").lines().count(), 81);
+    assert_eq!(read("time_share.csv").lines().count(), 13);
     assert_eq!(read("speedup.csv").lines().count(), 21);
     for svg in [
         "fig5_instances_per_core.svg",

@@ -2,7 +2,7 @@
 //! the message counters and the makespan, with times in seconds.
 //!
 //! ```json
-//! {"balancer",
+//! {"balancer", "execution",
 //!  "instances":[{"task","index","node","core","ready","placed","placement","start","end","cost"}],
 //!  "nodes":[{"name","cores","peak_instances","core_speed","latency_from_launch","latency_to_launch"}],
 //!  "messages":{"total","by_kind":{…},"launch_node":…},
@@ -11,7 +11,9 @@
 //!  "tasks":[{"name","instances","processes","depends_on":[{"task","kind"}]}]}
 //! ```
 //!
-//! `cost` is the instance's drawn cost on a 1.0-speed core; `kind` is `instance-wise` or `all`.
+//! `execution` is `queue` or `time-share` ([`super::Execution`]; under `time-share` an instance
+//! starts when placed and `core` is the one its agent spread it to). `cost` is the instance's
+//! drawn cost on a 1.0-speed core; `kind` is `instance-wise` or `all`.
 //! `placed` is when its node took it and queued it on `core` (static, centralised: when the launch
 //! node's message arrived; pcddb: when the node accepted it from a request), `placement` its rank
 //! among every placement of the run. With the nodes' speeds and latencies and the tasks' graph
@@ -76,6 +78,7 @@ struct Messages<'a> {
 #[derive(Serialize)]
 struct Export<'a> {
     balancer: &'a str,
+    execution: &'static str,
     instances: Vec<Instance<'a>>,
     nodes: Vec<Node<'a>>,
     messages: Messages<'a>,
@@ -89,6 +92,7 @@ impl GraphResult {
     pub fn export_json(&self) -> Result<String, serde_json::Error> {
         let doc = Export {
             balancer: &self.balancer,
+            execution: self.execution.as_str(),
             instances: self
                 .instances
                 .iter()

@@ -16,7 +16,7 @@
 //! lognormal (mean, cv) per module, the big MM5 forecast instances the most variable.
 
 use crate::error::SimError;
-use crate::graph::{GraphResult, GraphSimConfig, GraphSimError, simulate_graph};
+use crate::graph::{Execution, GraphResult, GraphSimConfig, GraphSimError, simulate_graph};
 use crate::report::{csv_file, plot};
 use hetsched_core::input::cluster::{parse_cluster, parse_node_attributes};
 use hetsched_core::input::latency::parse_latency;
@@ -113,6 +113,8 @@ pub struct Setup {
     pub launch: NodeId,
     /// Time a node needs to handle one message (0 in the main experiment).
     pub message_cost: hetsched_core::time::Time,
+    /// How nodes run what they hold (queues in the main experiment).
+    pub execution: Execution,
 }
 
 impl Setup {
@@ -135,6 +137,7 @@ impl Setup {
             clusters,
             launch,
             message_cost: 0,
+            execution: Execution::Queue,
         })
     }
 
@@ -185,7 +188,7 @@ impl Setup {
     }
 
     /// Simulates `workflow` under `balancer` on `members`, launched from `launch`, with this
-    /// setup's cluster, latencies, 1 s self-checks and message cost.
+    /// setup's cluster, latencies, 1 s self-checks, message cost and execution.
     pub fn run(
         &self,
         workflow: &Workflow,
@@ -208,6 +211,7 @@ impl Setup {
                 check_interval: NANOS_PER_SEC,
                 seed,
                 message_cost: self.message_cost,
+                execution: self.execution,
             },
         )?)
     }
@@ -306,6 +310,18 @@ pub struct RunTimeRow {
     pub terrain_nodes: f64,
 }
 
+/// (ii, time-sharing) Run time of one balancer at one input size when every node runs all it
+/// holds at once, its cores shared equally ([`Execution::TimeShare`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct TimeShareRow {
+    /// Hours of input.
+    pub hours: u32,
+    /// static, centralised, pcddb.
+    pub balancer: String,
+    /// Makespan over seeds, seconds.
+    pub makespan_s: Spread,
+}
+
 /// Handling times per message of the sensitivity runs, milliseconds. 0.4 ms is the measured one:
 /// hetsched's own central server dispatches 1,100–1,300 one-task jobs per second on the 2-core VM
 /// (`hetsched bench-dispatch`, docs/performance.md "Runtime"), ≈ 0.8 ms per task for its two
@@ -397,6 +413,11 @@ pub struct PcddbPaperReport {
     pub run_time: Vec<RunTimeRow>,
     /// (ii) at 48 h with a per-message handling time.
     pub message_cost: Vec<MessageCostRow>,
+    /// (ii) The run times again with nodes time-sharing their cores among all they hold.
+    pub time_share: Vec<TimeShareRow>,
+    /// Whether pcddb ≤ centralised ≤ static in mean makespan at every input size under
+    /// time-sharing.
+    pub ordering_holds_time_sharing: bool,
     /// (ii) The ordering over input size × message cost × pcddb MT.
     pub ordering: Vec<OrderingRow>,
     /// (iii) The random subset's members for the first seed.
@@ -567,6 +588,39 @@ pub fn run(seeds: &[u64]) -> Result<PcddbPaperReport, PcddbPaperError> {
         }
     }
 
+    // (ii, time-sharing) The other reading of how a node runs what it accepts (seed 004 §2.5
+    // c(b): "generates and executes" it): all at once, the cores shared equally.
+    let sharing = Setup {
+        execution: Execution::TimeShare,
+        ..Setup::load()?
+    };
+    let mut time_share = Vec::new();
+    let mut ordering_holds_time_sharing = true;
+    for hours in INPUT_HOURS {
+        let wf = workflow(hours)?;
+        let mut means = Vec::new();
+        for balancer in BalancerKind::ALL {
+            let mut spans = Vec::new();
+            for &seed in seeds {
+                let members = setup.deployment(balancer, seed);
+                spans.push(
+                    sharing
+                        .run(&wf, balancer, paper, &members, setup.launch, seed)?
+                        .makespan_s(),
+                );
+            }
+            let row = TimeShareRow {
+                hours,
+                balancer: balancer.as_str().to_string(),
+                makespan_s: Spread::of(&spans),
+            };
+            means.push(row.makespan_s.mean);
+            time_share.push(row);
+        }
+        // ALL is [static, centralised, pcddb].
+        ordering_holds_time_sharing &= means[2] <= means[1] && means[1] <= means[0];
+    }
+
     // (ii, sweep) Where does pcddb ≤ centralised ≤ static hold? Every input size × message cost
     // (the same handling time at every node) × pcddb MT, each over every seed.
     let mut ordering = Vec::new();
@@ -712,6 +766,8 @@ pub fn run(seeds: &[u64]) -> Result<PcddbPaperReport, PcddbPaperError> {
         cores: core_rows,
         run_time,
         message_cost,
+        time_share,
+        ordering_holds_time_sharing,
         ordering,
         random_subset,
         overhead,
@@ -786,6 +842,26 @@ impl PcddbPaperReport {
             self.message_cost.iter().map(|r| {
                 vec![
                     f(r.cost_ms),
+                    r.balancer.clone(),
+                    f(r.makespan_s.mean),
+                    f(r.makespan_s.min),
+                    f(r.makespan_s.max),
+                ]
+            }),
+        )?);
+        written.push(csv_file(
+            dir,
+            "time_share.csv",
+            &[
+                "hours",
+                "balancer",
+                "makespan_mean_s",
+                "makespan_min_s",
+                "makespan_max_s",
+            ],
+            self.time_share.iter().map(|r| {
+                vec![
+                    r.hours.to_string(),
                     r.balancer.clone(),
                     f(r.makespan_s.mean),
                     f(r.makespan_s.min),
@@ -1118,6 +1194,27 @@ impl PcddbPaperReport {
             self.ordering_holds, self.launch_fewer_messages
         );
         let mut t = table(&[
+            "time-sharing: input",
+            "static (s)",
+            "centralised (s)",
+            "pcddb (s)",
+        ]);
+        for chunk in self.time_share.chunks(3) {
+            let mut row = vec![format!("{} h", chunk[0].hours)];
+            row.extend(chunk.iter().map(|r| {
+                format!(
+                    "{:.1} ({:.1}–{:.1})",
+                    r.makespan_s.mean, r.makespan_s.min, r.makespan_s.max
+                )
+            }));
+            t.add_row(row);
+        }
+        out += &format!("{t}\n");
+        out += &format!(
+            "nodes time-sharing their cores among all they hold: pcddb ≤ centralised ≤ static at every size: {}\n\n",
+            self.ordering_holds_time_sharing
+        );
+        let mut t = table(&[
             "48 h, message cost",
             "static (s)",
             "centralised (s)",
@@ -1201,8 +1298,18 @@ mod tests {
 
     /// The 48-hour runs of seeds 1–5: pcddb on Sc2, the baselines on their random 14 + 3 subset.
     fn runs_48h(balancer: BalancerKind, mt: u32, message_cost_ms: u64) -> Vec<GraphResult> {
+        runs_48h_as(balancer, mt, message_cost_ms, Execution::Queue)
+    }
+
+    fn runs_48h_as(
+        balancer: BalancerKind,
+        mt: u32,
+        message_cost_ms: u64,
+        execution: Execution,
+    ) -> Vec<GraphResult> {
         let setup = Setup {
             message_cost: message_cost_ms * 1_000_000,
+            execution,
             ..Setup::load().unwrap_or_else(|e| panic!("{e}"))
         };
         let wf = workflow(48).unwrap_or_else(|e| panic!("{e}"));
@@ -1289,6 +1396,44 @@ mod tests {
             );
             assert!(nc >= 16, "seed {}: centralised on {nc} nodes", seed + 1);
         }
+    }
+
+    /// The pile is not an artefact of queues: when a node runs everything it accepted at once,
+    /// its cores shared equally, a pile of Topographic instances on one node still ends when its
+    /// total work does. Under time-sharing too the last one ends over 1.5 times later under pcddb
+    /// than under the dispatcher on every seed (66 s against 34 s on seed 1), and pcddb is the
+    /// slowest method at 48 h.
+    #[test]
+    fn under_time_sharing_the_terrain_pile_still_ends_late_and_pcddb_is_slowest() {
+        let terrain_done = |r: &GraphResult| {
+            let t = r.task_names.iter().position(|t| t == "Topographic");
+            r.instances
+                .iter()
+                .filter(|i| Some(i.task as usize) == t)
+                .map(|i| i.end)
+                .max()
+                .unwrap_or(0)
+        };
+        let runs = |b| runs_48h_as(b, 10, 0, Execution::TimeShare);
+        let (st, ce, pc) = (
+            runs(BalancerKind::Static),
+            runs(BalancerKind::Centralised),
+            runs(BalancerKind::Pcddb),
+        );
+        for (seed, (p, c)) in pc.iter().zip(&ce).enumerate() {
+            assert!(
+                2 * terrain_done(p) > 3 * terrain_done(c),
+                "seed {}: Topographic done at {} s under pcddb, {} s under centralised",
+                seed + 1,
+                to_secs(terrain_done(p)),
+                to_secs(terrain_done(c))
+            );
+        }
+        let (s, c, p) = (mean_makespan(&st), mean_makespan(&ce), mean_makespan(&pc));
+        assert!(
+            p > c && p > s,
+            "time-sharing: pcddb {p:.1} s, centralised {c:.1} s, static {s:.1} s"
+        );
     }
 
     #[test]

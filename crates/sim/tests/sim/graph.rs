@@ -9,7 +9,7 @@ use hetsched_core::model::latency::LatencyMatrix;
 use hetsched_core::model::workflow::{DependencyKind, Workflow};
 use hetsched_core::policy::graph::{BalancerKind, Thresholds};
 use hetsched_core::{Cluster, NodeId};
-use hetsched_sim::graph::{GraphResult, GraphSimConfig, GraphSimError, simulate_graph};
+use hetsched_sim::graph::{Execution, GraphResult, GraphSimConfig, GraphSimError, simulate_graph};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -196,6 +196,7 @@ proptest! {
         extra in 0u32..8,
         launch in 0usize..7,
         seed in 0u64..1000,
+        time_share in any::<bool>(),
     ) {
         let case = case(&tasks, &nodes);
         let config = GraphSimConfig {
@@ -204,6 +205,7 @@ proptest! {
             launch: NodeId((launch % nodes.len()) as u32),
             seed,
             check_interval: 250_000_000,
+            execution: if time_share { Execution::TimeShare } else { Execution::Queue },
             ..GraphSimConfig::default()
         };
         let r = run(&case, &config).map_err(|e| TestCaseError::fail(e.to_string()))?;
@@ -353,6 +355,58 @@ fn a_core_that_falls_idle_takes_an_instance_waiting_on_its_sibling() {
             vec![10.0, 3.0],
             "{balancer}: core 1 ran all three small ones"
         );
+    }
+}
+
+#[test]
+fn time_sharing_runs_everything_a_node_holds_at_once_on_its_cores_shared_equally() {
+    // One dual-core node of speed 1.0 holds a 10 s instance and three 1 s ones. Shared by four,
+    // each runs at half a core: the three small ones end together at 2 s; the big one, which
+    // has done 1 s of its work by then, runs alone on a core and ends at 11 s. Every instance
+    // starts when its node takes it, and each core is charged what its instances ran.
+    let task = |values, cost_ms| TaskGen {
+        values,
+        processes: 1,
+        cost_ms,
+        cv: 0,
+        inputs: vec![],
+        gpu: false,
+    };
+    let case = case(&[task(1, 10_000), task(3, 1_000)], &[(2, 4)]);
+    for balancer in BalancerKind::ALL {
+        let r = run(
+            &case,
+            &GraphSimConfig {
+                balancer,
+                execution: Execution::TimeShare,
+                ..GraphSimConfig::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let runs: Vec<(f64, f64)> = r
+            .instances
+            .iter()
+            .map(|i| (i.start as f64 / 1e9, (i.end - i.start) as f64 / 1e9))
+            .collect();
+        let start = runs[0].0;
+        assert!(
+            runs.iter().all(|&(s, _)| s == start),
+            "{balancer}: all start when placed together: {runs:?}"
+        );
+        let took: Vec<f64> = runs.iter().map(|&(_, d)| d).collect();
+        assert_eq!(took, vec![11.0, 2.0, 2.0, 2.0], "{balancer}");
+        let busy: Vec<f64> = r.nodes[0]
+            .busy_per_core
+            .iter()
+            .map(|&b| b as f64 / 1e9)
+            .collect();
+        assert_eq!(
+            busy.iter().sum::<f64>(),
+            13.0,
+            "{balancer}: CPU time is the work"
+        );
+        let done: u32 = r.nodes[0].instances_per_core.iter().sum();
+        assert_eq!(done, 4, "{balancer}");
     }
 }
 
