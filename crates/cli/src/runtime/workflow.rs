@@ -63,12 +63,20 @@ pub fn nodes(reply: &pb::ListNodesReply) -> Option<Table> {
         "PCDDB sent",
         "received from agents",
     ]);
+    // The server fills LT and MT only while a pcddb workflow runs.
+    let threshold = |v: u32, n: &pb::NodeInfo| {
+        if n.mt == 0 {
+            "-".to_string()
+        } else {
+            v.to_string()
+        }
+    };
     for n in &reply.nodes {
         t.add_row(vec![
             n.name.clone(),
             n.instances.to_string(),
-            n.lt.to_string(),
-            n.mt.to_string(),
+            threshold(n.lt, n),
+            threshold(n.mt, n),
             if n.clusters.is_empty() {
                 "-".into()
             } else {
@@ -132,4 +140,38 @@ pub fn agent_data_options(
         attributes: config.attributes.clone(),
         tls,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_nodes_table_shows_no_thresholds_when_no_pcddb_workflow_runs() {
+        let node = |name: &str, lt, mt| pb::NodeInfo {
+            name: name.into(),
+            lt,
+            mt,
+            balance_sent: 3,
+            ..Default::default()
+        };
+        let reply = pb::ListNodesReply {
+            nodes: vec![node("idle", 0, 0), node("busy", 4, 20)],
+            ..Default::default()
+        };
+        let text = nodes(&reply).map(|t| t.to_string()).unwrap_or_default();
+        let row = |name: &str| -> Vec<String> {
+            text.lines()
+                .find(|l| l.contains(name))
+                .map(|l| {
+                    l.split(['│', '┆'])
+                        .map(|c| c.trim().to_string())
+                        .filter(|c| !c.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        assert_eq!(row("idle")[2..4], ["-", "-"], "{text}");
+        assert_eq!(row("busy")[2..4], ["4", "20"], "{text}");
+    }
 }
