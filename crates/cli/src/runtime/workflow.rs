@@ -157,7 +157,6 @@ mod tests {
         };
         let reply = pb::ListNodesReply {
             nodes: vec![node("idle", 0, 0), node("busy", 4, 20)],
-            ..Default::default()
         };
         let text = nodes(&reply).map(|t| t.to_string()).unwrap_or_default();
         let row = |name: &str| -> Vec<String> {
