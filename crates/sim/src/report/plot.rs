@@ -222,8 +222,59 @@ pub fn xy(
         c.draw_series(values.iter().map(|&p| Circle::new(p, 3, color.filled())))
             .map_err(|e| err(e.to_string()))?;
     }
-    finish(&root, &mut c, SeriesLabelPosition::UpperLeft).map_err(err)?;
+    let corner = legend_corner(series, (x_min, x_max), (y_min, y_max));
+    finish(&root, &mut c, corner).map_err(err)?;
     Ok(())
+}
+
+/// The corner of an [`xy`] chart whose legend would cover the least of the lines: upper left
+/// unless the lines pass there. The legend's box is estimated from its labels (about 7 px per
+/// character beside a 40 px sample, 18 px per row, on a plot area of about 810 × 380 px), and
+/// each line is sampled along its segments.
+fn legend_corner(
+    series: &[(String, Vec<(f64, f64)>)],
+    (x_min, x_max): (f64, f64),
+    (y_min, y_max): (f64, f64),
+) -> SeriesLabelPosition {
+    let chars = series
+        .iter()
+        .map(|(n, _)| n.chars().count())
+        .max()
+        .unwrap_or(0);
+    let width = ((chars as f64 * 7.0 + 40.0) / 810.0).min(1.0);
+    let height = ((series.len() as f64 * 18.0 + 12.0) / 380.0).min(1.0);
+    // A point as fractions of the plot area, (0, 0) at the lower left.
+    let at = |(x, y): (f64, f64)| ((x - x_min) / (x_max - x_min), (y - y_min) / (y_max - y_min));
+    let samples: Vec<(f64, f64)> = series
+        .iter()
+        .flat_map(|(_, v)| {
+            v.windows(2).flat_map(|w| {
+                let (a, b) = (at(w[0]), at(w[1]));
+                (0..=20).map(move |k| {
+                    let t = f64::from(k) / 20.0;
+                    (a.0 + t * (b.0 - a.0), a.1 + t * (b.1 - a.1))
+                })
+            })
+        })
+        .chain(series.iter().flat_map(|(_, v)| v.iter().map(|&p| at(p))))
+        .collect();
+    let corners = [
+        (SeriesLabelPosition::UpperLeft, 0.0, 1.0 - height),
+        (SeriesLabelPosition::UpperRight, 1.0 - width, 1.0 - height),
+        (SeriesLabelPosition::LowerRight, 1.0 - width, 0.0),
+        (SeriesLabelPosition::LowerLeft, 0.0, 0.0),
+    ];
+    let covered = |&(_, x0, y0): &(SeriesLabelPosition, f64, f64)| {
+        samples
+            .iter()
+            .filter(|&&(x, y)| x >= x0 && x <= x0 + width && y >= y0 && y <= y0 + height)
+            .count()
+    };
+    // The first corner with the fewest samples under it (min_by_key keeps the first of equals).
+    corners
+        .iter()
+        .min_by_key(|c| covered(c))
+        .map_or(SeriesLabelPosition::UpperLeft, |c| c.0.clone())
 }
 
 /// Trailing moving mean of `values` over `window` samples (shorter at the start).

@@ -994,18 +994,31 @@ impl PcddbPaperReport {
                 .collect::<Vec<_>>()
         };
         let path = dir.join("fig7_run_time.svg");
+        // Beside each balancer's line, the same runs with nodes time-sharing their cores.
+        let mut lines = per_balancer(&|b| {
+            self.run_time
+                .iter()
+                .filter(|r| r.balancer == b)
+                .map(|r| (f64::from(r.hours), r.makespan_s.mean))
+                .collect()
+        });
+        lines.extend(
+            per_balancer(&|b| {
+                self.time_share
+                    .iter()
+                    .filter(|r| r.balancer == b)
+                    .map(|r| (f64::from(r.hours), r.makespan_s.mean))
+                    .collect()
+            })
+            .into_iter()
+            .map(|(name, points)| (format!("{name}, nodes time-share"), points)),
+        );
         plot::xy(
             &path,
             "Run time vs input size (LT = 2, MT = 10; mean over seeds)",
             "hours of input",
             "run time (s)",
-            &per_balancer(&|b| {
-                self.run_time
-                    .iter()
-                    .filter(|r| r.balancer == b)
-                    .map(|r| (f64::from(r.hours), r.makespan_s.mean))
-                    .collect()
-            }),
+            &lines,
         )?;
         written.push(path);
 
