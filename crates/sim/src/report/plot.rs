@@ -291,3 +291,49 @@ pub fn moving_mean(values: &[f64], window: usize) -> Vec<f64> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn corner(lines: &[Vec<(f64, f64)>]) -> SeriesLabelPosition {
+        let series: Vec<(String, Vec<(f64, f64)>)> = lines
+            .iter()
+            .enumerate()
+            .map(|(k, v)| (format!("series {k}"), v.clone()))
+            .collect();
+        legend_corner(&series, (0.0, 10.0), (0.0, 10.0))
+    }
+
+    fn name(p: SeriesLabelPosition) -> &'static str {
+        match p {
+            SeriesLabelPosition::UpperLeft => "upper left",
+            SeriesLabelPosition::UpperRight => "upper right",
+            SeriesLabelPosition::LowerRight => "lower right",
+            SeriesLabelPosition::LowerLeft => "lower left",
+            _ => "elsewhere",
+        }
+    }
+
+    #[test]
+    fn the_legend_goes_where_the_lines_are_not() {
+        // Falling from the upper left: the upper right is free.
+        assert_eq!(
+            name(corner(&[vec![(0.0, 10.0), (10.0, 1.0)]])),
+            "upper right"
+        );
+        // Rising to the upper right: the upper left stays free and is preferred.
+        assert_eq!(
+            name(corner(&[vec![(0.0, 1.0), (10.0, 10.0)]])),
+            "upper left"
+        );
+        // Lines high across the whole width (the pcddb figure): below them.
+        assert_eq!(
+            name(corner(&[
+                vec![(0.0, 9.5), (10.0, 9.8)],
+                vec![(0.0, 5.0), (10.0, 9.0)]
+            ])),
+            "lower right"
+        );
+    }
+}
