@@ -215,6 +215,25 @@ impl Setup {
             },
         )?)
     }
+
+    /// `balancer`'s makespan in seconds for each of `seeds`, on its deployment for that seed.
+    pub fn makespans(
+        &self,
+        workflow: &Workflow,
+        balancer: BalancerKind,
+        thresholds: Thresholds,
+        seeds: &[u64],
+    ) -> Result<Vec<f64>, PcddbPaperError> {
+        seeds
+            .iter()
+            .map(|&seed| {
+                let members = self.deployment(balancer, seed);
+                Ok(self
+                    .run(workflow, balancer, thresholds, &members, self.launch, seed)?
+                    .makespan_s())
+            })
+            .collect()
+    }
 }
 
 /// Mean and (population) variance.
@@ -571,15 +590,7 @@ pub fn run(seeds: &[u64]) -> Result<PcddbPaperReport, PcddbPaperError> {
             ..Setup::load()?
         };
         for balancer in BalancerKind::ALL {
-            let mut spans = Vec::new();
-            for &seed in seeds {
-                let members = setup.deployment(balancer, seed);
-                spans.push(
-                    costly
-                        .run(&wf48, balancer, paper, &members, setup.launch, seed)?
-                        .makespan_s(),
-                );
-            }
+            let spans = costly.makespans(&wf48, balancer, paper, seeds)?;
             message_cost.push(MessageCostRow {
                 cost_ms,
                 balancer: balancer.as_str().to_string(),
@@ -600,15 +611,7 @@ pub fn run(seeds: &[u64]) -> Result<PcddbPaperReport, PcddbPaperError> {
         let wf = workflow(hours)?;
         let mut means = Vec::new();
         for balancer in BalancerKind::ALL {
-            let mut spans = Vec::new();
-            for &seed in seeds {
-                let members = setup.deployment(balancer, seed);
-                spans.push(
-                    sharing
-                        .run(&wf, balancer, paper, &members, setup.launch, seed)?
-                        .makespan_s(),
-                );
-            }
+            let spans = sharing.makespans(&wf, balancer, paper, seeds)?;
             let row = TimeShareRow {
                 hours,
                 balancer: balancer.as_str().to_string(),
@@ -631,17 +634,7 @@ pub fn run(seeds: &[u64]) -> Result<PcddbPaperReport, PcddbPaperError> {
                 message_cost: (cost_ms * 1e6) as u64,
                 ..Setup::load()?
             };
-            let spans = |balancer, thresholds| -> Result<Vec<f64>, PcddbPaperError> {
-                seeds
-                    .iter()
-                    .map(|&seed| {
-                        let members = setup.deployment(balancer, seed);
-                        Ok(costly
-                            .run(&wf, balancer, thresholds, &members, setup.launch, seed)?
-                            .makespan_s())
-                    })
-                    .collect()
-            };
+            let spans = |balancer, thresholds| costly.makespans(&wf, balancer, thresholds, seeds);
             let st = spans(BalancerKind::Static, paper)?;
             let ce = spans(BalancerKind::Centralised, paper)?;
             for mt in SWEEP_MT {
