@@ -712,6 +712,10 @@ impl Batch {
                 cx.view.resubmit(AppId(app), tasks);
             }
         }
+        if n > 0 {
+            // The job is unfinished again: the jobs after it wait for its new end.
+            self.wait_again_on(cx, job);
+        }
         Ok(n)
     }
 

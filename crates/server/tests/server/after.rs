@@ -198,6 +198,44 @@ fn a_job_after_any_runs_once_the_others_ended_however_and_is_not_cancelled_by_a_
 }
 
 #[test]
+fn a_resubmitted_job_makes_the_jobs_after_it_wait_for_its_new_end_as_a_restart_would() {
+    let d = common::scratch("after", "resubmitted");
+    let mut s = open(&d.0);
+    let mut n = Agent::new(&mut s, 1);
+    let failing = submit(&mut s, 1, &[]).expect("submit");
+    let sent = n.beat(&mut s, &[]);
+    assert!(n.beat(&mut s, &[(sent[0].0, sent[0].1, false)]).is_empty());
+    assert_eq!(s.job(failing).expect("job").state, "failed");
+    // A job after any end of it is queued at once, and one of its two tasks goes out (one core).
+    let gather = submit_after(&mut s, 2, &[], &[failing]).expect("after any");
+    assert!(!s.job(gather).expect("job").waiting);
+    let first = n.beat(&mut s, &[]);
+    assert_eq!(jobs_of(&s, &first), vec![gather]);
+    // The failed task runs again: the job is unfinished, so the gather's pending task waits for
+    // its new end (the running one goes on).
+    assert_eq!(s.resubmit_failed(failing).expect("resubmit").tasks, 1);
+    assert!(s.job(gather).expect("job").waiting, "waits again");
+    // A restart derives the same from the jobs' states.
+    drop(s);
+    let mut s = open(&d.0);
+    assert!(
+        s.job(gather).expect("job").waiting,
+        "waits after a restart too"
+    );
+    let mut n = Agent {
+        node: n.node,
+        running: n.running.clone(),
+    };
+    // The gather's first task ends; the freed core runs the resubmitted task, not the gather's.
+    let again = n.beat(&mut s, &[(first[0].0, first[0].1, true)]);
+    assert_eq!(jobs_of(&s, &again), vec![failing]);
+    // It succeeds: the job completed, the gather's last task goes out.
+    let last = n.beat(&mut s, &[(again[0].0, again[0].1, true)]);
+    assert_eq!(s.job(failing).expect("job").state, "completed");
+    assert_eq!(jobs_of(&s, &last), vec![gather]);
+}
+
+#[test]
 fn a_job_failed_by_the_dead_node_check_cancels_its_waiters_in_the_same_event() {
     let d = common::scratch("after", "dead");
     let config = ServerConfig {

@@ -16,7 +16,9 @@
 //! job row's `held` flag is stored in the same transaction.
 //!
 //! Nothing here is stored beyond the job row's `after` list: whether a job still waits is derived
-//! from the states of the jobs it names, after a restart as at any other time. A purged job
+//! from the states of the jobs it names, after a restart as at any other time. So a job that
+//! runs again (`hetsched resubmit`) makes the unfinished jobs after it wait for its new end
+//! ([`Batch::wait_again_on`]), as a restart would. A purged job
 //! counts as completed: only finished jobs are purged, and a job that ended failed or cancelled
 //! has already cancelled its waiting dependants in the transaction that recorded its end.
 
@@ -252,6 +254,49 @@ impl Batch {
 }
 
 impl Batch {
+    /// Job `job` runs again (`hetsched resubmit JOB`): the unfinished jobs that run after it wait
+    /// for it once more. Their pending tasks leave the queues (their running tasks go on) until
+    /// it has ended again, as they would after a restart, where whether a job waits is derived
+    /// from the states of the jobs it names. (Only `--after-any` jobs can be affected: a job
+    /// `--after` a failed job was cancelled when it failed.)
+    pub(super) fn wait_again_on(&mut self, cx: &mut Ctx, job: u64) {
+        let dependants: Vec<(u64, std::ops::Range<u32>, Vec<u64>)> = self
+            .jobs
+            .iter()
+            .filter(|j| j.row.after.contains(&job) || j.row.after_any.contains(&job))
+            .filter(|j| matches!(self.job_state(j), "pending" | "running"))
+            .map(|j| {
+                let named = j.row.after.iter().chain(&j.row.after_any).copied();
+                (j.row.id, j.apps.clone(), named.collect())
+            })
+            .collect();
+        for (id, apps, named) in dependants {
+            // Named again, so that `job`'s end makes it due (a released job left the lists).
+            self.waiting.name(id, named.into_iter());
+            if self.waiting.waits(id) {
+                continue;
+            }
+            for app in apps {
+                cx.view.cancel_pending(AppId(app));
+                let tasks: Vec<TaskId> = self
+                    .tasks_of_app(app)
+                    .filter(|r| r.state == TaskState::Pending)
+                    .map(|r| TaskId(r.id))
+                    .collect();
+                if !tasks.is_empty() {
+                    self.waiting.hold(id, app, tasks);
+                }
+            }
+            if self.waiting.waits(id) {
+                info!(
+                    job = id,
+                    after = job,
+                    "a job it runs after runs again: its pending tasks wait"
+                );
+            }
+        }
+    }
+
     /// `hetsched hold JOB` (`hold`) or `release JOB`: whether job `job`'s pending tasks may be
     /// dispatched. Returns how many pending tasks the call held or queued again (0 when it was
     /// already so).
