@@ -735,6 +735,7 @@ pub fn simulate_graph(
         .map(|n| n.core_speed)
         .fold(f64::INFINITY, f64::min);
     let longest = costs.iter().copied().max().unwrap_or(0) as f64 / slowest;
+    let all_work = costs.iter().map(|&c| c as f64).sum::<f64>() / slowest;
     let mut records = Vec::with_capacity(costs.len());
     for (t, task) in workflow.tasks.iter().enumerate() {
         for index in 0..task.instances() as u32 {
@@ -785,8 +786,13 @@ pub fn simulate_graph(
         message_cost: config.message_cost,
         handler_free: vec![0; n],
         last_progress: 0,
-        // Far longer than any instance, any queue of MT instances, and many check rounds.
-        stall_after: ((longest * (config.thresholds.mt as f64 + 2.0)) as Time)
+        // Far longer than any instance, any queue of MT instances, and many check rounds. Under
+        // time-sharing nothing may end until a node has run all it holds (a push of every ready
+        // instance onto one node): bounded by the whole workflow's work on the slowest core.
+        stall_after: (match config.execution {
+            Execution::Queue => longest * (config.thresholds.mt as f64 + 2.0),
+            Execution::TimeShare => all_work,
+        } as Time)
             .saturating_add(config.check_interval.saturating_mul(1000)),
         makespan: 0,
         error: None,

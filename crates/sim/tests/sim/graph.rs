@@ -411,6 +411,31 @@ fn time_sharing_runs_everything_a_node_holds_at_once_on_its_cores_shared_equally
 }
 
 #[test]
+fn a_long_time_shared_pile_is_no_stall() {
+    // The dispatcher pushes 300 instances of 20 s onto one dual-core node: time-shared, none
+    // ends before all end together at 3,000 s — progress the run must wait for, not a stall.
+    let task = TaskGen {
+        values: 300,
+        processes: 1,
+        cost_ms: 20_000,
+        cv: 0,
+        inputs: vec![],
+        gpu: false,
+    };
+    let case = case(&[task], &[(2, 4)]);
+    let r = run(
+        &case,
+        &GraphSimConfig {
+            balancer: BalancerKind::Centralised,
+            execution: Execution::TimeShare,
+            ..GraphSimConfig::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(r.makespan_s().round(), 3000.0);
+}
+
+#[test]
 fn under_a_backlog_pcddb_lets_the_faster_node_pull_more_and_finishes_before_the_push() {
     // The paper's "能者多劳" (seed 004, line 97): a node is refilled only when it drains below LT,
     // so a node whose cores are twice as fast pulls about twice the work. The centralised
