@@ -254,6 +254,22 @@ impl Batch {
 }
 
 impl Batch {
+    /// Moves the pending tasks of job `job`'s applications `apps` out of the queues, into the
+    /// job's waiting list, application by application (its running tasks go on).
+    fn take_out_of_queues(&mut self, cx: &mut Ctx, job: u64, apps: std::ops::Range<u32>) {
+        for app in apps {
+            cx.view.cancel_pending(AppId(app));
+            let tasks: Vec<TaskId> = self
+                .tasks_of_app(app)
+                .filter(|r| r.state == TaskState::Pending)
+                .map(|r| TaskId(r.id))
+                .collect();
+            if !tasks.is_empty() {
+                self.waiting.hold(job, app, tasks);
+            }
+        }
+    }
+
     /// Job `job` runs again (`hetsched resubmit JOB`): the unfinished jobs that run after it wait
     /// for it once more. Their pending tasks leave the queues (their running tasks go on) until
     /// it has ended again, as they would after a restart, where whether a job waits is derived
@@ -276,17 +292,7 @@ impl Batch {
             if self.waiting.waits(id) {
                 continue;
             }
-            for app in apps {
-                cx.view.cancel_pending(AppId(app));
-                let tasks: Vec<TaskId> = self
-                    .tasks_of_app(app)
-                    .filter(|r| r.state == TaskState::Pending)
-                    .map(|r| TaskId(r.id))
-                    .collect();
-                if !tasks.is_empty() {
-                    self.waiting.hold(id, app, tasks);
-                }
-            }
+            self.take_out_of_queues(cx, id, apps);
             if self.waiting.waits(id) {
                 info!(
                     job = id,
@@ -331,18 +337,7 @@ impl Batch {
             let already_waiting = self.waiting.waits(job);
             self.waiting.held_by_user.insert(job);
             if !already_waiting {
-                // Out of the queues, into the job's waiting list, application by application.
-                for app in apps {
-                    cx.view.cancel_pending(AppId(app));
-                    let tasks: Vec<TaskId> = self
-                        .tasks_of_app(app)
-                        .filter(|r| r.state == TaskState::Pending)
-                        .map(|r| TaskId(r.id))
-                        .collect();
-                    if !tasks.is_empty() {
-                        self.waiting.hold(job, app, tasks);
-                    }
-                }
+                self.take_out_of_queues(cx, job, apps);
             }
             Ok(pending(self))
         } else {
