@@ -265,7 +265,15 @@ impl Spread {
             max: xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
         }
     }
+
+    /// The CSV columns `makespan_mean_s`, `makespan_min_s`, `makespan_max_s` of a row.
+    fn csv(&self) -> [String; 3] {
+        [self.mean, self.min, self.max].map(|x| format!("{x:.6}"))
+    }
 }
+
+/// Headers of [`Spread::csv`]'s columns.
+const MAKESPAN_COLUMNS: [&str; 3] = ["makespan_mean_s", "makespan_min_s", "makespan_max_s"];
 
 /// (i) Instances and busy time per core, by node type.
 #[derive(Clone, Debug, Serialize)]
@@ -800,66 +808,40 @@ impl PcddbPaperReport {
             dir,
             "run_time.csv",
             &[
-                "hours",
-                "instances",
-                "balancer",
-                "makespan_mean_s",
-                "makespan_min_s",
-                "makespan_max_s",
-                "launch_node_messages",
-                "messages",
-            ],
+                &["hours", "instances", "balancer"][..],
+                &MAKESPAN_COLUMNS,
+                &["launch_node_messages", "messages"],
+            ]
+            .concat(),
             self.run_time.iter().map(|r| {
-                vec![
+                let mut row = vec![
                     r.hours.to_string(),
                     r.instances.to_string(),
                     r.balancer.clone(),
-                    f(r.makespan_s.mean),
-                    f(r.makespan_s.min),
-                    f(r.makespan_s.max),
-                    f(r.launch_node_messages),
-                    f(r.messages),
-                ]
+                ];
+                row.extend(r.makespan_s.csv());
+                row.extend([f(r.launch_node_messages), f(r.messages)]);
+                row
             }),
         )?);
         written.push(csv_file(
             dir,
             "message_cost.csv",
-            &[
-                "cost_ms",
-                "balancer",
-                "makespan_mean_s",
-                "makespan_min_s",
-                "makespan_max_s",
-            ],
+            &[&["cost_ms", "balancer"][..], &MAKESPAN_COLUMNS].concat(),
             self.message_cost.iter().map(|r| {
-                vec![
-                    f(r.cost_ms),
-                    r.balancer.clone(),
-                    f(r.makespan_s.mean),
-                    f(r.makespan_s.min),
-                    f(r.makespan_s.max),
-                ]
+                let mut row = vec![f(r.cost_ms), r.balancer.clone()];
+                row.extend(r.makespan_s.csv());
+                row
             }),
         )?);
         written.push(csv_file(
             dir,
             "time_share.csv",
-            &[
-                "hours",
-                "balancer",
-                "makespan_mean_s",
-                "makespan_min_s",
-                "makespan_max_s",
-            ],
+            &[&["hours", "balancer"][..], &MAKESPAN_COLUMNS].concat(),
             self.time_share.iter().map(|r| {
-                vec![
-                    r.hours.to_string(),
-                    r.balancer.clone(),
-                    f(r.makespan_s.mean),
-                    f(r.makespan_s.min),
-                    f(r.makespan_s.max),
-                ]
+                let mut row = vec![r.hours.to_string(), r.balancer.clone()];
+                row.extend(r.makespan_s.csv());
+                row
             }),
         )?);
         written.push(csv_file(
