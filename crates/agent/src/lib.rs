@@ -185,6 +185,7 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
     stream_workers::spawn(
         connection_rx.clone(),
         interceptor.clone(),
+        opts.token.clone(),
         opts.name.clone(),
         opts.resources.cores,
         opts.work_dir.clone(),

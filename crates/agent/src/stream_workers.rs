@@ -75,9 +75,14 @@ fn counters(r: hetsched_stream::WorkerReport) -> pb::WorkerCounters {
     }
 }
 
-/// The worker configuration the server sent, as the worker reads it (the agent adds its work
-/// directory and listen address in [`start`]).
-fn worker_config(spec: &pb::WorkerSpec) -> hetsched_stream::WorkerConfig {
+/// The worker configuration the server sent for topology `topology`, as the worker reads it,
+/// with the topology's worker key derived from the agent token `secret` (the agent adds its
+/// work directory and listen address in [`start`]).
+fn worker_config(
+    spec: &pb::WorkerSpec,
+    topology: &str,
+    secret: &str,
+) -> hetsched_stream::WorkerConfig {
     hetsched_stream::WorkerConfig {
         topology_origin: spec.topology_origin.clone(),
         topology_text: spec.topology_text.clone(),
@@ -88,6 +93,7 @@ fn worker_config(spec: &pb::WorkerSpec) -> hetsched_stream::WorkerConfig {
         listen: String::new(),
         started_ns: spec.started_ns,
         await_state: spec.await_state.clone(),
+        key: hetsched_stream::auth::topology_key(secret, topology, spec.started_ns),
     }
 }
 
@@ -112,10 +118,11 @@ const SYNC_INTERVAL: Duration = Duration::from_millis(500);
 /// the node seen meanwhile): the longest it holds any.
 const IDLE_HOLD: Duration = pb::MAX_HOLD;
 
-/// Starts the sync loop in the background.
+/// Starts the sync loop in the background; `secret` (the agent token) keys the workers' handshake.
 pub fn spawn(
     mut connection: crate::Connection,
     interceptor: pb::TokenInterceptor,
+    secret: String,
     node: String,
     cores: u32,
     work_dir: PathBuf,
@@ -261,7 +268,7 @@ pub fn spawn(
                         warn!(topology = %k.0, worker = k.2, "the server sent no worker configuration");
                         continue;
                     };
-                    match start(&exe, &work_dir, &k, &worker_config(spec)) {
+                    match start(&exe, &work_dir, &k, &worker_config(spec, &k.0, &secret)) {
                         Ok(w) => {
                             info!(topology = %k.0, generation = k.1, worker = k.2, "started stream worker");
                             workers.insert(k.clone(), w);
@@ -317,7 +324,22 @@ fn start(
     config["work_dir"] = serde_json::Value::from(dir.to_string_lossy().into_owned());
     config["listen"] = serde_json::Value::from("0.0.0.0:0");
     let path = dir.join("config.json");
-    std::fs::write(&path, config.to_string()).map_err(|e| format!("{}: {e}", path.display()))?;
+    // It holds the worker key: private to the agent's user, as the work directory is.
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let write = || -> std::io::Result<()> {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&path)?;
+            f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+            f.write_all(config.to_string().as_bytes())
+        };
+        write().map_err(|e| format!("{}: {e}", path.display()))?;
+    }
     let stderr = std::fs::File::create(dir.join("worker.err")).map_err(|e| e.to_string())?;
     let mut child = Command::new(exe)
         .arg("stream-worker")

@@ -67,6 +67,7 @@ fn run(two: bool) {
         listen: "127.0.0.1:0".into(),
         started_ns: 0,
         await_state: Vec::new(),
+        key: hetsched_stream::auth::topology_key("bench", "wc", 0),
     };
     let a = Worker::start(cfg(0)).expect("starts");
     let b = two.then(|| Worker::start(cfg(1)).expect("starts"));

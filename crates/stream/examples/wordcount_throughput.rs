@@ -108,6 +108,7 @@ fn run(label: &str, secs: u64, splits: u32, counts: u32, two: bool, rate: Option
         listen: "127.0.0.1:0".into(),
         started_ns: 0,
         await_state: Vec::new(),
+        key: hetsched_stream::auth::topology_key("example", "wc", 0),
     };
     let mut workers = vec![Worker::start(cfg(0)).expect("worker 0 starts")];
     if two {

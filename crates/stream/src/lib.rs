@@ -10,10 +10,12 @@
 //!
 //! - [`worker`]: a worker, its executors, routing and the XOR acker (at-least-once);
 //! - [`net`]: TCP between workers;
+//! - [`auth`]: the worker key every connection between workers proves first;
 //! - [`tuple`]: tuples and frames;
 //! - [`metrics`]: counters, latency histogram, the report;
 //! - [`process`]: the worker as a process driven over stdin/stdout.
 
+pub mod auth;
 pub mod components;
 pub mod metrics;
 pub mod multilang;

@@ -7,8 +7,15 @@
 //! The sender thread coalesces whatever batches are waiting into one write. A broken connection
 //! loses the frame being written (counted as `dropped`; reliable spouts replay those trees) and is
 //! re-established, to the peer's current address.
+//!
+//! Every connection opens with the handshake of [`crate::auth`]: the listener reads nothing but a
+//! `Hello` proving the topology's worker key (at most [`MAX_HANDSHAKE_FRAME`] bytes, within
+//! [`HANDSHAKE_TIMEOUT`]), and the connecting worker sends nothing before the listener proved the
+//! key back. At most [`MAX_HANDSHAKING`] accepted connections may be in their handshake at once;
+//! more are closed at once, so unauthenticated connections cannot pile up threads.
 
-use crate::tuple::{AckMsg, Frame, Tuple};
+use crate::auth;
+use crate::tuple::{AckMsg, Frame, MAX_HANDSHAKE_FRAME, Tuple};
 use crate::worker::Shared;
 use crossbeam_channel::{Receiver, Sender, bounded, select, unbounded};
 use std::io::{self, Read, Write};
@@ -19,6 +26,12 @@ use std::time::Duration;
 
 /// Batches queued per peer before emitters block.
 pub const PEER_QUEUE: usize = 64;
+/// How long either side of a connection waits for the other's handshake frame.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Accepted connections that may be in their handshake at once.
+pub const MAX_HANDSHAKING: usize = 64;
+/// Pause before connecting again to a peer that failed the handshake.
+const REFUSED_PAUSE: Duration = Duration::from_secs(1);
 
 /// The sending ends towards one peer worker.
 #[derive(Clone, Debug)]
@@ -82,18 +95,88 @@ fn connect(shared: &Shared, peer: u32, generation: u64) -> Result<TcpStream, NoC
             match TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
                 Ok(mut s) => {
                     let _ = s.set_nodelay(true);
-                    let mut scratch = Vec::new();
-                    if Frame::Hello(shared.routes().worker)
-                        .write(&mut s, &mut scratch)
-                        .is_ok()
-                    {
-                        return Ok(s);
+                    match prove(shared, &mut s) {
+                        Ok(()) => return Ok(s),
+                        Err(e) => {
+                            tracing::warn!("worker {peer} at {addr}: {e}");
+                            std::thread::sleep(REFUSED_PAUSE);
+                        }
                     }
                 }
                 Err(e) => tracing::debug!("connecting to worker {peer} at {addr}: {e}"),
             }
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The connecting side of the handshake: answers the listener's challenge with this worker's
+/// proof and checks the listener's.
+fn prove(shared: &Shared, s: &mut TcpStream) -> io::Result<()> {
+    s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    let mut scratch = Vec::new();
+    let listener = match Frame::read_at_most(s, &mut scratch, MAX_HANDSHAKE_FRAME)? {
+        Some(Frame::Challenge(n)) => n,
+        _ => return Err(io::Error::other("it sent no challenge: not a worker of this topology")),
+    };
+    let nonce = auth::nonce()?;
+    let worker = shared.routes().worker;
+    let proof = shared.handshake.hello(&listener, &nonce, worker);
+    Frame::Hello {
+        worker,
+        nonce,
+        proof,
+    }
+    .write(s, &mut scratch)?;
+    match Frame::read_at_most(s, &mut scratch, MAX_HANDSHAKE_FRAME)? {
+        Some(Frame::Welcome(p)) if shared.handshake.check_welcome(&listener, &nonce, worker, &p) => {
+            s.set_read_timeout(None)?;
+            Ok(())
+        }
+        _ => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "it did not prove the topology's worker key; nothing sent",
+        )),
+    }
+}
+
+/// The listening side of the handshake: challenges the connection and answers a valid proof
+/// with its own. Whether the connection proved the key.
+fn admit(shared: &Shared, s: &mut TcpStream) -> bool {
+    let from = s
+        .peer_addr()
+        .map_or_else(|_| "an unknown address".to_string(), |a| a.to_string());
+    let outcome = (|| -> io::Result<bool> {
+        s.set_nonblocking(false)?;
+        s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+        let listener = auth::nonce()?;
+        let mut scratch = Vec::new();
+        Frame::Challenge(listener).write(s, &mut scratch)?;
+        match Frame::read_at_most(s, &mut scratch, MAX_HANDSHAKE_FRAME)? {
+            Some(Frame::Hello {
+                worker,
+                nonce,
+                proof,
+            }) if shared.handshake.check_hello(&listener, &nonce, worker, &proof) => {
+                Frame::Welcome(shared.handshake.welcome(&listener, &nonce, worker))
+                    .write(s, &mut scratch)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    })();
+    match outcome {
+        Ok(true) => true,
+        Ok(false) => {
+            tracing::warn!(
+                "refused a connection from {from}: it did not prove the topology's worker key"
+            );
+            false
+        }
+        Err(e) => {
+            tracing::warn!("refused a connection from {from}: handshake failed ({e})");
+            false
+        }
     }
 }
 
@@ -220,11 +303,21 @@ pub fn spawn_listener(shared: Arc<Shared>, listener: TcpListener) {
         .spawn(move || {
             while !shared.stopping() {
                 match listener.accept() {
-                    Ok((s, _)) => {
-                        let shared = shared.clone();
-                        let _ = std::thread::Builder::new()
+                    Ok((s, from)) => {
+                        if shared.handshaking.fetch_add(1, Ordering::AcqRel) >= MAX_HANDSHAKING {
+                            shared.handshaking.fetch_sub(1, Ordering::AcqRel);
+                            tracing::warn!(
+                                "closed a connection from {from}: {MAX_HANDSHAKING} others are in their handshake"
+                            );
+                            continue;
+                        }
+                        let receiver = shared.clone();
+                        let spawned = std::thread::Builder::new()
                             .name("receiver".into())
-                            .spawn(move || receive(&shared, s));
+                            .spawn(move || receive(&receiver, s));
+                        if spawned.is_err() {
+                            shared.handshaking.fetch_sub(1, Ordering::AcqRel);
+                        }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         std::thread::sleep(Duration::from_millis(20));
@@ -240,8 +333,14 @@ pub fn spawn_listener(shared: Arc<Shared>, listener: TcpListener) {
         .ok();
 }
 
-fn receive(shared: &Arc<Shared>, s: TcpStream) {
-    let _ = s.set_nonblocking(false);
+/// Serves one accepted connection (counted in `handshaking` by the listener): the handshake,
+/// then frames until it ends.
+fn receive(shared: &Arc<Shared>, mut s: TcpStream) {
+    let admitted = admit(shared, &mut s);
+    shared.handshaking.fetch_sub(1, Ordering::AcqRel);
+    if !admitted {
+        return;
+    }
     let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
     let _ = s.set_nodelay(true);
     let mut r = io::BufReader::with_capacity(
@@ -254,7 +353,10 @@ fn receive(shared: &Arc<Shared>, s: TcpStream) {
     let mut scratch = Vec::new();
     loop {
         match Frame::read(&mut r, &mut scratch) {
-            Ok(Some(Frame::Hello(_))) => {}
+            Ok(Some(Frame::Challenge(_) | Frame::Hello { .. } | Frame::Welcome(_))) => {
+                tracing::debug!("a peer sent a handshake frame after its handshake");
+                return;
+            }
             Ok(Some(Frame::Tuples(ts))) => {
                 shared
                     .remote_in

@@ -111,8 +111,19 @@ impl AckMsg {
 /// A frame between workers.
 #[derive(Debug, PartialEq)]
 pub enum Frame {
-    /// The first frame on a connection: the sending worker's index.
-    Hello(u32),
+    /// The listener's first frame on a connection: its nonce ([`crate::auth`]).
+    Challenge(crate::auth::Nonce),
+    /// The connecting worker's answer: its index, its nonce and its proof of the worker key.
+    Hello {
+        /// The sending worker's index.
+        worker: u32,
+        /// Its nonce.
+        nonce: crate::auth::Nonce,
+        /// `HMAC(key, "hello" ‖ listener's nonce ‖ nonce ‖ worker)`.
+        proof: crate::auth::Proof,
+    },
+    /// The listener's proof of the worker key, after which the connecting worker sends.
+    Welcome(crate::auth::Proof),
     /// A batch of tuples.
     Tuples(Vec<Tuple>),
     /// A batch of acks and fails.
@@ -135,6 +146,12 @@ const KIND_HELLO: u8 = 0;
 const KIND_TUPLES: u8 = 1;
 const KIND_ACKS: u8 = 2;
 const KIND_STATE: u8 = 3;
+const KIND_CHALLENGE: u8 = 4;
+const KIND_WELCOME: u8 = 5;
+
+/// Largest handshake frame accepted (a `Hello`), so a connection that has not proved the key
+/// cannot make a worker allocate [`MAX_FRAME`].
+pub const MAX_HANDSHAKE_FRAME: usize = 128;
 
 fn put_u32(b: &mut Vec<u8>, v: u32) {
     b.extend_from_slice(&v.to_be_bytes());
@@ -149,9 +166,23 @@ impl Frame {
         let start = out.len();
         out.extend_from_slice(&[0; 4]);
         match self {
-            Frame::Hello(w) => {
+            Frame::Challenge(n) => {
+                out.push(KIND_CHALLENGE);
+                out.extend_from_slice(n);
+            }
+            Frame::Hello {
+                worker,
+                nonce,
+                proof,
+            } => {
                 out.push(KIND_HELLO);
-                put_u32(out, *w);
+                put_u32(out, *worker);
+                out.extend_from_slice(nonce);
+                out.extend_from_slice(proof);
+            }
+            Frame::Welcome(p) => {
+                out.push(KIND_WELCOME);
+                out.extend_from_slice(p);
             }
             Frame::Tuples(ts) => {
                 out.push(KIND_TUPLES);
@@ -204,6 +235,15 @@ impl Frame {
 
     /// Reads one frame; `Ok(None)` at a clean end of stream.
     pub fn read(r: &mut impl Read, buf: &mut Vec<u8>) -> io::Result<Option<Frame>> {
+        Self::read_at_most(r, buf, MAX_FRAME)
+    }
+
+    /// Reads one frame of at most `max` bytes; `Ok(None)` at a clean end of stream.
+    pub fn read_at_most(
+        r: &mut impl Read,
+        buf: &mut Vec<u8>,
+        max: usize,
+    ) -> io::Result<Option<Frame>> {
         let mut len = [0u8; 4];
         match r.read_exact(&mut len) {
             Ok(()) => {}
@@ -211,7 +251,7 @@ impl Frame {
             Err(e) => return Err(e),
         }
         let len = u32::from_be_bytes(len) as usize;
-        if len == 0 || len > MAX_FRAME {
+        if len == 0 || len > max {
             return Err(bad(format!("frame of {len} bytes")));
         }
         buf.resize(len, 0);
@@ -223,7 +263,13 @@ impl Frame {
     pub fn decode(body: &[u8]) -> io::Result<Frame> {
         let mut c = Cursor { b: body, at: 0 };
         match c.u8()? {
-            KIND_HELLO => Ok(Frame::Hello(c.u32()?)),
+            KIND_CHALLENGE => Ok(Frame::Challenge(c.array()?)),
+            KIND_HELLO => Ok(Frame::Hello {
+                worker: c.u32()?,
+                nonce: c.array()?,
+                proof: c.array()?,
+            }),
+            KIND_WELCOME => Ok(Frame::Welcome(c.array()?)),
             KIND_TUPLES => {
                 let n = c.u32()? as usize;
                 let mut ts = Vec::with_capacity(n.min(1 << 16));
@@ -317,6 +363,11 @@ impl<'a> Cursor<'a> {
     fn u8(&mut self) -> io::Result<u8> {
         Ok(self.take(1)?[0])
     }
+    fn array<const N: usize>(&mut self) -> io::Result<[u8; N]> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
     fn u32(&mut self) -> io::Result<u32> {
         let mut a = [0u8; 4];
         a.copy_from_slice(self.take(4)?);
@@ -374,6 +425,39 @@ mod tests {
         ));
         let mut short = &buf[..10];
         assert!(Frame::read(&mut short, &mut scratch).is_err());
+    }
+
+    #[test]
+    fn handshake_frames_round_trip_and_a_large_frame_is_refused_before_the_handshake() {
+        let mut buf = Vec::new();
+        let frames = [
+            Frame::Challenge([3; 32]),
+            Frame::Hello {
+                worker: 5,
+                nonce: [4; 32],
+                proof: [6; 32],
+            },
+            Frame::Welcome([7; 32]),
+        ];
+        for f in &frames {
+            f.encode(&mut buf);
+        }
+        let mut r = &buf[..];
+        let mut scratch = Vec::new();
+        for f in frames {
+            let got = Frame::read_at_most(&mut r, &mut scratch, MAX_HANDSHAKE_FRAME);
+            assert_eq!(got.ok().flatten(), Some(f));
+        }
+        let mut buf = Vec::new();
+        Frame::State {
+            executor: 1,
+            bytes: vec![0; 4096],
+        }
+        .encode(&mut buf);
+        let err = Frame::read_at_most(&mut &buf[..], &mut scratch, MAX_HANDSHAKE_FRAME)
+            .expect_err("too large for a handshake");
+        assert!(err.to_string().contains("frame of 4105 bytes"), "{err}");
+        assert!(scratch.len() < 4096, "nothing of it was read");
     }
 
     #[test]

@@ -70,7 +70,7 @@ const PARK: Duration = Duration::from_millis(300);
 const PARK_LIMIT: Duration = Duration::from_secs(30);
 
 /// Everything a worker needs to start.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 pub struct WorkerConfig {
     /// Where the topology text came from (for error messages).
     pub topology_origin: String,
@@ -95,6 +95,27 @@ pub struct WorkerConfig {
     /// over: they wait for it (at most [`STATE_WAIT`]) before they start.
     #[serde(default)]
     pub await_state: Vec<u32>,
+    /// The topology's worker key ([`crate::auth`]): other workers' connections must prove it
+    /// before anything they send is read. At least [`crate::auth::MIN_KEY_LEN`] bytes; an agent
+    /// derives it with [`crate::auth::topology_key`].
+    #[serde(default)]
+    pub key: String,
+}
+
+impl std::fmt::Debug for WorkerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerConfig")
+            .field("topology_origin", &self.topology_origin)
+            .field("worker", &self.worker)
+            .field("assignment", &self.assignment)
+            .field("base_dir", &self.base_dir)
+            .field("work_dir", &self.work_dir)
+            .field("listen", &self.listen)
+            .field("started_ns", &self.started_ns)
+            .field("await_state", &self.await_state)
+            .field("key", &"<hidden>")
+            .finish_non_exhaustive()
+    }
 }
 
 /// A worker that cannot start.
@@ -127,6 +148,15 @@ pub enum WorkerError {
         addr: String,
         /// Why.
         source: std::io::Error,
+    },
+    /// The worker key is missing or too short.
+    #[error(
+        "the worker key has {got} bytes; at least {} are needed (an agent derives it from the agent token)",
+        crate::auth::MIN_KEY_LEN
+    )]
+    Key {
+        /// Bytes given.
+        got: usize,
     },
 }
 
@@ -187,6 +217,10 @@ pub struct Shared {
     pub base_dir: PathBuf,
     /// The worker's own directory.
     pub work_dir: PathBuf,
+    /// Proves and checks the worker key on every connection between workers.
+    pub handshake: crate::auth::Handshake,
+    /// Connections accepted that have not finished their handshake.
+    pub handshaking: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
@@ -859,6 +893,11 @@ impl Shared {
 impl Worker {
     /// Starts the worker: parses the topology, binds the listener, starts every local executor.
     pub fn start(config: WorkerConfig) -> Result<Worker, WorkerError> {
+        if config.key.len() < crate::auth::MIN_KEY_LEN {
+            return Err(WorkerError::Key {
+                got: config.key.len(),
+            });
+        }
         let topo = parse_runnable_topology(&config.topology_origin, &config.topology_text)?;
         let n = topo.topology.executor_count();
         if config.assignment.len() != n {
@@ -910,6 +949,8 @@ impl Worker {
             latency: Mutex::new(Histogram::default()),
             base_dir: config.base_dir.clone(),
             work_dir: config.work_dir.clone(),
+            handshake: crate::auth::Handshake::new(&config.key),
+            handshaking: std::sync::atomic::AtomicUsize::new(0),
             topo,
         });
         // Build every component before starting any thread, so a bad one stops the worker

@@ -97,6 +97,7 @@ fn config(dir: &Path, text: &str, worker: u32, assignment: Vec<u32>) -> WorkerCo
         listen: "127.0.0.1:0".into(),
         started_ns: 0,
         await_state: Vec::new(),
+        key: hetsched_stream::auth::topology_key("test", "wc", 0),
     }
 }
 
@@ -415,4 +416,160 @@ fn a_placement_that_renumbers_the_workers_hands_every_state_to_the_right_worker(
     c.stop();
     b.stop();
     assert_eq!(read_counts(&dir), expected(false));
+}
+
+/// Opens a connection to `w` and reads its challenge.
+fn challenged(w: &Worker) -> (std::net::TcpStream, hetsched_stream::auth::Nonce) {
+    use hetsched_stream::tuple::{Frame, MAX_HANDSHAKE_FRAME};
+    let mut s = std::net::TcpStream::connect(w.local_addr()).expect("connects");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut scratch = Vec::new();
+    match Frame::read_at_most(&mut s, &mut scratch, MAX_HANDSHAKE_FRAME) {
+        Ok(Some(Frame::Challenge(n))) => (s, n),
+        other => panic!("expected a challenge, got {other:?}"),
+    }
+}
+
+/// Whether the worker closed `s` without another frame.
+fn closed(s: &mut std::net::TcpStream) -> bool {
+    use hetsched_stream::tuple::{Frame, MAX_HANDSHAKE_FRAME};
+    matches!(
+        Frame::read_at_most(s, &mut Vec::new(), MAX_HANDSHAKE_FRAME),
+        Ok(None) | Err(_)
+    )
+}
+
+#[test]
+fn only_a_connection_that_proves_the_worker_key_delivers_tuples() {
+    use hetsched_stream::auth::{Handshake, topology_key};
+    use hetsched_stream::tuple::{Frame, MAX_HANDSHAKE_FRAME, Tuple, Value};
+    let dir = scratch("forged");
+    let text = wordcount("builtin = \"split\"");
+    let cfg = config(&dir, &text, 0, vec![0; 8]);
+    let key = cfg.key.clone();
+    let w = Worker::start(cfg).expect("starts");
+    // One word straight into count executor 5, as if from split executor 2.
+    let word = |text: &str| {
+        Frame::Tuples(vec![Tuple {
+            src: 2,
+            dst: 5,
+            root: 0,
+            edge: 0,
+            emitted_ns: 0,
+            values: vec![Value::Str(text.into())],
+        }])
+    };
+    let mut scratch = Vec::new();
+    // Tuples without a handshake.
+    let (mut s, _) = challenged(&w);
+    word("INJECTED").write(&mut s, &mut scratch).expect("writes");
+    assert!(closed(&mut s), "no welcome to a connection that skipped the handshake");
+    // A hello proved with another key (another cluster's token).
+    let (mut s, nl) = challenged(&w);
+    let nc = [1u8; 32];
+    let other = Handshake::new(&topology_key("another token", "wc", 0));
+    Frame::Hello {
+        worker: 1,
+        nonce: nc,
+        proof: other.hello(&nl, &nc, 1),
+    }
+    .write(&mut s, &mut scratch)
+    .expect("writes");
+    word("INJECTED").write(&mut s, &mut scratch).expect("writes");
+    assert!(closed(&mut s), "no welcome to another key's proof");
+    // A replayed proof: the right key's hello for an earlier challenge.
+    let right = Handshake::new(&key);
+    let (mut s, nl2) = challenged(&w);
+    Frame::Hello {
+        worker: 1,
+        nonce: nc,
+        proof: right.hello(&nl, &nc, 1),
+    }
+    .write(&mut s, &mut scratch)
+    .expect("writes");
+    assert_ne!(nl, nl2, "every challenge is fresh");
+    assert!(closed(&mut s), "no welcome to a replayed proof");
+    // The key itself: welcomed with the worker's own proof, and the word is counted.
+    let (mut s, nl) = challenged(&w);
+    Frame::Hello {
+        worker: 1,
+        nonce: nc,
+        proof: right.hello(&nl, &nc, 1),
+    }
+    .write(&mut s, &mut scratch)
+    .expect("writes");
+    match Frame::read_at_most(&mut s, &mut scratch, MAX_HANDSHAKE_FRAME) {
+        Ok(Some(Frame::Welcome(p))) => assert!(right.check_welcome(&nl, &nc, 1, &p)),
+        other => panic!("expected a welcome, got {other:?}"),
+    }
+    word("ADMITTED").write(&mut s, &mut scratch).expect("writes");
+    let start = Instant::now();
+    while w.report().remote_in < 1 {
+        assert!(start.elapsed() < Duration::from_secs(10), "never delivered");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    wait_done(&[&w]);
+    let r = w.report();
+    w.stop();
+    assert_eq!(r.remote_in, 1, "only the proved connection's tuple arrived");
+    let counts = read_counts(&dir);
+    assert_eq!(counts.get("ADMITTED"), Some(&1));
+    assert!(!counts.contains_key("INJECTED"), "{counts:?}");
+    // Everything else is the corpus, exactly.
+    let mut rest = counts;
+    rest.remove("ADMITTED");
+    assert_eq!(rest, expected(false));
+}
+
+#[test]
+fn workers_with_different_keys_exchange_nothing() {
+    let dir = scratch("two-keys");
+    let text = wordcount("builtin = \"split\"");
+    let assignment: Vec<u32> = (0..8).map(|e| e % 2).collect();
+    let a = Worker::start(config(&dir, &text, 0, assignment.clone())).expect("starts");
+    let mut cb = config(&dir, &text, 1, assignment);
+    cb.key = hetsched_stream::auth::topology_key("test", "wc", 1);
+    let b = Worker::start(cb).expect("starts");
+    a.set_peers(HashMap::from([(1, b.local_addr())]));
+    b.set_peers(HashMap::from([(0, a.local_addr())]));
+    std::thread::sleep(Duration::from_secs(2));
+    let (ra, rb) = (a.report(), b.report());
+    a.stop();
+    b.stop();
+    assert_eq!((ra.remote_out, ra.remote_in), (0, 0), "{ra:?}");
+    assert_eq!((rb.remote_out, rb.remote_in), (0, 0), "{rb:?}");
+}
+
+#[test]
+fn a_worker_without_a_key_does_not_start_and_idle_handshakes_are_bounded() {
+    let dir = scratch("no-key");
+    let text = wordcount("builtin = \"split\"");
+    let mut c = config(&dir, &text, 0, vec![0; 8]);
+    c.key = "short".into();
+    let err = Worker::start(c).err().expect("refused");
+    assert!(err.to_string().contains("worker key has 5 bytes"), "{err}");
+    let w = Worker::start(config(&dir, &text, 0, vec![0; 8])).expect("starts");
+    let idle: Vec<_> = (0..hetsched_stream::net::MAX_HANDSHAKING)
+        .map(|_| challenged(&w).0)
+        .collect();
+    let mut one_more = std::net::TcpStream::connect(w.local_addr()).expect("connects");
+    one_more
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    assert!(closed(&mut one_more), "closed before any challenge");
+    drop(idle);
+    // Their receivers see the ends and leave: a connection is challenged again.
+    let start = Instant::now();
+    loop {
+        let mut s = std::net::TcpStream::connect(w.local_addr()).expect("connects");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        if !closed(&mut s) {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "never challenged again");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    w.stop();
 }

@@ -339,6 +339,32 @@ fn word_count_is_exact_under_one_phase_and_even_and_one_phase_sends_less_between
         m.contains("hetsched_topology_nodes_used{topology=\"wc-even\"} 3"),
         "{m}"
     );
+    // Each agent derived the same worker key per topology, a different one per topology, and
+    // keeps it in a file only its user reads.
+    let mut keys: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for node in ["n1", "n2", "n3"] {
+        let stream = c.dir.join(format!("agent-{node}")).join("stream");
+        for entry in std::fs::read_dir(&stream).into_iter().flatten().flatten() {
+            let path = entry.path().join("config.json");
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{}", path.display());
+            let cfg: Value = serde_json::from_str(&text).expect("json");
+            let key = cfg["key"].as_str().expect("a key").to_string();
+            assert_eq!(key.len(), 64, "{}", path.display());
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let topology = if name.starts_with("wc-one") { "wc-one" } else { "wc-even" };
+            keys.entry(topology.into()).or_default().push(key);
+        }
+    }
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    for ks in keys.values() {
+        assert!(ks.iter().all(|k| k == &ks[0]), "{keys:?}");
+    }
+    assert_ne!(keys["wc-one"][0], keys["wc-even"][0]);
     c.ok(&["topology", "kill", "wc-one"]);
     let list = c.ok(&["topology", "list"]);
     assert!(list.contains("killed"), "{list}");

@@ -1258,6 +1258,8 @@ impl Topology {
                     listen: String::new(),
                     started_ns: run.rec.submitted_ns,
                     await_state: run.await_state.get(&idx).cloned().unwrap_or_default(),
+                    // Each agent derives the worker key from the agent token: it never travels.
+                    key: String::new(),
                 };
                 let peers = run
                     .live
