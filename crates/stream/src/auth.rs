@@ -98,7 +98,13 @@ impl Handshake {
     }
 
     /// Whether `proof` is the connecting worker's (compared in constant time).
-    pub fn check_hello(&self, listener: &Nonce, connector: &Nonce, worker: u32, proof: &Proof) -> bool {
+    pub fn check_hello(
+        &self,
+        listener: &Nonce,
+        connector: &Nonce,
+        worker: u32,
+        proof: &Proof,
+    ) -> bool {
         hmac::verify(
             &self.key,
             &Self::message(b"hello", listener, connector, worker),
@@ -143,7 +149,10 @@ mod tests {
         assert!(a.check_hello(&nl, &nc, 3, &p));
         assert!(!b.check_hello(&nl, &nc, 3, &p), "another submission's key");
         assert!(!a.check_hello(&nl, &nc, 4, &p), "another worker index");
-        assert!(!a.check_hello(&[9; NONCE_LEN], &nc, 3, &p), "a replay on a new challenge");
+        assert!(
+            !a.check_hello(&[9; NONCE_LEN], &nc, 3, &p),
+            "a replay on a new challenge"
+        );
         assert!(!a.check_welcome(&nl, &nc, 3, &p), "a hello is no welcome");
         let w = a.welcome(&nl, &nc, 3);
         assert!(a.check_welcome(&nl, &nc, 3, &w));

@@ -117,7 +117,11 @@ fn prove(shared: &Shared, s: &mut TcpStream) -> io::Result<()> {
     let mut scratch = Vec::new();
     let listener = match Frame::read_at_most(s, &mut scratch, MAX_HANDSHAKE_FRAME)? {
         Some(Frame::Challenge(n)) => n,
-        _ => return Err(io::Error::other("it sent no challenge: not a worker of this topology")),
+        _ => {
+            return Err(io::Error::other(
+                "it sent no challenge: not a worker of this topology",
+            ));
+        }
     };
     let nonce = auth::nonce()?;
     let worker = shared.routes().worker;
@@ -129,7 +133,11 @@ fn prove(shared: &Shared, s: &mut TcpStream) -> io::Result<()> {
     }
     .write(s, &mut scratch)?;
     match Frame::read_at_most(s, &mut scratch, MAX_HANDSHAKE_FRAME)? {
-        Some(Frame::Welcome(p)) if shared.handshake.check_welcome(&listener, &nonce, worker, &p) => {
+        Some(Frame::Welcome(p))
+            if shared
+                .handshake
+                .check_welcome(&listener, &nonce, worker, &p) =>
+        {
             s.set_read_timeout(None)?;
             Ok(())
         }
@@ -157,7 +165,10 @@ fn admit(shared: &Shared, s: &mut TcpStream) -> bool {
                 worker,
                 nonce,
                 proof,
-            }) if shared.handshake.check_hello(&listener, &nonce, worker, &proof) => {
+            }) if shared
+                .handshake
+                .check_hello(&listener, &nonce, worker, &proof) =>
+            {
                 Frame::Welcome(shared.handshake.welcome(&listener, &nonce, worker))
                     .write(s, &mut scratch)?;
                 Ok(true)

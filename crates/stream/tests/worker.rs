@@ -463,8 +463,13 @@ fn only_a_connection_that_proves_the_worker_key_delivers_tuples() {
     let mut scratch = Vec::new();
     // Tuples without a handshake.
     let (mut s, _) = challenged(&w);
-    word("INJECTED").write(&mut s, &mut scratch).expect("writes");
-    assert!(closed(&mut s), "no welcome to a connection that skipped the handshake");
+    word("INJECTED")
+        .write(&mut s, &mut scratch)
+        .expect("writes");
+    assert!(
+        closed(&mut s),
+        "no welcome to a connection that skipped the handshake"
+    );
     // A hello proved with another key (another cluster's token).
     let (mut s, nl) = challenged(&w);
     let nc = [1u8; 32];
@@ -476,7 +481,9 @@ fn only_a_connection_that_proves_the_worker_key_delivers_tuples() {
     }
     .write(&mut s, &mut scratch)
     .expect("writes");
-    word("INJECTED").write(&mut s, &mut scratch).expect("writes");
+    word("INJECTED")
+        .write(&mut s, &mut scratch)
+        .expect("writes");
     assert!(closed(&mut s), "no welcome to another key's proof");
     // A replayed proof: the right key's hello for an earlier challenge.
     let right = Handshake::new(&key);
@@ -503,7 +510,9 @@ fn only_a_connection_that_proves_the_worker_key_delivers_tuples() {
         Ok(Some(Frame::Welcome(p))) => assert!(right.check_welcome(&nl, &nc, 1, &p)),
         other => panic!("expected a welcome, got {other:?}"),
     }
-    word("ADMITTED").write(&mut s, &mut scratch).expect("writes");
+    word("ADMITTED")
+        .write(&mut s, &mut scratch)
+        .expect("writes");
     let start = Instant::now();
     while w.report().remote_in < 1 {
         assert!(start.elapsed() < Duration::from_secs(10), "never delivered");
@@ -547,7 +556,9 @@ fn a_worker_without_a_key_does_not_start_and_idle_handshakes_are_bounded() {
     let text = wordcount("builtin = \"split\"");
     let mut c = config(&dir, &text, 0, vec![0; 8]);
     c.key = "short".into();
-    let err = Worker::start(c).err().expect("refused");
+    let Err(err) = Worker::start(c) else {
+        panic!("a short key is refused")
+    };
     assert!(err.to_string().contains("worker key has 5 bytes"), "{err}");
     let w = Worker::start(config(&dir, &text, 0, vec![0; 8])).expect("starts");
     let idle: Vec<_> = (0..hetsched_stream::net::MAX_HANDSHAKING)
@@ -568,7 +579,10 @@ fn a_worker_without_a_key_does_not_start_and_idle_handshakes_are_bounded() {
         if !closed(&mut s) {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(10), "never challenged again");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "never challenged again"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     w.stop();

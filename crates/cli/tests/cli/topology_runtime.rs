@@ -356,7 +356,11 @@ fn word_count_is_exact_under_one_phase_and_even_and_one_phase_sends_less_between
             let key = cfg["key"].as_str().expect("a key").to_string();
             assert_eq!(key.len(), 64, "{}", path.display());
             let name = entry.file_name().to_string_lossy().into_owned();
-            let topology = if name.starts_with("wc-one") { "wc-one" } else { "wc-even" };
+            let topology = if name.starts_with("wc-one") {
+                "wc-one"
+            } else {
+                "wc-even"
+            };
             keys.entry(topology.into()).or_default().push(key);
         }
     }
