@@ -12,7 +12,7 @@
 //! dead_timeout = "10s"         # no heartbeat for this long: the node is dead, its tasks re-queued
 //! max_attempts = 3             # a task lost this many times fails
 //! profile_estimate = "1s"      # compute-time guess for variants without a declared profile
-//! http_listen = "127.0.0.1:7421" # optional: HTTP listener for /metrics and /healthz (no token)
+//! http_listen = "127.0.0.1:7421" # optional: dashboard, /metrics (token), /healthz; HTTPS with [tls]
 //! start_failures = 3           # consecutive start failures of an application on a node …
 //! start_failure_backoff = "60s" # … keep it off that node this long (0 failures = never)
 //! binding = "plain"            # NNode→ANode binding (spec 01): plain, weighted, container
@@ -67,9 +67,10 @@ pub struct ServerConfig {
     pub profile_estimate: Duration,
     /// TLS, if any.
     pub tls: Option<TlsConfig>,
-    /// Address of the optional HTTP listener serving Prometheus `/metrics` and `/healthz`
-    /// (port 0 = any free port; the bound address goes to `DATA_DIR/http-address`). It asks for no
-    /// token: bind it to a trusted interface. None: no HTTP listener.
+    /// Address of the optional HTTP listener serving the dashboard, Prometheus `/metrics` (both
+    /// behind a token) and `/healthz` (port 0 = any free port; the bound address goes to
+    /// `DATA_DIR/http-address`); HTTPS with [`ServerConfig::tls`]'s certificate. None: no HTTP
+    /// listener.
     pub http_listen: Option<SocketAddr>,
     /// Consecutive start failures of one application on one node after which the server stops
     /// placing it there for `start_failure_backoff` (0 = never). See [`crate::backoff`].

@@ -21,7 +21,8 @@
 //! - [`convert`]: the protobuf edge (conversions, [`convert::Wire`]);
 //! - [`service`]: the gRPC services, authentication, health;
 //! - [`logs`]: relays `hetsched log` to the agent that ran the task;
-//! - [`metrics`]: Prometheus metrics and the optional HTTP listener (`/metrics`, `/healthz`).
+//! - [`metrics`]: Prometheus metrics (`/metrics`);
+//! - [`http`]: the optional HTTP listener (dashboard, `/metrics`, `/healthz`; HTTPS with `[tls]`).
 //!
 //! [`start`] runs a server in the current tokio runtime and returns a [`ServerHandle`]; the
 //! `hetsched server` command and `hetsched demo` both use it.
@@ -33,6 +34,7 @@ pub mod dashboard;
 pub mod datadir;
 pub mod divisible_service;
 pub mod durable;
+pub mod http;
 pub mod jobs;
 pub mod limits;
 pub mod logs;
@@ -76,7 +78,7 @@ pub enum ServerError {
     Transport(#[from] tonic::transport::Error),
     /// The HTTP (metrics) listener.
     #[error(transparent)]
-    Http(#[from] metrics::HttpError),
+    Http(#[from] http::HttpError),
     /// The state's lock was poisoned (a panic while it was held).
     #[error("the server state is poisoned")]
     Poisoned,
@@ -194,16 +196,21 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
                 .map_err(|_| ServerError::Poisoned)?
                 .register_topology_metrics(&mut registry);
             let read_token = dashboard::read_token(&dir).map_err(io_err(&dir))?;
-            let board = Arc::new(dashboard::Dashboard::new(
+            let listener = http::bind(at, config.tls.as_ref()).await?;
+            let mut board = dashboard::Dashboard::new(
                 shared.clone(),
                 metrics.clone(),
                 relay.clone(),
                 &creds.client,
                 &read_token,
-            ));
+            );
+            if listener.is_tls() {
+                board = board.secure_cookies();
+            }
+            let board = Arc::new(board);
             Some(
-                metrics::bind(at, registry)
-                    .await?
+                listener
+                    .with_routes(dashboard::guarded(board.clone(), metrics::router(registry)))
                     .with_routes(dashboard::router(board)),
             )
         }
@@ -299,7 +306,8 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     tracing::info!(%addr, policy = %config.policy, "server listening");
     let http = http.map(|h| {
         let (tx, rx) = oneshot::channel::<()>();
-        tracing::info!(addr = %h.addr, "serving the dashboard (/), /metrics and /healthz over HTTP");
+        let scheme = if h.is_tls() { "HTTPS" } else { "HTTP" };
+        tracing::info!(addr = %h.addr, "serving the dashboard (/), /metrics and /healthz over {scheme}");
         let join = tokio::spawn(async move {
             let stop = async {
                 let _ = rx.await;

@@ -1,4 +1,4 @@
-//! Prometheus metrics and the optional HTTP listener that serves them (`/metrics`, `/healthz`).
+//! Prometheus metrics, served at `/metrics` by the HTTP listener ([`crate::http`]).
 //!
 //! Two kinds of metrics, so the heartbeat path stays cheap:
 //! - event counters and histograms ([`Metrics`]) are atomics (histograms: one short uncontended
@@ -9,7 +9,8 @@
 //!   what it needs, and releases it before encoding; nothing is counted twice.
 //!
 //! The output is the OpenMetrics text format of the `prometheus-client` crate, which Prometheus
-//! scrapes natively. `/metrics` asks for no token: bind `http_listen` to a trusted interface.
+//! scrapes natively. `/metrics` takes the dashboard's credentials: Prometheus sends the read-only
+//! token (`authorization: { credentials_file: DATA_DIR/read-token }` in its scrape config).
 
 use crate::convert::Wire;
 use crate::state::State;
@@ -23,7 +24,6 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
-use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -322,61 +322,14 @@ impl Collector for StateCollector {
     }
 }
 
-/// Why the HTTP listener could not start.
-#[derive(Debug, thiserror::Error)]
-#[error("cannot listen on {addr} for HTTP: {source}")]
-pub struct HttpError {
-    /// The address.
-    pub addr: SocketAddr,
-    /// The error.
-    pub source: std::io::Error,
-}
-
-/// The bound HTTP listener and its router, ready to serve.
-pub struct HttpServer {
-    /// The bound address.
-    pub addr: SocketAddr,
-    listener: tokio::net::TcpListener,
-    router: axum::Router,
-}
-
-/// Binds `addr` and builds the router: `GET /metrics` (the registry, encoded per scrape on a
-/// blocking thread, since the collector takes the state's lock) and `GET /healthz` (`ok`).
-pub async fn bind(addr: SocketAddr, registry: Registry) -> Result<HttpServer, HttpError> {
-    use axum::routing::get;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| HttpError { addr, source })?;
-    let bound = listener
-        .local_addr()
-        .map_err(|source| HttpError { addr, source })?;
+/// The `/metrics` route: the registry, encoded per scrape on a blocking thread (the collector
+/// takes the state's lock). Its caller puts it behind the dashboard's credentials.
+pub fn router(registry: Registry) -> axum::Router {
     let registry = Arc::new(registry);
-    let router = axum::Router::new()
-        .route("/metrics", get(move || scrape(registry.clone())))
-        .route("/healthz", get(|| async { "ok" }));
-    Ok(HttpServer {
-        addr: bound,
-        listener,
-        router,
-    })
-}
-
-impl HttpServer {
-    /// Adds `routes` (the dashboard's) to the listener.
-    pub fn with_routes(mut self, routes: axum::Router) -> Self {
-        self.router = self.router.merge(routes);
-        self
-    }
-
-    /// Serves until `shutdown` completes.
-    pub async fn serve(
-        self,
-        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-    ) -> std::io::Result<()> {
-        axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(shutdown)
-            .await
-    }
+    axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || scrape(registry.clone())),
+    )
 }
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

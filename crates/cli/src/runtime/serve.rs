@@ -46,8 +46,9 @@ pub struct ServerArgs {
                 `hetsched nodes` shows [default: 60s, at least --heartbeat-interval]"
     )]
     pub idle_heartbeat_interval: Option<humantime::Duration>,
-    /// Serve Prometheus `/metrics` and `/healthz` over HTTP on this address (no token: use a
-    /// trusted interface; port 0 = any free port, the bound address goes to DATA_DIR/http-address).
+    /// Serve the dashboard, Prometheus `/metrics` (both need a token: DATA_DIR/read-token) and
+    /// `/healthz` over HTTP on this address — HTTPS when the configuration has `[tls]` (port 0 =
+    /// any free port, the bound address goes to DATA_DIR/http-address).
     #[arg(long)]
     pub http_listen: Option<SocketAddr>,
 }
@@ -192,7 +193,18 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
         hetsched_server::agent_token_path(&config.data_dir).display()
     );
     if let Some(h) = handle.http_addr {
-        println!("metrics on http://{h}/metrics");
+        let scheme = if config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        println!(
+            "dashboard on {scheme}://{h}/ and metrics on {scheme}://{h}/metrics (token in {})",
+            config
+                .data_dir
+                .join(hetsched_server::dashboard::READ_TOKEN)
+                .display()
+        );
     }
     shutdown_signal().await;
     handle.stop().await?;

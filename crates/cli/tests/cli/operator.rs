@@ -346,28 +346,11 @@ fn a_node_that_cannot_start_an_application_is_backed_off_and_the_queue_runs_else
     assert!(a["backed_off"][0]["failures"].as_u64() >= Some(3), "{a}");
     let table = text(&c.cli(&["nodes"]).stdout);
     assert!(table.contains("needs-tool (job 1"), "{table}");
-    let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
-    let metrics = http_get(addr.trim(), "/metrics");
+    let (_, _, metrics) = c.http_get("/metrics");
     assert!(
         metrics.contains("hetsched_node_backed_off_applications{node=\"a\"} 1"),
         "{metrics}"
     );
-}
-
-/// A plain HTTP GET (bounded by socket time-outs); the whole response.
-fn http_get(addr: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .expect("send");
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).expect("read");
-    raw
 }
 
 #[test]

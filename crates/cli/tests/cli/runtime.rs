@@ -857,6 +857,53 @@ fn agents_and_clients_speak_tls_when_the_server_has_a_certificate() {
 }
 
 #[test]
+fn the_http_listener_speaks_https_when_the_server_has_a_certificate() {
+    let c = Cluster::start_tls_http("https");
+    let (status, _, body) = c.http_get("/healthz");
+    assert!(status.contains(" 200 "), "{status}");
+    assert_eq!(body, "ok");
+    let (status, headers, body) = c.http_get("/metrics");
+    assert!(status.contains(" 200 "), "{status}");
+    assert!(
+        headers.contains("content-type: application/openmetrics-text"),
+        "{headers}"
+    );
+    assert!(body.contains("hetsched_nodes{state=\"alive\"} 0"), "{body}");
+    let (status, _, _) = c.http_request("GET /metrics HTTP/1.1\r\n", "");
+    assert!(status.contains(" 401 "), "{status}");
+    // The session cookie is marked Secure: a browser never sends it in clear.
+    let token = std::fs::read_to_string(c.data().join("read-token")).expect("read-token");
+    let (status, headers, _) = c.http_request(
+        "POST /login HTTP/1.1\r\nContent-Type: application/x-www-form-urlencoded\r\n",
+        &format!("token={}", token.trim()),
+    );
+    assert!(status.contains(" 303 "), "{status}");
+    let cookie = headers
+        .lines()
+        .find(|l| l.starts_with("set-cookie: hetsched_session="))
+        .unwrap_or_else(|| panic!("a session cookie in {headers}"));
+    assert!(cookie.contains("; secure"), "{cookie}");
+    let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
+    // Plain HTTP to it gets no page.
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr.trim()).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        s,
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    assert!(
+        !String::from_utf8_lossy(&raw).contains("ok"),
+        "{}",
+        String::from_utf8_lossy(&raw)
+    );
+}
+
+#[test]
 fn gpu_tasks_go_to_declared_gpus_with_cuda_visible_devices_set() {
     let mut c = Cluster::start("gpus", false);
     c.start_agent_with_config(
@@ -984,11 +1031,31 @@ fn metrics_over_http_match_a_finished_job() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Metrics name nodes and show load: never to a caller without a token.
+    let (status, headers, body) = c.http_request("GET /metrics HTTP/1.1\r\n", "");
+    assert!(status.contains(" 401 "), "{status}");
+    assert!(headers.contains("www-authenticate: bearer"), "{headers}");
+    assert!(!body.contains("hetsched_"), "{body}");
+    let (status, _, _) = c.http_request(
+        "GET /metrics HTTP/1.1\r\nAuthorization: Bearer not-the-token\r\n",
+        "",
+    );
+    assert!(status.contains(" 401 "), "{status}");
     let (status, headers, body) = c.http_get("/metrics");
     assert!(status.contains(" 200 "), "{status}");
     assert!(
         headers.contains("content-type: application/openmetrics-text"),
         "{headers}"
+    );
+    // Over plain HTTP the session cookie cannot be Secure (the browser would drop it).
+    let token = std::fs::read_to_string(c.data().join("read-token")).expect("read-token");
+    let (_, login, _) = c.http_request(
+        "POST /login HTTP/1.1\r\nContent-Type: application/x-www-form-urlencoded\r\n",
+        &format!("token={}", token.trim()),
+    );
+    assert!(
+        login.contains("set-cookie: hetsched_session=") && !login.contains("secure"),
+        "{login}"
     );
     let m = parse_exposition(&body);
     let get = |k: &str| {

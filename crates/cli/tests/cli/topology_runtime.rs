@@ -151,16 +151,18 @@ impl Cluster {
             .expect("json")
     }
 
-    /// The body of `GET /metrics` on the server's HTTP listener.
+    /// The response to `GET /metrics` on the server's HTTP listener, with the read-only token.
     fn metrics(&self) -> String {
         use std::io::{Read, Write};
         let addr = std::fs::read_to_string(self.data().join("http-address")).expect("http-address");
+        let token = std::fs::read_to_string(self.data().join("read-token")).expect("read-token");
         let mut s = std::net::TcpStream::connect(addr.trim()).expect("connect");
         s.set_read_timeout(Some(Duration::from_secs(10)))
             .expect("timeout");
         write!(
             s,
-            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+            token.trim()
         )
         .expect("send");
         let mut raw = String::new();

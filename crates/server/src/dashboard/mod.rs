@@ -67,6 +67,9 @@ pub struct Dashboard {
     tokens: [String; 2],
     sessions: Mutex<HashMap<String, Instant>>,
     tickets: Mutex<HashMap<String, Instant>>,
+    /// `; Secure` when the listener speaks HTTPS (the browser then never sends the cookie in
+    /// clear), else empty.
+    secure: &'static str,
     tick: Duration,
     /// A read-only store connection (opened on first use): finished jobs' task pages are read
     /// through it without the state's lock.
@@ -207,9 +210,16 @@ impl Dashboard {
             tokens: [pb::bearer(client_token), pb::bearer(read_token)],
             sessions: Mutex::default(),
             tickets: Mutex::default(),
+            secure: "",
             tick: Duration::from_millis(500),
             reader: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Marks its session cookies `Secure`: the listener speaks HTTPS.
+    pub fn secure_cookies(mut self) -> Self {
+        self.secure = "; Secure";
+        self
     }
 
     fn token_ok(&self, presented: &str) -> bool {
@@ -261,8 +271,9 @@ impl Dashboard {
             .unwrap_or_else(|p| p.into_inner())
             .insert(id.clone(), Instant::now() + SESSION);
         let cookie = format!(
-            "{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
-            SESSION.as_secs()
+            "{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
+            SESSION.as_secs(),
+            self.secure
         );
         (
             StatusCode::SEE_OTHER,
@@ -313,6 +324,29 @@ impl Dashboard {
             })).collect::<Vec<_>>(),
         })
     }
+}
+
+/// `routes` behind the dashboard's credentials (a token or a session): a request without them
+/// gets `401` with `WWW-Authenticate: Bearer` and a one-line text body (for programs such as
+/// Prometheus, which are no browsers to show the login page to).
+pub fn guarded(d: Arc<Dashboard>, routes: axum::Router) -> axum::Router {
+    routes.layer(axum::middleware::from_fn(
+        move |req: axum::extract::Request, next: axum::middleware::Next| {
+            let d = d.clone();
+            async move {
+                if d.authed(req.headers()) {
+                    next.run(req).await
+                } else {
+                    (
+                        StatusCode::UNAUTHORIZED,
+                        [(header::WWW_AUTHENTICATE, "Bearer realm=\"hetsched\"")],
+                        "a token is needed: Authorization: Bearer (DATA_DIR/read-token or DATA_DIR/token)\n",
+                    )
+                        .into_response()
+                }
+            }
+        },
+    ))
 }
 
 /// The dashboard's routes, to merge into the HTTP listener's router.
@@ -395,7 +429,10 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
                     (header::LOCATION, "/login".to_string()),
                     (
                         header::SET_COOKIE,
-                        format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
+                        format!(
+                            "{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{}",
+                            d.secure
+                        ),
                     ),
                 ],
             )

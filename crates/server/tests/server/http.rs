@@ -1,6 +1,7 @@
 //! The optional HTTP listener of a server started in-process on loopback: configured from TOML,
-//! bound address in `DATA_DIR/http-address`, `/healthz` and `/metrics` without a token, unknown
-//! paths 404, and the listener closes when the server stops.
+//! bound address in `DATA_DIR/http-address`, `/healthz` without a token, `/metrics` only with
+//! one (the read-only token or the client token), unknown paths 404, and the listener closes
+//! when the server stops.
 
 use hetsched_server::ServerConfig;
 use std::net::SocketAddr;
@@ -8,10 +9,16 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn get(addr: SocketAddr, path: &str) -> String {
+    get_with(addr, path, "").await
+}
+
+/// `GET path` with the extra header lines `headers` (each ending in CRLF).
+async fn get_with(addr: SocketAddr, path: &str, headers: &str) -> String {
     let exchange = async {
         let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
         s.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Connection: close\r\n\r\n")
+                .as_bytes(),
         )
         .await
         .expect("send");
@@ -37,7 +44,7 @@ fn http_listen_is_read_from_the_config_and_off_by_default() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_and_healthz_are_served_without_a_token_and_stop_with_the_server() {
+async fn healthz_is_open_metrics_need_a_token_and_both_stop_with_the_server() {
     let dir = std::env::temp_dir().join(format!("hetsched-http-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let server = hetsched_server::start(ServerConfig {
@@ -56,7 +63,26 @@ async fn metrics_and_healthz_are_served_without_a_token_and_stop_with_the_server
     assert!(health.starts_with("HTTP/1.1 200"), "{health}");
     assert!(health.ends_with("\r\n\r\nok"), "{health}");
 
-    let metrics = get(addr, "/metrics").await;
+    let refused = get(addr, "/metrics").await;
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    assert!(!refused.contains("hetsched_tasks"), "{refused}");
+    let wrong = get_with(addr, "/metrics", "Authorization: Bearer nope\r\n").await;
+    assert!(wrong.starts_with("HTTP/1.1 401"), "{wrong}");
+    let client = std::fs::read_to_string(dir.join("token")).expect("token");
+    let with_client = get_with(
+        addr,
+        "/metrics",
+        &format!("Authorization: Bearer {}\r\n", client.trim()),
+    )
+    .await;
+    assert!(with_client.starts_with("HTTP/1.1 200"), "{with_client}");
+    let read = std::fs::read_to_string(dir.join("read-token")).expect("read-token");
+    let metrics = get_with(
+        addr,
+        "/metrics",
+        &format!("Authorization: Bearer {}\r\n", read.trim()),
+    )
+    .await;
     assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
     for line in [
         "hetsched_tasks{state=\"pending\"} 0",

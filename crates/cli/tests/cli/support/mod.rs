@@ -33,6 +33,24 @@ pub fn tls_file(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// A TLS client connection to `localhost` that trusts the test CA only.
+pub fn https_client() -> rustls::ClientConnection {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(tls_file("ca.pem")).expect("ca.pem") {
+        roots.add(cert.expect("a certificate")).expect("a CA");
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("a name");
+    rustls::ClientConnection::new(std::sync::Arc::new(config), name).expect("a TLS client")
+}
+
 /// The lines of a file the tasks wrote (none while it does not exist yet).
 pub fn lines(path: &std::path::Path) -> Vec<String> {
     std::fs::read_to_string(path)
@@ -91,6 +109,11 @@ impl Cluster {
     /// agents trust the same CA.
     pub fn start_tls(name: &str) -> Cluster {
         Cluster::new(name, false, true, None)
+    }
+
+    /// As [`Cluster::start_tls`], with the HTTP listener on (which then speaks HTTPS).
+    pub fn start_tls_http(name: &str) -> Cluster {
+        Cluster::new(name, true, true, None)
     }
 
     /// As [`Cluster::start`], the server also reading the configuration `config` (TOML text).
@@ -232,25 +255,52 @@ impl Cluster {
         self.agents.insert(name.to_string(), child);
     }
 
-    /// `GET path` on the server's HTTP listener (a cluster started with `http`): (status line,
-    /// lower-cased headers, body). Bounded by socket time-outs.
+    /// `GET path` on the server's HTTP listener (a cluster started with `http`) with the
+    /// read-only token: (status line, lower-cased headers, body). Bounded by socket time-outs.
     pub fn http_get(&self, path: &str) -> (String, String, String) {
+        let token = std::fs::read_to_string(self.data().join("read-token")).expect("read-token");
+        self.http_request(
+            &format!(
+                "GET {path} HTTP/1.1\r\nAuthorization: Bearer {}\r\n",
+                token.trim()
+            ),
+            "",
+        )
+    }
+
+    /// One request on the server's HTTP listener — `head` is the request line and any headers,
+    /// each ending in CRLF; `Host`, `Connection: close` and, with a `body`, its
+    /// `Content-Length` are added — over HTTPS, trusting the test CA, when the cluster has TLS:
+    /// (status line, lower-cased headers, body).
+    pub fn http_request(&self, head: &str, body: &str) -> (String, String, String) {
         use std::io::{Read, Write};
         let addr = std::fs::read_to_string(self.data().join("http-address")).expect("http-address");
-        let mut s =
-            std::net::TcpStream::connect(addr.trim()).expect("connect to the HTTP listener");
+        let addr = addr.trim();
+        let s = std::net::TcpStream::connect(addr).expect("connect to the HTTP listener");
         s.set_read_timeout(Some(Duration::from_secs(10)))
             .expect("timeout");
         s.set_write_timeout(Some(Duration::from_secs(10)))
             .expect("timeout");
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-            addr.trim()
-        )
-        .expect("send request");
-        let mut raw = String::new();
-        s.read_to_string(&mut raw).expect("read response");
+        let length = if body.is_empty() {
+            String::new()
+        } else {
+            format!("Content-Length: {}\r\n", body.len())
+        };
+        let request = format!("{head}Host: {addr}\r\nConnection: close\r\n{length}\r\n{body}");
+        let mut raw = Vec::new();
+        if self.tls {
+            let mut tls = rustls::StreamOwned::new(https_client(), s);
+            tls.write_all(request.as_bytes()).expect("send request");
+            // A peer closing without close_notify ends the body all the same.
+            if let Err(e) = tls.read_to_end(&mut raw) {
+                assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "{e}");
+            }
+        } else {
+            let mut s = s;
+            s.write_all(request.as_bytes()).expect("send request");
+            s.read_to_end(&mut raw).expect("read response");
+        }
+        let raw = String::from_utf8_lossy(&raw).into_owned();
         let (head, body) = raw.split_once("\r\n\r\n").expect("header/body separator");
         let (status, headers) = head.split_once("\r\n").unwrap_or((head, ""));
         (

@@ -1,0 +1,127 @@
+//! The server's optional HTTP listener (`http_listen`): the dashboard at `/` with its JSON API,
+//! Prometheus `/metrics` (both behind the dashboard's credentials) and `/healthz`, which answers
+//! `ok` to anyone so that liveness probes need no secret and learn nothing else.
+//!
+//! When the server has `[tls] cert` and `key`, this listener speaks HTTPS with the same
+//! certificate as gRPC (rustls, TLS 1.2 and 1.3, HTTP/1.1), so the tokens, the session cookie
+//! (then also `Secure`) and everything the dashboard shows never travel in clear.
+
+use crate::config::TlsConfig;
+use axum_server::tls_rustls::RustlsConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long open connections (the dashboard's event streams) get to end once the server stops.
+const DRAIN: Duration = Duration::from_secs(1);
+
+/// Why the HTTP listener could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// The address cannot be bound.
+    #[error("cannot listen on {addr} for HTTP: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The certificate or key cannot be used.
+    #[error("{}: {message}", path.display())]
+    Tls {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+/// The bound HTTP listener and its router, ready to serve.
+pub struct HttpServer {
+    /// The bound address.
+    pub addr: SocketAddr,
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    tls: Option<RustlsConfig>,
+}
+
+/// The rustls configuration of `tls`'s certificate chain and key.
+fn rustls_config(tls: &TlsConfig) -> Result<RustlsConfig, HttpError> {
+    let bad = |path: &PathBuf, message: String| HttpError::Tls {
+        path: path.clone(),
+        message,
+    };
+    let certs = CertificateDer::pem_file_iter(&tls.cert)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| bad(&tls.cert, format!("cannot read the certificate chain: {e}")))?;
+    if certs.is_empty() {
+        return Err(bad(&tls.cert, "no certificate in the file".into()));
+    }
+    let key = PrivateKeyDer::from_pem_file(&tls.key)
+        .map_err(|e| bad(&tls.key, format!("cannot read the private key: {e}")))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(&tls.cert, e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| bad(&tls.key, format!("does not fit the certificate: {e}")))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(RustlsConfig::from_config(Arc::new(config)))
+}
+
+/// Binds `addr` (HTTPS with `tls`'s certificate when given) with `GET /healthz` (`ok`).
+pub async fn bind(addr: SocketAddr, tls: Option<&TlsConfig>) -> Result<HttpServer, HttpError> {
+    let tls = tls.map(rustls_config).transpose()?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| HttpError::Listen { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| HttpError::Listen { addr, source })?;
+    let router = axum::Router::new().route("/healthz", axum::routing::get(|| async { "ok" }));
+    Ok(HttpServer {
+        addr: bound,
+        listener,
+        router,
+        tls,
+    })
+}
+
+impl HttpServer {
+    /// Adds `routes` to the listener.
+    pub fn with_routes(mut self, routes: axum::Router) -> Self {
+        self.router = self.router.merge(routes);
+        self
+    }
+
+    /// Whether it speaks HTTPS.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// Serves until `shutdown` completes.
+    pub async fn serve(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let Some(tls) = self.tls else {
+            return axum::serve(self.listener, self.router)
+                .with_graceful_shutdown(shutdown)
+                .await;
+        };
+        let handle = axum_server::Handle::new();
+        let stopper = handle.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            stopper.graceful_shutdown(Some(DRAIN));
+        });
+        axum_server::from_tcp_rustls(self.listener.into_std()?, tls)?
+            .handle(handle)
+            .serve(self.router.into_make_service())
+            .await
+    }
+}
