@@ -325,21 +325,8 @@ fn start(
     config["listen"] = serde_json::Value::from("0.0.0.0:0");
     let path = dir.join("config.json");
     // It holds the worker key: private to the agent's user, as the work directory is.
-    {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let write = || -> std::io::Result<()> {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&path)?;
-            f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-            f.write_all(config.to_string().as_bytes())
-        };
-        write().map_err(|e| format!("{}: {e}", path.display()))?;
-    }
+    crate::workdir::write_private(&path, config.to_string().as_bytes())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     let stderr = std::fs::File::create(dir.join("worker.err")).map_err(|e| e.to_string())?;
     let mut child = Command::new(exe)
         .arg("stream-worker")

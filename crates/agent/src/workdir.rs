@@ -131,6 +131,19 @@ pub fn identity(dir: &Path) -> std::io::Result<String> {
     }
 }
 
+/// Writes `bytes` to `path`, readable and writable by the agent's user only (mode 0600, also
+/// when the file existed with a wider mode).
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    f.write_all(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

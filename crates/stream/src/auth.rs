@@ -105,12 +105,7 @@ impl Handshake {
         worker: u32,
         proof: &Proof,
     ) -> bool {
-        hmac::verify(
-            &self.key,
-            &Self::message(b"hello", listener, connector, worker),
-            proof,
-        )
-        .is_ok()
+        self.check(b"hello", listener, connector, worker, proof)
     }
 
     /// Whether `proof` is the listener's (compared in constant time).
@@ -121,12 +116,19 @@ impl Handshake {
         worker: u32,
         proof: &Proof,
     ) -> bool {
-        hmac::verify(
-            &self.key,
-            &Self::message(b"welcome", listener, connector, worker),
-            proof,
-        )
-        .is_ok()
+        self.check(b"welcome", listener, connector, worker, proof)
+    }
+
+    fn check(
+        &self,
+        role: &[u8],
+        listener: &Nonce,
+        connector: &Nonce,
+        worker: u32,
+        proof: &Proof,
+    ) -> bool {
+        let message = Self::message(role, listener, connector, worker);
+        hmac::verify(&self.key, &message, proof).is_ok()
     }
 }
 

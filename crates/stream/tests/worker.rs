@@ -440,6 +440,19 @@ fn closed(s: &mut std::net::TcpStream) -> bool {
     )
 }
 
+/// Worker 1's hello to the challenge `nl`, with nonce `nc`, proved under `h`.
+fn hello(
+    h: &hetsched_stream::auth::Handshake,
+    nl: &hetsched_stream::auth::Nonce,
+    nc: &hetsched_stream::auth::Nonce,
+) -> hetsched_stream::tuple::Frame {
+    hetsched_stream::tuple::Frame::Hello {
+        worker: 1,
+        nonce: *nc,
+        proof: h.hello(nl, nc, 1),
+    }
+}
+
 #[test]
 fn only_a_connection_that_proves_the_worker_key_delivers_tuples() {
     use hetsched_stream::auth::{Handshake, topology_key};
@@ -474,13 +487,9 @@ fn only_a_connection_that_proves_the_worker_key_delivers_tuples() {
     let (mut s, nl) = challenged(&w);
     let nc = [1u8; 32];
     let other = Handshake::new(&topology_key("another token", "wc", 0));
-    Frame::Hello {
-        worker: 1,
-        nonce: nc,
-        proof: other.hello(&nl, &nc, 1),
-    }
-    .write(&mut s, &mut scratch)
-    .expect("writes");
+    hello(&other, &nl, &nc)
+        .write(&mut s, &mut scratch)
+        .expect("writes");
     word("INJECTED")
         .write(&mut s, &mut scratch)
         .expect("writes");
@@ -488,24 +497,16 @@ fn only_a_connection_that_proves_the_worker_key_delivers_tuples() {
     // A replayed proof: the right key's hello for an earlier challenge.
     let right = Handshake::new(&key);
     let (mut s, nl2) = challenged(&w);
-    Frame::Hello {
-        worker: 1,
-        nonce: nc,
-        proof: right.hello(&nl, &nc, 1),
-    }
-    .write(&mut s, &mut scratch)
-    .expect("writes");
+    hello(&right, &nl, &nc)
+        .write(&mut s, &mut scratch)
+        .expect("writes");
     assert_ne!(nl, nl2, "every challenge is fresh");
     assert!(closed(&mut s), "no welcome to a replayed proof");
     // The key itself: welcomed with the worker's own proof, and the word is counted.
     let (mut s, nl) = challenged(&w);
-    Frame::Hello {
-        worker: 1,
-        nonce: nc,
-        proof: right.hello(&nl, &nc, 1),
-    }
-    .write(&mut s, &mut scratch)
-    .expect("writes");
+    hello(&right, &nl, &nc)
+        .write(&mut s, &mut scratch)
+        .expect("writes");
     match Frame::read_at_most(&mut s, &mut scratch, MAX_HANDSHAKE_FRAME) {
         Ok(Some(Frame::Welcome(p))) => assert!(right.check_welcome(&nl, &nc, 1, &p)),
         other => panic!("expected a welcome, got {other:?}"),
