@@ -759,6 +759,18 @@ pub async fn router_with(
                 source,
             })
         };
+        {
+            use std::os::unix::fs::MetadataExt;
+            if let Ok(meta) = std::fs::metadata(&tls.key)
+                && meta.mode() & 0o077 != 0
+            {
+                tracing::warn!(
+                    file = %tls.key.display(),
+                    mode = format!("{:o}", meta.mode() & 0o777),
+                    "the TLS private key is readable by other users: `chmod 600` it"
+                );
+            }
+        }
         let identity = tonic::transport::Identity::from_pem(read(&tls.cert)?, read(&tls.key)?);
         builder =
             builder.tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))?;
