@@ -185,7 +185,10 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
     stream_workers::spawn(
         connection_rx.clone(),
         interceptor.clone(),
-        opts.token.clone(),
+        stream_workers::Secrecy {
+            token: opts.token.clone(),
+            encrypt: opts.server.starts_with("https://"),
+        },
         opts.name.clone(),
         opts.resources.cores,
         opts.work_dir.clone(),

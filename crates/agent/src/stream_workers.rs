@@ -75,13 +75,22 @@ fn counters(r: hetsched_stream::WorkerReport) -> pb::WorkerCounters {
     }
 }
 
+/// How this agent's workers guard their connections.
+#[derive(Clone, Debug)]
+pub struct Secrecy {
+    /// The agent token, from which each topology's worker key is derived.
+    pub token: String,
+    /// Whether workers speak TLS to each other: the agent reaches its server over TLS.
+    pub encrypt: bool,
+}
+
 /// The worker configuration the server sent for topology `topology`, as the worker reads it,
-/// with the topology's worker key derived from the agent token `secret` (the agent adds its
-/// work directory and listen address in [`start`]).
+/// with the topology's worker key derived from the agent token and TLS as the agent's own link
+/// (the agent adds its work directory and listen address in [`start`]).
 fn worker_config(
     spec: &pb::WorkerSpec,
     topology: &str,
-    secret: &str,
+    secrecy: &Secrecy,
 ) -> hetsched_stream::WorkerConfig {
     hetsched_stream::WorkerConfig {
         topology_origin: spec.topology_origin.clone(),
@@ -93,7 +102,8 @@ fn worker_config(
         listen: String::new(),
         started_ns: spec.started_ns,
         await_state: spec.await_state.clone(),
-        key: hetsched_stream::auth::topology_key(secret, topology, spec.started_ns),
+        key: hetsched_stream::auth::topology_key(&secrecy.token, topology, spec.started_ns),
+        encrypt: secrecy.encrypt,
     }
 }
 
@@ -118,11 +128,11 @@ const SYNC_INTERVAL: Duration = Duration::from_millis(500);
 /// the node seen meanwhile): the longest it holds any.
 const IDLE_HOLD: Duration = pb::MAX_HOLD;
 
-/// Starts the sync loop in the background; `secret` (the agent token) keys the workers' handshake.
+/// Starts the sync loop in the background; `secrecy` keys and encrypts the workers' connections.
 pub fn spawn(
     mut connection: crate::Connection,
     interceptor: pb::TokenInterceptor,
-    secret: String,
+    secrecy: Secrecy,
     node: String,
     cores: u32,
     work_dir: PathBuf,
@@ -268,7 +278,7 @@ pub fn spawn(
                         warn!(topology = %k.0, worker = k.2, "the server sent no worker configuration");
                         continue;
                     };
-                    match start(&exe, &work_dir, &k, &worker_config(spec, &k.0, &secret)) {
+                    match start(&exe, &work_dir, &k, &worker_config(spec, &k.0, &secrecy)) {
                         Ok(w) => {
                             info!(topology = %k.0, generation = k.1, worker = k.2, "started stream worker");
                             workers.insert(k.clone(), w);

@@ -68,6 +68,7 @@ fn run(two: bool) {
         started_ns: 0,
         await_state: Vec::new(),
         key: hetsched_stream::auth::topology_key("bench", "wc", 0),
+        encrypt: false,
     };
     let a = Worker::start(cfg(0)).expect("starts");
     let b = two.then(|| Worker::start(cfg(1)).expect("starts"));

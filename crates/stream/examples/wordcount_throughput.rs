@@ -13,7 +13,7 @@
 //! Then the same two runs with the spout limited to RATE sentences/s (default 20,000), where the
 //! latency is the path's own rather than queueing in full buffers.
 //! In the two-worker runs the spout and splits run in worker 0 and the counts in worker 1, so
-//! every word crosses TCP.
+//! every word crosses TCP — plain, then TLS 1.3 (as on a cluster that runs TLS).
 
 use hetsched_stream::{Worker, WorkerConfig, WorkerReport};
 use std::collections::HashMap;
@@ -90,7 +90,19 @@ fn totals(reports: &[WorkerReport], count_from: u32) -> (u64, u64) {
     (words, all)
 }
 
-fn run(label: &str, secs: u64, splits: u32, counts: u32, two: bool, rate: Option<u64>) {
+/// Where the words go from the splits to the counts.
+#[derive(Clone, Copy, PartialEq)]
+enum Path {
+    /// In one worker, in memory.
+    Memory,
+    /// To a second worker over plain TCP.
+    Tcp,
+    /// To a second worker over TLS.
+    Tls,
+}
+
+fn run(label: &str, secs: u64, splits: u32, counts: u32, path: Path, rate: Option<u64>) {
+    let two = path != Path::Memory;
     let text = topology(splits, counts, rate);
     let n = (1 + splits + counts) as usize;
     let count_from = 1 + splits;
@@ -109,6 +121,7 @@ fn run(label: &str, secs: u64, splits: u32, counts: u32, two: bool, rate: Option
         started_ns: 0,
         await_state: Vec::new(),
         key: hetsched_stream::auth::topology_key("example", "wc", 0),
+        encrypt: path == Path::Tls,
     };
     let mut workers = vec![Worker::start(cfg(0)).expect("worker 0 starts")];
     if two {
@@ -155,39 +168,31 @@ fn main() {
     let secs = args.first().copied().unwrap_or(6).max(2);
     let splits = args.get(1).copied().unwrap_or(1) as u32;
     let counts = args.get(2).copied().unwrap_or(1) as u32;
-    run(
-        "one worker (in memory), saturated",
-        secs,
-        splits,
-        counts,
-        false,
-        None,
-    );
-    run(
-        "two workers (TCP, loopback), saturated",
-        secs,
-        splits,
-        counts,
-        true,
-        None,
-    );
+    let runs = [
+        ("one worker (in memory)", Path::Memory),
+        ("two workers (TCP, loopback)", Path::Tcp),
+        ("two workers (TLS, loopback)", Path::Tls),
+    ];
+    for (label, path) in runs {
+        run(
+            &format!("{label}, saturated"),
+            secs,
+            splits,
+            counts,
+            path,
+            None,
+        );
+    }
     // Below saturation, latency is the path's own, not queueing in full buffers.
     let rate = args.get(3).copied().unwrap_or(20_000);
-    let label = |w: &str| format!("{w}, spout limited to {rate} sentences/s");
-    run(
-        &label("one worker"),
-        secs,
-        splits,
-        counts,
-        false,
-        Some(rate),
-    );
-    run(
-        &label("two workers (TCP)"),
-        secs,
-        splits,
-        counts,
-        true,
-        Some(rate),
-    );
+    for (label, path) in runs {
+        run(
+            &format!("{label}, spout limited to {rate} sentences/s"),
+            secs,
+            splits,
+            counts,
+            path,
+            Some(rate),
+        );
+    }
 }

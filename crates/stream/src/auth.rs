@@ -4,15 +4,17 @@
 //!
 //! 1. The listener sends `Challenge(nl)` (32 random bytes).
 //! 2. The connecting worker answers `Hello { worker, nonce: nc, proof }` with
-//!    `proof = HMAC(key, "hello" ‖ nl ‖ nc ‖ worker)`.
+//!    `proof = HMAC(key, "hello" ‖ nl ‖ nc ‖ worker ‖ binding)`, where `binding` is the TLS
+//!    session's exporter value when the channel is TLS ([`crate::channel`]), zeros otherwise.
 //! 3. The listener checks the proof (in constant time) and answers
-//!    `Welcome(HMAC(key, "welcome" ‖ nl ‖ nc ‖ worker))`, which the connecting worker checks
-//!    before it sends anything — so tuples go only to a worker holding the key, not to whatever
-//!    took over a departed worker's port.
+//!    `Welcome(HMAC(key, "welcome" ‖ nl ‖ nc ‖ worker ‖ binding))`, which the connecting worker
+//!    checks before it sends anything — so tuples go only to a worker holding the key, not to
+//!    whatever took over a departed worker's port.
 //!
 //! The key never travels: a passive listener on the network learns two MACs over fresh nonces,
-//! which prove nothing on the next connection. The frames that follow are not encrypted; like
-//! the rest of the runtime without TLS, use a trusted network for what tuples carry.
+//! which prove nothing on the next connection (nor, over TLS, on another session). On plain TCP
+//! the frames that follow are not encrypted; a cluster that runs TLS encrypts them
+//! ([`crate::channel`]).
 //!
 //! An agent derives a topology's key from the agent token, which every agent of the cluster holds,
 //! with [`topology_key`]: the topology's workers agree without the key being sent anywhere, a
@@ -59,7 +61,21 @@ pub fn nonce() -> std::io::Result<Nonce> {
     Ok(n)
 }
 
-/// The two sides' proofs over one connection's nonces.
+/// What one connection's proofs cover.
+#[derive(Clone, Copy, Debug)]
+pub struct Transcript {
+    /// The listener's nonce (its challenge).
+    pub listener: Nonce,
+    /// The connecting worker's nonce.
+    pub connector: Nonce,
+    /// The connecting worker's index.
+    pub worker: u32,
+    /// The channel's binding ([`crate::channel::Conn::binding`]): the TLS session's exporter
+    /// value, or zeros on plain TCP.
+    pub binding: crate::channel::Binding,
+}
+
+/// The two sides' proofs under one worker key.
 pub struct Handshake {
     key: hmac::Key,
 }
@@ -72,63 +88,44 @@ impl Handshake {
         }
     }
 
-    fn message(role: &[u8], listener: &Nonce, connector: &Nonce, worker: u32) -> Vec<u8> {
-        let mut m = Vec::with_capacity(role.len() + 2 * NONCE_LEN + 4);
+    fn message(role: &[u8], t: &Transcript) -> Vec<u8> {
+        let mut m = Vec::with_capacity(role.len() + 3 * NONCE_LEN + 4);
         m.extend_from_slice(role);
-        m.extend_from_slice(listener);
-        m.extend_from_slice(connector);
-        m.extend_from_slice(&worker.to_be_bytes());
+        m.extend_from_slice(&t.listener);
+        m.extend_from_slice(&t.connector);
+        m.extend_from_slice(&t.worker.to_be_bytes());
+        m.extend_from_slice(&t.binding);
         m
     }
 
-    fn sign(&self, message: &[u8]) -> Proof {
+    fn sign(&self, role: &[u8], t: &Transcript) -> Proof {
         let mut p = [0u8; PROOF_LEN];
-        p.copy_from_slice(hmac::sign(&self.key, message).as_ref());
+        p.copy_from_slice(hmac::sign(&self.key, &Self::message(role, t)).as_ref());
         p
     }
 
+    fn check(&self, role: &[u8], t: &Transcript, proof: &Proof) -> bool {
+        hmac::verify(&self.key, &Self::message(role, t), proof).is_ok()
+    }
+
     /// The connecting worker's proof.
-    pub fn hello(&self, listener: &Nonce, connector: &Nonce, worker: u32) -> Proof {
-        self.sign(&Self::message(b"hello", listener, connector, worker))
+    pub fn hello(&self, t: &Transcript) -> Proof {
+        self.sign(b"hello", t)
     }
 
     /// The listener's proof.
-    pub fn welcome(&self, listener: &Nonce, connector: &Nonce, worker: u32) -> Proof {
-        self.sign(&Self::message(b"welcome", listener, connector, worker))
+    pub fn welcome(&self, t: &Transcript) -> Proof {
+        self.sign(b"welcome", t)
     }
 
     /// Whether `proof` is the connecting worker's (compared in constant time).
-    pub fn check_hello(
-        &self,
-        listener: &Nonce,
-        connector: &Nonce,
-        worker: u32,
-        proof: &Proof,
-    ) -> bool {
-        self.check(b"hello", listener, connector, worker, proof)
+    pub fn check_hello(&self, t: &Transcript, proof: &Proof) -> bool {
+        self.check(b"hello", t, proof)
     }
 
     /// Whether `proof` is the listener's (compared in constant time).
-    pub fn check_welcome(
-        &self,
-        listener: &Nonce,
-        connector: &Nonce,
-        worker: u32,
-        proof: &Proof,
-    ) -> bool {
-        self.check(b"welcome", listener, connector, worker, proof)
-    }
-
-    fn check(
-        &self,
-        role: &[u8],
-        listener: &Nonce,
-        connector: &Nonce,
-        worker: u32,
-        proof: &Proof,
-    ) -> bool {
-        let message = Self::message(role, listener, connector, worker);
-        hmac::verify(&self.key, &message, proof).is_ok()
+    pub fn check_welcome(&self, t: &Transcript, proof: &Proof) -> bool {
+        self.check(b"welcome", t, proof)
     }
 }
 
@@ -143,22 +140,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_same_key_proves_either_side() {
+    fn only_the_same_key_over_the_same_channel_proves_either_side() {
         let a = Handshake::new(&topology_key("agent-token", "wc", 7));
         let b = Handshake::new(&topology_key("agent-token", "wc", 8));
-        let (nl, nc) = ([1u8; NONCE_LEN], [2u8; NONCE_LEN]);
-        let p = a.hello(&nl, &nc, 3);
-        assert!(a.check_hello(&nl, &nc, 3, &p));
-        assert!(!b.check_hello(&nl, &nc, 3, &p), "another submission's key");
-        assert!(!a.check_hello(&nl, &nc, 4, &p), "another worker index");
+        let t = Transcript {
+            listener: [1; NONCE_LEN],
+            connector: [2; NONCE_LEN],
+            worker: 3,
+            binding: [5; 32],
+        };
+        let p = a.hello(&t);
+        assert!(a.check_hello(&t, &p));
+        assert!(!b.check_hello(&t, &p), "another submission's key");
+        let other = |f: &dyn Fn(&mut Transcript)| {
+            let mut u = t;
+            f(&mut u);
+            u
+        };
         assert!(
-            !a.check_hello(&[9; NONCE_LEN], &nc, 3, &p),
+            !a.check_hello(&other(&|u| u.worker = 4), &p),
+            "another worker index"
+        );
+        assert!(
+            !a.check_hello(&other(&|u| u.listener = [9; NONCE_LEN]), &p),
             "a replay on a new challenge"
         );
-        assert!(!a.check_welcome(&nl, &nc, 3, &p), "a hello is no welcome");
-        let w = a.welcome(&nl, &nc, 3);
-        assert!(a.check_welcome(&nl, &nc, 3, &w));
-        assert!(!b.check_welcome(&nl, &nc, 3, &w));
+        assert!(
+            !a.check_hello(&other(&|u| u.binding = [6; 32]), &p),
+            "a proof relayed onto another TLS session"
+        );
+        assert!(!a.check_welcome(&t, &p), "a hello is no welcome");
+        let w = a.welcome(&t);
+        assert!(a.check_welcome(&t, &w));
+        assert!(!b.check_welcome(&t, &w));
     }
 
     #[test]

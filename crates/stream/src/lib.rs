@@ -11,11 +11,13 @@
 //! - [`worker`]: a worker, its executors, routing and the XOR acker (at-least-once);
 //! - [`net`]: TCP between workers;
 //! - [`auth`]: the worker key every connection between workers proves first;
+//! - [`channel`]: plain TCP or TLS 1.3 under those connections;
 //! - [`tuple`]: tuples and frames;
 //! - [`metrics`]: counters, latency histogram, the report;
 //! - [`process`]: the worker as a process driven over stdin/stdout.
 
 pub mod auth;
+pub mod channel;
 pub mod components;
 pub mod metrics;
 pub mod multilang;

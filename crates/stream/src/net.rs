@@ -14,7 +14,8 @@
 //! key back. At most [`MAX_HANDSHAKING`] accepted connections may be in their handshake at once;
 //! more are closed at once, so unauthenticated connections cannot pile up threads.
 
-use crate::auth;
+use crate::auth::{self, Transcript};
+use crate::channel::Conn;
 use crate::tuple::{AckMsg, Frame, MAX_HANDSHAKE_FRAME, Tuple};
 use crate::worker::Shared;
 use crossbeam_channel::{Receiver, Sender, bounded, select, unbounded};
@@ -74,7 +75,7 @@ enum NoConn {
     Stale,
 }
 
-fn connect(shared: &Shared, peer: u32, generation: u64) -> Result<TcpStream, NoConn> {
+fn connect(shared: &Shared, peer: u32, generation: u64) -> Result<Conn, NoConn> {
     loop {
         if shared.stopping() {
             return Err(NoConn::Stopping);
@@ -93,10 +94,12 @@ fn connect(shared: &Shared, peer: u32, generation: u64) -> Result<TcpStream, NoC
         };
         if let Some(addr) = addr {
             match TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
-                Ok(mut s) => {
+                Ok(s) => {
                     let _ = s.set_nodelay(true);
-                    match prove(shared, &mut s) {
-                        Ok(()) => return Ok(s),
+                    match Conn::connecting(shared.tls.as_ref(), s)
+                        .and_then(|mut c| prove(shared, &mut c).map(|()| c))
+                    {
+                        Ok(c) => return Ok(c),
                         Err(e) => {
                             tracing::warn!("worker {peer} at {addr}: {e}");
                             std::thread::sleep(REFUSED_PAUSE);
@@ -112,8 +115,8 @@ fn connect(shared: &Shared, peer: u32, generation: u64) -> Result<TcpStream, NoC
 
 /// The connecting side of the handshake: answers the listener's challenge with this worker's
 /// proof and checks the listener's.
-fn prove(shared: &Shared, s: &mut TcpStream) -> io::Result<()> {
-    s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+fn prove(shared: &Shared, s: &mut Conn) -> io::Result<()> {
+    s.tcp().set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     let mut scratch = Vec::new();
     let listener = match Frame::read_at_most(s, &mut scratch, MAX_HANDSHAKE_FRAME)? {
         Some(Frame::Challenge(n)) => n,
@@ -123,22 +126,21 @@ fn prove(shared: &Shared, s: &mut TcpStream) -> io::Result<()> {
             ));
         }
     };
-    let nonce = auth::nonce()?;
-    let worker = shared.routes().worker;
-    let proof = shared.handshake.hello(&listener, &nonce, worker);
+    let t = Transcript {
+        listener,
+        connector: auth::nonce()?,
+        worker: shared.routes().worker,
+        binding: s.binding()?,
+    };
     Frame::Hello {
-        worker,
-        nonce,
-        proof,
+        worker: t.worker,
+        nonce: t.connector,
+        proof: shared.handshake.hello(&t),
     }
     .write(s, &mut scratch)?;
     match Frame::read_at_most(s, &mut scratch, MAX_HANDSHAKE_FRAME)? {
-        Some(Frame::Welcome(p))
-            if shared
-                .handshake
-                .check_welcome(&listener, &nonce, worker, &p) =>
-        {
-            s.set_read_timeout(None)?;
+        Some(Frame::Welcome(p)) if shared.handshake.check_welcome(&t, &p) => {
+            s.tcp().set_read_timeout(None)?;
             Ok(())
         }
         _ => Err(io::Error::new(
@@ -150,27 +152,37 @@ fn prove(shared: &Shared, s: &mut TcpStream) -> io::Result<()> {
 
 /// The listening side of the handshake: challenges the connection and answers a valid proof
 /// with its own. Whether the connection proved the key.
-fn admit(shared: &Shared, s: &mut TcpStream) -> bool {
+fn admit(shared: &Shared, s: &mut Conn) -> bool {
     let from = s
+        .tcp()
         .peer_addr()
         .map_or_else(|_| "an unknown address".to_string(), |a| a.to_string());
     let outcome = (|| -> io::Result<bool> {
-        s.set_nonblocking(false)?;
-        s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+        s.tcp().set_nonblocking(false)?;
+        s.tcp().set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+        s.tcp().set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
         let listener = auth::nonce()?;
         let mut scratch = Vec::new();
         Frame::Challenge(listener).write(s, &mut scratch)?;
+        let binding = s.binding()?;
         match Frame::read_at_most(s, &mut scratch, MAX_HANDSHAKE_FRAME)? {
             Some(Frame::Hello {
                 worker,
                 nonce,
                 proof,
-            }) if shared
-                .handshake
-                .check_hello(&listener, &nonce, worker, &proof) =>
-            {
-                Frame::Welcome(shared.handshake.welcome(&listener, &nonce, worker))
-                    .write(s, &mut scratch)?;
+            }) => {
+                let t = Transcript {
+                    listener,
+                    connector: nonce,
+                    worker,
+                    binding,
+                };
+                if !shared.handshake.check_hello(&t, &proof) {
+                    return Ok(false);
+                }
+                Frame::Welcome(shared.handshake.welcome(&t)).write(s, &mut scratch)?;
+                s.flush()?;
+                s.tcp().set_write_timeout(None)?;
                 Ok(true)
             }
             _ => Ok(false),
@@ -199,7 +211,7 @@ fn sender_loop(
     acks_rx: &Receiver<AckMsg>,
     states_rx: &Receiver<(u32, Vec<u8>)>,
 ) {
-    let mut conn: Option<TcpStream> = None;
+    let mut conn: Option<Conn> = None;
     let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
     loop {
         if shared.stopping() {
@@ -282,7 +294,7 @@ fn sender_loop(
 
 /// A reader that waits out read timeouts until the worker stops, so a frame is never cut.
 struct Patient<'a> {
-    s: TcpStream,
+    s: Conn,
     shared: &'a Shared,
 }
 
@@ -346,14 +358,16 @@ pub fn spawn_listener(shared: Arc<Shared>, listener: TcpListener) {
 
 /// Serves one accepted connection (counted in `handshaking` by the listener): the handshake,
 /// then frames until it ends.
-fn receive(shared: &Arc<Shared>, mut s: TcpStream) {
-    let admitted = admit(shared, &mut s);
+fn receive(shared: &Arc<Shared>, s: TcpStream) {
+    let admitted = Conn::accepting(shared.tls.as_ref(), s)
+        .ok()
+        .and_then(|mut c| admit(shared, &mut c).then_some(c));
     shared.handshaking.fetch_sub(1, Ordering::AcqRel);
-    if !admitted {
+    let Some(s) = admitted else {
         return;
-    }
-    let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
-    let _ = s.set_nodelay(true);
+    };
+    let _ = s.tcp().set_read_timeout(Some(Duration::from_millis(200)));
+    let _ = s.tcp().set_nodelay(true);
     let mut r = io::BufReader::with_capacity(
         1 << 16,
         Patient {

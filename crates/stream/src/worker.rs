@@ -100,6 +100,10 @@ pub struct WorkerConfig {
     /// derives it with [`crate::auth::topology_key`].
     #[serde(default)]
     pub key: String,
+    /// Whether connections between workers are TLS ([`crate::channel`]): an agent sets it when
+    /// it reaches its server over TLS.
+    #[serde(default)]
+    pub encrypt: bool,
 }
 
 impl std::fmt::Debug for WorkerConfig {
@@ -114,6 +118,7 @@ impl std::fmt::Debug for WorkerConfig {
             .field("started_ns", &self.started_ns)
             .field("await_state", &self.await_state)
             .field("key", &"<hidden>")
+            .field("encrypt", &self.encrypt)
             .finish_non_exhaustive()
     }
 }
@@ -149,6 +154,9 @@ pub enum WorkerError {
         /// Why.
         source: std::io::Error,
     },
+    /// TLS between workers cannot be set up.
+    #[error("cannot set up TLS between workers: {0}")]
+    Tls(std::io::Error),
     /// The worker key is missing or too short.
     #[error(
         "the worker key has {got} bytes; at least {} are needed (an agent derives it from the agent token)",
@@ -219,6 +227,8 @@ pub struct Shared {
     pub work_dir: PathBuf,
     /// Proves and checks the worker key on every connection between workers.
     pub handshake: crate::auth::Handshake,
+    /// TLS for connections between workers, when [`WorkerConfig::encrypt`].
+    pub tls: Option<crate::channel::Tls>,
     /// Connections accepted that have not finished their handshake.
     pub handshaking: std::sync::atomic::AtomicUsize,
 }
@@ -899,6 +909,11 @@ impl Worker {
             });
         }
         let topo = parse_runnable_topology(&config.topology_origin, &config.topology_text)?;
+        let tls = if config.encrypt {
+            Some(crate::channel::Tls::new().map_err(WorkerError::Tls)?)
+        } else {
+            None
+        };
         let n = topo.topology.executor_count();
         if config.assignment.len() != n {
             return Err(WorkerError::Assignment {
@@ -950,6 +965,7 @@ impl Worker {
             base_dir: config.base_dir.clone(),
             work_dir: config.work_dir.clone(),
             handshake: crate::auth::Handshake::new(&config.key),
+            tls,
             handshaking: std::sync::atomic::AtomicUsize::new(0),
             topo,
         });

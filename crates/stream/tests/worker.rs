@@ -98,6 +98,7 @@ fn config(dir: &Path, text: &str, worker: u32, assignment: Vec<u32>) -> WorkerCo
         started_ns: 0,
         await_state: Vec::new(),
         key: hetsched_stream::auth::topology_key("test", "wc", 0),
+        encrypt: false,
     }
 }
 
@@ -385,15 +386,20 @@ fn a_placement_that_renumbers_the_workers_hands_every_state_to_the_right_worker(
     // the third stays worker 2, both hosting nothing. As with agents, each worker hears of the
     // placement on its own and of the new addresses a moment later: the third worker's counts
     // leave while it still knows worker 0 by its old address (the first worker's). Their
-    // tables must still reach the second worker: no count is lost.
+    // tables must still reach the second worker: no count is lost. Over TLS, as on a cluster
+    // that runs TLS (the other placement test runs over plain TCP).
     let text = wordcount("builtin = \"split\"").replace(
         "reliable = true, timeout = \"2s\"",
         "reliable = true, timeout = \"20s\", rate = 100.0",
     );
     let before: Vec<u32> = (0..8).map(|e| e % 3).collect();
-    let a = Worker::start(config(&dir, &text, 0, before.clone())).expect("starts");
-    let b = Worker::start(config(&dir, &text, 1, before.clone())).expect("starts");
-    let c = Worker::start(config(&dir, &text, 2, before)).expect("starts");
+    let tls = |worker: u32| WorkerConfig {
+        encrypt: true,
+        ..config(&dir, &text, worker, before.clone())
+    };
+    let a = Worker::start(tls(0)).expect("starts");
+    let b = Worker::start(tls(1)).expect("starts");
+    let c = Worker::start(tls(2)).expect("starts");
     let (pa, pb, pc) = (a.local_addr(), b.local_addr(), c.local_addr());
     a.set_peers(HashMap::from([(1, pb), (2, pc)]));
     b.set_peers(HashMap::from([(0, pa), (2, pc)]));
@@ -440,7 +446,20 @@ fn closed(s: &mut std::net::TcpStream) -> bool {
     )
 }
 
-/// Worker 1's hello to the challenge `nl`, with nonce `nc`, proved under `h`.
+/// What worker 1's proofs cover on a plain connection challenged with `nl`, its nonce `nc`.
+fn transcript(
+    nl: &hetsched_stream::auth::Nonce,
+    nc: &hetsched_stream::auth::Nonce,
+) -> hetsched_stream::auth::Transcript {
+    hetsched_stream::auth::Transcript {
+        listener: *nl,
+        connector: *nc,
+        worker: 1,
+        binding: [0; 32],
+    }
+}
+
+/// Worker 1's hello to the challenge `nl`, with nonce `nc`, proved under `h` (plain TCP).
 fn hello(
     h: &hetsched_stream::auth::Handshake,
     nl: &hetsched_stream::auth::Nonce,
@@ -449,7 +468,7 @@ fn hello(
     hetsched_stream::tuple::Frame::Hello {
         worker: 1,
         nonce: *nc,
-        proof: h.hello(nl, nc, 1),
+        proof: h.hello(&transcript(nl, nc)),
     }
 }
 
@@ -508,7 +527,7 @@ fn only_a_connection_that_proves_the_worker_key_delivers_tuples() {
         .write(&mut s, &mut scratch)
         .expect("writes");
     match Frame::read_at_most(&mut s, &mut scratch, MAX_HANDSHAKE_FRAME) {
-        Ok(Some(Frame::Welcome(p))) => assert!(right.check_welcome(&nl, &nc, 1, &p)),
+        Ok(Some(Frame::Welcome(p))) => assert!(right.check_welcome(&transcript(&nl, &nc), &p)),
         other => panic!("expected a welcome, got {other:?}"),
     }
     word("ADMITTED")
@@ -587,4 +606,126 @@ fn a_worker_without_a_key_does_not_start_and_idle_handshakes_are_bounded() {
         std::thread::sleep(Duration::from_millis(20));
     }
     w.stop();
+}
+
+/// A TCP relay to `target` on a port of its own that keeps a copy of every byte it passes on,
+/// both ways.
+fn recording_relay(
+    target: std::net::SocketAddr,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
+    let addr = listener.local_addr().expect("addr");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(a) = conn else { break };
+            let Ok(b) = std::net::TcpStream::connect(target) else {
+                continue;
+            };
+            let (Ok(a2), Ok(b2)) = (a.try_clone(), b.try_clone()) else {
+                continue;
+            };
+            for (mut from, mut to) in [(a, b), (b2, a2)] {
+                let kept = kept.clone();
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 8192];
+                    loop {
+                        match from.read(&mut buf) {
+                            Ok(0) | Err(_) => {
+                                let _ = to.shutdown(std::net::Shutdown::Write);
+                                return;
+                            }
+                            Ok(n) => {
+                                kept.lock().expect("lock").extend_from_slice(&buf[..n]);
+                                if to.write_all(&buf[..n]).is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        }
+    });
+    (addr, seen)
+}
+
+/// Word count across two workers whose connections pass through recording relays: the counts,
+/// the tuples that crossed, and every byte that crossed.
+fn word_count_through_relays(name: &str, encrypt: bool) -> (BTreeMap<String, u64>, u64, Vec<u8>) {
+    let dir = scratch(name);
+    let text = wordcount("builtin = \"split\"");
+    let assignment: Vec<u32> = (0..8).map(|e| e % 2).collect();
+    let mut ca = config(&dir, &text, 0, assignment.clone());
+    ca.encrypt = encrypt;
+    let mut cb = config(&dir, &text, 1, assignment);
+    cb.encrypt = encrypt;
+    let a = Worker::start(ca).expect("starts");
+    let b = Worker::start(cb).expect("starts");
+    let (to_b, seen_b) = recording_relay(b.local_addr());
+    let (to_a, seen_a) = recording_relay(a.local_addr());
+    a.set_peers(HashMap::from([(1, to_b)]));
+    b.set_peers(HashMap::from([(0, to_a)]));
+    wait_done(&[&a, &b]);
+    let (ra, rb) = (a.report(), b.report());
+    a.stop();
+    b.stop();
+    assert_eq!(ra.remote_out + rb.remote_out, ra.remote_in + rb.remote_in);
+    let mut wire = seen_a.lock().expect("lock").clone();
+    wire.extend_from_slice(&seen_b.lock().expect("lock"));
+    (read_counts(&dir), ra.remote_out + rb.remote_out, wire)
+}
+
+#[test]
+fn over_tls_word_count_is_exact_and_no_word_crosses_the_network_in_clear() {
+    let contains = |wire: &[u8], word: &str| wire.windows(word.len()).any(|w| w == word.as_bytes());
+    let (counts, crossed, wire) = word_count_through_relays("relay-tls", true);
+    assert_eq!(counts, expected(false));
+    assert!(
+        crossed > 0 && wire.len() > 1000,
+        "{crossed} tuples, {} bytes",
+        wire.len()
+    );
+    for word in ["glitters", "mightier", "stitch"] {
+        assert!(!contains(&wire, word), "`{word}` crossed in clear over TLS");
+    }
+    // The same run without TLS: the words are on the wire (so the check above can fail).
+    let (counts, _, wire) = word_count_through_relays("relay-plain", false);
+    assert_eq!(counts, expected(false));
+    assert!(contains(&wire, "glitters"));
+}
+
+#[test]
+fn an_encrypted_worker_refuses_a_plain_connection_and_a_plain_one_an_encrypted_peer() {
+    let dir = scratch("mixed");
+    let text = wordcount("builtin = \"split\"");
+    let mut c = config(&dir, &text, 0, vec![0; 8]);
+    c.encrypt = true;
+    let w = Worker::start(c).expect("starts");
+    // A plain client waiting for a challenge gets none: the worker waits for a TLS hello.
+    let mut s = std::net::TcpStream::connect(w.local_addr()).expect("connects");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    use std::io::Write;
+    s.write_all(b"\0\0\0\x05\x04abcd").expect("writes");
+    assert!(closed(&mut s), "no frame to a plain client");
+    w.stop();
+    // Workers that disagree on TLS exchange nothing.
+    let assignment: Vec<u32> = (0..8).map(|e| e % 2).collect();
+    let mut ca = config(&dir, &text, 0, assignment.clone());
+    ca.encrypt = true;
+    let a = Worker::start(ca).expect("starts");
+    let b = Worker::start(config(&dir, &text, 1, assignment)).expect("starts");
+    a.set_peers(HashMap::from([(1, b.local_addr())]));
+    b.set_peers(HashMap::from([(0, a.local_addr())]));
+    std::thread::sleep(Duration::from_secs(2));
+    let (ra, rb) = (a.report(), b.report());
+    a.stop();
+    b.stop();
+    assert_eq!(ra.remote_in + rb.remote_in, 0, "{ra:?} {rb:?}");
 }

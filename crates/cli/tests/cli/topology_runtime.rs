@@ -881,3 +881,60 @@ fn a_new_placement_restarts_only_the_workers_whose_executors_move() {
         total(&s) > before + 300 && received(&s, "count-a") > 0.0 && received(&s, "count-b") > 0.0
     });
 }
+
+#[test]
+fn on_a_tls_cluster_the_workers_speak_tls_to_each_other_and_count_exactly() {
+    let mut c = support::Cluster::start_tls("topology-tls");
+    c.start_agent("n1", 2, &[]);
+    c.start_agent("n2", 2, &[]);
+    c.wait_for_nodes(2);
+    // Agents sync every 500 ms; let both be seen before placing.
+    std::thread::sleep(Duration::from_millis(1200));
+    let repeat = 100;
+    let file = c.write("tls.toml", &wordcount("wc-tls", repeat, 200));
+    c.ok(&[
+        "topology",
+        "submit",
+        file.to_str().expect("path"),
+        "--placer",
+        "even",
+        "--workers",
+        "2",
+        "--interval",
+        "0s",
+    ]);
+    let show = || -> Value {
+        serde_json::from_str(&c.ok(&["topology", "show", "wc-tls", "--output", "json"]))
+            .expect("json")
+    };
+    wait_until("the word count to finish", Duration::from_secs(40), || {
+        show()["spouts_done"] == true
+    });
+    let want = expected(repeat);
+    wait_until("exact counts", Duration::from_secs(10), || {
+        read_counts(&c.dir, "wc-tls") == want
+    });
+    let s = show();
+    assert_eq!(nodes_of_workers(&s).len(), 2, "{s}");
+    assert!(
+        s["inter_node_tuples_total"].as_u64().unwrap_or(0) > 0,
+        "tuples crossed between the nodes: {s}"
+    );
+    // Both agents told their workers to speak TLS, and no connection was refused.
+    for node in ["n1", "n2"] {
+        let stream = c.dir.join(format!("agent-{node}")).join("stream");
+        let configs: Vec<Value> = std::fs::read_dir(&stream)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path().join("config.json")).ok())
+            .map(|t| serde_json::from_str(&t).expect("json"))
+            .collect();
+        assert!(!configs.is_empty(), "a worker on {node}");
+        assert!(configs.iter().all(|v| v["encrypt"] == true), "{configs:?}");
+        for entry in std::fs::read_dir(&stream).into_iter().flatten().flatten() {
+            let err = std::fs::read_to_string(entry.path().join("worker.err")).unwrap_or_default();
+            assert!(!err.contains("refused a connection"), "{err}");
+        }
+    }
+}

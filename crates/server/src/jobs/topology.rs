@@ -1260,6 +1260,8 @@ impl Topology {
                     await_state: run.await_state.get(&idx).cloned().unwrap_or_default(),
                     // Each agent derives the worker key from the agent token: it never travels.
                     key: String::new(),
+                    // Each agent decides: TLS when it reaches the server over TLS.
+                    encrypt: false,
                 };
                 let peers = run
                     .live
