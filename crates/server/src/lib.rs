@@ -180,11 +180,18 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         })?;
     let addr = listener.local_addr().map_err(io_err(&dir))?;
     let mut relay = logs::LogRelay::new(&creds.agent);
-    if let Some(ca) = config.tls.as_ref().and_then(|t| t.agent_ca.as_ref()) {
-        relay.agent_ca = Some(std::fs::read(ca).map_err(|e| ServerError::Io {
-            path: ca.clone(),
-            source: e,
-        })?);
+    match config.tls.as_ref().map(|t| t.agent_ca.as_ref()) {
+        Some(Some(ca)) => {
+            relay.agent_ca = Some(std::fs::read(ca).map_err(|e| ServerError::Io {
+                path: ca.clone(),
+                source: e,
+            })?);
+        }
+        Some(None) => tracing::warn!(
+            "[tls] has no agent_ca: `hetsched log` reads task output from agents' log listeners \
+             in clear, with the agent token (give agents --log-cert and the server agent_ca)"
+        ),
+        None => {}
     }
     let relay = Arc::new(relay);
     let http = match config.http_listen {
