@@ -33,6 +33,44 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const MAX_HANDSHAKING: usize = 64;
 /// Pause before connecting again to a peer that failed the handshake.
 const REFUSED_PAUSE: Duration = Duration::from_secs(1);
+/// At most one warning about refused connections per this long.
+const REFUSAL_WARNING_EVERY: Duration = Duration::from_secs(10);
+
+/// Warnings about refused connections, at most one per [`REFUSAL_WARNING_EVERY`] with a count of
+/// those not warned about: a scan of a worker's port must not fill its log.
+#[derive(Debug, Default)]
+pub struct Refusals {
+    next_ns: std::sync::atomic::AtomicU64,
+    quiet: std::sync::atomic::AtomicU64,
+}
+
+impl Refusals {
+    /// Records a refusal at `now_ns`: `Some(n)` when it is to be warned about, `n` refusals
+    /// since the last warning having gone unwarned.
+    pub fn record(&self, now_ns: u64) -> Option<u64> {
+        let next = self.next_ns.load(Ordering::Acquire);
+        let every = REFUSAL_WARNING_EVERY.as_nanos() as u64;
+        if now_ns >= next
+            && self
+                .next_ns
+                .compare_exchange(next, now_ns + every, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            Some(self.quiet.swap(0, Ordering::AcqRel))
+        } else {
+            self.quiet.fetch_add(1, Ordering::AcqRel);
+            None
+        }
+    }
+
+    fn warn(&self, message: std::fmt::Arguments<'_>) {
+        match self.record(crate::metrics::now_ns()) {
+            Some(0) => tracing::warn!("{message}"),
+            Some(n) => tracing::warn!("{message} ({n} more refused since the last warning)"),
+            None => {}
+        }
+    }
+}
 
 /// The sending ends towards one peer worker.
 #[derive(Clone, Debug)]
@@ -191,13 +229,15 @@ fn admit(shared: &Shared, s: &mut Conn) -> bool {
     match outcome {
         Ok(true) => true,
         Ok(false) => {
-            tracing::warn!(
+            shared.refusals.warn(format_args!(
                 "refused a connection from {from}: it did not prove the topology's worker key"
-            );
+            ));
             false
         }
         Err(e) => {
-            tracing::warn!("refused a connection from {from}: handshake failed ({e})");
+            shared.refusals.warn(format_args!(
+                "refused a connection from {from}: handshake failed ({e})"
+            ));
             false
         }
     }
@@ -329,9 +369,9 @@ pub fn spawn_listener(shared: Arc<Shared>, listener: TcpListener) {
                     Ok((s, from)) => {
                         if shared.handshaking.fetch_add(1, Ordering::AcqRel) >= MAX_HANDSHAKING {
                             shared.handshaking.fetch_sub(1, Ordering::AcqRel);
-                            tracing::warn!(
+                            shared.refusals.warn(format_args!(
                                 "closed a connection from {from}: {MAX_HANDSHAKING} others are in their handshake"
-                            );
+                            ));
                             continue;
                         }
                         let receiver = shared.clone();
@@ -404,5 +444,26 @@ fn receive(shared: &Arc<Shared>, s: TcpStream) {
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_warned_about_once_per_period_with_a_count_of_the_rest() {
+        let r = Refusals::default();
+        let every = REFUSAL_WARNING_EVERY.as_nanos() as u64;
+        assert_eq!(r.record(1_000), Some(0), "the first is warned about");
+        for t in 1..=500 {
+            assert_eq!(r.record(1_000 + t), None, "a scan's next ones are not");
+        }
+        assert_eq!(
+            r.record(1_000 + every),
+            Some(500),
+            "then one warning counts them"
+        );
+        assert_eq!(r.record(2_000 + every), None);
     }
 }

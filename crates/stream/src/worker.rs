@@ -231,6 +231,8 @@ pub struct Shared {
     pub tls: Option<crate::channel::Tls>,
     /// Connections accepted that have not finished their handshake.
     pub handshaking: std::sync::atomic::AtomicUsize,
+    /// Refused connections, warned about at a bounded rate.
+    pub refusals: crate::net::Refusals,
 }
 
 impl Shared {
@@ -967,6 +969,7 @@ impl Worker {
             handshake: crate::auth::Handshake::new(&config.key),
             tls,
             handshaking: std::sync::atomic::AtomicUsize::new(0),
+            refusals: crate::net::Refusals::default(),
             topo,
         });
         // Build every component before starting any thread, so a bad one stops the worker
