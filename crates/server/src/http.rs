@@ -4,7 +4,9 @@
 //!
 //! When the server has `[tls] cert` and `key`, this listener speaks HTTPS with the same
 //! certificate as gRPC (rustls, TLS 1.2 and 1.3, HTTP/1.1), so the tokens, the session cookie
-//! (then also `Secure`) and everything the dashboard shows never travel in clear.
+//! (then also `Secure`) and everything the dashboard shows never travel in clear. Both ways it
+//! is served by axum-server, which closes a connection whose request headers have not arrived
+//! within [`HEADER_READ_TIMEOUT`].
 
 use crate::config::TlsConfig;
 use axum_server::tls_rustls::RustlsConfig;
@@ -17,6 +19,9 @@ use std::time::Duration;
 
 /// How long open connections (the dashboard's event streams) get to end once the server stops.
 const DRAIN: Duration = Duration::from_secs(1);
+/// How long a client may take to send a request's headers: a connection that trickles them
+/// (or sends nothing) is closed then, so idle connections cannot pile up.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why the HTTP listener could not start.
 #[derive(Debug, thiserror::Error)]
@@ -108,20 +113,31 @@ impl HttpServer {
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let Some(tls) = self.tls else {
-            return axum::serve(self.listener, self.router)
-                .with_graceful_shutdown(shutdown)
-                .await;
-        };
         let handle = axum_server::Handle::new();
         let stopper = handle.clone();
         tokio::spawn(async move {
             shutdown.await;
             stopper.graceful_shutdown(Some(DRAIN));
         });
-        axum_server::from_tcp_rustls(self.listener.into_std()?, tls)?
-            .handle(handle)
-            .serve(self.router.into_make_service())
-            .await
+        let listener = self.listener.into_std()?;
+        let service = self.router.into_make_service();
+        match self.tls {
+            Some(tls) => {
+                let mut server = axum_server::from_tcp_rustls(listener, tls)?.handle(handle);
+                server
+                    .http_builder()
+                    .http1()
+                    .header_read_timeout(HEADER_READ_TIMEOUT);
+                server.serve(service).await
+            }
+            None => {
+                let mut server = axum_server::from_tcp(listener)?.handle(handle);
+                server
+                    .http_builder()
+                    .http1()
+                    .header_read_timeout(HEADER_READ_TIMEOUT);
+                server.serve(service).await
+            }
+        }
     }
 }
