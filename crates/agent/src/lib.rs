@@ -293,6 +293,14 @@ pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Resu
     let log_port = logs.as_ref().map_or(0, |l| u32::from(l.addr.port()));
     if let Some(l) = &logs {
         info!(addr = %l.addr, "serving task outputs to the server");
+        if opts.server.starts_with("https://") && opts.log_tls.is_none() {
+            warn!(
+                addr = %l.addr,
+                "the server is reached over TLS but this listener is plain: task output (and the \
+                 agent token of the calls) travel in clear; give it --log-cert and --log-key, or \
+                 --log-listen none"
+            );
+        }
     }
     let work_dir_shown = opts.work_dir.display().to_string();
     let shared = Arc::new(Mutex::new(Shared {
