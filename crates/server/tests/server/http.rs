@@ -31,6 +31,21 @@ async fn get_with(addr: SocketAddr, path: &str, headers: &str) -> String {
         .expect("the HTTP listener answers within 10 s")
 }
 
+/// A server on loopback with its HTTP listener, in a fresh data directory named after `name`.
+async fn with_http(name: &str) -> (hetsched_server::ServerHandle, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("hetsched-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let server = hetsched_server::start(ServerConfig {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        http_listen: Some("127.0.0.1:0".parse().expect("addr")),
+        data_dir: dir.clone(),
+        ..Default::default()
+    })
+    .await
+    .expect("server starts");
+    (server, dir)
+}
+
 #[test]
 fn http_listen_is_read_from_the_config_and_off_by_default() {
     let c = ServerConfig::parse("s.toml", "http_listen = \"127.0.0.1:7421\"\n").expect("parses");
@@ -45,16 +60,7 @@ fn http_listen_is_read_from_the_config_and_off_by_default() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthz_is_open_metrics_need_a_token_and_both_stop_with_the_server() {
-    let dir = std::env::temp_dir().join(format!("hetsched-http-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let server = hetsched_server::start(ServerConfig {
-        listen: "127.0.0.1:0".parse().expect("addr"),
-        http_listen: Some("127.0.0.1:0".parse().expect("addr")),
-        data_dir: dir.clone(),
-        ..Default::default()
-    })
-    .await
-    .expect("server starts");
+    let (server, dir) = with_http("http").await;
     let addr = server.http_addr.expect("an HTTP listener");
     let written = std::fs::read_to_string(dir.join("http-address")).expect("http-address");
     assert_eq!(written, addr.to_string());
@@ -114,16 +120,7 @@ async fn healthz_is_open_metrics_need_a_token_and_both_stop_with_the_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_trickles_its_headers_is_closed_after_the_header_timeout() {
-    let dir = std::env::temp_dir().join(format!("hetsched-http-slow-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let server = hetsched_server::start(ServerConfig {
-        listen: "127.0.0.1:0".parse().expect("addr"),
-        http_listen: Some("127.0.0.1:0".parse().expect("addr")),
-        data_dir: dir.clone(),
-        ..Default::default()
-    })
-    .await
-    .expect("server starts");
+    let (server, dir) = with_http("http-slow").await;
     let addr = server.http_addr.expect("an HTTP listener");
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
     s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
