@@ -29,8 +29,10 @@ use std::time::Duration;
 pub const PEER_QUEUE: usize = 64;
 /// How long either side of a connection waits for the other's handshake frame.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Accepted connections that may be in their handshake at once.
-pub const MAX_HANDSHAKING: usize = 64;
+/// Accepted connections that may be in their handshake at once (a handshake takes a round trip
+/// or two, so even every worker of a large topology connecting at its start rarely meets it; a
+/// worker turned away tries again a second later).
+pub const MAX_HANDSHAKING: usize = 256;
 /// Pause before connecting again to a peer that failed the handshake.
 const REFUSED_PAUSE: Duration = Duration::from_secs(1);
 /// At most one warning about refused connections per this long.
@@ -160,7 +162,7 @@ fn prove(shared: &Shared, s: &mut Conn) -> io::Result<()> {
         Some(Frame::Challenge(n)) => n,
         _ => {
             return Err(io::Error::other(
-                "it sent no challenge: not a worker of this topology",
+                "it sent no challenge (busy with other handshakes, or not a worker of this topology)",
             ));
         }
     };
