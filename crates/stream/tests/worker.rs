@@ -581,9 +581,17 @@ fn a_worker_without_a_key_does_not_start_and_idle_handshakes_are_bounded() {
     };
     assert!(err.to_string().contains("worker key has 5 bytes"), "{err}");
     let w = Worker::start(config(&dir, &text, 0, vec![0; 8])).expect("starts");
-    let idle: Vec<_> = (0..hetsched_stream::net::MAX_HANDSHAKING)
-        .map(|_| challenged(&w).0)
+    // Connect them all first (a handshake gives up after 5 s), then take their challenges.
+    let mut idle: Vec<_> = (0..hetsched_stream::net::MAX_HANDSHAKING)
+        .map(|_| std::net::TcpStream::connect(w.local_addr()).expect("connects"))
         .collect();
+    for s in &mut idle {
+        use hetsched_stream::tuple::{Frame, MAX_HANDSHAKE_FRAME};
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let first = Frame::read_at_most(s, &mut Vec::new(), MAX_HANDSHAKE_FRAME);
+        assert!(matches!(first, Ok(Some(Frame::Challenge(_)))), "{first:?}");
+    }
     let mut one_more = std::net::TcpStream::connect(w.local_addr()).expect("connects");
     one_more
         .set_read_timeout(Some(Duration::from_secs(10)))
