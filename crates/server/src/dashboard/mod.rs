@@ -82,7 +82,19 @@ pub fn read_token(data_dir: &Path) -> std::io::Result<String> {
     use std::os::unix::fs::OpenOptionsExt;
     let path = data_dir.join(READ_TOKEN);
     match std::fs::read_to_string(&path) {
-        Ok(t) if !t.trim().is_empty() => return Ok(t.trim().to_string()),
+        Ok(t) if !t.trim().is_empty() => {
+            use std::os::unix::fs::MetadataExt;
+            if let Ok(meta) = std::fs::metadata(&path)
+                && meta.mode() & 0o077 != 0
+            {
+                tracing::warn!(
+                    file = %path.display(),
+                    mode = format!("{:o}", meta.mode() & 0o777),
+                    "the read-only token file is readable by other users: `chmod 600` it"
+                );
+            }
+            return Ok(t.trim().to_string());
+        }
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
