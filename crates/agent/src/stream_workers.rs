@@ -72,6 +72,8 @@ fn counters(r: hetsched_stream::WorkerReport) -> pb::WorkerCounters {
             max_us: r.latency.max_us,
         }),
         rss_bytes: r.rss_bytes,
+        encrypted: r.encrypted,
+        refused_connections: r.refused_connections,
     }
 }
 

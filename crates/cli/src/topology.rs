@@ -326,7 +326,16 @@ fn print_status(v: &Value, output: Output) -> anyhow::Result<()> {
         v["latency_p50_us"],
         v["latency_p99_us"],
     );
-    let mut w = table(&["worker", "node", "process", "address", "pid", "executors"]);
+    let mut w = table(&[
+        "worker",
+        "node",
+        "process",
+        "address",
+        "pid",
+        "links",
+        "refused",
+        "executors",
+    ]);
     for x in v["workers"].as_array().into_iter().flatten() {
         w.add_row(vec![
             x["worker"].to_string(),
@@ -334,6 +343,14 @@ fn print_status(v: &Value, output: Output) -> anyhow::Result<()> {
             x["process"].to_string(),
             x["addr"].as_str().unwrap_or("-").to_string(),
             x["pid"].as_u64().map_or("-".into(), |p| p.to_string()),
+            match x["encrypted"].as_bool() {
+                Some(true) => "tls".into(),
+                Some(false) => "tcp".into(),
+                None => "-".into(),
+            },
+            x["refused_connections"]
+                .as_u64()
+                .map_or("-".into(), |n| n.to_string()),
             x["executors"].as_array().map_or(String::new(), |a| {
                 a.iter()
                     .filter_map(Value::as_str)

@@ -103,6 +103,8 @@ fn report(c: pb::WorkerCounters) -> WorkerReport {
             max_us: latency.max_us,
         },
         rss_bytes: c.rss_bytes,
+        encrypted: c.encrypted,
+        refused_connections: c.refused_connections,
     }
 }
 

@@ -197,6 +197,13 @@ pub struct WorkerReport {
     pub latency: LatencySummary,
     /// Resident memory of the worker process, bytes (0 where unknown).
     pub rss_bytes: u64,
+    /// Whether its connections to and from other workers are TLS.
+    #[serde(default)]
+    pub encrypted: bool,
+    /// Connections refused since it started: no proof of the topology's key, a failed
+    /// handshake, or too many handshakes at once.
+    #[serde(default)]
+    pub refused_connections: u64,
 }
 
 /// This thread's Linux thread id, from `/proc/thread-self` (0 elsewhere).

@@ -44,12 +44,14 @@ const REFUSAL_WARNING_EVERY: Duration = Duration::from_secs(10);
 pub struct Refusals {
     next_ns: std::sync::atomic::AtomicU64,
     quiet: std::sync::atomic::AtomicU64,
+    total: std::sync::atomic::AtomicU64,
 }
 
 impl Refusals {
     /// Records a refusal at `now_ns`: `Some(n)` when it is to be warned about, `n` refusals
     /// since the last warning having gone unwarned.
     pub fn record(&self, now_ns: u64) -> Option<u64> {
+        self.total.fetch_add(1, Ordering::Relaxed);
         let next = self.next_ns.load(Ordering::Acquire);
         let every = REFUSAL_WARNING_EVERY.as_nanos() as u64;
         if now_ns >= next
@@ -63,6 +65,11 @@ impl Refusals {
             self.quiet.fetch_add(1, Ordering::AcqRel);
             None
         }
+    }
+
+    /// Refusals recorded so far.
+    pub fn total(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
     }
 
     fn warn(&self, message: std::fmt::Arguments<'_>) {
@@ -467,5 +474,6 @@ mod tests {
             "then one warning counts them"
         );
         assert_eq!(r.record(2_000 + every), None);
+        assert_eq!(r.total(), 503, "every refusal is counted");
     }
 }

@@ -1210,6 +1210,8 @@ pub fn report(shared: &Shared) -> WorkerReport {
         dropped: shared.dropped.load(Ordering::Relaxed),
         latency,
         rss_bytes: rss_bytes(),
+        encrypted: shared.tls.is_some(),
+        refused_connections: shared.refusals.total(),
     }
 }
 

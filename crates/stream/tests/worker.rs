@@ -542,6 +542,8 @@ fn only_a_connection_that_proves_the_worker_key_delivers_tuples() {
     let r = w.report();
     w.stop();
     assert_eq!(r.remote_in, 1, "only the proved connection's tuple arrived");
+    assert_eq!(r.refused_connections, 3, "the three that proved nothing");
+    assert!(!r.encrypted);
     let counts = read_counts(&dir);
     assert_eq!(counts.get("ADMITTED"), Some(&1));
     assert!(!counts.contains_key("INJECTED"), "{counts:?}");
@@ -684,6 +686,8 @@ fn word_count_through_relays(name: &str, encrypt: bool) -> (BTreeMap<String, u64
     a.stop();
     b.stop();
     assert_eq!(ra.remote_out + rb.remote_out, ra.remote_in + rb.remote_in);
+    assert!(ra.encrypted == encrypt && rb.encrypted == encrypt);
+    assert_eq!(ra.refused_connections + rb.refused_connections, 0);
     let mut wire = seen_a.lock().expect("lock").clone();
     wire.extend_from_slice(&seen_b.lock().expect("lock"));
     (read_counts(&dir), ra.remote_out + rb.remote_out, wire)

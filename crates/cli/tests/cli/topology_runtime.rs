@@ -317,6 +317,9 @@ fn word_count_is_exact_under_one_phase_and_even_and_one_phase_sends_less_between
         read_counts(&c.dir, "wc-one") == want && read_counts(&c.dir, "wc-even") == want
     });
     let (a, b) = (c.show("wc-one"), c.show("wc-even"));
+    for w in a["workers"].as_array().into_iter().flatten() {
+        assert_eq!(w["encrypted"], false, "no TLS on this cluster: {w}");
+    }
     let (ta, tb) = (
         a["inter_node_tuples_total"].as_u64().unwrap_or(0),
         b["inter_node_tuples_total"].as_u64().unwrap_or(0),
@@ -916,6 +919,12 @@ fn on_a_tls_cluster_the_workers_speak_tls_to_each_other_and_count_exactly() {
     });
     let s = show();
     assert_eq!(nodes_of_workers(&s).len(), 2, "{s}");
+    for w in s["workers"].as_array().expect("workers") {
+        assert_eq!(w["encrypted"], true, "{w}");
+        assert_eq!(w["refused_connections"], 0, "{w}");
+    }
+    let table = c.ok(&["topology", "show", "wc-tls"]);
+    assert!(table.contains("tls"), "{table}");
     assert!(
         s["inter_node_tuples_total"].as_u64().unwrap_or(0) > 0,
         "tuples crossed between the nodes: {s}"

@@ -1517,6 +1517,8 @@ impl Cfg {
                     "addr": live.map(|l| l.addr.clone()), "pid": live.map(|l| l.pid),
                     "remote_out": live.and_then(|l| l.report.as_ref()).map(|r| r.remote_out),
                     "rss_bytes": live.and_then(|l| l.report.as_ref()).map(|r| r.rss_bytes),
+                    "encrypted": live.and_then(|l| l.report.as_ref()).map(|r| r.encrypted),
+                    "refused_connections": live.and_then(|l| l.report.as_ref()).map(|r| r.refused_connections),
                 }));
             }
             for pair in &run.shown.pairs {
