@@ -102,6 +102,12 @@ fn config(dir: &Path, text: &str, worker: u32, assignment: Vec<u32>) -> WorkerCo
     }
 }
 
+/// Tells workers 0 (`a`) and 1 (`b`) where the other listens.
+fn introduce(a: &Worker, b: &Worker) {
+    a.set_peers(HashMap::from([(1, b.local_addr())]));
+    b.set_peers(HashMap::from([(0, a.local_addr())]));
+}
+
 fn read_counts(dir: &Path) -> BTreeMap<String, u64> {
     let mut m = BTreeMap::new();
     for i in 0..3 {
@@ -162,8 +168,7 @@ fn word_count_across_two_workers_over_tcp_is_exact() {
     let assignment: Vec<u32> = (0..8).map(|e| e % 2).collect();
     let a = Worker::start(config(&dir, &text, 0, assignment.clone())).expect("starts");
     let b = Worker::start(config(&dir, &text, 1, assignment)).expect("starts");
-    a.set_peers(HashMap::from([(1, b.local_addr())]));
-    b.set_peers(HashMap::from([(0, a.local_addr())]));
+    introduce(&a, &b);
     wait_done(&[&a, &b]);
     let (ra, rb) = (a.report(), b.report());
     a.stop();
@@ -204,8 +209,7 @@ fn a_python_multilang_bolt_splits_the_corpus_correctly() {
     let assignment: Vec<u32> = (0..8).map(|e| e % 2).collect();
     let a = Worker::start(config(&dir, &text, 0, assignment.clone())).expect("starts");
     let b = Worker::start(config(&dir, &text, 1, assignment)).expect("starts");
-    a.set_peers(HashMap::from([(1, b.local_addr())]));
-    b.set_peers(HashMap::from([(0, a.local_addr())]));
+    introduce(&a, &b);
     wait_done(&[&a, &b]);
     a.stop();
     b.stop();
@@ -284,8 +288,7 @@ rate = 10.0
     let assignment = vec![0, 0, 1];
     let a = Worker::start(config(&dir, &text, 0, assignment.clone())).expect("starts");
     let b = Worker::start(config(&dir, &text, 1, assignment.clone())).expect("starts");
-    a.set_peers(HashMap::from([(1, b.local_addr())]));
-    b.set_peers(HashMap::from([(0, a.local_addr())]));
+    introduce(&a, &b);
     std::thread::sleep(Duration::from_millis(300));
     b.stop();
     std::thread::sleep(Duration::from_millis(300));
@@ -335,8 +338,7 @@ fn a_new_placement_moves_only_the_executors_that_change_and_loses_no_count() {
     let before: Vec<u32> = (0..8).map(|e| e % 2).collect();
     let a = Worker::start(config(&dir, &text, 0, before.clone())).expect("starts");
     let b = Worker::start(config(&dir, &text, 1, before)).expect("starts");
-    a.set_peers(HashMap::from([(1, b.local_addr())]));
-    b.set_peers(HashMap::from([(0, a.local_addr())]));
+    introduce(&a, &b);
     std::thread::sleep(Duration::from_millis(600));
     let started = |r: &hetsched_stream::WorkerReport| -> BTreeMap<u32, u64> {
         r.executors
@@ -352,8 +354,7 @@ fn a_new_placement_moves_only_the_executors_that_change_and_loses_no_count() {
     let (came, left) = b.reassign(1, after, &[6]).expect("worker 1");
     assert_eq!((came, left), (vec![6], vec![1, 5]));
     // A new placement may renumber the workers: each learns the addresses anew.
-    a.set_peers(HashMap::from([(1, b.local_addr())]));
-    b.set_peers(HashMap::from([(0, a.local_addr())]));
+    introduce(&a, &b);
     wait_done(&[&a, &b]);
     // Let the counts' last snapshots land.
     std::thread::sleep(Duration::from_millis(200));
@@ -562,8 +563,7 @@ fn workers_with_different_keys_exchange_nothing() {
     let mut cb = config(&dir, &text, 1, assignment);
     cb.key = hetsched_stream::auth::topology_key("test", "wc", 1);
     let b = Worker::start(cb).expect("starts");
-    a.set_peers(HashMap::from([(1, b.local_addr())]));
-    b.set_peers(HashMap::from([(0, a.local_addr())]));
+    introduce(&a, &b);
     std::thread::sleep(Duration::from_secs(2));
     let (ra, rb) = (a.report(), b.report());
     a.stop();
@@ -733,8 +733,7 @@ fn an_encrypted_worker_refuses_a_plain_connection_and_a_plain_one_an_encrypted_p
     ca.encrypt = true;
     let a = Worker::start(ca).expect("starts");
     let b = Worker::start(config(&dir, &text, 1, assignment)).expect("starts");
-    a.set_peers(HashMap::from([(1, b.local_addr())]));
-    b.set_peers(HashMap::from([(0, a.local_addr())]));
+    introduce(&a, &b);
     std::thread::sleep(Duration::from_secs(2));
     let (ra, rb) = (a.report(), b.report());
     a.stop();
