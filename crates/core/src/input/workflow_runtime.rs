@@ -96,13 +96,13 @@ pub fn parse_runtime_workflow(origin: &str, text: &str) -> Result<RuntimeWorkflo
                 ),
             ));
         };
+        if command.get_ref().is_blank() {
+            return Err(src.error(at(command), field("command"), "must not be empty"));
+        }
         let argv = match command.get_ref() {
             Command::Shell(s) => vec!["sh".to_string(), "-c".to_string(), s.clone()],
             Command::Argv(v) => v.clone(),
         };
-        if argv.first().is_none_or(|p| p.trim().is_empty()) {
-            return Err(src.error(at(command), field("command"), "must not be empty"));
-        }
         for arg in &argv {
             for (kind, name) in placeholders(arg) {
                 let (list, what) = match kind {
@@ -337,6 +337,26 @@ time_limit = "10s"
             e.starts_with("wf.toml:3:") && e.contains("task[0].command"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_blank_command_is_refused() {
+        for blank in [
+            "command = \"\"",
+            "command = \"  \"",
+            "command = []",
+            "command = [\" \", \"x\"]",
+        ] {
+            let bad = GOOD.replace("command = \"echo {index} > {output:m}\"", blank);
+            let e = parse_runtime_workflow("wf.toml", &bad)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(
+                e.contains("task[0].command") && e.contains("must not be empty"),
+                "{blank}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -119,6 +119,16 @@ pub enum Command {
     Argv(Vec<String>),
 }
 
+impl Command {
+    /// Whether the command runs nothing: a blank shell line, or an argv whose program is blank.
+    pub fn is_blank(&self) -> bool {
+        match self {
+            Command::Shell(s) => s.trim().is_empty(),
+            Command::Argv(v) => v.first().is_none_or(|p| p.trim().is_empty()),
+        }
+    }
+}
+
 /// The CPU variant as written.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -725,28 +735,46 @@ impl Workload {
         Ok(())
     }
 
-    /// Checks that every variant has a `command` (the runtime runs it; the simulator does not
-    /// need one).
+    /// Checks that every variant has a `command` that runs something (the runtime runs it; the
+    /// simulator does not need one): an empty or blank shell command, or an argv without a
+    /// program, is refused here rather than failing every task on its agent.
     pub fn check_commands(&self) -> Result<(), InputError> {
         let src = self.source();
         for (i, a) in self.applications.iter().enumerate() {
-            if let Some(c) = &a.cpu
-                && c.get_ref().command.is_none()
-            {
-                return Err(src.error(
-                    at(c),
-                    Some(format!("application[{i}].cpu.command")),
-                    "missing: the runtime needs the command each task runs",
-                ));
-            }
-            if let Some(g) = &a.gpu
-                && g.get_ref().command.is_none()
-            {
-                return Err(src.error(
-                    at(g),
-                    Some(format!("application[{i}].gpu.command")),
-                    "missing: the runtime needs the command each task runs",
-                ));
+            let variants = [
+                (
+                    "cpu",
+                    a.cpu
+                        .as_ref()
+                        .map(|c| (at(c), c.get_ref().command.as_ref())),
+                ),
+                (
+                    "gpu",
+                    a.gpu
+                        .as_ref()
+                        .map(|g| (at(g), g.get_ref().command.as_ref())),
+                ),
+            ];
+            for (name, variant) in variants {
+                let Some((span, command)) = variant else {
+                    continue;
+                };
+                let field = Some(format!("application[{i}].{name}.command"));
+                let Some(command) = command else {
+                    return Err(src.error(
+                        span,
+                        field,
+                        "missing: the runtime needs the command each task runs",
+                    ));
+                };
+                if command.is_blank() {
+                    return Err(src.error(
+                        span,
+                        field,
+                        "must not be empty: give the program to run (`command = \"prog {index}\"` \
+                         or `command = [\"prog\", \"{index}\"]`)",
+                    ));
+                }
             }
         }
         Ok(())
@@ -886,5 +914,28 @@ mod tests {
                 .contains("unknown field `comand`, expected one of"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_blank_command_is_refused_for_the_runtime() {
+        let job = |command: &str, variant: &str| {
+            format!(
+                "[[application]]\nname = \"a\"\ntasks = 2\n[application.{variant}]\ncommand = {command}\n"
+            )
+        };
+        for variant in ["cpu", "gpu"] {
+            for blank in ["\"\"", "\" \\t \"", "[]", "[\"\", \"x\"]"] {
+                let w = parse_workload("j.toml", &job(blank, variant)).expect("parses");
+                let e = w.check_commands().expect_err(blank).to_string();
+                assert!(
+                    e.starts_with(&format!(
+                        "j.toml:4:1: application[0].{variant}.command: must not be empty"
+                    )),
+                    "{variant} {blank}: {e}"
+                );
+            }
+            let w = parse_workload("j.toml", &job("\"true\"", variant)).expect("parses");
+            assert!(w.check_commands().is_ok());
+        }
     }
 }
