@@ -225,6 +225,16 @@ fn chunk_dir(work_dir: &Path, job: u64) -> PathBuf {
     work_dir.join("divisible").join(format!("job-{job}"))
 }
 
+/// Where chunk `chunk` of divisible job `job` writes its stdout (or stderr): the one place
+/// [`run_chunk`] and the log listener agree on. The stdout file is removed once the server
+/// holds it; the stderr file stays for `hetsched log`.
+pub fn chunk_output_path(work_dir: &Path, job: u64, chunk: u64, stderr: bool) -> PathBuf {
+    chunk_dir(work_dir, job).join(format!(
+        "chunk-{chunk}.{}",
+        if stderr { "err" } else { "out" }
+    ))
+}
+
 /// Fetches a chunk's input into `chunk-K.in` (the transfer the estimator measures).
 async fn fetch(client: &mut Client, work_dir: &Path, o: &pb::ChunkOrder) -> Result<Ready, String> {
     let dir = chunk_dir(work_dir, o.job_id);
@@ -271,8 +281,8 @@ async fn fetch(client: &mut Client, work_dir: &Path, o: &pb::ChunkOrder) -> Resu
 async fn run_chunk(me: &DivisibleAgent, r: &Ready) -> (pb::ChunkResultHeader, Option<PathBuf>) {
     let o = &r.order;
     let dir = chunk_dir(&me.work_dir, o.job_id);
-    let out = dir.join(format!("chunk-{}.out", o.chunk));
-    let err = dir.join(format!("chunk-{}.err", o.chunk));
+    let out = chunk_output_path(&me.work_dir, o.job_id, o.chunk, false);
+    let err = chunk_output_path(&me.work_dir, o.job_id, o.chunk, true);
     let input = r.input.display().to_string();
     let argv: Vec<String> = o
         .argv

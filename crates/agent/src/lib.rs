@@ -174,7 +174,16 @@ struct Shared {
 }
 
 /// Runs the agent until `shutdown` resolves; then kills its tasks and returns.
-pub async fn run(opts: AgentOptions, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+pub async fn run(
+    mut opts: AgentOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), AgentError> {
+    // Tasks, chunks and workflow instances run in directories of their own, so every path the
+    // agent hands them (`{input}`, `{input:m}`, `{output:m}`, `HETSCHED_CHUNK_OUTPUT`) must not
+    // depend on the agent's own working directory.
+    opts.work_dir = std::path::absolute(&opts.work_dir).map_err(|e| {
+        AgentError::Config(format!("work directory {}: {e}", opts.work_dir.display()))
+    })?;
     let endpoint = pb::endpoint(&opts.server, opts.ca_pem.as_deref())?;
     let channel = endpoint.connect_lazy();
     let interceptor = pb::TokenInterceptor::new(&opts.token)

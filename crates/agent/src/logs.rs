@@ -1,6 +1,7 @@
 //! The agent's log listener: serves the task output files in its work directory
-//! (`WORK_DIR/job-J/APP-INDEX.ATTEMPT.{out,err}`, written by [`crate::launch`]) to the server over
-//! gRPC (`AgentLogs.ReadLog`), which relays them to `hetsched log`.
+//! (`WORK_DIR/job-J/APP-INDEX.ATTEMPT.{out,err}`, written by [`crate::launch`], and divisible
+//! chunks' `WORK_DIR/divisible/job-J/chunk-K.{out,err}`, written by [`crate::divisible`]) to the
+//! server over gRPC (`AgentLogs.ReadLog`), which relays them to `hetsched log`.
 //!
 //! Calls must carry the agent token (the server holds it; users never talk to agents directly, so
 //! the client token is not needed here). A read is one page: at most [`MAX_PAGE`] bytes from an
@@ -13,16 +14,13 @@
 
 use hetsched_proto as pb;
 use hetsched_proto::agent_logs_server::{AgentLogs, AgentLogsServer};
-use std::io::{Read, Seek, SeekFrom};
 use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use tonic::{Request, Response, Status};
 
 /// Largest page one call returns.
-pub const MAX_PAGE: u32 = 1 << 20;
-/// The page size when a request does not say.
-pub const DEFAULT_PAGE: u32 = 64 << 10;
+pub const MAX_PAGE: u32 = pb::LOG_MAX_PAGE;
 
 /// Where task `index` (attempt `attempt`) of application `app` of job `job` writes its stdout
 /// (or stderr): the one place [`crate::launch`] and this listener agree on.
@@ -41,16 +39,13 @@ pub fn output_path(
     ))
 }
 
-/// Reads one page of `path`: (data, offset where it starts, file size, whether the file exists).
+/// Reads one page of `path` (opened without following a link; paging as
+/// [`pb::log_page`]): (data, offset where it starts, file size, whether the file exists).
 pub fn read_page(
     path: &Path,
     offset: i64,
     limit: u32,
 ) -> std::io::Result<(Vec<u8>, u64, u64, bool)> {
-    let limit = match limit {
-        0 => DEFAULT_PAGE,
-        n => n.min(MAX_PAGE),
-    } as u64;
     let mut f = match std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(crate::workdir::no_follow())
@@ -60,15 +55,7 @@ pub fn read_page(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0, 0, false)),
         Err(e) => return Err(e),
     };
-    let size = f.metadata()?.len();
-    let start = if offset < 0 {
-        size.saturating_sub(offset.unsigned_abs())
-    } else {
-        (offset as u64).min(size)
-    };
-    f.seek(SeekFrom::Start(start))?;
-    let mut data = Vec::with_capacity(limit.min(size - start) as usize);
-    f.take(limit).read_to_end(&mut data)?;
+    let (data, start, size) = pb::log_page(&mut f, offset, limit)?;
     Ok((data, start, size, true))
 }
 
@@ -84,14 +71,18 @@ impl AgentLogs for LogService {
         req: Request<pb::AgentLogRequest>,
     ) -> Result<Response<pb::ReadLogReply>, Status> {
         let r = req.into_inner();
-        let path = output_path(
-            &self.work_dir,
-            r.job_id,
-            &r.app,
-            r.index,
-            r.attempt,
-            r.stderr,
-        );
+        let path = if r.divisible {
+            crate::divisible::chunk_output_path(&self.work_dir, r.job_id, r.chunk, r.stderr)
+        } else {
+            output_path(
+                &self.work_dir,
+                r.job_id,
+                &r.app,
+                r.index,
+                r.attempt,
+                r.stderr,
+            )
+        };
         let shown = path.display().to_string();
         let (data, offset, size, exists) =
             tokio::task::spawn_blocking(move || read_page(&path, r.offset, r.limit))

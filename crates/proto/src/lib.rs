@@ -20,6 +20,37 @@ pub use generated::*;
 /// host answers the probes).
 pub const MAX_HOLD: std::time::Duration = std::time::Duration::from_secs(300);
 
+/// Largest page of a task's output one `ReadLog` call returns.
+pub const LOG_MAX_PAGE: u32 = 1 << 20;
+/// The page size of a `ReadLog` call that does not say (`limit = 0`).
+pub const LOG_DEFAULT_PAGE: u32 = 64 << 10;
+
+/// Reads one page of an output file as `ReadLog` defines it: at most `limit` bytes (0 =
+/// [`LOG_DEFAULT_PAGE`], capped at [`LOG_MAX_PAGE`]) from `offset`, or, for a negative
+/// `offset`, from that many bytes before the end. Returns the data, where it starts, and the
+/// file's size. The one paging rule of the agents' listeners and the server's own files.
+pub fn log_page(
+    file: &mut std::fs::File,
+    offset: i64,
+    limit: u32,
+) -> std::io::Result<(Vec<u8>, u64, u64)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let limit = u64::from(match limit {
+        0 => LOG_DEFAULT_PAGE,
+        n => n.min(LOG_MAX_PAGE),
+    });
+    let size = file.metadata()?.len();
+    let start = if offset < 0 {
+        size.saturating_sub(offset.unsigned_abs())
+    } else {
+        (offset as u64).min(size)
+    };
+    file.seek(SeekFrom::Start(start))?;
+    let mut data = Vec::with_capacity(limit.min(size - start) as usize);
+    file.take(limit).read_to_end(&mut data)?;
+    Ok((data, start, size))
+}
+
 /// The metadata key that carries the token.
 pub const AUTH_HEADER: &str = "authorization";
 

@@ -13,17 +13,19 @@
 //! fallback to plain text (it would hand the agent token to whoever answers in clear).
 
 use crate::convert::Wire;
+use crate::jobs::divisible::DivisibleChunk;
 use crate::state::State;
 use hetsched_proto as pb;
 use hetsched_proto::agent_logs_client::AgentLogsClient;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tonic::Status;
 
 /// Largest page relayed (the agents cap theirs at the same size).
-pub const MAX_PAGE: u32 = 1 << 20;
+pub const MAX_PAGE: u32 = pb::LOG_MAX_PAGE;
 
 /// How long the server waits for an agent's answer.
 const AGENT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -251,6 +253,109 @@ fn resolve(state: &State, job: u64, task: &str) -> Result<pb::TaskInfo, Status> 
         .ok_or_else(|| Status::not_found(format!("job {job} has no task {id}")))
 }
 
+/// What a `ReadLog` call names: a task of a batch job or workflow, or a divisible job's chunk
+/// (with the server's copy of its stdout once it is done).
+enum Target {
+    Task(pb::TaskInfo),
+    Chunk(DivisibleChunk, Option<PathBuf>),
+}
+
+/// The chunk number in `task` (`K`, `chunk:K` or `chunk-K`) of divisible job `job`.
+fn chunk_number(job: u64, task: &str) -> Result<u64, Status> {
+    let number = task
+        .strip_prefix("chunk:")
+        .or_else(|| task.strip_prefix("chunk-"))
+        .unwrap_or(task);
+    number.parse().map_err(|_| {
+        Status::invalid_argument(format!(
+            "`{task}`: job {job} is a divisible job: name one of its chunks by number (`3` or \
+             `chunk:3`, as `hetsched job {job} --output json` and its failure message give it)"
+        ))
+    })
+}
+
+/// A divisible chunk's stdout or stderr. A chunk runs once (a failed chunk's units go out again
+/// as new chunks), so it has one attempt. Its stderr, and the stdout of a chunk not done, are on
+/// the agent that ran it; a done chunk's stdout is the server's own copy.
+async fn read_chunk_log(
+    relay: &LogRelay,
+    r: pb::ReadLogRequest,
+    chunk: DivisibleChunk,
+    stdout: Option<PathBuf>,
+) -> Result<pb::ReadLogReply, Status> {
+    if r.attempt > 1 {
+        return Err(Status::not_found(format!(
+            "chunk {} of job {} ran once (a failed chunk's units go out again as new chunks): \
+             there is no attempt {}",
+            chunk.chunk, r.job_id, r.attempt
+        )));
+    }
+    let limit = r.limit.min(MAX_PAGE);
+    let mut reply = match stdout.filter(|_| !r.stderr) {
+        Some(path) => {
+            let shown = path.display().to_string();
+            tokio::task::spawn_blocking(move || own_page(&path, r.offset, limit))
+                .await
+                .map_err(|e| Status::internal(e.to_string()))?
+                .map_err(|e| Status::internal(format!("{shown}: {e}")))?
+        }
+        None => {
+            let at = relay.by_name(&chunk.worker).ok_or_else(|| {
+                Status::unavailable(format!(
+                    "node `{}` has not heartbeated since the server started: chunk {}'s output \
+                     cannot be reached now",
+                    chunk.worker, chunk.chunk
+                ))
+            })?;
+            let req = pb::AgentLogRequest {
+                job_id: r.job_id,
+                stderr: r.stderr,
+                offset: r.offset,
+                limit,
+                divisible: true,
+                chunk: chunk.chunk,
+                ..Default::default()
+            };
+            relay.ask(&at, req).await?
+        }
+    };
+    reply.node = chunk.worker;
+    reply.attempt = 1;
+    reply.latest_attempt = 1;
+    reply.task_id = chunk.chunk;
+    reply.divisible_chunk = true;
+    reply.task_state = match chunk.state.as_str() {
+        "out" => "running",
+        "done" => "succeeded",
+        other => other,
+    }
+    .to_string();
+    Ok(reply)
+}
+
+/// One page of a file the server itself keeps (a missing one reads as empty).
+fn own_page(path: &Path, offset: i64, limit: u32) -> std::io::Result<pb::ReadLogReply> {
+    let mut f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(pb::ReadLogReply {
+                path: path.display().to_string(),
+                ..Default::default()
+            });
+        }
+        Err(e) => return Err(e),
+    };
+    let (data, offset, size) = pb::log_page(&mut f, offset, limit)?;
+    Ok(pb::ReadLogReply {
+        data,
+        offset,
+        size,
+        exists: true,
+        path: path.display().to_string(),
+        ..Default::default()
+    })
+}
+
 /// `ReadLog`: resolves the task, then asks the agent that ran the attempt (for an earlier attempt
 /// than the latest, every agent in turn: the server records only the latest attempt's node).
 pub async fn read_log(
@@ -266,10 +371,28 @@ pub async fn read_log(
     };
     let multi = tokio::runtime::Handle::current().runtime_flavor()
         == tokio::runtime::RuntimeFlavor::MultiThread;
-    let task = if multi {
+    let lookup = || -> Result<Target, Status> {
+        let s = state
+            .lock()
+            .map_err(|_| Status::internal("server state poisoned"))?;
+        if s.is_divisible(r.job_id) {
+            let number = chunk_number(r.job_id, &r.task)?;
+            let (chunk, stdout) = s
+                .divisible_chunk(r.job_id, number)
+                .map_err(|e| Status::not_found(e.to_string()))?;
+            return Ok(Target::Chunk(chunk, stdout));
+        }
+        drop(s);
+        lookup().map(Target::Task)
+    };
+    let target = if multi {
         tokio::task::block_in_place(lookup)?
     } else {
         lookup()?
+    };
+    let task = match target {
+        Target::Task(task) => task,
+        Target::Chunk(chunk, stdout) => return read_chunk_log(relay, r, chunk, stdout).await,
     };
     if task.attempt == 0 {
         return Err(Status::failed_precondition(format!(
@@ -296,6 +419,7 @@ pub async fn read_log(
         stderr: r.stderr,
         offset: r.offset,
         limit: r.limit.min(MAX_PAGE),
+        ..Default::default()
     };
     let candidates: Vec<AgentAt> = if attempt == task.attempt {
         let at = relay.by_name(&task.node).ok_or_else(|| {

@@ -631,6 +631,24 @@ pub async fn tasks(
         writeln!(out, "\n]")?;
     }
     out.flush()?;
+    if shown == 0
+        && args.output != Output::Json
+        && let Some(id) = job
+        && let Ok(j) = api
+            .get_job(pb::GetJobRequest {
+                job_id: id,
+                wait_ms: 0,
+            })
+            .await
+        && j.get_ref().divisible.is_some()
+    {
+        // An empty table would say nothing: a divisible job's work is its chunks.
+        eprintln!(
+            "job {id} is a divisible job: it runs chunks, not tasks. `hetsched job {id}` shows \
+             its rounds and workers (`--output json`: every chunk), `hetsched log {id} CHUNK` a \
+             chunk's output"
+        );
+    }
     Ok(())
 }
 
@@ -943,7 +961,7 @@ pub async fn wait_on(
     }
     if j.state != "completed" {
         if c.failed > 0 {
-            super::log::print_failures(api, id).await;
+            super::log::print_failures(api, &j).await;
         }
         bail!("job {id} {}", j.state);
     }

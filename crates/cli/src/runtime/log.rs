@@ -1,6 +1,7 @@
-//! `hetsched log JOB TASK`: a task's captured stdout (or stderr), read from the agent that ran it
-//! through the server, page by page; `--follow` keeps reading while the task runs. Also the
-//! failing tasks' last stderr lines that `submit --wait` and `wait` print.
+//! `hetsched log JOB TASK`: a task's captured stdout (or stderr) — or a divisible job's chunk's —
+//! read from the agent that ran it through the server, page by page; `--follow` keeps reading
+//! while the task runs. Also the failing tasks' (or chunks') last stderr lines that
+//! `submit --wait` and `wait` print.
 
 use super::ClientArgs;
 use super::client::{Api, connect, refused};
@@ -47,13 +48,18 @@ pub async fn log(
         if !announced {
             announced = true;
             if !page.exists && !follow {
-                eprintln!(
-                    "task {} (attempt {}, on {}) printed nothing on {}",
-                    page.task_id,
-                    page.attempt,
-                    page.node,
-                    if stderr { "stderr" } else { "stdout" }
-                );
+                let stream = if stderr { "stderr" } else { "stdout" };
+                if page.divisible_chunk {
+                    eprintln!(
+                        "chunk {} ({}, on {}) printed nothing on {stream}",
+                        page.task_id, page.task_state, page.node
+                    );
+                } else {
+                    eprintln!(
+                        "task {} (attempt {}, on {}) printed nothing on {stream}",
+                        page.task_id, page.attempt, page.node
+                    );
+                }
             }
         }
         out.write_all(&page.data)?;
@@ -77,9 +83,15 @@ const TAIL_LINES: usize = 10;
 /// Failing tasks shown.
 const TAIL_TASKS: usize = 5;
 
-/// Prints the last stderr lines of a finished job's failed tasks (at most [`TAIL_TASKS`]) to
-/// stderr; problems reading them are reported in one line and do not change the outcome.
-pub async fn print_failures(api: &mut Api, job: u64) {
+/// Prints the last stderr lines of a finished job's failed tasks (at most [`TAIL_TASKS`]) — of
+/// a divisible job, its failure and its failed chunks' — to stderr; problems reading them are
+/// reported in one line and do not change the outcome.
+pub async fn print_failures(api: &mut Api, job: &pb::JobInfo) {
+    if let Some(d) = &job.divisible {
+        print_chunk_failures(api, job.id, d).await;
+        return;
+    }
+    let job = job.id;
     let mut cursor = 0;
     let mut failed = Vec::new();
     let mut total_failed = 0u64;
@@ -119,37 +131,8 @@ pub async fn print_failures(api: &mut Api, job: u64) {
             if t.node.is_empty() { "-" } else { &t.node },
             t.message
         );
-        if t.attempt == 0 {
-            continue;
-        }
-        match api
-            .read_log(pb::ReadLogRequest {
-                job_id: job,
-                task: t.id.to_string(),
-                stderr: true,
-                attempt: 0,
-                offset: -4096,
-                limit: 4096,
-            })
-            .await
-        {
-            Ok(r) => {
-                let r = r.into_inner();
-                if !r.exists || r.data.is_empty() {
-                    eprintln!("  (no stderr)");
-                    continue;
-                }
-                let text = String::from_utf8_lossy(&r.data);
-                let lines: Vec<&str> = text.lines().collect();
-                let skip = lines.len().saturating_sub(TAIL_LINES);
-                if skip > 0 || r.offset > 0 {
-                    eprintln!("  … (`hetsched log {job} {} --stderr` shows all)", t.id);
-                }
-                for l in &lines[skip..] {
-                    eprintln!("  | {l}");
-                }
-            }
-            Err(s) => eprintln!("  (stderr not available: {})", s.message()),
+        if t.attempt > 0 {
+            print_stderr_tail(api, job, &t.id.to_string()).await;
         }
     }
     if total_failed > failed.len() as u64 {
@@ -157,5 +140,63 @@ pub async fn print_failures(api: &mut Api, job: u64) {
             "… and {} more failed task(s): `hetsched tasks --job {job}`",
             total_failed - failed.len() as u64
         );
+    }
+}
+
+/// A failed divisible job: why, then the last stderr lines of its failed chunks (the latest
+/// [`TAIL_TASKS`]; a failed chunk's units went out again as new chunks until the retries ran out).
+async fn print_chunk_failures(api: &mut Api, job: u64, d: &pb::DivisibleInfo) {
+    if !d.message.is_empty() {
+        eprintln!("job {job} failed: {}", d.message);
+    }
+    let failed: Vec<&pb::DivisibleChunk> =
+        d.chunks.iter().filter(|c| c.state == "failed").collect();
+    let shown = &failed[failed.len().saturating_sub(TAIL_TASKS)..];
+    for c in shown {
+        eprintln!(
+            "chunk {} (units {}..{}) failed on {}",
+            c.chunk, c.start, c.end, c.worker
+        );
+        print_stderr_tail(api, job, &c.chunk.to_string()).await;
+    }
+    if failed.len() > shown.len() {
+        eprintln!(
+            "… and {} more failed chunk(s): `hetsched job {job} --output json`",
+            failed.len() - shown.len()
+        );
+    }
+}
+
+/// Prints the last [`TAIL_LINES`] lines of the stderr of `task` (a task id, or a divisible
+/// job's chunk number) of `job`, indented.
+async fn print_stderr_tail(api: &mut Api, job: u64, task: &str) {
+    match api
+        .read_log(pb::ReadLogRequest {
+            job_id: job,
+            task: task.to_string(),
+            stderr: true,
+            attempt: 0,
+            offset: -4096,
+            limit: 4096,
+        })
+        .await
+    {
+        Ok(r) => {
+            let r = r.into_inner();
+            if !r.exists || r.data.is_empty() {
+                eprintln!("  (no stderr)");
+                return;
+            }
+            let text = String::from_utf8_lossy(&r.data);
+            let lines: Vec<&str> = text.lines().collect();
+            let skip = lines.len().saturating_sub(TAIL_LINES);
+            if skip > 0 || r.offset > 0 {
+                eprintln!("  … (`hetsched log {job} {task} --stderr` shows all)");
+            }
+            for l in &lines[skip..] {
+                eprintln!("  | {l}");
+            }
+        }
+        Err(s) => eprintln!("  (stderr not available: {})", s.message()),
     }
 }

@@ -148,11 +148,13 @@ pub enum RuntimeCommand {
     /// Manage nodes (`hetsched node remove|drain|resume NAME`).
     #[command(subcommand)]
     Node(NodeCommand),
-    /// Print a task's captured stdout (or stderr), read from the agent that ran it.
+    /// Print a task's captured stdout (or stderr), read from the agent that ran it; of a divisible
+    /// job, a chunk's.
     Log {
         /// Job id, or `last` (the newest job).
         job: JobRef,
-        /// The task: its id (the `task` column of `hetsched tasks`) or APP:INDEX.
+        /// The task: its id (the `task` column of `hetsched tasks`) or APP:INDEX; of a divisible
+        /// job, a chunk's number (`3` or `chunk:3`, as `hetsched job N --output json` lists them).
         task: String,
         /// Show stderr instead of stdout.
         #[arg(long)]

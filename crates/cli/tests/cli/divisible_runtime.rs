@@ -403,6 +403,106 @@ fn bad_divisible_input_is_refused_naming_the_field_or_the_chunk() {
     assert!(Path::new(&c.dir).exists());
 }
 
+/// What a user debugging a divisible job relies on: `hetsched log JOB CHUNK` prints a chunk's
+/// stdout (a done chunk's from the server's copy, its agent having removed its own) and stderr;
+/// a failed job's `wait` prints why and its failed chunks' last stderr lines; `tasks` says that
+/// the job runs chunks. The agent runs from its own directory with a relative `--work-dir`, so
+/// `{input}` must not depend on the agent's working directory (it once did, and every chunk ran
+/// on a path that did not exist from the chunk's directory).
+#[test]
+fn a_chunks_output_and_errors_are_readable_and_inputs_resolve_from_a_relative_work_dir() {
+    let mut c = Cluster::start("div-log", false);
+    let log = std::fs::File::create(c.dir.join("agent-rel.log")).expect("log");
+    let child = Command::new(BIN)
+        .args([
+            "agent",
+            "--server",
+            &c.url(),
+            "--name",
+            "rel",
+            "--cores",
+            "2",
+        ])
+        .arg("--token-file")
+        .arg(c.data().join("agent-token"))
+        .args(["--work-dir", "agent-rel", "--log-listen", "127.0.0.1:0"])
+        .current_dir(&c.dir)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn agent");
+    c.agents.insert("rel".to_string(), child);
+    c.wait_for_nodes(1);
+    let numbers: String = (0..100).map(|i| format!("{i:03}\n")).collect();
+    std::fs::write(c.dir.join("numbers.txt"), numbers).expect("input");
+    let id = submit(
+        &c,
+        "sum.toml",
+        "[[divisible]]\nname = \"sum\"\nunits = 100\n\
+         command = \"echo units {start}..{end} >&2; awk '{ s += $1 } END { print s }' {input}\"\n\
+         input = \"numbers.txt\"\nunit_bytes = 4\n",
+    );
+    let j = wait_done(&c, id);
+    assert_eq!(j["state"], "completed", "{j}");
+    let sum: u64 = String::from_utf8_lossy(&gathered(&c, id))
+        .lines()
+        .map(|l| l.trim().parse::<u64>().expect("a chunk's sum"))
+        .sum();
+    assert_eq!(sum, 4950);
+    let chunks = j["divisible"]["chunks"].as_array().expect("chunks");
+    assert!(chunks.len() >= 2, "{j}");
+    for ch in chunks {
+        let (k, start, end) = (
+            ch["chunk"].as_u64().expect("chunk"),
+            ch["start"].as_u64().expect("start"),
+            ch["end"].as_u64().expect("end"),
+        );
+        let job_id = id.to_string();
+        let stdout = c.ok(&["log", &job_id, &k.to_string()]);
+        assert_eq!(
+            stdout.trim(),
+            (start..end).sum::<u64>().to_string(),
+            "chunk {k}"
+        );
+        let stderr = c.ok(&["log", &job_id, &format!("chunk:{k}"), "--stderr"]);
+        assert_eq!(stderr, format!("units {start}..{end}\n"), "chunk {k}");
+    }
+    c.refused(
+        &["log", &id.to_string(), "x"],
+        "job 1 is a divisible job: name one of its chunks by number",
+    );
+    c.refused(&["log", &id.to_string(), "0", "--attempt", "2"], "ran once");
+    c.refused(&["log", &id.to_string(), "999"], "has no chunk 999");
+
+    let id = submit(
+        &c,
+        "bad.toml",
+        "[[divisible]]\nname = \"bad\"\nunits = 100\nretries = 1\n\
+         command = \"echo cannot read units {start}..{end} >&2; exit 3\"\n",
+    );
+    let out = c.cli(&["wait", &id.to_string()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains(&format!("job {id} failed: chunk "))
+            && err.contains("failed: exited with exit status: 3")
+            && err.contains("chunk 0 (units 0..4) failed on rel")
+            && err.contains("  | cannot read units 0..4"),
+        "{err}"
+    );
+    assert_eq!(
+        c.ok(&["log", &id.to_string(), "0", "--stderr"]),
+        "cannot read units 0..4\n"
+    );
+    let out = c.cli(&["tasks", "--job", &id.to_string()]);
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is a divisible job: it runs chunks"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The figures of docs/divisible.md ("In the runtime"): the same job under `static` (the equal
 /// split) and `umrlm`, twice each per row cost, one job at a time on one cluster. Timing, so not
 /// part of the suite: `cargo test -p hetsched-cli --test divisible_runtime -- --ignored

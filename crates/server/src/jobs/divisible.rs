@@ -1103,6 +1103,42 @@ impl Divisible {
         Ok(job_dir(&self.dir, id).join("output"))
     }
 
+    /// Chunk `chunk` of job `id` as `hetsched log` needs it: who ran it and how it stands, and,
+    /// once it is done, the file where the server keeps its stdout (its agent removes its copy
+    /// once the server holds it).
+    pub fn chunk(
+        &self,
+        id: u64,
+        chunk: u64,
+    ) -> Result<(DivisibleChunk, Option<PathBuf>), DivError> {
+        let job = self
+            .jobs
+            .get(&id)
+            .ok_or_else(|| DivError::NotFound(format!("no divisible job {id}")))?;
+        let c = job.chunks.get(&chunk).ok_or_else(|| {
+            DivError::NotFound(format!(
+                "divisible job {id} has no chunk {chunk} (it has sent {}: `hetsched job {id} \
+                 --output json` lists them)",
+                job.chunks.len()
+            ))
+        })?;
+        let stdout = (c.state == ChunkState::Done)
+            .then(|| job_dir(&self.dir, id).join(format!("chunk-{chunk}.out")));
+        Ok((
+            DivisibleChunk {
+                chunk,
+                round: c.order.round,
+                worker: c.worker.clone(),
+                start: c.order.start,
+                end: c.order.end,
+                state: c.state.as_str().into(),
+                transfer_s: c.transfer_ns as f64 / 1e9,
+                compute_s: c.compute_ns as f64 / 1e9,
+            },
+            stdout,
+        ))
+    }
+
     /// `DATA_DIR/divisible`, where the jobs' files are.
     pub fn dir(&self) -> &Path {
         &self.dir

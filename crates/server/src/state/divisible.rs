@@ -5,7 +5,9 @@
 //! the state's one transaction, so the full-disk pause and rollback cover it.
 
 use super::{State, StateError};
-use crate::jobs::divisible::{ChunkKey, ChunkReply, ChunkRequest, ChunkResult, DivError};
+use crate::jobs::divisible::{
+    ChunkKey, ChunkReply, ChunkRequest, ChunkResult, DivError, DivisibleChunk,
+};
 use std::path::{Path, PathBuf};
 
 impl State {
@@ -58,6 +60,21 @@ impl State {
     /// The gathered output of a completed divisible job.
     pub fn divisible_output(&self, id: u64) -> Result<PathBuf, StateError> {
         Ok(self.jobs.divisible.output_path(id)?)
+    }
+
+    /// Whether job `id` is a divisible job.
+    pub fn is_divisible(&self, id: u64) -> bool {
+        self.jobs.divisible.knows(id)
+    }
+
+    /// Chunk `chunk` of divisible job `id`, and where the server keeps its stdout once it is
+    /// done ([`crate::jobs::divisible::Divisible::chunk`]).
+    pub fn divisible_chunk(
+        &self,
+        id: u64,
+        chunk: u64,
+    ) -> Result<(DivisibleChunk, Option<PathBuf>), StateError> {
+        Ok(self.jobs.divisible.chunk(id, chunk)?)
     }
 
     /// `DATA_DIR/divisible`, where divisible jobs' files are.
