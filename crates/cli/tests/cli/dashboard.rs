@@ -221,6 +221,66 @@ fn the_dashboard_shows_jobs_tasks_and_nodes_and_updates_live_in_a_browser() {
     );
 }
 
+/// A divisible job runs chunks, not tasks: the log API serves a chunk's stdout and stderr, and the
+/// page lists the job's chunks in the tasks table with links to them.
+#[test]
+fn a_divisible_jobs_chunks_are_listed_with_links_to_their_output() {
+    let mut c = Cluster::start("dashboard-div", true);
+    let http_addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
+    let addr = http_addr.trim();
+    let token = std::fs::read_to_string(c.data().join("token")).expect("token");
+    let read_token = std::fs::read_to_string(c.data().join("read-token")).expect("read-token");
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    let job = c.write(
+        "div.toml",
+        "[[divisible]]\nname = \"count\"\nunits = 60\n\
+         command = \"echo units {start}..{end} >&2; echo {end}\"\n",
+    );
+    c.ok(&["submit", job.to_str().expect("path"), "--wait"]);
+    let first = &c.json(&["job", "1"])["divisible"]["chunks"][0];
+    let end = first["end"].as_u64().expect("end");
+    let read = format!("Bearer {}", read_token.trim());
+    let log = |path: &str| http(addr, "GET", path, &[("Authorization", &read)], "");
+    assert_eq!(
+        log("/api/log?job=1&task=0&stream=stderr"),
+        (200, format!("units 0..{end}\n"))
+    );
+    assert_eq!(
+        log("/api/log?job=1&task=chunk:0&stream=stdout"),
+        (200, format!("{end}\n"))
+    );
+
+    let Some(browser) = chromium() else {
+        eprintln!(
+            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
+        );
+        return;
+    };
+    let bearer = format!("Bearer {}", token.trim());
+    let (code, body) = http(
+        addr,
+        "POST",
+        "/api/ticket",
+        &[("Authorization", &bearer)],
+        "",
+    );
+    assert_eq!(code, 200, "{body}");
+    let ticket: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let url = format!(
+        "http://{addr}/login?ticket={}#events=2",
+        ticket["ticket"].as_str().expect("ticket")
+    );
+    let dom = run_browser(browser, &["--dump-dom", "--virtual-time-budget=5000", &url]);
+    assert!(
+        dom.contains("<tr data-chunk=\"0\"><td>chunk 0</td>")
+            && dom.contains(&format!("<td>units 0..{end}</td>"))
+            && dom.contains("/api/log?job=1&amp;task=0&amp;stream=stderr")
+            && dom.contains("chunk(s) shown of "),
+        "the job's chunks: {dom}"
+    );
+}
+
 /// The task rows the page shows: (task id, state) of each.
 const ROWS: &str = "[...document.querySelectorAll('#tasks tbody tr')].map((r) => [Number(r.dataset.task), r.children[3].textContent])";
 

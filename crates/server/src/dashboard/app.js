@@ -223,7 +223,7 @@ $("jobs-next").addEventListener("click", () => { jobsView.from = Math.max(1, job
 
 // ---------------------------------------------------------------- a job's tasks
 
-const tasksView = { job: null, cursors: [0], next: 0, state: "all", jobState: "", timer: null, seq: 0 };
+const tasksView = { job: null, cursors: [0], next: 0, state: "all", jobState: "", timer: null, seq: 0, chunks: null };
 
 function updateJobTitle(j) {
   const c = j.counts || {};
@@ -255,6 +255,27 @@ function renderJobDetail(j) {
     kind = `workflow balanced by <b>${esc(j.balancer)}</b>: its launch node sent ${j.launch_sent} and received ${j.launch_received} messages`;
   }
   $("job-kind").innerHTML = kind;
+  // A divisible job runs chunks, not tasks: the tasks table lists them.
+  tasksView.chunks = d ? (d.chunks || []) : null;
+}
+
+// A chunk's state in the words of the task-state filter.
+const CHUNK_STATE = { out: "running", done: "succeeded" };
+
+// A divisible job's chunks in the tasks table, newest first (the last TASK_PAGE the state filter
+// keeps), each with links to its stdout and stderr (`hetsched log JOB CHUNK`).
+function renderChunks() {
+  const all = tasksView.chunks.map((c) => ({ ...c, shown: CHUNK_STATE[c.state] || c.state }));
+  const kept = all.filter((c) => tasksView.state === "all" || c.shown === tasksView.state);
+  const rows = kept.slice(-TASK_PAGE).reverse();
+  $("tasks").querySelector("tbody").innerHTML = rows.map((c) => {
+    const log = (s) => `<a href="/api/log?job=${tasksView.job}&task=${c.chunk}&stream=${s}" target="_blank" rel="noopener">${s}</a>`;
+    return `<tr data-chunk="${c.chunk}"><td>chunk ${c.chunk}</td><td>round ${c.round}</td><td>units ${c.start}..${c.end}</td>
+      <td class="state-${esc(c.shown)}">${esc(c.shown)}</td><td>1</td><td>${esc(c.worker || "-")}</td><td>-</td><td>-</td>
+      <td>${c.compute_s ? human(c.compute_s * 1e9) : "-"}</td><td>-</td><td>-</td><td>${log("stdout")} ${log("stderr")}</td><td class="msg"></td></tr>`;
+  }).join("");
+  $("tasks-where").textContent = `${rows.length} chunk(s) shown of ${kept.length}${kept.length < all.length ? ` (${all.length} in the job)` : ""}, newest first`;
+  for (const b of ["tasks-prev", "tasks-first", "tasks-next"]) $(b).disabled = true;
 }
 
 async function loadJobDetail() {
@@ -276,6 +297,13 @@ async function loadTasks() {
   const cursor = tasksView.cursors[tasksView.cursors.length - 1];
   const seq = ++tasksView.seq;
   clearTimeout(tasksView.timer);
+  if (tasksView.chunks) {
+    renderChunks();
+    if (!FINAL.has(tasksView.jobState)) {
+      tasksView.timer = setTimeout(() => { loadJobDetail().then(loadTasks).catch((e) => console.error(e)); }, 2000);
+    }
+    return;
+  }
   const page = await api(`/api/tasks?job=${tasksView.job}&cursor=${cursor}&limit=${TASK_PAGE}&state=${encodeURIComponent(tasksView.state)}`);
   // A later request (another page, filter or job, or the refresh timer) went out meanwhile: its
   // answer is the one to show, whichever comes back first.
