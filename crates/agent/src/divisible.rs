@@ -53,12 +53,46 @@ pub struct DivisibleAgent {
     pub memory_bytes: u64,
     /// The work directory.
     pub work_dir: PathBuf,
+    /// How long a chunk asked to stop (its job cancelled or purged, the chunk re-planned) has
+    /// between SIGTERM and SIGKILL (`--kill-grace`).
+    pub kill_grace: Duration,
 }
 
 struct Ready {
     order: pb::ChunkOrder,
     input: PathBuf,
     transfer_ns: u64,
+}
+
+/// What the downloader and the runner share: the chunks held, and a signal rung when the server
+/// says some are no longer this agent's.
+#[derive(Default)]
+struct Shared {
+    held: Mutex<Held>,
+    dropped: tokio::sync::Notify,
+}
+
+impl Shared {
+    fn is_dropped(&self, key: (u64, u64)) -> bool {
+        self.held
+            .lock()
+            .map(|h| h.dropped.contains(&key))
+            .unwrap_or(false)
+    }
+
+    /// Returns once the server has said chunk `key` is no longer this agent's.
+    async fn until_dropped(&self, key: (u64, u64)) {
+        loop {
+            let notified = self.dropped.notified();
+            tokio::pin!(notified);
+            // Registered before the check: a drop between the two still wakes this.
+            notified.as_mut().enable();
+            if self.is_dropped(key) {
+                return;
+            }
+            notified.await;
+        }
+    }
 }
 
 #[derive(Default)]
@@ -84,28 +118,28 @@ pub async fn run(
     };
     let client: Client = on(&connection);
     let incarnation = format!("{:032x}", rand::random::<u128>());
-    let held = Arc::new(Mutex::new(Held::default()));
+    let shared = Arc::new(Shared::default());
     // Rung when a chunk's compute ends: the agent has room again and asks at once.
     let freed = Arc::new(tokio::sync::Notify::new());
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Ready>();
     let me = Arc::new(me);
     // The runner: one chunk at a time, in the order received.
     {
-        let (held, me, freed) = (held.clone(), me.clone(), freed.clone());
+        let (shared, me, freed) = (shared.clone(), me.clone(), freed.clone());
         let (uploads, token) = (connection.clone(), token.clone());
         tokio::spawn(async move {
             while let Some(r) = rx.recv().await {
                 let key = (r.order.job_id, r.order.chunk);
-                let skip = held
-                    .lock()
-                    .map(|h| h.dropped.contains(&key))
-                    .unwrap_or(false);
-                let header = if skip {
+                // A chunk dropped before it started is not run; one dropped while it runs is
+                // stopped (its result is not needed: the job was cancelled or purged, or the
+                // chunk re-planned) and its agent has room for the next job's chunks at once.
+                let header = if shared.is_dropped(key) {
                     None
                 } else {
-                    Some(run_chunk(&me, &r).await)
+                    let h = run_chunk(&me, &r, shared.until_dropped(key)).await;
+                    (!shared.is_dropped(key)).then_some(h)
                 };
-                if let Ok(mut h) = held.lock() {
+                if let Ok(mut h) = shared.held.lock() {
                     h.slots = h.slots.saturating_sub(1);
                 }
                 freed.notify_one();
@@ -116,16 +150,16 @@ pub async fn run(
                             uploads.borrow().clone(),
                             token.clone(),
                         );
-                        let held = held.clone();
+                        let shared = shared.clone();
                         tokio::spawn(async move {
                             upload(client, h, out).await;
-                            if let Ok(mut g) = held.lock() {
+                            if let Ok(mut g) = shared.held.lock() {
                                 g.all.remove(&key);
                             }
                         });
                     }
                     None => {
-                        if let Ok(mut g) = held.lock() {
+                        if let Ok(mut g) = shared.held.lock() {
                             g.all.remove(&key);
                         }
                     }
@@ -140,7 +174,7 @@ pub async fn run(
             client = on(&connection);
         }
         let (holding, room) = {
-            let h = held.lock().unwrap_or_else(|p| p.into_inner());
+            let h = shared.held.lock().unwrap_or_else(|p| p.into_inner());
             (
                 h.all
                     .iter()
@@ -179,14 +213,17 @@ pub async fn run(
         match reply {
             Ok(reply) => {
                 let reply = reply.into_inner();
-                if let Ok(mut h) = held.lock() {
+                if let Ok(mut h) = shared.held.lock() {
                     for k in &reply.drop {
                         h.dropped.insert((k.job_id, k.chunk));
                     }
                 }
+                if !reply.drop.is_empty() {
+                    shared.dropped.notify_waiters();
+                }
                 for order in reply.orders {
                     let key = (order.job_id, order.chunk);
-                    if let Ok(mut h) = held.lock() {
+                    if let Ok(mut h) = shared.held.lock() {
                         h.all.insert(key);
                         h.slots += 1;
                     }
@@ -196,7 +233,7 @@ pub async fn run(
                         }
                         Err(e) => {
                             warn!(job = order.job_id, chunk = order.chunk, "chunk input: {e}");
-                            if let Ok(mut h) = held.lock() {
+                            if let Ok(mut h) = shared.held.lock() {
                                 h.all.remove(&key);
                                 h.slots = h.slots.saturating_sub(1);
                             }
@@ -205,7 +242,7 @@ pub async fn run(
                 }
                 // With room, ask again soon (the server answered because something changed, or
                 // its hold ended); when full, when a compute ends (or at the liveness poll).
-                let room = held.lock().map(|h| h.slots < 2).unwrap_or(false);
+                let room = shared.held.lock().map(|h| h.slots < 2).unwrap_or(false);
                 let wait = if room { ROOM_POLL } else { POLL };
                 tokio::select! {
                     _ = freed.notified() => {}
@@ -277,8 +314,14 @@ async fn fetch(client: &mut Client, work_dir: &Path, o: &pb::ChunkOrder) -> Resu
     })
 }
 
-/// Runs one chunk: its result header and its output file (on success).
-async fn run_chunk(me: &DivisibleAgent, r: &Ready) -> (pb::ChunkResultHeader, Option<PathBuf>) {
+/// Runs one chunk: its result header and its output file (on success). When `stop` resolves
+/// first (the server dropped the chunk) its process group gets SIGTERM, and SIGKILL after the
+/// kill grace.
+async fn run_chunk(
+    me: &DivisibleAgent,
+    r: &Ready,
+    stop: impl std::future::Future<Output = ()>,
+) -> (pb::ChunkResultHeader, Option<PathBuf>) {
     let o = &r.order;
     let dir = chunk_dir(&me.work_dir, o.job_id);
     let out = chunk_output_path(&me.work_dir, o.job_id, o.chunk, false);
@@ -328,24 +371,41 @@ async fn run_chunk(me: &DivisibleAgent, r: &Ready) -> (pb::ChunkResultHeader, Op
         Ok(c) => c,
         Err(e) => return fail(header, format!("cannot start `{program}`: {e}")),
     };
-    let status = if o.time_limit_ms > 0 {
-        match tokio::time::timeout(Duration::from_millis(o.time_limit_ms), child.wait()).await {
-            Ok(s) => s,
-            Err(_) => {
-                // The chunk's whole process group: its leader and whatever it started.
-                if let Some(pid) = child.id() {
-                    crate::launch::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
-                }
-                let _ = child.kill().await;
-                header.compute_ns = start.elapsed().as_nanos() as u64;
-                return fail(
-                    header,
-                    format!("time limit of {} ms reached", o.time_limit_ms),
-                );
-            }
+    // The chunk's whole process group: its leader and whatever it started.
+    let group = child.id();
+    let limit = async {
+        match o.time_limit_ms {
+            0 => std::future::pending().await,
+            ms => tokio::time::sleep(Duration::from_millis(ms)).await,
         }
-    } else {
-        child.wait().await
+    };
+    let status = tokio::select! {
+        s = child.wait() => s,
+        () = limit => {
+            if let Some(pid) = group {
+                crate::launch::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+            }
+            let _ = child.kill().await;
+            header.compute_ns = start.elapsed().as_nanos() as u64;
+            return fail(
+                header,
+                format!("time limit of {} ms reached", o.time_limit_ms),
+            );
+        }
+        () = stop => {
+            if let Some(pid) = group {
+                crate::launch::signal_group(pid, nix::sys::signal::Signal::SIGTERM);
+            }
+            if tokio::time::timeout(me.kill_grace, child.wait()).await.is_err() {
+                let _ = child.kill().await;
+            }
+            if let Some(pid) = group {
+                crate::launch::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+            }
+            let _ = std::fs::remove_file(&r.input);
+            header.compute_ns = start.elapsed().as_nanos() as u64;
+            return fail(header, "stopped: the server no longer needs this chunk".into());
+        }
     };
     header.compute_ns = start.elapsed().as_nanos() as u64;
     let _ = std::fs::remove_file(&r.input);

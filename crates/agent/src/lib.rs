@@ -229,6 +229,7 @@ pub async fn run(
             identity: identity.clone(),
             memory_bytes: opts.resources.memory_bytes,
             work_dir: opts.work_dir.clone(),
+            kill_grace: opts.kill_grace,
         },
     )));
     // Before registering: kill what a previous agent with this work directory left running

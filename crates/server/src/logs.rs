@@ -327,6 +327,7 @@ async fn read_chunk_log(
     reply.task_state = match chunk.state.as_str() {
         "out" => "running",
         "done" => "succeeded",
+        "stopped" => "cancelled",
         other => other,
     }
     .to_string();

@@ -219,7 +219,7 @@ pub struct Snapshot {
     /// without one here is pending and was never dispatched: its row is still the one the
     /// submission wrote, which its job's applications imply (see [`Store::load`]).
     pub tasks: Vec<TaskRow>,
-    /// Ids of purged jobs (see [`Store::purge_jobs`]).
+    /// Ids of purged batch jobs (tombstones: see [`crate::jobs::JobKind::purge_rows`]).
     pub purged: Vec<u64>,
     /// Summaries of finished jobs whose task rows were not read (job id, summary).
     pub finished: Vec<(u64, String)>,
@@ -598,40 +598,21 @@ impl Store {
         rows.map(|r| Ok(r? as u64)).collect()
     }
 
-    /// Purges jobs, each given as (job id, its task id range), in one transaction: their task rows
-    /// are deleted and their job rows marked purged. Either every job is purged or none.
-    pub fn purge_jobs(&mut self, jobs: &[(u64, std::ops::Range<u64>)]) -> Result<(), StoreError> {
-        self.check_full()?;
-        let tx = self.conn.transaction()?;
-        {
-            let mut del = tx.prepare_cached("DELETE FROM tasks WHERE id >= ?1 AND id < ?2")?;
-            let mut mark = tx.prepare_cached("UPDATE jobs SET purged = 1 WHERE id = ?1")?;
-            let mut summary = tx.prepare_cached("DELETE FROM finished WHERE job = ?1")?;
-            for (job, range) in jobs {
-                del.execute(params![range.start as i64, range.end as i64])?;
-                mark.execute(params![*job as i64])?;
-                summary.execute(params![*job as i64])?;
-            }
-        }
-        tx.commit()?;
-        self.durable.wrote();
-        // Give the freed pages back (the purge is committed: a failure here only leaves the file
-        // larger, and the pages are reused by later jobs).
-        if let Err(e) = self.give_back_free_pages() {
+    /// After a purge committed: gives the freed pages back to the file system (incremental
+    /// vacuum) and truncates the write-ahead log into the database. A failure only leaves the
+    /// file larger (its pages are reused by later jobs), so it is logged, not returned.
+    pub fn give_back_free_pages(&self) {
+        let run = || -> Result<(), StoreError> {
+            let mut stmt = self.conn.prepare("PRAGMA incremental_vacuum")?;
+            let mut rows = stmt.query([])?;
+            while rows.next()?.is_some() {}
+            self.conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+            Ok(())
+        };
+        if let Err(e) = run() {
             tracing::warn!("after a purge, returning freed pages failed: {e}");
         }
-        Ok(())
-    }
-
-    /// Frees the store's unused pages (incremental vacuum: each step frees one page, so every row
-    /// is read) and truncates the write-ahead log into the database.
-    fn give_back_free_pages(&self) -> Result<(), StoreError> {
-        let mut stmt = self.conn.prepare("PRAGMA incremental_vacuum")?;
-        let mut rows = stmt.query([])?;
-        while rows.next()?.is_some() {}
-        self.conn
-            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
-        Ok(())
     }
 
     /// Records finished jobs' summaries (job id, summary), in one transaction: after a restart

@@ -1499,6 +1499,95 @@ fn store_bytes(c: &Cluster) -> u64 {
         .sum()
 }
 
+/// Purge and the `[retention]` rule drop every kind of finished job, not only batch jobs: a
+/// divisible job's rows and files (its input copy, chunk outputs, gathered output) and a
+/// workflow's instance rows go; ids are never given twice and a purged job's submission key
+/// keeps naming it, across a restart; a running job of either kind refuses.
+#[test]
+fn purge_drops_finished_divisible_jobs_and_workflows_their_files_and_keeps_ids_and_keys() {
+    let mut c = Cluster::start_configured("purge-kinds", false, "[retention]\nkeep_jobs = 2\n");
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    std::fs::write(c.dir.join("in.bin"), vec![7u8; 64]).expect("input");
+    let divisible = c.write(
+        "div.toml",
+        "[[divisible]]\nname = \"d\"\nunits = 16\ninput = \"in.bin\"\nunit_bytes = 4\n\
+         command = \"wc -c < {input} # {start} {end}\"\n",
+    );
+    let workflow = c.write(
+        "wf.toml",
+        "[[task]]\nname = \"gen\"\ninstances = \"1..=3\"\noutputs = [\"n\"]\n\
+         command = \"echo {index} > {output:n}\"\n\
+         [[task]]\nname = \"sum\"\ninstances = 1\ninputs = [\"n\"]\ncommand = \"cat {input:n}\"\n",
+    );
+    let path = |p: &std::path::Path| p.to_str().expect("path").to_string();
+    // Job 1: divisible; job 2: a workflow submitted under a key; job 3: a long divisible job.
+    c.ok(&["submit", "--wait", &path(&divisible)]);
+    c.ok(&[
+        "submit",
+        "--wait",
+        "--submission-key",
+        "wf-key",
+        &path(&workflow),
+    ]);
+    let job_dir = c.data().join("divisible").join("job-1");
+    assert!(job_dir.join("output").exists(), "job 1's files");
+    let long = c.write(
+        "long.toml",
+        "[[divisible]]\nname = \"l\"\nunits = 4\n\
+         command = \"trap 'echo stopped >&2; exit 9' TERM; echo started >&2; sleep 30 & wait # {start} {end}\"\n",
+    );
+    c.ok(&["submit", &path(&long)]);
+    wait_until(
+        "job 3's first chunk to start",
+        Duration::from_secs(30),
+        || String::from_utf8_lossy(&c.cli(&["log", "3", "0", "--stderr"]).stdout) == "started\n",
+    );
+    c.refused(&["purge", "3"], "job 3 is not finished (0 of 4 units done)");
+    // Named: the divisible job; its rows and files go.
+    assert!(
+        c.ok(&["purge", "1"])
+            .contains("purged 1 job(s) (16 tasks): 1")
+    );
+    assert!(!job_dir.exists(), "job 1's files are gone");
+    c.refused(&["job", "1"], "no job 1");
+    c.refused(&["purge", "1"], "no job 1");
+    // By the rule's count across kinds: the workflow (2) is kept while it is among the 2 most
+    // recently finished; cancel job 3 and submit a 4th (finished) job, then the rule keeps
+    // only 3 and 4 and purges 2.
+    c.ok(&["cancel", "3"]);
+    c.ok(&["submit", "--wait", &path(&divisible)]);
+    // The cancel stopped job 3's running chunk (SIGTERM to its process group), so job 4 did
+    // not wait 30 s for the agent.
+    assert_eq!(c.ok(&["log", "3", "0", "--stderr"]), "started\nstopped\n");
+    let chunks = c.json(&["job", "3"])["divisible"]["chunks"].clone();
+    assert_eq!(chunks[0]["state"], "stopped", "{chunks}");
+    wait_until(
+        "the retention rule to purge job 2",
+        Duration::from_secs(30),
+        || !c.cli(&["job", "2"]).status.success(),
+    );
+    let listed: Vec<u64> = c
+        .json(&["jobs"])
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .filter_map(|j| j["id"].as_u64())
+        .collect();
+    assert_eq!(listed, vec![3, 4]);
+    // After a restart: ids go on from 5, the purged workflow's key still names job 2 and runs
+    // nothing, and the purged jobs stay gone.
+    c.kill_server();
+    c.start_server();
+    let again = c.json(&["submit", "--submission-key", "wf-key", &path(&workflow)]);
+    assert_eq!(again["job_id"], 2, "{again}");
+    assert_eq!(again["existing"], true, "{again}");
+    c.refused(&["job", "2"], "no job 2");
+    c.refused(&["job", "1"], "no job 1");
+    let next = c.json(&["submit", &path(&divisible)]);
+    assert_eq!(next["job_id"], 5, "{next}");
+}
+
 #[test]
 fn purge_removes_finished_jobs_from_listings_and_store_and_the_server_restarts() {
     let mut c = Cluster::start("purge", false);

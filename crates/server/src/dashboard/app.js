@@ -260,7 +260,7 @@ function renderJobDetail(j) {
 }
 
 // A chunk's state in the words of the task-state filter.
-const CHUNK_STATE = { out: "running", done: "succeeded" };
+const CHUNK_STATE = { out: "running", done: "succeeded", stopped: "cancelled" };
 
 // A divisible job's chunks in the tasks table, newest first (the last TASK_PAGE the state filter
 // keeps), each with links to its stdout and stderr (`hetsched log JOB CHUNK`).

@@ -11,7 +11,7 @@
 
 use super::{Ctx, JobKind, Kind, Outbox, Read};
 use crate::backoff::{Backoff, Change};
-use crate::config::{RetentionConfig, ServerConfig};
+use crate::config::ServerConfig;
 use crate::metrics::Outcome;
 use crate::state::StateError;
 use crate::state::prefetch::{AutoQueue, Observed, RunTimes, Setting};
@@ -195,8 +195,6 @@ pub struct Batch {
     backoff: Backoff,
     /// Finished jobs' summaries and purged jobs (see [`retention`]).
     retention: retention::Retention,
-    /// The configured retention rule.
-    rule: Option<RetentionConfig>,
     /// Tasks changed since the last commit.
     dirty: Vec<u64>,
     /// Jobs cancelled since the last commit (a user's cancel and the jobs waiting on it).
@@ -255,7 +253,6 @@ impl Batch {
                 Duration::from_nanos(config.start_failure_backoff.0),
             ),
             retention: retention::Retention::with_purged(snap.purged),
-            rule: config.retention.clone(),
             dirty: Vec::new(),
             cancelled: Vec::new(),
             revived: Vec::new(),
@@ -1624,8 +1621,23 @@ impl JobKind for Batch {
 
     fn housekeeping(&mut self, cx: &mut Ctx) -> Result<(), StateError> {
         // Tasks lost for good between heartbeats may have ended a job others run after.
-        self.settle_waiting(cx)?;
-        self.apply_retention(cx.store)
+        self.settle_waiting(cx)
+    }
+
+    fn finished_jobs(&self) -> Vec<(u64, u64)> {
+        self.purgeable_jobs()
+    }
+
+    fn check_purge(&self, id: u64) -> Result<(), StateError> {
+        self.check_purgeable(id)
+    }
+
+    fn purge_rows(&self, tx: &rusqlite::Transaction, ids: &[u64]) -> Result<u64, StoreError> {
+        self.delete_purged_rows(tx, ids)
+    }
+
+    fn purged(&mut self, ids: &[u64]) {
+        self.forget_purged(ids);
     }
 
     /// While some job's task rows are in memory (it has not finished, or has just finished and

@@ -206,7 +206,7 @@ pub struct DivisibleChunk {
     pub start: u64,
     /// One past the last.
     pub end: u64,
-    /// out, done, failed, lost.
+    /// out, done, failed, lost, stopped.
     pub state: String,
     /// Seconds.
     pub transfer_s: f64,
@@ -324,6 +324,24 @@ fn job_name(given: &str, file_name: Option<String>, origin: &str) -> String {
     }
 }
 
+/// A purged job's row state.
+const PURGED: &str = "purged";
+
+/// Deletes a purged job's files (its input, chunk outputs and gathered output); a failure only
+/// leaves disk space taken, so it is logged.
+fn remove_job_dir(dir: &Path, id: u64) {
+    let jd = job_dir(dir, id);
+    match std::fs::remove_dir_all(&jd) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => warn!(
+            job = id,
+            "a purged divisible job's files stay: {}: {e}",
+            jd.display()
+        ),
+    }
+}
+
 fn job_dir(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("job-{id}"))
 }
@@ -346,6 +364,8 @@ enum ChunkState {
     Done,
     Failed,
     Lost,
+    /// Out when its job ended (cancelled, or failed by another chunk): its agent stops it.
+    Stopped,
 }
 
 impl ChunkState {
@@ -355,6 +375,7 @@ impl ChunkState {
             ChunkState::Done => "done",
             ChunkState::Failed => "failed",
             ChunkState::Lost => "lost",
+            ChunkState::Stopped => "stopped",
         }
     }
     fn parse(s: &str) -> Self {
@@ -362,6 +383,7 @@ impl ChunkState {
             "out" => ChunkState::Out,
             "done" => ChunkState::Done,
             "failed" => ChunkState::Failed,
+            "stopped" => ChunkState::Stopped,
             _ => ChunkState::Lost,
         }
     }
@@ -429,6 +451,16 @@ pub struct Divisible {
     /// job's turn moving to another worker — so that asks held open by
     /// [`crate::divisible_service`] are answered then, not at the next poll.
     changes: super::Changes,
+    /// Purged jobs: their rows stay as tombstones (`state = 'purged'`, no chunks) so that their
+    /// ids are never given again and their submission keys keep naming them.
+    purged: BTreeMap<u64, Tombstone>,
+}
+
+/// What is left of a purged job: its submission key and its units.
+#[derive(Clone, Debug)]
+struct Tombstone {
+    key: String,
+    units: u64,
 }
 
 /// One stored job with its chunks, as [`load`] reads them.
@@ -544,12 +576,25 @@ impl Divisible {
             dirty_jobs: BTreeSet::new(),
             dirty_chunks: BTreeSet::new(),
             changes: super::Changes::default(),
+            purged: BTreeMap::new(),
         };
         for row in rows {
-            let (spec, file_name) = match parse_workload(&row.origin, &row.text)
+            let parsed = parse_workload(&row.origin, &row.text)
                 .ok()
-                .and_then(|w| Some((w.divisible.into_iter().next()?, w.name)))
-            {
+                .and_then(|w| Some((w.divisible.into_iter().next()?, w.name)));
+            if row.state == PURGED {
+                d.purged.insert(
+                    row.id,
+                    Tombstone {
+                        key: row.key,
+                        units: parsed.as_ref().map_or(0, |(spec, _)| spec.units()),
+                    },
+                );
+                // The purge committed before its files went: a crash in between left them.
+                remove_job_dir(&d.dir, row.id);
+                continue;
+            }
+            let (spec, file_name) = match parsed {
                 Some(s) => s,
                 None => {
                     warn!(
@@ -685,15 +730,26 @@ impl Divisible {
     ) -> Result<Submitted, StateError> {
         let Prepared { spec, file_name } = prepared;
         let name = job_name(&sub.name, file_name, &sub.origin);
-        if !sub.key.is_empty()
-            && let Some((&id, j)) = self.jobs.iter().find(|(_, j)| j.key == sub.key)
-        {
-            return Ok(Submitted {
-                job_id: id,
-                tasks: j.spec.units(),
-                existing: true,
-                kind: Kind::Divisible,
-            });
+        if !sub.key.is_empty() {
+            let live = self
+                .jobs
+                .iter()
+                .find(|(_, j)| j.key == sub.key)
+                .map(|(&id, j)| (id, j.spec.units()));
+            let purged = || {
+                self.purged
+                    .iter()
+                    .find(|(_, t)| t.key == sub.key)
+                    .map(|(&id, t)| (id, t.units))
+            };
+            if let Some((id, units)) = live.or_else(purged) {
+                return Ok(Submitted {
+                    job_id: id,
+                    tasks: units,
+                    existing: true,
+                    kind: Kind::Divisible,
+                });
+            }
         }
         // The state's next job id (one sequence across kinds).
         let jd = job_dir(&self.dir, id);
@@ -966,6 +1022,7 @@ impl Divisible {
             if let Some(why) = job.master.failure() {
                 let why = why.to_string();
                 finish_job(h.job_id, job, "failed", &why);
+                stop_out_chunks(&mut self.dirty_chunks, h.job_id, job);
                 self.dirty_jobs.insert(h.job_id);
             }
         }
@@ -1243,11 +1300,75 @@ impl JobKind for Divisible {
     }
 
     fn job_count(&self) -> u64 {
-        self.jobs.len() as u64
+        (self.jobs.len() + self.purged.len()) as u64
     }
 
     fn job_ids(&self) -> Vec<u64> {
-        self.jobs.keys().copied().collect()
+        // Purged jobs' ids too: the state's sequence never gives them again.
+        self.jobs
+            .keys()
+            .chain(self.purged.keys())
+            .copied()
+            .collect()
+    }
+
+    fn finished_in_event(&self) -> bool {
+        self.dirty_jobs
+            .iter()
+            .any(|id| self.jobs.get(id).is_some_and(|j| j.state != "running"))
+    }
+
+    fn finished_jobs(&self) -> Vec<(u64, u64)> {
+        self.jobs
+            .iter()
+            .filter(|(_, j)| j.state != "running")
+            .map(|(&id, j)| (id, j.finished_ns))
+            .collect()
+    }
+
+    fn check_purge(&self, id: u64) -> Result<(), StateError> {
+        let job = self.jobs.get(&id).ok_or(StateError::NoJob(id))?;
+        if job.state == "running" {
+            return Err(StateError::Invalid(format!(
+                "job {id} is not finished ({} of {} units done): cancel it first \
+                 (`hetsched cancel {id}`) or wait for it",
+                job.master.units_done(),
+                job.spec.units()
+            )));
+        }
+        Ok(())
+    }
+
+    fn purge_rows(&self, tx: &rusqlite::Transaction, ids: &[u64]) -> Result<u64, StoreError> {
+        let mut chunks = tx.prepare_cached("DELETE FROM div_chunks WHERE job = ?1")?;
+        let mut mark = tx.prepare_cached("UPDATE div_jobs SET state = ?2 WHERE id = ?1")?;
+        let mut units = 0;
+        for &id in ids {
+            let Some(job) = self.jobs.get(&id) else {
+                continue;
+            };
+            chunks.execute(params![id as i64])?;
+            mark.execute(params![id as i64, PURGED])?;
+            units += job.spec.units();
+        }
+        Ok(units)
+    }
+
+    fn purged(&mut self, ids: &[u64]) {
+        for &id in ids {
+            let Some(job) = self.jobs.remove(&id) else {
+                continue;
+            };
+            self.purged.insert(
+                id,
+                Tombstone {
+                    key: job.key,
+                    units: job.spec.units(),
+                },
+            );
+            remove_job_dir(&self.dir, id);
+        }
+        self.changed();
     }
 
     fn jobs_page(&self, _rd: &Read, cursor: u64, limit: usize) -> JobsPage {
@@ -1297,6 +1418,7 @@ impl JobKind for Divisible {
         }
         let left = job.spec.units() - job.master.units_done();
         finish_job(id, job, "cancelled", "cancelled by a user");
+        stop_out_chunks(&mut self.dirty_chunks, id, job);
         self.dirty_jobs.insert(id);
         Ok(left)
     }
@@ -1317,6 +1439,16 @@ fn leave_plan(dirty: &mut BTreeSet<(u64, u64)>, id: u64, job: &mut Job, name: &s
     }
     for o in lost {
         set_chunk(dirty, id, job, o.chunk, ChunkState::Lost, 0, 0);
+    }
+}
+
+/// The chunks of `job` (just ended) still out are stopped: their agents are told to drop them.
+fn stop_out_chunks(dirty: &mut BTreeSet<(u64, u64)>, id: u64, job: &mut Job) {
+    for c in job.chunks.values_mut() {
+        if c.state == ChunkState::Out {
+            c.state = ChunkState::Stopped;
+            dirty.insert((id, c.order.chunk));
+        }
     }
 }
 

@@ -57,8 +57,14 @@
 //!    its entry ([`JobKind::jobs_page`] from the job's id, one long). `ListTasks` of job 0 (every
 //!    job) walks the kinds in [`Kind`] order: its cursor is a task id, so its kind says where
 //!    the listing is, and when one kind's listing ends the next cursor is the next kind's
-//!    `Kind::id(0)`. [`JobKind::housekeeping`] runs every reaper tick (batch:
-//!    retention).
+//!    `Kind::id(0)`. [`JobKind::housekeeping`] runs every reaper tick (batch: jobs waiting
+//!    on others; divisible: silent agents).
+//! 9. **Purge.** `hetsched purge` and the `[retention]` rule drop finished jobs of every kind in
+//!    one store transaction (all or none): the state picks them among every kind's
+//!    [`JobKind::finished_jobs`] (named ones checked by [`JobKind::check_purge`]), each kind
+//!    deletes its rows in [`JobKind::purge_rows`], leaving a tombstone that keeps its id and
+//!    submission key taken, and forgets them in [`JobKind::purged`] once the transaction
+//!    committed.
 //!
 //! Every type crossing this contract is the server's own ([`crate::state::types`]); protobuf
 //! types stay in [`crate::convert`] and [`crate::service`].
@@ -297,6 +303,13 @@ pub trait JobKind: Send {
     /// Writes what changed since the last commit, inside the state's transaction.
     fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError>;
 
+    /// Whether a job of this kind finished in the event being committed (asked before
+    /// [`JobKind::committed`]): with a `[retention]` rule, the next retention pass is then
+    /// planned (batch plans its own through [`JobKind::housekeeping_due`]).
+    fn finished_in_event(&self) -> bool {
+        false
+    }
+
     /// The transaction committed: forget what was written.
     fn committed(&mut self);
 
@@ -376,6 +389,33 @@ pub trait JobKind: Send {
             self.kind().as_str()
         )))
     }
+
+    /// This kind's finished jobs that a purge may drop, with when each finished (ns since the
+    /// epoch): what `purge --older-than` / `--keep` and the `[retention]` rule choose among,
+    /// across kinds. Purged jobs are not listed; kinds without history to drop list none.
+    fn finished_jobs(&self) -> Vec<(u64, u64)> {
+        Vec::new()
+    }
+
+    /// Whether job `id` of this kind may be purged now: [`StateError::NoJob`] when it is
+    /// unknown or purged already, [`StateError::Invalid`] (saying what still runs) when it has
+    /// not finished.
+    fn check_purge(&self, id: u64) -> Result<(), StateError> {
+        Err(StateError::Invalid(format!(
+            "job {id} is a {} job: purge drops finished batch, divisible and workflow jobs",
+            self.kind().as_str()
+        )))
+    }
+
+    /// Deletes the stored rows of `ids` (finished jobs of this kind, checked) inside the
+    /// purge's one transaction, leaving a tombstone so that no job id or submission key is
+    /// ever given twice. Returns how many tasks (units, instances) they had.
+    fn purge_rows(&self, _tx: &rusqlite::Transaction, _ids: &[u64]) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+
+    /// The purge of `ids` committed: forget them (memory, and files the kind keeps).
+    fn purged(&mut self, _ids: &[u64]) {}
 
     /// This kind's applications kept off `node`, for the node listing.
     fn backed_off(&self, _node: u32) -> Vec<BackedOffApp> {

@@ -133,6 +133,7 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("wf_instances", "cpu_system_ms", "INTEGER"),
     ("wf_instances", "max_rss_bytes", "INTEGER"),
     ("wf_jobs", "cancelled", "INTEGER NOT NULL DEFAULT 0"),
+    ("wf_jobs", "purged", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -427,6 +428,9 @@ pub struct Workflows {
     /// Nodes the machines queued an instance or a message for in this event (woken at its end,
     /// see [`JobKind::take_wakes`]).
     woken: BTreeSet<u32>,
+    /// Purged workflows: their `wf_jobs` rows stay as tombstones (`purged = 1`, no instance
+    /// rows) so that their ids are never given again and their submission keys keep naming them.
+    purged: BTreeSet<u64>,
 }
 
 fn thresholds(config: &ServerConfig) -> (BalancerKind, Thresholds, Option<u32>, u64) {
@@ -475,11 +479,24 @@ impl Workflows {
             dirty: HashSet::new(),
             dirty_jobs: HashSet::new(),
             woken: BTreeSet::new(),
+            purged: BTreeSet::new(),
         };
+        {
+            let mut q = source
+                .unwrap_or_else(|| cx.store.conn())
+                .prepare("SELECT id FROM wf_jobs WHERE purged != 0")
+                .map_err(StoreError::from)?;
+            let ids = q
+                .query_map([], |r| r.get::<_, i64>(0))
+                .map_err(StoreError::from)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(StoreError::from)?;
+            me.purged.extend(ids.into_iter().map(|id| id as u64));
+        }
         let rows: Vec<StoredJob> = {
             let mut q = source
                 .unwrap_or_else(|| cx.store.conn())
-                .prepare("SELECT id,name,origin,text,workdir,balancer,submitted_ns,finished_ns,cancelled FROM wf_jobs ORDER BY id")
+                .prepare("SELECT id,name,origin,text,workdir,balancer,submitted_ns,finished_ns,cancelled FROM wf_jobs WHERE purged = 0 ORDER BY id")
                 .map_err(StoreError::from)?;
             q.query_map([], |r| {
                 Ok((
@@ -889,6 +906,15 @@ impl Workflows {
                 return Ok(Submitted {
                     job_id: j.id(),
                     tasks: j.insts.len() as u64,
+                    existing: true,
+                    kind: Kind::Workflow,
+                });
+            }
+            // A purged workflow's key keeps naming it: nothing runs again.
+            if let Some(seq) = found.map(|s| s as u64).filter(|s| self.purged.contains(s)) {
+                return Ok(Submitted {
+                    job_id: seq,
+                    tasks: rt.parsed.workflow.tasks.iter().map(|t| t.instances()).sum(),
                     existing: true,
                     kind: Kind::Workflow,
                 });
@@ -1920,11 +1946,65 @@ impl JobKind for Workflows {
     }
 
     fn job_count(&self) -> u64 {
-        self.jobs.len() as u64
+        (self.jobs.len() + self.purged.len()) as u64
     }
 
     fn job_ids(&self) -> Vec<u64> {
-        self.jobs.keys().copied().collect()
+        // Purged workflows' ids too: the state's sequence never gives them again.
+        self.jobs.keys().chain(&self.purged).copied().collect()
+    }
+
+    fn finished_in_event(&self) -> bool {
+        self.dirty_jobs
+            .iter()
+            .any(|seq| self.jobs.get(seq).is_some_and(|j| j.finished_ns > 0))
+    }
+
+    fn finished_jobs(&self) -> Vec<(u64, u64)> {
+        self.jobs
+            .iter()
+            .filter(|(_, j)| j.finished_ns > 0 && j.finished())
+            .map(|(&seq, j)| (seq, j.finished_ns))
+            .collect()
+    }
+
+    fn check_purge(&self, id: u64) -> Result<(), StateError> {
+        let seq = id & ((1 << super::KIND_SHIFT) - 1);
+        let j = self.jobs.get(&seq).ok_or(StateError::NoJob(id))?;
+        if !j.finished() {
+            let (c, _) = Self::counts_of(&j.insts);
+            return Err(StateError::Invalid(format!(
+                "job {id} is not finished ({} instances pending, {} running): cancel it first \
+                 (`hetsched cancel {id}`) or wait for it",
+                c.pending, c.running
+            )));
+        }
+        Ok(())
+    }
+
+    fn purge_rows(&self, tx: &rusqlite::Transaction, ids: &[u64]) -> Result<u64, StoreError> {
+        let mut rows = tx.prepare_cached("DELETE FROM wf_instances WHERE job = ?1")?;
+        let mut mark = tx.prepare_cached("UPDATE wf_jobs SET purged = 1 WHERE id = ?1")?;
+        let mut instances = 0;
+        for &id in ids {
+            let seq = id & ((1 << super::KIND_SHIFT) - 1);
+            let Some(j) = self.jobs.get(&seq) else {
+                continue;
+            };
+            rows.execute(params![seq as i64])?;
+            mark.execute(params![seq as i64])?;
+            instances += j.insts.len() as u64;
+        }
+        Ok(instances)
+    }
+
+    fn purged(&mut self, ids: &[u64]) {
+        for &id in ids {
+            let seq = id & ((1 << super::KIND_SHIFT) - 1);
+            if self.jobs.remove(&seq).is_some() {
+                self.purged.insert(seq);
+            }
+        }
     }
 
     fn jobs_page(&self, _rd: &Read, cursor: u64, limit: usize) -> JobsPage {

@@ -44,7 +44,7 @@ use crate::metrics::Metrics;
 use crate::store::{Store, StoreError, StoreReader};
 use hetsched_core::input::InputError;
 use hetsched_core::{NodeId, SchedulerView, ViewError};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
@@ -160,6 +160,9 @@ pub struct State {
     commits: Arc<tokio::sync::watch::Sender<u64>>,
     /// When the reaper runs next ([`alarm`]).
     alarm: alarm::Alarm,
+    /// A job finished since the `[retention]` rule was last applied: the next retention pass
+    /// is planned ([`State::plan_housekeeping`]).
+    retention_pending: bool,
 }
 
 /// Borrows the shared parts of a state as a kind's [`Ctx`] (a macro, so the borrow of
@@ -265,6 +268,8 @@ impl State {
             sharing: accel::Sharing::new(config.binding, config.binding_slots),
             commits: Arc::new(tokio::sync::watch::Sender::new(0)),
             alarm: alarm::Alarm::default(),
+            // With a rule, its first pass comes at once: restored jobs may be past it.
+            retention_pending: config.retention.is_some(),
         })
     }
 
@@ -448,6 +453,13 @@ impl State {
         });
         match written {
             Ok(()) => {
+                // A job that finished may be one the retention rule no longer keeps.
+                if self.config.retention.is_some()
+                    && self.jobs.all().iter().any(|k| k.finished_in_event())
+                {
+                    self.retention_pending = true;
+                    self.alarm.due(self.jobs.batch.retention_due());
+                }
                 for kind in self.jobs.all_mut() {
                     kind.committed();
                 }
@@ -590,16 +602,21 @@ impl State {
                 .all()
                 .into_iter()
                 .filter_map(|k| k.housekeeping_due());
+            let retention = self
+                .retention_pending
+                .then(|| self.jobs.batch.retention_due());
             nodes
                 .chain(kinds)
+                .chain(retention)
                 .fold(now + alarm::CALM_RECHECK, Instant::min)
         };
         self.alarm.plan(next);
         next
     }
 
-    /// Every reaper pass: each kind's housekeeping (batch: the retention rule, at most every
-    /// [`RETENTION_INTERVAL`]).
+    /// Every reaper pass: each kind's housekeeping, then retention (at most every
+    /// [`RETENTION_INTERVAL`]): eviction of finished batch jobs' rows, and the `[retention]`
+    /// rule over the finished jobs of every kind.
     pub fn apply_retention(&mut self) -> Result<(), StateError> {
         for kind in self.jobs.all_mut() {
             let mut cx = Ctx {
@@ -612,7 +629,23 @@ impl State {
             kind.housekeeping(&mut cx)?;
         }
         // What housekeeping changed (divisible: chunks of lost agents) in one transaction.
-        self.commit()
+        self.commit()?;
+        // Retention: newly finished batch jobs leave memory, then the `[retention]` rule
+        // purges the finished jobs of every kind it no longer keeps.
+        if self.jobs.batch.apply_retention(&mut self.store)
+            && let Some(rule) = &self.config.retention
+        {
+            self.retention_pending = false;
+            let sel = PurgeSelection {
+                job_ids: Vec::new(),
+                older_than_ms: rule.keep_finished.map(|d| d.0 / 1_000_000),
+                keep: rule.keep_jobs,
+            };
+            if sel.older_than_ms.is_some() || sel.keep.is_some() {
+                self.on_purge(&sel)?;
+            }
+        }
+        Ok(())
     }
 
     /// Drops the rows of every newly finished batch job from memory, keeping its summary.
@@ -757,9 +790,74 @@ impl State {
         Ok(n)
     }
 
-    /// Purges the finished batch jobs `sel` selects (see [`PurgeSelection`]).
+    /// Purges the finished jobs of every kind that `sel` selects (see [`PurgeSelection`]): the
+    /// named ones, those that finished at least `older_than` ago, and all but the `keep` most
+    /// recently finished. A named job that does not exist, is purged already or is not finished
+    /// refuses the whole request. Every kind's rows go in one transaction; memory (and a
+    /// divisible job's files) change only once it committed.
     pub fn on_purge(&mut self, sel: &PurgeSelection) -> Result<Purged, StateError> {
-        self.jobs.batch.purge(&mut self.store, sel)
+        // Batch jobs that finished since the last retention pass are listed once evicted.
+        self.jobs.batch.evict_finished(&mut self.store);
+        let mut chosen: BTreeSet<u64> = BTreeSet::new();
+        for &id in &sel.job_ids {
+            match self.ids.kind(id) {
+                Some(kind) if Kind::ALL.contains(&kind) => {
+                    self.jobs.of_kind(kind).check_purge(id)?;
+                }
+                _ => return Err(StateError::NoJob(id)),
+            }
+            chosen.insert(id);
+        }
+        // Every kind's finished jobs, most recently finished first (ties: the later job).
+        let mut finished: Vec<(u64, u64)> = self
+            .jobs
+            .all()
+            .iter()
+            .flat_map(|k| k.finished_jobs())
+            .collect();
+        finished.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
+        if let Some(older_than_ms) = sel.older_than_ms {
+            let cutoff = now_ns().saturating_sub(older_than_ms.saturating_mul(1_000_000));
+            chosen.extend(
+                finished
+                    .iter()
+                    .filter(|(_, end)| *end <= cutoff)
+                    .map(|(id, _)| *id),
+            );
+        }
+        if let Some(keep) = sel.keep {
+            chosen.extend(
+                finished
+                    .iter()
+                    .skip(keep.min(usize::MAX as u64) as usize)
+                    .map(|(id, _)| *id),
+            );
+        }
+        if chosen.is_empty() {
+            return Ok(Purged::default());
+        }
+        let mut by_kind: BTreeMap<Kind, Vec<u64>> = BTreeMap::new();
+        for &id in &chosen {
+            if let Some(kind) = self.ids.kind(id) {
+                by_kind.entry(kind).or_default().push(id);
+            }
+        }
+        let mut tasks = 0;
+        let jobs = &self.jobs;
+        self.store.transaction(|tx| {
+            for (kind, ids) in &by_kind {
+                tasks += jobs.of_kind(*kind).purge_rows(tx, ids)?;
+            }
+            Ok(())
+        })?;
+        self.store.give_back_free_pages();
+        for (kind, ids) in &by_kind {
+            self.jobs.of_kind_mut(*kind).purged(ids);
+        }
+        let purged: Vec<u64> = chosen.into_iter().collect();
+        info!(jobs = ?purged, tasks, "finished jobs purged");
+        self.commits.send_modify(|g| *g = g.wrapping_add(1));
+        Ok(Purged { purged, tasks })
     }
 
     fn read(&self) -> Read<'_> {

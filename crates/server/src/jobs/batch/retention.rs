@@ -19,9 +19,9 @@
 //! pending task (their rows are gone, and only pending rows are queued).
 
 use super::{Batch, Ctx, JobRec, TaskRow, variant_of};
+use crate::state::StateError;
 use crate::state::prefetch::Observed;
-use crate::state::types::{PurgeSelection, Purged, TaskCounts};
-use crate::state::{StateError, now_ns};
+use crate::state::types::TaskCounts;
 use crate::store::{Store, StoreError};
 use hetsched_core::{AppId, Variant};
 use serde::{Deserialize, Serialize};
@@ -476,7 +476,7 @@ impl Batch {
     }
 
     /// Finished, not yet purged jobs: (id, when the last task ended).
-    fn finished_jobs(&self) -> Vec<(u64, u64)> {
+    pub(super) fn purgeable_jobs(&self) -> Vec<(u64, u64)> {
         self.retention
             .finished
             .iter()
@@ -485,99 +485,79 @@ impl Batch {
             .collect()
     }
 
-    /// Purges the finished jobs `req` selects (see [`PurgeSelection`]). A named job that does
-    /// not exist, is already purged or is not finished refuses the whole request. The store's
-    /// rows go in one transaction; memory changes only once it committed.
-    pub fn purge(&mut self, store: &mut Store, req: &PurgeSelection) -> Result<Purged, StateError> {
-        self.evict_finished(store);
-        let finished = self.finished_jobs();
-        let mut chosen: HashSet<u64> = HashSet::new();
-        for &id in &req.job_ids {
-            let Some(j) = self.job_rec(id) else {
-                return Err(StateError::NoJob(id));
-            };
-            if self.retention.is_purged(id) {
-                return Err(StateError::NoJob(id));
-            }
-            let c = self.job_counts(j);
-            if c.pending + c.running > 0 {
-                return Err(StateError::Invalid(format!(
-                    "job {id} is not finished ({} tasks pending, {} running): cancel it first \
-                     (`hetsched cancel {id}`) or wait for it",
-                    c.pending, c.running
-                )));
-            }
-            chosen.insert(id);
+    /// Whether job `id` may be purged: it exists, is not purged, and has no task pending or
+    /// running.
+    pub(super) fn check_purgeable(&self, id: u64) -> Result<(), StateError> {
+        let Some(j) = self.job_rec(id) else {
+            return Err(StateError::NoJob(id));
+        };
+        if self.retention.is_purged(id) {
+            return Err(StateError::NoJob(id));
         }
-        if let Some(older_than_ms) = req.older_than_ms {
-            let cutoff = now_ns().saturating_sub(older_than_ms.saturating_mul(1_000_000));
-            chosen.extend(
-                finished
-                    .iter()
-                    .filter(|(_, end)| *end <= cutoff)
-                    .map(|(id, _)| *id),
-            );
+        let c = self.job_counts(j);
+        if c.pending + c.running > 0 {
+            return Err(StateError::Invalid(format!(
+                "job {id} is not finished ({} tasks pending, {} running): cancel it first \
+                 (`hetsched cancel {id}`) or wait for it",
+                c.pending, c.running
+            )));
         }
-        if let Some(keep) = req.keep {
-            let mut by_end = finished.clone();
-            // Most recently finished first; ties by the later job.
-            by_end.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
-            chosen.extend(
-                by_end
-                    .iter()
-                    .skip(keep.min(usize::MAX as u64) as usize)
-                    .map(|(id, _)| *id),
-            );
-        }
-        let mut ids: Vec<u64> = chosen.into_iter().collect();
-        ids.sort_unstable();
-        if ids.is_empty() {
-            return Ok(Purged::default());
-        }
-        let ranges: Vec<(u64, Range<u64>)> = ids
-            .iter()
-            .filter_map(|&id| self.job_rec(id).map(|j| (id, j.tasks.clone())))
-            .collect();
-        store.purge_jobs(&ranges)?;
-        let mut tasks = 0;
-        for (id, range) in ranges {
-            self.tasks.take(range.start);
-            self.retention.finished.remove(&id);
-            self.retention.purged.insert(id);
-            tasks += range.end - range.start;
-        }
-        info!(jobs = ?ids, tasks, "finished jobs purged");
-        Ok(Purged { purged: ids, tasks })
+        Ok(())
     }
 
-    /// Applies the configured retention rule (at most every [`RETENTION_INTERVAL`]): evicts newly
-    /// finished jobs' tasks from memory, then purges the finished jobs the rule no longer keeps.
-    pub fn apply_retention(&mut self, store: &mut Store) -> Result<(), StateError> {
+    /// Deletes the task rows and summaries of the finished jobs `ids` and marks their job rows
+    /// purged, inside the purge's transaction. Returns how many tasks they had.
+    pub(super) fn delete_purged_rows(
+        &self,
+        tx: &rusqlite::Transaction,
+        ids: &[u64],
+    ) -> Result<u64, StoreError> {
+        let mut del = tx.prepare_cached("DELETE FROM tasks WHERE id >= ?1 AND id < ?2")?;
+        let mut mark = tx.prepare_cached("UPDATE jobs SET purged = 1 WHERE id = ?1")?;
+        let mut summary = tx.prepare_cached("DELETE FROM finished WHERE job = ?1")?;
+        let mut tasks = 0;
+        for &id in ids {
+            let Some(range) = self.job_rec(id).map(|j| j.tasks.clone()) else {
+                continue;
+            };
+            del.execute(rusqlite::params![range.start as i64, range.end as i64])?;
+            mark.execute(rusqlite::params![id as i64])?;
+            summary.execute(rusqlite::params![id as i64])?;
+            tasks += range.end - range.start;
+        }
+        Ok(tasks)
+    }
+
+    /// The purge of `ids` committed: their rows leave memory.
+    pub(super) fn forget_purged(&mut self, ids: &[u64]) {
+        for &id in ids {
+            let Some(start) = self.job_rec(id).map(|j| j.tasks.start) else {
+                continue;
+            };
+            self.tasks.take(start);
+            self.retention.finished.remove(&id);
+            self.retention.purged.insert(id);
+        }
+    }
+
+    /// The retention pass (at most every [`RETENTION_INTERVAL`]): evicts newly finished jobs'
+    /// tasks from memory. True when it ran: the state then applies the configured retention
+    /// rule to the finished jobs of every kind ([`crate::state::State::apply_retention`]).
+    pub fn apply_retention(&mut self, store: &mut Store) -> bool {
         if self
             .retention
             .last_applied
             .is_some_and(|t| t.elapsed() < RETENTION_INTERVAL)
         {
-            return Ok(());
+            return false;
         }
         self.retention.last_applied = Some(Instant::now());
         self.evict_finished(store);
-        let Some(rule) = self.rule.clone() else {
-            return Ok(());
-        };
-        let req = PurgeSelection {
-            job_ids: Vec::new(),
-            older_than_ms: rule.keep_finished.map(|d| d.0 / 1_000_000),
-            keep: rule.keep_jobs,
-        };
-        if req.older_than_ms.is_some() || req.keep.is_some() {
-            self.purge(store, &req)?;
-        }
-        Ok(())
+        true
     }
 
     /// When [`Batch::apply_retention`] next does something (at once if it never ran).
-    pub(super) fn retention_due(&self) -> Instant {
+    pub fn retention_due(&self) -> Instant {
         self.retention
             .last_applied
             .map_or_else(Instant::now, |t| t + RETENTION_INTERVAL)
