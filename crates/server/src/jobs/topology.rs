@@ -1091,8 +1091,10 @@ impl Topology {
         let inner = &mut self.inner;
         let run = inner.runs.get_mut(name).ok_or_else(|| not_found(name))?;
         run.rec.state = "killed".into();
-        // Its workers stop at their agents' next sync; none is reported from now on.
+        // Its workers stop at their agents' next sync; none is reported from now on, and no
+        // tuple flows: the last window's rates are not its rates any more.
         run.live.clear();
+        run.shown = Rates::default();
         inner.dirty.insert(name.to_string());
         let run = inner.runs.get(name).ok_or_else(|| not_found(name))?;
         Ok(self.cfg.status(inner, run))
