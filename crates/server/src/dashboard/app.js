@@ -255,8 +255,10 @@ function renderJobDetail(j) {
     kind = `workflow balanced by <b>${esc(j.balancer)}</b>: its launch node sent ${j.launch_sent} and received ${j.launch_received} messages`;
   }
   $("job-kind").innerHTML = kind;
-  // A divisible job runs chunks, not tasks: the tasks table lists them.
+  // A divisible job runs chunks, not tasks: the tasks table lists them, and it has no
+  // applications to show.
   tasksView.chunks = d ? (d.chunks || []) : null;
+  $("apps").hidden = !!d;
 }
 
 // A chunk's state in the words of the task-state filter.
