@@ -604,6 +604,7 @@ impl Wire for State {
             divisible_input: Vec::new(),
             after: Vec::new(),
             after_any: Vec::new(),
+            hold: false,
         })
         .map(Into::into)
     }

@@ -436,6 +436,7 @@ impl Client for ClientService {
                 divisible_input: r.divisible_input,
                 after: r.after,
                 after_any: r.after_any,
+                hold: r.hold,
             })
             .map(Into::into)
         })

@@ -537,8 +537,8 @@ impl Store {
         let tx = self.conn.transaction()?;
         tx.execute(
             "INSERT INTO jobs(id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled,
-                              submission_key, name, after, after_any)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                              submission_key, name, after, after_any, held)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
             params![
                 job.id,
                 job.origin,
@@ -551,7 +551,8 @@ impl Store {
                 job.submission_key,
                 job.name,
                 list_text(&job.after),
-                list_text(&job.after_any)
+                list_text(&job.after_any),
+                job.held
             ],
         )?;
         {

@@ -242,13 +242,16 @@ pub enum JobSource {
     Command(super::command_job::CommandJob),
 }
 
-/// The jobs a submission runs after (`--after`, `--after-any`).
+/// What a submission's tasks wait for before they run: the jobs it runs after (`--after`,
+/// `--after-any`), and a `release` when it is submitted held (`--hold`).
 #[derive(Debug, Default)]
 pub struct After {
     /// Once each has completed.
     pub completed: Vec<u64>,
     /// Once each has ended, however.
     pub ended: Vec<u64>,
+    /// Until `hetsched release`.
+    pub release: bool,
 }
 
 /// `hetsched submit`.
@@ -261,6 +264,7 @@ pub async fn submit(
     after: After,
 ) -> anyhow::Result<()> {
     let workdir = std::env::current_dir()?.display().to_string();
+    let held = after.release;
     let (origin, text, divisible_input, name) = match &source {
         // `-`: the job file on standard input (a script that writes its jobs).
         JobSource::File(file) if file.as_os_str() == "-" => {
@@ -306,6 +310,7 @@ pub async fn submit(
             divisible_input,
             after: after.completed,
             after_any: after.ended,
+            hold: held,
         },
     )
     .await;
@@ -326,9 +331,14 @@ pub async fn submit(
         ),
         Output::Table | Output::Dot => {
             println!(
-                "job {} submitted ({})",
+                "job {} submitted ({}){}",
                 reply.job_id,
-                submitted_size(&reply)
+                submitted_size(&reply),
+                if held {
+                    format!(", held: `hetsched release {}` lets it run", reply.job_id)
+                } else {
+                    String::new()
+                }
             )
         }
     }

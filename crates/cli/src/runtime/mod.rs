@@ -64,6 +64,10 @@ pub enum RuntimeCommand {
         /// cleans up what the others left.
         #[arg(long, value_name = "JOB", value_delimiter = ',')]
         after_any: Vec<JobRef>,
+        /// Submit the batch job held (Slurm's `--hold`): none of its tasks is dispatched until
+        /// `hetsched release JOB` (then, with `--after`, once those jobs allow it too).
+        #[arg(long)]
+        hold: bool,
         #[command(flatten)]
         client: ClientArgs,
         // Last: its help heading applies to what follows it.
@@ -377,6 +381,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             name,
             after,
             after_any,
+            hold,
             client,
         } => {
             let source = match file {
@@ -408,6 +413,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             let after = client::After {
                 completed: after_ids,
                 ended: after_any_ids,
+                release: hold,
             };
             client::submit(&client, source, wait, submission_key, name, after).await
         }

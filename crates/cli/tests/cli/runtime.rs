@@ -2094,6 +2094,58 @@ fn a_held_job_waits_for_its_release() {
     );
 }
 
+/// `submit --hold` (Slurm's `--hold`): the job is stored held, so no task runs — not even one
+/// dispatched before a `hold` could be typed — until `release`; a server restart keeps it held;
+/// other kinds refuse it.
+#[test]
+fn a_job_submitted_held_runs_nothing_until_its_release_even_across_a_restart() {
+    let mut c = Cluster::start("submit-hold", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    let said = c.ok(&[
+        "submit",
+        "--hold",
+        "--tasks",
+        "3",
+        "--shell",
+        "--",
+        "touch t-{index}",
+    ]);
+    assert!(
+        said.contains("job 1 submitted (3 tasks), held: `hetsched release 1` lets it run"),
+        "{said}"
+    );
+    let job = c.json(&["job", "1"]);
+    assert_eq!(job["held"], true, "{job}");
+    // An agent beats every 100 ms here: a second is ten chances to dispatch.
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(c.json(&["job", "1"])["counts"]["pending"], 3);
+    c.kill_server();
+    c.start_server();
+    std::thread::sleep(Duration::from_secs(1));
+    let job = c.json(&["job", "1"]);
+    assert_eq!(
+        (job["held"].as_bool(), job["counts"]["pending"].as_u64()),
+        (Some(true), Some(3)),
+        "{job}"
+    );
+    assert!((0..3).all(|i| !c.dir.join(format!("t-{i}")).exists()));
+    assert!(
+        c.ok(&["release", "1"])
+            .contains("job 1: 3 pending task(s) released")
+    );
+    c.ok(&["wait", "1"]);
+    assert!((0..3).all(|i| c.dir.join(format!("t-{i}")).exists()));
+    let wf = c.write(
+        "wf.toml",
+        "[[task]]\nname = \"a\"\ninstances = 1\ncommand = \"true\"\n",
+    );
+    c.refused(
+        &["submit", "--hold", wf.to_str().expect("path")],
+        "--hold applies to batch jobs; this is a workflow",
+    );
+}
+
 /// `submit --array` (HyperQueue's and Slurm's array syntax, a job file's `indices`): one task
 /// per listed index, `{index}` and `$HETSCHED_TASK_INDEX` are that index, listings and
 /// `log JOB APP:INDEX` use it, and Slurm's `%N` throttles the job.

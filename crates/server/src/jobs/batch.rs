@@ -565,6 +565,7 @@ impl Batch {
             name,
             after,
             after_any,
+            hold,
             ..
         } = sub;
         if let Some(j) = self.by_key.get(&key).and_then(|&id| self.job_rec(id)) {
@@ -620,7 +621,7 @@ impl Batch {
             name: (!name.is_empty()).then_some(name),
             after,
             after_any,
-            held: false,
+            held: hold,
         };
         let mut rows = Vec::with_capacity(total as usize);
         for a in app_tasks(&apps, &w) {

@@ -691,6 +691,11 @@ impl State {
                     "--after applies to batch jobs; this is a divisible job".into(),
                 ));
             }
+            if sub.hold {
+                return Err(StateError::Invalid(
+                    "--hold applies to batch jobs; this is a divisible job".into(),
+                ));
+            }
             let done = self
                 .jobs
                 .divisible
@@ -702,6 +707,11 @@ impl State {
                 if !sub.after.is_empty() || !sub.after_any.is_empty() {
                     return Err(StateError::Invalid(
                         "--after applies to batch jobs; this is a workflow".into(),
+                    ));
+                }
+                if sub.hold {
+                    return Err(StateError::Invalid(
+                        "--hold applies to batch jobs; this is a workflow".into(),
                     ));
                 }
                 (Kind::Workflow, self.jobs.workflow.submit(&mut cx, sub, id))

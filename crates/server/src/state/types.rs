@@ -220,6 +220,8 @@ pub struct Submission {
     pub after: Vec<u64>,
     /// Batch jobs this one runs after once each ended, however (`submit --after-any`).
     pub after_any: Vec<u64>,
+    /// Submitted held (`submit --hold`): no task is dispatched until `release`.
+    pub hold: bool,
 }
 
 /// What a submission is answered with.

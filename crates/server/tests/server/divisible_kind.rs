@@ -62,6 +62,7 @@ fn divisible_rows_are_in_the_states_transaction_and_survive_a_full_disk_and_a_re
         divisible_input: Vec::new(),
         after: Vec::new(),
         after_any: Vec::new(),
+        hold: false,
     };
     let first = s.on_submit(sub()).expect("submitted");
     assert_eq!(first.job_id, 1, "job ids are one sequence across kinds");
@@ -161,6 +162,7 @@ fn a_divisible_job_that_requires_an_attribute_hands_chunks_only_to_nodes_that_ha
             divisible_input: Vec::new(),
             after: Vec::new(),
             after_any: Vec::new(),
+            hold: false,
         })
     };
     let refused = submit(&mut s, "[\"bigmem\", \"fpga\"]").expect_err("no node has `fpga`");

@@ -51,6 +51,7 @@ fn submit(s: &mut State, kind: Kind) -> u64 {
             divisible_input: Vec::new(),
             after: Vec::new(),
             after_any: Vec::new(),
+            hold: false,
         })
         .unwrap_or_else(|e| panic!("{kind:?} submitted: {e}"));
     assert!(!done.existing);
@@ -184,6 +185,7 @@ fn submission(kind: Kind, text: &str, name: &str, key: &str) -> Submission {
         divisible_input: Vec::new(),
         after: Vec::new(),
         after_any: Vec::new(),
+        hold: false,
     }
 }
 
