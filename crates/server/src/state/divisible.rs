@@ -59,7 +59,20 @@ impl State {
 
     /// The gathered output of a completed divisible job.
     pub fn divisible_output(&self, id: u64) -> Result<PathBuf, StateError> {
-        Ok(self.jobs.divisible.output_path(id)?)
+        match self.ids.kind(id) {
+            Some(crate::jobs::Kind::Divisible) if self.jobs.divisible.knows(id) => {
+                Ok(self.jobs.divisible.output_path(id)?)
+            }
+            // Another kind's job: say what it is (a purged job is no job).
+            Some(kind) if kind != crate::jobs::Kind::Divisible && self.get_job(id).is_ok() => {
+                Err(StateError::Invalid(format!(
+                    "job {id} is a {} job: `hetsched output` gathers a divisible job's output \
+                     (`hetsched log {id} TASK` prints a task's)",
+                    kind.as_str()
+                )))
+            }
+            _ => Err(StateError::NoJob(id)),
+        }
     }
 
     /// Whether job `id` is a divisible job.
