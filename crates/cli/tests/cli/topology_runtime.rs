@@ -377,10 +377,11 @@ fn word_count_is_exact_under_one_phase_and_even_and_one_phase_sends_less_between
     c.ok(&["topology", "kill", "wc-one"]);
     let list = c.ok(&["topology", "list"]);
     assert!(list.contains("killed"), "{list}");
-    // A killed topology moves no tuple: it shows no rate.
+    // A killed topology moves no tuple: it shows no rate, and what it passed on stays told.
     let shown = c.show("wc-one");
     assert_eq!(shown["throughput_tuples_per_s"], 0.0, "{shown}");
     assert_eq!(shown["inter_node_tuples_per_s"], 0.0, "{shown}");
+    assert!(shown["tuples_total"].as_u64() > Some(0), "{shown}");
 }
 
 #[test]

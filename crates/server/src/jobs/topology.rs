@@ -84,6 +84,26 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 /// stops.
 const DRAIN_MIN: Duration = Duration::from_secs(3);
 
+/// The tuples a topology's live workers have passed on since they started, as their last
+/// reports say: (all, between nodes).
+fn tuples_passed(run: &Run) -> (u64, u64) {
+    let Some(p) = &run.rec.placement else {
+        return (0, 0);
+    };
+    let mut total = 0;
+    let mut inter_node = 0;
+    for l in run.live.values() {
+        let Some(r) = &l.report else { continue };
+        for pc in &r.pairs {
+            total += pc.tuples;
+            if p.nodes.get(pc.from as usize) != p.nodes.get(pc.to as usize) {
+                inter_node += pc.tuples;
+            }
+        }
+    }
+    (total, inter_node)
+}
+
 /// What the store keeps of a topology.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Record {
@@ -115,6 +135,10 @@ pub struct Record {
     pub reschedules: Vec<Reschedule>,
     /// When it was submitted, ns since the Unix epoch.
     pub submitted_ns: u64,
+    /// Once killed: the tuples its workers had passed on (all, and between nodes), as their
+    /// last reports said, so `topology show` still tells what it did.
+    #[serde(default)]
+    pub final_tuples: Option<(u64, u64)>,
 }
 
 /// A placement by node name.
@@ -1028,6 +1052,7 @@ impl Topology {
             placement: None,
             reschedules: Vec::new(),
             submitted_ns: now_ns(),
+            final_tuples: None,
         };
         let mut run = Run::new(rec, topo, self.cfg.core_now());
         let live = self.cfg.alive(inner);
@@ -1091,6 +1116,7 @@ impl Topology {
         let inner = &mut self.inner;
         let run = inner.runs.get_mut(name).ok_or_else(|| not_found(name))?;
         run.rec.state = "killed".into();
+        run.rec.final_tuples = Some(tuples_passed(run));
         // Its workers stop at their agents' next sync; none is reported from now on, and no
         // tuple flows: the last window's rates are not its rates any more.
         run.live.clear();
@@ -1542,14 +1568,9 @@ impl Cfg {
                 .map(|(e, _)| e as u32)
                 .collect();
             let mut seen_spouts = 0;
+            (total, inter_node_total) = run.rec.final_tuples.unwrap_or_else(|| tuples_passed(run));
             for l in run.live.values() {
                 let Some(r) = &l.report else { continue };
-                for pc in &r.pairs {
-                    total += pc.tuples;
-                    if p.nodes.get(pc.from as usize) != p.nodes.get(pc.to as usize) {
-                        inter_node_total += pc.tuples;
-                    }
-                }
                 for e in &r.executors {
                     if spouts.contains(&e.executor) {
                         seen_spouts += 1;
