@@ -1553,7 +1553,10 @@ fn purge_drops_finished_divisible_jobs_and_workflows_their_files_and_keeps_ids_a
     c.refused(&["job", "1"], "no job 1");
     c.refused(&["purge", "1"], "no job 1");
     c.refused(&["output", "1"], "no job 1");
-    c.refused(&["output", "2"], "job 2 is a workflow job: `hetsched output` gathers");
+    c.refused(
+        &["output", "2"],
+        "job 2 is a workflow job: `hetsched output` gathers",
+    );
     // By the rule's count across kinds: the workflow (2) is kept while it is among the 2 most
     // recently finished; cancel job 3 and submit a 4th (finished) job, then the rule keeps
     // only 3 and 4 and purges 2.

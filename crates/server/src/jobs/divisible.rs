@@ -398,6 +398,22 @@ struct ChunkRec {
     sent: Instant,
 }
 
+impl ChunkRec {
+    /// The chunk as `hetsched job N` and `hetsched log` show it.
+    fn shown(&self) -> DivisibleChunk {
+        DivisibleChunk {
+            chunk: self.order.chunk,
+            round: self.order.round,
+            worker: self.worker.clone(),
+            start: self.order.start,
+            end: self.order.end,
+            state: self.state.as_str().into(),
+            transfer_s: self.transfer_ns as f64 / 1e9,
+            compute_s: self.compute_ns as f64 / 1e9,
+        }
+    }
+}
+
 struct Job {
     spec: DivisibleSpec,
     argv: Vec<String>,
@@ -1078,20 +1094,7 @@ impl Divisible {
                 }
             })
             .collect();
-        let chunks: Vec<DivisibleChunk> = job
-            .chunks
-            .values()
-            .map(|c| DivisibleChunk {
-                chunk: c.order.chunk,
-                round: c.order.round,
-                worker: c.worker.clone(),
-                start: c.order.start,
-                end: c.order.end,
-                state: c.state.as_str().into(),
-                transfer_s: c.transfer_ns as f64 / 1e9,
-                compute_s: c.compute_ns as f64 / 1e9,
-            })
-            .collect();
+        let chunks: Vec<DivisibleChunk> = job.chunks.values().map(ChunkRec::shown).collect();
         let rounds = chunks.iter().map(|c| c.round + 1).max().unwrap_or(0);
         let info = DivisibleInfo {
             name: job.spec.name.get_ref().clone(),
@@ -1181,19 +1184,7 @@ impl Divisible {
         })?;
         let stdout = (c.state == ChunkState::Done)
             .then(|| job_dir(&self.dir, id).join(format!("chunk-{chunk}.out")));
-        Ok((
-            DivisibleChunk {
-                chunk,
-                round: c.order.round,
-                worker: c.worker.clone(),
-                start: c.order.start,
-                end: c.order.end,
-                state: c.state.as_str().into(),
-                transfer_s: c.transfer_ns as f64 / 1e9,
-                compute_s: c.compute_ns as f64 / 1e9,
-            },
-            stdout,
-        ))
+        Ok((c.shown(), stdout))
     }
 
     /// `DATA_DIR/divisible`, where the jobs' files are.
