@@ -66,10 +66,11 @@ struct Ready {
 
 /// What the downloader and the runner share: the chunks held, and a signal rung when the server
 /// says some are no longer this agent's.
-#[derive(Default)]
 struct Shared {
     held: Mutex<Held>,
     dropped: tokio::sync::Notify,
+    /// The durable record of the chunks' processes (`WORK_DIR/running.chunks`).
+    ledger: Mutex<crate::ledger::Ledger>,
 }
 
 impl Shared {
@@ -118,7 +119,34 @@ pub async fn run(
     };
     let client: Client = on(&connection);
     let incarnation = format!("{:032x}", rand::random::<u128>());
-    let shared = Arc::new(Shared::default());
+    // Before the first chunk: kill what a SIGKILLed predecessor left running (its chunks were
+    // re-planned onto others, or will be).
+    let ledger = match crate::ledger::Ledger::recover_file(
+        &me.work_dir,
+        crate::ledger::CHUNKS_FILE_NAME,
+    ) {
+        Ok((ledger, found)) => {
+            if !found.killed.is_empty() {
+                warn!(
+                    chunks = found.killed.len(),
+                    "killed divisible chunks left running by a previous agent in this work directory"
+                );
+            }
+            ledger
+        }
+        Err(e) => {
+            warn!(
+                "{}: {e}; chunks run unrecorded",
+                me.work_dir.join(crate::ledger::CHUNKS_FILE_NAME).display()
+            );
+            crate::ledger::Ledger::disabled()
+        }
+    };
+    let shared = Arc::new(Shared {
+        held: Mutex::default(),
+        dropped: tokio::sync::Notify::new(),
+        ledger: Mutex::new(ledger),
+    });
     // Rung when a chunk's compute ends: the agent has room again and asks at once.
     let freed = Arc::new(tokio::sync::Notify::new());
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Ready>();
@@ -136,7 +164,7 @@ pub async fn run(
                 let header = if shared.is_dropped(key) {
                     None
                 } else {
-                    let h = run_chunk(&me, &r, shared.until_dropped(key)).await;
+                    let h = run_chunk(&me, &r, &shared).await;
                     (!shared.is_dropped(key)).then_some(h)
                 };
                 if let Ok(mut h) = shared.held.lock() {
@@ -314,15 +342,18 @@ async fn fetch(client: &mut Client, work_dir: &Path, o: &pb::ChunkOrder) -> Resu
     })
 }
 
-/// Runs one chunk: its result header and its output file (on success). When `stop` resolves
-/// first (the server dropped the chunk) its process group gets SIGTERM, and SIGKILL after the
-/// kill grace.
+/// Runs one chunk: its result header and its output file (on success). Its process is in the
+/// chunks' ledger while it runs. When the server drops the chunk first, its process group gets
+/// SIGTERM, and SIGKILL after the kill grace.
 async fn run_chunk(
     me: &DivisibleAgent,
     r: &Ready,
-    stop: impl std::future::Future<Output = ()>,
+    shared: &Shared,
 ) -> (pb::ChunkResultHeader, Option<PathBuf>) {
     let o = &r.order;
+    // The ledger's (task, attempt) are (job, chunk) here.
+    let entry = (o.job_id, u32::try_from(o.chunk).unwrap_or(u32::MAX));
+    let stop = shared.until_dropped((o.job_id, o.chunk));
     let dir = chunk_dir(&me.work_dir, o.job_id);
     let out = chunk_output_path(&me.work_dir, o.job_id, o.chunk, false);
     let err = chunk_output_path(&me.work_dir, o.job_id, o.chunk, true);
@@ -373,42 +404,30 @@ async fn run_chunk(
     };
     // The chunk's whole process group: its leader and whatever it started.
     let group = child.id();
-    let limit = async {
-        match o.time_limit_ms {
-            0 => std::future::pending().await,
-            ms => tokio::time::sleep(Duration::from_millis(ms)).await,
-        }
-    };
-    let status = tokio::select! {
-        s = child.wait() => s,
-        () = limit => {
-            if let Some(pid) = group {
-                crate::launch::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
-            }
-            let _ = child.kill().await;
-            header.compute_ns = start.elapsed().as_nanos() as u64;
+    if let (Some(pid), Ok(mut l)) = (group, shared.ledger.lock()) {
+        l.started(entry.0, entry.1, pid);
+    }
+    let status = wait_chunk(me, o, &mut child, group, stop).await;
+    if let Ok(mut l) = shared.ledger.lock() {
+        l.ended(entry.0, entry.1);
+    }
+    header.compute_ns = start.elapsed().as_nanos() as u64;
+    let _ = std::fs::remove_file(&r.input);
+    let status = match status {
+        Waited::Exited(s) => s,
+        Waited::TimedOut => {
             return fail(
                 header,
                 format!("time limit of {} ms reached", o.time_limit_ms),
             );
         }
-        () = stop => {
-            if let Some(pid) = group {
-                crate::launch::signal_group(pid, nix::sys::signal::Signal::SIGTERM);
-            }
-            if tokio::time::timeout(me.kill_grace, child.wait()).await.is_err() {
-                let _ = child.kill().await;
-            }
-            if let Some(pid) = group {
-                crate::launch::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
-            }
-            let _ = std::fs::remove_file(&r.input);
-            header.compute_ns = start.elapsed().as_nanos() as u64;
-            return fail(header, "stopped: the server no longer needs this chunk".into());
+        Waited::Stopped => {
+            return fail(
+                header,
+                "stopped: the server no longer needs this chunk".into(),
+            );
         }
     };
-    header.compute_ns = start.elapsed().as_nanos() as u64;
-    let _ = std::fs::remove_file(&r.input);
     match status {
         Ok(s) if s.success() => {
             header.exit_code = 0;
@@ -431,6 +450,57 @@ async fn run_chunk(
             fail(header, m)
         }
         Err(e) => fail(header, format!("wait: {e}")),
+    }
+}
+
+/// How a chunk's process ended.
+enum Waited {
+    /// On its own.
+    Exited(std::io::Result<std::process::ExitStatus>),
+    /// Killed at its time limit.
+    TimedOut,
+    /// Stopped because the server dropped the chunk.
+    Stopped,
+}
+
+/// Waits for a chunk's process (`group` leads its process group): until it exits, its time
+/// limit passes (SIGKILL to the group), or `stop` resolves (SIGTERM to the group, SIGKILL after
+/// the kill grace).
+async fn wait_chunk(
+    me: &DivisibleAgent,
+    o: &pb::ChunkOrder,
+    child: &mut tokio::process::Child,
+    group: Option<u32>,
+    stop: impl std::future::Future<Output = ()>,
+) -> Waited {
+    use nix::sys::signal::Signal;
+    let signal = |s| {
+        if let Some(pid) = group {
+            crate::launch::signal_group(pid, s);
+        }
+    };
+    let limit = async {
+        match o.time_limit_ms {
+            0 => std::future::pending().await,
+            ms => tokio::time::sleep(Duration::from_millis(ms)).await,
+        }
+    };
+    tokio::select! {
+        s = child.wait() => Waited::Exited(s),
+        () = limit => {
+            signal(Signal::SIGKILL);
+            let _ = child.kill().await;
+            Waited::TimedOut
+        }
+        () = stop => {
+            signal(Signal::SIGTERM);
+            if tokio::time::timeout(me.kill_grace, child.wait()).await.is_err() {
+                let _ = child.kill().await;
+            }
+            // What it started and left behind.
+            signal(Signal::SIGKILL);
+            Waited::Stopped
+        }
     }
 }
 

@@ -28,6 +28,11 @@
 //! agent's process; only a crash of the whole machine loses it, and that kills the tasks too) and
 //! compacted — rewritten with the live entries only — when it grows, so it stays small and costs
 //! two small `write`s per task.
+//!
+//! Divisible chunks' processes are recorded the same way in `WORK_DIR/running.chunks`
+//! ([`CHUNKS_FILE_NAME`]: `start JOB CHUNK PID STARTTIME`, `end JOB CHUNK`), which the agent's
+//! divisible loop recovers before it asks for a chunk: a chunk left running by a SIGKILLed agent
+//! is killed, not left to compete with its re-planned copy.
 
 use hetsched_proto as pb;
 use std::collections::HashMap;
@@ -39,6 +44,10 @@ use tracing::{info, warn};
 
 /// The record's file name in the agent's work directory.
 pub const FILE_NAME: &str = "running.tasks";
+
+/// The record of divisible chunks' processes ([`crate::divisible`]): the same format, with the
+/// job id in place of the task and the chunk number in place of the attempt.
+pub const CHUNKS_FILE_NAME: &str = "running.chunks";
 
 /// Rewrite the file once it holds this many more lines than live entries.
 const COMPACT_AFTER: usize = 4096;
@@ -242,7 +251,12 @@ impl Ledger {
     /// Reads the record in `work_dir`, kills every recorded task that is still running (see the
     /// module docs), and starts an empty record.
     pub fn recover(work_dir: &Path) -> std::io::Result<(Self, Recovered)> {
-        let path = work_dir.join(FILE_NAME);
+        Self::recover_file(work_dir, FILE_NAME)
+    }
+
+    /// As [`Ledger::recover`], for the record named `name` in `work_dir`.
+    pub fn recover_file(work_dir: &Path, name: &str) -> std::io::Result<(Self, Recovered)> {
+        let path = work_dir.join(name);
         // O_NOFOLLOW everywhere: a symlink planted as the ledger is an error, never followed
         // (the agent would truncate its target, or kill the process groups it lists).
         let text = match open_no_follow(&path, false) {

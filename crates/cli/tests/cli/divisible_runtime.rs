@@ -503,6 +503,54 @@ fn a_chunks_output_and_errors_are_readable_and_inputs_resolve_from_a_relative_wo
     );
 }
 
+/// A chunk runs in its own process group, so it outlives an agent that is SIGKILLed; the server
+/// re-plans its units. The restarted agent (same work directory) kills it before it asks for a
+/// chunk, as it does a batch task's (its ledger, `running.chunks`), so the old copy does not
+/// compete with the new one.
+#[test]
+fn a_restarted_agent_kills_the_chunk_its_killed_predecessor_left_running() {
+    let mut c = Cluster::start("div-orphan", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    let id = submit(
+        &c,
+        "orphan.toml",
+        "[[divisible]]\nname = \"o\"\nunits = 4\n\
+         command = \"echo $$ > ../../../pid-{chunk}; sleep 60 # {start} {end}\"\n",
+    );
+    let pid_file = c.dir.join("pid-0");
+    wait_until("chunk 0 to start", Duration::from_secs(30), || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|t| t.ends_with('\n'))
+    });
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .expect("pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    // Running, and not a zombie waiting for its reaper.
+    let alive = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            !s.rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+        })
+    };
+    c.kill_agent("a");
+    assert!(alive(pid), "the chunk outlives its agent");
+    c.start_agent("a", 2, &[]);
+    wait_until(
+        "the orphaned chunk to be killed",
+        Duration::from_secs(30),
+        || !alive(pid),
+    );
+    assert!(
+        c.agent_log("a")
+            .contains("killed divisible chunks left running by a previous agent"),
+        "{}",
+        c.agent_log("a")
+    );
+    c.ok(&["cancel", &id.to_string()]);
+}
+
 /// The figures of docs/divisible.md ("In the runtime"): the same job under `static` (the equal
 /// split) and `umrlm`, twice each per row cost, one job at a time on one cluster. Timing, so not
 /// part of the suite: `cargo test -p hetsched-cli --test divisible_runtime -- --ignored
