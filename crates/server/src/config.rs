@@ -224,6 +224,12 @@ impl Default for ServerConfig {
     }
 }
 
+/// The shortest `heartbeat_interval`: below it, agents with work would beat without pause.
+pub const MIN_HEARTBEAT: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// The shortest `dead_timeout`.
+pub const MIN_DEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// How often an idle agent heartbeats unless `idle_heartbeat_interval` says otherwise.
 /// HyperQueue's workers beat every 8 s; ours need not beat to live while idle (their held
 /// `AwaitWork` call does that), so this only bounds how stale an idle node's figures get.
@@ -245,9 +251,35 @@ impl ServerConfig {
         Ok(idle.max(std::time::Duration::from_nanos(busy)))
     }
 
-    /// Checks the values whose bounds depend on the field's meaning (a zero idle heartbeat,
-    /// the PCDDB self-check period); the message names the field.
+    /// Checks the values whose bounds depend on the field's meaning (the heartbeat at least
+    /// [`MIN_HEARTBEAT`] and below the dead timeout, a zero idle heartbeat, the PCDDB self-check
+    /// period); the message names the field.
     pub fn validate(&self) -> Result<(), String> {
+        let shown = |ns: u64| humantime::format_duration(std::time::Duration::from_nanos(ns));
+        let (beat, dead) = (self.heartbeat_interval.0, self.dead_timeout.0);
+        if beat < MIN_HEARTBEAT.as_nanos() as u64 {
+            return Err(format!(
+                "heartbeat_interval ({}) must be at least {}: agents with work would beat \
+                 without pause",
+                shown(beat),
+                humantime::format_duration(MIN_HEARTBEAT)
+            ));
+        }
+        if dead < MIN_DEAD_TIMEOUT.as_nanos() as u64 {
+            return Err(format!(
+                "dead_timeout ({}) must be at least {}",
+                shown(dead),
+                humantime::format_duration(MIN_DEAD_TIMEOUT)
+            ));
+        }
+        if beat >= dead {
+            return Err(format!(
+                "heartbeat_interval ({}) must be below dead_timeout ({}): a node running tasks \
+                 would be declared dead between two of its beats",
+                shown(beat),
+                shown(dead)
+            ));
+        }
         self.idle_heartbeat()?;
         if let Some(w) = &self.workflow {
             w.check_interval()?;

@@ -511,6 +511,38 @@ async fn an_idle_heartbeat_may_exceed_the_dead_timeout_and_zero_is_refused() {
     assert!(err.contains("idle_heartbeat_interval"), "{err}");
 }
 
+/// A heartbeat of 0 would have agents with work beat without pause, and one at or above the
+/// dead timeout would have busy nodes declared dead between two beats: both are refused, naming
+/// the fields; so is a dead timeout too short to mean anything.
+#[test]
+fn a_heartbeat_must_be_at_least_10ms_and_below_the_dead_timeout() {
+    let refused = |text: &str, says: &str| {
+        let c = ServerConfig::parse("s.toml", text).expect("parses");
+        let e = c.validate().expect_err(text);
+        assert!(e.contains(says), "{text}: {e}");
+    };
+    refused(
+        "heartbeat_interval = \"0s\"\n",
+        "heartbeat_interval (0s) must be at least 10ms",
+    );
+    refused(
+        "heartbeat_interval = \"10s\"\ndead_timeout = \"10s\"\n",
+        "heartbeat_interval (10s) must be below dead_timeout (10s)",
+    );
+    refused(
+        "dead_timeout = \"50ms\"\nheartbeat_interval = \"10ms\"\n",
+        "dead_timeout (50ms) must be at least 100ms",
+    );
+    for good in [
+        "",
+        "heartbeat_interval = \"10ms\"\ndead_timeout = \"100ms\"\n",
+        "heartbeat_interval = \"9s\"\n",
+    ] {
+        let c = ServerConfig::parse("s.toml", good).expect("parses");
+        assert_eq!(c.validate(), Ok(()), "{good}");
+    }
+}
+
 /// An agent that holds no chunk may ask to be held long (`hold_ms`, here beyond the dead
 /// timeout, so it calls once where it used to call every quarter of the dead timeout): the call
 /// stays open as asked — the server looks at it every quarter of the dead timeout meanwhile —
