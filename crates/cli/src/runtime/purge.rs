@@ -5,7 +5,7 @@
 
 use super::ClientArgs;
 use super::Output;
-use super::client::{connect, json, refused};
+use super::client::{JobRef, connect, json, refused};
 use clap::Args;
 use hetsched_proto as pb;
 
@@ -14,9 +14,10 @@ use hetsched_proto as pb;
 #[command(group(clap::ArgGroup::new("which").required(true).multiple(true)
     .args(["jobs", "older_than", "keep"])))]
 pub struct PurgeArgs {
-    /// Purge these finished jobs (a job that is not finished refuses the whole request).
+    /// Purge these finished jobs, ids or `last` (a job that is not finished refuses the whole
+    /// request).
     #[arg(value_name = "JOB")]
-    pub jobs: Vec<u64>,
+    pub jobs: Vec<JobRef>,
     /// Purge every job that finished at least this long ago (e.g. `24h`, `30m`, `0s`).
     #[arg(long, value_name = "DURATION")]
     pub older_than: Option<humantime::Duration>,
@@ -30,10 +31,14 @@ pub struct PurgeArgs {
 /// Runs `hetsched purge`.
 pub async fn run(args: &PurgeArgs) -> anyhow::Result<()> {
     let older = args.older_than.map(std::time::Duration::from);
+    let mut job_ids = Vec::with_capacity(args.jobs.len());
+    for job in &args.jobs {
+        job_ids.push(job.resolve(&args.client).await?);
+    }
     let reply = connect(&args.client)
         .await?
         .purge(pb::PurgeRequest {
-            job_ids: args.jobs.clone(),
+            job_ids,
             has_older_than: older.is_some(),
             older_than_ms: older.map_or(0, |d| d.as_millis().min(u64::MAX as u128) as u64),
             has_keep: args.keep.is_some(),

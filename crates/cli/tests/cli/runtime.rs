@@ -1676,6 +1676,9 @@ fn purge_removes_finished_jobs_from_listings_and_store_and_the_server_restarts()
     let jobs = c.json(&["jobs"]);
     assert_eq!(jobs[0]["id"], 3, "{jobs}");
     assert_eq!(jobs[0]["state"], "completed", "{jobs}");
+    // `last` names the newest job, as for the other commands.
+    let said = c.ok(&["purge", "last"]);
+    assert!(said.contains("purged 1 job(s) (4 tasks): 3"), "{said}");
 }
 
 #[test]
