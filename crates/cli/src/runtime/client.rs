@@ -929,6 +929,7 @@ pub async fn wait_on(
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let mut delay = Duration::from_millis(20);
+    let mut told_held = false;
     let j = loop {
         let asked = Instant::now();
         let j = api
@@ -939,6 +940,11 @@ pub async fn wait_on(
             .await
             .map_err(refused)?
             .into_inner();
+        if j.held && !told_held {
+            // A held job waits for a person: say so rather than seem stuck.
+            told_held = true;
+            bar.suspend(|| eprintln!("job {id} is held: it waits for `hetsched release {id}`"));
+        }
         let c = counts(&j.counts);
         bar.set_length(j.tasks);
         bar.set_position(c.succeeded + c.failed + c.cancelled);

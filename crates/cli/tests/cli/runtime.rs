@@ -2138,6 +2138,11 @@ fn a_job_submitted_held_runs_nothing_until_its_release_even_across_a_restart() {
         "{job}"
     );
     assert!((0..3).all(|i| !c.dir.join(format!("t-{i}")).exists()));
+    // `wait` says what it waits for.
+    c.refused(
+        &["wait", "1", "--timeout", "1s"],
+        "job 1 is held: it waits for `hetsched release 1`",
+    );
     assert!(
         c.ok(&["release", "1"])
             .contains("job 1: 3 pending task(s) released")
