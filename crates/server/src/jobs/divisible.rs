@@ -119,6 +119,9 @@ pub struct ChunkRequest {
     /// Its node's attributes (with `gpu` where it has accelerators), sorted: set by the state
     /// from the agent's registration, for jobs that `require` some.
     pub attributes: Vec<String>,
+    /// Its node is drained (`hetsched node drain`): it gets no new chunk; those it holds finish.
+    /// Set by the state.
+    pub drained: bool,
 }
 
 /// One chunk sent to an agent.
@@ -874,6 +877,13 @@ impl Divisible {
         let mut orders = Vec::new();
         for (&id, job) in self.jobs.iter_mut() {
             if job.state != "running" {
+                continue;
+            }
+            if req.drained {
+                // No new work on a drained node; its chunks out stay its own.
+                if let Some(w) = job.master.workers().iter().position(|w| w.name == name) {
+                    job.master.retire(w);
+                }
                 continue;
             }
             if !job.spec.admits(&req.attributes) {

@@ -17,6 +17,7 @@ impl State {
         // What the agent offers jobs that `require` attributes: its registration's (an agent
         // registers before it asks).
         req.attributes = self.nodes.attributes_of(&req.name);
+        req.drained = self.nodes.is_drained(&req.name);
         if self.paused() {
             self.jobs.divisible.seen(&req);
             return Ok(ChunkReply::default());

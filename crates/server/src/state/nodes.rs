@@ -151,6 +151,14 @@ impl Nodes {
             .unwrap_or_default()
     }
 
+    /// Whether the node named `name` is drained or draining (`hetsched node drain`): it takes
+    /// no new work.
+    pub fn is_drained(&self, name: &str) -> bool {
+        self.by_name(name)
+            .and_then(|id| self.get(id))
+            .is_some_and(|n| n.drained || n.draining)
+    }
+
     /// The name of node `id` ("" if none).
     pub fn name(&self, id: u32) -> &str {
         self.get(id).map_or("", |n| n.spec.name.as_str())

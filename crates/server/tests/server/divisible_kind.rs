@@ -31,6 +31,7 @@ fn ask(s: &mut State, name: &str) -> Result<Vec<(u64, u64)>, String> {
         holding: Vec::new(),
         room: true,
         attributes: Vec::new(),
+        drained: false,
     })
     .map(|r| r.orders.iter().map(|o| (o.job_id, o.chunk)).collect())
     .map_err(|e| e.to_string())
@@ -201,4 +202,88 @@ fn a_divisible_job_that_requires_an_attribute_hands_chunks_only_to_nodes_that_ha
         vec![("big-1".to_string(), false), ("big-2".to_string(), true)]
     );
     assert_eq!(ask(&mut s, "big-2").expect("asked"), vec![(id, 1)]);
+}
+
+/// `hetsched node drain` stops new work on a node for every kind: a drained agent gets no new
+/// chunk (here the first ask, which would calibrate it), and its units go to the others; a
+/// chunk a node holds when it is drained stays its own and counts when it finishes. Resumed, it
+/// gets chunks again.
+#[test]
+fn a_drained_node_gets_no_new_chunk_and_finishes_the_one_it_holds() {
+    use hetsched_proto as pb;
+    use hetsched_server::convert::Wire;
+    let d = std::env::temp_dir().join(format!("hetsched-divdrain-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("dir");
+    let _scratch = Scratch(d.clone());
+    let mut s = open(&d);
+    for name in ["a", "b"] {
+        s.register(pb::RegisterRequest {
+            name: name.into(),
+            cores: 2,
+            memory_bytes: 1 << 30,
+            identity: crate::common::IDENTITY.into(),
+            ..Default::default()
+        })
+        .expect("register");
+        assert!(ask(&mut s, name).expect("asked").is_empty(), "no job yet");
+    }
+    s.on_drain("a", true).expect("drain");
+    let id = s
+        .on_submit(Submission {
+            origin: "rows.toml".into(),
+            text: JOB.into(),
+            workdir: "/".into(),
+            ..Default::default()
+        })
+        .expect("submitted")
+        .job_id;
+    for _ in 0..3 {
+        assert!(ask(&mut s, "a").expect("asked").is_empty(), "drained");
+    }
+    let jd = d.join("divisible").join(format!("job-{id}"));
+    let finish = |s: &mut State, chunk: u64| {
+        let tmp = jd.join(format!("chunk-{chunk}.part"));
+        std::fs::write(&tmp, b"x\n").expect("output");
+        let r = ChunkResult {
+            job_id: id,
+            chunk,
+            success: true,
+            message: String::new(),
+            transfer_ns: 1_000,
+            compute_ns: 1_000_000,
+        };
+        s.on_chunk_done(&r, Some(&tmp)).expect("recorded")
+    };
+    assert_eq!(
+        ask(&mut s, "b").expect("asked"),
+        vec![(id, 0)],
+        "b calibrates"
+    );
+    // Resumed, a takes part again; b's chunks finish meanwhile, so the plan moves on.
+    s.on_drain("a", false).expect("resume");
+    let mut b_out = vec![0];
+    let mut on_a = Vec::new();
+    for _ in 0..20 {
+        on_a.extend(ask(&mut s, "a").expect("asked"));
+        if !on_a.is_empty() {
+            break;
+        }
+        for chunk in b_out.drain(..) {
+            finish(&mut s, chunk);
+        }
+        b_out.extend(ask(&mut s, "b").expect("asked").iter().map(|&(_, c)| c));
+    }
+    let Some(&(_, held)) = on_a.first() else {
+        panic!("a resumed node gets chunks again: {:?}", chunks(&s, id));
+    };
+    // Drained while it holds a chunk: the chunk stays its own and counts.
+    s.on_drain("a", true).expect("drain");
+    assert!(ask(&mut s, "a").expect("asked").is_empty(), "drained");
+    assert!(finish(&mut s, held), "the held chunk counts");
+    assert!(
+        chunks(&s, id).contains(&(held, "done".to_string())),
+        "{:?}",
+        chunks(&s, id)
+    );
 }

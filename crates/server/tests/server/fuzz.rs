@@ -517,6 +517,7 @@ impl DivAgent {
                 .collect(),
             room: self.holding.len() < 2,
             attributes: Vec::new(),
+            drained: false,
         });
         let reply = match reply {
             Ok(r) => r,

@@ -293,6 +293,20 @@ impl OnlineMaster {
         lost
     }
 
+    /// Worker `i` takes no more chunks (its node is drained): it leaves the plan, and the units
+    /// it would have got are planned onto the others, but the chunks it holds stay its own and
+    /// count when they finish. [`OnlineMaster::join`] takes it back.
+    pub fn retire(&mut self, i: usize) {
+        let Some(w) = self.workers.get_mut(i) else {
+            return;
+        };
+        if w.alive {
+            w.alive = false;
+            self.workers_changed = true;
+        }
+        self.queue.retain(|it| it.worker != i);
+    }
+
     /// One chunk is lost (its worker no longer has it): its units go back to the pool.
     pub fn lose_chunk(&mut self, chunk: u64) -> Recorded {
         match self.out.remove(&chunk) {
