@@ -45,6 +45,20 @@ fn http(
     (code, body)
 }
 
+/// A one-time login ticket, asked for with the `Authorization` header `bearer`.
+fn login_ticket(addr: &str, bearer: &str) -> String {
+    let (code, body) = http(
+        addr,
+        "POST",
+        "/api/ticket",
+        &[("Authorization", bearer)],
+        "",
+    );
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    v["ticket"].as_str().expect("ticket").to_string()
+}
+
 fn attr(dom: &str, name: &str) -> Option<u64> {
     let key = format!("{name}=\"");
     let at = dom.find(&key)? + key.len();
@@ -111,12 +125,7 @@ fn the_dashboard_shows_jobs_tasks_and_nodes_and_updates_live_in_a_browser() {
     assert_eq!(code, 200, "the read-only token reads: {body}");
     // A login link is used once.
     let bearer = format!("Bearer {}", token.trim());
-    let ticket = |h: &str| -> String {
-        let (code, body) = http(addr, "POST", "/api/ticket", &[("Authorization", h)], "");
-        assert_eq!(code, 200, "{body}");
-        let v: serde_json::Value = serde_json::from_str(&body).expect("json");
-        v["ticket"].as_str().expect("ticket").to_string()
-    };
+    let ticket = |h: &str| login_ticket(addr, h);
     let once = ticket(&bearer);
     assert_eq!(
         http(addr, "GET", &format!("/login?ticket={once}"), &[], "").0,
@@ -258,18 +267,9 @@ fn a_divisible_jobs_chunks_are_listed_with_links_to_their_output() {
         return;
     };
     let bearer = format!("Bearer {}", token.trim());
-    let (code, body) = http(
-        addr,
-        "POST",
-        "/api/ticket",
-        &[("Authorization", &bearer)],
-        "",
-    );
-    assert_eq!(code, 200, "{body}");
-    let ticket: serde_json::Value = serde_json::from_str(&body).expect("json");
     let url = format!(
         "http://{addr}/login?ticket={}#events=2",
-        ticket["ticket"].as_str().expect("ticket")
+        login_ticket(addr, &bearer)
     );
     let dom = run_browser(browser, &["--dump-dom", "--virtual-time-budget=5000", &url]);
     assert!(
@@ -360,16 +360,7 @@ fn a_100000_task_job_is_paged_filtered_and_counted_live_without_reloading() {
         );
         return;
     };
-    let (code, body) = http(
-        &addr,
-        "POST",
-        "/api/ticket",
-        &[("Authorization", &bearer)],
-        "",
-    );
-    assert_eq!(code, 200, "{body}");
-    let ticket: serde_json::Value = serde_json::from_str(&body).expect("json");
-    let ticket = ticket["ticket"].as_str().expect("ticket");
+    let ticket = login_ticket(&addr, &bearer);
     let mut b = Browser::start(bin, &c.dir.join("browser"));
     b.navigate(&format!("http://{addr}/login?ticket={ticket}"));
     let t = Duration::from_secs(20);
