@@ -492,6 +492,7 @@ impl From<Drained> for pb::DrainNodeReply {
         pb::DrainNodeReply {
             node_id: d.node_id,
             running: d.running,
+            stream_workers: d.stream_workers,
         }
     }
 }

@@ -845,10 +845,17 @@ pub async fn drain_node(args: &ClientArgs, name: &str, drain: bool) -> anyhow::R
         .into_inner();
     answer(args, &reply, |r| {
         if drain {
-            format!(
+            let mut said = format!(
                 "node `{name}` drained: no new work; {} running task(s) finish there",
                 r.running
-            )
+            );
+            if r.stream_workers > 0 {
+                said += &format!(
+                    "; {} stream worker(s) move to other nodes (`hetsched topology show` lists the moves)",
+                    r.stream_workers
+                );
+            }
+            said
         } else {
             format!("node `{name}` resumed: it takes new work again")
         }

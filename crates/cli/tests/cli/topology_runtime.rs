@@ -960,3 +960,84 @@ fn on_a_tls_cluster_the_workers_speak_tls_to_each_other_and_count_exactly() {
         }
     }
 }
+
+#[test]
+fn a_drained_node_is_emptied_of_stream_workers_and_the_count_stays_exact() {
+    // 320 % of CPU on three 2-core nodes: one-phase uses two, the third is free. Draining one
+    // of the two moves its executors to the free node; the worker there hands its executors'
+    // state over and stops, so the drained node runs nothing of the topology, and no count is
+    // lost or repeated.
+    let c = Cluster::start("drain", &["n1", "n2", "n3"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    // 2,400 sentences at 300 sentences/s: about 8 s.
+    let repeat = 600;
+    let file = c.write("wc.toml", &wordcount("wc-drain", repeat, 150));
+    c.ok(&[
+        "topology",
+        "submit",
+        file.to_str().expect("path"),
+        "--interval",
+        "0s",
+    ]);
+    let before = c.show("wc-drain");
+    let used = nodes_of_workers(&before);
+    assert_eq!(used.len(), 2, "{before}");
+    let target = used[0].clone();
+    // Let it count for a while (and the server's 2 s restart grace pass) before the drain.
+    wait_until("the workers to run", Duration::from_secs(20), || {
+        let s = c.show("wc-drain");
+        s["workers_running"] == 2 && total(&s) > 0
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let pid_there: Vec<u64> = c.show("wc-drain")["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .filter(|w| w["node"] == target.as_str())
+        .filter_map(|w| w["pid"].as_u64())
+        .collect();
+    assert_eq!(pid_there.len(), 1, "one worker on {target}");
+    let said = c.ok(&["node", "drain", &target]);
+    assert!(
+        said.contains("1 stream worker(s) move to other nodes"),
+        "the drain says what moves: {said}"
+    );
+    wait_until(
+        "the drained node to host no worker",
+        Duration::from_secs(20),
+        || {
+            let s = c.show("wc-drain");
+            !nodes_of_workers(&s).contains(&target)
+                && s["workers_draining"] == 0
+                && !pid_alive(pid_there[0])
+        },
+    );
+    let moved = c.show("wc-drain");
+    let r = moved["reschedules"].as_array().expect("reschedules");
+    assert_eq!(r.len(), 1, "{moved}");
+    assert_eq!(r[0]["cause"], "node-drained", "{moved}");
+    wait_until("the spouts to finish", Duration::from_secs(40), || {
+        c.show("wc-drain")["spouts_done"] == true
+    });
+    let want = expected(repeat);
+    let t0 = std::time::Instant::now();
+    while read_counts(&c.dir, "wc-drain") != want && t0.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let got = read_counts(&c.dir, "wc-drain");
+    let diff: Vec<String> = want
+        .iter()
+        .filter(|(w, n)| got.get(*w) != Some(n))
+        .map(|(w, n)| format!("{w}: {:?} of {n}", got.get(w)))
+        .collect();
+    assert!(diff.is_empty(), "counts differ across the drain: {diff:?}");
+    assert!(
+        c.ok(&["topology", "rebalance", "wc-drain"])
+            .contains("wc-drain"),
+        "a rebalance still works"
+    );
+    assert!(
+        !nodes_of_workers(&c.show("wc-drain")).contains(&target),
+        "and leaves the drained node out"
+    );
+}

@@ -16,7 +16,11 @@
 //!   `RescheduleController` with the same placer: overload → apply at once; traffic gain above
 //!   `gain_threshold` → apply; at most one computation per `interval`.
 //! - **Failures**: a node not heard from for `dead_timeout` is lost; its topologies are placed
-//!   again on the nodes left (cause `node-lost`). A worker that died is started again by its
+//!   again on the nodes left (cause `node-lost`).
+//! - **Drained nodes** (`hetsched node drain`) are left out of every placement; a topology with
+//!   workers on one is placed again on the other nodes at the next controller pass (cause
+//!   `node-drained`), its workers there draining as in any move (state handed over), so the
+//!   node empties. With no other node that may run it, the topology stays where it is. A worker that died is started again by its
 //!   agent (the server keeps assigning it). After a server restart, topologies and placements are
 //!   read back from the store; agents' workers keep running and are adopted when the agents sync
 //!   (nodes get `dead_timeout` from the restart to show up).
@@ -159,7 +163,7 @@ pub struct Placed {
 pub struct Reschedule {
     /// When, ns since the Unix epoch.
     pub at_ns: u64,
-    /// `overload`, `traffic`, `node-lost` or `rebalance`.
+    /// `overload`, `traffic`, `node-lost`, `node-drained` or `rebalance`.
     pub cause: String,
     /// Relative inter-node traffic gain the controller computed.
     pub gain: f64,
@@ -265,6 +269,8 @@ struct Inner {
     traffic_dirty: BTreeMap<String, (u64, Vec<ExecutorPair>, serde_json::Value)>,
     /// Nodes the state's registry declared dead (the dead-node path) or that were removed.
     down: BTreeSet<String>,
+    /// Nodes an operator drained (`hetsched node drain`): alive, but no placement uses them.
+    drained: BTreeSet<String>,
 }
 
 type Labels = Vec<(String, String)>;
@@ -672,6 +678,15 @@ fn background(
 
 /// The nodes of `alive` whose attributes include every one of `requires` (a topology's): the
 /// only ones its placement may use.
+/// The nodes of `alive` a new placement may use: those no operator drained.
+fn open_nodes(alive: &[(String, u32)], drained: &BTreeSet<String>) -> Vec<(String, u32)> {
+    alive
+        .iter()
+        .filter(|(name, _)| !drained.contains(name))
+        .cloned()
+        .collect()
+}
+
 fn admitted(
     alive: Vec<(String, u32)>,
     nodes: &BTreeMap<String, NodeSeen>,
@@ -917,17 +932,35 @@ impl Topology {
             .collect();
     }
 
-    /// Takes the state's dead-node verdicts: a node the registry declared dead (its heartbeats
-    /// stopped) or removed is not alive for topologies either, whatever its last worker sync.
-    pub fn set_down(&mut self, nodes: &Nodes) {
+    /// Takes the state's verdicts on nodes: a node the registry declared dead (its heartbeats
+    /// stopped) or removed is not alive for topologies either, whatever its last worker sync;
+    /// a drained one (`hetsched node drain`, or an agent shutting down) is alive but takes no
+    /// placement.
+    pub fn see_nodes(&mut self, nodes: &Nodes) {
         self.inner.down = nodes
             .iter()
             .filter(|n| !n.alive || n.removed)
             .map(|n| n.spec.name.clone())
             .collect();
+        self.inner.drained = nodes
+            .iter()
+            .filter(|n| n.drained || n.draining)
+            .map(|n| n.spec.name.clone())
+            .collect();
         // A node declared dead (or removed) runs nothing any more, restarted server or not.
         let down = &self.inner.down;
         self.unsynced.retain(|n| !down.contains(n));
+    }
+
+    /// Workers that running topologies' placements put on node `node` (what a drain moves off).
+    pub fn workers_on(&self, node: &str) -> u32 {
+        self.inner
+            .runs
+            .values()
+            .filter(|r| r.rec.state == "running")
+            .filter_map(|r| r.rec.placement.as_ref())
+            .map(|p| p.workers.iter().filter(|(n, _)| n == node).count() as u32)
+            .sum()
     }
 
     /// Cores the running workers hold on node `node` (for tests and listings).
@@ -1004,7 +1037,13 @@ impl Topology {
             m.nodes
                 .get_or_create(&l)
                 .set(s["nodes_used"].as_i64().unwrap_or(0));
-            for cause in ["overload", "traffic", "node-lost", "rebalance"] {
+            for cause in [
+                "overload",
+                "traffic",
+                "node-lost",
+                "node-drained",
+                "rebalance",
+            ] {
                 let n = run
                     .rec
                     .reschedules
@@ -1058,6 +1097,9 @@ impl Topology {
         let live = self.cfg.alive(inner);
         let requires = &run.topo.topology.requires;
         let alive = admitted(live.clone(), &inner.nodes, requires);
+        // Drained nodes may run it (the check above), but are not placed on: with only those,
+        // it waits for a node as with none.
+        let open = open_nodes(&alive, &inner.drained);
         if !live.is_empty() && alive.is_empty() {
             // As a batch job is refused: live nodes, none of which may run it.
             let mut offered: Vec<&str> = live
@@ -1077,9 +1119,9 @@ impl Topology {
                 }
             )));
         }
-        if !alive.is_empty() {
+        if !open.is_empty() {
             let busy = background(&self.held, &self.in_use, &name);
-            let nodes = stream_nodes(&alive, &busy);
+            let nodes = stream_nodes(&open, &busy);
             let mut problem = PlacementProblem::declared(&run.topo.topology, &nodes);
             problem.workers = run.rec.workers;
             let p = run.placer().place(&problem).map_err(invalid)?;
@@ -1137,7 +1179,7 @@ impl Topology {
             .unwrap_or_default();
         let alive = admitted(self.cfg.alive(inner), &inner.nodes, &requires);
         let busy = background(&self.held, &self.in_use, name);
-        let nodes = stream_nodes(&alive, &busy);
+        let nodes = stream_nodes(&open_nodes(&alive, &inner.drained), &busy);
         let now = self.cfg.core_now();
         let run = inner.runs.get_mut(name).ok_or_else(|| not_found(name))?;
         if run.rec.state != "running" {
@@ -1146,7 +1188,11 @@ impl Topology {
             )));
         }
         if nodes.is_empty() {
-            return Err(TopologyError::Precondition("no node is alive".into()));
+            return Err(TopologyError::Precondition(if alive.is_empty() {
+                "no node that may run it is alive".into()
+            } else {
+                "every node alive that may run it is drained (hetsched node resume NAME)".into()
+            }));
         }
         let mut traffic = run.monitor.flush(now);
         if traffic.is_empty() {
@@ -1332,7 +1378,9 @@ impl Topology {
             run.roll_window(now);
             let alive = admitted(alive.clone(), &inner.nodes, &run.topo.topology.requires);
             let busy = background(&self.held, &self.in_use, &run.rec.name);
-            let nodes = stream_nodes(&alive, &busy);
+            // Placements use the nodes not drained; with none of those, a topology stays
+            // where it is (on drained nodes) or waits.
+            let nodes = stream_nodes(&open_nodes(&alive, &inner.drained), &busy);
             if run.rec.state != "running" || nodes.is_empty() {
                 continue;
             }
@@ -1341,8 +1389,15 @@ impl Topology {
                 .placement
                 .as_ref()
                 .and_then(|p| as_placement(p, &nodes));
-            let lost = run.rec.placement.is_some() && current.is_none();
-            if run.rec.placement.is_none() || (lost && !grace) {
+            // Off the open nodes: a node it uses died (lost) or was drained.
+            let moved_off = run.rec.placement.is_some() && current.is_none();
+            let lost = moved_off
+                && run
+                    .rec
+                    .placement
+                    .as_ref()
+                    .is_some_and(|p| as_placement(p, &stream_nodes(&alive, &busy)).is_none());
+            if run.rec.placement.is_none() || (moved_off && !grace) {
                 let traffic = run.traffic.clone();
                 let mut problem = if traffic.is_empty() {
                     PlacementProblem::declared(&run.topo.topology, &nodes)
@@ -1362,12 +1417,16 @@ impl Topology {
                                 workers_kept,
                                 executors_moved,
                                 at_ns: now_ns(),
-                                cause: "node-lost".into(),
+                                cause: if lost { "node-lost" } else { "node-drained" }.into(),
                                 gain: 0.0,
                                 nodes: used,
                                 generation,
                             });
-                            tracing::warn!(topology = %run.rec.name, "a node was lost: placed again on {used} node(s)");
+                            if lost {
+                                tracing::warn!(topology = %run.rec.name, "a node was lost: placed again on {used} node(s)");
+                            } else {
+                                tracing::info!(topology = %run.rec.name, "a node was drained: placed again on {used} node(s)");
+                            }
                         }
                         saves.push(run.rec.clone());
                     }

@@ -409,7 +409,8 @@ impl State {
     }
 
     /// `hetsched node drain` (`drain`) / `node resume` (`!drain`): stops or restarts placing new
-    /// work on a node; its running tasks go on.
+    /// work on a node; its running tasks go on, and stream topologies' workers there are moved
+    /// off at the topology controller's next pass ([`crate::jobs::topology`]).
     pub fn on_drain(&mut self, name: &str, drain: bool) -> Result<Drained, StateError> {
         let Some(id) = self.nodes.by_name(name) else {
             return Err(StateError::NoNode(name.to_string()));
@@ -432,6 +433,7 @@ impl State {
         Ok(Drained {
             node_id: id,
             running: rec.running.len() as u32,
+            stream_workers: self.jobs.topology.workers_on(name),
         })
     }
 

@@ -22,8 +22,8 @@ impl State {
                     .into(),
             ));
         }
-        // The dead-node path (`State::check_dead`) decides for topologies too.
-        self.jobs.topology.set_down(&self.nodes);
+        // The dead-node path (`State::check_dead`) and drains decide for topologies too.
+        self.jobs.topology.see_nodes(&self.nodes);
         // Placements see the cores batch tasks and other topologies hold.
         self.jobs.topology.see_view(&self.view, &self.nodes);
         let before = self.jobs.topology.placements_key();

@@ -494,6 +494,9 @@ pub struct Drained {
     pub node_id: u32,
     /// Tasks still running there.
     pub running: u32,
+    /// Stream topology workers placed there, which the controller's next pass moves off (a
+    /// drain) — those of a topology no other node may run stay.
+    pub stream_workers: u32,
 }
 
 /// One consumed output a workflow instance fetches before it starts (issue 13).

@@ -479,3 +479,114 @@ fn after_a_restart_a_running_workers_cores_are_held_before_its_agent_syncs() {
     assert_eq!(s.topology_held_cores(n), 2);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A state whose restart grace (the dead timeout) is 1 s, with 4-core nodes `names` joined.
+fn short_grace(dir: &Path, names: &[&str]) -> State {
+    let config = ServerConfig {
+        data_dir: dir.to_path_buf(),
+        dead_timeout: "1s".parse().expect("duration"),
+        ..Default::default()
+    };
+    let mut s =
+        State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state");
+    for name in names {
+        join(&mut s, name, Vec::new());
+    }
+    s
+}
+
+/// The agent of `node` syncs, running `workers`.
+fn sync_node(s: &mut State, node: &str, workers: Vec<WorkerSeen>) {
+    s.topology_sync(
+        WorkersSeen {
+            node: node.into(),
+            cores: 4,
+            attributes: Vec::new(),
+            workers,
+        },
+        None,
+    )
+    .expect("sync");
+}
+
+#[test]
+fn a_drain_moves_a_topologys_workers_off_the_node_handing_their_state_over() {
+    let dir = scratch("drain-moves");
+    let mut s = short_grace(&dir, &["a", "b"]);
+    let shown = s.topology_submit(submission()).expect("submit");
+    assert_eq!(nodes_used(&shown), vec!["a".to_string()]);
+    // Past the restart grace, with the worker running on a.
+    std::thread::sleep(std::time::Duration::from_millis(1050));
+    sync_node(&mut s, "a", vec![running_worker(1)]);
+    sync_node(&mut s, "b", vec![]);
+    let drained = s.on_drain("a", true).expect("drain");
+    assert_eq!(drained.stream_workers, 1, "the reply says what moves");
+    s.topology_tick().expect("tick");
+    let shown = s.topology_show("pipe").expect("show");
+    assert_eq!(shown["generation"], 2, "placed again");
+    assert_eq!(shown["reschedules"][0]["cause"], "node-drained");
+    assert_eq!(nodes_used(&shown), vec!["b".to_string()]);
+    assert_eq!(
+        shown["workers_draining"], 1,
+        "the worker on a stays until its executors handed their state over"
+    );
+    // Every executor moved, and each waits for the state of the one it replaces.
+    assert_eq!(shown["reschedules"][0]["executors_moved"], 4);
+    assert_eq!(
+        s.on_drain("a", true).expect("drain again").stream_workers,
+        0,
+        "nothing placed on a any more"
+    );
+    // Later passes leave it on b.
+    sync_node(&mut s, "b", vec![]);
+    s.topology_tick().expect("tick");
+    assert_eq!(s.topology_show("pipe").expect("show")["generation"], 2);
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn no_placement_uses_a_drained_node_and_a_topology_with_nowhere_else_to_go_stays() {
+    let dir = scratch("drain-places");
+    let mut s = short_grace(&dir, &["a", "b"]);
+    // Without the drain the topology would go to a, the first of two empty nodes (above).
+    s.on_drain("a", true).expect("drain");
+    let shown = s.topology_submit(submission()).expect("submit");
+    assert_eq!(nodes_used(&shown), vec!["b".to_string()]);
+    std::thread::sleep(std::time::Duration::from_millis(1050));
+    sync_node(&mut s, "a", vec![]);
+    sync_node(&mut s, "b", vec![running_worker(1)]);
+    // Both drained: there is no node to move to, so it stays on b, and a rebalance says why.
+    let drained = s.on_drain("b", true).expect("drain");
+    assert_eq!(drained.stream_workers, 1);
+    s.topology_tick().expect("tick");
+    let shown = s.topology_show("pipe").expect("show");
+    assert_eq!(shown["generation"], 1, "not moved: nowhere to go");
+    assert_eq!(nodes_used(&shown), vec!["b".to_string()]);
+    let refused = s.topology_rebalance("pipe").expect_err("nowhere to go");
+    assert!(
+        refused.to_string().contains("drained"),
+        "the refusal names the drain: {refused}"
+    );
+    // a resumed: the topology leaves the drained b for it.
+    s.on_drain("a", false).expect("resume");
+    sync_node(&mut s, "a", vec![]);
+    sync_node(&mut s, "b", vec![running_worker(1)]);
+    s.topology_tick().expect("tick");
+    let shown = s.topology_show("pipe").expect("show");
+    assert_eq!(shown["generation"], 2);
+    assert_eq!(shown["reschedules"][0]["cause"], "node-drained");
+    assert_eq!(nodes_used(&shown), vec!["a".to_string()]);
+    // A drain is kept across a restart, and so is what it means for placements: the restarted
+    // server does not move the topology back to b.
+    drop(s);
+    let mut s = short_grace(&dir, &[]);
+    std::thread::sleep(std::time::Duration::from_millis(1050));
+    sync_node(&mut s, "a", vec![running_worker(2)]);
+    sync_node(&mut s, "b", vec![]);
+    s.topology_rebalance("pipe").expect("rebalance");
+    let shown = s.topology_show("pipe").expect("show");
+    assert_eq!(nodes_used(&shown), vec!["a".to_string()]);
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}
