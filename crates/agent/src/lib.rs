@@ -30,6 +30,7 @@ pub mod ledger;
 pub mod logs;
 pub mod shutdown;
 pub mod stream_workers;
+pub mod sweep;
 pub mod usage;
 
 /// The connection to the server that the agent's calls go over now: its heartbeats replace it
@@ -348,6 +349,7 @@ pub async fn run(
     let checks = balance::spawn_checks(balance.clone(), auth.clone(), notify.clone());
     let probes = balance::spawn_probes(balance.clone(), auth.clone());
     let mut node_id: Option<u32> = None;
+    let sweeper: Arc<sweep::Sweeper> = Arc::default();
     let mut interval = Duration::from_millis(500);
     // How often to beat with nothing to report (the server's `idle_heartbeat_interval`).
     let mut idle_interval = interval;
@@ -488,6 +490,16 @@ pub async fn run(
                 registered.send_replace(None);
                 continue 'main;
             }
+            // Files of jobs purged on the server go (`sweep`), in the background.
+            sweeper.seen(
+                reply.purge_epoch,
+                &client,
+                sweep::Asker {
+                    node_id: id,
+                    identity: identity.clone(),
+                },
+                &opts.work_dir,
+            );
             // PCDDB: the workflows this node balances, and the launch node's messages. What the
             // machines answer the launch node (a `reply` to a request: the server assigns the
             // instances on receiving it) goes at once, in the next heartbeat.

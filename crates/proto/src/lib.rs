@@ -22,6 +22,9 @@ pub const MAX_HOLD: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Largest page of a task's output one `ReadLog` call returns.
 pub const LOG_MAX_PAGE: u32 = 1 << 20;
+
+/// Most job ids one `PurgedJobs` call may ask about (an agent with more asks in several calls).
+pub const MAX_PURGED_JOBS_ASKED: usize = 10_000;
 /// The page size of a `ReadLog` call that does not say (`limit = 0`).
 pub const LOG_DEFAULT_PAGE: u32 = 64 << 10;
 

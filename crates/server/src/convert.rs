@@ -257,6 +257,7 @@ impl From<HeartbeatReply> for pb::HeartbeatReply {
             }),
             balance: r.balance.iter().map(envelope_out).collect(),
             pcddb: r.pcddb.iter().map(pcddb_job).collect(),
+            purge_epoch: r.purge_epoch,
         }
     }
 }
@@ -285,6 +286,8 @@ pub fn reply_wire_len(r: &HeartbeatReply) -> usize {
         binding: None,
         balance: r.balance.iter().map(envelope_out).collect(),
         pcddb: r.pcddb.iter().map(pcddb_job).collect(),
+        // Set after the kinds filled the reply: at most 11 bytes.
+        purge_epoch: u64::MAX,
     }
     .encoded_len()
 }

@@ -270,6 +270,30 @@ impl Agent for AgentService {
             held(&mut wakes, until, &mut stopping).await;
         }
     }
+
+    /// Which of the jobs whose files an agent holds were purged: it deletes their files.
+    async fn purged_jobs(
+        &self,
+        req: Request<pb::PurgedJobsRequest>,
+    ) -> Result<Response<pb::PurgedJobsReply>, Status> {
+        let r = req.into_inner();
+        if r.job_ids.len() > pb::MAX_PURGED_JOBS_ASKED {
+            return Err(Status::invalid_argument(format!(
+                "job_ids: {} ids, at most {} per call",
+                r.job_ids.len(),
+                pb::MAX_PURGED_JOBS_ASKED
+            )));
+        }
+        let purged = read_state(&self.0, move |s| {
+            Ok(s.purged_jobs(r.node_id, &r.identity, &r.job_ids))
+        })
+        .await?
+        .into_inner()
+        .ok_or_else(|| {
+            Status::failed_precondition("no node with this id and identity: register first")
+        })?;
+        Ok(Response::new(pb::PurgedJobsReply { purged }))
+    }
 }
 
 /// A call held open that says its agent lives ([`Presence`]): counted open when made, closed

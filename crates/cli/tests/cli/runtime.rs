@@ -1505,7 +1505,12 @@ fn store_bytes(c: &Cluster) -> u64 {
 /// keeps naming it, across a restart; a running job of either kind refuses.
 #[test]
 fn purge_drops_finished_divisible_jobs_and_workflows_their_files_and_keeps_ids_and_keys() {
-    let mut c = Cluster::start_configured("purge-kinds", false, "[retention]\nkeep_jobs = 2\n");
+    // Idle agents beat every second (not 60 s), so they learn of a purge at once.
+    let mut c = Cluster::start_configured(
+        "purge-kinds",
+        false,
+        "idle_heartbeat_interval = \"1s\"\n[retention]\nkeep_jobs = 2\n",
+    );
     c.start_agent("a", 2, &[]);
     c.wait_for_nodes(1);
     std::fs::write(c.dir.join("in.bin"), vec![7u8; 64]).expect("input");
@@ -1532,6 +1537,10 @@ fn purge_drops_finished_divisible_jobs_and_workflows_their_files_and_keeps_ids_a
     ]);
     let job_dir = c.data().join("divisible").join("job-1");
     assert!(job_dir.join("output").exists(), "job 1's files");
+    // What the jobs left with the agent: job 1's chunk files, job 2's instance outputs.
+    let agent = c.dir.join("agent-a");
+    let (chunks_1, outputs_2) = (agent.join("divisible/job-1"), agent.join("wf/2"));
+    assert!(chunks_1.is_dir() && outputs_2.is_dir(), "the agent's files");
     let long = c.write(
         "long.toml",
         "[[divisible]]\nname = \"l\"\nunits = 4\n\
@@ -1550,6 +1559,15 @@ fn purge_drops_finished_divisible_jobs_and_workflows_their_files_and_keeps_ids_a
             .contains("purged 1 job(s) (16 tasks): 1")
     );
     assert!(!job_dir.exists(), "job 1's files are gone");
+    wait_until(
+        "the agent to delete job 1's chunk files",
+        Duration::from_secs(20),
+        || !chunks_1.exists(),
+    );
+    assert!(
+        outputs_2.is_dir() && agent.join("divisible/job-3").is_dir(),
+        "jobs not purged keep theirs"
+    );
     c.refused(&["job", "1"], "no job 1");
     c.refused(&["purge", "1"], "no job 1");
     c.refused(&["output", "1"], "no job 1");
@@ -1580,6 +1598,15 @@ fn purge_drops_finished_divisible_jobs_and_workflows_their_files_and_keeps_ids_a
         .filter_map(|j| j["id"].as_u64())
         .collect();
     assert_eq!(listed, vec![3, 4]);
+    wait_until(
+        "the agent to delete the purged workflow's outputs",
+        Duration::from_secs(20),
+        || !outputs_2.exists(),
+    );
+    assert!(
+        agent.join("divisible/job-4").is_dir(),
+        "job 4 keeps its files"
+    );
     // After a restart: ids go on from 5, the purged workflow's key still names job 2 and runs
     // nothing, and the purged jobs stay gone.
     c.kill_server();
@@ -1595,7 +1622,8 @@ fn purge_drops_finished_divisible_jobs_and_workflows_their_files_and_keeps_ids_a
 
 #[test]
 fn purge_removes_finished_jobs_from_listings_and_store_and_the_server_restarts() {
-    let mut c = Cluster::start("purge", false);
+    // Idle agents beat every second (not 60 s), so they learn of a purge at once.
+    let mut c = Cluster::start_configured("purge", false, "idle_heartbeat_interval = \"1s\"\n");
     // Job 1: 20,000 tasks, cancelled before any node came (finished: every task cancelled).
     let big = c.write(
         "big.toml",
@@ -1613,7 +1641,7 @@ fn purge_removes_finished_jobs_from_listings_and_store_and_the_server_restarts()
     c.wait_for_nodes(1);
     let small = c.write(
         "small.toml",
-        "[[application]]\nname = \"small\"\ntasks = 4\n[application.cpu]\ncommand = \"true\"\n",
+        "[[application]]\nname = \"small\"\ntasks = 4\n[application.cpu]\ncommand = \"echo {index}\"\n",
     );
     let out = c.cli(&["submit", "--wait", small.to_str().expect("path")]);
     assert!(
@@ -1623,6 +1651,10 @@ fn purge_removes_finished_jobs_from_listings_and_store_and_the_server_restarts()
     );
     let jobs = c.json(&["jobs"]);
     assert_eq!(jobs.as_array().map(Vec::len), Some(2));
+    assert!(
+        c.dir.join("agent-a/job-2").is_dir(),
+        "job 2's task outputs on the agent"
+    );
     let before = store_bytes(&c);
     // The agent's token may not purge; an unknown job is named.
     let out = Command::new(BIN)
@@ -1653,6 +1685,13 @@ fn purge_removes_finished_jobs_from_listings_and_store_and_the_server_restarts()
         String::from_utf8_lossy(&out.stdout).contains("purged 1 job(s) (4 tasks): 2"),
         "{}",
         String::from_utf8_lossy(&out.stdout)
+    );
+    // The agent deletes the purged job's task outputs: nothing can read them any more.
+    let outputs = c.dir.join("agent-a").join("job-2");
+    wait_until(
+        "the agent to delete job 2's task outputs",
+        Duration::from_secs(20),
+        || !outputs.exists(),
     );
     let reply = c.json(&["purge", "--older-than", "0s"]);
     assert_eq!(reply["purged"], serde_json::json!([1]));

@@ -1641,6 +1641,10 @@ impl JobKind for Batch {
         self.forget_purged(ids);
     }
 
+    fn is_purged(&self, id: u64) -> bool {
+        self.retention.is_purged(id)
+    }
+
     /// While some job's task rows are in memory (it has not finished, or has just finished and
     /// awaits eviction), the retention pass is due every [`RETENTION_INTERVAL`]. A retention
     /// rule's time running out is not announced: on an idle cluster it is seen within

@@ -1355,6 +1355,10 @@ impl JobKind for Divisible {
         Ok(units)
     }
 
+    fn is_purged(&self, id: u64) -> bool {
+        self.purged.contains_key(&id)
+    }
+
     fn purged(&mut self, ids: &[u64]) {
         for &id in ids {
             let Some(job) = self.jobs.remove(&id) else {

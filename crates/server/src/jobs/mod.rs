@@ -417,6 +417,12 @@ pub trait JobKind: Send {
     /// The purge of `ids` committed: forget them (memory, and files the kind keeps).
     fn purged(&mut self, _ids: &[u64]) {}
 
+    /// Whether job `id` of this kind was purged (its tombstone stays): agents delete what such
+    /// a job left in their work directories.
+    fn is_purged(&self, _id: u64) -> bool {
+        false
+    }
+
     /// This kind's applications kept off `node`, for the node listing.
     fn backed_off(&self, _node: u32) -> Vec<BackedOffApp> {
         Vec::new()

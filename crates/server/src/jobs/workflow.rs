@@ -1998,6 +1998,10 @@ impl JobKind for Workflows {
         Ok(instances)
     }
 
+    fn is_purged(&self, id: u64) -> bool {
+        self.purged.contains(&(id & ((1 << super::KIND_SHIFT) - 1)))
+    }
+
     fn purged(&mut self, ids: &[u64]) {
         for &id in ids {
             let seq = id & ((1 << super::KIND_SHIFT) - 1);

@@ -163,6 +163,10 @@ pub struct State {
     /// A job finished since the `[retention]` rule was last applied: the next retention pass
     /// is planned ([`State::plan_housekeeping`]).
     retention_pending: bool,
+    /// Changes with every purge, and differs across server starts (it starts at the start
+    /// time): sent in every heartbeat reply, so that an agent that sees a new value asks which
+    /// of the jobs it holds files of were purged ([`State::purged_jobs`]) and deletes those.
+    purge_epoch: u64,
 }
 
 /// Borrows the shared parts of a state as a kind's [`Ctx`] (a macro, so the borrow of
@@ -270,6 +274,7 @@ impl State {
             alarm: alarm::Alarm::default(),
             // With a rule, its first pass comes at once: restored jobs may be past it.
             retention_pending: config.retention.is_some(),
+            purge_epoch: now_ns().max(1),
         })
     }
 
@@ -410,7 +415,29 @@ impl State {
         self.accel_heartbeat(nid, &req, &mut reply)?;
         self.commit()?;
         self.wake(Some(nid));
+        reply.purge_epoch = self.purge_epoch;
         Ok(reply)
+    }
+
+    /// Which of `ids` (jobs whose files an agent holds) were purged, for the agent of node
+    /// `node` that proves its `identity`: it deletes their files. `None`: not that node's agent.
+    /// Unknown ids (a work directory that served another server) are not purged: their files
+    /// stay.
+    pub fn purged_jobs(&self, node: u32, identity: &str, ids: &[u64]) -> Option<Vec<u64>> {
+        let rec = self.nodes.get(node)?;
+        if rec.removed || rec.identity.is_empty() || !nodes::same_secret(&rec.identity, identity) {
+            return None;
+        }
+        Some(
+            ids.iter()
+                .copied()
+                .filter(|&id| {
+                    self.ids.kind(id).is_some_and(|k| {
+                        Kind::ALL.contains(&k) && self.jobs.of_kind(k).is_purged(id)
+                    })
+                })
+                .collect(),
+        )
     }
 
     /// Sends the wake-ups this event marked ([`wakes`]): every kind hands over its marks, and
@@ -866,6 +893,8 @@ impl State {
         }
         let purged: Vec<u64> = chosen.into_iter().collect();
         info!(jobs = ?purged, tasks, "finished jobs purged");
+        // Agents delete what these jobs left with them ([`State::purged_jobs`]).
+        self.purge_epoch = self.purge_epoch.wrapping_add(1).max(1);
         self.commits.send_modify(|g| *g = g.wrapping_add(1));
         Ok(Purged { purged, tasks })
     }

@@ -38,8 +38,8 @@ pub struct NodeRec {
     pub identity: String,
     /// Removed by an operator (`hetsched node remove`): dead for good, unlisted, its name free.
     pub removed: bool,
-    /// Drained by an operator (`hetsched node drain`): no new work until `node resume`. Kept in
-    /// memory only: a restarted server forgets drains.
+    /// Drained by an operator (`hetsched node drain`): no new work until `node resume`. Stored
+    /// (`store::operator`), so a restarted server keeps it.
     pub drained: bool,
     /// The agent's last heartbeat said it is shutting down: no new work.
     pub draining: bool,

@@ -199,6 +199,8 @@ pub struct HeartbeatReply {
     pub balance: Vec<BalanceEnvelope>,
     /// The PCDDB workflows this node balances.
     pub pcddb: Vec<PcddbJob>,
+    /// The server's purge epoch ([`crate::state::State::purged_jobs`]); 0: not told.
+    pub purge_epoch: u64,
 }
 
 /// A job submission.

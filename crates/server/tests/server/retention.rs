@@ -122,6 +122,8 @@ fn purge_deletes_a_finished_jobs_rows_and_nothing_runs_again_across_a_restart() 
         s.submit("job.toml", JOB, "/").expect("submit");
         let r = beat(&mut s, n, &[], &[]);
         assert_eq!(r.assignments.len(), 3);
+        let epoch = r.purge_epoch;
+        assert_ne!(epoch, 0, "heartbeat replies carry the purge epoch");
         let running: Vec<(u64, u32)> = r
             .assignments
             .iter()
@@ -149,6 +151,16 @@ fn purge_deletes_a_finished_jobs_rows_and_nothing_runs_again_across_a_restart() 
         assert_eq!(listed(&s), vec![(2, "running".into())]);
         assert!(s.job(1).is_err() && s.tasks(1).is_err());
         assert_eq!(stored_tasks(&d), 3, "job 1's rows are gone from the store");
+        // The agents hear of it (a new epoch) and ask which of their jobs' files may go: only
+        // the purged job's, not a running one's nor an unknown one's, and only their own agent.
+        let moved = beat(&mut s, n, &running, &[]).purge_epoch;
+        assert!(moved != epoch && moved != 0, "{epoch} → {moved}");
+        assert_eq!(
+            s.purged_jobs(n, common::IDENTITY, &[1, 2, 99]),
+            Some(vec![1])
+        );
+        assert_eq!(s.purged_jobs(n, "another agent", &[1]), None);
+        assert_eq!(s.purged_jobs(n + 7, common::IDENTITY, &[1]), None);
         // Already purged: named again, it is not found.
         assert!(s.purge(&req).is_err());
         // A late result for a purged task is acknowledged and dispatches nothing.
@@ -160,6 +172,8 @@ fn purge_deletes_a_finished_jobs_rows_and_nothing_runs_again_across_a_restart() 
     assert_eq!(listed(&s), vec![(2, "running".into())]);
     assert!(s.job(1).is_err());
     let n = common::register(&mut s, "n", 3);
+    // After the restart the tombstone still answers the agents.
+    assert_eq!(s.purged_jobs(n, common::IDENTITY, &[1, 2]), Some(vec![1]));
     // The agent still runs job 2 and finishes it; job 1's tasks are never dispatched again.
     let r = beat(&mut s, n, &[(3, 1), (4, 1), (5, 1)], &[]);
     assert!(r.assignments.is_empty(), "{:?}", r.assignments);
