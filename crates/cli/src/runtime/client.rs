@@ -1,5 +1,6 @@
 //! The client commands: connect with the token, call the server, print a table or JSON.
 
+use super::select::Selected;
 use super::{ClientArgs, Output};
 use anyhow::{Context, bail};
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
@@ -865,51 +866,198 @@ pub async fn drain_node(args: &ClientArgs, name: &str, drain: bool) -> anyhow::R
 /// `hetsched cancel`.
 pub async fn cancel(
     args: &ClientArgs,
-    id: u64,
+    sel: &Selected,
     tasks: Option<&str>,
     app: Option<&str>,
 ) -> anyhow::Result<()> {
     if let Some(t) = tasks {
+        if sel.ids.len() != 1 {
+            bail!(
+                "--tasks names tasks of one job; {} jobs are selected",
+                sel.ids.len()
+            );
+        }
         // Refused here with the same words as the server would, without a round trip.
         hetsched_core::input::workload::parse_indices(t)
             .map_err(|e| anyhow::anyhow!("--tasks: {e}"))?;
     }
-    let reply = connect(args)
-        .await?
-        .cancel(pb::CancelRequest {
-            job_id: id,
-            indices: tasks.unwrap_or_default().to_string(),
-            app: app.unwrap_or_default().to_string(),
-        })
-        .await
-        .map_err(refused)?
-        .into_inner();
-    answer(args, &reply, |r| {
-        format!("job {id}: {} task(s) cancelled", r.cancelled)
+    let api = connect(args).await?;
+    each_job(args, sel, "cancelled", |id| {
+        let mut api = api.clone();
+        async move {
+            let r = api
+                .cancel(pb::CancelRequest {
+                    job_id: id,
+                    indices: tasks.unwrap_or_default().to_string(),
+                    app: app.unwrap_or_default().to_string(),
+                })
+                .await
+                .map_err(refused)?
+                .into_inner();
+            let line = format!("job {id}: {} task(s) cancelled", r.cancelled);
+            Ok((serde_json::to_value(r)?, line))
+        }
     })
+    .await
 }
 
 /// `hetsched hold` (`hold`) and `hetsched release`.
-pub async fn hold(args: &ClientArgs, id: u64, hold: bool) -> anyhow::Result<()> {
-    let reply = connect(args)
-        .await?
-        .hold(pb::HoldRequest { job_id: id, hold })
-        .await
-        .map_err(refused)?
-        .into_inner();
-    answer(args, &reply, |r| {
-        format!(
-            "job {id}: {} pending task(s) {}",
-            r.tasks,
-            if hold { "held" } else { "released" }
-        )
+pub async fn hold(args: &ClientArgs, sel: &Selected, hold: bool) -> anyhow::Result<()> {
+    let api = connect(args).await?;
+    let done = if hold { "held" } else { "released" };
+    each_job(args, sel, done, |id| {
+        let mut api = api.clone();
+        async move {
+            let r = api
+                .hold(pb::HoldRequest { job_id: id, hold })
+                .await
+                .map_err(refused)?
+                .into_inner();
+            let line = format!("job {id}: {} pending task(s) {done}", r.tasks);
+            Ok((serde_json::to_value(r)?, line))
+        }
     })
+    .await
 }
 
-/// `hetsched wait`.
-pub async fn wait(args: &ClientArgs, id: u64, timeout: Option<Duration>) -> anyhow::Result<()> {
+/// Runs `act` on each selected job in turn: one job named alone as before (its reply, or its
+/// error), a selection of several with a line (or a JSON array entry with `job_id`, and `error`
+/// for a refusal) per job, going on past refusals and failing at the end if there was one. An
+/// empty selection (`all` with nothing unfinished) says so and succeeds.
+async fn each_job<F, Fut>(
+    args: &ClientArgs,
+    sel: &Selected,
+    done: &str,
+    act: F,
+) -> anyhow::Result<()>
+where
+    F: Fn(u64) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<(serde_json::Value, String)>>,
+{
+    let ids = &sel.ids[..];
+    if let ([id], false) = (ids, sel.many) {
+        let (value, line) = act(*id).await?;
+        return match args.output {
+            Output::Json => json(&value),
+            Output::Table | Output::Dot => {
+                println!("{line}");
+                Ok(())
+            }
+        };
+    }
+    if ids.is_empty() {
+        eprintln!("no unfinished job: nothing {done}");
+        if args.output == Output::Json {
+            json(&serde_json::json!([]))?;
+        }
+        return Ok(());
+    }
+    let (mut all, mut refused_jobs) = (Vec::new(), Vec::new());
+    for &id in ids {
+        match act(id).await {
+            Ok((mut value, line)) => {
+                if args.output != Output::Json {
+                    println!("{line}");
+                }
+                if let Some(o) = value.as_object_mut() {
+                    o.insert("job_id".into(), id.into());
+                }
+                all.push(value);
+            }
+            Err(e) => {
+                // The server's refusals name their job; say which one where one does not.
+                let said = format!("{e:#}");
+                if said.contains(&format!("job {id}")) {
+                    eprintln!("error: {said}");
+                } else {
+                    eprintln!("error: job {id}: {said}");
+                }
+                all.push(serde_json::json!({"job_id": id, "error": format!("{e:#}")}));
+                refused_jobs.push(id);
+            }
+        }
+    }
+    if args.output == Output::Json {
+        json(&all)?;
+    }
+    if !refused_jobs.is_empty() {
+        bail!(
+            "{} of {} job(s) not {done}: {}",
+            refused_jobs.len(),
+            ids.len(),
+            refused_jobs
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// `hetsched wait`: one job as [`wait_on`]; several in turn (the time-out bounds them all), a
+/// line each (a JSON array of the jobs with `--output json`), failing at the end unless every
+/// one completed.
+pub async fn wait(
+    args: &ClientArgs,
+    sel: &Selected,
+    timeout: Option<Duration>,
+) -> anyhow::Result<()> {
     let mut api = connect(args).await?;
-    wait_on(&mut api, args.output, id, timeout).await
+    let ids = &sel.ids[..];
+    if let ([id], false) = (ids, sel.many) {
+        return wait_on(&mut api, args.output, *id, timeout).await;
+    }
+    if ids.is_empty() {
+        eprintln!("no unfinished job: nothing to wait for");
+        if args.output == Output::Json {
+            json(&serde_json::json!([]))?;
+        }
+        return Ok(());
+    }
+    let start = Instant::now();
+    let mut jobs = Vec::with_capacity(ids.len());
+    for &id in ids {
+        let j = wait_for(&mut api, id, timeout, start).await?;
+        if args.output != Output::Json {
+            println!("{}", ended_line(&j));
+            if counts(&j.counts).failed > 0 {
+                super::log::print_failures(&mut api, &j).await;
+            }
+        }
+        jobs.push(j);
+    }
+    if args.output == Output::Json {
+        json(&jobs.iter().map(super::human::job_json).collect::<Vec<_>>())?;
+    }
+    let not: Vec<String> = jobs
+        .iter()
+        .filter(|j| j.state != "completed")
+        .map(|j| format!("{} {}", j.id, j.state))
+        .collect();
+    if !not.is_empty() {
+        bail!(
+            "{} of {} jobs did not complete: {}",
+            not.len(),
+            jobs.len(),
+            not.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// `job N STATE: … succeeded, … failed, … cancelled, makespan …`: how a waited-for job ended.
+fn ended_line(j: &pb::JobInfo) -> String {
+    let c = counts(&j.counts);
+    format!(
+        "job {} {}: {} succeeded, {} failed, {} cancelled, makespan {}",
+        j.id,
+        j.state,
+        c.succeeded,
+        c.failed,
+        c.cancelled,
+        span(j.submitted_ns, j.finished_ns)
+    )
 }
 
 /// Whether a job state is final.
@@ -929,7 +1077,28 @@ pub async fn wait_on(
     id: u64,
     timeout: Option<Duration>,
 ) -> anyhow::Result<()> {
-    let start = Instant::now();
+    let j = wait_for(api, id, timeout, Instant::now()).await?;
+    match output {
+        Output::Json => json(&super::human::job_json(&j))?,
+        Output::Table | Output::Dot => println!("{}", ended_line(&j)),
+    }
+    if j.state != "completed" {
+        if counts(&j.counts).failed > 0 {
+            super::log::print_failures(api, &j).await;
+        }
+        bail!("job {id} {}", j.state);
+    }
+    Ok(())
+}
+
+/// Waits for job `id` to finish (a progress bar on a terminal) and returns it; fails once
+/// `timeout` has passed since `start`.
+async fn wait_for(
+    api: &mut Api,
+    id: u64,
+    timeout: Option<Duration>,
+    start: Instant,
+) -> anyhow::Result<pb::JobInfo> {
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} tasks {msg} [{elapsed}]")
@@ -970,25 +1139,7 @@ pub async fn wait_on(
         }
     };
     bar.finish_and_clear();
-    let c = counts(&j.counts);
-    match output {
-        Output::Json => json(&super::human::job_json(&j))?,
-        Output::Table | Output::Dot => println!(
-            "job {id} {}: {} succeeded, {} failed, {} cancelled, makespan {}",
-            j.state,
-            c.succeeded,
-            c.failed,
-            c.cancelled,
-            span(j.submitted_ns, j.finished_ns)
-        ),
-    }
-    if j.state != "completed" {
-        if c.failed > 0 {
-            super::log::print_failures(api, &j).await;
-        }
-        bail!("job {id} {}", j.state);
-    }
-    Ok(())
+    Ok(j)
 }
 
 /// What a submission holds, in its kind's words: a divisible job's units, other jobs' tasks.

@@ -14,6 +14,7 @@ mod kernel;
 mod log;
 mod matrows;
 mod purge;
+mod select;
 mod serve;
 mod workflow;
 
@@ -172,23 +173,27 @@ pub enum RuntimeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Wait until a job finishes; fails unless every task succeeded.
+    /// Wait until jobs finish; fails unless every task of each succeeded.
     Wait {
-        /// Job id, or `last` (the newest job).
-        id: JobRef,
-        /// Give up after this long (e.g. `10m`).
+        /// Jobs: ids, ranges (`4-9`: the jobs listed in it), `last` (the newest job) or `all`
+        /// (every job not finished); separate with spaces or commas.
+        #[arg(required = true, value_name = "JOB", value_delimiter = ',', num_args = 1..)]
+        ids: Vec<select::JobItem>,
+        /// Give up after this long (e.g. `10m`; for all the jobs together).
         #[arg(long)]
         timeout: Option<humantime::Duration>,
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Cancel a job: pending tasks are dropped, running ones stopped (SIGTERM, then SIGKILL after
+    /// Cancel jobs: pending tasks are dropped, running ones stopped (SIGTERM, then SIGKILL after
     /// the agent's kill grace).
     Cancel {
-        /// Job id, or `last` (the newest job).
-        id: JobRef,
-        /// Only the tasks with these indices (`3,7-9`, `0-99:2`; the syntax of `submit
-        /// --array`): the rest of the job goes on, and it ends `cancelled` (Slurm's `scancel
+        /// Jobs: ids, ranges (`4-9`: the jobs listed in it), `last` (the newest job) or `all`
+        /// (every job not finished); separate with spaces or commas.
+        #[arg(required = true, value_name = "JOB", value_delimiter = ',', num_args = 1..)]
+        ids: Vec<select::JobItem>,
+        /// Only the tasks with these indices, of one job (`3,7-9`, `0-99:2`; the syntax of
+        /// `submit --array`): the rest of the job goes on, and it ends `cancelled` (Slurm's `scancel
         /// JOB_[3,7-9]`). In a workflow: the instances with these `{index}` values, and every
         /// instance depending on them.
         #[arg(long, value_name = "INDICES")]
@@ -200,19 +205,23 @@ pub enum RuntimeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Hold a batch job: its pending tasks are not dispatched until `hetsched release` (running
+    /// Hold batch jobs: their pending tasks are not dispatched until `hetsched release` (running
     /// ones go on; a task that fails and retries, or is lost, waits too)
     Hold {
-        /// Job id, or `last` (the newest job).
-        id: JobRef,
+        /// Jobs: ids, ranges (`4-9`: the jobs listed in it), `last` (the newest job) or `all`
+        /// (every job not finished); separate with spaces or commas.
+        #[arg(required = true, value_name = "JOB", value_delimiter = ',', num_args = 1..)]
+        ids: Vec<select::JobItem>,
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Release a held batch job: its pending tasks are dispatched again (once the jobs it runs
+    /// Release held batch jobs: their pending tasks are dispatched again (once the jobs they run
     /// `--after` allow it)
     Release {
-        /// Job id, or `last` (the newest job).
-        id: JobRef,
+        /// Jobs: ids, ranges (`4-9`: the jobs listed in it), `last` (the newest job) or `all`
+        /// (every job not finished); separate with spaces or commas.
+        #[arg(required = true, value_name = "JOB", value_delimiter = ',', num_args = 1..)]
+        ids: Vec<select::JobItem>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -452,27 +461,29 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         RuntimeCommand::Nodes { client } => client::nodes(&client).await,
         RuntimeCommand::Bindings { client } => accel_cli::bindings(&client).await,
         RuntimeCommand::Wait {
-            id,
+            ids,
             timeout,
             client,
         } => {
-            let id = id.resolve(&client).await?;
-            client::wait(&client, id, timeout.map(Into::into)).await
+            let sel = select::resolve(&ids, &client).await?;
+            client::wait(&client, &sel, timeout.map(Into::into)).await
         }
         RuntimeCommand::Cancel {
-            id,
+            ids,
             tasks,
             app,
             client,
         } => {
-            let id = id.resolve(&client).await?;
-            client::cancel(&client, id, tasks.as_deref(), app.as_deref()).await
+            let sel = select::resolve(&ids, &client).await?;
+            client::cancel(&client, &sel, tasks.as_deref(), app.as_deref()).await
         }
-        RuntimeCommand::Hold { id, client } => {
-            client::hold(&client, id.resolve(&client).await?, true).await
+        RuntimeCommand::Hold { ids, client } => {
+            let sel = select::resolve(&ids, &client).await?;
+            client::hold(&client, &sel, true).await
         }
-        RuntimeCommand::Release { id, client } => {
-            client::hold(&client, id.resolve(&client).await?, false).await
+        RuntimeCommand::Release { ids, client } => {
+            let sel = select::resolve(&ids, &client).await?;
+            client::hold(&client, &sel, false).await
         }
         RuntimeCommand::Node(NodeCommand::Remove { name, client }) => {
             client::remove_node(&client, &name).await

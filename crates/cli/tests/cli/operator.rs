@@ -632,3 +632,95 @@ fn the_cli_exits_quietly_on_a_closed_pipe_and_speaks_plainly() {
     let log = c.agent_log("a");
     assert!(!log.contains('\u{1b}'), "{log}");
 }
+
+#[test]
+fn several_jobs_are_held_released_cancelled_and_waited_for_by_ids_ranges_last_and_all() {
+    let mut c = Cluster::start("select", false);
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    // Job 1 holds the agent's one core; jobs 2–4 are submitted held.
+    c.ok(&["submit", "--", "sleep", "30"]);
+    for _ in 0..3 {
+        c.ok(&["submit", "--hold", "--tasks", "2", "--", "true"]);
+    }
+    let said = c.ok(&["release", "2-3"]);
+    assert_eq!(
+        said,
+        "job 2: 2 pending task(s) released\njob 3: 2 pending task(s) released\n"
+    );
+    c.ok(&["cancel", "1"]);
+    let said = c.ok(&["wait", "2,3"]);
+    let lines: Vec<&str> = said.lines().collect();
+    assert_eq!(lines.len(), 2, "{said}");
+    assert!(
+        lines[0].starts_with("job 2 completed: 2 succeeded")
+            && lines[1].starts_with("job 3 completed: 2 succeeded"),
+        "{said}"
+    );
+    // Job 4 is still held: a wait for it runs out of time, naming it.
+    c.refused(
+        &["wait", "2", "4", "--timeout", "1s"],
+        "job 4 not finished after",
+    );
+    // An unknown id among others: the rest are done, the refusal is named, the status fails.
+    let out = c.cli(&["hold", "4", "99"]);
+    assert!(!out.status.success());
+    // Held already: none newly held.
+    assert_eq!(text(&out.stdout), "job 4: 0 pending task(s) held\n");
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("error: no job 99") && err.contains("1 of 2 job(s) not held: 99"),
+        "{err}"
+    );
+    // `all`: every job not finished — job 4 only.
+    let cancelled = c.json(&["cancel", "all"]);
+    assert_eq!(
+        cancelled,
+        serde_json::json!([{"job_id": 4, "cancelled": 2}]),
+        "{cancelled}"
+    );
+    let out = c.cli(&["wait", "all"]);
+    assert!(out.status.success());
+    assert!(
+        text(&out.stderr).contains("no unfinished job"),
+        "{}",
+        text(&out.stderr)
+    );
+    // A range of finished jobs: each is told, and the failure names the jobs that did not
+    // complete.
+    let out = c.cli(&["wait", "1-4"]);
+    assert!(!out.status.success());
+    assert_eq!(
+        text(&out.stdout).lines().count(),
+        4,
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(
+        text(&out.stderr).contains("2 of 4 jobs did not complete: 1 cancelled, 4 cancelled"),
+        "{}",
+        text(&out.stderr)
+    );
+    // Ended jobs cannot be held, and each refusal names its job.
+    let out = c.cli(&["hold", "last", "99"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("job 4 has ended (cancelled): nothing to hold")
+            && err.contains("no job 99")
+            && err.contains("2 of 2 job(s) not held: 4, 99"),
+        "{err}"
+    );
+    c.refused(
+        &["cancel", "2-3", "--tasks", "0"],
+        "--tasks names tasks of one job; 2 jobs are selected",
+    );
+    c.refused(
+        &["cancel", "7-9"],
+        "`7-9`: the server lists no job in this range",
+    );
+    c.refused(
+        &["cancel", "3-x"],
+        "is not a job id (a number), a range (`4-9`), `last` or `all`",
+    );
+}

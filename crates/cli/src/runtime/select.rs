@@ -1,0 +1,200 @@
+//! Job selections: what `hetsched cancel`, `wait`, `hold` and `release` act on — one job or many
+//! (Slurm's `scancel 4 5 6`, HyperQueue's `hq job cancel 4-6` and `all`).
+//!
+//! A selection is a list of items, given as arguments or separated by commas: a job id (`7`),
+//! a range of ids (`4-9`: the jobs the server lists in it, so purged ids in between are
+//! skipped), `last` (the newest job) or `all` (every job not finished yet: pending or running,
+//! held or waiting included). An id named on its own is kept even if the server does not list it,
+//! so the command says `no job N` for it, as it does for one job.
+
+use super::ClientArgs;
+use super::client::{connect, is_final, refused};
+use hetsched_proto as pb;
+
+/// Most jobs one command acts on.
+pub const MAX_SELECTED: usize = 10_000;
+
+/// One item of a selection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobItem {
+    /// This job id.
+    Id(u64),
+    /// The jobs listed with ids from the first to the second, both included.
+    Range(u64, u64),
+    /// The newest job.
+    Last,
+    /// Every job not finished yet.
+    All,
+}
+
+impl std::str::FromStr for JobItem {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        match s {
+            "last" => return Ok(JobItem::Last),
+            "all" => return Ok(JobItem::All),
+            _ => {}
+        }
+        let id = |t: &str| {
+            t.trim().parse::<u64>().map_err(|_| {
+                format!("`{s}` is not a job id (a number), a range (`4-9`), `last` or `all`")
+            })
+        };
+        match s.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (id(a)?, id(b)?);
+                if a > b {
+                    return Err(format!(
+                        "`{s}`: a range goes from the lower id to the higher"
+                    ));
+                }
+                Ok(JobItem::Range(a, b))
+            }
+            None => id(s).map(JobItem::Id),
+        }
+    }
+}
+
+/// Every job the server lists, with its state (one paged `ListJobs`).
+async fn listed(args: &ClientArgs) -> anyhow::Result<Vec<(u64, String)>> {
+    let mut api = connect(args).await?;
+    let (mut cursor, mut jobs) = (0, Vec::new());
+    loop {
+        let page = api
+            .list_jobs(pb::ListJobsRequest {
+                cursor,
+                limit: 10_000,
+            })
+            .await
+            .map_err(refused)?
+            .into_inner();
+        jobs.extend(page.jobs.into_iter().map(|j| (j.id, j.state)));
+        if page.next_cursor == 0 {
+            return Ok(jobs);
+        }
+        cursor = page.next_cursor;
+    }
+}
+
+/// What a selection names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Selected {
+    /// The job ids, each once, in the order named (a range in id order).
+    pub ids: Vec<u64>,
+    /// Whether the selection is of the kind that names several jobs (more than one item, a
+    /// range or `all`), however many it found: its commands answer a JSON array, so a script's
+    /// parsing does not depend on how many jobs there were.
+    pub many: bool,
+}
+
+/// The jobs `items` select. Lists the server's jobs only when an item needs it (a range,
+/// `last`, `all`). Empty only when `all` found nothing to select; a range with no job in it is
+/// an error that names it.
+pub async fn resolve(items: &[JobItem], args: &ClientArgs) -> anyhow::Result<Selected> {
+    let needs_listing = items.iter().any(|i| !matches!(i, JobItem::Id(_)));
+    let jobs = if needs_listing {
+        listed(args).await?
+    } else {
+        Vec::new()
+    };
+    Ok(Selected {
+        ids: select(items, &jobs)?,
+        many: items.len() > 1
+            || items
+                .iter()
+                .any(|i| matches!(i, JobItem::Range(..) | JobItem::All)),
+    })
+}
+
+/// [`resolve`] against the listing `jobs` (id, state).
+pub fn select(items: &[JobItem], jobs: &[(u64, String)]) -> anyhow::Result<Vec<u64>> {
+    let mut ids: Vec<u64> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut add = |id: u64, ids: &mut Vec<u64>| -> anyhow::Result<()> {
+        if seen.insert(id) {
+            ids.push(id);
+            if ids.len() > MAX_SELECTED {
+                anyhow::bail!("the selection names more than {MAX_SELECTED} jobs: name fewer");
+            }
+        }
+        Ok(())
+    };
+    for item in items {
+        match *item {
+            JobItem::Id(id) => add(id, &mut ids)?,
+            JobItem::Range(a, b) => {
+                let mut any = false;
+                for &(id, _) in jobs.iter().filter(|(id, _)| (a..=b).contains(id)) {
+                    any = true;
+                    add(id, &mut ids)?;
+                }
+                if !any {
+                    anyhow::bail!("`{a}-{b}`: the server lists no job in this range");
+                }
+            }
+            JobItem::Last => {
+                let newest = jobs.iter().map(|(id, _)| *id).max();
+                let id =
+                    newest.ok_or_else(|| anyhow::anyhow!("`last`: the server lists no job"))?;
+                add(id, &mut ids)?;
+            }
+            JobItem::All => {
+                for (id, _) in jobs.iter().filter(|(_, state)| !is_final(state)) {
+                    add(*id, &mut ids)?;
+                }
+            }
+        }
+    }
+    Ok(ids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn items(s: &[&str]) -> Vec<JobItem> {
+        s.iter().map(|i| i.parse().expect("item")).collect()
+    }
+
+    #[test]
+    fn ids_ranges_last_and_all_select_the_listed_jobs_once_each() {
+        let jobs: Vec<(u64, String)> = [
+            (1, "completed"),
+            (2, "running"),
+            (4, "pending"),
+            (5, "failed"),
+            (6, "running"),
+        ]
+        .iter()
+        .map(|(id, s)| (*id, s.to_string()))
+        .collect();
+        assert_eq!(select(&items(&["7"]), &[]).expect("ids"), vec![7]);
+        // A range takes the listed ids (3 was purged); `last` the newest; repeats count once.
+        assert_eq!(
+            select(&items(&["2-5", "last", "4"]), &jobs).expect("range"),
+            vec![2, 4, 5, 6]
+        );
+        assert_eq!(select(&items(&["all"]), &jobs).expect("all"), vec![2, 4, 6]);
+        assert!(
+            select(&items(&["all"]), &jobs[..1])
+                .expect("none")
+                .is_empty()
+        );
+        let e = select(&items(&["8-9"]), &jobs).expect_err("empty range");
+        assert!(
+            e.to_string().contains("`8-9`: the server lists no job"),
+            "{e}"
+        );
+        assert!(select(&items(&["last"]), &[]).is_err());
+        for bad in ["x", "5-", "-5", "9-4", "1-2-3"] {
+            assert!(bad.parse::<JobItem>().is_err(), "{bad}");
+        }
+        assert_eq!("3 - 5".parse::<JobItem>(), Ok(JobItem::Range(3, 5)));
+        let many: Vec<(u64, String)> = (1..=MAX_SELECTED as u64 + 1)
+            .map(|id| (id, "running".to_string()))
+            .collect();
+        assert!(select(&items(&["all"]), &many).is_err());
+    }
+}
