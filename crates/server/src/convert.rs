@@ -368,6 +368,7 @@ impl From<JobInfo> for pb::JobInfo {
             held: j.held,
             cpu_ms: j.cpu_ms,
             max_rss_bytes: j.max_rss_bytes,
+            pending_reason: j.pending_reason,
         }
     }
 }

@@ -414,7 +414,17 @@ pub async fn jobs(
         let jobs: Vec<_> = reply.jobs.iter().map(super::human::job_json).collect();
         return json(&jobs);
     }
-    let mut t = table(&[
+    // Why pending tasks wait, where the state does not say it already (held, waiting): a column
+    // only when some job has such a reason.
+    let reason = |j: &pb::JobInfo| {
+        if j.held || j.waiting {
+            String::new()
+        } else {
+            j.pending_reason.clone()
+        }
+    };
+    let reasons = reply.jobs.iter().any(|j| !reason(j).is_empty());
+    let mut header = vec![
         "job",
         "name",
         "state",
@@ -425,10 +435,14 @@ pub async fn jobs(
         "failed",
         "cancelled",
         "duration",
-    ]);
+    ];
+    if reasons {
+        header.push("pending because");
+    }
+    let mut t = table(&header);
     for j in &reply.jobs {
         let c = counts(&j.counts);
-        t.add_row(vec![
+        let mut row = vec![
             j.id.to_string(),
             j.name.clone(),
             if j.held {
@@ -445,7 +459,11 @@ pub async fn jobs(
             c.failed.to_string(),
             c.cancelled.to_string(),
             span(j.submitted_ns, j.finished_ns),
-        ]);
+        ];
+        if reasons {
+            row.push(reason(j));
+        }
+        t.add_row(row);
     }
     println!("{t}");
     Ok(())
@@ -495,6 +513,8 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
             "held: its pending tasks wait for `hetsched release {}`",
             j.id
         );
+    } else if !j.waiting && !j.pending_reason.is_empty() {
+        println!("pending because: {}", j.pending_reason);
     }
     if !j.after.is_empty() || !j.after_any.is_empty() {
         let list = |ids: &[u64]| {
@@ -1060,6 +1080,12 @@ fn ended_line(j: &pb::JobInfo) -> String {
     )
 }
 
+/// Whether a pending reason says that no node can run the job now (it waits for an operator:
+/// a node to join or be resumed).
+fn stuck(reason: &str) -> bool {
+    reason.starts_with("no live node can run") || reason.starts_with("every node that can run")
+}
+
 /// Whether a job state is final.
 pub fn is_final(state: &str) -> bool {
     matches!(state, "completed" | "failed" | "cancelled")
@@ -1106,6 +1132,7 @@ async fn wait_for(
     );
     let mut delay = Duration::from_millis(20);
     let mut told_held = false;
+    let mut told_stuck = String::new();
     let j = loop {
         let asked = Instant::now();
         let j = api
@@ -1120,6 +1147,12 @@ async fn wait_for(
             // A held job waits for a person: say so rather than seem stuck.
             told_held = true;
             bar.suspend(|| eprintln!("job {id} is held: it waits for `hetsched release {id}`"));
+        }
+        if stuck(&j.pending_reason) && told_stuck != j.pending_reason {
+            // No node can run it now (none has what it needs, or each such node is drained):
+            // it waits for an operator, not for time.
+            told_stuck.clone_from(&j.pending_reason);
+            bar.suspend(|| eprintln!("job {id} waits: {}", j.pending_reason));
         }
         let c = counts(&j.counts);
         bar.set_length(j.tasks);

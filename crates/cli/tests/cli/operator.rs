@@ -301,6 +301,31 @@ fn a_drained_node_gets_no_new_work_until_it_is_resumed() {
     let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(c.tasks(2).iter().all(|t| t["node"] == "a"));
+    // With every node drained a job waits for an operator, and says so where users look.
+    c.ok(&["node", "drain", "a"]);
+    c.ok(&["node", "drain", "b"]);
+    c.ok(&["submit", job.to_str().expect("path")]);
+    let why = "every node that can run `t` is drained: a, b (`hetsched node resume NAME`)";
+    let listed = c.ok(&["jobs"]);
+    assert!(
+        listed.contains("pending because") && listed.contains("every node that can run `t`"),
+        "{listed}"
+    );
+    assert_eq!(c.json(&["job", "3"])["pending_reason"], why);
+    assert!(
+        c.ok(&["job", "3"])
+            .contains(&format!("pending because: {why}"))
+    );
+    let out = c.cli(&["wait", "3", "--timeout", "1s"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains(&format!("job 3 waits: {why}")),
+        "{}",
+        text(&out.stderr)
+    );
+    c.ok(&["node", "resume", "a"]);
+    c.ok(&["wait", "3"]);
+    assert_eq!(c.json(&["job", "3"])["pending_reason"], "");
     let out = c.cli(&["node", "drain", "nosuch"]);
     assert!(!out.status.success() && text(&out.stderr).contains("no node named `nosuch`"));
 }

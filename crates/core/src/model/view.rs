@@ -449,6 +449,49 @@ impl SchedulerView {
         }
     }
 
+    /// Whether a task of `app` could run on `node` at all, once the work running there is done:
+    /// the node is alive, has the application's attributes, and its capacity holds one of the
+    /// application's variants (devices of the kind included; the CPU variant unless the
+    /// application requires an accelerator). Free resources, back-offs and `max_running` aside:
+    /// it tells work that waits for busy nodes from work that no node can run
+    /// (`hetsched jobs`' pending reason).
+    pub fn could_run(&self, app: AppId, node: NodeId) -> bool {
+        let (Some(a), Some(n)) = (self.apps.get(app.index()), self.nodes.get(node.index())) else {
+            return false;
+        };
+        if !n.alive || (!a.app.requires.is_empty() && !n.node.has_attributes(&a.app.requires)) {
+            return false;
+        }
+        let capacity = n.node.capacity();
+        [Variant::Cpu, Variant::Gpu].into_iter().any(|v| {
+            let Some(request) = a.app.request(v) else {
+                return false;
+            };
+            if !capacity.fits(&request) {
+                return false;
+            }
+            match (v, &a.app.gpu) {
+                (Variant::Gpu, Some(gpu)) => {
+                    let kind = gpu.kind.as_deref();
+                    let devices = n
+                        .node
+                        .accelerators
+                        .iter()
+                        .filter(|acc| kind.is_none_or(|k| acc.kind == k))
+                        .count() as u32;
+                    devices >= request.gpus
+                }
+                (Variant::Cpu, Some(_)) => a.accelerator != AcceleratorNeed::Required,
+                _ => true,
+            }
+        })
+    }
+
+    /// Whether `app` is kept off `node` now ([`SchedulerView::set_excluded`]).
+    pub fn is_excluded(&self, app: AppId, node: NodeId) -> bool {
+        self.excluded.contains(&(app, node))
+    }
+
     /// Keeps `app` off `node` (`excluded`) or allows it there again: while excluded, no task of
     /// the application fits on the node, whatever its free resources.
     pub fn set_excluded(&mut self, app: AppId, node: NodeId, excluded: bool) {

@@ -115,3 +115,45 @@ fn a_requirement_no_node_has_is_refused_at_its_field_naming_what_the_nodes_offer
         "{e}"
     );
 }
+
+#[test]
+fn could_run_tells_work_that_waits_for_busy_nodes_from_work_no_node_can_run() {
+    use hetsched_core::model::Variant;
+    let mut v = view(&["bigmem"]);
+    let mut wide = app("wide").tasks(1).cpu(1.0, 0.0).build(AppId(1));
+    if let Some(c) = wide.cpu.as_mut() {
+        c.request.cores = 8;
+    }
+    v.add_application(wide, vec![TaskId(100)]).expect("wide");
+    v.add_application(
+        app("cuda").tasks(1).gpu(1.0, 0.0, 0.0).build(AppId(2)),
+        vec![TaskId(200)],
+    )
+    .expect("cuda");
+    let could = |v: &SchedulerView, a: u32| -> Vec<bool> {
+        (0..3).map(|n| v.could_run(AppId(a), NodeId(n))).collect()
+    };
+    assert_eq!(could(&v, 0), [false, true, false], "only the bigmem node");
+    assert_eq!(
+        could(&v, 1),
+        [false, false, false],
+        "8 cores: no 4-core node"
+    );
+    assert_eq!(
+        could(&v, 2),
+        [false, false, true],
+        "a GPU variant: the GPU node"
+    );
+    // Busy is not unable: with the bigmem node's cores all taken, a task no longer fits there
+    // now, but could run there once they are free.
+    let mut p = BatchPolicyKind::ALL[0].build();
+    assert_eq!(p.on_node_update(&mut v, NodeId(1), 1_000_000_000).len(), 4);
+    assert!(!v.fits(AppId(0), NodeId(1), Variant::Cpu));
+    assert!(v.could_run(AppId(0), NodeId(1)));
+    // A back-off keeps the application off the node, and says so; it could still run there.
+    v.set_excluded(AppId(0), NodeId(1), true);
+    assert!(v.is_excluded(AppId(0), NodeId(1)) && v.could_run(AppId(0), NodeId(1)));
+    // A dead node runs nothing.
+    v.set_alive(NodeId(1), false).expect("dead");
+    assert!(!v.could_run(AppId(0), NodeId(1)));
+}

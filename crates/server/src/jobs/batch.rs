@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
 mod after;
+mod reason;
 mod retention;
 pub use after::MAX_AFTER;
 pub use retention::RETENTION_INTERVAL;
@@ -1062,7 +1063,7 @@ impl Batch {
         state_of(&self.job_counts(j), j.row.cancelled)
     }
 
-    fn job_info(&self, j: &JobRec, with_apps: bool) -> JobInfo {
+    fn job_info(&self, rd: &Read, j: &JobRec, with_apps: bool) -> JobInfo {
         let counts = self.job_counts(j);
         let state = state_of(&counts, j.row.cancelled);
         let finished_ns = if counts.pending + counts.running == 0 {
@@ -1117,6 +1118,7 @@ impl Batch {
             held: j.row.held,
             cpu_ms: used.cpu_ms,
             max_rss_bytes: used.max_rss_bytes,
+            pending_reason: self.pending_reason(rd, j),
             ..Default::default()
         }
     }
@@ -1673,14 +1675,14 @@ impl JobKind for Batch {
         self.jobs.iter().map(|j| j.row.id).collect()
     }
 
-    fn jobs_page(&self, _rd: &Read, cursor: u64, limit: usize) -> JobsPage {
+    fn jobs_page(&self, rd: &Read, cursor: u64, limit: usize) -> JobsPage {
         let start = self.jobs.partition_point(|j| j.row.id < cursor);
         let end = start.saturating_add(limit).min(self.jobs.len());
         JobsPage {
             jobs: self.jobs[start..end]
                 .iter()
                 .filter(|j| !self.retention.is_purged(j.row.id))
-                .map(|j| self.job_info(j, false))
+                .map(|j| self.job_info(rd, j, false))
                 .collect(),
             next_cursor: if end < self.jobs.len() {
                 self.jobs[end].row.id
@@ -1690,10 +1692,10 @@ impl JobKind for Batch {
         }
     }
 
-    fn job(&self, _rd: &Read, id: u64) -> Result<JobInfo, StateError> {
+    fn job(&self, rd: &Read, id: u64) -> Result<JobInfo, StateError> {
         self.job_rec(id)
             .filter(|j| !self.retention.is_purged(j.row.id))
-            .map(|j| self.job_info(j, true))
+            .map(|j| self.job_info(rd, j, true))
             .ok_or(StateError::NoJob(id))
     }
 

@@ -1362,6 +1362,9 @@ impl Workflows {
             launch_sent: j.sent,
             launch_received: j.received,
             divisible: None,
+            // Workflow instances wait for their producers and the balancer, which `job N`
+            // shows per task (ready, waiting).
+            pending_reason: String::new(),
             apps: if apps {
                 j.rt.parsed
                     .workflow

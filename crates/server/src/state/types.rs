@@ -336,6 +336,9 @@ pub struct JobInfo {
     pub cpu_ms: u64,
     /// The largest peak resident memory among them (bytes).
     pub max_rss_bytes: u64,
+    /// Why its pending tasks are not running (batch jobs; empty when none is pending):
+    /// `held: …`, `waiting for job M`, `no live node can run …`, `resources`, …
+    pub pending_reason: String,
 }
 
 /// One page of jobs.

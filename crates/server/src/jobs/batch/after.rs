@@ -115,8 +115,10 @@ impl Waiting {
 }
 
 /// How a job named in `after` stands.
-enum Outcome {
+pub(super) enum Outcome {
+    /// Completed (or purged: only finished jobs are).
     Completed,
+    /// Not finished yet.
     Unfinished,
     /// Ended `failed` or `cancelled` (the state's name).
     Ended(&'static str),
@@ -170,7 +172,7 @@ impl Batch {
     }
 
     /// How batch job `id` stands (`None`: no such batch job).
-    fn outcome_of(&self, id: u64) -> Option<Outcome> {
+    pub(super) fn outcome_of(&self, id: u64) -> Option<Outcome> {
         if self.retention.is_purged(id) {
             return Some(Outcome::Completed);
         }

@@ -1,0 +1,164 @@
+//! Why a batch job's pending tasks are not running (`pending_reason` in `hetsched jobs` and
+//! `hetsched job N`; Slurm's REASON column of `squeue`).
+//!
+//! The first that applies, in this order:
+//!
+//! - `held: …` — `hetsched hold` (or `submit --hold`) keeps it until `hetsched release`;
+//! - `waiting for job M` — a job it runs `--after` (or `--after-any`) has not ended as needed;
+//! - `every node that can run \`APP\` is drained: …` — an application's tasks fit on some live
+//!   nodes, and an operator drained each of them (or their agents are shutting down);
+//! - `no live node can run \`APP\` (…)` — no live node has the attributes and the capacity (cores,
+//!   memory, devices of the kind) one of its variants needs: it waits until such a node joins
+//!   (the submission check passed while one was live, or none had registered yet);
+//! - `\`APP\` is backed off on every node that can run it` — its tasks failed to start there
+//!   (`start_failures`), and the back-off has not ended;
+//! - `\`APP\` runs its max_running of N` — the application's own cap;
+//! - `resources` — the nodes that can run it are busy: it starts as they free up.
+//!
+//! Computed when a job is listed, from the scheduler's view and the node registry; nothing is
+//! stored.
+
+use super::{Batch, JobRec};
+use crate::jobs::Read;
+use hetsched_core::{AppId, NodeId, Resources, Variant};
+
+/// Index of the pending count in an application's `counts`.
+const PENDING: usize = 0;
+
+impl Batch {
+    /// Why job `j`'s pending tasks are not running; empty when it has none pending.
+    pub(super) fn pending_reason(&self, rd: &Read, j: &JobRec) -> String {
+        let pending = |a: u32| self.apps.get(a as usize).map_or(0, |r| r.counts[PENDING]);
+        if j.apps.clone().all(|a| pending(a) == 0) {
+            return String::new();
+        }
+        let id = j.row.id;
+        if j.row.held {
+            return format!("held: `hetsched release {id}` lets it run");
+        }
+        if self.waiting.waits(id) {
+            let unfinished = j.row.after.iter().chain(&j.row.after_any).find(|d| {
+                matches!(
+                    self.outcome_of(**d),
+                    Some(super::after::Outcome::Unfinished)
+                )
+            });
+            return match unfinished {
+                Some(d) => format!("waiting for job {d}"),
+                None => "waiting for the jobs it runs after".to_string(),
+            };
+        }
+        for a in j.apps.clone().filter(|&a| pending(a) > 0) {
+            let app = AppId(a);
+            let Some(rec) = self.apps.get(a as usize) else {
+                continue;
+            };
+            let name = &rec.name;
+            // The nodes able to run it at all: drained ones are named, and the scan stops at
+            // the first one that takes work and has not backed it off (the common case, a job
+            // waiting for busy nodes, costs a node or two per application).
+            let (mut drained, mut open, mut usable) = (Vec::new(), false, false);
+            for (i, n) in rd.nodes.iter().enumerate() {
+                let node = NodeId(i as u32);
+                if !n.alive || n.removed || !rd.view.could_run(app, node) {
+                    continue;
+                }
+                if n.drained || n.draining {
+                    drained.push(n.spec.name.as_str());
+                    continue;
+                }
+                open = true;
+                if !rd.view.is_excluded(app, node) {
+                    usable = true;
+                    break;
+                }
+            }
+            if !open {
+                if !drained.is_empty() {
+                    drained.sort_unstable();
+                    return format!(
+                        "every node that can run `{name}` is drained: {} (`hetsched node resume NAME`)",
+                        drained.join(", ")
+                    );
+                }
+                return format!("no live node can run `{name}` ({})", self.needs(rd, app));
+            }
+            if !usable {
+                return format!(
+                    "`{name}` is backed off on every node that can run it (its tasks failed to start there)"
+                );
+            }
+            let running = rec.counts[1];
+            if rec.max_running > 0 && running >= u64::from(rec.max_running) {
+                return format!("`{name}` runs its max_running of {}", rec.max_running);
+            }
+        }
+        "resources: the nodes that can run it are busy".to_string()
+    }
+
+    /// What one task of `app` needs, in words: each variant's request and the attributes.
+    fn needs(&self, rd: &Read, app: AppId) -> String {
+        let Some(state) = rd.view.apps().get(app.index()) else {
+            return String::new();
+        };
+        let a = &state.app;
+        let mut parts = Vec::new();
+        for (v, what) in [(Variant::Cpu, "cpu"), (Variant::Gpu, "gpu")] {
+            if let Some(r) = a.request(v) {
+                let kind = a.gpu.as_ref().and_then(|g| g.kind.as_deref());
+                parts.push(format!("{what}: {}", request(&r, kind)));
+            }
+        }
+        if !a.requires.is_empty() {
+            parts.push(format!("requires {}", a.requires.join(" + ")));
+        }
+        parts.join("; ")
+    }
+}
+
+/// `4 cores, 16 GiB, 1 GPU (k20)`: a request in words (no memory or devices when none).
+fn request(r: &Resources, kind: Option<&str>) -> String {
+    let mut s = format!("{} core{}", r.cores, if r.cores == 1 { "" } else { "s" });
+    if r.memory_bytes > 0 {
+        s += &format!(", {}", bytes(r.memory_bytes));
+    }
+    if r.gpus > 0 {
+        s += &format!(", {} GPU{}", r.gpus, if r.gpus == 1 { "" } else { "s" });
+        if let Some(k) = kind {
+            s += &format!(" ({k})");
+        }
+    }
+    s
+}
+
+/// Bytes in binary units, as job files write them (`512 MiB`, `1.5 GiB`).
+fn bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if v.fract() == 0.0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_read_as_job_files_write_them() {
+        assert_eq!(request(&Resources::new(1, 0, 0), None), "1 core");
+        assert_eq!(
+            request(&Resources::new(8, 64 << 30, 2), Some("a100")),
+            "8 cores, 64 GiB, 2 GPUs (a100)"
+        );
+        assert_eq!(bytes(1536 << 20), "1.5 GiB");
+        assert_eq!(bytes(512), "512 B");
+    }
+}

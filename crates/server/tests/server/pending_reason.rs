@@ -1,0 +1,142 @@
+//! Why a batch job's pending tasks wait (`pending_reason`, docs/runtime.md "Why a job waits"):
+//! each reason as the cluster changes under the job — busy nodes, a drain, a dead node, a hold,
+//! a job it runs after, its own `max_running` — and none once nothing is pending.
+
+use crate::common;
+
+use common::{heartbeat_request, register_with};
+use hetsched_server::ServerConfig;
+use hetsched_server::convert::Wire;
+use hetsched_server::state::State;
+use hetsched_server::state::types::Submission;
+use hetsched_server::store::Store;
+use std::time::Duration;
+
+fn submit(s: &mut State, app: &str, extra: &str, hold: bool, after: &[u64]) -> u64 {
+    s.on_submit(Submission {
+        origin: "job.toml".into(),
+        text: format!(
+            "[[application]]\nname = \"{app}\"\ntasks = 4\n{extra}\n[application.cpu]\ncommand = \"true\"\n"
+        ),
+        workdir: "/".into(),
+        hold,
+        after: after.to_vec(),
+        ..Default::default()
+    })
+    .expect("submit")
+    .job_id
+}
+
+fn reason(s: &State, job: u64) -> String {
+    s.job(job).expect("job").pending_reason
+}
+
+fn beat(s: &mut State, node: u32, running: &[(u64, u32)]) -> Vec<(u64, u32)> {
+    s.heartbeat(heartbeat_request(node, running, &[]))
+        .expect("beat")
+        .assignments
+        .iter()
+        .map(|a| (a.task_id, a.attempt))
+        .collect()
+}
+
+#[test]
+fn a_pending_job_says_why_as_the_cluster_changes_under_it() {
+    let dir = common::scratch("pending-reason", "changes");
+    let config = ServerConfig {
+        data_dir: dir.to_path_buf(),
+        ..Default::default()
+    };
+    let mut s =
+        State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state");
+    let big = register_with(&mut s, "big", 2, &["bigmem"]);
+    let small = register_with(&mut s, "small", 2, &[]);
+    // Four one-core tasks that need `bigmem`: two run on `big`, two wait for its cores.
+    let job = submit(&mut s, "solve", "requires = [\"bigmem\"]", false, &[]);
+    assert_eq!(
+        reason(&s, job),
+        "resources: the nodes that can run it are busy"
+    );
+    let running = beat(&mut s, big, &[]);
+    assert_eq!(running.len(), 2);
+    assert_eq!(
+        reason(&s, job),
+        "resources: the nodes that can run it are busy"
+    );
+    // The only node that can run it is drained: it waits for an operator.
+    s.on_drain("big", true).expect("drain");
+    assert_eq!(
+        reason(&s, job),
+        "every node that can run `solve` is drained: big (`hetsched node resume NAME`)"
+    );
+    s.on_drain("big", false).expect("resume");
+    // The node dies (its heartbeats stop): no live node can run it, and the reason says what
+    // it needs.
+    std::thread::sleep(Duration::from_millis(120));
+    beat(&mut s, small, &[]);
+    s.check_dead(Duration::from_millis(100))
+        .expect("dead check");
+    assert_eq!(
+        reason(&s, job),
+        "no live node can run `solve` (cpu: 1 core; requires bigmem)"
+    );
+    // It comes back: its cores are free again (its tasks were lost and wait anew).
+    beat(&mut s, big, &[]);
+    assert!(reason(&s, job).is_empty() || reason(&s, job).starts_with("resources"));
+    // Held, and waiting for a job it runs after.
+    let held = submit(&mut s, "later", "", true, &[]);
+    assert_eq!(
+        reason(&s, held),
+        format!("held: `hetsched release {held}` lets it run")
+    );
+    let after = submit(&mut s, "next", "", false, &[job]);
+    assert_eq!(reason(&s, after), format!("waiting for job {job}"));
+    // Its own cap: one task at a time, one running.
+    let capped = submit(&mut s, "one-by-one", "max_running = 1", false, &[]);
+    let sent = beat(&mut s, small, &[]);
+    assert!(!sent.is_empty());
+    assert_eq!(reason(&s, capped), "`one-by-one` runs its max_running of 1");
+    // Nothing pending, nothing to say.
+    let finished = submit(&mut s, "gone", "", false, &[]);
+    s.on_cancel(finished).expect("cancel");
+    assert_eq!(reason(&s, finished), "");
+}
+
+#[test]
+fn an_application_backed_off_on_every_node_that_can_run_it_says_so() {
+    let dir = common::scratch("pending-reason", "backoff");
+    let config = ServerConfig {
+        data_dir: dir.to_path_buf(),
+        ..Default::default()
+    };
+    let mut s =
+        State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state");
+    let n = register_with(&mut s, "n", 1, &[]);
+    let job = submit(&mut s, "missing", "retries = 10", false, &[]);
+    // Its program is missing on the one node: three start failures in a row back it off there.
+    let mut sent = beat(&mut s, n, &[]);
+    for _ in 0..3 {
+        let (task, attempt) = sent[0];
+        let mut req = heartbeat_request(n, &[], &[]);
+        req.results.push(hetsched_proto::TaskResult {
+            task_id: task,
+            attempt,
+            exit_code: 127,
+            start_failed: true,
+            message: "sh: 1: frobnicate: not found".into(),
+            ..Default::default()
+        });
+        sent = s
+            .heartbeat(req)
+            .expect("beat")
+            .assignments
+            .iter()
+            .map(|a| (a.task_id, a.attempt))
+            .collect();
+    }
+    assert!(sent.is_empty(), "backed off: nothing more is sent there");
+    assert_eq!(
+        reason(&s, job),
+        "`missing` is backed off on every node that can run it (its tasks failed to start there)"
+    );
+}
