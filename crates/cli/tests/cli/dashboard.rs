@@ -347,6 +347,12 @@ fn a_100000_task_job_is_paged_filtered_and_counted_live_without_reloading() {
         assert_eq!(one, (f..f + 100).collect::<Vec<_>>(), "{state}");
         assert_eq!(two, (f + 100..f + 200).collect::<Vec<_>>(), "{state}");
     }
+    // No agent has registered: the job says why it waits.
+    let listed = get("/api/jobs?cursor=1&limit=1");
+    assert_eq!(
+        listed["jobs"][0]["pending_reason"], "no live node can run `many` (cpu: 1 core)",
+        "{listed}"
+    );
     let none = get("/api/tasks?job=1&cursor=0&limit=100&state=failed");
     assert_eq!(none["tasks"].as_array().map(Vec::len), Some(0));
     assert_eq!(
@@ -393,6 +399,11 @@ fn a_100000_task_job_is_paged_filtered_and_counted_live_without_reloading() {
             .as_str()
             .is_some_and(|w| w.contains(&format!("of {TASKS}"))),
         "{where}"
+    );
+    b.wait_for(
+        "the job's title to say why it waits",
+        "document.getElementById('job-title').textContent.includes('pending because: no live node can run `many`')",
+        t,
     );
     // Marks the page: a reload would lose this.
     b.eval("window.__stillHere = 'yes'");

@@ -174,10 +174,15 @@ function shownState(j) {
   return j.held ? "held" : j.waiting ? "waiting" : j.state;
 }
 
+// Why a job's pending tasks wait (`pending_reason`), where its shown state does not say it.
+function pendingBecause(j) {
+  return j.held || j.waiting ? "" : j.pending_reason || "";
+}
+
 function jobRow(j) {
   const c = j.counts || {};
   const st = shownState(j);
-  return `<td>${j.id}</td><td>${esc(j.name)}</td><td class="state-${esc(st)}">${esc(st)}</td><td>${bar(j)}</td>
+  return `<td>${j.id}</td><td>${esc(j.name)}</td><td class="state-${esc(st)}" title="${esc(pendingBecause(j))}">${esc(st)}</td><td>${bar(j)}</td>
     <td>${c.pending || 0}</td><td>${c.running || 0}</td><td>${c.succeeded || 0}</td><td>${c.failed || 0}</td><td>${c.cancelled || 0}</td>`;
 }
 
@@ -228,7 +233,9 @@ const tasksView = { job: null, cursors: [0], next: 0, state: "all", jobState: ""
 function updateJobTitle(j) {
   const c = j.counts || {};
   tasksView.jobState = j.state;
-  $("job-title").textContent = `Job ${j.id} — ${j.name} — ${shownState(j)}: ${j.tasks} tasks, ${c.succeeded || 0} succeeded, ${c.failed || 0} failed, ${c.running || 0} running, ${c.pending || 0} pending`;
+  const why = pendingBecause(j);
+  $("job-title").textContent = `Job ${j.id} — ${j.name} — ${shownState(j)}: ${j.tasks} tasks, ${c.succeeded || 0} succeeded, ${c.failed || 0} failed, ${c.running || 0} running, ${c.pending || 0} pending`
+    + (why ? ` — pending because: ${why}` : "");
 }
 
 // What a job's applications are and ask for: variants, `requires`, `max_running`, measured use;
