@@ -5,7 +5,8 @@
 
 use super::ClientArgs;
 use super::Output;
-use super::client::{JobRef, connect, json, refused};
+use super::client::{connect, json, refused};
+use super::select::{self, JobItem};
 use clap::Args;
 use hetsched_proto as pb;
 
@@ -14,10 +15,11 @@ use hetsched_proto as pb;
 #[command(group(clap::ArgGroup::new("which").required(true).multiple(true)
     .args(["jobs", "older_than", "keep"])))]
 pub struct PurgeArgs {
-    /// Purge these finished jobs, ids or `last` (a job that is not finished refuses the whole
-    /// request).
-    #[arg(value_name = "JOB")]
-    pub jobs: Vec<JobRef>,
+    /// Purge these finished jobs: ids or `last` (a job named so that is not finished refuses
+    /// the whole request), and ranges (`4-9`: the finished jobs listed in it); separate with
+    /// spaces or commas.
+    #[arg(value_name = "JOB", value_delimiter = ',')]
+    pub jobs: Vec<JobItem>,
     /// Purge every job that finished at least this long ago (e.g. `24h`, `30m`, `0s`).
     #[arg(long, value_name = "DURATION")]
     pub older_than: Option<humantime::Duration>,
@@ -31,10 +33,11 @@ pub struct PurgeArgs {
 /// Runs `hetsched purge`.
 pub async fn run(args: &PurgeArgs) -> anyhow::Result<()> {
     let older = args.older_than.map(std::time::Duration::from);
-    let mut job_ids = Vec::with_capacity(args.jobs.len());
-    for job in &args.jobs {
-        job_ids.push(job.resolve(&args.client).await?);
-    }
+    let job_ids = if args.jobs.is_empty() {
+        Vec::new()
+    } else {
+        select::resolve_finished(&args.jobs, &args.client).await?
+    };
     let reply = connect(&args.client)
         .await?
         .purge(pb::PurgeRequest {

@@ -108,8 +108,38 @@ pub async fn resolve(items: &[JobItem], args: &ClientArgs) -> anyhow::Result<Sel
     })
 }
 
+/// The jobs `items` select for `hetsched purge`: ids and `last` as named (a job not finished
+/// then refuses the purge, naming it), a range only the *finished* jobs the server lists in it
+/// (its unfinished ones cannot be purged and are left), and no `all` (`--older-than 0s` purges
+/// every finished job).
+pub async fn resolve_finished(items: &[JobItem], args: &ClientArgs) -> anyhow::Result<Vec<u64>> {
+    if items.contains(&JobItem::All) {
+        anyhow::bail!(
+            "`all` names the unfinished jobs, which cannot be purged: `--older-than 0s` purges every finished job"
+        );
+    }
+    let needs_listing = items.iter().any(|i| !matches!(i, JobItem::Id(_)));
+    let jobs = if needs_listing {
+        listed(args).await?
+    } else {
+        Vec::new()
+    };
+    select_where(items, &jobs, "finished job", is_final)
+}
+
 /// [`resolve`] against the listing `jobs` (id, state).
 pub fn select(items: &[JobItem], jobs: &[(u64, String)]) -> anyhow::Result<Vec<u64>> {
+    select_where(items, jobs, "job", |_| true)
+}
+
+/// [`select`], a range taking only the listed jobs whose state `keep` accepts (`what` names
+/// them when there is none).
+fn select_where(
+    items: &[JobItem],
+    jobs: &[(u64, String)],
+    what: &str,
+    keep: impl Fn(&str) -> bool,
+) -> anyhow::Result<Vec<u64>> {
     let mut ids: Vec<u64> = Vec::new();
     let mut seen = std::collections::HashSet::new();
     let mut add = |id: u64, ids: &mut Vec<u64>| -> anyhow::Result<()> {
@@ -126,12 +156,15 @@ pub fn select(items: &[JobItem], jobs: &[(u64, String)]) -> anyhow::Result<Vec<u
             JobItem::Id(id) => add(id, &mut ids)?,
             JobItem::Range(a, b) => {
                 let mut any = false;
-                for &(id, _) in jobs.iter().filter(|(id, _)| (a..=b).contains(id)) {
+                for (id, _) in jobs
+                    .iter()
+                    .filter(|(id, state)| (a..=b).contains(id) && keep(state))
+                {
                     any = true;
-                    add(id, &mut ids)?;
+                    add(*id, &mut ids)?;
                 }
                 if !any {
-                    anyhow::bail!("`{a}-{b}`: the server lists no job in this range");
+                    anyhow::bail!("`{a}-{b}`: the server lists no {what} in this range");
                 }
             }
             JobItem::Last => {
@@ -188,6 +221,23 @@ mod tests {
             "{e}"
         );
         assert!(select(&items(&["last"]), &[]).is_err());
+        // For a purge, a range takes its finished jobs only.
+        assert_eq!(
+            select_where(&items(&["1-6"]), &jobs, "finished job", is_final).expect("finished"),
+            vec![1, 5]
+        );
+        let e = select_where(&items(&["6"]), &jobs, "finished job", is_final).expect("named");
+        assert_eq!(
+            e,
+            vec![6],
+            "a job named alone is kept: the server refuses it by name"
+        );
+        let e = select_where(&items(&["2-4"]), &jobs, "finished job", is_final)
+            .expect_err("none finished");
+        assert!(
+            e.to_string().contains("no finished job in this range"),
+            "{e}"
+        );
         for bad in ["x", "5-", "-5", "9-4", "1-2-3"] {
             assert!(bad.parse::<JobItem>().is_err(), "{bad}");
         }

@@ -1718,6 +1718,20 @@ fn purge_removes_finished_jobs_from_listings_and_store_and_the_server_restarts()
     // `last` names the newest job, as for the other commands.
     let said = c.ok(&["purge", "last"]);
     assert!(said.contains("purged 1 job(s) (4 tasks): 3"), "{said}");
+    // A range purges the finished jobs in it and leaves the unfinished (job 5 is held).
+    c.ok(&["submit", "--wait", small.to_str().expect("path")]);
+    c.ok(&["submit", "--hold", small.to_str().expect("path")]);
+    let said = c.ok(&["purge", "4-5"]);
+    assert!(said.contains("purged 1 job(s) (4 tasks): 4"), "{said}");
+    assert_eq!(c.json(&["job", "5"])["state"], "pending");
+    c.refused(
+        &["purge", "5-9"],
+        "`5-9`: the server lists no finished job in this range",
+    );
+    c.refused(
+        &["purge", "all"],
+        "`--older-than 0s` purges every finished job",
+    );
 }
 
 #[test]
