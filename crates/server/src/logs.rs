@@ -247,10 +247,19 @@ fn resolve(state: &State, job: u64, task: &str) -> Result<pb::TaskInfo, Status> 
     let page = state
         .tasks_page(job, id, 1)
         .map_err(|e| Status::internal(e.to_string()))?;
-    page.tasks
-        .into_iter()
-        .find(|t| t.id == id)
-        .ok_or_else(|| Status::not_found(format!("job {job} has no task {id}")))
+    page.tasks.into_iter().find(|t| t.id == id).ok_or_else(|| {
+        // Say what it has: a user who typed an index (`log 4 0`) learns the ids and the
+        // APP:INDEX form.
+        let example = info
+            .apps
+            .first()
+            .map_or(String::new(), |a| format!(" (`{}:0`)", a.name));
+        Status::not_found(format!(
+            "job {job} has no task {id}: its task ids are {first}–{} (`hetsched tasks --job \
+             {job}`), or name one as APP:INDEX{example}",
+            first + info.tasks.saturating_sub(1)
+        ))
+    })
 }
 
 /// What a `ReadLog` call names: a task of a batch job or workflow, or a divisible job's chunk

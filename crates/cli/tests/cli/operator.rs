@@ -57,7 +57,10 @@ fn a_failing_tasks_stderr_is_shown_by_submit_wait_and_by_log() {
     for (args, why) in [
         (vec!["log", "1", "nope:0"], "no application `nope`"),
         (vec!["log", "1", "bad:5"], "has 1 tasks"),
-        (vec!["log", "1", "7"], "has no task 7"),
+        (
+            vec!["log", "1", "7"],
+            "job 1 has no task 7: its task ids are 0–1 (`hetsched tasks --job 1`), or name one as APP:INDEX (`bad:0`)",
+        ),
         (vec!["log", "9", "0"], "no job 9"),
         (vec!["log", "1", "0", "--attempt", "3"], "no attempt 3"),
     ] {
