@@ -229,8 +229,20 @@ fn resolve(state: &State, job: u64, task: &str) -> Result<pb::TaskInfo, Status> 
         for a in &info.apps {
             if a.name == app {
                 found = Some(with_index(state, job, start, a.tasks, index).ok_or_else(|| {
+                    // Say which indices it has: a workflow's `instances = "1..=10"` starts at 1,
+                    // an array at its first value.
+                    let index_of = |id: u64| {
+                        state
+                            .tasks_page(job, id, 1)
+                            .ok()
+                            .and_then(|p| p.tasks.first().map(|t| t.index))
+                    };
+                    let span = match (index_of(start), index_of(start + a.tasks.saturating_sub(1))) {
+                        (Some(lo), Some(hi)) => format!(" (indices {lo}–{hi})"),
+                        _ => String::new(),
+                    };
                     Status::not_found(format!(
-                        "application `{app}` of job {job} has {} tasks, none with index {index}",
+                        "application `{app}` of job {job} has {} tasks{span}, none with index {index}",
                         a.tasks
                     ))
                 })?);

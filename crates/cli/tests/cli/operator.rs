@@ -56,7 +56,10 @@ fn a_failing_tasks_stderr_is_shown_by_submit_wait_and_by_log() {
     // Bad requests are refused with the reason.
     for (args, why) in [
         (vec!["log", "1", "nope:0"], "no application `nope`"),
-        (vec!["log", "1", "bad:5"], "has 1 tasks"),
+        (
+            vec!["log", "1", "bad:5"],
+            "application `bad` of job 1 has 1 tasks (indices 0–0), none with index 5",
+        ),
         (
             vec!["log", "1", "7"],
             "job 1 has no task 7: its task ids are 0–1 (`hetsched tasks --job 1`), or name one as APP:INDEX (`bad:0`)",
