@@ -212,23 +212,7 @@ impl JobRef {
     /// The job id: as given, or the newest job's (one paged `ListJobs`, only for `last`).
     pub async fn resolve(self, args: &ClientArgs) -> anyhow::Result<u64> {
         let JobRef::Id(id) = self else {
-            let mut api = connect(args).await?;
-            let (mut cursor, mut newest) = (0, None);
-            loop {
-                let page = api
-                    .list_jobs(pb::ListJobsRequest {
-                        cursor,
-                        limit: 10_000,
-                    })
-                    .await
-                    .map_err(refused)?
-                    .into_inner();
-                newest = page.jobs.iter().map(|j| j.id).chain(newest).max();
-                if page.next_cursor == 0 {
-                    break;
-                }
-                cursor = page.next_cursor;
-            }
+            let newest = super::select::listed(args).await?.iter().map(|j| j.0).max();
             return newest.ok_or_else(|| anyhow::anyhow!("`last`: the server lists no job"));
         };
         Ok(id)
@@ -966,11 +950,7 @@ where
         };
     }
     if ids.is_empty() {
-        eprintln!("no unfinished job: nothing {done}");
-        if args.output == Output::Json {
-            json(&serde_json::json!([]))?;
-        }
-        return Ok(());
+        return nothing_selected(args, &format!("nothing {done}"));
     }
     let (mut all, mut refused_jobs) = (Vec::new(), Vec::new());
     for &id in ids {
@@ -1015,6 +995,16 @@ where
     Ok(())
 }
 
+/// `all` found no unfinished job: says so (`what` was not done) and succeeds, with an empty
+/// JSON array for scripts.
+fn nothing_selected(args: &ClientArgs, what: &str) -> anyhow::Result<()> {
+    eprintln!("no unfinished job: {what}");
+    if args.output == Output::Json {
+        json(&serde_json::json!([]))?;
+    }
+    Ok(())
+}
+
 /// `hetsched wait`: one job as [`wait_on`]; several in turn (the time-out bounds them all), a
 /// line each (a JSON array of the jobs with `--output json`), failing at the end unless every
 /// one completed.
@@ -1029,11 +1019,7 @@ pub async fn wait(
         return wait_on(&mut api, args.output, *id, timeout).await;
     }
     if ids.is_empty() {
-        eprintln!("no unfinished job: nothing to wait for");
-        if args.output == Output::Json {
-            json(&serde_json::json!([]))?;
-        }
-        return Ok(());
+        return nothing_selected(args, "nothing to wait for");
     }
     let start = Instant::now();
     let mut jobs = Vec::with_capacity(ids.len());

@@ -58,7 +58,7 @@ impl std::str::FromStr for JobItem {
 }
 
 /// Every job the server lists, with its state (one paged `ListJobs`).
-async fn listed(args: &ClientArgs) -> anyhow::Result<Vec<(u64, String)>> {
+pub(super) async fn listed(args: &ClientArgs) -> anyhow::Result<Vec<(u64, String)>> {
     let mut api = connect(args).await?;
     let (mut cursor, mut jobs) = (0, Vec::new());
     loop {

@@ -241,6 +241,14 @@ pub(crate) fn read_counts(dir: &Path, name: &str) -> BTreeMap<String, u64> {
     m
 }
 
+/// The words whose count in `got` is not the one `want` has: `word: Some(got) of want`.
+fn count_diff(want: &BTreeMap<String, u64>, got: &BTreeMap<String, u64>) -> Vec<String> {
+    want.iter()
+        .filter(|(w, n)| got.get(*w) != Some(n))
+        .map(|(w, n)| format!("{w}: {:?} of {n}", got.get(w)))
+        .collect()
+}
+
 fn nodes_of_workers(s: &Value) -> Vec<String> {
     s["workers"]
         .as_array()
@@ -689,12 +697,7 @@ fn a_scripted_rate_change_reschedules_exactly_when_the_thresholds_say_and_loses_
     }
     let (a, b) = (c.show("rc-on"), c.show("rc-off"));
     for name in ["rc-on", "rc-off"] {
-        let got = read_counts(&c.dir, name);
-        let diff: Vec<String> = want
-            .iter()
-            .filter(|(w, n)| got.get(*w) != Some(n))
-            .map(|(w, n)| format!("{w}: {:?} of {n}", got.get(w)))
-            .collect();
+        let diff = count_diff(&want, &read_counts(&c.dir, name));
         assert!(
             diff.is_empty(),
             "{name}: counts differ: {diff:?}\n{}\n{}",
@@ -1024,12 +1027,7 @@ fn a_drained_node_is_emptied_of_stream_workers_and_the_count_stays_exact() {
     while read_counts(&c.dir, "wc-drain") != want && t0.elapsed() < Duration::from_secs(15) {
         std::thread::sleep(Duration::from_millis(200));
     }
-    let got = read_counts(&c.dir, "wc-drain");
-    let diff: Vec<String> = want
-        .iter()
-        .filter(|(w, n)| got.get(*w) != Some(n))
-        .map(|(w, n)| format!("{w}: {:?} of {n}", got.get(w)))
-        .collect();
+    let diff = count_diff(&want, &read_counts(&c.dir, "wc-drain"));
     assert!(diff.is_empty(), "counts differ across the drain: {diff:?}");
     assert!(
         c.ok(&["topology", "rebalance", "wc-drain"])
