@@ -230,15 +230,26 @@ fn resolve(state: &State, job: u64, task: &str) -> Result<pb::TaskInfo, Status> 
             if a.name == app {
                 found = Some(with_index(state, job, start, a.tasks, index).ok_or_else(|| {
                     // Say which indices it has: a workflow's `instances = "1..=10"` starts at 1,
-                    // an array at its first value.
-                    let index_of = |id: u64| {
-                        state
-                            .tasks_page(job, id, 1)
-                            .ok()
-                            .and_then(|p| p.tasks.first().map(|t| t.index))
-                    };
-                    let span = match (index_of(start), index_of(start + a.tasks.saturating_sub(1))) {
-                        (Some(lo), Some(hi)) => format!(" (indices {lo}–{hi})"),
+                    // an array (`--array 3,5,7,20`) has gaps. Up to 8 are listed, else the first
+                    // three and the last.
+                    const LISTED: u64 = 8;
+                    let shown = a.tasks.min(LISTED) as u32;
+                    let first_ones: Vec<u32> = state
+                        .tasks_page(job, start, shown)
+                        .map(|p| p.tasks.iter().take(shown as usize).map(|t| t.index).collect())
+                        .unwrap_or_default();
+                    let last = state
+                        .tasks_page(job, start + a.tasks.saturating_sub(1), 1)
+                        .ok()
+                        .and_then(|p| p.tasks.first().map(|t| t.index));
+                    let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+                    let span = match last {
+                        Some(_) if a.tasks <= LISTED && !first_ones.is_empty() => {
+                            format!(" (indices {})", list(&first_ones))
+                        }
+                        Some(last) if first_ones.len() >= 3 => {
+                            format!(" (indices {}, … {last})", list(&first_ones[..3]))
+                        }
                         _ => String::new(),
                     };
                     Status::not_found(format!(

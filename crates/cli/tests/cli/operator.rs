@@ -58,7 +58,7 @@ fn a_failing_tasks_stderr_is_shown_by_submit_wait_and_by_log() {
         (vec!["log", "1", "nope:0"], "no application `nope`"),
         (
             vec!["log", "1", "bad:5"],
-            "application `bad` of job 1 has 1 tasks (indices 0–0), none with index 5",
+            "application `bad` of job 1 has 1 tasks (indices 0), none with index 5",
         ),
         (
             vec!["log", "1", "7"],

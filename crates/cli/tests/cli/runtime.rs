@@ -2246,7 +2246,7 @@ fn an_array_job_runs_one_task_per_listed_index() {
     assert_eq!(c.ok(&["log", "1", "a:20"]).trim(), "out 20");
     c.refused(
         &["log", "1", "a:4"],
-        "application `a` of job 1 has 4 tasks, none with index 4",
+        "application `a` of job 1 has 4 tasks (indices 3, 5, 7, 20), none with index 4",
     );
     c.refused(
         &["submit", "--array", "2-1", "--", "true"],
