@@ -369,6 +369,7 @@ impl From<JobInfo> for pb::JobInfo {
             cpu_ms: j.cpu_ms,
             max_rss_bytes: j.max_rss_bytes,
             pending_reason: j.pending_reason,
+            blocked: j.blocked,
         }
     }
 }

@@ -1066,12 +1066,6 @@ fn ended_line(j: &pb::JobInfo) -> String {
     )
 }
 
-/// Whether a pending reason says that no node can run the job now (it waits for an operator:
-/// a node to join or be resumed).
-fn stuck(reason: &str) -> bool {
-    reason.starts_with("no live node can run") || reason.starts_with("every node that can run")
-}
-
 /// Whether a job state is final.
 pub fn is_final(state: &str) -> bool {
     matches!(state, "completed" | "failed" | "cancelled")
@@ -1134,7 +1128,7 @@ async fn wait_for(
             told_held = true;
             bar.suspend(|| eprintln!("job {id} is held: it waits for `hetsched release {id}`"));
         }
-        if stuck(&j.pending_reason) && told_stuck != j.pending_reason {
+        if j.blocked && told_stuck != j.pending_reason {
             // No node can run it now (none has what it needs, or each such node is drained):
             // it waits for an operator, not for time.
             told_stuck.clone_from(&j.pending_reason);

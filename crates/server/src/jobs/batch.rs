@@ -1064,6 +1064,7 @@ impl Batch {
     }
 
     fn job_info(&self, rd: &Read, j: &JobRec, with_apps: bool) -> JobInfo {
+        let (pending_reason, blocked) = self.pending_reason(rd, j);
         let counts = self.job_counts(j);
         let state = state_of(&counts, j.row.cancelled);
         let finished_ns = if counts.pending + counts.running == 0 {
@@ -1118,7 +1119,8 @@ impl Batch {
             held: j.row.held,
             cpu_ms: used.cpu_ms,
             max_rss_bytes: used.max_rss_bytes,
-            pending_reason: self.pending_reason(rd, j),
+            pending_reason,
+            blocked,
             ..Default::default()
         }
     }

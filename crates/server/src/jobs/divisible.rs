@@ -1135,10 +1135,53 @@ impl Divisible {
         })
     }
 
-    fn job_info(&self, id: u64) -> Option<JobInfo> {
+    /// Why job `job`'s units wait, when no agent can take its chunks now: none that asks has
+    /// the attributes it `requires` (or none asks at all), or each that has them is drained.
+    /// Empty while some agent can (its chunks go out as agents ask) and once it has ended.
+    fn pending_reason(&self, rd: &Read, job: &Job, pending: u64) -> String {
+        if job.state != "running" || pending == 0 {
+            return String::new();
+        }
+        let mut able: Vec<&str> = self
+            .agents
+            .iter()
+            .filter(|(_, a)| a.present(self.dead_timeout) && job.spec.admits(&a.attributes))
+            .map(|(n, _)| n.as_str())
+            .collect();
+        if able.iter().any(|n| !rd.nodes.is_drained(n)) {
+            return String::new();
+        }
+        let requires: Vec<&str> = job
+            .spec
+            .requires
+            .iter()
+            .map(|r| r.get_ref().as_str())
+            .collect();
+        if able.is_empty() {
+            return if requires.is_empty() {
+                "no live agent takes chunks: it starts when one asks".to_string()
+            } else {
+                format!(
+                    "no live agent can take its chunks (requires {})",
+                    requires.join(" + ")
+                )
+            };
+        }
+        able.sort_unstable();
+        format!(
+            "every agent that can take its chunks is drained: {} (`hetsched node resume NAME`)",
+            able.join(", ")
+        )
+    }
+
+    fn job_info(&self, rd: &Read, id: u64) -> Option<JobInfo> {
         let job = self.jobs.get(&id)?;
         let v = self.view(id)?;
+        let pending_reason = self.pending_reason(rd, job, v.pending);
         Some(JobInfo {
+            // Each reason it gives is that no agent can take its chunks now.
+            blocked: !pending_reason.is_empty(),
+            pending_reason,
             id,
             name: job.name.clone(),
             state: v.state,
@@ -1376,12 +1419,12 @@ impl JobKind for Divisible {
         self.changed();
     }
 
-    fn jobs_page(&self, _rd: &Read, cursor: u64, limit: usize) -> JobsPage {
+    fn jobs_page(&self, rd: &Read, cursor: u64, limit: usize) -> JobsPage {
         let mut ids = self.jobs.range(cursor..).map(|(&id, _)| id);
         let jobs: Vec<JobInfo> = ids
             .by_ref()
             .take(limit)
-            .filter_map(|id| self.job_info(id))
+            .filter_map(|id| self.job_info(rd, id))
             .collect();
         JobsPage {
             jobs,
@@ -1389,8 +1432,8 @@ impl JobKind for Divisible {
         }
     }
 
-    fn job(&self, _rd: &Read, id: u64) -> Result<JobInfo, StateError> {
-        self.job_info(id).ok_or(StateError::NoJob(id))
+    fn job(&self, rd: &Read, id: u64) -> Result<JobInfo, StateError> {
+        self.job_info(rd, id).ok_or(StateError::NoJob(id))
     }
 
     fn tasks_page(

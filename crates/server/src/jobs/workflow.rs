@@ -1365,6 +1365,7 @@ impl Workflows {
             // Workflow instances wait for their producers and the balancer, which `job N`
             // shows per task (ready, waiting).
             pending_reason: String::new(),
+            blocked: false,
             apps: if apps {
                 j.rt.parsed
                     .workflow

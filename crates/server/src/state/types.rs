@@ -339,6 +339,9 @@ pub struct JobInfo {
     /// Why its pending tasks are not running (batch jobs; empty when none is pending):
     /// `held: …`, `waiting for job M`, `no live node can run …`, `resources`, …
     pub pending_reason: String,
+    /// The reason is that no node can run it now (none has what it needs, or each that has is
+    /// drained): it waits for an operator, not for time.
+    pub blocked: bool,
 }
 
 /// One page of jobs.

@@ -202,6 +202,19 @@ fn a_divisible_job_that_requires_an_attribute_hands_chunks_only_to_nodes_that_ha
         vec![("big-1".to_string(), false), ("big-2".to_string(), true)]
     );
     assert_eq!(ask(&mut s, "big-2").expect("asked"), vec![(id, 1)]);
+    assert_eq!(
+        s.get_job(id).expect("job").pending_reason,
+        "",
+        "big-2 takes chunks"
+    );
+    // big-2 loses it too: no agent that asks can take the job's chunks, and the job says so.
+    register(&mut s, "big-2", &[]);
+    assert!(ask(&mut s, "big-2").expect("asked").is_empty());
+    assert_eq!(
+        s.get_job(id).expect("job").pending_reason,
+        "no live agent can take its chunks (requires bigmem)"
+    );
+    assert!(s.get_job(id).expect("job").blocked);
 }
 
 /// `hetsched node drain` stops new work on a node for every kind: a drained agent gets no new
@@ -241,6 +254,14 @@ fn a_drained_node_gets_no_new_chunk_and_finishes_the_one_it_holds() {
     for _ in 0..3 {
         assert!(ask(&mut s, "a").expect("asked").is_empty(), "drained");
     }
+    let reason = |s: &State| s.get_job(id).expect("job").pending_reason;
+    assert_eq!(reason(&s), "", "b takes its chunks");
+    s.on_drain("b", true).expect("drain b");
+    assert_eq!(
+        reason(&s),
+        "every agent that can take its chunks is drained: a, b (`hetsched node resume NAME`)"
+    );
+    s.on_drain("b", false).expect("resume b");
     let jd = d.join("divisible").join(format!("job-{id}"));
     let finish = |s: &mut State, chunk: u64| {
         let tmp = jd.join(format!("chunk-{chunk}.part"));

@@ -31,6 +31,11 @@ fn reason(s: &State, job: u64) -> String {
     s.job(job).expect("job").pending_reason
 }
 
+/// Whether the job waits for an operator (no node can run it now).
+fn blocked(s: &State, job: u64) -> bool {
+    s.job(job).expect("job").blocked
+}
+
 fn beat(s: &mut State, node: u32, running: &[(u64, u32)]) -> Vec<(u64, u32)> {
     s.heartbeat(heartbeat_request(node, running, &[]))
         .expect("beat")
@@ -63,12 +68,14 @@ fn a_pending_job_says_why_as_the_cluster_changes_under_it() {
         reason(&s, job),
         "resources: the nodes that can run it are busy"
     );
+    assert!(!blocked(&s, job), "busy nodes free up by themselves");
     // The only node that can run it is drained: it waits for an operator.
     s.on_drain("big", true).expect("drain");
     assert_eq!(
         reason(&s, job),
         "every node that can run `solve` is drained: big (`hetsched node resume NAME`)"
     );
+    assert!(blocked(&s, job), "a drain waits for an operator");
     s.on_drain("big", false).expect("resume");
     // The node dies (its heartbeats stop): no live node can run it, and the reason says what
     // it needs.
@@ -80,6 +87,7 @@ fn a_pending_job_says_why_as_the_cluster_changes_under_it() {
         reason(&s, job),
         "no live node can run `solve` (cpu: 1 core; requires bigmem)"
     );
+    assert!(blocked(&s, job));
     // It comes back: its cores are free again (its tasks were lost and wait anew).
     beat(&mut s, big, &[]);
     assert!(reason(&s, job).is_empty() || reason(&s, job).starts_with("resources"));
@@ -89,6 +97,7 @@ fn a_pending_job_says_why_as_the_cluster_changes_under_it() {
         reason(&s, held),
         format!("held: `hetsched release {held}` lets it run")
     );
+    assert!(!blocked(&s, held), "a hold is the user's own");
     let after = submit(&mut s, "next", "", false, &[job]);
     assert_eq!(reason(&s, after), format!("waiting for job {job}"));
     // Its own cap: one task at a time, one running.

@@ -26,15 +26,16 @@ use hetsched_core::{AppId, NodeId, Resources, Variant};
 const PENDING: usize = 0;
 
 impl Batch {
-    /// Why job `j`'s pending tasks are not running; empty when it has none pending.
-    pub(super) fn pending_reason(&self, rd: &Read, j: &JobRec) -> String {
+    /// Why job `j`'s pending tasks are not running (empty when it has none pending), and
+    /// whether that blocks it until an operator acts (no node can run it now).
+    pub(super) fn pending_reason(&self, rd: &Read, j: &JobRec) -> (String, bool) {
         let pending = |a: u32| self.apps.get(a as usize).map_or(0, |r| r.counts[PENDING]);
         if j.apps.clone().all(|a| pending(a) == 0) {
-            return String::new();
+            return (String::new(), false);
         }
         let id = j.row.id;
         if j.row.held {
-            return format!("held: `hetsched release {id}` lets it run");
+            return (format!("held: `hetsched release {id}` lets it run"), false);
         }
         if self.waiting.waits(id) {
             let unfinished = j.row.after.iter().chain(&j.row.after_any).find(|d| {
@@ -43,10 +44,11 @@ impl Batch {
                     Some(super::after::Outcome::Unfinished)
                 )
             });
-            return match unfinished {
+            let why = match unfinished {
                 Some(d) => format!("waiting for job {d}"),
                 None => "waiting for the jobs it runs after".to_string(),
             };
+            return (why, false);
         }
         for a in j.apps.clone().filter(|&a| pending(a) > 0) {
             let app = AppId(a);
@@ -76,24 +78,31 @@ impl Batch {
             if !open {
                 if !drained.is_empty() {
                     drained.sort_unstable();
-                    return format!(
+                    let why = format!(
                         "every node that can run `{name}` is drained: {} (`hetsched node resume NAME`)",
                         drained.join(", ")
                     );
+                    return (why, true);
                 }
-                return format!("no live node can run `{name}` ({})", self.needs(rd, app));
+                let why = format!("no live node can run `{name}` ({})", self.needs(rd, app));
+                return (why, true);
             }
             if !usable {
-                return format!(
+                let why = format!(
                     "`{name}` is backed off on every node that can run it (its tasks failed to start there)"
                 );
+                return (why, false);
             }
             let running = rec.counts[1];
             if rec.max_running > 0 && running >= u64::from(rec.max_running) {
-                return format!("`{name}` runs its max_running of {}", rec.max_running);
+                let why = format!("`{name}` runs its max_running of {}", rec.max_running);
+                return (why, false);
             }
         }
-        "resources: the nodes that can run it are busy".to_string()
+        (
+            "resources: the nodes that can run it are busy".to_string(),
+            false,
+        )
     }
 
     /// What one task of `app` needs, in words: each variant's request and the attributes.
