@@ -497,3 +497,51 @@ impl Jobs {
         }
     }
 }
+
+/// `4 cores, 16 GiB, 1 GPU (k20)`: a request in words (no memory or devices when none).
+pub(crate) fn request_in_words(r: &hetsched_core::Resources, kind: Option<&str>) -> String {
+    let mut s = format!("{} core{}", r.cores, if r.cores == 1 { "" } else { "s" });
+    if r.memory_bytes > 0 {
+        s += &format!(", {}", bytes(r.memory_bytes));
+    }
+    if r.gpus > 0 {
+        s += &format!(", {} GPU{}", r.gpus, if r.gpus == 1 { "" } else { "s" });
+        if let Some(k) = kind {
+            s += &format!(" ({k})");
+        }
+    }
+    s
+}
+
+/// Bytes in binary units, as job files write them (`512 MiB`, `1.5 GiB`).
+fn bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if v.fract() == 0.0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod words_tests {
+    use super::*;
+    use hetsched_core::Resources;
+
+    #[test]
+    fn requests_read_as_job_files_write_them() {
+        assert_eq!(request_in_words(&Resources::new(1, 0, 0), None), "1 core");
+        assert_eq!(
+            request_in_words(&Resources::new(8, 64 << 30, 2), Some("a100")),
+            "8 cores, 64 GiB, 2 GPUs (a100)"
+        );
+        assert_eq!(bytes(1536 << 20), "1.5 GiB");
+        assert_eq!(bytes(512), "512 B");
+    }
+}

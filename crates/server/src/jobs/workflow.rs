@@ -1345,8 +1345,62 @@ impl Workflows {
         (c, ready)
     }
 
-    fn job_info(j: &WfJob, apps: bool) -> JobInfo {
+    /// Why a workflow's ready instances wait when no node can run them now: for the first
+    /// task with a ready instance that no live node could hold (its `requires`, cores, memory
+    /// and GPUs, free or not), or only drained ones could. Empty otherwise: ready instances
+    /// then go out as the balancer places them.
+    fn pending_reason(rd: &Read, j: &WfJob) -> String {
+        for (t, task) in j.rt.parsed.workflow.tasks.iter().enumerate() {
+            let (from, to) = (j.offset[t] as usize, j.offset[t + 1] as usize);
+            let insts = j.insts.get(from..to).unwrap_or_default();
+            if !insts.iter().any(|x| matches!(x.st, St::Ready)) {
+                continue;
+            }
+            let need = j.rt.tasks[t].request();
+            let mut drained = Vec::new();
+            let mut open = false;
+            for n in rd.nodes.iter() {
+                let able = n.alive
+                    && !n.removed
+                    && n.spec.has_attributes(&task.requires)
+                    && n.spec.capacity().fits(&need);
+                if !able {
+                    continue;
+                }
+                if n.drained || n.draining {
+                    drained.push(n.spec.name.as_str());
+                } else {
+                    open = true;
+                    break;
+                }
+            }
+            if open {
+                continue;
+            }
+            let name = &task.name;
+            if drained.is_empty() {
+                let requires = if task.requires.is_empty() {
+                    String::new()
+                } else {
+                    format!("; requires {}", task.requires.join(" + "))
+                };
+                return format!(
+                    "no live node can run task `{name}` ({}{requires})",
+                    super::request_in_words(&need, None)
+                );
+            }
+            drained.sort_unstable();
+            return format!(
+                "every node that can run task `{name}` is drained: {} (`hetsched node resume NAME`)",
+                drained.join(", ")
+            );
+        }
+        String::new()
+    }
+
+    fn job_info(rd: &Read, j: &WfJob, apps: bool) -> JobInfo {
         let (counts, _) = Self::counts_of(&j.insts);
+        let pending_reason = Self::pending_reason(rd, j);
         let used = j.insts.iter().filter_map(|x| x.usage);
         JobInfo {
             cpu_ms: used.clone().map(|u| u.cpu_user_ms + u.cpu_system_ms).sum(),
@@ -1362,10 +1416,10 @@ impl Workflows {
             launch_sent: j.sent,
             launch_received: j.received,
             divisible: None,
-            // Workflow instances wait for their producers and the balancer, which `job N`
-            // shows per task (ready, waiting).
-            pending_reason: String::new(),
-            blocked: false,
+            // Each reason it gives is that no node can run a ready instance now (instances
+            // waiting for their producers show per task in `job N`).
+            blocked: !pending_reason.is_empty(),
+            pending_reason,
             apps: if apps {
                 j.rt.parsed
                     .workflow
@@ -2015,7 +2069,7 @@ impl JobKind for Workflows {
         }
     }
 
-    fn jobs_page(&self, _rd: &Read, cursor: u64, limit: usize) -> JobsPage {
+    fn jobs_page(&self, rd: &Read, cursor: u64, limit: usize) -> JobsPage {
         let from = cursor & ((1 << super::KIND_SHIFT) - 1);
         let mut page = JobsPage::default();
         for (seq, j) in self.jobs.range(from..) {
@@ -2023,15 +2077,15 @@ impl JobKind for Workflows {
                 page.next_cursor = *seq;
                 break;
             }
-            page.jobs.push(Self::job_info(j, false));
+            page.jobs.push(Self::job_info(rd, j, false));
         }
         page
     }
 
-    fn job(&self, _rd: &Read, id: u64) -> Result<JobInfo, StateError> {
+    fn job(&self, rd: &Read, id: u64) -> Result<JobInfo, StateError> {
         self.jobs
             .get(&(id & ((1 << super::KIND_SHIFT) - 1)))
-            .map(|j| Self::job_info(j, true))
+            .map(|j| Self::job_info(rd, j, true))
             .ok_or(StateError::NoJob(id))
     }
 

@@ -546,15 +546,17 @@ fn requirements_and_sizes_decide_the_nodes_and_running_instances_book_their_core
     assert!(bad.contains("huge.toml:5:9: task[0].cores"), "{bad}");
     assert_eq!(s.jobs().jobs.len(), 0, "nothing stored");
     // `big` needs 3 cores (only `fpga` has them); `accel` requires the attribute `fpga`.
-    s.submit(
-        "fit.toml",
-        "[[task]]\nname = \"big\"\ninstances = 2\ncost = \"1s\"\ncores = 3\noutputs = [\"b\"]\n\
+    let job = s
+        .submit(
+            "fit.toml",
+            "[[task]]\nname = \"big\"\ninstances = 2\ncost = \"1s\"\ncores = 3\noutputs = [\"b\"]\n\
          command = \"true\"\n\
          [[task]]\nname = \"accel\"\ninstances = 2\ncost = \"1s\"\nrequires = [\"fpga\"]\n\
          outputs = [\"a\"]\ncommand = \"true\"\n",
-        "/",
-    )
-    .expect("submit");
+            "/",
+        )
+        .expect("submit")
+        .job_id;
     let mut running: Vec<(u64, u32)> = Vec::new();
     let mut placed = Vec::new();
     for _ in 0..3 {
@@ -568,6 +570,23 @@ fn requirements_and_sizes_decide_the_nodes_and_running_instances_book_their_core
     }
     // 3 + 1 cores: one `big` and one `accel` at a time on the 4 cores of `fpga`.
     assert_eq!(running.len(), 2, "{running:?}");
+    // The ready instances wait for `fpga`'s cores: no reason to give. Drained, `fpga` can take
+    // none, and the job says so.
+    let why = |s: &State| {
+        let j = s.job(job).expect("job");
+        (j.pending_reason, j.blocked)
+    };
+    assert_eq!(why(&s), (String::new(), false));
+    s.on_drain("fpga", true).expect("drain");
+    assert_eq!(
+        why(&s),
+        (
+            "every node that can run task `big` is drained: fpga (`hetsched node resume NAME`)"
+                .to_string(),
+            true
+        )
+    );
+    s.on_drain("fpga", false).expect("resume");
     let free = |s: &State, name: &str| {
         s.nodes()
             .nodes
