@@ -93,7 +93,8 @@ pub enum RuntimeCommand {
     Jobs {
         /// Only jobs in these states (repeat the flag or separate with commas): pending,
         /// running, completed, failed, cancelled; `held` and `waiting` (for the jobs it runs
-        /// `--after`) are pending or running jobs so marked; `active` = pending or running.
+        /// `--after`) are pending or running jobs so marked; `active` = pending or running;
+        /// `blocked`: no node can run their pending work now (they wait for an operator).
         #[arg(long, value_name = "STATE", value_delimiter = ',')]
         state: Vec<JobStateFilter>,
         /// Only the newest N jobs (of those the states select).
@@ -288,6 +289,9 @@ pub enum JobStateFilter {
     Waiting,
     /// Pending or running.
     Active,
+    /// No node can run its pending work now (none has what it needs, or each that has is
+    /// drained): it waits for an operator (`pending because` says why).
+    Blocked,
 }
 
 impl JobStateFilter {
@@ -302,6 +306,7 @@ impl JobStateFilter {
             JobStateFilter::Held => j.held,
             JobStateFilter::Waiting => j.waiting,
             JobStateFilter::Active => matches!(j.state.as_str(), "pending" | "running"),
+            JobStateFilter::Blocked => j.blocked,
         }
     }
 }

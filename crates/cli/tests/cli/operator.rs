@@ -318,6 +318,14 @@ fn a_drained_node_gets_no_new_work_until_it_is_resumed() {
         "{listed}"
     );
     assert_eq!(c.json(&["job", "3"])["pending_reason"], why);
+    let blocked: Vec<u64> = c
+        .json(&["jobs", "--state", "blocked"])
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .filter_map(|j| j["id"].as_u64())
+        .collect();
+    assert_eq!(blocked, [3], "only the job no node can run now");
     assert!(
         c.ok(&["job", "3"])
             .contains(&format!("pending because: {why}"))
