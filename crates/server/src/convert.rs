@@ -309,6 +309,7 @@ impl From<Submitted> for pb::SubmitReply {
             tasks: r.tasks,
             existing: r.existing,
             kind: r.kind.as_str().into(),
+            blocked_reason: String::new(),
         }
     }
 }

@@ -451,7 +451,7 @@ impl Client for ClientService {
     ) -> Result<Response<pb::SubmitReply>, Status> {
         let r = req.into_inner();
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
-            s.on_submit(crate::state::types::Submission {
+            let done = s.on_submit(crate::state::types::Submission {
                 origin: r.origin,
                 text: r.text,
                 workdir: r.workdir,
@@ -461,8 +461,21 @@ impl Client for ClientService {
                 after: r.after,
                 after_any: r.after_any,
                 hold: r.hold,
-            })
-            .map(Into::into)
+            })?;
+            // A job accepted while no node can run it (every capable node drained, say) is
+            // told at once, not found out later from a wait that never ends.
+            let blocked_reason = if done.existing {
+                String::new()
+            } else {
+                s.get_job(done.job_id)
+                    .ok()
+                    .filter(|j| j.blocked)
+                    .map(|j| j.pending_reason)
+                    .unwrap_or_default()
+            };
+            let mut reply: pb::SubmitReply = done.into();
+            reply.blocked_reason = blocked_reason;
+            Ok(reply)
         })
         .await
     }

@@ -324,7 +324,14 @@ pub async fn submit(
                 } else {
                     String::new()
                 }
-            )
+            );
+            // (`--wait` says it as it waits.)
+            if !reply.blocked_reason.is_empty() && !wait_for_it {
+                eprintln!(
+                    "warning: job {} waits: {}",
+                    reply.job_id, reply.blocked_reason
+                );
+            }
         }
     }
     if wait_for_it {

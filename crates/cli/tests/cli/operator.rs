@@ -310,8 +310,14 @@ fn a_drained_node_gets_no_new_work_until_it_is_resumed() {
     // With every node drained a job waits for an operator, and says so where users look.
     c.ok(&["node", "drain", "a"]);
     c.ok(&["node", "drain", "b"]);
-    c.ok(&["submit", job.to_str().expect("path")]);
+    let out = c.cli(&["submit", job.to_str().expect("path")]);
+    assert!(out.status.success(), "accepted: {}", text(&out.stderr));
     let why = "every node that can run `t` is drained: a, b (`hetsched node resume NAME`)";
+    assert!(
+        text(&out.stderr).contains(&format!("warning: job 3 waits: {why}")),
+        "the submission says it at once: {}",
+        text(&out.stderr)
+    );
     let listed = c.ok(&["jobs"]);
     assert!(
         listed.contains("pending because") && listed.contains("every node that can run `t`"),
