@@ -499,6 +499,7 @@ impl From<Drained> for pb::DrainNodeReply {
             node_id: d.node_id,
             running: d.running,
             stream_workers: d.stream_workers,
+            chunks: d.chunks,
         }
     }
 }

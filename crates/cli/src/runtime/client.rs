@@ -861,6 +861,9 @@ pub async fn drain_node(args: &ClientArgs, name: &str, drain: bool) -> anyhow::R
                 "node `{name}` drained: no new work; {} running task(s) finish there",
                 r.running
             );
+            if r.chunks > 0 {
+                said += &format!("; {} divisible chunk(s) finish there", r.chunks);
+            }
             if r.stream_workers > 0 {
                 said += &format!(
                     "; {} stream worker(s) move to other nodes (`hetsched topology show` lists the moves)",

@@ -1201,6 +1201,17 @@ impl Divisible {
         })
     }
 
+    /// Chunks out on the agent of node `name` now, over every running job (what a drain lets
+    /// finish there).
+    pub fn chunks_on(&self, name: &str) -> u32 {
+        self.jobs
+            .values()
+            .filter(|j| j.state == "running")
+            .flat_map(|j| j.chunks.values())
+            .filter(|c| c.state == ChunkState::Out && c.worker == name)
+            .count() as u32
+    }
+
     /// The gathered output of a completed job.
     pub fn output_path(&self, id: u64) -> Result<PathBuf, DivError> {
         let job = self

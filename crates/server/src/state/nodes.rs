@@ -434,6 +434,7 @@ impl State {
             node_id: id,
             running: rec.running.len() as u32,
             stream_workers: self.jobs.topology.workers_on(name),
+            chunks: self.jobs.divisible.chunks_on(name),
         })
     }
 

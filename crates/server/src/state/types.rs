@@ -505,6 +505,8 @@ pub struct Drained {
     /// Stream topology workers placed there, which the controller's next pass moves off (a
     /// drain) — those of a topology no other node may run stay.
     pub stream_workers: u32,
+    /// Divisible-load chunks out there, which finish and count.
+    pub chunks: u32,
 }
 
 /// One consumed output a workflow instance fetches before it starts (issue 13).

@@ -298,8 +298,12 @@ fn a_drained_node_gets_no_new_chunk_and_finishes_the_one_it_holds() {
     let Some(&(_, held)) = on_a.first() else {
         panic!("a resumed node gets chunks again: {:?}", chunks(&s, id));
     };
-    // Drained while it holds a chunk: the chunk stays its own and counts.
-    s.on_drain("a", true).expect("drain");
+    // Drained while it holds a chunk: the chunk stays its own and counts (the reply says it).
+    let drained = s.on_drain("a", true).expect("drain");
+    assert_eq!(
+        drained.chunks, 1,
+        "the drain reply counts the chunk it holds"
+    );
     assert!(ask(&mut s, "a").expect("asked").is_empty(), "drained");
     assert!(finish(&mut s, held), "the held chunk counts");
     assert!(
