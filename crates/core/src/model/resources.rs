@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use std::ops::{Add, Sub};
 
 /// A vector of the resources a scheduler hands out: cores, memory and accelerators (GPUs).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Resources {
     /// CPU cores.
     pub cores: u32,

@@ -31,7 +31,9 @@ use tracing::{info, warn};
 mod after;
 mod reason;
 mod retention;
+
 pub use after::MAX_AFTER;
+pub use reason::Capable;
 pub use retention::RETENTION_INTERVAL;
 
 /// Most tasks one job may have (a typo of `tasks = 4000000000` should not exhaust memory).

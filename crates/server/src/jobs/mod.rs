@@ -204,6 +204,9 @@ pub struct Read<'a> {
     pub nodes: &'a Nodes,
     /// The store (rows not held in memory).
     pub store: &'a Store,
+    /// The nodes that could run each application shape, found once per read (a listing of
+    /// many jobs explains why each waits from it: [`batch::Capable`]).
+    pub capable: batch::Capable,
 }
 
 /// The work a heartbeat reply carries, kept under [`REPLY_BUDGET`].

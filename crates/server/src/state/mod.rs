@@ -904,6 +904,7 @@ impl State {
             view: &self.view,
             nodes: &self.nodes,
             store: &self.store,
+            capable: Default::default(),
         }
     }
 

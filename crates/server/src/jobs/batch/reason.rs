@@ -20,7 +20,66 @@
 
 use super::{Batch, JobRec};
 use crate::jobs::{Read, request_in_words};
-use hetsched_core::{AppId, NodeId, Variant};
+use hetsched_core::model::application::AcceleratorNeed;
+use hetsched_core::{AppId, NodeId, Resources, Variant};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// What decides which nodes could run an application: its `requires`, its variants' requests
+/// (with the device kind) and its accelerator need.
+type Shape = (
+    Vec<String>,
+    Option<Resources>,
+    Option<(Resources, Option<String>)>,
+    AcceleratorNeed,
+);
+
+/// The nodes that could run applications of one shape ([`Capable::of`]): those that take work,
+/// in id order, and the names of the drained ones, sorted.
+type CapableNodes = Rc<(Vec<NodeId>, Vec<String>)>;
+
+/// The capable nodes of each application shape, found once per read of the state
+/// ([`Read::capable`]): a listing of thousands of jobs of a few shapes scans the nodes a few
+/// times, not once per job.
+#[derive(Default)]
+pub struct Capable(RefCell<HashMap<Shape, CapableNodes>>);
+
+impl Capable {
+    /// The nodes that could run `app` (core `SchedulerView::could_run`): alive and not
+    /// removed; those that take work, and the drained ones (or whose agents shut down).
+    fn of(&self, rd: &Read, app: AppId) -> CapableNodes {
+        let Some(state) = rd.view.apps().get(app.index()) else {
+            return CapableNodes::default();
+        };
+        let a = &state.app;
+        let shape: Shape = (
+            a.requires.clone(),
+            a.request(Variant::Cpu),
+            a.gpu.as_ref().map(|g| (g.request, g.kind.clone())),
+            state.accelerator,
+        );
+        if let Some(found) = self.0.borrow().get(&shape) {
+            return found.clone();
+        }
+        let (mut open, mut drained) = (Vec::new(), Vec::new());
+        for (i, n) in rd.nodes.iter().enumerate() {
+            let node = NodeId(i as u32);
+            if !n.alive || n.removed || !rd.view.could_run(app, node) {
+                continue;
+            }
+            if n.drained || n.draining {
+                drained.push(n.spec.name.clone());
+            } else {
+                open.push(node);
+            }
+        }
+        drained.sort_unstable();
+        let found = Rc::new((open, drained));
+        self.0.borrow_mut().insert(shape, found.clone());
+        found
+    }
+}
 
 /// Index of the pending count in an application's `counts`.
 const PENDING: usize = 0;
@@ -56,28 +115,13 @@ impl Batch {
                 continue;
             };
             let name = &rec.name;
-            // The nodes able to run it at all: drained ones are named, and the scan stops at
-            // the first one that takes work and has not backed it off (the common case, a job
-            // waiting for busy nodes, costs a node or two per application).
-            let (mut drained, mut open, mut usable) = (Vec::new(), false, false);
-            for (i, n) in rd.nodes.iter().enumerate() {
-                let node = NodeId(i as u32);
-                if !n.alive || n.removed || !rd.view.could_run(app, node) {
-                    continue;
-                }
-                if n.drained || n.draining {
-                    drained.push(n.spec.name.as_str());
-                    continue;
-                }
-                open = true;
-                if !rd.view.is_excluded(app, node) {
-                    usable = true;
-                    break;
-                }
-            }
-            if !open {
+            // The nodes able to run it at all (the same for every application of its shape,
+            // so a listing scans the nodes once per shape): those that take work, and the
+            // drained ones, named.
+            let capable = rd.capable.of(rd, app);
+            let (open, drained) = (&capable.0, &capable.1);
+            if open.is_empty() {
                 if !drained.is_empty() {
-                    drained.sort_unstable();
                     let why = format!(
                         "every node that can run `{name}` is drained: {} (`hetsched node resume NAME`)",
                         drained.join(", ")
@@ -87,7 +131,7 @@ impl Batch {
                 let why = format!("no live node can run `{name}` ({})", self.needs(rd, app));
                 return (why, true);
             }
-            if !usable {
+            if open.iter().all(|&n| rd.view.is_excluded(app, n)) {
                 let why = format!(
                     "`{name}` is backed off on every node that can run it (its tasks failed to start there)"
                 );
