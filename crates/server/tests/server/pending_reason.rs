@@ -27,6 +27,14 @@ fn submit(s: &mut State, app: &str, extra: &str, hold: bool, after: &[u64]) -> u
     .job_id
 }
 
+fn open(dir: &std::path::Path) -> State {
+    let config = ServerConfig {
+        data_dir: dir.to_path_buf(),
+        ..Default::default()
+    };
+    State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state")
+}
+
 fn reason(s: &State, job: u64) -> String {
     s.job(job).expect("job").pending_reason
 }
@@ -48,12 +56,7 @@ fn beat(s: &mut State, node: u32, running: &[(u64, u32)]) -> Vec<(u64, u32)> {
 #[test]
 fn a_pending_job_says_why_as_the_cluster_changes_under_it() {
     let dir = common::scratch("pending-reason", "changes");
-    let config = ServerConfig {
-        data_dir: dir.to_path_buf(),
-        ..Default::default()
-    };
-    let mut s =
-        State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state");
+    let mut s = open(&dir);
     let big = register_with(&mut s, "big", 2, &["bigmem"]);
     let small = register_with(&mut s, "small", 2, &[]);
     // Four one-core tasks that need `bigmem`: two run on `big`, two wait for its cores.
@@ -114,12 +117,7 @@ fn a_pending_job_says_why_as_the_cluster_changes_under_it() {
 #[test]
 fn an_application_backed_off_on_every_node_that_can_run_it_says_so() {
     let dir = common::scratch("pending-reason", "backoff");
-    let config = ServerConfig {
-        data_dir: dir.to_path_buf(),
-        ..Default::default()
-    };
-    let mut s =
-        State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state");
+    let mut s = open(&dir);
     let n = register_with(&mut s, "n", 1, &[]);
     let job = submit(&mut s, "missing", "retries = 10", false, &[]);
     // Its program is missing on the one node: three start failures in a row back it off there.
