@@ -210,7 +210,7 @@ fn with_index(state: &State, job: u64, first: u64, tasks: u64, index: u32) -> Op
 fn resolve(state: &State, job: u64, task: &str) -> Result<pb::TaskInfo, Status> {
     let info = state
         .job(job)
-        .map_err(|_| Status::not_found(format!("no job {job}")))?;
+        .map_err(|e| crate::service::status(state.explain(e)))?;
     let first = state
         .tasks_page(job, 0, 1)
         .map_err(|e| Status::internal(e.to_string()))?

@@ -35,6 +35,7 @@ pub(crate) fn status(e: StateError) -> Status {
         StateError::Input(e) => Status::invalid_argument(e.to_string()),
         StateError::Invalid(m) => Status::invalid_argument(m),
         StateError::NoJob(j) => Status::not_found(format!("no job {j}")),
+        e @ StateError::Purged(_) => Status::not_found(e.to_string()),
         e @ StateError::NameTaken(_) => Status::already_exists(e.to_string()),
         e @ StateError::NoNode(_) => Status::not_found(e.to_string()),
         StateError::Topology(e) => crate::topology_service::status(e),
@@ -99,7 +100,10 @@ fn run_event<T>(
     f: impl FnOnce(&mut State) -> Result<T, StateError>,
 ) -> Result<(Result<T, Status>, u64), Status> {
     let poisoned = || Status::internal("server state poisoned");
-    let exec = move |s: &mut State| (f(s).map_err(status), s.written());
+    let exec = move |s: &mut State| {
+        let answer = f(s);
+        (answer.map_err(|e| status(s.explain(e))), s.written())
+    };
     // Inline only while the lock is free: a heartbeat must not park the async worker behind a
     // long call (a big submission) that holds it.
     if how == Run::Inline {
@@ -140,7 +144,8 @@ pub(crate) async fn read_state<T: Send + 'static>(
         let mut guard = state
             .lock()
             .map_err(|_| Status::internal("server state poisoned"))?;
-        f(&mut guard).map_err(status)
+        let answer = f(&mut guard);
+        answer.map_err(|e| status(guard.explain(e)))
     })
     .map(Response::new)
 }
@@ -156,7 +161,12 @@ pub(crate) async fn read_state_inline<T: Send + 'static>(
     let f = {
         // The guard is dropped before any await.
         match state.try_lock() {
-            Ok(mut guard) => return f(&mut guard).map(Response::new).map_err(status),
+            Ok(mut guard) => {
+                let answer = f(&mut guard);
+                return answer
+                    .map(Response::new)
+                    .map_err(|e| status(guard.explain(e)));
+            }
             Err(std::sync::TryLockError::WouldBlock) => f,
             Err(std::sync::TryLockError::Poisoned(_)) => {
                 return Err(Status::internal("server state poisoned"));

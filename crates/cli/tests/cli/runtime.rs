@@ -1686,6 +1686,13 @@ fn purge_removes_finished_jobs_from_listings_and_store_and_the_server_restarts()
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+    // Named again, it says it was purged (not an id never given), wherever a job is named.
+    for args in [vec!["job", "2"], vec!["log", "2", "0"], vec!["cancel", "2"]] {
+        c.refused(
+            &args,
+            "no job 2: it was purged (by `hetsched purge` or the `[retention]` rule)",
+        );
+    }
     // The agent deletes the purged job's task outputs: nothing can read them any more.
     let outputs = c.dir.join("agent-a").join("job-2");
     wait_until(

@@ -106,6 +106,12 @@ pub enum StateError {
     /// No such job.
     #[error("no job {0}")]
     NoJob(u64),
+    /// No such job any more: it was purged ([`State::explain`]).
+    #[error(
+        "no job {0}: it was purged (by `hetsched purge` or the `[retention]` rule), with its \
+         tasks' records and outputs"
+    )]
+    Purged(u64),
     /// No node of that name.
     #[error("no node named `{0}`")]
     NoNode(String),
@@ -431,11 +437,7 @@ impl State {
         Some(
             ids.iter()
                 .copied()
-                .filter(|&id| {
-                    self.ids.kind(id).is_some_and(|k| {
-                        Kind::ALL.contains(&k) && self.jobs.of_kind(k).is_purged(id)
-                    })
-                })
+                .filter(|&id| self.is_purged(id))
                 .collect(),
         )
     }
@@ -755,6 +757,22 @@ impl State {
     }
 
     /// The kind that owns job `job`.
+    /// `e` as a client should read it: a job that is not found because it was purged says so
+    /// (its id stays taken by a tombstone), instead of reading as an id never given.
+    pub fn explain(&self, e: StateError) -> StateError {
+        match e {
+            StateError::NoJob(id) if self.is_purged(id) => StateError::Purged(id),
+            e => e,
+        }
+    }
+
+    /// Whether job `id` was purged (its kind keeps a tombstone).
+    fn is_purged(&self, id: u64) -> bool {
+        self.ids
+            .kind(id)
+            .is_some_and(|k| Kind::ALL.contains(&k) && self.jobs.of_kind(k).is_purged(id))
+    }
+
     fn job_owner(&self, job: u64) -> Option<&dyn crate::jobs::JobKind> {
         self.ids.kind(job).map(|k| self.jobs.of_kind(k))
     }
