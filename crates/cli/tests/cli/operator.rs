@@ -312,18 +312,30 @@ fn a_drained_node_gets_no_new_work_until_it_is_resumed() {
     c.ok(&["node", "drain", "b"]);
     let out = c.cli(&["submit", job.to_str().expect("path")]);
     assert!(out.status.success(), "accepted: {}", text(&out.stderr));
-    let why = "every node that can run `t` is drained: a, b (`hetsched node resume NAME`)";
-    assert!(
-        text(&out.stderr).contains(&format!("warning: job 3 waits: {why}")),
-        "the submission says it at once: {}",
-        text(&out.stderr)
-    );
+    // Node b's agent was killed: it is drained and still alive, or (on a slow machine, past the
+    // dead timeout) dead; either way the reason names a, drained.
+    let why = "every node that can run `t` is drained: a";
+    let names_a = |said: &str| {
+        said.starts_with(why)
+            && (said.starts_with(&format!("{why}, b ")) || said.starts_with(&format!("{why} ")))
+            && said.ends_with("(`hetsched node resume NAME`)")
+    };
+    let err = text(&out.stderr);
+    let warned = err
+        .lines()
+        .find_map(|l| l.strip_prefix("warning: job 3 waits: "))
+        .unwrap_or("");
+    assert!(names_a(warned), "the submission says it at once: {err}");
     let listed = c.ok(&["jobs"]);
     assert!(
         listed.contains("pending because") && listed.contains("every node that can run `t`"),
         "{listed}"
     );
-    assert_eq!(c.json(&["job", "3"])["pending_reason"], why);
+    let reason = c.json(&["job", "3"])["pending_reason"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(names_a(&reason), "{reason}");
     let blocked: Vec<u64> = c
         .json(&["jobs", "--state", "blocked"])
         .as_array()
@@ -334,15 +346,16 @@ fn a_drained_node_gets_no_new_work_until_it_is_resumed() {
     assert_eq!(blocked, [3], "only the job no node can run now");
     assert!(
         c.ok(&["job", "3"])
-            .contains(&format!("pending because: {why}"))
+            .contains("pending because: every node that can run `t` is drained: a")
     );
     let out = c.cli(&["wait", "3", "--timeout", "1s"]);
     assert!(!out.status.success());
-    assert!(
-        text(&out.stderr).contains(&format!("job 3 waits: {why}")),
-        "{}",
-        text(&out.stderr)
-    );
+    let err = text(&out.stderr);
+    let told = err
+        .lines()
+        .find_map(|l| l.strip_prefix("job 3 waits: "))
+        .unwrap_or("");
+    assert!(names_a(told), "{err}");
     c.ok(&["node", "resume", "a"]);
     c.ok(&["wait", "3"]);
     assert_eq!(c.json(&["job", "3"])["pending_reason"], "");
