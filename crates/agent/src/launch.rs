@@ -49,6 +49,116 @@ pub fn output_paths(
     (path(false), path(true))
 }
 
+/// The directory a task runs in: its spec's `workdir` if that exists on this node, else the
+/// agent's work directory.
+pub fn task_cwd<'a>(work_dir: &'a Path, spec: &'a pb::TaskSpec) -> &'a Path {
+    let dir = Path::new(&spec.workdir);
+    if !spec.workdir.is_empty() && dir.is_dir() {
+        dir
+    } else {
+        work_dir
+    }
+}
+
+/// Where one of a task's output streams goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StreamTo {
+    /// The agent's capture file ([`output_paths`]), created at the first byte.
+    Captured(PathBuf),
+    /// The file its application named (`stdout =`, `stderr =`; absolute), created empty when
+    /// the task starts; the capture file's place holds a pointer to it ([`crate::logs`]).
+    File(PathBuf),
+    /// Nowhere (`"none"`).
+    Discarded,
+}
+
+/// Where task `a` of `spec` sends its stdout and stderr: the spec's `stdout` and `stderr`
+/// templates filled in for the task, relative ones from `cwd` (the task's directory), else the
+/// capture files in `work_dir`.
+pub fn stream_targets(
+    work_dir: &Path,
+    cwd: &Path,
+    spec: &pb::TaskSpec,
+    a: &pb::Assignment,
+) -> [StreamTo; 2] {
+    use hetsched_core::input::output_path::{DISCARD, Fill, expand};
+    let (out, err) = output_paths(work_dir, spec, a);
+    let fill = Fill {
+        job: spec.job_id,
+        app: &spec.app,
+        index: a.index,
+        task: a.task_id,
+        attempt: a.attempt,
+    };
+    let to = |template: &str, captured: PathBuf| match template {
+        "" => StreamTo::Captured(captured),
+        DISCARD => StreamTo::Discarded,
+        t => {
+            let p = cwd.join(expand(t, &fill));
+            StreamTo::File(std::path::absolute(&p).unwrap_or(p))
+        }
+    };
+    [to(&spec.stdout, out), to(&spec.stderr, err)]
+}
+
+/// The pointer in a capture file's place to the file a stream went to instead: the capture
+/// path with `.path` added. [`crate::logs`] follows it.
+pub fn pointer_path(captured: &Path) -> PathBuf {
+    let mut p = captured.as_os_str().to_owned();
+    p.push(".path");
+    PathBuf::from(p)
+}
+
+/// Creates (empty) the files of `targets` that are an application's, with their missing
+/// directories, and leaves a pointer to each in its capture file's place (`captured`): what
+/// Slurm does with `--output`, so that a task that prints nothing still leaves its file. Both
+/// streams to one path share one file, as `2>&1` does. The opened files, stdout's then
+/// stderr's (`None` for a stream not sent to a file).
+pub fn open_stream_files(
+    targets: &[StreamTo; 2],
+    captured: [&Path; 2],
+) -> Result<[Option<std::fs::File>; 2], String> {
+    let mut files: [Option<std::fs::File>; 2] = [None, None];
+    for (k, what) in [(0, "stdout"), (1, "stderr")] {
+        let StreamTo::File(path) = &targets[k] else {
+            continue;
+        };
+        let shared = match (k, &targets[0], &files[0]) {
+            (1, StreamTo::File(first), Some(f)) if first == path => Some(f),
+            _ => None,
+        };
+        let file = match shared {
+            Some(f) => f.try_clone(),
+            None => path
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| std::fs::File::create(path)),
+        }
+        .map_err(|e| format!("cannot open its {what} file `{}`: {e}", path.display()))?;
+        write_pointer(captured[k], path)
+            .map_err(|e| format!("cannot record where its {what} goes: {e}"))?;
+        files[k] = Some(file);
+    }
+    Ok(files)
+}
+
+/// Writes the pointer to `target` in `captured`'s place (not through a symbolic link).
+fn write_pointer(captured: &Path, target: &Path) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = captured.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(crate::workdir::no_follow())
+        .open(pointer_path(captured))?;
+    f.write_all(target.as_os_str().as_bytes())
+}
+
 /// How long a task asked to stop has between SIGTERM and SIGKILL when the agent's configuration
 /// says nothing (`kill_grace`). Slurm's `KillWait` is 30 s; HyperQueue sends SIGINT and waits 1 s.
 /// Long enough for a program to save its state, short enough that a cancelled task frees its
@@ -144,11 +254,19 @@ pub async fn run(
         return fail(result, "the assignment has no command".into());
     };
     let (out, err) = output_paths(work_dir, spec, a);
-    let dir = Path::new(&spec.workdir);
-    let cwd = if !spec.workdir.is_empty() && dir.is_dir() {
-        dir
-    } else {
-        work_dir
+    let cwd = task_cwd(work_dir, spec);
+    let targets = stream_targets(work_dir, cwd, spec, a);
+    let [out_file, err_file] = match open_stream_files(&targets, [&out, &err]) {
+        Ok(files) => files,
+        Err(m) => {
+            result.start_failed = true;
+            return fail(result, m);
+        }
+    };
+    let stdio = |target: &StreamTo, file: Option<std::fs::File>| match (target, file) {
+        (StreamTo::Captured(_), _) => Stdio::piped(),
+        (StreamTo::File(_), Some(f)) => Stdio::from(f),
+        _ => Stdio::null(),
     };
     let devices: Vec<String> = a.devices.iter().map(u32::to_string).collect();
     let mut cmd = tokio::process::Command::new(program);
@@ -165,8 +283,8 @@ pub async fn run(
         .envs(a.entry.as_ref().map(|e| ("HETSCHED_ENTRY", e)))
         .current_dir(cwd)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(stdio(&targets[0], out_file))
+        .stderr(stdio(&targets[1], err_file))
         .process_group(0)
         .kill_on_drop(true);
     let mut child = match cmd.spawn() {
@@ -525,6 +643,101 @@ mod tests {
             tries += 1;
         }
         assert!(gone(pid), "the task's background process {pid} still runs");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Runs `script` as task index 3, attempt 2, of job 1 with the given `stdout` and `stderr`
+    /// templates, in `dir`; what a `hetsched log` read of each stream would return.
+    async fn run_with_streams(
+        dir: &Path,
+        script: &str,
+        stdout: &str,
+        stderr: &str,
+    ) -> (pb::TaskResult, [Option<(Vec<u8>, String)>; 2]) {
+        // Each run is attempt 2 of the same task: the agent's pointers of the last run go.
+        let _ = std::fs::remove_dir_all(dir.join("job-1"));
+        let (mut a, mut spec) = task(dir, script, 0);
+        a.index = 3;
+        a.attempt = 2;
+        a.task_id = 13;
+        spec.workdir = dir.display().to_string();
+        spec.stdout = stdout.into();
+        spec.stderr = stderr.into();
+        let (_tx, rx) = oneshot::channel();
+        let r = run(&a, &spec, "n", dir, rx, Duration::from_secs(60), |_| {}).await;
+        let (out, err) = output_paths(dir, &spec, &a);
+        let read = |captured: &Path| {
+            let path = crate::logs::redirected(captured)
+                .expect("pointer")
+                .unwrap_or_else(|| captured.to_path_buf());
+            let (data, _, _, exists) = crate::logs::read_page(&path, 0, 0).expect("read");
+            exists.then(|| (data, path.display().to_string()))
+        };
+        (r, [read(&out), read(&err)])
+    }
+
+    #[tokio::test]
+    async fn streams_go_to_the_applications_files_and_the_log_reader_follows_them() {
+        let dir = test_dir("streams");
+        let both = "echo to-out; echo to-err >&2";
+        // Separate files, placeholders filled in, the directory created, relative to the task's.
+        let (r, [out, err]) = run_with_streams(
+            &dir,
+            both,
+            "logs/{job}/{app}-{index}.{attempt}.out",
+            "/dev/null/never",
+        )
+        .await;
+        // A path that cannot be opened is a start failure that names it, and runs nothing.
+        assert!(r.start_failed && !r.success, "{r:?}");
+        assert!(r.message.contains("cannot open its stderr file"), "{r:?}");
+        assert!(out.is_some() && err.is_none());
+        let (r, [out, err]) = run_with_streams(
+            &dir,
+            both,
+            "logs/{job}/{app}-{index}.{attempt}.out",
+            &format!("{}/t{{task}}.err", dir.display()),
+        )
+        .await;
+        assert!(r.success, "{r:?}");
+        let written = std::fs::read(dir.join("logs/1/app-3.2.out")).expect("stdout file");
+        assert_eq!(written, b"to-out\n");
+        assert_eq!(
+            std::fs::read(dir.join("t13.err")).expect("stderr file"),
+            b"to-err\n"
+        );
+        let (data, path) = out.expect("stdout served");
+        assert_eq!(
+            (data.as_slice(), path.as_str()),
+            (
+                &b"to-out\n"[..],
+                dir.join("logs/1/app-3.2.out").to_str().expect("utf-8")
+            )
+        );
+        assert_eq!(err.expect("stderr served").0, b"to-err\n");
+        // One path for both: one file, as `2>&1`.
+        let (r, [out, err]) = run_with_streams(
+            &dir,
+            "echo a; echo b >&2; echo c",
+            "all-{index}.log",
+            "all-{index}.log",
+        )
+        .await;
+        assert!(r.success, "{r:?}");
+        assert_eq!(
+            std::fs::read(dir.join("all-3.log")).expect("file"),
+            b"a\nb\nc\n"
+        );
+        assert_eq!(out.expect("served").0, b"a\nb\nc\n");
+        assert_eq!(err.expect("served").0, b"a\nb\nc\n");
+        // Discarded: nothing kept anywhere; a task that prints nothing still leaves its file.
+        let (r, [out, err]) = run_with_streams(&dir, both, "none", "quiet.err").await;
+        assert!(r.success, "{r:?}");
+        assert!(out.is_none(), "stdout was discarded");
+        assert_eq!(err.expect("served").0, b"to-err\n");
+        let (r, [_, err]) = run_with_streams(&dir, "true", "none", "empty.err").await;
+        assert!(r.success, "{r:?}");
+        assert_eq!(err.expect("the empty file exists").0, b"");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

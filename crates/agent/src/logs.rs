@@ -7,7 +7,10 @@
 //! the client token is not needed here). A read is one page: at most [`MAX_PAGE`] bytes from an
 //! offset, or the last bytes of the file (negative offset). Files are opened with `O_NOFOLLOW`
 //! and paths are built from sanitised components only, so a request cannot name a file outside
-//! the work directory.
+//! the work directory. A task whose application sent a stream to a file of its own
+//! (`stdout = "out/{index}.txt"`) left a pointer in the capture file's place
+//! ([`crate::launch::pointer_path`]), written by this agent: that file is served instead, so
+//! `hetsched log` reads it wherever it is.
 //!
 //! With a certificate and key (`hetsched agent --log-cert --log-key`) the listener speaks TLS, and
 //! the server checks the certificate against its `[tls] agent_ca`; the token check is the same.
@@ -59,6 +62,29 @@ pub fn read_page(
     Ok((data, start, size, true))
 }
 
+/// Longest pointer read (a path of at most `hetsched_core::input::output_path::MAX_OUTPUT_PATH`
+/// bytes joined to a task's directory).
+const MAX_POINTER: u64 = 16 * 1024;
+
+/// The file a task's stream went to instead of `captured`, if a pointer there says so (read
+/// without following a link).
+pub fn redirected(captured: &Path) -> std::io::Result<Option<PathBuf>> {
+    use std::io::Read;
+    use std::os::unix::ffi::OsStringExt;
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(crate::workdir::no_follow())
+        .open(crate::launch::pointer_path(captured))
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut bytes = Vec::new();
+    f.take(MAX_POINTER).read_to_end(&mut bytes)?;
+    Ok(Some(PathBuf::from(std::ffi::OsString::from_vec(bytes))))
+}
+
 /// The `AgentLogs` service of one work directory.
 pub struct LogService {
     work_dir: PathBuf,
@@ -83,12 +109,20 @@ impl AgentLogs for LogService {
                 r.stderr,
             )
         };
-        let shown = path.display().to_string();
-        let (data, offset, size, exists) =
-            tokio::task::spawn_blocking(move || read_page(&path, r.offset, r.limit))
-                .await
-                .map_err(|e| Status::internal(e.to_string()))?
-                .map_err(|e| Status::internal(format!("{shown}: {e}")))?;
+        let (data, offset, size, exists, shown) = tokio::task::spawn_blocking(move || {
+            let path = match redirected(&path) {
+                Ok(Some(p)) => p,
+                Ok(None) => path,
+                Err(e) => return Err(format!("{}: {e}", path.display())),
+            };
+            let shown = path.display().to_string();
+            read_page(&path, r.offset, r.limit)
+                .map(|(data, offset, size, exists)| (data, offset, size, exists, shown.clone()))
+                .map_err(|e| format!("{shown}: {e}"))
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?
+        .map_err(Status::internal)?;
         Ok(Response::new(pb::ReadLogReply {
             data,
             offset,

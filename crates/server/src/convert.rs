@@ -227,6 +227,8 @@ fn task_spec(s: &TaskSpec) -> pb::TaskSpec {
         accelerator: s.accelerator.clone(),
         memory_limit_bytes: s.memory_limit_bytes,
         kill_grace_ms: s.kill_grace_ms,
+        stdout: s.stdout.clone(),
+        stderr: s.stderr.clone(),
     }
 }
 

@@ -285,10 +285,11 @@ fn resolve(state: &State, job: u64, task: &str) -> Result<pb::TaskInfo, Status> 
     })
 }
 
-/// What a `ReadLog` call names: a task of a batch job or workflow, or a divisible job's chunk
-/// (with the server's copy of its stdout once it is done).
+/// What a `ReadLog` call names: a task of a batch job or workflow (with where its application
+/// sends its stdout and stderr), or a divisible job's chunk (with the server's copy of its stdout
+/// once it is done).
 enum Target {
-    Task(pb::TaskInfo),
+    Task(pb::TaskInfo, [String; 2]),
     Chunk(DivisibleChunk, Option<PathBuf>),
 }
 
@@ -416,7 +417,12 @@ pub async fn read_log(
             return Ok(Target::Chunk(chunk, stdout));
         }
         drop(s);
-        lookup().map(Target::Task)
+        let task = lookup()?;
+        let streams = state
+            .lock()
+            .map_err(|_| Status::internal("server state poisoned"))?
+            .task_streams(task.job_id, &task.app);
+        Ok(Target::Task(task, streams))
     };
     let target = if multi {
         tokio::task::block_in_place(lookup)?
@@ -424,7 +430,23 @@ pub async fn read_log(
         lookup()?
     };
     let task = match target {
-        Target::Task(task) => task,
+        Target::Task(task, streams) => {
+            let (stream, field) = if r.stderr {
+                (&streams[1], "stderr")
+            } else {
+                (&streams[0], "stdout")
+            };
+            if stream == hetsched_core::input::output_path::DISCARD {
+                return Err(Status::failed_precondition(format!(
+                    "task {} ({}:{}) kept no {field}: its application discards it (`{field} = \"{}\"`)",
+                    task.id,
+                    task.app,
+                    task.index,
+                    hetsched_core::input::output_path::DISCARD
+                )));
+            }
+            task
+        }
         Target::Chunk(chunk, stdout) => return read_chunk_log(relay, r, chunk, stdout).await,
     };
     if task.attempt == 0 {

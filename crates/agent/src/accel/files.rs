@@ -79,7 +79,8 @@ where
 /// directories) at its first chunk and appended to by the following ones.
 pub struct Sink {
     dir: PathBuf,
-    open: Option<(String, u32, tokio::fs::File)>,
+    /// The file being written: where, for which stream, and the handle.
+    open: Option<(PathBuf, u32, tokio::fs::File)>,
 }
 
 impl Sink {
@@ -94,18 +95,18 @@ impl Sink {
     /// Writes `chunk` to `target` (a path below the sink's directory, checked by the caller).
     pub async fn write(&mut self, target: &Path, chunk: &pb::FileChunk) -> std::io::Result<()> {
         use tokio::io::AsyncWriteExt;
+        let full = self.dir.join(target);
         let same = self
             .open
             .as_ref()
-            .is_some_and(|(p, s, _)| *p == chunk.path && *s == chunk.stream);
+            .is_some_and(|(p, s, _)| *p == full && *s == chunk.stream);
         if !same {
             self.finish().await?;
-            let full = self.dir.join(target);
             if let Some(parent) = full.parent() {
                 tokio::fs::create_dir_all(parent).await?;
             }
             let f = tokio::fs::File::create(&full).await?;
-            self.open = Some((chunk.path.clone(), chunk.stream, f));
+            self.open = Some((full, chunk.stream, f));
         }
         if let Some((_, _, f)) = &mut self.open {
             f.write_all(&chunk.data).await?;

@@ -100,12 +100,7 @@ impl Client {
 /// The task's directory on this node: the spec's `workdir` if it exists here, else the agent's
 /// work directory (as for a local run, [`launch::run`]).
 pub fn task_dir(spec: &pb::TaskSpec, work_dir: &Path) -> PathBuf {
-    let dir = Path::new(&spec.workdir);
-    if !spec.workdir.is_empty() && dir.is_dir() {
-        dir.to_path_buf()
-    } else {
-        work_dir.to_path_buf()
-    }
+    launch::task_cwd(work_dir, spec).to_path_buf()
 }
 
 /// Offloads `a` (a task of `spec`) from node `node` through `client` and waits for its result;
@@ -247,7 +242,22 @@ async fn once(
     };
     let tmp = dir.join(format!(".hetsched-offload-{}-{}", a.task_id, a.attempt));
     let _ = std::fs::remove_dir_all(&tmp);
+    // The task's stdout and stderr come back as streams 1 and 2 and go where its application
+    // says, as a local run's would; the files are created before any byte arrives.
     let (out, err) = launch::output_paths(work_dir, spec, a);
+    let targets = launch::stream_targets(work_dir, dir, spec, a);
+    if let Err(m) = launch::open_stream_files(&targets, [&out, &err]) {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(Transfer::Final(super::failed(a, &m)));
+    }
+    let stream_path = |k: usize| match &targets[k] {
+        launch::StreamTo::Captured(p) | launch::StreamTo::File(p) => Some(p.clone()),
+        launch::StreamTo::Discarded => None,
+    };
+    let (out, err) = (stream_path(0), stream_path(1));
+    // Both streams to one file: stderr's chunks are appended to what stdout's wrote.
+    let merged =
+        matches!(&targets, [launch::StreamTo::File(a), launch::StreamTo::File(b)] if a == b);
     let mut outputs = Sink::new(&tmp);
     let mut logs = Sink::new(Path::new("/"));
     let result = loop {
@@ -265,10 +275,14 @@ async fn once(
             }
         };
         match m.part {
-            Some(ReplyPart::Chunk(c)) => {
-                let written = match c.stream {
-                    1 => logs.write(&out, &c).await,
-                    2 => logs.write(&err, &c).await,
+            Some(ReplyPart::Chunk(mut c)) => {
+                if c.stream == 2 && merged {
+                    c.stream = 1;
+                }
+                let written = match (c.stream, &out, &err) {
+                    (1, Some(out), _) => logs.write(out, &c).await,
+                    (2, _, Some(err)) => logs.write(err, &c).await,
+                    (1 | 2, _, _) => Ok(()),
                     _ => match files::resolve(&c.path, a.index) {
                         Ok(rel) => outputs.write(&rel, &c).await,
                         Err(e) => Err(std::io::Error::other(e)),

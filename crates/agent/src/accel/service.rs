@@ -158,6 +158,10 @@ pub(crate) async fn read_stage(mut rx: mpsc::Receiver<Incoming>, pipeline: Pipel
         };
         let mut spec = spec;
         spec.workdir = staging.display().to_string();
+        // The task's output streams are captured here and shipped back: the NNode writes them
+        // where the application says (`stdout =`), as if the task had run there.
+        spec.stdout.clear();
+        spec.stderr.clear();
         let job = Job {
             assignment,
             spec,

@@ -77,6 +77,16 @@ pub struct CommandJobArgs {
     /// directory if it exists on the node, else the agent's work directory).
     #[arg(long, value_name = "DIR")]
     pub workdir: Option<String>,
+    /// Where each task's stdout goes instead of its agent's capture file (Slurm's `--output`,
+    /// HyperQueue's `--stdout`): a path with `{job}`, `{app}`, `{index}`, `{task}` and
+    /// `{attempt}` filled in per task, relative to the task's directory (missing directories
+    /// are created; `hetsched log` still reads it), or `none` to discard it.
+    #[arg(long, value_name = "PATH")]
+    pub stdout: Option<String>,
+    /// Where each task's stderr goes, as `--stdout`; the same path as `--stdout` puts both
+    /// streams in one file (Slurm's default).
+    #[arg(long, value_name = "PATH")]
+    pub stderr: Option<String>,
     /// The application's name (default: the program's file name); task outputs and
     /// `hetsched log JOB APP:INDEX` use it.
     #[arg(long, value_name = "NAME")]
@@ -106,6 +116,8 @@ impl CommandJobArgs {
             (self.priority.is_some(), "--priority"),
             (!self.env.is_empty(), "--env"),
             (self.workdir.is_some(), "--workdir"),
+            (self.stdout.is_some(), "--stdout"),
+            (self.stderr.is_some(), "--stderr"),
             (self.app.is_some(), "--app"),
             (self.shell, "--shell"),
         ];
@@ -242,6 +254,11 @@ pub fn build(
     }
     if let Some(w) = &args.workdir {
         app.insert("workdir".into(), Value::String(w.clone()));
+    }
+    for (field, value) in [("stdout", &args.stdout), ("stderr", &args.stderr)] {
+        if let Some(v) = value {
+            app.insert(field.into(), Value::String(v.clone()));
+        }
     }
     app.insert(
         if gpu { "gpu" } else { "cpu" }.into(),
@@ -489,6 +506,8 @@ mod tests {
             priority: Some(-2),
             env: words(&["A=1", "B=x=y"]),
             workdir: Some("/scratch/run".into()),
+            stdout: Some("logs/{app}-{index}.out".into()),
+            stderr: Some("none".into()),
             app: Some("train".into()),
             shell: true,
         };
@@ -510,6 +529,14 @@ mod tests {
         assert_eq!(
             a.workdir.as_ref().map(|w| w.get_ref().as_str()),
             Some("/scratch/run")
+        );
+        assert_eq!(
+            a.stdout.as_ref().map(|s| s.get_ref().as_str()),
+            Some("logs/{app}-{index}.out")
+        );
+        assert_eq!(
+            a.stderr.as_ref().map(|s| s.get_ref().as_str()),
+            Some("none")
         );
         assert!(a.cpu.is_none(), "--gpus makes it a GPU task");
         let g = a.gpu.as_ref().expect("gpu variant").get_ref();
@@ -538,7 +565,12 @@ mod tests {
         let true_ = ["true"];
         let echo_hi = ["echo", "hi"];
         type Case<'a> = (fn(&mut CommandJobArgs), &'a [&'a str], &'a str);
-        let cases: [Case; 10] = [
+        let cases: [Case; 11] = [
+            (
+                |a| a.stdout = Some("out-%j.txt".into()),
+                &true_,
+                "--stdout: ",
+            ),
             (|a| a.memory = Some("lots".into()), &true_, "--memory: "),
             (
                 |a| a.kill_grace = Some("2h".into()),

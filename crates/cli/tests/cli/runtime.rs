@@ -2261,6 +2261,71 @@ fn an_array_job_runs_one_task_per_listed_index() {
     );
 }
 
+/// `submit --stdout/--stderr` (Slurm's `--output`/`--error`, HyperQueue's `--stdout`): each
+/// task's streams go to the files named, placeholders filled in, directories created, one file
+/// for both when the paths agree; `hetsched log` and `wait`'s failure report still read them;
+/// `none` discards a stream and `log` says so; another scheduler's placeholder is refused with
+/// ours.
+#[test]
+fn task_output_goes_to_the_files_the_job_names_and_log_still_reads_it() {
+    let mut c = Cluster::start("stdout-paths", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&[
+        "submit",
+        "--tasks",
+        "3",
+        "--app",
+        "w",
+        "--stdout",
+        "out/{job}/{app}-{index}.log",
+        "--stderr",
+        "out/{job}/{app}-{index}.log",
+        "--shell",
+        "--wait",
+        "--",
+        "echo hello {index}; echo warn {index} >&2",
+    ]);
+    for i in 0..3 {
+        let text = std::fs::read_to_string(c.dir.join(format!("out/1/w-{i}.log")))
+            .expect("the task's file");
+        assert_eq!(text, format!("hello {i}\nwarn {i}\n"));
+    }
+    assert_eq!(c.ok(&["log", "1", "w:1"]), "hello 1\nwarn 1\n");
+    assert_eq!(c.ok(&["log", "1", "w:2", "--stderr"]), "hello 2\nwarn 2\n");
+    // Discarded stdout; stderr to its own file, read back for a failed task.
+    let out = c.cli(&[
+        "submit",
+        "--app",
+        "f",
+        "--stdout",
+        "none",
+        "--stderr",
+        "err/{task}.{attempt}.txt",
+        "--shell",
+        "--wait",
+        "--",
+        "echo gone; echo boom >&2; exit 3",
+    ]);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("| boom"), "the failure report reads the file: {said}");
+    let task = c.tasks(2)[0]["id"].as_u64().expect("task id");
+    assert_eq!(
+        std::fs::read_to_string(c.dir.join(format!("err/{task}.1.txt"))).expect("stderr file"),
+        "boom\n"
+    );
+    c.refused(
+        &["log", "2", "f:0"],
+        "kept no stdout: its application discards it (`stdout = \"none\"`)",
+    );
+    assert_eq!(c.ok(&["log", "2", "f:0", "--stderr"]), "boom\n");
+    c.refused(
+        &["submit", "--stdout", "slurm-%j.out", "--", "true"],
+        "--stdout: `%j` in `slurm-%j.out` is another scheduler's placeholder: write `{job}`",
+    );
+}
+
 /// `hetsched cancel JOB --tasks INDICES`: the named tasks are cancelled (a pending one dropped,
 /// a running one stopped), the others run on, the job ends `cancelled` and a job that runs
 /// `--after` it is cancelled too; an index the job lacks is refused, naming it.

@@ -63,7 +63,8 @@ fn wait_bound(c: &Cluster, expected: &[(&str, &str)]) {
 
 /// The job file: `tasks` GPU-only tasks that read `in/INDEX.dat` and write `out/INDEX.dat`
 /// in `tasks/`, each logging its index, attempt, node and entry (`entry-INDEX`, one per task:
-/// `entries` instead of `tasks`) to `ran.log`.
+/// `entries` instead of `tasks`) to `ran.log`, and printing a line on stdout and one on stderr,
+/// which go to `tasks/logs/solve-INDEX.log` (`stdout =`, `stderr =`).
 fn job(c: &Cluster, tasks: u32, sleep: &str) -> PathBuf {
     let work = c.dir.join("tasks");
     std::fs::create_dir_all(work.join("in")).expect("in");
@@ -82,8 +83,10 @@ accelerator = "required"
 workdir = "{work}"
 inputs = ["in/{{index}}.dat"]
 outputs = ["out/{{index}}.dat"]
+stdout = "logs/{{app}}-{{index}}.log"
+stderr = "logs/{{app}}-{{index}}.log"
 [application.gpu]
-command = "sleep {sleep}; mkdir -p out && tr a-z A-Z < in/{{index}}.dat > out/{{index}}.dat && echo {{index}} $HETSCHED_ATTEMPT $HETSCHED_NODE {{entry}} $HETSCHED_ENTRY >> {log}"
+command = "sleep {sleep}; mkdir -p out && tr a-z A-Z < in/{{index}}.dat > out/{{index}}.dat && echo {{index}} $HETSCHED_ATTEMPT $HETSCHED_NODE {{entry}} $HETSCHED_ENTRY >> {log}; echo said {{index}}; echo warned {{index}} >&2"
 "#,
             entries = (0..tasks)
                 .map(|i| format!("\"entry-{i}\""))
@@ -138,6 +141,11 @@ fn check_outputs(c: &Cluster, tasks: u32) {
     for i in 0..tasks {
         let got = std::fs::read(c.dir.join(format!("tasks/out/{i}.dat"))).expect("output");
         assert_eq!(got, expected_output(i), "output of task {i}");
+        // An offloaded task's streams come back to the NNode, which writes them where the
+        // application says, as a local run would.
+        let said = std::fs::read_to_string(c.dir.join(format!("tasks/logs/solve-{i}.log")))
+            .expect("the task's stdout file");
+        assert_eq!(said, format!("said {i}\nwarned {i}\n"), "streams of task {i}");
     }
 }
 
@@ -169,6 +177,16 @@ fn gpu_tasks_placed_on_rack_a_nnodes_run_on_its_anode_and_rack_b_gets_none() {
     );
     eprintln!("placed: {placed:?}");
     check_outputs(&c, 40);
+    // `hetsched log` reads an offloaded task's stdout file through the NNode that placed it.
+    let offloaded = tasks
+        .iter()
+        .find(|t| t["node"] != "anode")
+        .expect("a task placed on an NNode");
+    let index = offloaded["index"].as_u64().expect("index");
+    assert_eq!(
+        c.ok(&["log", "1", &format!("solve:{index}")]),
+        format!("said {index}\nwarned {index}\n")
+    );
     // Each task ran (and succeeded) exactly once, all on the ANode.
     let ran = std::fs::read_to_string(c.dir.join("ran.log")).expect("ran.log");
     let mut seen = BTreeSet::new();

@@ -96,6 +96,16 @@ pub struct ApplicationSpec {
     /// exists on the node, else the agent's work directory.
     #[serde(default)]
     pub workdir: Option<Spanned<String>>,
+    /// Where each task's stdout goes (runtime), instead of its agent's capture file: a path
+    /// template with `{job}`, `{app}`, `{index}`, `{task}` and `{attempt}` (relative paths from
+    /// the task's working directory; missing directories are created), or `"none"` to discard
+    /// it. See [`super::output_path`].
+    #[serde(default)]
+    pub stdout: Option<Spanned<String>>,
+    /// Where each task's stderr goes, as `stdout`; the same path as `stdout` puts both streams
+    /// in one file.
+    #[serde(default)]
+    pub stderr: Option<Spanned<String>>,
 }
 
 impl ApplicationSpec {
@@ -411,6 +421,13 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
                     field("workdir"),
                     "must be a directory path of 1 to 4096 bytes",
                 ));
+            }
+        }
+        for (stream, what) in [(&a.stdout, "stdout"), (&a.stderr, "stderr")] {
+            if let Some(t) = stream
+                && let Err(e) = super::output_path::check(t.get_ref())
+            {
+                return Err(src.error(at(t), field(what), e));
             }
         }
         for (list, what) in [(&a.inputs, "inputs"), (&a.outputs, "outputs")] {

@@ -1,5 +1,6 @@
 //! The job file's `inputs` and `outputs` (spec 01, issue 11): the files each task reads and writes,
 //! relative to its directory, `{index}` allowed; a path that leaves the directory names its line.
+//! Also `stdout` and `stderr`: where each task's output streams go.
 
 #![allow(clippy::unwrap_used)] // a failing test should panic with the error
 
@@ -54,5 +55,46 @@ fn a_path_outside_the_task_directory_is_refused_with_its_line() {
         let err = parse_workload("j.toml", &job(bad)).unwrap_err().to_string();
         assert!(err.starts_with("j.toml:6:"), "{err}");
         assert!(err.contains(field), "{err}");
+    }
+}
+
+#[test]
+fn stdout_and_stderr_templates_are_read_and_a_bad_one_names_its_line_and_field() {
+    let w = parse_workload(
+        "j.toml",
+        &job(r#"stdout = "logs/{job}/{app}-{index}.out"
+stderr = "none""#),
+    )
+    .unwrap();
+    let a = &w.applications[0];
+    assert_eq!(
+        a.stdout.as_ref().map(|s| s.get_ref().as_str()),
+        Some("logs/{job}/{app}-{index}.out")
+    );
+    assert_eq!(
+        a.stderr.as_ref().map(|s| s.get_ref().as_str()),
+        Some("none")
+    );
+    for (bad, field, says) in [
+        (
+            r#"stdout = "out-{jobid}.txt""#,
+            "application[0].stdout",
+            "unknown placeholder `{jobid}`",
+        ),
+        (
+            r#"stderr = "slurm-%j.err""#,
+            "application[0].stderr",
+            "write `{job}`",
+        ),
+        (
+            r#"stdout = "logs/""#,
+            "application[0].stdout",
+            "names a directory",
+        ),
+        (r#"stdout = """#, "application[0].stdout", "1 to 4096 bytes"),
+    ] {
+        let err = parse_workload("j.toml", &job(bad)).unwrap_err().to_string();
+        assert!(err.starts_with("j.toml:6:"), "{err}");
+        assert!(err.contains(field) && err.contains(says), "{err}");
     }
 }

@@ -106,6 +106,8 @@ struct AppRec {
     observed: [Observed; 2],
     /// The application's `workdir =`, if any (relative to the job's working directory).
     workdir: Option<String>,
+    /// Its `stdout =` and `stderr =` (empty: captured by the agent).
+    streams: [String; 2],
     /// Declared `inputs`, `outputs` and `accelerator` (spec 01), sent in its task specs.
     files: (Vec<String>, Vec<String>, String),
     /// Its tasks' entries in task order (`entries`, `submit --each-line`), sent with each
@@ -420,6 +422,8 @@ impl Batch {
                 gpu,
                 observed: [Observed::default(); 2],
                 workdir: spec.workdir.as_ref().map(|w| w.get_ref().clone()),
+                streams: [&spec.stdout, &spec.stderr]
+                    .map(|s| s.as_ref().map(|s| s.get_ref().clone()).unwrap_or_default()),
                 files: (
                     spec.inputs.iter().map(|f| f.get_ref().clone()).collect(),
                     spec.outputs.iter().map(|f| f.get_ref().clone()).collect(),
@@ -495,6 +499,18 @@ impl Batch {
         self.jobs.binary_search_by_key(&id, |j| j.row.id).ok()
     }
 
+    /// Where the tasks of application `app` of job `job` send their stdout and stderr: the
+    /// application's `stdout =` and `stderr =` (empty: captured by their agent). `None`: no such
+    /// batch application.
+    pub fn streams(&self, job: u64, app: &str) -> Option<&[String; 2]> {
+        let j = self.job_rec(job)?;
+        self.apps
+            .get(j.apps.start as usize..j.apps.end as usize)?
+            .iter()
+            .find(|a| a.name == app)
+            .map(|a| &a.streams)
+    }
+
     /// Job `id`.
     fn job_rec(&self, id: u64) -> Option<&JobRec> {
         self.job_index(id).map(|i| &self.jobs[i])
@@ -546,6 +562,8 @@ impl Batch {
             accelerator: rec.files.2.clone(),
             memory_limit_bytes: memory,
             kill_grace_ms: grace,
+            stdout: rec.streams[0].clone(),
+            stderr: rec.streams[1].clone(),
         }
     }
 

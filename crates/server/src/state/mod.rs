@@ -773,6 +773,21 @@ impl State {
             .is_some_and(|k| Kind::ALL.contains(&k) && self.jobs.of_kind(k).is_purged(id))
     }
 
+    /// Where the tasks of application `app` of batch job `job` send their stdout and stderr
+    /// (`stdout =`, `stderr =`; empty: captured by their agent, which `hetsched log` reads).
+    /// Other kinds' tasks are always captured.
+    pub fn task_streams(&self, job: u64, app: &str) -> [String; 2] {
+        match self.ids.kind(job) {
+            Some(Kind::Batch) => self
+                .jobs
+                .batch
+                .streams(job, app)
+                .cloned()
+                .unwrap_or_default(),
+            _ => Default::default(),
+        }
+    }
+
     fn job_owner(&self, job: u64) -> Option<&dyn crate::jobs::JobKind> {
         self.ids.kind(job).map(|k| self.jobs.of_kind(k))
     }

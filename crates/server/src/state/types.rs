@@ -151,6 +151,11 @@ pub struct TaskSpec {
     pub memory_limit_bytes: u64,
     /// The variant's kill grace, ms (0 = the agent's).
     pub kill_grace_ms: u64,
+    /// The application's `stdout` and `stderr` (empty = captured by the agent, `none` =
+    /// discarded, else a path template: `hetsched_core::input::output_path`).
+    pub stdout: String,
+    /// See `stdout`.
+    pub stderr: String,
 }
 
 /// One task handed to a node (the agent runs the spec `spec` with the task's index).
