@@ -22,6 +22,7 @@
 pub mod accel;
 pub mod balance;
 pub mod config;
+pub mod cpus;
 pub mod dataflow;
 pub mod detect;
 pub mod divisible;
@@ -140,6 +141,9 @@ pub struct AgentOptions {
     pub advertise: Option<String>,
     /// Workflow settings: attributes, TLS between agents (issue 13).
     pub data: dataflow::DataOptions,
+    /// The `hetsched` binary, whose hidden `pin-exec` binds a pinned task to its CPUs
+    /// ([`cpus`]); None: pinned tasks run unbound, as any task.
+    pub pin_exec: Option<PathBuf>,
 }
 
 struct RunningTask {
@@ -169,6 +173,8 @@ struct Shared {
     queue: VecDeque<Queued>,
     /// Cores of the tasks started here and not yet ended.
     busy_cores: u32,
+    /// The CPUs not held by a running pinned task.
+    cpus: cpus::CpuPool,
     ledger: ledger::Ledger,
     /// The ANode this NNode offloads to, from the server's last reply (spec 01).
     binding: Option<accel::offload::Client>,
@@ -320,6 +326,7 @@ pub async fn run(
         results: recovered.results,
         queue: VecDeque::new(),
         busy_cores: 0,
+        cpus: cpus::CpuPool::of_this_process(opts.resources.cores),
         ledger,
         binding: None,
     }));
@@ -787,6 +794,27 @@ impl Launcher<'_> {
             let _ = tx.send(launch::Kill::Server);
         }
         let route = accel::route(&spec, self.opts, self.pipeline, sh.binding.as_ref());
+        // A pinned task run here gets CPUs of its own while enough are free (a task that starts
+        // beyond the node's CPUs, or holds no cores, runs unbound); an offloaded one is its
+        // ANode's to place.
+        let held = match (&self.opts.pin_exec, &route) {
+            (Some(exe), accel::Route::Direct | accel::Route::Local(_)) if spec.pin => {
+                sh.cpus.take(a.cores).map(|cpus| (exe, cpus))
+            }
+            _ => None,
+        };
+        if spec.pin && held.is_none() {
+            debug!(
+                task = a.task_id,
+                cores = a.cores,
+                free = sh.cpus.free(),
+                "a pinned task runs unbound: not enough free CPUs"
+            );
+        }
+        let (spec, held) = match held {
+            Some((exe, cpus)) => (Arc::new(cpus::pinned(&spec, exe, &cpus)), cpus),
+            None => (spec, Vec::new()),
+        };
         let (shared, notify, opts) = (self.shared.clone(), self.notify.clone(), self.opts.clone());
         let (bal, auth) = (self.balance.clone(), self.auth.clone());
         let cores = a.cores;
@@ -837,6 +865,7 @@ impl Launcher<'_> {
             let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
             sh.ledger.finished(&result);
             sh.busy_cores = sh.busy_cores.saturating_sub(cores);
+            sh.cpus.give_back(&held);
             if sh.running.get(&task).is_some_and(|t| t.attempt == attempt) {
                 sh.running.remove(&task);
             }

@@ -43,6 +43,17 @@ enum Command {
     /// A stream topology's worker process (started by agents).
     #[command(hide = true)]
     StreamWorker(topology::StreamWorkerArgs),
+    /// Bind this process to CPUs and become a pinned task's program (started by agents:
+    /// `hetsched_agent::cpus`).
+    #[command(hide = true, name = "pin-exec")]
+    PinExec {
+        /// The CPUs, `0,1`.
+        #[arg(long)]
+        cpus: String,
+        /// The program and its arguments.
+        #[arg(last = true, required = true, value_parser = clap::value_parser!(std::ffi::OsString))]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell to complete for.
@@ -52,6 +63,12 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if let Command::PinExec { cpus, command } = &cli.command {
+        // Returns only if the program could not be started.
+        let e = hetsched_agent::cpus::pin_exec(cpus, command);
+        eprintln!("hetsched pin-exec: {e}");
+        return std::process::ExitCode::from(e.exit_code() as u8);
+    }
     if !matches!(&cli.command, Command::Runtime(c) if c.long_running()) {
         runtime::human::quiet_broken_pipe();
     }
@@ -62,6 +79,7 @@ fn main() -> std::process::ExitCode {
         Command::Runtime(cmd) => runtime::run(*cmd),
         Command::Topology(cmd) => topology::run(cmd),
         Command::StreamWorker(args) => topology::run_worker(args),
+        Command::PinExec { .. } => Ok(()),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

@@ -229,6 +229,7 @@ fn task_spec(s: &TaskSpec) -> pb::TaskSpec {
         kill_grace_ms: s.kill_grace_ms,
         stdout: s.stdout.clone(),
         stderr: s.stderr.clone(),
+        pin: s.pin,
     }
 }
 

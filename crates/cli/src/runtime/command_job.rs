@@ -87,6 +87,10 @@ pub struct CommandJobArgs {
     /// streams in one file (Slurm's default).
     #[arg(long, value_name = "PATH")]
     pub stderr: Option<String>,
+    /// Bind each task's processes to CPUs of its own, as many as its `--cores` (HyperQueue's
+    /// `--pin`): the task gets `HETSCHED_CPUS` (the list) and `OMP_NUM_THREADS`.
+    #[arg(long)]
+    pub pin: bool,
     /// The application's name (default: the program's file name); task outputs and
     /// `hetsched log JOB APP:INDEX` use it.
     #[arg(long, value_name = "NAME")]
@@ -118,6 +122,7 @@ impl CommandJobArgs {
             (self.workdir.is_some(), "--workdir"),
             (self.stdout.is_some(), "--stdout"),
             (self.stderr.is_some(), "--stderr"),
+            (self.pin, "--pin"),
             (self.app.is_some(), "--app"),
             (self.shell, "--shell"),
         ];
@@ -254,6 +259,9 @@ pub fn build(
     }
     if let Some(w) = &args.workdir {
         app.insert("workdir".into(), Value::String(w.clone()));
+    }
+    if args.pin {
+        app.insert("pin".into(), Value::Boolean(true));
     }
     for (field, value) in [("stdout", &args.stdout), ("stderr", &args.stderr)] {
         if let Some(v) = value {
@@ -508,6 +516,7 @@ mod tests {
             workdir: Some("/scratch/run".into()),
             stdout: Some("logs/{app}-{index}.out".into()),
             stderr: Some("none".into()),
+            pin: true,
             app: Some("train".into()),
             shell: true,
         };
@@ -538,6 +547,7 @@ mod tests {
             a.stderr.as_ref().map(|s| s.get_ref().as_str()),
             Some("none")
         );
+        assert!(a.pin);
         assert!(a.cpu.is_none(), "--gpus makes it a GPU task");
         let g = a.gpu.as_ref().expect("gpu variant").get_ref();
         assert_eq!(*g.gpus.get_ref(), 1);

@@ -2309,7 +2309,10 @@ fn task_output_goes_to_the_files_the_job_names_and_log_still_reads_it() {
     ]);
     assert!(!out.status.success());
     let said = String::from_utf8_lossy(&out.stderr);
-    assert!(said.contains("| boom"), "the failure report reads the file: {said}");
+    assert!(
+        said.contains("| boom"),
+        "the failure report reads the file: {said}"
+    );
     let task = c.tasks(2)[0]["id"].as_u64().expect("task id");
     assert_eq!(
         std::fs::read_to_string(c.dir.join(format!("err/{task}.1.txt"))).expect("stderr file"),
@@ -2324,6 +2327,67 @@ fn task_output_goes_to_the_files_the_job_names_and_log_still_reads_it() {
         &["submit", "--stdout", "slurm-%j.out", "--", "true"],
         "--stdout: `%j` in `slurm-%j.out` is another scheduler's placeholder: write `{job}`",
     );
+}
+
+/// `submit --pin` (HyperQueue's `--pin`): each task runs bound to CPUs of its own, as many as
+/// its cores, and is told which (`HETSCHED_CPUS`, `OMP_NUM_THREADS`); two tasks running at once
+/// never share one; an unpinned task is neither bound nor told.
+#[test]
+fn pinned_tasks_run_bound_to_cpus_of_their_own() {
+    let mine = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("Cpus_allowed_list:")
+                    .map(|v| v.trim().to_string())
+            })
+        })
+        .expect("this process's CPUs");
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut c = Cluster::start("pin", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    let report = "grep Cpus_allowed_list /proc/self/status | cut -f2 > cpus-{index}.txt; \
+                  echo $HETSCHED_CPUS $OMP_NUM_THREADS >> cpus-{index}.txt";
+    let read = |i: u32| -> Vec<String> {
+        std::fs::read_to_string(c.dir.join(format!("cpus-{i}.txt")))
+            .expect("the task's report")
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    if cpus >= 2 {
+        // Both tasks run at once (each holds until the other has started).
+        c.ok(&[
+            "submit", "--pin", "--tasks", "2", "--shell", "--wait", "--",
+            &format!("{report}; touch started-{{index}}; for i in $(seq 100); do [ -e started-0 ] && [ -e started-1 ] && break; sleep 0.05; done"),
+        ]);
+        let (a, b) = (read(0), read(1));
+        assert!(a[0].parse::<u32>().is_ok(), "bound to one CPU: {a:?}");
+        assert_ne!(a[0], b[0], "two running tasks share a CPU");
+        for r in [&a, &b] {
+            assert_eq!(
+                r[1],
+                format!("{} 1", r[0]),
+                "HETSCHED_CPUS and OMP_NUM_THREADS"
+            );
+        }
+        c.ok(&[
+            "submit", "--pin", "--cores", "2", "--shell", "--wait", "--", report,
+        ]);
+        let both = read(0);
+        let listed: Vec<&str> = both[1].split(' ').collect();
+        assert_eq!(
+            listed[1], "2",
+            "OMP_NUM_THREADS is the task's cores: {both:?}"
+        );
+        assert_eq!(listed[0].split(',').count(), 2, "{both:?}");
+    }
+    // Unpinned: the agent's CPUs, and no list.
+    c.ok(&["submit", "--shell", "--wait", "--", report]);
+    let free = read(0);
+    assert_eq!(free[0], mine, "{free:?}");
+    assert_eq!(free.get(1).map(String::as_str).unwrap_or(""), "");
 }
 
 /// `hetsched cancel JOB --tasks INDICES`: the named tasks are cancelled (a pending one dropped,

@@ -145,7 +145,11 @@ fn check_outputs(c: &Cluster, tasks: u32) {
         // application says, as a local run would.
         let said = std::fs::read_to_string(c.dir.join(format!("tasks/logs/solve-{i}.log")))
             .expect("the task's stdout file");
-        assert_eq!(said, format!("said {i}\nwarned {i}\n"), "streams of task {i}");
+        assert_eq!(
+            said,
+            format!("said {i}\nwarned {i}\n"),
+            "streams of task {i}"
+        );
     }
 }
 

@@ -106,6 +106,11 @@ pub struct ApplicationSpec {
     /// in one file.
     #[serde(default)]
     pub stderr: Option<Spanned<String>>,
+    /// Bind each task's processes to CPUs of its own, as many as the cores it holds (runtime;
+    /// HyperQueue's `--pin`): the agent gives them out and sets `HETSCHED_CPUS` and
+    /// `OMP_NUM_THREADS`. The simulator's cores are its own.
+    #[serde(default)]
+    pub pin: bool,
 }
 
 impl ApplicationSpec {

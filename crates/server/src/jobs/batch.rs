@@ -108,6 +108,8 @@ struct AppRec {
     workdir: Option<String>,
     /// Its `stdout =` and `stderr =` (empty: captured by the agent).
     streams: [String; 2],
+    /// Its `pin`.
+    pin: bool,
     /// Declared `inputs`, `outputs` and `accelerator` (spec 01), sent in its task specs.
     files: (Vec<String>, Vec<String>, String),
     /// Its tasks' entries in task order (`entries`, `submit --each-line`), sent with each
@@ -424,6 +426,7 @@ impl Batch {
                 workdir: spec.workdir.as_ref().map(|w| w.get_ref().clone()),
                 streams: [&spec.stdout, &spec.stderr]
                     .map(|s| s.as_ref().map(|s| s.get_ref().clone()).unwrap_or_default()),
+                pin: spec.pin,
                 files: (
                     spec.inputs.iter().map(|f| f.get_ref().clone()).collect(),
                     spec.outputs.iter().map(|f| f.get_ref().clone()).collect(),
@@ -564,6 +567,7 @@ impl Batch {
             kill_grace_ms: grace,
             stdout: rec.streams[0].clone(),
             stderr: rec.streams[1].clone(),
+            pin: rec.pin,
         }
     }
 

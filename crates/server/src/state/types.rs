@@ -156,6 +156,8 @@ pub struct TaskSpec {
     pub stdout: String,
     /// See `stdout`.
     pub stderr: String,
+    /// The application's `pin`: its tasks are bound to CPUs of their own.
+    pub pin: bool,
 }
 
 /// One task handed to a node (the agent runs the spec `spec` with the task's index).
