@@ -253,10 +253,35 @@ pub async fn run(
             "killed tasks left running by a previous agent in this work directory"
         );
     }
+    tokio::pin!(shutdown);
+    // A TLS server without an operator's agent CA certifies this agent's listeners: they then
+    // speak TLS too, and the peers' certificates are checked against the server's agent CA.
+    let issued = match (&opts.log_listen, &opts.log_tls) {
+        (Some(_), None) if opts.server.starts_with("https://") => {
+            tokio::select! {
+                issued = listener_certificate(&mut client, &opts) => issued?,
+                () = &mut shutdown => return Ok(()),
+            }
+        }
+        _ => None,
+    };
+    let log_tls = opts.log_tls.clone().or_else(|| {
+        issued.as_ref().map(|i| {
+            (
+                i.cert_pem.clone().into_bytes(),
+                i.key_pem.clone().into_bytes(),
+            )
+        })
+    });
     let balance: balance::Handle = Arc::default();
     let auth = dataflow::PeerAuth {
         token: opts.token.clone(),
-        ca: opts.ca_pem.clone(),
+        // Peers serve with certificates from the server's agent CA, unless this agent's
+        // configuration gives its data listener a certificate of the operator's own.
+        ca: match &issued {
+            Some(i) if opts.data.tls.is_none() => Some(i.ca_pem.clone().into_bytes()),
+            _ => opts.ca_pem.clone(),
+        },
     };
     let data_service = dataflow::DataService {
         work_dir: opts.work_dir.clone(),
@@ -269,7 +294,7 @@ pub async fn run(
     // certificate (`--log-cert`), so a TLS agent never serves its peers in clear.
     let (logs, data_listener) = match opts.log_listen {
         Some(at) => {
-            let (plain, tls) = match opts.data.tls.clone().or_else(|| opts.log_tls.clone()) {
+            let (plain, tls) = match opts.data.tls.clone().or_else(|| log_tls.clone()) {
                 None => (Some(data_service), None),
                 Some(tls) => (None, Some((data_service, tls))),
             };
@@ -277,7 +302,7 @@ pub async fn run(
                 at,
                 &opts.work_dir,
                 &opts.token,
-                opts.log_tls.clone(),
+                log_tls.clone(),
                 plain,
             )
             .await
@@ -310,7 +335,7 @@ pub async fn run(
     let log_port = logs.as_ref().map_or(0, |l| u32::from(l.addr.port()));
     if let Some(l) = &logs {
         info!(addr = %l.addr, "serving task outputs to the server");
-        if opts.server.starts_with("https://") && opts.log_tls.is_none() {
+        if opts.server.starts_with("https://") && log_tls.is_none() {
             warn!(
                 addr = %l.addr,
                 "the server is reached over TLS but this listener is plain: task output (and the \
@@ -365,7 +390,6 @@ pub async fn run(
     let mut read_bps = 0.0;
     let mut memory_sampled: Option<Instant> = None;
     let mut available_memory = 0;
-    tokio::pin!(shutdown);
     let mut first_failure: Option<Instant> = None;
     // The last reply said it was cut at its size cap: beat again at once.
     let mut more = false;
@@ -873,6 +897,90 @@ impl Launcher<'_> {
             drop(sh);
             notify.notify_one();
         });
+    }
+}
+
+/// The agent's listeners' certificate from a server that certifies them (`[tls]` without
+/// `agent_ca`), with the private key made here and the agents' CA.
+struct Issued {
+    cert_pem: String,
+    key_pem: String,
+    ca_pem: String,
+}
+
+/// Asks the server to certify a fresh key for this agent's listeners (see the server's
+/// `agent_ca`): `None` when it does not certify agents (no `[tls]`, or an operator's
+/// `agent_ca`); a server not reached yet is asked again every second.
+async fn listener_certificate<T>(
+    client: &mut AgentClient<T>,
+    opts: &AgentOptions,
+) -> Result<Option<Issued>, AgentError>
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+        .map_err(|e| AgentError::Config(format!("listener key: {e}")))?;
+    let advertise_host = opts
+        .advertise
+        .as_deref()
+        .map(|a| {
+            a.rsplit_once(':')
+                .map_or(a, |(host, _port)| host)
+                .trim_matches(['[', ']'])
+                .to_string()
+        })
+        .unwrap_or_default();
+    let mut told = false;
+    loop {
+        let call = client
+            .listener_certificate(pb::ListenerCertificateRequest {
+                public_key: key.public_key_raw().to_vec(),
+                advertise_host: advertise_host.clone(),
+            })
+            .await;
+        match call {
+            Ok(r) => {
+                let r = r.into_inner();
+                info!("the server certified this agent's listeners: they speak TLS");
+                return Ok(Some(Issued {
+                    cert_pem: r.cert_pem,
+                    key_pem: key.serialize_pem(),
+                    ca_pem: r.ca_pem,
+                }));
+            }
+            Err(s)
+                if matches!(
+                    s.code(),
+                    tonic::Code::FailedPrecondition | tonic::Code::Unimplemented
+                ) =>
+            {
+                debug!("the server certifies no agent listeners: {}", s.message());
+                return Ok(None);
+            }
+            Err(s) if s.code() == tonic::Code::Unauthenticated => {
+                return Err(AgentError::Unauthenticated(s.message().to_string()));
+            }
+            Err(s) if unreachable(&s) => {
+                if !told {
+                    told = true;
+                    warn!(
+                        "the server is not reachable yet ({}): asking it to certify this agent's \
+                         listeners every second",
+                        s.message()
+                    );
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(s) => {
+                return Err(AgentError::Refused(format!(
+                    "certifying this agent's listeners: {}",
+                    s.message()
+                )));
+            }
+        }
     }
 }
 

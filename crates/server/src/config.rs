@@ -31,7 +31,8 @@
 //! [tls]                        # optional; PEM files
 //! cert = "server.pem"
 //! key = "server.key"
-//! agent_ca = "ca.pem"          # optional: agents' log listeners speak TLS (agent --log-cert)
+//! agent_ca = "ca.pem"          # optional: the CA of agents' own --log-cert; without it the
+//!                              # server certifies its agents' listeners itself (`agent_ca`)
 //! ```
 
 use hetsched_core::input::Duration;
@@ -195,7 +196,9 @@ pub struct TlsConfig {
     pub key: PathBuf,
     /// CA certificate that signed the agents' log-listener certificates (`hetsched agent
     /// --log-cert`). Set: the server reads task output from every agent over TLS, checking the
-    /// agent's certificate against it (never falling back to plain text); unset: in plain text.
+    /// agent's certificate against it (never falling back to plain text). Unset: the server is
+    /// its agents' CA ([`crate::agent_ca`]), certifies their listeners, and calls them over TLS
+    /// all the same.
     #[serde(default)]
     pub agent_ca: Option<PathBuf>,
 }

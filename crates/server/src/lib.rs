@@ -27,6 +27,7 @@
 //! [`start`] runs a server in the current tokio runtime and returns a [`ServerHandle`]; the
 //! `hetsched server` command and `hetsched demo` both use it.
 
+pub mod agent_ca;
 pub mod backoff;
 pub mod config;
 pub mod convert;
@@ -187,10 +188,18 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
                 source: e,
             })?);
         }
-        Some(None) => tracing::warn!(
-            "[tls] has no agent_ca: `hetsched log` reads task output from agents' log listeners \
-             in clear, with the agent token (give agents --log-cert and the server agent_ca)"
-        ),
+        Some(None) => {
+            // The server certifies its agents' listeners itself and calls them over TLS.
+            let ca = agent_ca::AgentCa::open(&dir).map_err(|e| {
+                ServerError::Config(format!("the agents' CA in {}: {e}", dir.display()))
+            })?;
+            relay.agent_ca = Some(ca.cert_pem.clone().into_bytes());
+            relay.issuer = Some(ca);
+            tracing::info!(
+                "[tls] has no agent_ca: this server certifies its agents' listeners ({})",
+                dir.join(agent_ca::CERT_FILE).display()
+            );
+        }
         None => {}
     }
     let relay = Arc::new(relay);

@@ -8,9 +8,10 @@
 //! `ListTasks` shows as the place of each task's output. This is memory only: nothing here is
 //! needed to schedule, and every live agent repeats it on each heartbeat.
 //!
-//! With `[tls] agent_ca` configured, every call to an agent goes over TLS and the agent's
-//! certificate must be signed by that CA and name the address the server calls; there is no
-//! fallback to plain text (it would hand the agent token to whoever answers in clear).
+//! With `[tls]`, every call to an agent goes over TLS and the agent's certificate must be signed
+//! by the `agent_ca` configured, else by the server's own agent CA ([`crate::agent_ca`]), and
+//! name the address the server calls; there is no fallback to plain text (it would hand the
+//! agent token to whoever answers in clear).
 
 use crate::convert::Wire;
 use crate::jobs::divisible::DivisibleChunk;
@@ -44,6 +45,9 @@ pub struct LogRelay {
     agent_token: String,
     /// The CA of the agents' log-listener certificates: set, agents are called over TLS.
     pub agent_ca: Option<Vec<u8>>,
+    /// The server's own agent CA ([`crate::agent_ca`]), when it certifies its agents' listeners
+    /// (`[tls]` without `agent_ca`): `agent_ca` is then its certificate.
+    pub issuer: Option<crate::agent_ca::AgentCa>,
 }
 
 impl LogRelay {
@@ -54,6 +58,7 @@ impl LogRelay {
             by_name: Mutex::default(),
             agent_token: agent_token.to_string(),
             agent_ca: None,
+            issuer: None,
         }
     }
 
@@ -103,8 +108,15 @@ impl LogRelay {
             .cloned()
     }
 
-    /// Where a listed task's output is: `NODE:WORK_DIR/job-J/APP-INDEX.ATTEMPT.{out,err}`.
-    pub fn fill_outputs(&self, tasks: &mut [pb::TaskInfo]) {
+    /// Where a listed task's output is: `NODE:WORK_DIR/job-J/APP-INDEX.ATTEMPT.{out,err}`, the
+    /// agent's capture files; for an application in `own` (`stdout =`, `stderr =`), the files it
+    /// named, filled in for the task (relative ones from its directory), or `none`:
+    /// `NODE:PATH` when both streams share a file, else `NODE:STDOUT (stdout), STDERR (stderr)`.
+    pub fn fill_outputs(
+        &self,
+        tasks: &mut [pb::TaskInfo],
+        own: &HashMap<(u64, String), crate::jobs::batch::AppStreams>,
+    ) {
         let nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
         let by_name = self.by_name.lock().unwrap_or_else(|p| p.into_inner());
         for t in tasks {
@@ -117,15 +129,39 @@ impl LogRelay {
             if at.work_dir.is_empty() {
                 continue;
             }
-            t.output = format!(
-                "{}:{}/job-{}/{}-{}.{}.{{out,err}}",
-                t.node,
+            let captured = format!(
+                "{}/job-{}/{}-{}.{}",
                 at.work_dir.trim_end_matches('/'),
                 t.job_id,
                 t.app,
                 t.index,
                 t.attempt
             );
+            let Some(own) = own.get(&(t.job_id, t.app.clone())) else {
+                t.output = format!("{}:{captured}.{{out,err}}", t.node);
+                continue;
+            };
+            let fill = hetsched_core::input::output_path::Fill {
+                job: t.job_id,
+                app: &t.app,
+                index: t.index,
+                task: t.id,
+                attempt: t.attempt,
+            };
+            let place = |k: usize| match own.streams[k].as_str() {
+                "" => format!("{captured}.{}", ["out", "err"][k]),
+                hetsched_core::input::output_path::DISCARD => "none".to_string(),
+                template => Path::new(&own.workdir)
+                    .join(hetsched_core::input::output_path::expand(template, &fill))
+                    .display()
+                    .to_string(),
+            };
+            let (out, err) = (place(0), place(1));
+            t.output = if out == err && out != "none" {
+                format!("{}:{out}", t.node)
+            } else {
+                format!("{}:{out} (stdout), {err} (stderr)", t.node)
+            };
         }
     }
 
@@ -421,7 +457,8 @@ pub async fn read_log(
         let streams = state
             .lock()
             .map_err(|_| Status::internal("server state poisoned"))?
-            .task_streams(task.job_id, &task.app);
+            .task_streams(task.job_id, &task.app)
+            .streams;
         Ok(Target::Task(task, streams))
     };
     let target = if multi {

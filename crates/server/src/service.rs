@@ -304,6 +304,33 @@ impl Agent for AgentService {
         })?;
         Ok(Response::new(pb::PurgedJobsReply { purged }))
     }
+
+    /// Certifies an agent's listeners' key for the address its call came from.
+    async fn listener_certificate(
+        &self,
+        req: Request<pb::ListenerCertificateRequest>,
+    ) -> Result<Response<pb::ListenerCertificateReply>, Status> {
+        let Some(ca) = &self.2.issuer else {
+            return Err(Status::failed_precondition(
+                "this server certifies no agent listeners: it has no [tls], or its [tls] names \
+                 an agent_ca (give agents --log-cert and --log-key)",
+            ));
+        };
+        let ip = req
+            .remote_addr()
+            .map(|a| a.ip())
+            .ok_or_else(|| Status::failed_precondition("the call's address is unknown"))?;
+        let r = req.into_inner();
+        let host = (!r.advertise_host.is_empty()).then_some(r.advertise_host.as_str());
+        let cert_pem = ca
+            .certify(&r.public_key, ip, host)
+            .map_err(Status::invalid_argument)?;
+        tracing::info!(%ip, host = host.unwrap_or(""), "agent listener certified");
+        Ok(Response::new(pb::ListenerCertificateReply {
+            cert_pem,
+            ca_pem: ca.cert_pem.clone(),
+        }))
+    }
 }
 
 /// A call held open that says its agent lives ([`Presence`]): counted open when made, closed
@@ -562,7 +589,21 @@ impl Client for ClientService {
         let mut page = page;
         page.tasks.retain(|t| states.admits(&t.state));
         let mut reply = Response::new(pb::ListTasksReply::from(page));
-        self.1.fill_outputs(&mut reply.get_mut().tasks);
+        let ran: Vec<(u64, String)> = reply
+            .get_ref()
+            .tasks
+            .iter()
+            .filter(|t| t.attempt > 0)
+            .map(|t| (t.job_id, t.app.clone()))
+            .collect();
+        let own = if ran.is_empty() {
+            Default::default()
+        } else {
+            read_state(&self.0, move |s| Ok(s.own_streams(&ran)))
+                .await?
+                .into_inner()
+        };
+        self.1.fill_outputs(&mut reply.get_mut().tasks, &own);
         Ok(reply)
     }
 

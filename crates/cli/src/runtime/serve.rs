@@ -89,7 +89,8 @@ pub struct AgentArgs {
     pub log_listen: Option<String>,
     /// Certificate (PEM) of the log listener: with `--log-key`, it speaks TLS (the server then
     /// needs the CA that signed it as `[tls] agent_ca`). The certificate must name the address
-    /// the server reaches the agent at.
+    /// the server reaches the agent at. Without it, an agent of a TLS server that names no
+    /// `agent_ca` gets its certificate from the server at start.
     #[arg(long, requires = "log_key", value_name = "FILE")]
     pub log_cert: Option<PathBuf>,
     /// Private key (PEM) of the log listener.

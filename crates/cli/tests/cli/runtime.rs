@@ -2292,6 +2292,14 @@ fn task_output_goes_to_the_files_the_job_names_and_log_still_reads_it() {
         assert_eq!(text, format!("hello {i}\nwarn {i}\n"));
     }
     assert_eq!(c.ok(&["log", "1", "w:1"]), "hello 1\nwarn 1\n");
+    // The listing says where the output went.
+    let listed = c.tasks(1);
+    let dir = c.dir.display().to_string();
+    assert_eq!(
+        listed[2]["output"],
+        format!("a:{dir}/out/1/w-2.log"),
+        "{listed:?}"
+    );
     assert_eq!(c.ok(&["log", "1", "w:2", "--stderr"]), "hello 2\nwarn 2\n");
     // Discarded stdout; stderr to its own file, read back for a failed task.
     let out = c.cli(&[
@@ -2313,7 +2321,13 @@ fn task_output_goes_to_the_files_the_job_names_and_log_still_reads_it() {
         said.contains("| boom"),
         "the failure report reads the file: {said}"
     );
-    let task = c.tasks(2)[0]["id"].as_u64().expect("task id");
+    let failed = &c.tasks(2)[0];
+    let task = failed["id"].as_u64().expect("task id");
+    assert_eq!(
+        failed["output"],
+        format!("a:none (stdout), {dir}/err/{task}.1.txt (stderr)"),
+        "{failed}"
+    );
     assert_eq!(
         std::fs::read_to_string(c.dir.join(format!("err/{task}.1.txt"))).expect("stderr file"),
         "boom\n"

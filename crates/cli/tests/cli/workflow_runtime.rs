@@ -665,3 +665,57 @@ fn agents_exchange_workflow_data_and_pcddb_requests_over_tls_and_requirements_pi
         assert!(!l.contains("input unavailable"), "{a}: {l}");
     }
 }
+
+/// A TLS server with no `agent_ca` is its agents' CA: agents started without certificates get
+/// their listeners certified at start, the server reads task output from them over TLS
+/// (`hetsched log`), and a workflow's data and PCDDB requests cross between the agents over TLS,
+/// each checking the other's certificate against the server's agent CA; the agents' listeners
+/// answer no plain-text call.
+#[test]
+fn a_tls_server_certifies_its_agents_listeners_and_they_exchange_workflow_data_over_tls() {
+    let mut c = Cluster::start_tls_certifying("wf-auto-tls", SERVER_CONFIG);
+    for a in ["n1", "n2"] {
+        c.start_agent(a, 2, &[]);
+    }
+    c.wait_for_nodes(2);
+    let ca = c.data().join("agent-ca.pem");
+    assert!(ca.exists(), "the server keeps its agent CA");
+    use std::os::unix::fs::PermissionsExt;
+    let key_mode = std::fs::metadata(c.data().join("agent-ca.key"))
+        .expect("the CA key")
+        .permissions()
+        .mode();
+    assert_eq!(key_mode & 0o777, 0o600);
+    let log = c.dir.join("runs.log");
+    let file = c.write("wf.toml", &workflow("pcddb", &log, "", ""));
+    let job = submit(&c, &file);
+    let v = wait_done(&c, job, Duration::from_secs(60));
+    assert_eq!(v["state"], "completed", "{v}");
+    // `gather` reads the `double` outputs both agents produced: inputs crossed over TLS.
+    assert_eq!(final_outputs(&c, job), expected());
+    let tasks = c.tasks(job);
+    let on = |n: &str| tasks.iter().filter(|t| t["node"] == n).count();
+    assert!(on("n1") > 0 && on("n2") > 0, "both agents ran instances");
+    for a in ["n1", "n2"] {
+        let l = c.agent_log(a);
+        assert!(
+            l.contains("the server certified this agent's listeners")
+                && l.contains("serving workflow data and PCDDB to other agents over TLS"),
+            "{a}: {l}"
+        );
+        assert!(!l.contains("travel in clear"), "{a}: {l}");
+        assert!(!l.contains("input unavailable"), "{a}: {l}");
+    }
+    // A batch task's stderr, read from its agent over TLS.
+    let file = c.write(
+        "job.toml",
+        "[[application]]\nname = \"t\"\ntasks = 1\n[application.cpu]\n\
+         command = 'echo certified >&2'\n",
+    );
+    let batch = submit(&c, &file);
+    c.ok(&["wait", &batch.to_string()]);
+    assert_eq!(
+        c.ok(&["log", &batch.to_string(), "t:0", "--stderr"]),
+        "certified\n"
+    );
+}

@@ -517,7 +517,17 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
             let page = filtered_tasks(&d, job, cursor, limit, state.as_deref()).await;
             match page {
                 Some(Ok(mut p)) => {
-                    relay.fill_outputs(&mut p.tasks);
+                    let ran: Vec<(u64, String)> = p
+                        .tasks
+                        .iter()
+                        .filter(|t| t.attempt > 0)
+                        .map(|t| (t.job_id, t.app.clone()))
+                        .collect();
+                    let own = d
+                        .read(move |s| s.own_streams(&ran))
+                        .await
+                        .unwrap_or_default();
+                    relay.fill_outputs(&mut p.tasks, &own);
                     json(&serde_json::json!({
                         "tasks": p.tasks, "next_cursor": p.next_cursor, "total": p.total,
                     }))

@@ -127,6 +127,16 @@ struct AppRec {
     max_running: u32,
 }
 
+/// Where an application's tasks send their stdout and stderr ([`Batch::streams`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AppStreams {
+    /// `stdout =` and `stderr =` (empty: captured by the agent; `none`: discarded; else a path
+    /// template, relative ones from `workdir`).
+    pub streams: [String; 2],
+    /// The directory the tasks run in, when it exists on their node.
+    pub workdir: String,
+}
+
 /// An application's usage: its tasks' latest finished attempts' CPU time summed and the largest
 /// peak memory among them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -503,15 +513,35 @@ impl Batch {
     }
 
     /// Where the tasks of application `app` of job `job` send their stdout and stderr: the
-    /// application's `stdout =` and `stderr =` (empty: captured by their agent). `None`: no such
-    /// batch application.
-    pub fn streams(&self, job: u64, app: &str) -> Option<&[String; 2]> {
+    /// application's `stdout =` and `stderr =` (empty: captured by their agent), with the
+    /// directory its tasks run in. `None`: no such batch application.
+    pub fn streams(&self, job: u64, app: &str) -> Option<AppStreams> {
         let j = self.job_rec(job)?;
-        self.apps
+        let first = j.apps.start;
+        let k = self
+            .apps
             .get(j.apps.start as usize..j.apps.end as usize)?
             .iter()
-            .find(|a| a.name == app)
-            .map(|a| &a.streams)
+            .position(|a| a.name == app)?;
+        let rec = &self.apps[first as usize + k];
+        Some(AppStreams {
+            streams: rec.streams.clone(),
+            workdir: self.app_workdir(first + k as u32),
+        })
+    }
+
+    /// The directory application `app`'s tasks run in (when it exists on their node): its
+    /// `workdir =` from the job's working directory, else the job's.
+    fn app_workdir(&self, app: u32) -> String {
+        let rec = &self.apps[app as usize];
+        let job_workdir = self.job_rec(rec.job).map_or("", |j| j.row.workdir.as_str());
+        match &rec.workdir {
+            Some(w) => std::path::Path::new(job_workdir)
+                .join(w)
+                .display()
+                .to_string(),
+            None => job_workdir.to_string(),
+        }
     }
 
     /// Job `id`.
@@ -522,9 +552,7 @@ impl Batch {
     /// What every task of `app`'s variant `v` runs, for an agent that does not hold it yet.
     fn task_spec(&self, app: u32, v: Variant) -> TaskSpec {
         let rec = &self.apps[app as usize];
-        let (job_id, job_workdir) = self
-            .job_rec(rec.job)
-            .map_or((rec.job, ""), |j| (j.row.id, j.row.workdir.as_str()));
+        let job_id = self.job_rec(rec.job).map_or(rec.job, |j| j.row.id);
         let run = match v {
             Variant::Cpu => rec.cpu.as_ref(),
             Variant::Gpu => rec.gpu.as_ref(),
@@ -552,13 +580,7 @@ impl Batch {
             variant: v.to_string(),
             argv,
             env,
-            workdir: match &rec.workdir {
-                Some(w) => std::path::Path::new(job_workdir)
-                    .join(w)
-                    .display()
-                    .to_string(),
-                None => job_workdir.to_string(),
-            },
+            workdir: self.app_workdir(app),
             time_limit_ms: limit,
             inputs: rec.files.0.clone(),
             outputs: rec.files.1.clone(),

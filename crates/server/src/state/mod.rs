@@ -776,16 +776,30 @@ impl State {
     /// Where the tasks of application `app` of batch job `job` send their stdout and stderr
     /// (`stdout =`, `stderr =`; empty: captured by their agent, which `hetsched log` reads).
     /// Other kinds' tasks are always captured.
-    pub fn task_streams(&self, job: u64, app: &str) -> [String; 2] {
+    pub fn task_streams(&self, job: u64, app: &str) -> crate::jobs::batch::AppStreams {
         match self.ids.kind(job) {
-            Some(Kind::Batch) => self
-                .jobs
-                .batch
-                .streams(job, app)
-                .cloned()
-                .unwrap_or_default(),
+            Some(Kind::Batch) => self.jobs.batch.streams(job, app).unwrap_or_default(),
             _ => Default::default(),
         }
+    }
+
+    /// [`State::task_streams`] of the applications of `tasks` (job, application) whose tasks do
+    /// not leave both streams to their agents.
+    pub fn own_streams(
+        &self,
+        tasks: &[(u64, String)],
+    ) -> std::collections::HashMap<(u64, String), crate::jobs::batch::AppStreams> {
+        let mut found = std::collections::HashMap::new();
+        for (job, app) in tasks {
+            if found.contains_key(&(*job, app.clone())) {
+                continue;
+            }
+            let s = self.task_streams(*job, app);
+            if s.streams.iter().any(|s| !s.is_empty()) {
+                found.insert((*job, app.clone()), s);
+            }
+        }
+        found
     }
 
     fn job_owner(&self, job: u64) -> Option<&dyn crate::jobs::JobKind> {

@@ -20,6 +20,9 @@ pub struct Cluster {
     pub http: bool,
     /// TLS with the test certificates in `tests/tls` (see [`Cluster::start_tls`]).
     pub tls: bool,
+    /// With `tls`: the server's `[tls]` names no `agent_ca`, so it certifies its agents'
+    /// listeners itself ([`Cluster::start_tls_certifying`]).
+    pub certifies_agents: bool,
     /// More server configuration (TOML text), written after the TLS part, if any.
     pub server_config: Option<String>,
     /// The server's `--heartbeat-interval` and `--dead-timeout`.
@@ -111,6 +114,16 @@ impl Cluster {
         Cluster::new(name, false, true, None)
     }
 
+    /// A cluster whose server speaks TLS (the test certificate) with no `agent_ca`: it is its
+    /// agents' CA, and agents started without certificates get theirs from it. `config` is more
+    /// server configuration.
+    pub fn start_tls_certifying(name: &str, config: &str) -> Cluster {
+        let mut c = Cluster::new_stopped(name, false, true, Some(config.to_string()));
+        c.certifies_agents = true;
+        c.start_server();
+        c
+    }
+
     /// As [`Cluster::start_tls`], with the HTTP listener on (which then speaks HTTPS).
     pub fn start_tls_http(name: &str) -> Cluster {
         Cluster::new(name, true, true, None)
@@ -148,6 +161,7 @@ impl Cluster {
             agents: BTreeMap::new(),
             http,
             tls,
+            certifies_agents: false,
             server_config,
             beat: ("100ms", "1s"),
         }
@@ -166,7 +180,13 @@ impl Cluster {
             .open(self.dir.join("server.log"))
             .expect("log");
         let config = self.dir.join("server.toml");
-        let text = if self.tls {
+        let text = if self.tls && self.certifies_agents {
+            format!(
+                "[tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+                tls_file("server.pem").display(),
+                tls_file("server.key").display(),
+            )
+        } else if self.tls {
             format!(
                 "[tls]\ncert = \"{}\"\nkey = \"{}\"\nagent_ca = \"{}\"\n",
                 tls_file("server.pem").display(),

@@ -1,0 +1,225 @@
+//! The server as its agents' certificate authority: with `[tls]` and no `agent_ca`, agents need
+//! no certificates of their own for TLS on their listeners (task output, workflow data, PCDDB).
+//!
+//! At its first start such a server creates a CA — an ECDSA P-256 key and a self-signed
+//! certificate, `DATA_DIR/agent-ca.key` (mode 0600) and `agent-ca.pem` — and keeps it. An agent
+//! that reaches the server over TLS without `--log-cert` generates a key pair, keeps the private
+//! key in memory, and asks the server (`Agent.ListenerCertificate`, agent token) to certify the
+//! public key ([`AgentCa::certify`]). The certificate names the IP address the request came from
+//! — the address the server calls the agent's log listener at — and the host the agent
+//! advertises to its peers, and is valid for a year; an agent asks again at each start. The
+//! server then calls every agent over TLS, checking certificates against this CA (as it would an
+//! operator's `agent_ca`), and agents check each other's the same way: the reply carries the CA.
+//! The private key never leaves the agent.
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, PKCS_ECDSA_P256_SHA256, PublicKeyData, SanType,
+    SignatureAlgorithm,
+};
+use std::io::Write;
+use std::net::IpAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// The CA's key in the data directory (PKCS #8 PEM, mode 0600).
+pub const KEY_FILE: &str = "agent-ca.key";
+/// The CA's certificate in the data directory (PEM).
+pub const CERT_FILE: &str = "agent-ca.pem";
+
+/// How long an agent's certificate is valid (an agent asks again at each start).
+const AGENT_CERT_DAYS: i64 = 365;
+
+/// An uncompressed P-256 point: `0x04`, then X and Y.
+const P256_POINT_BYTES: usize = 65;
+
+/// Why the CA could not be opened or could not certify a key.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentCaError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// Key or certificate generation failed, or a stored key is not one.
+    #[error("{0}")]
+    Certificate(String),
+}
+
+/// The agents' CA.
+pub struct AgentCa {
+    issuer: Issuer<'static, KeyPair>,
+    /// The CA certificate, PEM: what the server and the agents trust for agents' listeners.
+    pub cert_pem: String,
+}
+
+/// The CA's own parameters; the same at every start, so the kept key signs as the kept
+/// certificate says.
+fn ca_params() -> CertificateParams {
+    let mut p = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "hetsched agent CA");
+    p.distinguished_name = dn;
+    p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    p
+}
+
+fn cert_error(e: impl std::fmt::Display) -> AgentCaError {
+    AgentCaError::Certificate(e.to_string())
+}
+
+impl AgentCa {
+    /// The CA kept in `dir`, created there (key 0600, never through a symbolic link) if absent.
+    pub fn open(dir: &Path) -> Result<AgentCa, AgentCaError> {
+        let (key_path, cert_path) = (dir.join(KEY_FILE), dir.join(CERT_FILE));
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| AgentCaError::Io { path, source }
+        };
+        match std::fs::read_to_string(&key_path) {
+            Ok(key_pem) => {
+                let key = KeyPair::from_pem(&key_pem).map_err(|e| {
+                    AgentCaError::Certificate(format!("{}: {e}", key_path.display()))
+                })?;
+                let cert_pem = std::fs::read_to_string(&cert_path).map_err(io(&cert_path))?;
+                Ok(AgentCa {
+                    issuer: Issuer::new(ca_params(), key),
+                    cert_pem,
+                })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(cert_error)?;
+                let cert = ca_params().self_signed(&key).map_err(cert_error)?;
+                let cert_pem = cert.pem();
+                // The certificate first: a key without its certificate is never left behind.
+                write_new(&cert_path, cert_pem.as_bytes(), 0o644).map_err(io(&cert_path))?;
+                write_new(&key_path, key.serialize_pem().as_bytes(), 0o600)
+                    .map_err(io(&key_path))?;
+                Ok(AgentCa {
+                    issuer: Issuer::new(ca_params(), key),
+                    cert_pem,
+                })
+            }
+            Err(e) => Err(io(&key_path)(e)),
+        }
+    }
+
+    /// A certificate (PEM) for an agent's listeners' `public_key` (an uncompressed P-256
+    /// point), naming `ip` (where the server reaches the agent) and `host` (what it advertises
+    /// to its peers, if anything).
+    pub fn certify(
+        &self,
+        public_key: &[u8],
+        ip: IpAddr,
+        host: Option<&str>,
+    ) -> Result<String, String> {
+        if public_key.len() != P256_POINT_BYTES || public_key.first() != Some(&4) {
+            return Err(format!(
+                "the public key must be an uncompressed ECDSA P-256 point ({P256_POINT_BYTES} \
+                 bytes starting with 0x04), not {} bytes",
+                public_key.len()
+            ));
+        }
+        let mut names = vec![SanType::IpAddress(ip)];
+        if let Some(h) = host.map(str::trim).filter(|h| !h.is_empty()) {
+            if h.len() > 253 {
+                return Err("the advertised host is longer than 253 bytes".into());
+            }
+            let dns_name = h.split('.').all(|label| {
+                !label.is_empty() && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            });
+            let name = match h.parse::<IpAddr>() {
+                Ok(addr) => SanType::IpAddress(addr),
+                Err(_) if !dns_name => {
+                    return Err(format!(
+                        "advertised host `{h}`: neither an IP address nor a DNS name"
+                    ));
+                }
+                Err(_) => SanType::DnsName(
+                    h.try_into()
+                        .map_err(|e| format!("advertised host `{h}`: {e}"))?,
+                ),
+            };
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        let mut p = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, format!("hetsched agent at {ip}"));
+        p.distinguished_name = dn;
+        p.subject_alt_names = names;
+        p.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let now = time::OffsetDateTime::now_utc();
+        p.not_before = now - time::Duration::hours(1);
+        p.not_after = now + time::Duration::days(AGENT_CERT_DAYS);
+        p.signed_by(&AgentKey(public_key), &self.issuer)
+            .map(|c| c.pem())
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// An agent's public key as rcgen signs it.
+struct AgentKey<'a>(&'a [u8]);
+
+impl PublicKeyData for AgentKey<'_> {
+    fn der_bytes(&self) -> &[u8] {
+        self.0
+    }
+
+    fn algorithm(&self) -> &'static SignatureAlgorithm {
+        &PKCS_ECDSA_P256_SHA256
+    }
+}
+
+/// Writes a new file (`O_EXCL`: never through one someone put there) with `mode`.
+fn write_new(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ca_is_kept_private_and_certifies_a_key_for_the_agents_addresses() {
+        let dir = std::env::temp_dir().join(format!("hetsched-agent-ca-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let ca = AgentCa::open(&dir).expect("created");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.join(KEY_FILE))
+            .expect("key")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let again = AgentCa::open(&dir).expect("kept");
+        assert_eq!(again.cert_pem, ca.cert_pem, "the same CA after a restart");
+        let agent = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).expect("key");
+        let ip: IpAddr = "10.1.2.3".parse().expect("ip");
+        let pem = again
+            .certify(agent.public_key_raw(), ip, Some("node7.example"))
+            .expect("certified");
+        assert!(pem.starts_with("-----BEGIN CERTIFICATE-----"), "{pem}");
+        let e = ca.certify(&[1, 2, 3], ip, None).expect_err("not a key");
+        assert!(e.contains("uncompressed ECDSA P-256 point"), "{e}");
+        let e = ca
+            .certify(agent.public_key_raw(), ip, Some("bad host!"))
+            .expect_err("not a name");
+        assert!(e.contains("advertised host `bad host!`"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
