@@ -345,6 +345,9 @@ impl From<AppInfo> for pb::AppInfo {
             max_rss_bytes: a.max_rss_bytes,
             requires: a.requires,
             max_running: a.max_running,
+            stdout: a.streams[0].clone(),
+            stderr: a.streams[1].clone(),
+            pin: a.pin,
         }
     }
 }

@@ -586,6 +586,31 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         ]);
     }
     println!("{t}");
+    // Where output goes, and pinning, for the applications that chose.
+    for a in &j.apps {
+        let goes = |what: &str, to: &str| match to {
+            "none" => format!("{what} discarded"),
+            path => format!("{what} to {path}"),
+        };
+        let mut said = Vec::new();
+        match (a.stdout.as_str(), a.stderr.as_str()) {
+            ("", "") => {}
+            (out, err) if out == err => said.push(goes("stdout and stderr", out)),
+            (out, err) => {
+                for (stream, to) in [("stdout", out), ("stderr", err)] {
+                    if !to.is_empty() {
+                        said.push(goes(stream, to));
+                    }
+                }
+            }
+        }
+        if a.pin {
+            said.push("each task bound to CPUs of its own".into());
+        }
+        if !said.is_empty() {
+            println!("{}: {}", a.name, said.join("; "));
+        }
+    }
     Ok(())
 }
 

@@ -542,11 +542,14 @@ fn a_restarted_agent_kills_the_chunk_its_killed_predecessor_left_running() {
         Duration::from_secs(30),
         || !alive(pid),
     );
-    assert!(
-        c.agent_log("a")
-            .contains("killed divisible chunks left running by a previous agent"),
-        "{}",
-        c.agent_log("a")
+    // The agent says so once the kill returned: its line may follow the process's end.
+    wait_until(
+        "the agent to say it killed the chunk",
+        Duration::from_secs(10),
+        || {
+            c.agent_log("a")
+                .contains("killed divisible chunks left running by a previous agent")
+        },
     );
     c.ok(&["cancel", &id.to_string()]);
 }

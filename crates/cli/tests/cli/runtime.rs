@@ -2292,7 +2292,16 @@ fn task_output_goes_to_the_files_the_job_names_and_log_still_reads_it() {
         assert_eq!(text, format!("hello {i}\nwarn {i}\n"));
     }
     assert_eq!(c.ok(&["log", "1", "w:1"]), "hello 1\nwarn 1\n");
-    // The listing says where the output went.
+    // `job` says where the application sends its output; the listing where each task's went.
+    let shown = c.ok(&["job", "1"]);
+    assert!(
+        shown.contains("w: stdout and stderr to out/{job}/{app}-{index}.log"),
+        "{shown}"
+    );
+    assert_eq!(
+        c.json(&["job", "1"])["apps"][0]["stdout"],
+        "out/{job}/{app}-{index}.log"
+    );
     let listed = c.tasks(1);
     let dir = c.dir.display().to_string();
     assert_eq!(
@@ -2331,6 +2340,12 @@ fn task_output_goes_to_the_files_the_job_names_and_log_still_reads_it() {
     assert_eq!(
         std::fs::read_to_string(c.dir.join(format!("err/{task}.1.txt"))).expect("stderr file"),
         "boom\n"
+    );
+    assert!(
+        c.ok(&["job", "2"])
+            .contains("f: stdout discarded; stderr to err/{task}.{attempt}.txt"),
+        "{}",
+        c.ok(&["job", "2"])
     );
     c.refused(
         &["log", "2", "f:0"],
@@ -2389,6 +2404,7 @@ fn pinned_tasks_run_bound_to_cpus_of_their_own() {
         c.ok(&[
             "submit", "--pin", "--cores", "2", "--shell", "--wait", "--", report,
         ]);
+        assert_eq!(c.json(&["job", "2"])["apps"][0]["pin"], true);
         let both = read(0);
         let listed: Vec<&str> = both[1].split(' ').collect();
         assert_eq!(

@@ -1144,6 +1144,8 @@ impl Batch {
                         max_rss_bytes: r.used.max_rss_bytes,
                         requires: r.requires.clone(),
                         max_running: r.max_running,
+                        streams: r.streams.clone(),
+                        pin: r.pin,
                     }
                 })
                 .collect()

@@ -301,6 +301,10 @@ pub struct AppInfo {
     pub requires: Vec<String>,
     /// The most of its tasks that may run at once (0: no limit).
     pub max_running: u32,
+    /// Its `stdout =` and `stderr =` (empty: captured by the agents).
+    pub streams: [String; 2],
+    /// Its `pin`.
+    pub pin: bool,
 }
 
 /// One job, as listings show it.
