@@ -167,6 +167,141 @@ async fn print_chunk_failures(api: &mut Api, job: u64, d: &pb::DivisibleInfo) {
     }
 }
 
+/// Tasks whose first page `log --all` reads ahead of the one it prints.
+const AHEAD: usize = 8;
+
+/// `hetsched log JOB --all`: the output of every task of `job` that ran (in `states`, if any), in
+/// task order, each task's latest attempt; with `header`, a line naming each task first. The
+/// first pages of the next [`AHEAD`] tasks are read while one is printed. A task whose output
+/// cannot be read is named on stderr and the others still print; the command then fails.
+pub async fn log_all(
+    args: &ClientArgs,
+    job: u64,
+    stderr: bool,
+    states: Vec<String>,
+    header: bool,
+) -> anyhow::Result<()> {
+    let mut api = connect(args).await?;
+    let info = api
+        .get_job(pb::GetJobRequest {
+            job_id: job,
+            ..Default::default()
+        })
+        .await
+        .map_err(refused)?
+        .into_inner();
+    if info.divisible.is_some() {
+        anyhow::bail!(
+            "job {job} is a divisible job: `hetsched output {job}` gathers its output, and \
+             `hetsched log {job} CHUNK` prints one chunk's"
+        );
+    }
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    let mut cursor = 0u64;
+    let mut unread = 0u64;
+    let first_page = |api: &Api, t: &pb::TaskInfo| {
+        let mut api = api.clone();
+        let req = pb::ReadLogRequest {
+            job_id: job,
+            task: t.id.to_string(),
+            stderr,
+            attempt: t.attempt,
+            offset: 0,
+            limit: PAGE,
+        };
+        tokio::spawn(async move { api.read_log(req).await.map(tonic::Response::into_inner) })
+    };
+    loop {
+        let page = api
+            .list_tasks(pb::ListTasksRequest {
+                job_id: job,
+                cursor,
+                limit: 1000,
+                states: states.clone(),
+            })
+            .await
+            .map_err(refused)?
+            .into_inner();
+        let mut ahead = std::collections::VecDeque::new();
+        let mut ran = page.tasks.into_iter().filter(|t| t.attempt > 0);
+        loop {
+            while ahead.len() < AHEAD {
+                let Some(t) = ran.next() else { break };
+                let read = first_page(&api, &t);
+                ahead.push_back((t, read));
+            }
+            let Some((t, read)) = ahead.pop_front() else {
+                break;
+            };
+            let named = format!(
+                "task {} ({}:{}, {} on {})",
+                t.id, t.app, t.index, t.state, t.node
+            );
+            let first = match read.await {
+                Ok(Ok(p)) => p,
+                Ok(Err(s)) => {
+                    unread += 1;
+                    eprintln!("{named}: {}", s.message());
+                    continue;
+                }
+                Err(e) => {
+                    unread += 1;
+                    eprintln!("{named}: {e}");
+                    continue;
+                }
+            };
+            if header {
+                writeln!(out, "==> {named} <==")?;
+            }
+            out.write_all(&first.data)?;
+            // The rest of a long output, page by page.
+            let mut offset = first.offset + first.data.len() as u64;
+            let mut size = first.size;
+            while offset < size {
+                let p = match api
+                    .read_log(pb::ReadLogRequest {
+                        job_id: job,
+                        task: t.id.to_string(),
+                        stderr,
+                        attempt: first.attempt,
+                        offset: offset as i64,
+                        limit: PAGE,
+                    })
+                    .await
+                {
+                    Ok(p) => p.into_inner(),
+                    Err(s) => {
+                        unread += 1;
+                        eprintln!(
+                            "{named}: the rest of its output from byte {offset}: {}",
+                            s.message()
+                        );
+                        break;
+                    }
+                };
+                if p.data.is_empty() {
+                    break;
+                }
+                out.write_all(&p.data)?;
+                offset = p.offset + p.data.len() as u64;
+                size = p.size;
+            }
+            out.flush()?;
+        }
+        if page.next_cursor == 0 {
+            break;
+        }
+        cursor = page.next_cursor;
+    }
+    if unread > 0 {
+        anyhow::bail!(
+            "the output of {unread} task(s) of job {job} could not be read (named above)"
+        );
+    }
+    Ok(())
+}
+
 /// Prints the last [`TAIL_LINES`] lines of the stderr of `task` (a task id, or a divisible
 /// job's chunk number) of `job`, indented.
 async fn print_stderr_tail(api: &mut Api, job: u64, task: &str) {

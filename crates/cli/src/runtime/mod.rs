@@ -161,7 +161,19 @@ pub enum RuntimeCommand {
         job: JobRef,
         /// The task: its id (the `task` column of `hetsched tasks`) or APP:INDEX; of a divisible
         /// job, a chunk's number (`3` or `chunk:3`, as `hetsched job N --output json` lists them).
-        task: String,
+        #[arg(required_unless_present = "all")]
+        task: Option<String>,
+        /// Every task's output instead of one's, in task order (HyperQueue's `job cat`): the
+        /// latest attempt of each task that ran.
+        #[arg(long, conflicts_with_all = ["task", "attempt", "follow"])]
+        all: bool,
+        /// With `--all`: only tasks in these states (as `hetsched tasks --state`).
+        #[arg(long, value_name = "STATE", value_delimiter = ',', requires = "all")]
+        state: Vec<String>,
+        /// With `--all`: a line before each task's output naming it (`==> task 3 (a:3,
+        /// succeeded on n1) <==`).
+        #[arg(long, requires = "all")]
+        header: bool,
         /// Show stderr instead of stdout.
         #[arg(long)]
         stderr: bool,
@@ -502,13 +514,19 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         RuntimeCommand::Log {
             job,
             task,
+            all,
+            state,
+            header,
             stderr,
             attempt,
             follow,
             client,
         } => {
             let job = job.resolve(&client).await?;
-            log::log(&client, job, &task, stderr, attempt, follow).await
+            match task {
+                Some(task) if !all => log::log(&client, job, &task, stderr, attempt, follow).await,
+                _ => log::log_all(&client, job, stderr, state, header).await,
+            }
         }
         RuntimeCommand::Purge(a) => purge::run(&a).await,
         RuntimeCommand::Demo(a) => demo::run(a).await,

@@ -2310,6 +2310,16 @@ fn task_output_goes_to_the_files_the_job_names_and_log_still_reads_it() {
         "{listed:?}"
     );
     assert_eq!(c.ok(&["log", "1", "w:2", "--stderr"]), "hello 2\nwarn 2\n");
+    // Every task's, in task order (HyperQueue's `job cat`), with a line naming each if asked.
+    assert_eq!(
+        c.ok(&["log", "1", "--all"]),
+        "hello 0\nwarn 0\nhello 1\nwarn 1\nhello 2\nwarn 2\n"
+    );
+    let headed = c.ok(&["log", "1", "--all", "--header", "--state", "succeeded"]);
+    assert!(
+        headed.starts_with("==> task 0 (w:0, succeeded on a) <==\nhello 0\nwarn 0\n==> task 1"),
+        "{headed}"
+    );
     // Discarded stdout; stderr to its own file, read back for a failed task.
     let out = c.cli(&[
         "submit",
@@ -2352,6 +2362,19 @@ fn task_output_goes_to_the_files_the_job_names_and_log_still_reads_it() {
         "kept no stdout: its application discards it (`stdout = \"none\"`)",
     );
     assert_eq!(c.ok(&["log", "2", "f:0", "--stderr"]), "boom\n");
+    assert_eq!(
+        c.ok(&["log", "2", "--all", "--stderr", "--state", "failed"]),
+        "boom\n"
+    );
+    // A task whose output cannot be read is named, and the command fails.
+    let out = c.cli(&["log", "2", "--all"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && said.contains("kept no stdout")
+            && said.contains("the output of 1 task(s) of job 2 could not be read"),
+        "{said}"
+    );
     c.refused(
         &["submit", "--stdout", "slurm-%j.out", "--", "true"],
         "--stdout: `%j` in `slurm-%j.out` is another scheduler's placeholder: write `{job}`",
