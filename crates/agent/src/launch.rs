@@ -123,8 +123,17 @@ pub fn open_stream_files(
         let StreamTo::File(path) = &targets[k] else {
             continue;
         };
-        let shared = match (k, &targets[0], &files[0]) {
-            (1, StreamTo::File(first), Some(f)) if first == path => Some(f),
+        // The same file however it is spelt (`a.log`, `./a.log`, a link to it): one shared
+        // handle, else the second `create` would truncate what the first writes.
+        let same_file = |f: &std::fs::File| {
+            use std::os::unix::fs::MetadataExt;
+            match (f.metadata(), std::fs::metadata(path)) {
+                (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+                _ => false,
+            }
+        };
+        let shared = match (k, &files[0]) {
+            (1, Some(f)) if same_file(f) => Some(f),
             _ => None,
         };
         let file = match shared {
@@ -715,21 +724,22 @@ mod tests {
             )
         );
         assert_eq!(err.expect("stderr served").0, b"to-err\n");
-        // One path for both: one file, as `2>&1`.
-        let (r, [out, err]) = run_with_streams(
-            &dir,
-            "echo a; echo b >&2; echo c",
-            "all-{index}.log",
-            "all-{index}.log",
-        )
-        .await;
-        assert!(r.success, "{r:?}");
-        assert_eq!(
-            std::fs::read(dir.join("all-3.log")).expect("file"),
-            b"a\nb\nc\n"
-        );
-        assert_eq!(out.expect("served").0, b"a\nb\nc\n");
-        assert_eq!(err.expect("served").0, b"a\nb\nc\n");
+        // One path for both, however it is spelt: one file, as `2>&1`.
+        std::fs::create_dir_all(dir.join("sub")).expect("sub");
+        for err_path in ["all-{index}.log", "./sub/../all-{index}.log"] {
+            let (r, [out, err]) = run_with_streams(
+                &dir,
+                "echo a; echo b >&2; echo c",
+                "all-{index}.log",
+                err_path,
+            )
+            .await;
+            assert!(r.success, "{r:?}");
+            let text = std::fs::read(dir.join("all-3.log")).expect("file");
+            assert_eq!(text, b"a\nb\nc\n", "{err_path}");
+            assert_eq!(out.expect("served").0, b"a\nb\nc\n");
+            assert_eq!(err.expect("served").0, b"a\nb\nc\n");
+        }
         // Discarded: nothing kept anywhere; a task that prints nothing still leaves its file.
         let (r, [out, err]) = run_with_streams(&dir, both, "none", "quiet.err").await;
         assert!(r.success, "{r:?}");

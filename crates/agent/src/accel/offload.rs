@@ -246,18 +246,28 @@ async fn once(
     // says, as a local run's would; the files are created before any byte arrives.
     let (out, err) = launch::output_paths(work_dir, spec, a);
     let targets = launch::stream_targets(work_dir, dir, spec, a);
-    if let Err(m) = launch::open_stream_files(&targets, [&out, &err]) {
-        let _ = std::fs::remove_dir_all(&tmp);
-        return Err(Transfer::Final(super::failed(a, &m)));
-    }
+    let files = match launch::open_stream_files(&targets, [&out, &err]) {
+        Ok(files) => files,
+        Err(m) => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(Transfer::Final(super::failed(a, &m)));
+        }
+    };
     let stream_path = |k: usize| match &targets[k] {
         launch::StreamTo::Captured(p) | launch::StreamTo::File(p) => Some(p.clone()),
         launch::StreamTo::Discarded => None,
     };
     let (out, err) = (stream_path(0), stream_path(1));
-    // Both streams to one file: stderr's chunks are appended to what stdout's wrote.
-    let merged =
-        matches!(&targets, [launch::StreamTo::File(a), launch::StreamTo::File(b)] if a == b);
+    // Both streams to one file (however its paths are spelt): stderr's chunks are appended to
+    // what stdout's wrote.
+    let merged = match &files {
+        [Some(o), Some(e)] => {
+            use std::os::unix::fs::MetadataExt;
+            matches!((o.metadata(), e.metadata()), (Ok(a), Ok(b)) if a.dev() == b.dev() && a.ino() == b.ino())
+        }
+        _ => false,
+    };
+    drop(files);
     let mut outputs = Sink::new(&tmp);
     let mut logs = Sink::new(Path::new("/"));
     let result = loop {
