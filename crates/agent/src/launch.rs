@@ -125,15 +125,8 @@ pub fn open_stream_files(
         };
         // The same file however it is spelt (`a.log`, `./a.log`, a link to it): one shared
         // handle, else the second `create` would truncate what the first writes.
-        let same_file = |f: &std::fs::File| {
-            use std::os::unix::fs::MetadataExt;
-            match (f.metadata(), std::fs::metadata(path)) {
-                (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-                _ => false,
-            }
-        };
         let shared = match (k, &files[0]) {
-            (1, Some(f)) if same_file(f) => Some(f),
+            (1, Some(f)) if same_file(f.metadata(), std::fs::metadata(path)) => Some(f),
             _ => None,
         };
         let file = match shared {
@@ -149,6 +142,15 @@ pub fn open_stream_files(
         files[k] = Some(file);
     }
     Ok(files)
+}
+
+/// Whether two files' metadata name one file (device and inode); an unreadable one names none.
+pub(crate) fn same_file(
+    a: std::io::Result<std::fs::Metadata>,
+    b: std::io::Result<std::fs::Metadata>,
+) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    matches!((a, b), (Ok(a), Ok(b)) if a.dev() == b.dev() && a.ino() == b.ino())
 }
 
 /// Writes the pointer to `target` in `captured`'s place (not through a symbolic link).

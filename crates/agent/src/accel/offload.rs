@@ -261,10 +261,7 @@ async fn once(
     // Both streams to one file (however its paths are spelt): stderr's chunks are appended to
     // what stdout's wrote.
     let merged = match &files {
-        [Some(o), Some(e)] => {
-            use std::os::unix::fs::MetadataExt;
-            matches!((o.metadata(), e.metadata()), (Ok(a), Ok(b)) if a.dev() == b.dev() && a.ino() == b.ino())
-        }
+        [Some(o), Some(e)] => launch::same_file(o.metadata(), e.metadata()),
         _ => false,
     };
     drop(files);
