@@ -17,6 +17,7 @@
 //! advertise = "10.0.0.7:7431"       # where other agents reach this one (workflow data, PCDDB)
 //! attributes = ["fpga", "bigmem"]   # what jobs and workflow tasks may `require` (`gpu` comes with GPUs)
 //! kill_grace = "10s"                # a stopped task's time between SIGTERM and SIGKILL
+//! time_limit = "11h 50m"            # how long the agent runs (its batch allocation, less a margin)
 //! [tls]                             # optional: workflow data and PCDDB between agents over TLS
 //! cert = "agent.pem"                # (peers verify it with their `ca`; same as the server's)
 //! key = "agent.key"
@@ -70,6 +71,10 @@ pub struct AgentConfig {
     /// How long a task asked to stop (cancelled, out of time, the agent shutting down) has
     /// between SIGTERM and SIGKILL.
     pub kill_grace: Option<serde_spanned::Spanned<hetsched_core::input::Duration>>,
+    /// How long the agent runs (e.g. the length of the batch allocation it runs in, less a
+    /// margin): the server sends it no task whose time limit is longer than the time it has
+    /// left, and `kill_grace` before the end it stops what still runs and exits.
+    pub time_limit: Option<hetsched_core::input::Duration>,
     /// TLS between agents (workflow data, PCDDB): the same options as the server's `[tls]`.
     pub tls: Option<TlsFiles>,
     /// Declared accelerators (replace detected ones).
@@ -107,6 +112,12 @@ impl AgentConfig {
         Ok(config)
     }
 
+    /// The time limit written, if any.
+    pub fn time_limit(&self) -> Option<std::time::Duration> {
+        self.time_limit
+            .map(|t| std::time::Duration::from_nanos(t.0))
+    }
+
     /// The kill grace written, if any.
     pub fn kill_grace(&self) -> Option<std::time::Duration> {
         self.kill_grace
@@ -127,5 +138,21 @@ mod tests {
         let e = AgentConfig::parse("agent.toml", "cores = 2\nkill_grace = \"2h\"\n")
             .expect_err("too long");
         assert_eq!(e.to_string(), "agent.toml:2:14: kill_grace: at most 1h");
+    }
+
+    #[test]
+    fn a_time_limit_is_read_and_a_bad_one_names_its_line() {
+        let c = AgentConfig::parse("agent.toml", "time_limit = \"11h 50m\"\n").expect("valid");
+        assert_eq!(
+            c.time_limit(),
+            Some(std::time::Duration::from_secs(11 * 3600 + 50 * 60))
+        );
+        assert_eq!(AgentConfig::default().time_limit(), None);
+        let e = AgentConfig::parse("agent.toml", "cores = 2\ntime_limit = \"soon\"\n")
+            .expect_err("not a duration");
+        assert!(
+            e.to_string().starts_with("agent.toml:2:14: time_limit"),
+            "{e}"
+        );
     }
 }

@@ -144,6 +144,11 @@ pub struct AgentOptions {
     /// The `hetsched` binary, whose hidden `pin-exec` binds a pinned task to its CPUs
     /// ([`cpus`]); None: pinned tasks run unbound, as any task.
     pub pin_exec: Option<PathBuf>,
+    /// How long the agent runs (`--time-limit`: the batch allocation it runs in, e.g.); None:
+    /// until a signal. Its heartbeats say how long tasks may still run here, so the server
+    /// sends no task whose time limit is longer; `kill_grace` before the end it stops what still
+    /// runs (the server runs those again elsewhere, not counting a failure) and exits.
+    pub time_limit: Option<Duration>,
 }
 
 struct RunningTask {
@@ -188,6 +193,32 @@ pub async fn run(
     // Tasks, chunks and workflow instances run in directories of their own, so every path the
     // agent hands them (`{input}`, `{input:m}`, `{output:m}`, `HETSCHED_CHUNK_OUTPUT`) must not
     // depend on the agent's own working directory.
+    // The agent's end (`time_limit`): tasks are stopped `kill_grace` before it, so that none
+    // outlives it. Measured on the monotonic clock: heartbeats carry the time left, not a date,
+    // so the server's clock need not agree with this host's.
+    let stop_at = match opts.time_limit {
+        Some(limit) if limit <= opts.kill_grace => {
+            return Err(AgentError::Config(format!(
+                "time limit {} is not longer than the kill grace {}: no task could run",
+                humantime::format_duration(limit),
+                humantime::format_duration(opts.kill_grace)
+            )));
+        }
+        Some(limit) => Some(Instant::now() + (limit - opts.kill_grace)),
+        None => None,
+    };
+    let shutdown = async move {
+        let time_up = async {
+            match stop_at {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = shutdown => Stop::Signal,
+            () = time_up => Stop::TimeLimit,
+        }
+    };
     opts.work_dir = std::path::absolute(&opts.work_dir).map_err(|e| {
         AgentError::Config(format!("work directory {}: {e}", opts.work_dir.display()))
     })?;
@@ -260,7 +291,7 @@ pub async fn run(
         (Some(_), None) if opts.server.starts_with("https://") => {
             tokio::select! {
                 issued = listener_certificate(&mut client, &opts) => issued?,
-                () = &mut shutdown => return Ok(()),
+                _ = &mut shutdown => return Ok(()),
             }
         }
         _ => None,
@@ -483,6 +514,8 @@ pub async fn run(
                     log_port,
                     work_dir: work_dir_shown.clone(),
                     draining: draining.is_some(),
+                    time_left_ms: stop_at
+                        .map(|at| at.saturating_duration_since(Instant::now()).as_millis() as u64),
                     accel: pipeline.as_ref().map(|p| p.state(&gpus)),
                     accel_port,
                     accel_tls,
@@ -676,9 +709,9 @@ pub async fn run(
                     }
                     () = woken.notified() => {}
                     () = tokio::time::sleep(pause) => {}
-                    () = &mut shutdown, if draining.is_none() => {
+                    why = &mut shutdown, if draining.is_none() => {
                         draining = Some(Instant::now());
-                        begin_shutdown(&shared, &opts);
+                        begin_shutdown(&shared, &opts, why);
                     }
                 }
             }
@@ -735,9 +768,9 @@ pub async fn run(
                 }
                 tokio::select! {
                     () = tokio::time::sleep(backoff) => {}
-                    () = &mut shutdown, if draining.is_none() => {
+                    why = &mut shutdown, if draining.is_none() => {
                         draining = Some(Instant::now());
-                        begin_shutdown(&shared, &opts);
+                        begin_shutdown(&shared, &opts, why);
                     }
                 }
                 backoff = (backoff * 2).min(Duration::from_millis(500));
@@ -1100,15 +1133,39 @@ async fn coalesce(l: &Launcher<'_>, window: Duration) {
     }
 }
 
-/// The first shutdown signal: from now on heartbeats say `draining`; running tasks are killed
-/// (their results say `interrupted`), or with `--drain` left to finish.
-fn begin_shutdown(shared: &Mutex<Shared>, opts: &AgentOptions) {
+/// Why the agent shuts down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    /// The first SIGTERM or SIGINT (or the embedding program's shutdown).
+    Signal,
+    /// Its `time_limit` less the kill grace has passed.
+    TimeLimit,
+}
+
+/// The first shutdown signal, or the end of the agent's time limit: from now on heartbeats say
+/// `draining`; running tasks are killed (their results say `interrupted`), or on a signal with
+/// `--drain` left to finish (at the time limit they are stopped whatever `--drain` says: the
+/// agent's time is up).
+fn begin_shutdown(shared: &Mutex<Shared>, opts: &AgentOptions, why: Stop) {
     let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
     let running = sh.running.len();
     // Prefetched tasks not started yet stay unstarted: the server sees them vanish from this
     // node's heartbeats and runs them elsewhere.
     sh.queue.clear();
-    if opts.drain {
+    if why == Stop::TimeLimit {
+        info!(
+            running,
+            grace = ?opts.kill_grace,
+            "time limit reached: taking no new work, stopping the running tasks (SIGTERM, then \
+             SIGKILL after the kill grace, which ends with the time limit); the server runs them \
+             again elsewhere"
+        );
+        for t in sh.running.values_mut() {
+            if let Some(tx) = t.kill.take() {
+                let _ = tx.send(launch::Kill::Shutdown);
+            }
+        }
+    } else if opts.drain {
         info!(
             running,
             "shutting down: taking no new work, waiting for the running tasks to end (--drain); \

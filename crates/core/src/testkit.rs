@@ -138,6 +138,7 @@ impl AppBuilder {
             compute: secs(compute),
             read: secs(read),
             request: Resources::new(1, 0, 0),
+            time_limit: None,
         });
         self
     }
@@ -149,6 +150,7 @@ impl AppBuilder {
             read: secs(read),
             request: Resources::new(1, 0, 1),
             kind: None,
+            time_limit: None,
         });
         self
     }

@@ -87,6 +87,7 @@ impl From<pb::HeartbeatRequest> for HeartbeatReport {
             balance_received: r.balance_received,
             balance_held: r.balance_held,
             rtt_ns: r.rtt_ns.into_iter().collect(),
+            time_left: r.time_left_ms.map(std::time::Duration::from_millis),
         }
     }
 }
@@ -486,6 +487,7 @@ impl From<NodeInfo> for pb::NodeInfo {
             accel: n.accel.map(accel_state_wire),
             containers: n.containers,
             attributes: n.attributes,
+            time_left_ms: n.time_left_ms,
         }
     }
 }

@@ -768,6 +768,7 @@ pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
         "free gpus",
         "running",
         "last seen",
+        "time left",
         "disk read/s",
         "mem available",
         "backed off",
@@ -800,6 +801,11 @@ pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
                 super::human::ago(Duration::from_millis(n.last_seen_ms))
             } else {
                 "-".to_string()
+            },
+            // Until its agent stops its tasks (`--time-limit`); `-`: no end.
+            match n.time_left_ms {
+                Some(ms) if n.alive => super::human::duration(Duration::from_millis(ms)),
+                _ => "-".to_string(),
             },
             format!("{:.1} MB/s", n.read_bytes_per_sec / 1e6),
             super::human::memory(n.available_memory_bytes),

@@ -3,6 +3,7 @@
 //! demo's tasks run.
 
 mod accel_cli;
+mod allocation;
 mod bench;
 mod client;
 mod command_job;

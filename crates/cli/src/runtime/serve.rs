@@ -105,6 +105,14 @@ pub struct AgentArgs {
     /// `kill_grace`, else 10s].
     #[arg(long, value_name = "DURATION")]
     pub kill_grace: Option<humantime::Duration>,
+    /// How long the agent runs (`11h50m`; HyperQueue's worker `--time-limit`): inside a batch
+    /// allocation, its length less a margin, or `auto` to ask Slurm (`squeue`) or PBS (`qstat`)
+    /// for the allocation's time left, less a minute. The server sends it no task whose
+    /// `time_limit` is longer than the time it has left; the kill grace before the end it stops
+    /// the tasks still running (the server runs them again elsewhere, without counting a
+    /// failure) and exits [default: the configuration's `time_limit`, else none].
+    #[arg(long, value_name = "DURATION|auto")]
+    pub time_limit: Option<String>,
     /// Attributes jobs and workflow tasks may `requires` of this node (`bigmem,ssd`; repeat the
     /// flag or separate with commas; `gpu` comes with GPUs) [default: the configuration's
     /// `attributes`, which the flag replaces].
@@ -374,6 +382,15 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
                 .kill_grace()
                 .unwrap_or(hetsched_agent::launch::DEFAULT_KILL_GRACE),
         },
+        time_limit: match a.time_limit.as_deref() {
+            Some("auto") => super::allocation::auto_time_limit()?,
+            Some(t) => Some(
+                t.parse::<humantime::Duration>()
+                    .map_err(|e| anyhow::anyhow!("--time-limit `{t}`: {e} (a duration, or auto)"))?
+                    .into(),
+            ),
+            None => config.time_limit(),
+        },
         processes: Default::default(),
         accel: super::accel_cli::agent_accel_options(a, &config)?,
         advertise: config.advertise.clone(),
@@ -391,6 +408,9 @@ pub async fn agent(a: AgentArgs) -> anyhow::Result<()> {
         cores = opts.resources.cores,
         memory = opts.resources.memory_bytes,
         gpus = opts.resources.accelerators.len(),
+        time_limit = %opts
+            .time_limit
+            .map_or("none".to_string(), |t| humantime::format_duration(t).to_string()),
         "agent starting"
     );
     // The first SIGTERM/SIGINT shuts the agent down gracefully (see hetsched_agent::shutdown);

@@ -782,3 +782,173 @@ fn several_jobs_are_held_released_cancelled_and_waited_for_by_ids_ranges_last_an
         "is not a job id (a number), a range (`4-9`), `last` or `all`",
     );
 }
+
+/// An agent started with `--time-limit` (inside a batch allocation, say): its heartbeats say how
+/// long tasks may still run there, `hetsched nodes` shows it, a task whose own time limit is
+/// longer waits (and says why) instead of being started and cut off, a shorter one runs there,
+/// and at the end the agent stops what still runs and exits — the server runs it again on the
+/// next node, without counting a failure.
+#[test]
+fn an_agent_with_a_time_limit_takes_only_tasks_that_end_in_time_and_hands_back_the_rest() {
+    let mut c = Cluster::start("time-limit", false);
+    c.start_agent("brief", 2, &["--time-limit", "9s", "--kill-grace", "1s"]);
+    c.wait_for_nodes(1);
+    let nodes = c.json(&["nodes"]);
+    let left = nodes[0]["time_left_ms"].as_u64().expect("a time left");
+    assert!(
+        left > 0 && left <= 8_000,
+        "9 s less the kill grace: {left} ms"
+    );
+    assert!(c.ok(&["nodes"]).contains("time left"));
+    // Longer than the node has: it waits, and says why, at once.
+    let out = c.cli(&[
+        "submit",
+        "--name",
+        "long",
+        "--time-limit",
+        "1m",
+        "--",
+        "true",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let why = "`true`'s time limit (1m) is longer than the time left on every node that can run it";
+    assert!(text(&out.stderr).contains(why), "{}", text(&out.stderr));
+    let job = c.json(&["job", "1"]);
+    assert!(
+        job["pending_reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with(why)),
+        "{job}"
+    );
+    assert_eq!(job["blocked"], true, "{job}");
+    // Short enough: it runs there.
+    c.ok(&["submit", "--time-limit", "2s", "--wait", "--", "true"]);
+    assert_eq!(c.tasks(2)[0]["node"], "brief");
+    // No limit: it may run anywhere, and is stopped when the agent's time is up. It sleeps only
+    // on `brief`, so its second attempt ends at once.
+    c.ok(&[
+        "submit",
+        "--name",
+        "open",
+        "--shell",
+        "--",
+        "test \"$HETSCHED_NODE\" != brief || exec sleep 60",
+    ]);
+    wait_until(
+        "the open task runs on brief",
+        Duration::from_secs(10),
+        || c.tasks(3)[0]["state"] == "running",
+    );
+    assert_eq!(c.agent_exit("brief", Duration::from_secs(20)), Some(0));
+    assert!(c.agent_log("brief").contains("time limit reached"));
+    assert_eq!(c.tasks(3)[0]["state"], "pending", "handed back, not failed");
+    c.start_agent("lasting", 2, &[]);
+    c.ok(&["wait", "1", "3", "--timeout", "20s"]);
+    let open = &c.tasks(3)[0];
+    assert_eq!(open["node"], "lasting");
+    assert_eq!(open["attempt"], 2);
+    assert_eq!(c.tasks(1)[0]["node"], "lasting");
+    // A limit the kill grace eats whole is refused at start.
+    let token = c.data().join("agent-token");
+    let out = c
+        .command(&[
+            "agent",
+            "--time-limit",
+            "1s",
+            "--kill-grace",
+            "2s",
+            "--name",
+            "x",
+        ])
+        .arg("--token-file")
+        .arg(token)
+        .output()
+        .expect("agent");
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("time limit 1s is not longer than the kill grace 2s"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// `--time-limit auto` inside a Slurm job: the agent asks `squeue` for its job's time left (a
+/// stand-in `squeue` here) and keeps a minute back; outside any allocation it says so and
+/// stops, and a batch system that fails is named.
+#[test]
+fn an_agent_asks_slurm_for_its_allocations_time_left() {
+    use std::os::unix::fs::PermissionsExt;
+    let c = Cluster::start("time-limit-auto", false);
+    let bin = c.dir.join("fake-bin");
+    std::fs::create_dir_all(&bin).expect("dir");
+    let squeue = bin.join("squeue");
+    std::fs::write(
+        &squeue,
+        "#!/bin/sh\n\
+         [ \"$*\" = \"--noheader --jobs 4242 --format %L\" ] || { echo \"no job $*\" >&2; exit 1; }\n\
+         echo '  1:05:00'\n",
+    )
+    .expect("write squeue");
+    std::fs::set_permissions(&squeue, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let agent = |job: Option<&str>, name: &str| {
+        let mut cmd = c.command(&[
+            "agent",
+            "--server",
+            &c.url(),
+            "--name",
+            name,
+            "--cores",
+            "1",
+            "--log-listen",
+            "127.0.0.1:0",
+            "--kill-grace",
+            "10s",
+            "--time-limit",
+            "auto",
+        ]);
+        cmd.arg("--token-file")
+            .arg(c.data().join("agent-token"))
+            .arg("--work-dir")
+            .arg(c.dir.join(format!("agent-{name}")))
+            .env("PATH", &path)
+            .env_remove("SLURM_JOB_ID")
+            .env_remove("PBS_JOBID");
+        if let Some(job) = job {
+            cmd.env("SLURM_JOB_ID", job);
+        }
+        cmd
+    };
+    let mut child = agent(Some("4242"), "slurm")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("agent");
+    c.wait_for_nodes(1);
+    let left = c.json(&["nodes"])[0]["time_left_ms"].as_u64().unwrap_or(0);
+    // 65 minutes, less the minute `auto` keeps back and the 10 s kill grace.
+    let want = (65 * 60 - 60 - 10) * 1000;
+    assert!(left <= want && left + 10_000 > want, "{left} ms");
+    let _ = child.kill();
+    let _ = child.wait();
+    let out = agent(None, "outside").output().expect("agent");
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr)
+            .contains("not inside a batch allocation (neither SLURM_JOB_ID nor PBS_JOBID is set)"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = agent(Some("77"), "other").output().expect("agent");
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("`squeue --noheader --jobs 77 --format %L` failed")
+            && text(&out.stderr).contains("no job"),
+        "{}",
+        text(&out.stderr)
+    );
+}

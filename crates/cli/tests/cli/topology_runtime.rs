@@ -746,7 +746,13 @@ fn a_scripted_rate_change_reschedules_exactly_when_the_thresholds_say_and_loses_
     // The fall: a traffic reschedule back to one node under 10 %, none under 1000.
     let r = a["reschedules"].as_array().expect("reschedules");
     let last = &r[r.len() - 1];
-    assert_eq!(last["cause"], "traffic", "{a}");
+    // On a loaded machine a computation after the fall may still see a node overloaded (the
+    // executors moved at the rise catching up); its reschedule then lands on one node itself, and
+    // no traffic reschedule is left to make. Either way the fall ends on one node.
+    assert!(
+        last["cause"] == "traffic" || (last["cause"] == "overload" && last["nodes"] == 1),
+        "{a}"
+    );
     assert!(last["at_ns"].as_u64().unwrap_or(0) >= submitted(&a) + 11_000_000_000);
     assert_eq!(a["nodes_used"], 1);
     // Under 1000 only overloads are applied (a loaded machine may measure the rise in two

@@ -642,6 +642,7 @@ impl Workload {
                             compute: need(c.compute, span, "cpu.compute")?,
                             read: need(c.read, span, "cpu.read")?,
                             request: c.request(),
+                            time_limit: c.time_limit.map(|d| d.0),
                         })
                     }
                     None => None,
@@ -655,6 +656,7 @@ impl Workload {
                             read: need(g.read, span, "gpu.read")?,
                             request: g.request(),
                             kind: g.kind.clone(),
+                            time_limit: g.time_limit.map(|d| d.0),
                         })
                     }
                     None => None,

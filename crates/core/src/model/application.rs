@@ -38,6 +38,10 @@ pub struct CpuVariant {
     pub read: Time,
     /// Resources one task holds while it runs.
     pub request: Resources,
+    /// Wall-clock limit of one task (the runtime kills it then); it runs only on nodes with at
+    /// least this much time left ([`crate::model::NodeState::time_left`]). `None`: no limit.
+    #[serde(default)]
+    pub time_limit: Option<Time>,
 }
 
 /// Base profile and request of an application's GPU implementation.
@@ -53,6 +57,9 @@ pub struct GpuVariant {
     pub request: Resources,
     /// Accelerator kind the task needs; `None` runs on any.
     pub kind: Option<String>,
+    /// Wall-clock limit of one task, as [`CpuVariant::time_limit`].
+    #[serde(default)]
+    pub time_limit: Option<Time>,
 }
 
 /// An application: many identical independent tasks, each runnable on the variants it has.
@@ -118,6 +125,14 @@ impl Application {
         match (self.cpu_base_time(), self.gpu_base_time()) {
             (Some(c), Some(g)) => Some(c.min(g)),
             (c, g) => c.or(g),
+        }
+    }
+
+    /// Wall-clock limit of one task of `variant` (`None`: none, or no such variant).
+    pub fn time_limit(&self, variant: Variant) -> Option<Time> {
+        match variant {
+            Variant::Cpu => self.cpu.as_ref().and_then(|c| c.time_limit),
+            Variant::Gpu => self.gpu.as_ref().and_then(|g| g.time_limit),
         }
     }
 

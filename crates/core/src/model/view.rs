@@ -60,6 +60,11 @@ pub struct NodeState {
     /// Accelerator work is held off the node for now: the accelerator service it reaches through
     /// its binding has a full queue (spec 01; the runtime sets it from the ANode's heartbeats).
     pub accel_held: bool,
+    /// How long tasks may still run here before the node goes away (an agent started with a
+    /// `time_limit`, e.g. inside a batch allocation); `None`: no end known. A task whose own
+    /// time limit is longer does not fit ([`SchedulerView::fits`]); the driver keeps it current
+    /// ([`SchedulerView::set_node_time_left`]).
+    pub time_left: Option<Time>,
 }
 
 impl NodeState {
@@ -195,6 +200,7 @@ impl SchedulerView {
             io_tasks: 0,
             running: 0,
             alive: true,
+            time_left: None,
             accel_held: false,
         });
         Ok(expected)
@@ -237,6 +243,19 @@ impl SchedulerView {
             state.node.attributes = attributes;
             self.attributes_generation += 1;
         }
+        Ok(())
+    }
+
+    /// Sets how long tasks may still run on `node` ([`NodeState::time_left`]; `None`: no end).
+    pub fn set_node_time_left(
+        &mut self,
+        node: NodeId,
+        time_left: Option<Time>,
+    ) -> Result<(), ViewError> {
+        self.nodes
+            .get_mut(node.index())
+            .ok_or(ViewError::UnknownNode(node))?
+            .time_left = time_left;
         Ok(())
     }
 
@@ -424,6 +443,12 @@ impl SchedulerView {
             return false;
         };
         if !n.free.fits(&request) {
+            return false;
+        }
+        // A task that may run longer than the node has left would be stopped half-way.
+        if let (Some(left), Some(limit)) = (n.time_left, a.app.time_limit(variant))
+            && limit > left
+        {
             return false;
         }
         match (variant, &a.app.gpu) {

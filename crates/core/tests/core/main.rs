@@ -14,3 +14,4 @@ mod task_files;
 mod view_accelerator;
 mod view_exclusion;
 mod view_requires;
+mod view_time_left;

@@ -135,6 +135,15 @@ function live(done) {
 
 // ---------------------------------------------------------------- nodes
 
+// A node's time left (its agent's `--time-limit`), as `hetsched nodes` writes it: `45s`, `12m 5s`, `3h 20m`.
+function timeLeft(ms) {
+  const s = Math.floor(ms / 1000);
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${s % 60}s`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
+  return `${Math.floor(s / 86400)}d ${Math.floor((s % 86400) / 3600)}h`;
+}
+
 function renderNodes(nodes) {
   const racks = new Map();
   for (const n of nodes) { if (!racks.has(n.rack)) racks.set(n.rack, []); racks.get(n.rack).push(n); }
@@ -149,6 +158,7 @@ function renderNodes(nodes) {
         <div class="meter"><span data-w="${n.cores ? (100 * usedCores / n.cores) : 0}%"></span></div>
         ${n.gpus ? `<div>GPUs ${usedGpus}/${n.gpus} in use${n.gpu_util === null ? "" : ` · ${Math.round(n.gpu_util)}% busy`}</div>
         <div class="meter gpu"><span data-w="${100 * usedGpus / n.gpus}%"></span></div>` : "<div>no GPUs</div>"}
+        ${n.alive && n.time_left_ms != null ? `<div title="until its agent's time limit stops its tasks">${esc(timeLeft(n.time_left_ms))} left</div>` : ""}
         ${(n.attributes || []).length ? `<div class="attrs" title="what jobs may require">${(n.attributes || []).map(esc).join(" · ")}</div>` : ""}
       </div>`;
     }
@@ -351,7 +361,7 @@ loadJobs().catch((e) => console.error(e));
 api("/api/nodes").then((nodes) => renderNodes(nodes.map((n) => ({
   name: n.name, rack: n.rack, alive: n.alive, running: n.running, cores: n.cores, free_cores: n.free_cores,
   gpus: (n.accelerators || []).length, free_gpus: n.free_gpus, drained: n.drained, draining: n.draining, gpu_util: null,
-  attributes: n.attributes || [],
+  attributes: n.attributes || [], time_left_ms: n.time_left_ms,
 })))).catch((e) => console.error(e));
 // `#events=N` in the address: stop listening after N updates (headless snapshots and tests need the
 // page's network to go idle; a person never needs it).

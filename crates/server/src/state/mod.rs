@@ -353,6 +353,15 @@ impl State {
             info!(node = %rec.spec.name, draining = req.draining, "the agent is shutting down: no new work for it");
         }
         rec.draining = req.draining;
+        let ends_at = req.time_left.map(|left| rec.last_seen + left);
+        if rec.ends_at.is_none() && ends_at.is_some() {
+            info!(node = %rec.spec.name, time_left = ?req.time_left, "the agent has a time limit: tasks that may run longer than its time left go elsewhere");
+        }
+        if ends_at.is_none() && rec.ends_at.is_some() {
+            // A new agent without a limit took the node over: it no longer ends.
+            self.view.set_node_time_left(nid, None)?;
+        }
+        rec.ends_at = ends_at;
         // No new work for a drained node or a shutting-down agent.
         let open = !(rec.drained || rec.draining);
         if paused {
@@ -405,6 +414,7 @@ impl State {
         }
         // Cores released above may owe a prefetch debt: no kind sees them free.
         self.nodes.prefetch.repay_all(&mut self.view);
+        self.nodes.time_left(&mut self.view, Instant::now());
         {
             let mut out = Outbox::new(&mut reply, &req.known_specs);
             for kind in self.jobs.all_mut() {
@@ -448,6 +458,7 @@ impl State {
         for kind in self.jobs.all_mut() {
             kind.take_wakes(&mut self.nodes.wakes);
         }
+        self.nodes.time_left(&mut self.view, Instant::now());
         self.nodes.flush_wakes(&self.view, answered.map(|n| n.0));
     }
 

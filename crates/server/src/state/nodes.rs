@@ -43,6 +43,10 @@ pub struct NodeRec {
     pub drained: bool,
     /// The agent's last heartbeat said it is shutting down: no new work.
     pub draining: bool,
+    /// When its agent stops the tasks still running (an agent started with a `time_limit`, as
+    /// its last heartbeat said); `None`: no end. Tasks with a longer time limit are not placed
+    /// here ([`Nodes::time_left`]).
+    pub ends_at: Option<Instant>,
 }
 
 impl NodeRec {
@@ -82,6 +86,7 @@ impl NodeRec {
             removed,
             drained: false,
             draining: false,
+            ends_at: None,
         }
     }
 }
@@ -228,8 +233,22 @@ impl Nodes {
             new.gpus = old.gpus.clone();
             new.drained = old.drained;
             new.draining = old.draining;
+            new.ends_at = old.ends_at;
         }
         self.wakes.carry_over(&old.wakes);
+    }
+
+    /// Brings the scheduler's view of each node's time left ([`NodeRec::ends_at`]) up to
+    /// `now`, before anything is placed: a node with an end has less time for tasks at every
+    /// decision.
+    pub fn time_left(&self, view: &mut SchedulerView, now: Instant) {
+        for (i, n) in self.recs.iter().enumerate() {
+            if let Some(end) = n.ends_at {
+                let left = end.saturating_duration_since(now).as_nanos() as u64;
+                // Every node in the registry is in the view (same dense ids).
+                let _ = view.set_node_time_left(NodeId(i as u32), Some(left));
+            }
+        }
     }
 
     /// Sends the wake-ups the event marked ([`super::wakes`]), except to `answered` (the node
@@ -577,6 +596,9 @@ impl State {
                     gpus: n.gpus.clone(),
                     drained: n.drained,
                     draining: n.draining,
+                    time_left_ms: n
+                        .ends_at
+                        .map(|e| e.saturating_duration_since(Instant::now()).as_millis() as u64),
                     rack: n.spec.rack.to_string(),
                     attributes: n.spec.all_attributes(),
                     backed_off: self

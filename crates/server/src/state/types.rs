@@ -118,6 +118,8 @@ pub struct HeartbeatReport {
     pub balance_held: u32,
     /// Measured round trips (ns) to other agents, by node id.
     pub rtt_ns: BTreeMap<u32, u64>,
+    /// How long tasks may still run on the node (an agent with a `time_limit`); `None`: no end.
+    pub time_left: Option<std::time::Duration>,
 }
 
 /// What every task of one spec key runs (sent to a node once, before its first task of it).
@@ -484,6 +486,8 @@ pub struct NodeInfo {
     pub balance_sent: u64,
     /// PCDDB messages its agent received.
     pub balance_received: u64,
+    /// How long tasks may still run there (its agent's `time_limit`), in ms; `None`: no end.
+    pub time_left_ms: Option<u64>,
 }
 
 /// Which finished jobs a purge deletes.

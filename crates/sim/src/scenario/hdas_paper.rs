@@ -133,6 +133,7 @@ pub fn application(profile: &AppProfile, id: AppId, scale: f64) -> Application {
             compute: secs(profile.cpu_compute_s),
             read,
             request: Resources::new(1, TASK_MEMORY, 0),
+            time_limit: None,
         }),
         gpu: Some(GpuVariant {
             compute: secs(profile.gpu_compute_s),
@@ -140,6 +141,7 @@ pub fn application(profile: &AppProfile, id: AppId, scale: f64) -> Application {
             read,
             request: Resources::new(1, TASK_MEMORY, 1),
             kind: None,
+            time_limit: None,
         }),
         requires: Vec::new(),
         max_running: 0,

@@ -85,6 +85,7 @@ fn arb_app() -> impl Strategy<Value = Application> {
                         compute: secs(cpu_s),
                         read,
                         request: Resources::new(cores, mem, 0),
+                        time_limit: None,
                     }),
                     gpu: (which != 0).then(|| GpuVariant {
                         compute: secs(gpu_s),
@@ -92,6 +93,7 @@ fn arb_app() -> impl Strategy<Value = Application> {
                         read,
                         request: Resources::new(1, mem / 2, gpus),
                         kind: None,
+                        time_limit: None,
                     }),
                     requires,
                     max_running,

@@ -6,10 +6,15 @@
 //! - `held: …` — `hetsched hold` (or `submit --hold`) keeps it until `hetsched release`;
 //! - `waiting for job M` — a job it runs `--after` (or `--after-any`) has not ended as needed;
 //! - `every node that can run \`APP\` is drained: …` — an application's tasks fit on some live
-//!   nodes, and an operator drained each of them (or their agents are shutting down);
+//!   nodes, and an operator drained each of them;
+//! - `every node that can run \`APP\` is leaving: …` — they are live, but their agents are shutting
+//!   down (a signal, or the end of their `time_limit`);
 //! - `no live node can run \`APP\` (…)` — no live node has the attributes and the capacity (cores,
 //!   memory, devices of the kind) one of its variants needs: it waits until such a node joins
 //!   (the submission check passed while one was live, or none had registered yet);
+//! - `\`APP\`'s time limit (1h) is longer than the time left on every node that can run it (at
+//!   most 40m)` — each of those nodes' agents stops its tasks sooner (its `time_limit`, e.g. the
+//!   end of the batch allocation it runs in): it waits for a node with more time;
 //! - `\`APP\` is backed off on every node that can run it` — its tasks failed to start there
 //!   (`start_failures`), and the back-off has not ended;
 //! - `\`APP\` runs its max_running of N` — the application's own cap;
@@ -25,6 +30,7 @@ use hetsched_core::{AppId, NodeId, Resources, Variant};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 /// What decides which nodes could run an application: its `requires`, its variants' requests
 /// (with the device kind) and its accelerator need.
@@ -36,8 +42,9 @@ type Shape = (
 );
 
 /// The nodes that could run applications of one shape ([`Capable::of`]): those that take work,
-/// in id order, and the names of the drained ones, sorted.
-type CapableNodes = Rc<(Vec<NodeId>, Vec<String>)>;
+/// in id order; the names of those an operator drained, and of those whose agents are shutting
+/// down, each sorted.
+type CapableNodes = Rc<(Vec<NodeId>, Vec<String>, Vec<String>)>;
 
 /// The capable nodes of each application shape, found once per read of the state
 /// ([`Read::capable`]): a listing of thousands of jobs of a few shapes scans the nodes a few
@@ -62,20 +69,23 @@ impl Capable {
         if let Some(found) = self.0.borrow().get(&shape) {
             return found.clone();
         }
-        let (mut open, mut drained) = (Vec::new(), Vec::new());
+        let (mut open, mut drained, mut leaving) = (Vec::new(), Vec::new(), Vec::new());
         for (i, n) in rd.nodes.iter().enumerate() {
             let node = NodeId(i as u32);
             if !n.alive || n.removed || !rd.view.could_run(app, node) {
                 continue;
             }
-            if n.drained || n.draining {
+            if n.drained {
                 drained.push(n.spec.name.clone());
+            } else if n.draining {
+                leaving.push(n.spec.name.clone());
             } else {
                 open.push(node);
             }
         }
         drained.sort_unstable();
-        let found = Rc::new((open, drained));
+        leaving.sort_unstable();
+        let found = Rc::new((open, drained, leaving));
         self.0.borrow_mut().insert(shape, found.clone());
         found
     }
@@ -119,7 +129,7 @@ impl Batch {
             // so a listing scans the nodes once per shape): those that take work, and the
             // drained ones, named.
             let capable = rd.capable.of(rd, app);
-            let (open, drained) = (&capable.0, &capable.1);
+            let (open, drained, leaving) = (&capable.0, &capable.1, &capable.2);
             if open.is_empty() {
                 if !drained.is_empty() {
                     let why = format!(
@@ -128,7 +138,18 @@ impl Batch {
                     );
                     return (why, true);
                 }
+                if !leaving.is_empty() {
+                    // Not the operator's doing: `node resume` cannot bring them back.
+                    let why = format!(
+                        "every node that can run `{name}` is leaving: the agents of {} are shutting down",
+                        leaving.join(", ")
+                    );
+                    return (why, true);
+                }
                 let why = format!("no live node can run `{name}` ({})", self.needs(rd, app));
+                return (why, true);
+            }
+            if let Some(why) = Self::out_of_time(rd, app, name, open) {
                 return (why, true);
             }
             if open.iter().all(|&n| rd.view.is_excluded(app, n)) {
@@ -147,6 +168,39 @@ impl Batch {
             "resources: the nodes that can run it are busy".to_string(),
             false,
         )
+    }
+
+    /// Why `app` waits when its time limit is longer than the time left on every one of `open`
+    /// (the nodes that could run it otherwise); `None` when one has the time, or it has a
+    /// variant without a limit.
+    fn out_of_time(rd: &Read, app: AppId, name: &str, open: &[NodeId]) -> Option<String> {
+        let a = &rd.view.apps().get(app.index())?.app;
+        // The shortest limit among its variants; a variant without one runs anywhere.
+        let mut limit: Option<u64> = None;
+        for v in [Variant::Cpu, Variant::Gpu] {
+            if a.request(v).is_some() {
+                let l = a.time_limit(v)?;
+                limit = Some(limit.map_or(l, |m| m.min(l)));
+            }
+        }
+        let limit = Duration::from_nanos(limit?);
+        let now = Instant::now();
+        let mut most = Duration::ZERO;
+        for n in open {
+            let left = rd.nodes.get(n.0)?.ends_at?.saturating_duration_since(now);
+            if left >= limit {
+                return None;
+            }
+            most = most.max(left);
+        }
+        let words =
+            |d: Duration| humantime::format_duration(Duration::from_secs(d.as_secs())).to_string();
+        Some(format!(
+            "`{name}`'s time limit ({}) is longer than the time left on every node that can run it \
+             (at most {}: their agents' `time_limit`)",
+            words(limit),
+            words(most)
+        ))
     }
 
     /// What one task of `app` needs, in words: each variant's request and the attributes.
