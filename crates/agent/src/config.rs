@@ -18,6 +18,7 @@
 //! attributes = ["fpga", "bigmem"]   # what jobs and workflow tasks may `require` (`gpu` comes with GPUs)
 //! kill_grace = "10s"                # a stopped task's time between SIGTERM and SIGKILL
 //! time_limit = "11h 50m"            # how long the agent runs (its batch allocation, less a margin)
+//! idle_timeout = "5m"               # exit once nothing has run here for this long
 //! [tls]                             # optional: workflow data and PCDDB between agents over TLS
 //! cert = "agent.pem"                # (peers verify it with their `ca`; same as the server's)
 //! key = "agent.key"
@@ -75,6 +76,8 @@ pub struct AgentConfig {
     /// margin): the server sends it no task whose time limit is longer than the time it has
     /// left, and `kill_grace` before the end it stops what still runs and exits.
     pub time_limit: Option<hetsched_core::input::Duration>,
+    /// Exit once nothing has run or waited on the node for this long.
+    pub idle_timeout: Option<hetsched_core::input::Duration>,
     /// TLS between agents (workflow data, PCDDB): the same options as the server's `[tls]`.
     pub tls: Option<TlsFiles>,
     /// Declared accelerators (replace detected ones).
@@ -115,6 +118,12 @@ impl AgentConfig {
     /// The time limit written, if any.
     pub fn time_limit(&self) -> Option<std::time::Duration> {
         self.time_limit
+            .map(|t| std::time::Duration::from_nanos(t.0))
+    }
+
+    /// The idle timeout written, if any.
+    pub fn idle_timeout(&self) -> Option<std::time::Duration> {
+        self.idle_timeout
             .map(|t| std::time::Duration::from_nanos(t.0))
     }
 

@@ -56,6 +56,13 @@ pub struct DivisibleAgent {
     /// How long a chunk asked to stop (its job cancelled or purged, the chunk re-planned) has
     /// between SIGTERM and SIGKILL (`--kill-grace`).
     pub kill_grace: Duration,
+    /// How many chunks the agent holds now (the agent's idle timeout reads it).
+    pub held: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Publishes how many chunks the agent holds.
+fn count(held: &Held, to: &std::sync::atomic::AtomicUsize) {
+    to.store(held.all.len(), std::sync::atomic::Ordering::Relaxed);
 }
 
 struct Ready {
@@ -178,17 +185,19 @@ pub async fn run(
                             uploads.borrow().clone(),
                             token.clone(),
                         );
-                        let shared = shared.clone();
+                        let (shared, counter) = (shared.clone(), me.held.clone());
                         tokio::spawn(async move {
                             upload(client, h, out).await;
                             if let Ok(mut g) = shared.held.lock() {
                                 g.all.remove(&key);
+                                count(&g, &counter);
                             }
                         });
                     }
                     None => {
                         if let Ok(mut g) = shared.held.lock() {
                             g.all.remove(&key);
+                            count(&g, &me.held);
                         }
                     }
                 }
@@ -254,6 +263,7 @@ pub async fn run(
                     if let Ok(mut h) = shared.held.lock() {
                         h.all.insert(key);
                         h.slots += 1;
+                        count(&h, &me.held);
                     }
                     match fetch(&mut client, &me.work_dir, &order).await {
                         Ok(r) => {
@@ -264,6 +274,7 @@ pub async fn run(
                             if let Ok(mut h) = shared.held.lock() {
                                 h.all.remove(&key);
                                 h.slots = h.slots.saturating_sub(1);
+                                count(&h, &me.held);
                             }
                         }
                     }

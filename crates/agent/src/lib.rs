@@ -149,6 +149,10 @@ pub struct AgentOptions {
     /// sends no task whose time limit is longer; `kill_grace` before the end it stops what still
     /// runs (the server runs those again elsewhere, not counting a failure) and exits.
     pub time_limit: Option<Duration>,
+    /// `--idle-timeout`: the agent exits once nothing has run or waited here for this long (no
+    /// task, workflow instance, divisible chunk, stream worker or accelerator work), so that a
+    /// batch allocation holding it ends when the work does; None: it stays.
+    pub idle_timeout: Option<Duration>,
 }
 
 struct RunningTask {
@@ -229,6 +233,9 @@ pub async fn run(
     // The connection the agent's calls go over, replaced when a beat times out (the old one may
     // be dead); every loop that holds calls follows it.
     let (connection, connection_rx) = tokio::sync::watch::channel(channel.clone());
+    // What runs outside the heartbeat loop's own records, for the idle timeout.
+    let stream_workers_running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let chunks_held = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     stream_workers::spawn(
         connection_rx.clone(),
         interceptor.clone(),
@@ -239,6 +246,7 @@ pub async fn run(
         opts.name.clone(),
         opts.resources.cores,
         opts.work_dir.clone(),
+        stream_workers_running.clone(),
     );
     let mut client = AgentClient::with_interceptor(channel.clone(), interceptor.clone())
         .max_decoding_message_size(MAX_REPLY_BYTES);
@@ -268,6 +276,7 @@ pub async fn run(
             memory_bytes: opts.resources.memory_bytes,
             work_dir: opts.work_dir.clone(),
             kill_grace: opts.kill_grace,
+            held: chunks_held.clone(),
         },
     )));
     // Before registering: kill what a previous agent with this work directory left running
@@ -426,6 +435,8 @@ pub async fn run(
     let mut more = false;
     // Since when the agent shuts down (first signal): it takes no new work.
     let mut draining: Option<Instant> = None;
+    // Since when nothing has run or waited here (`idle_timeout` counts from it).
+    let mut idle_since: Option<Instant> = None;
     // Benchmarks may try other windows (`HETSCHED_RESULT_WINDOW_US`); 0 sends every result at once.
     let result_window = std::env::var("HETSCHED_RESULT_WINDOW_US")
         .ok()
@@ -701,6 +712,28 @@ pub async fn run(
                     .is_balancing()
                     && pipeline.as_ref().is_none_or(accel::Pipeline::is_idle);
                 let pause = if idle { idle_interval } else { interval };
+                // Nor a divisible chunk, a stream worker or accelerator work (they run outside
+                // this loop, which not all of them wake: looked at again when the idle timeout
+                // ends).
+                let others_rest = || {
+                    chunks_held.load(std::sync::atomic::Ordering::Relaxed) == 0
+                        && stream_workers_running.load(std::sync::atomic::Ordering::Relaxed) == 0
+                        && pipeline.as_ref().is_none_or(accel::Pipeline::is_idle)
+                        && !balance
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .is_balancing()
+                };
+                let nothing_here = idle && others_rest();
+                if !nothing_here {
+                    idle_since = None;
+                } else if idle_since.is_none() {
+                    idle_since = Some(Instant::now());
+                }
+                let idle_end = match (opts.idle_timeout, idle_since) {
+                    (Some(t), Some(since)) if draining.is_none() => Some(since + t),
+                    _ => None,
+                };
                 tokio::select! {
                     () = notify.notified() => {
                         // Group commit, agent side: results of tasks ending within the next moment
@@ -712,6 +745,16 @@ pub async fn run(
                     why = &mut shutdown, if draining.is_none() => {
                         draining = Some(Instant::now());
                         begin_shutdown(&shared, &opts, why);
+                    }
+                    () = tokio::time::sleep_until(
+                        idle_end.unwrap_or_else(|| Instant::now() + pause).into()
+                    ), if idle_end.is_some() => {
+                        if others_rest() {
+                            draining = Some(Instant::now());
+                            begin_shutdown(&shared, &opts, Stop::Idle);
+                        } else {
+                            idle_since = None;
+                        }
                     }
                 }
             }
@@ -1140,6 +1183,8 @@ enum Stop {
     Signal,
     /// Its `time_limit` less the kill grace has passed.
     TimeLimit,
+    /// Nothing has run or waited here for its `idle_timeout`.
+    Idle,
 }
 
 /// The first shutdown signal, or the end of the agent's time limit: from now on heartbeats say
@@ -1152,7 +1197,18 @@ fn begin_shutdown(shared: &Mutex<Shared>, opts: &AgentOptions, why: Stop) {
     // Prefetched tasks not started yet stay unstarted: the server sees them vanish from this
     // node's heartbeats and runs them elsewhere.
     sh.queue.clear();
-    if why == Stop::TimeLimit {
+    if why == Stop::Idle {
+        info!(
+            idle_timeout = ?opts.idle_timeout.unwrap_or_default(),
+            "idle for the idle timeout: shutting down (--idle-timeout)"
+        );
+        // Work that reached it in the last instant is given back, as at any shutdown.
+        for t in sh.running.values_mut() {
+            if let Some(tx) = t.kill.take() {
+                let _ = tx.send(launch::Kill::Shutdown);
+            }
+        }
+    } else if why == Stop::TimeLimit {
         info!(
             running,
             grace = ?opts.kill_grace,

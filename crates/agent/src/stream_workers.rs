@@ -131,6 +131,7 @@ const SYNC_INTERVAL: Duration = Duration::from_millis(500);
 const IDLE_HOLD: Duration = pb::MAX_HOLD;
 
 /// Starts the sync loop in the background; `secrecy` keys and encrypts the workers' connections.
+/// `running` follows how many workers run here (the agent's idle timeout reads it).
 pub fn spawn(
     mut connection: crate::Connection,
     interceptor: pb::TokenInterceptor,
@@ -138,6 +139,7 @@ pub fn spawn(
     node: String,
     cores: u32,
     work_dir: PathBuf,
+    running: Arc<std::sync::atomic::AtomicUsize>,
 ) {
     tokio::spawn(async move {
         let on = |c: &crate::Connection| {
@@ -159,6 +161,7 @@ pub fn spawn(
                 }
                 _ => true,
             });
+            running.store(workers.len(), std::sync::atomic::Ordering::Relaxed);
             let running: Vec<pb::RunningWorker> = workers
                 .iter()
                 .map(|(k, w)| {

@@ -131,6 +131,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             no_exec: false,
             pin_exec: std::env::current_exe().ok(),
             time_limit: None,
+            idle_timeout: None,
             log_listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
             log_tls: None,
             drain: false,

@@ -113,6 +113,12 @@ pub struct AgentArgs {
     /// failure) and exits [default: the configuration's `time_limit`, else none].
     #[arg(long, value_name = "DURATION|auto")]
     pub time_limit: Option<String>,
+    /// Exit once nothing has run or waited on this node for this long (`5m`; HyperQueue's worker
+    /// `--idle-timeout`): a batch allocation holding the agent then ends when the work does,
+    /// instead of holding its nodes to its time limit [default: the configuration's
+    /// `idle_timeout`, else never].
+    #[arg(long, value_name = "DURATION")]
+    pub idle_timeout: Option<humantime::Duration>,
     /// Attributes jobs and workflow tasks may `requires` of this node (`bigmem,ssd`; repeat the
     /// flag or separate with commas; `gpu` comes with GPUs) [default: the configuration's
     /// `attributes`, which the flag replaces].
@@ -391,6 +397,10 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
             ),
             None => config.time_limit(),
         },
+        idle_timeout: a
+            .idle_timeout
+            .map(std::time::Duration::from)
+            .or_else(|| config.idle_timeout()),
         processes: Default::default(),
         accel: super::accel_cli::agent_accel_options(a, &config)?,
         advertise: config.advertise.clone(),

@@ -952,3 +952,22 @@ fn an_agent_asks_slurm_for_its_allocations_time_left() {
         text(&out.stderr)
     );
 }
+
+/// `--idle-timeout`: an agent exits once nothing has run on its node for that long (so a batch
+/// allocation holding it ends with the work), never while a task runs, however long the task.
+#[test]
+fn an_idle_agent_exits_after_its_idle_timeout_and_never_while_a_task_runs() {
+    let mut c = Cluster::start("idle-timeout", false);
+    // Submitted first: the agent finds the work at once, and each task outlasts the timeout.
+    c.ok(&["submit", "--tasks", "2", "--", "sleep", "2"]);
+    let start = std::time::Instant::now();
+    c.start_agent("a", 1, &["--idle-timeout", "1s"]);
+    assert_eq!(c.agent_exit("a", Duration::from_secs(30)), Some(0));
+    let took = start.elapsed();
+    assert_eq!(c.succeeded(1), 2, "both tasks ran to their end");
+    assert!(
+        took >= Duration::from_secs(5),
+        "two 2 s tasks one after the other, then 1 s idle: {took:?}"
+    );
+    assert!(c.agent_log("a").contains("idle for the idle timeout"));
+}
