@@ -28,6 +28,16 @@
 //! mt = 10
 //! cluster_size = 3             # minimum proximity-cluster size (default ⌊0.3·agents⌋)
 //! check_interval = "100ms"     # how often each agent checks itself against LT (10 ms to 10 s)
+//! [[allocation]]               # optional, repeatable: ask Slurm for nodes while batch work waits
+//! name = "cpu"                 # the queue (job names hetsched-cpu-TAG)
+//! manager = "slurm"
+//! time_limit = "4h"            # each allocation's wall time
+//! nodes = 2                    # agents per allocation (default 1)
+//! max_allocations = 4          # waiting or running at once (default 1)
+//! backlog = 1                  # waiting in Slurm's queue at once (default 1)
+//! idle_timeout = "5m"          # the agents exit once idle this long (default 5m)
+//! args = ["--partition=cpu"]   # more sbatch arguments
+//! agent_args = ["--attributes=bigmem"] # more agent arguments
 //! [tls]                        # optional; PEM files
 //! cert = "server.pem"
 //! key = "server.key"
@@ -93,6 +103,9 @@ pub struct ServerConfig {
     /// applications whose measured tasks are short, sized so the queued work per core stays
     /// under a time budget; `N`: N cores' worth of any tasks; `0`: none.
     pub prefetch: crate::state::prefetch::Setting,
+    /// `[[allocation]]` queues: batch systems the server asks for nodes while batch work waits
+    /// ([`crate::allocation`]).
+    pub allocation: Vec<crate::allocation::QueueConfig>,
 }
 
 /// The node binding mode a server uses (spec 01; the rules are `hetsched_core::policy::binding`).
@@ -223,6 +236,7 @@ impl Default for ServerConfig {
             binding_slots: 1,
             workflow: None,
             prefetch: crate::state::prefetch::Setting::Auto,
+            allocation: Vec::new(),
         }
     }
 }
@@ -287,6 +301,7 @@ impl ServerConfig {
         if let Some(w) = &self.workflow {
             w.check_interval()?;
         }
+        crate::allocation::validate(&self.allocation)?;
         Ok(())
     }
 

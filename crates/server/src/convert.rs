@@ -591,6 +591,8 @@ pub trait Wire {
     ) -> Result<pb::ListTasksReply, StateError>;
     /// [`State::list_nodes`].
     fn nodes(&self) -> pb::ListNodesReply;
+    /// `ListAllocations`.
+    fn allocation_queues(&self) -> pb::ListAllocationsReply;
 }
 
 impl Wire for State {
@@ -684,6 +686,28 @@ impl Wire for State {
     fn nodes(&self) -> pb::ListNodesReply {
         pb::ListNodesReply {
             nodes: self.list_nodes().into_iter().map(Into::into).collect(),
+        }
+    }
+
+    fn allocation_queues(&self) -> pb::ListAllocationsReply {
+        pb::ListAllocationsReply {
+            queues: self
+                .allocations()
+                .into_iter()
+                .map(|q| pb::AllocationQueueInfo {
+                    name: q.name,
+                    submitted: q.submitted,
+                    error: q.error.unwrap_or_default(),
+                    allocations: q
+                        .allocations
+                        .into_iter()
+                        .map(|a| pb::AllocationInfo {
+                            id: a.id,
+                            state: a.state,
+                        })
+                        .collect(),
+                })
+                .collect(),
         }
     }
 }

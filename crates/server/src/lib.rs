@@ -28,6 +28,7 @@
 //! `hetsched server` command and `hetsched demo` both use it.
 
 pub mod agent_ca;
+pub mod allocation;
 pub mod backoff;
 pub mod config;
 pub mod convert;
@@ -294,6 +295,27 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
             }
         }
     });
+
+    // Automatic allocation: agents reach the server at the address it listens on, unless a
+    // queue names another.
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let allocations = allocation::spawn(
+        &config.allocation,
+        allocation::Context {
+            state: shared.clone(),
+            data_dir: dir.clone(),
+            server_url: (!addr.ip().is_unspecified()).then(|| format!("{scheme}://{addr}")),
+        },
+    )
+    .map_err(ServerError::Config)?;
+    shared
+        .lock()
+        .map_err(|_| ServerError::Poisoned)?
+        .set_allocations(allocations);
 
     let (tx, rx) = oneshot::channel();
     let (stopping, stopping_rx) = tokio::sync::watch::channel(false);

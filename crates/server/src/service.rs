@@ -661,6 +661,13 @@ impl Client for ClientService {
         read_state(&self.0, |s| Ok(s.nodes())).await
     }
 
+    async fn list_allocations(
+        &self,
+        _: Request<pb::ListAllocationsRequest>,
+    ) -> Result<Response<pb::ListAllocationsReply>, Status> {
+        read_state(&self.0, |s| Ok(s.allocation_queues())).await
+    }
+
     async fn remove_node(
         &self,
         req: Request<pb::RemoveNodeRequest>,

@@ -844,6 +844,46 @@ pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `hetsched allocations`.
+pub async fn allocations(args: &ClientArgs) -> anyhow::Result<()> {
+    let reply = connect(args)
+        .await?
+        .list_allocations(pb::ListAllocationsRequest {})
+        .await
+        .map_err(refused)?
+        .into_inner();
+    if args.output == Output::Json {
+        return json(&reply.queues);
+    }
+    if reply.queues.is_empty() {
+        println!("no automatic allocation: the server's configuration has no [[allocation]] queue");
+        return Ok(());
+    }
+    let mut t = table(&["queue", "allocation", "state"]);
+    for q in &reply.queues {
+        if q.allocations.is_empty() {
+            t.add_row(vec![q.name.clone(), "-".into(), "-".into()]);
+        }
+        for a in &q.allocations {
+            t.add_row(vec![q.name.clone(), a.id.clone(), a.state.clone()]);
+        }
+    }
+    println!("{t}");
+    for q in &reply.queues {
+        println!(
+            "{}: {} submitted since the server started",
+            q.name, q.submitted
+        );
+        if !q.error.is_empty() {
+            println!(
+                "{}: the batch system failed at the last look: {}",
+                q.name, q.error
+            );
+        }
+    }
+    Ok(())
+}
+
 /// The reply of a call that changed something: JSON with `--output json`, else the line `line`
 /// writes for people.
 fn answer<T: serde::Serialize>(

@@ -146,6 +146,12 @@ pub enum RuntimeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// List the automatic allocation queues (the server configuration's `[[allocation]]`) and
+    /// their allocations as the batch system last listed them
+    Allocations {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Print the accelerator binding map per rack (spec 01): each ANode with its NNodes and its
     /// accelerator service's queue lengths, and the NNodes left unbound.
     Bindings {
@@ -477,6 +483,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             client::tasks(&client, job, limit, state).await
         }
         RuntimeCommand::Nodes { client } => client::nodes(&client).await,
+        RuntimeCommand::Allocations { client } => client::allocations(&client).await,
         RuntimeCommand::Bindings { client } => accel_cli::bindings(&client).await,
         RuntimeCommand::Wait {
             ids,

@@ -971,3 +971,117 @@ fn an_idle_agent_exits_after_its_idle_timeout_and_never_while_a_task_runs() {
     );
     assert!(c.agent_log("a").contains("idle for the idle timeout"));
 }
+
+/// A stand-in for Slurm, enough for automatic allocation: `sbatch` runs the script here in the
+/// background (as job 101, 102, …, with this directory first on its PATH and its own TMPDIR),
+/// `squeue` lists the jobs still running by name and tells a job its time left (9 minutes), and
+/// `srun` runs its command once, here.
+fn fake_slurm(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir.join("tmp")).expect("dir");
+    let scripts = [
+        (
+            "sbatch",
+            r#"#!/bin/sh
+D=$(cd "$(dirname "$0")" && pwd)
+[ "$1" = "--parsable" ] || { echo "expected --parsable: $*" >&2; exit 2; }
+n=$(( $(cat "$D/next" 2>/dev/null || echo 100) + 1 )); echo $n > "$D/next"
+sed -n 's/^#SBATCH --job-name=//p' "$2" > "$D/job-$n.name"
+out=$(sed -n 's/^#SBATCH --output=//p' "$2" | sed "s/%j/$n/")
+cp "$2" "$D/job-$n.sh"
+PATH="$D:$PATH" TMPDIR="$D/tmp" SLURM_JOB_ID=$n sh "$D/job-$n.sh" > "$out" 2>&1 < /dev/null &
+echo $! > "$D/job-$n.pid"
+echo "$n"
+"#,
+        ),
+        (
+            "squeue",
+            r#"#!/bin/sh
+D=$(cd "$(dirname "$0")" && pwd)
+if [ "$1 $2 $4 $5" = "--noheader --jobs --format %L" ]; then echo "9:00"; exit 0; fi
+if [ "$1 $2 $4 $5" = "--noheader --name --format %i|%T" ]; then
+  for f in "$D"/job-*.name; do
+    [ -e "$f" ] || continue
+    n=${f##*/job-}; n=${n%.name}
+    [ "$(cat "$f")" = "$3" ] && kill -0 "$(cat "$D/job-$n.pid")" 2>/dev/null && echo "$n|RUNNING"
+  done
+  exit 0
+fi
+echo "unexpected: $*" >&2; exit 1
+"#,
+        ),
+        (
+            "srun",
+            "#!/bin/sh\nwhile [ \"${1#--}\" != \"$1\" ]; do shift; done\nexec \"$@\"\n",
+        ),
+    ];
+    for (name, text) in scripts {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+}
+
+/// Automatic allocation (`[[allocation]]`): with batch work waiting and no agent, the server
+/// submits an allocation (a stand-in Slurm here), whose agent runs the work, knows its time left
+/// from `squeue`, and exits once idle; the queue never holds more than `max_allocations`, and
+/// nothing is submitted while nothing waits. `hetsched allocations` lists them.
+#[test]
+fn the_server_allocates_agents_from_slurm_while_work_waits_and_they_leave_with_it() {
+    let dir = support::temp_dir("alloc-slurm-bin");
+    fake_slurm(&dir);
+    let config = format!(
+        "[[allocation]]\nname = \"local\"\nmanager = \"slurm\"\ntime_limit = \"10m\"\n\
+         max_allocations = 2\nbacklog = 1\nidle_timeout = \"2s\"\nrefresh = \"1s\"\n\
+         agent_args = [\"--cores\", \"1\", \"--log-listen\", \"127.0.0.1:0\"]\n\
+         sbatch = \"{0}/sbatch\"\nsqueue = \"{0}/squeue\"\n",
+        dir.display()
+    );
+    let c = Cluster::start_configured("alloc-slurm", false, &config);
+    // Nothing waits: nothing is submitted.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(!dir.join("next").exists(), "no allocation without work");
+    let listed = c.json(&["allocations"]);
+    assert_eq!(listed[0]["name"], "local", "{listed}");
+    // Six one-second tasks and no agent: allocations come, at most two, and run them.
+    c.ok(&["submit", "--tasks", "6", "--", "sleep", "1"]);
+    c.ok(&["wait", "1", "--timeout", "60s"]);
+    let submitted = std::fs::read_to_string(dir.join("next"))
+        .expect("allocations were submitted")
+        .trim()
+        .parse::<u32>()
+        .expect("a count")
+        - 100;
+    assert!((1..=2).contains(&submitted), "{submitted} allocations");
+    let nodes: Vec<String> = c
+        .tasks(1)
+        .iter()
+        .filter_map(|t| t["node"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        nodes
+            .iter()
+            .all(|n| n.ends_with("-101") || n.ends_with("-102")),
+        "each task ran on an allocation's agent: {nodes:?}"
+    );
+    // Each agent knew its allocation's time left: 9 minutes, less a minute and its kill grace.
+    let log =
+        std::fs::read_to_string(c.data().join("allocations/local/101.out")).unwrap_or_default();
+    assert!(log.contains("time_limit=8m"), "{log}");
+    // Idle for 2 s, the agents leave, and with nothing waiting no allocation follows.
+    wait_until("the allocations to end", Duration::from_secs(30), || {
+        c.json(&["allocations"])[0]["allocations"]
+            .as_array()
+            .is_some_and(Vec::is_empty)
+    });
+    std::thread::sleep(Duration::from_millis(2500));
+    let after = std::fs::read_to_string(dir.join("next")).unwrap_or_default();
+    assert_eq!(after.trim().parse::<u32>().ok(), Some(100 + submitted));
+    let table = c.ok(&["allocations"]);
+    assert!(
+        table.contains(&format!(
+            "local: {submitted} submitted since the server started"
+        )),
+        "{table}"
+    );
+}

@@ -173,6 +173,8 @@ pub struct State {
     /// time): sent in every heartbeat reply, so that an agent that sees a new value asks which
     /// of the jobs it holds files of were purged ([`State::purged_jobs`]) and deletes those.
     purge_epoch: u64,
+    /// The automatic allocation queues' status, kept by their loops ([`crate::allocation`]).
+    allocations: Option<crate::allocation::Statuses>,
 }
 
 /// Borrows the shared parts of a state as a kind's [`Ctx`] (a macro, so the borrow of
@@ -281,6 +283,7 @@ impl State {
             // With a rule, its first pass comes at once: restored jobs may be past it.
             retention_pending: config.retention.is_some(),
             purge_epoch: now_ns().max(1),
+            allocations: None,
         })
     }
 
@@ -292,6 +295,39 @@ impl State {
     /// The event metrics this state updates (shared with the service and the `/metrics` registry).
     pub fn metrics(&self) -> Arc<Metrics> {
         self.metrics.clone()
+    }
+
+    /// Hands the automatic allocation queues' status to the state, for listings.
+    pub fn set_allocations(&mut self, statuses: crate::allocation::Statuses) {
+        self.allocations = Some(statuses);
+    }
+
+    /// The automatic allocation queues as last looked at (empty without `[[allocation]]`).
+    pub fn allocations(&self) -> Vec<crate::allocation::QueueStatus> {
+        self.allocations
+            .as_ref()
+            .and_then(|s| s.lock().ok().map(|s| s.clone()))
+            .unwrap_or_default()
+    }
+
+    /// What automatic allocation ([`crate::allocation`]) asks: batch tasks ready to dispatch
+    /// (pending, neither held nor waiting for other jobs: those are kept out of the scheduler's
+    /// queues), and the free cores of the live nodes that take work.
+    pub fn allocation_demand(&self) -> (u64, u64) {
+        let ready = self
+            .view
+            .apps()
+            .iter()
+            .map(|a| a.pending.len() as u64)
+            .sum();
+        let free = self
+            .nodes
+            .iter()
+            .zip(self.view.nodes())
+            .filter(|(n, _)| n.alive && !n.removed && !n.drained && !n.draining)
+            .map(|(_, v)| u64::from(v.free.cores))
+            .sum();
+        (ready, free)
     }
 
     /// The durability of the store's writes: replies wait on it (see [`crate::durable`]).
@@ -562,6 +598,7 @@ impl State {
         fresh.commits.send_modify(|c| *c = c.wrapping_add(1));
         // The reaper watches this state's plan.
         fresh.alarm = std::mem::take(&mut self.alarm);
+        fresh.allocations = self.allocations.take();
         *self = fresh;
         Ok(())
     }

@@ -93,7 +93,7 @@ pub fn group_members(pgid: u32) -> Vec<u32> {
 
 /// A fresh directory for one cluster. Every test module of this binary shares the process id, so a
 /// counter keeps two clusters of the same name apart.
-fn temp_dir(name: &str) -> PathBuf {
+pub fn temp_dir(name: &str) -> PathBuf {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("hetsched-op-{name}-{}-{n}", std::process::id()));

@@ -1,0 +1,580 @@
+//! Automatic allocation (HyperQueue's "autoalloc"): the server asks a batch system (Slurm) for
+//! nodes while batch work waits, and the agents it starts there end with the work.
+//!
+//! Each `[[allocation]]` queue of the configuration is looked at every `refresh`:
+//!
+//! 1. its allocations are listed from the batch system itself (`squeue --noheader --name NAME
+//!    --format %i|%T`; every allocation of a queue carries the job name `hetsched-QUEUE-TAG`,
+//!    `TAG` kept in `DATA_DIR/allocation-tag`), so a restarted server sees what it submitted
+//!    before and nothing needs storing;
+//! 2. the demand: batch tasks ready to dispatch (pending, not held, not waiting for other jobs)
+//!    beyond the free cores of the live nodes that take work ([`State::allocation_demand`]);
+//! 3. with demand, allocations are submitted (`sbatch --parsable SCRIPT`) while fewer than
+//!    `backlog` wait in the batch system's queue and fewer than `max_allocations` exist.
+//!
+//! An allocation runs one agent per node (`srun`), started with `--time-limit auto` (the
+//! allocation's own time left, from `squeue`) and `--idle-timeout`: it takes only tasks that end
+//! before the allocation does, and gives its nodes back once the work is done. Its script and
+//! its output are under `DATA_DIR/allocations/QUEUE/`.
+
+use crate::state::State;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::process::Command;
+use tracing::{info, warn};
+
+/// The longest a batch-system command may take before it is given up (a hung `squeue` must not
+/// stop the queue for good).
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The file holding this server's tag in the job names of its allocations.
+pub const TAG_FILE: &str = "allocation-tag";
+
+/// One `[[allocation]]` queue of the server's configuration.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueConfig {
+    /// The queue's name (1 to 32 letters, digits, `-` or `_`): in job names and listings.
+    pub name: String,
+    /// The batch system: `slurm`.
+    pub manager: Manager,
+    /// Each allocation's wall time (`sbatch --time`).
+    pub time_limit: hetsched_core::input::Duration,
+    /// Nodes per allocation, one agent on each (default 1).
+    #[serde(default = "one")]
+    pub nodes: u32,
+    /// The most allocations of this queue at once, waiting or running (default 1).
+    #[serde(default = "one")]
+    pub max_allocations: u32,
+    /// The most allocations of this queue waiting in the batch system's queue at once
+    /// (default 1; at most `max_allocations`).
+    #[serde(default = "one")]
+    pub backlog: u32,
+    /// The agents' `--idle-timeout` (default 5 minutes).
+    pub idle_timeout: Option<hetsched_core::input::Duration>,
+    /// How often the queue is looked at (default 30 s; at least 1 s).
+    pub refresh: Option<hetsched_core::input::Duration>,
+    /// Where the agents reach the server (default: the address it listens on, which must then
+    /// not be a wildcard such as 0.0.0.0).
+    pub server: Option<String>,
+    /// More `sbatch` arguments, one per item (`--partition=cpu`, `--account=P`).
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// More agent arguments, one per item (`--attributes=bigmem`, `--ca=/shared/ca.pem`).
+    #[serde(default)]
+    pub agent_args: Vec<String>,
+    /// The programs run (default `sbatch` and `squeue` from the server's PATH).
+    pub sbatch: Option<PathBuf>,
+    /// See `sbatch`.
+    pub squeue: Option<PathBuf>,
+    /// The `hetsched` program the agents run (default: this server's own executable; it must be
+    /// at the same path on the allocated nodes).
+    pub hetsched: Option<PathBuf>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// The batch systems the server allocates from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Manager {
+    /// Slurm: `sbatch`, `squeue`, `srun`.
+    Slurm,
+}
+
+/// The most `[[allocation]]` queues, nodes per allocation, allocations per queue and extra
+/// arguments a configuration may give.
+const MAX_QUEUES: usize = 16;
+const MAX_NODES: u32 = 4096;
+const MAX_ALLOCATIONS: u32 = 1000;
+const MAX_ARGS: usize = 64;
+
+impl QueueConfig {
+    /// Checks the queue `i` of the configuration; the message names the field.
+    pub fn validate(&self, i: usize) -> Result<(), String> {
+        let at = |field: &str| format!("allocation[{i}].{field}");
+        if self.name.is_empty()
+            || self.name.len() > 32
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(format!(
+                "{}: `{}` must be 1 to 32 letters, digits, `-` or `_`",
+                at("name"),
+                self.name
+            ));
+        }
+        if self.time_limit.0 < 60_000_000_000 {
+            return Err(format!("{}: at least 1m", at("time_limit")));
+        }
+        if self.nodes == 0 || self.nodes > MAX_NODES {
+            return Err(format!("{}: 1 to {MAX_NODES}", at("nodes")));
+        }
+        if self.max_allocations == 0 || self.max_allocations > MAX_ALLOCATIONS {
+            return Err(format!("{}: 1 to {MAX_ALLOCATIONS}", at("max_allocations")));
+        }
+        if self.backlog == 0 || self.backlog > self.max_allocations {
+            return Err(format!(
+                "{}: 1 to max_allocations ({})",
+                at("backlog"),
+                self.max_allocations
+            ));
+        }
+        if self.refresh().as_secs() < 1 {
+            return Err(format!("{}: at least 1s", at("refresh")));
+        }
+        if self.args.len() > MAX_ARGS || self.agent_args.len() > MAX_ARGS {
+            return Err(format!("{}: at most {MAX_ARGS} arguments", at("args")));
+        }
+        // One line of the script each: a newline would start a command of its own.
+        if let Some(bad) = self
+            .args
+            .iter()
+            .chain(&self.agent_args)
+            .chain(&self.server)
+            .find(|a| a.contains(['\n', '\r', '\0']))
+        {
+            return Err(format!(
+                "{}: {bad:?} holds a line break",
+                at("args or agent_args")
+            ));
+        }
+        Ok(())
+    }
+
+    fn refresh(&self) -> Duration {
+        self.refresh
+            .map_or(Duration::from_secs(30), |d| Duration::from_nanos(d.0))
+    }
+
+    fn idle_timeout(&self) -> Duration {
+        self.idle_timeout
+            .map_or(Duration::from_secs(300), |d| Duration::from_nanos(d.0))
+    }
+}
+
+/// Checks every queue of a configuration.
+pub fn validate(queues: &[QueueConfig]) -> Result<(), String> {
+    if queues.len() > MAX_QUEUES {
+        return Err(format!("allocation: at most {MAX_QUEUES} queues"));
+    }
+    for (i, q) in queues.iter().enumerate() {
+        q.validate(i)?;
+        if queues[..i].iter().any(|p| p.name == q.name) {
+            return Err(format!(
+                "allocation[{i}].name: `{}` names two queues",
+                q.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// One allocation as the batch system lists it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Allocation {
+    /// The batch system's job id.
+    pub id: String,
+    /// Its state there (`PENDING`, `RUNNING`, …).
+    pub state: String,
+}
+
+impl Allocation {
+    /// Waiting in the batch system's queue (not yet given nodes).
+    fn waiting(&self) -> bool {
+        matches!(
+            self.state.as_str(),
+            "PENDING" | "CONFIGURING" | "REQUEUED" | "REQUEUE_HOLD" | "REQUEUE_FED" | "RESIZING"
+        )
+    }
+}
+
+/// What the server last saw of one queue (`hetsched allocations`).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct QueueStatus {
+    /// The queue's name.
+    pub name: String,
+    /// Its allocations at the last look.
+    pub allocations: Vec<Allocation>,
+    /// Allocations submitted since the server started.
+    pub submitted: u64,
+    /// The last failure of the batch system's commands, if the last look failed.
+    pub error: Option<String>,
+}
+
+/// Every queue's status, shared with the service that lists it.
+pub type Statuses = Arc<Mutex<Vec<QueueStatus>>>;
+
+/// What the queues' loops need from the server.
+pub struct Context {
+    /// The server's state (for the demand).
+    pub state: Arc<Mutex<State>>,
+    /// The data directory (scripts, outputs, the tag, the agent token).
+    pub data_dir: PathBuf,
+    /// The URL agents reach the server at, unless a queue names its own.
+    pub server_url: Option<String>,
+}
+
+/// Starts one loop per queue; they end with the runtime.
+pub fn spawn(queues: &[QueueConfig], cx: Context) -> Result<Statuses, String> {
+    let statuses: Statuses = Arc::new(Mutex::new(
+        queues
+            .iter()
+            .map(|q| QueueStatus {
+                name: q.name.clone(),
+                ..Default::default()
+            })
+            .collect(),
+    ));
+    if queues.is_empty() {
+        return Ok(statuses);
+    }
+    let tag =
+        tag(&cx.data_dir).map_err(|e| format!("{}: {e}", cx.data_dir.join(TAG_FILE).display()))?;
+    let cx = Arc::new(cx);
+    for (i, q) in queues.iter().enumerate() {
+        let url = q
+            .server
+            .clone()
+            .or_else(|| cx.server_url.clone())
+            .ok_or_else(|| {
+                format!(
+                    "allocation[{i}].server: the server listens on a wildcard address; name the \
+                 address its agents reach it at"
+                )
+            })?;
+        let dir = cx.data_dir.join("allocations").join(&q.name);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let run = QueueRun {
+            job_name: format!("hetsched-{}-{tag}", q.name),
+            q: q.clone(),
+            url,
+            dir,
+            index: i,
+        };
+        let (cx, statuses) = (cx.clone(), statuses.clone());
+        tokio::spawn(async move {
+            info!(queue = %run.q.name, job_name = %run.job_name, "automatic allocation: looking at the queue every {}", humantime::format_duration(run.q.refresh()));
+            loop {
+                run.pass(&cx, &statuses).await;
+                tokio::time::sleep(run.q.refresh()).await;
+            }
+        });
+    }
+    Ok(statuses)
+}
+
+/// This server's tag: 8 random hex digits kept in `DATA_DIR/allocation-tag`.
+fn tag(dir: &Path) -> std::io::Result<String> {
+    let path = dir.join(TAG_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(t) if t.trim().len() == 8 && t.trim().chars().all(|c| c.is_ascii_hexdigit()) => {
+            Ok(t.trim().to_string())
+        }
+        Ok(_) | Err(_) => {
+            let t = format!("{:08x}", rand::random::<u32>());
+            std::fs::write(&path, &t)?;
+            Ok(t)
+        }
+    }
+}
+
+struct QueueRun {
+    q: QueueConfig,
+    job_name: String,
+    url: String,
+    dir: PathBuf,
+    index: usize,
+}
+
+impl QueueRun {
+    async fn pass(&self, cx: &Context, statuses: &Statuses) {
+        let listed = self.list().await;
+        let (allocations, error) = match listed {
+            Ok(a) => (a, None),
+            Err(e) => {
+                warn!(queue = %self.q.name, "automatic allocation: {e}");
+                self.record(statuses, None, Some(e), 0);
+                return;
+            }
+        };
+        let waiting = allocations.iter().filter(|a| a.waiting()).count() as u32;
+        let total = allocations.len() as u32;
+        let (ready, free_cores) = match cx.state.lock() {
+            Ok(s) => s.allocation_demand(),
+            Err(_) => return,
+        };
+        let mut submitted = 0;
+        let mut error = error;
+        let mut allocations = allocations;
+        if ready > free_cores {
+            let room = (self.q.backlog.saturating_sub(waiting))
+                .min(self.q.max_allocations.saturating_sub(total));
+            for _ in 0..room {
+                match self.submit(cx).await {
+                    Ok(id) => {
+                        info!(queue = %self.q.name, allocation = %id, ready, free_cores, "automatic allocation: submitted an allocation ({} node(s), {})", self.q.nodes, humantime::format_duration(Duration::from_nanos(self.q.time_limit.0)));
+                        allocations.push(Allocation {
+                            id,
+                            state: "PENDING".into(),
+                        });
+                        submitted += 1;
+                    }
+                    Err(e) => {
+                        warn!(queue = %self.q.name, "automatic allocation: {e}");
+                        error = Some(e);
+                        break;
+                    }
+                }
+            }
+        }
+        self.record(statuses, Some(allocations), error, submitted);
+    }
+
+    fn record(
+        &self,
+        statuses: &Statuses,
+        allocations: Option<Vec<Allocation>>,
+        error: Option<String>,
+        submitted: u64,
+    ) {
+        if let Ok(mut s) = statuses.lock()
+            && let Some(st) = s.get_mut(self.index)
+        {
+            if let Some(a) = allocations {
+                st.allocations = a;
+            }
+            st.error = error;
+            st.submitted += submitted;
+        }
+    }
+
+    /// The queue's allocations, from `squeue`.
+    async fn list(&self) -> Result<Vec<Allocation>, String> {
+        let squeue = self.q.squeue.clone().unwrap_or_else(|| "squeue".into());
+        let out = run(
+            &squeue,
+            &["--noheader", "--name", &self.job_name, "--format", "%i|%T"],
+        )
+        .await?;
+        Ok(parse_squeue(&out))
+    }
+
+    /// Writes the allocation's script and submits it; its job id.
+    async fn submit(&self, cx: &Context) -> Result<String, String> {
+        let hetsched = match &self.q.hetsched {
+            Some(p) => p.clone(),
+            None => std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?,
+        };
+        let script = self.script(&hetsched, &cx.data_dir);
+        let path = self.dir.join("allocation.sh");
+        std::fs::write(&path, script).map_err(|e| format!("{}: {e}", path.display()))?;
+        let sbatch = self.q.sbatch.clone().unwrap_or_else(|| "sbatch".into());
+        let path_arg = path.display().to_string();
+        let out = run(&sbatch, &["--parsable", &path_arg]).await?;
+        // `--parsable`: `ID` or `ID;CLUSTER`.
+        let id = out
+            .lines()
+            .next()
+            .and_then(|l| l.split(';').next())
+            .map(str::trim)
+            .filter(|id| {
+                !id.is_empty()
+                    && id
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+            })
+            .ok_or_else(|| {
+                format!(
+                    "`{} --parsable` printed no job id: {out:?}",
+                    sbatch.display()
+                )
+            })?;
+        Ok(id.to_string())
+    }
+
+    /// The batch script: one agent per node, named after its host and the allocation.
+    fn script(&self, hetsched: &Path, data_dir: &Path) -> String {
+        let q = &self.q;
+        let limit = Duration::from_nanos(q.time_limit.0).as_secs();
+        let mut agent: Vec<String> = vec![
+            hetsched.display().to_string(),
+            "agent".into(),
+            "--server".into(),
+            self.url.clone(),
+            "--token-file".into(),
+            crate::agent_token_path(data_dir).display().to_string(),
+            "--time-limit".into(),
+            "auto".into(),
+            "--idle-timeout".into(),
+            format!("{}s", q.idle_timeout().as_secs().max(1)),
+        ];
+        agent.extend(q.agent_args.iter().cloned());
+        let agent = agent.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" ");
+        let mut s = String::from("#!/bin/sh\n");
+        s += &format!("#SBATCH --job-name={}\n", self.job_name);
+        s += &format!("#SBATCH --nodes={}\n#SBATCH --ntasks-per-node=1\n", q.nodes);
+        s += &format!(
+            "#SBATCH --time={}:{:02}:{:02}\n",
+            limit / 3600,
+            (limit % 3600) / 60,
+            limit % 60
+        );
+        s += &format!("#SBATCH --output={}\n", self.dir.join("%j.out").display());
+        for a in &q.args {
+            s += &format!("#SBATCH {a}\n");
+        }
+        s += "# Written by the hetsched server for its automatic allocation queue; one agent per node.\n";
+        // Made on each node: the agent's name (its host and this allocation) and its work
+        // directory, on the node's own temporary disk (its task outputs go with the allocation).
+        s += &format!(
+            "exec srun --ntasks-per-node=1 sh -c 'exec \"$0\" \"$@\" --name \"$(hostname)-$SLURM_JOB_ID\" \
+             --work-dir \"${{TMPDIR:-/tmp}}/hetsched-$SLURM_JOB_ID-$(hostname)\"' {agent}\n"
+        );
+        s
+    }
+}
+
+/// `s` as one word of a POSIX shell line.
+fn quote(s: &str) -> String {
+    shlex::try_quote(s).map_or_else(|_| "''".into(), |q| q.into_owned())
+}
+
+/// `ID|STATE` lines.
+fn parse_squeue(out: &str) -> Vec<Allocation> {
+    out.lines()
+        .filter_map(|l| {
+            let (id, state) = l.trim().split_once('|')?;
+            Some(Allocation {
+                id: id.trim().to_string(),
+                state: state.trim().to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Runs a batch-system command (bounded by [`COMMAND_TIMEOUT`]); its stdout.
+async fn run(program: &Path, args: &[&str]) -> Result<String, String> {
+    let shown = format!("`{} {}`", program.display(), args.join(" "));
+    let out = tokio::time::timeout(
+        COMMAND_TIMEOUT,
+        Command::new(program).args(args).kill_on_drop(true).output(),
+    )
+    .await
+    .map_err(|_| format!("{shown} took more than {}s", COMMAND_TIMEOUT.as_secs()))?
+    .map_err(|e| format!("{shown}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{shown} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue(text: &str) -> QueueConfig {
+        let c = crate::config::ServerConfig::parse("s.toml", text).expect("parses");
+        c.allocation.into_iter().next().expect("a queue")
+    }
+
+    #[test]
+    fn squeue_lines_are_read_and_waiting_states_told_apart() {
+        let a = parse_squeue("101|PENDING\n 102|RUNNING \n\nnonsense\n103|CONFIGURING\n");
+        assert_eq!(a.len(), 3);
+        assert_eq!(
+            a.iter().map(Allocation::waiting).collect::<Vec<_>>(),
+            [true, false, true]
+        );
+        assert_eq!(a[1].id, "102");
+    }
+
+    #[test]
+    fn the_script_runs_one_named_agent_per_node_with_the_allocations_time() {
+        let q = queue(
+            "[[allocation]]\nname = \"cpu\"\nmanager = \"slurm\"\ntime_limit = \"1h 30m\"\nnodes = 4\n\
+             idle_timeout = \"2m\"\nargs = [\"--partition=short\"]\nagent_args = [\"--attributes=it's\"]\n",
+        );
+        let run = QueueRun {
+            job_name: "hetsched-cpu-0badf00d".into(),
+            url: "http://head:7420".into(),
+            dir: PathBuf::from("/d/allocations/cpu"),
+            index: 0,
+            q,
+        };
+        let s = run.script(Path::new("/opt/bin/hetsched"), Path::new("/d"));
+        for line in [
+            "#SBATCH --job-name=hetsched-cpu-0badf00d\n",
+            "#SBATCH --nodes=4\n",
+            "#SBATCH --time=1:30:00\n",
+            "#SBATCH --output=/d/allocations/cpu/%j.out\n",
+            "#SBATCH --partition=short\n",
+        ] {
+            assert!(s.contains(line), "{line} in\n{s}");
+        }
+        let last = s.lines().last().expect("a command");
+        assert!(
+            last.starts_with("exec srun --ntasks-per-node=1 sh -c"),
+            "{last}"
+        );
+        assert!(
+            last.contains(
+                "/opt/bin/hetsched agent --server http://head:7420 --token-file /d/agent-token \
+                 --time-limit auto --idle-timeout 120s"
+            ),
+            "{last}"
+        );
+        // Quoted as one word, quote and all.
+        assert!(last.ends_with(r#""--attributes=it's""#), "{last}");
+    }
+
+    #[test]
+    fn every_argument_reaches_the_agent_as_written() {
+        for arg in ["plain", "it's", "a b", "$(touch /tmp/x)", "`id`", "\\\"", "*", "--x=\"y\""] {
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("printf %s {}", quote(arg)))
+                .output()
+                .expect("sh");
+            assert_eq!(String::from_utf8_lossy(&out.stdout), arg);
+        }
+    }
+
+    #[test]
+    fn bad_queues_are_refused_naming_the_field() {
+        let base = "[[allocation]]\nmanager = \"slurm\"\ntime_limit = \"1h\"\n";
+        let refused = |extra: &str| {
+            let c = crate::config::ServerConfig::parse("s.toml", &format!("{base}{extra}"))
+                .expect("parses");
+            validate(&c.allocation).expect_err(extra)
+        };
+        assert_eq!(
+            refused("name = \"a b\"\n"),
+            "allocation[0].name: `a b` must be 1 to 32 letters, digits, `-` or `_`"
+        );
+        assert_eq!(
+            refused("name = \"q\"\nbacklog = 3\nmax_allocations = 2\n"),
+            "allocation[0].backlog: 1 to max_allocations (2)"
+        );
+        assert_eq!(
+            refused("name = \"q\"\nnodes = 0\n"),
+            "allocation[0].nodes: 1 to 4096"
+        );
+        assert!(refused("name = \"q\"\nargs = [\"--x\\nrm -rf /\"]\n").contains("line break"));
+        let e = crate::config::ServerConfig::parse(
+            "s.toml",
+            "[[allocation]]\nname = \"q\"\nmanager = \"pbs\"\ntime_limit = \"1h\"\n",
+        )
+        .expect_err("pbs");
+        assert!(e.to_string().starts_with("s.toml:3:"), "{e}");
+    }
+}
