@@ -795,11 +795,14 @@ pub async fn run(
                     first_failure = Some(Instant::now());
                 }
                 if let Some(since) = draining {
-                    let idle = shared
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .running
-                        .is_empty();
+                    let (idle, unreported) = {
+                        let sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+                        (sh.running.is_empty(), !sh.results.is_empty())
+                    };
+                    if idle && !unreported {
+                        info!("shut down: nothing left to report (the server is unreachable)");
+                        break 'main;
+                    }
                     if idle && (node_id.is_none() || since.elapsed() > shutdown::RESULT_GRACE) {
                         warn!(
                             "shutting down without the server's acknowledgement of every result \
@@ -808,6 +811,25 @@ pub async fn run(
                         );
                         break 'main;
                     }
+                }
+                // The idle timeout runs on while the server is away: an agent with nothing to
+                // run or report (an allocation whose server stopped, say) still ends.
+                let at_rest = {
+                    let sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+                    sh.running.is_empty() && sh.queue.is_empty() && sh.results.is_empty()
+                } && chunks_held.load(std::sync::atomic::Ordering::Relaxed) == 0
+                    && stream_workers_running.load(std::sync::atomic::Ordering::Relaxed) == 0;
+                if !at_rest {
+                    idle_since = None;
+                } else if idle_since.is_none() {
+                    idle_since = Some(Instant::now());
+                }
+                if let (Some(t), Some(since)) = (opts.idle_timeout, idle_since)
+                    && draining.is_none()
+                    && since.elapsed() >= t
+                {
+                    draining = Some(Instant::now());
+                    begin_shutdown(&shared, &opts, Stop::Idle);
                 }
                 tokio::select! {
                     () = tokio::time::sleep(backoff) => {}

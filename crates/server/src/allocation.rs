@@ -8,7 +8,8 @@
 //!    `TAG` kept in `DATA_DIR/allocation-tag`), so a restarted server sees what it submitted
 //!    before and nothing needs storing;
 //! 2. the demand: batch tasks ready to dispatch (pending, not held, not waiting for other jobs)
-//!    beyond the free cores of the live nodes that take work ([`State::allocation_demand`]);
+//!    that the queue's agents could run (its `attributes`), beyond the free cores of the live
+//!    nodes that take work and have those attributes ([`State::allocation_demand`]);
 //! 3. with demand, allocations are submitted (`sbatch --parsable SCRIPT`) while fewer than
 //!    `backlog` wait in the batch system's queue and fewer than `max_allocations` exist.
 //!
@@ -58,6 +59,11 @@ pub struct QueueConfig {
     /// Where the agents reach the server (default: the address it listens on, which must then
     /// not be a wildcard such as 0.0.0.0).
     pub server: Option<String>,
+    /// The attributes the queue's agents offer (given to them as `--attributes`; `gpu`, which
+    /// comes with accelerators, is not passed): only ready tasks whose `requires` these satisfy
+    /// count as work for this queue, and only GPU-only tasks when they include `gpu`.
+    #[serde(default)]
+    pub attributes: Vec<String>,
     /// More `sbatch` arguments, one per item (`--partition=cpu`, `--account=P`).
     #[serde(default)]
     pub args: Vec<String>,
@@ -128,6 +134,11 @@ impl QueueConfig {
         if self.refresh().as_secs() < 1 {
             return Err(format!("{}: at least 1s", at("refresh")));
         }
+        hetsched_core::model::cluster::attribute_set(self.attributes.iter().map(String::as_str))
+            .map_err(|(j, e)| match j {
+                Some(j) => format!("{}: {e}", at(&format!("attributes[{j}]"))),
+                None => format!("{}: {e}", at("attributes")),
+            })?;
         if self.args.len() > MAX_ARGS || self.agent_args.len() > MAX_ARGS {
             return Err(format!("{}: at most {MAX_ARGS} arguments", at("args")));
         }
@@ -306,7 +317,7 @@ impl QueueRun {
         let waiting = allocations.iter().filter(|a| a.waiting()).count() as u32;
         let total = allocations.len() as u32;
         let (ready, free_cores) = match cx.state.lock() {
-            Ok(s) => s.allocation_demand(),
+            Ok(s) => s.allocation_demand(&self.q.attributes),
             Err(_) => return,
         };
         let mut submitted = 0;
@@ -414,6 +425,15 @@ impl QueueRun {
             "--idle-timeout".into(),
             format!("{}s", q.idle_timeout().as_secs().max(1)),
         ];
+        let given: Vec<&str> = q
+            .attributes
+            .iter()
+            .map(String::as_str)
+            .filter(|a| *a != hetsched_core::model::cluster::GPU_ATTRIBUTE)
+            .collect();
+        if !given.is_empty() {
+            agent.push(format!("--attributes={}", given.join(",")));
+        }
         agent.extend(q.agent_args.iter().cloned());
         let agent = agent.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" ");
         let mut s = String::from("#!/bin/sh\n");
@@ -539,7 +559,16 @@ mod tests {
 
     #[test]
     fn every_argument_reaches_the_agent_as_written() {
-        for arg in ["plain", "it's", "a b", "$(touch /tmp/x)", "`id`", "\\\"", "*", "--x=\"y\""] {
+        for arg in [
+            "plain",
+            "it's",
+            "a b",
+            "$(touch /tmp/x)",
+            "`id`",
+            "\\\"",
+            "*",
+            "--x=\"y\"",
+        ] {
             let out = std::process::Command::new("sh")
                 .arg("-c")
                 .arg(format!("printf %s {}", quote(arg)))

@@ -36,6 +36,7 @@
 //! max_allocations = 4          # waiting or running at once (default 1)
 //! backlog = 1                  # waiting in Slurm's queue at once (default 1)
 //! idle_timeout = "5m"          # the agents exit once idle this long (default 5m)
+//! attributes = ["bigmem"]      # what its agents offer: only work they could run counts
 //! args = ["--partition=cpu"]   # more sbatch arguments
 //! agent_args = ["--attributes=bigmem"] # more agent arguments
 //! [tls]                        # optional; PEM files

@@ -1085,3 +1085,61 @@ fn the_server_allocates_agents_from_slurm_while_work_waits_and_they_leave_with_i
         "{table}"
     );
 }
+
+/// Two queues: one whose agents offer `bigmem`, one plain. Work that requires `bigmem` brings
+/// allocations from the first only, whose agents are given the attribute and run it.
+#[test]
+fn only_a_queue_whose_agents_offer_what_the_work_requires_allocates_for_it() {
+    let dir = support::temp_dir("alloc-queues-bin");
+    fake_slurm(&dir);
+    let queue = |name: &str, extra: &str| {
+        format!(
+            "[[allocation]]\nname = \"{name}\"\nmanager = \"slurm\"\ntime_limit = \"10m\"\n\
+             idle_timeout = \"1s\"\nrefresh = \"1s\"\n{extra}\
+             agent_args = [\"--cores\", \"1\", \"--log-listen\", \"127.0.0.1:0\"]\n\
+             sbatch = \"{0}/sbatch\"\nsqueue = \"{0}/squeue\"\n",
+            dir.display()
+        )
+    };
+    let config = queue("plain", "") + &queue("fat", "attributes = [\"bigmem\"]\n");
+    let c = Cluster::start_configured("alloc-queues", false, &config);
+    c.ok(&[
+        "submit",
+        "--requires",
+        "bigmem",
+        "--tasks",
+        "2",
+        "--",
+        "true",
+    ]);
+    c.ok(&["wait", "1", "--timeout", "60s"]);
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .filter_map(|e| {
+            let p = e.ok()?.path();
+            (p.extension()? == "name").then(|| std::fs::read_to_string(p).ok())?
+        })
+        .collect();
+    assert!(!names.is_empty());
+    assert!(
+        names.iter().all(|n| n.starts_with("hetsched-fat-")),
+        "only the bigmem queue allocated: {names:?}"
+    );
+    let listed = c.json(&["allocations"]);
+    assert_eq!(listed[0]["name"], "plain");
+    assert_eq!(listed[0]["submitted"], 0, "{listed}");
+}
+
+/// An idle agent whose server went away (an allocation outliving its server, say) still ends at
+/// its idle timeout, instead of retrying until its allocation is killed.
+#[test]
+fn an_idle_agent_ends_at_its_idle_timeout_while_the_server_is_away() {
+    let mut c = Cluster::start("idle-no-server", false);
+    c.start_agent("a", 1, &["--idle-timeout", "3s"]);
+    c.wait_for_nodes(1);
+    c.kill_server();
+    assert_eq!(c.agent_exit("a", Duration::from_secs(20)), Some(0));
+    let log = c.agent_log("a");
+    assert!(log.contains("idle for the idle timeout"), "{log}");
+    assert!(log.contains("nothing left to report"), "{log}");
+}

@@ -310,14 +310,21 @@ impl State {
             .unwrap_or_default()
     }
 
-    /// What automatic allocation ([`crate::allocation`]) asks: batch tasks ready to dispatch
-    /// (pending, neither held nor waiting for other jobs: those are kept out of the scheduler's
-    /// queues), and the free cores of the live nodes that take work.
-    pub fn allocation_demand(&self) -> (u64, u64) {
+    /// What automatic allocation ([`crate::allocation`]) asks for a queue whose agents offer
+    /// `attributes`: batch tasks ready to dispatch (pending, neither held nor waiting for other
+    /// jobs: those are kept out of the scheduler's queues) that such agents could run (every
+    /// attribute they `require` offered; GPU-only ones only with `gpu`), and the free cores of
+    /// the live nodes that take work and offer those attributes.
+    pub fn allocation_demand(&self, attributes: &[String]) -> (u64, u64) {
+        let offered = |r: &String| attributes.contains(r);
+        let with_gpus = attributes
+            .iter()
+            .any(|a| a == hetsched_core::model::cluster::GPU_ATTRIBUTE);
         let ready = self
             .view
             .apps()
             .iter()
+            .filter(|a| a.app.requires.iter().all(offered) && (a.app.cpu.is_some() || with_gpus))
             .map(|a| a.pending.len() as u64)
             .sum();
         let free = self
@@ -325,6 +332,7 @@ impl State {
             .iter()
             .zip(self.view.nodes())
             .filter(|(n, _)| n.alive && !n.removed && !n.drained && !n.draining)
+            .filter(|(n, _)| n.spec.has_attributes(attributes))
             .map(|(_, v)| u64::from(v.free.cores))
             .sum();
         (ready, free)
