@@ -11,7 +11,8 @@
 //!    that the queue's agents could run (its `attributes`), beyond the free cores of the live
 //!    nodes that take work and have those attributes ([`State::allocation_demand`]);
 //! 3. with demand, allocations are submitted (`sbatch --parsable SCRIPT`) while fewer than
-//!    `backlog` wait in the batch system's queue and fewer than `max_allocations` exist.
+//!    `backlog` wait (in the batch system's queue, or started with no agent registered yet) and
+//!    fewer than `max_allocations` exist.
 //!
 //! An allocation runs one agent per node (`srun`), started with `--time-limit auto` (the
 //! allocation's own time left, from `squeue`) and `--idle-timeout`: it takes only tasks that end
@@ -314,10 +315,18 @@ impl QueueRun {
                 return;
             }
         };
-        let waiting = allocations.iter().filter(|a| a.waiting()).count() as u32;
         let total = allocations.len() as u32;
-        let (ready, free_cores) = match cx.state.lock() {
-            Ok(s) => s.allocation_demand(&self.q.attributes),
+        let (ready, free_cores, waiting) = match cx.state.lock() {
+            Ok(s) => {
+                let (ready, free) = s.allocation_demand(&self.q.attributes);
+                // Waiting: queued in the batch system, or given nodes whose agents have not
+                // registered yet (their cores come soon: not a reason for another allocation).
+                let waiting = allocations
+                    .iter()
+                    .filter(|a| a.waiting() || !s.has_live_node_ending(&format!("-{}", a.id)))
+                    .count() as u32;
+                (ready, free, waiting)
+            }
             Err(_) => return,
         };
         let mut submitted = 0;

@@ -310,6 +310,14 @@ impl State {
             .unwrap_or_default()
     }
 
+    /// Whether a live node's name ends with `suffix` (automatic allocation names its agents
+    /// `HOST-JOBID`: an allocation whose agents have not registered yet is still starting).
+    pub fn has_live_node_ending(&self, suffix: &str) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| n.alive && !n.removed && n.spec.name.ends_with(suffix))
+    }
+
     /// What automatic allocation ([`crate::allocation`]) asks for a queue whose agents offer
     /// `attributes`: batch tasks ready to dispatch (pending, neither held nor waiting for other
     /// jobs: those are kept out of the scheduler's queues) that such agents could run (every
