@@ -218,7 +218,11 @@ fn gauge<V: prometheus_client::encoding::EncodeGaugeValue + Send + Sync + std::f
 impl Collector for StateCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         // Copy under the lock, encode after releasing it. A poisoned lock: no state gauges.
-        let Ok((counts, nodes)) = self.0.lock().map(|s| (s.task_counts(), s.nodes().nodes)) else {
+        let Ok((counts, nodes, queues)) = self
+            .0
+            .lock()
+            .map(|s| (s.task_counts(), s.nodes().nodes, s.allocations()))
+        else {
             return Ok(());
         };
         let e = &mut encoder;
@@ -316,6 +320,53 @@ impl Collector for StateCollector {
                         f64::from(g.percent) / 100.0,
                     )
                 })
+            }),
+        )?;
+        gauge(
+            e,
+            "node_time_left_seconds",
+            "How long tasks may still run on the node, for an agent started with a time limit \
+             (--time-limit); nodes without one are not listed.",
+            nodes.iter().filter_map(|n| {
+                n.time_left_ms
+                    .filter(|_| n.alive)
+                    .map(|ms| (node(n), ms as f64 / 1000.0))
+            }),
+        )?;
+        // Automatic allocation ([[allocation]] queues), as the batch system last listed them.
+        let mut by_state: std::collections::BTreeMap<(String, String), i64> = Default::default();
+        for q in &queues {
+            for a in &q.allocations {
+                *by_state
+                    .entry((q.name.clone(), a.state.clone()))
+                    .or_default() += 1;
+            }
+        }
+        gauge(
+            e,
+            "allocations",
+            "Allocations of each automatic allocation queue, by their state in the batch system.",
+            by_state
+                .into_iter()
+                .map(|((q, s), n)| (vec![("queue", q), ("state", s)], n)),
+        )?;
+        gauge(
+            e,
+            "allocations_submitted",
+            "Allocations each automatic allocation queue submitted since the server started.",
+            queues
+                .iter()
+                .map(|q| (vec![("queue", q.name.clone())], q.submitted as i64)),
+        )?;
+        gauge(
+            e,
+            "allocation_queue_failing",
+            "1 if the queue's last look at the batch system failed (see `hetsched allocations`).",
+            queues.iter().map(|q| {
+                (
+                    vec![("queue", q.name.clone())],
+                    i64::from(q.error.is_some()),
+                )
             }),
         )?;
         Ok(())

@@ -790,7 +790,7 @@ fn several_jobs_are_held_released_cancelled_and_waited_for_by_ids_ranges_last_an
 /// next node, without counting a failure.
 #[test]
 fn an_agent_with_a_time_limit_takes_only_tasks_that_end_in_time_and_hands_back_the_rest() {
-    let mut c = Cluster::start("time-limit", false);
+    let mut c = Cluster::start("time-limit", true);
     c.start_agent("brief", 2, &["--time-limit", "9s", "--kill-grace", "1s"]);
     c.wait_for_nodes(1);
     let nodes = c.json(&["nodes"]);
@@ -800,6 +800,11 @@ fn an_agent_with_a_time_limit_takes_only_tasks_that_end_in_time_and_hands_back_t
         "9 s less the kill grace: {left} ms"
     );
     assert!(c.ok(&["nodes"]).contains("time left"));
+    let (_, _, metrics) = c.http_get("/metrics");
+    assert!(
+        metrics.contains("hetsched_node_time_left_seconds{node=\"brief\"} "),
+        "{metrics}"
+    );
     // Longer than the node has: it waits, and says why, at once.
     let out = c.cli(&[
         "submit",
@@ -1037,7 +1042,7 @@ fn the_server_allocates_agents_from_slurm_while_work_waits_and_they_leave_with_i
          sbatch = \"{0}/sbatch\"\nsqueue = \"{0}/squeue\"\n",
         dir.display()
     );
-    let c = Cluster::start_configured("alloc-slurm", false, &config);
+    let c = Cluster::start_configured("alloc-slurm", true, &config);
     // Nothing waits: nothing is submitted.
     std::thread::sleep(Duration::from_millis(2500));
     assert!(!dir.join("next").exists(), "no allocation without work");
@@ -1083,6 +1088,13 @@ fn the_server_allocates_agents_from_slurm_while_work_waits_and_they_leave_with_i
             "local: {submitted} submitted since the server started"
         )),
         "{table}"
+    );
+    let (_, _, metrics) = c.http_get("/metrics");
+    assert!(
+        metrics.contains(&format!(
+            "hetsched_allocations_submitted{{queue=\"local\"}} {submitted}"
+        )) && metrics.contains("hetsched_allocation_queue_failing{queue=\"local\"} 0"),
+        "{metrics}"
     );
 }
 
