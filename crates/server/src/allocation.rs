@@ -170,6 +170,22 @@ impl QueueConfig {
     }
 }
 
+/// Whether the agents of queue `q` could run a task of `app`: every attribute it `requires` is
+/// among the queue's `attributes`, it has a CPU variant or the queue offers `gpu`, and its time
+/// limit (the shortest among its variants; none: any) fits in the queue's allocations.
+pub fn serves(q: &QueueConfig, app: &hetsched_core::model::Application) -> bool {
+    use hetsched_core::model::Variant;
+    let gpu = hetsched_core::model::cluster::GPU_ATTRIBUTE;
+    let with_gpus = q.attributes.iter().any(|a| a == gpu);
+    let limit = [Variant::Cpu, Variant::Gpu]
+        .into_iter()
+        .filter(|&v| app.request(v).is_some() && (v == Variant::Cpu || with_gpus))
+        .map(|v| app.time_limit(v).unwrap_or(0))
+        .min();
+    app.requires.iter().all(|r| q.attributes.contains(r))
+        && limit.is_some_and(|l| l <= q.time_limit.0)
+}
+
 /// Checks every queue of a configuration.
 pub fn validate(queues: &[QueueConfig]) -> Result<(), String> {
     if queues.len() > MAX_QUEUES {
@@ -318,7 +334,7 @@ impl QueueRun {
         let total = allocations.len() as u32;
         let (ready, free_cores, waiting) = match cx.state.lock() {
             Ok(s) => {
-                let (ready, free) = s.allocation_demand(&self.q.attributes);
+                let (ready, free) = s.allocation_demand(&self.q);
                 // Waiting: queued in the batch system, or given nodes whose agents have not
                 // registered yet (their cores come soon: not a reason for another allocation).
                 let waiting = allocations

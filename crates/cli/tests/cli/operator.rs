@@ -1155,3 +1155,39 @@ fn an_idle_agent_ends_at_its_idle_timeout_while_the_server_is_away() {
     assert!(log.contains("idle for the idle timeout"), "{log}");
     assert!(log.contains("nothing left to report"), "{log}");
 }
+
+/// A restarted server lists the allocations it submitted before from the batch system (nothing
+/// is stored): they still count toward `max_allocations`, so it submits no more.
+#[test]
+fn a_restarted_server_finds_its_allocations_in_the_batch_system() {
+    let dir = support::temp_dir("alloc-restart-bin");
+    fake_slurm(&dir);
+    let config = format!(
+        "[[allocation]]\nname = \"q\"\nmanager = \"slurm\"\ntime_limit = \"10m\"\n\
+         idle_timeout = \"2s\"\nrefresh = \"1s\"\n\
+         agent_args = [\"--cores\", \"1\", \"--log-listen\", \"127.0.0.1:0\"]\n\
+         sbatch = \"{0}/sbatch\"\nsqueue = \"{0}/squeue\"\n",
+        dir.display()
+    );
+    let mut c = Cluster::start_configured("alloc-restart", false, &config);
+    // More work than one 1-core agent runs at once: demand stays while it runs.
+    c.ok(&["submit", "--tasks", "4", "--", "sleep", "2"]);
+    wait_until("a task running", Duration::from_secs(30), || {
+        c.tasks(1).iter().any(|t| t["state"] == "running")
+    });
+    c.kill_server();
+    c.start_server();
+    wait_until(
+        "the allocation listed again",
+        Duration::from_secs(10),
+        || c.json(&["allocations"])[0]["allocations"][0]["id"] == "101",
+    );
+    c.ok(&["wait", "1", "--timeout", "60s"]);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("next"))
+            .expect("count")
+            .trim(),
+        "101",
+        "one allocation, before and after the restart"
+    );
+}

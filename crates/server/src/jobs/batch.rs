@@ -601,6 +601,7 @@ impl Batch {
         &mut self,
         cx: &mut Ctx,
         live: &[Node],
+        queues: &[crate::allocation::QueueConfig],
         sub: Submission,
         id: u64,
     ) -> Result<Submitted, StateError> {
@@ -638,9 +639,18 @@ impl Batch {
         w.check_commands()?;
         limits::check(&w)?;
         // Live nodes only: a dead node's resources make no job runnable. With none alive (none
-        // registered yet, or all away), the job waits for nodes.
-        if !live.is_empty() {
-            w.check_runnable(live)?;
+        // registered yet, or all away), the job waits for nodes; so it does when an automatic
+        // allocation queue's agents could run each of its applications.
+        if !live.is_empty()
+            && let Err(e) = w.check_runnable(live)
+        {
+            let allocated = !queues.is_empty()
+                && w.to_applications(0, MissingProfile::Estimate(self.estimate))?
+                    .iter()
+                    .all(|a| queues.iter().any(|q| crate::allocation::serves(q, a)));
+            if !allocated {
+                return Err(e.into());
+            }
         }
         let total = w.total_tasks();
         if total > MAX_TASKS_PER_JOB {

@@ -207,6 +207,8 @@ pub struct Read<'a> {
     /// The nodes that could run each application shape, found once per read (a listing of
     /// many jobs explains why each waits from it: [`batch::Capable`]).
     pub capable: batch::Capable,
+    /// The automatic allocation queues: work no live node can run may wait for their agents.
+    pub allocation: &'a [crate::allocation::QueueConfig],
 }
 
 /// The work a heartbeat reply carries, kept under [`REPLY_BUDGET`].

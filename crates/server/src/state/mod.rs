@@ -318,21 +318,17 @@ impl State {
             .any(|n| n.alive && !n.removed && n.spec.name.ends_with(suffix))
     }
 
-    /// What automatic allocation ([`crate::allocation`]) asks for a queue whose agents offer
-    /// `attributes`: batch tasks ready to dispatch (pending, neither held nor waiting for other
-    /// jobs: those are kept out of the scheduler's queues) that such agents could run (every
-    /// attribute they `require` offered; GPU-only ones only with `gpu`), and the free cores of
-    /// the live nodes that take work and offer those attributes.
-    pub fn allocation_demand(&self, attributes: &[String]) -> (u64, u64) {
-        let offered = |r: &String| attributes.contains(r);
-        let with_gpus = attributes
-            .iter()
-            .any(|a| a == hetsched_core::model::cluster::GPU_ATTRIBUTE);
+    /// What automatic allocation ([`crate::allocation`]) asks for `queue`: batch tasks ready to
+    /// dispatch (pending, neither held nor waiting for other jobs: those are kept out of the
+    /// scheduler's queues) that its agents could run ([`crate::allocation::serves`]), and the
+    /// free cores of the live nodes that take work and offer the queue's attributes.
+    pub fn allocation_demand(&self, queue: &crate::allocation::QueueConfig) -> (u64, u64) {
+        let attributes = &queue.attributes;
         let ready = self
             .view
             .apps()
             .iter()
-            .filter(|a| a.app.requires.iter().all(offered) && (a.app.cpu.is_some() || with_gpus))
+            .filter(|a| crate::allocation::serves(queue, &a.app))
             .map(|a| a.pending.len() as u64)
             .sum();
         let free = self
@@ -809,7 +805,11 @@ impl State {
                 }
                 (Kind::Workflow, self.jobs.workflow.submit(&mut cx, sub, id))
             } else {
-                (Kind::Batch, self.jobs.batch.submit(&mut cx, &live, sub, id))
+                let queues = &self.config.allocation;
+                (
+                    Kind::Batch,
+                    self.jobs.batch.submit(&mut cx, &live, queues, sub, id),
+                )
             }
         };
         let done = done?;
@@ -1016,6 +1016,7 @@ impl State {
             nodes: &self.nodes,
             store: &self.store,
             capable: Default::default(),
+            allocation: &self.config.allocation,
         }
     }
 

@@ -147,3 +147,55 @@ fn an_application_backed_off_on_every_node_that_can_run_it_says_so() {
         "`missing` is backed off on every node that can run it (its tasks failed to start there)"
     );
 }
+
+/// With an `[[allocation]]` queue whose agents offer `bigmem`, a job requiring it is accepted
+/// although no live node has it, and waits for an allocation (not blocked); one requiring what
+/// no queue offers, or longer than the queue's allocations, is still refused.
+#[test]
+fn work_an_allocation_queue_could_run_waits_for_it_instead_of_being_refused_or_blocked() {
+    let dir = common::scratch("pending-reason", "allocation");
+    let queue: hetsched_server::allocation::QueueConfig = toml::from_str(
+        "name = \"fat\"\nmanager = \"slurm\"\ntime_limit = \"1h\"\nattributes = [\"bigmem\"]\n",
+    )
+    .expect("queue");
+    let config = ServerConfig {
+        data_dir: dir.0.clone(),
+        allocation: vec![queue],
+        ..Default::default()
+    };
+    let mut s =
+        State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state");
+    register_with(&mut s, "small", 2, &[]);
+    let job = submit(&mut s, "solve", "requires = [\"bigmem\"]", false, &[]);
+    assert_eq!(
+        reason(&s, job),
+        "no live node can run `solve` yet: waiting for an allocation of queue `fat` \
+         (`hetsched allocations`)"
+    );
+    assert!(
+        !blocked(&s, job),
+        "the server allocates: nobody needs to act"
+    );
+    assert_eq!(s.allocation_demand(&config.allocation[0]), (4, 0));
+    let refused = s.on_submit(Submission {
+        origin: "job.toml".into(),
+        text: "[[application]]\nname = \"x\"\ntasks = 1\nrequires = [\"ssd\"]\n\
+               [application.cpu]\ncommand = \"true\"\n"
+            .into(),
+        workdir: "/".into(),
+        ..Default::default()
+    });
+    assert!(refused.is_err(), "no node nor queue offers ssd");
+    let long = s
+        .on_submit(Submission {
+            origin: "long.toml".into(),
+            text: "[[application]]\nname = \"long\"\ntasks = 1\nrequires = [\"bigmem\"]\n\
+                   [application.cpu]\ncommand = \"true\"\ntime_limit = \"2h\"\n"
+                .into(),
+            workdir: "/".into(),
+            ..Default::default()
+        })
+        .map(|j| j.job_id);
+    // Longer than the queue's allocations: no queue serves it, and no live node has `bigmem`.
+    assert!(long.is_err(), "{long:?}");
+}

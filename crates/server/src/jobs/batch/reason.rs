@@ -9,6 +9,8 @@
 //!   nodes, and an operator drained each of them;
 //! - `every node that can run \`APP\` is leaving: …` — they are live, but their agents are shutting
 //!   down (a signal, or the end of their `time_limit`);
+//! - `no live node can run \`APP\` yet: waiting for an allocation of queue \`Q\`` — as the next,
+//!   but an `[[allocation]]` queue's agents could run it (not blocked: the server allocates);
 //! - `no live node can run \`APP\` (…)` — no live node has the attributes and the capacity (cores,
 //!   memory, devices of the kind) one of its variants needs: it waits until such a node joins
 //!   (the submission check passed while one was live, or none had registered yet);
@@ -146,10 +148,21 @@ impl Batch {
                     );
                     return (why, true);
                 }
+                if let Some(q) = Self::allocating(rd, app) {
+                    let why = format!(
+                        "no live node can run `{name}` yet: waiting for an allocation of queue \
+                         `{q}` (`hetsched allocations`)"
+                    );
+                    return (why, false);
+                }
                 let why = format!("no live node can run `{name}` ({})", self.needs(rd, app));
                 return (why, true);
             }
             if let Some(why) = Self::out_of_time(rd, app, name, open) {
+                if let Some(q) = Self::allocating(rd, app) {
+                    let why = format!("{why}; waiting for an allocation of queue `{q}`");
+                    return (why, false);
+                }
                 return (why, true);
             }
             if open.iter().all(|&n| rd.view.is_excluded(app, n)) {
@@ -168,6 +181,15 @@ impl Batch {
             "resources: the nodes that can run it are busy".to_string(),
             false,
         )
+    }
+
+    /// The first automatic allocation queue whose agents could run `app`, if any.
+    fn allocating<'r>(rd: &'r Read, app: AppId) -> Option<&'r str> {
+        let a = &rd.view.apps().get(app.index())?.app;
+        rd.allocation
+            .iter()
+            .find(|q| crate::allocation::serves(q, a))
+            .map(|q| q.name.as_str())
     }
 
     /// Why `app` waits when its time limit is longer than the time left on every one of `open`
