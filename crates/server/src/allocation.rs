@@ -92,6 +92,15 @@ pub enum Manager {
     Slurm,
 }
 
+impl Manager {
+    /// As the configuration writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Manager::Slurm => "slurm",
+        }
+    }
+}
+
 /// The most `[[allocation]]` queues, nodes per allocation, allocations per queue and extra
 /// arguments a configuration may give.
 const MAX_QUEUES: usize = 16;
@@ -223,10 +232,13 @@ impl Allocation {
 }
 
 /// What the server last saw of one queue (`hetsched allocations`).
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct QueueStatus {
     /// The queue's name.
     pub name: String,
+    /// Its configuration.
+    #[serde(skip)]
+    pub config: QueueConfig,
     /// Its allocations at the last look.
     pub allocations: Vec<Allocation>,
     /// Allocations submitted since the server started.
@@ -255,7 +267,10 @@ pub fn spawn(queues: &[QueueConfig], cx: Context) -> Result<Statuses, String> {
             .iter()
             .map(|q| QueueStatus {
                 name: q.name.clone(),
-                ..Default::default()
+                config: q.clone(),
+                allocations: Vec::new(),
+                submitted: 0,
+                error: None,
             })
             .collect(),
     ));

@@ -871,8 +871,19 @@ pub async fn allocations(args: &ClientArgs) -> anyhow::Result<()> {
     println!("{t}");
     for q in &reply.queues {
         println!(
-            "{}: {} submitted since the server started",
-            q.name, q.submitted
+            "{}: {}, {} node(s) for {} per allocation, at most {} at once ({} waiting){}; {} submitted since the server started",
+            q.name,
+            q.manager,
+            q.nodes,
+            super::human::duration(Duration::from_millis(q.time_limit_ms)),
+            q.max_allocations,
+            q.backlog,
+            if q.attributes.is_empty() {
+                String::new()
+            } else {
+                format!(", agents offer {}", q.attributes.join(","))
+            },
+            q.submitted
         );
         if !q.error.is_empty() {
             println!(

@@ -1085,7 +1085,8 @@ fn the_server_allocates_agents_from_slurm_while_work_waits_and_they_leave_with_i
     let table = c.ok(&["allocations"]);
     assert!(
         table.contains(&format!(
-            "local: {submitted} submitted since the server started"
+            "local: slurm, 1 node(s) for 10m 0s per allocation, at most 2 at once (1 waiting); \
+             {submitted} submitted since the server started"
         )),
         "{table}"
     );
