@@ -437,6 +437,8 @@ pub async fn run(
     let mut draining: Option<Instant> = None;
     // Since when nothing has run or waited here (`idle_timeout` counts from it).
     let mut idle_since: Option<Instant> = None;
+    // The time limit stopped the tasks (at once, or after a `--drain` signal).
+    let mut stopped_at_limit = false;
     // Benchmarks may try other windows (`HETSCHED_RESULT_WINDOW_US`); 0 sends every result at once.
     let result_window = std::env::var("HETSCHED_RESULT_WINDOW_US")
         .ok()
@@ -744,7 +746,15 @@ pub async fn run(
                     () = tokio::time::sleep(pause) => {}
                     why = &mut shutdown, if draining.is_none() => {
                         draining = Some(Instant::now());
+                        stopped_at_limit |= why == Stop::TimeLimit;
                         begin_shutdown(&shared, &opts, why);
+                    }
+                    // Draining (`--drain`) when the time limit comes: the tasks are stopped now.
+                    () = tokio::time::sleep_until(
+                        stop_at.unwrap_or_else(|| Instant::now() + pause).into()
+                    ), if stop_at.is_some() && draining.is_some() && !stopped_at_limit => {
+                        stopped_at_limit = true;
+                        begin_shutdown(&shared, &opts, Stop::TimeLimit);
                     }
                     () = tokio::time::sleep_until(
                         idle_end.unwrap_or_else(|| Instant::now() + pause).into()
@@ -835,7 +845,15 @@ pub async fn run(
                     () = tokio::time::sleep(backoff) => {}
                     why = &mut shutdown, if draining.is_none() => {
                         draining = Some(Instant::now());
+                        stopped_at_limit |= why == Stop::TimeLimit;
                         begin_shutdown(&shared, &opts, why);
+                    }
+                    // Draining (`--drain`) when the time limit comes: the tasks are stopped now.
+                    () = tokio::time::sleep_until(
+                        stop_at.unwrap_or_else(|| Instant::now() + backoff).into()
+                    ), if stop_at.is_some() && draining.is_some() && !stopped_at_limit => {
+                        stopped_at_limit = true;
+                        begin_shutdown(&shared, &opts, Stop::TimeLimit);
                     }
                 }
                 backoff = (backoff * 2).min(Duration::from_millis(500));

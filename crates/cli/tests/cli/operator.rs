@@ -1192,3 +1192,29 @@ fn a_restarted_server_finds_its_allocations_in_the_batch_system() {
         "one allocation, before and after the restart"
     );
 }
+
+/// `--drain` waits for the running tasks, but not past the agent's time limit: its allocation
+/// ends then, so the tasks are stopped and handed back.
+#[test]
+fn a_draining_agent_still_stops_its_tasks_at_its_time_limit() {
+    let mut c = Cluster::start("drain-limit", false);
+    c.start_agent(
+        "a",
+        1,
+        &["--drain", "--time-limit", "8s", "--kill-grace", "1s"],
+    );
+    c.wait_for_nodes(1);
+    c.ok(&["submit", "--", "sleep", "60"]);
+    wait_until("the task runs", Duration::from_secs(10), || {
+        c.tasks(1)[0]["state"] == "running"
+    });
+    c.signal_agent("a", "TERM");
+    assert_eq!(c.agent_exit("a", Duration::from_secs(20)), Some(0));
+    let log = c.agent_log("a");
+    assert!(
+        log.contains("waiting for the running tasks to end (--drain)"),
+        "{log}"
+    );
+    assert!(log.contains("time limit reached"), "{log}");
+    assert_eq!(c.tasks(1)[0]["state"], "pending", "handed back, not failed");
+}
