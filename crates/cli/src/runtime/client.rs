@@ -871,7 +871,7 @@ pub async fn allocations(args: &ClientArgs) -> anyhow::Result<()> {
     println!("{t}");
     for q in &reply.queues {
         println!(
-            "{}: {}, {} node(s) for {} per allocation, at most {} at once ({} waiting){}; {} submitted since the server started",
+            "{}: {}, {} node(s) for {} per allocation, at most {} at once, {} of them waiting{}; {} submitted since the server started",
             q.name,
             q.manager,
             q.nodes,

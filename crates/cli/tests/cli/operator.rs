@@ -1085,11 +1085,15 @@ fn the_server_allocates_agents_from_slurm_while_work_waits_and_they_leave_with_i
     let table = c.ok(&["allocations"]);
     assert!(
         table.contains(&format!(
-            "local: slurm, 1 node(s) for 10m 0s per allocation, at most 2 at once (1 waiting); \
+            "local: slurm, 1 node(s) for 10m 0s per allocation, at most 2 at once, 1 of them waiting; \
              {submitted} submitted since the server started"
         )),
         "{table}"
     );
+    let (_, _, api) = c.http_get("/api/allocations");
+    let api: serde_json::Value = serde_json::from_str(&api).expect("JSON");
+    assert_eq!(api[0]["name"], "local", "the dashboard's view: {api}");
+    assert_eq!(api[0]["submitted"], u64::from(submitted));
     let (_, _, metrics) = c.http_get("/metrics");
     assert!(
         metrics.contains(&format!(

@@ -354,6 +354,27 @@ $("tasks-next").addEventListener("click", () => { if (tasksView.next) { tasksVie
 $("tasks-prev").addEventListener("click", () => { if (tasksView.cursors.length > 1) { tasksView.cursors.pop(); loadTasks(); } });
 $("tasks-first").addEventListener("click", () => { tasksView.cursors = [0]; loadTasks(); });
 
+// ---------------------------------------------------------------- automatic allocation
+
+// The server's [[allocation]] queues (shown only when it has some), looked at every 10 s.
+function renderAllocations(queues) {
+  $("allocations-section").hidden = queues.length === 0;
+  $("allocations").innerHTML = queues.map((q) => {
+    const list = (q.allocations || []).map((a) => `${esc(a.id)} <span class="badge">${esc(a.state.toLowerCase())}</span>`).join(" ") || "none";
+    const failing = q.error ? `<div class="error" title="the last look at the batch system failed">${esc(q.error)}</div>` : "";
+    return `<div class="queue" data-queue="${esc(q.name)}"><b>${esc(q.name)}</b> (${esc(q.manager)}, ${q.nodes} node(s) per allocation, at most ${q.max_allocations}): ${list} · ${q.submitted} submitted${failing}</div>`;
+  }).join("");
+}
+// Polled only when the server has queues, and not in a `#events=N` snapshot (whose network
+// must go idle).
+let allocationPoll = null;
+function loadAllocations() {
+  api("/api/allocations").then((queues) => {
+    renderAllocations(queues);
+    if (queues.length && !allocationPoll && !stopAfter) allocationPoll = setInterval(loadAllocations, 10000);
+  }).catch((e) => console.error(e));
+}
+
 // ---------------------------------------------------------------- start
 
 initCharts();
@@ -366,6 +387,7 @@ api("/api/nodes").then((nodes) => renderNodes(nodes.map((n) => ({
 // `#events=N` in the address: stop listening after N updates (headless snapshots and tests need the
 // page's network to go idle; a person never needs it).
 const stopAfter = parseInt((location.hash.match(/events=(\d+)/) || [])[1] || "0", 10);
+loadAllocations();
 const events = new EventSource("/api/events");
 events.addEventListener("tick", (m) => {
   try { onTick(JSON.parse(m.data)); } catch (e) { console.error(e); }

@@ -549,6 +549,18 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
             }
         }
     };
+    let allocations = {
+        let d = d.clone();
+        move |headers: HeaderMap| async move {
+            if !d.authed(&headers) {
+                return unauthorized();
+            }
+            match d.read(|s| s.allocation_queues()).await {
+                Some(a) => json(&a.queues),
+                None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+            }
+        }
+    };
     let log = {
         let d = d.clone();
         move |headers: HeaderMap, uri: Uri| async move {
@@ -618,6 +630,7 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
         .route("/api/job", get(job))
         .route("/api/tasks", get(tasks))
         .route("/api/nodes", get(nodes))
+        .route("/api/allocations", get(allocations))
         .route("/api/log", get(log))
         .route("/api/events", get(events))
         .route(
