@@ -299,8 +299,12 @@ pub fn spawn(queues: &[QueueConfig], cx: Context) -> Result<Statuses, String> {
             url,
             dir,
             index: i,
+            failures: 0,
+            last_failure: None,
+            hold_until: None,
         };
         let (cx, statuses) = (cx.clone(), statuses.clone());
+        let mut run = run;
         tokio::spawn(async move {
             info!(queue = %run.q.name, job_name = %run.job_name, "automatic allocation: looking at the queue every {}", humantime::format_duration(run.q.refresh()));
             loop {
@@ -333,13 +337,22 @@ struct QueueRun {
     url: String,
     dir: PathBuf,
     index: usize,
+    /// Submissions that failed in a row, the last one's error, and until when none is tried
+    /// ([`SUBMIT_BACKOFF_CAP`]).
+    failures: u32,
+    last_failure: Option<String>,
+    hold_until: Option<std::time::Instant>,
 }
 
+/// The longest a queue whose submissions keep failing waits before trying again: the wait
+/// doubles from twice its `refresh` with each failure in a row, up to this.
+const SUBMIT_BACKOFF_CAP: Duration = Duration::from_secs(3600);
+
 impl QueueRun {
-    async fn pass(&self, cx: &Context, statuses: &Statuses) {
+    async fn pass(&mut self, cx: &Context, statuses: &Statuses) {
         let listed = self.list().await;
-        let (allocations, error) = match listed {
-            Ok(a) => (a, None),
+        let allocations = match listed {
+            Ok(a) => a,
             Err(e) => {
                 warn!(queue = %self.q.name, "automatic allocation: {e}");
                 self.record(statuses, None, Some(e), 0);
@@ -361,9 +374,11 @@ impl QueueRun {
             Err(_) => return,
         };
         let mut submitted = 0;
-        let mut error = error;
         let mut allocations = allocations;
-        if ready > free_cores {
+        let held = self
+            .hold_until
+            .is_some_and(|t| std::time::Instant::now() < t);
+        if ready > free_cores && !held {
             let room = (self.q.backlog.saturating_sub(waiting))
                 .min(self.q.max_allocations.saturating_sub(total));
             for _ in 0..room {
@@ -375,15 +390,32 @@ impl QueueRun {
                             state: "PENDING".into(),
                         });
                         submitted += 1;
+                        (self.failures, self.last_failure, self.hold_until) = (0, None, None);
                     }
                     Err(e) => {
+                        // A failing submission (a wrong partition, an account over quota) is
+                        // not retried at every look: the wait doubles with each failure.
+                        self.failures += 1;
+                        let wait = self
+                            .q
+                            .refresh()
+                            .saturating_mul(1 << self.failures.min(20))
+                            .min(SUBMIT_BACKOFF_CAP);
+                        self.hold_until = Some(std::time::Instant::now() + wait);
+                        let e = format!(
+                            "{e}; submitting again in {} ({} failure(s) in a row)",
+                            humantime::format_duration(wait),
+                            self.failures
+                        );
                         warn!(queue = %self.q.name, "automatic allocation: {e}");
-                        error = Some(e);
+                        self.last_failure = Some(e);
                         break;
                     }
                 }
             }
         }
+        // A submission failure is shown until a submission succeeds.
+        let error = self.last_failure.clone();
         self.record(statuses, Some(allocations), error, submitted);
     }
 
@@ -570,6 +602,9 @@ mod tests {
             dir: PathBuf::from("/d/allocations/cpu"),
             index: 0,
             q,
+            failures: 0,
+            last_failure: None,
+            hold_until: None,
         };
         let s = run.script(Path::new("/opt/bin/hetsched"), Path::new("/d"));
         for line in [

@@ -1222,3 +1222,46 @@ fn a_draining_agent_still_stops_its_tasks_at_its_time_limit() {
     assert!(log.contains("time limit reached"), "{log}");
     assert_eq!(c.tasks(1)[0]["state"], "pending", "handed back, not failed");
 }
+
+/// A queue whose submissions fail (a wrong partition, say) is not retried at every look: the
+/// wait doubles with each failure, and `hetsched allocations` and `/metrics` say why.
+#[test]
+fn failing_submissions_back_off_and_say_why() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = support::temp_dir("alloc-failing-bin");
+    fake_slurm(&dir);
+    let sbatch = dir.join("sbatch");
+    std::fs::write(
+        &sbatch,
+        "#!/bin/sh\necho x >> \"$(dirname \"$0\")/tries\"\n\
+         echo 'sbatch: error: invalid partition specified: nope' >&2\nexit 1\n",
+    )
+    .expect("write");
+    std::fs::set_permissions(&sbatch, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let config = format!(
+        "[[allocation]]\nname = \"q\"\nmanager = \"slurm\"\ntime_limit = \"10m\"\nrefresh = \"1s\"\n\
+         args = [\"--partition=nope\"]\nsbatch = \"{0}/sbatch\"\nsqueue = \"{0}/squeue\"\n",
+        dir.display()
+    );
+    let c = Cluster::start_configured("alloc-failing", true, &config);
+    c.ok(&["submit", "--", "true"]);
+    std::thread::sleep(Duration::from_millis(7500));
+    // Looked at every second for 7 s, but tried at about 0, 2 and 6 s (then waits 8 s).
+    let tries = std::fs::read_to_string(dir.join("tries"))
+        .unwrap_or_default()
+        .lines()
+        .count();
+    assert!((2..=4).contains(&tries), "{tries} submissions in 7.5 s");
+    let listed = c.json(&["allocations"]);
+    let error = listed[0]["error"].as_str().unwrap_or("");
+    assert!(
+        error.contains("invalid partition specified: nope")
+            && error.contains("submitting again in"),
+        "{listed}"
+    );
+    let (_, _, metrics) = c.http_get("/metrics");
+    assert!(
+        metrics.contains("hetsched_allocation_queue_failing{queue=\"q\"} 1"),
+        "{metrics}"
+    );
+}
