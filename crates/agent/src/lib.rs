@@ -718,13 +718,12 @@ pub async fn run(
                 // this loop, which not all of them wake: looked at again when the idle timeout
                 // ends).
                 let others_rest = || {
-                    chunks_held.load(std::sync::atomic::Ordering::Relaxed) == 0
-                        && stream_workers_running.load(std::sync::atomic::Ordering::Relaxed) == 0
-                        && pipeline.as_ref().is_none_or(accel::Pipeline::is_idle)
-                        && !balance
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .is_balancing()
+                    outside_work_rests(
+                        &chunks_held,
+                        &stream_workers_running,
+                        pipeline.as_ref(),
+                        &balance,
+                    )
                 };
                 let nothing_here = idle && others_rest();
                 if !nothing_here {
@@ -827,8 +826,12 @@ pub async fn run(
                 let at_rest = {
                     let sh = shared.lock().unwrap_or_else(|p| p.into_inner());
                     sh.running.is_empty() && sh.queue.is_empty() && sh.results.is_empty()
-                } && chunks_held.load(std::sync::atomic::Ordering::Relaxed) == 0
-                    && stream_workers_running.load(std::sync::atomic::Ordering::Relaxed) == 0;
+                } && outside_work_rests(
+                    &chunks_held,
+                    &stream_workers_running,
+                    pipeline.as_ref(),
+                    &balance,
+                );
                 if !at_rest {
                     idle_since = None;
                 } else if idle_since.is_none() {
@@ -1214,6 +1217,24 @@ async fn coalesce(l: &Launcher<'_>, window: Duration) {
             () = tokio::time::sleep_until(deadline) => return,
         }
     }
+}
+
+/// Whether nothing runs outside the heartbeat loop's own records (the idle timeout's test): no
+/// divisible chunk held, no stream worker, no accelerator work, no PCDDB machine balancing.
+fn outside_work_rests(
+    chunks_held: &std::sync::atomic::AtomicUsize,
+    stream_workers: &std::sync::atomic::AtomicUsize,
+    pipeline: Option<&accel::Pipeline>,
+    balance: &balance::Handle,
+) -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    chunks_held.load(Relaxed) == 0
+        && stream_workers.load(Relaxed) == 0
+        && pipeline.is_none_or(accel::Pipeline::is_idle)
+        && !balance
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_balancing()
 }
 
 /// Why the agent shuts down.
