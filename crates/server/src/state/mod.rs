@@ -402,14 +402,6 @@ impl State {
         }
         rec.draining = req.draining;
         let ends_at = req.time_left.map(|left| rec.last_seen + left);
-        if rec.ends_at.is_none() && ends_at.is_some() {
-            info!(node = %rec.spec.name, time_left = ?req.time_left, "the agent has a time limit: tasks that may run longer than its time left go elsewhere");
-        }
-        if ends_at.is_none() && rec.ends_at.is_some() {
-            // A new agent without a limit took the node over: it no longer ends.
-            self.view.set_node_time_left(nid, None)?;
-        }
-        rec.ends_at = ends_at;
         // No new work for a drained node or a shutting-down agent.
         let open = !(rec.drained || rec.draining);
         if paused {
@@ -421,6 +413,10 @@ impl State {
             rec.alive = true;
             info!(node = %rec.spec.name, "node is back");
             self.view.set_alive(nid, true)?;
+        }
+        if self.nodes.set_end(nid.0, ends_at) {
+            // A new agent without a limit took the node over: it no longer ends.
+            self.view.set_node_time_left(nid, None)?;
         }
         let mut reply = HeartbeatReply::default();
         for r in &req.results {

@@ -114,6 +114,8 @@ pub struct Nodes {
     pub prefetch: super::prefetch::Prefetch,
     /// Agents waiting for work, and what this event woke ([`super::wakes`]).
     pub wakes: super::wakes::Wakes,
+    /// Nodes with an end ([`NodeRec::ends_at`]): without any, [`Nodes::time_left`] is free.
+    ending: usize,
 }
 
 impl Nodes {
@@ -235,13 +237,36 @@ impl Nodes {
             new.draining = old.draining;
             new.ends_at = old.ends_at;
         }
+        self.ending = self.recs.iter().filter(|n| n.ends_at.is_some()).count();
         self.wakes.carry_over(&old.wakes);
+    }
+
+    /// Records when node `id`'s agent ends (its heartbeat's time left; `None`: no end). True when
+    /// the node had an end and has none now (the view's time left must be cleared).
+    pub fn set_end(&mut self, id: u32, end: Option<Instant>) -> bool {
+        let Some(rec) = self.recs.get_mut(id as usize) else {
+            return false;
+        };
+        let had = rec.ends_at.is_some();
+        match (had, end) {
+            (false, Some(at)) => {
+                self.ending += 1;
+                info!(node = %rec.spec.name, time_left = ?at.saturating_duration_since(Instant::now()), "the agent has a time limit: tasks that may run longer than its time left go elsewhere");
+            }
+            (true, None) => self.ending -= 1,
+            _ => {}
+        }
+        rec.ends_at = end;
+        had && end.is_none()
     }
 
     /// Brings the scheduler's view of each node's time left ([`NodeRec::ends_at`]) up to
     /// `now`, before anything is placed: a node with an end has less time for tasks at every
     /// decision.
     pub fn time_left(&self, view: &mut SchedulerView, now: Instant) {
+        if self.ending == 0 {
+            return;
+        }
         for (i, n) in self.recs.iter().enumerate() {
             if let Some(end) = n.ends_at {
                 let left = end.saturating_duration_since(now).as_nanos() as u64;
