@@ -1,23 +1,26 @@
-//! Automatic allocation (HyperQueue's "autoalloc"): the server asks a batch system (Slurm) for
-//! nodes while batch work waits, and the agents it starts there end with the work.
+//! Automatic allocation (HyperQueue's "autoalloc"): the server asks a batch system (Slurm or
+//! PBS) for nodes while batch work waits, and the agents it starts there end with the work.
 //!
 //! Each `[[allocation]]` queue of the configuration is looked at every `refresh`:
 //!
-//! 1. its allocations are listed from the batch system itself (`squeue --noheader --name NAME
-//!    --format %i|%T`; every allocation of a queue carries the job name `hetsched-QUEUE-TAG`,
-//!    `TAG` kept in `DATA_DIR/allocation-tag`), so a restarted server sees what it submitted
-//!    before and nothing needs storing;
-//! 2. the demand: batch tasks ready to dispatch (pending, not held, not waiting for other jobs)
-//!    that the queue's agents could run (its `attributes`), beyond the free cores of the live
-//!    nodes that take work and have those attributes ([`State::allocation_demand`]);
-//! 3. with demand, allocations are submitted (`sbatch --parsable SCRIPT`) while fewer than
-//!    `backlog` wait (in the batch system's queue, or started with no agent registered yet) and
-//!    fewer than `max_allocations` exist.
+//! 1. its allocations are listed from the batch system itself (Slurm: `squeue --noheader --name
+//!    NAME --format %i|%T`; PBS: `qselect -N NAME`, then `qselect -N NAME -s RE` for the running
+//!    ones; every allocation of a queue carries the job name `hetsched-QUEUE-TAG`, `TAG` kept in
+//!    `DATA_DIR/allocation-tag`), so a restarted server sees what it submitted before and
+//!    nothing needs storing;
+//! 2. the demand: the cores that batch tasks ready to dispatch (pending, not held, not waiting
+//!    for other jobs) ask for, counting only tasks the queue's agents could run (its
+//!    `attributes`), beyond the free cores of the live nodes that take work and have those
+//!    attributes ([`State::allocation_demand`]);
+//! 3. with demand, allocations are submitted (`sbatch --parsable SCRIPT`, `qsub SCRIPT`) while
+//!    fewer than `backlog` wait (in the batch system's queue, or started with no agent
+//!    registered yet) and fewer than `max_allocations` exist.
 //!
-//! An allocation runs one agent per node (`srun`), started with `--time-limit auto` (the
-//! allocation's own time left, from `squeue`) and `--idle-timeout`: it takes only tasks that end
-//! before the allocation does, and gives its nodes back once the work is done. Its script and
-//! its output are under `DATA_DIR/allocations/QUEUE/`.
+//! An allocation runs one agent per node (`srun`; PBS: `pbsdsh` when it has several nodes),
+//! started with `--time-limit auto` (the allocation's own time left, from `squeue` or `qstat`)
+//! and `--idle-timeout`: it takes only tasks that end before the allocation does, and gives its
+//! nodes back once the work is done. Its script and its output are under
+//! `DATA_DIR/allocations/QUEUE/`.
 
 use crate::state::State;
 use std::path::{Path, PathBuf};
@@ -39,9 +42,9 @@ pub const TAG_FILE: &str = "allocation-tag";
 pub struct QueueConfig {
     /// The queue's name (1 to 32 letters, digits, `-` or `_`): in job names and listings.
     pub name: String,
-    /// The batch system: `slurm`.
+    /// The batch system: `slurm` or `pbs`.
     pub manager: Manager,
-    /// Each allocation's wall time (`sbatch --time`).
+    /// Each allocation's wall time (`sbatch --time`, `qsub -l walltime`).
     pub time_limit: hetsched_core::input::Duration,
     /// Nodes per allocation, one agent on each (default 1).
     #[serde(default = "one")]
@@ -65,16 +68,21 @@ pub struct QueueConfig {
     /// count as work for this queue, and only GPU-only tasks when they include `gpu`.
     #[serde(default)]
     pub attributes: Vec<String>,
-    /// More `sbatch` arguments, one per item (`--partition=cpu`, `--account=P`).
+    /// More batch-system arguments, one per item, written as directives after the server's own
+    /// (Slurm: `--partition=cpu`, `--account=P`; PBS: `-q workq`, `-A P`, `-l select=2:ncpus=32`).
     #[serde(default)]
     pub args: Vec<String>,
     /// More agent arguments, one per item (`--attributes=bigmem`, `--ca=/shared/ca.pem`).
     #[serde(default)]
     pub agent_args: Vec<String>,
-    /// The programs run (default `sbatch` and `squeue` from the server's PATH).
+    /// Slurm's programs (default `sbatch` and `squeue` from the server's PATH).
     pub sbatch: Option<PathBuf>,
     /// See `sbatch`.
     pub squeue: Option<PathBuf>,
+    /// PBS's programs (default `qsub` and `qselect` from the server's PATH).
+    pub qsub: Option<PathBuf>,
+    /// See `qsub`.
+    pub qselect: Option<PathBuf>,
     /// The `hetsched` program the agents run (default: this server's own executable; it must be
     /// at the same path on the allocated nodes).
     pub hetsched: Option<PathBuf>,
@@ -90,6 +98,8 @@ fn one() -> u32 {
 pub enum Manager {
     /// Slurm: `sbatch`, `squeue`, `srun`.
     Slurm,
+    /// PBS Professional and OpenPBS: `qsub`, `qselect`, `pbsdsh` (`-l select=N`).
+    Pbs,
 }
 
 impl Manager {
@@ -97,6 +107,7 @@ impl Manager {
     pub fn as_str(self) -> &'static str {
         match self {
             Manager::Slurm => "slurm",
+            Manager::Pbs => "pbs",
         }
     }
 }
@@ -141,6 +152,20 @@ impl QueueConfig {
                 self.max_allocations
             ));
         }
+        let (theirs, other) = match self.manager {
+            Manager::Slurm => ([("qsub", &self.qsub), ("qselect", &self.qselect)], "PBS"),
+            Manager::Pbs => (
+                [("sbatch", &self.sbatch), ("squeue", &self.squeue)],
+                "Slurm",
+            ),
+        };
+        if let Some((field, _)) = theirs.iter().find(|(_, p)| p.is_some()) {
+            return Err(format!(
+                "{}: a {other} program, but this queue's manager is `{}`",
+                at(field),
+                self.manager.as_str()
+            ));
+        }
         if self.refresh().as_secs() < 1 {
             return Err(format!("{}: at least 1s", at("refresh")));
         }
@@ -183,16 +208,25 @@ impl QueueConfig {
 /// among the queue's `attributes`, it has a CPU variant or the queue offers `gpu`, and its time
 /// limit (the shortest among its variants; none: any) fits in the queue's allocations.
 pub fn serves(q: &QueueConfig, app: &hetsched_core::model::Application) -> bool {
+    cores_per_task(q, app).is_some()
+}
+
+/// The cores one task of `app` asks of the queue's agents (the fewest among the variants they
+/// could run, at least one); `None` when they could run none ([`serves`]).
+pub fn cores_per_task(q: &QueueConfig, app: &hetsched_core::model::Application) -> Option<u64> {
     use hetsched_core::model::Variant;
     let gpu = hetsched_core::model::cluster::GPU_ATTRIBUTE;
     let with_gpus = q.attributes.iter().any(|a| a == gpu);
-    let limit = [Variant::Cpu, Variant::Gpu]
+    if !app.requires.iter().all(|r| q.attributes.contains(r)) {
+        return None;
+    }
+    [Variant::Cpu, Variant::Gpu]
         .into_iter()
-        .filter(|&v| app.request(v).is_some() && (v == Variant::Cpu || with_gpus))
-        .map(|v| app.time_limit(v).unwrap_or(0))
-        .min();
-    app.requires.iter().all(|r| q.attributes.contains(r))
-        && limit.is_some_and(|l| l <= q.time_limit.0)
+        .filter(|&v| v == Variant::Cpu || with_gpus)
+        .filter_map(|v| Some((app.request(v)?, app.time_limit(v).unwrap_or(0))))
+        .filter(|&(_, limit)| limit <= q.time_limit.0)
+        .map(|(r, _)| u64::from(r.cores.max(1)))
+        .min()
 }
 
 /// Checks every queue of a configuration.
@@ -217,7 +251,8 @@ pub fn validate(queues: &[QueueConfig]) -> Result<(), String> {
 pub struct Allocation {
     /// The batch system's job id.
     pub id: String,
-    /// Its state there (`PENDING`, `RUNNING`, …).
+    /// Its state there (Slurm's: `PENDING`, `RUNNING`, …; PBS's, as two: `RUNNING` for its
+    /// states `R` and `E`, `QUEUED` for the others: queued, held, waiting, …).
     pub state: String,
 }
 
@@ -226,7 +261,13 @@ impl Allocation {
     fn waiting(&self) -> bool {
         matches!(
             self.state.as_str(),
-            "PENDING" | "CONFIGURING" | "REQUEUED" | "REQUEUE_HOLD" | "REQUEUE_FED" | "RESIZING"
+            "PENDING"
+                | "CONFIGURING"
+                | "REQUEUED"
+                | "REQUEUE_HOLD"
+                | "REQUEUE_FED"
+                | "RESIZING"
+                | "QUEUED"
         )
     }
 }
@@ -360,16 +401,16 @@ impl QueueRun {
             }
         };
         let total = allocations.len() as u32;
-        let (ready, free_cores, waiting) = match cx.state.lock() {
+        let (wanted_cores, free_cores, waiting) = match cx.state.lock() {
             Ok(s) => {
-                let (ready, free) = s.allocation_demand(&self.q);
+                let (wanted, free) = s.allocation_demand(&self.q);
                 // Waiting: queued in the batch system, or given nodes whose agents have not
                 // registered yet (their cores come soon: not a reason for another allocation).
                 let waiting = allocations
                     .iter()
                     .filter(|a| a.waiting() || !s.has_live_node_ending(&format!("-{}", a.id)))
                     .count() as u32;
-                (ready, free, waiting)
+                (wanted, free, waiting)
             }
             Err(_) => return,
         };
@@ -378,13 +419,13 @@ impl QueueRun {
         let held = self
             .hold_until
             .is_some_and(|t| std::time::Instant::now() < t);
-        if ready > free_cores && !held {
+        if wanted_cores > free_cores && !held {
             let room = (self.q.backlog.saturating_sub(waiting))
                 .min(self.q.max_allocations.saturating_sub(total));
             for _ in 0..room {
                 match self.submit(cx).await {
                     Ok(id) => {
-                        info!(queue = %self.q.name, allocation = %id, ready, free_cores, "automatic allocation: submitted an allocation ({} node(s), {})", self.q.nodes, humantime::format_duration(Duration::from_nanos(self.q.time_limit.0)));
+                        info!(queue = %self.q.name, allocation = %id, wanted_cores, free_cores, "automatic allocation: submitted an allocation ({} node(s), {})", self.q.nodes, humantime::format_duration(Duration::from_nanos(self.q.time_limit.0)));
                         allocations.push(Allocation {
                             id,
                             state: "PENDING".into(),
@@ -437,15 +478,29 @@ impl QueueRun {
         }
     }
 
-    /// The queue's allocations, from `squeue`.
+    /// The queue's allocations, from `squeue` or `qselect`.
     async fn list(&self) -> Result<Vec<Allocation>, String> {
-        let squeue = self.q.squeue.clone().unwrap_or_else(|| "squeue".into());
-        let out = run(
-            &squeue,
-            &["--noheader", "--name", &self.job_name, "--format", "%i|%T"],
-        )
-        .await?;
-        Ok(parse_squeue(&out))
+        let name = self.job_name.as_str();
+        match self.q.manager {
+            Manager::Slurm => {
+                let squeue = self.q.squeue.clone().unwrap_or_else(|| "squeue".into());
+                let out = run(
+                    &squeue,
+                    &["--noheader", "--name", name, "--format", "%i|%T"],
+                )
+                .await?;
+                Ok(parse_squeue(&out))
+            }
+            Manager::Pbs => {
+                // `qselect` lists unfinished jobs, so two calls tell the running ones apart
+                // (it is in every PBS, unlike `qstat -F json`). A job that starts between
+                // them is seen as queued for one look.
+                let qselect = self.q.qselect.clone().unwrap_or_else(|| "qselect".into());
+                let all = run(&qselect, &["-N", name]).await?;
+                let running = run(&qselect, &["-N", name, "-s", "RE"]).await?;
+                Ok(parse_qselect(&all, &running))
+            }
+        }
     }
 
     /// Writes the allocation's script and submits it; its job id.
@@ -457,34 +512,32 @@ impl QueueRun {
         let script = self.script(&hetsched, &cx.data_dir);
         let path = self.dir.join("allocation.sh");
         std::fs::write(&path, script).map_err(|e| format!("{}: {e}", path.display()))?;
-        let sbatch = self.q.sbatch.clone().unwrap_or_else(|| "sbatch".into());
         let path_arg = path.display().to_string();
-        let out = run(&sbatch, &["--parsable", &path_arg]).await?;
-        // `--parsable`: `ID` or `ID;CLUSTER`.
-        let id = out
-            .lines()
-            .next()
-            .and_then(|l| l.split(';').next())
-            .map(str::trim)
-            .filter(|id| {
-                !id.is_empty()
-                    && id
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
-            })
-            .ok_or_else(|| {
-                format!(
-                    "`{} --parsable` printed no job id: {out:?}",
-                    sbatch.display()
-                )
-            })?;
-        Ok(id.to_string())
+        let (program, out) = match self.q.manager {
+            Manager::Slurm => {
+                let sbatch = self.q.sbatch.clone().unwrap_or_else(|| "sbatch".into());
+                let out = run(&sbatch, &["--parsable", &path_arg]).await?;
+                (format!("{} --parsable", sbatch.display()), out)
+            }
+            Manager::Pbs => {
+                let qsub = self.q.qsub.clone().unwrap_or_else(|| "qsub".into());
+                let out = run(&qsub, &[&path_arg]).await?;
+                (qsub.display().to_string(), out)
+            }
+        };
+        job_id(&out).ok_or_else(|| format!("`{program}` printed no job id: {out:?}"))
     }
 
     /// The batch script: one agent per node, named after its host and the allocation.
     fn script(&self, hetsched: &Path, data_dir: &Path) -> String {
         let q = &self.q;
         let limit = Duration::from_nanos(q.time_limit.0).as_secs();
+        let walltime = format!(
+            "{}:{:02}:{:02}",
+            limit / 3600,
+            (limit % 3600) / 60,
+            limit % 60
+        );
         let mut agent: Vec<String> = vec![
             hetsched.display().to_string(),
             "agent".into(),
@@ -509,24 +562,41 @@ impl QueueRun {
         agent.extend(q.agent_args.iter().cloned());
         let agent = agent.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" ");
         let mut s = String::from("#!/bin/sh\n");
-        s += &format!("#SBATCH --job-name={}\n", self.job_name);
-        s += &format!("#SBATCH --nodes={}\n#SBATCH --ntasks-per-node=1\n", q.nodes);
-        s += &format!(
-            "#SBATCH --time={}:{:02}:{:02}\n",
-            limit / 3600,
-            (limit % 3600) / 60,
-            limit % 60
-        );
-        s += &format!("#SBATCH --output={}\n", self.dir.join("%j.out").display());
-        for a in &q.args {
-            s += &format!("#SBATCH {a}\n");
-        }
+        let (job_var, start) = match q.manager {
+            Manager::Slurm => {
+                s += &format!("#SBATCH --job-name={}\n", self.job_name);
+                s += &format!("#SBATCH --nodes={}\n#SBATCH --ntasks-per-node=1\n", q.nodes);
+                s += &format!("#SBATCH --time={walltime}\n");
+                s += &format!("#SBATCH --output={}\n", self.dir.join("%j.out").display());
+                for a in &q.args {
+                    s += &format!("#SBATCH {a}\n");
+                }
+                ("SLURM_JOB_ID", "srun --ntasks-per-node=1 ")
+            }
+            Manager::Pbs => {
+                s += &format!("#PBS -N {}\n", self.job_name);
+                // One chunk per host, each host whole: one agent there uses all its cores.
+                s += &format!("#PBS -l select={}\n#PBS -l place=scatter:excl\n", q.nodes);
+                s += &format!("#PBS -l walltime={walltime}\n");
+                // PBS copies a job's output back only at its end and cannot name the file
+                // after the job: the script writes it itself, as it goes.
+                s += "#PBS -j oe\n";
+                s += &format!("#PBS -o {}\n", self.dir.join("pbs.out").display());
+                for a in &q.args {
+                    s += &format!("#PBS {a}\n");
+                }
+                let out = quote(&self.dir.display().to_string());
+                s += &format!("exec >{out}/\"$PBS_JOBID.out\" 2>&1\n");
+                // `pbsdsh` starts the command once on each chunk's host.
+                ("PBS_JOBID", if q.nodes > 1 { "pbsdsh -- " } else { "" })
+            }
+        };
         s += "# Written by the hetsched server for its automatic allocation queue; one agent per node.\n";
         // Made on each node: the agent's name (its host and this allocation) and its work
         // directory, on the node's own temporary disk (its task outputs go with the allocation).
         s += &format!(
-            "exec srun --ntasks-per-node=1 sh -c 'exec \"$0\" \"$@\" --name \"$(hostname)-$SLURM_JOB_ID\" \
-             --work-dir \"${{TMPDIR:-/tmp}}/hetsched-$SLURM_JOB_ID-$(hostname)\"' {agent}\n"
+            "exec {start}sh -c 'exec \"$0\" \"$@\" --name \"$(hostname)-${job_var}\" \
+             --work-dir \"${{TMPDIR:-/tmp}}/hetsched-${job_var}-$(hostname)\"' {agent}\n"
         );
         s
     }
@@ -535,6 +605,40 @@ impl QueueRun {
 /// `s` as one word of a POSIX shell line.
 fn quote(s: &str) -> String {
     shlex::try_quote(s).map_or_else(|_| "''".into(), |q| q.into_owned())
+}
+
+/// The job id `sbatch --parsable` (`ID` or `ID;CLUSTER`) or `qsub` (`ID.SERVER`) printed.
+fn job_id(out: &str) -> Option<String> {
+    out.lines()
+        .next()
+        .and_then(|l| l.split(';').next())
+        .map(str::trim)
+        .filter(|id| {
+            !id.is_empty()
+                && id.len() <= 128
+                && id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+        })
+        .map(str::to_string)
+}
+
+/// Two `qselect` listings, one job id per line: every unfinished job, and the running ones.
+fn parse_qselect(all: &str, running: &str) -> Vec<Allocation> {
+    let running: Vec<&str> = running.lines().map(str::trim).collect();
+    all.lines()
+        .map(str::trim)
+        .filter(|id| !id.is_empty())
+        .map(|id| Allocation {
+            id: id.to_string(),
+            state: if running.contains(&id) {
+                "RUNNING"
+            } else {
+                "QUEUED"
+            }
+            .into(),
+        })
+        .collect()
 }
 
 /// `ID|STATE` lines.
@@ -674,11 +778,106 @@ mod tests {
             "allocation[0].nodes: 1 to 4096"
         );
         assert!(refused("name = \"q\"\nargs = [\"--x\\nrm -rf /\"]\n").contains("line break"));
+        assert_eq!(
+            refused("name = \"q\"\nqsub = \"/usr/bin/qsub\"\n"),
+            "allocation[0].qsub: a PBS program, but this queue's manager is `slurm`"
+        );
+        let pbs = |extra: &str| {
+            let c = crate::config::ServerConfig::parse(
+                "s.toml",
+                &format!(
+                    "[[allocation]]\nname = \"q\"\nmanager = \"pbs\"\ntime_limit = \"1h\"\n{extra}"
+                ),
+            )
+            .expect("parses");
+            validate(&c.allocation)
+        };
+        assert_eq!(pbs(""), Ok(()));
+        assert_eq!(
+            pbs("squeue = \"squeue\"\n"),
+            Err("allocation[0].squeue: a Slurm program, but this queue's manager is `pbs`".into())
+        );
         let e = crate::config::ServerConfig::parse(
             "s.toml",
-            "[[allocation]]\nname = \"q\"\nmanager = \"pbs\"\ntime_limit = \"1h\"\n",
+            "[[allocation]]\nname = \"q\"\nmanager = \"lsf\"\ntime_limit = \"1h\"\n",
         )
-        .expect_err("pbs");
+        .expect_err("lsf");
         assert!(e.to_string().starts_with("s.toml:3:"), "{e}");
+    }
+
+    #[test]
+    fn the_pbs_script_asks_for_whole_hosts_and_starts_an_agent_on_each() {
+        let q = queue(
+            "[[allocation]]\nname = \"cpu\"\nmanager = \"pbs\"\ntime_limit = \"1h 30m\"\nnodes = 3\n\
+             idle_timeout = \"2m\"\nargs = [\"-q workq\", \"-A proj\"]\n",
+        );
+        let mut run = QueueRun {
+            job_name: "hetsched-cpu-0badf00d".into(),
+            url: "http://head:7420".into(),
+            dir: PathBuf::from("/d/allocations/cpu"),
+            index: 0,
+            q,
+            failures: 0,
+            last_failure: None,
+            hold_until: None,
+        };
+        let s = run.script(Path::new("/opt/bin/hetsched"), Path::new("/d"));
+        let directives: Vec<&str> = s.lines().filter(|l| l.starts_with("#PBS")).collect();
+        assert_eq!(
+            directives,
+            [
+                "#PBS -N hetsched-cpu-0badf00d",
+                "#PBS -l select=3",
+                "#PBS -l place=scatter:excl",
+                "#PBS -l walltime=1:30:00",
+                "#PBS -j oe",
+                "#PBS -o /d/allocations/cpu/pbs.out",
+                "#PBS -q workq",
+                "#PBS -A proj",
+            ],
+            "{s}"
+        );
+        // Directives first (PBS stops reading them at the first command), then the output.
+        assert!(s.contains("#PBS -A proj\nexec >/d/allocations/cpu/\"$PBS_JOBID.out\" 2>&1\n"));
+        let last = s.lines().last().expect("a command");
+        assert!(
+            last.starts_with(
+                "exec pbsdsh -- sh -c 'exec \"$0\" \"$@\" --name \"$(hostname)-$PBS_JOBID\" \
+                 --work-dir \"${TMPDIR:-/tmp}/hetsched-$PBS_JOBID-$(hostname)\"' /opt/bin/hetsched agent"
+            ),
+            "{last}"
+        );
+        // One node: the script itself runs the agent.
+        run.q.nodes = 1;
+        let s = run.script(Path::new("/opt/bin/hetsched"), Path::new("/d"));
+        assert!(
+            s.lines()
+                .last()
+                .is_some_and(|l| l.starts_with("exec sh -c ")),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn qsub_and_qselect_output_is_read() {
+        assert_eq!(
+            job_id("1234.pbs-server01\n").as_deref(),
+            Some("1234.pbs-server01")
+        );
+        assert_eq!(job_id("77;cluster2\n").as_deref(), Some("77"));
+        for bad in ["", "\n", "qsub: illegal -l value", "1 2", "$(id)"] {
+            assert_eq!(job_id(bad), None, "{bad:?}");
+        }
+        let a = parse_qselect("10.s\n11.s\n\n12.s\n", "11.s\n");
+        assert_eq!(
+            a.iter()
+                .map(|a| (a.id.as_str(), a.state.as_str(), a.waiting()))
+                .collect::<Vec<_>>(),
+            [
+                ("10.s", "QUEUED", true),
+                ("11.s", "RUNNING", false),
+                ("12.s", "QUEUED", true)
+            ]
+        );
     }
 }

@@ -28,16 +28,16 @@
 //! mt = 10
 //! cluster_size = 3             # minimum proximity-cluster size (default ⌊0.3·agents⌋)
 //! check_interval = "100ms"     # how often each agent checks itself against LT (10 ms to 10 s)
-//! [[allocation]]               # optional, repeatable: ask Slurm for nodes while batch work waits
+//! [[allocation]]               # optional, repeatable: ask Slurm or PBS for nodes while work waits
 //! name = "cpu"                 # the queue (job names hetsched-cpu-TAG)
-//! manager = "slurm"
+//! manager = "slurm"            # or "pbs"
 //! time_limit = "4h"            # each allocation's wall time
 //! nodes = 2                    # agents per allocation (default 1)
 //! max_allocations = 4          # waiting or running at once (default 1)
-//! backlog = 1                  # waiting in Slurm's queue at once (default 1)
+//! backlog = 1                  # waiting in the batch system's queue at once (default 1)
 //! idle_timeout = "5m"          # the agents exit once idle this long (default 5m)
 //! attributes = ["bigmem"]      # what its agents offer: only work they could run counts
-//! args = ["--partition=cpu"]   # more sbatch arguments
+//! args = ["--partition=cpu"]   # more sbatch (qsub) arguments
 //! agent_args = ["--attributes=bigmem"] # more agent arguments
 //! [tls]                        # optional; PEM files
 //! cert = "server.pem"

@@ -1103,6 +1103,116 @@ fn the_server_allocates_agents_from_slurm_while_work_waits_and_they_leave_with_i
     );
 }
 
+/// A stand-in for PBS, enough for automatic allocation: `qsub` runs the script here in the
+/// background (as job `101.fake`, `102.fake`, …), `qselect -N NAME [-s RE]` lists the jobs still
+/// running by name, `qstat -f` tells a job its walltime (10 minutes, one used), `pbsdsh` starts
+/// its command twice, as hosts `h1` and `h2` (a stand-in `hostname` says which).
+fn fake_pbs(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir.join("tmp")).expect("dir");
+    let scripts = [
+        (
+            "qsub",
+            r#"#!/bin/sh
+D=$(cd "$(dirname "$0")" && pwd)
+n=$(( $(cat "$D/next" 2>/dev/null || echo 100) + 1 )); echo $n > "$D/next"
+sed -n 's/^#PBS -N //p' "$1" > "$D/job-$n.name"
+cp "$1" "$D/job-$n.sh"
+PATH="$D:$PATH" TMPDIR="$D/tmp" PBS_JOBID=$n.fake sh "$D/job-$n.sh" > /dev/null 2>&1 < /dev/null &
+echo $! > "$D/job-$n.pid"
+echo "$n.fake"
+"#,
+        ),
+        (
+            "qselect",
+            r#"#!/bin/sh
+D=$(cd "$(dirname "$0")" && pwd)
+[ "$1" = "-N" ] || { echo "unexpected: $*" >&2; exit 1; }
+[ $# = 2 ] || [ "$3 $4" = "-s RE" ] || { echo "unexpected: $*" >&2; exit 1; }
+for f in "$D"/job-*.name; do
+  [ -e "$f" ] || continue
+  n=${f##*/job-}; n=${n%.name}
+  [ "$(cat "$f")" = "$2" ] && kill -0 "$(cat "$D/job-$n.pid")" 2>/dev/null && echo "$n.fake"
+done
+exit 0
+"#,
+        ),
+        (
+            "qstat",
+            "#!/bin/sh
+[ \"$1\" = -f ] || exit 1
+printf 'Job Id: %s\\n    resources_used.walltime = 00:01:00\\n    \
+             Resource_List.walltime = 00:10:00\\n' \"$2\"\n",
+        ),
+        (
+            "pbsdsh",
+            "#!/bin/sh\n[ \"$1\" = -- ] && shift\nFAKE_HOST=h1 \"$@\" &\nFAKE_HOST=h2 \"$@\" &\nwait\n",
+        ),
+        ("hostname", "#!/bin/sh\necho \"${FAKE_HOST:-here}\"\n"),
+    ];
+    for (name, text) in scripts {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+}
+
+/// `manager = "pbs"`: the same as with Slurm, through `qsub` and `qselect`; an allocation of two
+/// nodes starts an agent on each (`pbsdsh`), named after its host and the job, and each knows
+/// its time left from `qstat`.
+#[test]
+fn the_server_allocates_agents_from_pbs_one_per_node_of_each_allocation() {
+    let dir = support::temp_dir("alloc-pbs-bin");
+    fake_pbs(&dir);
+    let config = format!(
+        "[[allocation]]\nname = \"pq\"\nmanager = \"pbs\"\ntime_limit = \"10m\"\nnodes = 2\n\
+         idle_timeout = \"2s\"\nrefresh = \"1s\"\nargs = [\"-q workq\"]\n\
+         agent_args = [\"--cores\", \"1\", \"--log-listen\", \"127.0.0.1:0\"]\n\
+         qsub = \"{0}/qsub\"\nqselect = \"{0}/qselect\"\n",
+        dir.display()
+    );
+    let c = Cluster::start_configured("alloc-pbs", false, &config);
+    c.ok(&["submit", "--tasks", "6", "--", "sleep", "1"]);
+    c.ok(&["wait", "1", "--timeout", "60s"]);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("next"))
+            .unwrap_or_default()
+            .trim(),
+        "101",
+        "one allocation: a backlog of 1, and its two agents came before a second look"
+    );
+    let mut nodes: Vec<String> = c
+        .tasks(1)
+        .iter()
+        .filter_map(|t| t["node"].as_str().map(str::to_string))
+        .collect();
+    nodes.sort();
+    nodes.dedup();
+    assert_eq!(
+        nodes,
+        ["h1-101.fake", "h2-101.fake"],
+        "an agent on each node"
+    );
+    let script = std::fs::read_to_string(dir.join("job-101.sh")).expect("script");
+    assert!(script.contains("#PBS -l select=2\n") && script.contains("#PBS -q workq\n"));
+    let log =
+        std::fs::read_to_string(c.data().join("allocations/pq/101.fake.out")).unwrap_or_default();
+    assert!(
+        log.matches("time_limit=8m").count() == 2,
+        "both agents knew the allocation's time left: {log}"
+    );
+    wait_until("the allocation to end", Duration::from_secs(30), || {
+        c.json(&["allocations"])[0]["allocations"]
+            .as_array()
+            .is_some_and(Vec::is_empty)
+    });
+    let table = c.ok(&["allocations"]);
+    assert!(
+        table.contains("pq: pbs, 2 node(s) for 10m 0s per allocation"),
+        "{table}"
+    );
+}
+
 /// Two queues: one whose agents offer `bigmem`, one plain. Work that requires `bigmem` brings
 /// allocations from the first only, whose agents are given the attribute and run it.
 #[test]

@@ -318,19 +318,22 @@ impl State {
             .any(|n| n.alive && !n.removed && n.spec.name.ends_with(suffix))
     }
 
-    /// What automatic allocation ([`crate::allocation`]) asks for `queue`: batch tasks ready to
-    /// dispatch (pending, neither held nor waiting for other jobs: those are kept out of the
-    /// scheduler's queues) that its agents could run ([`crate::allocation::serves`]), and the
-    /// free cores of the live nodes that take work and offer the queue's attributes.
+    /// What automatic allocation ([`crate::allocation`]) asks for `queue`: the cores that batch
+    /// tasks ready to dispatch (pending, neither held nor waiting for other jobs: those are kept
+    /// out of the scheduler's queues) ask for, counting tasks its agents could run
+    /// ([`crate::allocation::cores_per_task`]), and the free cores of the live nodes that take
+    /// work and offer the queue's attributes.
     pub fn allocation_demand(&self, queue: &crate::allocation::QueueConfig) -> (u64, u64) {
         let attributes = &queue.attributes;
         let ready = self
             .view
             .apps()
             .iter()
-            .filter(|a| crate::allocation::serves(queue, &a.app))
-            .map(|a| a.pending.len() as u64)
-            .sum();
+            .filter_map(|a| {
+                let cores = crate::allocation::cores_per_task(queue, &a.app)?;
+                Some(cores.saturating_mul(a.pending.len() as u64))
+            })
+            .fold(0u64, u64::saturating_add);
         let free = self
             .nodes
             .iter()

@@ -177,6 +177,17 @@ fn work_an_allocation_queue_could_run_waits_for_it_instead_of_being_refused_or_b
         "the server allocates: nobody needs to act"
     );
     assert_eq!(s.allocation_demand(&config.allocation[0]), (4, 0));
+    // The demand counts cores: two more tasks of three cores each ask for six.
+    s.on_submit(Submission {
+        origin: "wide.toml".into(),
+        text: "[[application]]\nname = \"wide\"\ntasks = 2\nrequires = [\"bigmem\"]\n\
+               [application.cpu]\ncommand = \"true\"\ncores = 3\n"
+            .into(),
+        workdir: "/".into(),
+        ..Default::default()
+    })
+    .expect("a queue serves it");
+    assert_eq!(s.allocation_demand(&config.allocation[0]), (10, 0));
     let refused = s.on_submit(Submission {
         origin: "job.toml".into(),
         text: "[[application]]\nname = \"x\"\ntasks = 1\nrequires = [\"ssd\"]\n\
