@@ -39,7 +39,7 @@ pub struct CpuVariant {
     /// Resources one task holds while it runs.
     pub request: Resources,
     /// Wall-clock limit of one task (the runtime kills it then); it runs only on nodes with at
-    /// least this much time left ([`crate::model::NodeState::time_left`]). `None`: no limit.
+    /// least this much time left ([`crate::model::SchedulerView::time_left`]). `None`: no limit.
     #[serde(default)]
     pub time_limit: Option<Time>,
 }

@@ -60,11 +60,11 @@ pub struct NodeState {
     /// Accelerator work is held off the node for now: the accelerator service it reaches through
     /// its binding has a full queue (spec 01; the runtime sets it from the ANode's heartbeats).
     pub accel_held: bool,
-    /// How long tasks may still run here before the node goes away (an agent started with a
-    /// `time_limit`, e.g. inside a batch allocation); `None`: no end known. A task whose own
-    /// time limit is longer does not fit ([`SchedulerView::fits`]); the driver keeps it current
-    /// ([`SchedulerView::set_node_time_left`]).
-    pub time_left: Option<Time>,
+    /// When the node goes away, on the view's clock ([`SchedulerView::now`]): an agent started
+    /// with a `time_limit`, e.g. inside a batch allocation; `None`: no end known. A task whose
+    /// own time limit is longer than the time left until then does not fit
+    /// ([`SchedulerView::fits`]). Set with [`SchedulerView::set_node_end`].
+    pub ends_at: Option<Time>,
 }
 
 impl NodeState {
@@ -163,6 +163,8 @@ pub struct SchedulerView {
     excluded: std::collections::BTreeSet<(AppId, NodeId)>,
     /// How many times a node's attributes changed ([`SchedulerView::attributes_generation`]).
     attributes_generation: u64,
+    /// The time now, on the clock of the nodes' ends ([`NodeState::ends_at`]).
+    now: Time,
 }
 
 impl SchedulerView {
@@ -200,7 +202,7 @@ impl SchedulerView {
             io_tasks: 0,
             running: 0,
             alive: true,
-            time_left: None,
+            ends_at: None,
             accel_held: false,
         });
         Ok(expected)
@@ -246,17 +248,32 @@ impl SchedulerView {
         Ok(())
     }
 
-    /// Sets how long tasks may still run on `node` ([`NodeState::time_left`]; `None`: no end).
-    pub fn set_node_time_left(
-        &mut self,
-        node: NodeId,
-        time_left: Option<Time>,
-    ) -> Result<(), ViewError> {
+    /// Sets when `node` goes away ([`NodeState::ends_at`], on the clock of
+    /// [`SchedulerView::now`]; `None`: no end).
+    pub fn set_node_end(&mut self, node: NodeId, ends_at: Option<Time>) -> Result<(), ViewError> {
         self.nodes
             .get_mut(node.index())
             .ok_or(ViewError::UnknownNode(node))?
-            .time_left = time_left;
+            .ends_at = ends_at;
         Ok(())
+    }
+
+    /// Moves the view's clock to `now` (the driver does before it places work): every node's
+    /// time left ([`SchedulerView::time_left`]) counts from it. It never goes back.
+    pub fn set_now(&mut self, now: Time) {
+        self.now = self.now.max(now);
+    }
+
+    /// The view's clock ([`SchedulerView::set_now`]).
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
+    /// How long tasks may still run on `node` before it goes away; `None`: no end known (or no
+    /// such node).
+    pub fn time_left(&self, node: NodeId) -> Option<Time> {
+        let end = self.nodes.get(node.index())?.ends_at?;
+        Some(end.saturating_sub(self.now))
     }
 
     /// Moves each time a node's attributes change: a policy that caches where an application can
@@ -446,8 +463,8 @@ impl SchedulerView {
             return false;
         }
         // A task that may run longer than the node has left would be stopped half-way.
-        if let (Some(left), Some(limit)) = (n.time_left, a.app.time_limit(variant))
-            && limit > left
+        if let (Some(end), Some(limit)) = (n.ends_at, a.app.time_limit(variant))
+            && limit > end.saturating_sub(self.now)
         {
             return false;
         }

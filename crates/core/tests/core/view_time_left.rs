@@ -9,14 +9,14 @@ use hetsched_core::testkit::{app, node};
 
 const SEC: u64 = 1_000_000_000;
 
-/// Two 4-core nodes with `left` seconds left each (`None`: no end), and one application of 8
-/// one-core tasks with a limit of `limit` seconds (`None`: no limit).
+/// Two 4-core nodes with `left` seconds left each (`None`: no end; the view's clock at 0), and
+/// one application of 8 one-core tasks with a limit of `limit` seconds (`None`: no limit).
 fn view(left: [Option<u64>; 2], limit: Option<u64>) -> SchedulerView {
     let mut v = SchedulerView::new();
     for (i, l) in left.iter().enumerate() {
         v.add_node(node(&format!("n{i}")).cores(4).build(NodeId(i as u32)))
             .expect("node");
-        v.set_node_time_left(NodeId(i as u32), l.map(|s| s * SEC))
+        v.set_node_end(NodeId(i as u32), l.map(|s| s * SEC))
             .expect("known node");
     }
     let mut a = app("solve").tasks(8).cpu(2.0, 0.0).build(AppId(0));
@@ -65,17 +65,22 @@ fn a_task_longer_than_a_nodes_time_left_goes_only_where_it_can_end() {
 }
 
 #[test]
-fn the_time_left_is_kept_current_by_the_driver_and_capacity_alone_says_could_run() {
+fn the_time_left_counts_from_the_views_clock_and_capacity_alone_says_could_run() {
     let mut v = view([Some(7200), None], Some(3600));
     assert!(v.fits(AppId(0), NodeId(0), Variant::Cpu));
-    v.set_node_time_left(NodeId(0), Some(3599 * SEC))
-        .expect("known node");
+    v.set_now(3600 * SEC);
+    assert_eq!(v.time_left(NodeId(0)), Some(3600 * SEC));
+    assert!(v.fits(AppId(0), NodeId(0), Variant::Cpu), "exactly enough");
+    v.set_now(3601 * SEC);
     assert!(!v.fits(AppId(0), NodeId(0), Variant::Cpu), "a second short");
+    assert!(v.fits(AppId(0), NodeId(1), Variant::Cpu), "no end");
+    assert_eq!(v.time_left(NodeId(1)), None);
+    v.set_now(10 * SEC);
+    assert_eq!(v.now(), 3601 * SEC, "the clock never goes back");
+    v.set_now(9000 * SEC);
+    assert_eq!(v.time_left(NodeId(0)), Some(0), "past its end: none left");
     // `could_run` speaks of capacity: the node could run the task, had it the time (the pending
     // reason names the time left on its own).
     assert!(v.could_run(AppId(0), NodeId(0)));
-    assert!(
-        v.set_node_time_left(NodeId(9), None).is_err(),
-        "unknown node"
-    );
+    assert!(v.set_node_end(NodeId(9), None).is_err(), "unknown node");
 }

@@ -417,10 +417,7 @@ impl State {
             info!(node = %rec.spec.name, "node is back");
             self.view.set_alive(nid, true)?;
         }
-        if self.nodes.set_end(nid.0, ends_at) {
-            // A new agent without a limit took the node over: it no longer ends.
-            self.view.set_node_time_left(nid, None)?;
-        }
+        self.nodes.set_end(&mut self.view, nid.0, ends_at);
         let mut reply = HeartbeatReply::default();
         for r in &req.results {
             reply.acked.push(TaskRef {
@@ -461,7 +458,7 @@ impl State {
         }
         // Cores released above may owe a prefetch debt: no kind sees them free.
         self.nodes.prefetch.repay_all(&mut self.view);
-        self.nodes.time_left(&mut self.view, Instant::now());
+        self.nodes.set_now(&mut self.view, Instant::now());
         {
             let mut out = Outbox::new(&mut reply, &req.known_specs);
             for kind in self.jobs.all_mut() {
@@ -505,7 +502,7 @@ impl State {
         for kind in self.jobs.all_mut() {
             kind.take_wakes(&mut self.nodes.wakes);
         }
-        self.nodes.time_left(&mut self.view, Instant::now());
+        self.nodes.set_now(&mut self.view, Instant::now());
         self.nodes.flush_wakes(&self.view, answered.map(|n| n.0));
     }
 
@@ -588,6 +585,7 @@ impl State {
         )?;
         std::mem::swap(&mut fresh.store, &mut self.store);
         fresh.nodes.carry_over(&self.nodes);
+        fresh.nodes.restore_ends(&mut fresh.view);
         for (i, n) in fresh.nodes.iter().enumerate() {
             if !n.alive {
                 fresh.view.set_alive(NodeId(i as u32), false)?;

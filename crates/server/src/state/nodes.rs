@@ -45,7 +45,7 @@ pub struct NodeRec {
     pub draining: bool,
     /// When its agent stops the tasks still running (an agent started with a `time_limit`, as
     /// its last heartbeat said); `None`: no end. Tasks with a longer time limit are not placed
-    /// here ([`Nodes::time_left`]).
+    /// here: the view holds it as well ([`Nodes::set_end`], [`Nodes::set_now`]).
     pub ends_at: Option<Instant>,
 }
 
@@ -114,8 +114,25 @@ pub struct Nodes {
     pub prefetch: super::prefetch::Prefetch,
     /// Agents waiting for work, and what this event woke ([`super::wakes`]).
     pub wakes: super::wakes::Wakes,
-    /// Nodes with an end ([`NodeRec::ends_at`]): without any, [`Nodes::time_left`] is free.
-    ending: usize,
+    /// The scheduler view's clock: nanoseconds since this instant ([`Nodes::set_now`]).
+    clock: Clock,
+}
+
+/// The origin of the scheduler view's clock ([`SchedulerView::now`]), so the nodes' ends are
+/// placed on it once and only the time now moves.
+#[derive(Clone, Copy, Debug)]
+struct Clock(Instant);
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock(Instant::now())
+    }
+}
+
+impl Clock {
+    fn at(self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.0).as_nanos() as u64
+    }
 }
 
 impl Nodes {
@@ -237,43 +254,39 @@ impl Nodes {
             new.draining = old.draining;
             new.ends_at = old.ends_at;
         }
-        self.ending = self.recs.iter().filter(|n| n.ends_at.is_some()).count();
+        self.clock = old.clock;
         self.wakes.carry_over(&old.wakes);
     }
 
-    /// Records when node `id`'s agent ends (its heartbeat's time left; `None`: no end). True when
-    /// the node had an end and has none now (the view's time left must be cleared).
-    pub fn set_end(&mut self, id: u32, end: Option<Instant>) -> bool {
-        let Some(rec) = self.recs.get_mut(id as usize) else {
-            return false;
-        };
-        let had = rec.ends_at.is_some();
-        match (had, end) {
-            (false, Some(at)) => {
-                self.ending += 1;
-                info!(node = %rec.spec.name, time_left = ?at.saturating_duration_since(Instant::now()), "the agent has a time limit: tasks that may run longer than its time left go elsewhere");
-            }
-            (true, None) => self.ending -= 1,
-            _ => {}
-        }
-        rec.ends_at = end;
-        had && end.is_none()
-    }
-
-    /// Brings the scheduler's view of each node's time left ([`NodeRec::ends_at`]) up to
-    /// `now`, before anything is placed: a node with an end has less time for tasks at every
-    /// decision.
-    pub fn time_left(&self, view: &mut SchedulerView, now: Instant) {
-        if self.ending == 0 {
-            return;
-        }
+    /// Puts the nodes' ends into `view` (a view rebuilt from the store knows none).
+    pub(super) fn restore_ends(&self, view: &mut SchedulerView) {
         for (i, n) in self.recs.iter().enumerate() {
             if let Some(end) = n.ends_at {
-                let left = end.saturating_duration_since(now).as_nanos() as u64;
-                // Every node in the registry is in the view (same dense ids).
-                let _ = view.set_node_time_left(NodeId(i as u32), Some(left));
+                let _ = view.set_node_end(NodeId(i as u32), Some(self.clock.at(end)));
             }
         }
+    }
+
+    /// Records when node `id`'s agent ends (its heartbeat's time left; `None`: no end), here and
+    /// in the scheduler's view.
+    pub fn set_end(&mut self, view: &mut SchedulerView, id: u32, end: Option<Instant>) {
+        let Some(rec) = self.recs.get_mut(id as usize) else {
+            return;
+        };
+        if let (None, Some(at)) = (rec.ends_at, end) {
+            info!(node = %rec.spec.name, time_left = ?at.saturating_duration_since(Instant::now()), "the agent has a time limit: tasks that may run longer than its time left go elsewhere");
+        }
+        if rec.ends_at != end {
+            rec.ends_at = end;
+            // Every node in the registry is in the view (same dense ids).
+            let _ = view.set_node_end(NodeId(id), end.map(|e| self.clock.at(e)));
+        }
+    }
+
+    /// Moves the scheduler view's clock to `now`, before anything is placed: a node with an
+    /// end has less time for tasks at every decision. One store, whatever the nodes.
+    pub fn set_now(&self, view: &mut SchedulerView, now: Instant) {
+        view.set_now(self.clock.at(now));
     }
 
     /// Sends the wake-ups the event marked ([`super::wakes`]), except to `answered` (the node

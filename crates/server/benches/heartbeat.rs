@@ -1,0 +1,80 @@
+//! Cost of one heartbeat on a cluster of 1,000 nodes, with and without agents' time limits: every
+//! heartbeat (and every wake-up) moves the scheduler view's clock before it places anything
+//! (`Nodes::set_now`), against which the nodes' ends (`--time-limit`) are read. Each heartbeat
+//! reports nothing new (no task runs, none waits), so the figure is the heartbeat path itself:
+//! the node's record, the clock, an empty placement, the reply.
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use hetsched_proto as pb;
+use hetsched_server::ServerConfig;
+use hetsched_server::convert::Wire;
+use hetsched_server::state::State;
+use hetsched_server::state::types::HeartbeatReport;
+use hetsched_server::store::Store;
+use std::hint::black_box;
+use std::time::Duration;
+
+const NODES: u32 = 1_000;
+
+/// A state with `NODES` registered nodes; with `ending`, every agent has reported a time left.
+fn state(dir: &std::path::Path, ending: bool) -> State {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).expect("dir");
+    let config = ServerConfig {
+        data_dir: dir.to_path_buf(),
+        ..Default::default()
+    };
+    let mut s =
+        State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state");
+    for i in 0..NODES {
+        let id = s
+            .register(pb::RegisterRequest {
+                identity: "bench".into(),
+                name: format!("n{i}"),
+                cores: 4,
+                memory_bytes: 1 << 30,
+                ..Default::default()
+            })
+            .expect("register")
+            .node_id;
+        s.on_heartbeat(beat(id, ending)).expect("beat");
+    }
+    s
+}
+
+fn beat(node_id: u32, ending: bool) -> HeartbeatReport {
+    HeartbeatReport {
+        node_id,
+        identity: "bench".into(),
+        available_memory_bytes: 1 << 30,
+        time_left: ending.then_some(Duration::from_secs(3600)),
+        ..Default::default()
+    }
+}
+
+fn heartbeat(c: &mut Criterion) {
+    let mut g = c.benchmark_group("heartbeat_on_1000_nodes");
+    let base =
+        std::env::temp_dir().join(format!("hetsched-bench-heartbeat-{}", std::process::id()));
+    for (case, ending) in [("no_time_limits", false), ("every_agent_time_limited", true)] {
+        let dir = base.join(case);
+        let mut s = state(&dir, ending);
+        let mut next = 0u32;
+        g.bench_function(BenchmarkId::from_parameter(case), |b| {
+            b.iter(|| {
+                next = (next + 1) % NODES;
+                black_box(s.on_heartbeat(beat(next, ending)).expect("beat"))
+            })
+        });
+        drop(s);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    g.finish();
+}
+
+#[allow(missing_docs)]
+mod group {
+    use super::*;
+    criterion_group!(benches, heartbeat);
+}
+criterion_main!(group::benches);
