@@ -56,7 +56,10 @@ fn heartbeat(c: &mut Criterion) {
     let mut g = c.benchmark_group("heartbeat_on_1000_nodes");
     let base =
         std::env::temp_dir().join(format!("hetsched-bench-heartbeat-{}", std::process::id()));
-    for (case, ending) in [("no_time_limits", false), ("every_agent_time_limited", true)] {
+    for (case, ending) in [
+        ("no_time_limits", false),
+        ("every_agent_time_limited", true),
+    ] {
         let dir = base.join(case);
         let mut s = state(&dir, ending);
         let mut next = 0u32;

@@ -12,7 +12,9 @@
 //!    for other jobs) ask for, counting only tasks the queue's agents could run (its
 //!    `attributes`), beyond the free cores of the live nodes that take work and have those
 //!    attributes ([`State::allocation_demand`]);
-//! 3. with demand, allocations are submitted (`sbatch --parsable SCRIPT`, `qsub SCRIPT`) while
+//! 3. with demand, allocations are submitted (`sbatch --parsable SCRIPT`, `qsub SCRIPT`): as
+//!    many as the missing cores need, beyond those the waiting allocations bring (each at the
+//!    cores its agents had last, one per node before any registered: [`to_submit`]), while
 //!    fewer than `backlog` wait (in the batch system's queue, or started with no agent
 //!    registered yet) and fewer than `max_allocations` exist.
 //!
@@ -343,6 +345,7 @@ pub fn spawn(queues: &[QueueConfig], cx: Context) -> Result<Statuses, String> {
             failures: 0,
             last_failure: None,
             hold_until: None,
+            node_cores: None,
         };
         let (cx, statuses) = (cx.clone(), statuses.clone());
         let mut run = run;
@@ -383,6 +386,40 @@ struct QueueRun {
     failures: u32,
     last_failure: Option<String>,
     hold_until: Option<std::time::Instant>,
+    /// The cores of this queue's agents, as the last look that saw any found them (the
+    /// smallest); `None` until then ([`to_submit`]).
+    node_cores: Option<u32>,
+}
+
+/// What one look at a queue found ([`to_submit`]).
+#[derive(Clone, Copy, Debug)]
+struct Demand {
+    /// Cores that ready tasks the queue's agents could run ask for.
+    wanted_cores: u64,
+    /// Free cores of the live nodes that take work and offer the queue's attributes.
+    free_cores: u64,
+    /// The queue's allocations waiting: queued, or started without a registered agent.
+    waiting: u32,
+    /// All the queue's allocations.
+    total: u32,
+    /// The cores of one of its agents ([`QueueRun::node_cores`]), if known.
+    node_cores: Option<u32>,
+}
+
+/// How many allocations to submit now: enough for the cores the ready work asks for beyond the
+/// free ones and those the waiting allocations bring, each allocation counted at `nodes` agents
+/// of the cores its agents had (one core each before any registered: never fewer allocations
+/// than the work needs), within `backlog` waiting and `max_allocations` in all.
+fn to_submit(q: &QueueConfig, d: Demand) -> u32 {
+    let per_allocation = u64::from(q.nodes) * u64::from(d.node_cores.unwrap_or(1).max(1));
+    let short = d
+        .wanted_cores
+        .saturating_sub(d.free_cores)
+        .saturating_sub(u64::from(d.waiting) * per_allocation);
+    let needed = u32::try_from(short.div_ceil(per_allocation)).unwrap_or(u32::MAX);
+    needed
+        .min(q.backlog.saturating_sub(d.waiting))
+        .min(q.max_allocations.saturating_sub(d.total))
 }
 
 /// The longest a queue whose submissions keep failing waits before trying again: the wait
@@ -406,10 +443,20 @@ impl QueueRun {
                 let (wanted, free) = s.allocation_demand(&self.q);
                 // Waiting: queued in the batch system, or given nodes whose agents have not
                 // registered yet (their cores come soon: not a reason for another allocation).
-                let waiting = allocations
-                    .iter()
-                    .filter(|a| a.waiting() || !s.has_live_node_ending(&format!("-{}", a.id)))
-                    .count() as u32;
+                let mut waiting = 0;
+                let mut smallest: Option<u32> = None;
+                for a in &allocations {
+                    let agents = s.live_nodes_ending(&format!("-{}", a.id));
+                    if a.waiting() || agents.is_empty() {
+                        waiting += 1;
+                    }
+                    for (_, cores) in agents {
+                        smallest = Some(smallest.map_or(cores, |c| c.min(cores)));
+                    }
+                }
+                if smallest.is_some() {
+                    self.node_cores = smallest;
+                }
                 (wanted, free, waiting)
             }
             Err(_) => return,
@@ -419,13 +466,21 @@ impl QueueRun {
         let held = self
             .hold_until
             .is_some_and(|t| std::time::Instant::now() < t);
-        if wanted_cores > free_cores && !held {
-            let room = (self.q.backlog.saturating_sub(waiting))
-                .min(self.q.max_allocations.saturating_sub(total));
+        let room = to_submit(
+            &self.q,
+            Demand {
+                wanted_cores,
+                free_cores,
+                waiting,
+                total,
+                node_cores: self.node_cores,
+            },
+        );
+        if room > 0 && !held {
             for _ in 0..room {
                 match self.submit(cx).await {
                     Ok(id) => {
-                        info!(queue = %self.q.name, allocation = %id, wanted_cores, free_cores, "automatic allocation: submitted an allocation ({} node(s), {})", self.q.nodes, humantime::format_duration(Duration::from_nanos(self.q.time_limit.0)));
+                        info!(queue = %self.q.name, allocation = %id, wanted_cores, free_cores, waiting, node_cores = ?self.node_cores, "automatic allocation: submitted an allocation ({} node(s), {})", self.q.nodes, humantime::format_duration(Duration::from_nanos(self.q.time_limit.0)));
                         allocations.push(Allocation {
                             id,
                             state: "PENDING".into(),
@@ -709,6 +764,7 @@ mod tests {
             failures: 0,
             last_failure: None,
             hold_until: None,
+            node_cores: None,
         };
         let s = run.script(Path::new("/opt/bin/hetsched"), Path::new("/d"));
         for line in [
@@ -820,6 +876,7 @@ mod tests {
             failures: 0,
             last_failure: None,
             hold_until: None,
+            node_cores: None,
         };
         let s = run.script(Path::new("/opt/bin/hetsched"), Path::new("/d"));
         let directives: Vec<&str> = s.lines().filter(|l| l.starts_with("#PBS")).collect();
@@ -855,6 +912,50 @@ mod tests {
                 .last()
                 .is_some_and(|l| l.starts_with("exec sh -c ")),
             "{s}"
+        );
+    }
+
+    #[test]
+    fn as_many_allocations_as_the_missing_cores_need_within_the_backlog_and_the_maximum() {
+        let mut q = queue(
+            "[[allocation]]\nname = \"q\"\nmanager = \"slurm\"\ntime_limit = \"1h\"\nnodes = 2\n\
+             max_allocations = 10\nbacklog = 4\n",
+        );
+        let d = |wanted_cores, free_cores, waiting, total, node_cores| Demand {
+            wanted_cores,
+            free_cores,
+            waiting,
+            total,
+            node_cores,
+        };
+        // No agent seen yet: one core per node, never fewer allocations than needed.
+        assert_eq!(
+            to_submit(&q, d(1, 0, 0, 0, None)),
+            1,
+            "one task, one allocation"
+        );
+        assert_eq!(to_submit(&q, d(3, 0, 0, 0, None)), 2, "two nodes each");
+        assert_eq!(to_submit(&q, d(100, 0, 0, 0, None)), 4, "the backlog");
+        assert_eq!(to_submit(&q, d(3, 3, 0, 0, None)), 0, "free cores suffice");
+        // Agents of 8 cores: an allocation brings 16.
+        assert_eq!(to_submit(&q, d(17, 0, 0, 0, Some(8))), 2);
+        assert_eq!(
+            to_submit(&q, d(40, 10, 1, 1, Some(8))),
+            1,
+            "one waiting brings 16"
+        );
+        assert_eq!(
+            to_submit(&q, d(40, 10, 2, 2, Some(8))),
+            0,
+            "two waiting bring 32"
+        );
+        assert_eq!(to_submit(&q, d(1000, 0, 3, 9, Some(8))), 1, "the maximum");
+        q.max_allocations = 9;
+        assert_eq!(to_submit(&q, d(1000, 0, 0, 9, Some(8))), 0);
+        assert_eq!(
+            to_submit(&q, d(u64::MAX, 0, 0, 0, Some(0))),
+            4,
+            "no overflow"
         );
     }
 

@@ -708,6 +708,11 @@ impl Wire for State {
                         .allocations
                         .into_iter()
                         .map(|a| pb::AllocationInfo {
+                            agents: self
+                                .live_nodes_ending(&format!("-{}", a.id))
+                                .into_iter()
+                                .map(|(name, _)| name.to_string())
+                                .collect(),
                             id: a.id,
                             state: a.state,
                         })

@@ -859,13 +859,18 @@ pub async fn allocations(args: &ClientArgs) -> anyhow::Result<()> {
         println!("no automatic allocation: the server's configuration has no [[allocation]] queue");
         return Ok(());
     }
-    let mut t = table(&["queue", "allocation", "state"]);
+    let mut t = table(&["queue", "allocation", "state", "agents"]);
     for q in &reply.queues {
         if q.allocations.is_empty() {
-            t.add_row(vec![q.name.clone(), "-".into(), "-".into()]);
+            t.add_row(vec![q.name.clone(), "-".into(), "-".into(), "-".into()]);
         }
         for a in &q.allocations {
-            t.add_row(vec![q.name.clone(), a.id.clone(), a.state.clone()]);
+            let agents = if a.agents.is_empty() {
+                "-".to_string()
+            } else {
+                a.agents.join(", ")
+            };
+            t.add_row(vec![q.name.clone(), a.id.clone(), a.state.clone(), agents]);
         }
     }
     println!("{t}");

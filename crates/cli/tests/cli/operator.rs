@@ -1213,6 +1213,63 @@ fn the_server_allocates_agents_from_pbs_one_per_node_of_each_allocation() {
     );
 }
 
+/// A queue submits as many allocations as the waiting work needs, not its whole backlog: one
+/// for a single task (one core per node assumed before any agent registered), then, knowing its
+/// agents have two cores, two for four more cores than are free. `hetsched allocations` names
+/// each allocation's agents.
+#[test]
+fn a_queue_submits_only_the_allocations_the_waiting_cores_need() {
+    let dir = support::temp_dir("alloc-size-bin");
+    fake_slurm(&dir);
+    let config = format!(
+        "[[allocation]]\nname = \"q\"\nmanager = \"slurm\"\ntime_limit = \"10m\"\n\
+         max_allocations = 5\nbacklog = 5\nidle_timeout = \"20s\"\nrefresh = \"1s\"\n\
+         agent_args = [\"--cores\", \"2\", \"--log-listen\", \"127.0.0.1:0\"]\n\
+         sbatch = \"{0}/sbatch\"\nsqueue = \"{0}/squeue\"\n",
+        dir.display()
+    );
+    let c = Cluster::start_configured("alloc-size", false, &config);
+    let count = || {
+        std::fs::read_to_string(dir.join("next"))
+            .unwrap_or_default()
+            .trim()
+            .parse::<u32>()
+            .map_or(0, |n| n - 100)
+    };
+    c.ok(&["submit", "--", "true"]);
+    c.ok(&["wait", "1", "--timeout", "60s"]);
+    assert_eq!(
+        count(),
+        1,
+        "one task: one allocation, not a backlog of five"
+    );
+    let agents = c.json(&["allocations"])[0]["allocations"][0]["agents"].clone();
+    assert!(
+        agents.as_array().is_some_and(|a| a.len() == 1)
+            && agents[0].as_str().is_some_and(|n| n.ends_with("-101")),
+        "the allocation's agent: {agents}"
+    );
+    // Six 2-second tasks; the first agent's two cores are free: four cores short, two 2-core
+    // allocations.
+    c.ok(&["submit", "--tasks", "6", "--", "sleep", "2"]);
+    c.ok(&["wait", "2", "--timeout", "60s"]);
+    assert_eq!(count(), 3, "two more allocations");
+    let mut nodes: Vec<String> = c
+        .tasks(2)
+        .iter()
+        .filter_map(|t| t["node"].as_str().map(str::to_string))
+        .collect();
+    nodes.sort();
+    nodes.dedup();
+    assert_eq!(
+        nodes.len(),
+        3,
+        "all three allocations' agents ran tasks: {nodes:?}"
+    );
+    let table = c.ok(&["allocations"]);
+    assert!(table.contains("agents"), "{table}");
+}
+
 /// Two queues: one whose agents offer `bigmem`, one plain. Work that requires `bigmem` brings
 /// allocations from the first only, whose agents are given the attribute and run it.
 #[test]

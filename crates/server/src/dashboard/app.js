@@ -360,7 +360,8 @@ $("tasks-first").addEventListener("click", () => { tasksView.cursors = [0]; load
 function renderAllocations(queues) {
   $("allocations-section").hidden = queues.length === 0;
   $("allocations").innerHTML = queues.map((q) => {
-    const list = (q.allocations || []).map((a) => `${esc(a.id)} <span class="badge">${esc(a.state.toLowerCase())}</span>`).join(" ") || "none";
+    const agents = (a) => (a.agents || []).length ? ` <span class="agents" title="${esc(a.agents.join(", "))}">${a.agents.length} agent(s)</span>` : "";
+    const list = (q.allocations || []).map((a) => `${esc(a.id)} <span class="badge">${esc(a.state.toLowerCase())}</span>${agents(a)}`).join(" · ") || "none";
     const failing = q.error ? `<div class="error" title="the last look at the batch system failed">${esc(q.error)}</div>` : "";
     return `<div class="queue" data-queue="${esc(q.name)}"><b>${esc(q.name)}</b> (${esc(q.manager)}, ${q.nodes} node(s) per allocation, at most ${q.max_allocations}): ${list} · ${q.submitted} submitted${failing}</div>`;
   }).join("");

@@ -310,12 +310,15 @@ impl State {
             .unwrap_or_default()
     }
 
-    /// Whether a live node's name ends with `suffix` (automatic allocation names its agents
-    /// `HOST-JOBID`: an allocation whose agents have not registered yet is still starting).
-    pub fn has_live_node_ending(&self, suffix: &str) -> bool {
+    /// The live nodes whose names end with `suffix`, with their cores (automatic allocation
+    /// names its agents `HOST-JOBID`: an allocation whose agents have not registered yet is still
+    /// starting).
+    pub fn live_nodes_ending(&self, suffix: &str) -> Vec<(&str, u32)> {
         self.nodes
             .iter()
-            .any(|n| n.alive && !n.removed && n.spec.name.ends_with(suffix))
+            .filter(|n| n.alive && !n.removed && n.spec.name.ends_with(suffix))
+            .map(|n| (n.spec.name.as_str(), n.spec.cores))
+            .collect()
     }
 
     /// What automatic allocation ([`crate::allocation`]) asks for `queue`: the cores that batch
