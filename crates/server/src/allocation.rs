@@ -81,10 +81,13 @@ pub struct QueueConfig {
     pub sbatch: Option<PathBuf>,
     /// See `sbatch`.
     pub squeue: Option<PathBuf>,
-    /// PBS's programs (default `qsub` and `qselect` from the server's PATH).
+    /// PBS's programs (default `qsub`, `qselect` and `qdel` from the server's PATH; `qdel` only
+    /// for `hetsched allocations --check`).
     pub qsub: Option<PathBuf>,
     /// See `qsub`.
     pub qselect: Option<PathBuf>,
+    /// See `qsub`.
+    pub qdel: Option<PathBuf>,
     /// The `hetsched` program the agents run (default: this server's own executable; it must be
     /// at the same path on the allocated nodes).
     pub hetsched: Option<PathBuf>,
@@ -155,9 +158,16 @@ impl QueueConfig {
             ));
         }
         let (theirs, other) = match self.manager {
-            Manager::Slurm => ([("qsub", &self.qsub), ("qselect", &self.qselect)], "PBS"),
+            Manager::Slurm => (
+                vec![
+                    ("qsub", &self.qsub),
+                    ("qselect", &self.qselect),
+                    ("qdel", &self.qdel),
+                ],
+                "PBS",
+            ),
             Manager::Pbs => (
-                [("sbatch", &self.sbatch), ("squeue", &self.squeue)],
+                vec![("sbatch", &self.sbatch), ("squeue", &self.squeue)],
                 "Slurm",
             ),
         };
@@ -279,9 +289,9 @@ impl Allocation {
 pub struct QueueStatus {
     /// The queue's name.
     pub name: String,
-    /// Its configuration.
+    /// The queue itself (its configuration: `queue.config`).
     #[serde(skip)]
-    pub config: QueueConfig,
+    pub queue: Arc<Queue>,
     /// Its allocations at the last look.
     pub allocations: Vec<Allocation>,
     /// Allocations submitted since the server started.
@@ -305,24 +315,13 @@ pub struct Context {
 
 /// Starts one loop per queue; they end with the runtime.
 pub fn spawn(queues: &[QueueConfig], cx: Context) -> Result<Statuses, String> {
-    let statuses: Statuses = Arc::new(Mutex::new(
-        queues
-            .iter()
-            .map(|q| QueueStatus {
-                name: q.name.clone(),
-                config: q.clone(),
-                allocations: Vec::new(),
-                submitted: 0,
-                error: None,
-            })
-            .collect(),
-    ));
+    let statuses: Statuses = Arc::new(Mutex::new(Vec::new()));
     if queues.is_empty() {
         return Ok(statuses);
     }
     let tag =
         tag(&cx.data_dir).map_err(|e| format!("{}: {e}", cx.data_dir.join(TAG_FILE).display()))?;
-    let cx = Arc::new(cx);
+    let mut made = Vec::with_capacity(queues.len());
     for (i, q) in queues.iter().enumerate() {
         let url = q
             .server
@@ -336,24 +335,43 @@ pub fn spawn(queues: &[QueueConfig], cx: Context) -> Result<Statuses, String> {
             })?;
         let dir = cx.data_dir.join("allocations").join(&q.name);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let run = QueueRun {
+        made.push(Arc::new(Queue {
             job_name: format!("hetsched-{}-{tag}", q.name),
-            q: q.clone(),
+            config: q.clone(),
             url,
             dir,
-            index: i,
+            data_dir: cx.data_dir.clone(),
+        }));
+    }
+    if let Ok(mut s) = statuses.lock() {
+        *s = made
+            .iter()
+            .map(|queue| QueueStatus {
+                name: queue.config.name.clone(),
+                queue: queue.clone(),
+                allocations: Vec::new(),
+                submitted: 0,
+                error: None,
+            })
+            .collect();
+    }
+    let cx = Arc::new(cx);
+    for (index, queue) in made.into_iter().enumerate() {
+        let mut run = QueueRun {
+            queue,
+            index,
             failures: 0,
             last_failure: None,
             hold_until: None,
             node_cores: None,
         };
         let (cx, statuses) = (cx.clone(), statuses.clone());
-        let mut run = run;
         tokio::spawn(async move {
-            info!(queue = %run.q.name, job_name = %run.job_name, "automatic allocation: looking at the queue every {}", humantime::format_duration(run.q.refresh()));
+            let refresh = run.queue.config.refresh();
+            info!(queue = %run.queue.config.name, job_name = %run.queue.job_name, "automatic allocation: looking at the queue every {}", humantime::format_duration(refresh));
             loop {
                 run.pass(&cx, &statuses).await;
-                tokio::time::sleep(run.q.refresh()).await;
+                tokio::time::sleep(refresh).await;
             }
         });
     }
@@ -374,12 +392,22 @@ fn tag(dir: &Path) -> std::io::Result<String> {
         }
     }
 }
-
-struct QueueRun {
-    q: QueueConfig,
+/// A queue as the server runs it: its configuration and what the server made of it (the job
+/// name its allocations carry, the URL its agents reach the server at, its directory). Its loop
+/// and `hetsched allocations --check` share it.
+#[derive(Debug)]
+pub struct Queue {
+    /// Its configuration.
+    pub config: QueueConfig,
     job_name: String,
     url: String,
     dir: PathBuf,
+    data_dir: PathBuf,
+}
+
+/// A queue's loop: what it keeps from one look to the next.
+struct QueueRun {
+    queue: Arc<Queue>,
     index: usize,
     /// Submissions that failed in a row, the last one's error, and until when none is tried
     /// ([`SUBMIT_BACKOFF_CAP`]).
@@ -425,14 +453,13 @@ fn to_submit(q: &QueueConfig, d: Demand) -> u32 {
 /// The longest a queue whose submissions keep failing waits before trying again: the wait
 /// doubles from twice its `refresh` with each failure in a row, up to this.
 const SUBMIT_BACKOFF_CAP: Duration = Duration::from_secs(3600);
-
 impl QueueRun {
     async fn pass(&mut self, cx: &Context, statuses: &Statuses) {
-        let listed = self.list().await;
+        let listed = self.queue.list().await;
         let allocations = match listed {
             Ok(a) => a,
             Err(e) => {
-                warn!(queue = %self.q.name, "automatic allocation: {e}");
+                warn!(queue = %self.queue.config.name, "automatic allocation: {e}");
                 self.record(statuses, None, Some(e), 0);
                 return;
             }
@@ -440,7 +467,7 @@ impl QueueRun {
         let total = allocations.len() as u32;
         let (wanted_cores, free_cores, waiting) = match cx.state.lock() {
             Ok(s) => {
-                let (wanted, free) = s.allocation_demand(&self.q);
+                let (wanted, free) = s.allocation_demand(&self.queue.config);
                 // Waiting: queued in the batch system, or given nodes whose agents have not
                 // registered yet (their cores come soon: not a reason for another allocation).
                 let mut waiting = 0;
@@ -467,7 +494,7 @@ impl QueueRun {
             .hold_until
             .is_some_and(|t| std::time::Instant::now() < t);
         let room = to_submit(
-            &self.q,
+            &self.queue.config,
             Demand {
                 wanted_cores,
                 free_cores,
@@ -478,9 +505,9 @@ impl QueueRun {
         );
         if room > 0 && !held {
             for _ in 0..room {
-                match self.submit(cx).await {
+                match self.queue.submit().await {
                     Ok(id) => {
-                        info!(queue = %self.q.name, allocation = %id, wanted_cores, free_cores, waiting, node_cores = ?self.node_cores, "automatic allocation: submitted an allocation ({} node(s), {})", self.q.nodes, humantime::format_duration(Duration::from_nanos(self.q.time_limit.0)));
+                        info!(queue = %self.queue.config.name, allocation = %id, wanted_cores, free_cores, waiting, node_cores = ?self.node_cores, "automatic allocation: submitted an allocation ({} node(s), {})", self.queue.config.nodes, humantime::format_duration(Duration::from_nanos(self.queue.config.time_limit.0)));
                         allocations.push(Allocation {
                             id,
                             state: "PENDING".into(),
@@ -493,7 +520,8 @@ impl QueueRun {
                         // not retried at every look: the wait doubles with each failure.
                         self.failures += 1;
                         let wait = self
-                            .q
+                            .queue
+                            .config
                             .refresh()
                             .saturating_mul(1 << self.failures.min(20))
                             .min(SUBMIT_BACKOFF_CAP);
@@ -503,7 +531,7 @@ impl QueueRun {
                             humantime::format_duration(wait),
                             self.failures
                         );
-                        warn!(queue = %self.q.name, "automatic allocation: {e}");
+                        warn!(queue = %self.queue.config.name, "automatic allocation: {e}");
                         self.last_failure = Some(e);
                         break;
                     }
@@ -532,13 +560,19 @@ impl QueueRun {
             st.submitted += submitted;
         }
     }
+}
 
+impl Queue {
     /// The queue's allocations, from `squeue` or `qselect`.
     async fn list(&self) -> Result<Vec<Allocation>, String> {
         let name = self.job_name.as_str();
-        match self.q.manager {
+        match self.config.manager {
             Manager::Slurm => {
-                let squeue = self.q.squeue.clone().unwrap_or_else(|| "squeue".into());
+                let squeue = self
+                    .config
+                    .squeue
+                    .clone()
+                    .unwrap_or_else(|| "squeue".into());
                 let out = run(
                     &squeue,
                     &["--noheader", "--name", name, "--format", "%i|%T"],
@@ -550,7 +584,11 @@ impl QueueRun {
                 // `qselect` lists unfinished jobs, so two calls tell the running ones apart
                 // (it is in every PBS, unlike `qstat -F json`). A job that starts between
                 // them is seen as queued for one look.
-                let qselect = self.q.qselect.clone().unwrap_or_else(|| "qselect".into());
+                let qselect = self
+                    .config
+                    .qselect
+                    .clone()
+                    .unwrap_or_else(|| "qselect".into());
                 let all = run(&qselect, &["-N", name]).await?;
                 let running = run(&qselect, &["-N", name, "-s", "RE"]).await?;
                 Ok(parse_qselect(&all, &running))
@@ -559,23 +597,21 @@ impl QueueRun {
     }
 
     /// Writes the allocation's script and submits it; its job id.
-    async fn submit(&self, cx: &Context) -> Result<String, String> {
-        let hetsched = match &self.q.hetsched {
-            Some(p) => p.clone(),
-            None => std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?,
-        };
-        let script = self.script(&hetsched, &cx.data_dir);
-        let path = self.dir.join("allocation.sh");
-        std::fs::write(&path, script).map_err(|e| format!("{}: {e}", path.display()))?;
+    async fn submit(&self) -> Result<String, String> {
+        let (path, _) = self.write_script("allocation.sh", &self.job_name)?;
         let path_arg = path.display().to_string();
-        let (program, out) = match self.q.manager {
+        let (program, out) = match self.config.manager {
             Manager::Slurm => {
-                let sbatch = self.q.sbatch.clone().unwrap_or_else(|| "sbatch".into());
+                let sbatch = self
+                    .config
+                    .sbatch
+                    .clone()
+                    .unwrap_or_else(|| "sbatch".into());
                 let out = run(&sbatch, &["--parsable", &path_arg]).await?;
                 (format!("{} --parsable", sbatch.display()), out)
             }
             Manager::Pbs => {
-                let qsub = self.q.qsub.clone().unwrap_or_else(|| "qsub".into());
+                let qsub = self.config.qsub.clone().unwrap_or_else(|| "qsub".into());
                 let out = run(&qsub, &[&path_arg]).await?;
                 (qsub.display().to_string(), out)
             }
@@ -583,9 +619,65 @@ impl QueueRun {
         job_id(&out).ok_or_else(|| format!("`{program}` printed no job id: {out:?}"))
     }
 
+    /// Writes the queue's script for job name `job_name` to `DIR/file`: its path and text.
+    fn write_script(&self, file: &str, job_name: &str) -> Result<(PathBuf, String), String> {
+        let hetsched = match &self.config.hetsched {
+            Some(p) => p.clone(),
+            None => std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?,
+        };
+        let script = self.script(&hetsched, job_name);
+        let path = self.dir.join(file);
+        std::fs::write(&path, &script).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok((path, script))
+    }
+
+    /// `hetsched allocations --check`: whether the batch system would take one of the queue's
+    /// allocations, asked without running one; what it said, and the script checked (the
+    /// queue's own, named `hetsched-check-QUEUE`, in `DIR/check.sh`). Slurm checks the
+    /// partition, account and limits of `sbatch --test-only` and says when the job would start.
+    /// PBS has no such test: the script is submitted held (`qsub -h`) and deleted at once.
+    pub async fn check(&self) -> (Result<String, String>, String) {
+        let name = format!("hetsched-check-{}", self.config.name);
+        let (path, script) = match self.write_script("check.sh", &name) {
+            Ok(written) => written,
+            Err(e) => return (Err(e), String::new()),
+        };
+        let path_arg = path.display().to_string();
+        let answer = match self.config.manager {
+            Manager::Slurm => {
+                let sbatch = self
+                    .config
+                    .sbatch
+                    .clone()
+                    .unwrap_or_else(|| "sbatch".into());
+                // Its answer is on stderr: `sbatch: Job 12 to start at … using 4 processors on
+                // nodes n1 in partition cpu`.
+                run_both(&sbatch, &["--test-only", &path_arg])
+                    .await
+                    .map(|(out, err)| format!("{}{}", out.trim(), err.trim()))
+            }
+            Manager::Pbs => self.check_pbs(&path_arg).await,
+        };
+        (answer, script)
+    }
+
+    async fn check_pbs(&self, path_arg: &str) -> Result<String, String> {
+        let qsub = self.config.qsub.clone().unwrap_or_else(|| "qsub".into());
+        let out = run(&qsub, &["-h", path_arg]).await?;
+        let id = job_id(&out)
+            .ok_or_else(|| format!("`{} -h` printed no job id: {out:?}", qsub.display()))?;
+        let qdel = self.config.qdel.clone().unwrap_or_else(|| "qdel".into());
+        run(&qdel, &[&id]).await.map_err(|e| {
+            format!("PBS took the allocation (job {id}, held), but deleting it failed: {e}; delete it yourself")
+        })?;
+        Ok(format!(
+            "PBS took the allocation as job {id} (submitted held, and deleted)"
+        ))
+    }
+
     /// The batch script: one agent per node, named after its host and the allocation.
-    fn script(&self, hetsched: &Path, data_dir: &Path) -> String {
-        let q = &self.q;
+    fn script(&self, hetsched: &Path, job_name: &str) -> String {
+        let q = &self.config;
         let limit = Duration::from_nanos(q.time_limit.0).as_secs();
         let walltime = format!(
             "{}:{:02}:{:02}",
@@ -599,7 +691,9 @@ impl QueueRun {
             "--server".into(),
             self.url.clone(),
             "--token-file".into(),
-            crate::agent_token_path(data_dir).display().to_string(),
+            crate::agent_token_path(&self.data_dir)
+                .display()
+                .to_string(),
             "--time-limit".into(),
             "auto".into(),
             "--idle-timeout".into(),
@@ -619,7 +713,7 @@ impl QueueRun {
         let mut s = String::from("#!/bin/sh\n");
         let (job_var, start) = match q.manager {
             Manager::Slurm => {
-                s += &format!("#SBATCH --job-name={}\n", self.job_name);
+                s += &format!("#SBATCH --job-name={job_name}\n");
                 s += &format!("#SBATCH --nodes={}\n#SBATCH --ntasks-per-node=1\n", q.nodes);
                 s += &format!("#SBATCH --time={walltime}\n");
                 s += &format!("#SBATCH --output={}\n", self.dir.join("%j.out").display());
@@ -629,7 +723,7 @@ impl QueueRun {
                 ("SLURM_JOB_ID", "srun --ntasks-per-node=1 ")
             }
             Manager::Pbs => {
-                s += &format!("#PBS -N {}\n", self.job_name);
+                s += &format!("#PBS -N {job_name}\n");
                 // One chunk per host, each host whole: one agent there uses all its cores.
                 s += &format!("#PBS -l select={}\n#PBS -l place=scatter:excl\n", q.nodes);
                 s += &format!("#PBS -l walltime={walltime}\n");
@@ -711,6 +805,11 @@ fn parse_squeue(out: &str) -> Vec<Allocation> {
 
 /// Runs a batch-system command (bounded by [`COMMAND_TIMEOUT`]); its stdout.
 async fn run(program: &Path, args: &[&str]) -> Result<String, String> {
+    run_both(program, args).await.map(|(out, _)| out)
+}
+
+/// As [`run`]: its stdout and stderr.
+async fn run_both(program: &Path, args: &[&str]) -> Result<(String, String), String> {
     let shown = format!("`{} {}`", program.display(), args.join(" "));
     let out = tokio::time::timeout(
         COMMAND_TIMEOUT,
@@ -726,7 +825,10 @@ async fn run(program: &Path, args: &[&str]) -> Result<String, String> {
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok((
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
 }
 
 #[cfg(test)]
@@ -736,6 +838,17 @@ mod tests {
     fn queue(text: &str) -> QueueConfig {
         let c = crate::config::ServerConfig::parse("s.toml", text).expect("parses");
         c.allocation.into_iter().next().expect("a queue")
+    }
+
+    /// Queue `q` of a server whose data directory is `/d`, tag `0badf00d`.
+    fn queue_at_d(q: QueueConfig) -> Queue {
+        Queue {
+            job_name: format!("hetsched-{}-0badf00d", q.name),
+            url: "http://head:7420".into(),
+            dir: PathBuf::from("/d/allocations").join(&q.name),
+            data_dir: PathBuf::from("/d"),
+            config: q,
+        }
     }
 
     #[test]
@@ -755,18 +868,8 @@ mod tests {
             "[[allocation]]\nname = \"cpu\"\nmanager = \"slurm\"\ntime_limit = \"1h 30m\"\nnodes = 4\n\
              idle_timeout = \"2m\"\nargs = [\"--partition=short\"]\nagent_args = [\"--attributes=it's\"]\n",
         );
-        let run = QueueRun {
-            job_name: "hetsched-cpu-0badf00d".into(),
-            url: "http://head:7420".into(),
-            dir: PathBuf::from("/d/allocations/cpu"),
-            index: 0,
-            q,
-            failures: 0,
-            last_failure: None,
-            hold_until: None,
-            node_cores: None,
-        };
-        let s = run.script(Path::new("/opt/bin/hetsched"), Path::new("/d"));
+        let run = queue_at_d(q);
+        let s = run.script(Path::new("/opt/bin/hetsched"), "hetsched-cpu-0badf00d");
         for line in [
             "#SBATCH --job-name=hetsched-cpu-0badf00d\n",
             "#SBATCH --nodes=4\n",
@@ -867,18 +970,8 @@ mod tests {
             "[[allocation]]\nname = \"cpu\"\nmanager = \"pbs\"\ntime_limit = \"1h 30m\"\nnodes = 3\n\
              idle_timeout = \"2m\"\nargs = [\"-q workq\", \"-A proj\"]\n",
         );
-        let mut run = QueueRun {
-            job_name: "hetsched-cpu-0badf00d".into(),
-            url: "http://head:7420".into(),
-            dir: PathBuf::from("/d/allocations/cpu"),
-            index: 0,
-            q,
-            failures: 0,
-            last_failure: None,
-            hold_until: None,
-            node_cores: None,
-        };
-        let s = run.script(Path::new("/opt/bin/hetsched"), Path::new("/d"));
+        let mut run = queue_at_d(q);
+        let s = run.script(Path::new("/opt/bin/hetsched"), "hetsched-cpu-0badf00d");
         let directives: Vec<&str> = s.lines().filter(|l| l.starts_with("#PBS")).collect();
         assert_eq!(
             directives,
@@ -905,8 +998,8 @@ mod tests {
             "{last}"
         );
         // One node: the script itself runs the agent.
-        run.q.nodes = 1;
-        let s = run.script(Path::new("/opt/bin/hetsched"), Path::new("/d"));
+        run.config.nodes = 1;
+        let s = run.script(Path::new("/opt/bin/hetsched"), "hetsched-cpu-0badf00d");
         assert!(
             s.lines()
                 .last()

@@ -37,7 +37,7 @@
 //! backlog = 1                  # waiting in the batch system's queue at once (default 1)
 //! idle_timeout = "5m"          # the agents exit once idle this long (default 5m)
 //! attributes = ["bigmem"]      # what its agents offer: only work they could run counts
-//! args = ["--partition=cpu"]   # more sbatch (qsub) arguments
+//! args = ["--partition=cpu"]   # more sbatch (qsub) arguments; check: `hetsched allocations --check`
 //! agent_args = ["--attributes=bigmem"] # more agent arguments
 //! [tls]                        # optional; PEM files
 //! cert = "server.pem"

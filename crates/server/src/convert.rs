@@ -695,12 +695,12 @@ impl Wire for State {
                 .allocations()
                 .into_iter()
                 .map(|q| pb::AllocationQueueInfo {
-                    manager: q.config.manager.as_str().to_string(),
-                    time_limit_ms: q.config.time_limit.0 / 1_000_000,
-                    nodes: q.config.nodes,
-                    max_allocations: q.config.max_allocations,
-                    backlog: q.config.backlog,
-                    attributes: q.config.attributes.clone(),
+                    manager: q.queue.config.manager.as_str().to_string(),
+                    time_limit_ms: q.queue.config.time_limit.0 / 1_000_000,
+                    nodes: q.queue.config.nodes,
+                    max_allocations: q.queue.config.max_allocations,
+                    backlog: q.queue.config.backlog,
+                    attributes: q.queue.config.attributes.clone(),
                     name: q.name,
                     submitted: q.submitted,
                     error: q.error.unwrap_or_default(),

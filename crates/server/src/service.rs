@@ -668,6 +668,55 @@ impl Client for ClientService {
         read_state(&self.0, |s| Ok(s.allocation_queues())).await
     }
 
+    async fn check_allocations(
+        &self,
+        req: Request<pb::CheckAllocationsRequest>,
+    ) -> Result<Response<pb::CheckAllocationsReply>, Status> {
+        let name = req.into_inner().queue;
+        // Queue names are at most 32 characters (`allocation::QueueConfig::validate`).
+        if name.len() > 32 {
+            return Err(Status::invalid_argument(
+                "queue: a queue name is at most 32 characters",
+            ));
+        }
+        let queues: Vec<_> = read_state(&self.0, |s| {
+            Ok(s.allocations().into_iter().map(|q| q.queue).collect())
+        })
+        .await?
+        .into_inner();
+        if queues.is_empty() {
+            return Err(Status::failed_precondition(
+                "no automatic allocation: the server's configuration has no [[allocation]] queue",
+            ));
+        }
+        let names: Vec<&str> = queues.iter().map(|q| q.config.name.as_str()).collect();
+        if !name.is_empty() && !names.contains(&name.as_str()) {
+            return Err(Status::not_found(format!(
+                "no allocation queue `{name}`: the server's queues are {}",
+                names.join(", ")
+            )));
+        }
+        let mut checks = Vec::new();
+        // One at a time: each is a batch-system command or two, bounded by its timeout.
+        for q in queues
+            .iter()
+            .filter(|q| name.is_empty() || q.config.name == name)
+        {
+            let (answer, script) = q.check().await;
+            let (ok, message) = match answer {
+                Ok(m) => (true, m),
+                Err(e) => (false, e),
+            };
+            checks.push(pb::AllocationCheck {
+                queue: q.config.name.clone(),
+                ok,
+                message,
+                script,
+            });
+        }
+        Ok(Response::new(pb::CheckAllocationsReply { checks }))
+    }
+
     async fn remove_node(
         &self,
         req: Request<pb::RemoveNodeRequest>,

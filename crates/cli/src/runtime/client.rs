@@ -900,6 +900,38 @@ pub async fn allocations(args: &ClientArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `hetsched allocations --check [--queue NAME]`: fails (exit 1) when the batch system would not
+/// take a queue's allocation.
+pub async fn check_allocations(args: &ClientArgs, queue: String) -> anyhow::Result<()> {
+    let reply = connect(args)
+        .await?
+        .check_allocations(pb::CheckAllocationsRequest { queue })
+        .await
+        .map_err(refused)?
+        .into_inner();
+    if args.output == Output::Json {
+        json(&reply.checks)?;
+    } else {
+        for c in &reply.checks {
+            let verdict = if c.ok { "ok" } else { "FAILED" };
+            println!("{}: {verdict}: {}", c.queue, c.message);
+        }
+    }
+    let failed: Vec<&str> = reply
+        .checks
+        .iter()
+        .filter(|c| !c.ok)
+        .map(|c| c.queue.as_str())
+        .collect();
+    if !failed.is_empty() {
+        anyhow::bail!(
+            "the batch system would not take an allocation of {}",
+            failed.join(", ")
+        );
+    }
+    Ok(())
+}
+
 /// The reply of a call that changed something: JSON with `--output json`, else the line `line`
 /// writes for people.
 fn answer<T: serde::Serialize>(

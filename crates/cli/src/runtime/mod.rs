@@ -149,6 +149,15 @@ pub enum RuntimeCommand {
     /// List the automatic allocation queues (the server configuration's `[[allocation]]`) and
     /// their allocations as the batch system last listed them
     Allocations {
+        /// Ask the batch system whether it would take one allocation of each queue, without
+        /// running any (Slurm: `sbatch --test-only`; PBS: submitted held and deleted at once):
+        /// a wrong partition, account or limit shows now, not when work waits. Exits 1 when a
+        /// queue fails.
+        #[arg(long)]
+        check: bool,
+        /// With `--check`: only this queue.
+        #[arg(long, requires = "check")]
+        queue: Option<String>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -483,7 +492,16 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             client::tasks(&client, job, limit, state).await
         }
         RuntimeCommand::Nodes { client } => client::nodes(&client).await,
-        RuntimeCommand::Allocations { client } => client::allocations(&client).await,
+        RuntimeCommand::Allocations {
+            check: false,
+            client,
+            ..
+        } => client::allocations(&client).await,
+        RuntimeCommand::Allocations {
+            check: true,
+            queue,
+            client,
+        } => client::check_allocations(&client, queue.unwrap_or_default()).await,
         RuntimeCommand::Bindings { client } => accel_cli::bindings(&client).await,
         RuntimeCommand::Wait {
             ids,

@@ -979,8 +979,9 @@ fn an_idle_agent_exits_after_its_idle_timeout_and_never_while_a_task_runs() {
 
 /// A stand-in for Slurm, enough for automatic allocation: `sbatch` runs the script here in the
 /// background (as job 101, 102, …, with this directory first on its PATH and its own TMPDIR),
-/// `squeue` lists the jobs still running by name and tells a job its time left (9 minutes), and
-/// `srun` runs its command once, here.
+/// or with `--test-only` says when it would start it (refusing `--partition=nope`), `squeue`
+/// lists the jobs still running by name and tells a job its time left (9 minutes), and `srun`
+/// runs its command once, here.
 fn fake_slurm(dir: &std::path::Path) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(dir.join("tmp")).expect("dir");
@@ -989,6 +990,11 @@ fn fake_slurm(dir: &std::path::Path) {
             "sbatch",
             r#"#!/bin/sh
 D=$(cd "$(dirname "$0")" && pwd)
+if [ "$1" = "--test-only" ]; then
+  grep -q '^#SBATCH --partition=nope$' "$2" && { echo 'sbatch: error: invalid partition specified: nope' >&2; exit 1; }
+  echo "sbatch: Job 555 to start at 2026-11-29T04:00:00 using 1 processors on nodes here in partition debug" >&2
+  exit 0
+fi
 [ "$1" = "--parsable" ] || { echo "expected --parsable: $*" >&2; exit 2; }
 n=$(( $(cat "$D/next" 2>/dev/null || echo 100) + 1 )); echo $n > "$D/next"
 sed -n 's/^#SBATCH --job-name=//p' "$2" > "$D/job-$n.name"
@@ -1104,9 +1110,10 @@ fn the_server_allocates_agents_from_slurm_while_work_waits_and_they_leave_with_i
 }
 
 /// A stand-in for PBS, enough for automatic allocation: `qsub` runs the script here in the
-/// background (as job `101.fake`, `102.fake`, …), `qselect -N NAME [-s RE]` lists the jobs still
-/// running by name, `qstat -f` tells a job its walltime (10 minutes, one used), `pbsdsh` starts
-/// its command twice, as hosts `h1` and `h2` (a stand-in `hostname` says which).
+/// background (as job `101.fake`, `102.fake`, …; with `-h`, held: it only takes the number),
+/// `qdel` notes the job in `deleted`, `qselect -N NAME [-s RE]` lists the jobs still running by
+/// name, `qstat -f` tells a job its walltime (10 minutes, one used), `pbsdsh` starts its command
+/// twice, as hosts `h1` and `h2` (a stand-in `hostname` says which).
 fn fake_pbs(dir: &std::path::Path) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(dir.join("tmp")).expect("dir");
@@ -1116,6 +1123,7 @@ fn fake_pbs(dir: &std::path::Path) {
             r#"#!/bin/sh
 D=$(cd "$(dirname "$0")" && pwd)
 n=$(( $(cat "$D/next" 2>/dev/null || echo 100) + 1 )); echo $n > "$D/next"
+if [ "$1" = -h ]; then cp "$2" "$D/held-$n.sh"; echo "$n.fake"; exit 0; fi
 sed -n 's/^#PBS -N //p' "$1" > "$D/job-$n.name"
 cp "$1" "$D/job-$n.sh"
 PATH="$D:$PATH" TMPDIR="$D/tmp" PBS_JOBID=$n.fake sh "$D/job-$n.sh" > /dev/null 2>&1 < /dev/null &
@@ -1149,6 +1157,10 @@ printf 'Job Id: %s\\n    resources_used.walltime = 00:01:00\\n    \
             "#!/bin/sh\n[ \"$1\" = -- ] && shift\nFAKE_HOST=h1 \"$@\" &\nFAKE_HOST=h2 \"$@\" &\nwait\n",
         ),
         ("hostname", "#!/bin/sh\necho \"${FAKE_HOST:-here}\"\n"),
+        (
+            "qdel",
+            "#!/bin/sh\necho \"$1\" >> \"$(dirname \"$0\")/deleted\"\n",
+        ),
     ];
     for (name, text) in scripts {
         let p = dir.join(name);
@@ -1268,6 +1280,91 @@ fn a_queue_submits_only_the_allocations_the_waiting_cores_need() {
     );
     let table = c.ok(&["allocations"]);
     assert!(table.contains("agents"), "{table}");
+}
+
+/// `hetsched allocations --check` asks the batch system whether it would take each queue's
+/// allocation without running one (`sbatch --test-only`): a wrong partition shows at once, the
+/// command fails, and nothing is submitted.
+#[test]
+fn allocations_check_asks_slurm_without_running_anything() {
+    let dir = support::temp_dir("alloc-check-bin");
+    fake_slurm(&dir);
+    let queue = |name: &str, partition: &str| {
+        format!(
+            "[[allocation]]\nname = \"{name}\"\nmanager = \"slurm\"\ntime_limit = \"10m\"\n\
+             args = [\"--partition={partition}\"]\n\
+             sbatch = \"{0}/sbatch\"\nsqueue = \"{0}/squeue\"\n",
+            dir.display()
+        )
+    };
+    let config = queue("good", "debug") + &queue("bad", "nope");
+    let c = Cluster::start_configured("alloc-check", false, &config);
+    let out = c.cli(&["allocations", "--check"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!out.status.success(), "a queue failed: {stdout}");
+    assert!(
+        stdout.contains("good: ok: sbatch: Job 555 to start at 2026-11-29T04:00:00"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("bad: FAILED:") && stdout.contains("invalid partition specified: nope"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("would not take an allocation of bad"),
+        "{stderr}"
+    );
+    c.ok(&["allocations", "--check", "--queue", "good"]);
+    let checks = c.json(&["allocations", "--check", "--queue", "good"]);
+    assert_eq!(checks[0]["ok"], true, "{checks}");
+    assert!(
+        checks[0]["script"]
+            .as_str()
+            .is_some_and(|s| s.contains("#SBATCH --job-name=hetsched-check-good\n")
+                && s.contains("#SBATCH --partition=debug\n")),
+        "the queue's own script, under another name: {checks}"
+    );
+    c.refused(
+        &["allocations", "--check", "--queue", "nosuch"],
+        "no allocation queue `nosuch`: the server's queues are good, bad",
+    );
+    assert!(!dir.join("next").exists(), "nothing was submitted");
+}
+
+/// With PBS, which has no test-only submission, the check submits the allocation held and
+/// deletes it at once.
+#[test]
+fn allocations_check_with_pbs_submits_held_and_deletes() {
+    let dir = support::temp_dir("alloc-check-pbs-bin");
+    fake_pbs(&dir);
+    let config = format!(
+        "[[allocation]]\nname = \"pq\"\nmanager = \"pbs\"\ntime_limit = \"10m\"\n\
+         qsub = \"{0}/qsub\"\nqselect = \"{0}/qselect\"\nqdel = \"{0}/qdel\"\n",
+        dir.display()
+    );
+    let c = Cluster::start_configured("alloc-check-pbs", false, &config);
+    let out = c.ok(&["allocations", "--check"]);
+    assert!(
+        out.contains(
+            "pq: ok: PBS took the allocation as job 101.fake (submitted held, and deleted)"
+        ),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("deleted")).unwrap_or_default(),
+        "101.fake\n"
+    );
+    let held = std::fs::read_to_string(dir.join("held-101.sh")).expect("submitted held");
+    assert!(held.contains("#PBS -N hetsched-check-pq\n"), "{held}");
+    assert!(
+        c.json(&["allocations"])[0]["allocations"]
+            .as_array()
+            .is_some_and(Vec::is_empty),
+        "the check is no allocation of the queue"
+    );
 }
 
 /// Two queues: one whose agents offer `bigmem`, one plain. Work that requires `bigmem` brings
