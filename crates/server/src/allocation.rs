@@ -568,11 +568,7 @@ impl Queue {
         let name = self.job_name.as_str();
         match self.config.manager {
             Manager::Slurm => {
-                let squeue = self
-                    .config
-                    .squeue
-                    .clone()
-                    .unwrap_or_else(|| "squeue".into());
+                let squeue = program(&self.config.squeue, "squeue");
                 let out = run(
                     &squeue,
                     &["--noheader", "--name", name, "--format", "%i|%T"],
@@ -584,11 +580,7 @@ impl Queue {
                 // `qselect` lists unfinished jobs, so two calls tell the running ones apart
                 // (it is in every PBS, unlike `qstat -F json`). A job that starts between
                 // them is seen as queued for one look.
-                let qselect = self
-                    .config
-                    .qselect
-                    .clone()
-                    .unwrap_or_else(|| "qselect".into());
+                let qselect = program(&self.config.qselect, "qselect");
                 let all = run(&qselect, &["-N", name]).await?;
                 let running = run(&qselect, &["-N", name, "-s", "RE"]).await?;
                 Ok(parse_qselect(&all, &running))
@@ -602,16 +594,12 @@ impl Queue {
         let path_arg = path.display().to_string();
         let (program, out) = match self.config.manager {
             Manager::Slurm => {
-                let sbatch = self
-                    .config
-                    .sbatch
-                    .clone()
-                    .unwrap_or_else(|| "sbatch".into());
+                let sbatch = program(&self.config.sbatch, "sbatch");
                 let out = run(&sbatch, &["--parsable", &path_arg]).await?;
                 (format!("{} --parsable", sbatch.display()), out)
             }
             Manager::Pbs => {
-                let qsub = self.config.qsub.clone().unwrap_or_else(|| "qsub".into());
+                let qsub = program(&self.config.qsub, "qsub");
                 let out = run(&qsub, &[&path_arg]).await?;
                 (qsub.display().to_string(), out)
             }
@@ -645,11 +633,7 @@ impl Queue {
         let path_arg = path.display().to_string();
         let answer = match self.config.manager {
             Manager::Slurm => {
-                let sbatch = self
-                    .config
-                    .sbatch
-                    .clone()
-                    .unwrap_or_else(|| "sbatch".into());
+                let sbatch = program(&self.config.sbatch, "sbatch");
                 // Its answer is on stderr: `sbatch: Job 12 to start at … using 4 processors on
                 // nodes n1 in partition cpu`.
                 run_both(&sbatch, &["--test-only", &path_arg])
@@ -662,11 +646,11 @@ impl Queue {
     }
 
     async fn check_pbs(&self, path_arg: &str) -> Result<String, String> {
-        let qsub = self.config.qsub.clone().unwrap_or_else(|| "qsub".into());
+        let qsub = program(&self.config.qsub, "qsub");
         let out = run(&qsub, &["-h", path_arg]).await?;
         let id = job_id(&out)
             .ok_or_else(|| format!("`{} -h` printed no job id: {out:?}", qsub.display()))?;
-        let qdel = self.config.qdel.clone().unwrap_or_else(|| "qdel".into());
+        let qdel = program(&self.config.qdel, "qdel");
         run(&qdel, &[&id]).await.map_err(|e| {
             format!("PBS took the allocation (job {id}, held), but deleting it failed: {e}; delete it yourself")
         })?;
@@ -749,6 +733,11 @@ impl Queue {
         );
         s
     }
+}
+
+/// The batch-system program a queue names, or `name` from the server's PATH.
+fn program(set: &Option<PathBuf>, name: &str) -> PathBuf {
+    set.clone().unwrap_or_else(|| name.into())
 }
 
 /// `s` as one word of a POSIX shell line.

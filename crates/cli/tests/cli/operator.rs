@@ -882,19 +882,18 @@ fn an_agent_with_a_time_limit_takes_only_tasks_that_end_in_time_and_hands_back_t
 /// stops, and a batch system that fails is named.
 #[test]
 fn an_agent_asks_slurm_for_its_allocations_time_left() {
-    use std::os::unix::fs::PermissionsExt;
     let c = Cluster::start("time-limit-auto", false);
     let bin = c.dir.join("fake-bin");
     std::fs::create_dir_all(&bin).expect("dir");
-    let squeue = bin.join("squeue");
-    std::fs::write(
-        &squeue,
-        "#!/bin/sh\n\
-         [ \"$*\" = \"--noheader --jobs 4242 --format %L\" ] || { echo \"no job $*\" >&2; exit 1; }\n\
-         echo '  1:05:00'\n",
-    )
-    .expect("write squeue");
-    std::fs::set_permissions(&squeue, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    install(
+        &bin,
+        &[(
+            "squeue",
+            "#!/bin/sh\n\
+             [ \"$*\" = \"--noheader --jobs 4242 --format %L\" ] || { echo \"no job $*\" >&2; exit 1; }\n\
+             echo '  1:05:00'\n",
+        )],
+    );
     let path = format!(
         "{}:{}",
         bin.display(),
@@ -977,13 +976,22 @@ fn an_idle_agent_exits_after_its_idle_timeout_and_never_while_a_task_runs() {
     assert!(c.agent_log("a").contains("idle for the idle timeout"));
 }
 
+/// Writes each `(name, text)` as an executable script in `dir`.
+fn install(dir: &std::path::Path, scripts: &[(&str, &str)]) {
+    use std::os::unix::fs::PermissionsExt;
+    for (name, text) in scripts {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+}
+
 /// A stand-in for Slurm, enough for automatic allocation: `sbatch` runs the script here in the
 /// background (as job 101, 102, …, with this directory first on its PATH and its own TMPDIR),
 /// or with `--test-only` says when it would start it (refusing `--partition=nope`), `squeue`
 /// lists the jobs still running by name and tells a job its time left (9 minutes), and `srun`
 /// runs its command once, here.
 fn fake_slurm(dir: &std::path::Path) {
-    use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(dir.join("tmp")).expect("dir");
     let scripts = [
         (
@@ -1026,11 +1034,7 @@ echo "unexpected: $*" >&2; exit 1
             "#!/bin/sh\nwhile [ \"${1#--}\" != \"$1\" ]; do shift; done\nexec \"$@\"\n",
         ),
     ];
-    for (name, text) in scripts {
-        let p = dir.join(name);
-        std::fs::write(&p, text).expect("write");
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    }
+    install(dir, &scripts);
 }
 
 /// Automatic allocation (`[[allocation]]`): with batch work waiting and no agent, the server
@@ -1115,7 +1119,6 @@ fn the_server_allocates_agents_from_slurm_while_work_waits_and_they_leave_with_i
 /// name, `qstat -f` tells a job its walltime (10 minutes, one used), `pbsdsh` starts its command
 /// twice, as hosts `h1` and `h2` (a stand-in `hostname` says which).
 fn fake_pbs(dir: &std::path::Path) {
-    use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(dir.join("tmp")).expect("dir");
     let scripts = [
         (
@@ -1162,11 +1165,7 @@ printf 'Job Id: %s\\n    resources_used.walltime = 00:01:00\\n    \
             "#!/bin/sh\necho \"$1\" >> \"$(dirname \"$0\")/deleted\"\n",
         ),
     ];
-    for (name, text) in scripts {
-        let p = dir.join(name);
-        std::fs::write(&p, text).expect("write");
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    }
+    install(dir, &scripts);
 }
 
 /// `manager = "pbs"`: the same as with Slurm, through `qsub` and `qselect`; an allocation of two
@@ -1491,17 +1490,16 @@ fn a_draining_agent_still_stops_its_tasks_at_its_time_limit() {
 /// wait doubles with each failure, and `hetsched allocations` and `/metrics` say why.
 #[test]
 fn failing_submissions_back_off_and_say_why() {
-    use std::os::unix::fs::PermissionsExt;
     let dir = support::temp_dir("alloc-failing-bin");
     fake_slurm(&dir);
-    let sbatch = dir.join("sbatch");
-    std::fs::write(
-        &sbatch,
-        "#!/bin/sh\necho x >> \"$(dirname \"$0\")/tries\"\n\
-         echo 'sbatch: error: invalid partition specified: nope' >&2\nexit 1\n",
-    )
-    .expect("write");
-    std::fs::set_permissions(&sbatch, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    install(
+        &dir,
+        &[(
+            "sbatch",
+            "#!/bin/sh\necho x >> \"$(dirname \"$0\")/tries\"\n\
+             echo 'sbatch: error: invalid partition specified: nope' >&2\nexit 1\n",
+        )],
+    );
     let config = format!(
         "[[allocation]]\nname = \"q\"\nmanager = \"slurm\"\ntime_limit = \"10m\"\nrefresh = \"1s\"\n\
          args = [\"--partition=nope\"]\nsbatch = \"{0}/sbatch\"\nsqueue = \"{0}/squeue\"\n",
