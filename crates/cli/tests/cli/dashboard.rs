@@ -230,6 +230,53 @@ fn the_dashboard_shows_jobs_tasks_and_nodes_and_updates_live_in_a_browser() {
     );
 }
 
+/// With `[[allocation]]` queues the page shows each queue, its allocations, their states and
+/// how many agents each started (their names on hover).
+#[test]
+fn the_dashboard_shows_the_allocation_queues_and_each_allocations_agents() {
+    let dir = support::temp_dir("dash-alloc-bin");
+    crate::operator::fake_slurm(&dir);
+    let config = format!(
+        "[[allocation]]\nname = \"local\"\nmanager = \"slurm\"\ntime_limit = \"10m\"\n\
+         idle_timeout = \"15s\"\nrefresh = \"1s\"\n\
+         agent_args = [\"--cores\", \"1\", \"--log-listen\", \"127.0.0.1:0\"]\n\
+         sbatch = \"{0}/sbatch\"\nsqueue = \"{0}/squeue\"\n",
+        dir.display()
+    );
+    let c = Cluster::start_configured("dash-alloc", true, &config);
+    let Some(browser) = chromium() else {
+        eprintln!(
+            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
+        );
+        return;
+    };
+    c.ok(&["submit", "--", "true"]);
+    c.ok(&["wait", "1", "--timeout", "60s"]);
+    wait_until("the allocation listed", Duration::from_secs(10), || {
+        c.json(&["allocations"])[0]["allocations"][0]["state"] == "RUNNING"
+    });
+    let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
+    let token = std::fs::read_to_string(c.data().join("token")).expect("token");
+    let ticket = login_ticket(addr.trim(), &format!("Bearer {}", token.trim()));
+    let url = format!("http://{}/login?ticket={ticket}#events=1", addr.trim());
+    let dom = run_browser(browser, &["--dump-dom", "--virtual-time-budget=5000", &url]);
+    let queue = dom
+        .split("<div class=\"queue\" data-queue=\"local\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</div>").next())
+        .unwrap_or_else(|| panic!("the queue's line: {dom}"));
+    assert!(
+        queue.contains("101 <span class=\"badge\">running</span>")
+            && queue.contains("1 agent(s)</span>")
+            && queue.contains("1 submitted"),
+        "{queue}"
+    );
+    assert!(
+        queue.contains("-101\">1 agent(s)"),
+        "the agent's name on hover: {queue}"
+    );
+}
+
 /// A divisible job runs chunks, not tasks: the log API serves a chunk's stdout and stderr, and the
 /// page lists the job's chunks in the tasks table with links to them.
 #[test]

@@ -991,7 +991,7 @@ fn install(dir: &std::path::Path, scripts: &[(&str, &str)]) {
 /// or with `--test-only` says when it would start it (refusing `--partition=nope`), `squeue`
 /// lists the jobs still running by name and tells a job its time left (9 minutes), and `srun`
 /// runs its command once, here.
-fn fake_slurm(dir: &std::path::Path) {
+pub(crate) fn fake_slurm(dir: &std::path::Path) {
     std::fs::create_dir_all(dir.join("tmp")).expect("dir");
     let scripts = [
         (
