@@ -187,6 +187,10 @@ struct Shared {
     ledger: ledger::Ledger,
     /// The ANode this NNode offloads to, from the server's last reply (spec 01).
     binding: Option<accel::offload::Client>,
+    /// Why the agent shuts down ([`begin_shutdown`]): its last heartbeat, once nothing runs,
+    /// says so (`leaving`), and the server records that the node left instead of waiting to
+    /// declare it dead.
+    leaving: Option<Stop>,
 }
 
 /// Runs the agent until `shutdown` resolves; then kills its tasks and returns.
@@ -394,6 +398,7 @@ pub async fn run(
         cpus: cpus::CpuPool::of_this_process(opts.resources.cores),
         ledger,
         binding: None,
+        leaving: None,
     }));
     // An ANode's accelerator service (spec 01's AcCt): every GPU task of this node, its own and
     // its NNodes', runs through its process stage.
@@ -529,6 +534,13 @@ pub async fn run(
                     draining: draining.is_some(),
                     time_left_ms: stop_at
                         .map(|at| at.saturating_duration_since(Instant::now()).as_millis() as u64),
+                    // Nothing runs or waits any more: the agent exits once this is answered.
+                    leaving: match sh.leaving {
+                        Some(why) if sh.running.is_empty() && sh.queue.is_empty() => {
+                            why.as_str().to_string()
+                        }
+                        _ => String::new(),
+                    },
                     accel: pipeline.as_ref().map(|p| p.state(&gpus)),
                     accel_port,
                     accel_tls,
@@ -1248,6 +1260,17 @@ enum Stop {
     Idle,
 }
 
+impl Stop {
+    /// As the last heartbeat says it (`leaving`).
+    fn as_str(self) -> &'static str {
+        match self {
+            Stop::Signal => "signal",
+            Stop::TimeLimit => "time-limit",
+            Stop::Idle => "idle-timeout",
+        }
+    }
+}
+
 /// The first shutdown signal, or the end of the agent's time limit: from now on heartbeats say
 /// `draining`; running tasks are killed (their results say `interrupted`), or on a signal with
 /// `--drain` left to finish (at the time limit they are stopped whatever `--drain` says: the
@@ -1255,6 +1278,8 @@ enum Stop {
 fn begin_shutdown(shared: &Mutex<Shared>, opts: &AgentOptions, why: Stop) {
     let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
     let running = sh.running.len();
+    // The time limit after a `--drain` signal: it is the time limit that ends the agent.
+    sh.leaving = Some(why);
     // Prefetched tasks not started yet stay unstarted: the server sees them vanish from this
     // node's heartbeats and runs them elsewhere.
     sh.queue.clear();

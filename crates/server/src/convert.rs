@@ -88,6 +88,11 @@ impl From<pb::HeartbeatRequest> for HeartbeatReport {
             balance_held: r.balance_held,
             rtt_ns: r.rtt_ns.into_iter().collect(),
             time_left: r.time_left_ms.map(std::time::Duration::from_millis),
+            // An unknown reason (a newer agent) still means it leaves.
+            leaving: (!r.leaving.is_empty()).then(|| {
+                crate::state::types::Leave::parse(&r.leaving)
+                    .unwrap_or(crate::state::types::Leave::Signal)
+            }),
         }
     }
 }
@@ -488,6 +493,7 @@ impl From<NodeInfo> for pb::NodeInfo {
             containers: n.containers,
             attributes: n.attributes,
             time_left_ms: n.time_left_ms,
+            left: n.left.map(|l| l.as_str().to_string()).unwrap_or_default(),
         }
     }
 }
@@ -590,7 +596,8 @@ pub trait Wire {
         limit: u32,
     ) -> Result<pb::ListTasksReply, StateError>;
     /// [`State::list_nodes`].
-    fn nodes(&self) -> pb::ListNodesReply;
+    /// `ListNodes`: with `all`, also the nodes whose agents left on purpose.
+    fn nodes(&self, all: bool) -> pb::ListNodesReply;
     /// `ListAllocations`.
     fn allocation_queues(&self) -> pb::ListAllocationsReply;
 }
@@ -683,9 +690,14 @@ impl Wire for State {
         self.list_tasks(job, cursor, limit).map(Into::into)
     }
 
-    fn nodes(&self) -> pb::ListNodesReply {
+    fn nodes(&self, all: bool) -> pb::ListNodesReply {
         pb::ListNodesReply {
-            nodes: self.list_nodes().into_iter().map(Into::into).collect(),
+            nodes: self
+                .list_nodes()
+                .into_iter()
+                .filter(|n| all || n.left.is_none())
+                .map(Into::into)
+                .collect(),
         }
     }
 

@@ -221,7 +221,7 @@ impl Collector for StateCollector {
         let Ok((counts, nodes, queues)) = self
             .0
             .lock()
-            .map(|s| (s.task_counts(), s.nodes().nodes, s.allocations()))
+            .map(|s| (s.task_counts(), s.nodes(false).nodes, s.allocations()))
         else {
             return Ok(());
         };

@@ -656,9 +656,10 @@ impl Client for ClientService {
 
     async fn list_nodes(
         &self,
-        _: Request<pb::ListNodesRequest>,
+        req: Request<pb::ListNodesRequest>,
     ) -> Result<Response<pb::ListNodesReply>, Status> {
-        read_state(&self.0, |s| Ok(s.nodes())).await
+        let all = req.into_inner().all;
+        read_state(&self.0, move |s| Ok(s.nodes(all))).await
     }
 
     async fn list_allocations(

@@ -162,7 +162,7 @@ pub fn rack_maps(nodes: &[hetsched_proto::NodeInfo]) -> Vec<RackMap> {
 pub async fn bindings(args: &super::ClientArgs) -> anyhow::Result<()> {
     let reply = super::client::connect(args)
         .await?
-        .list_nodes(hetsched_proto::ListNodesRequest {})
+        .list_nodes(hetsched_proto::ListNodesRequest::default())
         .await
         .map_err(super::client::refused)?
         .into_inner();

@@ -164,7 +164,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         let mut api = connect_with(&url, token.trim(), None).await?;
         let start = Instant::now();
         while api
-            .list_nodes(pb::ListNodesRequest {})
+            .list_nodes(pb::ListNodesRequest::default())
             .await?
             .into_inner()
             .nodes

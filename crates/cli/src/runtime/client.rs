@@ -746,11 +746,11 @@ fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
     t
 }
 
-/// `hetsched nodes`.
-pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
+/// `hetsched nodes [--all]`.
+pub async fn nodes(args: &ClientArgs, all: bool) -> anyhow::Result<()> {
     let reply = connect(args)
         .await?
-        .list_nodes(pb::ListNodesRequest {})
+        .list_nodes(pb::ListNodesRequest { all })
         .await
         .map_err(refused)?
         .into_inner();
@@ -782,16 +782,17 @@ pub async fn nodes(args: &ClientArgs) -> anyhow::Result<()> {
         t.add_row(vec![
             n.id.to_string(),
             n.name.clone(),
-            if !n.alive {
-                "DEAD"
+            if !n.left.is_empty() {
+                format!("left ({})", n.left)
+            } else if !n.alive {
+                "DEAD".into()
             } else if n.draining {
-                "shutting down"
+                "shutting down".into()
             } else if n.drained {
-                "drained"
+                "drained".into()
             } else {
-                "yes"
-            }
-            .to_string(),
+                "yes".into()
+            },
             n.cores.to_string(),
             n.free_cores.to_string(),
             n.accelerators.len().to_string(),

@@ -167,7 +167,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     // … and the two NNodes be bound to gpu-node.
     loop {
         let nodes = api
-            .list_nodes(pb::ListNodesRequest {})
+            .list_nodes(pb::ListNodesRequest::default())
             .await?
             .into_inner()
             .nodes;

@@ -106,7 +106,10 @@ pub async fn demo(api: &mut Api, dir: &Path) -> anyhow::Result<()> {
     for t in &tasks {
         println!("  {}[{}] ran on {}", t.app, t.index, t.node);
     }
-    let nodes = api.list_nodes(pb::ListNodesRequest {}).await?.into_inner();
+    let nodes = api
+        .list_nodes(pb::ListNodesRequest::default())
+        .await?
+        .into_inner();
     if let Some(table) = super::workflow::nodes(&nodes) {
         println!("{table}");
     }

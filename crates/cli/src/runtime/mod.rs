@@ -143,6 +143,11 @@ pub enum RuntimeCommand {
     },
     /// List nodes (agents) with their free resources.
     Nodes {
+        /// Also the nodes whose agents left on purpose (their time limit or idle timeout
+        /// ended, or a signal stopped them): `left (idle-timeout)` in the `alive` column. Dead
+        /// nodes, whose agents stopped heartbeating, are always listed.
+        #[arg(long)]
+        all: bool,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -491,7 +496,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             };
             client::tasks(&client, job, limit, state).await
         }
-        RuntimeCommand::Nodes { client } => client::nodes(&client).await,
+        RuntimeCommand::Nodes { all, client } => client::nodes(&client, all).await,
         RuntimeCommand::Allocations {
             check: false,
             client,

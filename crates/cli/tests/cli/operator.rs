@@ -986,6 +986,70 @@ fn install(dir: &std::path::Path, scripts: &[(&str, &str)]) {
     }
 }
 
+/// An agent that exits on purpose (its idle timeout, its time limit, a signal) says so in its
+/// last heartbeat: its node is listed as left, with why, and only by `hetsched nodes --all` (not
+/// as dead, which needs an operator); a restarted server still knows it left; an agent
+/// registering under that name again makes it a live node.
+#[test]
+fn agents_that_leave_on_purpose_are_listed_as_left_and_only_with_all() {
+    let mut c = Cluster::start("leave", false);
+    c.start_agent("idle", 1, &["--idle-timeout", "1s"]);
+    c.start_agent("limited", 1, &["--time-limit", "3s", "--kill-grace", "1s"]);
+    c.start_agent("stopped", 1, &[]);
+    c.wait_for_nodes(3);
+    c.signal_agent("stopped", "TERM");
+    for name in ["idle", "limited", "stopped"] {
+        assert_eq!(
+            c.agent_exit(name, Duration::from_secs(20)),
+            Some(0),
+            "{name}"
+        );
+    }
+    // Well within the dead timeout (10 s): the server knew at once.
+    let listed = c.json(&["nodes"]);
+    assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
+    let left = |c: &Cluster| -> Vec<(String, String)> {
+        let mut l: Vec<(String, String)> = c
+            .json(&["nodes", "--all"])
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .map(|n| {
+                assert_eq!(n["alive"], false, "{n}");
+                (
+                    n["name"].as_str().unwrap_or("").to_string(),
+                    n["left"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+        l.sort();
+        l
+    };
+    let expected: Vec<(String, String)> = [
+        ("idle", "idle-timeout"),
+        ("limited", "time-limit"),
+        ("stopped", "signal"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    assert_eq!(left(&c), expected);
+    let table = text(&c.cli(&["nodes", "--all"]).stdout);
+    assert!(
+        table.contains("left (idle-timeout)") && !table.contains("DEAD"),
+        "{table}"
+    );
+    c.kill_server();
+    c.start_server();
+    assert_eq!(left(&c), expected, "a restarted server still knows");
+    c.start_agent("idle", 1, &[]);
+    c.wait_for_nodes(1);
+    let listed = c.json(&["nodes"]);
+    assert_eq!(listed[0]["name"], "idle", "{listed}");
+    assert_eq!(listed[0]["alive"], true);
+    assert_eq!(listed[0]["left"], "", "registered again: {listed}");
+}
+
 /// A stand-in for Slurm, enough for automatic allocation: `sbatch` runs the script here in the
 /// background (as job 101, 102, …, with this directory first on its PATH and its own TMPDIR),
 /// or with `--test-only` says when it would start it (refusing `--partition=nope`), `squeue`

@@ -313,7 +313,7 @@ impl Dashboard {
     /// One event of the live stream.
     fn snapshot(&self, s: &State) -> serde_json::Value {
         let counts = s.task_counts();
-        let nodes = s.nodes().nodes;
+        let nodes = s.nodes(false).nodes;
         let n = s.job_count();
         let from = n.saturating_sub(EVENT_JOBS) + 1;
         let jobs = s.jobs_page(from, EVENT_JOBS as u32).jobs;
@@ -543,7 +543,7 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
             if !d.authed(&headers) {
                 return unauthorized();
             }
-            match d.read(|s| s.nodes()).await {
+            match d.read(|s| s.nodes(false)).await {
                 Some(n) => json(&n.nodes),
                 None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
             }

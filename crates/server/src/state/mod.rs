@@ -224,6 +224,7 @@ impl State {
             }
         }
         nodes.restore_drains(&store)?;
+        nodes.restore_left(&store, &mut view)?;
         let metrics: Arc<Metrics> = Arc::default();
         let topology = crate::jobs::Topology::restore(
             std::mem::take(&mut snap.topologies),
@@ -408,17 +409,21 @@ impl State {
         }
         rec.draining = req.draining;
         let ends_at = req.time_left.map(|left| rec.last_seen + left);
-        // No new work for a drained node or a shutting-down agent.
-        let open = !(rec.drained || rec.draining);
+        // No new work for a drained node or a shutting-down agent (a leaving one says it).
+        let open = !(rec.drained || rec.draining || req.leaving.is_some());
         if paused {
             // The store refuses writes: the node is alive (in memory), but nothing is recorded,
             // so nothing is acknowledged (the agent keeps its results), assigned or reconciled.
             return Ok(HeartbeatReply::default());
         }
-        if !rec.alive {
+        // A node that left is not back for its agent's last beat said again (a lost reply).
+        if !(rec.alive || rec.left.is_some() && req.leaving.is_some()) {
             rec.alive = true;
             info!(node = %rec.spec.name, "node is back");
             self.view.set_alive(nid, true)?;
+            if rec.left.take().is_some() {
+                self.store.put_left(nid.0, None)?;
+            }
         }
         self.nodes.set_end(&mut self.view, nid.0, ends_at);
         let mut reply = HeartbeatReply::default();
@@ -476,6 +481,12 @@ impl State {
             }
         }
         self.accel_heartbeat(nid, &req, &mut reply)?;
+        // Its last beat: nothing runs there any more, and its agent exits once this is answered.
+        if let Some(why) = req.leaving
+            && req.running.is_empty()
+        {
+            self.node_left(nid.0, why)?;
+        }
         self.commit()?;
         self.wake(Some(nid));
         reply.purge_epoch = self.purge_epoch;

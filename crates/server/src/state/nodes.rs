@@ -2,7 +2,7 @@
 //! agent is, and which tasks (of any kind) the server has dispatched there; and the events about
 //! nodes themselves — registration, drain/resume, removal, and declaring silent nodes dead.
 
-use super::types::{Drained, GpuUtilisation, NodeInfo, Registered, Registration};
+use super::types::{Drained, GpuUtilisation, Leave, NodeInfo, Registered, Registration};
 use super::{RESTART_GRACE, State, StateError};
 use crate::store::{NodeRow, StoreError};
 use hetsched_core::{AppId, Node, NodeId, SchedulerView, Variant};
@@ -47,6 +47,9 @@ pub struct NodeRec {
     /// its last heartbeat said); `None`: no end. Tasks with a longer time limit are not placed
     /// here: the view holds it as well ([`Nodes::set_end`], [`Nodes::set_now`]).
     pub ends_at: Option<Instant>,
+    /// Its agent left on purpose, and why (then not alive): listed only with `--all`. Stored
+    /// (`store::operator`), so a restarted server does not wait for it.
+    pub left: Option<Leave>,
 }
 
 impl NodeRec {
@@ -87,6 +90,7 @@ impl NodeRec {
             drained: false,
             draining: false,
             ends_at: None,
+            left: None,
         }
     }
 }
@@ -239,6 +243,23 @@ impl Nodes {
         Ok(())
     }
 
+    /// Marks the nodes whose agents left, as the store records them (not alive: nothing waits
+    /// for them to come back).
+    pub(super) fn restore_left(
+        &mut self,
+        store: &crate::store::Store,
+        view: &mut SchedulerView,
+    ) -> Result<(), StateError> {
+        for (id, code) in store.left_nodes()? {
+            if let Some(rec) = self.recs.get_mut(id as usize) {
+                rec.left = Some(Leave::from_code(code).unwrap_or(Leave::Signal));
+                rec.alive = false;
+                view.set_alive(NodeId(id), false)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Keeps what the store does not hold (liveness, last figures) and drains from `old`, the
     /// registry before a rollback.
     pub(super) fn carry_over(&mut self, old: &Nodes) {
@@ -253,6 +274,7 @@ impl Nodes {
             new.drained = old.drained;
             new.draining = old.draining;
             new.ends_at = old.ends_at;
+            new.left = old.left;
         }
         self.clock = old.clock;
         self.wakes.carry_over(&old.wakes);
@@ -405,6 +427,9 @@ impl State {
                 rec.alive = true;
                 self.view.set_alive(NodeId(id), true)?;
             }
+            if rec.left.take().is_some() {
+                self.store.put_left(id, None)?;
+            }
             info!(node = %name, id, "node registered again");
             id
         } else {
@@ -458,6 +483,10 @@ impl State {
             removed: true,
         })?;
         self.nodes.by_name.remove(name);
+        let rec = &mut self.nodes.recs[id as usize];
+        if rec.left.take().is_some() {
+            self.store.put_left(id, None)?;
+        }
         let rec = &mut self.nodes.recs[id as usize];
         rec.removed = true;
         rec.identity.clear();
@@ -582,19 +611,9 @@ impl State {
             if n.dies_at(timeout).is_none_or(|at| now <= at) {
                 continue;
             }
-            n.alive = false;
             warn!(node = %n.spec.name, tasks = n.running.len(), "node stopped heartbeating: declared dead");
             let reason = format!("node `{}` stopped heartbeating", n.spec.name);
-            let mut lost: Vec<u64> = n.running.iter().copied().collect();
-            // Each re-queued task goes to the front: re-queue the last first, so they keep order.
-            lost.sort_unstable_by(|a, b| b.cmp(a));
-            let name = n.spec.name.clone();
-            self.view.set_alive(NodeId(i as u32), false)?;
-            for t in lost {
-                self.lose(t, &reason)?;
-            }
-            // Its agent's divisible chunks (not tasks of the node) are re-planned too.
-            self.jobs.divisible.lose_agent(&name);
+            self.gone(i as u32, &reason)?;
         }
         self.accel_left()?;
         self.commit()?;
@@ -602,55 +621,98 @@ impl State {
         Ok(())
     }
 
+    /// Node `id` is no longer alive (dead, or its agent left): its tasks go back to their
+    /// queues (`reason` says why), and its agent's divisible chunks are planned again.
+    fn gone(&mut self, id: u32, reason: &str) -> Result<(), StateError> {
+        let Some(n) = self.nodes.recs.get_mut(id as usize) else {
+            return Ok(());
+        };
+        n.alive = false;
+        let mut lost: Vec<u64> = n.running.iter().copied().collect();
+        // Each re-queued task goes to the front: re-queue the last first, so they keep order.
+        lost.sort_unstable_by(|a, b| b.cmp(a));
+        let name = n.spec.name.clone();
+        self.view.set_alive(NodeId(id), false)?;
+        for t in lost {
+            self.lose(t, reason)?;
+        }
+        // Its agent's divisible chunks (not tasks of the node) are re-planned too.
+        self.jobs.divisible.lose_agent(&name);
+        Ok(())
+    }
+
+    /// The last heartbeat of node `id`'s agent, which exits on purpose (`why`) with nothing
+    /// running: the node left. It is recorded (a restarted server does not wait for it), listed
+    /// only with `--all`, and its stream workers and accelerator role go as a dead node's do.
+    pub(super) fn node_left(&mut self, id: u32, why: Leave) -> Result<(), StateError> {
+        let Some(n) = self.nodes.recs.get_mut(id as usize) else {
+            return Ok(());
+        };
+        if n.left == Some(why) && !n.alive {
+            return Ok(());
+        }
+        info!(node = %n.spec.name, why = why.as_str(), "the node's agent left");
+        n.left = Some(why);
+        let reason = format!(
+            "the agent of node `{}` left ({})",
+            n.spec.name,
+            why.as_str()
+        );
+        self.store.put_left(id, Some(why.code()))?;
+        self.gone(id, &reason)?;
+        self.accel_left()
+    }
+
     /// Every node (removed ones are not listed).
     pub fn list_nodes(&self) -> Vec<NodeInfo> {
-        let mut list: Vec<NodeInfo> = self
-            .nodes
-            .iter()
-            .enumerate()
-            .filter(|(_, n)| !n.removed)
-            .map(|(i, n)| {
-                let v = &self.view.nodes()[i];
-                let mut info = NodeInfo {
-                    id: i as u32,
-                    name: n.spec.name.clone(),
-                    // A node restored from the store is shown dead until it heartbeats
-                    // (the scheduler still gives it RESTART_GRACE to come back).
-                    alive: n.alive && n.seen,
-                    cores: n.spec.cores,
-                    free_cores: v.free.cores,
-                    memory_bytes: n.spec.memory_bytes,
-                    accelerators: n.spec.accelerators.clone(),
-                    free_gpus: v.free_devices(None),
-                    running: n.running.len() as u32,
-                    // 0 while its agent holds a call open: heard from now.
-                    last_seen_ms: if n.awaiting > 0 {
-                        0
-                    } else {
-                        n.last_seen.elapsed().as_millis() as u64
-                    },
-                    read_bytes_per_sec: n.read_bps,
-                    available_memory_bytes: n.available_memory,
-                    gpus: n.gpus.clone(),
-                    drained: n.drained,
-                    draining: n.draining,
-                    time_left_ms: n
-                        .ends_at
-                        .map(|e| e.saturating_duration_since(Instant::now()).as_millis() as u64),
-                    rack: n.spec.rack.to_string(),
-                    attributes: n.spec.all_attributes(),
-                    backed_off: self
-                        .jobs
-                        .all()
-                        .iter()
-                        .flat_map(|k| k.backed_off(i as u32))
-                        .collect(),
-                    ..Default::default()
-                };
-                self.jobs.workflow.annotate(&mut info);
-                info
-            })
-            .collect();
+        let mut list: Vec<NodeInfo> =
+            self.nodes
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| !n.removed)
+                .map(|(i, n)| {
+                    let v = &self.view.nodes()[i];
+                    let mut info = NodeInfo {
+                        id: i as u32,
+                        name: n.spec.name.clone(),
+                        // A node restored from the store is shown dead until it heartbeats
+                        // (the scheduler still gives it RESTART_GRACE to come back).
+                        alive: n.alive && n.seen,
+                        cores: n.spec.cores,
+                        free_cores: v.free.cores,
+                        memory_bytes: n.spec.memory_bytes,
+                        accelerators: n.spec.accelerators.clone(),
+                        free_gpus: v.free_devices(None),
+                        running: n.running.len() as u32,
+                        // 0 while its agent holds a call open: heard from now.
+                        last_seen_ms: if n.awaiting > 0 {
+                            0
+                        } else {
+                            n.last_seen.elapsed().as_millis() as u64
+                        },
+                        read_bytes_per_sec: n.read_bps,
+                        available_memory_bytes: n.available_memory,
+                        gpus: n.gpus.clone(),
+                        drained: n.drained,
+                        draining: n.draining,
+                        time_left_ms: n.ends_at.filter(|_| n.alive).map(|e| {
+                            e.saturating_duration_since(Instant::now()).as_millis() as u64
+                        }),
+                        left: n.left,
+                        rack: n.spec.rack.to_string(),
+                        attributes: n.spec.all_attributes(),
+                        backed_off: self
+                            .jobs
+                            .all()
+                            .iter()
+                            .flat_map(|k| k.backed_off(i as u32))
+                            .collect(),
+                        ..Default::default()
+                    };
+                    self.jobs.workflow.annotate(&mut info);
+                    info
+                })
+                .collect();
         self.accel_nodes(&mut list);
         list
     }

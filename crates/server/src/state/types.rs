@@ -120,6 +120,8 @@ pub struct HeartbeatReport {
     pub rtt_ns: BTreeMap<u32, u64>,
     /// How long tasks may still run on the node (an agent with a `time_limit`); `None`: no end.
     pub time_left: Option<std::time::Duration>,
+    /// The agent's last heartbeat before it exits on purpose, and why.
+    pub leaving: Option<Leave>,
 }
 
 /// What every task of one spec key runs (sent to a node once, before its first task of it).
@@ -488,6 +490,54 @@ pub struct NodeInfo {
     pub balance_received: u64,
     /// How long tasks may still run there (its agent's `time_limit`), in ms; `None`: no end.
     pub time_left_ms: Option<u64>,
+    /// Why its agent left on purpose (then not alive); `None`: it did not.
+    pub left: Option<Leave>,
+}
+
+/// Why an agent left on purpose: its last heartbeat says so, and the server records that its
+/// node left instead of waiting to declare it dead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Leave {
+    /// A SIGTERM or SIGINT (an operator, a batch system ending its job).
+    Signal,
+    /// Its `time_limit` ran out.
+    TimeLimit,
+    /// Nothing ran there for its `idle_timeout`.
+    IdleTimeout,
+}
+
+impl Leave {
+    /// As heartbeats and listings write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Leave::Signal => "signal",
+            Leave::TimeLimit => "time-limit",
+            Leave::IdleTimeout => "idle-timeout",
+        }
+    }
+
+    /// As the store keeps it ([`crate::store::Store::put_left`]).
+    pub fn code(self) -> i64 {
+        match self {
+            Leave::Signal => 1,
+            Leave::TimeLimit => 2,
+            Leave::IdleTimeout => 3,
+        }
+    }
+
+    /// From [`Leave::code`].
+    pub fn from_code(code: i64) -> Option<Leave> {
+        [Leave::Signal, Leave::TimeLimit, Leave::IdleTimeout]
+            .into_iter()
+            .find(|l| l.code() == code)
+    }
+
+    /// From [`Leave::as_str`]; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Leave> {
+        [Leave::Signal, Leave::TimeLimit, Leave::IdleTimeout]
+            .into_iter()
+            .find(|l| l.as_str() == s)
+    }
 }
 
 /// Which finished jobs a purge deletes.

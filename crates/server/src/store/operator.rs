@@ -1,13 +1,16 @@
-//! Operator decisions kept across a server restart: drained nodes (`hetsched node drain`) and the
-//! failing-node back-off's active exclusions ([`crate::backoff`]). They live in the store's `meta`
-//! table, one row each — `drain/NODE` = 1 and `backoff/APP/NODE` = the time the node is tried
-//! again for the application (Unix nanoseconds, so a restart keeps the remaining time) — so the
-//! store's schema does not change. A resumed node's row and an expired back-off's row are deleted.
+//! Operator decisions kept across a server restart: drained nodes (`hetsched node drain`), the
+//! failing-node back-off's active exclusions ([`crate::backoff`]) and the nodes whose agents left
+//! on purpose. They live in the store's `meta` table, one row each — `drain/NODE` = 1,
+//! `backoff/APP/NODE` = the time the node is tried again for the application (Unix nanoseconds,
+//! so a restart keeps the remaining time) and `left/NODE` = why ([`Store::put_left`]) — so the
+//! store's schema does not change. A resumed node's row, an expired back-off's row and the row of
+//! a node registered again are deleted.
 
 use super::{Store, StoreError};
 use rusqlite::params;
 
 const DRAIN: &str = "drain/";
+const LEFT: &str = "left/";
 const BACKOFF: &str = "backoff/";
 
 impl Store {
@@ -27,6 +30,38 @@ impl Store {
         }
         self.durable.wrote();
         Ok(())
+    }
+
+    /// Records that node `node`'s agent left on purpose, and why (`Some(code)`: 1 a signal, 2 its
+    /// time limit, 3 its idle timeout), or that it is back (`None`).
+    pub fn put_left(&mut self, node: u32, code: Option<i64>) -> Result<(), StoreError> {
+        self.check_full()?;
+        let key = format!("{LEFT}{node}");
+        match code {
+            Some(c) => self.conn.execute(
+                "INSERT INTO meta(key, value) VALUES (?1, ?2)
+                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                params![key, c],
+            )?,
+            None => self
+                .conn
+                .execute("DELETE FROM meta WHERE key = ?1", params![key])?,
+        };
+        self.durable.wrote();
+        Ok(())
+    }
+
+    /// The nodes whose agents left: (node, code as [`Store::put_left`] takes it).
+    pub fn left_nodes(&self) -> Result<Vec<(u32, i64)>, StoreError> {
+        let mut out = Vec::new();
+        for (rest, value) in self.meta_with(LEFT)? {
+            out.push((
+                rest.parse()
+                    .map_err(|_| StoreError::Corrupt(format!("meta key {LEFT}{rest}")))?,
+                value,
+            ));
+        }
+        Ok(out)
     }
 
     /// The drained nodes' ids.

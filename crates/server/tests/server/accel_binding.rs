@@ -139,7 +139,7 @@ fn nnodes_of_a_rack_with_an_anode_are_bound_to_it_and_get_gpu_work_the_other_rac
             .any(|k| k.task_id == t.task_id && k.attempt == t.attempt)
     );
     assert!(r.assignments.is_empty(), "no GPU work without an ANode");
-    let nodes = s.nodes().nodes;
+    let nodes = s.nodes(true).nodes;
     let n1_info = nodes.iter().find(|n| n.name == "n1").expect("n1");
     assert_eq!(
         (
@@ -305,7 +305,7 @@ fn the_nnodes_of_an_anode_whose_queue_is_full_get_no_offloads_until_it_has_room(
     // The ANode's process queue is full (16 of 16): its NNodes get no accelerator work.
     anode_reports(&mut s, a, 0, 16, 16);
     assert!(beat(&mut s, n1, "A", false, &[]).assignments.is_empty());
-    let listed = s.nodes().nodes;
+    let listed = s.nodes(true).nodes;
     let anode = listed.iter().find(|n| n.name == "anode").expect("anode");
     let q = anode.accel.clone().expect("queues listed");
     assert_eq!((q.process_queue, q.process_capacity), (16, 16));

@@ -198,7 +198,7 @@ fn a_nodes_attributes_are_bounded_at_registration() {
     }
     s.register(with(vec!["ssd".into(), "bigmem".into(), "ssd".into()]))
         .expect("accepted");
-    let attributes = |s: &State| s.nodes().nodes[0].attributes.clone();
+    let attributes = |s: &State| s.nodes(true).nodes[0].attributes.clone();
     assert_eq!(attributes(&s), ["bigmem", "ssd"]);
     // Stored with the node: a restarted server knows them before the agent comes back.
     drop(s);

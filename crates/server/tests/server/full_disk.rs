@@ -79,7 +79,7 @@ fn a_full_disk_pauses_dispatch(
     }
     s.check_dead(Duration::from_millis(1)).expect("dead check");
     assert!(
-        s.nodes().nodes[0].alive,
+        s.nodes(true).nodes[0].alive,
         "nobody declared dead on a full disk"
     );
     assert_eq!(states(&s), before);

@@ -230,7 +230,7 @@ fn a_dead_node_counts_for_nothing_at_submission_and_can_be_removed() {
     let e = s.remove_node("cpu-box").expect_err("alive");
     assert!(e.to_string().contains("is alive"), "{e}");
     assert_eq!(s.remove_node("gpu-box").expect("dead: removed"), 0);
-    let names: Vec<String> = s.nodes().nodes.into_iter().map(|n| n.name).collect();
+    let names: Vec<String> = s.nodes(true).nodes.into_iter().map(|n| n.name).collect();
     assert_eq!(names, ["cpu-box"]);
     assert!(matches!(
         s.remove_node("gpu-box"),
@@ -239,7 +239,7 @@ fn a_dead_node_counts_for_nothing_at_submission_and_can_be_removed() {
     // Its name is free; removal survives a restart.
     drop(s);
     let mut s = open(&dir);
-    assert_eq!(s.nodes().nodes.len(), 1);
+    assert_eq!(s.nodes(true).nodes.len(), 1);
     let id = s
         .register(registration("gpu-box", "another"))
         .expect("the name is free")

@@ -141,7 +141,7 @@ fn a_silent_node_is_declared_dead_and_its_tasks_run_elsewhere() {
     std::thread::sleep(Duration::from_millis(30));
     beat(&mut s, b, &[], &[]);
     s.check_dead(Duration::from_millis(20)).expect("check");
-    let nodes = s.nodes().nodes;
+    let nodes = s.nodes(true).nodes;
     assert!(!nodes[a as usize].alive && nodes[b as usize].alive);
     let r = beat(&mut s, b, &[], &[]);
     assert_eq!(assigned(&r), vec![(0, 2), (1, 2), (2, 2)]);

@@ -335,7 +335,7 @@ fn clusters_come_from_measured_round_trips_and_a_request_travels_within_a_cluste
     agents.round(&mut s, &ids);
     // The core's clustering over the measured round trips: Sc1 = {n0, n1}, Sc2 = {n2, n3}.
     let shown: Vec<(String, String)> = s
-        .nodes()
+        .nodes(true)
         .nodes
         .iter()
         .map(|n| (n.name.clone(), n.clusters.clone()))
@@ -588,7 +588,7 @@ fn requirements_and_sizes_decide_the_nodes_and_running_instances_book_their_core
     );
     s.on_drain("fpga", false).expect("resume");
     let free = |s: &State, name: &str| {
-        s.nodes()
+        s.nodes(true)
             .nodes
             .iter()
             .find(|n| n.name == name)
