@@ -16,7 +16,8 @@
 //!    many as the missing cores need, beyond those the waiting allocations bring (each at the
 //!    cores its agents had last, one per node before any registered: [`to_submit`]), while
 //!    fewer than `backlog` wait (in the batch system's queue, or started with no agent
-//!    registered yet) and fewer than `max_allocations` exist.
+//!    registered yet) and fewer than `max_allocations` exist, unless an operator paused the
+//!    queue ([`State::pause_allocations`]).
 //!
 //! An allocation runs one agent per node (`srun`; PBS: `pbsdsh` when it has several nodes),
 //! started with `--time-limit auto` (the allocation's own time left, from `squeue` or `qstat`)
@@ -298,6 +299,8 @@ pub struct QueueStatus {
     pub submitted: u64,
     /// The last failure of the batch system's commands, if the last look failed.
     pub error: Option<String>,
+    /// Paused by an operator ([`State::pause_allocations`]; filled in by [`State::allocations`]).
+    pub paused: bool,
 }
 
 /// Every queue's status, shared with the service that lists it.
@@ -352,6 +355,7 @@ pub fn spawn(queues: &[QueueConfig], cx: Context) -> Result<Statuses, String> {
                 allocations: Vec::new(),
                 submitted: 0,
                 error: None,
+                paused: false,
             })
             .collect();
     }
@@ -465,7 +469,7 @@ impl QueueRun {
             }
         };
         let total = allocations.len() as u32;
-        let (wanted_cores, free_cores, waiting) = match cx.state.lock() {
+        let (wanted_cores, free_cores, waiting, paused) = match cx.state.lock() {
             Ok(s) => {
                 let (wanted, free) = s.allocation_demand(&self.queue.config);
                 // Waiting: queued in the batch system, or given nodes whose agents have not
@@ -484,7 +488,12 @@ impl QueueRun {
                 if smallest.is_some() {
                     self.node_cores = smallest;
                 }
-                (wanted, free, waiting)
+                (
+                    wanted,
+                    free,
+                    waiting,
+                    s.allocation_paused(&self.queue.config.name),
+                )
             }
             Err(_) => return,
         };
@@ -503,7 +512,7 @@ impl QueueRun {
                 node_cores: self.node_cores,
             },
         );
-        if room > 0 && !held {
+        if room > 0 && !held && !paused {
             for _ in 0..room {
                 match self.queue.submit().await {
                     Ok(id) => {

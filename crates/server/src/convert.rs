@@ -713,6 +713,7 @@ impl Wire for State {
                     max_allocations: q.queue.config.max_allocations,
                     backlog: q.queue.config.backlog,
                     attributes: q.queue.config.attributes.clone(),
+                    paused: q.paused,
                     name: q.name,
                     submitted: q.submitted,
                     error: q.error.unwrap_or_default(),

@@ -360,6 +360,14 @@ impl Collector for StateCollector {
         )?;
         gauge(
             e,
+            "allocation_queue_paused",
+            "1 if an operator paused the queue (`hetsched allocations --pause`): it submits nothing.",
+            queues
+                .iter()
+                .map(|q| (vec![("queue", q.name.clone())], i64::from(q.paused))),
+        )?;
+        gauge(
+            e,
             "allocation_queue_failing",
             "1 if the queue's last look at the batch system failed (see `hetsched allocations`).",
             queues.iter().map(|q| {

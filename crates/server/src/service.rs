@@ -669,6 +669,23 @@ impl Client for ClientService {
         read_state(&self.0, |s| Ok(s.allocation_queues())).await
     }
 
+    async fn pause_allocations(
+        &self,
+        req: Request<pb::PauseAllocationsRequest>,
+    ) -> Result<Response<pb::ListAllocationsReply>, Status> {
+        let r = req.into_inner();
+        if r.queue.len() > 32 {
+            return Err(Status::invalid_argument(
+                "queue: a queue name is at most 32 characters",
+            ));
+        }
+        with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            s.pause_allocations(&r.queue, r.paused)?;
+            Ok(s.allocation_queues())
+        })
+        .await
+    }
+
     async fn check_allocations(
         &self,
         req: Request<pb::CheckAllocationsRequest>,

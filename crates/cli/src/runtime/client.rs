@@ -877,8 +877,13 @@ pub async fn allocations(args: &ClientArgs) -> anyhow::Result<()> {
     println!("{t}");
     for q in &reply.queues {
         println!(
-            "{}: {}, {} node(s) for {} per allocation, at most {} at once, {} of them waiting{}; {} submitted since the server started",
+            "{}{}: {}, {} node(s) for {} per allocation, at most {} at once, at most {} of them waiting{}; {} submitted since the server started",
             q.name,
+            if q.paused {
+                " (paused: `hetsched allocations --resume` it)"
+            } else {
+                ""
+            },
             q.manager,
             q.nodes,
             super::human::duration(Duration::from_millis(q.time_limit_ms)),
@@ -897,6 +902,34 @@ pub async fn allocations(args: &ClientArgs) -> anyhow::Result<()> {
                 q.name, q.error
             );
         }
+    }
+    Ok(())
+}
+
+/// `hetsched allocations --pause QUEUE` (`paused`) / `--resume QUEUE`.
+pub async fn pause_allocations(
+    args: &ClientArgs,
+    queue: String,
+    paused: bool,
+) -> anyhow::Result<()> {
+    let reply = connect(args)
+        .await?
+        .pause_allocations(pb::PauseAllocationsRequest {
+            queue: queue.clone(),
+            paused,
+        })
+        .await
+        .map_err(refused)?
+        .into_inner();
+    if args.output == Output::Json {
+        return json(&reply.queues);
+    }
+    if paused {
+        println!(
+            "queue `{queue}` paused: it submits no allocation until `hetsched allocations --resume {queue}` (those it has go on)"
+        );
+    } else {
+        println!("queue `{queue}` resumed: it submits allocations while work waits");
     }
     Ok(())
 }

@@ -163,6 +163,13 @@ pub enum RuntimeCommand {
         /// With `--check`: only this queue.
         #[arg(long, requires = "check")]
         queue: Option<String>,
+        /// Submit no more allocations for this queue (those it has go on) until `--resume`;
+        /// kept across a server restart.
+        #[arg(long, value_name = "QUEUE", conflicts_with_all = ["check", "resume"])]
+        pause: Option<String>,
+        /// Let a paused queue submit allocations again.
+        #[arg(long, value_name = "QUEUE", conflicts_with = "check")]
+        resume: Option<String>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -498,15 +505,22 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         }
         RuntimeCommand::Nodes { all, client } => client::nodes(&client, all).await,
         RuntimeCommand::Allocations {
-            check: false,
-            client,
-            ..
-        } => client::allocations(&client).await,
-        RuntimeCommand::Allocations {
             check: true,
             queue,
             client,
+            ..
         } => client::check_allocations(&client, queue.unwrap_or_default()).await,
+        RuntimeCommand::Allocations {
+            pause: Some(queue),
+            client,
+            ..
+        } => client::pause_allocations(&client, queue, true).await,
+        RuntimeCommand::Allocations {
+            resume: Some(queue),
+            client,
+            ..
+        } => client::pause_allocations(&client, queue, false).await,
+        RuntimeCommand::Allocations { client, .. } => client::allocations(&client).await,
         RuntimeCommand::Bindings { client } => accel_cli::bindings(&client).await,
         RuntimeCommand::Wait {
             ids,

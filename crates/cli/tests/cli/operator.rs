@@ -1159,7 +1159,7 @@ fn the_server_allocates_agents_from_slurm_while_work_waits_and_they_leave_with_i
     let table = c.ok(&["allocations"]);
     assert!(
         table.contains(&format!(
-            "local: slurm, 1 node(s) for 10m 0s per allocation, at most 2 at once, 1 of them waiting; \
+            "local: slurm, 1 node(s) for 10m 0s per allocation, at most 2 at once, at most 1 of them waiting; \
              {submitted} submitted since the server started"
         )),
         "{table}"
@@ -1428,6 +1428,62 @@ fn allocations_check_with_pbs_submits_held_and_deletes() {
             .is_some_and(Vec::is_empty),
         "the check is no allocation of the queue"
     );
+}
+
+/// `hetsched allocations --pause QUEUE`: the queue submits nothing while work waits (the job
+/// says why, and is blocked: it needs an operator), even after a server restart, until
+/// `--resume QUEUE`.
+#[test]
+fn a_paused_queue_submits_nothing_until_resumed_even_across_a_restart() {
+    let dir = support::temp_dir("alloc-pause-bin");
+    fake_slurm(&dir);
+    let config = format!(
+        "[[allocation]]\nname = \"q\"\nmanager = \"slurm\"\ntime_limit = \"10m\"\n\
+         idle_timeout = \"2s\"\nrefresh = \"1s\"\n\
+         agent_args = [\"--cores\", \"1\", \"--log-listen\", \"127.0.0.1:0\"]\n\
+         sbatch = \"{0}/sbatch\"\nsqueue = \"{0}/squeue\"\n",
+        dir.display()
+    );
+    let mut c = Cluster::start_configured("alloc-pause", true, &config);
+    let out = c.ok(&["allocations", "--pause", "q"]);
+    assert!(out.contains("queue `q` paused"), "{out}");
+    c.refused(
+        &["allocations", "--pause", "nosuch"],
+        "no allocation queue `nosuch`: the server's queues are q",
+    );
+    c.ok(&["submit", "--", "true"]);
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(!dir.join("next").exists(), "a paused queue submits nothing");
+    let job = c.json(&["job", "1"]);
+    assert!(
+        job["pending_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("queue `q`, whose agents could, is paused")
+                && r.contains("hetsched allocations --resume q")),
+        "{job}"
+    );
+    let blocked = c.json(&["jobs", "--state", "blocked"]);
+    assert_eq!(blocked[0]["id"], 1, "it needs an operator: {blocked}");
+    assert_eq!(c.json(&["allocations"])[0]["paused"], true);
+    let table = c.ok(&["allocations"]);
+    assert!(
+        table.contains("q (paused: `hetsched allocations --resume` it): slurm"),
+        "{table}"
+    );
+    let (_, _, metrics) = c.http_get("/metrics");
+    assert!(
+        metrics.contains("hetsched_allocation_queue_paused{queue=\"q\"} 1"),
+        "{metrics}"
+    );
+    c.kill_server();
+    c.start_server();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(!dir.join("next").exists(), "still paused after a restart");
+    assert_eq!(c.json(&["allocations"])[0]["paused"], true);
+    let out = c.ok(&["allocations", "--resume", "q"]);
+    assert!(out.contains("queue `q` resumed"), "{out}");
+    c.ok(&["wait", "1", "--timeout", "60s"]);
+    assert!(dir.join("next").exists(), "resumed: it allocated");
 }
 
 /// Two queues: one whose agents offer `bigmem`, one plain. Work that requires `bigmem` brings

@@ -363,7 +363,8 @@ function renderAllocations(queues) {
     const agents = (a) => (a.agents || []).length ? ` <span class="agents" title="${esc(a.agents.join(", "))}">${a.agents.length} agent(s)</span>` : "";
     const list = (q.allocations || []).map((a) => `${esc(a.id)} <span class="badge">${esc(a.state.toLowerCase())}</span>${agents(a)}`).join(" · ") || "none";
     const failing = q.error ? `<div class="error" title="the last look at the batch system failed">${esc(q.error)}</div>` : "";
-    return `<div class="queue" data-queue="${esc(q.name)}"><b>${esc(q.name)}</b> (${esc(q.manager)}, ${q.nodes} node(s) per allocation, at most ${q.max_allocations}): ${list} · ${q.submitted} submitted${failing}</div>`;
+    const paused = q.paused ? ` <span class="badge paused" title="hetsched allocations --resume ${esc(q.name)}">paused</span>` : "";
+    return `<div class="queue" data-queue="${esc(q.name)}"><b>${esc(q.name)}</b>${paused} (${esc(q.manager)}, ${q.nodes} node(s) per allocation, at most ${q.max_allocations}): ${list} · ${q.submitted} submitted${failing}</div>`;
   }).join("");
 }
 // Polled only when the server has queues, and not in a `#events=N` snapshot (whose network

@@ -209,6 +209,8 @@ pub struct Read<'a> {
     pub capable: batch::Capable,
     /// The automatic allocation queues: work no live node can run may wait for their agents.
     pub allocation: &'a [crate::allocation::QueueConfig],
+    /// Those of them an operator paused.
+    pub paused_queues: &'a std::collections::BTreeSet<String>,
 }
 
 /// The work a heartbeat reply carries, kept under [`REPLY_BUDGET`].

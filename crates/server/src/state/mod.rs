@@ -175,6 +175,9 @@ pub struct State {
     purge_epoch: u64,
     /// The automatic allocation queues' status, kept by their loops ([`crate::allocation`]).
     allocations: Option<crate::allocation::Statuses>,
+    /// The automatic allocation queues an operator paused (`hetsched allocations --pause`):
+    /// they submit nothing. Stored.
+    paused_queues: std::collections::BTreeSet<String>,
 }
 
 /// Borrows the shared parts of a state as a kind's [`Ctx`] (a macro, so the borrow of
@@ -225,6 +228,7 @@ impl State {
         }
         nodes.restore_drains(&store)?;
         nodes.restore_left(&store, &mut view)?;
+        let paused_queues = store.paused_allocation_queues()?.into_iter().collect();
         let metrics: Arc<Metrics> = Arc::default();
         let topology = crate::jobs::Topology::restore(
             std::mem::take(&mut snap.topologies),
@@ -285,6 +289,7 @@ impl State {
             retention_pending: config.retention.is_some(),
             purge_epoch: now_ns().max(1),
             allocations: None,
+            paused_queues,
         })
     }
 
@@ -303,12 +308,59 @@ impl State {
         self.allocations = Some(statuses);
     }
 
+    /// Whether automatic allocation queue `queue` is paused ([`State::pause_allocations`]).
+    pub fn allocation_paused(&self, queue: &str) -> bool {
+        self.paused_queues.contains(queue)
+    }
+
+    /// `hetsched allocations --pause QUEUE` (`paused`) / `--resume QUEUE`: a paused queue submits
+    /// no allocation (those it has go on) until resumed; it stays paused across a restart.
+    pub fn pause_allocations(&mut self, queue: &str, paused: bool) -> Result<(), StateError> {
+        let names: Vec<&str> = self
+            .config
+            .allocation
+            .iter()
+            .map(|q| q.name.as_str())
+            .collect();
+        if !names.contains(&queue) {
+            return Err(StateError::Invalid(if names.is_empty() {
+                "no automatic allocation: the server's configuration has no [[allocation]] queue"
+                    .into()
+            } else {
+                format!(
+                    "no allocation queue `{queue}`: the server's queues are {}",
+                    names.join(", ")
+                )
+            }));
+        }
+        if self.paused_queues.contains(queue) != paused {
+            self.store.put_allocation_pause(queue, paused)?;
+            info!(
+                queue,
+                paused,
+                "automatic allocation queue {}",
+                if paused { "paused" } else { "resumed" }
+            );
+            if paused {
+                self.paused_queues.insert(queue.to_string());
+            } else {
+                self.paused_queues.remove(queue);
+            }
+        }
+        Ok(())
+    }
+
     /// The automatic allocation queues as last looked at (empty without `[[allocation]]`).
     pub fn allocations(&self) -> Vec<crate::allocation::QueueStatus> {
-        self.allocations
+        let mut queues = self
+            .allocations
             .as_ref()
             .and_then(|s| s.lock().ok().map(|s| s.clone()))
-            .unwrap_or_default()
+            .unwrap_or_default();
+        for q in &mut queues {
+            q.paused = self.paused_queues.contains(&q.name);
+        }
+        queues
     }
 
     /// The live nodes whose names end with `suffix`, with their cores (automatic allocation
@@ -622,6 +674,7 @@ impl State {
         // The reaper watches this state's plan.
         fresh.alarm = std::mem::take(&mut self.alarm);
         fresh.allocations = self.allocations.take();
+        fresh.paused_queues = std::mem::take(&mut self.paused_queues);
         *self = fresh;
         Ok(())
     }
@@ -1028,6 +1081,7 @@ impl State {
             store: &self.store,
             capable: Default::default(),
             allocation: &self.config.allocation,
+            paused_queues: &self.paused_queues,
         }
     }
 

@@ -1,8 +1,9 @@
 //! Operator decisions kept across a server restart: drained nodes (`hetsched node drain`), the
 //! failing-node back-off's active exclusions ([`crate::backoff`]) and the nodes whose agents left
-//! on purpose. They live in the store's `meta` table, one row each — `drain/NODE` = 1,
-//! `backoff/APP/NODE` = the time the node is tried again for the application (Unix nanoseconds,
-//! so a restart keeps the remaining time) and `left/NODE` = why ([`Store::put_left`]) — so the
+//! on purpose, and the paused automatic allocation queues. They live in the store's `meta` table,
+//! one row each — `drain/NODE` = 1, `backoff/APP/NODE` = the time the node is tried again for the
+//! application (Unix nanoseconds, so a restart keeps the remaining time), `left/NODE` = why
+//! ([`Store::put_left`]) and `allocation-paused/QUEUE` = 1 — so the
 //! store's schema does not change. A resumed node's row, an expired back-off's row and the row of
 //! a node registered again are deleted.
 
@@ -11,6 +12,7 @@ use rusqlite::params;
 
 const DRAIN: &str = "drain/";
 const LEFT: &str = "left/";
+const PAUSED_QUEUE: &str = "allocation-paused/";
 const BACKOFF: &str = "backoff/";
 
 impl Store {
@@ -62,6 +64,34 @@ impl Store {
             ));
         }
         Ok(out)
+    }
+
+    /// Records that automatic allocation queue `queue` is paused (`hetsched allocations
+    /// --pause`), or no longer is.
+    pub fn put_allocation_pause(&mut self, queue: &str, paused: bool) -> Result<(), StoreError> {
+        self.check_full()?;
+        let key = format!("{PAUSED_QUEUE}{queue}");
+        if paused {
+            self.conn.execute(
+                "INSERT INTO meta(key, value) VALUES (?1, 1)
+                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                params![key],
+            )?;
+        } else {
+            self.conn
+                .execute("DELETE FROM meta WHERE key = ?1", params![key])?;
+        }
+        self.durable.wrote();
+        Ok(())
+    }
+
+    /// The paused automatic allocation queues' names.
+    pub fn paused_allocation_queues(&self) -> Result<Vec<String>, StoreError> {
+        Ok(self
+            .meta_with(PAUSED_QUEUE)?
+            .into_iter()
+            .map(|(rest, _)| rest)
+            .collect())
     }
 
     /// The drained nodes' ids.

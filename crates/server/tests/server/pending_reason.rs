@@ -176,6 +176,17 @@ fn work_an_allocation_queue_could_run_waits_for_it_instead_of_being_refused_or_b
         !blocked(&s, job),
         "the server allocates: nobody needs to act"
     );
+    // Paused, the queue allocates nothing: an operator must act.
+    s.pause_allocations("fat", true).expect("pause");
+    assert_eq!(
+        reason(&s, job),
+        "no live node can run `solve`, and queue `fat`, whose agents could, is paused \
+         (`hetsched allocations --resume fat`)"
+    );
+    assert!(blocked(&s, job));
+    assert!(s.pause_allocations("thin", true).is_err(), "no such queue");
+    s.pause_allocations("fat", false).expect("resume");
+    assert!(!blocked(&s, job));
     assert_eq!(s.allocation_demand(&config.allocation[0]), (4, 0));
     // The demand counts cores: two more tasks of three cores each ask for six.
     s.on_submit(Submission {

@@ -148,7 +148,14 @@ impl Batch {
                     );
                     return (why, true);
                 }
-                if let Some(q) = Self::allocating(rd, app) {
+                if let Some((q, paused)) = Self::allocating(rd, app) {
+                    if paused {
+                        let why = format!(
+                            "no live node can run `{name}`, and queue `{q}`, whose agents could, \
+                             is paused (`hetsched allocations --resume {q}`)"
+                        );
+                        return (why, true);
+                    }
                     let why = format!(
                         "no live node can run `{name}` yet: waiting for an allocation of queue \
                          `{q}` (`hetsched allocations`)"
@@ -159,7 +166,14 @@ impl Batch {
                 return (why, true);
             }
             if let Some(why) = Self::out_of_time(rd, app, name, open) {
-                if let Some(q) = Self::allocating(rd, app) {
+                if let Some((q, paused)) = Self::allocating(rd, app) {
+                    if paused {
+                        let why = format!(
+                            "{why}; queue `{q}` could allocate, but is paused (`hetsched \
+                             allocations --resume {q}`)"
+                        );
+                        return (why, true);
+                    }
                     let why = format!("{why}; waiting for an allocation of queue `{q}`");
                     return (why, false);
                 }
@@ -183,13 +197,15 @@ impl Batch {
         )
     }
 
-    /// The first automatic allocation queue whose agents could run `app`, if any.
-    fn allocating<'r>(rd: &'r Read, app: AppId) -> Option<&'r str> {
+    /// The first automatic allocation queue whose agents could run `app` (one that is not
+    /// paused, if any), and whether it is paused.
+    fn allocating<'r>(rd: &'r Read, app: AppId) -> Option<(&'r str, bool)> {
         let a = &rd.view.apps().get(app.index())?.app;
         rd.allocation
             .iter()
-            .find(|q| crate::allocation::serves(q, a))
-            .map(|q| q.name.as_str())
+            .filter(|q| crate::allocation::serves(q, a))
+            .map(|q| (q.name.as_str(), rd.paused_queues.contains(&q.name)))
+            .min_by_key(|&(_, paused)| paused)
     }
 
     /// Why `app` waits when its time limit is longer than the time left on every one of `open`
