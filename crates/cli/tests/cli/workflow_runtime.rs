@@ -719,3 +719,62 @@ fn a_tls_server_certifies_its_agents_listeners_and_they_exchange_workflow_data_o
         "certified\n"
     );
 }
+
+/// A workflow task's `time_limit` against agents that end (`--time-limit`, inside a batch
+/// allocation): its instances go only to nodes with that long left, under both balancers; the
+/// others run anywhere. With no node that has the time, the workflow says why.
+#[test]
+fn instances_go_only_to_nodes_with_time_left_for_their_time_limit() {
+    let mut c = Cluster::start_configured("wf-time-left", false, "[workflow]\ncluster_size = 2\n");
+    c.start_agent("ending", 2, &["--time-limit", "1m", "--kill-grace", "1s"]);
+    c.start_agent("staying", 2, &[]);
+    c.wait_for_nodes(2);
+    for balancer in ["centralised", "pcddb"] {
+        let text = format!(
+            "balancer = \"{balancer}\"\n\
+             [[task]]\nname = \"long\"\ninstances = 6\ncost = \"1s\"\ntime_limit = \"10m\"\n\
+             outputs = [\"l\"]\ncommand = \"echo > {{output:l}}\"\n\
+             [[task]]\nname = \"short\"\ninstances = 12\ncost = \"1s\"\ntime_limit = \"20s\"\n\
+             outputs = [\"s\"]\ncommand = \"sleep 0.2; echo > {{output:s}}\"\n"
+        );
+        let file = c.write(&format!("wf-{balancer}.toml"), &text);
+        let job = submit(&c, &file);
+        let v = wait_done(&c, job, Duration::from_secs(60));
+        assert_eq!(v["state"], "completed", "{balancer}: {v}");
+        let tasks = c.tasks(job);
+        let on = |app: &str, node: &str| {
+            tasks
+                .iter()
+                .filter(|t| t["app"] == app && t["node"] == node)
+                .count()
+        };
+        assert_eq!(
+            (on("long", "ending"), on("long", "staying")),
+            (0, 6),
+            "{balancer}: a 10-minute limit, and one node has under a minute left: {tasks:?}"
+        );
+        assert_eq!(on("short", "ending") + on("short", "staying"), 12);
+    }
+    // Only the ending node: the long task's instances wait, and the workflow says why.
+    c.signal_agent("staying", "TERM");
+    assert_eq!(c.agent_exit("staying", Duration::from_secs(20)), Some(0));
+    let text = "balancer = \"centralised\"\n[[task]]\nname = \"long\"\ninstances = 2\n\
+                cost = \"1s\"\ntime_limit = \"10m\"\noutputs = [\"l\"]\n\
+                command = \"echo > {output:l}\"\n";
+    let file = c.write("wf-wait.toml", text);
+    let job = submit(&c, &file);
+    wait_until("the reason", Duration::from_secs(10), || {
+        c.json(&["job", &job.to_string()])["pending_reason"]
+            .as_str()
+            .is_some_and(|r| {
+                r.starts_with("task `long`'s time limit (10m) is longer than the time left on every node that can run it (at most ")
+            })
+    });
+    assert_eq!(
+        c.tasks(job)
+            .iter()
+            .filter(|t| t["state"] == "running")
+            .count(),
+        0
+    );
+}

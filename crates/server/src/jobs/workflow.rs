@@ -40,7 +40,9 @@
 //! - **requirements and resources**: a task's `requires` and the capacity one instance needs
 //!   (`cores`, `memory`, `gpus`) are bits of an attribute mask (the node catalogue's idea, spec
 //!   05 §1), matched by the core machines (`PcddbNode` takes only what it meets, the
-//!   `Dispatcher` picks only such nodes); a running instance books its cores, memory and
+//!   `Dispatcher` picks only such nodes); so is a task's `time_limit`: a node whose agent ends
+//!   (`--time-limit`) offers it only while it has that long left, its mask recomputed at every
+//!   heartbeat; a running instance books its cores, memory and
 //!   devices in the shared [`SchedulerView`](hetsched_core::SchedulerView) (batch tasks are not
 //!   placed over it), and waits on its node until they are free;
 //! - **restart**: jobs and instances are rows of `wf_jobs` / `wf_instances`; the graph is rebuilt
@@ -106,13 +108,14 @@ pub const LAUNCH: NodeId = NodeId(u32::MAX - 1);
 /// a few microseconds between two probes does not reshuffle the clusters every second.
 pub const RTT_RESOLUTION: u64 = 250_000;
 
-/// One bit of the attribute vocabulary: a node attribute, or "can hold this much" (the
-/// capacity one instance of some task needs; such words cannot collide with attribute names,
-/// which are single words).
+/// One bit of the attribute vocabulary: a node attribute, "can hold this much" (the capacity
+/// one instance of some task needs), or "has this long left" (some task's time limit, in ns;
+/// a node whose agent has no end has any). Only attributes are names, so they cannot collide.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Word {
     Attr(String),
     Fits(Resources),
+    Lasts(u64),
 }
 
 const SCHEMA: &str = "
@@ -689,12 +692,15 @@ impl Workflows {
             if r != Resources::new(1, 0, 0) {
                 words.push(Word::Fits(r));
             }
+            if t.time_limit_ns > 0 {
+                words.push(Word::Lasts(t.time_limit_ns));
+            }
             let mut m = 0;
             for w in words {
                 m |= self.bit(w).ok_or_else(|| {
                     StateError::Invalid(format!(
-                        "{}: more than 64 distinct requirements and instance sizes across \
-                         the workflows of this server",
+                        "{}: more than 64 distinct requirements, instance sizes and time \
+                         limits across the workflows of this server",
                         rt.parsed.origin
                     ))
                 })?;
@@ -712,19 +718,25 @@ impl Workflows {
             .unwrap_or_default()
     }
 
-    /// Node `n`'s mask: the attributes it has, and every instance size it can hold.
+    /// Node `n`'s mask: the attributes it has, every instance size it can hold, and every
+    /// time limit it has time left for now.
     fn node_mask(&self, cx: &Ctx, n: u32) -> AttrMask {
         let Some(rec) = cx.nodes.get(n) else {
             return 0;
         };
         let attrs = self.attributes_of(cx, n);
         let capacity = rec.spec.capacity();
+        let left = rec.ends_at.map(|e| {
+            e.saturating_duration_since(std::time::Instant::now())
+                .as_nanos()
+        });
         self.vocab
             .iter()
             .enumerate()
             .filter(|(_, w)| match w {
                 Word::Attr(a) => attrs.contains(a),
                 Word::Fits(r) => capacity.fits(r),
+                Word::Lasts(limit) => left.is_none_or(|l| l >= u128::from(*limit)),
             })
             .fold(0, |m, (k, _)| m | (1 << k))
     }
@@ -1357,7 +1369,11 @@ impl Workflows {
                 continue;
             }
             let need = j.rt.tasks[t].request();
+            let limit = std::time::Duration::from_nanos(j.rt.tasks[t].time_limit_ns);
+            let now = std::time::Instant::now();
             let mut drained = Vec::new();
+            // The most time left among the open nodes too short for the task's time limit.
+            let mut short: Option<std::time::Duration> = None;
             let mut open = false;
             for n in rd.nodes.iter() {
                 let able = n.alive
@@ -1367,8 +1383,11 @@ impl Workflows {
                 if !able {
                     continue;
                 }
+                let left = n.ends_at.map(|e| e.saturating_duration_since(now));
                 if n.drained || n.draining {
                     drained.push(n.spec.name.as_str());
+                } else if let Some(l) = left.filter(|l| !limit.is_zero() && *l < limit) {
+                    short = Some(short.map_or(l, |s| s.max(l)));
                 } else {
                     open = true;
                     break;
@@ -1378,6 +1397,18 @@ impl Workflows {
                 continue;
             }
             let name = &task.name;
+            if let (Some(most), true) = (short, drained.is_empty()) {
+                let words = |d: std::time::Duration| {
+                    humantime::format_duration(std::time::Duration::from_secs(d.as_secs()))
+                        .to_string()
+                };
+                return format!(
+                    "task `{name}`'s time limit ({}) is longer than the time left on every node \
+                     that can run it (at most {}: their agents' `time_limit`)",
+                    words(limit),
+                    words(most)
+                );
+            }
             if drained.is_empty() {
                 let requires = if task.requires.is_empty() {
                     String::new()
