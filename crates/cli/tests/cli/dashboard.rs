@@ -236,13 +236,7 @@ fn the_dashboard_shows_jobs_tasks_and_nodes_and_updates_live_in_a_browser() {
 fn the_dashboard_shows_the_allocation_queues_and_each_allocations_agents() {
     let dir = support::temp_dir("dash-alloc-bin");
     crate::operator::fake_slurm(&dir);
-    let config = format!(
-        "[[allocation]]\nname = \"local\"\nmanager = \"slurm\"\ntime_limit = \"10m\"\n\
-         idle_timeout = \"15s\"\nrefresh = \"1s\"\n\
-         agent_args = [\"--cores\", \"1\", \"--log-listen\", \"127.0.0.1:0\"]\n\
-         sbatch = \"{0}/sbatch\"\nsqueue = \"{0}/squeue\"\n",
-        dir.display()
-    );
+    let config = crate::operator::slurm_queue(&dir, "local", 1, "idle_timeout = \"15s\"\n");
     let c = Cluster::start_configured("dash-alloc", true, &config);
     let Some(browser) = chromium() else {
         eprintln!(

@@ -976,6 +976,19 @@ fn an_idle_agent_exits_after_its_idle_timeout_and_never_while_a_task_runs() {
     assert!(c.agent_log("a").contains("idle for the idle timeout"));
 }
 
+/// An `[[allocation]]` queue `name` on the stand-in Slurm in `dir` ([`fake_slurm`]):
+/// 10-minute allocations, looked at every second, agents of `cores` cores (each with a log
+/// listener of its own), and the `extra` lines.
+pub(crate) fn slurm_queue(dir: &std::path::Path, name: &str, cores: u32, extra: &str) -> String {
+    format!(
+        "[[allocation]]\nname = \"{name}\"\nmanager = \"slurm\"\ntime_limit = \"10m\"\n\
+         refresh = \"1s\"\n{extra}\
+         agent_args = [\"--cores\", \"{cores}\", \"--log-listen\", \"127.0.0.1:0\"]\n\
+         sbatch = \"{0}/sbatch\"\nsqueue = \"{0}/squeue\"\n",
+        dir.display()
+    )
+}
+
 /// Writes each `(name, text)` as an executable script in `dir`.
 fn install(dir: &std::path::Path, scripts: &[(&str, &str)]) {
     use std::os::unix::fs::PermissionsExt;
@@ -1109,12 +1122,11 @@ echo "unexpected: $*" >&2; exit 1
 fn the_server_allocates_agents_from_slurm_while_work_waits_and_they_leave_with_it() {
     let dir = support::temp_dir("alloc-slurm-bin");
     fake_slurm(&dir);
-    let config = format!(
-        "[[allocation]]\nname = \"local\"\nmanager = \"slurm\"\ntime_limit = \"10m\"\n\
-         max_allocations = 2\nbacklog = 1\nidle_timeout = \"2s\"\nrefresh = \"1s\"\n\
-         agent_args = [\"--cores\", \"1\", \"--log-listen\", \"127.0.0.1:0\"]\n\
-         sbatch = \"{0}/sbatch\"\nsqueue = \"{0}/squeue\"\n",
-        dir.display()
+    let config = slurm_queue(
+        &dir,
+        "local",
+        1,
+        "max_allocations = 2\nbacklog = 1\nidle_timeout = \"2s\"\n",
     );
     let c = Cluster::start_configured("alloc-slurm", true, &config);
     // Nothing waits: nothing is submitted.
@@ -1296,12 +1308,11 @@ fn the_server_allocates_agents_from_pbs_one_per_node_of_each_allocation() {
 fn a_queue_submits_only_the_allocations_the_waiting_cores_need() {
     let dir = support::temp_dir("alloc-size-bin");
     fake_slurm(&dir);
-    let config = format!(
-        "[[allocation]]\nname = \"q\"\nmanager = \"slurm\"\ntime_limit = \"10m\"\n\
-         max_allocations = 5\nbacklog = 5\nidle_timeout = \"20s\"\nrefresh = \"1s\"\n\
-         agent_args = [\"--cores\", \"2\", \"--log-listen\", \"127.0.0.1:0\"]\n\
-         sbatch = \"{0}/sbatch\"\nsqueue = \"{0}/squeue\"\n",
-        dir.display()
+    let config = slurm_queue(
+        &dir,
+        "q",
+        2,
+        "max_allocations = 5\nbacklog = 5\nidle_timeout = \"20s\"\n",
     );
     let c = Cluster::start_configured("alloc-size", false, &config);
     let count = || {
@@ -1353,11 +1364,11 @@ fn allocations_check_asks_slurm_without_running_anything() {
     let dir = support::temp_dir("alloc-check-bin");
     fake_slurm(&dir);
     let queue = |name: &str, partition: &str| {
-        format!(
-            "[[allocation]]\nname = \"{name}\"\nmanager = \"slurm\"\ntime_limit = \"10m\"\n\
-             args = [\"--partition={partition}\"]\n\
-             sbatch = \"{0}/sbatch\"\nsqueue = \"{0}/squeue\"\n",
-            dir.display()
+        slurm_queue(
+            &dir,
+            name,
+            1,
+            &format!("args = [\"--partition={partition}\"]\n"),
         )
     };
     let config = queue("good", "debug") + &queue("bad", "nope");
@@ -1437,13 +1448,7 @@ fn allocations_check_with_pbs_submits_held_and_deletes() {
 fn a_paused_queue_submits_nothing_until_resumed_even_across_a_restart() {
     let dir = support::temp_dir("alloc-pause-bin");
     fake_slurm(&dir);
-    let config = format!(
-        "[[allocation]]\nname = \"q\"\nmanager = \"slurm\"\ntime_limit = \"10m\"\n\
-         idle_timeout = \"2s\"\nrefresh = \"1s\"\n\
-         agent_args = [\"--cores\", \"1\", \"--log-listen\", \"127.0.0.1:0\"]\n\
-         sbatch = \"{0}/sbatch\"\nsqueue = \"{0}/squeue\"\n",
-        dir.display()
-    );
+    let config = slurm_queue(&dir, "q", 1, "idle_timeout = \"2s\"\n");
     let mut c = Cluster::start_configured("alloc-pause", true, &config);
     let out = c.ok(&["allocations", "--pause", "q"]);
     assert!(out.contains("queue `q` paused"), "{out}");
@@ -1493,13 +1498,7 @@ fn only_a_queue_whose_agents_offer_what_the_work_requires_allocates_for_it() {
     let dir = support::temp_dir("alloc-queues-bin");
     fake_slurm(&dir);
     let queue = |name: &str, extra: &str| {
-        format!(
-            "[[allocation]]\nname = \"{name}\"\nmanager = \"slurm\"\ntime_limit = \"10m\"\n\
-             idle_timeout = \"1s\"\nrefresh = \"1s\"\n{extra}\
-             agent_args = [\"--cores\", \"1\", \"--log-listen\", \"127.0.0.1:0\"]\n\
-             sbatch = \"{0}/sbatch\"\nsqueue = \"{0}/squeue\"\n",
-            dir.display()
-        )
+        slurm_queue(&dir, name, 1, &format!("idle_timeout = \"1s\"\n{extra}"))
     };
     let config = queue("plain", "") + &queue("fat", "attributes = [\"bigmem\"]\n");
     let c = Cluster::start_configured("alloc-queues", false, &config);
@@ -1550,13 +1549,7 @@ fn an_idle_agent_ends_at_its_idle_timeout_while_the_server_is_away() {
 fn a_restarted_server_finds_its_allocations_in_the_batch_system() {
     let dir = support::temp_dir("alloc-restart-bin");
     fake_slurm(&dir);
-    let config = format!(
-        "[[allocation]]\nname = \"q\"\nmanager = \"slurm\"\ntime_limit = \"10m\"\n\
-         idle_timeout = \"2s\"\nrefresh = \"1s\"\n\
-         agent_args = [\"--cores\", \"1\", \"--log-listen\", \"127.0.0.1:0\"]\n\
-         sbatch = \"{0}/sbatch\"\nsqueue = \"{0}/squeue\"\n",
-        dir.display()
-    );
+    let config = slurm_queue(&dir, "q", 1, "idle_timeout = \"2s\"\n");
     let mut c = Cluster::start_configured("alloc-restart", false, &config);
     // More work than one 1-core agent runs at once: demand stays while it runs.
     c.ok(&["submit", "--tasks", "4", "--", "sleep", "2"]);
@@ -1620,11 +1613,7 @@ fn failing_submissions_back_off_and_say_why() {
              echo 'sbatch: error: invalid partition specified: nope' >&2\nexit 1\n",
         )],
     );
-    let config = format!(
-        "[[allocation]]\nname = \"q\"\nmanager = \"slurm\"\ntime_limit = \"10m\"\nrefresh = \"1s\"\n\
-         args = [\"--partition=nope\"]\nsbatch = \"{0}/sbatch\"\nsqueue = \"{0}/squeue\"\n",
-        dir.display()
-    );
+    let config = slurm_queue(&dir, "q", 1, "args = [\"--partition=nope\"]\n");
     let c = Cluster::start_configured("alloc-failing", true, &config);
     c.ok(&["submit", "--", "true"]);
     std::thread::sleep(Duration::from_millis(7500));

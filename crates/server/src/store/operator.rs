@@ -18,32 +18,17 @@ const BACKOFF: &str = "backoff/";
 impl Store {
     /// Records that node `node` is drained (`true`) or no longer is.
     pub fn put_drain(&mut self, node: u32, drained: bool) -> Result<(), StoreError> {
-        self.check_full()?;
-        let key = format!("{DRAIN}{node}");
-        if drained {
-            self.conn.execute(
-                "INSERT INTO meta(key, value) VALUES (?1, 1)
-                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                params![key],
-            )?;
-        } else {
-            self.conn
-                .execute("DELETE FROM meta WHERE key = ?1", params![key])?;
-        }
-        self.durable.wrote();
-        Ok(())
+        self.put_meta(&format!("{DRAIN}{node}"), drained.then_some(1))
     }
 
-    /// Records that node `node`'s agent left on purpose, and why (`Some(code)`: 1 a signal, 2 its
-    /// time limit, 3 its idle timeout), or that it is back (`None`).
-    pub fn put_left(&mut self, node: u32, code: Option<i64>) -> Result<(), StoreError> {
+    /// Sets the `meta` row `key` to `value`, or deletes it (`None`).
+    fn put_meta(&mut self, key: &str, value: Option<i64>) -> Result<(), StoreError> {
         self.check_full()?;
-        let key = format!("{LEFT}{node}");
-        match code {
-            Some(c) => self.conn.execute(
+        match value {
+            Some(v) => self.conn.execute(
                 "INSERT INTO meta(key, value) VALUES (?1, ?2)
                  ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                params![key, c],
+                params![key, v],
             )?,
             None => self
                 .conn
@@ -51,6 +36,12 @@ impl Store {
         };
         self.durable.wrote();
         Ok(())
+    }
+
+    /// Records that node `node`'s agent left on purpose, and why (`Some(code)`: 1 a signal, 2 its
+    /// time limit, 3 its idle timeout), or that it is back (`None`).
+    pub fn put_left(&mut self, node: u32, code: Option<i64>) -> Result<(), StoreError> {
+        self.put_meta(&format!("{LEFT}{node}"), code)
     }
 
     /// The nodes whose agents left: (node, code as [`Store::put_left`] takes it).
@@ -69,20 +60,7 @@ impl Store {
     /// Records that automatic allocation queue `queue` is paused (`hetsched allocations
     /// --pause`), or no longer is.
     pub fn put_allocation_pause(&mut self, queue: &str, paused: bool) -> Result<(), StoreError> {
-        self.check_full()?;
-        let key = format!("{PAUSED_QUEUE}{queue}");
-        if paused {
-            self.conn.execute(
-                "INSERT INTO meta(key, value) VALUES (?1, 1)
-                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                params![key],
-            )?;
-        } else {
-            self.conn
-                .execute("DELETE FROM meta WHERE key = ?1", params![key])?;
-        }
-        self.durable.wrote();
-        Ok(())
+        self.put_meta(&format!("{PAUSED_QUEUE}{queue}"), paused.then_some(1))
     }
 
     /// The paused automatic allocation queues' names.
@@ -114,20 +92,10 @@ impl Store {
         node: u32,
         until_ns: Option<u64>,
     ) -> Result<(), StoreError> {
-        self.check_full()?;
-        let key = format!("{BACKOFF}{app}/{node}");
-        match until_ns {
-            Some(t) => self.conn.execute(
-                "INSERT INTO meta(key, value) VALUES (?1, ?2)
-                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                params![key, i64::try_from(t).unwrap_or(i64::MAX)],
-            )?,
-            None => self
-                .conn
-                .execute("DELETE FROM meta WHERE key = ?1", params![key])?,
-        };
-        self.durable.wrote();
-        Ok(())
+        self.put_meta(
+            &format!("{BACKOFF}{app}/{node}"),
+            until_ns.map(|t| i64::try_from(t).unwrap_or(i64::MAX)),
+        )
     }
 
     /// The recorded back-offs: (application, node, until in Unix ns).
