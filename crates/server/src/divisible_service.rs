@@ -181,9 +181,10 @@ impl pb::divisible_server::Divisible for DivisibleService {
                 })
                 .collect(),
             room: r.room,
-            // Set by the state from the agent's registration and its node's drain.
+            // Set by the state from the agent's registration, its node's drain and heartbeats.
             attributes: Vec::new(),
             drained: false,
+            time_left: None,
         };
         // An ask with room that gets nothing (no job, or not this agent's turn in the plan) is
         // held open and looked at again when divisible jobs change and every look period: an

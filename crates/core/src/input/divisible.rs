@@ -136,6 +136,15 @@ impl DivisibleSpec {
             .all(|r| attributes.contains(r.get_ref()))
     }
 
+    /// Whether a chunk may run longer than an agent with `time_left` has (its `time_limit` is
+    /// longer; `None`: the agent has no end, and a job without a limit fits anywhere).
+    pub fn outlasts(&self, time_left: Option<std::time::Duration>) -> bool {
+        match (self.time_limit, time_left) {
+            (Some(limit), Some(left)) => std::time::Duration::from_nanos(limit.0) > left,
+            _ => false,
+        }
+    }
+
     /// Retries per chunk.
     pub fn retries(&self) -> u32 {
         self.retries.as_ref().map_or(0, |r| *r.get_ref())

@@ -122,6 +122,10 @@ pub struct ChunkRequest {
     /// Its node is drained (`hetsched node drain`): it gets no new chunk; those it holds finish.
     /// Set by the state.
     pub drained: bool,
+    /// How long its agent may still run chunks (an agent started with a `time_limit`, as its
+    /// last heartbeat said); `None`: no end. A job whose chunks' `time_limit` is longer gets it
+    /// out of its plan, as a drained one. Set by the state.
+    pub time_left: Option<std::time::Duration>,
 }
 
 /// One chunk sent to an agent.
@@ -879,8 +883,9 @@ impl Divisible {
             if job.state != "running" {
                 continue;
             }
-            if req.drained {
-                // No new work on a drained node; its chunks out stay its own.
+            if req.drained || job.spec.outlasts(req.time_left) {
+                // No new work on a drained node, nor chunks that might outlast its agent; its
+                // chunks out stay its own.
                 if let Some(w) = job.master.workers().iter().position(|w| w.name == name) {
                     job.master.retire(w);
                 }
@@ -1148,8 +1153,28 @@ impl Divisible {
             .filter(|(_, a)| a.present(self.dead_timeout) && job.spec.admits(&a.attributes))
             .map(|(n, _)| n.as_str())
             .collect();
-        if able.iter().any(|n| !rd.nodes.is_drained(n)) {
+        let open: Vec<&str> = able
+            .iter()
+            .copied()
+            .filter(|n| !rd.nodes.is_drained(n))
+            .collect();
+        let time_left = |n: &str| rd.nodes.time_left(n);
+        if open.iter().any(|n| !job.spec.outlasts(time_left(n))) {
             return String::new();
+        }
+        if let (Some(limit), Some(most)) = (
+            job.spec.time_limit,
+            open.iter().filter_map(|n| time_left(n)).max(),
+        ) {
+            let words = |d: Duration| {
+                humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
+            };
+            return format!(
+                "its chunks' time limit ({}) is longer than the time left on every agent that can \
+                 take them (at most {}: their agents' `time_limit`)",
+                words(Duration::from_nanos(limit.0)),
+                words(most)
+            );
         }
         let requires: Vec<&str> = job
             .spec

@@ -18,6 +18,7 @@ impl State {
         // registers before it asks).
         req.attributes = self.nodes.attributes_of(&req.name);
         req.drained = self.nodes.is_drained(&req.name);
+        req.time_left = self.nodes.time_left(&req.name);
         if self.paused() {
             self.jobs.divisible.seen(&req);
             return Ok(ChunkReply::default());

@@ -187,6 +187,13 @@ impl Nodes {
             .is_some_and(|n| n.drained || n.draining)
     }
 
+    /// How long the agent of node `name` may still run work (its heartbeats' time left);
+    /// `None`: no end, or no such node.
+    pub fn time_left(&self, name: &str) -> Option<Duration> {
+        let end = self.by_name(name).and_then(|id| self.get(id))?.ends_at?;
+        Some(end.saturating_duration_since(Instant::now()))
+    }
+
     /// The name of node `id` ("" if none).
     pub fn name(&self, id: u32) -> &str {
         self.get(id).map_or("", |n| n.spec.name.as_str())

@@ -32,6 +32,7 @@ fn ask(s: &mut State, name: &str) -> Result<Vec<(u64, u64)>, String> {
         room: true,
         attributes: Vec::new(),
         drained: false,
+        time_left: None,
     })
     .map(|r| r.orders.iter().map(|o| (o.job_id, o.chunk)).collect())
     .map_err(|e| e.to_string())
@@ -310,5 +311,68 @@ fn a_drained_node_gets_no_new_chunk_and_finishes_the_one_it_holds() {
         chunks(&s, id).contains(&(held, "done".to_string())),
         "{:?}",
         chunks(&s, id)
+    );
+}
+
+/// Agents started with a `time_limit` (inside a batch allocation): one whose time left is
+/// shorter than the chunks' `time_limit` gets none of the job's chunks (it leaves the plan, as a
+/// drained one), one without an end gets them; with only such agents, the job says why.
+#[test]
+fn an_agent_with_less_time_left_than_the_chunks_time_limit_gets_none() {
+    use hetsched_proto as pb;
+    use hetsched_server::convert::Wire;
+    use hetsched_server::state::types::HeartbeatReport;
+    let d = std::env::temp_dir().join(format!("hetsched-divkind-left-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("dir");
+    let _scratch = Scratch(d.clone());
+    let mut s = open(&d);
+    let join = |s: &mut State, name: &str, left: Option<u64>| {
+        let id = s
+            .register(pb::RegisterRequest {
+                identity: name.into(),
+                name: name.into(),
+                cores: 2,
+                memory_bytes: 1 << 30,
+                ..Default::default()
+            })
+            .expect("register")
+            .node_id;
+        s.on_heartbeat(HeartbeatReport {
+            node_id: id,
+            identity: name.into(),
+            time_left: left.map(std::time::Duration::from_secs),
+            ..Default::default()
+        })
+        .expect("beat");
+    };
+    join(&mut s, "ending", Some(30));
+    let id = s
+        .on_submit(Submission {
+            origin: "rows.toml".into(),
+            text: format!("{JOB}time_limit = \"10m\"\n"),
+            workdir: "/".into(),
+            ..Default::default()
+        })
+        .expect("submitted")
+        .job_id;
+    assert!(
+        ask(&mut s, "ending").expect("asked").is_empty(),
+        "30 s left, 10 m asked"
+    );
+    let reason = s.get_job(id).expect("job").pending_reason;
+    assert!(
+        reason.starts_with(
+            "its chunks' time limit (10m) is longer than the time left on every agent that can \
+             take them (at most "
+        ) && reason.ends_with("s: their agents' `time_limit`)"),
+        "{reason}"
+    );
+    join(&mut s, "staying", None);
+    assert_eq!(ask(&mut s, "staying").expect("asked"), vec![(id, 0)]);
+    assert_eq!(s.get_job(id).expect("job").pending_reason, "");
+    assert!(
+        ask(&mut s, "ending").expect("asked").is_empty(),
+        "still too short"
     );
 }

@@ -518,6 +518,7 @@ impl DivAgent {
             room: self.holding.len() < 2,
             attributes: Vec::new(),
             drained: false,
+            time_left: None,
         });
         let reply = match reply {
             Ok(r) => r,
