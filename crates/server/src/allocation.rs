@@ -270,6 +270,13 @@ pub struct Allocation {
 }
 
 impl Allocation {
+    /// Whether its cores are still to come: waiting in the batch system's queue, or given
+    /// nodes whose agents have not registered yet (`live_agents` of them live now, `registered`:
+    /// any ever did). One whose agents registered and are gone (they left, or died) is ending.
+    fn counts_as_waiting(&self, live_agents: usize, registered: bool) -> bool {
+        self.waiting() || (live_agents == 0 && !registered)
+    }
+
     /// Waiting in the batch system's queue (not yet given nodes).
     fn waiting(&self) -> bool {
         matches!(
@@ -477,8 +484,9 @@ impl QueueRun {
                 let mut waiting = 0;
                 let mut smallest: Option<u32> = None;
                 for a in &allocations {
-                    let agents = s.live_nodes_ending(&format!("-{}", a.id));
-                    if a.waiting() || agents.is_empty() {
+                    let suffix = format!("-{}", a.id);
+                    let agents = s.live_nodes_ending(&suffix);
+                    if a.counts_as_waiting(agents.len(), s.has_node_ending(&suffix)) {
                         waiting += 1;
                     }
                     for (_, cores) in agents {
@@ -1047,6 +1055,21 @@ mod tests {
             to_submit(&q, d(u64::MAX, 0, 0, 0, Some(0))),
             4,
             "no overflow"
+        );
+    }
+
+    #[test]
+    fn an_allocation_waits_until_its_agents_register_and_ends_once_they_are_gone() {
+        let a = |state: &str| Allocation {
+            id: "7".into(),
+            state: state.into(),
+        };
+        assert!(a("PENDING").counts_as_waiting(0, false), "queued");
+        assert!(a("RUNNING").counts_as_waiting(0, false), "agents starting");
+        assert!(!a("RUNNING").counts_as_waiting(2, true), "agents running");
+        assert!(
+            !a("RUNNING").counts_as_waiting(0, true),
+            "agents gone, the batch system not done with it yet"
         );
     }
 

@@ -363,6 +363,13 @@ impl State {
         queues
     }
 
+    /// Whether any node (live, dead or left; not removed) has a name ending with `suffix`.
+    pub fn has_node_ending(&self, suffix: &str) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| !n.removed && n.spec.name.ends_with(suffix))
+    }
+
     /// The live nodes whose names end with `suffix`, with their cores (automatic allocation
     /// names its agents `HOST-JOBID`: an allocation whose agents have not registered yet is still
     /// starting).
