@@ -7,7 +7,8 @@
 #   2. six 2-second tasks and no agent: the server submits allocations (at most `max_allocations`),
 #      their agents (named HOST-JOBID) run every task, knowing the allocation's time left;
 #   3. idle for `idle_timeout`, the agents exit, Slurm ends the allocations, and `hetsched nodes`
-#      lists none of them (`--all`: `left (idle-timeout)`, not DEAD).
+#      lists none of them (`--all`: `left (idle-timeout)`, not DEAD);
+#   4. `--pause`: a task waits and says why, no allocation; `--resume`: one allocation runs it.
 # Needs root (the daemons) and Debian's packages (installed if missing). Not run by CI.
 #
 #   scripts/slurm-local.sh [HETSCHED_BINARY]      (default target/release/hetsched)
@@ -93,6 +94,7 @@ backlog = 2
 idle_timeout = "5s"
 refresh = "2s"
 args = ["--partition=debug"]
+attributes = ["local"]
 agent_args = ["--cores", "1"]
 [[allocation]]
 name = "wrong"
@@ -140,4 +142,19 @@ listed=$("$BIN" nodes --output json)
 [ "$listed" = "[]" ] || fail "hetsched nodes still lists $listed"
 "$BIN" nodes --all | grep -c "left (idle-timeout)" | sed 's/^/   nodes left (idle-timeout): /'
 "$BIN" nodes --all | grep -q DEAD && fail "a node is DEAD"
+
+echo "4. a paused queue submits nothing; resumed, one task brings one allocation"
+"$BIN" allocations --pause debug | sed 's/^/   /'
+# Only the debug queue's agents offer `local`: the wrong queue cannot serve it.
+"$BIN" submit --requires local -- sleep 1 >/dev/null
+sleep 6
+[ "$(grep -c "submitted an allocation" "$W/server.log")" = "$allocations" ] || fail "a paused queue submitted"
+reason=$("$BIN" job 2 | grep "pending because")
+echo "$reason" | sed 's/^ */   /'
+echo "$reason" | grep -q "queue \`debug\`, whose agents could, is paused" || fail "the job did not say the queue is paused"
+"$BIN" allocations --resume debug | sed 's/^/   /'
+"$BIN" wait 2 --timeout 120s | sed 's/^/   /'
+more=$(( $(grep -c "submitted an allocation" "$W/server.log") - allocations ))
+echo "   allocations submitted for it: $more"
+[ "$more" = 1 ] || fail "$more allocations for one task"
 echo "every check passed"

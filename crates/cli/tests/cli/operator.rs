@@ -1635,4 +1635,13 @@ fn failing_submissions_back_off_and_say_why() {
         metrics.contains("hetsched_allocation_queue_failing{queue=\"q\"} 1"),
         "{metrics}"
     );
+    // The job says so, and is blocked: an operator must look at the queue.
+    let job = c.json(&["job", "1"]);
+    assert_eq!(
+        job["pending_reason"],
+        "no live node can run `true`, and queue `q`, whose agents could, fails to get \
+         allocations (`hetsched allocations` says why)",
+        "{job}"
+    );
+    assert_eq!(c.json(&["jobs", "--state", "blocked"])[0]["id"], 1);
 }

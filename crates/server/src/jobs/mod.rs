@@ -211,6 +211,8 @@ pub struct Read<'a> {
     pub allocation: &'a [crate::allocation::QueueConfig],
     /// Those of them an operator paused.
     pub paused_queues: &'a std::collections::BTreeSet<String>,
+    /// Those whose last look at the batch system failed (a submission refused, say).
+    pub failing_queues: std::collections::BTreeSet<String>,
 }
 
 /// The work a heartbeat reply carries, kept under [`REPLY_BUDGET`].

@@ -1089,6 +1089,18 @@ impl State {
             capable: Default::default(),
             allocation: &self.config.allocation,
             paused_queues: &self.paused_queues,
+            failing_queues: self
+                .allocations
+                .as_ref()
+                .and_then(|s| {
+                    s.lock().ok().map(|s| {
+                        s.iter()
+                            .filter(|q| q.error.is_some())
+                            .map(|q| q.name.clone())
+                            .collect()
+                    })
+                })
+                .unwrap_or_default(),
         }
     }
 

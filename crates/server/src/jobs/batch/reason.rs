@@ -148,34 +148,42 @@ impl Batch {
                     );
                     return (why, true);
                 }
-                if let Some((q, paused)) = Self::allocating(rd, app) {
-                    if paused {
-                        let why = format!(
+                if let Some((q, state)) = Self::allocating(rd, app) {
+                    let why = match state {
+                        QueueState::Paused => format!(
                             "no live node can run `{name}`, and queue `{q}`, whose agents could, \
                              is paused (`hetsched allocations --resume {q}`)"
-                        );
-                        return (why, true);
-                    }
-                    let why = format!(
-                        "no live node can run `{name}` yet: waiting for an allocation of queue \
-                         `{q}` (`hetsched allocations`)"
-                    );
-                    return (why, false);
+                        ),
+                        QueueState::Failing => format!(
+                            "no live node can run `{name}`, and queue `{q}`, whose agents could, \
+                             fails to get allocations (`hetsched allocations` says why)"
+                        ),
+                        QueueState::Allocating => format!(
+                            "no live node can run `{name}` yet: waiting for an allocation of \
+                             queue `{q}` (`hetsched allocations`)"
+                        ),
+                    };
+                    return (why, state != QueueState::Allocating);
                 }
                 let why = format!("no live node can run `{name}` ({})", self.needs(rd, app));
                 return (why, true);
             }
             if let Some(why) = Self::out_of_time(rd, app, name, open) {
-                if let Some((q, paused)) = Self::allocating(rd, app) {
-                    if paused {
-                        let why = format!(
+                if let Some((q, state)) = Self::allocating(rd, app) {
+                    let why = match state {
+                        QueueState::Paused => format!(
                             "{why}; queue `{q}` could allocate, but is paused (`hetsched \
                              allocations --resume {q}`)"
-                        );
-                        return (why, true);
-                    }
-                    let why = format!("{why}; waiting for an allocation of queue `{q}`");
-                    return (why, false);
+                        ),
+                        QueueState::Failing => format!(
+                            "{why}; queue `{q}` could allocate, but fails to (`hetsched \
+                             allocations` says why)"
+                        ),
+                        QueueState::Allocating => {
+                            format!("{why}; waiting for an allocation of queue `{q}`")
+                        }
+                    };
+                    return (why, state != QueueState::Allocating);
                 }
                 return (why, true);
             }
@@ -197,15 +205,24 @@ impl Batch {
         )
     }
 
-    /// The first automatic allocation queue whose agents could run `app` (one that is not
-    /// paused, if any), and whether it is paused.
-    fn allocating<'r>(rd: &'r Read, app: AppId) -> Option<(&'r str, bool)> {
+    /// The first automatic allocation queue whose agents could run `app`, preferring one that
+    /// allocates to one whose batch system refuses (an operator must look) to a paused one.
+    fn allocating<'r>(rd: &'r Read, app: AppId) -> Option<(&'r str, QueueState)> {
         let a = &rd.view.apps().get(app.index())?.app;
         rd.allocation
             .iter()
             .filter(|q| crate::allocation::serves(q, a))
-            .map(|q| (q.name.as_str(), rd.paused_queues.contains(&q.name)))
-            .min_by_key(|&(_, paused)| paused)
+            .map(|q| {
+                let state = if rd.paused_queues.contains(&q.name) {
+                    QueueState::Paused
+                } else if rd.failing_queues.contains(&q.name) {
+                    QueueState::Failing
+                } else {
+                    QueueState::Allocating
+                };
+                (q.name.as_str(), state)
+            })
+            .min_by_key(|&(_, state)| state)
     }
 
     /// Why `app` waits when its time limit is longer than the time left on every one of `open`
@@ -259,4 +276,15 @@ impl Batch {
         }
         parts.join("; ")
     }
+}
+
+/// What an automatic allocation queue does for work it could serve, best first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum QueueState {
+    /// It submits allocations as work waits.
+    Allocating,
+    /// Its last look at the batch system failed (a submission refused, say).
+    Failing,
+    /// An operator paused it.
+    Paused,
 }
