@@ -26,6 +26,7 @@
 //! `DATA_DIR/allocations/QUEUE/`.
 
 use crate::state::State;
+use hetsched_core::model::Resources;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -221,12 +222,20 @@ impl QueueConfig {
 /// among the queue's `attributes`, it has a CPU variant or the queue offers `gpu`, and its time
 /// limit (the shortest among its variants; none: any) fits in the queue's allocations.
 pub fn serves(q: &QueueConfig, app: &hetsched_core::model::Application) -> bool {
-    cores_per_task(q, app).is_some()
+    cores_per_task(q, app, None).is_some()
 }
 
 /// The cores one task of `app` asks of the queue's agents (the fewest among the variants they
-/// could run, at least one); `None` when they could run none ([`serves`]).
-pub fn cores_per_task(q: &QueueConfig, app: &hetsched_core::model::Application) -> Option<u64> {
+/// could run, at least one); `None` when they could run none ([`serves`]). With `node`, what
+/// the queue's agents turned out to have ([`QueueStatus::agent_capacity`]), a variant that does
+/// not fit on one is not counted, and one that asks for a larger share of a node's memory than
+/// of its cores counts as that share of its cores (a task that takes half the memory of a
+/// 16-core node holds 8 cores' worth of it).
+pub fn cores_per_task(
+    q: &QueueConfig,
+    app: &hetsched_core::model::Application,
+    node: Option<Resources>,
+) -> Option<u64> {
     use hetsched_core::model::Variant;
     let gpu = hetsched_core::model::cluster::GPU_ATTRIBUTE;
     let with_gpus = q.attributes.iter().any(|a| a == gpu);
@@ -238,7 +247,14 @@ pub fn cores_per_task(q: &QueueConfig, app: &hetsched_core::model::Application) 
         .filter(|&v| v == Variant::Cpu || with_gpus)
         .filter_map(|v| Some((app.request(v)?, app.time_limit(v).unwrap_or(0))))
         .filter(|&(_, limit)| limit <= q.time_limit.0)
-        .map(|(r, _)| u64::from(r.cores.max(1)))
+        .filter(|(r, _)| node.is_none_or(|n| n.fits(r)))
+        .map(|(r, _)| {
+            let memory_share = node.filter(|n| n.memory_bytes > 0).map_or(0, |n| {
+                (u128::from(r.memory_bytes) * u128::from(n.cores))
+                    .div_ceil(u128::from(n.memory_bytes)) as u64
+            });
+            u64::from(r.cores.max(1)).max(memory_share)
+        })
         .min()
 }
 
@@ -308,6 +324,10 @@ pub struct QueueStatus {
     pub error: Option<String>,
     /// Paused by an operator ([`State::pause_allocations`]; filled in by [`State::allocations`]).
     pub paused: bool,
+    /// What one of its agents has (cores, memory, devices; the smallest of each among the
+    /// agents of its allocations when last seen); `None` until one has registered. Work that
+    /// does not fit is not work for this queue.
+    pub agent_capacity: Option<Resources>,
 }
 
 /// Every queue's status, shared with the service that lists it.
@@ -363,6 +383,7 @@ pub fn spawn(queues: &[QueueConfig], cx: Context) -> Result<Statuses, String> {
                 submitted: 0,
                 error: None,
                 paused: false,
+                agent_capacity: None,
             })
             .collect();
     }
@@ -374,7 +395,7 @@ pub fn spawn(queues: &[QueueConfig], cx: Context) -> Result<Statuses, String> {
             failures: 0,
             last_failure: None,
             hold_until: None,
-            node_cores: None,
+            node: None,
         };
         let (cx, statuses) = (cx.clone(), statuses.clone());
         tokio::spawn(async move {
@@ -425,9 +446,9 @@ struct QueueRun {
     failures: u32,
     last_failure: Option<String>,
     hold_until: Option<std::time::Instant>,
-    /// The cores of this queue's agents, as the last look that saw any found them (the
-    /// smallest); `None` until then ([`to_submit`]).
-    node_cores: Option<u32>,
+    /// What this queue's agents have, as the last look that saw any found them (the smallest
+    /// of each); `None` until then ([`to_submit`], [`State::allocation_demand`]).
+    node: Option<Resources>,
 }
 
 /// What one look at a queue found ([`to_submit`]).
@@ -478,24 +499,30 @@ impl QueueRun {
         let total = allocations.len() as u32;
         let (wanted_cores, free_cores, waiting, paused) = match cx.state.lock() {
             Ok(s) => {
-                let (wanted, free) = s.allocation_demand(&self.queue.config);
                 // Waiting: queued in the batch system, or given nodes whose agents have not
                 // registered yet (their cores come soon: not a reason for another allocation).
                 let mut waiting = 0;
-                let mut smallest: Option<u32> = None;
+                let mut smallest: Option<Resources> = None;
                 for a in &allocations {
                     let suffix = format!("-{}", a.id);
                     let agents = s.live_nodes_ending(&suffix);
                     if a.counts_as_waiting(agents.len(), s.has_node_ending(&suffix)) {
                         waiting += 1;
                     }
-                    for (_, cores) in agents {
-                        smallest = Some(smallest.map_or(cores, |c| c.min(cores)));
+                    for (_, has) in agents {
+                        smallest = Some(smallest.map_or(has, |r| {
+                            Resources::new(
+                                r.cores.min(has.cores),
+                                r.memory_bytes.min(has.memory_bytes),
+                                r.gpus.min(has.gpus),
+                            )
+                        }));
                     }
                 }
                 if smallest.is_some() {
-                    self.node_cores = smallest;
+                    self.node = smallest;
                 }
+                let (wanted, free) = s.allocation_demand(&self.queue.config, self.node);
                 (
                     wanted,
                     free,
@@ -517,14 +544,14 @@ impl QueueRun {
                 free_cores,
                 waiting,
                 total,
-                node_cores: self.node_cores,
+                node_cores: self.node.map(|n| n.cores),
             },
         );
         if room > 0 && !held && !paused {
             for _ in 0..room {
                 match self.queue.submit().await {
                     Ok(id) => {
-                        info!(queue = %self.queue.config.name, allocation = %id, wanted_cores, free_cores, waiting, node_cores = ?self.node_cores, "automatic allocation: submitted an allocation ({} node(s), {})", self.queue.config.nodes, humantime::format_duration(Duration::from_nanos(self.queue.config.time_limit.0)));
+                        info!(queue = %self.queue.config.name, allocation = %id, wanted_cores, free_cores, waiting, node = ?self.node, "automatic allocation: submitted an allocation ({} node(s), {})", self.queue.config.nodes, humantime::format_duration(Duration::from_nanos(self.queue.config.time_limit.0)));
                         allocations.push(Allocation {
                             id,
                             state: "PENDING".into(),
@@ -558,6 +585,11 @@ impl QueueRun {
         // A submission failure is shown until a submission succeeds.
         let error = self.last_failure.clone();
         self.record(statuses, Some(allocations), error, submitted);
+        if let Ok(mut s) = statuses.lock()
+            && let Some(st) = s.get_mut(self.index)
+        {
+            st.agent_capacity = self.node;
+        }
     }
 
     fn record(

@@ -714,6 +714,8 @@ impl Wire for State {
                     backlog: q.queue.config.backlog,
                     attributes: q.queue.config.attributes.clone(),
                     paused: q.paused,
+                    agent_cores: q.agent_capacity.map_or(0, |r| r.cores),
+                    agent_memory_bytes: q.agent_capacity.map_or(0, |r| r.memory_bytes),
                     name: q.name,
                     submitted: q.submitted,
                     error: q.error.unwrap_or_default(),

@@ -893,6 +893,14 @@ pub async fn allocations(args: &ClientArgs) -> anyhow::Result<()> {
                 String::new()
             } else {
                 format!(", agents offer {}", q.attributes.join(","))
+            } + &if q.agent_cores == 0 {
+                String::new()
+            } else {
+                format!(
+                    ", agents of {} cores and {}",
+                    q.agent_cores,
+                    super::human::memory(q.agent_memory_bytes)
+                )
             },
             q.submitted
         );

@@ -1302,8 +1302,8 @@ fn the_server_allocates_agents_from_pbs_one_per_node_of_each_allocation() {
 
 /// A queue submits as many allocations as the waiting work needs, not its whole backlog: one
 /// for a single task (one core per node assumed before any agent registered), then, knowing its
-/// agents have two cores, two for four more cores than are free. `hetsched allocations` names
-/// each allocation's agents.
+/// agents have two cores, two for four more cores than are free, and none for tasks larger than
+/// its agents. `hetsched allocations` names each allocation's agents and what they have.
 #[test]
 fn a_queue_submits_only_the_allocations_the_waiting_cores_need() {
     let dir = support::temp_dir("alloc-size-bin");
@@ -1354,6 +1354,19 @@ fn a_queue_submits_only_the_allocations_the_waiting_cores_need() {
     );
     let table = c.ok(&["allocations"]);
     assert!(table.contains("agents"), "{table}");
+    assert!(table.contains(", agents of 2 cores and "), "{table}");
+    // Tasks of 4 cores: the queue's agents have 2, so allocating more of them would not help
+    // (they would idle out and be allocated again, without end): none is submitted, and the
+    // job says no node can run it.
+    c.ok(&["submit", "--cores", "4", "--tasks", "2", "--", "true"]);
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(count(), 3, "no allocation for work its agents cannot run");
+    let job = c.json(&["job", "3"]);
+    let reason = job["pending_reason"].as_str().unwrap_or("");
+    assert!(
+        reason.starts_with("no live node can run") && !reason.contains("allocation"),
+        "{job}"
+    );
 }
 
 /// `hetsched allocations --check` asks the batch system whether it would take each queue's

@@ -213,6 +213,9 @@ pub struct Read<'a> {
     pub paused_queues: &'a std::collections::BTreeSet<String>,
     /// Those whose last look at the batch system failed (a submission refused, say).
     pub failing_queues: std::collections::BTreeSet<String>,
+    /// What the agents of each queue have, once one has registered: work that does not fit is
+    /// not work for the queue.
+    pub queue_capacity: std::collections::BTreeMap<String, hetsched_core::model::Resources>,
 }
 
 /// The work a heartbeat reply carries, kept under [`REPLY_BUDGET`].

@@ -370,30 +370,35 @@ impl State {
             .any(|n| !n.removed && n.spec.name.ends_with(suffix))
     }
 
-    /// The live nodes whose names end with `suffix`, with their cores (automatic allocation
+    /// The live nodes whose names end with `suffix`, with their capacity (automatic allocation
     /// names its agents `HOST-JOBID`: an allocation whose agents have not registered yet is still
     /// starting).
-    pub fn live_nodes_ending(&self, suffix: &str) -> Vec<(&str, u32)> {
+    pub fn live_nodes_ending(&self, suffix: &str) -> Vec<(&str, hetsched_core::model::Resources)> {
         self.nodes
             .iter()
             .filter(|n| n.alive && !n.removed && n.spec.name.ends_with(suffix))
-            .map(|n| (n.spec.name.as_str(), n.spec.cores))
+            .map(|n| (n.spec.name.as_str(), n.spec.capacity()))
             .collect()
     }
 
     /// What automatic allocation ([`crate::allocation`]) asks for `queue`: the cores that batch
     /// tasks ready to dispatch (pending, neither held nor waiting for other jobs: those are kept
     /// out of the scheduler's queues) ask for, counting tasks its agents could run
-    /// ([`crate::allocation::cores_per_task`]), and the free cores of the live nodes that take
-    /// work and offer the queue's attributes.
-    pub fn allocation_demand(&self, queue: &crate::allocation::QueueConfig) -> (u64, u64) {
+    /// ([`crate::allocation::cores_per_task`]; with `node`, what its agents have, only tasks
+    /// that fit on one), and the free cores of the live nodes that take work and offer the
+    /// queue's attributes.
+    pub fn allocation_demand(
+        &self,
+        queue: &crate::allocation::QueueConfig,
+        node: Option<hetsched_core::model::Resources>,
+    ) -> (u64, u64) {
         let attributes = &queue.attributes;
         let ready = self
             .view
             .apps()
             .iter()
             .filter_map(|a| {
-                let cores = crate::allocation::cores_per_task(queue, &a.app)?;
+                let cores = crate::allocation::cores_per_task(queue, &a.app, node)?;
                 Some(cores.saturating_mul(a.pending.len() as u64))
             })
             .fold(0u64, u64::saturating_add);
@@ -1082,6 +1087,24 @@ impl State {
     }
 
     fn read(&self) -> Read<'_> {
+        // What the queues' loops last found: which fail, and what their agents have.
+        let (failing_queues, queue_capacity) = self
+            .allocations
+            .as_ref()
+            .and_then(|s| {
+                s.lock().ok().map(|s| {
+                    (
+                        s.iter()
+                            .filter(|q| q.error.is_some())
+                            .map(|q| q.name.clone())
+                            .collect(),
+                        s.iter()
+                            .filter_map(|q| Some((q.name.clone(), q.agent_capacity?)))
+                            .collect(),
+                    )
+                })
+            })
+            .unwrap_or_default();
         Read {
             view: &self.view,
             nodes: &self.nodes,
@@ -1089,18 +1112,8 @@ impl State {
             capable: Default::default(),
             allocation: &self.config.allocation,
             paused_queues: &self.paused_queues,
-            failing_queues: self
-                .allocations
-                .as_ref()
-                .and_then(|s| {
-                    s.lock().ok().map(|s| {
-                        s.iter()
-                            .filter(|q| q.error.is_some())
-                            .map(|q| q.name.clone())
-                            .collect()
-                    })
-                })
-                .unwrap_or_default(),
+            failing_queues,
+            queue_capacity,
         }
     }
 

@@ -187,7 +187,7 @@ fn work_an_allocation_queue_could_run_waits_for_it_instead_of_being_refused_or_b
     assert!(s.pause_allocations("thin", true).is_err(), "no such queue");
     s.pause_allocations("fat", false).expect("resume");
     assert!(!blocked(&s, job));
-    assert_eq!(s.allocation_demand(&config.allocation[0]), (4, 0));
+    assert_eq!(s.allocation_demand(&config.allocation[0], None), (4, 0));
     // The demand counts cores: two more tasks of three cores each ask for six.
     s.on_submit(Submission {
         origin: "wide.toml".into(),
@@ -198,7 +198,29 @@ fn work_an_allocation_queue_could_run_waits_for_it_instead_of_being_refused_or_b
         ..Default::default()
     })
     .expect("a queue serves it");
-    assert_eq!(s.allocation_demand(&config.allocation[0]), (10, 0));
+    assert_eq!(s.allocation_demand(&config.allocation[0], None), (10, 0));
+    // Two tasks of one core and 3 GiB.
+    s.on_submit(Submission {
+        origin: "fat.toml".into(),
+        text: "[[application]]\nname = \"fat\"\ntasks = 2\nrequires = [\"bigmem\"]\n\
+               [application.cpu]\ncommand = \"true\"\nmemory = \"3GiB\"\n"
+            .into(),
+        workdir: "/".into(),
+        ..Default::default()
+    })
+    .expect("a queue serves it");
+    assert_eq!(s.allocation_demand(&config.allocation[0], None), (12, 0));
+    // Once the queue's agents are known to have 2 cores and 4 GiB, the 3-core tasks are not
+    // work for it (none of its agents could run one), and a 3 GiB task holds 3/4 of a node's
+    // memory: 2 of its cores.
+    use hetsched_core::model::Resources;
+    const GIB: u64 = 1 << 30;
+    let demand = |m| s.allocation_demand(&config.allocation[0], Some(Resources::new(2, m, 0)));
+    assert_eq!(demand(4 * GIB), (4 + 2 * 2, 0));
+    // 2 GiB agents: the 3 GiB tasks do not fit either.
+    assert_eq!(demand(2 * GIB), (4, 0));
+    // 64 GiB agents: each counts its one core.
+    assert_eq!(demand(64 * GIB), (4 + 2, 0));
     let refused = s.on_submit(Submission {
         origin: "job.toml".into(),
         text: "[[application]]\nname = \"x\"\ntasks = 1\nrequires = [\"ssd\"]\n\

@@ -205,13 +205,17 @@ impl Batch {
         )
     }
 
-    /// The first automatic allocation queue whose agents could run `app`, preferring one that
+    /// The first automatic allocation queue whose agents could run `app` (what they have, once
+    /// one registered: [`crate::allocation::QueueStatus::agent_capacity`]), preferring one that
     /// allocates to one whose batch system refuses (an operator must look) to a paused one.
     fn allocating<'r>(rd: &'r Read, app: AppId) -> Option<(&'r str, QueueState)> {
         let a = &rd.view.apps().get(app.index())?.app;
         rd.allocation
             .iter()
-            .filter(|q| crate::allocation::serves(q, a))
+            .filter(|q| {
+                let node = rd.queue_capacity.get(&q.name).copied();
+                crate::allocation::cores_per_task(q, a, node).is_some()
+            })
             .map(|q| {
                 let state = if rd.paused_queues.contains(&q.name) {
                     QueueState::Paused
