@@ -897,8 +897,9 @@ pub async fn allocations(args: &ClientArgs) -> anyhow::Result<()> {
                 String::new()
             } else {
                 format!(
-                    ", agents of {} cores and {}",
+                    ", agents of {} core{} and {}",
                     q.agent_cores,
+                    if q.agent_cores == 1 { "" } else { "s" },
                     super::human::memory(q.agent_memory_bytes)
                 )
             },
