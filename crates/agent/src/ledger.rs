@@ -247,6 +247,66 @@ fn kill_group(pid: u32) -> bool {
     crate::launch::signal_group(pid, nix::sys::signal::Signal::SIGKILL)
 }
 
+/// The record at `path` (empty if there is none). O_NOFOLLOW: a symlink planted as the record is
+/// an error, never followed (the agent would truncate its target, or kill the process groups it
+/// lists).
+fn read_record(path: &Path) -> std::io::Result<String> {
+    match open_no_follow(path, false) {
+        Ok(mut f) => {
+            let mut t = String::new();
+            std::io::Read::read_to_string(&mut f, &mut t)?;
+            Ok(t)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// SIGKILLs the process group of every recorded entry whose process is still the one recorded
+/// (see the module docs).
+fn kill_recorded(live: HashMap<(u64, u32), Entry>) -> Recovered {
+    let mut found = Recovered::default();
+    let mut entries: Vec<Entry> = live.into_values().collect();
+    entries.sort_unstable_by_key(|e| (e.task, e.attempt));
+    for e in entries {
+        match proc_start_time(e.pid) {
+            Some(t) if t != e.start_time || e.start_time == 0 => {
+                warn!(
+                    task = e.task,
+                    pid = e.pid,
+                    "recorded task's pid now belongs to another process; left alone"
+                );
+                found.recycled.push(e);
+            }
+            // A killed leader waiting to be reaped (by init, once its agent is gone): its
+            // group may still hold children, so it is signalled, but nothing ran on.
+            Some(_) if is_zombie(e.pid) => {
+                kill_group(e.pid);
+            }
+            _ => {
+                if kill_group(e.pid) {
+                    info!(
+                        task = e.task,
+                        attempt = e.attempt,
+                        pid = e.pid,
+                        "killed a task left running by a previous agent"
+                    );
+                    found.killed.push(e);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Kills what the record named `name` in `work_dir` lists as running, and leaves the record as
+/// it is (its unacknowledged results are for the next agent): the agent's guard calls this once
+/// the agent is gone ([`crate::guard`]). Returns the entries killed.
+pub fn kill_left_running(work_dir: &Path, name: &str) -> std::io::Result<Vec<Entry>> {
+    let text = read_record(&work_dir.join(name))?;
+    Ok(kill_recorded(parse_all(&text).0).killed)
+}
+
 impl Ledger {
     /// Reads the record in `work_dir`, kills every recorded task that is still running (see the
     /// module docs), and starts an empty record.
@@ -257,44 +317,9 @@ impl Ledger {
     /// As [`Ledger::recover`], for the record named `name` in `work_dir`.
     pub fn recover_file(work_dir: &Path, name: &str) -> std::io::Result<(Self, Recovered)> {
         let path = work_dir.join(name);
-        // O_NOFOLLOW everywhere: a symlink planted as the ledger is an error, never followed
-        // (the agent would truncate its target, or kill the process groups it lists).
-        let text = match open_no_follow(&path, false) {
-            Ok(mut f) => {
-                let mut t = String::new();
-                std::io::Read::read_to_string(&mut f, &mut t)?;
-                t
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(e) => return Err(e),
-        };
-        let mut found = Recovered::default();
+        let text = read_record(&path)?;
         let (live, unacked) = parse_all(&text);
-        let mut entries: Vec<Entry> = live.into_values().collect();
-        entries.sort_unstable_by_key(|e| (e.task, e.attempt));
-        for e in entries {
-            match proc_start_time(e.pid) {
-                Some(t) if t != e.start_time || e.start_time == 0 => {
-                    warn!(
-                        task = e.task,
-                        pid = e.pid,
-                        "recorded task's pid now belongs to another process; left alone"
-                    );
-                    found.recycled.push(e);
-                }
-                _ => {
-                    if kill_group(e.pid) {
-                        info!(
-                            task = e.task,
-                            attempt = e.attempt,
-                            pid = e.pid,
-                            "killed a task left running by a previous agent"
-                        );
-                        found.killed.push(e);
-                    }
-                }
-            }
-        }
+        let mut found = kill_recorded(live);
         let file = open_no_follow(&path, true)?;
         let mut ledger = Self {
             path,

@@ -15,6 +15,8 @@
 //! - [`launch`]: one task as a child process;
 //! - [`ledger`]: the durable record of running tasks, from which a restarted agent kills what its
 //!   SIGKILLed predecessor left running (before it registers);
+//! - [`guard`]: the process that kills what the agent leaves running when it dies, even if it is
+//!   never restarted, and the work directory's lock (one agent per directory);
 //! - [`workdir`]: the private work directory (0700, no symlink, ours) and the agent's identity;
 //! - [`logs`]: the log listener that serves task outputs to the server (`hetsched log`);
 //! - [`shutdown`]: graceful shutdown on SIGTERM/SIGINT (stop taking work, kill or drain, report).
@@ -26,6 +28,7 @@ pub mod cpus;
 pub mod dataflow;
 pub mod detect;
 pub mod divisible;
+pub mod guard;
 pub mod launch;
 pub mod ledger;
 pub mod logs;
@@ -141,9 +144,10 @@ pub struct AgentOptions {
     pub advertise: Option<String>,
     /// Workflow settings: attributes, TLS between agents (issue 13).
     pub data: dataflow::DataOptions,
-    /// The `hetsched` binary, whose hidden `pin-exec` binds a pinned task to its CPUs
-    /// ([`cpus`]); None: pinned tasks run unbound, as any task.
-    pub pin_exec: Option<PathBuf>,
+    /// The `hetsched` binary: its hidden `pin-exec` binds a pinned task to its CPUs ([`cpus`]),
+    /// and its hidden `agent-guard` kills the tasks this agent leaves running if it dies
+    /// ([`guard`]). None: pinned tasks run unbound, as any task, and nothing guards the agent.
+    pub exe: Option<PathBuf>,
     /// How long the agent runs (`--time-limit`: the batch allocation it runs in, e.g.); None:
     /// until a signal. Its heartbeats say how long tasks may still run here, so the server
     /// sends no task whose time limit is longer; `kill_grace` before the end it stops what still
@@ -258,6 +262,11 @@ pub async fn run(
     let notify = Arc::new(Notify::new());
     workdir::prepare(&opts.work_dir)
         .map_err(|e| AgentError::Config(format!("work directory: {e}")))?;
+    // One agent per work directory, held for the agent's whole life (before the ledger is read:
+    // see `guard`).
+    let _work_dir_lock = guard::lock_for_agent(&opts.work_dir, guard::AGENT_LOCK_WAIT)
+        .await
+        .map_err(AgentError::Config)?;
     let identity = workdir::identity(&opts.work_dir)
         .map_err(|e| AgentError::Config(format!("agent identity: {e}")))?;
     // The node id while registered: the wake-up waiter asks for this node's work.
@@ -297,6 +306,20 @@ pub async fn run(
             "killed tasks left running by a previous agent in this work directory"
         );
     }
+    // Kills what this agent leaves running if it dies without stopping its tasks.
+    let _guard = opts
+        .exe
+        .as_deref()
+        .and_then(|exe| match guard::Guard::start(exe, &opts.work_dir) {
+            Ok(g) => Some(g),
+            Err(e) => {
+                warn!(
+                    exe = %exe.display(),
+                    "the agent's guard did not start ({e}): if this agent dies, its tasks run on"
+                );
+                None
+            }
+        });
     tokio::pin!(shutdown);
     // A TLS server without an operator's agent CA certifies this agent's listeners: they then
     // speak TLS too, and the peers' certificates are checked against the server's agent CA.
@@ -952,7 +975,7 @@ impl Launcher<'_> {
         // A pinned task run here gets CPUs of its own while enough are free (a task that starts
         // beyond the node's CPUs, or holds no cores, runs unbound); an offloaded one is its
         // ANode's to place.
-        let held = match (&self.opts.pin_exec, &route) {
+        let held = match (&self.opts.exe, &route) {
             (Some(exe), accel::Route::Direct | accel::Route::Local(_)) if spec.pin => {
                 sh.cpus.take(a.cores).map(|cpus| (exe, cpus))
             }

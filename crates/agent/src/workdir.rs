@@ -69,6 +69,55 @@ pub fn prepare(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The lock's file name in the work directory ([`try_lock`]).
+pub const LOCK: &str = "agent.lock";
+
+/// The work directory, held by this process: one agent (or the guard of one that died) at a
+/// time. Released when dropped, and by the kernel when the process ends however it ends.
+#[derive(Debug)]
+pub struct DirLock {
+    _lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+/// Takes the work directory's lock (`WORK_DIR/agent.lock`, an exclusive `flock`, mode 0600),
+/// writing this process's pid into it; `None` while another process holds it. Two agents in one
+/// work directory would each kill what the other's ledger lists, so an agent holds it for its
+/// whole life.
+pub fn try_lock(dir: &Path) -> std::io::Result<Option<DirLock>> {
+    use nix::fcntl::{Flock, FlockArg};
+    let path = dir.join(LOCK);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(no_follow())
+        .open(&path)?;
+    let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(l) => l,
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => return Ok(None),
+        Err((_, e)) => return Err(std::io::Error::from(e)),
+    };
+    lock.set_len(0)?;
+    writeln!(*lock, "{}", std::process::id())?;
+    Ok(Some(DirLock { _lock: lock }))
+}
+
+/// The pid written into the work directory's lock by the process that holds it (or held it
+/// last), if it can be read.
+pub fn lock_holder(dir: &Path) -> Option<u32> {
+    let mut text = String::new();
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(no_follow())
+        .open(dir.join(LOCK))
+        .ok()?
+        .read_to_string(&mut text)
+        .ok()?;
+    text.trim().parse().ok()
+}
+
 /// This process's effective user id.
 pub fn euid() -> u32 {
     nix::unistd::geteuid().as_raw()

@@ -54,11 +54,40 @@ enum Command {
         #[arg(last = true, required = true, value_parser = clap::value_parser!(std::ffi::OsString))]
         command: Vec<std::ffi::OsString>,
     },
+    /// Wait for the agent whose pipe is this process's standard input to end, then kill the
+    /// tasks it left running (started by agents: `hetsched_agent::guard`).
+    #[command(hide = true, name = "agent-guard")]
+    AgentGuard {
+        /// The agent's work directory.
+        #[arg(long)]
+        work_dir: std::path::PathBuf,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell to complete for.
         shell: clap_complete::Shell,
     },
+}
+
+/// `hetsched agent-guard`: its one line goes to the agent's standard error, which it shares.
+fn agent_guard(work_dir: &std::path::Path) -> std::process::ExitCode {
+    use hetsched_agent::guard::{LOCK_WAIT, Outcome, run};
+    match run(std::io::stdin().lock(), work_dir, LOCK_WAIT) {
+        Ok(Outcome::Killed(0)) => std::process::ExitCode::SUCCESS,
+        Ok(Outcome::Killed(n)) => {
+            eprintln!(
+                "hetsched agent-guard: the agent of {} ended with {n} task process group(s) \
+                 running: killed them",
+                work_dir.display()
+            );
+            std::process::ExitCode::SUCCESS
+        }
+        Ok(Outcome::TakenOver) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hetsched agent-guard: {}: {e}", work_dir.display());
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 fn main() -> std::process::ExitCode {
@@ -68,6 +97,9 @@ fn main() -> std::process::ExitCode {
         let e = hetsched_agent::cpus::pin_exec(cpus, command);
         eprintln!("hetsched pin-exec: {e}");
         return std::process::ExitCode::from(e.exit_code() as u8);
+    }
+    if let Command::AgentGuard { work_dir } = &cli.command {
+        return agent_guard(work_dir);
     }
     if !matches!(&cli.command, Command::Runtime(c) if c.long_running()) {
         runtime::human::quiet_broken_pipe();
@@ -79,7 +111,7 @@ fn main() -> std::process::ExitCode {
         Command::Runtime(cmd) => runtime::run(*cmd),
         Command::Topology(cmd) => topology::run(cmd),
         Command::StreamWorker(args) => topology::run_worker(args),
-        Command::PinExec { .. } => Ok(()),
+        Command::PinExec { .. } | Command::AgentGuard { .. } => Ok(()),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

@@ -129,7 +129,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             disk_read_bw: 200e6,
             work_dir: dir.join(name),
             no_exec: false,
-            pin_exec: std::env::current_exe().ok(),
+            exe: std::env::current_exe().ok(),
             time_limit: None,
             idle_timeout: None,
             log_listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),

@@ -356,7 +356,7 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
         work_dir,
         name,
         no_exec: a.no_exec,
-        pin_exec: std::env::current_exe().ok(),
+        exe: std::env::current_exe().ok(),
         log_listen: match a.log_listen.as_deref() {
             Some("none") => None,
             None => Some(

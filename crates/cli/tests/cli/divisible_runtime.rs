@@ -534,6 +534,8 @@ fn a_restarted_agent_kills_the_chunk_its_killed_predecessor_left_running() {
                 .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
         })
     };
+    // Without its guard, which would kill it at once (the guard's unit test covers chunks).
+    c.kill_guard("a");
     c.kill_agent("a");
     assert!(alive(pid), "the chunk outlives its agent");
     c.start_agent("a", 2, &[]);

@@ -358,6 +358,90 @@ fn work_and_cancels_reach_an_idle_agent_at_once_not_at_its_next_heartbeat() {
 }
 
 #[test]
+fn a_sigkilled_agents_guard_kills_the_tasks_it_left_running_without_a_restart() {
+    let mut c = Cluster::start("agent-guard", false);
+    c.start_agent("n", 2, &[]);
+    c.wait_for_nodes(1);
+    let log = c.dir.join("events.log");
+    // Each task logs its shell's pid and that of a child it sleeps in (one process group).
+    let job = c.write(
+        "job.toml",
+        &format!(
+            "[[application]]\nname = \"sleepy\"\ntasks = 2\n[application.cpu]\n\
+             command = \"echo start {{index}} $$ >> {log}; sleep 60 & echo child {{index}} $! >> {log}; wait\"\n",
+            log = log.display()
+        ),
+    );
+    let out = c.cli(&["submit", job.to_str().expect("path")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pids = || -> Vec<u32> {
+        lines(&log)
+            .iter()
+            .filter_map(|l| l.split_whitespace().nth(2)?.parse().ok())
+            .collect()
+    };
+    wait_until("two tasks and their sleeps", Duration::from_secs(20), || {
+        pids().len() == 4
+    });
+    let tasks = pids();
+    assert_eq!(c.guards("n").len(), 1, "the agent runs one guard");
+    c.kill_agent("n");
+    wait_until(
+        "the guard to kill the tasks the SIGKILLed agent left, children included",
+        Duration::from_secs(5),
+        || tasks.iter().all(|&p| process_gone(p)),
+    );
+    wait_until("the guard to exit", Duration::from_secs(5), || {
+        c.guards("n").is_empty()
+    });
+    assert!(
+        c.agent_log("n")
+            .contains("ended with 2 task process group(s) running: killed them"),
+        "{}",
+        c.agent_log("n")
+    );
+    // An agent restarted in the directory finds nothing left to kill, and has a guard of its own.
+    c.start_agent("n", 2, &[]);
+    wait_until("a guard for the new agent", Duration::from_secs(10), || {
+        c.guards("n").len() == 1
+    });
+    assert!(
+        !c.agent_log("n").contains("killed tasks left running"),
+        "{}",
+        c.agent_log("n")
+    );
+}
+
+#[test]
+fn a_second_agent_in_one_work_directory_is_refused() {
+    let mut c = Cluster::start("agent-dir-lock", false);
+    c.start_agent("n", 1, &[]);
+    c.wait_for_nodes(1);
+    let out = Command::new(BIN)
+        .args(["agent", "--server", &c.url(), "--name", "other", "--cores", "1"])
+        .arg("--token-file")
+        .arg(c.data().join("agent-token"))
+        .arg("--work-dir")
+        .arg(c.dir.join("agent-n"))
+        .output()
+        .expect("run a second agent");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("another agent (pid ")
+            && stderr.contains("uses this work directory")
+            && stderr.contains("agent-n"),
+        "{stderr}"
+    );
+    // The first agent is untouched.
+    assert_eq!(c.json(&["nodes"]).as_array().map(Vec::len), Some(1));
+}
+
+#[test]
 fn a_restarted_agent_kills_the_tasks_its_sigkilled_predecessor_left_running() {
     let mut c = Cluster::start("agent-restart", false);
     c.start_agent("n", 3, &[]);
@@ -399,6 +483,9 @@ fn a_restarted_agent_kills_the_tasks_its_sigkilled_predecessor_left_running() {
         || pids().len() == 6,
     );
     let old = pids();
+    // Without its guard (which would kill them at once: the next test), the orphans outlive
+    // the SIGKILLed agent.
+    c.kill_guard("n");
     c.kill_agent("n");
     assert!(
         old.iter().all(|&p| !process_gone(p)),

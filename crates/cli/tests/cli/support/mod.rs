@@ -356,6 +356,49 @@ impl Cluster {
         }
     }
 
+    /// The live processes of agent `name`'s guard (`hetsched agent-guard --work-dir DIR`).
+    pub fn guards(&self, name: &str) -> Vec<u32> {
+        let dir = self.dir.join(format!("agent-{name}"));
+        let dir = dir.to_str().expect("path");
+        let mut pids = Vec::new();
+        for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
+                continue;
+            };
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                continue;
+            };
+            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let zombie = state
+                .rfind(')')
+                .and_then(|i| state[i + 1..].split_whitespace().next())
+                .is_some_and(|s| s == "Z" || s == "X");
+            if !zombie
+                && args.contains(&b"agent-guard".as_slice())
+                && args.contains(&dir.as_bytes())
+            {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+
+    /// SIGKILLs agent `name`'s guard, so that the agent's death leaves its tasks running (for a
+    /// restarted agent to kill).
+    pub fn kill_guard(&self, name: &str) {
+        let pids = self.guards(name);
+        assert_eq!(pids.len(), 1, "agent {name} has one guard: {pids:?}");
+        let status = Command::new("kill")
+            .args(["-KILL", &pids[0].to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+        wait_until("the guard to die", Duration::from_secs(5), || {
+            self.guards(name).is_empty()
+        });
+    }
+
     /// How many of job `job`'s tasks have succeeded (0 while the job is unknown).
     pub fn succeeded(&self, job: u64) -> u64 {
         self.json(&["job", &job.to_string()])["counts"]["succeeded"]
