@@ -72,7 +72,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-pgrep -x munged >/dev/null || { mkdir -p /run/munge && chown munge:munge /run/munge && runuser -u munge -- /usr/sbin/munged; }
+# A munged that ran as root before leaves its socket, lock and log owned by root: munge's own
+# munged then refuses to start.
+pgrep -x munged >/dev/null || {
+  mkdir -p /run/munge /var/log/munge && rm -f /run/munge/munge.socket.2 /run/munge/munge.socket.2.lock
+  touch /var/log/munge/munged.log && chown munge:munge /run/munge /var/log/munge /var/log/munge/munged.log
+  runuser -u munge -- /usr/sbin/munged
+}
 slurmctld -f "$W/slurm.conf"
 slurmd -f "$W/slurm.conf"
 for _ in $(seq 60); do
