@@ -445,6 +445,7 @@ pub async fn run(
         accel_tls,
         advertise: advertise.clone(),
         attributes: opts.data.attributes.clone(),
+        hostname: detect::host_name(),
     };
     let checks = balance::spawn_checks(balance.clone(), auth.clone(), notify.clone());
     let probes = balance::spawn_probes(balance.clone(), auth.clone());

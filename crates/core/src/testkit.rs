@@ -90,6 +90,7 @@ pub fn app(name: &str) -> AppBuilder {
             gpu: None,
             requires: Vec::new(),
             max_running: 0,
+            nodes: 1,
         },
     }
 }

@@ -11,6 +11,7 @@ mod fuzz;
 mod http;
 mod job_ids;
 mod listing;
+mod multi_node;
 mod metrics;
 mod pending_reason;
 mod prefetch;
