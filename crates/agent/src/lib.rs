@@ -307,10 +307,8 @@ pub async fn run(
         );
     }
     // Kills what this agent leaves running if it dies without stopping its tasks.
-    let _guard = opts
-        .exe
-        .as_deref()
-        .and_then(|exe| match guard::Guard::start(exe, &opts.work_dir) {
+    let _guard = opts.exe.as_deref().and_then(|exe| {
+        match guard::Guard::start(exe, &opts.work_dir) {
             Ok(g) => Some(g),
             Err(e) => {
                 warn!(
@@ -319,7 +317,8 @@ pub async fn run(
                 );
                 None
             }
-        });
+        }
+    });
     tokio::pin!(shutdown);
     // A TLS server without an operator's agent CA certifies this agent's listeners: they then
     // speak TLS too, and the peers' certificates are checked against the server's agent CA.

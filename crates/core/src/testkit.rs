@@ -108,6 +108,11 @@ impl AppBuilder {
         self.app.requires.sort();
         self
     }
+    /// Whole nodes each task holds (a multi-node task from 2).
+    pub fn nodes(mut self, n: u32) -> Self {
+        self.app.nodes = n;
+        self
+    }
     /// Sets the most tasks that may run at once (0: no limit).
     pub fn max_running(mut self, n: u32) -> Self {
         self.app.max_running = n;

@@ -520,7 +520,10 @@ mod tests {
         };
         let w = parse_workload(ORIGIN, &job(4, None, false).expect("valid").text).expect("parses");
         let apps = w
-            .to_applications(0, hetsched_core::input::workload::MissingProfile::Estimate(1))
+            .to_applications(
+                0,
+                hetsched_core::input::workload::MissingProfile::Estimate(1),
+            )
             .expect("applications");
         assert_eq!(apps[0].nodes, 4);
         let err = |nodes, cores, pin| job(nodes, cores, pin).expect_err("refused").to_string();
@@ -529,7 +532,11 @@ mod tests {
             "{}",
             err(4, Some(2), false)
         );
-        assert!(err(2, None, true).starts_with("--pin: "), "{}", err(2, None, true));
+        assert!(
+            err(2, None, true).starts_with("--pin: "),
+            "{}",
+            err(2, None, true)
+        );
         assert_eq!(err(0, None, false), "--nodes: must be 1 to 1024");
     }
 

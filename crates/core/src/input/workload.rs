@@ -650,7 +650,11 @@ fn multi_node(
             ));
         }
         if c_ref.memory.as_u64() != 0 {
-            return Err(src.error(at(c), field("cpu.memory"), format!("{whole}: leave `memory` out")));
+            return Err(src.error(
+                at(c),
+                field("cpu.memory"),
+                format!("{whole}: leave `memory` out"),
+            ));
         }
     }
     let refused = [
@@ -779,7 +783,7 @@ impl Workload {
                     format!(" with {}", attrs.join(" + "))
                 };
                 return Err(src.error(
-                    a.nodes.as_ref().and_then(|n| at(n)),
+                    a.nodes.as_ref().and_then(at),
                     Some(format!("application[{i}].nodes")),
                     format!(
                         "application `{}` needs {whole} whole nodes per task, and the cluster has {} node(s){among}",

@@ -805,7 +805,10 @@ impl SchedulerView {
         if let Some(held) = self.multi_node.remove(&(done.app, done.task)) {
             let a = &mut self.apps[done.app.index()];
             a.running = a.running.saturating_sub(1);
-            if let Some(n) = held.first().and_then(|h| self.nodes.get_mut(h.node.index())) {
+            if let Some(n) = held
+                .first()
+                .and_then(|h| self.nodes.get_mut(h.node.index()))
+            {
                 n.running = n.running.saturating_sub(1);
             }
             for h in &held {

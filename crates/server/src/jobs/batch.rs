@@ -1457,8 +1457,16 @@ impl Batch {
     /// run again), and the agent of their first node is told to kill them.
     pub fn lose_broken_multi_node(&mut self, cx: &mut Ctx) -> Result<(), StateError> {
         for (task, node) in self.multi.broken(cx) {
-            let root = self.multi.running.remove(&task).and_then(|n| n.first().copied());
-            self.on_lost(cx, task, &format!("node `{node}` of the multi-node task is gone"))?;
+            let root = self
+                .multi
+                .running
+                .remove(&task)
+                .and_then(|n| n.first().copied());
+            self.on_lost(
+                cx,
+                task,
+                &format!("node `{node}` of the multi-node task is gone"),
+            )?;
             if let Some(root) = root {
                 cx.nodes.wakes.node(root);
             }

@@ -116,9 +116,7 @@ impl Store {
     /// `meta` rows whose key starts with `prefix`: (the rest of the key, value).
     /// The nodes of each running multi-node task, by task id, its first node first (see
     /// [`crate::store::write_multi_node`]).
-    pub fn multi_node_tasks(
-        &self,
-    ) -> Result<std::collections::HashMap<u64, Vec<u32>>, StoreError> {
+    pub fn multi_node_tasks(&self) -> Result<std::collections::HashMap<u64, Vec<u32>>, StoreError> {
         let mut out: std::collections::HashMap<u64, Vec<u32>> = Default::default();
         // Keys are `TASK/K` with K zero-padded: in key order, each task's nodes come in order.
         for (rest, value) in self.meta_with("multi-node/")? {

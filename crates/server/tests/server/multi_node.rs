@@ -34,7 +34,12 @@ fn register(s: &mut State, name: &str, cores: u32) -> u32 {
     .node_id
 }
 
-fn beat(s: &mut State, node: u32, running: &[(u64, u32)], results: &[(u64, u32, bool)]) -> pb::HeartbeatReply {
+fn beat(
+    s: &mut State,
+    node: u32,
+    running: &[(u64, u32)],
+    results: &[(u64, u32, bool)],
+) -> pb::HeartbeatReply {
     s.heartbeat(heartbeat_request(node, running, results))
         .expect("heartbeat")
 }
@@ -143,12 +148,19 @@ fn a_free_node_replaces_a_busy_member_and_a_task_whose_other_node_dies_runs_agai
     s.check_dead(Duration::from_millis(20)).expect("check");
     let r = beat(&mut s, c, &[(1, 1)], &[]);
     assert_eq!(
-        r.kill.iter().map(|k| (k.task_id, k.attempt)).collect::<Vec<_>>(),
+        r.kill
+            .iter()
+            .map(|k| (k.task_id, k.attempt))
+            .collect::<Vec<_>>(),
         vec![(1, 1)]
     );
     let t = &s.tasks(2).expect("tasks").tasks[0];
     assert_eq!(t.state, "pending", "{t:?}");
-    assert!(t.message.contains("node `b` of the multi-node task is gone"), "{t:?}");
+    assert!(
+        t.message
+            .contains("node `b` of the multi-node task is gone"),
+        "{t:?}"
+    );
     // Two live nodes remain: once a drains, the task starts again on a and c.
     beat(&mut s, c, &[], &[]);
     let r = beat(&mut s, a, &[], &[(0, 1, true)]);
@@ -173,8 +185,9 @@ fn a_multi_node_task_needs_as_many_nodes_as_it_holds() {
         )
         .expect_err("refused");
     assert!(
-        e.to_string()
-            .contains("application `mpi` needs 3 whole nodes per task, and the cluster has 2 node(s)"),
+        e.to_string().contains(
+            "application `mpi` needs 3 whole nodes per task, and the cluster has 2 node(s)"
+        ),
         "{e}"
     );
     // Two of two: it runs, and a node drained meanwhile leaves it waiting, saying why.
@@ -186,4 +199,30 @@ fn a_multi_node_task_needs_as_many_nodes_as_it_holds() {
         "`mpi` needs 2 whole nodes per task, and 1 live node(s) can run it"
     );
     assert!(s.job(job).expect("job").blocked);
+}
+
+#[test]
+fn max_running_holds_back_the_next_multi_node_task_and_its_nodes_stay_free() {
+    let d = common::scratch("multi-node", "throttle");
+    let mut s = open(&d);
+    let n: Vec<u32> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|name| register(&mut s, name, 1))
+        .collect();
+    submit(&mut s, "mpi", 2, "nodes = 2\nmax_running = 1", "");
+    assert!(beat(&mut s, n[0], &[], &[]).assignments.is_empty());
+    assert_eq!(assigned(&beat(&mut s, n[1], &[], &[])), vec![0]);
+    // The second task may not start: c and d are not held for it, and take other work.
+    assert!(beat(&mut s, n[2], &[], &[]).assignments.is_empty());
+    submit(&mut s, "small", 1, "", "");
+    assert_eq!(assigned(&beat(&mut s, n[3], &[], &[])), vec![2]);
+    // The first ends: the second gathers a and b again.
+    assert!(
+        beat(&mut s, n[1], &[], &[(0, 1, true)])
+            .assignments
+            .is_empty()
+    );
+    let r = beat(&mut s, n[0], &[], &[]);
+    assert_eq!(assigned(&r), vec![1]);
+    assert_eq!(r.assignments[0].node_names, ["a", "b"]);
 }

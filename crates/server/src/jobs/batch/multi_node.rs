@@ -57,6 +57,12 @@ pub(super) fn eligible(cx: &Ctx, app: AppId, n: NodeId) -> bool {
         }
 }
 
+/// Whether another task of `app` may start: one is pending, and its `max_running` allows it.
+fn startable(cx: &Ctx, app: AppId) -> bool {
+    let a = cx.view.app(app);
+    a.has_pending() && (a.app.max_running == 0 || a.running < a.app.max_running)
+}
+
 /// How many nodes may take part in a task of `app` now.
 pub(super) fn eligible_count(cx: &Ctx, app: AppId) -> usize {
     (0..cx.view.nodes().len() as u32)
@@ -73,7 +79,12 @@ impl MultiNode {
     /// Node `nid` beats (`open`: it takes work): the gathering goes on, starting one if a
     /// multi-node application waits. Returns the nodes for a task to start here, `nid` first,
     /// once all are whole.
-    pub fn on_heartbeat(&mut self, cx: &mut Ctx, nid: NodeId, open: bool) -> Option<(AppId, Vec<Held>)> {
+    pub fn on_heartbeat(
+        &mut self,
+        cx: &mut Ctx,
+        nid: NodeId,
+        open: bool,
+    ) -> Option<(AppId, Vec<Held>)> {
         self.settle(cx);
         if self.gathering.is_none() {
             self.start(cx);
@@ -131,7 +142,7 @@ impl MultiNode {
             }
         }
         let whole = cx.view.app(app).app.nodes as usize;
-        if !cx.view.app(app).has_pending() || eligible_count(cx, app) < whole {
+        if !startable(cx, app) || eligible_count(cx, app) < whole {
             self.release(cx);
         }
     }
@@ -156,7 +167,7 @@ impl MultiNode {
         let mut waiting: Vec<(i32, AppId, u32)> = cx
             .view
             .pending_apps()
-            .filter(|a| a.app.is_multi_node())
+            .filter(|a| a.app.is_multi_node() && startable(cx, a.app.id))
             .map(|a| (a.app.priority, a.app.id, a.app.nodes))
             .collect();
         waiting.sort_by_key(|&(priority, id, _)| (std::cmp::Reverse(priority), id));
