@@ -180,6 +180,8 @@ pub struct SchedulerView {
     /// Running multi-node tasks and what each holds, by (application, task)
     /// ([`SchedulerView::start_multi_node`]).
     multi_node: std::collections::HashMap<(AppId, TaskId), Vec<Held>>,
+    /// How many [`Held`] handles each node is in ([`SchedulerView::is_held`]).
+    held: std::collections::HashMap<NodeId, u32>,
 }
 
 impl SchedulerView {
@@ -707,6 +709,7 @@ impl SchedulerView {
             .collect();
         let resources = Resources::new(n.free.cores, n.free.memory_bytes, devices.len() as u32);
         n.free = n.free - resources;
+        *self.held.entry(node).or_default() += 1;
         Held {
             node,
             resources,
@@ -714,8 +717,30 @@ impl SchedulerView {
         }
     }
 
+    /// Adds what is free now on `held`'s node to it (what ended there since it was taken).
+    pub fn hold_more(&mut self, held: &mut Held) {
+        let more = self.hold_free(held.node);
+        if let Some(count) = self.held.get_mut(&held.node) {
+            *count = count.saturating_sub(1);
+        }
+        held.resources = held.resources + more.resources;
+        held.devices.extend(more.devices);
+    }
+
+    /// Whether a multi-node task (or the gathering of one) holds `node`: nothing else may start
+    /// there, not even beyond its free cores (the runtime's prefetch lends none).
+    pub fn is_held(&self, node: NodeId) -> bool {
+        self.held.get(&node).is_some_and(|&n| n > 0)
+    }
+
     /// Gives back what [`SchedulerView::hold_free`] took.
     pub fn give_back(&mut self, held: &Held) {
+        if let Some(count) = self.held.get_mut(&held.node) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.held.remove(&held.node);
+            }
+        }
         if let Some(n) = self.nodes.get_mut(held.node.index()) {
             n.free = n.free + held.resources;
             for &d in &held.devices {

@@ -133,9 +133,9 @@ fn a_multi_node_task_holds_its_nodes_whole_until_it_ends_however_it_ends() {
     assert_eq!(held1.resources.cores, 3);
     assert!(!v.holds_whole(&held1));
     assert_eq!(v.node(NodeId(1)).free.cores, 0, "nothing else starts there");
+    assert!(v.is_held(NodeId(1)) && !v.is_held(NodeId(0)));
     v.task_finished(&small);
-    let more = v.hold_free(NodeId(1));
-    held1.resources = held1.resources + more.resources;
+    v.hold_more(&mut held1);
     assert!(v.holds_whole(&held1), "what ended there is taken too");
     let held2 = v.hold_free(NodeId(2));
     assert!(
@@ -157,6 +157,10 @@ fn a_multi_node_task_holds_its_nodes_whole_until_it_ends_however_it_ends() {
     // Requeued (a lost node): both come back whole, and the task is pending again.
     v.requeue(&a);
     assert!(whole(&v, 1) && whole(&v, 2));
+    assert!(
+        !v.is_held(NodeId(1)) && !v.is_held(NodeId(2)),
+        "held no more"
+    );
     assert_eq!(v.node(NodeId(2)).device_free, [true]);
     assert_eq!(v.app(AppId(0)).pending.len(), 2);
     // Restored after a restart, then finished: the same.

@@ -14,8 +14,13 @@ use std::path::Path;
 use std::time::Duration;
 
 fn open(d: &Path) -> State {
+    open_with(d, hetsched_server::state::prefetch::Setting::default())
+}
+
+fn open_with(d: &Path, prefetch: hetsched_server::state::prefetch::Setting) -> State {
     let config = ServerConfig {
         data_dir: d.to_path_buf(),
+        prefetch,
         ..Default::default()
     };
     State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state")
@@ -225,4 +230,29 @@ fn max_running_holds_back_the_next_multi_node_task_and_its_nodes_stay_free() {
     let r = beat(&mut s, n[0], &[], &[]);
     assert_eq!(assigned(&r), vec![1]);
     assert_eq!(r.assignments[0].node_names, ["a", "b"]);
+}
+
+#[test]
+fn prefetch_lends_nothing_on_a_held_node() {
+    let d = common::scratch("multi-node", "prefetch");
+    let mut s = open_with(&d, hetsched_server::state::prefetch::Setting::Cores(4));
+    let a = register(&mut s, "a", 2);
+    let b = register(&mut s, "b", 2);
+    submit(&mut s, "long", 1, "", "cores = 2");
+    assert_eq!(assigned(&beat(&mut s, a, &[], &[])), vec![0]);
+    submit(&mut s, "mpi", 1, "nodes = 2", "");
+    submit(&mut s, "small", 8, "", "");
+    // b is held for the gathering, a as it drains: neither is handed tasks to queue.
+    assert!(beat(&mut s, b, &[], &[]).assignments.is_empty());
+    assert!(beat(&mut s, a, &[(0, 1)], &[]).assignments.is_empty());
+    let r = beat(&mut s, a, &[], &[(0, 1, true)]);
+    assert_eq!(assigned(&r), vec![1], "only the multi-node task");
+    assert!(beat(&mut s, b, &[], &[]).assignments.is_empty());
+    // It ends: both nodes take small tasks again, queued ones included.
+    let r = beat(&mut s, a, &[], &[(1, 1, true)]);
+    assert!(
+        r.assignments.iter().any(|t| t.prefetched),
+        "{:?}",
+        assigned(&r)
+    );
 }

@@ -94,9 +94,7 @@ impl MultiNode {
         if open && eligible(cx, g.app, nid) {
             if let Some(h) = g.held.iter_mut().find(|h| h.node == nid) {
                 // What ended there since its last beat.
-                let more = cx.view.hold_free(nid);
-                h.resources = h.resources + more.resources;
-                h.devices.extend(more.devices);
+                cx.view.hold_more(h);
             } else if g.held.len() < whole {
                 g.held.push(cx.view.hold_free(nid));
             } else if is_idle(cx, nid) {
