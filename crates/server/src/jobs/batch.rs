@@ -229,6 +229,8 @@ pub struct Batch {
     revived: Vec<u64>,
     /// Multi-node tasks: the gathering of their nodes, and the nodes of those running.
     multi: multi_node::MultiNode,
+    /// Whether any application has multi-node tasks (else a heartbeat skips [`multi_node`]).
+    any_multi_node: bool,
 }
 
 impl Batch {
@@ -281,6 +283,7 @@ impl Batch {
             waiting: after::Waiting::default(),
             held_changed: Vec::new(),
             multi: multi_node::MultiNode::default(),
+            any_multi_node: false,
         };
         for (row, w, apps) in parsed {
             b.install(cx, row, &w, apps)?;
@@ -466,6 +469,7 @@ impl Batch {
                 max_running: app.max_running,
                 nodes: app.nodes,
             });
+            self.any_multi_node |= app.is_multi_node();
             // A job that runs after others keeps its tasks out of the queues until they
             // completed ([`after`]).
             let runs_after_others = !row.after.is_empty() || !row.after_any.is_empty();
@@ -1669,9 +1673,11 @@ impl JobKind for Batch {
                 app, "start-failure back-off over: the node is tried again"
             );
         }
-        self.lose_broken_multi_node(cx)?;
-        if let Some((app, held)) = self.multi.on_heartbeat(cx, nid, open) {
-            self.start_multi_node(cx, nid, app, held, out);
+        if self.any_multi_node {
+            self.lose_broken_multi_node(cx)?;
+            if let Some((app, held)) = self.multi.on_heartbeat(cx, nid, open) {
+                self.start_multi_node(cx, nid, app, held, out);
+            }
         }
         if !open || cx.view.pending_apps().next().is_none() {
             return Ok(());

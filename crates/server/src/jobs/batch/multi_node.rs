@@ -139,8 +139,9 @@ impl MultiNode {
                 cx.view.give_back(&gone);
             }
         }
+        // Counting the eligible nodes scans the cluster: only while some are missing.
         let whole = cx.view.app(app).app.nodes as usize;
-        if !startable(cx, app) || eligible_count(cx, app) < whole {
+        if !startable(cx, app) || (g.held.len() < whole && eligible_count(cx, app) < whole) {
             self.release(cx);
         }
     }
