@@ -135,3 +135,13 @@ pub fn proc_read_bytes(pid: u32) -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// This host's name, as an MPI launcher on another node reaches it (`/proc/sys/kernel/hostname`);
+/// empty when it cannot be read or is not printable ASCII (the server then uses the node's name).
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| s.len() <= 255 && s.bytes().all(|b| b.is_ascii_graphic()))
+        .unwrap_or_default()
+}

@@ -185,7 +185,8 @@ mod tests {
         let running = recorded_sleep(&mut ledger, 7);
         let ended = recorded_sleep(&mut ledger, 8);
         let (mut chunks, _) =
-            crate::ledger::Ledger::recover_file(&dir, crate::ledger::CHUNKS_FILE_NAME).expect("test setup");
+            crate::ledger::Ledger::recover_file(&dir, crate::ledger::CHUNKS_FILE_NAME)
+                .expect("test setup");
         let chunk = recorded_sleep(&mut chunks, 3);
         let result = hetsched_proto::TaskResult {
             task_id: 8,
@@ -194,9 +195,12 @@ mod tests {
             ..Default::default()
         };
         ledger.finished(&result);
-        let record = std::fs::read_to_string(dir.join(crate::ledger::FILE_NAME)).expect("test setup");
+        let record =
+            std::fs::read_to_string(dir.join(crate::ledger::FILE_NAME)).expect("test setup");
         // The agent holds the directory while it lives; the guard waits for the end of its pipe.
-        let agent_lock = crate::workdir::try_lock(&dir).expect("lock file").expect("free");
+        let agent_lock = crate::workdir::try_lock(&dir)
+            .expect("lock file")
+            .expect("free");
         drop(agent_lock);
         let outcome = run(std::io::empty(), &dir, LOCK_WAIT).expect("test setup");
         assert_eq!(outcome, Outcome::Killed(2));
@@ -204,7 +208,10 @@ mod tests {
         while (alive(running) || alive(chunk)) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
-        assert!(!alive(running), "the task the agent left running was killed");
+        assert!(
+            !alive(running),
+            "the task the agent left running was killed"
+        );
         assert!(!alive(chunk), "and so was its divisible chunk");
         assert!(alive(ended), "a task recorded as ended is not the guard's");
         assert_eq!(
@@ -220,7 +227,9 @@ mod tests {
         let dir = scratch("taken");
         let (mut ledger, _) = crate::ledger::Ledger::recover(&dir).expect("test setup");
         let new_agents_task = recorded_sleep(&mut ledger, 9);
-        let _new_agent = crate::workdir::try_lock(&dir).expect("lock file").expect("free");
+        let _new_agent = crate::workdir::try_lock(&dir)
+            .expect("lock file")
+            .expect("free");
         let start = Instant::now();
         let wait = Duration::from_millis(200);
         assert_eq!(
@@ -246,7 +255,9 @@ mod tests {
     #[tokio::test]
     async fn a_second_agent_in_a_work_directory_is_refused_naming_the_first() {
         let dir = scratch("second");
-        let _first = lock_for_agent(&dir, AGENT_LOCK_WAIT).await.expect("test setup");
+        let _first = lock_for_agent(&dir, AGENT_LOCK_WAIT)
+            .await
+            .expect("test setup");
         let start = Instant::now();
         let e = lock_for_agent(&dir, Duration::from_millis(200))
             .await

@@ -49,6 +49,33 @@ pub fn output_paths(
     (path(false), path(true))
 }
 
+/// Writes a multi-node task's node file, `WORK_DIR/job-J/APP-INDEX.ATTEMPT.nodes`: the host
+/// names of its nodes, this one first, one per line (an MPI launcher's host file). Returns its
+/// path.
+fn write_node_file(
+    work_dir: &Path,
+    spec: &pb::TaskSpec,
+    a: &pb::Assignment,
+) -> std::io::Result<PathBuf> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = output_paths(work_dir, spec, a).0.with_extension("nodes");
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(crate::workdir::no_follow())
+        .open(&path)?;
+    for host in &a.hosts {
+        writeln!(f, "{host}")?;
+    }
+    Ok(path)
+}
+
 /// The directory a task runs in: its spec's `workdir` if that exists on this node, else the
 /// agent's work directory.
 pub fn task_cwd<'a>(work_dir: &'a Path, spec: &'a pb::TaskSpec) -> &'a Path {
@@ -279,8 +306,25 @@ pub async fn run(
         (StreamTo::File(_), Some(f)) => Stdio::from(f),
         _ => Stdio::null(),
     };
+    // A multi-node task: its nodes' host names, this node first, for an MPI launcher.
+    let node_file = if a.hosts.is_empty() {
+        None
+    } else {
+        match write_node_file(work_dir, spec, a) {
+            Ok(path) => Some(path),
+            Err(e) => {
+                result.start_failed = true;
+                return fail(result, format!("cannot write the task's node file: {e}"));
+            }
+        }
+    };
     let devices: Vec<String> = a.devices.iter().map(u32::to_string).collect();
     let mut cmd = tokio::process::Command::new(program);
+    if let Some(path) = &node_file {
+        cmd.env("HETSCHED_NODE_FILE", path)
+            .env("HETSCHED_NODES", a.node_names.join(","))
+            .env("HETSCHED_NUM_NODES", a.hosts.len().to_string());
+    }
     cmd.args(&argv[1..])
         .envs(&spec.env)
         .env("HETSCHED_JOB_ID", spec.job_id.to_string())

@@ -307,10 +307,8 @@ pub async fn run(
         );
     }
     // Kills what this agent leaves running if it dies without stopping its tasks.
-    let _guard = opts
-        .exe
-        .as_deref()
-        .and_then(|exe| match guard::Guard::start(exe, &opts.work_dir) {
+    let _guard = opts.exe.as_deref().and_then(|exe| {
+        match guard::Guard::start(exe, &opts.work_dir) {
             Ok(g) => Some(g),
             Err(e) => {
                 warn!(
@@ -319,7 +317,8 @@ pub async fn run(
                 );
                 None
             }
-        });
+        }
+    });
     tokio::pin!(shutdown);
     // A TLS server without an operator's agent CA certifies this agent's listeners: they then
     // speak TLS too, and the peers' certificates are checked against the server's agent CA.
@@ -445,6 +444,7 @@ pub async fn run(
         accel_tls,
         advertise: advertise.clone(),
         attributes: opts.data.attributes.clone(),
+        hostname: detect::host_name(),
     };
     let checks = balance::spawn_checks(balance.clone(), auth.clone(), notify.clone());
     let probes = balance::spawn_probes(balance.clone(), auth.clone());

@@ -19,4 +19,4 @@ pub use application::{Application, CpuVariant, GpuVariant, Need, Variant};
 pub use cluster::{Accelerator, Cluster, ClusterError, Node, Rack};
 pub use ids::{AppId, NodeId, RackId, TaskId};
 pub use resources::Resources;
-pub use view::{AppState, Assignment, NodeReport, NodeState, SchedulerView, ViewError};
+pub use view::{AppState, Assignment, Held, NodeReport, NodeState, SchedulerView, ViewError};

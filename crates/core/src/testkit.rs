@@ -90,6 +90,7 @@ pub fn app(name: &str) -> AppBuilder {
             gpu: None,
             requires: Vec::new(),
             max_running: 0,
+            nodes: 1,
         },
     }
 }
@@ -105,6 +106,11 @@ impl AppBuilder {
     pub fn requires(mut self, attributes: &[&str]) -> Self {
         self.app.requires = attributes.iter().map(|a| (*a).to_string()).collect();
         self.app.requires.sort();
+        self
+    }
+    /// Whole nodes each task holds (a multi-node task from 2).
+    pub fn nodes(mut self, n: u32) -> Self {
+        self.app.nodes = n;
         self
     }
     /// Sets the most tasks that may run at once (0: no limit).

@@ -256,6 +256,15 @@ pub fn cores_per_task(
             u64::from(r.cores.max(1)).max(memory_share)
         })
         .min()
+        // A multi-node task holds its nodes whole: as many agents' cores (one each before any
+        // agent of the queue registered).
+        .map(|c| {
+            if app.is_multi_node() {
+                u64::from(app.nodes) * node.map_or(1, |n| u64::from(n.cores.max(1)))
+            } else {
+                c
+            }
+        })
 }
 
 /// Checks every queue of a configuration.
@@ -1043,6 +1052,30 @@ mod tests {
                 .last()
                 .is_some_and(|l| l.starts_with("exec sh -c ")),
             "{s}"
+        );
+    }
+
+    #[test]
+    fn a_multi_node_task_wants_its_nodes_whole() {
+        use hetsched_core::testkit::app;
+        let q = queue("[[allocation]]\nname = \"q\"\nmanager = \"slurm\"\ntime_limit = \"1h\"\n");
+        let one = app("one").cpu(1.0, 0.0).build(hetsched_core::AppId(0));
+        let mpi = app("mpi")
+            .cpu(1.0, 0.0)
+            .nodes(3)
+            .build(hetsched_core::AppId(1));
+        assert_eq!(cores_per_task(&q, &one, None), Some(1));
+        assert_eq!(
+            cores_per_task(&q, &mpi, None),
+            Some(3),
+            "one core per node unseen"
+        );
+        let agent = Some(Resources::new(8, 16 << 30, 0));
+        assert_eq!(cores_per_task(&q, &one, agent), Some(1));
+        assert_eq!(
+            cores_per_task(&q, &mpi, agent),
+            Some(24),
+            "three whole 8-core agents"
         );
     }
 

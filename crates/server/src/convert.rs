@@ -22,10 +22,12 @@ use prost::Message;
 pub fn registration(req: &pb::RegisterRequest) -> Result<Registration, StateError> {
     let spec = crate::limits::node_spec(req).map_err(StateError::Invalid)?;
     crate::limits::identity(&req.identity).map_err(StateError::Invalid)?;
+    crate::limits::hostname(&req.hostname).map_err(StateError::Invalid)?;
     Ok(Registration {
         name: req.name.clone(),
         spec,
         identity: req.identity.clone(),
+        hostname: req.hostname.clone(),
     })
 }
 
@@ -182,6 +184,8 @@ fn assignment(d: &Dispatch) -> pb::Assignment {
         cores: d.cores,
         prefetched: d.prefetched,
         entry: d.entry.clone(),
+        hosts: d.nodes.iter().map(|(_, host)| host.clone()).collect(),
+        node_names: d.nodes.iter().map(|(name, _)| name.clone()).collect(),
         ..Default::default()
     }
 }

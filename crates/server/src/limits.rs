@@ -177,6 +177,22 @@ pub fn submission(sub: &crate::state::types::Submission) -> Result<(), String> {
     Ok(())
 }
 
+/// Longest host name an agent may register with (a DNS name's limit).
+pub const MAX_HOSTNAME: usize = 255;
+
+/// Checks a registration's host name: empty (the node's name stands for it), or at most
+/// [`MAX_HOSTNAME`] bytes of printable ASCII (it is written into multi-node tasks' node files,
+/// one per line).
+pub fn hostname(host: &str) -> Result<(), String> {
+    if host.len() > MAX_HOSTNAME || !host.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "the agent's host name must be at most {MAX_HOSTNAME} printable ASCII characters \
+             without spaces"
+        ));
+    }
+    Ok(())
+}
+
 /// Checks an agent identity: present, short, printable ASCII.
 pub fn identity(id: &str) -> Result<(), String> {
     if id.is_empty() {

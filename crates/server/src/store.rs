@@ -707,6 +707,26 @@ pub fn write_held(tx: &rusqlite::Transaction, jobs: &[(u64, bool)]) -> Result<()
     Ok(())
 }
 
+/// Where running multi-node tasks' nodes are kept: `meta` rows `multi-node/TASK/K` = the id
+/// of the task's K-th node (0: where its command runs).
+const MULTI_NODE: &str = "multi-node/";
+
+/// Records (`Some`) or forgets (`None`) the nodes of multi-node task `task`, inside `tx`.
+pub fn write_multi_node(
+    tx: &rusqlite::Transaction,
+    task: u64,
+    nodes: Option<&[u32]>,
+) -> Result<(), StoreError> {
+    let prefix = format!("{MULTI_NODE}{task}/");
+    tx.prepare_cached("DELETE FROM meta WHERE substr(key, 1, ?1) = ?2")?
+        .execute(params![prefix.len() as i64, prefix])?;
+    let mut stmt = tx.prepare_cached("INSERT INTO meta(key, value) VALUES (?1, ?2)")?;
+    for (k, &node) in nodes.unwrap_or_default().iter().enumerate() {
+        stmt.execute(params![format!("{prefix}{k:04}"), i64::from(node)])?;
+    }
+    Ok(())
+}
+
 /// Writes `tasks` (their whole rows) and marks `cancelled_jobs` cancelled, inside `tx`.
 pub fn write_tasks<'a>(
     tx: &rusqlite::Transaction,

@@ -308,6 +308,13 @@ fn validate(
         if a.cpu.is_none() && a.gpu.is_none() {
             return Err(bad("has neither a CPU nor a GPU variant".into()));
         }
+        if a.is_multi_node() {
+            return Err(bad(format!(
+                "holds {} whole nodes per task (`nodes`): multi-node tasks run on the runtime \
+                 only; the simulator places each task on one node",
+                a.nodes
+            )));
+        }
         if a.cpu.as_ref().is_some_and(|c| c.request.cores == 0) {
             return Err(bad("its CPU variant must request at least one core".into()));
         }

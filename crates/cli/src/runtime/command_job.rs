@@ -48,6 +48,13 @@ pub struct CommandJobArgs {
     /// Accelerator kind the GPUs must be (with `--gpus`; default any).
     #[arg(long, value_name = "KIND")]
     pub kind: Option<String>,
+    /// Whole nodes each task holds (HyperQueue's and Slurm's `--nodes`): with 2 or more, a task
+    /// holds every core, all memory and every GPU of N nodes and runs on the first of them, with
+    /// `HETSCHED_NODE_FILE` naming their hosts one per line (`mpirun --hostfile
+    /// $HETSCHED_NODE_FILE …`), `HETSCHED_NODES` and `HETSCHED_NUM_NODES`; not with `--cores`,
+    /// `--memory`, `--gpus` or `--pin`.
+    #[arg(long, value_name = "N")]
+    pub nodes: Option<u32>,
     /// Node attributes every task needs (its agent configuration's `attributes`; `gpu`: a node
     /// with GPUs): the tasks run only on nodes that have them all (repeat the flag or separate
     /// with commas; Slurm's `--constraint`).
@@ -112,6 +119,7 @@ impl CommandJobArgs {
             (self.memory.is_some(), "--memory"),
             (self.gpus.is_some(), "--gpus"),
             (self.kind.is_some(), "--kind"),
+            (self.nodes.is_some(), "--nodes"),
             (!self.requires.is_empty(), "--requires"),
             (self.time_limit.is_some(), "--time-limit"),
             (self.kill_grace.is_some(), "--kill-grace"),
@@ -247,6 +255,9 @@ pub fn build(
     }
     if let Some(m) = max_running {
         app.insert("max_running".into(), Value::Integer(m.into()));
+    }
+    if let Some(n) = args.nodes {
+        app.insert("nodes".into(), Value::Integer(n.into()));
     }
     if !args.requires.is_empty() {
         app.insert(
@@ -497,6 +508,39 @@ mod tests {
     }
 
     #[test]
+    fn nodes_makes_multi_node_tasks_and_what_cannot_go_with_it_names_its_flag() {
+        let job = |nodes: u32, cores: Option<u32>, pin: bool| {
+            let args = CommandJobArgs {
+                nodes: Some(nodes),
+                cores,
+                pin,
+                ..CommandJobArgs::default()
+            };
+            build(&args, &words(&["mpirun", "./solve"]), None)
+        };
+        let w = parse_workload(ORIGIN, &job(4, None, false).expect("valid").text).expect("parses");
+        let apps = w
+            .to_applications(
+                0,
+                hetsched_core::input::workload::MissingProfile::Estimate(1),
+            )
+            .expect("applications");
+        assert_eq!(apps[0].nodes, 4);
+        let err = |nodes, cores, pin| job(nodes, cores, pin).expect_err("refused").to_string();
+        assert!(
+            err(4, Some(2), false).starts_with("--cores: a multi-node task holds every core"),
+            "{}",
+            err(4, Some(2), false)
+        );
+        assert!(
+            err(2, None, true).starts_with("--pin: "),
+            "{}",
+            err(2, None, true)
+        );
+        assert_eq!(err(0, None, false), "--nodes: must be 1 to 1024");
+    }
+
+    #[test]
     fn every_flag_lands_in_its_job_file_field() {
         let args = CommandJobArgs {
             tasks: Some(12),
@@ -519,6 +563,7 @@ mod tests {
             pin: true,
             app: Some("train".into()),
             shell: true,
+            nodes: None,
         };
         let job = build(
             &args,

@@ -384,9 +384,11 @@ fn a_sigkilled_agents_guard_kills_the_tasks_it_left_running_without_a_restart() 
             .filter_map(|l| l.split_whitespace().nth(2)?.parse().ok())
             .collect()
     };
-    wait_until("two tasks and their sleeps", Duration::from_secs(20), || {
-        pids().len() == 4
-    });
+    wait_until(
+        "two tasks and their sleeps",
+        Duration::from_secs(20),
+        || pids().len() == 4,
+    );
     let tasks = pids();
     assert_eq!(c.guards("n").len(), 1, "the agent runs one guard");
     c.kill_agent("n");
@@ -417,12 +419,64 @@ fn a_sigkilled_agents_guard_kills_the_tasks_it_left_running_without_a_restart() 
 }
 
 #[test]
+fn a_multi_node_task_runs_on_the_first_of_its_whole_nodes_with_their_host_names() {
+    let mut c = Cluster::start("multi-node", false);
+    for n in ["a", "b", "c"] {
+        c.start_agent(n, 1, &[]);
+    }
+    c.wait_for_nodes(3);
+    let log = c.dir.join("mpi.txt");
+    // What an MPI launcher reads: the node file, and the variables beside it.
+    let command = format!(
+        "cat \"$HETSCHED_NODE_FILE\" > {f}; echo \"$HETSCHED_NODES $HETSCHED_NUM_NODES $HETSCHED_NODE\" >> {f}",
+        f = log.display()
+    );
+    let out = c.cli(&[
+        "submit", "--nodes", "3", "--shell", "--wait", "--", &command,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("host name");
+    let lines = lines(&log);
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert!(lines[..3].iter().all(|l| l == host.trim()), "{lines:?}");
+    let words: Vec<&str> = lines[3].split_whitespace().collect();
+    let [names, count, node] = words[..] else {
+        panic!("{lines:?}");
+    };
+    let mut sorted: Vec<&str> = names.split(',').collect();
+    assert_eq!(sorted[0], node, "it runs on the first of its nodes");
+    sorted.sort_unstable();
+    assert_eq!((sorted, count), (vec!["a", "b", "c"], "3"));
+    // More whole nodes than the cluster has: refused at once, naming the flag.
+    let out = c.cli(&["submit", "--nodes", "4", "--", "true"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--nodes")
+            && stderr.contains("needs 4 whole nodes per task, and the cluster has 3 node(s)"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn a_second_agent_in_one_work_directory_is_refused() {
     let mut c = Cluster::start("agent-dir-lock", false);
     c.start_agent("n", 1, &[]);
     c.wait_for_nodes(1);
     let out = Command::new(BIN)
-        .args(["agent", "--server", &c.url(), "--name", "other", "--cores", "1"])
+        .args([
+            "agent",
+            "--server",
+            &c.url(),
+            "--name",
+            "other",
+            "--cores",
+            "1",
+        ])
         .arg("--token-file")
         .arg(c.data().join("agent-token"))
         .arg("--work-dir")

@@ -82,6 +82,13 @@ pub struct ApplicationSpec {
     /// Files each task writes, as `inputs`: an offloaded task's are shipped back to the NNode.
     #[serde(default)]
     pub outputs: Vec<Spanned<String>>,
+    /// Whole nodes each task holds (runtime; HyperQueue's `--nodes`, Slurm's `--nodes`): absent
+    /// or 1, an ordinary task; 2 to [`MAX_NODES_PER_TASK`], a multi-node task that holds every
+    /// resource of each of its nodes and runs its command on the first of them with
+    /// `HETSCHED_NODE_FILE` (one host name per line) for an MPI launcher to reach the others.
+    /// It has only a CPU variant, without `cores` or `memory`.
+    #[serde(default)]
+    pub nodes: Option<Spanned<u32>>,
     /// Node attributes every task needs (`requires = ["bigmem"]`): its tasks run only on nodes
     /// whose `attributes` (cluster file, agent configuration) include them all; `gpu` is every
     /// node with accelerators. Slurm's `--constraint`.
@@ -225,6 +232,9 @@ pub fn task_file(name: &str) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Most whole nodes one multi-node task may hold (`nodes`).
+pub const MAX_NODES_PER_TASK: u32 = 1024;
 
 /// Most `retries` one application may ask for.
 pub const MAX_RETRIES: u32 = 100;
@@ -536,6 +546,9 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
                 "must be at least 1 (leave it out for no limit)",
             ));
         }
+        if let Some(n) = &a.nodes {
+            multi_node(&src, a, n, &field)?;
+        }
         if a.cpu.is_none() && a.gpu.is_none() {
             return Err(src.error(
                 at(&a.name),
@@ -598,6 +611,66 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
         name,
         divisible: file.divisible,
     })
+}
+
+/// Checks an application's `nodes` (`n`): 1 to [`MAX_NODES_PER_TASK`]; beyond 1, a CPU variant
+/// alone, holding whole nodes (no `cores`, `memory`, `pin`, offloaded files or accelerator).
+fn multi_node(
+    src: &Source<'_>,
+    a: &ApplicationSpec,
+    n: &Spanned<u32>,
+    field: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), InputError> {
+    let nodes = *n.get_ref();
+    if nodes == 0 || nodes > MAX_NODES_PER_TASK {
+        return Err(src.error(
+            at(n),
+            field("nodes"),
+            format!("must be 1 to {MAX_NODES_PER_TASK}"),
+        ));
+    }
+    if nodes == 1 {
+        return Ok(());
+    }
+    let whole = "a multi-node task holds every core, all memory and every device of its nodes";
+    if let Some(g) = &a.gpu {
+        return Err(src.error(
+            at(g),
+            field("gpu"),
+            format!("{whole}: give it only an [application.cpu] variant"),
+        ));
+    }
+    if let Some(c) = &a.cpu {
+        let c_ref = c.get_ref();
+        if *c_ref.cores.get_ref() != 1 {
+            return Err(src.error(
+                at(&c_ref.cores),
+                field("cpu.cores"),
+                format!("{whole}: leave `cores` out"),
+            ));
+        }
+        if c_ref.memory.as_u64() != 0 {
+            return Err(src.error(
+                at(c),
+                field("cpu.memory"),
+                format!("{whole}: leave `memory` out"),
+            ));
+        }
+    }
+    let refused = [
+        ("pin", a.pin),
+        ("inputs", !a.inputs.is_empty()),
+        ("outputs", !a.outputs.is_empty()),
+        ("accelerator", a.accelerator.is_some()),
+    ];
+    if let Some((name, _)) = refused.iter().find(|(_, set)| *set) {
+        return Err(src.error(
+            at(n),
+            field(name),
+            format!("a multi-node task (`nodes = {nodes}`) cannot have `{name}`"),
+        ));
+    }
+    Ok(())
 }
 
 impl Workload {
@@ -672,6 +745,7 @@ impl Workload {
                     gpu,
                     requires: a.requires(),
                     max_running: a.max_running.as_ref().map_or(0, |m| *m.get_ref()),
+                    nodes: a.nodes.as_ref().map_or(1, |n| *n.get_ref()),
                 })
             })
             .collect()
@@ -698,6 +772,26 @@ impl Workload {
             let field = format!("application[{i}].requires");
             let nodes = nodes_with(&src, cluster, &a.requires, &field, &who)?;
             let attrs = a.requires();
+            let whole = a.nodes.as_ref().map_or(1, |n| *n.get_ref());
+            if whole > 1 {
+                if nodes.len() >= whole as usize {
+                    continue;
+                }
+                let among = if attrs.is_empty() {
+                    String::new()
+                } else {
+                    format!(" with {}", attrs.join(" + "))
+                };
+                return Err(src.error(
+                    a.nodes.as_ref().and_then(at),
+                    Some(format!("application[{i}].nodes")),
+                    format!(
+                        "application `{}` needs {whole} whole nodes per task, and the cluster has {} node(s){among}",
+                        a.name.get_ref(),
+                        nodes.len()
+                    ),
+                ));
+            }
             // A task that requires an accelerator never runs its CPU variant.
             let required = a.accelerator_need() == AcceleratorNeed::Required;
             let cpu_fits = !required

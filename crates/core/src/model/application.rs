@@ -88,6 +88,16 @@ pub struct Application {
     /// throttle `%N`); 0: no limit.
     #[serde(default)]
     pub max_running: u32,
+    /// Whole nodes each task holds (`nodes`, HyperQueue's `--nodes`): 1 for an ordinary task;
+    /// a multi-node task (2 or more) holds every resource of each of its nodes and runs its
+    /// command on the first (an MPI launcher reaching the others). No policy places one: the
+    /// runtime gathers its nodes ([`crate::SchedulerView::start_multi_node`]).
+    #[serde(default = "one_node")]
+    pub nodes: u32,
+}
+
+fn one_node() -> u32 {
+    1
 }
 
 /// The queue an application sits in by the variants it has (spec 02, Algorithm 1).
@@ -102,6 +112,11 @@ pub enum Need {
 }
 
 impl Application {
+    /// Whether each task holds several whole nodes ([`Application::nodes`]).
+    pub fn is_multi_node(&self) -> bool {
+        self.nodes > 1
+    }
+
     /// CPU_base task time `tpc0 + tdc0`, if the application has a CPU variant.
     pub fn cpu_base_time(&self) -> Option<Time> {
         self.cpu.as_ref().map(|c| c.compute + c.read)

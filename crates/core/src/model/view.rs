@@ -31,6 +31,18 @@ pub struct Assignment {
     pub devices: Vec<u32>,
 }
 
+/// What a multi-node task (or the gathering of its nodes) holds on one node: everything that
+/// was free there ([`SchedulerView::hold_free`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Held {
+    /// The node.
+    pub node: NodeId,
+    /// Cores, memory and device count taken.
+    pub resources: Resources,
+    /// The devices taken.
+    pub devices: Vec<u32>,
+}
+
 /// What a node reports in a heartbeat about its disk load.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct NodeReport {
@@ -165,6 +177,11 @@ pub struct SchedulerView {
     attributes_generation: u64,
     /// The time now, on the clock of the nodes' ends ([`NodeState::ends_at`]).
     now: Time,
+    /// Running multi-node tasks and what each holds, by (application, task)
+    /// ([`SchedulerView::start_multi_node`]).
+    multi_node: std::collections::HashMap<(AppId, TaskId), Vec<Held>>,
+    /// How many [`Held`] handles each node is in ([`SchedulerView::is_held`]).
+    held: std::collections::HashMap<NodeId, u32>,
 }
 
 impl SchedulerView {
@@ -450,6 +467,10 @@ impl SchedulerView {
         if !n.alive || (!self.excluded.is_empty() && self.excluded.contains(&(app, node))) {
             return false;
         }
+        // A multi-node task is placed on whole nodes, not by a policy on one.
+        if a.app.is_multi_node() {
+            return false;
+        }
         if !a.app.requires.is_empty() && !n.node.has_attributes(&a.app.requires) {
             return false;
         }
@@ -503,6 +524,9 @@ impl SchedulerView {
         };
         if !n.alive || (!a.app.requires.is_empty() && !n.node.has_attributes(&a.app.requires)) {
             return false;
+        }
+        if a.app.is_multi_node() {
+            return true;
         }
         let capacity = n.node.capacity();
         [Variant::Cpu, Variant::Gpu].into_iter().any(|v| {
@@ -662,7 +686,161 @@ impl SchedulerView {
         })
     }
 
+    /// Takes everything free on `node` (cores, memory, devices) for a multi-node task gathering
+    /// its nodes, so that nothing else starts there; what runs there keeps its share, and a
+    /// later call takes what it frees. Tasks already running are not counted.
+    pub fn hold_free(&mut self, node: NodeId) -> Held {
+        let Some(n) = self.nodes.get_mut(node.index()) else {
+            return Held {
+                node,
+                resources: Resources::default(),
+                devices: Vec::new(),
+            };
+        };
+        let devices: Vec<u32> = n
+            .device_free
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, free)| **free)
+            .map(|(d, free)| {
+                *free = false;
+                d as u32
+            })
+            .collect();
+        let resources = Resources::new(n.free.cores, n.free.memory_bytes, devices.len() as u32);
+        n.free = n.free - resources;
+        *self.held.entry(node).or_default() += 1;
+        Held {
+            node,
+            resources,
+            devices,
+        }
+    }
+
+    /// Adds what is free now on `held`'s node to it (what ended there since it was taken).
+    pub fn hold_more(&mut self, held: &mut Held) {
+        let more = self.hold_free(held.node);
+        if let Some(count) = self.held.get_mut(&held.node) {
+            *count = count.saturating_sub(1);
+        }
+        held.resources = held.resources + more.resources;
+        held.devices.extend(more.devices);
+    }
+
+    /// Whether a multi-node task (or the gathering of one) holds `node`: nothing else may start
+    /// there, not even beyond its free cores (the runtime's prefetch lends none).
+    pub fn is_held(&self, node: NodeId) -> bool {
+        self.held.get(&node).is_some_and(|&n| n > 0)
+    }
+
+    /// Gives back what [`SchedulerView::hold_free`] took.
+    pub fn give_back(&mut self, held: &Held) {
+        if let Some(count) = self.held.get_mut(&held.node) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.held.remove(&held.node);
+            }
+        }
+        if let Some(n) = self.nodes.get_mut(held.node.index()) {
+            n.free = n.free + held.resources;
+            for &d in &held.devices {
+                if let Some(free) = n.device_free.get_mut(d as usize) {
+                    *free = true;
+                }
+            }
+        }
+    }
+
+    /// Whether `held` is all of its node: the node is whole for a multi-node task.
+    pub fn holds_whole(&self, held: &Held) -> bool {
+        self.nodes.get(held.node.index()).is_some_and(|n| {
+            let whole = n.node.capacity();
+            held.resources.cores == whole.cores
+                && held.resources.memory_bytes == whole.memory_bytes
+                && held.devices.len() == n.device_free.len()
+        })
+    }
+
+    /// Starts the next pending task of multi-node application `app` on the nodes of `held`
+    /// (each taken whole with [`SchedulerView::hold_free`]; the first is where its command runs):
+    /// the task holds them until it finishes, is requeued or abandoned. `Err` gives `held` back to
+    /// the caller when the application has no pending task.
+    pub fn start_multi_node(
+        &mut self,
+        app: AppId,
+        held: Vec<Held>,
+    ) -> Result<Assignment, Vec<Held>> {
+        let Some(root) = held.first().map(|h| h.node) else {
+            return Err(held);
+        };
+        let Some(a) = self.apps.get_mut(app.index()) else {
+            return Err(held);
+        };
+        let Some(task) = a.pending.pop_front() else {
+            return Err(held);
+        };
+        a.running += 1;
+        a.dispatched_cpu += 1;
+        if let Some(n) = self.nodes.get_mut(root.index()) {
+            n.running += 1;
+        }
+        self.multi_node.insert((app, task), held);
+        Ok(Assignment {
+            task,
+            app,
+            node: root,
+            variant: Variant::Cpu,
+            devices: Vec::new(),
+        })
+    }
+
+    /// What running multi-node task `task` of `app` holds, its first node first.
+    pub fn multi_node_held(&self, app: AppId, task: TaskId) -> Option<&[Held]> {
+        self.multi_node.get(&(app, task)).map(Vec::as_slice)
+    }
+
+    /// Restores a multi-node task a driver recorded as running on `nodes` (its first node
+    /// first) before it restarted: takes what is free on each, as
+    /// [`SchedulerView::restore_running`] records what is.
+    pub fn restore_multi_node(
+        &mut self,
+        running: &Assignment,
+        nodes: &[NodeId],
+    ) -> Result<(), ViewError> {
+        for &n in nodes {
+            if n.index() >= self.nodes.len() {
+                return Err(ViewError::UnknownNode(n));
+            }
+        }
+        let a = self
+            .apps
+            .get_mut(running.app.index())
+            .ok_or(ViewError::UnknownApp(running.app))?;
+        a.running += 1;
+        a.dispatched_cpu += 1;
+        let held: Vec<Held> = nodes.iter().map(|&n| self.hold_free(n)).collect();
+        if let Some(n) = nodes.first().and_then(|r| self.nodes.get_mut(r.index())) {
+            n.running += 1;
+        }
+        self.multi_node.insert((running.app, running.task), held);
+        Ok(())
+    }
+
     fn release(&mut self, done: &Assignment) {
+        if let Some(held) = self.multi_node.remove(&(done.app, done.task)) {
+            let a = &mut self.apps[done.app.index()];
+            a.running = a.running.saturating_sub(1);
+            if let Some(n) = held
+                .first()
+                .and_then(|h| self.nodes.get_mut(h.node.index()))
+            {
+                n.running = n.running.saturating_sub(1);
+            }
+            for h in &held {
+                self.give_back(h);
+            }
+            return;
+        }
         let a = &mut self.apps[done.app.index()];
         let request = a.app.request(done.variant).unwrap_or_default();
         a.usage = a.usage - request;

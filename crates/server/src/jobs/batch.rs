@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
 mod after;
+mod multi_node;
 mod reason;
 mod retention;
 
@@ -125,6 +126,8 @@ struct AppRec {
     requires: Vec<String>,
     /// The most of its tasks that may run at once (0: no limit).
     max_running: u32,
+    /// Whole nodes each task holds (1: an ordinary task; see [`multi_node`]).
+    nodes: u32,
 }
 
 /// Where an application's tasks send their stdout and stderr ([`Batch::streams`]).
@@ -224,6 +227,10 @@ pub struct Batch {
     /// Evicted jobs whose rows came back to memory since the last commit (their stored
     /// summaries are deleted with the rows' changes).
     revived: Vec<u64>,
+    /// Multi-node tasks: the gathering of their nodes, and the nodes of those running.
+    multi: multi_node::MultiNode,
+    /// Whether any application has multi-node tasks (else a heartbeat skips [`multi_node`]).
+    any_multi_node: bool,
 }
 
 impl Batch {
@@ -275,6 +282,8 @@ impl Batch {
             revived: Vec::new(),
             waiting: after::Waiting::default(),
             held_changed: Vec::new(),
+            multi: multi_node::MultiNode::default(),
+            any_multi_node: false,
         };
         for (row, w, apps) in parsed {
             b.install(cx, row, &w, apps)?;
@@ -283,7 +292,9 @@ impl Batch {
         if let Some(a) = b.apps.last() {
             b.tasks.reserve_ids(a.first_task + u64::from(a.tasks));
         }
-        // Running and finished tasks: take their resources / counters in the view.
+        // Running and finished tasks: take their resources / counters in the view (a running
+        // multi-node task all of its nodes).
+        let mut multi_nodes = cx.store.multi_node_tasks()?;
         let mut finished: HashMap<u32, (u32, u32, u32)> = HashMap::new();
         for i in b.tasks.ids() {
             let t = &b.tasks[i as usize];
@@ -291,8 +302,17 @@ impl Batch {
                 TaskState::Pending => {}
                 TaskState::Running => {
                     let a = assignment_of(t);
-                    cx.nodes.prefetch.restoring(cx.view, &a);
-                    cx.view.restore_running(&a)?;
+                    match multi_nodes.remove(&t.id) {
+                        Some(nodes) => {
+                            let ids: Vec<NodeId> = nodes.iter().map(|&n| NodeId(n)).collect();
+                            cx.view.restore_multi_node(&a, &ids)?;
+                            b.multi.running.insert(t.id, nodes);
+                        }
+                        None => {
+                            cx.nodes.prefetch.restoring(cx.view, &a);
+                            cx.view.restore_running(&a)?;
+                        }
+                    }
                     cx.nodes.started(a.node, t.id);
                 }
                 s => {
@@ -447,7 +467,9 @@ impl Batch {
                 used,
                 requires: app.requires.clone(),
                 max_running: app.max_running,
+                nodes: app.nodes,
             });
+            self.any_multi_node |= app.is_multi_node();
             // A job that runs after others keeps its tasks out of the queues until they
             // completed ([`after`]).
             let runs_after_others = !row.after.is_empty() || !row.after_any.is_empty();
@@ -1347,6 +1369,116 @@ fn assignment_of(t: &TaskRow) -> Assignment {
     }
 }
 
+impl Batch {
+    /// Records task `a.task` as running where `a` placed it (its row, its node's registry).
+    fn mark_running(&mut self, cx: &mut Ctx, a: &Assignment) {
+        let Some(t) = self.tasks.get_mut(a.task.0 as usize) else {
+            return;
+        };
+        moved(&mut self.apps, t.app, t.state, TaskState::Running);
+        t.state = TaskState::Running;
+        t.attempt += 1;
+        t.node = Some(a.node.0);
+        t.variant = Some(variant_code(a.variant));
+        t.devices = a.devices.as_slice().into();
+        t.started_ns = cx.now;
+        t.finished_ns = 0;
+        t.exit_code = None;
+        cx.nodes.started(a.node, t.id);
+        self.dirty.push(t.id);
+        cx.metrics.dispatched(a.variant);
+    }
+
+    /// Starts the next task of multi-node application `app` on the gathered nodes `held`
+    /// (`nid`, the node beating, first): its command runs on `nid` with the others' host names.
+    /// A reply without room for it gives the nodes back (the next beat gathers again).
+    fn start_multi_node(
+        &mut self,
+        cx: &mut Ctx,
+        nid: NodeId,
+        app: AppId,
+        held: Vec<hetsched_core::Held>,
+        out: &mut Outbox,
+    ) {
+        let ids: Vec<u32> = held.iter().map(|h| h.node.0).collect();
+        let a = match cx.view.start_multi_node(app, held) {
+            Ok(a) => a,
+            Err(held) => {
+                for h in &held {
+                    cx.view.give_back(h);
+                }
+                return;
+            }
+        };
+        let Some(t) = self.tasks.get(a.task.0 as usize) else {
+            cx.view.requeue(&a);
+            return;
+        };
+        let key = spec_key(app.0, Variant::Cpu);
+        let d = Dispatch {
+            task_id: t.id,
+            attempt: t.attempt + 1,
+            index: t.index,
+            devices: Vec::new(),
+            spec: key,
+            workflow: None,
+            cores: cx.view.node(nid).node.cores,
+            prefetched: false,
+            nodes: ids
+                .iter()
+                .map(|&n| {
+                    let rec = cx.nodes.get(n);
+                    (
+                        cx.nodes.name(n).to_string(),
+                        rec.map_or_else(|| cx.nodes.name(n).to_string(), |r| r.host().to_string()),
+                    )
+                })
+                .collect(),
+            entry: self.apps.get(app.index()).and_then(|r| {
+                let e = r.entries.as_ref()?;
+                e.get(usize::try_from(t.id.checked_sub(r.first_task)?).ok()?)
+                    .cloned()
+            }),
+        };
+        let spec = out
+            .needs_spec(key)
+            .then(|| self.task_spec(app.0, Variant::Cpu));
+        if out.offer(d, spec).is_err() {
+            cx.view.requeue(&a);
+            out.more();
+            return;
+        }
+        info!(
+            task = a.task.0,
+            nodes = ?ids.iter().map(|&n| cx.nodes.name(n)).collect::<Vec<_>>(),
+            "multi-node task started"
+        );
+        self.mark_running(cx, &a);
+        self.multi.running.insert(a.task.0, ids);
+    }
+
+    /// Running multi-node tasks one of whose other nodes died, left or was removed: lost (they
+    /// run again), and the agent of their first node is told to kill them.
+    pub fn lose_broken_multi_node(&mut self, cx: &mut Ctx) -> Result<(), StateError> {
+        for (task, node) in self.multi.broken(cx) {
+            let root = self
+                .multi
+                .running
+                .remove(&task)
+                .and_then(|n| n.first().copied());
+            self.on_lost(
+                cx,
+                task,
+                &format!("node `{node}` of the multi-node task is gone"),
+            )?;
+            if let Some(root) = root {
+                cx.nodes.wakes.node(root);
+            }
+        }
+        Ok(())
+    }
+}
+
 impl JobKind for Batch {
     fn kind(&self) -> Kind {
         Kind::Batch
@@ -1541,6 +1673,12 @@ impl JobKind for Batch {
                 app, "start-failure back-off over: the node is tried again"
             );
         }
+        if self.any_multi_node {
+            self.lose_broken_multi_node(cx)?;
+            if let Some((app, held)) = self.multi.on_heartbeat(cx, nid, open) {
+                self.start_multi_node(cx, nid, app, held, out);
+            }
+        }
         if !open || cx.view.pending_apps().next().is_none() {
             return Ok(());
         }
@@ -1604,6 +1742,7 @@ impl JobKind for Batch {
                 cores,
                 prefetched,
                 // The task's position in its application (its index may come from `indices`).
+                nodes: Vec::new(),
                 entry: self.apps.get(a.app.index()).and_then(|r| {
                     let e = r.entries.as_ref()?;
                     e.get(usize::try_from(t.id.checked_sub(r.first_task)?).ok()?)
@@ -1618,21 +1757,7 @@ impl JobKind for Batch {
                 continue;
             }
             used += cores;
-            let Some(t) = self.tasks.get_mut(a.task.0 as usize) else {
-                continue;
-            };
-            moved(&mut self.apps, t.app, t.state, TaskState::Running);
-            t.state = TaskState::Running;
-            t.attempt += 1;
-            t.node = Some(nid.0);
-            t.variant = Some(variant_code(a.variant));
-            t.devices = a.devices.as_slice().into();
-            t.started_ns = now;
-            t.finished_ns = 0;
-            t.exit_code = None;
-            cx.nodes.started(nid, t.id);
-            self.dirty.push(t.id);
-            cx.metrics.dispatched(a.variant);
+            self.mark_running(cx, &a);
         }
         if !deferred.is_empty() {
             // The last first, so they keep their order at the front of their queues.
@@ -1672,10 +1797,28 @@ impl JobKind for Batch {
             &self.cancelled,
         )?;
         crate::store::write_held(tx, &self.held_changed)?;
+        // A multi-node task's nodes are kept while it runs.
+        for &id in &dirty {
+            let Some(t) = self.tasks.get(id as usize) else {
+                continue;
+            };
+            if self.apps.get(t.app as usize).is_some_and(|a| a.nodes > 1) {
+                let nodes = (t.state == TaskState::Running)
+                    .then(|| self.multi.running.get(&id))
+                    .flatten();
+                crate::store::write_multi_node(tx, id, nodes.map(Vec::as_slice))?;
+            }
+        }
         crate::store::forget_finished(tx, &self.revived)
     }
 
     fn committed(&mut self) {
+        let tasks = &self.tasks;
+        self.multi.running.retain(|&id, _| {
+            tasks
+                .get(id as usize)
+                .is_some_and(|t| t.state == TaskState::Running)
+        });
         self.dirty.clear();
         self.cancelled.clear();
         self.held_changed.clear();
@@ -1683,6 +1826,8 @@ impl JobKind for Batch {
     }
 
     fn housekeeping(&mut self, cx: &mut Ctx) -> Result<(), StateError> {
+        // A multi-node task's other node may have been declared dead between its beats.
+        self.lose_broken_multi_node(cx)?;
         // Tasks lost for good between heartbeats may have ended a job others run after.
         self.settle_waiting(cx)
     }

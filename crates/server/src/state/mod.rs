@@ -584,6 +584,11 @@ impl State {
         self.nodes.flush_wakes(&self.view, answered.map(|n| n.0));
     }
 
+    /// Loses the running multi-node tasks one of whose nodes is gone (dead, left, removed).
+    fn lose_broken_multi_node(&mut self) -> Result<(), StateError> {
+        self.jobs.batch.lose_broken_multi_node(&mut ctx!(self))
+    }
+
     /// Hands a lost task to its kind (and off its node).
     fn lose(&mut self, task: u64, reason: &str) -> Result<(), StateError> {
         match self.jobs.owner_mut(task) {

@@ -50,6 +50,21 @@ pub struct NodeRec {
     /// Its agent left on purpose, and why (then not alive): listed only with `--all`. Stored
     /// (`store::operator`), so a restarted server does not wait for it.
     pub left: Option<Leave>,
+    /// The agent's host name (a multi-node task's node file lists it); empty: the node's name.
+    /// Stored with its description.
+    pub hostname: String,
+}
+
+impl NodeRec {
+    /// What an MPI launcher on another node reaches this one by: its agent's host name, else
+    /// the node's name.
+    pub fn host(&self) -> &str {
+        if self.hostname.is_empty() {
+            &self.spec.name
+        } else {
+            &self.hostname
+        }
+    }
 }
 
 impl NodeRec {
@@ -91,6 +106,7 @@ impl NodeRec {
             draining: false,
             ends_at: None,
             left: None,
+            hostname: String::new(),
         }
     }
 }
@@ -224,7 +240,7 @@ impl Nodes {
 
     /// Rebuilds a node from its stored row.
     pub(super) fn restore(&mut self, row: NodeRow) -> Result<&NodeRec, StoreError> {
-        let spec: Node = serde_json::from_str(&row.spec)
+        let StoredNode { spec, hostname } = serde_json::from_str(&row.spec)
             .map_err(|e| StoreError::Corrupt(format!("node {}: {e}", row.id)))?;
         if spec.id != NodeId(row.id) || row.id as usize != self.recs.len() {
             return Err(StoreError::Corrupt(format!(
@@ -235,8 +251,9 @@ impl Nodes {
         if !row.removed {
             self.by_name.insert(row.name, row.id);
         }
-        self.recs
-            .push(NodeRec::new(spec, row.identity, row.removed, false));
+        let mut rec = NodeRec::new(spec, row.identity, row.removed, false);
+        rec.hostname = hostname;
+        self.recs.push(rec);
         Ok(&self.recs[self.recs.len() - 1])
     }
 
@@ -337,13 +354,33 @@ impl Nodes {
                 })
                 .collect();
             for (app, tasks) in free {
-                let (app, fits) = (AppId(app), |n: u32| {
-                    view.fits(AppId(app), NodeId(n), Variant::Cpu)
-                        || view.fits(AppId(app), NodeId(n), Variant::Gpu)
-                });
-                if app.index() >= view.apps().len() {
+                if app as usize >= view.apps().len() {
                     continue;
                 }
+                // A multi-node task wakes as many nodes as it holds (free or not: it gathers
+                // them as they drain).
+                let whole = view.apps()[app as usize].app.nodes as usize;
+                if whole > 1 {
+                    let mut woken = 0;
+                    for (i, n) in self.recs.iter().enumerate() {
+                        let node = NodeId(i as u32);
+                        if woken < whole.saturating_mul(tasks)
+                            && n.alive
+                            && !n.removed
+                            && !n.drained
+                            && !n.draining
+                            && view.could_run(AppId(app), node)
+                        {
+                            self.wakes.node(i as u32);
+                            woken += 1;
+                        }
+                    }
+                    continue;
+                }
+                let fits = |n: u32| {
+                    view.fits(AppId(app), NodeId(n), Variant::Cpu)
+                        || view.fits(AppId(app), NodeId(n), Variant::Gpu)
+                };
                 let mut takers: Vec<(u32, u32)> =
                     open.iter().copied().filter(|&(n, _)| fits(n)).collect();
                 takers.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
@@ -365,8 +402,22 @@ pub(super) fn same_secret(a: &str, b: &str) -> bool {
             == 0
 }
 
-fn node_json(spec: &Node) -> Result<String, StateError> {
-    serde_json::to_string(spec).map_err(|e| StateError::Invalid(format!("node description: {e}")))
+/// A node's stored description: the core's [`Node`] and the agent's host name (absent in rows
+/// written before host names were kept).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredNode {
+    #[serde(flatten)]
+    spec: Node,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    hostname: String,
+}
+
+fn node_json(spec: &Node, hostname: &str) -> Result<String, StateError> {
+    serde_json::to_string(&StoredNode {
+        spec: spec.clone(),
+        hostname: hostname.to_string(),
+    })
+    .map_err(|e| StateError::Invalid(format!("node description: {e}")))
 }
 
 impl State {
@@ -379,6 +430,7 @@ impl State {
             name,
             mut spec,
             identity,
+            hostname,
         } = req;
         let id = if let Some(id) = self.nodes.by_name(&name) {
             spec.id = NodeId(id);
@@ -394,7 +446,7 @@ impl State {
                 self.store.put_node(&NodeRow {
                     id,
                     name: name.clone(),
-                    spec: node_json(&rec.spec)?,
+                    spec: node_json(&rec.spec, &hostname)?,
                     identity: identity.clone(),
                     removed: false,
                 })?;
@@ -404,20 +456,21 @@ impl State {
             rec.identity = identity;
             // Attributes are labels, not resources: an agent restarted with new ones has them.
             // Stored first: a failed write changes nothing in memory.
-            if rec.spec.attributes != spec.attributes {
-                info!(node = %name, attributes = ?spec.attributes, "node attributes changed");
+            if rec.spec.attributes != spec.attributes || rec.hostname != hostname {
+                info!(node = %name, attributes = ?spec.attributes, %hostname, "node attributes or host name changed");
                 let mut relabelled = rec.spec.clone();
                 relabelled.attributes = std::mem::take(&mut spec.attributes);
                 self.store.put_node(&NodeRow {
                     id,
                     name: name.clone(),
-                    spec: node_json(&relabelled)?,
+                    spec: node_json(&relabelled, &hostname)?,
                     identity: rec.identity.clone(),
                     removed: false,
                 })?;
                 self.view
                     .set_node_attributes(NodeId(id), relabelled.attributes.clone())?;
                 self.nodes.recs[id as usize].spec = relabelled;
+                self.nodes.recs[id as usize].hostname = hostname;
             }
             let rec = &mut self.nodes.recs[id as usize];
             spec.attributes.clone_from(&rec.spec.attributes);
@@ -445,16 +498,16 @@ impl State {
             self.store.put_node(&NodeRow {
                 id,
                 name: name.clone(),
-                spec: node_json(&spec)?,
+                spec: node_json(&spec, &hostname)?,
                 identity: identity.clone(),
                 removed: false,
             })?;
             self.view.add_node(spec.clone())?;
             info!(node = %name, id, cores = spec.cores, gpus = spec.accelerators.len(), "node registered");
             self.nodes.by_name.insert(name, id);
-            self.nodes
-                .recs
-                .push(NodeRec::new(spec, identity, false, true));
+            let mut rec = NodeRec::new(spec, identity, false, true);
+            rec.hostname = hostname;
+            self.nodes.recs.push(rec);
             id
         };
         self.node_may_die(id);
@@ -485,7 +538,7 @@ impl State {
             // The name is UNIQUE in the store: a removed node's row gives it up (`#` is not
             // allowed in node names).
             name: format!("#removed-{id}"),
-            spec: node_json(&rec.spec)?,
+            spec: node_json(&rec.spec, &rec.hostname)?,
             identity: String::new(),
             removed: true,
         })?;
@@ -643,6 +696,8 @@ impl State {
         for t in lost {
             self.lose(t, reason)?;
         }
+        // Multi-node tasks it was one of the other nodes of are lost too.
+        self.lose_broken_multi_node()?;
         // Its agent's divisible chunks (not tasks of the node) are re-planned too.
         self.jobs.divisible.lose_agent(&name);
         Ok(())

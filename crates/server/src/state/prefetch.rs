@@ -246,8 +246,13 @@ impl Prefetch {
     pub fn open(&mut self, view: &mut SchedulerView, node: NodeId, cores: u32) -> Credit {
         self.repay_all(view);
         let free = view.node(node).free.cores;
-        // A node that still owes cores gets no loan: its queue is full.
-        let lent = if self.debt(node) > 0 { 0 } else { cores };
+        // A node that still owes cores gets no loan: its queue is full. Nor does one a
+        // multi-node task holds: its agent would start what it queues at once.
+        let lent = if self.debt(node) > 0 || view.is_held(node) {
+            0
+        } else {
+            cores
+        };
         view.release_cores(node, lent);
         Credit { free, lent }
     }

@@ -16,6 +16,8 @@ pub struct Registration {
     pub spec: Node,
     /// The agent's stable identity (from its work directory).
     pub identity: String,
+    /// The agent's host name (empty: the node's name).
+    pub hostname: String,
 }
 
 /// What a registration is answered with.
@@ -185,6 +187,8 @@ pub struct Dispatch {
     pub prefetched: bool,
     /// Its entry (an application with `entries`).
     pub entry: Option<String>,
+    /// A multi-node task's nodes, this one first: (name, host name) each (empty: one node).
+    pub nodes: Vec<(String, String)>,
 }
 
 /// The answer to a heartbeat.

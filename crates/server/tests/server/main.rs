@@ -12,6 +12,7 @@ mod http;
 mod job_ids;
 mod listing;
 mod metrics;
+mod multi_node;
 mod pending_reason;
 mod prefetch;
 mod retention;

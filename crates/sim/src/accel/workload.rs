@@ -39,6 +39,17 @@ pub fn accel_apps(workload: &Workload, cluster: &Cluster) -> Result<Vec<AccelApp
             .as_ref()
             .and_then(|s| start(s.span()))
             .or_else(|| start(a.name.span()));
+        if let Some(n) = a.nodes.as_ref().filter(|n| *n.get_ref() > 1) {
+            return Err(src.error(
+                start(n.span()),
+                Some(format!("application[{i}].nodes")),
+                format!(
+                    "application `{name}` holds {} whole nodes per task: multi-node tasks run on \
+                     the runtime only",
+                    n.get_ref()
+                ),
+            ));
+        }
         if need == AcceleratorNeed::Required && !has_accelerator {
             return Err(src.error(
                 need_at,

@@ -145,6 +145,7 @@ pub fn application(profile: &AppProfile, id: AppId, scale: f64) -> Application {
         }),
         requires: Vec::new(),
         max_running: 0,
+        nodes: 1,
     }
 }
 

@@ -554,8 +554,10 @@ impl Hdas {
             return;
         }
         self.plan_for = Some(signature);
+        // Multi-node tasks are not the policy's to place (the runtime gathers their nodes).
         let pending: Vec<crate::model::Application> = view
             .pending_apps()
+            .filter(|a| !a.app.is_multi_node())
             .map(|a| crate::model::Application {
                 tasks: a.pending.len() as u32,
                 ..a.app.clone()

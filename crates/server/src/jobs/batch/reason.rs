@@ -35,12 +35,13 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 /// What decides which nodes could run an application: its `requires`, its variants' requests
-/// (with the device kind) and its accelerator need.
+/// (with the device kind), its accelerator need, and whether its tasks hold whole nodes.
 type Shape = (
     Vec<String>,
     Option<Resources>,
     Option<(Resources, Option<String>)>,
     AcceleratorNeed,
+    bool,
 );
 
 /// The nodes that could run applications of one shape ([`Capable::of`]): those that take work,
@@ -67,6 +68,7 @@ impl Capable {
             a.request(Variant::Cpu),
             a.gpu.as_ref().map(|g| (g.request, g.kind.clone())),
             state.accelerator,
+            a.is_multi_node(),
         );
         if let Some(found) = self.0.borrow().get(&shape) {
             return found.clone();
@@ -186,6 +188,27 @@ impl Batch {
                     return (why, state != QueueState::Allocating);
                 }
                 return (why, true);
+            }
+            if rec.nodes > 1 {
+                if open.len() < rec.nodes as usize {
+                    let why = format!(
+                        "`{name}` needs {} whole nodes per task, and {} live node(s) can run it",
+                        rec.nodes,
+                        open.len()
+                    );
+                    return (why, true);
+                }
+                let why = match self.multi.gathering() {
+                    Some((g, held)) if g == app => format!(
+                        "gathering {} whole nodes for `{name}`: {held} held, waiting for what runs on them to end",
+                        rec.nodes
+                    ),
+                    Some(_) => format!(
+                        "`{name}` waits for another multi-node task to gather its nodes first"
+                    ),
+                    None => format!("`{name}` waits for {} whole nodes", rec.nodes),
+                };
+                return (why, false);
             }
             if open.iter().all(|&n| rd.view.is_excluded(app, n)) {
                 let why = format!(

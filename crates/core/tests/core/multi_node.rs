@@ -1,0 +1,189 @@
+//! Multi-node tasks (`nodes = N`): the job file's rules, and the view's side — no policy places
+//! one, and what such a task holds (every resource of each of its nodes) comes back whole however
+//! it ends.
+
+use hetsched_core::input::workload::{MissingProfile, parse_workload};
+use hetsched_core::model::{AppId, NodeId, SchedulerView, TaskId, Variant};
+use hetsched_core::policy::batch::BatchPolicyKind;
+use hetsched_core::testkit::{app, node};
+
+fn job(app_fields: &str, cpu: &str) -> String {
+    format!(
+        "[[application]]\nname = \"mpi\"\ntasks = 2\n{app_fields}\n[application.cpu]\ncommand = \"true\"\n{cpu}\n"
+    )
+}
+
+fn error(text: &str) -> String {
+    parse_workload("job.toml", text)
+        .expect_err("refused")
+        .to_string()
+}
+
+#[test]
+fn nodes_is_parsed_and_what_a_whole_node_task_cannot_have_is_refused_at_its_field() {
+    let w = parse_workload("job.toml", &job("nodes = 4", "")).expect("valid");
+    let apps = w
+        .to_applications(0, MissingProfile::Estimate(1))
+        .expect("applications");
+    assert_eq!(apps[0].nodes, 4);
+    assert!(apps[0].is_multi_node());
+    let one = parse_workload("job.toml", &job("nodes = 1", "cores = 2")).expect("valid");
+    assert!(
+        !one.to_applications(0, MissingProfile::Estimate(1))
+            .expect("apps")[0]
+            .is_multi_node()
+    );
+    for (fields, cpu, expected) in [
+        (
+            "nodes = 0",
+            "",
+            "job.toml:4:9: application[0].nodes: must be 1 to 1024",
+        ),
+        (
+            "nodes = 2000",
+            "",
+            "application[0].nodes: must be 1 to 1024",
+        ),
+        (
+            "nodes = 2",
+            "cores = 4",
+            "application[0].cpu.cores: a multi-node task holds every core",
+        ),
+        (
+            "nodes = 2",
+            "memory = \"1GiB\"",
+            "application[0].cpu.memory: a multi-node task holds",
+        ),
+        (
+            "nodes = 2\npin = true",
+            "",
+            "application[0].pin: a multi-node task (`nodes = 2`) cannot have `pin`",
+        ),
+        (
+            "nodes = 2\n[application.gpu]\ncommand = \"x\"",
+            "",
+            "application[0].gpu: a multi-node task holds every core, all memory and every device of its nodes: give it only an [application.cpu] variant",
+        ),
+    ] {
+        let e = error(&job(fields, cpu));
+        assert!(e.contains(expected), "{fields} / {cpu}: {e}");
+    }
+}
+
+#[test]
+fn the_cluster_must_have_as_many_nodes_with_the_attributes_as_a_task_holds() {
+    let cluster: Vec<_> = (0..3)
+        .map(|i| {
+            let attrs: &[&str] = if i < 2 { &["ib"] } else { &[] };
+            node(&format!("n{i}"))
+                .cores(4)
+                .attributes(attrs)
+                .build(NodeId(i))
+        })
+        .collect();
+    let w = parse_workload("job.toml", &job("nodes = 3", "")).expect("valid");
+    assert!(w.check_runnable(&cluster).is_ok());
+    let w = parse_workload("job.toml", &job("nodes = 3\nrequires = [\"ib\"]", "")).expect("valid");
+    let e = w.check_runnable(&cluster).expect_err("too few").to_string();
+    assert!(
+        e.contains("application[0].nodes: application `mpi` needs 3 whole nodes per task, and the cluster has 2 node(s) with ib"),
+        "{e}"
+    );
+}
+
+/// Three 4-core nodes (node 2 with a GPU) and a multi-node application of 2 tasks, 2 nodes each.
+fn view() -> SchedulerView {
+    let mut v = SchedulerView::new();
+    for i in 0..3 {
+        let n = node(&format!("n{i}")).cores(4).memory(8 << 30);
+        let n = if i == 2 { n.gpus(1, "a100") } else { n };
+        v.add_node(n.build(NodeId(i))).expect("node");
+    }
+    let a = app("mpi").tasks(2).cpu(1.0, 0.0).nodes(2).build(AppId(0));
+    v.add_application(a, [TaskId(0), TaskId(1)]).expect("app");
+    v
+}
+
+#[test]
+fn no_policy_places_a_multi_node_task() {
+    for kind in BatchPolicyKind::ALL {
+        let mut v = view();
+        let mut p = kind.build();
+        for n in 0..3 {
+            assert!(
+                p.on_node_update(&mut v, NodeId(n), 1).is_empty(),
+                "{kind:?}"
+            );
+            assert!(!v.fits(AppId(0), NodeId(n), Variant::Cpu));
+            assert!(v.could_run(AppId(0), NodeId(n)));
+        }
+    }
+}
+
+#[test]
+fn a_multi_node_task_holds_its_nodes_whole_until_it_ends_however_it_ends() {
+    let mut v = view();
+    let whole =
+        |v: &SchedulerView, n: u32| v.node(NodeId(n)).free == v.node(NodeId(n)).node.capacity();
+    // Node 1 runs a 1-core task of another application: holding it takes its 3 free cores.
+    let other = app("other").tasks(1).cpu(1.0, 0.0).build(AppId(1));
+    v.add_application(other, [TaskId(9)]).expect("app");
+    let small = v.assign(AppId(1), NodeId(1), Variant::Cpu).expect("fits");
+    let mut held1 = v.hold_free(NodeId(1));
+    assert_eq!(held1.resources.cores, 3);
+    assert!(!v.holds_whole(&held1));
+    assert_eq!(v.node(NodeId(1)).free.cores, 0, "nothing else starts there");
+    assert!(v.is_held(NodeId(1)) && !v.is_held(NodeId(0)));
+    v.task_finished(&small);
+    v.hold_more(&mut held1);
+    assert!(v.holds_whole(&held1), "what ended there is taken too");
+    let held2 = v.hold_free(NodeId(2));
+    assert!(
+        v.holds_whole(&held2) && held2.devices == [0],
+        "GPUs included"
+    );
+    let a = v
+        .start_multi_node(AppId(0), vec![held2, held1])
+        .expect("a pending task");
+    assert_eq!((a.task, a.node), (TaskId(0), NodeId(2)));
+    assert_eq!(v.app(AppId(0)).running, 1);
+    let nodes: Vec<NodeId> = v
+        .multi_node_held(AppId(0), TaskId(0))
+        .expect("held")
+        .iter()
+        .map(|h| h.node)
+        .collect();
+    assert_eq!(nodes, [NodeId(2), NodeId(1)]);
+    // Requeued (a lost node): both come back whole, and the task is pending again.
+    v.requeue(&a);
+    assert!(whole(&v, 1) && whole(&v, 2));
+    assert!(
+        !v.is_held(NodeId(1)) && !v.is_held(NodeId(2)),
+        "held no more"
+    );
+    assert_eq!(v.node(NodeId(2)).device_free, [true]);
+    assert_eq!(v.app(AppId(0)).pending.len(), 2);
+    // Restored after a restart, then finished: the same.
+    v.restore_multi_node(&a, &[NodeId(0), NodeId(1)])
+        .expect("restored");
+    assert!(!whole(&v, 0) && !whole(&v, 1));
+    v.task_finished(&a);
+    assert!(whole(&v, 0) && whole(&v, 1));
+    // Nothing pending: the nodes are handed back to the caller.
+    let mut empty = SchedulerView::new();
+    empty
+        .add_node(node("x").cores(1).build(NodeId(0)))
+        .expect("node");
+    empty
+        .add_application(
+            app("mpi").tasks(1).cpu(1.0, 0.0).nodes(2).build(AppId(0)),
+            [],
+        )
+        .expect("app");
+    let h = empty.hold_free(NodeId(0));
+    let back = empty
+        .start_multi_node(AppId(0), vec![h])
+        .expect_err("nothing pending");
+    empty.give_back(&back[0]);
+    assert_eq!(empty.node(NodeId(0)).free.cores, 1);
+}

@@ -1,0 +1,258 @@
+//! Multi-node tasks (`nodes = N`): the server gathers N whole nodes, holding each as it drains,
+//! starts the task on the node whose beat completed the gathering with every node's host name,
+//! keeps them across a restart, and gives them back when the task ends or one of them is gone.
+
+use crate::common;
+
+use common::heartbeat_request;
+use hetsched_proto as pb;
+use hetsched_server::ServerConfig;
+use hetsched_server::convert::Wire;
+use hetsched_server::state::State;
+use hetsched_server::store::Store;
+use std::path::Path;
+use std::time::Duration;
+
+fn open(d: &Path) -> State {
+    open_with(d, hetsched_server::state::prefetch::Setting::default())
+}
+
+fn open_with(d: &Path, prefetch: hetsched_server::state::prefetch::Setting) -> State {
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        prefetch,
+        ..Default::default()
+    };
+    State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state")
+}
+
+fn register(s: &mut State, name: &str, cores: u32) -> u32 {
+    s.register(pb::RegisterRequest {
+        identity: common::IDENTITY.into(),
+        name: name.into(),
+        hostname: format!("{name}.cluster"),
+        cores,
+        memory_bytes: 1 << 30,
+        ..Default::default()
+    })
+    .expect("register")
+    .node_id
+}
+
+fn beat(
+    s: &mut State,
+    node: u32,
+    running: &[(u64, u32)],
+    results: &[(u64, u32, bool)],
+) -> pb::HeartbeatReply {
+    s.heartbeat(heartbeat_request(node, running, results))
+        .expect("heartbeat")
+}
+
+fn submit(s: &mut State, app: &str, tasks: u32, extra: &str, cpu: &str) -> u64 {
+    s.submit(
+        "job.toml",
+        &format!(
+            "[[application]]\nname = \"{app}\"\ntasks = {tasks}\n{extra}\n[application.cpu]\ncommand = \"true\"\n{cpu}\n"
+        ),
+        "/",
+    )
+    .expect("submit")
+    .job_id
+}
+
+fn assigned(r: &pb::HeartbeatReply) -> Vec<u64> {
+    r.assignments.iter().map(|a| a.task_id).collect()
+}
+
+fn reason(s: &State, job: u64) -> String {
+    s.job(job).expect("job").pending_reason
+}
+
+#[test]
+fn a_multi_node_task_gathers_whole_nodes_as_they_drain_and_holds_them_until_it_ends() {
+    let d = common::scratch("multi-node", "gather");
+    let (a, b, c);
+    {
+        let mut s = open(&d);
+        a = register(&mut s, "a", 2);
+        b = register(&mut s, "b", 2);
+        c = register(&mut s, "c", 2);
+        // A two-core task fills node a.
+        submit(&mut s, "long", 1, "", "cores = 2");
+        assert_eq!(assigned(&beat(&mut s, a, &[], &[])), vec![0]);
+        // The three-node task gathers b and c at once, and a as it drains.
+        let mpi = submit(&mut s, "mpi", 1, "nodes = 3", "");
+        assert!(beat(&mut s, b, &[], &[]).assignments.is_empty());
+        assert!(beat(&mut s, c, &[], &[]).assignments.is_empty());
+        assert!(beat(&mut s, a, &[(0, 1)], &[]).assignments.is_empty());
+        assert_eq!(
+            reason(&s, mpi),
+            "gathering 3 whole nodes for `mpi`: 3 held, waiting for what runs on them to end"
+        );
+        // Held nodes take no other work, however small.
+        let small = submit(&mut s, "small", 2, "", "");
+        assert!(beat(&mut s, b, &[], &[]).assignments.is_empty());
+        assert!(beat(&mut s, c, &[], &[]).assignments.is_empty());
+        // Node a drains: the task starts there, a first in its node list.
+        let r = beat(&mut s, a, &[], &[(0, 1, true)]);
+        assert_eq!(assigned(&r), vec![1]);
+        let t = &r.assignments[0];
+        assert_eq!(t.hosts, ["a.cluster", "b.cluster", "c.cluster"]);
+        assert_eq!(t.node_names, ["a", "b", "c"]);
+        assert_eq!(t.cores, 2, "its agent counts all of the node's cores busy");
+        assert_eq!(
+            s.tasks(mpi).expect("tasks").tasks[0].state,
+            "running",
+            "{:?}",
+            s.tasks(mpi)
+        );
+        assert!(beat(&mut s, b, &[], &[]).assignments.is_empty());
+        assert_eq!(
+            reason(&s, small),
+            "resources: the nodes that can run it are busy"
+        );
+    } // the server stops; its store remains
+    let mut s = open(&d);
+    // Restarted, it holds the running task's three nodes again.
+    assert!(beat(&mut s, b, &[], &[]).assignments.is_empty());
+    assert!(beat(&mut s, c, &[], &[]).assignments.is_empty());
+    assert!(beat(&mut s, a, &[(1, 1)], &[]).assignments.is_empty());
+    // The task ends: its nodes take the small tasks.
+    let r = beat(&mut s, a, &[], &[(1, 1, true)]);
+    assert_eq!(assigned(&r), vec![2, 3]);
+    drop(s);
+    // Nothing of the ended task is held after another restart.
+    let mut s = open(&d);
+    let late = submit(&mut s, "later", 2, "", "");
+    assert_eq!(late, 4);
+    assert_eq!(assigned(&beat(&mut s, b, &[], &[])).len(), 2);
+}
+
+#[test]
+fn a_free_node_replaces_a_busy_member_and_a_task_whose_other_node_dies_runs_again() {
+    let d = common::scratch("multi-node", "death");
+    let mut s = open(&d);
+    let a = register(&mut s, "a", 1);
+    let b = register(&mut s, "b", 1);
+    submit(&mut s, "long", 1, "", "");
+    assert_eq!(assigned(&beat(&mut s, a, &[], &[])), vec![0]);
+    submit(&mut s, "mpi", 1, "nodes = 2\nretries = 0", "");
+    // a (busy) joins first; then b; then c, wholly free, replaces a and the task starts on c.
+    assert!(beat(&mut s, a, &[(0, 1)], &[]).assignments.is_empty());
+    assert!(beat(&mut s, b, &[], &[]).assignments.is_empty());
+    let c = register(&mut s, "c", 1);
+    let r = beat(&mut s, c, &[], &[]);
+    assert_eq!(assigned(&r), vec![1]);
+    assert_eq!(r.assignments[0].node_names, ["c", "b"]);
+    // b falls silent and is declared dead: the task is lost, c's agent is told to kill it, and
+    // it runs again (a lost attempt is not a failure).
+    std::thread::sleep(Duration::from_millis(30));
+    beat(&mut s, c, &[(1, 1)], &[]);
+    beat(&mut s, a, &[(0, 1)], &[]);
+    s.check_dead(Duration::from_millis(20)).expect("check");
+    let r = beat(&mut s, c, &[(1, 1)], &[]);
+    assert_eq!(
+        r.kill
+            .iter()
+            .map(|k| (k.task_id, k.attempt))
+            .collect::<Vec<_>>(),
+        vec![(1, 1)]
+    );
+    let t = &s.tasks(2).expect("tasks").tasks[0];
+    assert_eq!(t.state, "pending", "{t:?}");
+    assert!(
+        t.message
+            .contains("node `b` of the multi-node task is gone"),
+        "{t:?}"
+    );
+    // Two live nodes remain: once a drains, the task starts again on a and c.
+    beat(&mut s, c, &[], &[]);
+    let r = beat(&mut s, a, &[], &[(0, 1, true)]);
+    assert_eq!(assigned(&r), vec![1]);
+    assert_eq!(r.assignments[0].attempt, 2);
+    let mut nodes = r.assignments[0].node_names.clone();
+    nodes.sort();
+    assert_eq!(nodes, ["a", "c"]);
+}
+
+#[test]
+fn a_multi_node_task_needs_as_many_nodes_as_it_holds() {
+    let d = common::scratch("multi-node", "few");
+    let mut s = open(&d);
+    let a = register(&mut s, "a", 2);
+    register(&mut s, "b", 2);
+    let e = s
+        .submit(
+            "job.toml",
+            "[[application]]\nname = \"mpi\"\ntasks = 1\nnodes = 3\n[application.cpu]\ncommand = \"true\"\n",
+            "/",
+        )
+        .expect_err("refused");
+    assert!(
+        e.to_string().contains(
+            "application `mpi` needs 3 whole nodes per task, and the cluster has 2 node(s)"
+        ),
+        "{e}"
+    );
+    // Two of two: it runs, and a node drained meanwhile leaves it waiting, saying why.
+    let job = submit(&mut s, "mpi", 1, "nodes = 2", "");
+    s.drain_node("b", true).expect("drain");
+    assert!(beat(&mut s, a, &[], &[]).assignments.is_empty());
+    assert_eq!(
+        reason(&s, job),
+        "`mpi` needs 2 whole nodes per task, and 1 live node(s) can run it"
+    );
+    assert!(s.job(job).expect("job").blocked);
+}
+
+#[test]
+fn max_running_holds_back_the_next_multi_node_task_and_its_nodes_stay_free() {
+    let d = common::scratch("multi-node", "throttle");
+    let mut s = open(&d);
+    let n: Vec<u32> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|name| register(&mut s, name, 1))
+        .collect();
+    submit(&mut s, "mpi", 2, "nodes = 2\nmax_running = 1", "");
+    assert!(beat(&mut s, n[0], &[], &[]).assignments.is_empty());
+    assert_eq!(assigned(&beat(&mut s, n[1], &[], &[])), vec![0]);
+    // The second task may not start: c and d are not held for it, and take other work.
+    assert!(beat(&mut s, n[2], &[], &[]).assignments.is_empty());
+    submit(&mut s, "small", 1, "", "");
+    assert_eq!(assigned(&beat(&mut s, n[3], &[], &[])), vec![2]);
+    // The first ends: the second gathers a and b again.
+    assert!(
+        beat(&mut s, n[1], &[], &[(0, 1, true)])
+            .assignments
+            .is_empty()
+    );
+    let r = beat(&mut s, n[0], &[], &[]);
+    assert_eq!(assigned(&r), vec![1]);
+    assert_eq!(r.assignments[0].node_names, ["a", "b"]);
+}
+
+#[test]
+fn prefetch_lends_nothing_on_a_held_node() {
+    let d = common::scratch("multi-node", "prefetch");
+    let mut s = open_with(&d, hetsched_server::state::prefetch::Setting::Cores(4));
+    let a = register(&mut s, "a", 2);
+    let b = register(&mut s, "b", 2);
+    submit(&mut s, "long", 1, "", "cores = 2");
+    assert_eq!(assigned(&beat(&mut s, a, &[], &[])), vec![0]);
+    submit(&mut s, "mpi", 1, "nodes = 2", "");
+    submit(&mut s, "small", 8, "", "");
+    // b is held for the gathering, a as it drains: neither is handed tasks to queue.
+    assert!(beat(&mut s, b, &[], &[]).assignments.is_empty());
+    assert!(beat(&mut s, a, &[(0, 1)], &[]).assignments.is_empty());
+    let r = beat(&mut s, a, &[], &[(0, 1, true)]);
+    assert_eq!(assigned(&r), vec![1], "only the multi-node task");
+    assert!(beat(&mut s, b, &[], &[]).assignments.is_empty());
+    // It ends: both nodes take small tasks again, queued ones included.
+    let r = beat(&mut s, a, &[], &[(1, 1, true)]);
+    assert!(
+        r.assignments.iter().any(|t| t.prefetched),
+        "{:?}",
+        assigned(&r)
+    );
+}
