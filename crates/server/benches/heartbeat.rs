@@ -3,6 +3,10 @@
 //! (`Nodes::set_now`), against which the nodes' ends (`--time-limit`) are read. Each heartbeat
 //! reports nothing new (no task runs, none waits), so the figure is the heartbeat path itself:
 //! the node's record, the clock, an empty placement, the reply.
+//!
+//! The `multi_node_task_that_cannot_gather` case adds the worst a waiting multi-node task
+//! (`nodes = N`, `jobs/batch/multi_node`) costs every beat: it wants all 1,000 nodes and one is
+//! drained, so each beat counts the eligible nodes again.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use hetsched_proto as pb;
@@ -59,9 +63,18 @@ fn heartbeat(c: &mut Criterion) {
     for (case, ending) in [
         ("no_time_limits", false),
         ("every_agent_time_limited", true),
+        ("multi_node_task_that_cannot_gather", false),
     ] {
         let dir = base.join(case);
         let mut s = state(&dir, ending);
+        if case == "multi_node_task_that_cannot_gather" {
+            let job = format!(
+                "[[application]]\nname = \"mpi\"\ntasks = 1\nnodes = {NODES}\n\
+                 [application.cpu]\ncommand = \"true\"\n"
+            );
+            s.submit("job.toml", &job, "/").expect("submit");
+            s.drain_node("n0", true).expect("drain");
+        }
         let mut next = 0u32;
         g.bench_function(BenchmarkId::from_parameter(case), |b| {
             b.iter(|| {
