@@ -358,6 +358,7 @@ impl From<AppInfo> for pb::AppInfo {
             stdout: a.streams[0].clone(),
             stderr: a.streams[1].clone(),
             pin: a.pin,
+            nodes: a.nodes,
         }
     }
 }

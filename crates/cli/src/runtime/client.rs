@@ -607,6 +607,12 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         if a.pin {
             said.push("each task bound to CPUs of its own".into());
         }
+        if a.nodes > 1 {
+            said.push(format!(
+                "each task holds {} whole nodes (HETSCHED_NODE_FILE)",
+                a.nodes
+            ));
+        }
         if !said.is_empty() {
             println!("{}: {}", a.name, said.join("; "));
         }

@@ -451,6 +451,13 @@ fn a_multi_node_task_runs_on_the_first_of_its_whole_nodes_with_their_host_names(
     assert_eq!(sorted[0], node, "it runs on the first of its nodes");
     sorted.sort_unstable();
     assert_eq!((sorted, count), (vec!["a", "b", "c"], "3"));
+    let job = c.cli(&["job", "1"]);
+    let shown = String::from_utf8_lossy(&job.stdout);
+    assert!(
+        shown.contains("each task holds 3 whole nodes (HETSCHED_NODE_FILE)"),
+        "{shown}"
+    );
+    assert_eq!(c.json(&["job", "1"])["apps"][0]["nodes"], 3);
     // More whole nodes than the cluster has: refused at once, naming the flag.
     let out = c.cli(&["submit", "--nodes", "4", "--", "true"]);
     assert!(!out.status.success());

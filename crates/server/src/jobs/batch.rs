@@ -1178,6 +1178,7 @@ impl Batch {
                         max_running: r.max_running,
                         streams: r.streams.clone(),
                         pin: r.pin,
+                        nodes: r.nodes,
                     }
                 })
                 .collect()

@@ -313,6 +313,8 @@ pub struct AppInfo {
     pub streams: [String; 2],
     /// Its `pin`.
     pub pin: bool,
+    /// Whole nodes each task holds (`nodes`; 1: an ordinary task; 0: not a batch application).
+    pub nodes: u32,
 }
 
 /// One job, as listings show it.
