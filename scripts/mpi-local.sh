@@ -47,7 +47,7 @@ done
 echo "$(mpirun --version | head -1); three agents of one core on $(hostname)"
 
 echo "1. hetsched submit --nodes 3 -- mpirun --hostfile \$HETSCHED_NODE_FILE"
-"$BIN" submit --nodes 3 --name mpi --shell -- \
+"$BIN" submit --nodes 3 --name mpi --app mpi --shell -- \
   "mpirun $ROOT_FLAG --oversubscribe --hostfile \"\$HETSCHED_NODE_FILE\" -np 3 \
    sh -c 'echo rank \$OMPI_COMM_WORLD_RANK of \$OMPI_COMM_WORLD_SIZE on \$(hostname); sleep 3'; \
    echo nodes \$HETSCHED_NODES on \$HETSCHED_NODE" >/dev/null
