@@ -426,6 +426,7 @@ impl From<TaskInfo> for pb::TaskInfo {
                 cpu_system_ms: u.cpu_system_ms,
                 max_rss_bytes: u.max_rss_bytes,
             }),
+            nodes: t.nodes,
         }
     }
 }

@@ -727,7 +727,11 @@ fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
             } else {
                 x.attempt.to_string()
             },
-            x.node.clone(),
+            // A multi-node task: its first node, and how many more it holds.
+            match x.nodes.len() {
+                0 | 1 => x.node.clone(),
+                n => format!("{} (+{})", x.node, n - 1),
+            },
             x.variant.clone(),
             x.devices
                 .iter()
@@ -1338,5 +1342,23 @@ fn submitted_size(reply: &pb::SubmitReply) -> String {
     match reply.kind.as_str() {
         "divisible" => format!("{} units", reply.tasks),
         _ => format!("{} tasks", reply.tasks),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_running_multi_node_task_shows_its_first_node_and_how_many_more() {
+        let task = |node: &str, nodes: &[&str]| pb::TaskInfo {
+            node: node.into(),
+            nodes: nodes.iter().map(|n| (*n).to_string()).collect(),
+            exit_code: -1,
+            ..Default::default()
+        };
+        let shown = tasks_table(&[task("a", &["a", "b", "c"]), task("d", &[])]).to_string();
+        assert!(shown.contains("a (+2)"), "{shown}");
+        assert!(!shown.contains("d (+"), "{shown}");
     }
 }

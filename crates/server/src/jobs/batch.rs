@@ -991,14 +991,23 @@ impl Batch {
         rows.iter()
             .map(|t| {
                 let app = &self.apps[t.app as usize];
-                task_info(
+                let mut info = task_info(
                     t,
                     &app.name,
                     app.job,
                     t.node
                         .and_then(|n| rd.nodes.get(n))
                         .map_or("", |n| n.spec.name.as_str()),
-                )
+                );
+                if t.state == TaskState::Running
+                    && let Some(nodes) = self.multi.running.get(&t.id)
+                {
+                    info.nodes = nodes
+                        .iter()
+                        .map(|&n| rd.nodes.name(n).to_string())
+                        .collect();
+                }
+                info
             })
             .collect()
     }
@@ -1058,7 +1067,9 @@ impl Batch {
             };
             (range.end, states.iter().map(counted).sum())
         };
+        let nodes = nodes();
         Ok(TasksListing::FromStore(StoredTasks {
+            multi_node: self.multi_node_names(&nodes, start..range.end),
             job,
             page: start..end,
             scan: start..end,
@@ -1071,7 +1082,7 @@ impl Batch {
             last: range.end,
             total,
             apps: self.app_names(j),
-            nodes: nodes(),
+            nodes,
             executed: HashMap::new(),
             after: 0,
         }))
@@ -1101,6 +1112,7 @@ impl Batch {
         }
         let page = start..start.saturating_add(limit as u64).min(last);
         StoredTasks {
+            multi_node: self.multi_node_names(&nodes, start..scan_end.max(page.end)),
             job: 0,
             want: (page.end - page.start) as usize,
             states: Vec::new(),
@@ -1113,6 +1125,27 @@ impl Batch {
             executed: HashMap::new(),
             after: 0,
         }
+    }
+
+    /// The node names (from `names`, by node id) of the running multi-node tasks whose ids are
+    /// in `ids`.
+    fn multi_node_names(
+        &self,
+        names: &[String],
+        ids: std::ops::Range<u64>,
+    ) -> HashMap<u64, Vec<String>> {
+        self.multi
+            .running
+            .iter()
+            .filter(|(t, _)| ids.contains(t))
+            .map(|(&t, nodes)| {
+                let named = nodes
+                    .iter()
+                    .map(|&n| names.get(n as usize).cloned().unwrap_or_default())
+                    .collect();
+                (t, named)
+            })
+            .collect()
     }
 
     /// A job's applications: id → (name, job).
@@ -1247,6 +1280,7 @@ fn task_info(t: &TaskRow, app: &str, job: u64, node: &str) -> TaskInfo {
         // Filled by the state (accelerator sharing knows where it ran).
         executed_node: String::new(),
         usage: t.usage.as_deref().copied(),
+        nodes: Vec::new(),
     }
 }
 
@@ -1284,6 +1318,8 @@ pub struct StoredTasks {
     /// Job 0: where the listing goes on once this kind's rows are done (the next kind's first
     /// id, 0 = nowhere), filled under the lock by the state.
     pub after: u64,
+    /// The nodes of the page's running multi-node tasks, by task id (taken under the lock).
+    multi_node: HashMap<u64, Vec<String>>,
 }
 
 impl StoredTasks {
@@ -1337,6 +1373,11 @@ impl StoredTasks {
                     Some((at, name)) if *at == t.attempt => name.clone(),
                     _ => info.node.clone(),
                 };
+                if t.state == TaskState::Running
+                    && let Some(nodes) = self.multi_node.get(&t.id)
+                {
+                    info.nodes.clone_from(nodes);
+                }
                 info
             })
             .collect();

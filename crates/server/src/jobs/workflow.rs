@@ -2183,6 +2183,7 @@ impl JobKind for Workflows {
                     failed_attempts: x.failures,
                     executed_node: String::new(),
                     usage: x.usage,
+                    nodes: Vec::new(),
                 });
             }
         }

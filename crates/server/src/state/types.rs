@@ -409,6 +409,8 @@ pub struct TaskInfo {
     pub executed_node: String,
     /// What the latest finished attempt used, if measured.
     pub usage: Option<crate::store::TaskUsage>,
+    /// A running multi-node task's nodes, `node` first (empty otherwise).
+    pub nodes: Vec<String>,
 }
 
 /// One page of tasks.

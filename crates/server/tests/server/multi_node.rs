@@ -101,11 +101,11 @@ fn a_multi_node_task_gathers_whole_nodes_as_they_drain_and_holds_them_until_it_e
         assert_eq!(t.hosts, ["a.cluster", "b.cluster", "c.cluster"]);
         assert_eq!(t.node_names, ["a", "b", "c"]);
         assert_eq!(t.cores, 2, "its agent counts all of the node's cores busy");
+        let listed = &s.tasks(mpi).expect("tasks").tasks[0];
+        assert_eq!(listed.state, "running", "{listed:?}");
         assert_eq!(
-            s.tasks(mpi).expect("tasks").tasks[0].state,
-            "running",
-            "{:?}",
-            s.tasks(mpi)
+            (listed.node.as_str(), &listed.nodes[..]),
+            ("a", &["a", "b", "c"].map(String::from)[..])
         );
         assert!(beat(&mut s, b, &[], &[]).assignments.is_empty());
         assert_eq!(
@@ -118,9 +118,15 @@ fn a_multi_node_task_gathers_whole_nodes_as_they_drain_and_holds_them_until_it_e
     assert!(beat(&mut s, b, &[], &[]).assignments.is_empty());
     assert!(beat(&mut s, c, &[], &[]).assignments.is_empty());
     assert!(beat(&mut s, a, &[(1, 1)], &[]).assignments.is_empty());
-    // The task ends: its nodes take the small tasks.
+    assert_eq!(s.tasks(2).expect("tasks").tasks[0].nodes, ["a", "b", "c"]);
+    // The task ends: its nodes take the small tasks, and its listing names its first node.
     let r = beat(&mut s, a, &[], &[(1, 1, true)]);
     assert_eq!(assigned(&r), vec![2, 3]);
+    let listed = &s.tasks(2).expect("tasks").tasks[0];
+    assert_eq!(
+        (listed.state.as_str(), listed.node.as_str()),
+        ("succeeded", "a")
+    );
     drop(s);
     // Nothing of the ended task is held after another restart.
     let mut s = open(&d);
