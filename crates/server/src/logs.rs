@@ -325,7 +325,7 @@ fn resolve(state: &State, job: u64, task: &str) -> Result<pb::TaskInfo, Status> 
 /// sends its stdout and stderr), or a divisible job's chunk (with the server's copy of its stdout
 /// once it is done).
 enum Target {
-    Task(pb::TaskInfo, [String; 2]),
+    Task(Box<pb::TaskInfo>, [String; 2]),
     Chunk(DivisibleChunk, Option<PathBuf>),
 }
 
@@ -459,7 +459,7 @@ pub async fn read_log(
             .map_err(|_| Status::internal("server state poisoned"))?
             .task_streams(task.job_id, &task.app)
             .streams;
-        Ok(Target::Task(task, streams))
+        Ok(Target::Task(Box::new(task), streams))
     };
     let target = if multi {
         tokio::task::block_in_place(lookup)?

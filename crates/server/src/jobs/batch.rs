@@ -1034,11 +1034,11 @@ impl Batch {
         // (O(the page's jobs' applications + nodes)).
         let nodes = || rd.nodes.iter().map(|n| n.spec.name.clone()).collect();
         if job == 0 {
-            return Ok(TasksListing::FromStore(self.plan_every_job_page(
+            return Ok(TasksListing::FromStore(Box::new(self.plan_every_job_page(
                 cursor,
                 limit,
                 nodes(),
-            )));
+            ))));
         }
         let stored = self
             .job_rec(job)
@@ -1068,7 +1068,7 @@ impl Batch {
             (range.end, states.iter().map(counted).sum())
         };
         let nodes = nodes();
-        Ok(TasksListing::FromStore(StoredTasks {
+        Ok(TasksListing::FromStore(Box::new(StoredTasks {
             multi_node: self.multi_node_names(&nodes, start..range.end),
             job,
             page: start..end,
@@ -1085,7 +1085,7 @@ impl Batch {
             nodes,
             executed: HashMap::new(),
             after: 0,
-        }))
+        })))
     }
 
     /// Job 0's page from `cursor`: the store's first `limit` rows from there, by id. Purged jobs'
@@ -1289,7 +1289,7 @@ pub enum TasksListing {
     /// Built under the state's lock (rows held in memory).
     Ready(TasksPage),
     /// To read from the store without the lock.
-    FromStore(StoredTasks),
+    FromStore(Box<StoredTasks>),
 }
 
 /// A page of tasks to read from the store (see [`Batch::plan_tasks_page`]): everything needed to
