@@ -94,6 +94,10 @@ fn a_multi_node_task_gathers_whole_nodes_as_they_drain_and_holds_them_until_it_e
         let small = submit(&mut s, "small", 2, "", "");
         assert!(beat(&mut s, b, &[], &[]).assignments.is_empty());
         assert!(beat(&mut s, c, &[], &[]).assignments.is_empty());
+        assert_eq!(
+            reason(&s, small),
+            "resources: every node that can run it is held whole for a multi-node task"
+        );
         // Node a drains: the task starts there, a first in its node list.
         let r = beat(&mut s, a, &[], &[(0, 1, true)]);
         assert_eq!(assigned(&r), vec![1]);
@@ -110,7 +114,7 @@ fn a_multi_node_task_gathers_whole_nodes_as_they_drain_and_holds_them_until_it_e
         assert!(beat(&mut s, b, &[], &[]).assignments.is_empty());
         assert_eq!(
             reason(&s, small),
-            "resources: the nodes that can run it are busy"
+            "resources: every node that can run it is held whole for a multi-node task"
         );
     } // the server stops; its store remains
     let mut s = open(&d);

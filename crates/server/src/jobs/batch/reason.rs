@@ -20,6 +20,8 @@
 //! - `\`APP\` is backed off on every node that can run it` — its tasks failed to start there
 //!   (`start_failures`), and the back-off has not ended;
 //! - `\`APP\` runs its max_running of N` — the application's own cap;
+//! - `resources: every node that can run it is held whole for a multi-node task` — running, or
+//!   gathering its nodes (see `multi_node`);
 //! - `resources` — the nodes that can run it are busy: it starts as they free up.
 //!
 //! Computed when a job is listed, from the scheduler's view and the node registry; nothing is
@@ -221,6 +223,23 @@ impl Batch {
                 let why = format!("`{name}` runs its max_running of {}", rec.max_running);
                 return (why, false);
             }
+        }
+        // Every node able to run them is held whole for multi-node tasks (running, or gathering).
+        let held = j.apps.clone().filter(|&a| pending(a) > 0).all(|a| {
+            let capable = rd.capable.of(rd, AppId(a));
+            !capable.0.is_empty() && capable.0.iter().all(|&n| rd.view.is_held(n))
+        });
+        if held
+            && !j
+                .apps
+                .clone()
+                .any(|a| self.apps.get(a as usize).is_some_and(|r| r.nodes > 1))
+        {
+            return (
+                "resources: every node that can run it is held whole for a multi-node task"
+                    .to_string(),
+                false,
+            );
         }
         (
             "resources: the nodes that can run it are busy".to_string(),
