@@ -1085,9 +1085,17 @@ impl State {
         }
         let purged: Vec<u64> = chosen.into_iter().collect();
         info!(jobs = ?purged, tasks, "finished jobs purged");
-        // Agents delete what these jobs left with them ([`State::purged_jobs`]).
+        // Agents delete what these jobs left with them ([`State::purged_jobs`]) once a reply
+        // carries the new epoch: idle ones are woken to beat now, not at their next idle beat.
         self.purge_epoch = self.purge_epoch.wrapping_add(1).max(1);
         self.commits.send_modify(|g| *g = g.wrapping_add(1));
+        let live: Vec<u32> = (0..self.nodes.len() as u32)
+            .filter(|&n| self.nodes.get(n).is_some_and(|r| r.alive && !r.removed))
+            .collect();
+        for n in live {
+            self.nodes.wakes.node(n);
+        }
+        self.wake(None);
         Ok(Purged { purged, tasks })
     }
 
