@@ -322,6 +322,39 @@ fn a_divisible_jobs_chunks_are_listed_with_links_to_their_output() {
     );
 }
 
+/// A running multi-node task's row names its first node, how many more it holds, and all of them
+/// on hover.
+#[test]
+fn a_running_multi_node_task_shows_its_first_node_and_the_others_on_hover() {
+    let mut c = Cluster::start("dashboard-multi-node", true);
+    let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
+    let token = std::fs::read_to_string(c.data().join("token")).expect("token");
+    c.start_agent("a", 1, &[]);
+    c.start_agent("b", 1, &[]);
+    c.wait_for_nodes(2);
+    c.ok(&["submit", "--nodes", "2", "--", "sleep", "60"]);
+    wait_until(
+        "the multi-node task to run",
+        Duration::from_secs(20),
+        || c.json(&["tasks", "--job", "1"])[0]["state"] == "running",
+    );
+    let Some(browser) = chromium() else {
+        eprintln!(
+            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
+        );
+        return;
+    };
+    let ticket = login_ticket(addr.trim(), &format!("Bearer {}", token.trim()));
+    let url = format!("http://{}/login?ticket={ticket}#events=1", addr.trim());
+    let dom = run_browser(browser, &["--dump-dom", "--virtual-time-budget=5000", &url]);
+    assert!(
+        dom.contains("<span class=\"nodes\" title=\"a, b\"> (+1)</span>")
+            || dom.contains("<span class=\"nodes\" title=\"b, a\"> (+1)</span>"),
+        "the task's row: {dom}"
+    );
+    c.ok(&["cancel", "1"]);
+}
+
 /// The task rows the page shows: (task id, state) of each.
 const ROWS: &str = "[...document.querySelectorAll('#tasks tbody tr')].map((r) => [Number(r.dataset.task), r.children[3].textContent])";
 

@@ -330,9 +330,12 @@ async function loadTasks() {
   tasksView.next = page.next_cursor;
   const body = $("tasks").querySelector("tbody");
   body.innerHTML = page.tasks.map((t) => {
+    // A running multi-node task: its first node, how many more, and all of them on hover.
+    const more = (t.nodes || []).length > 1
+      ? `<span class="nodes" title="${esc(t.nodes.join(", "))}"> (+${t.nodes.length - 1})</span>` : "";
     const log = (s) => `<a href="/api/log?job=${t.job_id}&task=${t.id}&stream=${s}" target="_blank" rel="noopener">${s}</a>`;
     return `<tr data-task="${t.id}"><td>${t.id}</td><td>${esc(t.app)}</td><td>${t.index}</td><td class="state-${esc(t.state)}">${esc(t.state)}</td>
-      <td>${t.attempt}${t.failed_attempts ? ` (${t.failed_attempts} failed)` : ""}</td><td>${esc(t.node || "-")}</td><td>${esc(t.variant || "-")}</td>
+      <td>${t.attempt}${t.failed_attempts ? ` (${t.failed_attempts} failed)` : ""}</td><td>${esc(t.node || "-")}${more}</td><td>${esc(t.variant || "-")}</td>
       <td>${esc((t.devices || []).join(",") || "-")}</td><td>${t.finished_ns ? human(t.finished_ns - t.started_ns) : "-"}</td>
       <td>${t.usage ? human((t.usage.cpu_user_ms + t.usage.cpu_system_ms) * 1e6) : "-"}</td><td>${t.usage ? bytes(t.usage.max_rss_bytes) : "-"}</td>
       <td>${t.attempt > 0 ? `${log("stdout")} ${log("stderr")}` : "-"}</td><td class="msg">${esc(t.message)}</td></tr>`;
