@@ -372,12 +372,7 @@ fn a_sigkilled_agents_guard_kills_the_tasks_it_left_running_without_a_restart() 
             log = log.display()
         ),
     );
-    let out = c.cli(&["submit", job.to_str().expect("path")]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    c.ok(&["submit", job.to_str().expect("path")]);
     let pids = || -> Vec<u32> {
         lines(&log)
             .iter()
@@ -431,14 +426,9 @@ fn a_multi_node_task_runs_on_the_first_of_its_whole_nodes_with_their_host_names(
         "cat \"$HETSCHED_NODE_FILE\" > {f}; echo \"$HETSCHED_NODES $HETSCHED_NUM_NODES $HETSCHED_NODE\" >> {f}",
         f = log.display()
     );
-    let out = c.cli(&[
+    c.ok(&[
         "submit", "--nodes", "3", "--shell", "--wait", "--", &command,
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("host name");
     let lines = lines(&log);
     assert_eq!(lines.len(), 4, "{lines:?}");
@@ -451,8 +441,7 @@ fn a_multi_node_task_runs_on_the_first_of_its_whole_nodes_with_their_host_names(
     assert_eq!(sorted[0], node, "it runs on the first of its nodes");
     sorted.sort_unstable();
     assert_eq!((sorted, count), (vec!["a", "b", "c"], "3"));
-    let job = c.cli(&["job", "1"]);
-    let shown = String::from_utf8_lossy(&job.stdout);
+    let shown = c.ok(&["job", "1"]);
     assert!(
         shown.contains("each task holds 3 whole nodes (HETSCHED_NODE_FILE)"),
         "{shown}"
