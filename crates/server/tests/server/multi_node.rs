@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use common::heartbeat_request;
+use common::beat;
 use hetsched_proto as pb;
 use hetsched_server::ServerConfig;
 use hetsched_server::convert::Wire;
@@ -37,16 +37,6 @@ fn register(s: &mut State, name: &str, cores: u32) -> u32 {
     })
     .expect("register")
     .node_id
-}
-
-fn beat(
-    s: &mut State,
-    node: u32,
-    running: &[(u64, u32)],
-    results: &[(u64, u32, bool)],
-) -> pb::HeartbeatReply {
-    s.heartbeat(heartbeat_request(node, running, results))
-        .expect("heartbeat")
 }
 
 fn submit(s: &mut State, app: &str, tasks: u32, extra: &str, cpu: &str) -> u64 {

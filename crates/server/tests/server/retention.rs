@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use common::{Scratch, heartbeat_request};
+use common::{Scratch, beat, heartbeat_request};
 use hetsched_proto as pb;
 use hetsched_server::ServerConfig;
 use hetsched_server::config::RetentionConfig;
@@ -28,16 +28,6 @@ fn open_with(d: &Path, retention: Option<RetentionConfig>) -> State {
 
 fn open(d: &Path) -> State {
     open_with(d, None)
-}
-
-fn beat(
-    s: &mut State,
-    node: u32,
-    running: &[(u64, u32)],
-    results: &[(u64, u32, bool)],
-) -> pb::HeartbeatReply {
-    s.heartbeat(heartbeat_request(node, running, results))
-        .expect("heartbeat")
 }
 
 const JOB: &str =

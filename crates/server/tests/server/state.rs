@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use common::{Scratch, heartbeat_request};
+use common::{Scratch, beat};
 use hetsched_proto as pb;
 use hetsched_server::ServerConfig;
 use hetsched_server::convert::Wire;
@@ -23,16 +23,6 @@ fn open(d: &Path) -> State {
         ..Default::default()
     };
     State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state")
-}
-
-fn beat(
-    s: &mut State,
-    node: u32,
-    running: &[(u64, u32)],
-    results: &[(u64, u32, bool)],
-) -> pb::HeartbeatReply {
-    s.heartbeat(heartbeat_request(node, running, results))
-        .expect("heartbeat")
 }
 
 const JOB: &str =

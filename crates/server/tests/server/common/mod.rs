@@ -27,6 +27,18 @@ pub fn register_with(s: &mut State, name: &str, cores: u32, attributes: &[&str])
     .node_id
 }
 
+/// `node` beats, reporting `running` (task, attempt) and `results` (task, attempt, success):
+/// the server's reply.
+pub fn beat(
+    s: &mut State,
+    node: u32,
+    running: &[(u64, u32)],
+    results: &[(u64, u32, bool)],
+) -> pb::HeartbeatReply {
+    s.heartbeat(heartbeat_request(node, running, results))
+        .expect("heartbeat")
+}
+
 /// A heartbeat from `node` reporting `running` (task, attempt) and `results` (task, attempt,
 /// success); everything else default.
 pub fn heartbeat_request(
