@@ -18,6 +18,7 @@ pub mod drf;
 pub mod fifo;
 pub mod hadoop_model;
 pub mod hdas;
+pub mod multi_node;
 pub mod predict;
 
 use crate::model::{AppId, AppState, Assignment, NodeId, SchedulerView, Variant};

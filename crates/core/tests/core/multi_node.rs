@@ -187,3 +187,88 @@ fn a_multi_node_task_holds_its_nodes_whole_until_it_ends_however_it_ends() {
     empty.give_back(&back[0]);
     assert_eq!(empty.node(NodeId(0)).free.cores, 1);
 }
+
+#[test]
+fn the_gatherer_serves_the_highest_priority_first_holds_nodes_as_they_drain_and_wakes_them() {
+    use hetsched_core::policy::batch::multi_node::Gatherer;
+    let mut v = SchedulerView::new();
+    for i in 0..3 {
+        v.add_node(node(&format!("n{i}")).cores(2).build(NodeId(i)))
+            .expect("node");
+    }
+    let low = app("low").tasks(1).cpu(1.0, 0.0).nodes(2).build(AppId(0));
+    let high = app("high")
+        .tasks(1)
+        .cpu(1.0, 0.0)
+        .nodes(3)
+        .priority(5)
+        .build(AppId(1));
+    let busy = app("busy").tasks(1).cpu(1.0, 0.0).build(AppId(2));
+    v.add_application(low, [TaskId(0)]).expect("app");
+    v.add_application(high, [TaskId(1)]).expect("app");
+    v.add_application(busy, [TaskId(2)]).expect("app");
+    let small = v.assign(AppId(2), NodeId(2), Variant::Cpu).expect("fits");
+    let open = |_: NodeId| true;
+    let mut g = Gatherer::default();
+    let mut wake = Vec::new();
+    assert!(
+        g.on_node_update(&mut v, NodeId(0), &open, &mut wake)
+            .is_none()
+    );
+    assert_eq!(
+        g.gathering(),
+        Some((AppId(1), 1)),
+        "the higher priority first"
+    );
+    assert_eq!(
+        wake,
+        [NodeId(0), NodeId(1), NodeId(2)],
+        "its nodes are woken to join"
+    );
+    assert!(
+        g.on_node_update(&mut v, NodeId(2), &open, &mut wake)
+            .is_none()
+    );
+    assert!(
+        g.on_node_update(&mut v, NodeId(1), &open, &mut wake)
+            .is_none()
+    );
+    assert_eq!(g.gathering(), Some((AppId(1), 3)));
+    assert_eq!(v.node(NodeId(2)).free.cores, 0, "n2 is held as it drains");
+    // n2's task ends: its next beat completes the gathering, n2 first.
+    v.task_finished(&small);
+    let (app, held) = g
+        .on_node_update(&mut v, NodeId(2), &open, &mut wake)
+        .expect("whole");
+    assert_eq!(app, AppId(1));
+    let nodes: Vec<NodeId> = held.iter().map(|h| h.node).collect();
+    assert_eq!(nodes, [NodeId(2), NodeId(0), NodeId(1)]);
+    let a = v.start_multi_node(app, held).expect("pending");
+    // The lower priority one waits: every node is taken, so it cannot gather...
+    wake.clear();
+    assert!(
+        g.on_node_update(&mut v, NodeId(0), &open, &mut wake)
+            .is_none()
+    );
+    assert_eq!(g.gathering(), Some((AppId(0), 1)));
+    // ...and a node that stops taking work leaves the gathering (given back, untouched).
+    let closed = |n: NodeId| n != NodeId(0);
+    assert!(
+        g.on_node_update(&mut v, NodeId(1), &closed, &mut wake)
+            .is_none()
+    );
+    assert_eq!(g.gathering(), Some((AppId(0), 1)), "n1 joined, n0 left");
+    v.task_finished(&a);
+    assert!(
+        g.on_node_update(&mut v, NodeId(1), &closed, &mut wake)
+            .is_none()
+    );
+    let (app, held) = g
+        .on_node_update(&mut v, NodeId(2), &closed, &mut wake)
+        .expect("whole");
+    assert_eq!(app, AppId(0));
+    assert_eq!(
+        held.iter().map(|h| h.node).collect::<Vec<_>>(),
+        [NodeId(2), NodeId(1)]
+    );
+}

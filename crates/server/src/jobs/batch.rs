@@ -1717,7 +1717,7 @@ impl JobKind for Batch {
         }
         if self.any_multi_node {
             self.lose_broken_multi_node(cx)?;
-            if let Some((app, held)) = self.multi.on_heartbeat(cx, nid, open) {
+            if let Some((app, held)) = self.multi.on_heartbeat(cx, nid) {
                 self.start_multi_node(cx, nid, app, held, out);
             }
         }
