@@ -46,6 +46,7 @@ use crate::error::SimError;
 use crate::metrics::{AppResult, LoadSnapshot, Progress, SimResult, TaskRecord, TimeSeries};
 use crate::platform::disk::SharedDisk;
 use hetsched_core::policy::batch::BatchPolicy;
+use hetsched_core::policy::batch::multi_node::Gatherer;
 use hetsched_core::time::{NANOS_PER_SEC, Time, to_secs};
 use hetsched_core::{
     AppId, Application, Assignment, Cluster, NodeId, NodeReport, Resources, SchedulerView, TaskId,
@@ -232,6 +233,9 @@ pub fn simulate_believing(
         done_reads: Vec::new(),
         requests: distinct_requests(apps),
         sample_step: config.sample_interval.unwrap_or(NANOS_PER_SEC),
+        gatherer: Gatherer::default(),
+        multi_node: std::collections::HashMap::new(),
+        any_multi_node: apps.iter().any(Application::is_multi_node),
     };
 
     let mut queue = EventQueue::with_capacity(cluster.nodes.len() * 8 + apps.len());
@@ -309,11 +313,27 @@ fn validate(
             return Err(bad("has neither a CPU nor a GPU variant".into()));
         }
         if a.is_multi_node() {
-            return Err(bad(format!(
-                "holds {} whole nodes per task (`nodes`): multi-node tasks run on the runtime \
-                 only; the simulator places each task on one node",
-                a.nodes
-            )));
+            if a.gpu.is_some() || a.cpu.as_ref().is_none_or(|c| c.request.cores != 1) {
+                return Err(bad(
+                    "holds whole nodes (`nodes`): give it one CPU variant of one core".into(),
+                ));
+            }
+            let able = cluster
+                .nodes
+                .iter()
+                .filter(|n| n.has_attributes(&a.requires))
+                .count();
+            if able < a.nodes as usize {
+                return Err(SimError::Unrunnable {
+                    app: a.name.clone(),
+                    policy: policy.name().to_string(),
+                    reason: format!(
+                        "it holds {} whole nodes per task, and {able} node(s) of the cluster have its attributes",
+                        a.nodes
+                    ),
+                });
+            }
+            continue;
         }
         if a.cpu.as_ref().is_some_and(|c| c.request.cores == 0) {
             return Err(bad("its CPU variant must request at least one core".into()));
@@ -514,6 +534,12 @@ struct BatchSim<'a> {
     requests: Vec<Resources>,
     /// The sampling grid's step now (doubles when the series grows past [`MAX_SAMPLES`]).
     sample_step: Time,
+    /// Gathers whole nodes for multi-node tasks (the core's, as the runtime drives it).
+    gatherer: Gatherer,
+    /// Running multi-node tasks' nodes, by task.
+    multi_node: std::collections::HashMap<u64, Vec<NodeId>>,
+    /// Whether any application has multi-node tasks (else beats skip the gatherer).
+    any_multi_node: bool,
 }
 
 /// Most samples a load series holds before its grid coarsens.
@@ -585,6 +611,25 @@ impl BatchSim<'_> {
             return Ok(());
         }
         let id = NodeId(node);
+        if self.any_multi_node {
+            // Multi-node tasks gather whole nodes at every beat, full nodes included (they are
+            // held as they drain). Every simulated node takes work; nodes beat on their own
+            // grid, so the nodes the gatherer would wake need nothing more.
+            let mut wake = Vec::new();
+            let started =
+                self.gatherer
+                    .on_node_update(&mut self.view, id, &|_: NodeId| true, &mut wake);
+            if let Some((app, held)) = started {
+                match self.view.start_multi_node(app, held) {
+                    Ok(a) => self.start_multi_node(a, now, queue)?,
+                    Err(held) => {
+                        for h in &held {
+                            self.view.give_back(h);
+                        }
+                    }
+                }
+            }
+        }
         let n = &self.nodes[idx];
         let free = n.capacity - n.used;
         if !self.requests.iter().any(|r| free.fits(r)) {
@@ -754,6 +799,65 @@ impl BatchSim<'_> {
         Ok(())
     }
 
+    /// Starts multi-node task `a` on the whole nodes the view holds for it: each must be
+    /// entirely unused here (the audit), and the task computes for its CPU base time at the
+    /// slowest of its nodes' core speeds (ranks in lockstep wait for the slowest), reading
+    /// nothing.
+    fn start_multi_node(
+        &mut self,
+        a: Assignment,
+        now: Time,
+        queue: &mut EventQueue<Event>,
+    ) -> Result<(), SimError> {
+        let nodes: Vec<NodeId> = self
+            .view
+            .multi_node_held(a.app, a.task)
+            .map(|h| h.iter().map(|h| h.node).collect())
+            .unwrap_or_default();
+        let task = a.task.0;
+        let t = task as usize;
+        if self.finished.get(t).is_none_or(|&f| f) || self.running[t].is_some() {
+            return Err(SimError::Internal(format!("{} started twice", a.task)));
+        }
+        let mut speed = f64::INFINITY;
+        for &n in &nodes {
+            let s = &self.nodes[n.index()];
+            if s.used != Resources::default() {
+                return Err(self.over_allocation(
+                    n,
+                    now,
+                    format!("a multi-node task took it while {:?} was in use", s.used),
+                ));
+            }
+            speed = speed.min(s.core_speed);
+        }
+        for &n in &nodes {
+            let s = &mut self.nodes[n.index()];
+            s.used = s.capacity;
+        }
+        let app = &self.apps[a.app.index()];
+        let compute = app.cpu.as_ref().map_or(0, |c| {
+            scale(c.compute, if speed.is_finite() { speed } else { 1.0 })
+        });
+        let stats = &mut self.app_stats[a.app.index()];
+        stats.first_start.get_or_insert(now);
+        self.running[t] = Some(Running {
+            assignment: a,
+            start: now,
+            step: 0,
+            reads_left: 0,
+            split: 0,
+            copy: 0,
+            compute,
+        });
+        self.multi_node.insert(task, nodes);
+        self.pending -= 1;
+        self.running_count += 1;
+        self.empty_beats = 0;
+        self.advance_task(task, now, queue);
+        Ok(())
+    }
+
     /// Takes `task`'s next steps until one has to wait (a read or a timer), or the task ends.
     fn advance_task(&mut self, task: u64, now: Time, queue: &mut EventQueue<Event>) {
         let chunks = self.config.cpu_read_chunks;
@@ -823,12 +927,20 @@ impl BatchSim<'_> {
         let a = &r.assignment;
         self.view.task_finished(a);
         let app = &self.apps[a.app.index()];
-        let request = app.request(a.variant).unwrap_or_default();
-        let n = &mut self.nodes[a.node.index()];
-        n.used = n.used - request;
-        for &d in &a.devices {
-            if let Some(busy) = n.device_busy.get_mut(d as usize) {
-                *busy = false;
+        let mut other_nodes = Vec::new();
+        if let Some(nodes) = self.multi_node.remove(&task) {
+            for &n in &nodes {
+                self.nodes[n.index()].used = Resources::default();
+            }
+            other_nodes = nodes.into_iter().filter(|&n| n != a.node).collect();
+        } else {
+            let request = app.request(a.variant).unwrap_or_default();
+            let n = &mut self.nodes[a.node.index()];
+            n.used = n.used - request;
+            for &d in &a.devices {
+                if let Some(busy) = n.device_busy.get_mut(d as usize) {
+                    *busy = false;
+                }
             }
         }
         let base = app.base_time(a.variant).unwrap_or(0);
@@ -858,6 +970,7 @@ impl BatchSim<'_> {
                 end_ns: now,
                 base_ns: base,
                 slowdown,
+                other_nodes,
             });
         }
         if self.completed.is_multiple_of(self.progress_step) && self.completed < self.total {

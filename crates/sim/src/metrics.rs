@@ -39,6 +39,9 @@ pub struct TaskRecord {
     pub base_ns: Time,
     /// `T / T_base` (spec 02 eq. (5)): 1.0 means it ran as fast as its base task alone.
     pub slowdown: f64,
+    /// A multi-node task's other nodes (it held each whole, and `node`); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_nodes: Vec<NodeId>,
 }
 
 impl TaskRecord {

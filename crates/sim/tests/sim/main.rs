@@ -11,6 +11,7 @@ mod divisible;
 mod exact;
 mod graph;
 mod hdas_paper;
+mod multi_node;
 mod properties;
 mod stream;
 mod validation;

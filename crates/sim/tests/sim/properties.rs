@@ -109,12 +109,27 @@ pub fn arb_case() -> impl Strategy<Value = (Vec<Node>, Vec<Application>, u64, u3
         prop::collection::vec(arb_app(), 1..=4),
         any::<u64>(),
         1u32..=8,
+        prop::collection::vec(0u32..8, 4),
     )
-        .prop_map(|(nodes, mut apps, seed, chunks)| {
+        .prop_map(|(nodes, mut apps, seed, chunks, wide)| {
             apps.sort_by_key(|a| a.submit_time);
             for (i, a) in apps.iter_mut().enumerate() {
                 a.id = AppId(i as u32);
                 a.name = format!("app{i}");
+                // About one application in four holds 2 or more whole nodes per task, when the
+                // cluster has them: one CPU variant of one core, any node.
+                if wide[i] < 2 && nodes.len() >= 2 {
+                    a.nodes = 2 + wide[i] % (nodes.len() as u32 - 1);
+                    a.gpu = None;
+                    a.requires.clear();
+                    let cpu = a.cpu.get_or_insert(CpuVariant {
+                        compute: 1_000_000_000,
+                        read: 0,
+                        request: Resources::default(),
+                        time_limit: None,
+                    });
+                    cpu.request = Resources::new(1, 0, 0);
+                }
             }
             (nodes, apps, seed, chunks)
         })
@@ -125,10 +140,25 @@ pub fn arb_case() -> impl Strategy<Value = (Vec<Node>, Vec<Application>, u64, u3
 fn check_capacity(nodes: &[Node], apps: &[Application], r: &SimResult) -> Result<(), String> {
     for (i, node) in nodes.iter().enumerate() {
         let mut edges: Vec<(u64, bool, Resources)> = Vec::new();
-        for t in r.tasks.iter().filter(|t| t.node.index() == i) {
-            let req = apps[t.app.index()]
-                .request(t.variant)
-                .ok_or("a task ran as a variant its application lacks")?;
+        let on_it = |t: &&hetsched_sim::TaskRecord| {
+            t.node.index() == i || t.other_nodes.iter().any(|n| n.index() == i)
+        };
+        for t in r.tasks.iter().filter(on_it) {
+            let app = &apps[t.app.index()];
+            // A multi-node task holds each of its nodes whole.
+            let req = if app.is_multi_node() {
+                if t.other_nodes.len() + 1 != app.nodes as usize {
+                    return Err(format!(
+                        "{} ran on {} nodes",
+                        app.name,
+                        t.other_nodes.len() + 1
+                    ));
+                }
+                node.capacity()
+            } else {
+                app.request(t.variant)
+                    .ok_or("a task ran as a variant its application lacks")?
+            };
             edges.push((t.start_ns, true, req));
             edges.push((t.end_ns, false, req));
         }
