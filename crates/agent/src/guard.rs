@@ -25,6 +25,7 @@
 //! first, that agent has killed what was left itself, and the guard gives up after
 //! [`LOCK_WAIT`]; if the guard took it first, the new agent waits for it ([`AGENT_LOCK_WAIT`]).
 
+use crate::workdir::Locked;
 use std::io::Read;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -87,14 +88,15 @@ pub enum Outcome {
 pub fn run(agent: impl Read, work_dir: &Path, lock_wait: Duration) -> std::io::Result<Outcome> {
     wait_for_end(agent)?;
     let deadline = Instant::now() + lock_wait;
+    // Without locks on the work directory's file system, it acts at once (a new agent started
+    // within that moment could lose its first tasks; the agent warned at its start).
     let _lock = loop {
-        if let Some(lock) = crate::workdir::try_lock(work_dir)? {
-            break lock;
+        match crate::workdir::try_lock(work_dir)? {
+            Locked::Held(lock) => break Some(lock),
+            Locked::Unsupported(_) => break None,
+            Locked::Busy if Instant::now() >= deadline => return Ok(Outcome::TakenOver),
+            Locked::Busy => std::thread::sleep(LOCK_RETRY),
         }
-        if Instant::now() >= deadline {
-            return Ok(Outcome::TakenOver);
-        }
-        std::thread::sleep(LOCK_RETRY);
     };
     let tasks = crate::ledger::kill_left_running(work_dir, crate::ledger::FILE_NAME)?;
     let chunks = crate::ledger::kill_left_running(work_dir, crate::ledger::CHUNKS_FILE_NAME)?;
@@ -116,17 +118,25 @@ fn wait_for_end(mut agent: impl Read) -> std::io::Result<()> {
 
 /// Takes the work directory's lock for a starting agent, waiting up to `wait`
 /// ([`AGENT_LOCK_WAIT`]) for the guard of a previous agent; an error names the process that
-/// holds it.
+/// holds it. `None` where the file system has no locks: the agent goes on, warning.
 pub async fn lock_for_agent(
     work_dir: &Path,
     wait: Duration,
-) -> Result<crate::workdir::DirLock, String> {
+) -> Result<Option<crate::workdir::DirLock>, String> {
     let deadline = Instant::now() + wait;
     loop {
         match crate::workdir::try_lock(work_dir) {
-            Ok(Some(lock)) => return Ok(lock),
-            Ok(None) if Instant::now() < deadline => tokio::time::sleep(LOCK_RETRY).await,
-            Ok(None) => {
+            Ok(Locked::Held(lock)) => return Ok(Some(lock)),
+            Ok(Locked::Unsupported(e)) => {
+                tracing::warn!(
+                    dir = %work_dir.display(),
+                    "the work directory's file system has no locks ({e}): nothing stops a second \
+                     agent from using it, so start only one"
+                );
+                return Ok(None);
+            }
+            Ok(Locked::Busy) if Instant::now() < deadline => tokio::time::sleep(LOCK_RETRY).await,
+            Ok(Locked::Busy) => {
                 let holder = crate::workdir::lock_holder(work_dir)
                     .map_or_else(String::new, |pid| format!(" (pid {pid})"));
                 return Err(format!(
@@ -149,6 +159,14 @@ pub async fn lock_for_agent(
 mod tests {
     use super::*;
     use std::io::Write;
+
+    /// The work directory's lock, taken by this test.
+    fn held(dir: &Path) -> crate::workdir::DirLock {
+        match crate::workdir::try_lock(dir).expect("lock file") {
+            Locked::Held(lock) => lock,
+            other => panic!("the lock is not free: {other:?}"),
+        }
+    }
 
     /// A fresh directory for test `name`.
     fn scratch(name: &str) -> std::path::PathBuf {
@@ -198,9 +216,7 @@ mod tests {
         let record =
             std::fs::read_to_string(dir.join(crate::ledger::FILE_NAME)).expect("test setup");
         // The agent holds the directory while it lives; the guard waits for the end of its pipe.
-        let agent_lock = crate::workdir::try_lock(&dir)
-            .expect("lock file")
-            .expect("free");
+        let agent_lock = held(&dir);
         drop(agent_lock);
         let outcome = run(std::io::empty(), &dir, LOCK_WAIT).expect("test setup");
         assert_eq!(outcome, Outcome::Killed(2));
@@ -227,9 +243,7 @@ mod tests {
         let dir = scratch("taken");
         let (mut ledger, _) = crate::ledger::Ledger::recover(&dir).expect("test setup");
         let new_agents_task = recorded_sleep(&mut ledger, 9);
-        let _new_agent = crate::workdir::try_lock(&dir)
-            .expect("lock file")
-            .expect("free");
+        let _new_agent = held(&dir);
         let start = Instant::now();
         let wait = Duration::from_millis(200);
         assert_eq!(

@@ -79,11 +79,22 @@ pub struct DirLock {
     _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
+/// What [`try_lock`] found.
+#[derive(Debug)]
+pub enum Locked {
+    /// This process holds the work directory now.
+    Held(DirLock),
+    /// Another process holds it.
+    Busy,
+    /// Its file system has no locks (an NFS mount without a lock daemon, some FUSE file systems):
+    /// the caller goes on without one.
+    Unsupported(std::io::Error),
+}
+
 /// Takes the work directory's lock (`WORK_DIR/agent.lock`, an exclusive `flock`, mode 0600),
-/// writing this process's pid into it; `None` while another process holds it. Two agents in one
-/// work directory would each kill what the other's ledger lists, so an agent holds it for its
-/// whole life.
-pub fn try_lock(dir: &Path) -> std::io::Result<Option<DirLock>> {
+/// writing this process's pid into it. Two agents in one work directory would each kill what the
+/// other's ledger lists, so an agent holds it for its whole life.
+pub fn try_lock(dir: &Path) -> std::io::Result<Locked> {
     use nix::fcntl::{Flock, FlockArg};
     let path = dir.join(LOCK);
     let file = std::fs::OpenOptions::new()
@@ -94,14 +105,18 @@ pub fn try_lock(dir: &Path) -> std::io::Result<Option<DirLock>> {
         .mode(0o600)
         .custom_flags(no_follow())
         .open(&path)?;
+    use nix::errno::Errno;
     let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(l) => l,
-        Err((_, nix::errno::Errno::EWOULDBLOCK)) => return Ok(None),
+        Err((_, Errno::EWOULDBLOCK)) => return Ok(Locked::Busy),
+        Err((_, e @ (Errno::ENOLCK | Errno::EOPNOTSUPP | Errno::ENOSYS | Errno::EINVAL))) => {
+            return Ok(Locked::Unsupported(std::io::Error::from(e)));
+        }
         Err((_, e)) => return Err(std::io::Error::from(e)),
     };
     lock.set_len(0)?;
     writeln!(*lock, "{}", std::process::id())?;
-    Ok(Some(DirLock { _lock: lock }))
+    Ok(Locked::Held(DirLock { _lock: lock }))
 }
 
 /// The pid written into the work directory's lock by the process that holds it (or held it
