@@ -800,9 +800,10 @@ impl BatchSim<'_> {
     }
 
     /// Starts multi-node task `a` on the whole nodes the view holds for it: each must be
-    /// entirely unused here (the audit), and the task computes for its CPU base time at the
-    /// slowest of its nodes' core speeds (ranks in lockstep wait for the slowest), reading
-    /// nothing.
+    /// entirely unused here (the audit). The task reads its input split on its first node, as a
+    /// CPU task does, and computes for its CPU base time at the slowest of its nodes' core speeds
+    /// (ranks in lockstep wait for the slowest): never faster than a one-node task of the same
+    /// profile on any of them, so the makespan lower bound stays below it.
     fn start_multi_node(
         &mut self,
         a: Assignment,
@@ -839,17 +840,28 @@ impl BatchSim<'_> {
         let compute = app.cpu.as_ref().map_or(0, |c| {
             scale(c.compute, if speed.is_finite() { speed } else { 1.0 })
         });
-        let stats = &mut self.app_stats[a.app.index()];
-        stats.first_start.get_or_insert(now);
-        self.running[t] = Some(Running {
+        let chunks = self.config.cpu_read_chunks;
+        let root = a.node;
+        let mut running = Running {
             assignment: a,
             start: now,
             step: 0,
             reads_left: 0,
-            split: 0,
+            split: app.split_bytes,
             copy: 0,
             compute,
-        });
+        };
+        running.reads_left = (0..running.steps(chunks))
+            .filter(|&i| matches!(running.work(i, chunks), Work::Read(b) if b > 0))
+            .count() as u32;
+        if running.reads_left > 0 {
+            let n = &mut self.nodes[root.index()];
+            n.io_tasks += 1;
+            n.unissued_bytes += running.split;
+        }
+        let stats = &mut self.app_stats[running.assignment.app.index()];
+        stats.first_start.get_or_insert(now);
+        self.running[t] = Some(running);
         self.multi_node.insert(task, nodes);
         self.pending -= 1;
         self.running_count += 1;

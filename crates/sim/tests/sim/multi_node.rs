@@ -24,6 +24,7 @@ fn a_multi_node_task_holds_its_nodes_whole_and_runs_at_its_slowest_nodes_pace_un
         app("small").tasks(8).cpu(4.0, 0.0).build(AppId(0)),
         app("mpi")
             .tasks(1)
+            .split_mib(0)
             .cpu(10.0, 0.0)
             .nodes(3)
             .submitted_at(S)
