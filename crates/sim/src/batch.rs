@@ -773,8 +773,7 @@ impl BatchSim<'_> {
             (Variant::Cpu, _, Some(c)) => (0, scale(c.compute, n.core_speed)),
             _ => (0, 0),
         };
-        let chunks = self.config.cpu_read_chunks;
-        let mut running = Running {
+        let running = Running {
             assignment: a,
             start: now,
             step: 0,
@@ -783,20 +782,29 @@ impl BatchSim<'_> {
             copy,
             compute,
         };
+        self.launch(running, now, queue);
+        Ok(())
+    }
+
+    /// Counts a task's reads (its node's I/O figures take them), records it as running and takes
+    /// its first steps.
+    fn launch(&mut self, mut running: Running, now: Time, queue: &mut EventQueue<Event>) {
+        let chunks = self.config.cpu_read_chunks;
         running.reads_left = (0..running.steps(chunks))
             .filter(|&i| matches!(running.work(i, chunks), Work::Read(b) if b > 0))
             .count() as u32;
         if running.reads_left > 0 {
+            let n = &mut self.nodes[running.assignment.node.index()];
             n.io_tasks += 1;
             n.unissued_bytes += running.split;
         }
         let stats = &mut self.app_stats[running.assignment.app.index()];
         stats.first_start.get_or_insert(now);
-        self.running[t] = Some(running);
+        let task = running.assignment.task.0;
+        self.running[task as usize] = Some(running);
         self.pending -= 1;
         self.running_count += 1;
         self.advance_task(task, now, queue);
-        Ok(())
     }
 
     /// Starts multi-node task `a` on the whole nodes the view holds for it: each must be
@@ -840,9 +848,7 @@ impl BatchSim<'_> {
         let compute = app.cpu.as_ref().map_or(0, |c| {
             scale(c.compute, if speed.is_finite() { speed } else { 1.0 })
         });
-        let chunks = self.config.cpu_read_chunks;
-        let root = a.node;
-        let mut running = Running {
+        let running = Running {
             assignment: a,
             start: now,
             step: 0,
@@ -851,22 +857,9 @@ impl BatchSim<'_> {
             copy: 0,
             compute,
         };
-        running.reads_left = (0..running.steps(chunks))
-            .filter(|&i| matches!(running.work(i, chunks), Work::Read(b) if b > 0))
-            .count() as u32;
-        if running.reads_left > 0 {
-            let n = &mut self.nodes[root.index()];
-            n.io_tasks += 1;
-            n.unissued_bytes += running.split;
-        }
-        let stats = &mut self.app_stats[running.assignment.app.index()];
-        stats.first_start.get_or_insert(now);
-        self.running[t] = Some(running);
         self.multi_node.insert(task, nodes);
-        self.pending -= 1;
-        self.running_count += 1;
         self.empty_beats = 0;
-        self.advance_task(task, now, queue);
+        self.launch(running, now, queue);
         Ok(())
     }
 
