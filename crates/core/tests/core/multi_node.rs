@@ -272,3 +272,70 @@ fn the_gatherer_serves_the_highest_priority_first_holds_nodes_as_they_drain_and_
         [NodeId(2), NodeId(1)]
     );
 }
+
+#[test]
+fn a_gathering_yields_its_nodes_to_higher_priority_work_and_holds_them_against_equal_priority() {
+    use hetsched_core::policy::batch::multi_node::Gatherer;
+    let mut v = SchedulerView::new();
+    for i in 0..2 {
+        v.add_node(node(&format!("n{i}")).cores(2).build(NodeId(i)))
+            .expect("node");
+    }
+    let mpi = app("mpi").tasks(1).cpu(1.0, 0.0).nodes(2).build(AppId(0));
+    let same = app("same").tasks(2).cpu(1.0, 0.0).build(AppId(1));
+    v.add_application(mpi, [TaskId(0)]).expect("app");
+    v.add_application(same, [TaskId(1), TaskId(2)])
+        .expect("app");
+    let open = |_: NodeId| true;
+    let mut g = Gatherer::default();
+    let mut wake = Vec::new();
+    assert!(
+        g.on_node_update(&mut v, NodeId(0), &open, &mut wake)
+            .is_none()
+    );
+    assert_eq!(g.gathering(), Some((AppId(0), 1)));
+    assert!(
+        !v.fits(AppId(1), NodeId(0), Variant::Cpu),
+        "held against work of the same priority"
+    );
+    // Work of a higher priority arrives: the held node is given back and woken, and neither
+    // node is held while that work may start on it.
+    let urgent = app("urgent")
+        .tasks(1)
+        .cpu(1.0, 0.0)
+        .priority(5)
+        .build(AppId(2));
+    v.add_application(urgent, [TaskId(3)]).expect("app");
+    wake.clear();
+    assert!(
+        g.on_node_update(&mut v, NodeId(1), &open, &mut wake)
+            .is_none()
+    );
+    assert_eq!(g.gathering(), None, "too few nodes are left to it");
+    assert!(wake.contains(&NodeId(0)), "{wake:?}");
+    assert!(!v.is_held(NodeId(0)) && !v.is_held(NodeId(1)));
+    assert!(v.fits(AppId(2), NodeId(0), Variant::Cpu));
+    assert!(v.fits(AppId(2), NodeId(1), Variant::Cpu));
+    // Once it runs, the gathering resumes and holds what is free around it.
+    let urgent_task = v.assign(AppId(2), NodeId(1), Variant::Cpu).expect("fits");
+    assert!(
+        g.on_node_update(&mut v, NodeId(0), &open, &mut wake)
+            .is_none()
+    );
+    assert!(
+        g.on_node_update(&mut v, NodeId(1), &open, &mut wake)
+            .is_none()
+    );
+    assert_eq!(g.gathering(), Some((AppId(0), 2)));
+    assert!(!v.fits(AppId(1), NodeId(0), Variant::Cpu));
+    assert!(!v.fits(AppId(1), NodeId(1), Variant::Cpu));
+    v.task_finished(&urgent_task);
+    let (app, held) = g
+        .on_node_update(&mut v, NodeId(1), &open, &mut wake)
+        .expect("whole");
+    assert_eq!(app, AppId(0));
+    assert_eq!(
+        held.iter().map(|h| h.node).collect::<Vec<_>>(),
+        [NodeId(1), NodeId(0)]
+    );
+}

@@ -256,3 +256,51 @@ fn prefetch_lends_nothing_on_a_held_node() {
         assigned(&r)
     );
 }
+
+#[test]
+fn a_gathering_yields_its_nodes_to_higher_priority_work_but_not_to_equal_priority() {
+    let d = common::scratch("multi-node", "priority");
+    let mut s = open(&d);
+    let a = register(&mut s, "a", 2);
+    let b = register(&mut s, "b", 2);
+    // A one-core task on a; the two-node task holds b whole and a's free core.
+    submit(&mut s, "long", 1, "", "");
+    assert_eq!(assigned(&beat(&mut s, a, &[], &[])), vec![0]);
+    let mpi = submit(&mut s, "mpi", 1, "nodes = 2", "");
+    assert!(beat(&mut s, b, &[], &[]).assignments.is_empty());
+    assert!(beat(&mut s, a, &[(0, 1)], &[]).assignments.is_empty());
+    // Work of the same priority waits for it...
+    let same = submit(&mut s, "same", 1, "", "");
+    assert!(beat(&mut s, b, &[], &[]).assignments.is_empty());
+    assert_eq!(
+        reason(&s, same),
+        "resources: every node that can run it is held whole for a multi-node task"
+    );
+    // ...work of a higher priority does not: b is given back, and its tasks start there.
+    let urgent = submit(&mut s, "urgent", 3, "priority = 5", "cores = 2");
+    assert_eq!(assigned(&beat(&mut s, b, &[], &[])), vec![3]);
+    assert_eq!(
+        reason(&s, mpi),
+        "`mpi` waits for 2 whole nodes: higher priority work may start on 2 of the 2 that can run it"
+    );
+    assert_eq!(
+        reason(&s, urgent),
+        "resources: the nodes that can run it are busy"
+    );
+    // Once nothing of a higher priority is left to start, the gathering resumes.
+    assert_eq!(
+        assigned(&beat(&mut s, a, &[(0, 1)], &[(0, 1, true)])),
+        vec![4]
+    );
+    assert_eq!(assigned(&beat(&mut s, b, &[], &[(3, 1, true)])), vec![5]);
+    assert!(beat(&mut s, a, &[(4, 1)], &[]).assignments.is_empty());
+    assert!(beat(&mut s, b, &[(5, 1)], &[]).assignments.is_empty());
+    assert_eq!(
+        reason(&s, mpi),
+        "gathering 2 whole nodes for `mpi`: 2 held, waiting for what runs on them to end"
+    );
+    assert!(beat(&mut s, a, &[], &[(4, 1, true)]).assignments.is_empty());
+    let r = beat(&mut s, b, &[], &[(5, 1, true)]);
+    assert_eq!(assigned(&r), vec![1]);
+    assert_eq!(r.assignments[0].node_names, ["b", "a"]);
+}

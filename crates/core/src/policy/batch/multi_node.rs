@@ -15,10 +15,14 @@
 //! A node is *eligible* for an application ([`eligible`]) when the view could run the
 //! application there at all (alive, its `requires`), it is not backed off for it, it has time
 //! left for the task's time limit, and the driver says it takes work (`open`: not drained, not
-//! shutting down). A gathering gives its nodes back when its application cannot start another
-//! task (nothing pending, or its `max_running` reached), and when fewer than N nodes are
-//! eligible. Sans-IO: the driver passes the node that beats and `open`, and wakes the nodes the
-//! gatherer names.
+//! shutting down). A gathering *yields* an eligible node to higher priority work: while a
+//! one-node application of a higher priority than the gathering's has a task that may start and
+//! the node is eligible for it, the node is not held (a member is given back), so priorities
+//! hold across the two kinds of work — the reservation keeps lower and equal priorities off the
+//! nodes, never higher ones. A gathering gives its nodes back when its application cannot start
+//! another task (nothing pending, or its `max_running` reached), and when fewer than N eligible
+//! nodes are left to it. Sans-IO: the driver passes the node that beats and `open`, and wakes
+//! the nodes the gatherer names.
 
 use crate::model::{AppId, Held, NodeId, SchedulerView, Variant};
 
@@ -55,10 +59,39 @@ pub fn eligible(
         }
 }
 
-/// How many nodes may take part in a task of `app` now.
-pub fn eligible_count(view: &SchedulerView, app: AppId, open: &dyn Fn(NodeId) -> bool) -> usize {
+/// The one-node applications that a gathering for `app` yields nodes to: a task of theirs may
+/// start, and their priority is higher than `app`'s.
+pub fn yields_to(view: &SchedulerView, app: AppId) -> Vec<AppId> {
+    let priority = view.app(app).app.priority;
+    view.pending_apps()
+        .filter(|a| {
+            a.app.priority > priority && !a.app.is_multi_node() && startable(view, a.app.id)
+        })
+        .map(|a| a.app.id)
+        .collect()
+}
+
+/// Whether node `n` is left to a gathering for `app`: it is eligible for `app`, and for none of
+/// the applications it yields to (`above`, from [`yields_to`]).
+pub fn left_to(
+    view: &SchedulerView,
+    app: AppId,
+    above: &[AppId],
+    n: NodeId,
+    open: &dyn Fn(NodeId) -> bool,
+) -> bool {
+    eligible(view, app, n, open) && !above.iter().any(|&b| eligible(view, b, n, open))
+}
+
+/// How many nodes are left to a gathering for `app` ([`left_to`]).
+pub fn left_count(
+    view: &SchedulerView,
+    app: AppId,
+    above: &[AppId],
+    open: &dyn Fn(NodeId) -> bool,
+) -> usize {
     (0..view.nodes().len() as u32)
-        .filter(|&n| eligible(view, app, NodeId(n), open))
+        .filter(|&n| left_to(view, app, above, NodeId(n), open))
         .count()
 }
 
@@ -91,13 +124,13 @@ impl Gatherer {
         open: &dyn Fn(NodeId) -> bool,
         wake: &mut Vec<NodeId>,
     ) -> Option<(AppId, Vec<Held>)> {
-        self.settle(view, open, wake);
+        let mut above = self.settle(view, open, wake);
         if self.gathering.is_none() {
-            self.start(view, open, wake);
+            above = self.start(view, open, wake);
         }
         let g = self.gathering.as_mut()?;
         let whole = view.app(g.app).app.nodes as usize;
-        if eligible(view, g.app, node, open) {
+        if left_to(view, g.app, &above, node, open) {
             if let Some(h) = g.held.iter_mut().find(|h| h.node == node) {
                 // What ended there since its last beat.
                 view.hold_more(h);
@@ -130,34 +163,39 @@ impl Gatherer {
         Some((g.app, g.held))
     }
 
-    /// Gives back a gathering's members that may no longer take part, and the whole gathering
-    /// when its application cannot start a task or too few nodes are left.
+    /// Gives back a gathering's members that may no longer take part (or are yielded to higher
+    /// priority work, which they are woken for), and the whole gathering when its application
+    /// cannot start a task or too few nodes are left to it. Returns what the gathering yields to.
     fn settle(
         &mut self,
         view: &mut SchedulerView,
         open: &dyn Fn(NodeId) -> bool,
         wake: &mut Vec<NodeId>,
-    ) {
+    ) -> Vec<AppId> {
         let Some(g) = self.gathering.as_mut() else {
-            return;
+            return Vec::new();
         };
         let app = g.app;
+        let above = yields_to(view, app);
         let mut k = 0;
         while k < g.held.len() {
-            if eligible(view, app, g.held[k].node, open) {
+            let n = g.held[k].node;
+            if left_to(view, app, &above, n, open) {
                 k += 1;
             } else {
                 let gone = g.held.swap_remove(k);
                 view.give_back(&gone);
+                wake.push(n);
             }
         }
-        // Counting the eligible nodes scans the cluster: only while some are missing.
+        // Counting the nodes left scans the cluster: only while some are missing.
         let whole = view.app(app).app.nodes as usize;
         if !startable(view, app)
-            || (g.held.len() < whole && eligible_count(view, app, open) < whole)
+            || (g.held.len() < whole && left_count(view, app, &above, open) < whole)
         {
             self.release(view, wake);
         }
+        above
     }
 
     /// Gives every node of the gathering back (they are pushed onto `wake`: work held off them
@@ -172,33 +210,36 @@ impl Gatherer {
     }
 
     /// Starts gathering for the first multi-node application that can start a task and has
-    /// enough eligible nodes (highest priority first, then the oldest), waking those nodes.
+    /// enough nodes left to it (highest priority first, then the oldest), waking those nodes.
+    /// Returns what the new gathering yields to.
     fn start(
         &mut self,
         view: &SchedulerView,
         open: &dyn Fn(NodeId) -> bool,
         wake: &mut Vec<NodeId>,
-    ) {
+    ) -> Vec<AppId> {
         let mut waiting: Vec<(i32, AppId, u32)> = view
             .pending_apps()
             .filter(|a| a.app.is_multi_node() && startable(view, a.app.id))
             .map(|a| (a.app.priority, a.app.id, a.app.nodes))
             .collect();
         waiting.sort_by_key(|&(priority, id, _)| (std::cmp::Reverse(priority), id));
-        let Some(&(_, app, _)) = waiting
-            .iter()
-            .find(|&&(_, app, whole)| eligible_count(view, app, open) >= whole as usize)
-        else {
-            return;
-        };
-        wake.extend(
-            (0..view.nodes().len() as u32)
-                .map(NodeId)
-                .filter(|&n| eligible(view, app, n, open)),
-        );
-        self.gathering = Some(Gathering {
-            app,
-            held: Vec::new(),
-        });
+        for (_, app, whole) in waiting {
+            let above = yields_to(view, app);
+            if left_count(view, app, &above, open) < whole as usize {
+                continue;
+            }
+            wake.extend(
+                (0..view.nodes().len() as u32)
+                    .map(NodeId)
+                    .filter(|&n| left_to(view, app, &above, n, open)),
+            );
+            self.gathering = Some(Gathering {
+                app,
+                held: Vec::new(),
+            });
+            return above;
+        }
+        Vec::new()
     }
 }

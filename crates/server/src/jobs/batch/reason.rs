@@ -20,6 +20,9 @@
 //! - `\`APP\` is backed off on every node that can run it` — its tasks failed to start there
 //!   (`start_failures`), and the back-off has not ended;
 //! - `\`APP\` runs its max_running of N` — the application's own cap;
+//! - for a multi-node application: `gathering N whole nodes…`, `waits for another multi-node task
+//!   to gather its nodes first`, or `waits for N whole nodes: higher priority work may start on
+//!   K of the M that can run it` (a gathering yields nodes to higher priority work);
 //! - `resources: every node that can run it is held whole for a multi-node task` — running, or
 //!   gathering its nodes (see `multi_node`);
 //! - `resources` — the nodes that can run it are busy: it starts as they free up.
@@ -30,6 +33,7 @@
 use super::{Batch, JobRec};
 use crate::jobs::{Read, request_in_words};
 use hetsched_core::model::application::AcceleratorNeed;
+use hetsched_core::policy::batch::multi_node;
 use hetsched_core::{AppId, NodeId, Resources, Variant};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -208,7 +212,25 @@ impl Batch {
                     Some(_) => format!(
                         "`{name}` waits for another multi-node task to gather its nodes first"
                     ),
-                    None => format!("`{name}` waits for {} whole nodes", rec.nodes),
+                    None => {
+                        // Fewer nodes than it needs may be left to it by higher priority work.
+                        let above = multi_node::yields_to(rd.view, app);
+                        let left = open
+                            .iter()
+                            .filter(|&&n| multi_node::left_to(rd.view, app, &above, n, &|_| true))
+                            .count();
+                        if left < rec.nodes as usize {
+                            format!(
+                                "`{name}` waits for {} whole nodes: higher priority work may \
+                                 start on {} of the {} that can run it",
+                                rec.nodes,
+                                open.len() - left,
+                                open.len()
+                            )
+                        } else {
+                            format!("`{name}` waits for {} whole nodes", rec.nodes)
+                        }
+                    }
                 };
                 return (why, false);
             }
