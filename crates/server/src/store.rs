@@ -225,6 +225,8 @@ pub struct Snapshot {
     pub finished: Vec<(u64, String)>,
     /// Stream topologies' records ([`crate::jobs::topology`]).
     pub topologies: Vec<crate::jobs::topology::Record>,
+    /// The nodes of each running multi-node task, by task id, the first (`node`) first.
+    pub multi_node: std::collections::HashMap<u64, Vec<u32>>,
 }
 
 /// The SQLite store.
@@ -271,10 +273,15 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("tasks", "cpu_user_ms", "INTEGER"),
     ("tasks", "cpu_system_ms", "INTEGER"),
     ("tasks", "max_rss_bytes", "INTEGER"),
+    // A multi-node task's other nodes in its latest attempt (see [`write_other_nodes`]).
+    ("tasks", "other_nodes", "TEXT NOT NULL DEFAULT ''"),
 ];
 
-const INDEXES: &str =
-    "CREATE UNIQUE INDEX IF NOT EXISTS jobs_submission_key ON jobs(submission_key);";
+/// The indexes; `tasks_other_nodes` lists only multi-node tasks' rows, so finding them (a
+/// restart, a page of a listing) costs what they are, not the table.
+const INDEXES: &str = "
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_submission_key ON jobs(submission_key);
+CREATE INDEX IF NOT EXISTS tasks_other_nodes ON tasks(id) WHERE other_nodes != '';";
 
 const UPDATE_TASK: &str = "UPDATE tasks SET state=?1, attempt=?2, node=?3, variant=?4, devices=?5,
     started_ns=?6, finished_ns=?7, exit_code=?8, message=?9, failures=?10, cpu_user_ms=?11,
@@ -361,6 +368,7 @@ impl Store {
         conn.execute_batch(crate::jobs::topology::SCHEMA)?;
         add_missing_columns(&conn, MIGRATIONS)?;
         conn.execute_batch(INDEXES)?;
+        move_multi_node_meta(&conn)?;
         Ok(Self {
             conn,
             full: false,
@@ -467,6 +475,7 @@ impl Store {
             });
         }
         snap.purged = self.purged_jobs()?;
+        snap.multi_node = self.multi_node_tasks()?;
         let mut stmt = self
             .conn
             .prepare("SELECT job, summary FROM finished ORDER BY job")?;
@@ -707,23 +716,88 @@ pub fn write_held(tx: &rusqlite::Transaction, jobs: &[(u64, bool)]) -> Result<()
     Ok(())
 }
 
-/// Where running multi-node tasks' nodes are kept: `meta` rows `multi-node/TASK/K` = the id
-/// of the task's K-th node (0: where its command runs).
-const MULTI_NODE: &str = "multi-node/";
-
-/// Records (`Some`) or forgets (`None`) the nodes of multi-node task `task`, inside `tx`.
-pub fn write_multi_node(
+/// Records the other nodes (`others`, in order) of multi-node task `task`'s attempt that starts,
+/// inside `tx`: its row's `other_nodes`, beside `node` (where its command runs). They stay when
+/// the attempt ends, as `node` does, so a listing names them all; a running task's are held
+/// again at a restart ([`Store::multi_node_tasks`]).
+pub fn write_other_nodes(
     tx: &rusqlite::Transaction,
     task: u64,
-    nodes: Option<&[u32]>,
+    others: &[u32],
 ) -> Result<(), StoreError> {
-    let prefix = format!("{MULTI_NODE}{task}/");
-    tx.prepare_cached("DELETE FROM meta WHERE substr(key, 1, ?1) = ?2")?
-        .execute(params![prefix.len() as i64, prefix])?;
-    let mut stmt = tx.prepare_cached("INSERT INTO meta(key, value) VALUES (?1, ?2)")?;
-    for (k, &node) in nodes.unwrap_or_default().iter().enumerate() {
-        stmt.execute(params![format!("{prefix}{k:04}"), i64::from(node)])?;
+    tx.prepare_cached("UPDATE tasks SET other_nodes = ?1 WHERE id = ?2")?
+        .execute(params![list_text(others), task as i64])?;
+    Ok(())
+}
+
+/// The multi-node tasks with ids in `range` (only the running ones if `running_only`) and their
+/// nodes in their latest attempt, `node` first (through the partial index `tasks_other_nodes`).
+fn multi_node_rows(
+    conn: &Connection,
+    range: std::ops::Range<u64>,
+    running_only: bool,
+) -> Result<std::collections::HashMap<u64, Vec<u32>>, StoreError> {
+    let state = if running_only {
+        format!(" AND state = {}", TaskState::Running.code())
+    } else {
+        String::new()
+    };
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT id, node, other_nodes FROM tasks \
+         WHERE other_nodes != '' AND id >= ?1 AND id < ?2{state}"
+    ))?;
+    let end = i64::try_from(range.end).unwrap_or(i64::MAX);
+    let mut rows = stmt.query(params![range.start as i64, end])?;
+    let mut out = std::collections::HashMap::new();
+    while let Some(r) = rows.next()? {
+        let id = r.get::<_, i64>(0)? as u64;
+        let Some(first) = r.get::<_, Option<u32>>(1)? else {
+            continue;
+        };
+        let others: String = r.get(2)?;
+        let mut nodes = vec![first];
+        nodes.extend(parse_list::<u32>(&others, "other_nodes")?);
+        out.insert(id, nodes);
     }
+    Ok(out)
+}
+
+/// Moves what a store of an earlier version kept of running multi-node tasks' nodes (`meta`
+/// rows `multi-node/TASK/K`, K = 0 the first node) into their rows' `other_nodes`.
+fn move_multi_node_meta(conn: &Connection) -> Result<(), StoreError> {
+    let prefix = "multi-node/";
+    let mut by_task: std::collections::BTreeMap<u64, Vec<u32>> = Default::default();
+    {
+        // Keys are `TASK/K` with K zero-padded: in key order, each task's nodes come in order.
+        let mut stmt =
+            conn.prepare("SELECT key, value FROM meta WHERE substr(key, 1, ?1) = ?2 ORDER BY key")?;
+        let mut rows = stmt.query(params![prefix.len() as i64, prefix])?;
+        while let Some(r) = rows.next()? {
+            let key: String = r.get(0)?;
+            let bad = || StoreError::Corrupt(format!("meta key {key}"));
+            let task = key[prefix.len()..]
+                .split_once('/')
+                .and_then(|(t, _)| t.parse().ok())
+                .ok_or_else(bad)?;
+            let node = u32::try_from(r.get::<_, i64>(1)?).map_err(|_| bad())?;
+            by_task.entry(task).or_default().push(node);
+        }
+    }
+    if by_task.is_empty() {
+        return Ok(());
+    }
+    let tx = conn.unchecked_transaction()?;
+    for (task, nodes) in &by_task {
+        tx.execute(
+            "UPDATE tasks SET other_nodes = ?1 WHERE id = ?2",
+            params![list_text(nodes.get(1..).unwrap_or_default()), *task as i64],
+        )?;
+    }
+    tx.execute(
+        "DELETE FROM meta WHERE substr(key, 1, ?1) = ?2",
+        params![prefix.len() as i64, prefix],
+    )?;
+    tx.commit()?;
     Ok(())
 }
 
@@ -771,6 +845,16 @@ pub fn forget_finished(tx: &rusqlite::Transaction, jobs: &[u64]) -> Result<(), S
 pub struct StoreReader(std::sync::Mutex<Connection>);
 
 impl StoreReader {
+    /// The multi-node tasks with ids in `range` and their nodes in their latest attempt, the
+    /// first (`node`) first.
+    pub fn multi_node_tasks_in(
+        &self,
+        range: std::ops::Range<u64>,
+    ) -> Result<std::collections::HashMap<u64, Vec<u32>>, StoreError> {
+        let conn = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        multi_node_rows(&conn, range, false)
+    }
+
     /// The first `limit` task rows with ids in `range`, by id.
     pub fn task_rows_from(
         &self,

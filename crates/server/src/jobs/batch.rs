@@ -294,7 +294,7 @@ impl Batch {
         }
         // Running and finished tasks: take their resources / counters in the view (a running
         // multi-node task all of its nodes).
-        let mut multi_nodes = cx.store.multi_node_tasks()?;
+        let mut multi_nodes = snap.multi_node;
         let mut finished: HashMap<u32, (u32, u32, u32)> = HashMap::new();
         for i in b.tasks.ids() {
             let t = &b.tasks[i as usize];
@@ -987,8 +987,21 @@ impl Batch {
     }
 
     /// The rows of one page of a listing, as listings show them.
-    fn task_infos(&self, rd: &Read, rows: &[TaskRow]) -> Vec<TaskInfo> {
-        rows.iter()
+    fn task_infos(&self, rd: &Read, rows: &[TaskRow]) -> Result<Vec<TaskInfo>, StateError> {
+        // Multi-node tasks' nodes in their latest attempt, from the store (the running ones'
+        // are stored as they start).
+        let multi_node = match (rows.first(), rows.last()) {
+            (Some(first), Some(last))
+                if rows
+                    .iter()
+                    .any(|t| self.apps.get(t.app as usize).is_some_and(|a| a.nodes > 1)) =>
+            {
+                rd.store.multi_node_tasks_in(first.id..last.id + 1)?
+            }
+            _ => HashMap::new(),
+        };
+        Ok(rows
+            .iter()
             .map(|t| {
                 let app = &self.apps[t.app as usize];
                 let mut info = task_info(
@@ -999,9 +1012,7 @@ impl Batch {
                         .and_then(|n| rd.nodes.get(n))
                         .map_or("", |n| n.spec.name.as_str()),
                 );
-                if t.state == TaskState::Running
-                    && let Some(nodes) = self.multi.running.get(&t.id)
-                {
+                if let Some(nodes) = multi_node.get(&t.id) {
                     info.nodes = nodes
                         .iter()
                         .map(|&n| rd.nodes.name(n).to_string())
@@ -1009,7 +1020,7 @@ impl Batch {
                 }
                 info
             })
-            .collect()
+            .collect())
     }
 
     /// What it takes to read one page of a job's tasks from the store after the state's lock is
@@ -1069,7 +1080,6 @@ impl Batch {
         };
         let nodes = nodes();
         Ok(TasksListing::FromStore(Box::new(StoredTasks {
-            multi_node: self.multi_node_names(&nodes, start..range.end),
             job,
             page: start..end,
             scan: start..end,
@@ -1112,7 +1122,6 @@ impl Batch {
         }
         let page = start..start.saturating_add(limit as u64).min(last);
         StoredTasks {
-            multi_node: self.multi_node_names(&nodes, start..scan_end.max(page.end)),
             job: 0,
             want: (page.end - page.start) as usize,
             states: Vec::new(),
@@ -1125,27 +1134,6 @@ impl Batch {
             executed: HashMap::new(),
             after: 0,
         }
-    }
-
-    /// The node names (from `names`, by node id) of the running multi-node tasks whose ids are
-    /// in `ids`.
-    fn multi_node_names(
-        &self,
-        names: &[String],
-        ids: std::ops::Range<u64>,
-    ) -> HashMap<u64, Vec<String>> {
-        self.multi
-            .running
-            .iter()
-            .filter(|(t, _)| ids.contains(t))
-            .map(|(&t, nodes)| {
-                let named = nodes
-                    .iter()
-                    .map(|&n| names.get(n as usize).cloned().unwrap_or_default())
-                    .collect();
-                (t, named)
-            })
-            .collect()
     }
 
     /// A job's applications: id → (name, job).
@@ -1318,8 +1306,6 @@ pub struct StoredTasks {
     /// Job 0: where the listing goes on once this kind's rows are done (the next kind's first
     /// id, 0 = nowhere), filled under the lock by the state.
     pub after: u64,
-    /// The nodes of the page's running multi-node tasks, by task id (taken under the lock).
-    multi_node: HashMap<u64, Vec<String>>,
 }
 
 impl StoredTasks {
@@ -1357,6 +1343,11 @@ impl StoredTasks {
             None if end < self.last => end,
             None => self.after,
         };
+        // Multi-node tasks' nodes in their latest attempt (the partial index: what they are).
+        let multi_node = match (rows.first(), rows[..known].last()) {
+            (Some(first), Some(last)) => reader.multi_node_tasks_in(first.id..last.id + 1)?,
+            _ => HashMap::new(),
+        };
         let tasks = rows[..known]
             .iter()
             .map(|t| {
@@ -1373,10 +1364,11 @@ impl StoredTasks {
                     Some((at, name)) if *at == t.attempt => name.clone(),
                     _ => info.node.clone(),
                 };
-                if t.state == TaskState::Running
-                    && let Some(nodes) = self.multi_node.get(&t.id)
-                {
-                    info.nodes.clone_from(nodes);
+                if let Some(nodes) = multi_node.get(&t.id) {
+                    info.nodes = nodes
+                        .iter()
+                        .map(|&n| self.nodes.get(n as usize).cloned().unwrap_or_default())
+                        .collect();
                 }
                 info
             })
@@ -1839,16 +1831,13 @@ impl JobKind for Batch {
             &self.cancelled,
         )?;
         crate::store::write_held(tx, &self.held_changed)?;
-        // A multi-node task's nodes are kept while it runs.
+        // A multi-node task's other nodes are stored as its attempt starts.
         for &id in &dirty {
-            let Some(t) = self.tasks.get(id as usize) else {
-                continue;
-            };
-            if self.apps.get(t.app as usize).is_some_and(|a| a.nodes > 1) {
-                let nodes = (t.state == TaskState::Running)
-                    .then(|| self.multi.running.get(&id))
-                    .flatten();
-                crate::store::write_multi_node(tx, id, nodes.map(Vec::as_slice))?;
+            if let Some(t) = self.tasks.get(id as usize)
+                && t.state == TaskState::Running
+                && let Some(nodes) = self.multi.running.get(&id)
+            {
+                crate::store::write_other_nodes(tx, id, nodes.get(1..).unwrap_or_default())?;
             }
         }
         crate::store::forget_finished(tx, &self.revived)
@@ -1966,7 +1955,7 @@ impl JobKind for Batch {
         // Rows not held in memory come from the store; a page skips purged jobs' ids.
         let (rows, end) = self.rows_for_listing(rd.store, start..end, range.end)?;
         Ok(TasksPage {
-            tasks: self.task_infos(rd, &rows),
+            tasks: self.task_infos(rd, &rows)?,
             next_cursor: if end < range.end { end } else { 0 },
             total: range.end - range.start,
         })

@@ -409,7 +409,7 @@ pub struct TaskInfo {
     pub executed_node: String,
     /// What the latest finished attempt used, if measured.
     pub usage: Option<crate::store::TaskUsage>,
-    /// A running multi-node task's nodes, `node` first (empty otherwise).
+    /// A multi-node task's nodes in its latest attempt, `node` first (empty otherwise).
     pub nodes: Vec<String>,
 }
 

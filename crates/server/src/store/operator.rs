@@ -113,24 +113,22 @@ impl Store {
         Ok(out)
     }
 
-    /// `meta` rows whose key starts with `prefix`: (the rest of the key, value).
     /// The nodes of each running multi-node task, by task id, its first node first (see
-    /// [`crate::store::write_multi_node`]).
+    /// [`crate::store::write_other_nodes`]).
     pub fn multi_node_tasks(&self) -> Result<std::collections::HashMap<u64, Vec<u32>>, StoreError> {
-        let mut out: std::collections::HashMap<u64, Vec<u32>> = Default::default();
-        // Keys are `TASK/K` with K zero-padded: in key order, each task's nodes come in order.
-        for (rest, value) in self.meta_with("multi-node/")? {
-            let bad = || StoreError::Corrupt(format!("meta key multi-node/{rest}"));
-            let task = rest
-                .split_once('/')
-                .and_then(|(t, _)| t.parse().ok())
-                .ok_or_else(bad)?;
-            let node = u32::try_from(value).map_err(|_| bad())?;
-            out.entry(task).or_default().push(node);
-        }
-        Ok(out)
+        super::multi_node_rows(&self.conn, 0..u64::MAX, true)
     }
 
+    /// The multi-node tasks with ids in `range` and their nodes in their latest attempt, the
+    /// first (`node`) first.
+    pub fn multi_node_tasks_in(
+        &self,
+        range: std::ops::Range<u64>,
+    ) -> Result<std::collections::HashMap<u64, Vec<u32>>, StoreError> {
+        super::multi_node_rows(&self.conn, range, false)
+    }
+
+    /// `meta` rows whose key starts with `prefix`: (the rest of the key, value).
     fn meta_with(&self, prefix: &str) -> Result<Vec<(String, i64)>, StoreError> {
         let mut stmt = self
             .conn

@@ -113,20 +113,85 @@ fn a_multi_node_task_gathers_whole_nodes_as_they_drain_and_holds_them_until_it_e
     assert!(beat(&mut s, c, &[], &[]).assignments.is_empty());
     assert!(beat(&mut s, a, &[(1, 1)], &[]).assignments.is_empty());
     assert_eq!(s.tasks(2).expect("tasks").tasks[0].nodes, ["a", "b", "c"]);
-    // The task ends: its nodes take the small tasks, and its listing names its first node.
+    // The task ends: its nodes take the small tasks, and its listing still names them all.
     let r = beat(&mut s, a, &[], &[(1, 1, true)]);
     assert_eq!(assigned(&r), vec![2, 3]);
     let listed = &s.tasks(2).expect("tasks").tasks[0];
     assert_eq!(
-        (listed.state.as_str(), listed.node.as_str()),
-        ("succeeded", "a")
+        (
+            listed.state.as_str(),
+            listed.node.as_str(),
+            &listed.nodes[..]
+        ),
+        ("succeeded", "a", &["a", "b", "c"].map(String::from)[..])
     );
     drop(s);
-    // Nothing of the ended task is held after another restart.
+    // Nothing of the ended task is held after another restart; it is listed as before, and so
+    // is it from every job's listing.
     let mut s = open(&d);
+    assert_eq!(s.tasks(2).expect("tasks").tasks[0].nodes, ["a", "b", "c"]);
+    let every = s.tasks(0).expect("tasks");
+    let mpi = every.tasks.iter().find(|t| t.id == 1).expect("listed");
+    assert_eq!(mpi.nodes, ["a", "b", "c"]);
+    assert!(
+        every
+            .tasks
+            .iter()
+            .filter(|t| t.id != 1)
+            .all(|t| t.nodes.is_empty()),
+        "{every:?}"
+    );
     let late = submit(&mut s, "later", 2, "", "");
     assert_eq!(late, 4);
     assert_eq!(assigned(&beat(&mut s, b, &[], &[])).len(), 2);
+}
+
+#[test]
+fn a_store_of_the_earlier_version_keeps_its_running_multi_node_tasks_nodes() {
+    // The previous version kept a running multi-node task's nodes in `meta` rows
+    // `multi-node/TASK/K`; opening such a store moves them into the task's row.
+    let d = common::scratch("multi-node", "upgrade");
+    {
+        let mut s = open(&d);
+        let a = register(&mut s, "a", 1);
+        let b = register(&mut s, "b", 1);
+        submit(&mut s, "mpi", 1, "nodes = 2", "");
+        beat(&mut s, a, &[], &[]);
+        assert_eq!(assigned(&beat(&mut s, b, &[], &[])), vec![0]);
+    }
+    {
+        let db = rusqlite::Connection::open(d.join("state.db")).expect("db");
+        let others: String = db
+            .query_row("SELECT other_nodes FROM tasks WHERE id = 0", [], |r| {
+                r.get(0)
+            })
+            .expect("row");
+        assert_eq!(others, "0", "node a's id, beside node b where it runs");
+        db.execute_batch(
+            "UPDATE tasks SET other_nodes = '' WHERE id = 0;
+             INSERT INTO meta(key, value) VALUES ('multi-node/0/0000', 1), ('multi-node/0/0001', 0);",
+        )
+        .expect("the earlier version's rows");
+    }
+    let mut s = open(&d);
+    let t = &s.tasks(1).expect("tasks").tasks[0];
+    assert_eq!(
+        (t.state.as_str(), &t.nodes[..]),
+        ("running", &["b", "a"].map(String::from)[..])
+    );
+    // Both are held: a one-core task waits until it ends.
+    submit(&mut s, "small", 1, "", "");
+    assert!(beat(&mut s, 0, &[], &[]).assignments.is_empty());
+    assert_eq!(assigned(&beat(&mut s, 1, &[], &[(0, 1, true)])), vec![1]);
+    let db = rusqlite::Connection::open(d.join("state.db")).expect("db");
+    let left: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM meta WHERE key LIKE 'multi-node/%'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("count");
+    assert_eq!(left, 0, "moved, not copied");
 }
 
 #[test]
@@ -303,4 +368,34 @@ fn a_gathering_yields_its_nodes_to_higher_priority_work_but_not_to_equal_priorit
     let r = beat(&mut s, b, &[], &[(5, 1, true)]);
     assert_eq!(assigned(&r), vec![1]);
     assert_eq!(r.assignments[0].node_names, ["b", "a"]);
+}
+
+#[test]
+fn a_full_disk_rolls_memory_back_with_a_running_multi_node_task_holding_all_its_nodes() {
+    let d = common::scratch("multi-node", "full-disk");
+    let mut s = open(&d);
+    let a = register(&mut s, "a", 1);
+    let b = register(&mut s, "b", 1);
+    submit(&mut s, "mpi", 1, "nodes = 2", "");
+    beat(&mut s, a, &[], &[]);
+    assert_eq!(assigned(&beat(&mut s, b, &[], &[])), vec![0]);
+    submit(&mut s, "small", 1, "", "");
+    // Its end cannot be stored: memory is rebuilt from the store, where it still runs.
+    s.simulate_full_disk(true);
+    s.heartbeat(common::heartbeat_request(b, &[], &[(0, 1, true)]))
+        .expect_err("the store refused the commit");
+    assert!(s.is_paused());
+    s.simulate_full_disk(false);
+    std::thread::sleep(hetsched_server::state::PROBE_INTERVAL);
+    // Node a is still held by it: the small task does not start there.
+    assert!(beat(&mut s, a, &[], &[]).assignments.is_empty());
+    assert!(!s.is_paused());
+    let t = &s.tasks(1).expect("tasks").tasks[0];
+    assert_eq!(
+        (t.state.as_str(), &t.nodes[..]),
+        ("running", &["b", "a"].map(String::from)[..])
+    );
+    // The end, reported again, is stored, and the nodes are free.
+    assert_eq!(assigned(&beat(&mut s, b, &[], &[(0, 1, true)])), vec![1]);
+    assert_eq!(s.tasks(1).expect("tasks").tasks[0].state, "succeeded");
 }

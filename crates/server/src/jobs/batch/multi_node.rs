@@ -8,8 +8,9 @@
 //! work (alive, not removed, drained, shutting down or gone), and wakes the nodes it names. It
 //! keeps the nodes of each running task: a running task whose other node dies, leaves or is
 //! removed is lost (its root's agent is told to kill it) and runs again, as one whose own node
-//! dies. The nodes of running tasks are stored (`store::write_multi_node`), so a restarted server
-//! holds them again.
+//! dies. A task's other nodes are stored in its row as its attempt starts
+//! (`store::write_other_nodes`, kept after it ends for listings), so a restarted server holds a
+//! running task's nodes again.
 
 use super::super::Ctx;
 use hetsched_core::policy::batch::multi_node::Gatherer;
