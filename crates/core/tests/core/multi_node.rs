@@ -216,8 +216,8 @@ fn the_gatherer_serves_the_highest_priority_first_holds_nodes_as_they_drain_and_
             .is_none()
     );
     assert_eq!(
-        g.gathering(),
-        Some((AppId(1), 1)),
+        g.gatherings().collect::<Vec<_>>(),
+        [(AppId(1), 1)],
         "the higher priority first"
     );
     assert_eq!(
@@ -233,7 +233,7 @@ fn the_gatherer_serves_the_highest_priority_first_holds_nodes_as_they_drain_and_
         g.on_node_update(&mut v, NodeId(1), &open, &mut wake)
             .is_none()
     );
-    assert_eq!(g.gathering(), Some((AppId(1), 3)));
+    assert_eq!(g.gatherings().collect::<Vec<_>>(), [(AppId(1), 3)]);
     assert_eq!(v.node(NodeId(2)).free.cores, 0, "n2 is held as it drains");
     // n2's task ends: its next beat completes the gathering, n2 first.
     v.task_finished(&small);
@@ -250,14 +250,18 @@ fn the_gatherer_serves_the_highest_priority_first_holds_nodes_as_they_drain_and_
         g.on_node_update(&mut v, NodeId(0), &open, &mut wake)
             .is_none()
     );
-    assert_eq!(g.gathering(), Some((AppId(0), 1)));
+    assert_eq!(g.gatherings().collect::<Vec<_>>(), [(AppId(0), 1)]);
     // ...and a node that stops taking work leaves the gathering (given back, untouched).
     let closed = |n: NodeId| n != NodeId(0);
     assert!(
         g.on_node_update(&mut v, NodeId(1), &closed, &mut wake)
             .is_none()
     );
-    assert_eq!(g.gathering(), Some((AppId(0), 1)), "n1 joined, n0 left");
+    assert_eq!(
+        g.gatherings().collect::<Vec<_>>(),
+        [(AppId(0), 1)],
+        "n1 joined, n0 left"
+    );
     v.task_finished(&a);
     assert!(
         g.on_node_update(&mut v, NodeId(1), &closed, &mut wake)
@@ -293,7 +297,7 @@ fn a_gathering_yields_its_nodes_to_higher_priority_work_and_holds_them_against_e
         g.on_node_update(&mut v, NodeId(0), &open, &mut wake)
             .is_none()
     );
-    assert_eq!(g.gathering(), Some((AppId(0), 1)));
+    assert_eq!(g.gatherings().collect::<Vec<_>>(), [(AppId(0), 1)]);
     assert!(
         !v.fits(AppId(1), NodeId(0), Variant::Cpu),
         "held against work of the same priority"
@@ -311,7 +315,7 @@ fn a_gathering_yields_its_nodes_to_higher_priority_work_and_holds_them_against_e
         g.on_node_update(&mut v, NodeId(1), &open, &mut wake)
             .is_none()
     );
-    assert_eq!(g.gathering(), None, "too few nodes are left to it");
+    assert_eq!(g.gatherings().count(), 0, "too few nodes are left to it");
     assert!(wake.contains(&NodeId(0)), "{wake:?}");
     assert!(!v.is_held(NodeId(0)) && !v.is_held(NodeId(1)));
     assert!(v.fits(AppId(2), NodeId(0), Variant::Cpu));
@@ -326,7 +330,7 @@ fn a_gathering_yields_its_nodes_to_higher_priority_work_and_holds_them_against_e
         g.on_node_update(&mut v, NodeId(1), &open, &mut wake)
             .is_none()
     );
-    assert_eq!(g.gathering(), Some((AppId(0), 2)));
+    assert_eq!(g.gatherings().collect::<Vec<_>>(), [(AppId(0), 2)]);
     assert!(!v.fits(AppId(1), NodeId(0), Variant::Cpu));
     assert!(!v.fits(AppId(1), NodeId(1), Variant::Cpu));
     v.task_finished(&urgent_task);
@@ -338,4 +342,127 @@ fn a_gathering_yields_its_nodes_to_higher_priority_work_and_holds_them_against_e
         held.iter().map(|h| h.node).collect::<Vec<_>>(),
         [NodeId(1), NodeId(0)]
     );
+}
+
+/// The nodes of a gathering answered ready.
+fn nodes_of(ready: Option<(AppId, Vec<hetsched_core::model::Held>)>) -> (AppId, Vec<NodeId>) {
+    let (app, held) = ready.expect("ready");
+    (app, held.iter().map(|h| h.node).collect())
+}
+
+#[test]
+fn a_multi_node_task_whose_nodes_are_free_starts_while_one_served_before_it_waits_for_its_own() {
+    use hetsched_core::policy::batch::multi_node::Gatherer;
+    // n0–n2 have InfiniBand, n3–n4 not; a long task runs on n0.
+    let mut v = SchedulerView::new();
+    for i in 0..5 {
+        let n = node(&format!("n{i}")).cores(2);
+        let n = if i < 3 { n.attributes(&["ib"]) } else { n };
+        v.add_node(n.build(NodeId(i))).expect("node");
+    }
+    let long = app("long").tasks(1).cpu(1.0, 0.0).build(AppId(0));
+    let wide = app("wide")
+        .tasks(1)
+        .cpu(1.0, 0.0)
+        .nodes(3)
+        .requires(&["ib"])
+        .priority(5)
+        .build(AppId(1));
+    let narrow = app("narrow")
+        .tasks(1)
+        .cpu(1.0, 0.0)
+        .nodes(2)
+        .build(AppId(2));
+    v.add_application(long, [TaskId(0)]).expect("app");
+    v.add_application(wide, [TaskId(1)]).expect("app");
+    v.add_application(narrow, [TaskId(2)]).expect("app");
+    let running = v.assign(AppId(0), NodeId(0), Variant::Cpu).expect("fits");
+    let open = |_: NodeId| true;
+    let mut g = Gatherer::default();
+    let mut wake = Vec::new();
+    for n in [1, 2, 0] {
+        assert!(
+            g.on_node_update(&mut v, NodeId(n), &open, &mut wake)
+                .is_none()
+        );
+    }
+    assert_eq!(
+        g.gatherings().collect::<Vec<_>>(),
+        [(AppId(1), 3), (AppId(2), 0)],
+        "the wide task holds the InfiniBand nodes, n0 as it drains; the narrow one gathers too"
+    );
+    // The narrow task's nodes are free: it starts now, before the wide one.
+    assert!(
+        g.on_node_update(&mut v, NodeId(3), &open, &mut wake)
+            .is_none()
+    );
+    let ready = g.on_node_update(&mut v, NodeId(4), &open, &mut wake);
+    assert_eq!(nodes_of(ready), (AppId(2), vec![NodeId(4), NodeId(3)]));
+    assert_eq!(g.gatherings().collect::<Vec<_>>(), [(AppId(1), 3)]);
+    // n0 drains: the wide task starts.
+    v.task_finished(&running);
+    let ready = g.on_node_update(&mut v, NodeId(0), &open, &mut wake);
+    let (app, mut nodes) = nodes_of(ready);
+    nodes.sort();
+    assert_eq!(
+        (app, nodes),
+        (AppId(1), vec![NodeId(0), NodeId(1), NodeId(2)])
+    );
+}
+
+#[test]
+fn a_gathering_served_before_another_takes_its_members() {
+    use hetsched_core::policy::batch::multi_node::Gatherer;
+    let mut v = SchedulerView::new();
+    for i in 0..3 {
+        v.add_node(node(&format!("n{i}")).cores(1).build(NodeId(i)))
+            .expect("node");
+    }
+    let long = app("long").tasks(1).cpu(1.0, 0.0).build(AppId(0));
+    let low = app("low").tasks(1).cpu(1.0, 0.0).nodes(2).build(AppId(1));
+    v.add_application(long, [TaskId(0)]).expect("app");
+    v.add_application(low, [TaskId(1)]).expect("app");
+    let running = v.assign(AppId(0), NodeId(2), Variant::Cpu).expect("fits");
+    let open = |_: NodeId| true;
+    let mut g = Gatherer::default();
+    let mut wake = Vec::new();
+    // The low priority task holds n0 and waits for n2 to drain.
+    assert!(
+        g.on_node_update(&mut v, NodeId(0), &open, &mut wake)
+            .is_none()
+    );
+    assert!(
+        g.on_node_update(&mut v, NodeId(2), &open, &mut wake)
+            .is_none()
+    );
+    assert_eq!(g.gatherings().collect::<Vec<_>>(), [(AppId(1), 2)]);
+    // A higher priority one arrives: it gathers first, and takes n0 from the other.
+    let high = app("high")
+        .tasks(1)
+        .cpu(1.0, 0.0)
+        .nodes(2)
+        .priority(5)
+        .build(AppId(2));
+    v.add_application(high, [TaskId(2)]).expect("app");
+    assert!(
+        g.on_node_update(&mut v, NodeId(1), &open, &mut wake)
+            .is_none()
+    );
+    assert_eq!(
+        g.gatherings().collect::<Vec<_>>(),
+        [(AppId(2), 1), (AppId(1), 2)]
+    );
+    let ready = g.on_node_update(&mut v, NodeId(0), &open, &mut wake);
+    assert_eq!(nodes_of(ready), (AppId(2), vec![NodeId(0), NodeId(1)]));
+    assert_eq!(
+        g.gatherings().collect::<Vec<_>>(),
+        [(AppId(1), 1)],
+        "the other keeps n2 as it drains"
+    );
+    v.task_finished(&running);
+    assert!(
+        g.on_node_update(&mut v, NodeId(2), &open, &mut wake)
+            .is_none()
+    );
+    assert!(!v.fits(AppId(0), NodeId(2), Variant::Cpu), "n2 is held");
 }

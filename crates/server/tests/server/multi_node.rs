@@ -399,3 +399,60 @@ fn a_full_disk_rolls_memory_back_with_a_running_multi_node_task_holding_all_its_
     assert_eq!(assigned(&beat(&mut s, b, &[], &[(0, 1, true)])), vec![1]);
     assert_eq!(s.tasks(1).expect("tasks").tasks[0].state, "succeeded");
 }
+
+#[test]
+fn a_multi_node_task_whose_nodes_are_free_starts_while_one_served_before_it_gathers() {
+    let d = common::scratch("multi-node", "backfill");
+    let mut s = open(&d);
+    let with_ib = |s: &mut State, name: &str| {
+        s.register(pb::RegisterRequest {
+            identity: common::IDENTITY.into(),
+            name: name.into(),
+            hostname: name.into(),
+            cores: 1,
+            memory_bytes: 1 << 30,
+            attributes: vec!["ib".into()],
+            ..Default::default()
+        })
+        .expect("register")
+        .node_id
+    };
+    let a = with_ib(&mut s, "a");
+    let b = with_ib(&mut s, "b");
+    let c = register(&mut s, "c", 1);
+    // Long tasks run on a and b.
+    submit(&mut s, "long", 2, "", "");
+    assert_eq!(assigned(&beat(&mut s, a, &[], &[])), vec![0]);
+    assert_eq!(assigned(&beat(&mut s, b, &[], &[])), vec![1]);
+    // The wide task needs both InfiniBand nodes and is served first; it holds them as they drain.
+    let wide = submit(
+        &mut s,
+        "wide",
+        1,
+        "nodes = 2\npriority = 5\nrequires = [\"ib\"]",
+        "",
+    );
+    let narrow = submit(&mut s, "narrow", 1, "nodes = 2", "");
+    assert!(beat(&mut s, a, &[(0, 1)], &[]).assignments.is_empty());
+    assert!(beat(&mut s, b, &[(1, 1)], &[]).assignments.is_empty());
+    assert!(beat(&mut s, c, &[], &[]).assignments.is_empty());
+    assert_eq!(
+        reason(&s, narrow),
+        "`narrow` waits for multi-node tasks served before it to gather their nodes"
+    );
+    // Another node joins: the narrow task's two nodes are free, so it starts at once on them.
+    let e = register(&mut s, "e", 1);
+    assert!(beat(&mut s, c, &[], &[]).assignments.is_empty());
+    let r = beat(&mut s, e, &[], &[]);
+    assert_eq!(assigned(&r), vec![3]);
+    assert_eq!(r.assignments[0].node_names, ["e", "c"]);
+    assert_eq!(
+        reason(&s, wide),
+        "gathering 2 whole nodes for `wide`: 2 held, waiting for what runs on them to end"
+    );
+    // The long tasks end: the wide task starts.
+    assert!(beat(&mut s, a, &[], &[(0, 1, true)]).assignments.is_empty());
+    let r = beat(&mut s, b, &[], &[(1, 1, true)]);
+    assert_eq!(assigned(&r), vec![2]);
+    assert_eq!(r.assignments[0].node_names, ["b", "a"]);
+}

@@ -2,15 +2,24 @@
 //! gathering of N whole nodes for the next task, as a driver's node beats.
 //!
 //! No batch policy places a multi-node task ([`SchedulerView::fits`] refuses it on any one
-//! node). A [`Gatherer`] gathers its nodes instead, for one application at a time — the highest
-//! priority first, then the lowest id (the oldest). While a gathering lasts, each eligible node
-//! that beats joins it until it has N members, and a member's free resources are held at each of
-//! its beats ([`SchedulerView::hold_free`], [`SchedulerView::hold_more`]), so nothing new starts
-//! there and what runs there drains: the reservation that keeps a stream of small tasks from
-//! starving a wide one. A node that is wholly free replaces a member that is still busy (the
-//! one holding the fewest cores). Once every member is whole, [`Gatherer::on_node_update`]
-//! answers the nodes, the beating node first, for the driver to start the task on
-//! ([`SchedulerView::start_multi_node`]).
+//! node). A [`Gatherer`] gathers its nodes instead: one *gathering* per waiting multi-node
+//! application, served in order — the highest priority first, then the lowest id (the oldest).
+//! Each eligible node that beats joins the first gathering it may take part in that misses a
+//! member, and a member's free resources are held at each of its beats
+//! ([`SchedulerView::hold_free`], [`SchedulerView::hold_more`]), so nothing new starts there and
+//! what runs there drains: the reservation that keeps a stream of small tasks from starving a
+//! wide one. A node that is wholly free (or held whole by a gathering served later) replaces a
+//! member that is still busy (the one holding the fewest cores). Once every member is whole,
+//! [`Gatherer::on_node_update`] answers the nodes, the beating node first, for the driver to
+//! start the task on ([`SchedulerView::start_multi_node`]).
+//!
+//! Several gatherings go on side by side, so a multi-node task whose nodes are free now starts
+//! while another, served before it, waits for its nodes to drain (backfill). A gathering served
+//! earlier takes precedence over later ones: it takes their members when it misses one, and a
+//! later gathering starts (and goes on) only while N nodes are available to it besides the
+//! members of the earlier ones — so it never holds nodes idle that it cannot complete with. A
+//! beat tries at most [`TRIES_PER_BEAT`] waiting applications without a gathering (each try
+//! counts the nodes).
 //!
 //! A node is *eligible* for an application ([`eligible`]) when the view could run the
 //! application there at all (alive, its `requires`), it is not backed off for it, it has time
@@ -20,9 +29,9 @@
 //! the node is eligible for it, the node is not held (a member is given back), so priorities
 //! hold across the two kinds of work — the reservation keeps lower and equal priorities off the
 //! nodes, never higher ones. A gathering gives its nodes back when its application cannot start
-//! another task (nothing pending, or its `max_running` reached), and when fewer than N eligible
-//! nodes are left to it. Sans-IO: the driver passes the node that beats and `open`, and wakes
-//! the nodes the gatherer names.
+//! another task (nothing pending, or its `max_running` reached), and when it misses members and
+//! fewer than N nodes are available to it. Sans-IO: the driver passes the node that beats and
+//! `open`, and wakes the nodes the gatherer names.
 
 use crate::model::{AppId, Held, NodeId, SchedulerView, Variant};
 
@@ -33,10 +42,13 @@ struct Gathering {
     held: Vec<Held>,
 }
 
-/// Gathers whole nodes for multi-node tasks, one application at a time (module docs).
+/// Gathers whole nodes for multi-node tasks, several applications side by side (module docs).
 #[derive(Clone, Debug, Default)]
 pub struct Gatherer {
-    gathering: Option<Gathering>,
+    /// The gatherings, in the order they are served ([`served_before`]).
+    gatherings: Vec<Gathering>,
+    /// Where the next beat's turn begins among the waiting applications after the first.
+    turn: usize,
 }
 
 /// Whether node `n` may take part in a task of multi-node application `app` now; `open(n)` is
@@ -107,16 +119,45 @@ fn is_idle(view: &SchedulerView, n: NodeId) -> bool {
     node.free == node.node.capacity() && node.device_free.iter().all(|&f| f)
 }
 
+/// Applications without a gathering tried per beat (the first waiting one always, the others
+/// in turn): each try counts the cluster's nodes, so many multi-node applications that cannot
+/// gather cost a beat a bounded number of passes.
+const TRIES_PER_BEAT: usize = 4;
+
 impl Gatherer {
-    /// The application being gathered for and how many of its nodes are held, if any.
-    pub fn gathering(&self) -> Option<(AppId, usize)> {
-        self.gathering.as_ref().map(|g| (g.app, g.held.len()))
+    /// The applications being gathered for, in the order they are served, each with how many of
+    /// its nodes are held.
+    pub fn gatherings(&self) -> impl Iterator<Item = (AppId, usize)> + '_ {
+        self.gatherings.iter().map(|g| (g.app, g.held.len()))
     }
 
-    /// Node `node` beats, taking work if `open(node)`: the gathering goes on, starting one if a
-    /// multi-node application waits (its eligible nodes are pushed onto `wake`, so that they
-    /// beat and join). Returns the application and its nodes, `node` first, once all are whole:
-    /// the caller starts the task on them or gives them back.
+    /// How many nodes are held for `app`'s next task, if it is being gathered for.
+    pub fn gathering_of(&self, app: AppId) -> Option<usize> {
+        self.gatherings
+            .iter()
+            .find(|g| g.app == app)
+            .map(|g| g.held.len())
+    }
+
+    /// How many nodes a new gathering for `app` could have: those left to it ([`left_to`])
+    /// that no gathering served before it holds.
+    pub fn available_to(
+        &self,
+        view: &SchedulerView,
+        app: AppId,
+        open: &dyn Fn(NodeId) -> bool,
+    ) -> usize {
+        let above = yields_to(view, app);
+        let before = self
+            .gatherings
+            .partition_point(|g| served_before(view, g.app, app));
+        self.available(view, app, &above, before, open)
+    }
+
+    /// Node `node` beats, taking work if `open(node)`: the gatherings go on, new ones starting
+    /// for multi-node applications that wait (their nodes are pushed onto `wake`, so that they
+    /// beat and join). Returns an application and its nodes, `node` first, once all of them
+    /// are whole: the caller starts the task on them or gives them back.
     pub fn on_node_update(
         &mut self,
         view: &mut SchedulerView,
@@ -125,37 +166,15 @@ impl Gatherer {
         wake: &mut Vec<NodeId>,
     ) -> Option<(AppId, Vec<Held>)> {
         let mut above = self.settle(view, open, wake);
-        if self.gathering.is_none() {
-            above = self.start(view, open, wake);
-        }
-        let g = self.gathering.as_mut()?;
+        self.start(view, open, wake, &mut above);
+        let at = self.join(view, node, open, wake, &above)?;
+        let g = &self.gatherings[at];
         let whole = view.app(g.app).app.nodes as usize;
-        if left_to(view, g.app, &above, node, open) {
-            if let Some(h) = g.held.iter_mut().find(|h| h.node == node) {
-                // What ended there since its last beat.
-                view.hold_more(h);
-            } else if g.held.len() < whole {
-                g.held.push(view.hold_free(node));
-            } else if is_idle(view, node) {
-                // A wholly free node serves now; the busiest member would keep the task waiting.
-                if let Some(k) = (0..g.held.len())
-                    .filter(|&k| !view.holds_whole(&g.held[k]))
-                    .min_by_key(|&k| (g.held[k].resources.cores, g.held[k].node))
-                {
-                    let busy = g.held.swap_remove(k);
-                    view.give_back(&busy);
-                    wake.push(busy.node);
-                    g.held.push(view.hold_free(node));
-                }
-            }
-        }
-        let ready = g.held.len() == whole
-            && g.held.iter().any(|h| h.node == node)
-            && g.held.iter().all(|h| view.holds_whole(h));
+        let ready = g.held.len() == whole && g.held.iter().all(|h| view.holds_whole(h));
         if !ready {
             return None;
         }
-        let mut g = self.gathering.take()?;
+        let mut g = self.gatherings.remove(at);
         if let Some(k) = g.held.iter().position(|h| h.node == node) {
             let root = g.held.remove(k);
             g.held.insert(0, root);
@@ -163,45 +182,82 @@ impl Gatherer {
         Some((g.app, g.held))
     }
 
-    /// Gives back a gathering's members that may no longer take part (or are yielded to higher
-    /// priority work, which they are woken for), and the whole gathering when its application
-    /// cannot start a task or too few nodes are left to it. Returns what the gathering yields to.
+    /// How many nodes a gathering for `app` after the first `before` gatherings could have: the
+    /// nodes left to it ([`left_to`]) that none of those holds, less the members those still
+    /// miss (they may come from the same nodes).
+    fn available(
+        &self,
+        view: &SchedulerView,
+        app: AppId,
+        above: &[AppId],
+        before: usize,
+        open: &dyn Fn(NodeId) -> bool,
+    ) -> usize {
+        let earlier = &self.gatherings[..before];
+        let missing: usize = earlier
+            .iter()
+            .map(|g| (view.app(g.app).app.nodes as usize).saturating_sub(g.held.len()))
+            .sum();
+        (0..view.nodes().len() as u32)
+            .map(NodeId)
+            .filter(|&n| {
+                left_to(view, app, above, n, open)
+                    && !earlier.iter().any(|g| g.held.iter().any(|h| h.node == n))
+            })
+            .count()
+            .saturating_sub(missing)
+    }
+
+    /// Gives back each gathering's members that may no longer take part in it (or are yielded
+    /// to higher priority work, which they are woken for), and a whole gathering when its
+    /// application cannot start a task, or it misses members and too few nodes are available to
+    /// it. Returns what each gathering left yields to, in order.
     fn settle(
         &mut self,
         view: &mut SchedulerView,
         open: &dyn Fn(NodeId) -> bool,
         wake: &mut Vec<NodeId>,
-    ) -> Vec<AppId> {
-        let Some(g) = self.gathering.as_mut() else {
-            return Vec::new();
-        };
-        let app = g.app;
-        let above = yields_to(view, app);
-        let mut k = 0;
-        while k < g.held.len() {
-            let n = g.held[k].node;
-            if left_to(view, app, &above, n, open) {
-                k += 1;
-            } else {
-                let gone = g.held.swap_remove(k);
-                view.give_back(&gone);
-                wake.push(n);
+    ) -> Vec<Vec<AppId>> {
+        let mut aboves = Vec::with_capacity(self.gatherings.len());
+        let mut i = 0;
+        while i < self.gatherings.len() {
+            let app = self.gatherings[i].app;
+            let above = yields_to(view, app);
+            let g = &mut self.gatherings[i];
+            let mut k = 0;
+            while k < g.held.len() {
+                let n = g.held[k].node;
+                if left_to(view, app, &above, n, open) {
+                    k += 1;
+                } else {
+                    let gone = g.held.swap_remove(k);
+                    view.give_back(&gone);
+                    wake.push(n);
+                }
             }
+            // Counting the available nodes scans the cluster: only while members are missing.
+            let whole = view.app(app).app.nodes as usize;
+            let missing = g.held.len() < whole;
+            if !startable(view, app)
+                || (missing && self.available(view, app, &above, i, open) < whole)
+            {
+                let g = self.gatherings.remove(i);
+                for h in &g.held {
+                    view.give_back(h);
+                    wake.push(h.node);
+                }
+                continue;
+            }
+            aboves.push(above);
+            i += 1;
         }
-        // Counting the nodes left scans the cluster: only while some are missing.
-        let whole = view.app(app).app.nodes as usize;
-        if !startable(view, app)
-            || (g.held.len() < whole && left_count(view, app, &above, open) < whole)
-        {
-            self.release(view, wake);
-        }
-        above
+        aboves
     }
 
-    /// Gives every node of the gathering back (they are pushed onto `wake`: work held off them
-    /// may start there now).
+    /// Gives every node of every gathering back (they are pushed onto `wake`: work held off
+    /// them may start there now).
     pub fn release(&mut self, view: &mut SchedulerView, wake: &mut Vec<NodeId>) {
-        if let Some(g) = self.gathering.take() {
+        for g in self.gatherings.drain(..) {
             for h in &g.held {
                 view.give_back(h);
                 wake.push(h.node);
@@ -209,37 +265,142 @@ impl Gatherer {
         }
     }
 
-    /// Starts gathering for the first multi-node application that can start a task and has
-    /// enough nodes left to it (highest priority first, then the oldest), waking those nodes.
-    /// Returns what the new gathering yields to.
+    /// Starts gatherings for multi-node applications that can start a task and have none, in
+    /// the order they are served, each once enough nodes are available to it; their nodes are
+    /// woken. The first such application is tried at every beat, at most
+    /// [`TRIES_PER_BEAT`] − 1 others in turn. `aboves` (what each gathering yields to) grows
+    /// with the gatherings.
     fn start(
         &mut self,
         view: &SchedulerView,
         open: &dyn Fn(NodeId) -> bool,
         wake: &mut Vec<NodeId>,
-    ) -> Vec<AppId> {
+        aboves: &mut Vec<Vec<AppId>>,
+    ) {
         let mut waiting: Vec<(i32, AppId, u32)> = view
             .pending_apps()
-            .filter(|a| a.app.is_multi_node() && startable(view, a.app.id))
+            .filter(|a| {
+                a.app.is_multi_node()
+                    && startable(view, a.app.id)
+                    && self.gathering_of(a.app.id).is_none()
+            })
             .map(|a| (a.app.priority, a.app.id, a.app.nodes))
             .collect();
+        if waiting.is_empty() {
+            return;
+        }
         waiting.sort_by_key(|&(priority, id, _)| (std::cmp::Reverse(priority), id));
-        for (_, app, whole) in waiting {
+        let rest = waiting.len() - 1;
+        let turns = rest.min(TRIES_PER_BEAT - 1);
+        let first = self.turn % rest.max(1);
+        self.turn = self.turn.wrapping_add(turns);
+        let mut tries: Vec<usize> = std::iter::once(0)
+            .chain((0..turns).map(|k| 1 + (first + k) % rest.max(1)))
+            .collect();
+        tries.sort_unstable();
+        tries.dedup();
+        for k in tries {
+            let (_, app, whole) = waiting[k];
             let above = yields_to(view, app);
-            if left_count(view, app, &above, open) < whole as usize {
+            let at = self
+                .gatherings
+                .partition_point(|g| served_before(view, g.app, app));
+            if self.available(view, app, &above, at, open) < whole as usize {
                 continue;
             }
-            wake.extend(
-                (0..view.nodes().len() as u32)
-                    .map(NodeId)
-                    .filter(|&n| left_to(view, app, &above, n, open)),
+            wake.extend((0..view.nodes().len() as u32).map(NodeId).filter(|&n| {
+                left_to(view, app, &above, n, open)
+                    && !self.gatherings[..at]
+                        .iter()
+                        .any(|g| g.held.iter().any(|h| h.node == n))
+            }));
+            self.gatherings.insert(
+                at,
+                Gathering {
+                    app,
+                    held: Vec::new(),
+                },
             );
-            self.gathering = Some(Gathering {
-                app,
-                held: Vec::new(),
-            });
-            return above;
+            aboves.insert(at, above);
         }
-        Vec::new()
     }
+
+    /// Where the beating node `node` goes: it stays in its gathering, or moves to one served
+    /// before it that it may take part in and that misses a member — or has a busy member, when
+    /// `node` is wholly free or held whole (it replaces the busy member holding the fewest
+    /// cores, which is woken). Returns the index of the gathering it is in, if any.
+    fn join(
+        &mut self,
+        view: &mut SchedulerView,
+        node: NodeId,
+        open: &dyn Fn(NodeId) -> bool,
+        wake: &mut Vec<NodeId>,
+        aboves: &[Vec<AppId>],
+    ) -> Option<usize> {
+        let cur = self
+            .gatherings
+            .iter()
+            .position(|g| g.held.iter().any(|h| h.node == node));
+        let free = match cur {
+            Some(c) => self.gatherings[c]
+                .held
+                .iter()
+                .any(|h| h.node == node && view.holds_whole(h)),
+            None => is_idle(view, node),
+        };
+        for i in 0..self.gatherings.len() {
+            if Some(i) == cur {
+                if let Some(h) = self.gatherings[i].held.iter_mut().find(|h| h.node == node) {
+                    // What ended there since its last beat.
+                    view.hold_more(h);
+                }
+                return Some(i);
+            }
+            let g = &self.gatherings[i];
+            if !left_to(view, g.app, &aboves[i], node, open) {
+                continue;
+            }
+            let whole = view.app(g.app).app.nodes as usize;
+            let busy = if g.held.len() < whole {
+                None
+            } else if free {
+                // A node free now serves sooner than the busiest member would.
+                match (0..g.held.len())
+                    .filter(|&k| !view.holds_whole(&g.held[k]))
+                    .min_by_key(|&k| (g.held[k].resources.cores, g.held[k].node))
+                {
+                    Some(k) => Some(k),
+                    None => continue,
+                }
+            } else {
+                continue;
+            };
+            // `node` joins gathering i, moving from its own (served later) if it had one.
+            let mut held = match cur {
+                Some(c) => {
+                    let from = &mut self.gatherings[c].held;
+                    let k = from.iter().position(|h| h.node == node)?;
+                    from.swap_remove(k)
+                }
+                None => view.hold_free(node),
+            };
+            view.hold_more(&mut held);
+            let g = &mut self.gatherings[i];
+            if let Some(k) = busy {
+                let out = g.held.swap_remove(k);
+                view.give_back(&out);
+                wake.push(out.node);
+            }
+            g.held.push(held);
+            return Some(i);
+        }
+        None
+    }
+}
+
+/// Whether a gathering for `a` is served before one for `b`: a higher priority, then the lower
+/// id (the older).
+fn served_before(view: &SchedulerView, a: AppId, b: AppId) -> bool {
+    let key = |x: AppId| (std::cmp::Reverse(view.app(x).app.priority), x);
+    key(a) < key(b)
 }

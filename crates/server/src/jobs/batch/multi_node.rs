@@ -2,9 +2,9 @@
 //! N whole nodes and runs its command on the first of them, with the others' host names in
 //! `HETSCHED_NODE_FILE` for an MPI launcher (HyperQueue's `--nodes`, Slurm's `--nodes`).
 //!
-//! The gathering of the nodes is the core's ([`Gatherer`]: one application at a time, each
-//! eligible node that beats joins and is held as it drains, a wholly free node replaces a busy
-//! member); this module feeds it the beating node and the registry's word on which nodes take
+//! The gathering of the nodes is the core's ([`Gatherer`]: one gathering per waiting
+//! application, served by priority; each eligible node that beats joins and is held as it
+//! drains, a wholly free node replaces a busy member); this module feeds it the beating node and the registry's word on which nodes take
 //! work (alive, not removed, drained, shutting down or gone), and wakes the nodes it names. It
 //! keeps the nodes of each running task: a running task whose other node dies, leaves or is
 //! removed is lost (its root's agent is told to kill it) and runs again, as one whose own node
@@ -13,8 +13,9 @@
 //! running task's nodes again.
 
 use super::super::Ctx;
+use crate::state::nodes::Nodes;
 use hetsched_core::policy::batch::multi_node::Gatherer;
-use hetsched_core::{AppId, Held, NodeId};
+use hetsched_core::{AppId, Held, NodeId, SchedulerView};
 use std::collections::HashMap;
 
 /// The multi-node tasks of the batch kind: the gathering, and the nodes of those running.
@@ -27,20 +28,23 @@ pub(super) struct MultiNode {
 }
 
 impl MultiNode {
-    /// The application being gathered for and how many of its nodes are held, if any.
-    pub fn gathering(&self) -> Option<(AppId, usize)> {
-        self.gatherer.gathering()
+    /// How many nodes are held for `app`'s next task, if it is being gathered for.
+    pub fn gathering_of(&self, app: AppId) -> Option<usize> {
+        self.gatherer.gathering_of(app)
+    }
+
+    /// How many nodes a new gathering for `app` could have now: those left to it that no
+    /// gathering served before it holds ([`Gatherer::available_to`]).
+    pub fn available_to(&self, view: &SchedulerView, nodes: &Nodes, app: AppId) -> usize {
+        self.gatherer
+            .available_to(view, app, &|n| takes_work(nodes, n))
     }
 
     /// Node `nid` beats: the gathering goes on ([`Gatherer::on_node_update`]). Returns the nodes
     /// for a task to start here, `nid` first, once all are whole.
     pub fn on_heartbeat(&mut self, cx: &mut Ctx, nid: NodeId) -> Option<(AppId, Vec<Held>)> {
         let nodes = &*cx.nodes;
-        let open = |n: NodeId| {
-            nodes.get(n.0).is_some_and(|r| {
-                r.alive && !r.removed && !r.drained && !r.draining && r.left.is_none()
-            })
-        };
+        let open = |n: NodeId| takes_work(nodes, n);
         let mut wake = Vec::new();
         let started = self.gatherer.on_node_update(cx.view, nid, &open, &mut wake);
         for n in wake {
@@ -67,4 +71,12 @@ impl MultiNode {
         out.sort_unstable();
         out
     }
+}
+
+/// Whether the registry says node `n` takes work: alive, not removed, drained, draining (its
+/// agent shutting down) or gone.
+fn takes_work(nodes: &Nodes, n: NodeId) -> bool {
+    nodes
+        .get(n.0)
+        .is_some_and(|r| r.alive && !r.removed && !r.drained && !r.draining && r.left.is_none())
 }

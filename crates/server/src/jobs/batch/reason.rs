@@ -20,8 +20,8 @@
 //! - `\`APP\` is backed off on every node that can run it` — its tasks failed to start there
 //!   (`start_failures`), and the back-off has not ended;
 //! - `\`APP\` runs its max_running of N` — the application's own cap;
-//! - for a multi-node application: `gathering N whole nodes…`, `waits for another multi-node task
-//!   to gather its nodes first`, or `waits for N whole nodes: higher priority work may start on
+//! - for a multi-node application: `gathering N whole nodes…`, `waits for multi-node tasks served
+//!   before it to gather their nodes`, or `waits for N whole nodes: higher priority work may start on
 //!   K of the M that can run it` (a gathering yields nodes to higher priority work);
 //! - `resources: every node that can run it is held whole for a multi-node task` — running, or
 //!   gathering its nodes (see `multi_node`);
@@ -204,32 +204,33 @@ impl Batch {
                     );
                     return (why, true);
                 }
-                let why = match self.multi.gathering() {
-                    Some((g, held)) if g == app => format!(
-                        "gathering {} whole nodes for `{name}`: {held} held, waiting for what runs on them to end",
-                        rec.nodes
-                    ),
-                    Some(_) => format!(
-                        "`{name}` waits for another multi-node task to gather its nodes first"
-                    ),
-                    None => {
-                        // Fewer nodes than it needs may be left to it by higher priority work.
-                        let above = multi_node::yields_to(rd.view, app);
-                        let left = open
-                            .iter()
-                            .filter(|&&n| multi_node::left_to(rd.view, app, &above, n, &|_| true))
-                            .count();
-                        if left < rec.nodes as usize {
-                            format!(
-                                "`{name}` waits for {} whole nodes: higher priority work may \
-                                 start on {} of the {} that can run it",
-                                rec.nodes,
-                                open.len() - left,
-                                open.len()
-                            )
-                        } else {
-                            format!("`{name}` waits for {} whole nodes", rec.nodes)
-                        }
+                let whole = rec.nodes as usize;
+                let why = if let Some(held) = self.multi.gathering_of(app) {
+                    format!(
+                        "gathering {whole} whole nodes for `{name}`: {held} held, waiting for what runs on them to end"
+                    )
+                } else {
+                    // Fewer nodes than it needs may be left to it by higher priority one-node
+                    // work, or by multi-node tasks gathered for before it.
+                    let above = multi_node::yields_to(rd.view, app);
+                    let left = open
+                        .iter()
+                        .filter(|&&n| multi_node::left_to(rd.view, app, &above, n, &|_| true))
+                        .count();
+                    if left < whole {
+                        format!(
+                            "`{name}` waits for {whole} whole nodes: higher priority work may \
+                             start on {} of the {} that can run it",
+                            open.len() - left,
+                            open.len()
+                        )
+                    } else if self.multi.available_to(rd.view, rd.nodes, app) < whole {
+                        format!(
+                            "`{name}` waits for multi-node tasks served before it to gather \
+                             their nodes"
+                        )
+                    } else {
+                        format!("`{name}` waits for {whole} whole nodes")
                     }
                 };
                 return (why, false);
