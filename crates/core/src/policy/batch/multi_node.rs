@@ -348,7 +348,8 @@ impl Gatherer {
                 .any(|h| h.node == node && view.holds_whole(h)),
             None => is_idle(view, node),
         };
-        for i in 0..self.gatherings.len() {
+        // `aboves` has one entry per gathering.
+        for (i, above) in aboves.iter().enumerate() {
             if Some(i) == cur {
                 if let Some(h) = self.gatherings[i].held.iter_mut().find(|h| h.node == node) {
                     // What ended there since its last beat.
@@ -357,7 +358,7 @@ impl Gatherer {
                 return Some(i);
             }
             let g = &self.gatherings[i];
-            if !left_to(view, g.app, &aboves[i], node, open) {
+            if !left_to(view, g.app, above, node, open) {
                 continue;
             }
             let whole = view.app(g.app).app.nodes as usize;
