@@ -359,6 +359,7 @@ impl From<AppInfo> for pb::AppInfo {
             stderr: a.streams[1].clone(),
             pin: a.pin,
             nodes: a.nodes,
+            priority: a.priority,
         }
     }
 }
@@ -576,6 +577,8 @@ pub trait Wire {
     ) -> Result<pb::CancelReply, StateError>;
     /// [`State::on_hold`].
     fn hold(&mut self, job: u64, hold: bool) -> Result<pb::HoldReply, StateError>;
+    /// [`State::on_update`].
+    fn update(&mut self, req: &pb::UpdateRequest) -> Result<pb::UpdateReply, StateError>;
     /// [`State::on_purge`].
     fn purge(&mut self, req: &pb::PurgeRequest) -> Result<pb::PurgeReply, StateError>;
     /// [`State::on_drain`].
@@ -647,6 +650,25 @@ impl Wire for State {
 
     fn hold(&mut self, job: u64, hold: bool) -> Result<pb::HoldReply, StateError> {
         self.on_hold(job, hold).map(|tasks| pb::HoldReply { tasks })
+    }
+
+    fn update(&mut self, req: &pb::UpdateRequest) -> Result<pb::UpdateReply, StateError> {
+        let update = crate::jobs::batch::Update {
+            app: (!req.app.is_empty()).then(|| req.app.clone()),
+            priority: req.priority,
+            max_running: req.max_running,
+        };
+        let apps = self.on_update(req.job_id, &update)?;
+        Ok(pb::UpdateReply {
+            apps: apps
+                .into_iter()
+                .map(|(name, priority, max_running)| pb::UpdatedApp {
+                    name,
+                    priority,
+                    max_running,
+                })
+                .collect(),
+        })
     }
 
     fn cancel(&mut self, job: u64) -> Result<pb::CancelReply, StateError> {

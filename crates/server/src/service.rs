@@ -772,6 +772,20 @@ impl Client for ClientService {
         .await
     }
 
+    async fn update(
+        &self,
+        req: Request<pb::UpdateRequest>,
+    ) -> Result<Response<pb::UpdateReply>, Status> {
+        let r = req.into_inner();
+        use hetsched_core::input::limits::MAX_APP_NAME;
+        if r.app.len() > MAX_APP_NAME {
+            return Err(Status::invalid_argument(format!(
+                "--app is at most {MAX_APP_NAME} bytes"
+            )));
+        }
+        with_state(&self.0, &self.2, Run::Blocking, move |s| s.update(&r)).await
+    }
+
     async fn hold(&self, req: Request<pb::HoldRequest>) -> Result<Response<pb::HoldReply>, Status> {
         let r = req.into_inner();
         with_state(&self.0, &self.2, Run::Blocking, move |s| {

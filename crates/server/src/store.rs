@@ -227,6 +227,8 @@ pub struct Snapshot {
     pub topologies: Vec<crate::jobs::topology::Record>,
     /// The nodes of each running multi-node task, by task id, the first (`node`) first.
     pub multi_node: std::collections::HashMap<u64, Vec<u32>>,
+    /// Applications whose settings `hetsched update` changed: (app id, priority, max_running).
+    pub app_settings: Vec<(u32, i32, u32)>,
 }
 
 /// The SQLite store.
@@ -275,6 +277,10 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("tasks", "max_rss_bytes", "INTEGER"),
     // A multi-node task's other nodes in its latest attempt (see [`write_other_nodes`]).
     ("tasks", "other_nodes", "TEXT NOT NULL DEFAULT ''"),
+    // An application's priority and max_running as `hetsched update` set them (NULL: as its job
+    // file says).
+    ("apps", "priority", "INTEGER"),
+    ("apps", "max_running", "INTEGER"),
 ];
 
 /// The indexes; `tasks_other_nodes` lists only multi-node tasks' rows, so finding them (a
@@ -476,6 +482,13 @@ impl Store {
         }
         snap.purged = self.purged_jobs()?;
         snap.multi_node = self.multi_node_tasks()?;
+        let mut stmt = self.conn.prepare(
+            "SELECT id, priority, max_running FROM apps WHERE priority IS NOT NULL ORDER BY id",
+        )?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        for r in rows {
+            snap.app_settings.push(r?);
+        }
         let mut stmt = self
             .conn
             .prepare("SELECT job, summary FROM finished ORDER BY job")?;
@@ -798,6 +811,19 @@ fn move_multi_node_meta(conn: &Connection) -> Result<(), StoreError> {
         params![prefix.len() as i64, prefix],
     )?;
     tx.commit()?;
+    Ok(())
+}
+
+/// Records application `app`'s priority and max_running as `hetsched update` set them, inside
+/// `tx` (a restart applies them over what its job file says).
+pub fn write_app_settings(
+    tx: &rusqlite::Transaction,
+    app: u32,
+    priority: i32,
+    max_running: u32,
+) -> Result<(), StoreError> {
+    tx.prepare_cached("UPDATE apps SET priority = ?1, max_running = ?2 WHERE id = ?3")?
+        .execute(params![priority, max_running, app])?;
     Ok(())
 }
 

@@ -553,6 +553,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         "cpu time",
         "max rss",
         "requires",
+        "priority",
         "max running",
     ]);
     for a in &j.apps {
@@ -578,6 +579,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
             } else {
                 a.requires.join(",")
             },
+            a.priority.to_string(),
             if a.max_running == 0 {
                 "-".to_string()
             } else {
@@ -1100,6 +1102,48 @@ pub async fn hold(args: &ClientArgs, sel: &Selected, hold: bool) -> anyhow::Resu
                 .map_err(refused)?
                 .into_inner();
             let line = format!("job {id}: {} pending task(s) {done}", r.tasks);
+            Ok((serde_json::to_value(r)?, line))
+        }
+    })
+    .await
+}
+
+/// `hetsched update`: each selected job's applications (or `app`) take the new priority or
+/// max_running.
+pub async fn update(
+    args: &ClientArgs,
+    sel: &Selected,
+    app: Option<&str>,
+    priority: Option<i32>,
+    max_running: Option<u32>,
+) -> anyhow::Result<()> {
+    let api = connect(args).await?;
+    each_job(args, sel, "updated", |id| {
+        let mut api = api.clone();
+        let app = app.unwrap_or_default().to_string();
+        async move {
+            let r = api
+                .update(pb::UpdateRequest {
+                    job_id: id,
+                    app,
+                    priority,
+                    max_running,
+                })
+                .await
+                .map_err(refused)?
+                .into_inner();
+            let apps: Vec<String> = r
+                .apps
+                .iter()
+                .map(|a| {
+                    let cap = match a.max_running {
+                        0 => "no max_running".to_string(),
+                        m => format!("max_running {m}"),
+                    };
+                    format!("`{}` priority {}, {cap}", a.name, a.priority)
+                })
+                .collect();
+            let line = format!("job {id}: {}", apps.join("; "));
             Ok((serde_json::to_value(r)?, line))
         }
     })

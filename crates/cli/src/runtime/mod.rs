@@ -266,6 +266,25 @@ pub enum RuntimeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Change batch jobs' priority or max_running after submission (Slurm's `scontrol update`):
+    /// pending tasks are placed by the new values; running ones go on
+    Update {
+        /// Jobs: ids, ranges (`4-9`: the jobs listed in it), `last` (the newest job) or `all`
+        /// (every job not finished); separate with spaces or commas.
+        #[arg(required = true, value_name = "JOB", value_delimiter = ',', num_args = 1..)]
+        ids: Vec<select::JobItem>,
+        /// Only this application of each job (default: every application).
+        #[arg(long, value_name = "NAME")]
+        app: Option<String>,
+        /// The new priority: higher is served first (a job file's `priority`).
+        #[arg(long, value_name = "N", allow_negative_numbers = true)]
+        priority: Option<i32>,
+        /// The new cap on tasks running at once, 0 for none (a job file's `max_running`).
+        #[arg(long, value_name = "N")]
+        max_running: Option<u32>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Delete finished jobs from the server and its store: by id, `--older-than DURATION` or
     /// `--keep N` (see docs/runtime.md, Retention).
     Purge(purge::PurgeArgs),
@@ -546,6 +565,19 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         RuntimeCommand::Release { ids, client } => {
             let sel = select::resolve(&ids, &client).await?;
             client::hold(&client, &sel, false).await
+        }
+        RuntimeCommand::Update {
+            ids,
+            app,
+            priority,
+            max_running,
+            client,
+        } => {
+            if priority.is_none() && max_running.is_none() {
+                anyhow::bail!("nothing to update: give --priority or --max-running");
+            }
+            let sel = select::resolve(&ids, &client).await?;
+            client::update(&client, &sel, app.as_deref(), priority, max_running).await
         }
         RuntimeCommand::Node(NodeCommand::Remove { name, client }) => {
             client::remove_node(&client, &name).await

@@ -1658,3 +1658,60 @@ fn failing_submissions_back_off_and_say_why() {
     );
     assert_eq!(c.json(&["jobs", "--state", "blocked"])[0]["id"], 1);
 }
+
+/// `hetsched update`: a waiting job's priority and max_running change; the higher priority job
+/// runs first, `hetsched job` shows the new values, and refusals name their job.
+#[test]
+fn an_update_changes_a_waiting_jobs_priority_and_max_running() {
+    let mut c = Cluster::start("update", false);
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    // The only core is busy; two jobs wait, the later one raised above the earlier.
+    c.ok(&["submit", "--app", "blocker", "--", "sleep", "30"]);
+    wait_until("the blocker to run", Duration::from_secs(10), || {
+        c.json(&["job", "1"])["counts"]["running"] == 1
+    });
+    c.ok(&["submit", "--app", "early", "--tasks", "2", "--", "true"]);
+    c.ok(&["submit", "--app", "late", "--", "true"]);
+    let said = c.ok(&["update", "last", "--priority", "5"]);
+    assert_eq!(said, "job 3: `late` priority 5, no max_running\n");
+    let said = c.json(&["update", "2", "--app", "early", "--max-running", "1"]);
+    assert_eq!(
+        said,
+        serde_json::json!({"apps": [{"name": "early", "priority": 0, "max_running": 1}]})
+    );
+    let shown = c.json(&["job", "2"]);
+    assert_eq!(
+        (
+            &shown["apps"][0]["priority"],
+            &shown["apps"][0]["max_running"]
+        ),
+        (&serde_json::json!(0), &serde_json::json!(1))
+    );
+    assert!(c.ok(&["job", "3"]).contains("priority"));
+    c.refused(
+        &["update", "2", "--app", "other", "--priority", "1"],
+        "job 2 has no application `other` (it has: early)",
+    );
+    c.refused(
+        &["update", "2"],
+        "nothing to update: give --priority or --max-running",
+    );
+    // The blocker ends: the raised job runs first.
+    c.ok(&["cancel", "1"]);
+    c.ok(&["wait", "2,3"]);
+    let started = |job: &str| {
+        c.json(&["tasks", "--job", job])
+            .as_array()
+            .expect("tasks")
+            .iter()
+            .map(|t| t["started_ns"].as_u64().expect("started"))
+            .min()
+            .expect("a task")
+    };
+    assert!(started("3") < started("2"), "the raised job started first");
+    c.refused(
+        &["update", "2", "--priority", "1"],
+        "job 2 has ended (completed): nothing to update",
+    );
+}

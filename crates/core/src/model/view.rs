@@ -558,6 +558,29 @@ impl SchedulerView {
         self.excluded.contains(&(app, node))
     }
 
+    /// Changes `app`'s scheduling priority (`hetsched update --priority`): every placement from
+    /// now on reads it (a policy's priority levels, a multi-node gathering's order).
+    pub fn set_priority(&mut self, app: AppId, priority: i32) -> Result<(), ViewError> {
+        let a = self
+            .apps
+            .get_mut(app.index())
+            .ok_or(ViewError::UnknownApp(app))?;
+        a.app.priority = priority;
+        Ok(())
+    }
+
+    /// Changes how many of `app`'s tasks may run at once (`max_running`, 0: no limit; `hetsched
+    /// update --max-running`). Tasks running above a lowered cap go on; no new one starts until
+    /// fewer run.
+    pub fn set_max_running(&mut self, app: AppId, max_running: u32) -> Result<(), ViewError> {
+        let a = self
+            .apps
+            .get_mut(app.index())
+            .ok_or(ViewError::UnknownApp(app))?;
+        a.app.max_running = max_running;
+        Ok(())
+    }
+
     /// Keeps `app` off `node` (`excluded`) or allows it there again: while excluded, no task of
     /// the application fits on the node, whatever its free resources.
     pub fn set_excluded(&mut self, app: AppId, node: NodeId, excluded: bool) {

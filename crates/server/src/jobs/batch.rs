@@ -32,10 +32,12 @@ mod after;
 mod multi_node;
 mod reason;
 mod retention;
+mod update;
 
 pub use after::MAX_AFTER;
 pub use reason::Capable;
 pub use retention::RETENTION_INTERVAL;
+pub use update::{Update, Updated};
 
 /// Most tasks one job may have (a typo of `tasks = 4000000000` should not exhaust memory).
 pub const MAX_TASKS_PER_JOB: u64 = 1_000_000;
@@ -128,6 +130,8 @@ struct AppRec {
     max_running: u32,
     /// Whole nodes each task holds (1: an ordinary task; see [`multi_node`]).
     nodes: u32,
+    /// Its scheduling priority (its job file's, or `hetsched update`'s).
+    priority: i32,
 }
 
 /// Where an application's tasks send their stdout and stderr ([`Batch::streams`]).
@@ -231,6 +235,9 @@ pub struct Batch {
     multi: multi_node::MultiNode,
     /// Whether any application has multi-node tasks (else a heartbeat skips [`multi_node`]).
     any_multi_node: bool,
+    /// Applications whose priority or max_running `hetsched update` changed since the last
+    /// commit.
+    settings_changed: Vec<u32>,
 }
 
 impl Batch {
@@ -284,9 +291,19 @@ impl Batch {
             held_changed: Vec::new(),
             multi: multi_node::MultiNode::default(),
             any_multi_node: false,
+            settings_changed: Vec::new(),
         };
         for (row, w, apps) in parsed {
             b.install(cx, row, &w, apps)?;
+        }
+        // What `hetsched update` changed, over the job files.
+        for (app, priority, max_running) in snap.app_settings {
+            if let Some(r) = b.apps.get_mut(app as usize) {
+                r.priority = priority;
+                r.max_running = max_running;
+                cx.view.set_priority(AppId(app), priority)?;
+                cx.view.set_max_running(AppId(app), max_running)?;
+            }
         }
         // A purged last job's ids stay taken.
         if let Some(a) = b.apps.last() {
@@ -468,6 +485,7 @@ impl Batch {
                 requires: app.requires.clone(),
                 max_running: app.max_running,
                 nodes: app.nodes,
+                priority: app.priority,
             });
             self.any_multi_node |= app.is_multi_node();
             // A job that runs after others keeps its tasks out of the queues until they
@@ -1200,6 +1218,7 @@ impl Batch {
                         streams: r.streams.clone(),
                         pin: r.pin,
                         nodes: r.nodes,
+                        priority: r.priority,
                     }
                 })
                 .collect()
@@ -1819,6 +1838,7 @@ impl JobKind for Batch {
             || !self.cancelled.is_empty()
             || !self.revived.is_empty()
             || !self.held_changed.is_empty()
+            || !self.settings_changed.is_empty()
     }
 
     fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
@@ -1831,6 +1851,11 @@ impl JobKind for Batch {
             &self.cancelled,
         )?;
         crate::store::write_held(tx, &self.held_changed)?;
+        for &a in &self.settings_changed {
+            if let Some(r) = self.apps.get(a as usize) {
+                crate::store::write_app_settings(tx, a, r.priority, r.max_running)?;
+            }
+        }
         // A multi-node task's other nodes are stored as its attempt starts.
         for &id in &dirty {
             if let Some(t) = self.tasks.get(id as usize)
@@ -1854,6 +1879,7 @@ impl JobKind for Batch {
         self.cancelled.clear();
         self.held_changed.clear();
         self.revived.clear();
+        self.settings_changed.clear();
     }
 
     fn housekeeping(&mut self, cx: &mut Ctx) -> Result<(), StateError> {

@@ -1019,6 +1019,29 @@ impl State {
         Ok(n)
     }
 
+    /// `hetsched update JOB`: a batch job's applications' priority or max_running change (see
+    /// `jobs::batch::update`). Returns the applications as the update left them.
+    pub fn on_update(
+        &mut self,
+        job: u64,
+        update: &crate::jobs::batch::Update,
+    ) -> Result<Vec<crate::jobs::batch::Updated>, StateError> {
+        let apps = match self.ids.kind(job) {
+            Some(Kind::Batch) => self.jobs.batch.update(&mut ctx!(self), job, update)?,
+            Some(k) => {
+                return Err(StateError::Invalid(format!(
+                    "job {job} is a {} job; update applies to batch jobs",
+                    k.as_str()
+                )));
+            }
+            None => return Err(StateError::NoJob(job)),
+        };
+        self.commit()?;
+        self.wake(None);
+        info!(job, ?update, "job updated");
+        Ok(apps)
+    }
+
     /// Purges the finished jobs of every kind that `sel` selects (see [`PurgeSelection`]): the
     /// named ones, those that finished at least `older_than` ago, and all but the `keep` most
     /// recently finished. A named job that does not exist, is purged already or is not finished

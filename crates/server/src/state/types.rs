@@ -315,6 +315,8 @@ pub struct AppInfo {
     pub pin: bool,
     /// Whole nodes each task holds (`nodes`; 1: an ordinary task; 0: not a batch application).
     pub nodes: u32,
+    /// Its scheduling priority (0 for applications of other kinds).
+    pub priority: i32,
 }
 
 /// One job, as listings show it.

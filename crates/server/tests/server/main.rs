@@ -20,4 +20,5 @@ mod security;
 mod service;
 mod state;
 mod topology_kind;
+mod update;
 mod workflow_kind;

@@ -218,6 +218,11 @@ impl Gatherer {
         open: &dyn Fn(NodeId) -> bool,
         wake: &mut Vec<NodeId>,
     ) -> Vec<Vec<AppId>> {
+        // Priorities may have changed (`SchedulerView::set_priority`) since the last beat.
+        self.gatherings.sort_by_key(|g| {
+            let a = &view.app(g.app).app;
+            (std::cmp::Reverse(a.priority), a.id)
+        });
         let mut aboves = Vec::with_capacity(self.gatherings.len());
         let mut i = 0;
         while i < self.gatherings.len() {
