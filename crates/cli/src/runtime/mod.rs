@@ -9,6 +9,7 @@ mod client;
 mod command_job;
 mod demo;
 mod demo_workflow;
+mod directives;
 mod divisible;
 pub mod human;
 mod kernel;
@@ -70,6 +71,11 @@ pub enum RuntimeCommand {
         /// `hetsched release JOB` (then, with `--after`, once those jobs allow it too).
         #[arg(long)]
         hold: bool,
+        /// Read submit flags from `#HETSCHED` lines at the top of the command's program (as
+        /// `sbatch` reads `#SBATCH` lines): `auto` when its name ends in `.sh`, `file` always,
+        /// `off` never; flags typed here win.
+        #[arg(long, value_enum, value_name = "MODE", default_value_t = directives::Mode::Auto)]
+        directives: directives::Mode,
         #[command(flatten)]
         client: ClientArgs,
         // Last: its help heading applies to what follows it.
@@ -448,15 +454,25 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         RuntimeCommand::Submit {
             file,
             command,
-            job,
+            mut job,
             wait,
             submission_key,
-            name,
-            after,
-            after_any,
-            hold,
+            mut name,
+            mut after,
+            mut after_any,
+            mut hold,
+            directives,
             client,
         } => {
+            if file.is_none() {
+                directives::of_command(directives, &command, job.shell)?.fill(
+                    &mut name,
+                    &mut after,
+                    &mut after_any,
+                    &mut hold,
+                    &mut job,
+                )?;
+            }
             let source = match file {
                 Some(file) => {
                     if let Some(flag) = job.first_given() {

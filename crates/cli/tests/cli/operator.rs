@@ -1715,3 +1715,49 @@ fn an_update_changes_a_waiting_jobs_priority_and_max_running() {
         "job 2 has ended (completed): nothing to update",
     );
 }
+
+/// `#HETSCHED` lines (`sbatch`'s `#SBATCH`): a script submitted as the command brings its own
+/// flags, typed flags win, a mistake names its line, and `--directives off` reads nothing.
+#[test]
+fn a_scripts_hetsched_lines_are_its_submit_flags_and_typed_flags_win() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut c = Cluster::start("directives", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    let write = |name: &str, text: &str| {
+        let path = c.dir.join(name);
+        std::fs::write(&path, text).expect("script");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        path.to_string_lossy().to_string()
+    };
+    let sweep = write(
+        "sweep.sh",
+        "#!/bin/sh\n#HETSCHED --tasks 5 --name sweep\n#HETSCHED --env 'GREETING=hello there' --app greet\n\
+         echo \"$GREETING\" > out-$HETSCHED_TASK_INDEX\n",
+    );
+    c.ok(&["submit", "--tasks", "2", "--wait", "--", &sweep]);
+    let job = c.json(&["job", "1"]);
+    assert_eq!(
+        (&job["name"], &job["tasks"], &job["apps"][0]["name"]),
+        (
+            &serde_json::json!("sweep"),
+            &serde_json::json!(2),
+            &serde_json::json!("greet")
+        ),
+        "{job}"
+    );
+    for i in 0..2 {
+        let out = std::fs::read_to_string(c.dir.join(format!("out-{i}"))).expect("output");
+        assert_eq!(out, "hello there\n");
+    }
+    assert!(
+        !c.dir.join("out-2").exists(),
+        "--tasks 2 typed wins over the script's 5"
+    );
+    let bad = write("bad.sh", "#!/bin/sh\n#HETSCHED --coress 2\ntrue\n");
+    c.refused(
+        &["submit", "--", &bad],
+        &format!("{bad}:2: #HETSCHED: unexpected argument '--coress'"),
+    );
+    c.ok(&["submit", "--directives", "off", "--wait", "--", &bad]);
+}
