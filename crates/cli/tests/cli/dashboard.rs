@@ -150,7 +150,7 @@ fn the_dashboard_shows_jobs_tasks_and_nodes_and_updates_live_in_a_browser() {
         "job.toml",
         "name = \"dash-demo\"\n[[application]]\nname = \"steady\"\ntasks = 120\nmax_running = 4\n\
          [application.cpu]\ncommand = 'sleep 0.4'\n\
-         [[application]]\nname = \"on-ssd\"\ntasks = 2\nrequires = [\"ssd\"]\n\
+         [[application]]\nname = \"on-ssd\"\ntasks = 2\nrequires = [\"ssd\"]\npriority = 3\n\
          [application.cpu]\ncommand = 'sleep 0.4'\n",
     );
     assert!(
@@ -190,7 +190,7 @@ fn the_dashboard_shows_jobs_tasks_and_nodes_and_updates_live_in_a_browser() {
     );
     assert!(
         dom.contains("<tr data-app=\"on-ssd\">")
-            && dom.contains("<td class=\"requires\">ssd</td>")
+            && dom.contains("<td class=\"requires\">ssd</td><td class=\"priority\">3</td>")
             && dom.contains("<td class=\"max-running\">no limit</td>"),
         "on-ssd's requires"
     );
