@@ -95,18 +95,6 @@ pub fn left_to(
     eligible(view, app, n, open) && !above.iter().any(|&b| eligible(view, b, n, open))
 }
 
-/// How many nodes are left to a gathering for `app` ([`left_to`]).
-pub fn left_count(
-    view: &SchedulerView,
-    app: AppId,
-    above: &[AppId],
-    open: &dyn Fn(NodeId) -> bool,
-) -> usize {
-    (0..view.nodes().len() as u32)
-        .filter(|&n| left_to(view, app, above, NodeId(n), open))
-        .count()
-}
-
 /// Whether another task of `app` may start: one is pending, and its `max_running` allows it.
 fn startable(view: &SchedulerView, app: AppId) -> bool {
     let a = view.app(app);
