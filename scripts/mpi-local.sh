@@ -46,9 +46,9 @@ for _ in $(seq 100); do
 done
 echo "$(mpirun --version | head -1); three agents of one core on $(hostname)"
 
-echo "1. hetsched submit --nodes 3 -- mpirun --hostfile \$HETSCHED_NODE_FILE"
+echo "1. hetsched submit --nodes 3 -- mpirun --hostfile \$HETSCHED_NODE_FILE -np \$HETSCHED_TOTAL_CORES"
 "$BIN" submit --nodes 3 --name mpi --app mpi --shell -- \
-  "mpirun $ROOT_FLAG --oversubscribe --hostfile \"\$HETSCHED_NODE_FILE\" -np 3 \
+  "mpirun $ROOT_FLAG --oversubscribe --hostfile \"\$HETSCHED_NODE_FILE\" -np \$HETSCHED_TOTAL_CORES \
    sh -c 'echo rank \$OMPI_COMM_WORLD_RANK of \$OMPI_COMM_WORLD_SIZE on \$(hostname); sleep 3'; \
    echo nodes \$HETSCHED_NODES on \$HETSCHED_NODE" >/dev/null
 for _ in $(seq 100); do

@@ -321,9 +321,13 @@ pub async fn run(
     let devices: Vec<String> = a.devices.iter().map(u32::to_string).collect();
     let mut cmd = tokio::process::Command::new(program);
     if let Some(path) = &node_file {
+        let cores: Vec<String> = a.node_cores.iter().map(u32::to_string).collect();
+        let total: u64 = a.node_cores.iter().map(|&c| u64::from(c)).sum();
         cmd.env("HETSCHED_NODE_FILE", path)
             .env("HETSCHED_NODES", a.node_names.join(","))
-            .env("HETSCHED_NUM_NODES", a.hosts.len().to_string());
+            .env("HETSCHED_NUM_NODES", a.hosts.len().to_string())
+            .env("HETSCHED_NODE_CORES", cores.join(","))
+            .env("HETSCHED_TOTAL_CORES", total.to_string());
     }
     cmd.args(&argv[1..])
         .envs(&spec.env)

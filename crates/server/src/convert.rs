@@ -184,8 +184,9 @@ fn assignment(d: &Dispatch) -> pb::Assignment {
         cores: d.cores,
         prefetched: d.prefetched,
         entry: d.entry.clone(),
-        hosts: d.nodes.iter().map(|(_, host)| host.clone()).collect(),
-        node_names: d.nodes.iter().map(|(name, _)| name.clone()).collect(),
+        hosts: d.nodes.iter().map(|n| n.host.clone()).collect(),
+        node_names: d.nodes.iter().map(|n| n.name.clone()).collect(),
+        node_cores: d.nodes.iter().map(|n| n.cores).collect(),
         ..Default::default()
     }
 }

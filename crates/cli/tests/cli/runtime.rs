@@ -416,14 +416,16 @@ fn a_sigkilled_agents_guard_kills_the_tasks_it_left_running_without_a_restart() 
 #[test]
 fn a_multi_node_task_runs_on_the_first_of_its_whole_nodes_with_their_host_names() {
     let mut c = Cluster::start("multi-node", false);
-    for n in ["a", "b", "c"] {
-        c.start_agent(n, 1, &[]);
+    // Heterogeneous nodes: 1, 2 and 3 cores.
+    for (n, cores) in [("a", 1), ("b", 2), ("c", 3)] {
+        c.start_agent(n, cores, &[]);
     }
     c.wait_for_nodes(3);
     let log = c.dir.join("mpi.txt");
     // What an MPI launcher reads: the node file, and the variables beside it.
     let command = format!(
-        "cat \"$HETSCHED_NODE_FILE\" > {f}; echo \"$HETSCHED_NODES $HETSCHED_NUM_NODES $HETSCHED_NODE\" >> {f}",
+        "cat \"$HETSCHED_NODE_FILE\" > {f}; echo \"$HETSCHED_NODES $HETSCHED_NUM_NODES $HETSCHED_NODE \
+         $HETSCHED_NODE_CORES $HETSCHED_TOTAL_CORES\" >> {f}",
         f = log.display()
     );
     c.ok(&[
@@ -434,13 +436,32 @@ fn a_multi_node_task_runs_on_the_first_of_its_whole_nodes_with_their_host_names(
     assert_eq!(lines.len(), 4, "{lines:?}");
     assert!(lines[..3].iter().all(|l| l == host.trim()), "{lines:?}");
     let words: Vec<&str> = lines[3].split_whitespace().collect();
-    let [names, count, node] = words[..] else {
+    let [names, count, node, cores, total] = words[..] else {
         panic!("{lines:?}");
     };
+    // Each node's cores, in the node file's order.
+    let declared = |n: &str| match n {
+        "a" => "1",
+        "b" => "2",
+        _ => "3",
+    };
+    let expected: Vec<&str> = names.split(',').map(declared).collect();
+    assert_eq!(
+        (cores, total),
+        (expected.join(",").as_str(), "6"),
+        "{lines:?}"
+    );
     let mut sorted: Vec<&str> = names.split(',').collect();
     assert_eq!(sorted[0], node, "it runs on the first of its nodes");
     sorted.sort_unstable();
     assert_eq!((sorted, count), (vec!["a", "b", "c"], "3"));
+    // Ended, its listing still names all three.
+    let listed = c.json(&["tasks", "--job", "1"]);
+    assert_eq!(
+        listed[0]["nodes"].as_array().map(Vec::len),
+        Some(3),
+        "{listed}"
+    );
     let shown = c.ok(&["job", "1"]);
     assert!(
         shown.contains("each task holds 3 whole nodes (HETSCHED_NODE_FILE)"),

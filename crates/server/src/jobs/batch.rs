@@ -1480,11 +1480,15 @@ impl Batch {
             nodes: ids
                 .iter()
                 .map(|&n| {
-                    let rec = cx.nodes.get(n);
-                    (
-                        cx.nodes.name(n).to_string(),
-                        rec.map_or_else(|| cx.nodes.name(n).to_string(), |r| r.host().to_string()),
-                    )
+                    let name = cx.nodes.name(n).to_string();
+                    crate::state::types::DispatchNode {
+                        host: cx
+                            .nodes
+                            .get(n)
+                            .map_or_else(|| name.clone(), |r| r.host().to_string()),
+                        cores: cx.view.node(NodeId(n)).node.cores,
+                        name,
+                    }
                 })
                 .collect(),
             entry: self.apps.get(app.index()).and_then(|r| {

@@ -166,6 +166,17 @@ pub struct TaskSpec {
     pub pin: bool,
 }
 
+/// One of a multi-node task's nodes, as its agent is told of it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DispatchNode {
+    /// The node's name.
+    pub name: String,
+    /// Its host name (what an MPI launcher reaches).
+    pub host: String,
+    /// Its cores (its agent's `cores`).
+    pub cores: u32,
+}
+
 /// One task handed to a node (the agent runs the spec `spec` with the task's index).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Dispatch {
@@ -187,8 +198,8 @@ pub struct Dispatch {
     pub prefetched: bool,
     /// Its entry (an application with `entries`).
     pub entry: Option<String>,
-    /// A multi-node task's nodes, this one first: (name, host name) each (empty: one node).
-    pub nodes: Vec<(String, String)>,
+    /// A multi-node task's nodes, this one first (empty: one node).
+    pub nodes: Vec<DispatchNode>,
 }
 
 /// The answer to a heartbeat.

@@ -94,6 +94,7 @@ fn a_multi_node_task_gathers_whole_nodes_as_they_drain_and_holds_them_until_it_e
         let t = &r.assignments[0];
         assert_eq!(t.hosts, ["a.cluster", "b.cluster", "c.cluster"]);
         assert_eq!(t.node_names, ["a", "b", "c"]);
+        assert_eq!(t.node_cores, [2, 2, 2]);
         assert_eq!(t.cores, 2, "its agent counts all of the node's cores busy");
         let listed = &s.tasks(mpi).expect("tasks").tasks[0];
         assert_eq!(listed.state, "running", "{listed:?}");
