@@ -67,6 +67,7 @@ fn heartbeat(c: &mut Criterion) {
         ("every_agent_time_limited", true),
         ("multi_node_task_that_cannot_gather", false),
         ("sixteen_multi_node_tasks_that_cannot_gather", false),
+        ("after_20000_cancelled_jobs", false),
     ] {
         let dir = base.join(case);
         let mut s = state(&dir, ending);
@@ -84,6 +85,15 @@ fn heartbeat(c: &mut Criterion) {
         }
         if waiting > 0 {
             s.drain_node("n0", true).expect("drain");
+        }
+        if case == "after_20000_cancelled_jobs" {
+            let job = "[[application]]\nname = \"one\"\ntasks = 1\n[application.cpu]\ncommand = \"true\"\n";
+            let t = std::time::Instant::now();
+            for _ in 0..20_000 {
+                let id = s.submit("job.toml", job, "/").expect("submit").job_id;
+                s.cancel(id).expect("cancel");
+            }
+            eprintln!("20,000 jobs submitted and cancelled in {:?}", t.elapsed());
         }
         let mut next = 0u32;
         g.bench_function(BenchmarkId::from_parameter(case), |b| {

@@ -182,6 +182,10 @@ pub struct SchedulerView {
     multi_node: std::collections::HashMap<(AppId, TaskId), Vec<Held>>,
     /// How many [`Held`] handles each node is in ([`SchedulerView::is_held`]).
     held: std::collections::HashMap<NodeId, u32>,
+    /// The applications with pending tasks, in id order ([`SchedulerView::pending_apps`]): a
+    /// placement visits these, not every application ever added (a server that ran 100,000
+    /// one-task jobs keeps their applications, each with nothing pending).
+    with_pending: std::collections::BTreeSet<AppId>,
 }
 
 impl SchedulerView {
@@ -391,7 +395,17 @@ impl SchedulerView {
             need,
             accelerator: AcceleratorNeed::None,
         });
+        self.note_pending(expected);
         Ok(expected)
+    }
+
+    /// Keeps [`SchedulerView::pending_apps`]'s index true after `app`'s queue changed.
+    fn note_pending(&mut self, app: AppId) {
+        if self.apps.get(app.index()).is_some_and(AppState::has_pending) {
+            self.with_pending.insert(app);
+        } else {
+            self.with_pending.remove(&app);
+        }
     }
 
     /// All nodes, by id.
@@ -669,8 +683,9 @@ impl SchedulerView {
         }
         let (io_bytes, io_task) = self.io_request(&self.apps[app.index()].app, variant);
         let a = &mut self.apps[app.index()];
-        let task = a.pending.pop_front()?;
         let request = a.app.request(variant)?;
+        let task = a.pending.pop_front()?;
+        let emptied = a.pending.is_empty();
         let n = &mut self.nodes[node.index()];
         let mut devices = Vec::with_capacity(request.gpus as usize);
         if variant == Variant::Gpu {
@@ -699,6 +714,9 @@ impl SchedulerView {
         match variant {
             Variant::Cpu => a.dispatched_cpu += 1,
             Variant::Gpu => a.dispatched_gpu += 1,
+        }
+        if emptied {
+            self.with_pending.remove(&app);
         }
         Some(Assignment {
             task,
@@ -804,6 +822,7 @@ impl SchedulerView {
         };
         a.running += 1;
         a.dispatched_cpu += 1;
+        self.note_pending(app);
         if let Some(n) = self.nodes.get_mut(root.index()) {
             n.running += 1;
         }
@@ -889,12 +908,14 @@ impl SchedulerView {
     pub fn requeue(&mut self, done: &Assignment) {
         self.release(done);
         self.apps[done.app.index()].pending.push_front(done.task);
+        self.with_pending.insert(done.app);
     }
 
     /// Tasks that had failed for good (and were abandoned) are to run again (the runtime's
     /// `resubmit --failed`): they join the end of their application's queue.
     pub fn resubmit(&mut self, app: AppId, tasks: impl IntoIterator<Item = TaskId>) {
         self.apps[app.index()].pending.extend(tasks);
+        self.note_pending(app);
     }
 
     /// A dispatched task will not run again (it failed for good, or was cancelled): its resources
@@ -989,6 +1010,7 @@ impl SchedulerView {
         let a = &mut self.apps[app.index()];
         let n = a.pending.len();
         a.pending.clear();
+        self.with_pending.remove(&app);
         n
     }
 
@@ -1004,7 +1026,9 @@ impl SchedulerView {
         };
         let before = a.pending.len();
         a.pending.retain(|t| !tasks.contains(t));
-        before - a.pending.len()
+        let dropped = before - a.pending.len();
+        self.note_pending(app);
+        dropped
     }
 
     /// Whether every task of every application finished.
@@ -1012,9 +1036,18 @@ impl SchedulerView {
         self.apps.iter().all(AppState::is_complete)
     }
 
-    /// Time-independent helper for policies: apps with pending tasks, in submission order.
+    /// Time-independent helper for policies: apps with pending tasks, in submission order (an
+    /// index: its cost is theirs, not every application's).
     pub fn pending_apps(&self) -> impl Iterator<Item = &AppState> {
-        self.apps.iter().filter(|a| a.has_pending())
+        // Every test run in a debug build checks the index against the applications.
+        debug_assert!(
+            self.with_pending
+                .iter()
+                .copied()
+                .eq(self.apps.iter().filter(|a| a.has_pending()).map(|a| a.app.id)),
+            "the index of applications with pending tasks is out of date"
+        );
+        self.with_pending.iter().map(|&a| &self.apps[a.index()])
     }
 
     /// Distinct priority levels of applications with pending tasks, highest first.
