@@ -401,7 +401,11 @@ impl SchedulerView {
 
     /// Keeps [`SchedulerView::pending_apps`]'s index true after `app`'s queue changed.
     fn note_pending(&mut self, app: AppId) {
-        if self.apps.get(app.index()).is_some_and(AppState::has_pending) {
+        if self
+            .apps
+            .get(app.index())
+            .is_some_and(AppState::has_pending)
+        {
             self.with_pending.insert(app);
         } else {
             self.with_pending.remove(&app);
@@ -1041,10 +1045,11 @@ impl SchedulerView {
     pub fn pending_apps(&self) -> impl Iterator<Item = &AppState> {
         // Every test run in a debug build checks the index against the applications.
         debug_assert!(
-            self.with_pending
+            self.with_pending.iter().copied().eq(self
+                .apps
                 .iter()
-                .copied()
-                .eq(self.apps.iter().filter(|a| a.has_pending()).map(|a| a.app.id)),
+                .filter(|a| a.has_pending())
+                .map(|a| a.app.id)),
             "the index of applications with pending tasks is out of date"
         );
         self.with_pending.iter().map(|&a| &self.apps[a.index()])

@@ -14,5 +14,6 @@ mod stream;
 mod task_files;
 mod view_accelerator;
 mod view_exclusion;
+mod view_pending;
 mod view_requires;
 mod view_time_left;

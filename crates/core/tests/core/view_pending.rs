@@ -1,0 +1,55 @@
+//! `SchedulerView::pending_apps` is an index of the applications with pending tasks: it follows
+//! every change of their queues (dispatch, requeue, resubmit, cancel), in submission order.
+
+use hetsched_core::model::{AppId, NodeId, SchedulerView, TaskId, Variant};
+use hetsched_core::testkit::{app, node};
+use std::collections::HashSet;
+
+fn pending(v: &SchedulerView) -> Vec<u32> {
+    v.pending_apps().map(|a| a.app.id.0).collect()
+}
+
+#[test]
+fn pending_apps_follows_every_change_of_the_queues() {
+    let mut v = SchedulerView::new();
+    v.add_node(node("n").cores(8).build(NodeId(0)))
+        .expect("node");
+    for (i, tasks) in [1u32, 2, 0, 1].into_iter().enumerate() {
+        let ids: Vec<TaskId> = (0..tasks)
+            .map(|t| TaskId(10 * i as u64 + u64::from(t)))
+            .collect();
+        v.add_application(
+            app(&format!("a{i}"))
+                .tasks(tasks)
+                .cpu(1.0, 0.0)
+                .build(AppId(i as u32)),
+            ids,
+        )
+        .expect("app");
+    }
+    assert_eq!(
+        pending(&v),
+        [0, 1, 3],
+        "an application without tasks waits for nothing"
+    );
+    // Its only task dispatched, a0 leaves; requeued, it is back in its place.
+    let a = v.assign(AppId(0), NodeId(0), Variant::Cpu).expect("fits");
+    assert_eq!(pending(&v), [1, 3]);
+    v.requeue(&a);
+    assert_eq!(pending(&v), [0, 1, 3]);
+    // a1 keeps one task after a dispatch; cancelled, it leaves.
+    let b = v.assign(AppId(1), NodeId(0), Variant::Cpu).expect("fits");
+    assert_eq!(pending(&v), [0, 1, 3]);
+    assert_eq!(v.cancel_pending(AppId(1)), 1);
+    assert_eq!(pending(&v), [0, 3]);
+    // A resubmitted task brings it back; a cancel of that one task takes it away again.
+    v.task_abandoned(&b);
+    v.resubmit(AppId(1), [b.task]);
+    assert_eq!(pending(&v), [0, 1, 3]);
+    let only: HashSet<TaskId> = [b.task].into_iter().collect();
+    assert_eq!(v.cancel_pending_tasks(AppId(1), &only), 1);
+    assert_eq!(pending(&v), [0, 3]);
+    // A resubmit of nothing adds nothing.
+    v.resubmit(AppId(2), []);
+    assert_eq!(pending(&v), [0, 3]);
+}
