@@ -8,7 +8,9 @@
 //! (`nodes = N`, `jobs/batch/multi_node`) costs every beat: it wants all 1,000 nodes and one is
 //! drained, so each beat counts the eligible nodes again. `sixteen_multi_node_tasks_that_cannot_gather`
 //! has sixteen such applications: a beat tries at most four of them (the gatherer's
-//! `TRIES_PER_BEAT`), so the cost is bounded, whatever waits.
+//! `TRIES_PER_BEAT`), so the cost is bounded, whatever waits. `after_20000_cancelled_jobs` beats
+//! after 20,000 one-task jobs were submitted and cancelled: their applications stay in the view,
+//! and a beat should not pay for them.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use hetsched_proto as pb;

@@ -605,9 +605,24 @@ impl Hdas {
             view.totals(),
             view.attributes_generation(),
         );
-        if self.feasible_for != Some(signature) {
-            self.feasible = view.apps().iter().map(|a| gpu_feasible(view, a)).collect();
-            self.feasible_for = Some(signature);
+        match self.feasible_for {
+            Some(known) if known == signature => {}
+            // Only applications were added (a submission): the new ones alone are looked at,
+            // so a server that ran many jobs does not go through all of them again.
+            Some((nodes, apps, totals, attributes))
+                if (nodes, totals, attributes) == (signature.0, signature.2, signature.3)
+                    && apps <= signature.1
+                    && self.feasible.len() == apps =>
+            {
+                let new = &view.apps()[apps..];
+                self.feasible
+                    .extend(new.iter().map(|a| gpu_feasible(view, a)));
+                self.feasible_for = Some(signature);
+            }
+            _ => {
+                self.feasible = view.apps().iter().map(|a| gpu_feasible(view, a)).collect();
+                self.feasible_for = Some(signature);
+            }
         }
     }
 }
