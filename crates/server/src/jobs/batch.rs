@@ -73,6 +73,74 @@ fn app_tasks(apps: &[Application], w: &Workload) -> Vec<retention::AppTasks> {
         .collect()
 }
 
+/// What [`Batch::install`] keeps of a job file: each application with what its tasks run, and
+/// the file's `name`.
+struct Installable {
+    apps: Vec<(Application, AppSpec)>,
+    name: Option<String>,
+}
+
+/// What an application's entry of a job file says beyond its [`Application`].
+struct AppSpec {
+    retries: u32,
+    cpu: Option<VariantRun>,
+    gpu: Option<VariantRun>,
+    workdir: Option<String>,
+    streams: [String; 2],
+    pin: bool,
+    files: (Vec<String>, Vec<String>, String),
+    entries: Option<Vec<String>>,
+    accelerator: hetsched_core::model::application::AcceleratorNeed,
+}
+
+impl Installable {
+    /// The applications `apps` of job file `w`, with what install keeps of each entry.
+    fn new(w: &Workload, apps: Vec<Application>) -> Self {
+        // The CPU and GPU variants are two types with these fields.
+        macro_rules! run {
+            ($v:expr) => {{
+                let v = $v;
+                v.command.clone().map(|command| VariantRun {
+                    command,
+                    env: v.env.clone(),
+                    time_limit_ms: v.time_limit.map_or(0, |d| d.0 / 1_000_000),
+                    memory_bytes: v.memory.as_u64(),
+                    kill_grace_ms: v.kill_grace.map_or(0, |d| d.0.div_ceil(1_000_000)),
+                    declared: v.compute.is_some(),
+                })
+            }};
+        }
+        let apps = apps
+            .into_iter()
+            .zip(&w.applications)
+            .map(|(app, spec)| {
+                let accelerator = spec.accelerator_need();
+                let kept = AppSpec {
+                    retries: *spec.retries.get_ref(),
+                    cpu: spec.cpu.as_ref().and_then(|c| run!(c.get_ref())),
+                    gpu: spec.gpu.as_ref().and_then(|g| run!(g.get_ref())),
+                    workdir: spec.workdir.as_ref().map(|w| w.get_ref().clone()),
+                    streams: [&spec.stdout, &spec.stderr]
+                        .map(|s| s.as_ref().map(|s| s.get_ref().clone()).unwrap_or_default()),
+                    pin: spec.pin,
+                    files: (
+                        spec.inputs.iter().map(|f| f.get_ref().clone()).collect(),
+                        spec.outputs.iter().map(|f| f.get_ref().clone()).collect(),
+                        accelerator.as_str().to_string(),
+                    ),
+                    entries: spec.entries.as_ref().map(|e| e.get_ref().clone()),
+                    accelerator,
+                };
+                (app, kept)
+            })
+            .collect();
+        Installable {
+            apps,
+            name: w.name.clone(),
+        }
+    }
+}
+
 fn variant_of(code: Option<u8>) -> Variant {
     if code == Some(1) {
         Variant::Gpu
@@ -269,7 +337,9 @@ impl Batch {
             if !summarised.contains(&row.id) {
                 held.push((row.first_task, app_tasks(&apps, &w)));
             }
-            parsed.push((row, w, apps));
+            // What install keeps, not the parsed file: all jobs are read before any is
+            // installed, and a store of many jobs would hold every parsed file at once.
+            parsed.push((row, Installable::new(&w, apps)));
         }
         let mut b = Batch {
             policy: config.policy.build(),
@@ -293,8 +363,8 @@ impl Batch {
             any_multi_node: false,
             settings_changed: Vec::new(),
         };
-        for (row, w, apps) in parsed {
-            b.install(cx, row, &w, apps)?;
+        for (row, job) in parsed {
+            b.install(cx, row, job)?;
         }
         // What `hetsched update` changed, over the job files.
         for (app, priority, max_running) in snap.app_settings {
@@ -410,39 +480,10 @@ impl Batch {
     }
 
     /// Adds an accepted job's applications to memory and to the view (pending tasks only).
-    fn install(
-        &mut self,
-        cx: &mut Ctx,
-        row: JobRow,
-        w: &Workload,
-        apps: Vec<Application>,
-    ) -> Result<(), StateError> {
+    fn install(&mut self, cx: &mut Ctx, row: JobRow, job: Installable) -> Result<(), StateError> {
         let first_app = row.first_app;
         let mut next_task = row.first_task;
-        for (i, app) in apps.into_iter().enumerate() {
-            let spec = &w.applications[i];
-            let cpu = spec.cpu.as_ref().and_then(|c| {
-                let c = c.get_ref();
-                Some(VariantRun {
-                    command: c.command.clone()?,
-                    env: c.env.clone(),
-                    time_limit_ms: c.time_limit.map_or(0, |d| d.0 / 1_000_000),
-                    memory_bytes: c.memory.as_u64(),
-                    kill_grace_ms: c.kill_grace.map_or(0, |d| d.0.div_ceil(1_000_000)),
-                    declared: c.compute.is_some(),
-                })
-            });
-            let gpu = spec.gpu.as_ref().and_then(|g| {
-                let g = g.get_ref();
-                Some(VariantRun {
-                    command: g.command.clone()?,
-                    env: g.env.clone(),
-                    time_limit_ms: g.time_limit.map_or(0, |d| d.0 / 1_000_000),
-                    memory_bytes: g.memory.as_u64(),
-                    kill_grace_ms: g.kill_grace.map_or(0, |d| d.0.div_ceil(1_000_000)),
-                    declared: g.compute.is_some(),
-                })
-            });
+        for (app, spec) in job.apps {
             let first_task = next_task;
             next_task += app.tasks as u64;
             // Rows not held (an evicted job's) are counted from its summary instead.
@@ -460,26 +501,22 @@ impl Batch {
                     }
                 }
             }
+            let accelerator = spec.accelerator;
             self.apps.push(AppRec {
                 job: row.id,
                 name: app.name.clone(),
                 split_bytes: app.split_bytes,
                 first_task,
                 tasks: app.tasks,
-                retries: *spec.retries.get_ref(),
-                cpu,
-                gpu,
+                retries: spec.retries,
+                cpu: spec.cpu,
+                gpu: spec.gpu,
                 observed: [Observed::default(); 2],
-                workdir: spec.workdir.as_ref().map(|w| w.get_ref().clone()),
-                streams: [&spec.stdout, &spec.stderr]
-                    .map(|s| s.as_ref().map(|s| s.get_ref().clone()).unwrap_or_default()),
+                workdir: spec.workdir,
+                streams: spec.streams,
                 pin: spec.pin,
-                files: (
-                    spec.inputs.iter().map(|f| f.get_ref().clone()).collect(),
-                    spec.outputs.iter().map(|f| f.get_ref().clone()).collect(),
-                    spec.accelerator_need().as_str().to_string(),
-                ),
-                entries: spec.entries.as_ref().map(|e| e.get_ref().clone()),
+                files: spec.files,
+                entries: spec.entries,
                 counts,
                 used,
                 requires: app.requires.clone(),
@@ -499,7 +536,7 @@ impl Batch {
             }
             let id = cx.view.add_application(app, pending)?;
             // `accelerator = required|preferred` (spec 01) is applied by the view's `fits`.
-            cx.view.set_accelerator_need(id, spec.accelerator_need())?;
+            cx.view.set_accelerator_need(id, accelerator)?;
         }
         let apps = first_app..self.apps.len() as u32;
         if row.held {
@@ -512,7 +549,7 @@ impl Batch {
             name: row
                 .name
                 .clone()
-                .or_else(|| w.name.clone())
+                .or(job.name)
                 .unwrap_or_else(|| row.origin.clone()),
             tasks: row.first_task..next_task,
             apps,
@@ -733,7 +770,7 @@ impl Batch {
         let names: Vec<(u32, String)> = apps.iter().map(|a| (a.id.0, a.name.clone())).collect();
         cx.store.insert_job(&row, &names, &rows)?;
         self.tasks.extend(rows);
-        self.install(cx, row, &w, apps)?;
+        self.install(cx, row, Installable::new(&w, apps))?;
         // Runs after jobs that already completed: queued at once (and woken for below); a job
         // that waits wakes no agent.
         self.settle_waiting(cx)?;
