@@ -802,6 +802,8 @@ pub async fn nodes(args: &ClientArgs, all: bool) -> anyhow::Result<()> {
                 "shutting down".into()
             } else if n.drained {
                 "drained".into()
+            } else if !n.held_for.is_empty() {
+                format!("yes, held for {}", n.held_for)
             } else {
                 "yes".into()
             },

@@ -2051,6 +2051,30 @@ impl JobKind for Batch {
         self.requeue_failed(cx, job)
     }
 
+    fn held_for(&self, node: u32) -> String {
+        let named = |app: u32| {
+            self.apps
+                .get(app as usize)
+                .map_or_else(String::new, |a| format!("job {} (`{}`)", a.job, a.name))
+        };
+        let running = self
+            .multi
+            .running
+            .iter()
+            .filter(|(_, nodes)| nodes.contains(&node))
+            .map(|(&task, _)| task)
+            .min();
+        if let Some(task) = running
+            && let Some(t) = self.tasks.get(task as usize)
+        {
+            return format!("task {task} of {}", named(t.app));
+        }
+        match self.multi.gathering_holding(NodeId(node)) {
+            Some(app) => format!("gathering for {}", named(app.0)),
+            None => String::new(),
+        }
+    }
+
     fn backed_off(&self, node: u32) -> Vec<BackedOffApp> {
         self.backoff
             .of_node(node)

@@ -439,6 +439,12 @@ pub trait JobKind: Send {
     fn backed_off(&self, _node: u32) -> Vec<BackedOffApp> {
         Vec::new()
     }
+
+    /// What of this kind holds `node` whole, for the node listing (a multi-node task); empty:
+    /// nothing.
+    fn held_for(&self, _node: u32) -> String {
+        String::new()
+    }
 }
 
 /// Every job kind the server runs.

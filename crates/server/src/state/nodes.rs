@@ -769,6 +769,13 @@ impl State {
                             .iter()
                             .flat_map(|k| k.backed_off(i as u32))
                             .collect(),
+                        held_for: self
+                            .jobs
+                            .all()
+                            .iter()
+                            .map(|k| k.held_for(i as u32))
+                            .find(|h| !h.is_empty())
+                            .unwrap_or_default(),
                         ..Default::default()
                     };
                     self.jobs.workflow.annotate(&mut info);

@@ -513,6 +513,8 @@ pub struct NodeInfo {
     pub time_left_ms: Option<u64>,
     /// Why its agent left on purpose (then not alive); `None`: it did not.
     pub left: Option<Leave>,
+    /// The multi-node task it is held for, running or gathering its nodes (empty: none).
+    pub held_for: String,
 }
 
 /// Why an agent left on purpose: its last heartbeat says so, and the server records that its

@@ -55,6 +55,15 @@ fn assigned(r: &pb::HeartbeatReply) -> Vec<u64> {
     r.assignments.iter().map(|a| a.task_id).collect()
 }
 
+/// What each node is held for (`hetsched nodes`).
+fn held_for(s: &State) -> Vec<String> {
+    s.nodes(true)
+        .nodes
+        .into_iter()
+        .map(|n| n.held_for)
+        .collect()
+}
+
 fn reason(s: &State, job: u64) -> String {
     s.job(job).expect("job").pending_reason
 }
@@ -80,6 +89,7 @@ fn a_multi_node_task_gathers_whole_nodes_as_they_drain_and_holds_them_until_it_e
             reason(&s, mpi),
             "gathering 3 whole nodes for `mpi`: 3 held, waiting for what runs on them to end"
         );
+        assert_eq!(held_for(&s), ["gathering for job 2 (`mpi`)"; 3]);
         // Held nodes take no other work, however small.
         let small = submit(&mut s, "small", 2, "", "");
         assert!(beat(&mut s, b, &[], &[]).assignments.is_empty());
@@ -95,6 +105,7 @@ fn a_multi_node_task_gathers_whole_nodes_as_they_drain_and_holds_them_until_it_e
         assert_eq!(t.hosts, ["a.cluster", "b.cluster", "c.cluster"]);
         assert_eq!(t.node_names, ["a", "b", "c"]);
         assert_eq!(t.node_cores, [2, 2, 2]);
+        assert_eq!(held_for(&s), ["task 1 of job 2 (`mpi`)"; 3]);
         assert_eq!(t.cores, 2, "its agent counts all of the node's cores busy");
         let listed = &s.tasks(mpi).expect("tasks").tasks[0];
         assert_eq!(listed.state, "running", "{listed:?}");
@@ -117,6 +128,7 @@ fn a_multi_node_task_gathers_whole_nodes_as_they_drain_and_holds_them_until_it_e
     // The task ends: its nodes take the small tasks, and its listing still names them all.
     let r = beat(&mut s, a, &[], &[(1, 1, true)]);
     assert_eq!(assigned(&r), vec![2, 3]);
+    assert_eq!(held_for(&s), ["", "", ""], "held for nothing once it ended");
     let listed = &s.tasks(2).expect("tasks").tasks[0];
     assert_eq!(
         (

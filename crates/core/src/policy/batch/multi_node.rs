@@ -119,6 +119,14 @@ impl Gatherer {
         self.gatherings.iter().map(|g| (g.app, g.held.len()))
     }
 
+    /// The application whose gathering holds `node`, if any.
+    pub fn holding(&self, node: NodeId) -> Option<AppId> {
+        self.gatherings
+            .iter()
+            .find(|g| g.held.iter().any(|h| h.node == node))
+            .map(|g| g.app)
+    }
+
     /// How many nodes are held for `app`'s next task, if it is being gathered for.
     pub fn gathering_of(&self, app: AppId) -> Option<usize> {
         self.gatherings

@@ -28,6 +28,11 @@ pub(super) struct MultiNode {
 }
 
 impl MultiNode {
+    /// The application whose gathering holds `node`, if any.
+    pub fn gathering_holding(&self, node: NodeId) -> Option<AppId> {
+        self.gatherer.holding(node)
+    }
+
     /// How many nodes are held for `app`'s next task, if it is being gathered for.
     pub fn gathering_of(&self, app: AppId) -> Option<usize> {
         self.gatherer.gathering_of(app)
