@@ -417,21 +417,8 @@ fn a_full_disk_rolls_memory_back_with_a_running_multi_node_task_holding_all_its_
 fn a_multi_node_task_whose_nodes_are_free_starts_while_one_served_before_it_gathers() {
     let d = common::scratch("multi-node", "backfill");
     let mut s = open(&d);
-    let with_ib = |s: &mut State, name: &str| {
-        s.register(pb::RegisterRequest {
-            identity: common::IDENTITY.into(),
-            name: name.into(),
-            hostname: name.into(),
-            cores: 1,
-            memory_bytes: 1 << 30,
-            attributes: vec!["ib".into()],
-            ..Default::default()
-        })
-        .expect("register")
-        .node_id
-    };
-    let a = with_ib(&mut s, "a");
-    let b = with_ib(&mut s, "b");
+    let a = common::register_with(&mut s, "a", 1, &["ib"]);
+    let b = common::register_with(&mut s, "b", 1, &["ib"]);
     let c = register(&mut s, "c", 1);
     // Long tasks run on a and b.
     submit(&mut s, "long", 2, "", "");

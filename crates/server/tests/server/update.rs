@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use common::beat;
+use common::{beat, register};
 use hetsched_proto as pb;
 use hetsched_server::ServerConfig;
 use hetsched_server::convert::Wire;
@@ -17,18 +17,6 @@ fn open(d: &Path) -> State {
         ..Default::default()
     };
     State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state")
-}
-
-fn register(s: &mut State, name: &str, cores: u32) -> u32 {
-    s.register(pb::RegisterRequest {
-        identity: common::IDENTITY.into(),
-        name: name.into(),
-        cores,
-        memory_bytes: 1 << 30,
-        ..Default::default()
-    })
-    .expect("register")
-    .node_id
 }
 
 fn submit(s: &mut State, text: &str) -> u64 {
