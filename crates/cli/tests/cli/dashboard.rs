@@ -352,6 +352,14 @@ fn a_running_multi_node_task_shows_its_first_node_and_the_others_on_hover() {
             || dom.contains("<span class=\"nodes\" title=\"b, a\"> (+1)</span>"),
         "the task's row: {dom}"
     );
+    assert_eq!(
+        dom.matches(
+            "<div class=\"held\" title=\"held whole for a multi-node task\">held for task 0 of job 1 (`sleep`)</div>"
+        )
+        .count(),
+        2,
+        "both nodes' cards say what holds them: {dom}"
+    );
     c.ok(&["cancel", "1"]);
 }
 

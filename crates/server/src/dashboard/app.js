@@ -160,6 +160,7 @@ function renderNodes(nodes) {
         <div class="meter gpu"><span data-w="${100 * usedGpus / n.gpus}%"></span></div>` : "<div>no GPUs</div>"}
         ${n.alive && n.time_left_ms != null ? `<div title="until its agent's time limit stops its tasks">${esc(timeLeft(n.time_left_ms))} left</div>` : ""}
         ${(n.attributes || []).length ? `<div class="attrs" title="what jobs may require">${(n.attributes || []).map(esc).join(" · ")}</div>` : ""}
+        ${n.held_for ? `<div class="held" title="held whole for a multi-node task">held for ${esc(n.held_for)}</div>` : ""}
       </div>`;
     }
     html += "</div></div>";

@@ -330,6 +330,7 @@ impl Dashboard {
                 "cores": n.cores, "free_cores": n.free_cores, "gpus": n.accelerators.len(),
                 "free_gpus": n.free_gpus, "drained": n.drained, "draining": n.draining,
                 "attributes": n.attributes, "time_left_ms": n.time_left_ms,
+                "held_for": n.held_for,
                 "gpu_util": if n.gpus.is_empty() { serde_json::Value::Null } else {
                     serde_json::json!(n.gpus.iter().map(|g| f64::from(g.percent)).sum::<f64>() / n.gpus.len() as f64)
                 },
