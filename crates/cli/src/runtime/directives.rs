@@ -87,6 +87,8 @@ pub fn of_command(mode: Mode, command: &[String], shell: bool) -> anyhow::Result
 /// The directives in `text`'s header (`file` names it in errors, with the line).
 pub fn parse(file: &str, text: &str) -> anyhow::Result<Directives> {
     let mut words = Vec::new();
+    // An editor's byte-order mark before the `#!` line is not a command.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() {
@@ -228,6 +230,13 @@ mod tests {
         assert_eq!(d.name.as_deref(), Some("my sweep"));
         assert_eq!(d.job.env, ["A=1", "B=2"]);
         assert_eq!(d.job.gpus, None, "after the first command: not a directive");
+        // Windows line ends and a byte-order mark change nothing.
+        let d = parse(
+            "job.sh",
+            "\u{feff}#!/bin/sh\r\n#HETSCHED --tasks 3\r\nrun\r\n",
+        )
+        .expect("parsed");
+        assert_eq!(d.job.tasks, Some(3));
     }
 
     #[test]
