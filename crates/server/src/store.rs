@@ -621,6 +621,17 @@ impl Store {
         rows.map(|r| Ok(r? as u64)).collect()
     }
 
+    /// The job file text job `id` was submitted with, if the store has the job.
+    pub fn job_text(&self, id: u64) -> Result<Option<String>, StoreError> {
+        use rusqlite::OptionalExtension;
+        Ok(self
+            .conn
+            .query_row("SELECT text FROM jobs WHERE id = ?1", params![id as i64], |r| {
+                r.get(0)
+            })
+            .optional()?)
+    }
+
     /// After a purge committed: gives the freed pages back to the file system (incremental
     /// vacuum) and truncates the write-ahead log into the database. A failure only leaves the
     /// file larger (its pages are reused by later jobs), so it is logged, not returned.

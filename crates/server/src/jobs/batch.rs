@@ -265,6 +265,8 @@ fn to_counts(c: &[u64; 5]) -> TaskCounts {
 
 #[derive(Debug)]
 struct JobRec {
+    /// Its row as stored, without its `text`: the job file is in the store, and memory would
+    /// hold every file (up to 2 MiB each) for the server's life ([`crate::store::Store::job_text`] reads it).
     row: JobRow,
     /// What listings show: the name given at submission, else the file's `name =`, else its path.
     name: String,
@@ -545,6 +547,8 @@ impl Batch {
         if let Some(key) = &row.submission_key {
             self.by_key.insert(key.clone(), row.id);
         }
+        let mut row = row;
+        row.text = String::new();
         self.jobs.push(JobRec {
             name: row
                 .name
@@ -695,7 +699,7 @@ impl Batch {
         } = sub;
         if let Some(j) = self.by_key.get(&key).and_then(|&id| self.job_rec(id)) {
             let id = j.row.id;
-            if j.row.text != text {
+            if cx.store.job_text(id)?.is_none_or(|stored| stored != text) {
                 return Err(StateError::Invalid(format!(
                     "submission key `{key}` already names job {id}, submitted with another file"
                 )));

@@ -271,6 +271,11 @@ fn a_submission_key_makes_a_job_once_even_across_a_restart() {
         .submit_keyed("job.toml", JOB, "/", "k-2")
         .expect("after restart");
     assert_eq!((again.job_id, again.existing), (2, true));
+    // The file is compared with the one stored, after a restart too.
+    let e = s
+        .submit_keyed("job.toml", &format!("{JOB}# changed\n"), "/", "k-2")
+        .expect_err("the key names another file's job");
+    assert!(e.to_string().contains("already names job 2"), "{e}");
     assert_eq!(s.jobs().jobs.len(), 4);
     // And the store itself refuses a second row with the same key.
     let db = rusqlite_count(&d);
