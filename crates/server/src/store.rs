@@ -626,9 +626,11 @@ impl Store {
         use rusqlite::OptionalExtension;
         Ok(self
             .conn
-            .query_row("SELECT text FROM jobs WHERE id = ?1", params![id as i64], |r| {
-                r.get(0)
-            })
+            .query_row(
+                "SELECT text FROM jobs WHERE id = ?1",
+                params![id as i64],
+                |r| r.get(0),
+            )
             .optional()?)
     }
 
