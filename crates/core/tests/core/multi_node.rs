@@ -91,6 +91,16 @@ fn the_cluster_must_have_as_many_nodes_with_the_attributes_as_a_task_holds() {
     );
 }
 
+/// Node `n` beats, every node taking work: whether the gatherer has no task ready to start.
+fn waits(
+    g: &mut hetsched_core::policy::batch::multi_node::Gatherer,
+    v: &mut SchedulerView,
+    n: u32,
+    wake: &mut Vec<NodeId>,
+) -> bool {
+    g.on_node_update(v, NodeId(n), &|_| true, wake).is_none()
+}
+
 /// Three 4-core nodes (node 2 with a GPU) and a multi-node application of 2 tasks, 2 nodes each.
 fn view() -> SchedulerView {
     let mut v = SchedulerView::new();
@@ -211,10 +221,7 @@ fn the_gatherer_serves_the_highest_priority_first_holds_nodes_as_they_drain_and_
     let open = |_: NodeId| true;
     let mut g = Gatherer::default();
     let mut wake = Vec::new();
-    assert!(
-        g.on_node_update(&mut v, NodeId(0), &open, &mut wake)
-            .is_none()
-    );
+    assert!(waits(&mut g, &mut v, 0, &mut wake));
     assert_eq!(
         g.gatherings().collect::<Vec<_>>(),
         [(AppId(1), 1)],
@@ -225,14 +232,8 @@ fn the_gatherer_serves_the_highest_priority_first_holds_nodes_as_they_drain_and_
         [NodeId(0), NodeId(1), NodeId(2)],
         "its nodes are woken to join"
     );
-    assert!(
-        g.on_node_update(&mut v, NodeId(2), &open, &mut wake)
-            .is_none()
-    );
-    assert!(
-        g.on_node_update(&mut v, NodeId(1), &open, &mut wake)
-            .is_none()
-    );
+    assert!(waits(&mut g, &mut v, 2, &mut wake));
+    assert!(waits(&mut g, &mut v, 1, &mut wake));
     assert_eq!(g.gatherings().collect::<Vec<_>>(), [(AppId(1), 3)]);
     assert_eq!(v.node(NodeId(2)).free.cores, 0, "n2 is held as it drains");
     // n2's task ends: its next beat completes the gathering, n2 first.
@@ -246,10 +247,7 @@ fn the_gatherer_serves_the_highest_priority_first_holds_nodes_as_they_drain_and_
     let a = v.start_multi_node(app, held).expect("pending");
     // The lower priority one waits: every node is taken, so it cannot gather...
     wake.clear();
-    assert!(
-        g.on_node_update(&mut v, NodeId(0), &open, &mut wake)
-            .is_none()
-    );
+    assert!(waits(&mut g, &mut v, 0, &mut wake));
     assert_eq!(g.gatherings().collect::<Vec<_>>(), [(AppId(0), 1)]);
     // ...and a node that stops taking work leaves the gathering (given back, untouched).
     let closed = |n: NodeId| n != NodeId(0);
@@ -293,10 +291,7 @@ fn a_gathering_yields_its_nodes_to_higher_priority_work_and_holds_them_against_e
     let open = |_: NodeId| true;
     let mut g = Gatherer::default();
     let mut wake = Vec::new();
-    assert!(
-        g.on_node_update(&mut v, NodeId(0), &open, &mut wake)
-            .is_none()
-    );
+    assert!(waits(&mut g, &mut v, 0, &mut wake));
     assert_eq!(g.gatherings().collect::<Vec<_>>(), [(AppId(0), 1)]);
     assert!(
         !v.fits(AppId(1), NodeId(0), Variant::Cpu),
@@ -311,10 +306,7 @@ fn a_gathering_yields_its_nodes_to_higher_priority_work_and_holds_them_against_e
         .build(AppId(2));
     v.add_application(urgent, [TaskId(3)]).expect("app");
     wake.clear();
-    assert!(
-        g.on_node_update(&mut v, NodeId(1), &open, &mut wake)
-            .is_none()
-    );
+    assert!(waits(&mut g, &mut v, 1, &mut wake));
     assert_eq!(g.gatherings().count(), 0, "too few nodes are left to it");
     assert!(wake.contains(&NodeId(0)), "{wake:?}");
     assert!(!v.is_held(NodeId(0)) && !v.is_held(NodeId(1)));
@@ -322,14 +314,8 @@ fn a_gathering_yields_its_nodes_to_higher_priority_work_and_holds_them_against_e
     assert!(v.fits(AppId(2), NodeId(1), Variant::Cpu));
     // Once it runs, the gathering resumes and holds what is free around it.
     let urgent_task = v.assign(AppId(2), NodeId(1), Variant::Cpu).expect("fits");
-    assert!(
-        g.on_node_update(&mut v, NodeId(0), &open, &mut wake)
-            .is_none()
-    );
-    assert!(
-        g.on_node_update(&mut v, NodeId(1), &open, &mut wake)
-            .is_none()
-    );
+    assert!(waits(&mut g, &mut v, 0, &mut wake));
+    assert!(waits(&mut g, &mut v, 1, &mut wake));
     assert_eq!(g.gatherings().collect::<Vec<_>>(), [(AppId(0), 2)]);
     assert!(!v.fits(AppId(1), NodeId(0), Variant::Cpu));
     assert!(!v.fits(AppId(1), NodeId(1), Variant::Cpu));
@@ -381,10 +367,7 @@ fn a_multi_node_task_whose_nodes_are_free_starts_while_one_served_before_it_wait
     let mut g = Gatherer::default();
     let mut wake = Vec::new();
     for n in [1, 2, 0] {
-        assert!(
-            g.on_node_update(&mut v, NodeId(n), &open, &mut wake)
-                .is_none()
-        );
+        assert!(waits(&mut g, &mut v, n, &mut wake));
     }
     assert_eq!(
         g.gatherings().collect::<Vec<_>>(),
@@ -392,10 +375,7 @@ fn a_multi_node_task_whose_nodes_are_free_starts_while_one_served_before_it_wait
         "the wide task holds the InfiniBand nodes, n0 as it drains; the narrow one gathers too"
     );
     // The narrow task's nodes are free: it starts now, before the wide one.
-    assert!(
-        g.on_node_update(&mut v, NodeId(3), &open, &mut wake)
-            .is_none()
-    );
+    assert!(waits(&mut g, &mut v, 3, &mut wake));
     let ready = g.on_node_update(&mut v, NodeId(4), &open, &mut wake);
     assert_eq!(nodes_of(ready), (AppId(2), vec![NodeId(4), NodeId(3)]));
     assert_eq!(g.gatherings().collect::<Vec<_>>(), [(AppId(1), 3)]);
@@ -427,14 +407,8 @@ fn a_gathering_served_before_another_takes_its_members() {
     let mut g = Gatherer::default();
     let mut wake = Vec::new();
     // The low priority task holds n0 and waits for n2 to drain.
-    assert!(
-        g.on_node_update(&mut v, NodeId(0), &open, &mut wake)
-            .is_none()
-    );
-    assert!(
-        g.on_node_update(&mut v, NodeId(2), &open, &mut wake)
-            .is_none()
-    );
+    assert!(waits(&mut g, &mut v, 0, &mut wake));
+    assert!(waits(&mut g, &mut v, 2, &mut wake));
     assert_eq!(g.gatherings().collect::<Vec<_>>(), [(AppId(1), 2)]);
     // A higher priority one arrives: it gathers first, and takes n0 from the other.
     let high = app("high")
@@ -444,10 +418,7 @@ fn a_gathering_served_before_another_takes_its_members() {
         .priority(5)
         .build(AppId(2));
     v.add_application(high, [TaskId(2)]).expect("app");
-    assert!(
-        g.on_node_update(&mut v, NodeId(1), &open, &mut wake)
-            .is_none()
-    );
+    assert!(waits(&mut g, &mut v, 1, &mut wake));
     assert_eq!(
         g.gatherings().collect::<Vec<_>>(),
         [(AppId(2), 1), (AppId(1), 2)]
@@ -460,9 +431,6 @@ fn a_gathering_served_before_another_takes_its_members() {
         "the other keeps n2 as it drains"
     );
     v.task_finished(&running);
-    assert!(
-        g.on_node_update(&mut v, NodeId(2), &open, &mut wake)
-            .is_none()
-    );
+    assert!(waits(&mut g, &mut v, 2, &mut wake));
     assert!(!v.fits(AppId(0), NodeId(2), Variant::Cpu), "n2 is held");
 }
