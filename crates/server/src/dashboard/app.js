@@ -385,10 +385,11 @@ function loadAllocations() {
 
 initCharts();
 loadJobs().catch((e) => console.error(e));
-api("/api/nodes").then((nodes) => renderNodes(nodes.map((n) => ({
+// The nodes at once, before the first update; an update that came first is newer, so it stays.
+api("/api/nodes").then((nodes) => liveState.events ? null : renderNodes(nodes.map((n) => ({
   name: n.name, rack: n.rack, alive: n.alive, running: n.running, cores: n.cores, free_cores: n.free_cores,
   gpus: (n.accelerators || []).length, free_gpus: n.free_gpus, drained: n.drained, draining: n.draining, gpu_util: null,
-  attributes: n.attributes || [], time_left_ms: n.time_left_ms,
+  attributes: n.attributes || [], time_left_ms: n.time_left_ms, held_for: n.held_for,
 })))).catch((e) => console.error(e));
 // `#events=N` in the address: stop listening after N updates (headless snapshots and tests need the
 // page's network to go idle; a person never needs it).
