@@ -361,6 +361,8 @@ impl From<AppInfo> for pb::AppInfo {
             pin: a.pin,
             nodes: a.nodes,
             priority: a.priority,
+            cpu_time_limit_ms: a.time_limit_ms[0],
+            gpu_time_limit_ms: a.time_limit_ms[1],
         }
     }
 }
@@ -659,15 +661,18 @@ impl Wire for State {
             app: (!req.app.is_empty()).then(|| req.app.clone()),
             priority: req.priority,
             max_running: req.max_running,
+            time_limit_ms: req.time_limit_ms,
         };
         let apps = self.on_update(req.job_id, &update)?;
         Ok(pb::UpdateReply {
             apps: apps
                 .into_iter()
-                .map(|(name, priority, max_running)| pb::UpdatedApp {
-                    name,
-                    priority,
-                    max_running,
+                .map(|u| pb::UpdatedApp {
+                    name: u.name,
+                    priority: u.priority,
+                    max_running: u.max_running,
+                    cpu_time_limit_ms: u.time_limit_ms[0],
+                    gpu_time_limit_ms: u.time_limit_ms[1],
                 })
                 .collect(),
         })

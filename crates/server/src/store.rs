@@ -227,8 +227,25 @@ pub struct Snapshot {
     pub topologies: Vec<crate::jobs::topology::Record>,
     /// The nodes of each running multi-node task, by task id, the first (`node`) first.
     pub multi_node: std::collections::HashMap<u64, Vec<u32>>,
-    /// Applications whose settings `hetsched update` changed: (app id, priority, max_running).
-    pub app_settings: Vec<(u32, i32, u32)>,
+    /// Applications whose settings `hetsched update` changed.
+    pub app_settings: Vec<AppSettings>,
+}
+
+/// An application's settings as `hetsched update` left them, applied over its job file's at a
+/// restart.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AppSettings {
+    /// The application's id.
+    pub app: u32,
+    /// Its priority.
+    pub priority: i32,
+    /// Its `max_running` (0: no limit).
+    pub max_running: u32,
+    /// Its tasks' time limit, every variant, ms (0: none); `None`: as its job file says.
+    pub time_limit_ms: Option<u64>,
+    /// How many times an update changed what its tasks run (part of its spec keys: agents keep
+    /// specs by key).
+    pub spec_generation: u32,
 }
 
 /// The SQLite store.
@@ -281,6 +298,10 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     // file says).
     ("apps", "priority", "INTEGER"),
     ("apps", "max_running", "INTEGER"),
+    // Its time limit as `hetsched update` set it (ms, 0: none; NULL: as its job file says), and
+    // how many times an update changed what its tasks run.
+    ("apps", "time_limit_ms", "INTEGER"),
+    ("apps", "spec_generation", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
 /// The indexes; `tasks_other_nodes` lists only multi-node tasks' rows, so finding them (a
@@ -483,9 +504,18 @@ impl Store {
         snap.purged = self.purged_jobs()?;
         snap.multi_node = self.multi_node_tasks()?;
         let mut stmt = self.conn.prepare(
-            "SELECT id, priority, max_running FROM apps WHERE priority IS NOT NULL ORDER BY id",
+            "SELECT id, priority, max_running, time_limit_ms, spec_generation FROM apps
+             WHERE priority IS NOT NULL ORDER BY id",
         )?;
-        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        let rows = stmt.query_map([], |r| {
+            Ok(AppSettings {
+                app: r.get(0)?,
+                priority: r.get(1)?,
+                max_running: r.get(2)?,
+                time_limit_ms: r.get::<_, Option<i64>>(3)?.map(|ms| ms.max(0) as u64),
+                spec_generation: r.get(4)?,
+            })
+        })?;
         for r in rows {
             snap.app_settings.push(r?);
         }
@@ -827,16 +857,20 @@ fn move_multi_node_meta(conn: &Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Records application `app`'s priority and max_running as `hetsched update` set them, inside
-/// `tx` (a restart applies them over what its job file says).
-pub fn write_app_settings(
-    tx: &rusqlite::Transaction,
-    app: u32,
-    priority: i32,
-    max_running: u32,
-) -> Result<(), StoreError> {
-    tx.prepare_cached("UPDATE apps SET priority = ?1, max_running = ?2 WHERE id = ?3")?
-        .execute(params![priority, max_running, app])?;
+/// Records an application's settings as `hetsched update` left them, inside `tx` (a restart
+/// applies them over what its job file says).
+pub fn write_app_settings(tx: &rusqlite::Transaction, set: &AppSettings) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "UPDATE apps SET priority = ?1, max_running = ?2, time_limit_ms = ?3,
+         spec_generation = ?4 WHERE id = ?5",
+    )?
+    .execute(params![
+        set.priority,
+        set.max_running,
+        set.time_limit_ms.map(|ms| ms.min(i64::MAX as u64) as i64),
+        set.spec_generation,
+        set.app
+    ])?;
     Ok(())
 }
 

@@ -555,6 +555,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         "requires",
         "priority",
         "max running",
+        "time limit",
     ]);
     for a in &j.apps {
         let c = counts(&a.counts);
@@ -585,6 +586,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
             } else {
                 a.max_running.to_string()
             },
+            super::human::time_limit(a.cpu_time_limit_ms, a.gpu_time_limit_ms),
         ]);
     }
     println!("{t}");
@@ -1110,30 +1112,33 @@ pub async fn hold(args: &ClientArgs, sel: &Selected, hold: bool) -> anyhow::Resu
     .await
 }
 
-/// `hetsched update`: each selected job's applications (or `app`) take the new priority or
-/// max_running.
-pub async fn update(
-    args: &ClientArgs,
-    sel: &Selected,
-    app: Option<&str>,
-    priority: Option<i32>,
-    max_running: Option<u32>,
-) -> anyhow::Result<()> {
+/// What `hetsched update` changes (`None`: unchanged).
+pub struct Update {
+    /// The application to change; empty: every application of the job.
+    pub app: String,
+    /// The new priority.
+    pub priority: Option<i32>,
+    /// The new max_running (0: no limit).
+    pub max_running: Option<u32>,
+    /// The new time limit of a task, ms (0: no limit).
+    pub time_limit_ms: Option<u64>,
+}
+
+/// `hetsched update`: each selected job's applications (or `update.app`) take the new
+/// priority, max_running or time limit.
+pub async fn update(args: &ClientArgs, sel: &Selected, update: &Update) -> anyhow::Result<()> {
     let api = connect(args).await?;
     each_job(args, sel, "updated", |id| {
         let mut api = api.clone();
-        let app = app.unwrap_or_default().to_string();
+        let req = pb::UpdateRequest {
+            job_id: id,
+            app: update.app.clone(),
+            priority: update.priority,
+            max_running: update.max_running,
+            time_limit_ms: update.time_limit_ms,
+        };
         async move {
-            let r = api
-                .update(pb::UpdateRequest {
-                    job_id: id,
-                    app,
-                    priority,
-                    max_running,
-                })
-                .await
-                .map_err(refused)?
-                .into_inner();
+            let r = api.update(req).await.map_err(refused)?.into_inner();
             let apps: Vec<String> = r
                 .apps
                 .iter()
@@ -1142,7 +1147,14 @@ pub async fn update(
                         0 => "no max_running".to_string(),
                         m => format!("max_running {m}"),
                     };
-                    format!("`{}` priority {}, {cap}", a.name, a.priority)
+                    let limit =
+                        match super::human::time_limit(a.cpu_time_limit_ms, a.gpu_time_limit_ms)
+                            .as_str()
+                        {
+                            "-" => "no time limit".to_string(),
+                            l => format!("time limit {l}"),
+                        };
+                    format!("`{}` priority {}, {cap}, {limit}", a.name, a.priority)
                 })
                 .collect();
             let line = format!("job {id}: {}", apps.join("; "));

@@ -34,6 +34,19 @@ pub fn cpu_time(ms: u64) -> String {
     }
 }
 
+/// A task's time limit from its CPU and GPU variants' (ms, 0: none or no such variant), as
+/// [`duration`] writes it: one figure when the variants agree or only one has a limit, else
+/// `cpu 1h 0m / gpu 10m 0s`; `-` for none.
+pub fn time_limit(cpu_ms: u64, gpu_ms: u64) -> String {
+    let d = |ms: u64| duration(Duration::from_millis(ms));
+    match (cpu_ms, gpu_ms) {
+        (0, 0) => "-".into(),
+        (c, g) if c == g || g == 0 => d(c),
+        (0, g) => d(g),
+        (c, g) => format!("cpu {} / gpu {}", d(c), d(g)),
+    }
+}
+
 /// Bytes in binary units (`48.0 MiB`); `-` for none (not measured).
 pub fn memory(bytes: u64) -> String {
     if bytes == 0 {
@@ -203,6 +216,15 @@ mod tests {
             duration(Duration::from_secs(3 * 86_400 + 4 * 3600)),
             "3d 4h"
         );
+    }
+
+    #[test]
+    fn a_time_limit_is_one_figure_unless_the_variants_differ() {
+        assert_eq!(time_limit(0, 0), "-");
+        assert_eq!(time_limit(90_000, 0), "1m 30s");
+        assert_eq!(time_limit(0, 90_000), "1m 30s");
+        assert_eq!(time_limit(3_600_000, 3_600_000), "1h 0m");
+        assert_eq!(time_limit(3_600_000, 600_000), "cpu 1h 0m / gpu 10m 0s");
     }
 
     #[test]

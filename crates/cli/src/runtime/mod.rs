@@ -272,8 +272,9 @@ pub enum RuntimeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Change batch jobs' priority or max_running after submission (Slurm's `scontrol update`):
-    /// pending tasks are placed by the new values; running ones go on
+    /// Change batch jobs' priority, max_running or time limit after submission (Slurm's
+    /// `scontrol update`): pending tasks are placed and run by the new values; running ones go on
+    /// as they started
     Update {
         /// Jobs: ids, ranges (`4-9`: the jobs listed in it), `last` (the newest job) or `all`
         /// (every job not finished); separate with spaces or commas.
@@ -288,6 +289,10 @@ pub enum RuntimeCommand {
         /// The new cap on tasks running at once, 0 for none (a job file's `max_running`).
         #[arg(long, value_name = "N")]
         max_running: Option<u32>,
+        /// The new wall-clock limit of each task not yet started, every variant: `90s`, `2h`,
+        /// `1h30m`; `none` (or 0) for no limit (a job file's `time_limit`).
+        #[arg(long, value_name = "DURATION", value_parser = parse_time_limit)]
+        time_limit: Option<u64>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -424,6 +429,23 @@ impl RuntimeCommand {
 }
 
 /// Runs a runtime command.
+/// `hetsched update --time-limit`: a duration as job files write it (`90s`, `2h`, `1h30m`), in
+/// ms; `none` or `0` for no limit.
+fn parse_time_limit(s: &str) -> Result<u64, String> {
+    match s.trim() {
+        "none" | "0" => Ok(0),
+        t => {
+            let d: hetsched_core::input::Duration = t.parse()?;
+            // 0 is no limit, as in a job file; a limit under 1 ms must not read as none.
+            Ok(if d.0 == 0 {
+                0
+            } else {
+                (d.0 / 1_000_000).max(1)
+            })
+        }
+    }
+}
+
 pub fn run(cmd: RuntimeCommand) -> anyhow::Result<()> {
     match cmd {
         RuntimeCommand::Kernel(args) => kernel::run(&args),
@@ -587,13 +609,20 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             app,
             priority,
             max_running,
+            time_limit,
             client,
         } => {
-            if priority.is_none() && max_running.is_none() {
-                anyhow::bail!("nothing to update: give --priority or --max-running");
+            if priority.is_none() && max_running.is_none() && time_limit.is_none() {
+                anyhow::bail!("nothing to update: give --priority, --max-running or --time-limit");
             }
             let sel = select::resolve(&ids, &client).await?;
-            client::update(&client, &sel, app.as_deref(), priority, max_running).await
+            let update = client::Update {
+                app: app.unwrap_or_default(),
+                priority,
+                max_running,
+                time_limit_ms: time_limit,
+            };
+            client::update(&client, &sel, &update).await
         }
         RuntimeCommand::Node(NodeCommand::Remove { name, client }) => {
             client::remove_node(&client, &name).await
@@ -638,4 +667,22 @@ pub fn init_logging(default: &str) {
         .with_ansi(human::colour())
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_time_limit;
+
+    #[test]
+    fn an_updated_time_limit_reads_as_a_job_files_and_none_or_zero_is_no_limit() {
+        assert_eq!(parse_time_limit("90s"), Ok(90_000));
+        assert_eq!(parse_time_limit("1h30m"), Ok(5_400_000));
+        assert_eq!(parse_time_limit("none"), Ok(0));
+        assert_eq!(parse_time_limit("0"), Ok(0));
+        assert_eq!(parse_time_limit("0s"), Ok(0));
+        // Under a millisecond is still a limit, not none.
+        assert_eq!(parse_time_limit("10us"), Ok(1));
+        assert!(parse_time_limit("soon").is_err());
+        assert!(parse_time_limit("87601h").is_err());
+    }
 }

@@ -149,7 +149,7 @@ fn the_dashboard_shows_jobs_tasks_and_nodes_and_updates_live_in_a_browser() {
     let job = c.write(
         "job.toml",
         "name = \"dash-demo\"\n[[application]]\nname = \"steady\"\ntasks = 120\nmax_running = 4\n\
-         [application.cpu]\ncommand = 'sleep 0.4'\n\
+         [application.cpu]\ncommand = 'sleep 0.4'\ntime_limit = \"5m\"\n\
          [[application]]\nname = \"on-ssd\"\ntasks = 2\nrequires = [\"ssd\"]\npriority = 3\n\
          [application.cpu]\ncommand = 'sleep 0.4'\n",
     );
@@ -185,13 +185,15 @@ fn the_dashboard_shows_jobs_tasks_and_nodes_and_updates_live_in_a_browser() {
     // The job's applications, with what they ask of the cluster.
     assert!(
         dom.contains("<tr data-app=\"steady\">")
-            && dom.contains("<td class=\"max-running\">4</td>"),
-        "steady's max_running: {dom}"
+            && dom.contains("<td class=\"max-running\">4</td><td class=\"time-limit\">5m 0s</td>"),
+        "steady's max_running and time limit: {dom}"
     );
     assert!(
         dom.contains("<tr data-app=\"on-ssd\">")
             && dom.contains("<td class=\"requires\">ssd</td><td class=\"priority\">3</td>")
-            && dom.contains("<td class=\"max-running\">no limit</td>"),
+            && dom.contains(
+                "<td class=\"max-running\">no limit</td><td class=\"time-limit\">none</td>"
+            ),
         "on-ssd's requires"
     );
     assert!(

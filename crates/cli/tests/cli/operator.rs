@@ -1659,10 +1659,11 @@ fn failing_submissions_back_off_and_say_why() {
     assert_eq!(c.json(&["jobs", "--state", "blocked"])[0]["id"], 1);
 }
 
-/// `hetsched update`: a waiting job's priority and max_running change; the higher priority job
-/// runs first, `hetsched job` shows the new values, and refusals name their job.
+/// `hetsched update`: a waiting job's priority, max_running and time limit change; the higher
+/// priority job runs first, the agent stops a task at its new time limit, `hetsched job` shows the
+/// new values, and refusals name their job.
 #[test]
-fn an_update_changes_a_waiting_jobs_priority_and_max_running() {
+fn an_update_changes_a_waiting_jobs_priority_max_running_and_time_limit() {
     let mut c = Cluster::start("update", false);
     c.start_agent("a", 1, &[]);
     c.wait_for_nodes(1);
@@ -1674,11 +1675,15 @@ fn an_update_changes_a_waiting_jobs_priority_and_max_running() {
     c.ok(&["submit", "--app", "early", "--tasks", "2", "--", "true"]);
     c.ok(&["submit", "--app", "late", "--", "true"]);
     let said = c.ok(&["update", "last", "--priority", "5"]);
-    assert_eq!(said, "job 3: `late` priority 5, no max_running\n");
+    assert_eq!(
+        said,
+        "job 3: `late` priority 5, no max_running, no time limit\n"
+    );
     let said = c.json(&["update", "2", "--app", "early", "--max-running", "1"]);
     assert_eq!(
         said,
-        serde_json::json!({"apps": [{"name": "early", "priority": 0, "max_running": 1}]})
+        serde_json::json!({"apps": [{"name": "early", "priority": 0, "max_running": 1,
+            "cpu_time_limit_ms": 0, "gpu_time_limit_ms": 0}]})
     );
     let shown = c.json(&["job", "2"]);
     assert_eq!(
@@ -1695,7 +1700,11 @@ fn an_update_changes_a_waiting_jobs_priority_and_max_running() {
     );
     c.refused(
         &["update", "2"],
-        "nothing to update: give --priority or --max-running",
+        "nothing to update: give --priority, --max-running or --time-limit",
+    );
+    c.refused(
+        &["update", "2", "--time-limit", "soon"],
+        "invalid value 'soon' for '--time-limit <DURATION>'",
     );
     // The blocker ends: the raised job runs first.
     c.ok(&["cancel", "1"]);
@@ -1713,6 +1722,38 @@ fn an_update_changes_a_waiting_jobs_priority_and_max_running() {
     c.refused(
         &["update", "2", "--priority", "1"],
         "job 2 has ended (completed): nothing to update",
+    );
+    // A held job's hour becomes a second: its agent stops the task at the new limit.
+    c.ok(&[
+        "submit",
+        "--hold",
+        "--app",
+        "long",
+        "--time-limit",
+        "1h",
+        "--",
+        "sleep",
+        "30",
+    ]);
+    assert!(
+        c.ok(&["job", "4"]).contains("1h 0m"),
+        "the file's limit shows"
+    );
+    let said = c.ok(&["update", "4", "--time-limit", "1s"]);
+    assert_eq!(
+        said,
+        "job 4: `long` priority 0, no max_running, time limit 1.0s\n"
+    );
+    assert_eq!(c.json(&["job", "4"])["apps"][0]["cpu_time_limit_ms"], 1000);
+    c.ok(&["release", "4"]);
+    c.cli(&["wait", "4", "--timeout", "20s"]);
+    let task = &c.json(&["tasks", "--job", "4"])[0];
+    assert_eq!(task["state"], "failed", "{task}");
+    assert!(
+        task["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("time limit of 1.000s exceeded")),
+        "{task}"
     );
 }
 

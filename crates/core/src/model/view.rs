@@ -599,6 +599,23 @@ impl SchedulerView {
         Ok(())
     }
 
+    /// Changes the wall-clock limit of each of `app`'s tasks, every variant (`None`: no limit;
+    /// `hetsched update --time-limit`): placement on a node with an end (an agent's own time
+    /// limit) reads the new one. Tasks already running keep the limit they started with.
+    pub fn set_time_limit(&mut self, app: AppId, limit: Option<Time>) -> Result<(), ViewError> {
+        let a = self
+            .apps
+            .get_mut(app.index())
+            .ok_or(ViewError::UnknownApp(app))?;
+        if let Some(cpu) = a.app.cpu.as_mut() {
+            cpu.time_limit = limit;
+        }
+        if let Some(gpu) = a.app.gpu.as_mut() {
+            gpu.time_limit = limit;
+        }
+        Ok(())
+    }
+
     /// Keeps `app` off `node` (`excluded`) or allows it there again: while excluded, no task of
     /// the application fits on the node, whatever its free resources.
     pub fn set_excluded(&mut self, app: AppId, node: NodeId, excluded: bool) {

@@ -249,7 +249,7 @@ function updateJobTitle(j) {
     + (why ? ` — pending because: ${why}` : "");
 }
 
-// What a job's applications are and ask for: variants, `requires`, `priority`, `max_running`, measured use;
+// What a job's applications are and ask for: variants, `requires`, `priority`, `max_running`, time limit, measured use;
 // a divisible load's plan or a workflow's balancer above them.
 function renderJobDetail(j) {
   updateJobTitle(j);
@@ -258,9 +258,12 @@ function renderJobDetail(j) {
     const c = a.counts || {};
     const variants = [a.has_cpu ? "cpu" : "", a.has_gpu ? "gpu" : ""].filter(Boolean).join(", ") || "-";
     const mean = [a.has_cpu ? `cpu ${ms(a.mean_cpu_ms)}` : "", a.has_gpu ? `gpu ${ms(a.mean_gpu_ms)}` : ""].filter(Boolean).join(" · ") || "-";
+    // One figure when the variants agree (or one has none), as `hetsched job` writes it.
+    const cl = a.cpu_time_limit_ms || 0, gl = a.gpu_time_limit_ms || 0;
+    const limit = !cl && !gl ? "none" : cl === gl || !gl ? ms(cl) : !cl ? ms(gl) : `cpu ${ms(cl)} · gpu ${ms(gl)}`;
     return `<tr data-app="${esc(a.name)}"><td>${esc(a.name)}</td><td>${a.tasks}</td><td>${c.pending || 0}</td><td>${c.running || 0}</td>
       <td>${c.succeeded || 0}</td><td>${c.failed || 0}</td><td>${c.cancelled || 0}</td><td>${variants}</td>
-      <td class="requires">${esc((a.requires || []).join(", ") || "-")}</td><td class="priority">${a.priority || 0}</td><td class="max-running">${a.max_running || "no limit"}</td>
+      <td class="requires">${esc((a.requires || []).join(", ") || "-")}</td><td class="priority">${a.priority || 0}</td><td class="max-running">${a.max_running || "no limit"}</td><td class="time-limit">${limit}</td>
       <td>${mean}</td><td>${ms(a.cpu_ms)}</td><td>${bytes(a.max_rss_bytes)}</td></tr>`;
   }).join("");
   let kind = "";

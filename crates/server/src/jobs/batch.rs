@@ -48,9 +48,20 @@ pub const MAX_SUBMISSION_KEY: usize = 128;
 /// Longest working directory a submission may name.
 pub const MAX_WORKDIR: usize = 4096;
 
-/// The key of application `app`'s variant `v` in `TaskSpec`s and assignments.
-pub fn spec_key(app: u32, v: Variant) -> u64 {
-    u64::from(app) * 2 + u64::from(variant_code(v))
+/// Where an application's spec generation sits in its spec keys (`app × 2 + variant` takes
+/// the 33 bits below; the kinds' byte is above [`super::KIND_SHIFT`]).
+const GENERATION_SHIFT: u32 = 34;
+
+/// Most spec generations of one application: how many times `hetsched update` may change what
+/// its tasks run.
+pub const MAX_SPEC_GENERATION: u32 = (1 << (super::KIND_SHIFT - GENERATION_SHIFT)) - 1;
+
+/// The key of application `app`'s variant `v` in `TaskSpec`s and assignments, in the spec's
+/// `generation`: agents keep the specs they were sent by key, so a spec that changes after
+/// submission (`hetsched update --time-limit`) is sent under a new key.
+pub fn spec_key(app: u32, v: Variant, generation: u32) -> u64 {
+    (u64::from(generation.min(MAX_SPEC_GENERATION)) << GENERATION_SHIFT)
+        | (u64::from(app) * 2 + u64::from(variant_code(v)))
 }
 
 fn variant_code(v: Variant) -> u8 {
@@ -200,6 +211,11 @@ struct AppRec {
     nodes: u32,
     /// Its scheduling priority (its job file's, or `hetsched update`'s).
     priority: i32,
+    /// The time limit `hetsched update` set over the job file's (ms, 0: none); `None`: the
+    /// file's.
+    time_limit_update: Option<u64>,
+    /// How many times `hetsched update` changed what its tasks run: part of their spec keys.
+    spec_generation: u32,
 }
 
 /// Where an application's tasks send their stdout and stderr ([`Batch::streams`]).
@@ -369,12 +385,9 @@ impl Batch {
             b.install(cx, row, job)?;
         }
         // What `hetsched update` changed, over the job files.
-        for (app, priority, max_running) in snap.app_settings {
-            if let Some(r) = b.apps.get_mut(app as usize) {
-                r.priority = priority;
-                r.max_running = max_running;
-                cx.view.set_priority(AppId(app), priority)?;
-                cx.view.set_max_running(AppId(app), max_running)?;
+        for set in snap.app_settings {
+            if b.apps.get(set.app as usize).is_some() {
+                b.apply_settings(cx, &set)?;
             }
         }
         // A purged last job's ids stay taken.
@@ -525,6 +538,8 @@ impl Batch {
                 max_running: app.max_running,
                 nodes: app.nodes,
                 priority: app.priority,
+                time_limit_update: None,
+                spec_generation: 0,
             });
             self.any_multi_node |= app.is_multi_node();
             // A job that runs after others keeps its tasks out of the queues until they
@@ -655,7 +670,7 @@ impl Batch {
             None => (Vec::new(), BTreeMap::new(), 0, 0, 0),
         };
         TaskSpec {
-            key: spec_key(app, v),
+            key: spec_key(app, v, rec.spec_generation),
             job_id,
             app: rec.name.clone(),
             variant: v.to_string(),
@@ -1260,6 +1275,7 @@ impl Batch {
                         pin: r.pin,
                         nodes: r.nodes,
                         priority: r.priority,
+                        time_limit_ms: r.time_limits_ms(),
                     }
                 })
                 .collect()
@@ -1508,7 +1524,11 @@ impl Batch {
             cx.view.requeue(&a);
             return;
         };
-        let key = spec_key(app.0, Variant::Cpu);
+        let key = spec_key(
+            app.0,
+            Variant::Cpu,
+            self.apps.get(app.index()).map_or(0, |r| r.spec_generation),
+        );
         let d = Dispatch {
             task_id: t.id,
             attempt: t.attempt + 1,
@@ -1815,7 +1835,13 @@ impl JobKind for Batch {
             let Some(t) = self.tasks.get(a.task.0 as usize) else {
                 continue;
             };
-            let key = spec_key(a.app.0, a.variant);
+            let key = spec_key(
+                a.app.0,
+                a.variant,
+                self.apps
+                    .get(a.app.index())
+                    .map_or(0, |r| r.spec_generation),
+            );
             let cores = crate::state::prefetch::cores_of(cx.view, a.app, a.variant);
             let prefetched = used + cores > credit.free;
             if prefetched && let Some(q) = auto.as_mut() {
@@ -1898,7 +1924,7 @@ impl JobKind for Batch {
         crate::store::write_held(tx, &self.held_changed)?;
         for &a in &self.settings_changed {
             if let Some(r) = self.apps.get(a as usize) {
-                crate::store::write_app_settings(tx, a, r.priority, r.max_running)?;
+                crate::store::write_app_settings(tx, &r.settings(a))?;
             }
         }
         // A multi-node task's other nodes are stored as its attempt starts.

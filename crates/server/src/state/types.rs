@@ -328,6 +328,9 @@ pub struct AppInfo {
     pub nodes: u32,
     /// Its scheduling priority (0 for applications of other kinds).
     pub priority: i32,
+    /// Its CPU and GPU variants' time limit of one task, ms (0: none, no such variant, or not
+    /// a batch application).
+    pub time_limit_ms: [u64; 2],
 }
 
 /// One job, as listings show it.

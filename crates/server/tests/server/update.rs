@@ -1,9 +1,10 @@
-//! `hetsched update JOB`: a batch job's applications' priority and max_running change after
-//! submission; pending tasks are placed by the new values, and a restart keeps them.
+//! `hetsched update JOB`: a batch job's applications' priority, max_running and time limit
+//! change after submission; pending tasks are placed and run by the new values, and a restart
+//! keeps them.
 
 use crate::common;
 
-use common::{beat, register};
+use common::{beat, heartbeat_request, register};
 use hetsched_proto as pb;
 use hetsched_server::ServerConfig;
 use hetsched_server::convert::Wire;
@@ -41,6 +42,17 @@ fn update(
         app: app.into(),
         priority,
         max_running,
+        time_limit_ms: None,
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// `hetsched update JOB --time-limit` of `ms` (0: none).
+fn update_time_limit(s: &mut State, job: u64, ms: u64) -> Result<pb::UpdateReply, String> {
+    s.update(&pb::UpdateRequest {
+        job_id: job,
+        time_limit_ms: Some(ms),
+        ..Default::default()
     })
     .map_err(|e| e.to_string())
 }
@@ -114,11 +126,15 @@ fn an_update_names_what_it_cannot_do() {
     );
     assert_eq!(
         update(&mut s, job, "", None, None).expect_err("refused"),
-        "nothing to update: give a priority or a max_running"
+        "nothing to update: give a priority, a max_running or a time limit"
     );
     assert_eq!(
         update(&mut s, 9, "", Some(1), None).expect_err("refused"),
         "no job 9"
+    );
+    assert_eq!(
+        update_time_limit(&mut s, job, 10 * 365 * 24 * 3_600_000 + 1).expect_err("refused"),
+        "time limit 315360000001 ms is longer than the longest accepted, 315360000000 ms (10 years)"
     );
     beat(&mut s, n, &[], &[]);
     beat(&mut s, n, &[], &[(0, 1, true)]);
@@ -132,4 +148,98 @@ fn an_update_names_what_it_cannot_do() {
         settings(&s, job),
         [("a".to_string(), 0, 0), ("b".to_string(), 0, 0)]
     );
+}
+
+/// An application's CPU and GPU time limits, ms.
+fn limits(a: &pb::AppInfo) -> [u64; 2] {
+    [a.cpu_time_limit_ms, a.gpu_time_limit_ms]
+}
+
+/// The (spec key, time limit in ms) of each spec a reply carries.
+fn specs(r: &pb::HeartbeatReply) -> Vec<(u64, u64)> {
+    r.specs.iter().map(|t| (t.key, t.time_limit_ms)).collect()
+}
+
+/// The spec key each assignment of a reply names.
+fn spec_keys(r: &pb::HeartbeatReply) -> Vec<u64> {
+    r.assignments.iter().map(|a| a.spec).collect()
+}
+
+#[test]
+fn a_new_time_limit_reaches_the_agents_under_a_new_spec_key_and_a_restart_keeps_it() {
+    let d = common::scratch("update", "time-limit");
+    let limited = "[[application]]\nname = \"a\"\ntasks = 4\n\
+                   [application.cpu]\ncommand = \"true\"\ntime_limit = \"1h\"\n";
+    let (old_key, new_key) = {
+        let mut s = open(&d);
+        let n = register(&mut s, "n", 1);
+        let job = submit(&mut s, limited);
+        let r = beat(&mut s, n, &[], &[]);
+        assert_eq!(assigned(&r), vec![0]);
+        let old_key = spec_keys(&r)[0];
+        assert_eq!(specs(&r), [(old_key, 3_600_000)]);
+
+        let r = update_time_limit(&mut s, job, 90_000).expect("updated");
+        assert_eq!(
+            r.apps
+                .iter()
+                .map(|a| (a.name.as_str(), a.cpu_time_limit_ms, a.gpu_time_limit_ms))
+                .collect::<Vec<_>>(),
+            [("a", 90_000, 0)]
+        );
+        assert_eq!(limits(&s.job(job).expect("job").apps[0]), [90_000, 0]);
+        // The agent holds the first spec; the next task is sent with the new one, under a key
+        // it does not hold (else it would run the task by the spec it has, with 1 h).
+        let mut req = heartbeat_request(n, &[], &[(0, 1, true)]);
+        req.known_specs = vec![old_key];
+        let r = s.heartbeat(req).expect("heartbeat");
+        assert_eq!(assigned(&r), vec![1]);
+        let new_key = spec_keys(&r)[0];
+        assert_ne!(new_key, old_key);
+        assert_eq!(specs(&r), [(new_key, 90_000)]);
+        // The same limit again changes nothing an agent holds.
+        update_time_limit(&mut s, job, 90_000).expect("updated");
+        let mut req = heartbeat_request(n, &[], &[(1, 1, true)]);
+        req.known_specs = vec![old_key, new_key];
+        let r = s.heartbeat(req).expect("heartbeat");
+        assert_eq!((assigned(&r), spec_keys(&r)), (vec![2], vec![new_key]));
+        assert!(r.specs.is_empty(), "no spec to send: {:?}", specs(&r));
+        (old_key, new_key)
+    };
+    // Restarted: the update's limit and key hold, over the job file's, for an agent that kept
+    // the old spec through the restart.
+    let mut s = open(&d);
+    assert_eq!(limits(&s.job(1).expect("job").apps[0]), [90_000, 0]);
+    let n = register(&mut s, "m", 1);
+    let mut req = heartbeat_request(n, &[], &[]);
+    req.known_specs = vec![old_key];
+    let r = s.heartbeat(req).expect("heartbeat");
+    assert_eq!(assigned(&r), vec![3]);
+    assert_eq!(specs(&r), [(new_key, 90_000)]);
+}
+
+#[test]
+fn a_shorter_time_limit_lets_tasks_start_on_an_agent_with_less_time_left() {
+    let d = common::scratch("update", "time-left");
+    let mut s = open(&d);
+    let n = register(&mut s, "n", 1);
+    let job = submit(
+        &mut s,
+        "[[application]]\nname = \"a\"\ntasks = 1\n\
+         [application.cpu]\ncommand = \"true\"\ntime_limit = \"1h\"\n",
+    );
+    // Ten minutes left on the agent: a one-hour task would be stopped half-way.
+    let ten_minutes = |s: &mut State| {
+        let mut req = heartbeat_request(n, &[], &[]);
+        req.time_left_ms = Some(600_000);
+        s.heartbeat(req).expect("heartbeat")
+    };
+    assert!(assigned(&ten_minutes(&mut s)).is_empty());
+    update_time_limit(&mut s, job, 300_000).expect("updated");
+    let r = ten_minutes(&mut s);
+    assert_eq!(assigned(&r), vec![0]);
+    assert_eq!(specs(&r)[0].1, 300_000);
+    // 0 (`--time-limit none`) lifts the limit.
+    update_time_limit(&mut s, job, 0).expect("updated");
+    assert_eq!(limits(&s.job(job).expect("job").apps[0]), [0, 0]);
 }

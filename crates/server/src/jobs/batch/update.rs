@@ -1,14 +1,24 @@
-//! `hetsched update JOB`: a batch job's applications' priority or `max_running` change after
-//! submission (Slurm's `scontrol update JobId=… Priority=…`). The scheduler's view takes the new
-//! values at once, so every placement from then on — a policy's priority levels, a multi-node
-//! gathering's order, the cap on running tasks — reads them; tasks already running go on (a
-//! lowered `max_running` lets no new one start until fewer run). The values are stored in the
-//! application's row (`apps.priority`, `apps.max_running`) in the event's transaction, and a
-//! restart applies them over what the job file says.
+//! `hetsched update JOB`: a batch job's applications' priority, `max_running` or time limit
+//! change after submission (Slurm's `scontrol update JobId=… Priority=… TimeLimit=…`). The
+//! scheduler's view takes the new values at once, so every placement from then on — a policy's
+//! priority levels, a multi-node gathering's order, the cap on running tasks, whether a task
+//! fits in the time an agent has left — reads them; tasks already running go on (a lowered
+//! `max_running` lets no new one start until fewer run; a running task keeps the time limit it
+//! started with, which its agent enforces).
+//!
+//! A new time limit changes what the application's tasks run, and agents keep the task specs
+//! they were sent by key: so the application's spec generation, part of its spec keys, goes up,
+//! and the next task it dispatches carries the new spec under a key no agent holds.
+//!
+//! The values are stored in the application's row (`apps.priority`, `apps.max_running`,
+//! `apps.time_limit_ms`, `apps.spec_generation`) in the event's transaction, and a restart
+//! applies them over what the job file says.
 
-use super::{Batch, Ctx};
+use super::{AppRec, Batch, Ctx, MAX_SPEC_GENERATION};
 use crate::state::StateError;
+use crate::store::AppSettings;
 use hetsched_core::AppId;
+use hetsched_core::input::MAX_DURATION;
 
 /// What `hetsched update` changes; `None` leaves a value as it is.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -19,10 +29,40 @@ pub struct Update {
     pub priority: Option<i32>,
     /// The new `max_running` (0: no limit).
     pub max_running: Option<u32>,
+    /// The new time limit of each task, every variant, in ms (0: no limit).
+    pub time_limit_ms: Option<u64>,
 }
 
-/// An application as an update left it: (name, priority, max_running).
-pub type Updated = (String, i32, u32);
+/// An application as an update left it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Updated {
+    /// Its name.
+    pub name: String,
+    /// Its priority.
+    pub priority: i32,
+    /// Its `max_running` (0: no limit).
+    pub max_running: u32,
+    /// Its CPU and GPU variants' time limits, ms (0: none, or no such variant).
+    pub time_limit_ms: [u64; 2],
+}
+
+impl AppRec {
+    /// Its variants' time limits, ms: (CPU, GPU), 0 for none.
+    pub(super) fn time_limits_ms(&self) -> [u64; 2] {
+        [&self.cpu, &self.gpu].map(|v| v.as_ref().map_or(0, |r| r.time_limit_ms))
+    }
+
+    /// What `hetsched update` set, as the store keeps it for application `app`.
+    pub(super) fn settings(&self, app: u32) -> AppSettings {
+        AppSettings {
+            app,
+            priority: self.priority,
+            max_running: self.max_running,
+            time_limit_ms: self.time_limit_update,
+            spec_generation: self.spec_generation,
+        }
+    }
+}
 
 impl Batch {
     /// Applies `update` to job `job`'s applications (the one it names, or all). Refused for a
@@ -34,10 +74,21 @@ impl Batch {
         job: u64,
         update: &Update,
     ) -> Result<Vec<Updated>, StateError> {
-        if update.priority.is_none() && update.max_running.is_none() {
+        if update.priority.is_none()
+            && update.max_running.is_none()
+            && update.time_limit_ms.is_none()
+        {
             return Err(StateError::Invalid(
-                "nothing to update: give a priority or a max_running".into(),
+                "nothing to update: give a priority, a max_running or a time limit".into(),
             ));
+        }
+        let max_ms = MAX_DURATION / 1_000_000;
+        if let Some(ms) = update.time_limit_ms
+            && ms > max_ms
+        {
+            return Err(StateError::Invalid(format!(
+                "time limit {ms} ms is longer than the longest accepted, {max_ms} ms (10 years)"
+            )));
         }
         let Some(j) = self.job_rec(job).filter(|_| !self.retention.is_purged(job)) else {
             return Err(StateError::NoJob(job));
@@ -69,25 +120,79 @@ impl Batch {
                 vec![a]
             }
         };
+        if update.time_limit_ms.is_some()
+            && let Some(r) = apps
+                .iter()
+                .filter_map(|&a| self.apps.get(a as usize))
+                .find(|r| r.spec_generation >= MAX_SPEC_GENERATION)
+        {
+            return Err(StateError::Invalid(format!(
+                "application `{}` of job {job} had its time limit changed {MAX_SPEC_GENERATION} \
+                 times, the most accepted",
+                r.name
+            )));
+        }
         let mut out = Vec::with_capacity(apps.len());
         for a in apps {
-            let Some(r) = self.apps.get_mut(a as usize) else {
+            let Some(r) = self.apps.get(a as usize) else {
                 continue;
             };
-            if let Some(p) = update.priority {
-                r.priority = p;
-                cx.view.set_priority(AppId(a), p)?;
+            let mut set = r.settings(a);
+            set.priority = update.priority.unwrap_or(set.priority);
+            set.max_running = update.max_running.unwrap_or(set.max_running);
+            if let Some(ms) = update.time_limit_ms
+                && r.time_limits_ms()
+                    .iter()
+                    .zip([&r.cpu, &r.gpu])
+                    .any(|(&had, v)| v.is_some() && had != ms)
+            {
+                set.time_limit_ms = Some(ms);
+                set.spec_generation += 1;
             }
-            if let Some(m) = update.max_running {
-                r.max_running = m;
-                cx.view.set_max_running(AppId(a), m)?;
-            }
-            out.push((r.name.clone(), r.priority, r.max_running));
+            self.apply_settings(cx, &set)?;
+            let Some(r) = self.apps.get(a as usize) else {
+                continue;
+            };
+            out.push(Updated {
+                name: r.name.clone(),
+                priority: r.priority,
+                max_running: r.max_running,
+                time_limit_ms: r.time_limits_ms(),
+            });
             self.settings_changed.push(a);
             // Its pending tasks may start where they could not (a higher cap, a new order).
             let pending = cx.view.app(AppId(a)).pending.len();
             cx.nodes.wakes.free(a, pending);
         }
         Ok(out)
+    }
+}
+
+impl Batch {
+    /// Gives application `set.app` the settings `set` (an update, or a restart applying the
+    /// stored ones over its job file), in its record and in the scheduler's view.
+    pub(super) fn apply_settings(
+        &mut self,
+        cx: &mut Ctx,
+        set: &AppSettings,
+    ) -> Result<(), StateError> {
+        let Some(r) = self.apps.get_mut(set.app as usize) else {
+            return Ok(());
+        };
+        let app = AppId(set.app);
+        r.priority = set.priority;
+        cx.view.set_priority(app, set.priority)?;
+        r.max_running = set.max_running;
+        cx.view.set_max_running(app, set.max_running)?;
+        r.spec_generation = set.spec_generation;
+        if let Some(ms) = set.time_limit_ms {
+            r.time_limit_update = Some(ms);
+            for run in [&mut r.cpu, &mut r.gpu].into_iter().flatten() {
+                run.time_limit_ms = ms;
+            }
+            let limit = (ms > 0).then(|| ms.saturating_mul(1_000_000));
+            cx.view.set_time_limit(app, limit)?;
+        }
+        Ok(())
     }
 }
