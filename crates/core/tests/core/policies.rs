@@ -350,7 +350,7 @@ fn hdas_hetero_keeps_gpu_friendly_work_off_cores_once_the_gpu_backlog_is_short()
     env.add(bp(8));
     // 8 pending tasks × 23.6 s over 4 GPUs: the GPUs clear the backlog in 47.2 s, long before a
     // 900 s CPU task would end — so hdas-hetero leaves the cores idle, plain hdas does not.
-    let backlog = gpu_backlogs(&env.view, &[true], 0.05)[0] / 1e9;
+    let backlog = gpu_backlogs(&env.view, &[true], 0.05).of(AppId(0)) / 1e9;
     assert!((backlog - 8.0 * 23.63125 / 4.0).abs() < 1e-6, "{backlog}");
     let got = env.heartbeat(BatchPolicyKind::HdasHetero, 0, 0.0);
     assert_eq!(got.len(), 4);
@@ -370,6 +370,55 @@ fn hdas_hetero_keeps_gpu_friendly_work_off_cores_once_the_gpu_backlog_is_short()
     env.add(bp(400));
     let got = env.heartbeat(BatchPolicyKind::HdasHetero, 0, 0.0);
     assert_eq!(got.iter().filter(|a| a.variant == Variant::Cpu).count(), 2);
+}
+
+#[test]
+fn a_gpu_backlog_counts_the_work_of_every_application_at_least_as_gpu_friendly() {
+    use hetsched_core::policy::batch::hdas::gpu_backlogs;
+    let mixed = |name: &str, tasks: u32, gpu_s: f64| {
+        app(name)
+            .tasks(tasks)
+            .split_mib(4)
+            .gpu(gpu_s, 0.0, 0.03125)
+            .cpu(900.0, 0.03125)
+    };
+    // One node of 4 GPUs. GPU advantages (CPU time / GPU time): x 89.7, y and y2 44.9, z 22.5;
+    // an ended application between them.
+    let mut env = Env::new(1);
+    env.add(mixed("x", 4, 10.0));
+    env.add(mixed("y", 8, 20.0));
+    let ended = env.add(mixed("ended", 3, 5.0));
+    env.view.cancel_pending(ended);
+    env.add(mixed("y2", 4, 20.0));
+    env.add(mixed("z", 2, 40.0));
+    let b = gpu_backlogs(&env.view, &[true; 5], 0.05);
+    let s = |app: u32| b.of(AppId(app)) / 1e9;
+    // Seconds of GPU work per task (compute + read): x 10.03125, y 20.03125, z 40.03125; over
+    // 4 GPUs. The disk (56 MiB at 128 MiB/s, 0.44 s) is never the longer.
+    let (x, y, y2, z) = (
+        4.0 * 10.03125,
+        8.0 * 20.03125,
+        4.0 * 20.03125,
+        2.0 * 40.03125,
+    );
+    let close = |got: f64, want: f64| (got - want).abs() < 1e-9 * want;
+    assert!(close(s(0), x / 4.0), "x: {}", s(0));
+    // Equal advantages count each other.
+    assert!(close(s(1), (x + y + y2) / 4.0), "y: {}", s(1));
+    assert!(close(s(3), (x + y + y2) / 4.0), "y2: {}", s(3));
+    assert!(close(s(4), (x + y + y2 + z) / 4.0), "z: {}", s(4));
+    assert_eq!(
+        s(2),
+        f64::INFINITY,
+        "nothing of the ended application waits"
+    );
+    // Within the tolerance of y's advantage, z counts with y: a tolerance of 60 %.
+    let b = gpu_backlogs(&env.view, &[true; 5], 0.6);
+    assert!(close(b.of(AppId(1)) / 1e9, (x + y + y2 + z) / 4.0));
+    // An application whose GPU variant fits nowhere waits for nothing, and is not counted.
+    let b = gpu_backlogs(&env.view, &[true, true, true, true, false], 0.05);
+    assert_eq!(b.of(AppId(4)), f64::INFINITY);
+    assert!(close(b.of(AppId(1)) / 1e9, (x + y + y2) / 4.0));
 }
 
 #[test]
@@ -443,6 +492,6 @@ fn hdas_hetero_waits_for_the_disks_its_accelerators_read_from() {
     let a: Application = nb(22).build(AppId(0));
     view.add_application(a, (0..22).map(TaskId))
         .expect("dense app ids");
-    let backlog = gpu_backlogs(&view, &[true], 0.05)[0] / 1e9;
+    let backlog = gpu_backlogs(&view, &[true], 0.05).of(AppId(0)) / 1e9;
     assert!((backlog - 22.0 * 1024.0 / 64.0).abs() < 1e-6, "{backlog}");
 }

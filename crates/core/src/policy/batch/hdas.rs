@@ -55,7 +55,7 @@ pub struct Hdas {
     config: HdasConfig,
     /// Per application: its GPU backlog at the start of the current heartbeat (`hdas-hetero`
     /// only; see [`gpu_backlogs`]).
-    backlog: Vec<f64>,
+    backlog: GpuBacklogs,
     /// Per application: whether its GPU variant can run on some live node (`hdas-hetero` only).
     feasible: Vec<bool>,
     /// (nodes, applications, live capacity, attributes generation) when `feasible` was computed.
@@ -241,7 +241,7 @@ impl Hdas {
     pub fn new(config: HdasConfig) -> Self {
         Self {
             config,
-            backlog: Vec::new(),
+            backlog: GpuBacklogs::default(),
             plan: None,
             plan_for: None,
             now: 0,
@@ -371,12 +371,7 @@ impl Hdas {
                     .get(a.app.id.index())
                     .copied()
                     .unwrap_or(false)
-                && predicted
-                    > self
-                        .backlog
-                        .get(a.app.id.index())
-                        .copied()
-                        .unwrap_or(f64::INFINITY);
+                && predicted > self.backlog.of(a.app.id);
             if gated {
                 continue;
             }
@@ -451,8 +446,26 @@ fn gpu_feasible(view: &SchedulerView, app: &crate::model::AppState) -> bool {
 /// would take longer than this finishes after a GPU could have finished the same task: it becomes
 /// the straggler `hdas-hetero` avoids. Applications whose GPU variant fits no node (`feasible`
 /// false) get infinity: nothing to wait for.
-pub fn gpu_backlogs(view: &SchedulerView, feasible: &[bool], tolerance: f64) -> Vec<f64> {
+pub fn gpu_backlogs(view: &SchedulerView, feasible: &[bool], tolerance: f64) -> GpuBacklogs {
     gpu_backlogs_between_beats(view, feasible, tolerance, 0.0)
+}
+
+/// Each application's GPU backlog ([`gpu_backlogs`]): held for the applications with pending
+/// GPU work that can wait for a GPU, infinity for every other — so a heartbeat costs what waits,
+/// not every application the view ever held.
+#[derive(Clone, Debug, Default)]
+pub struct GpuBacklogs {
+    /// (application index, backlog in ns), sorted by application index.
+    by_app: Vec<(usize, f64)>,
+}
+
+impl GpuBacklogs {
+    /// Application `app`'s backlog, ns (infinity: nothing to wait for).
+    pub fn of(&self, app: AppId) -> f64 {
+        self.by_app
+            .binary_search_by_key(&app.index(), |&(a, _)| a)
+            .map_or(f64::INFINITY, |i| self.by_app[i].1)
+    }
 }
 
 /// [`gpu_backlogs`] when an accelerator that finishes a task gets its next one only on its node's
@@ -465,11 +478,10 @@ pub fn gpu_backlogs_between_beats(
     feasible: &[bool],
     tolerance: f64,
     beat_ns: f64,
-) -> Vec<f64> {
+) -> GpuBacklogs {
     let gpus = view.totals().gpus;
-    let mut out = vec![f64::INFINITY; view.apps().len()];
     if gpus == 0 {
-        return out;
+        return GpuBacklogs::default();
     }
     let speed = view.mean_device_speed().max(f64::MIN_POSITIVE);
     let mut disk_bw = 0.0;
@@ -487,8 +499,8 @@ pub fn gpu_backlogs_between_beats(
         disk_bw += n.node.disk_read_bw;
         in_flight += n.total_io_bytes;
     }
-    // (advantage, GPU work ns, bytes) of every application that can wait for a GPU.
-    let queue: Vec<(usize, f64, f64, f64)> = view
+    // (application, advantage, GPU work ns, bytes) of every application that can wait for a GPU.
+    let mut queue: Vec<(usize, f64, f64, f64)> = view
         .pending_apps()
         .filter(|a| feasible.get(a.app.id.index()).copied().unwrap_or(false))
         .filter_map(|a| {
@@ -507,24 +519,34 @@ pub fn gpu_backlogs_between_beats(
             ))
         })
         .collect();
-    for &(app, advantage, _, _) in &queue {
-        let (mut work, mut bytes) = (0.0, in_flight);
-        for &(_, other, w, b) in &queue {
-            if other >= advantage * (1.0 - tolerance) {
-                work += w;
-                bytes += b;
-            }
-        }
-        let disk = if disk_bw > 0.0 {
-            bytes / disk_bw * crate::time::NANOS_PER_SEC as f64
-        } else {
-            0.0
-        };
-        if let Some(slot) = out.get_mut(app) {
-            *slot = (work / gpus as f64).max(disk);
-        }
+    // Each application counts the work of those whose advantage is at least its own (less the
+    // tolerance): with the queue in decreasing advantage, a prefix of it, whose sums are kept
+    // as the queue is walked — O(q log q) a beat, not O(q²).
+    queue.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut prefix = Vec::with_capacity(queue.len() + 1);
+    prefix.push((0.0, 0.0));
+    let (mut work, mut bytes) = (0.0, 0.0);
+    for &(_, _, w, b) in &queue {
+        work += w;
+        bytes += b;
+        prefix.push((work, bytes));
     }
-    out
+    let mut by_app: Vec<(usize, f64)> = queue
+        .iter()
+        .map(|&(app, advantage, _, _)| {
+            let threshold = advantage * (1.0 - tolerance);
+            let counted = queue.partition_point(|&(_, other, _, _)| other >= threshold);
+            let (work, bytes) = prefix[counted];
+            let disk = if disk_bw > 0.0 {
+                (in_flight + bytes) / disk_bw * crate::time::NANOS_PER_SEC as f64
+            } else {
+                0.0
+            };
+            (app, (work / gpus as f64).max(disk))
+        })
+        .collect();
+    by_app.sort_unstable_by_key(|&(app, _)| app);
+    GpuBacklogs { by_app }
 }
 
 impl Hdas {
