@@ -88,5 +88,9 @@ fn heartbeat(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, heartbeat);
-criterion_main!(benches);
+#[allow(missing_docs)]
+mod group {
+    use super::*;
+    criterion_group!(benches, heartbeat);
+}
+criterion_main!(group::benches);
