@@ -14,7 +14,7 @@ use hetsched_proto as pb;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 /// Nanoseconds since the Unix epoch.
 pub fn now_ns() -> u64 {
@@ -227,6 +227,58 @@ pub enum Kill {
     Shutdown,
 }
 
+/// What the agent may tell a running task: to stop (`kill`), and, where `limit` is given, a new
+/// time limit in ms (0: none), counted from its start (`hetsched update --time-limit` on a
+/// running task; the server's `Respec`).
+pub struct Control {
+    /// Stops the task.
+    pub kill: oneshot::Receiver<Kill>,
+    /// Its time limit from now on; absent: the spec's for the task's life.
+    pub limit: Option<watch::Receiver<u64>>,
+}
+
+impl From<oneshot::Receiver<Kill>> for Control {
+    fn from(kill: oneshot::Receiver<Kill>) -> Self {
+        Control { kill, limit: None }
+    }
+}
+
+/// The next time limit `limit` is given (ms), or `None` once nobody can give one; never
+/// resolves without a receiver.
+async fn next_limit(limit: &mut Option<watch::Receiver<u64>>) -> Option<u64> {
+    match limit.as_mut() {
+        Some(rx) => match rx.changed().await {
+            Ok(()) => Some(*rx.borrow_and_update()),
+            Err(_) => None,
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves with the limit (ms) once a task started at `began` has run for its time limit:
+/// `ms` at first (0: none), then each limit `limit` gives.
+async fn time_limit(
+    began: tokio::time::Instant,
+    mut ms: u64,
+    mut limit: Option<watch::Receiver<u64>>,
+) -> u64 {
+    loop {
+        let passed = async {
+            match ms {
+                0 => std::future::pending().await,
+                ms => tokio::time::sleep_until(began + Duration::from_millis(ms)).await,
+            }
+        };
+        tokio::select! {
+            () = passed => return ms,
+            next = next_limit(&mut limit) => match next {
+                Some(next) => ms = next,
+                None => limit = None,
+            },
+        }
+    }
+}
+
 /// How a task's process came to an end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Ended {
@@ -234,8 +286,8 @@ enum Ended {
     Exited,
     /// Killed on a request.
     Killed(Kill),
-    /// Killed when its time limit passed.
-    TimedOut,
+    /// Killed when its time limit (ms) passed.
+    TimedOut(u64),
     /// Killed when its process tree held more resident memory (bytes) than the task declared.
     OverMemory(u64),
 }
@@ -243,17 +295,18 @@ enum Ended {
 /// Runs `a`, a task of `spec`, to the end; `on_spawn` receives the child's pid. `{index}` in the
 /// spec's arguments becomes the task's index and then `{entry}` its entry (an application with
 /// `entries`; the entry is inserted as it is), and the task gets the `HETSCHED_*` variables.
-/// A kill request or the time limit stops it with SIGTERM, then SIGKILL after the spec's
-/// `kill_grace_ms` or, without one, `grace` (the agent's).
+/// A kill request or the time limit (the spec's, or one `control` gives later) stops it with
+/// SIGTERM, then SIGKILL after the spec's `kill_grace_ms` or, without one, `grace` (the agent's).
 pub async fn run(
     a: &pb::Assignment,
     spec: &pb::TaskSpec,
     node: &str,
     work_dir: &Path,
-    kill: oneshot::Receiver<Kill>,
+    control: impl Into<Control>,
     grace: Duration,
     on_spawn: impl FnOnce(u32),
 ) -> pb::TaskResult {
+    let Control { kill, limit } = control.into();
     let started = now_ns();
     let grace = match spec.kill_grace_ms {
         0 => grace,
@@ -363,13 +416,7 @@ pub async fn run(
         child.stdout.take().map(|s| tokio::spawn(drain(s, out))),
         child.stderr.take().map(|s| tokio::spawn(drain(s, err))),
     ];
-    let limit = (spec.time_limit_ms > 0).then(|| Duration::from_millis(spec.time_limit_ms));
-    let sleep = async {
-        match limit {
-            Some(d) => tokio::time::sleep(d).await,
-            None => std::future::pending().await,
-        }
-    };
+    let timer = time_limit(tokio::time::Instant::now(), spec.time_limit_ms, limit);
     let exited = async {
         match watch.as_mut() {
             Some(w) => match w.exited().await {
@@ -386,7 +433,7 @@ pub async fn run(
     let ended = tokio::select! {
         e = exited => e,
         Ok(why) = kill => Ended::Killed(why),
-        () = sleep => Ended::TimedOut,
+        ms = timer => Ended::TimedOut(ms),
     };
     // Whether the task outlived its grace and was SIGKILLed.
     let mut forced = false;
@@ -443,10 +490,10 @@ pub async fn run(
                 }
             };
         }
-        Ended::TimedOut => {
+        Ended::TimedOut(ms) => {
             result.message = format!(
                 "time limit of {} exceeded{forced}",
-                humanize(limit.unwrap_or_default())
+                humanize(Duration::from_millis(ms))
             );
         }
         Ended::OverMemory(bytes) => {
@@ -648,6 +695,54 @@ mod tests {
         assert_eq!(r.message, "time limit of 0.200s exceeded", "{r:?}");
         assert!(!r.success);
         assert!(dir.join("saved").exists(), "the SIGTERM handler ran");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn a_running_tasks_time_limit_changes_when_its_agent_is_told() {
+        let dir = test_dir("new-limit");
+        // An hour, shortened to 0.4 s from the start after 0.1 s.
+        let (a, spec) = task(&dir, "sleep 30", 3_600_000);
+        let (_kill, rx) = oneshot::channel();
+        let (limit, limit_rx) = watch::channel(spec.time_limit_ms);
+        let control = Control {
+            kill: rx,
+            limit: Some(limit_rx),
+        };
+        let started = std::time::Instant::now();
+        let shorten = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            limit.send_replace(400);
+            std::future::pending::<()>().await
+        };
+        let r = tokio::select! {
+            r = run(&a, &spec, "n", &dir, control, Duration::from_secs(60), |_| {}) => r,
+            () = shorten => unreachable!(),
+        };
+        assert_eq!(r.message, "time limit of 0.400s exceeded", "{r:?}");
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(400) && took < Duration::from_secs(20),
+            "{took:?}"
+        );
+        // 0.3 s, lifted (0: none) after 0.1 s: the task runs to its end.
+        let (a, spec) = task(&dir, "sleep 0.6", 300);
+        let (_kill, rx) = oneshot::channel();
+        let (limit, limit_rx) = watch::channel(spec.time_limit_ms);
+        let control = Control {
+            kill: rx,
+            limit: Some(limit_rx),
+        };
+        let lift = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            limit.send_replace(0);
+            std::future::pending::<()>().await
+        };
+        let r = tokio::select! {
+            r = run(&a, &spec, "n", &dir, control, Duration::from_secs(60), |_| {}) => r,
+            () = lift => unreachable!(),
+        };
+        assert!(r.success, "{r:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

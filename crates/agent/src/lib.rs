@@ -51,7 +51,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use thiserror::Error;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::{Notify, oneshot, watch};
 use tracing::{debug, info, warn};
 
 /// How long the agent waits after something wakes it (a dataflow input, a PCDDB message)
@@ -165,6 +165,8 @@ struct RunningTask {
     spec: u64,
     pid: Option<u32>,
     kill: Option<oneshot::Sender<launch::Kill>>,
+    /// Gives the task a new time limit (ms, 0: none; the server's `Respec`).
+    limit: watch::Sender<u64>,
     read_bytes: u64,
 }
 
@@ -539,11 +541,13 @@ pub async fn run(
                             task_id,
                             attempt: t.attempt,
                             read_bytes: t.read_bytes,
+                            spec: Some(t.spec),
                         })
                         .chain(sh.queue.iter().map(|q| pb::RunningTask {
                             task_id: q.a.task_id,
                             attempt: q.a.attempt,
                             read_bytes: 0,
+                            spec: Some(q.a.spec),
                         }))
                         .collect(),
                     results: sh.results.clone(),
@@ -632,6 +636,35 @@ pub async fn run(
             }
             for spec in reply.specs {
                 sh.specs.insert(spec.key, Arc::new(spec));
+            }
+            // Tasks whose spec changed after they were sent (`hetsched update --time-limit`): a
+            // queued one starts by the new spec, a running one takes its time limit.
+            for r in &reply.respecs {
+                let Some(spec) = sh.specs.get(&r.spec).cloned() else {
+                    warn!(
+                        task = r.task_id,
+                        spec = r.spec,
+                        "respec to an unknown task spec"
+                    );
+                    continue;
+                };
+                for q in sh.queue.iter_mut() {
+                    if q.a.task_id == r.task_id && q.a.attempt == r.attempt {
+                        q.a.spec = r.spec;
+                        q.spec = spec.clone();
+                    }
+                }
+                if let Some(t) = sh.running.get_mut(&r.task_id)
+                    && t.attempt == r.attempt
+                {
+                    debug!(
+                        task = r.task_id,
+                        time_limit_ms = spec.time_limit_ms,
+                        "a running task's time limit changed"
+                    );
+                    t.spec = r.spec;
+                    t.limit.send_replace(spec.time_limit_ms);
+                }
             }
             sh.results.retain(|r| {
                 !reply
@@ -956,6 +989,7 @@ impl Launcher<'_> {
     /// Starts task `a` running `spec`: its result goes to `results` and wakes the agent.
     fn launch(&self, sh: &mut Shared, a: pb::Assignment, spec: Arc<pb::TaskSpec>) {
         let (tx, rx) = oneshot::channel();
+        let (limit_tx, limit_rx) = watch::channel(spec.time_limit_ms);
         let old = sh.running.insert(
             a.task_id,
             RunningTask {
@@ -963,9 +997,14 @@ impl Launcher<'_> {
                 spec: a.spec,
                 pid: None,
                 kill: Some(tx),
+                limit: limit_tx,
                 read_bytes: 0,
             },
         );
+        let control = launch::Control {
+            kill: rx,
+            limit: Some(limit_rx),
+        };
         sh.busy_cores += a.cores;
         // A new attempt of a task that still runs here: the old attempt is stale.
         if let Some(tx) = old.and_then(|mut o| o.kill.take()) {
@@ -1033,7 +1072,7 @@ impl Launcher<'_> {
                     finished_ns: launch::now_ns(),
                     ..Default::default()
                 },
-                Ok(spec) => accel::run(route, &a, &spec, &opts, rx, on_spawn).await,
+                Ok(spec) => accel::run(route, &a, &spec, &opts, control, on_spawn).await,
             };
             bal.lock()
                 .unwrap_or_else(|p| p.into_inner())

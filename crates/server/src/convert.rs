@@ -43,6 +43,7 @@ impl From<pb::HeartbeatRequest> for HeartbeatReport {
                     task_id: t.task_id,
                     attempt: t.attempt,
                     read_bytes: t.read_bytes,
+                    spec: t.spec,
                 })
                 .collect(),
             results: r
@@ -272,7 +273,16 @@ impl From<HeartbeatReply> for pb::HeartbeatReply {
             balance: r.balance.iter().map(envelope_out).collect(),
             pcddb: r.pcddb.iter().map(pcddb_job).collect(),
             purge_epoch: r.purge_epoch,
+            respecs: r.respecs.iter().map(respec).collect(),
         }
+    }
+}
+
+fn respec(r: &crate::state::types::Respec) -> pb::Respec {
+    pb::Respec {
+        task_id: r.task_id,
+        attempt: r.attempt,
+        spec: r.spec,
     }
 }
 
@@ -302,6 +312,7 @@ pub fn reply_wire_len(r: &HeartbeatReply) -> usize {
         pcddb: r.pcddb.iter().map(pcddb_job).collect(),
         // Set after the kinds filled the reply: at most 11 bytes.
         purge_epoch: u64::MAX,
+        respecs: r.respecs.iter().map(respec).collect(),
     }
     .encoded_len()
 }

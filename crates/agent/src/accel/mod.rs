@@ -57,7 +57,8 @@ pub(crate) enum Origin {
     /// The ANode's own task: the result goes straight back to the agent's task loop.
     Local {
         done: oneshot::Sender<pb::TaskResult>,
-        kill: oneshot::Receiver<launch::Kill>,
+        /// Its stop request and time-limit changes.
+        control: launch::Control,
         on_spawn: Box<dyn FnOnce(u32) + Send>,
     },
 }
@@ -168,9 +169,10 @@ impl Pipeline {
         assignment: &pb::Assignment,
         spec: &pb::TaskSpec,
         work_dir: &std::path::Path,
-        kill: oneshot::Receiver<launch::Kill>,
+        control: impl Into<launch::Control>,
         on_spawn: impl FnOnce(u32) + Send + 'static,
     ) -> pb::TaskResult {
+        let control = control.into();
         let (done, rx) = oneshot::channel();
         let job = Job {
             assignment: assignment.clone(),
@@ -179,7 +181,7 @@ impl Pipeline {
             gpus: (assignment.devices.len() as u32).max(1),
             origin: Origin::Local {
                 done,
-                kill,
+                control,
                 on_spawn: Box::new(on_spawn),
             },
         };
@@ -345,7 +347,7 @@ async fn process_stage(
             match origin {
                 Origin::Local {
                     done,
-                    kill,
+                    control,
                     on_spawn,
                 } => {
                     let result = launch::run(
@@ -353,7 +355,7 @@ async fn process_stage(
                         &spec,
                         &node,
                         &work_dir,
-                        kill,
+                        control,
                         kill_grace,
                         on_spawn,
                     )
@@ -522,7 +524,7 @@ pub(crate) async fn run(
     a: &pb::Assignment,
     spec: &pb::TaskSpec,
     opts: &crate::AgentOptions,
-    kill: oneshot::Receiver<launch::Kill>,
+    control: launch::Control,
     on_spawn: impl FnOnce(u32) + Send + 'static,
 ) -> pb::TaskResult {
     match route {
@@ -532,15 +534,21 @@ pub(crate) async fn run(
                 spec,
                 &opts.name,
                 &opts.work_dir,
-                kill,
+                control,
                 opts.kill_grace,
                 on_spawn,
             )
             .await
         }
-        Route::Local(p) => p.run_local(a, spec, &opts.work_dir, kill, on_spawn).await,
+        Route::Local(p) => {
+            p.run_local(a, spec, &opts.work_dir, control, on_spawn)
+                .await
+        }
+        // An offloaded task runs on its ANode by the spec it was shipped with.
         Route::Offload(Some(client)) => match client.for_assignment(a) {
-            Ok(client) => offload::run(&client, a, spec, &opts.name, &opts.work_dir, kill).await,
+            Ok(client) => {
+                offload::run(&client, a, spec, &opts.name, &opts.work_dir, control.kill).await
+            }
             Err(e) => {
                 let mut r = failed(a, &format!("offload to {}: {e}", a.offload_anode));
                 r.interrupted = true;

@@ -273,8 +273,8 @@ pub enum RuntimeCommand {
         client: ClientArgs,
     },
     /// Change batch jobs' priority, max_running or time limit after submission (Slurm's
-    /// `scontrol update`): pending tasks are placed and run by the new values; running ones go on
-    /// as they started
+    /// `scontrol update`): pending tasks are placed and run by the new values; running ones go on,
+    /// under the new time limit (counted from their start)
     Update {
         /// Jobs: ids, ranges (`4-9`: the jobs listed in it), `last` (the newest job) or `all`
         /// (every job not finished); separate with spaces or commas.
@@ -289,8 +289,9 @@ pub enum RuntimeCommand {
         /// The new cap on tasks running at once, 0 for none (a job file's `max_running`).
         #[arg(long, value_name = "N")]
         max_running: Option<u32>,
-        /// The new wall-clock limit of each task not yet started, every variant: `90s`, `2h`,
-        /// `1h30m`; `none` (or 0) for no limit (a job file's `time_limit`).
+        /// The new wall-clock limit of each task, every variant, running ones too (counted from
+        /// their start): `90s`, `2h`, `1h30m`; `none` (or 0) for no limit (a job file's
+        /// `time_limit`).
         #[arg(long, value_name = "DURATION", value_parser = parse_time_limit)]
         time_limit: Option<u64>,
         #[command(flatten)]

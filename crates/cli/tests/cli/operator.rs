@@ -1755,6 +1755,29 @@ fn an_update_changes_a_waiting_jobs_priority_max_running_and_time_limit() {
             .is_some_and(|m| m.starts_with("time limit of 1.000s exceeded")),
         "{task}"
     );
+    // A running task takes a new limit too, counted from its start: its agent stops it.
+    c.ok(&[
+        "submit",
+        "--app",
+        "running",
+        "--time-limit",
+        "1h",
+        "--",
+        "sleep",
+        "30",
+    ]);
+    wait_until("the task to run", Duration::from_secs(10), || {
+        c.json(&["job", "5"])["counts"]["running"] == 1
+    });
+    c.ok(&["update", "5", "--time-limit", "1s"]);
+    c.cli(&["wait", "5", "--timeout", "20s"]);
+    let task = &c.json(&["tasks", "--job", "5"])[0];
+    assert!(
+        task["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("time limit of 1.000s exceeded")),
+        "{task}"
+    );
 }
 
 /// `#HETSCHED` lines (`sbatch`'s `#SBATCH`): a script submitted as the command brings its own

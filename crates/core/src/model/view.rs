@@ -601,7 +601,7 @@ impl SchedulerView {
 
     /// Changes the wall-clock limit of each of `app`'s tasks, every variant (`None`: no limit;
     /// `hetsched update --time-limit`): placement on a node with an end (an agent's own time
-    /// limit) reads the new one. Tasks already running keep the limit they started with.
+    /// limit) reads the new one. (Running tasks' limits are their agents' to enforce.)
     pub fn set_time_limit(&mut self, app: AppId, limit: Option<Time>) -> Result<(), ViewError> {
         let a = self
             .apps

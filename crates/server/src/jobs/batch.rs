@@ -1768,12 +1768,29 @@ impl JobKind for Batch {
             if Kind::of(rt.task_id) != Some(Kind::Batch) || !self.expects(nid, rt) {
                 continue;
             }
-            let app = self.tasks[rt.task_id as usize].app as usize;
-            let split = self.apps.get(app).map_or(0, |a| a.split_bytes);
-            let remaining = split.saturating_sub(rt.read_bytes);
+            let t = &self.tasks[rt.task_id as usize];
+            let (app, variant) = (t.app, variant_of(t.variant));
+            let Some(rec) = self.apps.get(app as usize) else {
+                continue;
+            };
+            let remaining = rec.split_bytes.saturating_sub(rt.read_bytes);
             if remaining > 0 {
                 total_io += remaining as f64;
                 io_tasks += 1;
+            }
+            // Its spec changed since it was sent (`hetsched update --time-limit`): told at
+            // every beat until the agent reports the task under the new key.
+            let key = spec_key(app, variant, rec.spec_generation);
+            if rt.spec.is_some_and(|held| held != key) {
+                let spec = out.needs_spec(key).then(|| self.task_spec(app, variant));
+                out.respec(
+                    crate::state::types::Respec {
+                        task_id: rt.task_id,
+                        attempt: rt.attempt,
+                        spec: key,
+                    },
+                    spec,
+                );
             }
         }
         cx.view.node_report(

@@ -268,6 +268,19 @@ impl<'r> Outbox<'r> {
         Ok(())
     }
 
+    /// Tells the agent that a task it runs (or holds queued) now runs by spec `r.spec`, with
+    /// that spec if the agent does not hold it. Not counted against [`REPLY_BUDGET`]'s cap on
+    /// assignments: a few dozen bytes each, and a spec per application at most.
+    pub fn respec(&mut self, r: crate::state::types::Respec, spec: Option<TaskSpec>) {
+        if let Some(spec) = spec {
+            self.size += crate::convert::spec_wire_len(&spec) + 6;
+            self.sent.insert(spec.key);
+            self.reply.specs.push(spec);
+        }
+        self.size += 32;
+        self.reply.respecs.push(r);
+    }
+
     /// Adds a PCDDB message from a workflow's launch node to the reply.
     pub fn balance(&mut self, m: crate::state::types::BalanceEnvelope) {
         self.reply.balance.push(m);

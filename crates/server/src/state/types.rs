@@ -49,6 +49,8 @@ pub struct RunningTask {
     pub attempt: u32,
     /// Bytes the task has read so far (its input split's progress).
     pub read_bytes: u64,
+    /// The key of the spec the agent runs it by (`None`: not said).
+    pub spec: Option<u64>,
 }
 
 /// How one attempt of a task ended.
@@ -227,6 +229,20 @@ pub struct HeartbeatReply {
     pub pcddb: Vec<PcddbJob>,
     /// The server's purge epoch ([`crate::state::State::purged_jobs`]); 0: not told.
     pub purge_epoch: u64,
+    /// Running or queued tasks whose spec changed after they were sent.
+    pub respecs: Vec<Respec>,
+}
+
+/// A running or queued task's new spec (`hetsched update --time-limit`): its agent applies the
+/// spec's time limit, counted from the task's start.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Respec {
+    /// The task.
+    pub task_id: u64,
+    /// The attempt the agent runs.
+    pub attempt: u32,
+    /// The key of the spec it now runs by.
+    pub spec: u64,
 }
 
 /// A job submission.

@@ -101,11 +101,13 @@ fn results_and_running_reports_reach_the_kind_that_owns_the_task() {
                     task_id: 1,
                     attempt: 1,
                     read_bytes: 0,
+                    spec: None,
                 },
                 RunningTask {
                     task_id: foreign,
                     attempt: 1,
                     read_bytes: 0,
+                    spec: None,
                 },
             ],
             vec![

@@ -68,6 +68,7 @@ fn running(tasks: &[&Dispatch]) -> Vec<RunningTask> {
             task_id: d.task_id,
             attempt: d.attempt,
             read_bytes: 0,
+            spec: None,
         })
         .collect()
 }

@@ -243,3 +243,49 @@ fn a_shorter_time_limit_lets_tasks_start_on_an_agent_with_less_time_left() {
     update_time_limit(&mut s, job, 0).expect("updated");
     assert_eq!(limits(&s.job(job).expect("job").apps[0]), [0, 0]);
 }
+
+#[test]
+fn a_running_task_is_told_its_new_spec_until_its_agent_runs_by_it() {
+    let d = common::scratch("update", "respec");
+    let mut s = open(&d);
+    let n = register(&mut s, "n", 2);
+    let job = submit(
+        &mut s,
+        "[[application]]\nname = \"a\"\ntasks = 2\n\
+         [application.cpu]\ncommand = \"sleep 100\"\ntime_limit = \"1h\"\n",
+    );
+    let r = beat(&mut s, n, &[], &[]);
+    assert_eq!(assigned(&r), vec![0, 1]);
+    let old_key = spec_keys(&r)[0];
+    // Each beat reports the tasks with the keys the agent runs them by.
+    let beat_with = |s: &mut State, keys: [Option<u64>; 2], known: &[u64]| {
+        let mut req = heartbeat_request(n, &[(0, 1), (1, 1)], &[]);
+        for (t, key) in req.running.iter_mut().zip(keys) {
+            t.spec = key;
+        }
+        req.known_specs = known.to_vec();
+        s.heartbeat(req).expect("heartbeat")
+    };
+    let respecs = |r: &pb::HeartbeatReply| -> Vec<(u64, u32, u64)> {
+        r.respecs
+            .iter()
+            .map(|x| (x.task_id, x.attempt, x.spec))
+            .collect()
+    };
+    assert!(respecs(&beat_with(&mut s, [Some(old_key); 2], &[old_key])).is_empty());
+
+    update_time_limit(&mut s, job, 7_200_000).expect("updated");
+    let r = beat_with(&mut s, [Some(old_key); 2], &[old_key]);
+    let new_key = r.respecs.first().map_or(0, |x| x.spec);
+    assert_ne!(new_key, old_key);
+    assert_eq!(respecs(&r), [(0, 1, new_key), (1, 1, new_key)]);
+    // The new spec once, with the two hours the agent applies from the tasks' start.
+    assert_eq!(specs(&r), [(new_key, 7_200_000)]);
+    // A lost reply: told again, without the spec the agent now holds.
+    let r = beat_with(&mut s, [Some(old_key), Some(new_key)], &[old_key, new_key]);
+    assert_eq!(respecs(&r), [(0, 1, new_key)]);
+    assert!(r.specs.is_empty());
+    // Both run by it: nothing more to tell. An agent that does not say is told nothing.
+    assert!(respecs(&beat_with(&mut s, [Some(new_key); 2], &[new_key])).is_empty());
+    assert!(respecs(&beat_with(&mut s, [None; 2], &[new_key])).is_empty());
+}

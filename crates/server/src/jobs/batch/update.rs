@@ -3,12 +3,16 @@
 //! scheduler's view takes the new values at once, so every placement from then on — a policy's
 //! priority levels, a multi-node gathering's order, the cap on running tasks, whether a task
 //! fits in the time an agent has left — reads them; tasks already running go on (a lowered
-//! `max_running` lets no new one start until fewer run; a running task keeps the time limit it
-//! started with, which its agent enforces).
+//! `max_running` lets no new one start until fewer run).
 //!
 //! A new time limit changes what the application's tasks run, and agents keep the task specs
 //! they were sent by key: so the application's spec generation, part of its spec keys, goes up,
-//! and the next task it dispatches carries the new spec under a key no agent holds.
+//! and the next task it dispatches carries the new spec under a key no agent holds. Running
+//! tasks (and those an agent holds queued) take the new limit too, counted from their start:
+//! each heartbeat reports the key every task runs by, and one that is not its application's
+//! current key gets a `Respec` in the reply (with the spec, if the agent lacks it) until the
+//! agent reports the new key — so a lost reply or a server restart only delays it. An
+//! accelerator task offloaded to another node (spec 01) keeps the limit it was shipped with.
 //!
 //! The values are stored in the application's row (`apps.priority`, `apps.max_running`,
 //! `apps.time_limit_ms`, `apps.spec_generation`) in the event's transaction, and a restart

@@ -54,6 +54,7 @@ pub fn heartbeat_request(
                 task_id,
                 attempt,
                 read_bytes: 0,
+                spec: None,
             })
             .collect(),
         results: results
