@@ -463,7 +463,11 @@ impl Store {
             snap.nodes.push(r?);
         }
         let mut stmt = self.conn.prepare(
-            "SELECT id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled,
+            // A purged job's file is not read (a restart does not parse it), but the last
+            // job's is: its sizes say which ids are taken.
+            "SELECT id, origin,
+                    CASE WHEN purged = 0 OR id = (SELECT MAX(id) FROM jobs) THEN text ELSE '' END,
+                    workdir, submitted_ns, first_app, first_task, cancelled,
                     submission_key, name, after, after_any, held FROM jobs ORDER BY id",
         )?;
         let rows = stmt.query_map([], |r| {

@@ -112,6 +112,29 @@ pub enum Need {
 }
 
 impl Application {
+    /// What stays of application `id` once its job was purged: its id (ids are dense and never
+    /// reused) and nothing else — no name, no tasks, an empty CPU profile.
+    pub fn retired(id: AppId) -> Self {
+        Application {
+            id,
+            name: String::new(),
+            priority: 0,
+            submit_time: 0,
+            split_bytes: 0,
+            tasks: 0,
+            cpu: Some(CpuVariant {
+                compute: 0,
+                read: 0,
+                request: Resources::default(),
+                time_limit: None,
+            }),
+            gpu: None,
+            requires: Vec::new(),
+            max_running: 0,
+            nodes: 1,
+        }
+    }
+
     /// Whether each task holds several whole nodes ([`Application::nodes`]).
     pub fn is_multi_node(&self) -> bool {
         self.nodes > 1

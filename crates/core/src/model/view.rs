@@ -158,6 +158,9 @@ pub enum ViewError {
     /// An unknown application.
     #[error("unknown application {0}")]
     UnknownApp(AppId),
+    /// An application with tasks waiting or running cannot be retired.
+    #[error("application {0} still has tasks waiting or running")]
+    StillActive(AppId),
 }
 
 /// The scheduler's whole view: nodes, applications and cluster totals.
@@ -397,6 +400,43 @@ impl SchedulerView {
         });
         self.note_pending(expected);
         Ok(expected)
+    }
+
+    /// Application `app`'s job was purged: it keeps its id and drops the rest
+    /// ([`Application::retired`]), so that a purged job costs memory for its id only. Refused
+    /// while a task of it waits or runs.
+    pub fn retire_application(&mut self, app: AppId) -> Result<(), ViewError> {
+        let a = self
+            .apps
+            .get_mut(app.index())
+            .ok_or(ViewError::UnknownApp(app))?;
+        if a.has_pending() || a.running > 0 {
+            return Err(ViewError::StillActive(app));
+        }
+        *a = AppState {
+            app: Application::retired(app),
+            pending: VecDeque::new(),
+            dispatched_cpu: 0,
+            dispatched_gpu: 0,
+            running: 0,
+            completed: 0,
+            usage: Resources::default(),
+            need: Need::CpuOnly,
+            accelerator: AcceleratorNeed::None,
+        };
+        Ok(())
+    }
+
+    /// Makes room for `more` applications at once (a restart adds every stored one; growing one
+    /// by one would hold the old and the doubled vector together).
+    pub fn reserve_applications(&mut self, more: usize) {
+        self.apps.reserve_exact(more);
+    }
+
+    /// Adds application `app` already retired (a restart, its job purged before), in id
+    /// order as [`SchedulerView::add_application`].
+    pub fn add_retired_application(&mut self, app: AppId) -> Result<AppId, ViewError> {
+        self.add_application(Application::retired(app), [])
     }
 
     /// Keeps [`SchedulerView::pending_apps`]'s index true after `app`'s queue changed.

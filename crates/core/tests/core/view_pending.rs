@@ -53,3 +53,43 @@ fn pending_apps_follows_every_change_of_the_queues() {
     v.resubmit(AppId(2), []);
     assert_eq!(pending(&v), [0, 3]);
 }
+
+/// A purged job's applications keep their ids and nothing else; one with tasks waiting or
+/// running cannot be retired, and a retired one is never placed.
+#[test]
+fn a_retired_application_keeps_its_id_only_and_an_active_one_is_not_retired() {
+    let mut v = SchedulerView::new();
+    v.add_node(node("n").cores(8).build(NodeId(0)))
+        .expect("node");
+    for i in 0..2u32 {
+        v.add_application(
+            app(&format!("a{i}"))
+                .tasks(1)
+                .requires(&["ssd"])
+                .cpu(1.0, 0.0)
+                .build(AppId(i)),
+            [TaskId(u64::from(i))],
+        )
+        .expect("app");
+    }
+    assert!(v.retire_application(AppId(0)).is_err(), "a task waits");
+    let a = v.assign(AppId(0), NodeId(0), Variant::Cpu);
+    assert!(a.is_none(), "n lacks ssd");
+    v.cancel_pending(AppId(0));
+    v.retire_application(AppId(0)).expect("retired");
+    let retired = &v.apps()[0];
+    assert_eq!(
+        (
+            retired.app.name.as_str(),
+            retired.app.tasks,
+            retired.app.requires.len()
+        ),
+        ("", 0, 0)
+    );
+    assert_eq!(pending(&v), [1]);
+    assert!(v.assign(AppId(0), NodeId(0), Variant::Cpu).is_none());
+    // A restart adds retired applications in id order.
+    v.add_retired_application(AppId(2)).expect("in order");
+    assert!(v.add_retired_application(AppId(5)).is_err(), "out of order");
+    assert_eq!(pending(&v), [1]);
+}

@@ -91,6 +91,14 @@ struct Installable {
     name: Option<String>,
 }
 
+/// A stored job as a restart installs it.
+enum Install {
+    /// Its file, parsed.
+    Parsed(Installable),
+    /// A purged job, not parsed: where its application and task ids end.
+    Retired((u32, u64)),
+}
+
 /// What an application's entry of a job file says beyond its [`Application`].
 struct AppSpec {
     retries: u32,
@@ -290,6 +298,55 @@ struct JobRec {
     tasks: std::ops::Range<u64>,
 }
 
+/// What a purged job's row keeps ([`Batch::retire`]): its id, ranges of ids and submission time.
+fn retired_row(row: &JobRow) -> JobRow {
+    JobRow {
+        id: row.id,
+        origin: String::new(),
+        text: String::new(),
+        workdir: String::new(),
+        submitted_ns: row.submitted_ns,
+        first_app: row.first_app,
+        first_task: row.first_task,
+        cancelled: row.cancelled,
+        submission_key: None,
+        name: None,
+        after: Vec::new(),
+        after_any: Vec::new(),
+        held: false,
+    }
+}
+
+impl AppRec {
+    /// What stays of an application of a purged job: its job and its task ids, nothing to run.
+    fn retired(job: u64, first_task: u64, tasks: u32) -> Self {
+        AppRec {
+            job,
+            name: String::new(),
+            split_bytes: 0,
+            first_task,
+            tasks,
+            retries: 0,
+            cpu: None,
+            gpu: None,
+            observed: [Observed::default(); 2],
+            workdir: None,
+            streams: Default::default(),
+            pin: false,
+            files: Default::default(),
+            entries: None,
+            counts: [0; 5],
+            used: Used::default(),
+            requires: Vec::new(),
+            max_running: 0,
+            nodes: 1,
+            priority: 0,
+            time_limit_update: None,
+            spec_generation: 0,
+        }
+    }
+}
+
 /// The batch job kind.
 pub struct Batch {
     policy: Box<dyn BatchPolicy>,
@@ -346,7 +403,23 @@ impl Batch {
         let estimate = config.profile_estimate.0.max(1);
         let mut parsed = Vec::with_capacity(snap.jobs.len());
         let mut held = Vec::new();
-        for row in snap.jobs {
+        // A purged job is not parsed (its text is not even read): the next job's first ids end
+        // its ranges. The last job's file is parsed, purged or not: its sizes say which ids are
+        // taken.
+        let ends: Vec<(u32, u64)> = snap
+            .jobs
+            .iter()
+            .skip(1)
+            .map(|r| (r.first_app, r.first_task))
+            .collect();
+        let purged: HashSet<u64> = snap.purged.iter().copied().collect();
+        for (i, row) in snap.jobs.into_iter().enumerate() {
+            if let Some(&end) = ends.get(i)
+                && purged.contains(&row.id)
+            {
+                parsed.push((row, Install::Retired(end)));
+                continue;
+            }
             let w = parse_workload(&row.origin, &row.text)?;
             let mut apps = w.to_applications(row.first_app, MissingProfile::Estimate(estimate))?;
             for a in &mut apps {
@@ -357,7 +430,7 @@ impl Batch {
             }
             // What install keeps, not the parsed file: all jobs are read before any is
             // installed, and a store of many jobs would hold every parsed file at once.
-            parsed.push((row, Installable::new(&w, apps)));
+            parsed.push((row, Install::Parsed(Installable::new(&w, apps))));
         }
         let mut b = Batch {
             policy: config.policy.build(),
@@ -381,12 +454,32 @@ impl Batch {
             any_multi_node: false,
             settings_changed: Vec::new(),
         };
+        // Every stored application at once (the last job's first; its others come as it is
+        // installed).
+        let apps = parsed.last().map_or(0, |(r, _)| r.first_app as usize + 1);
+        b.apps.reserve_exact(apps);
+        cx.view.reserve_applications(apps);
+        b.jobs.reserve_exact(parsed.len());
         for (row, job) in parsed {
-            b.install(cx, row, job)?;
+            match job {
+                Install::Parsed(job) => {
+                    let (id, purged) = (row.id, b.retention.is_purged(row.id));
+                    b.install(cx, row, job)?;
+                    if purged {
+                        b.retire(cx, id);
+                    }
+                }
+                Install::Retired((apps_end, tasks_end)) => {
+                    b.install_retired(cx, row, apps_end, tasks_end)?;
+                }
+            }
         }
         // What `hetsched update` changed, over the job files.
         for set in snap.app_settings {
-            if b.apps.get(set.app as usize).is_some() {
+            if b.apps
+                .get(set.app as usize)
+                .is_some_and(|r| !b.retention.is_purged(r.job))
+            {
                 b.apply_settings(cx, &set)?;
             }
         }
@@ -495,6 +588,39 @@ impl Batch {
     }
 
     /// Adds an accepted job's applications to memory and to the view (pending tasks only).
+    /// Installs purged job `row` as [`Batch::retire`] leaves one, without its file: its
+    /// applications' ids end before `apps_end` and its tasks' before `tasks_end` (a purged
+    /// job's per-application task counts are not kept: its first application spans them all).
+    fn install_retired(
+        &mut self,
+        cx: &mut Ctx,
+        row: JobRow,
+        apps_end: u32,
+        tasks_end: u64,
+    ) -> Result<(), StateError> {
+        let tasks = row.first_task..tasks_end.max(row.first_task);
+        for a in row.first_app..apps_end {
+            let count = if a == row.first_app {
+                u32::try_from(tasks.end - tasks.start).unwrap_or(u32::MAX)
+            } else {
+                0
+            };
+            self.apps
+                .push(AppRec::retired(row.id, row.first_task, count));
+            cx.view.add_retired_application(AppId(a))?;
+        }
+        if let Some(key) = &row.submission_key {
+            self.by_key.insert(key.clone(), row.id);
+        }
+        self.jobs.push(JobRec {
+            name: String::new(),
+            apps: row.first_app..apps_end,
+            tasks,
+            row: retired_row(&row),
+        });
+        Ok(())
+    }
+
     fn install(&mut self, cx: &mut Ctx, row: JobRow, job: Installable) -> Result<(), StateError> {
         let first_app = row.first_app;
         let mut next_task = row.first_task;
@@ -1989,8 +2115,8 @@ impl JobKind for Batch {
         self.delete_purged_rows(tx, ids)
     }
 
-    fn purged(&mut self, ids: &[u64]) {
-        self.forget_purged(ids);
+    fn purged(&mut self, cx: &mut Ctx, ids: &[u64]) {
+        self.forget_purged(cx, ids);
     }
 
     fn is_purged(&self, id: u64) -> bool {

@@ -1438,7 +1438,7 @@ impl JobKind for Divisible {
         self.purged.contains_key(&id)
     }
 
-    fn purged(&mut self, ids: &[u64]) {
+    fn purged(&mut self, _cx: &mut Ctx, ids: &[u64]) {
         for &id in ids {
             let Some(job) = self.jobs.remove(&id) else {
                 continue;

@@ -440,7 +440,7 @@ pub trait JobKind: Send {
     }
 
     /// The purge of `ids` committed: forget them (memory, and files the kind keeps).
-    fn purged(&mut self, _ids: &[u64]) {}
+    fn purged(&mut self, _cx: &mut Ctx, _ids: &[u64]) {}
 
     /// Whether job `id` of this kind was purged (its tombstone stays): agents delete what such
     /// a job left in their work directories.

@@ -2098,7 +2098,7 @@ impl JobKind for Workflows {
         self.purged.contains(&(id & ((1 << super::KIND_SHIFT) - 1)))
     }
 
-    fn purged(&mut self, ids: &[u64]) {
+    fn purged(&mut self, _cx: &mut Ctx, ids: &[u64]) {
         for &id in ids {
             let seq = id & ((1 << super::KIND_SHIFT) - 1);
             if self.jobs.remove(&seq).is_some() {

@@ -1104,7 +1104,7 @@ impl State {
         })?;
         self.store.give_back_free_pages();
         for (kind, ids) in &by_kind {
-            self.jobs.of_kind_mut(*kind).purged(ids);
+            self.jobs.of_kind_mut(*kind).purged(&mut ctx!(self), ids);
         }
         let purged: Vec<u64> = chosen.into_iter().collect();
         info!(jobs = ?purged, tasks, "finished jobs purged");

@@ -424,3 +424,51 @@ fn an_applications_usage_follows_its_tasks_latest_attempts_and_survives_eviction
         "each task's usage is read back from the store"
     );
 }
+
+/// A purged job's file is neither read nor parsed at a restart (a server that purged a million
+/// jobs restarts as fast as one that ran none); its ids stay taken and its key still names it.
+#[test]
+fn a_restart_does_not_parse_purged_jobs_and_keeps_their_ids_and_keys() {
+    let d = dir("unparsed");
+    {
+        let mut s = open(&d);
+        let n = common::register(&mut s, "n", 3);
+        for key in ["k-1", "k-2", "k-3"] {
+            run_job(&mut s, n, key);
+        }
+        s.purge(&pb::PurgeRequest {
+            job_ids: vec![1, 2],
+            ..Default::default()
+        })
+        .expect("purged");
+    }
+    // Were a purged job's file parsed, this would fail the restart.
+    let conn = rusqlite::Connection::open(d.join("state.db")).expect("db");
+    conn.execute("UPDATE jobs SET text = 'not = [toml' WHERE id = 1", [])
+        .expect("corrupt");
+    drop(conn);
+    let mut s = open(&d);
+    assert_eq!(listed(&s), vec![(3, "completed".into())]);
+    assert!(s.job(2).is_err());
+    // The key of a purged job still names it.
+    let again = s.submit_keyed("job.toml", JOB, "/", "k-2").expect("key");
+    assert_eq!((again.job_id, again.existing), (2, true));
+    // The last job purged too: its ids stay taken after another restart.
+    s.purge(&pb::PurgeRequest {
+        job_ids: vec![3],
+        ..Default::default()
+    })
+    .expect("purged");
+    drop(s);
+    let mut s = open(&d);
+    assert!(listed(&s).is_empty());
+    let n = common::register(&mut s, "m", 3);
+    let next = s.submit("job.toml", JOB, "/").expect("submit");
+    assert_eq!(next.job_id, 4);
+    let ids: Vec<u64> = beat(&mut s, n, &[], &[])
+        .assignments
+        .iter()
+        .map(|a| a.task_id)
+        .collect();
+    assert_eq!(ids, vec![9, 10, 11], "after the purged jobs' nine tasks");
+}

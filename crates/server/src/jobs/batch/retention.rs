@@ -18,7 +18,7 @@
 //! acknowledged and ignored, and after a restart a purged job's applications are rebuilt with no
 //! pending task (their rows are gone, and only pending rows are queued).
 
-use super::{Batch, Ctx, JobRec, TaskRow, variant_of};
+use super::{AppRec, Batch, Ctx, JobRec, TaskRow, retired_row, variant_of};
 use crate::state::StateError;
 use crate::state::prefetch::Observed;
 use crate::state::types::TaskCounts;
@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
 use std::time::{Duration, Instant};
-use tracing::info;
+use tracing::{info, warn};
 
 /// How often the retention rule is applied (and newly finished jobs evicted).
 pub const RETENTION_INTERVAL: Duration = Duration::from_secs(5);
@@ -529,7 +529,7 @@ impl Batch {
     }
 
     /// The purge of `ids` committed: their rows leave memory.
-    pub(super) fn forget_purged(&mut self, ids: &[u64]) {
+    pub(super) fn forget_purged(&mut self, cx: &mut Ctx, ids: &[u64]) {
         for &id in ids {
             let Some(start) = self.job_rec(id).map(|j| j.tasks.start) else {
                 continue;
@@ -537,6 +537,33 @@ impl Batch {
             self.tasks.take(start);
             self.retention.finished.remove(&id);
             self.retention.purged.insert(id);
+            self.retire(cx, id);
+        }
+    }
+
+    /// Purged job `id` keeps only what its ids need — its id, its ranges of application and task
+    /// ids (never reused), and its submission key, which still names it — and drops the rest:
+    /// its row's text fields, its applications' commands, names and profiles, in its records
+    /// and in the scheduler's view. A purged job then costs its records' fixed size, not what
+    /// its file said.
+    pub(super) fn retire(&mut self, cx: &mut Ctx, id: u64) {
+        let Some(i) = self.job_index(id) else {
+            return;
+        };
+        let j = &mut self.jobs[i];
+        j.name = String::new();
+        j.row = retired_row(&j.row);
+        for a in j.apps.clone() {
+            if let Some(r) = self.apps.get_mut(a as usize) {
+                *r = AppRec::retired(r.job, r.first_task, r.tasks);
+            }
+            if let Err(e) = cx.view.retire_application(AppId(a)) {
+                warn!(
+                    job = id,
+                    app = a,
+                    "a purged job's application stays whole: {e}"
+                );
+            }
         }
     }
 
