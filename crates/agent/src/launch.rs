@@ -698,50 +698,47 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    #[tokio::test]
-    async fn a_running_tasks_time_limit_changes_when_its_agent_is_told() {
-        let dir = test_dir("new-limit");
-        // An hour, shortened to 0.4 s from the start after 0.1 s.
-        let (a, spec) = task(&dir, "sleep 30", 3_600_000);
+    /// Runs a task of `script` whose time limit (ms) starts at `limit_ms` and becomes
+    /// `new_ms` after 0.1 s; its result and how long it took.
+    async fn run_told(
+        dir: &Path,
+        script: &str,
+        limit_ms: u64,
+        new_ms: u64,
+    ) -> (pb::TaskResult, Duration) {
+        let (a, spec) = task(dir, script, limit_ms);
         let (_kill, rx) = oneshot::channel();
-        let (limit, limit_rx) = watch::channel(spec.time_limit_ms);
+        let (limit, limit_rx) = watch::channel(limit_ms);
         let control = Control {
             kill: rx,
             limit: Some(limit_rx),
         };
         let started = std::time::Instant::now();
-        let shorten = async {
+        let tell = async {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            limit.send_replace(400);
+            limit.send_replace(new_ms);
             std::future::pending::<()>().await
         };
-        let r = tokio::select! {
-            r = run(&a, &spec, "n", &dir, control, Duration::from_secs(60), |_| {}) => r,
-            () = shorten => unreachable!(),
-        };
+        tokio::select! {
+            r = run(&a, &spec, "n", dir, control, Duration::from_secs(60), |_| {}) => {
+                (r, started.elapsed())
+            }
+            () = tell => unreachable!(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_running_tasks_time_limit_changes_when_its_agent_is_told() {
+        let dir = test_dir("new-limit");
+        // An hour, shortened to 0.4 s from the start after 0.1 s.
+        let (r, took) = run_told(&dir, "sleep 30", 3_600_000, 400).await;
         assert_eq!(r.message, "time limit of 0.400s exceeded", "{r:?}");
-        let took = started.elapsed();
         assert!(
             took >= Duration::from_millis(400) && took < Duration::from_secs(20),
             "{took:?}"
         );
         // 0.3 s, lifted (0: none) after 0.1 s: the task runs to its end.
-        let (a, spec) = task(&dir, "sleep 0.6", 300);
-        let (_kill, rx) = oneshot::channel();
-        let (limit, limit_rx) = watch::channel(spec.time_limit_ms);
-        let control = Control {
-            kill: rx,
-            limit: Some(limit_rx),
-        };
-        let lift = async {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            limit.send_replace(0);
-            std::future::pending::<()>().await
-        };
-        let r = tokio::select! {
-            r = run(&a, &spec, "n", &dir, control, Duration::from_secs(60), |_| {}) => r,
-            () = lift => unreachable!(),
-        };
+        let (r, _) = run_told(&dir, "sleep 0.6", 300, 0).await;
         assert!(r.success, "{r:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -174,6 +174,8 @@ enum Op {
     /// Cancels indices `1` of job `0`.
     CancelTasks(u64, &'static str),
     Hold(u64, bool),
+    /// `hetsched update` of job `0`: priority `1`, time limit `2` (ms; 0: none).
+    Update(u64, i32, u64),
     Resubmit(u64),
     Purge(u64),
     Drain(usize, bool),
@@ -198,6 +200,8 @@ fn op(disk: bool) -> BoxedStrategy<Op> {
         1 => (1..5u64, prop::sample::select(vec!["0", "1-3", "5,8", "7", "2-11:3"]))
             .prop_map(|(j, i)| Op::CancelTasks(j, i)),
         1 => (1..5u64, any::<bool>()).prop_map(|(j, h)| Op::Hold(j, h)),
+        1 => (1..5u64, -2..3i32, prop::sample::select(vec![0u64, 1_000, 3_600_000]))
+            .prop_map(|(j, p, t)| Op::Update(j, p, t)),
         1 => (1..5u64).prop_map(Op::Resubmit),
         1 => (1..5u64).prop_map(Op::Purge),
         1 => (0..2usize, any::<bool>()).prop_map(|(n, d)| Op::Drain(n, d)),
@@ -224,6 +228,15 @@ fn everything(s: &State) -> Vec<String> {
             "job {} {} {:?} held={}",
             j.id, j.state, j.counts, j.held
         ));
+        // Its applications' settings, as submitted or updated.
+        if let Ok(job) = s.job(j.id) {
+            for a in job.apps {
+                out.push(format!(
+                    "  app {} priority {} max_running {} time limits {} {}",
+                    a.name, a.priority, a.max_running, a.cpu_time_limit_ms, a.gpu_time_limit_ms
+                ));
+            }
+        }
         if let Ok(t) = s.tasks(j.id) {
             for t in t.tasks {
                 out.push(format!(
@@ -346,6 +359,15 @@ fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::Hold(j, h) => {
                 let _ = s.hold(j, h);
+            }
+            Op::Update(j, priority, time_limit_ms) => {
+                // Refused for a job that does not exist or ended, another kind, a full disk.
+                let _ = s.update(&pb::UpdateRequest {
+                    job_id: j,
+                    priority: Some(priority),
+                    time_limit_ms: Some(time_limit_ms),
+                    ..Default::default()
+                });
             }
             Op::Resubmit(j) => {
                 let _ = s.resubmit_failed(j);
