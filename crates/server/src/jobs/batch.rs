@@ -587,7 +587,6 @@ impl Batch {
         Ok(())
     }
 
-    /// Adds an accepted job's applications to memory and to the view (pending tasks only).
     /// Installs purged job `row` as [`Batch::retire`] leaves one, without its file: its
     /// applications' ids end before `apps_end` and its tasks' before `tasks_end` (a purged
     /// job's per-application task counts are not kept: its first application spans them all).
@@ -621,6 +620,7 @@ impl Batch {
         Ok(())
     }
 
+    /// Adds an accepted job's applications to memory and to the view (pending tasks only).
     fn install(&mut self, cx: &mut Ctx, row: JobRow, job: Installable) -> Result<(), StateError> {
         let first_app = row.first_app;
         let mut next_task = row.first_task;
@@ -769,6 +769,12 @@ impl Batch {
     /// Job `id`.
     fn job_rec(&self, id: u64) -> Option<&JobRec> {
         self.job_index(id).map(|i| &self.jobs[i])
+    }
+
+    /// The key of `app`'s variant `v` in its current spec generation.
+    fn spec_key_of(&self, app: u32, v: Variant) -> u64 {
+        let generation = self.apps.get(app as usize).map_or(0, |r| r.spec_generation);
+        spec_key(app, v, generation)
     }
 
     /// What every task of `app`'s variant `v` runs, for an agent that does not hold it yet.
@@ -1650,11 +1656,7 @@ impl Batch {
             cx.view.requeue(&a);
             return;
         };
-        let key = spec_key(
-            app.0,
-            Variant::Cpu,
-            self.apps.get(app.index()).map_or(0, |r| r.spec_generation),
-        );
+        let key = self.spec_key_of(app.0, Variant::Cpu);
         let d = Dispatch {
             task_id: t.id,
             attempt: t.attempt + 1,
@@ -1978,13 +1980,7 @@ impl JobKind for Batch {
             let Some(t) = self.tasks.get(a.task.0 as usize) else {
                 continue;
             };
-            let key = spec_key(
-                a.app.0,
-                a.variant,
-                self.apps
-                    .get(a.app.index())
-                    .map_or(0, |r| r.spec_generation),
-            );
+            let key = self.spec_key_of(a.app.0, a.variant);
             let cores = crate::state::prefetch::cores_of(cx.view, a.app, a.variant);
             let prefetched = used + cores > credit.free;
             if prefetched && let Some(q) = auto.as_mut() {

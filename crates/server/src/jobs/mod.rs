@@ -269,8 +269,9 @@ impl<'r> Outbox<'r> {
     }
 
     /// Tells the agent that a task it runs (or holds queued) now runs by spec `r.spec`, with
-    /// that spec if the agent does not hold it. Not counted against [`REPLY_BUDGET`]'s cap on
-    /// assignments: a few dozen bytes each, and a spec per application at most.
+    /// that spec if the agent does not hold it. Counted in the reply's size but never refused:
+    /// a few dozen bytes per task the node runs, and a spec per application at most, well
+    /// within the agents' decoding limit beyond [`REPLY_BUDGET`].
     pub fn respec(&mut self, r: crate::state::types::Respec, spec: Option<TaskSpec>) {
         if let Some(spec) = spec {
             self.size += crate::convert::spec_wire_len(&spec) + 6;
