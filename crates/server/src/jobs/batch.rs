@@ -2200,6 +2200,15 @@ impl JobKind for Batch {
     /// Cancels a job: pending tasks are dropped, running ones killed at their nodes' next
     /// heartbeat.
     fn cancel(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
+        // A job that has ended stays as it ended: marking a completed job cancelled would
+        // rewrite what the jobs that ran after it were told (and a restart would then cancel
+        // them, running as they are).
+        if let Some(j) = self.job_rec(job)
+            && !self.retention.is_purged(job)
+            && !matches!(self.job_state(j), "pending" | "running")
+        {
+            return Ok(0);
+        }
         let n = self.cancel_job(cx, job, "cancelled")?;
         // Jobs waiting on this one can never start now.
         self.settle_waiting(cx)?;

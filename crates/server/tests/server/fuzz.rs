@@ -1124,3 +1124,22 @@ proptest! {
         }
     }
 }
+
+/// A case the day above found: job 2 runs after job 1, which completed; a cancel of job 1 then
+/// marked it cancelled, and the restarted server cancelled job 2 — running — for it. A job that
+/// has ended now stays as it ended.
+#[test]
+fn cancelling_a_completed_job_leaves_it_and_the_job_that_ran_after_it_as_they_were() {
+    let ops = vec![
+        Op::Submit(0),
+        Op::SubmitAfter(0, 1, false),
+        Op::Beat(0, 0),
+        Op::Beat(1, 0),
+        Op::Beat(0, 88),
+        Op::Submit(0),
+        Op::Beat(1, 32),
+        Op::Cancel(1),
+        Op::Restart,
+    ];
+    day(&common::scratch("fuzz", "repro"), ops).expect("day");
+}
