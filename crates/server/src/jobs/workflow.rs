@@ -2314,6 +2314,10 @@ impl JobKind for Workflows {
 
     fn cancel(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
         let seq = job & ((1 << super::KIND_SHIFT) - 1);
+        // A workflow that has ended stays as it ended (a failed one can still be resubmitted).
+        if self.jobs.get(&seq).is_some_and(|j| j.finished()) {
+            return Ok(0);
+        }
         let Some(mut j) = self.jobs.remove(&seq) else {
             return Err(StateError::NoJob(job));
         };

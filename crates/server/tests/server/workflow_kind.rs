@@ -1010,6 +1010,9 @@ fn resubmitting_a_failed_workflow_runs_its_failed_and_skipped_instances_only() {
     assert_eq!(failed.iter().filter(|t| t.2 == "succeeded").count(), 8);
     let ran_before = agents.assigned.len();
     assert_eq!(ran_before, 10, "gen 1–6 and use 3–6");
+    // A cancel of the ended workflow cancels nothing: it can still be resubmitted.
+    assert_eq!(s.cancel(job).expect("cancel").cancelled, 0);
+    assert_eq!(s.get_job(job).expect("job").state, "failed");
 
     // A restarted server has them withdrawn from its graph; resubmit brings them back.
     drop(s);
