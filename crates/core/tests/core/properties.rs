@@ -152,3 +152,74 @@ proptest! {
         prop_assert_eq!(completed.len(), tasks as usize);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// `hdas::gpu_backlogs` (sorted by GPU advantage, prefix sums) equals its definition
+    /// computed pair by pair: each waiting application's backlog is the GPU work of every
+    /// waiting application at least as GPU-friendly (within the tolerance) over the cluster's
+    /// GPUs, or the accelerator nodes' disks' time to read their splits if longer; infinity for
+    /// the rest.
+    #[test]
+    fn gpu_backlogs_equal_their_pairwise_definition(
+        nodes in 1..4u32,
+        apps in prop::collection::vec(
+            (0..6u32, 1..60u32, 10..1200u32, 1..64u64, any::<bool>(), any::<bool>()),
+            1..40,
+        ),
+        tolerance in 0.0..0.9f64,
+    ) {
+        use hetsched_core::policy::batch::hdas::gpu_backlogs;
+        let mut view = SchedulerView::new();
+        for i in 0..nodes {
+            view.add_node(node(&format!("n{i}")).cores(6).gpus(4, "c2050").disk_mib_s(128.0).build(NodeId(i)))
+                .expect("node");
+        }
+        let mut next = 0u64;
+        let mut feasible = Vec::new();
+        for (i, &(pending, gpu_s, cpu_s, split, has_gpu, fits)) in apps.iter().enumerate() {
+            let mut b = app(&format!("a{i}")).tasks(pending).split_mib(split).cpu(f64::from(cpu_s), 0.5);
+            if has_gpu {
+                b = b.gpu(f64::from(gpu_s), 0.25, 0.5);
+            }
+            let tasks: Vec<TaskId> = (0..u64::from(pending)).map(|t| TaskId(next + t)).collect();
+            next += u64::from(pending);
+            view.add_application(b.build(AppId(i as u32)), tasks).expect("app");
+            feasible.push(fits);
+        }
+        let got = gpu_backlogs(&view, &feasible, tolerance);
+        // The definition, pair by pair.
+        let speed = view.mean_device_speed();
+        let gpus = f64::from(view.totals().gpus);
+        let disk: f64 = view.nodes().iter().map(|n| n.node.disk_read_bw).sum();
+        let queue: Vec<(usize, f64, f64, f64)> = view
+            .apps()
+            .iter()
+            .filter(|a| !a.pending.is_empty() && feasible[a.app.id.index()])
+            .filter_map(|a| {
+                let g = a.app.gpu.as_ref()?;
+                let task = g.compute as f64 / speed + g.copy as f64 + g.read as f64;
+                let advantage = a.app.cpu_base_time().map_or(f64::INFINITY, |c| c as f64 / task.max(1.0));
+                let n = a.pending.len() as f64;
+                Some((a.app.id.index(), advantage, n * task * f64::from(g.request.gpus.max(1)), n * a.app.split_bytes as f64))
+            })
+            .collect();
+        for a in 0..apps.len() {
+            let want = match queue.iter().find(|q| q.0 == a) {
+                None => f64::INFINITY,
+                Some(&(_, advantage, _, _)) => {
+                    let counted = queue.iter().filter(|q| q.1 >= advantage * (1.0 - tolerance));
+                    let work: f64 = counted.clone().map(|q| q.2).sum();
+                    let bytes: f64 = counted.map(|q| q.3).sum();
+                    (work / gpus).max(bytes / disk * 1e9)
+                }
+            };
+            let have = got.of(AppId(a as u32));
+            prop_assert!(
+                have == want || (have - want).abs() <= 1e-9 * want,
+                "application {}: {} against {}", a, have, want
+            );
+        }
+    }
+}
