@@ -150,6 +150,14 @@ fn an_update_names_what_it_cannot_do() {
     );
 }
 
+/// A job of one application `a` of `tasks` tasks, each limited to an hour.
+fn hour_limited(tasks: u32) -> String {
+    format!(
+        "[[application]]\nname = \"a\"\ntasks = {tasks}\n\
+         [application.cpu]\ncommand = \"true\"\ntime_limit = \"1h\"\n"
+    )
+}
+
 /// An application's CPU and GPU time limits, ms.
 fn limits(a: &pb::AppInfo) -> [u64; 2] {
     [a.cpu_time_limit_ms, a.gpu_time_limit_ms]
@@ -168,12 +176,10 @@ fn spec_keys(r: &pb::HeartbeatReply) -> Vec<u64> {
 #[test]
 fn a_new_time_limit_reaches_the_agents_under_a_new_spec_key_and_a_restart_keeps_it() {
     let d = common::scratch("update", "time-limit");
-    let limited = "[[application]]\nname = \"a\"\ntasks = 4\n\
-                   [application.cpu]\ncommand = \"true\"\ntime_limit = \"1h\"\n";
     let (old_key, new_key) = {
         let mut s = open(&d);
         let n = register(&mut s, "n", 1);
-        let job = submit(&mut s, limited);
+        let job = submit(&mut s, &hour_limited(4));
         let r = beat(&mut s, n, &[], &[]);
         assert_eq!(assigned(&r), vec![0]);
         let old_key = spec_keys(&r)[0];
@@ -223,11 +229,7 @@ fn a_shorter_time_limit_lets_tasks_start_on_an_agent_with_less_time_left() {
     let d = common::scratch("update", "time-left");
     let mut s = open(&d);
     let n = register(&mut s, "n", 1);
-    let job = submit(
-        &mut s,
-        "[[application]]\nname = \"a\"\ntasks = 1\n\
-         [application.cpu]\ncommand = \"true\"\ntime_limit = \"1h\"\n",
-    );
+    let job = submit(&mut s, &hour_limited(1));
     // Ten minutes left on the agent: a one-hour task would be stopped half-way.
     let ten_minutes = |s: &mut State| {
         let mut req = heartbeat_request(n, &[], &[]);
@@ -249,11 +251,7 @@ fn a_running_task_is_told_its_new_spec_until_its_agent_runs_by_it() {
     let d = common::scratch("update", "respec");
     let mut s = open(&d);
     let n = register(&mut s, "n", 2);
-    let job = submit(
-        &mut s,
-        "[[application]]\nname = \"a\"\ntasks = 2\n\
-         [application.cpu]\ncommand = \"sleep 100\"\ntime_limit = \"1h\"\n",
-    );
+    let job = submit(&mut s, &hour_limited(2));
     let r = beat(&mut s, n, &[], &[]);
     assert_eq!(assigned(&r), vec![0, 1]);
     let old_key = spec_keys(&r)[0];
