@@ -360,10 +360,7 @@ impl SchedulerView {
         app: AppId,
         need: AcceleratorNeed,
     ) -> Result<(), ViewError> {
-        let a = self
-            .apps
-            .get_mut(app.index())
-            .ok_or(ViewError::UnknownApp(app))?;
+        let a = self.app_mut(app)?;
         a.accelerator = need;
         if need == AcceleratorNeed::Required && a.app.gpu.is_some() {
             a.need = Need::GpuOnly;
@@ -406,10 +403,7 @@ impl SchedulerView {
     /// ([`Application::retired`]), so that a purged job costs memory for its id only. Refused
     /// while a task of it waits or runs.
     pub fn retire_application(&mut self, app: AppId) -> Result<(), ViewError> {
-        let a = self
-            .apps
-            .get_mut(app.index())
-            .ok_or(ViewError::UnknownApp(app))?;
+        let a = self.app_mut(app)?;
         if a.has_pending() || a.running > 0 {
             return Err(ViewError::StillActive(app));
         }
@@ -611,6 +605,13 @@ impl SchedulerView {
         })
     }
 
+    /// Application `app`'s state, to change it; refused for an id the view does not have.
+    fn app_mut(&mut self, app: AppId) -> Result<&mut AppState, ViewError> {
+        self.apps
+            .get_mut(app.index())
+            .ok_or(ViewError::UnknownApp(app))
+    }
+
     /// Whether `app` is kept off `node` now ([`SchedulerView::set_excluded`]).
     pub fn is_excluded(&self, app: AppId, node: NodeId) -> bool {
         self.excluded.contains(&(app, node))
@@ -619,10 +620,7 @@ impl SchedulerView {
     /// Changes `app`'s scheduling priority (`hetsched update --priority`): every placement from
     /// now on reads it (a policy's priority levels, a multi-node gathering's order).
     pub fn set_priority(&mut self, app: AppId, priority: i32) -> Result<(), ViewError> {
-        let a = self
-            .apps
-            .get_mut(app.index())
-            .ok_or(ViewError::UnknownApp(app))?;
+        let a = self.app_mut(app)?;
         a.app.priority = priority;
         Ok(())
     }
@@ -631,10 +629,7 @@ impl SchedulerView {
     /// update --max-running`). Tasks running above a lowered cap go on; no new one starts until
     /// fewer run.
     pub fn set_max_running(&mut self, app: AppId, max_running: u32) -> Result<(), ViewError> {
-        let a = self
-            .apps
-            .get_mut(app.index())
-            .ok_or(ViewError::UnknownApp(app))?;
+        let a = self.app_mut(app)?;
         a.app.max_running = max_running;
         Ok(())
     }
@@ -643,10 +638,7 @@ impl SchedulerView {
     /// `hetsched update --time-limit`): placement on a node with an end (an agent's own time
     /// limit) reads the new one. (Running tasks' limits are their agents' to enforce.)
     pub fn set_time_limit(&mut self, app: AppId, limit: Option<Time>) -> Result<(), ViewError> {
-        let a = self
-            .apps
-            .get_mut(app.index())
-            .ok_or(ViewError::UnknownApp(app))?;
+        let a = self.app_mut(app)?;
         if let Some(cpu) = a.app.cpu.as_mut() {
             cpu.time_limit = limit;
         }
@@ -1024,10 +1016,7 @@ impl SchedulerView {
         gpu: u32,
         completed: u32,
     ) -> Result<(), ViewError> {
-        let a = self
-            .apps
-            .get_mut(app.index())
-            .ok_or(ViewError::UnknownApp(app))?;
+        let a = self.app_mut(app)?;
         a.dispatched_cpu += cpu;
         a.dispatched_gpu += gpu;
         a.completed += completed;
@@ -1044,10 +1033,7 @@ impl SchedulerView {
         compute: Time,
         read: Time,
     ) -> Result<(), ViewError> {
-        let a = self
-            .apps
-            .get_mut(app.index())
-            .ok_or(ViewError::UnknownApp(app))?;
+        let a = self.app_mut(app)?;
         match variant {
             Variant::Cpu => {
                 if let Some(c) = a.app.cpu.as_mut() {

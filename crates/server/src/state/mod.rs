@@ -1000,42 +1000,39 @@ impl State {
         Ok(n)
     }
 
+    /// Refuses job `job` unless it is a batch job: `job 4 is a workflow job; {what} to batch
+    /// jobs`, or `no job 4`.
+    fn batch_only(&self, job: u64, what: &str) -> Result<(), StateError> {
+        match self.ids.kind(job) {
+            Some(Kind::Batch) => Ok(()),
+            Some(k) => Err(StateError::Invalid(format!(
+                "job {job} is a {} job; {what} to batch jobs",
+                k.as_str()
+            ))),
+            None => Err(StateError::NoJob(job)),
+        }
+    }
+
     /// `hetsched hold JOB` (`hold`) / `release JOB`: whether a batch job's pending tasks may be
     /// dispatched; running ones go on. Returns how many pending tasks it held or queued again.
     pub fn on_hold(&mut self, job: u64, hold: bool) -> Result<u64, StateError> {
-        let n = match self.ids.kind(job) {
-            Some(Kind::Batch) => self.jobs.batch.hold(&mut ctx!(self), job, hold)?,
-            Some(k) => {
-                return Err(StateError::Invalid(format!(
-                    "job {job} is a {} job; hold and release apply to batch jobs",
-                    k.as_str()
-                )));
-            }
-            None => return Err(StateError::NoJob(job)),
-        };
+        self.batch_only(job, "hold and release apply")?;
+        let n = self.jobs.batch.hold(&mut ctx!(self), job, hold)?;
         self.commit()?;
         self.wake(None);
         info!(job, tasks = n, hold, "job held or released");
         Ok(n)
     }
 
-    /// `hetsched update JOB`: a batch job's applications' priority or max_running change (see
-    /// `jobs::batch::update`). Returns the applications as the update left them.
+    /// `hetsched update JOB`: a batch job's applications' priority, max_running or time limit
+    /// change (see `jobs::batch::update`). Returns the applications as the update left them.
     pub fn on_update(
         &mut self,
         job: u64,
         update: &crate::jobs::batch::Update,
     ) -> Result<Vec<crate::jobs::batch::Updated>, StateError> {
-        let apps = match self.ids.kind(job) {
-            Some(Kind::Batch) => self.jobs.batch.update(&mut ctx!(self), job, update)?,
-            Some(k) => {
-                return Err(StateError::Invalid(format!(
-                    "job {job} is a {} job; update applies to batch jobs",
-                    k.as_str()
-                )));
-            }
-            None => return Err(StateError::NoJob(job)),
-        };
+        self.batch_only(job, "update applies")?;
+        let apps = self.jobs.batch.update(&mut ctx!(self), job, update)?;
         self.commit()?;
         self.wake(None);
         info!(job, ?update, "job updated");
