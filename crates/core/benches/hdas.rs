@@ -38,7 +38,7 @@ fn full(
     }
     let mut next_task = 0u64;
     let mut add = |view: &mut SchedulerView, tasks: u32, gpu: f64| {
-        let id = AppId(view.apps().len() as u32);
+        let id = AppId(view.app_count() as u32);
         // BP-like (spec 02): far faster on a GPU; each a little different, so that the GPU
         // advantages differ.
         let a = app(&format!("a{}", id.0))

@@ -3,13 +3,15 @@
 //! - [`cluster`]: racks, nodes, accelerators — what a cluster *is*;
 //! - [`application`]: applications of independent tasks with CPU and/or GPU variants and their base
 //!   profiles (spec 02, "Heterogeneous task model");
-//! - [`view`]: the scheduler's live view of the cluster that policies read and update.
+//! - [`view`]: the scheduler's live view of the cluster that policies read and update;
+//! - [`slots`]: records by dense id whose retired ids cost a pointer.
 
 pub mod application;
 pub mod cluster;
 pub mod ids;
 pub mod latency;
 pub mod resources;
+pub mod slots;
 pub mod stream_code;
 pub mod topology;
 pub mod view;
@@ -19,4 +21,5 @@ pub use application::{Application, CpuVariant, GpuVariant, Need, Variant};
 pub use cluster::{Accelerator, Cluster, ClusterError, Node, Rack};
 pub use ids::{AppId, NodeId, RackId, TaskId};
 pub use resources::Resources;
+pub use slots::Slots;
 pub use view::{AppState, Assignment, Held, NodeReport, NodeState, SchedulerView, ViewError};

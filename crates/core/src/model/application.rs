@@ -114,7 +114,7 @@ pub enum Need {
 impl Application {
     /// What stays of application `id` once its job was purged: its id (ids are dense and never
     /// reused) and nothing else — no name, no tasks, an empty CPU profile.
-    pub fn retired(id: AppId) -> Self {
+    pub const fn retired(id: AppId) -> Self {
         Application {
             id,
             name: String::new(),
@@ -125,7 +125,7 @@ impl Application {
             cpu: Some(CpuVariant {
                 compute: 0,
                 read: 0,
-                request: Resources::default(),
+                request: Resources::new(0, 0, 0),
                 time_limit: None,
             }),
             gpu: None,

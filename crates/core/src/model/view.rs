@@ -11,6 +11,7 @@ use super::application::{AcceleratorNeed, Application, Need, Variant};
 use super::cluster::Node;
 use super::ids::{AppId, NodeId, TaskId};
 use super::resources::Resources;
+use super::slots::Slots;
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -113,6 +114,20 @@ pub struct AppState {
     pub accelerator: AcceleratorNeed,
 }
 
+/// How [`SchedulerView::app`] reads a retired application (its job was purged): no tasks,
+/// nothing pending or running. Its `app.id` is `u32::MAX`, not the id asked for.
+pub static RETIRED: AppState = AppState {
+    app: Application::retired(AppId(u32::MAX)),
+    pending: VecDeque::new(),
+    dispatched_cpu: 0,
+    dispatched_gpu: 0,
+    running: 0,
+    completed: 0,
+    usage: Resources::new(0, 0, 0),
+    need: Need::CpuOnly,
+    accelerator: AcceleratorNeed::None,
+};
+
 impl AppState {
     /// Tasks dispatched as either variant (`#alloc_tasks` of spec 02 eq. (6)).
     pub fn dispatched(&self) -> u32 {
@@ -167,7 +182,8 @@ pub enum ViewError {
 #[derive(Clone, Debug, Default)]
 pub struct SchedulerView {
     nodes: Vec<NodeState>,
-    apps: Vec<AppState>,
+    /// By id; a purged job's applications are retired ([`SchedulerView::retire_application`]).
+    apps: Slots<AppState>,
     totals: Resources,
     /// Sum of the speed weights of every live node's accelerators.
     device_speed_total: f64,
@@ -399,25 +415,19 @@ impl SchedulerView {
         Ok(expected)
     }
 
-    /// Application `app`'s job was purged: it keeps its id and drops the rest
-    /// ([`Application::retired`]), so that a purged job costs memory for its id only. Refused
-    /// while a task of it waits or runs.
+    /// Application `app`'s job was purged: its state is dropped and its id stays taken, so
+    /// that a purged job costs one pointer ([`Slots`]). From then on [`SchedulerView::app`]
+    /// reads it as [`RETIRED`] and [`SchedulerView::get_app`] as `None`. Refused while a task
+    /// of it waits or runs; retiring it again does nothing.
     pub fn retire_application(&mut self, app: AppId) -> Result<(), ViewError> {
+        if self.apps.is_retired(app.index()) {
+            return Ok(());
+        }
         let a = self.app_mut(app)?;
         if a.has_pending() || a.running > 0 {
             return Err(ViewError::StillActive(app));
         }
-        *a = AppState {
-            app: Application::retired(app),
-            pending: VecDeque::new(),
-            dispatched_cpu: 0,
-            dispatched_gpu: 0,
-            running: 0,
-            completed: 0,
-            usage: Resources::default(),
-            need: Need::CpuOnly,
-            accelerator: AcceleratorNeed::None,
-        };
+        self.apps.retire(app.index());
         Ok(())
     }
 
@@ -430,7 +440,15 @@ impl SchedulerView {
     /// Adds application `app` already retired (a restart, its job purged before), in id
     /// order as [`SchedulerView::add_application`].
     pub fn add_retired_application(&mut self, app: AppId) -> Result<AppId, ViewError> {
-        self.add_application(Application::retired(app), [])
+        let expected = AppId(self.apps.len() as u32);
+        if app != expected {
+            return Err(ViewError::AppOutOfOrder {
+                found: app,
+                expected,
+            });
+        }
+        self.apps.push_retired();
+        Ok(app)
     }
 
     /// Keeps [`SchedulerView::pending_apps`]'s index true after `app`'s queue changed.
@@ -456,14 +474,37 @@ impl SchedulerView {
         &self.nodes[id.index()]
     }
 
-    /// All applications, by id.
-    pub fn apps(&self) -> &[AppState] {
-        &self.apps
+    /// How many application ids were given, retired ones included: the next application's id.
+    pub fn app_count(&self) -> usize {
+        self.apps.len()
     }
 
-    /// One application.
+    /// Every application not retired, in id order.
+    pub fn apps(&self) -> impl DoubleEndedIterator<Item = &AppState> {
+        self.apps.iter().map(|(_, a)| a)
+    }
+
+    /// The applications of ids `from..` not retired, in id order (those added since a caller
+    /// last looked, when it saw `from` of them).
+    pub fn apps_from(&self, from: usize) -> impl Iterator<Item = &AppState> {
+        self.apps.iter_from(from).map(|(_, a)| a)
+    }
+
+    /// One application, `None` if it is unknown or retired.
+    pub fn get_app(&self, id: AppId) -> Option<&AppState> {
+        self.apps.get(id.index())
+    }
+
+    /// One application; a retired one reads as [`RETIRED`] (no tasks, nothing pending).
+    ///
+    /// # Panics
+    /// On an id never given.
     pub fn app(&self, id: AppId) -> &AppState {
-        &self.apps[id.index()]
+        match self.apps.get(id.index()) {
+            Some(a) => a,
+            None if id.index() < self.apps.len() => &RETIRED,
+            None => panic!("unknown application {id}"),
+        }
     }
 
     /// Capacity of every live node together.
@@ -515,7 +556,9 @@ impl SchedulerView {
 
     /// Whether one task of `app` as `variant` fits on `node` now.
     pub fn fits(&self, app: AppId, node: NodeId, variant: Variant) -> bool {
-        let (a, n) = (&self.apps[app.index()], &self.nodes[node.index()]);
+        let (Some(a), n) = (self.apps.get(app.index()), &self.nodes[node.index()]) else {
+            return false;
+        };
         if !n.alive || (!self.excluded.is_empty() && self.excluded.contains(&(app, node))) {
             return false;
         }
@@ -731,11 +774,12 @@ impl SchedulerView {
     /// Dispatches the next pending task of `app` to `node` as `variant`, if it has one and it fits;
     /// updates free resources, devices, `TotalIO`, `#IOtask` and the application's counters.
     pub fn assign(&mut self, app: AppId, node: NodeId, variant: Variant) -> Option<Assignment> {
-        if !self.apps[app.index()].has_pending() || !self.fits(app, node, variant) {
+        let a = self.apps.get(app.index())?;
+        if !a.has_pending() || !self.fits(app, node, variant) {
             return None;
         }
-        let (io_bytes, io_task) = self.io_request(&self.apps[app.index()].app, variant);
-        let a = &mut self.apps[app.index()];
+        let (io_bytes, io_task) = self.io_request(&a.app, variant);
+        let a = self.apps.get_mut(app.index())?;
         let request = a.app.request(variant)?;
         let task = a.pending.pop_front()?;
         let emptied = a.pending.is_empty();
@@ -923,8 +967,9 @@ impl SchedulerView {
 
     fn release(&mut self, done: &Assignment) {
         if let Some(held) = self.multi_node.remove(&(done.app, done.task)) {
-            let a = &mut self.apps[done.app.index()];
-            a.running = a.running.saturating_sub(1);
+            if let Some(a) = self.apps.get_mut(done.app.index()) {
+                a.running = a.running.saturating_sub(1);
+            }
             if let Some(n) = held
                 .first()
                 .and_then(|h| self.nodes.get_mut(h.node.index()))
@@ -936,7 +981,10 @@ impl SchedulerView {
             }
             return;
         }
-        let a = &mut self.apps[done.app.index()];
+        // A retired application has no task running (it is refused while it has).
+        let Some(a) = self.apps.get_mut(done.app.index()) else {
+            return;
+        };
         let request = a.app.request(done.variant).unwrap_or_default();
         a.usage = a.usage - request;
         a.running = a.running.saturating_sub(1);
@@ -953,22 +1001,28 @@ impl SchedulerView {
     /// A dispatched task finished successfully: its resources return to the node.
     pub fn task_finished(&mut self, done: &Assignment) {
         self.release(done);
-        self.apps[done.app.index()].completed += 1;
+        if let Some(a) = self.apps.get_mut(done.app.index()) {
+            a.completed += 1;
+        }
     }
 
     /// A dispatched task will run again (it failed, or its node was lost): its resources return
     /// and it goes to the front of its application's queue.
     pub fn requeue(&mut self, done: &Assignment) {
         self.release(done);
-        self.apps[done.app.index()].pending.push_front(done.task);
-        self.with_pending.insert(done.app);
+        if let Some(a) = self.apps.get_mut(done.app.index()) {
+            a.pending.push_front(done.task);
+            self.with_pending.insert(done.app);
+        }
     }
 
     /// Tasks that had failed for good (and were abandoned) are to run again (the runtime's
     /// `resubmit --failed`): they join the end of their application's queue.
     pub fn resubmit(&mut self, app: AppId, tasks: impl IntoIterator<Item = TaskId>) {
-        self.apps[app.index()].pending.extend(tasks);
-        self.note_pending(app);
+        if let Some(a) = self.apps.get_mut(app.index()) {
+            a.pending.extend(tasks);
+            self.note_pending(app);
+        }
     }
 
     /// A dispatched task will not run again (it failed for good, or was cancelled): its resources
@@ -1054,7 +1108,9 @@ impl SchedulerView {
 
     /// Drops every pending task of `app` (cancellation); returns how many were dropped.
     pub fn cancel_pending(&mut self, app: AppId) -> usize {
-        let a = &mut self.apps[app.index()];
+        let Some(a) = self.apps.get_mut(app.index()) else {
+            return 0;
+        };
         let n = a.pending.len();
         a.pending.clear();
         self.with_pending.remove(&app);
@@ -1080,7 +1136,7 @@ impl SchedulerView {
 
     /// Whether every task of every application finished.
     pub fn all_complete(&self) -> bool {
-        self.apps.iter().all(AppState::is_complete)
+        self.apps().all(AppState::is_complete)
     }
 
     /// Time-independent helper for policies: apps with pending tasks, in submission order (an
@@ -1088,14 +1144,15 @@ impl SchedulerView {
     pub fn pending_apps(&self) -> impl Iterator<Item = &AppState> {
         // Every test run in a debug build checks the index against the applications.
         debug_assert!(
-            self.with_pending.iter().copied().eq(self
-                .apps
+            self.with_pending
                 .iter()
-                .filter(|a| a.has_pending())
-                .map(|a| a.app.id)),
+                .copied()
+                .eq(self.apps().filter(|a| a.has_pending()).map(|a| a.app.id)),
             "the index of applications with pending tasks is out of date"
         );
-        self.with_pending.iter().map(|&a| &self.apps[a.index()])
+        self.with_pending
+            .iter()
+            .filter_map(|&a| self.apps.get(a.index()))
     }
 
     /// Distinct priority levels of applications with pending tasks, highest first.

@@ -66,7 +66,7 @@ impl Env {
     }
 
     fn add(&mut self, builder: hetsched_core::testkit::AppBuilder) -> AppId {
-        let id = AppId(self.view.apps().len() as u32);
+        let id = AppId(self.view.app_count() as u32);
         let a: Application = builder.build(id);
         let first = self.next_task;
         self.next_task += a.tasks as u64;
@@ -494,4 +494,49 @@ fn hdas_hetero_waits_for_the_disks_its_accelerators_read_from() {
         .expect("dense app ids");
     let backlog = gpu_backlogs(&view, &[true], 0.05).of(AppId(0)) / 1e9;
     assert!((backlog - 22.0 * 1024.0 / 64.0).abs() < 1e-6, "{backlog}");
+}
+
+/// A long-lived server's view holds the retired applications of every job it purged: each
+/// policy places the waiting ones as it would in a view that never held the retired ones, beat
+/// after beat (the plan of `hdas-hetero` included).
+#[test]
+fn retired_applications_change_no_placement() {
+    const RETIRED: u32 = 500;
+    for kind in BatchPolicyKind::ALL {
+        let mut runs = Vec::new();
+        for retired in [0, RETIRED] {
+            let mut env = Env::new(2);
+            for i in 0..retired {
+                if i % 2 == 0 {
+                    // Purged live: added, its tasks ended, then retired.
+                    let id = env.add(rs(1).tasks(0));
+                    env.view.retire_application(id).expect("nothing waits");
+                } else {
+                    // Purged before a restart: added retired.
+                    let id = AppId(env.view.app_count() as u32);
+                    env.view.add_retired_application(id).expect("in order");
+                }
+            }
+            for b in [nb(6), bp(8), knn(5), rs(4)] {
+                env.add(b);
+            }
+            let mut policy = kind.build();
+            let mut placed = Vec::new();
+            for beat in 0..6u32 {
+                let now = secs(f64::from(beat));
+                let node = NodeId(beat % 2);
+                let got = policy.on_node_update(&mut env.view, node, now);
+                // Half of what runs ends before the next beat, so later beats place more.
+                for a in got.iter().step_by(2) {
+                    env.view.task_finished(a);
+                }
+                placed.extend(got.into_iter().map(|a| {
+                    (a.app.0 - retired, a.task, a.node, a.variant, a.devices)
+                }));
+            }
+            runs.push(placed);
+        }
+        assert!(!runs[0].is_empty(), "{kind:?} placed nothing");
+        assert_eq!(runs[0], runs[1], "{kind:?}");
+    }
 }

@@ -125,7 +125,7 @@ proptest! {
             }
             prop_assert_eq!(started.len() as u64, expected);
             prop_assert!(view.all_complete());
-            prop_assert!(view.apps().iter().all(|a| a.completed == a.app.tasks && a.running == 0));
+            prop_assert!(view.apps().all(|a| a.completed == a.app.tasks && a.running == 0));
         }
     }
 
@@ -195,7 +195,6 @@ proptest! {
         let disk: f64 = view.nodes().iter().map(|n| n.node.disk_read_bw).sum();
         let queue: Vec<(usize, f64, f64, f64)> = view
             .apps()
-            .iter()
             .filter(|a| !a.pending.is_empty() && feasible[a.app.id.index()])
             .filter_map(|a| {
                 let g = a.app.gpu.as_ref()?;

@@ -77,19 +77,32 @@ fn a_retired_application_keeps_its_id_only_and_an_active_one_is_not_retired() {
     assert!(a.is_none(), "n lacks ssd");
     v.cancel_pending(AppId(0));
     v.retire_application(AppId(0)).expect("retired");
-    let retired = &v.apps()[0];
+    v.retire_application(AppId(0))
+        .expect("retiring again does nothing");
+    assert!(v.get_app(AppId(0)).is_none(), "its state is dropped");
+    let retired = v.app(AppId(0));
     assert_eq!(
         (
             retired.app.name.as_str(),
             retired.app.tasks,
-            retired.app.requires.len()
+            retired.app.requires.len(),
+            retired.pending.len(),
         ),
-        ("", 0, 0)
+        ("", 0, 0, 0)
     );
     assert_eq!(pending(&v), [1]);
+    assert_eq!(v.apps().map(|a| a.app.id).collect::<Vec<_>>(), [AppId(1)]);
     assert!(v.assign(AppId(0), NodeId(0), Variant::Cpu).is_none());
-    // A restart adds retired applications in id order.
+    assert!(!v.fits(AppId(0), NodeId(0), Variant::Cpu));
+    // What a driver may still say of it changes nothing and does not panic.
+    v.resubmit(AppId(0), [TaskId(0)]);
+    assert_eq!(v.cancel_pending(AppId(0)), 0);
+    assert!(v.set_priority(AppId(0), 3).is_err());
+    assert_eq!(pending(&v), [1]);
+    // A restart adds retired applications in id order; the next id goes on after them.
     v.add_retired_application(AppId(2)).expect("in order");
     assert!(v.add_retired_application(AppId(5)).is_err(), "out of order");
+    assert_eq!(v.app_count(), 3);
     assert_eq!(pending(&v), [1]);
+    assert!(v.all_complete() == v.app(AppId(1)).is_complete());
 }

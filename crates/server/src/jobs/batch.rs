@@ -22,6 +22,7 @@ use crate::state::types::{
 use crate::store::{JobRow, Snapshot, StoreError, StoreReader, TaskRow, TaskState, TaskUsage};
 use hetsched_core::input::limits;
 use hetsched_core::input::workload::{Command, MissingProfile, Workload, parse_workload};
+use hetsched_core::model::Slots;
 use hetsched_core::policy::batch::BatchPolicy;
 use hetsched_core::{AppId, Application, Assignment, Node, NodeId, NodeReport, TaskId, Variant};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -270,7 +271,7 @@ fn slot(s: TaskState) -> usize {
 }
 
 /// One task of application `app` moved from state `from` to `to`.
-fn moved(apps: &mut [AppRec], app: u32, from: TaskState, to: TaskState) {
+fn moved(apps: &mut Slots<AppRec>, app: u32, from: TaskState, to: TaskState) {
     if let Some(r) = apps.get_mut(app as usize) {
         r.counts[slot(from)] = r.counts[slot(from)].saturating_sub(1);
         r.counts[slot(to)] += 1;
@@ -298,64 +299,19 @@ struct JobRec {
     tasks: std::ops::Range<u64>,
 }
 
-/// What a purged job's row keeps ([`Batch::retire`]): its id, ranges of ids and submission time.
-fn retired_row(row: &JobRow) -> JobRow {
-    JobRow {
-        id: row.id,
-        origin: String::new(),
-        text: String::new(),
-        workdir: String::new(),
-        submitted_ns: row.submitted_ns,
-        first_app: row.first_app,
-        first_task: row.first_task,
-        cancelled: row.cancelled,
-        submission_key: None,
-        name: None,
-        after: Vec::new(),
-        after_any: Vec::new(),
-        held: false,
-    }
-}
-
-impl AppRec {
-    /// What stays of an application of a purged job: its job and its task ids, nothing to run.
-    fn retired(job: u64, first_task: u64, tasks: u32) -> Self {
-        AppRec {
-            job,
-            name: String::new(),
-            split_bytes: 0,
-            first_task,
-            tasks,
-            retries: 0,
-            cpu: None,
-            gpu: None,
-            observed: [Observed::default(); 2],
-            workdir: None,
-            streams: Default::default(),
-            pin: false,
-            files: Default::default(),
-            entries: None,
-            counts: [0; 5],
-            used: Used::default(),
-            requires: Vec::new(),
-            max_running: 0,
-            nodes: 1,
-            priority: 0,
-            time_limit_update: None,
-            spec_generation: 0,
-        }
-    }
-}
-
 /// The batch job kind.
 pub struct Batch {
     policy: Box<dyn BatchPolicy>,
+    /// Jobs not purged, in id order (a purged job's id stays taken by its store row and
+    /// [`retention::Retention`]'s set).
     jobs: Vec<JobRec>,
-    apps: Vec<AppRec>,
+    /// Applications by id; a purged job's are retired (8 bytes each).
+    apps: Slots<AppRec>,
     /// Task rows held in memory (finished jobs' rows leave it; see [`retention`]).
     tasks: retention::TaskTable,
     /// Job id by submission key.
-    by_key: HashMap<String, u64>,
+    /// Job id and task count by submission key (a purged job's too: its key still names it).
+    by_key: HashMap<String, (u64, u64)>,
     max_attempts: u32,
     estimate: u64,
     /// The failing-node back-off (memory only).
@@ -435,7 +391,7 @@ impl Batch {
         let mut b = Batch {
             policy: config.policy.build(),
             jobs: Vec::new(),
-            apps: Vec::new(),
+            apps: Slots::default(),
             tasks: retention::TaskTable::from_touched(snap.tasks, &held)?,
             by_key: HashMap::new(),
             max_attempts: config.max_attempts.max(1),
@@ -466,7 +422,7 @@ impl Batch {
                     let (id, purged) = (row.id, b.retention.is_purged(row.id));
                     b.install(cx, row, job)?;
                     if purged {
-                        b.retire(cx, id);
+                        b.retire(cx, &[id]);
                     }
                 }
                 Install::Retired((apps_end, tasks_end)) => {
@@ -482,10 +438,6 @@ impl Batch {
             {
                 b.apply_settings(cx, &set)?;
             }
-        }
-        // A purged last job's ids stay taken.
-        if let Some(a) = b.apps.last() {
-            b.tasks.reserve_ids(a.first_task + u64::from(a.tasks));
         }
         // Running and finished tasks: take their resources / counters in the view (a running
         // multi-node task all of its nodes).
@@ -588,8 +540,8 @@ impl Batch {
     }
 
     /// Installs purged job `row` as [`Batch::retire`] leaves one, without its file: its
-    /// applications' ids end before `apps_end` and its tasks' before `tasks_end` (a purged
-    /// job's per-application task counts are not kept: its first application spans them all).
+    /// applications' ids (which end before `apps_end`) are taken retired, and its tasks' ids
+    /// (which end before `tasks_end`) are never given again; its submission key still names it.
     fn install_retired(
         &mut self,
         cx: &mut Ctx,
@@ -597,26 +549,15 @@ impl Batch {
         apps_end: u32,
         tasks_end: u64,
     ) -> Result<(), StateError> {
-        let tasks = row.first_task..tasks_end.max(row.first_task);
         for a in row.first_app..apps_end {
-            let count = if a == row.first_app {
-                u32::try_from(tasks.end - tasks.start).unwrap_or(u32::MAX)
-            } else {
-                0
-            };
-            self.apps
-                .push(AppRec::retired(row.id, row.first_task, count));
+            self.apps.push_retired();
             cx.view.add_retired_application(AppId(a))?;
         }
+        self.tasks.reserve_ids(tasks_end);
         if let Some(key) = &row.submission_key {
-            self.by_key.insert(key.clone(), row.id);
+            let tasks = tasks_end.saturating_sub(row.first_task);
+            self.by_key.insert(key.clone(), (row.id, tasks));
         }
-        self.jobs.push(JobRec {
-            name: String::new(),
-            apps: row.first_app..apps_end,
-            tasks,
-            row: retired_row(&row),
-        });
         Ok(())
     }
 
@@ -682,11 +623,14 @@ impl Batch {
             cx.view.set_accelerator_need(id, accelerator)?;
         }
         let apps = first_app..self.apps.len() as u32;
+        // Its ids are taken, whether its rows are held or not (an evicted or purged job's).
+        self.tasks.reserve_ids(next_task);
         if row.held {
             self.waiting.hold_by_user(row.id);
         }
         if let Some(key) = &row.submission_key {
-            self.by_key.insert(key.clone(), row.id);
+            let tasks = next_task - row.first_task;
+            self.by_key.insert(key.clone(), (row.id, tasks));
         }
         let mut row = row;
         row.text = String::new();
@@ -739,23 +683,23 @@ impl Batch {
     /// directory its tasks run in. `None`: no such batch application.
     pub fn streams(&self, job: u64, app: &str) -> Option<AppStreams> {
         let j = self.job_rec(job)?;
-        let first = j.apps.start;
-        let k = self
+        let a = j
             .apps
-            .get(j.apps.start as usize..j.apps.end as usize)?
-            .iter()
-            .position(|a| a.name == app)?;
-        let rec = &self.apps[first as usize + k];
+            .clone()
+            .find(|&a| self.apps.get(a as usize).is_some_and(|r| r.name == app))?;
+        let rec = self.apps.get(a as usize)?;
         Some(AppStreams {
             streams: rec.streams.clone(),
-            workdir: self.app_workdir(first + k as u32),
+            workdir: self.app_workdir(a),
         })
     }
 
     /// The directory application `app`'s tasks run in (when it exists on their node): its
     /// `workdir =` from the job's working directory, else the job's.
     fn app_workdir(&self, app: u32) -> String {
-        let rec = &self.apps[app as usize];
+        let Some(rec) = self.apps.get(app as usize) else {
+            return String::new();
+        };
         let job_workdir = self.job_rec(rec.job).map_or("", |j| j.row.workdir.as_str());
         match &rec.workdir {
             Some(w) => std::path::Path::new(job_workdir)
@@ -779,7 +723,10 @@ impl Batch {
 
     /// What every task of `app`'s variant `v` runs, for an agent that does not hold it yet.
     fn task_spec(&self, app: u32, v: Variant) -> TaskSpec {
-        let rec = &self.apps[app as usize];
+        // Asked for applications with tasks to run, never retired ones (their jobs ended).
+        let Some(rec) = self.apps.get(app as usize) else {
+            return TaskSpec::default();
+        };
         let job_id = self.job_rec(rec.job).map_or(rec.job, |j| j.row.id);
         let run = match v {
             Variant::Cpu => rec.cpu.as_ref(),
@@ -844,8 +791,7 @@ impl Batch {
             hold,
             ..
         } = sub;
-        if let Some(j) = self.by_key.get(&key).and_then(|&id| self.job_rec(id)) {
-            let id = j.row.id;
+        if let Some(&(id, tasks)) = self.by_key.get(&key) {
             if cx.store.job_text(id)?.is_none_or(|stored| stored != text) {
                 return Err(StateError::Invalid(format!(
                     "submission key `{key}` already names job {id}, submitted with another file"
@@ -857,7 +803,7 @@ impl Batch {
             );
             return Ok(Submitted {
                 job_id: id,
-                tasks: j.tasks.end - j.tasks.start,
+                tasks,
                 existing: true,
                 kind: Kind::Batch,
             });
@@ -1209,11 +1155,15 @@ impl Batch {
         Ok(rows
             .iter()
             .map(|t| {
-                let app = &self.apps[t.app as usize];
+                // Rows are of jobs not purged, whose applications are not retired.
+                let (name, job) = self
+                    .apps
+                    .get(t.app as usize)
+                    .map_or(("", 0), |a| (a.name.as_str(), a.job));
                 let mut info = task_info(
                     t,
-                    &app.name,
-                    app.job,
+                    name,
+                    job,
                     t.node
                         .and_then(|n| rd.nodes.get(n))
                         .map_or("", |n| n.spec.name.as_str()),
@@ -1346,7 +1296,7 @@ impl Batch {
     fn app_names(&self, j: &JobRec) -> HashMap<u32, (String, u64)> {
         j.apps
             .clone()
-            .map(|a| (a, (self.apps[a as usize].name.clone(), j.row.id)))
+            .filter_map(|a| Some((a, (self.apps.get(a as usize)?.name.clone(), j.row.id))))
             .collect()
     }
 
@@ -1386,8 +1336,8 @@ impl Batch {
         let apps = if with_apps {
             j.apps
                 .clone()
-                .map(|a| {
-                    let r = &self.apps[a as usize];
+                .filter_map(|a| Some((a, self.apps.get(a as usize)?)))
+                .map(|(a, r)| {
                     let mean = |i: usize| r.observed[i].mean_ns().map_or(0.0, |n| n as f64 / 1e6);
                     AppInfo {
                         id: a,
@@ -1593,7 +1543,7 @@ impl StoredTasks {
 /// pending tasks run on any node it fits on — not only the one whose heartbeat reported the end
 /// (that one's reply may carry it; another may be waiting in a held call, with free cores).
 fn throttle_opened(cx: &mut Ctx, app: AppId) {
-    if let Some(s) = cx.view.apps().get(app.index())
+    if let Some(s) = cx.view.get_app(app)
         && s.app.max_running > 0
         && !s.pending.is_empty()
     {
@@ -2140,11 +2090,19 @@ impl JobKind for Batch {
     }
 
     fn job_count(&self) -> u64 {
-        self.jobs.len() as u64
+        (self.jobs.len() + self.retention.purged_count()) as u64
     }
 
     fn job_ids(&self) -> Vec<u64> {
-        self.jobs.iter().map(|j| j.row.id).collect()
+        let mut ids: Vec<u64> = self
+            .jobs
+            .iter()
+            .map(|j| j.row.id)
+            .chain(self.retention.purged_ids())
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
     }
 
     fn jobs_page(&self, rd: &Read, cursor: u64, limit: usize) -> JobsPage {

@@ -395,8 +395,7 @@ impl State {
         let attributes = &queue.attributes;
         let ready = self
             .view
-            .apps()
-            .iter()
+            .pending_apps()
             .filter_map(|a| {
                 let cores = crate::allocation::cores_per_task(queue, &a.app, node)?;
                 Some(cores.saturating_mul(a.pending.len() as u64))

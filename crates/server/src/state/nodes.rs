@@ -354,12 +354,12 @@ impl Nodes {
                 })
                 .collect();
             for (app, tasks) in free {
-                if app as usize >= view.apps().len() {
+                let Some(a) = view.get_app(AppId(app)) else {
                     continue;
-                }
+                };
                 // A multi-node task wakes as many nodes as it holds (free or not: it gathers
                 // them as they drain).
-                let whole = view.apps()[app as usize].app.nodes as usize;
+                let whole = a.app.nodes as usize;
                 if whole > 1 {
                     let mut woken = 0;
                     for (i, n) in self.recs.iter().enumerate() {

@@ -276,8 +276,7 @@ impl Prefetch {
 
 /// The cores one task of `app` as `variant` takes (0 if the view does not know it).
 pub fn cores_of(view: &SchedulerView, app: AppId, variant: Variant) -> u32 {
-    view.apps()
-        .get(app.index())
+    view.get_app(app)
         .and_then(|a| a.app.request(variant))
         .map_or(0, |r| r.cores)
 }

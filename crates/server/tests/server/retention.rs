@@ -9,7 +9,7 @@ use hetsched_proto as pb;
 use hetsched_server::ServerConfig;
 use hetsched_server::config::RetentionConfig;
 use hetsched_server::convert::Wire;
-use hetsched_server::state::State;
+use hetsched_server::state::{State, StateError};
 use hetsched_server::store::Store;
 use std::path::Path;
 
@@ -452,13 +452,21 @@ fn a_restart_does_not_parse_purged_jobs_and_keeps_their_ids_and_keys() {
     assert!(s.job(2).is_err());
     // The key of a purged job still names it.
     let again = s.submit_keyed("job.toml", JOB, "/", "k-2").expect("key");
-    assert_eq!((again.job_id, again.existing), (2, true));
-    // The last job purged too: its ids stay taken after another restart.
+    assert_eq!((again.job_id, again.existing, again.tasks), (2, true, 3));
+    // So does it before a restart, and the purged job reads as purged, not as unknown.
     s.purge(&pb::PurgeRequest {
         job_ids: vec![3],
         ..Default::default()
     })
     .expect("purged");
+    let again = s.submit_keyed("job.toml", JOB, "/", "k-3").expect("key");
+    assert_eq!((again.job_id, again.existing, again.tasks), (3, true, 3));
+    assert!(matches!(
+        s.explain(s.job(3).expect_err("purged")),
+        StateError::Purged(3)
+    ));
+    assert!(listed(&s).is_empty());
+    // The last job purged too: its ids stay taken after another restart.
     drop(s);
     let mut s = open(&d);
     assert!(listed(&s).is_empty());

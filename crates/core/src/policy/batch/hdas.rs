@@ -145,7 +145,10 @@ struct Plan {
     makespan: f64,
     /// Per node (by index): its group in `planned`, `usize::MAX` if none (a node that joined later).
     group_of: Vec<usize>,
-    /// Per group, per application (by index): planned (GPU, CPU) tasks.
+    /// The applications planned, in id order: those pending when the plan was made (not
+    /// every application ever added: a server keeps ended ones).
+    apps: Vec<AppId>,
+    /// Per group, per application (by its place in `apps`): planned (GPU, CPU) tasks.
     planned: Vec<Vec<(f64, f64)>>,
     /// Per group: its nodes, and the read stretch the plan assumed there.
     groups: Vec<(Vec<NodeId>, f64)>,
@@ -160,9 +163,12 @@ impl Plan {
         let Some(&g) = self.group_of.get(node.index()) else {
             return 0.0;
         };
+        let Ok(i) = self.apps.binary_search(&a.app.id) else {
+            return 0.0;
+        };
         let (Some(planned), Some(started)) = (
-            self.planned.get(g).and_then(|p| p.get(a.app.id.index())),
-            self.started.get(g).and_then(|p| p.get(a.app.id.index())),
+            self.planned.get(g).and_then(|p| p.get(i)),
+            self.started.get(g).and_then(|p| p.get(i)),
         ) else {
             return 0.0;
         };
@@ -185,10 +191,13 @@ impl Plan {
 
     /// Counts a task of `app` started as `variant` on `node`.
     fn record(&mut self, app: AppId, variant: Variant, node: NodeId) {
-        let Some(&g) = self.group_of.get(node.index()) else {
+        let (Some(&g), Ok(i)) = (
+            self.group_of.get(node.index()),
+            self.apps.binary_search(&app),
+        ) else {
             return;
         };
-        if let Some(s) = self.started.get_mut(g).and_then(|s| s.get_mut(app.index())) {
+        if let Some(s) = self.started.get_mut(g).and_then(|s| s.get_mut(i)) {
             match variant {
                 Variant::Gpu => s.0 += 1,
                 Variant::Cpu => s.1 += 1,
@@ -553,11 +562,7 @@ impl Hdas {
     /// Refreshes which applications' GPU variants can run anywhere, when the cluster or the set
     /// of applications changed since the last heartbeat (O(apps × nodes) then, O(1) otherwise).
     fn refresh_plan(&mut self, view: &SchedulerView, now: Time) {
-        let signature = (
-            view.apps().len(),
-            view.pending_apps().count(),
-            view.totals(),
-        );
+        let signature = (view.app_count(), view.pending_apps().count(), view.totals());
         // Re-planned when the pending set or the cluster changes, when the plan's makespan
         // has passed (the run is slower than the fluid optimum: heartbeats, contention, noise),
         // and when a group's disk is measured to stretch reads [`STRETCH_DRIFT`] more than the
@@ -587,22 +592,22 @@ impl Hdas {
             .collect();
         let refs: Vec<&crate::model::Application> = pending.iter().collect();
         let nodes = view.nodes().iter().filter(|n| n.alive).map(|n| &n.node);
-        let apps = view.apps().len();
+        let apps: Vec<AppId> = pending.iter().map(|a| a.id).collect();
         let readers = &self.readers;
         let observed = |ids: &[NodeId]| measured_stretch(readers, ids);
         self.plan = super::bound::contended_plan(nodes, &refs, &observed)
             .ok()
             .map(|p| {
                 let mut group_of = vec![usize::MAX; view.nodes().len()];
-                let mut planned = vec![vec![(0.0, 0.0); apps]; p.groups.len()];
+                let mut planned = vec![vec![(0.0, 0.0); apps.len()]; p.groups.len()];
                 for (g, group) in p.groups.iter().enumerate() {
                     for n in &group.nodes {
                         if let Some(slot) = group_of.get_mut(n.index()) {
                             *slot = g;
                         }
                     }
-                    for (i, a) in pending.iter().enumerate() {
-                        planned[g][a.id.index()] = (group.gpu_tasks[i], group.cpu_tasks[i]);
+                    for (i, slot) in planned[g].iter_mut().enumerate() {
+                        *slot = (group.gpu_tasks[i], group.cpu_tasks[i]);
                     }
                 }
                 Plan {
@@ -614,8 +619,9 @@ impl Hdas {
                         .map(|g| (g.nodes.clone(), g.read_stretch))
                         .collect(),
                     group_of,
-                    started: vec![vec![(0, 0); apps]; planned.len()],
+                    started: vec![vec![(0, 0); apps.len()]; planned.len()],
                     planned,
+                    apps,
                 }
             });
     }
@@ -623,7 +629,7 @@ impl Hdas {
     fn refresh_feasible(&mut self, view: &SchedulerView) {
         let signature = (
             view.nodes().len(),
-            view.apps().len(),
+            view.app_count(),
             view.totals(),
             view.attributes_generation(),
         );
@@ -636,13 +642,18 @@ impl Hdas {
                     && apps <= signature.1
                     && self.feasible.len() == apps =>
             {
-                let new = &view.apps()[apps..];
-                self.feasible
-                    .extend(new.iter().map(|a| gpu_feasible(view, a)));
+                self.feasible.resize(signature.1, false);
+                for a in view.apps_from(apps) {
+                    self.feasible[a.app.id.index()] = gpu_feasible(view, a);
+                }
                 self.feasible_for = Some(signature);
             }
             _ => {
-                self.feasible = view.apps().iter().map(|a| gpu_feasible(view, a)).collect();
+                // Retired applications (purged jobs) read as infeasible: they wait for nothing.
+                self.feasible = vec![false; signature.1];
+                for a in view.apps() {
+                    self.feasible[a.app.id.index()] = gpu_feasible(view, a);
+                }
                 self.feasible_for = Some(signature);
             }
         }

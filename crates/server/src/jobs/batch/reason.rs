@@ -65,7 +65,7 @@ impl Capable {
     /// The nodes that could run `app` (core `SchedulerView::could_run`): alive and not
     /// removed; those that take work, and the drained ones (or whose agents shut down).
     fn of(&self, rd: &Read, app: AppId) -> CapableNodes {
-        let Some(state) = rd.view.apps().get(app.index()) else {
+        let Some(state) = rd.view.get_app(app) else {
             return CapableNodes::default();
         };
         let a = &state.app;
@@ -274,7 +274,7 @@ impl Batch {
     /// one registered: [`crate::allocation::QueueStatus::agent_capacity`]), preferring one that
     /// allocates to one whose batch system refuses (an operator must look) to a paused one.
     fn allocating<'r>(rd: &'r Read, app: AppId) -> Option<(&'r str, QueueState)> {
-        let a = &rd.view.apps().get(app.index())?.app;
+        let a = &rd.view.get_app(app)?.app;
         rd.allocation
             .iter()
             .filter(|q| {
@@ -298,7 +298,7 @@ impl Batch {
     /// (the nodes that could run it otherwise); `None` when one has the time, or it has a
     /// variant without a limit.
     fn out_of_time(rd: &Read, app: AppId, name: &str, open: &[NodeId]) -> Option<String> {
-        let a = &rd.view.apps().get(app.index())?.app;
+        let a = &rd.view.get_app(app)?.app;
         // The shortest limit among its variants; a variant without one runs anywhere.
         let mut limit: Option<u64> = None;
         for v in [Variant::Cpu, Variant::Gpu] {
@@ -329,7 +329,7 @@ impl Batch {
 
     /// What one task of `app` needs, in words: each variant's request and the attributes.
     fn needs(&self, rd: &Read, app: AppId) -> String {
-        let Some(state) = rd.view.apps().get(app.index()) else {
+        let Some(state) = rd.view.get_app(app) else {
             return String::new();
         };
         let a = &state.app;

@@ -10,7 +10,9 @@
 //!   transaction with the marking of its job row as purged; the job row stays as a small tombstone
 //!   so job, application and task ids are never reused and a submission key keeps naming its job
 //!   (a repeated submission with that key answers the purged job's id, `existing = true`, and runs
-//!   nothing). A purged job is no longer listed; `job N` answers "no job N".
+//!   nothing). A purged job is no longer listed; `job N` answers "no job N: it was purged". In memory
+//!   it leaves its id in the purged set, its submission key, and an 8-byte retired slot per
+//!   application id ([`Batch::retire`]); a restart reads neither its file nor its rows.
 //!
 //! Why a task with a recorded success is never dispatched again across purge and restart: only
 //! finished jobs are evicted or purged (none of their tasks is pending or running, so no queue or
@@ -18,7 +20,7 @@
 //! acknowledged and ignored, and after a restart a purged job's applications are rebuilt with no
 //! pending task (their rows are gone, and only pending rows are queued).
 
-use super::{AppRec, Batch, Ctx, JobRec, TaskRow, retired_row, variant_of};
+use super::{Batch, Ctx, JobRec, TaskRow, variant_of};
 use crate::state::StateError;
 use crate::state::prefetch::Observed;
 use crate::state::types::TaskCounts;
@@ -266,6 +268,16 @@ impl Retention {
         self.purged.contains(&job)
     }
 
+    /// How many jobs were purged.
+    pub(super) fn purged_count(&self) -> usize {
+        self.purged.len()
+    }
+
+    /// The purged jobs' ids, in no order.
+    pub(super) fn purged_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.purged.iter().copied()
+    }
+
     /// How many tasks of evicted job `job` failed (`None`: the job is not evicted).
     pub(super) fn failed_of_evicted(&self, job: u64) -> Option<u64> {
         self.finished.get(&job).map(|f| f.counts.failed)
@@ -418,7 +430,9 @@ impl Batch {
                 apps: Vec::new(),
             };
             for a in apps {
-                let r = &self.apps[a as usize];
+                let Some(r) = self.apps.get(a as usize) else {
+                    continue;
+                };
                 let s = (r.first_task - range.start) as usize;
                 let app_rows = rows.get(s..s + r.tasks as usize).unwrap_or(&[]);
                 let c = count_rows(app_rows);
@@ -537,33 +551,46 @@ impl Batch {
             self.tasks.take(start);
             self.retention.finished.remove(&id);
             self.retention.purged.insert(id);
-            self.retire(cx, id);
         }
+        self.retire(cx, ids);
     }
 
-    /// Purged job `id` keeps only what its ids need — its id, its ranges of application and task
-    /// ids (never reused), and its submission key, which still names it — and drops the rest:
-    /// its row's text fields, its applications' commands, names and profiles, in its records
-    /// and in the scheduler's view. A purged job then costs its records' fixed size, not what
-    /// its file said.
-    pub(super) fn retire(&mut self, cx: &mut Ctx, id: u64) {
-        let Some(i) = self.job_index(id) else {
-            return;
-        };
-        let j = &mut self.jobs[i];
-        j.name = String::new();
-        j.row = retired_row(&j.row);
-        for a in j.apps.clone() {
-            if let Some(r) = self.apps.get_mut(a as usize) {
-                *r = AppRec::retired(r.job, r.first_task, r.tasks);
+    /// Purged jobs `ids` keep only what their ids need — each id (in the purged set, and the
+    /// store's row), their application ids and task ids (never given again), and their
+    /// submission keys, which still name them — and drop the rest: their job records, their
+    /// applications' records and their applications' state in the scheduler's view, each
+    /// application id left as an 8-byte retired slot ([`hetsched_core::model::Slots`]). A
+    /// purged job then costs a few dozen bytes, whatever its file said.
+    pub(super) fn retire(&mut self, cx: &mut Ctx, ids: &[u64]) {
+        let mut gone = HashSet::with_capacity(ids.len());
+        for &id in ids {
+            let Some(j) = self.job_rec(id) else {
+                continue;
+            };
+            let apps = j.apps.clone();
+            let mut whole = false;
+            for a in apps {
+                match cx.view.retire_application(AppId(a)) {
+                    Ok(()) => {
+                        self.apps.retire(a as usize);
+                    }
+                    Err(e) => {
+                        whole = true;
+                        warn!(
+                            job = id,
+                            app = a,
+                            "a purged job's application stays whole: {e}"
+                        );
+                    }
+                }
             }
-            if let Err(e) = cx.view.retire_application(AppId(a)) {
-                warn!(
-                    job = id,
-                    app = a,
-                    "a purged job's application stays whole: {e}"
-                );
+            if !whole {
+                gone.insert(id);
             }
+        }
+        // One pass, however many jobs a purge takes.
+        if !gone.is_empty() {
+            self.jobs.retain(|j| !gone.contains(&j.row.id));
         }
     }
 
