@@ -374,6 +374,10 @@ impl From<AppInfo> for pb::AppInfo {
             priority: a.priority,
             cpu_time_limit_ms: a.time_limit_ms[0],
             gpu_time_limit_ms: a.time_limit_ms[1],
+            cpu_cores: a.requests[0].map_or(0, |r| r.0),
+            cpu_memory_bytes: a.requests[0].map_or(0, |r| r.1),
+            gpu_cores: a.requests[1].map_or(0, |r| r.0),
+            gpu_memory_bytes: a.requests[1].map_or(0, |r| r.1),
         }
     }
 }
@@ -673,6 +677,18 @@ impl Wire for State {
             priority: req.priority,
             max_running: req.max_running,
             time_limit_ms: req.time_limit_ms,
+            cores: req.cores,
+            memory_bytes: req.memory_bytes,
+            variant: match req.variant.as_str() {
+                "" => None,
+                "cpu" => Some(hetsched_core::Variant::Cpu),
+                "gpu" => Some(hetsched_core::Variant::Gpu),
+                v => {
+                    return Err(StateError::Invalid(format!(
+                        "variant `{v}`: expected cpu or gpu"
+                    )));
+                }
+            },
         };
         let apps = self.on_update(req.job_id, &update)?;
         Ok(pb::UpdateReply {
@@ -684,6 +700,10 @@ impl Wire for State {
                     max_running: u.max_running,
                     cpu_time_limit_ms: u.time_limit_ms[0],
                     gpu_time_limit_ms: u.time_limit_ms[1],
+                    cpu_cores: u.requests[0].map_or(0, |r| r.0),
+                    cpu_memory_bytes: u.requests[0].map_or(0, |r| r.1),
+                    gpu_cores: u.requests[1].map_or(0, |r| r.0),
+                    gpu_memory_bytes: u.requests[1].map_or(0, |r| r.1),
                 })
                 .collect(),
         })

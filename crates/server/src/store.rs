@@ -246,6 +246,9 @@ pub struct AppSettings {
     /// How many times an update changed what its tasks run (part of its spec keys: agents keep
     /// specs by key).
     pub spec_generation: u32,
+    /// What one task of its CPU and GPU variants holds, (cores, memory bytes), as an update
+    /// set it; `None`: as its job file says.
+    pub requests: [Option<(u32, u64)>; 2],
 }
 
 /// The SQLite store.
@@ -302,6 +305,12 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     // how many times an update changed what its tasks run.
     ("apps", "time_limit_ms", "INTEGER"),
     ("apps", "spec_generation", "INTEGER NOT NULL DEFAULT 0"),
+    // What one task of its CPU and GPU variants holds as `hetsched update` set it (NULL: as its
+    // job file says).
+    ("apps", "cpu_cores", "INTEGER"),
+    ("apps", "cpu_memory_bytes", "INTEGER"),
+    ("apps", "gpu_cores", "INTEGER"),
+    ("apps", "gpu_memory_bytes", "INTEGER"),
 ];
 
 /// The indexes; `tasks_other_nodes` lists only multi-node tasks' rows, so finding them (a
@@ -508,16 +517,23 @@ impl Store {
         snap.purged = self.purged_jobs()?;
         snap.multi_node = self.multi_node_tasks()?;
         let mut stmt = self.conn.prepare(
-            "SELECT id, priority, max_running, time_limit_ms, spec_generation FROM apps
+            "SELECT id, priority, max_running, time_limit_ms, spec_generation, cpu_cores,
+             cpu_memory_bytes, gpu_cores, gpu_memory_bytes FROM apps
              WHERE priority IS NOT NULL ORDER BY id",
         )?;
         let rows = stmt.query_map([], |r| {
+            let request = |cores: usize| -> rusqlite::Result<Option<(u32, u64)>> {
+                let c: Option<u32> = r.get(cores)?;
+                let m: Option<i64> = r.get(cores + 1)?;
+                Ok(c.map(|c| (c, m.unwrap_or(0).max(0) as u64)))
+            };
             Ok(AppSettings {
                 app: r.get(0)?,
                 priority: r.get(1)?,
                 max_running: r.get(2)?,
                 time_limit_ms: r.get::<_, Option<i64>>(3)?.map(|ms| ms.max(0) as u64),
                 spec_generation: r.get(4)?,
+                requests: [request(5)?, request(7)?],
             })
         })?;
         for r in rows {
@@ -866,13 +882,18 @@ fn move_multi_node_meta(conn: &Connection) -> Result<(), StoreError> {
 pub fn write_app_settings(tx: &rusqlite::Transaction, set: &AppSettings) -> Result<(), StoreError> {
     tx.prepare_cached(
         "UPDATE apps SET priority = ?1, max_running = ?2, time_limit_ms = ?3,
-         spec_generation = ?4 WHERE id = ?5",
+         spec_generation = ?4, cpu_cores = ?5, cpu_memory_bytes = ?6, gpu_cores = ?7,
+         gpu_memory_bytes = ?8 WHERE id = ?9",
     )?
     .execute(params![
         set.priority,
         set.max_running,
         set.time_limit_ms.map(|ms| ms.min(i64::MAX as u64) as i64),
         set.spec_generation,
+        set.requests[0].map(|r| r.0),
+        set.requests[0].map(|r| r.1.min(i64::MAX as u64) as i64),
+        set.requests[1].map(|r| r.0),
+        set.requests[1].map(|r| r.1.min(i64::MAX as u64) as i64),
         set.app
     ])?;
     Ok(())

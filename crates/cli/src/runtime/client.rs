@@ -1122,6 +1122,12 @@ pub struct Update {
     pub max_running: Option<u32>,
     /// The new time limit of a task, ms (0: no limit).
     pub time_limit_ms: Option<u64>,
+    /// The new cores of one task.
+    pub cores: Option<u32>,
+    /// The new memory of one task, bytes (0: none).
+    pub memory_bytes: Option<u64>,
+    /// The variant whose cores and memory change (`cpu`, `gpu`; empty: every variant).
+    pub variant: String,
 }
 
 /// `hetsched update`: each selected job's applications (or `update.app`) take the new
@@ -1136,6 +1142,9 @@ pub async fn update(args: &ClientArgs, sel: &Selected, update: &Update) -> anyho
             priority: update.priority,
             max_running: update.max_running,
             time_limit_ms: update.time_limit_ms,
+            cores: update.cores,
+            memory_bytes: update.memory_bytes,
+            variant: update.variant.clone(),
         };
         async move {
             let r = api.update(req).await.map_err(refused)?.into_inner();
@@ -1154,7 +1163,24 @@ pub async fn update(args: &ClientArgs, sel: &Selected, update: &Update) -> anyho
                             "-" => "no time limit".to_string(),
                             l => format!("time limit {l}"),
                         };
-                    format!("`{}` priority {}, {cap}, {limit}", a.name, a.priority)
+                    let request = |v: &str, cores: u32, memory: u64| match (cores, memory) {
+                        (0, _) => None,
+                        (c, 0) => Some(format!("{v} {c} core(s)")),
+                        (c, m) => Some(format!("{v} {c} core(s) {}", super::human::memory(m))),
+                    };
+                    let requests: Vec<String> = [
+                        request("cpu", a.cpu_cores, a.cpu_memory_bytes),
+                        request("gpu", a.gpu_cores, a.gpu_memory_bytes),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    .collect();
+                    format!(
+                        "`{}` priority {}, {cap}, {limit}, {}",
+                        a.name,
+                        a.priority,
+                        requests.join(", ")
+                    )
                 })
                 .collect();
             let line = format!("job {id}: {}", apps.join("; "));

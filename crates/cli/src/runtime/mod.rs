@@ -294,6 +294,18 @@ pub enum RuntimeCommand {
         /// `time_limit`).
         #[arg(long, value_name = "DURATION", value_parser = parse_time_limit)]
         time_limit: Option<u64>,
+        /// The new cores of one task (a job file's `cores`); only while none of the
+        /// application's tasks runs, as Slurm changes a pending job's `NumCPUs`.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        cores: Option<u32>,
+        /// The new memory of one task, enforced by its agent: `512MiB`, `8GiB`; `none` (or 0)
+        /// for none declared (a job file's `memory`); only while none of its tasks runs.
+        #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
+        memory: Option<u64>,
+        /// The variant whose `--cores` and `--memory` change (default: every variant the
+        /// application has).
+        #[arg(long, value_name = "cpu|gpu", value_parser = ["cpu", "gpu"])]
+        variant: Option<String>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -429,7 +441,6 @@ impl RuntimeCommand {
     }
 }
 
-/// Runs a runtime command.
 /// `hetsched update --time-limit`: a duration as job files write it (`90s`, `2h`, `1h30m`), in
 /// ms; `none` or `0` for no limit.
 fn parse_time_limit(s: &str) -> Result<u64, String> {
@@ -447,6 +458,19 @@ fn parse_time_limit(s: &str) -> Result<u64, String> {
     }
 }
 
+/// `hetsched update --memory`: a size as job files write it (`512MiB`, `8GiB`), in bytes;
+/// `none` or `0` for none declared.
+fn parse_memory(s: &str) -> Result<u64, String> {
+    match s.trim() {
+        "none" | "0" => Ok(0),
+        t => t
+            .parse::<bytesize::ByteSize>()
+            .map(|b| b.as_u64())
+            .map_err(|e| format!("`{t}` is not a size such as 512MiB or 8GiB ({e})")),
+    }
+}
+
+/// Runs a runtime command.
 pub fn run(cmd: RuntimeCommand) -> anyhow::Result<()> {
     match cmd {
         RuntimeCommand::Kernel(args) => kernel::run(&args),
@@ -611,10 +635,20 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             priority,
             max_running,
             time_limit,
+            cores,
+            memory,
+            variant,
             client,
         } => {
-            if priority.is_none() && max_running.is_none() && time_limit.is_none() {
-                anyhow::bail!("nothing to update: give --priority, --max-running or --time-limit");
+            let resources = cores.is_some() || memory.is_some();
+            if priority.is_none() && max_running.is_none() && time_limit.is_none() && !resources {
+                anyhow::bail!(
+                    "nothing to update: give --priority, --max-running, --time-limit, --cores or \
+                     --memory"
+                );
+            }
+            if variant.is_some() && !resources {
+                anyhow::bail!("--variant names whose --cores or --memory change: give one of them");
             }
             let sel = select::resolve(&ids, &client).await?;
             let update = client::Update {
@@ -622,6 +656,9 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
                 priority,
                 max_running,
                 time_limit_ms: time_limit,
+                cores,
+                memory_bytes: memory,
+                variant: variant.unwrap_or_default(),
             };
             client::update(&client, &sel, &update).await
         }
@@ -672,7 +709,7 @@ pub fn init_logging(default: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_time_limit;
+    use super::{parse_memory, parse_time_limit};
 
     #[test]
     fn an_updated_time_limit_reads_as_a_job_files_and_none_or_zero_is_no_limit() {
@@ -685,5 +722,16 @@ mod tests {
         assert_eq!(parse_time_limit("10us"), Ok(1));
         assert!(parse_time_limit("soon").is_err());
         assert!(parse_time_limit("87601h").is_err());
+    }
+
+    #[test]
+    fn an_updated_memory_reads_as_a_job_files_and_none_or_zero_is_none() {
+        assert_eq!(parse_memory("8GiB"), Ok(8 << 30));
+        assert_eq!(parse_memory("512 MiB"), Ok(512 << 20));
+        assert_eq!(parse_memory("2GB"), Ok(2_000_000_000));
+        assert_eq!(parse_memory("none"), Ok(0));
+        assert_eq!(parse_memory("0"), Ok(0));
+        let e = parse_memory("lots").expect_err("not a size");
+        assert!(e.starts_with("`lots` is not a size"), "{e}");
     }
 }

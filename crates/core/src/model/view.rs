@@ -173,9 +173,13 @@ pub enum ViewError {
     /// An unknown application.
     #[error("unknown application {0}")]
     UnknownApp(AppId),
-    /// An application with tasks waiting or running cannot be retired.
+    /// An application with tasks waiting or running cannot be retired, nor (running) change
+    /// its request.
     #[error("application {0} still has tasks waiting or running")]
     StillActive(AppId),
+    /// The application has no such variant.
+    #[error("application {0} has no {1} variant")]
+    NoSuchVariant(AppId, Variant),
 }
 
 /// The scheduler's whole view: nodes, applications and cluster totals.
@@ -192,8 +196,9 @@ pub struct SchedulerView {
     /// (application, node) pairs on which the application must not be placed for now (the
     /// runtime's failing-node back-off); nothing fits there.
     excluded: std::collections::BTreeSet<(AppId, NodeId)>,
-    /// How many times a node's attributes changed ([`SchedulerView::attributes_generation`]).
-    attributes_generation: u64,
+    /// How many times a node's attributes or an application's request changed
+    /// ([`SchedulerView::placement_generation`]).
+    placement_generation: u64,
     /// The time now, on the clock of the nodes' ends ([`NodeState::ends_at`]).
     now: Time,
     /// Running multi-node tasks and what each holds, by (application, task)
@@ -283,7 +288,7 @@ impl SchedulerView {
             .ok_or(ViewError::UnknownNode(node))?;
         if state.node.attributes != attributes {
             state.node.attributes = attributes;
-            self.attributes_generation += 1;
+            self.placement_generation += 1;
         }
         Ok(())
     }
@@ -316,10 +321,11 @@ impl SchedulerView {
         Some(end.saturating_sub(self.now))
     }
 
-    /// Moves each time a node's attributes change: a policy that caches where an application can
-    /// run ([`Node::has_attributes`] against its `requires`) computes it again.
-    pub fn attributes_generation(&self) -> u64 {
-        self.attributes_generation
+    /// Moves each time a node's attributes or an application's request change: a policy that
+    /// caches where an application can run ([`Node::has_attributes`] against its `requires`,
+    /// its request against a node's capacity) computes it again.
+    pub fn placement_generation(&self) -> u64 {
+        self.placement_generation
     }
 
     /// Gives `node` the accelerators it reaches through node binding (spec 01): an NNode bound to
@@ -687,6 +693,34 @@ impl SchedulerView {
         }
         if let Some(gpu) = a.app.gpu.as_mut() {
             gpu.time_limit = limit;
+        }
+        Ok(())
+    }
+
+    /// Gives one task of `app`'s `variant` a new request of `cores` and `memory_bytes`
+    /// (`hetsched update --cores --memory`; its devices stay): every placement from now on
+    /// books it. Refused while a task of the application runs — it holds what it was given,
+    /// and the view returns a task's request when it ends — and for a variant it lacks.
+    pub fn set_request(
+        &mut self,
+        app: AppId,
+        variant: Variant,
+        cores: u32,
+        memory_bytes: u64,
+    ) -> Result<(), ViewError> {
+        let a = self.app_mut(app)?;
+        if a.running > 0 {
+            return Err(ViewError::StillActive(app));
+        }
+        let request = match variant {
+            Variant::Cpu => a.app.cpu.as_mut().map(|c| &mut c.request),
+            Variant::Gpu => a.app.gpu.as_mut().map(|g| &mut g.request),
+        }
+        .ok_or(ViewError::NoSuchVariant(app, variant))?;
+        if (request.cores, request.memory_bytes) != (cores, memory_bytes) {
+            request.cores = cores;
+            request.memory_bytes = memory_bytes;
+            self.placement_generation += 1;
         }
         Ok(())
     }

@@ -225,6 +225,9 @@ struct AppRec {
     time_limit_update: Option<u64>,
     /// How many times `hetsched update` changed what its tasks run: part of their spec keys.
     spec_generation: u32,
+    /// The (cores, memory bytes) of one task of its CPU and GPU variants `hetsched update` set
+    /// over the job file's; `None`: the file's.
+    request_update: [Option<(u32, u64)>; 2],
 }
 
 /// Where an application's tasks send their stdout and stderr ([`Batch::streams`]).
@@ -415,7 +418,12 @@ impl Batch {
         let apps = parsed.last().map_or(0, |(r, _)| r.first_app as usize + 1);
         b.apps.reserve_exact(apps);
         cx.view.reserve_applications(apps);
-        b.jobs.reserve_exact(parsed.len());
+        // Purged jobs get no record.
+        let kept = parsed
+            .iter()
+            .filter(|(r, _)| !b.retention.is_purged(r.id))
+            .count();
+        b.jobs.reserve_exact(kept);
         for (row, job) in parsed {
             match job {
                 Install::Parsed(job) => {
@@ -607,6 +615,7 @@ impl Batch {
                 priority: app.priority,
                 time_limit_update: None,
                 spec_generation: 0,
+                request_update: [None; 2],
             });
             self.any_multi_node |= app.is_multi_node();
             // A job that runs after others keeps its tasks out of the queues until they
@@ -1358,6 +1367,7 @@ impl Batch {
                         nodes: r.nodes,
                         priority: r.priority,
                         time_limit_ms: r.time_limits_ms(),
+                        requests: requests_of(rd.view, a),
                     }
                 })
                 .collect()
@@ -1549,6 +1559,16 @@ fn throttle_opened(cx: &mut Ctx, app: AppId) {
     {
         cx.nodes.wakes.free(app.0, 1);
     }
+}
+
+/// What one task of application `app`'s CPU and GPU variants holds in the view, (cores,
+/// memory bytes); `None`: no such variant.
+fn requests_of(view: &hetsched_core::SchedulerView, app: u32) -> [Option<(u32, u64)>; 2] {
+    [Variant::Cpu, Variant::Gpu].map(|v| {
+        view.get_app(AppId(app))
+            .and_then(|a| a.app.request(v))
+            .map(|q| (q.cores, q.memory_bytes))
+    })
 }
 
 fn assignment_of(t: &TaskRow) -> Assignment {

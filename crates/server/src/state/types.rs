@@ -347,6 +347,9 @@ pub struct AppInfo {
     /// Its CPU and GPU variants' time limit of one task, ms (0: none, no such variant, or not
     /// a batch application).
     pub time_limit_ms: [u64; 2],
+    /// What one task of its CPU and GPU variants holds, (cores, memory bytes) (`None`: no such
+    /// variant, or not a batch application).
+    pub requests: [Option<(u32, u64)>; 2],
 }
 
 /// One job, as listings show it.

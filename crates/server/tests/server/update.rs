@@ -1,6 +1,6 @@
-//! `hetsched update JOB`: a batch job's applications' priority, max_running and time limit
-//! change after submission; pending tasks are placed and run by the new values, and a restart
-//! keeps them.
+//! `hetsched update JOB`: a batch job's applications' priority, max_running, time limit, cores
+//! and memory change after submission; pending tasks are placed and run by the new values, and
+//! a restart keeps them.
 
 use crate::common;
 
@@ -42,7 +42,7 @@ fn update(
         app: app.into(),
         priority,
         max_running,
-        time_limit_ms: None,
+        ..Default::default()
     })
     .map_err(|e| e.to_string())
 }
@@ -126,7 +126,7 @@ fn an_update_names_what_it_cannot_do() {
     );
     assert_eq!(
         update(&mut s, job, "", None, None).expect_err("refused"),
-        "nothing to update: give a priority, a max_running or a time limit"
+        "nothing to update: give a priority, a max_running, a time limit, cores or memory"
     );
     assert_eq!(
         update(&mut s, 9, "", Some(1), None).expect_err("refused"),
@@ -286,4 +286,131 @@ fn a_running_task_is_told_its_new_spec_until_its_agent_runs_by_it() {
     // Both run by it: nothing more to tell. An agent that does not say is told nothing.
     assert!(respecs(&beat_with(&mut s, [Some(new_key); 2], &[new_key])).is_empty());
     assert!(respecs(&beat_with(&mut s, [None; 2], &[new_key])).is_empty());
+}
+
+/// `hetsched update JOB --cores --memory [--variant]`.
+fn update_request(
+    s: &mut State,
+    job: u64,
+    cores: Option<u32>,
+    memory_bytes: Option<u64>,
+    variant: &str,
+) -> Result<pb::UpdateReply, String> {
+    s.update(&pb::UpdateRequest {
+        job_id: job,
+        cores,
+        memory_bytes,
+        variant: variant.into(),
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// (cores, memory) of each assignment of `r`, and the memory limit of each spec it sends.
+fn booked(r: &pb::HeartbeatReply) -> (Vec<u32>, Vec<u64>) {
+    (
+        r.assignments.iter().map(|a| a.cores).collect(),
+        r.specs.iter().map(|s| s.memory_limit_bytes).collect(),
+    )
+}
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn cores_and_memory_change_while_no_task_runs_and_a_restart_keeps_them() {
+    let d = common::scratch("update", "resources");
+    let job_file = "[[application]]\nname = \"big\"\ntasks = 8\n[application.cpu]\n\
+                    command = \"true\"\ncores = 8\nmemory = \"2GiB\"\n";
+    {
+        let mut s = open(&d);
+        // Submitted before any node registered; the node that comes has 4 cores and 1 GiB.
+        let job = submit(&mut s, job_file);
+        let n = register(&mut s, "n", 4);
+        assert!(assigned(&beat(&mut s, n, &[], &[])).is_empty(), "8 cores, 2 GiB fit nowhere");
+        let r = update_request(&mut s, job, Some(2), Some(256 * MIB), "").expect("updated");
+        let a = &r.apps[0];
+        assert_eq!(
+            (a.cpu_cores, a.cpu_memory_bytes, a.gpu_cores),
+            (2, 256 * MIB, 0)
+        );
+        let info = &s.job(job).expect("job").apps[0];
+        assert_eq!((info.cpu_cores, info.cpu_memory_bytes), (2, 256 * MIB));
+        // Two tasks of 2 cores fill the node; the spec its agent enforces has the new memory.
+        let r = beat(&mut s, n, &[], &[]);
+        assert_eq!(assigned(&r), vec![0, 1]);
+        assert_eq!(booked(&r), (vec![2, 2], vec![256 * MIB]));
+        // While they run, what they hold stays theirs: refused, naming the way out.
+        let e = update_request(&mut s, job, Some(1), None, "").expect_err("running");
+        assert!(
+            e.contains("has 2 task(s) running") && e.contains("hetsched hold 1"),
+            "{e}"
+        );
+        // Held, so that none starts as they end: then the rest take 1 core each, four at once.
+        s.hold(job, true).expect("held");
+        let r = beat(&mut s, n, &[], &[(0, 1, true), (1, 1, true)]);
+        assert!(assigned(&r).is_empty(), "held");
+        update_request(&mut s, job, Some(1), None, "cpu").expect("none runs");
+        s.hold(job, false).expect("released");
+        let r = beat(&mut s, n, &[], &[]);
+        assert_eq!(assigned(&r), vec![2, 3, 4, 5]);
+        assert_eq!(booked(&r).0, vec![1, 1, 1, 1]);
+        s.hold(job, true).expect("held");
+        beat(&mut s, n, &[], &[(2, 1, true), (3, 1, true), (4, 1, true), (5, 1, true)]);
+    }
+    // Restarted: the update holds over the job file's 8 cores and 2 GiB, for the tasks left and
+    // in the job's listing.
+    let mut s = open(&d);
+    let info = &s.job(1).expect("job").apps[0];
+    assert_eq!((info.cpu_cores, info.cpu_memory_bytes), (1, 256 * MIB));
+    let n = register(&mut s, "m", 4);
+    s.hold(1, false).expect("released");
+    let r = beat(&mut s, n, &[], &[]);
+    assert_eq!(assigned(&r), vec![6, 7]);
+    assert_eq!(booked(&r), (vec![1, 1], vec![256 * MIB]));
+}
+
+#[test]
+fn a_cores_or_memory_update_names_what_it_cannot_do() {
+    let d = common::scratch("update", "resources-refused");
+    let mut s = open(&d);
+    register(&mut s, "n", 4);
+    register(&mut s, "o", 4);
+    let cpu_only = submit(&mut s, &app("a", 2));
+    let whole = submit(
+        &mut s,
+        "[[application]]\nname = \"mpi\"\ntasks = 1\nnodes = 2\n[application.cpu]\ncommand = \"true\"\n",
+    );
+    let refused = |s: &mut State, job, cores, memory, variant: &str| {
+        update_request(s, job, cores, memory, variant).expect_err("refused")
+    };
+    assert_eq!(
+        refused(&mut s, cpu_only, Some(0), None, ""),
+        "cores: a task takes at least 1 core"
+    );
+    assert!(
+        refused(&mut s, cpu_only, Some(2), None, "gpu").contains("has no gpu variant"),
+        "a variant it lacks"
+    );
+    assert!(refused(&mut s, cpu_only, Some(2), None, "fpga").contains("expected cpu or gpu"));
+    assert!(refused(&mut s, cpu_only, None, None, "cpu").starts_with("nothing to update"));
+    let e = s
+        .update(&pb::UpdateRequest {
+            job_id: cpu_only,
+            priority: Some(3),
+            variant: "cpu".into(),
+            ..Default::default()
+        })
+        .expect_err("a variant without cores or memory")
+        .to_string();
+    assert!(e.contains("give cores or memory"), "{e}");
+    assert!(
+        refused(&mut s, cpu_only, None, Some(1 << 60), "").contains("more than a task may take")
+    );
+    assert!(
+        refused(&mut s, whole, Some(2), None, "").contains("holds 2 whole nodes per task"),
+        "a multi-node task"
+    );
+    // Nothing was changed by the refusals.
+    let info = &s.job(cpu_only).expect("job").apps[0];
+    assert_eq!((info.cpu_cores, info.cpu_memory_bytes), (1, 0));
 }

@@ -631,7 +631,7 @@ impl Hdas {
             view.nodes().len(),
             view.app_count(),
             view.totals(),
-            view.attributes_generation(),
+            view.placement_generation(),
         );
         match self.feasible_for {
             Some(known) if known == signature => {}

@@ -1,5 +1,6 @@
-//! `hetsched update JOB`: a batch job's applications' priority, `max_running` or time limit
-//! change after submission (Slurm's `scontrol update JobId=… Priority=… TimeLimit=…`). The
+//! `hetsched update JOB`: a batch job's applications' priority, `max_running`, time limit, or
+//! the cores and memory of one task change after submission (Slurm's `scontrol update JobId=…
+//! Priority=… TimeLimit=… NumCPUs=… MinMemoryNode=…`). The
 //! scheduler's view takes the new values at once, so every placement from then on — a policy's
 //! priority levels, a multi-node gathering's order, the cap on running tasks, whether a task
 //! fits in the time an agent has left — reads them; tasks already running go on (a lowered
@@ -14,15 +15,21 @@
 //! agent reports the new key — so a lost reply or a server restart only delays it. An
 //! accelerator task offloaded to another node (spec 01) keeps the limit it was shipped with.
 //!
+//! Cores and memory change only while no task of the application runs (or waits queued on an
+//! agent), as Slurm changes them for pending jobs only: a running task holds what it was given
+//! on its node, and the view returns a task's request when it ends. New cores are booked by
+//! every placement from then on (each assignment carries its cores to the agent); new memory is
+//! in the spec, so it goes up a generation as a new time limit does, and agents enforce it.
+//!
 //! The values are stored in the application's row (`apps.priority`, `apps.max_running`,
-//! `apps.time_limit_ms`, `apps.spec_generation`) in the event's transaction, and a restart
-//! applies them over what the job file says.
+//! `apps.time_limit_ms`, `apps.spec_generation`, `apps.cpu_cores` … `apps.gpu_memory_bytes`)
+//! in the event's transaction, and a restart applies them over what the job file says.
 
 use super::{AppRec, Batch, Ctx, MAX_SPEC_GENERATION};
 use crate::state::StateError;
 use crate::store::AppSettings;
-use hetsched_core::AppId;
 use hetsched_core::input::MAX_DURATION;
+use hetsched_core::{AppId, Variant};
 
 /// What `hetsched update` changes; `None` leaves a value as it is.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -35,6 +42,12 @@ pub struct Update {
     pub max_running: Option<u32>,
     /// The new time limit of each task, every variant, in ms (0: no limit).
     pub time_limit_ms: Option<u64>,
+    /// The new cores of one task (at least 1).
+    pub cores: Option<u32>,
+    /// The new memory of one task, bytes (0: none declared, not enforced).
+    pub memory_bytes: Option<u64>,
+    /// The variant whose cores and memory change (`None`: every variant the application has).
+    pub variant: Option<Variant>,
 }
 
 /// An application as an update left it.
@@ -48,6 +61,9 @@ pub struct Updated {
     pub max_running: u32,
     /// Its CPU and GPU variants' time limits, ms (0: none, or no such variant).
     pub time_limit_ms: [u64; 2],
+    /// What one task of its CPU and GPU variants holds, (cores, memory bytes); `None`: no such
+    /// variant.
+    pub requests: [Option<(u32, u64)>; 2],
 }
 
 impl AppRec {
@@ -64,6 +80,7 @@ impl AppRec {
             max_running: self.max_running,
             time_limit_ms: self.time_limit_update,
             spec_generation: self.spec_generation,
+            requests: self.request_update,
         }
     }
 }
@@ -78,13 +95,40 @@ impl Batch {
         job: u64,
         update: &Update,
     ) -> Result<Vec<Updated>, StateError> {
+        let resources = update.cores.is_some() || update.memory_bytes.is_some();
         if update.priority.is_none()
             && update.max_running.is_none()
             && update.time_limit_ms.is_none()
+            && !resources
         {
             return Err(StateError::Invalid(
-                "nothing to update: give a priority, a max_running or a time limit".into(),
+                "nothing to update: give a priority, a max_running, a time limit, cores or memory"
+                    .into(),
             ));
+        }
+        if update.variant.is_some() && !resources {
+            return Err(StateError::Invalid(
+                "a variant names whose cores or memory change: give cores or memory with it".into(),
+            ));
+        }
+        if update.cores == Some(0) {
+            return Err(StateError::Invalid(
+                "cores: a task takes at least 1 core".into(),
+            ));
+        }
+        if let Some(c) = update.cores
+            && c > MAX_TASK_CORES
+        {
+            return Err(StateError::Invalid(format!(
+                "cores: {c} is more than a task may take, {MAX_TASK_CORES}"
+            )));
+        }
+        if let Some(m) = update.memory_bytes
+            && m > MAX_TASK_MEMORY
+        {
+            return Err(StateError::Invalid(format!(
+                "memory: {m} bytes is more than a task may take, {MAX_TASK_MEMORY} (1 PiB)"
+            )));
         }
         let max_ms = MAX_DURATION / 1_000_000;
         if let Some(ms) = update.time_limit_ms
@@ -124,15 +168,20 @@ impl Batch {
                 vec![a]
             }
         };
-        if update.time_limit_ms.is_some()
+        if resources {
+            for &a in &apps {
+                self.check_resources_change(cx, job, a, update.variant)?;
+            }
+        }
+        if (update.time_limit_ms.is_some() || resources)
             && let Some(r) = apps
                 .iter()
                 .filter_map(|&a| self.apps.get(a as usize))
                 .find(|r| r.spec_generation >= MAX_SPEC_GENERATION)
         {
             return Err(StateError::Invalid(format!(
-                "application `{}` of job {job} had its time limit changed {MAX_SPEC_GENERATION} \
-                 times, the most accepted",
+                "application `{}` of job {job} had what its tasks run changed \
+                 {MAX_SPEC_GENERATION} times, the most accepted",
                 r.name
             )));
         }
@@ -153,15 +202,42 @@ impl Batch {
                 set.time_limit_ms = Some(ms);
                 set.spec_generation += 1;
             }
+            if resources {
+                let now = super::requests_of(cx.view, a);
+                let mut changed = false;
+                for (i, v) in [Variant::Cpu, Variant::Gpu].into_iter().enumerate() {
+                    let Some((cores, memory)) = now[i] else {
+                        continue;
+                    };
+                    if update.variant.is_some_and(|only| only != v) {
+                        continue;
+                    }
+                    let new = (
+                        update.cores.unwrap_or(cores),
+                        update.memory_bytes.unwrap_or(memory),
+                    );
+                    if new != (cores, memory) {
+                        set.requests[i] = Some(new);
+                        changed = true;
+                    }
+                }
+                // The memory is in the spec agents enforce: a new key. (Cores travel with
+                // each assignment.)
+                if changed {
+                    set.spec_generation += 1;
+                }
+            }
             self.apply_settings(cx, &set)?;
             let Some(r) = self.apps.get(a as usize) else {
                 continue;
             };
+            let requests = super::requests_of(cx.view, a);
             out.push(Updated {
                 name: r.name.clone(),
                 priority: r.priority,
                 max_running: r.max_running,
                 time_limit_ms: r.time_limits_ms(),
+                requests,
             });
             self.settings_changed.push(a);
             // Its pending tasks may start where they could not (a higher cap, a new order).
@@ -172,7 +248,58 @@ impl Batch {
     }
 }
 
+/// The most cores one task may be given by an update (a job file's are bounded by the nodes
+/// that register; an update's by this).
+pub const MAX_TASK_CORES: u32 = 1 << 20;
+
+/// The most memory one task may be given by an update: 1 PiB.
+pub const MAX_TASK_MEMORY: u64 = 1 << 50;
+
 impl Batch {
+    /// Whether application `a` of job `job` may change the cores and memory of `variant` (every
+    /// variant it has: `None`): not while a task of it runs, not for a multi-node one (it holds
+    /// whole nodes), not for a variant it lacks.
+    fn check_resources_change(
+        &self,
+        cx: &Ctx,
+        job: u64,
+        a: u32,
+        variant: Option<Variant>,
+    ) -> Result<(), StateError> {
+        let Some(r) = self.apps.get(a as usize) else {
+            return Ok(());
+        };
+        let name = &r.name;
+        if r.nodes > 1 {
+            return Err(StateError::Invalid(format!(
+                "application `{name}` of job {job} holds {} whole nodes per task: it has no \
+                 cores or memory to change",
+                r.nodes
+            )));
+        }
+        if let Some(v) = variant {
+            let has = match v {
+                Variant::Cpu => r.cpu.is_some(),
+                Variant::Gpu => r.gpu.is_some(),
+            };
+            if !has {
+                return Err(StateError::Invalid(format!(
+                    "application `{name}` of job {job} has no {v} variant"
+                )));
+            }
+        }
+        let running = cx.view.app(AppId(a)).running;
+        if running > 0 {
+            return Err(StateError::Invalid(format!(
+                "application `{name}` of job {job} has {running} task(s) running (or queued on \
+                 an agent), which keep the cores and memory they were given: cores and memory \
+                 change only while none runs (`hetsched hold {job}` starts no more; update once \
+                 they have ended, then `hetsched release {job}`)"
+            )));
+        }
+        Ok(())
+    }
+
     /// Gives application `set.app` the settings `set` (an update, or a restart applying the
     /// stored ones over its job file), in its record and in the scheduler's view.
     pub(super) fn apply_settings(
@@ -196,6 +323,20 @@ impl Batch {
             }
             let limit = (ms > 0).then(|| ms.saturating_mul(1_000_000));
             cx.view.set_time_limit(app, limit)?;
+        }
+        for (i, v) in [Variant::Cpu, Variant::Gpu].into_iter().enumerate() {
+            let Some((cores, memory)) = set.requests[i] else {
+                continue;
+            };
+            r.request_update[i] = Some((cores, memory));
+            let run = match v {
+                Variant::Cpu => r.cpu.as_mut(),
+                Variant::Gpu => r.gpu.as_mut(),
+            };
+            if let Some(run) = run {
+                run.memory_bytes = memory;
+            }
+            cx.view.set_request(app, v, cores, memory)?;
         }
         Ok(())
     }
