@@ -176,6 +176,9 @@ enum Op {
     Hold(u64, bool),
     /// `hetsched update` of job `0`: priority `1`, time limit `2` (ms; 0: none).
     Update(u64, i32, u64),
+    /// `hetsched update` of job `0`: one task's cores `1` and memory `2` (MiB; refused while a
+    /// task of it runs).
+    UpdateRequest(u64, u32, u64),
     Resubmit(u64),
     Purge(u64),
     Drain(usize, bool),
@@ -202,6 +205,8 @@ fn op(disk: bool) -> BoxedStrategy<Op> {
         1 => (1..5u64, any::<bool>()).prop_map(|(j, h)| Op::Hold(j, h)),
         1 => (1..5u64, -2..3i32, prop::sample::select(vec![0u64, 1_000, 3_600_000]))
             .prop_map(|(j, p, t)| Op::Update(j, p, t)),
+        1 => (1..5u64, 1..3u32, prop::sample::select(vec![0u64, 64, 512]))
+            .prop_map(|(j, c, m)| Op::UpdateRequest(j, c, m)),
         1 => (1..5u64).prop_map(Op::Resubmit),
         1 => (1..5u64).prop_map(Op::Purge),
         1 => (0..2usize, any::<bool>()).prop_map(|(n, d)| Op::Drain(n, d)),
@@ -232,8 +237,16 @@ fn everything(s: &State) -> Vec<String> {
         if let Ok(job) = s.job(j.id) {
             for a in job.apps {
                 out.push(format!(
-                    "  app {} priority {} max_running {} time limits {} {}",
-                    a.name, a.priority, a.max_running, a.cpu_time_limit_ms, a.gpu_time_limit_ms
+                    "  app {} priority {} max_running {} time limits {} {} cpu {} {} gpu {} {}",
+                    a.name,
+                    a.priority,
+                    a.max_running,
+                    a.cpu_time_limit_ms,
+                    a.gpu_time_limit_ms,
+                    a.cpu_cores,
+                    a.cpu_memory_bytes,
+                    a.gpu_cores,
+                    a.gpu_memory_bytes
                 ));
             }
         }
@@ -366,6 +379,14 @@ fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     job_id: j,
                     priority: Some(priority),
                     time_limit_ms: Some(time_limit_ms),
+                    ..Default::default()
+                });
+            }
+            Op::UpdateRequest(j, cores, memory_mib) => {
+                let _ = s.update(&pb::UpdateRequest {
+                    job_id: j,
+                    cores: Some(cores),
+                    memory_bytes: Some(memory_mib << 20),
                     ..Default::default()
                 });
             }
