@@ -1146,6 +1146,7 @@ pub async fn update(args: &ClientArgs, sel: &Selected, update: &Update) -> anyho
             memory_bytes: update.memory_bytes,
             variant: update.variant.clone(),
         };
+        let resources = update.cores.is_some() || update.memory_bytes.is_some();
         async move {
             let r = api.update(req).await.map_err(refused)?.into_inner();
             let apps: Vec<String> = r
@@ -1175,12 +1176,12 @@ pub async fn update(args: &ClientArgs, sel: &Selected, update: &Update) -> anyho
                     .into_iter()
                     .flatten()
                     .collect();
-                    format!(
-                        "`{}` priority {}, {cap}, {limit}, {}",
-                        a.name,
-                        a.priority,
-                        requests.join(", ")
-                    )
+                    let mut line = format!("`{}` priority {}, {cap}, {limit}", a.name, a.priority);
+                    // What one task holds, when the update changed it.
+                    if resources {
+                        line.push_str(&format!(", {}", requests.join(", ")));
+                    }
+                    line
                 })
                 .collect();
             let line = format!("job {id}: {}", apps.join("; "));

@@ -1683,7 +1683,8 @@ fn an_update_changes_a_waiting_jobs_priority_max_running_and_time_limit() {
     assert_eq!(
         said,
         serde_json::json!({"apps": [{"name": "early", "priority": 0, "max_running": 1,
-            "cpu_time_limit_ms": 0, "gpu_time_limit_ms": 0}]})
+            "cpu_time_limit_ms": 0, "gpu_time_limit_ms": 0, "cpu_cores": 1,
+            "cpu_memory_bytes": 0, "gpu_cores": 0, "gpu_memory_bytes": 0}]})
     );
     let shown = c.json(&["job", "2"]);
     assert_eq!(
@@ -1700,7 +1701,7 @@ fn an_update_changes_a_waiting_jobs_priority_max_running_and_time_limit() {
     );
     c.refused(
         &["update", "2"],
-        "nothing to update: give --priority, --max-running or --time-limit",
+        "nothing to update: give --priority, --max-running, --time-limit, --cores or --memory",
     );
     c.refused(
         &["update", "2", "--time-limit", "soon"],
@@ -1778,6 +1779,67 @@ fn an_update_changes_a_waiting_jobs_priority_max_running_and_time_limit() {
             .is_some_and(|m| m.starts_with("time limit of 1.000s exceeded")),
         "{task}"
     );
+}
+
+/// `hetsched update --cores --memory`: a job that asks for more than any node has waits
+/// saying so; given what a node has, it runs, under the memory limit the update set (its agent
+/// enforces it). While a task of it runs, its cores and memory stay.
+#[test]
+fn an_update_of_cores_and_memory_lets_a_job_that_fits_nowhere_run_under_its_new_limit() {
+    let mut c = Cluster::start("update-resources", false);
+    let hold = r#"x=$(head -c 67108864 /dev/zero | tr "\0" a); sleep 30; : "$x""#;
+    // Submitted before any agent registered (so accepted): 8 cores, on a 2-core agent.
+    c.ok(&[
+        "submit", "--app", "big", "--cores", "8", "--", "sh", "-c", hold,
+    ]);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    wait_until("job 1 to say why it waits", Duration::from_secs(10), || {
+        c.json(&["job", "1"])["pending_reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("no live node can run `big` (cpu: 8 cores"))
+    });
+    let said = c.ok(&["update", "1", "--cores", "2", "--memory", "16MiB"]);
+    assert_eq!(
+        said,
+        "job 1: `big` priority 0, no max_running, no time limit, cpu 2 core(s) 16.0 MiB\n"
+    );
+    let app = &c.json(&["job", "1"])["apps"][0];
+    assert_eq!(
+        (&app["cpu_cores"], &app["cpu_memory_bytes"]),
+        (&serde_json::json!(2), &serde_json::json!(16 << 20))
+    );
+    // It runs now, and holds 64 MiB: its agent stops it at the new 16 MiB.
+    c.cli(&["wait", "1", "--timeout", "25s"]);
+    let task = &c.tasks(1)[0];
+    assert!(
+        task["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("memory limit of 16.0 MiB exceeded")),
+        "{task}"
+    );
+    // A running task keeps what it was given: refused, saying what to do.
+    c.ok(&["submit", "--app", "nap", "--", "sleep", "30"]);
+    wait_until("job 2 to run", Duration::from_secs(10), || {
+        c.json(&["job", "2"])["counts"]["running"] == 1
+    });
+    c.refused(
+        &["update", "2", "--cores", "1"],
+        "application `nap` of job 2 has 1 task(s) running",
+    );
+    c.refused(
+        &["update", "2", "--priority", "1", "--variant", "gpu"],
+        "--variant names whose --cores or --memory change",
+    );
+    c.refused(
+        &["update", "2", "--memory", "lots"],
+        "invalid value 'lots' for '--memory <SIZE>'",
+    );
+    c.refused(
+        &["update", "2", "--cores", "0"],
+        "invalid value '0' for '--cores <N>'",
+    );
+    c.ok(&["cancel", "2"]);
 }
 
 /// `#HETSCHED` lines (`sbatch`'s `#SBATCH`): a script submitted as the command brings its own

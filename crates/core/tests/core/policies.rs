@@ -530,9 +530,10 @@ fn retired_applications_change_no_placement() {
                 for a in got.iter().step_by(2) {
                     env.view.task_finished(a);
                 }
-                placed.extend(got.into_iter().map(|a| {
-                    (a.app.0 - retired, a.task, a.node, a.variant, a.devices)
-                }));
+                placed.extend(
+                    got.into_iter()
+                        .map(|a| (a.app.0 - retired, a.task, a.node, a.variant, a.devices)),
+                );
             }
             runs.push(placed);
         }

@@ -106,3 +106,59 @@ fn a_retired_application_keeps_its_id_only_and_an_active_one_is_not_retired() {
     assert_eq!(pending(&v), [1]);
     assert!(v.all_complete() == v.app(AppId(1)).is_complete());
 }
+
+/// `hetsched update --cores --memory`: an application's request changes while none of its tasks
+/// runs; placements book the new one, and a task returns what it took when it ends.
+#[test]
+fn a_request_changes_while_no_task_runs_and_placements_book_the_new_one() {
+    let mut v = SchedulerView::new();
+    v.add_node(node("n").cores(4).build(NodeId(0)))
+        .expect("node");
+    let mut a = app("a").tasks(3).cpu(1.0, 0.0).build(AppId(0));
+    if let Some(cpu) = a.cpu.as_mut() {
+        cpu.request.cores = 8;
+    }
+    v.add_application(a, (0..3).map(TaskId)).expect("app");
+    assert!(
+        !v.fits(AppId(0), NodeId(0), Variant::Cpu),
+        "8 cores on a 4-core node"
+    );
+    let generation = v.placement_generation();
+    v.set_request(AppId(0), Variant::Cpu, 2, 1 << 20)
+        .expect("none runs");
+    assert!(
+        v.placement_generation() > generation,
+        "cached placements are looked at again"
+    );
+    assert_eq!(
+        v.app(AppId(0))
+            .app
+            .request(Variant::Cpu)
+            .map(|r| (r.cores, r.memory_bytes)),
+        Some((2, 1 << 20))
+    );
+    let a = v
+        .assign(AppId(0), NodeId(0), Variant::Cpu)
+        .expect("fits now");
+    assert_eq!(v.node(NodeId(0)).free.cores, 2);
+    assert!(
+        v.set_request(AppId(0), Variant::Cpu, 1, 0).is_err(),
+        "a task runs"
+    );
+    assert!(
+        v.set_request(AppId(0), Variant::Gpu, 1, 0).is_err(),
+        "no GPU variant"
+    );
+    v.task_finished(&a);
+    assert_eq!(v.node(NodeId(0)).free.cores, 4, "it gave back its 2 cores");
+    v.set_request(AppId(0), Variant::Cpu, 1, 0)
+        .expect("none runs");
+    let generation = v.placement_generation();
+    v.set_request(AppId(0), Variant::Cpu, 1, 0)
+        .expect("the same");
+    assert_eq!(v.placement_generation(), generation, "nothing changed");
+    let started: Vec<_> =
+        std::iter::from_fn(|| v.assign(AppId(0), NodeId(0), Variant::Cpu)).collect();
+    assert_eq!(started.len(), 2);
+    assert_eq!(v.node(NodeId(0)).free.cores, 2);
+}

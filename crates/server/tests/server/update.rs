@@ -326,7 +326,10 @@ fn cores_and_memory_change_while_no_task_runs_and_a_restart_keeps_them() {
         // Submitted before any node registered; the node that comes has 4 cores and 1 GiB.
         let job = submit(&mut s, job_file);
         let n = register(&mut s, "n", 4);
-        assert!(assigned(&beat(&mut s, n, &[], &[])).is_empty(), "8 cores, 2 GiB fit nowhere");
+        assert!(
+            assigned(&beat(&mut s, n, &[], &[])).is_empty(),
+            "8 cores, 2 GiB fit nowhere"
+        );
         let r = update_request(&mut s, job, Some(2), Some(256 * MIB), "").expect("updated");
         let a = &r.apps[0];
         assert_eq!(
@@ -339,6 +342,7 @@ fn cores_and_memory_change_while_no_task_runs_and_a_restart_keeps_them() {
         let r = beat(&mut s, n, &[], &[]);
         assert_eq!(assigned(&r), vec![0, 1]);
         assert_eq!(booked(&r), (vec![2, 2], vec![256 * MIB]));
+        let first_key = spec_keys(&r)[0];
         // While they run, what they hold stays theirs: refused, naming the way out.
         let e = update_request(&mut s, job, Some(1), None, "").expect_err("running");
         assert!(
@@ -354,8 +358,15 @@ fn cores_and_memory_change_while_no_task_runs_and_a_restart_keeps_them() {
         let r = beat(&mut s, n, &[], &[]);
         assert_eq!(assigned(&r), vec![2, 3, 4, 5]);
         assert_eq!(booked(&r).0, vec![1, 1, 1, 1]);
+        // A new request is a new spec: an agent holding the old one is sent the new one.
+        assert_ne!(spec_keys(&r)[0], first_key);
         s.hold(job, true).expect("held");
-        beat(&mut s, n, &[], &[(2, 1, true), (3, 1, true), (4, 1, true), (5, 1, true)]);
+        beat(
+            &mut s,
+            n,
+            &[],
+            &[(2, 1, true), (3, 1, true), (4, 1, true), (5, 1, true)],
+        );
     }
     // Restarted: the update holds over the job file's 8 cores and 2 GiB, for the tasks left and
     // in the job's listing.
