@@ -106,7 +106,7 @@ mod tests {
         assert_eq!(live, [(1, "b"), (3, "d")]);
         let from: Vec<usize> = s.iter_from(2).map(|(i, _)| i).collect();
         assert_eq!(from, [3]);
-        s.get_mut(1).unwrap().push('!');
+        s.get_mut(1).expect("not retired").push('!');
         assert_eq!(s.get(1).map(String::as_str), Some("b!"));
     }
 
