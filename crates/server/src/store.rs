@@ -251,6 +251,17 @@ pub struct AppSettings {
     pub requests: [Option<(u32, u64)>; 2],
 }
 
+/// The batch job a submission key names ([`Store::job_with_key`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyedJob {
+    /// Its id.
+    pub id: u64,
+    /// Its first task's id.
+    pub first_task: u64,
+    /// The next job's first task id (its tasks end there), if a job came after it.
+    pub next_first_task: Option<u64>,
+}
+
 /// The SQLite store.
 pub struct Store {
     conn: Connection,
@@ -669,6 +680,28 @@ impl Store {
             .prepare("SELECT id FROM jobs WHERE purged != 0 ORDER BY id")?;
         let rows = stmt.query_map([], |r| r.get::<_, i64>(0))?;
         rows.map(|r| Ok(r? as u64)).collect()
+    }
+
+    /// The batch job submission key `key` names, purged or not (an indexed lookup: memory
+    /// keeps no map of keys, which would grow with every job the server ever ran).
+    pub fn job_with_key(&self, key: &str) -> Result<Option<KeyedJob>, StoreError> {
+        use rusqlite::OptionalExtension;
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT id, first_task,
+                        (SELECT n.first_task FROM jobs n WHERE n.id > jobs.id ORDER BY n.id LIMIT 1)
+                 FROM jobs WHERE submission_key = ?1",
+                params![key],
+                |r| {
+                    Ok(KeyedJob {
+                        id: r.get::<_, i64>(0)? as u64,
+                        first_task: r.get::<_, i64>(1)? as u64,
+                        next_first_task: r.get::<_, Option<i64>>(2)?.map(|t| t as u64),
+                    })
+                },
+            )
+            .optional()?)
     }
 
     /// The job file text job `id` was submitted with, if the store has the job.

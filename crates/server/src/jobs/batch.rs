@@ -313,8 +313,6 @@ pub struct Batch {
     /// Task rows held in memory (finished jobs' rows leave it; see [`retention`]).
     tasks: retention::TaskTable,
     /// Job id by submission key.
-    /// Job id and task count by submission key (a purged job's too: its key still names it).
-    by_key: HashMap<String, (u64, u64)>,
     max_attempts: u32,
     estimate: u64,
     /// The failing-node back-off (memory only).
@@ -396,7 +394,6 @@ impl Batch {
             jobs: Vec::new(),
             apps: Slots::default(),
             tasks: retention::TaskTable::from_touched(snap.tasks, &held)?,
-            by_key: HashMap::new(),
             max_attempts: config.max_attempts.max(1),
             estimate,
             backoff: Backoff::new(
@@ -562,10 +559,6 @@ impl Batch {
             cx.view.add_retired_application(AppId(a))?;
         }
         self.tasks.reserve_ids(tasks_end);
-        if let Some(key) = &row.submission_key {
-            let tasks = tasks_end.saturating_sub(row.first_task);
-            self.by_key.insert(key.clone(), (row.id, tasks));
-        }
         Ok(())
     }
 
@@ -636,10 +629,6 @@ impl Batch {
         self.tasks.reserve_ids(next_task);
         if row.held {
             self.waiting.hold_by_user(row.id);
-        }
-        if let Some(key) = &row.submission_key {
-            let tasks = next_task - row.first_task;
-            self.by_key.insert(key.clone(), (row.id, tasks));
         }
         let mut row = row;
         row.text = String::new();
@@ -800,7 +789,19 @@ impl Batch {
             hold,
             ..
         } = sub;
-        if let Some(&(id, tasks)) = self.by_key.get(&key) {
+        // A key names its job for good, purged or not: the store's index finds it.
+        let keyed = match key.as_str() {
+            "" => None,
+            k => cx.store.job_with_key(k)?,
+        };
+        if let Some(k) = keyed {
+            let id = k.id;
+            let end = match (self.job_rec(id), k.next_first_task) {
+                (Some(j), _) => j.tasks.end,
+                (None, Some(next)) => next,
+                (None, None) => self.tasks.len() as u64,
+            };
+            let tasks = end.saturating_sub(k.first_task);
             if cx.store.job_text(id)?.is_none_or(|stored| stored != text) {
                 return Err(StateError::Invalid(format!(
                     "submission key `{key}` already names job {id}, submitted with another file"

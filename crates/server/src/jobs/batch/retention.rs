@@ -11,8 +11,9 @@
 //!   so job, application and task ids are never reused and a submission key keeps naming its job
 //!   (a repeated submission with that key answers the purged job's id, `existing = true`, and runs
 //!   nothing). A purged job is no longer listed; `job N` answers "no job N: it was purged". In memory
-//!   it leaves its id in the purged set, its submission key, and an 8-byte retired slot per
-//!   application id ([`Batch::retire`]); a restart reads neither its file nor its rows.
+//!   it leaves its id in the purged set and an 8-byte retired slot per application id
+//!   ([`Batch::retire`]); a submission key is looked up in the store's index, so keys take no
+//!   memory; a restart reads neither its file nor its rows.
 //!
 //! Why a task with a recorded success is never dispatched again across purge and restart: only
 //! finished jobs are evicted or purged (none of their tasks is pending or running, so no queue or
@@ -553,11 +554,16 @@ impl Batch {
             self.retention.purged.insert(id);
         }
         self.retire(cx, ids);
+        // A purge of many jobs gives back the room they took, not only their entries.
+        let finished = self.retention.finished.len();
+        if self.retention.finished.capacity() > 4 * finished.max(16) {
+            self.retention.finished.shrink_to(2 * finished);
+        }
     }
 
     /// Purged jobs `ids` keep only what their ids need — each id (in the purged set, and the
-    /// store's row), their application ids and task ids (never given again), and their
-    /// submission keys, which still name them — and drop the rest: their job records, their
+    /// store's row, which also keeps its submission key), their application ids and task ids
+    /// (never given again) — and drop the rest: their job records, their
     /// applications' records and their applications' state in the scheduler's view, each
     /// application id left as an 8-byte retired slot ([`hetsched_core::model::Slots`]). A
     /// purged job then costs a few dozen bytes, whatever its file said.
@@ -588,9 +594,13 @@ impl Batch {
                 gone.insert(id);
             }
         }
-        // One pass, however many jobs a purge takes.
+        // One pass, however many jobs a purge takes; and the room they took goes back.
         if !gone.is_empty() {
             self.jobs.retain(|j| !gone.contains(&j.row.id));
+            let kept = self.jobs.len();
+            if self.jobs.capacity() > 4 * kept.max(16) {
+                self.jobs.shrink_to(2 * kept);
+            }
         }
     }
 
