@@ -679,6 +679,13 @@ impl Wire for State {
             time_limit_ms: req.time_limit_ms,
             cores: req.cores,
             memory_bytes: req.memory_bytes,
+            requires: req.requires.as_ref().map(|r| {
+                r.split(',')
+                    .map(str::trim)
+                    .filter(|a| !a.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            }),
             variant: match req.variant.as_str() {
                 "" => None,
                 "cpu" => Some(hetsched_core::Variant::Cpu),
@@ -704,6 +711,7 @@ impl Wire for State {
                     cpu_memory_bytes: u.requests[0].map_or(0, |r| r.1),
                     gpu_cores: u.requests[1].map_or(0, |r| r.0),
                     gpu_memory_bytes: u.requests[1].map_or(0, |r| r.1),
+                    requires: u.requires,
                 })
                 .collect(),
         })

@@ -249,6 +249,9 @@ pub struct AppSettings {
     /// What one task of its CPU and GPU variants holds, (cores, memory bytes), as an update
     /// set it; `None`: as its job file says.
     pub requests: [Option<(u32, u64)>; 2],
+    /// The node attributes its tasks require, as an update set them; `None`: as its job file
+    /// says.
+    pub requires: Option<Vec<String>>,
 }
 
 /// The batch job a submission key names ([`Store::job_with_key`]).
@@ -322,6 +325,9 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("apps", "cpu_memory_bytes", "INTEGER"),
     ("apps", "gpu_cores", "INTEGER"),
     ("apps", "gpu_memory_bytes", "INTEGER"),
+    // The node attributes its tasks require as `hetsched update` set them, one per line (NULL:
+    // as its job file says).
+    ("apps", "requires", "TEXT"),
 ];
 
 /// The indexes; `tasks_other_nodes` lists only multi-node tasks' rows, so finding them (a
@@ -529,7 +535,7 @@ impl Store {
         snap.multi_node = self.multi_node_tasks()?;
         let mut stmt = self.conn.prepare(
             "SELECT id, priority, max_running, time_limit_ms, spec_generation, cpu_cores,
-             cpu_memory_bytes, gpu_cores, gpu_memory_bytes FROM apps
+             cpu_memory_bytes, gpu_cores, gpu_memory_bytes, requires FROM apps
              WHERE priority IS NOT NULL ORDER BY id",
         )?;
         let rows = stmt.query_map([], |r| {
@@ -545,6 +551,9 @@ impl Store {
                 time_limit_ms: r.get::<_, Option<i64>>(3)?.map(|ms| ms.max(0) as u64),
                 spec_generation: r.get(4)?,
                 requests: [request(5)?, request(7)?],
+                requires: r
+                    .get::<_, Option<String>>(9)?
+                    .map(|t| t.lines().map(str::to_string).collect()),
             })
         })?;
         for r in rows {
@@ -916,7 +925,7 @@ pub fn write_app_settings(tx: &rusqlite::Transaction, set: &AppSettings) -> Resu
     tx.prepare_cached(
         "UPDATE apps SET priority = ?1, max_running = ?2, time_limit_ms = ?3,
          spec_generation = ?4, cpu_cores = ?5, cpu_memory_bytes = ?6, gpu_cores = ?7,
-         gpu_memory_bytes = ?8 WHERE id = ?9",
+         gpu_memory_bytes = ?8, requires = ?9 WHERE id = ?10",
     )?
     .execute(params![
         set.priority,
@@ -927,6 +936,7 @@ pub fn write_app_settings(tx: &rusqlite::Transaction, set: &AppSettings) -> Resu
         set.requests[0].map(|r| r.1.min(i64::MAX as u64) as i64),
         set.requests[1].map(|r| r.0),
         set.requests[1].map(|r| r.1.min(i64::MAX as u64) as i64),
+        set.requires.as_ref().map(|r| r.join("\n")),
         set.app
     ])?;
     Ok(())

@@ -1128,6 +1128,8 @@ pub struct Update {
     pub memory_bytes: Option<u64>,
     /// The variant whose cores and memory change (`cpu`, `gpu`; empty: every variant).
     pub variant: String,
+    /// The node attributes its tasks require from now on, comma-separated (empty: none).
+    pub requires: Option<String>,
 }
 
 /// `hetsched update`: each selected job's applications (or `update.app`) take the new
@@ -1145,8 +1147,10 @@ pub async fn update(args: &ClientArgs, sel: &Selected, update: &Update) -> anyho
             cores: update.cores,
             memory_bytes: update.memory_bytes,
             variant: update.variant.clone(),
+            requires: update.requires.clone(),
         };
         let resources = update.cores.is_some() || update.memory_bytes.is_some();
+        let requires = update.requires.is_some();
         async move {
             let r = api.update(req).await.map_err(refused)?.into_inner();
             let apps: Vec<String> = r
@@ -1180,6 +1184,12 @@ pub async fn update(args: &ClientArgs, sel: &Selected, update: &Update) -> anyho
                     // What one task holds, when the update changed it.
                     if resources {
                         line.push_str(&format!(", {}", requests.join(", ")));
+                    }
+                    if requires {
+                        match a.requires.as_slice() {
+                            [] => line.push_str(", requires nothing"),
+                            r => line.push_str(&format!(", requires {}", r.join(" + "))),
+                        }
                     }
                     line
                 })

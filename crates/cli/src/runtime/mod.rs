@@ -306,6 +306,10 @@ pub enum RuntimeCommand {
         /// application has).
         #[arg(long, value_name = "cpu|gpu", value_parser = ["cpu", "gpu"])]
         variant: Option<String>,
+        /// The node attributes its tasks require from now on, separated by commas (a job
+        /// file's `requires`; Slurm's `Features`); `none` for none. Tasks running stay.
+        #[arg(long, value_name = "ATTR,…")]
+        requires: Option<String>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -638,13 +642,19 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             cores,
             memory,
             variant,
+            requires,
             client,
         } => {
             let resources = cores.is_some() || memory.is_some();
-            if priority.is_none() && max_running.is_none() && time_limit.is_none() && !resources {
+            if priority.is_none()
+                && max_running.is_none()
+                && time_limit.is_none()
+                && !resources
+                && requires.is_none()
+            {
                 anyhow::bail!(
-                    "nothing to update: give --priority, --max-running, --time-limit, --cores or \
-                     --memory"
+                    "nothing to update: give --priority, --max-running, --time-limit, --cores, \
+                     --memory or --requires"
                 );
             }
             if variant.is_some() && !resources {
@@ -659,6 +669,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
                 cores,
                 memory_bytes: memory,
                 variant: variant.unwrap_or_default(),
+                requires: requires.map(|r| if r.trim() == "none" { String::new() } else { r }),
             };
             client::update(&client, &sel, &update).await
         }

@@ -1701,7 +1701,7 @@ fn an_update_changes_a_waiting_jobs_priority_max_running_and_time_limit() {
     );
     c.refused(
         &["update", "2"],
-        "nothing to update: give --priority, --max-running, --time-limit, --cores or --memory",
+        "nothing to update: give --priority, --max-running, --time-limit, --cores, --memory or --requires",
     );
     c.refused(
         &["update", "2", "--time-limit", "soon"],
@@ -1783,7 +1783,7 @@ fn an_update_changes_a_waiting_jobs_priority_max_running_and_time_limit() {
 
 /// `hetsched update --cores --memory`: a job that asks for more than any node has waits
 /// saying so; given what a node has, it runs, under the memory limit the update set (its agent
-/// enforces it). While a task of it runs, its cores and memory stay.
+/// enforces it). While a task of it runs, its cores and memory stay; its `--requires` change.
 #[test]
 fn an_update_of_cores_and_memory_lets_a_job_that_fits_nowhere_run_under_its_new_limit() {
     let mut c = Cluster::start("update-resources", false);
@@ -1839,6 +1839,21 @@ fn an_update_of_cores_and_memory_lets_a_job_that_fits_nowhere_run_under_its_new_
         &["update", "2", "--cores", "0"],
         "invalid value '0' for '--cores <N>'",
     );
+    // What its tasks require changes while one runs (it stays where it is).
+    let said = c.ok(&["update", "2", "--requires", "ssd,bigmem"]);
+    assert_eq!(
+        said,
+        "job 2: `nap` priority 0, no max_running, no time limit, requires bigmem + ssd\n"
+    );
+    assert_eq!(
+        c.json(&["job", "2"])["apps"][0]["requires"],
+        serde_json::json!(["bigmem", "ssd"])
+    );
+    assert!(
+        c.ok(&["update", "2", "--requires", "none"])
+            .ends_with("requires nothing\n")
+    );
+    assert_eq!(c.json(&["job", "2"])["counts"]["running"], 1);
     c.ok(&["cancel", "2"]);
 }
 

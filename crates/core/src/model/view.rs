@@ -725,6 +725,18 @@ impl SchedulerView {
         Ok(())
     }
 
+    /// Gives `app` the node attributes its tasks require from now on (`hetsched update
+    /// --requires`; sorted, without repeats, as [`crate::model::cluster::attribute_set`] makes
+    /// them). Tasks already running stay where they are.
+    pub fn set_requires(&mut self, app: AppId, requires: Vec<String>) -> Result<(), ViewError> {
+        let a = self.app_mut(app)?;
+        if a.app.requires != requires {
+            a.app.requires = requires;
+            self.placement_generation += 1;
+        }
+        Ok(())
+    }
+
     /// Keeps `app` off `node` (`excluded`) or allows it there again: while excluded, no task of
     /// the application fits on the node, whatever its free resources.
     pub fn set_excluded(&mut self, app: AppId, node: NodeId, excluded: bool) {

@@ -228,6 +228,8 @@ struct AppRec {
     /// The (cores, memory bytes) of one task of its CPU and GPU variants `hetsched update` set
     /// over the job file's; `None`: the file's.
     request_update: [Option<(u32, u64)>; 2],
+    /// Whether `hetsched update` set `requires` over the job file's.
+    requires_updated: bool,
 }
 
 /// Where an application's tasks send their stdout and stderr ([`Batch::streams`]).
@@ -609,6 +611,7 @@ impl Batch {
                 time_limit_update: None,
                 spec_generation: 0,
                 request_update: [None; 2],
+                requires_updated: false,
             });
             self.any_multi_node |= app.is_multi_node();
             // A job that runs after others keeps its tasks out of the queues until they

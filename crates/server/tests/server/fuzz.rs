@@ -179,6 +179,8 @@ enum Op {
     /// `hetsched update` of job `0`: one task's cores `1` and memory `2` (MiB; refused while a
     /// task of it runs).
     UpdateRequest(u64, u32, u64),
+    /// `hetsched update` of job `0`: the attributes its tasks require, `1`.
+    UpdateRequires(u64, &'static str),
     Resubmit(u64),
     Purge(u64),
     Drain(usize, bool),
@@ -207,6 +209,8 @@ fn op(disk: bool) -> BoxedStrategy<Op> {
             .prop_map(|(j, p, t)| Op::Update(j, p, t)),
         1 => (1..5u64, 1..3u32, prop::sample::select(vec![0u64, 64, 512]))
             .prop_map(|(j, c, m)| Op::UpdateRequest(j, c, m)),
+        1 => (1..5u64, prop::sample::select(vec!["", "bigmem", "ssd,bigmem"]))
+            .prop_map(|(j, r)| Op::UpdateRequires(j, r)),
         1 => (1..5u64).prop_map(Op::Resubmit),
         1 => (1..5u64).prop_map(Op::Purge),
         1 => (0..2usize, any::<bool>()).prop_map(|(n, d)| Op::Drain(n, d)),
@@ -237,7 +241,8 @@ fn everything(s: &State) -> Vec<String> {
         if let Ok(job) = s.job(j.id) {
             for a in job.apps {
                 out.push(format!(
-                    "  app {} priority {} max_running {} time limits {} {} cpu {} {} gpu {} {}",
+                    "  app {} priority {} max_running {} time limits {} {} cpu {} {} gpu {} {} \
+                     requires {:?}",
                     a.name,
                     a.priority,
                     a.max_running,
@@ -246,7 +251,8 @@ fn everything(s: &State) -> Vec<String> {
                     a.cpu_cores,
                     a.cpu_memory_bytes,
                     a.gpu_cores,
-                    a.gpu_memory_bytes
+                    a.gpu_memory_bytes,
+                    a.requires
                 ));
             }
         }
@@ -387,6 +393,13 @@ fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     job_id: j,
                     cores: Some(cores),
                     memory_bytes: Some(memory_mib << 20),
+                    ..Default::default()
+                });
+            }
+            Op::UpdateRequires(j, requires) => {
+                let _ = s.update(&pb::UpdateRequest {
+                    job_id: j,
+                    requires: Some(requires.into()),
                     ..Default::default()
                 });
             }

@@ -126,7 +126,7 @@ fn an_update_names_what_it_cannot_do() {
     );
     assert_eq!(
         update(&mut s, job, "", None, None).expect_err("refused"),
-        "nothing to update: give a priority, a max_running, a time limit, cores or memory"
+        "nothing to update: give a priority, a max_running, a time limit, cores, memory or requires"
     );
     assert_eq!(
         update(&mut s, 9, "", Some(1), None).expect_err("refused"),
@@ -424,4 +424,67 @@ fn a_cores_or_memory_update_names_what_it_cannot_do() {
     // Nothing was changed by the refusals.
     let info = &s.job(cpu_only).expect("job").apps[0];
     assert_eq!((info.cpu_cores, info.cpu_memory_bytes), (1, 0));
+}
+
+/// `hetsched update JOB --requires ATTR,…` (`none`: nothing).
+fn update_requires(s: &mut State, job: u64, requires: &str) -> Result<pb::UpdateReply, String> {
+    s.update(&pb::UpdateRequest {
+        job_id: job,
+        requires: Some(requires.into()),
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())
+}
+
+#[test]
+fn requires_change_where_pending_tasks_may_run_and_a_restart_keeps_them() {
+    let d = common::scratch("update", "requires");
+    let job_file = "[[application]]\nname = \"a\"\ntasks = 6\nrequires = [\"bigmem\"]\n\
+                    [application.cpu]\ncommand = \"true\"\n";
+    {
+        let mut s = open(&d);
+        let plain = register(&mut s, "plain", 2);
+        let big = common::register_with(&mut s, "big", 2, &["bigmem"]);
+        let job = submit(&mut s, job_file);
+        assert!(
+            assigned(&beat(&mut s, plain, &[], &[])).is_empty(),
+            "not bigmem"
+        );
+        // Nothing required: the plain node takes two.
+        let r = update_requires(&mut s, job, "").expect("updated");
+        assert!(r.apps[0].requires.is_empty());
+        assert_eq!(assigned(&beat(&mut s, plain, &[], &[])), vec![0, 1]);
+        // `ssd` and `bigmem` (in any order, repeated): only a node with both runs it now, and
+        // the tasks running on the plain node stay there.
+        let r = update_requires(&mut s, job, "ssd,bigmem,ssd").expect("updated");
+        assert_eq!(r.apps[0].requires, ["bigmem", "ssd"]);
+        assert_eq!(s.job(job).expect("job").apps[0].requires, ["bigmem", "ssd"]);
+        assert!(assigned(&beat(&mut s, plain, &[(1, 1)], &[(0, 1, true)])).is_empty());
+        assert!(assigned(&beat(&mut s, big, &[], &[])).is_empty(), "no ssd");
+        update_requires(&mut s, job, "bigmem").expect("updated");
+        assert_eq!(assigned(&beat(&mut s, big, &[], &[])), vec![2, 3]);
+        s.hold(job, true).expect("held");
+        beat(&mut s, big, &[], &[(2, 1, true), (3, 1, true)]);
+        beat(&mut s, plain, &[], &[(1, 1, true)]);
+    }
+    // Restarted: `bigmem`, not the file's list nor nothing.
+    let mut s = open(&d);
+    assert_eq!(s.job(1).expect("job").apps[0].requires, ["bigmem"]);
+    let plain = register(&mut s, "plain2", 2);
+    let big = common::register_with(&mut s, "big2", 2, &["bigmem"]);
+    s.hold(1, false).expect("released");
+    assert!(assigned(&beat(&mut s, plain, &[], &[])).is_empty());
+    assert_eq!(assigned(&beat(&mut s, big, &[], &[])), vec![4, 5]);
+    // A name with whitespace is refused, naming it; so is a multi-node application's change.
+    let e = update_requires(&mut s, 1, "big mem").expect_err("whitespace");
+    assert!(
+        e.contains("requires[0]: attribute `big mem` has whitespace"),
+        "{e}"
+    );
+    let whole = submit(
+        &mut s,
+        "[[application]]\nname = \"mpi\"\ntasks = 1\nnodes = 2\n[application.cpu]\ncommand = \"true\"\n",
+    );
+    let e = update_requires(&mut s, whole, "").expect_err("multi-node");
+    assert!(e.contains("its requires do not change"), "{e}");
 }

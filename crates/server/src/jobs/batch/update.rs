@@ -1,6 +1,7 @@
-//! `hetsched update JOB`: a batch job's applications' priority, `max_running`, time limit, or
-//! the cores and memory of one task change after submission (Slurm's `scontrol update JobId=…
-//! Priority=… TimeLimit=… NumCPUs=… MinMemoryNode=…`). The
+//! `hetsched update JOB`: a batch job's applications' priority, `max_running`, time limit, the
+//! cores and memory of one task, or the node attributes it requires change after submission
+//! (Slurm's `scontrol update JobId=… Priority=… TimeLimit=… NumCPUs=… MinMemoryNode=…
+//! Features=…`). The
 //! scheduler's view takes the new values at once, so every placement from then on — a policy's
 //! priority levels, a multi-node gathering's order, the cap on running tasks, whether a task
 //! fits in the time an agent has left — reads them; tasks already running go on (a lowered
@@ -24,6 +25,9 @@
 //! The values are stored in the application's row (`apps.priority`, `apps.max_running`,
 //! `apps.time_limit_ms`, `apps.spec_generation`, `apps.cpu_cores` … `apps.gpu_memory_bytes`)
 //! in the event's transaction, and a restart applies them over what the job file says.
+//!
+//! Requires change at any time (tasks running stay where they are), but not for a multi-node
+//! application: its gathering holds nodes chosen by them. They are stored in `apps.requires`.
 
 use super::{AppRec, Batch, Ctx, MAX_SPEC_GENERATION};
 use crate::state::StateError;
@@ -48,6 +52,8 @@ pub struct Update {
     pub memory_bytes: Option<u64>,
     /// The variant whose cores and memory change (`None`: every variant the application has).
     pub variant: Option<Variant>,
+    /// The node attributes its tasks require from now on (empty: none).
+    pub requires: Option<Vec<String>>,
 }
 
 /// An application as an update left it.
@@ -64,6 +70,8 @@ pub struct Updated {
     /// What one task of its CPU and GPU variants holds, (cores, memory bytes); `None`: no such
     /// variant.
     pub requests: [Option<(u32, u64)>; 2],
+    /// The node attributes its tasks require.
+    pub requires: Vec<String>,
 }
 
 impl AppRec {
@@ -81,6 +89,7 @@ impl AppRec {
             time_limit_ms: self.time_limit_update,
             spec_generation: self.spec_generation,
             requests: self.request_update,
+            requires: self.requires_updated.then(|| self.requires.clone()),
         }
     }
 }
@@ -100,12 +109,26 @@ impl Batch {
             && update.max_running.is_none()
             && update.time_limit_ms.is_none()
             && !resources
+            && update.requires.is_none()
         {
             return Err(StateError::Invalid(
-                "nothing to update: give a priority, a max_running, a time limit, cores or memory"
+                "nothing to update: give a priority, a max_running, a time limit, cores, memory \
+                 or requires"
                     .into(),
             ));
         }
+        let requires = match &update.requires {
+            None => None,
+            Some(r) => Some(
+                hetsched_core::model::cluster::attribute_set(r.iter().map(String::as_str))
+                    .map_err(|(j, e)| {
+                        StateError::Invalid(match j {
+                            Some(j) => format!("requires[{j}]: {e}"),
+                            None => format!("requires: {e}"),
+                        })
+                    })?,
+            ),
+        };
         if update.variant.is_some() && !resources {
             return Err(StateError::Invalid(
                 "a variant names whose cores or memory change: give cores or memory with it".into(),
@@ -173,6 +196,18 @@ impl Batch {
                 self.check_resources_change(cx, job, a, update.variant)?;
             }
         }
+        if requires.is_some()
+            && let Some(r) = apps
+                .iter()
+                .filter_map(|&a| self.apps.get(a as usize))
+                .find(|r| r.nodes > 1)
+        {
+            return Err(StateError::Invalid(format!(
+                "application `{}` of job {job} holds {} whole nodes per task, gathered by what \
+                 it requires: its requires do not change",
+                r.name, r.nodes
+            )));
+        }
         if (update.time_limit_ms.is_some() || resources)
             && let Some(r) = apps
                 .iter()
@@ -227,6 +262,9 @@ impl Batch {
                     set.spec_generation += 1;
                 }
             }
+            if let Some(req) = &requires {
+                set.requires = Some(req.clone());
+            }
             self.apply_settings(cx, &set)?;
             let Some(r) = self.apps.get(a as usize) else {
                 continue;
@@ -238,6 +276,7 @@ impl Batch {
                 max_running: r.max_running,
                 time_limit_ms: r.time_limits_ms(),
                 requests,
+                requires: r.requires.clone(),
             });
             self.settings_changed.push(a);
             // Its pending tasks may start where they could not (a higher cap, a new order).
@@ -323,6 +362,11 @@ impl Batch {
             }
             let limit = (ms > 0).then(|| ms.saturating_mul(1_000_000));
             cx.view.set_time_limit(app, limit)?;
+        }
+        if let Some(req) = &set.requires {
+            r.requires_updated = true;
+            r.requires = req.clone();
+            cx.view.set_requires(app, req.clone())?;
         }
         for (i, v) in [Variant::Cpu, Variant::Gpu].into_iter().enumerate() {
             let Some((cores, memory)) = set.requests[i] else {
