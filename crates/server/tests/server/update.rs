@@ -466,15 +466,16 @@ fn requires_change_where_pending_tasks_may_run_and_a_restart_keeps_them() {
         s.hold(job, true).expect("held");
         beat(&mut s, big, &[], &[(2, 1, true), (3, 1, true)]);
         beat(&mut s, plain, &[], &[(1, 1, true)]);
+        update_requires(&mut s, job, "ssd").expect("updated");
     }
-    // Restarted: `bigmem`, not the file's list nor nothing.
+    // Restarted: `ssd`, not the file's `bigmem`.
     let mut s = open(&d);
-    assert_eq!(s.job(1).expect("job").apps[0].requires, ["bigmem"]);
-    let plain = register(&mut s, "plain2", 2);
+    assert_eq!(s.job(1).expect("job").apps[0].requires, ["ssd"]);
     let big = common::register_with(&mut s, "big2", 2, &["bigmem"]);
+    let ssd = common::register_with(&mut s, "ssd", 2, &["ssd"]);
     s.hold(1, false).expect("released");
-    assert!(assigned(&beat(&mut s, plain, &[], &[])).is_empty());
-    assert_eq!(assigned(&beat(&mut s, big, &[], &[])), vec![4, 5]);
+    assert!(assigned(&beat(&mut s, big, &[], &[])).is_empty());
+    assert_eq!(assigned(&beat(&mut s, ssd, &[], &[])), vec![4, 5]);
     // A name with whitespace is refused, naming it; so is a multi-node application's change.
     let e = update_requires(&mut s, 1, "big mem").expect_err("whitespace");
     assert!(
