@@ -7,7 +7,7 @@
 #[path = "server/common/mod.rs"]
 mod common;
 
-use common::{beat, register};
+use common::register;
 use hetsched_proto as pb;
 use hetsched_server::ServerConfig;
 use hetsched_server::convert::Wire;
@@ -53,14 +53,7 @@ fn run_and_purge(s: &mut State, n: u32, from: usize, to: usize) {
         let job = s
             .submit_keyed("job.toml", &job_file(i), "/", &key)
             .expect("submit");
-        let r = beat(s, n, &[], &[]);
-        let done: Vec<(u64, u32, bool)> = r
-            .assignments
-            .iter()
-            .map(|a| (a.task_id, a.attempt, true))
-            .collect();
-        assert_eq!(done.len(), 2);
-        beat(s, n, &[], &done);
+        assert_eq!(common::run_assigned(s, n), 2);
         assert_eq!(s.job(job.job_id).expect("job").state, "completed");
     }
     let purged = s

@@ -36,14 +36,8 @@ const JOB: &str =
 /// Submits a 3-task job and runs it to success on node `n` (3 cores, nothing else running).
 fn run_job(s: &mut State, n: u32, key: &str) -> u64 {
     let job = s.submit_keyed("job.toml", JOB, "/", key).expect("submit");
-    let r = beat(s, n, &[], &[]);
-    let done: Vec<(u64, u32, bool)> = r
-        .assignments
-        .iter()
-        .map(|a| (a.task_id, a.attempt, true))
-        .collect();
-    assert_eq!(done.len(), 3, "the three tasks are dispatched at once");
-    beat(s, n, &[], &done);
+    let ran = common::run_assigned(s, n);
+    assert_eq!(ran, 3, "the three tasks are dispatched at once");
     assert_eq!(s.job(job.job_id).expect("job").state, "completed");
     job.job_id
 }
