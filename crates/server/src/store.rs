@@ -213,8 +213,11 @@ pub struct NodeRow {
 pub struct Snapshot {
     /// Nodes by id.
     pub nodes: Vec<NodeRow>,
-    /// Jobs by id.
+    /// Jobs by id, but those in `purged_jobs`.
     pub jobs: Vec<JobRow>,
+    /// Purged batch jobs but the newest job, by id: their ids only (a restart reads no more of
+    /// them, so what it holds meanwhile does not grow with what they said).
+    pub purged_jobs: Vec<PurgedJob>,
     /// Rows of unfinished jobs' tasks that changed since the job was submitted, by id. A task
     /// without one here is pending and was never dispatched: its row is still the one the
     /// submission wrote, which its job's applications imply (see [`Store::load`]).
@@ -252,6 +255,18 @@ pub struct AppSettings {
     /// The node attributes its tasks require, as an update set them; `None`: as its job file
     /// says.
     pub requires: Option<Vec<String>>,
+}
+
+/// What a restart reads of a purged batch job ([`Snapshot::purged_jobs`]): where its ids start
+/// (the next job's first ids end them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PurgedJob {
+    /// Its id.
+    pub id: u64,
+    /// Its first application's id.
+    pub first_app: u32,
+    /// Its first task's id.
+    pub first_task: u64,
 }
 
 /// The batch job a submission key names ([`Store::job_with_key`]).
@@ -488,13 +503,26 @@ impl Store {
         for r in rows {
             snap.nodes.push(r?);
         }
+        // Of a purged job only its first ids are read (a restart does not parse its file), but
+        // the last job is read whole: its sizes say which ids are taken.
         let mut stmt = self.conn.prepare(
-            // A purged job's file is not read (a restart does not parse it), but the last
-            // job's is: its sizes say which ids are taken.
-            "SELECT id, origin,
-                    CASE WHEN purged = 0 OR id = (SELECT MAX(id) FROM jobs) THEN text ELSE '' END,
-                    workdir, submitted_ns, first_app, first_task, cancelled,
-                    submission_key, name, after, after_any, held FROM jobs ORDER BY id",
+            "SELECT id, first_app, first_task FROM jobs
+             WHERE purged != 0 AND id != (SELECT MAX(id) FROM jobs) ORDER BY id",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(PurgedJob {
+                id: r.get::<_, i64>(0)? as u64,
+                first_app: r.get(1)?,
+                first_task: r.get::<_, i64>(2)? as u64,
+            })
+        })?;
+        for r in rows {
+            snap.purged_jobs.push(r?);
+        }
+        let mut stmt = self.conn.prepare(
+            "SELECT id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled,
+                    submission_key, name, after, after_any, held FROM jobs
+             WHERE purged = 0 OR id = (SELECT MAX(id) FROM jobs) ORDER BY id",
         )?;
         let rows = stmt.query_map([], |r| {
             Ok(StoredJobRow {
@@ -567,16 +595,12 @@ impl Store {
             snap.finished.push(r?);
         }
         // Task rows of every job but the finished (summarised) and purged ones: a job's ids run
-        // up to the next job's first task.
-        let skip: std::collections::HashSet<u64> = snap
-            .finished
-            .iter()
-            .map(|f| f.0)
-            .chain(snap.purged.iter().copied())
-            .collect();
+        // up to the next job's first task (a purged job's rows are deleted, so a range may span
+        // its ids).
+        let finished: std::collections::HashSet<u64> = snap.finished.iter().map(|f| f.0).collect();
         let mut ranges: Vec<std::ops::Range<u64>> = Vec::new();
         for (i, j) in snap.jobs.iter().enumerate() {
-            if skip.contains(&j.id) {
+            if finished.contains(&j.id) || snap.purged.binary_search(&j.id).is_ok() {
                 continue;
             }
             let end = snap

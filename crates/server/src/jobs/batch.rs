@@ -19,7 +19,9 @@ use crate::state::types::{
     AppInfo, BackedOffApp, Dispatch, HeartbeatReport, JobInfo, JobsPage, RunningTask, Submission,
     Submitted, TaskCounts, TaskInfo, TaskResult, TaskSpec, TasksPage,
 };
-use crate::store::{JobRow, Snapshot, StoreError, StoreReader, TaskRow, TaskState, TaskUsage};
+use crate::store::{
+    JobRow, PurgedJob, Snapshot, StoreError, StoreReader, TaskRow, TaskState, TaskUsage,
+};
 use hetsched_core::input::limits;
 use hetsched_core::input::workload::{Command, MissingProfile, Workload, parse_workload};
 use hetsched_core::model::Slots;
@@ -94,10 +96,11 @@ struct Installable {
 
 /// A stored job as a restart installs it.
 enum Install {
-    /// Its file, parsed.
-    Parsed(Installable),
-    /// A purged job, not parsed: where its application and task ids end.
-    Retired((u32, u64)),
+    /// A job's row and its file, parsed (boxed: a restart holds one entry per stored job,
+    /// and most are purged ones).
+    Parsed(Box<(JobRow, Installable)>),
+    /// A purged job, not parsed: where its application and task ids start, and end.
+    Retired(PurgedJob, (u32, u64)),
 }
 
 /// What an application's entry of a job file says beyond its [`Application`].
@@ -353,43 +356,47 @@ impl Batch {
     ) -> Result<Self, StateError> {
         // Every job's file is parsed first: the applications' sizes say which task rows the
         // store did not need to hold (those still as submitted) for the jobs whose rows are read.
-        let summarised: std::collections::HashSet<u64> = snap
-            .finished
-            .iter()
-            .map(|f| f.0)
-            .chain(snap.purged.iter().copied())
-            .collect();
+        let finished: HashSet<u64> = snap.finished.iter().map(|f| f.0).collect();
+        let summarised = |id: u64| finished.contains(&id) || snap.purged.binary_search(&id).is_ok();
         let estimate = config.profile_estimate.0.max(1);
-        let mut parsed = Vec::with_capacity(snap.jobs.len());
+        let mut parsed = Vec::with_capacity(snap.jobs.len() + snap.purged_jobs.len());
         let mut held = Vec::new();
-        // A purged job is not parsed (its text is not even read): the next job's first ids end
-        // its ranges. The last job's file is parsed, purged or not: its sizes say which ids are
-        // taken.
-        let ends: Vec<(u32, u64)> = snap
-            .jobs
-            .iter()
-            .skip(1)
-            .map(|r| (r.first_app, r.first_task))
-            .collect();
-        let purged: HashSet<u64> = snap.purged.iter().copied().collect();
-        for (i, row) in snap.jobs.into_iter().enumerate() {
-            if let Some(&end) = ends.get(i)
-                && purged.contains(&row.id)
-            {
-                parsed.push((row, Install::Retired(end)));
+        // Whole rows and purged jobs' ids, in id order. A purged job is not parsed (the store
+        // did not even read its file): the next job's first ids end its ranges. The last job is
+        // always a whole row, parsed, purged or not: its sizes say which ids are taken.
+        let mut whole = snap.jobs.into_iter().peekable();
+        let mut purged = snap.purged_jobs.into_iter().peekable();
+        loop {
+            let row = match (whole.peek(), purged.peek()) {
+                (None, None) => break,
+                (Some(w), Some(p)) if p.id < w.id => None,
+                (None, Some(_)) => None,
+                _ => whole.next(),
+            };
+            let Some(row) = row else {
+                let Some(p) = purged.next() else { break };
+                let next = match (whole.peek(), purged.peek()) {
+                    (Some(w), Some(q)) if q.id < w.id => Some((q.first_app, q.first_task)),
+                    (Some(w), _) => Some((w.first_app, w.first_task)),
+                    (None, Some(q)) => Some((q.first_app, q.first_task)),
+                    (None, None) => None,
+                };
+                // The store reads the newest job whole, so a purged one always has a next.
+                let end = next.unwrap_or((p.first_app, p.first_task));
+                parsed.push(Install::Retired(p, end));
                 continue;
-            }
+            };
             let w = parse_workload(&row.origin, &row.text)?;
             let mut apps = w.to_applications(row.first_app, MissingProfile::Estimate(estimate))?;
             for a in &mut apps {
                 a.submit_time = row.submitted_ns;
             }
-            if !summarised.contains(&row.id) {
+            if !summarised(row.id) {
                 held.push((row.first_task, app_tasks(&apps, &w)));
             }
             // What install keeps, not the parsed file: all jobs are read before any is
             // installed, and a store of many jobs would hold every parsed file at once.
-            parsed.push((row, Install::Parsed(Installable::new(&w, apps))));
+            parsed.push(Install::Parsed(Box::new((row, Installable::new(&w, apps)))));
         }
         let mut b = Batch {
             policy: config.policy.build(),
@@ -414,26 +421,31 @@ impl Batch {
         };
         // Every stored application at once (the last job's first; its others come as it is
         // installed).
-        let apps = parsed.last().map_or(0, |(r, _)| r.first_app as usize + 1);
+        let apps = match parsed.last() {
+            Some(Install::Parsed(job)) => job.0.first_app as usize + 1,
+            Some(Install::Retired(_, (apps_end, _))) => *apps_end as usize,
+            None => 0,
+        };
         b.apps.reserve_exact(apps);
         cx.view.reserve_applications(apps);
         // Purged jobs get no record.
         let kept = parsed
             .iter()
-            .filter(|(r, _)| !b.retention.is_purged(r.id))
+            .filter(|j| matches!(j, Install::Parsed(job) if !b.retention.is_purged(job.0.id)))
             .count();
         b.jobs.reserve_exact(kept);
-        for (row, job) in parsed {
+        for job in parsed {
             match job {
                 Install::Parsed(job) => {
+                    let (row, job) = *job;
                     let (id, purged) = (row.id, b.retention.is_purged(row.id));
                     b.install(cx, row, job)?;
                     if purged {
                         b.retire(cx, &[id]);
                     }
                 }
-                Install::Retired((apps_end, tasks_end)) => {
-                    b.install_retired(cx, row, apps_end, tasks_end)?;
+                Install::Retired(p, (apps_end, tasks_end)) => {
+                    b.install_retired(cx, p, apps_end, tasks_end)?;
                 }
             }
         }
@@ -546,17 +558,18 @@ impl Batch {
         Ok(())
     }
 
-    /// Installs purged job `row` as [`Batch::retire`] leaves one, without its file: its
+    /// Installs purged job `job` as [`Batch::retire`] leaves one, without its file: its
     /// applications' ids (which end before `apps_end`) are taken retired, and its tasks' ids
-    /// (which end before `tasks_end`) are never given again; its submission key still names it.
+    /// (which end before `tasks_end`) are never given again (its submission key still names it,
+    /// in the store).
     fn install_retired(
         &mut self,
         cx: &mut Ctx,
-        row: JobRow,
+        job: PurgedJob,
         apps_end: u32,
         tasks_end: u64,
     ) -> Result<(), StateError> {
-        for a in row.first_app..apps_end {
+        for a in job.first_app..apps_end {
             self.apps.push_retired();
             cx.view.add_retired_application(AppId(a))?;
         }
