@@ -552,6 +552,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         "mean gpu (ms)",
         "cpu time",
         "max rss",
+        "per task",
         "requires",
         "priority",
         "max running",
@@ -575,6 +576,14 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
             ms(a.mean_gpu_ms),
             super::human::cpu_time(a.cpu_ms),
             super::human::memory(a.max_rss_bytes),
+            if a.nodes > 1 {
+                format!("{} nodes", a.nodes)
+            } else {
+                super::human::per_task(
+                    (a.cpu_cores, a.cpu_memory_bytes),
+                    (a.gpu_cores, a.gpu_memory_bytes),
+                )
+            },
             if a.requires.is_empty() {
                 "-".to_string()
             } else {

@@ -47,6 +47,29 @@ pub fn time_limit(cpu_ms: u64, gpu_ms: u64) -> String {
     }
 }
 
+/// What one task holds, from its CPU and GPU variants' cores (0: no such variant) and memory
+/// (bytes, 0: none declared): `4 cores, 8.0 GiB`; `cpu 4 cores, 8.0 GiB / gpu 1 core` when the
+/// variants differ; `-` for neither (a multi-node application: whole nodes).
+pub fn per_task(cpu: (u32, u64), gpu: (u32, u64)) -> String {
+    let one = |(cores, bytes): (u32, u64)| {
+        let c = match cores {
+            1 => "1 core".to_string(),
+            n => format!("{n} cores"),
+        };
+        match bytes {
+            0 => c,
+            b => format!("{c}, {}", memory(b)),
+        }
+    };
+    match (cpu.0, gpu.0) {
+        (0, 0) => "-".into(),
+        (_, 0) => one(cpu),
+        (0, _) => one(gpu),
+        _ if cpu == gpu => one(cpu),
+        _ => format!("cpu {} / gpu {}", one(cpu), one(gpu)),
+    }
+}
+
 /// Bytes in binary units (`48.0 MiB`); `-` for none (not measured).
 pub fn memory(bytes: u64) -> String {
     if bytes == 0 {
@@ -215,6 +238,19 @@ mod tests {
         assert_eq!(
             duration(Duration::from_secs(3 * 86_400 + 4 * 3600)),
             "3d 4h"
+        );
+    }
+
+    #[test]
+    fn what_one_task_holds_is_one_figure_unless_the_variants_differ() {
+        assert_eq!(per_task((0, 0), (0, 0)), "-");
+        assert_eq!(per_task((1, 0), (0, 0)), "1 core");
+        assert_eq!(per_task((4, 8 << 30), (0, 0)), "4 cores, 8.0 GiB");
+        assert_eq!(per_task((0, 0), (2, 0)), "2 cores");
+        assert_eq!(per_task((2, 1 << 30), (2, 1 << 30)), "2 cores, 1.0 GiB");
+        assert_eq!(
+            per_task((4, 1 << 30), (1, 0)),
+            "cpu 4 cores, 1.0 GiB / gpu 1 core"
         );
     }
 

@@ -1804,6 +1804,10 @@ fn an_update_of_cores_and_memory_lets_a_job_that_fits_nowhere_run_under_its_new_
         said,
         "job 1: `big` priority 0, no max_running, no time limit, cpu 2 core(s) 16.0 MiB\n"
     );
+    assert!(
+        c.ok(&["job", "1"]).contains("2 cores, 16.0 MiB"),
+        "the per-task column"
+    );
     let app = &c.json(&["job", "1"])["apps"][0];
     assert_eq!(
         (&app["cpu_cores"], &app["cpu_memory_bytes"]),
