@@ -62,8 +62,9 @@ pub struct Hdas {
     feasible_for: Option<(usize, usize, crate::model::Resources, u64)>,
     /// `hdas-hetero` only: the fluid optimum of the work pending when it was made.
     plan: Option<Plan>,
-    /// (applications, pending applications, live capacity) when `plan` was made.
-    plan_for: Option<(usize, usize, crate::model::Resources)>,
+    /// (applications, pending applications, live capacity, placement generation) when `plan`
+    /// was made.
+    plan_for: Option<(usize, usize, crate::model::Resources, u64)>,
     /// The heartbeat being handled.
     now: Time,
     /// `hdas-hetero` only, per node (by index): the readers its heartbeats reported (`#IOtask`),
@@ -562,13 +563,22 @@ impl Hdas {
     /// Refreshes which applications' GPU variants can run anywhere, when the cluster or the set
     /// of applications changed since the last heartbeat (O(apps × nodes) then, O(1) otherwise).
     fn refresh_plan(&mut self, view: &SchedulerView, now: Time) {
-        let signature = (view.app_count(), view.pending_apps().count(), view.totals());
-        // Re-planned when the pending set or the cluster changes, when the plan's makespan
-        // has passed (the run is slower than the fluid optimum: heartbeats, contention, noise),
-        // and when a group's disk is measured to stretch reads [`STRETCH_DRIFT`] more than the
-        // plan assumed (the plan's core time is then too short) — not before the plan has run
-        // [`DRIFT_MIN_PACE`] of its course, so that a run is not re-planned at every heartbeat
-        // while the measurements settle (each new plan starts its pacing afresh).
+        // A node's attributes or an application's request changing (`hetsched update`) moves the
+        // placement generation: where the work may run, and what it takes, are not what the
+        // plan assumed.
+        let signature = (
+            view.app_count(),
+            view.pending_apps().count(),
+            view.totals(),
+            view.placement_generation(),
+        );
+        // Re-planned when the pending set, the cluster or a request changes, when the plan's
+        // makespan has passed (the run is slower than the fluid optimum: heartbeats,
+        // contention, noise), and when a group's disk is measured to stretch reads
+        // [`STRETCH_DRIFT`] more than the plan assumed (the plan's core time is then too
+        // short) — not before the plan has run [`DRIFT_MIN_PACE`] of its course, so that a run
+        // is not re-planned at every heartbeat while the measurements settle (each new plan
+        // starts its pacing afresh).
         let expired = self.plan.as_ref().is_some_and(|p| p.expired(now));
         let drifted = self.plan.as_ref().is_some_and(|p| {
             p.pace(now) >= DRIFT_MIN_PACE
