@@ -374,10 +374,11 @@ impl From<AppInfo> for pb::AppInfo {
             priority: a.priority,
             cpu_time_limit_ms: a.time_limit_ms[0],
             gpu_time_limit_ms: a.time_limit_ms[1],
-            cpu_cores: a.requests[0].map_or(0, |r| r.0),
-            cpu_memory_bytes: a.requests[0].map_or(0, |r| r.1),
-            gpu_cores: a.requests[1].map_or(0, |r| r.0),
-            gpu_memory_bytes: a.requests[1].map_or(0, |r| r.1),
+            cpu_cores: a.requests[0].map_or(0, |r| r.cores),
+            cpu_memory_bytes: a.requests[0].map_or(0, |r| r.memory_bytes),
+            gpu_cores: a.requests[1].map_or(0, |r| r.cores),
+            gpu_memory_bytes: a.requests[1].map_or(0, |r| r.memory_bytes),
+            gpus: a.requests[1].map_or(0, |r| r.gpus),
         }
     }
 }
@@ -679,6 +680,7 @@ impl Wire for State {
             time_limit_ms: req.time_limit_ms,
             cores: req.cores,
             memory_bytes: req.memory_bytes,
+            gpus: req.gpus,
             requires: req.requires.as_ref().map(|r| {
                 r.split(',')
                     .map(str::trim)
@@ -707,10 +709,11 @@ impl Wire for State {
                     max_running: u.max_running,
                     cpu_time_limit_ms: u.time_limit_ms[0],
                     gpu_time_limit_ms: u.time_limit_ms[1],
-                    cpu_cores: u.requests[0].map_or(0, |r| r.0),
-                    cpu_memory_bytes: u.requests[0].map_or(0, |r| r.1),
-                    gpu_cores: u.requests[1].map_or(0, |r| r.0),
-                    gpu_memory_bytes: u.requests[1].map_or(0, |r| r.1),
+                    cpu_cores: u.requests[0].map_or(0, |r| r.cores),
+                    cpu_memory_bytes: u.requests[0].map_or(0, |r| r.memory_bytes),
+                    gpu_cores: u.requests[1].map_or(0, |r| r.cores),
+                    gpu_memory_bytes: u.requests[1].map_or(0, |r| r.memory_bytes),
+                    gpus: u.requests[1].map_or(0, |r| r.gpus),
                     requires: u.requires,
                 })
                 .collect(),

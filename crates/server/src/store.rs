@@ -249,9 +249,9 @@ pub struct AppSettings {
     /// How many times an update changed what its tasks run (part of its spec keys: agents keep
     /// specs by key).
     pub spec_generation: u32,
-    /// What one task of its CPU and GPU variants holds, (cores, memory bytes), as an update
-    /// set it; `None`: as its job file says.
-    pub requests: [Option<(u32, u64)>; 2],
+    /// What one task of its CPU and GPU variants holds (cores, memory bytes, devices), as an
+    /// update set it; `None`: as its job file says.
+    pub requests: [Option<hetsched_core::Resources>; 2],
     /// The node attributes its tasks require, as an update set them; `None`: as its job file
     /// says.
     pub requires: Option<Vec<String>>,
@@ -340,6 +340,7 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("apps", "cpu_memory_bytes", "INTEGER"),
     ("apps", "gpu_cores", "INTEGER"),
     ("apps", "gpu_memory_bytes", "INTEGER"),
+    ("apps", "gpu_gpus", "INTEGER"),
     // The node attributes its tasks require as `hetsched update` set them, one per line (NULL:
     // as its job file says).
     ("apps", "requires", "TEXT"),
@@ -563,14 +564,23 @@ impl Store {
         snap.multi_node = self.multi_node_tasks()?;
         let mut stmt = self.conn.prepare(
             "SELECT id, priority, max_running, time_limit_ms, spec_generation, cpu_cores,
-             cpu_memory_bytes, gpu_cores, gpu_memory_bytes, requires FROM apps
+             cpu_memory_bytes, gpu_cores, gpu_memory_bytes, requires, gpu_gpus FROM apps
              WHERE priority IS NOT NULL ORDER BY id",
         )?;
         let rows = stmt.query_map([], |r| {
-            let request = |cores: usize| -> rusqlite::Result<Option<(u32, u64)>> {
+            // (cores, memory, devices) columns of one variant.
+            let request = |cores: usize,
+                           gpus: Option<usize>|
+             -> rusqlite::Result<Option<hetsched_core::Resources>> {
                 let c: Option<u32> = r.get(cores)?;
                 let m: Option<i64> = r.get(cores + 1)?;
-                Ok(c.map(|c| (c, m.unwrap_or(0).max(0) as u64)))
+                let g: Option<u32> = match gpus {
+                    Some(i) => r.get(i)?,
+                    None => None,
+                };
+                Ok(c.map(|c| {
+                    hetsched_core::Resources::new(c, m.unwrap_or(0).max(0) as u64, g.unwrap_or(0))
+                }))
             };
             Ok(AppSettings {
                 app: r.get(0)?,
@@ -578,7 +588,7 @@ impl Store {
                 max_running: r.get(2)?,
                 time_limit_ms: r.get::<_, Option<i64>>(3)?.map(|ms| ms.max(0) as u64),
                 spec_generation: r.get(4)?,
-                requests: [request(5)?, request(7)?],
+                requests: [request(5, None)?, request(7, Some(10))?],
                 requires: r
                     .get::<_, Option<String>>(9)?
                     .map(|t| t.lines().map(str::to_string).collect()),
@@ -949,18 +959,19 @@ pub fn write_app_settings(tx: &rusqlite::Transaction, set: &AppSettings) -> Resu
     tx.prepare_cached(
         "UPDATE apps SET priority = ?1, max_running = ?2, time_limit_ms = ?3,
          spec_generation = ?4, cpu_cores = ?5, cpu_memory_bytes = ?6, gpu_cores = ?7,
-         gpu_memory_bytes = ?8, requires = ?9 WHERE id = ?10",
+         gpu_memory_bytes = ?8, requires = ?9, gpu_gpus = ?10 WHERE id = ?11",
     )?
     .execute(params![
         set.priority,
         set.max_running,
         set.time_limit_ms.map(|ms| ms.min(i64::MAX as u64) as i64),
         set.spec_generation,
-        set.requests[0].map(|r| r.0),
-        set.requests[0].map(|r| r.1.min(i64::MAX as u64) as i64),
-        set.requests[1].map(|r| r.0),
-        set.requests[1].map(|r| r.1.min(i64::MAX as u64) as i64),
+        set.requests[0].map(|r| r.cores),
+        set.requests[0].map(|r| r.memory_bytes.min(i64::MAX as u64) as i64),
+        set.requests[1].map(|r| r.cores),
+        set.requests[1].map(|r| r.memory_bytes.min(i64::MAX as u64) as i64),
         set.requires.as_ref().map(|r| r.join("\n")),
+        set.requests[1].map(|r| r.gpus),
         set.app
     ])?;
     Ok(())

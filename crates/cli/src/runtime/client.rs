@@ -580,8 +580,8 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
                 format!("{} nodes", a.nodes)
             } else {
                 super::human::per_task(
-                    (a.cpu_cores, a.cpu_memory_bytes),
-                    (a.gpu_cores, a.gpu_memory_bytes),
+                    (a.cpu_cores, a.cpu_memory_bytes, 0),
+                    (a.gpu_cores, a.gpu_memory_bytes, a.gpus),
                 )
             },
             if a.requires.is_empty() {
@@ -1135,6 +1135,8 @@ pub struct Update {
     pub cores: Option<u32>,
     /// The new memory of one task, bytes (0: none).
     pub memory_bytes: Option<u64>,
+    /// The new devices of one task of the GPU variant.
+    pub gpus: Option<u32>,
     /// The variant whose cores and memory change (`cpu`, `gpu`; empty: every variant).
     pub variant: String,
     /// The node attributes its tasks require from now on, comma-separated (empty: none).
@@ -1155,10 +1157,12 @@ pub async fn update(args: &ClientArgs, sel: &Selected, update: &Update) -> anyho
             time_limit_ms: update.time_limit_ms,
             cores: update.cores,
             memory_bytes: update.memory_bytes,
+            gpus: update.gpus,
             variant: update.variant.clone(),
             requires: update.requires.clone(),
         };
-        let resources = update.cores.is_some() || update.memory_bytes.is_some();
+        let resources =
+            update.cores.is_some() || update.memory_bytes.is_some() || update.gpus.is_some();
         let requires = update.requires.is_some();
         async move {
             let r = api.update(req).await.map_err(refused)?.into_inner();
@@ -1177,14 +1181,20 @@ pub async fn update(args: &ClientArgs, sel: &Selected, update: &Update) -> anyho
                             "-" => "no time limit".to_string(),
                             l => format!("time limit {l}"),
                         };
-                    let request = |v: &str, cores: u32, memory: u64| match (cores, memory) {
-                        (0, _) => None,
-                        (c, 0) => Some(format!("{v} {c} core(s)")),
-                        (c, m) => Some(format!("{v} {c} core(s) {}", super::human::memory(m))),
+                    let request = |v: &str, cores: u32, memory: u64, gpus: u32| {
+                        let mut said = match (cores, memory) {
+                            (0, _) => return None,
+                            (c, 0) => format!("{v} {c} core(s)"),
+                            (c, m) => format!("{v} {c} core(s) {}", super::human::memory(m)),
+                        };
+                        if gpus > 0 {
+                            said.push_str(&format!(" {gpus} GPU(s)"));
+                        }
+                        Some(said)
                     };
                     let requests: Vec<String> = [
-                        request("cpu", a.cpu_cores, a.cpu_memory_bytes),
-                        request("gpu", a.gpu_cores, a.gpu_memory_bytes),
+                        request("cpu", a.cpu_cores, a.cpu_memory_bytes, 0),
+                        request("gpu", a.gpu_cores, a.gpu_memory_bytes, a.gpus),
                     ]
                     .into_iter()
                     .flatten()

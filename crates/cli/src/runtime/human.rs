@@ -47,19 +47,24 @@ pub fn time_limit(cpu_ms: u64, gpu_ms: u64) -> String {
     }
 }
 
-/// What one task holds, from its CPU and GPU variants' cores (0: no such variant) and memory
-/// (bytes, 0: none declared): `4 cores, 8.0 GiB`; `cpu 4 cores, 8.0 GiB / gpu 1 core` when the
-/// variants differ; `-` for neither (a multi-node application: whole nodes).
-pub fn per_task(cpu: (u32, u64), gpu: (u32, u64)) -> String {
-    let one = |(cores, bytes): (u32, u64)| {
-        let c = match cores {
+/// What one task holds, from its CPU and GPU variants' cores (0: no such variant), memory
+/// (bytes, 0: none declared) and devices: `4 cores, 8.0 GiB`; `cpu 4 cores, 8.0 GiB / gpu 1
+/// core, 2 GPUs` when the variants differ; `-` for neither (a multi-node application).
+pub fn per_task(cpu: (u32, u64, u32), gpu: (u32, u64, u32)) -> String {
+    let one = |(cores, bytes, gpus): (u32, u64, u32)| {
+        let mut said = vec![match cores {
             1 => "1 core".to_string(),
             n => format!("{n} cores"),
-        };
-        match bytes {
-            0 => c,
-            b => format!("{c}, {}", memory(b)),
+        }];
+        if bytes > 0 {
+            said.push(memory(bytes));
         }
+        match gpus {
+            0 => {}
+            1 => said.push("1 GPU".into()),
+            n => said.push(format!("{n} GPUs")),
+        }
+        said.join(", ")
     };
     match (cpu.0, gpu.0) {
         (0, 0) => "-".into(),
@@ -243,14 +248,17 @@ mod tests {
 
     #[test]
     fn what_one_task_holds_is_one_figure_unless_the_variants_differ() {
-        assert_eq!(per_task((0, 0), (0, 0)), "-");
-        assert_eq!(per_task((1, 0), (0, 0)), "1 core");
-        assert_eq!(per_task((4, 8 << 30), (0, 0)), "4 cores, 8.0 GiB");
-        assert_eq!(per_task((0, 0), (2, 0)), "2 cores");
-        assert_eq!(per_task((2, 1 << 30), (2, 1 << 30)), "2 cores, 1.0 GiB");
+        assert_eq!(per_task((0, 0, 0), (0, 0, 0)), "-");
+        assert_eq!(per_task((1, 0, 0), (0, 0, 0)), "1 core");
+        assert_eq!(per_task((4, 8 << 30, 0), (0, 0, 0)), "4 cores, 8.0 GiB");
+        assert_eq!(per_task((0, 0, 0), (2, 0, 1)), "2 cores, 1 GPU");
         assert_eq!(
-            per_task((4, 1 << 30), (1, 0)),
-            "cpu 4 cores, 1.0 GiB / gpu 1 core"
+            per_task((2, 1 << 30, 0), (2, 1 << 30, 0)),
+            "2 cores, 1.0 GiB"
+        );
+        assert_eq!(
+            per_task((4, 1 << 30, 0), (1, 0, 2)),
+            "cpu 4 cores, 1.0 GiB / gpu 1 core, 2 GPUs"
         );
     }
 

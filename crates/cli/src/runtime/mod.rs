@@ -302,6 +302,10 @@ pub enum RuntimeCommand {
         /// for none declared (a job file's `memory`); only while none of its tasks runs.
         #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
         memory: Option<u64>,
+        /// The new devices of one task of the GPU variant (a job file's `gpus`); only while
+        /// none of the application's tasks runs.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        gpus: Option<u32>,
         /// The variant whose `--cores` and `--memory` change (default: every variant the
         /// application has).
         #[arg(long, value_name = "cpu|gpu", value_parser = ["cpu", "gpu"])]
@@ -641,11 +645,12 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             time_limit,
             cores,
             memory,
+            gpus,
             variant,
             requires,
             client,
         } => {
-            let resources = cores.is_some() || memory.is_some();
+            let resources = cores.is_some() || memory.is_some() || gpus.is_some();
             if priority.is_none()
                 && max_running.is_none()
                 && time_limit.is_none()
@@ -654,11 +659,13 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             {
                 anyhow::bail!(
                     "nothing to update: give --priority, --max-running, --time-limit, --cores, \
-                     --memory or --requires"
+                     --memory, --gpus or --requires"
                 );
             }
             if variant.is_some() && !resources {
-                anyhow::bail!("--variant names whose --cores or --memory change: give one of them");
+                anyhow::bail!(
+                    "--variant names whose --cores, --memory or --gpus change: give one of them"
+                );
             }
             let sel = select::resolve(&ids, &client).await?;
             let update = client::Update {
@@ -668,6 +675,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
                 time_limit_ms: time_limit,
                 cores,
                 memory_bytes: memory,
+                gpus,
                 variant: variant.unwrap_or_default(),
                 requires: requires.map(|r| if r.trim() == "none" { String::new() } else { r }),
             };

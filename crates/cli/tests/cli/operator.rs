@@ -1701,7 +1701,7 @@ fn an_update_changes_a_waiting_jobs_priority_max_running_and_time_limit() {
     );
     c.refused(
         &["update", "2"],
-        "nothing to update: give --priority, --max-running, --time-limit, --cores, --memory or --requires",
+        "nothing to update: give --priority, --max-running, --time-limit, --cores, --memory, --gpus or --requires",
     );
     c.refused(
         &["update", "2", "--time-limit", "soon"],
@@ -1833,7 +1833,7 @@ fn an_update_of_cores_and_memory_lets_a_job_that_fits_nowhere_run_under_its_new_
     );
     c.refused(
         &["update", "2", "--priority", "1", "--variant", "gpu"],
-        "--variant names whose --cores or --memory change",
+        "--variant names whose --cores, --memory or --gpus change",
     );
     c.refused(
         &["update", "2", "--memory", "lots"],

@@ -697,16 +697,15 @@ impl SchedulerView {
         Ok(())
     }
 
-    /// Gives one task of `app`'s `variant` a new request of `cores` and `memory_bytes`
-    /// (`hetsched update --cores --memory`; its devices stay): every placement from now on
-    /// books it. Refused while a task of the application runs — it holds what it was given,
-    /// and the view returns a task's request when it ends — and for a variant it lacks.
+    /// Gives one task of `app`'s `variant` a new `request` of cores, memory and devices
+    /// (`hetsched update --cores --memory --gpus`): every placement from now on books it.
+    /// Refused while a task of the application runs — it holds what it was given, and the
+    /// view returns a task's request when it ends — and for a variant it lacks.
     pub fn set_request(
         &mut self,
         app: AppId,
         variant: Variant,
-        cores: u32,
-        memory_bytes: u64,
+        new: Resources,
     ) -> Result<(), ViewError> {
         let a = self.app_mut(app)?;
         if a.running > 0 {
@@ -717,9 +716,8 @@ impl SchedulerView {
             Variant::Gpu => a.app.gpu.as_mut().map(|g| &mut g.request),
         }
         .ok_or(ViewError::NoSuchVariant(app, variant))?;
-        if (request.cores, request.memory_bytes) != (cores, memory_bytes) {
-            request.cores = cores;
-            request.memory_bytes = memory_bytes;
+        if *request != new {
+            *request = new;
             self.placement_generation += 1;
         }
         Ok(())

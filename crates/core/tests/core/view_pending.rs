@@ -1,7 +1,7 @@
 //! `SchedulerView::pending_apps` is an index of the applications with pending tasks: it follows
 //! every change of their queues (dispatch, requeue, resubmit, cancel), in submission order.
 
-use hetsched_core::model::{AppId, NodeId, SchedulerView, TaskId, Variant};
+use hetsched_core::model::{AppId, NodeId, Resources, SchedulerView, TaskId, Variant};
 use hetsched_core::testkit::{app, node};
 use std::collections::HashSet;
 
@@ -124,7 +124,7 @@ fn a_request_changes_while_no_task_runs_and_placements_book_the_new_one() {
         "8 cores on a 4-core node"
     );
     let generation = v.placement_generation();
-    v.set_request(AppId(0), Variant::Cpu, 2, 1 << 20)
+    v.set_request(AppId(0), Variant::Cpu, Resources::new(2, 1 << 20, 0))
         .expect("none runs");
     assert!(
         v.placement_generation() > generation,
@@ -142,19 +142,21 @@ fn a_request_changes_while_no_task_runs_and_placements_book_the_new_one() {
         .expect("fits now");
     assert_eq!(v.node(NodeId(0)).free.cores, 2);
     assert!(
-        v.set_request(AppId(0), Variant::Cpu, 1, 0).is_err(),
+        v.set_request(AppId(0), Variant::Cpu, Resources::new(1, 0, 0))
+            .is_err(),
         "a task runs"
     );
     assert!(
-        v.set_request(AppId(0), Variant::Gpu, 1, 0).is_err(),
+        v.set_request(AppId(0), Variant::Gpu, Resources::new(1, 0, 0))
+            .is_err(),
         "no GPU variant"
     );
     v.task_finished(&a);
     assert_eq!(v.node(NodeId(0)).free.cores, 4, "it gave back its 2 cores");
-    v.set_request(AppId(0), Variant::Cpu, 1, 0)
+    v.set_request(AppId(0), Variant::Cpu, Resources::new(1, 0, 0))
         .expect("none runs");
     let generation = v.placement_generation();
-    v.set_request(AppId(0), Variant::Cpu, 1, 0)
+    v.set_request(AppId(0), Variant::Cpu, Resources::new(1, 0, 0))
         .expect("the same");
     assert_eq!(v.placement_generation(), generation, "nothing changed");
     let started: Vec<_> =

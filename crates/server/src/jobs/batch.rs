@@ -26,7 +26,9 @@ use hetsched_core::input::limits;
 use hetsched_core::input::workload::{Command, MissingProfile, Workload, parse_workload};
 use hetsched_core::model::Slots;
 use hetsched_core::policy::batch::BatchPolicy;
-use hetsched_core::{AppId, Application, Assignment, Node, NodeId, NodeReport, TaskId, Variant};
+use hetsched_core::{
+    AppId, Application, Assignment, Node, NodeId, NodeReport, Resources, TaskId, Variant,
+};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
@@ -230,7 +232,7 @@ struct AppRec {
     spec_generation: u32,
     /// The (cores, memory bytes) of one task of its CPU and GPU variants `hetsched update` set
     /// over the job file's; `None`: the file's.
-    request_update: [Option<(u32, u64)>; 2],
+    request_update: [Option<Resources>; 2],
     /// Whether `hetsched update` set `requires` over the job file's.
     requires_updated: bool,
 }
@@ -1580,12 +1582,8 @@ fn throttle_opened(cx: &mut Ctx, app: AppId) {
 
 /// What one task of application `app`'s CPU and GPU variants holds in the view, (cores,
 /// memory bytes); `None`: no such variant.
-fn requests_of(view: &hetsched_core::SchedulerView, app: u32) -> [Option<(u32, u64)>; 2] {
-    [Variant::Cpu, Variant::Gpu].map(|v| {
-        view.get_app(AppId(app))
-            .and_then(|a| a.app.request(v))
-            .map(|q| (q.cores, q.memory_bytes))
-    })
+fn requests_of(view: &hetsched_core::SchedulerView, app: u32) -> [Option<Resources>; 2] {
+    [Variant::Cpu, Variant::Gpu].map(|v| view.get_app(AppId(app)).and_then(|a| a.app.request(v)))
 }
 
 fn assignment_of(t: &TaskRow) -> Assignment {

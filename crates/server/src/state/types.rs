@@ -349,7 +349,7 @@ pub struct AppInfo {
     pub time_limit_ms: [u64; 2],
     /// What one task of its CPU and GPU variants holds, (cores, memory bytes) (`None`: no such
     /// variant, or not a batch application).
-    pub requests: [Option<(u32, u64)>; 2],
+    pub requests: [Option<hetsched_core::Resources>; 2],
 }
 
 /// One job, as listings show it.

@@ -126,7 +126,7 @@ fn an_update_names_what_it_cannot_do() {
     );
     assert_eq!(
         update(&mut s, job, "", None, None).expect_err("refused"),
-        "nothing to update: give a priority, a max_running, a time limit, cores, memory or requires"
+        "nothing to update: give a priority, a max_running, a time limit, cores, memory, gpus or requires"
     );
     assert_eq!(
         update(&mut s, 9, "", Some(1), None).expect_err("refused"),
@@ -488,4 +488,82 @@ fn requires_change_where_pending_tasks_may_run_and_a_restart_keeps_them() {
     );
     let e = update_requires(&mut s, whole, "").expect_err("multi-node");
     assert!(e.contains("its requires do not change"), "{e}");
+}
+
+#[test]
+fn a_gpu_variants_devices_change_while_no_task_runs_and_a_restart_keeps_them() {
+    let d = common::scratch("update", "gpus");
+    let job_file = "[[application]]\nname = \"train\"\ntasks = 4\n\
+                    [application.gpu]\ncommand = \"true\"\ngpus = 8\n";
+    {
+        let mut s = open(&d);
+        let job = submit(&mut s, job_file);
+        let n = s
+            .register(pb::RegisterRequest {
+                identity: common::IDENTITY.into(),
+                name: "gpu".into(),
+                cores: 8,
+                memory_bytes: 1 << 30,
+                accelerators: (0..4)
+                    .map(|_| pb::Accelerator {
+                        kind: "a100".into(),
+                        memory_bytes: 1 << 30,
+                        speed: 1.0,
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .expect("register")
+            .node_id;
+        assert!(
+            assigned(&beat(&mut s, n, &[], &[])).is_empty(),
+            "8 GPUs on a 4-GPU node"
+        );
+        let e = s
+            .update(&pb::UpdateRequest {
+                job_id: job,
+                gpus: Some(2),
+                variant: "cpu".into(),
+                ..Default::default()
+            })
+            .expect_err("the CPU variant takes no devices")
+            .to_string();
+        assert!(e.contains("the CPU variant takes no devices"), "{e}");
+        let r = s
+            .update(&pb::UpdateRequest {
+                job_id: job,
+                gpus: Some(2),
+                ..Default::default()
+            })
+            .expect("updated");
+        assert_eq!(
+            (r.apps[0].gpus, r.apps[0].gpu_cores),
+            (2, 1),
+            "cores as they were"
+        );
+        let r = beat(&mut s, n, &[], &[]);
+        assert_eq!(assigned(&r), vec![0, 1]);
+        let devices: Vec<Vec<u32>> = r.assignments.iter().map(|a| a.devices.clone()).collect();
+        assert_eq!(devices, [vec![0, 1], vec![2, 3]], "two devices each");
+        s.hold(job, true).expect("held");
+        beat(&mut s, n, &[], &[(0, 1, true), (1, 1, true)]);
+    }
+    let s = open(&d);
+    assert_eq!(
+        s.job(1).expect("job").apps[0].gpus,
+        2,
+        "kept over the file's 8"
+    );
+    // An application without a GPU variant has no devices to change.
+    let mut s = s;
+    let cpu_only = submit(&mut s, &app("a", 1));
+    let e = s
+        .update(&pb::UpdateRequest {
+            job_id: cpu_only,
+            gpus: Some(1),
+            ..Default::default()
+        })
+        .expect_err("no GPU variant")
+        .to_string();
+    assert!(e.contains("has no gpu variant"), "{e}");
 }

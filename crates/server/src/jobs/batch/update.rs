@@ -33,7 +33,7 @@ use super::{AppRec, Batch, Ctx, MAX_SPEC_GENERATION};
 use crate::state::StateError;
 use crate::store::AppSettings;
 use hetsched_core::input::MAX_DURATION;
-use hetsched_core::{AppId, Variant};
+use hetsched_core::{AppId, Resources, Variant};
 
 /// What `hetsched update` changes; `None` leaves a value as it is.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -50,6 +50,8 @@ pub struct Update {
     pub cores: Option<u32>,
     /// The new memory of one task, bytes (0: none declared, not enforced).
     pub memory_bytes: Option<u64>,
+    /// The new devices of one task of the GPU variant (at least 1).
+    pub gpus: Option<u32>,
     /// The variant whose cores and memory change (`None`: every variant the application has).
     pub variant: Option<Variant>,
     /// The node attributes its tasks require from now on (empty: none).
@@ -67,9 +69,8 @@ pub struct Updated {
     pub max_running: u32,
     /// Its CPU and GPU variants' time limits, ms (0: none, or no such variant).
     pub time_limit_ms: [u64; 2],
-    /// What one task of its CPU and GPU variants holds, (cores, memory bytes); `None`: no such
-    /// variant.
-    pub requests: [Option<(u32, u64)>; 2],
+    /// What one task of its CPU and GPU variants holds; `None`: no such variant.
+    pub requests: [Option<Resources>; 2],
     /// The node attributes its tasks require.
     pub requires: Vec<String>,
 }
@@ -104,7 +105,8 @@ impl Batch {
         job: u64,
         update: &Update,
     ) -> Result<Vec<Updated>, StateError> {
-        let resources = update.cores.is_some() || update.memory_bytes.is_some();
+        let resources =
+            update.cores.is_some() || update.memory_bytes.is_some() || update.gpus.is_some();
         if update.priority.is_none()
             && update.max_running.is_none()
             && update.time_limit_ms.is_none()
@@ -112,8 +114,8 @@ impl Batch {
             && update.requires.is_none()
         {
             return Err(StateError::Invalid(
-                "nothing to update: give a priority, a max_running, a time limit, cores, memory \
-                 or requires"
+                "nothing to update: give a priority, a max_running, a time limit, cores, memory, \
+                 gpus or requires"
                     .into(),
             ));
         }
@@ -132,6 +134,23 @@ impl Batch {
         if update.variant.is_some() && !resources {
             return Err(StateError::Invalid(
                 "a variant names whose cores or memory change: give cores or memory with it".into(),
+            ));
+        }
+        if update.gpus == Some(0) {
+            return Err(StateError::Invalid(
+                "gpus: a task of a GPU variant takes at least 1 device".into(),
+            ));
+        }
+        if let Some(g) = update.gpus
+            && g > MAX_TASK_GPUS
+        {
+            return Err(StateError::Invalid(format!(
+                "gpus: {g} is more than a node has, {MAX_TASK_GPUS}"
+            )));
+        }
+        if update.gpus.is_some() && update.variant == Some(Variant::Cpu) {
+            return Err(StateError::Invalid(
+                "gpus: the CPU variant takes no devices".into(),
             ));
         }
         if update.cores == Some(0) {
@@ -192,8 +211,14 @@ impl Batch {
             }
         };
         if resources {
+            // Devices are the GPU variant's only.
+            let variant = if update.gpus.is_some() {
+                Some(Variant::Gpu)
+            } else {
+                update.variant
+            };
             for &a in &apps {
-                self.check_resources_change(cx, job, a, update.variant)?;
+                self.check_resources_change(cx, job, a, variant)?;
             }
         }
         if requires.is_some()
@@ -241,17 +266,29 @@ impl Batch {
                 let now = super::requests_of(cx.view, a);
                 let mut changed = false;
                 for (i, v) in [Variant::Cpu, Variant::Gpu].into_iter().enumerate() {
-                    let Some((cores, memory)) = now[i] else {
+                    let Some(had) = now[i] else {
                         continue;
                     };
-                    if update.variant.is_some_and(|only| only != v) {
-                        continue;
-                    }
-                    let new = (
-                        update.cores.unwrap_or(cores),
-                        update.memory_bytes.unwrap_or(memory),
-                    );
-                    if new != (cores, memory) {
+                    // `--gpus` alone changes the GPU variant; with cores or memory, those
+                    // change in every variant (or the one named) as without it.
+                    let named = match update.variant {
+                        Some(only) => only == v,
+                        None => update.cores.is_some() || update.memory_bytes.is_some(),
+                    };
+                    let gpus = match v {
+                        Variant::Gpu => update.gpus.unwrap_or(had.gpus),
+                        Variant::Cpu => had.gpus,
+                    };
+                    let new = if named {
+                        Resources::new(
+                            update.cores.unwrap_or(had.cores),
+                            update.memory_bytes.unwrap_or(had.memory_bytes),
+                            gpus,
+                        )
+                    } else {
+                        Resources { gpus, ..had }
+                    };
+                    if new != had {
                         set.requests[i] = Some(new);
                         changed = true;
                     }
@@ -293,6 +330,9 @@ pub const MAX_TASK_CORES: u32 = 1 << 20;
 
 /// The most memory one task may be given by an update: 1 PiB.
 pub const MAX_TASK_MEMORY: u64 = 1 << 50;
+
+/// The most devices one task may be given by an update: what a node may have.
+pub const MAX_TASK_GPUS: u32 = hetsched_core::input::cluster::MAX_NODE_ACCELERATORS as u32;
 
 impl Batch {
     /// Whether application `a` of job `job` may change the cores and memory of `variant` (every
@@ -369,18 +409,18 @@ impl Batch {
             cx.view.set_requires(app, req.clone())?;
         }
         for (i, v) in [Variant::Cpu, Variant::Gpu].into_iter().enumerate() {
-            let Some((cores, memory)) = set.requests[i] else {
+            let Some(request) = set.requests[i] else {
                 continue;
             };
-            r.request_update[i] = Some((cores, memory));
+            r.request_update[i] = Some(request);
             let run = match v {
                 Variant::Cpu => r.cpu.as_mut(),
                 Variant::Gpu => r.gpu.as_mut(),
             };
             if let Some(run) = run {
-                run.memory_bytes = memory;
+                run.memory_bytes = request.memory_bytes;
             }
-            cx.view.set_request(app, v, cores, memory)?;
+            cx.view.set_request(app, v, request)?;
         }
         Ok(())
     }
