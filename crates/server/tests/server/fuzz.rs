@@ -176,9 +176,10 @@ enum Op {
     Hold(u64, bool),
     /// `hetsched update` of job `0`: priority `1`, time limit `2` (ms; 0: none).
     Update(u64, i32, u64),
-    /// `hetsched update` of job `0`: one task's cores `1` and memory `2` (MiB; refused while a
-    /// task of it runs).
-    UpdateRequest(u64, u32, u64),
+    /// `hetsched update` of job `0`: one task's cores `1`, memory `2` (MiB) and GPU-variant
+    /// devices `3` (refused while a task of it runs, and devices for a job without a GPU
+    /// variant).
+    UpdateRequest(u64, u32, u64, Option<u32>),
     /// `hetsched update` of job `0`: the attributes its tasks require, `1`.
     UpdateRequires(u64, &'static str),
     Resubmit(u64),
@@ -207,8 +208,8 @@ fn op(disk: bool) -> BoxedStrategy<Op> {
         1 => (1..5u64, any::<bool>()).prop_map(|(j, h)| Op::Hold(j, h)),
         1 => (1..5u64, -2..3i32, prop::sample::select(vec![0u64, 1_000, 3_600_000]))
             .prop_map(|(j, p, t)| Op::Update(j, p, t)),
-        1 => (1..5u64, 1..3u32, prop::sample::select(vec![0u64, 64, 512]))
-            .prop_map(|(j, c, m)| Op::UpdateRequest(j, c, m)),
+        1 => (1..5u64, 1..3u32, prop::sample::select(vec![0u64, 64, 512]), prop::option::of(1..3u32))
+            .prop_map(|(j, c, m, g)| Op::UpdateRequest(j, c, m, g)),
         1 => (1..5u64, prop::sample::select(vec!["", "bigmem", "ssd,bigmem"]))
             .prop_map(|(j, r)| Op::UpdateRequires(j, r)),
         1 => (1..5u64).prop_map(Op::Resubmit),
@@ -241,7 +242,7 @@ fn everything(s: &State) -> Vec<String> {
         if let Ok(job) = s.job(j.id) {
             for a in job.apps {
                 out.push(format!(
-                    "  app {} priority {} max_running {} time limits {} {} cpu {} {} gpu {} {} \
+                    "  app {} priority {} max_running {} time limits {} {} cpu {} {} gpu {} {} {} \
                      requires {:?}",
                     a.name,
                     a.priority,
@@ -252,6 +253,7 @@ fn everything(s: &State) -> Vec<String> {
                     a.cpu_memory_bytes,
                     a.gpu_cores,
                     a.gpu_memory_bytes,
+                    a.gpus,
                     a.requires
                 ));
             }
@@ -388,11 +390,12 @@ fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     ..Default::default()
                 });
             }
-            Op::UpdateRequest(j, cores, memory_mib) => {
+            Op::UpdateRequest(j, cores, memory_mib, gpus) => {
                 let _ = s.update(&pb::UpdateRequest {
                     job_id: j,
                     cores: Some(cores),
                     memory_bytes: Some(memory_mib << 20),
+                    gpus,
                     ..Default::default()
                 });
             }
