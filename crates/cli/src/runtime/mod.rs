@@ -272,7 +272,7 @@ pub enum RuntimeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Change batch jobs' priority, max_running, time limit, cores, memory or requires after
+    /// Change batch jobs' priority, max_running, time limit, cores, memory, GPUs or requires after
     /// submission (Slurm's `scontrol update`): pending tasks are placed and run by the new
     /// values; running ones go on, under the new time limit (counted from their start)
     Update {

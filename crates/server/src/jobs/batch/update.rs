@@ -1,7 +1,7 @@
 //! `hetsched update JOB`: a batch job's applications' priority, `max_running`, time limit, the
-//! cores and memory of one task, or the node attributes it requires change after submission
-//! (Slurm's `scontrol update JobId=… Priority=… TimeLimit=… NumCPUs=… MinMemoryNode=…
-//! Features=…`). The
+//! cores, memory and GPU devices of one task, or the node attributes it requires change after
+//! submission (Slurm's `scontrol update JobId=… Priority=… TimeLimit=… NumCPUs=…
+//! MinMemoryNode=… Gres=… Features=…`). The
 //! scheduler's view takes the new values at once, so every placement from then on — a policy's
 //! priority levels, a multi-node gathering's order, the cap on running tasks, whether a task
 //! fits in the time an agent has left — reads them; tasks already running go on (a lowered
@@ -16,7 +16,7 @@
 //! agent reports the new key — so a lost reply or a server restart only delays it. An
 //! accelerator task offloaded to another node (spec 01) keeps the limit it was shipped with.
 //!
-//! Cores and memory change only while no task of the application runs (or waits queued on an
+//! Cores, memory and devices change only while no task of the application runs (or waits queued on an
 //! agent), as Slurm changes them for pending jobs only: a running task holds what it was given
 //! on its node, and the view returns a task's request when it ends. New cores are booked by
 //! every placement from then on (each assignment carries its cores to the agent); new memory is
