@@ -16,11 +16,12 @@
 //! agent reports the new key — so a lost reply or a server restart only delays it. An
 //! accelerator task offloaded to another node (spec 01) keeps the limit it was shipped with.
 //!
-//! Cores, memory and devices change only while no task of the application runs (or waits queued on an
-//! agent), as Slurm changes them for pending jobs only: a running task holds what it was given
-//! on its node, and the view returns a task's request when it ends. New cores are booked by
-//! every placement from then on (each assignment carries its cores to the agent); new memory is
-//! in the spec, so it goes up a generation as a new time limit does, and agents enforce it.
+//! Cores, memory and devices change only while no task of the application runs (or waits
+//! queued on an agent), as Slurm changes them for pending jobs only: a running task holds what
+//! it was given on its node, and the view returns a task's request when it ends. New cores and
+//! devices are booked by every placement from then on (each assignment carries its cores and
+//! devices to the agent); new memory is in the spec, so it goes up a generation as a new time
+//! limit does, and agents enforce it.
 //!
 //! The values are stored in the application's row (`apps.priority`, `apps.max_running`,
 //! `apps.time_limit_ms`, `apps.spec_generation`, `apps.cpu_cores` … `apps.gpu_memory_bytes`)
