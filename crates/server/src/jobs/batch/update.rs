@@ -76,6 +76,91 @@ pub struct Updated {
     pub requires: Vec<String>,
 }
 
+impl Update {
+    /// Whether it changes what one task holds (cores, memory or devices).
+    fn changes_resources(&self) -> bool {
+        self.cores.is_some() || self.memory_bytes.is_some() || self.gpus.is_some()
+    }
+
+    /// Checks each value on its own (not against the job); returns its `requires` as a set
+    /// (sorted, without repeats), if it has one.
+    fn check(&self) -> Result<Option<Vec<String>>, StateError> {
+        let resources = self.changes_resources();
+        if self.priority.is_none()
+            && self.max_running.is_none()
+            && self.time_limit_ms.is_none()
+            && !resources
+            && self.requires.is_none()
+        {
+            return Err(StateError::Invalid(
+                "nothing to update: give a priority, a max_running, a time limit, cores, memory, \
+                 gpus or requires"
+                    .into(),
+            ));
+        }
+        if self.variant.is_some() && !resources {
+            return Err(StateError::Invalid(
+                "a variant names whose cores or memory change: give cores or memory with it".into(),
+            ));
+        }
+        if self.gpus == Some(0) {
+            return Err(StateError::Invalid(
+                "gpus: a task of a GPU variant takes at least 1 device".into(),
+            ));
+        }
+        if let Some(g) = self.gpus
+            && g > MAX_TASK_GPUS
+        {
+            return Err(StateError::Invalid(format!(
+                "gpus: {g} is more than a node has, {MAX_TASK_GPUS}"
+            )));
+        }
+        if self.gpus.is_some() && self.variant == Some(Variant::Cpu) {
+            return Err(StateError::Invalid(
+                "gpus: the CPU variant takes no devices".into(),
+            ));
+        }
+        if self.cores == Some(0) {
+            return Err(StateError::Invalid(
+                "cores: a task takes at least 1 core".into(),
+            ));
+        }
+        if let Some(c) = self.cores
+            && c > MAX_TASK_CORES
+        {
+            return Err(StateError::Invalid(format!(
+                "cores: {c} is more than a task may take, {MAX_TASK_CORES}"
+            )));
+        }
+        if let Some(m) = self.memory_bytes
+            && m > MAX_TASK_MEMORY
+        {
+            return Err(StateError::Invalid(format!(
+                "memory: {m} bytes is more than a task may take, {MAX_TASK_MEMORY} (1 PiB)"
+            )));
+        }
+        let max_ms = MAX_DURATION / 1_000_000;
+        if let Some(ms) = self.time_limit_ms
+            && ms > max_ms
+        {
+            return Err(StateError::Invalid(format!(
+                "time limit {ms} ms is longer than the longest accepted, {max_ms} ms (10 years)"
+            )));
+        }
+        let Some(r) = &self.requires else {
+            return Ok(None);
+        };
+        hetsched_core::model::cluster::attribute_set(r.iter().map(String::as_str))
+            .map(Some)
+            .map_err(|(j, e)| {
+                StateError::Invalid(match j {
+                    Some(j) => format!("requires[{j}]: {e}"),
+                    None => format!("requires: {e}"),
+                })
+            })
+    }
+}
+
 impl AppRec {
     /// Its variants' time limits, ms: (CPU, GPU), 0 for none.
     pub(super) fn time_limits_ms(&self) -> [u64; 2] {
@@ -106,81 +191,8 @@ impl Batch {
         job: u64,
         update: &Update,
     ) -> Result<Vec<Updated>, StateError> {
-        let resources =
-            update.cores.is_some() || update.memory_bytes.is_some() || update.gpus.is_some();
-        if update.priority.is_none()
-            && update.max_running.is_none()
-            && update.time_limit_ms.is_none()
-            && !resources
-            && update.requires.is_none()
-        {
-            return Err(StateError::Invalid(
-                "nothing to update: give a priority, a max_running, a time limit, cores, memory, \
-                 gpus or requires"
-                    .into(),
-            ));
-        }
-        let requires = match &update.requires {
-            None => None,
-            Some(r) => Some(
-                hetsched_core::model::cluster::attribute_set(r.iter().map(String::as_str))
-                    .map_err(|(j, e)| {
-                        StateError::Invalid(match j {
-                            Some(j) => format!("requires[{j}]: {e}"),
-                            None => format!("requires: {e}"),
-                        })
-                    })?,
-            ),
-        };
-        if update.variant.is_some() && !resources {
-            return Err(StateError::Invalid(
-                "a variant names whose cores or memory change: give cores or memory with it".into(),
-            ));
-        }
-        if update.gpus == Some(0) {
-            return Err(StateError::Invalid(
-                "gpus: a task of a GPU variant takes at least 1 device".into(),
-            ));
-        }
-        if let Some(g) = update.gpus
-            && g > MAX_TASK_GPUS
-        {
-            return Err(StateError::Invalid(format!(
-                "gpus: {g} is more than a node has, {MAX_TASK_GPUS}"
-            )));
-        }
-        if update.gpus.is_some() && update.variant == Some(Variant::Cpu) {
-            return Err(StateError::Invalid(
-                "gpus: the CPU variant takes no devices".into(),
-            ));
-        }
-        if update.cores == Some(0) {
-            return Err(StateError::Invalid(
-                "cores: a task takes at least 1 core".into(),
-            ));
-        }
-        if let Some(c) = update.cores
-            && c > MAX_TASK_CORES
-        {
-            return Err(StateError::Invalid(format!(
-                "cores: {c} is more than a task may take, {MAX_TASK_CORES}"
-            )));
-        }
-        if let Some(m) = update.memory_bytes
-            && m > MAX_TASK_MEMORY
-        {
-            return Err(StateError::Invalid(format!(
-                "memory: {m} bytes is more than a task may take, {MAX_TASK_MEMORY} (1 PiB)"
-            )));
-        }
-        let max_ms = MAX_DURATION / 1_000_000;
-        if let Some(ms) = update.time_limit_ms
-            && ms > max_ms
-        {
-            return Err(StateError::Invalid(format!(
-                "time limit {ms} ms is longer than the longest accepted, {max_ms} ms (10 years)"
-            )));
-        }
+        let resources = update.changes_resources();
+        let requires = update.check()?;
         let Some(j) = self.job_rec(job).filter(|_| !self.retention.is_purged(job)) else {
             return Err(StateError::NoJob(job));
         };
