@@ -50,16 +50,7 @@ fn counters_follow_results_losses_and_submissions_and_gauges_the_state() {
     };
     let mut s =
         State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
-    let n = s
-        .register(pb::RegisterRequest {
-            identity: common::IDENTITY.into(),
-            name: "n".into(),
-            cores: 2,
-            memory_bytes: 1 << 30,
-            ..Default::default()
-        })
-        .expect("register")
-        .node_id;
+    let n = common::register(&mut s, "n", 2);
     s.submit_keyed("job.toml", FLAKY, "/", "k").expect("submit");
     s.submit_keyed("job.toml", FLAKY, "/", "k")
         .expect("same key: the same job");

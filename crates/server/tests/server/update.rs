@@ -498,23 +498,7 @@ fn a_gpu_variants_devices_change_while_no_task_runs_and_a_restart_keeps_them() {
     {
         let mut s = open(&d);
         let job = submit(&mut s, job_file);
-        let n = s
-            .register(pb::RegisterRequest {
-                identity: common::IDENTITY.into(),
-                name: "gpu".into(),
-                cores: 8,
-                memory_bytes: 1 << 30,
-                accelerators: (0..4)
-                    .map(|_| pb::Accelerator {
-                        kind: "a100".into(),
-                        memory_bytes: 1 << 30,
-                        speed: 1.0,
-                    })
-                    .collect(),
-                ..Default::default()
-            })
-            .expect("register")
-            .node_id;
+        let n = common::register_with_gpus(&mut s, "gpu", 8, 4);
         assert!(
             assigned(&beat(&mut s, n, &[], &[])).is_empty(),
             "8 GPUs on a 4-GPU node"

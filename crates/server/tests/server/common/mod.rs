@@ -27,6 +27,27 @@ pub fn register_with(s: &mut State, name: &str, cores: u32, attributes: &[&str])
     .node_id
 }
 
+/// Registers node `name` with `cores` cores, 1 GiB of memory and `gpus` accelerators of kind
+/// `a100`; returns its id.
+pub fn register_with_gpus(s: &mut State, name: &str, cores: u32, gpus: u32) -> u32 {
+    s.register(pb::RegisterRequest {
+        identity: IDENTITY.into(),
+        name: name.into(),
+        cores,
+        memory_bytes: 1 << 30,
+        accelerators: (0..gpus)
+            .map(|_| pb::Accelerator {
+                kind: "a100".into(),
+                memory_bytes: 1 << 30,
+                speed: 1.0,
+            })
+            .collect(),
+        ..Default::default()
+    })
+    .expect("register")
+    .node_id
+}
+
 /// `node` beats, reporting `running` (task, attempt) and `results` (task, attempt, success):
 /// the server's reply.
 pub fn beat(
