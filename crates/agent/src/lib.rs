@@ -637,8 +637,10 @@ pub async fn run(
             for spec in reply.specs {
                 sh.specs.insert(spec.key, Arc::new(spec));
             }
-            // Tasks whose spec changed after they were sent (`hetsched update --time-limit`): a
-            // queued one starts by the new spec, a running one takes its time limit.
+            // Tasks whose spec changed after they were sent: each takes the new time limit
+            // (`hetsched update --time-limit`), a running one from now on, a queued one when it
+            // starts. Nothing else: a task keeps the memory it was placed with (`hetsched update
+            // --memory` is for the tasks still to place), which the server booked for it.
             for r in &reply.respecs {
                 let Some(spec) = sh.specs.get(&r.spec).cloned() else {
                     warn!(
@@ -651,7 +653,9 @@ pub async fn run(
                 for q in sh.queue.iter_mut() {
                     if q.a.task_id == r.task_id && q.a.attempt == r.attempt {
                         q.a.spec = r.spec;
-                        q.spec = spec.clone();
+                        let mut own = (*q.spec).clone();
+                        own.time_limit_ms = spec.time_limit_ms;
+                        q.spec = Arc::new(own);
                     }
                 }
                 if let Some(t) = sh.running.get_mut(&r.task_id)

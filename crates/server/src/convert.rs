@@ -715,6 +715,7 @@ impl Wire for State {
                     gpu_memory_bytes: u.requests[1].map_or(0, |r| r.memory_bytes),
                     gpus: u.requests[1].map_or(0, |r| r.gpus),
                     requires: u.requires,
+                    running_kept: u.running_kept,
                 })
                 .collect(),
         })

@@ -232,6 +232,22 @@ pub struct Snapshot {
     pub multi_node: std::collections::HashMap<u64, Vec<u32>>,
     /// Applications whose settings `hetsched update` changed.
     pub app_settings: Vec<AppSettings>,
+    /// What running tasks hold when an update changed their application's request after they
+    /// were placed ([`write_task_hold`]), by task id.
+    pub task_holds: Vec<TaskHold>,
+}
+
+/// What the `attempt`th attempt of a running task holds on its node (`task_holds`), when that is
+/// not its application's request: `hetsched update --cores --memory --gpus` changed it while
+/// the task ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskHold {
+    /// The task's id.
+    pub task: u64,
+    /// The attempt that holds it.
+    pub attempt: u32,
+    /// Its cores, memory and device count.
+    pub request: hetsched_core::Resources,
 }
 
 /// An application's settings as `hetsched update` left them, applied over its job file's at a
@@ -306,6 +322,9 @@ CREATE TABLE IF NOT EXISTS tasks(
     state INTEGER NOT NULL, attempt INTEGER NOT NULL, node INTEGER, variant INTEGER,
     devices TEXT NOT NULL DEFAULT '', started_ns INTEGER NOT NULL DEFAULT 0,
     finished_ns INTEGER NOT NULL DEFAULT 0, exit_code INTEGER, message TEXT NOT NULL DEFAULT '');
+CREATE TABLE IF NOT EXISTS task_holds(
+    task INTEGER PRIMARY KEY, attempt INTEGER NOT NULL, cores INTEGER NOT NULL,
+    memory_bytes INTEGER NOT NULL, gpus INTEGER NOT NULL);
 ";
 
 /// Columns added after the first schema: added to stores created before them (`table`, `column`,
@@ -596,6 +615,23 @@ impl Store {
         })?;
         for r in rows {
             snap.app_settings.push(r?);
+        }
+        let mut stmt = self.conn.prepare(
+            "SELECT task, attempt, cores, memory_bytes, gpus FROM task_holds ORDER BY task",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(TaskHold {
+                task: r.get::<_, i64>(0)? as u64,
+                attempt: r.get(1)?,
+                request: hetsched_core::Resources::new(
+                    r.get(2)?,
+                    r.get::<_, i64>(3)?.max(0) as u64,
+                    r.get(4)?,
+                ),
+            })
+        })?;
+        for r in rows {
+            snap.task_holds.push(r?);
         }
         let mut stmt = self
             .conn
@@ -974,6 +1010,35 @@ pub fn write_app_settings(tx: &rusqlite::Transaction, set: &AppSettings) -> Resu
         set.requests[1].map(|r| r.gpus),
         set.app
     ])?;
+    Ok(())
+}
+
+/// Records what running task `task` holds (`Some`: an update changed its application's request
+/// after it was placed), or forgets it (`None`: it ended), inside `tx`.
+pub fn write_task_hold(
+    tx: &rusqlite::Transaction,
+    task: u64,
+    hold: Option<&TaskHold>,
+) -> Result<(), StoreError> {
+    match hold {
+        Some(h) => {
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO task_holds(task, attempt, cores, memory_bytes, gpus)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![
+                task as i64,
+                h.attempt,
+                h.request.cores,
+                h.request.memory_bytes.min(i64::MAX as u64) as i64,
+                h.request.gpus
+            ])?;
+        }
+        None => {
+            tx.prepare_cached("DELETE FROM task_holds WHERE task = ?1")?
+                .execute(params![task as i64])?;
+        }
+    }
     Ok(())
 }
 

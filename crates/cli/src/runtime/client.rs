@@ -1203,6 +1203,12 @@ pub async fn update(args: &ClientArgs, sel: &Selected, update: &Update) -> anyho
                     // What one task holds, when the update changed it.
                     if resources {
                         line.push_str(&format!(", {}", requests.join(", ")));
+                        if a.running_kept > 0 {
+                            line.push_str(&format!(
+                                " ({} running task(s) keep what they were given)",
+                                a.running_kept
+                            ));
+                        }
                     }
                     if requires {
                         match a.requires.as_slice() {

@@ -30,6 +30,12 @@ pub struct Assignment {
     pub variant: Variant,
     /// Accelerator device numbers on the node (empty for CPU tasks).
     pub devices: Vec<u32>,
+    /// What the task holds on its node: its variant's request when it was placed, which the
+    /// node gets back when it ends, whatever the application asks for by then
+    /// ([`SchedulerView::set_request`]). Nothing for a multi-node task: it holds whole nodes
+    /// ([`SchedulerView::multi_node_held`]).
+    #[serde(default)]
+    pub request: Resources,
 }
 
 /// What a multi-node task (or the gathering of its nodes) holds on one node: everything that
@@ -698,9 +704,9 @@ impl SchedulerView {
     }
 
     /// Gives one task of `app`'s `variant` a new `request` of cores, memory and devices
-    /// (`hetsched update --cores --memory --gpus`): every placement from now on books it.
-    /// Refused while a task of the application runs — it holds what it was given, and the
-    /// view returns a task's request when it ends — and for a variant it lacks.
+    /// (`hetsched update --cores --memory --gpus`): every placement from now on books it. Tasks
+    /// already running keep what they were given: each [`Assignment`] carries its `request`,
+    /// which its node gets back when it ends. Refused for a variant the application lacks.
     pub fn set_request(
         &mut self,
         app: AppId,
@@ -708,9 +714,6 @@ impl SchedulerView {
         new: Resources,
     ) -> Result<(), ViewError> {
         let a = self.app_mut(app)?;
-        if a.running > 0 {
-            return Err(ViewError::StillActive(app));
-        }
         let request = match variant {
             Variant::Cpu => a.app.cpu.as_mut().map(|c| &mut c.request),
             Variant::Gpu => a.app.gpu.as_mut().map(|g| &mut g.request),
@@ -865,6 +868,7 @@ impl SchedulerView {
             node,
             variant,
             devices,
+            request,
         })
     }
 
@@ -974,6 +978,7 @@ impl SchedulerView {
             node: root,
             variant: Variant::Cpu,
             devices: Vec::new(),
+            request: Resources::default(),
         })
     }
 
@@ -1029,7 +1034,7 @@ impl SchedulerView {
         let Some(a) = self.apps.get_mut(done.app.index()) else {
             return;
         };
-        let request = a.app.request(done.variant).unwrap_or_default();
+        let request = done.request;
         a.usage = a.usage - request;
         a.running = a.running.saturating_sub(1);
         let n = &mut self.nodes[done.node.index()];
@@ -1076,7 +1081,7 @@ impl SchedulerView {
     }
 
     /// Restores a task that a driver recorded as running before it restarted: takes the task's
-    /// resources and devices on its node and counts it as dispatched and running. The task must not
+    /// `request` and devices on its node and counts it as dispatched and running. The task must not
     /// also be pending. Unlike [`SchedulerView::assign`] it does not check the node is alive or has
     /// room: it records what is, not what a policy decides.
     pub fn restore_running(&mut self, running: &Assignment) -> Result<(), ViewError> {
@@ -1088,7 +1093,7 @@ impl SchedulerView {
             .nodes
             .get_mut(running.node.index())
             .ok_or(ViewError::UnknownNode(running.node))?;
-        let request = a.app.request(running.variant).unwrap_or_default();
+        let request = running.request;
         for &d in &running.devices {
             if let Some(free) = n.device_free.get_mut(d as usize) {
                 *free = false;

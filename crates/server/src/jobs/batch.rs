@@ -345,6 +345,13 @@ pub struct Batch {
     /// Applications whose priority or max_running `hetsched update` changed since the last
     /// commit.
     settings_changed: Vec<u32>,
+    /// Running tasks that hold a request other than their application's: `hetsched update
+    /// --cores --memory --gpus` changed it after they were placed. Each gives its node back
+    /// what it holds when it ends ([`Assignment::request`]). Stored in `task_holds`, so a
+    /// restart books it again.
+    holds: HashMap<u64, Resources>,
+    /// Tasks whose entry in `holds` was added or dropped since the last commit.
+    holds_changed: Vec<u64>,
 }
 
 impl Batch {
@@ -420,6 +427,8 @@ impl Batch {
             multi: multi_node::MultiNode::default(),
             any_multi_node: false,
             settings_changed: Vec::new(),
+            holds: HashMap::new(),
+            holds_changed: Vec::new(),
         };
         // Every stored application at once (the last job's first; its others come as it is
         // installed).
@@ -460,6 +469,17 @@ impl Batch {
                 b.apply_settings(cx, &set)?;
             }
         }
+        // What running tasks hold since an update changed their request; a row of an attempt
+        // that has ended is deleted at the next commit.
+        for h in snap.task_holds {
+            let id = h.task;
+            match b.tasks.get(id as usize) {
+                Some(t) if t.state == TaskState::Running && t.attempt == h.attempt => {
+                    b.holds.insert(id, h.request);
+                }
+                _ => b.holds_changed.push(id),
+            }
+        }
         // Running and finished tasks: take their resources / counters in the view (a running
         // multi-node task all of its nodes).
         let mut multi_nodes = snap.multi_node;
@@ -469,7 +489,7 @@ impl Batch {
             match t.state {
                 TaskState::Pending => {}
                 TaskState::Running => {
-                    let a = assignment_of(t);
+                    let a = assignment_of(cx.view, &b.holds, t);
                     match multi_nodes.remove(&t.id) {
                         Some(nodes) => {
                             let ids: Vec<NodeId> = nodes.iter().map(|&n| NodeId(n)).collect();
@@ -1077,8 +1097,9 @@ impl Batch {
         match t.state {
             TaskState::Pending => {}
             TaskState::Running => {
-                let a = assignment_of(t);
+                let a = assignment_of(cx.view, &self.holds, t);
                 cx.view.task_abandoned(&a);
+                self.drop_hold(id);
                 cx.nodes.ended(a.node, id);
                 // Its agent learns to kill it from its next heartbeat: now.
                 cx.nodes.wakes.node(a.node.0);
@@ -1586,17 +1607,37 @@ fn requests_of(view: &hetsched_core::SchedulerView, app: u32) -> [Option<Resourc
     [Variant::Cpu, Variant::Gpu].map(|v| view.get_app(AppId(app)).and_then(|a| a.app.request(v)))
 }
 
-fn assignment_of(t: &TaskRow) -> Assignment {
+/// Running task `t` as the view placed it: what it holds is in `holds` if an update changed its
+/// application's request since, else that request.
+fn assignment_of(
+    view: &hetsched_core::SchedulerView,
+    holds: &HashMap<u64, Resources>,
+    t: &TaskRow,
+) -> Assignment {
+    let variant = variant_of(t.variant);
+    let request = holds.get(&t.id).copied().unwrap_or_else(|| {
+        view.get_app(AppId(t.app))
+            .and_then(|a| a.app.request(variant))
+            .unwrap_or_default()
+    });
     Assignment {
         task: TaskId(t.id),
         app: AppId(t.app),
         node: NodeId(t.node.unwrap_or(0)),
-        variant: variant_of(t.variant),
+        variant,
         devices: t.devices.to_vec(),
+        request,
     }
 }
 
 impl Batch {
+    /// Task `id` ended (or runs no more): its node got back what it held.
+    fn drop_hold(&mut self, id: u64) {
+        if self.holds.remove(&id).is_some() {
+            self.holds_changed.push(id);
+        }
+    }
+
     /// Records task `a.task` as running where `a` placed it (its row, its node's registry).
     fn mark_running(&mut self, cx: &mut Ctx, a: &Assignment) {
         let Some(t) = self.tasks.get_mut(a.task.0 as usize) else {
@@ -1754,17 +1795,18 @@ impl JobKind for Batch {
             };
             return self.on_lost(cx, r.task_id, &reason);
         }
-        let a = assignment_of(t);
+        let a = assignment_of(cx.view, &self.holds, t);
+        self.drop_hold(r.task_id);
         if self
             .backoff
-            .result(t.app, nid.0, r.start_failed, r.success, Instant::now())
+            .result(a.app.0, nid.0, r.start_failed, r.success, Instant::now())
             == Change::BackedOff
         {
             cx.view.set_excluded(a.app, nid, true);
-            self.store_backoff(cx, t.app, nid.0, true);
+            self.store_backoff(cx, a.app.0, nid.0, true);
             warn!(
                 node = %cx.nodes.name(nid.0),
-                app = %self.apps.get(t.app as usize).map_or("?", |x| x.name.as_str()),
+                app = %self.apps.get(a.app.index()).map_or("?", |x| x.name.as_str()),
                 "consecutive start failures: the application is kept off this node for a while"
             );
         }
@@ -1834,7 +1876,8 @@ impl JobKind for Batch {
         if t.state != TaskState::Running {
             return Ok(());
         }
-        let a = assignment_of(t);
+        let a = assignment_of(cx.view, &self.holds, t);
+        self.drop_hold(task);
         cx.nodes.ended(a.node, task);
         let max = self.max_attempts;
         let t = &mut self.tasks[task as usize];
@@ -1966,7 +2009,7 @@ impl JobKind for Batch {
                 continue;
             };
             let key = self.spec_key_of(a.app.0, a.variant);
-            let cores = crate::state::prefetch::cores_of(cx.view, a.app, a.variant);
+            let cores = a.request.cores;
             let prefetched = used + cores > credit.free;
             if prefetched && let Some(q) = auto.as_mut() {
                 let rt = self
@@ -2034,6 +2077,7 @@ impl JobKind for Batch {
             || !self.revived.is_empty()
             || !self.held_changed.is_empty()
             || !self.settings_changed.is_empty()
+            || !self.holds_changed.is_empty()
     }
 
     fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
@@ -2050,6 +2094,17 @@ impl JobKind for Batch {
             if let Some(r) = self.apps.get(a as usize) {
                 crate::store::write_app_settings(tx, &r.settings(a))?;
             }
+        }
+        for &id in &self.holds_changed {
+            let hold = self.holds.get(&id).and_then(|&request| {
+                let t = self.tasks.get(id as usize)?;
+                Some(crate::store::TaskHold {
+                    task: id,
+                    attempt: t.attempt,
+                    request,
+                })
+            });
+            crate::store::write_task_hold(tx, id, hold.as_ref())?;
         }
         // A multi-node task's other nodes are stored as its attempt starts.
         for &id in &dirty {
@@ -2075,6 +2130,7 @@ impl JobKind for Batch {
         self.held_changed.clear();
         self.revived.clear();
         self.settings_changed.clear();
+        self.holds_changed.clear();
     }
 
     fn housekeeping(&mut self, cx: &mut Ctx) -> Result<(), StateError> {

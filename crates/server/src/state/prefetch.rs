@@ -35,7 +35,7 @@
 //! the node dies (or the agent restarts, forgetting its queue) the server re-queues it like a
 //! running task that vanished, and the agent never starts a task the server took back.
 
-use hetsched_core::{AppId, Assignment, NodeId, SchedulerView, Variant};
+use hetsched_core::{Assignment, NodeId, SchedulerView};
 
 /// Under `"auto"`: the most queued work per core, as the sum of the queued tasks' mean run
 /// times (ns); a run longer than this is a long one.
@@ -269,16 +269,8 @@ impl Prefetch {
         let Some(n) = view.nodes().get(a.node.index()) else {
             return;
         };
-        let cores = cores_of(view, a.app, a.variant);
-        self.add_debt(a.node, cores.saturating_sub(n.free.cores));
+        self.add_debt(a.node, a.request.cores.saturating_sub(n.free.cores));
     }
-}
-
-/// The cores one task of `app` as `variant` takes (0 if the view does not know it).
-pub fn cores_of(view: &SchedulerView, app: AppId, variant: Variant) -> u32 {
-    view.get_app(app)
-        .and_then(|a| a.app.request(variant))
-        .map_or(0, |r| r.cores)
 }
 
 #[cfg(test)]

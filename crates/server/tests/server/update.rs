@@ -317,7 +317,7 @@ fn booked(r: &pb::HeartbeatReply) -> (Vec<u32>, Vec<u64>) {
 const MIB: u64 = 1 << 20;
 
 #[test]
-fn cores_and_memory_change_while_no_task_runs_and_a_restart_keeps_them() {
+fn cores_and_memory_change_for_the_tasks_to_start_and_a_running_task_keeps_what_it_was_given() {
     let d = common::scratch("update", "resources");
     let job_file = "[[application]]\nname = \"big\"\ntasks = 8\n[application.cpu]\n\
                     command = \"true\"\ncores = 8\nmemory = \"2GiB\"\n";
@@ -333,8 +333,8 @@ fn cores_and_memory_change_while_no_task_runs_and_a_restart_keeps_them() {
         let r = update_request(&mut s, job, Some(2), Some(256 * MIB), "").expect("updated");
         let a = &r.apps[0];
         assert_eq!(
-            (a.cpu_cores, a.cpu_memory_bytes, a.gpu_cores),
-            (2, 256 * MIB, 0)
+            (a.cpu_cores, a.cpu_memory_bytes, a.gpu_cores, a.running_kept),
+            (2, 256 * MIB, 0, 0)
         );
         let info = &s.job(job).expect("job").apps[0];
         assert_eq!((info.cpu_cores, info.cpu_memory_bytes), (2, 256 * MIB));
@@ -343,41 +343,87 @@ fn cores_and_memory_change_while_no_task_runs_and_a_restart_keeps_them() {
         assert_eq!(assigned(&r), vec![0, 1]);
         assert_eq!(booked(&r), (vec![2, 2], vec![256 * MIB]));
         let first_key = spec_keys(&r)[0];
-        // While they run, what they hold stays theirs: refused, naming the way out.
-        let e = update_request(&mut s, job, Some(1), None, "").expect_err("running");
-        assert!(
-            e.contains("has 2 task(s) running") && e.contains("hetsched hold 1"),
-            "{e}"
+        // While they run, the tasks still to start take 1 core and 128 MiB; the two running
+        // keep their 2 cores each, so the node stays full.
+        let r = update_request(&mut s, job, Some(1), Some(128 * MIB), "").expect("updated");
+        let a = &r.apps[0];
+        assert_eq!(
+            (a.cpu_cores, a.cpu_memory_bytes, a.running_kept),
+            (1, 128 * MIB, 2)
         );
-        // Held, so that none starts as they end: then the rest take 1 core each, four at once.
-        s.hold(job, true).expect("held");
-        let r = beat(&mut s, n, &[], &[(0, 1, true), (1, 1, true)]);
-        assert!(assigned(&r).is_empty(), "held");
-        update_request(&mut s, job, Some(1), None, "cpu").expect("none runs");
-        s.hold(job, false).expect("released");
-        let r = beat(&mut s, n, &[], &[]);
-        assert_eq!(assigned(&r), vec![2, 3, 4, 5]);
-        assert_eq!(booked(&r).0, vec![1, 1, 1, 1]);
-        // A new request is a new spec: an agent holding the old one is sent the new one.
+        assert!(assigned(&beat(&mut s, n, &[(0, 1), (1, 1)], &[])).is_empty());
+        // Task 0 ends and gives back its 2 cores: two tasks of the new size start there, under a
+        // new spec with the new memory.
+        let r = beat(&mut s, n, &[(1, 1)], &[(0, 1, true)]);
+        assert_eq!(assigned(&r), vec![2, 3]);
+        assert_eq!(booked(&r), (vec![1, 1], vec![128 * MIB]));
         assert_ne!(spec_keys(&r)[0], first_key);
-        s.hold(job, true).expect("held");
-        beat(
-            &mut s,
-            n,
-            &[],
-            &[(2, 1, true), (3, 1, true), (4, 1, true), (5, 1, true)],
-        );
+        // A later update that changes no request still says who keeps what.
+        let r = s
+            .update(&pb::UpdateRequest {
+                job_id: job,
+                priority: Some(1),
+                ..Default::default()
+            })
+            .expect("updated");
+        assert_eq!(r.apps[0].running_kept, 1);
     }
-    // Restarted: the update holds over the job file's 8 cores and 2 GiB, for the tasks left and
-    // in the job's listing.
+    // Restarted while task 1 holds 2 cores and tasks 2 and 3 one each: the node is full again,
+    // not 1 core short of it; when task 1 ends, its 2 cores start two more.
+    {
+        let mut s = open(&d);
+        let info = &s.job(1).expect("job").apps[0];
+        assert_eq!((info.cpu_cores, info.cpu_memory_bytes), (1, 128 * MIB));
+        let n = register(&mut s, "n", 4);
+        let running = [(1, 1), (2, 1), (3, 1)];
+        assert!(assigned(&beat(&mut s, n, &running, &[])).is_empty());
+        let r = beat(&mut s, n, &[(2, 1), (3, 1)], &[(1, 1, true)]);
+        assert_eq!(assigned(&r), vec![4, 5]);
+        assert_eq!(booked(&r).0, vec![1, 1]);
+        s.hold(1, true).expect("held");
+        let ended = [(2, 1, true), (3, 1, true), (4, 1, true), (5, 1, true)];
+        assert!(assigned(&beat(&mut s, n, &[], &ended)).is_empty());
+    }
+    // The update holds over the job file's 8 cores and 2 GiB, for the tasks left; with nothing
+    // running, all 4 cores are free.
     let mut s = open(&d);
-    let info = &s.job(1).expect("job").apps[0];
-    assert_eq!((info.cpu_cores, info.cpu_memory_bytes), (1, 256 * MIB));
-    let n = register(&mut s, "m", 4);
+    let n = register(&mut s, "n", 4);
     s.hold(1, false).expect("released");
     let r = beat(&mut s, n, &[], &[]);
     assert_eq!(assigned(&r), vec![6, 7]);
-    assert_eq!(booked(&r), (vec![1, 1], vec![256 * MIB]));
+    assert_eq!(booked(&r), (vec![1, 1], vec![128 * MIB]));
+}
+
+#[test]
+fn a_task_that_keeps_its_devices_gives_them_back_when_it_ends() {
+    let d = common::scratch("update", "gpus-running");
+    let mut s = open(&d);
+    let g = common::register_with_gpus(&mut s, "g", 8, 2);
+    let job = submit(
+        &mut s,
+        "[[application]]\nname = \"t\"\ntasks = 4\n[application.gpu]\ncommand = \"true\"\n\
+         cores = 1\ngpus = 2\n",
+    );
+    let r = beat(&mut s, g, &[], &[]);
+    assert_eq!(
+        assigned(&r),
+        vec![0],
+        "one task of 2 devices fills the node"
+    );
+    let r = s
+        .update(&pb::UpdateRequest {
+            job_id: job,
+            gpus: Some(1),
+            ..Default::default()
+        })
+        .expect("updated");
+    assert_eq!((r.apps[0].gpus, r.apps[0].running_kept), (1, 1));
+    assert!(
+        assigned(&beat(&mut s, g, &[(0, 1)], &[])).is_empty(),
+        "task 0 holds both"
+    );
+    let r = beat(&mut s, g, &[], &[(0, 1, true)]);
+    assert_eq!(assigned(&r), vec![1, 2], "two tasks of 1 device each");
 }
 
 #[test]

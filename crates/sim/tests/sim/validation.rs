@@ -158,6 +158,7 @@ impl BatchPolicy for Greedy {
                 node,
                 variant: hetsched_core::Variant::Cpu,
                 devices: vec![],
+                request: hetsched_core::Resources::new(1, 0, 0),
             }))
             .collect()
     }

@@ -16,12 +16,15 @@
 //! agent reports the new key — so a lost reply or a server restart only delays it. An
 //! accelerator task offloaded to another node (spec 01) keeps the limit it was shipped with.
 //!
-//! Cores, memory and devices change only while no task of the application runs (or waits
-//! queued on an agent), as Slurm changes them for pending jobs only: a running task holds what
-//! it was given on its node, and the view returns a task's request when it ends. New cores and
+//! Cores, memory and devices change for the tasks still to start, as Slurm changes them for
+//! an array's pending tasks while others run: a task already running (or queued on an agent)
+//! keeps what it was given, and its node gets that back when it ends. Such a task's hold is
+//! kept in `Batch::holds` and the store's `task_holds` (its attempt, cores, memory and
+//! devices), so the view books it again after a restart, until the task ends. New cores and
 //! devices are booked by every placement from then on (each assignment carries its cores and
 //! devices to the agent); new memory is in the spec, so it goes up a generation as a new time
-//! limit does, and agents enforce it.
+//! limit does, and agents enforce it on the tasks they start from then on (a `Respec` changes
+//! only the time limit of a task an agent holds, queued or running).
 //!
 //! The values are stored in the application's row (`apps.priority`, `apps.max_running`,
 //! `apps.time_limit_ms`, `apps.spec_generation`, `apps.cpu_cores` … `apps.gpu_memory_bytes`)
@@ -74,6 +77,9 @@ pub struct Updated {
     pub requests: [Option<Resources>; 2],
     /// The node attributes its tasks require.
     pub requires: Vec<String>,
+    /// Its running tasks (and those queued on agents) that keep cores, memory or devices other
+    /// than `requests`: they were placed before an update changed them.
+    pub running_kept: u32,
 }
 
 impl Update {
@@ -231,7 +237,7 @@ impl Batch {
                 update.variant
             };
             for &a in &apps {
-                self.check_resources_change(cx, job, a, variant)?;
+                self.check_resources_change(job, a, variant)?;
             }
         }
         if requires.is_some()
@@ -315,7 +321,13 @@ impl Batch {
             if let Some(req) = &requires {
                 set.requires = Some(req.clone());
             }
+            let before = super::requests_of(cx.view, a);
             self.apply_settings(cx, &set)?;
+            let running_kept = if resources {
+                self.keep_running_holds(cx, a, before)
+            } else {
+                self.running_kept(a)
+            };
             let Some(r) = self.apps.get(a as usize) else {
                 continue;
             };
@@ -327,6 +339,7 @@ impl Batch {
                 time_limit_ms: r.time_limits_ms(),
                 requests,
                 requires: r.requires.clone(),
+                running_kept,
             });
             self.settings_changed.push(a);
             // Its pending tasks may start where they could not (a higher cap, a new order).
@@ -349,11 +362,10 @@ pub const MAX_TASK_GPUS: u32 = hetsched_core::input::cluster::MAX_NODE_ACCELERAT
 
 impl Batch {
     /// Whether application `a` of job `job` may change the cores and memory of `variant` (every
-    /// variant it has: `None`): not while a task of it runs, not for a multi-node one (it holds
-    /// whole nodes), not for a variant it lacks.
+    /// variant it has: `None`): not for a multi-node one (it holds whole nodes), not for a
+    /// variant it lacks.
     fn check_resources_change(
         &self,
-        cx: &Ctx,
         job: u64,
         a: u32,
         variant: Option<Variant>,
@@ -380,16 +392,49 @@ impl Batch {
                 )));
             }
         }
-        let running = cx.view.app(AppId(a)).running;
-        if running > 0 {
-            return Err(StateError::Invalid(format!(
-                "application `{name}` of job {job} has {running} task(s) running (or queued on \
-                 an agent), which keep the cores and memory they were given: cores and memory \
-                 change only while none runs (`hetsched hold {job}` starts no more; update once \
-                 they have ended, then `hetsched release {job}`)"
-            )));
-        }
         Ok(())
+    }
+
+    /// Application `a`'s request changed from `before` (CPU, GPU variant): each of its running
+    /// tasks keeps what it holds (in `holds`, unless that is the request again). Returns how
+    /// many hold something other than the request now.
+    fn keep_running_holds(&mut self, cx: &Ctx, a: u32, before: [Option<Resources>; 2]) -> u32 {
+        let now = super::requests_of(cx.view, a);
+        let running: Vec<(u64, usize)> = self
+            .tasks_of_app(a)
+            .filter(|t| t.state == crate::store::TaskState::Running)
+            .map(|t| {
+                (
+                    t.id,
+                    usize::from(super::variant_of(t.variant) == Variant::Gpu),
+                )
+            })
+            .collect();
+        let mut kept = 0;
+        for (id, v) in running {
+            match self.holds.get(&id).copied().or(before[v]) {
+                Some(held) if Some(held) != now[v] => {
+                    if self.holds.insert(id, held) != Some(held) {
+                        self.holds_changed.push(id);
+                    }
+                    kept += 1;
+                }
+                _ => self.drop_hold(id),
+            }
+        }
+        kept
+    }
+
+    /// How many of application `a`'s running tasks hold something other than its request.
+    fn running_kept(&self, a: u32) -> u32 {
+        if self.holds.is_empty() {
+            return 0;
+        }
+        self.tasks_of_app(a)
+            .filter(|t| {
+                t.state == crate::store::TaskState::Running && self.holds.contains_key(&t.id)
+            })
+            .count() as u32
     }
 
     /// Gives application `set.app` the settings `set` (an update, or a restart applying the
