@@ -173,6 +173,17 @@ struct RunningTask {
 /// A task the server assigned beyond the node's free cores (`prefetched`), or onto cores that a
 /// stopped task still holds during its kill grace: started here, in order, as soon as its cores
 /// are free, without asking the server (issue 10).
+/// What a task that an agent holds runs by once the server says its spec changed to `new` (a
+/// `Respec`): its own spec with `new`'s time limit. Nothing else changes: a task keeps the
+/// memory it was placed with, which the server booked for it on this node (`hetsched update
+/// --memory` is for the tasks still to place).
+fn respecced(own: &pb::TaskSpec, new: &pb::TaskSpec) -> pb::TaskSpec {
+    pb::TaskSpec {
+        time_limit_ms: new.time_limit_ms,
+        ..own.clone()
+    }
+}
+
 struct Queued {
     a: pb::Assignment,
     spec: Arc<pb::TaskSpec>,
@@ -653,9 +664,7 @@ pub async fn run(
                 for q in sh.queue.iter_mut() {
                     if q.a.task_id == r.task_id && q.a.attempt == r.attempt {
                         q.a.spec = r.spec;
-                        let mut own = (*q.spec).clone();
-                        own.time_limit_ms = spec.time_limit_ms;
-                        q.spec = Arc::new(own);
+                        q.spec = Arc::new(respecced(&q.spec, &spec));
                     }
                 }
                 if let Some(t) = sh.running.get_mut(&r.task_id)
@@ -1392,5 +1401,36 @@ fn begin_shutdown(shared: &Mutex<Shared>, opts: &AgentOptions, why: Stop) {
                 let _ = tx.send(launch::Kill::Shutdown);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_respecced_task_takes_the_new_time_limit_and_keeps_its_memory_and_command() {
+        let own = pb::TaskSpec {
+            key: 7,
+            argv: vec!["sleep".into(), "30".into()],
+            memory_limit_bytes: 256 << 20,
+            time_limit_ms: 60_000,
+            ..Default::default()
+        };
+        let new = pb::TaskSpec {
+            key: 8,
+            argv: vec!["sleep".into(), "30".into()],
+            memory_limit_bytes: 16 << 20,
+            time_limit_ms: 7_200_000,
+            ..Default::default()
+        };
+        let r = respecced(&own, &new);
+        assert_eq!(r.time_limit_ms, 7_200_000);
+        assert_eq!(
+            r.memory_limit_bytes,
+            256 << 20,
+            "booked for it on this node"
+        );
+        assert_eq!((r.key, &r.argv), (7, &own.argv));
     }
 }

@@ -1684,7 +1684,8 @@ fn an_update_changes_a_waiting_jobs_priority_max_running_and_time_limit() {
         said,
         serde_json::json!({"apps": [{"name": "early", "priority": 0, "max_running": 1,
             "cpu_time_limit_ms": 0, "gpu_time_limit_ms": 0, "cpu_cores": 1,
-            "cpu_memory_bytes": 0, "gpu_cores": 0, "gpu_memory_bytes": 0, "gpus": 0, "requires": []}]})
+            "cpu_memory_bytes": 0, "gpu_cores": 0, "gpu_memory_bytes": 0, "gpus": 0,
+            "requires": [], "running_kept": 0}]})
     );
     let shown = c.json(&["job", "2"]);
     assert_eq!(
@@ -1783,7 +1784,8 @@ fn an_update_changes_a_waiting_jobs_priority_max_running_and_time_limit() {
 
 /// `hetsched update --cores --memory`: a job that asks for more than any node has waits
 /// saying so; given what a node has, it runs, under the memory limit the update set (its agent
-/// enforces it). While a task of it runs, its cores and memory stay; its `--requires` change.
+/// enforces it). A task already running keeps its cores until it ends, while the tasks still to
+/// start take the new ones; `--requires` changes while one runs.
 #[test]
 fn an_update_of_cores_and_memory_lets_a_job_that_fits_nowhere_run_under_its_new_limit() {
     let mut c = Cluster::start("update-resources", false);
@@ -1822,15 +1824,30 @@ fn an_update_of_cores_and_memory_lets_a_job_that_fits_nowhere_run_under_its_new_
             .is_some_and(|m| m.starts_with("memory limit of 16.0 MiB exceeded")),
         "{task}"
     );
-    // A running task keeps what it was given: refused, saying what to do.
-    c.ok(&["submit", "--app", "nap", "--", "sleep", "30"]);
+    // A running task keeps what it was given; the tasks still to start take 1 core each, and
+    // start two at once when it ends.
+    c.ok(&[
+        "submit", "--app", "nap", "--tasks", "3", "--cores", "2", "--", "sleep", "30",
+    ]);
     wait_until("job 2 to run", Duration::from_secs(10), || {
         c.json(&["job", "2"])["counts"]["running"] == 1
     });
-    c.refused(
-        &["update", "2", "--cores", "1"],
-        "application `nap` of job 2 has 1 task(s) running",
+    let said = c.ok(&["update", "2", "--cores", "1"]);
+    assert_eq!(
+        said,
+        "job 2: `nap` priority 0, no max_running, no time limit, cpu 1 core(s) (1 running \
+         task(s) keep what they were given)\n"
     );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        c.json(&["job", "2"])["counts"]["running"],
+        1,
+        "the running task holds both cores"
+    );
+    c.ok(&["cancel", "2", "--tasks", "0"]);
+    wait_until("two 1-core tasks to run", Duration::from_secs(10), || {
+        c.json(&["job", "2"])["counts"]["running"] == 2
+    });
     c.refused(
         &["update", "2", "--priority", "1", "--variant", "gpu"],
         "--variant names whose --cores, --memory or --gpus change",
@@ -1857,7 +1874,7 @@ fn an_update_of_cores_and_memory_lets_a_job_that_fits_nowhere_run_under_its_new_
         c.ok(&["update", "2", "--requires", "none"])
             .ends_with("requires nothing\n")
     );
-    assert_eq!(c.json(&["job", "2"])["counts"]["running"], 1);
+    assert_eq!(c.json(&["job", "2"])["counts"]["running"], 2);
     c.ok(&["cancel", "2"]);
 }
 

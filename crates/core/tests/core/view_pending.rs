@@ -107,25 +107,26 @@ fn a_retired_application_keeps_its_id_only_and_an_active_one_is_not_retired() {
     assert!(v.all_complete() == v.app(AppId(1)).is_complete());
 }
 
-/// `hetsched update --cores --memory`: an application's request changes while none of its tasks
-/// runs; placements book the new one, and a task returns what it took when it ends.
+/// `hetsched update --cores --memory`: an application's request changes at any time; placements
+/// book the new one, and a task gives back what it took when it ends, whatever the request is
+/// by then (also after a driver restart restores it).
 #[test]
-fn a_request_changes_while_no_task_runs_and_placements_book_the_new_one() {
+fn a_request_changes_while_tasks_run_and_each_task_gives_back_what_it_took() {
     let mut v = SchedulerView::new();
     v.add_node(node("n").cores(4).build(NodeId(0)))
         .expect("node");
-    let mut a = app("a").tasks(3).cpu(1.0, 0.0).build(AppId(0));
+    let mut a = app("a").tasks(5).cpu(1.0, 0.0).build(AppId(0));
     if let Some(cpu) = a.cpu.as_mut() {
         cpu.request.cores = 8;
     }
-    v.add_application(a, (0..3).map(TaskId)).expect("app");
+    v.add_application(a, (0..5).map(TaskId)).expect("app");
     assert!(
         !v.fits(AppId(0), NodeId(0), Variant::Cpu),
         "8 cores on a 4-core node"
     );
     let generation = v.placement_generation();
     v.set_request(AppId(0), Variant::Cpu, Resources::new(2, 1 << 20, 0))
-        .expect("none runs");
+        .expect("changed");
     assert!(
         v.placement_generation() > generation,
         "cached placements are looked at again"
@@ -137,30 +138,48 @@ fn a_request_changes_while_no_task_runs_and_placements_book_the_new_one() {
             .map(|r| (r.cores, r.memory_bytes)),
         Some((2, 1 << 20))
     );
-    let a = v
+    let two = v
         .assign(AppId(0), NodeId(0), Variant::Cpu)
         .expect("fits now");
+    assert_eq!(two.request, Resources::new(2, 1 << 20, 0));
     assert_eq!(v.node(NodeId(0)).free.cores, 2);
-    assert!(
-        v.set_request(AppId(0), Variant::Cpu, Resources::new(1, 0, 0))
-            .is_err(),
-        "a task runs"
-    );
+    // While it runs, the tasks to start take 1 core; it keeps its 2.
+    v.set_request(AppId(0), Variant::Cpu, Resources::new(1, 0, 0))
+        .expect("a task runs: it keeps what it took");
     assert!(
         v.set_request(AppId(0), Variant::Gpu, Resources::new(1, 0, 0))
             .is_err(),
         "no GPU variant"
     );
-    v.task_finished(&a);
-    assert_eq!(v.node(NodeId(0)).free.cores, 4, "it gave back its 2 cores");
-    v.set_request(AppId(0), Variant::Cpu, Resources::new(1, 0, 0))
-        .expect("none runs");
     let generation = v.placement_generation();
     v.set_request(AppId(0), Variant::Cpu, Resources::new(1, 0, 0))
         .expect("the same");
     assert_eq!(v.placement_generation(), generation, "nothing changed");
-    let started: Vec<_> =
-        std::iter::from_fn(|| v.assign(AppId(0), NodeId(0), Variant::Cpu)).collect();
-    assert_eq!(started.len(), 2);
-    assert_eq!(v.node(NodeId(0)).free.cores, 2);
+    let ones: Vec<_> = std::iter::from_fn(|| v.assign(AppId(0), NodeId(0), Variant::Cpu)).collect();
+    assert_eq!(ones.len(), 2, "two 1-core tasks beside the 2-core one");
+    assert_eq!(v.node(NodeId(0)).free.cores, 0);
+    assert_eq!(v.app(AppId(0)).usage.cores, 4);
+    v.task_finished(&two);
+    assert_eq!(v.node(NodeId(0)).free.cores, 2, "it gave back its 2 cores");
+    assert_eq!(
+        v.node(NodeId(0)).free.memory_bytes,
+        v.node(NodeId(0)).node.memory_bytes,
+        "and its 1 MiB"
+    );
+    assert_eq!(v.app(AppId(0)).usage.cores, 2);
+    // A driver restart puts a running task back with what it holds, not the request.
+    let mut w = SchedulerView::new();
+    w.add_node(node("n").cores(4).build(NodeId(0)))
+        .expect("node");
+    let mut a = app("a").tasks(5).cpu(1.0, 0.0).build(AppId(0));
+    if let Some(cpu) = a.cpu.as_mut() {
+        cpu.request.cores = 1;
+    }
+    w.add_application(a, (3..5).map(TaskId)).expect("app");
+    for running in [&ones[0], &ones[1], &two] {
+        w.restore_running(running).expect("restored");
+    }
+    assert_eq!(w.node(NodeId(0)).free.cores, 0);
+    w.task_finished(&two);
+    assert_eq!(w.node(NodeId(0)).free.cores, 2);
 }

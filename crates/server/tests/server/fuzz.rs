@@ -177,8 +177,7 @@ enum Op {
     /// `hetsched update` of job `0`: priority `1`, time limit `2` (ms; 0: none).
     Update(u64, i32, u64),
     /// `hetsched update` of job `0`: one task's cores `1`, memory `2` (MiB) and GPU-variant
-    /// devices `3` (refused while a task of it runs, and devices for a job without a GPU
-    /// variant).
+    /// devices `3` (refused for a job without a GPU variant); tasks running keep theirs.
     UpdateRequest(u64, u32, u64, Option<u32>),
     /// `hetsched update` of job `0`: the attributes its tasks require, `1`.
     UpdateRequires(u64, &'static str),
@@ -208,7 +207,7 @@ fn op(disk: bool) -> BoxedStrategy<Op> {
         1 => (1..5u64, any::<bool>()).prop_map(|(j, h)| Op::Hold(j, h)),
         1 => (1..5u64, -2..3i32, prop::sample::select(vec![0u64, 1_000, 3_600_000]))
             .prop_map(|(j, p, t)| Op::Update(j, p, t)),
-        1 => (1..5u64, 1..3u32, prop::sample::select(vec![0u64, 64, 512]), prop::option::of(1..3u32))
+        2 => (1..5u64, 1..4u32, prop::sample::select(vec![0u64, 64, 512]), prop::option::weighted(0.2, 1..3u32))
             .prop_map(|(j, c, m, g)| Op::UpdateRequest(j, c, m, g)),
         1 => (1..5u64, prop::sample::select(vec!["", "bigmem", "ssd,bigmem"]))
             .prop_map(|(j, r)| Op::UpdateRequires(j, r)),
@@ -233,6 +232,14 @@ fn op(disk: bool) -> BoxedStrategy<Op> {
 /// Every job and every task as listings show them.
 fn everything(s: &State) -> Vec<String> {
     let mut out = Vec::new();
+    // What is free on each node: every running task's request is booked as it was given,
+    // across updates of its application's request.
+    for n in s.list_nodes() {
+        out.push(format!(
+            "node {} free cores {} free gpus {} running {}",
+            n.name, n.free_cores, n.free_gpus, n.running
+        ));
+    }
     for j in s.jobs().jobs {
         out.push(format!(
             "job {} {} {:?} held={}",
