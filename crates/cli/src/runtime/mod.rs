@@ -294,16 +294,17 @@ pub enum RuntimeCommand {
         /// `time_limit`).
         #[arg(long, value_name = "DURATION", value_parser = parse_time_limit)]
         time_limit: Option<u64>,
-        /// The new cores of one task (a job file's `cores`); only while none of the
-        /// application's tasks runs, as Slurm changes a pending job's `NumCPUs`.
+        /// The new cores of one task still to start (a job file's `cores`), as Slurm changes
+        /// the `NumCPUs` of an array's pending tasks; a running task keeps its own.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
         cores: Option<u32>,
-        /// The new memory of one task, enforced by its agent: `512MiB`, `8GiB`; `none` (or 0)
-        /// for none declared (a job file's `memory`); only while none of its tasks runs.
+        /// The new memory of one task still to start, enforced by its agent: `512MiB`, `8GiB`;
+        /// `none` (or 0) for none declared (a job file's `memory`); a running task keeps its
+        /// own.
         #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
         memory: Option<u64>,
-        /// The new devices of one task of the GPU variant (a job file's `gpus`); only while
-        /// none of the application's tasks runs.
+        /// The new devices of one task of the GPU variant still to start (a job file's
+        /// `gpus`); a running task keeps its own.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
         gpus: Option<u32>,
         /// The variant whose `--cores` and `--memory` change (default: every variant the
@@ -311,7 +312,8 @@ pub enum RuntimeCommand {
         #[arg(long, value_name = "cpu|gpu", value_parser = ["cpu", "gpu"])]
         variant: Option<String>,
         /// The node attributes its tasks require from now on, separated by commas (a job
-        /// file's `requires`; Slurm's `Features`); `none` for none. Tasks running stay.
+        /// file's `requires`; Slurm's `Features`); `none` for none. Tasks running stay; a
+        /// multi-node task's gathering lets go of the nodes that lack them.
         #[arg(long, value_name = "ATTR,…")]
         requires: Option<String>,
         #[command(flatten)]

@@ -456,3 +456,54 @@ fn a_multi_node_task_whose_nodes_are_free_starts_while_one_served_before_it_gath
     assert_eq!(assigned(&r), vec![2]);
     assert_eq!(r.assignments[0].node_names, ["b", "a"]);
 }
+
+#[test]
+fn a_gathering_gives_back_the_nodes_that_lack_what_an_update_requires() {
+    let d = common::scratch("multi-node", "requires-update");
+    let mut s = open(&d);
+    let a = common::register_with(&mut s, "a", 2, &[]);
+    let b = common::register_with(&mut s, "b", 2, &["ib"]);
+    let c = common::register_with(&mut s, "c", 2, &["ib"]);
+    // Two-core tasks fill b and c.
+    submit(&mut s, "long", 2, "", "cores = 2");
+    assert_eq!(assigned(&beat(&mut s, b, &[], &[])), vec![0]);
+    assert_eq!(assigned(&beat(&mut s, c, &[], &[])), vec![1]);
+    // A two-node task gathers a (free) and b (as it drains).
+    let mpi = submit(&mut s, "mpi", 1, "nodes = 2", "");
+    assert!(beat(&mut s, a, &[], &[]).assignments.is_empty());
+    assert!(beat(&mut s, b, &[(0, 1)], &[]).assignments.is_empty());
+    assert_eq!(
+        held_for(&s),
+        [
+            "gathering for job 2 (`mpi`)",
+            "gathering for job 2 (`mpi`)",
+            ""
+        ]
+    );
+    // Its tasks now require InfiniBand: a is given back at its next beat, and takes other work.
+    let r = s
+        .update(&pb::UpdateRequest {
+            job_id: mpi,
+            requires: Some("ib".into()),
+            ..Default::default()
+        })
+        .expect("a multi-node application's requires change");
+    assert_eq!(r.apps[0].requires, ["ib"]);
+    let small = submit(&mut s, "small", 1, "", "");
+    let r = beat(&mut s, a, &[], &[]);
+    assert_eq!(assigned(&r), vec![3], "a is free for job {small}");
+    assert!(beat(&mut s, c, &[(1, 1)], &[]).assignments.is_empty());
+    assert_eq!(
+        held_for(&s),
+        [
+            "",
+            "gathering for job 2 (`mpi`)",
+            "gathering for job 2 (`mpi`)"
+        ]
+    );
+    // b and c drain: the task starts on them.
+    assert!(beat(&mut s, b, &[], &[(0, 1, true)]).assignments.is_empty());
+    let r = beat(&mut s, c, &[], &[(1, 1, true)]);
+    assert_eq!(assigned(&r), vec![2]);
+    assert_eq!(r.assignments[0].node_names, ["c", "b"]);
+}

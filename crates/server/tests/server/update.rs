@@ -522,18 +522,12 @@ fn requires_change_where_pending_tasks_may_run_and_a_restart_keeps_them() {
     s.hold(1, false).expect("released");
     assert!(assigned(&beat(&mut s, big, &[], &[])).is_empty());
     assert_eq!(assigned(&beat(&mut s, ssd, &[], &[])), vec![4, 5]);
-    // A name with whitespace is refused, naming it; so is a multi-node application's change.
+    // A name with whitespace is refused, naming it.
     let e = update_requires(&mut s, 1, "big mem").expect_err("whitespace");
     assert!(
         e.contains("requires[0]: attribute `big mem` has whitespace"),
         "{e}"
     );
-    let whole = submit(
-        &mut s,
-        "[[application]]\nname = \"mpi\"\ntasks = 1\nnodes = 2\n[application.cpu]\ncommand = \"true\"\n",
-    );
-    let e = update_requires(&mut s, whole, "").expect_err("multi-node");
-    assert!(e.contains("its requires do not change"), "{e}");
 }
 
 #[test]

@@ -30,8 +30,10 @@
 //! `apps.time_limit_ms`, `apps.spec_generation`, `apps.cpu_cores` … `apps.gpu_memory_bytes`)
 //! in the event's transaction, and a restart applies them over what the job file says.
 //!
-//! Requires change at any time (tasks running stay where they are), but not for a multi-node
-//! application: its gathering holds nodes chosen by them. They are stored in `apps.requires`.
+//! Requires change at any time: tasks running stay where they are, and a multi-node
+//! application's gathering gives back, at its next beat, the members that lack them (the core's
+//! `Gatherer` keeps only eligible nodes) and gathers nodes that have them. They are stored in
+//! `apps.requires`.
 
 use super::{AppRec, Batch, Ctx, MAX_SPEC_GENERATION};
 use crate::state::StateError;
@@ -239,18 +241,6 @@ impl Batch {
             for &a in &apps {
                 self.check_resources_change(job, a, variant)?;
             }
-        }
-        if requires.is_some()
-            && let Some(r) = apps
-                .iter()
-                .filter_map(|&a| self.apps.get(a as usize))
-                .find(|r| r.nodes > 1)
-        {
-            return Err(StateError::Invalid(format!(
-                "application `{}` of job {job} holds {} whole nodes per task, gathered by what \
-                 it requires: its requires do not change",
-                r.name, r.nodes
-            )));
         }
         if (update.time_limit_ms.is_some() || resources)
             && let Some(r) = apps
