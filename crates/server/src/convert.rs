@@ -379,6 +379,7 @@ impl From<AppInfo> for pb::AppInfo {
             gpu_cores: a.requests[1].map_or(0, |r| r.cores),
             gpu_memory_bytes: a.requests[1].map_or(0, |r| r.memory_bytes),
             gpus: a.requests[1].map_or(0, |r| r.gpus),
+            gpu_kind: a.gpu_kind.unwrap_or_default(),
         }
     }
 }
@@ -681,6 +682,10 @@ impl Wire for State {
             cores: req.cores,
             memory_bytes: req.memory_bytes,
             gpus: req.gpus,
+            gpu_kind: req
+                .gpu_kind
+                .as_ref()
+                .map(|k| (!k.is_empty()).then(|| k.clone())),
             requires: req.requires.as_ref().map(|r| {
                 r.split(',')
                     .map(str::trim)
@@ -716,6 +721,7 @@ impl Wire for State {
                     gpus: u.requests[1].map_or(0, |r| r.gpus),
                     requires: u.requires,
                     running_kept: u.running_kept,
+                    gpu_kind: u.gpu_kind.unwrap_or_default(),
                 })
                 .collect(),
         })

@@ -271,6 +271,9 @@ pub struct AppSettings {
     /// The node attributes its tasks require, as an update set them; `None`: as its job file
     /// says.
     pub requires: Option<Vec<String>>,
+    /// The accelerator kind its GPU variant's tasks take, as an update set it (empty: any);
+    /// `None`: as its job file says.
+    pub gpu_kind: Option<String>,
 }
 
 /// What a restart reads of a purged batch job ([`Snapshot::purged_jobs`]): where its ids start
@@ -363,6 +366,9 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     // The node attributes its tasks require as `hetsched update` set them, one per line (NULL:
     // as its job file says).
     ("apps", "requires", "TEXT"),
+    // The accelerator kind of its GPU variant as `hetsched update` set it (empty: any; NULL: as
+    // its job file says).
+    ("apps", "gpu_kind", "TEXT"),
 ];
 
 /// The indexes; `tasks_other_nodes` lists only multi-node tasks' rows, so finding them (a
@@ -583,7 +589,7 @@ impl Store {
         snap.multi_node = self.multi_node_tasks()?;
         let mut stmt = self.conn.prepare(
             "SELECT id, priority, max_running, time_limit_ms, spec_generation, cpu_cores,
-             cpu_memory_bytes, gpu_cores, gpu_memory_bytes, requires, gpu_gpus FROM apps
+             cpu_memory_bytes, gpu_cores, gpu_memory_bytes, requires, gpu_gpus, gpu_kind FROM apps
              WHERE priority IS NOT NULL ORDER BY id",
         )?;
         let rows = stmt.query_map([], |r| {
@@ -611,6 +617,7 @@ impl Store {
                 requires: r
                     .get::<_, Option<String>>(9)?
                     .map(|t| t.lines().map(str::to_string).collect()),
+                gpu_kind: r.get(11)?,
             })
         })?;
         for r in rows {
@@ -995,7 +1002,7 @@ pub fn write_app_settings(tx: &rusqlite::Transaction, set: &AppSettings) -> Resu
     tx.prepare_cached(
         "UPDATE apps SET priority = ?1, max_running = ?2, time_limit_ms = ?3,
          spec_generation = ?4, cpu_cores = ?5, cpu_memory_bytes = ?6, gpu_cores = ?7,
-         gpu_memory_bytes = ?8, requires = ?9, gpu_gpus = ?10 WHERE id = ?11",
+         gpu_memory_bytes = ?8, requires = ?9, gpu_gpus = ?10, gpu_kind = ?12 WHERE id = ?11",
     )?
     .execute(params![
         set.priority,
@@ -1008,7 +1015,8 @@ pub fn write_app_settings(tx: &rusqlite::Transaction, set: &AppSettings) -> Resu
         set.requests[1].map(|r| r.memory_bytes.min(i64::MAX as u64) as i64),
         set.requires.as_ref().map(|r| r.join("\n")),
         set.requests[1].map(|r| r.gpus),
-        set.app
+        set.app,
+        set.gpu_kind
     ])?;
     Ok(())
 }

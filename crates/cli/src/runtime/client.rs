@@ -582,6 +582,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
                 super::human::per_task(
                     (a.cpu_cores, a.cpu_memory_bytes, 0),
                     (a.gpu_cores, a.gpu_memory_bytes, a.gpus),
+                    &a.gpu_kind,
                 )
             },
             if a.requires.is_empty() {
@@ -1137,6 +1138,8 @@ pub struct Update {
     pub memory_bytes: Option<u64>,
     /// The new devices of one task of the GPU variant.
     pub gpus: Option<u32>,
+    /// The accelerator kind of the GPU variant's tasks (empty: any).
+    pub gpu_kind: Option<String>,
     /// The variant whose cores and memory change (`cpu`, `gpu`; empty: every variant).
     pub variant: String,
     /// The node attributes its tasks require from now on, comma-separated (empty: none).
@@ -1158,12 +1161,14 @@ pub async fn update(args: &ClientArgs, sel: &Selected, update: &Update) -> anyho
             cores: update.cores,
             memory_bytes: update.memory_bytes,
             gpus: update.gpus,
+            gpu_kind: update.gpu_kind.clone(),
             variant: update.variant.clone(),
             requires: update.requires.clone(),
         };
         let resources =
             update.cores.is_some() || update.memory_bytes.is_some() || update.gpus.is_some();
         let requires = update.requires.is_some();
+        let gpu_kind = update.gpu_kind.is_some();
         async move {
             let r = api.update(req).await.map_err(refused)?.into_inner();
             let apps: Vec<String> = r
@@ -1208,6 +1213,12 @@ pub async fn update(args: &ClientArgs, sel: &Selected, update: &Update) -> anyho
                                 " ({} running task(s) keep what they were given)",
                                 a.running_kept
                             ));
+                        }
+                    }
+                    if gpu_kind {
+                        match a.gpu_kind.as_str() {
+                            "" => line.push_str(", GPUs of any kind"),
+                            k => line.push_str(&format!(", GPUs of kind {k}")),
                         }
                     }
                     if requires {

@@ -48,9 +48,10 @@ pub fn time_limit(cpu_ms: u64, gpu_ms: u64) -> String {
 }
 
 /// What one task holds, from its CPU and GPU variants' cores (0: no such variant), memory
-/// (bytes, 0: none declared) and devices: `4 cores, 8.0 GiB`; `cpu 4 cores, 8.0 GiB / gpu 1
-/// core, 2 GPUs` when the variants differ; `-` for neither (a multi-node application).
-pub fn per_task(cpu: (u32, u64, u32), gpu: (u32, u64, u32)) -> String {
+/// (bytes, 0: none declared), devices and their kind (empty: any): `4 cores, 8.0 GiB`; `cpu 4
+/// cores, 8.0 GiB / gpu 1 core, 2 GPUs (a100)` when the variants differ; `-` for neither (a
+/// multi-node application).
+pub fn per_task(cpu: (u32, u64, u32), gpu: (u32, u64, u32), gpu_kind: &str) -> String {
     let one = |(cores, bytes, gpus): (u32, u64, u32)| {
         let mut said = vec![match cores {
             1 => "1 core".to_string(),
@@ -59,10 +60,14 @@ pub fn per_task(cpu: (u32, u64, u32), gpu: (u32, u64, u32)) -> String {
         if bytes > 0 {
             said.push(memory(bytes));
         }
+        let kind = match gpu_kind {
+            "" => String::new(),
+            k => format!(" ({k})"),
+        };
         match gpus {
             0 => {}
-            1 => said.push("1 GPU".into()),
-            n => said.push(format!("{n} GPUs")),
+            1 => said.push(format!("1 GPU{kind}")),
+            n => said.push(format!("{n} GPUs{kind}")),
         }
         said.join(", ")
     };
@@ -248,17 +253,21 @@ mod tests {
 
     #[test]
     fn what_one_task_holds_is_one_figure_unless_the_variants_differ() {
-        assert_eq!(per_task((0, 0, 0), (0, 0, 0)), "-");
-        assert_eq!(per_task((1, 0, 0), (0, 0, 0)), "1 core");
-        assert_eq!(per_task((4, 8 << 30, 0), (0, 0, 0)), "4 cores, 8.0 GiB");
-        assert_eq!(per_task((0, 0, 0), (2, 0, 1)), "2 cores, 1 GPU");
+        assert_eq!(per_task((0, 0, 0), (0, 0, 0), ""), "-");
+        assert_eq!(per_task((1, 0, 0), (0, 0, 0), ""), "1 core");
+        assert_eq!(per_task((4, 8 << 30, 0), (0, 0, 0), ""), "4 cores, 8.0 GiB");
+        assert_eq!(per_task((0, 0, 0), (2, 0, 1), ""), "2 cores, 1 GPU");
         assert_eq!(
-            per_task((2, 1 << 30, 0), (2, 1 << 30, 0)),
+            per_task((0, 0, 0), (2, 0, 1), "a100"),
+            "2 cores, 1 GPU (a100)"
+        );
+        assert_eq!(
+            per_task((2, 1 << 30, 0), (2, 1 << 30, 0), ""),
             "2 cores, 1.0 GiB"
         );
         assert_eq!(
-            per_task((4, 1 << 30, 0), (1, 0, 2)),
-            "cpu 4 cores, 1.0 GiB / gpu 1 core, 2 GPUs"
+            per_task((4, 1 << 30, 0), (1, 0, 2), "h100"),
+            "cpu 4 cores, 1.0 GiB / gpu 1 core, 2 GPUs (h100)"
         );
     }
 

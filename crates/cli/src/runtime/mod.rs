@@ -307,6 +307,11 @@ pub enum RuntimeCommand {
         /// `gpus`); a running task keeps its own.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
         gpus: Option<u32>,
+        /// The accelerator kind the GPU variant's tasks still to start take (a job file's
+        /// `kind`, Slurm's `Gres=gpu:TYPE:N`): `a100`; `any` for any kind. Running tasks keep
+        /// their devices.
+        #[arg(long, value_name = "KIND")]
+        gpu_kind: Option<String>,
         /// The variant whose `--cores` and `--memory` change (default: every variant the
         /// application has).
         #[arg(long, value_name = "cpu|gpu", value_parser = ["cpu", "gpu"])]
@@ -648,6 +653,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             cores,
             memory,
             gpus,
+            gpu_kind,
             variant,
             requires,
             client,
@@ -658,10 +664,11 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
                 && time_limit.is_none()
                 && !resources
                 && requires.is_none()
+                && gpu_kind.is_none()
             {
                 anyhow::bail!(
                     "nothing to update: give --priority, --max-running, --time-limit, --cores, \
-                     --memory, --gpus or --requires"
+                     --memory, --gpus, --gpu-kind or --requires"
                 );
             }
             if variant.is_some() && !resources {
@@ -678,6 +685,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
                 cores,
                 memory_bytes: memory,
                 gpus,
+                gpu_kind: gpu_kind.map(|k| if k.trim() == "any" { String::new() } else { k }),
                 variant: variant.unwrap_or_default(),
                 requires: requires.map(|r| if r.trim() == "none" { String::new() } else { r }),
             };

@@ -1107,6 +1107,19 @@ fn gpu_tasks_go_to_declared_gpus_with_cuda_visible_devices_set() {
             .all(|t| t["variant"] == "gpu" && t["devices"].as_array().map(Vec::len) == Some(1))),
         "{tasks}"
     );
+    // `hetsched update --gpu-kind`: a held job's GPU kind, shown per task; `any` for any kind.
+    c.ok(&["submit", job.to_str().expect("path"), "--hold"]);
+    assert!(c.ok(&["job", "2"]).contains("1 core, 1 GPU (test-gpu)"));
+    let said = c.ok(&["update", "2", "--gpu-kind", "any"]);
+    assert!(said.ends_with(", GPUs of any kind\n"), "{said}");
+    assert_eq!(c.json(&["job", "2"])["apps"][0]["gpu_kind"], "");
+    assert!(
+        c.ok(&["update", "2", "--gpu-kind", "test-gpu"])
+            .ends_with(", GPUs of kind test-gpu\n")
+    );
+    c.ok(&["release", "2"]);
+    c.cli(&["wait", "2", "--timeout", "20s"]);
+    assert_eq!(c.json(&["job", "2"])["counts"]["succeeded"], 4);
 }
 
 /// Parses OpenMetrics / Prometheus text: every sample's family has `# TYPE` and `# HELP`, every

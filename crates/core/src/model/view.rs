@@ -726,6 +726,23 @@ impl SchedulerView {
         Ok(())
     }
 
+    /// Gives `app`'s GPU variant the accelerator `kind` its tasks take from now on (`None`: any;
+    /// `hetsched update --gpu-kind`): placements pick devices of that kind. Tasks already
+    /// running keep their devices. Refused for an application without a GPU variant.
+    pub fn set_gpu_kind(&mut self, app: AppId, kind: Option<String>) -> Result<(), ViewError> {
+        let a = self.app_mut(app)?;
+        let gpu = a
+            .app
+            .gpu
+            .as_mut()
+            .ok_or(ViewError::NoSuchVariant(app, Variant::Gpu))?;
+        if gpu.kind != kind {
+            gpu.kind = kind;
+            self.placement_generation += 1;
+        }
+        Ok(())
+    }
+
     /// Gives `app` the node attributes its tasks require from now on (`hetsched update
     /// --requires`; sorted, without repeats, as [`crate::model::cluster::attribute_set`] makes
     /// them). Tasks already running stay where they are.

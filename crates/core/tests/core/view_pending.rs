@@ -183,3 +183,51 @@ fn a_request_changes_while_tasks_run_and_each_task_gives_back_what_it_took() {
     w.task_finished(&two);
     assert_eq!(w.node(NodeId(0)).free.cores, 2);
 }
+
+/// `hetsched update --gpu-kind`: the accelerator kind a GPU variant's tasks take changes;
+/// placements pick devices of the new kind, and cached placements are looked at again.
+#[test]
+fn a_gpu_variants_kind_changes_and_placements_pick_devices_of_the_new_kind() {
+    let mut v = SchedulerView::new();
+    v.add_node(
+        node("n")
+            .cores(4)
+            .gpus(1, "k20")
+            .gpus(1, "a100")
+            .build(NodeId(0)),
+    )
+    .expect("node");
+    let mut a = app("a").tasks(3).gpu(1.0, 0.0, 0.0).build(AppId(0));
+    if let Some(gpu) = a.gpu.as_mut() {
+        gpu.kind = Some("h100".into());
+    }
+    v.add_application(a, (0..3).map(TaskId)).expect("app");
+    v.add_application(app("c").tasks(1).cpu(1.0, 0.0).build(AppId(1)), [TaskId(3)])
+        .expect("app");
+    assert!(!v.fits(AppId(0), NodeId(0), Variant::Gpu), "no h100 here");
+    let generation = v.placement_generation();
+    v.set_gpu_kind(AppId(0), Some("a100".into()))
+        .expect("changed");
+    assert!(v.placement_generation() > generation);
+    let t = v
+        .assign(AppId(0), NodeId(0), Variant::Gpu)
+        .expect("the a100 is free");
+    let a100 = v.node(NodeId(0)).node.accelerators[t.devices[0] as usize]
+        .kind
+        .clone();
+    assert_eq!(a100, "a100");
+    assert!(
+        !v.fits(AppId(0), NodeId(0), Variant::Gpu),
+        "the k20 is not one"
+    );
+    // Any kind: the k20 takes the next.
+    v.set_gpu_kind(AppId(0), None).expect("changed");
+    assert!(v.assign(AppId(0), NodeId(0), Variant::Gpu).is_some());
+    let generation = v.placement_generation();
+    v.set_gpu_kind(AppId(0), None).expect("the same");
+    assert_eq!(v.placement_generation(), generation, "nothing changed");
+    assert!(
+        v.set_gpu_kind(AppId(1), Some("a100".into())).is_err(),
+        "no GPU variant"
+    );
+}

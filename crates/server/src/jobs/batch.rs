@@ -235,6 +235,9 @@ struct AppRec {
     request_update: [Option<Resources>; 2],
     /// Whether `hetsched update` set `requires` over the job file's.
     requires_updated: bool,
+    /// The accelerator kind of its GPU variant `hetsched update --gpu-kind` set over the job
+    /// file's (empty: any); `None`: the file's.
+    gpu_kind_update: Option<String>,
 }
 
 /// Where an application's tasks send their stdout and stderr ([`Batch::streams`]).
@@ -646,6 +649,7 @@ impl Batch {
                 time_limit_update: None,
                 spec_generation: 0,
                 request_update: [None; 2],
+                gpu_kind_update: None,
                 requires_updated: false,
             });
             self.any_multi_node |= app.is_multi_node();
@@ -1408,6 +1412,7 @@ impl Batch {
                         priority: r.priority,
                         time_limit_ms: r.time_limits_ms(),
                         requests: requests_of(rd.view, a),
+                        gpu_kind: gpu_kind_of(rd.view, a),
                     }
                 })
                 .collect()
@@ -1603,6 +1608,13 @@ fn throttle_opened(cx: &mut Ctx, app: AppId) {
 
 /// What one task of application `app`'s CPU and GPU variants holds in the view, (cores,
 /// memory bytes); `None`: no such variant.
+/// The accelerator kind application `app`'s GPU variant takes (`None`: any, or no GPU variant).
+fn gpu_kind_of(view: &hetsched_core::SchedulerView, app: u32) -> Option<String> {
+    view.get_app(AppId(app))
+        .and_then(|a| a.app.gpu.as_ref())
+        .and_then(|g| g.kind.clone())
+}
+
 fn requests_of(view: &hetsched_core::SchedulerView, app: u32) -> [Option<Resources>; 2] {
     [Variant::Cpu, Variant::Gpu].map(|v| view.get_app(AppId(app)).and_then(|a| a.app.request(v)))
 }

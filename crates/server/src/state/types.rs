@@ -350,6 +350,9 @@ pub struct AppInfo {
     /// What one task of its CPU and GPU variants holds, (cores, memory bytes) (`None`: no such
     /// variant, or not a batch application).
     pub requests: [Option<hetsched_core::Resources>; 2],
+    /// The accelerator kind its GPU variant's tasks take (`None`: any, no GPU variant, or not a
+    /// batch application).
+    pub gpu_kind: Option<String>,
 }
 
 /// One job, as listings show it.

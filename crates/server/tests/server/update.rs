@@ -591,3 +591,74 @@ fn a_gpu_variants_devices_change_while_no_task_runs_and_a_restart_keeps_them() {
         .to_string();
     assert!(e.contains("has no gpu variant"), "{e}");
 }
+
+/// `hetsched update JOB --gpu-kind KIND` (empty: any).
+fn update_gpu_kind(s: &mut State, job: u64, kind: &str) -> Result<pb::UpdateReply, String> {
+    s.update(&pb::UpdateRequest {
+        job_id: job,
+        gpu_kind: Some(kind.into()),
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())
+}
+
+#[test]
+fn a_gpu_variants_kind_changes_for_the_tasks_to_start_and_a_restart_keeps_it() {
+    let d = common::scratch("update", "gpu-kind");
+    let job_file = "[[application]]\nname = \"train\"\ntasks = 4\n\
+                    [application.gpu]\ncommand = \"true\"\nkind = \"h100\"\n";
+    {
+        let mut s = open(&d);
+        // Submitted before any node registered; the node that comes has two a100s.
+        let job = submit(&mut s, job_file);
+        let g = common::register_with_gpus(&mut s, "g", 4, 2);
+        assert!(assigned(&beat(&mut s, g, &[], &[])).is_empty(), "no h100");
+        assert_eq!(s.job(job).expect("job").apps[0].gpu_kind, "h100");
+        let r = update_gpu_kind(&mut s, job, "a100").expect("updated");
+        assert_eq!(r.apps[0].gpu_kind, "a100");
+        assert_eq!(s.job(job).expect("job").apps[0].gpu_kind, "a100");
+        let r = beat(&mut s, g, &[], &[]);
+        assert_eq!(assigned(&r), vec![0, 1], "one a100 each");
+        // Refused: a kind with whitespace, an application without a GPU variant, the CPU
+        // variant named.
+        let e = update_gpu_kind(&mut s, job, "a 100").expect_err("whitespace");
+        assert!(
+            e.starts_with("gpu kind: attribute `a 100` has whitespace"),
+            "{e}"
+        );
+        let cpu_only = submit(&mut s, &app("c", 1));
+        let e = update_gpu_kind(&mut s, cpu_only, "a100").expect_err("no GPU variant");
+        assert!(e.contains("has no gpu variant"), "{e}");
+        s.cancel(cpu_only).expect("cancelled");
+        let e = s
+            .update(&pb::UpdateRequest {
+                job_id: job,
+                gpu_kind: Some("a100".into()),
+                variant: "cpu".into(),
+                ..Default::default()
+            })
+            .expect_err("the CPU variant")
+            .to_string();
+        assert!(e.contains("gpu kind"), "{e}");
+        s.hold(job, true).expect("held");
+        beat(&mut s, g, &[], &[(0, 1, true), (1, 1, true)]);
+        // Back to the file's h100 for the tasks left.
+        update_gpu_kind(&mut s, job, "h100").expect("updated");
+    }
+    // Restarted: h100 as updated (here the file's too), then any kind.
+    let mut s = open(&d);
+    assert_eq!(s.job(1).expect("job").apps[0].gpu_kind, "h100");
+    let g = common::register_with_gpus(&mut s, "g", 4, 2);
+    s.hold(1, false).expect("released");
+    assert!(assigned(&beat(&mut s, g, &[], &[])).is_empty(), "no h100");
+    let r = update_gpu_kind(&mut s, 1, "").expect("updated");
+    assert_eq!(r.apps[0].gpu_kind, "", "any kind");
+    assert_eq!(assigned(&beat(&mut s, g, &[], &[])), vec![2, 3]);
+    drop(s);
+    let s = open(&d);
+    assert_eq!(
+        s.job(1).expect("job").apps[0].gpu_kind,
+        "",
+        "any kind, kept"
+    );
+}

@@ -62,6 +62,8 @@ pub struct Update {
     pub variant: Option<Variant>,
     /// The node attributes its tasks require from now on (empty: none).
     pub requires: Option<Vec<String>>,
+    /// The accelerator kind its GPU variant's tasks take from now on (`Some(None)`: any).
+    pub gpu_kind: Option<Option<String>>,
 }
 
 /// An application as an update left it.
@@ -82,6 +84,8 @@ pub struct Updated {
     /// Its running tasks (and those queued on agents) that keep cores, memory or devices other
     /// than `requests`: they were placed before an update changed them.
     pub running_kept: u32,
+    /// The accelerator kind its GPU variant's tasks take (`None`: any, or no GPU variant).
+    pub gpu_kind: Option<String>,
 }
 
 impl Update {
@@ -99,11 +103,21 @@ impl Update {
             && self.time_limit_ms.is_none()
             && !resources
             && self.requires.is_none()
+            && self.gpu_kind.is_none()
         {
             return Err(StateError::Invalid(
                 "nothing to update: give a priority, a max_running, a time limit, cores, memory, \
-                 gpus or requires"
+                 gpus, a gpu kind or requires"
                     .into(),
+            ));
+        }
+        if let Some(Some(kind)) = &self.gpu_kind {
+            hetsched_core::model::cluster::attribute_set([kind.as_str()].into_iter())
+                .map_err(|(_, e)| StateError::Invalid(format!("gpu kind: {e}")))?;
+        }
+        if self.gpu_kind.is_some() && self.variant == Some(Variant::Cpu) {
+            return Err(StateError::Invalid(
+                "gpu kind: the CPU variant takes no devices".into(),
             ));
         }
         if self.variant.is_some() && !resources {
@@ -185,6 +199,7 @@ impl AppRec {
             spec_generation: self.spec_generation,
             requests: self.request_update,
             requires: self.requires_updated.then(|| self.requires.clone()),
+            gpu_kind: self.gpu_kind_update.clone(),
         }
     }
 }
@@ -231,9 +246,9 @@ impl Batch {
                 vec![a]
             }
         };
-        if resources {
+        if resources || update.gpu_kind.is_some() {
             // Devices are the GPU variant's only.
-            let variant = if update.gpus.is_some() {
+            let variant = if update.gpus.is_some() || update.gpu_kind.is_some() {
                 Some(Variant::Gpu)
             } else {
                 update.variant
@@ -311,6 +326,9 @@ impl Batch {
             if let Some(req) = &requires {
                 set.requires = Some(req.clone());
             }
+            if let Some(kind) = &update.gpu_kind {
+                set.gpu_kind = Some(kind.clone().unwrap_or_default());
+            }
             let before = super::requests_of(cx.view, a);
             self.apply_settings(cx, &set)?;
             let running_kept = if resources {
@@ -330,6 +348,7 @@ impl Batch {
                 requests,
                 requires: r.requires.clone(),
                 running_kept,
+                gpu_kind: super::gpu_kind_of(cx.view, a),
             });
             self.settings_changed.push(a);
             // Its pending tasks may start where they could not (a higher cap, a new order).
@@ -455,6 +474,11 @@ impl Batch {
             r.requires_updated = true;
             r.requires = req.clone();
             cx.view.set_requires(app, req.clone())?;
+        }
+        if let Some(kind) = &set.gpu_kind {
+            r.gpu_kind_update = Some(kind.clone());
+            cx.view
+                .set_gpu_kind(app, (!kind.is_empty()).then(|| kind.clone()))?;
         }
         for (i, v) in [Variant::Cpu, Variant::Gpu].into_iter().enumerate() {
             let Some(request) = set.requests[i] else {
