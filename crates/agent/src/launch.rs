@@ -255,22 +255,69 @@ async fn next_limit(limit: &mut Option<watch::Receiver<u64>>) -> Option<u64> {
     }
 }
 
+/// A signal a task's processes get before its time limit (the spec's `warn_signal`, Slurm's
+/// `--signal`): `before` its limit, once per limit (a limit changed later warns again).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Warning {
+    /// The signal.
+    pub signal: nix::sys::signal::Signal,
+    /// How long before the limit.
+    pub before: Duration,
+}
+
+impl Warning {
+    /// The spec's warning, if it names one: `None` for none, and for a name this system does not
+    /// know (the server sends only the names a job file's `signal =` accepts).
+    pub fn of(spec: &pb::TaskSpec) -> Option<Warning> {
+        if spec.warn_signal.is_empty() {
+            return None;
+        }
+        let signal = format!("SIG{}", spec.warn_signal).parse().ok()?;
+        Some(Warning {
+            signal,
+            before: Duration::from_millis(spec.warn_before_ms),
+        })
+    }
+}
+
 /// Resolves with the limit (ms) once a task started at `began` has run for its time limit:
-/// `ms` at first (0: none), then each limit `limit` gives.
+/// `ms` at first (0: none), then each limit `limit` gives. Meanwhile `warn` calls `signal` with
+/// its signal when the limit is its `before` away (at once, when it is nearer already), once
+/// per limit.
 async fn time_limit(
     began: tokio::time::Instant,
     mut ms: u64,
     mut limit: Option<watch::Receiver<u64>>,
+    warn: Option<Warning>,
+    signal: impl Fn(nix::sys::signal::Signal),
 ) -> u64 {
+    // The limit whose warning was sent.
+    let mut warned: Option<u64> = None;
     loop {
+        let end = began + Duration::from_millis(ms);
         let passed = async {
             match ms {
                 0 => std::future::pending().await,
-                ms => tokio::time::sleep_until(began + Duration::from_millis(ms)).await,
+                _ => tokio::time::sleep_until(end).await,
+            }
+        };
+        let warning = async {
+            match warn {
+                Some(w) if ms > 0 && warned != Some(ms) => {
+                    let at = end.checked_sub(w.before).unwrap_or(began).max(began);
+                    tokio::time::sleep_until(at).await;
+                    w.signal
+                }
+                _ => std::future::pending().await,
             }
         };
         tokio::select! {
+            biased;
             () = passed => return ms,
+            sig = warning => {
+                signal(sig);
+                warned = Some(ms);
+            }
             next = next_limit(&mut limit) => match next {
                 Some(next) => ms = next,
                 None => limit = None,
@@ -416,7 +463,19 @@ pub async fn run(
         child.stdout.take().map(|s| tokio::spawn(drain(s, out))),
         child.stderr.take().map(|s| tokio::spawn(drain(s, err))),
     ];
-    let timer = time_limit(tokio::time::Instant::now(), spec.time_limit_ms, limit);
+    let warn_group = |signal| {
+        if let Some(p) = pid {
+            tracing::debug!(pid = p, ?signal, "the time limit nears: the task is warned");
+            signal_group(p, signal);
+        }
+    };
+    let timer = time_limit(
+        tokio::time::Instant::now(),
+        spec.time_limit_ms,
+        limit,
+        Warning::of(spec),
+        warn_group,
+    );
     let exited = async {
         match watch.as_mut() {
             Some(w) => match w.exited().await {
@@ -741,6 +800,81 @@ mod tests {
         let (r, _) = run_told(&dir, "sleep 0.6", 300, 0).await;
         assert!(r.success, "{r:?}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Slurm's `--signal=USR1@1`: the task is warned before its time limit, once per limit, and
+    /// a limit moved later warns again.
+    #[tokio::test]
+    async fn a_task_gets_its_warning_signal_before_its_time_limit_once_per_limit() {
+        let dir = test_dir("warn");
+        let script = r#"trap 'echo warned >> "$D/w"' USR1; echo > "$D/started"; for i in $(seq 200); do sleep 0.05; done"#;
+        let warnings = |dir: &Path| {
+            std::fs::read_to_string(dir.join("w"))
+                .unwrap_or_default()
+                .lines()
+                .count()
+        };
+        let (a, mut spec) = task(&dir, script, 1_500);
+        spec.warn_signal = "USR1".into();
+        spec.warn_before_ms = 1_000;
+        let (_tx, rx) = oneshot::channel();
+        let began = std::time::Instant::now();
+        let r = run(&a, &spec, "n", &dir, rx, Duration::from_secs(5), |_| {}).await;
+        assert!(r.message.starts_with("time limit of 1.500s exceeded"), "{r:?}");
+        assert!(began.elapsed() < Duration::from_secs(5), "stopped at its limit");
+        assert_eq!(warnings(&dir), 1, "warned once, then stopped");
+        // The limit moves to 2.5 s after the first warning: a second one comes 1 s before it.
+        let _ = std::fs::remove_file(dir.join("w"));
+        let _ = std::fs::remove_file(dir.join("started"));
+        let (kill_tx, kill) = oneshot::channel();
+        let (limit_tx, limit) = watch::channel(1_500u64);
+        let control = Control {
+            kill,
+            limit: Some(limit),
+        };
+        let running = run(&a, &spec, "n", &dir, control, Duration::from_secs(5), |_| {});
+        let extend = async {
+            for _ in 0..200 {
+                if warnings(&dir) == 1 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            limit_tx.send_replace(2_500);
+            std::future::pending::<()>().await
+        };
+        let r = tokio::select! {
+            r = running => r,
+            () = extend => unreachable!(),
+        };
+        drop(kill_tx);
+        assert!(r.message.starts_with("time limit of 2.500s exceeded"), "{r:?}");
+        assert_eq!(warnings(&dir), 2, "once for each limit");
+        // Without a time limit, nothing warns.
+        let (a, mut spec) = task(&dir, "sleep 0.2", 0);
+        spec.warn_signal = "USR1".into();
+        spec.warn_before_ms = 60_000;
+        let (_tx, rx) = oneshot::channel();
+        let r = run(&a, &spec, "n", &dir, rx, Duration::from_secs(5), |_| {}).await;
+        assert!(r.success, "{r:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_spec_names_its_warning_signal_as_kill_l_does() {
+        let mut spec = pb::TaskSpec::default();
+        assert_eq!(Warning::of(&spec), None);
+        spec.warn_signal = "USR2".into();
+        spec.warn_before_ms = 90_000;
+        assert_eq!(
+            Warning::of(&spec),
+            Some(Warning {
+                signal: nix::sys::signal::Signal::SIGUSR2,
+                before: Duration::from_secs(90)
+            })
+        );
+        spec.warn_signal = "NOSUCH".into();
+        assert_eq!(Warning::of(&spec), None);
     }
 
     #[tokio::test]

@@ -19,7 +19,7 @@ pub mod workflow;
 pub mod workflow_runtime;
 pub mod workload;
 
-pub use units::{Bandwidth, Duration, MAX_DURATION};
+pub use units::{Bandwidth, Duration, MAX_DURATION, WarnSignal};
 
 use std::fmt;
 use thiserror::Error;

@@ -239,6 +239,8 @@ fn task_spec(s: &TaskSpec) -> pb::TaskSpec {
         accelerator: s.accelerator.clone(),
         memory_limit_bytes: s.memory_limit_bytes,
         kill_grace_ms: s.kill_grace_ms,
+        warn_signal: s.warn_signal.clone(),
+        warn_before_ms: s.warn_before_ms,
         stdout: s.stdout.clone(),
         stderr: s.stderr.clone(),
         pin: s.pin,

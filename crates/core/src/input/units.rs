@@ -143,9 +143,99 @@ impl Serialize for Bandwidth {
     }
 }
 
+/// `signal = "USR1@2m"` (Slurm's `--signal=USR1@120`): a signal sent to a task's processes
+/// `before` its time limit, so that it can save its state before it is stopped. The signal is
+/// named as `kill -l` names it, with or without `SIG` (`USR1`, `SIGTERM`); without `@`, it is
+/// sent 60 s before. Only these are accepted: the ones a program may catch to checkpoint or
+/// wind down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WarnSignal {
+    /// The signal's name without `SIG`, one of [`WARN_SIGNALS`].
+    pub signal: &'static str,
+    /// How long before the time limit it is sent.
+    pub before: Time,
+}
+
+/// The signals `signal =` may name.
+pub const WARN_SIGNALS: [&str; 10] = [
+    "HUP", "INT", "QUIT", "USR1", "USR2", "ALRM", "TERM", "CONT", "URG", "WINCH",
+];
+
+/// What `signal =` gives without `@`: Slurm's default.
+pub const DEFAULT_WARN_BEFORE: Time = 60 * crate::time::NANOS_PER_SEC;
+
+impl std::str::FromStr for WarnSignal {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let (name, before) = match text.trim().split_once('@') {
+            Some((name, before)) => (name.trim(), parse_duration(before)?),
+            None => (text.trim(), DEFAULT_WARN_BEFORE),
+        };
+        let bare = name.strip_prefix("SIG").unwrap_or(name);
+        let signal = WARN_SIGNALS
+            .iter()
+            .find(|s| s.eq_ignore_ascii_case(bare))
+            .ok_or_else(|| {
+                format!(
+                    "invalid signal `{name}` in `{}`: expected one of {} (as `USR1@2m`: the \
+                     signal, then how long before the time limit)",
+                    text.trim(),
+                    WARN_SIGNALS.join(", ")
+                )
+            })?;
+        Ok(WarnSignal {
+            signal,
+            before,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for WarnSignal {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        String::deserialize(d)?.parse().map_err(D::Error::custom)
+    }
+}
+
+impl Serialize for WarnSignal {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!(
+            "{}@{}",
+            self.signal,
+            humantime::format_duration(std::time::Duration::from_nanos(self.before))
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_warning_signal_reads_as_slurms_with_a_duration() {
+        let w = |t: &str| t.parse::<WarnSignal>();
+        assert_eq!(
+            w("USR1@2m"),
+            Ok(WarnSignal {
+                signal: "USR1",
+                before: 120 * crate::time::NANOS_PER_SEC
+            })
+        );
+        assert_eq!(
+            w(" sigterm @ 90s "),
+            Ok(WarnSignal {
+                signal: "TERM",
+                before: 90 * crate::time::NANOS_PER_SEC
+            })
+        );
+        assert_eq!(w("USR2").map(|s| s.before), Ok(DEFAULT_WARN_BEFORE));
+        let e = w("KILL@1m").expect_err("not catchable");
+        assert!(e.starts_with("invalid signal `KILL` in `KILL@1m`: expected one of HUP"), "{e}");
+        assert!(w("USR1@soon").expect_err("duration").contains("invalid duration `soon`"));
+        assert!(w("@1m").is_err());
+        let s = serde_json::to_string(&w("USR1@2m").expect("valid")).expect("json");
+        assert_eq!(s, "\"USR1@2m\"");
+    }
 
     #[test]
     fn durations_accept_fractions_and_units() {
@@ -206,3 +296,4 @@ mod tests {
         assert_eq!(b.0, 128.0 * 1024.0 * 1024.0);
     }
 }
+

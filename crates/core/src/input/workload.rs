@@ -175,6 +175,9 @@ pub struct CpuSpec {
     /// A stopped task's time between SIGTERM and SIGKILL (runtime; default: its agent's
     /// `kill_grace`; at most [`MAX_KILL_GRACE`](super::limits::MAX_KILL_GRACE)).
     pub kill_grace: Option<Duration>,
+    /// A signal its processes get that long before its time limit, to save their state
+    /// (runtime; `"USR1@2m"`, Slurm's `--signal`).
+    pub signal: Option<super::units::WarnSignal>,
 }
 
 /// The GPU variant as written.
@@ -208,6 +211,9 @@ pub struct GpuSpec {
     /// A stopped task's time between SIGTERM and SIGKILL (runtime; default: its agent's
     /// `kill_grace`; at most [`MAX_KILL_GRACE`](super::limits::MAX_KILL_GRACE)).
     pub kill_grace: Option<Duration>,
+    /// A signal its processes get that long before its time limit, to save their state
+    /// (runtime; `"USR1@2m"`, Slurm's `--signal`).
+    pub signal: Option<super::units::WarnSignal>,
 }
 
 /// Most `inputs` (or `outputs`) one application may declare.
@@ -380,7 +386,7 @@ pub struct Workload {
 
 /// Fields of a variant (`[application.cpu]` / `[application.gpu]`) that are easy to write on the
 /// application itself.
-const VARIANT_FIELDS: [&str; 8] = [
+const VARIANT_FIELDS: [&str; 9] = [
     "command",
     "env",
     "cores",
@@ -388,6 +394,7 @@ const VARIANT_FIELDS: [&str; 8] = [
     "gpus",
     "time_limit",
     "kill_grace",
+    "signal",
     "compute",
 ];
 

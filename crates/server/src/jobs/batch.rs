@@ -131,6 +131,7 @@ impl Installable {
                     time_limit_ms: v.time_limit.map_or(0, |d| d.0 / 1_000_000),
                     memory_bytes: v.memory.as_u64(),
                     kill_grace_ms: v.kill_grace.map_or(0, |d| d.0.div_ceil(1_000_000)),
+                    warn: v.signal,
                     declared: v.compute.is_some(),
                 })
             }};
@@ -184,6 +185,8 @@ struct VariantRun {
     memory_bytes: u64,
     /// The variant's kill grace, ms (0 = its agent's).
     kill_grace_ms: u64,
+    /// The variant's `signal`: sent that long before the time limit.
+    warn: Option<hetsched_core::input::WarnSignal>,
     /// Whether the job file declared a profile (else the server learns one).
     declared: bool,
 }
@@ -772,7 +775,7 @@ impl Batch {
             Variant::Cpu => rec.cpu.as_ref(),
             Variant::Gpu => rec.gpu.as_ref(),
         };
-        let (argv, env, limit, memory, grace) = match run {
+        let (argv, env, limit, memory, grace, warn) = match run {
             Some(r) => {
                 let argv = match &r.command {
                     Command::Shell(s) => vec!["sh".to_string(), "-c".to_string(), s.clone()],
@@ -784,9 +787,10 @@ impl Batch {
                     r.time_limit_ms,
                     r.memory_bytes,
                     r.kill_grace_ms,
+                    r.warn,
                 )
             }
-            None => (Vec::new(), BTreeMap::new(), 0, 0, 0),
+            None => (Vec::new(), BTreeMap::new(), 0, 0, 0, None),
         };
         TaskSpec {
             key: spec_key(app, v, rec.spec_generation),
@@ -802,6 +806,8 @@ impl Batch {
             accelerator: rec.files.2.clone(),
             memory_limit_bytes: memory,
             kill_grace_ms: grace,
+            warn_signal: warn.map(|w| w.signal.to_string()).unwrap_or_default(),
+            warn_before_ms: warn.map_or(0, |w| w.before.div_ceil(1_000_000)),
             stdout: rec.streams[0].clone(),
             stderr: rec.streams[1].clone(),
             pin: rec.pin,

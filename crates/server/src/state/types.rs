@@ -159,6 +159,10 @@ pub struct TaskSpec {
     pub memory_limit_bytes: u64,
     /// The variant's kill grace, ms (0 = the agent's).
     pub kill_grace_ms: u64,
+    /// The variant's `signal` (empty: none) and how long before the time limit it is sent, ms.
+    pub warn_signal: String,
+    /// See `warn_signal`.
+    pub warn_before_ms: u64,
     /// The application's `stdout` and `stderr` (empty = captured by the agent, `none` =
     /// discarded, else a path template: `hetsched_core::input::output_path`).
     pub stdout: String,
