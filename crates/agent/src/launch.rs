@@ -820,8 +820,14 @@ mod tests {
         let (_tx, rx) = oneshot::channel();
         let began = std::time::Instant::now();
         let r = run(&a, &spec, "n", &dir, rx, Duration::from_secs(5), |_| {}).await;
-        assert!(r.message.starts_with("time limit of 1.500s exceeded"), "{r:?}");
-        assert!(began.elapsed() < Duration::from_secs(5), "stopped at its limit");
+        assert!(
+            r.message.starts_with("time limit of 1.500s exceeded"),
+            "{r:?}"
+        );
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "stopped at its limit"
+        );
         assert_eq!(warnings(&dir), 1, "warned once, then stopped");
         // The limit moves to 2.5 s after the first warning: a second one comes 1 s before it.
         let _ = std::fs::remove_file(dir.join("w"));
@@ -832,7 +838,15 @@ mod tests {
             kill,
             limit: Some(limit),
         };
-        let running = run(&a, &spec, "n", &dir, control, Duration::from_secs(5), |_| {});
+        let running = run(
+            &a,
+            &spec,
+            "n",
+            &dir,
+            control,
+            Duration::from_secs(5),
+            |_| {},
+        );
         let extend = async {
             for _ in 0..200 {
                 if warnings(&dir) == 1 {
@@ -848,7 +862,10 @@ mod tests {
             () = extend => unreachable!(),
         };
         drop(kill_tx);
-        assert!(r.message.starts_with("time limit of 2.500s exceeded"), "{r:?}");
+        assert!(
+            r.message.starts_with("time limit of 2.500s exceeded"),
+            "{r:?}"
+        );
         assert_eq!(warnings(&dir), 2, "once for each limit");
         // Without a time limit, nothing warns.
         let (a, mut spec) = task(&dir, "sleep 0.2", 0);

@@ -67,6 +67,11 @@ pub struct CommandJobArgs {
     /// its agent's `kill_grace`; at most 1h).
     #[arg(long, value_name = "DURATION")]
     pub kill_grace: Option<String>,
+    /// A signal each task's processes get before its time limit, to save their state
+    /// (Slurm's `--signal`): `USR1@2m` (the signal, then how long before; `USR1` alone: 60 s
+    /// before). One of HUP, INT, QUIT, USR1, USR2, ALRM, TERM, CONT, URG, WINCH.
+    #[arg(long, value_name = "SIG[@DURATION]")]
+    pub signal: Option<String>,
     /// Times a failed task runs again (default 0, at most 100).
     #[arg(long, value_name = "N")]
     pub retries: Option<u32>,
@@ -123,6 +128,7 @@ impl CommandJobArgs {
             (!self.requires.is_empty(), "--requires"),
             (self.time_limit.is_some(), "--time-limit"),
             (self.kill_grace.is_some(), "--kill-grace"),
+            (self.signal.is_some(), "--signal"),
             (self.retries.is_some(), "--retries"),
             (self.max_running.is_some(), "--max-running"),
             (self.priority.is_some(), "--priority"),
@@ -188,6 +194,9 @@ pub fn build(
     }
     if let Some(g) = &args.kill_grace {
         variant.insert("kill_grace".into(), Value::String(g.clone()));
+    }
+    if let Some(s) = &args.signal {
+        variant.insert("signal".into(), Value::String(s.clone()));
     }
     if let Some(t) = &args.time_limit {
         variant.insert("time_limit".into(), Value::String(t.clone()));
@@ -552,6 +561,7 @@ mod tests {
             requires: words(&["bigmem", "ssd"]),
             time_limit: Some("90s".into()),
             kill_grace: Some("2m".into()),
+            signal: Some("USR1@30s".into()),
             retries: Some(3),
             max_running: Some(4),
             array: None,
@@ -601,6 +611,10 @@ mod tests {
         assert_eq!(g.kind.as_deref(), Some("a100"));
         assert_eq!(g.time_limit.map(|d| d.0), Some(90_000_000_000));
         assert_eq!(g.kill_grace.map(|d| d.0), Some(120_000_000_000));
+        assert_eq!(
+            g.signal.map(|s| (s.signal, s.before)),
+            Some(("USR1", 30_000_000_000))
+        );
         assert_eq!(g.env.get("B").map(String::as_str), Some("x=y"));
         assert_eq!(
             g.command,
@@ -620,7 +634,12 @@ mod tests {
         let true_ = ["true"];
         let echo_hi = ["echo", "hi"];
         type Case<'a> = (fn(&mut CommandJobArgs), &'a [&'a str], &'a str);
-        let cases: [Case; 11] = [
+        let cases: [Case; 12] = [
+            (
+                |a| a.signal = Some("KILL@1m".into()),
+                &true_,
+                "--signal: invalid signal `KILL` in `KILL@1m`",
+            ),
             (
                 |a| a.stdout = Some("out-%j.txt".into()),
                 &true_,

@@ -158,6 +158,7 @@ impl Directives {
             requires,
             time_limit,
             kill_grace,
+            signal,
             retries,
             max_running,
             priority,
@@ -187,6 +188,7 @@ impl Directives {
         prepend(&mut job.requires, requires);
         or(&mut job.time_limit, time_limit);
         or(&mut job.kill_grace, kill_grace);
+        or(&mut job.signal, signal);
         or(&mut job.retries, retries);
         or(&mut job.max_running, max_running);
         or(&mut job.priority, priority);

@@ -747,6 +747,49 @@ fn cancel_stops_running_tasks_and_time_limits_are_enforced() {
     );
 }
 
+/// `submit --signal USR1@2s` (Slurm's `--signal`): a task is warned before its time limit, and
+/// one that saves its state and exits then succeeds instead of being stopped at the limit.
+#[test]
+fn a_task_warned_before_its_time_limit_saves_its_state_and_ends_in_time() {
+    let mut c = Cluster::start("signal", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    let saved = c.dir.join("saved");
+    let script = format!(
+        "trap 'echo step $i > {}; exit 0' USR1; i=0; while true; do i=$((i+1)); sleep 0.05; done",
+        saved.display()
+    );
+    let start = Instant::now();
+    let out = c.cli(&[
+        "submit",
+        "--time-limit",
+        "20s",
+        "--signal",
+        "USR1@19s",
+        "--wait",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    assert!(
+        out.status.success(),
+        "it saved and ended before its limit: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(15),
+        "warned 1 s in, not stopped at 20 s"
+    );
+    let said = std::fs::read_to_string(&saved).expect("its state was saved");
+    assert!(said.starts_with("step "), "{said}");
+    // A signal a program cannot catch is refused, naming the flag.
+    c.refused(
+        &["submit", "--signal", "KILL@1m", "--", "true"],
+        "--signal: invalid signal `KILL` in `KILL@1m`",
+    );
+}
+
 /// A cancelled task gets SIGTERM and the agent's kill grace (`--kill-grace`) to end, and its
 /// cores stay its own until it has ended: the task the server places on them next waits on the
 /// agent instead of running beside it. One that ends on SIGTERM frees them at once.

@@ -171,7 +171,16 @@ impl std::str::FromStr for WarnSignal {
             Some((name, before)) => (name.trim(), parse_duration(before)?),
             None => (text.trim(), DEFAULT_WARN_BEFORE),
         };
-        let bare = name.strip_prefix("SIG").unwrap_or(name);
+        if before < crate::time::NANOS_PER_SEC / 1_000 {
+            return Err(format!(
+                "`{}`: a warning at the time limit comes too late: give at least 1ms (`USR1@2m`)",
+                text.trim()
+            ));
+        }
+        let bare = match name.get(..3) {
+            Some(sig) if sig.eq_ignore_ascii_case("SIG") => &name[3..],
+            _ => name,
+        };
         let signal = WARN_SIGNALS
             .iter()
             .find(|s| s.eq_ignore_ascii_case(bare))
@@ -183,10 +192,7 @@ impl std::str::FromStr for WarnSignal {
                     WARN_SIGNALS.join(", ")
                 )
             })?;
-        Ok(WarnSignal {
-            signal,
-            before,
-        })
+        Ok(WarnSignal { signal, before })
     }
 }
 
@@ -230,9 +236,17 @@ mod tests {
         );
         assert_eq!(w("USR2").map(|s| s.before), Ok(DEFAULT_WARN_BEFORE));
         let e = w("KILL@1m").expect_err("not catchable");
-        assert!(e.starts_with("invalid signal `KILL` in `KILL@1m`: expected one of HUP"), "{e}");
-        assert!(w("USR1@soon").expect_err("duration").contains("invalid duration `soon`"));
+        assert!(
+            e.starts_with("invalid signal `KILL` in `KILL@1m`: expected one of HUP"),
+            "{e}"
+        );
+        assert!(
+            w("USR1@soon")
+                .expect_err("duration")
+                .contains("invalid duration `soon`")
+        );
         assert!(w("@1m").is_err());
+        assert!(w("USR1@0s").expect_err("too late").contains("at least 1ms"));
         let s = serde_json::to_string(&w("USR1@2m").expect("valid")).expect("json");
         assert_eq!(s, "\"USR1@2m\"");
     }
@@ -296,4 +310,3 @@ mod tests {
         assert_eq!(b.0, 128.0 * 1024.0 * 1024.0);
     }
 }
-

@@ -336,3 +336,29 @@ fn entries_make_one_task_each_and_their_mistakes_are_named() {
     let long = format!("entries = [\"ok\", \"{}\"]", "z".repeat(16 * 1024 + 1));
     refused(&long, "application[0].entries[1]", "at most 16384 bytes");
 }
+
+/// `signal = "USR1@2m"` (Slurm's `--signal`): read on either variant; a signal a program cannot
+/// catch, or one written on the application, is refused naming its line and field.
+#[test]
+fn a_variants_warning_signal_is_read_and_its_mistakes_are_named() {
+    let job = |variant_fields: &str, app_fields: &str| {
+        format!(
+            "[[application]]\nname = \"a\"\ntasks = 1\n{app_fields}\n[application.cpu]\ncommand = \"true\"\n{variant_fields}\n"
+        )
+    };
+    let w = parse_workload("j.toml", &job("signal = \"USR1@2m\"", "")).expect("valid");
+    let cpu = w.applications[0].cpu.as_ref().expect("cpu").get_ref();
+    assert_eq!(
+        cpu.signal.map(|s| (s.signal, s.before)),
+        Some(("USR1", 120_000_000_000))
+    );
+    let e = parse_workload("j.toml", &job("signal = \"KILL\"", "")).expect_err("KILL");
+    assert_eq!(
+        (e.line, e.field.as_deref()),
+        (Some(7), Some("application[0].cpu.signal")),
+        "{e}"
+    );
+    assert!(e.message.contains("invalid signal `KILL`"), "{e}");
+    let e = parse_workload("j.toml", &job("", "signal = \"USR1\"")).expect_err("misplaced");
+    assert!(e.to_string().contains("[application.cpu]"), "{e}");
+}
