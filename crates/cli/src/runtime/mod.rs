@@ -272,9 +272,10 @@ pub enum RuntimeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Change batch jobs' priority, max_running, time limit, cores, memory, GPUs or requires
-    /// after submission (Slurm's `scontrol update`): pending tasks are placed and run by the
-    /// new values; running ones go on, under the new time limit (counted from their start)
+    /// Change batch jobs' priority, max_running, time limit, cores, memory, GPUs, GPU kind or
+    /// requires after submission (Slurm's `scontrol update`): pending tasks are placed and run
+    /// by the new values; running ones go on, under the new time limit (counted from their
+    /// start), keeping the cores, memory and devices they were given
     Update {
         /// Jobs: ids, ranges (`4-9`: the jobs listed in it), `last` (the newest job) or `all`
         /// (every job not finished); separate with spaces or commas.

@@ -1,6 +1,6 @@
 //! `hetsched update JOB`: a batch job's applications' priority, `max_running`, time limit, the
-//! cores, memory and GPU devices of one task, or the node attributes it requires change after
-//! submission (Slurm's `scontrol update JobId=… Priority=… TimeLimit=… NumCPUs=…
+//! cores, memory, GPU devices and GPU kind of one task, or the node attributes it requires change
+//! after submission (Slurm's `scontrol update JobId=… Priority=… TimeLimit=… NumCPUs=…
 //! MinMemoryNode=… Gres=… Features=…`). The
 //! scheduler's view takes the new values at once, so every placement from then on — a policy's
 //! priority levels, a multi-node gathering's order, the cap on running tasks, whether a task
@@ -33,7 +33,8 @@
 //! Requires change at any time: tasks running stay where they are, and a multi-node
 //! application's gathering gives back, at its next beat, the members that lack them (the core's
 //! `Gatherer` keeps only eligible nodes) and gathers nodes that have them. They are stored in
-//! `apps.requires`.
+//! `apps.requires`. So does the accelerator kind of the GPU variant (`--gpu-kind`): placements
+//! pick devices of the new kind, running tasks keep theirs; stored in `apps.gpu_kind`.
 
 use super::{AppRec, Batch, Ctx, MAX_SPEC_GENERATION};
 use crate::state::StateError;
