@@ -212,7 +212,11 @@ impl JobRef {
     /// The job id: as given, or the newest job's (one paged `ListJobs`, only for `last`).
     pub async fn resolve(self, args: &ClientArgs) -> anyhow::Result<u64> {
         let JobRef::Id(id) = self else {
-            let newest = super::select::listed(args).await?.iter().map(|j| j.0).max();
+            let newest = super::select::listed(args)
+                .await?
+                .iter()
+                .map(|j| j.id)
+                .max();
             return newest.ok_or_else(|| anyhow::anyhow!("`last`: the server lists no job"));
         };
         Ok(id)
@@ -370,6 +374,7 @@ pub async fn jobs(
     args: &ClientArgs,
     states: &[super::JobStateFilter],
     last: Option<usize>,
+    name: Option<&str>,
 ) -> anyhow::Result<()> {
     let mut api = connect(args).await?;
     let mut all = Vec::new();
@@ -386,7 +391,8 @@ pub async fn jobs(
         all.extend(
             page.jobs
                 .into_iter()
-                .filter(|j| states.is_empty() || states.iter().any(|s| s.selects(j))),
+                .filter(|j| states.is_empty() || states.iter().any(|s| s.selects(j)))
+                .filter(|j| name.is_none_or(|n| j.name == n)),
         );
         if page.next_cursor == 0 {
             break;

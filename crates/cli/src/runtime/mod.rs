@@ -107,6 +107,9 @@ pub enum RuntimeCommand {
         /// Only the newest N jobs (of those the states select).
         #[arg(long, value_name = "N")]
         last: Option<usize>,
+        /// Only jobs with this name (`submit --name`; Slurm's `squeue --name`).
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -222,8 +225,9 @@ pub enum RuntimeCommand {
     },
     /// Wait until jobs finish; fails unless every task of each succeeded.
     Wait {
-        /// Jobs: ids, ranges (`4-9`: the jobs listed in it), `last` (the newest job) or `all`
-        /// (every job not finished); separate with spaces or commas.
+        /// Jobs: ids, ranges (`4-9`: the jobs listed in it), `name:NAME` (the jobs listed with
+        /// that name), `last` (the newest job) or `all` (every job not finished); separate with
+        /// spaces or commas.
         #[arg(required = true, value_name = "JOB", value_delimiter = ',', num_args = 1..)]
         ids: Vec<select::JobItem>,
         /// Give up after this long (e.g. `10m`; for all the jobs together).
@@ -235,8 +239,9 @@ pub enum RuntimeCommand {
     /// Cancel jobs: pending tasks are dropped, running ones stopped (SIGTERM, then SIGKILL after
     /// the agent's kill grace).
     Cancel {
-        /// Jobs: ids, ranges (`4-9`: the jobs listed in it), `last` (the newest job) or `all`
-        /// (every job not finished); separate with spaces or commas.
+        /// Jobs: ids, ranges (`4-9`: the jobs listed in it), `name:NAME` (the jobs listed with
+        /// that name), `last` (the newest job) or `all` (every job not finished); separate with
+        /// spaces or commas.
         #[arg(required = true, value_name = "JOB", value_delimiter = ',', num_args = 1..)]
         ids: Vec<select::JobItem>,
         /// Only the tasks with these indices, of one job (`3,7-9`, `0-99:2`; the syntax of
@@ -255,8 +260,9 @@ pub enum RuntimeCommand {
     /// Hold batch jobs: their pending tasks are not dispatched until `hetsched release` (running
     /// ones go on; a task that fails and retries, or is lost, waits too)
     Hold {
-        /// Jobs: ids, ranges (`4-9`: the jobs listed in it), `last` (the newest job) or `all`
-        /// (every job not finished); separate with spaces or commas.
+        /// Jobs: ids, ranges (`4-9`: the jobs listed in it), `name:NAME` (the jobs listed with
+        /// that name), `last` (the newest job) or `all` (every job not finished); separate with
+        /// spaces or commas.
         #[arg(required = true, value_name = "JOB", value_delimiter = ',', num_args = 1..)]
         ids: Vec<select::JobItem>,
         #[command(flatten)]
@@ -265,8 +271,9 @@ pub enum RuntimeCommand {
     /// Release held batch jobs: their pending tasks are dispatched again (once the jobs they run
     /// `--after` allow it)
     Release {
-        /// Jobs: ids, ranges (`4-9`: the jobs listed in it), `last` (the newest job) or `all`
-        /// (every job not finished); separate with spaces or commas.
+        /// Jobs: ids, ranges (`4-9`: the jobs listed in it), `name:NAME` (the jobs listed with
+        /// that name), `last` (the newest job) or `all` (every job not finished); separate with
+        /// spaces or commas.
         #[arg(required = true, value_name = "JOB", value_delimiter = ',', num_args = 1..)]
         ids: Vec<select::JobItem>,
         #[command(flatten)]
@@ -277,8 +284,9 @@ pub enum RuntimeCommand {
     /// by the new values; running ones go on, under the new time limit (counted from their
     /// start), keeping the cores, memory and devices they were given
     Update {
-        /// Jobs: ids, ranges (`4-9`: the jobs listed in it), `last` (the newest job) or `all`
-        /// (every job not finished); separate with spaces or commas.
+        /// Jobs: ids, ranges (`4-9`: the jobs listed in it), `name:NAME` (the jobs listed with
+        /// that name), `last` (the newest job) or `all` (every job not finished); separate with
+        /// spaces or commas.
         #[arg(required = true, value_name = "JOB", value_delimiter = ',', num_args = 1..)]
         ids: Vec<select::JobItem>,
         /// Only this application of each job (default: every application).
@@ -578,8 +586,9 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         RuntimeCommand::Jobs {
             state,
             last,
+            name,
             client,
-        } => client::jobs(&client, &state, last).await,
+        } => client::jobs(&client, &state, last, name.as_deref()).await,
         RuntimeCommand::Job { id, graph, client } if graph => {
             workflow::graph(&client, id.resolve(&client).await?).await
         }

@@ -16,8 +16,8 @@ use hetsched_proto as pb;
     .args(["jobs", "older_than", "keep"])))]
 pub struct PurgeArgs {
     /// Purge these finished jobs: ids or `last` (a job named so that is not finished refuses
-    /// the whole request), and ranges (`4-9`: the finished jobs listed in it); separate with
-    /// spaces or commas.
+    /// the whole request), ranges (`4-9`: the finished jobs listed in it) and `name:NAME` (the
+    /// finished jobs listed with that name); separate with spaces or commas.
     #[arg(value_name = "JOB", value_delimiter = ',')]
     pub jobs: Vec<JobItem>,
     /// Purge every job that finished at least this long ago (e.g. `24h`, `30m`, `0s`).

@@ -3,9 +3,10 @@
 //!
 //! A selection is a list of items, given as arguments or separated by commas: a job id (`7`),
 //! a range of ids (`4-9`: the jobs the server lists in it, so purged ids in between are
-//! skipped), `last` (the newest job) or `all` (every job not finished yet: pending or running,
-//! held or waiting included). An id named on its own is kept even if the server does not list it,
-//! so the command says `no job N` for it, as it does for one job.
+//! skipped), `name:NAME` (every job the server lists with that name, `submit --name`; Slurm's
+//! `scancel --name`), `last` (the newest job) or `all` (every job not finished yet: pending or
+//! running, held or waiting included). An id named on its own is kept even if the server does
+//! not list it, so the command says `no job N` for it, as it does for one job.
 
 use super::ClientArgs;
 use super::client::{connect, is_final, refused};
@@ -15,12 +16,14 @@ use hetsched_proto as pb;
 pub const MAX_SELECTED: usize = 10_000;
 
 /// One item of a selection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JobItem {
     /// This job id.
     Id(u64),
     /// The jobs listed with ids from the first to the second, both included.
     Range(u64, u64),
+    /// The jobs listed with this name.
+    Name(String),
     /// The newest job.
     Last,
     /// Every job not finished yet.
@@ -37,9 +40,19 @@ impl std::str::FromStr for JobItem {
             "all" => return Ok(JobItem::All),
             _ => {}
         }
+        if let Some(name) = s.strip_prefix("name:") {
+            let name = name.trim();
+            if name.is_empty() {
+                return Err("`name:` names no job: give the name, as `name:sweep`".into());
+            }
+            return Ok(JobItem::Name(name.to_string()));
+        }
         let id = |t: &str| {
             t.trim().parse::<u64>().map_err(|_| {
-                format!("`{s}` is not a job id (a number), a range (`4-9`), `last` or `all`")
+                format!(
+                    "`{s}` is not a job id (a number), a range (`4-9`), `name:NAME`, `last` or \
+                     `all`"
+                )
             })
         };
         match s.split_once('-') {
@@ -57,8 +70,19 @@ impl std::str::FromStr for JobItem {
     }
 }
 
-/// Every job the server lists, with its state (one paged `ListJobs`).
-pub(super) async fn listed(args: &ClientArgs) -> anyhow::Result<Vec<(u64, String)>> {
+/// A job as the server lists it, as far as a selection reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listed {
+    /// Its id.
+    pub id: u64,
+    /// Its state (`running`, `completed`, …).
+    pub state: String,
+    /// Its name (empty: none).
+    pub name: String,
+}
+
+/// Every job the server lists (one paged `ListJobs`).
+pub(super) async fn listed(args: &ClientArgs) -> anyhow::Result<Vec<Listed>> {
     let mut api = connect(args).await?;
     let (mut cursor, mut jobs) = (0, Vec::new());
     loop {
@@ -70,7 +94,11 @@ pub(super) async fn listed(args: &ClientArgs) -> anyhow::Result<Vec<(u64, String
             .await
             .map_err(refused)?
             .into_inner();
-        jobs.extend(page.jobs.into_iter().map(|j| (j.id, j.state)));
+        jobs.extend(page.jobs.into_iter().map(|j| Listed {
+            id: j.id,
+            state: j.state,
+            name: j.name,
+        }));
         if page.next_cursor == 0 {
             return Ok(jobs);
         }
@@ -84,14 +112,14 @@ pub struct Selected {
     /// The job ids, each once, in the order named (a range in id order).
     pub ids: Vec<u64>,
     /// Whether the selection is of the kind that names several jobs (more than one item, a
-    /// range or `all`), however many it found: its commands answer a JSON array, so a script's
+    /// range, a name or `all`), however many it found: its commands answer a JSON array, so a script's
     /// parsing does not depend on how many jobs there were.
     pub many: bool,
 }
 
-/// The jobs `items` select. Lists the server's jobs only when an item needs it (a range,
-/// `last`, `all`). Empty only when `all` found nothing to select; a range with no job in it is
-/// an error that names it.
+/// The jobs `items` select. Lists the server's jobs only when an item needs it (a range, a name,
+/// `last`, `all`). Empty only when `all` found nothing to select; a range or a name with no job
+/// is an error that names it.
 pub async fn resolve(items: &[JobItem], args: &ClientArgs) -> anyhow::Result<Selected> {
     let needs_listing = items.iter().any(|i| !matches!(i, JobItem::Id(_)));
     let jobs = if needs_listing {
@@ -104,14 +132,14 @@ pub async fn resolve(items: &[JobItem], args: &ClientArgs) -> anyhow::Result<Sel
         many: items.len() > 1
             || items
                 .iter()
-                .any(|i| matches!(i, JobItem::Range(..) | JobItem::All)),
+                .any(|i| matches!(i, JobItem::Range(..) | JobItem::Name(_) | JobItem::All)),
     })
 }
 
 /// The jobs `items` select for `hetsched purge`: ids and `last` as named (a job not finished
 /// then refuses the purge, naming it), a range only the *finished* jobs the server lists in it
-/// (its unfinished ones cannot be purged and are left), and no `all` (`--older-than 0s` purges
-/// every finished job).
+/// (its unfinished ones cannot be purged and are left; so a name), and no `all` (`--older-than
+/// 0s` purges every finished job).
 pub async fn resolve_finished(items: &[JobItem], args: &ClientArgs) -> anyhow::Result<Vec<u64>> {
     if items.contains(&JobItem::All) {
         anyhow::bail!(
@@ -127,16 +155,16 @@ pub async fn resolve_finished(items: &[JobItem], args: &ClientArgs) -> anyhow::R
     select_where(items, &jobs, "finished job", is_final)
 }
 
-/// [`resolve`] against the listing `jobs` (id, state).
-pub fn select(items: &[JobItem], jobs: &[(u64, String)]) -> anyhow::Result<Vec<u64>> {
+/// [`resolve`] against the listing `jobs`.
+pub fn select(items: &[JobItem], jobs: &[Listed]) -> anyhow::Result<Vec<u64>> {
     select_where(items, jobs, "job", |_| true)
 }
 
-/// [`select`], a range taking only the listed jobs whose state `keep` accepts (`what` names
-/// them when there is none).
+/// [`select`], a range or a name taking only the listed jobs whose state `keep` accepts (`what`
+/// names them when there is none).
 fn select_where(
     items: &[JobItem],
-    jobs: &[(u64, String)],
+    jobs: &[Listed],
     what: &str,
     keep: impl Fn(&str) -> bool,
 ) -> anyhow::Result<Vec<u64>> {
@@ -152,30 +180,40 @@ fn select_where(
         Ok(())
     };
     for item in items {
-        match *item {
-            JobItem::Id(id) => add(id, &mut ids)?,
+        match item {
+            JobItem::Id(id) => add(*id, &mut ids)?,
             JobItem::Range(a, b) => {
                 let mut any = false;
-                for (id, _) in jobs
+                for j in jobs
                     .iter()
-                    .filter(|(id, state)| (a..=b).contains(id) && keep(state))
+                    .filter(|j| (*a..=*b).contains(&j.id) && keep(&j.state))
                 {
                     any = true;
-                    add(*id, &mut ids)?;
+                    add(j.id, &mut ids)?;
                 }
                 if !any {
                     anyhow::bail!("`{a}-{b}`: the server lists no {what} in this range");
                 }
             }
+            JobItem::Name(name) => {
+                let mut any = false;
+                for j in jobs.iter().filter(|j| &j.name == name && keep(&j.state)) {
+                    any = true;
+                    add(j.id, &mut ids)?;
+                }
+                if !any {
+                    anyhow::bail!("`name:{name}`: the server lists no {what} named `{name}`");
+                }
+            }
             JobItem::Last => {
-                let newest = jobs.iter().map(|(id, _)| *id).max();
+                let newest = jobs.iter().map(|j| j.id).max();
                 let id =
                     newest.ok_or_else(|| anyhow::anyhow!("`last`: the server lists no job"))?;
                 add(id, &mut ids)?;
             }
             JobItem::All => {
-                for (id, _) in jobs.iter().filter(|(_, state)| !is_final(state)) {
-                    add(*id, &mut ids)?;
+                for j in jobs.iter().filter(|j| !is_final(&j.state)) {
+                    add(j.id, &mut ids)?;
                 }
             }
         }
@@ -192,17 +230,42 @@ mod tests {
     }
 
     #[test]
-    fn ids_ranges_last_and_all_select_the_listed_jobs_once_each() {
-        let jobs: Vec<(u64, String)> = [
-            (1, "completed"),
-            (2, "running"),
-            (4, "pending"),
-            (5, "failed"),
-            (6, "running"),
+    fn ids_ranges_names_last_and_all_select_the_listed_jobs_once_each() {
+        let jobs: Vec<Listed> = [
+            (1, "completed", "sweep"),
+            (2, "running", ""),
+            (4, "pending", "sweep"),
+            (5, "failed", "train"),
+            (6, "running", "sweep"),
         ]
         .iter()
-        .map(|(id, s)| (*id, s.to_string()))
+        .map(|(id, s, n)| Listed {
+            id: *id,
+            state: s.to_string(),
+            name: n.to_string(),
+        })
         .collect();
+        // A name takes every job listed with it, in any state; a purge its finished ones.
+        assert_eq!(
+            select(&items(&["name:sweep"]), &jobs).expect("named"),
+            vec![1, 4, 6]
+        );
+        assert_eq!(
+            select(&items(&["name:train", "2"]), &jobs).expect("named"),
+            vec![5, 2]
+        );
+        assert_eq!(
+            select_where(&items(&["name:sweep"]), &jobs, "finished job", is_final)
+                .expect("finished"),
+            vec![1]
+        );
+        let e = select(&items(&["name:none"]), &jobs).expect_err("no such name");
+        assert!(
+            e.to_string()
+                .contains("`name:none`: the server lists no job named `none`"),
+            "{e}"
+        );
+        assert!("name:".parse::<JobItem>().is_err());
         assert_eq!(select(&items(&["7"]), &[]).expect("ids"), vec![7]);
         // A range takes the listed ids (3 was purged); `last` the newest; repeats count once.
         assert_eq!(
@@ -242,8 +305,12 @@ mod tests {
             assert!(bad.parse::<JobItem>().is_err(), "{bad}");
         }
         assert_eq!("3 - 5".parse::<JobItem>(), Ok(JobItem::Range(3, 5)));
-        let many: Vec<(u64, String)> = (1..=MAX_SELECTED as u64 + 1)
-            .map(|id| (id, "running".to_string()))
+        let many: Vec<Listed> = (1..=MAX_SELECTED as u64 + 1)
+            .map(|id| Listed {
+                id,
+                state: "running".to_string(),
+                name: String::new(),
+            })
             .collect();
         assert!(select(&items(&["all"]), &many).is_err());
     }

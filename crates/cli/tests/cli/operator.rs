@@ -692,7 +692,7 @@ fn the_cli_exits_quietly_on_a_closed_pipe_and_speaks_plainly() {
 }
 
 #[test]
-fn several_jobs_are_held_released_cancelled_and_waited_for_by_ids_ranges_last_and_all() {
+fn several_jobs_are_held_released_cancelled_and_waited_for_by_ids_ranges_names_last_and_all() {
     let mut c = Cluster::start("select", false);
     c.start_agent("a", 1, &[]);
     c.wait_for_nodes(1);
@@ -779,7 +779,34 @@ fn several_jobs_are_held_released_cancelled_and_waited_for_by_ids_ranges_last_an
     );
     c.refused(
         &["cancel", "3-x"],
-        "is not a job id (a number), a range (`4-9`), `last` or `all`",
+        "is not a job id (a number), a range (`4-9`), `name:NAME`, `last` or `all`",
+    );
+    // `name:NAME`: the jobs listed with that name (Slurm's `scancel --name`); `jobs --name`
+    // lists them.
+    for name in ["sweep", "other", "sweep"] {
+        c.ok(&["submit", "--hold", "--name", name, "--", "true"]);
+    }
+    let listed = c.json(&["jobs", "--name", "sweep"]);
+    let ids: Vec<u64> = listed
+        .as_array()
+        .map(|a| a.iter().filter_map(|j| j["id"].as_u64()).collect())
+        .unwrap_or_default();
+    assert_eq!(ids, [5, 7], "{listed}");
+    let said = c.ok(&["release", "name:sweep"]);
+    assert_eq!(
+        said,
+        "job 5: 1 pending task(s) released\njob 7: 1 pending task(s) released\n"
+    );
+    let said = c.ok(&["wait", "name:sweep"]);
+    assert_eq!(said.lines().count(), 2, "{said}");
+    assert_eq!(
+        c.json(&["job", "6"])["held"],
+        true,
+        "another name is left alone"
+    );
+    c.refused(
+        &["cancel", "name:nobody"],
+        "`name:nobody`: the server lists no job named `nobody`",
     );
 }
 
