@@ -86,7 +86,7 @@ fn heartbeat(c: &mut Criterion) {
             s.submit("job.toml", &job, "/").expect("submit");
         }
         if waiting > 0 {
-            s.drain_node("n0", true).expect("drain");
+            s.drain_node("n0", true, "").expect("drain");
         }
         if case == "after_20000_cancelled_jobs" {
             let job = "[[application]]\nname = \"one\"\ntasks = 1\n[application.cpu]\ncommand = \"true\"\n";

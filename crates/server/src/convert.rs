@@ -507,6 +507,8 @@ impl From<NodeInfo> for pb::NodeInfo {
                 .collect(),
             available_memory_bytes: n.available_memory_bytes,
             drained: n.drained,
+            drain_reason: n.drain_note.reason,
+            drained_since_ms: n.drain_note.since_ms,
             draining: n.draining,
             instances: n.instances,
             lt: n.lt,
@@ -605,7 +607,12 @@ pub trait Wire {
     /// [`State::on_purge`].
     fn purge(&mut self, req: &pb::PurgeRequest) -> Result<pb::PurgeReply, StateError>;
     /// [`State::on_drain`].
-    fn drain_node(&mut self, name: &str, drain: bool) -> Result<pb::DrainNodeReply, StateError>;
+    fn drain_node(
+        &mut self,
+        name: &str,
+        drain: bool,
+        reason: &str,
+    ) -> Result<pb::DrainNodeReply, StateError>;
     /// [`State::count_tasks`].
     fn task_counts(&self) -> pb::TaskCounts;
     /// Every job ([`State::list_jobs`] without a page limit).
@@ -751,8 +758,13 @@ impl Wire for State {
         self.on_purge(&req.into()).map(Into::into)
     }
 
-    fn drain_node(&mut self, name: &str, drain: bool) -> Result<pb::DrainNodeReply, StateError> {
-        self.on_drain(name, drain).map(Into::into)
+    fn drain_node(
+        &mut self,
+        name: &str,
+        drain: bool,
+        reason: &str,
+    ) -> Result<pb::DrainNodeReply, StateError> {
+        self.on_drain_because(name, drain, reason).map(Into::into)
     }
 
     fn task_counts(&self) -> pb::TaskCounts {

@@ -649,7 +649,7 @@ impl Client for ClientService {
     ) -> Result<Response<pb::DrainNodeReply>, Status> {
         let r = req.into_inner();
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
-            s.drain_node(&r.name, r.drain)
+            s.drain_node(&r.name, r.drain, &r.reason)
         })
         .await
     }

@@ -13,6 +13,7 @@ use std::path::Path;
 use thiserror::Error;
 
 mod operator;
+pub use operator::DrainNote;
 
 /// A store failure.
 #[derive(Debug, Error)]
@@ -325,6 +326,8 @@ CREATE TABLE IF NOT EXISTS tasks(
     state INTEGER NOT NULL, attempt INTEGER NOT NULL, node INTEGER, variant INTEGER,
     devices TEXT NOT NULL DEFAULT '', started_ns INTEGER NOT NULL DEFAULT 0,
     finished_ns INTEGER NOT NULL DEFAULT 0, exit_code INTEGER, message TEXT NOT NULL DEFAULT '');
+CREATE TABLE IF NOT EXISTS node_drains(
+    node INTEGER PRIMARY KEY, since_ms INTEGER NOT NULL, reason TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS task_holds(
     task INTEGER PRIMARY KEY, attempt INTEGER NOT NULL, cores INTEGER NOT NULL,
     memory_bytes INTEGER NOT NULL, gpus INTEGER NOT NULL);

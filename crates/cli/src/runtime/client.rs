@@ -819,7 +819,7 @@ pub async fn nodes(args: &ClientArgs, all: bool) -> anyhow::Result<()> {
             } else if n.draining {
                 "shutting down".into()
             } else if n.drained {
-                "drained".into()
+                super::human::drained(&n.drain_reason, n.drained_since_ms)
             } else if !n.held_for.is_empty() {
                 format!("yes, held for {}", n.held_for)
             } else {
@@ -1038,21 +1038,31 @@ pub async fn remove_node(args: &ClientArgs, name: &str) -> anyhow::Result<()> {
     })
 }
 
-/// `hetsched node drain NAME` (`drain`) and `hetsched node resume NAME`.
-pub async fn drain_node(args: &ClientArgs, name: &str, drain: bool) -> anyhow::Result<()> {
+/// `hetsched node drain NAME [--reason TEXT]` (`drain`) and `hetsched node resume NAME`.
+pub async fn drain_node(
+    args: &ClientArgs,
+    name: &str,
+    drain: bool,
+    reason: &str,
+) -> anyhow::Result<()> {
     let reply = connect(args)
         .await?
         .drain_node(pb::DrainNodeRequest {
             name: name.to_string(),
             drain,
+            reason: reason.to_string(),
         })
         .await
         .map_err(refused)?
         .into_inner();
     answer(args, &reply, |r| {
         if drain {
+            let why = match reason.trim() {
+                "" => String::new(),
+                r => format!(" ({r})"),
+            };
             let mut said = format!(
-                "node `{name}` drained: no new work; {} running task(s) finish there",
+                "node `{name}` drained{why}: no new work; {} running task(s) finish there",
                 r.running
             );
             if r.chunks > 0 {

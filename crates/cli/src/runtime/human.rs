@@ -94,6 +94,21 @@ pub fn ago(d: Duration) -> String {
     format!("{} ago", duration(d))
 }
 
+/// A drained node's state: `drained`, with the operator's reason and how long ago when known
+/// (`drained: bad fan, 2h ago`).
+pub fn drained(reason: &str, since_ms: u64) -> String {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let when = (since_ms > 0).then(|| ago(Duration::from_millis(now_ms.saturating_sub(since_ms))));
+    match (reason, when) {
+        ("", None) => "drained".into(),
+        ("", Some(w)) => format!("drained {w}"),
+        (r, None) => format!("drained: {r}"),
+        (r, Some(w)) => format!("drained: {r}, {w}"),
+    }
+}
+
 /// The time `ns` (since the Unix epoch) in RFC 3339, UTC; None for 0 (not yet).
 pub fn rfc3339(ns: u64) -> Option<String> {
     (ns > 0).then(|| {
@@ -249,6 +264,21 @@ mod tests {
             duration(Duration::from_secs(3 * 86_400 + 4 * 3600)),
             "3d 4h"
         );
+    }
+
+    #[test]
+    fn a_drain_says_why_and_since_when_as_far_as_known() {
+        assert_eq!(drained("", 0), "drained");
+        assert_eq!(drained("bad fan", 0), "drained: bad fan");
+        let now = std::time::SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let said = drained("bad fan", now - 7_200_000);
+        assert!(
+            said.starts_with("drained: bad fan, 2h") && said.ends_with(" ago"),
+            "{said}"
+        );
+        assert!(drained("", now - 60_000).starts_with("drained 1m"));
     }
 
     #[test]

@@ -365,6 +365,10 @@ pub enum NodeCommand {
     Drain {
         /// The node's name.
         name: String,
+        /// Why (Slurm's `Reason=`): `hetsched nodes` shows it beside the drain, with its time.
+        /// Draining a drained node again gives it the new reason.
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -704,11 +708,13 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         RuntimeCommand::Node(NodeCommand::Remove { name, client }) => {
             client::remove_node(&client, &name).await
         }
-        RuntimeCommand::Node(NodeCommand::Drain { name, client }) => {
-            client::drain_node(&client, &name, true).await
-        }
+        RuntimeCommand::Node(NodeCommand::Drain {
+            name,
+            reason,
+            client,
+        }) => client::drain_node(&client, &name, true, reason.as_deref().unwrap_or_default()).await,
         RuntimeCommand::Node(NodeCommand::Resume { name, client }) => {
-            client::drain_node(&client, &name, false).await
+            client::drain_node(&client, &name, false, "").await
         }
         RuntimeCommand::Log {
             job,

@@ -279,9 +279,9 @@ fn a_drained_node_gets_no_new_work_until_it_is_resumed() {
     c.start_agent("a", 2, &[]);
     c.start_agent("b", 2, &[]);
     c.wait_for_nodes(2);
-    let out = c.cli(&["node", "drain", "a"]);
+    let out = c.cli(&["node", "drain", "a", "--reason", "bad fan"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("node `a` drained"));
+    assert!(text(&out.stdout).contains("node `a` drained (bad fan)"));
     let nodes = c.json(&["nodes"]);
     let a = nodes
         .as_array()
@@ -290,7 +290,16 @@ fn a_drained_node_gets_no_new_work_until_it_is_resumed() {
         .find(|n| n["name"] == "a")
         .expect("a")
         .clone();
-    assert_eq!(a["drained"], true, "{a}");
+    assert_eq!(
+        (&a["drained"], &a["drain_reason"]),
+        (&serde_json::json!(true), &serde_json::json!("bad fan")),
+        "{a}"
+    );
+    assert!(a["drained_since_ms"].as_u64().is_some_and(|t| t > 0), "{a}");
+    assert!(
+        c.ok(&["nodes"]).contains("drained: bad fan, "),
+        "the listing says why and since when"
+    );
     let job = c.write(
         "job.toml",
         "[[application]]\nname = \"t\"\ntasks = 8\n[application.cpu]\ncommand = 'sleep 0.05'\n",

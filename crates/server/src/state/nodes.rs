@@ -10,6 +10,9 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
+/// The most bytes of a drain's reason (`hetsched node drain --reason`).
+pub const MAX_DRAIN_REASON: usize = 256;
+
 /// One node as the server knows it.
 #[derive(Debug)]
 pub struct NodeRec {
@@ -41,6 +44,8 @@ pub struct NodeRec {
     /// Drained by an operator (`hetsched node drain`): no new work until `node resume`. Stored
     /// (`store::operator`), so a restarted server keeps it.
     pub drained: bool,
+    /// Why and since when it is drained (default while it is not).
+    pub drain_note: crate::store::DrainNote,
     /// The agent's last heartbeat said it is shutting down: no new work.
     pub draining: bool,
     /// When its agent stops the tasks still running (an agent started with a `time_limit`, as
@@ -103,6 +108,7 @@ impl NodeRec {
             identity,
             removed,
             drained: false,
+            drain_note: Default::default(),
             draining: false,
             ends_at: None,
             left: None,
@@ -259,9 +265,10 @@ impl Nodes {
 
     /// Marks the nodes the store records as drained (`hetsched node drain` before a restart).
     pub(super) fn restore_drains(&mut self, store: &crate::store::Store) -> Result<(), StoreError> {
-        for id in store.drained_nodes()? {
+        for (id, note) in store.drained_nodes()? {
             if let Some(rec) = self.recs.get_mut(id as usize) {
                 rec.drained = true;
+                rec.drain_note = note;
             }
         }
         Ok(())
@@ -296,6 +303,7 @@ impl Nodes {
             new.available_memory = old.available_memory;
             new.gpus = old.gpus.clone();
             new.drained = old.drained;
+            new.drain_note = old.drain_note.clone();
             new.draining = old.draining;
             new.ends_at = old.ends_at;
             new.left = old.left;
@@ -554,18 +562,68 @@ impl State {
         Ok(id)
     }
 
-    /// `hetsched node drain` (`drain`) / `node resume` (`!drain`): stops or restarts placing new
-    /// work on a node; its running tasks go on, and stream topologies' workers there are moved
-    /// off at the topology controller's next pass ([`crate::jobs::topology`]).
+    /// `hetsched node drain` (`drain`) / `node resume` (`!drain`) without a reason: see
+    /// [`State::on_drain_because`].
     pub fn on_drain(&mut self, name: &str, drain: bool) -> Result<Drained, StateError> {
+        self.on_drain_because(name, drain, "")
+    }
+
+    /// `hetsched node drain --reason REASON` (`drain`) / `node resume` (`!drain`): stops or
+    /// restarts placing new work on a node; its running tasks go on, and stream topologies'
+    /// workers there are moved off at the topology controller's next pass
+    /// ([`crate::jobs::topology`]). A drained node drained again keeps its time and takes the
+    /// new reason. The reason is at most [`MAX_DRAIN_REASON`] bytes, without control characters.
+    pub fn on_drain_because(
+        &mut self,
+        name: &str,
+        drain: bool,
+        reason: &str,
+    ) -> Result<Drained, StateError> {
         let Some(id) = self.nodes.by_name(name) else {
             return Err(StateError::NoNode(name.to_string()));
         };
-        if self.nodes.recs[id as usize].drained != drain {
+        let reason = reason.trim();
+        if reason.len() > MAX_DRAIN_REASON {
+            return Err(StateError::Invalid(format!(
+                "reason: {} bytes, more than the {MAX_DRAIN_REASON} accepted",
+                reason.len()
+            )));
+        }
+        if reason.chars().any(char::is_control) {
+            return Err(StateError::Invalid(
+                "reason: a control character (a newline, a tab…) is not accepted".into(),
+            ));
+        }
+        if !drain && !reason.is_empty() {
+            return Err(StateError::Invalid(
+                "reason: a resumed node keeps no reason; give one with `node drain`".into(),
+            ));
+        }
+        let was = &self.nodes.recs[id as usize];
+        let note = drain.then(|| crate::store::DrainNote {
+            reason: reason.to_string(),
+            since_ms: if was.drained {
+                was.drain_note.since_ms
+            } else {
+                u64::try_from(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap_or_default()
+                        .as_millis(),
+                )
+                .unwrap_or(u64::MAX)
+            },
+        });
+        if was.drained != drain
+            || note
+                .as_ref()
+                .is_some_and(|n| n.reason != was.drain_note.reason)
+        {
             // Stored first: a drain survives a restart (see `store::operator`).
-            self.store.put_drain(id, drain)?;
+            self.store.put_drain(id, note.as_ref())?;
         }
         let rec = &mut self.nodes.recs[id as usize];
+        rec.drain_note = note.unwrap_or_default();
         if rec.drained != drain {
             rec.drained = drain;
             info!(node = %name, drained = drain, running = rec.running.len(), "node {}", if drain { "drained" } else { "resumed" });
@@ -756,6 +814,7 @@ impl State {
                         available_memory_bytes: n.available_memory,
                         gpus: n.gpus.clone(),
                         drained: n.drained,
+                        drain_note: n.drain_note.clone(),
                         draining: n.draining,
                         time_left_ms: n.ends_at.filter(|_| n.alive).map(|e| {
                             e.saturating_duration_since(Instant::now()).as_millis() as u64

@@ -510,6 +510,8 @@ pub struct NodeInfo {
     pub available_memory_bytes: u64,
     /// Drained by an operator.
     pub drained: bool,
+    /// Why and since when, if drained.
+    pub drain_note: crate::store::DrainNote,
     /// Its agent is shutting down.
     pub draining: bool,
     /// Applications kept off it.

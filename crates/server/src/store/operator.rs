@@ -5,7 +5,9 @@
 //! application (Unix nanoseconds, so a restart keeps the remaining time), `left/NODE` = why
 //! ([`Store::put_left`]) and `allocation-paused/QUEUE` = 1 — so the
 //! store's schema does not change. A resumed node's row, an expired back-off's row and the row of
-//! a node registered again are deleted.
+//! a node registered again are deleted. Why and since when a node is drained is in the table
+//! `node_drains` (a store of an earlier version has a drain without one: no reason, time
+//! unknown).
 
 use super::{Store, StoreError};
 use rusqlite::params;
@@ -15,10 +17,47 @@ const LEFT: &str = "left/";
 const PAUSED_QUEUE: &str = "allocation-paused/";
 const BACKOFF: &str = "backoff/";
 
+/// Why and since when an operator drained a node (`hetsched node drain --reason`; Slurm's
+/// `Reason=`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DrainNote {
+    /// The operator's words (empty: none given).
+    pub reason: String,
+    /// When it was drained, Unix ms (0: unknown, a drain stored by an earlier version).
+    pub since_ms: u64,
+}
+
 impl Store {
-    /// Records that node `node` is drained (`true`) or no longer is.
-    pub fn put_drain(&mut self, node: u32, drained: bool) -> Result<(), StoreError> {
-        self.put_meta(&format!("{DRAIN}{node}"), drained.then_some(1))
+    /// Records that node `node` is drained, why and since when (`Some`), or no longer is, in
+    /// one transaction.
+    pub fn put_drain(&mut self, node: u32, drain: Option<&DrainNote>) -> Result<(), StoreError> {
+        self.check_full()?;
+        let tx = self.conn.unchecked_transaction()?;
+        let key = format!("{DRAIN}{node}");
+        match drain {
+            Some(note) => {
+                tx.execute(
+                    "INSERT INTO meta(key, value) VALUES (?1, 1)
+                     ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    params![key],
+                )?;
+                tx.execute(
+                    "INSERT OR REPLACE INTO node_drains(node, since_ms, reason) VALUES (?1, ?2, ?3)",
+                    params![
+                        node,
+                        i64::try_from(note.since_ms).unwrap_or(i64::MAX),
+                        note.reason
+                    ],
+                )?;
+            }
+            None => {
+                tx.execute("DELETE FROM meta WHERE key = ?1", params![key])?;
+                tx.execute("DELETE FROM node_drains WHERE node = ?1", params![node])?;
+            }
+        }
+        tx.commit()?;
+        self.durable.wrote();
+        Ok(())
     }
 
     /// Sets the `meta` row `key` to `value`, or deletes it (`None`).
@@ -72,14 +111,31 @@ impl Store {
             .collect())
     }
 
-    /// The drained nodes' ids.
-    pub fn drained_nodes(&self) -> Result<Vec<u32>, StoreError> {
+    /// The drained nodes' ids, each with why and since when.
+    pub fn drained_nodes(&self) -> Result<Vec<(u32, DrainNote)>, StoreError> {
+        let mut notes: std::collections::HashMap<u32, DrainNote> = Default::default();
+        let mut stmt = self
+            .conn
+            .prepare("SELECT node, since_ms, reason FROM node_drains")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, u32>(0)?,
+                DrainNote {
+                    since_ms: u64::try_from(r.get::<_, i64>(1)?).unwrap_or(0),
+                    reason: r.get(2)?,
+                },
+            ))
+        })?;
+        for r in rows {
+            let (node, note) = r?;
+            notes.insert(node, note);
+        }
         let mut out = Vec::new();
         for (rest, _) in self.meta_with(DRAIN)? {
-            out.push(
-                rest.parse()
-                    .map_err(|_| StoreError::Corrupt(format!("meta key {DRAIN}{rest}")))?,
-            );
+            let node: u32 = rest
+                .parse()
+                .map_err(|_| StoreError::Corrupt(format!("meta key {DRAIN}{rest}")))?;
+            out.push((node, notes.remove(&node).unwrap_or_default()));
         }
         Ok(out)
     }
@@ -152,10 +208,20 @@ mod tests {
     #[test]
     fn drains_and_back_offs_are_kept_and_removed() {
         let mut s = Store::in_memory().expect("store");
-        s.put_drain(3, true).expect("drain");
-        s.put_drain(1, true).expect("drain");
-        s.put_drain(3, false).expect("resume");
-        assert_eq!(s.drained_nodes().expect("read"), vec![1]);
+        let note = |reason: &str| DrainNote {
+            reason: reason.into(),
+            since_ms: 1_700_000_000_000,
+        };
+        s.put_drain(3, Some(&note("disk"))).expect("drain");
+        s.put_drain(1, Some(&note("bad fan"))).expect("drain");
+        s.put_drain(3, None).expect("resume");
+        assert_eq!(s.drained_nodes().expect("read"), vec![(1, note("bad fan"))]);
+        // A drain an earlier version stored: no reason, time unknown.
+        s.put_meta("drain/5", Some(1)).expect("an old drain");
+        assert_eq!(
+            s.drained_nodes().expect("read"),
+            vec![(1, note("bad fan")), (5, DrainNote::default())]
+        );
         s.put_backoff(7, 2, Some(5_000)).expect("back off");
         s.put_backoff(8, 2, Some(6_000)).expect("back off");
         s.put_backoff(7, 2, None).expect("over");

@@ -236,8 +236,14 @@ fn everything(s: &State) -> Vec<String> {
     // across updates of its application's request.
     for n in s.list_nodes() {
         out.push(format!(
-            "node {} free cores {} free gpus {} running {}",
-            n.name, n.free_cores, n.free_gpus, n.running
+            "node {} free cores {} free gpus {} running {} drained {} {:?} {}",
+            n.name,
+            n.free_cores,
+            n.free_gpus,
+            n.running,
+            n.drained,
+            n.drain_note.reason,
+            n.drain_note.since_ms
         ));
     }
     for j in s.jobs().jobs {
@@ -423,7 +429,7 @@ fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 });
             }
             Op::Drain(n, d) => {
-                let _ = s.drain_node(["a", "b"][n], d);
+                let _ = s.drain_node(["a", "b"][n], d, if d { "fuzz" } else { "" });
             }
             Op::Evict => {
                 s.evict_finished();

@@ -472,3 +472,57 @@ fn a_filtered_page_of_one_job_is_its_first_matching_rows_from_the_cursor() {
     assert!(none.tasks.is_empty() && none.next_cursor == 0);
     assert!(StateFilter::parse(&["bogus".to_string()]).is_err());
 }
+
+/// `hetsched node drain NAME --reason TEXT` (Slurm's `Reason=`): the listing shows why and since
+/// when; a drain again takes the new reason and keeps its time; a restart keeps both; a resume
+/// clears them. A reason too long, with a control character, or given to a resume is refused.
+#[test]
+fn a_drains_reason_and_time_are_listed_kept_across_a_restart_and_cleared_by_a_resume() {
+    let d = scratch("drain-reason");
+    let note = |s: &State| {
+        let n = &s.nodes(false).nodes[0];
+        (n.drained, n.drain_reason.clone(), n.drained_since_ms)
+    };
+    let since;
+    {
+        let mut s = open(&d);
+        common::register(&mut s, "n", 2);
+        assert_eq!(note(&s), (false, String::new(), 0));
+        s.drain_node("n", true, "bad fan").expect("drained");
+        let (drained, reason, at) = note(&s);
+        assert!(
+            drained && reason == "bad fan" && at > 1_700_000_000_000,
+            "{reason} {at}"
+        );
+        since = at;
+        std::thread::sleep(Duration::from_millis(5));
+        s.drain_node("n", true, "  fan replaced, testing ")
+            .expect("drained again");
+        assert_eq!(note(&s), (true, "fan replaced, testing".into(), since));
+        for (reason, says) in [
+            (
+                "x".repeat(257),
+                "reason: 257 bytes, more than the 256 accepted",
+            ),
+            ("two\nlines".into(), "reason: a control character"),
+        ] {
+            let e = s.drain_node("n", true, &reason).expect_err("refused");
+            assert!(e.to_string().starts_with(says), "{e}");
+        }
+        let e = s
+            .drain_node("n", false, "done")
+            .expect_err("a resume's reason");
+        assert!(
+            e.to_string().contains("a resumed node keeps no reason"),
+            "{e}"
+        );
+        assert_eq!(note(&s), (true, "fan replaced, testing".into(), since));
+    }
+    let mut s = open(&d);
+    assert_eq!(note(&s), (true, "fan replaced, testing".into(), since));
+    s.drain_node("n", false, "").expect("resumed");
+    assert_eq!(note(&s), (false, String::new(), 0));
+    drop(s);
+    let s = open(&d);
+    assert_eq!(note(&s), (false, String::new(), 0));
+}

@@ -275,7 +275,7 @@ fn a_multi_node_task_needs_as_many_nodes_as_it_holds() {
     );
     // Two of two: it runs, and a node drained meanwhile leaves it waiting, saying why.
     let job = submit(&mut s, "mpi", 1, "nodes = 2", "");
-    s.drain_node("b", true).expect("drain");
+    s.drain_node("b", true, "").expect("drain");
     assert!(beat(&mut s, a, &[], &[]).assignments.is_empty());
     assert_eq!(
         reason(&s, job),
