@@ -340,6 +340,8 @@ fn a_running_multi_node_task_shows_its_first_node_and_the_others_on_hover() {
         Duration::from_secs(20),
         || c.json(&["tasks", "--job", "1"])[0]["state"] == "running",
     );
+    // A drain's reason is on the node's badge, as text.
+    c.ok(&["node", "drain", "a", "--reason", "fan <b>"]);
     let Some(browser) = chromium() else {
         eprintln!(
             "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
@@ -361,6 +363,12 @@ fn a_running_multi_node_task_shows_its_first_node_and_the_others_on_hover() {
         .count(),
         2,
         "both nodes' cards say what holds them: {dom}"
+    );
+    assert!(
+        dom.contains(
+            "<span class=\"badge\" title=\"fan &lt;b&gt;\">drained: fan &lt;b&gt;</span>"
+        ),
+        "a's card says why it is drained: {dom}"
     );
     c.ok(&["cancel", "1"]);
 }

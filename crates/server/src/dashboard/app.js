@@ -152,7 +152,7 @@ function renderNodes(nodes) {
     html += `<div class="rack"><h3>rack ${esc(rack)}</h3><div class="nodes">`;
     for (const n of ns) {
       const usedCores = n.cores - n.free_cores, usedGpus = n.gpus - n.free_gpus;
-      const flags = (!n.alive ? '<span class="badge">dead</span>' : "") + (n.drained ? '<span class="badge">drained</span>' : "") + (n.draining ? '<span class="badge">shutting down</span>' : "");
+      const flags = (!n.alive ? '<span class="badge">dead</span>' : "") + (n.drained ? `<span class="badge" title="${esc(n.drain_reason)}">drained${n.drain_reason ? ": " + esc(n.drain_reason) : ""}</span>` : "") + (n.draining ? '<span class="badge">shutting down</span>' : "");
       html += `<div class="node${n.alive ? "" : " dead"}" data-node="${esc(n.name)}"><div class="name">${esc(n.name)}${flags}</div>
         <div>cores ${usedCores}/${n.cores} in use · ${n.running} running</div>
         <div class="meter"><span data-w="${n.cores ? (100 * usedCores / n.cores) : 0}%"></span></div>
@@ -391,7 +391,7 @@ loadJobs().catch((e) => console.error(e));
 // The nodes at once, before the first update; an update that came first is newer, so it stays.
 api("/api/nodes").then((nodes) => liveState.events ? null : renderNodes(nodes.map((n) => ({
   name: n.name, rack: n.rack, alive: n.alive, running: n.running, cores: n.cores, free_cores: n.free_cores,
-  gpus: (n.accelerators || []).length, free_gpus: n.free_gpus, drained: n.drained, draining: n.draining, gpu_util: null,
+  gpus: (n.accelerators || []).length, free_gpus: n.free_gpus, drained: n.drained, drain_reason: n.drain_reason, draining: n.draining, gpu_util: null,
   attributes: n.attributes || [], time_left_ms: n.time_left_ms, held_for: n.held_for,
 })))).catch((e) => console.error(e));
 // `#events=N` in the address: stop listening after N updates (headless snapshots and tests need the

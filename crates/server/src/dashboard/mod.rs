@@ -329,6 +329,7 @@ impl Dashboard {
                 "name": n.name, "rack": n.rack, "alive": n.alive, "running": n.running,
                 "cores": n.cores, "free_cores": n.free_cores, "gpus": n.accelerators.len(),
                 "free_gpus": n.free_gpus, "drained": n.drained, "draining": n.draining,
+                "drain_reason": n.drain_reason,
                 "attributes": n.attributes, "time_left_ms": n.time_left_ms,
                 "held_for": n.held_for,
                 "gpu_util": if n.gpus.is_empty() { serde_json::Value::Null } else {
