@@ -29,6 +29,9 @@ use tonic::{Request, Response, Status};
 
 pub(crate) type Shared = Arc<Mutex<State>>;
 
+/// The most node names a task listing filters on (`hetsched tasks --node`).
+pub const MAX_LISTED_NODES: usize = 16;
+
 pub(crate) fn status(e: StateError) -> Status {
     match e {
         StateError::Divisible(e) => crate::divisible_service::status(e),
@@ -567,6 +570,13 @@ impl Client for ClientService {
         let limit = r.limit.min(crate::state::MAX_PAGE);
         let (job, cursor) = (r.job_id, r.cursor);
         let states = crate::state::types::StateFilter::parse(&r.states).map_err(status)?;
+        if r.nodes.len() > MAX_LISTED_NODES {
+            return Err(Status::invalid_argument(format!(
+                "nodes: {} names, more than the {MAX_LISTED_NODES} accepted",
+                r.nodes.len()
+            )));
+        }
+        let nodes = r.nodes;
         let filter = states.clone();
         // Under the lock: the page itself, or what it takes to read it from the store.
         let plan = read_state(&self.0, move |s| s.plan_tasks(job, cursor, limit, &filter))
@@ -587,7 +597,13 @@ impl Client for ClientService {
         // Pages the store did not filter (other kinds, every job) keep what the filter admits;
         // the cursor still says where the listing goes on.
         let mut page = page;
-        page.tasks.retain(|t| states.admits(&t.state));
+        page.tasks.retain(|t| {
+            states.admits(&t.state)
+                && (nodes.is_empty()
+                    || nodes.iter().any(|n| {
+                        *n == t.node || *n == t.executed_node || t.nodes.iter().any(|m| m == n)
+                    }))
+        });
         let mut reply = Response::new(pb::ListTasksReply::from(page));
         let ran: Vec<(u64, String)> = reply
             .get_ref()

@@ -651,6 +651,7 @@ pub async fn tasks(
     job: Option<u64>,
     limit: Option<u64>,
     states: Vec<String>,
+    nodes: Vec<String>,
 ) -> anyhow::Result<()> {
     use std::io::Write;
     let mut api = connect(args).await?;
@@ -672,6 +673,7 @@ pub async fn tasks(
                 cursor,
                 limit: want as u32,
                 states: states.clone(),
+                nodes: nodes.clone(),
             })
             .await
             .map_err(refused)?

@@ -103,6 +103,7 @@ pub async fn print_failures(api: &mut Api, job: &pb::JobInfo) {
                 limit: 1000,
                 // The store finds them; the loop below still checks each task's state.
                 states: vec!["failed".into()],
+                ..Default::default()
             })
             .await
         else {
@@ -219,6 +220,7 @@ pub async fn log_all(
                 cursor,
                 limit: 1000,
                 states: states.clone(),
+                ..Default::default()
             })
             .await
             .map_err(refused)?

@@ -147,6 +147,11 @@ pub enum RuntimeCommand {
         /// chunks' out, done, lost.
         #[arg(long, value_name = "STATE", value_delimiter = ',')]
         state: Vec<String>,
+        /// Only tasks that ran, or run, on these nodes (repeat the flag or separate with commas;
+        /// Slurm's `squeue --nodelist`): their latest attempt's node, any node of a multi-node
+        /// task, or the node an accelerator task was offloaded to.
+        #[arg(long, value_name = "NAME", value_delimiter = ',')]
+        node: Vec<String>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -606,13 +611,14 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             job,
             limit,
             state,
+            node,
             client,
         } => {
             let job = match job {
                 Some(j) => Some(j.resolve(&client).await?),
                 None => None,
             };
-            client::tasks(&client, job, limit, state).await
+            client::tasks(&client, job, limit, state, node).await
         }
         RuntimeCommand::Nodes { all, client } => client::nodes(&client, all).await,
         RuntimeCommand::Allocations {

@@ -365,9 +365,7 @@ fn a_running_multi_node_task_shows_its_first_node_and_the_others_on_hover() {
         "both nodes' cards say what holds them: {dom}"
     );
     assert!(
-        dom.contains(
-            "<span class=\"badge\" title=\"fan &lt;b&gt;\">drained: fan &lt;b&gt;</span>"
-        ),
+        dom.contains("<span class=\"badge\" title=\"fan &lt;b&gt;\">drained: fan &lt;b&gt;</span>"),
         "a's card says why it is drained: {dom}"
     );
     c.ok(&["cancel", "1"]);
