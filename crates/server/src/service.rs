@@ -648,13 +648,9 @@ impl Client for ClientService {
         req: Request<pb::ResubmitRequest>,
     ) -> Result<Response<pb::ResubmitReply>, Status> {
         let r = req.into_inner();
-        if !r.failed {
-            return Err(Status::invalid_argument(
-                "resubmit re-runs a job's failed tasks: pass --failed",
-            ));
-        }
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
-            s.resubmit_failed(r.job_id)
+            s.on_resubmit_ended(r.job_id, r.failed, r.cancelled)
+                .map(|tasks| pb::ResubmitReply { tasks })
         })
         .await
     }

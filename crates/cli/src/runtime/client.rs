@@ -349,18 +349,28 @@ pub async fn resubmit(
     args: &ClientArgs,
     id: u64,
     failed: bool,
+    cancelled: bool,
     wait_for_it: bool,
 ) -> anyhow::Result<()> {
     let mut api = connect(args).await?;
     let reply = api
-        .resubmit(pb::ResubmitRequest { job_id: id, failed })
+        .resubmit(pb::ResubmitRequest {
+            job_id: id,
+            failed,
+            cancelled,
+        })
         .await
         .map_err(refused)?
         .into_inner();
+    let which = match (failed, cancelled) {
+        (true, true) => "failed or cancelled",
+        (false, true) => "cancelled",
+        _ => "failed",
+    };
     match args.output {
         Output::Json => json(&reply)?,
         Output::Table | Output::Dot => {
-            println!("job {id}: {} failed task(s) queued again", reply.tasks)
+            println!("job {id}: {} {which} task(s) queued again", reply.tasks)
         }
     }
     if wait_for_it {

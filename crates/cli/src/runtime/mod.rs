@@ -82,14 +82,19 @@ pub enum RuntimeCommand {
         #[command(flatten)]
         job: Box<command_job::CommandJobArgs>,
     },
-    /// Run a job's failed tasks again, a new attempt each (their retries count afresh); in a
-    /// workflow, also the instances not run because of them.
+    /// Run a job's failed tasks (`--failed`) or its tasks cancelled one by one (`--cancelled`)
+    /// again, a new attempt each (their retries count afresh); in a workflow, also the
+    /// instances not run because of failed ones.
     Resubmit {
         /// Job id, or `last` (the newest job).
         id: JobRef,
-        /// Re-run the failed tasks (required: the only mode).
-        #[arg(long, required = true)]
+        /// Re-run the failed tasks.
+        #[arg(long)]
         failed: bool,
+        /// Re-run the tasks cancelled one by one (`cancel JOB --tasks`; batch jobs;
+        /// HyperQueue's `hq job resubmit --filter canceled`). With `--failed`, both.
+        #[arg(long)]
+        cancelled: bool,
         /// Wait for the job to finish, as `submit --wait`.
         #[arg(long)]
         wait: bool,
@@ -589,9 +594,19 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         RuntimeCommand::Resubmit {
             id,
             failed,
+            cancelled,
             wait,
             client,
-        } => client::resubmit(&client, id.resolve(&client).await?, failed, wait).await,
+        } => {
+            if !failed && !cancelled {
+                anyhow::bail!(
+                    "resubmit re-runs a job's failed or cancelled tasks: pass --failed, \
+                     --cancelled or both"
+                );
+            }
+            let id = id.resolve(&client).await?;
+            client::resubmit(&client, id, failed, cancelled, wait).await
+        }
         RuntimeCommand::Jobs {
             state,
             last,

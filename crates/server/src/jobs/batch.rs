@@ -945,10 +945,17 @@ impl Batch {
         })
     }
 
-    /// `hetsched resubmit JOB --failed`: every failed task of the job is queued again (at the end
-    /// of its application's queue); its next dispatch is a new attempt, and its retries count
-    /// afresh. Cancelled and succeeded tasks stay as they are. Returns how many were queued.
-    pub fn requeue_failed(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
+    /// `hetsched resubmit JOB --failed` (`ended` = failed) or `--cancelled` (`ended` =
+    /// cancelled: the tasks `cancel JOB --tasks` cancelled): every task of the job that ended
+    /// so is queued again (at the end of its application's queue); its next dispatch is a new
+    /// attempt, and its retries count afresh. The other tasks stay as they are. A job cancelled
+    /// as a whole is refused. Returns how many were queued.
+    pub fn requeue_ended(
+        &mut self,
+        cx: &mut Ctx,
+        job: u64,
+        ended: TaskState,
+    ) -> Result<u64, StateError> {
         let Some(j) = self.job_rec(job) else {
             return Err(StateError::NoJob(job));
         };
@@ -963,7 +970,7 @@ impl Batch {
         let range = j.tasks.clone();
         // A finished job's rows may have left memory: with failed tasks, they come back (the job
         // is no longer finished; its stored summary goes in this event's transaction).
-        if self.retention.failed_of_evicted(job).is_some_and(|f| f > 0) {
+        if self.retention.ended_of_evicted(job, ended).is_some_and(|f| f > 0) {
             let rows = cx.store.task_rows(range.clone())?;
             if rows.len() as u64 != range.end - range.start {
                 return Err(StoreError::Corrupt(format!("job {job}: task rows missing")).into());
@@ -978,14 +985,20 @@ impl Batch {
             let Some(t) = self.tasks.get_mut(id as usize) else {
                 continue;
             };
-            if t.state != TaskState::Failed {
+            if t.state != ended {
                 continue;
             }
-            moved(&mut self.apps, t.app, TaskState::Failed, TaskState::Pending);
+            moved(&mut self.apps, t.app, ended, TaskState::Pending);
             t.state = TaskState::Pending;
             t.failures = 0;
             t.finished_ns = 0;
-            t.message = format!("resubmitted after attempt {} failed", t.attempt);
+            t.message = match (ended, t.attempt) {
+                (TaskState::Cancelled, 0) => "resubmitted after it was cancelled".into(),
+                (TaskState::Cancelled, a) => {
+                    format!("resubmitted after attempt {a} was cancelled")
+                }
+                (_, a) => format!("resubmitted after attempt {a} failed"),
+            };
             by_app.entry(t.app).or_default().push(TaskId(id));
             self.dirty.push(id);
             n += 1;
@@ -2293,7 +2306,11 @@ impl JobKind for Batch {
     }
 
     fn resubmit_failed(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
-        self.requeue_failed(cx, job)
+        self.requeue_ended(cx, job, TaskState::Failed)
+    }
+
+    fn resubmit_cancelled(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
+        self.requeue_ended(cx, job, TaskState::Cancelled)
     }
 
     fn held_for(&self, node: u32) -> String {

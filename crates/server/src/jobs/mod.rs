@@ -416,6 +416,17 @@ pub trait JobKind: Send {
         )))
     }
 
+    /// `hetsched resubmit JOB --cancelled`: the tasks cancelled one by one (`cancel JOB
+    /// --tasks`) run again, each as a new attempt (HyperQueue's `hq job resubmit --filter
+    /// canceled`). Returns how many were queued. Kinds without such tasks refuse.
+    fn resubmit_cancelled(&mut self, _cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
+        Err(StateError::Invalid(format!(
+            "job {job} is a {} job: resubmit --cancelled runs cancelled tasks of batch jobs; \
+             submit it again",
+            self.kind().as_str()
+        )))
+    }
+
     /// This kind's finished jobs that a purge may drop, with when each finished (ns since the
     /// epoch): what `purge --older-than` / `--keep` and the `[retention]` rule choose among,
     /// across kinds. Purged jobs are not listed; kinds without history to drop list none.

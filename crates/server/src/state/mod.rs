@@ -952,16 +952,46 @@ impl State {
 
     /// `hetsched resubmit JOB --failed`: every failed task of the job runs again.
     pub fn on_resubmit(&mut self, job: u64) -> Result<u64, StateError> {
-        let n = match self.ids.kind(job) {
+        self.on_resubmit_ended(job, true, false)
+    }
+
+    /// `hetsched resubmit JOB [--failed] [--cancelled]`: every task of the job that failed, and
+    /// every one cancelled by itself (`cancel JOB --tasks`), runs again; in one event.
+    pub fn on_resubmit_ended(
+        &mut self,
+        job: u64,
+        failed: bool,
+        cancelled: bool,
+    ) -> Result<u64, StateError> {
+        if !failed && !cancelled {
+            return Err(StateError::Invalid(
+                "resubmit re-runs a job's failed or cancelled tasks: pass --failed, --cancelled \
+                 or both"
+                    .into(),
+            ));
+        }
+        let k = match self.ids.kind(job) {
             Some(Kind::Topology) | None => return Err(StateError::NoJob(job)),
-            Some(k) => self
+            Some(k) => k,
+        };
+        // Cancelled first: a kind that has none refuses before anything changed, and a batch
+        // job that takes them takes its failed ones too.
+        let mut n = 0;
+        if cancelled {
+            n += self
                 .jobs
                 .of_kind_mut(k)
-                .resubmit_failed(&mut ctx!(self), job)?,
-        };
+                .resubmit_cancelled(&mut ctx!(self), job)?;
+        }
+        if failed {
+            n += self
+                .jobs
+                .of_kind_mut(k)
+                .resubmit_failed(&mut ctx!(self), job)?;
+        }
         self.commit()?;
         self.wake(None);
-        info!(job, tasks = n, "failed tasks resubmitted");
+        info!(job, tasks = n, failed, cancelled, "ended tasks resubmitted");
         Ok(n)
     }
 

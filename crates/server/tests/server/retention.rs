@@ -474,3 +474,85 @@ fn a_restart_does_not_parse_purged_jobs_and_keeps_their_ids_and_keys() {
         .collect();
     assert_eq!(ids, vec![9, 10, 11], "after the purged jobs' nine tasks");
 }
+
+/// `hetsched resubmit JOB --cancelled` (HyperQueue's `hq job resubmit --filter canceled`): the
+/// tasks cancelled one by one run again, a pending one and a running one alike, also after the
+/// finished job's rows left memory; `--failed --cancelled` takes both; a job cancelled as a
+/// whole, and a call that names neither, are refused.
+#[test]
+fn tasks_cancelled_one_by_one_can_be_resubmitted_with_the_failed_ones() {
+    let d = dir("resubmit-cancelled");
+    let mut s = open(&d);
+    let n = common::register(&mut s, "n", 1);
+    let job = s
+        .submit(
+            "job.toml",
+            "[[application]]\nname = \"a\"\ntasks = 4\n[application.cpu]\ncommand = \"true\"\n",
+            "/",
+        )
+        .expect("submit")
+        .job_id;
+    // Task 0 runs; 0 (running) and 1 (pending) are cancelled; 2 and 3 succeed.
+    assert_eq!(
+        beat(&mut s, n, &[], &[])
+            .assignments
+            .iter()
+            .map(|a| a.task_id)
+            .collect::<Vec<_>>(),
+        [0]
+    );
+    assert_eq!(s.cancel_tasks(job, "", "0,1").expect("cancelled").cancelled, 2);
+    let r = beat(&mut s, n, &[], &[]);
+    assert_eq!(r.assignments[0].task_id, 2);
+    let r = beat(&mut s, n, &[], &[(2, 1, true)]);
+    assert_eq!(r.assignments[0].task_id, 3);
+    beat(&mut s, n, &[], &[(3, 1, true)]);
+    let counts = |s: &State| {
+        let c = s.job(job).expect("job").counts.expect("counts");
+        (c.pending, c.succeeded, c.failed, c.cancelled)
+    };
+    assert_eq!(counts(&s), (0, 2, 0, 2));
+    // Finished (no task failed): its rows leave memory, and come back for the resubmission.
+    assert_eq!(s.evict_finished(), 1);
+    let e = s
+        .on_resubmit_ended(job, false, false)
+        .expect_err("neither")
+        .to_string();
+    assert!(e.contains("pass --failed, --cancelled or both"), "{e}");
+    assert_eq!(s.on_resubmit_ended(job, false, true).expect("resubmitted"), 2);
+    assert_eq!(counts(&s), (2, 2, 0, 0));
+    let listed = s.tasks(job).expect("tasks").tasks;
+    assert_eq!(listed[0].message, "resubmitted after attempt 1 was cancelled");
+    assert_eq!(listed[1].message, "resubmitted after it was cancelled");
+    // A restart keeps them pending; they run, task 0 as attempt 2.
+    drop(s);
+    let mut s = open(&d);
+    let n = common::register(&mut s, "n", 1);
+    let r = beat(&mut s, n, &[], &[]);
+    assert_eq!((r.assignments[0].task_id, r.assignments[0].attempt), (0, 2));
+    let r = beat(&mut s, n, &[], &[(0, 2, true)]);
+    assert_eq!((r.assignments[0].task_id, r.assignments[0].attempt), (1, 1));
+    beat(&mut s, n, &[], &[(1, 1, false)]);
+    assert_eq!(s.job(job).expect("job").state, "failed");
+    // Both modes at once: the failed one (nothing is cancelled now).
+    assert_eq!(s.on_resubmit_ended(job, true, true).expect("resubmitted"), 1);
+    let r = beat(&mut s, n, &[], &[]);
+    assert_eq!((r.assignments[0].task_id, r.assignments[0].attempt), (1, 2));
+    beat(&mut s, n, &[], &[(1, 2, true)]);
+    assert_eq!(s.job(job).expect("job").state, "completed");
+    // A job cancelled as a whole is not brought back.
+    let other = s
+        .submit(
+            "job.toml",
+            "[[application]]\nname = \"b\"\ntasks = 1\n[application.cpu]\ncommand = \"true\"\n",
+            "/",
+        )
+        .expect("submit")
+        .job_id;
+    s.cancel(other).expect("cancelled");
+    let e = s
+        .on_resubmit_ended(other, false, true)
+        .expect_err("cancelled as a whole")
+        .to_string();
+    assert!(e.contains("was cancelled: submit it again"), "{e}");
+}

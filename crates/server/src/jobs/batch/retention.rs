@@ -25,7 +25,7 @@ use super::{Batch, Ctx, JobRec, TaskRow, variant_of};
 use crate::state::StateError;
 use crate::state::prefetch::Observed;
 use crate::state::types::TaskCounts;
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, TaskState};
 use hetsched_core::{AppId, Variant};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -279,9 +279,13 @@ impl Retention {
         self.purged.iter().copied()
     }
 
-    /// How many tasks of evicted job `job` failed (`None`: the job is not evicted).
-    pub(super) fn failed_of_evicted(&self, job: u64) -> Option<u64> {
-        self.finished.get(&job).map(|f| f.counts.failed)
+    /// How many tasks of evicted job `job` ended as `ended` (failed or cancelled; `None`: the
+    /// job is not evicted).
+    pub(super) fn ended_of_evicted(&self, job: u64, ended: TaskState) -> Option<u64> {
+        self.finished.get(&job).map(|f| match ended {
+            TaskState::Cancelled => f.counts.cancelled,
+            _ => f.counts.failed,
+        })
     }
 
     /// Job `job` is no longer finished (its failed tasks were resubmitted): forget its summary.
