@@ -574,9 +574,17 @@ fn job_names_application_workdirs_and_resubmit_failed() {
         "the application's workdir, relative to the submit directory"
     );
     assert!(!c.dir.join("where-0").exists());
-    // `--failed` is required; then only task 1 runs again, as attempt 2.
+    // `--failed` or `--cancelled` is required; then only task 1 runs again, as attempt 2.
     let out = c.cli(&["resubmit", "1"]);
-    assert!(!out.status.success() && text(&out.stderr).contains("--failed"));
+    assert!(
+        !out.status.success() && text(&out.stderr).contains("pass --failed, --cancelled or both"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        c.ok(&["resubmit", "1", "--cancelled"])
+            .contains("0 cancelled task(s) queued again")
+    );
     std::fs::write(c.dir.join("fixed"), "").expect("fixed");
     let out = c.cli(&["resubmit", "1", "--failed", "--wait"]);
     assert!(out.status.success(), "{}", text(&out.stderr));

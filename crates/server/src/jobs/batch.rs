@@ -970,7 +970,11 @@ impl Batch {
         let range = j.tasks.clone();
         // A finished job's rows may have left memory: with failed tasks, they come back (the job
         // is no longer finished; its stored summary goes in this event's transaction).
-        if self.retention.ended_of_evicted(job, ended).is_some_and(|f| f > 0) {
+        if self
+            .retention
+            .ended_of_evicted(job, ended)
+            .is_some_and(|f| f > 0)
+        {
             let rows = cx.store.task_rows(range.clone())?;
             if rows.len() as u64 != range.end - range.start {
                 return Err(StoreError::Corrupt(format!("job {job}: task rows missing")).into());

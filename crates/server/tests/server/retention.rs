@@ -501,7 +501,10 @@ fn tasks_cancelled_one_by_one_can_be_resubmitted_with_the_failed_ones() {
             .collect::<Vec<_>>(),
         [0]
     );
-    assert_eq!(s.cancel_tasks(job, "", "0,1").expect("cancelled").cancelled, 2);
+    assert_eq!(
+        s.cancel_tasks(job, "", "0,1").expect("cancelled").cancelled,
+        2
+    );
     let r = beat(&mut s, n, &[], &[]);
     assert_eq!(r.assignments[0].task_id, 2);
     let r = beat(&mut s, n, &[], &[(2, 1, true)]);
@@ -519,10 +522,16 @@ fn tasks_cancelled_one_by_one_can_be_resubmitted_with_the_failed_ones() {
         .expect_err("neither")
         .to_string();
     assert!(e.contains("pass --failed, --cancelled or both"), "{e}");
-    assert_eq!(s.on_resubmit_ended(job, false, true).expect("resubmitted"), 2);
+    assert_eq!(
+        s.on_resubmit_ended(job, false, true).expect("resubmitted"),
+        2
+    );
     assert_eq!(counts(&s), (2, 2, 0, 0));
     let listed = s.tasks(job).expect("tasks").tasks;
-    assert_eq!(listed[0].message, "resubmitted after attempt 1 was cancelled");
+    assert_eq!(
+        listed[0].message,
+        "resubmitted after attempt 1 was cancelled"
+    );
     assert_eq!(listed[1].message, "resubmitted after it was cancelled");
     // A restart keeps them pending; they run, task 0 as attempt 2.
     drop(s);
@@ -535,7 +544,10 @@ fn tasks_cancelled_one_by_one_can_be_resubmitted_with_the_failed_ones() {
     beat(&mut s, n, &[], &[(1, 1, false)]);
     assert_eq!(s.job(job).expect("job").state, "failed");
     // Both modes at once: the failed one (nothing is cancelled now).
-    assert_eq!(s.on_resubmit_ended(job, true, true).expect("resubmitted"), 1);
+    assert_eq!(
+        s.on_resubmit_ended(job, true, true).expect("resubmitted"),
+        1
+    );
     let r = beat(&mut s, n, &[], &[]);
     assert_eq!((r.assignments[0].task_id, r.assignments[0].attempt), (1, 2));
     beat(&mut s, n, &[], &[(1, 2, true)]);
