@@ -1051,14 +1051,62 @@ pub async fn remove_node(args: &ClientArgs, name: &str) -> anyhow::Result<()> {
 }
 
 /// `hetsched node drain NAME [--reason TEXT]` (`drain`) and `hetsched node resume NAME`.
+/// Several nodes (`node drain a,b`) are drained in turn, a line each (`--output json`: an
+/// array, each entry with `name`, and `error` for a refusal), going on past a refusal and failing
+/// at the end naming the nodes not drained.
 pub async fn drain_node(
     args: &ClientArgs,
-    name: &str,
+    names: &[String],
     drain: bool,
     reason: &str,
 ) -> anyhow::Result<()> {
-    let reply = connect(args)
-        .await?
+    let mut api = connect(args).await?;
+    if let [name] = names {
+        let reply = drain_one(&mut api, name, drain, reason).await?;
+        return answer(args, &reply, |r| drained_line(name, drain, reason, r));
+    }
+    let (mut all, mut refused_nodes) = (Vec::new(), Vec::new());
+    for name in names {
+        match drain_one(&mut api, name, drain, reason).await {
+            Ok(r) => {
+                if args.output != Output::Json {
+                    println!("{}", drained_line(name, drain, reason, &r));
+                }
+                let mut value = serde_json::to_value(&r)?;
+                if let Some(o) = value.as_object_mut() {
+                    o.insert("name".into(), name.clone().into());
+                }
+                all.push(value);
+            }
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                all.push(serde_json::json!({"name": name, "error": format!("{e:#}")}));
+                refused_nodes.push(name.as_str());
+            }
+        }
+    }
+    if args.output == Output::Json {
+        json(&all)?;
+    }
+    if !refused_nodes.is_empty() {
+        bail!(
+            "{} of {} node(s) not {}: {}",
+            refused_nodes.len(),
+            names.len(),
+            if drain { "drained" } else { "resumed" },
+            refused_nodes.join(", ")
+        );
+    }
+    Ok(())
+}
+
+async fn drain_one(
+    api: &mut Api,
+    name: &str,
+    drain: bool,
+    reason: &str,
+) -> anyhow::Result<pb::DrainNodeReply> {
+    Ok(api
         .drain_node(pb::DrainNodeRequest {
             name: name.to_string(),
             drain,
@@ -1066,8 +1114,12 @@ pub async fn drain_node(
         })
         .await
         .map_err(refused)?
-        .into_inner();
-    answer(args, &reply, |r| {
+        .into_inner())
+}
+
+/// What `node drain` or `node resume` says of one node.
+fn drained_line(name: &str, drain: bool, reason: &str, r: &pb::DrainNodeReply) -> String {
+    {
         if drain {
             let why = match reason.trim() {
                 "" => String::new(),
@@ -1090,7 +1142,7 @@ pub async fn drain_node(
         } else {
             format!("node `{name}` resumed: it takes new work again")
         }
-    })
+    }
 }
 
 /// `hetsched cancel`.

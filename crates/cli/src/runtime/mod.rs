@@ -373,8 +373,10 @@ pub enum NodeCommand {
     /// Drain a node: no new work is placed on it; its running tasks finish. Lasts until
     /// `node resume`, through server restarts (the drain is stored before it is acknowledged).
     Drain {
-        /// The node's name.
-        name: String,
+        /// The node's name; several separated by commas (each in turn: a line each, going on
+        /// past a refusal).
+        #[arg(required = true, value_name = "NAME", value_delimiter = ',', num_args = 1..)]
+        name: Vec<String>,
         /// Why (Slurm's `Reason=`): `hetsched nodes` shows it beside the drain, with its time.
         /// Draining a drained node again gives it the new reason.
         #[arg(long, value_name = "TEXT")]
@@ -384,8 +386,9 @@ pub enum NodeCommand {
     },
     /// Resume a drained node: it takes new work again.
     Resume {
-        /// The node's name.
-        name: String,
+        /// The node's name; several separated by commas.
+        #[arg(required = true, value_name = "NAME", value_delimiter = ',', num_args = 1..)]
+        name: Vec<String>,
         #[command(flatten)]
         client: ClientArgs,
     },

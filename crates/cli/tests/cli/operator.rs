@@ -385,6 +385,15 @@ fn a_drained_node_gets_no_new_work_until_it_is_resumed() {
     assert_eq!(c.json(&["job", "3"])["pending_reason"], "");
     let out = c.cli(&["node", "drain", "nosuch"]);
     assert!(!out.status.success() && text(&out.stderr).contains("no node named `nosuch`"));
+    // Several at once: each in turn, the refusals named at the end.
+    let out = c.cli(&["node", "resume", "a,nosuch"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stdout).contains("node `a` resumed"));
+    assert!(
+        text(&out.stderr).contains("1 of 2 node(s) not resumed: nosuch"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]

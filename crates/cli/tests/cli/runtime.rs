@@ -2103,7 +2103,7 @@ fn a_command_after_the_double_dash_is_a_job_of_indexed_tasks_and_its_mistakes_na
     );
     refused(
         &["cancel", "lats"],
-        "`lats` is not a job id (a number), a range (`4-9`), `last` or `all`",
+        "`lats` is not a job id (a number), a range (`4-9`), `name:NAME`, `last` or `all`",
     );
 }
 
