@@ -1072,7 +1072,7 @@ pub async fn drain_node(
                 if args.output != Output::Json {
                     println!("{}", drained_line(name, drain, reason, &r));
                 }
-                let mut value = serde_json::to_value(&r)?;
+                let mut value = serde_json::to_value(r)?;
                 if let Some(o) = value.as_object_mut() {
                     o.insert("name".into(), name.clone().into());
                 }
