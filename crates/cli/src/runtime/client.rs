@@ -1119,30 +1119,27 @@ async fn drain_one(
 
 /// What `node drain` or `node resume` says of one node.
 fn drained_line(name: &str, drain: bool, reason: &str, r: &pb::DrainNodeReply) -> String {
-    {
-        if drain {
-            let why = match reason.trim() {
-                "" => String::new(),
-                r => format!(" ({r})"),
-            };
-            let mut said = format!(
-                "node `{name}` drained{why}: no new work; {} running task(s) finish there",
-                r.running
-            );
-            if r.chunks > 0 {
-                said += &format!("; {} divisible chunk(s) finish there", r.chunks);
-            }
-            if r.stream_workers > 0 {
-                said += &format!(
-                    "; {} stream worker(s) move to other nodes (`hetsched topology show` lists the moves)",
-                    r.stream_workers
-                );
-            }
-            said
-        } else {
-            format!("node `{name}` resumed: it takes new work again")
-        }
+    if !drain {
+        return format!("node `{name}` resumed: it takes new work again");
     }
+    let why = match reason.trim() {
+        "" => String::new(),
+        r => format!(" ({r})"),
+    };
+    let mut said = format!(
+        "node `{name}` drained{why}: no new work; {} running task(s) finish there",
+        r.running
+    );
+    if r.chunks > 0 {
+        said += &format!("; {} divisible chunk(s) finish there", r.chunks);
+    }
+    if r.stream_workers > 0 {
+        said += &format!(
+            "; {} stream worker(s) move to other nodes (`hetsched topology show` lists the moves)",
+            r.stream_workers
+        );
+    }
+    said
 }
 
 /// `hetsched cancel`.
