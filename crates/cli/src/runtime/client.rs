@@ -1065,39 +1065,17 @@ pub async fn drain_node(
         let reply = drain_one(&mut api, name, drain, reason).await?;
         return answer(args, &reply, |r| drained_line(name, drain, reason, r));
     }
-    let (mut all, mut refused_nodes) = (Vec::new(), Vec::new());
-    for name in names {
-        match drain_one(&mut api, name, drain, reason).await {
-            Ok(r) => {
-                if args.output != Output::Json {
-                    println!("{}", drained_line(name, drain, reason, &r));
-                }
-                let mut value = serde_json::to_value(r)?;
-                if let Some(o) = value.as_object_mut() {
-                    o.insert("name".into(), name.clone().into());
-                }
-                all.push(value);
-            }
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                all.push(serde_json::json!({"name": name, "error": format!("{e:#}")}));
-                refused_nodes.push(name.as_str());
-            }
+    let done = if drain { "drained" } else { "resumed" };
+    each_in_turn(args, names, "name", "node", done, |name| {
+        let mut api = api.clone();
+        let name = name.clone();
+        async move {
+            let r = drain_one(&mut api, &name, drain, reason).await?;
+            let line = drained_line(&name, drain, reason, &r);
+            Ok((serde_json::to_value(r)?, line))
         }
-    }
-    if args.output == Output::Json {
-        json(&all)?;
-    }
-    if !refused_nodes.is_empty() {
-        bail!(
-            "{} of {} node(s) not {}: {}",
-            refused_nodes.len(),
-            names.len(),
-            if drain { "drained" } else { "resumed" },
-            refused_nodes.join(", ")
-        );
-    }
-    Ok(())
+    })
+    .await
 }
 
 async fn drain_one(
@@ -1342,44 +1320,62 @@ where
     if ids.is_empty() {
         return nothing_selected(args, &format!("nothing {done}"));
     }
-    let (mut all, mut refused_jobs) = (Vec::new(), Vec::new());
-    for &id in ids {
-        match act(id).await {
+    each_in_turn(args, ids, "job_id", "job", done, |&id| act(id)).await
+}
+
+/// Runs `act` on each of `items` (jobs, nodes) in turn, for a command given several: a line each
+/// (`--output json`: an array of the replies, each with `key` = its item, and `error` for a
+/// refusal), going on past refusals and failing at the end naming them (`1 of 2 job(s) not
+/// held: 99`). A refusal that does not name its item (`job 4`) is told with it.
+async fn each_in_turn<T, F, Fut>(
+    args: &ClientArgs,
+    items: &[T],
+    key: &str,
+    noun: &str,
+    done: &str,
+    act: F,
+) -> anyhow::Result<()>
+where
+    T: std::fmt::Display + Clone + Into<serde_json::Value>,
+    F: Fn(&T) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<(serde_json::Value, String)>>,
+{
+    let (mut all, mut refused) = (Vec::new(), Vec::new());
+    for item in items {
+        match act(item).await {
             Ok((mut value, line)) => {
                 if args.output != Output::Json {
                     println!("{line}");
                 }
                 if let Some(o) = value.as_object_mut() {
-                    o.insert("job_id".into(), id.into());
+                    o.insert(key.into(), item.clone().into());
                 }
                 all.push(value);
             }
             Err(e) => {
-                // The server's refusals name their job; say which one where one does not.
                 let said = format!("{e:#}");
-                if said.contains(&format!("job {id}")) {
+                if said.contains(&format!("{noun} {item}")) {
                     eprintln!("error: {said}");
                 } else {
-                    eprintln!("error: job {id}: {said}");
+                    eprintln!("error: {noun} {item}: {said}");
                 }
-                all.push(serde_json::json!({"job_id": id, "error": format!("{e:#}")}));
-                refused_jobs.push(id);
+                let mut entry = serde_json::Map::new();
+                entry.insert(key.into(), item.clone().into());
+                entry.insert("error".into(), said.into());
+                all.push(entry.into());
+                refused.push(item.to_string());
             }
         }
     }
     if args.output == Output::Json {
         json(&all)?;
     }
-    if !refused_jobs.is_empty() {
+    if !refused.is_empty() {
         bail!(
-            "{} of {} job(s) not {done}: {}",
-            refused_jobs.len(),
-            ids.len(),
-            refused_jobs
-                .iter()
-                .map(u64::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
+            "{} of {} {noun}(s) not {done}: {}",
+            refused.len(),
+            items.len(),
+            refused.join(", ")
         );
     }
     Ok(())
