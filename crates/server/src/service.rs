@@ -30,7 +30,7 @@ use tonic::{Request, Response, Status};
 pub(crate) type Shared = Arc<Mutex<State>>;
 
 /// The most node names a task listing filters on (`hetsched tasks --node`).
-pub const MAX_LISTED_NODES: usize = 16;
+pub const MAX_LISTED_NODES: usize = 1024;
 
 pub(crate) fn status(e: StateError) -> Status {
     match e {
@@ -576,7 +576,7 @@ impl Client for ClientService {
                 r.nodes.len()
             )));
         }
-        let nodes = r.nodes;
+        let nodes: std::collections::HashSet<String> = r.nodes.into_iter().collect();
         let filter = states.clone();
         // Under the lock: the page itself, or what it takes to read it from the store.
         let plan = read_state(&self.0, move |s| s.plan_tasks(job, cursor, limit, &filter))
@@ -600,9 +600,9 @@ impl Client for ClientService {
         page.tasks.retain(|t| {
             states.admits(&t.state)
                 && (nodes.is_empty()
-                    || nodes.iter().any(|n| {
-                        *n == t.node || *n == t.executed_node || t.nodes.iter().any(|m| m == n)
-                    }))
+                    || nodes.contains(&t.node)
+                    || nodes.contains(&t.executed_node)
+                    || t.nodes.iter().any(|m| nodes.contains(m)))
         });
         let mut reply = Response::new(pb::ListTasksReply::from(page));
         let ran: Vec<(u64, String)> = reply

@@ -11,6 +11,7 @@ mod demo;
 mod demo_workflow;
 mod directives;
 mod divisible;
+mod hostlist;
 pub mod human;
 mod kernel;
 mod log;
@@ -152,11 +153,12 @@ pub enum RuntimeCommand {
         /// chunks' out, done, lost.
         #[arg(long, value_name = "STATE", value_delimiter = ',')]
         state: Vec<String>,
-        /// Only tasks that ran, or run, on these nodes (repeat the flag or separate with commas;
-        /// Slurm's `squeue --nodelist`): their latest attempt's node, any node of a multi-node
-        /// task, or the node an accelerator task was offloaded to.
-        #[arg(long, value_name = "NAME", value_delimiter = ',')]
-        node: Vec<String>,
+        /// Only tasks that ran, or run, on these nodes (repeat the flag, separate with commas or
+        /// use brackets, `gpu[01-04]`; Slurm's `squeue --nodelist`): their latest attempt's
+        /// node, any node of a multi-node task, or the node an accelerator task was offloaded
+        /// to.
+        #[arg(long, value_name = "NODES", value_parser = hostlist::expand)]
+        node: Vec<Vec<String>>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -373,10 +375,10 @@ pub enum NodeCommand {
     /// Drain a node: no new work is placed on it; its running tasks finish. Lasts until
     /// `node resume`, through server restarts (the drain is stored before it is acknowledged).
     Drain {
-        /// The node's name; several separated by commas (each in turn: a line each, going on
-        /// past a refusal).
-        #[arg(required = true, value_name = "NAME", value_delimiter = ',', num_args = 1..)]
-        name: Vec<String>,
+        /// The node's name; several separated by commas or in brackets, as Slurm writes them
+        /// (`gpu[01-04,07]`): each in turn, a line each, going on past a refusal.
+        #[arg(required = true, value_name = "NODES", num_args = 1.., value_parser = hostlist::expand)]
+        name: Vec<Vec<String>>,
         /// Why (Slurm's `Reason=`): `hetsched nodes` shows it beside the drain, with its time.
         /// Draining a drained node again gives it the new reason.
         #[arg(long, value_name = "TEXT")]
@@ -386,9 +388,9 @@ pub enum NodeCommand {
     },
     /// Resume a drained node: it takes new work again.
     Resume {
-        /// The node's name; several separated by commas.
-        #[arg(required = true, value_name = "NAME", value_delimiter = ',', num_args = 1..)]
-        name: Vec<String>,
+        /// The node's name; several separated by commas or in brackets (`gpu[01-04]`).
+        #[arg(required = true, value_name = "NODES", num_args = 1.., value_parser = hostlist::expand)]
+        name: Vec<Vec<String>>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -636,7 +638,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
                 Some(j) => Some(j.resolve(&client).await?),
                 None => None,
             };
-            client::tasks(&client, job, limit, state, node).await
+            client::tasks(&client, job, limit, state, node.concat()).await
         }
         RuntimeCommand::Nodes { all, client } => client::nodes(&client, all).await,
         RuntimeCommand::Allocations {
@@ -736,9 +738,12 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             name,
             reason,
             client,
-        }) => client::drain_node(&client, &name, true, reason.as_deref().unwrap_or_default()).await,
+        }) => {
+            let reason = reason.as_deref().unwrap_or_default();
+            client::drain_node(&client, &name.concat(), true, reason).await
+        }
         RuntimeCommand::Node(NodeCommand::Resume { name, client }) => {
-            client::drain_node(&client, &name, false, "").await
+            client::drain_node(&client, &name.concat(), false, "").await
         }
         RuntimeCommand::Log {
             job,
