@@ -474,6 +474,8 @@ pub async fn run(
     let mut first_failure: Option<Instant> = None;
     // The last reply said it was cut at its size cap: beat again at once.
     let mut more = false;
+    // An operator asked this agent to stop (`hetsched node stop`): `Some(drain)`.
+    let mut stop_asked: Option<bool> = None;
     // Since when the agent shuts down (first signal): it takes no new work.
     let mut draining: Option<Instant> = None;
     // Since when nothing has run or waited here (`idle_timeout` counts from it).
@@ -642,6 +644,9 @@ pub async fn run(
             balance::send(&balance, &auth, fwd, notify.clone());
             let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
             more = reply.more || answer;
+            if reply.stop {
+                stop_asked = Some(reply.stop_drain);
+            }
             if let Some(b) = &reply.binding {
                 accel::apply_binding(&mut sh.binding, b, &opts);
             }
@@ -770,6 +775,14 @@ pub async fn run(
                     info!(after = ?since.elapsed(), "server reachable again");
                 }
                 backoff = Duration::from_millis(50);
+                if let Some(drain) = stop_asked.take()
+                    && draining.is_none()
+                {
+                    draining = Some(Instant::now());
+                    begin_shutdown(&shared, &opts, Stop::Operator { drain });
+                    // The next beat says `draining` at once.
+                    continue 'main;
+                }
                 if let Some(since) = draining {
                     let sh = shared.lock().unwrap_or_else(|p| p.into_inner());
                     if sh.running.is_empty() && sh.results.is_empty() {
@@ -1333,6 +1346,11 @@ enum Stop {
     TimeLimit,
     /// Nothing has run or waited here for its `idle_timeout`.
     Idle,
+    /// An operator asked it to (`hetsched node stop`); `drain`: its running tasks end first.
+    Operator {
+        /// Let the running tasks end instead of stopping them.
+        drain: bool,
+    },
 }
 
 impl Stop {
@@ -1342,6 +1360,7 @@ impl Stop {
             Stop::Signal => "signal",
             Stop::TimeLimit => "time-limit",
             Stop::Idle => "idle-timeout",
+            Stop::Operator { .. } => "operator",
         }
     }
 }
@@ -1382,9 +1401,10 @@ fn begin_shutdown(shared: &Mutex<Shared>, opts: &AgentOptions, why: Stop) {
                 let _ = tx.send(launch::Kill::Shutdown);
             }
         }
-    } else if opts.drain {
+    } else if opts.drain && why == Stop::Signal || why == (Stop::Operator { drain: true }) {
         info!(
             running,
+            by_operator = why != Stop::Signal,
             "shutting down: taking no new work, waiting for the running tasks to end (--drain); \
              a second signal kills them and exits at once"
         );

@@ -276,6 +276,8 @@ impl From<HeartbeatReply> for pb::HeartbeatReply {
             pcddb: r.pcddb.iter().map(pcddb_job).collect(),
             purge_epoch: r.purge_epoch,
             respecs: r.respecs.iter().map(respec).collect(),
+            stop: r.stop.is_some(),
+            stop_drain: r.stop == Some(true),
         }
     }
 }
@@ -315,6 +317,8 @@ pub fn reply_wire_len(r: &HeartbeatReply) -> usize {
         // Set after the kinds filled the reply: at most 11 bytes.
         purge_epoch: u64::MAX,
         respecs: r.respecs.iter().map(respec).collect(),
+        stop: r.stop.is_some(),
+        stop_drain: r.stop == Some(true),
     }
     .encoded_len()
 }

@@ -666,6 +666,17 @@ impl Client for ClientService {
         .await
     }
 
+    async fn stop_node(
+        &self,
+        req: Request<pb::StopNodeRequest>,
+    ) -> Result<Response<pb::DrainNodeReply>, Status> {
+        let r = req.into_inner();
+        with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            s.on_stop_node(&r.name, r.drain).map(Into::into)
+        })
+        .await
+    }
+
     async fn list_nodes(
         &self,
         req: Request<pb::ListNodesRequest>,

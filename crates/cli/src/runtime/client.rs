@@ -1078,6 +1078,46 @@ pub async fn drain_node(
     .await
 }
 
+/// `hetsched node stop NAME… [--drain]`: each node's agent is asked to shut down.
+pub async fn stop_node(args: &ClientArgs, names: &[String], drain: bool) -> anyhow::Result<()> {
+    let api = connect(args).await?;
+    let stop = |name: &String| {
+        let mut api = api.clone();
+        let name = name.clone();
+        async move {
+            let r = api
+                .stop_node(pb::StopNodeRequest {
+                    name: name.clone(),
+                    drain,
+                })
+                .await
+                .map_err(refused)?
+                .into_inner();
+            let line = format!(
+                "node `{name}`: its agent is asked to stop; {} running task(s) {}",
+                r.running,
+                if drain {
+                    "end there first"
+                } else {
+                    "are stopped and run again elsewhere"
+                }
+            );
+            Ok((serde_json::to_value(r)?, line))
+        }
+    };
+    if let [name] = names {
+        let (value, line) = stop(name).await?;
+        return match args.output {
+            Output::Json => json(&value),
+            Output::Table | Output::Dot => {
+                println!("{line}");
+                Ok(())
+            }
+        };
+    }
+    each_in_turn(args, names, "name", "node", "stopped", stop).await
+}
+
 async fn drain_one(
     api: &mut Api,
     name: &str,

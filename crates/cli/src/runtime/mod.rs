@@ -386,6 +386,20 @@ pub enum NodeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Stop a node's agent remotely (HyperQueue's `hq worker stop`): it shuts down as on a
+    /// SIGTERM — no new work, its running tasks stopped and run again elsewhere (with
+    /// `--drain`: left to end), their results reported — and exits; the node is listed as left
+    /// (`operator`, `hetsched nodes --all`).
+    Stop {
+        /// The node's name; several separated by commas or in brackets (`gpu[01-04]`).
+        #[arg(required = true, value_name = "NODES", num_args = 1.., value_parser = hostlist::expand)]
+        name: Vec<Vec<String>>,
+        /// Let the running tasks end first instead of stopping them.
+        #[arg(long)]
+        drain: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Resume a drained node: it takes new work again.
     Resume {
         /// The node's name; several separated by commas or in brackets (`gpu[01-04]`).
@@ -742,6 +756,11 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             let reason = reason.as_deref().unwrap_or_default();
             client::drain_node(&client, &name.concat(), true, reason).await
         }
+        RuntimeCommand::Node(NodeCommand::Stop {
+            name,
+            drain,
+            client,
+        }) => client::stop_node(&client, &name.concat(), drain).await,
         RuntimeCommand::Node(NodeCommand::Resume { name, client }) => {
             client::drain_node(&client, &name.concat(), false, "").await
         }

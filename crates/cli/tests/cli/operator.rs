@@ -393,6 +393,43 @@ fn a_drained_node_gets_no_new_work_until_it_is_resumed() {
     );
 }
 
+/// `hetsched node stop NAME` (HyperQueue's `hq worker stop`): the agent stops its task, reports
+/// it, exits 0, and the node is listed as left; the task runs again on the other node. A node
+/// without a live agent is refused.
+#[test]
+fn a_stopped_nodes_agent_exits_and_its_task_runs_elsewhere() {
+    let mut c = Cluster::start("node-stop", false);
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&["submit", "--", "sleep", "30"]);
+    wait_until("the task to run on a", Duration::from_secs(10), || {
+        c.tasks(1)[0]["state"] == "running"
+    });
+    c.start_agent("b", 1, &[]);
+    c.wait_for_nodes(2);
+    let said = c.ok(&["node", "stop", "a"]);
+    assert_eq!(
+        said,
+        "node `a`: its agent is asked to stop; 1 running task(s) are stopped and run again elsewhere\n"
+    );
+    assert_eq!(
+        c.agent_exit("a", Duration::from_secs(20)),
+        Some(0),
+        "the agent exits cleanly"
+    );
+    wait_until("the task to run on b", Duration::from_secs(20), || {
+        let t = &c.tasks(1)[0];
+        t["state"] == "running" && t["node"] == "b"
+    });
+    let all = c.ok(&["nodes", "--all"]);
+    assert!(all.contains("left (operator)"), "{all}");
+    c.refused(
+        &["node", "stop", "a"],
+        "node `a` has no agent running to stop (its agent left: operator)",
+    );
+    c.ok(&["cancel", "1"]);
+}
+
 #[test]
 fn a_node_that_cannot_start_an_application_is_backed_off_and_the_queue_runs_elsewhere() {
     let mut c = Cluster::start("backoff", true);

@@ -472,8 +472,10 @@ impl State {
         }
         rec.draining = req.draining;
         let ends_at = req.time_left.map(|left| rec.last_seen + left);
-        // No new work for a drained node or a shutting-down agent (a leaving one says it).
-        let open = !(rec.drained || rec.draining || req.leaving.is_some());
+        // No new work for a drained node or a shutting-down agent (a leaving one says it, one
+        // asked to stop is about to).
+        let open = !(rec.drained || rec.draining || req.leaving.is_some() || rec.stop.is_some());
+        let stop = rec.stop;
         if paused {
             // The store refuses writes: the node is alive (in memory), but nothing is recorded,
             // so nothing is acknowledged (the agent keeps its results), assigned or reconciled.
@@ -489,7 +491,10 @@ impl State {
             }
         }
         self.nodes.set_end(&mut self.view, nid.0, ends_at);
-        let mut reply = HeartbeatReply::default();
+        let mut reply = HeartbeatReply {
+            stop,
+            ..Default::default()
+        };
         for r in &req.results {
             reply.acked.push(TaskRef {
                 task_id: r.task_id,

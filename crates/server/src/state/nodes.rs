@@ -46,6 +46,9 @@ pub struct NodeRec {
     pub drained: bool,
     /// Why and since when it is drained (default while it is not).
     pub drain_note: crate::store::DrainNote,
+    /// An operator asked its agent to stop (`hetsched node stop`): `Some(drain)`. Stored, and
+    /// told at each heartbeat until the agent leaves or a new one registers.
+    pub stop: Option<bool>,
     /// The agent's last heartbeat said it is shutting down: no new work.
     pub draining: bool,
     /// When its agent stops the tasks still running (an agent started with a `time_limit`, as
@@ -109,6 +112,7 @@ impl NodeRec {
             removed,
             drained: false,
             drain_note: Default::default(),
+            stop: None,
             draining: false,
             ends_at: None,
             left: None,
@@ -271,6 +275,11 @@ impl Nodes {
                 rec.drain_note = note;
             }
         }
+        for (id, drain) in store.stopping_nodes()? {
+            if let Some(rec) = self.recs.get_mut(id as usize) {
+                rec.stop = Some(drain);
+            }
+        }
         Ok(())
     }
 
@@ -304,6 +313,7 @@ impl Nodes {
             new.gpus = old.gpus.clone();
             new.drained = old.drained;
             new.drain_note = old.drain_note.clone();
+            new.stop = old.stop;
             new.draining = old.draining;
             new.ends_at = old.ends_at;
             new.left = old.left;
@@ -498,6 +508,10 @@ impl State {
             if rec.left.take().is_some() {
                 self.store.put_left(id, None)?;
             }
+            // A new agent: a stop asked of the one before is over.
+            if rec.stop.take().is_some() {
+                self.store.put_stop(id, None)?;
+            }
             info!(node = %name, id, "node registered again");
             id
         } else {
@@ -642,6 +656,43 @@ impl State {
         })
     }
 
+    /// `hetsched node stop NAME [--drain]` (HyperQueue's `hq worker stop`): asks the node's
+    /// agent to shut down as on a SIGTERM — it takes no new work, stops its running tasks (or,
+    /// with `drain`, lets them end), reports their results and exits; the server runs what was
+    /// stopped again elsewhere and lists the node as left (`operator`). The request is stored
+    /// and told at every heartbeat until the agent leaves; its node is woken to beat now.
+    /// Refused for a node without a live agent.
+    pub fn on_stop_node(&mut self, name: &str, drain: bool) -> Result<Drained, StateError> {
+        let Some(id) = self.nodes.by_name(name) else {
+            return Err(StateError::NoNode(name.to_string()));
+        };
+        let rec = &self.nodes.recs[id as usize];
+        if !rec.alive || rec.left.is_some() {
+            return Err(StateError::Invalid(format!(
+                "node `{name}` has no agent running to stop ({})",
+                match rec.left {
+                    Some(why) => format!("its agent left: {}", why.as_str()),
+                    None => "it is dead".into(),
+                }
+            )));
+        }
+        if rec.stop != Some(drain) {
+            // Stored first: a restarted server still tells the agent.
+            self.store.put_stop(id, Some(drain))?;
+        }
+        let rec = &mut self.nodes.recs[id as usize];
+        rec.stop = Some(drain);
+        info!(node = %name, drain, running = rec.running.len(), "the node's agent is asked to stop");
+        self.nodes.wakes.node(id);
+        let rec = &self.nodes.recs[id as usize];
+        Ok(Drained {
+            node_id: id,
+            running: rec.running.len() as u32,
+            stream_workers: self.jobs.topology.workers_on(name),
+            chunks: self.jobs.divisible.chunks_on(name),
+        })
+    }
+
     /// The wake-up counter of node `id` that its agent's `AwaitWork` waits on ([`super::wakes`]),
     /// if `identity` is the one that registered the node; `None` tells the agent to register.
     /// The call is the node's sign of life while it is open ([`Presence::Node`]).
@@ -773,6 +824,9 @@ impl State {
         }
         info!(node = %n.spec.name, why = why.as_str(), "the node's agent left");
         n.left = Some(why);
+        if n.stop.take().is_some() {
+            self.store.put_stop(id, None)?;
+        }
         let reason = format!(
             "the agent of node `{}` left ({})",
             n.spec.name,

@@ -235,6 +235,9 @@ pub struct HeartbeatReply {
     pub purge_epoch: u64,
     /// Running or queued tasks whose spec changed after they were sent.
     pub respecs: Vec<Respec>,
+    /// An operator asked the agent to stop (`hetsched node stop`): `Some(drain)`, where
+    /// `drain` lets its running tasks end first; told at every beat until it leaves.
+    pub stop: Option<bool>,
 }
 
 /// A running or queued task's new spec (`hetsched update --time-limit`): its agent applies the
@@ -558,15 +561,26 @@ pub enum Leave {
     TimeLimit,
     /// Nothing ran there for its `idle_timeout`.
     IdleTimeout,
+    /// An operator asked it to stop (`hetsched node stop`).
+    Operator,
 }
 
 impl Leave {
+    /// Every reason.
+    pub const ALL: [Leave; 4] = [
+        Leave::Signal,
+        Leave::TimeLimit,
+        Leave::IdleTimeout,
+        Leave::Operator,
+    ];
+
     /// As heartbeats and listings write it.
     pub fn as_str(self) -> &'static str {
         match self {
             Leave::Signal => "signal",
             Leave::TimeLimit => "time-limit",
             Leave::IdleTimeout => "idle-timeout",
+            Leave::Operator => "operator",
         }
     }
 
@@ -576,21 +590,18 @@ impl Leave {
             Leave::Signal => 1,
             Leave::TimeLimit => 2,
             Leave::IdleTimeout => 3,
+            Leave::Operator => 4,
         }
     }
 
     /// From [`Leave::code`].
     pub fn from_code(code: i64) -> Option<Leave> {
-        [Leave::Signal, Leave::TimeLimit, Leave::IdleTimeout]
-            .into_iter()
-            .find(|l| l.code() == code)
+        Leave::ALL.into_iter().find(|l| l.code() == code)
     }
 
     /// From [`Leave::as_str`]; `None` for anything else.
     pub fn parse(s: &str) -> Option<Leave> {
-        [Leave::Signal, Leave::TimeLimit, Leave::IdleTimeout]
-            .into_iter()
-            .find(|l| l.as_str() == s)
+        Leave::ALL.into_iter().find(|l| l.as_str() == s)
     }
 }
 

@@ -16,6 +16,7 @@ const DRAIN: &str = "drain/";
 const LEFT: &str = "left/";
 const PAUSED_QUEUE: &str = "allocation-paused/";
 const BACKOFF: &str = "backoff/";
+const STOP: &str = "stop/";
 
 /// Why and since when an operator drained a node (`hetsched node drain --reason`; Slurm's
 /// `Reason=`).
@@ -109,6 +110,28 @@ impl Store {
             .into_iter()
             .map(|(rest, _)| rest)
             .collect())
+    }
+
+    /// Records that an operator asked node `node`'s agent to stop (`Some(drain)`: `drain` lets
+    /// its running tasks end first), or that the request is over (the agent left, or a new one
+    /// registered).
+    pub fn put_stop(&mut self, node: u32, stop: Option<bool>) -> Result<(), StoreError> {
+        self.put_meta(
+            &format!("{STOP}{node}"),
+            stop.map(|drain| 1 + i64::from(drain)),
+        )
+    }
+
+    /// The nodes whose agents were asked to stop: (node, drain).
+    pub fn stopping_nodes(&self) -> Result<Vec<(u32, bool)>, StoreError> {
+        let mut out = Vec::new();
+        for (rest, value) in self.meta_with(STOP)? {
+            let node = rest
+                .parse()
+                .map_err(|_| StoreError::Corrupt(format!("meta key {STOP}{rest}")))?;
+            out.push((node, value == 2));
+        }
+        Ok(out)
     }
 
     /// The drained nodes' ids, each with why and since when.

@@ -526,3 +526,47 @@ fn a_drains_reason_and_time_are_listed_kept_across_a_restart_and_cleared_by_a_re
     let s = open(&d);
     assert_eq!(note(&s), (false, String::new(), 0));
 }
+
+/// `hetsched node stop NAME [--drain]`: every heartbeat tells the agent to stop, also after a
+/// restart, until its last beat says it left (`operator`); a new agent of the node is not told.
+/// A node without a live agent is refused.
+#[test]
+fn a_stop_is_told_at_every_beat_until_the_agent_leaves_and_survives_a_restart() {
+    let d = scratch("node-stop");
+    let told = |s: &mut State, n: u32| {
+        let r = s
+            .heartbeat(heartbeat_request(n, &[], &[]))
+            .expect("heartbeat");
+        (r.stop, r.stop_drain)
+    };
+    {
+        let mut s = open(&d);
+        let n = common::register(&mut s, "n", 2);
+        assert_eq!(told(&mut s, n), (false, false));
+        let e = s.on_stop_node("nosuch", false).expect_err("unknown");
+        assert!(e.to_string().contains("nosuch"), "{e}");
+        s.on_stop_node("n", true).expect("asked");
+        assert_eq!(told(&mut s, n), (true, true));
+        assert_eq!(told(&mut s, n), (true, true), "at every beat");
+    }
+    let mut s = open(&d);
+    let n = common::register(&mut s, "n", 2);
+    assert_eq!(told(&mut s, n), (false, false), "a new agent is not told");
+    s.on_stop_node("n", false).expect("asked");
+    drop(s);
+    let mut s = open(&d);
+    let n = 0;
+    assert_eq!(told(&mut s, n), (true, false), "kept across a restart");
+    // Its last beat: it leaves, and the request is over.
+    let mut last = heartbeat_request(n, &[], &[]);
+    last.draining = true;
+    last.leaving = "operator".into();
+    s.heartbeat(last).expect("last beat");
+    let node = &s.nodes(true).nodes[0];
+    assert_eq!((node.alive, node.left.as_str()), (false, "operator"));
+    let e = s.on_stop_node("n", false).expect_err("left");
+    assert!(e.to_string().contains("its agent left: operator"), "{e}");
+    drop(s);
+    let s = open(&d);
+    assert_eq!(s.nodes(true).nodes[0].left, "operator");
+}
