@@ -200,7 +200,7 @@ pub enum RuntimeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Manage nodes (`hetsched node remove|drain|resume NAME`).
+    /// Manage nodes (`hetsched node remove|drain|resume|stop NAME`).
     #[command(subcommand)]
     Node(NodeCommand),
     /// Print a task's captured stdout (or stderr), read from the agent that ran it; of a divisible

@@ -2,7 +2,8 @@
 //! failing-node back-off's active exclusions ([`crate::backoff`]) and the nodes whose agents left
 //! on purpose, and the paused automatic allocation queues. They live in the store's `meta` table,
 //! one row each — `drain/NODE` = 1, `backoff/APP/NODE` = the time the node is tried again for the
-//! application (Unix nanoseconds, so a restart keeps the remaining time), `left/NODE` = why
+//! application (Unix nanoseconds, so a restart keeps the remaining time), `stop/NODE` = 1 (2:
+//! `--drain`) while an operator's `hetsched node stop` waits for the agent to leave, `left/NODE` = why
 //! ([`Store::put_left`]) and `allocation-paused/QUEUE` = 1 — so the
 //! store's schema does not change. A resumed node's row, an expired back-off's row and the row of
 //! a node registered again are deleted. Why and since when a node is drained is in the table
