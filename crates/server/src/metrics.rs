@@ -261,6 +261,12 @@ impl Collector for StateCollector {
         )?;
         gauge(
             e,
+            "node_drained",
+            "1 if an operator drained the node (hetsched node drain): it takes no new work.",
+            nodes.iter().map(|n| (node(n), i64::from(n.drained))),
+        )?;
+        gauge(
+            e,
             "node_cores",
             "Cores the node offers.",
             nodes.iter().map(|n| (node(n), i64::from(n.cores))),

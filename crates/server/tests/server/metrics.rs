@@ -65,6 +65,10 @@ fn counters_follow_results_losses_and_submissions_and_gauges_the_state() {
     // 0 fails for good (retries spent), 2 succeeds; 1's result again is not counted again.
     assert!(beat(&mut s, n, &[], &[(0, 3, false), (2, 1, true), (1, 1, true)]).is_empty());
 
+    let drained = common::register(&mut s, "d", 1);
+    s.heartbeat(common::heartbeat_request(drained, &[], &[]))
+        .expect("beat");
+    s.on_drain("d", true).expect("drained");
     let metrics = s.metrics();
     let reg = registry(&metrics, Arc::new(Mutex::new(s)), "fifo");
     let mut text = String::new();
@@ -83,9 +87,11 @@ fn counters_follow_results_losses_and_submissions_and_gauges_the_state() {
         "hetsched_tasks{state=\"failed\"} 1",
         "hetsched_tasks{state=\"pending\"} 0",
         "hetsched_tasks{state=\"running\"} 0",
-        "hetsched_nodes{state=\"alive\"} 1",
+        "hetsched_nodes{state=\"alive\"} 2",
         "hetsched_nodes{state=\"dead\"} 0",
         "hetsched_node_up{node=\"n\"} 1",
+        "hetsched_node_drained{node=\"n\"} 0",
+        "hetsched_node_drained{node=\"d\"} 1",
         "hetsched_node_free_cores{node=\"n\"} 2",
         "hetsched_node_running_tasks{node=\"n\"} 0",
         "hetsched_node_disk_read_bytes_per_second{node=\"n\"} 1500000.0",
