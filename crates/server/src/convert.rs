@@ -513,6 +513,7 @@ impl From<NodeInfo> for pb::NodeInfo {
             drained: n.drained,
             drain_reason: n.drain_note.reason,
             drained_since_ms: n.drain_note.since_ms,
+            stopping: n.stopping,
             draining: n.draining,
             instances: n.instances,
             lt: n.lt,

@@ -830,6 +830,8 @@ pub async fn nodes(args: &ClientArgs, all: bool) -> anyhow::Result<()> {
                 "DEAD".into()
             } else if n.draining {
                 "shutting down".into()
+            } else if n.stopping {
+                "stopping (hetsched node stop)".into()
             } else if n.drained {
                 super::human::drained(&n.drain_reason, n.drained_since_ms)
             } else if !n.held_for.is_empty() {

@@ -869,6 +869,7 @@ impl State {
                         gpus: n.gpus.clone(),
                         drained: n.drained,
                         drain_note: n.drain_note.clone(),
+                        stopping: n.stop.is_some(),
                         draining: n.draining,
                         time_left_ms: n.ends_at.filter(|_| n.alive).map(|e| {
                             e.saturating_duration_since(Instant::now()).as_millis() as u64

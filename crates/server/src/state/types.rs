@@ -515,6 +515,8 @@ pub struct NodeInfo {
     pub drained: bool,
     /// Why and since when, if drained.
     pub drain_note: crate::store::DrainNote,
+    /// An operator asked its agent to stop, and it has not left yet.
+    pub stopping: bool,
     /// Its agent is shutting down.
     pub draining: bool,
     /// Applications kept off it.

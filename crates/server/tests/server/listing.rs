@@ -545,7 +545,9 @@ fn a_stop_is_told_at_every_beat_until_the_agent_leaves_and_survives_a_restart() 
         assert_eq!(told(&mut s, n), (false, false));
         let e = s.on_stop_node("nosuch", false).expect_err("unknown");
         assert!(e.to_string().contains("nosuch"), "{e}");
+        assert!(!s.nodes(false).nodes[0].stopping);
         s.on_stop_node("n", true).expect("asked");
+        assert!(s.nodes(false).nodes[0].stopping, "listed as stopping");
         assert_eq!(told(&mut s, n), (true, true));
         assert_eq!(told(&mut s, n), (true, true), "at every beat");
     }
@@ -563,7 +565,10 @@ fn a_stop_is_told_at_every_beat_until_the_agent_leaves_and_survives_a_restart() 
     last.leaving = "operator".into();
     s.heartbeat(last).expect("last beat");
     let node = &s.nodes(true).nodes[0];
-    assert_eq!((node.alive, node.left.as_str()), (false, "operator"));
+    assert_eq!(
+        (node.alive, node.left.as_str(), node.stopping),
+        (false, "operator", false)
+    );
     let e = s.on_stop_node("n", false).expect_err("left");
     assert!(e.to_string().contains("its agent left: operator"), "{e}");
     drop(s);
