@@ -647,13 +647,17 @@ impl State {
                 self.wake(None);
             }
         }
-        let rec = &self.nodes.recs[id as usize];
-        Ok(Drained {
+        Ok(self.what_runs_on(id, name))
+    }
+
+    /// What node `id` (called `name`) runs, as a drain or a stop answers it.
+    fn what_runs_on(&self, id: u32, name: &str) -> Drained {
+        Drained {
             node_id: id,
-            running: rec.running.len() as u32,
+            running: self.nodes.recs[id as usize].running.len() as u32,
             stream_workers: self.jobs.topology.workers_on(name),
             chunks: self.jobs.divisible.chunks_on(name),
-        })
+        }
     }
 
     /// `hetsched node stop NAME [--drain]` (HyperQueue's `hq worker stop`): asks the node's
@@ -684,13 +688,7 @@ impl State {
         rec.stop = Some(drain);
         info!(node = %name, drain, running = rec.running.len(), "the node's agent is asked to stop");
         self.nodes.wakes.node(id);
-        let rec = &self.nodes.recs[id as usize];
-        Ok(Drained {
-            node_id: id,
-            running: rec.running.len() as u32,
-            stream_workers: self.jobs.topology.workers_on(name),
-            chunks: self.jobs.divisible.chunks_on(name),
-        })
+        Ok(self.what_runs_on(id, name))
     }
 
     /// The wake-up counter of node `id` that its agent's `AwaitWork` waits on ([`super::wakes`]),
