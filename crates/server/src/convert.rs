@@ -415,6 +415,8 @@ impl From<JobInfo> for pb::JobInfo {
             max_rss_bytes: j.max_rss_bytes,
             pending_reason: j.pending_reason,
             blocked: j.blocked,
+            begin_ms: j.begin_ms.unwrap_or(0),
+            deferred: j.deferred,
         }
     }
 }
@@ -674,6 +676,7 @@ impl Wire for State {
             after: Vec::new(),
             after_any: Vec::new(),
             hold: false,
+            begin_ms: None,
         })
         .map(Into::into)
     }
@@ -700,6 +703,7 @@ impl Wire for State {
                 .gpu_kind
                 .as_ref()
                 .map(|k| (!k.is_empty()).then(|| k.clone())),
+            begin_ms: req.begin_ms,
             requires: req.requires.as_ref().map(|r| {
                 r.split(',')
                     .map(str::trim)

@@ -501,6 +501,7 @@ impl Client for ClientService {
                 after: r.after,
                 after_any: r.after_any,
                 hold: r.hold,
+                begin_ms: (r.begin_ms > 0).then_some(r.begin_ms),
             })?;
             // A job accepted while no node can run it (every capable node drained, say) is
             // told at once, not found out later from a wait that never ends.

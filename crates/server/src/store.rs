@@ -192,6 +192,8 @@ pub struct JobRow {
     pub after_any: Vec<u64>,
     /// Held by `hetsched hold` (until `release`).
     pub held: bool,
+    /// When its tasks may start (`submit --begin`, `update --begin`), ms since the Unix epoch.
+    pub begin_ms: Option<u64>,
 }
 
 /// One node row: its name and its description as JSON (`hetsched_core::Node`).
@@ -345,6 +347,8 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("jobs", "after", "TEXT NOT NULL DEFAULT ''"),
     ("jobs", "after_any", "TEXT NOT NULL DEFAULT ''"),
     ("jobs", "held", "INTEGER NOT NULL DEFAULT 0"),
+    // When its tasks may start (`submit --begin`), ms since the Unix epoch; NULL: at once.
+    ("jobs", "begin_ms", "INTEGER"),
     // A task's usage: all three NULL when not measured.
     ("tasks", "cpu_user_ms", "INTEGER"),
     ("tasks", "cpu_system_ms", "INTEGER"),
@@ -442,6 +446,7 @@ struct StoredJobRow {
     after: String,
     after_any: String,
     held: bool,
+    begin_ms: Option<i64>,
 }
 
 impl Store {
@@ -550,7 +555,7 @@ impl Store {
         }
         let mut stmt = self.conn.prepare(
             "SELECT id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled,
-                    submission_key, name, after, after_any, held FROM jobs
+                    submission_key, name, after, after_any, held, begin_ms FROM jobs
              WHERE purged = 0 OR id = (SELECT MAX(id) FROM jobs) ORDER BY id",
         )?;
         let rows = stmt.query_map([], |r| {
@@ -568,6 +573,7 @@ impl Store {
                 after: r.get::<_, String>(10)?,
                 after_any: r.get::<_, String>(11)?,
                 held: r.get(12)?,
+                begin_ms: r.get(13)?,
             })
         })?;
         for r in rows {
@@ -586,6 +592,7 @@ impl Store {
                 after: parse_list(&r.after, "job ids")?,
                 after_any: parse_list(&r.after_any, "job ids")?,
                 held: r.held,
+                begin_ms: r.begin_ms.map(|b| b.max(0) as u64),
             });
         }
         snap.purged = self.purged_jobs()?;
@@ -709,8 +716,8 @@ impl Store {
         let tx = self.conn.transaction()?;
         tx.execute(
             "INSERT INTO jobs(id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled,
-                              submission_key, name, after, after_any, held)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                              submission_key, name, after, after_any, held, begin_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
             params![
                 job.id,
                 job.origin,
@@ -724,7 +731,8 @@ impl Store {
                 job.name,
                 list_text(&job.after),
                 list_text(&job.after_any),
-                job.held
+                job.held,
+                job.begin_ms.map(|b| b as i64)
             ],
         )?;
         {
@@ -910,6 +918,18 @@ pub fn write_held(tx: &rusqlite::Transaction, jobs: &[(u64, bool)]) -> Result<()
     let mut stmt = tx.prepare_cached("UPDATE jobs SET held = ?1 WHERE id = ?2")?;
     for &(job, held) in jobs {
         stmt.execute(params![held, job])?;
+    }
+    Ok(())
+}
+
+/// Records jobs' new begin times (`hetsched update --begin`; `None`: at once) inside `tx`.
+pub fn write_begin(
+    tx: &rusqlite::Transaction,
+    jobs: &[(u64, Option<u64>)],
+) -> Result<(), StoreError> {
+    let mut stmt = tx.prepare_cached("UPDATE jobs SET begin_ms = ?1 WHERE id = ?2")?;
+    for &(job, begin) in jobs {
+        stmt.execute(params![begin.map(|b| b as i64), job])?;
     }
     Ok(())
 }
@@ -1224,6 +1244,7 @@ mod tests {
             after: vec![3, 7],
             after_any: vec![5],
             held: false,
+            begin_ms: Some(1_893_456_000_000),
         };
         let mut task = TaskRow {
             id: 0,
@@ -1267,6 +1288,7 @@ mod tests {
         assert_eq!(snap.jobs[0].submission_key.as_deref(), Some("k"));
         assert_eq!(snap.jobs[0].after, vec![3, 7]);
         assert_eq!(snap.jobs[0].after_any, vec![5]);
+        assert_eq!(snap.jobs[0].begin_ms, Some(1_893_456_000_000));
         if let Some(dir) = path.parent() {
             let _ = std::fs::remove_dir_all(dir);
         }
@@ -1289,6 +1311,7 @@ mod tests {
             after: Vec::new(),
             after_any: Vec::new(),
             held: false,
+            begin_ms: None,
         };
         let rows: Vec<TaskRow> = (0..4).map(|i| TaskRow::submitted(i, 0, i as u32)).collect();
         {

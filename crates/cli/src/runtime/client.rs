@@ -241,6 +241,8 @@ pub struct After {
     pub ended: Vec<u64>,
     /// Until `hetsched release`.
     pub release: bool,
+    /// Not before this time (ms since the Unix epoch; `submit --begin`).
+    pub begin_ms: Option<u64>,
 }
 
 /// `hetsched submit`.
@@ -254,6 +256,7 @@ pub async fn submit(
 ) -> anyhow::Result<()> {
     let workdir = std::env::current_dir()?.display().to_string();
     let held = after.release;
+    let begin_ms = after.begin_ms;
     let (origin, text, divisible_input, name) = match &source {
         // `-`: the job file on standard input (a script that writes its jobs).
         JobSource::File(file) if file.as_os_str() == "-" => {
@@ -300,6 +303,7 @@ pub async fn submit(
             after: after.completed,
             after_any: after.ended,
             hold: held,
+            begin_ms: after.begin_ms.unwrap_or(0),
         },
     )
     .await;
@@ -325,6 +329,8 @@ pub async fn submit(
                 submitted_size(&reply),
                 if held {
                     format!(", held: `hetsched release {}` lets it run", reply.job_id)
+                } else if let Some(b) = begin_ms.filter(|&b| b > super::begin::now_ms()) {
+                    format!(", deferred: begins {}", super::begin::describe(b))
                 } else {
                     String::new()
                 }
@@ -456,6 +462,8 @@ pub async fn jobs(
                 "held".to_string()
             } else if j.waiting {
                 "waiting".to_string()
+            } else if j.deferred {
+                "deferred".to_string()
             } else {
                 j.state.clone()
             },
@@ -514,6 +522,10 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
             super::human::cpu_time(j.cpu_ms),
             super::human::memory(j.max_rss_bytes)
         );
+    }
+    if j.begin_ms > 0 {
+        let verb = if j.deferred { "begins" } else { "began" };
+        println!("{verb}: {}", super::begin::describe(j.begin_ms));
     }
     if j.held {
         println!(
@@ -1241,6 +1253,8 @@ pub struct Update {
     pub variant: String,
     /// The node attributes its tasks require from now on, comma-separated (empty: none).
     pub requires: Option<String>,
+    /// The job's new begin time, ms since the Unix epoch.
+    pub begin_ms: Option<u64>,
 }
 
 /// `hetsched update`: each selected job's applications (or `update.app`) take the new
@@ -1261,7 +1275,9 @@ pub async fn update(args: &ClientArgs, sel: &Selected, update: &Update) -> anyho
             gpu_kind: update.gpu_kind.clone(),
             variant: update.variant.clone(),
             requires: update.requires.clone(),
+            begin_ms: update.begin_ms,
         };
+        let begin = update.begin_ms;
         let resources =
             update.cores.is_some() || update.memory_bytes.is_some() || update.gpus.is_some();
         let requires = update.requires.is_some();
@@ -1327,7 +1343,14 @@ pub async fn update(args: &ClientArgs, sel: &Selected, update: &Update) -> anyho
                     line
                 })
                 .collect();
-            let line = format!("job {id}: {}", apps.join("; "));
+            let mut line = format!("job {id}: {}", apps.join("; "));
+            if let Some(b) = begin {
+                if b > super::begin::now_ms() {
+                    line.push_str(&format!("; begins {}", super::begin::describe(b)));
+                } else {
+                    line.push_str("; its tasks may start now");
+                }
+            }
             Ok((serde_json::to_value(r)?, line))
         }
     })

@@ -42,7 +42,7 @@ pub enum Mode {
 }
 
 /// What `#HETSCHED` lines may set: the command-line job's flags, and the job's name, its
-/// `--after` and `--after-any` jobs and `--hold`.
+/// `--after` and `--after-any` jobs, `--hold` and `--begin`.
 #[derive(Debug, Default, Parser)]
 #[command(name = PREFIX, no_binary_name = true, disable_help_flag = true)]
 pub struct Directives {
@@ -58,6 +58,9 @@ pub struct Directives {
     /// Submit the job held.
     #[arg(long)]
     pub hold: bool,
+    /// Start its tasks no sooner than this time.
+    #[arg(long, value_name = "TIME", value_parser = super::begin::parse)]
+    pub begin: Option<u64>,
     #[command(flatten)]
     pub job: CommandJobArgs,
 }
@@ -130,6 +133,7 @@ impl Directives {
         after: &mut Vec<JobRef>,
         after_any: &mut Vec<JobRef>,
         hold: &mut bool,
+        begin: &mut Option<u64>,
         job: &mut CommandJobArgs,
     ) -> anyhow::Result<()> {
         let Directives {
@@ -137,10 +141,14 @@ impl Directives {
             after: d_after,
             after_any: d_after_any,
             hold: d_hold,
+            begin: d_begin,
             job: d,
         } = self;
         if name.is_none() {
             *name = d_name;
+        }
+        if begin.is_none() {
+            *begin = d_begin;
         }
         prepend(after, d_after);
         prepend(after_any, d_after_any);
@@ -267,18 +275,28 @@ mod tests {
     fn the_command_line_wins_and_lists_take_both() {
         let d = parse(
             "job.sh",
-            "#HETSCHED --array 1-10 --cores 2 --env A=1 --name script --hold --priority 3\n",
+            "#HETSCHED --array 1-10 --cores 2 --env A=1 --name script --hold --priority 3\n\
+             #HETSCHED --begin 2030-01-01T00:00:00Z\n",
         )
         .expect("parsed");
         let (mut name, mut after, mut after_any, mut hold) = (None, Vec::new(), Vec::new(), false);
+        let mut begin = None;
         let mut job = CommandJobArgs {
             tasks: Some(3),
             cores: Some(4),
             env: vec!["B=2".into()],
             ..Default::default()
         };
-        d.fill(&mut name, &mut after, &mut after_any, &mut hold, &mut job)
-            .expect("merged");
+        d.fill(
+            &mut name,
+            &mut after,
+            &mut after_any,
+            &mut hold,
+            &mut begin,
+            &mut job,
+        )
+        .expect("merged");
+        assert_eq!(begin, Some(1_893_456_000_000));
         assert_eq!((job.tasks, job.array.as_deref()), (Some(3), None));
         assert_eq!(job.cores, Some(4));
         assert_eq!(job.env, ["A=1", "B=2"]);

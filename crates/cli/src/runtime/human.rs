@@ -208,6 +208,12 @@ pub fn job_json(j: &pb::JobInfo) -> Value {
     let mut v = serde_json::to_value(j).unwrap_or(Value::Null);
     set_time(&mut v, "submitted_ns", j.submitted_ns);
     set_time(&mut v, "finished_ns", j.finished_ns);
+    v["begin_ms"] = if j.begin_ms == 0 {
+        Value::Null
+    } else {
+        json!(j.begin_ms)
+    };
+    v["begin"] = rfc3339(j.begin_ms.saturating_mul(1_000_000)).map_or(Value::Null, Value::String);
     v["duration_s"] = if j.finished_ns >= j.submitted_ns && j.finished_ns > 0 {
         json!((j.finished_ns - j.submitted_ns) as f64 / 1e9)
     } else {

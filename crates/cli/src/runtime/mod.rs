@@ -4,6 +4,7 @@
 
 mod accel_cli;
 mod allocation;
+mod begin;
 mod bench;
 mod client;
 mod command_job;
@@ -72,6 +73,12 @@ pub enum RuntimeCommand {
         /// `hetsched release JOB` (then, with `--after`, once those jobs allow it too).
         #[arg(long)]
         hold: bool,
+        /// Start the batch job's tasks no sooner than TIME (Slurm's `--begin`): `now+30m`,
+        /// `now+60` (seconds), `16:00` (the next one), `midnight`, `noon`, `tomorrow`,
+        /// `2026-12-01`, `2026-12-01T08:00` (local time) or `2026-12-01T08:00:00Z`; at most a
+        /// year ahead. Until then `hetsched jobs` lists the job `deferred`
+        #[arg(long, value_name = "TIME", value_parser = begin::parse)]
+        begin: Option<u64>,
         /// Read submit flags from `#HETSCHED` lines at the top of the command's program (as
         /// `sbatch` reads `#SBATCH` lines): `auto` when its name ends in `.sh`, `file` always,
         /// `off` never; flags typed here win.
@@ -105,8 +112,9 @@ pub enum RuntimeCommand {
     /// List jobs.
     Jobs {
         /// Only jobs in these states (repeat the flag or separate with commas): pending,
-        /// running, completed, failed, cancelled; `held` and `waiting` (for the jobs it runs
-        /// `--after`) are pending or running jobs so marked; `active` = pending or running;
+        /// running, completed, failed, cancelled; `held`, `waiting` (for the jobs it runs
+        /// `--after`) and `deferred` (its `--begin` time has not come) are pending or running
+        /// jobs so marked; `active` = pending or running;
         /// `blocked`: no node can run their pending work now (they wait for an operator).
         #[arg(long, value_name = "STATE", value_delimiter = ',')]
         state: Vec<JobStateFilter>,
@@ -291,8 +299,8 @@ pub enum RuntimeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Change batch jobs' priority, max_running, time limit, cores, memory, GPUs, GPU kind or
-    /// requires after submission (Slurm's `scontrol update`): pending tasks are placed and run
+    /// Change batch jobs' priority, max_running, time limit, cores, memory, GPUs, GPU kind,
+    /// requires or begin time after submission (Slurm's `scontrol update`): pending tasks are placed and run
     /// by the new values; running ones go on, under the new time limit (counted from their
     /// start), keeping the cores, memory and devices they were given
     Update {
@@ -342,6 +350,11 @@ pub enum RuntimeCommand {
         /// multi-node task's gathering lets go of the nodes that lack them.
         #[arg(long, value_name = "ATTR,…")]
         requires: Option<String>,
+        /// The job's new begin time (Slurm's `StartTime=`), as `submit --begin` takes it:
+        /// `now+1h`, `16:00`, `2026-12-01T08:00`; `now` lets its tasks start at once. Its
+        /// pending tasks wait until then; running ones go on.
+        #[arg(long, value_name = "TIME", value_parser = begin::parse)]
+        begin: Option<u64>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -427,6 +440,8 @@ pub enum JobStateFilter {
     Held,
     /// Waiting for the jobs it runs `--after`.
     Waiting,
+    /// Its begin time (`submit --begin`) has not come.
+    Deferred,
     /// Pending or running.
     Active,
     /// No node can run its pending work now (none has what it needs, or each that has is
@@ -445,6 +460,7 @@ impl JobStateFilter {
             JobStateFilter::Cancelled => j.state == "cancelled",
             JobStateFilter::Held => j.held,
             JobStateFilter::Waiting => j.waiting,
+            JobStateFilter::Deferred => j.deferred,
             JobStateFilter::Active => matches!(j.state.as_str(), "pending" | "running"),
             JobStateFilter::Blocked => j.blocked,
         }
@@ -565,6 +581,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             mut after,
             mut after_any,
             mut hold,
+            mut begin,
             directives,
             client,
         } => {
@@ -574,6 +591,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
                     &mut after,
                     &mut after_any,
                     &mut hold,
+                    &mut begin,
                     &mut job,
                 )?;
             }
@@ -607,6 +625,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
                 completed: after_ids,
                 ended: after_any_ids,
                 release: hold,
+                begin_ms: begin,
             };
             client::submit(&client, source, wait, submission_key, name, after).await
         }
@@ -710,6 +729,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             gpu_kind,
             variant,
             requires,
+            begin,
             client,
         } => {
             let resources = cores.is_some() || memory.is_some() || gpus.is_some();
@@ -719,10 +739,11 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
                 && !resources
                 && requires.is_none()
                 && gpu_kind.is_none()
+                && begin.is_none()
             {
                 anyhow::bail!(
                     "nothing to update: give --priority, --max-running, --time-limit, --cores, \
-                     --memory, --gpus, --gpu-kind or --requires"
+                     --memory, --gpus, --gpu-kind, --requires or --begin"
                 );
             }
             if variant.is_some() && !resources {
@@ -742,6 +763,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
                 gpu_kind: gpu_kind.map(|k| if k.trim() == "any" { String::new() } else { k }),
                 variant: variant.unwrap_or_default(),
                 requires: requires.map(|r| if r.trim() == "none" { String::new() } else { r }),
+                begin_ms: begin,
             };
             client::update(&client, &sel, &update).await
         }

@@ -1804,7 +1804,7 @@ fn an_update_changes_a_waiting_jobs_priority_max_running_and_time_limit() {
     );
     c.refused(
         &["update", "2"],
-        "nothing to update: give --priority, --max-running, --time-limit, --cores, --memory, --gpus, --gpu-kind or --requires",
+        "nothing to update: give --priority, --max-running, --time-limit, --cores, --memory, --gpus, --gpu-kind, --requires or --begin",
     );
     c.refused(
         &["update", "2", "--time-limit", "soon"],

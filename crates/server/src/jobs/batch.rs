@@ -341,6 +341,8 @@ pub struct Batch {
     waiting: after::Waiting,
     /// Jobs held or released since the last commit.
     held_changed: Vec<(u64, bool)>,
+    /// Jobs whose begin time `hetsched update --begin` moved since the last commit.
+    begin_changed: Vec<(u64, Option<u64>)>,
     /// Evicted jobs whose rows came back to memory since the last commit (their stored
     /// summaries are deleted with the rows' changes).
     revived: Vec<u64>,
@@ -430,6 +432,7 @@ impl Batch {
             revived: Vec::new(),
             waiting: after::Waiting::default(),
             held_changed: Vec::new(),
+            begin_changed: Vec::new(),
             multi: multi_node::MultiNode::default(),
             any_multi_node: false,
             settings_changed: Vec::new(),
@@ -608,6 +611,10 @@ impl Batch {
     /// Adds an accepted job's applications to memory and to the view (pending tasks only).
     fn install(&mut self, cx: &mut Ctx, row: JobRow, job: Installable) -> Result<(), StateError> {
         let first_app = row.first_app;
+        // A begin time still to come keeps its tasks out of the queues until then ([`after`]).
+        let deferred = row
+            .begin_ms
+            .filter(|&b| b.saturating_mul(1_000_000) > cx.now);
         let mut next_task = row.first_task;
         for (app, spec) in job.apps {
             let first_task = next_task;
@@ -659,7 +666,7 @@ impl Batch {
             // A job that runs after others keeps its tasks out of the queues until they
             // completed ([`after`]).
             let runs_after_others = !row.after.is_empty() || !row.after_any.is_empty();
-            if (runs_after_others || row.held) && !pending.is_empty() {
+            if (runs_after_others || row.held || deferred.is_some()) && !pending.is_empty() {
                 self.waiting
                     .hold(row.id, app.id.0, std::mem::take(&mut pending));
                 self.waiting
@@ -674,6 +681,9 @@ impl Batch {
         self.tasks.reserve_ids(next_task);
         if row.held {
             self.waiting.hold_by_user(row.id);
+        }
+        if deferred.is_some() {
+            self.waiting.defer(row.id, deferred);
         }
         let mut row = row;
         row.text = String::new();
@@ -835,8 +845,12 @@ impl Batch {
             after,
             after_any,
             hold,
+            begin_ms,
             ..
         } = sub;
+        if let Some(b) = begin_ms {
+            after::check_begin(b, cx.now)?;
+        }
         // A key names its job for good, purged or not: the store's index finds it.
         let keyed = match key.as_str() {
             "" => None,
@@ -911,6 +925,7 @@ impl Batch {
             after,
             after_any,
             held: hold,
+            begin_ms,
         };
         let mut rows = Vec::with_capacity(total as usize);
         for a in app_tasks(&apps, &w) {
@@ -1453,8 +1468,12 @@ impl Batch {
             apps,
             after: j.row.after.clone(),
             after_any: j.row.after_any.clone(),
-            waiting: self.waiting.waits(j.row.id),
+            // Waiting for the jobs it runs after (not only for its begin time).
+            waiting: self.waiting.waits(j.row.id)
+                && (!self.waiting.deferred(j.row.id) || self.first_unfinished_after(j).is_some()),
             held: j.row.held,
+            begin_ms: j.row.begin_ms,
+            deferred: self.waiting.deferred(j.row.id),
             cpu_ms: used.cpu_ms,
             max_rss_bytes: used.max_rss_bytes,
             pending_reason,
@@ -2111,6 +2130,7 @@ impl JobKind for Batch {
             || !self.cancelled.is_empty()
             || !self.revived.is_empty()
             || !self.held_changed.is_empty()
+            || !self.begin_changed.is_empty()
             || !self.settings_changed.is_empty()
             || !self.holds_changed.is_empty()
     }
@@ -2125,6 +2145,7 @@ impl JobKind for Batch {
             &self.cancelled,
         )?;
         crate::store::write_held(tx, &self.held_changed)?;
+        crate::store::write_begin(tx, &self.begin_changed)?;
         for &a in &self.settings_changed {
             if let Some(r) = self.apps.get(a as usize) {
                 crate::store::write_app_settings(tx, &r.settings(a))?;
@@ -2163,6 +2184,7 @@ impl JobKind for Batch {
         self.dirty.clear();
         self.cancelled.clear();
         self.held_changed.clear();
+        self.begin_changed.clear();
         self.revived.clear();
         self.settings_changed.clear();
         self.holds_changed.clear();
@@ -2171,6 +2193,8 @@ impl JobKind for Batch {
     fn housekeeping(&mut self, cx: &mut Ctx) -> Result<(), StateError> {
         // A multi-node task's other node may have been declared dead between its beats.
         self.lose_broken_multi_node(cx)?;
+        // Jobs whose begin time has come join the queues (unless held, or waiting for a job).
+        self.waiting.begin_until(cx.now / 1_000_000);
         // Tasks lost for good between heartbeats may have ended a job others run after.
         self.settle_waiting(cx)
     }
@@ -2198,9 +2222,13 @@ impl JobKind for Batch {
     /// While some job's task rows are in memory (it has not finished, or has just finished and
     /// awaits eviction), the retention pass is due every [`RETENTION_INTERVAL`]. A retention
     /// rule's time running out is not announced: on an idle cluster it is seen within
-    /// `alarm::CALM_RECHECK`.
+    /// `alarm::CALM_RECHECK`. A deferred job's begin time is ([`Batch::next_begin`]).
     fn housekeeping_due(&self) -> Option<Instant> {
-        (self.tasks_in_memory() > 0).then(|| self.retention_due())
+        let retention = (self.tasks_in_memory() > 0).then(|| self.retention_due());
+        match (retention, self.next_begin()) {
+            (Some(r), Some(b)) => Some(r.min(b)),
+            (r, b) => r.or(b),
+        }
     }
 
     fn counts(&self) -> TaskCounts {

@@ -1485,6 +1485,8 @@ impl Workflows {
             waiting: false,
             after_any: Vec::new(),
             held: false,
+            begin_ms: None,
+            deferred: false,
         }
     }
 

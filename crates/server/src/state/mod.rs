@@ -804,6 +804,8 @@ impl State {
         }
         // What housekeeping changed (divisible: chunks of lost agents) in one transaction.
         self.commit()?;
+        // The agents that can take what housekeeping queued (a deferred job's tasks) beat now.
+        self.wake(None);
         // Retention: newly finished batch jobs leave memory, then the `[retention]` rule
         // purges the finished jobs of every kind it no longer keeps.
         if self.jobs.batch.apply_retention(&mut self.store)
@@ -865,10 +867,11 @@ impl State {
                     "--after applies to batch jobs; this is a divisible job".into(),
                 ));
             }
-            if sub.hold {
-                return Err(StateError::Invalid(
-                    "--hold applies to batch jobs; this is a divisible job".into(),
-                ));
+            if sub.hold || sub.begin_ms.is_some() {
+                let flag = if sub.hold { "--hold" } else { "--begin" };
+                return Err(StateError::Invalid(format!(
+                    "{flag} applies to batch jobs; this is a divisible job"
+                )));
             }
             let done = self
                 .jobs
@@ -883,10 +886,11 @@ impl State {
                         "--after applies to batch jobs; this is a workflow".into(),
                     ));
                 }
-                if sub.hold {
-                    return Err(StateError::Invalid(
-                        "--hold applies to batch jobs; this is a workflow".into(),
-                    ));
+                if sub.hold || sub.begin_ms.is_some() {
+                    let flag = if sub.hold { "--hold" } else { "--begin" };
+                    return Err(StateError::Invalid(format!(
+                        "{flag} applies to batch jobs; this is a workflow"
+                    )));
                 }
                 (Kind::Workflow, self.jobs.workflow.submit(&mut cx, sub, id))
             } else {
@@ -902,6 +906,10 @@ impl State {
             self.ids.add(done.job_id, kind);
         }
         self.wake(None);
+        // A deferred job's begin time wakes the reaper, which queues its tasks then.
+        if let Some(at) = self.jobs.batch.next_begin() {
+            self.alarm.due(at);
+        }
         Ok(done)
     }
 
@@ -1069,6 +1077,10 @@ impl State {
         let apps = self.jobs.batch.update(&mut ctx!(self), job, update)?;
         self.commit()?;
         self.wake(None);
+        // A begin time moved: the reaper queues the job's tasks then.
+        if let Some(at) = self.jobs.batch.next_begin() {
+            self.alarm.due(at);
+        }
         info!(job, ?update, "job updated");
         Ok(apps)
     }

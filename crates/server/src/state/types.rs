@@ -273,6 +273,8 @@ pub struct Submission {
     pub after_any: Vec<u64>,
     /// Submitted held (`submit --hold`): no task is dispatched until `release`.
     pub hold: bool,
+    /// When its tasks may start (`submit --begin`), ms since the Unix epoch (`None`: at once).
+    pub begin_ms: Option<u64>,
 }
 
 /// What a submission is answered with.
@@ -408,6 +410,11 @@ pub struct JobInfo {
     /// The reason is that no node can run it now (none has what it needs, or each that has is
     /// drained): it waits for an operator, not for time.
     pub blocked: bool,
+    /// When its tasks may start (`submit --begin`, `update --begin`), ms since the Unix epoch
+    /// (`None`: none given); kept after that time has come.
+    pub begin_ms: Option<u64>,
+    /// Its begin time has not come yet: its pending tasks wait for it.
+    pub deferred: bool,
 }
 
 /// One page of jobs.

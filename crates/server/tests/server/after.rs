@@ -426,3 +426,127 @@ fn a_task_that_fails_and_retries_while_its_job_is_held_waits_for_the_release() {
         "the second attempt, after the release"
     );
 }
+
+/// Now, in ms since the Unix epoch.
+fn now_ms() -> u64 {
+    hetsched_server::state::now_ns() / 1_000_000
+}
+
+/// A job of `tasks` tasks whose tasks may start at `begin_ms` (`submit --begin`).
+fn submit_begin(s: &mut State, tasks: u32, after: &[u64], begin_ms: u64) -> Result<u64, String> {
+    s.on_submit(Submission {
+        origin: "job.toml".into(),
+        text: job_text(tasks, "true"),
+        workdir: "/".into(),
+        after: after.to_vec(),
+        begin_ms: Some(begin_ms),
+        ..Default::default()
+    })
+    .map(|d| d.job_id)
+    .map_err(|e| e.to_string())
+}
+
+/// `hetsched update JOB --begin`.
+fn update_begin(s: &mut State, job: u64, begin_ms: u64) -> Result<(), String> {
+    s.update(&pb::UpdateRequest {
+        job_id: job,
+        begin_ms: Some(begin_ms),
+        ..Default::default()
+    })
+    .map(|_| ())
+    .map_err(|e| e.to_string())
+}
+
+#[test]
+fn a_deferred_job_dispatches_nothing_before_its_begin_time_and_runs_once_it_came_across_a_restart()
+{
+    let d = common::scratch("after", "begin");
+    let begin = now_ms() + 1_500;
+    let job = {
+        let mut s = open(&d.0);
+        let mut n = Agent::new(&mut s, 4);
+        let job = submit_begin(&mut s, 2, &[], begin).expect("submit");
+        let info = s.job(job).expect("job");
+        assert_eq!(
+            (info.state.as_str(), info.deferred, info.waiting, info.held),
+            ("pending", true, false, false)
+        );
+        assert_eq!(info.begin_ms, begin);
+        assert!(
+            info.pending_reason.starts_with("begins at ") && info.pending_reason.contains("(in "),
+            "{}",
+            info.pending_reason
+        );
+        assert!(n.beat(&mut s, &[]).is_empty(), "four free cores take nothing");
+        // Housekeeping before the time changes nothing.
+        s.apply_retention().expect("housekeeping");
+        assert!(n.beat(&mut s, &[]).is_empty());
+        job
+    }; // the server dies before the begin time
+    let mut s = open(&d.0);
+    let mut n = Agent::new(&mut s, 4);
+    let info = s.job(job).expect("job");
+    assert!(info.deferred, "the begin time is stored");
+    assert_eq!(info.begin_ms, begin);
+    assert!(n.beat(&mut s, &[]).is_empty());
+    std::thread::sleep(std::time::Duration::from_millis(
+        begin.saturating_sub(now_ms()) + 20,
+    ));
+    // The reaper's housekeeping after the begin time queues the tasks.
+    s.apply_retention().expect("housekeeping");
+    let sent = n.beat(&mut s, &[]);
+    assert_eq!(jobs_of(&s, &sent), vec![job, job]);
+    let info = s.job(job).expect("job");
+    assert_eq!((info.deferred, info.begin_ms), (false, begin), "the time is kept");
+}
+
+#[test]
+fn update_begin_defers_the_pending_tasks_and_now_releases_them_but_not_a_hold() {
+    let d = common::scratch("after", "update-begin");
+    let mut s = open(&d.0);
+    let mut n = Agent::new(&mut s, 1);
+    let job = submit(&mut s, 4, &[]).expect("submit");
+    let sent = n.beat(&mut s, &[]);
+    assert_eq!(sent.len(), 1);
+    // An hour on: the three pending tasks wait; the running one goes on and ends.
+    update_begin(&mut s, job, now_ms() + 3_600_000).expect("later");
+    let info = s.job(job).expect("job");
+    assert_eq!((info.state.as_str(), info.deferred), ("running", true));
+    assert!(info.pending_reason.contains("(in 1h"), "{}", info.pending_reason);
+    assert!(n.beat(&mut s, &[(sent[0].0, sent[0].1, true)]).is_empty());
+    // Held as well: `--begin now` leaves it held.
+    s.hold(job, true).expect("hold");
+    update_begin(&mut s, job, now_ms()).expect("now");
+    assert!(n.beat(&mut s, &[]).is_empty(), "still held");
+    assert!(!s.job(job).expect("job").deferred);
+    s.hold(job, false).expect("release");
+    let sent = n.beat(&mut s, &[]);
+    assert_eq!(jobs_of(&s, &sent), vec![job]);
+    // More than a year ahead is refused; so is a job that has ended.
+    let e = update_begin(&mut s, job, now_ms() + 400 * 86_400_000).expect_err("too far");
+    assert!(e.contains("--begin") && e.contains("more than a year ahead"), "{e}");
+    let e = submit_begin(&mut s, 1, &[], now_ms() + 400 * 86_400_000).expect_err("too far");
+    assert!(e.contains("more than a year ahead"), "{e}");
+    let done = submit(&mut s, 1, &[]).expect("submit");
+    s.on_cancel(done).expect("cancel");
+    let e = update_begin(&mut s, done, now_ms()).expect_err("ended");
+    assert!(e.contains("has ended (cancelled)"), "{e}");
+}
+
+#[test]
+fn a_deferred_job_after_a_job_that_fails_is_cancelled_at_once_not_at_its_begin_time() {
+    let d = common::scratch("after", "begin-after");
+    let mut s = open(&d.0);
+    let mut n = Agent::new(&mut s, 2);
+    let first = submit(&mut s, 1, &[]).expect("submit");
+    let second = submit_begin(&mut s, 1, &[first], now_ms() + 3_600_000).expect("deferred");
+    let info = s.job(second).expect("job");
+    // It waits for the first job before its time: that is the reason given.
+    assert!(info.waiting && info.deferred);
+    assert_eq!(info.pending_reason, format!("waiting for job {first}"));
+    let sent = n.beat(&mut s, &[]);
+    assert_eq!(jobs_of(&s, &sent), vec![first]);
+    n.beat(&mut s, &[(sent[0].0, sent[0].1, false)]);
+    let info = s.job(second).expect("job");
+    assert_eq!((info.state.as_str(), info.deferred), ("cancelled", false));
+}

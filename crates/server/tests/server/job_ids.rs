@@ -52,6 +52,7 @@ fn submit(s: &mut State, kind: Kind) -> u64 {
             after: Vec::new(),
             after_any: Vec::new(),
             hold: false,
+            begin_ms: None,
         })
         .unwrap_or_else(|e| panic!("{kind:?} submitted: {e}"));
     assert!(!done.existing);
@@ -186,6 +187,7 @@ fn submission(kind: Kind, text: &str, name: &str, key: &str) -> Submission {
         after: Vec::new(),
         after_any: Vec::new(),
         hold: false,
+        begin_ms: None,
     }
 }
 

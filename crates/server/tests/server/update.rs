@@ -127,7 +127,7 @@ fn an_update_names_what_it_cannot_do() {
     assert_eq!(
         update(&mut s, job, "", None, None).expect_err("refused"),
         "nothing to update: give a priority, a max_running, a time limit, cores, memory, gpus, a gpu \
-         kind or requires"
+         kind, requires or a begin time"
     );
     assert_eq!(
         update(&mut s, 9, "", Some(1), None).expect_err("refused"),

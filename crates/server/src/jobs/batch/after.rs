@@ -15,7 +15,13 @@
 //! too) until `hetsched release JOB`, and then until the jobs they run after allow them. The
 //! job row's `held` flag is stored in the same transaction.
 //!
-//! Nothing here is stored beyond the job row's `after` list: whether a job still waits is derived
+//! **Deferred jobs** (`hetsched submit --begin TIME`, Slurm's `--begin`) wait the same way until
+//! their begin time: the reaper's housekeeping looks at them when the earliest comes
+//! ([`Batch::next_begin`] is part of the batch kind's `housekeeping_due`), and they then join
+//! the queues unless a hold or a job they run after still keeps them. The begin time is the
+//! job row's `begin_ms`; `hetsched update --begin` moves it (earlier, later, or `now`).
+//!
+//! Nothing here is stored beyond the job row's `after` list, `held` flag and `begin_ms`: whether a job still waits is derived
 //! from the states of the jobs it names, after a restart as at any other time. So a job that
 //! runs again (`hetsched resubmit`) makes the unfinished jobs after it wait for its new end
 //! ([`Batch::wait_again_on`]), as a restart would. A purged job
@@ -32,6 +38,28 @@ use tracing::info;
 /// Most jobs one job may run after.
 pub const MAX_AFTER: usize = 64;
 
+/// The furthest ahead a begin time may be: 366 days, in ms.
+pub const MAX_BEGIN_AHEAD_MS: u64 = 366 * 24 * 3600 * 1000;
+
+/// Checks a begin time (`submit --begin`, `update --begin`; ms since the Unix epoch) against
+/// `now_ns`: at most [`MAX_BEGIN_AHEAD_MS`] ahead. A time already past is accepted (at once).
+pub(super) fn check_begin(begin_ms: u64, now_ns: u64) -> Result<(), StateError> {
+    let now_ms = now_ns / 1_000_000;
+    if begin_ms.saturating_sub(now_ms) > MAX_BEGIN_AHEAD_MS {
+        return Err(StateError::Invalid(format!(
+            "--begin: {} is more than a year ahead",
+            rfc3339(begin_ms)
+        )));
+    }
+    Ok(())
+}
+
+/// A time in ms since the Unix epoch as RFC 3339 UTC, to the second.
+pub(super) fn rfc3339(ms: u64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
 /// The jobs whose tasks wait, those tasks by application, and which of them to look at next.
 #[derive(Debug, Default)]
 pub(super) struct Waiting {
@@ -44,6 +72,11 @@ pub(super) struct Waiting {
     waiters: HashMap<u64, Vec<u64>>,
     /// Waiting jobs to look at on the next [`Batch::settle_waiting`].
     due: BTreeSet<u64>,
+    /// Jobs whose begin time (ms since the Unix epoch) has not come, by that time: their tasks
+    /// wait for it whatever else allows them.
+    deferred: BTreeSet<(u64, u64)>,
+    /// The begin time of each job in `deferred`.
+    begins: HashMap<u64, u64>,
 }
 
 impl Waiting {
@@ -89,6 +122,45 @@ impl Waiting {
     pub(super) fn forget(&mut self, job: u64) {
         self.held.remove(&job);
         self.held_by_user.remove(&job);
+        if let Some(b) = self.begins.remove(&job) {
+            self.deferred.remove(&(b, job));
+        }
+    }
+
+    /// Job `job`'s tasks wait until `begin` (ms since the Unix epoch; `None`: they need not);
+    /// it is looked at on the next [`Batch::settle_waiting`].
+    pub(super) fn defer(&mut self, job: u64, begin: Option<u64>) {
+        if let Some(old) = self.begins.remove(&job) {
+            self.deferred.remove(&(old, job));
+        }
+        if let Some(b) = begin {
+            self.begins.insert(job, b);
+            self.deferred.insert((b, job));
+        }
+        self.due.insert(job);
+    }
+
+    /// Whether job `job`'s begin time has not come.
+    pub(super) fn deferred(&self, job: u64) -> bool {
+        self.begins.contains_key(&job)
+    }
+
+    /// The earliest begin time still to come (ms since the Unix epoch).
+    pub(super) fn next_begin(&self) -> Option<u64> {
+        self.deferred.first().map(|&(b, _)| b)
+    }
+
+    /// The begin times up to `now_ms` have come: those jobs are no longer deferred, and are
+    /// looked at on the next [`Batch::settle_waiting`].
+    pub(super) fn begin_until(&mut self, now_ms: u64) {
+        while let Some(&(b, job)) = self.deferred.first() {
+            if b > now_ms {
+                break;
+            }
+            self.deferred.pop_first();
+            self.begins.remove(&job);
+            self.due.insert(job);
+        }
     }
 
     /// Job `job`, which named `jobs`, waits no more: it leaves their lists of waiters.
@@ -171,6 +243,24 @@ impl Batch {
         Ok((ids, any))
     }
 
+    /// The first job that job `j` runs after (`after` or `after_any`) and that has not ended.
+    pub(super) fn first_unfinished_after(&self, j: &super::JobRec) -> Option<u64> {
+        j.row
+            .after
+            .iter()
+            .chain(&j.row.after_any)
+            .copied()
+            .find(|&d| matches!(self.outcome_of(d), Some(Outcome::Unfinished) | None))
+    }
+
+    /// When the earliest begin time still to come is (`submit --begin`): the reaper's
+    /// housekeeping then queues that job's tasks.
+    pub fn next_begin(&self) -> Option<std::time::Instant> {
+        let b = self.waiting.next_begin()?;
+        let now_ms = crate::state::now_ns() / 1_000_000;
+        Some(std::time::Instant::now() + std::time::Duration::from_millis(b.saturating_sub(now_ms)))
+    }
+
     /// How batch job `id` stands (`None`: no such batch job).
     pub(super) fn outcome_of(&self, id: u64) -> Option<Outcome> {
         if self.retention.is_purged(id) {
@@ -204,7 +294,9 @@ impl Batch {
                 continue;
             };
             let mut ended = None;
-            let mut unfinished = false;
+            // A job whose begin time has not come waits as for an unfinished job it runs after
+            // (one it runs `--after` that failed still cancels it at once).
+            let mut unfinished = self.waiting.deferred(job);
             for &d in &after {
                 match self.outcome_of(d) {
                     Some(Outcome::Completed) => {}
@@ -303,6 +395,34 @@ impl Batch {
                 );
             }
         }
+    }
+
+    /// `hetsched update JOB --begin TIME`: job `job`'s tasks wait until `begin_ms` (ms since the
+    /// Unix epoch; a time past: they need not). Its pending tasks leave the queues, or join them,
+    /// as a hold or a release would (running ones go on); stored with the event.
+    pub(super) fn set_begin(
+        &mut self,
+        cx: &mut Ctx,
+        job: u64,
+        begin_ms: u64,
+    ) -> Result<(), StateError> {
+        let Some(i) = self.job_index(job) else {
+            return Err(StateError::NoJob(job));
+        };
+        self.jobs[i].row.begin_ms = Some(begin_ms);
+        self.begin_changed.push((job, Some(begin_ms)));
+        let apps = self.jobs[i].apps.clone();
+        if begin_ms.saturating_mul(1_000_000) > cx.now {
+            if !self.waiting.waits(job) {
+                self.take_out_of_queues(cx, job, apps);
+            }
+            self.waiting.defer(job, Some(begin_ms));
+            info!(job, begin_ms, "begin time moved: its pending tasks wait for it");
+        } else {
+            self.waiting.defer(job, None);
+            self.settle_waiting(cx)?;
+        }
+        Ok(())
     }
 
     /// `hetsched hold JOB` (`hold`) or `release JOB`: whether job `job`'s pending tasks may be

@@ -5,6 +5,7 @@
 //!
 //! - `held: …` — `hetsched hold` (or `submit --hold`) keeps it until `hetsched release`;
 //! - `waiting for job M` — a job it runs `--after` (or `--after-any`) has not ended as needed;
+//! - `begins at TIME (in 25m)` — its begin time (`submit --begin`) has not come;
 //! - `every node that can run \`APP\` is drained: …` — an application's tasks fit on some live
 //!   nodes, and an operator drained each of them;
 //! - `every node that can run \`APP\` is leaving: …` — they are live, but their agents are shutting
@@ -117,15 +118,18 @@ impl Batch {
             return (format!("held: `hetsched release {id}` lets it run"), false);
         }
         if self.waiting.waits(id) {
-            let unfinished = j.row.after.iter().chain(&j.row.after_any).find(|d| {
-                matches!(
-                    self.outcome_of(**d),
-                    Some(super::after::Outcome::Unfinished)
-                )
-            });
-            let why = match unfinished {
-                Some(d) => format!("waiting for job {d}"),
-                None => "waiting for the jobs it runs after".to_string(),
+            let why = match (self.first_unfinished_after(j), j.row.begin_ms) {
+                (Some(d), _) => format!("waiting for job {d}"),
+                (None, Some(b)) if self.waiting.deferred(id) => {
+                    let now_ms = crate::state::now_ns() / 1_000_000;
+                    let left = Duration::from_secs(b.saturating_sub(now_ms).div_ceil(1000));
+                    format!(
+                        "begins at {} (in {})",
+                        super::after::rfc3339(b),
+                        humantime::format_duration(left)
+                    )
+                }
+                _ => "waiting for the jobs it runs after".to_string(),
             };
             return (why, false);
         }

@@ -65,6 +65,8 @@ pub struct Update {
     pub requires: Option<Vec<String>>,
     /// The accelerator kind its GPU variant's tasks take from now on (`Some(None)`: any).
     pub gpu_kind: Option<Option<String>>,
+    /// The job's new begin time, ms since the Unix epoch (a time past: at once).
+    pub begin_ms: Option<u64>,
 }
 
 /// An application as an update left it.
@@ -105,10 +107,11 @@ impl Update {
             && !resources
             && self.requires.is_none()
             && self.gpu_kind.is_none()
+            && self.begin_ms.is_none()
         {
             return Err(StateError::Invalid(
                 "nothing to update: give a priority, a max_running, a time limit, cores, memory, \
-                 gpus, a gpu kind or requires"
+                 gpus, a gpu kind, requires or a begin time"
                     .into(),
             ));
         }
@@ -225,6 +228,9 @@ impl Batch {
             return Err(StateError::Invalid(format!(
                 "job {job} has ended ({state}): nothing to update"
             )));
+        }
+        if let Some(b) = update.begin_ms {
+            super::after::check_begin(b, cx.now)?;
         }
         let apps: Vec<u32> = match &update.app {
             None => j.apps.clone().collect(),
@@ -355,6 +361,9 @@ impl Batch {
             // Its pending tasks may start where they could not (a higher cap, a new order).
             let pending = cx.view.app(AppId(a)).pending.len();
             cx.nodes.wakes.free(a, pending);
+        }
+        if let Some(b) = update.begin_ms {
+            self.set_begin(cx, job, b)?;
         }
         Ok(out)
     }
