@@ -532,7 +532,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
             "held: its pending tasks wait for `hetsched release {}`",
             j.id
         );
-    } else if !j.waiting && !j.pending_reason.is_empty() {
+    } else if !j.waiting && !j.deferred && !j.pending_reason.is_empty() {
         println!("pending because: {}", j.pending_reason);
     }
     if !j.after.is_empty() || !j.after_any.is_empty() {

@@ -2433,6 +2433,68 @@ fn a_job_submitted_held_runs_nothing_until_its_release_even_across_a_restart() {
     );
 }
 
+/// `submit --begin` (Slurm's `--begin`): the job is listed `deferred` and none of its tasks
+/// starts before its begin time, which a server restart keeps; the reaper queues the tasks
+/// when it comes, with no other event. `update --begin now` lets a deferred job run at once.
+#[test]
+fn a_job_submitted_with_a_begin_time_starts_no_sooner_even_across_a_restart() {
+    let mut c = Cluster::start("submit-begin", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    let said = c.ok(&[
+        "submit", "--begin", "now+3s", "--tasks", "2", "--shell", "--", "touch t-{index}",
+    ]);
+    assert!(said.contains("job 1 submitted (2 tasks), deferred: begins "), "{said}");
+    let job = c.json(&["job", "1"]);
+    let begin_ms = job["begin_ms"].as_u64().expect("begin_ms");
+    assert_eq!(job["deferred"], true, "{job}");
+    assert!(job["pending_reason"].as_str().is_some_and(|r| r.starts_with("begins at ")));
+    assert!(c.ok(&["jobs"]).contains("deferred"));
+    let deferred = c.json(&["jobs", "--state", "deferred"]);
+    assert_eq!(deferred.as_array().map(Vec::len), Some(1), "{deferred}");
+    // The server restarts before the time: the time is stored.
+    c.kill_server();
+    c.start_server();
+    assert_eq!(c.json(&["job", "1"])["begin_ms"].as_u64(), Some(begin_ms));
+    c.ok(&["wait", "1", "--timeout", "30s"]);
+    let tasks = c.json(&["tasks", "--job", "1"]);
+    let starts: Vec<u64> = tasks
+        .as_array()
+        .expect("tasks")
+        .iter()
+        .map(|t| t["started_ns"].as_u64().expect("started"))
+        .collect();
+    assert_eq!(starts.len(), 2, "{tasks}");
+    assert!(
+        starts.iter().all(|&s| s >= begin_ms * 1_000_000),
+        "every task starts at {begin_ms} ms or later: {starts:?}"
+    );
+    assert!(c.ok(&["job", "1"]).contains("began: "));
+    // An hour on, then now: the update lets it run at once.
+    c.ok(&["submit", "--begin", "now+1h", "--", "touch", "late"]);
+    let said = c.ok(&["job", "2"]);
+    assert!(
+        said.contains("begins: ") && (said.contains("(in 59m") || said.contains("(in 1h)")),
+        "{said}"
+    );
+    assert!(!said.contains("pending because"), "the begin line says it: {said}");
+    assert!(c.ok(&["update", "2", "--begin", "now"]).contains("its tasks may start now"));
+    c.ok(&["wait", "2", "--timeout", "20s"]);
+    assert!(c.dir.join("late").exists());
+    c.refused(
+        &["submit", "--begin", "soon", "--", "true"],
+        "`soon` is not a time: give `now+30m`",
+    );
+    let wf = c.write(
+        "wf.toml",
+        "[[task]]\nname = \"a\"\ninstances = 1\ncommand = \"true\"\n",
+    );
+    c.refused(
+        &["submit", "--begin", "now+1m", wf.to_str().expect("path")],
+        "--begin applies to batch jobs; this is a workflow",
+    );
+}
+
 /// `submit --array` (HyperQueue's and Slurm's array syntax, a job file's `indices`): one task
 /// per listed index, `{index}` and `$HETSCHED_TASK_INDEX` are that index, listings and
 /// `log JOB APP:INDEX` use it, and Slurm's `%N` throttles the job.
