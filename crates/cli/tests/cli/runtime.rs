@@ -2442,13 +2442,27 @@ fn a_job_submitted_with_a_begin_time_starts_no_sooner_even_across_a_restart() {
     c.start_agent("a", 2, &[]);
     c.wait_for_nodes(1);
     let said = c.ok(&[
-        "submit", "--begin", "now+3s", "--tasks", "2", "--shell", "--", "touch t-{index}",
+        "submit",
+        "--begin",
+        "now+3s",
+        "--tasks",
+        "2",
+        "--shell",
+        "--",
+        "touch t-{index}",
     ]);
-    assert!(said.contains("job 1 submitted (2 tasks), deferred: begins "), "{said}");
+    assert!(
+        said.contains("job 1 submitted (2 tasks), deferred: begins "),
+        "{said}"
+    );
     let job = c.json(&["job", "1"]);
     let begin_ms = job["begin_ms"].as_u64().expect("begin_ms");
     assert_eq!(job["deferred"], true, "{job}");
-    assert!(job["pending_reason"].as_str().is_some_and(|r| r.starts_with("begins at ")));
+    assert!(
+        job["pending_reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("begins at "))
+    );
     assert!(c.ok(&["jobs"]).contains("deferred"));
     let deferred = c.json(&["jobs", "--state", "deferred"]);
     assert_eq!(deferred.as_array().map(Vec::len), Some(1), "{deferred}");
@@ -2477,8 +2491,14 @@ fn a_job_submitted_with_a_begin_time_starts_no_sooner_even_across_a_restart() {
         said.contains("begins: ") && (said.contains("(in 59m") || said.contains("(in 1h)")),
         "{said}"
     );
-    assert!(!said.contains("pending because"), "the begin line says it: {said}");
-    assert!(c.ok(&["update", "2", "--begin", "now"]).contains("its tasks may start now"));
+    assert!(
+        !said.contains("pending because"),
+        "the begin line says it: {said}"
+    );
+    assert!(
+        c.ok(&["update", "2", "--begin", "now"])
+            .contains("its tasks may start now")
+    );
     c.ok(&["wait", "2", "--timeout", "20s"]);
     assert!(c.dir.join("late").exists());
     c.refused(

@@ -477,7 +477,10 @@ fn a_deferred_job_dispatches_nothing_before_its_begin_time_and_runs_once_it_came
             "{}",
             info.pending_reason
         );
-        assert!(n.beat(&mut s, &[]).is_empty(), "four free cores take nothing");
+        assert!(
+            n.beat(&mut s, &[]).is_empty(),
+            "four free cores take nothing"
+        );
         // Housekeeping before the time changes nothing.
         s.apply_retention().expect("housekeeping");
         assert!(n.beat(&mut s, &[]).is_empty());
@@ -497,7 +500,11 @@ fn a_deferred_job_dispatches_nothing_before_its_begin_time_and_runs_once_it_came
     let sent = n.beat(&mut s, &[]);
     assert_eq!(jobs_of(&s, &sent), vec![job, job]);
     let info = s.job(job).expect("job");
-    assert_eq!((info.deferred, info.begin_ms), (false, begin), "the time is kept");
+    assert_eq!(
+        (info.deferred, info.begin_ms),
+        (false, begin),
+        "the time is kept"
+    );
 }
 
 #[test]
@@ -512,7 +519,11 @@ fn update_begin_defers_the_pending_tasks_and_now_releases_them_but_not_a_hold() 
     update_begin(&mut s, job, now_ms() + 3_600_000).expect("later");
     let info = s.job(job).expect("job");
     assert_eq!((info.state.as_str(), info.deferred), ("running", true));
-    assert!(info.pending_reason.contains("(in 1h"), "{}", info.pending_reason);
+    assert!(
+        info.pending_reason.contains("(in 1h"),
+        "{}",
+        info.pending_reason
+    );
     assert!(n.beat(&mut s, &[(sent[0].0, sent[0].1, true)]).is_empty());
     // Held as well: `--begin now` leaves it held.
     s.hold(job, true).expect("hold");
@@ -524,7 +535,10 @@ fn update_begin_defers_the_pending_tasks_and_now_releases_them_but_not_a_hold() 
     assert_eq!(jobs_of(&s, &sent), vec![job]);
     // More than a year ahead is refused; so is a job that has ended.
     let e = update_begin(&mut s, job, now_ms() + 400 * 86_400_000).expect_err("too far");
-    assert!(e.contains("--begin") && e.contains("more than a year ahead"), "{e}");
+    assert!(
+        e.contains("--begin") && e.contains("more than a year ahead"),
+        "{e}"
+    );
     let e = submit_begin(&mut s, 1, &[], now_ms() + 400 * 86_400_000).expect_err("too far");
     assert!(e.contains("more than a year ahead"), "{e}");
     let done = submit(&mut s, 1, &[]).expect("submit");

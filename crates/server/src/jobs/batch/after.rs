@@ -417,7 +417,10 @@ impl Batch {
                 self.take_out_of_queues(cx, job, apps);
             }
             self.waiting.defer(job, Some(begin_ms));
-            info!(job, begin_ms, "begin time moved: its pending tasks wait for it");
+            info!(
+                job,
+                begin_ms, "begin time moved: its pending tasks wait for it"
+            );
         } else {
             self.waiting.defer(job, None);
             self.settle_waiting(cx)?;
