@@ -181,6 +181,8 @@ enum Op {
     UpdateRequest(u64, u32, u64, Option<u32>),
     /// `hetsched update` of job `0`: the attributes its tasks require, `1`.
     UpdateRequires(u64, &'static str),
+    /// `hetsched update --begin` of job `0`: `1` ms from now (0: now, its tasks queue at once).
+    UpdateBegin(u64, u64),
     Resubmit(u64),
     Purge(u64),
     Drain(usize, bool),
@@ -211,6 +213,8 @@ fn op(disk: bool) -> BoxedStrategy<Op> {
             .prop_map(|(j, c, m, g)| Op::UpdateRequest(j, c, m, g)),
         1 => (1..5u64, prop::sample::select(vec!["", "bigmem", "ssd,bigmem"]))
             .prop_map(|(j, r)| Op::UpdateRequires(j, r)),
+        1 => (1..5u64, prop::sample::select(vec![0u64, 3_600_000]))
+            .prop_map(|(j, ahead)| Op::UpdateBegin(j, ahead)),
         1 => (1..5u64).prop_map(Op::Resubmit),
         1 => (1..5u64).prop_map(Op::Purge),
         1 => (0..2usize, any::<bool>()).prop_map(|(n, d)| Op::Drain(n, d)),
@@ -248,8 +252,8 @@ fn everything(s: &State) -> Vec<String> {
     }
     for j in s.jobs().jobs {
         out.push(format!(
-            "job {} {} {:?} held={}",
-            j.id, j.state, j.counts, j.held
+            "job {} {} {:?} held={} begin={} deferred={}",
+            j.id, j.state, j.counts, j.held, j.begin_ms, j.deferred
         ));
         // Its applications' settings, as submitted or updated.
         if let Ok(job) = s.job(j.id) {
@@ -369,6 +373,8 @@ fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     }) else {
                         continue;
                     };
+                    // Nor before its begin time (every one given here is an hour away).
+                    prop_assert!(!j.deferred, "job {} ran before its begin time", j.id);
                     for d in &j.after {
                         let st = state(*d);
                         prop_assert!(
@@ -416,6 +422,13 @@ fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let _ = s.update(&pb::UpdateRequest {
                     job_id: j,
                     requires: Some(requires.into()),
+                    ..Default::default()
+                });
+            }
+            Op::UpdateBegin(j, ahead) => {
+                let _ = s.update(&pb::UpdateRequest {
+                    job_id: j,
+                    begin_ms: Some(hetsched_server::state::now_ns() / 1_000_000 + ahead),
                     ..Default::default()
                 });
             }
