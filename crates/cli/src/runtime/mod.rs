@@ -99,8 +99,9 @@ pub enum RuntimeCommand {
         /// Re-run the failed tasks.
         #[arg(long)]
         failed: bool,
-        /// Re-run the tasks cancelled one by one (`cancel JOB --tasks`; batch jobs;
-        /// HyperQueue's `hq job resubmit --filter canceled`). With `--failed`, both.
+        /// Re-run the tasks cancelled one by one (`cancel JOB --tasks`; batch jobs, and a
+        /// workflow's instances with those not run because of them; HyperQueue's `hq job
+        /// resubmit --filter canceled`). With `--failed`, both.
         #[arg(long)]
         cancelled: bool,
         /// Wait for the job to finish, as `submit --wait`.

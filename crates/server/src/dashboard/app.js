@@ -180,9 +180,10 @@ function bar(j) {
 }
 
 // A job held by `hetsched hold` shows as `held`; one that waits for the jobs it runs after
-// (`submit --after`) as `waiting`.
+// (`submit --after`) as `waiting`; one whose begin time (`submit --begin`) has not come as
+// `deferred` (its pending reason says when).
 function shownState(j) {
-  return j.held ? "held" : j.waiting ? "waiting" : j.state;
+  return j.held ? "held" : j.waiting ? "waiting" : j.deferred ? "deferred" : j.state;
 }
 
 // Why a job's pending tasks wait (`pending_reason`), where its shown state does not say it.

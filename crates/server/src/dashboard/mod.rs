@@ -323,7 +323,7 @@ impl Dashboard {
             "dispatched": self.metrics.dispatched_total(),
             "jobs": jobs.iter().map(|j| serde_json::json!({
                 "id": j.id, "state": j.state, "tasks": j.tasks, "counts": j.counts,
-                "name": j.name, "waiting": j.waiting, "held": j.held,
+                "name": j.name, "waiting": j.waiting, "held": j.held, "deferred": j.deferred,
             })).collect::<Vec<_>>(),
             "nodes": nodes.iter().map(|n| serde_json::json!({
                 "name": n.name, "rack": n.rack, "alive": n.alive, "running": n.running,

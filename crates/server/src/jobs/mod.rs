@@ -421,8 +421,8 @@ pub trait JobKind: Send {
     /// canceled`). Returns how many were queued. Kinds without such tasks refuse.
     fn resubmit_cancelled(&mut self, _cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
         Err(StateError::Invalid(format!(
-            "job {job} is a {} job: resubmit --cancelled runs cancelled tasks of batch jobs; \
-             submit it again",
+            "job {job} is a {} job: resubmit --cancelled runs cancelled tasks of batch jobs and \
+             workflows; submit it again",
             self.kind().as_str()
         )))
     }

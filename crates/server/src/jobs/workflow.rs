@@ -1071,34 +1071,45 @@ impl Workflows {
         ended
     }
 
-    /// [`JobKind::resubmit_failed`] on one workflow.
-    fn requeue_failed(&mut self, cx: &mut Ctx, j: &mut WfJob) -> Result<u64, StateError> {
+    /// [`JobKind::resubmit_failed`] (`ended` = failed) or [`JobKind::resubmit_cancelled`]
+    /// (`ended` = cancelled) on one workflow: every instance that ended so — for good, or not
+    /// run because of a producer that did — comes back. An instance that also depends on one
+    /// that ended the other way still cannot run: it stays ended, now as that one did, naming it.
+    fn requeue_ended(&mut self, cx: &mut Ctx, j: &mut WfJob, ended: St) -> Result<u64, StateError> {
         if j.cancelled {
             return Err(StateError::Invalid(format!(
                 "job {} was cancelled: submit it again instead",
                 j.id()
             )));
         }
-        let failed: Vec<u32> = (0..j.insts.len() as u32)
-            .filter(|&i| j.insts[i as usize].st == St::Failed)
+        let chosen: Vec<u32> = (0..j.insts.len() as u32)
+            .filter(|&i| j.insts[i as usize].st == ended)
             .collect();
-        if failed.is_empty() {
+        if chosen.is_empty() {
             return Ok(0);
         }
-        let mut again: HashSet<u32> = failed.iter().copied().collect();
-        // Downstream of a cancelled instance nothing can run: those stay ended, as cancelled
-        // (they read `failed` because another producer of theirs failed first).
+        let mut again: HashSet<u32> = chosen.iter().copied().collect();
+        // Downstream of an instance that ended the other way nothing can run: those stay ended,
+        // as it did (they read as they do because another producer of theirs ended first).
+        let other = if ended == St::Failed {
+            St::Cancelled
+        } else {
+            St::Failed
+        };
         let mut stack: Vec<u32> = (0..j.insts.len() as u32)
-            .filter(|&i| j.insts[i as usize].st == St::Cancelled)
+            .filter(|&i| j.insts[i as usize].st == other)
             .collect();
         while let Some(k) = stack.pop() {
-            let direct = j.insts[k as usize].message == "cancelled";
+            let first = &j.insts[k as usize].message;
+            let direct = !first.starts_with("not run: ");
+            // A failure's own message is its cause (`exit code 1`); a cancel's is `cancelled`.
+            let why = first.clone();
             for c in j.consumers(k) {
                 if again.remove(&c) {
-                    let why = Self::not_run_because(j, k, true, direct, "");
+                    let because = Self::not_run_because(j, k, other == St::Cancelled, direct, &why);
                     let x = &mut j.insts[c as usize];
-                    x.st = St::Cancelled;
-                    x.message = why;
+                    x.st = other;
+                    x.message = because;
                     x.finished_ns = cx.now;
                     self.dirty.insert((j.seq, c));
                     stack.push(c);
@@ -1106,10 +1117,16 @@ impl Workflows {
             }
         }
         let mut graph_side = Vec::new();
-        for &i in failed.iter().filter(|i| again.contains(i)) {
+        for &i in chosen.iter().filter(|i| again.contains(i)) {
             let x = &mut j.insts[i as usize];
-            x.message = if x.failures > 0 {
+            // Cancelled by a user (not as a dependant): started (an attempt) or not.
+            let cancelled_itself = ended == St::Cancelled && x.message == CANCELLED;
+            x.message = if ended == St::Failed && x.failures > 0 {
                 format!("resubmitted after attempt {} failed", x.attempt)
+            } else if cancelled_itself && x.attempt > 0 {
+                format!("resubmitted after attempt {} was cancelled", x.attempt)
+            } else if cancelled_itself {
+                "resubmitted after it was cancelled".into()
             } else {
                 "resubmitted: waits for its producers again".into()
             };
@@ -2305,11 +2322,33 @@ impl JobKind for Workflows {
         let Some(mut j) = self.jobs.remove(&seq) else {
             return Err(StateError::NoJob(job));
         };
-        let n = self.requeue_failed(cx, &mut j);
+        let n = self.requeue_ended(cx, &mut j, St::Failed);
         self.jobs.insert(seq, j);
         let n = n?;
         if n > 0 {
             info!(job, instances = n, "failed workflow instances resubmitted");
+        }
+        Ok(n)
+    }
+
+    /// `hetsched resubmit JOB --cancelled`: every instance `cancel JOB --tasks` cancelled, and
+    /// every one not run because of them, runs again as `--failed` runs the failed ones (see
+    /// [`Workflows::requeue_ended`]); an instance that also depends on a failed one stays
+    /// ended, now as failed, naming it. A workflow cancelled as a whole is refused.
+    fn resubmit_cancelled(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
+        let seq = job & ((1 << super::KIND_SHIFT) - 1);
+        let Some(mut j) = self.jobs.remove(&seq) else {
+            return Err(StateError::NoJob(job));
+        };
+        let n = self.requeue_ended(cx, &mut j, St::Cancelled);
+        self.jobs.insert(seq, j);
+        let n = n?;
+        if n > 0 {
+            info!(
+                job,
+                instances = n,
+                "cancelled workflow instances resubmitted"
+            );
         }
         Ok(n)
     }

@@ -1081,6 +1081,121 @@ fn resubmitting_a_failed_workflow_runs_its_failed_and_skipped_instances_only() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `hetsched resubmit JOB --cancelled` on a workflow: the instances `cancel --tasks` cancelled and
+/// those not run because of them run again (after a restart too, when the graph has them
+/// withdrawn); one that also depends on a failed instance stays ended, now as failed, naming
+/// it, until `--failed` brings that one back. Succeeded instances do not run again.
+#[test]
+fn resubmitting_cancelled_workflow_instances_runs_them_and_their_dependants_but_not_past_a_failure()
+{
+    let dir = scratch("resubmit-cancelled");
+    let (mut s, n, mut agents, job) = chain_started(&dir);
+    assert_eq!(
+        agents.assigned,
+        vec![(n, 0, 1), (n, 1, 1)],
+        "gen[1] and gen[2] run"
+    );
+    // gen[2] is cancelled while it runs (use[2] and sum are not run); gen[1] and gen[3], which
+    // takes the freed core, fail (no retries: use[1] and use[3] are not run); the rest succeeds.
+    assert_eq!(
+        s.cancel_tasks(job, "gen", "2").expect("cancel").cancelled,
+        1
+    );
+    agents.beat(&mut s, n);
+    agents.finish_all(n, false);
+    for _ in 0..40 {
+        agents.round(&mut s, &[n]);
+        agents.finish_all(n, true);
+    }
+    let listed = |s: &State| listing(s, job);
+    let ended = listed(&s);
+    assert_eq!(of(&ended, "gen", 1).0, "failed");
+    assert_eq!(of(&ended, "gen", 3).0, "failed");
+    assert_eq!(of(&ended, "use", 1).0, "failed");
+    assert_eq!(
+        of(&ended, "gen", 2),
+        ("cancelled".into(), "cancelled".into())
+    );
+    assert_eq!(of(&ended, "use", 2).0, "cancelled");
+    assert_eq!(
+        of(&ended, "sum", 1).0,
+        "cancelled",
+        "gen[2]'s cancel came first"
+    );
+    assert_eq!(
+        ended.iter().filter(|t| t.2 == "succeeded").count(),
+        6,
+        "{ended:?}"
+    );
+    let ran_before = agents.assigned.len();
+
+    // A restarted server has them withdrawn from its graph; `--cancelled` brings back gen[2]
+    // and use[2]. The sum also needs use[1] and use[3], not run: it stays ended, now as failed.
+    drop(s);
+    let mut s = open(&dir, WorkflowConfig::default());
+    let n2 = s
+        .on_resubmit_ended(job, false, true)
+        .expect("resubmit --cancelled");
+    assert_eq!(n2, 2);
+    let again = listed(&s);
+    assert_eq!(
+        of(&again, "gen", 2),
+        (
+            "ready".into(),
+            "resubmitted after attempt 1 was cancelled".into()
+        )
+    );
+    assert_eq!(
+        of(&again, "use", 2),
+        (
+            "waiting".into(),
+            "resubmitted: waits for its producers again".into()
+        )
+    );
+    let (state, why) = of(&again, "sum", 1);
+    assert_eq!(state, "failed");
+    assert!(
+        why.starts_with("not run: its producer use[") && why.ends_with("] failed (upstream)"),
+        "{why}"
+    );
+    assert_eq!(
+        of(&again, "gen", 1).0,
+        "failed",
+        "--cancelled leaves the failed"
+    );
+    for _ in 0..40 {
+        agents.round(&mut s, &[n]);
+        agents.finish_all(n, true);
+    }
+    let rerun: Vec<(u32, u32)> = agents.assigned[ran_before..]
+        .iter()
+        .map(|a| (a.1, a.2))
+        .collect();
+    assert_eq!(
+        rerun,
+        vec![(1, 2), (7, 1)],
+        "gen[2] as attempt 2, then use[2]"
+    );
+    assert_eq!(s.get_job(job).expect("job").state, "failed");
+    assert_eq!(s.on_resubmit_ended(job, false, true).expect("none left"), 0);
+
+    // `--failed` now runs gen[1], gen[3], use[1], use[3] and the sum: the workflow completes.
+    assert_eq!(s.resubmit_failed(job).expect("resubmit --failed").tasks, 5);
+    for _ in 0..40 {
+        agents.round(&mut s, &[n]);
+        agents.finish_all(n, true);
+    }
+    let info = s.get_job(job).expect("job");
+    assert_eq!(info.state, "completed", "{:?}", listed(&s));
+    assert_eq!(info.counts.succeeded, 13);
+    assert_eq!(
+        agents.inputs[&agents_base_of(&agents, 12)].len(),
+        6,
+        "the sum read all six"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Task id of instance `i` of the workflow the agents run.
 fn agents_base_of(a: &Agents, i: u32) -> u64 {
     a.task_base + u64::from(i)
@@ -1148,6 +1263,8 @@ enum PcddbStep {
     Cancel(usize, u32),
     /// `resubmit JOB --failed`.
     Resubmit,
+    /// `resubmit JOB --cancelled`.
+    ResubmitCancelled,
 }
 
 fn pcddb_step() -> impl proptest::strategy::Strategy<Value = PcddbStep> {
@@ -1158,6 +1275,7 @@ fn pcddb_step() -> impl proptest::strategy::Strategy<Value = PcddbStep> {
         1 => Just(PcddbStep::Restart),
         1 => (0..4usize, 1..=5u32).prop_map(|(t, v)| PcddbStep::Cancel(t, v)),
         1 => Just(PcddbStep::Resubmit),
+        1 => Just(PcddbStep::ResubmitCancelled),
     ]
 }
 
@@ -1186,7 +1304,8 @@ proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig { cases: 32, ..Default::default() })]
 
     /// Under pcddb between real balancing machines, with failed attempts, server restarts,
-    /// cancels of single instances and resubmits of failed ones at any point: no instance runs
+    /// cancels of single instances and resubmits of failed or cancelled ones at any point: no
+    /// instance runs
     /// twice at once, none starts once cancelled, and — resubmitting whatever failed for good
     /// — the workflow ends with every instance succeeded or cancelled, all succeeded unless
     /// some were cancelled.
@@ -1252,6 +1371,14 @@ proptest::proptest! {
                     // Each failed instance runs again, or reads cancelled (downstream of one).
                     prop_assert!(n <= failed);
                     prop_assert!(!s.tasks(id).expect("tasks").tasks.iter().any(|t| t.state == "failed"));
+                }
+                PcddbStep::ResubmitCancelled => {
+                    let before = cancelled_now(&s).len() as u64;
+                    let n = s.on_resubmit_ended(id, false, true).expect("a workflow is resubmitted");
+                    cancelled = cancelled_now(&s);
+                    // Each cancelled instance runs again, or reads failed (downstream of one).
+                    prop_assert!(n <= before);
+                    prop_assert!(cancelled.is_empty(), "still cancelled: {:?}", cancelled);
                 }
             }
             // A machine counts exactly the instances it was told to run and has not seen end or
