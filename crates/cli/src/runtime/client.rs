@@ -1563,6 +1563,7 @@ async fn wait_for(
     );
     let mut delay = Duration::from_millis(20);
     let mut told_held = false;
+    let mut told_deferred = false;
     let mut told_stuck = String::new();
     let j = loop {
         let asked = Instant::now();
@@ -1578,6 +1579,12 @@ async fn wait_for(
             // A held job waits for a person: say so rather than seem stuck.
             told_held = true;
             bar.suspend(|| eprintln!("job {id} is held: it waits for `hetsched release {id}`"));
+        }
+        if j.deferred && !told_deferred {
+            // A deferred job waits for its time: say when rather than seem stuck.
+            told_deferred = true;
+            let when = super::begin::describe(j.begin_ms);
+            bar.suspend(|| eprintln!("job {id} is deferred: it begins {when}"));
         }
         if j.blocked && told_stuck != j.pending_reason {
             // No node can run it now (none has what it needs, or each such node is drained):

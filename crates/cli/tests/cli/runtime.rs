@@ -2470,7 +2470,13 @@ fn a_job_submitted_with_a_begin_time_starts_no_sooner_even_across_a_restart() {
     c.kill_server();
     c.start_server();
     assert_eq!(c.json(&["job", "1"])["begin_ms"].as_u64(), Some(begin_ms));
-    c.ok(&["wait", "1", "--timeout", "30s"]);
+    // `wait` says what it waits for.
+    let out = c.cli(&["wait", "1", "--timeout", "30s"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && said.contains("job 1 is deferred: it begins "),
+        "{said}"
+    );
     let tasks = c.json(&["tasks", "--job", "1"]);
     let starts: Vec<u64> = tasks
         .as_array()
