@@ -239,7 +239,8 @@ pub fn cores_per_task(
     use hetsched_core::model::Variant;
     let gpu = hetsched_core::model::cluster::GPU_ATTRIBUTE;
     let with_gpus = q.attributes.iter().any(|a| a == gpu);
-    if !app.requires.iter().all(|r| q.attributes.contains(r)) {
+    // Its agents' names are not known before they start: `node:NAME` is not met, `!node:NAME` is.
+    if !hetsched_core::model::cluster::meets(None, &q.attributes, &app.requires) {
         return None;
     }
     [Variant::Cpu, Variant::Gpu]

@@ -60,6 +60,12 @@ pub struct CommandJobArgs {
     /// with commas; Slurm's `--constraint`).
     #[arg(long, value_name = "ATTR", value_delimiter = ',')]
     pub requires: Vec<String>,
+    /// Nodes the tasks must not run on (Slurm's `--exclude`): names separated by commas or in
+    /// brackets, `gpu[01-04]`; each becomes the requirement `!node:NAME`. (`--requires
+    /// node:NAME` runs them on that node only; `--requires '!ATTR'` keeps them off nodes with an
+    /// attribute.)
+    #[arg(long, value_name = "NODES", value_parser = super::hostlist::expand)]
+    pub exclude: Vec<Vec<String>>,
     /// Wall-clock limit of one task (`90s`, `2m`): it is killed and the attempt fails.
     #[arg(long, value_name = "DURATION")]
     pub time_limit: Option<String>,
@@ -126,6 +132,7 @@ impl CommandJobArgs {
             (self.kind.is_some(), "--kind"),
             (self.nodes.is_some(), "--nodes"),
             (!self.requires.is_empty(), "--requires"),
+            (!self.exclude.is_empty(), "--exclude"),
             (self.time_limit.is_some(), "--time-limit"),
             (self.kill_grace.is_some(), "--kill-grace"),
             (self.signal.is_some(), "--signal"),
@@ -268,11 +275,22 @@ pub fn build(
     if let Some(n) = args.nodes {
         app.insert("nodes".into(), Value::Integer(n.into()));
     }
-    if !args.requires.is_empty() {
-        app.insert(
-            "requires".into(),
-            Value::Array(args.requires.iter().cloned().map(Value::String).collect()),
-        );
+    let excluded = args.exclude.iter().flatten().map(|n| {
+        format!(
+            "{}{}{n}",
+            hetsched_core::model::cluster::NOT_PREFIX,
+            hetsched_core::model::cluster::NODE_NAME_PREFIX
+        )
+    });
+    let requires: Vec<Value> = args
+        .requires
+        .iter()
+        .cloned()
+        .chain(excluded)
+        .map(Value::String)
+        .collect();
+    if !requires.is_empty() {
+        app.insert("requires".into(), Value::Array(requires));
     }
     if let Some(p) = args.priority {
         app.insert("priority".into(), Value::Integer(p.into()));
@@ -559,6 +577,7 @@ mod tests {
             gpus: Some(1),
             kind: Some("a100".into()),
             requires: words(&["bigmem", "ssd"]),
+            exclude: vec![words(&["n1", "n2"]), words(&["gpu07"])],
             time_limit: Some("90s".into()),
             kill_grace: Some("2m".into()),
             signal: Some("USR1@30s".into()),
@@ -588,7 +607,10 @@ mod tests {
         assert_eq!(a.task_count(), 12);
         assert_eq!(*a.retries.get_ref(), 3);
         assert_eq!(a.max_running.as_ref().map(|m| *m.get_ref()), Some(4));
-        assert_eq!(a.requires(), ["bigmem", "ssd"]);
+        assert_eq!(
+            a.requires(),
+            ["!node:gpu07", "!node:n1", "!node:n2", "bigmem", "ssd"]
+        );
         assert_eq!(a.priority, -2);
         assert_eq!(
             a.workdir.as_ref().map(|w| w.get_ref().as_str()),

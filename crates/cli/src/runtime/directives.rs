@@ -164,6 +164,7 @@ impl Directives {
             kind,
             nodes,
             requires,
+            exclude,
             time_limit,
             kill_grace,
             signal,
@@ -194,6 +195,7 @@ impl Directives {
         or(&mut job.kind, kind);
         or(&mut job.nodes, nodes);
         prepend(&mut job.requires, requires);
+        prepend(&mut job.exclude, exclude);
         or(&mut job.time_limit, time_limit);
         or(&mut job.kill_grace, kill_grace);
         or(&mut job.signal, signal);

@@ -1980,6 +1980,83 @@ fn an_update_of_cores_and_memory_lets_a_job_that_fits_nowhere_run_under_its_new_
     c.ok(&["cancel", "2"]);
 }
 
+/// `submit --exclude NODES` (Slurm's `--exclude`) keeps a job's tasks off those nodes, as the
+/// requirement `!node:NAME`; `--requires node:NAME` runs them on that node only; `update
+/// --requires` moves the tasks still to start; a requirement no node can meet is refused.
+#[test]
+fn excluded_nodes_run_none_of_a_jobs_tasks_and_a_node_name_picks_its_node() {
+    let mut c = Cluster::start("exclude", false);
+    c.start_agent("a", 2, &[]);
+    c.start_agent("b", 2, &[]);
+    c.wait_for_nodes(2);
+    let nodes_of = |job: &str| -> Vec<String> {
+        let tasks = c.json(&["tasks", "--job", job]);
+        let mut n: Vec<String> = tasks
+            .as_array()
+            .expect("tasks")
+            .iter()
+            .map(|t| t["node"].as_str().unwrap_or("-").to_string())
+            .collect();
+        n.sort();
+        n.dedup();
+        n
+    };
+    c.ok(&[
+        "submit",
+        "--exclude",
+        "a",
+        "--tasks",
+        "6",
+        "--wait",
+        "--",
+        "true",
+    ]);
+    assert_eq!(nodes_of("1"), ["b"]);
+    assert_eq!(
+        c.json(&["job", "1"])["apps"][0]["requires"],
+        serde_json::json!(["!node:a"])
+    );
+    c.ok(&[
+        "submit",
+        "--requires",
+        "node:a",
+        "--tasks",
+        "6",
+        "--wait",
+        "--",
+        "true",
+    ]);
+    assert_eq!(nodes_of("2"), ["a"]);
+    // Held, moved onto b by an update, released: it runs there.
+    c.ok(&[
+        "submit",
+        "--hold",
+        "--exclude",
+        "b",
+        "--tasks",
+        "4",
+        "--",
+        "true",
+    ]);
+    let said = c.ok(&["update", "3", "--requires", "!node:a"]);
+    assert!(said.ends_with("requires !node:a\n"), "{said}");
+    c.ok(&["release", "3"]);
+    c.ok(&["wait", "3", "--timeout", "20s"]);
+    assert_eq!(nodes_of("3"), ["b"]);
+    c.refused(
+        &["submit", "--exclude", "a,b", "--", "true"],
+        "requires !node:a + !node:b, and no node has them all",
+    );
+    c.refused(
+        &["submit", "--requires", "node:c", "--", "true"],
+        "requires `node:c`, and no node is named `c`",
+    );
+    c.refused(
+        &["submit", "--requires", "!", "--", "true"],
+        "a requirement `!` must name what a node must lack",
+    );
+}
+
 /// `#HETSCHED` lines (`sbatch`'s `#SBATCH`): a script submitted as the command brings its own
 /// flags, typed flags win, a mistake names its line, and `--directives off` reads nothing.
 #[test]

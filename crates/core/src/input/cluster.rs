@@ -134,21 +134,44 @@ fn default_latency() -> Duration {
 }
 
 /// Offset of a spanned value, `None` for defaults (which have an empty span).
-/// A list of attribute names as written (a node's `attributes`, an application's `requires`),
-/// checked ([`check_attribute`](crate::model::cluster::check_attribute), at most
-/// [`MAX_ATTRIBUTES`](crate::model::cluster::MAX_ATTRIBUTES)); sorted, without repeats. Errors
-/// name `field[j]`.
+/// A node's `attributes` as written, checked ([`check_attribute`](crate::model::cluster::check_attribute),
+/// at most [`MAX_ATTRIBUTES`](crate::model::cluster::MAX_ATTRIBUTES)); sorted, without repeats.
+/// Errors name `field[j]`.
 pub(crate) fn attribute_list(
     src: &Source<'_>,
     list: &[Spanned<String>],
     field: &str,
 ) -> Result<Vec<String>, InputError> {
-    crate::model::cluster::attribute_set(list.iter().map(|a| a.get_ref().as_str())).map_err(
-        |(j, e)| match j {
-            Some(j) => src.error(at(&list[j]), Some(format!("{field}[{j}]")), e),
-            None => src.error(list.first().and_then(at), Some(field.to_string()), e),
-        },
-    )
+    spanned_set(src, list, field, false)
+}
+
+/// A task's `requires` as written — attributes, `node:NAME`, either after `!` — checked
+/// ([`check_requirement`](crate::model::cluster::check_requirement)); as [`attribute_list`].
+pub(crate) fn requirement_list(
+    src: &Source<'_>,
+    list: &[Spanned<String>],
+    field: &str,
+) -> Result<Vec<String>, InputError> {
+    spanned_set(src, list, field, true)
+}
+
+/// [`attribute_list`] (`requirements` false) or [`requirement_list`].
+fn spanned_set(
+    src: &Source<'_>,
+    list: &[Spanned<String>],
+    field: &str,
+    requirements: bool,
+) -> Result<Vec<String>, InputError> {
+    let names = list.iter().map(|a| a.get_ref().as_str());
+    let checked = if requirements {
+        crate::model::cluster::requirement_set(names)
+    } else {
+        crate::model::cluster::attribute_set(names)
+    };
+    checked.map_err(|(j, e)| match j {
+        Some(j) => src.error(at(&list[j]), Some(format!("{field}[{j}]")), e),
+        None => src.error(list.first().and_then(at), Some(field.to_string()), e),
+    })
 }
 
 pub(crate) fn at<T>(s: &Spanned<T>) -> Option<usize> {

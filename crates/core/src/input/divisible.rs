@@ -128,12 +128,12 @@ impl DivisibleSpec {
         r
     }
 
-    /// Whether a node with `attributes` (with `gpu` where it has accelerators, as
-    /// [`crate::model::cluster::Node::all_attributes`] lists them) may take its chunks.
-    pub fn admits(&self, attributes: &[String]) -> bool {
-        self.requires
-            .iter()
-            .all(|r| attributes.contains(r.get_ref()))
+    /// Whether node `name` with `attributes` (with `gpu` where it has accelerators, as
+    /// [`crate::model::cluster::Node::all_attributes`] lists them) may take its chunks
+    /// ([`crate::model::cluster::meets`]).
+    pub fn admits(&self, name: &str, attributes: &[String]) -> bool {
+        let required: Vec<String> = self.requires.iter().map(|r| r.get_ref().clone()).collect();
+        crate::model::cluster::meets(Some(name), attributes, &required)
     }
 
     /// Whether a chunk may run longer than an agent with `time_left` has (its `time_limit` is
@@ -290,7 +290,7 @@ pub fn check(src: &Source<'_>, index: usize, d: &DivisibleSpec) -> Result<(), In
             format!("must be at most {MAX_RETRIES}"),
         ));
     }
-    super::cluster::attribute_list(src, &d.requires, &format!("divisible[{index}].requires"))?;
+    super::cluster::requirement_list(src, &d.requires, &format!("divisible[{index}].requires"))?;
     if let Some(m) = d.memory_per_unit
         && m.as_u64() == 0
     {
@@ -349,7 +349,7 @@ mod tests {
         .expect("parses");
         let d = &w.divisible[0];
         assert_eq!(d.requires(), ["bigmem", "ssd"]);
-        let has = |a: &[&str]| d.admits(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let has = |a: &[&str]| d.admits("n1", &a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
         assert!(has(&["bigmem", "gpu", "ssd"]));
         assert!(!has(&["bigmem"]), "a node without `ssd` takes no chunk");
         assert!(!has(&[]));

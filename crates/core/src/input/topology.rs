@@ -205,7 +205,7 @@ pub fn parse_topology(origin: &str, text: &str) -> Result<Topology, InputError> 
         };
         return Err(src.error(at(&spec.to), Some(format!("stream[{i}].to")), message));
     }
-    let requires = super::cluster::attribute_list(&src, &file.requires, "requires")?;
+    let requires = super::cluster::requirement_list(&src, &file.requires, "requires")?;
     Ok(Topology {
         name: file.name.get_ref().clone(),
         components,

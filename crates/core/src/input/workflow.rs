@@ -198,6 +198,20 @@ pub fn parse_workflow_with(
                     "must not be empty",
                 ));
             }
+            let name = r.get_ref();
+            if name.starts_with(crate::model::cluster::NOT_PREFIX)
+                || name.starts_with(crate::model::cluster::NODE_NAME_PREFIX)
+            {
+                // The balancing protocols match attributes only (each one a bit).
+                return Err(src.error(
+                    at(r),
+                    field(&format!("requires[{j}]")),
+                    format!(
+                        "`{name}`: a workflow task requires node attributes only (`!ATTR` and \
+                         `node:NAME` are for batch, divisible and stream jobs)"
+                    ),
+                ));
+            }
         }
         tasks.push(WorkflowTask {
             name: name.clone(),
@@ -681,5 +695,14 @@ outputs = ["c"]
         );
         let offered = BTreeMap::from([("gpu".to_string(), 2), ("fpga".to_string(), 1)]);
         assert!(p.check_requirements(&offered).is_ok());
+        // Negations and node names are for the other kinds: said so, not "unknown".
+        let e =
+            parse("[[task]]\nname = \"A\"\ninstances = 1\ncost = \"1s\"\nrequires = [\"!gpu\"]\n")
+                .err()
+                .map(|e| e.to_string());
+        assert!(
+            e.as_deref().is_some_and(|e| e.starts_with("wf.toml:5:13: task[0].requires[0]: `!gpu`: a workflow task requires node attributes only")),
+            "{e:?}"
+        );
     }
 }

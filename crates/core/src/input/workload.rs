@@ -543,7 +543,7 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
                 format!("must be at most {MAX_RETRIES}"),
             ));
         }
-        super::cluster::attribute_list(&src, &a.requires, &format!("application[{i}].requires"))?;
+        super::cluster::requirement_list(&src, &a.requires, &format!("application[{i}].requires"))?;
         if let Some(m) = &a.max_running
             && *m.get_ref() == 0
         {
@@ -958,15 +958,24 @@ fn nodes_with<'n>(
     } else {
         offered.join(", ")
     };
+    use crate::model::cluster::{NODE_NAME_PREFIX, NOT_PREFIX};
     Err(match missing {
-        Some((j, r)) => src.error(
-            at(r),
-            Some(format!("{field}[{j}]")),
-            format!(
-                "{who} requires `{}`, which no node has (attributes offered: {offered})",
-                r.get_ref()
-            ),
-        ),
+        Some((j, r)) => {
+            let r = r.get_ref();
+            let why = if let Some(name) = r
+                .strip_prefix(NOT_PREFIX)
+                .and_then(|l| l.strip_prefix(NODE_NAME_PREFIX))
+            {
+                format!("{who} requires `{r}`, and `{name}` is the only node")
+            } else if let Some(lacked) = r.strip_prefix(NOT_PREFIX) {
+                format!("{who} requires `{r}`, and every node has `{lacked}`")
+            } else if let Some(name) = r.strip_prefix(NODE_NAME_PREFIX) {
+                format!("{who} requires `{r}`, and no node is named `{name}`")
+            } else {
+                format!("{who} requires `{r}`, which no node has (attributes offered: {offered})")
+            };
+            src.error(at(&requires[j]), Some(format!("{field}[{j}]")), why)
+        }
         None => src.error(
             None,
             Some(field.to_string()),

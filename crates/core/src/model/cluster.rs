@@ -36,9 +36,79 @@ pub const MAX_ATTRIBUTE_BYTES: usize = 64;
 /// Most attributes a node may have, or a task may require.
 pub const MAX_ATTRIBUTES: usize = 64;
 
-/// Checks one attribute name (of a node, or required by a task): 1 to [`MAX_ATTRIBUTE_BYTES`]
-/// bytes, no whitespace or control characters.
+/// What every node implicitly has, followed by its name: `requires = ["node:gpu07"]` runs only
+/// there (Slurm's `--nodelist` of one node), `"!node:gpu07"` anywhere else (`--exclude`).
+pub const NODE_NAME_PREFIX: &str = "node:";
+
+/// Marks a requirement a node must lack: `"!bigmem"`, `"!node:gpu07"`.
+pub const NOT_PREFIX: char = '!';
+
+/// Longest node name a requirement may name (`node:NAME`), in bytes (a host name's longest).
+pub const MAX_NODE_NAME_BYTES: usize = 253;
+
+/// Checks one attribute name of a node: 1 to [`MAX_ATTRIBUTE_BYTES`] bytes, no whitespace or
+/// control characters, not beginning with `!` or `node:` (those read otherwise in a
+/// requirement: [`check_requirement`]).
 pub fn check_attribute(name: &str) -> Result<(), String> {
+    check_name(name)?;
+    if name.starts_with(NOT_PREFIX) || name.starts_with(NODE_NAME_PREFIX) {
+        return Err(format!(
+            "attribute `{name}` begins with `{}`, which a requirement reads otherwise (`!` a \
+             node must lack it, `{NODE_NAME_PREFIX}` a node's name)",
+            if name.starts_with(NOT_PREFIX) {
+                "!"
+            } else {
+                NODE_NAME_PREFIX
+            }
+        ));
+    }
+    Ok(())
+}
+
+/// Checks one requirement of a task: an attribute (`bigmem`), a node's name (`node:gpu07`), or
+/// either after `!` for a node that must lack it (`!bigmem`, `!node:gpu07`).
+pub fn check_requirement(req: &str) -> Result<(), String> {
+    let positive = req.strip_prefix(NOT_PREFIX).unwrap_or(req);
+    if let Some(name) = positive.strip_prefix(NODE_NAME_PREFIX) {
+        if name.is_empty() || name.len() > MAX_NODE_NAME_BYTES {
+            return Err(format!(
+                "requirement `{}` must name a node of 1 to {MAX_NODE_NAME_BYTES} bytes after \
+                 `{NODE_NAME_PREFIX}`",
+                req.chars().take(32).collect::<String>().escape_debug()
+            ));
+        }
+        if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(format!(
+                "requirement `{}` has whitespace or a control character",
+                req.escape_debug()
+            ));
+        }
+        return Ok(());
+    }
+    if positive.is_empty() && !req.is_empty() {
+        return Err("a requirement `!` must name what a node must lack: `!bigmem`".into());
+    }
+    check_attribute(positive)
+}
+
+/// Whether a node named `name` (`None`: not known yet, as an allocation's agents) with
+/// `attributes` (all of them, `gpu` included where it has accelerators; sorted or not) meets
+/// every requirement of `required`: it has each attribute named (`node:NAME` when that is its
+/// name) and lacks each one named after `!`. A node not known by name meets no `node:NAME` and
+/// every `!node:NAME`.
+pub fn meets(name: Option<&str>, attributes: &[String], required: &[String]) -> bool {
+    let has = |a: &str| match a.strip_prefix(NODE_NAME_PREFIX) {
+        Some(n) => name == Some(n),
+        None => attributes.iter().any(|x| x == a),
+    };
+    required.iter().all(|r| match r.strip_prefix(NOT_PREFIX) {
+        Some(lacked) => !has(lacked),
+        None => has(r),
+    })
+}
+
+/// One attribute name: 1 to [`MAX_ATTRIBUTE_BYTES`] bytes, no whitespace or control characters.
+fn check_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("an attribute must not be empty".into());
     }
@@ -57,18 +127,34 @@ pub fn check_attribute(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A list of attribute names (a node's, or those a task requires) checked as a whole: at most
-/// [`MAX_ATTRIBUTES`], each as [`check_attribute`]; sorted, without repeats. An error says which
-/// name is wrong (its position), or none when there are too many.
+/// A node's attribute names checked as a whole: at most [`MAX_ATTRIBUTES`], each as
+/// [`check_attribute`]; sorted, without repeats. An error says which name is wrong (its
+/// position), or none when there are too many.
 pub fn attribute_set<'a>(
     names: impl ExactSizeIterator<Item = &'a str>,
 ) -> Result<Vec<String>, (Option<usize>, String)> {
+    checked_set(names, "attributes", check_attribute)
+}
+
+/// A task's requirements checked as a whole: at most [`MAX_ATTRIBUTES`], each as
+/// [`check_requirement`]; sorted, without repeats. Errors as [`attribute_set`]'s.
+pub fn requirement_set<'a>(
+    names: impl ExactSizeIterator<Item = &'a str>,
+) -> Result<Vec<String>, (Option<usize>, String)> {
+    checked_set(names, "requirements", check_requirement)
+}
+
+fn checked_set<'a>(
+    names: impl ExactSizeIterator<Item = &'a str>,
+    what: &str,
+    check: fn(&str) -> Result<(), String>,
+) -> Result<Vec<String>, (Option<usize>, String)> {
     if names.len() > MAX_ATTRIBUTES {
-        return Err((None, format!("at most {MAX_ATTRIBUTES} attributes")));
+        return Err((None, format!("at most {MAX_ATTRIBUTES} {what}")));
     }
     let mut out = Vec::with_capacity(names.len());
     for (j, name) in names.enumerate() {
-        check_attribute(name).map_err(|e| (Some(j), e))?;
+        check(name).map_err(|e| (Some(j), e))?;
         out.push(name.to_string());
     }
     out.sort();
@@ -118,13 +204,24 @@ impl Node {
         all
     }
 
-    /// Whether the node has every attribute of `required` (sorted or not); `gpu` when it has
-    /// accelerators.
+    /// Whether the node meets every requirement of `required` (sorted or not): it has each
+    /// attribute named (`gpu` when it has accelerators, `node:NAME` when that is its name) and
+    /// lacks each one named after `!`.
     pub fn has_attributes(&self, required: &[String]) -> bool {
-        required.iter().all(|r| {
-            (r == GPU_ATTRIBUTE && !self.accelerators.is_empty())
-                || self.attributes.binary_search(r).is_ok()
+        required.iter().all(|r| match r.strip_prefix(NOT_PREFIX) {
+            Some(lacked) => !self.has_attribute(lacked),
+            None => self.has_attribute(r),
         })
+    }
+
+    /// Whether the node has attribute `a`: its own, `gpu` with accelerators, `node:` + its name.
+    pub fn has_attribute(&self, a: &str) -> bool {
+        (a == GPU_ATTRIBUTE && !self.accelerators.is_empty())
+            || a.strip_prefix(NODE_NAME_PREFIX) == Some(self.name.as_str())
+            || self
+                .attributes
+                .binary_search_by(|x| x.as_str().cmp(a))
+                .is_ok()
     }
 
     /// The resources this node offers to tasks.

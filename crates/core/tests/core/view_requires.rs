@@ -157,3 +157,93 @@ fn could_run_tells_work_that_waits_for_busy_nodes_from_work_no_node_can_run() {
     v.set_alive(NodeId(1), false).expect("dead");
     assert!(!v.could_run(AppId(0), NodeId(1)));
 }
+
+/// `!ATTR` keeps tasks off the nodes with an attribute (Kubernetes' `NotIn`), `node:NAME` on
+/// the node of that name (Slurm's `--nodelist` of one node) and `!node:NAME` off it (Slurm's
+/// `--exclude`), under every policy.
+#[test]
+fn a_requirement_after_an_exclamation_mark_keeps_tasks_off_and_node_names_pick_nodes() {
+    for (kind, counts) in placed(&["!bigmem"]) {
+        assert_eq!(counts, [4, 0, 4], "{kind:?}: every node but the bigmem one");
+    }
+    for (kind, counts) in placed(&["ssd", "!gpu"]) {
+        assert_eq!(counts, [0, 4, 0], "{kind:?}: ssd without a GPU");
+    }
+    for (kind, counts) in placed(&["node:gpu"]) {
+        assert_eq!(counts, [0, 0, 4], "{kind:?}: the node named gpu");
+    }
+    for (kind, counts) in placed(&["!node:fat", "!node:plain"]) {
+        assert_eq!(counts, [0, 0, 4], "{kind:?}: every node but fat and plain");
+    }
+}
+
+#[test]
+fn requirements_are_checked_and_node_attributes_may_not_look_like_them() {
+    use hetsched_core::model::cluster::{attribute_set, meets, requirement_set};
+    let set = |r: &[&str]| requirement_set(r.iter().copied()).map_err(|(_, e)| e);
+    assert_eq!(
+        set(&["!node:n1", "ssd", "node:n2", "!gpu"]),
+        Ok(vec![
+            "!gpu".to_string(),
+            "!node:n1".to_string(),
+            "node:n2".to_string(),
+            "ssd".to_string()
+        ])
+    );
+    for (bad, says) in [
+        ("!", "must name what a node must lack"),
+        ("node:", "must name a node"),
+        ("!node:", "must name a node"),
+        ("! ssd", "whitespace"),
+        ("!!ssd", "begins with `!`"),
+    ] {
+        let e = set(&[bad]).expect_err(bad);
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+    for bad in ["!ssd", "node:n1"] {
+        let e = attribute_set([bad].into_iter()).expect_err(bad).1;
+        assert!(e.contains("a requirement reads otherwise"), "{bad}: {e}");
+    }
+    // A node not known by name (an allocation's agent to come) meets `!node:NAME`, not
+    // `node:NAME`.
+    let ssd = ["ssd".to_string()];
+    let req = |r: &[&str]| r.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert!(meets(None, &ssd, &req(&["ssd", "!node:n1", "!gpu"])));
+    assert!(!meets(None, &ssd, &req(&["node:n1"])));
+    assert!(meets(Some("n1"), &ssd, &req(&["node:n1"])));
+    assert!(!meets(Some("n1"), &ssd, &req(&["!node:n1"])));
+}
+
+#[test]
+fn a_requirement_no_node_meets_names_what_stops_it() {
+    let nodes = [
+        node("a").cores(2).attributes(&["ssd"]).build(NodeId(0)),
+        node("b").cores(2).attributes(&["ssd"]).build(NodeId(1)),
+    ];
+    let check = |requires: &str| {
+        let text = format!(
+            "[[application]]\nname = \"x\"\ntasks = 1\nrequires = [{requires}]\n\
+             [application.cpu]\ncompute = \"1s\"\n"
+        );
+        parse_workload("w.toml", &text)
+            .expect("valid")
+            .check_runnable(&nodes)
+            .map_err(|e| e.to_string())
+    };
+    assert_eq!(check("\"!node:a\""), Ok(()));
+    assert_eq!(
+        check("\"!ssd\"").expect_err("every node has ssd"),
+        "w.toml:4:13: application[0].requires[0]: application `x` requires `!ssd`, and every \
+         node has `ssd`"
+    );
+    assert_eq!(
+        check("\"node:c\"").expect_err("no node c"),
+        "w.toml:4:13: application[0].requires[0]: application `x` requires `node:c`, and no \
+         node is named `c`"
+    );
+    assert!(
+        check("\"!node:a\", \"!node:b\"")
+            .expect_err("both excluded")
+            .ends_with("application `x` requires !node:a + !node:b, and no node has them all")
+    );
+}

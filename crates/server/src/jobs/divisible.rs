@@ -798,8 +798,10 @@ impl Divisible {
         let mut live: Vec<(String, u64)> = self
             .agents
             .iter()
-            .filter(|(_, a)| {
-                a.present(self.dead_timeout) && a.memory_bytes > 0 && job.spec.admits(&a.attributes)
+            .filter(|(n, a)| {
+                a.present(self.dead_timeout)
+                    && a.memory_bytes > 0
+                    && job.spec.admits(n, &a.attributes)
             })
             .map(|(n, a)| (n.clone(), a.memory_bytes))
             .collect();
@@ -891,7 +893,7 @@ impl Divisible {
                 }
                 continue;
             }
-            if !job.spec.admits(&req.attributes) {
+            if !job.spec.admits(&name, &req.attributes) {
                 // Not a worker of this job; one that was (its node lost an attribute when its
                 // agent re-registered) leaves the plan, its chunks planned again elsewhere.
                 leave_plan(&mut self.dirty_chunks, id, job, &name);
@@ -1150,7 +1152,7 @@ impl Divisible {
         let mut able: Vec<&str> = self
             .agents
             .iter()
-            .filter(|(_, a)| a.present(self.dead_timeout) && job.spec.admits(&a.attributes))
+            .filter(|(n, a)| a.present(self.dead_timeout) && job.spec.admits(n, &a.attributes))
             .map(|(n, _)| n.as_str())
             .collect();
         let open: Vec<&str> = able

@@ -698,9 +698,9 @@ fn admitted(
     alive
         .into_iter()
         .filter(|(name, _)| {
-            nodes
-                .get(name)
-                .is_some_and(|n| requires.iter().all(|r| n.attributes.contains(r)))
+            nodes.get(name).is_some_and(|n| {
+                hetsched_core::model::cluster::meets(Some(name), &n.attributes, requires)
+            })
         })
         .collect()
 }

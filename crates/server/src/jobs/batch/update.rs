@@ -176,7 +176,7 @@ impl Update {
         let Some(r) = &self.requires else {
             return Ok(None);
         };
-        hetsched_core::model::cluster::attribute_set(r.iter().map(String::as_str))
+        hetsched_core::model::cluster::requirement_set(r.iter().map(String::as_str))
             .map(Some)
             .map_err(|(j, e)| {
                 StateError::Invalid(match j {
