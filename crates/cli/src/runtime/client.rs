@@ -801,13 +801,35 @@ fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
 }
 
 /// `hetsched nodes [--all]`.
-pub async fn nodes(args: &ClientArgs, all: bool) -> anyhow::Result<()> {
-    let reply = connect(args)
+pub async fn nodes(
+    args: &ClientArgs,
+    all: bool,
+    names: &[String],
+    states: &[super::NodeStateFilter],
+) -> anyhow::Result<()> {
+    let mut reply = connect(args)
         .await?
         .list_nodes(pb::ListNodesRequest { all })
         .await
         .map_err(refused)?
         .into_inner();
+    // Names and states select on this side: a node list is small.
+    for name in names {
+        if !reply.nodes.iter().any(|n| &n.name == name) {
+            eprintln!(
+                "warning: no node `{name}`{}",
+                if all {
+                    ""
+                } else {
+                    " (`--all` also lists those that left)"
+                }
+            );
+        }
+    }
+    reply.nodes.retain(|n| {
+        (names.is_empty() || names.contains(&n.name))
+            && (states.is_empty() || states.iter().any(|s| s.selects(n)))
+    });
     if args.output == Output::Json {
         let nodes: Vec<_> = reply.nodes.iter().map(super::human::node_json).collect();
         return json(&nodes);

@@ -173,6 +173,14 @@ pub enum RuntimeCommand {
     },
     /// List nodes (agents) with their free resources.
     Nodes {
+        /// Only these nodes: names separated by commas or in brackets, `gpu[01-04]` (Slurm's
+        /// `sinfo --nodes`).
+        #[arg(value_name = "NODES", value_parser = hostlist::expand)]
+        names: Vec<Vec<String>>,
+        /// Only nodes in these states (repeat the flag or separate with commas; Slurm's `sinfo
+        /// --states`).
+        #[arg(long, value_name = "STATE", value_delimiter = ',')]
+        state: Vec<NodeStateFilter>,
         /// Also the nodes whose agents left on purpose (their time limit or idle timeout
         /// ended, or a signal stopped them): `left (idle-timeout)` in the `alive` column. Dead
         /// nodes, whose agents stopped heartbeating, are always listed.
@@ -422,6 +430,39 @@ pub enum NodeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+}
+
+/// A state `hetsched nodes --state` selects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum NodeStateFilter {
+    /// Alive and taking work, running nothing.
+    Idle,
+    /// Alive and running something.
+    Busy,
+    /// Drained by an operator (`hetsched node drain`).
+    Drained,
+    /// Its agent is shutting down (a signal, its time limit) or was asked to stop (`hetsched
+    /// node stop`).
+    Leaving,
+    /// Its agent stopped heartbeating.
+    Dead,
+    /// Its agent left on purpose (with or without `--all`).
+    Left,
+}
+
+impl NodeStateFilter {
+    /// Whether node `n` is in this state.
+    pub fn selects(self, n: &hetsched_proto::NodeInfo) -> bool {
+        let taking = n.alive && !n.drained && !n.draining && !n.stopping;
+        match self {
+            NodeStateFilter::Idle => taking && n.running == 0,
+            NodeStateFilter::Busy => n.alive && n.running > 0,
+            NodeStateFilter::Drained => n.alive && n.drained,
+            NodeStateFilter::Leaving => n.alive && (n.draining || n.stopping),
+            NodeStateFilter::Dead => !n.alive && n.left.is_empty(),
+            NodeStateFilter::Left => !n.left.is_empty(),
+        }
+    }
 }
 
 /// A state `hetsched jobs --state` selects.
@@ -674,7 +715,16 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             };
             client::tasks(&client, job, limit, state, node.concat()).await
         }
-        RuntimeCommand::Nodes { all, client } => client::nodes(&client, all).await,
+        RuntimeCommand::Nodes {
+            names,
+            state,
+            all,
+            client,
+        } => {
+            // Nodes that left are listed only with `--all`: asking for them says it.
+            let all = all || state.contains(&NodeStateFilter::Left);
+            client::nodes(&client, all, &names.concat(), &state).await
+        }
         RuntimeCommand::Allocations {
             check: true,
             queue,

@@ -2057,6 +2057,49 @@ fn excluded_nodes_run_none_of_a_jobs_tasks_and_a_node_name_picks_its_node() {
     );
 }
 
+/// `hetsched nodes NODES --state STATE` (Slurm's `sinfo --nodes --states`): only the nodes named
+/// (brackets as `node drain` takes them) and in the states asked; a name not listed is warned of.
+#[test]
+fn nodes_lists_only_the_nodes_named_and_in_the_states_asked() {
+    let mut c = Cluster::start("nodes-filter", false);
+    c.start_agent("n1", 1, &[]);
+    c.start_agent("n2", 1, &[]);
+    c.start_agent("n3", 1, &[]);
+    c.wait_for_nodes(3);
+    let names = |args: &[&str]| -> Vec<String> {
+        let mut full = vec!["nodes"];
+        full.extend_from_slice(args);
+        c.json(&full)
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .map(|n| n["name"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    c.ok(&["node", "drain", "n3", "--reason", "fan"]);
+    c.ok(&["submit", "--requires", "node:n2", "--", "sleep", "30"]);
+    wait_until("n2 to run its task", Duration::from_secs(10), || {
+        names(&["--state", "busy"]) == ["n2"]
+    });
+    assert_eq!(names(&["--state", "idle"]), ["n1"]);
+    assert_eq!(names(&["--state", "drained"]), ["n3"]);
+    assert_eq!(names(&["--state", "idle,drained"]), ["n1", "n3"]);
+    assert_eq!(names(&["n[1-2]"]), ["n1", "n2"]);
+    assert_eq!(names(&["n[2-3]", "--state", "drained"]), ["n3"]);
+    assert!(names(&["--state", "dead"]).is_empty());
+    let out = c.cli(&["nodes", "n1,n9"]);
+    let warned = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && warned.contains("warning: no node `n9`"),
+        "{warned}"
+    );
+    c.refused(
+        &["nodes", "--state", "asleep"],
+        "invalid value 'asleep' for '--state <STATE>'",
+    );
+    c.ok(&["cancel", "1"]);
+}
+
 /// `#HETSCHED` lines (`sbatch`'s `#SBATCH`): a script submitted as the command brings its own
 /// flags, typed flags win, a mistake names its line, and `--directives off` reads nothing.
 #[test]

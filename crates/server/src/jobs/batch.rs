@@ -611,10 +611,11 @@ impl Batch {
     /// Adds an accepted job's applications to memory and to the view (pending tasks only).
     fn install(&mut self, cx: &mut Ctx, row: JobRow, job: Installable) -> Result<(), StateError> {
         let first_app = row.first_app;
-        // A begin time still to come keeps its tasks out of the queues until then ([`after`]).
+        // A begin time still to come keeps its tasks out of the queues until then ([`after`]);
+        // a cancelled job waits for nothing (its cancel forgot it).
         let deferred = row
             .begin_ms
-            .filter(|&b| b.saturating_mul(1_000_000) > cx.now);
+            .filter(|&b| !row.cancelled && b.saturating_mul(1_000_000) > cx.now);
         let mut next_task = row.first_task;
         for (app, spec) in job.apps {
             let first_task = next_task;
@@ -1473,7 +1474,8 @@ impl Batch {
                 && (!self.waiting.deferred(j.row.id) || self.first_unfinished_after(j).is_some()),
             held: j.row.held,
             begin_ms: j.row.begin_ms,
-            deferred: self.waiting.deferred(j.row.id),
+            // (A job that ended waits for nothing, whatever its begin time.)
+            deferred: self.waiting.deferred(j.row.id) && matches!(state, "pending" | "running"),
             cpu_ms: used.cpu_ms,
             max_rss_bytes: used.max_rss_bytes,
             pending_reason,
