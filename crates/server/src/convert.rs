@@ -410,6 +410,7 @@ impl From<JobInfo> for pb::JobInfo {
             after: j.after,
             waiting: j.waiting,
             after_any: j.after_any,
+            after_notok: j.after_notok,
             held: j.held,
             cpu_ms: j.cpu_ms,
             max_rss_bytes: j.max_rss_bytes,
@@ -675,6 +676,7 @@ impl Wire for State {
             divisible_input: Vec::new(),
             after: Vec::new(),
             after_any: Vec::new(),
+            after_notok: Vec::new(),
             hold: false,
             begin_ms: None,
         })

@@ -500,6 +500,7 @@ impl Client for ClientService {
                 divisible_input: r.divisible_input,
                 after: r.after,
                 after_any: r.after_any,
+                after_notok: r.after_notok,
                 hold: r.hold,
                 begin_ms: (r.begin_ms > 0).then_some(r.begin_ms),
             })?;

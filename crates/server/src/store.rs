@@ -190,10 +190,24 @@ pub struct JobRow {
     pub after: Vec<u64>,
     /// The batch jobs it runs after once each ended, however (`submit --after-any`), ascending.
     pub after_any: Vec<u64>,
+    /// The batch jobs it runs after once each ended failed or cancelled (`--after-notok`),
+    /// ascending.
+    pub after_notok: Vec<u64>,
     /// Held by `hetsched hold` (until `release`).
     pub held: bool,
     /// When its tasks may start (`submit --begin`, `update --begin`), ms since the Unix epoch.
     pub begin_ms: Option<u64>,
+}
+
+impl JobRow {
+    /// Every job it runs after: `after`, `after_any`, `after_notok`.
+    pub fn named_jobs(&self) -> impl Iterator<Item = u64> + '_ {
+        self.after
+            .iter()
+            .chain(&self.after_any)
+            .chain(&self.after_notok)
+            .copied()
+    }
 }
 
 /// One node row: its name and its description as JSON (`hetsched_core::Node`).
@@ -346,6 +360,7 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("jobs", "purged", "INTEGER NOT NULL DEFAULT 0"),
     ("jobs", "after", "TEXT NOT NULL DEFAULT ''"),
     ("jobs", "after_any", "TEXT NOT NULL DEFAULT ''"),
+    ("jobs", "after_notok", "TEXT NOT NULL DEFAULT ''"),
     ("jobs", "held", "INTEGER NOT NULL DEFAULT 0"),
     // When its tasks may start (`submit --begin`), ms since the Unix epoch; NULL: at once.
     ("jobs", "begin_ms", "INTEGER"),
@@ -409,7 +424,7 @@ pub(crate) fn add_missing_columns(
     Ok(())
 }
 
-/// A list of numbers as stored: a task's devices, a job's `after` and `after_any`.
+/// A list of numbers as stored: a task's devices, a job's `after`, `after_any` and `after_notok`.
 fn list_text<T: std::fmt::Display>(items: &[T]) -> String {
     items
         .iter()
@@ -445,6 +460,7 @@ struct StoredJobRow {
     name: Option<String>,
     after: String,
     after_any: String,
+    after_notok: String,
     held: bool,
     begin_ms: Option<i64>,
 }
@@ -555,7 +571,7 @@ impl Store {
         }
         let mut stmt = self.conn.prepare(
             "SELECT id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled,
-                    submission_key, name, after, after_any, held, begin_ms FROM jobs
+                    submission_key, name, after, after_any, held, begin_ms, after_notok FROM jobs
              WHERE purged = 0 OR id = (SELECT MAX(id) FROM jobs) ORDER BY id",
         )?;
         let rows = stmt.query_map([], |r| {
@@ -574,6 +590,7 @@ impl Store {
                 after_any: r.get::<_, String>(11)?,
                 held: r.get(12)?,
                 begin_ms: r.get(13)?,
+                after_notok: r.get::<_, String>(14)?,
             })
         })?;
         for r in rows {
@@ -591,6 +608,7 @@ impl Store {
                 name: r.name,
                 after: parse_list(&r.after, "job ids")?,
                 after_any: parse_list(&r.after_any, "job ids")?,
+                after_notok: parse_list(&r.after_notok, "job ids")?,
                 held: r.held,
                 begin_ms: r.begin_ms.map(|b| b.max(0) as u64),
             });
@@ -716,8 +734,9 @@ impl Store {
         let tx = self.conn.transaction()?;
         tx.execute(
             "INSERT INTO jobs(id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled,
-                              submission_key, name, after, after_any, held, begin_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                              submission_key, name, after, after_any, held, begin_ms,
+                              after_notok)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
             params![
                 job.id,
                 job.origin,
@@ -732,7 +751,8 @@ impl Store {
                 list_text(&job.after),
                 list_text(&job.after_any),
                 job.held,
-                job.begin_ms.map(|b| b as i64)
+                job.begin_ms.map(|b| b as i64),
+                list_text(&job.after_notok)
             ],
         )?;
         {
@@ -1243,6 +1263,7 @@ mod tests {
             name: None,
             after: vec![3, 7],
             after_any: vec![5],
+            after_notok: vec![2, 4],
             held: false,
             begin_ms: Some(1_893_456_000_000),
         };
@@ -1288,6 +1309,7 @@ mod tests {
         assert_eq!(snap.jobs[0].submission_key.as_deref(), Some("k"));
         assert_eq!(snap.jobs[0].after, vec![3, 7]);
         assert_eq!(snap.jobs[0].after_any, vec![5]);
+        assert_eq!(snap.jobs[0].after_notok, vec![2, 4]);
         assert_eq!(snap.jobs[0].begin_ms, Some(1_893_456_000_000));
         if let Some(dir) = path.parent() {
             let _ = std::fs::remove_dir_all(dir);
@@ -1310,6 +1332,7 @@ mod tests {
             name: None,
             after: Vec::new(),
             after_any: Vec::new(),
+            after_notok: Vec::new(),
             held: false,
             begin_ms: None,
         };

@@ -239,6 +239,8 @@ pub struct After {
     pub completed: Vec<u64>,
     /// Once each has ended, however.
     pub ended: Vec<u64>,
+    /// Once each has ended failed or cancelled.
+    pub failed: Vec<u64>,
     /// Until `hetsched release`.
     pub release: bool,
     /// Not before this time (ms since the Unix epoch; `submit --begin`).
@@ -302,6 +304,7 @@ pub async fn submit(
             divisible_input,
             after: after.completed,
             after_any: after.ended,
+            after_notok: after.failed,
             hold: held,
             begin_ms: after.begin_ms.unwrap_or(0),
         },
@@ -535,7 +538,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
     } else if !j.waiting && !j.deferred && !j.pending_reason.is_empty() {
         println!("pending because: {}", j.pending_reason);
     }
-    if !j.after.is_empty() || !j.after_any.is_empty() {
+    if !j.after.is_empty() || !j.after_any.is_empty() || !j.after_notok.is_empty() {
         let list = |ids: &[u64]| {
             ids.iter()
                 .map(u64::to_string)
@@ -555,6 +558,13 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
                 "job{} {} (once ended, however)",
                 if j.after_any.len() > 1 { "s" } else { "" },
                 list(&j.after_any)
+            ));
+        }
+        if !j.after_notok.is_empty() {
+            parts.push(format!(
+                "job{} {} (once failed or cancelled)",
+                if j.after_notok.len() > 1 { "s" } else { "" },
+                list(&j.after_notok)
             ));
         }
         println!(

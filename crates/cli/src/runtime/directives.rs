@@ -55,6 +55,12 @@ pub struct Directives {
     /// Run after these batch jobs have ended, however they ended.
     #[arg(long, value_name = "JOB", value_delimiter = ',')]
     pub after_any: Vec<JobRef>,
+    /// Run after these batch jobs have failed or were cancelled.
+    #[arg(long, value_name = "JOB", value_delimiter = ',')]
+    pub after_notok: Vec<JobRef>,
+    /// Slurm's `--dependency` syntax.
+    #[arg(long, value_name = "SPEC")]
+    pub dependency: Vec<super::dependency::Dependency>,
     /// Submit the job held.
     #[arg(long)]
     pub hold: bool,
@@ -63,6 +69,16 @@ pub struct Directives {
     pub begin: Option<u64>,
     #[command(flatten)]
     pub job: CommandJobArgs,
+}
+
+/// The command line's lists of the jobs a job runs after, which `#HETSCHED` lines add to.
+pub struct Named<'a> {
+    /// `--after`.
+    pub after: &'a mut Vec<JobRef>,
+    /// `--after-any`.
+    pub after_any: &'a mut Vec<JobRef>,
+    /// `--after-notok` (and `--dependency`'s, read into the three).
+    pub after_notok: &'a mut Vec<JobRef>,
 }
 
 /// The directives of `command`'s program under `mode`, if it is to be read (`shell`: the
@@ -125,21 +141,22 @@ fn first_line(e: &clap::Error) -> String {
 }
 
 impl Directives {
-    /// Takes what the command line did not set from `self`: `name`, `after`, `after_any`,
-    /// `hold` and `job` are the command line's, changed in place.
+    /// Takes what the command line did not set from `self`: `name`, the jobs it runs after,
+    /// `hold`, `begin` and `job` are the command line's, changed in place.
     pub fn fill(
         self,
         name: &mut Option<String>,
-        after: &mut Vec<JobRef>,
-        after_any: &mut Vec<JobRef>,
+        named: &mut Named<'_>,
         hold: &mut bool,
         begin: &mut Option<u64>,
         job: &mut CommandJobArgs,
     ) -> anyhow::Result<()> {
         let Directives {
             name: d_name,
-            after: d_after,
-            after_any: d_after_any,
+            after: mut d_after,
+            after_any: mut d_after_any,
+            after_notok: mut d_after_notok,
+            dependency,
             hold: d_hold,
             begin: d_begin,
             job: d,
@@ -150,8 +167,14 @@ impl Directives {
         if begin.is_none() {
             *begin = d_begin;
         }
-        prepend(after, d_after);
-        prepend(after_any, d_after_any);
+        for dep in dependency {
+            d_after.extend(dep.after);
+            d_after_any.extend(dep.after_any);
+            d_after_notok.extend(dep.after_notok);
+        }
+        prepend(named.after, d_after);
+        prepend(named.after_any, d_after_any);
+        prepend(named.after_notok, d_after_notok);
         *hold |= d_hold;
         // Every field, so that a new flag cannot be forgotten here.
         let CommandJobArgs {
@@ -278,10 +301,11 @@ mod tests {
         let d = parse(
             "job.sh",
             "#HETSCHED --array 1-10 --cores 2 --env A=1 --name script --hold --priority 3\n\
-             #HETSCHED --begin 2030-01-01T00:00:00Z\n",
+             #HETSCHED --begin 2030-01-01T00:00:00Z --dependency afternotok:4\n",
         )
         .expect("parsed");
         let (mut name, mut after, mut after_any, mut hold) = (None, Vec::new(), Vec::new(), false);
+        let mut after_notok = Vec::new();
         let mut begin = None;
         let mut job = CommandJobArgs {
             tasks: Some(3),
@@ -289,15 +313,14 @@ mod tests {
             env: vec!["B=2".into()],
             ..Default::default()
         };
-        d.fill(
-            &mut name,
-            &mut after,
-            &mut after_any,
-            &mut hold,
-            &mut begin,
-            &mut job,
-        )
-        .expect("merged");
+        let mut named = Named {
+            after: &mut after,
+            after_any: &mut after_any,
+            after_notok: &mut after_notok,
+        };
+        d.fill(&mut name, &mut named, &mut hold, &mut begin, &mut job)
+            .expect("merged");
+        assert_eq!(after_notok, [JobRef::Id(4)], "from --dependency");
         assert_eq!(begin, Some(1_893_456_000_000));
         assert_eq!((job.tasks, job.array.as_deref()), (Some(3), None));
         assert_eq!(job.cores, Some(4));

@@ -10,6 +10,7 @@ mod client;
 mod command_job;
 mod demo;
 mod demo_workflow;
+mod dependency;
 mod directives;
 mod divisible;
 mod hostlist;
@@ -69,6 +70,16 @@ pub enum RuntimeCommand {
         /// cleans up what the others left.
         #[arg(long, value_name = "JOB", value_delimiter = ',')]
         after_any: Vec<JobRef>,
+        /// Run after these batch jobs have ended failed or cancelled (ids or `last`; Slurm's
+        /// `--dependency=afternotok`): for a job that handles a failure; it is cancelled if one
+        /// of them completes.
+        #[arg(long, value_name = "JOB", value_delimiter = ',')]
+        after_notok: Vec<JobRef>,
+        /// Slurm's `--dependency` syntax, for scripts written for `sbatch`: `afterok:7:8` (=
+        /// `--after 7,8`), `afterany:9` (= `--after-any 9`), `afternotok:10` (= `--after-notok
+        /// 10`), several separated by commas (all must hold).
+        #[arg(long, value_name = "SPEC")]
+        dependency: Vec<dependency::Dependency>,
         /// Submit the batch job held (Slurm's `--hold`): none of its tasks is dispatched until
         /// `hetsched release JOB` (then, with `--after`, once those jobs allow it too).
         #[arg(long)]
@@ -622,20 +633,26 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             mut name,
             mut after,
             mut after_any,
+            mut after_notok,
+            dependency,
             mut hold,
             mut begin,
             directives,
             client,
         } => {
+            for d in dependency {
+                after.extend(d.after);
+                after_any.extend(d.after_any);
+                after_notok.extend(d.after_notok);
+            }
             if file.is_none() {
-                directives::of_command(directives, &command, job.shell)?.fill(
-                    &mut name,
-                    &mut after,
-                    &mut after_any,
-                    &mut hold,
-                    &mut begin,
-                    &mut job,
-                )?;
+                let mut named = directives::Named {
+                    after: &mut after,
+                    after_any: &mut after_any,
+                    after_notok: &mut after_notok,
+                };
+                directives::of_command(directives, &command, job.shell)?
+                    .fill(&mut name, &mut named, &mut hold, &mut begin, &mut job)?;
             }
             let source = match file {
                 Some(file) => {
@@ -663,9 +680,14 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             for job in after_any {
                 after_any_ids.push(job.resolve(&client).await?);
             }
+            let mut after_notok_ids = Vec::with_capacity(after_notok.len());
+            for job in after_notok {
+                after_notok_ids.push(job.resolve(&client).await?);
+            }
             let after = client::After {
                 completed: after_ids,
                 ended: after_any_ids,
+                failed: after_notok_ids,
                 release: hold,
                 begin_ms: begin,
             };

@@ -2376,6 +2376,56 @@ fn a_held_job_waits_for_its_release() {
     );
 }
 
+/// `submit --after-notok` and Slurm's `--dependency=afternotok:…` syntax: a job that handles a
+/// failure runs once the job it names failed, and is cancelled when that job completes.
+#[test]
+fn a_job_after_a_failure_runs_when_it_fails_and_slurms_dependency_syntax_says_the_same() {
+    let mut c = Cluster::start("after-notok", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&["submit", "--", "false"]);
+    c.ok(&[
+        "submit",
+        "--dependency",
+        "afternotok:1",
+        "--shell",
+        "--",
+        "touch handled",
+    ]);
+    c.cli(&["wait", "1", "--timeout", "20s"]);
+    c.ok(&["wait", "2", "--timeout", "20s"]);
+    assert!(c.dir.join("handled").exists());
+    let said = c.ok(&["job", "2"]);
+    assert!(
+        said.contains("runs after job 1 (once failed or cancelled)"),
+        "{said}"
+    );
+    assert_eq!(c.json(&["job", "2"])["after_notok"], serde_json::json!([1]));
+    // A job that completes cancels the one after its failure.
+    c.ok(&["submit", "--", "sleep", "1"]);
+    c.ok(&[
+        "submit",
+        "--after-notok",
+        "3",
+        "--shell",
+        "--",
+        "touch never",
+    ]);
+    c.ok(&["wait", "3", "--timeout", "20s"]);
+    wait_until("job 4 to be cancelled", Duration::from_secs(10), || {
+        c.json(&["job", "4"])["state"] == "cancelled"
+    });
+    assert!(!c.dir.join("never").exists());
+    c.refused(
+        &["submit", "--dependency", "afterok:1", "--", "true"],
+        "--after: job 1 ended failed",
+    );
+    c.refused(
+        &["submit", "--dependency", "singleton", "--", "true"],
+        "Slurm's `singleton` is not supported",
+    );
+}
+
 /// `submit --hold` (Slurm's `--hold`): the job is stored held, so no task runs — not even one
 /// dispatched before a `hold` could be typed — until `release`; a server restart keeps it held;
 /// other kinds refuse it.

@@ -666,12 +666,12 @@ impl Batch {
             self.any_multi_node |= app.is_multi_node();
             // A job that runs after others keeps its tasks out of the queues until they
             // completed ([`after`]).
-            let runs_after_others = !row.after.is_empty() || !row.after_any.is_empty();
+            let runs_after_others =
+                !row.after.is_empty() || !row.after_any.is_empty() || !row.after_notok.is_empty();
             if (runs_after_others || row.held || deferred.is_some()) && !pending.is_empty() {
                 self.waiting
                     .hold(row.id, app.id.0, std::mem::take(&mut pending));
-                self.waiting
-                    .name(row.id, row.after.iter().chain(&row.after_any).copied());
+                self.waiting.name(row.id, row.named_jobs());
             }
             let id = cx.view.add_application(app, pending)?;
             // `accelerator = required|preferred` (spec 01) is applied by the view's `fits`.
@@ -680,7 +680,7 @@ impl Batch {
         let apps = first_app..self.apps.len() as u32;
         // Its ids are taken, whether its rows are held or not (an evicted or purged job's).
         self.tasks.reserve_ids(next_task);
-        if row.held {
+        if row.held && !row.cancelled {
             self.waiting.hold_by_user(row.id);
         }
         if deferred.is_some() {
@@ -845,6 +845,7 @@ impl Batch {
             name,
             after,
             after_any,
+            after_notok,
             hold,
             begin_ms,
             ..
@@ -881,7 +882,7 @@ impl Batch {
                 kind: Kind::Batch,
             });
         }
-        let (after, after_any) = self.check_after(&after, &after_any)?;
+        let (after, after_any, after_notok) = self.check_after(&after, &after_any, &after_notok)?;
         let w = parse_workload(&origin, &text)?;
         w.check_commands()?;
         limits::check(&w)?;
@@ -925,6 +926,7 @@ impl Batch {
             name: (!name.is_empty()).then_some(name),
             after,
             after_any,
+            after_notok,
             held: hold,
             begin_ms,
         };
@@ -1469,9 +1471,12 @@ impl Batch {
             apps,
             after: j.row.after.clone(),
             after_any: j.row.after_any.clone(),
-            // Waiting for the jobs it runs after (not only for its begin time).
+            after_notok: j.row.after_notok.clone(),
+            // Waiting for the jobs it runs after (not only for its begin time); a job that ended
+            // waits for nothing (before a restart as after it: found by the day fuzz).
             waiting: self.waiting.waits(j.row.id)
-                && (!self.waiting.deferred(j.row.id) || self.first_unfinished_after(j).is_some()),
+                && (!self.waiting.deferred(j.row.id) || self.first_unfinished_after(j).is_some())
+                && matches!(state, "pending" | "running"),
             held: j.row.held,
             begin_ms: j.row.begin_ms,
             // (A job that ended waits for nothing, whatever its begin time.)

@@ -1501,6 +1501,7 @@ impl Workflows {
             after: Vec::new(),
             waiting: false,
             after_any: Vec::new(),
+            after_notok: Vec::new(),
             held: false,
             begin_ms: None,
             deferred: false,

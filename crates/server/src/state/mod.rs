@@ -844,7 +844,8 @@ impl State {
         crate::limits::submission(&sub).map_err(StateError::Invalid)?;
         // `--after` and `--after-any` name batch jobs; the batch kind checks how they stand.
         let named = (sub.after.iter().map(|&j| ("--after", j)))
-            .chain(sub.after_any.iter().map(|&j| ("--after-any", j)));
+            .chain(sub.after_any.iter().map(|&j| ("--after-any", j)))
+            .chain(sub.after_notok.iter().map(|&j| ("--after-notok", j)));
         for (flag, job) in named {
             match self.ids.kind(job) {
                 Some(Kind::Batch) => {}
@@ -862,7 +863,7 @@ impl State {
         let (kind, done) = if let Some(prepared) =
             crate::jobs::divisible::prepare(&sub.origin, &sub.text, &sub.divisible_input, &live)?
         {
-            if !sub.after.is_empty() || !sub.after_any.is_empty() {
+            if !sub.after.is_empty() || !sub.after_any.is_empty() || !sub.after_notok.is_empty() {
                 return Err(StateError::Invalid(
                     "--after applies to batch jobs; this is a divisible job".into(),
                 ));
@@ -881,7 +882,8 @@ impl State {
         } else {
             let mut cx = ctx!(self);
             if hetsched_core::input::workflow_runtime::is_workflow(&sub.text) {
-                if !sub.after.is_empty() || !sub.after_any.is_empty() {
+                if !sub.after.is_empty() || !sub.after_any.is_empty() || !sub.after_notok.is_empty()
+                {
                     return Err(StateError::Invalid(
                         "--after applies to batch jobs; this is a workflow".into(),
                     ));

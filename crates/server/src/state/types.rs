@@ -271,6 +271,8 @@ pub struct Submission {
     pub after: Vec<u64>,
     /// Batch jobs this one runs after once each ended, however (`submit --after-any`).
     pub after_any: Vec<u64>,
+    /// Batch jobs this one runs after once each ended failed or cancelled (`--after-notok`).
+    pub after_notok: Vec<u64>,
     /// Submitted held (`submit --hold`): no task is dispatched until `release`.
     pub hold: bool,
     /// When its tasks may start (`submit --begin`), ms since the Unix epoch (`None`: at once).
@@ -396,6 +398,8 @@ pub struct JobInfo {
     pub after: Vec<u64>,
     /// The jobs it runs after once they ended, however (`submit --after-any`).
     pub after_any: Vec<u64>,
+    /// The jobs it runs after once they failed or were cancelled (`submit --after-notok`).
+    pub after_notok: Vec<u64>,
     /// Held by `hetsched hold` (until `release`).
     pub held: bool,
     /// Whether it still waits for one of them.

@@ -334,7 +334,7 @@ fn after_names_earlier_batch_jobs_only_and_at_most_sixty_four() {
         .collect();
     let e = submit(&mut s, 1, &many).expect_err("65 jobs");
     assert!(
-        e.contains("--after and --after-any name 65 jobs; at most 64"),
+        e.contains("--after, --after-any and --after-notok name 65 jobs; at most 64"),
         "{e}"
     );
     submit(&mut s, 1, &many[..64]).expect("64 jobs");
@@ -563,4 +563,98 @@ fn a_deferred_job_after_a_job_that_fails_is_cancelled_at_once_not_at_its_begin_t
     n.beat(&mut s, &[(sent[0].0, sent[0].1, false)]);
     let info = s.job(second).expect("job");
     assert_eq!((info.state.as_str(), info.deferred), ("cancelled", false));
+}
+
+/// A job of `tasks` tasks run after `after_notok` failed or were cancelled (`--after-notok`).
+fn submit_after_notok(s: &mut State, tasks: u32, after_notok: &[u64]) -> Result<u64, String> {
+    s.on_submit(Submission {
+        origin: "job.toml".into(),
+        text: job_text(tasks, "true"),
+        workdir: "/".into(),
+        after_notok: after_notok.to_vec(),
+        ..Default::default()
+    })
+    .map(|d| d.job_id)
+    .map_err(|e| e.to_string())
+}
+
+/// `--after-notok` (Slurm's `afternotok`): the job waits for a failure — it runs once the job it
+/// names ended failed (also across a restart, and after that job was purged), and is cancelled,
+/// naming it, when that job completes instead. What could never start is refused.
+#[test]
+fn a_job_after_a_failure_runs_when_it_fails_and_is_cancelled_when_it_completes() {
+    let d = common::scratch("after", "notok");
+    let (failing, handler, spare) = {
+        let mut s = open(&d.0);
+        let mut n = Agent::new(&mut s, 4);
+        let failing = submit(&mut s, 1, &[]).expect("submit");
+        let succeeding = submit(&mut s, 1, &[]).expect("submit");
+        let handler = submit_after_notok(&mut s, 2, &[failing]).expect("after its failure");
+        let spare = submit_after_notok(&mut s, 1, &[succeeding]).expect("after its failure");
+        let info = s.job(handler).expect("job");
+        assert_eq!(info.after_notok, vec![failing]);
+        assert!(info.waiting);
+        assert_eq!(info.pending_reason, format!("waiting for job {failing}"));
+        let sent = n.beat(&mut s, &[]);
+        assert_eq!(jobs_of(&s, &sent), vec![failing, succeeding]);
+        // One fails, the other succeeds: the handler is released, the spare cancelled.
+        let released = n.beat(
+            &mut s,
+            &[(sent[0].0, sent[0].1, false), (sent[1].0, sent[1].1, true)],
+        );
+        assert_eq!(jobs_of(&s, &released), vec![handler, handler]);
+        let spare_info = s.job(spare).expect("job");
+        assert_eq!(spare_info.state, "cancelled");
+        let message = &s.tasks(spare).expect("tasks").tasks[0].message;
+        assert_eq!(
+            message,
+            &format!(
+                "cancelled: job {succeeding}, which this job runs after the failure of, completed"
+            )
+        );
+        // Refused at submission: a job that completed, one named both ways.
+        let e = submit_after_notok(&mut s, 1, &[succeeding]).expect_err("completed");
+        assert!(
+            e.contains(&format!("--after-notok: job {succeeding} completed")),
+            "{e}"
+        );
+        let e = s
+            .on_submit(Submission {
+                origin: "job.toml".into(),
+                text: job_text(1, "true"),
+                workdir: "/".into(),
+                after: vec![failing],
+                after_notok: vec![failing],
+                ..Default::default()
+            })
+            .expect_err("both ways")
+            .to_string();
+        assert!(e.contains("named by both --after and --after-notok"), "{e}");
+        (failing, handler, spare)
+    };
+    // A restart reads the handler as released (its job failed), and the spare cancelled.
+    let mut s = open(&d.0);
+    assert!(!s.job(handler).expect("job").waiting);
+    assert_eq!(s.job(spare).expect("job").state, "cancelled");
+    // The failed job purged: a restart still reads the handler as released.
+    s.purge(&pb::PurgeRequest {
+        job_ids: vec![failing],
+        ..Default::default()
+    })
+    .expect("purge");
+    drop(s);
+    let mut s = open(&d.0);
+    assert!(!s.job(handler).expect("job").waiting);
+    let mut n = Agent::new(&mut s, 4);
+    let sent = n.beat(&mut s, &[]);
+    assert_eq!(
+        jobs_of(&s, &sent),
+        vec![handler, handler],
+        "queued again at the restart"
+    );
+    let e = submit_after_notok(&mut s, 1, &[failing]).expect_err("purged");
+    assert!(
+        e.contains("was purged, and how it ended is not kept"),
+        "{e}"
+    );
 }

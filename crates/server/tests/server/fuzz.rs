@@ -166,8 +166,9 @@ const DAY_JOBS: &[&str] = &[
 #[derive(Clone, Debug)]
 enum Op {
     Submit(usize),
-    /// Job file `0`, to run after job `1` completed (or, with `2`, ended however).
-    SubmitAfter(usize, u64, bool),
+    /// Job file `0`, to run after job `1` completed (`2` = 0), ended however (1) or ended failed
+    /// or cancelled (2).
+    SubmitAfter(usize, u64, u8),
     /// Node `0` reports every task it runs ended (`1`: bit k = the k-th failed) and takes more.
     Beat(usize, u8),
     Cancel(u64),
@@ -201,7 +202,7 @@ enum Op {
 fn op(disk: bool) -> BoxedStrategy<Op> {
     let day = prop_oneof![
         2 => (0..DAY_JOBS.len()).prop_map(Op::Submit),
-        1 => (0..3usize, 1..5u64, any::<bool>()).prop_map(|(k, j, any)| Op::SubmitAfter(k, j, any)),
+        1 => (0..3usize, 1..5u64, 0..3u8).prop_map(|(k, j, how)| Op::SubmitAfter(k, j, how)),
         6 => (0..2usize, any::<u8>()).prop_map(|(n, f)| Op::Beat(n, f)),
         1 => (1..5u64).prop_map(Op::Cancel),
         1 => (1..5u64, prop::sample::select(vec!["0", "1-3", "5,8", "7", "2-11:3"]))
@@ -252,8 +253,17 @@ fn everything(s: &State) -> Vec<String> {
     }
     for j in s.jobs().jobs {
         out.push(format!(
-            "job {} {} {:?} held={} begin={} deferred={}",
-            j.id, j.state, j.counts, j.held, j.begin_ms, j.deferred
+            "job {} {} {:?} held={} begin={} deferred={} after {:?} {:?} {:?} waiting={}",
+            j.id,
+            j.state,
+            j.counts,
+            j.held,
+            j.begin_ms,
+            j.deferred,
+            j.after,
+            j.after_any,
+            j.after_notok,
+            j.waiting
         ));
         // Its applications' settings, as submitted or updated.
         if let Ok(job) = s.job(j.id) {
@@ -310,14 +320,16 @@ fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 disk_was_full |= full;
             }
             Op::WaitForProbe => std::thread::sleep(hetsched_server::state::PROBE_INTERVAL),
-            Op::SubmitAfter(k, j, any) => {
+            Op::SubmitAfter(k, j, how) => {
                 // Refused when job `j` does not exist (or was purged); else stored.
+                let named = |want: u8| if how == want { vec![j] } else { Vec::new() };
                 let _ = s.on_submit(hetsched_server::state::types::Submission {
                     origin: "after.toml".into(),
                     text: DAY_JOBS[k].into(),
                     workdir: "/".into(),
-                    after: if any { Vec::new() } else { vec![j] },
-                    after_any: if any { vec![j] } else { Vec::new() },
+                    after: named(0),
+                    after_any: named(1),
+                    after_notok: named(2),
                     ..Default::default()
                 });
             }
@@ -388,6 +400,18 @@ fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
                         let ended = ["completed", "failed", "cancelled", "purged"]
                             .contains(&state(*d).as_str());
                         prop_assert!(ended, "job {} ran before {} ended", j.id, d);
+                    }
+                    // (A job resubmitted later does not stop what runs; a purged one failed.)
+                    for d in &j.after_notok {
+                        let st = state(*d);
+                        prop_assert!(
+                            ["failed", "cancelled", "purged", "pending", "running"]
+                                .contains(&st.as_str()),
+                            "job {} ran after {} {}",
+                            j.id,
+                            d,
+                            st
+                        );
                     }
                 }
             }
@@ -1195,7 +1219,7 @@ proptest! {
 fn cancelling_a_completed_job_leaves_it_and_the_job_that_ran_after_it_as_they_were() {
     let ops = vec![
         Op::Submit(0),
-        Op::SubmitAfter(0, 1, false),
+        Op::SubmitAfter(0, 1, 0),
         Op::Beat(0, 0),
         Op::Beat(1, 0),
         Op::Beat(0, 88),

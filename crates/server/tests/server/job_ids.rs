@@ -53,6 +53,7 @@ fn submit(s: &mut State, kind: Kind) -> u64 {
             after_any: Vec::new(),
             hold: false,
             begin_ms: None,
+            after_notok: Vec::new(),
         })
         .unwrap_or_else(|e| panic!("{kind:?} submitted: {e}"));
     assert!(!done.existing);
@@ -188,6 +189,7 @@ fn submission(kind: Kind, text: &str, name: &str, key: &str) -> Submission {
         after_any: Vec::new(),
         hold: false,
         begin_ms: None,
+        after_notok: Vec::new(),
     }
 }
 

@@ -21,7 +21,11 @@
 //! the queues unless a hold or a job they run after still keeps them. The begin time is the
 //! job row's `begin_ms`; `hetsched update --begin` moves it (earlier, later, or `now`).
 //!
-//! Nothing here is stored beyond the job row's `after` list, `held` flag and `begin_ms`: whether a job still waits is derived
+//! **Jobs after a failure** (`--after-notok JOB`, Slurm's `afternotok`): the job waits until
+//! each job it names so has ended **failed** or **cancelled**, and is cancelled if one of them
+//! **completes** — for a job that handles a failure.
+//!
+//! Nothing here is stored beyond the job row's `after` lists, `held` flag and `begin_ms`: whether a job still waits is derived
 //! from the states of the jobs it names, after a restart as at any other time. So a job that
 //! runs again (`hetsched resubmit`) makes the unfinished jobs after it wait for its new end
 //! ([`Batch::wait_again_on`]), as a restart would. A purged job
@@ -197,29 +201,61 @@ pub(super) enum Outcome {
 }
 
 impl Batch {
-    /// Checks the `after` and `after_any` lists of a submission against the batch jobs held:
-    /// each job must exist, and one named `after` must not have ended failed or cancelled.
-    /// Returns them sorted, without repeats (a job named in both counts as `after`).
+    /// Checks the `after`, `after_any` and `after_notok` lists of a submission against the batch
+    /// jobs held: each job must exist, one named `after` must not have ended failed or
+    /// cancelled, one named `after_notok` must not have completed (nor been purged: how it
+    /// ended is not kept). Returns them sorted, without repeats (a job named `after` and
+    /// `after_any` counts as `after`); one job named both `after` and `after_notok` is refused.
     pub(super) fn check_after(
         &self,
         after: &[u64],
         after_any: &[u64],
-    ) -> Result<(Vec<u64>, Vec<u64>), StateError> {
+        after_notok: &[u64],
+    ) -> Result<(Vec<u64>, Vec<u64>, Vec<u64>), StateError> {
         let mut ids = after.to_vec();
         ids.sort_unstable();
         ids.dedup();
+        let mut notok = after_notok.to_vec();
+        notok.sort_unstable();
+        notok.dedup();
+        if let Some(both) = notok.iter().find(|j| ids.binary_search(j).is_ok()) {
+            return Err(StateError::Invalid(format!(
+                "job {both} is named by both --after and --after-notok: the job could never start"
+            )));
+        }
         let mut any: Vec<u64> = after_any
             .iter()
             .copied()
-            .filter(|j| ids.binary_search(j).is_err())
+            .filter(|j| ids.binary_search(j).is_err() && notok.binary_search(j).is_err())
             .collect();
         any.sort_unstable();
         any.dedup();
-        if ids.len() + any.len() > MAX_AFTER {
+        let named = ids.len() + any.len() + notok.len();
+        if named > MAX_AFTER {
             return Err(StateError::Invalid(format!(
-                "--after and --after-any name {} jobs; at most {MAX_AFTER}",
-                ids.len() + any.len()
+                "--after, --after-any and --after-notok name {named} jobs; at most {MAX_AFTER}"
             )));
+        }
+        for &id in &notok {
+            if self.retention.is_purged(id) {
+                return Err(StateError::Invalid(format!(
+                    "--after-notok: job {id} was purged, and how it ended is not kept"
+                )));
+            }
+            match self.outcome_of(id) {
+                None => {
+                    return Err(StateError::Invalid(format!(
+                        "--after-notok: no batch job {id}"
+                    )));
+                }
+                Some(Outcome::Completed) => {
+                    return Err(StateError::Invalid(format!(
+                        "--after-notok: job {id} completed, so a job after its failure could \
+                         never start"
+                    )));
+                }
+                Some(Outcome::Ended(_) | Outcome::Unfinished) => {}
+            }
         }
         if let Some(&id) = any.iter().find(|&&id| self.outcome_of(id).is_none()) {
             return Err(StateError::Invalid(format!(
@@ -240,16 +276,13 @@ impl Batch {
                 Some(Outcome::Completed | Outcome::Unfinished) => {}
             }
         }
-        Ok((ids, any))
+        Ok((ids, any, notok))
     }
 
     /// The first job that job `j` runs after (`after` or `after_any`) and that has not ended.
     pub(super) fn first_unfinished_after(&self, j: &super::JobRec) -> Option<u64> {
         j.row
-            .after
-            .iter()
-            .chain(&j.row.after_any)
-            .copied()
+            .named_jobs()
             .find(|&d| matches!(self.outcome_of(d), Some(Outcome::Unfinished) | None))
     }
 
@@ -277,8 +310,9 @@ impl Batch {
 
     /// Looks at the waiting jobs that are due (a job they name had a task end, or they were just
     /// submitted, restored, re-queued into or released): releases those whose `after` jobs all
-    /// completed and whose `after_any` jobs all ended, and cancels those one of whose `after`
-    /// jobs ended failed or cancelled. Costs nothing when none is due.
+    /// completed, whose `after_any` jobs all ended and whose `after_notok` jobs all ended failed
+    /// or cancelled, and cancels those one of whose `after` jobs ended failed or cancelled, or
+    /// one of whose `after_notok` jobs completed. Costs nothing when none is due.
     pub(super) fn settle_waiting(&mut self, cx: &mut Ctx) -> Result<(), StateError> {
         // In id order: a job cancelled here makes the jobs waiting on it (higher ids) due in the
         // same pass.
@@ -286,10 +320,13 @@ impl Batch {
             if !self.waiting.held.contains_key(&job) || self.waiting.held_by_user.contains(&job) {
                 continue;
             }
-            let Some((after, after_any)) = self
-                .job_rec(job)
-                .map(|j| (j.row.after.clone(), j.row.after_any.clone()))
-            else {
+            let Some((after, after_any, after_notok)) = self.job_rec(job).map(|j| {
+                (
+                    j.row.after.clone(),
+                    j.row.after_any.clone(),
+                    j.row.after_notok.clone(),
+                )
+            }) else {
                 self.waiting.forget(job);
                 continue;
             };
@@ -311,24 +348,52 @@ impl Batch {
             unfinished |= after_any
                 .iter()
                 .any(|&d| matches!(self.outcome_of(d), Some(Outcome::Unfinished) | None));
-            if let Some((d, state)) = ended {
+            // `--after-notok`: each must end failed or cancelled. A purged one did (it was
+            // checked not purged at submission, and one that completed cancelled this job in
+            // the event that recorded its end).
+            let mut completed = None;
+            for &d in after_notok
+                .iter()
+                .filter(|&&d| !self.retention.is_purged(d))
+            {
+                match self.outcome_of(d) {
+                    Some(Outcome::Ended(_)) => {}
+                    Some(Outcome::Completed) => {
+                        completed = Some(d);
+                        break;
+                    }
+                    Some(Outcome::Unfinished) | None => unfinished = true,
+                }
+            }
+            let cancelled_why = match (ended, completed) {
+                (Some((d, state)), _) => Some((
+                    d,
+                    format!("cancelled: job {d}, which this job runs after, ended {state}"),
+                )),
+                (None, Some(d)) => Some((
+                    d,
+                    format!(
+                        "cancelled: job {d}, which this job runs after the failure of, completed"
+                    ),
+                )),
+                (None, None) => None,
+            };
+            if let Some((d, why)) = cancelled_why {
                 self.waiting.forget(job);
                 self.waiting.unname(job, &after);
                 self.waiting.unname(job, &after_any);
-                let n = self.cancel_job(
-                    cx,
-                    job,
-                    &format!("cancelled: job {d}, which this job runs after, ended {state}"),
-                )?;
+                self.waiting.unname(job, &after_notok);
+                let n = self.cancel_job(cx, job, &why)?;
                 info!(
                     job,
                     after = d,
                     tasks = n,
-                    "job cancelled: a job it runs after ended {state}"
+                    "job cancelled: a job it runs after did not end as it needs"
                 );
             } else if !unfinished {
                 self.waiting.unname(job, &after);
                 self.waiting.unname(job, &after_any);
+                self.waiting.unname(job, &after_notok);
                 let held = self.waiting.held.remove(&job).unwrap_or_default();
                 let mut n = 0;
                 for (app, tasks) in held {
@@ -367,18 +432,16 @@ impl Batch {
     /// Job `job` runs again (`hetsched resubmit JOB`): the unfinished jobs that run after it wait
     /// for it once more. Their pending tasks leave the queues (their running tasks go on) until
     /// it has ended again, as they would after a restart, where whether a job waits is derived
-    /// from the states of the jobs it names. (Only `--after-any` jobs can be affected: a job
-    /// `--after` a failed job was cancelled when it failed.)
+    /// from the states of the jobs it names. (Only `--after-any` and `--after-notok` jobs can be
+    /// affected: a job `--after` a failed job was cancelled when it failed. One `--after-notok`
+    /// it, released when it failed, is cancelled if it now completes.)
     pub(super) fn wait_again_on(&mut self, cx: &mut Ctx, job: u64) {
         let dependants: Vec<(u64, std::ops::Range<u32>, Vec<u64>)> = self
             .jobs
             .iter()
-            .filter(|j| j.row.after.contains(&job) || j.row.after_any.contains(&job))
+            .filter(|j| j.row.named_jobs().any(|d| d == job))
             .filter(|j| matches!(self.job_state(j), "pending" | "running"))
-            .map(|j| {
-                let named = j.row.after.iter().chain(&j.row.after_any).copied();
-                (j.row.id, j.apps.clone(), named.collect())
-            })
+            .map(|j| (j.row.id, j.apps.clone(), j.row.named_jobs().collect()))
             .collect();
         for (id, apps, named) in dependants {
             // Named again, so that `job`'s end makes it due (a released job left the lists).
