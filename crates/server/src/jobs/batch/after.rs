@@ -39,6 +39,9 @@ use hetsched_core::AppId;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use tracing::info;
 
+/// The jobs a submission runs after, checked: `after`, `after_any`, `after_notok`.
+pub(super) type AfterLists = (Vec<u64>, Vec<u64>, Vec<u64>);
+
 /// Most jobs one job may run after.
 pub const MAX_AFTER: usize = 64;
 
@@ -211,7 +214,7 @@ impl Batch {
         after: &[u64],
         after_any: &[u64],
         after_notok: &[u64],
-    ) -> Result<(Vec<u64>, Vec<u64>, Vec<u64>), StateError> {
+    ) -> Result<AfterLists, StateError> {
         let mut ids = after.to_vec();
         ids.sort_unstable();
         ids.dedup();
