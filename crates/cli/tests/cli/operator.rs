@@ -2066,15 +2066,19 @@ fn nodes_lists_only_the_nodes_named_and_in_the_states_asked() {
     c.start_agent("n2", 1, &[]);
     c.start_agent("n3", 1, &[]);
     c.wait_for_nodes(3);
+    // (Listed in the order the agents registered, which is theirs: sorted here.)
     let names = |args: &[&str]| -> Vec<String> {
         let mut full = vec!["nodes"];
         full.extend_from_slice(args);
-        c.json(&full)
+        let mut names: Vec<String> = c
+            .json(&full)
             .as_array()
             .expect("nodes")
             .iter()
             .map(|n| n["name"].as_str().unwrap_or("").to_string())
-            .collect()
+            .collect();
+        names.sort();
+        names
     };
     c.ok(&["node", "drain", "n3", "--reason", "fan"]);
     c.ok(&["submit", "--requires", "node:n2", "--", "sleep", "30"]);
