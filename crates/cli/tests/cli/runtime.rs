@@ -2494,7 +2494,7 @@ fn a_job_submitted_with_a_begin_time_starts_no_sooner_even_across_a_restart() {
     let said = c.ok(&[
         "submit",
         "--begin",
-        "now+3s",
+        "now+5s",
         "--tasks",
         "2",
         "--shell",

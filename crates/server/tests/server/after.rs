@@ -520,7 +520,7 @@ fn update_begin_defers_the_pending_tasks_and_now_releases_them_but_not_a_hold() 
     let info = s.job(job).expect("job");
     assert_eq!((info.state.as_str(), info.deferred), ("running", true));
     assert!(
-        info.pending_reason.contains("(in 1h"),
+        info.pending_reason.contains("(in 1h") || info.pending_reason.contains("(in 59m"),
         "{}",
         info.pending_reason
     );
