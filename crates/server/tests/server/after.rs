@@ -461,7 +461,7 @@ fn update_begin(s: &mut State, job: u64, begin_ms: u64) -> Result<(), String> {
 fn a_deferred_job_dispatches_nothing_before_its_begin_time_and_runs_once_it_came_across_a_restart()
 {
     let d = common::scratch("after", "begin");
-    let begin = now_ms() + 1_500;
+    let begin = now_ms() + 3_000;
     let job = {
         let mut s = open(&d.0);
         let mut n = Agent::new(&mut s, 4);
