@@ -1071,6 +1071,27 @@ impl Workflows {
         ended
     }
 
+    /// `hetsched resubmit JOB --failed` (`ended` = failed) or `--cancelled` on workflow `job`
+    /// ([`Workflows::requeue_ended`]): returns how many instances were queued again.
+    fn resubmit_ended(&mut self, cx: &mut Ctx, job: u64, ended: St) -> Result<u64, StateError> {
+        let seq = job & ((1 << super::KIND_SHIFT) - 1);
+        let Some(mut j) = self.jobs.remove(&seq) else {
+            return Err(StateError::NoJob(job));
+        };
+        let n = self.requeue_ended(cx, &mut j, ended);
+        self.jobs.insert(seq, j);
+        let n = n?;
+        if n > 0 {
+            info!(
+                job,
+                instances = n,
+                ended = ended.as_str(),
+                "workflow instances resubmitted"
+            );
+        }
+        Ok(n)
+    }
+
     /// [`JobKind::resubmit_failed`] (`ended` = failed) or [`JobKind::resubmit_cancelled`]
     /// (`ended` = cancelled) on one workflow: every instance that ended so — for good, or not
     /// run because of a producer that did — comes back. An instance that also depends on one
@@ -2319,17 +2340,7 @@ impl JobKind for Workflows {
     /// failed re-production of a lost output runs again as one); the rest waits for its
     /// producers. A workflow cancelled as a whole is refused, as a batch job is.
     fn resubmit_failed(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
-        let seq = job & ((1 << super::KIND_SHIFT) - 1);
-        let Some(mut j) = self.jobs.remove(&seq) else {
-            return Err(StateError::NoJob(job));
-        };
-        let n = self.requeue_ended(cx, &mut j, St::Failed);
-        self.jobs.insert(seq, j);
-        let n = n?;
-        if n > 0 {
-            info!(job, instances = n, "failed workflow instances resubmitted");
-        }
-        Ok(n)
+        self.resubmit_ended(cx, job, St::Failed)
     }
 
     /// `hetsched resubmit JOB --cancelled`: every instance `cancel JOB --tasks` cancelled, and
@@ -2337,21 +2348,7 @@ impl JobKind for Workflows {
     /// [`Workflows::requeue_ended`]); an instance that also depends on a failed one stays
     /// ended, now as failed, naming it. A workflow cancelled as a whole is refused.
     fn resubmit_cancelled(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
-        let seq = job & ((1 << super::KIND_SHIFT) - 1);
-        let Some(mut j) = self.jobs.remove(&seq) else {
-            return Err(StateError::NoJob(job));
-        };
-        let n = self.requeue_ended(cx, &mut j, St::Cancelled);
-        self.jobs.insert(seq, j);
-        let n = n?;
-        if n > 0 {
-            info!(
-                job,
-                instances = n,
-                "cancelled workflow instances resubmitted"
-            );
-        }
-        Ok(n)
+        self.resubmit_ended(cx, job, St::Cancelled)
     }
 
     fn cancel(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
