@@ -25,8 +25,9 @@
 //! each job it names so has ended **failed** or **cancelled**, and is cancelled if one of them
 //! **completes** — for a job that handles a failure.
 //!
-//! Nothing here is stored beyond the job row's `after` lists, `held` flag and `begin_ms`: whether a job still waits is derived
-//! from the states of the jobs it names, after a restart as at any other time. So a job that
+//! Nothing here is stored beyond the job row's `after` lists, `held` flag and `begin_ms`: whether
+//! a job still waits is derived from the states of the jobs it names, after a restart as at any
+//! other time. So a job that
 //! runs again (`hetsched resubmit`) makes the unfinished jobs after it wait for its new end
 //! ([`Batch::wait_again_on`]), as a restart would. A purged job
 //! counts as completed: only finished jobs are purged, and a job that ended failed or cancelled
