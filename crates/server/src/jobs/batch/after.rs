@@ -27,11 +27,11 @@
 //!
 //! Nothing here is stored beyond the job row's `after` lists, `held` flag and `begin_ms`: whether
 //! a job still waits is derived from the states of the jobs it names, after a restart as at any
-//! other time. So a job that
-//! runs again (`hetsched resubmit`) makes the unfinished jobs after it wait for its new end
-//! ([`Batch::wait_again_on`]), as a restart would. A purged job
-//! counts as completed: only finished jobs are purged, and a job that ended failed or cancelled
-//! has already cancelled its waiting dependants in the transaction that recorded its end.
+//! other time. So a job that runs again (`hetsched resubmit`) makes the unfinished jobs after it
+//! wait for its new end ([`Batch::wait_again_on`]), as a restart would. A purged job counts as
+//! completed for `--after` and `--after-any`, and as failed for `--after-notok`: only finished
+//! jobs are purged, and a job's end cancelled, in the transaction that recorded it, each waiting
+//! job it can no longer satisfy.
 
 use super::{Batch, Ctx, TaskId};
 use crate::state::StateError;
