@@ -325,7 +325,7 @@ fn a_divisible_jobs_chunks_are_listed_with_links_to_their_output() {
 }
 
 /// A running multi-node task's row names its first node, how many more it holds, and all of them
-/// on hover.
+/// on hover; a job whose begin time has not come is listed `deferred`, saying when on hover.
 #[test]
 fn a_running_multi_node_task_shows_its_first_node_and_the_others_on_hover() {
     let mut c = Cluster::start("dashboard-multi-node", true);
@@ -334,11 +334,13 @@ fn a_running_multi_node_task_shows_its_first_node_and_the_others_on_hover() {
     c.start_agent("a", 1, &[]);
     c.start_agent("b", 1, &[]);
     c.wait_for_nodes(2);
+    // Job 1 begins in an hour; job 2 (the newest, shown) runs on both nodes.
+    c.ok(&["submit", "--begin", "now+1h", "--", "true"]);
     c.ok(&["submit", "--nodes", "2", "--", "sleep", "60"]);
     wait_until(
         "the multi-node task to run",
         Duration::from_secs(20),
-        || c.json(&["tasks", "--job", "1"])[0]["state"] == "running",
+        || c.json(&["tasks", "--job", "2"])[0]["state"] == "running",
     );
     // A drain's reason is on the node's badge, as text.
     c.ok(&["node", "drain", "a", "--reason", "fan <b>"]);
@@ -358,7 +360,7 @@ fn a_running_multi_node_task_shows_its_first_node_and_the_others_on_hover() {
     );
     assert_eq!(
         dom.matches(
-            "<div class=\"held\" title=\"held whole for a multi-node task\">held for task 0 of job 1 (`sleep`)</div>"
+            "<div class=\"held\" title=\"held whole for a multi-node task\">held for task 1 of job 2 (`sleep`)</div>"
         )
         .count(),
         2,
@@ -368,7 +370,12 @@ fn a_running_multi_node_task_shows_its_first_node_and_the_others_on_hover() {
         dom.contains("<span class=\"badge\" title=\"fan &lt;b&gt;\">drained: fan &lt;b&gt;</span>"),
         "a's card says why it is drained: {dom}"
     );
-    c.ok(&["cancel", "1"]);
+    assert!(
+        dom.contains("<td class=\"state-deferred\" title=\"begins at ")
+            && dom.contains("\">deferred</td>"),
+        "job 1 is deferred: {dom}"
+    );
+    c.ok(&["cancel", "1,2"]);
 }
 
 /// The task rows the page shows: (task id, state) of each.
