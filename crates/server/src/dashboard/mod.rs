@@ -324,6 +324,8 @@ impl Dashboard {
             "jobs": jobs.iter().map(|j| serde_json::json!({
                 "id": j.id, "state": j.state, "tasks": j.tasks, "counts": j.counts,
                 "name": j.name, "waiting": j.waiting, "held": j.held, "deferred": j.deferred,
+                // The row's hover says why it waits, live as on the first load.
+                "pending_reason": j.pending_reason,
             })).collect::<Vec<_>>(),
             "nodes": nodes.iter().map(|n| serde_json::json!({
                 "name": n.name, "rack": n.rack, "alive": n.alive, "running": n.running,
