@@ -97,10 +97,15 @@ pub fn check_requirement(req: &str) -> Result<(), String> {
 /// name) and lacks each one named after `!`. A node not known by name meets no `node:NAME` and
 /// every `!node:NAME`.
 pub fn meets(name: Option<&str>, attributes: &[String], required: &[String]) -> bool {
-    let has = |a: &str| match a.strip_prefix(NODE_NAME_PREFIX) {
+    meets_by(required, |a| match a.strip_prefix(NODE_NAME_PREFIX) {
         Some(n) => name == Some(n),
         None => attributes.iter().any(|x| x == a),
-    };
+    })
+}
+
+/// Whether a node with the attributes `has` says it has meets every requirement of
+/// `required`: the one reading of `!` ([`meets`], [`Node::has_attributes`]).
+fn meets_by(required: &[String], has: impl Fn(&str) -> bool) -> bool {
     required.iter().all(|r| match r.strip_prefix(NOT_PREFIX) {
         Some(lacked) => !has(lacked),
         None => has(r),
@@ -208,10 +213,7 @@ impl Node {
     /// attribute named (`gpu` when it has accelerators, `node:NAME` when that is its name) and
     /// lacks each one named after `!`.
     pub fn has_attributes(&self, required: &[String]) -> bool {
-        required.iter().all(|r| match r.strip_prefix(NOT_PREFIX) {
-            Some(lacked) => !self.has_attribute(lacked),
-            None => self.has_attribute(r),
-        })
+        meets_by(required, |a| self.has_attribute(a))
     }
 
     /// Whether the node has attribute `a`: its own, `gpu` with accelerators, `node:` + its name.
