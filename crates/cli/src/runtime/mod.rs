@@ -60,17 +60,18 @@ pub enum RuntimeCommand {
         /// file's path; for a command, the command as typed).
         #[arg(long)]
         name: Option<String>,
-        /// Run after these batch jobs (ids or `last`; repeat the flag or separate with commas):
+        /// Run after these jobs — batch jobs, workflows or divisible jobs (ids or `last`; repeat
+        /// the flag or separate with commas):
         /// the tasks wait until every one of them has completed, and the job is cancelled if
         /// one ends failed or cancelled (Slurm's `--dependency=afterok`).
         #[arg(long, value_name = "JOB", value_delimiter = ',')]
         after: Vec<JobRef>,
-        /// Run after these batch jobs have ended, however they ended — completed, failed or
+        /// Run after these jobs (of any kind) have ended, however they ended — completed, failed or
         /// cancelled (ids or `last`; Slurm's `--dependency=afterany`): for a job that gathers or
         /// cleans up what the others left.
         #[arg(long, value_name = "JOB", value_delimiter = ',')]
         after_any: Vec<JobRef>,
-        /// Run after these batch jobs have ended failed or cancelled (ids or `last`; Slurm's
+        /// Run after these jobs (of any kind) have ended failed or cancelled (ids or `last`; Slurm's
         /// `--dependency=afternotok`): for a job that handles a failure; it is cancelled if one
         /// of them completes.
         #[arg(long, value_name = "JOB", value_delimiter = ',')]

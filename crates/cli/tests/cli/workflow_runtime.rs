@@ -778,3 +778,65 @@ fn instances_go_only_to_nodes_with_time_left_for_their_time_limit() {
         0
     );
 }
+
+/// A batch job after a workflow (a post-processing step, `submit --after WORKFLOW`): it is
+/// listed waiting for the workflow while the workflow runs, runs once the workflow completed,
+/// and a job after the workflow's failure (`--after-notok`) is then cancelled.
+#[test]
+fn a_batch_job_after_a_workflow_waits_for_it_and_runs_once_it_completed() {
+    let mut c = Cluster::start("wf-after", false);
+    c.start_agent("n1", 2, &[]);
+    c.wait_for_nodes(1);
+    let gate = c.dir.join("gate");
+    let file = c.write(
+        "wf.toml",
+        &r#"
+balancer = "centralised"
+
+[[task]]
+name = "src"
+instances = 2
+cost = "1s"
+outputs = ["s"]
+command = "while [ ! -e GATE ]; do sleep 0.05; done; echo {index} > {output:s}"
+"#
+        .replace("GATE", &gate.display().to_string()),
+    );
+    let wf = submit(&c, &file);
+    // Job ids are one sequence across kinds: the workflow is job 1.
+    c.ok(&[
+        "submit",
+        "--after",
+        &wf.to_string(),
+        "--shell",
+        "--",
+        "touch post",
+    ]);
+    c.ok(&[
+        "submit",
+        "--after-notok",
+        &wf.to_string(),
+        "--shell",
+        "--",
+        "touch fallback",
+    ]);
+    let (post, fallback) = (wf + 1, wf + 2);
+    let shown = c.json(&["job", &post.to_string()]);
+    assert_eq!(shown["waiting"], true, "{shown}");
+    assert_eq!(shown["after"], serde_json::json!([wf]), "{shown}");
+    let said = c.ok(&["job", &post.to_string()]);
+    assert!(
+        said.contains(&format!("runs after job {wf} (once completed): waiting")),
+        "{said}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!c.dir.join("post").exists(), "it waits for the workflow");
+    std::fs::write(&gate, b"").expect("gate");
+    let v = wait_done(&c, wf, Duration::from_secs(30));
+    assert_eq!(v["state"], "completed", "{v}");
+    c.ok(&["wait", &post.to_string(), "--timeout", "20s"]);
+    assert!(c.dir.join("post").exists());
+    let v = wait_done(&c, fallback, Duration::from_secs(10));
+    assert_eq!(v["state"], "cancelled", "{v}");
+    assert!(!c.dir.join("fallback").exists());
+}

@@ -339,6 +339,9 @@ pub struct Batch {
     /// Jobs whose tasks wait for the jobs they run after (`submit --after`), or held by a user
     /// (`hetsched hold`; see [`after`]).
     waiting: after::Waiting,
+    /// Jobs of other kinds (workflows, divisible jobs) that unfinished batch jobs run after, as
+    /// the state last told how they stand ([`Batch::foreign_end`]).
+    foreign: BTreeMap<u64, after::Foreign>,
     /// Jobs held or released since the last commit.
     held_changed: Vec<(u64, bool)>,
     /// Jobs whose begin time `hetsched update --begin` moved since the last commit.
@@ -431,6 +434,7 @@ impl Batch {
             cancelled: Vec::new(),
             revived: Vec::new(),
             waiting: after::Waiting::default(),
+            foreign: BTreeMap::new(),
             held_changed: Vec::new(),
             begin_changed: Vec::new(),
             multi: multi_node::MultiNode::default(),
@@ -943,7 +947,9 @@ impl Batch {
         let names: Vec<(u32, String)> = apps.iter().map(|a| (a.id.0, a.name.clone())).collect();
         cx.store.insert_job(&row, &names, &rows)?;
         self.tasks.extend(rows);
+        let named: Vec<u64> = row.named_jobs().collect();
         self.install(cx, row, Installable::new(&w, apps))?;
+        self.name_foreign(id, named.into_iter());
         // Runs after jobs that already completed: queued at once (and woken for below); a job
         // that waits wakes no agent.
         self.settle_waiting(cx)?;

@@ -1440,6 +1440,19 @@ impl JobKind for Divisible {
         self.purged.contains_key(&id)
     }
 
+    fn job_end(&self, id: u64) -> Option<super::JobEnd> {
+        use super::JobEnd;
+        if self.is_purged(id) {
+            return Some(JobEnd::Purged);
+        }
+        Some(match self.jobs.get(&id)?.state.as_str() {
+            "completed" => JobEnd::Completed,
+            "failed" => JobEnd::Failed,
+            "cancelled" => JobEnd::Cancelled,
+            _ => JobEnd::Unfinished,
+        })
+    }
+
     fn purged(&mut self, _cx: &mut Ctx, ids: &[u64]) {
         for &id in ids {
             let Some(job) = self.jobs.remove(&id) else {

@@ -298,6 +298,22 @@ impl<'r> Outbox<'r> {
     }
 }
 
+/// How a job stands for the batch jobs that run after it (`submit --after`, `--after-any`,
+/// `--after-notok`), whatever its kind ([`JobKind::job_end`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobEnd {
+    /// Pending or running.
+    Unfinished,
+    /// Every task (unit, instance) succeeded.
+    Completed,
+    /// Ended with a failed task.
+    Failed,
+    /// Cancelled (as a whole, or some of its tasks one by one).
+    Cancelled,
+    /// Purged: it had finished, and how is not kept.
+    Purged,
+}
+
 /// What the state asks of every job kind (see the module documentation for the whole contract).
 pub trait JobKind: Send {
     /// Which kind this is.
@@ -458,6 +474,13 @@ pub trait JobKind: Send {
     /// a job left in their work directories.
     fn is_purged(&self, _id: u64) -> bool {
         false
+    }
+
+    /// How job `id` of this kind stands, for batch jobs that run after it (`None`: not a job of
+    /// this kind, or one no job may run after). Asked after every event that changed this
+    /// kind while a batch job names one of its jobs, so it should be cheap while the job runs.
+    fn job_end(&self, _id: u64) -> Option<JobEnd> {
+        None
     }
 
     /// This kind's applications kept off `node`, for the node listing.

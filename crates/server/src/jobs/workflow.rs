@@ -2139,6 +2139,23 @@ impl JobKind for Workflows {
         self.purged.contains(&(id & ((1 << super::KIND_SHIFT) - 1)))
     }
 
+    /// A running workflow answers from its last instances (cheap); a finished one from all.
+    fn job_end(&self, id: u64) -> Option<super::JobEnd> {
+        use super::JobEnd;
+        if self.is_purged(id) {
+            return Some(JobEnd::Purged);
+        }
+        let j = self.jobs.get(&(id & ((1 << super::KIND_SHIFT) - 1)))?;
+        if !j.finished() {
+            return Some(JobEnd::Unfinished);
+        }
+        Some(match j.state() {
+            "completed" => JobEnd::Completed,
+            "cancelled" => JobEnd::Cancelled,
+            _ => JobEnd::Failed,
+        })
+    }
+
     fn purged(&mut self, _cx: &mut Ctx, ids: &[u64]) {
         for &id in ids {
             let seq = id & ((1 << super::KIND_SHIFT) - 1);

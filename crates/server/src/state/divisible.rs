@@ -27,6 +27,8 @@ impl State {
         // Until it holds an ask open, the agent lives by its calls.
         self.agent_may_be_lost();
         self.commit()?;
+        // A job this ended (its workers gone) may release batch jobs that run after it.
+        self.wake(None);
         Ok(reply)
     }
 
@@ -51,6 +53,8 @@ impl State {
         }
         let recorded = self.jobs.divisible.record(h, tmp)?;
         self.commit()?;
+        // Its last chunk may release batch jobs that run after the job: their agents are woken.
+        self.wake(None);
         Ok(recorded)
     }
 

@@ -270,7 +270,9 @@ impl State {
         // Stream workers outlive a restart: the placements' workers hold their cores until their
         // agents' first syncs say what runs.
         jobs.topology.rebook(&mut view, &nodes);
-        Ok(State {
+        // Batch jobs after workflows and divisible jobs: told how those stand below.
+        jobs.batch.index_foreign();
+        let mut state = State {
             store,
             view,
             nodes,
@@ -290,7 +292,9 @@ impl State {
             purge_epoch: now_ns().max(1),
             allocations: None,
             paused_queues,
-        })
+        };
+        state.settle_foreign(true)?;
+        Ok(state)
     }
 
     /// A receiver that sees every later commit (see the `commits` field).
@@ -532,6 +536,9 @@ impl State {
         for t in lost {
             self.lose(t, "the task vanished from its node")?;
         }
+        // A workflow or divisible job these results ended releases the batch jobs that run
+        // after it now, so that this reply can carry their tasks.
+        self.settle_foreign(false)?;
         // Cores released above may owe a prefetch debt: no kind sees them free.
         self.nodes.prefetch.repay_all(&mut self.view);
         self.nodes.set_now(&mut self.view, Instant::now());
@@ -612,6 +619,10 @@ impl State {
     /// holds exactly what was committed before — and dispatch pauses until the store accepts
     /// writes again: nothing is acknowledged, assigned, lost or failed meanwhile.
     fn commit(&mut self) -> Result<(), StateError> {
+        if let Err(e) = self.settle_foreign(false) {
+            self.roll_back(&e);
+            return Err(e);
+        }
         if !self.jobs.all().iter().any(|k| k.has_changes()) {
             return Ok(());
         }
@@ -642,6 +653,32 @@ impl State {
                 Err(e.into())
             }
         }
+    }
+
+    /// Tells the batch kind how the workflows and divisible jobs its unfinished jobs run after
+    /// stand (`jobs::batch::after`, *Jobs of other kinds*): after an event that changed one of
+    /// those kinds (`always`: after a restart), before the event's transaction, so what their
+    /// end releases or cancels is stored with it. Nothing to do, and no look, when no batch
+    /// job names such a job.
+    fn settle_foreign(&mut self, always: bool) -> Result<(), StateError> {
+        if !self.jobs.batch.has_foreign()
+            || !(always
+                || self
+                    .jobs
+                    .all()
+                    .iter()
+                    .any(|k| k.kind() != Kind::Batch && k.has_changes()))
+        {
+            return Ok(());
+        }
+        for id in self.jobs.batch.foreign_jobs() {
+            let end = self
+                .ids
+                .kind(id)
+                .and_then(|k| self.jobs.of_kind(k).job_end(id));
+            self.jobs.batch.foreign_end(&mut ctx!(self), id, end)?;
+        }
+        Ok(())
     }
 
     /// Undoes every change to memory since the last commit by rebuilding the state from the
@@ -842,19 +879,24 @@ impl State {
     /// The job gets the next id of the one sequence shared by every kind ([`job_ids`]).
     pub fn on_submit(&mut self, sub: Submission) -> Result<Submitted, StateError> {
         crate::limits::submission(&sub).map_err(StateError::Invalid)?;
-        // `--after` and `--after-any` name batch jobs; the batch kind checks how they stand.
+        // `--after`, `--after-any` and `--after-notok` name batch jobs, workflows or divisible
+        // jobs; the batch kind checks how they stand, told how the others do.
         let named = (sub.after.iter().map(|&j| ("--after", j)))
             .chain(sub.after_any.iter().map(|&j| ("--after-any", j)))
             .chain(sub.after_notok.iter().map(|&j| ("--after-notok", j)));
         for (flag, job) in named {
             match self.ids.kind(job) {
                 Some(Kind::Batch) => {}
-                Some(k) => {
-                    return Err(StateError::Invalid(format!(
-                        "{flag}: job {job} is a {} job; a job runs after batch jobs only",
-                        k.as_str()
-                    )));
-                }
+                Some(k) => match self.jobs.of_kind(k).job_end(job) {
+                    Some(end) => self.jobs.batch.note_foreign(job, end),
+                    None => {
+                        return Err(StateError::Invalid(format!(
+                            "{flag}: job {job} is a {} job; a job runs after batch jobs, \
+                             workflows and divisible jobs",
+                            k.as_str()
+                        )));
+                    }
+                },
                 None => return Err(StateError::Invalid(format!("{flag}: no job {job}"))),
             }
         }

@@ -323,7 +323,7 @@ fn a_restarted_server_keeps_waiting_jobs_waiting_and_released_ones_queued() {
 }
 
 #[test]
-fn after_names_earlier_batch_jobs_only_and_at_most_sixty_four() {
+fn after_names_earlier_jobs_and_at_most_sixty_four() {
     let d = common::scratch("after", "refused");
     let mut s = open(&d.0);
     let first = submit(&mut s, 1, &[]).expect("submit");
@@ -657,4 +657,213 @@ fn a_job_after_a_failure_runs_when_it_fails_and_is_cancelled_when_it_completes()
         e.contains("was purged, and how it ended is not kept"),
         "{e}"
     );
+}
+
+/// A batch job of `tasks` tasks run after `after` completed, `after_any` ended and
+/// `after_notok` failed or was cancelled.
+fn submit_after_all(
+    s: &mut State,
+    tasks: u32,
+    after: &[u64],
+    after_any: &[u64],
+    after_notok: &[u64],
+) -> Result<u64, String> {
+    s.on_submit(Submission {
+        origin: "job.toml".into(),
+        text: job_text(tasks, "true"),
+        workdir: "/".into(),
+        after: after.to_vec(),
+        after_any: after_any.to_vec(),
+        after_notok: after_notok.to_vec(),
+        ..Default::default()
+    })
+    .map(|d| d.job_id)
+    .map_err(|e| e.to_string())
+}
+
+/// The job of each dispatched task, among `jobs` (their listings).
+fn jobs_among(s: &State, tasks: &[(u64, u32)], jobs: &[u64]) -> Vec<u64> {
+    tasks
+        .iter()
+        .map(|(t, _)| {
+            *jobs
+                .iter()
+                .find(|&&j| s.tasks(j).expect("tasks").tasks.iter().any(|i| i.id == *t))
+                .expect("a task of one of them")
+        })
+        .collect()
+}
+
+/// The message of job `job`'s first task.
+fn first_message(s: &State, job: u64) -> String {
+    s.tasks(job).expect("tasks").tasks[0].message.clone()
+}
+
+/// Batch jobs run after a divisible job or a workflow (a post-processing step): they wait while
+/// it runs, across a restart; its end releases or cancels them in the event that recorded it
+/// (`--after` and `--after-any` queued and `--after-notok` cancelled when it completes; the
+/// reverse when it is cancelled); a workflow that runs again makes the unfinished ones wait for
+/// its new end.
+#[test]
+fn batch_jobs_after_a_divisible_job_or_a_workflow_wait_for_its_end_across_a_restart() {
+    use hetsched_server::jobs::divisible::{ChunkRequest, ChunkResult};
+    let d = common::scratch("after", "other-kinds");
+    let (divisible, [ok, any, notok]) = {
+        let mut s = open(&d.0);
+        let mut n = Agent::new(&mut s, 8);
+        let divisible = s
+            .on_submit(Submission {
+                origin: "rows.toml".into(),
+                text:
+                    "[[divisible]]\nname = \"rows\"\nunits = 40\ncommand = \"echo {start} {end}\"\n"
+                        .into(),
+                workdir: "/".into(),
+                ..Default::default()
+            })
+            .expect("divisible job")
+            .job_id;
+        let ok = submit_after_all(&mut s, 2, &[divisible], &[], &[]).expect("after");
+        let any = submit_after_all(&mut s, 1, &[], &[divisible], &[]).expect("after-any");
+        let notok = submit_after_all(&mut s, 1, &[], &[], &[divisible]).expect("after-notok");
+        for j in [ok, any, notok] {
+            let info = s.job(j).expect("job");
+            assert!(info.waiting, "job {j} waits for the divisible job");
+            assert_eq!(info.pending_reason, format!("waiting for job {divisible}"));
+        }
+        assert!(
+            n.beat(&mut s, &[]).is_empty(),
+            "nothing runs before it ends"
+        );
+        (divisible, [ok, any, notok])
+    };
+    // A restart: they still wait.
+    let mut s = open(&d.0);
+    let mut n = Agent::new(&mut s, 8);
+    for j in [ok, any, notok] {
+        assert!(s.job(j).expect("job").waiting, "job {j} still waits");
+    }
+    assert!(n.beat(&mut s, &[]).is_empty());
+    // The divisible job runs to its end, chunk by chunk, as its worker would run it.
+    let ask = |s: &mut State| {
+        s.on_next_chunk(ChunkRequest {
+            name: "w".into(),
+            memory_bytes: 1 << 30,
+            incarnation: "i1".into(),
+            holding: Vec::new(),
+            room: true,
+            attributes: Vec::new(),
+            drained: false,
+            time_left: None,
+        })
+        .expect("next chunk")
+        .orders
+        .iter()
+        .map(|o| o.chunk)
+        .collect::<Vec<u64>>()
+    };
+    for _ in 0..200 {
+        if s.job(divisible).expect("job").state != "running" {
+            break;
+        }
+        for chunk in ask(&mut s) {
+            assert!(s.job(ok).expect("job").waiting, "waits while chunks run");
+            let out = d.0.join(format!("chunk-{chunk}.out"));
+            std::fs::write(&out, b"x\n").expect("output");
+            let done = ChunkResult {
+                job_id: divisible,
+                chunk,
+                success: true,
+                message: String::new(),
+                transfer_ns: 1_000,
+                compute_ns: 1_000_000,
+            };
+            s.on_chunk_done(&done, Some(&out)).expect("recorded");
+        }
+    }
+    assert_eq!(s.job(divisible).expect("job").state, "completed");
+    // Settled in the event that recorded the last chunk.
+    assert!(!s.job(ok).expect("job").waiting);
+    assert!(!s.job(any).expect("job").waiting);
+    assert_eq!(s.job(notok).expect("job").state, "cancelled");
+    assert_eq!(
+        first_message(&s, notok),
+        format!("cancelled: job {divisible}, which this job runs after the failure of, completed")
+    );
+    let sent = n.beat(&mut s, &[]);
+    let mut ran = jobs_of(&s, &sent);
+    ran.sort_unstable();
+    assert_eq!(ran, vec![ok, ok, any]);
+    let done: Vec<(u64, u32, bool)> = sent.iter().map(|&(t, a)| (t, a, true)).collect();
+    assert!(n.beat(&mut s, &done).is_empty());
+    // Refused: an `--after-notok` of the completed divisible job.
+    let e = submit_after_all(&mut s, 1, &[], &[], &[divisible]).expect_err("completed");
+    assert!(
+        e.contains(&format!("--after-notok: job {divisible} completed")),
+        "{e}"
+    );
+
+    // A workflow of two instances: `--after`, `--after-any` and `--after-notok` jobs after it.
+    let workflow = s
+        .on_submit(Submission {
+            origin: "wf.toml".into(),
+            text: "balancer = \"centralised\"\n[[task]]\nname = \"A\"\ninstances = 2\ncommand = \"true\"\n"
+                .into(),
+            workdir: "/".into(),
+            ..Default::default()
+        })
+        .expect("workflow")
+        .job_id;
+    let ok = submit_after_all(&mut s, 1, &[workflow], &[], &[]).expect("after");
+    let any = submit_after_all(&mut s, 1, &[], &[workflow], &[]).expect("after-any");
+    let notok = submit_after_all(&mut s, 1, &[], &[], &[workflow]).expect("after-notok");
+    let instances = n.beat(&mut s, &[]);
+    let kinds = [workflow, ok, any, notok];
+    assert_eq!(jobs_among(&s, &instances, &kinds), vec![workflow, workflow]);
+    // One instance succeeds, the other is cancelled: the workflow ended cancelled.
+    assert!(
+        n.beat(&mut s, &[(instances[0].0, instances[0].1, true)])
+            .is_empty()
+    );
+    let second = s.tasks(workflow).expect("tasks").tasks[1].index.to_string();
+    s.cancel_tasks(workflow, "A", &second).expect("cancel one");
+    assert_eq!(s.job(workflow).expect("job").state, "cancelled");
+    assert_eq!(s.job(ok).expect("job").state, "cancelled");
+    assert_eq!(
+        first_message(&s, ok),
+        format!("cancelled: job {workflow}, which this job runs after, ended cancelled")
+    );
+    assert!(!s.job(any).expect("job").waiting);
+    assert!(!s.job(notok).expect("job").waiting);
+    // Run again (`resubmit --cancelled`): the unfinished jobs after it wait for its new end,
+    // also across a restart.
+    s.on_resubmit_ended(workflow, false, true)
+        .expect("resubmit");
+    for j in [any, notok] {
+        assert!(s.job(j).expect("job").waiting, "job {j} waits again");
+    }
+    drop(s);
+    let mut s = open(&d.0);
+    let mut n = Agent::new(&mut s, 8);
+    for j in [any, notok] {
+        assert!(
+            s.job(j).expect("job").waiting,
+            "job {j} waits after a restart"
+        );
+    }
+    let again = n.beat(&mut s, &[]);
+    assert_eq!(
+        jobs_among(&s, &again, &kinds),
+        vec![workflow],
+        "only the workflow runs"
+    );
+    // It completes: the `--after-any` job runs in the reply that recorded it, the
+    // `--after-notok` one is cancelled.
+    let released = n.beat(&mut s, &[(again[0].0, again[0].1, true)]);
+    assert_eq!(s.job(workflow).expect("job").state, "completed");
+    assert_eq!(jobs_among(&s, &released, &kinds), vec![any]);
+    assert_eq!(s.job(notok).expect("job").state, "cancelled");
+
+    // A job that does not exist is refused, naming it.
+    let e = submit_after_all(&mut s, 1, &[999], &[], &[]).expect_err("no job");
+    assert!(e.contains("--after: no job 999"), "{e}");
 }

@@ -1,7 +1,8 @@
 //! Jobs that run after other jobs (`hetsched submit --after JOB`, Slurm's `afterok`, and
 //! `--after-any JOB`, Slurm's `afterany`).
 //!
-//! A batch job may name up to [`MAX_AFTER`] earlier batch jobs. Its tasks are stored as pending
+//! A batch job may name up to [`MAX_AFTER`] earlier jobs: batch jobs, workflows and divisible
+//! jobs (of another kind, see *Jobs of other kinds* below). Its tasks are stored as pending
 //! like any job's, but they are kept out of the scheduler's queues ("waiting") until every job
 //! it names `--after` has **completed** (each of its tasks succeeded) and every job it names
 //! `--after-any` has **ended** (completed, failed or cancelled); then they join their
@@ -32,8 +33,18 @@
 //! completed for `--after` and `--after-any`, and as failed for `--after-notok`: only finished
 //! jobs are purged, and a job's end cancelled, in the transaction that recorded it, each waiting
 //! job it can no longer satisfy.
+//!
+//! **Jobs of other kinds.** A batch job may run after a workflow or a divisible job (a
+//! post-processing step after a workflow, say). The batch kind never sees another kind's jobs:
+//! the state tells it how each such job stands ([`crate::jobs::JobEnd`]) when a batch job names
+//! it at submission, after a restart, and after every event that changed a workflow or a
+//! divisible job while an unfinished batch job names one ([`Batch::foreign_end`]) — in that
+//! event, before its transaction, so a job's end and what it releases or cancels are stored
+//! together. Those answers are kept in memory only ([`Foreign`]), for as long as an unfinished
+//! batch job names the job; they are asked again after a restart.
 
 use super::{Batch, Ctx, TaskId};
+use crate::jobs::JobEnd;
 use crate::state::StateError;
 use crate::store::TaskState;
 use hetsched_core::AppId;
@@ -194,7 +205,17 @@ impl Waiting {
     }
 }
 
+/// A job of another kind that unfinished batch jobs run after.
+#[derive(Debug)]
+pub(super) struct Foreign {
+    /// How it stands, as the state last told.
+    end: JobEnd,
+    /// The batch jobs that name it and had not ended when last looked at.
+    by: Vec<u64>,
+}
+
 /// How a job named in `after` stands.
+#[derive(Clone, Copy)]
 pub(super) enum Outcome {
     /// Completed (or purged: only finished jobs are).
     Completed,
@@ -241,16 +262,14 @@ impl Batch {
             )));
         }
         for &id in &notok {
-            if self.retention.is_purged(id) {
+            if self.purged_anywhere(id) {
                 return Err(StateError::Invalid(format!(
                     "--after-notok: job {id} was purged, and how it ended is not kept"
                 )));
             }
             match self.outcome_of(id) {
                 None => {
-                    return Err(StateError::Invalid(format!(
-                        "--after-notok: no batch job {id}"
-                    )));
+                    return Err(StateError::Invalid(format!("--after-notok: no job {id}")));
                 }
                 Some(Outcome::Completed) => {
                     return Err(StateError::Invalid(format!(
@@ -262,14 +281,12 @@ impl Batch {
             }
         }
         if let Some(&id) = any.iter().find(|&&id| self.outcome_of(id).is_none()) {
-            return Err(StateError::Invalid(format!(
-                "--after-any: no batch job {id}"
-            )));
+            return Err(StateError::Invalid(format!("--after-any: no job {id}")));
         }
         for &id in &ids {
             match self.outcome_of(id) {
                 None => {
-                    return Err(StateError::Invalid(format!("--after: no batch job {id}")));
+                    return Err(StateError::Invalid(format!("--after: no job {id}")));
                 }
                 Some(Outcome::Ended(state)) => {
                     return Err(StateError::Invalid(format!(
@@ -298,18 +315,132 @@ impl Batch {
         Some(std::time::Instant::now() + std::time::Duration::from_millis(b.saturating_sub(now_ms)))
     }
 
-    /// How batch job `id` stands (`None`: no such batch job).
+    /// How job `id` stands: a batch job, or one of another kind as the state last told
+    /// (`None`: neither).
     pub(super) fn outcome_of(&self, id: u64) -> Option<Outcome> {
         if self.retention.is_purged(id) {
             return Some(Outcome::Completed);
         }
-        let j = self.job_rec(id)?;
+        let Some(j) = self.job_rec(id) else {
+            return self.foreign.get(&id).map(|f| match f.end {
+                JobEnd::Unfinished => Outcome::Unfinished,
+                JobEnd::Completed | JobEnd::Purged => Outcome::Completed,
+                JobEnd::Failed => Outcome::Ended("failed"),
+                JobEnd::Cancelled => Outcome::Ended("cancelled"),
+            });
+        };
         Some(match self.job_state(j) {
             "completed" => Outcome::Completed,
             "failed" => Outcome::Ended("failed"),
             "cancelled" => Outcome::Ended("cancelled"),
             _ => Outcome::Unfinished,
         })
+    }
+
+    /// Whether job `id` (a batch job, or one of another kind as last told) was purged.
+    fn purged_anywhere(&self, id: u64) -> bool {
+        self.retention.is_purged(id)
+            || self
+                .foreign
+                .get(&id)
+                .is_some_and(|f| f.end == JobEnd::Purged)
+    }
+
+    /// A submission names job `id` of another kind, which stands at `end`: its checks read it
+    /// ([`Batch::check_after`]), and the job submitted is listed as naming it.
+    /// (One listed already keeps its end: the state told it after the event that changed it.)
+    pub fn note_foreign(&mut self, id: u64, end: JobEnd) {
+        self.foreign.entry(id).or_insert(Foreign {
+            end,
+            by: Vec::new(),
+        });
+    }
+
+    /// Batch job `job` (just submitted) names the jobs of other kinds among `named`.
+    pub(super) fn name_foreign(&mut self, job: u64, named: impl Iterator<Item = u64>) {
+        for id in named {
+            if let Some(f) = self.foreign.get_mut(&id)
+                && !f.by.contains(&job)
+            {
+                f.by.push(job);
+            }
+        }
+    }
+
+    /// After a restart: lists every job that an unfinished batch job names and that is not a
+    /// batch job, as unfinished (as the restore took it), with the jobs naming it. The state
+    /// then tells how each stands ([`Batch::foreign_end`]).
+    pub fn index_foreign(&mut self) {
+        let mut found: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        for j in &self.jobs {
+            if !matches!(self.job_state(j), "pending" | "running") {
+                continue;
+            }
+            for d in j.row.named_jobs() {
+                if self.job_rec(d).is_none() && !self.retention.is_purged(d) {
+                    let by = found.entry(d).or_default();
+                    if !by.contains(&j.row.id) {
+                        by.push(j.row.id);
+                    }
+                }
+            }
+        }
+        self.foreign = found
+            .into_iter()
+            .map(|(id, by)| {
+                let end = JobEnd::Unfinished;
+                (id, Foreign { end, by })
+            })
+            .collect();
+    }
+
+    /// Whether an unfinished batch job may run after a job of another kind.
+    pub fn has_foreign(&self) -> bool {
+        !self.foreign.is_empty()
+    }
+
+    /// The jobs of other kinds that unfinished batch jobs name (usually none).
+    pub fn foreign_jobs(&self) -> Vec<u64> {
+        self.foreign.keys().copied().collect()
+    }
+
+    /// Job `id` of another kind stands at `end` now (`None`: gone, as purged). When it ended,
+    /// the batch jobs waiting on it are settled (released or cancelled) in this event; when it
+    /// runs again (`hetsched resubmit`), the unfinished ones after it wait for its new end
+    /// ([`Batch::wait_again_on`]). Once no unfinished batch job names it, it is forgotten.
+    pub fn foreign_end(
+        &mut self,
+        cx: &mut Ctx,
+        id: u64,
+        end: Option<JobEnd>,
+    ) -> Result<(), StateError> {
+        let end = end.unwrap_or(JobEnd::Purged);
+        let Some(mut by) = self.foreign.get_mut(&id).map(|f| std::mem::take(&mut f.by)) else {
+            return Ok(());
+        };
+        by.retain(|&b| {
+            self.job_rec(b)
+                .is_some_and(|j| matches!(self.job_state(j), "pending" | "running"))
+        });
+        if by.is_empty() {
+            self.foreign.remove(&id);
+            return Ok(());
+        }
+        let Some(f) = self.foreign.get_mut(&id) else {
+            return Ok(());
+        };
+        f.by = by;
+        let was = std::mem::replace(&mut f.end, end);
+        if was == end {
+            return Ok(());
+        }
+        if end == JobEnd::Unfinished {
+            self.wait_again_on(cx, id);
+        } else if was == JobEnd::Unfinished {
+            self.waiting.job_ended(id);
+            self.settle_waiting(cx)?;
+        }
+        Ok(())
     }
 
     /// Looks at the waiting jobs that are due (a job they name had a task end, or they were just
@@ -356,10 +487,7 @@ impl Batch {
             // checked not purged at submission, and one that completed cancelled this job in
             // the event that recorded its end).
             let mut completed = None;
-            for &d in after_notok
-                .iter()
-                .filter(|&&d| !self.retention.is_purged(d))
-            {
+            for &d in after_notok.iter().filter(|&&d| !self.purged_anywhere(d)) {
                 match self.outcome_of(d) {
                     Some(Outcome::Ended(_)) => {}
                     Some(Outcome::Completed) => {
