@@ -39,7 +39,7 @@ mod reason;
 mod retention;
 mod update;
 
-pub use after::MAX_AFTER;
+pub use crate::jobs::gate::MAX_AFTER;
 pub use reason::Capable;
 pub use retention::RETENTION_INTERVAL;
 pub use update::{Update, Updated};
@@ -855,7 +855,7 @@ impl Batch {
             ..
         } = sub;
         if let Some(b) = begin_ms {
-            after::check_begin(b, cx.now)?;
+            crate::jobs::gate::check_begin(b, cx.now)?;
         }
         // A key names its job for good, purged or not: the store's index finds it.
         let keyed = match key.as_str() {

@@ -71,6 +71,7 @@
 
 pub mod batch;
 pub mod divisible;
+pub mod gate;
 pub mod topology;
 pub mod workflow;
 

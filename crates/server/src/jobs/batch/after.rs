@@ -1,7 +1,7 @@
 //! Jobs that run after other jobs (`hetsched submit --after JOB`, Slurm's `afterok`, and
 //! `--after-any JOB`, Slurm's `afterany`).
 //!
-//! A batch job may name up to [`MAX_AFTER`] earlier jobs: batch jobs, workflows and divisible
+//! A batch job may name up to [`MAX_AFTER`](crate::jobs::gate::MAX_AFTER) earlier jobs: batch jobs, workflows and divisible
 //! jobs (of another kind, see *Jobs of other kinds* below). Its tasks are stored as pending
 //! like any job's, but they are kept out of the scheduler's queues ("waiting") until every job
 //! it names `--after` has **completed** (each of its tasks succeeded) and every job it names
@@ -45,39 +45,12 @@
 
 use super::{Batch, Ctx, TaskId};
 use crate::jobs::JobEnd;
+use crate::jobs::gate::{self, Verdict};
 use crate::state::StateError;
 use crate::store::TaskState;
 use hetsched_core::AppId;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use tracing::info;
-
-/// The jobs a submission runs after, checked: `after`, `after_any`, `after_notok`.
-pub(super) type AfterLists = (Vec<u64>, Vec<u64>, Vec<u64>);
-
-/// Most jobs one job may run after.
-pub const MAX_AFTER: usize = 64;
-
-/// The furthest ahead a begin time may be: 366 days, in ms.
-pub const MAX_BEGIN_AHEAD_MS: u64 = 366 * 24 * 3600 * 1000;
-
-/// Checks a begin time (`submit --begin`, `update --begin`; ms since the Unix epoch) against
-/// `now_ns`: at most [`MAX_BEGIN_AHEAD_MS`] ahead. A time already past is accepted (at once).
-pub(super) fn check_begin(begin_ms: u64, now_ns: u64) -> Result<(), StateError> {
-    let now_ms = now_ns / 1_000_000;
-    if begin_ms.saturating_sub(now_ms) > MAX_BEGIN_AHEAD_MS {
-        return Err(StateError::Invalid(format!(
-            "--begin: {} is more than a year ahead",
-            rfc3339(begin_ms)
-        )));
-    }
-    Ok(())
-}
-
-/// A time in ms since the Unix epoch as RFC 3339 UTC, to the second.
-pub(super) fn rfc3339(ms: u64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
-    humantime::format_rfc3339_seconds(t).to_string()
-}
 
 /// The jobs whose tasks wait, those tasks by application, and which of them to look at next.
 #[derive(Debug, Default)]
@@ -214,17 +187,6 @@ pub(super) struct Foreign {
     by: Vec<u64>,
 }
 
-/// How a job named in `after` stands.
-#[derive(Clone, Copy)]
-pub(super) enum Outcome {
-    /// Completed (or purged: only finished jobs are).
-    Completed,
-    /// Not finished yet.
-    Unfinished,
-    /// Ended `failed` or `cancelled` (the state's name).
-    Ended(&'static str),
-}
-
 impl Batch {
     /// Checks the `after`, `after_any` and `after_notok` lists of a submission against the batch
     /// jobs held: each job must exist, one named `after` must not have ended failed or
@@ -236,75 +198,13 @@ impl Batch {
         after: &[u64],
         after_any: &[u64],
         after_notok: &[u64],
-    ) -> Result<AfterLists, StateError> {
-        let mut ids = after.to_vec();
-        ids.sort_unstable();
-        ids.dedup();
-        let mut notok = after_notok.to_vec();
-        notok.sort_unstable();
-        notok.dedup();
-        if let Some(both) = notok.iter().find(|j| ids.binary_search(j).is_ok()) {
-            return Err(StateError::Invalid(format!(
-                "job {both} is named by both --after and --after-notok: the job could never start"
-            )));
-        }
-        let mut any: Vec<u64> = after_any
-            .iter()
-            .copied()
-            .filter(|j| ids.binary_search(j).is_err() && notok.binary_search(j).is_err())
-            .collect();
-        any.sort_unstable();
-        any.dedup();
-        let named = ids.len() + any.len() + notok.len();
-        if named > MAX_AFTER {
-            return Err(StateError::Invalid(format!(
-                "--after, --after-any and --after-notok name {named} jobs; at most {MAX_AFTER}"
-            )));
-        }
-        for &id in &notok {
-            if self.purged_anywhere(id) {
-                return Err(StateError::Invalid(format!(
-                    "--after-notok: job {id} was purged, and how it ended is not kept"
-                )));
-            }
-            match self.outcome_of(id) {
-                None => {
-                    return Err(StateError::Invalid(format!("--after-notok: no job {id}")));
-                }
-                Some(Outcome::Completed) => {
-                    return Err(StateError::Invalid(format!(
-                        "--after-notok: job {id} completed, so a job after its failure could \
-                         never start"
-                    )));
-                }
-                Some(Outcome::Ended(_) | Outcome::Unfinished) => {}
-            }
-        }
-        if let Some(&id) = any.iter().find(|&&id| self.outcome_of(id).is_none()) {
-            return Err(StateError::Invalid(format!("--after-any: no job {id}")));
-        }
-        for &id in &ids {
-            match self.outcome_of(id) {
-                None => {
-                    return Err(StateError::Invalid(format!("--after: no job {id}")));
-                }
-                Some(Outcome::Ended(state)) => {
-                    return Err(StateError::Invalid(format!(
-                        "--after: job {id} ended {state}, so a job after it could never start \
-                         (`hetsched resubmit {id}` runs its failed tasks again)"
-                    )));
-                }
-                Some(Outcome::Completed | Outcome::Unfinished) => {}
-            }
-        }
-        Ok((ids, any, notok))
+    ) -> Result<gate::AfterLists, StateError> {
+        gate::check_named(after, after_any, after_notok, |id| self.end_of(id))
     }
 
     /// The first job that job `j` runs after (`after` or `after_any`) and that has not ended.
     pub(super) fn first_unfinished_after(&self, j: &super::JobRec) -> Option<u64> {
-        j.row
-            .named_jobs()
-            .find(|&d| matches!(self.outcome_of(d), Some(Outcome::Unfinished) | None))
+        gate::first_unfinished(j.row.named_jobs(), |d| self.end_of(d))
     }
 
     /// When the earliest begin time still to come is (`submit --begin`): the reaper's
@@ -317,33 +217,19 @@ impl Batch {
 
     /// How job `id` stands: a batch job, or one of another kind as the state last told
     /// (`None`: neither).
-    pub(super) fn outcome_of(&self, id: u64) -> Option<Outcome> {
+    pub(super) fn end_of(&self, id: u64) -> Option<JobEnd> {
         if self.retention.is_purged(id) {
-            return Some(Outcome::Completed);
+            return Some(JobEnd::Purged);
         }
         let Some(j) = self.job_rec(id) else {
-            return self.foreign.get(&id).map(|f| match f.end {
-                JobEnd::Unfinished => Outcome::Unfinished,
-                JobEnd::Completed | JobEnd::Purged => Outcome::Completed,
-                JobEnd::Failed => Outcome::Ended("failed"),
-                JobEnd::Cancelled => Outcome::Ended("cancelled"),
-            });
+            return self.foreign.get(&id).map(|f| f.end);
         };
         Some(match self.job_state(j) {
-            "completed" => Outcome::Completed,
-            "failed" => Outcome::Ended("failed"),
-            "cancelled" => Outcome::Ended("cancelled"),
-            _ => Outcome::Unfinished,
+            "completed" => JobEnd::Completed,
+            "failed" => JobEnd::Failed,
+            "cancelled" => JobEnd::Cancelled,
+            _ => JobEnd::Unfinished,
         })
-    }
-
-    /// Whether job `id` (a batch job, or one of another kind as last told) was purged.
-    fn purged_anywhere(&self, id: u64) -> bool {
-        self.retention.is_purged(id)
-            || self
-                .foreign
-                .get(&id)
-                .is_some_and(|f| f.end == JobEnd::Purged)
     }
 
     /// A submission names job `id` of another kind, which stands at `end`: its checks read it
@@ -465,52 +351,16 @@ impl Batch {
                 self.waiting.forget(job);
                 continue;
             };
-            let mut ended = None;
             // A job whose begin time has not come waits as for an unfinished job it runs after
             // (one it runs `--after` that failed still cancels it at once).
-            let mut unfinished = self.waiting.deferred(job);
-            for &d in &after {
-                match self.outcome_of(d) {
-                    Some(Outcome::Completed) => {}
-                    Some(Outcome::Ended(state)) => {
-                        ended = Some((d, state));
-                        break;
-                    }
-                    Some(Outcome::Unfinished) | None => unfinished = true,
-                }
-            }
-            // `--after-any`: only whether each has ended.
-            unfinished |= after_any
-                .iter()
-                .any(|&d| matches!(self.outcome_of(d), Some(Outcome::Unfinished) | None));
-            // `--after-notok`: each must end failed or cancelled. A purged one did (it was
-            // checked not purged at submission, and one that completed cancelled this job in
-            // the event that recorded its end).
-            let mut completed = None;
-            for &d in after_notok.iter().filter(|&&d| !self.purged_anywhere(d)) {
-                match self.outcome_of(d) {
-                    Some(Outcome::Ended(_)) => {}
-                    Some(Outcome::Completed) => {
-                        completed = Some(d);
-                        break;
-                    }
-                    Some(Outcome::Unfinished) | None => unfinished = true,
-                }
-            }
-            let cancelled_why = match (ended, completed) {
-                (Some((d, state)), _) => Some((
-                    d,
-                    format!("cancelled: job {d}, which this job runs after, ended {state}"),
-                )),
-                (None, Some(d)) => Some((
-                    d,
-                    format!(
-                        "cancelled: job {d}, which this job runs after the failure of, completed"
-                    ),
-                )),
-                (None, None) => None,
-            };
-            if let Some((d, why)) = cancelled_why {
+            let verdict = gate::verdict(
+                &after,
+                &after_any,
+                &after_notok,
+                self.waiting.deferred(job),
+                |d| self.end_of(d),
+            );
+            if let Verdict::Cancel { job: d, why } = verdict {
                 self.waiting.forget(job);
                 self.waiting.unname(job, &after);
                 self.waiting.unname(job, &after_any);
@@ -522,7 +372,7 @@ impl Batch {
                     tasks = n,
                     "job cancelled: a job it runs after did not end as it needs"
                 );
-            } else if !unfinished {
+            } else if verdict == Verdict::Release {
                 self.waiting.unname(job, &after);
                 self.waiting.unname(job, &after_any);
                 self.waiting.unname(job, &after_notok);

@@ -125,7 +125,7 @@ impl Batch {
                     let left = Duration::from_secs(b.saturating_sub(now_ms).div_ceil(1000));
                     format!(
                         "begins at {} (in {})",
-                        super::after::rfc3339(b),
+                        crate::jobs::gate::rfc3339(b),
                         humantime::format_duration(left)
                     )
                 }

@@ -230,7 +230,7 @@ impl Batch {
             )));
         }
         if let Some(b) = update.begin_ms {
-            super::after::check_begin(b, cx.now)?;
+            crate::jobs::gate::check_begin(b, cx.now)?;
         }
         let apps: Vec<u32> = match &update.app {
             None => j.apps.clone().collect(),

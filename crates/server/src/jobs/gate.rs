@@ -1,0 +1,277 @@
+//! When a job may start: the one reading of `submit --after`, `--after-any`, `--after-notok`
+//! (Slurm's `afterok`, `afterany`, `afternotok`) and `--begin` for every kind that waits.
+//!
+//! A kind keeps its waiting jobs its own way (the batch kind keeps their pending tasks out of
+//! the scheduler's queues, `batch/after`; a workflow does not start its graph, `workflow`),
+//! but what a job's named jobs allow is decided here, from how each of them stands
+//! ([`JobEnd`], whatever its kind): [`check_named`] at submission, [`verdict`] whenever one of
+//! them may have ended, [`first_unfinished`] for a pending reason. Pure functions: the caller
+//! says how a job stands, so the same lists give the same answer before and after a restart.
+
+use super::JobEnd;
+use crate::state::StateError;
+
+/// The jobs a submission runs after, checked: `after`, `after_any`, `after_notok`.
+pub type AfterLists = (Vec<u64>, Vec<u64>, Vec<u64>);
+
+/// Most jobs one job may run after.
+pub const MAX_AFTER: usize = 64;
+
+/// The furthest ahead a begin time may be: 366 days, in ms.
+pub const MAX_BEGIN_AHEAD_MS: u64 = 366 * 24 * 3600 * 1000;
+
+/// Checks a begin time (`submit --begin`, `update --begin`; ms since the Unix epoch) against
+/// `now_ns`: at most [`MAX_BEGIN_AHEAD_MS`] ahead. A time already past is accepted (at once).
+pub fn check_begin(begin_ms: u64, now_ns: u64) -> Result<(), StateError> {
+    let now_ms = now_ns / 1_000_000;
+    if begin_ms.saturating_sub(now_ms) > MAX_BEGIN_AHEAD_MS {
+        return Err(StateError::Invalid(format!(
+            "--begin: {} is more than a year ahead",
+            rfc3339(begin_ms)
+        )));
+    }
+    Ok(())
+}
+
+/// A time in ms since the Unix epoch as RFC 3339 UTC, to the second.
+pub fn rfc3339(ms: u64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+/// The state's name of an ended job's end (`failed`, `cancelled`).
+fn ended_as(end: JobEnd) -> &'static str {
+    match end {
+        JobEnd::Cancelled => "cancelled",
+        _ => "failed",
+    }
+}
+
+/// Checks the `after`, `after_any` and `after_notok` lists of a submission, `end_of` saying how
+/// each named job stands (`None`: no such job, or one no job may run after): each job must
+/// exist, one named `after` must not have ended failed or cancelled, one named `after_notok`
+/// must not have completed (nor been purged: how it ended is not kept). Returns them sorted,
+/// without repeats (a job named `after` and `after_any` counts as `after`); one job named both
+/// `after` and `after_notok` is refused, and so are more than [`MAX_AFTER`] jobs in all.
+pub fn check_named(
+    after: &[u64],
+    after_any: &[u64],
+    after_notok: &[u64],
+    end_of: impl Fn(u64) -> Option<JobEnd>,
+) -> Result<AfterLists, StateError> {
+    let mut ids = after.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut notok = after_notok.to_vec();
+    notok.sort_unstable();
+    notok.dedup();
+    if let Some(both) = notok.iter().find(|j| ids.binary_search(j).is_ok()) {
+        return Err(StateError::Invalid(format!(
+            "job {both} is named by both --after and --after-notok: the job could never start"
+        )));
+    }
+    let mut any: Vec<u64> = after_any
+        .iter()
+        .copied()
+        .filter(|j| ids.binary_search(j).is_err() && notok.binary_search(j).is_err())
+        .collect();
+    any.sort_unstable();
+    any.dedup();
+    let named = ids.len() + any.len() + notok.len();
+    if named > MAX_AFTER {
+        return Err(StateError::Invalid(format!(
+            "--after, --after-any and --after-notok name {named} jobs; at most {MAX_AFTER}"
+        )));
+    }
+    for &id in &notok {
+        match end_of(id) {
+            None => return Err(StateError::Invalid(format!("--after-notok: no job {id}"))),
+            Some(JobEnd::Purged) => {
+                return Err(StateError::Invalid(format!(
+                    "--after-notok: job {id} was purged, and how it ended is not kept"
+                )));
+            }
+            Some(JobEnd::Completed) => {
+                return Err(StateError::Invalid(format!(
+                    "--after-notok: job {id} completed, so a job after its failure could never \
+                     start"
+                )));
+            }
+            Some(JobEnd::Failed | JobEnd::Cancelled | JobEnd::Unfinished) => {}
+        }
+    }
+    if let Some(&id) = any.iter().find(|&&id| end_of(id).is_none()) {
+        return Err(StateError::Invalid(format!("--after-any: no job {id}")));
+    }
+    for &id in &ids {
+        match end_of(id) {
+            None => return Err(StateError::Invalid(format!("--after: no job {id}"))),
+            Some(end @ (JobEnd::Failed | JobEnd::Cancelled)) => {
+                return Err(StateError::Invalid(format!(
+                    "--after: job {id} ended {}, so a job after it could never start \
+                     (`hetsched resubmit {id}` runs its failed tasks again)",
+                    ended_as(end)
+                )));
+            }
+            Some(JobEnd::Completed | JobEnd::Purged | JobEnd::Unfinished) => {}
+        }
+    }
+    Ok((ids, any, notok))
+}
+
+/// What a waiting job's named jobs allow now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Some named job has not ended (or the job waits for something else).
+    Wait,
+    /// Every job named `after` completed, every one named `after_any` ended, every one named
+    /// `after_notok` ended failed or cancelled: the job may start.
+    Release,
+    /// It can never start.
+    Cancel {
+        /// The named job that ended as it does not allow.
+        job: u64,
+        /// The message its tasks are cancelled with.
+        why: String,
+    },
+}
+
+/// What `after`, `after_any` and `after_notok` allow, `end_of` saying how each named job stands;
+/// `waits_otherwise` (a begin time still to come) keeps a job that would be released waiting,
+/// but not one that can never start. A purged job counts as completed for `after` and
+/// `after_any` and as failed for `after_notok`: only finished jobs are purged, and a job's end
+/// settled, in the event that recorded it, each waiting job it no longer allows. A job `end_of`
+/// does not know counts as unfinished.
+pub fn verdict(
+    after: &[u64],
+    after_any: &[u64],
+    after_notok: &[u64],
+    waits_otherwise: bool,
+    end_of: impl Fn(u64) -> Option<JobEnd>,
+) -> Verdict {
+    let mut unfinished = waits_otherwise;
+    for &d in after {
+        match end_of(d) {
+            Some(JobEnd::Completed | JobEnd::Purged) => {}
+            Some(end @ (JobEnd::Failed | JobEnd::Cancelled)) => {
+                return Verdict::Cancel {
+                    job: d,
+                    why: format!(
+                        "cancelled: job {d}, which this job runs after, ended {}",
+                        ended_as(end)
+                    ),
+                };
+            }
+            Some(JobEnd::Unfinished) | None => unfinished = true,
+        }
+    }
+    for &d in after_notok {
+        match end_of(d) {
+            Some(JobEnd::Failed | JobEnd::Cancelled | JobEnd::Purged) => {}
+            Some(JobEnd::Completed) => {
+                return Verdict::Cancel {
+                    job: d,
+                    why: format!(
+                        "cancelled: job {d}, which this job runs after the failure of, completed"
+                    ),
+                };
+            }
+            Some(JobEnd::Unfinished) | None => unfinished = true,
+        }
+    }
+    unfinished |= after_any
+        .iter()
+        .any(|&d| matches!(end_of(d), Some(JobEnd::Unfinished) | None));
+    if unfinished {
+        Verdict::Wait
+    } else {
+        Verdict::Release
+    }
+}
+
+/// The first of `named` that has not ended (what a waiting job's pending reason names).
+pub fn first_unfinished(
+    mut named: impl Iterator<Item = u64>,
+    end_of: impl Fn(u64) -> Option<JobEnd>,
+) -> Option<u64> {
+    named.find(|&d| matches!(end_of(d), Some(JobEnd::Unfinished) | None))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ends(id: u64) -> Option<JobEnd> {
+        Some(match id {
+            1 => JobEnd::Completed,
+            2 => JobEnd::Failed,
+            3 => JobEnd::Cancelled,
+            4 => JobEnd::Unfinished,
+            5 => JobEnd::Purged,
+            _ => return None,
+        })
+    }
+
+    #[test]
+    fn a_verdict_releases_waits_or_cancels_as_slurms_dependencies_do() {
+        assert_eq!(
+            verdict(&[1, 5], &[2, 3], &[2], false, ends),
+            Verdict::Release
+        );
+        assert_eq!(
+            verdict(&[1], &[], &[], true, ends),
+            Verdict::Wait,
+            "begin time"
+        );
+        assert_eq!(verdict(&[1, 4], &[], &[], false, ends), Verdict::Wait);
+        assert_eq!(verdict(&[], &[4], &[], false, ends), Verdict::Wait);
+        assert_eq!(verdict(&[], &[], &[4], false, ends), Verdict::Wait);
+        assert_eq!(
+            verdict(&[9], &[], &[], false, ends),
+            Verdict::Wait,
+            "unknown"
+        );
+        assert_eq!(
+            verdict(&[], &[], &[5], false, ends),
+            Verdict::Release,
+            "purged"
+        );
+        assert_eq!(
+            verdict(&[4, 3], &[], &[], true, ends),
+            Verdict::Cancel {
+                job: 3,
+                why: "cancelled: job 3, which this job runs after, ended cancelled".into()
+            },
+            "a begin time to come does not keep a job that can never start"
+        );
+        assert_eq!(
+            verdict(&[], &[], &[1], false, ends),
+            Verdict::Cancel {
+                job: 1,
+                why: "cancelled: job 1, which this job runs after the failure of, completed".into()
+            }
+        );
+        assert_eq!(first_unfinished([1, 2, 4, 9].into_iter(), ends), Some(4));
+    }
+
+    #[test]
+    fn named_jobs_are_checked_sorted_and_counted_once() {
+        let err = |a: &[u64], any: &[u64], n: &[u64]| {
+            check_named(a, any, n, ends)
+                .expect_err("refused")
+                .to_string()
+        };
+        assert!(err(&[9], &[], &[]).contains("--after: no job 9"));
+        assert!(err(&[2], &[], &[]).contains("--after: job 2 ended failed"));
+        assert!(err(&[], &[], &[1]).contains("--after-notok: job 1 completed"));
+        assert!(err(&[], &[], &[5]).contains("--after-notok: job 5 was purged"));
+        assert!(err(&[], &[9], &[]).contains("--after-any: no job 9"));
+        assert!(err(&[4], &[], &[4]).contains("named by both --after and --after-notok"));
+        let many: Vec<u64> = (100..165).collect();
+        assert!(err(&[], &many, &[]).contains("name 65 jobs; at most 64"));
+        assert_eq!(
+            check_named(&[4, 1, 4], &[1, 2, 3], &[2], ends).expect("accepted"),
+            (vec![1, 4], vec![3], vec![2])
+        );
+    }
+}
