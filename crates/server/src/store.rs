@@ -425,7 +425,7 @@ pub(crate) fn add_missing_columns(
 }
 
 /// A list of numbers as stored: a task's devices, a job's `after`, `after_any` and `after_notok`.
-fn list_text<T: std::fmt::Display>(items: &[T]) -> String {
+pub(crate) fn list_text<T: std::fmt::Display>(items: &[T]) -> String {
     items
         .iter()
         .map(ToString::to_string)
@@ -434,7 +434,7 @@ fn list_text<T: std::fmt::Display>(items: &[T]) -> String {
 }
 
 /// A list stored by [`list_text`]; `what` names it in the error.
-fn parse_list<T: std::str::FromStr>(s: &str, what: &str) -> Result<Vec<T>, StoreError> {
+pub(crate) fn parse_list<T: std::str::FromStr>(s: &str, what: &str) -> Result<Vec<T>, StoreError> {
     if s.is_empty() {
         return Ok(Vec::new());
     }

@@ -1375,7 +1375,12 @@ pub async fn update(args: &ClientArgs, sel: &Selected, update: &Update) -> anyho
                     line
                 })
                 .collect();
-            let mut line = format!("job {id}: {}", apps.join("; "));
+            // (A workflow's update changes its begin time only: no applications.)
+            let mut line = if apps.is_empty() {
+                format!("job {id}")
+            } else {
+                format!("job {id}: {}", apps.join("; "))
+            };
             if let Some(b) = begin {
                 if b > super::begin::now_ms() {
                     line.push_str(&format!("; begins {}", super::begin::describe(b)));

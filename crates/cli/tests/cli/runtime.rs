@@ -2477,10 +2477,16 @@ fn a_job_submitted_held_runs_nothing_until_its_release_even_across_a_restart() {
         "wf.toml",
         "[[task]]\nname = \"a\"\ninstances = 1\ncommand = \"true\"\n",
     );
+    // A workflow held at submission starts at its release.
+    c.ok(&["submit", "--hold", wf.to_str().expect("path")]);
+    let held = c.json(&["job", "2"]);
+    assert_eq!(held["held"], true, "{held}");
     c.refused(
-        &["submit", "--hold", wf.to_str().expect("path")],
-        "--hold applies to batch jobs; this is a workflow",
+        &["wait", "2", "--timeout", "1s"],
+        "job 2 is held: it waits for `hetsched release 2`",
     );
+    c.ok(&["release", "2"]);
+    c.ok(&["wait", "2", "--timeout", "20s"]);
 }
 
 /// `submit --begin` (Slurm's `--begin`): the job is listed `deferred` and none of its tasks
@@ -2565,9 +2571,26 @@ fn a_job_submitted_with_a_begin_time_starts_no_sooner_even_across_a_restart() {
         "wf.toml",
         "[[task]]\nname = \"a\"\ninstances = 1\ncommand = \"true\"\n",
     );
+    // A workflow waits for its begin time too.
+    c.ok(&["submit", "--begin", "now+1h", wf.to_str().expect("path")]);
+    let wf_job = c.json(&["job", "3"]);
+    assert_eq!(
+        (wf_job["deferred"].as_bool(), wf_job["state"].as_str()),
+        (Some(true), Some("pending")),
+        "{wf_job}"
+    );
+    assert!(
+        c.ok(&["jobs", "--state", "deferred"]).contains("wf.toml"),
+        "listed deferred"
+    );
+    assert!(
+        c.ok(&["update", "3", "--begin", "now"])
+            .contains("job 3; its tasks may start now")
+    );
+    c.ok(&["wait", "3", "--timeout", "20s"]);
     c.refused(
-        &["submit", "--begin", "now+1m", wf.to_str().expect("path")],
-        "--begin applies to batch jobs; this is a workflow",
+        &["update", "3", "--priority", "5"],
+        "job 3 is a workflow: update changes a workflow's begin time only",
     );
 }
 

@@ -781,7 +781,8 @@ fn instances_go_only_to_nodes_with_time_left_for_their_time_limit() {
 
 /// A batch job after a workflow (a post-processing step, `submit --after WORKFLOW`): it is
 /// listed waiting for the workflow while the workflow runs, runs once the workflow completed,
-/// and a job after the workflow's failure (`--after-notok`) is then cancelled.
+/// and a job after the workflow's failure (`--after-notok`) is then cancelled; a workflow after
+/// that batch job starts once it completed.
 #[test]
 fn a_batch_job_after_a_workflow_waits_for_it_and_runs_once_it_completed() {
     let mut c = Cluster::start("wf-after", false);
@@ -821,6 +822,27 @@ command = "while [ ! -e GATE ]; do sleep 0.05; done; echo {index} > {output:s}"
         "touch fallback",
     ]);
     let (post, fallback) = (wf + 1, wf + 2);
+    // A second workflow after the post-processing batch job: it waits for it in turn.
+    let second = c.write(
+        "second.toml",
+        &format!(
+            "balancer = \"centralised\"\n[[task]]\nname = \"last\"\ninstances = 1\ncost = \"1s\"\ncommand = \"touch {}\"\n",
+            c.dir.join("second-ran").display()
+        ),
+    );
+    c.ok(&[
+        "submit",
+        "--after",
+        &post.to_string(),
+        &second.display().to_string(),
+    ]);
+    let last = wf + 3;
+    let shown = c.json(&["job", &last.to_string()]);
+    assert_eq!(
+        (shown["waiting"].as_bool(), shown["pending_reason"].as_str()),
+        (Some(true), Some(format!("waiting for job {post}").as_str())),
+        "{shown}"
+    );
     let shown = c.json(&["job", &post.to_string()]);
     assert_eq!(shown["waiting"], true, "{shown}");
     assert_eq!(shown["after"], serde_json::json!([wf]), "{shown}");
@@ -839,4 +861,7 @@ command = "while [ ! -e GATE ]; do sleep 0.05; done; echo {index} > {output:s}"
     let v = wait_done(&c, fallback, Duration::from_secs(10));
     assert_eq!(v["state"], "cancelled", "{v}");
     assert!(!c.dir.join("fallback").exists());
+    let v = wait_done(&c, last, Duration::from_secs(20));
+    assert_eq!(v["state"], "completed", "{v}");
+    assert!(c.dir.join("second-ran").exists());
 }

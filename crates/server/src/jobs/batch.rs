@@ -2232,6 +2232,10 @@ impl JobKind for Batch {
         self.retention.is_purged(id)
     }
 
+    fn job_end(&self, id: u64) -> Option<super::JobEnd> {
+        self.end_of(id)
+    }
+
     /// While some job's task rows are in memory (it has not finished, or has just finished and
     /// awaits eviction), the retention pass is due every [`RETENTION_INTERVAL`]. A retention
     /// rule's time running out is not announced: on an idle cluster it is seen within

@@ -46,7 +46,9 @@
 //!   devices in the shared [`SchedulerView`](hetsched_core::SchedulerView) (batch tasks are not
 //!   placed over it), and waits on its node until they are free;
 //! - **restart**: jobs and instances are rows of `wf_jobs` / `wf_instances`; the graph is rebuilt
-//!   by replaying the successes, and ready instances not running are placed again.
+//!   by replaying the successes, and ready instances not running are placed again;
+//! - **waiting** ([`waiting`]): a workflow submitted `--after` other jobs, `--hold` or `--begin`
+//!   starts its graph only once they allow it.
 //!
 //! Ids: job `seq` (the state's job id, one sequence across kinds), instance `i` of it is task
 //! `Kind::Workflow.id(seq << 32 | i)`, task `t`'s spec is `Kind::Workflow.id(seq << 32 | t)` (a
@@ -79,6 +81,9 @@ use rusqlite::params;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use tracing::{info, warn};
 
+mod waiting;
+pub use waiting::{Gate, WaitingWorkflow};
+
 /// Instances a node's heartbeat passes over (they cannot start there now) before it stops
 /// looking further down the node's queue.
 const PASS_OVER: u32 = 64;
@@ -97,6 +102,17 @@ const INPUT_UNAVAILABLE: &str = "input unavailable: node ";
 /// A `wf_jobs` row: id, name, origin, text, workdir, balancer, submitted_ns, finished_ns,
 /// cancelled.
 type StoredJob = (u64, String, String, String, String, String, u64, u64, bool);
+
+/// What a `wf_jobs` row says a workflow waits for, and why it was cancelled, as stored.
+struct StoredGate {
+    after: String,
+    after_any: String,
+    after_notok: String,
+    held: bool,
+    begin_ms: u64,
+    started: bool,
+    cancel_reason: String,
+}
 
 /// The one-way latency assumed for a pair of agents that did not measure each other.
 pub const UNMEASURED: u64 = 1_000_000_000;
@@ -137,6 +153,16 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("wf_instances", "max_rss_bytes", "INTEGER"),
     ("wf_jobs", "cancelled", "INTEGER NOT NULL DEFAULT 0"),
     ("wf_jobs", "purged", "INTEGER NOT NULL DEFAULT 0"),
+    // What it waits for before it starts (`waiting`); a workflow stored before waited for
+    // nothing and has started.
+    ("wf_jobs", "after", "TEXT NOT NULL DEFAULT ''"),
+    ("wf_jobs", "after_any", "TEXT NOT NULL DEFAULT ''"),
+    ("wf_jobs", "after_notok", "TEXT NOT NULL DEFAULT ''"),
+    ("wf_jobs", "held", "INTEGER NOT NULL DEFAULT 0"),
+    ("wf_jobs", "begin_ms", "INTEGER NOT NULL DEFAULT 0"),
+    ("wf_jobs", "started", "INTEGER NOT NULL DEFAULT 1"),
+    // Why it was cancelled as a whole, when not by a user (empty: `cancelled`).
+    ("wf_jobs", "cancel_reason", "TEXT NOT NULL DEFAULT ''"),
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -256,6 +282,10 @@ struct WfJob {
     finished_ns: u64,
     /// Cancelled as a whole (`hetsched cancel JOB`): `resubmit` refuses it.
     cancelled: bool,
+    /// Why it was cancelled as a whole, when not by a user: each instance's message.
+    cancel_reason: String,
+    /// What it waits for before it starts ([`waiting`]).
+    gate: Gate,
     /// Instances the machine sent to a node, to hand it at its next heartbeat.
     assigned: HashMap<u32, VecDeque<u32>>,
     /// Instances to run again, for the machine (retries, losses, re-productions, restart).
@@ -496,30 +526,43 @@ impl Workflows {
                 .map_err(StoreError::from)?;
             me.purged.extend(ids.into_iter().map(|id| id as u64));
         }
-        let rows: Vec<StoredJob> = {
+        let rows: Vec<(StoredJob, StoredGate)> = {
             let mut q = source
                 .unwrap_or_else(|| cx.store.conn())
-                .prepare("SELECT id,name,origin,text,workdir,balancer,submitted_ns,finished_ns,cancelled FROM wf_jobs WHERE purged = 0 ORDER BY id")
+                .prepare("SELECT id,name,origin,text,workdir,balancer,submitted_ns,finished_ns,cancelled,after,after_any,after_notok,held,begin_ms,started,cancel_reason FROM wf_jobs WHERE purged = 0 ORDER BY id")
                 .map_err(StoreError::from)?;
             q.query_map([], |r| {
                 Ok((
-                    r.get::<_, i64>(0)? as u64,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                    r.get::<_, i64>(6)? as u64,
-                    r.get::<_, i64>(7)? as u64,
-                    r.get::<_, i64>(8)? != 0,
+                    (
+                        r.get::<_, i64>(0)? as u64,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get::<_, i64>(6)? as u64,
+                        r.get::<_, i64>(7)? as u64,
+                        r.get::<_, i64>(8)? != 0,
+                    ),
+                    StoredGate {
+                        after: r.get(9)?,
+                        after_any: r.get(10)?,
+                        after_notok: r.get(11)?,
+                        held: r.get::<_, i64>(12)? != 0,
+                        begin_ms: r.get::<_, i64>(13)? as u64,
+                        started: r.get::<_, i64>(14)? != 0,
+                        cancel_reason: r.get(15)?,
+                    },
                 ))
             })
             .map_err(StoreError::from)?
             .collect::<Result<_, _>>()
             .map_err(StoreError::from)?
         };
-        for (seq, name, origin, text, workdir, balancer, submitted_ns, finished_ns, cancelled) in
-            rows
+        for (
+            (seq, name, origin, text, workdir, balancer, submitted_ns, finished_ns, cancelled),
+            g,
+        ) in rows
         {
             let rt = parse_runtime_workflow(&origin, &text)?;
             let balancer = balancer.parse().unwrap_or(BalancerKind::Centralised);
@@ -527,6 +570,22 @@ impl Workflows {
             job.submitted_ns = submitted_ns;
             job.finished_ns = finished_ns;
             job.cancelled = cancelled;
+            job.cancel_reason = g.cancel_reason;
+            job.gate = Gate {
+                after: crate::store::parse_list(&g.after, "job ids")?,
+                after_any: crate::store::parse_list(&g.after_any, "job ids")?,
+                after_notok: crate::store::parse_list(&g.after_notok, "job ids")?,
+                held: g.held,
+                begin_ms: (g.begin_ms > 0).then_some(g.begin_ms),
+                started: g.started,
+                waiting_for: None,
+            };
+            if !job.gate.started && !cancelled {
+                // It has not started: nothing ran, nothing is ready; the state decides on it
+                // once every kind is restored.
+                me.jobs.insert(seq, job);
+                continue;
+            }
             {
                 let mut q = source
                     .unwrap_or_else(|| cx.store.conn())
@@ -578,9 +637,14 @@ impl Workflows {
             // A workflow cancelled as a whole: what had not ended was cancelled with it (its rows
             // were not written at the cancel).
             if cancelled {
+                let why = if job.cancel_reason.is_empty() {
+                    CANCELLED.to_string()
+                } else {
+                    job.cancel_reason.clone()
+                };
                 for x in job.insts.iter_mut().filter(|x| !x.st.ended()) {
                     x.st = St::Cancelled;
-                    x.message = CANCELLED.into();
+                    x.message = why.clone();
                 }
             }
             // Replay the successes into the graph, in readiness order.
@@ -883,6 +947,11 @@ impl Workflows {
             submitted_ns: cx.now,
             finished_ns: 0,
             cancelled: false,
+            cancel_reason: String::new(),
+            gate: Gate {
+                started: true,
+                ..Gate::default()
+            },
             assigned: HashMap::new(),
             rerun: Vec::new(),
             blocked: Vec::new(),
@@ -973,15 +1042,45 @@ impl Workflows {
             sub.workdir.clone(),
         )?;
         let n = job.insts.len();
+        // The state checked the jobs it runs after (it knows every kind's) and the begin time.
+        job.gate = Gate {
+            after: sub.after.clone(),
+            after_any: sub.after_any.clone(),
+            after_notok: sub.after_notok.clone(),
+            held: sub.hold,
+            begin_ms: sub.begin_ms,
+            started: false,
+            waiting_for: None,
+        };
+        job.gate.started = !job.gate.waits();
+        let g = &job.gate;
         cx.store.transaction(|tx| {
             tx.execute(
-                "INSERT INTO wf_jobs(id,name,origin,text,workdir,balancer,submitted_ns,finished_ns,key) VALUES(?1,?2,?3,?4,?5,?6,?7,0,?8)",
-                params![seq as i64, job.name, job.origin, job.text, job.workdir, balancer.as_str(), job.submitted_ns as i64, sub.key],
+                "INSERT INTO wf_jobs(id,name,origin,text,workdir,balancer,submitted_ns,finished_ns,key,after,after_any,after_notok,held,begin_ms,started) VALUES(?1,?2,?3,?4,?5,?6,?7,0,?8,?9,?10,?11,?12,?13,?14)",
+                params![seq as i64, job.name, job.origin, job.text, job.workdir, balancer.as_str(), job.submitted_ns as i64, sub.key,
+                    crate::store::list_text(&g.after), crate::store::list_text(&g.after_any), crate::store::list_text(&g.after_notok),
+                    i64::from(g.held), g.begin_ms.unwrap_or(0) as i64, i64::from(g.started)],
             )?;
             // No instance rows: an instance without one is waiting (a restart replays the
             // graph to find the ready ones), so a row is written when an instance first runs.
             Ok(())
         })?;
+        if !job.gate.started {
+            // It waits ([`waiting`]): the state starts it once what it waits for allows.
+            info!(
+                job = job.id(),
+                instances = n,
+                "workflow submitted, waiting to start"
+            );
+            let id = job.id();
+            self.jobs.insert(seq, job);
+            return Ok(Submitted {
+                job_id: id,
+                tasks: n as u64,
+                existing: false,
+                kind: Kind::Workflow,
+            });
+        }
         let out = job.machine.handle(LaunchEvent::Start, cx.now);
         self.apply(&mut job, out);
         if balancer == BalancerKind::Pcddb {
@@ -1471,7 +1570,13 @@ impl Workflows {
 
     fn job_info(rd: &Read, j: &WfJob, apps: bool) -> JobInfo {
         let (counts, _) = Self::counts_of(&j.insts);
-        let pending_reason = Self::pending_reason(rd, j);
+        let waiting_reason = j.waiting_reason();
+        let pending_reason = if waiting_reason.is_empty() {
+            Self::pending_reason(rd, j)
+        } else {
+            waiting_reason
+        };
+        let deferred = !j.gate.started && j.gate.deferred(crate::state::now_ns() / 1_000_000);
         let used = j.insts.iter().filter_map(|x| x.usage);
         JobInfo {
             cpu_ms: used.clone().map(|u| u.cpu_user_ms + u.cpu_system_ms).sum(),
@@ -1519,13 +1624,16 @@ impl Workflows {
             } else {
                 Vec::new()
             },
-            after: Vec::new(),
-            waiting: false,
-            after_any: Vec::new(),
-            after_notok: Vec::new(),
-            held: false,
-            begin_ms: None,
-            deferred: false,
+            after: j.gate.after.clone(),
+            // As a batch job's: one that waits, unless only for its begin time.
+            waiting: !j.gate.started
+                && !j.cancelled
+                && (j.gate.held || !deferred || j.gate.waiting_for.is_some()),
+            after_any: j.gate.after_any.clone(),
+            after_notok: j.gate.after_notok.clone(),
+            held: j.gate.held && !j.gate.started && !j.cancelled,
+            begin_ms: j.gate.begin_ms,
+            deferred: deferred && !j.cancelled,
         }
     }
 
@@ -2027,6 +2135,12 @@ impl JobKind for Workflows {
         !self.dirty.is_empty() || !self.dirty_jobs.is_empty()
     }
 
+    /// A waiting workflow's begin time ([`waiting`]): the reaper's pass then lets the state
+    /// start it.
+    fn housekeeping_due(&self) -> Option<std::time::Instant> {
+        self.next_begin()
+    }
+
     fn take_wakes(&mut self, wakes: &mut Wakes) {
         for n in std::mem::take(&mut self.woken) {
             wakes.node(n);
@@ -2061,8 +2175,16 @@ impl JobKind for Workflows {
         for &seq in &self.dirty_jobs {
             if let Some(j) = self.jobs.get(&seq) {
                 tx.execute(
-                    "UPDATE wf_jobs SET finished_ns=?2, cancelled=?3 WHERE id=?1",
-                    params![seq as i64, j.finished_ns as i64, i64::from(j.cancelled)],
+                    "UPDATE wf_jobs SET finished_ns=?2, cancelled=?3, held=?4, started=?5, cancel_reason=?6, begin_ms=?7 WHERE id=?1",
+                    params![
+                        seq as i64,
+                        j.finished_ns as i64,
+                        i64::from(j.cancelled),
+                        i64::from(j.gate.held),
+                        i64::from(j.gate.started),
+                        j.cancel_reason,
+                        j.gate.begin_ms.unwrap_or(0) as i64
+                    ],
                 )?;
             }
         }
@@ -2369,6 +2491,13 @@ impl JobKind for Workflows {
     }
 
     fn cancel(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
+        self.cancel_with(cx, job, CANCELLED)
+    }
+}
+
+impl Workflows {
+    /// Cancels workflow `job` as a whole, each instance that had not ended saying `why`.
+    fn cancel_with(&mut self, cx: &mut Ctx, job: u64, why: &str) -> Result<u64, StateError> {
         let seq = job & ((1 << super::KIND_SHIFT) - 1);
         // A workflow that has ended stays as it ended (a failed one can still be resubmitted).
         if self.jobs.get(&seq).is_some_and(|j| j.finished()) {
@@ -2378,6 +2507,9 @@ impl JobKind for Workflows {
             return Err(StateError::NoJob(job));
         };
         j.cancelled = true;
+        if why != CANCELLED {
+            j.cancel_reason = why.to_string();
+        }
         self.dirty_jobs.insert(seq);
         let mut n = 0;
         for i in 0..j.insts.len() {
@@ -2396,7 +2528,7 @@ impl JobKind for Workflows {
             // not ended (read back so at a restart), so cancelling a million-instance workflow
             // writes one row, not a million.
             x.st = St::Cancelled;
-            x.message = CANCELLED.into();
+            x.message = why.into();
             n += 1;
         }
         j.rerun.clear();

@@ -39,7 +39,7 @@
 //!   never received.
 
 use crate::config::ServerConfig;
-use crate::jobs::{Batch, Ctx, Jobs, Kind, Outbox, Read};
+use crate::jobs::{Batch, Ctx, JobEnd, Jobs, Kind, Outbox, Read, gate};
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreError, StoreReader};
 use hetsched_core::input::InputError;
@@ -293,7 +293,7 @@ impl State {
             allocations: None,
             paused_queues,
         };
-        state.settle_foreign(true)?;
+        state.settle_waits(true)?;
         Ok(state)
     }
 
@@ -536,9 +536,9 @@ impl State {
         for t in lost {
             self.lose(t, "the task vanished from its node")?;
         }
-        // A workflow or divisible job these results ended releases the batch jobs that run
-        // after it now, so that this reply can carry their tasks.
-        self.settle_foreign(false)?;
+        // A job these results ended releases the jobs that run after it now (batch jobs after
+        // workflows, workflows after any job), so that this reply can carry their tasks.
+        self.settle_waits(false)?;
         // Cores released above may owe a prefetch debt: no kind sees them free.
         self.nodes.prefetch.repay_all(&mut self.view);
         self.nodes.set_now(&mut self.view, Instant::now());
@@ -619,7 +619,7 @@ impl State {
     /// holds exactly what was committed before — and dispatch pauses until the store accepts
     /// writes again: nothing is acknowledged, assigned, lost or failed meanwhile.
     fn commit(&mut self) -> Result<(), StateError> {
-        if let Err(e) = self.settle_foreign(false) {
+        if let Err(e) = self.settle_waits(false) {
             self.roll_back(&e);
             return Err(e);
         }
@@ -655,12 +655,89 @@ impl State {
         }
     }
 
+    /// A deferred job's begin time (a batch job's or a waiting workflow's) wakes the reaper,
+    /// whose pass queues its tasks, or starts it, then.
+    fn plan_begin(&mut self) {
+        let begins = [
+            self.jobs.batch.next_begin(),
+            self.jobs.workflow.next_begin(),
+        ];
+        if let Some(at) = begins.into_iter().flatten().min() {
+            self.alarm.due(at);
+        }
+    }
+
+    /// How job `id` stands, whatever its kind (`None`: no such job, or one no job may run
+    /// after).
+    fn job_end(&self, id: u64) -> Option<JobEnd> {
+        let k = self.ids.kind(id)?;
+        self.jobs.of_kind(k).job_end(id)
+    }
+
+    /// Settles every job that waits for others across kinds, until nothing more changes (a
+    /// job's end may cancel a waiting workflow, whose end cancels a batch job after it, …):
+    /// the waiting workflows ([`State::settle_gates`]) and the batch jobs after jobs of other
+    /// kinds ([`State::settle_foreign`]).
+    fn settle_waits(&mut self, always: bool) -> Result<(), StateError> {
+        // Each round that changes something ends a job or starts one, so this ends; the bound
+        // only guards against a mistake.
+        for _ in 0..1024 {
+            let started = self.settle_gates()?;
+            let foreign = self.settle_foreign(always || started)?;
+            if !started && !foreign {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The workflows that have not started (`jobs::workflow::waiting`): each starts once the
+    /// jobs it names allow it (`jobs::gate::verdict`) and its begin time came, or is cancelled
+    /// when one of them ended as it does not allow; a held one waits for its release. Returns
+    /// whether one started or was cancelled. Nothing to do when none waits.
+    fn settle_gates(&mut self) -> Result<bool, StateError> {
+        if !self.jobs.workflow.any_waiting() {
+            return Ok(false);
+        }
+        let now_ms = now_ns() / 1_000_000;
+        let mut changed = false;
+        for w in self.jobs.workflow.waiting() {
+            let g = &w.gate;
+            let first = gate::first_unfinished(g.named(), |d| self.job_end(d));
+            self.jobs.workflow.set_waiting_for(w.id, first);
+            if g.held {
+                continue;
+            }
+            let verdict = gate::verdict(
+                &g.after,
+                &g.after_any,
+                &g.after_notok,
+                g.deferred(now_ms),
+                |d| self.job_end(d),
+            );
+            match verdict {
+                gate::Verdict::Wait => {}
+                gate::Verdict::Release => {
+                    self.jobs.workflow.start_waiting(&mut ctx!(self), w.id);
+                    changed = true;
+                }
+                gate::Verdict::Cancel { why, .. } => {
+                    self.jobs
+                        .workflow
+                        .cancel_waiting(&mut ctx!(self), w.id, &why)?;
+                    changed = true;
+                }
+            }
+        }
+        Ok(changed)
+    }
+
     /// Tells the batch kind how the workflows and divisible jobs its unfinished jobs run after
     /// stand (`jobs::batch::after`, *Jobs of other kinds*): after an event that changed one of
     /// those kinds (`always`: after a restart), before the event's transaction, so what their
     /// end releases or cancels is stored with it. Nothing to do, and no look, when no batch
     /// job names such a job.
-    fn settle_foreign(&mut self, always: bool) -> Result<(), StateError> {
+    fn settle_foreign(&mut self, always: bool) -> Result<bool, StateError> {
         if !self.jobs.batch.has_foreign()
             || !(always
                 || self
@@ -669,16 +746,14 @@ impl State {
                     .iter()
                     .any(|k| k.kind() != Kind::Batch && k.has_changes()))
         {
-            return Ok(());
+            return Ok(false);
         }
+        let mut changed = false;
         for id in self.jobs.batch.foreign_jobs() {
-            let end = self
-                .ids
-                .kind(id)
-                .and_then(|k| self.jobs.of_kind(k).job_end(id));
-            self.jobs.batch.foreign_end(&mut ctx!(self), id, end)?;
+            let end = self.job_end(id);
+            changed |= self.jobs.batch.foreign_end(&mut ctx!(self), id, end)?;
         }
-        Ok(())
+        Ok(changed)
     }
 
     /// Undoes every change to memory since the last commit by rebuilding the state from the
@@ -907,13 +982,13 @@ impl State {
         {
             if !sub.after.is_empty() || !sub.after_any.is_empty() || !sub.after_notok.is_empty() {
                 return Err(StateError::Invalid(
-                    "--after applies to batch jobs; this is a divisible job".into(),
+                    "--after applies to batch jobs and workflows; this is a divisible job".into(),
                 ));
             }
             if sub.hold || sub.begin_ms.is_some() {
                 let flag = if sub.hold { "--hold" } else { "--begin" };
                 return Err(StateError::Invalid(format!(
-                    "{flag} applies to batch jobs; this is a divisible job"
+                    "{flag} applies to batch jobs and workflows; this is a divisible job"
                 )));
             }
             let done = self
@@ -922,22 +997,22 @@ impl State {
                 .submit(&mut ctx!(self), sub, prepared, id);
             (Kind::Divisible, done)
         } else {
-            let mut cx = ctx!(self);
             if hetsched_core::input::workflow_runtime::is_workflow(&sub.text) {
-                if !sub.after.is_empty() || !sub.after_any.is_empty() || !sub.after_notok.is_empty()
-                {
-                    return Err(StateError::Invalid(
-                        "--after applies to batch jobs; this is a workflow".into(),
-                    ));
+                // A workflow waits by the same rules as a batch job (`jobs::gate`), for jobs
+                // of any kind: the state checks what it names.
+                let mut sub = sub;
+                let (after, after_any, after_notok) =
+                    gate::check_named(&sub.after, &sub.after_any, &sub.after_notok, |j| {
+                        self.job_end(j)
+                    })?;
+                (sub.after, sub.after_any, sub.after_notok) = (after, after_any, after_notok);
+                if let Some(b) = sub.begin_ms {
+                    gate::check_begin(b, now_ns())?;
                 }
-                if sub.hold || sub.begin_ms.is_some() {
-                    let flag = if sub.hold { "--hold" } else { "--begin" };
-                    return Err(StateError::Invalid(format!(
-                        "{flag} applies to batch jobs; this is a workflow"
-                    )));
-                }
+                let mut cx = ctx!(self);
                 (Kind::Workflow, self.jobs.workflow.submit(&mut cx, sub, id))
             } else {
+                let mut cx = ctx!(self);
                 let queues = &self.config.allocation;
                 (
                     Kind::Batch,
@@ -949,11 +1024,12 @@ impl State {
         if !done.existing {
             self.ids.add(done.job_id, kind);
         }
-        self.wake(None);
-        // A deferred job's begin time wakes the reaper, which queues its tasks then.
-        if let Some(at) = self.jobs.batch.next_begin() {
-            self.alarm.due(at);
+        if kind == Kind::Workflow {
+            // A workflow after jobs that ended as it needs starts at once.
+            self.commit()?;
         }
+        self.wake(None);
+        self.plan_begin();
         Ok(done)
     }
 
@@ -1102,8 +1178,14 @@ impl State {
     /// `hetsched hold JOB` (`hold`) / `release JOB`: whether a batch job's pending tasks may be
     /// dispatched; running ones go on. Returns how many pending tasks it held or queued again.
     pub fn on_hold(&mut self, job: u64, hold: bool) -> Result<u64, StateError> {
-        self.batch_only(job, "hold and release apply")?;
-        let n = self.jobs.batch.hold(&mut ctx!(self), job, hold)?;
+        let n = if self.ids.kind(job) == Some(Kind::Workflow) {
+            // A workflow that has not started (released: it starts once what it waits for
+            // allows, in the commit below).
+            self.jobs.workflow.hold(job, hold)?
+        } else {
+            self.batch_only(job, "hold and release apply")?;
+            self.jobs.batch.hold(&mut ctx!(self), job, hold)?
+        };
         self.commit()?;
         self.wake(None);
         info!(job, tasks = n, hold, "job held or released");
@@ -1117,14 +1199,30 @@ impl State {
         job: u64,
         update: &crate::jobs::batch::Update,
     ) -> Result<Vec<crate::jobs::batch::Updated>, StateError> {
-        self.batch_only(job, "update applies")?;
-        let apps = self.jobs.batch.update(&mut ctx!(self), job, update)?;
+        let apps = if self.ids.kind(job) == Some(Kind::Workflow) {
+            // A workflow that has not started: its begin time only (it starts, in the commit
+            // below, if that has come and nothing else keeps it).
+            let only_begin = crate::jobs::batch::Update {
+                begin_ms: update.begin_ms,
+                ..Default::default()
+            };
+            let Some(b) = update.begin_ms.filter(|_| *update == only_begin) else {
+                return Err(StateError::Invalid(format!(
+                    "job {job} is a workflow: update changes a workflow's begin time only \
+                     (`--begin`), before it starts"
+                )));
+            };
+            gate::check_begin(b, now_ns())?;
+            self.jobs.workflow.set_begin(job, b)?;
+            Vec::new()
+        } else {
+            self.batch_only(job, "update applies")?;
+            self.jobs.batch.update(&mut ctx!(self), job, update)?
+        };
         self.commit()?;
         self.wake(None);
-        // A begin time moved: the reaper queues the job's tasks then.
-        if let Some(at) = self.jobs.batch.next_begin() {
-            self.alarm.due(at);
-        }
+        // A begin time moved: the reaper queues the job's tasks (or starts it) then.
+        self.plan_begin();
         info!(job, ?update, "job updated");
         Ok(apps)
     }

@@ -338,21 +338,22 @@ fn after_names_earlier_jobs_and_at_most_sixty_four() {
         "{e}"
     );
     submit(&mut s, 1, &many[..64]).expect("64 jobs");
-    let workflow = s
+    // A divisible job does not wait (a workflow does: see below).
+    let divisible = s
         .on_submit(Submission {
-            origin: "wf.toml".into(),
-            text: "balancer = \"centralised\"\n[[task]]\nname = \"A\"\ninstances = 1\ncommand = \"true\"\n"
+            origin: "rows.toml".into(),
+            text: "[[divisible]]\nname = \"rows\"\nunits = 4\ncommand = \"echo {start} {end}\"\n"
                 .into(),
             workdir: "/".into(),
             after: vec![first],
             ..Default::default()
         })
-        .expect_err("a workflow after a job");
+        .expect_err("a divisible job after a job");
     assert!(
-        workflow
+        divisible
             .to_string()
-            .contains("--after applies to batch jobs; this is a workflow"),
-        "{workflow}"
+            .contains("--after applies to batch jobs and workflows; this is a divisible job"),
+        "{divisible}"
     );
     // Repeats count once; nothing refused was stored.
     let ok = submit(&mut s, 1, &[first, first, first]).expect("repeats");
@@ -866,4 +867,138 @@ fn batch_jobs_after_a_divisible_job_or_a_workflow_wait_for_its_end_across_a_rest
     // A job that does not exist is refused, naming it.
     let e = submit_after_all(&mut s, 1, &[999], &[], &[]).expect_err("no job");
     assert!(e.contains("--after: no job 999"), "{e}");
+}
+
+/// A workflow of `instances` instances (centralised), submitted with `sub`'s waiting fields.
+fn submit_workflow(s: &mut State, instances: u32, sub: Submission) -> Result<u64, String> {
+    s.on_submit(Submission {
+        origin: "wf.toml".into(),
+        text: format!(
+            "balancer = \"centralised\"\n[[task]]\nname = \"A\"\ninstances = {instances}\ncommand = \"true\"\n"
+        ),
+        workdir: "/".into(),
+        ..sub
+    })
+    .map(|d| d.job_id)
+    .map_err(|e| e.to_string())
+}
+
+/// Workflows wait as batch jobs do (`--after`, `--after-notok`, `--hold`, `--begin`): a waiting
+/// workflow's graph does not start — nothing of it is dispatched — across a restart; the
+/// heartbeat that records the end of the job it runs after starts it and carries its first
+/// instances, or cancels it, each instance saying why (after a restart too); a held one starts
+/// at its release, a deferred one when the reaper's pass finds its begin time come; a batch job
+/// after a waiting workflow waits for the workflow's end. A workflow that has started cannot be
+/// held.
+#[test]
+fn a_workflow_waits_for_the_jobs_it_runs_after_its_release_and_its_begin_time() {
+    let d = common::scratch("after", "workflows-wait");
+    let (batch, after, notok, held, post) = {
+        let mut s = open(&d.0);
+        let batch = submit(&mut s, 1, &[]).expect("batch job");
+        let after = submit_workflow(
+            &mut s,
+            2,
+            Submission {
+                after: vec![batch],
+                ..Default::default()
+            },
+        )
+        .expect("a workflow after it");
+        let notok = submit_workflow(
+            &mut s,
+            1,
+            Submission {
+                after_notok: vec![batch],
+                ..Default::default()
+            },
+        )
+        .expect("a workflow after its failure");
+        let held = submit_workflow(
+            &mut s,
+            1,
+            Submission {
+                hold: true,
+                ..Default::default()
+            },
+        )
+        .expect("a held workflow");
+        let post = submit(&mut s, 1, &[after]).expect("a batch job after the workflow");
+        let info = s.job(after).expect("job");
+        assert!(info.waiting, "{info:?}");
+        assert_eq!(info.state, "pending");
+        assert_eq!(info.after, vec![batch]);
+        assert_eq!(info.pending_reason, format!("waiting for job {batch}"));
+        let info = s.job(held).expect("job");
+        assert!(info.held && info.waiting, "{info:?}");
+        assert_eq!(
+            info.pending_reason,
+            format!("held: `hetsched release {held}` lets it run")
+        );
+        assert_eq!(
+            s.job(post).expect("job").pending_reason,
+            format!("waiting for job {after}")
+        );
+        (batch, after, notok, held, post)
+    };
+    // After a restart they still wait; only the batch job runs.
+    let mut s = open(&d.0);
+    let mut n = Agent::new(&mut s, 8);
+    assert!(s.job(after).expect("job").waiting);
+    let all = [batch, after, notok, held, post];
+    let first = n.beat(&mut s, &[]);
+    assert_eq!(jobs_among(&s, &first, &all), vec![batch]);
+    // It completes: the same reply carries the workflow's two instances; the one after its
+    // failure is cancelled, saying why.
+    let started = n.beat(&mut s, &[(first[0].0, first[0].1, true)]);
+    assert_eq!(jobs_among(&s, &started, &all), vec![after, after]);
+    assert!(!s.job(after).expect("job").waiting);
+    assert_eq!(s.job(notok).expect("job").state, "cancelled");
+    let why =
+        format!("cancelled: job {batch}, which this job runs after the failure of, completed");
+    assert_eq!(first_message(&s, notok), why);
+    let e = s.hold(after, true).expect_err("started").to_string();
+    assert!(
+        e.contains("hold and release apply to a workflow before it starts"),
+        "{e}"
+    );
+    // The workflow completes: the batch job after it runs.
+    let done: Vec<(u64, u32, bool)> = started.iter().map(|&(t, a)| (t, a, true)).collect();
+    let next = n.beat(&mut s, &done);
+    assert_eq!(s.job(after).expect("job").state, "completed");
+    assert_eq!(jobs_among(&s, &next, &all), vec![post]);
+    // Released, the held one starts.
+    s.hold(held, false).expect("release");
+    let released = n.beat(&mut s, &[]);
+    assert_eq!(jobs_among(&s, &released, &all), vec![held]);
+    // A deferred one starts when the reaper's pass finds its begin time come.
+    let begin = now_ms() + 1_500;
+    let deferred = submit_workflow(
+        &mut s,
+        1,
+        Submission {
+            begin_ms: Some(begin),
+            ..Default::default()
+        },
+    )
+    .expect("a deferred workflow");
+    let info = s.job(deferred).expect("job");
+    assert!(info.deferred && !info.waiting, "{info:?}");
+    assert!(info.pending_reason.starts_with("begins at "), "{info:?}");
+    assert!(
+        n.beat(&mut s, &[]).is_empty(),
+        "nothing before its begin time"
+    );
+    while now_ms() <= begin {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    s.apply_retention().expect("the reaper's pass");
+    assert!(!s.job(deferred).expect("job").deferred);
+    let later = n.beat(&mut s, &[]);
+    assert_eq!(jobs_among(&s, &later, &[deferred]), vec![deferred]);
+    // The cancelled one says why after a restart too.
+    drop(s);
+    let s = open(&d.0);
+    assert_eq!(first_message(&s, notok), why);
+    assert_eq!(s.job(notok).expect("job").state, "cancelled");
 }

@@ -294,15 +294,16 @@ impl Batch {
     /// the batch jobs waiting on it are settled (released or cancelled) in this event; when it
     /// runs again (`hetsched resubmit`), the unfinished ones after it wait for its new end
     /// ([`Batch::wait_again_on`]). Once no unfinished batch job names it, it is forgotten.
+    /// Returns whether how it stands changed.
     pub fn foreign_end(
         &mut self,
         cx: &mut Ctx,
         id: u64,
         end: Option<JobEnd>,
-    ) -> Result<(), StateError> {
+    ) -> Result<bool, StateError> {
         let end = end.unwrap_or(JobEnd::Purged);
         let Some(mut by) = self.foreign.get_mut(&id).map(|f| std::mem::take(&mut f.by)) else {
-            return Ok(());
+            return Ok(false);
         };
         by.retain(|&b| {
             self.job_rec(b)
@@ -310,15 +311,15 @@ impl Batch {
         });
         if by.is_empty() {
             self.foreign.remove(&id);
-            return Ok(());
+            return Ok(false);
         }
         let Some(f) = self.foreign.get_mut(&id) else {
-            return Ok(());
+            return Ok(false);
         };
         f.by = by;
         let was = std::mem::replace(&mut f.end, end);
         if was == end {
-            return Ok(());
+            return Ok(false);
         }
         if end == JobEnd::Unfinished {
             self.wait_again_on(cx, id);
@@ -326,7 +327,7 @@ impl Batch {
             self.waiting.job_ended(id);
             self.settle_waiting(cx)?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Looks at the waiting jobs that are due (a job they name had a task end, or they were just
