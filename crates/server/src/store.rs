@@ -391,6 +391,14 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     // The accelerator kind of its GPU variant as `hetsched update` set it (empty: any; NULL: as
     // its job file says).
     ("apps", "gpu_kind", "TEXT"),
+    // What a divisible job waits for before it starts (`jobs::gate`); a job stored before
+    // waited for nothing and has started.
+    ("div_jobs", "after", "TEXT NOT NULL DEFAULT ''"),
+    ("div_jobs", "after_any", "TEXT NOT NULL DEFAULT ''"),
+    ("div_jobs", "after_notok", "TEXT NOT NULL DEFAULT ''"),
+    ("div_jobs", "held", "INTEGER NOT NULL DEFAULT 0"),
+    ("div_jobs", "begin_ms", "INTEGER NOT NULL DEFAULT 0"),
+    ("div_jobs", "started", "INTEGER NOT NULL DEFAULT 1"),
 ];
 
 /// The indexes; `tasks_other_nodes` lists only multi-node tasks' rows, so finding them (a

@@ -26,11 +26,18 @@
 //! before its success is committed, and only while the chunk is out: a repeated or late result
 //! is acknowledged and ignored) and `output` (the gathered output).
 //!
+//! **Waiting.** A job submitted `--after` other jobs, `--hold` or `--begin` is stored at once but
+//! hands out no chunk until the state finds that what it waits for allows it ([`super::gate`],
+//! `State::settle_gates`); its row's `started` says whether it has. One the jobs it names can
+//! no longer allow is cancelled, saying why. Only a job that has not started is held or has its
+//! begin time moved.
+//!
 //! After a restart the master is rebuilt from the chunk rows: finished chunks are measurements
 //! again, chunks that were out stay their agents' (an agent keeps computing while the server is
 //! away and uploads when it is back) until their agent says it no longer holds them or is
 //! declared dead.
 
+use super::gate::Gate;
 use super::{Ctx, JobKind, Kind, Read};
 use crate::state::StateError;
 use crate::state::types::{
@@ -436,6 +443,8 @@ struct Job {
     finished_ns: u64,
     output_bytes: u64,
     chunks: BTreeMap<u64, ChunkRec>,
+    /// What it waits for before it starts (`submit --after`, `--hold`, `--begin`).
+    gate: Gate,
 }
 
 /// What the server knows of an agent that asks for chunks: memory only (a rollback or a
@@ -499,6 +508,7 @@ pub struct StoredJob {
     finished_ns: u64,
     output_bytes: u64,
     chunks: Vec<ChunkRow>,
+    gate: Gate,
 }
 
 /// A stored chunk: number, round, worker, start, end, state, transfer ns, compute ns.
@@ -508,10 +518,13 @@ type ChunkRow = (u64, u32, String, u64, u64, String, u64, u64);
 pub fn load(conn: &Connection) -> Result<Vec<StoredJob>, StoreError> {
     let mut st = conn.prepare(
         "SELECT id, origin, text, name, COALESCE(submission_key, ''), state, message, submitted_ns, \
-         finished_ns, output_bytes FROM div_jobs ORDER BY id",
+         finished_ns, output_bytes, after, after_any, after_notok, held, begin_ms, started \
+         FROM div_jobs ORDER BY id",
     )?;
+    let list = |s: String| crate::store::parse_list(&s, "job ids");
     let mut jobs: Vec<StoredJob> = st
         .query_map([], |r| {
+            let begin_ms = r.get::<_, i64>(14)? as u64;
             Ok(StoredJob {
                 id: r.get::<_, i64>(0)? as u64,
                 origin: r.get(1)?,
@@ -524,6 +537,15 @@ pub fn load(conn: &Connection) -> Result<Vec<StoredJob>, StoreError> {
                 finished_ns: r.get::<_, i64>(8)? as u64,
                 output_bytes: r.get::<_, i64>(9)? as u64,
                 chunks: Vec::new(),
+                gate: Gate {
+                    after: list(r.get(10)?).unwrap_or_default(),
+                    after_any: list(r.get(11)?).unwrap_or_default(),
+                    after_notok: list(r.get(12)?).unwrap_or_default(),
+                    held: r.get::<_, i64>(13)? != 0,
+                    begin_ms: (begin_ms > 0).then_some(begin_ms),
+                    started: r.get::<_, i64>(15)? != 0,
+                    waiting_for: None,
+                },
             })
         })?
         .collect::<Result<_, _>>()?;
@@ -575,6 +597,7 @@ fn new_job(spec: DivisibleSpec, name: String, key: String, submitted_ns: u64) ->
         finished_ns: 0,
         output_bytes: 0,
         chunks: BTreeMap::new(),
+        gate: Gate::started(),
     }
 }
 
@@ -634,6 +657,7 @@ impl Divisible {
             job.message = row.message;
             job.finished_ns = row.finished_ns;
             job.output_bytes = row.output_bytes;
+            job.gate = row.gate;
             for (chunk, round, worker, start, end, state, t, c) in row.chunks {
                 let w = job.master.join(&worker, None);
                 let order = Order {
@@ -786,15 +810,33 @@ impl Divisible {
         }
         let submitted = cx.now;
         let key = (!sub.key.is_empty()).then_some(sub.key.clone());
+        // The state checked the jobs it runs after (it knows every kind's) and the begin time.
+        let gate = Gate::of(&sub);
+        let g = &gate;
         cx.store.transaction(|tx| {
             tx.execute(
-                "INSERT INTO div_jobs(id, origin, text, name, submission_key, state, submitted_ns) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6)",
-                params![id as i64, sub.origin, sub.text, name, key, submitted as i64],
+                "INSERT INTO div_jobs(id, origin, text, name, submission_key, state, submitted_ns, \
+                 after, after_any, after_notok, held, begin_ms, started) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                params![
+                    id as i64,
+                    sub.origin,
+                    sub.text,
+                    name,
+                    key,
+                    submitted as i64,
+                    crate::store::list_text(&g.after),
+                    crate::store::list_text(&g.after_any),
+                    crate::store::list_text(&g.after_notok),
+                    i64::from(g.held),
+                    g.begin_ms.unwrap_or(0) as i64,
+                    i64::from(g.started)
+                ],
             )?;
             Ok(())
         })?;
         let mut job = new_job(spec, name, sub.key, submitted);
+        job.gate = gate;
         let mut live: Vec<(String, u64)> = self
             .agents
             .iter()
@@ -882,7 +924,8 @@ impl Divisible {
         }
         let mut orders = Vec::new();
         for (&id, job) in self.jobs.iter_mut() {
-            if job.state != "running" {
+            // (One that waits to start hands out nothing yet.)
+            if job.state != "running" || !job.gate.started {
                 continue;
             }
             if req.drained || job.spec.outlasts(req.time_left) {
@@ -1204,14 +1247,23 @@ impl Divisible {
     fn job_info(&self, rd: &Read, id: u64) -> Option<JobInfo> {
         let job = self.jobs.get(&id)?;
         let v = self.view(id)?;
-        let pending_reason = self.pending_reason(rd, job, v.pending);
-        Some(JobInfo {
-            // Each reason it gives is that no agent can take its chunks now.
-            blocked: !pending_reason.is_empty(),
+        let running = job.state == "running";
+        // One that has not started waits for what it names (not for an operator), `pending`.
+        let unstarted = running && !job.gate.started;
+        let (pending_reason, blocked, state) = if unstarted {
+            (job.gate.reason(id), false, "pending".to_string())
+        } else {
+            let r = self.pending_reason(rd, job, v.pending);
+            // Each reason a started one gives is that no agent can take its chunks now.
+            let blocked = !r.is_empty();
+            (r, blocked, v.state)
+        };
+        let mut info = JobInfo {
+            blocked,
             pending_reason,
             id,
             name: job.name.clone(),
-            state: v.state,
+            state,
             tasks: v.units,
             counts: TaskCounts {
                 pending: v.pending,
@@ -1225,7 +1277,26 @@ impl Divisible {
             apps: Vec::new(),
             divisible: Some(Box::new(v.info)),
             ..Default::default()
-        })
+        };
+        job.gate.fill(&mut info, !running);
+        Some(info)
+    }
+
+    /// Job `id`, which has not started, to change (`what` applies to such jobs only).
+    fn unstarted(&mut self, id: u64, what: &str) -> Result<&mut Job, StateError> {
+        let j = self.jobs.get_mut(&id).ok_or(StateError::NoJob(id))?;
+        if j.gate.started || j.state != "running" {
+            return Err(StateError::Invalid(format!(
+                "job {id} is a divisible job that has {}: {what} a divisible job before it \
+                 starts (`hetsched cancel {id}` stops one that runs)",
+                if j.state != "running" {
+                    "ended"
+                } else {
+                    "started"
+                }
+            )));
+        }
+        Ok(j)
     }
 
     /// Chunks out on the agent of node `name` now, over every running job (what a drain lets
@@ -1327,8 +1398,18 @@ impl JobKind for Divisible {
         for id in &self.dirty_jobs {
             let Some(j) = self.jobs.get(id) else { continue };
             tx.execute(
-                "UPDATE div_jobs SET state = ?2, message = ?3, finished_ns = ?4, output_bytes = ?5 WHERE id = ?1",
-                params![*id as i64, j.state, j.message, j.finished_ns as i64, j.output_bytes as i64],
+                "UPDATE div_jobs SET state = ?2, message = ?3, finished_ns = ?4, output_bytes = ?5, \
+                 held = ?6, begin_ms = ?7, started = ?8 WHERE id = ?1",
+                params![
+                    *id as i64,
+                    j.state,
+                    j.message,
+                    j.finished_ns as i64,
+                    j.output_bytes as i64,
+                    i64::from(j.gate.held),
+                    j.gate.begin_ms.unwrap_or(0) as i64,
+                    i64::from(j.gate.started)
+                ],
             )?;
         }
         for (id, chunk) in &self.dirty_chunks {
@@ -1367,13 +1448,90 @@ impl JobKind for Divisible {
         Ok(())
     }
 
-    /// When the first agent holding no ask open is lost if it stays silent.
+    /// When the first agent holding no ask open is lost if it stays silent, or a waiting job's
+    /// begin time comes.
     fn housekeeping_due(&self) -> Option<Instant> {
         self.agents
             .values()
             .filter(|a| a.held == 0)
             .map(|a| a.last_seen + self.dead_timeout)
+            .chain(JobKind::next_begin(self))
             .min()
+    }
+
+    fn waiting(&self) -> Vec<(u64, Gate)> {
+        self.jobs
+            .iter()
+            .filter(|(_, j)| j.state == "running" && !j.gate.started)
+            .map(|(&id, j)| (id, j.gate.clone()))
+            .collect()
+    }
+
+    fn any_waiting(&self) -> bool {
+        self.jobs
+            .values()
+            .any(|j| j.state == "running" && !j.gate.started)
+    }
+
+    fn set_waiting_for(&mut self, id: u64, job: Option<u64>) {
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.gate.waiting_for = job;
+        }
+    }
+
+    /// Its agents' asks plan it from now on (held asks are answered at once).
+    fn start_waiting(&mut self, _cx: &mut Ctx, id: u64) {
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.gate.started = true;
+            j.gate.waiting_for = None;
+            self.dirty_jobs.insert(id);
+            info!(
+                job = id,
+                "what it waited for allows it: the divisible job starts"
+            );
+            self.changed();
+        }
+    }
+
+    fn cancel_waiting(&mut self, _cx: &mut Ctx, id: u64, why: &str) -> Result<u64, StateError> {
+        let job = self.jobs.get_mut(&id).ok_or(StateError::NoJob(id))?;
+        if job.state != "running" {
+            return Ok(0);
+        }
+        let units = job.spec.units();
+        finish_job(id, job, "cancelled", why);
+        self.dirty_jobs.insert(id);
+        info!(
+            job = id,
+            "divisible job cancelled: a job it runs after did not end as it needs"
+        );
+        Ok(units)
+    }
+
+    fn hold_waiting(&mut self, id: u64, hold: bool) -> Result<u64, StateError> {
+        let j = self.unstarted(id, "hold and release apply to")?;
+        if j.gate.held == hold {
+            return Ok(0);
+        }
+        j.gate.held = hold;
+        let units = j.spec.units();
+        self.dirty_jobs.insert(id);
+        Ok(units)
+    }
+
+    fn set_begin(&mut self, id: u64, begin_ms: u64) -> Result<(), StateError> {
+        self.unstarted(id, "a begin time applies to")?.gate.begin_ms = Some(begin_ms);
+        self.dirty_jobs.insert(id);
+        Ok(())
+    }
+
+    fn next_begin(&self) -> Option<Instant> {
+        super::gate::next_begin(
+            self.jobs
+                .values()
+                .filter(|j| j.state == "running")
+                .map(|j| &j.gate),
+        )
     }
 
     fn counts(&self) -> TaskCounts {

@@ -197,6 +197,122 @@ pub fn first_unfinished(
     named.find(|&d| matches!(end_of(d), Some(JobEnd::Unfinished) | None))
 }
 
+/// What a job of a kind that waits before it starts (a workflow, a divisible job) waits for:
+/// the submission's lists, hold and begin time, and whether it has started. Batch jobs keep
+/// theirs in their job rows (`batch/after`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Gate {
+    /// The jobs it runs after once each completed (`--after`), ascending.
+    pub after: Vec<u64>,
+    /// … once each ended, however (`--after-any`).
+    pub after_any: Vec<u64>,
+    /// … once each ended failed or cancelled (`--after-notok`).
+    pub after_notok: Vec<u64>,
+    /// Held by `hetsched hold` (or `submit --hold`) until `hetsched release`.
+    pub held: bool,
+    /// Not before this time (ms since the Unix epoch; `submit --begin`).
+    pub begin_ms: Option<u64>,
+    /// It has started (it waits no more; a job that never waited starts so).
+    pub started: bool,
+    /// The first job it names that had not ended when the state last looked (its pending
+    /// reason). Memory only.
+    pub waiting_for: Option<u64>,
+}
+
+impl Gate {
+    /// A job that waits for nothing: started at its submission.
+    pub fn started() -> Self {
+        Gate {
+            started: true,
+            ..Gate::default()
+        }
+    }
+
+    /// What a submission's checked lists, hold and begin time make it wait for (started if
+    /// nothing).
+    pub fn of(sub: &crate::state::types::Submission) -> Self {
+        let mut g = Gate {
+            after: sub.after.clone(),
+            after_any: sub.after_any.clone(),
+            after_notok: sub.after_notok.clone(),
+            held: sub.hold,
+            begin_ms: sub.begin_ms,
+            started: false,
+            waiting_for: None,
+        };
+        g.started = !g.waits();
+        g
+    }
+
+    /// Whether these lists, hold and begin time make a job wait before it starts.
+    pub fn waits(&self) -> bool {
+        !self.after.is_empty()
+            || !self.after_any.is_empty()
+            || !self.after_notok.is_empty()
+            || self.held
+            || self.begin_ms.is_some()
+    }
+
+    /// Every job it names: `after`, `after_any`, `after_notok`.
+    pub fn named(&self) -> impl Iterator<Item = u64> + '_ {
+        self.after
+            .iter()
+            .chain(&self.after_any)
+            .chain(&self.after_notok)
+            .copied()
+    }
+
+    /// Whether its begin time is still to come at `now_ms`.
+    pub fn deferred(&self, now_ms: u64) -> bool {
+        self.begin_ms.is_some_and(|b| b > now_ms)
+    }
+
+    /// Why job `id`, which has not started nor ended, waits: its pending reason.
+    pub fn reason(&self, id: u64) -> String {
+        if self.held {
+            return format!("held: `hetsched release {id}` lets it run");
+        }
+        let now_ms = crate::state::now_ns() / 1_000_000;
+        match (self.waiting_for, self.begin_ms) {
+            (Some(d), _) => format!("waiting for job {d}"),
+            (None, Some(b)) if b > now_ms => {
+                let left = std::time::Duration::from_secs((b - now_ms).div_ceil(1000));
+                format!(
+                    "begins at {} (in {})",
+                    rfc3339(b),
+                    humantime::format_duration(left)
+                )
+            }
+            _ => "waiting for the jobs it runs after".into(),
+        }
+    }
+
+    /// Its part of a job's listing, for a job that has `ended` or not: the lists, and whether it
+    /// waits, is held or is deferred (as a batch job's: one that waits only for its begin time
+    /// is deferred, not waiting; an ended job is neither).
+    pub fn fill(&self, info: &mut crate::state::types::JobInfo, ended: bool) {
+        let waits = !self.started && !ended;
+        let deferred = waits && self.deferred(crate::state::now_ns() / 1_000_000);
+        info.after = self.after.clone();
+        info.after_any = self.after_any.clone();
+        info.after_notok = self.after_notok.clone();
+        info.begin_ms = self.begin_ms;
+        info.held = waits && self.held;
+        info.deferred = deferred;
+        info.waiting = waits && (self.held || !deferred || self.waiting_for.is_some());
+    }
+}
+
+/// The earliest begin time still to come among `gates` of jobs that have not started.
+pub fn next_begin<'a>(gates: impl Iterator<Item = &'a Gate>) -> Option<std::time::Instant> {
+    let now_ms = crate::state::now_ns() / 1_000_000;
+    let b = gates
+        .filter(|g| !g.started)
+        .filter_map(|g| g.begin_ms.filter(|&b| b > now_ms))
+        .min()?;
+    Some(std::time::Instant::now() + std::time::Duration::from_millis(b - now_ms))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

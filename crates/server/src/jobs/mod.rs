@@ -477,6 +477,55 @@ pub trait JobKind: Send {
         false
     }
 
+    /// Jobs of this kind that wait before they start (`submit --after`, `--hold`, `--begin`;
+    /// [`gate`]): each one's id and what it waits for, in id order. The state decides on them
+    /// after every event ([`JobKind::start_waiting`], [`JobKind::cancel_waiting`]). Batch jobs
+    /// wait their own way (`batch/after`) and list none here.
+    fn waiting(&self) -> Vec<(u64, gate::Gate)> {
+        Vec::new()
+    }
+
+    /// Whether [`JobKind::waiting`] lists any (cheap: asked after every event).
+    fn any_waiting(&self) -> bool {
+        false
+    }
+
+    /// The first job waiting job `id` names that had not ended, as the state just found (its
+    /// pending reason).
+    fn set_waiting_for(&mut self, _id: u64, _job: Option<u64>) {}
+
+    /// What waiting job `id` waited for allows it: it starts now.
+    fn start_waiting(&mut self, _cx: &mut Ctx, _id: u64) {}
+
+    /// Waiting job `id` can never start (`why`: a job it runs after ended as it does not
+    /// allow): cancelled, its tasks saying why. Returns how many tasks it cancelled.
+    fn cancel_waiting(&mut self, cx: &mut Ctx, id: u64, _why: &str) -> Result<u64, StateError> {
+        self.cancel(cx, id)
+    }
+
+    /// `hetsched hold JOB` / `release JOB` of a job that waits before it starts. Returns how
+    /// many tasks it holds or lets go (0: it already was so).
+    fn hold_waiting(&mut self, id: u64, _hold: bool) -> Result<u64, StateError> {
+        Err(StateError::Invalid(format!(
+            "job {id} is a {} job; hold and release apply to batch jobs, workflows and divisible \
+             jobs",
+            self.kind().as_str()
+        )))
+    }
+
+    /// `hetsched update JOB --begin TIME` of a job that waits before it starts.
+    fn set_begin(&mut self, id: u64, _begin_ms: u64) -> Result<(), StateError> {
+        Err(StateError::Invalid(format!(
+            "job {id} is a {} job; --begin applies to batch jobs, workflows and divisible jobs",
+            self.kind().as_str()
+        )))
+    }
+
+    /// The earliest begin time still to come among its waiting jobs (the reaper wakes then).
+    fn next_begin(&self) -> Option<std::time::Instant> {
+        None
+    }
+
     /// How job `id` of this kind stands, for batch jobs that run after it (`None`: not a job of
     /// this kind, or one no job may run after). Asked after every event that changed this
     /// kind while a batch job names one of its jobs, so it should be cheap while the job runs.

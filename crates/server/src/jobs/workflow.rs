@@ -82,7 +82,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use tracing::{info, warn};
 
 mod waiting;
-pub use waiting::{Gate, WaitingWorkflow};
+use super::gate::Gate;
 
 /// Instances a node's heartbeat passes over (they cannot start there now) before it stops
 /// looking further down the node's queue.
@@ -948,10 +948,7 @@ impl Workflows {
             finished_ns: 0,
             cancelled: false,
             cancel_reason: String::new(),
-            gate: Gate {
-                started: true,
-                ..Gate::default()
-            },
+            gate: Gate::started(),
             assigned: HashMap::new(),
             rerun: Vec::new(),
             blocked: Vec::new(),
@@ -1043,16 +1040,7 @@ impl Workflows {
         )?;
         let n = job.insts.len();
         // The state checked the jobs it runs after (it knows every kind's) and the begin time.
-        job.gate = Gate {
-            after: sub.after.clone(),
-            after_any: sub.after_any.clone(),
-            after_notok: sub.after_notok.clone(),
-            held: sub.hold,
-            begin_ms: sub.begin_ms,
-            started: false,
-            waiting_for: None,
-        };
-        job.gate.started = !job.gate.waits();
+        job.gate = Gate::of(&sub);
         let g = &job.gate;
         cx.store.transaction(|tx| {
             tx.execute(
@@ -1570,15 +1558,18 @@ impl Workflows {
 
     fn job_info(rd: &Read, j: &WfJob, apps: bool) -> JobInfo {
         let (counts, _) = Self::counts_of(&j.insts);
-        let waiting_reason = j.waiting_reason();
-        let pending_reason = if waiting_reason.is_empty() {
-            Self::pending_reason(rd, j)
+        // One that has not started waits for what it names (not for an operator); one that
+        // runs may find no node for a ready instance.
+        let unstarted = !j.gate.started && !j.cancelled;
+        let (pending_reason, blocked) = if unstarted {
+            (j.gate.reason(j.id()), false)
         } else {
-            waiting_reason
+            let r = Self::pending_reason(rd, j);
+            let blocked = !r.is_empty();
+            (r, blocked)
         };
-        let deferred = !j.gate.started && j.gate.deferred(crate::state::now_ns() / 1_000_000);
         let used = j.insts.iter().filter_map(|x| x.usage);
-        JobInfo {
+        let mut info = JobInfo {
             cpu_ms: used.clone().map(|u| u.cpu_user_ms + u.cpu_system_ms).sum(),
             max_rss_bytes: used.map(|u| u.max_rss_bytes).max().unwrap_or(0),
             id: j.id(),
@@ -1592,9 +1583,9 @@ impl Workflows {
             launch_sent: j.sent,
             launch_received: j.received,
             divisible: None,
-            // Each reason it gives is that no node can run a ready instance now (instances
-            // waiting for their producers show per task in `job N`).
-            blocked: !pending_reason.is_empty(),
+            // Each reason a running one gives is that no node can run a ready instance now
+            // (instances waiting for their producers show per task in `job N`).
+            blocked,
             pending_reason,
             apps: if apps {
                 j.rt.parsed
@@ -1624,17 +1615,10 @@ impl Workflows {
             } else {
                 Vec::new()
             },
-            after: j.gate.after.clone(),
-            // As a batch job's: one that waits, unless only for its begin time.
-            waiting: !j.gate.started
-                && !j.cancelled
-                && (j.gate.held || !deferred || j.gate.waiting_for.is_some()),
-            after_any: j.gate.after_any.clone(),
-            after_notok: j.gate.after_notok.clone(),
-            held: j.gate.held && !j.gate.started && !j.cancelled,
-            begin_ms: j.gate.begin_ms,
-            deferred: deferred && !j.cancelled,
-        }
+            ..Default::default()
+        };
+        j.gate.fill(&mut info, j.cancelled);
+        info
     }
 
     /// The workflow's task graph in DOT (`hetsched job N --graph --output dot`).
@@ -2139,6 +2123,38 @@ impl JobKind for Workflows {
     /// start it.
     fn housekeeping_due(&self) -> Option<std::time::Instant> {
         self.next_begin()
+    }
+
+    fn waiting(&self) -> Vec<(u64, Gate)> {
+        self.waiting_jobs()
+    }
+
+    fn any_waiting(&self) -> bool {
+        self.any_waiting_job()
+    }
+
+    fn set_waiting_for(&mut self, id: u64, job: Option<u64>) {
+        self.note_waiting_for(id, job);
+    }
+
+    fn start_waiting(&mut self, cx: &mut Ctx, id: u64) {
+        self.start(cx, id);
+    }
+
+    fn cancel_waiting(&mut self, cx: &mut Ctx, id: u64, why: &str) -> Result<u64, StateError> {
+        self.cancel_unstarted(cx, id, why)
+    }
+
+    fn hold_waiting(&mut self, id: u64, hold: bool) -> Result<u64, StateError> {
+        self.hold_unstarted(id, hold)
+    }
+
+    fn set_begin(&mut self, id: u64, begin_ms: u64) -> Result<(), StateError> {
+        self.begin_unstarted(id, begin_ms)
+    }
+
+    fn next_begin(&self) -> Option<std::time::Instant> {
+        Workflows::next_begin(self)
     }
 
     fn take_wakes(&mut self, wakes: &mut Wakes) {

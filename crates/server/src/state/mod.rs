@@ -655,14 +655,28 @@ impl State {
         }
     }
 
+    /// A workflow or a divisible job waits by the same rules as a batch job (`jobs::gate`), for
+    /// jobs of any kind: checks what submission `sub` names (sorting its lists, without
+    /// repeats) and its begin time.
+    fn check_gate(&self, sub: &mut Submission) -> Result<(), StateError> {
+        let (after, after_any, after_notok) =
+            gate::check_named(&sub.after, &sub.after_any, &sub.after_notok, |j| {
+                self.job_end(j)
+            })?;
+        (sub.after, sub.after_any, sub.after_notok) = (after, after_any, after_notok);
+        if let Some(b) = sub.begin_ms {
+            gate::check_begin(b, now_ns())?;
+        }
+        Ok(())
+    }
+
     /// A deferred job's begin time (a batch job's or a waiting workflow's) wakes the reaper,
     /// whose pass queues its tasks, or starts it, then.
     fn plan_begin(&mut self) {
-        let begins = [
-            self.jobs.batch.next_begin(),
-            self.jobs.workflow.next_begin(),
-        ];
-        if let Some(at) = begins.into_iter().flatten().min() {
+        let waiting = Kind::ALL
+            .iter()
+            .filter_map(|&k| self.jobs.of_kind(k).next_begin());
+        if let Some(at) = waiting.chain(self.jobs.batch.next_begin()).min() {
             self.alarm.due(at);
         }
     }
@@ -691,41 +705,45 @@ impl State {
         Ok(())
     }
 
-    /// The workflows that have not started (`jobs::workflow::waiting`): each starts once the
-    /// jobs it names allow it (`jobs::gate::verdict`) and its begin time came, or is cancelled
-    /// when one of them ended as it does not allow; a held one waits for its release. Returns
-    /// whether one started or was cancelled. Nothing to do when none waits.
+    /// The jobs of the kinds that wait before they start (workflows, divisible jobs;
+    /// `JobKind::waiting`): each starts once the jobs it names allow it (`jobs::gate::verdict`)
+    /// and its begin time came, or is cancelled when one of them ended as it does not allow; a
+    /// held one waits for its release. Returns whether one started or was cancelled. Nothing to
+    /// do, and no look, when none waits.
     fn settle_gates(&mut self) -> Result<bool, StateError> {
-        if !self.jobs.workflow.any_waiting() {
-            return Ok(false);
-        }
         let now_ms = now_ns() / 1_000_000;
         let mut changed = false;
-        for w in self.jobs.workflow.waiting() {
-            let g = &w.gate;
-            let first = gate::first_unfinished(g.named(), |d| self.job_end(d));
-            self.jobs.workflow.set_waiting_for(w.id, first);
-            if g.held {
+        for &kind in Kind::ALL {
+            if !self.jobs.of_kind(kind).any_waiting() {
                 continue;
             }
-            let verdict = gate::verdict(
-                &g.after,
-                &g.after_any,
-                &g.after_notok,
-                g.deferred(now_ms),
-                |d| self.job_end(d),
-            );
-            match verdict {
-                gate::Verdict::Wait => {}
-                gate::Verdict::Release => {
-                    self.jobs.workflow.start_waiting(&mut ctx!(self), w.id);
-                    changed = true;
+            for (id, g) in self.jobs.of_kind(kind).waiting() {
+                let first = gate::first_unfinished(g.named(), |d| self.job_end(d));
+                self.jobs.of_kind_mut(kind).set_waiting_for(id, first);
+                if g.held {
+                    continue;
                 }
-                gate::Verdict::Cancel { why, .. } => {
-                    self.jobs
-                        .workflow
-                        .cancel_waiting(&mut ctx!(self), w.id, &why)?;
-                    changed = true;
+                let verdict = gate::verdict(
+                    &g.after,
+                    &g.after_any,
+                    &g.after_notok,
+                    g.deferred(now_ms),
+                    |d| self.job_end(d),
+                );
+                match verdict {
+                    gate::Verdict::Wait => {}
+                    gate::Verdict::Release => {
+                        self.jobs
+                            .of_kind_mut(kind)
+                            .start_waiting(&mut ctx!(self), id);
+                        changed = true;
+                    }
+                    gate::Verdict::Cancel { why, .. } => {
+                        self.jobs
+                            .of_kind_mut(kind)
+                            .cancel_waiting(&mut ctx!(self), id, &why)?;
+                        changed = true;
+                    }
                 }
             }
         }
@@ -980,17 +998,8 @@ impl State {
         let (kind, done) = if let Some(prepared) =
             crate::jobs::divisible::prepare(&sub.origin, &sub.text, &sub.divisible_input, &live)?
         {
-            if !sub.after.is_empty() || !sub.after_any.is_empty() || !sub.after_notok.is_empty() {
-                return Err(StateError::Invalid(
-                    "--after applies to batch jobs and workflows; this is a divisible job".into(),
-                ));
-            }
-            if sub.hold || sub.begin_ms.is_some() {
-                let flag = if sub.hold { "--hold" } else { "--begin" };
-                return Err(StateError::Invalid(format!(
-                    "{flag} applies to batch jobs and workflows; this is a divisible job"
-                )));
-            }
+            let mut sub = sub;
+            self.check_gate(&mut sub)?;
             let done = self
                 .jobs
                 .divisible
@@ -998,17 +1007,8 @@ impl State {
             (Kind::Divisible, done)
         } else {
             if hetsched_core::input::workflow_runtime::is_workflow(&sub.text) {
-                // A workflow waits by the same rules as a batch job (`jobs::gate`), for jobs
-                // of any kind: the state checks what it names.
                 let mut sub = sub;
-                let (after, after_any, after_notok) =
-                    gate::check_named(&sub.after, &sub.after_any, &sub.after_notok, |j| {
-                        self.job_end(j)
-                    })?;
-                (sub.after, sub.after_any, sub.after_notok) = (after, after_any, after_notok);
-                if let Some(b) = sub.begin_ms {
-                    gate::check_begin(b, now_ns())?;
-                }
+                self.check_gate(&mut sub)?;
                 let mut cx = ctx!(self);
                 (Kind::Workflow, self.jobs.workflow.submit(&mut cx, sub, id))
             } else {
@@ -1024,8 +1024,8 @@ impl State {
         if !done.existing {
             self.ids.add(done.job_id, kind);
         }
-        if kind == Kind::Workflow {
-            // A workflow after jobs that ended as it needs starts at once.
+        if kind != Kind::Batch {
+            // A workflow or divisible job after jobs that ended as it needs starts at once.
             self.commit()?;
         }
         self.wake(None);
@@ -1162,29 +1162,15 @@ impl State {
         Ok(n)
     }
 
-    /// Refuses job `job` unless it is a batch job: `job 4 is a workflow job; {what} to batch
-    /// jobs`, or `no job 4`.
-    fn batch_only(&self, job: u64, what: &str) -> Result<(), StateError> {
-        match self.ids.kind(job) {
-            Some(Kind::Batch) => Ok(()),
-            Some(k) => Err(StateError::Invalid(format!(
-                "job {job} is a {} job; {what} to batch jobs",
-                k.as_str()
-            ))),
-            None => Err(StateError::NoJob(job)),
-        }
-    }
-
     /// `hetsched hold JOB` (`hold`) / `release JOB`: whether a batch job's pending tasks may be
     /// dispatched; running ones go on. Returns how many pending tasks it held or queued again.
     pub fn on_hold(&mut self, job: u64, hold: bool) -> Result<u64, StateError> {
-        let n = if self.ids.kind(job) == Some(Kind::Workflow) {
-            // A workflow that has not started (released: it starts once what it waits for
+        let n = match self.ids.kind(job) {
+            Some(Kind::Batch) => self.jobs.batch.hold(&mut ctx!(self), job, hold)?,
+            // A job that waits before it starts (released: it starts once what it waits for
             // allows, in the commit below).
-            self.jobs.workflow.hold(job, hold)?
-        } else {
-            self.batch_only(job, "hold and release apply")?;
-            self.jobs.batch.hold(&mut ctx!(self), job, hold)?
+            Some(k) => self.jobs.of_kind_mut(k).hold_waiting(job, hold)?,
+            None => return Err(StateError::NoJob(job)),
         };
         self.commit()?;
         self.wake(None);
@@ -1199,25 +1185,27 @@ impl State {
         job: u64,
         update: &crate::jobs::batch::Update,
     ) -> Result<Vec<crate::jobs::batch::Updated>, StateError> {
-        let apps = if self.ids.kind(job) == Some(Kind::Workflow) {
-            // A workflow that has not started: its begin time only (it starts, in the commit
-            // below, if that has come and nothing else keeps it).
-            let only_begin = crate::jobs::batch::Update {
-                begin_ms: update.begin_ms,
-                ..Default::default()
-            };
-            let Some(b) = update.begin_ms.filter(|_| *update == only_begin) else {
-                return Err(StateError::Invalid(format!(
-                    "job {job} is a workflow: update changes a workflow's begin time only \
-                     (`--begin`), before it starts"
-                )));
-            };
-            gate::check_begin(b, now_ns())?;
-            self.jobs.workflow.set_begin(job, b)?;
-            Vec::new()
-        } else {
-            self.batch_only(job, "update applies")?;
-            self.jobs.batch.update(&mut ctx!(self), job, update)?
+        let apps = match self.ids.kind(job) {
+            Some(Kind::Batch) => self.jobs.batch.update(&mut ctx!(self), job, update)?,
+            Some(k) => {
+                // A job that waits before it starts: its begin time only (it starts, in the
+                // commit below, if that has come and nothing else keeps it).
+                let only_begin = crate::jobs::batch::Update {
+                    begin_ms: update.begin_ms,
+                    ..Default::default()
+                };
+                let Some(b) = update.begin_ms.filter(|_| *update == only_begin) else {
+                    return Err(StateError::Invalid(format!(
+                        "job {job} is a {} job: update changes its begin time only (`--begin`), \
+                         before it starts",
+                        k.as_str()
+                    )));
+                };
+                gate::check_begin(b, now_ns())?;
+                self.jobs.of_kind_mut(k).set_begin(job, b)?;
+                Vec::new()
+            }
+            None => return Err(StateError::NoJob(job)),
         };
         self.commit()?;
         self.wake(None);

@@ -338,23 +338,6 @@ fn after_names_earlier_jobs_and_at_most_sixty_four() {
         "{e}"
     );
     submit(&mut s, 1, &many[..64]).expect("64 jobs");
-    // A divisible job does not wait (a workflow does: see below).
-    let divisible = s
-        .on_submit(Submission {
-            origin: "rows.toml".into(),
-            text: "[[divisible]]\nname = \"rows\"\nunits = 4\ncommand = \"echo {start} {end}\"\n"
-                .into(),
-            workdir: "/".into(),
-            after: vec![first],
-            ..Default::default()
-        })
-        .expect_err("a divisible job after a job");
-    assert!(
-        divisible
-            .to_string()
-            .contains("--after applies to batch jobs and workflows; this is a divisible job"),
-        "{divisible}"
-    );
     // Repeats count once; nothing refused was stored.
     let ok = submit(&mut s, 1, &[first, first, first]).expect("repeats");
     assert_eq!(s.job(ok).expect("job").after, vec![first]);
@@ -1000,5 +983,134 @@ fn a_workflow_waits_for_the_jobs_it_runs_after_its_release_and_its_begin_time() 
     drop(s);
     let s = open(&d.0);
     assert_eq!(first_message(&s, notok), why);
+    assert_eq!(s.job(notok).expect("job").state, "cancelled");
+}
+
+/// Asks for chunks as agent `w` does; returns the (job, chunk) orders it was given.
+fn ask_chunks(s: &mut State, w: &str) -> Vec<(u64, u64)> {
+    s.on_next_chunk(hetsched_server::jobs::divisible::ChunkRequest {
+        name: w.into(),
+        memory_bytes: 1 << 30,
+        incarnation: "i1".into(),
+        holding: Vec::new(),
+        room: true,
+        attributes: Vec::new(),
+        drained: false,
+        time_left: None,
+    })
+    .expect("next chunk")
+    .orders
+    .iter()
+    .map(|o| (o.job_id, o.chunk))
+    .collect()
+}
+
+/// A divisible job of 40 units, submitted with `sub`'s waiting fields.
+fn submit_divisible(s: &mut State, sub: Submission) -> Result<u64, String> {
+    s.on_submit(Submission {
+        origin: "rows.toml".into(),
+        text: "[[divisible]]\nname = \"rows\"\nunits = 40\ncommand = \"echo {start} {end}\"\n"
+            .into(),
+        workdir: "/".into(),
+        ..sub
+    })
+    .map(|d| d.job_id)
+    .map_err(|e| e.to_string())
+}
+
+/// Divisible jobs wait as batch jobs and workflows do: no chunk is handed out before the job
+/// they run after completed (across a restart), and the chunk ask after its end gets one; one
+/// after its failure is cancelled, saying why; a held one starts at its release; `update
+/// --begin` moves a waiting one's begin time, and a started one cannot be held.
+#[test]
+fn a_divisible_job_hands_out_no_chunk_before_what_it_waits_for_allows() {
+    let d = common::scratch("after", "divisible-waits");
+    let (batch, after, notok, held) = {
+        let mut s = open(&d.0);
+        let batch = submit(&mut s, 1, &[]).expect("batch job");
+        let after = submit_divisible(
+            &mut s,
+            Submission {
+                after: vec![batch],
+                ..Default::default()
+            },
+        )
+        .expect("after it");
+        let notok = submit_divisible(
+            &mut s,
+            Submission {
+                after_notok: vec![batch],
+                ..Default::default()
+            },
+        )
+        .expect("after its failure");
+        let held = submit_divisible(
+            &mut s,
+            Submission {
+                hold: true,
+                ..Default::default()
+            },
+        )
+        .expect("held");
+        let info = s.job(after).expect("job");
+        assert_eq!(
+            (
+                info.state.as_str(),
+                info.waiting,
+                info.pending_reason.as_str()
+            ),
+            ("pending", true, format!("waiting for job {batch}").as_str())
+        );
+        assert!(s.job(held).expect("job").held);
+        assert!(ask_chunks(&mut s, "w").is_empty(), "nothing before its end");
+        (batch, after, notok, held)
+    };
+    let mut s = open(&d.0);
+    assert!(ask_chunks(&mut s, "w").is_empty(), "nor after a restart");
+    assert!(s.job(after).expect("job").waiting);
+    let mut n = Agent::new(&mut s, 2);
+    let sent = n.beat(&mut s, &[]);
+    assert_eq!(jobs_of(&s, &sent), vec![batch]);
+    n.beat(&mut s, &[(sent[0].0, sent[0].1, true)]);
+    // Completed: the next ask gets a chunk of the job after it; the one after its failure is
+    // cancelled, saying why.
+    assert_eq!(ask_chunks(&mut s, "w").first().map(|o| o.0), Some(after));
+    let info = s.job(notok).expect("job");
+    assert_eq!(info.state, "cancelled");
+    assert_eq!(
+        info.divisible.expect("divisible").message,
+        format!("cancelled: job {batch}, which this job runs after the failure of, completed")
+    );
+    let e = s.hold(after, true).expect_err("started").to_string();
+    assert!(
+        e.contains("hold and release apply to a divisible job before it starts"),
+        "{e}"
+    );
+    // A begin time moved far ahead, then released: still deferred; moved to now, it starts.
+    let far = now_ms() + 3_600_000;
+    s.update(&pb::UpdateRequest {
+        job_id: held,
+        begin_ms: Some(far),
+        ..Default::default()
+    })
+    .expect("update --begin");
+    s.hold(held, false).expect("release");
+    let info = s.job(held).expect("job");
+    assert!(info.deferred && !info.held, "{info:?}");
+    assert_eq!(info.begin_ms, far);
+    s.update(&pb::UpdateRequest {
+        job_id: held,
+        begin_ms: Some(now_ms()),
+        ..Default::default()
+    })
+    .expect("update --begin now");
+    assert_eq!(s.job(held).expect("job").state, "running");
+    drop(s);
+    let s = open(&d.0);
+    assert_eq!(
+        s.job(held).expect("job").state,
+        "running",
+        "started, after a restart too"
+    );
     assert_eq!(s.job(notok).expect("job").state, "cancelled");
 }
