@@ -202,7 +202,8 @@ enum Op {
 fn op(disk: bool) -> BoxedStrategy<Op> {
     let day = prop_oneof![
         2 => (0..DAY_JOBS.len()).prop_map(Op::Submit),
-        1 => (0..3usize, 1..5u64, 0..3u8).prop_map(|(k, j, how)| Op::SubmitAfter(k, j, how)),
+        // Batch jobs and workflows after any job (a workflow waits before it starts).
+        2 => (0..DAY_JOBS.len(), 1..5u64, 0..3u8).prop_map(|(k, j, how)| Op::SubmitAfter(k, j, how)),
         6 => (0..2usize, any::<u8>()).prop_map(|(n, f)| Op::Beat(n, f)),
         1 => (1..5u64).prop_map(Op::Cancel),
         1 => (1..5u64, prop::sample::select(vec!["0", "1-3", "5,8", "7", "2-11:3"]))
