@@ -2590,7 +2590,7 @@ fn a_job_submitted_with_a_begin_time_starts_no_sooner_even_across_a_restart() {
     c.ok(&["wait", "3", "--timeout", "20s"]);
     c.refused(
         &["update", "3", "--priority", "5"],
-        "job 3 is a workflow: update changes a workflow's begin time only",
+        "job 3 is a workflow job: update changes its begin time only",
     );
 }
 

@@ -464,6 +464,9 @@ pub struct Workflows {
     /// Purged workflows: their `wf_jobs` rows stay as tombstones (`purged = 1`, no instance
     /// rows) so that their ids are never given again and their submission keys keep naming them.
     purged: BTreeSet<u64>,
+    /// Workflows that may not have started ([`waiting`]): looked at instead of every job after
+    /// each event (one that started or ended leaves it when next looked at).
+    maybe_unstarted: BTreeSet<u64>,
 }
 
 fn thresholds(config: &ServerConfig) -> (BalancerKind, Thresholds, Option<u32>, u64) {
@@ -513,6 +516,7 @@ impl Workflows {
             dirty_jobs: HashSet::new(),
             woken: BTreeSet::new(),
             purged: BTreeSet::new(),
+            maybe_unstarted: BTreeSet::new(),
         };
         {
             let mut q = source
@@ -583,6 +587,7 @@ impl Workflows {
             if !job.gate.started && !cancelled {
                 // It has not started: nothing ran, nothing is ready; the state decides on it
                 // once every kind is restored.
+                me.maybe_unstarted.insert(seq);
                 me.jobs.insert(seq, job);
                 continue;
             }
@@ -1061,6 +1066,7 @@ impl Workflows {
                 "workflow submitted, waiting to start"
             );
             let id = job.id();
+            self.maybe_unstarted.insert(seq);
             self.jobs.insert(seq, job);
             return Ok(Submitted {
                 job_id: id,
@@ -2523,6 +2529,7 @@ impl Workflows {
             return Err(StateError::NoJob(job));
         };
         j.cancelled = true;
+        self.maybe_unstarted.remove(&seq);
         if why != CANCELLED {
             j.cancel_reason = why.to_string();
         }

@@ -26,21 +26,28 @@ use tracing::info;
 impl Workflows {
     /// The workflows that have not started (and were not cancelled), in id order.
     pub(super) fn waiting_jobs(&self) -> Vec<(u64, Gate)> {
-        self.jobs
-            .values()
-            .filter(|j| !j.gate.started && !j.cancelled)
+        self.unstarted_jobs()
             .map(|j| (j.id(), j.gate.clone()))
             .collect()
     }
 
+    /// Those workflows, found among the few listed as maybe unstarted (not every job: this is
+    /// asked after every event).
+    fn unstarted_jobs(&self) -> impl Iterator<Item = &super::WfJob> {
+        self.maybe_unstarted
+            .iter()
+            .filter_map(|seq| self.jobs.get(seq))
+            .filter(|j| !j.gate.started && !j.cancelled)
+    }
+
     /// Whether some workflow has not started.
     pub(super) fn any_waiting_job(&self) -> bool {
-        self.jobs.values().any(|j| !j.gate.started && !j.cancelled)
+        self.unstarted_jobs().next().is_some()
     }
 
     /// The earliest begin time still to come of a workflow that has not started.
     pub fn next_begin(&self) -> Option<std::time::Instant> {
-        crate::jobs::gate::next_begin(self.jobs.values().filter(|j| !j.cancelled).map(|j| &j.gate))
+        crate::jobs::gate::next_begin(self.unstarted_jobs().map(|j| &j.gate))
     }
 
     /// The gate of workflow `id` that has not started, to change (`None`: none such).
@@ -82,6 +89,7 @@ impl Workflows {
         job.members = members;
         job.gate.started = true;
         job.gate.waiting_for = None;
+        self.maybe_unstarted.remove(&seq);
         self.dirty_jobs.insert(seq);
         let out = job.machine.handle(LaunchEvent::Start, cx.now);
         self.apply(&mut job, out);
