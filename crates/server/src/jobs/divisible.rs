@@ -486,6 +486,9 @@ pub struct Divisible {
     /// Purged jobs: their rows stay as tombstones (`state = 'purged'`, no chunks) so that their
     /// ids are never given again and their submission keys keep naming them.
     purged: BTreeMap<u64, Tombstone>,
+    /// Jobs that may not have started (submitted waiting): looked at instead of every job
+    /// after each event (one that started or ended leaves it when next looked at).
+    maybe_unstarted: BTreeSet<u64>,
 }
 
 /// What is left of a purged job: its submission key and its units.
@@ -623,6 +626,7 @@ impl Divisible {
             dirty_chunks: BTreeSet::new(),
             changes: super::Changes::default(),
             purged: BTreeMap::new(),
+            maybe_unstarted: BTreeSet::new(),
         };
         for row in rows {
             let parsed = parse_workload(&row.origin, &row.text)
@@ -658,6 +662,9 @@ impl Divisible {
             job.finished_ns = row.finished_ns;
             job.output_bytes = row.output_bytes;
             job.gate = row.gate;
+            if !job.gate.started {
+                d.maybe_unstarted.insert(row.id);
+            }
             for (chunk, round, worker, start, end, state, t, c) in row.chunks {
                 let w = job.master.join(&worker, None);
                 let order = Order {
@@ -836,6 +843,9 @@ impl Divisible {
             Ok(())
         })?;
         let mut job = new_job(spec, name, sub.key, submitted);
+        if !gate.started {
+            self.maybe_unstarted.insert(id);
+        }
         job.gate = gate;
         let mut live: Vec<(String, u64)> = self
             .agents
@@ -1282,6 +1292,14 @@ impl Divisible {
         Some(info)
     }
 
+    /// The jobs that have not started (nor ended), found among the few that may not have.
+    fn unstarted_jobs(&self) -> impl Iterator<Item = (u64, &Job)> {
+        self.maybe_unstarted
+            .iter()
+            .filter_map(|&id| Some((id, self.jobs.get(&id)?)))
+            .filter(|(_, j)| j.state == "running" && !j.gate.started)
+    }
+
     /// Job `id`, which has not started, to change (`what` applies to such jobs only).
     fn unstarted(&mut self, id: u64, what: &str) -> Result<&mut Job, StateError> {
         let j = self.jobs.get_mut(&id).ok_or(StateError::NoJob(id))?;
@@ -1460,17 +1478,13 @@ impl JobKind for Divisible {
     }
 
     fn waiting(&self) -> Vec<(u64, Gate)> {
-        self.jobs
-            .iter()
-            .filter(|(_, j)| j.state == "running" && !j.gate.started)
-            .map(|(&id, j)| (id, j.gate.clone()))
+        self.unstarted_jobs()
+            .map(|(id, j)| (id, j.gate.clone()))
             .collect()
     }
 
     fn any_waiting(&self) -> bool {
-        self.jobs
-            .values()
-            .any(|j| j.state == "running" && !j.gate.started)
+        self.unstarted_jobs().next().is_some()
     }
 
     fn set_waiting_for(&mut self, id: u64, job: Option<u64>) {
@@ -1484,6 +1498,7 @@ impl JobKind for Divisible {
         if let Some(j) = self.jobs.get_mut(&id) {
             j.gate.started = true;
             j.gate.waiting_for = None;
+            self.maybe_unstarted.remove(&id);
             self.dirty_jobs.insert(id);
             info!(
                 job = id,
@@ -1500,6 +1515,7 @@ impl JobKind for Divisible {
         }
         let units = job.spec.units();
         finish_job(id, job, "cancelled", why);
+        self.maybe_unstarted.remove(&id);
         self.dirty_jobs.insert(id);
         info!(
             job = id,
@@ -1526,12 +1542,7 @@ impl JobKind for Divisible {
     }
 
     fn next_begin(&self) -> Option<Instant> {
-        super::gate::next_begin(
-            self.jobs
-                .values()
-                .filter(|j| j.state == "running")
-                .map(|j| &j.gate),
-        )
+        super::gate::next_begin(self.unstarted_jobs().map(|(_, j)| &j.gate))
     }
 
     fn counts(&self) -> TaskCounts {
@@ -1613,6 +1624,7 @@ impl JobKind for Divisible {
 
     fn purged(&mut self, _cx: &mut Ctx, ids: &[u64]) {
         for &id in ids {
+            self.maybe_unstarted.remove(&id);
             let Some(job) = self.jobs.remove(&id) else {
                 continue;
             };
@@ -1676,6 +1688,7 @@ impl JobKind for Divisible {
         let left = job.spec.units() - job.master.units_done();
         finish_job(id, job, "cancelled", "cancelled by a user");
         stop_out_chunks(&mut self.dirty_chunks, id, job);
+        self.maybe_unstarted.remove(&id);
         self.dirty_jobs.insert(id);
         Ok(left)
     }

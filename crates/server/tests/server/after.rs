@@ -690,22 +690,12 @@ fn first_message(s: &State, job: u64) -> String {
 /// its new end.
 #[test]
 fn batch_jobs_after_a_divisible_job_or_a_workflow_wait_for_its_end_across_a_restart() {
-    use hetsched_server::jobs::divisible::{ChunkRequest, ChunkResult};
+    use hetsched_server::jobs::divisible::ChunkResult;
     let d = common::scratch("after", "other-kinds");
     let (divisible, [ok, any, notok]) = {
         let mut s = open(&d.0);
         let mut n = Agent::new(&mut s, 8);
-        let divisible = s
-            .on_submit(Submission {
-                origin: "rows.toml".into(),
-                text:
-                    "[[divisible]]\nname = \"rows\"\nunits = 40\ncommand = \"echo {start} {end}\"\n"
-                        .into(),
-                workdir: "/".into(),
-                ..Default::default()
-            })
-            .expect("divisible job")
-            .job_id;
+        let divisible = submit_divisible(&mut s, Submission::default()).expect("divisible job");
         let ok = submit_after_all(&mut s, 2, &[divisible], &[], &[]).expect("after");
         let any = submit_after_all(&mut s, 1, &[], &[divisible], &[]).expect("after-any");
         let notok = submit_after_all(&mut s, 1, &[], &[], &[divisible]).expect("after-notok");
@@ -728,28 +718,11 @@ fn batch_jobs_after_a_divisible_job_or_a_workflow_wait_for_its_end_across_a_rest
     }
     assert!(n.beat(&mut s, &[]).is_empty());
     // The divisible job runs to its end, chunk by chunk, as its worker would run it.
-    let ask = |s: &mut State| {
-        s.on_next_chunk(ChunkRequest {
-            name: "w".into(),
-            memory_bytes: 1 << 30,
-            incarnation: "i1".into(),
-            holding: Vec::new(),
-            room: true,
-            attributes: Vec::new(),
-            drained: false,
-            time_left: None,
-        })
-        .expect("next chunk")
-        .orders
-        .iter()
-        .map(|o| o.chunk)
-        .collect::<Vec<u64>>()
-    };
     for _ in 0..200 {
         if s.job(divisible).expect("job").state != "running" {
             break;
         }
-        for chunk in ask(&mut s) {
+        for (_, chunk) in ask_chunks(&mut s, "w") {
             assert!(s.job(ok).expect("job").waiting, "waits while chunks run");
             let out = d.0.join(format!("chunk-{chunk}.out"));
             std::fs::write(&out, b"x\n").expect("output");
