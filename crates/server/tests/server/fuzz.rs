@@ -540,6 +540,11 @@ proptest! {
 enum DivOp {
     /// units, algorithm, whether chunk outputs are gathered.
     Submit(u64, &'static str, bool),
+    /// A load of `0` units to run after job `1` completed (`2` = 0), ended however (1) or ended
+    /// failed or cancelled (2); with `3`, held at submission.
+    SubmitAfter(u64, u64, u8, bool),
+    /// `hetsched hold` (`true`) or `release` of job `0`.
+    Hold(u64, bool),
     /// Agent `0` asks for a chunk.
     Ask(usize),
     /// Agent `0` reports the `1`-th chunk it holds, succeeded or not (`2`).
@@ -563,6 +568,9 @@ fn div_op(disk: bool) -> BoxedStrategy<DivOp> {
             any::<bool>(),
         )
             .prop_map(|(u, a, o)| DivOp::Submit(u, a, o)),
+        1 => (prop::sample::select(vec![10u64, 37]), 1..5u64, 0..3u8, prop::bool::weighted(0.2))
+            .prop_map(|(u, j, how, held)| DivOp::SubmitAfter(u, j, how, held)),
+        1 => (1..5u64, any::<bool>()).prop_map(|(j, h)| DivOp::Hold(j, h)),
         5 => (0..2usize).prop_map(DivOp::Ask),
         5 => (0..2usize, any::<usize>(), prop::bool::weighted(0.85))
             .prop_map(|(n, k, ok)| DivOp::Done(n, k, ok)),
@@ -585,7 +593,10 @@ fn div_op(disk: bool) -> BoxedStrategy<DivOp> {
 fn divisible_view(s: &State) -> Vec<String> {
     let mut out = Vec::new();
     for j in s.jobs().jobs {
-        out.push(format!("job {} {} {:?}", j.id, j.state, j.counts));
+        out.push(format!(
+            "job {} {} {:?} after {:?} {:?} {:?} held={} waiting={}",
+            j.id, j.state, j.counts, j.after, j.after_any, j.after_notok, j.held, j.waiting
+        ));
         if let Some(d) = s.job(j.id).ok().and_then(|j| j.divisible) {
             out.push(format!(
                 "  {} of {} units, {} rounds",
@@ -646,6 +657,43 @@ impl DivAgent {
                 .iter()
                 .any(|k| k.job_id == o.job_id && k.chunk == o.chunk)
         });
+        // A chunk of a load that waits to start goes out only once the jobs it runs after
+        // ended as it needs (and never while it is held).
+        for o in &reply.orders {
+            let j = s
+                .job(o.job_id)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert!(!j.held && !j.waiting, "a chunk of waiting job {}", j.id);
+            let state = |d: u64| s.job(d).map_or(String::new(), |d| d.state);
+            for &d in &j.after {
+                prop_assert_eq!(
+                    state(d),
+                    "completed",
+                    "job {} ran before {} completed",
+                    j.id,
+                    d
+                );
+            }
+            for &d in &j.after_any {
+                let st = state(d);
+                prop_assert!(
+                    ["completed", "failed", "cancelled"].contains(&st.as_str()),
+                    "job {} ran before {} ended",
+                    j.id,
+                    d
+                );
+            }
+            for &d in &j.after_notok {
+                let st = state(d);
+                prop_assert!(
+                    ["failed", "cancelled"].contains(&st.as_str()),
+                    "job {} ran after {} {}",
+                    j.id,
+                    d,
+                    st
+                );
+            }
+        }
         self.holding.extend(reply.orders);
         Ok(())
     }
@@ -726,6 +774,26 @@ fn divisible_day(dir: &Path, ops: Vec<DivOp>) -> Result<(), TestCaseError> {
                     Err(e) => prop_assert!(disk_was_full, "a valid load refused: {e}"),
                 }
             }
+            DivOp::SubmitAfter(units, j, how, hold) => {
+                // Refused when job `j` does not exist, or can no longer allow it.
+                let named = |want: u8| if how == want { vec![j] } else { Vec::new() };
+                let _ = s.on_submit(hetsched_server::state::types::Submission {
+                    origin: "after.toml".into(),
+                    text: format!(
+                        "[[divisible]]\nname = \"after\"\nunits = {units}\n\
+                         command = \"echo {{start}} {{end}}\"\n"
+                    ),
+                    workdir: "/".into(),
+                    after: named(0),
+                    after_any: named(1),
+                    after_notok: named(2),
+                    hold,
+                    ..Default::default()
+                });
+            }
+            DivOp::Hold(j, h) => {
+                let _ = s.hold(j, h);
+            }
             DivOp::Ask(n) => agents[n].ask(&mut s, disk_was_full)?,
             DivOp::Done(n, k, ok) => agents[n].done(&mut s, dir, k, ok, disk_was_full)?,
             DivOp::DiskFull(full) => {
@@ -761,6 +829,10 @@ fn divisible_day(dir: &Path, ops: Vec<DivOp>) -> Result<(), TestCaseError> {
     if disk_was_full {
         s.simulate_full_disk(false);
         std::thread::sleep(hetsched_server::state::PROBE_INTERVAL);
+    }
+    // Held loads are released (a held one would wait for ever).
+    for j in s.jobs().jobs {
+        let _ = s.hold(j.id, false);
     }
     for round in 0..2 {
         if round == 1 && !all_ended(&s) {
