@@ -10,10 +10,10 @@
 //! has sixteen such applications: a beat tries at most four of them (the gatherer's
 //! `TRIES_PER_BEAT`), so the cost is bounded, whatever waits. `after_20000_cancelled_jobs` beats
 //! after 20,000 one-task jobs were submitted and cancelled: their applications stay in the view,
-//! and a beat should not pay for them. `hundred_workflows_waiting_for_a_held_job` has 100
-//! workflows `--after` a held batch job and 100 batch jobs `--after-any` the first of them, beside
-//! 1,000 finished workflows: every beat decides on the waiting workflows again
-//! (`State::settle_gates`), and should not look at the finished ones.
+//! and a beat should not pay for them. `thousand_cancelled_workflows` beats beside 1,000 ended
+//! workflows; `hundred_workflows_waiting_for_a_held_job` has 100 workflows `--after` a held
+//! batch job and 100 batch jobs `--after-any` the first of them: what a beat pays to decide on
+//! waiting jobs (`State::settle_waits`).
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use hetsched_proto as pb;
@@ -73,6 +73,7 @@ fn heartbeat(c: &mut Criterion) {
         ("multi_node_task_that_cannot_gather", false),
         ("sixteen_multi_node_tasks_that_cannot_gather", false),
         ("after_20000_cancelled_jobs", false),
+        ("thousand_cancelled_workflows", false),
         ("hundred_workflows_waiting_for_a_held_job", false),
     ] {
         let dir = base.join(case);
@@ -101,7 +102,7 @@ fn heartbeat(c: &mut Criterion) {
             }
             eprintln!("20,000 jobs submitted and cancelled in {:?}", t.elapsed());
         }
-        if case == "hundred_workflows_waiting_for_a_held_job" {
+        if case.ends_with("workflows") || case.contains("workflows_waiting") {
             let workflow = |sub: Submission| Submission {
                 origin: "wf.toml".into(),
                 text: "balancer = \"centralised\"\n[[task]]\nname = \"A\"\ninstances = 4\n\
@@ -118,38 +119,41 @@ fn heartbeat(c: &mut Criterion) {
                 workdir: "/".into(),
                 ..sub
             };
-            for _ in 0..1_000 {
-                let id = s
-                    .on_submit(workflow(Submission::default()))
-                    .expect("workflow");
-                s.cancel(id.job_id).expect("cancel");
-            }
-            let held = s
-                .on_submit(batch(Submission {
-                    hold: true,
-                    ..Default::default()
-                }))
-                .expect("held job")
-                .job_id;
-            let mut first = 0;
-            for k in 0..100 {
-                let id = s
-                    .on_submit(workflow(Submission {
-                        after: vec![held],
+            if case == "thousand_cancelled_workflows" {
+                for _ in 0..1_000 {
+                    let id = s
+                        .on_submit(workflow(Submission::default()))
+                        .expect("workflow");
+                    s.cancel(id.job_id).expect("cancel");
+                }
+            } else {
+                let held = s
+                    .on_submit(batch(Submission {
+                        hold: true,
                         ..Default::default()
                     }))
-                    .expect("waiting workflow")
+                    .expect("held job")
                     .job_id;
-                if k == 0 {
-                    first = id;
+                let mut first = 0;
+                for k in 0..100 {
+                    let id = s
+                        .on_submit(workflow(Submission {
+                            after: vec![held],
+                            ..Default::default()
+                        }))
+                        .expect("waiting workflow")
+                        .job_id;
+                    if k == 0 {
+                        first = id;
+                    }
                 }
-            }
-            for _ in 0..100 {
-                s.on_submit(batch(Submission {
-                    after_any: vec![first],
-                    ..Default::default()
-                }))
-                .expect("batch job after a workflow");
+                for _ in 0..100 {
+                    s.on_submit(batch(Submission {
+                        after_any: vec![first],
+                        ..Default::default()
+                    }))
+                    .expect("batch job after a workflow");
+                }
             }
         }
         let mut next = 0u32;

@@ -2188,6 +2188,7 @@ impl JobKind for Batch {
     }
 
     fn committed(&mut self) {
+        self.waiting.ended_in_event = false;
         let tasks = &self.tasks;
         self.multi.running.retain(|&id, _| {
             tasks
@@ -2234,6 +2235,10 @@ impl JobKind for Batch {
 
     fn job_end(&self, id: u64) -> Option<super::JobEnd> {
         self.end_of(id)
+    }
+
+    fn ends_in_event(&self) -> bool {
+        self.waiting.ended_in_event
     }
 
     /// While some job's task rows are in memory (it has not finished, or has just finished and

@@ -526,6 +526,13 @@ pub trait JobKind: Send {
         None
     }
 
+    /// Whether a job of this kind ended, or runs again, in this event (since the last commit):
+    /// only then may a job waiting for it be released or cancelled, so the state decides on
+    /// waiting jobs again only then (or when asked: a submission, a hold, a begin time).
+    fn ends_in_event(&self) -> bool {
+        self.finished_in_event()
+    }
+
     /// How job `id` of this kind stands, for batch jobs that run after it (`None`: not a job of
     /// this kind, or one no job may run after). Asked after every event that changed this
     /// kind while a batch job names one of its jobs, so it should be cheap while the job runs.

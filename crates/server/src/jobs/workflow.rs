@@ -467,6 +467,9 @@ pub struct Workflows {
     /// Workflows that may not have started ([`waiting`]): looked at instead of every job after
     /// each event (one that started or ended leaves it when next looked at).
     maybe_unstarted: BTreeSet<u64>,
+    /// Workflows that may be running (started, not finished): a heartbeat looks at these, not
+    /// at every workflow kept until purged (one found finished leaves the set then).
+    maybe_running: BTreeSet<u64>,
 }
 
 fn thresholds(config: &ServerConfig) -> (BalancerKind, Thresholds, Option<u32>, u64) {
@@ -517,6 +520,7 @@ impl Workflows {
             woken: BTreeSet::new(),
             purged: BTreeSet::new(),
             maybe_unstarted: BTreeSet::new(),
+            maybe_running: BTreeSet::new(),
         };
         {
             let mut q = source
@@ -700,6 +704,9 @@ impl Workflows {
                 }
             }
             me.flush(cx, &mut job);
+            if job.finished_ns == 0 {
+                me.maybe_running.insert(seq);
+            }
             me.jobs.insert(seq, job);
         }
         Ok(me)
@@ -1084,6 +1091,7 @@ impl Workflows {
         }
         info!(job = job.id(), instances = n, balancer = %balancer, "workflow submitted");
         let id = job.id();
+        self.maybe_running.insert(seq);
         self.jobs.insert(seq, job);
         Ok(Submitted {
             job_id: id,
@@ -1276,6 +1284,7 @@ impl Workflows {
                     .extend((0..cx.nodes.len() as u32).filter(|&n| Self::alive(cx, n)));
             }
             j.finished_ns = 0;
+            self.maybe_running.insert(j.seq);
             self.dirty_jobs.insert(j.seq);
         }
         self.flush(cx, j);
@@ -1855,21 +1864,21 @@ impl JobKind for Workflows {
         if live != self.clustered {
             self.recluster(cx);
         }
+        // The workflows that run: those that finished (or were purged) leave the set.
+        let jobs = &self.jobs;
+        self.maybe_running
+            .retain(|seq| jobs.get(seq).is_some_and(|j| j.finished_ns == 0));
         // Every live node's mask: only while a workflow runs (it is a pass over the registry).
-        let graph_nodes = if self.jobs.values().any(|j| j.finished_ns == 0) {
-            self.graph_nodes(cx)
-        } else {
+        let graph_nodes = if self.maybe_running.is_empty() {
             Vec::new()
+        } else {
+            self.graph_nodes(cx)
         };
-        let seqs: Vec<u64> = self.jobs.keys().copied().collect();
+        let seqs: Vec<u64> = self.maybe_running.iter().copied().collect();
         for seq in seqs {
             let Some(mut job) = self.jobs.remove(&seq) else {
                 continue;
             };
-            if job.finished_ns != 0 {
-                self.jobs.insert(seq, job);
-                continue;
-            }
             // Centralised: the dispatcher's members follow the live nodes and their masks
             // (instances nobody could run are tried again).
             if let Machine::Centralised(d) = &mut job.machine

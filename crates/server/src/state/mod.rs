@@ -178,6 +178,10 @@ pub struct State {
     /// The automatic allocation queues an operator paused (`hetsched allocations --pause`):
     /// they submit nothing. Stored.
     paused_queues: std::collections::BTreeSet<String>,
+    /// Waiting jobs are to be decided on again in this event whatever ended (a submission, a
+    /// hold or release, a begin time moved or come, a resubmission, a restart): see
+    /// [`State::settle_waits`].
+    waits_due: bool,
 }
 
 /// Borrows the shared parts of a state as a kind's [`Ctx`] (a macro, so the borrow of
@@ -292,6 +296,7 @@ impl State {
             purge_epoch: now_ns().max(1),
             allocations: None,
             paused_queues,
+            waits_due: true,
         };
         state.settle_waits(true)?;
         Ok(state)
@@ -692,12 +697,22 @@ impl State {
     /// job's end may cancel a waiting workflow, whose end cancels a batch job after it, …):
     /// the waiting workflows ([`State::settle_gates`]) and the batch jobs after jobs of other
     /// kinds ([`State::settle_foreign`]).
+    ///
+    /// Only when something they wait for may have changed: a job ended or runs again in this
+    /// event (`JobKind::ends_in_event`), or the event asked (`waits_due`: a submission, a hold,
+    /// a begin time, a resubmission; `always`: a restart). A heartbeat that ends no job pays
+    /// for none of the waiting jobs.
     fn settle_waits(&mut self, always: bool) -> Result<(), StateError> {
+        let forced = always || std::mem::take(&mut self.waits_due);
+        let ended = |s: &Self| Kind::ALL.iter().any(|&k| s.jobs.of_kind(k).ends_in_event());
+        if !forced && !ended(self) {
+            return Ok(());
+        }
         // Each round that changes something ends a job or starts one, so this ends; the bound
         // only guards against a mistake.
         for _ in 0..1024 {
             let started = self.settle_gates()?;
-            let foreign = self.settle_foreign(always || started)?;
+            let foreign = self.settle_foreign(forced || started)?;
             if !started && !foreign {
                 break;
             }
@@ -762,7 +777,7 @@ impl State {
                     .jobs
                     .all()
                     .iter()
-                    .any(|k| k.kind() != Kind::Batch && k.has_changes()))
+                    .any(|k| k.kind() != Kind::Batch && k.ends_in_event()))
         {
             return Ok(false);
         }
@@ -932,6 +947,8 @@ impl State {
             };
             kind.housekeeping(&mut cx)?;
         }
+        // A waiting job's begin time may have come.
+        self.waits_due = true;
         // What housekeeping changed (divisible: chunks of lost agents) in one transaction.
         self.commit()?;
         // The agents that can take what housekeeping queued (a deferred job's tasks) beat now.
@@ -1024,9 +1041,18 @@ impl State {
         if !done.existing {
             self.ids.add(done.job_id, kind);
         }
-        if kind != Kind::Batch {
-            // A workflow or divisible job after jobs that ended as it needs starts at once.
-            self.commit()?;
+        self.waits_due = true;
+        if kind != Kind::Batch
+            && let Err(e) = self.commit()
+        {
+            // A workflow or divisible job after jobs that ended as it needs starts at once. The
+            // job itself is stored (a store-first submission): if this commit of its start
+            // fails, the state rolls back to the store and pauses, and the job is decided on
+            // again once it resumes — the submission stands.
+            warn!(
+                job = done.job_id,
+                "a waiting job's start was not stored: {e}"
+            );
         }
         self.wake(None);
         self.plan_begin();
@@ -1110,6 +1136,8 @@ impl State {
         // Cancelled first: a kind that has none refuses before anything changed, and a batch
         // job that takes them takes its failed ones too.
         let mut n = 0;
+        // It runs again: what waits for it is looked at again.
+        self.waits_due = true;
         if cancelled {
             n += self
                 .jobs
@@ -1172,6 +1200,7 @@ impl State {
             Some(k) => self.jobs.of_kind_mut(k).hold_waiting(job, hold)?,
             None => return Err(StateError::NoJob(job)),
         };
+        self.waits_due = true;
         self.commit()?;
         self.wake(None);
         info!(job, tasks = n, hold, "job held or released");
@@ -1207,6 +1236,7 @@ impl State {
             }
             None => return Err(StateError::NoJob(job)),
         };
+        self.waits_due = true;
         self.commit()?;
         self.wake(None);
         // A begin time moved: the reaper queues the job's tasks (or starts it) then.

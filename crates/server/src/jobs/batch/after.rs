@@ -69,6 +69,9 @@ pub(super) struct Waiting {
     deferred: BTreeSet<(u64, u64)>,
     /// The begin time of each job in `deferred`.
     begins: HashMap<u64, u64>,
+    /// A job ended, or runs again, since the last commit: jobs of other kinds that wait for it
+    /// are looked at in this event ([`crate::jobs::JobKind::ends_in_event`]).
+    pub(super) ended_in_event: bool,
 }
 
 impl Waiting {
@@ -91,6 +94,7 @@ impl Waiting {
     /// Job `job` ended (its last task ended, or it was cancelled): the jobs waiting on it are
     /// looked at again.
     pub(super) fn job_ended(&mut self, job: u64) {
+        self.ended_in_event = true;
         if let Some(list) = self.waiters.get(&job) {
             self.due.extend(list.iter().copied());
         }
@@ -419,6 +423,8 @@ impl Batch {
     /// affected: a job `--after` a failed job was cancelled when it failed. One `--after-notok`
     /// it, released when it failed, is cancelled if it now completes.)
     pub(super) fn wait_again_on(&mut self, cx: &mut Ctx, job: u64) {
+        // (It runs again: what waits for it, of any kind, is looked at again.)
+        self.waiting.ended_in_event = true;
         let dependants: Vec<(u64, std::ops::Range<u32>, Vec<u64>)> = self
             .jobs
             .iter()

@@ -90,6 +90,7 @@ impl Workflows {
         job.gate.started = true;
         job.gate.waiting_for = None;
         self.maybe_unstarted.remove(&seq);
+        self.maybe_running.insert(seq);
         self.dirty_jobs.insert(seq);
         let out = job.machine.handle(LaunchEvent::Start, cx.now);
         self.apply(&mut job, out);
