@@ -185,14 +185,18 @@ pub async fn submit_with_retries(
     }
 }
 
-/// A job as the commands that take one name it: its id, or `last` — the newest job the server
-/// lists (as HyperQueue's `last`), so `hetsched wait last` follows a `submit` without its id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A job as the commands that take one name it: its id, `last` — the newest job the server
+/// lists (as HyperQueue's `last`), so `hetsched wait last` follows a `submit` without its id —
+/// or `name:NAME`, a job by its name (`submit --name`; for one job, the newest of that name; in
+/// `--after` lists, every job of that name).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JobRef {
     /// This job id.
     Id(u64),
     /// The newest job.
     Last,
+    /// The jobs of this name.
+    Name(String),
 }
 
 impl std::str::FromStr for JobRef {
@@ -202,24 +206,54 @@ impl std::str::FromStr for JobRef {
         if s == "last" {
             return Ok(JobRef::Last);
         }
+        if let Some(name) = s.strip_prefix("name:") {
+            if name.is_empty() {
+                return Err("`name:` names no job: give the name, as `name:prepare`".into());
+            }
+            return Ok(JobRef::Name(name.to_string()));
+        }
         s.parse()
             .map(JobRef::Id)
-            .map_err(|_| format!("`{s}` is not a job id (a number) or `last`"))
+            .map_err(|_| format!("`{s}` is not a job id (a number), `name:NAME` or `last`"))
     }
 }
 
 impl JobRef {
-    /// The job id: as given, or the newest job's (one paged `ListJobs`, only for `last`).
+    /// The job id: as given, the newest job's, or the newest job's of the name (one paged
+    /// `ListJobs`, only for `last` and `name:`).
     pub async fn resolve(self, args: &ClientArgs) -> anyhow::Result<u64> {
-        let JobRef::Id(id) = self else {
-            let newest = super::select::listed(args)
-                .await?
-                .iter()
-                .map(|j| j.id)
-                .max();
-            return newest.ok_or_else(|| anyhow::anyhow!("`last`: the server lists no job"));
+        let ids = self.clone().resolve_all(args).await?;
+        ids.into_iter()
+            .max()
+            .ok_or_else(|| anyhow::anyhow!("no job"))
+    }
+
+    /// The job ids it names: the id, the newest job's, or every job of the name (as `--after
+    /// name:prepare` waits for every job named so); an error names what matched nothing.
+    pub async fn resolve_all(self, args: &ClientArgs) -> anyhow::Result<Vec<u64>> {
+        let listed = match &self {
+            JobRef::Id(id) => return Ok(vec![*id]),
+            JobRef::Last | JobRef::Name(_) => super::select::listed(args).await?,
         };
-        Ok(id)
+        match self {
+            JobRef::Name(name) => {
+                let ids: Vec<u64> = listed
+                    .iter()
+                    .filter(|j| j.name == name)
+                    .map(|j| j.id)
+                    .collect();
+                if ids.is_empty() {
+                    anyhow::bail!("`name:{name}`: the server lists no job named `{name}`");
+                }
+                Ok(ids)
+            }
+            _ => {
+                let newest = listed.iter().map(|j| j.id).max();
+                Ok(vec![newest.ok_or_else(|| {
+                    anyhow::anyhow!("`last`: the server lists no job")
+                })?])
+            }
+        }
     }
 }
 
@@ -1673,5 +1707,27 @@ mod tests {
         let shown = tasks_table(&[task("a", &["a", "b", "c"]), task("d", &[])]).to_string();
         assert!(shown.contains("a (+2)"), "{shown}");
         assert!(!shown.contains("d (+"), "{shown}");
+    }
+}
+
+#[cfg(test)]
+mod job_ref_tests {
+    use super::JobRef;
+
+    #[test]
+    fn a_job_is_named_by_id_last_or_name() {
+        assert_eq!("7".parse::<JobRef>(), Ok(JobRef::Id(7)));
+        assert_eq!("last".parse::<JobRef>(), Ok(JobRef::Last));
+        assert_eq!(
+            "name:prepare".parse::<JobRef>(),
+            Ok(JobRef::Name("prepare".into()))
+        );
+        let e = "name:".parse::<JobRef>().expect_err("no name");
+        assert!(e.contains("`name:` names no job"), "{e}");
+        let e = "prep".parse::<JobRef>().expect_err("not a job");
+        assert!(
+            e.contains("`prep` is not a job id (a number), `name:NAME` or `last`"),
+            "{e}"
+        );
     }
 }

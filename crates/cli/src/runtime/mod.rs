@@ -60,20 +60,20 @@ pub enum RuntimeCommand {
         /// file's path; for a command, the command as typed).
         #[arg(long)]
         name: Option<String>,
-        /// Run after these jobs — batch jobs, workflows or divisible jobs (ids or `last`; repeat
-        /// the flag or separate with commas):
+        /// Run after these jobs — batch jobs, workflows or divisible jobs (ids, `last`, or
+        /// `name:NAME` for every job of that name; repeat the flag or separate with commas):
         /// the tasks wait until every one of them has completed, and the job is cancelled if
         /// one ends failed or cancelled (Slurm's `--dependency=afterok`).
         #[arg(long, value_name = "JOB", value_delimiter = ',')]
         after: Vec<JobRef>,
-        /// Run after these jobs (of any kind) have ended, however they ended — completed, failed or
-        /// cancelled (ids or `last`; Slurm's `--dependency=afterany`): for a job that gathers or
-        /// cleans up what the others left.
+        /// Run after these jobs (of any kind) have ended, however they ended — completed, failed
+        /// or cancelled (ids, `last` or `name:NAME`; Slurm's `--dependency=afterany`): for a job
+        /// that gathers or cleans up what the others left.
         #[arg(long, value_name = "JOB", value_delimiter = ',')]
         after_any: Vec<JobRef>,
-        /// Run after these jobs (of any kind) have ended failed or cancelled (ids or `last`; Slurm's
-        /// `--dependency=afternotok`): for a job that handles a failure; it is cancelled if one
-        /// of them completes.
+        /// Run after these jobs (of any kind) have ended failed or cancelled (ids, `last` or
+        /// `name:NAME`; Slurm's `--dependency=afternotok`): for a job that handles a failure; it
+        /// is cancelled if one of them completes.
         #[arg(long, value_name = "JOB", value_delimiter = ',')]
         after_notok: Vec<JobRef>,
         /// Slurm's `--dependency` syntax, for scripts written for `sbatch`: `afterok:7:8` (=
@@ -673,17 +673,18 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
                     client::JobSource::Command(command_job::build(&job, &command, name.as_deref())?)
                 }
             };
+            // (`name:NAME` in these lists: every job of that name.)
             let mut after_ids = Vec::with_capacity(after.len());
             for job in after {
-                after_ids.push(job.resolve(&client).await?);
+                after_ids.extend(job.resolve_all(&client).await?);
             }
             let mut after_any_ids = Vec::with_capacity(after_any.len());
             for job in after_any {
-                after_any_ids.push(job.resolve(&client).await?);
+                after_any_ids.extend(job.resolve_all(&client).await?);
             }
             let mut after_notok_ids = Vec::with_capacity(after_notok.len());
             for job in after_notok {
-                after_notok_ids.push(job.resolve(&client).await?);
+                after_notok_ids.extend(job.resolve_all(&client).await?);
             }
             let after = client::After {
                 completed: after_ids,

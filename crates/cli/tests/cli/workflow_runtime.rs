@@ -803,12 +803,15 @@ command = "while [ ! -e GATE ]; do sleep 0.05; done; echo {index} > {output:s}"
 "#
         .replace("GATE", &gate.display().to_string()),
     );
-    let wf = submit(&c, &file);
-    // Job ids are one sequence across kinds: the workflow is job 1.
+    let wf = c.json(&["submit", "--name", "pipeline", &file.display().to_string()])["job_id"]
+        .as_u64()
+        .expect("job id");
+    // Job ids are one sequence across kinds: the workflow is job 1. The post-processing job
+    // names it by its name.
     c.ok(&[
         "submit",
         "--after",
-        &wf.to_string(),
+        "name:pipeline",
         "--shell",
         "--",
         "touch post",
