@@ -2241,6 +2241,10 @@ impl JobKind for Batch {
         self.waiting.ended_in_event
     }
 
+    fn next_begin(&self) -> Option<Instant> {
+        Batch::next_begin(self)
+    }
+
     /// While some job's task rows are in memory (it has not finished, or has just finished and
     /// awaits eviction), the retention pass is due every [`RETENTION_INTERVAL`]. A retention
     /// rule's time running out is not announced: on an idle cluster it is seen within

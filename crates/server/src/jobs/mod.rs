@@ -521,7 +521,7 @@ pub trait JobKind: Send {
         )))
     }
 
-    /// The earliest begin time still to come among its waiting jobs (the reaper wakes then).
+    /// The earliest begin time still to come among its deferred jobs (the reaper wakes then).
     fn next_begin(&self) -> Option<std::time::Instant> {
         None
     }

@@ -675,13 +675,13 @@ impl State {
         Ok(())
     }
 
-    /// A deferred job's begin time (a batch job's or a waiting workflow's) wakes the reaper,
-    /// whose pass queues its tasks, or starts it, then.
+    /// A deferred job's begin time (of any kind: `JobKind::next_begin`) wakes the reaper, whose
+    /// pass queues its tasks, or starts it, then.
     fn plan_begin(&mut self) {
-        let waiting = Kind::ALL
+        let begins = Kind::ALL
             .iter()
             .filter_map(|&k| self.jobs.of_kind(k).next_begin());
-        if let Some(at) = waiting.chain(self.jobs.batch.next_begin()).min() {
+        if let Some(at) = begins.min() {
             self.alarm.due(at);
         }
     }
