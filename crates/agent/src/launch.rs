@@ -14,7 +14,7 @@ use hetsched_proto as pb;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 /// Nanoseconds since the Unix epoch.
 pub fn now_ns() -> u64 {
@@ -229,17 +229,37 @@ pub enum Kill {
 
 /// What the agent may tell a running task: to stop (`kill`), and, where `limit` is given, a new
 /// time limit in ms (0: none), counted from its start (`hetsched update --time-limit` on a
-/// running task; the server's `Respec`).
+/// running task; the server's `Respec`), and, where `signals` is given, signals for its
+/// process group (`hetsched signal`).
 pub struct Control {
     /// Stops the task.
     pub kill: oneshot::Receiver<Kill>,
     /// Its time limit from now on; absent: the spec's for the task's life.
     pub limit: Option<watch::Receiver<u64>>,
+    /// Signals an operator sends it; absent: none.
+    pub signals: Option<mpsc::UnboundedReceiver<nix::sys::signal::Signal>>,
 }
 
 impl From<oneshot::Receiver<Kill>> for Control {
     fn from(kill: oneshot::Receiver<Kill>) -> Self {
-        Control { kill, limit: None }
+        Control {
+            kill,
+            limit: None,
+            signals: None,
+        }
+    }
+}
+
+/// The next signal `signals` gives; never resolves without a sender or a receiver.
+async fn next_signal(
+    signals: &mut Option<mpsc::UnboundedReceiver<nix::sys::signal::Signal>>,
+) -> nix::sys::signal::Signal {
+    match signals.as_mut() {
+        Some(rx) => match rx.recv().await {
+            Some(s) => s,
+            None => std::future::pending().await,
+        },
+        None => std::future::pending().await,
     }
 }
 
@@ -353,7 +373,11 @@ pub async fn run(
     grace: Duration,
     on_spawn: impl FnOnce(u32),
 ) -> pb::TaskResult {
-    let Control { kill, limit } = control.into();
+    let Control {
+        mut kill,
+        limit,
+        mut signals,
+    } = control.into();
     let started = now_ns();
     let grace = match spec.kill_grace_ms {
         0 => grace,
@@ -469,30 +493,48 @@ pub async fn run(
             signal_group(p, signal);
         }
     };
-    let timer = time_limit(
-        tokio::time::Instant::now(),
-        spec.time_limit_ms,
-        limit,
-        Warning::of(spec),
-        warn_group,
-    );
-    let exited = async {
-        match watch.as_mut() {
-            Some(w) => match w.exited().await {
-                crate::usage::Exit::Exited => Ended::Exited,
-                crate::usage::Exit::OverMemory(bytes) => Ended::OverMemory(bytes),
-            },
-            // Unwatched: reaped here; the status is kept for the `wait` below.
-            None => {
-                drop(child.wait().await);
-                Ended::Exited
+    // (In a block: the futures borrow the process until it ended.)
+    let ended = {
+        let timer = time_limit(
+            tokio::time::Instant::now(),
+            spec.time_limit_ms,
+            limit,
+            Warning::of(spec),
+            warn_group,
+        );
+        let exited = async {
+            match watch.as_mut() {
+                Some(w) => match w.exited().await {
+                    crate::usage::Exit::Exited => Ended::Exited,
+                    crate::usage::Exit::OverMemory(bytes) => Ended::OverMemory(bytes),
+                },
+                // Unwatched: reaped here; the status is kept for the `wait` below.
+                None => {
+                    drop(child.wait().await);
+                    Ended::Exited
+                }
+            }
+        };
+        tokio::pin!(exited, timer);
+        // A kill sender dropped unused (a oneshot must not be polled again once it answered).
+        let mut kill_open = true;
+        loop {
+            tokio::select! {
+                e = &mut exited => break e,
+                why = &mut kill, if kill_open => match why {
+                    Ok(why) => break Ended::Killed(why),
+                    Err(_) => kill_open = false,
+                },
+                ms = &mut timer => break Ended::TimedOut(ms),
+                // Only while the process is not reaped: its group's id is still its own.
+                signal = next_signal(&mut signals) => {
+                    if let Some(p) = pid {
+                        tracing::debug!(pid = p, ?signal, "an operator's signal for the task");
+                        signal_group(p, signal);
+                    }
+                }
             }
         }
-    };
-    let ended = tokio::select! {
-        e = exited => e,
-        Ok(why) = kill => Ended::Killed(why),
-        ms = timer => Ended::TimedOut(ms),
     };
     // Whether the task outlived its grace and was SIGKILLed.
     let mut forced = false;
@@ -771,6 +813,7 @@ mod tests {
         let control = Control {
             kill: rx,
             limit: Some(limit_rx),
+            signals: None,
         };
         let started = std::time::Instant::now();
         let tell = async {
@@ -837,6 +880,7 @@ mod tests {
         let control = Control {
             kill,
             limit: Some(limit),
+            signals: None,
         };
         let running = run(
             &a,

@@ -168,6 +168,11 @@ struct RunningTask {
     /// Gives the task a new time limit (ms, 0: none; the server's `Respec`).
     limit: watch::Sender<u64>,
     read_bytes: u64,
+    /// Sends its process group an operator's signal (`hetsched signal`).
+    signal: tokio::sync::mpsc::UnboundedSender<nix::sys::signal::Signal>,
+    /// The seqs of the signals this attempt was sent: the server resends a signal until it
+    /// hears that it was handled, and each is sent to the task once.
+    signalled: std::collections::HashSet<u64>,
 }
 
 /// A task the server assigned beyond the node's free cores (`prefetched`), or onto cores that a
@@ -208,6 +213,8 @@ struct Shared {
     /// says so (`leaving`), and the server records that the node left instead of waiting to
     /// declare it dead.
     leaving: Option<Stop>,
+    /// The seqs of the server's signals handled since the last heartbeat (its `signalled`).
+    signal_acks: Vec<u64>,
 }
 
 /// Runs the agent until `shutdown` resolves; then kills its tasks and returns.
@@ -434,6 +441,7 @@ pub async fn run(
         ledger,
         binding: None,
         leaving: None,
+        signal_acks: Vec::new(),
     }));
     // An ANode's accelerator service (spec 01's AcCt): every GPU task of this node, its own and
     // its NNodes', runs through its process stage.
@@ -593,6 +601,9 @@ pub async fn run(
                     balance_received: bal.received,
                     balance_held: bal.held(),
                     rtt_ns: bal.rtt_ns.clone().into_iter().collect(),
+                    // Lost with a failed beat: the server sends those signals again, and
+                    // they are acknowledged again without being sent twice.
+                    signalled: std::mem::take(&mut sh.signal_acks),
                 }
             };
             let mut reply =
@@ -692,6 +703,29 @@ pub async fn run(
             });
             for a in &reply.acked {
                 sh.ledger.acked(a.task_id, a.attempt);
+            }
+            // An operator's signals (`hetsched signal`): each to its attempt's process group,
+            // once; one for an attempt not running here (ended, or queued and not started)
+            // is only acknowledged.
+            for g in &reply.signals {
+                sh.signal_acks.push(g.seq);
+                let Some(t) = sh.running.get_mut(&g.task_id) else {
+                    continue;
+                };
+                if t.attempt != g.attempt || !t.signalled.insert(g.seq) {
+                    continue;
+                }
+                match format!("SIG{}", g.signal).parse::<nix::sys::signal::Signal>() {
+                    Ok(signal) => {
+                        debug!(task = g.task_id, ?signal, "an operator's signal");
+                        let _ = t.signal.send(signal);
+                    }
+                    Err(_) => warn!(
+                        task = g.task_id,
+                        signal = %g.signal,
+                        "a signal this system does not know: not sent"
+                    ),
+                }
             }
             for k in &reply.kill {
                 sh.queue
@@ -1016,6 +1050,7 @@ impl Launcher<'_> {
     fn launch(&self, sh: &mut Shared, a: pb::Assignment, spec: Arc<pb::TaskSpec>) {
         let (tx, rx) = oneshot::channel();
         let (limit_tx, limit_rx) = watch::channel(spec.time_limit_ms);
+        let (signal_tx, signal_rx) = tokio::sync::mpsc::unbounded_channel();
         let old = sh.running.insert(
             a.task_id,
             RunningTask {
@@ -1025,11 +1060,14 @@ impl Launcher<'_> {
                 kill: Some(tx),
                 limit: limit_tx,
                 read_bytes: 0,
+                signal: signal_tx,
+                signalled: Default::default(),
             },
         );
         let control = launch::Control {
             kill: rx,
             limit: Some(limit_rx),
+            signals: Some(signal_rx),
         };
         sh.busy_cores += a.cores;
         // A new attempt of a task that still runs here: the old attempt is stale.

@@ -96,6 +96,7 @@ impl From<pb::HeartbeatRequest> for HeartbeatReport {
                 crate::state::types::Leave::parse(&r.leaving)
                     .unwrap_or(crate::state::types::Leave::Signal)
             }),
+            signalled: r.signalled,
         }
     }
 }
@@ -278,7 +279,17 @@ impl From<HeartbeatReply> for pb::HeartbeatReply {
             respecs: r.respecs.iter().map(respec).collect(),
             stop: r.stop.is_some(),
             stop_drain: r.stop == Some(true),
+            signals: r.signals.iter().map(task_signal).collect(),
         }
+    }
+}
+
+fn task_signal(s: &crate::state::types::TaskSignal) -> pb::TaskSignal {
+    pb::TaskSignal {
+        task_id: s.task_id,
+        attempt: s.attempt,
+        signal: s.signal.to_string(),
+        seq: s.seq,
     }
 }
 
@@ -319,6 +330,7 @@ pub fn reply_wire_len(r: &HeartbeatReply) -> usize {
         respecs: r.respecs.iter().map(respec).collect(),
         stop: r.stop.is_some(),
         stop_drain: r.stop == Some(true),
+        signals: r.signals.iter().map(task_signal).collect(),
     }
     .encoded_len()
 }
@@ -608,6 +620,9 @@ pub trait Wire {
         app: &str,
         indices: &str,
     ) -> Result<pb::CancelReply, StateError>;
+    /// [`State::on_signal`] (`signal` as `kill -l` names it; `indices` in the syntax of a job
+    /// file's `indices`, empty: every task).
+    fn signal(&mut self, req: &pb::SignalRequest) -> Result<pb::SignalReply, StateError>;
     /// [`State::on_hold`].
     fn hold(&mut self, job: u64, hold: bool) -> Result<pb::HoldReply, StateError>;
     /// [`State::on_update`].
@@ -763,6 +778,20 @@ impl Wire for State {
         let app = (!app.is_empty()).then_some(app);
         self.on_cancel_tasks(job, app, &indices)
             .map(|cancelled| pb::CancelReply { cancelled })
+    }
+
+    fn signal(&mut self, req: &pb::SignalRequest) -> Result<pb::SignalReply, StateError> {
+        let signal = hetsched_core::input::task_signal(&req.signal).map_err(StateError::Invalid)?;
+        let indices = match req.indices.as_str() {
+            "" => None,
+            text => Some(
+                hetsched_core::input::workload::parse_indices(text)
+                    .map_err(|e| StateError::Invalid(format!("--tasks: {e}")))?,
+            ),
+        };
+        let app = (!req.app.is_empty()).then_some(req.app.as_str());
+        self.on_signal(req.job_id, signal, app, indices.as_deref())
+            .map(|tasks| pb::SignalReply { tasks })
     }
 
     fn purge(&mut self, req: &pb::PurgeRequest) -> Result<pb::PurgeReply, StateError> {

@@ -797,6 +797,24 @@ impl Client for ClientService {
         .await
     }
 
+    async fn signal(
+        &self,
+        req: Request<pb::SignalRequest>,
+    ) -> Result<Response<pb::SignalReply>, Status> {
+        let r = req.into_inner();
+        use hetsched_core::input::limits::MAX_APP_NAME;
+        if r.indices.len() > MAX_CANCEL_INDICES_BYTES
+            || r.app.len() > MAX_APP_NAME
+            || r.signal.len() > 16
+        {
+            return Err(Status::invalid_argument(format!(
+                "--tasks is at most {MAX_CANCEL_INDICES_BYTES} bytes, --app at most {MAX_APP_NAME} \
+                 and --signal at most 16"
+            )));
+        }
+        with_state(&self.0, &self.2, Run::Blocking, move |s| s.signal(&r)).await
+    }
+
     async fn update(
         &self,
         req: Request<pb::UpdateRequest>,
@@ -828,7 +846,8 @@ impl Client for ClientService {
     }
 }
 
-/// Longest index list `hetsched cancel --tasks` may send (a range covers many indices).
+/// Longest index list `hetsched cancel --tasks` (or `signal --tasks`) may send (a range covers
+/// many indices).
 const MAX_CANCEL_INDICES_BYTES: usize = 64 << 10;
 
 /// Who a call's token says the caller is.

@@ -347,6 +347,9 @@ CREATE TABLE IF NOT EXISTS node_drains(
 CREATE TABLE IF NOT EXISTS task_holds(
     task INTEGER PRIMARY KEY, attempt INTEGER NOT NULL, cores INTEGER NOT NULL,
     memory_bytes INTEGER NOT NULL, gpus INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS task_signals(
+    seq INTEGER PRIMARY KEY, node INTEGER NOT NULL, task INTEGER NOT NULL,
+    attempt INTEGER NOT NULL, signal TEXT NOT NULL);
 ";
 
 /// Columns added after the first schema: added to stores created before them (`table`, `column`,

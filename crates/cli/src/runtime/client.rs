@@ -1278,6 +1278,53 @@ pub async fn cancel(
     .await
 }
 
+/// `hetsched signal`.
+pub async fn signal(
+    args: &ClientArgs,
+    sel: &Selected,
+    signal: &str,
+    tasks: Option<&str>,
+    app: Option<&str>,
+) -> anyhow::Result<()> {
+    // Refused here with the same words as the server would, without a round trip.
+    let signal = hetsched_core::input::task_signal(signal).map_err(|e| anyhow::anyhow!(e))?;
+    if let Some(t) = tasks {
+        if sel.ids.len() != 1 {
+            bail!(
+                "--tasks names tasks of one job; {} jobs are selected",
+                sel.ids.len()
+            );
+        }
+        hetsched_core::input::workload::parse_indices(t)
+            .map_err(|e| anyhow::anyhow!("--tasks: {e}"))?;
+    }
+    let api = connect(args).await?;
+    each_job(args, sel, "signalled", |id| {
+        let mut api = api.clone();
+        async move {
+            let r = api
+                .signal(pb::SignalRequest {
+                    job_id: id,
+                    signal: signal.to_string(),
+                    indices: tasks.unwrap_or_default().to_string(),
+                    app: app.unwrap_or_default().to_string(),
+                })
+                .await
+                .map_err(refused)?
+                .into_inner();
+            let line = match r.tasks {
+                0 => format!("job {id}: no running task to signal"),
+                n => format!(
+                    "job {id}: SIG{signal} sent to {n} running task(s) (their agents deliver it at \
+                     their next heartbeat)"
+                ),
+            };
+            Ok((serde_json::to_value(r)?, line))
+        }
+    })
+    .await
+}
+
 /// `hetsched hold` (`hold`) and `hetsched release`.
 pub async fn hold(args: &ClientArgs, sel: &Selected, hold: bool) -> anyhow::Result<()> {
     let api = connect(args).await?;

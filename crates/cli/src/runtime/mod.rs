@@ -298,6 +298,30 @@ pub enum RuntimeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Send a signal to jobs' running tasks (Slurm's `scancel --signal`): `USR1` to checkpoint
+    /// now, `HUP` to reopen logs, `STOP`/`CONT` to pause and resume; nothing is cancelled. Each
+    /// task's agent sends it to the task's process group at its next heartbeat, once
+    Signal {
+        /// Jobs: ids, ranges (`4-9`: the jobs listed in it), `name:NAME` (the jobs listed with
+        /// that name), `last` (the newest job) or `all` (every job not finished); separate with
+        /// spaces or commas.
+        #[arg(required = true, value_name = "JOB", value_delimiter = ',', num_args = 1..)]
+        ids: Vec<select::JobItem>,
+        /// The signal, as `kill -l` names it, with or without `SIG`: HUP, INT, QUIT, USR1,
+        /// USR2, ALRM, TERM, CONT, URG, WINCH, STOP, TSTP or KILL.
+        #[arg(short = 's', long, value_name = "SIG")]
+        signal: String,
+        /// Only the tasks with these indices, of one job (`3,7-9`, `0-99:2`; the syntax of
+        /// `submit --array`); in a workflow, the instances with these `{index}` values.
+        #[arg(long, value_name = "INDICES")]
+        tasks: Option<String>,
+        /// Only this application's tasks, or this workflow task's instances (default: every
+        /// application's or task's).
+        #[arg(long, value_name = "NAME")]
+        app: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Hold batch jobs: their pending tasks are not dispatched until `hetsched release` (running
     /// ones go on; a task that fails and retries, or is lost, waits too)
     Hold {
@@ -783,6 +807,16 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         } => {
             let sel = select::resolve(&ids, &client).await?;
             client::cancel(&client, &sel, tasks.as_deref(), app.as_deref()).await
+        }
+        RuntimeCommand::Signal {
+            ids,
+            signal,
+            tasks,
+            app,
+            client,
+        } => {
+            let sel = select::resolve(&ids, &client).await?;
+            client::signal(&client, &sel, &signal, tasks.as_deref(), app.as_deref()).await
         }
         RuntimeCommand::Hold { ids, client } => {
             let sel = select::resolve(&ids, &client).await?;

@@ -161,6 +161,36 @@ pub const WARN_SIGNALS: [&str; 10] = [
     "HUP", "INT", "QUIT", "USR1", "USR2", "ALRM", "TERM", "CONT", "URG", "WINCH",
 ];
 
+/// The signals `hetsched signal` may send to a running task (Slurm's `scancel --signal`): those
+/// a program may catch ([`WARN_SIGNALS`]), and those that pause it, resume it or end it at once
+/// (`STOP`, `TSTP`, `KILL`).
+pub const TASK_SIGNALS: [&str; 13] = [
+    "HUP", "INT", "QUIT", "USR1", "USR2", "ALRM", "TERM", "CONT", "URG", "WINCH", "STOP", "TSTP",
+    "KILL",
+];
+
+/// The one of `known` that `name` names, as `kill -l` does, with or without `SIG`, in any case
+/// (`usr1`, `SIGUSR1`).
+pub fn signal_named(name: &str, known: &[&'static str]) -> Option<&'static str> {
+    let name = name.trim();
+    let bare = match name.get(..3) {
+        Some(sig) if sig.eq_ignore_ascii_case("SIG") => &name[3..],
+        _ => name,
+    };
+    known.iter().find(|s| s.eq_ignore_ascii_case(bare)).copied()
+}
+
+/// A signal `hetsched signal` may send ([`TASK_SIGNALS`]), or an error naming the ones it may.
+pub fn task_signal(name: &str) -> Result<&'static str, String> {
+    signal_named(name, &TASK_SIGNALS).ok_or_else(|| {
+        format!(
+            "invalid signal `{}`: expected one of {} (with or without SIG)",
+            name.trim(),
+            TASK_SIGNALS.join(", ")
+        )
+    })
+}
+
 /// What `signal =` gives without `@`: Slurm's default.
 pub const DEFAULT_WARN_BEFORE: Time = 60 * crate::time::NANOS_PER_SEC;
 
@@ -177,21 +207,14 @@ impl std::str::FromStr for WarnSignal {
                 text.trim()
             ));
         }
-        let bare = match name.get(..3) {
-            Some(sig) if sig.eq_ignore_ascii_case("SIG") => &name[3..],
-            _ => name,
-        };
-        let signal = WARN_SIGNALS
-            .iter()
-            .find(|s| s.eq_ignore_ascii_case(bare))
-            .ok_or_else(|| {
-                format!(
-                    "invalid signal `{name}` in `{}`: expected one of {} (as `USR1@2m`: the \
+        let signal = signal_named(name, &WARN_SIGNALS).ok_or_else(|| {
+            format!(
+                "invalid signal `{name}` in `{}`: expected one of {} (as `USR1@2m`: the \
                      signal, then how long before the time limit)",
-                    text.trim(),
-                    WARN_SIGNALS.join(", ")
-                )
-            })?;
+                text.trim(),
+                WARN_SIGNALS.join(", ")
+            )
+        })?;
         Ok(WarnSignal { signal, before })
     }
 }
@@ -249,6 +272,21 @@ mod tests {
         assert!(w("USR1@0s").expect_err("too late").contains("at least 1ms"));
         let s = serde_json::to_string(&w("USR1@2m").expect("valid")).expect("json");
         assert_eq!(s, "\"USR1@2m\"");
+    }
+
+    #[test]
+    fn a_task_signal_is_named_as_kill_names_it_and_may_pause_or_kill() {
+        assert_eq!(task_signal("USR1"), Ok("USR1"));
+        assert_eq!(task_signal(" sigusr2 "), Ok("USR2"));
+        assert_eq!(task_signal("SIGSTOP"), Ok("STOP"));
+        assert_eq!(task_signal("kill"), Ok("KILL"));
+        let e = task_signal("SEGV").expect_err("not one to send");
+        assert!(
+            e.starts_with("invalid signal `SEGV`: expected one of HUP, INT"),
+            "{e}"
+        );
+        assert!(task_signal("").is_err());
+        assert!(task_signal("SIG").is_err());
     }
 
     #[test]

@@ -16,8 +16,8 @@ use crate::metrics::Outcome;
 use crate::state::StateError;
 use crate::state::prefetch::{AutoQueue, Observed, RunTimes, Setting};
 use crate::state::types::{
-    AppInfo, BackedOffApp, Dispatch, HeartbeatReport, JobInfo, JobsPage, RunningTask, Submission,
-    Submitted, TaskCounts, TaskInfo, TaskResult, TaskSpec, TasksPage,
+    AppInfo, BackedOffApp, Dispatch, HeartbeatReport, JobInfo, JobsPage, RunningAttempt,
+    RunningTask, Submission, Submitted, TaskCounts, TaskInfo, TaskResult, TaskSpec, TasksPage,
 };
 use crate::store::{
     JobRow, PurgedJob, Snapshot, StoreError, StoreReader, TaskRow, TaskState, TaskUsage,
@@ -1178,35 +1178,16 @@ impl Batch {
         app: Option<&str>,
         indices: &[u32],
     ) -> Result<u64, StateError> {
-        let Some(j) = self.job_rec(job).filter(|_| !self.retention.is_purged(job)) else {
-            return Err(StateError::NoJob(job));
-        };
-        let (apps, range, state) = (j.apps.clone(), j.tasks.clone(), self.job_state(j));
-        let apps: Vec<u32> = apps
-            .filter(|&a| app.is_none_or(|n| self.apps.get(a as usize).is_some_and(|r| r.name == n)))
-            .collect();
-        if let Some(name) = app
-            && apps.is_empty()
-        {
-            return Err(StateError::Invalid(format!(
-                "job {job} has no application `{name}`"
-            )));
-        }
+        let (state, selected) = self.select(job, app, Some(indices))?;
         if !matches!(state, "pending" | "running") {
             return Ok(0);
         }
-        let wanted: HashSet<u32> = indices.iter().copied().collect();
-        let mut seen = HashSet::new();
         let mut pending: HashMap<u32, HashSet<TaskId>> = HashMap::new();
         let mut chosen = Vec::new();
-        for id in range {
+        for id in selected {
             let Some(t) = self.tasks.get(id as usize) else {
                 continue;
             };
-            if !apps.contains(&t.app) || !wanted.contains(&t.index) {
-                continue;
-            }
-            seen.insert(t.index);
             match t.state {
                 TaskState::Pending => {
                     pending.entry(t.app).or_default().insert(TaskId(id));
@@ -1215,12 +1196,6 @@ impl Batch {
                 _ => continue,
             }
             chosen.push(id);
-        }
-        if let Some(missing) = indices.iter().find(|i| !seen.contains(i)) {
-            return Err(StateError::Invalid(format!(
-                "job {job} has no task with index {missing}{}",
-                app.map_or(String::new(), |n| format!(" in application `{n}`"))
-            )));
         }
         for (&app, tasks) in &pending {
             cx.view.cancel_pending_tasks(AppId(app), tasks);
@@ -1236,6 +1211,55 @@ impl Batch {
             self.settle_waiting(cx)?;
         }
         Ok(chosen.len() as u64)
+    }
+
+    /// The tasks of job `job` whose index is in `indices` (all: `None`), of application `app`
+    /// only, if given, with the job's state. An application or an index the job does not have
+    /// is refused, naming it.
+    fn select(
+        &self,
+        job: u64,
+        app: Option<&str>,
+        indices: Option<&[u32]>,
+    ) -> Result<(&'static str, Vec<u64>), StateError> {
+        let Some(j) = self.job_rec(job).filter(|_| !self.retention.is_purged(job)) else {
+            return Err(StateError::NoJob(job));
+        };
+        let (apps, range, state) = (j.apps.clone(), j.tasks.clone(), self.job_state(j));
+        let apps: Vec<u32> = apps
+            .filter(|&a| app.is_none_or(|n| self.apps.get(a as usize).is_some_and(|r| r.name == n)))
+            .collect();
+        if let Some(name) = app
+            && apps.is_empty()
+        {
+            return Err(StateError::Invalid(format!(
+                "job {job} has no application `{name}`"
+            )));
+        }
+        let wanted: Option<HashSet<u32>> = indices.map(|i| i.iter().copied().collect());
+        let mut seen = HashSet::new();
+        let mut selected = Vec::new();
+        for id in range {
+            let Some(t) = self.tasks.get(id as usize) else {
+                continue;
+            };
+            if !apps.contains(&t.app) || wanted.as_ref().is_some_and(|w| !w.contains(&t.index)) {
+                continue;
+            }
+            seen.insert(t.index);
+            selected.push(id);
+        }
+        if let Some(missing) = indices
+            .unwrap_or_default()
+            .iter()
+            .find(|i| !seen.contains(i))
+        {
+            return Err(StateError::Invalid(format!(
+                "job {job} has no task with index {missing}{}",
+                app.map_or(String::new(), |n| format!(" in application `{n}`"))
+            )));
+        }
+        Ok((state, selected))
     }
 
     /// The rows of one page of a listing, as listings show them.
@@ -2361,6 +2385,27 @@ impl JobKind for Batch {
         indices: &[u32],
     ) -> Result<u64, StateError> {
         self.cancel_some(cx, job, app, indices)
+    }
+
+    fn running_attempts(
+        &self,
+        job: u64,
+        app: Option<&str>,
+        indices: Option<&[u32]>,
+    ) -> Result<Vec<RunningAttempt>, StateError> {
+        let (_, selected) = self.select(job, app, indices)?;
+        Ok(selected
+            .into_iter()
+            .filter_map(|id| {
+                let t = self.tasks.get(id as usize)?;
+                let node = t.node.filter(|_| t.state == TaskState::Running)?;
+                Some(RunningAttempt {
+                    task_id: id,
+                    attempt: t.attempt,
+                    node,
+                })
+            })
+            .collect())
     }
 
     fn resubmit_failed(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError> {

@@ -79,8 +79,8 @@ use crate::metrics::Metrics;
 use crate::state::StateError;
 use crate::state::nodes::Nodes;
 use crate::state::types::{
-    BackedOffApp, Dispatch, HeartbeatReply, HeartbeatReport, JobInfo, JobsPage, RunningTask,
-    TaskCounts, TaskResult, TaskSpec, TasksPage,
+    BackedOffApp, Dispatch, HeartbeatReply, HeartbeatReport, JobInfo, JobsPage, RunningAttempt,
+    RunningTask, TaskCounts, TaskResult, TaskSpec, TasksPage,
 };
 use crate::state::wakes::Wakes;
 use crate::store::{Store, StoreError};
@@ -419,6 +419,23 @@ pub trait JobKind: Send {
     ) -> Result<u64, StateError> {
         Err(StateError::Invalid(format!(
             "job {job} is a {} job; --tasks picks tasks of batch and workflow jobs (cancel the whole job)",
+            self.kind().as_str()
+        )))
+    }
+
+    /// `hetsched signal JOB [--tasks INDICES] [--app NAME]`: the attempts of `job` running now
+    /// — of its tasks whose listed index is in `indices` (all: `None`), of application or task
+    /// `app` only, if given — each with the node whose agent runs its command. An application
+    /// or an index the job does not have is refused, naming it. Kinds whose work does not run
+    /// as tasks of agents refuse.
+    fn running_attempts(
+        &self,
+        job: u64,
+        _app: Option<&str>,
+        _indices: Option<&[u32]>,
+    ) -> Result<Vec<RunningAttempt>, StateError> {
+        Err(StateError::Invalid(format!(
+            "job {job} is a {} job; `signal` reaches the running tasks of batch jobs and workflows",
             self.kind().as_str()
         )))
     }

@@ -60,8 +60,8 @@ use crate::state::StateError;
 use crate::state::prefetch::{AutoQueue, Observed, Setting};
 use crate::state::types::{
     AppInfo, BalanceEnvelope, Dispatch, HeartbeatReport, InstanceData, JobInfo, JobsPage, NodeInfo,
-    PcddbJob, RunningTask, Submission, Submitted, TaskCounts, TaskInfo, TaskResult, TaskSpec,
-    TasksPage, WorkflowInput,
+    PcddbJob, RunningAttempt, RunningTask, Submission, Submitted, TaskCounts, TaskInfo, TaskResult,
+    TaskSpec, TasksPage, WorkflowInput,
 };
 use crate::state::wakes::Wakes;
 use crate::store::{StoreError, TaskUsage};
@@ -2404,6 +2404,30 @@ impl JobKind for Workflows {
         Ok(page)
     }
 
+    fn running_attempts(
+        &self,
+        job: u64,
+        app: Option<&str>,
+        indices: Option<&[u32]>,
+    ) -> Result<Vec<RunningAttempt>, StateError> {
+        let (seq, chosen) = self.select(job, app, indices)?;
+        let Some(j) = self.jobs.get(&seq) else {
+            return Err(StateError::NoJob(job));
+        };
+        Ok(chosen
+            .into_iter()
+            .filter_map(|i| {
+                let x = &j.insts[i as usize];
+                let node = x.node.filter(|_| x.st == St::Running)?;
+                Some(RunningAttempt {
+                    task_id: j.task_id(i),
+                    attempt: x.attempt,
+                    node,
+                })
+            })
+            .collect())
+    }
+
     /// Cancels the instances of `job` whose listed index (`{index}`, the argument value) is one
     /// of `indices` — every process of that value — in task `app` only, if given. Running ones
     /// are killed at their nodes' next heartbeat; those a node's pcddb machine took and not yet
@@ -2416,40 +2440,7 @@ impl JobKind for Workflows {
         app: Option<&str>,
         indices: &[u32],
     ) -> Result<u64, StateError> {
-        let seq = job & ((1 << super::KIND_SHIFT) - 1);
-        let Some(j) = self.jobs.get(&seq) else {
-            return Err(StateError::NoJob(job));
-        };
-        let tasks = &j.rt.parsed.workflow.tasks;
-        let picked: Vec<usize> = match app {
-            Some(name) => match tasks.iter().position(|t| t.name == name) {
-                Some(t) => vec![t],
-                None => {
-                    return Err(StateError::Invalid(format!(
-                        "job {job} has no task `{name}`"
-                    )));
-                }
-            },
-            None => (0..tasks.len()).collect(),
-        };
-        let wanted: HashSet<u32> = indices.iter().copied().collect();
-        let mut seen = HashSet::new();
-        let mut chosen = Vec::new();
-        for t in picked {
-            for i in j.offset[t]..j.offset[t + 1] {
-                let index = j.listed_index(i);
-                if wanted.contains(&index) {
-                    seen.insert(index);
-                    chosen.push(i);
-                }
-            }
-        }
-        if let Some(missing) = indices.iter().find(|i| !seen.contains(i)) {
-            return Err(StateError::Invalid(format!(
-                "job {job} has no task with index {missing}{}",
-                app.map_or(String::new(), |n| format!(" in task `{n}`"))
-            )));
-        }
+        let (seq, chosen) = self.select(job, app, Some(indices))?;
         let Some(mut j) = self.jobs.remove(&seq) else {
             return Err(StateError::NoJob(job));
         };
@@ -2527,6 +2518,57 @@ impl JobKind for Workflows {
 }
 
 impl Workflows {
+    /// The instances of workflow `job` whose listed index (`{index}`, the argument value) is one
+    /// of `indices` (all: `None`) — every process of that value — of task `app` only, if given,
+    /// with the job's sequence number. A task or an index the workflow does not have is refused,
+    /// naming it.
+    fn select(
+        &self,
+        job: u64,
+        app: Option<&str>,
+        indices: Option<&[u32]>,
+    ) -> Result<(u64, Vec<u32>), StateError> {
+        let seq = job & ((1 << super::KIND_SHIFT) - 1);
+        let Some(j) = self.jobs.get(&seq) else {
+            return Err(StateError::NoJob(job));
+        };
+        let tasks = &j.rt.parsed.workflow.tasks;
+        let picked: Vec<usize> = match app {
+            Some(name) => match tasks.iter().position(|t| t.name == name) {
+                Some(t) => vec![t],
+                None => {
+                    return Err(StateError::Invalid(format!(
+                        "job {job} has no task `{name}`"
+                    )));
+                }
+            },
+            None => (0..tasks.len()).collect(),
+        };
+        let wanted: Option<HashSet<u32>> = indices.map(|i| i.iter().copied().collect());
+        let mut seen = HashSet::new();
+        let mut chosen = Vec::new();
+        for t in picked {
+            for i in j.offset[t]..j.offset[t + 1] {
+                let index = j.listed_index(i);
+                if wanted.as_ref().is_none_or(|w| w.contains(&index)) {
+                    seen.insert(index);
+                    chosen.push(i);
+                }
+            }
+        }
+        if let Some(missing) = indices
+            .unwrap_or_default()
+            .iter()
+            .find(|i| !seen.contains(i))
+        {
+            return Err(StateError::Invalid(format!(
+                "job {job} has no task with index {missing}{}",
+                app.map_or(String::new(), |n| format!(" in task `{n}`"))
+            )));
+        }
+        Ok((seq, chosen))
+    }
+
     /// Cancels workflow `job` as a whole, each instance that had not ended saying `why`.
     fn cancel_with(&mut self, cx: &mut Ctx, job: u64, why: &str) -> Result<u64, StateError> {
         let seq = job & ((1 << super::KIND_SHIFT) - 1);

@@ -56,6 +56,7 @@ mod divisible;
 pub mod job_ids;
 pub mod nodes;
 pub mod prefetch;
+pub mod signals;
 mod topology;
 pub mod types;
 pub mod wakes;
@@ -182,6 +183,8 @@ pub struct State {
     /// hold or release, a begin time moved or come, a resubmission, a restart): see
     /// [`State::settle_waits`].
     waits_due: bool,
+    /// Signals for running tasks waiting for their agents (`hetsched signal`). Stored.
+    signals: signals::Signals,
 }
 
 /// Borrows the shared parts of a state as a kind's [`Ctx`] (a macro, so the borrow of
@@ -233,6 +236,7 @@ impl State {
         nodes.restore_drains(&store)?;
         nodes.restore_left(&store, &mut view)?;
         let paused_queues = store.paused_allocation_queues()?.into_iter().collect();
+        let signals = signals::Signals::restore(&store, now_ns() / 1_000)?;
         let metrics: Arc<Metrics> = Arc::default();
         let topology = crate::jobs::Topology::restore(
             std::mem::take(&mut snap.topologies),
@@ -297,6 +301,7 @@ impl State {
             allocations: None,
             paused_queues,
             waits_due: true,
+            signals,
         };
         state.settle_waits(true)?;
         Ok(state)
@@ -561,6 +566,7 @@ impl State {
             }
         }
         self.accel_heartbeat(nid, &req, &mut reply)?;
+        self.signal_heartbeat(nid, &req.signalled, &mut reply);
         // Its last beat: nothing runs there any more, and its agent exits once this is answered.
         if let Some(why) = req.leaving
             && req.running.is_empty()
@@ -1188,6 +1194,84 @@ impl State {
         self.wake(None);
         info!(job, tasks = n, "tasks cancelled");
         Ok(n)
+    }
+
+    /// `hetsched signal JOB --signal SIG [--tasks INDICES] [--app NAME]` (Slurm's `scancel
+    /// --signal`): `signal` goes to the job's attempts running now (those with these indices,
+    /// of that application or workflow task), at their agents' next heartbeat, which they are
+    /// woken for ([`signals`]). Nothing is cancelled. Returns how many attempts it goes to (0:
+    /// none runs).
+    pub fn on_signal(
+        &mut self,
+        job: u64,
+        signal: &'static str,
+        app: Option<&str>,
+        indices: Option<&[u32]>,
+    ) -> Result<u64, StateError> {
+        let attempts = match self.ids.kind(job) {
+            Some(k) => self
+                .jobs
+                .of_kind_mut(k)
+                .running_attempts(job, app, indices)?,
+            None => return Err(StateError::NoJob(job)),
+        };
+        // Signals whose tasks left their nodes (a dead node never beats to drop them).
+        let nodes = &self.nodes;
+        let gone = self.signals.sweep(|node, task| {
+            nodes
+                .get(node)
+                .is_some_and(|n| n.alive && n.running.contains(&task))
+        });
+        if !gone.is_empty() {
+            self.store.drop_task_signals(&gone)?;
+        }
+        if self.signals.len() + attempts.len() > signals::MAX_PENDING {
+            return Err(StateError::Invalid(format!(
+                "{} signals already wait for their agents (at most {}): try again once they have \
+                 been delivered",
+                self.signals.len(),
+                signals::MAX_PENDING
+            )));
+        }
+        let planned = self.signals.plan(&attempts, signal);
+        let rows: Vec<(u64, u32, u64, u32, &str)> = planned
+            .iter()
+            .map(|(seq, p)| (*seq, p.node, p.task, p.attempt, p.signal))
+            .collect();
+        self.store.put_task_signals(&rows)?;
+        self.signals.insert(planned);
+        for a in &attempts {
+            self.nodes.wakes.node(a.node);
+        }
+        self.wake(None);
+        info!(
+            job,
+            signal,
+            tasks = attempts.len(),
+            "signal sent to running tasks"
+        );
+        Ok(attempts.len() as u64)
+    }
+
+    /// Adds the signals pending for node `nid` to its heartbeat's reply, and forgets those its
+    /// agent handled (`handled`) or whose tasks left it.
+    fn signal_heartbeat(&mut self, nid: NodeId, handled: &[u64], reply: &mut HeartbeatReply) {
+        if self.signals.is_empty() {
+            return;
+        }
+        let nodes = &self.nodes;
+        let out = self.signals.for_node(nid.0, handled, |task| {
+            nodes.get(nid.0).is_some_and(|n| n.running.contains(&task))
+        });
+        if !out.done.is_empty()
+            && let Err(e) = self.store.drop_task_signals(&out.done)
+        {
+            // Kept in the store: a restarted server sends them again, and the agent, which
+            // delivers a seq once per attempt, only acknowledges them.
+            warn!(error = %e, "cannot forget delivered signals in the store");
+        }
+        reply.more |= out.more;
+        reply.signals = out.send;
     }
 
     /// `hetsched hold JOB` (`hold`) / `release JOB`: whether a batch job's pending tasks may be

@@ -53,6 +53,18 @@ pub struct RunningTask {
     pub spec: Option<u64>,
 }
 
+/// An attempt running now, and the node whose agent runs its command (a multi-node task's
+/// first node): what `hetsched signal` reaches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunningAttempt {
+    /// The task.
+    pub task_id: u64,
+    /// Its attempt.
+    pub attempt: u32,
+    /// The node.
+    pub node: u32,
+}
+
 /// How one attempt of a task ended.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TaskResult {
@@ -126,6 +138,8 @@ pub struct HeartbeatReport {
     pub time_left: Option<std::time::Duration>,
     /// The agent's last heartbeat before it exits on purpose, and why.
     pub leaving: Option<Leave>,
+    /// The seqs of the [`TaskSignal`]s the agent handled since its last beat.
+    pub signalled: Vec<u64>,
 }
 
 /// What every task of one spec key runs (sent to a node once, before its first task of it).
@@ -238,6 +252,22 @@ pub struct HeartbeatReply {
     /// An operator asked the agent to stop (`hetsched node stop`): `Some(drain)`, where
     /// `drain` lets its running tasks end first; told at every beat until it leaves.
     pub stop: Option<bool>,
+    /// Signals for tasks the node runs (`hetsched signal`), sent until the agent reports them
+    /// handled.
+    pub signals: Vec<TaskSignal>,
+}
+
+/// A signal for one running attempt (`hetsched signal`, [`crate::state::signals`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskSignal {
+    /// The task.
+    pub task_id: u64,
+    /// The attempt the signal is for: a later attempt does not get it.
+    pub attempt: u32,
+    /// The signal's name without `SIG` (one of `hetsched_core::input::TASK_SIGNALS`).
+    pub signal: &'static str,
+    /// Unique across server restarts: an agent delivers a seq once.
+    pub seq: u64,
 }
 
 /// A running or queued task's new spec (`hetsched update --time-limit`): its agent applies the

@@ -8,7 +8,8 @@
 //! store's schema does not change. A resumed node's row, an expired back-off's row and the row of
 //! a node registered again are deleted. Why and since when a node is drained is in the table
 //! `node_drains` (a store of an earlier version has a drain without one: no reason, time
-//! unknown).
+//! unknown). Signals for running tasks (`hetsched signal`) wait for their agents in the table
+//! `task_signals` ([`crate::state::signals`]).
 
 use super::{Store, StoreError};
 use rusqlite::params;
@@ -133,6 +134,55 @@ impl Store {
             out.push((node, value == 2));
         }
         Ok(out)
+    }
+
+    /// Records signals for running attempts (`hetsched signal`) until their agents handle them
+    /// ([`crate::state::signals`]), in one transaction: (seq, node, task, attempt, signal).
+    pub fn put_task_signals(
+        &mut self,
+        rows: &[(u64, u32, u64, u32, &str)],
+    ) -> Result<(), StoreError> {
+        self.check_full()?;
+        let tx = self.conn.unchecked_transaction()?;
+        for &(seq, node, task, attempt, signal) in rows {
+            tx.execute(
+                "INSERT INTO task_signals(seq, node, task, attempt, signal) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![seq as i64, node, task as i64, attempt, signal],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Forgets the signals with these seqs (handled, or their tasks left their nodes).
+    pub fn drop_task_signals(&mut self, seqs: &[u64]) -> Result<(), StoreError> {
+        self.check_full()?;
+        let tx = self.conn.unchecked_transaction()?;
+        for &seq in seqs {
+            tx.execute(
+                "DELETE FROM task_signals WHERE seq = ?1",
+                params![seq as i64],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The signals waiting for their agents: (seq, node, task, attempt, signal).
+    pub fn task_signals(&self) -> Result<Vec<(u64, u32, u64, u32, String)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT seq, node, task, attempt, signal FROM task_signals ORDER BY seq")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)? as u64,
+                r.get::<_, u32>(1)?,
+                r.get::<_, i64>(2)? as u64,
+                r.get::<_, u32>(3)?,
+                r.get::<_, String>(4)?,
+            ))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// The drained nodes' ids, each with why and since when.
