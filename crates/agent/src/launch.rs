@@ -845,6 +845,59 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// `hetsched signal`: an operator's signal reaches the task's process group — its shell and
+    /// the program the shell started — and the task runs on to its own end.
+    #[tokio::test]
+    async fn an_operators_signal_reaches_the_tasks_process_group_and_the_task_runs_on() {
+        let dir = test_dir("operator-signal");
+        let script = r#"sh -c 'trap "echo child >> \"\$D/got\"" USR1; echo > "$D/child"; while [ ! -e "$D/stop" ]; do sleep 0.02; done' & trap 'echo parent >> "$D/got"' USR1; echo > "$D/started"; while [ ! -e "$D/stop" ]; do sleep 0.02; done; wait"#;
+        let got = |dir: &Path| {
+            let mut lines: Vec<String> = std::fs::read_to_string(dir.join("got"))
+                .unwrap_or_default()
+                .lines()
+                .map(String::from)
+                .collect();
+            lines.sort();
+            lines
+        };
+        let (a, spec) = task(&dir, script, 0);
+        let (_kill, kill) = oneshot::channel();
+        let (signal, signals) = mpsc::unbounded_channel();
+        let control = Control {
+            kill,
+            limit: None,
+            signals: Some(signals),
+        };
+        let running = run(&a, &spec, "n", &dir, control, Duration::from_secs(5), |_| {});
+        let operator = async {
+            started(&dir).await;
+            for _ in 0..500 {
+                if dir.join("child").exists() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            signal
+                .send(nix::sys::signal::Signal::SIGUSR1)
+                .expect("the task listens");
+            for _ in 0..500 {
+                if got(&dir).len() == 2 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            std::fs::write(dir.join("stop"), "").expect("stop");
+            std::future::pending::<()>().await
+        };
+        let r = tokio::select! {
+            r = running => r,
+            () = operator => unreachable!(),
+        };
+        assert!(r.success, "a caught signal does not end the task: {r:?}");
+        assert_eq!(got(&dir), ["child", "parent"], "once each");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// Slurm's `--signal=USR1@1`: the task is warned before its time limit, once per limit, and
     /// a limit moved later warns again.
     #[tokio::test]

@@ -790,6 +790,57 @@ fn a_task_warned_before_its_time_limit_saves_its_state_and_ends_in_time() {
     );
 }
 
+/// `hetsched signal` (Slurm's `scancel --signal`): an operator asks running tasks to save
+/// their state now; each picked task's processes get the signal once, and the tasks run on to
+/// their own end — nothing is cancelled.
+#[test]
+fn signal_reaches_the_picked_running_tasks_once_and_they_run_on() {
+    let mut c = Cluster::start("operator-signal", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    let d = c.dir.display().to_string();
+    let script = format!(
+        "trap 'echo saved >> {d}/ck-{{index}}' USR1; echo > {d}/started-{{index}}; \
+         while [ ! -e {d}/stop ]; do sleep 0.05; done"
+    );
+    c.ok(&["submit", "--tasks", "2", "--", "sh", "-c", &script]);
+    wait_until("both tasks to start", Duration::from_secs(20), || {
+        (0..2).all(|i| c.dir.join(format!("started-{i}")).exists())
+    });
+    let saved = |i: u32| lines(&c.dir.join(format!("ck-{i}"))).len();
+    // Task 1 alone.
+    let said = c.ok(&["signal", "1", "--signal", "USR1", "--tasks", "1"]);
+    assert!(
+        said.contains("job 1: SIGUSR1 sent to 1 running task(s)"),
+        "{said}"
+    );
+    wait_until("task 1 to save", Duration::from_secs(20), || saved(1) == 1);
+    // Every running task of the newest job, as JSON.
+    let j = c.json(&["signal", "last", "-s", "sigusr1"]);
+    assert_eq!(j["tasks"].as_u64(), Some(2), "{j}");
+    wait_until("both to save", Duration::from_secs(20), || {
+        saved(0) == 1 && saved(1) == 2
+    });
+    // Each signal went once: nothing more arrives at later heartbeats.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!((saved(0), saved(1)), (1, 2));
+    c.refused(
+        &["signal", "1", "--signal", "SEGV"],
+        "invalid signal `SEGV`: expected one of HUP",
+    );
+    c.refused(
+        &["signal", "1", "--signal", "USR1", "--tasks", "5"],
+        "job 1 has no task with index 5",
+    );
+    // They run on, and end as their program decides: completed, not cancelled.
+    std::fs::write(c.dir.join("stop"), "").expect("stop");
+    c.ok(&["wait", "1", "--timeout", "30s"]);
+    assert_eq!(c.json(&["job", "1"])["state"].as_str(), Some("completed"));
+    // Nothing runs now: the signal reaches nothing.
+    let said = c.ok(&["signal", "1", "-s", "HUP"]);
+    assert!(said.contains("job 1: no running task to signal"), "{said}");
+}
+
 /// A cancelled task gets SIGTERM and the agent's kill grace (`--kill-grace`) to end, and its
 /// cores stay its own until it has ended: the task the server places on them next waits on the
 /// agent instead of running beside it. One that ends on SIGTERM frees them at once.

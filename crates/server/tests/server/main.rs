@@ -18,6 +18,7 @@ mod prefetch;
 mod retention;
 mod security;
 mod service;
+mod signal;
 mod state;
 mod topology_kind;
 mod update;
