@@ -868,7 +868,15 @@ mod tests {
             limit: None,
             signals: Some(signals),
         };
-        let running = run(&a, &spec, "n", &dir, control, Duration::from_secs(5), |_| {});
+        let running = run(
+            &a,
+            &spec,
+            "n",
+            &dir,
+            control,
+            Duration::from_secs(5),
+            |_| {},
+        );
         let operator = async {
             started(&dir).await;
             for _ in 0..500 {

@@ -13,7 +13,7 @@ use std::path::Path;
 use thiserror::Error;
 
 mod operator;
-pub use operator::DrainNote;
+pub use operator::{DrainNote, StoredSignal};
 
 /// A store failure.
 #[derive(Debug, Error)]

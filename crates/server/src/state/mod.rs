@@ -1234,9 +1234,15 @@ impl State {
             )));
         }
         let planned = self.signals.plan(&attempts, signal);
-        let rows: Vec<(u64, u32, u64, u32, &str)> = planned
+        let rows: Vec<crate::store::StoredSignal> = planned
             .iter()
-            .map(|(seq, p)| (*seq, p.node, p.task, p.attempt, p.signal))
+            .map(|(seq, p)| crate::store::StoredSignal {
+                seq: *seq,
+                node: p.node,
+                task: p.task,
+                attempt: p.attempt,
+                signal: p.signal.to_string(),
+            })
             .collect();
         self.store.put_task_signals(&rows)?;
         self.signals.insert(planned);

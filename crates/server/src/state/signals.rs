@@ -62,15 +62,15 @@ impl Signals {
     /// The pending signals of the store; seqs go on above them and above `start_us`.
     pub fn restore(store: &Store, start_us: u64) -> Result<Self, StoreError> {
         let mut pending = BTreeMap::new();
-        for (seq, node, task, attempt, name) in store.task_signals()? {
-            let signal = hetsched_core::input::task_signal(&name)
-                .map_err(|e| StoreError::Corrupt(format!("task_signals row {seq}: {e}")))?;
+        for r in store.task_signals()? {
+            let signal = hetsched_core::input::task_signal(&r.signal)
+                .map_err(|e| StoreError::Corrupt(format!("task_signals row {}: {e}", r.seq)))?;
             pending.insert(
-                (node, seq),
+                (r.node, r.seq),
                 Pending {
-                    node,
-                    task,
-                    attempt,
+                    node: r.node,
+                    task: r.task,
+                    attempt: r.attempt,
                     signal,
                 },
             );

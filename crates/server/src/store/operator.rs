@@ -30,6 +30,21 @@ pub struct DrainNote {
     pub since_ms: u64,
 }
 
+/// A signal for a running attempt waiting for its agent (`hetsched signal`), as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredSignal {
+    /// Its seq (unique across restarts).
+    pub seq: u64,
+    /// The node whose agent runs the attempt.
+    pub node: u32,
+    /// The task.
+    pub task: u64,
+    /// The attempt.
+    pub attempt: u32,
+    /// The signal's name without `SIG`.
+    pub signal: String,
+}
+
 impl Store {
     /// Records that node `node` is drained, why and since when (`Some`), or no longer is, in
     /// one transaction.
@@ -137,17 +152,14 @@ impl Store {
     }
 
     /// Records signals for running attempts (`hetsched signal`) until their agents handle them
-    /// ([`crate::state::signals`]), in one transaction: (seq, node, task, attempt, signal).
-    pub fn put_task_signals(
-        &mut self,
-        rows: &[(u64, u32, u64, u32, &str)],
-    ) -> Result<(), StoreError> {
+    /// ([`crate::state::signals`]), in one transaction.
+    pub fn put_task_signals(&mut self, rows: &[StoredSignal]) -> Result<(), StoreError> {
         self.check_full()?;
         let tx = self.conn.unchecked_transaction()?;
-        for &(seq, node, task, attempt, signal) in rows {
+        for r in rows {
             tx.execute(
                 "INSERT INTO task_signals(seq, node, task, attempt, signal) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![seq as i64, node, task as i64, attempt, signal],
+                params![r.seq as i64, r.node, r.task as i64, r.attempt, r.signal],
             )?;
         }
         tx.commit()?;
@@ -168,19 +180,19 @@ impl Store {
         Ok(())
     }
 
-    /// The signals waiting for their agents: (seq, node, task, attempt, signal).
-    pub fn task_signals(&self) -> Result<Vec<(u64, u32, u64, u32, String)>, StoreError> {
+    /// The signals waiting for their agents, in seq order.
+    pub fn task_signals(&self) -> Result<Vec<StoredSignal>, StoreError> {
         let mut stmt = self
             .conn
             .prepare("SELECT seq, node, task, attempt, signal FROM task_signals ORDER BY seq")?;
         let rows = stmt.query_map([], |r| {
-            Ok((
-                r.get::<_, i64>(0)? as u64,
-                r.get::<_, u32>(1)?,
-                r.get::<_, i64>(2)? as u64,
-                r.get::<_, u32>(3)?,
-                r.get::<_, String>(4)?,
-            ))
+            Ok(StoredSignal {
+                seq: r.get::<_, i64>(0)? as u64,
+                node: r.get(1)?,
+                task: r.get::<_, i64>(2)? as u64,
+                attempt: r.get(3)?,
+                signal: r.get(4)?,
+            })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }

@@ -62,8 +62,7 @@ fn tasks_of(signals: &[(u64, u32, String, u64)]) -> Vec<u64> {
 }
 
 #[test]
-fn a_signal_rides_every_beat_until_handled_survives_a_restart_and_never_reaches_a_later_attempt()
-{
+fn a_signal_rides_every_beat_until_handled_survives_a_restart_and_never_reaches_a_later_attempt() {
     let d = dir("delivery");
     let (running, seqs) = {
         let mut s = open(&d);
@@ -95,10 +94,7 @@ fn a_signal_rides_every_beat_until_handled_survives_a_restart_and_never_reaches_
     let mut s = open(&d);
     let n = common::register(&mut s, "n", 2);
     let again = beat_signals(&mut s, n, &running, &[]);
-    assert_eq!(
-        again.iter().map(|g| g.3).collect::<Vec<_>>(),
-        seqs.to_vec()
-    );
+    assert_eq!(again.iter().map(|g| g.3).collect::<Vec<_>>(), seqs.to_vec());
     // The agent handled the first task's: only the second's goes on.
     let later = beat_signals(&mut s, n, &running, &[seqs[0]]);
     assert_eq!(tasks_of(&later), vec![running[1].0]);
