@@ -251,7 +251,7 @@ impl From<oneshot::Receiver<Kill>> for Control {
 }
 
 /// The next signal `signals` gives; never resolves without a sender or a receiver.
-async fn next_signal(
+pub(crate) async fn next_signal(
     signals: &mut Option<mpsc::UnboundedReceiver<nix::sys::signal::Signal>>,
 ) -> nix::sys::signal::Signal {
     match signals.as_mut() {
@@ -265,7 +265,7 @@ async fn next_signal(
 
 /// The next time limit `limit` is given (ms), or `None` once nobody can give one; never
 /// resolves without a receiver.
-async fn next_limit(limit: &mut Option<watch::Receiver<u64>>) -> Option<u64> {
+pub(crate) async fn next_limit(limit: &mut Option<watch::Receiver<u64>>) -> Option<u64> {
     match limit.as_mut() {
         Some(rx) => match rx.changed().await {
             Ok(()) => Some(*rx.borrow_and_update()),

@@ -5,7 +5,7 @@
 
 use hetsched_agent::accel::offload::{self, Client, Target};
 use hetsched_agent::accel::{Pipeline, service::AccelListener};
-use hetsched_agent::launch::{DEFAULT_KILL_GRACE, Kill};
+use hetsched_agent::launch::{Control, DEFAULT_KILL_GRACE, Kill};
 use hetsched_proto as pb;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -152,6 +152,67 @@ async fn an_offloaded_task_reads_its_input_and_its_output_lands_as_if_it_ran_her
         .collect();
     names.sort();
     assert_eq!(names, ["in", "out"]);
+}
+
+/// What the NNode's agent is told for an offloaded task while it runs on the ANode reaches it
+/// there, over the offload call: an operator's signal (`hetsched signal`), once, and a new time
+/// limit (`hetsched update --time-limit`), which stops it when already passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offloaded_task_gets_its_signal_and_its_new_time_limit_on_the_anode() {
+    let (_p, l, _w) = anode(1).await;
+    let dir = temp("offload-control");
+    let marks = temp("offload-marks");
+    let m = marks.display();
+    let script = format!(
+        "trap 'echo saved >> {m}/saved' USR1; echo > {m}/started; while true; do sleep 0.02; done"
+    );
+    let mut s = spec(&dir, &script, &[], &[]);
+    s.time_limit_ms = 20_000;
+    let (_kill, kill) = oneshot::channel();
+    let (limit_tx, limit) = tokio::sync::watch::channel(s.time_limit_ms);
+    let (signal_tx, signals) = tokio::sync::mpsc::unbounded_channel();
+    let control = Control {
+        kill,
+        limit: Some(limit),
+        signals: Some(signals),
+    };
+    let (to, a) = (client(l.addr, TOKEN), assignment(5, 0, 1));
+    let began = std::time::Instant::now();
+    let running = offload::run(&to, &a, &s, "nnode-1", &dir, control);
+    let saved = || std::fs::read_to_string(marks.join("saved")).unwrap_or_default();
+    let operator = async {
+        for _ in 0..1000 {
+            if marks.join("started").exists() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        signal_tx
+            .send(nix::sys::signal::Signal::SIGUSR1)
+            .expect("offload listens");
+        for _ in 0..1000 {
+            if !saved().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // 0.5 s from its start: already passed, so it stops at once.
+        limit_tx.send_replace(500);
+        std::future::pending::<()>().await
+    };
+    let r = tokio::select! {
+        r = running => r,
+        () = operator => unreachable!(),
+    };
+    assert!(
+        !r.success && r.message.starts_with("time limit of 0.500s exceeded"),
+        "{r:?}"
+    );
+    assert!(
+        began.elapsed() < Duration::from_secs(15),
+        "stopped by the new limit, not the shipped 20 s"
+    );
+    assert_eq!(saved(), "saved\n", "the signal arrived once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -53,7 +53,13 @@ const READ_LINE: usize = 1024;
 /// Where a task of the process stage came from, and where its result goes.
 pub(crate) enum Origin {
     /// Offloaded by an NNode: the result goes through the write queue to its call.
-    Remote(service::Reply),
+    Remote {
+        reply: service::Reply,
+        /// Its time limit as the NNode last said (`OffloadControl`).
+        limit: tokio::sync::watch::Receiver<u64>,
+        /// Signals the NNode sends it.
+        signals: mpsc::UnboundedReceiver<nix::sys::signal::Signal>,
+    },
     /// The ANode's own task: the result goes straight back to the agent's task loop.
     Local {
         done: oneshot::Sender<pb::TaskResult>,
@@ -363,7 +369,11 @@ async fn process_stage(
                     release_devices(&counters, &devices);
                     let _ = done.send(result);
                 }
-                Origin::Remote(reply) => {
+                Origin::Remote {
+                    reply,
+                    limit,
+                    signals,
+                } => {
                     // The requester went away (NNode dead, call broken): kill the task.
                     let (kill_tx, kill_rx) = oneshot::channel();
                     let gone = reply.clone();
@@ -378,12 +388,17 @@ async fn process_stage(
                         procs.add(pid);
                         spawned_in.store(pid, Ordering::Relaxed);
                     };
+                    let control = launch::Control {
+                        kill: kill_rx,
+                        limit: Some(limit),
+                        signals: Some(signals),
+                    };
                     let result = launch::run(
                         &assignment,
                         &spec,
                         &node,
                         &work_dir,
-                        kill_rx,
+                        control,
                         kill_grace,
                         on_spawn,
                     )
@@ -546,9 +561,7 @@ pub(crate) async fn run(
         }
         // An offloaded task runs on its ANode by the spec it was shipped with.
         Route::Offload(Some(client)) => match client.for_assignment(a) {
-            Ok(client) => {
-                offload::run(&client, a, spec, &opts.name, &opts.work_dir, control.kill).await
-            }
+            Ok(client) => offload::run(&client, a, spec, &opts.name, &opts.work_dir, control).await,
             Err(e) => {
                 let mut r = failed(a, &format!("offload to {}: {e}", a.offload_anode));
                 r.interrupted = true;

@@ -103,16 +103,26 @@ pub fn task_dir(spec: &pb::TaskSpec, work_dir: &Path) -> PathBuf {
     launch::task_cwd(work_dir, spec).to_path_buf()
 }
 
-/// Offloads `a` (a task of `spec`) from node `node` through `client` and waits for its result;
-/// `kill` ends the wait (the ANode kills the task when the call goes away).
+/// Offloads `a` (a task of `spec`) from node `node` through `client` and waits for its result.
+/// `control`'s kill ends the wait (the ANode kills the task when the call goes away); its new
+/// time limits and signals go to the ANode on the call (`OffloadControl`), and a transfer tried
+/// again ships the latest limit.
 pub async fn run(
     client: &Client,
     a: &pb::Assignment,
     spec: &pb::TaskSpec,
     node: &str,
     work_dir: &Path,
-    mut kill: oneshot::Receiver<launch::Kill>,
+    control: impl Into<launch::Control>,
 ) -> pb::TaskResult {
+    let launch::Control {
+        mut kill,
+        mut limit,
+        mut signals,
+    } = control.into();
+    // The spec each transfer ships: with the latest time limit it was told.
+    let mut shipped = std::borrow::Cow::Borrowed(spec);
+    let mut latest_limit = None;
     let dir = task_dir(spec, work_dir);
     let mut inputs = Vec::new();
     for name in &spec.inputs {
@@ -134,32 +144,62 @@ pub async fn run(
     }
     let started = launch::now_ns();
     let mut last_error = String::new();
+    // A kill sender dropped unused (a oneshot must not be polled again once it answered).
+    let mut kill_open = true;
     for try_no in 1..=TRANSFER_TRIES {
-        let attempt = once(client, a, spec, node, work_dir, &dir, &inputs);
-        tokio::select! {
-            r = attempt => match r {
-                Ok(mut result) => {
-                    result.started_ns = started;
-                    return result;
+        if let Some(ms) = latest_limit {
+            shipped.to_mut().time_limit_ms = ms;
+        }
+        let (tell, told) = mpsc::unbounded_channel();
+        let attempt = once(client, a, &shipped, node, work_dir, &dir, &inputs, told);
+        tokio::pin!(attempt);
+        let r = loop {
+            tokio::select! {
+                r = &mut attempt => break r,
+                why = &mut kill, if kill_open => match why {
+                    Ok(why) => {
+                        let mut r = super::failed(a, "killed at the server's request");
+                        if why == launch::Kill::Shutdown {
+                            r.interrupted = true;
+                            r.message = "killed: its agent shut down".into();
+                        }
+                        return r;
+                    }
+                    Err(_) => kill_open = false,
+                },
+                ms = launch::next_limit(&mut limit) => match ms {
+                    Some(ms) => {
+                        latest_limit = Some(ms);
+                        let _ = tell.send(pb::OffloadControl {
+                            time_limit_ms: Some(ms),
+                            signal: String::new(),
+                        });
+                    }
+                    None => limit = None,
+                },
+                signal = launch::next_signal(&mut signals) => {
+                    let name = signal.as_str();
+                    let _ = tell.send(pb::OffloadControl {
+                        time_limit_ms: None,
+                        signal: name.strip_prefix("SIG").unwrap_or(name).to_string(),
+                    });
                 }
-                Err(Transfer::Final(mut result)) => {
-                    result.task_id = a.task_id;
-                    result.attempt = a.attempt;
-                    return result;
-                }
-                Err(Transfer::Broken(e)) => {
-                    warn!(task = a.task_id, attempt = a.attempt, try_no, anode = %client.target.anode,
-                        "offload transfer broke ({e}); trying again with the same attempt");
-                    last_error = e;
-                }
-            },
-            Ok(why) = &mut kill => {
-                let mut r = super::failed(a, "killed at the server's request");
-                if why == launch::Kill::Shutdown {
-                    r.interrupted = true;
-                    r.message = "killed: its agent shut down".into();
-                }
-                return r;
+            }
+        };
+        match r {
+            Ok(mut result) => {
+                result.started_ns = started;
+                return result;
+            }
+            Err(Transfer::Final(mut result)) => {
+                result.task_id = a.task_id;
+                result.attempt = a.attempt;
+                return result;
+            }
+            Err(Transfer::Broken(e)) => {
+                warn!(task = a.task_id, attempt = a.attempt, try_no, anode = %client.target.anode,
+                    "offload transfer broke ({e}); trying again with the same attempt");
+                last_error = e;
             }
         }
         tokio::time::sleep(Duration::from_millis(100 << (try_no - 1).min(4))).await;
@@ -182,6 +222,9 @@ enum Transfer {
     Final(pb::TaskResult),
 }
 
+/// One transfer: ships the task and its inputs, then `told` (what the NNode's agent is told
+/// for the task meanwhile) if the ANode takes controls, and waits for the result.
+#[allow(clippy::too_many_arguments)]
 async fn once(
     client: &Client,
     a: &pb::Assignment,
@@ -190,6 +233,7 @@ async fn once(
     work_dir: &Path,
     dir: &Path,
     inputs: &[String],
+    mut told: mpsc::UnboundedReceiver<pb::OffloadControl>,
 ) -> Result<pb::TaskResult, Transfer> {
     let (tx, rx) = mpsc::channel::<pb::OffloadRequest>(4);
     let task = pb::OffloadRequest {
@@ -206,12 +250,16 @@ async fn once(
     // The inputs are sent once the ANode's remote-read stage takes the call (`OffloadReady`),
     // then paced by HTTP/2 flow control; until then the call holds only its task.
     let (dir_in, inputs_in) = (dir.to_path_buf(), inputs.to_vec());
-    let (go, go_rx) = oneshot::channel::<()>();
+    // `OffloadReady` says whether the ANode takes controls after the inputs.
+    let (go, go_rx) = oneshot::channel::<bool>();
     let mut go = Some(go);
     let sender = tokio::spawn(async move {
-        if tx.send(task).await.is_err() || go_rx.await.is_err() {
+        if tx.send(task).await.is_err() {
             return Ok(());
         }
+        let Ok(controls) = go_rx.await else {
+            return Ok(());
+        };
         for name in &inputs_in {
             let tx = tx.clone();
             files::send_file(&dir_in, name, 0, move |c| {
@@ -226,6 +274,23 @@ async fn once(
             })
             .await
             .map_err(|e| format!("input file `{name}`: {e}"))?;
+        }
+        if controls {
+            let done = pb::OffloadRequest {
+                part: Some(RequestPart::InputsDone(pb::OffloadInputsDone {})),
+            };
+            if tx.send(done).await.is_err() {
+                return Ok(());
+            }
+            // Until the result: the call ends (this task is aborted) or nothing more is told.
+            while let Some(c) = told.recv().await {
+                let m = pb::OffloadRequest {
+                    part: Some(RequestPart::Control(c)),
+                };
+                if tx.send(m).await.is_err() {
+                    break;
+                }
+            }
         }
         Ok::<(), String>(())
     });
@@ -303,16 +368,17 @@ async fn once(
                     )));
                 }
             }
-            Some(ReplyPart::Ready(_)) => {
+            Some(ReplyPart::Ready(r)) => {
                 if let Some(go) = go.take() {
-                    let _ = go.send(());
+                    let _ = go.send(r.controls);
                 }
             }
             Some(ReplyPart::Done(d)) => break d.result.unwrap_or_default(),
             None => {}
         }
     };
-    let _ = sender.await;
+    // With controls it waits for more to tell until the call ends: the result has arrived.
+    sender.abort();
     let finished = outputs.finish().await.and(logs.finish().await);
     // Move the outputs into the task's directory only now that all of them arrived.
     let moved = finished.and_then(|()| {

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{info, warn};
@@ -129,7 +129,7 @@ pub(crate) async fn read_stage(mut rx: mpsc::Receiver<Incoming>, pipeline: Pipel
             reply,
         } = c;
         let ready = pb::OffloadReply {
-            part: Some(ReplyPart::Ready(pb::OffloadReady {})),
+            part: Some(ReplyPart::Ready(pb::OffloadReady { controls: true })),
         };
         let received = if reply.send(Ok(ready)).await.is_err() {
             // The requester went away while it waited.
@@ -138,14 +138,23 @@ pub(crate) async fn read_stage(mut rx: mpsc::Receiver<Incoming>, pipeline: Pipel
             receive(&mut inbound, &staging, task.index).await
         };
         pipeline.counters.reading.fetch_sub(1, Ordering::SeqCst);
-        if let Err(e) = received {
-            warn!(
-                task = task.task_id,
-                "offload: receiving the inputs failed: {e}"
-            );
-            let _ = reply.try_send(Err(e));
-            cleanup(&staging);
-            continue;
+        let open = match received {
+            Ok(open) => open,
+            Err(e) => {
+                warn!(
+                    task = task.task_id,
+                    "offload: receiving the inputs failed: {e}"
+                );
+                let _ = reply.try_send(Err(e));
+                cleanup(&staging);
+                continue;
+            }
+        };
+        // What the NNode is told for the task while it runs here: a new time limit, a signal.
+        let (limit_tx, limit) = watch::channel(spec.time_limit_ms);
+        let (signal_tx, signals) = mpsc::unbounded_channel();
+        if open {
+            tokio::spawn(controls(inbound, task.task_id, limit_tx, signal_tx));
         }
         let assignment = pb::Assignment {
             task_id: task.task_id,
@@ -167,7 +176,11 @@ pub(crate) async fn read_stage(mut rx: mpsc::Receiver<Incoming>, pipeline: Pipel
             spec,
             work_dir: staging.clone(),
             gpus: task.gpus.max(1),
-            origin: Origin::Remote(reply),
+            origin: Origin::Remote {
+                reply,
+                limit,
+                signals,
+            },
         };
         if pipeline.submit(job).await.is_err() {
             cleanup(&staging);
@@ -175,13 +188,45 @@ pub(crate) async fn read_stage(mut rx: mpsc::Receiver<Incoming>, pipeline: Pipel
     }
 }
 
-/// Receives the input chunks of one call into `staging`.
+/// Hands what an NNode says on an offload call after its inputs (`OffloadControl`) to its task,
+/// until the call ends.
+async fn controls(
+    mut inbound: Streaming<pb::OffloadRequest>,
+    task: u64,
+    limit: watch::Sender<u64>,
+    signals: mpsc::UnboundedSender<nix::sys::signal::Signal>,
+) {
+    while let Ok(Some(m)) = inbound.message().await {
+        let Some(RequestPart::Control(c)) = m.part else {
+            warn!(
+                task,
+                "offload: a message other than a control after the inputs: ignored"
+            );
+            continue;
+        };
+        if let Some(ms) = c.time_limit_ms {
+            limit.send_replace(ms);
+        }
+        if !c.signal.is_empty() {
+            match format!("SIG{}", c.signal).parse() {
+                Ok(signal) => {
+                    let _ = signals.send(signal);
+                }
+                Err(_) => warn!(task, signal = %c.signal, "offload: an unknown signal: not sent"),
+            }
+        }
+    }
+}
+
+/// Receives the input chunks of one call into `staging`: whether the call stays open for
+/// controls (the NNode said `inputs_done`; an older one ends its stream instead).
 async fn receive(
     inbound: &mut Streaming<pb::OffloadRequest>,
     staging: &Path,
     index: u32,
-) -> Result<(), Status> {
+) -> Result<bool, Status> {
     let mut sink = Sink::new(staging);
+    let mut open = false;
     loop {
         let m = match tokio::time::timeout(READ_IDLE, inbound.message()).await {
             Ok(m) => m?,
@@ -193,8 +238,20 @@ async fn receive(
             }
         };
         let Some(m) = m else { break };
-        let Some(RequestPart::Chunk(c)) = m.part else {
-            return Err(Status::invalid_argument("a second task in one offload"));
+        let c = match m.part {
+            Some(RequestPart::Chunk(c)) => c,
+            Some(RequestPart::InputsDone(_)) => {
+                open = true;
+                break;
+            }
+            Some(RequestPart::Task(_)) => {
+                return Err(Status::invalid_argument("a second task in one offload"));
+            }
+            _ => {
+                return Err(Status::invalid_argument(
+                    "a control before the inputs were sent",
+                ));
+            }
         };
         let target = files::resolve(&c.path, index).map_err(Status::invalid_argument)?;
         sink.write(&target, &c)
@@ -203,7 +260,8 @@ async fn receive(
     }
     sink.finish()
         .await
-        .map_err(|e| Status::internal(format!("staging: {e}")))
+        .map_err(|e| Status::internal(format!("staging: {e}")))?;
+    Ok(open)
 }
 
 /// The remote-write stage: results in the order they finished, one at a time.
