@@ -588,13 +588,6 @@ impl Workflows {
                 started: g.started,
                 waiting_for: None,
             };
-            if !job.gate.started && !cancelled {
-                // It has not started: nothing ran, nothing is ready; the state decides on it
-                // once every kind is restored.
-                me.maybe_unstarted.insert(seq);
-                me.jobs.insert(seq, job);
-                continue;
-            }
             {
                 let mut q = source
                     .unwrap_or_else(|| cx.store.conn())
@@ -655,6 +648,14 @@ impl Workflows {
                     x.st = St::Cancelled;
                     x.message = why.clone();
                 }
+            }
+            if !job.gate.started && !cancelled {
+                // It has not started: nothing ran, nothing is ready (its rows are the instances
+                // cancelled while it waited); the state decides on it once every kind is
+                // restored.
+                me.maybe_unstarted.insert(seq);
+                me.jobs.insert(seq, job);
+                continue;
             }
             // Replay the successes into the graph, in readiness order.
             let mut graph = InstanceGraph::new(&job.rt.parsed.workflow, &job.masks);
@@ -1632,7 +1633,7 @@ impl Workflows {
             },
             ..Default::default()
         };
-        j.gate.fill(&mut info, j.cancelled);
+        j.gate.fill(&mut info, j.cancelled || j.finished());
         info
     }
 

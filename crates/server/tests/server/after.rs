@@ -1087,3 +1087,75 @@ fn a_divisible_job_hands_out_no_chunk_before_what_it_waits_for_allows() {
     );
     assert_eq!(s.job(notok).expect("job").state, "cancelled");
 }
+
+/// Instances of a workflow that waits to start can be cancelled one by one (`cancel JOB
+/// --tasks`): they stay cancelled across a restart, the workflow runs only the others once it
+/// starts, and one whose every instance was cancelled has ended — it no longer waits, and the
+/// end of the job it ran after does not cancel it again with another reason.
+#[test]
+fn instances_cancelled_before_their_workflow_starts_stay_cancelled_and_never_run() {
+    let d = common::scratch("after", "workflow-cancelled-before-start");
+    let (batch, some, all) = {
+        let mut s = open(&d.0);
+        let batch = submit(&mut s, 1, &[]).expect("batch job");
+        let some = submit_workflow(
+            &mut s,
+            3,
+            Submission {
+                after: vec![batch],
+                ..Default::default()
+            },
+        )
+        .expect("a workflow after it");
+        let all = submit_workflow(
+            &mut s,
+            2,
+            Submission {
+                after_notok: vec![batch],
+                ..Default::default()
+            },
+        )
+        .expect("a workflow after its failure");
+        let index = |s: &State, job: u64, k: usize| s.tasks(job).expect("tasks").tasks[k].index;
+        let first = index(&s, some, 0).to_string();
+        s.cancel_tasks(some, "A", &first).expect("cancel one");
+        let both = format!("{},{}", index(&s, all, 0), index(&s, all, 1));
+        s.cancel_tasks(all, "A", &both).expect("cancel both");
+        assert!(s.job(some).expect("job").waiting, "the rest still waits");
+        let ended = s.job(all).expect("job");
+        assert_eq!(ended.state, "cancelled");
+        assert!(!ended.waiting, "every instance ended: {ended:?}");
+        (batch, some, all)
+    };
+    let mut s = open(&d.0);
+    let states = |s: &State, job: u64| -> Vec<(String, String)> {
+        s.tasks(job)
+            .expect("tasks")
+            .tasks
+            .into_iter()
+            .map(|t| (t.state, t.message))
+            .collect()
+    };
+    let cancelled = ("cancelled".to_string(), "cancelled".to_string());
+    assert_eq!(states(&s, some)[0], cancelled, "after a restart");
+    assert_eq!(states(&s, all), vec![cancelled.clone(), cancelled.clone()]);
+    assert!(!s.job(all).expect("job").waiting);
+    let mut n = Agent::new(&mut s, 8);
+    let first = n.beat(&mut s, &[]);
+    let jobs = [batch, some, all];
+    assert_eq!(jobs_among(&s, &first, &jobs), vec![batch]);
+    // The batch job completes: the workflow starts with its two instances left.
+    let started = n.beat(&mut s, &[(first[0].0, first[0].1, true)]);
+    assert_eq!(jobs_among(&s, &started, &jobs), vec![some, some]);
+    let cancelled_id = s.tasks(some).expect("tasks").tasks[0].id;
+    assert!(started.iter().all(|&(t, _)| t != cancelled_id));
+    // The other one had ended already: as it was.
+    assert_eq!(states(&s, all), vec![cancelled.clone(), cancelled]);
+    let done: Vec<(u64, u32, bool)> = started.iter().map(|&(t, a)| (t, a, true)).collect();
+    n.beat(&mut s, &done);
+    assert_eq!(
+        s.job(some).expect("job").state,
+        "cancelled",
+        "one never ran"
+    );
+}

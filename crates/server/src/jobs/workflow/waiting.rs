@@ -20,7 +20,7 @@ use crate::jobs::Ctx;
 use crate::jobs::gate::Gate;
 use crate::state::StateError;
 use hetsched_core::policy::graph::dag::InstanceGraph;
-use hetsched_core::policy::graph::{BalancerKind, LaunchEvent};
+use hetsched_core::policy::graph::{BalancerKind, InstanceId, LaunchEvent};
 use tracing::info;
 
 impl Workflows {
@@ -32,12 +32,13 @@ impl Workflows {
     }
 
     /// Those workflows, found among the few listed as maybe unstarted (not every job: this is
-    /// asked after every event).
+    /// asked after every event). One whose every instance was cancelled before it started
+    /// (`cancel JOB --tasks`) has ended: it waits no more.
     fn unstarted_jobs(&self) -> impl Iterator<Item = &super::WfJob> {
         self.maybe_unstarted
             .iter()
             .filter_map(|seq| self.jobs.get(seq))
-            .filter(|j| !j.gate.started && !j.cancelled)
+            .filter(|j| !j.gate.started && !j.cancelled && !j.finished())
     }
 
     /// Whether some workflow has not started.
@@ -87,6 +88,15 @@ impl Workflows {
         let (machine, members) = self.machine(cx, job.balancer, graph);
         job.machine = machine;
         job.members = members;
+        // Instances cancelled while it waited (`cancel JOB --tasks`), and those not run because
+        // of them: the new machine never places them.
+        let ended: Vec<InstanceId> = (0..job.insts.len() as u32)
+            .filter(|&i| job.insts[i as usize].st.ended())
+            .map(InstanceId)
+            .collect();
+        if !ended.is_empty() {
+            job.machine.withdraw(&ended);
+        }
         job.gate.started = true;
         job.gate.waiting_for = None;
         self.maybe_unstarted.remove(&seq);
