@@ -423,6 +423,7 @@ impl From<JobInfo> for pb::JobInfo {
             waiting: j.waiting,
             after_any: j.after_any,
             after_notok: j.after_notok,
+            after_corr: j.after_corr,
             held: j.held,
             cpu_ms: j.cpu_ms,
             max_rss_bytes: j.max_rss_bytes,
@@ -692,6 +693,7 @@ impl Wire for State {
             after: Vec::new(),
             after_any: Vec::new(),
             after_notok: Vec::new(),
+            after_corr: Vec::new(),
             hold: false,
             begin_ms: None,
         })

@@ -501,6 +501,7 @@ impl Client for ClientService {
                 after: r.after,
                 after_any: r.after_any,
                 after_notok: r.after_notok,
+                after_corr: r.after_corr,
                 hold: r.hold,
                 begin_ms: (r.begin_ms > 0).then_some(r.begin_ms),
             })?;

@@ -193,6 +193,9 @@ pub struct JobRow {
     /// The batch jobs it runs after once each ended failed or cancelled (`--after-notok`),
     /// ascending.
     pub after_notok: Vec<u64>,
+    /// The batch jobs whose tasks its tasks run after, index by index (`--after-corr`),
+    /// ascending.
+    pub after_corr: Vec<u64>,
     /// Held by `hetsched hold` (until `release`).
     pub held: bool,
     /// When its tasks may start (`submit --begin`, `update --begin`), ms since the Unix epoch.
@@ -364,6 +367,7 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("jobs", "after", "TEXT NOT NULL DEFAULT ''"),
     ("jobs", "after_any", "TEXT NOT NULL DEFAULT ''"),
     ("jobs", "after_notok", "TEXT NOT NULL DEFAULT ''"),
+    ("jobs", "after_corr", "TEXT NOT NULL DEFAULT ''"),
     ("jobs", "held", "INTEGER NOT NULL DEFAULT 0"),
     // When its tasks may start (`submit --begin`), ms since the Unix epoch; NULL: at once.
     ("jobs", "begin_ms", "INTEGER"),
@@ -472,6 +476,7 @@ struct StoredJobRow {
     after: String,
     after_any: String,
     after_notok: String,
+    after_corr: String,
     held: bool,
     begin_ms: Option<i64>,
 }
@@ -582,7 +587,7 @@ impl Store {
         }
         let mut stmt = self.conn.prepare(
             "SELECT id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled,
-                    submission_key, name, after, after_any, held, begin_ms, after_notok FROM jobs
+                    submission_key, name, after, after_any, held, begin_ms, after_notok, after_corr FROM jobs
              WHERE purged = 0 OR id = (SELECT MAX(id) FROM jobs) ORDER BY id",
         )?;
         let rows = stmt.query_map([], |r| {
@@ -602,6 +607,7 @@ impl Store {
                 held: r.get(12)?,
                 begin_ms: r.get(13)?,
                 after_notok: r.get::<_, String>(14)?,
+                after_corr: r.get::<_, String>(15)?,
             })
         })?;
         for r in rows {
@@ -620,6 +626,7 @@ impl Store {
                 after: parse_list(&r.after, "job ids")?,
                 after_any: parse_list(&r.after_any, "job ids")?,
                 after_notok: parse_list(&r.after_notok, "job ids")?,
+                after_corr: parse_list(&r.after_corr, "job ids")?,
                 held: r.held,
                 begin_ms: r.begin_ms.map(|b| b.max(0) as u64),
             });
@@ -746,8 +753,8 @@ impl Store {
         tx.execute(
             "INSERT INTO jobs(id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled,
                               submission_key, name, after, after_any, held, begin_ms,
-                              after_notok)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                              after_notok, after_corr)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
             params![
                 job.id,
                 job.origin,
@@ -763,7 +770,8 @@ impl Store {
                 list_text(&job.after_any),
                 job.held,
                 job.begin_ms.map(|b| b as i64),
-                list_text(&job.after_notok)
+                list_text(&job.after_notok),
+                list_text(&job.after_corr)
             ],
         )?;
         {
@@ -1275,6 +1283,7 @@ mod tests {
             after: vec![3, 7],
             after_any: vec![5],
             after_notok: vec![2, 4],
+            after_corr: vec![3],
             held: false,
             begin_ms: Some(1_893_456_000_000),
         };
@@ -1321,6 +1330,7 @@ mod tests {
         assert_eq!(snap.jobs[0].after, vec![3, 7]);
         assert_eq!(snap.jobs[0].after_any, vec![5]);
         assert_eq!(snap.jobs[0].after_notok, vec![2, 4]);
+        assert_eq!(snap.jobs[0].after_corr, vec![3]);
         assert_eq!(snap.jobs[0].begin_ms, Some(1_893_456_000_000));
         if let Some(dir) = path.parent() {
             let _ = std::fs::remove_dir_all(dir);
@@ -1344,6 +1354,7 @@ mod tests {
             after: Vec::new(),
             after_any: Vec::new(),
             after_notok: Vec::new(),
+            after_corr: Vec::new(),
             held: false,
             begin_ms: None,
         };

@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
 mod after;
+mod corr;
 mod multi_node;
 mod reason;
 mod retention;
@@ -339,6 +340,9 @@ pub struct Batch {
     /// Jobs whose tasks wait for the jobs they run after (`submit --after`), or held by a user
     /// (`hetsched hold`; see [`after`]).
     waiting: after::Waiting,
+    /// Tasks that wait for other jobs' tasks of the same index (`submit --after-corr`; see
+    /// [`corr`]).
+    corr: corr::CorrWaits,
     /// Jobs of other kinds (workflows, divisible jobs) that unfinished batch jobs run after, as
     /// the state last told how they stand ([`Batch::foreign_end`]).
     foreign: BTreeMap<u64, after::Foreign>,
@@ -434,6 +438,7 @@ impl Batch {
             cancelled: Vec::new(),
             revived: Vec::new(),
             waiting: after::Waiting::default(),
+            corr: corr::CorrWaits::default(),
             foreign: BTreeMap::new(),
             held_changed: Vec::new(),
             begin_changed: Vec::new(),
@@ -621,6 +626,9 @@ impl Batch {
             .begin_ms
             .filter(|&b| !row.cancelled && b.saturating_mul(1_000_000) > cx.now);
         let mut next_task = row.first_task;
+        // Tasks that run after other jobs' tasks index by index wait for them ([`corr`]),
+        // once the job itself does not wait.
+        let mut after_corr: Vec<(u32, Vec<TaskId>)> = Vec::new();
         for (app, spec) in job.apps {
             let first_task = next_task;
             next_task += app.tasks as u64;
@@ -676,6 +684,8 @@ impl Batch {
                 self.waiting
                     .hold(row.id, app.id.0, std::mem::take(&mut pending));
                 self.waiting.name(row.id, row.named_jobs());
+            } else if !row.after_corr.is_empty() && !row.cancelled && !pending.is_empty() {
+                after_corr.push((app.id.0, std::mem::take(&mut pending)));
             }
             let id = cx.view.add_application(app, pending)?;
             // `accelerator = required|preferred` (spec 01) is applied by the view's `fits`.
@@ -692,6 +702,7 @@ impl Batch {
         }
         let mut row = row;
         row.text = String::new();
+        let (id, named) = (row.id, row.after_corr.clone());
         self.jobs.push(JobRec {
             name: row
                 .name
@@ -702,6 +713,12 @@ impl Batch {
             apps,
             row,
         });
+        if !named.is_empty() {
+            self.name_corr(id, &named);
+            for (app, tasks) in after_corr {
+                self.corr_hold(id, app, tasks);
+            }
+        }
         Ok(())
     }
 
@@ -850,6 +867,7 @@ impl Batch {
             after,
             after_any,
             after_notok,
+            after_corr,
             hold,
             begin_ms,
             ..
@@ -913,6 +931,13 @@ impl Batch {
         let first_app = self.apps.len() as u32;
         let first_task = self.tasks.len() as u64;
         let mut apps = w.to_applications(first_app, MissingProfile::Estimate(self.estimate))?;
+        let after_corr = if after_corr.is_empty() {
+            after_corr
+        } else {
+            let tasks = app_tasks(&apps, &w);
+            let indices = tasks.iter().flat_map(|a| (0..a.tasks).map(|k| a.index(k)));
+            self.check_after_corr(&after_corr, indices)?
+        };
         let submitted_ns = cx.now;
         for a in &mut apps {
             a.submit_time = submitted_ns;
@@ -931,6 +956,7 @@ impl Batch {
             after,
             after_any,
             after_notok,
+            after_corr,
             held: hold,
             begin_ms,
         };
@@ -1035,6 +1061,10 @@ impl Batch {
             if self.waiting.waits(job) {
                 // Held: they wait with the job's other pending tasks.
                 self.waiting.hold(job, app, tasks);
+            } else if self.runs_after_corr(job) {
+                // Each waits for its correspondents again (cancelled because one failed, it
+                // is cancelled again unless that one has run again).
+                self.corr_hold(job, app, tasks);
             } else {
                 cx.nodes.wakes.free(app, tasks.len());
                 cx.view.resubmit(AppId(app), tasks);
@@ -1043,6 +1073,10 @@ impl Batch {
         if n > 0 {
             // The job is unfinished again: the jobs after it wait for its new end.
             self.wait_again_on(cx, job);
+            // Tasks that wait for their correspondents again are looked at in this event.
+            if !self.corr.nothing_due() {
+                self.settle_waiting(cx)?;
+            }
         }
         Ok(n)
     }
@@ -1123,6 +1157,7 @@ impl Batch {
             cx.view.cancel_pending(AppId(app));
         }
         self.waiting.forget(job);
+        self.corr.forget(job);
         // Jobs waiting on this one are looked at again.
         self.waiting.job_ended(job);
         for id in range {
@@ -1163,7 +1198,9 @@ impl Batch {
         t.state = TaskState::Cancelled;
         t.finished_ns = cx.now;
         t.message = message.to_string();
+        let (app, index) = (t.app, t.index);
         self.dirty.push(id);
+        self.corr_ended(app, index);
         true
     }
 
@@ -1200,6 +1237,7 @@ impl Batch {
         for (&app, tasks) in &pending {
             cx.view.cancel_pending_tasks(AppId(app), tasks);
             self.waiting.drop_tasks(job, tasks);
+            self.corr.drop_tasks(job, tasks);
         }
         for &id in &chosen {
             self.cancel_task(cx, id, "cancelled");
@@ -1502,6 +1540,7 @@ impl Batch {
             after: j.row.after.clone(),
             after_any: j.row.after_any.clone(),
             after_notok: j.row.after_notok.clone(),
+            after_corr: j.row.after_corr.clone(),
             // Waiting for the jobs it runs after (not only for its begin time); a job that ended
             // waits for nothing (before a restart as after it: found by the day fuzz).
             waiting: self.waiting.waits(j.row.id)
@@ -1919,7 +1958,8 @@ impl JobKind for Batch {
             moved(&mut self.apps, t.app, t.state, TaskState::Succeeded);
             t.state = TaskState::Succeeded;
             cx.metrics.result(Outcome::Succeeded);
-            let (app, d) = (t.app, t.finished_ns - t.started_ns);
+            let (app, d, index) = (t.app, t.finished_ns - t.started_ns, t.index);
+            self.corr_ended(app, index);
             cx.view.task_finished(&a);
             self.task_ended(a.app.0);
             self.observe(cx, app, a.variant, d)?;
@@ -1944,8 +1984,10 @@ impl JobKind for Batch {
             } else {
                 moved(&mut self.apps, t.app, t.state, TaskState::Failed);
                 t.state = TaskState::Failed;
+                let index = t.index;
                 cx.view.task_abandoned(&a);
                 self.task_ended(a.app.0);
+                self.corr_ended(a.app.0, index);
                 cx.metrics.result(Outcome::Failed);
             }
         }
@@ -1981,8 +2023,10 @@ impl JobKind for Batch {
             t.finished_ns = cx.now;
             t.exit_code = None;
             t.message = format!("{reason}; gave up after {} attempts", t.attempt);
+            let index = t.index;
             cx.view.task_abandoned(&a);
             self.task_ended(a.app.0);
+            self.corr_ended(a.app.0, index);
             // In this event, not at the next heartbeat: a purge in between would hide how the
             // job ended from the jobs waiting on it.
             self.settle_waiting(cx)?;

@@ -670,6 +670,13 @@ impl State {
     /// jobs of any kind: checks what submission `sub` names (sorting its lists, without
     /// repeats) and its begin time.
     fn check_gate(&self, sub: &mut Submission) -> Result<(), StateError> {
+        if !sub.after_corr.is_empty() {
+            return Err(StateError::Invalid(
+                "--after-corr applies to batch jobs, whose tasks have indices; a workflow's \
+                 instances follow their producers index by index already"
+                    .into(),
+            ));
+        }
         let (after, after_any, after_notok) =
             gate::check_named(&sub.after, &sub.after_any, &sub.after_notok, |j| {
                 self.job_end(j)
@@ -997,6 +1004,15 @@ impl State {
         crate::limits::submission(&sub).map_err(StateError::Invalid)?;
         // `--after`, `--after-any` and `--after-notok` name batch jobs, workflows or divisible
         // jobs; the batch kind checks how they stand, told how the others do.
+        for &job in &sub.after_corr {
+            if let Some(k) = self.ids.kind(job).filter(|&k| k != Kind::Batch) {
+                return Err(StateError::Invalid(format!(
+                    "--after-corr: job {job} is a {} job; --after-corr names batch jobs, whose \
+                     tasks have indices",
+                    k.as_str()
+                )));
+            }
+        }
         let named = (sub.after.iter().map(|&j| ("--after", j)))
             .chain(sub.after_any.iter().map(|&j| ("--after-any", j)))
             .chain(sub.after_notok.iter().map(|&j| ("--after-notok", j)));

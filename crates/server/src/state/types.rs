@@ -303,6 +303,8 @@ pub struct Submission {
     pub after_any: Vec<u64>,
     /// Batch jobs this one runs after once each ended failed or cancelled (`--after-notok`).
     pub after_notok: Vec<u64>,
+    /// Batch jobs whose tasks this job's tasks run after, index by index (`--after-corr`).
+    pub after_corr: Vec<u64>,
     /// Submitted held (`submit --hold`): no task is dispatched until `release`.
     pub hold: bool,
     /// When its tasks may start (`submit --begin`), ms since the Unix epoch (`None`: at once).
@@ -430,6 +432,8 @@ pub struct JobInfo {
     pub after_any: Vec<u64>,
     /// The jobs it runs after once they failed or were cancelled (`submit --after-notok`).
     pub after_notok: Vec<u64>,
+    /// The jobs whose tasks its tasks run after, index by index (`submit --after-corr`).
+    pub after_corr: Vec<u64>,
     /// Held by `hetsched hold` (until `release`).
     pub held: bool,
     /// Whether it still waits for one of them.

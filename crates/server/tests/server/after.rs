@@ -1159,3 +1159,35 @@ fn instances_cancelled_before_their_workflow_starts_stay_cancelled_and_never_run
         "one never ran"
     );
 }
+
+/// `update --begin` of a job whose every task already runs: one that then fails and retries
+/// waits for the begin time too, as it would with pending tasks beside it (found by the day
+/// fuzz: it was dispatched again at once).
+#[test]
+fn a_retry_of_a_job_deferred_while_all_its_tasks_ran_waits_for_the_begin_time() {
+    let d = common::scratch("after", "deferred-while-running");
+    let mut s = open(&d.0);
+    let job = s
+        .on_submit(Submission {
+            origin: "job.toml".into(),
+            text: "[[application]]\nname = \"a\"\ntasks = 2\nretries = 1\n[application.cpu]\ncommand = \"true\"\n".into(),
+            workdir: "/".into(),
+            ..Default::default()
+        })
+        .expect("job")
+        .job_id;
+    let mut n = Agent::new(&mut s, 4);
+    let running = n.beat(&mut s, &[]);
+    assert_eq!(running.len(), 2);
+    update_begin(&mut s, job, now_ms() + 3_600_000).expect("defer");
+    assert!(s.job(job).expect("job").deferred);
+    let (t, a) = running[0];
+    let sent = n.beat(&mut s, &[(t, a, false)]);
+    assert!(
+        sent.is_empty(),
+        "the retry waits for the begin time: {sent:?}"
+    );
+    update_begin(&mut s, job, 0).expect("now");
+    let sent = n.beat(&mut s, &[]);
+    assert_eq!(sent.iter().map(|x| x.0).collect::<Vec<_>>(), vec![t]);
+}

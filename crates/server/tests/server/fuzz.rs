@@ -169,6 +169,9 @@ enum Op {
     /// Job file `0`, to run after job `1` completed (`2` = 0), ended however (1) or ended failed
     /// or cancelled (2).
     SubmitAfter(usize, u64, u8),
+    /// Job file 0 (`plain`, indices 0-4), its tasks to run after job `0`'s tasks of the same
+    /// index (`--after-corr`; refused unless that job has those indices).
+    SubmitAfterCorr(u64),
     /// Node `0` reports every task it runs ended (`1`: bit k = the k-th failed) and takes more.
     Beat(usize, u8),
     Cancel(u64),
@@ -204,6 +207,7 @@ fn op(disk: bool) -> BoxedStrategy<Op> {
         2 => (0..DAY_JOBS.len()).prop_map(Op::Submit),
         // Batch jobs and workflows after any job (a workflow waits before it starts).
         2 => (0..DAY_JOBS.len(), 1..5u64, 0..3u8).prop_map(|(k, j, how)| Op::SubmitAfter(k, j, how)),
+        1 => (1..5u64).prop_map(Op::SubmitAfterCorr),
         6 => (0..2usize, any::<u8>()).prop_map(|(n, f)| Op::Beat(n, f)),
         1 => (1..5u64).prop_map(Op::Cancel),
         1 => (1..5u64, prop::sample::select(vec!["0", "1-3", "5,8", "7", "2-11:3"]))
@@ -254,7 +258,7 @@ fn everything(s: &State) -> Vec<String> {
     }
     for j in s.jobs().jobs {
         out.push(format!(
-            "job {} {} {:?} held={} begin={} deferred={} after {:?} {:?} {:?} waiting={}",
+            "job {} {} {:?} held={} begin={} deferred={} after {:?} {:?} {:?} {:?} waiting={}",
             j.id,
             j.state,
             j.counts,
@@ -264,6 +268,7 @@ fn everything(s: &State) -> Vec<String> {
             j.after,
             j.after_any,
             j.after_notok,
+            j.after_corr,
             j.waiting
         ));
         // Its applications' settings, as submitted or updated.
@@ -334,6 +339,15 @@ fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     ..Default::default()
                 });
             }
+            Op::SubmitAfterCorr(j) => {
+                let _ = s.on_submit(hetsched_server::state::types::Submission {
+                    origin: "corr.toml".into(),
+                    text: DAY_JOBS[0].into(),
+                    workdir: "/".into(),
+                    after_corr: vec![j],
+                    ..Default::default()
+                });
+            }
             Op::Beat(n, failures) => {
                 let done: Vec<(u64, u32, bool)> = running[n]
                     .iter()
@@ -401,6 +415,28 @@ fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
                         let ended = ["completed", "failed", "cancelled", "purged"]
                             .contains(&state(*d).as_str());
                         prop_assert!(ended, "job {} ran before {} ended", j.id, d);
+                    }
+                    // Each task after the tasks of the same index of its `--after-corr` jobs:
+                    // those succeeded (a purged job's had all ended, and were acted on then).
+                    if !j.after_corr.is_empty() {
+                        let index = s
+                            .tasks(j.id)
+                            .ok()
+                            .and_then(|t| t.tasks.into_iter().find(|t| t.id == a.task_id))
+                            .map(|t| t.index);
+                        for d in &j.after_corr {
+                            let Ok(theirs) = s.tasks(*d) else { continue };
+                            for t in theirs.tasks.iter().filter(|t| Some(t.index) == index) {
+                                prop_assert!(
+                                    t.state == "succeeded",
+                                    "job {} task {:?} ran while job {}'s task of that index is {}",
+                                    j.id,
+                                    index,
+                                    d,
+                                    t.state
+                                );
+                            }
+                        }
                     }
                     // (A job resubmitted later does not stop what runs; a purged one failed.)
                     for d in &j.after_notok {

@@ -54,6 +54,7 @@ fn submit(s: &mut State, kind: Kind) -> u64 {
             hold: false,
             begin_ms: None,
             after_notok: Vec::new(),
+            after_corr: Vec::new(),
         })
         .unwrap_or_else(|e| panic!("{kind:?} submitted: {e}"));
     assert!(!done.existing);
@@ -190,6 +191,7 @@ fn submission(kind: Kind, text: &str, name: &str, key: &str) -> Submission {
         hold: false,
         begin_ms: None,
         after_notok: Vec::new(),
+        after_corr: Vec::new(),
     }
 }
 

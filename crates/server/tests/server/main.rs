@@ -2,6 +2,7 @@
 
 mod accel_binding;
 mod after;
+mod after_corr;
 mod bounds;
 mod common;
 mod dispatch;

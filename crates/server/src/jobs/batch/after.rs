@@ -100,9 +100,14 @@ impl Waiting {
         }
     }
 
-    /// Whether job `job` still waits (for the jobs it runs after, or for its release).
+    /// Whether job `job` still waits (for the jobs it runs after, its release or its begin time).
     pub(super) fn waits(&self, job: u64) -> bool {
-        self.held.contains_key(&job) || self.held_by_user.contains(&job)
+        // (A deferred job waits even when none of its tasks was pending as it was deferred: a
+        // running one that fails and retries waits for the begin time too. Found by the day
+        // fuzz.)
+        self.held.contains_key(&job)
+            || self.held_by_user.contains(&job)
+            || self.begins.contains_key(&job)
     }
 
     /// Some of job `job`'s held tasks were cancelled: they are dropped from its lists.
@@ -340,6 +345,20 @@ impl Batch {
     /// or cancelled, and cancels those one of whose `after` jobs ended failed or cancelled, or
     /// one of whose `after_notok` jobs completed. Costs nothing when none is due.
     pub(super) fn settle_waiting(&mut self, cx: &mut Ctx) -> Result<(), StateError> {
+        // A job cancelled here may leave tasks that run after its tasks with nothing to wait
+        // for, and a task cancelled for its correspondents may end its job: until neither has
+        // anything due.
+        loop {
+            self.settle_jobs(cx)?;
+            if self.corr.nothing_due() {
+                return Ok(());
+            }
+            self.settle_corr(cx)?;
+        }
+    }
+
+    /// The job-level part of [`Batch::settle_waiting`].
+    fn settle_jobs(&mut self, cx: &mut Ctx) -> Result<(), StateError> {
         // In id order: a job cancelled here makes the jobs waiting on it (higher ids) due in the
         // same pass.
         while let Some(job) = self.waiting.due.pop_first() {
@@ -383,8 +402,14 @@ impl Batch {
                 self.waiting.unname(job, &after_notok);
                 let held = self.waiting.held.remove(&job).unwrap_or_default();
                 let mut n = 0;
+                let corr = self.runs_after_corr(job);
                 for (app, tasks) in held {
                     n += tasks.len();
+                    if corr {
+                        // Each waits for its correspondents now.
+                        self.corr_hold(job, app, tasks);
+                        continue;
+                    }
                     cx.nodes.wakes.free(app, tasks.len());
                     cx.view.resubmit(AppId(app), tasks);
                 }
@@ -405,9 +430,10 @@ impl Batch {
     fn take_out_of_queues(&mut self, cx: &mut Ctx, job: u64, apps: std::ops::Range<u32>) {
         for app in apps {
             cx.view.cancel_pending(AppId(app));
+            // (Those waiting for their correspondents stay there: not in the queues.)
             let tasks: Vec<TaskId> = self
                 .tasks_of_app(app)
-                .filter(|r| r.state == TaskState::Pending)
+                .filter(|r| r.state == TaskState::Pending && !self.corr.holds(TaskId(r.id)))
                 .map(|r| TaskId(r.id))
                 .collect();
             if !tasks.is_empty() {

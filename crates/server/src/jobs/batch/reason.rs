@@ -6,6 +6,8 @@
 //! - `held: …` — `hetsched hold` (or `submit --hold`) keeps it until `hetsched release`;
 //! - `waiting for job M` — a job it runs `--after` (or `--after-any`) has not ended as needed;
 //! - `begins at TIME (in 25m)` — its begin time (`submit --begin`) has not come;
+//! - `waiting for the tasks of job M with the same indices` — every pending task waits for its
+//!   correspondents (`--after-corr`);
 //! - `every node that can run \`APP\` is drained: …` — an application's tasks fit on some live
 //!   nodes, and an operator drained each of them;
 //! - `every node that can run \`APP\` is leaving: …` — they are live, but their agents are shutting
@@ -130,6 +132,22 @@ impl Batch {
                     )
                 }
                 _ => "waiting for the jobs it runs after".to_string(),
+            };
+            return (why, false);
+        }
+        let all_pending: u64 = j.apps.clone().map(pending).sum();
+        let corr = self.corr.waiting(id) as u64;
+        if corr > 0 && corr >= all_pending {
+            let why = match j.row.after_corr.as_slice() {
+                [d] => format!("waiting for the tasks of job {d} with the same indices"),
+                named => format!(
+                    "waiting for the tasks of jobs {} with the same indices",
+                    named
+                        .iter()
+                        .map(u64::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
             };
             return (why, false);
         }
