@@ -275,6 +275,8 @@ pub struct After {
     pub ended: Vec<u64>,
     /// Once each has ended failed or cancelled.
     pub failed: Vec<u64>,
+    /// Each task once their tasks of the same index succeeded (`--after-corr`).
+    pub corresponding: Vec<u64>,
     /// Until `hetsched release`.
     pub release: bool,
     /// Not before this time (ms since the Unix epoch; `submit --begin`).
@@ -339,6 +341,7 @@ pub async fn submit(
             after: after.completed,
             after_any: after.ended,
             after_notok: after.failed,
+            after_corr: after.corresponding,
             hold: held,
             begin_ms: after.begin_ms.unwrap_or(0),
         },
@@ -572,7 +575,11 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
     } else if !j.waiting && !j.deferred && !j.pending_reason.is_empty() {
         println!("pending because: {}", j.pending_reason);
     }
-    if !j.after.is_empty() || !j.after_any.is_empty() || !j.after_notok.is_empty() {
+    if !j.after.is_empty()
+        || !j.after_any.is_empty()
+        || !j.after_notok.is_empty()
+        || !j.after_corr.is_empty()
+    {
         let list = |ids: &[u64]| {
             ids.iter()
                 .map(u64::to_string)
@@ -599,6 +606,13 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
                 "job{} {} (once failed or cancelled)",
                 if j.after_notok.len() > 1 { "s" } else { "" },
                 list(&j.after_notok)
+            ));
+        }
+        if !j.after_corr.is_empty() {
+            parts.push(format!(
+                "job{} {} (each task once their task of its index succeeded)",
+                if j.after_corr.len() > 1 { "s" } else { "" },
+                list(&j.after_corr)
             ));
         }
         println!(

@@ -1,9 +1,9 @@
 //! `submit --dependency SPEC`: Slurm's `--dependency` syntax, read into hetsched's own flags, so
 //! that a script written for `sbatch` keeps its line. `afterok:7:8` is `--after 7,8`,
-//! `afterany:7` is `--after-any 7`, `afternotok:7` is `--after-notok 7`; several, separated by
-//! commas, must all hold (`afterok:7,afternotok:8`). Slurm's other kinds (`after`, `aftercorr`,
-//! `afterburstbuffer`, `singleton`, `expand`) and `?` (any one of them) are refused, naming what
-//! is not supported.
+//! `afterany:7` is `--after-any 7`, `afternotok:7` is `--after-notok 7`, `aftercorr:7` is
+//! `--after-corr 7`; several, separated by commas, must all hold (`afterok:7,afternotok:8`).
+//! Slurm's other kinds (`after`, `afterburstbuffer`, `singleton`, `expand`) and `?` (any one of
+//! them) are refused, naming what is not supported.
 
 use super::client::JobRef;
 
@@ -16,6 +16,8 @@ pub struct Dependency {
     pub after_any: Vec<JobRef>,
     /// `afternotok`: once each failed or was cancelled (`--after-notok`).
     pub after_notok: Vec<JobRef>,
+    /// `aftercorr`: each task once the tasks of the same index succeeded (`--after-corr`).
+    pub after_corr: Vec<JobRef>,
 }
 
 impl std::str::FromStr for Dependency {
@@ -36,15 +38,16 @@ impl std::str::FromStr for Dependency {
                 "afterok" => &mut d.after,
                 "afterany" => &mut d.after_any,
                 "afternotok" => &mut d.after_notok,
+                "aftercorr" => &mut d.after_corr,
                 "" => {
                     return Err(format!(
                         "`{spec}`: an empty dependency (two commas in a row?)"
                     ));
                 }
-                "after" | "aftercorr" | "afterburstbuffer" | "singleton" | "expand" => {
+                "after" | "afterburstbuffer" | "singleton" | "expand" => {
                     return Err(format!(
-                        "`{part}`: Slurm's `{kind}` is not supported; give afterok, afterany or \
-                         afternotok"
+                        "`{part}`: Slurm's `{kind}` is not supported; give afterok, afterany, \
+                         afternotok or aftercorr"
                     ));
                 }
                 other => {
@@ -77,12 +80,13 @@ mod tests {
 
     #[test]
     fn slurm_dependencies_read_as_the_after_flags() {
-        let d: Dependency = "afterok:7:8,afterany:9,afternotok:last"
+        let d: Dependency = "afterok:7:8,afterany:9,afternotok:last,aftercorr:5"
             .parse()
             .expect("valid");
         assert_eq!(d.after, [JobRef::Id(7), JobRef::Id(8)]);
         assert_eq!(d.after_any, [JobRef::Id(9)]);
         assert_eq!(d.after_notok, [JobRef::Last]);
+        assert_eq!(d.after_corr, [JobRef::Id(5)]);
     }
 
     #[test]
@@ -90,7 +94,7 @@ mod tests {
         let err = |s: &str| s.parse::<Dependency>().expect_err(s);
         assert!(err("afterok:7?afterany:8").contains("`?` (any one of them) is not supported"));
         assert!(err("singleton").contains("Slurm's `singleton` is not supported"));
-        assert!(err("aftercorr:5").contains("Slurm's `aftercorr` is not supported"));
+        assert!(err("after:5").contains("Slurm's `after` is not supported"));
         assert!(err("afterok:5+10").contains("a delay after a job"));
         assert!(err("afterok").contains("name a job after `afterok:`"));
         assert!(err("afterok:x").contains("`x` is not a job id"));

@@ -58,6 +58,9 @@ pub struct Directives {
     /// Run after these batch jobs have failed or were cancelled.
     #[arg(long, value_name = "JOB", value_delimiter = ',')]
     pub after_notok: Vec<JobRef>,
+    /// Each task after these batch jobs' tasks of the same index.
+    #[arg(long, value_name = "JOB", value_delimiter = ',')]
+    pub after_corr: Vec<JobRef>,
     /// Slurm's `--dependency` syntax.
     #[arg(long, value_name = "SPEC")]
     pub dependency: Vec<super::dependency::Dependency>,
@@ -77,8 +80,10 @@ pub struct Named<'a> {
     pub after: &'a mut Vec<JobRef>,
     /// `--after-any`.
     pub after_any: &'a mut Vec<JobRef>,
-    /// `--after-notok` (and `--dependency`'s, read into the three).
+    /// `--after-notok` (and `--dependency`'s, read into the four).
     pub after_notok: &'a mut Vec<JobRef>,
+    /// `--after-corr`.
+    pub after_corr: &'a mut Vec<JobRef>,
 }
 
 /// The directives of `command`'s program under `mode`, if it is to be read (`shell`: the
@@ -156,6 +161,7 @@ impl Directives {
             after: mut d_after,
             after_any: mut d_after_any,
             after_notok: mut d_after_notok,
+            after_corr: mut d_after_corr,
             dependency,
             hold: d_hold,
             begin: d_begin,
@@ -171,10 +177,12 @@ impl Directives {
             d_after.extend(dep.after);
             d_after_any.extend(dep.after_any);
             d_after_notok.extend(dep.after_notok);
+            d_after_corr.extend(dep.after_corr);
         }
         prepend(named.after, d_after);
         prepend(named.after_any, d_after_any);
         prepend(named.after_notok, d_after_notok);
+        prepend(named.after_corr, d_after_corr);
         *hold |= d_hold;
         // Every field, so that a new flag cannot be forgotten here.
         let CommandJobArgs {
@@ -301,11 +309,11 @@ mod tests {
         let d = parse(
             "job.sh",
             "#HETSCHED --array 1-10 --cores 2 --env A=1 --name script --hold --priority 3\n\
-             #HETSCHED --begin 2030-01-01T00:00:00Z --dependency afternotok:4\n",
+             #HETSCHED --begin 2030-01-01T00:00:00Z --dependency afternotok:4,aftercorr:2\n",
         )
         .expect("parsed");
         let (mut name, mut after, mut after_any, mut hold) = (None, Vec::new(), Vec::new(), false);
-        let mut after_notok = Vec::new();
+        let (mut after_notok, mut after_corr) = (Vec::new(), vec![JobRef::Id(1)]);
         let mut begin = None;
         let mut job = CommandJobArgs {
             tasks: Some(3),
@@ -317,10 +325,12 @@ mod tests {
             after: &mut after,
             after_any: &mut after_any,
             after_notok: &mut after_notok,
+            after_corr: &mut after_corr,
         };
         d.fill(&mut name, &mut named, &mut hold, &mut begin, &mut job)
             .expect("merged");
         assert_eq!(after_notok, [JobRef::Id(4)], "from --dependency");
+        assert_eq!(after_corr, [JobRef::Id(2), JobRef::Id(1)], "both, the script's first");
         assert_eq!(begin, Some(1_893_456_000_000));
         assert_eq!((job.tasks, job.array.as_deref()), (Some(3), None));
         assert_eq!(job.cores, Some(4));

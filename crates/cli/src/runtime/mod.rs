@@ -76,9 +76,16 @@ pub enum RuntimeCommand {
         /// is cancelled if one of them completes.
         #[arg(long, value_name = "JOB", value_delimiter = ',')]
         after_notok: Vec<JobRef>,
+        /// Run each task after the tasks of the same index of these batch jobs (ids, `last` or
+        /// `name:NAME`; Slurm's `--dependency=aftercorr`): task i starts once task i of each has
+        /// succeeded — a pipeline of arrays — and is cancelled if one of them failed or was
+        /// cancelled; the job's other tasks go on. Each index of this job must be one they have.
+        #[arg(long, value_name = "JOB", value_delimiter = ',')]
+        after_corr: Vec<JobRef>,
         /// Slurm's `--dependency` syntax, for scripts written for `sbatch`: `afterok:7:8` (=
         /// `--after 7,8`), `afterany:9` (= `--after-any 9`), `afternotok:10` (= `--after-notok
-        /// 10`), several separated by commas (all must hold).
+        /// 10`), `aftercorr:11` (= `--after-corr 11`), several separated by commas (all must
+        /// hold).
         #[arg(long, value_name = "SPEC")]
         dependency: Vec<dependency::Dependency>,
         /// Submit the batch job held (Slurm's `--hold`): none of its tasks is dispatched until
@@ -659,6 +666,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             mut after,
             mut after_any,
             mut after_notok,
+            mut after_corr,
             dependency,
             mut hold,
             mut begin,
@@ -669,12 +677,14 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
                 after.extend(d.after);
                 after_any.extend(d.after_any);
                 after_notok.extend(d.after_notok);
+                after_corr.extend(d.after_corr);
             }
             if file.is_none() {
                 let mut named = directives::Named {
                     after: &mut after,
                     after_any: &mut after_any,
                     after_notok: &mut after_notok,
+                    after_corr: &mut after_corr,
                 };
                 directives::of_command(directives, &command, job.shell)?
                     .fill(&mut name, &mut named, &mut hold, &mut begin, &mut job)?;
@@ -710,10 +720,15 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             for job in after_notok {
                 after_notok_ids.extend(job.resolve_all(&client).await?);
             }
+            let mut after_corr_ids = Vec::with_capacity(after_corr.len());
+            for job in after_corr {
+                after_corr_ids.extend(job.resolve_all(&client).await?);
+            }
             let after = client::After {
                 completed: after_ids,
                 ended: after_any_ids,
                 failed: after_notok_ids,
+                corresponding: after_corr_ids,
                 release: hold,
                 begin_ms: begin,
             };

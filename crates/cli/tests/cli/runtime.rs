@@ -841,6 +841,49 @@ fn signal_reaches_the_picked_running_tasks_once_and_they_run_on() {
     assert!(said.contains("job 1: no running task to signal"), "{said}");
 }
 
+/// `submit --after-corr JOB` (Slurm's `--dependency=aftercorr`): a pipeline of arrays, each
+/// task of the second starting as soon as the first's task of its index succeeded — not once
+/// the whole first array has.
+#[test]
+fn after_corr_runs_each_task_once_its_correspondent_succeeded() {
+    let mut c = Cluster::start("after-corr", false);
+    c.start_agent("a", 4, &[]);
+    c.wait_for_nodes(1);
+    let d = c.dir.display().to_string();
+    // prep[2] waits for `go`; the others end at once.
+    let prep = format!(
+        "if [ {{index}} = 2 ]; then while [ ! -e {d}/go ]; do sleep 0.05; done; fi; \
+         echo done > {d}/prep-{{index}}"
+    );
+    c.ok(&["submit", "--array", "1-3", "--", "sh", "-c", &prep]);
+    let sim = format!("test -e {d}/prep-{{index}} && echo ok > {d}/sim-{{index}}");
+    c.ok(&[
+        "submit", "--array", "1-3", "--dependency", "aftercorr:1", "--", "sh", "-c", &sim,
+    ]);
+    let exists = |f: &str| c.dir.join(f).exists();
+    wait_until("sim[1] and sim[3]", Duration::from_secs(20), || {
+        exists("sim-1") && exists("sim-3")
+    });
+    assert!(!exists("prep-2") && !exists("sim-2"), "sim[2] waits for prep[2]");
+    let shown = c.ok(&["job", "2"]);
+    assert!(
+        shown.contains("runs after job 1 (each task once their task of its index succeeded)"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("pending because: waiting for the tasks of job 1 with the same indices"),
+        "{shown}"
+    );
+    assert_eq!(c.json(&["job", "2"])["after_corr"], serde_json::json!([1]));
+    std::fs::write(c.dir.join("go"), "").expect("go");
+    c.ok(&["wait", "1,2", "--timeout", "30s"]);
+    assert!(exists("sim-2"));
+    c.refused(
+        &["submit", "--array", "1-5", "--after-corr", "1", "--", "true"],
+        "--after-corr: job 1 has no task with index 4 (nor 1 other indices of this job)",
+    );
+}
+
 /// A cancelled task gets SIGTERM and the agent's kill grace (`--kill-grace`) to end, and its
 /// cores stay its own until it has ended: the task the server places on them next waits on the
 /// agent instead of running beside it. One that ends on SIGTERM frees them at once.
