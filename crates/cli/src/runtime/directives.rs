@@ -330,7 +330,11 @@ mod tests {
         d.fill(&mut name, &mut named, &mut hold, &mut begin, &mut job)
             .expect("merged");
         assert_eq!(after_notok, [JobRef::Id(4)], "from --dependency");
-        assert_eq!(after_corr, [JobRef::Id(2), JobRef::Id(1)], "both, the script's first");
+        assert_eq!(
+            after_corr,
+            [JobRef::Id(2), JobRef::Id(1)],
+            "both, the script's first"
+        );
         assert_eq!(begin, Some(1_893_456_000_000));
         assert_eq!((job.tasks, job.array.as_deref()), (Some(3), None));
         assert_eq!(job.cores, Some(4));

@@ -858,13 +858,24 @@ fn after_corr_runs_each_task_once_its_correspondent_succeeded() {
     c.ok(&["submit", "--array", "1-3", "--", "sh", "-c", &prep]);
     let sim = format!("test -e {d}/prep-{{index}} && echo ok > {d}/sim-{{index}}");
     c.ok(&[
-        "submit", "--array", "1-3", "--dependency", "aftercorr:1", "--", "sh", "-c", &sim,
+        "submit",
+        "--array",
+        "1-3",
+        "--dependency",
+        "aftercorr:1",
+        "--",
+        "sh",
+        "-c",
+        &sim,
     ]);
     let exists = |f: &str| c.dir.join(f).exists();
     wait_until("sim[1] and sim[3]", Duration::from_secs(20), || {
         exists("sim-1") && exists("sim-3")
     });
-    assert!(!exists("prep-2") && !exists("sim-2"), "sim[2] waits for prep[2]");
+    assert!(
+        !exists("prep-2") && !exists("sim-2"),
+        "sim[2] waits for prep[2]"
+    );
     let shown = c.ok(&["job", "2"]);
     assert!(
         shown.contains("runs after job 1 (each task once their task of its index succeeded)"),
@@ -879,7 +890,15 @@ fn after_corr_runs_each_task_once_its_correspondent_succeeded() {
     c.ok(&["wait", "1,2", "--timeout", "30s"]);
     assert!(exists("sim-2"));
     c.refused(
-        &["submit", "--array", "1-5", "--after-corr", "1", "--", "true"],
+        &[
+            "submit",
+            "--array",
+            "1-5",
+            "--after-corr",
+            "1",
+            "--",
+            "true",
+        ],
         "--after-corr: job 1 has no task with index 4 (nor 1 other indices of this job)",
     );
 }
