@@ -694,6 +694,7 @@ impl Wire for State {
             after_any: Vec::new(),
             after_notok: Vec::new(),
             after_corr: Vec::new(),
+            singleton: false,
             hold: false,
             begin_ms: None,
         })

@@ -502,6 +502,7 @@ impl Client for ClientService {
                 after_any: r.after_any,
                 after_notok: r.after_notok,
                 after_corr: r.after_corr,
+                singleton: r.singleton,
                 hold: r.hold,
                 begin_ms: (r.begin_ms > 0).then_some(r.begin_ms),
             })?;

@@ -277,6 +277,8 @@ pub struct After {
     pub failed: Vec<u64>,
     /// Each task once their tasks of the same index succeeded (`--after-corr`).
     pub corresponding: Vec<u64>,
+    /// Once every unfinished job of its name ended (`--singleton`).
+    pub singleton: bool,
     /// Until `hetsched release`.
     pub release: bool,
     /// Not before this time (ms since the Unix epoch; `submit --begin`).
@@ -342,6 +344,7 @@ pub async fn submit(
             after_any: after.ended,
             after_notok: after.failed,
             after_corr: after.corresponding,
+            singleton: after.singleton,
             hold: held,
             begin_ms: after.begin_ms.unwrap_or(0),
         },
@@ -1261,17 +1264,7 @@ pub async fn cancel(
     tasks: Option<&str>,
     app: Option<&str>,
 ) -> anyhow::Result<()> {
-    if let Some(t) = tasks {
-        if sel.ids.len() != 1 {
-            bail!(
-                "--tasks names tasks of one job; {} jobs are selected",
-                sel.ids.len()
-            );
-        }
-        // Refused here with the same words as the server would, without a round trip.
-        hetsched_core::input::workload::parse_indices(t)
-            .map_err(|e| anyhow::anyhow!("--tasks: {e}"))?;
-    }
+    check_tasks(sel, tasks)?;
     let api = connect(args).await?;
     each_job(args, sel, "cancelled", |id| {
         let mut api = api.clone();
@@ -1292,16 +1285,9 @@ pub async fn cancel(
     .await
 }
 
-/// `hetsched signal`.
-pub async fn signal(
-    args: &ClientArgs,
-    sel: &Selected,
-    signal: &str,
-    tasks: Option<&str>,
-    app: Option<&str>,
-) -> anyhow::Result<()> {
-    // Refused here with the same words as the server would, without a round trip.
-    let signal = hetsched_core::input::task_signal(signal).map_err(|e| anyhow::anyhow!(e))?;
+/// A `--tasks` list (of `cancel`, `signal`) names tasks of one job, in the syntax of
+/// `indices`: refused here with the same words as the server would, without a round trip.
+fn check_tasks(sel: &Selected, tasks: Option<&str>) -> anyhow::Result<()> {
     if let Some(t) = tasks {
         if sel.ids.len() != 1 {
             bail!(
@@ -1312,6 +1298,20 @@ pub async fn signal(
         hetsched_core::input::workload::parse_indices(t)
             .map_err(|e| anyhow::anyhow!("--tasks: {e}"))?;
     }
+    Ok(())
+}
+
+/// `hetsched signal`.
+pub async fn signal(
+    args: &ClientArgs,
+    sel: &Selected,
+    signal: &str,
+    tasks: Option<&str>,
+    app: Option<&str>,
+) -> anyhow::Result<()> {
+    // Refused here with the same words as the server would, without a round trip.
+    let signal = hetsched_core::input::task_signal(signal).map_err(|e| anyhow::anyhow!(e))?;
+    check_tasks(sel, tasks)?;
     let api = connect(args).await?;
     each_job(args, sel, "signalled", |id| {
         let mut api = api.clone();

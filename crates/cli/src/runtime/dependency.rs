@@ -1,9 +1,9 @@
 //! `submit --dependency SPEC`: Slurm's `--dependency` syntax, read into hetsched's own flags, so
 //! that a script written for `sbatch` keeps its line. `afterok:7:8` is `--after 7,8`,
 //! `afterany:7` is `--after-any 7`, `afternotok:7` is `--after-notok 7`, `aftercorr:7` is
-//! `--after-corr 7`; several, separated by commas, must all hold (`afterok:7,afternotok:8`).
-//! Slurm's other kinds (`after`, `afterburstbuffer`, `singleton`, `expand`) and `?` (any one of
-//! them) are refused, naming what is not supported.
+//! `--after-corr 7`, `singleton` is `--singleton`; several, separated by commas, must all hold
+//! (`afterok:7,afternotok:8`). Slurm's other kinds (`after`, `afterburstbuffer`, `expand`) and
+//! `?` (any one of them) are refused, naming what is not supported.
 
 use super::client::JobRef;
 
@@ -18,6 +18,8 @@ pub struct Dependency {
     pub after_notok: Vec<JobRef>,
     /// `aftercorr`: each task once the tasks of the same index succeeded (`--after-corr`).
     pub after_corr: Vec<JobRef>,
+    /// `singleton`: once every unfinished job of its name ended (`--singleton`).
+    pub singleton: bool,
 }
 
 impl std::str::FromStr for Dependency {
@@ -34,6 +36,13 @@ impl std::str::FromStr for Dependency {
         for part in spec.split(',') {
             let part = part.trim();
             let (kind, jobs) = part.split_once(':').unwrap_or((part, ""));
+            if kind == "singleton" {
+                if !jobs.is_empty() {
+                    return Err(format!("`{part}`: `singleton` names no job"));
+                }
+                d.singleton = true;
+                continue;
+            }
             let list = match kind {
                 "afterok" => &mut d.after,
                 "afterany" => &mut d.after_any,
@@ -44,16 +53,16 @@ impl std::str::FromStr for Dependency {
                         "`{spec}`: an empty dependency (two commas in a row?)"
                     ));
                 }
-                "after" | "afterburstbuffer" | "singleton" | "expand" => {
+                "after" | "afterburstbuffer" | "expand" => {
                     return Err(format!(
                         "`{part}`: Slurm's `{kind}` is not supported; give afterok, afterany, \
-                         afternotok or aftercorr"
+                         afternotok, aftercorr or singleton"
                     ));
                 }
                 other => {
                     return Err(format!(
-                        "`{part}`: unknown dependency `{other}`; give afterok:JOB, afterany:JOB \
-                         or afternotok:JOB"
+                        "`{part}`: unknown dependency `{other}`; give afterok:JOB, afterany:JOB, \
+                         afternotok:JOB, aftercorr:JOB or singleton"
                     ));
                 }
             };
@@ -93,7 +102,13 @@ mod tests {
     fn what_hetsched_does_not_do_is_refused_by_name() {
         let err = |s: &str| s.parse::<Dependency>().expect_err(s);
         assert!(err("afterok:7?afterany:8").contains("`?` (any one of them) is not supported"));
-        assert!(err("singleton").contains("Slurm's `singleton` is not supported"));
+        assert!(err("singleton:4").contains("`singleton` names no job"));
+        assert!(
+            "afterok:3,singleton"
+                .parse::<Dependency>()
+                .expect("valid")
+                .singleton
+        );
         assert!(err("after:5").contains("Slurm's `after` is not supported"));
         assert!(err("afterok:5+10").contains("a delay after a job"));
         assert!(err("afterok").contains("name a job after `afterok:`"));

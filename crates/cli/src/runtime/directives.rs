@@ -61,6 +61,9 @@ pub struct Directives {
     /// Each task after these batch jobs' tasks of the same index.
     #[arg(long, value_name = "JOB", value_delimiter = ',')]
     pub after_corr: Vec<JobRef>,
+    /// After every unfinished job of its name.
+    #[arg(long)]
+    pub singleton: bool,
     /// Slurm's `--dependency` syntax.
     #[arg(long, value_name = "SPEC")]
     pub dependency: Vec<super::dependency::Dependency>,
@@ -84,6 +87,8 @@ pub struct Named<'a> {
     pub after_notok: &'a mut Vec<JobRef>,
     /// `--after-corr`.
     pub after_corr: &'a mut Vec<JobRef>,
+    /// `--singleton`.
+    pub singleton: &'a mut bool,
 }
 
 /// The directives of `command`'s program under `mode`, if it is to be read (`shell`: the
@@ -162,6 +167,7 @@ impl Directives {
             after_any: mut d_after_any,
             after_notok: mut d_after_notok,
             after_corr: mut d_after_corr,
+            singleton: d_singleton,
             dependency,
             hold: d_hold,
             begin: d_begin,
@@ -178,7 +184,9 @@ impl Directives {
             d_after_any.extend(dep.after_any);
             d_after_notok.extend(dep.after_notok);
             d_after_corr.extend(dep.after_corr);
+            *named.singleton |= dep.singleton;
         }
+        *named.singleton |= d_singleton;
         prepend(named.after, d_after);
         prepend(named.after_any, d_after_any);
         prepend(named.after_notok, d_after_notok);
@@ -326,6 +334,7 @@ mod tests {
             after_any: &mut after_any,
             after_notok: &mut after_notok,
             after_corr: &mut after_corr,
+            singleton: &mut false,
         };
         d.fill(&mut name, &mut named, &mut hold, &mut begin, &mut job)
             .expect("merged");

@@ -82,10 +82,15 @@ pub enum RuntimeCommand {
         /// cancelled; the job's other tasks go on. Each index of this job must be one they have.
         #[arg(long, value_name = "JOB", value_delimiter = ',')]
         after_corr: Vec<JobRef>,
+        /// Run once every unfinished job of this job's name (`--name`, the file's `name =`, or
+        /// the command as typed), of any kind, has ended (Slurm's `--dependency=singleton`): one
+        /// job of a name at a time, for a periodic job that must not overlap itself.
+        #[arg(long)]
+        singleton: bool,
         /// Slurm's `--dependency` syntax, for scripts written for `sbatch`: `afterok:7:8` (=
         /// `--after 7,8`), `afterany:9` (= `--after-any 9`), `afternotok:10` (= `--after-notok
-        /// 10`), `aftercorr:11` (= `--after-corr 11`), several separated by commas (all must
-        /// hold).
+        /// 10`), `aftercorr:11` (= `--after-corr 11`), `singleton` (= `--singleton`), several
+        /// separated by commas (all must hold).
         #[arg(long, value_name = "SPEC")]
         dependency: Vec<dependency::Dependency>,
         /// Submit the batch job held (Slurm's `--hold`): none of its tasks is dispatched until
@@ -302,6 +307,10 @@ pub enum RuntimeCommand {
         /// (default: every application's or task's).
         #[arg(long, value_name = "NAME", requires = "tasks")]
         app: Option<String>,
+        /// Send this signal to the running tasks instead, cancelling nothing, as Slurm's
+        /// `scancel --signal` does (the same as `hetsched signal JOB --signal SIG`).
+        #[arg(short = 's', long, value_name = "SIG")]
+        signal: Option<String>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -667,6 +676,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             mut after_any,
             mut after_notok,
             mut after_corr,
+            mut singleton,
             dependency,
             mut hold,
             mut begin,
@@ -678,6 +688,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
                 after_any.extend(d.after_any);
                 after_notok.extend(d.after_notok);
                 after_corr.extend(d.after_corr);
+                singleton |= d.singleton;
             }
             if file.is_none() {
                 let mut named = directives::Named {
@@ -685,6 +696,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
                     after_any: &mut after_any,
                     after_notok: &mut after_notok,
                     after_corr: &mut after_corr,
+                    singleton: &mut singleton,
                 };
                 directives::of_command(directives, &command, job.shell)?
                     .fill(&mut name, &mut named, &mut hold, &mut begin, &mut job)?;
@@ -729,6 +741,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
                 ended: after_any_ids,
                 failed: after_notok_ids,
                 corresponding: after_corr_ids,
+                singleton,
                 release: hold,
                 begin_ms: begin,
             };
@@ -818,10 +831,16 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             ids,
             tasks,
             app,
+            signal,
             client,
         } => {
             let sel = select::resolve(&ids, &client).await?;
-            client::cancel(&client, &sel, tasks.as_deref(), app.as_deref()).await
+            match signal {
+                Some(sig) => {
+                    client::signal(&client, &sel, &sig, tasks.as_deref(), app.as_deref()).await
+                }
+                None => client::cancel(&client, &sel, tasks.as_deref(), app.as_deref()).await,
+            }
         }
         RuntimeCommand::Signal {
             ids,

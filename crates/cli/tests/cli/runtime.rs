@@ -821,9 +821,15 @@ fn signal_reaches_the_picked_running_tasks_once_and_they_run_on() {
     wait_until("both to save", Duration::from_secs(20), || {
         saved(0) == 1 && saved(1) == 2
     });
+    // Slurm's way, `scancel --signal`: the same, nothing cancelled.
+    let said = c.ok(&["cancel", "1", "--signal", "USR1", "--tasks", "0"]);
+    assert!(said.contains("sent to 1 running task(s)"), "{said}");
+    wait_until("task 0 to save again", Duration::from_secs(20), || {
+        saved(0) == 2
+    });
     // Each signal went once: nothing more arrives at later heartbeats.
     std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!((saved(0), saved(1)), (1, 2));
+    assert_eq!((saved(0), saved(1)), (2, 2));
     c.refused(
         &["signal", "1", "--signal", "SEGV"],
         "invalid signal `SEGV`: expected one of HUP",
@@ -901,6 +907,35 @@ fn after_corr_runs_each_task_once_its_correspondent_succeeded() {
         ],
         "--after-corr: job 1 has no task with index 4 (nor 1 other indices of this job)",
     );
+}
+
+/// `submit --singleton` (Slurm's `--dependency=singleton`): jobs of one name run one at a time.
+#[test]
+fn a_singleton_waits_for_the_unfinished_job_of_its_name() {
+    let mut c = Cluster::start("singleton", false);
+    c.start_agent("a", 4, &[]);
+    c.wait_for_nodes(1);
+    let d = c.dir.display().to_string();
+    let first = format!("while [ ! -e {d}/go ]; do sleep 0.05; done; echo > {d}/first");
+    c.ok(&["submit", "--name", "nightly", "--", "sh", "-c", &first]);
+    let second = format!("test -e {d}/first && echo > {d}/second");
+    c.ok(&[
+        "submit",
+        "--name",
+        "nightly",
+        "--dependency",
+        "singleton",
+        "--",
+        "sh",
+        "-c",
+        &second,
+    ]);
+    assert_eq!(c.json(&["job", "2"])["after_any"], serde_json::json!([1]));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!c.dir.join("second").exists(), "it waits for job 1");
+    std::fs::write(c.dir.join("go"), "").expect("go");
+    c.ok(&["wait", "1,2", "--timeout", "30s"]);
+    assert!(c.dir.join("second").exists());
 }
 
 /// A cancelled task gets SIGTERM and the agent's kill grace (`--kill-grace`) to end, and its

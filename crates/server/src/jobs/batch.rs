@@ -2431,6 +2431,14 @@ impl JobKind for Batch {
         self.cancel_some(cx, job, app, indices)
     }
 
+    fn unfinished_named(&self, name: &str) -> Vec<u64> {
+        self.jobs
+            .iter()
+            .filter(|j| j.name == name && matches!(self.job_state(j), "pending" | "running"))
+            .map(|j| j.row.id)
+            .collect()
+    }
+
     fn running_attempts(
         &self,
         job: u64,

@@ -1609,6 +1609,14 @@ impl JobKind for Divisible {
         self.purged.contains_key(&id)
     }
 
+    fn unfinished_named(&self, name: &str) -> Vec<u64> {
+        self.jobs
+            .iter()
+            .filter(|(_, j)| j.name == name && j.state == "running")
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
     fn job_end(&self, id: u64) -> Option<super::JobEnd> {
         use super::JobEnd;
         if self.is_purged(id) {

@@ -423,6 +423,11 @@ pub trait JobKind: Send {
         )))
     }
 
+    /// The jobs named `name` that have not ended (`submit --singleton` runs after them).
+    fn unfinished_named(&self, _name: &str) -> Vec<u64> {
+        Vec::new()
+    }
+
     /// `hetsched signal JOB [--tasks INDICES] [--app NAME]`: the attempts of `job` running now
     /// — of its tasks whose listed index is in `indices` (all: `None`), of application or task
     /// `app` only, if given — each with the node whose agent runs its command. An application

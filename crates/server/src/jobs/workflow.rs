@@ -2405,6 +2405,14 @@ impl JobKind for Workflows {
         Ok(page)
     }
 
+    fn unfinished_named(&self, name: &str) -> Vec<u64> {
+        self.jobs
+            .values()
+            .filter(|j| j.name == name && !j.cancelled && !j.finished())
+            .map(|j| j.id())
+            .collect()
+    }
+
     fn running_attempts(
         &self,
         job: u64,

@@ -1000,8 +1000,11 @@ impl State {
     /// Accepts a submission: its kind parses it, checks it can run on the live nodes, and stores
     /// it in one transaction before memory changes. On any error nothing is stored.
     /// The job gets the next id of the one sequence shared by every kind ([`job_ids`]).
-    pub fn on_submit(&mut self, sub: Submission) -> Result<Submitted, StateError> {
+    pub fn on_submit(&mut self, mut sub: Submission) -> Result<Submitted, StateError> {
         crate::limits::submission(&sub).map_err(StateError::Invalid)?;
+        if sub.singleton {
+            self.singleton(&mut sub)?;
+        }
         // `--after`, `--after-any` and `--after-notok` name batch jobs, workflows or divisible
         // jobs; the batch kind checks how they stand, told how the others do.
         for &job in &sub.after_corr {
@@ -1079,6 +1082,39 @@ impl State {
         self.wake(None);
         self.plan_begin();
         Ok(done)
+    }
+
+    /// `submit --singleton` (Slurm's `--dependency=singleton`): submission `sub` runs after
+    /// every unfinished job of its name, of any kind — added to its `after_any` list, so that
+    /// it is stored and decided on as any other. Its name is the one the job will have: the
+    /// given one, else the file's `name =`, else its origin.
+    fn singleton(&self, sub: &mut Submission) -> Result<(), StateError> {
+        let name = if sub.name.is_empty() {
+            sub.text
+                .parse::<toml::Table>()
+                .ok()
+                .and_then(|t| t.get("name").and_then(|n| n.as_str().map(String::from)))
+                .unwrap_or_else(|| sub.origin.clone())
+        } else {
+            sub.name.clone()
+        };
+        let mut earlier: Vec<u64> = self
+            .jobs
+            .all()
+            .iter()
+            .flat_map(|k| k.unfinished_named(&name))
+            .collect();
+        earlier.sort_unstable();
+        if earlier.len() > gate::MAX_AFTER {
+            return Err(StateError::Invalid(format!(
+                "--singleton: {} unfinished jobs are named `{name}`; a job may run after at most \
+                 {}",
+                earlier.len(),
+                gate::MAX_AFTER
+            )));
+        }
+        sub.after_any.extend(earlier);
+        Ok(())
     }
 
     /// The kind that owns job `job`.

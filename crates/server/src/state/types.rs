@@ -305,6 +305,9 @@ pub struct Submission {
     pub after_notok: Vec<u64>,
     /// Batch jobs whose tasks this job's tasks run after, index by index (`--after-corr`).
     pub after_corr: Vec<u64>,
+    /// Runs after every unfinished job of its name has ended (`--singleton`, Slurm's
+    /// `--dependency=singleton`): the state adds those jobs to `after_any`.
+    pub singleton: bool,
     /// Submitted held (`submit --hold`): no task is dispatched until `release`.
     pub hold: bool,
     /// When its tasks may start (`submit --begin`), ms since the Unix epoch (`None`: at once).

@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use common::{heartbeat_request, register};
+use common::Agent;
 use hetsched_proto as pb;
 use hetsched_server::ServerConfig;
 use hetsched_server::convert::Wire;
@@ -50,36 +50,6 @@ fn submit_after(
     })
     .map(|d| d.job_id)
     .map_err(|e| e.to_string())
-}
-
-/// One agent: what it runs, reported on every beat as an agent does.
-struct Agent {
-    node: u32,
-    running: Vec<(u64, u32)>,
-}
-
-impl Agent {
-    fn new(s: &mut State, cores: u32) -> Self {
-        Agent {
-            node: register(s, "n", cores),
-            running: Vec::new(),
-        }
-    }
-
-    /// Beats with `results` (task, attempt, success) of tasks it ran; returns what it was sent.
-    fn beat(&mut self, s: &mut State, results: &[(u64, u32, bool)]) -> Vec<(u64, u32)> {
-        self.running
-            .retain(|r| !results.iter().any(|x| (x.0, x.1) == *r));
-        let sent: Vec<(u64, u32)> = s
-            .heartbeat(heartbeat_request(self.node, &self.running, results))
-            .expect("heartbeat")
-            .assignments
-            .iter()
-            .map(|a| (a.task_id, a.attempt))
-            .collect();
-        self.running.extend(&sent);
-        sent
-    }
 }
 
 /// The job of each dispatched task (from the listing of every task).
@@ -1190,4 +1160,87 @@ fn a_retry_of_a_job_deferred_while_all_its_tasks_ran_waits_for_the_begin_time() 
     update_begin(&mut s, job, 0).expect("now");
     let sent = n.beat(&mut s, &[]);
     assert_eq!(sent.iter().map(|x| x.0).collect::<Vec<_>>(), vec![t]);
+}
+
+/// `submit --singleton` (Slurm's `--dependency=singleton`): a job runs once every unfinished
+/// job of its name — of any kind — has ended, so jobs of one name run one at a time; its name
+/// is the given one, else the file's `name =`. Stored as `after_any`, it waits across a
+/// restart as any job does.
+#[test]
+fn singleton_jobs_of_one_name_run_one_at_a_time_whatever_their_kind() {
+    let d = common::scratch("after", "singleton");
+    let mut s = open(&d.0);
+    let named = |name: &str, singleton: bool| Submission {
+        name: name.into(),
+        singleton,
+        ..Default::default()
+    };
+    let first = s
+        .on_submit(Submission {
+            origin: "job.toml".into(),
+            text: job_text(1, "true"),
+            workdir: "/".into(),
+            ..named("nightly", false)
+        })
+        .expect("first")
+        .job_id;
+    let second = s
+        .on_submit(Submission {
+            origin: "job.toml".into(),
+            text: job_text(1, "true"),
+            workdir: "/".into(),
+            ..named("nightly", true)
+        })
+        .expect("second")
+        .job_id;
+    let third = submit_workflow(&mut s, 1, named("nightly", true)).expect("a workflow");
+    let other = s
+        .on_submit(Submission {
+            origin: "job.toml".into(),
+            text: job_text(1, "true"),
+            workdir: "/".into(),
+            ..named("weekly", true)
+        })
+        .expect("another name")
+        .job_id;
+    assert_eq!(s.job(second).expect("job").after_any, vec![first]);
+    assert_eq!(s.job(third).expect("job").after_any, vec![first, second]);
+    assert!(s.job(other).expect("job").after_any.is_empty());
+    // A name from the file: `name = "from-file"` matches the job given that name.
+    let given = s
+        .on_submit(Submission {
+            origin: "job.toml".into(),
+            text: job_text(1, "true"),
+            workdir: "/".into(),
+            ..named("from-file", false)
+        })
+        .expect("given")
+        .job_id;
+    let from_file = s
+        .on_submit(Submission {
+            origin: "x.toml".into(),
+            text: format!("name = \"from-file\"\n{}", job_text(1, "true")),
+            workdir: "/".into(),
+            singleton: true,
+            ..Default::default()
+        })
+        .expect("from the file")
+        .job_id;
+    assert_eq!(s.job(from_file).expect("job").after_any, vec![given]);
+    drop(s);
+    let mut s = open(&d.0);
+    let mut n = Agent::new(&mut s, 8);
+    let jobs = [first, second, third, other, given, from_file];
+    let sent = n.beat(&mut s, &[]);
+    let mut ran = jobs_among(&s, &sent, &jobs);
+    ran.sort_unstable();
+    assert_eq!(ran, vec![first, other, given], "one of each name");
+    let done: Vec<(u64, u32, bool)> = n.running.iter().map(|&(t, a)| (t, a, true)).collect();
+    let sent = n.beat(&mut s, &done);
+    let mut ran = jobs_among(&s, &sent, &jobs);
+    ran.sort_unstable();
+    assert_eq!(ran, vec![second, from_file]);
+    let done: Vec<(u64, u32, bool)> = n.running.iter().map(|&(t, a)| (t, a, true)).collect();
+    let sent = n.beat(&mut s, &done);
+    assert_eq!(jobs_among(&s, &sent, &jobs), vec![third]);
 }

@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::{heartbeat_request, register};
+use common::{Agent, register};
 use hetsched_server::ServerConfig;
 use hetsched_server::convert::Wire;
 use hetsched_server::state::State;
@@ -58,35 +58,12 @@ fn named(s: &State, jobs: &[u64], tasks: &[(u64, u32)]) -> Vec<(String, u32)> {
     out
 }
 
-/// One agent that reports what it runs.
-struct Agent {
-    node: u32,
-    running: Vec<(u64, u32)>,
-}
-
-impl Agent {
-    fn beat(&mut self, s: &mut State, results: &[(u64, u32, bool)]) -> Vec<(u64, u32)> {
-        self.running
-            .retain(|r| !results.iter().any(|x| (x.0, x.1) == *r));
-        let sent: Vec<(u64, u32)> = s
-            .heartbeat(heartbeat_request(self.node, &self.running, results))
-            .expect("heartbeat")
-            .assignments
-            .iter()
-            .map(|a| (a.task_id, a.attempt))
-            .collect();
-        self.running.extend(&sent);
-        sent
-    }
-
-    /// The running task of `app` with `index` (from `s`'s listing of `jobs`).
-    fn task(&self, s: &State, jobs: &[u64], app: &str, index: u32) -> (u64, u32) {
-        *self
-            .running
-            .iter()
-            .find(|&&t| named(s, jobs, &[t]) == [(app.to_string(), index)])
-            .expect("running")
-    }
+/// The task of `app` with `index` that `n` runs (from `s`'s listing of `jobs`).
+fn task(n: &Agent, s: &State, jobs: &[u64], app: &str, index: u32) -> (u64, u32) {
+    *n.running
+        .iter()
+        .find(|&&t| named(s, jobs, &[t]) == [(app.to_string(), index)])
+        .expect("running")
 }
 
 #[test]
@@ -102,10 +79,7 @@ fn each_task_runs_once_its_correspondent_succeeded_and_is_cancelled_when_it_fail
             info.pending_reason,
             format!("waiting for the tasks of job {prep} with the same indices")
         );
-        let mut n = Agent {
-            node: register(&mut s, "n", 8),
-            running: Vec::new(),
-        };
+        let mut n = Agent::new(&mut s, 8);
         let jobs = [prep, sim];
         let first = n.beat(&mut s, &[]);
         assert_eq!(
@@ -114,11 +88,11 @@ fn each_task_runs_once_its_correspondent_succeeded_and_is_cancelled_when_it_fail
             "nothing of sim before its correspondents"
         );
         // prep[2] succeeds: the reply that records it carries sim[2], and only it.
-        let (t, a) = n.task(&s, &jobs, "prep", 2);
+        let (t, a) = task(&n, &s, &jobs, "prep", 2);
         let next = n.beat(&mut s, &[(t, a, true)]);
         assert_eq!(named(&s, &jobs, &next), vec![("sim".into(), 2)]);
         // prep[1] fails for good: sim[1] is cancelled, saying why; sim goes on.
-        let (t, a) = n.task(&s, &jobs, "prep", 1);
+        let (t, a) = task(&n, &s, &jobs, "prep", 1);
         assert!(n.beat(&mut s, &[(t, a, false)]).is_empty());
         let sim1 = s
             .tasks(sim)
@@ -142,7 +116,7 @@ fn each_task_runs_once_its_correspondent_succeeded_and_is_cancelled_when_it_fail
         n.beat(&mut s, &[]).is_empty(),
         "sim[3] waits after a restart"
     );
-    let (t, a) = n.task(&s, &jobs, "prep", 3);
+    let (t, a) = task(&n, &s, &jobs, "prep", 3);
     let last = n.beat(&mut s, &[(t, a, true)]);
     assert_eq!(named(&s, &jobs, &last), vec![("sim".into(), 3)]);
     let done: Vec<(u64, u32, bool)> = n.running.iter().map(|&(t, a)| (t, a, true)).collect();
@@ -177,13 +151,10 @@ fn a_held_job_after_corr_waits_for_its_release_and_its_correspondents_both() {
         },
     )
     .expect("sim");
-    let mut n = Agent {
-        node: register(&mut s, "n", 8),
-        running: Vec::new(),
-    };
+    let mut n = Agent::new(&mut s, 8);
     let jobs = [prep, sim];
     n.beat(&mut s, &[]);
-    let (t, a) = n.task(&s, &jobs, "prep", 0);
+    let (t, a) = task(&n, &s, &jobs, "prep", 0);
     assert!(n.beat(&mut s, &[(t, a, true)]).is_empty(), "held");
     s.hold(sim, false).expect("release");
     let released = n.beat(&mut s, &[]);
@@ -196,7 +167,7 @@ fn a_held_job_after_corr_waits_for_its_release_and_its_correspondents_both() {
     s.hold(sim, true).expect("hold");
     s.hold(sim, false).expect("release");
     assert!(n.beat(&mut s, &[]).is_empty());
-    let (t, a) = n.task(&s, &jobs, "prep", 1);
+    let (t, a) = task(&n, &s, &jobs, "prep", 1);
     let last = n.beat(&mut s, &[(t, a, true)]);
     assert_eq!(named(&s, &jobs, &last), vec![("sim".into(), 1)]);
 }

@@ -55,6 +55,7 @@ fn submit(s: &mut State, kind: Kind) -> u64 {
             begin_ms: None,
             after_notok: Vec::new(),
             after_corr: Vec::new(),
+            singleton: false,
         })
         .unwrap_or_else(|e| panic!("{kind:?} submitted: {e}"));
     assert!(!done.existing);
@@ -192,6 +193,7 @@ fn submission(kind: Kind, text: &str, name: &str, key: &str) -> Submission {
         begin_ms: None,
         after_notok: Vec::new(),
         after_corr: Vec::new(),
+        singleton: false,
     }
 }
 

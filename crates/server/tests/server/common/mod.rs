@@ -72,6 +72,37 @@ pub fn run_assigned(s: &mut State, node: u32) -> usize {
     done.len()
 }
 
+/// One agent (node `n`): what it runs, reported on every beat as an agent does.
+pub struct Agent {
+    pub node: u32,
+    pub running: Vec<(u64, u32)>,
+}
+
+impl Agent {
+    /// Registers node `n` with `cores` cores.
+    pub fn new(s: &mut State, cores: u32) -> Self {
+        Agent {
+            node: register(s, "n", cores),
+            running: Vec::new(),
+        }
+    }
+
+    /// Beats with `results` (task, attempt, success) of tasks it ran; returns what it was sent.
+    pub fn beat(&mut self, s: &mut State, results: &[(u64, u32, bool)]) -> Vec<(u64, u32)> {
+        self.running
+            .retain(|r| !results.iter().any(|x| (x.0, x.1) == *r));
+        let sent: Vec<(u64, u32)> = s
+            .heartbeat(heartbeat_request(self.node, &self.running, results))
+            .expect("heartbeat")
+            .assignments
+            .iter()
+            .map(|a| (a.task_id, a.attempt))
+            .collect();
+        self.running.extend(&sent);
+        sent
+    }
+}
+
 /// A heartbeat from `node` reporting `running` (task, attempt) and `results` (task, attempt,
 /// success); everything else default.
 pub fn heartbeat_request(
