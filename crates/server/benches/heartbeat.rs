@@ -75,6 +75,7 @@ fn heartbeat(c: &mut Criterion) {
         ("after_20000_cancelled_jobs", false),
         ("thousand_cancelled_workflows", false),
         ("hundred_workflows_waiting_for_a_held_job", false),
+        ("ten_thousand_tasks_after_corr_of_a_held_job", false),
     ] {
         let dir = base.join(case);
         let mut s = state(&dir, ending);
@@ -155,6 +156,29 @@ fn heartbeat(c: &mut Criterion) {
                     .expect("batch job after a workflow");
                 }
             }
+        }
+        if case == "ten_thousand_tasks_after_corr_of_a_held_job" {
+            // Every task of the second array waits for its correspondent in a held one.
+            let array = "[[application]]\nname = \"a\"\nindices = \"0-9999\"\n\
+                         [application.cpu]\ncommand = \"true\"\n";
+            let held = s
+                .on_submit(Submission {
+                    origin: "prep.toml".into(),
+                    text: array.into(),
+                    workdir: "/".into(),
+                    hold: true,
+                    ..Default::default()
+                })
+                .expect("held array")
+                .job_id;
+            s.on_submit(Submission {
+                origin: "sim.toml".into(),
+                text: array.into(),
+                workdir: "/".into(),
+                after_corr: vec![held],
+                ..Default::default()
+            })
+            .expect("array after it");
         }
         let mut next = 0u32;
         g.bench_function(BenchmarkId::from_parameter(case), |b| {
