@@ -1005,8 +1005,7 @@ impl State {
         if sub.singleton {
             self.singleton(&mut sub)?;
         }
-        // `--after`, `--after-any` and `--after-notok` name batch jobs, workflows or divisible
-        // jobs; the batch kind checks how they stand, told how the others do.
+        // `--after-corr` names batch jobs (the batch kind checks their indices).
         for &job in &sub.after_corr {
             if let Some(k) = self.ids.kind(job).filter(|&k| k != Kind::Batch) {
                 return Err(StateError::Invalid(format!(
@@ -1016,6 +1015,8 @@ impl State {
                 )));
             }
         }
+        // `--after`, `--after-any` and `--after-notok` name batch jobs, workflows or divisible
+        // jobs; the batch kind checks how they stand, told how the others do.
         let named = (sub.after.iter().map(|&j| ("--after", j)))
             .chain(sub.after_any.iter().map(|&j| ("--after-any", j)))
             .chain(sub.after_notok.iter().map(|&j| ("--after-notok", j)));
@@ -1261,10 +1262,7 @@ impl State {
         indices: Option<&[u32]>,
     ) -> Result<u64, StateError> {
         let attempts = match self.ids.kind(job) {
-            Some(k) => self
-                .jobs
-                .of_kind_mut(k)
-                .running_attempts(job, app, indices)?,
+            Some(k) => self.jobs.of_kind(k).running_attempts(job, app, indices)?,
             None => return Err(StateError::NoJob(job)),
         };
         // Signals whose tasks left their nodes (a dead node never beats to drop them).
