@@ -1287,16 +1287,12 @@ impl Batch {
             seen.insert(t.index);
             selected.push(id);
         }
-        if let Some(missing) = indices
-            .unwrap_or_default()
-            .iter()
-            .find(|i| !seen.contains(i))
-        {
-            return Err(StateError::Invalid(format!(
-                "job {job} has no task with index {missing}{}",
-                app.map_or(String::new(), |n| format!(" in application `{n}`"))
-            )));
-        }
+        super::check_indices_seen(
+            job,
+            indices,
+            &seen,
+            app.map(|n| format!("application `{n}`")),
+        )?;
         Ok((state, selected))
     }
 

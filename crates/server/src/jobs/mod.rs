@@ -92,6 +92,28 @@ pub use divisible::Divisible;
 pub use topology::Topology;
 pub use workflow::Workflows;
 
+/// `cancel --tasks` and `signal --tasks` of job `job`: refuses the first of `indices` (`None`:
+/// every task, none to check) that no task picked had (`seen`), naming the application or
+/// workflow task they were picked in (`within`), if one was.
+pub(crate) fn check_indices_seen(
+    job: u64,
+    indices: Option<&[u32]>,
+    seen: &HashSet<u32>,
+    within: Option<String>,
+) -> Result<(), StateError> {
+    match indices
+        .unwrap_or_default()
+        .iter()
+        .find(|i| !seen.contains(i))
+    {
+        Some(missing) => Err(StateError::Invalid(format!(
+            "job {job} has no task with index {missing}{}",
+            within.map_or(String::new(), |w| format!(" in {w}"))
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// A kind's change counter, which calls held open on the kind wait on
 /// ([`crate::service::held_event`]). Cloned into the kind rebuilt after a rollback, so nothing
 /// waiting on it is stranded.

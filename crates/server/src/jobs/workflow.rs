@@ -2565,16 +2565,7 @@ impl Workflows {
                 }
             }
         }
-        if let Some(missing) = indices
-            .unwrap_or_default()
-            .iter()
-            .find(|i| !seen.contains(i))
-        {
-            return Err(StateError::Invalid(format!(
-                "job {job} has no task with index {missing}{}",
-                app.map_or(String::new(), |n| format!(" in task `{n}`"))
-            )));
-        }
+        super::check_indices_seen(job, indices, &seen, app.map(|n| format!("task `{n}`")))?;
         Ok((seq, chosen))
     }
 
