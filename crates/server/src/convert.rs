@@ -424,6 +424,7 @@ impl From<JobInfo> for pb::JobInfo {
             after_any: j.after_any,
             after_notok: j.after_notok,
             after_corr: j.after_corr,
+            after_start: j.after_start,
             held: j.held,
             cpu_ms: j.cpu_ms,
             max_rss_bytes: j.max_rss_bytes,
@@ -695,6 +696,7 @@ impl Wire for State {
             after_notok: Vec::new(),
             after_corr: Vec::new(),
             singleton: false,
+            after_start: Vec::new(),
             hold: false,
             begin_ms: None,
         })

@@ -503,6 +503,7 @@ impl Client for ClientService {
                 after_notok: r.after_notok,
                 after_corr: r.after_corr,
                 singleton: r.singleton,
+                after_start: r.after_start,
                 hold: r.hold,
                 begin_ms: (r.begin_ms > 0).then_some(r.begin_ms),
             })?;

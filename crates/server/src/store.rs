@@ -196,6 +196,8 @@ pub struct JobRow {
     /// The batch jobs whose tasks its tasks run after, index by index (`--after-corr`),
     /// ascending.
     pub after_corr: Vec<u64>,
+    /// The batch jobs it runs after once each started or ended (`--after-start`), ascending.
+    pub after_start: Vec<u64>,
     /// Held by `hetsched hold` (until `release`).
     pub held: bool,
     /// When its tasks may start (`submit --begin`, `update --begin`), ms since the Unix epoch.
@@ -368,6 +370,7 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("jobs", "after_any", "TEXT NOT NULL DEFAULT ''"),
     ("jobs", "after_notok", "TEXT NOT NULL DEFAULT ''"),
     ("jobs", "after_corr", "TEXT NOT NULL DEFAULT ''"),
+    ("jobs", "after_start", "TEXT NOT NULL DEFAULT ''"),
     ("jobs", "held", "INTEGER NOT NULL DEFAULT 0"),
     // When its tasks may start (`submit --begin`), ms since the Unix epoch; NULL: at once.
     ("jobs", "begin_ms", "INTEGER"),
@@ -477,6 +480,7 @@ struct StoredJobRow {
     after_any: String,
     after_notok: String,
     after_corr: String,
+    after_start: String,
     held: bool,
     begin_ms: Option<i64>,
 }
@@ -587,7 +591,7 @@ impl Store {
         }
         let mut stmt = self.conn.prepare(
             "SELECT id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled,
-                    submission_key, name, after, after_any, held, begin_ms, after_notok, after_corr FROM jobs
+                    submission_key, name, after, after_any, held, begin_ms, after_notok, after_corr, after_start FROM jobs
              WHERE purged = 0 OR id = (SELECT MAX(id) FROM jobs) ORDER BY id",
         )?;
         let rows = stmt.query_map([], |r| {
@@ -608,6 +612,7 @@ impl Store {
                 begin_ms: r.get(13)?,
                 after_notok: r.get::<_, String>(14)?,
                 after_corr: r.get::<_, String>(15)?,
+                after_start: r.get::<_, String>(16)?,
             })
         })?;
         for r in rows {
@@ -627,6 +632,7 @@ impl Store {
                 after_any: parse_list(&r.after_any, "job ids")?,
                 after_notok: parse_list(&r.after_notok, "job ids")?,
                 after_corr: parse_list(&r.after_corr, "job ids")?,
+                after_start: parse_list(&r.after_start, "job ids")?,
                 held: r.held,
                 begin_ms: r.begin_ms.map(|b| b.max(0) as u64),
             });
@@ -753,8 +759,8 @@ impl Store {
         tx.execute(
             "INSERT INTO jobs(id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled,
                               submission_key, name, after, after_any, held, begin_ms,
-                              after_notok, after_corr)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                              after_notok, after_corr, after_start)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
             params![
                 job.id,
                 job.origin,
@@ -771,7 +777,8 @@ impl Store {
                 job.held,
                 job.begin_ms.map(|b| b as i64),
                 list_text(&job.after_notok),
-                list_text(&job.after_corr)
+                list_text(&job.after_corr),
+                list_text(&job.after_start)
             ],
         )?;
         {
@@ -1284,6 +1291,7 @@ mod tests {
             after_any: vec![5],
             after_notok: vec![2, 4],
             after_corr: vec![3],
+            after_start: vec![5],
             held: false,
             begin_ms: Some(1_893_456_000_000),
         };
@@ -1331,6 +1339,7 @@ mod tests {
         assert_eq!(snap.jobs[0].after_any, vec![5]);
         assert_eq!(snap.jobs[0].after_notok, vec![2, 4]);
         assert_eq!(snap.jobs[0].after_corr, vec![3]);
+        assert_eq!(snap.jobs[0].after_start, vec![5]);
         assert_eq!(snap.jobs[0].begin_ms, Some(1_893_456_000_000));
         if let Some(dir) = path.parent() {
             let _ = std::fs::remove_dir_all(dir);
@@ -1355,6 +1364,7 @@ mod tests {
             after_any: Vec::new(),
             after_notok: Vec::new(),
             after_corr: Vec::new(),
+            after_start: Vec::new(),
             held: false,
             begin_ms: None,
         };

@@ -279,6 +279,8 @@ pub struct After {
     pub corresponding: Vec<u64>,
     /// Once every unfinished job of its name ended (`--singleton`).
     pub singleton: bool,
+    /// Once each has started (`--after-start`).
+    pub started: Vec<u64>,
     /// Until `hetsched release`.
     pub release: bool,
     /// Not before this time (ms since the Unix epoch; `submit --begin`).
@@ -345,6 +347,7 @@ pub async fn submit(
             after_notok: after.failed,
             after_corr: after.corresponding,
             singleton: after.singleton,
+            after_start: after.started,
             hold: held,
             begin_ms: after.begin_ms.unwrap_or(0),
         },
@@ -582,6 +585,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         || !j.after_any.is_empty()
         || !j.after_notok.is_empty()
         || !j.after_corr.is_empty()
+        || !j.after_start.is_empty()
     {
         let list = |ids: &[u64]| {
             ids.iter()
@@ -609,6 +613,13 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
                 "job{} {} (once failed or cancelled)",
                 if j.after_notok.len() > 1 { "s" } else { "" },
                 list(&j.after_notok)
+            ));
+        }
+        if !j.after_start.is_empty() {
+            parts.push(format!(
+                "job{} {} (once started)",
+                if j.after_start.len() > 1 { "s" } else { "" },
+                list(&j.after_start)
             ));
         }
         if !j.after_corr.is_empty() {

@@ -1,9 +1,10 @@
 //! `submit --dependency SPEC`: Slurm's `--dependency` syntax, read into hetsched's own flags, so
 //! that a script written for `sbatch` keeps its line. `afterok:7:8` is `--after 7,8`,
 //! `afterany:7` is `--after-any 7`, `afternotok:7` is `--after-notok 7`, `aftercorr:7` is
-//! `--after-corr 7`, `singleton` is `--singleton`; several, separated by commas, must all hold
-//! (`afterok:7,afternotok:8`). Slurm's other kinds (`after`, `afterburstbuffer`, `expand`) and
-//! `?` (any one of them) are refused, naming what is not supported.
+//! `--after-corr 7`, `after:7` is `--after-start 7`, `singleton` is `--singleton`; several,
+//! separated by commas, must all hold (`afterok:7,afternotok:8`). Slurm's other kinds
+//! (`afterburstbuffer`, `expand`) and `?` (any one of them) are refused, naming what is not
+//! supported.
 
 use super::client::JobRef;
 
@@ -20,6 +21,8 @@ pub struct Dependency {
     pub after_corr: Vec<JobRef>,
     /// `singleton`: once every unfinished job of its name ended (`--singleton`).
     pub singleton: bool,
+    /// `after`: once each started (`--after-start`).
+    pub after_start: Vec<JobRef>,
 }
 
 impl std::str::FromStr for Dependency {
@@ -48,21 +51,22 @@ impl std::str::FromStr for Dependency {
                 "afterany" => &mut d.after_any,
                 "afternotok" => &mut d.after_notok,
                 "aftercorr" => &mut d.after_corr,
+                "after" => &mut d.after_start,
                 "" => {
                     return Err(format!(
                         "`{spec}`: an empty dependency (two commas in a row?)"
                     ));
                 }
-                "after" | "afterburstbuffer" | "expand" => {
+                "afterburstbuffer" | "expand" => {
                     return Err(format!(
-                        "`{part}`: Slurm's `{kind}` is not supported; give afterok, afterany, \
-                         afternotok, aftercorr or singleton"
+                        "`{part}`: Slurm's `{kind}` is not supported; give after, afterok, \
+                         afterany, afternotok, aftercorr or singleton"
                     ));
                 }
                 other => {
                     return Err(format!(
-                        "`{part}`: unknown dependency `{other}`; give afterok:JOB, afterany:JOB, \
-                         afternotok:JOB, aftercorr:JOB or singleton"
+                        "`{part}`: unknown dependency `{other}`; give after:JOB, afterok:JOB, \
+                         afterany:JOB, afternotok:JOB, aftercorr:JOB or singleton"
                     ));
                 }
             };
@@ -109,7 +113,11 @@ mod tests {
                 .expect("valid")
                 .singleton
         );
-        assert!(err("after:5").contains("Slurm's `after` is not supported"));
+        assert!(err("expand:5").contains("Slurm's `expand` is not supported"));
+        assert_eq!(
+            "after:5".parse::<Dependency>().expect("valid").after_start,
+            [JobRef::Id(5)]
+        );
         assert!(err("afterok:5+10").contains("a delay after a job"));
         assert!(err("afterok").contains("name a job after `afterok:`"));
         assert!(err("afterok:x").contains("`x` is not a job id"));

@@ -64,6 +64,9 @@ pub struct Directives {
     /// After every unfinished job of its name.
     #[arg(long)]
     pub singleton: bool,
+    /// Run after these batch jobs have started.
+    #[arg(long, value_name = "JOB", value_delimiter = ',')]
+    pub after_start: Vec<JobRef>,
     /// Slurm's `--dependency` syntax.
     #[arg(long, value_name = "SPEC")]
     pub dependency: Vec<super::dependency::Dependency>,
@@ -89,6 +92,8 @@ pub struct Named<'a> {
     pub after_corr: &'a mut Vec<JobRef>,
     /// `--singleton`.
     pub singleton: &'a mut bool,
+    /// `--after-start`.
+    pub after_start: &'a mut Vec<JobRef>,
 }
 
 /// The directives of `command`'s program under `mode`, if it is to be read (`shell`: the
@@ -168,6 +173,7 @@ impl Directives {
             after_notok: mut d_after_notok,
             after_corr: mut d_after_corr,
             singleton: d_singleton,
+            after_start: mut d_after_start,
             dependency,
             hold: d_hold,
             begin: d_begin,
@@ -185,7 +191,9 @@ impl Directives {
             d_after_notok.extend(dep.after_notok);
             d_after_corr.extend(dep.after_corr);
             *named.singleton |= dep.singleton;
+            d_after_start.extend(dep.after_start);
         }
+        prepend(named.after_start, d_after_start);
         *named.singleton |= d_singleton;
         prepend(named.after, d_after);
         prepend(named.after_any, d_after_any);
@@ -335,6 +343,7 @@ mod tests {
             after_notok: &mut after_notok,
             after_corr: &mut after_corr,
             singleton: &mut false,
+            after_start: &mut Vec::new(),
         };
         d.fill(&mut name, &mut named, &mut hold, &mut begin, &mut job)
             .expect("merged");

@@ -87,10 +87,15 @@ pub enum RuntimeCommand {
         /// job of a name at a time, for a periodic job that must not overlap itself.
         #[arg(long)]
         singleton: bool,
+        /// Run once these batch jobs have started — a task dispatched — or ended (ids, `last` or
+        /// `name:NAME`; Slurm's `--dependency=after`): for a job that runs beside another, as a
+        /// client beside its server.
+        #[arg(long, value_name = "JOB", value_delimiter = ',')]
+        after_start: Vec<JobRef>,
         /// Slurm's `--dependency` syntax, for scripts written for `sbatch`: `afterok:7:8` (=
         /// `--after 7,8`), `afterany:9` (= `--after-any 9`), `afternotok:10` (= `--after-notok
-        /// 10`), `aftercorr:11` (= `--after-corr 11`), `singleton` (= `--singleton`), several
-        /// separated by commas (all must hold).
+        /// 10`), `aftercorr:11` (= `--after-corr 11`), `after:12` (= `--after-start 12`),
+        /// `singleton` (= `--singleton`), several separated by commas (all must hold).
         #[arg(long, value_name = "SPEC")]
         dependency: Vec<dependency::Dependency>,
         /// Submit the batch job held (Slurm's `--hold`): none of its tasks is dispatched until
@@ -677,6 +682,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             mut after_notok,
             mut after_corr,
             mut singleton,
+            mut after_start,
             dependency,
             mut hold,
             mut begin,
@@ -689,6 +695,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
                 after_notok.extend(d.after_notok);
                 after_corr.extend(d.after_corr);
                 singleton |= d.singleton;
+                after_start.extend(d.after_start);
             }
             if file.is_none() {
                 let mut named = directives::Named {
@@ -697,6 +704,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
                     after_notok: &mut after_notok,
                     after_corr: &mut after_corr,
                     singleton: &mut singleton,
+                    after_start: &mut after_start,
                 };
                 directives::of_command(directives, &command, job.shell)?
                     .fill(&mut name, &mut named, &mut hold, &mut begin, &mut job)?;
@@ -736,7 +744,12 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             for job in after_corr {
                 after_corr_ids.extend(job.resolve_all(&client).await?);
             }
+            let mut after_start_ids = Vec::with_capacity(after_start.len());
+            for job in after_start {
+                after_start_ids.extend(job.resolve_all(&client).await?);
+            }
             let after = client::After {
+                started: after_start_ids,
                 completed: after_ids,
                 ended: after_any_ids,
                 failed: after_notok_ids,

@@ -2569,8 +2569,8 @@ fn a_job_after_a_failure_runs_when_it_fails_and_slurms_dependency_syntax_says_th
         "--after: job 1 ended failed",
     );
     c.refused(
-        &["submit", "--dependency", "after:1", "--", "true"],
-        "Slurm's `after` is not supported",
+        &["submit", "--dependency", "expand:1", "--", "true"],
+        "Slurm's `expand` is not supported",
     );
 }
 

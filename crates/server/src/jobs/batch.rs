@@ -678,12 +678,15 @@ impl Batch {
             self.any_multi_node |= app.is_multi_node();
             // A job that runs after others keeps its tasks out of the queues until they
             // completed ([`after`]).
-            let runs_after_others =
-                !row.after.is_empty() || !row.after_any.is_empty() || !row.after_notok.is_empty();
+            let runs_after_others = !row.after.is_empty()
+                || !row.after_any.is_empty()
+                || !row.after_notok.is_empty()
+                || !row.after_start.is_empty();
             if (runs_after_others || row.held || deferred.is_some()) && !pending.is_empty() {
                 self.waiting
                     .hold(row.id, app.id.0, std::mem::take(&mut pending));
                 self.waiting.name(row.id, row.named_jobs());
+                self.waiting.name(row.id, row.after_start.iter().copied());
             } else if !row.after_corr.is_empty() && !row.cancelled && !pending.is_empty() {
                 after_corr.push((app.id.0, std::mem::take(&mut pending)));
             }
@@ -868,6 +871,7 @@ impl Batch {
             after_any,
             after_notok,
             after_corr,
+            after_start,
             hold,
             begin_ms,
             ..
@@ -905,6 +909,7 @@ impl Batch {
             });
         }
         let (after, after_any, after_notok) = self.check_after(&after, &after_any, &after_notok)?;
+        let after_start = self.check_after_start(&after_start)?;
         let w = parse_workload(&origin, &text)?;
         w.check_commands()?;
         limits::check(&w)?;
@@ -957,6 +962,7 @@ impl Batch {
             after_any,
             after_notok,
             after_corr,
+            after_start,
             held: hold,
             begin_ms,
         };
@@ -1537,6 +1543,7 @@ impl Batch {
             after_any: j.row.after_any.clone(),
             after_notok: j.row.after_notok.clone(),
             after_corr: j.row.after_corr.clone(),
+            after_start: j.row.after_start.clone(),
             // Waiting for the jobs it runs after (not only for its begin time); a job that ended
             // waits for nothing (before a restart as after it: found by the day fuzz).
             waiting: self.waiting.waits(j.row.id)
@@ -1778,9 +1785,11 @@ impl Batch {
         t.started_ns = cx.now;
         t.finished_ns = 0;
         t.exit_code = None;
+        let app = t.app;
         cx.nodes.started(a.node, t.id);
         self.dirty.push(t.id);
         cx.metrics.dispatched(a.variant);
+        self.maybe_first_start(app);
     }
 
     /// Starts the next task of multi-node application `app` on the gathered nodes `held`

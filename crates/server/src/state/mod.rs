@@ -677,6 +677,13 @@ impl State {
                     .into(),
             ));
         }
+        if !sub.after_start.is_empty() {
+            return Err(StateError::Invalid(
+                "--after-start applies to batch jobs; a workflow or divisible job waits with \
+                 --after, --after-any or --after-notok"
+                    .into(),
+            ));
+        }
         let (after, after_any, after_notok) =
             gate::check_named(&sub.after, &sub.after_any, &sub.after_notok, |j| {
                 self.job_end(j)
@@ -1005,12 +1012,13 @@ impl State {
         if sub.singleton {
             self.singleton(&mut sub)?;
         }
-        // `--after-corr` names batch jobs (the batch kind checks their indices).
-        for &job in &sub.after_corr {
+        // `--after-corr` and `--after-start` name batch jobs (the batch kind checks them).
+        let batch_only = (sub.after_corr.iter().map(|&j| ("--after-corr", j)))
+            .chain(sub.after_start.iter().map(|&j| ("--after-start", j)));
+        for (flag, job) in batch_only {
             if let Some(k) = self.ids.kind(job).filter(|&k| k != Kind::Batch) {
                 return Err(StateError::Invalid(format!(
-                    "--after-corr: job {job} is a {} job; --after-corr names batch jobs, whose \
-                     tasks have indices",
+                    "{flag}: job {job} is a {} job; {flag} names batch jobs",
                     k.as_str()
                 )));
             }

@@ -305,6 +305,8 @@ pub struct Submission {
     pub after_notok: Vec<u64>,
     /// Batch jobs whose tasks this job's tasks run after, index by index (`--after-corr`).
     pub after_corr: Vec<u64>,
+    /// Batch jobs this one runs after once each started or ended (`--after-start`).
+    pub after_start: Vec<u64>,
     /// Runs after every unfinished job of its name has ended (`--singleton`, Slurm's
     /// `--dependency=singleton`): the state adds those jobs to `after_any`.
     pub singleton: bool,
@@ -437,6 +439,8 @@ pub struct JobInfo {
     pub after_notok: Vec<u64>,
     /// The jobs whose tasks its tasks run after, index by index (`submit --after-corr`).
     pub after_corr: Vec<u64>,
+    /// The jobs it runs after once they started (`submit --after-start`).
+    pub after_start: Vec<u64>,
     /// Held by `hetsched hold` (until `release`).
     pub held: bool,
     /// Whether it still waits for one of them.

@@ -1244,3 +1244,81 @@ fn singleton_jobs_of_one_name_run_one_at_a_time_whatever_their_kind() {
     let sent = n.beat(&mut s, &done);
     assert_eq!(jobs_among(&s, &sent, &jobs), vec![third]);
 }
+
+/// `submit --after-start JOB` (Slurm's `--dependency=after`): the job runs once the job it names
+/// has started — a task dispatched — not once it ended; a job cancelled before it started
+/// releases it too; a restart finds it as it was.
+#[test]
+fn a_job_after_the_start_of_another_runs_beside_it() {
+    let d = common::scratch("after", "after-start");
+    let (server, client) = {
+        let mut s = open(&d.0);
+        let server = s
+            .on_submit(Submission {
+                origin: "server.toml".into(),
+                text: job_text(1, "true"),
+                workdir: "/".into(),
+                hold: true,
+                ..Default::default()
+            })
+            .expect("server job")
+            .job_id;
+        let client = s
+            .on_submit(Submission {
+                origin: "client.toml".into(),
+                text: job_text(2, "true"),
+                workdir: "/".into(),
+                after_start: vec![server],
+                ..Default::default()
+            })
+            .expect("client job")
+            .job_id;
+        let info = s.job(client).expect("job");
+        assert_eq!(info.after_start, vec![server]);
+        assert!(info.waiting, "{info:?}");
+        assert_eq!(
+            info.pending_reason,
+            format!("waiting for job {server} to start")
+        );
+        (server, client)
+    };
+    let mut s = open(&d.0);
+    let mut n = Agent::new(&mut s, 8);
+    let jobs = [server, client];
+    assert!(n.beat(&mut s, &[]).is_empty(), "the server job is held");
+    s.hold(server, false).expect("release");
+    let first = n.beat(&mut s, &[]);
+    assert_eq!(jobs_among(&s, &first, &jobs), vec![server]);
+    // It runs: the client's tasks go at the next beat, beside it.
+    let next = n.beat(&mut s, &[]);
+    assert_eq!(jobs_among(&s, &next, &jobs), vec![client, client]);
+    assert_eq!(s.job(server).expect("job").state, "running");
+    // A job cancelled before it started releases those after its start.
+    let never = submit(&mut s, 1, &[]).expect("job");
+    s.hold(never, true).expect("hold");
+    let after_never = s
+        .on_submit(Submission {
+            origin: "job.toml".into(),
+            text: job_text(1, "true"),
+            workdir: "/".into(),
+            after_start: vec![never],
+            ..Default::default()
+        })
+        .expect("after it")
+        .job_id;
+    s.cancel(never).expect("cancel");
+    let sent = n.beat(&mut s, &[]);
+    assert_eq!(jobs_among(&s, &sent, &[after_never]), vec![after_never]);
+    // Refused: a job of another kind, and one that does not exist.
+    let e = s
+        .on_submit(Submission {
+            origin: "job.toml".into(),
+            text: job_text(1, "true"),
+            workdir: "/".into(),
+            after_start: vec![999],
+            ..Default::default()
+        })
+        .expect_err("no job")
+        .to_string();
+    assert!(e.contains("--after-start: no batch job 999"), "{e}");
+}

@@ -56,6 +56,7 @@ fn submit(s: &mut State, kind: Kind) -> u64 {
             after_notok: Vec::new(),
             after_corr: Vec::new(),
             singleton: false,
+            after_start: Vec::new(),
         })
         .unwrap_or_else(|e| panic!("{kind:?} submitted: {e}"));
     assert!(!done.existing);
@@ -194,6 +195,7 @@ fn submission(kind: Kind, text: &str, name: &str, key: &str) -> Submission {
         after_notok: Vec::new(),
         after_corr: Vec::new(),
         singleton: false,
+        after_start: Vec::new(),
     }
 }
 

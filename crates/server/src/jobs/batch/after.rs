@@ -119,6 +119,19 @@ impl Waiting {
         }
     }
 
+    /// Whether a waiting job names job `job`.
+    pub(super) fn is_named(&self, job: u64) -> bool {
+        !self.waiters.is_empty() && self.waiters.contains_key(&job)
+    }
+
+    /// Job `job` started (its first task was dispatched): the jobs waiting on it are looked at
+    /// again (`--after-start`).
+    pub(super) fn job_started(&mut self, job: u64) {
+        if let Some(list) = self.waiters.get(&job) {
+            self.due.extend(list.iter().copied());
+        }
+    }
+
     /// Job `job` no longer waits (cancelled by a user): its held tasks are dropped.
     pub(super) fn forget(&mut self, job: u64) {
         self.held.remove(&job);
@@ -209,6 +222,58 @@ impl Batch {
         after_notok: &[u64],
     ) -> Result<gate::AfterLists, StateError> {
         gate::check_named(after, after_any, after_notok, |id| self.end_of(id))
+    }
+
+    /// Checks a submission's `--after-start` list: each job must be a batch job (or a purged
+    /// one: it started before it ended). Returns it sorted, without repeats.
+    pub(super) fn check_after_start(&self, after_start: &[u64]) -> Result<Vec<u64>, StateError> {
+        let mut ids = after_start.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.len() > gate::MAX_AFTER {
+            return Err(StateError::Invalid(format!(
+                "--after-start names {} jobs; at most {}",
+                ids.len(),
+                gate::MAX_AFTER
+            )));
+        }
+        if let Some(d) = ids
+            .iter()
+            .find(|&&d| self.job_rec(d).is_none() && !self.retention.is_purged(d))
+        {
+            return Err(StateError::Invalid(format!(
+                "--after-start: no batch job {d}"
+            )));
+        }
+        Ok(ids)
+    }
+
+    /// The first job that job `j` runs `--after-start` and that has not started (nor ended).
+    pub(super) fn first_unstarted(&self, j: &super::JobRec) -> Option<u64> {
+        j.row.after_start.iter().copied().find(|&d| {
+            !self.retention.is_purged(d)
+                && self
+                    .job_rec(d)
+                    .is_some_and(|r| self.job_state(r) == "pending")
+        })
+    }
+
+    /// A task of application `app` was dispatched: if it is its job's first and a waiting job
+    /// names that job, the waiting jobs naming it are looked at (`--after-start`). One lookup
+    /// when none is named.
+    pub(super) fn maybe_first_start(&mut self, app: u32) {
+        let Some(job) = self.apps.get(app as usize).map(|a| a.job) else {
+            return;
+        };
+        if !self.waiting.is_named(job) {
+            return;
+        }
+        if let Some(j) = self.job_rec(job) {
+            let c = self.job_counts(j);
+            if c.running == 1 && c.succeeded + c.failed + c.cancelled == 0 {
+                self.waiting.job_started(job);
+            }
+        }
     }
 
     /// The first job that job `j` runs after (`after` or `after_any`) and that has not ended.
@@ -365,13 +430,17 @@ impl Batch {
             if !self.waiting.held.contains_key(&job) || self.waiting.held_by_user.contains(&job) {
                 continue;
             }
-            let Some((after, after_any, after_notok)) = self.job_rec(job).map(|j| {
-                (
-                    j.row.after.clone(),
-                    j.row.after_any.clone(),
-                    j.row.after_notok.clone(),
-                )
-            }) else {
+            let Some((after, after_any, after_notok, after_start, unstarted)) =
+                self.job_rec(job).map(|j| {
+                    (
+                        j.row.after.clone(),
+                        j.row.after_any.clone(),
+                        j.row.after_notok.clone(),
+                        j.row.after_start.clone(),
+                        self.first_unstarted(j),
+                    )
+                })
+            else {
                 self.waiting.forget(job);
                 continue;
             };
@@ -384,11 +453,17 @@ impl Batch {
                 self.waiting.deferred(job),
                 |d| self.end_of(d),
             );
+            // `--after-start`: released only once each named job started (or ended).
+            let verdict = match verdict {
+                Verdict::Release if unstarted.is_some() => Verdict::Wait,
+                v => v,
+            };
             if let Verdict::Cancel { job: d, why } = verdict {
                 self.waiting.forget(job);
                 self.waiting.unname(job, &after);
                 self.waiting.unname(job, &after_any);
                 self.waiting.unname(job, &after_notok);
+                self.waiting.unname(job, &after_start);
                 let n = self.cancel_job(cx, job, &why)?;
                 info!(
                     job,
@@ -400,6 +475,7 @@ impl Batch {
                 self.waiting.unname(job, &after);
                 self.waiting.unname(job, &after_any);
                 self.waiting.unname(job, &after_notok);
+                self.waiting.unname(job, &after_start);
                 let held = self.waiting.held.remove(&job).unwrap_or_default();
                 let mut n = 0;
                 let corr = self.runs_after_corr(job);

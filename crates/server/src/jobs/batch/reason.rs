@@ -5,6 +5,7 @@
 //!
 //! - `held: …` — `hetsched hold` (or `submit --hold`) keeps it until `hetsched release`;
 //! - `waiting for job M` — a job it runs `--after` (or `--after-any`) has not ended as needed;
+//! - `waiting for job M to start` — a job it runs `--after-start` has not started;
 //! - `begins at TIME (in 25m)` — its begin time (`submit --begin`) has not come;
 //! - `waiting for the tasks of job M with the same indices` — every pending task waits for its
 //!   correspondents (`--after-corr`);
@@ -122,6 +123,10 @@ impl Batch {
         if self.waiting.waits(id) {
             let why = match (self.first_unfinished_after(j), j.row.begin_ms) {
                 (Some(d), _) => format!("waiting for job {d}"),
+                (None, _) if self.first_unstarted(j).is_some() => format!(
+                    "waiting for job {} to start",
+                    self.first_unstarted(j).unwrap_or_default()
+                ),
                 (None, Some(b)) if self.waiting.deferred(id) => {
                     let now_ms = crate::state::now_ns() / 1_000_000;
                     let left = Duration::from_secs(b.saturating_sub(now_ms).div_ceil(1000));
