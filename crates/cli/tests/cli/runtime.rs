@@ -931,10 +931,19 @@ fn a_singleton_waits_for_the_unfinished_job_of_its_name() {
         &second,
     ]);
     assert_eq!(c.json(&["job", "2"])["after_any"], serde_json::json!([1]));
+    // `--after-start` (Slurm's `after`): job 1 runs, so a job after its start runs now.
+    let beside = format!("echo > {d}/beside");
+    c.ok(&["submit", "--after-start", "1", "--", "sh", "-c", &beside]);
+    assert_eq!(c.json(&["job", "3"])["after_start"], serde_json::json!([1]));
+    wait_until(
+        "the job after job 1's start",
+        Duration::from_secs(20),
+        || c.dir.join("beside").exists(),
+    );
     std::thread::sleep(Duration::from_millis(500));
     assert!(!c.dir.join("second").exists(), "it waits for job 1");
     std::fs::write(c.dir.join("go"), "").expect("go");
-    c.ok(&["wait", "1,2", "--timeout", "30s"]);
+    c.ok(&["wait", "1,2,3", "--timeout", "30s"]);
     assert!(c.dir.join("second").exists());
 }
 
