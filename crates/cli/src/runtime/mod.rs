@@ -728,26 +728,11 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
                 }
             };
             // (`name:NAME` in these lists: every job of that name.)
-            let mut after_ids = Vec::with_capacity(after.len());
-            for job in after {
-                after_ids.extend(job.resolve_all(&client).await?);
-            }
-            let mut after_any_ids = Vec::with_capacity(after_any.len());
-            for job in after_any {
-                after_any_ids.extend(job.resolve_all(&client).await?);
-            }
-            let mut after_notok_ids = Vec::with_capacity(after_notok.len());
-            for job in after_notok {
-                after_notok_ids.extend(job.resolve_all(&client).await?);
-            }
-            let mut after_corr_ids = Vec::with_capacity(after_corr.len());
-            for job in after_corr {
-                after_corr_ids.extend(job.resolve_all(&client).await?);
-            }
-            let mut after_start_ids = Vec::with_capacity(after_start.len());
-            for job in after_start {
-                after_start_ids.extend(job.resolve_all(&client).await?);
-            }
+            let after_ids = resolve_jobs(after, &client).await?;
+            let after_any_ids = resolve_jobs(after_any, &client).await?;
+            let after_notok_ids = resolve_jobs(after_notok, &client).await?;
+            let after_corr_ids = resolve_jobs(after_corr, &client).await?;
+            let after_start_ids = resolve_jobs(after_start, &client).await?;
             let after = client::After {
                 started: after_start_ids,
                 completed: after_ids,
@@ -976,6 +961,15 @@ pub fn init_logging(default: &str) {
         .with_ansi(human::colour())
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+/// The job ids a list of `--after`-style references names (`name:NAME`: every job of that name).
+async fn resolve_jobs(jobs: Vec<JobRef>, client: &ClientArgs) -> anyhow::Result<Vec<u64>> {
+    let mut ids = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        ids.extend(job.resolve_all(client).await?);
+    }
+    Ok(ids)
 }
 
 #[cfg(test)]
