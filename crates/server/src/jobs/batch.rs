@@ -717,9 +717,9 @@ impl Batch {
             row,
         });
         if !named.is_empty() {
-            self.name_corr(id, &named);
+            self.name_corr(cx.store, id, &named)?;
             for (app, tasks) in after_corr {
-                self.corr_hold(id, app, tasks);
+                self.corr_hold(cx.store, id, app, tasks)?;
             }
         }
         Ok(())
@@ -1070,7 +1070,7 @@ impl Batch {
             } else if self.runs_after_corr(job) {
                 // Each waits for its correspondents again (cancelled because one failed, it
                 // is cancelled again unless that one has run again).
-                self.corr_hold(job, app, tasks);
+                self.corr_hold(cx.store, job, app, tasks)?;
             } else {
                 cx.nodes.wakes.free(app, tasks.len());
                 cx.view.resubmit(AppId(app), tasks);

@@ -1076,13 +1076,13 @@ impl State {
             self.ids.add(done.job_id, kind);
         }
         self.waits_due = true;
-        if kind != Kind::Batch
-            && let Err(e) = self.commit()
-        {
-            // A workflow or divisible job after jobs that ended as it needs starts at once. The
-            // job itself is stored (a store-first submission): if this commit of its start
-            // fails, the state rolls back to the store and pauses, and the job is decided on
-            // again once it resumes — the submission stands.
+        if let Err(e) = self.commit() {
+            // A workflow or divisible job after jobs that ended as it needs starts at once, and
+            // a batch job's task after a failed correspondent (`--after-corr`) is cancelled at
+            // once (found by the day fuzz: it was not stored). The job itself is stored (a
+            // store-first submission): if this commit fails, the state rolls back to the store
+            // and pauses, and the job is decided on again once it resumes — the submission
+            // stands.
             warn!(
                 job = done.job_id,
                 "a waiting job's start was not stored: {e}"

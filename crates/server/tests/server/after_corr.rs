@@ -214,3 +214,33 @@ fn after_corr_names_batch_jobs_with_every_index_of_the_new_job() {
     // A subset of the indices is fine.
     submit(&mut s, "sim", "1", after_corr(&[prep])).expect("index 1 only");
 }
+
+/// A job submitted `--after-corr` a job one of whose tasks already failed: the task of that
+/// index is cancelled as the job is accepted, and a restart finds it cancelled (found by the day
+/// fuzz: the cancel was not stored).
+#[test]
+fn a_task_whose_correspondent_failed_before_the_submission_is_cancelled_for_good() {
+    let d = common::scratch("after-corr", "failed-before");
+    {
+        let mut s = open(&d.0);
+        let prep = submit(&mut s, "prep", "0-1", Submission::default()).expect("prep");
+        let mut n = Agent::new(&mut s, 8);
+        let sent = n.beat(&mut s, &[]);
+        let (t, a) = task(&n, &s, &[prep], "prep", 1);
+        let ok = sent
+            .iter()
+            .find(|&&x| x != (t, a))
+            .copied()
+            .expect("prep[0]");
+        n.beat(&mut s, &[(t, a, false), (ok.0, ok.1, true)]);
+        let sim = submit(&mut s, "sim", "0-1", after_corr(&[prep])).expect("sim");
+        assert_eq!(s.job(sim).expect("job").counts.expect("c").cancelled, 1);
+    }
+    let s = open(&d.0);
+    let counts = s.job(2).expect("job").counts.expect("counts");
+    assert_eq!(
+        (counts.cancelled, counts.pending),
+        (1, 1),
+        "after a restart"
+    );
+}

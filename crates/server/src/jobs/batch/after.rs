@@ -483,7 +483,7 @@ impl Batch {
                     n += tasks.len();
                     if corr {
                         // Each waits for its correspondents now.
-                        self.corr_hold(job, app, tasks);
+                        self.corr_hold(cx.store, job, app, tasks)?;
                         continue;
                     }
                     cx.nodes.wakes.free(app, tasks.len());

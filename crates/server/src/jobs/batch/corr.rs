@@ -37,8 +37,10 @@ pub(super) struct CorrWaits {
     /// (named job, index): a task of it with that index ended (or a task waiting on it arrived)
     /// since the last look.
     due: BTreeSet<(u64, u32)>,
-    /// Named job → index → its tasks of that index, built once while it is named.
-    by_index: HashMap<u64, HashMap<u32, Vec<u64>>>,
+    /// Named job → index → its tasks of that index, built once while it is named, each with
+    /// its state as stored when its row was not held in memory (a finished job's, after a
+    /// restart or an eviction: it does not change).
+    by_index: HashMap<u64, HashMap<u32, Vec<(u64, Option<TaskState>)>>>,
 }
 
 impl CorrWaits {
@@ -149,8 +151,14 @@ impl Batch {
         Ok(ids)
     }
 
-    /// Job `job` names `named` (`--after-corr`): a task end of theirs looks at its tasks.
-    pub(super) fn name_corr(&mut self, job: u64, named: &[u64]) {
+    /// Job `job` names `named` (`--after-corr`): a task end of theirs looks at its tasks. A
+    /// named job whose rows left memory (finished) is read from `store`.
+    pub(super) fn name_corr(
+        &mut self,
+        store: &crate::store::Store,
+        job: u64,
+        named: &[u64],
+    ) -> Result<(), StateError> {
         for &d in named {
             let list = self.corr.waiters.entry(d).or_default();
             if !list.contains(&job) {
@@ -159,26 +167,46 @@ impl Batch {
             if !self.corr.by_index.contains_key(&d)
                 && let Some(j) = self.job_rec(d)
             {
-                let mut by_index: HashMap<u32, Vec<u64>> = HashMap::new();
-                for t in j.tasks.clone() {
-                    if let Some(r) = self.tasks.get(t as usize) {
-                        by_index.entry(r.index).or_default().push(t);
+                let mut by_index: HashMap<u32, Vec<(u64, Option<TaskState>)>> = HashMap::new();
+                let held = j
+                    .tasks
+                    .clone()
+                    .all(|t| self.tasks.get(t as usize).is_some());
+                if held {
+                    for t in j.tasks.clone() {
+                        if let Some(r) = self.tasks.get(t as usize) {
+                            by_index.entry(r.index).or_default().push((t, None));
+                        }
+                    }
+                } else {
+                    for r in store.task_rows(j.tasks.clone())? {
+                        by_index
+                            .entry(r.index)
+                            .or_default()
+                            .push((r.id, Some(r.state)));
                     }
                 }
                 self.corr.by_index.insert(d, by_index);
             }
         }
+        Ok(())
     }
 
     /// Pending tasks `tasks` of application `app` of job `job`, which runs after the jobs it
     /// names `--after-corr`, wait for their correspondents (out of the queues); they are looked
     /// at on the next settle.
-    pub(super) fn corr_hold(&mut self, job: u64, app: u32, tasks: Vec<TaskId>) {
+    pub(super) fn corr_hold(
+        &mut self,
+        store: &crate::store::Store,
+        job: u64,
+        app: u32,
+        tasks: Vec<TaskId>,
+    ) -> Result<(), StateError> {
         let Some(named) = self.job_rec(job).map(|j| j.row.after_corr.clone()) else {
-            return;
+            return Ok(());
         };
         // (Named again: a job whose tasks all left the wait was forgotten.)
-        self.name_corr(job, &named);
+        self.name_corr(store, job, &named)?;
         for t in tasks {
             let Some(index) = self.tasks.get(t.0 as usize).map(|r| r.index) else {
                 continue;
@@ -197,6 +225,7 @@ impl Batch {
                 self.corr.due.insert((d, index));
             }
         }
+        Ok(())
     }
 
     /// Whether job `job` runs after other jobs' tasks index by index.
@@ -235,8 +264,8 @@ impl Batch {
                 .get(&d)
                 .and_then(|m| m.get(&index))
                 .map_or(&[][..], Vec::as_slice);
-            for &t in ids {
-                match self.tasks.get(t as usize).map(|r| r.state) {
+            for &(t, stored) in ids {
+                match self.tasks.get(t as usize).map(|r| r.state).or(stored) {
                     Some(TaskState::Succeeded) => {}
                     Some(TaskState::Pending | TaskState::Running) => wait = true,
                     Some(TaskState::Failed) => {
