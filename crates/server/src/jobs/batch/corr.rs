@@ -25,6 +25,9 @@ use hetsched_core::AppId;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use tracing::info;
 
+/// A named job's tasks by index, each with its stored state when its row is not in memory.
+type ByIndex = HashMap<u32, Vec<(u64, Option<TaskState>)>>;
+
 /// The tasks that wait for their correspondents, and which to look at next.
 #[derive(Debug, Default)]
 pub(super) struct CorrWaits {
@@ -40,7 +43,7 @@ pub(super) struct CorrWaits {
     /// Named job → index → its tasks of that index, built once while it is named, each with
     /// its state as stored when its row was not held in memory (a finished job's, after a
     /// restart or an eviction: it does not change).
-    by_index: HashMap<u64, HashMap<u32, Vec<(u64, Option<TaskState>)>>>,
+    by_index: HashMap<u64, ByIndex>,
 }
 
 impl CorrWaits {
@@ -167,7 +170,7 @@ impl Batch {
             if !self.corr.by_index.contains_key(&d)
                 && let Some(j) = self.job_rec(d)
             {
-                let mut by_index: HashMap<u32, Vec<(u64, Option<TaskState>)>> = HashMap::new();
+                let mut by_index = ByIndex::new();
                 let held = j
                     .tasks
                     .clone()
