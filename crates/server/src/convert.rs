@@ -147,6 +147,7 @@ impl From<&pb::PurgeRequest> for PurgeSelection {
             job_ids: r.job_ids.clone(),
             older_than_ms: r.has_older_than.then_some(r.older_than_ms),
             keep: r.has_keep.then_some(r.keep),
+            owner: None,
         }
     }
 }
@@ -432,6 +433,7 @@ impl From<JobInfo> for pb::JobInfo {
             blocked: j.blocked,
             begin_ms: j.begin_ms.unwrap_or(0),
             deferred: j.deferred,
+            owner: j.owner,
         }
     }
 }

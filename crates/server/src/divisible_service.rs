@@ -316,10 +316,14 @@ impl pb::divisible_client_server::DivisibleClient for DivisibleClientService {
         &self,
         req: Request<pb::ReadOutputRequest>,
     ) -> Result<Response<DataStream>, Status> {
+        let who = crate::service::caller(&req)?;
         let id = req.into_inner().job_id;
-        let path = read_state(&self.0, move |s| s.divisible_output(id))
-            .await?
-            .into_inner();
+        let path = read_state(&self.0, move |s| {
+            s.authorize(&who, id, "read its output")?;
+            s.divisible_output(id)
+        })
+        .await?
+        .into_inner();
         let len = std::fs::metadata(&path).map_err(internal)?.len();
         Ok(Response::new(stream_file(path, 0, len, ())))
     }

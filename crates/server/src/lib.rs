@@ -20,6 +20,7 @@
 //! - [`jobs`]: the job kinds and their contract ([`jobs::JobKind`]); batch jobs in [`jobs::batch`];
 //! - [`convert`]: the protobuf edge (conversions, [`convert::Wire`]);
 //! - [`service`]: the gRPC services, authentication, health;
+//! - [`users`]: the admin and users, their tokens, which jobs are whose;
 //! - [`logs`]: relays `hetsched log` to the agent that ran the task;
 //! - [`metrics`]: Prometheus metrics (`/metrics`);
 //! - [`http`]: the optional HTTP listener (dashboard, `/metrics`, `/healthz`; HTTPS with `[tls]`).
@@ -45,6 +46,7 @@ pub mod service;
 pub mod state;
 pub mod store;
 pub mod topology_service;
+pub mod users;
 
 pub use config::{ServerConfig, TlsConfig};
 

@@ -432,7 +432,15 @@ pub async fn read_log(
     state: &Arc<Mutex<State>>,
     relay: &LogRelay,
     r: pb::ReadLogRequest,
+    caller: &crate::users::Caller,
 ) -> Result<pb::ReadLogReply, Status> {
+    {
+        let s = state
+            .lock()
+            .map_err(|_| Status::internal("server state poisoned"))?;
+        s.authorize(caller, r.job_id, "read its logs")
+            .map_err(crate::service::status)?;
+    }
     let lookup = || {
         let s = state
             .lock()

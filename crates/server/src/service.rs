@@ -21,6 +21,7 @@ use crate::metrics::Metrics;
 use crate::state::nodes::Presence;
 use crate::state::{State, StateError, TasksListing};
 use crate::store::StoreReader;
+use crate::users::{Caller, TokenIndex};
 use hetsched_proto as pb;
 use hetsched_proto::agent_server::{Agent, AgentServer};
 use hetsched_proto::client_server::{Client, ClientServer};
@@ -41,6 +42,11 @@ pub(crate) fn status(e: StateError) -> Status {
         e @ StateError::Purged(_) => Status::not_found(e.to_string()),
         e @ StateError::NameTaken(_) => Status::already_exists(e.to_string()),
         e @ StateError::NoNode(_) => Status::not_found(e.to_string()),
+        e @ (StateError::NotOwner { .. } | StateError::AdminOnly { .. }) => {
+            Status::permission_denied(e.to_string())
+        }
+        e @ StateError::NoUser(_) => Status::not_found(e.to_string()),
+        e @ StateError::UserExists(_) => Status::already_exists(e.to_string()),
         StateError::Topology(e) => crate::topology_service::status(e),
         e => {
             tracing::error!("{e}");
@@ -489,24 +495,28 @@ impl Client for ClientService {
         &self,
         req: Request<pb::SubmitRequest>,
     ) -> Result<Response<pb::SubmitReply>, Status> {
+        let who = caller(&req)?;
         let r = req.into_inner();
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
-            let done = s.on_submit(crate::state::types::Submission {
-                origin: r.origin,
-                text: r.text,
-                workdir: r.workdir,
-                key: r.submission_key,
-                name: r.name,
-                divisible_input: r.divisible_input,
-                after: r.after,
-                after_any: r.after_any,
-                after_notok: r.after_notok,
-                after_corr: r.after_corr,
-                singleton: r.singleton,
-                after_start: r.after_start,
-                hold: r.hold,
-                begin_ms: (r.begin_ms > 0).then_some(r.begin_ms),
-            })?;
+            let done = s.on_submit_as(
+                crate::state::types::Submission {
+                    origin: r.origin,
+                    text: r.text,
+                    workdir: r.workdir,
+                    key: r.submission_key,
+                    name: r.name,
+                    divisible_input: r.divisible_input,
+                    after: r.after,
+                    after_any: r.after_any,
+                    after_notok: r.after_notok,
+                    after_corr: r.after_corr,
+                    singleton: r.singleton,
+                    after_start: r.after_start,
+                    hold: r.hold,
+                    begin_ms: (r.begin_ms > 0).then_some(r.begin_ms),
+                },
+                &who.name,
+            )?;
             // A job accepted while no node can run it (every capable node drained, say) is
             // told at once, not found out later from a wait that never ends.
             let blocked_reason = if done.existing {
@@ -529,14 +539,31 @@ impl Client for ClientService {
         &self,
         req: Request<pb::ListJobsRequest>,
     ) -> Result<Response<pb::ListJobsReply>, Status> {
+        let who = caller(&req)?;
         let r = req.into_inner();
         // u32::MAX means "everything" in process; over the wire it is just a large page.
         let limit = r.limit.min(crate::state::MAX_PAGE);
+        if r.owner.len() > crate::users::MAX_NAME {
+            return Err(Status::invalid_argument(format!(
+                "owner: a user name is at most {} characters",
+                crate::users::MAX_NAME
+            )));
+        }
         // Under the lock: the page's entries (each a lookup and a few additions, no scan of
         // tasks); the reply is encoded after the lock is released.
-        let page = read_state(&self.0, move |s| Ok(s.list_jobs(r.cursor, limit)))
-            .await?
-            .into_inner();
+        let mut owner = (!r.owner.is_empty()).then_some(r.owner);
+        if r.selectable && !who.admin {
+            if owner.as_deref().is_some_and(|o| o != &*who.name) {
+                // Another user's jobs, of which the caller may change none.
+                return Ok(Response::new(pb::ListJobsReply::default()));
+            }
+            owner = Some(who.name.to_string());
+        }
+        let page = read_state(&self.0, move |s| {
+            Ok(s.list_jobs_of(r.cursor, limit, owner.as_deref()))
+        })
+        .await?
+        .into_inner();
         Ok(Response::new(page.into()))
     }
 
@@ -643,7 +670,8 @@ impl Client for ClientService {
         &self,
         req: Request<pb::ReadLogRequest>,
     ) -> Result<Response<pb::ReadLogReply>, Status> {
-        crate::logs::read_log(&self.0, &self.1, req.into_inner())
+        let who = caller(&req)?;
+        crate::logs::read_log(&self.0, &self.1, req.into_inner(), &who)
             .await
             .map(Response::new)
     }
@@ -652,8 +680,10 @@ impl Client for ClientService {
         &self,
         req: Request<pb::ResubmitRequest>,
     ) -> Result<Response<pb::ResubmitReply>, Status> {
+        let who = caller(&req)?;
         let r = req.into_inner();
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            s.authorize(&who, r.job_id, "resubmit its tasks")?;
             s.on_resubmit_ended(r.job_id, r.failed, r.cancelled)
                 .map(|tasks| pb::ResubmitReply { tasks })
         })
@@ -664,6 +694,7 @@ impl Client for ClientService {
         &self,
         req: Request<pb::DrainNodeRequest>,
     ) -> Result<Response<pb::DrainNodeReply>, Status> {
+        require_admin(&caller(&req)?, "draining or resuming a node")?;
         let r = req.into_inner();
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
             s.drain_node(&r.name, r.drain, &r.reason)
@@ -675,6 +706,7 @@ impl Client for ClientService {
         &self,
         req: Request<pb::StopNodeRequest>,
     ) -> Result<Response<pb::DrainNodeReply>, Status> {
+        require_admin(&caller(&req)?, "stopping a node")?;
         let r = req.into_inner();
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
             s.on_stop_node(&r.name, r.drain).map(Into::into)
@@ -701,6 +733,7 @@ impl Client for ClientService {
         &self,
         req: Request<pb::PauseAllocationsRequest>,
     ) -> Result<Response<pb::ListAllocationsReply>, Status> {
+        require_admin(&caller(&req)?, "pausing or resuming an allocation queue")?;
         let r = req.into_inner();
         if r.queue.len() > 32 {
             return Err(Status::invalid_argument(
@@ -718,6 +751,7 @@ impl Client for ClientService {
         &self,
         req: Request<pb::CheckAllocationsRequest>,
     ) -> Result<Response<pb::CheckAllocationsReply>, Status> {
+        require_admin(&caller(&req)?, "checking the allocation queues")?;
         let name = req.into_inner().queue;
         // Queue names are at most 32 characters (`allocation::QueueConfig::validate`).
         if name.len() > 32 {
@@ -767,6 +801,7 @@ impl Client for ClientService {
         &self,
         req: Request<pb::RemoveNodeRequest>,
     ) -> Result<Response<pb::RemoveNodeReply>, Status> {
+        require_admin(&caller(&req)?, "removing a node")?;
         let name = req.into_inner().name;
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
             s.remove_node(&name)
@@ -779,9 +814,14 @@ impl Client for ClientService {
         &self,
         req: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::CancelReply>, Status> {
+        let who = caller(&req)?;
         let r = req.into_inner();
         if r.indices.is_empty() && r.app.is_empty() {
-            return with_state(&self.0, &self.2, Run::Blocking, move |s| s.cancel(r.job_id)).await;
+            return with_state(&self.0, &self.2, Run::Blocking, move |s| {
+                s.authorize(&who, r.job_id, "cancel it")?;
+                s.cancel(r.job_id)
+            })
+            .await;
         }
         use hetsched_core::input::limits::MAX_APP_NAME;
         if r.indices.len() > MAX_CANCEL_INDICES_BYTES || r.app.len() > MAX_APP_NAME {
@@ -795,6 +835,7 @@ impl Client for ClientService {
             ));
         }
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            s.authorize(&who, r.job_id, "cancel its tasks")?;
             s.cancel_tasks(r.job_id, &r.app, &r.indices)
         })
         .await
@@ -804,6 +845,7 @@ impl Client for ClientService {
         &self,
         req: Request<pb::SignalRequest>,
     ) -> Result<Response<pb::SignalReply>, Status> {
+        let who = caller(&req)?;
         let r = req.into_inner();
         use hetsched_core::input::limits::MAX_APP_NAME;
         if r.indices.len() > MAX_CANCEL_INDICES_BYTES
@@ -815,13 +857,18 @@ impl Client for ClientService {
                  and --signal at most 16"
             )));
         }
-        with_state(&self.0, &self.2, Run::Blocking, move |s| s.signal(&r)).await
+        with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            s.authorize(&who, r.job_id, "signal its tasks")?;
+            s.signal(&r)
+        })
+        .await
     }
 
     async fn update(
         &self,
         req: Request<pb::UpdateRequest>,
     ) -> Result<Response<pb::UpdateReply>, Status> {
+        let who = caller(&req)?;
         let r = req.into_inner();
         use hetsched_core::input::limits::MAX_APP_NAME;
         if r.app.len() > MAX_APP_NAME {
@@ -829,12 +876,18 @@ impl Client for ClientService {
                 "--app is at most {MAX_APP_NAME} bytes"
             )));
         }
-        with_state(&self.0, &self.2, Run::Blocking, move |s| s.update(&r)).await
+        with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            s.authorize(&who, r.job_id, "update it")?;
+            s.update(&r)
+        })
+        .await
     }
 
     async fn hold(&self, req: Request<pb::HoldRequest>) -> Result<Response<pb::HoldReply>, Status> {
+        let who = caller(&req)?;
         let r = req.into_inner();
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            s.authorize(&who, r.job_id, "hold or release it")?;
             s.hold(r.job_id, r.hold)
         })
         .await
@@ -844,9 +897,91 @@ impl Client for ClientService {
         &self,
         req: Request<pb::PurgeRequest>,
     ) -> Result<Response<pb::PurgeReply>, Status> {
-        let req = req.into_inner();
-        with_state(&self.0, &self.2, Run::Blocking, move |s| s.purge(&req)).await
+        let who = caller(&req)?;
+        let mut sel: crate::state::types::PurgeSelection = (&req.into_inner()).into();
+        // A user's `--older-than` and `--keep` pick among its own jobs; the ids it names must
+        // be its own.
+        if !who.admin {
+            sel.owner = Some(who.name.to_string());
+        }
+        with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            s.on_purge(&sel).map(Into::into)
+        })
+        .await
     }
+
+    async fn add_user(
+        &self,
+        req: Request<pb::AddUserRequest>,
+    ) -> Result<Response<pb::AddUserReply>, Status> {
+        require_admin(&caller(&req)?, "adding a user")?;
+        let r = req.into_inner();
+        with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            let token = s.on_add_user(&r.name, r.rotate)?;
+            Ok(pb::AddUserReply {
+                name: r.name,
+                token,
+            })
+        })
+        .await
+    }
+
+    async fn remove_user(
+        &self,
+        req: Request<pb::RemoveUserRequest>,
+    ) -> Result<Response<pb::RemoveUserReply>, Status> {
+        require_admin(&caller(&req)?, "removing a user")?;
+        let name = req.into_inner().name;
+        if name.len() > crate::users::MAX_NAME {
+            return Err(Status::invalid_argument(format!(
+                "name: a user name is at most {} characters",
+                crate::users::MAX_NAME
+            )));
+        }
+        with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            s.on_remove_user(&name)
+                .map(|unfinished_jobs| pb::RemoveUserReply { unfinished_jobs })
+        })
+        .await
+    }
+
+    async fn list_users(
+        &self,
+        req: Request<pb::ListUsersRequest>,
+    ) -> Result<Response<pb::ListUsersReply>, Status> {
+        require_admin(&caller(&req)?, "listing the users")?;
+        read_state(&self.0, |s| {
+            Ok(pb::ListUsersReply {
+                users: s
+                    .list_users()
+                    .into_iter()
+                    .map(|u| pb::UserInfo {
+                        name: u.name,
+                        created_ms: u.created_ms,
+                        jobs: u.jobs,
+                        unfinished_jobs: u.unfinished_jobs,
+                    })
+                    .collect(),
+            })
+        })
+        .await
+    }
+
+    async fn who_am_i(
+        &self,
+        req: Request<pb::WhoAmIRequest>,
+    ) -> Result<Response<pb::WhoAmIReply>, Status> {
+        let who = caller(&req)?;
+        Ok(Response::new(pb::WhoAmIReply {
+            name: who.name.to_string(),
+            admin: who.admin,
+        }))
+    }
+}
+
+/// [`crate::state::require_admin`] as a call's answer.
+fn require_admin(caller: &Caller, what: &'static str) -> Result<(), Status> {
+    crate::state::require_admin(caller, what).map_err(status)
 }
 
 /// Longest index list `hetsched cancel --tasks` (or `signal --tasks`) may send (a range covers
@@ -862,37 +997,56 @@ pub enum Role {
     Agent,
 }
 
-/// Admits a call only with the token of the service's role: `authorization: Bearer <token>`.
+/// Admits a call only with a token of the service's role: `authorization: Bearer <token>`.
 /// A missing or unknown token is `Unauthenticated`; the other role's token is `PermissionDenied`
-/// (a user cannot register a node or send heartbeats; an agent cannot read jobs).
+/// (a user cannot register a node or send heartbeats; an agent cannot read jobs). A client call
+/// carries the admin token (`DATA_DIR/token`) or a user's ([`crate::users`]); the check puts
+/// who it is, a [`Caller`], in the call's extensions for the handler.
 #[derive(Clone)]
 pub struct CheckToken {
     role: Role,
     client: Arc<str>,
     agent: Arc<str>,
+    users: TokenIndex,
 }
 
 impl CheckToken {
-    /// The check of the `role` service, knowing both credentials.
-    pub fn new(role: Role, creds: &Credentials) -> Self {
+    /// The check of the `role` service, knowing both credentials and the users' tokens.
+    pub fn new(role: Role, creds: &Credentials, users: TokenIndex) -> Self {
         Self {
             role,
             client: pb::bearer(&creds.client).into(),
             agent: pb::bearer(&creds.agent).into(),
+            users,
         }
     }
 
-    /// The role `value` (the metadata's bytes) proves, if any.
-    fn role_of(&self, value: &[u8]) -> Option<Role> {
+    /// The role `value` (the metadata's bytes) proves, if any, and who it is.
+    fn role_of(&self, value: &[u8]) -> Option<(Role, Caller)> {
         // Both comparisons always run, so the time taken says nothing about which matched.
         let client = same(value, self.client.as_bytes());
         let agent = same(value, self.agent.as_bytes());
         match (client, agent) {
-            (true, _) => Some(Role::Client),
-            (_, true) => Some(Role::Agent),
-            _ => None,
+            (true, _) => Some((Role::Client, Caller::admin())),
+            (_, true) => Some((Role::Agent, Caller::admin())),
+            // A user's token is looked up by its hash: the time taken depends on the hash,
+            // which says nothing of the token.
+            _ => {
+                let token = std::str::from_utf8(value).ok()?.strip_prefix("Bearer ")?;
+                let users = self.users.read().ok()?;
+                let name = users.get(&crate::users::token_hash(token))?;
+                Some((Role::Client, Caller::user(name)))
+            }
         }
     }
+}
+
+/// Who made a client call (put there by [`CheckToken`]).
+pub(crate) fn caller<T>(req: &Request<T>) -> Result<Caller, Status> {
+    req.extensions()
+        .get::<Caller>()
+        .cloned()
+        .ok_or_else(|| Status::unauthenticated("the call carries no checked token"))
 }
 
 /// Compares without an early exit, so the time taken does not reveal the matching prefix.
@@ -901,18 +1055,21 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 }
 
 impl tonic::service::Interceptor for CheckToken {
-    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
+    fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
         let Some(v) = req.metadata().get(pb::AUTH_HEADER) else {
             return Err(Status::unauthenticated(
                 "missing token: send `authorization: Bearer <token>` (the tokens are in the server's data directory)",
             ));
         };
         match self.role_of(v.as_bytes()) {
-            Some(r) if r == self.role => Ok(req),
-            Some(Role::Client) => Err(Status::permission_denied(
+            Some((r, who)) if r == self.role => {
+                req.extensions_mut().insert(who);
+                Ok(req)
+            }
+            Some((Role::Client, _)) => Err(Status::permission_denied(
                 "the client token cannot call the agent service: agents use DATA_DIR/agent-token",
             )),
-            Some(Role::Agent) => Err(Status::permission_denied(
+            Some((Role::Agent, _)) => Err(Status::permission_denied(
                 "the agent token cannot call the client service: users use DATA_DIR/token",
             )),
             None => Err(Status::unauthenticated("wrong token")),
@@ -963,13 +1120,13 @@ pub async fn router_with(
     relay: Arc<LogRelay>,
     stopping: tokio::sync::watch::Receiver<bool>,
 ) -> Result<tonic::transport::server::Router, ServerError> {
-    let (durable, reader) = {
+    let (durable, reader, users) = {
         let s = state.lock().map_err(|_| ServerError::Poisoned)?;
         let reader = s.store_reader().unwrap_or_else(|e| {
             tracing::warn!("no read-only store connection ({e}): listings read under the lock");
             None
         });
-        (s.durable(), reader.map(Arc::new))
+        (s.durable(), reader.map(Arc::new), s.users_index())
     };
     durable.start();
     let (reporter, health) = tonic_health::server::health_reporter();
@@ -1009,7 +1166,7 @@ pub async fn router_with(
                 durable.clone(),
                 stopping.clone(),
             ),
-            CheckToken::new(Role::Agent, creds),
+            CheckToken::new(Role::Agent, creds, users.clone()),
         ))
         .add_service(ClientServer::with_interceptor(
             ClientService(
@@ -1019,17 +1176,17 @@ pub async fn router_with(
                 reader,
                 stopping.clone(),
             ),
-            CheckToken::new(Role::Client, creds),
+            CheckToken::new(Role::Client, creds, users.clone()),
         ));
     Ok(router
         .add_service(pb::divisible_server::DivisibleServer::with_interceptor(
             crate::divisible_service::DivisibleService::new(state.clone(), durable, stopping),
-            CheckToken::new(Role::Agent, creds),
+            CheckToken::new(Role::Agent, creds, users.clone()),
         ))
         .add_service(
             pb::divisible_client_server::DivisibleClientServer::with_interceptor(
                 crate::divisible_service::DivisibleClientService(state),
-                CheckToken::new(Role::Client, creds),
+                CheckToken::new(Role::Client, creds, users.clone()),
             ),
         ))
 }

@@ -267,6 +267,7 @@ pub fn add_services(
     creds: &crate::datadir::Credentials,
     stopping: tokio::sync::watch::Receiver<bool>,
 ) -> tonic::transport::server::Router {
+    let users = state.lock().map(|s| s.users_index()).unwrap_or_default();
     let (ticker, d) = (state.clone(), durable.clone());
     tokio::spawn(async move {
         let mut every = tokio::time::interval(Duration::from_millis(250));
@@ -310,13 +311,13 @@ pub fn add_services(
         .add_service(
             pb::topology_client_server::TopologyClientServer::with_interceptor(
                 ClientService(state.clone(), durable.clone()),
-                crate::service::CheckToken::new(crate::service::Role::Client, creds),
+                crate::service::CheckToken::new(crate::service::Role::Client, creds, users.clone()),
             ),
         )
         .add_service(
             pb::topology_agent_server::TopologyAgentServer::with_interceptor(
                 AgentService(state, durable, stopping),
-                crate::service::CheckToken::new(crate::service::Role::Agent, creds),
+                crate::service::CheckToken::new(crate::service::Role::Agent, creds, users),
             ),
         )
 }

@@ -70,7 +70,7 @@ pub(super) fn json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn table(header: &[&str]) -> Table {
+pub(super) fn table(header: &[&str]) -> Table {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
     t.set_header(header.iter().copied());
@@ -437,6 +437,7 @@ pub async fn jobs(
     states: &[super::JobStateFilter],
     last: Option<usize>,
     name: Option<&str>,
+    owner: Option<&str>,
 ) -> anyhow::Result<()> {
     let mut api = connect(args).await?;
     let mut all = Vec::new();
@@ -446,6 +447,8 @@ pub async fn jobs(
             .list_jobs(pb::ListJobsRequest {
                 cursor,
                 limit: PAGE,
+                owner: owner.unwrap_or_default().to_string(),
+                selectable: false,
             })
             .await
             .map_err(refused)?
@@ -483,8 +486,17 @@ pub async fn jobs(
         }
     };
     let reasons = reply.jobs.iter().any(|j| !reason(j).is_empty());
-    let mut header = vec![
-        "job",
+    // Whose each job is: a column once a user's job is listed (a server without users, or the
+    // admin's jobs alone, read as before).
+    let owners = reply
+        .jobs
+        .iter()
+        .any(|j| !j.owner.is_empty() && j.owner != "admin");
+    let mut header = vec!["job"];
+    if owners {
+        header.push("user");
+    }
+    header.extend([
         "name",
         "state",
         "tasks",
@@ -494,15 +506,18 @@ pub async fn jobs(
         "failed",
         "cancelled",
         "duration",
-    ];
+    ]);
     if reasons {
         header.push("pending because");
     }
     let mut t = table(&header);
     for j in &reply.jobs {
         let c = counts(&j.counts);
-        let mut row = vec![
-            j.id.to_string(),
+        let mut row = vec![j.id.to_string()];
+        if owners {
+            row.push(j.owner.clone());
+        }
+        row.extend([
             j.name.clone(),
             if j.held {
                 "held".to_string()
@@ -520,7 +535,7 @@ pub async fn jobs(
             c.failed.to_string(),
             c.cancelled.to_string(),
             span(j.submitted_ns, j.finished_ns),
-        ];
+        ]);
         if reasons {
             row.push(reason(j));
         }
@@ -562,6 +577,9 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
             "not finished".into()
         }
     );
+    if !j.owner.is_empty() && j.owner != "admin" {
+        println!("user: {}", j.owner);
+    }
     if j.cpu_ms > 0 || j.max_rss_bytes > 0 {
         println!(
             "used: cpu time {}, max rss {} (its tasks' latest attempts)",
@@ -1129,7 +1147,7 @@ pub async fn check_allocations(args: &ClientArgs, queue: String) -> anyhow::Resu
 
 /// The reply of a call that changed something: JSON with `--output json`, else the line `line`
 /// writes for people.
-fn answer<T: serde::Serialize>(
+pub(super) fn answer<T: serde::Serialize>(
     args: &ClientArgs,
     reply: &T,
     line: impl FnOnce(&T) -> String,

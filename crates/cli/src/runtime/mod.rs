@@ -21,6 +21,7 @@ mod matrows;
 mod purge;
 mod select;
 mod serve;
+mod users;
 mod workflow;
 
 use clap::{Args, Subcommand, ValueEnum};
@@ -154,6 +155,12 @@ pub enum RuntimeCommand {
         /// Only jobs with this name (`submit --name`; Slurm's `squeue --name`).
         #[arg(long, value_name = "NAME")]
         name: Option<String>,
+        /// Only this user's jobs (`admin`: the admin's; Slurm's `squeue --user`).
+        #[arg(long, value_name = "USER", conflicts_with = "mine")]
+        user: Option<String>,
+        /// Only your own jobs (those of the user the token names; Slurm's `squeue --me`).
+        #[arg(long)]
+        mine: bool,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -249,6 +256,10 @@ pub enum RuntimeCommand {
     /// Manage nodes (`hetsched node remove|drain|resume|stop NAME`).
     #[command(subcommand)]
     Node(NodeCommand),
+    /// Manage users (`hetsched user add|remove|list|whoami`): the admin (who holds the server's
+    /// DATA_DIR/token) gives each user a token of its own; a user's jobs are its own to change.
+    #[command(subcommand)]
+    User(UserCommand),
     /// Print a task's captured stdout (or stderr), read from the agent that ran it; of a divisible
     /// job, a chunk's.
     Log {
@@ -438,6 +449,47 @@ pub enum RuntimeCommand {
     /// A divisible-load chunk: rows of a matrix product with faer (what divisible demos run).
     #[command(hide = true)]
     Matrows(matrows::MatRowsArgs),
+}
+
+/// `hetsched user …`.
+#[derive(Debug, Subcommand)]
+pub enum UserCommand {
+    /// Add a user with a token of its own (admin only). The token is shown once (the server
+    /// keeps only its SHA-256): printed, or written with `--save` to a new file of mode 0600.
+    /// The user then passes `--token-file FILE` (or sets HETSCHED_TOKEN_FILE).
+    Add {
+        /// 1 to 32 characters: lower-case letters, digits, `.`, `_`, `-`, starting with a
+        /// letter (`admin` is the admin's).
+        name: String,
+        /// The user exists: give it a new token; its old one is refused from now on.
+        #[arg(long)]
+        rotate: bool,
+        /// Write the token to this file (created, mode 0600; refused if it exists) instead of
+        /// printing it.
+        #[arg(long, value_name = "FILE")]
+        save: Option<PathBuf>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Remove a user (admin only): its token is refused from the next call on. Its jobs go on
+    /// and stay its own (the admin can still change them); adding the name again gives them
+    /// back to it.
+    Remove {
+        /// The user's name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// List the users with when their tokens were made and how many jobs each has (admin only).
+    List {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Print who the token says you are (`admin` for the admin token).
+    Whoami {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
 }
 
 /// `hetsched node …`.
@@ -765,8 +817,17 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             state,
             last,
             name,
+            user,
+            mine,
             client,
-        } => client::jobs(&client, &state, last, name.as_deref()).await,
+        } => {
+            let owner = match (user, mine) {
+                (Some(u), _) => Some(u),
+                (None, true) => Some(users::whoami_name(&client).await?.name),
+                (None, false) => None,
+            };
+            client::jobs(&client, &state, last, name.as_deref(), owner.as_deref()).await
+        }
         RuntimeCommand::Job { id, graph, client } if graph => {
             workflow::graph(&client, id.resolve(&client).await?).await
         }
@@ -908,6 +969,17 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             };
             client::update(&client, &sel, &update).await
         }
+        RuntimeCommand::User(UserCommand::Add {
+            name,
+            rotate,
+            save,
+            client,
+        }) => users::add(&client, &name, rotate, save.as_deref()).await,
+        RuntimeCommand::User(UserCommand::Remove { name, client }) => {
+            users::remove(&client, &name).await
+        }
+        RuntimeCommand::User(UserCommand::List { client }) => users::list(&client).await,
+        RuntimeCommand::User(UserCommand::Whoami { client }) => users::whoami(&client).await,
         RuntimeCommand::Node(NodeCommand::Remove { name, client }) => {
             client::remove_node(&client, &name).await
         }

@@ -81,7 +81,8 @@ pub struct Listed {
     pub name: String,
 }
 
-/// Every job the server lists (one paged `ListJobs`).
+/// Every job the server lists that the caller may change (one paged `ListJobs`; a user's own
+/// jobs, every job for the admin).
 pub(super) async fn listed(args: &ClientArgs) -> anyhow::Result<Vec<Listed>> {
     let mut api = connect(args).await?;
     let (mut cursor, mut jobs) = (0, Vec::new());
@@ -90,6 +91,9 @@ pub(super) async fn listed(args: &ClientArgs) -> anyhow::Result<Vec<Listed>> {
             .list_jobs(pb::ListJobsRequest {
                 cursor,
                 limit: 10_000,
+                owner: String::new(),
+                // A user's names, ranges and `all` pick among its own jobs.
+                selectable: true,
             })
             .await
             .map_err(refused)?

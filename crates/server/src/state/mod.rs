@@ -58,6 +58,9 @@ pub mod nodes;
 pub mod prefetch;
 pub mod signals;
 mod topology;
+mod users;
+
+pub use users::{UserEntry, require_admin};
 pub mod types;
 pub mod wakes;
 
@@ -76,6 +79,9 @@ use types::{
 pub const DEFAULT_PAGE: u32 = 1000;
 /// Largest page of a list call.
 pub const MAX_PAGE: u32 = 10_000;
+
+/// Jobs of other owners a filtered job listing passes over per entry its page may hold.
+const SKIPS_PER_ENTRY: usize = 64;
 
 fn page_limit(limit: u32) -> usize {
     match limit {
@@ -132,6 +138,33 @@ pub enum StateError {
     /// A topology request was refused.
     #[error(transparent)]
     Topology(#[from] crate::jobs::topology::TopologyError),
+    /// A user asked to act on another user's job ([`crate::users`]).
+    #[error("job {job} belongs to {owner}: only {owner} or the admin may {action}")]
+    NotOwner {
+        /// The job.
+        job: u64,
+        /// Its owner.
+        owner: String,
+        /// What was asked (`cancel it`, `read its logs` …).
+        action: &'static str,
+    },
+    /// A user asked for what only the admin may do.
+    #[error(
+        "{what} is for the admin (who holds the server's DATA_DIR/token); this token is user \
+         {user}'s"
+    )]
+    AdminOnly {
+        /// What was asked.
+        what: &'static str,
+        /// Who asked.
+        user: String,
+    },
+    /// No user of that name.
+    #[error("no user `{0}` (`hetsched user list` lists them)")]
+    NoUser(String),
+    /// `hetsched user add` of a name taken.
+    #[error("user `{0}` exists: `hetsched user add {0} --rotate` gives it a new token")]
+    UserExists(String),
 }
 
 /// Nanoseconds since the Unix epoch: the time base of the server's policies and records.
@@ -185,6 +218,8 @@ pub struct State {
     waits_due: bool,
     /// Signals for running tasks waiting for their agents (`hetsched signal`). Stored.
     signals: signals::Signals,
+    /// The users, their tokens' hashes and the owners of their jobs ([`crate::users`]). Stored.
+    users: crate::users::Users,
 }
 
 /// Borrows the shared parts of a state as a kind's [`Ctx`] (a macro, so the borrow of
@@ -237,6 +272,7 @@ impl State {
         nodes.restore_left(&store, &mut view)?;
         let paused_queues = store.paused_allocation_queues()?.into_iter().collect();
         let signals = signals::Signals::restore(&store, now_ns() / 1_000)?;
+        let users = crate::users::Users::restore(store.conn(), Default::default())?;
         let metrics: Arc<Metrics> = Arc::default();
         let topology = crate::jobs::Topology::restore(
             std::mem::take(&mut snap.topologies),
@@ -302,6 +338,7 @@ impl State {
             paused_queues,
             waits_due: true,
             signals,
+            users,
         };
         state.settle_waits(true)?;
         Ok(state)
@@ -836,6 +873,10 @@ impl State {
             Some(self.store.conn()),
         )?;
         std::mem::swap(&mut fresh.store, &mut self.store);
+        // What the scratch store could not give: the signals and users the real one holds (the
+        // token check keeps reading the same index).
+        fresh.signals = signals::Signals::restore(&fresh.store, now_ns() / 1_000)?;
+        fresh.users = crate::users::Users::restore(fresh.store.conn(), self.users.index())?;
         fresh.nodes.carry_over(&self.nodes);
         fresh.nodes.restore_ends(&mut fresh.view);
         for (i, n) in fresh.nodes.iter().enumerate() {
@@ -983,6 +1024,7 @@ impl State {
                 job_ids: Vec::new(),
                 older_than_ms: rule.keep_finished.map(|d| d.0 / 1_000_000),
                 keep: rule.keep_jobs,
+                owner: None,
             };
             if sel.older_than_ms.is_some() || sel.keep.is_some() {
                 self.on_purge(&sel)?;
@@ -1007,10 +1049,21 @@ impl State {
     /// Accepts a submission: its kind parses it, checks it can run on the live nodes, and stores
     /// it in one transaction before memory changes. On any error nothing is stored.
     /// The job gets the next id of the one sequence shared by every kind ([`job_ids`]).
-    pub fn on_submit(&mut self, mut sub: Submission) -> Result<Submitted, StateError> {
+    pub fn on_submit(&mut self, sub: Submission) -> Result<Submitted, StateError> {
+        self.on_submit_as(sub, crate::users::ADMIN)
+    }
+
+    /// [`State::on_submit`] of a job that `owner` submits (a user's name, or
+    /// [`crate::users::ADMIN`]): the job is `owner`'s, and `--singleton` waits for `owner`'s
+    /// jobs of its name only. A submission key naming another owner's job is refused.
+    pub fn on_submit_as(
+        &mut self,
+        mut sub: Submission,
+        owner: &str,
+    ) -> Result<Submitted, StateError> {
         crate::limits::submission(&sub).map_err(StateError::Invalid)?;
         if sub.singleton {
-            self.singleton(&mut sub)?;
+            self.singleton(&mut sub, owner)?;
         }
         // `--after-corr` and `--after-start` name batch jobs (the batch kind checks them).
         let batch_only = (sub.after_corr.iter().map(|&j| ("--after-corr", j)))
@@ -1045,6 +1098,9 @@ impl State {
             }
         }
         let id = self.ids.next()?;
+        // The owner's row goes first, under the id the job will get (see `crate::users`).
+        self.store
+            .transaction(|tx| crate::users::Users::write_owner(tx, id, owner))?;
         let live = self.nodes.live_specs();
         let (kind, done) = if let Some(prepared) =
             crate::jobs::divisible::prepare(&sub.origin, &sub.text, &sub.divisible_input, &live)?
@@ -1072,8 +1128,11 @@ impl State {
             }
         };
         let done = done?;
-        if !done.existing {
+        if done.existing {
+            self.check_owner(owner, done.job_id, "submit again")?;
+        } else {
             self.ids.add(done.job_id, kind);
+            self.users.set_owner(done.job_id, owner);
         }
         self.waits_due = true;
         if let Err(e) = self.commit() {
@@ -1097,7 +1156,7 @@ impl State {
     /// every unfinished job of its name, of any kind — added to its `after_any` list, so that
     /// it is stored and decided on as any other. Its name is the one the job will have: the
     /// given one, else the file's `name =`, else its origin.
-    fn singleton(&self, sub: &mut Submission) -> Result<(), StateError> {
+    fn singleton(&self, sub: &mut Submission, owner: &str) -> Result<(), StateError> {
         let name = if sub.name.is_empty() {
             sub.text
                 .parse::<toml::Table>()
@@ -1112,6 +1171,7 @@ impl State {
             .all()
             .iter()
             .flat_map(|k| k.unfinished_named(&name))
+            .filter(|&j| self.users.owner(j) == owner)
             .collect();
         earlier.sort_unstable();
         if earlier.len() > gate::MAX_AFTER {
@@ -1403,6 +1463,9 @@ impl State {
         self.jobs.batch.evict_finished(&mut self.store);
         let mut chosen: BTreeSet<u64> = BTreeSet::new();
         for &id in &sel.job_ids {
+            if let Some(owner) = &sel.owner {
+                self.check_owner(owner, id, "purge")?;
+            }
             match self.ids.kind(id) {
                 Some(kind) if Kind::ALL.contains(&kind) => {
                     self.jobs.of_kind(kind).check_purge(id)?;
@@ -1417,6 +1480,11 @@ impl State {
             .all()
             .iter()
             .flat_map(|k| k.finished_jobs())
+            .filter(|&(id, _)| {
+                sel.owner
+                    .as_deref()
+                    .is_none_or(|o| self.users.owner(id) == o)
+            })
             .collect();
         finished.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
         if let Some(older_than_ms) = sel.older_than_ms {
@@ -1450,12 +1518,14 @@ impl State {
         self.store.transaction(|tx| {
             for (kind, ids) in &by_kind {
                 tasks += jobs.of_kind(*kind).purge_rows(tx, ids)?;
+                crate::users::Users::delete_owners(tx, ids)?;
             }
             Ok(())
         })?;
         self.store.give_back_free_pages();
         for (kind, ids) in &by_kind {
             self.jobs.of_kind_mut(*kind).purged(&mut ctx!(self), ids);
+            self.users.purged(ids);
         }
         let purged: Vec<u64> = chosen.into_iter().collect();
         info!(jobs = ?purged, tasks, "finished jobs purged");
@@ -1523,21 +1593,39 @@ impl State {
     /// additions (batch keeps its counts as tasks move), never a scan of its tasks, so the
     /// state's lock is held for the page's copy only.
     pub fn list_jobs(&self, cursor: u64, limit: u32) -> JobsPage {
+        self.list_jobs_of(cursor, limit, None)
+    }
+
+    /// [`State::list_jobs`] of `owner`'s jobs only (`None`: everyone's). The page still walks
+    /// at most `limit` jobs of any owner, so it may hold fewer (and still have a next cursor).
+    pub fn list_jobs_of(&self, cursor: u64, limit: u32, owner: Option<&str>) -> JobsPage {
         let limit = page_limit(limit);
         let rd = self.read();
         let mut page = JobsPage::default();
+        let mut seen = 0;
         for (id, kind) in self.ids.from(cursor) {
-            if page.jobs.len() >= limit {
+            if page.jobs.len() >= limit || seen >= limit.saturating_mul(SKIPS_PER_ENTRY) {
                 page.next_cursor = id;
                 break;
             }
             if !Kind::ALL.contains(&kind) {
                 continue;
             }
+            let job_owner = self.users.owner(id);
+            if owner.is_some_and(|o| o != job_owner) {
+                // Counted against the page (a look-up each, far cheaper than an entry): a
+                // listing of one user's few jobs among many others' holds the lock for about
+                // as long as a full page.
+                seen += 1;
+                continue;
+            }
             // The kind's page from `id`, one long: this job, unless the kind hides it (purged).
             let one = self.jobs.of_kind(kind).jobs_page(&rd, id, 1);
             page.jobs
-                .extend(one.jobs.into_iter().filter(|j| j.id == id));
+                .extend(one.jobs.into_iter().filter(|j| j.id == id).map(|mut j| {
+                    j.owner = job_owner.to_string();
+                    j
+                }));
         }
         page
     }
@@ -1545,7 +1633,10 @@ impl State {
     /// One job with its applications.
     pub fn get_job(&self, id: u64) -> Result<JobInfo, StateError> {
         match self.job_owner(id) {
-            Some(kind) => kind.job(&self.read(), id),
+            Some(kind) => kind.job(&self.read(), id).map(|mut j| {
+                j.owner = self.users.owner(id).to_string();
+                j
+            }),
             None => Err(StateError::NoJob(id)),
         }
     }

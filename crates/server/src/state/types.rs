@@ -443,6 +443,8 @@ pub struct JobInfo {
     pub after_start: Vec<u64>,
     /// Held by `hetsched hold` (until `release`).
     pub held: bool,
+    /// The user who submitted it ([`crate::users::ADMIN`] for the admin); set by the state.
+    pub owner: String,
     /// Whether it still waits for one of them.
     pub waiting: bool,
     /// Its tasks' CPU time, summed over their latest finished attempts (ms; 0 = none measured).
@@ -668,6 +670,9 @@ pub struct PurgeSelection {
     pub older_than_ms: Option<u64>,
     /// Every finished job but the `keep` most recently finished.
     pub keep: Option<u64>,
+    /// Only this user's jobs count for `older_than` and `keep` (a user's purge; `None`: every
+    /// job, the admin's and the `[retention]` rule's).
+    pub owner: Option<String>,
 }
 
 /// What a purge deleted.

@@ -23,4 +23,5 @@ mod signal;
 mod state;
 mod topology_kind;
 mod update;
+mod users;
 mod workflow_kind;

@@ -1,0 +1,157 @@
+//! `hetsched user add|remove|list|whoami`: the admin gives each user a token of its own (see
+//! docs/runtime.md, "Users"); a user's jobs are its own to change.
+
+use super::ClientArgs;
+use super::client::{answer, connect, json, refused, table};
+use anyhow::Context;
+use hetsched_proto as pb;
+use std::io::Write;
+use std::path::Path;
+
+/// `hetsched user add NAME [--rotate] [--save FILE]`: prints the token, or writes it to `save`
+/// (a new file, mode 0600) and says where.
+pub async fn add(
+    args: &ClientArgs,
+    name: &str,
+    rotate: bool,
+    save: Option<&Path>,
+) -> anyhow::Result<()> {
+    // The file is made before the call: a path that cannot be written costs no token.
+    let file = save.map(create_private).transpose()?;
+    let reply = connect(args)
+        .await?
+        .add_user(pb::AddUserRequest {
+            name: name.to_string(),
+            rotate,
+        })
+        .await
+        .map_err(|e| {
+            if let Some(p) = save {
+                let _ = std::fs::remove_file(p);
+            }
+            refused(e)
+        })?
+        .into_inner();
+    let verb = if rotate { "has a new token" } else { "added" };
+    match (file, save) {
+        (Some(mut f), Some(p)) => {
+            writeln!(f, "{}", reply.token)
+                .and_then(|()| f.sync_all())
+                .with_context(|| format!("writing the token to {}", p.display()))?;
+            answer(
+                args,
+                &serde_json::json!({"name": reply.name, "token_file": p}),
+                |_| {
+                    format!(
+                        "user {} {verb}: its token is in {} (mode 0600); it passes \
+                         `--token-file {}` or sets HETSCHED_TOKEN_FILE",
+                        reply.name,
+                        p.display(),
+                        p.display()
+                    )
+                },
+            )
+        }
+        _ => answer(args, &reply, |r| {
+            format!(
+                "user {} {verb}; its token (shown once: the server keeps only its hash):\n{}",
+                r.name, r.token
+            )
+        }),
+    }
+}
+
+/// A new file at `path` that only this user can read, refused if it exists (a token is never
+/// written over another file).
+fn create_private(path: &Path) -> anyhow::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| {
+            format!(
+                "creating {} for the token (it must not exist)",
+                path.display()
+            )
+        })
+}
+
+/// `hetsched user remove NAME`.
+pub async fn remove(args: &ClientArgs, name: &str) -> anyhow::Result<()> {
+    let reply = connect(args)
+        .await?
+        .remove_user(pb::RemoveUserRequest {
+            name: name.to_string(),
+        })
+        .await
+        .map_err(refused)?
+        .into_inner();
+    answer(args, &reply, |r| {
+        format!(
+            "user {name} removed: its token is refused from now on; {} of its jobs had not \
+             finished (they go on, still its own)",
+            r.unfinished_jobs
+        )
+    })
+}
+
+/// `hetsched user list`.
+pub async fn list(args: &ClientArgs) -> anyhow::Result<()> {
+    let reply = connect(args)
+        .await?
+        .list_users(pb::ListUsersRequest {})
+        .await
+        .map_err(refused)?
+        .into_inner();
+    if args.output == super::Output::Json {
+        let users: Vec<_> = reply
+            .users
+            .iter()
+            .map(|u| {
+                serde_json::json!({
+                    "name": u.name,
+                    "created_ms": u.created_ms,
+                    "created": super::human::rfc3339(u.created_ms.saturating_mul(1_000_000)),
+                    "jobs": u.jobs,
+                    "unfinished_jobs": u.unfinished_jobs,
+                })
+            })
+            .collect();
+        return json(&users);
+    }
+    let mut t = table(&["user", "token made", "jobs", "unfinished"]);
+    for u in &reply.users {
+        t.add_row(vec![
+            u.name.clone(),
+            super::human::rfc3339(u.created_ms.saturating_mul(1_000_000)).unwrap_or_default(),
+            u.jobs.to_string(),
+            u.unfinished_jobs.to_string(),
+        ]);
+    }
+    println!("{t}");
+    Ok(())
+}
+
+/// Who the token in `args` says the caller is.
+pub async fn whoami_name(args: &ClientArgs) -> anyhow::Result<pb::WhoAmIReply> {
+    Ok(connect(args)
+        .await?
+        .who_am_i(pb::WhoAmIRequest {})
+        .await
+        .map_err(refused)?
+        .into_inner())
+}
+
+/// `hetsched user whoami`.
+pub async fn whoami(args: &ClientArgs) -> anyhow::Result<()> {
+    let reply = whoami_name(args).await?;
+    answer(args, &reply, |r| {
+        if r.admin {
+            format!("{} (the admin token)", r.name)
+        } else {
+            r.name.clone()
+        }
+    })
+}

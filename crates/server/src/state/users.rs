@@ -1,0 +1,157 @@
+//! The state's door for users ([`crate::users`]): adding, rotating, removing and listing them,
+//! and the check that a job is the caller's before the caller changes it.
+
+use super::{State, StateError, now_ns};
+use crate::users::{ADMIN, Caller, MAX_USERS, TokenIndex, Users};
+use std::collections::HashSet;
+
+/// One user as `hetsched user list` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserEntry {
+    /// Its name.
+    pub name: String,
+    /// When its token was made, ms since the Unix epoch.
+    pub created_ms: u64,
+    /// Its jobs the server holds.
+    pub jobs: u64,
+    /// Those of them not finished.
+    pub unfinished_jobs: u64,
+}
+
+/// Refuses `caller` unless it is the admin: `what` names what it asked for.
+pub fn require_admin(caller: &Caller, what: &'static str) -> Result<(), StateError> {
+    if caller.admin {
+        Ok(())
+    } else {
+        Err(StateError::AdminOnly {
+            what,
+            user: caller.name.to_string(),
+        })
+    }
+}
+
+impl State {
+    /// The index of users' token hashes the token check reads (refilled, not replaced, by a
+    /// rollback).
+    pub fn users_index(&self) -> TokenIndex {
+        self.users.index()
+    }
+
+    /// The owner of job `job` ([`ADMIN`] unless a user submitted it).
+    pub fn owner_of(&self, job: u64) -> &str {
+        self.users.owner(job)
+    }
+
+    /// Refuses user `who` doing `action` to job `job` unless the job is its own; the admin may
+    /// do anything. A job the state does not know passes (the request itself then says so).
+    pub fn check_owner(&self, who: &str, job: u64, action: &'static str) -> Result<(), StateError> {
+        if who == ADMIN || self.ids.kind(job).is_none() {
+            return Ok(());
+        }
+        let owner = self.users.owner(job);
+        if owner == who {
+            Ok(())
+        } else {
+            Err(StateError::NotOwner {
+                job,
+                owner: owner.to_string(),
+                action,
+            })
+        }
+    }
+
+    /// [`State::check_owner`] for a call's caller.
+    pub fn authorize(
+        &self,
+        caller: &Caller,
+        job: u64,
+        action: &'static str,
+    ) -> Result<(), StateError> {
+        if caller.admin {
+            return Ok(());
+        }
+        self.check_owner(&caller.name, job, action)
+    }
+
+    /// `hetsched user add NAME` (`rotate`: the user exists and gets a new token, its old one is
+    /// refused from now on). Returns the token, which the store keeps only as its hash.
+    pub fn on_add_user(&mut self, name: &str, rotate: bool) -> Result<String, StateError> {
+        crate::users::check_name(name).map_err(StateError::Invalid)?;
+        match (self.users.exists(name), rotate) {
+            (true, false) => return Err(StateError::UserExists(name.to_string())),
+            (false, true) => return Err(StateError::NoUser(name.to_string())),
+            (false, false) if self.users.len() >= MAX_USERS => {
+                return Err(StateError::Invalid(format!(
+                    "this server holds {MAX_USERS} users, the most it takes: remove one first"
+                )));
+            }
+            _ => {}
+        }
+        let now_ms = now_ns() / 1_000_000;
+        let users = &mut self.users;
+        let mut token = String::new();
+        self.store.transaction(|tx| {
+            token = users.put(tx, name, now_ms)?;
+            Ok(())
+        })?;
+        self.users.put_committed(name, &token, now_ms);
+        tracing::info!(user = name, rotated = rotate, "user token made");
+        Ok(token)
+    }
+
+    /// `hetsched user remove NAME`: its token is refused from now on; its jobs stay its own and
+    /// go on. Returns how many of them had not finished.
+    pub fn on_remove_user(&mut self, name: &str) -> Result<u64, StateError> {
+        if !self.users.exists(name) {
+            return Err(StateError::NoUser(name.to_string()));
+        }
+        self.store.transaction(|tx| Users::delete(tx, name))?;
+        self.users.delete_committed(name);
+        let unfinished = self
+            .list_users_counts()
+            .remove(name)
+            .map_or(0, |(_, unfinished)| unfinished);
+        tracing::info!(user = name, unfinished, "user removed");
+        Ok(unfinished)
+    }
+
+    /// Every user, by name.
+    pub fn list_users(&self) -> Vec<UserEntry> {
+        let mut counts = self.list_users_counts();
+        self.users
+            .list()
+            .map(|(name, created_ms)| {
+                let (jobs, unfinished_jobs) = counts.remove(name).unwrap_or_default();
+                UserEntry {
+                    name: name.to_string(),
+                    created_ms,
+                    jobs,
+                    unfinished_jobs,
+                }
+            })
+            .collect()
+    }
+
+    /// Each owner's jobs held and those not finished.
+    fn list_users_counts(&self) -> std::collections::HashMap<String, (u64, u64)> {
+        let finished: HashSet<u64> = self
+            .jobs
+            .all()
+            .iter()
+            .flat_map(|k| k.finished_jobs())
+            .map(|(id, _)| id)
+            .collect();
+        let mut counts: std::collections::HashMap<String, (u64, u64)> = Default::default();
+        for (job, owner) in self.users.owned() {
+            if self.ids.kind(job).is_none() || self.is_purged(job) {
+                continue;
+            }
+            let c = counts.entry(owner.to_string()).or_default();
+            c.0 += 1;
+            if !finished.contains(&job) {
+                c.1 += 1;
+            }
+        }
+        counts
+    }
+}

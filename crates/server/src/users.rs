@@ -1,0 +1,321 @@
+//! Users: who a client call comes from, and which jobs are whose.
+//!
+//! The server knows two kinds of client:
+//! - **the admin**, who holds `DATA_DIR/token` (created at the first start): every job, every
+//!   node, the allocation queues, the users themselves;
+//! - **users**, each added by the admin (`hetsched user add NAME`) with a token of its own. A
+//!   user submits jobs, which are then its own; it sees every job and node (as Slurm's `squeue`
+//!   and `sinfo` show them: no commands, environments or outputs are in those listings), but it
+//!   cancels, signals, holds, releases, updates, resubmits, purges and reads the logs or output
+//!   of its own jobs only, and manages no node, queue or user.
+//!
+//! A user's token is shown once, when it is made; the store keeps only its SHA-256, so a copy of
+//! the store does not hold usable tokens. The token check ([`crate::service::CheckToken`]) looks
+//! a presented token up by its hash in the [`TokenIndex`] it shares with the state, so a user
+//! added or removed is admitted or refused from the next call on, without a restart.
+//!
+//! A job's owner is stored in `job_owners` only when it is not the admin (a server with no users
+//! writes nothing more than before, and jobs from before users existed are the admin's). The
+//! row is written in its own transaction *before* the job's rows, under the id the job will get
+//! (an admin job's id has its row deleted instead): a crash or a refused submission between the
+//! two leaves a row for an id not handed out, which the next submission overwrites.
+
+use crate::store::StoreError;
+use rusqlite::{Connection, params};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+
+/// The admin's name: the owner of jobs submitted with `DATA_DIR/token`.
+pub const ADMIN: &str = "admin";
+
+/// Most users a server holds.
+pub const MAX_USERS: usize = 10_000;
+
+/// Longest user name.
+pub const MAX_NAME: usize = 32;
+
+/// Who a client call comes from, as its token says (put in the call's extensions by the token
+/// check).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caller {
+    /// The user's name ([`ADMIN`] for the admin).
+    pub name: Arc<str>,
+    /// The call carries the admin token.
+    pub admin: bool,
+}
+
+impl Caller {
+    /// The admin.
+    pub fn admin() -> Self {
+        Caller {
+            name: ADMIN.into(),
+            admin: true,
+        }
+    }
+
+    /// User `name` (not the admin).
+    pub fn user(name: &str) -> Self {
+        Caller {
+            name: name.into(),
+            admin: false,
+        }
+    }
+}
+
+/// The SHA-256 of each user's token → its name. Shared by the state, which changes it, and the
+/// token check, which reads it on every client call.
+pub type TokenIndex = Arc<RwLock<HashMap<[u8; 32], Arc<str>>>>;
+
+/// The SHA-256 of `token`.
+pub fn token_hash(token: &str) -> [u8; 32] {
+    let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+    let mut out = [0u8; 32];
+    out.copy_from_slice(digest.as_ref());
+    out
+}
+
+/// A new token: 256 random bits in hex, as the data directory's tokens.
+pub fn new_token() -> String {
+    let bytes: [u8; 32] = rand::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Refuses a user name that is not 1 to [`MAX_NAME`] characters of lower-case letters, digits,
+/// `.`, `_` and `-` starting with a letter, or that is [`ADMIN`].
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_NAME {
+        return Err(format!(
+            "user name `{}`: 1 to {MAX_NAME} characters",
+            name.escape_debug()
+        ));
+    }
+    let mut chars = name.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_lowercase());
+    let rest_ok =
+        chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'));
+    if !first_ok || !rest_ok {
+        return Err(format!(
+            "user name `{}`: lower-case letters, digits, `.`, `_` and `-`, starting with a letter",
+            name.escape_debug()
+        ));
+    }
+    if name == ADMIN {
+        return Err(format!(
+            "user name `{ADMIN}` is the admin's (the token in the server's DATA_DIR/token)"
+        ));
+    }
+    Ok(())
+}
+
+/// The users and the owners of jobs that are not the admin's.
+#[derive(Debug, Default)]
+pub struct Users {
+    index: TokenIndex,
+    /// Each user's name and when its token was made (ms since the Unix epoch).
+    users: BTreeMap<Arc<str>, u64>,
+    /// The owner of each job that is not the admin's.
+    owners: HashMap<u64, Arc<str>>,
+}
+
+impl Users {
+    /// The users and owners `conn` holds; `index` (the token check's) is refilled with their
+    /// tokens' hashes.
+    pub fn restore(conn: &Connection, index: TokenIndex) -> Result<Self, StoreError> {
+        let mut users = BTreeMap::new();
+        let mut hashes = HashMap::new();
+        let mut stmt = conn.prepare("SELECT name, token_sha256, created_ms FROM users")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, Vec<u8>>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })?;
+        for row in rows {
+            let (name, hash, created) = row?;
+            let name: Arc<str> = name.into();
+            if let Ok(hash) = <[u8; 32]>::try_from(hash.as_slice()) {
+                hashes.insert(hash, name.clone());
+            }
+            users.insert(name, created.max(0) as u64);
+        }
+        let mut owners = HashMap::new();
+        let mut stmt = conn.prepare("SELECT job, owner FROM job_owners")?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?;
+        for row in rows {
+            let (job, owner) = row?;
+            // One allocation per user, not per job.
+            let owner = users
+                .get_key_value(owner.as_str())
+                .map(|(k, _)| k.clone())
+                .unwrap_or_else(|| owner.into());
+            owners.insert(job as u64, owner);
+        }
+        if let Ok(mut i) = index.write() {
+            *i = hashes;
+        }
+        Ok(Users {
+            index,
+            users,
+            owners,
+        })
+    }
+
+    /// The index the token check reads.
+    pub fn index(&self) -> TokenIndex {
+        self.index.clone()
+    }
+
+    /// The owner of job `job` ([`ADMIN`] unless a user submitted it).
+    pub fn owner(&self, job: u64) -> &str {
+        self.owners.get(&job).map_or(ADMIN, |o| o)
+    }
+
+    /// Whether user `name` exists.
+    pub fn exists(&self, name: &str) -> bool {
+        self.users.contains_key(name)
+    }
+
+    /// How many users there are.
+    pub fn len(&self) -> usize {
+        self.users.len()
+    }
+
+    /// Whether there is no user (only the admin).
+    pub fn is_empty(&self) -> bool {
+        self.users.is_empty()
+    }
+
+    /// Every user with when its token was made.
+    pub fn list(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.users.iter().map(|(n, &c)| (&**n, c))
+    }
+
+    /// The jobs each user owns.
+    pub fn owned(&self) -> impl Iterator<Item = (u64, &str)> {
+        self.owners.iter().map(|(&j, o)| (j, &**o))
+    }
+
+    /// Stores user `name` with a new token made at `now_ms` (replacing its old one), and admits
+    /// the token from now on. Returns the token.
+    pub fn put(
+        &mut self,
+        tx: &rusqlite::Transaction,
+        name: &str,
+        now_ms: u64,
+    ) -> Result<String, StoreError> {
+        let token = new_token();
+        let hash = token_hash(&token);
+        tx.execute(
+            "INSERT INTO users(name, token_sha256, created_ms) VALUES (?1, ?2, ?3)
+             ON CONFLICT(name) DO UPDATE SET token_sha256 = ?2, created_ms = ?3",
+            params![name, hash.as_slice(), now_ms as i64],
+        )?;
+        Ok(token)
+    }
+
+    /// Memory after [`Users::put`] committed: `name`'s token is `token`.
+    pub fn put_committed(&mut self, name: &str, token: &str, now_ms: u64) {
+        let name = self.intern(name);
+        self.users.insert(name.clone(), now_ms);
+        if let Ok(mut i) = self.index.write() {
+            i.retain(|_, n| **n != *name);
+            i.insert(token_hash(token), name);
+        }
+    }
+
+    /// Deletes user `name` inside `tx` (its jobs stay its own).
+    pub fn delete(tx: &rusqlite::Transaction, name: &str) -> Result<(), StoreError> {
+        tx.execute("DELETE FROM users WHERE name = ?1", params![name])?;
+        Ok(())
+    }
+
+    /// Memory after [`Users::delete`] committed: `name`'s token is refused from now on.
+    pub fn delete_committed(&mut self, name: &str) {
+        self.users.remove(name);
+        if let Ok(mut i) = self.index.write() {
+            i.retain(|_, n| &**n != name);
+        }
+    }
+
+    /// Writes job `job`'s owner (a row for a user, none for the admin) inside `tx`: done before
+    /// the job's own rows (see the module documentation).
+    pub fn write_owner(
+        tx: &rusqlite::Transaction,
+        job: u64,
+        owner: &str,
+    ) -> Result<(), StoreError> {
+        if owner == ADMIN {
+            tx.execute("DELETE FROM job_owners WHERE job = ?1", params![job as i64])?;
+        } else {
+            tx.execute(
+                "INSERT INTO job_owners(job, owner) VALUES (?1, ?2)
+                 ON CONFLICT(job) DO UPDATE SET owner = ?2",
+                params![job as i64, owner],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Job `job` was accepted for `owner`.
+    pub fn set_owner(&mut self, job: u64, owner: &str) {
+        if owner != ADMIN {
+            let owner = self.intern(owner);
+            self.owners.insert(job, owner);
+        }
+    }
+
+    /// Deletes the owner rows of purged jobs inside `tx`.
+    pub fn delete_owners(tx: &rusqlite::Transaction, jobs: &[u64]) -> Result<(), StoreError> {
+        let mut stmt = tx.prepare_cached("DELETE FROM job_owners WHERE job = ?1")?;
+        for &job in jobs {
+            stmt.execute(params![job as i64])?;
+        }
+        Ok(())
+    }
+
+    /// Memory after [`Users::delete_owners`] committed.
+    pub fn purged(&mut self, jobs: &[u64]) {
+        for job in jobs {
+            self.owners.remove(job);
+        }
+    }
+
+    /// `name` as the shared string of a known user (one allocation per user, not per job).
+    fn intern(&self, name: &str) -> Arc<str> {
+        self.users
+            .get_key_value(name)
+            .map_or_else(|| name.into(), |(k, _)| k.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_short_lower_case_words_and_admin_is_taken() {
+        assert!(check_name("alice").is_ok());
+        assert!(check_name("a.b_c-9").is_ok());
+        for bad in [
+            "",
+            "Alice",
+            "9lives",
+            "a b",
+            "a/b",
+            "admin",
+            &"x".repeat(33),
+        ] {
+            assert!(check_name(bad).is_err(), "{bad:?} was accepted");
+        }
+        assert!(check_name("admin").expect_err("taken").contains("the admin's"));
+    }
+
+    #[test]
+    fn a_token_is_found_by_its_hash_only() {
+        let t = new_token();
+        assert_eq!(t.len(), 64);
+        assert_eq!(token_hash(&t), token_hash(&t));
+        assert_ne!(token_hash(&t), token_hash(&new_token()));
+    }
+}

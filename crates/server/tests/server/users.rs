@@ -1,0 +1,486 @@
+//! Users (docs/runtime.md, "Users"): the admin adds users, each with a token of its own; a
+//! user sees every job but changes, and reads the logs of, only its own; node, queue and user
+//! management is the admin's; a removed or rotated token is refused at once; users, tokens and
+//! owners survive a restart; `--singleton` and a user's purge look at the user's own jobs.
+
+use crate::common;
+
+use common::serve;
+use hetsched_proto as pb;
+use hetsched_proto::client_client::ClientClient;
+use hetsched_server::ServerConfig;
+use hetsched_server::state::State;
+use hetsched_server::state::types::{PurgeSelection, Submission};
+use hetsched_server::store::Store;
+use hetsched_server::users::ADMIN;
+use std::path::Path;
+use tonic::Code;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+type Api = ClientClient<InterceptedService<Channel, pb::TokenInterceptor>>;
+
+const JOB: &str =
+    "[[application]]\nname = \"sim\"\ntasks = 3\n[application.cpu]\ncommand = \"true\"\n";
+
+fn api(channel: &Channel, token: &str) -> Api {
+    ClientClient::with_interceptor(
+        channel.clone(),
+        pb::TokenInterceptor::new(token).expect("ascii token"),
+    )
+}
+
+async fn add_user(admin: &mut Api, name: &str, rotate: bool) -> String {
+    admin
+        .add_user(pb::AddUserRequest {
+            name: name.into(),
+            rotate,
+        })
+        .await
+        .expect("the admin adds a user")
+        .into_inner()
+        .token
+}
+
+/// Submits a held job (nothing runs) named `name`.
+async fn submit(api: &mut Api, name: &str) -> u64 {
+    api.submit(pb::SubmitRequest {
+        origin: "job.toml".into(),
+        text: JOB.into(),
+        name: name.into(),
+        hold: true,
+        ..Default::default()
+    })
+    .await
+    .expect("submitted")
+    .into_inner()
+    .job_id
+}
+
+/// The code and message of a refused call.
+fn refused<T: std::fmt::Debug>(r: Result<tonic::Response<T>, tonic::Status>) -> (Code, String) {
+    let e = r.expect_err("refused");
+    (e.code(), e.message().to_string())
+}
+
+async fn owners(api: &mut Api, selectable: bool) -> Vec<(u64, String)> {
+    api.list_jobs(pb::ListJobsRequest {
+        selectable,
+        ..Default::default()
+    })
+    .await
+    .expect("listed")
+    .into_inner()
+    .jobs
+    .into_iter()
+    .map(|j| (j.id, j.owner))
+    .collect()
+}
+
+#[tokio::test]
+async fn users_change_only_their_own_jobs_and_the_admin_changes_every_job() {
+    let dir = common::scratch("users", "own");
+    let config = ServerConfig {
+        data_dir: dir.to_path_buf(),
+        ..Default::default()
+    };
+    let (server, channel) = serve(config.clone()).await;
+    let mut admin = api(&channel, &server.token);
+    let alice_token = add_user(&mut admin, "alice", false).await;
+    let bob_token = add_user(&mut admin, "bob", false).await;
+    assert_ne!(alice_token, bob_token);
+    let (mut alice, mut bob) = (api(&channel, &alice_token), api(&channel, &bob_token));
+
+    // Who is who.
+    let me = bob.who_am_i(pb::WhoAmIRequest {}).await.expect("whoami");
+    assert_eq!(
+        (me.get_ref().name.as_str(), me.get_ref().admin),
+        ("bob", false)
+    );
+    let me = admin.who_am_i(pb::WhoAmIRequest {}).await.expect("whoami");
+    assert_eq!(
+        (me.get_ref().name.as_str(), me.get_ref().admin),
+        (ADMIN, true)
+    );
+
+    // A name taken, a bad name, a user adding users.
+    let (code, msg) = refused(
+        admin
+            .add_user(pb::AddUserRequest {
+                name: "alice".into(),
+                rotate: false,
+            })
+            .await,
+    );
+    assert_eq!(code, Code::AlreadyExists, "{msg}");
+    assert!(msg.contains("--rotate"), "{msg}");
+    for bad in ["Alice", "admin", "a b"] {
+        let (code, msg) = refused(
+            admin
+                .add_user(pb::AddUserRequest {
+                    name: bad.into(),
+                    rotate: false,
+                })
+                .await,
+        );
+        assert_eq!(code, Code::InvalidArgument, "{bad}: {msg}");
+    }
+    let (code, msg) = refused(
+        alice
+            .add_user(pb::AddUserRequest {
+                name: "mallory".into(),
+                rotate: false,
+            })
+            .await,
+    );
+    assert_eq!(code, Code::PermissionDenied, "{msg}");
+    assert!(
+        msg.contains("is for the admin") && msg.contains("alice"),
+        "{msg}"
+    );
+    let (code, _) = refused(alice.list_users(pb::ListUsersRequest {}).await);
+    assert_eq!(code, Code::PermissionDenied);
+
+    let a = submit(&mut alice, "prep").await;
+    let b = submit(&mut bob, "prep").await;
+    let root = submit(&mut admin, "prep").await;
+
+    // Everyone sees every job and whose it is; a selection picks among one's own.
+    let all = vec![
+        (a, "alice".to_string()),
+        (b, "bob".to_string()),
+        (root, ADMIN.to_string()),
+    ];
+    assert_eq!(owners(&mut bob, false).await, all);
+    assert_eq!(owners(&mut bob, true).await, vec![(b, "bob".to_string())]);
+    assert_eq!(owners(&mut admin, true).await, all);
+    let only_alice = admin
+        .list_jobs(pb::ListJobsRequest {
+            owner: "alice".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("listed")
+        .into_inner();
+    assert_eq!(only_alice.jobs.len(), 1);
+    assert_eq!(only_alice.jobs[0].id, a);
+    let job = bob
+        .get_job(pb::GetJobRequest {
+            job_id: a,
+            wait_ms: 0,
+        })
+        .await
+        .expect("anyone reads a job")
+        .into_inner();
+    assert_eq!(job.owner, "alice");
+
+    // Bob changes nothing of Alice's, and each refusal says whose the job is.
+    let denied = |(code, msg): (Code, String), what: &str| {
+        assert_eq!(code, Code::PermissionDenied, "{what}: {msg}");
+        assert!(
+            msg.contains(&format!("job {a} belongs to alice")),
+            "{what}: {msg}"
+        );
+    };
+    denied(
+        refused(
+            bob.cancel(pb::CancelRequest {
+                job_id: a,
+                ..Default::default()
+            })
+            .await,
+        ),
+        "cancel",
+    );
+    denied(
+        refused(
+            bob.cancel(pb::CancelRequest {
+                job_id: a,
+                indices: "1".into(),
+                ..Default::default()
+            })
+            .await,
+        ),
+        "cancel --tasks",
+    );
+    denied(
+        refused(
+            bob.hold(pb::HoldRequest {
+                job_id: a,
+                hold: false,
+            })
+            .await,
+        ),
+        "release",
+    );
+    denied(
+        refused(
+            bob.update(pb::UpdateRequest {
+                job_id: a,
+                priority: Some(9),
+                ..Default::default()
+            })
+            .await,
+        ),
+        "update",
+    );
+    denied(
+        refused(
+            bob.signal(pb::SignalRequest {
+                job_id: a,
+                signal: "USR1".into(),
+                ..Default::default()
+            })
+            .await,
+        ),
+        "signal",
+    );
+    denied(
+        refused(
+            bob.resubmit(pb::ResubmitRequest {
+                job_id: a,
+                failed: true,
+                ..Default::default()
+            })
+            .await,
+        ),
+        "resubmit",
+    );
+    denied(
+        refused(
+            bob.read_log(pb::ReadLogRequest {
+                job_id: a,
+                task: "sim:0".into(),
+                ..Default::default()
+            })
+            .await,
+        ),
+        "log",
+    );
+    // The job is untouched: still held, its three tasks pending.
+    let job = admin
+        .get_job(pb::GetJobRequest {
+            job_id: a,
+            wait_ms: 0,
+        })
+        .await
+        .expect("job")
+        .into_inner();
+    assert!(job.held);
+    assert_eq!(job.counts.expect("counts").pending, 3);
+
+    // Nodes and queues are the admin's.
+    let (code, msg) = refused(
+        bob.drain_node(pb::DrainNodeRequest {
+            name: "n1".into(),
+            drain: true,
+            ..Default::default()
+        })
+        .await,
+    );
+    assert_eq!(code, Code::PermissionDenied, "{msg}");
+    assert!(msg.contains("draining or resuming a node"), "{msg}");
+
+    // Alice changes her own job; the admin changes Bob's.
+    alice
+        .hold(pb::HoldRequest {
+            job_id: a,
+            hold: false,
+        })
+        .await
+        .expect("alice releases her job");
+    alice
+        .cancel(pb::CancelRequest {
+            job_id: a,
+            ..Default::default()
+        })
+        .await
+        .expect("alice cancels her job");
+    admin
+        .cancel(pb::CancelRequest {
+            job_id: b,
+            ..Default::default()
+        })
+        .await
+        .expect("the admin cancels bob's job");
+    // Bob purges nothing of Alice's even when it picks "every finished job".
+    let (code, msg) = refused(
+        bob.purge(pb::PurgeRequest {
+            job_ids: vec![a],
+            ..Default::default()
+        })
+        .await,
+    );
+    assert_eq!(code, Code::PermissionDenied, "{msg}");
+    let purged = bob
+        .purge(pb::PurgeRequest {
+            has_keep: true,
+            keep: 0,
+            ..Default::default()
+        })
+        .await
+        .expect("bob purges his finished jobs")
+        .into_inner();
+    assert_eq!(purged.purged, vec![b], "only bob's own finished job");
+
+    // A removed user's token, and a rotated one's old token, are refused at once.
+    let removed = admin
+        .remove_user(pb::RemoveUserRequest { name: "bob".into() })
+        .await
+        .expect("removed")
+        .into_inner();
+    assert_eq!(removed.unfinished_jobs, 0);
+    let (code, _) = refused(bob.who_am_i(pb::WhoAmIRequest {}).await);
+    assert_eq!(code, Code::Unauthenticated);
+    let new_alice = add_user(&mut admin, "alice", true).await;
+    let (code, _) = refused(alice.who_am_i(pb::WhoAmIRequest {}).await);
+    assert_eq!(code, Code::Unauthenticated, "the old token is refused");
+    let mut alice = api(&channel, &new_alice);
+    let c = submit(&mut alice, "later").await;
+    server.stop().await.expect("stops");
+
+    // After a restart: the rotated token works, the removed one does not, owners stay.
+    let (server, channel) = serve(config).await;
+    let mut alice = api(&channel, &new_alice);
+    let me = alice.who_am_i(pb::WhoAmIRequest {}).await.expect("whoami");
+    assert_eq!(me.get_ref().name, "alice");
+    let (code, _) = refused(
+        api(&channel, &bob_token)
+            .who_am_i(pb::WhoAmIRequest {})
+            .await,
+    );
+    assert_eq!(code, Code::Unauthenticated);
+    assert_eq!(
+        owners(&mut alice, false).await,
+        vec![
+            (a, "alice".to_string()),
+            (root, ADMIN.to_string()),
+            (c, "alice".to_string())
+        ]
+    );
+    let mut admin = api(&channel, &server.token);
+    let users = admin
+        .list_users(pb::ListUsersRequest {})
+        .await
+        .expect("listed")
+        .into_inner()
+        .users;
+    assert_eq!(users.len(), 1);
+    assert_eq!(
+        (
+            users[0].name.as_str(),
+            users[0].jobs,
+            users[0].unfinished_jobs
+        ),
+        ("alice", 2, 1)
+    );
+    // The store holds the token's hash, never the token.
+    let db = std::fs::read(dir.join("state.db")).expect("store");
+    let wal = std::fs::read(dir.join("state.db-wal")).unwrap_or_default();
+    for bytes in [db, wal] {
+        assert!(
+            !bytes
+                .windows(new_alice.len())
+                .any(|w| w == new_alice.as_bytes()),
+            "a token is in the store"
+        );
+    }
+    server.stop().await.expect("stops");
+}
+
+fn open(d: &Path) -> State {
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        ..Default::default()
+    };
+    State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state")
+}
+
+fn submission(name: &str, singleton: bool) -> Submission {
+    Submission {
+        origin: "job.toml".into(),
+        text: JOB.into(),
+        workdir: String::new(),
+        key: String::new(),
+        name: name.into(),
+        divisible_input: Vec::new(),
+        after: Vec::new(),
+        after_any: Vec::new(),
+        after_notok: Vec::new(),
+        after_corr: Vec::new(),
+        after_start: Vec::new(),
+        singleton,
+        hold: true,
+        begin_ms: None,
+    }
+}
+
+#[test]
+fn a_singleton_waits_for_its_own_users_jobs_of_the_name_only_and_a_restart_keeps_the_owners() {
+    let d = common::scratch("users", "singleton");
+    let mut s = open(&d);
+    s.on_add_user("alice", false).expect("alice");
+    s.on_add_user("bob", false).expect("bob");
+    let a1 = s
+        .on_submit_as(submission("nightly", false), "alice")
+        .expect("a1")
+        .job_id;
+    let b1 = s
+        .on_submit_as(submission("nightly", false), "bob")
+        .expect("b1")
+        .job_id;
+    let root = s
+        .on_submit(submission("nightly", false))
+        .expect("root")
+        .job_id;
+    let a2 = s
+        .on_submit_as(submission("nightly", true), "alice")
+        .expect("a2")
+        .job_id;
+    let b2 = s
+        .on_submit_as(submission("nightly", true), "bob")
+        .expect("b2")
+        .job_id;
+    let r2 = s.on_submit(submission("nightly", true)).expect("r2").job_id;
+    assert_eq!(s.get_job(a2).expect("a2").after_any, vec![a1]);
+    assert_eq!(s.get_job(b2).expect("b2").after_any, vec![b1]);
+    assert_eq!(s.get_job(r2).expect("r2").after_any, vec![root]);
+    // A user's purge by age picks among its own finished jobs only.
+    for j in [a1, b1, root] {
+        s.on_cancel(j).expect("cancelled");
+    }
+    let purged = s
+        .on_purge(&PurgeSelection {
+            keep: Some(0),
+            owner: Some("bob".into()),
+            ..Default::default()
+        })
+        .expect("purged");
+    assert_eq!(purged.purged, vec![b1]);
+    drop(s);
+    let s = open(&d);
+    let owners: Vec<&str> = [a1, root, a2, b2, r2]
+        .iter()
+        .map(|&j| s.owner_of(j))
+        .collect();
+    assert_eq!(owners, ["alice", ADMIN, "alice", "bob", ADMIN]);
+    assert_eq!(s.get_job(a2).expect("a2").owner, "alice");
+}
+
+#[test]
+fn a_crash_between_the_owner_row_and_the_job_leaves_the_next_job_its_own_owner() {
+    // The owner row is written first under the id the job will get: a submission refused after
+    // it (here: a bad file) leaves that row, and the next job with that id is its own
+    // submitter's.
+    let d = common::scratch("users", "orphan");
+    let mut s = open(&d);
+    s.on_add_user("alice", false).expect("alice");
+    let mut bad = submission("x", false);
+    bad.text = "[[application]]\nname = 3\n".into();
+    s.on_submit_as(bad, "alice")
+        .expect_err("a bad file is refused");
+    let j = s.on_submit(submission("x", false)).expect("admin's").job_id;
+    assert_eq!(s.owner_of(j), ADMIN);
+    drop(s);
+    assert_eq!(open(&d).owner_of(j), ADMIN, "after a restart too");
+}
