@@ -167,9 +167,10 @@ impl pb::topology_client_server::TopologyClient for ClientService {
         &self,
         r: Request<pb::SubmitTopologyRequest>,
     ) -> Result<Response<pb::TopologyReply>, Status> {
+        let who = crate::service::caller(&r)?;
         let sub = submission(r.into_inner());
         with_state(&self.0, &self.1, Run::Blocking, move |s| {
-            s.topology_submit(sub)
+            s.topology_submit_as(sub, &who.name)
         })
         .await
         .map(reply)
@@ -205,8 +206,10 @@ impl pb::topology_client_server::TopologyClient for ClientService {
         &self,
         r: Request<pb::TopologyName>,
     ) -> Result<Response<pb::TopologyReply>, Status> {
+        let who = crate::service::caller(&r)?;
         let name = r.into_inner().name;
         with_state(&self.0, &self.1, Run::Blocking, move |s| {
+            s.check_topology_owner(&who.name, &name, "kill it")?;
             s.topology_kill(&name)
         })
         .await
@@ -216,8 +219,10 @@ impl pb::topology_client_server::TopologyClient for ClientService {
         &self,
         r: Request<pb::TopologyName>,
     ) -> Result<Response<pb::TopologyReply>, Status> {
+        let who = crate::service::caller(&r)?;
         let name = r.into_inner().name;
         with_state(&self.0, &self.1, Run::Blocking, move |s| {
+            s.check_topology_owner(&who.name, &name, "rebalance it")?;
             s.topology_rebalance(&name)
         })
         .await

@@ -14,6 +14,10 @@
 //! a presented token up by its hash in the [`TokenIndex`] it shares with the state, so a user
 //! added or removed is admitted or refused from the next call on, without a restart.
 //!
+//! Topologies are the same: a user kills and rebalances its own, and cannot submit over another
+//! user's topology of the same name. Their owners are kept by name in `topology_owners`, written
+//! in the same transaction as the topology's record.
+//!
 //! A job's owner is stored in `job_owners` only when it is not the admin (a server with no users
 //! writes nothing more than before, and jobs from before users existed are the admin's). The
 //! row is written in its own transaction *before* the job's rows, under the id the job will get
@@ -115,6 +119,10 @@ pub struct Users {
     users: BTreeMap<Arc<str>, u64>,
     /// The owner of each job that is not the admin's.
     owners: HashMap<u64, Arc<str>>,
+    /// The owner of each topology that is not the admin's, by name.
+    topology_owners: HashMap<String, Arc<str>>,
+    /// A topology submitted in this event and its owner: stored with the event's commit.
+    staged: Option<(String, Arc<str>)>,
 }
 
 impl Users {
@@ -151,6 +159,13 @@ impl Users {
                 .unwrap_or_else(|| owner.into());
             owners.insert(job as u64, owner);
         }
+        let mut topology_owners = HashMap::new();
+        let mut stmt = conn.prepare("SELECT name, owner FROM topology_owners")?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+        for row in rows {
+            let (name, owner) = row?;
+            topology_owners.insert(name, Arc::from(owner));
+        }
         if let Ok(mut i) = index.write() {
             *i = hashes;
         }
@@ -158,6 +173,8 @@ impl Users {
             index,
             users,
             owners,
+            topology_owners,
+            staged: None,
         })
     }
 
@@ -169,6 +186,48 @@ impl Users {
     /// The owner of job `job` ([`ADMIN`] unless a user submitted it).
     pub fn owner(&self, job: u64) -> &str {
         self.owners.get(&job).map_or(ADMIN, |o| o)
+    }
+
+    /// The owner of topology `name` ([`ADMIN`] unless a user submitted it).
+    pub fn topology_owner(&self, name: &str) -> &str {
+        self.topology_owners.get(name).map_or(ADMIN, |o| o)
+    }
+
+    /// Topology `name` was submitted by `owner` in this event: stored by [`Users::persist`].
+    pub fn stage_topology_owner(&mut self, name: &str, owner: &str) {
+        self.staged = Some((name.to_string(), self.intern(owner)));
+    }
+
+    /// Whether the event staged a write.
+    pub fn has_changes(&self) -> bool {
+        self.staged.is_some()
+    }
+
+    /// Writes what the event staged inside the event's transaction.
+    pub fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
+        if let Some((name, owner)) = &self.staged {
+            if &**owner == ADMIN {
+                tx.execute("DELETE FROM topology_owners WHERE name = ?1", params![name])?;
+            } else {
+                tx.execute(
+                    "INSERT INTO topology_owners(name, owner) VALUES (?1, ?2)
+                     ON CONFLICT(name) DO UPDATE SET owner = ?2",
+                    params![name, &**owner],
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Memory after [`Users::persist`] committed.
+    pub fn committed(&mut self) {
+        if let Some((name, owner)) = self.staged.take() {
+            if &*owner == ADMIN {
+                self.topology_owners.remove(&name);
+            } else {
+                self.topology_owners.insert(name, owner);
+            }
+        }
     }
 
     /// Whether user `name` exists.
@@ -308,7 +367,11 @@ mod tests {
         ] {
             assert!(check_name(bad).is_err(), "{bad:?} was accepted");
         }
-        assert!(check_name("admin").expect_err("taken").contains("the admin's"));
+        assert!(
+            check_name("admin")
+                .expect_err("taken")
+                .contains("the admin's")
+        );
     }
 
     #[test]

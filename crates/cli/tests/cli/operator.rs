@@ -2149,3 +2149,123 @@ fn a_scripts_hetsched_lines_are_its_submit_flags_and_typed_flags_win() {
     );
     c.ok(&["submit", "--directives", "off", "--wait", "--", &bad]);
 }
+
+/// `hetsched user add NAME --save FILE` gives a user a token of its own (a new 0600 file); the
+/// user's jobs are its own: another user sees them (`jobs` gets a `user` column) but cannot
+/// change them, and a job name in a user's selection picks among its own jobs only. A removed
+/// user's token is refused at its next call.
+#[test]
+fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
+    use std::os::unix::fs::MetadataExt;
+    let mut c = Cluster::start("users", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    let (alice, bob) = (c.dir.join("alice.token"), c.dir.join("bob.token"));
+    let said = c.ok(&[
+        "user",
+        "add",
+        "alice",
+        "--save",
+        alice.to_str().expect("path"),
+    ]);
+    assert!(said.contains("user alice added"), "{said}");
+    assert_eq!(
+        std::fs::metadata(&alice).expect("token file").mode() & 0o777,
+        0o600
+    );
+    c.refused(
+        &[
+            "user",
+            "add",
+            "carol",
+            "--save",
+            alice.to_str().expect("path"),
+        ],
+        "it must not exist",
+    );
+    c.ok(&["user", "add", "bob", "--save", bob.to_str().expect("path")]);
+    let as_user = |token: &std::path::Path, args: &[&str]| {
+        c.command(args)
+            .env("HETSCHED_TOKEN_FILE", token)
+            .output()
+            .expect("run hetsched")
+    };
+    let ok = |token: &std::path::Path, args: &[&str]| {
+        let out = as_user(token, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    assert_eq!(ok(&alice, &["user", "whoami"]).trim(), "alice");
+    let d = c.dir.display().to_string();
+    let mark = |who: &str| format!("echo > {d}/{who}");
+    ok(
+        &alice,
+        &[
+            "submit",
+            "--hold",
+            "--name",
+            "nightly",
+            "--",
+            "sh",
+            "-c",
+            &mark("alice"),
+        ],
+    );
+    ok(
+        &bob,
+        &[
+            "submit",
+            "--hold",
+            "--name",
+            "nightly",
+            "--",
+            "sh",
+            "-c",
+            &mark("bob"),
+        ],
+    );
+
+    let table = ok(&bob, &["jobs"]);
+    assert!(table.contains("user") && table.contains("alice"), "{table}");
+    let out = as_user(&bob, &["cancel", "1"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("job 1 belongs to alice: only alice or the admin may cancel it"),
+        "{}",
+        text(&out.stderr)
+    );
+    // Bob's `nightly` is his own job 2, not Alice's job 1 of the same name.
+    ok(&bob, &["release", "name:nightly"]);
+    ok(&bob, &["wait", "2", "--timeout", "30s"]);
+    assert!(c.dir.join("bob").exists());
+    assert_eq!(
+        c.json(&["job", "1"])["held"],
+        true,
+        "alice's job is still held"
+    );
+    let mine = ok(&alice, &["jobs", "--mine", "--output", "json"]);
+    let mine: serde_json::Value = serde_json::from_str(&mine).expect("json");
+    assert_eq!(mine.as_array().map(Vec::len), Some(1), "{mine}");
+    assert_eq!(mine[0]["owner"], "alice");
+
+    // Users are the admin's to manage.
+    let out = as_user(&alice, &["user", "list"]);
+    assert!(
+        text(&out.stderr).contains("is for the admin"),
+        "{}",
+        text(&out.stderr)
+    );
+    let users = c.json(&["user", "list"]);
+    assert_eq!(users[0]["name"], "alice");
+    assert_eq!(users[0]["unfinished_jobs"], 1);
+    c.ok(&["user", "remove", "bob"]);
+    let out = as_user(&bob, &["jobs"]);
+    assert!(
+        text(&out.stderr).contains("the server refused the token"),
+        "{}",
+        text(&out.stderr)
+    );
+    ok(&alice, &["release", "1"]);
+    ok(&alice, &["wait", "1", "--timeout", "30s"]);
+    assert!(c.dir.join("alice").exists());
+}

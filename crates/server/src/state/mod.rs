@@ -138,11 +138,11 @@ pub enum StateError {
     /// A topology request was refused.
     #[error(transparent)]
     Topology(#[from] crate::jobs::topology::TopologyError),
-    /// A user asked to act on another user's job ([`crate::users`]).
-    #[error("job {job} belongs to {owner}: only {owner} or the admin may {action}")]
+    /// A user asked to act on another user's job or topology ([`crate::users`]).
+    #[error("{what} belongs to {owner}: only {owner} or the admin may {action}")]
     NotOwner {
-        /// The job.
-        job: u64,
+        /// The job (`job 7`) or topology (`topology `wc``).
+        what: String,
         /// Its owner.
         owner: String,
         /// What was asked (`cancel it`, `read its logs` …).
@@ -671,15 +671,15 @@ impl State {
             self.roll_back(&e);
             return Err(e);
         }
-        if !self.jobs.all().iter().any(|k| k.has_changes()) {
+        if !self.jobs.all().iter().any(|k| k.has_changes()) && !self.users.has_changes() {
             return Ok(());
         }
-        let jobs = &self.jobs;
+        let (jobs, users) = (&self.jobs, &self.users);
         let written = self.store.transaction(|tx| {
             for kind in jobs.all() {
                 kind.persist(tx)?;
             }
-            Ok(())
+            users.persist(tx)
         });
         match written {
             Ok(()) => {
@@ -693,6 +693,7 @@ impl State {
                 for kind in self.jobs.all_mut() {
                     kind.committed();
                 }
+                self.users.committed();
                 self.commits.send_modify(|c| *c = c.wrapping_add(1));
                 Ok(())
             }

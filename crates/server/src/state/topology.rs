@@ -14,7 +14,7 @@ impl State {
     fn topology_event<T>(
         &mut self,
         writes: bool,
-        f: impl FnOnce(&mut Topology) -> Result<T, TopologyError>,
+        f: impl FnOnce(&mut Topology, &mut crate::users::Users) -> Result<T, TopologyError>,
     ) -> Result<T, StateError> {
         if writes && self.paused() {
             return Err(StateError::Invalid(
@@ -27,7 +27,7 @@ impl State {
         // Placements see the cores batch tasks and other topologies hold.
         self.jobs.topology.see_view(&self.view, &self.nodes);
         let before = self.jobs.topology.placements_key();
-        let answer = f(&mut self.jobs.topology);
+        let answer = f(&mut self.jobs.topology, &mut self.users);
         self.jobs.topology.rebook(&mut self.view, &self.nodes);
         self.commit()?;
         // After the commit: a refused write rebuilt the kind, which woke every waiter already.
@@ -50,27 +50,92 @@ impl State {
         &mut self,
         sub: TopologySubmission,
     ) -> Result<serde_json::Value, StateError> {
-        self.topology_event(true, |t| t.submit(sub))
+        self.topology_submit_as(sub, crate::users::ADMIN)
+    }
+
+    /// `hetsched topology submit` by `owner` (a user's name or [`crate::users::ADMIN`]): the
+    /// topology is `owner`'s; a topology of the same name (killed: a running one is refused
+    /// anyway) is replaced only by its owner or the admin.
+    pub fn topology_submit_as(
+        &mut self,
+        sub: TopologySubmission,
+        owner: &str,
+    ) -> Result<serde_json::Value, StateError> {
+        // A file that does not parse is refused by the submission itself, naming what is wrong.
+        if let Ok(topo) =
+            hetsched_core::input::stream_code::parse_runnable_topology(&sub.origin, &sub.text)
+        {
+            let name = &topo.topology.name;
+            if self.jobs.topology.show(name).is_ok() {
+                self.check_topology_owner(owner, name, "submit a topology of its name")?;
+            }
+        }
+        let answer = self.topology_event(true, |t, users| {
+            let status = t.submit(sub)?;
+            if let Some(name) = status["name"].as_str() {
+                users.stage_topology_owner(name, owner);
+            }
+            Ok(status)
+        })?;
+        Ok(self.with_owner(answer))
+    }
+
+    /// Refuses user `who` doing `action` to topology `name` unless it is its own (the admin
+    /// may do anything; an unknown name passes, and the request itself says so).
+    pub fn check_topology_owner(
+        &self,
+        who: &str,
+        name: &str,
+        action: &'static str,
+    ) -> Result<(), StateError> {
+        let owner = self.users.topology_owner(name);
+        if who == crate::users::ADMIN || owner == who {
+            return Ok(());
+        }
+        Err(StateError::NotOwner {
+            what: format!("topology `{name}`"),
+            owner: owner.to_string(),
+            action,
+        })
+    }
+
+    /// A topology's status (or a list of them) with each one's owner.
+    fn with_owner(&self, mut v: serde_json::Value) -> serde_json::Value {
+        let set = |s: &mut serde_json::Value| {
+            let owner = s["name"]
+                .as_str()
+                .map(|n| self.users.topology_owner(n).to_string());
+            if let (Some(o), Some(map)) = (owner, s.as_object_mut()) {
+                map.insert("owner".into(), serde_json::Value::String(o));
+            }
+        };
+        match v.as_array_mut() {
+            Some(list) => list.iter_mut().for_each(set),
+            None => set(&mut v),
+        }
+        v
     }
 
     /// `hetsched topology list`.
     pub fn topology_list(&self) -> serde_json::Value {
-        self.jobs.topology.list()
+        self.with_owner(self.jobs.topology.list())
     }
 
     /// `hetsched topology show NAME`.
     pub fn topology_show(&self, name: &str) -> Result<serde_json::Value, StateError> {
-        Ok(self.jobs.topology.show(name)?)
+        Ok(self.with_owner(self.jobs.topology.show(name)?))
     }
 
     /// `hetsched topology kill NAME`.
     pub fn topology_kill(&mut self, name: &str) -> Result<serde_json::Value, StateError> {
-        self.topology_event(true, |t| t.kill(name))
+        let v = self.topology_event(true, |t, _| t.kill(name))?;
+        Ok(self.with_owner(v))
     }
 
     /// `hetsched topology rebalance NAME`.
     pub fn topology_rebalance(&mut self, name: &str) -> Result<serde_json::Value, StateError> {
-        self.topology_event(true, |t| t.rebalance(name))
+        let v = self.topology_event(true, |t, _| t.rebalance(name))?;
+        Ok(self.with_owner(v))
     }
 
     /// One agent's worker sync.
@@ -81,7 +146,7 @@ impl State {
     ) -> Result<WorkersToRun, StateError> {
         // What the node offers topologies that `requires` attributes: its registration's.
         seen.attributes = self.nodes.attributes_of(&seen.node);
-        self.topology_event(false, |t| Ok(t.sync(seen, from)))
+        self.topology_event(false, |t, _| Ok(t.sync(seen, from)))
     }
 
     /// The controller's periodic pass (skipped while the store refuses writes).
@@ -89,7 +154,7 @@ impl State {
         if self.paused() {
             return Ok(());
         }
-        self.topology_event(false, |t| {
+        self.topology_event(false, |t, _| {
             t.tick();
             Ok(())
         })

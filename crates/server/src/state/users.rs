@@ -53,7 +53,7 @@ impl State {
             Ok(())
         } else {
             Err(StateError::NotOwner {
-                job,
+                what: format!("job {job}"),
                 owner: owner.to_string(),
                 action,
             })

@@ -484,3 +484,85 @@ fn a_crash_between_the_owner_row_and_the_job_leaves_the_next_job_its_own_owner()
     drop(s);
     assert_eq!(open(&d).owner_of(j), ADMIN, "after a restart too");
 }
+
+/// One spout and one bolt (as `topology_kind`'s).
+const TOPOLOGY: &str = r#"
+name = "pipe"
+
+[[component]]
+name = "numbers"
+kind = "spout"
+parallelism = 1
+cpu = 50.0
+builtin = "sequence-spout"
+
+[[component]]
+name = "keep"
+kind = "bolt"
+parallelism = 1
+cpu = 50.0
+builtin = "filter"
+
+[[stream]]
+from = "numbers"
+to = "keep"
+grouping = "shuffle"
+rate = 10.0
+"#;
+
+fn topology() -> hetsched_server::jobs::topology::TopologySubmission {
+    hetsched_server::jobs::topology::TopologySubmission {
+        origin: "pipe.toml".into(),
+        text: TOPOLOGY.into(),
+        base_dir: "/".into(),
+        placer: "one-phase".into(),
+        interval_ms: 0,
+        max_utilisation: 0.9,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_users_topology_is_killed_rebalanced_and_replaced_by_it_or_the_admin_only() {
+    let d = common::scratch("users", "topology");
+    let mut s = open(&d);
+    s.on_add_user("alice", false).expect("alice");
+    s.on_add_user("bob", false).expect("bob");
+    let status = s
+        .topology_submit_as(topology(), "alice")
+        .expect("submitted");
+    assert_eq!(status["owner"], "alice");
+    let e = s
+        .check_topology_owner("bob", "pipe", "kill it")
+        .expect_err("bob may not kill alice's topology");
+    assert_eq!(
+        e.to_string(),
+        "topology `pipe` belongs to alice: only alice or the admin may kill it"
+    );
+    s.check_topology_owner("alice", "pipe", "kill it")
+        .expect("alice may");
+    s.check_topology_owner(ADMIN, "pipe", "kill it")
+        .expect("the admin may");
+    s.topology_kill("pipe").expect("killed");
+    // A killed topology's name is still its owner's.
+    let e = s
+        .topology_submit_as(topology(), "bob")
+        .expect_err("bob may not submit over alice's topology");
+    assert!(e.to_string().contains("belongs to alice"), "{e}");
+    assert_eq!(s.topology_list()[0]["owner"], "alice");
+    drop(s);
+    let mut s = open(&d);
+    assert_eq!(s.topology_show("pipe").expect("shown")["owner"], "alice");
+    // The admin's submission makes it the admin's.
+    let status = s
+        .topology_submit(topology())
+        .expect("the admin replaces it");
+    assert_eq!(status["owner"], ADMIN);
+    s.check_topology_owner("alice", "pipe", "kill it")
+        .expect_err("no longer alice's");
+    drop(s);
+    assert_eq!(
+        open(&d).topology_show("pipe").expect("shown")["owner"],
+        ADMIN
+    );
+}
