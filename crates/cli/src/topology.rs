@@ -202,8 +202,18 @@ async fn run_async(cmd: TopologyCommand) -> anyhow::Result<()> {
             match a.client.output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&v)?),
                 Output::Table | Output::Dot => {
-                    let mut t = table(&[
-                        "name",
+                    // Whose each is: a column once a user's topology is listed.
+                    let owner = |s: &Value| s["owner"].as_str().unwrap_or("").to_string();
+                    let owners = v
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|s| !matches!(owner(s).as_str(), "" | "admin"));
+                    let mut header = vec!["name"];
+                    if owners {
+                        header.push("user");
+                    }
+                    header.extend([
                         "state",
                         "placer",
                         "nodes",
@@ -212,9 +222,13 @@ async fn run_async(cmd: TopologyCommand) -> anyhow::Result<()> {
                         "tuples/s",
                         "inter-node t/s",
                     ]);
+                    let mut t = table(&header);
                     for s in v.as_array().into_iter().flatten() {
-                        t.add_row(vec![
-                            s["name"].as_str().unwrap_or("").to_string(),
+                        let mut row = vec![s["name"].as_str().unwrap_or("").to_string()];
+                        if owners {
+                            row.push(owner(s));
+                        }
+                        row.extend([
                             s["state"].as_str().unwrap_or("").to_string(),
                             s["placer"].as_str().unwrap_or("").to_string(),
                             s["nodes_used"].to_string(),
@@ -233,6 +247,7 @@ async fn run_async(cmd: TopologyCommand) -> anyhow::Result<()> {
                                 s["inter_node_tuples_per_s"].as_f64().unwrap_or(0.0)
                             ),
                         ]);
+                        t.add_row(row);
                     }
                     println!("{t}");
                 }
