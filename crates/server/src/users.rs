@@ -20,9 +20,10 @@
 //!
 //! A job's owner is stored in `job_owners` only when it is not the admin (a server with no users
 //! writes nothing more than before, and jobs from before users existed are the admin's). The
-//! row is written in its own transaction *before* the job's rows, under the id the job will get
-//! (an admin job's id has its row deleted instead): a crash or a refused submission between the
-//! two leaves a row for an id not handed out, which the next submission overwrites.
+//! row is written in its own transaction *before* the job's rows, under the id the job will get:
+//! a crash or a refused submission between the two leaves a row for an id not handed out, which
+//! memory keeps (restored with the others) and the next submission under that id overwrites, or
+//! deletes for an admin's job. An admin's job under an id with no row writes nothing.
 
 use crate::store::StoreError;
 use rusqlite::{Connection, params};
@@ -316,9 +317,11 @@ impl Users {
         Ok(())
     }
 
-    /// Job `job` was accepted for `owner`.
+    /// Job `job` is `owner`'s ([`Users::write_owner`] committed).
     pub fn set_owner(&mut self, job: u64, owner: &str) {
-        if owner != ADMIN {
+        if owner == ADMIN {
+            self.owners.remove(&job);
+        } else {
             let owner = self.intern(owner);
             self.owners.insert(job, owner);
         }

@@ -1099,9 +1099,13 @@ impl State {
             }
         }
         let id = self.ids.next()?;
-        // The owner's row goes first, under the id the job will get (see `crate::users`).
-        self.store
-            .transaction(|tx| crate::users::Users::write_owner(tx, id, owner))?;
+        // The owner's row goes first, under the id the job will get (see `crate::users`); an
+        // admin's job writes nothing unless a refused user submission left a row for the id.
+        if self.users.owner(id) != owner {
+            self.store
+                .transaction(|tx| crate::users::Users::write_owner(tx, id, owner))?;
+            self.users.set_owner(id, owner);
+        }
         let live = self.nodes.live_specs();
         let (kind, done) = if let Some(prepared) =
             crate::jobs::divisible::prepare(&sub.origin, &sub.text, &sub.divisible_input, &live)?
@@ -1133,7 +1137,6 @@ impl State {
             self.check_owner(owner, done.job_id, "submit again")?;
         } else {
             self.ids.add(done.job_id, kind);
-            self.users.set_owner(done.job_id, owner);
         }
         self.waits_due = true;
         if let Err(e) = self.commit() {

@@ -481,8 +481,18 @@ fn a_crash_between_the_owner_row_and_the_job_leaves_the_next_job_its_own_owner()
         .expect_err("a bad file is refused");
     let j = s.on_submit(submission("x", false)).expect("admin's").job_id;
     assert_eq!(s.owner_of(j), ADMIN);
+    // The admin's jobs are stored as before: no owner rows.
+    for _ in 0..3 {
+        s.on_submit(submission("y", false)).expect("admin's");
+    }
     drop(s);
     assert_eq!(open(&d).owner_of(j), ADMIN, "after a restart too");
+    let store = Store::open(&d.join("state.db")).expect("store");
+    let rows: i64 = store
+        .conn()
+        .query_row("SELECT COUNT(*) FROM job_owners", [], |r| r.get(0))
+        .expect("count");
+    assert_eq!(rows, 0);
 }
 
 /// One spout and one bolt (as `topology_kind`'s).
