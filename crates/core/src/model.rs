@@ -22,4 +22,6 @@ pub use cluster::{Accelerator, Cluster, ClusterError, Node, Rack};
 pub use ids::{AppId, NodeId, RackId, TaskId};
 pub use resources::Resources;
 pub use slots::Slots;
-pub use view::{AppState, Assignment, Held, NodeReport, NodeState, SchedulerView, ViewError};
+pub use view::{
+    AppState, Assignment, GroupState, Held, NodeReport, NodeState, SchedulerView, ViewError,
+};

@@ -160,6 +160,13 @@ impl AppBuilder {
         });
         self
     }
+    /// Each CPU task holds `cores` cores (after [`AppBuilder::cpu`]).
+    pub fn cpu_cores(mut self, cores: u32) -> Self {
+        if let Some(cpu) = &mut self.app.cpu {
+            cpu.request.cores = cores;
+        }
+        self
+    }
     /// The application, with id `id`.
     pub fn build(mut self, id: AppId) -> Application {
         self.app.id = id;

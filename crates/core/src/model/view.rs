@@ -118,6 +118,26 @@ pub struct AppState {
     pub need: Need,
     /// Whether its tasks need an accelerator (spec 01; `none` unless the driver sets it).
     pub accelerator: AcceleratorNeed,
+    /// The group whose cap on cores its running tasks count against
+    /// ([`SchedulerView::set_app_group`]; the runtime's users); `None`: no group.
+    pub group: Option<u32>,
+}
+
+/// A group of applications whose running tasks share a cap on the cores they hold (the
+/// runtime's per-user `--max-cores`, Slurm's `MaxTRESPerUser=cpu=N`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GroupState {
+    /// The most cores the group's running tasks may hold at once; 0: no cap.
+    pub max_cores: u32,
+    /// Cores its running tasks hold now (a multi-node task: every core of the nodes it holds).
+    pub cores: u32,
+}
+
+impl GroupState {
+    /// Whether a task holding `cores` more fits under the cap.
+    pub fn has_room(&self, cores: u32) -> bool {
+        self.max_cores == 0 || self.cores.saturating_add(cores) <= self.max_cores
+    }
 }
 
 /// How [`SchedulerView::app`] reads a retired application (its job was purged): no tasks,
@@ -132,6 +152,7 @@ pub static RETIRED: AppState = AppState {
     usage: Resources::new(0, 0, 0),
     need: Need::CpuOnly,
     accelerator: AcceleratorNeed::None,
+    group: None,
 };
 
 impl AppState {
@@ -216,6 +237,8 @@ pub struct SchedulerView {
     /// placement visits these, not every application ever added (a server that ran 100,000
     /// one-task jobs keeps their applications, each with nothing pending).
     with_pending: std::collections::BTreeSet<AppId>,
+    /// Groups of applications sharing a cap on cores, by group id ([`GroupState`]).
+    groups: Vec<GroupState>,
 }
 
 impl SchedulerView {
@@ -422,6 +445,7 @@ impl SchedulerView {
             usage: Resources::default(),
             need,
             accelerator: AcceleratorNeed::None,
+            group: None,
         });
         self.note_pending(expected);
         Ok(expected)
@@ -590,6 +614,9 @@ impl SchedulerView {
         if !n.free.fits(&request) {
             return false;
         }
+        if !self.group_has_room(a.group, request.cores) {
+            return false;
+        }
         // A task that may run longer than the node has left would be stopped half-way.
         if let (Some(end), Some(limit)) = (n.ends_at, a.app.time_limit(variant))
             && limit > end.saturating_sub(self.now)
@@ -670,6 +697,75 @@ impl SchedulerView {
     /// Whether `app` is kept off `node` now ([`SchedulerView::set_excluded`]).
     pub fn is_excluded(&self, app: AppId, node: NodeId) -> bool {
         self.excluded.contains(&(app, node))
+    }
+
+    /// Sets group `group`'s cap on the cores its applications' running tasks hold at once (0: no
+    /// cap); tasks already running keep theirs, and new ones start while the group is under it.
+    pub fn set_group_cap(&mut self, group: u32, max_cores: u32) {
+        self.group_mut(group).max_cores = max_cores;
+    }
+
+    /// Group `group` as it stands (an unknown group: no cap, nothing held).
+    pub fn group(&self, group: u32) -> GroupState {
+        self.groups.get(group as usize).copied().unwrap_or_default()
+    }
+
+    /// Puts application `app` in group `group` (`None`: in none): the cores its running tasks
+    /// hold move to the group, and its tasks start only while the group is under its cap.
+    pub fn set_app_group(&mut self, app: AppId, group: Option<u32>) -> Result<(), ViewError> {
+        let held = self.cores_held_by(app);
+        let a = self
+            .apps
+            .get_mut(app.index())
+            .ok_or(ViewError::UnknownApp(app))?;
+        let old = std::mem::replace(&mut a.group, group);
+        if let Some(g) = group {
+            self.group_mut(g);
+        }
+        self.group_sub(old, held);
+        self.group_add(group, held);
+        Ok(())
+    }
+
+    /// Cores the running tasks of `app` hold (a multi-node task: every core of its nodes).
+    fn cores_held_by(&self, app: AppId) -> u32 {
+        let single = self.apps.get(app.index()).map_or(0, |a| a.usage.cores);
+        let multi: u32 = self
+            .multi_node
+            .iter()
+            .filter(|((a, _), _)| *a == app)
+            .flat_map(|(_, held)| held.iter().map(|h| h.resources.cores))
+            .sum();
+        single + multi
+    }
+
+    fn group_mut(&mut self, group: u32) -> &mut GroupState {
+        let i = group as usize;
+        if self.groups.len() <= i {
+            self.groups.resize(i + 1, GroupState::default());
+        }
+        &mut self.groups[i]
+    }
+
+    fn group_has_room(&self, group: Option<u32>, cores: u32) -> bool {
+        group.is_none_or(|g| self.group(g).has_room(cores))
+    }
+
+    fn group_add(&mut self, group: Option<u32>, cores: u32) {
+        if let Some(gs) = group.and_then(|g| self.groups.get_mut(g as usize)) {
+            gs.cores = gs.cores.saturating_add(cores);
+        }
+    }
+
+    fn group_sub(&mut self, group: Option<u32>, cores: u32) {
+        if let Some(gs) = group.and_then(|g| self.groups.get_mut(g as usize)) {
+            gs.cores = gs.cores.saturating_sub(cores);
+        }
+    }
+
+    /// Whether another task of `app` (holding `cores`) fits under its group's cap.
+    pub fn group_room(&self, app: AppId, cores: u32) -> bool {
+        self.group_has_room(self.apps.get(app.index()).and_then(|a| a.group), cores)
     }
 
     /// Changes `app`'s scheduling priority (`hetsched update --priority`): every placement from
@@ -876,6 +972,8 @@ impl SchedulerView {
             Variant::Cpu => a.dispatched_cpu += 1,
             Variant::Gpu => a.dispatched_gpu += 1,
         }
+        let group = a.group;
+        self.group_add(group, request.cores);
         if emptied {
             self.with_pending.remove(&app);
         }
@@ -984,6 +1082,8 @@ impl SchedulerView {
         };
         a.running += 1;
         a.dispatched_cpu += 1;
+        let group = a.group;
+        self.group_add(group, held.iter().map(|h| h.resources.cores).sum());
         self.note_pending(app);
         if let Some(n) = self.nodes.get_mut(root.index()) {
             n.running += 1;
@@ -1023,7 +1123,9 @@ impl SchedulerView {
             .ok_or(ViewError::UnknownApp(running.app))?;
         a.running += 1;
         a.dispatched_cpu += 1;
+        let group = a.group;
         let held: Vec<Held> = nodes.iter().map(|&n| self.hold_free(n)).collect();
+        self.group_add(group, held.iter().map(|h| h.resources.cores).sum());
         if let Some(n) = nodes.first().and_then(|r| self.nodes.get_mut(r.index())) {
             n.running += 1;
         }
@@ -1035,6 +1137,8 @@ impl SchedulerView {
         if let Some(held) = self.multi_node.remove(&(done.app, done.task)) {
             if let Some(a) = self.apps.get_mut(done.app.index()) {
                 a.running = a.running.saturating_sub(1);
+                let group = a.group;
+                self.group_sub(group, held.iter().map(|h| h.resources.cores).sum());
             }
             if let Some(n) = held
                 .first()
@@ -1054,6 +1158,8 @@ impl SchedulerView {
         let request = done.request;
         a.usage = a.usage - request;
         a.running = a.running.saturating_sub(1);
+        let group = a.group;
+        self.group_sub(group, request.cores);
         let n = &mut self.nodes[done.node.index()];
         n.free = n.free + request;
         n.running = n.running.saturating_sub(1);
@@ -1124,6 +1230,8 @@ impl SchedulerView {
             Variant::Cpu => a.dispatched_cpu += 1,
             Variant::Gpu => a.dispatched_gpu += 1,
         }
+        let group = a.group;
+        self.group_add(group, request.cores);
         Ok(())
     }
 

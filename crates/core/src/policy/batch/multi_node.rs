@@ -95,10 +95,15 @@ pub fn left_to(
     eligible(view, app, n, open) && !above.iter().any(|&b| eligible(view, b, n, open))
 }
 
-/// Whether another task of `app` may start: one is pending, and its `max_running` allows it.
+/// Whether another task of `app` may start: one is pending, and its `max_running` and its
+/// group's cap allow it.
 fn startable(view: &SchedulerView, app: AppId) -> bool {
     let a = view.app(app);
-    a.has_pending() && (a.app.max_running == 0 || a.running < a.app.max_running)
+    // Its group's cap (a user's `--max-cores`) must have room for a core on each node; once
+    // started, the task counts every core of its nodes.
+    a.has_pending()
+        && (a.app.max_running == 0 || a.running < a.app.max_running)
+        && view.group_room(app, a.app.nodes)
 }
 
 /// Whether nothing runs on node `n` and all of it is free.

@@ -1,0 +1,95 @@
+//! Groups of applications sharing a cap on cores (the runtime's per-user `--max-cores`): every
+//! policy places through [`SchedulerView::fits`], so none starts a task that would take its
+//! group past the cap; the cores come back as tasks end, and moving an application into a group
+//! moves what its running tasks hold.
+
+use hetsched_core::model::{AppId, NodeId, SchedulerView, TaskId};
+use hetsched_core::policy::batch::BatchPolicyKind;
+use hetsched_core::testkit::{app, node};
+
+/// Two 8-core nodes; applications 0 and 1 (group 0: capped at `cap` cores) of 10 two-core tasks
+/// each, application 2 (no group) of 10 one-core tasks.
+fn view(cap: u32) -> SchedulerView {
+    let mut v = SchedulerView::new();
+    for n in 0..2 {
+        v.add_node(node(&format!("n{n}")).cores(8).build(NodeId(n)))
+            .expect("node");
+    }
+    for (i, cores) in [(0, 2), (1, 2), (2, 1)] {
+        let a = app(&format!("a{i}"))
+            .tasks(10)
+            .cpu(1.0, 0.0)
+            .cpu_cores(cores)
+            .build(AppId(i));
+        v.add_application(a, (0..10).map(TaskId).collect::<Vec<_>>())
+            .expect("app");
+    }
+    v.set_group_cap(0, cap);
+    v.set_app_group(AppId(0), Some(0)).expect("group");
+    v.set_app_group(AppId(1), Some(0)).expect("group");
+    v
+}
+
+#[test]
+fn no_policy_starts_a_task_past_its_groups_cap_and_others_take_the_rest() {
+    for kind in BatchPolicyKind::ALL {
+        let mut v = view(6);
+        let mut p = kind.build();
+        let mut placed = Vec::new();
+        for n in 0..2 {
+            placed.extend(p.on_node_update(&mut v, NodeId(n), 1_000_000_000));
+        }
+        let grouped: u32 = placed
+            .iter()
+            .filter(|a| a.app.0 < 2)
+            .map(|a| a.request.cores)
+            .sum();
+        assert!(grouped <= 6, "{kind:?}: the group holds {grouped} cores");
+        assert_eq!(v.group(0).cores, grouped, "{kind:?}");
+        let free: u32 = v.nodes().iter().map(|n| n.free.cores).sum();
+        assert_eq!(
+            free,
+            16 - placed.iter().map(|a| a.request.cores).sum::<u32>()
+        );
+        // The cores the cap leaves go to the application outside the group.
+        assert!(placed.iter().any(|a| a.app == AppId(2)), "{kind:?}");
+        // A task ending gives its cores back to the group: another starts in its place.
+        if let Some(done) = placed.iter().find(|a| a.app.0 < 2).cloned() {
+            v.task_finished(&done);
+            assert_eq!(v.group(0).cores, grouped - done.request.cores, "{kind:?}");
+            assert!(v.group_room(AppId(0), 2));
+        }
+    }
+}
+
+#[test]
+fn without_a_cap_the_group_only_counts_and_a_moved_application_takes_its_cores_along() {
+    let mut v = view(0);
+    let mut started = Vec::new();
+    while let Some(a) = v.assign(AppId(0), NodeId(0), hetsched_core::model::Variant::Cpu) {
+        started.push(a);
+    }
+    assert_eq!(started.len(), 4, "an 8-core node holds four two-core tasks");
+    assert_eq!(v.group(0).cores, 8);
+    // Application 0 leaves the group: its 8 cores leave with it; a cap of 2 then admits one
+    // task of application 1 only.
+    v.set_app_group(AppId(0), None).expect("ungrouped");
+    assert_eq!(v.group(0).cores, 0);
+    v.set_group_cap(0, 2);
+    assert!(
+        v.assign(AppId(1), NodeId(1), hetsched_core::model::Variant::Cpu)
+            .is_some()
+    );
+    assert!(
+        v.assign(AppId(1), NodeId(1), hetsched_core::model::Variant::Cpu)
+            .is_none()
+    );
+    v.set_app_group(AppId(0), Some(0)).expect("back");
+    assert_eq!(v.group(0).cores, 10);
+    // Over the cap (a cap lowered under running tasks): they run on, nothing new starts.
+    assert!(!v.group_room(AppId(1), 1));
+    for a in &started {
+        v.task_abandoned(a);
+    }
+    assert_eq!(v.group(0).cores, 2);
+}
