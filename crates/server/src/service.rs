@@ -918,6 +918,9 @@ impl Client for ClientService {
         let r = req.into_inner();
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
             let token = s.on_add_user(&r.name, r.rotate)?;
+            if let Some(max_cores) = r.max_cores {
+                s.on_limit_user(&r.name, max_cores)?;
+            }
             Ok(pb::AddUserReply {
                 name: r.name,
                 token,
@@ -952,17 +955,31 @@ impl Client for ClientService {
         require_admin(&caller(&req)?, "listing the users")?;
         read_state(&self.0, |s| {
             Ok(pb::ListUsersReply {
-                users: s
-                    .list_users()
-                    .into_iter()
-                    .map(|u| pb::UserInfo {
-                        name: u.name,
-                        created_ms: u.created_ms,
-                        jobs: u.jobs,
-                        unfinished_jobs: u.unfinished_jobs,
-                    })
-                    .collect(),
+                users: s.list_users().into_iter().map(user_info).collect(),
             })
+        })
+        .await
+    }
+
+    async fn limit_user(
+        &self,
+        req: Request<pb::LimitUserRequest>,
+    ) -> Result<Response<pb::UserInfo>, Status> {
+        require_admin(&caller(&req)?, "limiting a user")?;
+        let r = req.into_inner();
+        if r.name.len() > crate::users::MAX_NAME {
+            return Err(Status::invalid_argument(format!(
+                "name: a user name is at most {} characters",
+                crate::users::MAX_NAME
+            )));
+        }
+        with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            s.on_limit_user(&r.name, r.max_cores)?;
+            s.list_users()
+                .into_iter()
+                .find(|u| u.name == r.name)
+                .map(user_info)
+                .ok_or(StateError::NoUser(r.name))
         })
         .await
     }
@@ -976,6 +993,17 @@ impl Client for ClientService {
             name: who.name.to_string(),
             admin: who.admin,
         }))
+    }
+}
+
+fn user_info(u: crate::state::UserEntry) -> pb::UserInfo {
+    pb::UserInfo {
+        name: u.name,
+        created_ms: u.created_ms,
+        jobs: u.jobs,
+        unfinished_jobs: u.unfinished_jobs,
+        max_cores: u.max_cores,
+        cores: u.cores,
     }
 }
 

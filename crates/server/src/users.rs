@@ -118,6 +118,11 @@ pub struct Users {
     index: TokenIndex,
     /// Each user's name and when its token was made (ms since the Unix epoch).
     users: BTreeMap<Arc<str>, u64>,
+    /// The most cores each user's running batch tasks may hold at once (absent: no cap).
+    max_cores: HashMap<Arc<str>, u32>,
+    /// Each owner's group in the scheduler's view ([`hetsched_core::SchedulerView`]'s groups
+    /// share a cap on cores): dense numbers handed out as owners are met (memory only).
+    groups: HashMap<Arc<str>, u32>,
     /// The owner of each job that is not the admin's.
     owners: HashMap<u64, Arc<str>>,
     /// The owner of each topology that is not the admin's, by name.
@@ -132,19 +137,25 @@ impl Users {
     pub fn restore(conn: &Connection, index: TokenIndex) -> Result<Self, StoreError> {
         let mut users = BTreeMap::new();
         let mut hashes = HashMap::new();
-        let mut stmt = conn.prepare("SELECT name, token_sha256, created_ms FROM users")?;
+        let mut max_cores = HashMap::new();
+        let mut stmt =
+            conn.prepare("SELECT name, token_sha256, created_ms, max_cores FROM users")?;
         let rows = stmt.query_map([], |r| {
             Ok((
                 r.get::<_, String>(0)?,
                 r.get::<_, Vec<u8>>(1)?,
                 r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?,
             ))
         })?;
         for row in rows {
-            let (name, hash, created) = row?;
+            let (name, hash, created, cap) = row?;
             let name: Arc<str> = name.into();
             if let Ok(hash) = <[u8; 32]>::try_from(hash.as_slice()) {
                 hashes.insert(hash, name.clone());
+            }
+            if cap > 0 {
+                max_cores.insert(name.clone(), cap.min(i64::from(u32::MAX)) as u32);
             }
             users.insert(name, created.max(0) as u64);
         }
@@ -173,6 +184,8 @@ impl Users {
         Ok(Users {
             index,
             users,
+            max_cores,
+            groups: HashMap::new(),
             owners,
             topology_owners,
             staged: None,
@@ -231,6 +244,55 @@ impl Users {
         }
     }
 
+    /// The most cores user `name`'s running batch tasks may hold at once (0: no cap).
+    pub fn max_cores(&self, name: &str) -> u32 {
+        self.max_cores.get(name).copied().unwrap_or(0)
+    }
+
+    /// Every user with a cap, and its cap.
+    pub fn caps(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.max_cores.iter().map(|(n, &c)| (&**n, c))
+    }
+
+    /// Stores user `name`'s cap on cores (0: none) inside `tx`.
+    pub fn write_max_cores(
+        tx: &rusqlite::Transaction,
+        name: &str,
+        max_cores: u32,
+    ) -> Result<(), StoreError> {
+        tx.execute(
+            "UPDATE users SET max_cores = ?2 WHERE name = ?1",
+            params![name, i64::from(max_cores)],
+        )?;
+        Ok(())
+    }
+
+    /// Memory after [`Users::write_max_cores`] committed.
+    pub fn set_max_cores(&mut self, name: &str, max_cores: u32) {
+        let name = self.intern(name);
+        if max_cores == 0 {
+            self.max_cores.remove(&name);
+        } else {
+            self.max_cores.insert(name, max_cores);
+        }
+    }
+
+    /// Owner `name`'s group in the scheduler's view (handed out on first use).
+    pub fn group_of(&mut self, name: &str) -> u32 {
+        if let Some(&g) = self.groups.get(name) {
+            return g;
+        }
+        let g = self.groups.len() as u32;
+        let name = self.intern(name);
+        self.groups.insert(name, g);
+        g
+    }
+
+    /// Owner `name`'s group, if it has one yet.
+    pub fn group(&self, name: &str) -> Option<u32> {
+        self.groups.get(name).copied()
+    }
+
     /// Whether user `name` exists.
     pub fn exists(&self, name: &str) -> bool {
         self.users.contains_key(name)
@@ -284,7 +346,7 @@ impl Users {
         }
     }
 
-    /// Deletes user `name` inside `tx` (its jobs stay its own).
+    /// Deletes user `name` inside `tx` (its jobs stay its own, under no cap).
     pub fn delete(tx: &rusqlite::Transaction, name: &str) -> Result<(), StoreError> {
         tx.execute("DELETE FROM users WHERE name = ?1", params![name])?;
         Ok(())
@@ -293,6 +355,7 @@ impl Users {
     /// Memory after [`Users::delete`] committed: `name`'s token is refused from now on.
     pub fn delete_committed(&mut self, name: &str) {
         self.users.remove(name);
+        self.max_cores.remove(name);
         if let Ok(mut i) = self.index.write() {
             i.retain(|_, n| &**n != name);
         }

@@ -468,6 +468,22 @@ pub enum UserCommand {
         /// printing it.
         #[arg(long, value_name = "FILE")]
         save: Option<PathBuf>,
+        /// Its cap on cores, as `user limit --max-cores` (a new user: none unless given).
+        #[arg(long, value_name = "N", value_parser = parse_max_cores)]
+        max_cores: Option<u32>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Cap what a user's running batch tasks hold (admin only; Slurm's
+    /// `MaxTRESPerUser=cpu=N`): its tasks start only while they hold fewer than N cores in all
+    /// (a multi-node task counts every core of its nodes). Tasks running keep theirs; `hetsched
+    /// jobs` says why the rest wait.
+    Limit {
+        /// The user's name.
+        name: String,
+        /// The most cores at once; `none` (or 0) for no cap.
+        #[arg(long, value_name = "N", value_parser = parse_max_cores)]
+        max_cores: u32,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -679,6 +695,16 @@ fn parse_time_limit(s: &str) -> Result<u64, String> {
                 (d.0 / 1_000_000).max(1)
             })
         }
+    }
+}
+
+/// `hetsched user limit --max-cores`: a number of cores, `none` or `0` for no cap.
+fn parse_max_cores(s: &str) -> Result<u32, String> {
+    match s.trim() {
+        "none" => Ok(0),
+        t => t
+            .parse()
+            .map_err(|_| format!("`{t}`: a number of cores, or `none` for no cap")),
     }
 }
 
@@ -973,8 +999,14 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             name,
             rotate,
             save,
+            max_cores,
             client,
-        }) => users::add(&client, &name, rotate, save.as_deref()).await,
+        }) => users::add(&client, &name, rotate, save.as_deref(), max_cores).await,
+        RuntimeCommand::User(UserCommand::Limit {
+            name,
+            max_cores,
+            client,
+        }) => users::limit(&client, &name, max_cores).await,
         RuntimeCommand::User(UserCommand::Remove { name, client }) => {
             users::remove(&client, &name).await
         }

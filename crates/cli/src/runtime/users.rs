@@ -15,6 +15,7 @@ pub async fn add(
     name: &str,
     rotate: bool,
     save: Option<&Path>,
+    max_cores: Option<u32>,
 ) -> anyhow::Result<()> {
     // The file is made before the call: a path that cannot be written costs no token.
     let file = save.map(create_private).transpose()?;
@@ -23,6 +24,7 @@ pub async fn add(
         .add_user(pb::AddUserRequest {
             name: name.to_string(),
             rotate,
+            max_cores,
         })
         .await
         .map_err(|e| {
@@ -78,6 +80,30 @@ fn create_private(path: &Path) -> anyhow::Result<std::fs::File> {
         })
 }
 
+/// `hetsched user limit NAME --max-cores N`.
+pub async fn limit(args: &ClientArgs, name: &str, max_cores: u32) -> anyhow::Result<()> {
+    let reply = connect(args)
+        .await?
+        .limit_user(pb::LimitUserRequest {
+            name: name.to_string(),
+            max_cores,
+        })
+        .await
+        .map_err(refused)?
+        .into_inner();
+    answer(args, &reply, |u| {
+        let cap = if u.max_cores == 0 {
+            "no cap on cores".to_string()
+        } else {
+            format!("at most {} cores at once", u.max_cores)
+        };
+        format!(
+            "user {}: {cap} (its running tasks hold {} now)",
+            u.name, u.cores
+        )
+    })
+}
+
 /// `hetsched user remove NAME`.
 pub async fn remove(args: &ClientArgs, name: &str) -> anyhow::Result<()> {
     let reply = connect(args)
@@ -116,18 +142,33 @@ pub async fn list(args: &ClientArgs) -> anyhow::Result<()> {
                     "created": super::human::rfc3339(u.created_ms.saturating_mul(1_000_000)),
                     "jobs": u.jobs,
                     "unfinished_jobs": u.unfinished_jobs,
+                    "max_cores": (u.max_cores > 0).then_some(u.max_cores),
+                    "cores": u.cores,
                 })
             })
             .collect();
         return json(&users);
     }
-    let mut t = table(&["user", "token made", "jobs", "unfinished"]);
+    let mut t = table(&[
+        "user",
+        "token made",
+        "jobs",
+        "unfinished",
+        "cores held",
+        "max cores",
+    ]);
     for u in &reply.users {
         t.add_row(vec![
             u.name.clone(),
             super::human::rfc3339(u.created_ms.saturating_mul(1_000_000)).unwrap_or_default(),
             u.jobs.to_string(),
             u.unfinished_jobs.to_string(),
+            u.cores.to_string(),
+            if u.max_cores == 0 {
+                "-".to_string()
+            } else {
+                u.max_cores.to_string()
+            },
         ]);
     }
     println!("{t}");

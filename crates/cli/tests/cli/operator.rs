@@ -2258,6 +2258,17 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
     let users = c.json(&["user", "list"]);
     assert_eq!(users[0]["name"], "alice");
     assert_eq!(users[0]["unfinished_jobs"], 1);
+    assert_eq!(users[0]["max_cores"], serde_json::Value::Null);
+    let said = c.ok(&["user", "limit", "alice", "--max-cores", "1"]);
+    assert!(
+        said.contains("user alice: at most 1 cores at once"),
+        "{said}"
+    );
+    assert_eq!(c.json(&["user", "list"])[0]["max_cores"], 1);
+    c.refused(
+        &["user", "limit", "alice", "--max-cores", "lots"],
+        "a number of cores, or `none`",
+    );
     c.ok(&["user", "remove", "bob"]);
     let out = as_user(&bob, &["jobs"]);
     assert!(

@@ -788,6 +788,11 @@ impl Batch {
         }
     }
 
+    /// The applications of job `id` in the scheduler's view (`None`: no such job in memory).
+    pub fn apps_of(&self, id: u64) -> Option<std::ops::Range<u32>> {
+        self.job_rec(id).map(|j| j.apps.clone())
+    }
+
     /// Job `id`.
     fn job_rec(&self, id: u64) -> Option<&JobRec> {
         self.job_index(id).map(|i| &self.jobs[i])

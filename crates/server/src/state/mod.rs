@@ -340,6 +340,7 @@ impl State {
             signals,
             users,
         };
+        state.apply_user_groups();
         state.settle_waits(true)?;
         Ok(state)
     }
@@ -878,6 +879,7 @@ impl State {
         // token check keeps reading the same index).
         fresh.signals = signals::Signals::restore(&fresh.store, now_ns() / 1_000)?;
         fresh.users = crate::users::Users::restore(fresh.store.conn(), self.users.index())?;
+        fresh.apply_user_groups();
         fresh.nodes.carry_over(&self.nodes);
         fresh.nodes.restore_ends(&mut fresh.view);
         for (i, n) in fresh.nodes.iter().enumerate() {
@@ -1137,6 +1139,9 @@ impl State {
             self.check_owner(owner, done.job_id, "submit again")?;
         } else {
             self.ids.add(done.job_id, kind);
+            if kind == Kind::Batch {
+                self.group_job(done.job_id, owner);
+            }
         }
         self.waits_due = true;
         if let Err(e) = self.commit() {
@@ -1282,6 +1287,12 @@ impl State {
                 .resubmit_failed(&mut ctx!(self), job)?;
         }
         self.commit()?;
+        // A job brought back into memory (it had left it finished) counts against its
+        // owner's cap again.
+        if k == Kind::Batch {
+            let owner = self.users.owner(job).to_string();
+            self.group_job(job, &owner);
+        }
         self.wake(None);
         info!(job, tasks = n, failed, cancelled, "ended tasks resubmitted");
         Ok(n)

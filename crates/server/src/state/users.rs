@@ -16,6 +16,10 @@ pub struct UserEntry {
     pub jobs: u64,
     /// Those of them not finished.
     pub unfinished_jobs: u64,
+    /// The most cores its running batch tasks may hold at once (0: no cap).
+    pub max_cores: u32,
+    /// The cores they hold now.
+    pub cores: u32,
 }
 
 /// Refuses `caller` unless it is the admin: `what` names what it asked for.
@@ -73,6 +77,64 @@ impl State {
         self.check_owner(&caller.name, job, action)
     }
 
+    /// Puts the applications of every batch job a user owns in the user's group of the
+    /// scheduler's view, and sets each user's cap (after a restart or a rollback).
+    pub(super) fn apply_user_groups(&mut self) {
+        let owned: Vec<(u64, String)> = self
+            .users
+            .owned()
+            .map(|(j, o)| (j, o.to_string()))
+            .collect();
+        for (job, owner) in owned {
+            self.group_job(job, &owner);
+        }
+        let caps: Vec<(String, u32)> = self.users.caps().map(|(n, c)| (n.to_string(), c)).collect();
+        for (name, cap) in caps {
+            let g = self.users.group_of(&name);
+            self.view.set_group_cap(g, cap);
+        }
+    }
+
+    /// Puts batch job `job`'s applications in `owner`'s group (the admin's jobs are in none).
+    pub(super) fn group_job(&mut self, job: u64, owner: &str) {
+        if owner == ADMIN {
+            return;
+        }
+        let Some(apps) = self.jobs.batch.apps_of(job) else {
+            return;
+        };
+        let g = self.users.group_of(owner);
+        for app in apps {
+            // A retired application (its job purged) has nothing to count.
+            let _ = self.view.set_app_group(hetsched_core::AppId(app), Some(g));
+        }
+    }
+
+    /// `hetsched user limit NAME --max-cores N`: user `name`'s running batch tasks hold at most
+    /// `max_cores` cores at once (0: no cap). Tasks running keep their cores; new ones start
+    /// while the user is under the cap.
+    pub fn on_limit_user(&mut self, name: &str, max_cores: u32) -> Result<(), StateError> {
+        if !self.users.exists(name) {
+            return Err(StateError::NoUser(name.to_string()));
+        }
+        self.store
+            .transaction(|tx| Users::write_max_cores(tx, name, max_cores))?;
+        self.users.set_max_cores(name, max_cores);
+        let g = self.users.group_of(name);
+        self.view.set_group_cap(g, max_cores);
+        // A raised cap may let waiting tasks start now.
+        self.wake(None);
+        tracing::info!(user = name, max_cores, "user cap changed");
+        Ok(())
+    }
+
+    /// The cores user `name`'s running batch tasks hold now.
+    pub fn user_cores(&self, name: &str) -> u32 {
+        self.users
+            .group(name)
+            .map_or(0, |g| self.view.group(g).cores)
+    }
+
     /// `hetsched user add NAME` (`rotate`: the user exists and gets a new token, its old one is
     /// refused from now on). Returns the token, which the store keeps only as its hash.
     pub fn on_add_user(&mut self, name: &str, rotate: bool) -> Result<String, StateError> {
@@ -107,6 +169,10 @@ impl State {
         }
         self.store.transaction(|tx| Users::delete(tx, name))?;
         self.users.delete_committed(name);
+        if let Some(g) = self.users.group(name) {
+            self.view.set_group_cap(g, 0);
+            self.wake(None);
+        }
         let unfinished = self
             .list_users_counts()
             .remove(name)
@@ -127,6 +193,8 @@ impl State {
                     created_ms,
                     jobs,
                     unfinished_jobs,
+                    max_cores: self.users.max_cores(name),
+                    cores: self.user_cores(name),
                 }
             })
             .collect()

@@ -9,6 +9,7 @@ use common::serve;
 use hetsched_proto as pb;
 use hetsched_proto::client_client::ClientClient;
 use hetsched_server::ServerConfig;
+use hetsched_server::convert::Wire;
 use hetsched_server::state::State;
 use hetsched_server::state::types::{PurgeSelection, Submission};
 use hetsched_server::store::Store;
@@ -35,6 +36,7 @@ async fn add_user(admin: &mut Api, name: &str, rotate: bool) -> String {
         .add_user(pb::AddUserRequest {
             name: name.into(),
             rotate,
+            max_cores: None,
         })
         .await
         .expect("the admin adds a user")
@@ -109,6 +111,7 @@ async fn users_change_only_their_own_jobs_and_the_admin_changes_every_job() {
             .add_user(pb::AddUserRequest {
                 name: "alice".into(),
                 rotate: false,
+                max_cores: None,
             })
             .await,
     );
@@ -120,6 +123,7 @@ async fn users_change_only_their_own_jobs_and_the_admin_changes_every_job() {
                 .add_user(pb::AddUserRequest {
                     name: bad.into(),
                     rotate: false,
+                    max_cores: None,
                 })
                 .await,
         );
@@ -130,6 +134,7 @@ async fn users_change_only_their_own_jobs_and_the_admin_changes_every_job() {
             .add_user(pb::AddUserRequest {
                 name: "mallory".into(),
                 rotate: false,
+                max_cores: None,
             })
             .await,
     );
@@ -575,4 +580,73 @@ fn a_users_topology_is_killed_rebalanced_and_replaced_by_it_or_the_admin_only() 
         open(&d).topology_show("pipe").expect("shown")["owner"],
         ADMIN
     );
+}
+
+/// A user's cap on cores (`hetsched user limit --max-cores`): its running batch tasks hold at
+/// most that many cores, whatever the policy places; the cores it leaves go to others, its
+/// pending jobs say why they wait, a raised cap lets more start at once, and a restart keeps it.
+#[test]
+fn a_users_cap_on_cores_holds_its_running_tasks_and_the_rest_go_to_others() {
+    let d = common::scratch("users", "cap");
+    let mut s = open(&d);
+    s.on_add_user("alice", false).expect("alice");
+    s.on_limit_user("alice", 3).expect("capped");
+    let mut agent = common::Agent::new(&mut s, 8);
+    let job = |tasks: u32| {
+        let mut sub = submission("sweep", false);
+        sub.text = format!(
+            "[[application]]\nname = \"sim\"\ntasks = {tasks}\n[application.cpu]\ncommand = \"true\"\n"
+        );
+        sub.hold = false;
+        sub
+    };
+    let a = s.on_submit_as(job(10), "alice").expect("alice's").job_id;
+    let root = s.on_submit(job(10)).expect("admin's").job_id;
+    let sent = agent.beat(&mut s, &[]);
+    let alices = |sent: &[(u64, u32)], s: &State| {
+        sent.iter()
+            .filter(|(t, _)| s.tasks(a).expect("tasks").tasks.iter().any(|x| x.id == *t))
+            .count()
+    };
+    assert_eq!(alices(&agent.running, &s), 3, "alice's cap");
+    assert_eq!(sent.len(), 8, "the admin's job takes the other five cores");
+    assert_eq!(s.user_cores("alice"), 3);
+    let why = s.get_job(a).expect("job").pending_reason;
+    assert!(
+        why.contains("hold 3 of the 3 cores the user may hold"),
+        "{why}"
+    );
+    // Two of alice's end: two more of hers start in their place (her cap, not the node, binds).
+    let done: Vec<(u64, u32, bool)> = agent
+        .running
+        .iter()
+        .filter(|(t, _)| s.tasks(a).expect("tasks").tasks.iter().any(|x| x.id == *t))
+        .take(2)
+        .map(|&(t, n)| (t, n, true))
+        .collect();
+    let sent = agent.beat(&mut s, &done);
+    assert_eq!(alices(&sent, &s), 2);
+    assert_eq!(s.user_cores("alice"), 3);
+    // The admin's tasks end; a raised cap lets alice take the freed cores at once.
+    let roots: Vec<(u64, u32, bool)> = agent
+        .running
+        .iter()
+        .filter(|(t, _)| {
+            s.tasks(root)
+                .expect("tasks")
+                .tasks
+                .iter()
+                .any(|x| x.id == *t)
+        })
+        .map(|&(t, n)| (t, n, true))
+        .collect();
+    s.on_limit_user("alice", 6).expect("raised");
+    agent.beat(&mut s, &roots);
+    assert_eq!(s.user_cores("alice"), 6);
+    assert_eq!(s.list_users()[0].max_cores, 6);
+    drop(s);
+    // A restart keeps the cap and what her running tasks hold.
+    let s = open(&d);
+    assert_eq!(s.user_cores("alice"), 6);
+    assert_eq!(s.list_users()[0].max_cores, 6);
 }

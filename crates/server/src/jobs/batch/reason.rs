@@ -24,6 +24,8 @@
 //! - `\`APP\` is backed off on every node that can run it` — its tasks failed to start there
 //!   (`start_failures`), and the back-off has not ended;
 //! - `\`APP\` runs its max_running of N` — the application's own cap;
+//! - `its user's running tasks hold C of the M cores the user may hold at once` — its owner's
+//!   cap (`hetsched user limit --max-cores`);
 //! - for a multi-node application: `gathering N whole nodes…`, `waits for multi-node tasks served
 //!   before it to gather their nodes`, or `waits for N whole nodes: higher priority work may start on
 //!   K of the M that can run it` (a gathering yields nodes to higher priority work);
@@ -271,6 +273,23 @@ impl Batch {
             let running = rec.counts[1];
             if rec.max_running > 0 && running >= u64::from(rec.max_running) {
                 let why = format!("`{name}` runs its max_running of {}", rec.max_running);
+                return (why, false);
+            }
+            // Its user's cap on cores (`hetsched user limit`) leaves no room for one task.
+            let state = rd.view.app(app);
+            let cores = [Variant::Cpu, Variant::Gpu]
+                .into_iter()
+                .filter_map(|v| state.app.request(v).map(|r| r.cores))
+                .min()
+                .unwrap_or(0);
+            if let Some(group) = state.group.map(|g| rd.view.group(g))
+                && !group.has_room(cores)
+            {
+                let why = format!(
+                    "its user's running tasks hold {} of the {} cores the user may hold at once \
+                     (`hetsched user limit`)",
+                    group.cores, group.max_cores
+                );
                 return (why, false);
             }
         }
