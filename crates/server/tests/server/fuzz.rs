@@ -190,6 +190,10 @@ enum Op {
     Resubmit(u64),
     Purge(u64),
     Drain(usize, bool),
+    /// Job file `0` submitted by user `alice`.
+    SubmitAs(usize),
+    /// `hetsched user limit alice --max-cores N` (0: no cap).
+    Limit(u32),
     /// Finished jobs' task rows leave memory.
     Evict,
     /// The retention rule (keep the two newest finished jobs) purges the others.
@@ -224,6 +228,8 @@ fn op(disk: bool) -> BoxedStrategy<Op> {
         1 => (1..5u64).prop_map(Op::Resubmit),
         1 => (1..5u64).prop_map(Op::Purge),
         1 => (0..2usize, any::<bool>()).prop_map(|(n, d)| Op::Drain(n, d)),
+        2 => (0..DAY_JOBS.len()).prop_map(Op::SubmitAs),
+        1 => (0..4u32).prop_map(Op::Limit),
         1 => Just(Op::Evict),
         1 => Just(Op::Retain),
         2 => Just(Op::Restart),
@@ -256,10 +262,17 @@ fn everything(s: &State) -> Vec<String> {
             n.drain_note.since_ms
         ));
     }
+    // What a user's running tasks hold against its cap, rebuilt after a restart.
+    out.push(format!(
+        "alice holds {} cores, cap {:?}",
+        s.user_cores("alice"),
+        s.list_users().first().map(|u| u.max_cores)
+    ));
     for j in s.jobs().jobs {
         out.push(format!(
-            "job {} {} {:?} held={} begin={} deferred={} after {:?} {:?} {:?} {:?} waiting={}",
+            "job {} {} {} {:?} held={} begin={} deferred={} after {:?} {:?} {:?} {:?} waiting={}",
             j.id,
+            j.owner,
             j.state,
             j.counts,
             j.held,
@@ -308,6 +321,10 @@ fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let mut s = open_retaining(dir);
     // Whether the disk was full since the last restart: a refused event is then expected.
     let mut disk_was_full = false;
+    s.on_add_user("alice", false)
+        .map_err(|e| TestCaseError::fail(format!("user: {e}")))?;
+    // Alice's cap on cores (0: none), as last set.
+    let mut cap = 0;
     let nodes = [
         register_with(&mut s, "a", 3, &[]),
         register_with(&mut s, "b", 2, &[]),
@@ -325,6 +342,21 @@ fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 s.simulate_full_disk(full);
                 disk_was_full |= full;
             }
+            Op::SubmitAs(k) => {
+                let sub = hetsched_server::state::types::Submission {
+                    origin: "alice.toml".into(),
+                    text: DAY_JOBS[k].into(),
+                    workdir: "/".into(),
+                    ..Default::default()
+                };
+                if let Err(e) = s.on_submit_as(sub, "alice") {
+                    prop_assert!(disk_was_full, "alice's valid job refused: {e}");
+                }
+            }
+            Op::Limit(max_cores) => match s.on_limit_user("alice", max_cores) {
+                Ok(()) => cap = max_cores,
+                Err(e) => prop_assert!(disk_was_full, "limit refused: {e}"),
+            },
             Op::WaitForProbe => std::thread::sleep(hetsched_server::state::PROBE_INTERVAL),
             Op::SubmitAfter(k, j, how) => {
                 // Refused when job `j` does not exist (or was purged); else stored.
@@ -368,6 +400,45 @@ fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     .iter()
                     .map(|a| (a.task_id, a.attempt))
                     .collect();
+                // Alice's cap: a beat that starts a batch task of hers leaves her under it; and
+                // with nothing of hers running, her tasks hold no core (no drift through
+                // requeues, cancels, losses, updates and restarts).
+                let hers: Vec<u64> = s
+                    .jobs()
+                    .jobs
+                    .iter()
+                    .filter(|j| j.owner == "alice")
+                    .map(|j| j.id)
+                    .collect();
+                let mut alice_running = 0;
+                let mut alice_started = false;
+                for &j in &hers {
+                    let Ok(t) = s.tasks(j) else { continue };
+                    // Batch tasks only: workflow instances do not count against a cap.
+                    let batch = t.tasks.iter().all(|t| t.id >> 56 == 0);
+                    alice_running += t
+                        .tasks
+                        .iter()
+                        .filter(|t| batch && t.state == "running")
+                        .count();
+                    alice_started |= batch
+                        && r.assignments
+                            .iter()
+                            .any(|a| t.tasks.iter().any(|t| t.id == a.task_id));
+                }
+                prop_assert!(
+                    alice_running > 0 || s.user_cores("alice") == 0,
+                    "nothing of alice's runs, yet her tasks hold {} cores",
+                    s.user_cores("alice")
+                );
+                if cap > 0 && alice_started {
+                    prop_assert!(
+                        s.user_cores("alice") <= cap,
+                        "a beat took alice to {} cores, over her cap of {}",
+                        s.user_cores("alice"),
+                        cap
+                    );
+                }
                 // `max_running = 1`: never two of the throttled application's tasks at once.
                 for j in s.jobs().jobs {
                     let running = s.tasks(j.id).map_or(0, |t| {
