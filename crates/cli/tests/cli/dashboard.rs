@@ -603,3 +603,77 @@ fn a_100000_task_job_is_paged_filtered_and_counted_live_without_reloading() {
     );
     assert_eq!(b.eval("window.__stillHere"), "yes", "the page reloaded");
 }
+
+/// A user signs in to the dashboard with its own token: it sees every job, with whose each
+/// is, but reads the output of its own jobs only (403 naming the owner otherwise), and its
+/// session ends when the admin removes it.
+#[test]
+fn a_user_signs_in_with_its_token_and_reads_the_output_of_its_own_jobs_only() {
+    let mut c = Cluster::start("dashboard-users", true);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    let (alice, bob) = (c.dir.join("alice.token"), c.dir.join("bob.token"));
+    c.ok(&[
+        "user",
+        "add",
+        "alice",
+        "--save",
+        alice.to_str().expect("path"),
+    ]);
+    c.ok(&["user", "add", "bob", "--save", bob.to_str().expect("path")]);
+    let out = c
+        .command(&["submit", "--wait", "--", "echo", "hello from alice"])
+        .env("HETSCHED_TOKEN_FILE", &alice)
+        .output()
+        .expect("submit");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = |p: &std::path::Path| {
+        std::fs::read_to_string(p)
+            .expect("token")
+            .trim()
+            .to_string()
+    };
+    let get =
+        |path: &str, auth: &str| c.http_request(&format!("GET {path} HTTP/1.1\r\n{auth}"), "");
+    let bearer = |p: &std::path::Path| format!("Authorization: Bearer {}\r\n", token(p));
+
+    let (status, _, body) = get("/api/jobs?cursor=1&limit=10", &bearer(&bob));
+    assert!(status.contains("200"), "{status}: {body}");
+    let jobs: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(jobs["jobs"][0]["owner"], "alice", "{body}");
+    let (status, _, body) = get("/api/log?job=1&task=0", &bearer(&bob));
+    assert!(status.contains("403"), "{status}: {body}");
+    assert!(body.contains("job 1 belongs to alice"), "{body}");
+    let (status, _, body) = get("/api/log?job=1&task=0", &bearer(&alice));
+    assert!(status.contains("200"), "{status}: {body}");
+    assert_eq!(body, "hello from alice\n");
+
+    // The login form takes a user's token; the session is the user's, and ends with it.
+    let (status, headers, _) = c.http_request(
+        "POST /login HTTP/1.1\r\nContent-Type: application/x-www-form-urlencoded\r\n",
+        &format!("token={}", token(&bob)),
+    );
+    assert!(status.contains("303"), "{status}");
+    let cookie = headers
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .and_then(|c| c.split(';').next())
+        .expect("a session cookie")
+        .to_string();
+    let session = format!("Cookie: {cookie}\r\n");
+    let (status, _, body) = get("/api/log?job=1&task=0", &session);
+    assert!(
+        status.contains("403"),
+        "bob's session is bob's: {status}: {body}"
+    );
+    assert!(get("/api/jobs", &session).0.contains("200"));
+    c.ok(&["user", "remove", "bob"]);
+    assert!(
+        get("/api/jobs", &session).0.contains("401"),
+        "a removed user's session ends"
+    );
+}

@@ -4,7 +4,9 @@
 //! completion rates, per-node load, GPU utilisation) fed by Server-Sent Events. Read-only.
 //!
 //! **Never open.** Every page and API call needs a token: `Authorization: Bearer TOKEN` (the client
-//! token, or the read-only token `DATA_DIR/read-token` written at first start), or a session cookie.
+//! token, the read-only token `DATA_DIR/read-token` written at first start, or a user's own token,
+//! [`crate::users`]), or a session cookie. A user sees what the admin sees (the dashboard changes
+//! nothing) but reads the task output of its own jobs only; a removed user's sessions end.
 //! A browser gets the cookie from the login form (`POST /login` with the token), or from a one-time
 //! login link: `POST /api/ticket` with a token returns a ticket valid once for 60 s, and
 //! `GET /login?ticket=T` trades it for the cookie — so a link that leaks into a history or a proxy
@@ -24,6 +26,7 @@ use crate::logs::LogRelay;
 use crate::metrics::Metrics;
 use crate::state::State;
 use crate::state::types::StateFilter;
+use crate::users::{Caller, TokenIndex};
 use axum::body::Bytes;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -65,8 +68,11 @@ pub struct Dashboard {
     relay: Arc<LogRelay>,
     /// `Bearer …` of the client token and of the read-only token.
     tokens: [String; 2],
-    sessions: Mutex<HashMap<String, Instant>>,
-    tickets: Mutex<HashMap<String, Instant>>,
+    /// Users' tokens by hash (shared with the state, [`crate::users`]).
+    users: TokenIndex,
+    /// Each session's end and who opened it.
+    sessions: Mutex<HashMap<String, (Instant, Caller)>>,
+    tickets: Mutex<HashMap<String, (Instant, Caller)>>,
     /// `; Secure` when the listener speaks HTTPS (the browser then never sends the cookie in
     /// clear), else empty.
     secure: &'static str,
@@ -215,11 +221,13 @@ impl Dashboard {
         client_token: &str,
         read_token: &str,
     ) -> Self {
+        let users = state.lock().map(|s| s.users_index()).unwrap_or_default();
         Self {
             state,
             metrics,
             relay,
             tokens: [pb::bearer(client_token), pb::bearer(read_token)],
+            users,
             sessions: Mutex::default(),
             tickets: Mutex::default(),
             secure: "",
@@ -234,12 +242,33 @@ impl Dashboard {
         self
     }
 
-    fn token_ok(&self, presented: &str) -> bool {
-        let bearer = pb::bearer(presented.trim());
+    /// Who an `authorization` value (`Bearer …`) proves to be: the admin for the client and the
+    /// read-only tokens (read-only: the dashboard changes nothing), a user for its own token.
+    fn caller_of(&self, bearer: &[u8]) -> Option<Caller> {
         // Both comparisons always run.
-        let a = same(bearer.as_bytes(), self.tokens[0].as_bytes());
-        let b = same(bearer.as_bytes(), self.tokens[1].as_bytes());
-        a | b
+        let a = same(bearer, self.tokens[0].as_bytes());
+        let b = same(bearer, self.tokens[1].as_bytes());
+        if a | b {
+            return Some(Caller::admin());
+        }
+        let token = std::str::from_utf8(bearer).ok()?.strip_prefix("Bearer ")?;
+        let users = self.users.read().ok()?;
+        users
+            .get(&crate::users::token_hash(token))
+            .map(|name| Caller::user(name))
+    }
+
+    fn token_ok(&self, presented: &str) -> Option<Caller> {
+        self.caller_of(pb::bearer(presented.trim()).as_bytes())
+    }
+
+    /// Whether user `who` still exists (a removed user's sessions end with it).
+    fn still_there(&self, who: &Caller) -> bool {
+        who.admin
+            || self
+                .users
+                .read()
+                .is_ok_and(|u| u.values().any(|n| *n == who.name))
     }
 
     fn session_of(headers: &HeaderMap) -> Option<String> {
@@ -254,34 +283,34 @@ impl Dashboard {
             })
     }
 
-    /// Whether a request carries a valid token or session.
-    fn authed(&self, headers: &HeaderMap) -> bool {
-        if let Some(v) = headers
+    /// Who a request's token or session says it comes from (`None`: neither is valid).
+    fn authed(&self, headers: &HeaderMap) -> Option<Caller> {
+        if let Some(who) = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
+            .and_then(|v| self.caller_of(v.as_bytes()))
         {
-            let bearer = v.as_bytes();
-            let a = same(bearer, self.tokens[0].as_bytes());
-            let b = same(bearer, self.tokens[1].as_bytes());
-            if a | b {
-                return true;
-            }
+            return Some(who);
         }
-        let Some(id) = Self::session_of(headers) else {
-            return false;
+        let id = Self::session_of(headers)?;
+        let who = {
+            let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            sessions.retain(|_, (until, _)| *until > now);
+            sessions
+                .iter()
+                .find(|(k, _)| same(k.as_bytes(), id.as_bytes()))
+                .map(|(_, (_, who))| who.clone())?
         };
-        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        sessions.retain(|_, until| *until > now);
-        sessions.keys().any(|k| same(k.as_bytes(), id.as_bytes()))
+        self.still_there(&who).then_some(who)
     }
 
-    fn new_session(&self) -> Response {
+    fn new_session(&self, who: Caller) -> Response {
         let id = random_hex();
         self.sessions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(id.clone(), Instant::now() + SESSION);
+            .insert(id.clone(), (Instant::now() + SESSION, who));
         let cookie = format!(
             "{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
             SESSION.as_secs(),
@@ -324,6 +353,7 @@ impl Dashboard {
             "jobs": jobs.iter().map(|j| serde_json::json!({
                 "id": j.id, "state": j.state, "tasks": j.tasks, "counts": j.counts,
                 "name": j.name, "waiting": j.waiting, "held": j.held, "deferred": j.deferred,
+                "owner": j.owner,
                 // The row's hover says why it waits, live as on the first load.
                 "pending_reason": j.pending_reason,
             })).collect::<Vec<_>>(),
@@ -350,7 +380,7 @@ pub fn guarded(d: Arc<Dashboard>, routes: axum::Router) -> axum::Router {
         move |req: axum::extract::Request, next: axum::middleware::Next| {
             let d = d.clone();
             async move {
-                if d.authed(req.headers()) {
+                if d.authed(req.headers()).is_some() {
                     next.run(req).await
                 } else {
                     (
@@ -367,7 +397,7 @@ pub fn guarded(d: Arc<Dashboard>, routes: axum::Router) -> axum::Router {
 
 /// The dashboard's routes, to merge into the HTTP listener's router.
 pub fn router(d: Arc<Dashboard>) -> axum::Router {
-    let guard = |d: &Arc<Dashboard>, headers: &HeaderMap| d.authed(headers);
+    let guard = |d: &Arc<Dashboard>, headers: &HeaderMap| d.authed(headers).is_some();
     let page = {
         let d = d.clone();
         move |headers: HeaderMap| async move {
@@ -391,7 +421,7 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
     };
     let asset = |d: Arc<Dashboard>, ctype: &'static str, body: &'static [u8]| {
         move |headers: HeaderMap| async move {
-            if !d.authed(&headers) {
+            if d.authed(&headers).is_none() {
                 return unauthorized();
             }
             ([(header::CONTENT_TYPE, ctype)], body).into_response()
@@ -406,12 +436,12 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
             let valid = {
                 let mut t = d.tickets.lock().unwrap_or_else(|p| p.into_inner());
                 let now = Instant::now();
-                t.retain(|_, until| *until > now);
+                t.retain(|_, (until, _)| *until > now);
                 // Single use: removed whether or not it matches anything else.
-                t.remove(&ticket).is_some()
+                t.remove(&ticket).map(|(_, who)| who)
             };
-            if valid {
-                d.new_session()
+            if let Some(who) = valid {
+                d.new_session(who)
             } else {
                 login_page(
                     StatusCode::UNAUTHORIZED,
@@ -425,8 +455,11 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
         move |body: Bytes| async move {
             let body = String::from_utf8_lossy(&body).into_owned();
             match form_value(&body, "token") {
-                Some(t) if d.token_ok(&t) => d.new_session(),
-                _ => login_page(StatusCode::UNAUTHORIZED, "Wrong token."),
+                Some(t) => match d.token_ok(&t) {
+                    Some(who) => d.new_session(who),
+                    None => login_page(StatusCode::UNAUTHORIZED, "Wrong token."),
+                },
+                None => login_page(StatusCode::UNAUTHORIZED, "Wrong token."),
             }
         }
     };
@@ -459,26 +492,26 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
         let d = d.clone();
         move |headers: HeaderMap| async move {
             // Only a token (not a session) may mint a login link.
-            let ok = headers
+            let who = headers
                 .get(header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.strip_prefix("Bearer "))
-                .is_some_and(|t| d.token_ok(t));
-            if !ok {
+                .and_then(|t| d.token_ok(t));
+            let Some(who) = who else {
                 return unauthorized();
-            }
+            };
             let t = random_hex();
             d.tickets
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .insert(t.clone(), Instant::now() + TICKET);
+                .insert(t.clone(), (Instant::now() + TICKET, who));
             json(&serde_json::json!({ "ticket": t, "expires_in_s": TICKET.as_secs() }))
         }
     };
     let jobs = {
         let d = d.clone();
         move |headers: HeaderMap, uri: Uri| async move {
-            if !d.authed(&headers) {
+            if d.authed(&headers).is_none() {
                 return unauthorized();
             }
             let cursor = num(&uri, "cursor").unwrap_or(0u64);
@@ -497,7 +530,7 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
     let job = {
         let d = d.clone();
         move |headers: HeaderMap, uri: Uri| async move {
-            if !d.authed(&headers) {
+            if d.authed(&headers).is_none() {
                 return unauthorized();
             }
             let id = num(&uri, "id").unwrap_or(0u64);
@@ -510,7 +543,7 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
     let tasks = {
         let d = d.clone();
         move |headers: HeaderMap, uri: Uri| async move {
-            if !d.authed(&headers) {
+            if d.authed(&headers).is_none() {
                 return unauthorized();
             }
             let job = num(&uri, "job").unwrap_or(0u64);
@@ -544,7 +577,7 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
     let nodes = {
         let d = d.clone();
         move |headers: HeaderMap| async move {
-            if !d.authed(&headers) {
+            if d.authed(&headers).is_none() {
                 return unauthorized();
             }
             match d.read(|s| s.nodes(false)).await {
@@ -556,7 +589,7 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
     let allocations = {
         let d = d.clone();
         move |headers: HeaderMap| async move {
-            if !d.authed(&headers) {
+            if d.authed(&headers).is_none() {
                 return unauthorized();
             }
             match d.read(|s| s.allocation_queues()).await {
@@ -568,9 +601,9 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
     let log = {
         let d = d.clone();
         move |headers: HeaderMap, uri: Uri| async move {
-            if !d.authed(&headers) {
+            let Some(who) = d.authed(&headers) else {
                 return unauthorized();
-            }
+            };
             let req = pb::ReadLogRequest {
                 job_id: num(&uri, "job").unwrap_or(0),
                 task: query(&uri, "task").unwrap_or_default(),
@@ -580,10 +613,8 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
                 offset: -(crate::logs::MAX_PAGE as i64),
                 limit: crate::logs::MAX_PAGE,
             };
-            // The dashboard admits the admin token, the read-only token and sessions made
-            // from them (not users' tokens): it reads as the admin.
-            let admin = crate::users::Caller::admin();
-            match crate::logs::read_log(&d.state, &d.relay, req, &admin).await {
+            // A user reads the logs of its own jobs only, as with `hetsched log`.
+            match crate::logs::read_log(&d.state, &d.relay, req, &who).await {
                 Ok(r) => (
                     [
                         (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
@@ -597,6 +628,9 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
                     },
                 )
                     .into_response(),
+                Err(s) if s.code() == tonic::Code::PermissionDenied => {
+                    (StatusCode::FORBIDDEN, s.message().to_string()).into_response()
+                }
                 Err(s) => (StatusCode::NOT_FOUND, s.message().to_string()).into_response(),
             }
         }
@@ -604,7 +638,7 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
     let events = {
         let d = d.clone();
         move |headers: HeaderMap| async move {
-            if !d.authed(&headers) {
+            if d.authed(&headers).is_none() {
                 return unauthorized();
             }
             let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, std::convert::Infallible>>(4);
