@@ -218,11 +218,14 @@ fn gauge<V: prometheus_client::encoding::EncodeGaugeValue + Send + Sync + std::f
 impl Collector for StateCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         // Copy under the lock, encode after releasing it. A poisoned lock: no state gauges.
-        let Ok((counts, nodes, queues)) = self
-            .0
-            .lock()
-            .map(|s| (s.task_counts(), s.nodes(false).nodes, s.allocations()))
-        else {
+        let Ok((counts, nodes, queues, users)) = self.0.lock().map(|s| {
+            (
+                s.task_counts(),
+                s.nodes(false).nodes,
+                s.allocations(),
+                s.user_cores_all(),
+            )
+        }) else {
             return Ok(());
         };
         let e = &mut encoder;
@@ -371,6 +374,23 @@ impl Collector for StateCollector {
             queues
                 .iter()
                 .map(|q| (vec![("queue", q.name.clone())], i64::from(q.paused))),
+        )?;
+        gauge(
+            e,
+            "user_cores",
+            "Cores each user's running batch tasks hold (docs/runtime.md, Users).",
+            users
+                .iter()
+                .map(|(u, cores, _)| (vec![("user", u.clone())], i64::from(*cores))),
+        )?;
+        gauge(
+            e,
+            "user_max_cores",
+            "The most cores each capped user's running batch tasks may hold (`hetsched user limit`).",
+            users
+                .iter()
+                .filter(|(_, _, cap)| *cap > 0)
+                .map(|(u, _, cap)| (vec![("user", u.clone())], i64::from(*cap))),
         )?;
         gauge(
             e,

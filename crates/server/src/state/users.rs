@@ -128,6 +128,21 @@ impl State {
         Ok(())
     }
 
+    /// Every user with the cores its running batch tasks hold and its cap (0: none): O(users),
+    /// for `/metrics`.
+    pub fn user_cores_all(&self) -> Vec<(String, u32, u32)> {
+        self.users
+            .list()
+            .map(|(name, _)| {
+                (
+                    name.to_string(),
+                    self.user_cores(name),
+                    self.users.max_cores(name),
+                )
+            })
+            .collect()
+    }
+
     /// The cores user `name`'s running batch tasks hold now.
     pub fn user_cores(&self, name: &str) -> u32 {
         self.users

@@ -649,4 +649,19 @@ fn a_users_cap_on_cores_holds_its_running_tasks_and_the_rest_go_to_others() {
     let s = open(&d);
     assert_eq!(s.user_cores("alice"), 6);
     assert_eq!(s.list_users()[0].max_cores, 6);
+    // `/metrics` shows both.
+    let metrics = s.metrics();
+    let reg = hetsched_server::metrics::registry(
+        &metrics,
+        std::sync::Arc::new(std::sync::Mutex::new(s)),
+        "hdas",
+    );
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &reg).expect("encode");
+    for line in [
+        "hetsched_user_cores{user=\"alice\"} 6",
+        "hetsched_user_max_cores{user=\"alice\"} 6",
+    ] {
+        assert!(text.contains(line), "{line} not in:\n{text}");
+    }
 }
