@@ -93,15 +93,7 @@ type Api = TopologyClientClient<
 >;
 
 async fn connect(args: &ClientArgs) -> anyhow::Result<Api> {
-    let token = std::fs::read_to_string(&args.token_file)
-        .with_context(|| {
-            format!(
-                "reading the token from {} (the server writes DATA_DIR/token; pass --token-file)",
-                args.token_file.display()
-            )
-        })?
-        .trim()
-        .to_string();
+    let token = args.token()?;
     let ca = match &args.ca {
         Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),
         None => None,

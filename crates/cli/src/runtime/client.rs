@@ -16,7 +16,7 @@ pub type Api = ClientClient<InterceptedService<Channel, pb::TokenInterceptor>>;
 
 /// Connects to the server named in `args` with its token.
 pub async fn connect(args: &ClientArgs) -> anyhow::Result<Api> {
-    let token = super::serve::read_token(&args.token_file)?;
+    let token = args.token()?;
     super::serve::check_tls(&args.server, args.ca.is_some())?;
     let ca = match &args.ca {
         Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),

@@ -166,7 +166,7 @@ async fn read_output(
 /// `hetsched output N [-o FILE]`: the gathered output of a completed divisible job, to FILE or
 /// stdout.
 pub async fn output(args: &ClientArgs, id: u64, to: Option<&Path>) -> anyhow::Result<()> {
-    let token = super::serve::read_token(&args.token_file)?;
+    let token = args.token()?;
     let ca = match &args.ca {
         Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),
         None => None,

@@ -652,11 +652,13 @@ pub struct ClientArgs {
     /// Server URL.
     #[arg(long, env = "HETSCHED_SERVER", default_value = "http://127.0.0.1:7420")]
     pub server: String,
-    /// File holding the server's token (created by the server in its data directory).
+    /// File holding your token: the admin's (the server writes DATA_DIR/token) or a user's own
+    /// (`hetsched user add NAME --save FILE`). Without the flag or HETSCHED_TOKEN_FILE, and with
+    /// no `hetsched-data/token` here, `~/.config/hetsched/token` (`$XDG_CONFIG_HOME`) is read.
     #[arg(
         long,
         env = "HETSCHED_TOKEN_FILE",
-        default_value = "hetsched-data/token"
+        default_value = DEFAULT_TOKEN_FILE
     )]
     pub token_file: PathBuf,
     /// CA certificate (PEM) for an `https://` server.
@@ -665,6 +667,33 @@ pub struct ClientArgs {
     /// Output format of read commands.
     #[arg(long, value_enum, default_value_t = Output::Table)]
     pub output: Output,
+}
+
+/// Where a client looks for its token first (the data directory of a server started here).
+const DEFAULT_TOKEN_FILE: &str = "hetsched-data/token";
+
+impl ClientArgs {
+    /// The token file to read: `--token-file` (or HETSCHED_TOKEN_FILE) as given; left at its
+    /// default with no `hetsched-data/token` here, the user's own in its configuration directory
+    /// (`$XDG_CONFIG_HOME/hetsched/token`, else `~/.config/hetsched/token`) when that exists.
+    pub fn token_path(&self) -> PathBuf {
+        if self.token_file != std::path::Path::new(DEFAULT_TOKEN_FILE) || self.token_file.exists() {
+            return self.token_file.clone();
+        }
+        let config = std::env::var_os("XDG_CONFIG_HOME")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")));
+        match config.map(|c| c.join("hetsched").join("token")) {
+            Some(own) if own.exists() => own,
+            _ => self.token_file.clone(),
+        }
+    }
+
+    /// The token to send ([`ClientArgs::token_path`], read and checked).
+    pub fn token(&self) -> anyhow::Result<String> {
+        serve::read_token(&self.token_path())
+    }
 }
 
 impl RuntimeCommand {

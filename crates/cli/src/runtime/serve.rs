@@ -231,8 +231,9 @@ pub fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
     use std::os::unix::fs::MetadataExt;
     let t = std::fs::read_to_string(path).with_context(|| {
         format!(
-            "reading the token from {} (the server writes DATA_DIR/token for users and \
-             DATA_DIR/agent-token for agents; pass --token-file)",
+            "reading the token from {} (the server writes DATA_DIR/token for the admin and \
+             DATA_DIR/agent-token for agents; a user's own comes from `hetsched user add`; pass \
+             --token-file, or put yours in ~/.config/hetsched/token)",
             path.display()
         )
     })?;

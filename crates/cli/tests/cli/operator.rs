@@ -2196,6 +2196,21 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
         text(&out.stdout)
     };
     assert_eq!(ok(&alice, &["user", "whoami"]).trim(), "alice");
+    // Without --token-file or HETSCHED_TOKEN_FILE (and no hetsched-data here), a user's own
+    // token is read from ~/.config/hetsched/token.
+    let home = c.dir.join("home-alice");
+    std::fs::create_dir_all(home.join(".config/hetsched")).expect("config dir");
+    std::fs::copy(&alice, home.join(".config/hetsched/token")).expect("token");
+    let out = c
+        .command(&["user", "whoami"])
+        .env_remove("HETSCHED_TOKEN_FILE")
+        .env_remove("XDG_CONFIG_HOME")
+        .env("HOME", &home)
+        .current_dir(&home)
+        .output()
+        .expect("run hetsched");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "alice");
     let d = c.dir.display().to_string();
     let mark = |who: &str| format!("echo > {d}/{who}");
     ok(
