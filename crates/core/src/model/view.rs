@@ -123,21 +123,33 @@ pub struct AppState {
     pub group: Option<u32>,
 }
 
-/// A group of applications whose running tasks share a cap on the cores they hold (the
-/// runtime's per-user `--max-cores`, Slurm's `MaxTRESPerUser=cpu=N`).
+/// A group of applications (the runtime's users) whose running tasks share a cap on the cores
+/// they hold (the per-user `--max-cores`, Slurm's `MaxTRESPerUser=cpu=N`) and, under `drf`, one
+/// dominant share.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GroupState {
     /// The most cores the group's running tasks may hold at once; 0: no cap.
     pub max_cores: u32,
-    /// Cores its running tasks hold now (a multi-node task: every core of the nodes it holds).
-    pub cores: u32,
+    /// What its running tasks hold now (a multi-node task: everything of the nodes it holds).
+    pub usage: Resources,
 }
 
 impl GroupState {
+    /// Cores its running tasks hold now.
+    pub fn cores(&self) -> u32 {
+        self.usage.cores
+    }
+
     /// Whether a task holding `cores` more fits under the cap.
     pub fn has_room(&self, cores: u32) -> bool {
-        self.max_cores == 0 || self.cores.saturating_add(cores) <= self.max_cores
+        self.max_cores == 0 || self.usage.cores.saturating_add(cores) <= self.max_cores
     }
+}
+
+/// Everything a multi-node task's [`Held`] handles hold.
+fn held_total(held: &[Held]) -> Resources {
+    held.iter()
+        .fold(Resources::default(), |sum, h| sum + h.resources)
 }
 
 /// How [`SchedulerView::app`] reads a retired application (its job was purged): no tasks,
@@ -713,7 +725,7 @@ impl SchedulerView {
     /// Puts application `app` in group `group` (`None`: in none): the cores its running tasks
     /// hold move to the group, and its tasks start only while the group is under its cap.
     pub fn set_app_group(&mut self, app: AppId, group: Option<u32>) -> Result<(), ViewError> {
-        let held = self.cores_held_by(app);
+        let held = self.held_by(app);
         let a = self
             .apps
             .get_mut(app.index())
@@ -727,16 +739,16 @@ impl SchedulerView {
         Ok(())
     }
 
-    /// Cores the running tasks of `app` hold (a multi-node task: every core of its nodes).
-    fn cores_held_by(&self, app: AppId) -> u32 {
-        let single = self.apps.get(app.index()).map_or(0, |a| a.usage.cores);
-        let multi: u32 = self
-            .multi_node
+    /// What the running tasks of `app` hold (a multi-node task: everything of its nodes).
+    fn held_by(&self, app: AppId) -> Resources {
+        let single = self
+            .apps
+            .get(app.index())
+            .map_or(Resources::default(), |a| a.usage);
+        self.multi_node
             .iter()
             .filter(|((a, _), _)| *a == app)
-            .flat_map(|(_, held)| held.iter().map(|h| h.resources.cores))
-            .sum();
-        single + multi
+            .fold(single, |sum, (_, held)| sum + held_total(held))
     }
 
     fn group_mut(&mut self, group: u32) -> &mut GroupState {
@@ -751,15 +763,15 @@ impl SchedulerView {
         group.is_none_or(|g| self.group(g).has_room(cores))
     }
 
-    fn group_add(&mut self, group: Option<u32>, cores: u32) {
+    fn group_add(&mut self, group: Option<u32>, held: Resources) {
         if let Some(gs) = group.and_then(|g| self.groups.get_mut(g as usize)) {
-            gs.cores = gs.cores.saturating_add(cores);
+            gs.usage = gs.usage + held;
         }
     }
 
-    fn group_sub(&mut self, group: Option<u32>, cores: u32) {
+    fn group_sub(&mut self, group: Option<u32>, held: Resources) {
         if let Some(gs) = group.and_then(|g| self.groups.get_mut(g as usize)) {
-            gs.cores = gs.cores.saturating_sub(cores);
+            gs.usage = gs.usage - held;
         }
     }
 
@@ -973,7 +985,7 @@ impl SchedulerView {
             Variant::Gpu => a.dispatched_gpu += 1,
         }
         let group = a.group;
-        self.group_add(group, request.cores);
+        self.group_add(group, request);
         if emptied {
             self.with_pending.remove(&app);
         }
@@ -1083,7 +1095,7 @@ impl SchedulerView {
         a.running += 1;
         a.dispatched_cpu += 1;
         let group = a.group;
-        self.group_add(group, held.iter().map(|h| h.resources.cores).sum());
+        self.group_add(group, held_total(&held));
         self.note_pending(app);
         if let Some(n) = self.nodes.get_mut(root.index()) {
             n.running += 1;
@@ -1125,7 +1137,7 @@ impl SchedulerView {
         a.dispatched_cpu += 1;
         let group = a.group;
         let held: Vec<Held> = nodes.iter().map(|&n| self.hold_free(n)).collect();
-        self.group_add(group, held.iter().map(|h| h.resources.cores).sum());
+        self.group_add(group, held_total(&held));
         if let Some(n) = nodes.first().and_then(|r| self.nodes.get_mut(r.index())) {
             n.running += 1;
         }
@@ -1138,7 +1150,7 @@ impl SchedulerView {
             if let Some(a) = self.apps.get_mut(done.app.index()) {
                 a.running = a.running.saturating_sub(1);
                 let group = a.group;
-                self.group_sub(group, held.iter().map(|h| h.resources.cores).sum());
+                self.group_sub(group, held_total(&held));
             }
             if let Some(n) = held
                 .first()
@@ -1159,7 +1171,7 @@ impl SchedulerView {
         a.usage = a.usage - request;
         a.running = a.running.saturating_sub(1);
         let group = a.group;
-        self.group_sub(group, request.cores);
+        self.group_sub(group, request);
         let n = &mut self.nodes[done.node.index()];
         n.free = n.free + request;
         n.running = n.running.saturating_sub(1);
@@ -1231,7 +1243,7 @@ impl SchedulerView {
             Variant::Gpu => a.dispatched_gpu += 1,
         }
         let group = a.group;
-        self.group_add(group, request.cores);
+        self.group_add(group, request);
         Ok(())
     }
 

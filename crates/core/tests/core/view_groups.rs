@@ -45,7 +45,7 @@ fn no_policy_starts_a_task_past_its_groups_cap_and_others_take_the_rest() {
             .map(|a| a.request.cores)
             .sum();
         assert!(grouped <= 6, "{kind:?}: the group holds {grouped} cores");
-        assert_eq!(v.group(0).cores, grouped, "{kind:?}");
+        assert_eq!(v.group(0).cores(), grouped, "{kind:?}");
         let free: u32 = v.nodes().iter().map(|n| n.free.cores).sum();
         assert_eq!(
             free,
@@ -56,7 +56,7 @@ fn no_policy_starts_a_task_past_its_groups_cap_and_others_take_the_rest() {
         // A task ending gives its cores back to the group: another starts in its place.
         if let Some(done) = placed.iter().find(|a| a.app.0 < 2).cloned() {
             v.task_finished(&done);
-            assert_eq!(v.group(0).cores, grouped - done.request.cores, "{kind:?}");
+            assert_eq!(v.group(0).cores(), grouped - done.request.cores, "{kind:?}");
             assert!(v.group_room(AppId(0), 2));
         }
     }
@@ -70,11 +70,11 @@ fn without_a_cap_the_group_only_counts_and_a_moved_application_takes_its_cores_a
         started.push(a);
     }
     assert_eq!(started.len(), 4, "an 8-core node holds four two-core tasks");
-    assert_eq!(v.group(0).cores, 8);
+    assert_eq!(v.group(0).cores(), 8);
     // Application 0 leaves the group: its 8 cores leave with it; a cap of 2 then admits one
     // task of application 1 only.
     v.set_app_group(AppId(0), None).expect("ungrouped");
-    assert_eq!(v.group(0).cores, 0);
+    assert_eq!(v.group(0).cores(), 0);
     v.set_group_cap(0, 2);
     assert!(
         v.assign(AppId(1), NodeId(1), hetsched_core::model::Variant::Cpu)
@@ -85,11 +85,48 @@ fn without_a_cap_the_group_only_counts_and_a_moved_application_takes_its_cores_a
             .is_none()
     );
     v.set_app_group(AppId(0), Some(0)).expect("back");
-    assert_eq!(v.group(0).cores, 10);
+    assert_eq!(v.group(0).cores(), 10);
     // Over the cap (a cap lowered under running tasks): they run on, nothing new starts.
     assert!(!v.group_room(AppId(1), 1));
     for a in &started {
         v.task_abandoned(a);
     }
-    assert_eq!(v.group(0).cores, 2);
+    assert_eq!(v.group(0).cores(), 2);
+}
+
+/// Under `drf` a group's applications share one dominant share: two users, one with three
+/// applications and one with one, split an 8-core node 4 / 4 (each application on its own
+/// would give the first user 6). Without groups DRF is unchanged: 2 cores per application.
+#[test]
+fn drf_is_fair_between_groups_not_between_their_applications() {
+    let build = |grouped: bool| {
+        let mut v = SchedulerView::new();
+        v.add_node(node("n").cores(8).build(NodeId(0)))
+            .expect("node");
+        for i in 0..4 {
+            let a = app(&format!("a{i}"))
+                .tasks(10)
+                .cpu(1.0, 0.0)
+                .build(AppId(i));
+            v.add_application(a, (0..10).map(TaskId).collect::<Vec<_>>())
+                .expect("app");
+            if grouped {
+                // Applications 0-2 are one user's, 3 another's.
+                v.set_app_group(AppId(i), Some(u32::from(i == 3)))
+                    .expect("group");
+            }
+        }
+        let mut p = BatchPolicyKind::Drf.build();
+        let placed = p.on_node_update(&mut v, NodeId(0), 1_000_000_000);
+        let mut per_app = [0; 4];
+        for a in &placed {
+            per_app[a.app.index()] += 1;
+        }
+        per_app
+    };
+    let apart = build(false);
+    assert_eq!(apart, [2, 2, 2, 2]);
+    let users = build(true);
+    assert_eq!(users[..3].iter().sum::<u32>(), 4, "{users:?}");
+    assert_eq!(users[3], 4, "{users:?}");
 }

@@ -147,7 +147,7 @@ impl State {
     pub fn user_cores(&self, name: &str) -> u32 {
         self.users
             .group(name)
-            .map_or(0, |g| self.view.group(g).cores)
+            .map_or(0, |g| self.view.group(g).cores())
     }
 
     /// `hetsched user add NAME` (`rotate`: the user exists and gets a new token, its old one is

@@ -2,6 +2,11 @@
 //! application with the smallest dominant share — the largest fraction of any one cluster resource
 //! (cores, memory, GPUs) its running tasks hold. A task runs on a GPU when its application has a GPU
 //! variant and one is free, else on a core.
+//!
+//! The applications of one group ([`SchedulerView::set_app_group`]: the runtime's users) share
+//! their group's dominant share, so DRF is fair between users, not between however many
+//! applications each submits; within a group the earliest application goes first. An
+//! application in no group (the simulator's, the runtime admin's) is its own.
 
 use super::{BatchPolicy, Prefer, best_app};
 use crate::model::{AppId, Assignment, NodeId, SchedulerView, Variant};
@@ -12,7 +17,8 @@ use crate::time::Time;
 pub struct Drf;
 
 /// Picks, among applications with pending tasks that `can_run`, the one DRF serves next:
-/// highest priority, then smallest dominant share, then earliest start, then lowest id.
+/// highest priority, then smallest dominant share (its group's, in a group), then earliest
+/// start, then lowest id.
 pub(crate) fn next_by_drf(
     view: &SchedulerView,
     mut can_run: impl FnMut(AppId) -> bool,
@@ -21,7 +27,10 @@ pub(crate) fn next_by_drf(
     best_app(
         view.pending_apps().filter(|a| can_run(a.app.id)),
         Prefer::Smaller,
-        |a| Some(a.usage.dominant_share(&totals)),
+        |a| {
+            let usage = a.group.map_or(a.usage, |g| view.group(g).usage);
+            Some(usage.dominant_share(&totals))
+        },
     )
 }
 

@@ -288,7 +288,8 @@ impl Batch {
                 let why = format!(
                     "its user's running tasks hold {} of the {} cores the user may hold at once \
                      (`hetsched user limit`)",
-                    group.cores, group.max_cores
+                    group.cores(),
+                    group.max_cores
                 );
                 return (why, false);
             }
