@@ -665,3 +665,36 @@ fn a_users_cap_on_cores_holds_its_running_tasks_and_the_rest_go_to_others() {
         assert!(text.contains(line), "{line} not in:\n{text}");
     }
 }
+
+/// Under `policy = "drf"`, users share the cluster evenly however many jobs each submits: Alice's
+/// three jobs and Bob's one split an 8-core node 4 / 4 (job by job, Alice would get 6).
+#[test]
+fn under_drf_users_share_the_nodes_evenly_whatever_their_job_counts() {
+    let d = common::scratch("users", "drf");
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        policy: hetsched_core::policy::batch::BatchPolicyKind::Drf,
+        ..Default::default()
+    };
+    let mut s =
+        State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
+    s.on_add_user("alice", false).expect("alice");
+    s.on_add_user("bob", false).expect("bob");
+    let job = || {
+        let mut sub = submission("sweep", false);
+        sub.text =
+            "[[application]]\nname = \"sim\"\ntasks = 10\n[application.cpu]\ncommand = \"true\"\n"
+                .into();
+        sub.hold = false;
+        sub
+    };
+    let alices: Vec<u64> = (0..3)
+        .map(|_| s.on_submit_as(job(), "alice").expect("alice's").job_id)
+        .collect();
+    s.on_submit_as(job(), "bob").expect("bob's");
+    let mut agent = common::Agent::new(&mut s, 8);
+    agent.beat(&mut s, &[]);
+    assert_eq!(agent.running.len(), 8);
+    assert_eq!(s.user_cores("alice"), 4, "jobs {alices:?}");
+    assert_eq!(s.user_cores("bob"), 4);
+}
