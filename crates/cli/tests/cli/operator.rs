@@ -2195,6 +2195,14 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
         assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
         text(&out.stdout)
     };
+    let refused = |token: &std::path::Path, args: &[&str], says: &str| {
+        let out = as_user(token, args);
+        let err = text(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(says),
+            "{args:?}: {err}"
+        );
+    };
     assert_eq!(ok(&alice, &["user", "whoami"]).trim(), "alice");
     // Without --token-file or HETSCHED_TOKEN_FILE (and no hetsched-data here), a user's own
     // token is read from ~/.config/hetsched/token.
@@ -2242,12 +2250,10 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
 
     let table = ok(&bob, &["jobs"]);
     assert!(table.contains("user") && table.contains("alice"), "{table}");
-    let out = as_user(&bob, &["cancel", "1"]);
-    assert!(!out.status.success());
-    assert!(
-        text(&out.stderr).contains("job 1 belongs to alice: only alice or the admin may cancel it"),
-        "{}",
-        text(&out.stderr)
+    refused(
+        &bob,
+        &["cancel", "1"],
+        "job 1 belongs to alice: only alice or the admin may cancel it",
     );
     // Bob's `nightly` is his own job 2, not Alice's job 1 of the same name.
     ok(&bob, &["release", "name:nightly"]);
@@ -2264,12 +2270,7 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
     assert_eq!(mine[0]["owner"], "alice");
 
     // Users are the admin's to manage.
-    let out = as_user(&alice, &["user", "list"]);
-    assert!(
-        text(&out.stderr).contains("is for the admin"),
-        "{}",
-        text(&out.stderr)
-    );
+    refused(&alice, &["user", "list"], "is for the admin");
     let users = c.json(&["user", "list"]);
     assert_eq!(users[0]["name"], "alice");
     assert_eq!(users[0]["unfinished_jobs"], 1);
@@ -2285,12 +2286,7 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
         "a number of cores, or `none`",
     );
     c.ok(&["user", "remove", "bob"]);
-    let out = as_user(&bob, &["jobs"]);
-    assert!(
-        text(&out.stderr).contains("the server refused the token"),
-        "{}",
-        text(&out.stderr)
-    );
+    refused(&bob, &["jobs"], "the server refused the token");
     ok(&alice, &["release", "1"]);
     ok(&alice, &["wait", "1", "--timeout", "30s"]);
     assert!(c.dir.join("alice").exists());
