@@ -498,6 +498,7 @@ impl Client for ClientService {
         let who = caller(&req)?;
         let r = req.into_inner();
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            let _audit = who.span();
             let done = s.on_submit_as(
                 crate::state::types::Submission {
                     origin: r.origin,
@@ -683,6 +684,7 @@ impl Client for ClientService {
         let who = caller(&req)?;
         let r = req.into_inner();
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            let _audit = who.span();
             s.authorize(&who, r.job_id, "resubmit its tasks")?;
             s.on_resubmit_ended(r.job_id, r.failed, r.cancelled)
                 .map(|tasks| pb::ResubmitReply { tasks })
@@ -694,9 +696,11 @@ impl Client for ClientService {
         &self,
         req: Request<pb::DrainNodeRequest>,
     ) -> Result<Response<pb::DrainNodeReply>, Status> {
-        require_admin(&caller(&req)?, "draining or resuming a node")?;
+        let who = caller(&req)?;
+        require_admin(&who, "draining or resuming a node")?;
         let r = req.into_inner();
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            let _audit = who.span();
             s.drain_node(&r.name, r.drain, &r.reason)
         })
         .await
@@ -706,9 +710,11 @@ impl Client for ClientService {
         &self,
         req: Request<pb::StopNodeRequest>,
     ) -> Result<Response<pb::DrainNodeReply>, Status> {
-        require_admin(&caller(&req)?, "stopping a node")?;
+        let who = caller(&req)?;
+        require_admin(&who, "stopping a node")?;
         let r = req.into_inner();
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            let _audit = who.span();
             s.on_stop_node(&r.name, r.drain).map(Into::into)
         })
         .await
@@ -733,7 +739,8 @@ impl Client for ClientService {
         &self,
         req: Request<pb::PauseAllocationsRequest>,
     ) -> Result<Response<pb::ListAllocationsReply>, Status> {
-        require_admin(&caller(&req)?, "pausing or resuming an allocation queue")?;
+        let who = caller(&req)?;
+        require_admin(&who, "pausing or resuming an allocation queue")?;
         let r = req.into_inner();
         if r.queue.len() > 32 {
             return Err(Status::invalid_argument(
@@ -741,6 +748,7 @@ impl Client for ClientService {
             ));
         }
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            let _audit = who.span();
             s.pause_allocations(&r.queue, r.paused)?;
             Ok(s.allocation_queues())
         })
@@ -751,7 +759,8 @@ impl Client for ClientService {
         &self,
         req: Request<pb::CheckAllocationsRequest>,
     ) -> Result<Response<pb::CheckAllocationsReply>, Status> {
-        require_admin(&caller(&req)?, "checking the allocation queues")?;
+        let who = caller(&req)?;
+        require_admin(&who, "checking the allocation queues")?;
         let name = req.into_inner().queue;
         // Queue names are at most 32 characters (`allocation::QueueConfig::validate`).
         if name.len() > 32 {
@@ -801,9 +810,11 @@ impl Client for ClientService {
         &self,
         req: Request<pb::RemoveNodeRequest>,
     ) -> Result<Response<pb::RemoveNodeReply>, Status> {
-        require_admin(&caller(&req)?, "removing a node")?;
+        let who = caller(&req)?;
+        require_admin(&who, "removing a node")?;
         let name = req.into_inner().name;
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            let _audit = who.span();
             s.remove_node(&name)
                 .map(|node_id| pb::RemoveNodeReply { node_id })
         })
@@ -818,6 +829,7 @@ impl Client for ClientService {
         let r = req.into_inner();
         if r.indices.is_empty() && r.app.is_empty() {
             return with_state(&self.0, &self.2, Run::Blocking, move |s| {
+                let _audit = who.span();
                 s.authorize(&who, r.job_id, "cancel it")?;
                 s.cancel(r.job_id)
             })
@@ -835,6 +847,7 @@ impl Client for ClientService {
             ));
         }
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            let _audit = who.span();
             s.authorize(&who, r.job_id, "cancel its tasks")?;
             s.cancel_tasks(r.job_id, &r.app, &r.indices)
         })
@@ -858,6 +871,7 @@ impl Client for ClientService {
             )));
         }
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            let _audit = who.span();
             s.authorize(&who, r.job_id, "signal its tasks")?;
             s.signal(&r)
         })
@@ -877,6 +891,7 @@ impl Client for ClientService {
             )));
         }
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            let _audit = who.span();
             s.authorize(&who, r.job_id, "update it")?;
             s.update(&r)
         })
@@ -887,6 +902,7 @@ impl Client for ClientService {
         let who = caller(&req)?;
         let r = req.into_inner();
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            let _audit = who.span();
             s.authorize(&who, r.job_id, "hold or release it")?;
             s.hold(r.job_id, r.hold)
         })
@@ -905,6 +921,7 @@ impl Client for ClientService {
             sel.owner = Some(who.name.to_string());
         }
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            let _audit = who.span();
             s.on_purge(&sel).map(Into::into)
         })
         .await
@@ -914,9 +931,11 @@ impl Client for ClientService {
         &self,
         req: Request<pb::AddUserRequest>,
     ) -> Result<Response<pb::AddUserReply>, Status> {
-        require_admin(&caller(&req)?, "adding a user")?;
+        let who = caller(&req)?;
+        require_admin(&who, "adding a user")?;
         let r = req.into_inner();
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            let _audit = who.span();
             let token = s.on_add_user(&r.name, r.rotate)?;
             if let Some(max_cores) = r.max_cores {
                 s.on_limit_user(&r.name, max_cores)?;
@@ -933,7 +952,8 @@ impl Client for ClientService {
         &self,
         req: Request<pb::RemoveUserRequest>,
     ) -> Result<Response<pb::RemoveUserReply>, Status> {
-        require_admin(&caller(&req)?, "removing a user")?;
+        let who = caller(&req)?;
+        require_admin(&who, "removing a user")?;
         let name = req.into_inner().name;
         if name.len() > crate::users::MAX_NAME {
             return Err(Status::invalid_argument(format!(
@@ -942,6 +962,7 @@ impl Client for ClientService {
             )));
         }
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            let _audit = who.span();
             s.on_remove_user(&name)
                 .map(|unfinished_jobs| pb::RemoveUserReply { unfinished_jobs })
         })
@@ -952,7 +973,8 @@ impl Client for ClientService {
         &self,
         req: Request<pb::ListUsersRequest>,
     ) -> Result<Response<pb::ListUsersReply>, Status> {
-        require_admin(&caller(&req)?, "listing the users")?;
+        let who = caller(&req)?;
+        require_admin(&who, "listing the users")?;
         read_state(&self.0, |s| {
             Ok(pb::ListUsersReply {
                 users: s.list_users().into_iter().map(user_info).collect(),
@@ -965,7 +987,8 @@ impl Client for ClientService {
         &self,
         req: Request<pb::LimitUserRequest>,
     ) -> Result<Response<pb::UserInfo>, Status> {
-        require_admin(&caller(&req)?, "limiting a user")?;
+        let who = caller(&req)?;
+        require_admin(&who, "limiting a user")?;
         let r = req.into_inner();
         if r.name.len() > crate::users::MAX_NAME {
             return Err(Status::invalid_argument(format!(
@@ -974,6 +997,7 @@ impl Client for ClientService {
             )));
         }
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
+            let _audit = who.span();
             s.on_limit_user(&r.name, r.max_cores)?;
             s.list_users()
                 .into_iter()

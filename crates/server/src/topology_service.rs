@@ -170,6 +170,7 @@ impl pb::topology_client_server::TopologyClient for ClientService {
         let who = crate::service::caller(&r)?;
         let sub = submission(r.into_inner());
         with_state(&self.0, &self.1, Run::Blocking, move |s| {
+            let _audit = who.span();
             s.topology_submit_as(sub, &who.name)
         })
         .await
@@ -209,6 +210,7 @@ impl pb::topology_client_server::TopologyClient for ClientService {
         let who = crate::service::caller(&r)?;
         let name = r.into_inner().name;
         with_state(&self.0, &self.1, Run::Blocking, move |s| {
+            let _audit = who.span();
             s.check_topology_owner(&who.name, &name, "kill it")?;
             s.topology_kill(&name)
         })
@@ -222,6 +224,7 @@ impl pb::topology_client_server::TopologyClient for ClientService {
         let who = crate::service::caller(&r)?;
         let name = r.into_inner().name;
         with_state(&self.0, &self.1, Run::Blocking, move |s| {
+            let _audit = who.span();
             s.check_topology_owner(&who.name, &name, "rebalance it")?;
             s.topology_rebalance(&name)
         })

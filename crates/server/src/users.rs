@@ -65,6 +65,13 @@ impl Caller {
             admin: false,
         }
     }
+
+    /// A span naming the caller, entered while its call's event runs: what the state logs then
+    /// reads `client{user=alice}: … job cancelled job=3`, so the server's log says who changed
+    /// what.
+    pub fn span(&self) -> tracing::span::EnteredSpan {
+        tracing::info_span!("client", user = %self.name).entered()
+    }
 }
 
 /// The SHA-256 of each user's token → its name. Shared by the state, which changes it, and the

@@ -2258,6 +2258,13 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
     // Bob's `nightly` is his own job 2, not Alice's job 1 of the same name.
     ok(&bob, &["release", "name:nightly"]);
     ok(&bob, &["wait", "2", "--timeout", "30s"]);
+    // The server's log says who changed what.
+    let log = std::fs::read_to_string(c.dir.join("server.log")).expect("server log");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("user=bob") && l.contains("job held or released")),
+        "{log}"
+    );
     assert!(c.dir.join("bob").exists());
     assert_eq!(
         c.json(&["job", "1"])["held"],
