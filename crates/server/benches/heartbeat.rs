@@ -76,6 +76,7 @@ fn heartbeat(c: &mut Criterion) {
         ("thousand_cancelled_workflows", false),
         ("hundred_workflows_waiting_for_a_held_job", false),
         ("ten_thousand_tasks_after_corr_of_a_held_job", false),
+        ("hundred_jobs_of_a_user_its_cap_keeps_waiting", false),
     ] {
         let dir = base.join(case);
         let mut s = state(&dir, ending);
@@ -179,6 +180,26 @@ fn heartbeat(c: &mut Criterion) {
                 ..Default::default()
             })
             .expect("array after it");
+        }
+        if case == "hundred_jobs_of_a_user_its_cap_keeps_waiting" {
+            // A user capped at 1 core with 100 jobs of 100 two-core tasks: every node has room,
+            // and the cap refuses every task (`SchedulerView::fits`).
+            s.on_add_user("alice", false).expect("user");
+            s.on_limit_user("alice", 1).expect("cap");
+            let job = "[[application]]\nname = \"a\"\ntasks = 100\n\
+                       [application.cpu]\ncommand = \"true\"\ncores = 2\n";
+            for _ in 0..100 {
+                s.on_submit_as(
+                    Submission {
+                        origin: "job.toml".into(),
+                        text: job.into(),
+                        workdir: "/".into(),
+                        ..Default::default()
+                    },
+                    "alice",
+                )
+                .expect("alice's job");
+            }
         }
         let mut next = 0u32;
         g.bench_function(BenchmarkId::from_parameter(case), |b| {

@@ -775,6 +775,27 @@ impl SchedulerView {
         }
     }
 
+    /// Whether work holding `cores` more fits under group `group`'s cap (`None`: no group, so
+    /// yes): for drivers that book resources themselves ([`SchedulerView::book`]: the
+    /// runtime's workflow instances), with [`SchedulerView::charge_group`].
+    pub fn group_room_for(&self, group: Option<u32>, cores: u32) -> bool {
+        self.group_has_room(group, cores)
+    }
+
+    /// Counts `held` against group `group` (work a driver booked itself); `release_group` gives
+    /// it back.
+    pub fn charge_group(&mut self, group: Option<u32>, held: Resources) {
+        if let Some(g) = group {
+            self.group_mut(g);
+        }
+        self.group_add(group, held);
+    }
+
+    /// Gives back what [`SchedulerView::charge_group`] counted.
+    pub fn release_group(&mut self, group: Option<u32>, held: Resources) {
+        self.group_sub(group, held);
+    }
+
     /// Whether another task of `app` (holding `cores`) fits under its group's cap.
     pub fn group_room(&self, app: AppId, cores: u32) -> bool {
         self.group_has_room(self.apps.get(app.index()).and_then(|a| a.group), cores)

@@ -295,6 +295,9 @@ struct WfJob {
     blocked: Vec<u32>,
     /// Resources each running instance booked in the view: instance → (node, request, devices).
     booked: HashMap<u32, (u32, Resources, Vec<u32>)>,
+    /// Its owner's group in the view (a user's cap on cores; [`Workflows::set_group`]): what
+    /// its running instances book counts against it.
+    group: Option<u32>,
     /// Required attribute mask of each task.
     masks: Vec<AttrMask>,
     /// The members its dispatcher knows (centralised).
@@ -905,6 +908,7 @@ impl Workflows {
     fn unbook(cx: &mut Ctx, job: &mut WfJob, i: u32) {
         if let Some((n, r, d)) = job.booked.remove(&i) {
             cx.view.unbook(NodeId(n), r, &d);
+            cx.view.release_group(job.group, r);
         }
     }
 
@@ -966,6 +970,7 @@ impl Workflows {
             rerun: Vec::new(),
             blocked: Vec::new(),
             booked: HashMap::new(),
+            group: None,
             masks,
             members,
             to_node: HashMap::new(),
@@ -2044,7 +2049,10 @@ impl JobKind for Workflows {
                         || auto
                             .as_mut()
                             .is_none_or(|q| q.admit(job.observed[t].run_times(), request.cores));
-                    if !queueable || !cx.view.can_book(node, request) {
+                    if !queueable
+                        || !cx.view.can_book(node, request)
+                        || !cx.view.group_room_for(job.group, request.cores)
+                    {
                         keep.push_back(i);
                         passed_over += 1;
                         if cx.view.is_full(node) || passed_over >= PASS_OVER {
@@ -2068,6 +2076,7 @@ impl JobKind for Workflows {
                         break;
                     }
                     used += request.cores;
+                    cx.view.charge_group(job.group, request);
                     job.booked.insert(i, (node.0, request, devices));
                     let x = &mut job.insts[i as usize];
                     x.st = St::Running;
@@ -2527,6 +2536,23 @@ impl JobKind for Workflows {
 }
 
 impl Workflows {
+    /// Puts workflow `job` in group `group` of the view (its owner's: a user's cap on cores
+    /// counts its running instances, and its instances start only under the cap); what its
+    /// running instances hold moves to the group.
+    pub fn set_group(&mut self, view: &mut hetsched_core::SchedulerView, job: u64, group: u32) {
+        let seq = job & ((1 << super::KIND_SHIFT) - 1);
+        let Some(j) = self.jobs.get_mut(&seq) else {
+            return;
+        };
+        let held = j
+            .booked
+            .values()
+            .fold(Resources::default(), |sum, (_, r, _)| sum + *r);
+        view.release_group(j.group, held);
+        j.group = Some(group);
+        view.charge_group(j.group, held);
+    }
+
     /// The instances of workflow `job` whose listed index (`{index}`, the argument value) is one
     /// of `indices` (all: `None`) — every process of that value — of task `app` only, if given,
     /// with the job's sequence number. A task or an index the workflow does not have is refused,

@@ -1139,9 +1139,7 @@ impl State {
             self.check_owner(owner, done.job_id, "submit again")?;
         } else {
             self.ids.add(done.job_id, kind);
-            if kind == Kind::Batch {
-                self.group_job(done.job_id, owner);
-            }
+            self.group_job(done.job_id, owner);
         }
         self.waits_due = true;
         if let Err(e) = self.commit() {
@@ -1289,10 +1287,8 @@ impl State {
         self.commit()?;
         // A job brought back into memory (it had left it finished) counts against its
         // owner's cap again.
-        if k == Kind::Batch {
-            let owner = self.users.owner(job).to_string();
-            self.group_job(job, &owner);
-        }
+        let owner = self.users.owner(job).to_string();
+        self.group_job(job, &owner);
         self.wake(None);
         info!(job, tasks = n, failed, cancelled, "ended tasks resubmitted");
         Ok(n)

@@ -95,9 +95,15 @@ impl State {
         }
     }
 
-    /// Puts batch job `job`'s applications in `owner`'s group (the admin's jobs are in none).
+    /// Puts job `job` in `owner`'s group (the admin's jobs are in none): a batch job's
+    /// applications, or a workflow (its running instances).
     pub(super) fn group_job(&mut self, job: u64, owner: &str) {
         if owner == ADMIN {
+            return;
+        }
+        if self.ids.kind(job) == Some(crate::jobs::Kind::Workflow) {
+            let g = self.users.group_of(owner);
+            self.jobs.workflow.set_group(&mut self.view, job, g);
             return;
         }
         let Some(apps) = self.jobs.batch.apps_of(job) else {

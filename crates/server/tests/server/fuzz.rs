@@ -414,17 +414,12 @@ fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let mut alice_started = false;
                 for &j in &hers {
                     let Ok(t) = s.tasks(j) else { continue };
-                    // Batch tasks only: workflow instances do not count against a cap.
-                    let batch = t.tasks.iter().all(|t| t.id >> 56 == 0);
-                    alice_running += t
-                        .tasks
+                    // Batch tasks and workflow instances alike count against the cap.
+                    alice_running += t.tasks.iter().filter(|t| t.state == "running").count();
+                    alice_started |= r
+                        .assignments
                         .iter()
-                        .filter(|t| batch && t.state == "running")
-                        .count();
-                    alice_started |= batch
-                        && r.assignments
-                            .iter()
-                            .any(|a| t.tasks.iter().any(|t| t.id == a.task_id));
+                        .any(|a| t.tasks.iter().any(|t| t.id == a.task_id));
                 }
                 prop_assert!(
                     alice_running > 0 || s.user_cores("alice") == 0,

@@ -698,3 +698,47 @@ fn under_drf_users_share_the_nodes_evenly_whatever_their_job_counts() {
     assert_eq!(s.user_cores("alice"), 4, "jobs {alices:?}");
     assert_eq!(s.user_cores("bob"), 4);
 }
+
+/// A user's cap counts its workflows' running instances too: a capped user cannot pass it by
+/// submitting a workflow instead of a batch job.
+#[test]
+fn a_users_cap_holds_its_workflows_instances_too() {
+    let d = common::scratch("users", "wf-cap");
+    let mut s = open(&d);
+    s.on_add_user("alice", false).expect("alice");
+    s.on_limit_user("alice", 2).expect("capped");
+    let mut agent = common::Agent::new(&mut s, 8);
+    let mut sub = submission("wf", false);
+    sub.text = "balancer = \"centralised\"\n[[task]]\nname = \"A\"\ninstances = \"1..=6\"\n\
+                cost = \"1s\"\ncommand = \"true\"\n"
+        .into();
+    sub.hold = false;
+    let wf = s.on_submit_as(sub, "alice").expect("workflow").job_id;
+    let mut started = agent.beat(&mut s, &[]);
+    for _ in 0..3 {
+        started.extend(agent.beat(&mut s, &[]));
+    }
+    assert_eq!(started.len(), 2, "two one-core instances under a cap of 2");
+    assert_eq!(s.user_cores("alice"), 2);
+    // Two end: two more start, never more than the cap.
+    let done: Vec<(u64, u32, bool)> = started.iter().map(|&(t, a)| (t, a, true)).collect();
+    let mut next = agent.beat(&mut s, &done);
+    for _ in 0..3 {
+        next.extend(agent.beat(&mut s, &[]));
+    }
+    assert_eq!(next.len(), 2);
+    assert_eq!(s.user_cores("alice"), 2);
+    // A restart counts the running instances against the cap again.
+    drop(s);
+    let mut s = open(&d);
+    assert_eq!(s.user_cores("alice"), 2);
+    // Lifting the cap lets the rest start.
+    s.on_limit_user("alice", 0).expect("no cap");
+    let mut rest = agent.beat(&mut s, &[]);
+    for _ in 0..3 {
+        rest.extend(agent.beat(&mut s, &[]));
+    }
+    assert_eq!(rest.len(), 2, "the last two of six");
+    assert_eq!(s.user_cores("alice"), 4);
+    assert_eq!(s.get_job(wf).expect("job").owner, "alice");
+}
