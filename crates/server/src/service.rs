@@ -831,7 +831,8 @@ impl Client for ClientService {
             return with_state(&self.0, &self.2, Run::Blocking, move |s| {
                 let _audit = who.span();
                 s.authorize(&who, r.job_id, "cancel it")?;
-                s.cancel(r.job_id)
+                s.on_cancel_by(r.job_id, &who.name)
+                    .map(|cancelled| pb::CancelReply { cancelled })
             })
             .await;
         }

@@ -2415,7 +2415,7 @@ impl JobKind for Batch {
 
     /// Cancels a job: pending tasks are dropped, running ones killed at their nodes' next
     /// heartbeat.
-    fn cancel(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
+    fn cancel(&mut self, cx: &mut Ctx, job: u64, why: &str) -> Result<u64, StateError> {
         // A job that has ended stays as it ended: marking a completed job cancelled would
         // rewrite what the jobs that ran after it were told (and a restart would then cancel
         // them, running as they are).
@@ -2425,7 +2425,7 @@ impl JobKind for Batch {
         {
             return Ok(0);
         }
-        let n = self.cancel_job(cx, job, "cancelled")?;
+        let n = self.cancel_job(cx, job, why)?;
         // Jobs waiting on this one can never start now.
         self.settle_waiting(cx)?;
         Ok(n)

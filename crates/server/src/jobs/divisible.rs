@@ -1688,13 +1688,18 @@ impl JobKind for Divisible {
         )))
     }
 
-    fn cancel(&mut self, _cx: &mut Ctx, id: u64) -> Result<u64, StateError> {
+    fn cancel(&mut self, _cx: &mut Ctx, id: u64, why: &str) -> Result<u64, StateError> {
         let job = self.jobs.get_mut(&id).ok_or(StateError::NoJob(id))?;
         if job.state != "running" {
             return Ok(0);
         }
         let left = job.spec.units() - job.master.units_done();
-        finish_job(id, job, "cancelled", "cancelled by a user");
+        let why = if why == "cancelled" {
+            "cancelled by a user"
+        } else {
+            why
+        };
+        finish_job(id, job, "cancelled", why);
         stop_out_chunks(&mut self.dirty_chunks, id, job);
         self.maybe_unstarted.remove(&id);
         self.dirty_jobs.insert(id);

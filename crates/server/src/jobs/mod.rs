@@ -426,8 +426,9 @@ pub trait JobKind: Send {
     ) -> Result<TasksPage, StateError>;
 
     /// Cancels a job: no more of its tasks run (running ones are killed at their nodes' next
-    /// heartbeat). Returns how many tasks it cancelled.
-    fn cancel(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError>;
+    /// heartbeat); `why` is what its tasks say (`cancelled`, or `cancelled by the admin` when
+    /// the admin cancelled a user's job). Returns how many tasks it cancelled.
+    fn cancel(&mut self, cx: &mut Ctx, job: u64, why: &str) -> Result<u64, StateError>;
 
     /// `hetsched cancel JOB --tasks INDICES [--app NAME]`: cancels the tasks of `job` whose
     /// listed index is one of `indices` (in application or task `app` only, if given); the rest
@@ -543,8 +544,8 @@ pub trait JobKind: Send {
 
     /// Waiting job `id` can never start (`why`: a job it runs after ended as it does not
     /// allow): cancelled, its tasks saying why. Returns how many tasks it cancelled.
-    fn cancel_waiting(&mut self, cx: &mut Ctx, id: u64, _why: &str) -> Result<u64, StateError> {
-        self.cancel(cx, id)
+    fn cancel_waiting(&mut self, cx: &mut Ctx, id: u64, why: &str) -> Result<u64, StateError> {
+        self.cancel(cx, id, why)
     }
 
     /// `hetsched hold JOB` / `release JOB` of a job that waits before it starts. Returns how

@@ -1854,7 +1854,7 @@ impl JobKind for Topology {
         Ok(TasksPage::default())
     }
 
-    fn cancel(&mut self, _cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
+    fn cancel(&mut self, _cx: &mut Ctx, job: u64, _why: &str) -> Result<u64, StateError> {
         Err(StateError::NoJob(job))
     }
 }

@@ -2530,8 +2530,8 @@ impl JobKind for Workflows {
         self.resubmit_ended(cx, job, St::Cancelled)
     }
 
-    fn cancel(&mut self, cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
-        self.cancel_with(cx, job, CANCELLED)
+    fn cancel(&mut self, cx: &mut Ctx, job: u64, why: &str) -> Result<u64, StateError> {
+        self.cancel_with(cx, job, why)
     }
 }
 

@@ -1296,8 +1296,29 @@ impl State {
 
     /// Cancels a job: pending tasks are dropped, running ones killed at their nodes' next heartbeat.
     pub fn on_cancel(&mut self, job: u64) -> Result<u64, StateError> {
+        self.cancel_because(job, "cancelled")
+    }
+
+    /// [`State::on_cancel`] asked by `who` (a user's name or [`crate::users::ADMIN`]): its
+    /// tasks say `cancelled`, or `cancelled by the admin` when the admin cancelled a user's job
+    /// (a user cancels its own jobs only).
+    pub fn on_cancel_by(&mut self, job: u64, who: &str) -> Result<u64, StateError> {
+        let owner = self.users.owner(job);
+        if who == owner {
+            self.cancel_because(job, "cancelled")
+        } else {
+            let who = if who == crate::users::ADMIN {
+                "the admin"
+            } else {
+                who
+            };
+            self.cancel_because(job, &format!("cancelled by {who}"))
+        }
+    }
+
+    fn cancel_because(&mut self, job: u64, why: &str) -> Result<u64, StateError> {
         let n = match self.ids.kind(job) {
-            Some(k) => self.jobs.of_kind_mut(k).cancel(&mut ctx!(self), job)?,
+            Some(k) => self.jobs.of_kind_mut(k).cancel(&mut ctx!(self), job, why)?,
             None => return Err(StateError::NoJob(job)),
         };
         self.commit()?;

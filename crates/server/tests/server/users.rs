@@ -308,6 +308,29 @@ async fn users_change_only_their_own_jobs_and_the_admin_changes_every_job() {
         })
         .await
         .expect("the admin cancels bob's job");
+    // Each job's tasks say who cancelled it, when it was not its owner.
+    let messages = |api: &mut Api, job: u64| {
+        let api = api.clone();
+        async move {
+            let mut api = api;
+            api.list_tasks(pb::ListTasksRequest {
+                job_id: job,
+                ..Default::default()
+            })
+            .await
+            .expect("tasks")
+            .into_inner()
+            .tasks
+            .into_iter()
+            .map(|t| t.message)
+            .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(messages(&mut bob, a).await, vec!["cancelled"; 3]);
+    assert_eq!(
+        messages(&mut bob, b).await,
+        vec!["cancelled by the admin"; 3]
+    );
     // Bob purges nothing of Alice's even when it picks "every finished job".
     let (code, msg) = refused(
         bob.purge(pb::PurgeRequest {
@@ -741,4 +764,45 @@ fn a_users_cap_holds_its_workflows_instances_too() {
     assert_eq!(rest.len(), 2, "the last two of six");
     assert_eq!(s.user_cores("alice"), 4);
     assert_eq!(s.get_job(wf).expect("job").owner, "alice");
+}
+
+/// A job the admin cancels for its user says so in every task, across a restart, for batch jobs
+/// and workflows alike; a user cancelling its own job reads `cancelled`.
+#[test]
+fn a_job_the_admin_cancels_says_so_and_keeps_saying_it_after_a_restart() {
+    let d = common::scratch("users", "cancelled-by");
+    let mut s = open(&d);
+    s.on_add_user("alice", false).expect("alice");
+    let batch = s
+        .on_submit_as(submission("b", false), "alice")
+        .expect("batch")
+        .job_id;
+    let mut wf = submission("wf", false);
+    wf.text = "balancer = \"centralised\"\n[[task]]\nname = \"A\"\ninstances = 2\n\
+               command = \"true\"\n"
+        .into();
+    let wf = s.on_submit_as(wf, "alice").expect("workflow").job_id;
+    let own = s
+        .on_submit_as(submission("c", false), "alice")
+        .expect("own")
+        .job_id;
+    s.on_cancel_by(batch, ADMIN).expect("cancelled");
+    s.on_cancel_by(wf, ADMIN).expect("cancelled");
+    s.on_cancel_by(own, "alice").expect("cancelled");
+    let messages = |s: &State, job: u64| -> Vec<String> {
+        s.tasks(job)
+            .expect("tasks")
+            .tasks
+            .into_iter()
+            .map(|t| t.message)
+            .collect()
+    };
+    let check = |s: &State| {
+        assert_eq!(messages(s, batch), vec!["cancelled by the admin"; 3]);
+        assert_eq!(messages(s, wf), vec!["cancelled by the admin"; 2]);
+        assert_eq!(messages(s, own), vec!["cancelled"; 3]);
+    };
+    check(&s);
+    drop(s);
+    check(&open(&d));
 }
