@@ -624,6 +624,14 @@ pub trait Wire {
         app: &str,
         indices: &str,
     ) -> Result<pb::CancelReply, StateError>;
+    /// [`Wire::cancel_tasks`] asked by `who` ([`State::on_cancel_tasks_by`]).
+    fn cancel_tasks_by(
+        &mut self,
+        job: u64,
+        app: &str,
+        indices: &str,
+        who: &str,
+    ) -> Result<pb::CancelReply, StateError>;
     /// [`State::on_signal`] (`signal` as `kill -l` names it; `indices` in the syntax of a job
     /// file's `indices`, empty: every task).
     fn signal(&mut self, req: &pb::SignalRequest) -> Result<pb::SignalReply, StateError>;
@@ -780,10 +788,21 @@ impl Wire for State {
         app: &str,
         indices: &str,
     ) -> Result<pb::CancelReply, StateError> {
+        let owner = self.owner_of(job).to_string();
+        self.cancel_tasks_by(job, app, indices, &owner)
+    }
+
+    fn cancel_tasks_by(
+        &mut self,
+        job: u64,
+        app: &str,
+        indices: &str,
+        who: &str,
+    ) -> Result<pb::CancelReply, StateError> {
         let indices = hetsched_core::input::workload::parse_indices(indices)
             .map_err(|e| StateError::Invalid(format!("--tasks: {e}")))?;
         let app = (!app.is_empty()).then_some(app);
-        self.on_cancel_tasks(job, app, &indices)
+        self.on_cancel_tasks_by(job, app, &indices, who)
             .map(|cancelled| pb::CancelReply { cancelled })
     }
 

@@ -850,7 +850,7 @@ impl Client for ClientService {
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
             let _audit = who.span();
             s.authorize(&who, r.job_id, "cancel its tasks")?;
-            s.cancel_tasks(r.job_id, &r.app, &r.indices)
+            s.cancel_tasks_by(r.job_id, &r.app, &r.indices, &who.name)
         })
         .await
     }

@@ -1225,6 +1225,7 @@ impl Batch {
         job: u64,
         app: Option<&str>,
         indices: &[u32],
+        why: &str,
     ) -> Result<u64, StateError> {
         let (state, selected) = self.select(job, app, Some(indices))?;
         if !matches!(state, "pending" | "running") {
@@ -1251,7 +1252,7 @@ impl Batch {
             self.corr.drop_tasks(job, tasks);
         }
         for &id in &chosen {
-            self.cancel_task(cx, id, "cancelled");
+            self.cancel_task(cx, id, why);
         }
         if let Some(&id) = chosen.first() {
             let app = self.tasks[id as usize].app;
@@ -2437,8 +2438,9 @@ impl JobKind for Batch {
         job: u64,
         app: Option<&str>,
         indices: &[u32],
+        why: &str,
     ) -> Result<u64, StateError> {
-        self.cancel_some(cx, job, app, indices)
+        self.cancel_some(cx, job, app, indices, why)
     }
 
     fn unfinished_named(&self, name: &str) -> Vec<u64> {

@@ -431,14 +431,16 @@ pub trait JobKind: Send {
     fn cancel(&mut self, cx: &mut Ctx, job: u64, why: &str) -> Result<u64, StateError>;
 
     /// `hetsched cancel JOB --tasks INDICES [--app NAME]`: cancels the tasks of `job` whose
-    /// listed index is one of `indices` (in application or task `app` only, if given); the rest
-    /// of the job goes on. Returns how many it cancelled. Kinds without such tasks refuse.
+    /// listed index is one of `indices` (in application or task `app` only, if given), each
+    /// saying `why` (as [`JobKind::cancel`]); the rest of the job goes on. Returns how many it
+    /// cancelled. Kinds without such tasks refuse.
     fn cancel_tasks(
         &mut self,
         _cx: &mut Ctx,
         job: u64,
         _app: Option<&str>,
         _indices: &[u32],
+        _why: &str,
     ) -> Result<u64, StateError> {
         Err(StateError::Invalid(format!(
             "job {job} is a {} job; --tasks picks tasks of batch and workflow jobs (cancel the whole job)",

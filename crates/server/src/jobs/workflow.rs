@@ -2457,6 +2457,7 @@ impl JobKind for Workflows {
         job: u64,
         app: Option<&str>,
         indices: &[u32],
+        why: &str,
     ) -> Result<u64, StateError> {
         let (seq, chosen) = self.select(job, app, Some(indices))?;
         let Some(mut j) = self.jobs.remove(&seq) else {
@@ -2471,7 +2472,7 @@ impl JobKind for Workflows {
             if j.insts[i as usize].st.ended() {
                 continue;
             }
-            ended.extend(self.end_for_good(&mut j, i, "cancelled", true, cx.now));
+            ended.extend(self.end_for_good(&mut j, i, why, true, cx.now));
             n += 1;
         }
         // Running ones (the cancelled, and dependants already running on a re-produced

@@ -1303,16 +1303,19 @@ impl State {
     /// tasks say `cancelled`, or `cancelled by the admin` when the admin cancelled a user's job
     /// (a user cancels its own jobs only).
     pub fn on_cancel_by(&mut self, job: u64, who: &str) -> Result<u64, StateError> {
-        let owner = self.users.owner(job);
-        if who == owner {
-            self.cancel_because(job, "cancelled")
+        let why = self.cancelled_by(job, who);
+        self.cancel_because(job, &why)
+    }
+
+    /// What job `job`'s tasks say when `who` cancels them: `cancelled` when it is the owner,
+    /// else `cancelled by the admin` (or by whom).
+    fn cancelled_by(&self, job: u64, who: &str) -> String {
+        if who == self.users.owner(job) {
+            "cancelled".to_string()
+        } else if who == crate::users::ADMIN {
+            "cancelled by the admin".to_string()
         } else {
-            let who = if who == crate::users::ADMIN {
-                "the admin"
-            } else {
-                who
-            };
-            self.cancel_because(job, &format!("cancelled by {who}"))
+            format!("cancelled by {who}")
         }
     }
 
@@ -1336,11 +1339,30 @@ impl State {
         app: Option<&str>,
         indices: &[u32],
     ) -> Result<u64, StateError> {
+        self.on_cancel_tasks_by(
+            job,
+            app,
+            indices,
+            self.users.owner(job).to_string().as_str(),
+        )
+    }
+
+    /// [`State::on_cancel_tasks`] asked by `who`: the tasks say who cancelled them as
+    /// [`State::on_cancel_by`] has them.
+    pub fn on_cancel_tasks_by(
+        &mut self,
+        job: u64,
+        app: Option<&str>,
+        indices: &[u32],
+        who: &str,
+    ) -> Result<u64, StateError> {
+        let why = self.cancelled_by(job, who);
         let n = match self.ids.kind(job) {
-            Some(k) => self
-                .jobs
-                .of_kind_mut(k)
-                .cancel_tasks(&mut ctx!(self), job, app, indices)?,
+            Some(k) => {
+                self.jobs
+                    .of_kind_mut(k)
+                    .cancel_tasks(&mut ctx!(self), job, app, indices, &why)?
+            }
             None => return Err(StateError::NoJob(job)),
         };
         self.commit()?;

@@ -766,8 +766,9 @@ fn a_users_cap_holds_its_workflows_instances_too() {
     assert_eq!(s.get_job(wf).expect("job").owner, "alice");
 }
 
-/// A job the admin cancels for its user says so in every task, across a restart, for batch jobs
-/// and workflows alike; a user cancelling its own job reads `cancelled`.
+/// A job the admin cancels for its user says so in every task (and a task the admin cancels by
+/// index), across a restart, for batch jobs and workflows alike; a user cancelling its own job
+/// reads `cancelled`.
 #[test]
 fn a_job_the_admin_cancels_says_so_and_keeps_saying_it_after_a_restart() {
     let d = common::scratch("users", "cancelled-by");
@@ -786,9 +787,15 @@ fn a_job_the_admin_cancels_says_so_and_keeps_saying_it_after_a_restart() {
         .on_submit_as(submission("c", false), "alice")
         .expect("own")
         .job_id;
+    let some = s
+        .on_submit_as(submission("d", false), "alice")
+        .expect("some")
+        .job_id;
     s.on_cancel_by(batch, ADMIN).expect("cancelled");
     s.on_cancel_by(wf, ADMIN).expect("cancelled");
     s.on_cancel_by(own, "alice").expect("cancelled");
+    s.on_cancel_tasks_by(some, None, &[1], ADMIN)
+        .expect("one task cancelled");
     let messages = |s: &State, job: u64| -> Vec<String> {
         s.tasks(job)
             .expect("tasks")
@@ -801,6 +808,7 @@ fn a_job_the_admin_cancels_says_so_and_keeps_saying_it_after_a_restart() {
         assert_eq!(messages(s, batch), vec!["cancelled by the admin"; 3]);
         assert_eq!(messages(s, wf), vec!["cancelled by the admin"; 2]);
         assert_eq!(messages(s, own), vec!["cancelled"; 3]);
+        assert_eq!(messages(s, some), ["", "cancelled by the admin", ""]);
     };
     check(&s);
     drop(s);
