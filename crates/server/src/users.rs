@@ -78,6 +78,14 @@ impl Caller {
 /// token check, which reads it on every client call.
 pub type TokenIndex = Arc<RwLock<HashMap<[u8; 32], Arc<str>>>>;
 
+/// The user whose token an `authorization` value (`Bearer …`) carries, looked up by the token's
+/// hash in `index` (the time taken depends on the hash, which says nothing of the token).
+pub fn user_of_bearer(index: &TokenIndex, bearer: &[u8]) -> Option<Caller> {
+    let token = std::str::from_utf8(bearer).ok()?.strip_prefix("Bearer ")?;
+    let users = index.read().ok()?;
+    users.get(&token_hash(token)).map(|name| Caller::user(name))
+}
+
 /// The SHA-256 of `token`.
 pub fn token_hash(token: &str) -> [u8; 32] {
     let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());

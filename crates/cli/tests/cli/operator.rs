@@ -2220,33 +2220,12 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout).trim(), "alice");
     let d = c.dir.display().to_string();
-    let mark = |who: &str| format!("echo > {d}/{who}");
-    ok(
-        &alice,
-        &[
-            "submit",
-            "--hold",
-            "--name",
-            "nightly",
-            "--",
-            "sh",
-            "-c",
-            &mark("alice"),
-        ],
-    );
-    ok(
-        &bob,
-        &[
-            "submit",
-            "--hold",
-            "--name",
-            "nightly",
-            "--",
-            "sh",
-            "-c",
-            &mark("bob"),
-        ],
-    );
+    // Each submits a held job named `nightly` that leaves a file named after its user.
+    for (token, who) in [(&alice, "alice"), (&bob, "bob")] {
+        let mark = format!("echo > {d}/{who}");
+        let args = ["submit", "--hold", "--name", "nightly", "--", "sh", "-c"];
+        ok(token, &[&args[..], &[mark.as_str()]].concat());
+    }
 
     let table = ok(&bob, &["jobs"]);
     assert!(table.contains("user") && table.contains("alice"), "{table}");

@@ -251,11 +251,7 @@ impl Dashboard {
         if a | b {
             return Some(Caller::admin());
         }
-        let token = std::str::from_utf8(bearer).ok()?.strip_prefix("Bearer ")?;
-        let users = self.users.read().ok()?;
-        users
-            .get(&crate::users::token_hash(token))
-            .map(|name| Caller::user(name))
+        crate::users::user_of_bearer(&self.users, bearer)
     }
 
     fn token_ok(&self, presented: &str) -> Option<Caller> {
