@@ -62,7 +62,8 @@ fn open(dir: &Path) -> State {
     State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state")
 }
 
-fn submission() -> TopologySubmission {
+/// The topology above as submitted (also `users`' topology).
+pub(crate) fn submission() -> TopologySubmission {
     TopologySubmission {
         origin: "pipe.toml".into(),
         text: TOPOLOGY.into(),

@@ -523,43 +523,6 @@ fn a_crash_between_the_owner_row_and_the_job_leaves_the_next_job_its_own_owner()
     assert_eq!(rows, 0);
 }
 
-/// One spout and one bolt (as `topology_kind`'s).
-const TOPOLOGY: &str = r#"
-name = "pipe"
-
-[[component]]
-name = "numbers"
-kind = "spout"
-parallelism = 1
-cpu = 50.0
-builtin = "sequence-spout"
-
-[[component]]
-name = "keep"
-kind = "bolt"
-parallelism = 1
-cpu = 50.0
-builtin = "filter"
-
-[[stream]]
-from = "numbers"
-to = "keep"
-grouping = "shuffle"
-rate = 10.0
-"#;
-
-fn topology() -> hetsched_server::jobs::topology::TopologySubmission {
-    hetsched_server::jobs::topology::TopologySubmission {
-        origin: "pipe.toml".into(),
-        text: TOPOLOGY.into(),
-        base_dir: "/".into(),
-        placer: "one-phase".into(),
-        interval_ms: 0,
-        max_utilisation: 0.9,
-        ..Default::default()
-    }
-}
-
 #[test]
 fn a_users_topology_is_killed_rebalanced_and_replaced_by_it_or_the_admin_only() {
     let d = common::scratch("users", "topology");
@@ -567,7 +530,7 @@ fn a_users_topology_is_killed_rebalanced_and_replaced_by_it_or_the_admin_only() 
     s.on_add_user("alice", false).expect("alice");
     s.on_add_user("bob", false).expect("bob");
     let status = s
-        .topology_submit_as(topology(), "alice")
+        .topology_submit_as(crate::topology_kind::submission(), "alice")
         .expect("submitted");
     assert_eq!(status["owner"], "alice");
     let e = s
@@ -584,7 +547,7 @@ fn a_users_topology_is_killed_rebalanced_and_replaced_by_it_or_the_admin_only() 
     s.topology_kill("pipe").expect("killed");
     // A killed topology's name is still its owner's.
     let e = s
-        .topology_submit_as(topology(), "bob")
+        .topology_submit_as(crate::topology_kind::submission(), "bob")
         .expect_err("bob may not submit over alice's topology");
     assert!(e.to_string().contains("belongs to alice"), "{e}");
     assert_eq!(s.topology_list()[0]["owner"], "alice");
@@ -593,7 +556,7 @@ fn a_users_topology_is_killed_rebalanced_and_replaced_by_it_or_the_admin_only() 
     assert_eq!(s.topology_show("pipe").expect("shown")["owner"], "alice");
     // The admin's submission makes it the admin's.
     let status = s
-        .topology_submit(topology())
+        .topology_submit(crate::topology_kind::submission())
         .expect("the admin replaces it");
     assert_eq!(status["owner"], ADMIN);
     s.check_topology_owner("alice", "pipe", "kill it")
