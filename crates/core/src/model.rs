@@ -23,5 +23,6 @@ pub use ids::{AppId, NodeId, RackId, TaskId};
 pub use resources::Resources;
 pub use slots::Slots;
 pub use view::{
-    AppState, Assignment, GroupState, Held, NodeReport, NodeState, SchedulerView, ViewError,
+    AppState, Assignment, CappedResource, GroupState, Held, NodeReport, NodeState, SchedulerView,
+    ViewError,
 };

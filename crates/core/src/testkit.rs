@@ -167,6 +167,13 @@ impl AppBuilder {
         }
         self
     }
+    /// Each CPU task holds `bytes` of memory (after [`AppBuilder::cpu`]).
+    pub fn cpu_memory(mut self, bytes: u64) -> Self {
+        if let Some(cpu) = &mut self.app.cpu {
+            cpu.request.memory_bytes = bytes;
+        }
+        self
+    }
     /// The application, with id `id`.
     pub fn build(mut self, id: AppId) -> Application {
         self.app.id = id;

@@ -185,7 +185,8 @@ fn heartbeat(c: &mut Criterion) {
             // A user capped at 1 core with 100 jobs of 100 two-core tasks: every node has room,
             // and the cap refuses every task (`SchedulerView::fits`).
             s.on_add_user("alice", false).expect("user");
-            s.on_limit_user("alice", 1).expect("cap");
+            s.on_limit_user("alice", hetsched_server::state::CapChange::cores(1))
+                .expect("cap");
             let job = "[[application]]\nname = \"a\"\ntasks = 100\n\
                        [application.cpu]\ncommand = \"true\"\ncores = 2\n";
             for _ in 0..100 {

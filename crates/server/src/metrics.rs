@@ -14,7 +14,7 @@
 
 use crate::convert::Wire;
 use crate::state::State;
-use hetsched_core::Variant;
+use hetsched_core::{Resources, Variant};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -223,7 +223,7 @@ impl Collector for StateCollector {
                 s.task_counts(),
                 s.nodes(false).nodes,
                 s.allocations(),
-                s.user_cores_all(),
+                s.user_usage_all(),
             )
         }) else {
             return Ok(());
@@ -375,23 +375,39 @@ impl Collector for StateCollector {
                 .iter()
                 .map(|q| (vec![("queue", q.name.clone())], i64::from(q.paused))),
         )?;
-        gauge(
-            e,
-            "user_cores",
-            "Cores each user's running batch tasks hold (docs/runtime.md, Users).",
-            users
-                .iter()
-                .map(|(u, cores, _)| (vec![("user", u.clone())], i64::from(*cores))),
-        )?;
-        gauge(
-            e,
-            "user_max_cores",
-            "The most cores each capped user's running batch tasks may hold (`hetsched user limit`).",
-            users
-                .iter()
-                .filter(|(_, _, cap)| *cap > 0)
-                .map(|(u, _, cap)| (vec![("user", u.clone())], i64::from(*cap))),
-        )?;
+        type Dimension = fn(&Resources) -> i64;
+        let dimensions: [(&str, &str, &str, Dimension); 3] = [
+            ("cores", "Cores", "cores", |r| i64::from(r.cores)),
+            ("gpus", "GPUs", "GPUs", |r| i64::from(r.gpus)),
+            ("memory_bytes", "Bytes of memory", "bytes of memory", |r| {
+                i64::try_from(r.memory_bytes).unwrap_or(i64::MAX)
+            }),
+        ];
+        for (unit, held, most, of) in dimensions {
+            gauge(
+                e,
+                &format!("user_{unit}"),
+                &format!(
+                    "{held} each user's running batch tasks and workflow instances hold \
+                     (docs/runtime.md, Users)."
+                ),
+                users
+                    .iter()
+                    .map(|(u, usage, _)| (vec![("user", u.clone())], of(usage))),
+            )?;
+            gauge(
+                e,
+                &format!("user_max_{unit}"),
+                &format!(
+                    "The most {most} each user capped on them may hold at once (`hetsched user \
+                     limit`)."
+                ),
+                users
+                    .iter()
+                    .filter(|(_, _, cap)| of(cap) > 0)
+                    .map(|(u, _, cap)| (vec![("user", u.clone())], of(cap))),
+            )?;
+        }
         gauge(
             e,
             "allocation_queue_failing",

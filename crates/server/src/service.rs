@@ -19,7 +19,7 @@ use crate::durable::Durable;
 use crate::logs::LogRelay;
 use crate::metrics::Metrics;
 use crate::state::nodes::Presence;
-use crate::state::{State, StateError, TasksListing};
+use crate::state::{CapChange, State, StateError, TasksListing};
 use crate::store::StoreReader;
 use crate::users::{Caller, TokenIndex};
 use hetsched_proto as pb;
@@ -938,8 +938,13 @@ impl Client for ClientService {
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
             let _audit = who.span();
             let token = s.on_add_user(&r.name, r.rotate)?;
-            if let Some(max_cores) = r.max_cores {
-                s.on_limit_user(&r.name, max_cores)?;
+            let caps = CapChange {
+                max_cores: r.max_cores,
+                max_memory_bytes: r.max_memory_bytes,
+                max_gpus: r.max_gpus,
+            };
+            if !caps.is_empty() {
+                s.on_limit_user(&r.name, caps)?;
             }
             Ok(pb::AddUserReply {
                 name: r.name,
@@ -999,7 +1004,14 @@ impl Client for ClientService {
         }
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
             let _audit = who.span();
-            s.on_limit_user(&r.name, r.max_cores)?;
+            s.on_limit_user(
+                &r.name,
+                CapChange {
+                    max_cores: r.max_cores,
+                    max_memory_bytes: r.max_memory_bytes,
+                    max_gpus: r.max_gpus,
+                },
+            )?;
             s.list_users()
                 .into_iter()
                 .find(|u| u.name == r.name)
@@ -1027,8 +1039,12 @@ fn user_info(u: crate::state::UserEntry) -> pb::UserInfo {
         created_ms: u.created_ms,
         jobs: u.jobs,
         unfinished_jobs: u.unfinished_jobs,
-        max_cores: u.max_cores,
-        cores: u.cores,
+        max_cores: u.cap.cores,
+        cores: u.held.cores,
+        max_gpus: u.cap.gpus,
+        gpus: u.held.gpus,
+        max_memory_bytes: u.cap.memory_bytes,
+        memory_bytes: u.held.memory_bytes,
     }
 }
 

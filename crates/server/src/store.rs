@@ -414,6 +414,9 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("div_jobs", "held", "INTEGER NOT NULL DEFAULT 0"),
     ("div_jobs", "begin_ms", "INTEGER NOT NULL DEFAULT 0"),
     ("div_jobs", "started", "INTEGER NOT NULL DEFAULT 1"),
+    // A user's caps on GPUs and memory (`hetsched user limit --max-gpus/--max-memory`).
+    ("users", "max_gpus", "INTEGER NOT NULL DEFAULT 0"),
+    ("users", "max_memory_bytes", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
 /// The indexes; `tasks_other_nodes` lists only multi-node tasks' rows, so finding them (a
@@ -519,12 +522,15 @@ impl Store {
         })
     }
 
-    /// An empty store in memory (a placeholder while the state is rebuilt).
+    /// An empty store in memory (a placeholder while the state is rebuilt), with every table
+    /// and column a store on disk has: the rebuild reads it as it reads a real one.
     pub fn in_memory() -> Result<Self, StoreError> {
         let conn = Connection::open_in_memory()?;
         conn.execute_batch(SCHEMA)?;
         conn.execute_batch(crate::jobs::divisible::SCHEMA)?;
         conn.execute_batch(crate::jobs::topology::SCHEMA)?;
+        add_missing_columns(&conn, MIGRATIONS)?;
+        conn.execute_batch(INDEXES)?;
         Ok(Self {
             conn,
             full: false,

@@ -26,6 +26,7 @@
 //! deletes for an admin's job. An admin's job under an id with no row writes nothing.
 
 use crate::store::StoreError;
+use hetsched_core::Resources;
 use rusqlite::{Connection, params};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
@@ -133,10 +134,11 @@ pub struct Users {
     index: TokenIndex,
     /// Each user's name and when its token was made (ms since the Unix epoch).
     users: BTreeMap<Arc<str>, u64>,
-    /// The most cores each user's running batch tasks may hold at once (absent: no cap).
-    max_cores: HashMap<Arc<str>, u32>,
+    /// The most each user's running batch tasks may hold at once: cores, memory, GPUs, 0 in a
+    /// dimension for no cap on it (absent: no cap at all).
+    caps: HashMap<Arc<str>, Resources>,
     /// Each owner's group in the scheduler's view ([`hetsched_core::SchedulerView`]'s groups
-    /// share a cap on cores): dense numbers handed out as owners are met (memory only).
+    /// share a cap): dense numbers handed out as owners are met (memory only).
     groups: HashMap<Arc<str>, u32>,
     /// The owner of each job that is not the admin's.
     owners: HashMap<u64, Arc<str>>,
@@ -152,25 +154,33 @@ impl Users {
     pub fn restore(conn: &Connection, index: TokenIndex) -> Result<Self, StoreError> {
         let mut users = BTreeMap::new();
         let mut hashes = HashMap::new();
-        let mut max_cores = HashMap::new();
-        let mut stmt =
-            conn.prepare("SELECT name, token_sha256, created_ms, max_cores FROM users")?;
+        let mut caps = HashMap::new();
+        let mut stmt = conn.prepare(
+            "SELECT name, token_sha256, created_ms, max_cores, max_gpus, max_memory_bytes
+             FROM users",
+        )?;
         let rows = stmt.query_map([], |r| {
             Ok((
                 r.get::<_, String>(0)?,
                 r.get::<_, Vec<u8>>(1)?,
                 r.get::<_, i64>(2)?,
-                r.get::<_, i64>(3)?,
+                [
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, i64>(4)?,
+                    r.get::<_, i64>(5)?,
+                ],
             ))
         })?;
+        let count = |v: i64| v.clamp(0, i64::from(u32::MAX)) as u32;
         for row in rows {
-            let (name, hash, created, cap) = row?;
+            let (name, hash, created, [cores, gpus, memory]) = row?;
             let name: Arc<str> = name.into();
             if let Ok(hash) = <[u8; 32]>::try_from(hash.as_slice()) {
                 hashes.insert(hash, name.clone());
             }
-            if cap > 0 {
-                max_cores.insert(name.clone(), cap.min(i64::from(u32::MAX)) as u32);
+            let cap = Resources::new(count(cores), memory.max(0) as u64, count(gpus));
+            if cap != Resources::default() {
+                caps.insert(name.clone(), cap);
             }
             users.insert(name, created.max(0) as u64);
         }
@@ -199,7 +209,7 @@ impl Users {
         Ok(Users {
             index,
             users,
-            max_cores,
+            caps,
             groups: HashMap::new(),
             owners,
             topology_owners,
@@ -259,36 +269,43 @@ impl Users {
         }
     }
 
-    /// The most cores user `name`'s running batch tasks may hold at once (0: no cap).
-    pub fn max_cores(&self, name: &str) -> u32 {
-        self.max_cores.get(name).copied().unwrap_or(0)
+    /// The most user `name`'s running batch tasks may hold at once: cores, memory, GPUs (0 in
+    /// a dimension: no cap on it).
+    pub fn cap(&self, name: &str) -> Resources {
+        self.caps.get(name).copied().unwrap_or_default()
     }
 
     /// Every user with a cap, and its cap.
-    pub fn caps(&self) -> impl Iterator<Item = (&str, u32)> {
-        self.max_cores.iter().map(|(n, &c)| (&**n, c))
+    pub fn caps(&self) -> impl Iterator<Item = (&str, Resources)> {
+        self.caps.iter().map(|(n, &c)| (&**n, c))
     }
 
-    /// Stores user `name`'s cap on cores (0: none) inside `tx`.
-    pub fn write_max_cores(
+    /// Stores user `name`'s cap (0 in a dimension: none on it) inside `tx`.
+    pub fn write_cap(
         tx: &rusqlite::Transaction,
         name: &str,
-        max_cores: u32,
+        cap: &Resources,
     ) -> Result<(), StoreError> {
         tx.execute(
-            "UPDATE users SET max_cores = ?2 WHERE name = ?1",
-            params![name, i64::from(max_cores)],
+            "UPDATE users SET max_cores = ?2, max_gpus = ?3, max_memory_bytes = ?4
+             WHERE name = ?1",
+            params![
+                name,
+                i64::from(cap.cores),
+                i64::from(cap.gpus),
+                i64::try_from(cap.memory_bytes).unwrap_or(i64::MAX)
+            ],
         )?;
         Ok(())
     }
 
-    /// Memory after [`Users::write_max_cores`] committed.
-    pub fn set_max_cores(&mut self, name: &str, max_cores: u32) {
+    /// Memory after [`Users::write_cap`] committed.
+    pub fn set_cap(&mut self, name: &str, cap: Resources) {
         let name = self.intern(name);
-        if max_cores == 0 {
-            self.max_cores.remove(&name);
+        if cap == Resources::default() {
+            self.caps.remove(&name);
         } else {
-            self.max_cores.insert(name, max_cores);
+            self.caps.insert(name, cap);
         }
     }
 
@@ -370,7 +387,7 @@ impl Users {
     /// Memory after [`Users::delete`] committed: `name`'s token is refused from now on.
     pub fn delete_committed(&mut self, name: &str) {
         self.users.remove(name);
-        self.max_cores.remove(name);
+        self.caps.remove(name);
         if let Ok(mut i) = self.index.write() {
             i.retain(|_, n| &**n != name);
         }

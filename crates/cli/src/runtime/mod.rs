@@ -468,22 +468,29 @@ pub enum UserCommand {
         /// printing it.
         #[arg(long, value_name = "FILE")]
         save: Option<PathBuf>,
-        /// Its cap on cores, as `user limit --max-cores` (a new user: none unless given).
-        #[arg(long, value_name = "N", value_parser = parse_max_cores)]
-        max_cores: Option<u32>,
+        /// Its caps, as `user limit` (a new user: none unless given; a rotation keeps those not
+        /// given).
+        #[command(flatten)]
+        caps: UserCaps,
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Cap what a user's running batch tasks hold (admin only; Slurm's
-    /// `MaxTRESPerUser=cpu=N`): its tasks start only while they hold fewer than N cores in all
-    /// (a multi-node task counts every core of its nodes). Tasks running keep theirs; `hetsched
-    /// jobs` says why the rest wait.
+    /// Cap what a user's running batch tasks and workflow instances hold at once (admin only;
+    /// Slurm's `MaxTRESPerUser=cpu=N,mem=S,gres/gpu=M`): a task starts only while what they
+    /// hold with it stays within every cap (a multi-node task counts everything of its nodes).
+    /// Caps not given keep their values. Tasks running keep theirs; `hetsched jobs` says why
+    /// the rest wait.
+    #[command(group(
+        clap::ArgGroup::new("caps")
+            .required(true)
+            .multiple(true)
+            .args(["max_cores", "max_memory", "max_gpus"])
+    ))]
     Limit {
         /// The user's name.
         name: String,
-        /// The most cores at once; `none` (or 0) for no cap.
-        #[arg(long, value_name = "N", value_parser = parse_max_cores)]
-        max_cores: u32,
+        #[command(flatten)]
+        caps: UserCaps,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -727,13 +734,37 @@ fn parse_time_limit(s: &str) -> Result<u64, String> {
     }
 }
 
+/// A user's caps on what its running tasks hold at once (`user add`, `user limit`).
+#[derive(Clone, Copy, Debug, Default, clap::Args)]
+pub struct UserCaps {
+    /// The most cores at once; `none` (or 0) for no cap.
+    #[arg(long, value_name = "N", value_parser = parse_max_cores)]
+    pub max_cores: Option<u32>,
+    /// The most memory at once, a size as job files write it (`64GiB`); `none` (or 0) for no
+    /// cap. Tasks count the memory they declare.
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
+    pub max_memory: Option<u64>,
+    /// The most GPUs at once; `none` (or 0) for no cap.
+    #[arg(long, value_name = "N", value_parser = parse_max_gpus)]
+    pub max_gpus: Option<u32>,
+}
+
 /// `hetsched user limit --max-cores`: a number of cores, `none` or `0` for no cap.
 fn parse_max_cores(s: &str) -> Result<u32, String> {
+    parse_cap(s, "cores")
+}
+
+/// `hetsched user limit --max-gpus`: a number of GPUs, `none` or `0` for no cap.
+fn parse_max_gpus(s: &str) -> Result<u32, String> {
+    parse_cap(s, "GPUs")
+}
+
+fn parse_cap(s: &str, what: &str) -> Result<u32, String> {
     match s.trim() {
         "none" => Ok(0),
         t => t
             .parse()
-            .map_err(|_| format!("`{t}`: a number of cores, or `none` for no cap")),
+            .map_err(|_| format!("`{t}`: a number of {what}, or `none` for no cap")),
     }
 }
 
@@ -1028,14 +1059,12 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             name,
             rotate,
             save,
-            max_cores,
+            caps,
             client,
-        }) => users::add(&client, &name, rotate, save.as_deref(), max_cores).await,
-        RuntimeCommand::User(UserCommand::Limit {
-            name,
-            max_cores,
-            client,
-        }) => users::limit(&client, &name, max_cores).await,
+        }) => users::add(&client, &name, rotate, save.as_deref(), caps).await,
+        RuntimeCommand::User(UserCommand::Limit { name, caps, client }) => {
+            users::limit(&client, &name, caps).await
+        }
         RuntimeCommand::User(UserCommand::Remove { name, client }) => {
             users::remove(&client, &name).await
         }

@@ -1,21 +1,21 @@
 //! `hetsched user add|remove|list|whoami`: the admin gives each user a token of its own (see
 //! docs/runtime.md, "Users"); a user's jobs are its own to change.
 
-use super::ClientArgs;
 use super::client::{answer, connect, json, refused, table};
+use super::{ClientArgs, UserCaps};
 use anyhow::Context;
 use hetsched_proto as pb;
 use std::io::Write;
 use std::path::Path;
 
-/// `hetsched user add NAME [--rotate] [--save FILE]`: prints the token, or writes it to `save`
-/// (a new file, mode 0600) and says where.
+/// `hetsched user add NAME [--rotate] [--save FILE] [caps]`: prints the token, or writes it to
+/// `save` (a new file, mode 0600) and says where.
 pub async fn add(
     args: &ClientArgs,
     name: &str,
     rotate: bool,
     save: Option<&Path>,
-    max_cores: Option<u32>,
+    caps: UserCaps,
 ) -> anyhow::Result<()> {
     // The file is made before the call: a path that cannot be written costs no token.
     let file = save.map(create_private).transpose()?;
@@ -24,7 +24,9 @@ pub async fn add(
         .add_user(pb::AddUserRequest {
             name: name.to_string(),
             rotate,
-            max_cores,
+            max_cores: caps.max_cores,
+            max_gpus: caps.max_gpus,
+            max_memory_bytes: caps.max_memory,
         })
         .await
         .map_err(|e| {
@@ -80,28 +82,44 @@ fn create_private(path: &Path) -> anyhow::Result<std::fs::File> {
         })
 }
 
-/// `hetsched user limit NAME --max-cores N`.
-pub async fn limit(args: &ClientArgs, name: &str, max_cores: u32) -> anyhow::Result<()> {
+/// `hetsched user limit NAME [--max-cores N] [--max-memory SIZE] [--max-gpus N]`.
+pub async fn limit(args: &ClientArgs, name: &str, caps: UserCaps) -> anyhow::Result<()> {
     let reply = connect(args)
         .await?
         .limit_user(pb::LimitUserRequest {
             name: name.to_string(),
-            max_cores,
+            max_cores: caps.max_cores,
+            max_gpus: caps.max_gpus,
+            max_memory_bytes: caps.max_memory,
         })
         .await
         .map_err(refused)?
         .into_inner();
     answer(args, &reply, |u| {
-        let cap = if u.max_cores == 0 {
-            "no cap on cores".to_string()
+        let caps = [
+            (u.max_cores > 0).then(|| format!("{} cores", u.max_cores)),
+            (u.max_memory_bytes > 0).then(|| format!("{} of memory", size(u.max_memory_bytes))),
+            (u.max_gpus > 0).then(|| format!("{} GPUs", u.max_gpus)),
+        ];
+        let caps: Vec<String> = caps.into_iter().flatten().collect();
+        let cap = if caps.is_empty() {
+            "no cap".to_string()
         } else {
-            format!("at most {} cores at once", u.max_cores)
+            format!("at most {} at once", caps.join(", "))
         };
         format!(
-            "user {}: {cap} (its running tasks hold {} now)",
-            u.name, u.cores
+            "user {}: {cap} (its running tasks hold {} cores, {} of memory and {} GPUs now)",
+            u.name,
+            u.cores,
+            size(u.memory_bytes),
+            u.gpus
         )
     })
+}
+
+/// A size in bytes as `user limit` and `user list` print it (`64 GiB`).
+fn size(bytes: u64) -> String {
+    bytesize::ByteSize(bytes).to_string()
 }
 
 /// `hetsched user remove NAME`.
@@ -144,6 +162,10 @@ pub async fn list(args: &ClientArgs) -> anyhow::Result<()> {
                     "unfinished_jobs": u.unfinished_jobs,
                     "max_cores": (u.max_cores > 0).then_some(u.max_cores),
                     "cores": u.cores,
+                    "max_memory_bytes": (u.max_memory_bytes > 0).then_some(u.max_memory_bytes),
+                    "memory_bytes": u.memory_bytes,
+                    "max_gpus": (u.max_gpus > 0).then_some(u.max_gpus),
+                    "gpus": u.gpus,
                 })
             })
             .collect();
@@ -156,6 +178,10 @@ pub async fn list(args: &ClientArgs) -> anyhow::Result<()> {
         "unfinished",
         "cores held",
         "max cores",
+        "memory held",
+        "max memory",
+        "GPUs held",
+        "max GPUs",
     ]);
     for u in &reply.users {
         t.add_row(vec![
@@ -168,6 +194,18 @@ pub async fn list(args: &ClientArgs) -> anyhow::Result<()> {
                 "-".to_string()
             } else {
                 u.max_cores.to_string()
+            },
+            size(u.memory_bytes),
+            if u.max_memory_bytes == 0 {
+                "-".to_string()
+            } else {
+                size(u.max_memory_bytes)
+            },
+            u.gpus.to_string(),
+            if u.max_gpus == 0 {
+                "-".to_string()
+            } else {
+                u.max_gpus.to_string()
             },
         ]);
     }

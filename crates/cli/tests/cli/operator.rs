@@ -2271,6 +2271,35 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
         &["user", "limit", "alice", "--max-cores", "lots"],
         "a number of cores, or `none`",
     );
+    // Caps on memory and GPUs beside it; the cap on cores keeps its value.
+    let said = c.ok(&[
+        "user",
+        "limit",
+        "alice",
+        "--max-memory",
+        "8GiB",
+        "--max-gpus",
+        "2",
+    ]);
+    assert!(
+        said.contains("user alice: at most 1 cores, 8.0 GiB of memory, 2 GPUs at once"),
+        "{said}"
+    );
+    let listed = &c.json(&["user", "list"])[0];
+    assert_eq!(listed["max_cores"], 1);
+    assert_eq!(listed["max_memory_bytes"], 8u64 << 30);
+    assert_eq!(listed["max_gpus"], 2);
+    assert_eq!(listed["gpus"], 0);
+    c.refused(&["user", "limit", "alice"], "--max-cores");
+    c.refused(
+        &["user", "limit", "alice", "--max-memory", "lots"],
+        "is not a size such as 512MiB",
+    );
+    c.ok(&["user", "limit", "alice", "--max-gpus", "none"]);
+    assert_eq!(
+        c.json(&["user", "list"])[0]["max_gpus"],
+        serde_json::Value::Null
+    );
     c.ok(&["user", "remove", "bob"]);
     refused(&bob, &["jobs"], "the server refused the token");
     ok(&alice, &["release", "1"]);

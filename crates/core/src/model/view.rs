@@ -15,6 +15,7 @@ use super::slots::Slots;
 use crate::time::Time;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
+use std::fmt;
 use thiserror::Error;
 
 /// A decision: run `task` of `app` as `variant` on `node`, on accelerator `devices`.
@@ -123,15 +124,38 @@ pub struct AppState {
     pub group: Option<u32>,
 }
 
-/// A group of applications (the runtime's users) whose running tasks share a cap on the cores
-/// they hold (the per-user `--max-cores`, Slurm's `MaxTRESPerUser=cpu=N`) and, under `drf`, one
-/// dominant share.
+/// A group of applications (the runtime's users) whose running tasks share a cap on what they
+/// hold at once — cores, memory and GPUs, each capped or not (the per-user `--max-cores`,
+/// `--max-gpus`, `--max-memory`: Slurm's `MaxTRESPerUser=cpu=N,gres/gpu=M,mem=S`) — and, under
+/// `drf`, one dominant share.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GroupState {
-    /// The most cores the group's running tasks may hold at once; 0: no cap.
-    pub max_cores: u32,
+    /// The most its running tasks may hold at once, per resource; 0 in a dimension: no cap on
+    /// that resource.
+    pub cap: Resources,
     /// What its running tasks hold now (a multi-node task: everything of the nodes it holds).
     pub usage: Resources,
+}
+
+/// The resource of a group's cap that a task would pass ([`GroupState::capped_by`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CappedResource {
+    /// Cores.
+    Cores,
+    /// Main memory.
+    Memory,
+    /// Accelerator devices.
+    Gpus,
+}
+
+impl fmt::Display for CappedResource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Cores => "cores",
+            Self::Memory => "memory",
+            Self::Gpus => "GPUs",
+        })
+    }
 }
 
 impl GroupState {
@@ -140,9 +164,28 @@ impl GroupState {
         self.usage.cores
     }
 
-    /// Whether a task holding `cores` more fits under the cap.
-    pub fn has_room(&self, cores: u32) -> bool {
-        self.max_cores == 0 || self.usage.cores.saturating_add(cores) <= self.max_cores
+    /// Whether a task holding `more` fits under the cap in every capped resource.
+    pub fn has_room(&self, more: &Resources) -> bool {
+        self.capped_by(more).is_none()
+    }
+
+    /// The first capped resource (cores, then memory, then GPUs) that a task holding `more`
+    /// would take past the cap; `None`: it fits. A dimension `more` does not ask for never
+    /// blocks, so a group over its cap on GPUs still starts CPU tasks.
+    pub fn capped_by(&self, more: &Resources) -> Option<CappedResource> {
+        let (cap, used) = (&self.cap, &self.usage);
+        if cap.cores > 0 && more.cores > 0 && used.cores.saturating_add(more.cores) > cap.cores {
+            Some(CappedResource::Cores)
+        } else if cap.memory_bytes > 0
+            && more.memory_bytes > 0
+            && used.memory_bytes.saturating_add(more.memory_bytes) > cap.memory_bytes
+        {
+            Some(CappedResource::Memory)
+        } else if cap.gpus > 0 && more.gpus > 0 && used.gpus.saturating_add(more.gpus) > cap.gpus {
+            Some(CappedResource::Gpus)
+        } else {
+            None
+        }
     }
 }
 
@@ -249,7 +292,7 @@ pub struct SchedulerView {
     /// placement visits these, not every application ever added (a server that ran 100,000
     /// one-task jobs keeps their applications, each with nothing pending).
     with_pending: std::collections::BTreeSet<AppId>,
-    /// Groups of applications sharing a cap on cores, by group id ([`GroupState`]).
+    /// Groups of applications sharing a cap on what they hold, by group id ([`GroupState`]).
     groups: Vec<GroupState>,
 }
 
@@ -626,7 +669,7 @@ impl SchedulerView {
         if !n.free.fits(&request) {
             return false;
         }
-        if !self.group_has_room(a.group, request.cores) {
+        if !self.group_has_room(a.group, &request) {
             return false;
         }
         // A task that may run longer than the node has left would be stopped half-way.
@@ -711,10 +754,11 @@ impl SchedulerView {
         self.excluded.contains(&(app, node))
     }
 
-    /// Sets group `group`'s cap on the cores its applications' running tasks hold at once (0: no
-    /// cap); tasks already running keep theirs, and new ones start while the group is under it.
-    pub fn set_group_cap(&mut self, group: u32, max_cores: u32) {
-        self.group_mut(group).max_cores = max_cores;
+    /// Sets group `group`'s cap on what its applications' running tasks hold at once, per
+    /// resource (0 in a dimension: no cap on it); tasks already running keep what they hold, and
+    /// new ones start while the group is under the cap.
+    pub fn set_group_cap(&mut self, group: u32, cap: Resources) {
+        self.group_mut(group).cap = cap;
     }
 
     /// Group `group` as it stands (an unknown group: no cap, nothing held).
@@ -759,8 +803,8 @@ impl SchedulerView {
         &mut self.groups[i]
     }
 
-    fn group_has_room(&self, group: Option<u32>, cores: u32) -> bool {
-        group.is_none_or(|g| self.group(g).has_room(cores))
+    fn group_has_room(&self, group: Option<u32>, more: &Resources) -> bool {
+        group.is_none_or(|g| self.group(g).has_room(more))
     }
 
     fn group_add(&mut self, group: Option<u32>, held: Resources) {
@@ -775,11 +819,11 @@ impl SchedulerView {
         }
     }
 
-    /// Whether work holding `cores` more fits under group `group`'s cap (`None`: no group, so
-    /// yes): for drivers that book resources themselves ([`SchedulerView::book`]: the
-    /// runtime's workflow instances), with [`SchedulerView::charge_group`].
-    pub fn group_room_for(&self, group: Option<u32>, cores: u32) -> bool {
-        self.group_has_room(group, cores)
+    /// Whether work holding `more` fits under group `group`'s cap (`None`: no group, so yes):
+    /// for drivers that book resources themselves ([`SchedulerView::book`]: the runtime's
+    /// workflow instances), with [`SchedulerView::charge_group`].
+    pub fn group_room_for(&self, group: Option<u32>, more: &Resources) -> bool {
+        self.group_has_room(group, more)
     }
 
     /// Counts `held` against group `group` (work a driver booked itself); `release_group` gives
@@ -796,9 +840,9 @@ impl SchedulerView {
         self.group_sub(group, held);
     }
 
-    /// Whether another task of `app` (holding `cores`) fits under its group's cap.
-    pub fn group_room(&self, app: AppId, cores: u32) -> bool {
-        self.group_has_room(self.apps.get(app.index()).and_then(|a| a.group), cores)
+    /// Whether another task of `app` (holding `more`) fits under its group's cap.
+    pub fn group_room(&self, app: AppId, more: &Resources) -> bool {
+        self.group_has_room(self.apps.get(app.index()).and_then(|a| a.group), more)
     }
 
     /// Changes `app`'s scheduling priority (`hetsched update --priority`): every placement from

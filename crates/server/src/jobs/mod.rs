@@ -684,7 +684,7 @@ pub(crate) fn request_in_words(r: &hetsched_core::Resources, kind: Option<&str>)
 }
 
 /// Bytes in binary units, as job files write them (`512 MiB`, `1.5 GiB`).
-fn bytes(b: u64) -> String {
+pub(crate) fn bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = b as f64;
     let mut u = 0;

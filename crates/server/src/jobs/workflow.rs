@@ -2051,7 +2051,7 @@ impl JobKind for Workflows {
                             .is_none_or(|q| q.admit(job.observed[t].run_times(), request.cores));
                     if !queueable
                         || !cx.view.can_book(node, request)
-                        || !cx.view.group_room_for(job.group, request.cores)
+                        || !cx.view.group_room_for(job.group, &request)
                     {
                         keep.push_back(i);
                         passed_over += 1;

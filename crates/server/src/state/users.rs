@@ -3,7 +3,44 @@
 
 use super::{State, StateError, now_ns};
 use crate::users::{ADMIN, Caller, MAX_USERS, TokenIndex, Users};
+use hetsched_core::Resources;
 use std::collections::HashSet;
+
+/// A change to a user's caps (`hetsched user limit`): each resource given gets that cap (0: no
+/// cap on it); the others keep theirs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CapChange {
+    /// The most cores at once.
+    pub max_cores: Option<u32>,
+    /// The most memory at once, in bytes.
+    pub max_memory_bytes: Option<u64>,
+    /// The most GPUs at once.
+    pub max_gpus: Option<u32>,
+}
+
+impl CapChange {
+    /// A change of the cap on cores alone.
+    pub fn cores(max_cores: u32) -> Self {
+        Self {
+            max_cores: Some(max_cores),
+            ..Self::default()
+        }
+    }
+
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// `cap` with this change made.
+    pub fn applied_to(&self, cap: Resources) -> Resources {
+        Resources::new(
+            self.max_cores.unwrap_or(cap.cores),
+            self.max_memory_bytes.unwrap_or(cap.memory_bytes),
+            self.max_gpus.unwrap_or(cap.gpus),
+        )
+    }
+}
 
 /// One user as `hetsched user list` shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -16,10 +53,11 @@ pub struct UserEntry {
     pub jobs: u64,
     /// Those of them not finished.
     pub unfinished_jobs: u64,
-    /// The most cores its running batch tasks may hold at once (0: no cap).
-    pub max_cores: u32,
-    /// The cores they hold now.
-    pub cores: u32,
+    /// The most its running batch tasks and workflow instances may hold at once: cores,
+    /// memory, GPUs (0 in a dimension: no cap on it).
+    pub cap: Resources,
+    /// What they hold now.
+    pub held: Resources,
 }
 
 /// Refuses `caller` unless it is the admin: `what` names what it asked for.
@@ -88,7 +126,8 @@ impl State {
         for (job, owner) in owned {
             self.group_job(job, &owner);
         }
-        let caps: Vec<(String, u32)> = self.users.caps().map(|(n, c)| (n.to_string(), c)).collect();
+        let caps: Vec<(String, Resources)> =
+            self.users.caps().map(|(n, c)| (n.to_string(), c)).collect();
         for (name, cap) in caps {
             let g = self.users.group_of(&name);
             self.view.set_group_cap(g, cap);
@@ -116,44 +155,56 @@ impl State {
         }
     }
 
-    /// `hetsched user limit NAME --max-cores N`: user `name`'s running batch tasks hold at most
-    /// `max_cores` cores at once (0: no cap). Tasks running keep their cores; new ones start
-    /// while the user is under the cap.
-    pub fn on_limit_user(&mut self, name: &str, max_cores: u32) -> Result<(), StateError> {
+    /// `hetsched user limit NAME --max-cores N --max-memory S --max-gpus M`: user `name`'s
+    /// running batch tasks and workflow instances hold at most the capped resources at once (0:
+    /// no cap on one; a resource `change` leaves out keeps its cap). Tasks running keep what
+    /// they hold; new ones start while the user is under the cap.
+    pub fn on_limit_user(&mut self, name: &str, change: CapChange) -> Result<(), StateError> {
         if !self.users.exists(name) {
             return Err(StateError::NoUser(name.to_string()));
         }
+        if change.is_empty() {
+            return Err(StateError::Invalid(
+                "a limit names at least one of max_cores, max_memory_bytes, max_gpus".to_string(),
+            ));
+        }
+        let cap = change.applied_to(self.users.cap(name));
         self.store
-            .transaction(|tx| Users::write_max_cores(tx, name, max_cores))?;
-        self.users.set_max_cores(name, max_cores);
+            .transaction(|tx| Users::write_cap(tx, name, &cap))?;
+        self.users.set_cap(name, cap);
         let g = self.users.group_of(name);
-        self.view.set_group_cap(g, max_cores);
+        self.view.set_group_cap(g, cap);
         // A raised cap may let waiting tasks start now.
         self.wake(None);
-        tracing::info!(user = name, max_cores, "user cap changed");
+        tracing::info!(
+            user = name,
+            max_cores = cap.cores,
+            max_memory_bytes = cap.memory_bytes,
+            max_gpus = cap.gpus,
+            "user cap changed"
+        );
         Ok(())
     }
 
-    /// Every user with the cores its running batch tasks hold and its cap (0: none): O(users),
-    /// for `/metrics`.
-    pub fn user_cores_all(&self) -> Vec<(String, u32, u32)> {
+    /// Every user with what its running tasks hold and its cap (0 in a dimension: none):
+    /// O(users), for `/metrics`.
+    pub fn user_usage_all(&self) -> Vec<(String, Resources, Resources)> {
         self.users
             .list()
-            .map(|(name, _)| {
-                (
-                    name.to_string(),
-                    self.user_cores(name),
-                    self.users.max_cores(name),
-                )
-            })
+            .map(|(name, _)| (name.to_string(), self.user_held(name), self.users.cap(name)))
             .collect()
     }
 
-    /// The cores user `name`'s running batch tasks hold now.
-    pub fn user_cores(&self, name: &str) -> u32 {
+    /// What user `name`'s running batch tasks and workflow instances hold now.
+    pub fn user_held(&self, name: &str) -> Resources {
         self.users
             .group(name)
-            .map_or(0, |g| self.view.group(g).cores())
+            .map_or(Resources::default(), |g| self.view.group(g).usage)
+    }
+
+    /// The cores user `name`'s running batch tasks and workflow instances hold now.
+    pub fn user_cores(&self, name: &str) -> u32 {
+        self.user_held(name).cores
     }
 
     /// `hetsched user add NAME` (`rotate`: the user exists and gets a new token, its old one is
@@ -191,7 +242,7 @@ impl State {
         self.store.transaction(|tx| Users::delete(tx, name))?;
         self.users.delete_committed(name);
         if let Some(g) = self.users.group(name) {
-            self.view.set_group_cap(g, 0);
+            self.view.set_group_cap(g, Resources::default());
             self.wake(None);
         }
         let unfinished = self
@@ -214,8 +265,8 @@ impl State {
                     created_ms,
                     jobs,
                     unfinished_jobs,
-                    max_cores: self.users.max_cores(name),
-                    cores: self.user_cores(name),
+                    cap: self.users.cap(name),
+                    held: self.user_held(name),
                 }
             })
             .collect()

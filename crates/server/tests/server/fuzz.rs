@@ -14,7 +14,7 @@ use hetsched_core::testkit::mangle::mangle;
 use hetsched_proto as pb;
 use hetsched_server::ServerConfig;
 use hetsched_server::convert::Wire;
-use hetsched_server::state::State;
+use hetsched_server::state::{CapChange, State};
 use hetsched_server::store::Store;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -192,8 +192,9 @@ enum Op {
     Drain(usize, bool),
     /// Job file `0` submitted by user `alice`.
     SubmitAs(usize),
-    /// `hetsched user limit alice --max-cores N` (0: no cap).
-    Limit(u32),
+    /// `hetsched user limit alice --max-cores N --max-memory S --max-gpus M` (0: no cap on one;
+    /// absent: unchanged).
+    Limit(CapChange),
     /// Finished jobs' task rows leave memory.
     Evict,
     /// The retention rule (keep the two newest finished jobs) purges the others.
@@ -229,7 +230,16 @@ fn op(disk: bool) -> BoxedStrategy<Op> {
         1 => (1..5u64).prop_map(Op::Purge),
         1 => (0..2usize, any::<bool>()).prop_map(|(n, d)| Op::Drain(n, d)),
         2 => (0..DAY_JOBS.len()).prop_map(Op::SubmitAs),
-        1 => (0..4u32).prop_map(Op::Limit),
+        1 => (
+            proptest::option::of(0..4u32),
+            proptest::option::of(prop_oneof![Just(0u64), Just(64 << 20), Just(128 << 20)]),
+            proptest::option::of(0..3u32),
+        )
+            .prop_map(|(max_cores, max_memory_bytes, max_gpus)| Op::Limit(CapChange {
+                max_cores,
+                max_memory_bytes,
+                max_gpus,
+            })),
         1 => Just(Op::Evict),
         1 => Just(Op::Retain),
         2 => Just(Op::Restart),
@@ -264,9 +274,9 @@ fn everything(s: &State) -> Vec<String> {
     }
     // What a user's running tasks hold against its cap, rebuilt after a restart.
     out.push(format!(
-        "alice holds {} cores, cap {:?}",
-        s.user_cores("alice"),
-        s.list_users().first().map(|u| u.max_cores)
+        "alice holds {:?}, cap {:?}",
+        s.user_held("alice"),
+        s.list_users().first().map(|u| u.cap)
     ));
     for j in s.jobs().jobs {
         out.push(format!(
@@ -324,7 +334,7 @@ fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
     s.on_add_user("alice", false)
         .map_err(|e| TestCaseError::fail(format!("user: {e}")))?;
     // Alice's cap on cores (0: none), as last set.
-    let mut cap = 0;
+    let mut cap = hetsched_core::Resources::default();
     let nodes = [
         register_with(&mut s, "a", 3, &[]),
         register_with(&mut s, "b", 2, &[]),
@@ -353,9 +363,9 @@ fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     prop_assert!(disk_was_full, "alice's valid job refused: {e}");
                 }
             }
-            Op::Limit(max_cores) => match s.on_limit_user("alice", max_cores) {
-                Ok(()) => cap = max_cores,
-                Err(e) => prop_assert!(disk_was_full, "limit refused: {e}"),
+            Op::Limit(change) => match s.on_limit_user("alice", change) {
+                Ok(()) => cap = change.applied_to(cap),
+                Err(e) => prop_assert!(disk_was_full || change.is_empty(), "limit refused: {e}"),
             },
             Op::WaitForProbe => std::thread::sleep(hetsched_server::state::PROBE_INTERVAL),
             Op::SubmitAfter(k, j, how) => {
@@ -421,17 +431,18 @@ fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
                         .iter()
                         .any(|a| t.tasks.iter().any(|t| t.id == a.task_id));
                 }
+                let held = s.user_held("alice");
                 prop_assert!(
-                    alice_running > 0 || s.user_cores("alice") == 0,
-                    "nothing of alice's runs, yet her tasks hold {} cores",
-                    s.user_cores("alice")
+                    alice_running > 0 || held == hetsched_core::Resources::default(),
+                    "nothing of alice's runs, yet her tasks hold {held:?}"
                 );
-                if cap > 0 && alice_started {
+                if alice_started {
+                    let within = |used: u64, most: u64| most == 0 || used <= most;
                     prop_assert!(
-                        s.user_cores("alice") <= cap,
-                        "a beat took alice to {} cores, over her cap of {}",
-                        s.user_cores("alice"),
-                        cap
+                        within(held.cores.into(), cap.cores.into())
+                            && within(held.memory_bytes, cap.memory_bytes)
+                            && within(held.gpus.into(), cap.gpus.into()),
+                        "a beat took alice to {held:?}, over her cap of {cap:?}"
                     );
                 }
                 // `max_running = 1`: never two of the throttled application's tasks at once.

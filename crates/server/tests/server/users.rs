@@ -10,8 +10,8 @@ use hetsched_proto as pb;
 use hetsched_proto::client_client::ClientClient;
 use hetsched_server::ServerConfig;
 use hetsched_server::convert::Wire;
-use hetsched_server::state::State;
 use hetsched_server::state::types::{PurgeSelection, Submission};
+use hetsched_server::state::{CapChange, State};
 use hetsched_server::store::Store;
 use hetsched_server::users::ADMIN;
 use std::path::Path;
@@ -37,6 +37,8 @@ async fn add_user(admin: &mut Api, name: &str, rotate: bool) -> String {
             name: name.into(),
             rotate,
             max_cores: None,
+            max_gpus: None,
+            max_memory_bytes: None,
         })
         .await
         .expect("the admin adds a user")
@@ -112,6 +114,8 @@ async fn users_change_only_their_own_jobs_and_the_admin_changes_every_job() {
                 name: "alice".into(),
                 rotate: false,
                 max_cores: None,
+                max_gpus: None,
+                max_memory_bytes: None,
             })
             .await,
     );
@@ -124,6 +128,8 @@ async fn users_change_only_their_own_jobs_and_the_admin_changes_every_job() {
                     name: bad.into(),
                     rotate: false,
                     max_cores: None,
+                    max_gpus: None,
+                    max_memory_bytes: None,
                 })
                 .await,
         );
@@ -135,6 +141,8 @@ async fn users_change_only_their_own_jobs_and_the_admin_changes_every_job() {
                 name: "mallory".into(),
                 rotate: false,
                 max_cores: None,
+                max_gpus: None,
+                max_memory_bytes: None,
             })
             .await,
     );
@@ -576,7 +584,8 @@ fn a_users_cap_on_cores_holds_its_running_tasks_and_the_rest_go_to_others() {
     let d = common::scratch("users", "cap");
     let mut s = open(&d);
     s.on_add_user("alice", false).expect("alice");
-    s.on_limit_user("alice", 3).expect("capped");
+    s.on_limit_user("alice", CapChange::cores(3))
+        .expect("capped");
     let mut agent = common::Agent::new(&mut s, 8);
     let job = |tasks: u32| {
         let mut sub = submission("sweep", false);
@@ -626,15 +635,16 @@ fn a_users_cap_on_cores_holds_its_running_tasks_and_the_rest_go_to_others() {
         })
         .map(|&(t, n)| (t, n, true))
         .collect();
-    s.on_limit_user("alice", 6).expect("raised");
+    s.on_limit_user("alice", CapChange::cores(6))
+        .expect("raised");
     agent.beat(&mut s, &roots);
     assert_eq!(s.user_cores("alice"), 6);
-    assert_eq!(s.list_users()[0].max_cores, 6);
+    assert_eq!(s.list_users()[0].cap.cores, 6);
     drop(s);
     // A restart keeps the cap and what her running tasks hold.
     let s = open(&d);
     assert_eq!(s.user_cores("alice"), 6);
-    assert_eq!(s.list_users()[0].max_cores, 6);
+    assert_eq!(s.list_users()[0].cap.cores, 6);
     // `/metrics` shows both.
     let metrics = s.metrics();
     let reg = hetsched_server::metrics::registry(
@@ -650,6 +660,127 @@ fn a_users_cap_on_cores_holds_its_running_tasks_and_the_rest_go_to_others() {
     ] {
         assert!(text.contains(line), "{line} not in:\n{text}");
     }
+}
+
+/// A user's caps on GPUs and memory (`hetsched user limit --max-gpus N --max-memory S`): its
+/// running tasks hold at most that many devices and bytes, the devices it leaves go to others,
+/// its pending jobs say which cap binds, a cap not named keeps its value, and a restart and
+/// `/metrics` keep and show them.
+#[test]
+fn a_users_caps_on_gpus_and_memory_hold_its_running_tasks() {
+    let d = common::scratch("users", "gpu-cap");
+    let mut s = open(&d);
+    s.on_add_user("alice", false).expect("alice");
+    s.on_limit_user(
+        "alice",
+        CapChange {
+            max_gpus: Some(1),
+            ..CapChange::default()
+        },
+    )
+    .expect("capped");
+    let node = common::register_with_gpus(&mut s, "g", 8, 4);
+    let gpu_job = |tasks: u32| {
+        let mut sub = submission("solve", false);
+        sub.text = format!(
+            "[[application]]\nname = \"solve\"\ntasks = {tasks}\n[application.gpu]\n\
+             command = \"true\"\ngpus = 1\n"
+        );
+        sub.hold = false;
+        sub
+    };
+    let a = s.on_submit_as(gpu_job(4), "alice").expect("alice's").job_id;
+    let root = s.on_submit(gpu_job(4)).expect("admin's").job_id;
+    let sent = common::beat(&mut s, node, &[], &[]).assignments;
+    let of = |job: u64, s: &State| {
+        let ids: Vec<u64> = s
+            .tasks(job)
+            .expect("tasks")
+            .tasks
+            .iter()
+            .map(|t| t.id)
+            .collect();
+        sent.iter().filter(|x| ids.contains(&x.task_id)).count()
+    };
+    assert_eq!(of(a, &s), 1, "alice's cap on GPUs");
+    assert_eq!(of(root, &s), 3, "the admin takes the other three devices");
+    assert_eq!(s.user_held("alice").gpus, 1);
+    let why = s.get_job(a).expect("job").pending_reason;
+    assert!(
+        why.contains("hold 1 of the 1 GPUs the user may hold"),
+        "{why}"
+    );
+    // A cap on memory beside it; the cap on GPUs stays. Alice's 256 MiB tasks: two fit under
+    // 512 MiB (the node has 1 GiB and seven free cores).
+    s.on_limit_user(
+        "alice",
+        CapChange {
+            max_memory_bytes: Some(512 << 20),
+            ..CapChange::default()
+        },
+    )
+    .expect("capped");
+    let mut sub = submission("big", false);
+    sub.text = "[[application]]\nname = \"big\"\ntasks = 4\n[application.cpu]\n\
+                command = \"true\"\nmemory = \"256MiB\"\n"
+        .into();
+    sub.hold = false;
+    let big = s.on_submit_as(sub, "alice").expect("alice's").job_id;
+    let running: Vec<(u64, u32)> = sent.iter().map(|x| (x.task_id, x.attempt)).collect();
+    let more = common::beat(&mut s, node, &running, &[]).assignments;
+    assert_eq!(more.len(), 2, "two 256 MiB tasks under 512 MiB: {more:?}");
+    assert_eq!(
+        s.user_held("alice"),
+        hetsched_core::Resources::new(3, 512 << 20, 1)
+    );
+    let why = s.get_job(big).expect("job").pending_reason;
+    assert!(
+        why.contains("hold 512 MiB of the 512 MiB of memory the user may hold"),
+        "{why}"
+    );
+    let u = &s.list_users()[0];
+    assert_eq!(u.cap, hetsched_core::Resources::new(0, 512 << 20, 1));
+    drop(s);
+    let s = open(&d);
+    assert_eq!(
+        s.list_users()[0].cap,
+        hetsched_core::Resources::new(0, 512 << 20, 1)
+    );
+    let metrics = s.metrics();
+    let reg = hetsched_server::metrics::registry(
+        &metrics,
+        std::sync::Arc::new(std::sync::Mutex::new(s)),
+        "hdas",
+    );
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &reg).expect("encode");
+    for line in [
+        "hetsched_user_gpus{user=\"alice\"} 1",
+        "hetsched_user_max_gpus{user=\"alice\"} 1",
+        "hetsched_user_memory_bytes{user=\"alice\"} 536870912",
+        "hetsched_user_max_memory_bytes{user=\"alice\"} 536870912",
+    ] {
+        assert!(text.contains(line), "{line} not in:\n{text}");
+    }
+    assert!(
+        !text.contains("hetsched_user_max_cores{"),
+        "no cap on cores"
+    );
+}
+
+/// A limit that names no cap is refused, and changes nothing.
+#[test]
+fn a_limit_naming_no_cap_is_refused() {
+    let d = common::scratch("users", "empty-cap");
+    let mut s = open(&d);
+    s.on_add_user("alice", false).expect("alice");
+    s.on_limit_user("alice", CapChange::cores(2))
+        .expect("capped");
+    let e = s
+        .on_limit_user("alice", CapChange::default())
+        .expect_err("names nothing");
+    assert!(e.to_string().contains("at least one of max_cores"), "{e}");
+    assert_eq!(s.list_users()[0].cap.cores, 2);
 }
 
 /// Under `policy = "drf"`, users share the cluster evenly however many jobs each submits: Alice's
@@ -692,7 +823,8 @@ fn a_users_cap_holds_its_workflows_instances_too() {
     let d = common::scratch("users", "wf-cap");
     let mut s = open(&d);
     s.on_add_user("alice", false).expect("alice");
-    s.on_limit_user("alice", 2).expect("capped");
+    s.on_limit_user("alice", CapChange::cores(2))
+        .expect("capped");
     let mut agent = common::Agent::new(&mut s, 8);
     let mut sub = submission("wf", false);
     sub.text = "balancer = \"centralised\"\n[[task]]\nname = \"A\"\ninstances = \"1..=6\"\n\
@@ -719,7 +851,8 @@ fn a_users_cap_holds_its_workflows_instances_too() {
     let mut s = open(&d);
     assert_eq!(s.user_cores("alice"), 2);
     // Lifting the cap lets the rest start.
-    s.on_limit_user("alice", 0).expect("no cap");
+    s.on_limit_user("alice", CapChange::cores(0))
+        .expect("no cap");
     let mut rest = agent.beat(&mut s, &[]);
     for _ in 0..3 {
         rest.extend(agent.beat(&mut s, &[]));

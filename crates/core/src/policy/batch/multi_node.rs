@@ -33,7 +33,7 @@
 //! fewer than N nodes are available to it. Sans-IO: the driver passes the node that beats and
 //! `open`, and wakes the nodes the gatherer names.
 
-use crate::model::{AppId, Held, NodeId, SchedulerView, Variant};
+use crate::model::{AppId, Held, NodeId, Resources, SchedulerView, Variant};
 
 /// Nodes held for one multi-node application's next task.
 #[derive(Clone, Debug)]
@@ -99,11 +99,24 @@ pub fn left_to(
 /// group's cap allow it.
 fn startable(view: &SchedulerView, app: AppId) -> bool {
     let a = view.app(app);
-    // Its group's cap (a user's `--max-cores`) must have room for a core on each node; once
-    // started, the task counts every core of its nodes.
+    // Its group's cap (a user's `--max-cores`, `--max-gpus`, `--max-memory`) must have room for
+    // what it asks of each node (at least a core) on each of its nodes; once started, the task
+    // counts everything of its nodes.
     a.has_pending()
         && (a.app.max_running == 0 || a.running < a.app.max_running)
-        && view.group_room(app, a.app.nodes)
+        && view.group_room(app, &least_held(&a.app))
+}
+
+/// The least a multi-node task of `app` holds once started: its per-node request (at least a
+/// core) on each of its nodes.
+fn least_held(app: &crate::model::Application) -> Resources {
+    let per_node = app.request(Variant::Cpu).unwrap_or_default();
+    let nodes = app.nodes.max(1);
+    Resources::new(
+        per_node.cores.max(1).saturating_mul(nodes),
+        per_node.memory_bytes.saturating_mul(u64::from(nodes)),
+        per_node.gpus.saturating_mul(nodes),
+    )
 }
 
 /// Whether nothing runs on node `n` and all of it is free.

@@ -40,7 +40,7 @@ use super::{Batch, JobRec};
 use crate::jobs::{Read, request_in_words};
 use hetsched_core::model::application::AcceleratorNeed;
 use hetsched_core::policy::batch::multi_node;
-use hetsched_core::{AppId, NodeId, Resources, Variant};
+use hetsched_core::{AppId, CappedResource, NodeId, Resources, Variant};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -275,23 +275,39 @@ impl Batch {
                 let why = format!("`{name}` runs its max_running of {}", rec.max_running);
                 return (why, false);
             }
-            // Its user's cap on cores (`hetsched user limit`) leaves no room for one task.
+            // Its user's cap (`hetsched user limit`) leaves no room for one task of any variant.
             let state = rd.view.app(app);
-            let cores = [Variant::Cpu, Variant::Gpu]
-                .into_iter()
-                .filter_map(|v| state.app.request(v).map(|r| r.cores))
-                .min()
-                .unwrap_or(0);
-            if let Some(group) = state.group.map(|g| rd.view.group(g))
-                && !group.has_room(cores)
-            {
-                let why = format!(
-                    "its user's running tasks hold {} of the {} cores the user may hold at once \
-                     (`hetsched user limit`)",
-                    group.cores(),
-                    group.max_cores
-                );
-                return (why, false);
+            if let Some(group) = state.group.map(|g| rd.view.group(g)) {
+                let capped: Vec<_> = [Variant::Cpu, Variant::Gpu]
+                    .into_iter()
+                    .filter_map(|v| state.app.request(v))
+                    .map(|r| group.capped_by(&r))
+                    .collect();
+                if let Some(Some(by)) = capped.first()
+                    && capped.iter().all(Option::is_some)
+                {
+                    let (held, cap) = match by {
+                        CappedResource::Cores => {
+                            (group.usage.cores.to_string(), group.cap.cores.to_string())
+                        }
+                        CappedResource::Memory => (
+                            crate::jobs::bytes(group.usage.memory_bytes),
+                            crate::jobs::bytes(group.cap.memory_bytes),
+                        ),
+                        CappedResource::Gpus => {
+                            (group.usage.gpus.to_string(), group.cap.gpus.to_string())
+                        }
+                    };
+                    let what = match by {
+                        CappedResource::Memory => "of memory".to_string(),
+                        _ => by.to_string(),
+                    };
+                    let why = format!(
+                        "its user's running tasks hold {held} of the {cap} {what} the user may \
+                         hold at once (`hetsched user limit`)"
+                    );
+                    return (why, false);
+                }
             }
         }
         // Every node able to run them is held whole for multi-node tasks (running, or gathering).
