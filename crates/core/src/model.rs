@@ -8,6 +8,7 @@
 
 pub mod application;
 pub mod cluster;
+pub mod fair_share;
 pub mod ids;
 pub mod latency;
 pub mod resources;

@@ -22,6 +22,8 @@
 //! [retention]                  # optional; finished jobs are kept forever without it
 //! keep_finished = "24h"        # purge a job this long after its last task ended
 //! keep_jobs = 1000             # purge all but the most recently finished 1000 jobs
+//! [fair_share]                 # optional: within a priority, users who used least go first
+//! half_life = "7d"             # usage (share of the cluster × time) halves this often
 //! [workflow]                   # optional: workflows' default balancer, PCDDB thresholds per core
 //! balancer = "centralised"     # or "pcddb"
 //! lt = 2
@@ -98,6 +100,8 @@ pub struct ServerConfig {
     pub binding_slots: u32,
     /// Workflows (issue 13): the default balancer and the PCDDB thresholds.
     pub workflow: Option<WorkflowConfig>,
+    /// Fair share between users over time (`[fair_share]`); none: the policies' own orders.
+    pub fair_share: Option<FairShareConfig>,
     /// Batch tasks a node may be handed beyond its free cores: its agent queues them and
     /// starts each as soon as a running task ends, so one heartbeat carries many results and
     /// assignments (issue 10; see [`crate::state::prefetch`]). `"auto"` (the default): only
@@ -190,6 +194,28 @@ impl From<WorkflowBalancer> for hetsched_core::policy::graph::BalancerKind {
     }
 }
 
+/// Fair share between users over time (`[fair_share]`; `docs/runtime.md`, Users): within a
+/// priority level, the user whose running work held the least of the cluster, decayed with
+/// `half_life`, goes first (`hetsched_core::model::fair_share`).
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FairShareConfig {
+    /// Usage halves every this long (Slurm's `PriorityDecayHalfLife`); default 7 days.
+    #[serde(default = "FairShareConfig::default_half_life")]
+    pub half_life: Duration,
+}
+
+impl FairShareConfig {
+    /// Slurm's default.
+    pub const DEFAULT_HALF_LIFE: Duration = Duration(7 * 24 * 3600 * 1_000_000_000);
+    /// The shortest half-life: usage is sampled every second.
+    pub const MIN_HALF_LIFE: Duration = Duration(60 * 1_000_000_000);
+
+    fn default_half_life() -> Duration {
+        Self::DEFAULT_HALF_LIFE
+    }
+}
+
 /// When finished jobs are purged on their own (see `docs/runtime.md`, Retention).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -236,6 +262,7 @@ impl Default for ServerConfig {
             binding: BindingKind::Plain,
             binding_slots: 1,
             workflow: None,
+            fair_share: None,
             prefetch: crate::state::prefetch::Setting::Auto,
             allocation: Vec::new(),
         }
@@ -301,6 +328,15 @@ impl ServerConfig {
         self.idle_heartbeat()?;
         if let Some(w) = &self.workflow {
             w.check_interval()?;
+        }
+        if let Some(f) = &self.fair_share
+            && f.half_life < FairShareConfig::MIN_HALF_LIFE
+        {
+            return Err(format!(
+                "fair_share.half_life ({}) must be at least {}: usage is sampled every second",
+                shown(f.half_life.0),
+                shown(FairShareConfig::MIN_HALF_LIFE.0)
+            ));
         }
         crate::allocation::validate(&self.allocation)?;
         Ok(())

@@ -393,7 +393,8 @@ impl Collector for StateCollector {
                 ),
                 users
                     .iter()
-                    .map(|(u, usage, _)| (vec![("user", u.clone())], of(usage))),
+                    .filter(|(u, ..)| u != crate::users::ADMIN)
+                    .map(|(u, usage, ..)| (vec![("user", u.clone())], of(usage))),
             )?;
             gauge(
                 e,
@@ -404,10 +405,20 @@ impl Collector for StateCollector {
                 ),
                 users
                     .iter()
-                    .filter(|(_, _, cap)| of(cap) > 0)
-                    .map(|(u, _, cap)| (vec![("user", u.clone())], of(cap))),
+                    .filter(|(_, _, cap, _)| of(cap) > 0)
+                    .map(|(u, _, cap, _)| (vec![("user", u.clone())], of(cap))),
             )?;
         }
+        gauge(
+            e,
+            "user_fair_usage",
+            "Each user's fair-share usage with [fair_share]: the share of the cluster its running \
+             work held, integrated over time in share-seconds and decayed (the admin's as \
+             user=\"admin\").",
+            users
+                .iter()
+                .filter_map(|(u, _, _, fair)| fair.map(|f| (vec![("user", u.clone())], f))),
+        )?;
         gauge(
             e,
             "allocation_queue_failing",

@@ -1045,6 +1045,7 @@ fn user_info(u: crate::state::UserEntry) -> pb::UserInfo {
         gpus: u.held.gpus,
         max_memory_bytes: u.cap.memory_bytes,
         memory_bytes: u.held.memory_bytes,
+        fair_usage: u.fair_usage,
     }
 }
 

@@ -146,6 +146,16 @@ pub struct Users {
     topology_owners: HashMap<String, Arc<str>>,
     /// A topology submitted in this event and its owner: stored with the event's commit.
     staged: Option<(String, Arc<str>)>,
+    /// Each owner's fair-share usage at a wall-clock time (ms since the Unix epoch), staged by
+    /// [`Users::stage_fair_usage`]: stored with the event's commit.
+    staged_usage: Option<StagedUsage>,
+}
+
+/// Owners' fair-share usage as of a time (ms since the Unix epoch), waiting for a commit.
+#[derive(Debug)]
+struct StagedUsage {
+    at_ms: u64,
+    rows: Vec<(Arc<str>, f64)>,
 }
 
 impl Users {
@@ -214,6 +224,7 @@ impl Users {
             owners,
             topology_owners,
             staged: None,
+            staged_usage: None,
         })
     }
 
@@ -239,11 +250,50 @@ impl Users {
 
     /// Whether the event staged a write.
     pub fn has_changes(&self) -> bool {
-        self.staged.is_some()
+        self.staged.is_some() || self.staged_usage.is_some()
+    }
+
+    /// Stages each owner's fair-share usage (`None`: the admin) as of `at_ms` (ms since the Unix
+    /// epoch), stored by [`Users::persist`].
+    pub fn stage_fair_usage(&mut self, at_ms: u64, usage: Vec<(Option<&str>, f64)>) {
+        let rows = usage
+            .into_iter()
+            .map(|(owner, u)| (self.intern(owner.unwrap_or(ADMIN)), u))
+            .collect();
+        self.staged_usage = Some(StagedUsage { at_ms, rows });
+    }
+
+    /// The fair-share usage `conn` holds: each owner's usage in share-seconds and when it was
+    /// stored (ms since the Unix epoch).
+    pub fn stored_fair_usage(conn: &Connection) -> Result<Vec<(String, f64, u64)>, StoreError> {
+        let mut stmt = conn.prepare("SELECT owner, usage, at_ms FROM fair_usage")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, f64>(1)?,
+                r.get::<_, i64>(2)?.max(0) as u64,
+            ))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Every owner that has a group (a user that submitted, or whose cap was set) and its group.
+    pub fn groups(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.groups.iter().map(|(n, &g)| (&**n, g))
     }
 
     /// Writes what the event staged inside the event's transaction.
     pub fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
+        if let Some(StagedUsage { at_ms, rows }) = &self.staged_usage {
+            let mut put = tx.prepare_cached(
+                "INSERT INTO fair_usage(owner, usage, at_ms) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(owner) DO UPDATE SET usage = ?2, at_ms = ?3",
+            )?;
+            let at = i64::try_from(*at_ms).unwrap_or(i64::MAX);
+            for (owner, usage) in rows {
+                put.execute(params![&**owner, usage, at])?;
+            }
+        }
         if let Some((name, owner)) = &self.staged {
             if &**owner == ADMIN {
                 tx.execute("DELETE FROM topology_owners WHERE name = ?1", params![name])?;
@@ -260,6 +310,7 @@ impl Users {
 
     /// Memory after [`Users::persist`] committed.
     pub fn committed(&mut self) {
+        self.staged_usage = None;
         if let Some((name, owner)) = self.staged.take() {
             if &*owner == ADMIN {
                 self.topology_owners.remove(&name);

@@ -166,6 +166,7 @@ pub async fn list(args: &ClientArgs) -> anyhow::Result<()> {
                     "memory_bytes": u.memory_bytes,
                     "max_gpus": (u.max_gpus > 0).then_some(u.max_gpus),
                     "gpus": u.gpus,
+                    "fair_usage": u.fair_usage,
                 })
             })
             .collect();
@@ -182,6 +183,7 @@ pub async fn list(args: &ClientArgs) -> anyhow::Result<()> {
         "max memory",
         "GPUs held",
         "max GPUs",
+        "fair-share usage",
     ]);
     for u in &reply.users {
         t.add_row(vec![
@@ -207,6 +209,8 @@ pub async fn list(args: &ClientArgs) -> anyhow::Result<()> {
             } else {
                 u.max_gpus.to_string()
             },
+            // Share-seconds as cluster-hours: 1.0 is the whole cluster for an hour.
+            format!("{:.3} cluster·h", u.fair_usage / 3600.0),
         ]);
     }
     println!("{t}");

@@ -2290,6 +2290,8 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
     assert_eq!(listed["max_memory_bytes"], 8u64 << 30);
     assert_eq!(listed["max_gpus"], 2);
     assert_eq!(listed["gpus"], 0);
+    // No `[fair_share]` on this server: no usage accrues.
+    assert_eq!(listed["fair_usage"], 0.0);
     c.refused(&["user", "limit", "alice"], "--max-cores");
     c.refused(
         &["user", "limit", "alice", "--max-memory", "lots"],

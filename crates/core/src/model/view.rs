@@ -9,6 +9,7 @@
 
 use super::application::{AcceleratorNeed, Application, Need, Variant};
 use super::cluster::Node;
+use super::fair_share::FairShare;
 use super::ids::{AppId, NodeId, TaskId};
 use super::resources::Resources;
 use super::slots::Slots;
@@ -294,6 +295,8 @@ pub struct SchedulerView {
     with_pending: std::collections::BTreeSet<AppId>,
     /// Groups of applications sharing a cap on what they hold, by group id ([`GroupState`]).
     groups: Vec<GroupState>,
+    /// Each group's decayed usage and standing ([`SchedulerView::set_fair_share`]).
+    fair: FairShare,
 }
 
 impl SchedulerView {
@@ -391,6 +394,62 @@ impl SchedulerView {
     /// time left ([`SchedulerView::time_left`]) counts from it. It never goes back.
     pub fn set_now(&mut self, now: Time) {
         self.now = self.now.max(now);
+        if self.fair.half_life().is_some() {
+            let now = self.now;
+            let mut fair = std::mem::take(&mut self.fair);
+            fair.settle(now, || self.held_shares());
+            self.fair = fair;
+        }
+    }
+
+    /// Turns fair share on, usage decaying by half every `half_life` (the runtime's
+    /// `[fair_share] half_life`), or off (`None`, the default): see [`super::fair_share`].
+    /// Usage is settled as the clock moves ([`SchedulerView::set_now`]).
+    pub fn set_fair_share(&mut self, half_life: Option<Time>) {
+        self.fair.set_half_life(half_life);
+    }
+
+    /// Group `group`'s decayed usage in share-seconds (1.0: the whole cluster's dominant
+    /// resource for a second); `None`: the applications in no group.
+    pub fn fair_usage(&self, group: Option<u32>) -> f64 {
+        self.fair.usage(group)
+    }
+
+    /// Sets group `group`'s decayed usage (a restart restoring what it stored).
+    pub fn set_fair_usage(&mut self, group: Option<u32>, usage: f64) {
+        self.fair.set_usage(group, usage);
+    }
+
+    /// The order policies serve applications in: a higher level first. It is the
+    /// application's priority and, under fair share, its group's standing below it (the
+    /// group that used least first); without fair share, the priority alone decides.
+    pub fn level(&self, app: &AppState) -> i64 {
+        (i64::from(app.app.priority) << super::fair_share::STANDING_BITS)
+            | i64::from(self.fair.standing(app.group))
+    }
+
+    /// The dominant share of the cluster each group's running work holds now, by group id,
+    /// and that of the work in no group (what the nodes hold beyond the groups').
+    fn held_shares(&self) -> (Vec<f64>, f64) {
+        let totals = self.totals;
+        let grouped = self
+            .groups
+            .iter()
+            .fold(Resources::default(), |sum, g| sum + g.usage);
+        let in_use = self
+            .nodes
+            .iter()
+            .filter(|n| n.alive)
+            .fold(Resources::default(), |sum, n| {
+                sum + (n.node.capacity() - n.free)
+            });
+        (
+            self.groups
+                .iter()
+                .map(|g| g.usage.dominant_share(&totals))
+                .collect(),
+            (in_use - grouped).dominant_share(&totals),
+        )
     }
 
     /// The view's clock ([`SchedulerView::set_now`]).
@@ -1406,9 +1465,10 @@ impl SchedulerView {
             .filter_map(|&a| self.apps.get(a.index()))
     }
 
-    /// Distinct priority levels of applications with pending tasks, highest first.
-    pub fn pending_priorities(&self) -> Vec<i32> {
-        let mut levels: Vec<i32> = self.pending_apps().map(|a| a.app.priority).collect();
+    /// Distinct levels ([`SchedulerView::level`]) of applications with pending tasks, highest
+    /// first.
+    pub fn pending_levels(&self) -> Vec<i64> {
+        let mut levels: Vec<i64> = self.pending_apps().map(|a| self.level(a)).collect();
         levels.sort_unstable_by(|a, b| b.cmp(a));
         levels.dedup();
         levels

@@ -166,15 +166,17 @@ pub(crate) enum Prefer {
     Larger,
 }
 
-/// The application that ranks first among `candidates` scored by `score`: highest priority, then
-/// the preferred score, then earliest start, then lowest id (so every choice is deterministic).
+/// The application that ranks first among `candidates` scored by `score`: highest level
+/// ([`SchedulerView::level`]: priority, then fair-share standing), then the preferred score, then
+/// earliest start, then lowest id (so every choice is deterministic).
 pub(crate) fn best_app<'a>(
+    view: &SchedulerView,
     candidates: impl Iterator<Item = &'a AppState>,
     prefer: Prefer,
     mut score: impl FnMut(&AppState) -> Option<f64>,
 ) -> Option<AppId> {
     candidates
-        .filter_map(|a| Some((a.app.priority, score(a)?, a.app.submit_time, a.app.id)))
+        .filter_map(|a| Some((view.level(a), score(a)?, a.app.submit_time, a.app.id)))
         .min_by(|x, y| {
             let by_score = match prefer {
                 Prefer::Smaller => x.1.total_cmp(&y.1),

@@ -14,6 +14,7 @@ mod stream;
 mod task_files;
 mod view_accelerator;
 mod view_exclusion;
+mod view_fair_share;
 mod view_groups;
 mod view_pending;
 mod view_requires;

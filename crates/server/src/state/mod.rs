@@ -191,6 +191,8 @@ pub struct State {
     paused_since: Option<Instant>,
     /// When the store was last tried while paused.
     last_probe: Option<Instant>,
+    /// When each owner's fair-share usage was last staged for the store (`[fair_share]`).
+    fair_stored: Option<Instant>,
     /// Accelerator sharing: the node binding (memory only; see [`accel`]).
     sharing: accel::Sharing,
     /// Which kind owns each job id; the next id ([`job_ids`]).
@@ -328,6 +330,7 @@ impl State {
             config: config.clone(),
             paused_since: None,
             last_probe: None,
+            fair_stored: None,
             sharing: accel::Sharing::new(config.binding, config.binding_slots),
             commits: Arc::new(tokio::sync::watch::Sender::new(0)),
             alarm: alarm::Alarm::default(),
@@ -341,6 +344,7 @@ impl State {
             users,
         };
         state.apply_user_groups();
+        state.restore_fair_usage()?;
         state.settle_waits(true)?;
         Ok(state)
     }
@@ -590,6 +594,7 @@ impl State {
         // Cores released above may owe a prefetch debt: no kind sees them free.
         self.nodes.prefetch.repay_all(&mut self.view);
         self.nodes.set_now(&mut self.view, Instant::now());
+        self.stage_fair_usage_when_due();
         {
             let mut out = Outbox::new(&mut reply, &req.known_specs);
             for kind in self.jobs.all_mut() {
@@ -880,6 +885,7 @@ impl State {
         fresh.signals = signals::Signals::restore(&fresh.store, now_ns() / 1_000)?;
         fresh.users = crate::users::Users::restore(fresh.store.conn(), self.users.index())?;
         fresh.apply_user_groups();
+        fresh.carry_fair_usage(self);
         fresh.nodes.carry_over(&self.nodes);
         fresh.nodes.restore_ends(&mut fresh.view);
         for (i, n) in fresh.nodes.iter().enumerate() {
@@ -898,6 +904,7 @@ impl State {
         fresh.metrics = self.metrics.clone();
         fresh.paused_since = self.paused_since;
         fresh.last_probe = self.last_probe;
+        fresh.fair_stored = self.fair_stored;
         // Waiters hold receivers of this state's channel; memory changed back.
         fresh.commits = self.commits.clone();
         fresh.commits.send_modify(|c| *c = c.wrapping_add(1));

@@ -2,6 +2,10 @@
 //! and the check that a job is the caller's before the caller changes it.
 
 use super::{State, StateError, now_ns};
+
+/// How often each owner's fair-share usage is stored (`[fair_share]`): a crash loses at most
+/// this much of what it accrued.
+pub const FAIR_USAGE_STORED_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 use crate::users::{ADMIN, Caller, MAX_USERS, TokenIndex, Users};
 use hetsched_core::Resources;
 use std::collections::HashSet;
@@ -43,7 +47,7 @@ impl CapChange {
 }
 
 /// One user as `hetsched user list` shows it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct UserEntry {
     /// Its name.
     pub name: String,
@@ -58,6 +62,8 @@ pub struct UserEntry {
     pub cap: Resources,
     /// What they hold now.
     pub held: Resources,
+    /// Its fair-share usage in share-seconds ([`State::fair_usage_of`]).
+    pub fair_usage: f64,
 }
 
 /// Refuses `caller` unless it is the admin: `what` names what it asked for.
@@ -134,6 +140,96 @@ impl State {
         }
     }
 
+    /// Turns the view's fair share on or off as `[fair_share]` says, and reads each owner's
+    /// stored usage back, decayed by the time since it was stored (a restart).
+    pub(super) fn restore_fair_usage(&mut self) -> Result<(), StateError> {
+        let Some(half_life) = self.fair_half_life() else {
+            return Ok(());
+        };
+        let now_ms = now_ns() / 1_000_000;
+        for (owner, usage, at_ms) in Users::stored_fair_usage(self.store.conn())? {
+            let idle_ms = now_ms.saturating_sub(at_ms) as f64;
+            let decayed = usage * 0.5f64.powf(idle_ms * 1e6 / half_life as f64);
+            let group = (owner != ADMIN).then(|| self.users.group_of(&owner));
+            self.view.set_fair_usage(group, decayed);
+        }
+        Ok(())
+    }
+
+    /// After a rollback: the usage `old` had accrued (memory only since its last store).
+    pub(super) fn carry_fair_usage(&mut self, old: &State) {
+        if self.fair_half_life().is_none() {
+            return;
+        }
+        let groups: Vec<(String, u32)> = old
+            .users
+            .groups()
+            .map(|(n, g)| (n.to_string(), g))
+            .collect();
+        for (name, g) in groups {
+            let usage = old.view.fair_usage(Some(g));
+            let mine = self.users.group_of(&name);
+            self.view.set_fair_usage(Some(mine), usage);
+        }
+        self.view.set_fair_usage(None, old.view.fair_usage(None));
+    }
+
+    /// The half-life of `[fair_share]`, in ns, if it is on; sets the view's accordingly.
+    fn fair_half_life(&mut self) -> Option<u64> {
+        let half_life = self.config.fair_share.map(|f| f.half_life.0);
+        self.view.set_fair_share(half_life);
+        half_life
+    }
+
+    /// Stages each owner's fair-share usage for this event's commit once
+    /// [`FAIR_USAGE_STORED_EVERY`] has passed since it was last staged.
+    pub(super) fn stage_fair_usage_when_due(&mut self) {
+        if self.config.fair_share.is_none()
+            || self
+                .fair_stored
+                .is_some_and(|t| t.elapsed() < FAIR_USAGE_STORED_EVERY)
+        {
+            return;
+        }
+        self.fair_stored = Some(std::time::Instant::now());
+        self.stage_fair_usage();
+    }
+
+    /// Stages each owner's fair-share usage (the admin's too) for the next commit.
+    fn stage_fair_usage(&mut self) {
+        let mut rows: Vec<(Option<String>, f64)> = self
+            .users
+            .groups()
+            .map(|(n, g)| (Some(n.to_string()), self.view.fair_usage(Some(g))))
+            .collect();
+        rows.push((None, self.view.fair_usage(None)));
+        let rows = rows.iter().map(|(n, u)| (n.as_deref(), *u)).collect();
+        self.users.stage_fair_usage(now_ns() / 1_000_000, rows);
+    }
+
+    /// Stores each owner's fair-share usage now (as the heartbeats do every
+    /// [`FAIR_USAGE_STORED_EVERY`]), e.g. before a planned stop.
+    pub fn store_fair_usage(&mut self) -> Result<(), StateError> {
+        if self.config.fair_share.is_none() {
+            return Ok(());
+        }
+        self.fair_stored = Some(std::time::Instant::now());
+        self.stage_fair_usage();
+        self.commit()
+    }
+
+    /// User `name`'s fair-share usage: the share of the cluster its running work held,
+    /// integrated over time in share-seconds and decayed with `[fair_share] half_life` (0
+    /// without fair share); [`ADMIN`]: the admin's.
+    pub fn fair_usage_of(&self, name: &str) -> f64 {
+        if name == ADMIN {
+            return self.view.fair_usage(None);
+        }
+        self.users
+            .group(name)
+            .map_or(0.0, |g| self.view.fair_usage(Some(g)))
+    }
+
     /// Puts job `job` in `owner`'s group (the admin's jobs are in none): a batch job's
     /// applications, or a workflow (its running instances).
     pub(super) fn group_job(&mut self, job: u64, owner: &str) {
@@ -186,13 +282,32 @@ impl State {
         Ok(())
     }
 
-    /// Every user with what its running tasks hold and its cap (0 in a dimension: none):
-    /// O(users), for `/metrics`.
-    pub fn user_usage_all(&self) -> Vec<(String, Resources, Resources)> {
-        self.users
+    /// Every user with what its running tasks hold, its cap (0 in a dimension: none) and its
+    /// fair-share usage (`None` without `[fair_share]`; the admin's last): O(users), for
+    /// `/metrics`.
+    pub fn user_usage_all(&self) -> Vec<(String, Resources, Resources, Option<f64>)> {
+        let fair = self.config.fair_share.is_some();
+        let mut all: Vec<_> = self
+            .users
             .list()
-            .map(|(name, _)| (name.to_string(), self.user_held(name), self.users.cap(name)))
-            .collect()
+            .map(|(name, _)| {
+                (
+                    name.to_string(),
+                    self.user_held(name),
+                    self.users.cap(name),
+                    fair.then(|| self.fair_usage_of(name)),
+                )
+            })
+            .collect();
+        if fair {
+            all.push((
+                ADMIN.to_string(),
+                Resources::default(),
+                Resources::default(),
+                Some(self.fair_usage_of(ADMIN)),
+            ));
+        }
+        all
     }
 
     /// What user `name`'s running batch tasks and workflow instances hold now.
@@ -267,6 +382,7 @@ impl State {
                     unfinished_jobs,
                     cap: self.users.cap(name),
                     held: self.user_held(name),
+                    fair_usage: self.fair_usage_of(name),
                 }
             })
             .collect()

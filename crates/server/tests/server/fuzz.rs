@@ -85,13 +85,17 @@ fn open(dir: &Path) -> State {
     State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state")
 }
 
-/// A server whose retention rule keeps the two newest finished jobs.
+/// A server whose retention rule keeps the two newest finished jobs, with fair share between
+/// users on (its usage is stored with the first beat's commit, which a full disk refuses).
 fn open_retaining(dir: &Path) -> State {
     let config = ServerConfig {
         data_dir: dir.to_path_buf(),
         retention: Some(hetsched_server::config::RetentionConfig {
             keep_finished: None,
             keep_jobs: Some(2),
+        }),
+        fair_share: Some(hetsched_server::config::FairShareConfig {
+            half_life: hetsched_core::input::Duration(3600 * 1_000_000_000),
         }),
         ..Default::default()
     };

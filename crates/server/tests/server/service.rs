@@ -514,6 +514,31 @@ async fn an_idle_heartbeat_may_exceed_the_dead_timeout_and_zero_is_refused() {
 /// A heartbeat of 0 would have agents with work beat without pause, and one at or above the
 /// dead timeout would have busy nodes declared dead between two beats: both are refused, naming
 /// the fields; so is a dead timeout too short to mean anything.
+/// `[fair_share]`: the half-life defaults to Slurm's 7 days, is at least a minute (usage is
+/// sampled every second), and an unknown field is refused with its line.
+#[test]
+fn fair_share_takes_a_half_life_of_at_least_a_minute() {
+    let c = ServerConfig::parse("s.toml", "[fair_share]\n").expect("parses");
+    assert_eq!(
+        c.fair_share.map(|f| f.half_life.0),
+        Some(7 * 24 * 3600 * 1_000_000_000)
+    );
+    assert_eq!(c.validate(), Ok(()));
+    let c = ServerConfig::parse("s.toml", "[fair_share]\nhalf_life = \"10s\"\n").expect("parses");
+    let e = c.validate().expect_err("too short");
+    assert!(
+        e.contains("fair_share.half_life (10s) must be at least 1m"),
+        "{e}"
+    );
+    let e = ServerConfig::parse("s.toml", "[fair_share]\nhalflife = \"1d\"\n")
+        .expect_err("unknown field");
+    assert!(e.to_string().contains("s.toml:2"), "{e}");
+    assert!(
+        ServerConfig::default().fair_share.is_none(),
+        "off by default"
+    );
+}
+
 #[test]
 fn a_heartbeat_must_be_at_least_10ms_and_below_the_dead_timeout() {
     let refused = |text: &str, says: &str| {

@@ -768,6 +768,78 @@ fn a_users_caps_on_gpus_and_memory_hold_its_running_tasks() {
     );
 }
 
+/// With `[fair_share]`, a user whose work held the cluster waits, within a priority, for one
+/// whose work did not: Alice's task holds the only core for over a second; then Alice and Bob
+/// each submit a task, Alice first, and Bob's starts first. Her usage is stored, read back by a
+/// restart, and shown by `user list` and `/metrics`.
+#[test]
+fn under_fair_share_the_user_who_used_the_cluster_waits_for_one_who_did_not() {
+    let d = common::scratch("users", "fair");
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        fair_share: Some(hetsched_server::config::FairShareConfig {
+            half_life: hetsched_core::input::Duration(3600 * 1_000_000_000),
+        }),
+        ..Default::default()
+    };
+    let open_fair =
+        || State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
+    let mut s = open_fair();
+    s.on_add_user("alice", false).expect("alice");
+    s.on_add_user("bob", false).expect("bob");
+    let mut agent = common::Agent::new(&mut s, 1);
+    let one = || {
+        let mut sub = submission("one", false);
+        sub.text =
+            "[[application]]\nname = \"one\"\ntasks = 1\n[application.cpu]\ncommand = \"true\"\n"
+                .into();
+        sub.hold = false;
+        sub
+    };
+    s.on_submit_as(one(), "alice").expect("alice's");
+    let first = agent.beat(&mut s, &[]);
+    assert_eq!(first.len(), 1);
+    std::thread::sleep(std::time::Duration::from_millis(1_300));
+    // A beat while her task runs samples what she holds: the whole cluster.
+    agent.beat(&mut s, &[]);
+    let used = s.fair_usage_of("alice");
+    assert!(used > 1.0 && used < 10.0, "alice used {used} share-seconds");
+    assert_eq!(s.fair_usage_of("bob"), 0.0);
+    agent.beat(&mut s, &[(first[0].0, first[0].1, true)]);
+    let hers = s.on_submit_as(one(), "alice").expect("alice's").job_id;
+    let his = s.on_submit_as(one(), "bob").expect("bob's").job_id;
+    let next = agent.beat(&mut s, &[]);
+    assert_eq!(next.len(), 1);
+    let task_of = |job: u64, s: &State| s.tasks(job).expect("tasks").tasks[0].id;
+    assert_eq!(next[0].0, task_of(his, &s), "bob's task first");
+    assert_ne!(next[0].0, task_of(hers, &s));
+    let listed = s.list_users();
+    assert_eq!(listed[0].name, "alice");
+    assert!((listed[0].fair_usage - used).abs() < 1e-9);
+    // Stored, and read back by a restart (decayed by the second it was down: a one-hour
+    // half-life takes off well under 1 %).
+    s.store_fair_usage().expect("stored");
+    drop(s);
+    let s = open_fair();
+    let back = s.fair_usage_of("alice");
+    assert!(back <= used && back > used * 0.99, "{back} against {used}");
+    let metrics = s.metrics();
+    let reg = hetsched_server::metrics::registry(
+        &metrics,
+        std::sync::Arc::new(std::sync::Mutex::new(s)),
+        "hdas",
+    );
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &reg).expect("encode");
+    for line in [
+        "hetsched_user_fair_usage{user=\"alice\"} ",
+        "hetsched_user_fair_usage{user=\"bob\"} 0",
+        "hetsched_user_fair_usage{user=\"admin\"} 0",
+    ] {
+        assert!(text.contains(line), "{line} not in:\n{text}");
+    }
+}
+
 /// A limit that names no cap is refused, and changes nothing.
 #[test]
 fn a_limit_naming_no_cap_is_refused() {

@@ -17,7 +17,7 @@ use crate::time::Time;
 pub struct Drf;
 
 /// Picks, among applications with pending tasks that `can_run`, the one DRF serves next:
-/// highest priority, then smallest dominant share (its group's, in a group), then earliest
+/// highest level (priority, then fair-share standing), then smallest dominant share (its group's, in a group), then earliest
 /// start, then lowest id.
 pub(crate) fn next_by_drf(
     view: &SchedulerView,
@@ -25,6 +25,7 @@ pub(crate) fn next_by_drf(
 ) -> Option<AppId> {
     let totals = view.totals();
     best_app(
+        view,
         view.pending_apps().filter(|a| can_run(a.app.id)),
         Prefer::Smaller,
         |a| {

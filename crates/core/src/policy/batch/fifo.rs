@@ -9,11 +9,12 @@ use crate::time::Time;
 #[derive(Debug, Default)]
 pub struct Fifo;
 
-/// Applications with pending tasks by priority (highest first), then submission order.
+/// Applications with pending tasks by level (highest first: priority, then fair-share
+/// standing), then submission order.
 pub(crate) fn submission_order(view: &SchedulerView) -> Vec<AppId> {
-    let mut order: Vec<(i32, AppId)> = view
+    let mut order: Vec<(std::cmp::Reverse<i64>, AppId)> = view
         .pending_apps()
-        .map(|a| (-a.app.priority, a.app.id))
+        .map(|a| (std::cmp::Reverse(view.level(a)), a.app.id))
         .collect();
     order.sort_unstable();
     order.into_iter().map(|(_, id)| id).collect()

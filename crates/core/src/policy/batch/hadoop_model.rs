@@ -19,7 +19,7 @@ fn next_by_affinity(view: &SchedulerView, node: NodeId) -> Option<AppId> {
     let fits = view
         .pending_apps()
         .filter(|a| view.fits(a.app.id, node, Variant::Gpu));
-    best_app(fits, Prefer::Larger, |a| gpu_affinity(a, n))
+    best_app(view, fits, Prefer::Larger, |a| gpu_affinity(a, n))
 }
 
 impl BatchPolicy for HadoopModel {

@@ -265,11 +265,11 @@ impl Hdas {
 
     /// Step 1: the GPU-capable application at `level` whose next GPU task on `node` is least
     /// delayed relative to its GPU_base task.
-    pub fn pick_gpu(&self, view: &SchedulerView, node: NodeId, level: i32) -> Option<AppId> {
+    pub fn pick_gpu(&self, view: &SchedulerView, node: NodeId, level: i64) -> Option<AppId> {
         let n = view.node(node);
         let mut keys: Vec<GpuKey> = Vec::new();
         for a in view.pending_apps() {
-            if a.app.priority != level || !view.fits(a.app.id, node, Variant::Gpu) {
+            if view.level(a) != level || !view.fits(a.app.id, node, Variant::Gpu) {
                 continue;
             }
             let (Some(predicted), Some(base)) = (
@@ -341,13 +341,13 @@ impl Hdas {
         &self,
         view: &SchedulerView,
         node: NodeId,
-        level: i32,
+        level: i64,
         now: Time,
     ) -> Option<AppId> {
         let n = view.node(node);
         let mut candidates = Vec::new();
         for a in view.pending_apps() {
-            if a.app.priority != level || !view.fits(a.app.id, node, Variant::Cpu) {
+            if view.level(a) != level || !view.fits(a.app.id, node, Variant::Cpu) {
                 continue;
             }
             let (Some(cpu_base), Some(best_alone), Some(predicted)) = (
@@ -712,7 +712,7 @@ impl BatchPolicy for Hdas {
                 self.beat.map_or(0.0, |b| b as f64),
             );
         }
-        for level in view.pending_priorities() {
+        for level in view.pending_levels() {
             if self.config.completion_aware {
                 // hdas-hetero counts each start against its node group's plan as it goes.
                 for variant in [Variant::Gpu, Variant::Cpu] {

@@ -3,7 +3,8 @@
 //!
 //! No batch policy places a multi-node task ([`SchedulerView::fits`] refuses it on any one
 //! node). A [`Gatherer`] gathers its nodes instead: one *gathering* per waiting multi-node
-//! application, served in order — the highest priority first, then the lowest id (the oldest).
+//! application, served in order — the highest level first (priority, then fair-share standing:
+//! `SchedulerView::level`), then the lowest id (the oldest).
 //! Each eligible node that beats joins the first gathering it may take part in that misses a
 //! member, and a member's free resources are held at each of its beats
 //! ([`SchedulerView::hold_free`], [`SchedulerView::hold_more`]), so nothing new starts there and
@@ -74,11 +75,9 @@ pub fn eligible(
 /// The one-node applications that a gathering for `app` yields nodes to: a task of theirs may
 /// start, and their priority is higher than `app`'s.
 pub fn yields_to(view: &SchedulerView, app: AppId) -> Vec<AppId> {
-    let priority = view.app(app).app.priority;
+    let level = view.level(view.app(app));
     view.pending_apps()
-        .filter(|a| {
-            a.app.priority > priority && !a.app.is_multi_node() && startable(view, a.app.id)
-        })
+        .filter(|a| view.level(a) > level && !a.app.is_multi_node() && startable(view, a.app.id))
         .map(|a| a.app.id)
         .collect()
 }
@@ -232,10 +231,11 @@ impl Gatherer {
         open: &dyn Fn(NodeId) -> bool,
         wake: &mut Vec<NodeId>,
     ) -> Vec<Vec<AppId>> {
-        // Priorities may have changed (`SchedulerView::set_priority`) since the last beat.
+        // Levels may have changed (`SchedulerView::set_priority`, fair-share standings) since
+        // the last beat.
         self.gatherings.sort_by_key(|g| {
-            let a = &view.app(g.app).app;
-            (std::cmp::Reverse(a.priority), a.id)
+            let a = view.app(g.app);
+            (std::cmp::Reverse(view.level(a)), a.app.id)
         });
         let mut aboves = Vec::with_capacity(self.gatherings.len());
         let mut i = 0;
@@ -296,19 +296,19 @@ impl Gatherer {
         wake: &mut Vec<NodeId>,
         aboves: &mut Vec<Vec<AppId>>,
     ) {
-        let mut waiting: Vec<(i32, AppId, u32)> = view
+        let mut waiting: Vec<(i64, AppId, u32)> = view
             .pending_apps()
             .filter(|a| {
                 a.app.is_multi_node()
                     && startable(view, a.app.id)
                     && self.gathering_of(a.app.id).is_none()
             })
-            .map(|a| (a.app.priority, a.app.id, a.app.nodes))
+            .map(|a| (view.level(a), a.app.id, a.app.nodes))
             .collect();
         if waiting.is_empty() {
             return;
         }
-        waiting.sort_by_key(|&(priority, id, _)| (std::cmp::Reverse(priority), id));
+        waiting.sort_by_key(|&(level, id, _)| (std::cmp::Reverse(level), id));
         let rest = waiting.len() - 1;
         let turns = rest.min(TRIES_PER_BEAT - 1);
         let first = self.turn % rest.max(1);
@@ -418,9 +418,9 @@ impl Gatherer {
     }
 }
 
-/// Whether a gathering for `a` is served before one for `b`: a higher priority, then the lower
-/// id (the older).
+/// Whether a gathering for `a` is served before one for `b`: a higher level (priority, then
+/// fair-share standing), then the lower id (the older).
 fn served_before(view: &SchedulerView, a: AppId, b: AppId) -> bool {
-    let key = |x: AppId| (std::cmp::Reverse(view.app(x).app.priority), x);
+    let key = |x: AppId| (std::cmp::Reverse(view.level(view.app(x))), x);
     key(a) < key(b)
 }

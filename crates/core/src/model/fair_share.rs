@@ -1,0 +1,217 @@
+//! Fair share over time (Slurm's fair-share factor with `PriorityDecayHalfLife`, equal shares).
+//!
+//! Each group of applications (the runtime's users; the applications in no group count as one
+//! more) accrues *usage*: the dominant share of the cluster its running work holds (DRF's
+//! measure, so a GPU weighs what the cluster's GPUs make it weigh), integrated over time and
+//! decayed with a half-life. Within each priority level, the groups that used least are served
+//! first: [`crate::model::SchedulerView::level`] puts a group's *standing* (its rank, least used
+//! highest) under the priority, and every policy serves higher levels first. Off (the
+//! default), every group has the same standing and the policies' own orders are unchanged.
+//!
+//! Usage is sampled: at most once per [`SETTLE_PERIOD`] of view time, what each group holds
+//! then is taken as what it held since the last sample (Slurm samples every
+//! `PriorityCalcPeriod`, 5 minutes by default).
+
+use crate::time::{NANOS_PER_SEC, Time};
+
+/// How often usage is settled and standings recomputed, in view time.
+pub const SETTLE_PERIOD: Time = NANOS_PER_SEC;
+
+/// Bits of a level under the priority: a group's standing (0: the group that used most).
+pub const STANDING_BITS: u32 = 20;
+
+/// The most distinct standings (groups beyond it share the lowest).
+const MAX_STANDING: u32 = (1 << STANDING_BITS) - 1;
+
+/// Every group's decayed usage and standing ([`crate::model::SchedulerView::set_fair_share`]).
+#[derive(Clone, Debug, Default)]
+pub struct FairShare {
+    /// The half-life usage decays with; `None`: fair share is off.
+    half_life: Option<Time>,
+    /// Decayed usage by group id, in share-seconds (1.0: the whole cluster for a second).
+    usage: Vec<f64>,
+    /// The same for the applications in no group.
+    ungrouped: f64,
+    /// Standing by group id (higher: used less, served first).
+    standing: Vec<u32>,
+    /// The same for the applications in no group.
+    ungrouped_standing: u32,
+    /// The standing of a group that used nothing (a group not met yet).
+    unused_standing: u32,
+    /// When usage was last settled; `None`: never (the first settle only starts the clock).
+    settled_at: Option<Time>,
+}
+
+impl FairShare {
+    /// Turns fair share on with usage decaying by half every `half_life`, or off (`None`:
+    /// every standing becomes equal; usage is kept).
+    pub fn set_half_life(&mut self, half_life: Option<Time>) {
+        self.half_life = half_life.filter(|&h| h > 0);
+        if self.half_life.is_none() {
+            self.standing.iter_mut().for_each(|s| *s = 0);
+            self.ungrouped_standing = 0;
+            self.unused_standing = 0;
+        } else {
+            self.rank();
+        }
+    }
+
+    /// The half-life, if fair share is on.
+    pub fn half_life(&self) -> Option<Time> {
+        self.half_life
+    }
+
+    /// Group `group`'s decayed usage as last settled, in share-seconds (`None`: the
+    /// applications in no group).
+    pub fn usage(&self, group: Option<u32>) -> f64 {
+        match group {
+            Some(g) => self.usage.get(g as usize).copied().unwrap_or(0.0),
+            None => self.ungrouped,
+        }
+    }
+
+    /// Sets group `group`'s usage (a restart restoring what was stored) and ranks again.
+    pub fn set_usage(&mut self, group: Option<u32>, usage: f64) {
+        let usage = if usage.is_finite() {
+            usage.max(0.0)
+        } else {
+            0.0
+        };
+        match group {
+            Some(g) => {
+                let i = g as usize;
+                if self.usage.len() <= i {
+                    self.usage.resize(i + 1, 0.0);
+                }
+                self.usage[i] = usage;
+            }
+            None => self.ungrouped = usage,
+        }
+        if self.half_life.is_some() {
+            self.rank();
+        }
+    }
+
+    /// Group `group`'s standing: higher is served first; all 0 while fair share is off.
+    pub fn standing(&self, group: Option<u32>) -> u32 {
+        match group {
+            Some(g) => self
+                .standing
+                .get(g as usize)
+                .copied()
+                .unwrap_or(self.unused_standing),
+            None => self.ungrouped_standing,
+        }
+    }
+
+    /// Settles usage up to `now`: each group is taken to have held, since the last settle, the
+    /// dominant share `rates()` gives it now (by group id, and the applications in no group),
+    /// and its usage decays over the same time. At most once per [`SETTLE_PERIOD`]; a no-op
+    /// while off.
+    pub fn settle(&mut self, now: Time, rates: impl FnOnce() -> (Vec<f64>, f64)) {
+        let Some(half_life) = self.half_life else {
+            return;
+        };
+        let Some(at) = self.settled_at else {
+            self.settled_at = Some(now);
+            return;
+        };
+        let dt = now.saturating_sub(at);
+        if dt < SETTLE_PERIOD {
+            return;
+        }
+        self.settled_at = Some(now);
+        let half_lives = dt as f64 / half_life as f64;
+        let decay = 0.5f64.powf(half_lives);
+        // ∫ rate · 2^(-(dt - s)/h) ds over [0, dt], in seconds.
+        let gain =
+            (1.0 - decay) * (half_life as f64 / NANOS_PER_SEC as f64) / std::f64::consts::LN_2;
+        let (rates, ungrouped_rate) = rates();
+        if self.usage.len() < rates.len() {
+            self.usage.resize(rates.len(), 0.0);
+        }
+        for (i, u) in self.usage.iter_mut().enumerate() {
+            *u = *u * decay + rates.get(i).copied().unwrap_or(0.0) * gain;
+        }
+        self.ungrouped = self.ungrouped * decay + ungrouped_rate * gain;
+        self.rank();
+    }
+
+    /// Recomputes the standings from the usage: the least used highest, equal usage equal
+    /// standing.
+    fn rank(&mut self) {
+        let n = self.usage.len();
+        // (usage, index; n for the applications in no group), most used first.
+        let mut order: Vec<(f64, usize)> = self.usage.iter().copied().zip(0..n).collect();
+        order.push((self.ungrouped, n));
+        order.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        self.standing.resize(n, 0);
+        let mut standing = 0u32;
+        let mut last: Option<f64> = None;
+        for (usage, i) in order {
+            if last.is_some_and(|l| l != usage) {
+                standing = (standing + 1).min(MAX_STANDING);
+            }
+            last = Some(usage);
+            if i == n {
+                self.ungrouped_standing = standing;
+            } else {
+                self.standing[i] = standing;
+            }
+        }
+        self.unused_standing = if last == Some(0.0) {
+            standing
+        } else {
+            (standing + 1).min(MAX_STANDING)
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOUR: Time = 3600 * NANOS_PER_SEC;
+
+    #[test]
+    fn usage_accrues_at_the_rate_held_and_halves_every_half_life() {
+        let mut f = FairShare::default();
+        f.set_half_life(Some(HOUR));
+        f.settle(0, || (vec![1.0], 0.0));
+        // The whole cluster for 10 s: about 10 share-seconds (a little less: decay).
+        f.settle(10 * NANOS_PER_SEC, || (vec![1.0], 0.0));
+        let u = f.usage(Some(0));
+        assert!((u - 10.0).abs() < 0.01, "{u}");
+        // Nothing held for one half-life: half of it is left.
+        f.settle(10 * NANOS_PER_SEC + HOUR, || (vec![0.0], 0.0));
+        assert!((f.usage(Some(0)) - u / 2.0).abs() < 1e-9);
+        // Held for ever at rate r, usage tends to r·h/ln 2.
+        f.settle(10 * NANOS_PER_SEC + 100 * HOUR, || (vec![0.5], 0.0));
+        let limit = 0.5 * 3600.0 / std::f64::consts::LN_2;
+        assert!((f.usage(Some(0)) - limit).abs() < 1e-6 * limit);
+    }
+
+    #[test]
+    fn the_least_used_stands_highest_and_equal_usage_ties() {
+        let mut f = FairShare::default();
+        f.set_half_life(Some(HOUR));
+        f.set_usage(Some(0), 5.0);
+        f.set_usage(Some(1), 0.0);
+        f.set_usage(Some(2), 5.0);
+        f.set_usage(None, 1.0);
+        assert!(f.standing(Some(1)) > f.standing(None));
+        assert!(f.standing(None) > f.standing(Some(0)));
+        assert_eq!(f.standing(Some(0)), f.standing(Some(2)));
+        // A group not met yet used nothing: it stands with group 1.
+        assert_eq!(f.standing(Some(7)), f.standing(Some(1)));
+        // Off: every standing is equal; the usage stays.
+        f.set_half_life(None);
+        assert_eq!(f.standing(Some(1)), f.standing(Some(0)));
+        assert_eq!(f.usage(Some(0)), 5.0);
+        // Settling within the period changes nothing.
+        f.set_half_life(Some(HOUR));
+        f.settle(0, || (vec![1.0; 3], 1.0));
+        f.settle(SETTLE_PERIOD - 1, || (vec![1.0; 3], 1.0));
+        assert_eq!(f.usage(Some(1)), 0.0);
+    }
+}
