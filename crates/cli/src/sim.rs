@@ -70,6 +70,11 @@ pub struct CompareArgs {
     /// What heartbeats report as a node's disk load.
     #[arg(long, value_enum, default_value_t)]
     pub io_report: IoReportArg,
+    /// Fair share between the workload's users (its applications' `user`): within a
+    /// priority, the user whose work held the least of the cluster, decayed with this
+    /// half-life (e.g. "1h"), goes first — the server's `[fair_share]`. Off without it.
+    #[arg(long, value_name = "HALF_LIFE")]
+    pub fair_share: Option<Duration>,
     /// Print a table or JSON (one summary per policy).
     #[arg(long, value_enum, default_value_t)]
     pub output: Output,
@@ -152,6 +157,11 @@ pub struct RunArgs {
     /// What heartbeats report as a node's disk load.
     #[arg(long, value_enum, default_value_t)]
     pub io_report: IoReportArg,
+    /// Fair share between the workload's users (its applications' `user`): within a
+    /// priority, the user whose work held the least of the cluster, decayed with this
+    /// half-life (e.g. "1h"), goes first — the server's `[fair_share]`. Off without it.
+    #[arg(long, value_name = "HALF_LIFE")]
+    pub fair_share: Option<Duration>,
     /// Print a table or JSON (the whole result, task records included).
     #[arg(long, value_enum, default_value_t)]
     pub output: Output,
@@ -284,13 +294,24 @@ impl Case {
     }
 }
 
-fn sim_config(heartbeat: Duration, seed: u64, io_report: IoReportArg) -> SimConfig {
-    SimConfig {
+fn sim_config(
+    heartbeat: Duration,
+    seed: u64,
+    io_report: IoReportArg,
+    fair_share: Option<Duration>,
+) -> anyhow::Result<SimConfig> {
+    if let Some(h) = fair_share
+        && h.0 == 0
+    {
+        bail!("--fair-share: the half-life must be above 0 (e.g. \"1h\")");
+    }
+    Ok(SimConfig {
         heartbeat_interval: heartbeat.0,
         seed,
         io_report: io_report.into(),
+        fair_share: fair_share.map(|h| h.0),
         ..SimConfig::default()
-    }
+    })
 }
 
 fn run_cmd(args: RunArgs) -> anyhow::Result<()> {
@@ -303,7 +324,7 @@ fn run_cmd(args: RunArgs) -> anyhow::Result<()> {
     }
     let result = case.simulate(
         args.policy,
-        &sim_config(args.heartbeat, args.seed, args.io_report),
+        &sim_config(args.heartbeat, args.seed, args.io_report, args.fair_share)?,
     )?;
     let json = with_bound(&result, case.bound_s)?;
     if let Some(dir) = &args.out {
@@ -327,7 +348,7 @@ fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
     }
     policies.dedup();
     let case = load_case(&args.cluster, &args.workload)?;
-    let config = sim_config(args.heartbeat, args.seed, args.io_report);
+    let config = sim_config(args.heartbeat, args.seed, args.io_report, args.fair_share)?;
     let mut rows = Vec::new();
     for policy in policies {
         match case.refusal(policy) {
@@ -358,6 +379,7 @@ fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
                         "reference": fifo.0,
                         "lower_bound_s": case.bound_s,
                         "makespan_over_bound": r.makespan_s / case.bound_s,
+                        "users": r.users,
                     })
                 })
                 .collect();
@@ -367,7 +389,8 @@ fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
             let mut table = Table::new();
             table.load_preset(UTF8_FULL_CONDENSED);
             let vs = format!("vs {}", fifo.0);
-            table.set_header([
+            let with_users = rows.iter().any(|r| !r.users.is_empty());
+            let mut header = vec![
                 "policy",
                 "makespan (s)",
                 vs.as_str(),
@@ -376,9 +399,13 @@ fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
                 "on CPU",
                 "bound (s)",
                 "makespan / bound",
-            ]);
+            ];
+            if with_users {
+                header.push("users' mean turnaround (s)");
+            }
+            table.set_header(header);
             for r in &rows {
-                table.add_row([
+                let mut row = vec![
                     r.policy.clone(),
                     format!("{:.1}", r.makespan_s),
                     format!("{:+.1} %", (r.makespan_s / fifo.1 - 1.0) * 100.0),
@@ -387,7 +414,17 @@ fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
                     r.cpu_tasks.to_string(),
                     format!("{:.1}", case.bound_s),
                     format!("{:.3}", r.makespan_s / case.bound_s),
-                ]);
+                ];
+                if with_users {
+                    row.push(
+                        r.users
+                            .iter()
+                            .map(|u| format!("{} {:.1}", u.user, u.mean_turnaround_s))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    );
+                }
+                table.add_row(row);
             }
             println!("{table}");
         }
@@ -439,6 +476,29 @@ fn print_result(r: &SimResult, bound_s: f64) {
         ]);
     }
     println!("{table}");
+    if !r.users.is_empty() {
+        let mut table = Table::new();
+        table.load_preset(UTF8_FULL_CONDENSED);
+        table.set_header([
+            "user",
+            "applications",
+            "tasks",
+            "mean wait (s)",
+            "mean turnaround (s)",
+            "last end (s)",
+        ]);
+        for u in &r.users {
+            table.add_row([
+                u.user.clone(),
+                u.apps.to_string(),
+                u.tasks.to_string(),
+                format!("{:.1}", u.mean_wait_s),
+                format!("{:.1}", u.mean_turnaround_s),
+                format!("{:.1}", u.last_end_s),
+            ]);
+        }
+        println!("{table}");
+    }
 }
 
 /// Prints a scenario's report — its table, or JSON with `--output json` — and, with `--out DIR`,

@@ -91,6 +91,7 @@ pub fn app(name: &str) -> AppBuilder {
             requires: Vec::new(),
             max_running: 0,
             nodes: 1,
+            user: None,
         },
     }
 }

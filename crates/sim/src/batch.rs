@@ -76,6 +76,9 @@ pub struct SimConfig {
     pub time_limit: Option<Time>,
     /// What a heartbeat reports as `TotalIO` and `#IOtask` (see [`IoReport`]).
     pub io_report: IoReport,
+    /// Fair share between the workload's users, usage halving every this long (the runtime's
+    /// `[fair_share] half_life`; `hetsched_core::model::fair_share`); `None` (the default): off.
+    pub fair_share: Option<Time>,
 }
 
 /// What a node's heartbeat counts as its disk load (spec 02: "total IO request size" and "number of
@@ -104,6 +107,7 @@ impl Default for SimConfig {
             record_tasks: true,
             time_limit: None,
             io_report: IoReport::default(),
+            fair_share: None,
         }
     }
 }
@@ -162,6 +166,24 @@ pub fn simulate_believing(
         IoReport::InFlight => config.cpu_read_chunks,
         IoReport::Remaining => 1,
     });
+    view.set_fair_share(config.fair_share);
+    // Each user's applications are one group of the view (as the runtime's users are), by the
+    // order users first appear.
+    let mut users: Vec<&str> = Vec::new();
+    let groups: Vec<Option<u32>> = apps
+        .iter()
+        .map(|a| {
+            a.user
+                .as_deref()
+                .map(|u| match users.iter().position(|&k| k == u) {
+                    Some(g) => g as u32,
+                    None => {
+                        users.push(u);
+                        (users.len() - 1) as u32
+                    }
+                })
+        })
+        .collect();
 
     let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(config.seed);
     let interval = config.heartbeat_interval;
@@ -199,6 +221,7 @@ pub fn simulate_believing(
         progress,
         config,
         view,
+        groups,
         apps,
         believed,
         first_task,
@@ -506,6 +529,8 @@ struct BatchSim<'a> {
     progress: &'a mut dyn FnMut(Progress),
     config: &'a SimConfig,
     view: SchedulerView,
+    /// Each application's group in the view (its user's), by id.
+    groups: Vec<Option<u32>>,
     apps: &'a [Application],
     /// What the view is told about each application (see [`simulate_believing`]).
     believed: &'a [Application],
@@ -580,6 +605,9 @@ impl BatchSim<'_> {
         let ids = (first..first + u64::from(app.tasks)).map(TaskId);
         let told = self.believed.get(i as usize).unwrap_or(app);
         self.view.add_application(told.clone(), ids)?;
+        if let Some(&Some(g)) = self.groups.get(i as usize) {
+            self.view.set_app_group(told.id, Some(g))?;
+        }
         self.arrived += 1;
         self.pending += u64::from(app.tasks);
         if self.pending > 0 {
@@ -604,6 +632,8 @@ impl BatchSim<'_> {
 
     fn heartbeat(&mut self, node: u32, queue: &mut EventQueue<Event>) -> Result<(), SimError> {
         let now = queue.now();
+        // The view's clock: fair share samples what each user holds as it moves.
+        self.view.set_now(now);
         let idx = node as usize;
         if self.pending == 0 {
             // Nothing to place anywhere: the node pauses until the next arrival.
@@ -929,6 +959,8 @@ impl BatchSim<'_> {
         };
         let t = task as usize;
         self.finished[t] = true;
+        // Fair share samples what the task held up to its end.
+        self.view.set_now(now);
         let a = &r.assignment;
         self.view.task_finished(a);
         let app = &self.apps[a.app.index()];
@@ -1049,7 +1081,7 @@ impl BatchSim<'_> {
     }
 
     fn into_result(self, events: u64) -> SimResult {
-        let apps = self
+        let apps: Vec<AppResult> = self
             .apps
             .iter()
             .zip(&self.app_stats)
@@ -1070,6 +1102,7 @@ impl BatchSim<'_> {
                     } else {
                         s.slowdown_sum / f64::from(done)
                     },
+                    user: a.user.clone(),
                 }
             })
             .collect();
@@ -1088,6 +1121,7 @@ impl BatchSim<'_> {
             },
             events,
             heartbeats: self.heartbeats,
+            users: crate::metrics::UserResult::of(&apps),
             apps,
             tasks: self.records,
             series: self.series,

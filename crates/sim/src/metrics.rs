@@ -74,6 +74,64 @@ pub struct AppResult {
     pub gpu_tasks: u32,
     /// Mean slowdown of its tasks (1.0 when it has none).
     pub mean_slowdown: f64,
+    /// Who submitted it (the workload's `user`), if anyone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+}
+
+/// How one user's applications fared (workloads whose applications name a `user`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UserResult {
+    /// The user.
+    pub user: String,
+    /// Its applications.
+    pub apps: u32,
+    /// Their tasks.
+    pub tasks: u64,
+    /// Mean over its applications of submission to first task start, in seconds.
+    pub mean_wait_s: f64,
+    /// Mean over its applications of submission to last task end, in seconds.
+    pub mean_turnaround_s: f64,
+    /// When its last task ended, in seconds since the start.
+    pub last_end_s: f64,
+}
+
+impl UserResult {
+    /// One summary per user named by `apps`, by name; empty when none names a user.
+    pub fn of(apps: &[AppResult]) -> Vec<UserResult> {
+        let mut by_user: std::collections::BTreeMap<&str, Vec<&AppResult>> = Default::default();
+        for a in apps {
+            if let Some(u) = &a.user {
+                by_user.entry(u).or_default().push(a);
+            }
+        }
+        let secs = |ns: Time| ns as f64 / 1e9;
+        by_user
+            .into_iter()
+            .map(|(user, apps)| {
+                let n = apps.len() as f64;
+                UserResult {
+                    user: user.to_string(),
+                    apps: apps.len() as u32,
+                    tasks: apps.iter().map(|a| u64::from(a.tasks)).sum(),
+                    mean_wait_s: apps
+                        .iter()
+                        .map(|a| secs(a.first_start_ns.unwrap_or(a.submit_ns) - a.submit_ns))
+                        .sum::<f64>()
+                        / n,
+                    mean_turnaround_s: apps
+                        .iter()
+                        .map(|a| secs(a.completion_ns.saturating_sub(a.submit_ns)))
+                        .sum::<f64>()
+                        / n,
+                    last_end_s: apps
+                        .iter()
+                        .map(|a| secs(a.completion_ns))
+                        .fold(0.0, f64::max),
+                }
+            })
+            .collect()
+    }
 }
 
 /// Cluster-wide load sampled on a fixed grid: sample `i` is the state at `time_ns[i]` after every
@@ -184,6 +242,9 @@ pub struct SimResult {
     pub heartbeats: u64,
     /// Per application, by id.
     pub apps: Vec<AppResult>,
+    /// Per user, by name (workloads whose applications name a `user`; absent otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<UserResult>,
     /// Per finished task, in order of completion (empty when task recording is off).
     pub tasks: Vec<TaskRecord>,
     /// Cluster load over time (empty when sampling is off).

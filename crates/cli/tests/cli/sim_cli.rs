@@ -139,6 +139,80 @@ fn completions_are_generated() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("hetsched"));
 }
 
+/// `--fair-share HALF_LIFE` with a workload whose applications name their `user`: per-user
+/// results, and the light user's jobs pass the heavy user's backlog under FIFO.
+#[test]
+fn compare_with_fair_share_reports_each_user_and_serves_the_light_one_first() {
+    let dir = std::env::temp_dir().join(format!("hetsched-sim-fair-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let workload = dir.join("two-users.toml");
+    let mut text = String::from(
+        "[[application]]\nname = \"sweep\"\nuser = \"alice\"\ntasks = 2000\n\
+         [application.cpu]\ncompute = \"20s\"\nread = \"0s\"\n",
+    );
+    for k in 1..=3 {
+        text.push_str(&format!(
+            "[[application]]\nname = \"bob-{k}\"\nuser = \"bob\"\nsubmit_at = \"{}s\"\n\
+             tasks = 4\n[application.cpu]\ncompute = \"20s\"\nread = \"0s\"\n",
+            60 * k
+        ));
+    }
+    std::fs::write(&workload, text).expect("workload");
+    let bob = |fair: bool| {
+        let mut args = vec![
+            "sim",
+            "compare",
+            "--cluster",
+            CLUSTER,
+            "--workload",
+            workload.to_str().expect("path"),
+            "--policies",
+            "fifo",
+            "--output",
+            "json",
+        ];
+        if fair {
+            args.extend(["--fair-share", "1h"]);
+        }
+        let out = hetsched(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+        let users = &v[0]["users"];
+        assert_eq!(users[0]["user"], "alice", "{v}");
+        assert_eq!(users[1]["user"], "bob", "{v}");
+        users[1]["mean_turnaround_s"].as_f64().expect("turnaround")
+    };
+    let (off, on) = (bob(false), bob(true));
+    assert!(
+        on * 2.0 < off,
+        "bob's mean turnaround: {on} s with, {off} s without"
+    );
+    let out = hetsched(&[
+        "sim",
+        "run",
+        "--cluster",
+        CLUSTER,
+        "--workload",
+        workload.to_str().expect("path"),
+        "--policy",
+        "fifo",
+        "--fair-share",
+        "0s",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("--fair-share: the half-life must be above 0"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn compare_runs_every_policy_side_by_side() {
     let out = hetsched(&[

@@ -118,6 +118,11 @@ pub struct ApplicationSpec {
     /// `OMP_NUM_THREADS`. The simulator's cores are its own.
     #[serde(default)]
     pub pin: bool,
+    /// Who submits it (simulator only: fair share and per-user reports; 1 to 32 characters of
+    /// `[a-z0-9._-]` starting with a letter, as the runtime's user names). The runtime refuses
+    /// it: a runtime job belongs to the user its token names.
+    #[serde(default)]
+    pub user: Option<Spanned<String>>,
 }
 
 impl ApplicationSpec {
@@ -556,6 +561,22 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
         if let Some(n) = &a.nodes {
             multi_node(&src, a, n, &field)?;
         }
+        if let Some(u) = &a.user {
+            let v = u.get_ref();
+            let valid = (1..=32).contains(&v.len())
+                && v.starts_with(|c: char| c.is_ascii_lowercase())
+                && v.chars().all(|c| {
+                    c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-')
+                });
+            if !valid {
+                return Err(src.error(
+                    at(u),
+                    field("user"),
+                    "a user name is 1 to 32 characters of a-z, 0-9, `.`, `_`, `-`, starting \
+                     with a letter",
+                ));
+            }
+        }
         if a.cpu.is_none() && a.gpu.is_none() {
             return Err(src.error(
                 at(&a.name),
@@ -753,6 +774,7 @@ impl Workload {
                     requires: a.requires(),
                     max_running: a.max_running.as_ref().map_or(0, |m| *m.get_ref()),
                     nodes: a.nodes.as_ref().map_or(1, |n| *n.get_ref()),
+                    user: a.user.as_ref().map(|u| u.get_ref().clone()),
                 })
             })
             .collect()
@@ -862,10 +884,19 @@ impl Workload {
 
     /// Checks that every variant has a `command` that runs something (the runtime runs it; the
     /// simulator does not need one): an empty or blank shell command, or an argv without a
-    /// program, is refused here rather than failing every task on its agent.
+    /// program, is refused here rather than failing every task on its agent. A `user` (the
+    /// simulator's) is refused too: a runtime job belongs to the user its token names.
     pub fn check_commands(&self) -> Result<(), InputError> {
         let src = self.source();
         for (i, a) in self.applications.iter().enumerate() {
+            if let Some(u) = &a.user {
+                return Err(src.error(
+                    at(u),
+                    Some(format!("application[{i}].user")),
+                    "a runtime job belongs to the user its token names (`hetsched user \
+                     whoami`): `user` is for simulator workloads",
+                ));
+            }
             let variants = [
                 (
                     "cpu",

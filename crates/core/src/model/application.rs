@@ -94,6 +94,11 @@ pub struct Application {
     /// runtime gathers its nodes ([`crate::SchedulerView::start_multi_node`]).
     #[serde(default = "one_node")]
     pub nodes: u32,
+    /// Who submitted it (simulator workloads: `user = "alice"`), for fair share and per-user
+    /// reports; `None`: nobody in particular. The runtime's owners come from tokens: its job
+    /// files may not set it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 fn one_node() -> u32 {
@@ -132,6 +137,7 @@ impl Application {
             requires: Vec::new(),
             max_running: 0,
             nodes: 1,
+            user: None,
         }
     }
 

@@ -253,6 +253,52 @@ fn retries_default_to_zero_and_bad_values_name_the_field() {
     }
 }
 
+/// `user` (simulator workloads, for fair share and per-user reports): a user name as the
+/// runtime's, named at its line when bad; the runtime's check refuses it altogether.
+#[test]
+fn a_workloads_user_is_a_user_name_and_runtime_jobs_may_not_set_one() {
+    let job = |user: &str| {
+        format!(
+            "[[application]]\nname = \"a\"\ntasks = 1\n{user}\n[application.cpu]\ncommand = \"true\"\ncompute = \"1s\"\nread = \"0s\"\n"
+        )
+    };
+    let w = parse_workload("w.toml", &job("user = \"alice\"")).expect("valid");
+    let apps = w
+        .to_applications(0, hetsched_core::input::workload::MissingProfile::Refuse)
+        .expect("apps");
+    assert_eq!(apps[0].user.as_deref(), Some("alice"));
+    let e = w.check_commands().expect_err("the runtime refuses it");
+    let text = e.to_string();
+    assert!(
+        text.starts_with("w.toml:4:") && text.contains("application[0].user"),
+        "{text}"
+    );
+    assert!(
+        text.contains("belongs to the user its token names"),
+        "{text}"
+    );
+    for bad in [
+        "\"\"",
+        "\"Alice\"",
+        "\"1st\"",
+        "\"a b\"",
+        "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"",
+    ] {
+        let e = parse_workload("w.toml", &job(&format!("user = {bad}"))).expect_err(bad);
+        let text = e.to_string();
+        assert!(
+            text.starts_with("w.toml:4:") && text.contains("application[0].user"),
+            "{bad}: {text}"
+        );
+        assert!(
+            text.contains("a user name is 1 to 32 characters"),
+            "{bad}: {text}"
+        );
+    }
+    let w = parse_workload("w.toml", &job("")).expect("valid");
+    w.check_commands().expect("no user: a runtime job");
+}
+
 #[test]
 fn a_time_limit_under_a_millisecond_is_refused_not_dropped() {
     // Agents count limits in whole milliseconds with 0 meaning none: `500us` would be no limit.

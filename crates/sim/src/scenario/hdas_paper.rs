@@ -146,6 +146,7 @@ pub fn application(profile: &AppProfile, id: AppId, scale: f64) -> Application {
         requires: Vec::new(),
         max_running: 0,
         nodes: 1,
+        user: None,
     }
 }
 

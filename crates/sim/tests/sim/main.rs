@@ -9,6 +9,7 @@ mod common;
 mod determinism;
 mod divisible;
 mod exact;
+mod fair_share;
 mod graph;
 mod hdas_paper;
 mod multi_node;

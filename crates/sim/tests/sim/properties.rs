@@ -98,6 +98,7 @@ fn arb_app() -> impl Strategy<Value = Application> {
                     requires,
                     max_running,
                     nodes: 1,
+                    user: None,
                 }
             },
         )
