@@ -13,7 +13,9 @@
 //! and a beat should not pay for them. `thousand_cancelled_workflows` beats beside 1,000 ended
 //! workflows; `hundred_workflows_waiting_for_a_held_job` has 100 workflows `--after` a held
 //! batch job and 100 batch jobs `--after-any` the first of them: what a beat pays to decide on
-//! waiting jobs (`State::settle_waits`).
+//! waiting jobs (`State::settle_waits`). `hundred_jobs_of_a_user_its_cap_keeps_waiting` beats
+//! beside 100 jobs its user's cap on cores holds back; `hundred_jobs_of_ten_capped_users_under_fair_share`
+//! spreads them over ten capped users with `[fair_share]` on: what fair share's order adds.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use hetsched_proto as pb;
@@ -27,12 +29,16 @@ use std::time::Duration;
 
 const NODES: u32 = 1_000;
 
-/// A state with `NODES` registered nodes; with `ending`, every agent has reported a time left.
-fn state(dir: &std::path::Path, ending: bool) -> State {
+/// A state with `NODES` registered nodes; with `ending`, every agent has reported a time left;
+/// with `fair`, `[fair_share]` is on (a one-hour half-life).
+fn state(dir: &std::path::Path, ending: bool, fair: bool) -> State {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).expect("dir");
     let config = ServerConfig {
         data_dir: dir.to_path_buf(),
+        fair_share: fair.then_some(hetsched_server::config::FairShareConfig {
+            half_life: hetsched_core::input::Duration(3_600_000_000_000),
+        }),
         ..Default::default()
     };
     let mut s =
@@ -77,9 +83,11 @@ fn heartbeat(c: &mut Criterion) {
         ("hundred_workflows_waiting_for_a_held_job", false),
         ("ten_thousand_tasks_after_corr_of_a_held_job", false),
         ("hundred_jobs_of_a_user_its_cap_keeps_waiting", false),
+        ("hundred_jobs_of_ten_capped_users_under_fair_share", false),
     ] {
         let dir = base.join(case);
-        let mut s = state(&dir, ending);
+        let fair = case.ends_with("under_fair_share");
+        let mut s = state(&dir, ending, fair);
         let waiting = match case {
             "multi_node_task_that_cannot_gather" => 1,
             "sixteen_multi_node_tasks_that_cannot_gather" => 16,
@@ -181,15 +189,24 @@ fn heartbeat(c: &mut Criterion) {
             })
             .expect("array after it");
         }
-        if case == "hundred_jobs_of_a_user_its_cap_keeps_waiting" {
-            // A user capped at 1 core with 100 jobs of 100 two-core tasks: every node has room,
-            // and the cap refuses every task (`SchedulerView::fits`).
-            s.on_add_user("alice", false).expect("user");
-            s.on_limit_user("alice", hetsched_server::state::CapChange::cores(1))
-                .expect("cap");
+        if case == "hundred_jobs_of_a_user_its_cap_keeps_waiting" || fair {
+            // Users capped at 1 core with 100 jobs of 100 two-core tasks in all: every node has
+            // room, and the caps refuse every task (`SchedulerView::fits`). One user; or, under
+            // fair share, ten users of ten jobs each, so that every candidate's level reads its
+            // user's standing (`SchedulerView::level`).
+            let users: Vec<String> = if fair {
+                (0..10).map(|u| format!("user{u}")).collect()
+            } else {
+                vec!["alice".to_string()]
+            };
+            for u in &users {
+                s.on_add_user(u, false).expect("user");
+                s.on_limit_user(u, hetsched_server::state::CapChange::cores(1))
+                    .expect("cap");
+            }
             let job = "[[application]]\nname = \"a\"\ntasks = 100\n\
                        [application.cpu]\ncommand = \"true\"\ncores = 2\n";
-            for _ in 0..100 {
+            for k in 0..100 {
                 s.on_submit_as(
                     Submission {
                         origin: "job.toml".into(),
@@ -197,9 +214,9 @@ fn heartbeat(c: &mut Criterion) {
                         workdir: "/".into(),
                         ..Default::default()
                     },
-                    "alice",
+                    &users[k % users.len()],
                 )
-                .expect("alice's job");
+                .expect("the user's job");
             }
         }
         let mut next = 0u32;

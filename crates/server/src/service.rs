@@ -937,6 +937,9 @@ impl Client for ClientService {
         let r = req.into_inner();
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
             let _audit = who.span();
+            if let Some(n) = r.shares {
+                check_shares(n)?;
+            }
             let token = s.on_add_user(&r.name, r.rotate)?;
             let caps = CapChange {
                 max_cores: r.max_cores,
@@ -945,6 +948,9 @@ impl Client for ClientService {
             };
             if !caps.is_empty() {
                 s.on_limit_user(&r.name, caps)?;
+            }
+            if let Some(n) = r.shares {
+                s.on_share_user(&r.name, n)?;
             }
             Ok(pb::AddUserReply {
                 name: r.name,
@@ -1004,14 +1010,21 @@ impl Client for ClientService {
         }
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
             let _audit = who.span();
-            s.on_limit_user(
-                &r.name,
-                CapChange {
-                    max_cores: r.max_cores,
-                    max_memory_bytes: r.max_memory_bytes,
-                    max_gpus: r.max_gpus,
-                },
-            )?;
+            let caps = CapChange {
+                max_cores: r.max_cores,
+                max_memory_bytes: r.max_memory_bytes,
+                max_gpus: r.max_gpus,
+            };
+            if let Some(n) = r.shares {
+                check_shares(n)?;
+            }
+            // A limit names at least one thing: a cap (refused there when none is) or shares.
+            if !caps.is_empty() || r.shares.is_none() {
+                s.on_limit_user(&r.name, caps)?;
+            }
+            if let Some(n) = r.shares {
+                s.on_share_user(&r.name, n)?;
+            }
             s.list_users()
                 .into_iter()
                 .find(|u| u.name == r.name)
@@ -1046,6 +1059,20 @@ fn user_info(u: crate::state::UserEntry) -> pb::UserInfo {
         max_memory_bytes: u.cap.memory_bytes,
         memory_bytes: u.held.memory_bytes,
         fair_usage: u.fair_usage,
+        shares: u.shares,
+    }
+}
+
+/// Refuses fair-share shares out of 1 to [`crate::state::MAX_SHARES`] before anything is
+/// changed.
+fn check_shares(shares: u32) -> Result<(), StateError> {
+    if (1..=crate::state::MAX_SHARES).contains(&shares) {
+        Ok(())
+    } else {
+        Err(StateError::Invalid(format!(
+            "shares: {shares} is not 1 to {}",
+            crate::state::MAX_SHARES
+        )))
     }
 }
 

@@ -419,6 +419,8 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     // A user's caps on GPUs and memory (`hetsched user limit --max-gpus/--max-memory`).
     ("users", "max_gpus", "INTEGER NOT NULL DEFAULT 0"),
     ("users", "max_memory_bytes", "INTEGER NOT NULL DEFAULT 0"),
+    // A user's fair-share shares (`hetsched user limit --shares`).
+    ("users", "shares", "INTEGER NOT NULL DEFAULT 1"),
 ];
 
 /// The indexes; `tasks_other_nodes` lists only multi-node tasks' rows, so finding them (a

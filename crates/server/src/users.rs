@@ -137,6 +137,8 @@ pub struct Users {
     /// The most each user's running batch tasks may hold at once: cores, memory, GPUs, 0 in a
     /// dimension for no cap on it (absent: no cap at all).
     caps: HashMap<Arc<str>, Resources>,
+    /// Each user's fair-share shares (absent: 1).
+    shares: HashMap<Arc<str>, u32>,
     /// Each owner's group in the scheduler's view ([`hetsched_core::SchedulerView`]'s groups
     /// share a cap): dense numbers handed out as owners are met (memory only).
     groups: HashMap<Arc<str>, u32>,
@@ -165,8 +167,9 @@ impl Users {
         let mut users = BTreeMap::new();
         let mut hashes = HashMap::new();
         let mut caps = HashMap::new();
+        let mut shares = HashMap::new();
         let mut stmt = conn.prepare(
-            "SELECT name, token_sha256, created_ms, max_cores, max_gpus, max_memory_bytes
+            "SELECT name, token_sha256, created_ms, max_cores, max_gpus, max_memory_bytes, shares
              FROM users",
         )?;
         let rows = stmt.query_map([], |r| {
@@ -179,12 +182,16 @@ impl Users {
                     r.get::<_, i64>(4)?,
                     r.get::<_, i64>(5)?,
                 ],
+                r.get::<_, i64>(6)?,
             ))
         })?;
         let count = |v: i64| v.clamp(0, i64::from(u32::MAX)) as u32;
         for row in rows {
-            let (name, hash, created, [cores, gpus, memory]) = row?;
+            let (name, hash, created, [cores, gpus, memory], share) = row?;
             let name: Arc<str> = name.into();
+            if share > 1 {
+                shares.insert(name.clone(), count(share));
+            }
             if let Ok(hash) = <[u8; 32]>::try_from(hash.as_slice()) {
                 hashes.insert(hash, name.clone());
             }
@@ -220,6 +227,7 @@ impl Users {
             index,
             users,
             caps,
+            shares,
             groups: HashMap::new(),
             owners,
             topology_owners,
@@ -360,6 +368,39 @@ impl Users {
         }
     }
 
+    /// User `name`'s fair-share shares (1 unless set).
+    pub fn shares(&self, name: &str) -> u32 {
+        self.shares.get(name).copied().unwrap_or(1)
+    }
+
+    /// Every user with more than one share, and its shares.
+    pub fn all_shares(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.shares.iter().map(|(n, &s)| (&**n, s))
+    }
+
+    /// Stores user `name`'s shares inside `tx`.
+    pub fn write_shares(
+        tx: &rusqlite::Transaction,
+        name: &str,
+        shares: u32,
+    ) -> Result<(), StoreError> {
+        tx.execute(
+            "UPDATE users SET shares = ?2 WHERE name = ?1",
+            params![name, i64::from(shares)],
+        )?;
+        Ok(())
+    }
+
+    /// Memory after [`Users::write_shares`] committed.
+    pub fn set_shares(&mut self, name: &str, shares: u32) {
+        let name = self.intern(name);
+        if shares <= 1 {
+            self.shares.remove(&name);
+        } else {
+            self.shares.insert(name, shares);
+        }
+    }
+
     /// Owner `name`'s group in the scheduler's view (handed out on first use).
     pub fn group_of(&mut self, name: &str) -> u32 {
         if let Some(&g) = self.groups.get(name) {
@@ -439,6 +480,7 @@ impl Users {
     pub fn delete_committed(&mut self, name: &str) {
         self.users.remove(name);
         self.caps.remove(name);
+        self.shares.remove(name);
         if let Ok(mut i) = self.index.write() {
             i.retain(|_, n| &**n != name);
         }

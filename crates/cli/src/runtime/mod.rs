@@ -479,12 +479,12 @@ pub enum UserCommand {
     /// Slurm's `MaxTRESPerUser=cpu=N,mem=S,gres/gpu=M`): a task starts only while what they
     /// hold with it stays within every cap (a multi-node task counts everything of its nodes).
     /// Caps not given keep their values. Tasks running keep theirs; `hetsched jobs` says why
-    /// the rest wait.
+    /// the rest wait. `--shares` sets the user's weight under `[fair_share]`.
     #[command(group(
         clap::ArgGroup::new("caps")
             .required(true)
             .multiple(true)
-            .args(["max_cores", "max_memory", "max_gpus"])
+            .args(["max_cores", "max_memory", "max_gpus", "shares"])
     ))]
     Limit {
         /// The user's name.
@@ -747,6 +747,10 @@ pub struct UserCaps {
     /// The most GPUs at once; `none` (or 0) for no cap.
     #[arg(long, value_name = "N", value_parser = parse_max_gpus)]
     pub max_gpus: Option<u32>,
+    /// Its fair-share shares, 1 to 1,000,000 (default 1; with the server's `[fair_share]`, its
+    /// usage is divided by them: 2 shares may use twice what 1 does before falling behind).
+    #[arg(long, value_name = "N")]
+    pub shares: Option<u32>,
 }
 
 /// `hetsched user limit --max-cores`: a number of cores, `none` or `0` for no cap.

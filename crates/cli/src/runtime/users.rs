@@ -27,6 +27,7 @@ pub async fn add(
             max_cores: caps.max_cores,
             max_gpus: caps.max_gpus,
             max_memory_bytes: caps.max_memory,
+            shares: caps.shares,
         })
         .await
         .map_err(|e| {
@@ -91,6 +92,7 @@ pub async fn limit(args: &ClientArgs, name: &str, caps: UserCaps) -> anyhow::Res
             max_cores: caps.max_cores,
             max_gpus: caps.max_gpus,
             max_memory_bytes: caps.max_memory,
+            shares: caps.shares,
         })
         .await
         .map_err(refused)?
@@ -108,8 +110,11 @@ pub async fn limit(args: &ClientArgs, name: &str, caps: UserCaps) -> anyhow::Res
             format!("at most {} at once", caps.join(", "))
         };
         format!(
-            "user {}: {cap} (its running tasks hold {} cores, {} of memory and {} GPUs now)",
+            "user {}: {cap}, {} fair-share {} (its running tasks hold {} cores, {} of memory \
+             and {} GPUs now)",
             u.name,
+            u.shares,
+            if u.shares == 1 { "share" } else { "shares" },
             u.cores,
             size(u.memory_bytes),
             u.gpus
@@ -167,6 +172,7 @@ pub async fn list(args: &ClientArgs) -> anyhow::Result<()> {
                     "max_gpus": (u.max_gpus > 0).then_some(u.max_gpus),
                     "gpus": u.gpus,
                     "fair_usage": u.fair_usage,
+                    "shares": u.shares,
                 })
             })
             .collect();
@@ -184,6 +190,7 @@ pub async fn list(args: &ClientArgs) -> anyhow::Result<()> {
         "GPUs held",
         "max GPUs",
         "fair-share usage",
+        "shares",
     ]);
     for u in &reply.users {
         t.add_row(vec![
@@ -211,6 +218,7 @@ pub async fn list(args: &ClientArgs) -> anyhow::Result<()> {
             },
             // Share-seconds as cluster-hours: 1.0 is the whole cluster for an hour.
             format!("{:.3} cluster·h", u.fair_usage / 3600.0),
+            u.shares.to_string(),
         ]);
     }
     println!("{t}");

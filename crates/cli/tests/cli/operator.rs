@@ -2292,6 +2292,19 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
     assert_eq!(listed["gpus"], 0);
     // No `[fair_share]` on this server: no usage accrues.
     assert_eq!(listed["fair_usage"], 0.0);
+    assert_eq!(listed["shares"], 1);
+    let said = c.ok(&["user", "limit", "alice", "--shares", "3"]);
+    assert!(said.contains("3 fair-share shares"), "{said}");
+    assert_eq!(c.json(&["user", "list"])[0]["shares"], 3);
+    assert_eq!(
+        c.json(&["user", "list"])[0]["max_gpus"],
+        2,
+        "shares alone leave the caps"
+    );
+    c.refused(
+        &["user", "limit", "alice", "--shares", "0"],
+        "shares: 0 is not 1 to 1000000",
+    );
     c.refused(&["user", "limit", "alice"], "--max-cores");
     c.refused(
         &["user", "limit", "alice", "--max-memory", "lots"],

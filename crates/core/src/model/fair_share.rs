@@ -1,10 +1,11 @@
-//! Fair share over time (Slurm's fair-share factor with `PriorityDecayHalfLife`, equal shares).
+//! Fair share over time (Slurm's fair-share factor with `PriorityDecayHalfLife` and shares).
 //!
 //! Each group of applications (the runtime's users; the applications in no group count as one
 //! more) accrues *usage*: the dominant share of the cluster its running work holds (DRF's
 //! measure, so a GPU weighs what the cluster's GPUs make it weigh), integrated over time and
-//! decayed with a half-life. Within each priority level, the groups that used least are served
-//! first: [`crate::model::SchedulerView::level`] puts a group's *standing* (its rank, least used
+//! decayed with a half-life. Within each priority level, the groups whose usage per share is
+//! least are served first (every group has 1 share unless [`FairShare::set_shares`] gives it
+//! more: a group of 2 shares may use twice what a group of 1 does before it falls behind it): [`crate::model::SchedulerView::level`] puts a group's *standing* (its rank, least used
 //! highest) under the priority, and every policy serves higher levels first. Off (the
 //! default), every group has the same standing and the policies' own orders are unchanged.
 //!
@@ -32,6 +33,8 @@ pub struct FairShare {
     usage: Vec<f64>,
     /// The same for the applications in no group.
     ungrouped: f64,
+    /// Shares by group id (absent: 1).
+    shares: Vec<f64>,
     /// Standing by group id (higher: used less, served first).
     standing: Vec<u32>,
     /// The same for the applications in no group.
@@ -57,6 +60,7 @@ impl FairShare {
     }
 
     /// The half-life, if fair share is on.
+    #[inline]
     pub fn half_life(&self) -> Option<Time> {
         self.half_life
     }
@@ -90,6 +94,24 @@ impl FairShare {
         if self.half_life.is_some() {
             self.rank();
         }
+    }
+
+    /// Gives group `group` `shares` shares (at least 1; the applications in no group keep 1)
+    /// and ranks again.
+    pub fn set_shares(&mut self, group: u32, shares: u32) {
+        let i = group as usize;
+        if self.shares.len() <= i {
+            self.shares.resize(i + 1, 1.0);
+        }
+        self.shares[i] = f64::from(shares.max(1));
+        if self.half_life.is_some() {
+            self.rank();
+        }
+    }
+
+    /// Group `group`'s shares (1 unless set).
+    pub fn shares(&self, group: u32) -> u32 {
+        self.shares.get(group as usize).map_or(1, |&s| s as u32)
     }
 
     /// Group `group`'s standing: higher is served first; all 0 while fair share is off.
@@ -137,12 +159,17 @@ impl FairShare {
         self.rank();
     }
 
-    /// Recomputes the standings from the usage: the least used highest, equal usage equal
-    /// standing.
+    /// Recomputes the standings from the usage per share: the least used highest, equal usage
+    /// per share equal standing.
     fn rank(&mut self) {
         let n = self.usage.len();
-        // (usage, index; n for the applications in no group), most used first.
-        let mut order: Vec<(f64, usize)> = self.usage.iter().copied().zip(0..n).collect();
+        // (usage per share, index; n for the applications in no group), most used first.
+        let mut order: Vec<(f64, usize)> = self
+            .usage
+            .iter()
+            .enumerate()
+            .map(|(i, &u)| (u / self.shares.get(i).copied().unwrap_or(1.0), i))
+            .collect();
         order.push((self.ungrouped, n));
         order.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         self.standing.resize(n, 0);
@@ -204,6 +231,13 @@ mod tests {
         assert_eq!(f.standing(Some(0)), f.standing(Some(2)));
         // A group not met yet used nothing: it stands with group 1.
         assert_eq!(f.standing(Some(7)), f.standing(Some(1)));
+        // Shares divide usage: group 0 with 10 shares has used 0.5 per share, less than the
+        // admin's 1.0, and group 2 stays behind both.
+        f.set_shares(0, 10);
+        assert!(f.standing(Some(0)) > f.standing(None));
+        assert!(f.standing(None) > f.standing(Some(2)));
+        assert_eq!(f.shares(0), 10);
+        assert_eq!(f.shares(5), 1);
         // Off: every standing is equal; the usage stays.
         f.set_half_life(None);
         assert_eq!(f.standing(Some(1)), f.standing(Some(0)));

@@ -415,6 +415,12 @@ impl SchedulerView {
         self.fair.usage(group)
     }
 
+    /// Gives group `group` `shares` fair-share shares (default 1; Slurm's `Shares`): its usage is
+    /// divided by them before the groups are ranked.
+    pub fn set_fair_shares(&mut self, group: u32, shares: u32) {
+        self.fair.set_shares(group, shares);
+    }
+
     /// Sets group `group`'s decayed usage (a restart restoring what it stored).
     pub fn set_fair_usage(&mut self, group: Option<u32>, usage: f64) {
         self.fair.set_usage(group, usage);
@@ -424,8 +430,12 @@ impl SchedulerView {
     /// application's priority and, under fair share, its group's standing below it (the
     /// group that used least first); without fair share, the priority alone decides.
     pub fn level(&self, app: &AppState) -> i64 {
-        (i64::from(app.app.priority) << super::fair_share::STANDING_BITS)
-            | i64::from(self.fair.standing(app.group))
+        let priority = i64::from(app.app.priority) << super::fair_share::STANDING_BITS;
+        // Policies read this for every candidate of every beat: off, no standing to look up.
+        if self.fair.half_life().is_none() {
+            return priority;
+        }
+        priority | i64::from(self.fair.standing(app.group))
     }
 
     /// The dominant share of the cluster each group's running work holds now, by group id,

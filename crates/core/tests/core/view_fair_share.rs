@@ -139,3 +139,26 @@ fn usage_accrues_from_running_work_and_decays_with_the_half_life() {
             .on_node_update(&mut v, NodeId(0), 150 * SEC + 10 * HOUR);
     assert_eq!(per_app(&placed), [4, 0, 0], "alice first again: {placed:?}");
 }
+
+/// Shares divide usage (Slurm's `Shares`): a user with 200 shares who used 100 share-seconds
+/// stands ahead of one with 1 share who used 1.
+#[test]
+fn a_user_with_more_shares_may_use_more_before_falling_behind() {
+    let mut v = view(false);
+    v.set_fair_share(Some(HOUR));
+    v.set_fair_usage(Some(0), 100.0);
+    v.set_fair_usage(Some(1), 1.0);
+    let placed = BatchPolicyKind::Fifo
+        .build()
+        .on_node_update(&mut v, NodeId(0), 10 * SEC);
+    assert_eq!(per_app(&placed), [0, 4, 0], "one share each: bob first");
+    let mut v = view(false);
+    v.set_fair_share(Some(HOUR));
+    v.set_fair_usage(Some(0), 100.0);
+    v.set_fair_usage(Some(1), 1.0);
+    v.set_fair_shares(0, 200);
+    let placed = BatchPolicyKind::Fifo
+        .build()
+        .on_node_update(&mut v, NodeId(0), 10 * SEC);
+    assert_eq!(per_app(&placed), [4, 0, 0], "200 shares: alice first");
+}

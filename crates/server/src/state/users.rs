@@ -64,7 +64,12 @@ pub struct UserEntry {
     pub held: Resources,
     /// Its fair-share usage in share-seconds ([`State::fair_usage_of`]).
     pub fair_usage: f64,
+    /// Its fair-share shares (1 unless `hetsched user limit --shares`).
+    pub shares: u32,
 }
+
+/// The most fair-share shares a user may have.
+pub const MAX_SHARES: u32 = 1_000_000;
 
 /// Refuses `caller` unless it is the admin: `what` names what it asked for.
 pub fn require_admin(caller: &Caller, what: &'static str) -> Result<(), StateError> {
@@ -137,6 +142,15 @@ impl State {
         for (name, cap) in caps {
             let g = self.users.group_of(&name);
             self.view.set_group_cap(g, cap);
+        }
+        let shares: Vec<(String, u32)> = self
+            .users
+            .all_shares()
+            .map(|(n, s)| (n.to_string(), s))
+            .collect();
+        for (name, shares) in shares {
+            let g = self.users.group_of(&name);
+            self.view.set_fair_shares(g, shares);
         }
     }
 
@@ -261,7 +275,8 @@ impl State {
         }
         if change.is_empty() {
             return Err(StateError::Invalid(
-                "a limit names at least one of max_cores, max_memory_bytes, max_gpus".to_string(),
+                "a limit names at least one of max_cores, max_memory_bytes, max_gpus, shares"
+                    .to_string(),
             ));
         }
         let cap = change.applied_to(self.users.cap(name));
@@ -279,6 +294,27 @@ impl State {
             max_gpus = cap.gpus,
             "user cap changed"
         );
+        Ok(())
+    }
+
+    /// `hetsched user limit NAME --shares N`: user `name`'s fair-share shares (1 to
+    /// [`MAX_SHARES`]; Slurm's `Shares`): its usage is divided by them before users are ranked,
+    /// so a user of 2 shares may use twice what a user of 1 does before it falls behind.
+    pub fn on_share_user(&mut self, name: &str, shares: u32) -> Result<(), StateError> {
+        if !self.users.exists(name) {
+            return Err(StateError::NoUser(name.to_string()));
+        }
+        if !(1..=MAX_SHARES).contains(&shares) {
+            return Err(StateError::Invalid(format!(
+                "shares: {shares} is not 1 to {MAX_SHARES}"
+            )));
+        }
+        self.store
+            .transaction(|tx| Users::write_shares(tx, name, shares))?;
+        self.users.set_shares(name, shares);
+        let g = self.users.group_of(name);
+        self.view.set_fair_shares(g, shares);
+        tracing::info!(user = name, shares, "user shares changed");
         Ok(())
     }
 
@@ -358,6 +394,7 @@ impl State {
         self.users.delete_committed(name);
         if let Some(g) = self.users.group(name) {
             self.view.set_group_cap(g, Resources::default());
+            self.view.set_fair_shares(g, 1);
             self.wake(None);
         }
         let unfinished = self
@@ -383,6 +420,7 @@ impl State {
                     cap: self.users.cap(name),
                     held: self.user_held(name),
                     fair_usage: self.fair_usage_of(name),
+                    shares: self.users.shares(name),
                 }
             })
             .collect()

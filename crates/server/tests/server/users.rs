@@ -39,6 +39,7 @@ async fn add_user(admin: &mut Api, name: &str, rotate: bool) -> String {
             max_cores: None,
             max_gpus: None,
             max_memory_bytes: None,
+            shares: None,
         })
         .await
         .expect("the admin adds a user")
@@ -116,6 +117,7 @@ async fn users_change_only_their_own_jobs_and_the_admin_changes_every_job() {
                 max_cores: None,
                 max_gpus: None,
                 max_memory_bytes: None,
+                shares: None,
             })
             .await,
     );
@@ -130,6 +132,7 @@ async fn users_change_only_their_own_jobs_and_the_admin_changes_every_job() {
                     max_cores: None,
                     max_gpus: None,
                     max_memory_bytes: None,
+                    shares: None,
                 })
                 .await,
         );
@@ -143,6 +146,7 @@ async fn users_change_only_their_own_jobs_and_the_admin_changes_every_job() {
                 max_cores: None,
                 max_gpus: None,
                 max_memory_bytes: None,
+                shares: None,
             })
             .await,
     );
@@ -816,11 +820,21 @@ fn under_fair_share_the_user_who_used_the_cluster_waits_for_one_who_did_not() {
     let listed = s.list_users();
     assert_eq!(listed[0].name, "alice");
     assert!((listed[0].fair_usage - used).abs() < 1e-9);
+    // Shares (`user limit --shares`): 1 to 1,000,000, stored.
+    assert_eq!(listed[0].shares, 1);
+    let e = s.on_share_user("alice", 0).expect_err("no shares");
+    assert!(
+        e.to_string().contains("shares: 0 is not 1 to 1000000"),
+        "{e}"
+    );
+    s.on_share_user("alice", 4).expect("four shares");
+    assert_eq!(s.list_users()[0].shares, 4);
     // Stored, and read back by a restart (decayed by the second it was down: a one-hour
     // half-life takes off well under 1 %).
     s.store_fair_usage().expect("stored");
     drop(s);
     let s = open_fair();
+    assert_eq!(s.list_users()[0].shares, 4, "kept by the restart");
     let back = s.fair_usage_of("alice");
     assert!(back <= used && back > used * 0.99, "{back} against {used}");
     let metrics = s.metrics();
