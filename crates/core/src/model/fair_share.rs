@@ -129,18 +129,18 @@ impl FairShare {
     /// Settles usage up to `now`: each group is taken to have held, since the last settle, the
     /// dominant share `rates()` gives it now (by group id, and the applications in no group),
     /// and its usage decays over the same time. At most once per [`SETTLE_PERIOD`]; a no-op
-    /// while off.
-    pub fn settle(&mut self, now: Time, rates: impl FnOnce() -> (Vec<f64>, f64)) {
+    /// while off. Returns whether it settled (and ranked the groups again).
+    pub fn settle(&mut self, now: Time, rates: impl FnOnce() -> (Vec<f64>, f64)) -> bool {
         let Some(half_life) = self.half_life else {
-            return;
+            return false;
         };
         let Some(at) = self.settled_at else {
             self.settled_at = Some(now);
-            return;
+            return false;
         };
         let dt = now.saturating_sub(at);
         if dt < SETTLE_PERIOD {
-            return;
+            return false;
         }
         self.settled_at = Some(now);
         let half_lives = dt as f64 / half_life as f64;
@@ -157,6 +157,7 @@ impl FairShare {
         }
         self.ungrouped = self.ungrouped * decay + ungrouped_rate * gain;
         self.rank();
+        true
     }
 
     /// Recomputes the standings from the usage per share: the least used highest, equal usage

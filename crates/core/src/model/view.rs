@@ -123,6 +123,9 @@ pub struct AppState {
     /// The group whose cap on cores its running tasks count against
     /// ([`SchedulerView::set_app_group`]; the runtime's users); `None`: no group.
     pub group: Option<u32>,
+    /// The order policies serve it in ([`SchedulerView::level`]), kept by the view as its
+    /// priority, its group and the fair-share standings change.
+    pub level: i64,
 }
 
 /// A group of applications (the runtime's users) whose running tasks share a cap on what they
@@ -209,6 +212,7 @@ pub static RETIRED: AppState = AppState {
     need: Need::CpuOnly,
     accelerator: AcceleratorNeed::None,
     group: None,
+    level: 0,
 };
 
 impl AppState {
@@ -397,8 +401,11 @@ impl SchedulerView {
         if self.fair.half_life().is_some() {
             let now = self.now;
             let mut fair = std::mem::take(&mut self.fair);
-            fair.settle(now, || self.held_shares());
+            let ranked = fair.settle(now, || self.held_shares());
             self.fair = fair;
+            if ranked {
+                self.refresh_levels();
+            }
         }
     }
 
@@ -407,6 +414,7 @@ impl SchedulerView {
     /// Usage is settled as the clock moves ([`SchedulerView::set_now`]).
     pub fn set_fair_share(&mut self, half_life: Option<Time>) {
         self.fair.set_half_life(half_life);
+        self.refresh_levels();
     }
 
     /// Group `group`'s decayed usage in share-seconds (1.0: the whole cluster's dominant
@@ -419,23 +427,49 @@ impl SchedulerView {
     /// divided by them before the groups are ranked.
     pub fn set_fair_shares(&mut self, group: u32, shares: u32) {
         self.fair.set_shares(group, shares);
+        if self.fair.half_life().is_some() {
+            self.refresh_levels();
+        }
     }
 
     /// Sets group `group`'s decayed usage (a restart restoring what it stored).
     pub fn set_fair_usage(&mut self, group: Option<u32>, usage: f64) {
         self.fair.set_usage(group, usage);
+        if self.fair.half_life().is_some() {
+            self.refresh_levels();
+        }
     }
 
     /// The order policies serve applications in: a higher level first. It is the
     /// application's priority and, under fair share, its group's standing below it (the
     /// group that used least first); without fair share, the priority alone decides.
+    #[inline]
     pub fn level(&self, app: &AppState) -> i64 {
-        let priority = i64::from(app.app.priority) << super::fair_share::STANDING_BITS;
-        // Policies read this for every candidate of every beat: off, no standing to look up.
-        if self.fair.half_life().is_none() {
-            return priority;
+        // Policies read this for every candidate of every decision: kept in the application's
+        // state ([`SchedulerView::refresh_levels`]), not computed here.
+        app.level
+    }
+
+    /// The level of an application of `priority` in `group`.
+    fn level_of(&self, priority: i32, group: Option<u32>) -> i64 {
+        (i64::from(priority) << super::fair_share::STANDING_BITS)
+            | i64::from(self.fair.standing(group))
+    }
+
+    /// Recomputes every application's level after the standings changed: O(applications),
+    /// at most once per [`super::fair_share::SETTLE_PERIOD`] of view time under fair share,
+    /// never without it.
+    fn refresh_levels(&mut self) {
+        for i in 0..self.apps.len() {
+            let Some((priority, group)) = self.apps.get(i).map(|a| (a.app.priority, a.group))
+            else {
+                continue;
+            };
+            let level = self.level_of(priority, group);
+            if let Some(a) = self.apps.get_mut(i) {
+                a.level = level;
+            }
         }
-        priority | i64::from(self.fair.standing(app.group))
     }
 
     /// The dominant share of the cluster each group's running work holds now, by group id,
@@ -559,6 +593,7 @@ impl SchedulerView {
         let need = app
             .need()
             .ok_or_else(|| ViewError::NoVariant(app.name.clone()))?;
+        let level = self.level_of(app.priority, None);
         self.apps.push(AppState {
             pending: tasks.into_iter().collect(),
             app,
@@ -570,6 +605,7 @@ impl SchedulerView {
             need,
             accelerator: AcceleratorNeed::None,
             group: None,
+            level,
         });
         self.note_pending(expected);
         Ok(expected)
@@ -844,8 +880,13 @@ impl SchedulerView {
             .get_mut(app.index())
             .ok_or(ViewError::UnknownApp(app))?;
         let old = std::mem::replace(&mut a.group, group);
+        let priority = a.app.priority;
         if let Some(g) = group {
             self.group_mut(g);
+        }
+        let level = self.level_of(priority, group);
+        if let Some(a) = self.apps.get_mut(app.index()) {
+            a.level = level;
         }
         self.group_sub(old, held);
         self.group_add(group, held);
@@ -917,8 +958,11 @@ impl SchedulerView {
     /// Changes `app`'s scheduling priority (`hetsched update --priority`): every placement from
     /// now on reads it (a policy's priority levels, a multi-node gathering's order).
     pub fn set_priority(&mut self, app: AppId, priority: i32) -> Result<(), ViewError> {
+        let group = self.app_mut(app)?.group;
+        let level = self.level_of(priority, group);
         let a = self.app_mut(app)?;
         a.app.priority = priority;
+        a.level = level;
         Ok(())
     }
 
