@@ -40,6 +40,26 @@ fn accrued(rate: f64, secs: f64) -> f64 {
     rate * h / std::f64::consts::LN_2 * (1.0 - 0.5f64.powf(secs / h))
 }
 
+/// Starts `tasks` one-core tasks of `app` on the node and moves the clock second by second
+/// through `secs`: what they hold meanwhile is sampled into usage.
+fn hold(
+    v: &mut SchedulerView,
+    app: AppId,
+    tasks: usize,
+    secs: std::ops::RangeInclusive<u64>,
+) -> Vec<Assignment> {
+    let started = (0..tasks)
+        .map(|_| {
+            v.assign(app, NodeId(0), hetsched_core::model::Variant::Cpu)
+                .expect("fits")
+        })
+        .collect();
+    for t in secs {
+        v.set_now(t * SEC);
+    }
+    started
+}
+
 fn per_app(placed: &[Assignment]) -> [usize; 3] {
     let mut n = [0; 3];
     for a in placed {
@@ -81,15 +101,7 @@ fn usage_accrues_from_running_work_and_decays_with_the_half_life() {
     v.set_fair_share(Some(HOUR));
     v.set_now(0);
     // Alice holds the whole node for 100 s.
-    let alice: Vec<Assignment> = (0..4)
-        .map(|_| {
-            v.assign(AppId(0), NodeId(0), hetsched_core::model::Variant::Cpu)
-                .expect("fits")
-        })
-        .collect();
-    for t in 1..=100 {
-        v.set_now(t * SEC);
-    }
+    let alice = hold(&mut v, AppId(0), 4, 1..=100);
     let used = v.fair_usage(Some(0));
     assert!(
         (used - accrued(1.0, 100.0)).abs() < 1e-6,
@@ -110,15 +122,7 @@ fn usage_accrues_from_running_work_and_decays_with_the_half_life() {
     for a in &next {
         v.task_finished(a);
     }
-    let admin: Vec<Assignment> = (0..2)
-        .map(|_| {
-            v.assign(AppId(2), NodeId(0), hetsched_core::model::Variant::Cpu)
-                .expect("fits")
-        })
-        .collect();
-    for t in 101..=150 {
-        v.set_now(t * SEC);
-    }
+    let admin = hold(&mut v, AppId(2), 2, 101..=150);
     let admin_used = v.fair_usage(None);
     assert!(
         (admin_used - accrued(0.5, 50.0)).abs() < 1e-6,

@@ -650,20 +650,14 @@ fn a_users_cap_on_cores_holds_its_running_tasks_and_the_rest_go_to_others() {
     assert_eq!(s.user_cores("alice"), 6);
     assert_eq!(s.list_users()[0].cap.cores, 6);
     // `/metrics` shows both.
-    let metrics = s.metrics();
-    let reg = hetsched_server::metrics::registry(
-        &metrics,
-        std::sync::Arc::new(std::sync::Mutex::new(s)),
+    common::assert_metrics(
+        s,
         "hdas",
+        &[
+            "hetsched_user_cores{user=\"alice\"} 6",
+            "hetsched_user_max_cores{user=\"alice\"} 6",
+        ],
     );
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &reg).expect("encode");
-    for line in [
-        "hetsched_user_cores{user=\"alice\"} 6",
-        "hetsched_user_max_cores{user=\"alice\"} 6",
-    ] {
-        assert!(text.contains(line), "{line} not in:\n{text}");
-    }
 }
 
 /// A user's caps on GPUs and memory (`hetsched user limit --max-gpus N --max-memory S`): its
@@ -750,22 +744,16 @@ fn a_users_caps_on_gpus_and_memory_hold_its_running_tasks() {
         s.list_users()[0].cap,
         hetsched_core::Resources::new(0, 512 << 20, 1)
     );
-    let metrics = s.metrics();
-    let reg = hetsched_server::metrics::registry(
-        &metrics,
-        std::sync::Arc::new(std::sync::Mutex::new(s)),
+    let text = common::assert_metrics(
+        s,
         "hdas",
+        &[
+            "hetsched_user_gpus{user=\"alice\"} 1",
+            "hetsched_user_max_gpus{user=\"alice\"} 1",
+            "hetsched_user_memory_bytes{user=\"alice\"} 536870912",
+            "hetsched_user_max_memory_bytes{user=\"alice\"} 536870912",
+        ],
     );
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &reg).expect("encode");
-    for line in [
-        "hetsched_user_gpus{user=\"alice\"} 1",
-        "hetsched_user_max_gpus{user=\"alice\"} 1",
-        "hetsched_user_memory_bytes{user=\"alice\"} 536870912",
-        "hetsched_user_max_memory_bytes{user=\"alice\"} 536870912",
-    ] {
-        assert!(text.contains(line), "{line} not in:\n{text}");
-    }
     assert!(
         !text.contains("hetsched_user_max_cores{"),
         "no cap on cores"
@@ -837,21 +825,15 @@ fn under_fair_share_the_user_who_used_the_cluster_waits_for_one_who_did_not() {
     assert_eq!(s.list_users()[0].shares, 4, "kept by the restart");
     let back = s.fair_usage_of("alice");
     assert!(back <= used && back > used * 0.99, "{back} against {used}");
-    let metrics = s.metrics();
-    let reg = hetsched_server::metrics::registry(
-        &metrics,
-        std::sync::Arc::new(std::sync::Mutex::new(s)),
+    common::assert_metrics(
+        s,
         "hdas",
+        &[
+            "hetsched_user_fair_usage{user=\"alice\"} ",
+            "hetsched_user_fair_usage{user=\"bob\"} 0",
+            "hetsched_user_fair_usage{user=\"admin\"} 0",
+        ],
     );
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &reg).expect("encode");
-    for line in [
-        "hetsched_user_fair_usage{user=\"alice\"} ",
-        "hetsched_user_fair_usage{user=\"bob\"} 0",
-        "hetsched_user_fair_usage{user=\"admin\"} 0",
-    ] {
-        assert!(text.contains(line), "{line} not in:\n{text}");
-    }
 }
 
 /// A limit that names no cap is refused, and changes nothing.

@@ -187,3 +187,20 @@ pub fn client_token(server: &hetsched_server::ServerHandle) -> pb::TokenIntercep
 pub fn agent_token(server: &hetsched_server::ServerHandle) -> pb::TokenInterceptor {
     pb::TokenInterceptor::new(&server.agent_token).expect("ascii token")
 }
+
+/// The Prometheus text `/metrics` serves for `s` (its registry under `policy`, encoded once),
+/// checked to hold each of `lines` (panics naming the first that it does not), and returned.
+pub fn assert_metrics(s: State, policy: &str, lines: &[&str]) -> String {
+    let metrics = s.metrics();
+    let reg = hetsched_server::metrics::registry(
+        &metrics,
+        std::sync::Arc::new(std::sync::Mutex::new(s)),
+        policy,
+    );
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &reg).expect("encode");
+    for line in lines {
+        assert!(text.contains(line), "{line} not in:\n{text}");
+    }
+    text
+}
