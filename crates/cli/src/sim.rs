@@ -71,8 +71,9 @@ pub struct CompareArgs {
     #[arg(long, value_enum, default_value_t)]
     pub io_report: IoReportArg,
     /// Fair share between the workload's users (its applications' `user`): within a
-    /// priority, the user whose work held the least of the cluster, decayed with this
-    /// half-life (e.g. "1h"), goes first — the server's `[fair_share]`. Off without it.
+    /// priority, the user whose work held the least of the cluster per share (`[[user]]
+    /// shares`), decayed with this half-life (e.g. "1h"), goes first — the server's
+    /// `[fair_share]`. Off without it; the workload's caps hold either way.
     #[arg(long, value_name = "HALF_LIFE")]
     pub fair_share: Option<Duration>,
     /// Print a table or JSON (one summary per policy).
@@ -158,8 +159,9 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t)]
     pub io_report: IoReportArg,
     /// Fair share between the workload's users (its applications' `user`): within a
-    /// priority, the user whose work held the least of the cluster, decayed with this
-    /// half-life (e.g. "1h"), goes first — the server's `[fair_share]`. Off without it.
+    /// priority, the user whose work held the least of the cluster per share (`[[user]]
+    /// shares`), decayed with this half-life (e.g. "1h"), goes first — the server's
+    /// `[fair_share]`. Off without it; the workload's caps hold either way.
     #[arg(long, value_name = "HALF_LIFE")]
     pub fair_share: Option<Duration>,
     /// Print a table or JSON (the whole result, task records included).
@@ -239,6 +241,8 @@ fn read(path: &Path) -> anyhow::Result<String> {
 struct Case {
     cluster: hetsched_core::Cluster,
     apps: Vec<hetsched_core::Application>,
+    /// The users' shares and caps (`[[user]]`).
+    users: Vec<hetsched_core::UserLimits>,
     origin: String,
     total_tasks: u64,
     /// The fluid lower bound on any schedule's makespan, seconds.
@@ -258,6 +262,7 @@ fn load_case(cluster: &Path, workload: &Path) -> anyhow::Result<Case> {
     Ok(Case {
         bound_s,
         cluster,
+        users: workload.user_limits(),
         apps,
         origin,
         total_tasks: workload.total_tasks(),
@@ -275,6 +280,20 @@ impl Case {
             "{}: application `{}` has no CPU variant, so the cpu-only policy cannot run it",
             self.origin, a.name
         ))
+    }
+
+    /// The run's settings: the command line's, with the workload's users.
+    fn config(
+        &self,
+        heartbeat: Duration,
+        seed: u64,
+        io_report: IoReportArg,
+        fair_share: Option<Duration>,
+    ) -> anyhow::Result<SimConfig> {
+        Ok(SimConfig {
+            users: self.users.clone(),
+            ..sim_config(heartbeat, seed, io_report, fair_share)?
+        })
     }
 
     fn simulate(&self, policy: BatchPolicyKind, config: &SimConfig) -> anyhow::Result<SimResult> {
@@ -324,7 +343,7 @@ fn run_cmd(args: RunArgs) -> anyhow::Result<()> {
     }
     let result = case.simulate(
         args.policy,
-        &sim_config(args.heartbeat, args.seed, args.io_report, args.fair_share)?,
+        &case.config(args.heartbeat, args.seed, args.io_report, args.fair_share)?,
     )?;
     let json = with_bound(&result, case.bound_s)?;
     if let Some(dir) = &args.out {
@@ -348,7 +367,7 @@ fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
     }
     policies.dedup();
     let case = load_case(&args.cluster, &args.workload)?;
-    let config = sim_config(args.heartbeat, args.seed, args.io_report, args.fair_share)?;
+    let config = case.config(args.heartbeat, args.seed, args.io_report, args.fair_share)?;
     let mut rows = Vec::new();
     for policy in policies {
         match case.refusal(policy) {
@@ -419,7 +438,10 @@ fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
                     row.push(
                         r.users
                             .iter()
-                            .map(|u| format!("{} {:.1}", u.user, u.mean_turnaround_s))
+                            .map(|u| match limits(u) {
+                                Some(l) => format!("{} {:.1} ({l})", u.user, u.mean_turnaround_s),
+                                None => format!("{} {:.1}", u.user, u.mean_turnaround_s),
+                            })
                             .collect::<Vec<_>>()
                             .join(", "),
                     );
@@ -479,26 +501,59 @@ fn print_result(r: &SimResult, bound_s: f64) {
     if !r.users.is_empty() {
         let mut table = Table::new();
         table.load_preset(UTF8_FULL_CONDENSED);
-        table.set_header([
+        let mut header = vec![
             "user",
             "applications",
             "tasks",
             "mean wait (s)",
             "mean turnaround (s)",
             "last end (s)",
-        ]);
+        ];
+        // Only a workload with `[[user]]` limits gets the column.
+        let with_limits = r.users.iter().any(|u| limits(u).is_some());
+        if with_limits {
+            header.push("shares, caps");
+        }
+        table.set_header(header);
         for u in &r.users {
-            table.add_row([
+            let mut row = vec![
                 u.user.clone(),
                 u.apps.to_string(),
                 u.tasks.to_string(),
                 format!("{:.1}", u.mean_wait_s),
                 format!("{:.1}", u.mean_turnaround_s),
                 format!("{:.1}", u.last_end_s),
-            ]);
+            ];
+            if with_limits {
+                row.push(limits(u).unwrap_or_else(|| "-".into()));
+            }
+            table.add_row(row);
         }
         println!("{table}");
     }
+}
+
+/// A user's shares and caps in a few words (`3 shares, ≤ 8 cores, 64 GiB, 1 GPU`); `None` for
+/// the defaults (1 share, no cap).
+fn limits(u: &hetsched_sim::metrics::UserResult) -> Option<String> {
+    let mut parts = Vec::new();
+    if u.shares != 1 {
+        parts.push(format!("{} shares", u.shares));
+    }
+    let caps: Vec<String> = [
+        u.max_cores.map(|c| format!("{c} cores")),
+        u.max_memory_bytes
+            .map(|m| bytesize::ByteSize(m).to_string()),
+        u.max_gpus
+            .map(|g| format!("{g} GPU{}", if g == 1 { "" } else { "s" })),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !caps.is_empty() {
+        parts.push(format!("≤ {}", caps.join(", ")));
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
 }
 
 /// Prints a scenario's report — its table, or JSON with `--output json` — and, with `--out DIR`,

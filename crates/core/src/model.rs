@@ -4,7 +4,8 @@
 //! - [`application`]: applications of independent tasks with CPU and/or GPU variants and their base
 //!   profiles (spec 02, "Heterogeneous task model");
 //! - [`view`]: the scheduler's live view of the cluster that policies read and update;
-//! - [`slots`]: records by dense id whose retired ids cost a pointer.
+//! - [`slots`]: records by dense id whose retired ids cost a pointer;
+//! - [`user`]: a user's fair-share shares and caps (simulator workloads' `[[user]]`).
 
 pub mod application;
 pub mod cluster;
@@ -15,6 +16,7 @@ pub mod resources;
 pub mod slots;
 pub mod stream_code;
 pub mod topology;
+pub mod user;
 pub mod view;
 pub mod workflow;
 
@@ -23,6 +25,7 @@ pub use cluster::{Accelerator, Cluster, ClusterError, Node, Rack};
 pub use ids::{AppId, NodeId, RackId, TaskId};
 pub use resources::Resources;
 pub use slots::Slots;
+pub use user::UserLimits;
 pub use view::{
     AppState, Assignment, CappedResource, GroupState, Held, NodeReport, NodeState, SchedulerView,
     ViewError,

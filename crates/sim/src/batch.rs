@@ -17,6 +17,9 @@
 //! - **CPU task** (one core): reading is interleaved with computing. The split is cut into
 //!   [`SimConfig::cpu_read_chunks`] chunks `K`; the task reads `V/K` bytes on the shared disk, then
 //!   computes for `tpc0 / (K · core_speed)`, `K` times.
+//! - **Users.** Each `user` the applications name is one group of the scheduler's view, as each
+//!   runtime user is: its caps ([`SimConfig::users`], a workload's `[[user]]`) hold always, its
+//!   shares weigh its usage under fair share ([`SimConfig::fair_share`]).
 //!
 //! # How the profile's read time relates to the disk
 //! A task alone on a node reads at the full bandwidth, so its read takes `V / BW`. The profile's
@@ -49,8 +52,8 @@ use hetsched_core::policy::batch::BatchPolicy;
 use hetsched_core::policy::batch::multi_node::Gatherer;
 use hetsched_core::time::{NANOS_PER_SEC, Time, to_secs};
 use hetsched_core::{
-    AppId, Application, Assignment, Cluster, NodeId, NodeReport, Resources, SchedulerView, TaskId,
-    Variant,
+    AppId, Application, Assignment, Cluster, GroupState, NodeId, NodeReport, Resources,
+    SchedulerView, TaskId, UserLimits, Variant,
 };
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -79,6 +82,11 @@ pub struct SimConfig {
     /// Fair share between the workload's users, usage halving every this long (the runtime's
     /// `[fair_share] half_life`; `hetsched_core::model::fair_share`); `None` (the default): off.
     pub fair_share: Option<Time>,
+    /// Users' shares and caps (a workload's `[[user]]`; the runtime's `hetsched user limit`),
+    /// each name once. A user the applications name and this list does not has 1 share and no
+    /// caps; a listed user no application names changes nothing. Caps hold with or without fair
+    /// share; shares count only under it.
+    pub users: Vec<UserLimits>,
 }
 
 /// What a node's heartbeat counts as its disk load (spec 02: "total IO request size" and "number of
@@ -108,6 +116,7 @@ impl Default for SimConfig {
             time_limit: None,
             io_report: IoReport::default(),
             fair_share: None,
+            users: Vec::new(),
         }
     }
 }
@@ -184,6 +193,13 @@ pub fn simulate_believing(
                 })
         })
         .collect();
+    let limits = limits_by_user(config);
+    for (g, user) in users.iter().enumerate() {
+        if let Some(l) = limits.get(user) {
+            view.set_fair_shares(g as u32, l.shares);
+            view.set_group_cap(g as u32, l.cap);
+        }
+    }
 
     let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(config.seed);
     let interval = config.heartbeat_interval;
@@ -312,6 +328,31 @@ fn validate(
         });
     }
     cluster.validate()?;
+    for u in &config.users {
+        use hetsched_core::model::user::MAX_SHARES;
+        if !(1..=MAX_SHARES).contains(&u.shares) {
+            return Err(SimError::Config {
+                field: "users",
+                problem: format!(
+                    "user `{}` has {} shares; shares are 1 to {MAX_SHARES}",
+                    u.name, u.shares
+                ),
+            });
+        }
+    }
+    let by_user = limits_by_user(config);
+    if by_user.len() < config.users.len() {
+        let twice = config
+            .users
+            .iter()
+            .enumerate()
+            .find(|(i, u)| config.users[..*i].iter().any(|v| v.name == u.name))
+            .map_or("", |(_, u)| u.name.as_str());
+        return Err(SimError::Config {
+            field: "users",
+            problem: format!("user `{twice}` is listed twice"),
+        });
+    }
     let mut last_submit = 0;
     for (i, a) in apps.iter().enumerate() {
         let bad = |problem: String| SimError::Application {
@@ -332,6 +373,7 @@ fn validate(
             ));
         }
         last_submit = a.submit_time;
+        let limits = a.user.as_deref().and_then(|u| by_user.get(u).copied());
         if a.cpu.is_none() && a.gpu.is_none() {
             return Err(bad("has neither a CPU nor a GPU variant".into()));
         }
@@ -356,6 +398,19 @@ fn validate(
                     ),
                 });
             }
+            // A gathering starts only while its user's cap has room for a core per node.
+            if let Some(l) = limits
+                && let Some(over) = beyond_cap(l, &Resources::new(a.nodes, 0, 0))
+            {
+                return Err(SimError::Unrunnable {
+                    app: a.name.clone(),
+                    policy: policy.name().to_string(),
+                    reason: format!(
+                        "each task holds {} whole nodes, a core of each at the least: {over}",
+                        a.nodes
+                    ),
+                });
+            }
             continue;
         }
         if a.cpu.as_ref().is_some_and(|c| c.request.cores == 0) {
@@ -364,16 +419,45 @@ fn validate(
         if a.gpu.as_ref().is_some_and(|g| g.request.gpus == 0) {
             return Err(bad("its GPU variant must request at least one GPU".into()));
         }
-        check_runnable(cluster, a, policy)?;
+        check_runnable(cluster, a, policy, limits)?;
     }
     Ok(())
 }
 
-/// Whether some node can ever hold one task of `app` in a variant `policy` runs.
+/// The users' shares and caps by name.
+fn limits_by_user(config: &SimConfig) -> std::collections::HashMap<&str, &UserLimits> {
+    config.users.iter().map(|l| (l.name.as_str(), l)).collect()
+}
+
+/// What a task holding `request` would take past `user`'s caps even with nothing else of the
+/// user's running (`"more cores than user `alice` may hold at once (max_cores = 4)"`); `None`:
+/// it fits under them.
+fn beyond_cap(user: &UserLimits, request: &Resources) -> Option<String> {
+    let alone = GroupState {
+        cap: user.cap,
+        usage: Resources::default(),
+    };
+    let over = alone.capped_by(request)?;
+    let limit = match over {
+        hetsched_core::CappedResource::Cores => format!("max_cores = {}", user.cap.cores),
+        hetsched_core::CappedResource::Memory => {
+            format!("max_memory = {} bytes", user.cap.memory_bytes)
+        }
+        hetsched_core::CappedResource::Gpus => format!("max_gpus = {}", user.cap.gpus),
+    };
+    Some(format!(
+        "more {over} than user `{}` may hold at once ({limit})",
+        user.name
+    ))
+}
+
+/// Whether some node can ever hold one task of `app` in a variant `policy` runs, under its
+/// user's caps (`limits`), which no task may pass even alone.
 fn check_runnable(
     cluster: &Cluster,
     app: &Application,
     policy: &dyn BatchPolicy,
+    limits: Option<&UserLimits>,
 ) -> Result<(), SimError> {
     let allowed = policy.variants();
     let mut reasons = Vec::new();
@@ -403,8 +487,16 @@ fn check_runnable(
                         .count() as u32
                         >= request.gpus)
         });
-        if fits {
+        let over_cap = limits.and_then(|l| beyond_cap(l, &request));
+        if fits && over_cap.is_none() {
             return Ok(());
+        }
+        if let Some(over) = over_cap {
+            reasons.push(format!(
+                "its {} task asks for {over}",
+                variant.to_string().to_uppercase()
+            ));
+            continue;
         }
         reasons.push(match variant {
             Variant::Cpu => format!(
@@ -1121,7 +1213,7 @@ impl BatchSim<'_> {
             },
             events,
             heartbeats: self.heartbeats,
-            users: crate::metrics::UserResult::of(&apps),
+            users: crate::metrics::UserResult::of(&apps, &self.config.users),
             apps,
             tasks: self.records,
             series: self.series,

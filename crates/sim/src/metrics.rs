@@ -6,7 +6,7 @@
 //! runs with the same seed; seconds appear only as convenience fields derived from them.
 
 use hetsched_core::time::{Time, to_secs};
-use hetsched_core::{AppId, NodeId, TaskId, Variant};
+use hetsched_core::{AppId, NodeId, TaskId, UserLimits, Variant};
 use serde::{Deserialize, Serialize};
 
 /// How far a simulation has got, reported now and then to the caller's callback.
@@ -94,11 +94,30 @@ pub struct UserResult {
     pub mean_turnaround_s: f64,
     /// When its last task ended, in seconds since the start.
     pub last_end_s: f64,
+    /// Its fair-share shares (1 unless its `[[user]]` gives more; they count only under fair
+    /// share). The keys of this field and the caps are those of the runtime's `hetsched user
+    /// list --output json`.
+    #[serde(default = "one_share")]
+    pub shares: u32,
+    /// Its cap on cores held at once; `None` (null): no cap.
+    #[serde(default)]
+    pub max_cores: Option<u32>,
+    /// Its cap on memory held at once, in bytes; `None` (null): no cap.
+    #[serde(default)]
+    pub max_memory_bytes: Option<u64>,
+    /// Its cap on GPUs held at once; `None` (null): no cap.
+    #[serde(default)]
+    pub max_gpus: Option<u32>,
+}
+
+fn one_share() -> u32 {
+    1
 }
 
 impl UserResult {
-    /// One summary per user named by `apps`, by name; empty when none names a user.
-    pub fn of(apps: &[AppResult]) -> Vec<UserResult> {
+    /// One summary per user named by `apps`, by name, with its shares and caps from `limits`
+    /// (a user it does not list: 1 share, no caps); empty when no application names a user.
+    pub fn of(apps: &[AppResult], limits: &[UserLimits]) -> Vec<UserResult> {
         let mut by_user: std::collections::BTreeMap<&str, Vec<&AppResult>> = Default::default();
         for a in apps {
             if let Some(u) = &a.user {
@@ -110,6 +129,11 @@ impl UserResult {
             .into_iter()
             .map(|(user, apps)| {
                 let n = apps.len() as f64;
+                let limits = limits
+                    .iter()
+                    .find(|l| l.name == user)
+                    .cloned()
+                    .unwrap_or_else(|| UserLimits::new(user));
                 UserResult {
                     user: user.to_string(),
                     apps: apps.len() as u32,
@@ -128,6 +152,10 @@ impl UserResult {
                         .iter()
                         .map(|a| secs(a.completion_ns))
                         .fold(0.0, f64::max),
+                    shares: limits.shares,
+                    max_cores: limits.max_cores(),
+                    max_memory_bytes: limits.max_memory_bytes(),
+                    max_gpus: limits.max_gpus(),
                 }
             })
             .collect()

@@ -213,6 +213,87 @@ fn compare_with_fair_share_reports_each_user_and_serves_the_light_one_first() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A workload's `[[user]]` shares and caps (`examples/workload-two-users-shares.toml`): each
+/// user's JSON carries them under the keys of the runtime's `user list --output json`, the cap
+/// holds in the task records, the user with 3 shares ends first under fair share, and the
+/// tables show both.
+#[test]
+fn sim_run_reports_each_users_shares_and_caps_and_keeps_the_cap() {
+    let cluster = "examples/cluster-mixed-generations.toml";
+    let workload = "examples/workload-two-users-shares.toml";
+    let out = sim_run(
+        cluster,
+        workload,
+        &["--policy", "fifo", "--fair-share", "1h", "--output", "json"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let (alice, bob) = (&v["users"][0], &v["users"][1]);
+    assert_eq!(alice["user"], "alice", "{alice}");
+    assert_eq!(
+        (&alice["shares"], &alice["max_cores"]),
+        (&serde_json::json!(1), &serde_json::json!(144))
+    );
+    assert!(alice["max_memory_bytes"].is_null() && alice["max_gpus"].is_null());
+    assert_eq!(
+        (&bob["user"], &bob["shares"], &bob["max_cores"]),
+        (
+            &serde_json::json!("bob"),
+            &serde_json::json!(3),
+            &serde_json::Value::Null
+        )
+    );
+    let end = |u: &serde_json::Value| u["last_end_s"].as_f64().expect("last end");
+    assert!(end(bob) < end(alice), "{bob} {alice}");
+    // Every task of Alice's (application 0) holds one core, as a CPU or a GPU task: never more
+    // than 144 of them at once.
+    let mut changes: Vec<(u64, i32)> = Vec::new();
+    for t in v["tasks"].as_array().expect("task records") {
+        if t["app"] == 0 {
+            changes.push((t["start_ns"].as_u64().expect("start"), 1));
+            changes.push((t["end_ns"].as_u64().expect("end"), -1));
+        }
+    }
+    assert_eq!(changes.len(), 8000);
+    changes.sort();
+    let (mut held, mut peak) = (0, 0);
+    for (_, d) in changes {
+        held += d;
+        peak = peak.max(held);
+    }
+    assert!(
+        (100..=144).contains(&peak),
+        "alice held {peak} cores at once"
+    );
+    // The tables: one column of shares and caps, or a note beside each user's turnaround.
+    let out = sim_run(cluster, workload, &["--policy", "fifo"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("shares, caps"), "{table}");
+    assert!(
+        table.contains("≤ 144 cores") && table.contains("3 shares"),
+        "{table}"
+    );
+    let out = hetsched(&[
+        "sim",
+        "compare",
+        "--cluster",
+        cluster,
+        "--workload",
+        workload,
+        "--policies",
+        "drf",
+    ]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("(≤ 144 cores)") && table.contains("(3 shares)"),
+        "{table}"
+    );
+}
+
 #[test]
 fn compare_runs_every_policy_side_by_side() {
     let out = hetsched(&[

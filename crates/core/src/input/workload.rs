@@ -5,12 +5,19 @@
 //! Parsing checks what one file can tell ([`parse_workload`]); [`Workload::check_runnable`] checks
 //! a workload against the nodes it will run on (a GPU-only application on a cluster without GPUs,
 //! a task larger than every node).
+//!
+//! A simulator workload may also give its users' fair-share shares and caps (`[[user]]`,
+//! [`UserSpec`]); the runtime refuses them ([`Workload::check_commands`]): there an admin sets
+//! them with `hetsched user add|limit`.
 
 use super::cluster::at;
 use super::units::Duration;
 use super::{InputError, Source};
 use crate::model::application::AcceleratorNeed;
-use crate::model::{AppId, Application, CpuVariant, GpuVariant, Node, Resources, Variant};
+use crate::model::user::MAX_SHARES;
+use crate::model::{
+    AppId, Application, CpuVariant, GpuVariant, Node, Resources, UserLimits, Variant,
+};
 use crate::time::Time;
 use bytesize::ByteSize;
 use serde::{Deserialize, Serialize};
@@ -28,7 +35,65 @@ struct WorkloadFile {
     /// Divisible loads (`[[divisible]]`, see [`super::divisible`]).
     #[serde(default)]
     divisible: Vec<super::divisible::DivisibleSpec>,
+    /// Users' shares and caps (`[[user]]`, simulator only).
+    #[serde(default)]
+    user: Vec<UserSpec>,
 }
+
+/// A user's fair-share shares and caps as written (`[[user]]`, simulator workloads only): what
+/// the runtime's `hetsched user add|limit` sets, so a user can try them in the simulator first.
+/// A user that no `[[user]]` names has 1 share and no caps; one that no application names is
+/// allowed and changes nothing.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserSpec {
+    /// The user, as applications name it in `user`.
+    pub name: Spanned<String>,
+    /// Fair-share shares, 1 to [`MAX_SHARES`] (default 1; Slurm's `Shares`): under fair share
+    /// (`--fair-share`) its usage is divided by them.
+    #[serde(default)]
+    pub shares: Option<Spanned<u32>>,
+    /// The most cores its running tasks hold at once (Slurm's `MaxTRESPerUser=cpu=N`); absent:
+    /// no cap.
+    #[serde(default)]
+    pub max_cores: Option<Spanned<u32>>,
+    /// The most memory its running tasks hold at once, as the tasks declare it (`"64GiB"`, the
+    /// syntax of a variant's `memory`); absent: no cap.
+    #[serde(default)]
+    pub max_memory: Option<Spanned<ByteSize>>,
+    /// The most GPUs its running tasks hold at once; absent: no cap.
+    #[serde(default)]
+    pub max_gpus: Option<Spanned<u32>>,
+}
+
+impl UserSpec {
+    /// Its shares and caps for the model (0 in a dimension of the cap: none).
+    pub fn limits(&self) -> UserLimits {
+        UserLimits {
+            name: self.name.get_ref().clone(),
+            shares: self.shares.as_ref().map_or(1, |s| *s.get_ref()),
+            cap: Resources::new(
+                self.max_cores.as_ref().map_or(0, |c| *c.get_ref()),
+                self.max_memory.as_ref().map_or(0, |m| m.get_ref().as_u64()),
+                self.max_gpus.as_ref().map_or(0, |g| *g.get_ref()),
+            ),
+        }
+    }
+}
+
+/// Whether `name` is a user name as the runtime's: 1 to 32 characters of `[a-z0-9._-]`, starting
+/// with a letter.
+fn is_user_name(name: &str) -> bool {
+    (1..=32).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'))
+}
+
+/// What a bad user name is told.
+const USER_NAME_RULE: &str =
+    "a user name is 1 to 32 characters of a-z, 0-9, `.`, `_`, `-`, starting with a letter";
 
 /// An application as written.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -387,6 +452,8 @@ pub struct Workload {
     pub name: Option<String>,
     /// Divisible loads (`[[divisible]]`), in file order.
     pub divisible: Vec<super::divisible::DivisibleSpec>,
+    /// Users' shares and caps (`[[user]]`, simulator only), in file order, each name once.
+    pub users: Vec<UserSpec>,
 }
 
 /// Fields of a variant (`[application.cpu]` / `[application.gpu]`) that are easy to write on the
@@ -561,21 +628,10 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
         if let Some(n) = &a.nodes {
             multi_node(&src, a, n, &field)?;
         }
-        if let Some(u) = &a.user {
-            let v = u.get_ref();
-            let valid = (1..=32).contains(&v.len())
-                && v.starts_with(|c: char| c.is_ascii_lowercase())
-                && v.chars().all(|c| {
-                    c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-')
-                });
-            if !valid {
-                return Err(src.error(
-                    at(u),
-                    field("user"),
-                    "a user name is 1 to 32 characters of a-z, 0-9, `.`, `_`, `-`, starting \
-                     with a letter",
-                ));
-            }
+        if let Some(u) = &a.user
+            && !is_user_name(u.get_ref())
+        {
+            return Err(src.error(at(u), field("user"), USER_NAME_RULE));
         }
         if a.cpu.is_none() && a.gpu.is_none() {
             return Err(src.error(
@@ -632,13 +688,71 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
         }
         None => None,
     };
+    check_users(&src, &file.user)?;
     Ok(Workload {
         origin: origin.to_string(),
         text: text.to_string(),
         applications: file.application,
         name,
         divisible: file.divisible,
+        users: file.user,
     })
+}
+
+/// Checks the `[[user]]` tables: user names, each named once, shares 1 to [`MAX_SHARES`], and
+/// no cap of 0 (which would read as "nothing may run", while the runtime reads 0 as no cap).
+fn check_users(src: &Source<'_>, users: &[UserSpec]) -> Result<(), InputError> {
+    let mut names = HashSet::new();
+    for (i, u) in users.iter().enumerate() {
+        let field = |f: &str| Some(format!("user[{i}].{f}"));
+        let name = u.name.get_ref();
+        if !is_user_name(name) {
+            return Err(src.error(at(&u.name), field("name"), USER_NAME_RULE));
+        }
+        if !names.insert(name.as_str()) {
+            return Err(src.error(
+                at(&u.name),
+                field("name"),
+                format!("user `{name}` has two [[user]] tables: give its shares and caps in one"),
+            ));
+        }
+        if let Some(s) = &u.shares
+            && !(1..=MAX_SHARES).contains(s.get_ref())
+        {
+            return Err(src.error(
+                at(s),
+                field("shares"),
+                format!("must be 1 to {MAX_SHARES} (default 1)"),
+            ));
+        }
+        let zero_caps = [
+            (
+                "max_cores",
+                u.max_cores.as_ref().and_then(|c| zero_at(c, 0)),
+            ),
+            (
+                "max_memory",
+                u.max_memory.as_ref().and_then(|m| zero_at(m, ByteSize(0))),
+            ),
+            ("max_gpus", u.max_gpus.as_ref().and_then(|g| zero_at(g, 0))),
+        ];
+        if let Some((cap, span)) = zero_caps
+            .into_iter()
+            .find_map(|(cap, zero)| zero.map(|span| (cap, span)))
+        {
+            return Err(src.error(
+                span,
+                field(cap),
+                "a cap of 0 lets nothing run: omit it for no cap",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `Some(where it is written)` if `value` is `zero`.
+fn zero_at<T: PartialEq>(value: &Spanned<T>, zero: T) -> Option<Option<usize>> {
+    (*value.get_ref() == zero).then(|| at(value))
 }
 
 /// Checks an application's `nodes` (`n`): 1 to [`MAX_NODES_PER_TASK`]; beyond 1, a CPU variant
@@ -885,9 +999,18 @@ impl Workload {
     /// Checks that every variant has a `command` that runs something (the runtime runs it; the
     /// simulator does not need one): an empty or blank shell command, or an argv without a
     /// program, is refused here rather than failing every task on its agent. A `user` (the
-    /// simulator's) is refused too: a runtime job belongs to the user its token names.
+    /// simulator's) is refused too: a runtime job belongs to the user its token names; and so is
+    /// a `[[user]]`: a job may not set its owner's shares or caps, an admin does.
     pub fn check_commands(&self) -> Result<(), InputError> {
         let src = self.source();
+        if let Some(u) = self.users.first() {
+            return Err(src.error(
+                at(&u.name),
+                Some("user[0]".into()),
+                "user caps and shares in the runtime are set with `hetsched user add|limit` \
+                 (by the admin): `[[user]]` is for simulator workloads",
+            ));
+        }
         for (i, a) in self.applications.iter().enumerate() {
             if let Some(u) = &a.user {
                 return Err(src.error(
@@ -934,6 +1057,12 @@ impl Workload {
             }
         }
         Ok(())
+    }
+
+    /// Every user's shares and caps, `[[user]]` tables in file order (users they do not name
+    /// have 1 share and no caps: [`UserLimits::new`]).
+    pub fn user_limits(&self) -> Vec<UserLimits> {
+        self.users.iter().map(UserSpec::limits).collect()
     }
 
     /// The variant specs of application `index` (for the runtime's commands).

@@ -299,6 +299,119 @@ fn a_workloads_user_is_a_user_name_and_runtime_jobs_may_not_set_one() {
     w.check_commands().expect("no user: a runtime job");
 }
 
+/// `[[user]]` (simulator workloads): a user's fair-share shares and caps, as the runtime's
+/// `hetsched user add|limit` sets them. Parsed into the model's limits; users no table names
+/// keep the defaults; a table whose user no application names is allowed.
+#[test]
+fn a_workloads_user_tables_give_shares_and_caps() {
+    let text = "[[application]]\nname = \"a\"\nuser = \"alice\"\ntasks = 1\n\
+                [application.cpu]\ncompute = \"1s\"\nread = \"0s\"\n\
+                [[user]]\nname = \"alice\"\nshares = 2\nmax_cores = 8\nmax_memory = \"64GiB\"\n\
+                max_gpus = 1\n\
+                [[user]]\nname = \"carol\"\n";
+    let w = parse_workload("w.toml", text).expect("valid");
+    let limits = w.user_limits();
+    assert_eq!(
+        limits,
+        vec![
+            hetsched_core::UserLimits {
+                name: "alice".into(),
+                shares: 2,
+                cap: hetsched_core::Resources::new(8, 64 << 30, 1),
+            },
+            // Named by no application: allowed, with the defaults it did not override.
+            hetsched_core::UserLimits::new("carol"),
+        ]
+    );
+    assert_eq!(limits[0].max_memory_bytes(), Some(64 << 30));
+    assert_eq!(limits[1].max_cores(), None);
+    // No [[user]]: no limits, and every user keeps 1 share and no caps.
+    let plain =
+        parse_workload("w.toml", &text[..text.find("[[user]]").expect("table")]).expect("valid");
+    assert!(plain.user_limits().is_empty());
+}
+
+/// Each bad `[[user]]` is refused at its line, naming the field and what to write instead.
+#[test]
+fn a_bad_user_table_is_refused_naming_its_line_and_field() {
+    let workload = |user: &str| {
+        format!(
+            "[[application]]\nname = \"a\"\ntasks = 1\n[application.cpu]\ncompute = \"1s\"\n\
+             read = \"0s\"\n[[user]]\nname = \"alice\"\n{user}\n"
+        )
+    };
+    // (the table's last lines, the line of the error, its field, what it says)
+    for (user, line, field, says) in [
+        (
+            "shares = 0",
+            9,
+            "user[0].shares",
+            "must be 1 to 1000000 (default 1)",
+        ),
+        (
+            "shares = 1000001",
+            9,
+            "user[0].shares",
+            "must be 1 to 1000000",
+        ),
+        ("shares = -2", 9, "user[0].shares", "expected u32"),
+        (
+            "max_cores = 0",
+            9,
+            "user[0].max_cores",
+            "a cap of 0 lets nothing run: omit it for no cap",
+        ),
+        (
+            "max_memory = \"0B\"",
+            9,
+            "user[0].max_memory",
+            "omit it for no cap",
+        ),
+        ("max_gpus = 0", 9, "user[0].max_gpus", "omit it for no cap"),
+        ("max_memory = \"lots\"", 9, "user[0].max_memory", ""),
+        ("max_core = 4", 9, "user[0]", "unknown field `max_core`"),
+        (
+            "[[user]]\nname = \"alice\"",
+            10,
+            "user[1].name",
+            "user `alice` has two [[user]] tables",
+        ),
+        (
+            "[[user]]\nname = \"Bob\"",
+            10,
+            "user[1].name",
+            "a user name is 1 to 32 characters",
+        ),
+    ] {
+        let e = parse_workload("w.toml", &workload(user)).expect_err(user);
+        let text = e.to_string();
+        assert_eq!(e.line, Some(line), "{user}: {text}");
+        assert!(
+            text.starts_with(&format!("w.toml:{line}:")) && text.contains(field),
+            "{user}: {text}"
+        );
+        assert!(text.contains(says), "{user}: {text}");
+    }
+}
+
+/// The runtime refuses `[[user]]` as it refuses `user`: an admin sets a user's shares and caps.
+#[test]
+fn a_runtime_job_may_not_carry_user_tables() {
+    let job = "[[application]]\nname = \"a\"\ntasks = 1\n[application.cpu]\ncommand = \"true\"\n\
+               [[user]]\nname = \"alice\"\nmax_cores = 4\n";
+    let w = parse_workload("j.toml", job).expect("parses");
+    let e = w.check_commands().expect_err("the runtime refuses it");
+    let text = e.to_string();
+    assert!(
+        text.starts_with("j.toml:7:") && text.contains("user[0]"),
+        "{text}"
+    );
+    assert!(
+        text.contains("set with `hetsched user add|limit`"),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_time_limit_under_a_millisecond_is_refused_not_dropped() {
     // Agents count limits in whole milliseconds with 0 meaning none: `500us` would be no limit.

@@ -15,4 +15,5 @@ mod hdas_paper;
 mod multi_node;
 mod properties;
 mod stream;
+mod users;
 mod validation;
