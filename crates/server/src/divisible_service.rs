@@ -185,6 +185,7 @@ impl pb::divisible_server::Divisible for DivisibleService {
             attributes: Vec::new(),
             drained: false,
             time_left: None,
+            capped: Vec::new(),
         };
         // An ask with room that gets nothing (no job, or not this agent's turn in the plan) is
         // held open and looked at again when divisible jobs change and every look period: an

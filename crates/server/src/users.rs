@@ -412,6 +412,20 @@ impl Users {
         g
     }
 
+    /// The group work of job `job` is charged to in the scheduler's view (what counts against
+    /// its owner's caps and as its fair-share usage): its owner's, or `None` for the admin's
+    /// (the view's ungrouped rest).
+    pub fn job_group(&mut self, job: u64) -> Option<u32> {
+        let owner = self.owner(job).to_string();
+        (owner != ADMIN).then(|| self.group_of(&owner))
+    }
+
+    /// The group topology `name`'s workers are charged to, as [`Users::job_group`].
+    pub fn topology_group(&mut self, name: &str) -> Option<u32> {
+        let owner = self.topology_owner(name).to_string();
+        (owner != ADMIN).then(|| self.group_of(&owner))
+    }
+
     /// Owner `name`'s group, if it has one yet.
     pub fn group(&self, name: &str) -> Option<u32> {
         self.groups.get(name).copied()

@@ -18,8 +18,11 @@
 //! rebuilds this kind from the store's `div_jobs`/`div_chunks` tables, keeping only the agents'
 //! liveness, which the store never held). Agents silent for the dead timeout are declared lost
 //! in [`JobKind::housekeeping`] (every reaper tick), and an agent whose node the state declares
-//! dead loses its chunks there ([`Divisible::lose_agent`]): their chunks are re-planned. Chunks
-//! book no resources in the shared view: it books per application task, and a chunk is not one.
+//! dead loses its chunks there ([`Divisible::lose_agent`]): their chunks are re-planned. An agent
+//! computing a chunk holds one core of its node in the shared view ([`Divisible::rebook`]),
+//! charged to its job's owner: batch tasks are not placed on it, and it counts against the
+//! owner's cap on cores and as its fair-share usage (a job whose owner is at its cap hands no
+//! agent a chunk that would take another core: [`ChunkRequest::capped`]).
 //!
 //! Files live under `DATA_DIR/divisible/job-N/`: `input` (the submitted input, written and
 //! synced before the job row is committed), `chunk-K.out` (a finished chunk's output, synced
@@ -40,15 +43,16 @@
 use super::gate::Gate;
 use super::{Ctx, JobKind, Kind, Read};
 use crate::state::StateError;
+use crate::state::nodes::Nodes;
 use crate::state::types::{
     HeartbeatReport, JobInfo, JobsPage, RunningTask, Submission, Submitted, TaskCounts, TaskResult,
     TasksPage,
 };
 use crate::store::StoreError;
-use hetsched_core::NodeId;
 use hetsched_core::input::divisible::DivisibleSpec;
 use hetsched_core::input::workload::{Command, parse_workload};
 use hetsched_core::policy::divisible::online::{OnlineConfig, OnlineMaster, Order, Recorded};
+use hetsched_core::{NodeId, Resources, SchedulerView};
 use rusqlite::{Connection, params};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::Write;
@@ -133,6 +137,10 @@ pub struct ChunkRequest {
     /// last heartbeat said); `None`: no end. A job whose chunks' `time_limit` is longer gets it
     /// out of its plan, as a drained one. Set by the state.
     pub time_left: Option<std::time::Duration>,
+    /// Jobs whose owners are at their cap on cores (`hetsched user limit --max-cores`) and
+    /// whose chunk would take another core on this agent: they hand it no chunk now (its
+    /// chunks out stay its own). Set by the state.
+    pub capped: Vec<u64>,
 }
 
 /// One chunk sent to an agent.
@@ -489,7 +497,41 @@ pub struct Divisible {
     /// Jobs that may not have started (submitted waiting): looked at instead of every job
     /// after each event (one that started or ended leaves it when next looked at).
     maybe_unstarted: BTreeSet<u64>,
+    /// The core each agent computing a chunk holds in the scheduler's view, by agent (node)
+    /// name ([`Divisible::rebook`]).
+    booked: HashMap<String, Booked>,
+    /// Whether an agent computing a chunk waits for its core (every core of its node was
+    /// held at the last [`Divisible::rebook`]).
+    short: bool,
 }
+
+/// The core an agent computing a chunk holds in the view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Booked {
+    /// The agent's node.
+    node: u32,
+    /// The group of the job whose chunk it computes (its owner's; `None`: the admin's),
+    /// charged with `taken`.
+    group: Option<u32>,
+    /// 1 once the core was free (0 while the node's cores were all held: it takes it when one
+    /// is).
+    taken: u32,
+}
+
+/// Why job `id` hands out no chunk while its owner is at its cap on cores (`None`: it is not,
+/// or has none): in the words the batch kind uses for a capped application.
+fn capped_reason(rd: &Read, id: u64) -> Option<String> {
+    let group = rd.view.group(rd.users.group(rd.users.owner(id))?);
+    group.capped_by(&ONE_CORE)?;
+    Some(format!(
+        "its user's running work holds {} of the {} cores the user may hold at once \
+         (`hetsched user limit`)",
+        group.usage.cores, group.cap.cores
+    ))
+}
+
+/// What an agent computing a chunk holds: one core.
+pub const ONE_CORE: Resources = Resources::new(1, 0, 0);
 
 /// What is left of a purged job: its submission key and its units.
 #[derive(Clone, Debug)]
@@ -627,6 +669,8 @@ impl Divisible {
             changes: super::Changes::default(),
             purged: BTreeMap::new(),
             maybe_unstarted: BTreeSet::new(),
+            booked: HashMap::new(),
+            short: false,
         };
         for row in rows {
             let parsed = parse_workload(&row.origin, &row.text)
@@ -984,6 +1028,7 @@ impl Divisible {
             }
             if req.room
                 && orders.is_empty()
+                && !req.capped.contains(&id)
                 && let Some(o) = job.master.next(w)
             {
                 job.chunks.insert(
@@ -1266,6 +1311,12 @@ impl Divisible {
             let r = self.pending_reason(rd, job, v.pending);
             // Each reason a started one gives is that no agent can take its chunks now.
             let blocked = !r.is_empty();
+            // Agents could take its chunks, but its owner's cap keeps every one of them back.
+            let out = job.chunks.values().any(|c| c.state == ChunkState::Out);
+            let r = match capped_reason(rd, id) {
+                Some(capped) if r.is_empty() && v.pending > 0 && !out => capped,
+                _ => r,
+            };
             (r, blocked, v.state)
         };
         let mut info = JobInfo {
@@ -1315,6 +1366,86 @@ impl Divisible {
             )));
         }
         Ok(j)
+    }
+
+    /// Books in `view` one core on the node of every agent computing a chunk, charged to the
+    /// group (`group_of` a job: its owner's) of the job whose chunk it computes, and gives back
+    /// the cores of agents that no longer compute one. An agent computes its chunks one at a
+    /// time, in the order they were sent, so the oldest chunk out on it is the one running and
+    /// one core is what it holds, whatever else it buffers. Like a stream worker's cores
+    /// ([`super::topology::Topology::rebook`]), the core is taken when free: tasks already
+    /// running are not preempted ([`Divisible::needs_rebook`] says when to look again).
+    pub fn rebook(
+        &mut self,
+        view: &mut SchedulerView,
+        nodes: &Nodes,
+        mut group_of: impl FnMut(u64) -> Option<u32>,
+    ) {
+        // The running chunk of each agent: its oldest out, (sent, job, chunk) breaking ties.
+        let mut running: HashMap<&str, (Instant, u64, u64)> = HashMap::new();
+        for (&id, job) in &self.jobs {
+            if job.state != "running" {
+                continue;
+            }
+            for c in job.chunks.values() {
+                if c.state != ChunkState::Out {
+                    continue;
+                }
+                let key = (c.sent, id, c.order.chunk);
+                running
+                    .entry(c.worker.as_str())
+                    .and_modify(|k| *k = (*k).min(key))
+                    .or_insert(key);
+            }
+        }
+        let mut want: HashMap<String, (u32, Option<u32>)> = HashMap::new();
+        for (name, (_, job, _)) in running {
+            if let Some(node) = nodes.by_name(name) {
+                want.insert(name.to_string(), (node, group_of(job)));
+            }
+        }
+        self.booked.retain(|name, b| {
+            if want.get(name) == Some(&(b.node, b.group)) {
+                return true;
+            }
+            view.release_cores(NodeId(b.node), b.taken);
+            view.release_group(b.group, Resources::new(b.taken, 0, 0));
+            false
+        });
+        let mut all = true;
+        for (name, (node, group)) in want {
+            let b = self.booked.entry(name).or_insert(Booked {
+                node,
+                group,
+                taken: 0,
+            });
+            if b.taken == 0 {
+                b.taken = view.hold_cores(NodeId(node), 1);
+                view.charge_group(group, Resources::new(b.taken, 0, 0));
+            }
+            all &= b.taken == 1;
+        }
+        self.short = !all;
+    }
+
+    /// Whether [`Divisible::rebook`] has something to do: a chunk or job changed in this event,
+    /// or an agent computing a chunk still waits for its core.
+    pub fn needs_rebook(&self) -> bool {
+        self.short || self.has_changes()
+    }
+
+    /// The group charged with the core agent `name` holds ([`Divisible::rebook`]): `None` when
+    /// it computes no chunk, `Some(None)` for the admin's job.
+    pub fn booked_group(&self, name: &str) -> Option<Option<u32>> {
+        self.booked.get(name).map(|b| b.group)
+    }
+
+    /// The running jobs (those that may hand out chunks).
+    pub fn running_jobs(&self) -> impl Iterator<Item = u64> + '_ {
+        self.jobs
+            .iter()
+            .filter(|(_, j)| j.state == "running" && j.gate.started)
+            .map(|(&id, _)| id)
     }
 
     /// Chunks out on the agent of node `name` now, over every running job (what a drain lets

@@ -225,6 +225,8 @@ pub struct Read<'a> {
     pub view: &'a SchedulerView,
     /// The node registry.
     pub nodes: &'a Nodes,
+    /// The users: each job's owner, and the owner's group in `view` (its caps, what it holds).
+    pub users: &'a crate::users::Users,
     /// The store (rows not held in memory).
     pub store: &'a Store,
     /// The nodes that could run each application shape, found once per read (a listing of

@@ -35,7 +35,8 @@
 //! with a control channel — peers, reports — that tasks do not have), which reaches this kind
 //! through `State::topology_sync`. Each running worker **books its executors' declared cores**
 //! (⌈Σ declared load / 100⌉) in the cluster's `SchedulerView` on its node
-//! ([`Topology::rebook`]), so batch tasks are not placed on them.
+//! ([`Topology::rebook`]), so batch tasks are not placed on them; they are charged to the
+//! topology's owner, counting against its cap on cores and as its fair-share usage.
 //!
 //! Protobuf stays at the service edge (`crate::topology_service`): this module takes and
 //! returns its own types ([`TopologySubmission`], [`WorkerSeen`], [`WorkersToRun`]).
@@ -51,6 +52,7 @@ use crate::state::types::{
     HeartbeatReport, JobInfo, JobsPage, RunningTask, TaskCounts, TaskResult, TasksPage,
 };
 use crate::store::StoreError;
+use crate::users::Users;
 use hetsched_core::input::stream_code::parse_runnable_topology;
 use hetsched_core::model::stream_code::RunnableTopology;
 use hetsched_core::model::topology::{ExecutorId, ExecutorPair};
@@ -62,7 +64,7 @@ use hetsched_core::policy::stream::reschedule::{
 use hetsched_core::policy::stream::{
     Placement, PlacementProblem, StreamNode, StreamPlacer, StreamPlacerKind, evaluate,
 };
-use hetsched_core::{NodeId, SchedulerView};
+use hetsched_core::{NodeId, Resources, SchedulerView};
 use hetsched_stream::{WorkerConfig, WorkerReport};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -301,8 +303,8 @@ pub struct Topology {
     metrics: TopologyMetrics,
     inner: Inner,
     cfg: Cfg,
-    /// Cores each running worker holds in the view: (topology, worker) → (node, wanted, taken).
-    held: HashMap<(String, u32), (u32, u32, u32)>,
+    /// Cores each running worker holds in the view, by (topology, worker).
+    held: HashMap<(String, u32), Booked>,
     /// Nodes whose agents have not synced since the store was read at start-up: their workers
     /// outlive a server restart, so the placement's workers on them are taken to run (and hold
     /// their cores) until the first sync says what really runs.
@@ -653,18 +655,40 @@ impl Run {
     }
 }
 
+/// The cores one running worker holds in the view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Booked {
+    /// The worker's node.
+    node: u32,
+    /// The cores its executors declare (⌈Σ declared load / 100⌉).
+    wanted: u32,
+    /// The cores it holds: what was free of `wanted` (it takes the rest as tasks end).
+    taken: u32,
+    /// Its topology's owner's group (`None`: the admin's), charged with `taken`: the cores
+    /// count against the owner's cap and as its fair-share usage.
+    group: Option<u32>,
+}
+
+/// `n` cores, nothing else.
+fn just_cores(n: u32) -> Resources {
+    Resources {
+        cores: n,
+        ..Resources::default()
+    }
+}
+
 /// Per node name, the load (per cent of a core) the rest of the cluster puts on it, as topology
 /// `name`'s placer sees it: the cores in use there (batch tasks, other topologies' workers)
 /// minus those `name`'s own workers hold (they move with its placement).
 fn background(
-    held: &HashMap<(String, u32), (u32, u32, u32)>,
+    held: &HashMap<(String, u32), Booked>,
     in_use: &HashMap<String, (u32, u32)>,
     name: &str,
 ) -> HashMap<String, f64> {
     let mut own: HashMap<u32, u32> = HashMap::new();
-    for ((t, _), (node, _, taken)) in held {
+    for ((t, _), b) in held {
         if t == name {
-            *own.entry(*node).or_default() += taken;
+            *own.entry(b.node).or_default() += b.taken;
         }
     }
     in_use
@@ -869,9 +893,13 @@ impl Topology {
 
     /// Books in `view` the declared cores of every running worker on its node, and gives back
     /// what workers that stopped (or moved) held. A worker takes what is free: tasks already
-    /// running are not preempted, and it takes the rest as they finish.
-    pub fn rebook(&mut self, view: &mut SchedulerView, nodes: &Nodes) {
-        let mut want: HashMap<(String, u32), (u32, u32)> = HashMap::new();
+    /// running are not preempted, and it takes the rest as they finish. What a worker holds is
+    /// charged to its topology's owner's group (`users`), as a batch task's cores are: it counts
+    /// against the owner's cap on cores (a worker is not refused for it: like tasks running
+    /// above a lowered cap, it goes on, and the owner's other work waits) and as its
+    /// fair-share usage.
+    pub fn rebook(&mut self, view: &mut SchedulerView, nodes: &Nodes, users: &mut Users) {
+        let mut want: HashMap<(String, u32), (u32, u32, Option<u32>)> = HashMap::new();
         for run in self.inner.runs.values() {
             let Some(p) = &run.rec.placement else {
                 continue;
@@ -898,20 +926,29 @@ impl Topology {
                     .map(|(e, _)| loads.get(e).copied().unwrap_or(0.0))
                     .sum();
                 let cores = (percent / 100.0).ceil().max(0.0) as u32;
-                want.insert((run.rec.name.clone(), w), (id, cores));
+                let group = users.topology_group(&run.rec.name);
+                want.insert((run.rec.name.clone(), w), (id, cores, group));
             }
         }
-        self.held.retain(|k, (node, wanted, taken)| {
-            if want.get(k) == Some(&(*node, *wanted)) {
+        self.held.retain(|k, b| {
+            if want.get(k) == Some(&(b.node, b.wanted, b.group)) {
                 return true;
             }
-            view.release_cores(NodeId(*node), *taken);
+            view.release_cores(NodeId(b.node), b.taken);
+            view.release_group(b.group, just_cores(b.taken));
             false
         });
-        for (k, (node, cores)) in want {
-            let e = self.held.entry(k).or_insert((node, cores, 0));
-            if e.2 < e.1 {
-                e.2 += view.hold_cores(NodeId(node), e.1 - e.2);
+        for (k, (node, wanted, group)) in want {
+            let b = self.held.entry(k).or_insert(Booked {
+                node,
+                wanted,
+                taken: 0,
+                group,
+            });
+            if b.taken < b.wanted {
+                let more = view.hold_cores(NodeId(node), b.wanted - b.taken);
+                view.charge_group(b.group, just_cores(more));
+                b.taken += more;
             }
         }
     }
@@ -967,8 +1004,8 @@ impl Topology {
     pub fn held_cores(&self, node: u32) -> u32 {
         self.held
             .values()
-            .filter(|(n, _, _)| *n == node)
-            .map(|(_, _, t)| t)
+            .filter(|b| b.node == node)
+            .map(|b| b.taken)
             .sum()
     }
 

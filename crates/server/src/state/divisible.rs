@@ -6,7 +6,7 @@
 
 use super::{State, StateError};
 use crate::jobs::divisible::{
-    ChunkKey, ChunkReply, ChunkRequest, ChunkResult, DivError, DivisibleChunk,
+    ChunkKey, ChunkReply, ChunkRequest, ChunkResult, DivError, DivisibleChunk, ONE_CORE,
 };
 use std::path::{Path, PathBuf};
 
@@ -19,6 +19,7 @@ impl State {
         req.attributes = self.nodes.attributes_of(&req.name);
         req.drained = self.nodes.is_drained(&req.name);
         req.time_left = self.nodes.time_left(&req.name);
+        req.capped = self.capped_divisible_jobs(&req.name);
         if self.paused() {
             self.jobs.divisible.seen(&req);
             return Ok(ChunkReply::default());
@@ -30,6 +31,36 @@ impl State {
         // A job this ended (its workers gone) may release batch jobs that run after it.
         self.wake(None);
         Ok(reply)
+    }
+
+    /// The running divisible jobs whose owners are at their cap on cores and whose next chunk
+    /// would take agent `agent` another core: the core it holds (if any) is charged to another
+    /// owner, so the chunk would start on a core of its own once that one ends.
+    fn capped_divisible_jobs(&mut self, agent: &str) -> Vec<u64> {
+        let booked = self.jobs.divisible.booked_group(agent);
+        let running: Vec<u64> = self.jobs.divisible.running_jobs().collect();
+        running
+            .into_iter()
+            .filter(|&id| {
+                let group = self.users.job_group(id);
+                group.is_some()
+                    && booked != Some(group)
+                    && !self.view.group_room_for(group, &ONE_CORE)
+            })
+            .collect()
+    }
+
+    /// Books the cores of the agents computing chunks ([`Divisible::rebook`]) when a chunk or
+    /// job changed (or an agent waits for its core): each counts against its job's owner's
+    /// cap and as its fair-share usage, as a batch task's does.
+    pub(super) fn rebook_chunks(&mut self) {
+        if !self.jobs.divisible.needs_rebook() {
+            return;
+        }
+        let users = &mut self.users;
+        self.jobs
+            .divisible
+            .rebook(&mut self.view, &self.nodes, |job| users.job_group(job));
     }
 
     /// What an ask held open by the chunk service waits on: a receiver of every later change

@@ -274,7 +274,7 @@ impl State {
         nodes.restore_left(&store, &mut view)?;
         let paused_queues = store.paused_allocation_queues()?.into_iter().collect();
         let signals = signals::Signals::restore(&store, now_ns() / 1_000)?;
-        let users = crate::users::Users::restore(store.conn(), Default::default())?;
+        let mut users = crate::users::Users::restore(store.conn(), Default::default())?;
         let metrics: Arc<Metrics> = Arc::default();
         let topology = crate::jobs::Topology::restore(
             std::mem::take(&mut snap.topologies),
@@ -315,7 +315,10 @@ impl State {
         };
         // Stream workers outlive a restart: the placements' workers hold their cores until their
         // agents' first syncs say what runs.
-        jobs.topology.rebook(&mut view, &nodes);
+        jobs.topology.rebook(&mut view, &nodes, &mut users);
+        // Agents computing chunks keep doing so through a restart: their cores stay held.
+        jobs.divisible
+            .rebook(&mut view, &nodes, |job| users.job_group(job));
         // Batch jobs after workflows and divisible jobs: told how those stand below.
         jobs.batch.index_foreign();
         let mut state = State {
@@ -677,6 +680,8 @@ impl State {
             self.roll_back(&e);
             return Err(e);
         }
+        // Chunks that went out or ended in this event book or free their agents' cores.
+        self.rebook_chunks();
         if !self.jobs.all().iter().any(|k| k.has_changes()) && !self.users.has_changes() {
             return Ok(());
         }
@@ -900,7 +905,15 @@ impl State {
             .carry_over(&mut self.jobs.batch, &mut fresh.view);
         fresh.jobs.divisible.carry_over(&self.jobs.divisible);
         fresh.jobs.topology.carry_over(&mut self.jobs.topology);
-        fresh.jobs.topology.rebook(&mut fresh.view, &fresh.nodes);
+        fresh
+            .jobs
+            .topology
+            .rebook(&mut fresh.view, &fresh.nodes, &mut fresh.users);
+        let users = &mut fresh.users;
+        fresh
+            .jobs
+            .divisible
+            .rebook(&mut fresh.view, &fresh.nodes, |job| users.job_group(job));
         fresh.metrics = self.metrics.clone();
         fresh.paused_since = self.paused_since;
         fresh.last_probe = self.last_probe;
@@ -1626,6 +1639,7 @@ impl State {
         Read {
             view: &self.view,
             nodes: &self.nodes,
+            users: &self.users,
             store: &self.store,
             capable: Default::default(),
             allocation: &self.config.allocation,

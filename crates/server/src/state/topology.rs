@@ -28,7 +28,9 @@ impl State {
         self.jobs.topology.see_view(&self.view, &self.nodes);
         let before = self.jobs.topology.placements_key();
         let answer = f(&mut self.jobs.topology, &mut self.users);
-        self.jobs.topology.rebook(&mut self.view, &self.nodes);
+        self.jobs
+            .topology
+            .rebook(&mut self.view, &self.nodes, &mut self.users);
         self.commit()?;
         // After the commit: a refused write rebuilt the kind, which woke every waiter already.
         self.jobs.topology.note_changes(before);

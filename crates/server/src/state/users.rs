@@ -68,8 +68,9 @@ pub struct UserEntry {
     pub shares: u32,
 }
 
-/// The most fair-share shares a user may have.
-pub const MAX_SHARES: u32 = 1_000_000;
+/// The most fair-share shares a user may have: the core's bound, which simulator workloads'
+/// `[[user]] shares` obey too.
+pub use hetsched_core::model::user::MAX_SHARES;
 
 /// Refuses `caller` unless it is the admin: `what` names what it asked for.
 pub fn require_admin(caller: &Caller, what: &'static str) -> Result<(), StateError> {

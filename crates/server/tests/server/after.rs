@@ -940,6 +940,7 @@ fn ask_chunks(s: &mut State, w: &str) -> Vec<(u64, u64)> {
         attributes: Vec::new(),
         drained: false,
         time_left: None,
+        capped: Vec::new(),
     })
     .expect("next chunk")
     .orders

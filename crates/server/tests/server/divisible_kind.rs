@@ -33,6 +33,7 @@ fn ask(s: &mut State, name: &str) -> Result<Vec<(u64, u64)>, String> {
         attributes: Vec::new(),
         drained: false,
         time_left: None,
+        capped: Vec::new(),
     })
     .map(|r| r.orders.iter().map(|o| (o.job_id, o.chunk)).collect())
     .map_err(|e| e.to_string())
@@ -384,5 +385,142 @@ fn an_agent_with_less_time_left_than_the_chunks_time_limit_gets_none() {
     assert!(
         ask(&mut s, "ending").expect("asked").is_empty(),
         "still too short"
+    );
+}
+
+/// A chunk being computed holds a core of its agent's node in the scheduler's view, charged to
+/// its job's owner as a batch task's core is: batch tasks are not placed on it, it counts as the
+/// owner's (its cap on cores, `user list`, fair-share usage), an agent whose chunk would take
+/// the owner past its cap gets none until a core of the owner's is given back, and a restart
+/// keeps the core held. (Until this test chunks booked nothing: a node computing one took a
+/// batch task on every core, and a capped user's chunks ran beyond the cap.)
+#[test]
+fn a_chunk_being_computed_holds_a_core_charged_to_its_jobs_owner() {
+    use hetsched_proto as pb;
+    use hetsched_server::convert::Wire;
+    use hetsched_server::state::CapChange;
+    let d = std::env::temp_dir().join(format!("hetsched-divcore-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("dir");
+    let _scratch = Scratch(d.clone());
+    let mut s = open(&d);
+    s.on_add_user("alice", false).expect("alice");
+    s.on_limit_user("alice", CapChange::cores(1))
+        .expect("capped");
+    for name in ["a", "b"] {
+        s.register(pb::RegisterRequest {
+            name: name.into(),
+            cores: 2,
+            memory_bytes: 1 << 30,
+            identity: crate::common::IDENTITY.into(),
+            ..Default::default()
+        })
+        .expect("register");
+        assert!(ask(&mut s, name).expect("asked").is_empty(), "no job yet");
+    }
+    let id = s
+        .on_submit_as(
+            Submission {
+                origin: "rows.toml".into(),
+                text: JOB.into(),
+                workdir: "/".into(),
+                ..Default::default()
+            },
+            "alice",
+        )
+        .expect("submitted")
+        .job_id;
+    let free = |s: &State| -> Vec<u32> { s.list_nodes().iter().map(|n| n.free_cores).collect() };
+    assert_eq!(ask(&mut s, "a").expect("asked"), vec![(id, 0)]);
+    assert_eq!(
+        free(&s),
+        vec![1, 2],
+        "a's agent computes chunk 0 on one core"
+    );
+    assert_eq!(s.user_cores("alice"), 1, "the core is alice's");
+    // Her cap is one core: b gets none of her chunks while a computes one.
+    for _ in 0..3 {
+        assert!(ask(&mut s, "b").expect("asked").is_empty(), "alice's cap");
+    }
+    assert_eq!(free(&s), vec![1, 2]);
+    // Another job of hers, with no chunk out, says why it waits.
+    let second = s
+        .on_submit_as(
+            Submission {
+                origin: "rows.toml".into(),
+                text: JOB.into(),
+                workdir: "/".into(),
+                ..Default::default()
+            },
+            "alice",
+        )
+        .expect("submitted")
+        .job_id;
+    assert!(ask(&mut s, "b").expect("asked").is_empty(), "alice's cap");
+    assert_eq!(
+        s.get_job(second).expect("job").pending_reason,
+        "its user's running work holds 1 of the 1 cores the user may hold at once \
+         (`hetsched user limit`)"
+    );
+    assert_eq!(
+        s.get_job(id).expect("job").pending_reason,
+        "",
+        "it computes"
+    );
+    // A batch task of the admin's is not placed on the chunk's core.
+    s.on_submit(Submission {
+        origin: "sweep.toml".into(),
+        text: "[[application]]\nname = \"sim\"\ntasks = 4\n[application.cpu]\n\
+               command = \"true\"\n"
+            .into(),
+        workdir: "/".into(),
+        ..Default::default()
+    })
+    .expect("batch job");
+    let beat = crate::common::beat(&mut s, 0, &[], &[]);
+    assert_eq!(beat.assignments.len(), 1, "one core of a is the chunk's");
+    let sent: Vec<(u64, u32)> = beat
+        .assignments
+        .iter()
+        .map(|t| (t.task_id, t.attempt))
+        .collect();
+    // A restart: the agent computes on; its core stays held and alice's.
+    drop(s);
+    let mut s = open(&d);
+    assert_eq!(s.user_cores("alice"), 1);
+    crate::common::beat(&mut s, 0, &sent, &[]);
+    assert_eq!(free(&s)[0], 0, "the chunk's core and the batch task's");
+    // Chunk 0 done: its core goes back, and alice's next chunk may go to b.
+    let jd = d.join("divisible").join(format!("job-{id}"));
+    let tmp = jd.join("chunk-0.part");
+    std::fs::write(&tmp, b"0 4\n").expect("output");
+    let done = ChunkResult {
+        job_id: id,
+        chunk: 0,
+        success: true,
+        message: String::new(),
+        transfer_ns: 1_000,
+        compute_ns: 1_000_000,
+    };
+    assert!(s.on_chunk_done(&done, Some(&tmp)).expect("recorded"));
+    assert_eq!(s.user_cores("alice"), 0);
+    assert_eq!(free(&s)[0], 1, "the batch task's core only");
+    // Under her cap again: one of her chunks goes out (to whichever agent the plan names), and
+    // one only.
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        for agent in ["b", "a"] {
+            got.extend(ask(&mut s, agent).expect("asked"));
+        }
+        if !got.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(got.len(), 1, "{:?}", chunks(&s, id));
+    assert_eq!(s.user_cores("alice"), 1);
+    assert_eq!(
+        free(&s).iter().sum::<u32>(),
+        2,
+        "the batch task's core and the chunk's"
     );
 }

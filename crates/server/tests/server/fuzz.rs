@@ -757,6 +757,7 @@ impl DivAgent {
             attributes: Vec::new(),
             drained: false,
             time_left: None,
+            capped: Vec::new(),
         });
         let reply = match reply {
             Ok(r) => r,

@@ -75,7 +75,7 @@ pub(crate) fn submission() -> TopologySubmission {
     }
 }
 
-fn sync(s: &mut State, workers: Vec<WorkerSeen>) -> usize {
+pub(crate) fn sync(s: &mut State, workers: Vec<WorkerSeen>) -> usize {
     s.topology_sync(
         WorkersSeen {
             node: "n".into(),
@@ -90,7 +90,7 @@ fn sync(s: &mut State, workers: Vec<WorkerSeen>) -> usize {
     .len()
 }
 
-fn running_worker(generation: u64) -> WorkerSeen {
+pub(crate) fn running_worker(generation: u64) -> WorkerSeen {
     WorkerSeen {
         topology: "pipe".into(),
         generation,

@@ -660,6 +660,78 @@ fn a_users_cap_on_cores_holds_its_running_tasks_and_the_rest_go_to_others() {
     );
 }
 
+/// A user's stream topology: the cores its running workers hold on their nodes are the user's,
+/// as a batch task's are (they count against its cap on cores, show in what it holds, and
+/// accrue as its fair-share usage), after a restart too; killed, they go back. (Until this
+/// test, a user's workers held cores that no user was charged with: they counted as the
+/// admin's usage and against no cap.)
+#[test]
+fn a_users_topology_workers_hold_cores_as_its_tasks_do_against_its_cap() {
+    let d = common::scratch("users", "topology-cap");
+    let mut s = open(&d);
+    s.on_add_user("alice", false).expect("alice");
+    s.on_limit_user("alice", CapChange::cores(3))
+        .expect("capped");
+    let n = common::register(&mut s, "n", 8);
+    crate::topology_kind::sync(&mut s, vec![]);
+    s.topology_submit_as(crate::topology_kind::submission(), "alice")
+        .expect("alice's topology");
+    crate::topology_kind::sync(&mut s, vec![crate::topology_kind::running_worker(1)]);
+    assert_eq!(s.topology_held_cores(n), 2);
+    assert_eq!(
+        s.user_cores("alice"),
+        2,
+        "the worker's two declared cores are alice's"
+    );
+    let job = |tasks: u32| {
+        let mut sub = submission("sweep", false);
+        sub.text = format!(
+            "[[application]]\nname = \"sim\"\ntasks = {tasks}\n[application.cpu]\ncommand = \"true\"\n"
+        );
+        sub.hold = false;
+        sub
+    };
+    let a = s.on_submit_as(job(4), "alice").expect("alice's").job_id;
+    let root = s.on_submit(job(4)).expect("admin's").job_id;
+    let sent = common::beat(&mut s, n, &[], &[]).assignments;
+    let of = |job: u64, s: &State| {
+        let ids: Vec<u64> = s
+            .tasks(job)
+            .expect("tasks")
+            .tasks
+            .iter()
+            .map(|t| t.id)
+            .collect();
+        sent.iter().filter(|t| ids.contains(&t.task_id)).count()
+    };
+    assert_eq!(
+        of(a, &s),
+        1,
+        "her worker's two cores and one task make her cap"
+    );
+    assert_eq!(
+        of(root, &s),
+        4,
+        "the admin's tasks take four of the five cores left"
+    );
+    assert_eq!(s.user_cores("alice"), 3);
+    let why = s.get_job(a).expect("job").pending_reason;
+    assert!(
+        why.contains("hold 3 of the 3 cores the user may hold"),
+        "{why}"
+    );
+    drop(s);
+    // A restart: the worker's cores are alice's again before its agent syncs.
+    let mut s = open(&d);
+    assert_eq!(s.topology_held_cores(n), 2);
+    assert_eq!(s.user_cores("alice"), 3);
+    // Killed: its cores are no longer alice's.
+    s.topology_kill("pipe").expect("killed");
+    assert_eq!(s.topology_held_cores(n), 0);
+    assert_eq!(s.user_cores("alice"), 1, "her one running task");
+    common::assert_metrics(s, "hdas", &["hetsched_user_cores{user=\"alice\"} 1"]);
+}
+
 /// A user's caps on GPUs and memory (`hetsched user limit --max-gpus N --max-memory S`): its
 /// running tasks hold at most that many devices and bytes, the devices it leaves go to others,
 /// its pending jobs say which cap binds, a cap not named keeps its value, and a restart and
