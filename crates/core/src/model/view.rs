@@ -417,6 +417,11 @@ impl SchedulerView {
         self.refresh_levels();
     }
 
+    /// Fair share's half-life, `None` while it is off ([`SchedulerView::set_fair_share`]).
+    pub fn fair_share(&self) -> Option<Time> {
+        self.fair.half_life()
+    }
+
     /// Group `group`'s decayed usage in share-seconds (1.0: the whole cluster's dominant
     /// resource for a second); `None`: the applications in no group.
     pub fn fair_usage(&self, group: Option<u32>) -> f64 {

@@ -877,6 +877,18 @@ fn under_fair_share_the_user_who_used_the_cluster_waits_for_one_who_did_not() {
     let task_of = |job: u64, s: &State| s.tasks(job).expect("tasks").tasks[0].id;
     assert_eq!(next[0].0, task_of(his, &s), "bob's task first");
     assert_ne!(next[0].0, task_of(hers, &s));
+    // While the node is busy, alice's waiting job says that bob's waiting work goes first;
+    // bob's says only that the node is busy.
+    let his_next = s.on_submit_as(one(), "bob").expect("bob's").job_id;
+    assert_eq!(
+        s.get_job(hers).expect("job").pending_reason,
+        "resources: the nodes that can run it are busy, and fair share serves first the waiting \
+         work of users who used less of the cluster per share: bob (`hetsched user list`)"
+    );
+    assert_eq!(
+        s.get_job(his_next).expect("job").pending_reason,
+        "resources: the nodes that can run it are busy"
+    );
     let listed = s.list_users();
     assert_eq!(listed[0].name, "alice");
     assert!((listed[0].fair_usage - used).abs() < 1e-9);

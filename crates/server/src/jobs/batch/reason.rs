@@ -31,7 +31,9 @@
 //!   K of the M that can run it` (a gathering yields nodes to higher priority work);
 //! - `resources: every node that can run it is held whole for a multi-node task` — running, or
 //!   gathering its nodes (see `multi_node`);
-//! - `resources` — the nodes that can run it are busy: it starts as they free up.
+//! - `resources` — the nodes that can run it are busy: it starts as they free up; under fair
+//!   share it adds whose waiting work of the same priority goes first (users whose usage per
+//!   share is lower).
 //!
 //! Computed when a job is listed, from the scheduler's view and the node registry; nothing is
 //! stored.
@@ -39,12 +41,16 @@
 use super::{Batch, JobRec};
 use crate::jobs::{Read, request_in_words};
 use hetsched_core::model::application::AcceleratorNeed;
+use hetsched_core::model::fair_share::STANDING_BITS;
 use hetsched_core::policy::batch::multi_node;
 use hetsched_core::{AppId, CappedResource, NodeId, Resources, Variant};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
+
+/// How many users a fair-share reason names before it counts the rest.
+const SERVED_FIRST_NAMED: usize = 5;
 
 /// What decides which nodes could run an application: its `requires`, its variants' requests
 /// (with the device kind), its accelerator need, and whether its tasks hold whole nodes.
@@ -327,10 +333,65 @@ impl Batch {
                 false,
             );
         }
+        let first = Self::served_first(rd, j.apps.clone().filter(|&a| pending(a) > 0));
+        if !first.is_empty() {
+            return (
+                format!(
+                    "resources: the nodes that can run it are busy, and fair share serves first \
+                     the waiting work of users who used less of the cluster per share: {} \
+                     (`hetsched user list`)",
+                    first.join(", ")
+                ),
+                false,
+            );
+        }
         (
             "resources: the nodes that can run it are busy".to_string(),
             false,
         )
+    }
+
+    /// Under fair share, the owners (by name; the admin as `the admin`) of other users' waiting
+    /// work of the same priority that every policy serves before the best of `apps` (a job's
+    /// applications with tasks waiting): their usage per share is lower. At most
+    /// [`SERVED_FIRST_NAMED`] names, then how many more. Empty without fair share.
+    fn served_first(rd: &Read, apps: impl Iterator<Item = u32>) -> Vec<String> {
+        if rd.view.fair_share().is_none() {
+            return Vec::new();
+        }
+        let Some(mine) = apps.map(|a| rd.view.app(AppId(a))).max_by_key(|s| s.level) else {
+            return Vec::new();
+        };
+        let priority = |level: i64| level >> STANDING_BITS;
+        let mut groups: Vec<Option<u32>> = rd
+            .view
+            .pending_apps()
+            .filter(|a| {
+                a.group != mine.group
+                    && a.level > mine.level
+                    && priority(a.level) == priority(mine.level)
+            })
+            .map(|a| a.group)
+            .collect();
+        groups.sort_unstable();
+        groups.dedup();
+        let names: HashMap<u32, &str> = rd.users.groups().map(|(n, g)| (g, n)).collect();
+        let mut named: Vec<String> = groups
+            .iter()
+            .map(|g| match g {
+                None => "the admin".to_string(),
+                Some(g) => names
+                    .get(g)
+                    .map_or_else(|| format!("group {g}"), |n| n.to_string()),
+            })
+            .collect();
+        named.sort_unstable();
+        if named.len() > SERVED_FIRST_NAMED {
+            let more = named.len() - SERVED_FIRST_NAMED;
+            named.truncate(SERVED_FIRST_NAMED);
+            named.push(format!("and {more} more"));
+        }
+        named
     }
 
     /// The first automatic allocation queue whose agents could run `app` (what they have, once
