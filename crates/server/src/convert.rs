@@ -246,6 +246,7 @@ fn task_spec(s: &TaskSpec) -> pb::TaskSpec {
         stdout: s.stdout.clone(),
         stderr: s.stderr.clone(),
         pin: s.pin,
+        run_as: s.run_as.clone(),
     }
 }
 

@@ -225,6 +225,7 @@ impl pb::divisible_server::Divisible for DivisibleService {
                     input_bytes: o.input_bytes,
                     time_limit_ms: o.time_limit_ms,
                     name: o.name,
+                    run_as: o.run_as,
                 })
                 .collect(),
             drop: reply

@@ -246,6 +246,16 @@ impl Users {
         self.owners.get(&job).map_or(ADMIN, |o| o)
     }
 
+    /// The Unix account job `job`'s tasks run as on agents started with `run_as_owner`: its
+    /// owner's name (a user's name is its account, as in Slurm); empty for the admin's job,
+    /// which runs as the agent's own account.
+    pub fn run_as(&self, job: u64) -> String {
+        match self.owner(job) {
+            ADMIN => String::new(),
+            name => name.to_string(),
+        }
+    }
+
     /// The owner of topology `name` ([`ADMIN`] unless a user submitted it).
     pub fn topology_owner(&self, name: &str) -> &str {
         self.topology_owners.get(name).map_or(ADMIN, |o| o)

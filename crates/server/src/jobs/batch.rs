@@ -851,6 +851,8 @@ impl Batch {
             stdout: rec.streams[0].clone(),
             stderr: rec.streams[1].clone(),
             pin: rec.pin,
+            // The state fills it from the job's owner.
+            run_as: String::new(),
         }
     }
 

@@ -164,6 +164,8 @@ pub struct ChunkOrder {
     pub time_limit_ms: u64,
     /// The section's name.
     pub name: String,
+    /// The job's owner, as [`crate::state::types::TaskSpec::run_as`] (filled by the state).
+    pub run_as: String,
 }
 
 /// The answer to a [`ChunkRequest`].
@@ -1053,6 +1055,7 @@ impl Divisible {
                     input_bytes: (o.end - o.start) * job.spec.unit_bytes(),
                     time_limit_ms: job.spec.time_limit.map_or(0, |d| d.0 / 1_000_000),
                     name: job.spec.name.get_ref().clone(),
+                    run_as: String::new(),
                 });
             }
         }

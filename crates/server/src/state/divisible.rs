@@ -24,7 +24,10 @@ impl State {
             self.jobs.divisible.seen(&req);
             return Ok(ChunkReply::default());
         }
-        let reply = self.jobs.divisible.next_chunk(req)?;
+        let mut reply = self.jobs.divisible.next_chunk(req)?;
+        for order in &mut reply.orders {
+            order.run_as = self.users.run_as(order.job_id);
+        }
         // Until it holds an ask open, the agent lives by its calls.
         self.agent_may_be_lost();
         self.commit()?;

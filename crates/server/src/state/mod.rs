@@ -613,6 +613,10 @@ impl State {
         }
         self.accel_heartbeat(nid, &req, &mut reply)?;
         self.signal_heartbeat(nid, &req.signalled, &mut reply);
+        // Every kind's tasks run as their job's owner (on agents that switch accounts).
+        for spec in &mut reply.specs {
+            spec.run_as = self.users.run_as(spec.job_id);
+        }
         // Its last beat: nothing runs there any more, and its agent exits once this is answered.
         if let Some(why) = req.leaving
             && req.running.is_empty()

@@ -184,6 +184,10 @@ pub struct TaskSpec {
     pub stderr: String,
     /// The application's `pin`: its tasks are bound to CPUs of their own.
     pub pin: bool,
+    /// The job's owner, whose Unix account the tasks run as on agents started with
+    /// `run_as_owner` (empty: the admin's job, run as the agent's account). Filled by the state
+    /// ([`crate::users::Users::owner`]), not by the kinds.
+    pub run_as: String,
 }
 
 /// One of a multi-node task's nodes, as its agent is told of it.

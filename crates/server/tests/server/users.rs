@@ -920,6 +920,55 @@ fn under_fair_share_the_user_who_used_the_cluster_waits_for_one_who_did_not() {
     );
 }
 
+/// Every task spec and divisible chunk carries its job's owner as the Unix account it runs as
+/// on agents started with `run_as_owner` (a user's name is its account); the admin's carry
+/// none (the agent's own account).
+#[test]
+fn tasks_and_chunks_carry_their_owners_account_and_the_admins_none() {
+    let d = common::scratch("users", "run-as");
+    let mut s = open(&d);
+    s.on_add_user("alice", false).expect("alice");
+    let node = common::register(&mut s, "n", 8);
+    let job = || {
+        let mut sub = submission("sweep", false);
+        sub.text =
+            "[[application]]\nname = \"sim\"\ntasks = 1\n[application.cpu]\ncommand = \"true\"\n"
+                .into();
+        sub.hold = false;
+        sub
+    };
+    let hers = s.on_submit_as(job(), "alice").expect("alice's").job_id;
+    let root = s.on_submit(job()).expect("admin's").job_id;
+    let reply = common::beat(&mut s, node, &[], &[]);
+    let run_as = |job: u64| -> Vec<String> {
+        reply
+            .specs
+            .iter()
+            .filter(|sp| sp.job_id == job)
+            .map(|sp| sp.run_as.clone())
+            .collect()
+    };
+    assert_eq!(run_as(hers), vec!["alice".to_string()]);
+    assert_eq!(run_as(root), vec![String::new()]);
+    let mut div = submission("rows", false);
+    div.text =
+        "[[divisible]]\nname = \"rows\"\nunits = 10\ncommand = \"echo {start} {end}\"\n".into();
+    div.hold = false;
+    let rows = s.on_submit_as(div, "alice").expect("alice's rows").job_id;
+    let got = s
+        .on_next_chunk(hetsched_server::jobs::divisible::ChunkRequest {
+            name: "n".into(),
+            memory_bytes: 1 << 30,
+            incarnation: "i1".into(),
+            room: true,
+            ..Default::default()
+        })
+        .expect("a chunk");
+    assert_eq!(got.orders.len(), 1);
+    assert_eq!(got.orders[0].job_id, rows);
+    assert_eq!(got.orders[0].run_as, "alice");
+}
+
 /// A limit that names no cap is refused, and changes nothing.
 #[test]
 fn a_limit_naming_no_cap_is_refused() {
