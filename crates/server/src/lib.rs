@@ -28,6 +28,7 @@
 //! [`start`] runs a server in the current tokio runtime and returns a [`ServerHandle`]; the
 //! `hetsched server` command and `hetsched demo` both use it.
 
+pub mod accounting;
 pub mod agent_ca;
 pub mod allocation;
 pub mod backoff;
@@ -330,18 +331,31 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         stopping_rx,
     )
     .await?;
-    let router =
-        topology_service::add_services(router, shared, durable, &creds, stopping.subscribe());
+    let router = topology_service::add_services(
+        router,
+        shared.clone(),
+        durable,
+        &creds,
+        stopping.subscribe(),
+    );
+    let at_stop = shared;
     let incoming = service::incoming(listener, timeout);
     let join = tokio::spawn(async move {
         // The data directory stays locked while the server serves.
         let _lock = lock;
-        router
+        let served = router
             .serve_with_incoming_shutdown(incoming, async {
                 let _ = rx.await;
             })
             .await
-            .map_err(ServerError::from)
+            .map_err(ServerError::from);
+        // A planned stop keeps every second of the accounts and fair-share usage accrued.
+        if let Ok(mut state) = at_stop.lock()
+            && let Err(e) = state.store_usage()
+        {
+            tracing::error!("storing the accounts at stop failed: {e}");
+        }
+        served
     });
     tracing::info!(%addr, policy = %config.policy, "server listening");
     let http = http.map(|h| {

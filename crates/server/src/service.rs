@@ -1044,6 +1044,48 @@ impl Client for ClientService {
             admin: who.admin,
         }))
     }
+
+    async fn usage(
+        &self,
+        req: Request<pb::UsageRequest>,
+    ) -> Result<Response<pb::UsageReply>, Status> {
+        let who = caller(&req)?;
+        let r = req.into_inner();
+        let today = crate::accounting::day_of(crate::state::now_ns());
+        let until = if r.until_day == 0 { today } else { r.until_day };
+        if r.since_day > until {
+            return Err(Status::invalid_argument(format!(
+                "since_day: {} is after until_day {until}",
+                r.since_day
+            )));
+        }
+        if until - r.since_day >= crate::accounting::MAX_DAYS {
+            return Err(Status::invalid_argument(format!(
+                "since_day: the accounts are read at most {} days at a time",
+                crate::accounting::MAX_DAYS
+            )));
+        }
+        // A user reads its own account only; the admin every owner's.
+        let owner = (!who.admin).then(|| who.name.to_string());
+        read_state(&self.0, move |s| {
+            let rows = s.usage_report(r.since_day, until, owner.as_deref())?;
+            Ok(pb::UsageReply {
+                rows: rows
+                    .into_iter()
+                    .map(|u| pb::UsageRow {
+                        owner: u.owner,
+                        day: u.day,
+                        core_seconds: u.held.core_seconds,
+                        gpu_seconds: u.held.gpu_seconds,
+                        memory_byte_seconds: u.held.memory_byte_seconds,
+                    })
+                    .collect(),
+                since_day: r.since_day,
+                until_day: until,
+            })
+        })
+        .await
+    }
 }
 
 fn user_info(u: crate::state::UserEntry) -> pb::UserInfo {

@@ -516,6 +516,7 @@ impl Store {
         conn.execute_batch(SCHEMA)?;
         conn.execute_batch(crate::jobs::divisible::SCHEMA)?;
         conn.execute_batch(crate::jobs::topology::SCHEMA)?;
+        conn.execute_batch(crate::accounting::SCHEMA)?;
         add_missing_columns(&conn, MIGRATIONS)?;
         conn.execute_batch(INDEXES)?;
         move_multi_node_meta(&conn)?;
@@ -533,6 +534,7 @@ impl Store {
         conn.execute_batch(SCHEMA)?;
         conn.execute_batch(crate::jobs::divisible::SCHEMA)?;
         conn.execute_batch(crate::jobs::topology::SCHEMA)?;
+        conn.execute_batch(crate::accounting::SCHEMA)?;
         add_missing_columns(&conn, MIGRATIONS)?;
         conn.execute_batch(INDEXES)?;
         Ok(Self {

@@ -21,6 +21,7 @@ mod matrows;
 mod purge;
 mod select;
 mod serve;
+mod usage;
 mod users;
 mod workflow;
 
@@ -438,6 +439,23 @@ pub enum RuntimeCommand {
     /// Delete finished jobs from the server and its store: by id, `--older-than DURATION` or
     /// `--keep N` (see docs/runtime.md, Retention).
     Purge(purge::PurgeArgs),
+    /// The accounts (Slurm's `sreport … AccountUtilizationByUser`): the core-, GPU- and
+    /// memory-hours each user's running work held over a span of UTC days (the last 30 unless
+    /// `--since`), per user or per day. The admin sees every user's, the admin's own as
+    /// `admin`; a user sees its own. Kept by the server; not purged with the jobs.
+    Usage {
+        /// First day: `YYYY-MM-DD` (UTC), `today`, or `Nd` for N days ago (`7d`).
+        #[arg(long, value_name = "DAY", value_parser = usage::parse_day)]
+        since: Option<u32>,
+        /// Last day (included), as `--since`; today unless given.
+        #[arg(long, value_name = "DAY", value_parser = usage::parse_day)]
+        until: Option<u32>,
+        /// A row per day and user instead of per user.
+        #[arg(long)]
+        by_day: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Start a server and three agents (one with GPUs) on loopback, run a small mixed workload of
     /// real linear-algebra tasks, and show where each ran and the makespan.
     Demo(demo::DemoArgs),
@@ -1111,6 +1129,12 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             }
         }
         RuntimeCommand::Purge(a) => purge::run(&a).await,
+        RuntimeCommand::Usage {
+            since,
+            until,
+            by_day,
+            client,
+        } => usage::usage(&client, since, until, by_day).await,
         RuntimeCommand::Demo(a) => demo::run(a).await,
         RuntimeCommand::Kernel(_)
         | RuntimeCommand::Matrows(_)

@@ -2321,3 +2321,71 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
     ok(&alice, &["wait", "1", "--timeout", "30s"]);
     assert!(c.dir.join("alice").exists());
 }
+
+/// `hetsched usage`: the accounts, per user (the admin's as `admin`) and per day, as a table
+/// and as JSON, from the work the agents really ran; a user reads its own only; a day that is
+/// not one is refused naming the format.
+#[test]
+fn usage_reports_the_core_hours_each_users_running_work_held() {
+    let mut c = Cluster::start("usage", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    let alice = c.dir.join("alice.token");
+    c.ok(&[
+        "user",
+        "add",
+        "alice",
+        "--save",
+        alice.to_str().expect("path"),
+    ]);
+    let as_alice = |args: &[&str]| {
+        let out = c
+            .command(args)
+            .env("HETSCHED_TOKEN_FILE", &alice)
+            .output()
+            .expect("run hetsched");
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    as_alice(&["submit", "--wait", "--", "sleep", "2"]);
+    c.ok(&["submit", "--wait", "--", "sleep", "1"]);
+    let all = c.json(&["usage"]);
+    let core_s = |v: &serde_json::Value, who: &str| -> f64 {
+        v["users"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|u| u["user"] == who)
+            .and_then(|u| u["core_seconds"].as_f64())
+            .unwrap_or(0.0)
+    };
+    // Sampled once a second as heartbeats come: each within a second of what ran.
+    let (a, admin) = (core_s(&all, "alice"), core_s(&all, "admin"));
+    assert!(
+        (1.0..=3.5).contains(&a),
+        "alice's sleep 2 on one core: {all}"
+    );
+    assert!(
+        (0.0..=2.5).contains(&admin) && admin > 0.0,
+        "the admin's sleep 1: {all}"
+    );
+    assert!(
+        (all["total"]["core_seconds"].as_f64().unwrap_or(0.0) - a - admin).abs() < 1e-6,
+        "{all}"
+    );
+    assert!((all["users"][0]["core_hours"].as_f64().unwrap_or(0.0) * 3600.0 - admin).abs() < 1e-6);
+    let table = c.ok(&["usage", "--by-day"]);
+    assert!(
+        table.contains("core-hours") && table.contains("alice") && table.contains("total"),
+        "{table}"
+    );
+    let mine: serde_json::Value =
+        serde_json::from_str(&as_alice(&["usage", "--output", "json"])).expect("json");
+    let users = mine["users"].as_array().cloned().unwrap_or_default();
+    assert_eq!(users.len(), 1, "alice reads her own account only: {mine}");
+    assert_eq!(users[0]["user"], "alice");
+    c.refused(
+        &["usage", "--since", "1/11/2026"],
+        "a day is YYYY-MM-DD (UTC)",
+    );
+}

@@ -477,10 +477,9 @@ impl SchedulerView {
         }
     }
 
-    /// The dominant share of the cluster each group's running work holds now, by group id,
-    /// and that of the work in no group (what the nodes hold beyond the groups').
-    fn held_shares(&self) -> (Vec<f64>, f64) {
-        let totals = self.totals;
+    /// What the running work in no group holds now: what the live nodes hold beyond the
+    /// groups' usage (the runtime's admin's work).
+    pub fn ungrouped_usage(&self) -> Resources {
         let grouped = self
             .groups
             .iter()
@@ -492,12 +491,19 @@ impl SchedulerView {
             .fold(Resources::default(), |sum, n| {
                 sum + (n.node.capacity() - n.free)
             });
+        in_use - grouped
+    }
+
+    /// The dominant share of the cluster each group's running work holds now, by group id,
+    /// and that of the work in no group (what the nodes hold beyond the groups').
+    fn held_shares(&self) -> (Vec<f64>, f64) {
+        let totals = self.totals;
         (
             self.groups
                 .iter()
                 .map(|g| g.usage.dominant_share(&totals))
                 .collect(),
-            (in_use - grouped).dominant_share(&totals),
+            self.ungrouped_usage().dominant_share(&totals),
         )
     }
 

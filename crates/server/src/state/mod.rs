@@ -191,8 +191,11 @@ pub struct State {
     paused_since: Option<Instant>,
     /// When the store was last tried while paused.
     last_probe: Option<Instant>,
-    /// When each owner's fair-share usage was last staged for the store (`[fair_share]`).
-    fair_stored: Option<Instant>,
+    /// When each owner's fair-share usage (`[fair_share]`) and the accounts were last staged
+    /// for the store.
+    usage_stored: Option<Instant>,
+    /// The accounts: what each owner's work held, by day ([`crate::accounting`]).
+    ledger: crate::accounting::Ledger,
     /// Accelerator sharing: the node binding (memory only; see [`accel`]).
     sharing: accel::Sharing,
     /// Which kind owns each job id; the next id ([`job_ids`]).
@@ -333,7 +336,8 @@ impl State {
             config: config.clone(),
             paused_since: None,
             last_probe: None,
-            fair_stored: None,
+            usage_stored: None,
+            ledger: Default::default(),
             sharing: accel::Sharing::new(config.binding, config.binding_slots),
             commits: Arc::new(tokio::sync::watch::Sender::new(0)),
             alarm: alarm::Alarm::default(),
@@ -597,7 +601,7 @@ impl State {
         // Cores released above may owe a prefetch debt: no kind sees them free.
         self.nodes.prefetch.repay_all(&mut self.view);
         self.nodes.set_now(&mut self.view, Instant::now());
-        self.stage_fair_usage_when_due();
+        self.stage_usage_when_due();
         {
             let mut out = Outbox::new(&mut reply, &req.known_specs);
             for kind in self.jobs.all_mut() {
@@ -686,15 +690,19 @@ impl State {
         }
         // Chunks that went out or ended in this event book or free their agents' cores.
         self.rebook_chunks();
-        if !self.jobs.all().iter().any(|k| k.has_changes()) && !self.users.has_changes() {
+        if !self.jobs.all().iter().any(|k| k.has_changes())
+            && !self.users.has_changes()
+            && !self.ledger.has_changes()
+        {
             return Ok(());
         }
-        let (jobs, users) = (&self.jobs, &self.users);
+        let (jobs, users, ledger) = (&self.jobs, &self.users, &self.ledger);
         let written = self.store.transaction(|tx| {
             for kind in jobs.all() {
                 kind.persist(tx)?;
             }
-            users.persist(tx)
+            users.persist(tx)?;
+            ledger.persist(tx)
         });
         match written {
             Ok(()) => {
@@ -709,6 +717,7 @@ impl State {
                     kind.committed();
                 }
                 self.users.committed();
+                self.ledger.committed();
                 self.commits.send_modify(|c| *c = c.wrapping_add(1));
                 Ok(())
             }
@@ -921,7 +930,8 @@ impl State {
         fresh.metrics = self.metrics.clone();
         fresh.paused_since = self.paused_since;
         fresh.last_probe = self.last_probe;
-        fresh.fair_stored = self.fair_stored;
+        fresh.usage_stored = self.usage_stored;
+        fresh.ledger.carry_over(&self.ledger);
         // Waiters hold receivers of this state's channel; memory changed back.
         fresh.commits = self.commits.clone();
         fresh.commits.send_modify(|c| *c = c.wrapping_add(1));

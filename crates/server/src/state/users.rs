@@ -3,9 +3,6 @@
 
 use super::{State, StateError, now_ns};
 
-/// How often each owner's fair-share usage is stored (`[fair_share]`): a crash loses at most
-/// this much of what it accrued.
-pub const FAIR_USAGE_STORED_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 use crate::users::{ADMIN, Caller, MAX_USERS, TokenIndex, Users};
 use hetsched_core::Resources;
 use std::collections::HashSet;
@@ -196,18 +193,56 @@ impl State {
         half_life
     }
 
-    /// Stages each owner's fair-share usage for this event's commit once
-    /// [`FAIR_USAGE_STORED_EVERY`] has passed since it was last staged.
-    pub(super) fn stage_fair_usage_when_due(&mut self) {
-        if self.config.fair_share.is_none()
-            || self
-                .fair_stored
-                .is_some_and(|t| t.elapsed() < FAIR_USAGE_STORED_EVERY)
+    /// Samples the accounts, and stages them and each owner's fair-share usage for this
+    /// event's commit once [`crate::accounting::STORED_EVERY`] has passed since they were last
+    /// staged.
+    pub(super) fn stage_usage_when_due(&mut self) {
+        self.sample_accounts();
+        if self
+            .usage_stored
+            .is_some_and(|t| t.elapsed() < crate::accounting::STORED_EVERY)
         {
             return;
         }
-        self.fair_stored = Some(std::time::Instant::now());
-        self.stage_fair_usage();
+        self.usage_stored = Some(std::time::Instant::now());
+        self.stage_usage();
+    }
+
+    /// `hetsched usage`: the accounts from day `since` to day `until` (both included; days
+    /// since the Unix epoch, UTC) by day and owner, what accrued since the last store included;
+    /// `owner`: that owner's only.
+    pub fn usage_report(
+        &self,
+        since: u32,
+        until: u32,
+        owner: Option<&str>,
+    ) -> Result<Vec<crate::accounting::UsageRow>, StateError> {
+        Ok(self.ledger.report(self.store.conn(), since, until, owner)?)
+    }
+
+    /// Credits each owner's account with what its work holds now ([`crate::accounting`]), at
+    /// most once per [`crate::accounting::SAMPLE_EVERY`].
+    fn sample_accounts(&mut self) {
+        let now = now_ns();
+        if !self.ledger.due(now) {
+            return;
+        }
+        let view = &self.view;
+        let holding = self
+            .users
+            .groups()
+            .map(|(name, g)| (name, view.group(g).usage))
+            .chain(std::iter::once((ADMIN, view.ungrouped_usage())));
+        self.ledger.sample(now, holding);
+    }
+
+    /// Stages the accounts and, under `[fair_share]`, each owner's fair-share usage for the
+    /// next commit.
+    fn stage_usage(&mut self) {
+        self.ledger.stage();
+        if self.config.fair_share.is_some() {
+            self.stage_fair_usage();
+        }
     }
 
     /// Stages each owner's fair-share usage (the admin's too) for the next commit.
@@ -222,14 +257,12 @@ impl State {
         self.users.stage_fair_usage(now_ns() / 1_000_000, rows);
     }
 
-    /// Stores each owner's fair-share usage now (as the heartbeats do every
-    /// [`FAIR_USAGE_STORED_EVERY`]), e.g. before a planned stop.
-    pub fn store_fair_usage(&mut self) -> Result<(), StateError> {
-        if self.config.fair_share.is_none() {
-            return Ok(());
-        }
-        self.fair_stored = Some(std::time::Instant::now());
-        self.stage_fair_usage();
+    /// Stores the accounts and each owner's fair-share usage now (as the heartbeats do every
+    /// [`crate::accounting::STORED_EVERY`]): when the server stops.
+    pub fn store_usage(&mut self) -> Result<(), StateError> {
+        self.sample_accounts();
+        self.usage_stored = Some(std::time::Instant::now());
+        self.stage_usage();
         self.commit()
     }
 
