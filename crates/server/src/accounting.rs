@@ -6,7 +6,8 @@
 //! batch tasks, workflow instances, divisible chunks and stream-topology workers), the admin's
 //! the rest of what the live nodes hold — at most once per [`SAMPLE_EVERY`] as heartbeats
 //! come, and credits it for the time since the previous sample, split at UTC midnights: core-,
-//! GPU- and memory-seconds. What accrued is added to the store's `usage_ledger` rows with the
+//! GPU- and memory-seconds. The live nodes' capacity is credited the same way under the
+//! owner [`CAPACITY`], so the accounts say how much of the cluster was used. What accrued is added to the store's `usage_ledger` rows with the
 //! state's commit every [`STORED_EVERY`] (and when the server stops), so a crash loses at most
 //! that much; the ledger is never purged with the jobs, so the accounts outlive retention.
 //! Time the server was down is not counted (nothing samples it), though agents' tasks ran on.
@@ -27,6 +28,10 @@ pub const STORED_EVERY: Duration = Duration::from_secs(60);
 /// The longest interval one sample credits: a longer gap (the clock jumped, or no heartbeat
 /// came) is not taken for work held all along.
 const LONGEST_GAP: Duration = Duration::from_secs(600);
+
+/// The owner under which the live nodes' capacity is credited: no user's name (those start
+/// with a letter) nor the admin's.
+pub const CAPACITY: &str = "";
 
 /// The most days one read of the accounts covers (`hetsched usage`): ten years.
 pub const MAX_DAYS: u32 = 3_660;
@@ -64,7 +69,7 @@ impl Held {
 /// One row of the accounts: an owner's usage on a day (days since the Unix epoch, UTC).
 #[derive(Clone, Debug, PartialEq)]
 pub struct UsageRow {
-    /// A user's name, or [`crate::users::ADMIN`].
+    /// A user's name, [`crate::users::ADMIN`], or [`CAPACITY`] for what the live nodes offered.
     pub owner: String,
     /// Days since 1970-01-01 (UTC).
     pub day: u32,
@@ -174,7 +179,8 @@ impl Ledger {
     }
 
     /// The accounts from day `since` to day `until` (both included), by day and owner: the
-    /// store's rows and what accrued since they were written. `owner`: only that owner's.
+    /// store's rows and what accrued since they were written. `owner`: only that owner's (and
+    /// the capacity's).
     pub fn report(
         &self,
         conn: &Connection,
@@ -185,7 +191,7 @@ impl Ledger {
         let mut rows: BTreeMap<(String, u32), Held> = BTreeMap::new();
         let mut stmt = conn.prepare_cached(
             "SELECT owner, day, core_seconds, gpu_seconds, memory_byte_seconds FROM usage_ledger
-             WHERE day >= ?1 AND day <= ?2 AND (?3 IS NULL OR owner = ?3)",
+             WHERE day >= ?1 AND day <= ?2 AND (?3 IS NULL OR owner = ?3 OR owner = '')",
         )?;
         let stored = stmt.query_map(params![since, until, owner], |r| {
             Ok((
@@ -202,7 +208,7 @@ impl Ledger {
             rows.entry(k).or_default().add(h);
         }
         for ((o, day), h) in self.staged.iter().chain(&self.pending) {
-            if (since..=until).contains(day) && owner.is_none_or(|w| w == o) {
+            if (since..=until).contains(day) && owner.is_none_or(|w| w == o || o == CAPACITY) {
                 rows.entry((o.clone(), *day)).or_default().add(*h);
             }
         }

@@ -99,6 +99,11 @@ impl Sum {
     }
 }
 
+/// `used` as a fraction of `offered`; `None` when nothing was offered.
+fn fraction(used: f64, offered: f64) -> Option<f64> {
+    (offered > 0.0).then(|| used / offered)
+}
+
 /// Bytes in a GiB.
 const GIB: f64 = (1u64 << 30) as f64;
 
@@ -127,7 +132,13 @@ pub async fn usage(
     let mut owners: BTreeMap<&str, Sum> = BTreeMap::new();
     let mut days: BTreeMap<(u32, &str), Sum> = BTreeMap::new();
     let mut total = Sum::default();
+    // What the live nodes offered (the rows of the empty owner).
+    let mut capacity = Sum::default();
     for r in &reply.rows {
+        if r.owner.is_empty() {
+            capacity.add(r);
+            continue;
+        }
         owners.entry(&r.owner).or_default().add(r);
         days.entry((r.day, &r.owner)).or_default().add(r);
         total.add(r);
@@ -147,6 +158,12 @@ pub async fn usage(
             "until": until,
             "users": users,
             "total": total.json(),
+            "capacity": capacity.json(),
+            "utilisation": {
+                "cores": fraction(total.core_seconds, capacity.core_seconds),
+                "gpus": fraction(total.gpu_seconds, capacity.gpu_seconds),
+                "memory": fraction(total.memory_byte_seconds, capacity.memory_byte_seconds),
+            },
         });
         if by_day {
             doc["days"] = days
@@ -162,6 +179,17 @@ pub async fn usage(
         return json(&doc);
     }
     println!("usage from {since} to {until} (UTC days; what running work held)");
+    let percent = |used: f64, offered: f64| {
+        fraction(used, offered).map_or("-".to_string(), |f| format!("{:.1} %", 100.0 * f))
+    };
+    println!(
+        "capacity: {:.2} core-hours, {:.2} GPU-hours; used: {} of the core-hours, {} of the \
+         GPU-hours",
+        capacity.core_seconds / 3600.0,
+        capacity.gpu_seconds / 3600.0,
+        percent(total.core_seconds, capacity.core_seconds),
+        percent(total.gpu_seconds, capacity.gpu_seconds),
+    );
     let head = ["core-hours", "GPU-hours", "memory GiB-hours", "core share"];
     let mut t = if by_day {
         table(&[&["day", "user"][..], &head[..]].concat())

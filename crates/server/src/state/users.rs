@@ -232,7 +232,10 @@ impl State {
             .users
             .groups()
             .map(|(name, g)| (name, view.group(g).usage))
-            .chain(std::iter::once((ADMIN, view.ungrouped_usage())));
+            .chain([
+                (ADMIN, view.ungrouped_usage()),
+                (crate::accounting::CAPACITY, view.totals()),
+            ]);
         self.ledger.sample(now, holding);
     }
 

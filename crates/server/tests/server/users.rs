@@ -1114,8 +1114,8 @@ fn a_job_the_admin_cancels_says_so_and_keeps_saying_it_after_a_restart() {
 
 /// The accounts (`hetsched usage`): what each owner's running work held is credited to it by
 /// UTC day as heartbeats come (alice's two-core task for ~1.2 s: ~2.4 core-seconds, its memory
-/// too), is read back with what accrued since the last store, survives a restart once stored,
-/// and over the API the admin reads every owner's while a user reads its
+/// too) and the live nodes' capacity beside it, is read back with what accrued since the last
+/// store, survives a restart once stored, and over the API the admin reads every owner's while a user reads its
 /// own only; a span that ends before it starts is refused by field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_accounts_credit_each_owner_what_its_running_work_held() {
@@ -1189,9 +1189,23 @@ async fn the_accounts_credit_each_owner_what_its_running_work_held() {
         );
     }
     assert!(
-        mine.rows.iter().all(|r| r.owner == "alice"),
-        "a user reads its own account only: {:?}",
         mine.rows
+            .iter()
+            .all(|r| r.owner == "alice" || r.owner.is_empty()),
+        "a user reads its own account only (and the capacity): {:?}",
+        mine.rows
+    );
+    // The capacity: the node's 8 cores over the same samples as alice's 2 (`ran_s` is her
+    // core-seconds).
+    let offered: f64 = all
+        .rows
+        .iter()
+        .filter(|r| r.owner.is_empty())
+        .map(|r| r.core_seconds)
+        .sum();
+    assert!(
+        (offered - 4.0 * ran_s).abs() < 1e-6,
+        "capacity {offered} core-seconds against alice's {ran_s}"
     );
     for (span, why) in [
         (read(today + 2, today + 1), "is after until_day"),
