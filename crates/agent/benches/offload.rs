@@ -94,6 +94,7 @@ fn setup() -> Setup {
             &dir.join("anode"),
             Default::default(),
             launch::DEFAULT_KILL_GRACE,
+            false,
         )
         .expect("pipeline");
         let l = AccelListener::bind("127.0.0.1:0".parse().expect("addr"), p, TOKEN, None)
@@ -177,6 +178,7 @@ fn overhead(c: &mut Criterion) {
                 &work,
                 never(),
                 launch::DEFAULT_KILL_GRACE,
+                false,
                 |_| {},
             ));
             assert!(r.success);

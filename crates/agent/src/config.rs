@@ -19,6 +19,7 @@
 //! kill_grace = "10s"                # a stopped task's time between SIGTERM and SIGKILL
 //! time_limit = "11h 50m"            # how long the agent runs (its batch allocation, less a margin)
 //! idle_timeout = "5m"               # exit once nothing has run here for this long
+//! run_as_owner = true               # a user's tasks run as its Unix account (agent as root)
 //! [tls]                             # optional: workflow data and PCDDB between agents over TLS
 //! cert = "agent.pem"                # (peers verify it with their `ca`; same as the server's)
 //! key = "agent.key"
@@ -78,6 +79,10 @@ pub struct AgentConfig {
     pub time_limit: Option<hetsched_core::input::Duration>,
     /// Exit once nothing has run or waited on the node for this long.
     pub idle_timeout: Option<hetsched_core::input::Duration>,
+    /// Run a user's tasks and divisible chunks as the Unix account of the user's name (the
+    /// admin's as the agent's own user); the agent must then run as root
+    /// ([`crate::run_as`]). Off by default: everything runs as the agent's user.
+    pub run_as_owner: bool,
     /// TLS between agents (workflow data, PCDDB): the same options as the server's `[tls]`.
     pub tls: Option<TlsFiles>,
     /// Declared accelerators (replace detected ones).
@@ -147,6 +152,24 @@ mod tests {
         let e = AgentConfig::parse("agent.toml", "cores = 2\nkill_grace = \"2h\"\n")
             .expect_err("too long");
         assert_eq!(e.to_string(), "agent.toml:2:14: kill_grace: at most 1h");
+    }
+
+    #[test]
+    fn run_as_owner_is_off_unless_set_and_a_bad_value_names_its_line() {
+        assert!(!AgentConfig::default().run_as_owner);
+        assert!(
+            !AgentConfig::parse("agent.toml", "cores = 2\n")
+                .expect("valid")
+                .run_as_owner
+        );
+        let c = AgentConfig::parse("agent.toml", "run_as_owner = true\n").expect("valid");
+        assert!(c.run_as_owner);
+        let e = AgentConfig::parse("agent.toml", "cores = 2\nrun_as_owner = \"yes\"\n")
+            .expect_err("not a boolean");
+        assert!(
+            e.to_string().starts_with("agent.toml:2:16: run_as_owner"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -142,6 +142,61 @@ fn safe_rel(rel: &str) -> bool {
     p.starts_with("wf") && p.components().all(|c| matches!(c, Component::Normal(_)))
 }
 
+/// Opens the workflow output `rel` (`wf/JOB/TASK-I/out/NAME`, checked by [`safe_rel`]) without
+/// following a link at its end; in an instance directory an account owns (an instance that ran
+/// as its owner, `run_as_owner`), as that account, so that a link the account put in the way
+/// leads only where the account may read.
+fn open_output(work_dir: &Path, rel: &str) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::MetadataExt;
+    let path = work_dir.join(rel);
+    let open = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(crate::workdir::no_follow())
+            .open(&path)
+    };
+    // `wf/JOB/TASK-I`: only the agent writes in `wf/JOB`, so the instance directory is what
+    // the agent made (and gave, [`give_instance`]).
+    let instance: PathBuf = Path::new(rel).components().take(3).collect();
+    let owner = std::fs::symlink_metadata(work_dir.join(instance))?.uid();
+    if owner == crate::workdir::euid() {
+        return open();
+    }
+    let account = crate::run_as::Account::of_uid(owner).map_err(std::io::Error::other)?;
+    crate::run_as::hop(Some(&account), open).map_err(std::io::Error::other)?
+}
+
+/// Gives workflow instance directory `dir` (`WORK_DIR/wf/JOB/TASK-I`, made afresh by the agent
+/// and private to it until now) and all in it to `account`, its own last, and lets the account
+/// pass through `wf` and `wf/JOB` (0711) to it.
+fn give_instance(
+    work_dir: &Path,
+    dir: &Path,
+    account: &crate::run_as::Account,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fn give_below(dir: &Path, account: &crate::run_as::Account) -> std::io::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let path = entry.path();
+            if entry.file_type()?.is_dir() {
+                give_below(&path, account)?;
+            }
+            std::os::unix::fs::lchown(&path, Some(account.uid), Some(account.gid))?;
+        }
+        Ok(())
+    }
+    give_below(dir, account)?;
+    std::os::unix::fs::lchown(dir, Some(account.uid), Some(account.gid))?;
+    for pass in [
+        work_dir.join("wf"),
+        dir.parent().map_or_else(PathBuf::new, Path::to_path_buf),
+    ] {
+        std::fs::set_permissions(pass, std::fs::Permissions::from_mode(0o711))?;
+    }
+    Ok(())
+}
+
 /// The `AgentData` service of one agent.
 pub struct DataService {
     /// The agent's work directory.
@@ -171,12 +226,12 @@ impl AgentData for DataService {
                 "`{rel}` is not a workflow output path"
             )));
         }
-        let path = self.work_dir.join(&rel);
-        let mut f = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(crate::workdir::no_follow())
-            .open(&path)
-            .map_err(|e| Status::not_found(format!("{rel}: {e}")))?;
+        let work_dir = self.work_dir.clone();
+        let mut f = tokio::task::spawn_blocking(move || {
+            open_output(&work_dir, &rel).map_err(|e| Status::not_found(format!("{rel}: {e}")))
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))??;
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         tokio::task::spawn_blocking(move || {
             loop {
@@ -255,18 +310,36 @@ async fn fetch(address: &str, auth: &PeerAuth, rel: &str, to: &Path) -> Result<u
 }
 
 /// Prepares workflow instance `a`: its directory, its inputs fetched from their producers'
-/// agents, and the command with its placeholders filled. Errors say which input failed.
+/// agents, and the command with its placeholders filled. Errors say which input failed. An
+/// instance that runs as `account` (`run_as_owner`) gets a new directory, the account's once
+/// its inputs are in.
 pub async fn prepare(
     a: &pb::Assignment,
     spec: &pb::TaskSpec,
     work_dir: &Path,
     auth: &PeerAuth,
+    account: Option<&crate::run_as::Account>,
 ) -> Result<pb::TaskSpec, String> {
     let rel = format!("wf/{}", a.instance_dir);
-    if !safe_rel(&rel) {
+    // An account's is `JOB/TASK-I`, as the server names them: [`open_output`] finds its owner.
+    let account = account.filter(|_| !a.inputs.is_empty() || !a.outputs.is_empty());
+    if !safe_rel(&rel) || (account.is_some() && Path::new(&rel).components().count() != 3) {
         return Err(format!("bad instance directory `{}`", a.instance_dir));
     }
     let dir = work_dir.join(&rel);
+    if account.is_some() {
+        // A previous attempt's directory was the account's: nothing of it is trusted (the
+        // removal follows no link).
+        match tokio::fs::remove_dir_all(&dir).await {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(format!("{}: {e}", dir.display()));
+            }
+            _ => {}
+        }
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
     // Only the directories the instance uses (`in/NAME` below, `out`): a wide workflow's
     // instances make many, and making directories was most of what an agent spent on a short
     // instance (ext4 looks for a free inode on every one).
@@ -313,7 +386,91 @@ pub async fn prepare(
             )
         })
         .collect();
+    if let Some(account) = account {
+        give_instance(work_dir, &dir, account).map_err(|e| {
+            format!(
+                "{}: giving the instance's directory to account `{}`: {e}",
+                dir.display(),
+                account.name
+            )
+        })?;
+    }
     let mut s = spec.clone();
     s.argv = expand(&spec.argv, &a.index.to_string(), &inputs, &outputs);
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_instance_that_runs_as_its_account_writes_its_outputs_and_they_are_read_as_it() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        if !crate::run_as::tests::root() {
+            return;
+        }
+        let work = std::env::temp_dir().join(format!("hetsched-wf-as-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&work);
+        std::fs::create_dir_all(&work).expect("work dir");
+        let nobody = crate::run_as::Account::lookup("n1", "nobody").expect("nobody");
+        let a = pb::Assignment {
+            task_id: 1,
+            attempt: 1,
+            instance_dir: "7/make-0".into(),
+            outputs: vec!["res".into()],
+            ..Default::default()
+        };
+        let spec = pb::TaskSpec {
+            job_id: 7,
+            app: "make".into(),
+            argv: vec!["sh".into(), "-c".into(), "id -un > {output:res}".into()],
+            run_as: "nobody".into(),
+            ..Default::default()
+        };
+        // A previous attempt's leftovers (the account's) go.
+        let dir = work.join("wf/7/make-0");
+        std::fs::create_dir_all(dir.join("old")).expect("old");
+        let ready = prepare(&a, &spec, &work, &PeerAuth::default(), Some(&nobody))
+            .await
+            .expect("prepared");
+        assert!(!dir.join("old").exists());
+        for d in [dir.clone(), dir.join("out")] {
+            let m = std::fs::metadata(&d).expect("meta");
+            assert_eq!((m.uid(), m.gid()), (65534, nobody.gid), "{}", d.display());
+        }
+        let mode = |p: &Path| std::fs::metadata(p).expect("meta").mode() & 0o7777;
+        assert_eq!(
+            (mode(&work.join("wf")), mode(&work.join("wf/7"))),
+            (0o711, 0o711)
+        );
+        let (_tx, rx) = tokio::sync::oneshot::channel();
+        let r = crate::launch::run(
+            &a,
+            &ready,
+            "n1",
+            &work,
+            rx,
+            std::time::Duration::from_secs(5),
+            true,
+            |_| {},
+        )
+        .await;
+        assert!(r.success, "{r:?}");
+        let mut f = open_output(&work, "wf/7/make-0/out/res").expect("output");
+        let mut text = String::new();
+        f.read_to_string(&mut text).expect("read");
+        assert_eq!(text, "nobody\n");
+        // The account's links lead only where it may read: served as the account, a file of
+        // root's is refused.
+        let secret = work.join("secret");
+        std::fs::create_dir_all(&secret).expect("secret dir");
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        std::fs::write(secret.join("res"), "root's").expect("secret");
+        std::fs::remove_dir_all(dir.join("out")).expect("rm out");
+        std::os::unix::fs::symlink(&secret, dir.join("out")).expect("link");
+        let e = open_output(&work, "wf/7/make-0/out/res").expect_err("root's file");
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+        let _ = std::fs::remove_dir_all(&work);
+    }
 }

@@ -58,6 +58,8 @@ pub struct DivisibleAgent {
     pub kill_grace: Duration,
     /// How many chunks the agent holds now (the agent's idle timeout reads it).
     pub held: Arc<std::sync::atomic::AtomicUsize>,
+    /// `run_as_owner`: a user's chunk runs as its owner's account ([`crate::run_as`]).
+    pub run_as_owner: bool,
 }
 
 /// Publishes how many chunks the agent holds.
@@ -297,6 +299,26 @@ pub async fn run(
     }
 }
 
+/// Gives a chunk's input (fetched into the agent's private chunk directory) to `account`:
+/// owned by it, moved into its directory ([`crate::run_as::area`]). The new path and the
+/// directory the chunk runs in (the account's).
+fn give_input(
+    work_dir: &Path,
+    account: &crate::run_as::Account,
+    r: &Ready,
+) -> std::io::Result<(PathBuf, PathBuf)> {
+    let area = crate::run_as::area(work_dir, account)?;
+    // Given while still in the agent's directory, where nobody else can swap it.
+    account.give(&std::fs::File::open(&r.input)?)?;
+    let to = area.join(format!(
+        "divisible-job-{}-chunk-{}.in",
+        r.order.job_id, r.order.chunk
+    ));
+    // A rename replaces whatever the account left at that name, without following it.
+    std::fs::rename(&r.input, &to)?;
+    Ok((to, area))
+}
+
 fn chunk_dir(work_dir: &Path, job: u64) -> PathBuf {
     work_dir.join("divisible").join(format!("job-{job}"))
 }
@@ -368,12 +390,6 @@ async fn run_chunk(
     let dir = chunk_dir(&me.work_dir, o.job_id);
     let out = chunk_output_path(&me.work_dir, o.job_id, o.chunk, false);
     let err = chunk_output_path(&me.work_dir, o.job_id, o.chunk, true);
-    let input = r.input.display().to_string();
-    let argv: Vec<String> = o
-        .argv
-        .iter()
-        .map(|w| substitute(w, o.start, o.end, o.chunk, &input))
-        .collect();
     let mut header = pb::ChunkResultHeader {
         job_id: o.job_id,
         chunk: o.chunk,
@@ -386,17 +402,55 @@ async fn run_chunk(
         h.message = m;
         (h, None)
     };
+    // `run_as_owner`: a user's chunk runs as its account, in the account's directory, where its
+    // input goes (the account's); its output files stay the agent's (it reads stdout's).
+    let account = match crate::run_as::resolve(me.run_as_owner, &o.run_as, &me.name).await {
+        Ok(account) => account,
+        Err(e) => {
+            let _ = std::fs::remove_file(&r.input);
+            return fail(header, e.to_string());
+        }
+    };
+    let (input, cwd) = match &account {
+        None => (r.input.clone(), dir.clone()),
+        Some(acc) => match give_input(&me.work_dir, acc, r) {
+            Ok(moved) => moved,
+            Err(e) => {
+                let _ = std::fs::remove_file(&r.input);
+                return fail(
+                    header,
+                    format!(
+                        "node {}: the chunk's input for account `{}`: {e}",
+                        me.name, acc.name
+                    ),
+                );
+            }
+        },
+    };
+    let shown = input.display().to_string();
+    let argv: Vec<String> = o
+        .argv
+        .iter()
+        .map(|w| substitute(w, o.start, o.end, o.chunk, &shown))
+        .collect();
     let Some((program, args)) = argv.split_first() else {
+        let _ = std::fs::remove_file(&input);
         return fail(header, "empty command".into());
     };
     let (stdout, stderr) = match (std::fs::File::create(&out), std::fs::File::create(&err)) {
         (Ok(a), Ok(b)) => (a, b),
-        (Err(e), _) | (_, Err(e)) => return fail(header, format!("{}: {e}", dir.display())),
+        (Err(e), _) | (_, Err(e)) => {
+            let _ = std::fs::remove_file(&input);
+            return fail(header, format!("{}: {e}", dir.display()));
+        }
     };
     let start = Instant::now();
-    let child = tokio::process::Command::new(program)
-        .args(args)
-        .current_dir(&dir)
+    let mut cmd = tokio::process::Command::new(program);
+    if let Some(acc) = &account {
+        cmd.envs(acc.env());
+    }
+    cmd.args(args)
+        .current_dir(&cwd)
         .env("HETSCHED_JOB_ID", o.job_id.to_string())
         .env("HETSCHED_CHUNK", o.chunk.to_string())
         .env("HETSCHED_CHUNK_START", o.start.to_string())
@@ -407,11 +461,25 @@ async fn run_chunk(
         .stdout(stdout)
         .stderr(stderr)
         .kill_on_drop(true)
-        .process_group(0)
-        .spawn();
+        .process_group(0);
+    // With the setting, on a thread that has become the account (and has the tasks' umask).
+    let child = if me.run_as_owner {
+        crate::run_as::hop(account.as_ref(), || cmd.spawn())
+            .map_err(|e| format!("node {}: {e}", me.name))
+            .and_then(|spawned| spawned.map_err(|e| e.to_string()))
+    } else {
+        cmd.spawn().map_err(|e| e.to_string())
+    };
     let mut child = match child {
         Ok(c) => c,
-        Err(e) => return fail(header, format!("cannot start `{program}`: {e}")),
+        Err(e) => {
+            let _ = std::fs::remove_file(&input);
+            let who = account
+                .as_ref()
+                .map(|a| format!(" as `{}`", a.name))
+                .unwrap_or_default();
+            return fail(header, format!("cannot start `{program}`{who}: {e}"));
+        }
     };
     // The chunk's whole process group: its leader and whatever it started.
     let group = child.id();
@@ -423,7 +491,7 @@ async fn run_chunk(
         l.ended(entry.0, entry.1);
     }
     header.compute_ns = start.elapsed().as_nanos() as u64;
-    let _ = std::fs::remove_file(&r.input);
+    let _ = std::fs::remove_file(&input);
     let status = match status {
         Waited::Exited(s) => s,
         Waited::TimedOut => {
@@ -584,5 +652,112 @@ pub struct Running(pub tokio::task::JoinHandle<()>);
 impl Drop for Running {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An agent in `dir`, with or without `run_as_owner`, and its chunks' shared state.
+    fn agent(dir: &Path, run_as_owner: bool) -> (DivisibleAgent, Shared) {
+        let me = DivisibleAgent {
+            name: "n1".into(),
+            identity: "id".into(),
+            memory_bytes: 1 << 30,
+            work_dir: dir.to_path_buf(),
+            kill_grace: Duration::from_secs(5),
+            held: Arc::default(),
+            run_as_owner,
+        };
+        let (ledger, _) = crate::ledger::Ledger::recover_file(dir, crate::ledger::CHUNKS_FILE_NAME)
+            .expect("ledger");
+        let shared = Shared {
+            held: Mutex::new(Held::default()),
+            dropped: tokio::sync::Notify::new(),
+            ledger: Mutex::new(ledger),
+        };
+        (me, shared)
+    }
+
+    /// Runs chunk 4 of job 2 (owner `run_as`) with `input` fetched: its header and output.
+    async fn chunk(
+        me: &DivisibleAgent,
+        shared: &Shared,
+        run_as: &str,
+        command: &str,
+    ) -> (pb::ChunkResultHeader, String) {
+        let dir = chunk_dir(&me.work_dir, 2);
+        std::fs::create_dir_all(&dir).expect("chunk dir");
+        let input = dir.join("chunk-4.in");
+        std::fs::write(&input, "the slice\n").expect("input");
+        let ready = Ready {
+            order: pb::ChunkOrder {
+                job_id: 2,
+                chunk: 4,
+                start: 10,
+                end: 20,
+                argv: vec!["sh".into(), "-c".into(), command.into()],
+                run_as: run_as.into(),
+                ..Default::default()
+            },
+            input,
+            transfer_ns: 0,
+        };
+        let (header, out) = run_chunk(me, &ready, shared).await;
+        let out = out.map(|p| std::fs::read_to_string(p).expect("output"));
+        (header, out.unwrap_or_default())
+    }
+
+    #[tokio::test]
+    async fn a_users_chunk_runs_as_its_account_and_reads_its_input() {
+        if !crate::run_as::tests::root() {
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("hetsched-chunk-as-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let (me, shared) = agent(&dir, true);
+        let (h, out) = chunk(
+            &me,
+            &shared,
+            "nobody",
+            "id -un; cat {input}; pwd; echo $HOME",
+        )
+        .await;
+        assert!(h.success, "{h:?}");
+        let area = dir.join("users/nobody");
+        let home = crate::run_as::Account::lookup("n1", "nobody")
+            .expect("nobody")
+            .home;
+        assert_eq!(
+            out,
+            format!(
+                "nobody\nthe slice\n{}\n{}\n",
+                area.display(),
+                home.display()
+            )
+        );
+        assert!(
+            !area.join("divisible-job-2-chunk-4.in").exists(),
+            "the input goes with the chunk"
+        );
+        // The admin's chunk runs as the agent's user; an unknown account is refused.
+        let (h, out) = chunk(&me, &shared, "", "id -un").await;
+        assert!(h.success, "{h:?}");
+        assert_eq!(out, "root\n");
+        let (h, _) = chunk(&me, &shared, "no-such-user-x", "id -un").await;
+        assert!(!h.success);
+        assert!(
+            h.message
+                .starts_with("node n1: no Unix account `no-such-user-x`"),
+            "{h:?}"
+        );
+        // Without the setting, the owner is not looked at.
+        let (me, shared) = agent(&dir, false);
+        let (h, out) = chunk(&me, &shared, "nobody", "id -un").await;
+        assert!(h.success, "{h:?}");
+        assert_eq!(out, "root\n");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -1,6 +1,7 @@
 //! Runs one assigned task as a child process in its own process group: environment
 //! (`CUDA_VISIBLE_DEVICES` = the assigned devices, `HETSCHED_*`), working directory, stdout and
-//! stderr captured to files; waits for it and reports the result.
+//! stderr captured to files; waits for it and reports the result. With `run_as_owner` a user's
+//! task runs as the user's Unix account ([`crate::run_as`]).
 //!
 //! Stopping a task (a kill request, its time limit, its agent shutting down) is graceful, as
 //! Slurm does it: the whole group gets SIGTERM (and SIGCONT, so that a stopped process sees it),
@@ -59,7 +60,9 @@ fn write_node_file(
 ) -> std::io::Result<PathBuf> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let path = output_paths(work_dir, spec, a).0.with_extension("nodes");
+    let path = work_dir
+        .join(format!("job-{}", spec.job_id))
+        .join(node_file_name(spec, a));
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -76,8 +79,14 @@ fn write_node_file(
     Ok(path)
 }
 
-/// The directory a task runs in: its spec's `workdir` if that exists on this node, else the
-/// agent's work directory.
+/// A task's node file's name: `APP-INDEX.ATTEMPT.nodes`.
+fn node_file_name(spec: &pb::TaskSpec, a: &pb::Assignment) -> String {
+    format!("{}-{}.{}.nodes", component(&spec.app), a.index, a.attempt)
+}
+
+/// The directory a task runs in: its spec's `workdir` if that exists on this node, else
+/// `work_dir` (the agent's work directory; for a task that runs as an account, the account's own
+/// directory there, [`crate::run_as::area`]).
 pub fn task_cwd<'a>(work_dir: &'a Path, spec: &'a pb::TaskSpec) -> &'a Path {
     let dir = Path::new(&spec.workdir);
     if !spec.workdir.is_empty() && dir.is_dir() {
@@ -146,29 +155,81 @@ pub fn open_stream_files(
     captured: [&Path; 2],
 ) -> Result<[Option<std::fs::File>; 2], String> {
     let mut files: [Option<std::fs::File>; 2] = [None, None];
-    for (k, what) in [(0, "stdout"), (1, "stderr")] {
-        let StreamTo::File(path) = &targets[k] else {
+    for k in 0..2 {
+        let Some(file) = open_stream(targets, &files, k)? else {
             continue;
         };
-        // The same file however it is spelt (`a.log`, `./a.log`, a link to it): one shared
-        // handle, else the second `create` would truncate what the first writes.
-        let shared = match (k, &files[0]) {
-            (1, Some(f)) if same_file(f.metadata(), std::fs::metadata(path)) => Some(f),
-            _ => None,
-        };
-        let file = match shared {
-            Some(f) => f.try_clone(),
-            None => path
-                .parent()
-                .map_or(Ok(()), std::fs::create_dir_all)
-                .and_then(|()| std::fs::File::create(path)),
+        if let StreamTo::File(path) = &targets[k] {
+            write_pointer(captured[k], path, None)
+                .map_err(|e| format!("cannot record where its {} goes: {e}", STREAMS[k]))?;
         }
-        .map_err(|e| format!("cannot open its {what} file `{}`: {e}", path.display()))?;
-        write_pointer(captured[k], path)
-            .map_err(|e| format!("cannot record where its {what} goes: {e}"))?;
         files[k] = Some(file);
     }
     Ok(files)
+}
+
+/// The streams' names, stdout's then stderr's.
+const STREAMS: [&str; 2] = ["stdout", "stderr"];
+
+/// Creates (empty) the files of `targets` that are an application's, with their missing
+/// directories, as [`open_stream_files`] does, without the pointers: run by the task's own
+/// account ([`crate::run_as::hop`]), whose rights and ownership they then have.
+pub fn open_streams(targets: &[StreamTo; 2]) -> Result<[Option<std::fs::File>; 2], String> {
+    let mut files: [Option<std::fs::File>; 2] = [None, None];
+    for k in 0..2 {
+        files[k] = open_stream(targets, &files, k)?;
+    }
+    Ok(files)
+}
+
+/// Opens stream `k`'s file (`None` for a stream not sent to a file): the one stdout opened
+/// (`files[0]`) when both name one file.
+fn open_stream(
+    targets: &[StreamTo; 2],
+    files: &[Option<std::fs::File>; 2],
+    k: usize,
+) -> Result<Option<std::fs::File>, String> {
+    let StreamTo::File(path) = &targets[k] else {
+        return Ok(None);
+    };
+    // The same file however it is spelt (`a.log`, `./a.log`, a link to it): one shared
+    // handle, else the second `create` would truncate what the first writes.
+    let shared = match (k, &files[0]) {
+        (1, Some(f)) if same_file(f.metadata(), std::fs::metadata(path)) => Some(f),
+        _ => None,
+    };
+    match shared {
+        Some(f) => f.try_clone(),
+        None => path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::File::create(path)),
+    }
+    .map(Some)
+    .map_err(|e| {
+        format!(
+            "cannot open its {} file `{}`: {e}",
+            STREAMS[k],
+            path.display()
+        )
+    })
+}
+
+/// Leaves the pointers to the application's files of `targets` in their capture files' places
+/// (`captured`), owned by `account` when given: [`crate::logs`] then opens the file as that
+/// account.
+pub fn write_pointers(
+    targets: &[StreamTo; 2],
+    captured: [&Path; 2],
+    account: Option<&crate::run_as::Account>,
+) -> Result<(), String> {
+    for k in 0..2 {
+        if let StreamTo::File(path) = &targets[k] {
+            write_pointer(captured[k], path, account)
+                .map_err(|e| format!("cannot record where its {} goes: {e}", STREAMS[k]))?;
+        }
+    }
+    Ok(())
 }
 
 /// Whether two files' metadata name one file (device and inode); an unreadable one names none.
@@ -180,8 +241,13 @@ pub(crate) fn same_file(
     matches!((a, b), (Ok(a), Ok(b)) if a.dev() == b.dev() && a.ino() == b.ino())
 }
 
-/// Writes the pointer to `target` in `captured`'s place (not through a symbolic link).
-fn write_pointer(captured: &Path, target: &Path) -> std::io::Result<()> {
+/// Writes the pointer to `target` in `captured`'s place (not through a symbolic link), owned by
+/// `account` when given.
+fn write_pointer(
+    captured: &Path,
+    target: &Path,
+    account: Option<&crate::run_as::Account>,
+) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::OpenOptionsExt;
@@ -194,6 +260,9 @@ fn write_pointer(captured: &Path, target: &Path) -> std::io::Result<()> {
         .truncate(true)
         .custom_flags(crate::workdir::no_follow())
         .open(pointer_path(captured))?;
+    if let Some(a) = account {
+        a.give(&f)?;
+    }
     f.write_all(target.as_os_str().as_bytes())
 }
 
@@ -364,6 +433,7 @@ enum Ended {
 /// `entries`; the entry is inserted as it is), and the task gets the `HETSCHED_*` variables.
 /// A kill request or the time limit (the spec's, or one `control` gives later) stops it with
 /// SIGTERM, then SIGKILL after the spec's `kill_grace_ms` or, without one, `grace` (the agent's).
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     a: &pb::Assignment,
     spec: &pb::TaskSpec,
@@ -371,6 +441,7 @@ pub async fn run(
     work_dir: &Path,
     control: impl Into<Control>,
     grace: Duration,
+    run_as_owner: bool,
     on_spawn: impl FnOnce(u32),
 ) -> pb::TaskResult {
     let Control {
@@ -415,32 +486,55 @@ pub async fn run(
     let Some(program) = argv.first() else {
         return fail(result, "the assignment has no command".into());
     };
-    let (out, err) = output_paths(work_dir, spec, a);
-    let cwd = task_cwd(work_dir, spec);
-    let targets = stream_targets(work_dir, cwd, spec, a);
-    let [out_file, err_file] = match open_stream_files(&targets, [&out, &err]) {
-        Ok(files) => files,
-        Err(m) => {
+    // `run_as_owner`: the account the task runs as (none: the agent's own user, as for the
+    // admin's jobs, and on an agent without the setting).
+    let account = match crate::run_as::resolve(run_as_owner, &spec.run_as, node).await {
+        Ok(account) => account,
+        Err(e) => {
             result.start_failed = true;
-            return fail(result, m);
+            return fail(result, e.to_string());
         }
     };
+    let area = match &account {
+        None => None,
+        Some(acc) => match crate::run_as::area(work_dir, acc) {
+            Ok(dir) => Some(dir),
+            Err(e) => {
+                result.start_failed = true;
+                return fail(
+                    result,
+                    format!(
+                        "node {node}: the directory of account `{}` in the work directory: {e}",
+                        acc.name
+                    ),
+                );
+            }
+        },
+    };
+    let (out, err) = output_paths(work_dir, spec, a);
+    // An account's task whose directory is not on this node runs in the account's own.
+    let cwd = task_cwd(area.as_deref().unwrap_or(work_dir), spec);
+    let targets = stream_targets(work_dir, cwd, spec, a);
     let stdio = |target: &StreamTo, file: Option<std::fs::File>| match (target, file) {
         (StreamTo::Captured(_), _) => Stdio::piped(),
         (StreamTo::File(_), Some(f)) => Stdio::from(f),
         _ => Stdio::null(),
     };
-    // A multi-node task: its nodes' host names, this node first, for an MPI launcher.
-    let node_file = if a.hosts.is_empty() {
-        None
-    } else {
-        match write_node_file(work_dir, spec, a) {
+    // A multi-node task: its nodes' host names, this node first, for an MPI launcher. An
+    // account's is in the account's directory, written by the account when its task starts.
+    let hosts: String = a.hosts.iter().map(|h| format!("{h}\n")).collect();
+    let node_file = match (&area, a.hosts.is_empty()) {
+        (_, true) => None,
+        (Some(area), false) => {
+            Some(area.join(format!("job-{}-{}", spec.job_id, node_file_name(spec, a))))
+        }
+        (None, false) => match write_node_file(work_dir, spec, a) {
             Ok(path) => Some(path),
             Err(e) => {
                 result.start_failed = true;
                 return fail(result, format!("cannot write the task's node file: {e}"));
             }
-        }
+        },
     };
     let devices: Vec<String> = a.devices.iter().map(u32::to_string).collect();
     let mut cmd = tokio::process::Command::new(program);
@@ -452,6 +546,10 @@ pub async fn run(
             .env("HETSCHED_NUM_NODES", a.hosts.len().to_string())
             .env("HETSCHED_NODE_CORES", cores.join(","))
             .env("HETSCHED_TOTAL_CORES", total.to_string());
+    }
+    if let Some(acc) = &account {
+        // Before the job's own environment, which wins.
+        cmd.envs(acc.env());
     }
     cmd.args(&argv[1..])
         .envs(&spec.env)
@@ -466,15 +564,50 @@ pub async fn run(
         .envs(a.entry.as_ref().map(|e| ("HETSCHED_ENTRY", e)))
         .current_dir(cwd)
         .stdin(Stdio::null())
-        .stdout(stdio(&targets[0], out_file))
-        .stderr(stdio(&targets[1], err_file))
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = match cmd.spawn() {
+    let spawned = if run_as_owner {
+        // The pointers first (the agent's, in its work directory); then, on a thread that has
+        // become the account (with the tasks' umask), the task's own files and its process.
+        match write_pointers(&targets, [&out, &err], account.as_ref()) {
+            Err(m) => Err(m),
+            Ok(()) => crate::run_as::hop(account.as_ref(), || {
+                if let (Some(_), Some(path)) = (&account, &node_file) {
+                    std::fs::write(path, &hosts)
+                        .map_err(|e| format!("cannot write the task's node file: {e}"))?;
+                }
+                let [out_file, err_file] = open_streams(&targets)?;
+                cmd.stdout(stdio(&targets[0], out_file))
+                    .stderr(stdio(&targets[1], err_file));
+                cmd.spawn().map_err(|e| match &account {
+                    Some(acc) => format!(
+                        "cannot start `{program}` as `{}` in {}: {e}",
+                        acc.name,
+                        cwd.display()
+                    ),
+                    None => format!("cannot start `{program}`: {e}"),
+                })
+            })
+            .unwrap_or_else(|e| Err(format!("node {node}: {e}"))),
+        }
+    } else {
+        open_stream_files(&targets, [&out, &err]).and_then(|[out_file, err_file]| {
+            cmd.stdout(stdio(&targets[0], out_file))
+                .stderr(stdio(&targets[1], err_file));
+            cmd.spawn()
+                .map_err(|e| format!("cannot start `{program}`: {e}"))
+        })
+    };
+    // The account's node file goes with the task (the agent's stays with its outputs).
+    let node_file = node_file.filter(|_| account.is_some());
+    let mut child = match spawned {
         Ok(c) => c,
-        Err(e) => {
+        Err(m) => {
+            if let Some(path) = &node_file {
+                let _ = std::fs::remove_file(path);
+            }
             result.start_failed = true;
-            return fail(result, format!("cannot start `{program}`: {e}"));
+            return fail(result, m);
         }
     };
     let pid = child.id();
@@ -617,6 +750,9 @@ pub async fn run(
             Err(_) => abort.abort(),
         }
     }
+    if let Some(path) = node_file {
+        let _ = std::fs::remove_file(path);
+    }
     result.finished_ns = now_ns();
     result
 }
@@ -700,7 +836,7 @@ mod tests {
     async fn run_and_kill(dir: &Path, script: &str, grace: Duration) -> pb::TaskResult {
         let (a, spec) = task(dir, script, 0);
         let (tx, rx) = oneshot::channel();
-        let run = run(&a, &spec, "n", dir, rx, grace, |_| {});
+        let run = run(&a, &spec, "n", dir, rx, grace, false, |_| {});
         let kill = async {
             started(dir).await;
             let _ = tx.send(Kill::Server);
@@ -744,7 +880,7 @@ mod tests {
             r#"trap '' TERM; echo > "$D/started"; for i in $(seq 600); do sleep 0.05; done"#;
         let (a, spec) = task(&dir, script, 0);
         let (tx, rx) = oneshot::channel();
-        let run = run(&a, &spec, "n", &dir, rx, grace, |_| {});
+        let run = run(&a, &spec, "n", &dir, rx, grace, false, |_| {});
         tokio::pin!(run);
         tokio::select! {
             r = &mut run => panic!("ended before it was killed: {r:?}"),
@@ -775,7 +911,17 @@ mod tests {
         spec.kill_grace_ms = 200;
         let (_tx, rx) = oneshot::channel();
         let started = std::time::Instant::now();
-        let r = run(&a, &spec, "n", &dir, rx, Duration::from_secs(60), |_| {}).await;
+        let r = run(
+            &a,
+            &spec,
+            "n",
+            &dir,
+            rx,
+            Duration::from_secs(60),
+            false,
+            |_| {},
+        )
+        .await;
         assert_eq!(
             r.message,
             "time limit of 0.300s exceeded; SIGKILLed after ignoring SIGTERM for 0.200s"
@@ -792,7 +938,17 @@ mod tests {
         let dir = test_dir("limit");
         let (a, spec) = task(&dir, SAVES_ON_TERM, 200);
         let (_tx, rx) = oneshot::channel();
-        let r = run(&a, &spec, "n", &dir, rx, Duration::from_secs(60), |_| {}).await;
+        let r = run(
+            &a,
+            &spec,
+            "n",
+            &dir,
+            rx,
+            Duration::from_secs(60),
+            false,
+            |_| {},
+        )
+        .await;
         assert_eq!(r.message, "time limit of 0.200s exceeded", "{r:?}");
         assert!(!r.success);
         assert!(dir.join("saved").exists(), "the SIGTERM handler ran");
@@ -822,7 +978,7 @@ mod tests {
             std::future::pending::<()>().await
         };
         tokio::select! {
-            r = run(&a, &spec, "n", dir, control, Duration::from_secs(60), |_| {}) => {
+            r = run(&a, &spec, "n", dir, control, Duration::from_secs(60), false, |_| {}) => {
                 (r, started.elapsed())
             }
             () = tell => unreachable!(),
@@ -875,6 +1031,7 @@ mod tests {
             &dir,
             control,
             Duration::from_secs(5),
+            false,
             |_| {},
         );
         let operator = async {
@@ -923,7 +1080,17 @@ mod tests {
         spec.warn_before_ms = 1_000;
         let (_tx, rx) = oneshot::channel();
         let began = std::time::Instant::now();
-        let r = run(&a, &spec, "n", &dir, rx, Duration::from_secs(5), |_| {}).await;
+        let r = run(
+            &a,
+            &spec,
+            "n",
+            &dir,
+            rx,
+            Duration::from_secs(5),
+            false,
+            |_| {},
+        )
+        .await;
         assert!(
             r.message.starts_with("time limit of 1.500s exceeded"),
             "{r:?}"
@@ -950,6 +1117,7 @@ mod tests {
             &dir,
             control,
             Duration::from_secs(5),
+            false,
             |_| {},
         );
         let extend = async {
@@ -977,7 +1145,17 @@ mod tests {
         spec.warn_signal = "USR1".into();
         spec.warn_before_ms = 60_000;
         let (_tx, rx) = oneshot::channel();
-        let r = run(&a, &spec, "n", &dir, rx, Duration::from_secs(5), |_| {}).await;
+        let r = run(
+            &a,
+            &spec,
+            "n",
+            &dir,
+            rx,
+            Duration::from_secs(5),
+            false,
+            |_| {},
+        )
+        .await;
         assert!(r.success, "{r:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -1008,7 +1186,17 @@ mod tests {
         spec.memory_limit_bytes = 16 << 20;
         let (_tx, rx) = oneshot::channel();
         let started = std::time::Instant::now();
-        let r = run(&a, &spec, "n", &dir, rx, Duration::from_secs(60), |_| {}).await;
+        let r = run(
+            &a,
+            &spec,
+            "n",
+            &dir,
+            rx,
+            Duration::from_secs(60),
+            false,
+            |_| {},
+        )
+        .await;
         assert!(!r.success);
         assert!(
             r.message
@@ -1024,7 +1212,17 @@ mod tests {
         let (a, mut spec) = task(&dir, small, 0);
         spec.memory_limit_bytes = 256 << 20;
         let (_tx, rx) = oneshot::channel();
-        let r = run(&a, &spec, "n", &dir, rx, Duration::from_secs(60), |_| {}).await;
+        let r = run(
+            &a,
+            &spec,
+            "n",
+            &dir,
+            rx,
+            Duration::from_secs(60),
+            false,
+            |_| {},
+        )
+        .await;
         assert!(r.success, "{r:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -1036,7 +1234,17 @@ mod tests {
         let script = r#"sleep 300 & echo $! > "$D/pid""#;
         let (a, spec) = task(&dir, script, 0);
         let (_tx, rx) = oneshot::channel();
-        let r = run(&a, &spec, "n", &dir, rx, Duration::from_secs(60), |_| {}).await;
+        let r = run(
+            &a,
+            &spec,
+            "n",
+            &dir,
+            rx,
+            Duration::from_secs(60),
+            false,
+            |_| {},
+        )
+        .await;
         assert!(r.success, "{r:?}");
         let pid: u32 = std::fs::read_to_string(dir.join("pid"))
             .expect("the script wrote the pid")
@@ -1071,7 +1279,17 @@ mod tests {
         spec.stdout = stdout.into();
         spec.stderr = stderr.into();
         let (_tx, rx) = oneshot::channel();
-        let r = run(&a, &spec, "n", dir, rx, Duration::from_secs(60), |_| {}).await;
+        let r = run(
+            &a,
+            &spec,
+            "n",
+            dir,
+            rx,
+            Duration::from_secs(60),
+            false,
+            |_| {},
+        )
+        .await;
         let (out, err) = output_paths(dir, &spec, &a);
         let read = |captured: &Path| {
             let path = crate::logs::redirected(captured)
@@ -1146,6 +1364,194 @@ mod tests {
         let (r, [_, err]) = run_with_streams(&dir, "true", "none", "empty.err").await;
         assert!(r.success, "{r:?}");
         assert_eq!(err.expect("the empty file exists").0, b"");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Runs `script` as task 0, attempt 1, of job 1 whose owner is `run_as`, on an agent with
+    /// `run_as_owner` as given, in `dir` (its work directory); the result and the task's
+    /// captured stdout.
+    async fn run_owned(
+        dir: &Path,
+        script: &str,
+        run_as: &str,
+        run_as_owner: bool,
+        shape: impl FnOnce(&mut pb::Assignment, &mut pb::TaskSpec),
+    ) -> (pb::TaskResult, String) {
+        let _ = std::fs::remove_dir_all(dir.join("job-1"));
+        let (mut a, mut spec) = task(dir, script, 0);
+        spec.run_as = run_as.into();
+        shape(&mut a, &mut spec);
+        let (_tx, rx) = oneshot::channel();
+        let r = run(
+            &a,
+            &spec,
+            "n1",
+            dir,
+            rx,
+            Duration::from_secs(60),
+            run_as_owner,
+            |_| {},
+        )
+        .await;
+        let out = std::fs::read_to_string(output_paths(dir, &spec, &a).0).unwrap_or_default();
+        (r, out)
+    }
+
+    #[tokio::test]
+    async fn with_run_as_owner_a_task_runs_as_its_owners_account() {
+        if !crate::run_as::tests::root() {
+            return;
+        }
+        let dir = test_dir("run-as");
+        let nobody = crate::run_as::Account::lookup("n1", "nobody").expect("nobody");
+        let groups: Vec<String> = nobody.groups.iter().map(u32::to_string).collect();
+        // Its ids, groups, home and name; from the account's own directory (its `workdir` is
+        // not on this node).
+        let script = r#"id -u; id -g; id -G; echo "$HOME $USER $LOGNAME"; pwd"#;
+        let (r, out) = run_owned(&dir, script, "nobody", true, |_, spec| {
+            spec.workdir = "/no/such/dir".into();
+        })
+        .await;
+        assert!(r.success, "{r:?}");
+        let area = dir.join("users/nobody");
+        assert_eq!(
+            out,
+            format!(
+                "65534\n{}\n{}\n{} nobody nobody\n{}\n",
+                nobody.gid,
+                groups.join(" "),
+                nobody.home.display(),
+                area.display()
+            )
+        );
+        // The job's own environment wins over the account's.
+        let (r, out) = run_owned(&dir, r#"echo "$HOME $USER""#, "nobody", true, |_, spec| {
+            spec.env.insert("HOME".into(), "/scratch".into());
+        })
+        .await;
+        assert!(r.success, "{r:?}");
+        assert_eq!(out, "/scratch nobody\n");
+        // The admin's job (no owner) runs as the agent's user, as does every job on an agent
+        // without the setting.
+        let (r, out) = run_owned(&dir, "id -u", "", true, |_, _| {}).await;
+        assert!(r.success, "{r:?}");
+        assert_eq!(out, "0\n");
+        let (r, out) = run_owned(&dir, "id -u; echo $USER", "nobody", false, |_, _| {}).await;
+        assert!(r.success, "{r:?}");
+        assert!(out.starts_with("0\n"), "{out}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn root_and_unknown_accounts_are_refused_as_failures_to_start() {
+        let dir = test_dir("run-as-refused");
+        let mark = dir.join("ran");
+        let script = format!("echo > {}", mark.display());
+        let (r, _) = run_owned(&dir, &script, "root", true, |_, _| {}).await;
+        assert!(r.start_failed && !r.success, "{r:?}");
+        assert_eq!(
+            r.message,
+            "node n1: account `root` is uid 0 (root): a user's task never runs as root"
+        );
+        let (r, _) = run_owned(&dir, &script, "no-such-user-x", true, |_, _| {}).await;
+        assert!(r.start_failed && !r.success, "{r:?}");
+        assert!(
+            r.message
+                .starts_with("node n1: no Unix account `no-such-user-x`"),
+            "{r:?}"
+        );
+        assert!(!mark.exists(), "a refused task ran");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn an_accounts_stream_files_are_its_own_and_opened_with_its_rights() {
+        use std::os::unix::fs::MetadataExt;
+        if !crate::run_as::tests::root() {
+            return;
+        }
+        let dir = test_dir("run-as-streams");
+        // The account's own directory elsewhere (a home on a shared file system).
+        let own = dir.join("own");
+        std::fs::create_dir_all(&own).expect("own");
+        std::os::unix::fs::chown(&own, Some(65534), Some(65534)).expect("chown");
+        let (r, _) = run_owned(&dir, "id -un; echo oops >&2", "nobody", true, |_, spec| {
+            spec.workdir = own.display().to_string();
+            spec.stdout = "logs/{job}-{index}.out".into();
+            spec.stderr = "logs/{job}-{index}.out".into();
+        })
+        .await;
+        assert!(r.success, "{r:?}");
+        let file = own.join("logs/1-0.out");
+        assert_eq!(
+            std::fs::read_to_string(&file).expect("stdout file"),
+            "nobody\noops\n"
+        );
+        let m = std::fs::metadata(&file).expect("meta");
+        assert_eq!(m.uid(), 65534, "the account's file");
+        assert_eq!(
+            std::fs::metadata(own.join("logs")).expect("dir").uid(),
+            65534
+        );
+        // `hetsched log` reads it through the pointer, as the account.
+        let a = pb::Assignment {
+            task_id: 1,
+            attempt: 1,
+            ..Default::default()
+        };
+        let spec = pb::TaskSpec {
+            job_id: 1,
+            app: "app".into(),
+            ..Default::default()
+        };
+        let captured = output_paths(&dir, &spec, &a).0;
+        let (path, owner) = crate::logs::redirected_owned(&captured)
+            .expect("pointer")
+            .expect("a pointer");
+        assert_eq!((path.as_path(), owner), (file.as_path(), 65534));
+        let (data, ..) = crate::logs::read_page_as(owner, &path, 0, 0).expect("read");
+        assert_eq!(data, b"nobody\noops\n");
+        // ... and only as the account: a file it may not read is refused, not served.
+        std::fs::write(dir.join("secret"), "root's").expect("secret");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.join("secret"), std::fs::Permissions::from_mode(0o600))
+            .expect("chmod");
+        assert!(crate::logs::read_page_as(owner, &dir.join("secret"), 0, 0).is_err());
+        // The agent creates no file the account could not: a stream to a directory of root's
+        // is a failure to start.
+        let (r, _) = run_owned(&dir, "id -un", "nobody", true, |_, spec| {
+            spec.workdir = own.display().to_string();
+            spec.stdout = dir.join("roots.out").display().to_string();
+        })
+        .await;
+        assert!(r.start_failed && !r.success, "{r:?}");
+        assert!(r.message.contains("cannot open its stdout file"), "{r:?}");
+        assert!(!dir.join("roots.out").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn an_accounts_multi_node_task_reads_its_node_file() {
+        if !crate::run_as::tests::root() {
+            return;
+        }
+        let dir = test_dir("run-as-nodes");
+        let (r, out) = run_owned(
+            &dir,
+            r#"id -un; cat "$HETSCHED_NODE_FILE"; echo "$HETSCHED_NODE_FILE""#,
+            "nobody",
+            true,
+            |a, _| {
+                a.hosts = vec!["h1".into(), "h2".into()];
+                a.node_names = vec!["n1".into(), "n2".into()];
+                a.node_cores = vec![1, 1];
+            },
+        )
+        .await;
+        assert!(r.success, "{r:?}");
+        let path = dir.join("users/nobody/job-1-app-0.1.nodes");
+        assert_eq!(out, format!("nobody\nh1\nh2\n{}\n", path.display()));
+        assert!(!path.exists(), "the node file goes with the task");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -19,6 +19,8 @@
 //!   never restarted, and the work directory's lock (one agent per directory);
 //! - [`workdir`]: the private work directory (0700, no symlink, ours) and the agent's identity;
 //! - [`logs`]: the log listener that serves task outputs to the server (`hetsched log`);
+//! - [`run_as`]: tasks and divisible chunks run as their owners' Unix accounts
+//!   (`run_as_owner`);
 //! - [`shutdown`]: graceful shutdown on SIGTERM/SIGINT (stop taking work, kill or drain, report).
 
 pub mod accel;
@@ -32,6 +34,7 @@ pub mod guard;
 pub mod launch;
 pub mod ledger;
 pub mod logs;
+pub mod run_as;
 pub mod shutdown;
 pub mod stream_workers;
 pub mod sweep;
@@ -157,6 +160,10 @@ pub struct AgentOptions {
     /// task, workflow instance, divisible chunk, stream worker or accelerator work), so that a
     /// batch allocation holding it ends when the work does; None: it stays.
     pub idle_timeout: Option<Duration>,
+    /// `--run-as-owner`: a user's tasks and divisible chunks run as the Unix account of the
+    /// user's name, the admin's as the agent's own user ([`run_as`]); the agent must be root.
+    /// Off: everything runs as the agent's user, whatever the server names.
+    pub run_as_owner: bool,
 }
 
 struct RunningTask {
@@ -254,6 +261,11 @@ pub async fn run(
     opts.work_dir = std::path::absolute(&opts.work_dir).map_err(|e| {
         AgentError::Config(format!("work directory {}: {e}", opts.work_dir.display()))
     })?;
+    if opts.run_as_owner {
+        run_as::check_agent(&opts.work_dir).map_err(|e| AgentError::Config(e.to_string()))?;
+        // Before anything is created in the work directory, which others may now pass through.
+        run_as::keep_files_private();
+    }
     let endpoint = pb::endpoint(&opts.server, opts.ca_pem.as_deref())?;
     let channel = endpoint.connect_lazy();
     let interceptor = pb::TokenInterceptor::new(&opts.token)
@@ -280,7 +292,7 @@ pub async fn run(
         .max_decoding_message_size(MAX_REPLY_BYTES);
     let gpus = detect::Gpus::init();
     let notify = Arc::new(Notify::new());
-    workdir::prepare(&opts.work_dir)
+    workdir::prepare_for(&opts.work_dir, opts.run_as_owner)
         .map_err(|e| AgentError::Config(format!("work directory: {e}")))?;
     // One agent per work directory, held for the agent's whole life (before the ledger is read:
     // see `guard`).
@@ -310,6 +322,7 @@ pub async fn run(
             work_dir: opts.work_dir.clone(),
             kill_grace: opts.kill_grace,
             held: chunks_held.clone(),
+            run_as_owner: opts.run_as_owner,
         },
     )));
     // Before registering: kill what a previous agent with this work directory left running
@@ -1116,21 +1129,30 @@ impl Launcher<'_> {
                     t.pid = Some(pid);
                 }
             };
-            // A workflow instance: its inputs first, from their producers' agents.
+            // A workflow instance: its inputs first, from their producers' agents (into a
+            // directory of its account's, when it runs as one: a refused account is a failure
+            // to start).
             let spec = if a.instance_dir.is_empty() {
                 Ok(spec)
             } else {
-                dataflow::prepare(&a, &spec, &opts.work_dir, &auth)
-                    .await
-                    .map(Arc::new)
+                match run_as::resolve(opts.run_as_owner, &spec.run_as, &opts.name).await {
+                    Err(e) => Err((e.to_string(), true)),
+                    Ok(account) => {
+                        dataflow::prepare(&a, &spec, &opts.work_dir, &auth, account.as_ref())
+                            .await
+                            .map(Arc::new)
+                            .map_err(|m| (m, false))
+                    }
+                }
             };
             let result = match spec {
-                Err(m) => pb::TaskResult {
+                Err((m, start_failed)) => pb::TaskResult {
                     task_id: a.task_id,
                     attempt: a.attempt,
                     exit_code: -1,
                     // Not the instance's failure: the server produces the input again.
                     interrupted: m.starts_with(dataflow::INPUT_UNAVAILABLE),
+                    start_failed,
                     message: m,
                     started_ns: launch::now_ns(),
                     finished_ns: launch::now_ns(),

@@ -10,7 +10,9 @@
 //! the work directory. A task whose application sent a stream to a file of its own
 //! (`stdout = "out/{index}.txt"`) left a pointer in the capture file's place
 //! ([`crate::launch::pointer_path`]), written by this agent: that file is served instead, so
-//! `hetsched log` reads it wherever it is.
+//! `hetsched log` reads it wherever it is. A task that ran as its owner's account
+//! (`run_as_owner`) left a pointer owned by that account: its file is opened as the account
+//! ([`read_page_as`]), so a link the user put in its place reaches nothing the user could not read.
 //!
 //! With a certificate and key (`hetsched agent --log-cert --log-key`) the listener speaks TLS, and
 //! the server checks the certificate against its `[tls] agent_ca`; the token check is the same.
@@ -69,8 +71,15 @@ const MAX_POINTER: u64 = 16 * 1024;
 /// The file a task's stream went to instead of `captured`, if a pointer there says so (read
 /// without following a link).
 pub fn redirected(captured: &Path) -> std::io::Result<Option<PathBuf>> {
+    Ok(redirected_owned(captured)?.map(|(path, _)| path))
+}
+
+/// [`redirected`], with the pointer's owner: the account the task ran as (`run_as_owner`, which
+/// gives it the pointer), else the agent's user.
+pub fn redirected_owned(captured: &Path) -> std::io::Result<Option<(PathBuf, u32)>> {
     use std::io::Read;
     use std::os::unix::ffi::OsStringExt;
+    use std::os::unix::fs::MetadataExt;
     let f = match std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(crate::workdir::no_follow())
@@ -80,9 +89,30 @@ pub fn redirected(captured: &Path) -> std::io::Result<Option<PathBuf>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
+    let owner = f.metadata()?.uid();
     let mut bytes = Vec::new();
     f.take(MAX_POINTER).read_to_end(&mut bytes)?;
-    Ok(Some(PathBuf::from(std::ffi::OsString::from_vec(bytes))))
+    Ok(Some((
+        PathBuf::from(std::ffi::OsString::from_vec(bytes)),
+        owner,
+    )))
+}
+
+/// Reads one page of the file a pointer owned by `owner` names ([`redirected_owned`]): as
+/// that account when it is not the agent's user, so that a link the account put in the way
+/// leads only where the account may read.
+pub fn read_page_as(
+    owner: u32,
+    path: &Path,
+    offset: i64,
+    limit: u32,
+) -> std::io::Result<(Vec<u8>, u64, u64, bool)> {
+    if owner == crate::workdir::euid() {
+        return read_page(path, offset, limit);
+    }
+    let account = crate::run_as::Account::of_uid(owner).map_err(std::io::Error::other)?;
+    crate::run_as::hop(Some(&account), || read_page(path, offset, limit))
+        .map_err(std::io::Error::other)?
 }
 
 /// The `AgentLogs` service of one work directory.
@@ -110,13 +140,13 @@ impl AgentLogs for LogService {
             )
         };
         let (data, offset, size, exists, shown) = tokio::task::spawn_blocking(move || {
-            let path = match redirected(&path) {
+            let (path, owner) = match redirected_owned(&path) {
                 Ok(Some(p)) => p,
-                Ok(None) => path,
+                Ok(None) => (path, crate::workdir::euid()),
                 Err(e) => return Err(format!("{}: {e}", path.display())),
             };
             let shown = path.display().to_string();
-            read_page(&path, r.offset, r.limit)
+            read_page_as(owner, &path, r.offset, r.limit)
                 .map(|(data, offset, size, exists)| (data, offset, size, exists, shown.clone()))
                 .map_err(|e| format!("{shown}: {e}"))
         })

@@ -4,6 +4,8 @@
 //! agent kills process groups: often as root), task outputs and the agent's identity, so nobody
 //! else may write into it. [`prepare`] creates it with mode 0700 and refuses one reached through a
 //! symbolic link or owned by another user; it closes group and other permissions on one of ours.
+//! With `run_as_owner` ([`prepare_for`]) it is 0711 instead, so that the accounts tasks run as
+//! reach their own directories in it ([`crate::run_as::area`]); everything else in it is private.
 //!
 //! The identity (`WORK_DIR/identity`, 256 random bits in hex, mode 0600) is created once and
 //! kept: it proves to the server that heartbeats for a node come from the agent that registered
@@ -33,7 +35,29 @@ fn refuse(path: &Path, message: impl std::fmt::Display) -> std::io::Error {
 /// Creates `dir` (mode 0700, with missing parents) or checks an existing one: a real directory
 /// (not a symlink), owned by this user; group and other permissions are removed.
 pub fn prepare(dir: &Path) -> std::io::Result<()> {
+    prepare_for(dir, false)
+}
+
+/// [`prepare`], or with `shared` (`run_as_owner`: tasks run as their owners' accounts) mode
+/// 0711, so that those accounts can pass through to their own directories
+/// ([`crate::run_as::area`]) and workflow instances (`wf/JOB/TASK-I`, through `wf` and
+/// `wf/JOB`, 0711 too) but not list them; every other entry of the agent's in them is made
+/// private (what an agent without the setting left open to other users), and the agent creates
+/// its files private from then on ([`crate::run_as::keep_files_private`]).
+pub fn prepare_for(dir: &Path, shared: bool) -> std::io::Result<()> {
     match std::fs::symlink_metadata(dir) {
+        // Shared: the missing directories above it too are made 0711, one by one (the umask
+        // would close them).
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && shared => {
+            let missing: Vec<&Path> = dir
+                .ancestors()
+                .take_while(|d| std::fs::symlink_metadata(d).is_err())
+                .collect();
+            for d in missing.into_iter().rev() {
+                std::fs::DirBuilder::new().mode(0o711).create(d)?;
+                std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711))?;
+            }
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -62,9 +86,53 @@ pub fn prepare(dir: &Path) -> std::io::Result<()> {
             ),
         ));
     }
-    if meta.mode() & 0o077 != 0 {
+    if shared {
+        // Others pass through the work directory, `wf` and its jobs' directories, to the
+        // accounts' own directories and workflow instances; all else is closed (what an agent
+        // without the setting left open to other users).
+        let pass = |d: &Path| -> std::io::Result<()> {
+            if std::fs::symlink_metadata(d)?.mode() & 0o7777 != 0o711 {
+                std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711))?;
+            }
+            Ok(())
+        };
+        pass(dir)?;
+        close_entries(dir, &[crate::run_as::AREA, "wf"])?;
+        let wf = dir.join("wf");
+        if std::fs::symlink_metadata(&wf).is_ok_and(|m| m.is_dir()) {
+            pass(&wf)?;
+            // Anything else in `wf` (there is nothing else) is closed.
+            close_entries(&wf, &[])?;
+            for job in std::fs::read_dir(&wf)? {
+                let job = job?;
+                if job.file_type()?.is_dir() {
+                    pass(&job.path())?;
+                    close_entries(&job.path(), &[])?;
+                }
+            }
+        }
+    } else if meta.mode() & 0o077 != 0 {
         warn!(dir = %dir.display(), "work directory was open to other users: setting it to 0700");
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// Removes group and other permissions from the entries of `dir` that this user owns, but for
+/// those named in `keep` and symbolic links.
+fn close_entries(dir: &Path, keep: &[&str]) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let m = entry.metadata()?;
+        if keep.iter().any(|k| entry.file_name() == *k) || m.is_symlink() || m.uid() != euid() {
+            continue;
+        }
+        if m.mode() & 0o077 != 0 {
+            std::fs::set_permissions(
+                entry.path(),
+                std::fs::Permissions::from_mode(m.mode() & 0o7700),
+            )?;
+        }
     }
     Ok(())
 }
@@ -232,6 +300,49 @@ mod tests {
             0o600
         );
         let _ = std::fs::remove_dir_all(d.parent().expect("parent"));
+    }
+
+    #[test]
+    fn a_shared_work_directory_lets_others_pass_and_closes_what_it_holds() {
+        let dir = scratch("shared");
+        let parent = dir.join("new");
+        let work = parent.join("work");
+        prepare_for(&work, true).expect("prepare");
+        let mode = |p: &Path| std::fs::metadata(p).expect("meta").mode() & 0o7777;
+        assert_eq!((mode(&parent), mode(&work)), (0o711, 0o711));
+        // What an agent without the setting left open is closed, but for the accounts' area.
+        for d in ["job-1", "wf/3", "users"] {
+            std::fs::create_dir_all(work.join(d)).expect("dir");
+            std::fs::set_permissions(work.join(d), std::fs::Permissions::from_mode(0o755))
+                .expect("chmod");
+        }
+        std::fs::set_permissions(work.join("wf"), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        std::fs::write(work.join("file"), "x").expect("file");
+        std::fs::set_permissions(work.join("file"), std::fs::Permissions::from_mode(0o644))
+            .expect("chmod");
+        std::fs::create_dir_all(work.join("wf/3/t-0")).expect("instance");
+        std::fs::set_permissions(
+            work.join("wf/3/t-0"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .expect("chmod");
+        prepare_for(&work, true).expect("again");
+        assert_eq!(mode(&work.join("job-1")), 0o700);
+        // Passed through to the accounts' instances; the agent's own are closed.
+        assert_eq!(mode(&work.join("wf")), 0o711);
+        assert_eq!(mode(&work.join("wf/3")), 0o711);
+        assert_eq!(mode(&work.join("wf/3/t-0")), 0o700);
+        assert_eq!(mode(&work.join("file")), 0o600);
+        assert_eq!(
+            mode(&work.join("users")),
+            0o755,
+            "the area is run_as's to keep"
+        );
+        // Without the setting, private again.
+        prepare(&work).expect("private");
+        assert_eq!(mode(&work), 0o700);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

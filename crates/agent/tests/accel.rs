@@ -39,6 +39,7 @@ async fn anode(devices: u32) -> (Pipeline, AccelListener, PathBuf) {
         &work,
         Default::default(),
         DEFAULT_KILL_GRACE,
+        false,
     )
     .expect("pipeline");
     let l = AccelListener::bind("127.0.0.1:0".parse().unwrap(), p.clone(), TOKEN, None)
@@ -347,7 +348,15 @@ async fn a_broken_transfer_is_retried_with_the_same_attempt() {
     });
     tokio::time::sleep(Duration::from_millis(150)).await;
     let work = temp("late-anode");
-    let p = Pipeline::start("anode-1", 1, &work, Default::default(), DEFAULT_KILL_GRACE).unwrap();
+    let p = Pipeline::start(
+        "anode-1",
+        1,
+        &work,
+        Default::default(),
+        DEFAULT_KILL_GRACE,
+        false,
+    )
+    .unwrap();
     let _l = AccelListener::bind(port, p, TOKEN, None).await.unwrap();
     let r = shipped.await.unwrap();
     assert!(r.success, "{r:?}");
@@ -397,7 +406,15 @@ async fn the_service_speaks_tls_with_a_certificate_and_the_nnode_verifies_it() {
     let tls = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/tls");
     let read = |f: &str| std::fs::read(tls.join(f)).unwrap();
     let work = temp("tls-anode");
-    let p = Pipeline::start("anode-1", 1, &work, Default::default(), DEFAULT_KILL_GRACE).unwrap();
+    let p = Pipeline::start(
+        "anode-1",
+        1,
+        &work,
+        Default::default(),
+        DEFAULT_KILL_GRACE,
+        false,
+    )
+    .unwrap();
     let l = AccelListener::bind(
         "127.0.0.1:0".parse().unwrap(),
         p,

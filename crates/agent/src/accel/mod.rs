@@ -101,18 +101,25 @@ pub struct Pipeline {
     pub(crate) counters: Arc<Counters>,
     pub(crate) staging: PathBuf,
     pub(crate) seq: Arc<std::sync::atomic::AtomicU64>,
+    /// This ANode's name.
+    pub(crate) node: Arc<str>,
+    /// `run_as_owner`: its own GPU tasks run as their owners' accounts, and an offloaded task
+    /// of a user is refused (not run as its owner yet: its staged files are the agent's).
+    pub(crate) run_as_owner: bool,
 }
 
 impl Pipeline {
     /// Starts the process and remote-write stages for an ANode called `node` with `devices`
     /// devices; offloaded tasks are staged under `work_dir/accel`; a task asked to stop has
-    /// `kill_grace` between SIGTERM and SIGKILL. Must run inside a Tokio runtime.
+    /// `kill_grace` between SIGTERM and SIGKILL; `run_as_owner` as the agent's
+    /// ([`crate::run_as`]). Must run inside a Tokio runtime.
     pub fn start(
         node: &str,
         devices: u32,
         work_dir: &std::path::Path,
         processes: crate::shutdown::Processes,
         kill_grace: std::time::Duration,
+        run_as_owner: bool,
     ) -> std::io::Result<Self> {
         let staging = work_dir.join("accel");
         // Leftovers of a previous agent (its calls are gone with it).
@@ -129,9 +136,10 @@ impl Pipeline {
             process_rx,
             write_tx,
             counters.clone(),
-            node,
+            node.clone(),
             processes,
             kill_grace,
+            run_as_owner,
         ));
         tokio::spawn(service::write_stage(write_rx, counters.clone()));
         let (read_tx, read_rx) = mpsc::channel(READ_LINE);
@@ -141,6 +149,8 @@ impl Pipeline {
             counters,
             staging,
             seq: Arc::default(),
+            node,
+            run_as_owner,
         };
         tokio::spawn(service::read_stage(read_rx, pipeline.clone()));
         Ok(pipeline)
@@ -315,6 +325,7 @@ async fn process_stage(
     node: Arc<str>,
     processes: crate::shutdown::Processes,
     kill_grace: std::time::Duration,
+    run_as_owner: bool,
 ) {
     let total = counters
         .busy
@@ -363,6 +374,7 @@ async fn process_stage(
                         &work_dir,
                         control,
                         kill_grace,
+                        run_as_owner,
                         on_spawn,
                     )
                     .await;
@@ -400,6 +412,7 @@ async fn process_stage(
                         &work_dir,
                         control,
                         kill_grace,
+                        run_as_owner,
                         on_spawn,
                     )
                     .await;
@@ -463,6 +476,7 @@ pub(crate) async fn start(
         &opts.work_dir,
         opts.processes.clone(),
         opts.kill_grace,
+        opts.run_as_owner,
     )
     .map_err(|e| crate::AgentError::Config(format!("accelerator service staging: {e}")))?;
     let listener =
@@ -551,6 +565,7 @@ pub(crate) async fn run(
                 &opts.work_dir,
                 control,
                 opts.kill_grace,
+                opts.run_as_owner,
                 on_spawn,
             )
             .await
@@ -558,6 +573,20 @@ pub(crate) async fn run(
         Route::Local(p) => {
             p.run_local(a, spec, &opts.work_dir, control, on_spawn)
                 .await
+        }
+        // Not as its owner yet: the offload reads the task's inputs and writes its outputs as
+        // the agent's user, where the task's account could have planted links.
+        Route::Offload(_) if opts.run_as_owner && !spec.run_as.is_empty() => {
+            let mut r = failed(
+                a,
+                &format!(
+                    "node {}: a task offloaded to an ANode does not run as its owner's account \
+                     yet (run_as_owner): the task of `{}` is refused",
+                    opts.name, spec.run_as
+                ),
+            );
+            r.start_failed = true;
+            r
         }
         // An offloaded task runs on its ANode by the spec it was shipped with.
         Route::Offload(Some(client)) => match client.for_assignment(a) {

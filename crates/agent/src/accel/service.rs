@@ -67,6 +67,14 @@ impl Accel for AccelService {
             files::resolve(name, task.index).map_err(Status::invalid_argument)?;
         }
         let p = &self.pipeline;
+        if p.run_as_owner && !spec.run_as.is_empty() {
+            // Its staged inputs and outputs are the agent's, out of the account's reach.
+            return Err(Status::permission_denied(format!(
+                "node {}: an offloaded task does not run as its owner's account yet \
+                 (run_as_owner): the task of `{}` is refused",
+                p.node, spec.run_as
+            )));
+        }
         let seq = p.seq.fetch_add(1, Ordering::Relaxed);
         let staging = p.staging.join(format!(
             "{}-{}-{}-{seq}",

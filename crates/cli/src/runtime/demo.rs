@@ -132,6 +132,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             exe: std::env::current_exe().ok(),
             time_limit: None,
             idle_timeout: None,
+            run_as_owner: false,
             log_listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
             log_tls: None,
             drain: false,

@@ -119,6 +119,13 @@ pub struct AgentArgs {
     /// `idle_timeout`, else never].
     #[arg(long, value_name = "DURATION")]
     pub idle_timeout: Option<humantime::Duration>,
+    /// Run each user's tasks and divisible chunks as the Unix account of the user's name (as
+    /// Slurm does), the admin's as the agent's own user; the agent must run as root. An
+    /// account missing on this node, or one with uid 0, is refused as a failure to start
+    /// [default: the configuration's `run_as_owner`, else off: every task runs as the agent's
+    /// user].
+    #[arg(long)]
+    pub run_as_owner: bool,
     /// Attributes jobs and workflow tasks may `requires` of this node (`bigmem,ssd`; repeat the
     /// flag or separate with commas; `gpu` comes with GPUs) [default: the configuration's
     /// `attributes`, which the flag replaces].
@@ -402,6 +409,7 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
             .idle_timeout
             .map(std::time::Duration::from)
             .or_else(|| config.idle_timeout()),
+        run_as_owner: a.run_as_owner || config.run_as_owner,
         processes: Default::default(),
         accel: super::accel_cli::agent_accel_options(a, &config)?,
         advertise: config.advertise.clone(),

@@ -10,6 +10,7 @@ mod log_tls;
 mod operator;
 mod out_dir_cli;
 mod prefetch_runtime;
+mod run_as;
 mod runtime;
 mod runtime_accel;
 mod sim_accel_cli;

@@ -1,0 +1,160 @@
+//! `hetsched agent --run-as-owner`: a user's job runs as the Unix account of the user's name, the
+//! admin's as the agent's own user (root). Needs root, as the setting does (CI runs as root).
+
+use crate::support::*;
+
+/// Whether this test process is root; says so when it is not.
+fn root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+    if !root {
+        eprintln!("skipped: needs root");
+    }
+    root
+}
+
+#[test]
+fn with_run_as_owner_a_users_job_runs_as_its_account_and_the_admins_as_root() {
+    if !root() {
+        return;
+    }
+    let mut c = Cluster::start("run-as", false);
+    c.start_agent("a", 2, &["--run-as-owner"]);
+    c.wait_for_nodes(1);
+    // Debian's `nobody` is a valid hetsched user name: its account on the node.
+    let token = c.dir.join("nobody.token");
+    c.ok(&[
+        "user",
+        "add",
+        "nobody",
+        "--save",
+        token.to_str().expect("path"),
+    ]);
+    let out = c
+        .command(&["submit", "--wait", "--", "sh", "-c", "id -un; echo $HOME"])
+        .env("HETSCHED_TOKEN_FILE", &token)
+        .output()
+        .expect("submit");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(c.ok(&["log", "1", "--all"]), "nobody\n/nonexistent\n");
+    c.ok(&["submit", "--wait", "--", "id", "-un"]);
+    assert_eq!(c.ok(&["log", "2", "--all"]), "root\n");
+    // The user's job ran from the account's own directory in the agent's, which others pass
+    // through but cannot list.
+    use std::os::unix::fs::MetadataExt;
+    let work = c.dir.join("agent-a");
+    assert_eq!(
+        std::fs::metadata(&work).expect("work dir").mode() & 0o777,
+        0o711
+    );
+    assert_eq!(
+        std::fs::metadata(work.join("users/nobody"))
+            .expect("area")
+            .uid(),
+        65534
+    );
+    // An agent that is not root refuses the setting (run as nobody, where `setpriv` is).
+    let token = c.dir.join("agent-token-nobody");
+    std::fs::copy(c.data().join("agent-token"), &token).expect("token");
+    std::os::unix::fs::chown(&token, Some(65534), Some(65534)).expect("chown");
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
+        .args([
+            "agent",
+            "--run-as-owner",
+            "--server",
+            &c.url(),
+            "--name",
+            "x",
+        ])
+        .arg("--token-file")
+        .arg(&token)
+        .arg("--work-dir")
+        .arg(c.dir.join("agent-x"))
+        .output();
+    match out {
+        Err(e) => eprintln!("skipped the non-root agent: setpriv: {e}"),
+        Ok(out) => {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{err}");
+            assert!(
+                err.contains(
+                    "`run_as_owner` needs the agent to run as root (it runs as uid 65534)"
+                ),
+                "{err}"
+            );
+        }
+    }
+}
+
+/// A user's workflow on agents with `--run-as-owner`: every instance runs as the account, reads
+/// its inputs (fetched from the producer's agent, served as the account) and writes its output in
+/// its instance directory, the account's.
+#[test]
+fn with_run_as_owner_a_users_workflow_instances_run_as_its_account() {
+    use std::os::unix::fs::MetadataExt;
+    if !root() {
+        return;
+    }
+    let mut c = Cluster::start("run-as-wf", false);
+    for a in ["n1", "n2"] {
+        c.start_agent(a, 1, &["--run-as-owner"]);
+    }
+    c.wait_for_nodes(2);
+    let token = c.dir.join("nobody.token");
+    c.ok(&[
+        "user",
+        "add",
+        "nobody",
+        "--save",
+        token.to_str().expect("path"),
+    ]);
+    let file = c.write(
+        "wf.toml",
+        r#"balancer = "centralised"
+
+[[task]]
+name = "p"
+instances = 2
+cost = "1s"
+outputs = ["a"]
+command = "echo $(id -un) {index} > {output:a}"
+
+[[task]]
+name = "c"
+instances = 1
+cost = "1s"
+inputs = ["a"]
+outputs = ["r"]
+command = "cat {input:a} > {output:r}; id -un >> {output:r}"
+"#,
+    );
+    let out = c
+        .command(&["submit", file.to_str().expect("path"), "--wait"])
+        .env("HETSCHED_TOKEN_FILE", &token)
+        .output()
+        .expect("submit");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let consumer = c
+        .tasks(1)
+        .into_iter()
+        .find(|t| t["app"] == "c")
+        .expect("the consumer");
+    let node = consumer["node"].as_str().expect("its node").to_string();
+    let dir = c.dir.join(format!("agent-{node}/wf/1/c-0"));
+    let text = std::fs::read_to_string(dir.join("out/r")).expect("its output");
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines.iter().all(|l| l.starts_with("nobody")), "{text}");
+    assert_eq!(std::fs::metadata(&dir).expect("instance dir").uid(), 65534);
+}
