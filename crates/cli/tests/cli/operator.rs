@@ -2375,7 +2375,10 @@ fn usage_reports_the_core_hours_each_users_running_work_held() {
     );
     assert!((all["users"][0]["core_hours"].as_f64().unwrap_or(0.0) * 3600.0 - admin).abs() < 1e-6);
     let offered = all["capacity"]["core_seconds"].as_f64().unwrap_or(0.0);
-    assert!(offered > a + admin, "the agent's two cores all along: {all}");
+    assert!(
+        offered > a + admin,
+        "the agent's two cores all along: {all}"
+    );
     let used = all["utilisation"]["cores"].as_f64().unwrap_or(-1.0);
     assert!((used - (a + admin) / offered).abs() < 1e-9, "{all}");
     let table = c.ok(&["usage", "--by-day"]);
