@@ -2,12 +2,14 @@
 //! `sreport cluster AccountUtilizationByUser`, kept by the server itself), read with
 //! `hetsched usage`.
 //!
-//! The state samples what each owner holds in the scheduler's view — a user's group usage (its
-//! batch tasks, workflow instances, divisible chunks and stream-topology workers), the admin's
-//! the rest of what the live nodes hold — at most once per [`SAMPLE_EVERY`] as heartbeats
-//! come, and credits it for the time since the previous sample, split at UTC midnights: core-,
-//! GPU- and memory-seconds. The live nodes' capacity is credited the same way under the
-//! owner [`CAPACITY`], so the accounts say how much of the cluster was used. What accrued is added to the store's `usage_ledger` rows with the
+//! What each owner holds in the scheduler's view — a user's group usage (its batch tasks,
+//! workflow instances, divisible chunks and stream-topology workers), the admin's the rest of
+//! what the live nodes hold — changes only in the state's events, so the state settles the
+//! ledger at every commit ([`Ledger::settle`]): what was held since the previous event is
+//! credited for the time between them, split at UTC midnights (core-, GPU- and memory-seconds),
+//! and what is held now is noted for the next. The accounts are thus exact to the event, short
+//! tasks included; a settle costs O(users). The live nodes' capacity is credited the same way
+//! under the owner [`CAPACITY`], so the accounts say how much of the cluster was used. What accrued is added to the store's `usage_ledger` rows with the
 //! state's commit every [`STORED_EVERY`] (and when the server stops), so a crash loses at most
 //! that much; the ledger is never purged with the jobs, so the accounts outlive retention.
 //! Time the server was down is not counted (nothing samples it), though agents' tasks ran on.
@@ -18,16 +20,9 @@ use rusqlite::{Connection, params};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// Least time between two samples.
-pub const SAMPLE_EVERY: Duration = Duration::from_secs(1);
-
 /// How often what accrued is written to the store, with each owner's fair-share usage
 /// (`[fair_share]`): a crash loses at most this much of either.
 pub const STORED_EVERY: Duration = Duration::from_secs(60);
-
-/// The longest interval one sample credits: a longer gap (the clock jumped, or no heartbeat
-/// came) is not taken for work held all along.
-const LONGEST_GAP: Duration = Duration::from_secs(600);
 
 /// The owner under which the live nodes' capacity is credited: no user's name (those start
 /// with a letter) nor the admin's.
@@ -77,60 +72,99 @@ pub struct UsageRow {
     pub held: Held,
 }
 
-/// What accrued since the last store, and when the last sample was taken.
+/// What each owner holds since the last event, and what accrued since the last store.
 #[derive(Debug, Default)]
 pub struct Ledger {
-    /// The last sample's time (ns since the Unix epoch); `None` before the first.
+    /// The last settle's time (ns since the Unix epoch); `None` before the first.
     last_ns: Option<u64>,
-    /// Accrued and not yet written, by (owner, day).
+    /// What was held since `last_ns`: the capacity, the admin's, then each group's by id.
+    held: Vec<Resources>,
+    /// Accrued by the same index, per day, not yet moved to `pending` (one day, or two across
+    /// a midnight).
+    accrued: Vec<(u32, Vec<Held>)>,
+    /// Accrued and named, not yet written, by (owner, day).
     pending: BTreeMap<(String, u32), Held>,
     /// Moved from `pending` for the current transaction ([`Ledger::stage`]).
     staged: BTreeMap<(String, u32), Held>,
 }
 
+/// Where the capacity and the admin's sit in [`Ledger::held`]; group `g` sits at `GROUPS + g`.
+const CAPACITY_AT: usize = 0;
+const ADMIN_AT: usize = 1;
+const GROUPS: usize = 2;
+
 impl Ledger {
-    /// Whether a sample is due at `now_ns`.
-    pub fn due(&self, now_ns: u64) -> bool {
-        self.last_ns
-            .is_none_or(|t| now_ns.saturating_sub(t) >= SAMPLE_EVERY.as_nanos() as u64)
-    }
-
-    /// Credits each of `holding` (an owner and what its work holds now) for the time since the
-    /// last sample, split at UTC midnights. The first sample only starts the clock.
-    pub fn sample<'a>(&mut self, now_ns: u64, holding: impl Iterator<Item = (&'a str, Resources)>) {
-        let Some(last) = self.last_ns.replace(now_ns) else {
-            return;
-        };
-        if now_ns <= last || now_ns - last > LONGEST_GAP.as_nanos() as u64 {
-            return;
-        }
-        let holding: Vec<(&str, Resources)> = holding
-            .filter(|(_, r)| *r != Resources::default())
-            .collect();
-        if holding.is_empty() {
-            return;
-        }
-        let mut from = last;
-        while from < now_ns {
-            let day = from / DAY_NS;
-            let to = now_ns.min((day + 1) * DAY_NS);
-            let seconds = (to - from) as f64 / 1e9;
-            for (owner, r) in &holding {
-                self.pending
-                    .entry(((*owner).to_string(), day as u32))
-                    .or_default()
-                    .add(Held {
-                        core_seconds: f64::from(r.cores) * seconds,
-                        gpu_seconds: f64::from(r.gpus) * seconds,
-                        memory_byte_seconds: r.memory_bytes as f64 * seconds,
-                    });
+    /// At an event's end (`now_ns`): credits what was held since the last settle for the time
+    /// between, split at UTC midnights, and notes what is held now: the live nodes' `capacity`,
+    /// the `admin`'s (the work in no group) and each group's usage by group id.
+    pub fn settle(
+        &mut self,
+        now_ns: u64,
+        capacity: Resources,
+        admin: Resources,
+        groups: impl Iterator<Item = Resources>,
+    ) {
+        if let Some(last) = self.last_ns
+            && now_ns > last
+        {
+            let mut from = last;
+            while from < now_ns {
+                let day = from / DAY_NS;
+                let to = now_ns.min((day + 1) * DAY_NS);
+                let seconds = (to - from) as f64 / 1e9;
+                let day = day.min(u64::from(u32::MAX)) as u32;
+                if self.accrued.last().is_none_or(|(d, _)| *d != day) {
+                    self.accrued.push((day, Vec::new()));
+                }
+                if let Some((_, acc)) = self.accrued.last_mut() {
+                    if acc.len() < self.held.len() {
+                        acc.resize(self.held.len(), Held::default());
+                    }
+                    for (a, r) in acc.iter_mut().zip(&self.held) {
+                        a.core_seconds += f64::from(r.cores) * seconds;
+                        a.gpu_seconds += f64::from(r.gpus) * seconds;
+                        a.memory_byte_seconds += r.memory_bytes as f64 * seconds;
+                    }
+                }
+                from = to;
             }
-            from = to;
+        }
+        if self.last_ns.is_none_or(|last| now_ns >= last) {
+            self.last_ns = Some(now_ns);
+        }
+        self.held.clear();
+        self.held.extend([capacity, admin]);
+        self.held.extend(groups);
+    }
+
+    /// Names what accrued (`names`: each group's owner by group id) and moves it to `pending`.
+    fn name(&mut self, names: &[Option<&str>]) {
+        for (day, acc) in std::mem::take(&mut self.accrued) {
+            for (i, h) in acc.into_iter().enumerate() {
+                if h == Held::default() {
+                    continue;
+                }
+                let owner = match i {
+                    CAPACITY_AT => CAPACITY,
+                    ADMIN_AT => crate::users::ADMIN,
+                    g => match names.get(g - GROUPS).copied().flatten() {
+                        Some(n) => n,
+                        // A group no owner has (none is made without one): not counted.
+                        None => continue,
+                    },
+                };
+                self.pending
+                    .entry((owner.to_string(), day))
+                    .or_default()
+                    .add(h);
+            }
         }
     }
 
-    /// Moves what accrued into the next commit's writes ([`Ledger::persist`]).
-    pub fn stage(&mut self) {
+    /// Moves what accrued into the next commit's writes ([`Ledger::persist`]); `names`: each
+    /// group's owner by group id.
+    pub fn stage(&mut self, names: &[Option<&str>]) {
+        self.name(names);
         for (k, h) in std::mem::take(&mut self.pending) {
             self.staged.entry(k).or_default().add(h);
         }
@@ -170,9 +204,12 @@ impl Ledger {
     }
 
     /// After a rollback (`self` new, `old` the memory before it): what `old` accrued and had
-    /// staged was not written, so it accrues here, and the clock goes on from its last sample.
+    /// staged was not written, so it accrues here, and the clock goes on from its last settle
+    /// (the next settle notes what the rebuilt state holds).
     pub fn carry_over(&mut self, old: &Ledger) {
         self.last_ns = old.last_ns;
+        self.held = old.held.clone();
+        self.accrued = old.accrued.clone();
         for (k, h) in old.staged.iter().chain(&old.pending) {
             self.pending.entry(k.clone()).or_default().add(*h);
         }
@@ -187,6 +224,7 @@ impl Ledger {
         since: u32,
         until: u32,
         owner: Option<&str>,
+        names: &[Option<&str>],
     ) -> Result<Vec<UsageRow>, StoreError> {
         let mut rows: BTreeMap<(String, u32), Held> = BTreeMap::new();
         let mut stmt = conn.prepare_cached(
@@ -207,7 +245,17 @@ impl Ledger {
             let (k, h) = row?;
             rows.entry(k).or_default().add(h);
         }
-        for ((o, day), h) in self.staged.iter().chain(&self.pending) {
+        let mut unnamed = Ledger {
+            accrued: self.accrued.clone(),
+            ..Ledger::default()
+        };
+        unnamed.name(names);
+        let memory = self
+            .staged
+            .iter()
+            .chain(&self.pending)
+            .chain(&unnamed.pending);
+        for ((o, day), h) in memory {
             if (since..=until).contains(day) && owner.is_none_or(|w| w == o || o == CAPACITY) {
                 rows.entry((o.clone(), *day)).or_default().add(*h);
             }
@@ -234,40 +282,68 @@ mod tests {
         Resources::new(n, 0, 0)
     }
 
-    #[test]
-    fn a_sample_credits_the_time_since_the_last_one_split_at_midnight() {
-        let mut l = Ledger::default();
-        let before_midnight = 3 * DAY_NS - 2_000_000_000;
-        l.sample(before_midnight, [("alice", cores(4))].into_iter());
-        assert!(l.pending.is_empty(), "the first sample starts the clock");
-        l.sample(
-            before_midnight + 5_000_000_000,
-            [("alice", cores(4))].into_iter(),
-        );
-        assert_eq!(l.pending[&("alice".to_string(), 2)].core_seconds, 8.0);
-        assert_eq!(l.pending[&("alice".to_string(), 3)].core_seconds, 12.0);
+    /// Settles with a 16-core capacity, the admin holding `admin` cores and group 0 `alice`.
+    fn settle(l: &mut Ledger, at: u64, admin: u32, alice: u32) {
+        l.settle(at, cores(16), cores(admin), [cores(alice)].into_iter());
+    }
+
+    fn named(l: &mut Ledger) -> &BTreeMap<(String, u32), Held> {
+        l.name(&[Some("alice")]);
+        &l.pending
     }
 
     #[test]
-    fn a_gap_longer_than_ten_minutes_credits_nothing() {
+    fn what_was_held_between_two_events_is_credited_split_at_midnight() {
         let mut l = Ledger::default();
-        l.sample(DAY_NS, [("bob", cores(1))].into_iter());
-        l.sample(DAY_NS + 601_000_000_000, [("bob", cores(1))].into_iter());
-        assert!(l.pending.is_empty());
-        l.sample(DAY_NS + 602_000_000_000, [("bob", cores(1))].into_iter());
-        assert_eq!(l.pending[&("bob".to_string(), 1)].core_seconds, 1.0);
+        let before_midnight = 3 * DAY_NS - 2_000_000_000;
+        settle(&mut l, before_midnight, 0, 4);
+        assert!(
+            named(&mut l).is_empty(),
+            "the first settle only notes what is held"
+        );
+        // Alice held 4 cores for 5 s (2 before midnight), then holds none.
+        settle(&mut l, before_midnight + 5_000_000_000, 1, 0);
+        let p = named(&mut l);
+        assert_eq!(p[&("alice".to_string(), 2)].core_seconds, 8.0);
+        assert_eq!(p[&("alice".to_string(), 3)].core_seconds, 12.0);
+        assert_eq!(p[&(CAPACITY.to_string(), 3)].core_seconds, 48.0);
+        assert!(!p.contains_key(&(crate::users::ADMIN.to_string(), 3)));
+        // A task shorter than any sampling period is credited exactly: the admin's core for 0.1 s.
+        settle(&mut l, before_midnight + 5_100_000_000, 0, 0);
+        let p = named(&mut l);
+        let admin = p[&(crate::users::ADMIN.to_string(), 3)].core_seconds;
+        assert!((admin - 0.1).abs() < 1e-9, "{admin}");
     }
 
     #[test]
     fn staged_rows_a_rollback_did_not_write_accrue_again() {
         let mut old = Ledger::default();
-        old.sample(DAY_NS, [("bob", cores(2))].into_iter());
-        old.sample(DAY_NS + 1_000_000_000, [("bob", cores(2))].into_iter());
-        old.stage();
-        old.sample(DAY_NS + 2_000_000_000, [("bob", cores(2))].into_iter());
+        settle(&mut old, DAY_NS, 0, 2);
+        settle(&mut old, DAY_NS + 1_000_000_000, 0, 2);
+        old.stage(&[Some("alice")]);
+        settle(&mut old, DAY_NS + 2_000_000_000, 0, 2);
         let mut fresh = Ledger::default();
         fresh.carry_over(&old);
-        assert_eq!(fresh.pending[&("bob".to_string(), 1)].core_seconds, 4.0);
+        assert_eq!(
+            named(&mut fresh)[&("alice".to_string(), 1)].core_seconds,
+            4.0
+        );
         assert_eq!(fresh.last_ns, Some(DAY_NS + 2_000_000_000));
+        // The clock goes on with what was held.
+        settle(&mut fresh, DAY_NS + 3_000_000_000, 0, 0);
+        assert_eq!(
+            named(&mut fresh)[&("alice".to_string(), 1)].core_seconds,
+            6.0
+        );
+    }
+
+    #[test]
+    fn a_clock_that_goes_back_credits_nothing() {
+        let mut l = Ledger::default();
+        settle(&mut l, DAY_NS + 5_000_000_000, 0, 2);
+        settle(&mut l, DAY_NS + 4_000_000_000, 0, 2);
+        assert!(named(&mut l).is_empty());
+        settle(&mut l, DAY_NS + 6_000_000_000, 0, 2);
+        assert_eq!(named(&mut l)[&("alice".to_string(), 1)].core_seconds, 2.0);
     }
 }

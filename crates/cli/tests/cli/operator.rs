@@ -2359,7 +2359,7 @@ fn usage_reports_the_core_hours_each_users_running_work_held() {
             .and_then(|u| u["core_seconds"].as_f64())
             .unwrap_or(0.0)
     };
-    // Sampled once a second as heartbeats come: each within a second of what ran.
+    // Credited from the event that dispatched each to the one that recorded its end.
     let (a, admin) = (core_s(&all, "alice"), core_s(&all, "admin"));
     assert!(
         (1.0..=3.5).contains(&a),

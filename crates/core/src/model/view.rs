@@ -276,6 +276,10 @@ pub struct SchedulerView {
     /// By id; a purged job's applications are retired ([`SchedulerView::retire_application`]).
     apps: Slots<AppState>,
     totals: Resources,
+    /// What the live nodes have free, together (kept at every change of a node's free
+    /// resources: [`SchedulerView::free_changed`]), so what runs is known without a pass over
+    /// the nodes ([`SchedulerView::ungrouped_usage`]).
+    free_alive: Resources,
     /// Sum of the speed weights of every live node's accelerators.
     device_speed_total: f64,
     /// Requests a CPU task's input is read in (0 counts as 1); see [`SchedulerView::io_request`].
@@ -329,6 +333,7 @@ impl SchedulerView {
         }
         let capacity = node.capacity();
         self.totals = self.totals + capacity;
+        self.free_alive = self.free_alive + capacity;
         self.device_speed_total += device_speed(&node);
         self.nodes.push(NodeState {
             device_free: vec![true; node.accelerators.len()],
@@ -355,11 +360,14 @@ impl SchedulerView {
             state.alive = alive;
             let capacity = state.node.capacity();
             let speed = device_speed(&state.node);
+            let free = state.free;
             if alive {
                 self.totals = self.totals + capacity;
+                self.free_alive = self.free_alive + free;
                 self.device_speed_total += speed;
             } else {
                 self.totals = self.totals - capacity;
+                self.free_alive = self.free_alive - free;
                 self.device_speed_total = (self.device_speed_total - speed).max(0.0);
             }
         }
@@ -478,20 +486,42 @@ impl SchedulerView {
     }
 
     /// What the running work in no group holds now: what the live nodes hold beyond the
-    /// groups' usage (the runtime's admin's work).
+    /// groups' usage (the runtime's admin's work). O(groups).
     pub fn ungrouped_usage(&self) -> Resources {
         let grouped = self
             .groups
             .iter()
             .fold(Resources::default(), |sum, g| sum + g.usage);
-        let in_use = self
-            .nodes
-            .iter()
-            .filter(|n| n.alive)
-            .fold(Resources::default(), |sum, n| {
-                sum + (n.node.capacity() - n.free)
-            });
-        in_use - grouped
+        self.in_use() - grouped
+    }
+
+    /// What the live nodes hold now (their capacity less what they have free), kept as nodes
+    /// change ([`SchedulerView::free_changed`]): O(1).
+    pub fn in_use(&self) -> Resources {
+        // Every test run in a debug build checks the running sum against the nodes.
+        debug_assert_eq!(
+            self.free_alive,
+            self.nodes
+                .iter()
+                .filter(|n| n.alive)
+                .fold(Resources::default(), |sum, n| sum + n.free),
+            "the live nodes' free resources"
+        );
+        self.totals - self.free_alive
+    }
+
+    /// What each group's running work holds now, by group id.
+    pub fn group_usages(&self) -> impl Iterator<Item = Resources> + '_ {
+        self.groups.iter().map(|g| g.usage)
+    }
+
+    /// Keeps `free_alive` in step with node `index`'s free resources, which were `before`.
+    fn free_changed(&mut self, index: usize, before: Resources) {
+        if let Some(n) = self.nodes.get(index)
+            && n.alive
+        {
+            self.free_alive = self.free_alive - before + n.free;
+        }
     }
 
     /// The dominant share of the cluster each group's running work holds now, by group id,
@@ -547,12 +577,14 @@ impl SchedulerView {
         );
         state.node.accelerators = accelerators;
         state.device_free.resize(new_n as usize, true);
+        let before = state.free;
         state.free.gpus = (state.free.gpus + new_n).saturating_sub(old_n);
         if state.alive {
             self.totals = self.totals - old_capacity + state.node.capacity();
             self.device_speed_total =
                 (self.device_speed_total - old_speed + device_speed(&state.node)).max(0.0);
         }
+        self.free_changed(node.index(), before);
         Ok(())
     }
 
@@ -1069,15 +1101,19 @@ impl SchedulerView {
         let Some(n) = self.nodes.get_mut(node.index()) else {
             return 0;
         };
+        let before = n.free;
         let taken = cores.min(n.free.cores);
         n.free.cores -= taken;
+        self.free_changed(node.index(), before);
         taken
     }
 
     /// Gives back `cores` cores taken with [`SchedulerView::hold_cores`].
     pub fn release_cores(&mut self, node: NodeId, cores: u32) {
         if let Some(n) = self.nodes.get_mut(node.index()) {
+            let before = n.free;
             n.free.cores += cores;
+            self.free_changed(node.index(), before);
         }
     }
 
@@ -1114,14 +1150,17 @@ impl SchedulerView {
                 devices.push(d as u32);
             }
         }
+        let before = n.free;
         n.free = n.free - request;
         n.running += 1;
+        self.free_changed(node.index(), before);
         Some(devices)
     }
 
     /// Gives back what [`SchedulerView::book`] took.
     pub fn unbook(&mut self, node: NodeId, request: Resources, devices: &[u32]) {
         if let Some(n) = self.nodes.get_mut(node.index()) {
+            let before = n.free;
             n.free = n.free + request;
             n.running = n.running.saturating_sub(1);
             for &d in devices {
@@ -1129,6 +1168,7 @@ impl SchedulerView {
                     *free = true;
                 }
             }
+            self.free_changed(node.index(), before);
         }
     }
 
@@ -1163,6 +1203,7 @@ impl SchedulerView {
                 }
             }
         }
+        let before = n.free;
         n.free = n.free - request;
         n.running += 1;
         n.total_io_bytes += io_bytes;
@@ -1175,6 +1216,7 @@ impl SchedulerView {
         }
         let group = a.group;
         self.group_add(group, request);
+        self.free_changed(node.index(), before);
         if emptied {
             self.with_pending.remove(&app);
         }
@@ -1210,8 +1252,10 @@ impl SchedulerView {
             })
             .collect();
         let resources = Resources::new(n.free.cores, n.free.memory_bytes, devices.len() as u32);
+        let before = n.free;
         n.free = n.free - resources;
         *self.held.entry(node).or_default() += 1;
+        self.free_changed(node.index(), before);
         Held {
             node,
             resources,
@@ -1244,12 +1288,14 @@ impl SchedulerView {
             }
         }
         if let Some(n) = self.nodes.get_mut(held.node.index()) {
+            let before = n.free;
             n.free = n.free + held.resources;
             for &d in &held.devices {
                 if let Some(free) = n.device_free.get_mut(d as usize) {
                     *free = true;
                 }
             }
+            self.free_changed(held.node.index(), before);
         }
     }
 
@@ -1362,6 +1408,7 @@ impl SchedulerView {
         let group = a.group;
         self.group_sub(group, request);
         let n = &mut self.nodes[done.node.index()];
+        let before = n.free;
         n.free = n.free + request;
         n.running = n.running.saturating_sub(1);
         for &d in &done.devices {
@@ -1369,6 +1416,7 @@ impl SchedulerView {
                 *free = true;
             }
         }
+        self.free_changed(done.node.index(), before);
     }
 
     /// A dispatched task finished successfully: its resources return to the node.
@@ -1423,6 +1471,7 @@ impl SchedulerView {
                 *free = false;
             }
         }
+        let before = n.free;
         n.free = n.free - request;
         n.running += 1;
         a.usage = a.usage + request;
@@ -1433,6 +1482,7 @@ impl SchedulerView {
         }
         let group = a.group;
         self.group_add(group, request);
+        self.free_changed(running.node.index(), before);
         Ok(())
     }
 

@@ -690,6 +690,8 @@ impl State {
         }
         // Chunks that went out or ended in this event book or free their agents' cores.
         self.rebook_chunks();
+        // What each owner held until now is credited; what it holds from now on is noted.
+        self.settle_accounts();
         if !self.jobs.all().iter().any(|k| k.has_changes())
             && !self.users.has_changes()
             && !self.ledger.has_changes()

@@ -193,11 +193,9 @@ impl State {
         half_life
     }
 
-    /// Samples the accounts, and stages them and each owner's fair-share usage for this
-    /// event's commit once [`crate::accounting::STORED_EVERY`] has passed since they were last
-    /// staged.
+    /// Stages the accounts and each owner's fair-share usage for this event's commit once
+    /// [`crate::accounting::STORED_EVERY`] has passed since they were last staged.
     pub(super) fn stage_usage_when_due(&mut self) {
-        self.sample_accounts();
         if self
             .usage_stored
             .is_some_and(|t| t.elapsed() < crate::accounting::STORED_EVERY)
@@ -217,32 +215,47 @@ impl State {
         until: u32,
         owner: Option<&str>,
     ) -> Result<Vec<crate::accounting::UsageRow>, StateError> {
-        Ok(self.ledger.report(self.store.conn(), since, until, owner)?)
+        let names = self.group_names();
+        Ok(self
+            .ledger
+            .report(self.store.conn(), since, until, owner, &names)?)
     }
 
-    /// Credits each owner's account with what its work holds now ([`crate::accounting`]), at
-    /// most once per [`crate::accounting::SAMPLE_EVERY`].
-    fn sample_accounts(&mut self) {
-        let now = now_ns();
-        if !self.ledger.due(now) {
-            return;
+    /// Each group's owner, by group id (what the accounts name).
+    fn group_names(&self) -> Vec<Option<&str>> {
+        let mut names = Vec::new();
+        for (name, g) in self.users.groups() {
+            let g = g as usize;
+            if names.len() <= g {
+                names.resize(g + 1, None);
+            }
+            names[g] = Some(name);
         }
+        names
+    }
+
+    /// At an event's end: credits each owner's account with what its work held since the last
+    /// event, and notes what it holds now ([`crate::accounting::Ledger::settle`]; O(users)).
+    pub(super) fn settle_accounts(&mut self) {
         let view = &self.view;
-        let holding = self
-            .users
-            .groups()
-            .map(|(name, g)| (name, view.group(g).usage))
-            .chain([
-                (ADMIN, view.ungrouped_usage()),
-                (crate::accounting::CAPACITY, view.totals()),
-            ]);
-        self.ledger.sample(now, holding);
+        self.ledger.settle(
+            now_ns(),
+            view.totals(),
+            view.ungrouped_usage(),
+            view.group_usages(),
+        );
     }
 
     /// Stages the accounts and, under `[fair_share]`, each owner's fair-share usage for the
     /// next commit.
     fn stage_usage(&mut self) {
-        self.ledger.stage();
+        let names: Vec<Option<String>> = self
+            .group_names()
+            .into_iter()
+            .map(|n| n.map(str::to_string))
+            .collect();
+        let names: Vec<Option<&str>> = names.iter().map(|n| n.as_deref()).collect();
+        self.ledger.stage(&names);
         if self.config.fair_share.is_some() {
             self.stage_fair_usage();
         }
@@ -263,7 +276,7 @@ impl State {
     /// Stores the accounts and each owner's fair-share usage now (as the heartbeats do every
     /// [`crate::accounting::STORED_EVERY`]): when the server stops.
     pub fn store_usage(&mut self) -> Result<(), StateError> {
-        self.sample_accounts();
+        self.settle_accounts();
         self.usage_stored = Some(std::time::Instant::now());
         self.stage_usage();
         self.commit()

@@ -1125,7 +1125,8 @@ async fn the_accounts_credit_each_owner_what_its_running_work_held() {
         ..Default::default()
     };
     let today = hetsched_server::accounting::day_of(hetsched_server::state::now_ns());
-    let (alice_token, ran_s) = {
+    let phase = std::time::Instant::now();
+    let (alice_token, ran_s, phase_s) = {
         let mut s = open(&d);
         let alice_token = s.on_add_user("alice", false).expect("alice");
         s.on_add_user("bob", false).expect("bob");
@@ -1141,8 +1142,8 @@ async fn the_accounts_credit_each_owner_what_its_running_work_held() {
         assert_eq!(sent.len(), 1);
         std::thread::sleep(std::time::Duration::from_millis(1_200));
         agent.beat(&mut s, &[]);
-        let ran_s = started.elapsed().as_secs_f64();
         agent.beat(&mut s, &[(sent[0].0, sent[0].1, true)]);
+        let ran_s = started.elapsed().as_secs_f64();
         let rows = s.usage_report(today, today, None).expect("report");
         let alice: Vec<_> = rows.iter().filter(|r| r.owner == "alice").collect();
         assert_eq!(alice.len(), 1, "{rows:?}");
@@ -1159,7 +1160,11 @@ async fn the_accounts_credit_each_owner_what_its_running_work_held() {
         assert!(rows.iter().all(|r| r.owner != "bob"), "bob ran nothing");
         // Stored every minute with a heartbeat's commit, and by a stopping server (this call).
         s.store_usage().expect("stored");
-        (alice_token, held.core_seconds)
+        (
+            alice_token,
+            held.core_seconds,
+            phase.elapsed().as_secs_f64(),
+        )
     };
     let (server, channel) = serve(config).await;
     let mut admin = api(&channel, &server.token);
@@ -1195,8 +1200,8 @@ async fn the_accounts_credit_each_owner_what_its_running_work_held() {
         "a user reads its own account only (and the capacity): {:?}",
         mine.rows
     );
-    // The capacity: the node's 8 cores over the same samples as alice's 2 (`ran_s` is her
-    // core-seconds).
+    // The capacity: the node's 8 cores from its registration on, while alice's 2 ran and
+    // around (`ran_s` is her core-seconds).
     let offered: f64 = all
         .rows
         .iter()
@@ -1204,8 +1209,8 @@ async fn the_accounts_credit_each_owner_what_its_running_work_held() {
         .map(|r| r.core_seconds)
         .sum();
     assert!(
-        (offered - 4.0 * ran_s).abs() < 1e-6,
-        "capacity {offered} core-seconds against alice's {ran_s}"
+        offered >= 4.0 * ran_s && offered <= 8.0 * phase_s,
+        "capacity {offered} core-seconds against alice's {ran_s} in {phase_s} s"
     );
     for (span, why) in [
         (read(today + 2, today + 1), "is after until_day"),
@@ -1220,8 +1225,8 @@ async fn the_accounts_credit_each_owner_what_its_running_work_held() {
 }
 
 /// A stopping server stores the accounts: what its agents' tasks held until the stop (the
-/// admin's one-core task for ~1.1 s here) is read back after a restart, though less than the
-/// minute between two stores passed.
+/// admin's one-core task, still running, for ~1.1 s here) is read back after a restart, though
+/// less than the minute between two stores passed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopping_server_stores_the_accounts() {
     use hetsched_proto::agent_client::AgentClient;
@@ -1274,8 +1279,10 @@ async fn a_stopping_server_stores_the_accounts() {
         .heartbeat(common::heartbeat_request(node, &running, &[]))
         .await
         .expect("beat");
-    let ran_s = started.elapsed().as_secs_f64();
     server.stop().await.expect("stopped");
+    let stopped_s = started.elapsed().as_secs_f64();
+    // (The restarted server takes the task for running until its agent says otherwise, and
+    // counts it from its first event on.)
     let (server, channel) = serve(config).await;
     let reply = api(&channel, &server.token)
         .usage(pb::UsageRequest {
@@ -1285,11 +1292,12 @@ async fn a_stopping_server_stores_the_accounts() {
         .await
         .expect("read")
         .into_inner();
+    let ran_s = started.elapsed().as_secs_f64();
     let admins: Vec<_> = reply.rows.iter().filter(|r| r.owner == ADMIN).collect();
     assert_eq!(admins.len(), 1, "{:?}", reply.rows);
     assert!(
-        admins[0].core_seconds >= 1.0 && admins[0].core_seconds <= ran_s,
-        "one core for ~1.1 s: {}",
+        admins[0].core_seconds >= 1.1 && admins[0].core_seconds <= ran_s,
+        "one core from its dispatch to the stop ({stopped_s} s) at least: {}",
         admins[0].core_seconds
     );
     server.stop().await.expect("stopped");
