@@ -41,16 +41,4 @@ for r in json.load(sys.stdin):
 ' "$variant" "$fair"
     done
   done
-done | python3 -c '
-import sys, statistics
-rows = {}
-for line in sys.stdin:
-    f = line.split()
-    key = tuple(f[:3])
-    for kv in f[3:]:
-        k, v = kv.split("=")
-        rows.setdefault(key, {}).setdefault(k, []).append(float(v))
-for key, m in rows.items():
-    cells = " ".join("%s %.1f (%.1f-%.1f)" % (k, statistics.median(v), min(v), max(v)) for k, v in m.items())
-    print(" ".join(key), "|", cells)
-'
+done | python3 "$(dirname "$0")/medians-by-key.py" 3

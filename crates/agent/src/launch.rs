@@ -836,7 +836,7 @@ mod tests {
     async fn run_and_kill(dir: &Path, script: &str, grace: Duration) -> pb::TaskResult {
         let (a, spec) = task(dir, script, 0);
         let (tx, rx) = oneshot::channel();
-        let run = run(&a, &spec, "n", dir, rx, grace, false, |_| {});
+        let run = run_by_agent(&a, &spec, dir, rx, grace);
         let kill = async {
             started(dir).await;
             let _ = tx.send(Kill::Server);
@@ -859,6 +859,18 @@ mod tests {
 
     const SAVES_ON_TERM: &str = r#"trap 'echo saved > "$D/saved"; exit 0' TERM; echo > "$D/started"; for i in $(seq 600); do sleep 0.05; done"#;
 
+    /// Runs `a` by `spec` on node `n` as the agent's own user (no `run_as_owner`), noting no
+    /// pid: how most tests start a task.
+    async fn run_by_agent(
+        a: &pb::Assignment,
+        spec: &pb::TaskSpec,
+        dir: &Path,
+        control: impl Into<Control>,
+        grace: Duration,
+    ) -> pb::TaskResult {
+        run(a, spec, "n", dir, control, grace, false, |_| {}).await
+    }
+
     #[tokio::test]
     async fn a_cancelled_task_gets_sigterm_first_and_its_handler_runs() {
         let dir = test_dir("term");
@@ -880,7 +892,7 @@ mod tests {
             r#"trap '' TERM; echo > "$D/started"; for i in $(seq 600); do sleep 0.05; done"#;
         let (a, spec) = task(&dir, script, 0);
         let (tx, rx) = oneshot::channel();
-        let run = run(&a, &spec, "n", &dir, rx, grace, false, |_| {});
+        let run = run_by_agent(&a, &spec, &dir, rx, grace);
         tokio::pin!(run);
         tokio::select! {
             r = &mut run => panic!("ended before it was killed: {r:?}"),
@@ -911,17 +923,7 @@ mod tests {
         spec.kill_grace_ms = 200;
         let (_tx, rx) = oneshot::channel();
         let started = std::time::Instant::now();
-        let r = run(
-            &a,
-            &spec,
-            "n",
-            &dir,
-            rx,
-            Duration::from_secs(60),
-            false,
-            |_| {},
-        )
-        .await;
+        let r = run_by_agent(&a, &spec, &dir, rx, Duration::from_secs(60)).await;
         assert_eq!(
             r.message,
             "time limit of 0.300s exceeded; SIGKILLed after ignoring SIGTERM for 0.200s"
@@ -938,17 +940,7 @@ mod tests {
         let dir = test_dir("limit");
         let (a, spec) = task(&dir, SAVES_ON_TERM, 200);
         let (_tx, rx) = oneshot::channel();
-        let r = run(
-            &a,
-            &spec,
-            "n",
-            &dir,
-            rx,
-            Duration::from_secs(60),
-            false,
-            |_| {},
-        )
-        .await;
+        let r = run_by_agent(&a, &spec, &dir, rx, Duration::from_secs(60)).await;
         assert_eq!(r.message, "time limit of 0.200s exceeded", "{r:?}");
         assert!(!r.success);
         assert!(dir.join("saved").exists(), "the SIGTERM handler ran");
@@ -978,7 +970,7 @@ mod tests {
             std::future::pending::<()>().await
         };
         tokio::select! {
-            r = run(&a, &spec, "n", dir, control, Duration::from_secs(60), false, |_| {}) => {
+            r = run_by_agent(&a, &spec, dir, control, Duration::from_secs(60)) => {
                 (r, started.elapsed())
             }
             () = tell => unreachable!(),
@@ -1024,16 +1016,7 @@ mod tests {
             limit: None,
             signals: Some(signals),
         };
-        let running = run(
-            &a,
-            &spec,
-            "n",
-            &dir,
-            control,
-            Duration::from_secs(5),
-            false,
-            |_| {},
-        );
+        let running = run_by_agent(&a, &spec, &dir, control, Duration::from_secs(5));
         let operator = async {
             started(&dir).await;
             for _ in 0..500 {
@@ -1080,17 +1063,7 @@ mod tests {
         spec.warn_before_ms = 1_000;
         let (_tx, rx) = oneshot::channel();
         let began = std::time::Instant::now();
-        let r = run(
-            &a,
-            &spec,
-            "n",
-            &dir,
-            rx,
-            Duration::from_secs(5),
-            false,
-            |_| {},
-        )
-        .await;
+        let r = run_by_agent(&a, &spec, &dir, rx, Duration::from_secs(5)).await;
         assert!(
             r.message.starts_with("time limit of 1.500s exceeded"),
             "{r:?}"
@@ -1110,16 +1083,7 @@ mod tests {
             limit: Some(limit),
             signals: None,
         };
-        let running = run(
-            &a,
-            &spec,
-            "n",
-            &dir,
-            control,
-            Duration::from_secs(5),
-            false,
-            |_| {},
-        );
+        let running = run_by_agent(&a, &spec, &dir, control, Duration::from_secs(5));
         let extend = async {
             for _ in 0..200 {
                 if warnings(&dir) == 1 {
@@ -1145,17 +1109,7 @@ mod tests {
         spec.warn_signal = "USR1".into();
         spec.warn_before_ms = 60_000;
         let (_tx, rx) = oneshot::channel();
-        let r = run(
-            &a,
-            &spec,
-            "n",
-            &dir,
-            rx,
-            Duration::from_secs(5),
-            false,
-            |_| {},
-        )
-        .await;
+        let r = run_by_agent(&a, &spec, &dir, rx, Duration::from_secs(5)).await;
         assert!(r.success, "{r:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -1186,17 +1140,7 @@ mod tests {
         spec.memory_limit_bytes = 16 << 20;
         let (_tx, rx) = oneshot::channel();
         let started = std::time::Instant::now();
-        let r = run(
-            &a,
-            &spec,
-            "n",
-            &dir,
-            rx,
-            Duration::from_secs(60),
-            false,
-            |_| {},
-        )
-        .await;
+        let r = run_by_agent(&a, &spec, &dir, rx, Duration::from_secs(60)).await;
         assert!(!r.success);
         assert!(
             r.message
@@ -1212,17 +1156,7 @@ mod tests {
         let (a, mut spec) = task(&dir, small, 0);
         spec.memory_limit_bytes = 256 << 20;
         let (_tx, rx) = oneshot::channel();
-        let r = run(
-            &a,
-            &spec,
-            "n",
-            &dir,
-            rx,
-            Duration::from_secs(60),
-            false,
-            |_| {},
-        )
-        .await;
+        let r = run_by_agent(&a, &spec, &dir, rx, Duration::from_secs(60)).await;
         assert!(r.success, "{r:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -1234,17 +1168,7 @@ mod tests {
         let script = r#"sleep 300 & echo $! > "$D/pid""#;
         let (a, spec) = task(&dir, script, 0);
         let (_tx, rx) = oneshot::channel();
-        let r = run(
-            &a,
-            &spec,
-            "n",
-            &dir,
-            rx,
-            Duration::from_secs(60),
-            false,
-            |_| {},
-        )
-        .await;
+        let r = run_by_agent(&a, &spec, &dir, rx, Duration::from_secs(60)).await;
         assert!(r.success, "{r:?}");
         let pid: u32 = std::fs::read_to_string(dir.join("pid"))
             .expect("the script wrote the pid")
@@ -1279,17 +1203,7 @@ mod tests {
         spec.stdout = stdout.into();
         spec.stderr = stderr.into();
         let (_tx, rx) = oneshot::channel();
-        let r = run(
-            &a,
-            &spec,
-            "n",
-            dir,
-            rx,
-            Duration::from_secs(60),
-            false,
-            |_| {},
-        )
-        .await;
+        let r = run_by_agent(&a, &spec, dir, rx, Duration::from_secs(60)).await;
         let (out, err) = output_paths(dir, &spec, &a);
         let read = |captured: &Path| {
             let path = crate::logs::redirected(captured)

@@ -39,6 +39,40 @@ fn ask(s: &mut State, name: &str) -> Result<Vec<(u64, u64)>, String> {
     .map_err(|e| e.to_string())
 }
 
+/// [`JOB`] as submitted from `/`.
+fn rows() -> Submission {
+    Submission {
+        origin: "rows.toml".into(),
+        text: JOB.into(),
+        workdir: "/".into(),
+        ..Default::default()
+    }
+}
+
+/// Chunk `chunk` of job `id` succeeded in 1 ms (after a 1 µs transfer).
+fn success(id: u64, chunk: u64) -> ChunkResult {
+    ChunkResult {
+        job_id: id,
+        chunk,
+        success: true,
+        message: String::new(),
+        transfer_ns: 1_000,
+        compute_ns: 1_000_000,
+    }
+}
+
+/// Reports chunk `chunk` of job `id` (in data directory `d`) done with an output: whether it
+/// counted.
+fn chunk_done(s: &mut State, d: &Path, id: u64, chunk: u64) -> bool {
+    let tmp = d
+        .join("divisible")
+        .join(format!("job-{id}"))
+        .join(format!("chunk-{chunk}.part"));
+    std::fs::write(&tmp, b"0 4\n").expect("output");
+    s.on_chunk_done(&success(id, chunk), Some(&tmp))
+        .expect("recorded")
+}
+
 fn chunks(s: &State, id: u64) -> Vec<(u64, String)> {
     let j = s.get_job(id).expect("job");
     j.divisible
@@ -87,18 +121,8 @@ fn divisible_rows_are_in_the_states_transaction_and_survive_a_full_disk_and_a_re
     // Calibration: the agent gets chunk 0 and reports it done.
     let got = ask(&mut s, "a").expect("next chunk");
     assert_eq!(got, vec![(id, 0)]);
-    let jd = d.join("divisible").join(format!("job-{id}"));
-    let tmp = jd.join("chunk-0.part");
-    std::fs::write(&tmp, b"0 4\n").expect("output");
-    let done = ChunkResult {
-        job_id: id,
-        chunk: 0,
-        success: true,
-        message: String::new(),
-        transfer_ns: 1_000,
-        compute_ns: 1_000_000,
-    };
-    assert!(s.on_chunk_done(&done, Some(&tmp)).expect("recorded"));
+    assert!(chunk_done(&mut s, &d, id, 0), "recorded");
+    let done = success(id, 0);
     assert!(
         !s.on_chunk_done(&done, None)
             .expect("a repeat is acknowledged"),
@@ -418,18 +442,7 @@ fn a_chunk_being_computed_holds_a_core_charged_to_its_jobs_owner() {
         .expect("register");
         assert!(ask(&mut s, name).expect("asked").is_empty(), "no job yet");
     }
-    let id = s
-        .on_submit_as(
-            Submission {
-                origin: "rows.toml".into(),
-                text: JOB.into(),
-                workdir: "/".into(),
-                ..Default::default()
-            },
-            "alice",
-        )
-        .expect("submitted")
-        .job_id;
+    let id = s.on_submit_as(rows(), "alice").expect("submitted").job_id;
     let free = |s: &State| -> Vec<u32> { s.list_nodes().iter().map(|n| n.free_cores).collect() };
     assert_eq!(ask(&mut s, "a").expect("asked"), vec![(id, 0)]);
     assert_eq!(
@@ -444,18 +457,7 @@ fn a_chunk_being_computed_holds_a_core_charged_to_its_jobs_owner() {
     }
     assert_eq!(free(&s), vec![1, 2]);
     // Another job of hers, with no chunk out, says why it waits.
-    let second = s
-        .on_submit_as(
-            Submission {
-                origin: "rows.toml".into(),
-                text: JOB.into(),
-                workdir: "/".into(),
-                ..Default::default()
-            },
-            "alice",
-        )
-        .expect("submitted")
-        .job_id;
+    let second = s.on_submit_as(rows(), "alice").expect("submitted").job_id;
     assert!(ask(&mut s, "b").expect("asked").is_empty(), "alice's cap");
     assert_eq!(
         s.get_job(second).expect("job").pending_reason,
@@ -491,18 +493,7 @@ fn a_chunk_being_computed_holds_a_core_charged_to_its_jobs_owner() {
     crate::common::beat(&mut s, 0, &sent, &[]);
     assert_eq!(free(&s)[0], 0, "the chunk's core and the batch task's");
     // Chunk 0 done: its core goes back, and alice's next chunk may go to b.
-    let jd = d.join("divisible").join(format!("job-{id}"));
-    let tmp = jd.join("chunk-0.part");
-    std::fs::write(&tmp, b"0 4\n").expect("output");
-    let done = ChunkResult {
-        job_id: id,
-        chunk: 0,
-        success: true,
-        message: String::new(),
-        transfer_ns: 1_000,
-        compute_ns: 1_000_000,
-    };
-    assert!(s.on_chunk_done(&done, Some(&tmp)).expect("recorded"));
+    assert!(chunk_done(&mut s, &d, id, 0), "recorded");
     assert_eq!(s.user_cores("alice"), 0);
     assert_eq!(free(&s)[0], 1, "the batch task's core only");
     // Under her cap again: one of her chunks goes out (to whichever agent the plan names), and

@@ -62,6 +62,28 @@ async fn submit(api: &mut Api, name: &str) -> u64 {
     .job_id
 }
 
+/// A job of `tasks` one-core `true` tasks (application `sim`), not held.
+fn sweep(tasks: u32) -> Submission {
+    let mut sub = submission("sweep", false);
+    sub.text = format!(
+        "[[application]]\nname = \"sim\"\ntasks = {tasks}\n[application.cpu]\ncommand = \"true\"\n"
+    );
+    sub.hold = false;
+    sub
+}
+
+/// How many of the assignments `sent` are tasks of job `job`.
+fn sent_of(s: &State, job: u64, sent: &[pb::Assignment]) -> usize {
+    let ids: Vec<u64> = s
+        .tasks(job)
+        .expect("tasks")
+        .tasks
+        .iter()
+        .map(|t| t.id)
+        .collect();
+    sent.iter().filter(|t| ids.contains(&t.task_id)).count()
+}
+
 /// The code and message of a refused call.
 fn refused<T: std::fmt::Debug>(r: Result<tonic::Response<T>, tonic::Status>) -> (Code, String) {
     let e = r.expect_err("refused");
@@ -591,14 +613,7 @@ fn a_users_cap_on_cores_holds_its_running_tasks_and_the_rest_go_to_others() {
     s.on_limit_user("alice", CapChange::cores(3))
         .expect("capped");
     let mut agent = common::Agent::new(&mut s, 8);
-    let job = |tasks: u32| {
-        let mut sub = submission("sweep", false);
-        sub.text = format!(
-            "[[application]]\nname = \"sim\"\ntasks = {tasks}\n[application.cpu]\ncommand = \"true\"\n"
-        );
-        sub.hold = false;
-        sub
-    };
+    let job = sweep;
     let a = s.on_submit_as(job(10), "alice").expect("alice's").job_id;
     let root = s.on_submit(job(10)).expect("admin's").job_id;
     let sent = agent.beat(&mut s, &[]);
@@ -683,27 +698,11 @@ fn a_users_topology_workers_hold_cores_as_its_tasks_do_against_its_cap() {
         2,
         "the worker's two declared cores are alice's"
     );
-    let job = |tasks: u32| {
-        let mut sub = submission("sweep", false);
-        sub.text = format!(
-            "[[application]]\nname = \"sim\"\ntasks = {tasks}\n[application.cpu]\ncommand = \"true\"\n"
-        );
-        sub.hold = false;
-        sub
-    };
+    let job = sweep;
     let a = s.on_submit_as(job(4), "alice").expect("alice's").job_id;
     let root = s.on_submit(job(4)).expect("admin's").job_id;
     let sent = common::beat(&mut s, n, &[], &[]).assignments;
-    let of = |job: u64, s: &State| {
-        let ids: Vec<u64> = s
-            .tasks(job)
-            .expect("tasks")
-            .tasks
-            .iter()
-            .map(|t| t.id)
-            .collect();
-        sent.iter().filter(|t| ids.contains(&t.task_id)).count()
-    };
+    let of = |job: u64, s: &State| sent_of(s, job, &sent);
     assert_eq!(
         of(a, &s),
         1,
@@ -762,16 +761,7 @@ fn a_users_caps_on_gpus_and_memory_hold_its_running_tasks() {
     let a = s.on_submit_as(gpu_job(4), "alice").expect("alice's").job_id;
     let root = s.on_submit(gpu_job(4)).expect("admin's").job_id;
     let sent = common::beat(&mut s, node, &[], &[]).assignments;
-    let of = |job: u64, s: &State| {
-        let ids: Vec<u64> = s
-            .tasks(job)
-            .expect("tasks")
-            .tasks
-            .iter()
-            .map(|t| t.id)
-            .collect();
-        sent.iter().filter(|x| ids.contains(&x.task_id)).count()
-    };
+    let of = |job: u64, s: &State| sent_of(s, job, &sent);
     assert_eq!(of(a, &s), 1, "alice's cap on GPUs");
     assert_eq!(of(root, &s), 3, "the admin takes the other three devices");
     assert_eq!(s.user_held("alice").gpus, 1);
