@@ -449,6 +449,24 @@ fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
                         "a beat took alice to {held:?}, over her cap of {cap:?}"
                     );
                 }
+                // The accounts: the owners together never held more than the live nodes
+                // offered, through restarts, full disks and rollbacks (what each holds is
+                // credited per event; the capacity's rows have the empty owner).
+                let today = hetsched_server::accounting::day_of(hetsched_server::state::now_ns());
+                let rows = s.usage_report(0, today, None).expect("accounts");
+                let (mut used, mut offered) = ([0.0f64; 3], [0.0f64; 3]);
+                for r in &rows {
+                    let sum = if r.owner.is_empty() { &mut offered } else { &mut used };
+                    sum[0] += r.held.core_seconds;
+                    sum[1] += r.held.gpu_seconds;
+                    sum[2] += r.held.memory_byte_seconds;
+                }
+                for k in 0..3 {
+                    prop_assert!(
+                        used[k] <= offered[k] * (1.0 + 1e-9) + 1e-6,
+                        "the owners held {used:?}, more than the nodes offered ({offered:?})"
+                    );
+                }
                 // `max_running = 1`: never two of the throttled application's tasks at once.
                 for j in s.jobs().jobs {
                     let running = s.tasks(j.id).map_or(0, |t| {
