@@ -71,6 +71,19 @@ impl State {
             if self.jobs.topology.show(name).is_ok() {
                 self.check_topology_owner(owner, name, "submit a topology of its name")?;
             }
+            // Its workers hold at least its executors' declared load in cores, charged to the
+            // owner: one that could never run under the owner's cap on cores is refused (a
+            // worker is not stopped for the cap, so it would hold them beyond it).
+            let cap = self.users.cap(owner).cores;
+            let declared: f64 = topo.topology.declared_loads().iter().sum();
+            let cores = (declared / 100.0).ceil();
+            if cap > 0 && cores > f64::from(cap) {
+                return Err(StateError::Invalid(format!(
+                    "topology `{name}` declares {declared}% of a core over its executors: its \
+                     workers would hold at least {cores} cores, more than the {cap} cores \
+                     {owner} may hold at once (`hetsched user limit`)"
+                )));
+            }
         }
         let answer = self.topology_event(true, |t, users| {
             let status = t.submit(sub)?;

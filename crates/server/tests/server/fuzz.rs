@@ -456,7 +456,11 @@ fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let rows = s.usage_report(0, today, None).expect("accounts");
                 let (mut used, mut offered) = ([0.0f64; 3], [0.0f64; 3]);
                 for r in &rows {
-                    let sum = if r.owner.is_empty() { &mut offered } else { &mut used };
+                    let sum = if r.owner.is_empty() {
+                        &mut offered
+                    } else {
+                        &mut used
+                    };
                     sum[0] += r.held.core_seconds;
                     sum[1] += r.held.gpu_seconds;
                     sum[2] += r.held.memory_byte_seconds;

@@ -728,6 +728,17 @@ fn a_users_topology_workers_hold_cores_as_its_tasks_do_against_its_cap() {
     s.topology_kill("pipe").expect("killed");
     assert_eq!(s.topology_held_cores(n), 0);
     assert_eq!(s.user_cores("alice"), 1, "her one running task");
+    // Under a cap of one core a topology declaring two is refused, saying why.
+    s.on_limit_user("alice", CapChange::cores(1))
+        .expect("capped");
+    let e = s
+        .topology_submit_as(crate::topology_kind::submission(), "alice")
+        .expect_err("over her cap");
+    assert_eq!(
+        e.to_string(),
+        "topology `pipe` declares 200% of a core over its executors: its workers would hold at \
+         least 2 cores, more than the 1 cores alice may hold at once (`hetsched user limit`)"
+    );
     common::assert_metrics(s, "hdas", &["hetsched_user_cores{user=\"alice\"} 1"]);
 }
 
