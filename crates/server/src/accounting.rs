@@ -86,6 +86,8 @@ pub struct Ledger {
     pending: BTreeMap<(String, u32), Held>,
     /// Moved from `pending` for the current transaction ([`Ledger::stage`]).
     staged: BTreeMap<(String, u32), Held>,
+    /// Named since the server started, by owner (`/metrics`' counters).
+    since_start: BTreeMap<String, Held>,
 }
 
 /// Where the capacity and the admin's sit in [`Ledger::held`]; group `g` sits at `GROUPS + g`.
@@ -157,8 +159,24 @@ impl Ledger {
                     .entry((owner.to_string(), day))
                     .or_default()
                     .add(h);
+                self.since_start
+                    .entry(owner.to_string())
+                    .or_default()
+                    .add(h);
             }
         }
+    }
+
+    /// What each owner (and the capacity, [`CAPACITY`]) held since the server started, up to
+    /// the last event (`names`: each group's owner by group id): `/metrics`' counters.
+    pub fn since_start(&self, names: &[Option<&str>]) -> BTreeMap<String, Held> {
+        let mut unnamed = Ledger {
+            accrued: self.accrued.clone(),
+            since_start: self.since_start.clone(),
+            ..Ledger::default()
+        };
+        unnamed.name(names);
+        unnamed.since_start
     }
 
     /// Moves what accrued into the next commit's writes ([`Ledger::persist`]); `names`: each
@@ -210,6 +228,7 @@ impl Ledger {
         self.last_ns = old.last_ns;
         self.held = old.held.clone();
         self.accrued = old.accrued.clone();
+        self.since_start = old.since_start.clone();
         for (k, h) in old.staged.iter().chain(&old.pending) {
             self.pending.entry(k.clone()).or_default().add(*h);
         }

@@ -18,6 +18,7 @@ use hetsched_core::{Resources, Variant};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
@@ -215,15 +216,41 @@ fn gauge<V: prometheus_client::encoding::EncodeGaugeValue + Send + Sync + std::f
     Ok(())
 }
 
+fn counter<V: prometheus_client::encoding::EncodeCounterValue + Send + Sync + std::fmt::Debug>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (Vec<(&'static str, String)>, V)>,
+) -> Result<(), std::fmt::Error> {
+    let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in samples {
+        ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// A counter without labels, if `value` is known.
+fn single_counter(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: Option<f64>,
+) -> Result<(), std::fmt::Error> {
+    let Some(v) = value else { return Ok(()) };
+    let m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    ConstCounter::new(v).encode(m)
+}
+
 impl Collector for StateCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         // Copy under the lock, encode after releasing it. A poisoned lock: no state gauges.
-        let Ok((counts, nodes, queues, users)) = self.0.lock().map(|s| {
+        let Ok((counts, nodes, queues, users, accounts)) = self.0.lock().map(|s| {
             (
                 s.task_counts(),
                 s.nodes(false).nodes,
                 s.allocations(),
                 s.user_usage_all(),
+                s.usage_since_start(),
             )
         }) else {
             return Ok(());
@@ -419,6 +446,36 @@ impl Collector for StateCollector {
                 .iter()
                 .filter_map(|(u, _, _, fair)| fair.map(|f| (vec![("user", u.clone())], f))),
         )?;
+        // The accounts since the server started (`hetsched usage` reads them by day).
+        type Amount = fn(&crate::accounting::Held) -> f64;
+        let amounts: [(&str, &str, Amount); 3] = [
+            ("core", "Core", |h| h.core_seconds),
+            ("gpu", "GPU", |h| h.gpu_seconds),
+            ("memory_byte", "Memory byte", |h| h.memory_byte_seconds),
+        ];
+        for (unit, what, of) in amounts {
+            counter(
+                e,
+                &format!("user_{unit}_seconds"),
+                &format!(
+                    "{what}-seconds each owner's running work held since the server started (the \
+                     admin's as user=\"admin\"; docs/runtime.md, Accounting)."
+                ),
+                accounts
+                    .iter()
+                    .filter(|(o, _)| o.as_str() != crate::accounting::CAPACITY)
+                    .map(|(o, h)| (vec![("user", o.clone())], of(h))),
+            )?;
+            single_counter(
+                e,
+                &format!("capacity_{unit}_seconds"),
+                &format!(
+                    "{what}-seconds the live nodes offered since the server started (a user's \
+                     rate over this one's is its share of the cluster)."
+                ),
+                accounts.get(crate::accounting::CAPACITY).map(of),
+            )?;
+        }
         gauge(
             e,
             "allocation_queue_failing",

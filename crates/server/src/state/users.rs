@@ -221,6 +221,12 @@ impl State {
             .report(self.store.conn(), since, until, owner, &names)?)
     }
 
+    /// What each owner held since the server started ([`crate::accounting::Ledger::since_start`];
+    /// the capacity under [`crate::accounting::CAPACITY`]).
+    pub fn usage_since_start(&self) -> std::collections::BTreeMap<String, crate::accounting::Held> {
+        self.ledger.since_start(&self.group_names())
+    }
+
     /// Each group's owner, by group id (what the accounts name).
     fn group_names(&self) -> Vec<Option<&str>> {
         let mut names = Vec::new();

@@ -1161,11 +1161,24 @@ async fn the_accounts_credit_each_owner_what_its_running_work_held() {
         assert!(rows.iter().all(|r| r.owner != "bob"), "bob ran nothing");
         // Stored every minute with a heartbeat's commit, and by a stopping server (this call).
         s.store_usage().expect("stored");
-        (
-            alice_token,
-            held.core_seconds,
-            phase.elapsed().as_secs_f64(),
-        )
+        let phase_s = phase.elapsed().as_secs_f64();
+        // `/metrics` counts them since the server started.
+        let text = common::assert_metrics(
+            s,
+            "hdas",
+            &[
+                "hetsched_user_core_seconds_total{user=\"alice\"} ",
+                "hetsched_user_memory_byte_seconds_total{user=\"alice\"} ",
+                "hetsched_capacity_core_seconds_total ",
+            ],
+        );
+        let alice_line = text
+            .lines()
+            .find(|l| l.starts_with("hetsched_user_core_seconds_total{user=\"alice\"} "))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok());
+        assert_eq!(alice_line, Some(held.core_seconds), "{text}");
+        (alice_token, held.core_seconds, phase_s)
     };
     let (server, channel) = serve(config).await;
     let mut admin = api(&channel, &server.token);
