@@ -423,10 +423,7 @@ fn a_chunk_being_computed_holds_a_core_charged_to_its_jobs_owner() {
     use hetsched_proto as pb;
     use hetsched_server::convert::Wire;
     use hetsched_server::state::CapChange;
-    let d = std::env::temp_dir().join(format!("hetsched-divcore-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
-    let _scratch = Scratch(d.clone());
+    let d = crate::common::scratch("divisible-kind", "core");
     let mut s = open(&d);
     s.on_add_user("alice", false).expect("alice");
     s.on_limit_user("alice", CapChange::cores(1))
