@@ -612,15 +612,7 @@ fn a_user_signs_in_with_its_token_and_reads_the_output_of_its_own_jobs_only() {
     let mut c = Cluster::start("dashboard-users", true);
     c.start_agent("a", 2, &[]);
     c.wait_for_nodes(1);
-    let (alice, bob) = (c.dir.join("alice.token"), c.dir.join("bob.token"));
-    c.ok(&[
-        "user",
-        "add",
-        "alice",
-        "--save",
-        alice.to_str().expect("path"),
-    ]);
-    c.ok(&["user", "add", "bob", "--save", bob.to_str().expect("path")]);
+    let (alice, bob) = (c.add_user("alice"), c.add_user("bob"));
     let out = c
         .command(&["submit", "--wait", "--", "echo", "hello from alice"])
         .env("HETSCHED_TOKEN_FILE", &alice)

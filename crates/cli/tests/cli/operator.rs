@@ -2330,14 +2330,7 @@ fn usage_reports_the_core_hours_each_users_running_work_held() {
     let mut c = Cluster::start("usage", false);
     c.start_agent("a", 2, &[]);
     c.wait_for_nodes(1);
-    let alice = c.dir.join("alice.token");
-    c.ok(&[
-        "user",
-        "add",
-        "alice",
-        "--save",
-        alice.to_str().expect("path"),
-    ]);
+    let alice = c.add_user("alice");
     let as_alice = |args: &[&str]| {
         let out = c
             .command(args)

@@ -22,14 +22,7 @@ fn with_run_as_owner_a_users_job_runs_as_its_account_and_the_admins_as_root() {
     c.start_agent("a", 2, &["--run-as-owner"]);
     c.wait_for_nodes(1);
     // Debian's `nobody` is a valid hetsched user name: its account on the node.
-    let token = c.dir.join("nobody.token");
-    c.ok(&[
-        "user",
-        "add",
-        "nobody",
-        "--save",
-        token.to_str().expect("path"),
-    ]);
+    let token = c.add_user("nobody");
     let out = c
         .command(&["submit", "--wait", "--", "sh", "-c", "id -un; echo $HOME"])
         .env("HETSCHED_TOKEN_FILE", &token)
@@ -105,14 +98,7 @@ fn with_run_as_owner_a_users_workflow_instances_run_as_its_account() {
         c.start_agent(a, 1, &["--run-as-owner"]);
     }
     c.wait_for_nodes(2);
-    let token = c.dir.join("nobody.token");
-    c.ok(&[
-        "user",
-        "add",
-        "nobody",
-        "--save",
-        token.to_str().expect("path"),
-    ]);
+    let token = c.add_user("nobody");
     let file = c.write(
         "wf.toml",
         r#"balancer = "centralised"

@@ -39,6 +39,23 @@ fn ask(s: &mut State, name: &str) -> Result<Vec<(u64, u64)>, String> {
     .map_err(|e| e.to_string())
 }
 
+/// Registers two-core nodes `names`, whose agents each ask for a chunk and get none (no job).
+fn join_agents(s: &mut State, names: &[&str]) {
+    use hetsched_proto as pb;
+    use hetsched_server::convert::Wire;
+    for &name in names {
+        s.register(pb::RegisterRequest {
+            name: name.into(),
+            cores: 2,
+            memory_bytes: 1 << 30,
+            identity: crate::common::IDENTITY.into(),
+            ..Default::default()
+        })
+        .expect("register");
+        assert!(ask(s, name).expect("asked").is_empty(), "no job yet");
+    }
+}
+
 /// [`JOB`] as submitted from `/`.
 fn rows() -> Submission {
     Submission {
@@ -259,24 +276,12 @@ fn a_divisible_job_that_requires_an_attribute_hands_chunks_only_to_nodes_that_ha
 /// gets chunks again.
 #[test]
 fn a_drained_node_gets_no_new_chunk_and_finishes_the_one_it_holds() {
-    use hetsched_proto as pb;
-    use hetsched_server::convert::Wire;
     let d = std::env::temp_dir().join(format!("hetsched-divdrain-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("dir");
     let _scratch = Scratch(d.clone());
     let mut s = open(&d);
-    for name in ["a", "b"] {
-        s.register(pb::RegisterRequest {
-            name: name.into(),
-            cores: 2,
-            memory_bytes: 1 << 30,
-            identity: crate::common::IDENTITY.into(),
-            ..Default::default()
-        })
-        .expect("register");
-        assert!(ask(&mut s, name).expect("asked").is_empty(), "no job yet");
-    }
+    join_agents(&mut s, &["a", "b"]);
     s.on_drain("a", true).expect("drain");
     let id = s
         .on_submit(Submission {
@@ -420,25 +425,13 @@ fn an_agent_with_less_time_left_than_the_chunks_time_limit_gets_none() {
 /// batch task on every core, and a capped user's chunks ran beyond the cap.)
 #[test]
 fn a_chunk_being_computed_holds_a_core_charged_to_its_jobs_owner() {
-    use hetsched_proto as pb;
-    use hetsched_server::convert::Wire;
     use hetsched_server::state::CapChange;
     let d = crate::common::scratch("divisible-kind", "core");
     let mut s = open(&d);
     s.on_add_user("alice", false).expect("alice");
     s.on_limit_user("alice", CapChange::cores(1))
         .expect("capped");
-    for name in ["a", "b"] {
-        s.register(pb::RegisterRequest {
-            name: name.into(),
-            cores: 2,
-            memory_bytes: 1 << 30,
-            identity: crate::common::IDENTITY.into(),
-            ..Default::default()
-        })
-        .expect("register");
-        assert!(ask(&mut s, name).expect("asked").is_empty(), "no job yet");
-    }
+    join_agents(&mut s, &["a", "b"]);
     let id = s.on_submit_as(rows(), "alice").expect("submitted").job_id;
     let free = |s: &State| -> Vec<u32> { s.list_nodes().iter().map(|n| n.free_cores).collect() };
     assert_eq!(ask(&mut s, "a").expect("asked"), vec![(id, 0)]);

@@ -489,6 +489,13 @@ impl Cluster {
         serde_json::from_slice(&out.stdout).expect("json")
     }
 
+    /// `hetsched user add NAME --save DIR/NAME.token` as the admin: the user's token file.
+    pub fn add_user(&self, name: &str) -> PathBuf {
+        let token = self.dir.join(format!("{name}.token"));
+        self.ok(&["user", "add", name, "--save", token.to_str().expect("path")]);
+        token
+    }
+
     pub fn wait_for_nodes(&self, n: usize) {
         wait_until("agents to register", Duration::from_secs(30), || {
             let out = self.cli(&["nodes", "--output", "json"]);
