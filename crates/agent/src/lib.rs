@@ -283,9 +283,12 @@ pub async fn run(
             token: opts.token.clone(),
             encrypt: opts.server.starts_with("https://"),
         },
-        opts.name.clone(),
-        opts.resources.cores,
-        opts.work_dir.clone(),
+        stream_workers::Host {
+            node: opts.name.clone(),
+            cores: opts.resources.cores,
+            work_dir: opts.work_dir.clone(),
+            run_as_owner: opts.run_as_owner,
+        },
         stream_workers_running.clone(),
     );
     let mut client = AgentClient::with_interceptor(channel.clone(), interceptor.clone())

@@ -7,7 +7,7 @@
 //! the setting every task runs as the agent's own user, whatever it names.
 //!
 //! Everything that depends on the account is here, for every spawner ([`crate::launch`],
-//! [`crate::divisible`], the accelerator pipeline through `launch`):
+//! [`crate::divisible`], [`crate::stream_workers`], the accelerator pipeline through `launch`):
 //!
 //! - [`resolve`] looks the account up on this node (`getpwnam`, `getgrouplist`) and refuses a
 //!   name that is not a hetsched user's, an account that does not exist here and one with uid 0:
@@ -32,9 +32,10 @@
 //!   once its inputs are in, [`crate::dataflow`]): the agent opens such files as their owner,
 //!   never as root, so a user cannot make it read what the user could not.
 //!
-//! Not run as their owners yet: accelerator tasks offloaded from an NNode to an ANode (the
-//! offload reads and writes the task's files as the agent's user; both sides refuse a user's
-//! task while the setting is on), and stream-topology workers (the agent's user).
+//! Stream-topology workers run as their topology's owner too (`WorkerAssignment.run_as`,
+//! [`crate::stream_workers`]). Not run as their owners yet: accelerator tasks offloaded from an
+//! NNode to an ANode (the offload reads and writes the task's files as the agent's user; both
+//! sides refuse a user's task while the setting is on).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

@@ -9,6 +9,9 @@
 //! stdin and stdout (`hetsched_stream::process`): the agent forwards the addresses of the
 //! topology's other workers, and reads the worker's address and periodic reports. A worker that
 //! exits (crash, SIGKILL) is started again on the next sync if the server still assigns it.
+//! On an agent with `run_as_owner` a user's topology's workers run as the user's Unix account
+//! ([`crate::run_as`]), in the account's directory, so its executors' programs (multi-language
+//! bolts and spouts) have the account's rights, never the agent's.
 //! While the server cannot be reached, workers keep running untouched; if the agent itself dies,
 //! its workers see their stdin close and stop (the server then places their executors on the
 //! nodes left).
@@ -130,23 +133,43 @@ const SYNC_INTERVAL: Duration = Duration::from_millis(500);
 /// the node seen meanwhile): the longest it holds any.
 const IDLE_HOLD: Duration = pb::MAX_HOLD;
 
+/// The node the workers run on, as this agent sees it.
+#[derive(Clone, Debug)]
+pub struct Host {
+    /// The node's name.
+    pub node: String,
+    /// Its cores.
+    pub cores: u32,
+    /// The agent's work directory (workers' directories go below it).
+    pub work_dir: PathBuf,
+    /// `run_as_owner`: a user's workers run as its account.
+    pub run_as_owner: bool,
+}
+
 /// Starts the sync loop in the background; `secrecy` keys and encrypts the workers' connections.
 /// `running` follows how many workers run here (the agent's idle timeout reads it).
 pub fn spawn(
     mut connection: crate::Connection,
     interceptor: pb::TokenInterceptor,
     secrecy: Secrecy,
-    node: String,
-    cores: u32,
-    work_dir: PathBuf,
+    host: Host,
     running: Arc<std::sync::atomic::AtomicUsize>,
 ) {
+    let Host {
+        node,
+        cores,
+        work_dir,
+        run_as_owner,
+    } = host;
     tokio::spawn(async move {
         let on = |c: &crate::Connection| {
             TopologyAgentClient::with_interceptor(c.borrow().clone(), interceptor.clone())
         };
         let mut client = on(&connection);
         let mut workers: HashMap<Key, WorkerProc> = HashMap::new();
+        // Workers that cannot start, and why: logged once, told the server at every sync
+        // (`topology show` says it) until they start or are no longer assigned here.
+        let mut refused: HashMap<Key, String> = HashMap::new();
         let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("hetsched"));
         let mut every = tokio::time::interval(SYNC_INTERVAL);
         // After a held call the tick is overdue: sync once at once, not once per missed tick.
@@ -180,7 +203,7 @@ pub fn spawn(
             // Running no worker, there is nothing to report: the server may hold the call until
             // it has a worker for this node, so an idle agent costs it a call per hold, not one
             // per interval.
-            let hold = if running.is_empty() {
+            let hold = if running.is_empty() && refused.is_empty() {
                 IDLE_HOLD
             } else {
                 Duration::ZERO
@@ -190,6 +213,15 @@ pub fn spawn(
                 cores,
                 workers: running,
                 hold_ms: hold.as_millis() as u64,
+                start_errors: refused
+                    .iter()
+                    .map(|(k, message)| pb::WorkerStartError {
+                        topology: k.0.clone(),
+                        generation: k.1,
+                        worker: k.2,
+                        message: message.clone(),
+                    })
+                    .collect(),
             };
             if connection.has_changed().unwrap_or(false) {
                 connection.mark_unchanged();
@@ -277,19 +309,32 @@ pub fn spawn(
                     });
                 }
             }
+            refused.retain(|k, _| wanted.contains_key(k));
             for (k, a) in wanted {
                 if !workers.contains_key(&k) {
                     let Some(spec) = &a.config else {
                         warn!(topology = %k.0, worker = k.2, "the server sent no worker configuration");
                         continue;
                     };
-                    match start(&exe, &work_dir, &k, &worker_config(spec, &k.0, &secrecy)) {
+                    let config = worker_config(spec, &k.0, &secrecy);
+                    let started = match crate::run_as::resolve(run_as_owner, &a.run_as, &node).await
+                    {
+                        Ok(account) => {
+                            start(&exe, &work_dir, &k, &config, run_as_owner, account.as_ref())
+                        }
+                        Err(e) => Err(e.to_string()),
+                    };
+                    match started {
                         Ok(w) => {
-                            info!(topology = %k.0, generation = k.1, worker = k.2, "started stream worker");
+                            info!(topology = %k.0, generation = k.1, worker = k.2, run_as = %a.run_as, "started stream worker");
+                            refused.remove(&k);
                             workers.insert(k.clone(), w);
                         }
                         Err(e) => {
-                            warn!(topology = %k.0, worker = k.2, "cannot start stream worker: {e}");
+                            if refused.get(&k) != Some(&e) {
+                                warn!(topology = %k.0, worker = k.2, "cannot start stream worker: {e}");
+                                refused.insert(k.clone(), e);
+                            }
                             continue;
                         }
                     }
@@ -315,11 +360,16 @@ pub fn spawn(
     });
 }
 
+/// Starts worker `k` with `config`: its directory is `WORK_DIR/stream/TOPOLOGY-gG-wW`, or, for
+/// a worker that runs as `account` (`run_as_owner`), the same below the account's own directory
+/// ([`crate::run_as::area`]), made, written and spawned as the account.
 fn start(
     exe: &std::path::Path,
     work_dir: &std::path::Path,
     k: &Key,
     config: &hetsched_stream::WorkerConfig,
+    run_as_owner: bool,
+    account: Option<&crate::run_as::Account>,
 ) -> Result<WorkerProc, String> {
     let mut config = serde_json::to_value(config).map_err(|e| format!("bad worker config: {e}"))?;
     let safe: String =
@@ -332,26 +382,43 @@ fn start(
                 }
             })
             .collect();
-    let dir = work_dir
+    let base = match account {
+        Some(a) => crate::run_as::area(work_dir, a)
+            .map_err(|e| format!("the directory of account `{}`: {e}", a.name))?,
+        None => work_dir.to_path_buf(),
+    };
+    let dir = base
         .join("stream")
         .join(format!("{safe}-g{}-w{}", k.1, k.2));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     config["work_dir"] = serde_json::Value::from(dir.to_string_lossy().into_owned());
     config["listen"] = serde_json::Value::from("0.0.0.0:0");
-    let path = dir.join("config.json");
-    // It holds the worker key: private to the agent's user, as the work directory is.
-    crate::workdir::write_private(&path, config.to_string().as_bytes())
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    let stderr = std::fs::File::create(dir.join("worker.err")).map_err(|e| e.to_string())?;
-    let mut child = Command::new(exe)
-        .arg("stream-worker")
-        .arg("--config")
-        .arg(&path)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(stderr))
-        .spawn()
-        .map_err(|e| format!("{}: {e}", exe.display()))?;
+    let spawn = || -> Result<Child, String> {
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let path = dir.join("config.json");
+        // It holds the worker key: private to the worker's user (the agent's, or the account's
+        // in the account's own directory).
+        crate::workdir::write_private(&path, config.to_string().as_bytes())
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let stderr = std::fs::File::create(dir.join("worker.err")).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(exe);
+        cmd.arg("stream-worker")
+            .arg("--config")
+            .arg(&path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(stderr));
+        if let Some(a) = account {
+            cmd.current_dir(&dir).envs(a.env());
+        }
+        cmd.spawn().map_err(|e| format!("{}: {e}", exe.display()))
+    };
+    // As in `crate::launch`: with `run_as_owner` every worker is made and spawned on a thread
+    // of the tasks' umask, a user's as its account.
+    let mut child = if run_as_owner {
+        crate::run_as::hop(account, spawn).map_err(|e| e.to_string())??
+    } else {
+        spawn()?
+    };
     let stdin = child.stdin.take().ok_or("no stdin")?;
     let stdout = child.stdout.take().ok_or("no stdout")?;
     let info = Arc::new(Mutex::new(Info {

@@ -367,6 +367,15 @@ fn print_status(v: &Value, output: Output) -> anyhow::Result<()> {
         ]);
     }
     println!("{w}");
+    for x in v["workers"].as_array().into_iter().flatten() {
+        if let Some(why) = x["start_error"].as_str() {
+            println!(
+                "worker {} cannot start on {}: {why}",
+                x["worker"],
+                x["node"].as_str().unwrap_or("?")
+            );
+        }
+    }
     let mut e = table(&["executor", "node", "received/s", "emitted/s", "cpu %"]);
     for x in v["executors"].as_array().into_iter().flatten() {
         e.add_row(vec![

@@ -8,7 +8,7 @@
 
 use crate::durable::Durable;
 use crate::jobs::topology::{
-    TopologyError, TopologySubmission, WorkerSeen, WorkersSeen, WorkersToRun,
+    TopologyError, TopologySubmission, WorkerSeen, WorkerStartError, WorkersSeen, WorkersToRun,
 };
 use crate::service::{Run, Shared, with_state};
 use crate::state::nodes::Presence;
@@ -44,6 +44,16 @@ fn submission(r: pb::SubmitTopologyRequest) -> TopologySubmission {
 
 fn workers_seen(r: pb::SyncWorkersRequest) -> WorkersSeen {
     WorkersSeen {
+        start_errors: r
+            .start_errors
+            .into_iter()
+            .map(|e| WorkerStartError {
+                topology: e.topology,
+                generation: e.generation,
+                worker: e.worker,
+                message: e.message,
+            })
+            .collect(),
         node: r.node,
         cores: r.cores,
         // Set by the state from the agent's registration.
@@ -129,6 +139,7 @@ fn to_run(r: WorkersToRun) -> pb::SyncWorkersReply {
                 peers: w.peers,
                 keep_generation: w.keep_generation,
                 keep_worker: w.keep_worker,
+                run_as: w.run_as,
                 ..Default::default()
             })
             .collect(),

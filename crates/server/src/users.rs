@@ -261,6 +261,15 @@ impl Users {
         self.topology_owners.get(name).map_or(ADMIN, |o| o)
     }
 
+    /// The account topology `name`'s workers run as on an agent with `run_as_owner`: its
+    /// owner's name, empty for the admin's (as [`Users::run_as`] for jobs).
+    pub fn topology_run_as(&self, name: &str) -> String {
+        match self.topology_owner(name) {
+            ADMIN => String::new(),
+            owner => owner.to_string(),
+        }
+    }
+
     /// Topology `name` was submitted by `owner` in this event: stored by [`Users::persist`].
     pub fn stage_topology_owner(&mut self, name: &str, owner: &str) {
         self.staged = Some((name.to_string(), self.intern(owner)));

@@ -2,6 +2,7 @@
 //! admin's as the agent's own user (root). Needs root, as the setting does (CI runs as root).
 
 use crate::support::*;
+use std::time::Duration;
 
 /// Whether this test process is root; says so when it is not.
 fn root() -> bool {
@@ -143,4 +144,119 @@ command = "cat {input:a} > {output:r}; id -un >> {output:r}"
     assert_eq!(lines.len(), 3, "{text}");
     assert!(lines.iter().all(|l| l.starts_with("nobody")), "{text}");
     assert_eq!(std::fs::metadata(&dir).expect("instance dir").uid(), 65534);
+}
+
+/// A user's stream topology on an agent with `--run-as-owner`: its worker process runs as the
+/// account, from the account's own directory, and what its executors write (a count bolt's
+/// output file) is the account's.
+#[test]
+fn with_run_as_owner_a_users_topology_workers_run_as_its_account() {
+    use std::os::unix::fs::MetadataExt;
+    if !root() {
+        return;
+    }
+    let mut c = Cluster::start("run-as-topo", false);
+    c.start_agent("a", 2, &["--run-as-owner"]);
+    c.wait_for_nodes(1);
+    let token = c.add_user("nobody");
+    // The topology's files live where the user submits from: a directory of the account's.
+    let base = c.dir.join("mine");
+    std::fs::create_dir_all(&base).expect("dir");
+    std::fs::write(base.join("corpus.txt"), "to be or not to be\n").expect("corpus");
+    std::os::unix::fs::chown(&base, Some(65534), Some(65534)).expect("chown");
+    std::fs::write(
+        base.join("mine.toml"),
+        r#"name = "mine"
+
+[[component]]
+name = "sentences"
+kind = "spout"
+parallelism = 1
+cpu = 40.0
+builtin = "corpus-spout"
+params = { file = "corpus.txt", repeat = 0, rate = 50 }
+
+[[component]]
+name = "count"
+kind = "bolt"
+parallelism = 1
+cpu = 40.0
+builtin = "count"
+params = { output = "counts-{index}.tsv", every = "200ms" }
+
+[[stream]]
+from = "sentences"
+to = "count"
+grouping = "shuffle"
+rate = 50.0
+"#,
+    )
+    .expect("topology");
+    let out = c
+        .command(&["topology", "submit", "mine.toml"])
+        .current_dir(&base)
+        .env("HETSCHED_TOKEN_FILE", &token)
+        .output()
+        .expect("submit");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut pid = 0;
+    wait_until("the worker to run", Duration::from_secs(30), || {
+        let v = c.json(&["topology", "show", "mine"]);
+        pid = v["workers"][0]["pid"].as_u64().unwrap_or(0) as u32;
+        pid != 0
+    });
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the worker");
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .expect("its uids");
+    assert_eq!(
+        uid.split_whitespace().collect::<Vec<_>>(),
+        ["65534"; 4],
+        "real, effective, saved and file-system uid are nobody's"
+    );
+    let dir = c.dir.join("agent-a/users/nobody/stream/mine-g1-w0");
+    let config = std::fs::metadata(dir.join("config.json")).expect("its configuration");
+    assert_eq!((config.uid(), config.mode() & 0o777), (65534, 0o600));
+    let counts = base.join("counts-0.tsv");
+    wait_until("the count bolt's output", Duration::from_secs(30), || {
+        counts.exists()
+    });
+    assert_eq!(std::fs::metadata(&counts).expect("counts").uid(), 65534);
+    c.ok(&["topology", "kill", "mine"]);
+    // A user with no account on the node: its worker cannot start, and `topology show` says why.
+    let ghost = c.add_user("hetsched-ghost");
+    let text = std::fs::read_to_string(base.join("mine.toml")).expect("topology");
+    std::fs::write(
+        base.join("theirs.toml"),
+        text.replace("name = \"mine\"", "name = \"theirs\""),
+    )
+    .expect("topology");
+    let out = c
+        .command(&["topology", "submit", "theirs.toml"])
+        .current_dir(&base)
+        .env("HETSCHED_TOKEN_FILE", &ghost)
+        .output()
+        .expect("submit");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let says = "node a: no Unix account `hetsched-ghost` to run the task of hetsched user \
+                `hetsched-ghost` as";
+    wait_until("the start error", Duration::from_secs(30), || {
+        c.json(&["topology", "show", "theirs"])["workers"][0]["start_error"]
+            .as_str()
+            .is_some_and(|e| e.contains(says))
+    });
+    let shown = c.ok(&["topology", "show", "theirs"]);
+    assert!(
+        shown.contains(&format!("worker 0 cannot start on a: {says}")),
+        "{shown}"
+    );
 }

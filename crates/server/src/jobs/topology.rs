@@ -221,6 +221,9 @@ struct Run {
     /// Workers of an earlier placement on nodes this one does not use, kept (index beyond the
     /// placement's workers) until their executors have handed over: node, since when.
     draining: BTreeMap<u32, (String, Instant)>,
+    /// Why workers of this generation could not start, as their agents said at their latest
+    /// sync (until the worker runs; not stored: the agent says it again).
+    start_errors: HashMap<u32, String>,
     /// The controller's latest computations, oldest first (at most [`COMPUTATIONS_KEPT`]).
     computations: std::collections::VecDeque<Computation>,
 }
@@ -385,7 +388,26 @@ pub struct WorkersSeen {
     pub attributes: Vec<String>,
     /// The workers it runs.
     pub workers: Vec<WorkerSeen>,
+    /// Workers assigned to it that it cannot start, and why.
+    pub start_errors: Vec<WorkerStartError>,
 }
+
+/// A worker an agent cannot start (its process failed to spawn, its owner's account is not on
+/// the node, …), as the agent says at each sync while it lasts.
+#[derive(Clone, Debug, Default)]
+pub struct WorkerStartError {
+    /// Topology name.
+    pub topology: String,
+    /// Placement generation.
+    pub generation: u64,
+    /// Worker index in that generation.
+    pub worker: u32,
+    /// Why, as the agent says it (cut to [`MAX_START_ERROR`] bytes).
+    pub message: String,
+}
+
+/// The longest start error of a worker kept (an agent's text, bounded before it is held).
+pub const MAX_START_ERROR: usize = 1000;
 
 /// One worker a node should run.
 #[derive(Clone, Debug)]
@@ -404,6 +426,9 @@ pub struct WorkerOrder {
     pub keep_generation: u64,
     /// Its index in `keep_generation`.
     pub keep_worker: u32,
+    /// The account it runs as on an agent with `run_as_owner`: the topology owner's name, empty
+    /// for the admin's (set by the state, which knows the owners).
+    pub run_as: String,
 }
 
 /// The answer to an agent's sync.
@@ -475,6 +500,7 @@ impl Run {
             kept: HashMap::new(),
             await_state: HashMap::new(),
             draining: BTreeMap::new(),
+            start_errors: HashMap::new(),
             computations: std::collections::VecDeque::new(),
         }
     }
@@ -608,6 +634,8 @@ impl Run {
             }
         }
         let renumber = |w: u32| renumber.get(&w).copied();
+        // The new generation's workers are new orders: their agents say again what fails.
+        self.start_errors.clear();
         self.live = std::mem::take(&mut self.live)
             .into_iter()
             .filter_map(|(w, l)| renumber(w).map(|n| (n, l)))
@@ -1334,9 +1362,47 @@ impl Topology {
             });
             entry.addr = addr;
             entry.pid = w.pid;
+            run.start_errors.remove(&w.worker);
             if report.is_some() {
                 entry.report = report;
             }
+        }
+        // What this node cannot start replaces what it said before.
+        for run in inner.runs.values_mut() {
+            let placed_here = |w: u32| {
+                run.rec.placement.as_ref().is_some_and(|p| {
+                    p.workers
+                        .get(w as usize)
+                        .is_some_and(|(n, _)| *n == req.node)
+                })
+            };
+            run.start_errors.retain(|&w, _| !placed_here(w));
+        }
+        for e in req.start_errors {
+            let Some(run) = inner.runs.get_mut(&e.topology) else {
+                continue;
+            };
+            let placed_here = run.rec.placement.as_ref().is_some_and(|p| {
+                p.workers
+                    .get(e.worker as usize)
+                    .is_some_and(|(n, _)| *n == req.node)
+            });
+            if run.rec.generation != e.generation
+                || run.rec.state != "running"
+                || !placed_here
+                || run.live.contains_key(&e.worker)
+            {
+                continue;
+            }
+            let mut message = e.message;
+            if message.len() > MAX_START_ERROR {
+                let mut cut = MAX_START_ERROR;
+                while !message.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                message.truncate(cut);
+            }
+            run.start_errors.insert(e.worker, message);
         }
         let mut out = Vec::new();
         for run in inner.runs.values_mut() {
@@ -1389,6 +1455,7 @@ impl Topology {
                     peers,
                     keep_generation,
                     keep_worker,
+                    run_as: String::new(),
                 });
             }
         }
@@ -1639,6 +1706,7 @@ impl Cfg {
                 workers.push(json!({
                     "worker": w, "node": node, "process": process, "executors": executors,
                     "addr": live.map(|l| l.addr.clone()), "pid": live.map(|l| l.pid),
+                    "start_error": run.start_errors.get(&(w as u32)),
                     "remote_out": live.and_then(|l| l.report.as_ref()).map(|r| r.remote_out),
                     "rss_bytes": live.and_then(|l| l.report.as_ref()).map(|r| r.rss_bytes),
                     "encrypted": live.and_then(|l| l.report.as_ref()).map(|r| r.encrypted),

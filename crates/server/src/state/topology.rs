@@ -161,7 +161,11 @@ impl State {
     ) -> Result<WorkersToRun, StateError> {
         // What the node offers topologies that `requires` attributes: its registration's.
         seen.attributes = self.nodes.attributes_of(&seen.node);
-        self.topology_event(false, |t, _| Ok(t.sync(seen, from)))
+        let mut to_run = self.topology_event(false, |t, _| Ok(t.sync(seen, from)))?;
+        for w in &mut to_run.workers {
+            w.run_as = self.users.topology_run_as(&w.topology);
+        }
+        Ok(to_run)
     }
 
     /// The controller's periodic pass (skipped while the store refuses writes).

@@ -1175,6 +1175,7 @@ fn stream_day(dir: &Path, ops: Vec<TopoOp>) -> Result<(), TestCaseError> {
                     .collect();
                 let told = match s.topology_sync(
                     WorkersSeen {
+                        start_errors: Vec::new(),
                         node: names[n].into(),
                         cores: 4,
                         attributes: Vec::new(),

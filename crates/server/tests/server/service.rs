@@ -407,6 +407,7 @@ async fn an_idle_agent_beats_seldom_and_its_worker_sync_is_held_until_a_topology
             cores: 4,
             workers: vec![],
             hold_ms,
+            ..Default::default()
         };
         tokio::spawn(async move {
             let t = Instant::now();

@@ -78,6 +78,7 @@ pub(crate) fn submission() -> TopologySubmission {
 pub(crate) fn sync(s: &mut State, workers: Vec<WorkerSeen>) -> usize {
     s.topology_sync(
         WorkersSeen {
+            start_errors: Vec::new(),
             node: "n".into(),
             cores: 4,
             attributes: Vec::new(),
@@ -210,6 +211,7 @@ fn a_node_the_dead_node_check_declares_dead_loses_its_workers_to_the_nodes_left(
         for name in ["n", "m"] {
             s.topology_sync(
                 WorkersSeen {
+                    start_errors: Vec::new(),
                     node: name.into(),
                     cores: 4,
                     attributes: Vec::new(),
@@ -262,6 +264,7 @@ fn join(s: &mut State, name: &str, attributes: Vec<String>) -> u32 {
         .node_id;
     s.topology_sync(
         WorkersSeen {
+            start_errors: Vec::new(),
             node: name.into(),
             cores: 4,
             // The state fills it in from the registration.
@@ -315,6 +318,7 @@ fn the_placer_sees_the_cores_batch_tasks_and_other_topologies_hold() {
     // fills a node to 90 %: 360 %) no longer fits on a beside it, and goes to b.
     s.topology_sync(
         WorkersSeen {
+            start_errors: Vec::new(),
             node: "a".into(),
             cores: 4,
             attributes: Vec::new(),
@@ -345,6 +349,7 @@ fn a_topology_status_is_a_typed_message_with_the_keys_of_the_json_document() {
     s.topology_submit(submission()).expect("submit");
     s.topology_sync(
         WorkersSeen {
+            start_errors: Vec::new(),
             node: "a".into(),
             cores: 4,
             attributes: Vec::new(),
@@ -500,6 +505,7 @@ fn short_grace(dir: &Path, names: &[&str]) -> State {
 fn sync_node(s: &mut State, node: &str, workers: Vec<WorkerSeen>) {
     s.topology_sync(
         WorkersSeen {
+            start_errors: Vec::new(),
             node: node.into(),
             cores: 4,
             attributes: Vec::new(),
@@ -590,4 +596,56 @@ fn no_placement_uses_a_drained_node_and_a_topology_with_nowhere_else_to_go_stays
     assert_eq!(nodes_used(&shown), vec!["a".to_string()]);
     drop(s);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A worker its agent cannot start (`start_errors` in the sync): `show` says why until the
+/// worker runs; what another node says of it, or of a worker of an older generation, is ignored,
+/// and a long message is cut.
+#[test]
+fn a_worker_its_agent_cannot_start_shows_why_until_it_runs() {
+    use hetsched_server::jobs::topology::{MAX_START_ERROR, WorkerStartError};
+    let dir = scratch("start-error");
+    let mut s = open(&dir);
+    common::register(&mut s, "n", 4);
+    sync(&mut s, vec![]);
+    s.topology_submit(submission()).expect("submit");
+    let error = |node: &str, generation: u64, message: &str| WorkersSeen {
+        start_errors: vec![WorkerStartError {
+            topology: "pipe".into(),
+            generation,
+            worker: 0,
+            message: message.into(),
+        }],
+        node: node.into(),
+        cores: 4,
+        attributes: Vec::new(),
+        workers: Vec::new(),
+    };
+    let shown =
+        |s: &State| s.topology_show("pipe").expect("show")["workers"][0]["start_error"].clone();
+    s.topology_sync(error("other", 1, "not mine"), None)
+        .expect("sync");
+    assert!(shown(&s).is_null(), "another node's word is ignored");
+    s.topology_sync(error("n", 0, "old"), None).expect("sync");
+    assert!(shown(&s).is_null(), "an older generation's is ignored");
+    s.topology_sync(error("n", 1, "no Unix account `alice`"), None)
+        .expect("sync");
+    assert_eq!(shown(&s), "no Unix account `alice`");
+    let long = "é".repeat(MAX_START_ERROR);
+    s.topology_sync(error("n", 1, &long), None).expect("sync");
+    let cut = shown(&s);
+    let cut = cut.as_str().expect("a message");
+    assert!(
+        cut.len() <= MAX_START_ERROR && cut.len() >= MAX_START_ERROR - 1,
+        "{}",
+        cut.len()
+    );
+    // Said no more: gone.
+    sync(&mut s, vec![]);
+    assert!(shown(&s).is_null());
+    s.topology_sync(error("n", 1, "again"), None).expect("sync");
+    assert_eq!(shown(&s), "again");
+    // It runs: no error.
+    sync(&mut s, vec![running_worker(1)]);
+    assert!(shown(&s).is_null());
 }

@@ -968,6 +968,32 @@ fn tasks_and_chunks_carry_their_owners_account_and_the_admins_none() {
     assert_eq!(got.orders.len(), 1);
     assert_eq!(got.orders[0].job_id, rows);
     assert_eq!(got.orders[0].run_as, "alice");
+    // A topology's workers run as its owner too; the admin's as the agent.
+    let workers = |s: &mut State| -> Vec<(String, String)> {
+        s.topology_sync(
+            hetsched_server::jobs::topology::WorkersSeen {
+                start_errors: Vec::new(),
+                node: "n".into(),
+                cores: 8,
+                attributes: Vec::new(),
+                workers: Vec::new(),
+            },
+            None,
+        )
+        .expect("sync")
+        .workers
+        .into_iter()
+        .map(|w| (w.topology, w.run_as))
+        .collect()
+    };
+    workers(&mut s);
+    s.topology_submit_as(crate::topology_kind::submission(), "alice")
+        .expect("alice's topology");
+    assert_eq!(workers(&mut s), vec![("pipe".into(), "alice".into())]);
+    s.topology_kill("pipe").expect("killed");
+    s.topology_submit(crate::topology_kind::submission())
+        .expect("the admin's topology");
+    assert_eq!(workers(&mut s), vec![("pipe".into(), String::new())]);
 }
 
 /// A limit that names no cap is refused, and changes nothing.
