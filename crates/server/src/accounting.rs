@@ -54,7 +54,8 @@ pub struct Held {
 }
 
 impl Held {
-    fn add(&mut self, o: Held) {
+    /// Adds `o` to it.
+    pub fn add(&mut self, o: Held) {
         self.core_seconds += o.core_seconds;
         self.gpu_seconds += o.gpu_seconds;
         self.memory_byte_seconds += o.memory_byte_seconds;
@@ -293,6 +294,178 @@ pub fn day_of(ns: u64) -> u32 {
     (ns / DAY_NS).min(u64::from(u32::MAX)) as u32
 }
 
+/// Today (UTC), in days since 1970-01-01.
+pub fn today() -> u32 {
+    day_of(crate::state::now_ns())
+}
+
+/// Day `day` (since 1970-01-01, UTC) as `YYYY-MM-DD`.
+pub fn date(day: u32) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(u64::from(day) * 86_400);
+    humantime::format_rfc3339_seconds(t)
+        .to_string()
+        .chars()
+        .take(10)
+        .collect()
+}
+
+/// A day as `hetsched usage --since/--until` and the dashboard's `/api/usage?since=&until=` take
+/// it: `YYYY-MM-DD` (UTC), `today`, or `Nd` (N days before `today`), as days since 1970-01-01.
+/// The error says what was wrong with `s`, quoting it (the caller names its field).
+pub fn parse_day(s: &str, today: u32) -> Result<u32, String> {
+    if s == "today" {
+        return Ok(today);
+    }
+    if let Some(n) = s.strip_suffix('d')
+        && let Ok(n) = n.parse::<u32>()
+    {
+        return today
+            .checked_sub(n)
+            .ok_or_else(|| format!("`{s}`: before 1970"));
+    }
+    let t = humantime::parse_rfc3339(&format!("{s}T00:00:00Z")).map_err(|_| {
+        format!("`{s}`: a day is YYYY-MM-DD (UTC), `today`, or Nd for N days ago (`30d`)")
+    })?;
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| format!("`{s}`: before 1970"))?
+        .as_secs();
+    u32::try_from(secs / 86_400).map_err(|_| format!("`{s}`: too far ahead"))
+}
+
+/// Refuses a span of days (`since` to `until`, both included) that ends before it starts or
+/// covers [`MAX_DAYS`] or more; `names`: what the caller calls the two ends (the `Usage` RPC's
+/// `since_day` and `until_day`, the dashboard's `since` and `until`), the first of which the
+/// message starts with.
+pub fn check_span(since: u32, until: u32, names: [&str; 2]) -> Result<(), String> {
+    let [since_name, until_name] = names;
+    if since > until {
+        return Err(format!(
+            "{since_name}: {} is after {until_name} {}",
+            date(since),
+            date(until)
+        ));
+    }
+    if until - since >= MAX_DAYS {
+        return Err(format!(
+            "{since_name}: the accounts are read at most {MAX_DAYS} days at a time"
+        ));
+    }
+    Ok(())
+}
+
+/// Bytes in a GiB.
+pub const GIB: f64 = (1u64 << 30) as f64;
+
+/// The accounts of a span as `hetsched usage` and the dashboard's `/api/usage` give them: each
+/// owner's sum, each (day, owner)'s, the total of the owners and the live nodes' capacity.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Summary {
+    /// The span's first day (since 1970-01-01, UTC).
+    pub since: u32,
+    /// Its last day, included.
+    pub until: u32,
+    /// Each owner's (never the capacity), by name.
+    pub owners: BTreeMap<String, Held>,
+    /// Each owner's by day.
+    pub days: BTreeMap<(u32, String), Held>,
+    /// The owners' added up.
+    pub total: Held,
+    /// What the live nodes offered ([`CAPACITY`]'s rows).
+    pub capacity: Held,
+}
+
+impl Held {
+    /// As the accounts' JSON gives it: hours (and GiB-hours) beside the seconds they come from.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "core_hours": self.core_seconds / 3600.0,
+            "gpu_hours": self.gpu_seconds / 3600.0,
+            "memory_gib_hours": self.memory_byte_seconds / 3600.0 / GIB,
+            "core_seconds": self.core_seconds,
+            "gpu_seconds": self.gpu_seconds,
+            "memory_byte_seconds": self.memory_byte_seconds,
+        })
+    }
+}
+
+/// `used` as a fraction of `offered`; `None` when nothing was offered.
+pub fn fraction(used: f64, offered: f64) -> Option<f64> {
+    (offered > 0.0).then(|| used / offered)
+}
+
+impl Summary {
+    /// Adds up `rows` (a report from `since` to `until`, [`crate::state::State::usage_report`]).
+    pub fn of<'a>(since: u32, until: u32, rows: impl IntoIterator<Item = &'a UsageRow>) -> Self {
+        let mut s = Summary {
+            since,
+            until,
+            ..Summary::default()
+        };
+        for r in rows {
+            if r.owner == CAPACITY {
+                s.capacity.add(r.held);
+                continue;
+            }
+            s.owners.entry(r.owner.clone()).or_default().add(r.held);
+            s.days
+                .entry((r.day, r.owner.clone()))
+                .or_default()
+                .add(r.held);
+            s.total.add(r.held);
+        }
+        s
+    }
+
+    /// The share of the capacity the owners held: cores, GPUs, memory (`None`: none offered).
+    pub fn utilisation(&self) -> [Option<f64>; 3] {
+        let (t, c) = (&self.total, &self.capacity);
+        [
+            fraction(t.core_seconds, c.core_seconds),
+            fraction(t.gpu_seconds, c.gpu_seconds),
+            fraction(t.memory_byte_seconds, c.memory_byte_seconds),
+        ]
+    }
+
+    /// The JSON of `hetsched usage --output json` (and `/api/usage`): `since`, `until`,
+    /// `users` (each owner's [`Held::json`] with its `user`), `total`, `capacity`,
+    /// `utilisation` (`cores`, `gpus`, `memory`), and with `by_day` `days` (each with its `day`
+    /// and `user`).
+    pub fn json(&self, by_day: bool) -> serde_json::Value {
+        let users: Vec<_> = self
+            .owners
+            .iter()
+            .map(|(o, h)| {
+                let mut v = h.json();
+                v["user"] = serde_json::json!(o);
+                v
+            })
+            .collect();
+        let [cores, gpus, memory] = self.utilisation();
+        let mut doc = serde_json::json!({
+            "since": date(self.since),
+            "until": date(self.until),
+            "users": users,
+            "total": self.total.json(),
+            "capacity": self.capacity.json(),
+            "utilisation": { "cores": cores, "gpus": gpus, "memory": memory },
+        });
+        if by_day {
+            doc["days"] = self
+                .days
+                .iter()
+                .map(|((d, o), h)| {
+                    let mut v = h.json();
+                    v["day"] = serde_json::json!(date(*d));
+                    v["user"] = serde_json::json!(o);
+                    v
+                })
+                .collect();
+        }
+        doc
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,6 +527,77 @@ mod tests {
             named(&mut fresh)[&("alice".to_string(), 1)].core_seconds,
             6.0
         );
+    }
+
+    #[test]
+    fn days_are_dates_today_or_days_ago() {
+        let today = 20_422;
+        assert_eq!(parse_day("1970-01-02", today), Ok(1));
+        assert_eq!(date(20_422), "2025-11-30");
+        assert_eq!(parse_day("2025-11-30", today), Ok(20_422));
+        assert_eq!(parse_day("today", today), Ok(today));
+        assert_eq!(parse_day("7d", today), Ok(today - 7));
+        for bad in ["30-11-2025", "", "2025-11-30T01:00:00Z", "yesterday"] {
+            let e = parse_day(bad, today).expect_err(bad);
+            assert!(
+                e.contains("YYYY-MM-DD") && e.contains(&format!("`{bad}`")),
+                "{e}"
+            );
+        }
+        assert_eq!(
+            parse_day("20423d", today),
+            Err("`20423d`: before 1970".to_string())
+        );
+    }
+
+    #[test]
+    fn a_span_ends_after_it_starts_and_is_at_most_max_days_long() {
+        assert_eq!(check_span(5, 5, ["since", "until"]), Ok(()));
+        assert_eq!(
+            check_span(20_422, 20_421, ["since", "until"]),
+            Err("since: 2025-11-30 is after until 2025-11-29".to_string())
+        );
+        assert_eq!(check_span(0, MAX_DAYS - 1, ["a", "b"]), Ok(()));
+        let e = check_span(0, MAX_DAYS, ["since_day", "until_day"]).expect_err("too long");
+        assert!(
+            e.starts_with("since_day: ") && e.contains("3660 days"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_summary_adds_each_owners_days_and_keeps_the_capacity_apart() {
+        let row = |owner: &str, day, core_seconds| UsageRow {
+            owner: owner.to_string(),
+            day,
+            held: Held {
+                core_seconds,
+                gpu_seconds: 0.0,
+                memory_byte_seconds: core_seconds * GIB,
+            },
+        };
+        let rows = [
+            row(CAPACITY, 1, 7200.0),
+            row(CAPACITY, 2, 7200.0),
+            row("alice", 1, 3600.0),
+            row("alice", 2, 1800.0),
+            row("bob", 2, 1800.0),
+        ];
+        let s = Summary::of(1, 2, &rows);
+        let doc = s.json(true);
+        assert_eq!(doc["since"], "1970-01-02");
+        assert_eq!(doc["until"], "1970-01-03");
+        assert_eq!(doc["users"][0]["user"], "alice");
+        assert_eq!(doc["users"][0]["core_hours"], 1.5);
+        assert_eq!(doc["users"][0]["memory_gib_hours"], 1.5);
+        assert_eq!(doc["users"][1]["user"], "bob");
+        assert_eq!(doc["total"]["core_hours"], 2.0);
+        assert_eq!(doc["capacity"]["core_hours"], 4.0);
+        assert_eq!(doc["utilisation"]["cores"], 0.5);
+        assert!(doc["utilisation"]["gpus"].is_null(), "no GPU offered");
+        assert_eq!(doc["days"].as_array().map(Vec::len), Some(3));
+        assert_eq!(doc["days"][2]["day"], "1970-01-03");
+        assert!(s.json(false).get("days").is_none());
     }
 
     #[test]

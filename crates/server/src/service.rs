@@ -1051,24 +1051,16 @@ impl Client for ClientService {
     ) -> Result<Response<pb::UsageReply>, Status> {
         let who = caller(&req)?;
         let r = req.into_inner();
-        let today = crate::accounting::day_of(crate::state::now_ns());
-        let until = if r.until_day == 0 { today } else { r.until_day };
-        if r.since_day > until {
-            return Err(Status::invalid_argument(format!(
-                "since_day: {} is after until_day {until}",
-                r.since_day
-            )));
-        }
-        if until - r.since_day >= crate::accounting::MAX_DAYS {
-            return Err(Status::invalid_argument(format!(
-                "since_day: the accounts are read at most {} days at a time",
-                crate::accounting::MAX_DAYS
-            )));
-        }
+        let until = if r.until_day == 0 {
+            crate::accounting::today()
+        } else {
+            r.until_day
+        };
+        crate::accounting::check_span(r.since_day, until, ["since_day", "until_day"])
+            .map_err(Status::invalid_argument)?;
         // A user reads its own account only; the admin every owner's.
-        let owner = (!who.admin).then(|| who.name.to_string());
         read_state(&self.0, move |s| {
-            let rows = s.usage_report(r.since_day, until, owner.as_deref())?;
+            let rows = s.usage_for(&who, r.since_day, until)?;
             Ok(pb::UsageReply {
                 rows: rows
                     .into_iter()

@@ -6,106 +6,33 @@ use super::ClientArgs;
 use super::client::{connect, json, refused, table};
 use anyhow::{Context, bail};
 use hetsched_proto as pb;
-use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-/// Seconds in a day.
-const DAY_S: u64 = 86_400;
+use hetsched_server::accounting::{GIB, Held, Summary, UsageRow, date, fraction};
 
 /// Days the accounts cover when `--since` is not given: the last 30, today included.
 const DEFAULT_DAYS: u32 = 30;
 
 /// A day as `--since`/`--until` take it: `YYYY-MM-DD` (UTC), `today`, or `Nd` (N days ago).
-/// Parsed to days since 1970-01-01.
+/// Parsed to days since 1970-01-01 (the server's one parser, which the dashboard's
+/// `/api/usage` reads its days with too).
 pub fn parse_day(s: &str) -> Result<u32, String> {
-    let today = today();
-    if s == "today" {
-        return Ok(today);
-    }
-    if let Some(n) = s.strip_suffix('d')
-        && let Ok(n) = n.parse::<u32>()
-    {
-        return today
-            .checked_sub(n)
-            .ok_or_else(|| format!("`{s}`: before 1970"));
-    }
-    let t = humantime::parse_rfc3339(&format!("{s}T00:00:00Z")).map_err(|_| {
-        format!("`{s}`: a day is YYYY-MM-DD (UTC), `today`, or Nd for N days ago (`30d`)")
-    })?;
-    let secs = t
-        .duration_since(UNIX_EPOCH)
-        .map_err(|_| format!("`{s}`: before 1970"))?
-        .as_secs();
-    u32::try_from(secs / DAY_S).map_err(|_| format!("`{s}`: too far ahead"))
+    hetsched_server::accounting::parse_day(s, hetsched_server::accounting::today())
 }
 
-/// Today, in days since 1970-01-01 (UTC).
-fn today() -> u32 {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs();
-    u32::try_from(secs / DAY_S).unwrap_or(u32::MAX)
+/// A row of the table: core-, GPU- and memory-hours and the share of the span's core-hours
+/// (`total_core_seconds`).
+fn cells(h: &Held, total_core_seconds: f64) -> Vec<String> {
+    let share = if total_core_seconds > 0.0 {
+        format!("{:.1} %", 100.0 * h.core_seconds / total_core_seconds)
+    } else {
+        "-".to_string()
+    };
+    vec![
+        format!("{:.2}", h.core_seconds / 3600.0),
+        format!("{:.2}", h.gpu_seconds / 3600.0),
+        format!("{:.2}", h.memory_byte_seconds / 3600.0 / GIB),
+        share,
+    ]
 }
-
-/// Day `day` (since 1970-01-01) as `YYYY-MM-DD`.
-fn date(day: u32) -> String {
-    let t = UNIX_EPOCH + Duration::from_secs(u64::from(day) * DAY_S);
-    humantime::format_rfc3339_seconds(t)
-        .to_string()
-        .chars()
-        .take(10)
-        .collect()
-}
-
-/// What one row of the output adds up.
-#[derive(Default)]
-struct Sum {
-    core_seconds: f64,
-    gpu_seconds: f64,
-    memory_byte_seconds: f64,
-}
-
-impl Sum {
-    fn add(&mut self, r: &pb::UsageRow) {
-        self.core_seconds += r.core_seconds;
-        self.gpu_seconds += r.gpu_seconds;
-        self.memory_byte_seconds += r.memory_byte_seconds;
-    }
-
-    fn json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "core_hours": self.core_seconds / 3600.0,
-            "gpu_hours": self.gpu_seconds / 3600.0,
-            "memory_gib_hours": self.memory_byte_seconds / 3600.0 / GIB,
-            "core_seconds": self.core_seconds,
-            "gpu_seconds": self.gpu_seconds,
-            "memory_byte_seconds": self.memory_byte_seconds,
-        })
-    }
-
-    fn cells(&self, total_core_seconds: f64) -> Vec<String> {
-        let share = if total_core_seconds > 0.0 {
-            format!("{:.1} %", 100.0 * self.core_seconds / total_core_seconds)
-        } else {
-            "-".to_string()
-        };
-        vec![
-            format!("{:.2}", self.core_seconds / 3600.0),
-            format!("{:.2}", self.gpu_seconds / 3600.0),
-            format!("{:.2}", self.memory_byte_seconds / 3600.0 / GIB),
-            share,
-        ]
-    }
-}
-
-/// `used` as a fraction of `offered`; `None` when nothing was offered.
-fn fraction(used: f64, offered: f64) -> Option<f64> {
-    (offered > 0.0).then(|| used / offered)
-}
-
-/// Bytes in a GiB.
-const GIB: f64 = (1u64 << 30) as f64;
 
 /// `hetsched usage [--since DAY] [--until DAY] [--by-day]`.
 pub async fn usage(
@@ -114,7 +41,7 @@ pub async fn usage(
     until: Option<u32>,
     by_day: bool,
 ) -> anyhow::Result<()> {
-    let until = until.unwrap_or_else(today);
+    let until = until.unwrap_or_else(hetsched_server::accounting::today);
     let since = since.unwrap_or_else(|| until.saturating_sub(DEFAULT_DAYS - 1));
     if since > until {
         bail!("--since {} is after --until {}", date(since), date(until));
@@ -129,56 +56,30 @@ pub async fn usage(
         .map_err(refused)
         .context("reading the accounts")?
         .into_inner();
-    let mut owners: BTreeMap<&str, Sum> = BTreeMap::new();
-    let mut days: BTreeMap<(u32, &str), Sum> = BTreeMap::new();
-    let mut total = Sum::default();
-    // What the live nodes offered (the rows of the empty owner).
-    let mut capacity = Sum::default();
-    for r in &reply.rows {
-        if r.owner.is_empty() {
-            capacity.add(r);
-            continue;
-        }
-        owners.entry(&r.owner).or_default().add(r);
-        days.entry((r.day, &r.owner)).or_default().add(r);
-        total.add(r);
-    }
-    let (since, until) = (date(reply.since_day), date(reply.until_day));
-    if args.output == super::Output::Json {
-        let users: Vec<_> = owners
-            .iter()
-            .map(|(o, s)| {
-                let mut v = s.json();
-                v["user"] = serde_json::json!(o);
-                v
-            })
-            .collect();
-        let mut doc = serde_json::json!({
-            "since": since,
-            "until": until,
-            "users": users,
-            "total": total.json(),
-            "capacity": capacity.json(),
-            "utilisation": {
-                "cores": fraction(total.core_seconds, capacity.core_seconds),
-                "gpus": fraction(total.gpu_seconds, capacity.gpu_seconds),
-                "memory": fraction(total.memory_byte_seconds, capacity.memory_byte_seconds),
+    let rows: Vec<UsageRow> = reply
+        .rows
+        .into_iter()
+        .map(|r| UsageRow {
+            owner: r.owner,
+            day: r.day,
+            held: Held {
+                core_seconds: r.core_seconds,
+                gpu_seconds: r.gpu_seconds,
+                memory_byte_seconds: r.memory_byte_seconds,
             },
-        });
-        if by_day {
-            doc["days"] = days
-                .iter()
-                .map(|((d, o), s)| {
-                    let mut v = s.json();
-                    v["day"] = serde_json::json!(date(*d));
-                    v["user"] = serde_json::json!(o);
-                    v
-                })
-                .collect();
-        }
-        return json(&doc);
+        })
+        .collect();
+    // The same sums and JSON as the dashboard's `/api/usage`.
+    let sum = Summary::of(reply.since_day, reply.until_day, &rows);
+    if args.output == super::Output::Json {
+        return json(&sum.json(by_day));
     }
-    println!("usage from {since} to {until} (UTC days; what running work held)");
+    let (total, capacity) = (&sum.total, &sum.capacity);
+    println!(
+        "usage from {} to {} (UTC days; what running work held)",
+        date(sum.since),
+        date(sum.until)
+    );
     let percent = |used: f64, offered: f64| {
         fraction(used, offered).map_or("-".to_string(), |f| format!("{:.1} %", 100.0 * f))
     };
@@ -197,15 +98,15 @@ pub async fn usage(
         table(&[&["user"][..], &head[..]].concat())
     };
     if by_day {
-        for ((d, o), s) in &days {
+        for ((d, o), h) in &sum.days {
             let mut row = vec![date(*d), o.to_string()];
-            row.extend(s.cells(total.core_seconds));
+            row.extend(cells(h, total.core_seconds));
             t.add_row(row);
         }
     } else {
-        for (o, s) in &owners {
+        for (o, h) in &sum.owners {
             let mut row = vec![o.to_string()];
-            row.extend(s.cells(total.core_seconds));
+            row.extend(cells(h, total.core_seconds));
             t.add_row(row);
         }
     }
@@ -214,7 +115,7 @@ pub async fn usage(
     } else {
         vec!["total".to_string()]
     };
-    row.extend(total.cells(total.core_seconds));
+    row.extend(cells(total, total.core_seconds));
     t.add_row(row);
     println!("{t}");
     Ok(())
@@ -226,11 +127,10 @@ mod tests {
 
     #[test]
     fn days_are_dates_today_or_days_ago() {
+        let today = hetsched_server::accounting::today();
         assert_eq!(parse_day("1970-01-02"), Ok(1));
-        assert_eq!(date(20_422), "2025-11-30");
-        assert_eq!(parse_day("2025-11-30"), Ok(20_422));
-        assert_eq!(parse_day("today"), Ok(today()));
-        assert_eq!(parse_day("7d"), Ok(today() - 7));
+        assert_eq!(parse_day("today"), Ok(today));
+        assert_eq!(parse_day("7d"), Ok(today - 7));
         let e = parse_day("30-11-2025").expect_err("not a day");
         assert!(e.contains("YYYY-MM-DD"), "{e}");
     }

@@ -221,6 +221,20 @@ impl State {
             .report(self.store.conn(), since, until, owner, &names)?)
     }
 
+    /// The accounts `caller` may read from day `since` to day `until` (both included), by day
+    /// and owner: every owner's for the admin (and the dashboard's read-only token), a user's
+    /// own and the capacity's ([`crate::accounting::CAPACITY`]) for a user. The one rule the
+    /// `Usage` RPC and the dashboard's `/api/usage` both read through.
+    pub fn usage_for(
+        &self,
+        caller: &Caller,
+        since: u32,
+        until: u32,
+    ) -> Result<Vec<crate::accounting::UsageRow>, StateError> {
+        let owner = (!caller.admin).then_some(&*caller.name);
+        self.usage_report(since, until, owner)
+    }
+
     /// What each owner held since the server started ([`crate::accounting::Ledger::since_start`];
     /// the capacity under [`crate::accounting::CAPACITY`]).
     pub fn usage_since_start(&self) -> std::collections::BTreeMap<String, crate::accounting::Held> {
