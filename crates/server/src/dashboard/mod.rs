@@ -1,12 +1,18 @@
 //! The web dashboard, served at `/` by the server's HTTP listener (`http_listen`): jobs with their
 //! progress, a job's tasks (paged, filtered by state, with links to their output), nodes by rack
-//! with the cores and GPUs in use, and live charts (tasks by state over time, dispatch and
-//! completion rates, per-node load, GPU utilisation) fed by Server-Sent Events. Read-only.
+//! with the cores and GPUs in use, live charts (tasks by state over time, dispatch and
+//! completion rates, per-node load, GPU utilisation) fed by Server-Sent Events, and the users
+//! (`/api/users`: shares, caps, what their running work holds, fair-share usage, jobs pending
+//! and running — [`State::users_overview`]) with their accounts (`/api/usage?since=&until=`:
+//! core-, GPU- and memory-hours per owner, the capacity and its utilisation, the JSON of
+//! `hetsched usage --output json`, [`crate::accounting::Summary`]). Read-only.
 //!
 //! **Never open.** Every page and API call needs a token: `Authorization: Bearer TOKEN` (the client
 //! token, the read-only token `DATA_DIR/read-token` written at first start, or a user's own token,
 //! [`crate::users`]), or a session cookie. A user sees what the admin sees (the dashboard changes
-//! nothing) but reads the task output of its own jobs only; a removed user's sessions end.
+//! nothing) but reads the task output of its own jobs only, and of the users and the accounts
+//! its own row and the capacity only (the `Usage` RPC's rule, [`State::usage_for`]); a
+//! removed user's sessions end.
 //! A browser gets the cookie from the login form (`POST /login` with the token), or from a one-time
 //! login link: `POST /api/ticket` with a token returns a ticket valid once for 60 s, and
 //! `GET /login?ticket=T` trades it for the cookie — so a link that leaks into a history or a proxy
@@ -164,6 +170,57 @@ fn percent_decode(s: &str) -> String {
 
 fn num<T: std::str::FromStr>(uri: &Uri, key: &str) -> Option<T> {
     query(uri, key).and_then(|v| v.parse().ok())
+}
+
+/// Days `/api/usage` covers when `since` is not given: the last 7, `until` included.
+const USAGE_DAYS: u32 = 7;
+
+/// `/api/usage`'s span: `since` and `until` (each `YYYY-MM-DD`, `today` or `Nd`; `until`
+/// today, `since` [`USAGE_DAYS`] days to `until` when not given), bounded as the `Usage` RPC's
+/// ([`crate::accounting::check_span`]), and `by_day` (`true`/`1` or `false`/`0`). The error
+/// names the parameter.
+fn usage_span(uri: &Uri, today: u32) -> Result<(u32, u32, bool), String> {
+    let day = |key: &str| {
+        query(uri, key)
+            .map(|v| crate::accounting::parse_day(&v, today).map_err(|e| format!("{key}: {e}")))
+            .transpose()
+    };
+    let until = day("until")?.unwrap_or(today);
+    let since = day("since")?.unwrap_or(until.saturating_sub(USAGE_DAYS - 1));
+    crate::accounting::check_span(since, until, ["since", "until"])?;
+    let by_day = match query(uri, "by_day").as_deref() {
+        None | Some("false" | "0") => false,
+        Some("true" | "1") => true,
+        Some(other) => return Err(format!("by_day: `{other}` is not true, false, 1 or 0")),
+    };
+    Ok((since, until, by_day))
+}
+
+/// A row of `/api/users`, in `hetsched user list --output json`'s words (a cap of 0 is `null`:
+/// none), with whether it is the admin's, its fair-share usage per share (what fair share
+/// ranks by, least first; `null` with its usage when fair share is off) and its jobs pending
+/// and running.
+fn user_json(u: &crate::state::UserOverview) -> serde_json::Value {
+    let e = &u.entry;
+    let cap = |n: u64| (n > 0).then_some(n);
+    serde_json::json!({
+        "name": e.name,
+        "admin": u.admin,
+        "created_ms": e.created_ms,
+        "shares": e.shares,
+        "max_cores": cap(u64::from(e.cap.cores)),
+        "max_memory_bytes": cap(e.cap.memory_bytes),
+        "max_gpus": cap(u64::from(e.cap.gpus)),
+        "cores": e.held.cores,
+        "memory_bytes": e.held.memory_bytes,
+        "gpus": e.held.gpus,
+        "fair_usage": u.fair_usage,
+        "fair_usage_per_share": u.fair_usage.map(|f| f / f64::from(e.shares.max(1))),
+        "jobs": e.jobs,
+        "unfinished_jobs": e.unfinished_jobs,
+        "pending_jobs": u.pending_jobs,
+        "running_jobs": u.running_jobs,
+    })
 }
 
 fn json(value: &impl serde::Serialize) -> Response {
@@ -594,6 +651,44 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
             }
         }
     };
+    let users = {
+        let d = d.clone();
+        move |headers: HeaderMap| async move {
+            let Some(who) = d.authed(&headers) else {
+                return unauthorized();
+            };
+            match d
+                .read(move |s| (s.users_overview(&who), s.fair_share_half_life_ns()))
+                .await
+            {
+                Some((users, half_life)) => json(&serde_json::json!({
+                    "fair_share": half_life.map(|ns| serde_json::json!({ "half_life_s": ns / 1_000_000_000 })),
+                    "users": users.iter().map(user_json).collect::<Vec<_>>(),
+                })),
+                None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+            }
+        }
+    };
+    let usage = {
+        let d = d.clone();
+        move |headers: HeaderMap, uri: Uri| async move {
+            let Some(who) = d.authed(&headers) else {
+                return unauthorized();
+            };
+            let (since, until, by_day) = match usage_span(&uri, crate::accounting::today()) {
+                Ok(span) => span,
+                Err(e) => return (StatusCode::BAD_REQUEST, e).into_response(),
+            };
+            // The `Usage` RPC's rule: the admin reads every owner's, a user its own.
+            match d.read(move |s| s.usage_for(&who, since, until)).await {
+                Some(Ok(rows)) => {
+                    json(&crate::accounting::Summary::of(since, until, &rows).json(by_day))
+                }
+                Some(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+                None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+            }
+        }
+    };
     let log = {
         let d = d.clone();
         move |headers: HeaderMap, uri: Uri| async move {
@@ -668,6 +763,8 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
         .route("/api/tasks", get(tasks))
         .route("/api/nodes", get(nodes))
         .route("/api/allocations", get(allocations))
+        .route("/api/users", get(users))
+        .route("/api/usage", get(usage))
         .route("/api/log", get(log))
         .route("/api/events", get(events))
         .route(
@@ -816,5 +913,17 @@ mod tests {
         assert_eq!(form_value("token=", "token").as_deref(), Some(""));
         assert_eq!(form_value("x=1", "token"), None);
         assert_eq!(percent_decode("%zz%4"), "%zz%4");
+    }
+
+    #[test]
+    fn the_usage_span_is_the_last_7_days_unless_given() {
+        let span = |q: &str| usage_span(&format!("/api/usage?{q}").parse().expect("uri"), 100);
+        assert_eq!(span(""), Ok((94, 100, false)));
+        assert_eq!(span("until=90d"), Ok((4, 10, false)));
+        assert_eq!(span("since=today&by_day=true"), Ok((100, 100, true)));
+        assert_eq!(
+            span("until=3d&since=0d"),
+            Err("since: 1970-04-11 is after until 1970-04-08".into())
+        );
     }
 }

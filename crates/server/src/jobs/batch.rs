@@ -2383,6 +2383,12 @@ impl JobKind for Batch {
         }
     }
 
+    fn listed_state(&self, id: u64) -> Option<&str> {
+        self.job_rec(id)
+            .filter(|j| !self.retention.is_purged(j.row.id))
+            .map(|j| self.job_state(j))
+    }
+
     fn job(&self, rd: &Read, id: u64) -> Result<JobInfo, StateError> {
         self.job_rec(id)
             .filter(|j| !self.retention.is_purged(j.row.id))

@@ -1795,6 +1795,16 @@ impl JobKind for Divisible {
         }
     }
 
+    fn listed_state(&self, id: u64) -> Option<&str> {
+        let job = self.jobs.get(&id)?;
+        // As its entry says it ([`Divisible::job_info`]): one that has not started is pending.
+        Some(if job.state == "running" && !job.gate.started {
+            "pending"
+        } else {
+            job.state.as_str()
+        })
+    }
+
     fn job(&self, rd: &Read, id: u64) -> Result<JobInfo, StateError> {
         self.job_info(rd, id).ok_or(StateError::NoJob(id))
     }

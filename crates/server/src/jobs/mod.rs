@@ -404,6 +404,14 @@ pub trait JobKind: Send {
     /// How many jobs of this kind were ever submitted.
     fn job_count(&self) -> u64;
 
+    /// The state job `id`'s listing gives it (`pending`, `running`, `completed`, `failed` or
+    /// `cancelled`, as [`JobInfo::state`]), without the rest of its entry (no pending reason):
+    /// cheap, for counts over every job (the dashboard's users). `None`: not a listed job of
+    /// this kind (purged, or a kind that lists none).
+    fn listed_state(&self, _id: u64) -> Option<&str> {
+        None
+    }
+
     /// The ids of every job of this kind (the state's map of job ids to kinds is rebuilt from
     /// them after a restart).
     fn job_ids(&self) -> Vec<u64> {

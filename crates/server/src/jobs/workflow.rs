@@ -2341,6 +2341,12 @@ impl JobKind for Workflows {
         page
     }
 
+    fn listed_state(&self, id: u64) -> Option<&str> {
+        self.jobs
+            .get(&(id & ((1 << super::KIND_SHIFT) - 1)))
+            .map(|j| j.state())
+    }
+
     fn job(&self, rd: &Read, id: u64) -> Result<JobInfo, StateError> {
         self.jobs
             .get(&(id & ((1 << super::KIND_SHIFT) - 1)))

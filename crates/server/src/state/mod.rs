@@ -60,7 +60,7 @@ pub mod signals;
 mod topology;
 mod users;
 
-pub use users::{CapChange, MAX_SHARES, UserEntry, require_admin};
+pub use users::{CapChange, MAX_SHARES, UserEntry, UserOverview, require_admin};
 pub mod types;
 pub mod wakes;
 

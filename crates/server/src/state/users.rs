@@ -65,6 +65,21 @@ pub struct UserEntry {
     pub shares: u32,
 }
 
+/// One row of the dashboard's Users panel ([`State::users_overview`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct UserOverview {
+    /// The user as `hetsched user list` shows it (the admin's row: no caps, created 0).
+    pub entry: UserEntry,
+    /// Whether this row is the admin's own work.
+    pub admin: bool,
+    /// Its fair-share usage in share-seconds; `None` without `[fair_share]`.
+    pub fair_usage: Option<f64>,
+    /// Its jobs the job listing says are `pending`.
+    pub pending_jobs: u64,
+    /// Its jobs the job listing says are `running` (some tasks ran, some have yet to end).
+    pub running_jobs: u64,
+}
+
 /// The most fair-share shares a user may have: the core's bound, which simulator workloads'
 /// `[[user]] shares` obey too.
 pub use hetsched_core::model::user::MAX_SHARES;
@@ -491,6 +506,67 @@ impl State {
                     held: self.user_held(name),
                     fair_usage: self.fair_usage_of(name),
                     shares: self.users.shares(name),
+                }
+            })
+            .collect()
+    }
+
+    /// `[fair_share] half_life` in ns, if fair share is on.
+    pub fn fair_share_half_life_ns(&self) -> Option<u64> {
+        self.config.fair_share.map(|f| f.half_life.0)
+    }
+
+    /// The users `caller` may see with what they hold, may hold and wait for (the dashboard's
+    /// Users panel): for the admin (and the read-only token) every user by name, then the
+    /// admin's own work as the user [`ADMIN`] (no caps; what the live nodes hold outside every
+    /// user's group; 1 share; its jobs: those of no user, listed and not purged, unfinished
+    /// when pending or running); for a user, its own row only. O(users + jobs): each job's
+    /// state is a look-up ([`crate::jobs::JobKind::listed_state`]), no pending reason.
+    pub fn users_overview(&self, caller: &Caller) -> Vec<UserOverview> {
+        // Each owner's jobs: listed, pending, running.
+        let mut jobs: std::collections::HashMap<&str, [u64; 3]> = Default::default();
+        for (id, kind) in self.ids.from(0) {
+            let Some(state) = self.jobs.of_kind(kind).listed_state(id) else {
+                continue;
+            };
+            let n = jobs.entry(self.users.owner(id)).or_default();
+            n[0] += 1;
+            match state {
+                "pending" => n[1] += 1,
+                "running" => n[2] += 1,
+                _ => {}
+            }
+        }
+        let mut users: Vec<UserEntry> = self
+            .list_users()
+            .into_iter()
+            .filter(|u| caller.admin || *u.name == *caller.name)
+            .collect();
+        if caller.admin {
+            let [listed, pending, running] = jobs.get(ADMIN).copied().unwrap_or_default();
+            users.push(UserEntry {
+                name: ADMIN.to_string(),
+                created_ms: 0,
+                jobs: listed,
+                unfinished_jobs: pending + running,
+                cap: Resources::default(),
+                held: self.view.ungrouped_usage(),
+                fair_usage: self.fair_usage_of(ADMIN),
+                shares: 1,
+            });
+        }
+        let fair = self.config.fair_share.is_some();
+        users
+            .into_iter()
+            .map(|entry| {
+                let [_, pending_jobs, running_jobs] =
+                    jobs.get(entry.name.as_str()).copied().unwrap_or_default();
+                UserOverview {
+                    admin: entry.name == ADMIN,
+                    fair_usage: fair.then_some(entry.fair_usage),
+                    entry,
+                    pending_jobs,
+                    running_jobs,
                 }
             })
             .collect()
