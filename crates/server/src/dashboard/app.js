@@ -387,6 +387,66 @@ function loadAllocations() {
   }).catch((e) => console.error(e));
 }
 
+// ---------------------------------------------------------------- users and their accounts
+
+// Days the panel's accounts cover (`/api/usage`'s default: the last 7, today included).
+const USAGE_DAYS = 7;
+const hours = (x) => (x || 0).toFixed(2);
+const percent = (f) => (f === null || f === undefined ? "-" : `${(100 * f).toFixed(1)} %`);
+const capOf = (n, show) => (n === null || n === undefined ? "-" : show(n));
+
+// One row: a user of `/api/users` (or null: an owner the accounts name that is no user now, as a
+// removed one) and its accounts over the span (or null: it held nothing then).
+function userRow(name, u, acc, totalCoreSeconds) {
+  const fair = (f, digits) => (f === null || f === undefined ? "-" : (f / 3600).toFixed(digits));
+  const cls = u && u.admin ? "admin" : u ? "" : "gone";
+  const title = u && u.admin ? "the admin's own jobs: what the nodes hold outside every user's" : u ? "" : "no user of this name now";
+  const share = acc && totalCoreSeconds > 0 ? percent(acc.core_seconds / totalCoreSeconds) : "-";
+  const cell = (c, v) => `<td class="num ${c}">${v}</td>`;
+  return `<tr data-user="${esc(name)}" class="${cls}"><td title="${esc(title)}">${esc(name)}</td>`
+    + cell("shares", u ? u.shares : "-")
+    + cell("max-cores", u ? capOf(u.max_cores, String) : "-")
+    + cell("max-memory", u ? capOf(u.max_memory_bytes, bytes) : "-")
+    + cell("max-gpus", u ? capOf(u.max_gpus, String) : "-")
+    + cell("cores", u ? u.cores : "-")
+    + cell("memory", u ? bytes(u.memory_bytes) : "-")
+    + cell("gpus", u ? u.gpus : "-")
+    + cell("fair-usage", u ? fair(u.fair_usage, 3) : "-")
+    + cell("fair-per-share", u ? fair(u.fair_usage_per_share, 3) : "-")
+    + cell("pending-jobs", u ? u.pending_jobs : "-")
+    + cell("running-jobs", u ? u.running_jobs : "-")
+    + cell("core-hours", acc ? hours(acc.core_hours) : "-")
+    + cell("gpu-hours", acc ? hours(acc.gpu_hours) : "-")
+    + cell("memory-gib-hours", acc ? hours(acc.memory_gib_hours) : "-")
+    + cell("core-share", share) + "</tr>";
+}
+
+function renderUsers(users, usage) {
+  const accounts = new Map((usage.users || []).map((a) => [a.user, a]));
+  const total = usage.total || {}, cap = usage.capacity || {}, util = usage.utilisation || {};
+  const names = users.users.map((u) => u.name);
+  // Owners the accounts name that are no user now (removed): their rows too.
+  for (const a of usage.users || []) if (!names.includes(a.user)) names.push(a.user);
+  const byName = new Map(users.users.map((u) => [u.name, u]));
+  const rows = names.map((n) => userRow(n, byName.get(n) || null, accounts.get(n) || null, total.core_seconds));
+  rows.push(`<tr class="total"><td>total</td>${"<td></td>".repeat(11)}<td class="num">${hours(total.core_hours)}</td><td class="num">${hours(total.gpu_hours)}</td><td class="num">${hours(total.memory_gib_hours)}</td><td></td></tr>`);
+  $("users").querySelector("tbody").innerHTML = rows.join("");
+  $("usage-span").textContent = `accounts ${usage.since} – ${usage.until} (UTC)`;
+  $("usage-summary").textContent = `Last ${USAGE_DAYS} days: the live nodes offered ${hours(cap.core_hours)} core-hours, ${hours(cap.gpu_hours)} GPU-hours and ${hours(cap.memory_gib_hours)} memory GiB-hours; running work used ${percent(util.cores)} of the cores, ${percent(util.gpus)} of the GPUs and ${percent(util.memory)} of the memory.`
+    + (users.fair_share ? ` Fair share is on (half-life ${human(users.fair_share.half_life_s * 1e9)}).` : " Fair share is off.");
+  $("usage-summary").dataset.loaded = "1";
+}
+
+// The users (`/api/users`) and their accounts over the last 7 days (`/api/usage`), looked at every
+// 10 s — not in a `#events=N` snapshot (whose network must go idle).
+let usersPoll = null;
+function loadUsers() {
+  Promise.all([api("/api/users"), api(`/api/usage?since=${USAGE_DAYS - 1}d&until=today`)])
+    .then(([users, usage]) => renderUsers(users, usage))
+    .catch((e) => console.error(e))
+    .finally(() => { if (!usersPoll && !stopAfter) usersPoll = setInterval(loadUsers, 10000); });
+}
+
 // ---------------------------------------------------------------- start
 
 initCharts();
@@ -401,6 +461,7 @@ api("/api/nodes").then((nodes) => liveState.events ? null : renderNodes(nodes.ma
 // page's network to go idle; a person never needs it).
 const stopAfter = parseInt((location.hash.match(/events=(\d+)/) || [])[1] || "0", 10);
 loadAllocations();
+loadUsers();
 const events = new EventSource("/api/events");
 events.addEventListener("tick", (m) => {
   try { onTick(JSON.parse(m.data)); } catch (e) { console.error(e); }
