@@ -3,6 +3,9 @@
 //! nodes appear, and the task counts change while the page is open (Server-Sent Events, no
 //! reload). Skips, saying so, where no chromium binary is installed. Also the 401s.
 //!
+//! And users: each signs in with its own token, reads its own jobs' output, and sees its own
+//! row of the Users panel (the admin every user's, with the accounts `hetsched usage` prints).
+//!
 //! And at scale: a 100,000-task job in a browser driven over the DevTools protocol (it clicks the
 //! pager and the state filter), with the server's page-size cap checked over plain HTTP.
 
@@ -643,6 +646,66 @@ fn a_user_signs_in_with_its_token_and_reads_the_output_of_its_own_jobs_only() {
     let (status, _, body) = get("/api/log?job=1&task=0", &bearer(&alice));
     assert!(status.contains("200"), "{status}: {body}");
     assert_eq!(body, "hello from alice\n");
+
+    // The Users panel: the JSON `hetsched usage` prints (the same span, alice's job ended so
+    // her account no longer grows), and in a browser a row per user for the admin, the user's
+    // own for a user.
+    let admin = c.data().join("token");
+    let (status, _, body) = get("/api/usage?since=6d", &bearer(&admin));
+    assert!(status.contains("200"), "{status}: {body}");
+    let usage: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let cli = c.json(&["usage", "--since", "6d"]);
+    assert_eq!(
+        usage["users"], cli["users"],
+        "the dashboard and the CLI agree"
+    );
+    assert_eq!(
+        (&usage["since"], &usage["until"]),
+        (&cli["since"], &cli["until"])
+    );
+    assert_eq!(usage["users"][0]["user"], "alice", "{body}");
+    if let Some(browser) = chromium() {
+        let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
+        let panel = |token_file: &std::path::Path| {
+            let ticket = login_ticket(addr.trim(), &format!("Bearer {}", token(token_file)));
+            let url = format!("http://{}/login?ticket={ticket}#events=1", addr.trim());
+            run_browser(browser, &["--dump-dom", "--virtual-time-budget=5000", &url])
+        };
+        let dom = panel(&admin);
+        assert!(
+            dom.contains("<tr data-user=\"alice\" class=\"\"><td title=\"\">alice</td>")
+                && dom.contains("<tr data-user=\"bob\" class=\"\">")
+                && dom.contains("<tr data-user=\"admin\" class=\"admin\">"),
+            "a row per user and the admin's: {dom}"
+        );
+        let alice_row = dom
+            .split("<tr data-user=\"alice\"")
+            .nth(1)
+            .and_then(|rest| rest.split("</tr>").next())
+            .unwrap_or_default();
+        assert!(
+            alice_row.contains("<td class=\"num shares\">1</td>")
+                && alice_row.contains("<td class=\"num max-cores\">-</td>")
+                && alice_row.contains("<td class=\"num running-jobs\">0</td>")
+                && alice_row.contains("<td class=\"num core-hours\">0.00</td>"),
+            "alice's shares, caps, jobs and accounts: {alice_row}"
+        );
+        assert!(
+            dom.contains(
+                "<div id=\"usage-summary\" data-loaded=\"1\">Last 7 days: the live nodes offered "
+            ),
+            "the capacity and its use: {dom}"
+        );
+        let dom = panel(&bob);
+        assert!(
+            dom.contains("<tr data-user=\"bob\"") && !dom.contains("<tr data-user=\"alice\""),
+            "bob sees his own row only: {dom}"
+        );
+    } else {
+        eprintln!(
+            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
+        );
+    }
 
     // The login form takes a user's token; the session is the user's, and ends with it.
     let (status, headers, _) = c.http_request(

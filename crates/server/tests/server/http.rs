@@ -13,7 +13,7 @@ async fn get(addr: SocketAddr, path: &str) -> String {
 }
 
 /// `GET path` with the extra header lines `headers` (each ending in CRLF).
-async fn get_with(addr: SocketAddr, path: &str, headers: &str) -> String {
+pub(crate) async fn get_with(addr: SocketAddr, path: &str, headers: &str) -> String {
     let exchange = async {
         let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
         s.write_all(
