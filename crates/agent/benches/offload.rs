@@ -128,6 +128,7 @@ fn run_one(s: &Setup, sp: &pb::TaskSpec, task: u64) {
         sp,
         "nnode",
         &s.dir.join("nnode"),
+        false,
         never(),
     ));
     assert!(r.success, "{r:?}");
@@ -140,7 +141,7 @@ fn run_many(s: &Setup, sp: &pb::TaskSpec, n: u64, concurrent: bool) {
             for t in 0..n {
                 let (c, sp, dir) = (s.client.clone(), sp.clone(), s.dir.join("nnode"));
                 h.push(tokio::spawn(async move {
-                    offload::run(&c, &assignment(t), &sp, "nnode", &dir, never()).await
+                    offload::run(&c, &assignment(t), &sp, "nnode", &dir, false, never()).await
                 }));
             }
             for x in h {
@@ -154,6 +155,7 @@ fn run_many(s: &Setup, sp: &pb::TaskSpec, n: u64, concurrent: bool) {
                     sp,
                     "nnode",
                     &s.dir.join("nnode"),
+                    false,
                     never(),
                 )
                 .await;

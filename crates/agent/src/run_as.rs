@@ -33,9 +33,10 @@
 //!   never as root, so a user cannot make it read what the user could not.
 //!
 //! Stream-topology workers run as their topology's owner too (`WorkerAssignment.run_as`,
-//! [`crate::stream_workers`]). Not run as their owners yet: accelerator tasks offloaded from an
-//! NNode to an ANode (the offload reads and writes the task's files as the agent's user; both
-//! sides refuse a user's task while the setting is on).
+//! [`crate::stream_workers`]), and so do accelerator tasks offloaded from an NNode to an ANode
+//! ([`crate::accel`]): the NNode reads the task's inputs and writes its outputs as the account
+//! ([`open_as`], [`create_as`]), and the ANode stages them in the account's directory and runs
+//! the task there as the account.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -334,6 +335,31 @@ pub fn hop<T: Send>(
             Err(panic) => std::panic::resume_unwind(panic),
         }
     })
+}
+
+/// Opens `path` for reading as `account` (when given), so with the account's rights: a file a
+/// user names (an offloaded task's input) is never read with root's.
+pub fn open_as(account: Option<&Account>, path: &Path) -> std::io::Result<std::fs::File> {
+    match account {
+        None => std::fs::File::open(path),
+        Some(a) => hop(Some(a), || std::fs::File::open(path)).map_err(std::io::Error::other)?,
+    }
+}
+
+/// Creates (or truncates) `path`, with its missing parent directories, as `account` (when
+/// given): they are the account's, and a link the account planted leads nowhere the account
+/// could not write itself.
+pub fn create_as(account: Option<&Account>, path: &Path) -> std::io::Result<std::fs::File> {
+    let create = || {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::File::create(path)
+    };
+    match account {
+        None => create(),
+        Some(a) => hop(Some(a), create).map_err(std::io::Error::other)?,
+    }
 }
 
 /// The account's own directory, `WORK_DIR/users/NAME` (0700, the account's), created if

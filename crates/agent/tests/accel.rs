@@ -119,6 +119,7 @@ async fn an_offloaded_task_reads_its_input_and_its_output_lands_as_if_it_ran_her
         &s,
         "nnode-1",
         &nnode_work,
+        false,
         never(),
     )
     .await;
@@ -179,7 +180,7 @@ async fn an_offloaded_task_gets_its_signal_and_its_new_time_limit_on_the_anode()
     };
     let (to, a) = (client(l.addr, TOKEN), assignment(5, 0, 1));
     let began = std::time::Instant::now();
-    let running = offload::run(&to, &a, &s, "nnode-1", &dir, control);
+    let running = offload::run(&to, &a, &s, "nnode-1", &dir, false, control);
     let saved = || std::fs::read_to_string(marks.join("saved")).unwrap_or_default();
     let operator = async {
         for _ in 0..1000 {
@@ -227,6 +228,7 @@ async fn a_missing_input_fails_the_attempt_naming_the_file_and_a_wrong_token_is_
         &s,
         "nnode-1",
         &dir,
+        false,
         never(),
     )
     .await;
@@ -245,6 +247,7 @@ async fn a_missing_input_fails_the_attempt_naming_the_file_and_a_wrong_token_is_
         &s,
         "nnode-1",
         &dir,
+        false,
         never(),
     )
     .await;
@@ -264,6 +267,7 @@ async fn a_missing_declared_output_fails_the_task() {
         &s,
         "nnode-1",
         &dir,
+        false,
         never(),
     )
     .await;
@@ -293,6 +297,7 @@ async fn one_task_per_device_at_a_time_offloaded_and_local_alike() {
                 &s,
                 "nnode-1",
                 &dir,
+                false,
                 never(),
             )
             .await
@@ -344,7 +349,18 @@ async fn a_broken_transfer_is_retried_with_the_same_attempt() {
     let c = client(port, TOKEN);
     let shipped = tokio::spawn({
         let (s, dir) = (s.clone(), dir.clone());
-        async move { offload::run(&c, &assignment(5, 0, 3), &s, "nnode-1", &dir, never()).await }
+        async move {
+            offload::run(
+                &c,
+                &assignment(5, 0, 3),
+                &s,
+                "nnode-1",
+                &dir,
+                false,
+                never(),
+            )
+            .await
+        }
     });
     tokio::time::sleep(Duration::from_millis(150)).await;
     let work = temp("late-anode");
@@ -375,7 +391,18 @@ async fn when_the_requester_goes_away_the_anode_kills_the_task_and_drops_its_res
     let c = client(l.addr, TOKEN);
     let shipped = tokio::spawn({
         let (s, dir) = (s.clone(), dir.clone());
-        async move { offload::run(&c, &assignment(8, 0, 1), &s, "nnode-1", &dir, kill_rx).await }
+        async move {
+            offload::run(
+                &c,
+                &assignment(8, 0, 1),
+                &s,
+                "nnode-1",
+                &dir,
+                false,
+                kill_rx,
+            )
+            .await
+        }
     });
     let gpus = hetsched_agent::detect::Gpus::init();
     // Wait until the task holds the device, then the NNode gives up (its task was killed).
@@ -437,7 +464,16 @@ async fn the_service_speaks_tls_with_a_certificate_and_the_nnode_verifies_it() {
     std::fs::create_dir_all(dir.join("in")).unwrap();
     std::fs::write(dir.join("in/0.dat"), b"secret").unwrap();
     let s = spec(&dir, TRANSFORM, &["in/{index}.dat"], &["out/{index}.dat"]);
-    let r = offload::run(&c, &assignment(1, 0, 1), &s, "nnode-1", &dir, never()).await;
+    let r = offload::run(
+        &c,
+        &assignment(1, 0, 1),
+        &s,
+        "nnode-1",
+        &dir,
+        false,
+        never(),
+    )
+    .await;
     assert!(r.success, "{r:?}");
     assert_eq!(std::fs::read(dir.join("out/0.dat")).unwrap(), b"SECRET");
 }
@@ -451,7 +487,16 @@ async fn ship(c: &Client, s: &pb::TaskSpec, dir: &Path, n: u64, concurrent: bool
         for t in 0..n {
             let (c, s, dir) = (c.clone(), s.clone(), dir.to_path_buf());
             h.push(tokio::spawn(async move {
-                offload::run(&c, &assignment(t, 0, 1), &s, "nnode-1", &dir, never()).await
+                offload::run(
+                    &c,
+                    &assignment(t, 0, 1),
+                    &s,
+                    "nnode-1",
+                    &dir,
+                    false,
+                    never(),
+                )
+                .await
             }));
         }
         for x in h {
@@ -460,7 +505,7 @@ async fn ship(c: &Client, s: &pb::TaskSpec, dir: &Path, n: u64, concurrent: bool
         }
     } else {
         for t in 0..n {
-            let r = offload::run(c, &assignment(t, 0, 1), s, "nnode-1", dir, never()).await;
+            let r = offload::run(c, &assignment(t, 0, 1), s, "nnode-1", dir, false, never()).await;
             assert!(r.success, "{r:?}");
         }
     }
@@ -541,5 +586,118 @@ async fn the_pipeline_overlaps_receiving_with_computing() {
     panic!(
         "the pipeline did not overlap: (makespan / sum of the stages, first device start / \
          transfer stage) per round: {rounds:?}"
+    );
+}
+
+/// Whether this test process is root (`run_as_owner` needs it); says so when it is not.
+fn root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+    if !root {
+        eprintln!("skipped: needs root");
+    }
+    root
+}
+
+/// With `run_as_owner` on both sides a user's offloaded task is its account's business: the
+/// NNode reads its inputs and writes its outputs as the account, the ANode stages them in the
+/// account's directory and runs the task there as the account, and cleans up after it. An
+/// input the account may not read is never shipped, and an owner with no account on the ANode
+/// is refused by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_run_as_owner_an_offloaded_task_runs_and_moves_its_files_as_its_account() {
+    use std::os::unix::fs::MetadataExt;
+    if !root() {
+        return;
+    }
+    let work = temp("anode-run-as");
+    let p = Pipeline::start(
+        "anode-1",
+        1,
+        &work,
+        Default::default(),
+        DEFAULT_KILL_GRACE,
+        true,
+    )
+    .expect("pipeline");
+    let l = AccelListener::bind("127.0.0.1:0".parse().unwrap(), p.clone(), TOKEN, None)
+        .await
+        .expect("listener");
+    let dir = temp("nnode-run-as");
+    std::fs::create_dir_all(dir.join("in")).unwrap();
+    std::fs::write(dir.join("in/4.dat"), b"abc").unwrap();
+    for path in [dir.clone(), dir.join("in"), dir.join("in/4.dat")] {
+        std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+    }
+    let nnode_work = temp("nnode-work-run-as");
+    let mut s = spec(
+        &dir,
+        "mkdir -p out && tr a-z A-Z < in/{index}.dat > out/{index}.dat && id -un > who && pwd",
+        &["in/{index}.dat"],
+        &["out/{index}.dat", "who"],
+    );
+    s.run_as = "nobody".into();
+    let run = |s: pb::TaskSpec, _dir: PathBuf, nnode_work: PathBuf| {
+        let c = client(l.addr, TOKEN);
+        async move {
+            offload::run(
+                &c,
+                &assignment(7, 4, 1),
+                &s,
+                "nnode-1",
+                &nnode_work,
+                true,
+                never(),
+            )
+            .await
+        }
+    };
+    let r = run(s.clone(), dir.clone(), nnode_work.clone()).await;
+    assert!(r.success, "{r:?}");
+    assert_eq!(std::fs::read(dir.join("out/4.dat")).unwrap(), b"ABC");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("who")).unwrap(),
+        "nobody\n"
+    );
+    for made in ["out", "out/4.dat", "who"] {
+        assert_eq!(
+            std::fs::metadata(dir.join(made)).unwrap().uid(),
+            65534,
+            "{made} is the account's"
+        );
+    }
+    // It ran in the account's directory on the ANode, which is gone now.
+    let out = std::fs::read_to_string(nnode_work.join("job-1/solve-4.1.out")).unwrap();
+    let ran_in = work.join("users/nobody/accel");
+    assert!(out.starts_with(ran_in.to_str().unwrap()), "{out}");
+    assert_eq!(std::fs::read_dir(&ran_in).unwrap().count(), 0);
+    assert_eq!(std::fs::read_dir(work.join("accel")).unwrap().count(), 0);
+
+    // An input the account may not read (a link to a file of root's) is never shipped.
+    let secret = temp("secret").join("secret");
+    std::fs::write(&secret, b"root only").unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    std::fs::remove_file(dir.join("in/4.dat")).unwrap();
+    std::os::unix::fs::symlink(&secret, dir.join("in/4.dat")).unwrap();
+    let r = run(s.clone(), dir.clone(), nnode_work.clone()).await;
+    assert!(!r.success);
+    assert!(
+        r.message.contains("input file `in/4.dat`")
+            && r.message.contains("cannot be read by `nobody`"),
+        "{}",
+        r.message
+    );
+
+    // An owner with no account on the ANode: refused by it, naming the node and the account.
+    std::fs::remove_file(dir.join("in/4.dat")).unwrap();
+    std::fs::write(dir.join("in/4.dat"), b"abc").unwrap();
+    let mut ghost = s.clone();
+    ghost.run_as = "hetsched-ghost".into();
+    let r = run(ghost, dir.clone(), nnode_work.clone()).await;
+    assert!(!r.success);
+    assert!(
+        r.message.contains("no Unix account `hetsched-ghost`"),
+        "{}",
+        r.message
     );
 }

@@ -30,19 +30,24 @@ pub fn resolve(name: &str, index: u32) -> Result<PathBuf, String> {
     }
 }
 
-/// Sends `path` (read from `dir`) as chunks of stream `stream` through `send`; an empty file is
-/// one empty chunk. Returns false if `send` refused (the peer went away).
+/// Sends `path` (read from `dir`, as `account` when given: [`crate::run_as::open_as`]) as chunks
+/// of stream `stream` through `send`; an empty file is one empty chunk. Returns false if `send`
+/// refused (the peer went away).
 pub async fn send_file<F, Fut>(
     dir: &Path,
     name: &str,
     stream: u32,
+    account: Option<&crate::run_as::Account>,
     mut send: F,
 ) -> std::io::Result<bool>
 where
     F: FnMut(pb::FileChunk) -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let mut f = tokio::fs::File::open(dir.join(name)).await?;
+    let mut f = match account {
+        None => tokio::fs::File::open(dir.join(name)).await?,
+        Some(_) => tokio::fs::File::from_std(crate::run_as::open_as(account, &dir.join(name))?),
+    };
     let mut first = true;
     loop {
         let mut buf = vec![0u8; CHUNK];
@@ -79,6 +84,8 @@ where
 /// directories) at its first chunk and appended to by the following ones.
 pub struct Sink {
     dir: PathBuf,
+    /// Who creates the files (`run_as_owner`: a user's task's account), else the agent.
+    account: Option<crate::run_as::Account>,
     /// The file being written: where, for which stream, and the handle.
     open: Option<(PathBuf, u32, tokio::fs::File)>,
 }
@@ -86,8 +93,15 @@ pub struct Sink {
 impl Sink {
     /// A sink writing below `dir`.
     pub fn new(dir: &Path) -> Self {
+        Self::as_account(dir, None)
+    }
+
+    /// A sink writing below `dir` whose files (and missing directories) `account` creates
+    /// ([`crate::run_as::create_as`]), when given.
+    pub fn as_account(dir: &Path, account: Option<crate::run_as::Account>) -> Self {
         Self {
             dir: dir.to_path_buf(),
+            account,
             open: None,
         }
     }
@@ -102,10 +116,15 @@ impl Sink {
             .is_some_and(|(p, s, _)| *p == full && *s == chunk.stream);
         if !same {
             self.finish().await?;
-            if let Some(parent) = full.parent() {
-                tokio::fs::create_dir_all(parent).await?;
-            }
-            let f = tokio::fs::File::create(&full).await?;
+            let f = match &self.account {
+                None => {
+                    if let Some(parent) = full.parent() {
+                        tokio::fs::create_dir_all(parent).await?;
+                    }
+                    tokio::fs::File::create(&full).await?
+                }
+                Some(a) => tokio::fs::File::from_std(crate::run_as::create_as(Some(a), &full)?),
+            };
             self.open = Some((full, chunk.stream, f));
         }
         if let Some((_, _, f)) = &mut self.open {

@@ -36,7 +36,7 @@ pub mod service;
 
 use crate::launch;
 use hetsched_proto as pb;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -59,6 +59,8 @@ pub(crate) enum Origin {
         limit: tokio::sync::watch::Receiver<u64>,
         /// Signals the NNode sends it.
         signals: mpsc::UnboundedReceiver<nix::sys::signal::Signal>,
+        /// The account it runs as (`run_as_owner`), if any.
+        account: Option<crate::run_as::Account>,
     },
     /// The ANode's own task: the result goes straight back to the agent's task loop.
     Local {
@@ -100,11 +102,13 @@ pub struct Pipeline {
     pub(crate) read_tx: mpsc::Sender<service::Incoming>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) staging: PathBuf,
+    /// The agent's work directory (accounts' directories are below it).
+    pub(crate) work_dir: PathBuf,
     pub(crate) seq: Arc<std::sync::atomic::AtomicU64>,
     /// This ANode's name.
     pub(crate) node: Arc<str>,
-    /// `run_as_owner`: its own GPU tasks run as their owners' accounts, and an offloaded task
-    /// of a user is refused (not run as its owner yet: its staged files are the agent's).
+    /// `run_as_owner`: its own GPU tasks and users' offloaded tasks run as their owners'
+    /// accounts (an offloaded task staged in the account's directory, [`service`]).
     pub(crate) run_as_owner: bool,
 }
 
@@ -122,8 +126,14 @@ impl Pipeline {
         run_as_owner: bool,
     ) -> std::io::Result<Self> {
         let staging = work_dir.join("accel");
-        // Leftovers of a previous agent (its calls are gone with it).
+        // Leftovers of a previous agent (its calls are gone with it), in the accounts'
+        // directories too (`remove_dir_all` follows no link an account put there).
         let _ = std::fs::remove_dir_all(&staging);
+        if let Ok(areas) = std::fs::read_dir(work_dir.join(crate::run_as::AREA)) {
+            for area in areas.flatten() {
+                let _ = std::fs::remove_dir_all(area.path().join("accel"));
+            }
+        }
         std::fs::create_dir_all(&staging)?;
         let counters = Arc::new(Counters {
             busy: Mutex::new(vec![false; devices.max(1) as usize]),
@@ -148,6 +158,7 @@ impl Pipeline {
             read_tx,
             counters,
             staging,
+            work_dir: work_dir.to_path_buf(),
             seq: Arc::default(),
             node,
             run_as_owner,
@@ -385,6 +396,7 @@ async fn process_stage(
                     reply,
                     limit,
                     signals,
+                    account,
                 } => {
                     // The requester went away (NNode dead, call broken): kill the task.
                     let (kill_tx, kill_rx) = oneshot::channel();
@@ -425,7 +437,7 @@ async fn process_stage(
                             attempt = assignment.attempt,
                             "the requesting node is gone: its result is dropped"
                         );
-                        service::cleanup(&work_dir);
+                        service::cleanup_task(&work_dir, Path::new(&spec.workdir));
                         return;
                     }
                     counters.write_queue.fetch_add(1, Ordering::SeqCst);
@@ -434,12 +446,13 @@ async fn process_stage(
                         assignment,
                         spec,
                         staging: work_dir,
+                        account,
                         result,
                         reply,
                     };
                     if let Err(e) = write_tx.send(finished).await {
                         counters.write_queue.fetch_sub(1, Ordering::SeqCst);
-                        service::cleanup(&e.0.staging);
+                        service::cleanup_task(&e.0.staging, Path::new(&e.0.spec.workdir));
                     }
                 }
             }
@@ -574,23 +587,20 @@ pub(crate) async fn run(
             p.run_local(a, spec, &opts.work_dir, control, on_spawn)
                 .await
         }
-        // Not as its owner yet: the offload reads the task's inputs and writes its outputs as
-        // the agent's user, where the task's account could have planted links.
-        Route::Offload(_) if opts.run_as_owner && !spec.run_as.is_empty() => {
-            let mut r = failed(
-                a,
-                &format!(
-                    "node {}: a task offloaded to an ANode does not run as its owner's account \
-                     yet (run_as_owner): the task of `{}` is refused",
-                    opts.name, spec.run_as
-                ),
-            );
-            r.start_failed = true;
-            r
-        }
         // An offloaded task runs on its ANode by the spec it was shipped with.
         Route::Offload(Some(client)) => match client.for_assignment(a) {
-            Ok(client) => offload::run(&client, a, spec, &opts.name, &opts.work_dir, control).await,
+            Ok(client) => {
+                offload::run(
+                    &client,
+                    a,
+                    spec,
+                    &opts.name,
+                    &opts.work_dir,
+                    opts.run_as_owner,
+                    control,
+                )
+                .await
+            }
             Err(e) => {
                 let mut r = failed(a, &format!("offload to {}: {e}", a.offload_anode));
                 r.interrupted = true;

@@ -10,6 +10,10 @@
 //!   `interrupted`, so the server runs the task again (as a lost one, not a failure).
 //! - Output files are written under a temporary name and renamed once the result has arrived, so
 //!   a broken transfer never leaves a half-written output in the task's directory.
+//! - With `run_as_owner` a user's task's files are the account's business: its inputs are read,
+//!   and its outputs, `stdout`/`stderr` files and temporary directory created and moved, as the
+//!   account ([`crate::run_as`]); its directory, when its `workdir` is not on this node, is the
+//!   account's own, as for a local run.
 
 use super::files::{self, Sink};
 use crate::launch;
@@ -106,13 +110,15 @@ pub fn task_dir(spec: &pb::TaskSpec, work_dir: &Path) -> PathBuf {
 /// Offloads `a` (a task of `spec`) from node `node` through `client` and waits for its result.
 /// `control`'s kill ends the wait (the ANode kills the task when the call goes away); its new
 /// time limits and signals go to the ANode on the call (`OffloadControl`), and a transfer tried
-/// again ships the latest limit.
+/// again ships the latest limit. `run_as_owner`: a user's task's files are handled as its
+/// account (the module's doc).
 pub async fn run(
     client: &Client,
     a: &pb::Assignment,
     spec: &pb::TaskSpec,
     node: &str,
     work_dir: &Path,
+    run_as_owner: bool,
     control: impl Into<launch::Control>,
 ) -> pb::TaskResult {
     let launch::Control {
@@ -123,22 +129,65 @@ pub async fn run(
     // The spec each transfer ships: with the latest time limit it was told.
     let mut shipped = std::borrow::Cow::Borrowed(spec);
     let mut latest_limit = None;
-    let dir = task_dir(spec, work_dir);
+    let refused = |message: String| {
+        let mut r = super::failed(a, &message);
+        r.start_failed = true;
+        r
+    };
+    let account = match crate::run_as::resolve(run_as_owner, &spec.run_as, node).await {
+        Ok(account) => account,
+        Err(e) => return refused(e.to_string()),
+    };
+    // An account's task whose directory is not on this node uses the account's own, as a
+    // local run does.
+    let dir = match &account {
+        None => task_dir(spec, work_dir),
+        Some(acc) => match crate::run_as::area(work_dir, acc) {
+            Ok(area) => launch::task_cwd(&area, spec).to_path_buf(),
+            Err(e) => {
+                return refused(format!(
+                    "node {node}: the directory of account `{}` in the work directory: {e}",
+                    acc.name
+                ));
+            }
+        },
+    };
     let mut inputs = Vec::new();
     for name in &spec.inputs {
         let rel = match files::resolve(name, a.index) {
             Ok(r) => r,
             Err(e) => return super::failed(a, &format!("input {e}")),
         };
-        if !dir.join(&rel).is_file() {
-            return super::failed(
-                a,
-                &format!(
-                    "input file `{}` is missing in {} on {node}",
-                    rel.display(),
-                    dir.display()
-                ),
-            );
+        let path = dir.join(&rel);
+        let checked = match &account {
+            None => std::fs::metadata(&path),
+            Some(_) => crate::run_as::open_as(account.as_ref(), &path).and_then(|f| f.metadata()),
+        };
+        match checked {
+            Ok(m) if m.is_file() => {}
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return super::failed(
+                    a,
+                    &format!(
+                        "input file `{}` in {} on {node} cannot be read{}: {e}",
+                        rel.display(),
+                        dir.display(),
+                        account
+                            .as_ref()
+                            .map_or(String::new(), |acc| format!(" by `{}`", acc.name))
+                    ),
+                );
+            }
+            _ => {
+                return super::failed(
+                    a,
+                    &format!(
+                        "input file `{}` is missing in {} on {node}",
+                        rel.display(),
+                        dir.display()
+                    ),
+                );
+            }
         }
         inputs.push(rel.display().to_string());
     }
@@ -151,7 +200,16 @@ pub async fn run(
             shipped.to_mut().time_limit_ms = ms;
         }
         let (tell, told) = mpsc::unbounded_channel();
-        let attempt = once(client, a, &shipped, node, work_dir, &dir, &inputs, told);
+        let attempt = once(
+            client,
+            a,
+            &shipped,
+            (node, account.as_ref()),
+            work_dir,
+            &dir,
+            &inputs,
+            told,
+        );
         tokio::pin!(attempt);
         let r = loop {
             tokio::select! {
@@ -223,13 +281,14 @@ enum Transfer {
 }
 
 /// One transfer: ships the task and its inputs, then `told` (what the NNode's agent is told
-/// for the task meanwhile) if the ANode takes controls, and waits for the result.
+/// for the task meanwhile) if the ANode takes controls, and waits for the result. `node` is
+/// this node, with the account its task's files are handled as, if any.
 #[allow(clippy::too_many_arguments)]
 async fn once(
     client: &Client,
     a: &pb::Assignment,
     spec: &pb::TaskSpec,
-    node: &str,
+    (node, account): (&str, Option<&crate::run_as::Account>),
     work_dir: &Path,
     dir: &Path,
     inputs: &[String],
@@ -249,7 +308,7 @@ async fn once(
     };
     // The inputs are sent once the ANode's remote-read stage takes the call (`OffloadReady`),
     // then paced by HTTP/2 flow control; until then the call holds only its task.
-    let (dir_in, inputs_in) = (dir.to_path_buf(), inputs.to_vec());
+    let (dir_in, inputs_in, account_in) = (dir.to_path_buf(), inputs.to_vec(), account.cloned());
     // `OffloadReady` says whether the ANode takes controls after the inputs.
     let (go, go_rx) = oneshot::channel::<bool>();
     let mut go = Some(go);
@@ -262,7 +321,7 @@ async fn once(
         };
         for name in &inputs_in {
             let tx = tx.clone();
-            files::send_file(&dir_in, name, 0, move |c| {
+            files::send_file(&dir_in, name, 0, account_in.as_ref(), move |c| {
                 let tx = tx.clone();
                 async move {
                     tx.send(pb::OffloadRequest {
@@ -311,7 +370,15 @@ async fn once(
     // says, as a local run's would; the files are created before any byte arrives.
     let (out, err) = launch::output_paths(work_dir, spec, a);
     let targets = launch::stream_targets(work_dir, dir, spec, a);
-    let files = match launch::open_stream_files(&targets, [&out, &err]) {
+    // A user's `stdout =`/`stderr =` files are opened by its account, as a local run's are.
+    let opened = match account {
+        None => launch::open_stream_files(&targets, [&out, &err]),
+        Some(acc) => launch::write_pointers(&targets, [&out, &err], Some(acc)).and_then(|()| {
+            crate::run_as::hop(Some(acc), || launch::open_streams(&targets))
+                .unwrap_or_else(|e| Err(format!("node {node}: {e}")))
+        }),
+    };
+    let files = match opened {
         Ok(files) => files,
         Err(m) => {
             let _ = std::fs::remove_dir_all(&tmp);
@@ -330,8 +397,12 @@ async fn once(
         _ => false,
     };
     drop(files);
-    let mut outputs = Sink::new(&tmp);
-    let mut logs = Sink::new(Path::new("/"));
+    let mut outputs = Sink::as_account(&tmp, account.cloned());
+    // The capture files are the agent's; an application's own files its account's.
+    let mut captured = Sink::new(Path::new("/"));
+    let mut own = Sink::as_account(Path::new("/"), account.cloned());
+    let is_file = |k: usize| matches!(targets[k], launch::StreamTo::File(_));
+    let (out_own, err_own) = (is_file(0), is_file(1));
     let result = loop {
         let m = match stream.message().await {
             Ok(Some(m)) => m,
@@ -352,8 +423,10 @@ async fn once(
                     c.stream = 1;
                 }
                 let written = match (c.stream, &out, &err) {
-                    (1, Some(out), _) => logs.write(out, &c).await,
-                    (2, _, Some(err)) => logs.write(err, &c).await,
+                    (1, Some(out), _) if out_own => own.write(out, &c).await,
+                    (1, Some(out), _) => captured.write(out, &c).await,
+                    (2, _, Some(err)) if err_own => own.write(err, &c).await,
+                    (2, _, Some(err)) => captured.write(err, &c).await,
                     (1 | 2, _, _) => Ok(()),
                     _ => match files::resolve(&c.path, a.index) {
                         Ok(rel) => outputs.write(&rel, &c).await,
@@ -379,9 +452,14 @@ async fn once(
     };
     // With controls it waits for more to tell until the call ends: the result has arrived.
     sender.abort();
-    let finished = outputs.finish().await.and(logs.finish().await);
-    // Move the outputs into the task's directory only now that all of them arrived.
-    let moved = finished.and_then(|()| {
+    let finished = outputs
+        .finish()
+        .await
+        .and(captured.finish().await)
+        .and(own.finish().await);
+    // Move the outputs into the task's directory only now that all of them arrived (as the
+    // account, whose directory it is, when it runs as its owner).
+    let move_all = || -> std::io::Result<()> {
         for name in &spec.outputs {
             let Ok(rel) = files::resolve(name, a.index) else {
                 continue;
@@ -396,6 +474,10 @@ async fn once(
             }
         }
         Ok(())
+    };
+    let moved = finished.and_then(|()| match account {
+        None => move_all(),
+        Some(acc) => crate::run_as::hop(Some(acc), move_all).map_err(std::io::Error::other)?,
     });
     let _ = std::fs::remove_dir_all(&tmp);
     if let Err(e) = moved {

@@ -2,6 +2,12 @@
 //! a staging directory, enqueue it) and the remote-write stage (send stdout, stderr, the declared
 //! outputs and the result back), on the agent's own listener. Calls must carry the agent token;
 //! the listener speaks TLS when given a certificate and key.
+//!
+//! With `run_as_owner`, a user's offloaded task is staged in a directory of the account's own
+//! (`WORK_DIR/users/NAME/accel/…`, made and filled by the account), runs there as the account,
+//! and its declared outputs are read back as the account; its captured stdout and stderr stay
+//! in the agent's private staging directory (`WORK_DIR/accel/…`). An owner with no account here
+//! is refused (`PermissionDenied`, naming node and account).
 
 use super::files::{self, Sink};
 use super::{Job, Origin, Pipeline};
@@ -27,6 +33,8 @@ pub(crate) struct Finished {
     pub assignment: pb::Assignment,
     pub spec: pb::TaskSpec,
     pub staging: PathBuf,
+    /// The account it ran as (its declared outputs are read as it), if any.
+    pub account: Option<crate::run_as::Account>,
     pub result: pb::TaskResult,
     pub reply: Reply,
 }
@@ -37,6 +45,16 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// Removes a staging directory (best effort: it lies in the agent's own work directory).
 pub(crate) fn cleanup(dir: &Path) {
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Removes what an offloaded task was staged in: the agent's `staging` directory and, for a
+/// task run as its owner, its directory in the account's (`task_dir`). `remove_dir_all` follows
+/// no link the account may have put there.
+pub(crate) fn cleanup_task(staging: &Path, task_dir: &Path) {
+    cleanup(staging);
+    if task_dir != staging {
+        cleanup(task_dir);
+    }
 }
 
 /// The service over one [`Pipeline`].
@@ -67,23 +85,33 @@ impl Accel for AccelService {
             files::resolve(name, task.index).map_err(Status::invalid_argument)?;
         }
         let p = &self.pipeline;
-        if p.run_as_owner && !spec.run_as.is_empty() {
-            // Its staged inputs and outputs are the agent's, out of the account's reach.
-            return Err(Status::permission_denied(format!(
-                "node {}: an offloaded task does not run as its owner's account yet \
-                 (run_as_owner): the task of `{}` is refused",
-                p.node, spec.run_as
-            )));
-        }
+        let account = crate::run_as::resolve(p.run_as_owner, &spec.run_as, &p.node)
+            .await
+            .map_err(|e| Status::permission_denied(e.to_string()))?;
         let seq = p.seq.fetch_add(1, Ordering::Relaxed);
-        let staging = p.staging.join(format!(
+        let name = format!(
             "{}-{}-{}-{seq}",
             crate::launch::component(&task.node),
             task.task_id,
             task.attempt
-        ));
+        );
+        let staging = p.staging.join(&name);
         std::fs::create_dir_all(&staging)
             .map_err(|e| Status::internal(format!("{}: {e}", staging.display())))?;
+        // A user's task's inputs, directory and outputs are its account's.
+        let task_dir = match &account {
+            None => staging.clone(),
+            Some(acc) => match staged_as(&p.work_dir, acc, &name) {
+                Ok(dir) => dir,
+                Err(e) => {
+                    cleanup(&staging);
+                    return Err(Status::internal(format!(
+                        "node {}: staging the task of `{}`: {e}",
+                        p.node, acc.name
+                    )));
+                }
+            },
+        };
         let (tx, rx) = mpsc::channel(8);
         // Join the remote-read stage's line; it tells the requester when to send its inputs.
         p.counters.reading.fetch_add(1, Ordering::SeqCst);
@@ -92,11 +120,13 @@ impl Accel for AccelService {
             task,
             spec,
             staging,
+            task_dir,
+            account,
             reply: tx,
         };
         if let Err(e) = p.read_tx.send(waiting).await {
             p.counters.reading.fetch_sub(1, Ordering::SeqCst);
-            cleanup(&e.0.staging);
+            cleanup_task(&e.0.staging, &e.0.task_dir);
             return Err(Status::unavailable("the accelerator service has stopped"));
         }
         Ok(Response::new(ReceiverStream::new(rx)))
@@ -109,8 +139,27 @@ pub(crate) struct Incoming {
     inbound: Streaming<pb::OffloadRequest>,
     task: pb::OffloadTask,
     spec: pb::TaskSpec,
+    /// The agent's private staging directory (captured stdout and stderr).
     staging: PathBuf,
+    /// Where the inputs go and the task runs: `staging`, or the account's own directory.
+    task_dir: PathBuf,
+    account: Option<crate::run_as::Account>,
     reply: Reply,
+}
+
+/// Makes `WORK_DIR/users/NAME/accel/NAME` afresh, as `account`: an offloaded task's directory.
+fn staged_as(
+    work_dir: &Path,
+    account: &crate::run_as::Account,
+    name: &str,
+) -> std::io::Result<PathBuf> {
+    let dir = crate::run_as::area(work_dir, account)?
+        .join("accel")
+        .join(name);
+    cleanup(&dir);
+    crate::run_as::hop(Some(account), || std::fs::create_dir_all(&dir))
+        .map_err(std::io::Error::other)??;
+    Ok(dir)
 }
 
 /// Longest the remote-read stage waits for the next message of the call it receives; a requester
@@ -134,6 +183,8 @@ pub(crate) async fn read_stage(mut rx: mpsc::Receiver<Incoming>, pipeline: Pipel
             task,
             spec,
             staging,
+            task_dir,
+            account,
             reply,
         } = c;
         let ready = pb::OffloadReply {
@@ -143,7 +194,7 @@ pub(crate) async fn read_stage(mut rx: mpsc::Receiver<Incoming>, pipeline: Pipel
             // The requester went away while it waited.
             Err(Status::cancelled("the requester went away"))
         } else {
-            receive(&mut inbound, &staging, task.index).await
+            receive(&mut inbound, &task_dir, account.clone(), task.index).await
         };
         pipeline.counters.reading.fetch_sub(1, Ordering::SeqCst);
         let open = match received {
@@ -154,7 +205,7 @@ pub(crate) async fn read_stage(mut rx: mpsc::Receiver<Incoming>, pipeline: Pipel
                     "offload: receiving the inputs failed: {e}"
                 );
                 let _ = reply.try_send(Err(e));
-                cleanup(&staging);
+                cleanup_task(&staging, &task_dir);
                 continue;
             }
         };
@@ -174,7 +225,7 @@ pub(crate) async fn read_stage(mut rx: mpsc::Receiver<Incoming>, pipeline: Pipel
             ..Default::default()
         };
         let mut spec = spec;
-        spec.workdir = staging.display().to_string();
+        spec.workdir = task_dir.display().to_string();
         // The task's output streams are captured here and shipped back: the NNode writes them
         // where the application says (`stdout =`), as if the task had run there.
         spec.stdout.clear();
@@ -188,10 +239,11 @@ pub(crate) async fn read_stage(mut rx: mpsc::Receiver<Incoming>, pipeline: Pipel
                 reply,
                 limit,
                 signals,
+                account,
             },
         };
         if pipeline.submit(job).await.is_err() {
-            cleanup(&staging);
+            cleanup_task(&staging, &task_dir);
         }
     }
 }
@@ -226,14 +278,16 @@ async fn controls(
     }
 }
 
-/// Receives the input chunks of one call into `staging`: whether the call stays open for
-/// controls (the NNode said `inputs_done`; an older one ends its stream instead).
+/// Receives the input chunks of one call into `staging` (as `account`, when given): whether
+/// the call stays open for controls (the NNode said `inputs_done`; an older one ends its stream
+/// instead).
 async fn receive(
     inbound: &mut Streaming<pb::OffloadRequest>,
     staging: &Path,
+    account: Option<crate::run_as::Account>,
     index: u32,
 ) -> Result<bool, Status> {
-    let mut sink = Sink::new(staging);
+    let mut sink = Sink::as_account(staging, account);
     let mut open = false;
     loop {
         let m = match tokio::time::timeout(READ_IDLE, inbound.message()).await {
@@ -285,7 +339,7 @@ pub(crate) async fn write_stage(
             );
         }
         counters.write_queue.fetch_sub(1, Ordering::SeqCst);
-        cleanup(&f.staging);
+        cleanup_task(&f.staging, Path::new(&f.spec.workdir));
     }
 }
 
@@ -308,7 +362,7 @@ async fn send_back(f: &Finished) -> Result<(), String> {
         if path.exists() {
             let name = path.file_name().map(|n| n.to_string_lossy().to_string());
             let dir = path.parent().unwrap_or(&f.staging);
-            if !files::send_file(dir, &name.unwrap_or_default(), stream, send)
+            if !files::send_file(dir, &name.unwrap_or_default(), stream, None, send)
                 .await
                 .map_err(|e| e.to_string())?
             {
@@ -321,7 +375,9 @@ async fn send_back(f: &Finished) -> Result<(), String> {
             continue;
         };
         let rel = rel.display().to_string();
-        match files::send_file(&f.staging, &rel, 0, send).await {
+        // Where the task ran (its account's directory when it ran as its owner), read as it.
+        let task_dir = Path::new(&f.spec.workdir);
+        match files::send_file(task_dir, &rel, 0, f.account.as_ref(), send).await {
             Ok(true) => {}
             Ok(false) => return Err("the requester went away".into()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

@@ -477,3 +477,90 @@ fn bad_rack_and_service_flags_are_refused_with_the_flag_named() {
     }
     let _ = std::fs::remove_file(&token);
 }
+
+/// With `--run-as-owner` on every agent a user's GPU tasks run as its account wherever they
+/// run, offloaded from an NNode or on the ANode itself: the outputs, `stdout` files and their
+/// directories in the user's directory are the account's. Needs root (CI runs as root).
+#[test]
+fn with_run_as_owner_a_users_offloaded_gpu_tasks_run_as_its_account() {
+    use std::os::unix::fs::MetadataExt;
+    if !std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0) {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let mut c = Cluster::start("accel-run-as", false);
+    for (name, gpu) in [("anode", true), ("nnode-a1", false)] {
+        let text = if gpu {
+            "[[accelerator]]\nkind = \"sim\"\ncount = 1\n"
+        } else {
+            ""
+        };
+        let config = c.write(&format!("agent-{name}.toml"), text);
+        let config = config.display().to_string();
+        c.start_agent(
+            name,
+            2,
+            &[
+                "--rack",
+                "A",
+                "--accel-listen",
+                "127.0.0.1:0",
+                "--config",
+                &config,
+                "--run-as-owner",
+            ],
+        );
+    }
+    wait_bound(&c, &[("anode", ""), ("nnode-a1", "anode")]);
+    let token = c.add_user("nobody");
+    let file = job(&c, 12, "0.05");
+    let work = c.dir.join("tasks");
+    for entry in std::fs::read_dir(work.join("in"))
+        .expect("inputs")
+        .flatten()
+    {
+        std::os::unix::fs::chown(entry.path(), Some(65534), Some(65534)).expect("chown");
+    }
+    for dir in [work.clone(), work.join("in")] {
+        std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).expect("chown");
+    }
+    // The job's log of runs is the account's to write.
+    std::fs::write(c.dir.join("ran.log"), "").expect("ran.log");
+    std::os::unix::fs::chown(c.dir.join("ran.log"), Some(65534), Some(65534)).expect("chown");
+    // Who ran each task, wherever it ran (an undeclared file, so written where it is read).
+    let who = c.dir.join("who");
+    std::fs::create_dir_all(&who).expect("who");
+    std::os::unix::fs::chown(&who, Some(65534), Some(65534)).expect("chown");
+    let text = std::fs::read_to_string(&file).expect("job").replace(
+        "echo said {index};",
+        &format!("echo said {{index}}; id -un > {}/{{index}};", who.display()),
+    );
+    std::fs::write(&file, text).expect("job");
+    let out = c
+        .command(&["submit", file.to_str().expect("path"), "--wait"])
+        .env("HETSCHED_TOKEN_FILE", &token)
+        .output()
+        .expect("submit");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tasks = tasks_of(&c);
+    assert!(
+        tasks.iter().any(|t| t["node"] == "nnode-a1"),
+        "no task was offloaded: {tasks:?}"
+    );
+    check_outputs(&c, 12);
+    for i in 0..12 {
+        let ran_as = std::fs::read_to_string(who.join(i.to_string())).expect("who");
+        assert_eq!(ran_as, "nobody\n", "task {i}");
+        for made in [format!("out/{i}.dat"), format!("logs/solve-{i}.log")] {
+            assert_eq!(
+                std::fs::metadata(work.join(&made)).expect("made").uid(),
+                65534,
+                "{made} is the account's"
+            );
+        }
+    }
+}
