@@ -9,6 +9,10 @@
 //! Files live in `WORK_DIR/divisible/job-J/`: `chunk-K.in`, `chunk-K.out`, `chunk-K.err`. A chunk's
 //! result is uploaded until the server answers (it may be restarting); chunks are run in the order
 //! they were received, one at a time.
+//!
+//! An operator's signal for a chunk (`hetsched signal JOB` on a divisible job) arrives in a
+//! heartbeat reply (`TaskSignal.chunk_of`); [`Computing`] sends it to the chunk's process group,
+//! once, if the chunk is being computed.
 
 use hetsched_core::input::divisible::substitute;
 use hetsched_proto as pb;
@@ -43,6 +47,41 @@ const IDLE_HOLD: Duration = pb::MAX_HOLD;
 /// Largest chunk output uploaded in one piece.
 const PIECE: usize = 256 << 10;
 
+/// The chunks being computed here, by (job, chunk): each one's process group and the seqs of
+/// the signals already sent to it. Shared with the heartbeat loop, which delivers operators'
+/// signals ([`Computing::signal`]).
+#[derive(Clone, Debug, Default)]
+pub struct Computing(Arc<Mutex<std::collections::HashMap<(u64, u64), Signalled>>>);
+
+/// A chunk being computed: its process group, and the seqs of the signals sent to it.
+type Signalled = (u32, HashSet<u64>);
+
+impl Computing {
+    fn started(&self, key: (u64, u64), group: u32) {
+        if let Ok(mut m) = self.0.lock() {
+            m.insert(key, (group, HashSet::new()));
+        }
+    }
+
+    fn ended(&self, key: (u64, u64)) {
+        if let Ok(mut m) = self.0.lock() {
+            m.remove(&key);
+        }
+    }
+
+    /// Sends `signal` (seq `seq`) to chunk `key`'s process group if it is being computed and
+    /// has not had this seq yet; whether it was sent.
+    pub fn signal(&self, key: (u64, u64), seq: u64, signal: nix::sys::signal::Signal) -> bool {
+        let Ok(mut m) = self.0.lock() else {
+            return false;
+        };
+        let Some((group, sent)) = m.get_mut(&key) else {
+            return false;
+        };
+        sent.insert(seq) && crate::launch::signal_group(*group, signal)
+    }
+}
+
 /// What the divisible loop needs from the agent.
 pub struct DivisibleAgent {
     /// Node name and identity, as registered.
@@ -60,6 +99,8 @@ pub struct DivisibleAgent {
     pub held: Arc<std::sync::atomic::AtomicUsize>,
     /// `run_as_owner`: a user's chunk runs as its owner's account ([`crate::run_as`]).
     pub run_as_owner: bool,
+    /// The chunks being computed, for operators' signals.
+    pub computing: Computing,
 }
 
 /// Publishes how many chunks the agent holds.
@@ -486,7 +527,11 @@ async fn run_chunk(
     if let (Some(pid), Ok(mut l)) = (group, shared.ledger.lock()) {
         l.started(entry.0, entry.1, pid);
     }
+    if let Some(pid) = group {
+        me.computing.started((o.job_id, o.chunk), pid);
+    }
     let status = wait_chunk(me, o, &mut child, group, stop).await;
+    me.computing.ended((o.job_id, o.chunk));
     if let Ok(mut l) = shared.ledger.lock() {
         l.ended(entry.0, entry.1);
     }
@@ -669,6 +714,7 @@ mod tests {
             kill_grace: Duration::from_secs(5),
             held: Arc::default(),
             run_as_owner,
+            computing: Computing::default(),
         };
         let (ledger, _) = crate::ledger::Ledger::recover_file(dir, crate::ledger::CHUNKS_FILE_NAME)
             .expect("ledger");
@@ -707,6 +753,51 @@ mod tests {
         let (header, out) = run_chunk(me, &ready, shared).await;
         let out = out.map(|p| std::fs::read_to_string(p).expect("output"));
         (header, out.unwrap_or_default())
+    }
+
+    /// An operator's signal reaches the chunk being computed, once per seq; one for a chunk
+    /// not computed here is not sent.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_signal_reaches_the_chunk_being_computed_once() {
+        use nix::sys::signal::Signal;
+        let dir = std::env::temp_dir().join(format!("hetsched-chunk-sig-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let (me, shared) = agent(&dir, false);
+        let computing = me.computing.clone();
+        assert!(
+            !computing.signal((2, 4), 1, Signal::SIGUSR1),
+            "not computed yet"
+        );
+        let said = chunk_output_path(&dir, 2, 4, false);
+        let sender = tokio::spawn(async move {
+            // Once the chunk computes and has set its trap; then the same seq again.
+            let mut sent = false;
+            for _ in 0..400 {
+                let ready = std::fs::read_to_string(&said).is_ok_and(|t| t.contains("ready"));
+                if ready && computing.signal((2, 4), 7, Signal::SIGUSR1) {
+                    sent = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            (sent, computing.signal((2, 4), 7, Signal::SIGUSR1))
+        });
+        let (h, out) = chunk(
+            &me,
+            &shared,
+            "",
+            "trap 'echo got USR1; exit 0' USR1; echo ready; while true; do sleep 0.05; done",
+        )
+        .await;
+        let (sent, again) = sender.await.expect("sender");
+        assert!(sent && !again, "sent once: {sent} {again}");
+        assert!(h.success, "{h:?}");
+        assert_eq!(out, "ready\ngot USR1\n");
+        assert!(
+            !me.computing.signal((2, 4), 8, Signal::SIGUSR1),
+            "the chunk ended"
+        );
     }
 
     #[tokio::test]

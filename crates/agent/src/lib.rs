@@ -222,6 +222,8 @@ struct Shared {
     leaving: Option<Stop>,
     /// The seqs of the server's signals handled since the last heartbeat (its `signalled`).
     signal_acks: Vec<u64>,
+    /// The divisible chunks being computed (an operator's signal may be for one).
+    chunks: divisible::Computing,
 }
 
 /// Runs the agent until `shutdown` resolves; then kills its tasks and returns.
@@ -315,6 +317,7 @@ pub async fn run(
         registered_rx,
         woken.clone(),
     )));
+    let computing = divisible::Computing::default();
     let _divisible = divisible::Running(tokio::spawn(divisible::run(
         connection_rx,
         interceptor.clone(),
@@ -326,6 +329,7 @@ pub async fn run(
             kill_grace: opts.kill_grace,
             held: chunks_held.clone(),
             run_as_owner: opts.run_as_owner,
+            computing: computing.clone(),
         },
     )));
     // Before registering: kill what a previous agent with this work directory left running
@@ -458,6 +462,7 @@ pub async fn run(
         binding: None,
         leaving: None,
         signal_acks: Vec::new(),
+        chunks: computing.clone(),
     }));
     // An ANode's accelerator service (spec 01's AcCt): every GPU task of this node, its own and
     // its NNodes', runs through its process stage.
@@ -725,6 +730,25 @@ pub async fn run(
             // is only acknowledged.
             for g in &reply.signals {
                 sh.signal_acks.push(g.seq);
+                if g.chunk_of != 0 {
+                    // A divisible chunk's: to its process group if it is being computed.
+                    match format!("SIG{}", g.signal).parse::<nix::sys::signal::Signal>() {
+                        Ok(signal) => {
+                            if sh.chunks.signal((g.chunk_of, g.task_id), g.seq, signal) {
+                                debug!(
+                                    job = g.chunk_of,
+                                    chunk = g.task_id,
+                                    ?signal,
+                                    "an operator's signal"
+                                );
+                            }
+                        }
+                        Err(_) => {
+                            warn!(signal = %g.signal, "a signal this system does not know: not sent")
+                        }
+                    }
+                    continue;
+                }
                 let Some(t) = sh.running.get_mut(&g.task_id) else {
                     continue;
                 };

@@ -292,6 +292,7 @@ fn task_signal(s: &crate::state::types::TaskSignal) -> pb::TaskSignal {
         attempt: s.attempt,
         signal: s.signal.to_string(),
         seq: s.seq,
+        chunk_of: s.chunk_of,
     }
 }
 
@@ -818,7 +819,10 @@ impl Wire for State {
         };
         let app = (!req.app.is_empty()).then_some(req.app.as_str());
         self.on_signal(req.job_id, signal, app, indices.as_deref())
-            .map(|tasks| pb::SignalReply { tasks })
+            .map(|s| pb::SignalReply {
+                tasks: s.tasks,
+                chunks: s.chunks,
+            })
     }
 
     fn purge(&mut self, req: &pb::PurgeRequest) -> Result<pb::PurgeReply, StateError> {

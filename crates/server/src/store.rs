@@ -421,6 +421,8 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("users", "max_memory_bytes", "INTEGER NOT NULL DEFAULT 0"),
     // A user's fair-share shares (`hetsched user limit --shares`).
     ("users", "shares", "INTEGER NOT NULL DEFAULT 1"),
+    // A signal for a divisible job's chunk: the job (0: `task` is a task).
+    ("task_signals", "chunk_of", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
 /// The indexes; `tasks_other_nodes` lists only multi-node tasks' rows, so finding them (a

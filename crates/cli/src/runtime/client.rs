@@ -1355,9 +1355,13 @@ pub async fn signal(
                 .await
                 .map_err(refused)?
                 .into_inner();
-            let line = match r.tasks {
-                0 => format!("job {id}: no running task to signal"),
-                n => format!(
+            let line = match (r.tasks, r.chunks) {
+                (0, 0) => format!("job {id}: no running task to signal"),
+                (0, n) => format!(
+                    "job {id}: SIG{signal} sent to {n} chunk(s) out to agents (each agent delivers \
+                     it to the chunk it computes, at its next heartbeat)"
+                ),
+                (n, _) => format!(
                     "job {id}: SIG{signal} sent to {n} running task(s) (their agents deliver it at \
                      their next heartbeat)"
                 ),

@@ -333,7 +333,8 @@ pub enum RuntimeCommand {
     },
     /// Send a signal to jobs' running tasks (Slurm's `scancel --signal`): `USR1` to checkpoint
     /// now, `HUP` to reopen logs, `STOP`/`CONT` to pause and resume; nothing is cancelled. Each
-    /// task's agent sends it to the task's process group at its next heartbeat, once
+    /// task's agent sends it to the task's process group at its next heartbeat, once (a
+    /// divisible job's: to the chunk each agent computes)
     Signal {
         /// Jobs: ids, ranges (`4-9`: the jobs listed in it), `name:NAME` (the jobs listed with
         /// that name), `last` (the newest job) or `all` (every job not finished); separate with

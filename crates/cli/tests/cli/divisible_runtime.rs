@@ -592,3 +592,55 @@ fn static_versus_umrlm_figures() {
         }
     }
 }
+
+/// `hetsched signal` on a divisible job reaches the chunk each agent computes: chunks that
+/// wait for `USR1` end when signalled, and the job completes with what they printed.
+#[test]
+fn a_signal_reaches_a_divisible_jobs_chunks_being_computed() {
+    let mut c = Cluster::start("div-signal", false);
+    c.start_agent("s1", 2, &[]);
+    c.wait_for_nodes(1);
+    let id = submit(
+        &c,
+        "wait.toml",
+        "[[divisible]]\nname = \"wait\"\nunits = 4\n\
+         command = \"trap 'echo got USR1 {start} {end}; exit 0' USR1; echo ready >&2; while true; do sleep 0.05; done\"\n",
+    );
+    let job_id = id.to_string();
+    let mut said = String::new();
+    wait_until(
+        "the chunks to end by the signal",
+        Duration::from_secs(60),
+        || {
+            let j = job(&c, id);
+            if j["state"] == "completed" {
+                return true;
+            }
+            // Signal once a chunk is computing (its trap set).
+            let computing = j["divisible"]["chunks"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|ch| ch["state"] == "out")
+                .any(|ch| {
+                    let k = ch["chunk"].as_u64().unwrap_or(0);
+                    c.cli(&["log", &job_id, &format!("chunk:{k}"), "--stderr"])
+                        .stdout
+                        .starts_with(b"ready")
+                });
+            if computing {
+                said = c.ok(&["signal", &job_id, "--signal", "USR1"]);
+            }
+            false
+        },
+    );
+    assert!(
+        said.contains("SIGUSR1 sent to 1 chunk(s) out to agents"),
+        "{said}"
+    );
+    let out = String::from_utf8_lossy(&gathered(&c, id)).into_owned();
+    assert!(
+        !out.is_empty() && out.lines().all(|l| l.starts_with("got USR1 ")),
+        "{out}"
+    );
+}

@@ -2464,6 +2464,7 @@ impl JobKind for Batch {
         job: u64,
         app: Option<&str>,
         indices: Option<&[u32]>,
+        _nodes: &crate::state::nodes::Nodes,
     ) -> Result<Vec<RunningAttempt>, StateError> {
         let (_, selected) = self.select(job, app, indices)?;
         Ok(selected
@@ -2475,6 +2476,7 @@ impl JobKind for Batch {
                     task_id: id,
                     attempt: t.attempt,
                     node,
+                    chunk_of: 0,
                 })
             })
             .collect())

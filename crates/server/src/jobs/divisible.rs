@@ -45,8 +45,8 @@ use super::{Ctx, JobKind, Kind, Read};
 use crate::state::StateError;
 use crate::state::nodes::Nodes;
 use crate::state::types::{
-    HeartbeatReport, JobInfo, JobsPage, RunningTask, Submission, Submitted, TaskCounts, TaskResult,
-    TasksPage,
+    HeartbeatReport, JobInfo, JobsPage, RunningAttempt, RunningTask, Submission, Submitted,
+    TaskCounts, TaskResult, TasksPage,
 };
 use crate::store::StoreError;
 use hetsched_core::input::divisible::DivisibleSpec;
@@ -1505,11 +1505,51 @@ impl Divisible {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+
+    /// Whether chunk `chunk` of job `job` is out to the agent called `worker` (a pending
+    /// signal for it still has somewhere to go).
+    pub fn chunk_out_to(&self, job: u64, chunk: u64, worker: &str) -> bool {
+        self.jobs
+            .get(&job)
+            .and_then(|j| j.chunks.get(&chunk))
+            .is_some_and(|c| c.state == ChunkState::Out && c.worker == worker)
+    }
 }
 
 impl JobKind for Divisible {
     fn kind(&self) -> Kind {
         Kind::Divisible
+    }
+
+    /// `hetsched signal`: every chunk of `job` out to an agent whose node is known (its agent
+    /// sends it to the chunk it computes, and only acknowledges one it holds but has not
+    /// started). A divisible job has no applications or task indices to pick from.
+    fn running_attempts(
+        &self,
+        job: u64,
+        app: Option<&str>,
+        indices: Option<&[u32]>,
+        nodes: &Nodes,
+    ) -> Result<Vec<RunningAttempt>, StateError> {
+        let j = self.jobs.get(&job).ok_or(StateError::NoJob(job))?;
+        if app.is_some() || indices.is_some() {
+            return Err(StateError::Invalid(format!(
+                "job {job} is a divisible job: its signal goes to every chunk being computed; \
+                 --app and --tasks pick a batch job's or a workflow's tasks"
+            )));
+        }
+        Ok(j.chunks
+            .values()
+            .filter(|c| c.state == ChunkState::Out)
+            .filter_map(|c| {
+                Some(RunningAttempt {
+                    task_id: c.order.chunk,
+                    attempt: 0,
+                    node: nodes.by_name(&c.worker)?,
+                    chunk_of: job,
+                })
+            })
+            .collect())
     }
 
     // Chunks do not travel in heartbeats (see the module documentation): no task of this kind

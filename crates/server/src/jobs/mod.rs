@@ -466,16 +466,19 @@ pub trait JobKind: Send {
     /// `hetsched signal JOB [--tasks INDICES] [--app NAME]`: the attempts of `job` running now
     /// — of its tasks whose listed index is in `indices` (all: `None`), of application or task
     /// `app` only, if given — each with the node whose agent runs its command. An application
-    /// or an index the job does not have is refused, naming it. Kinds whose work does not run
-    /// as tasks of agents refuse.
+    /// or an index the job does not have is refused, naming it. A divisible job's are its
+    /// chunks out to agents (`chunk_of`; on `nodes`' node of each agent). Kinds whose work does
+    /// not run as tasks or chunks of agents refuse.
     fn running_attempts(
         &self,
         job: u64,
         _app: Option<&str>,
         _indices: Option<&[u32]>,
+        _nodes: &Nodes,
     ) -> Result<Vec<RunningAttempt>, StateError> {
         Err(StateError::Invalid(format!(
-            "job {job} is a {} job; `signal` reaches the running tasks of batch jobs and workflows",
+            "job {job} is a {} job; `signal` reaches the running tasks of batch jobs and \
+             workflows and the chunks of divisible jobs",
             self.kind().as_str()
         )))
     }

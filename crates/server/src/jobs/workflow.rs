@@ -2433,6 +2433,7 @@ impl JobKind for Workflows {
         job: u64,
         app: Option<&str>,
         indices: Option<&[u32]>,
+        _nodes: &crate::state::nodes::Nodes,
     ) -> Result<Vec<RunningAttempt>, StateError> {
         let (seq, chosen) = self.select(job, app, indices)?;
         let Some(j) = self.jobs.get(&seq) else {
@@ -2447,6 +2448,7 @@ impl JobKind for Workflows {
                     task_id: j.task_id(i),
                     attempt: x.attempt,
                     node,
+                    chunk_of: 0,
                 })
             })
             .collect())

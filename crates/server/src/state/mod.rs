@@ -71,8 +71,8 @@ pub use crate::jobs::batch::{StoredTasks, TasksListing};
 pub use crate::jobs::{MAX_KNOWN_SPECS, REPLY_BUDGET};
 use nodes::Nodes;
 use types::{
-    HeartbeatReply, HeartbeatReport, JobInfo, JobsPage, PurgeSelection, Purged, StateFilter,
-    Submission, Submitted, TaskCounts, TaskRef, TasksPage,
+    HeartbeatReply, HeartbeatReport, JobInfo, JobsPage, PurgeSelection, Purged, Signalled,
+    StateFilter, Submission, Submitted, TaskCounts, TaskRef, TasksPage,
 };
 
 /// Default page of a list call.
@@ -1409,27 +1409,28 @@ impl State {
 
     /// `hetsched signal JOB --signal SIG [--tasks INDICES] [--app NAME]` (Slurm's `scancel
     /// --signal`): `signal` goes to the job's attempts running now (those with these indices,
-    /// of that application or workflow task), at their agents' next heartbeat, which they are
-    /// woken for ([`signals`]). Nothing is cancelled. Returns how many attempts it goes to (0:
-    /// none runs).
+    /// of that application or workflow task), or a divisible job's chunks out to agents, at
+    /// their agents' next heartbeat, which they are woken for ([`signals`]). Nothing is
+    /// cancelled. Returns how many attempts and chunks it goes to (0: none runs).
     pub fn on_signal(
         &mut self,
         job: u64,
         signal: &'static str,
         app: Option<&str>,
         indices: Option<&[u32]>,
-    ) -> Result<u64, StateError> {
+    ) -> Result<Signalled, StateError> {
         let attempts = match self.ids.kind(job) {
-            Some(k) => self.jobs.of_kind(k).running_attempts(job, app, indices)?,
+            Some(k) => self
+                .jobs
+                .of_kind(k)
+                .running_attempts(job, app, indices, &self.nodes)?,
             None => return Err(StateError::NoJob(job)),
         };
         // Signals whose tasks left their nodes (a dead node never beats to drop them).
-        let nodes = &self.nodes;
-        let gone = self.signals.sweep(|node, task| {
-            nodes
-                .get(node)
-                .is_some_and(|n| n.alive && n.running.contains(&task))
-        });
+        let mut signals = std::mem::take(&mut self.signals);
+        let gone = signals
+            .sweep(|p| self.nodes.get(p.node).is_some_and(|n| n.alive) && self.still_runs(p));
+        self.signals = signals;
         if !gone.is_empty() {
             self.store.drop_task_signals(&gone)?;
         }
@@ -1450,6 +1451,7 @@ impl State {
                 task: p.task,
                 attempt: p.attempt,
                 signal: p.signal.to_string(),
+                chunk_of: p.chunk_of,
             })
             .collect();
         self.store.put_task_signals(&rows)?;
@@ -1458,13 +1460,25 @@ impl State {
             self.nodes.wakes.node(a.node);
         }
         self.wake(None);
-        info!(
-            job,
-            signal,
-            tasks = attempts.len(),
-            "signal sent to running tasks"
-        );
-        Ok(attempts.len() as u64)
+        let chunks = attempts.iter().filter(|a| a.chunk_of != 0).count() as u64;
+        let tasks = attempts.len() as u64 - chunks;
+        info!(job, signal, tasks, chunks, "signal sent to running tasks");
+        Ok(Signalled { tasks, chunks })
+    }
+
+    /// Whether the attempt or chunk a pending signal is for is still on its node: a task the
+    /// node runs, or a divisible chunk out to the node's agent.
+    fn still_runs(&self, p: &signals::Pending) -> bool {
+        match p.chunk_of {
+            0 => self
+                .nodes
+                .get(p.node)
+                .is_some_and(|n| n.running.contains(&p.task)),
+            job => self
+                .jobs
+                .divisible
+                .chunk_out_to(job, p.task, self.nodes.name(p.node)),
+        }
     }
 
     /// Adds the signals pending for node `nid` to its heartbeat's reply, and forgets those its
@@ -1473,10 +1487,9 @@ impl State {
         if self.signals.is_empty() {
             return;
         }
-        let nodes = &self.nodes;
-        let out = self.signals.for_node(nid.0, handled, |task| {
-            nodes.get(nid.0).is_some_and(|n| n.running.contains(&task))
-        });
+        let mut signals = std::mem::take(&mut self.signals);
+        let out = signals.for_node(nid.0, handled, |p| self.still_runs(p));
+        self.signals = signals;
         if !out.done.is_empty()
             && let Err(e) = self.store.drop_task_signals(&out.done)
         {

@@ -1,7 +1,8 @@
 //! Signals an operator sends to running tasks (`hetsched signal JOB --signal USR1`, Slurm's
 //! `scancel --signal`): a checkpoint asked for now rather than before the time limit, a log
 //! reopened (`HUP`), a task paused and resumed (`STOP`, `CONT`). Nothing is cancelled: the task
-//! runs on, or ends by itself as its program decides.
+//! runs on, or ends by itself as its program decides. A divisible job's signal goes to its
+//! chunks out to agents (`chunk_of`: the job; the agent sends it to the one it computes).
 //!
 //! The job's kind names the attempts running now and their nodes
 //! ([`crate::jobs::JobKind::running_attempts`]); each gets a *pending signal* with a seq. Every
@@ -37,6 +38,8 @@ pub struct Pending {
     pub attempt: u32,
     /// The signal's name without `SIG`.
     pub signal: &'static str,
+    /// Non-zero: `task` is a chunk of this divisible job.
+    pub chunk_of: u64,
 }
 
 /// The pending signals, by node and seq (a heartbeat looks at its node's only).
@@ -72,6 +75,7 @@ impl Signals {
                     task: r.task,
                     attempt: r.attempt,
                     signal,
+                    chunk_of: r.chunk_of,
                 },
             );
         }
@@ -111,6 +115,7 @@ impl Signals {
                         task: a.task_id,
                         attempt: a.attempt,
                         signal,
+                        chunk_of: a.chunk_of,
                     },
                 )
             })
@@ -123,13 +128,19 @@ impl Signals {
             .extend(planned.into_iter().map(|(seq, p)| ((p.node, seq), p)));
     }
 
-    /// At a heartbeat of `node`, whose agent handled the seqs `handled` and which runs the
-    /// tasks `runs` says: what goes in the reply, and which pending signals are done.
-    pub fn for_node(&mut self, node: u32, handled: &[u64], runs: impl Fn(u64) -> bool) -> ForNode {
+    /// At a heartbeat of `node`, whose agent handled the seqs `handled` and which still runs
+    /// the attempts and holds the chunks `runs` says: what goes in the reply, and which pending
+    /// signals are done.
+    pub fn for_node(
+        &mut self,
+        node: u32,
+        handled: &[u64],
+        runs: impl Fn(&Pending) -> bool,
+    ) -> ForNode {
         let handled: std::collections::HashSet<u64> = handled.iter().copied().collect();
         let mut out = ForNode::default();
         for (&(_, seq), p) in self.pending.range((node, 0)..=(node, u64::MAX)) {
-            if handled.contains(&seq) || !runs(p.task) {
+            if handled.contains(&seq) || !runs(p) {
                 out.done.push(seq);
             } else if out.send.len() < MAX_PER_REPLY {
                 out.send.push(TaskSignal {
@@ -137,6 +148,7 @@ impl Signals {
                     attempt: p.attempt,
                     signal: p.signal,
                     seq,
+                    chunk_of: p.chunk_of,
                 });
             } else {
                 out.more = true;
@@ -148,13 +160,14 @@ impl Signals {
         out
     }
 
-    /// The pending signals whose task no longer runs on its node (`runs(node, task)` false):
-    /// dropped from memory, their seqs returned (a node that died never beats to drop them).
-    pub fn sweep(&mut self, runs: impl Fn(u32, u64) -> bool) -> Vec<u64> {
+    /// The pending signals whose task no longer runs (or chunk is no longer held) on its node
+    /// (`runs` false): dropped from memory, their seqs returned (a node that died never beats
+    /// to drop them).
+    pub fn sweep(&mut self, runs: impl Fn(&Pending) -> bool) -> Vec<u64> {
         let gone: Vec<(u32, u64)> = self
             .pending
             .iter()
-            .filter(|(_, p)| !runs(p.node, p.task))
+            .filter(|(_, p)| !runs(p))
             .map(|(&key, _)| key)
             .collect();
         for key in &gone {
@@ -173,6 +186,7 @@ mod tests {
             task_id: task,
             attempt: 1,
             node,
+            chunk_of: 0,
         }
     }
 
@@ -188,7 +202,7 @@ mod tests {
             [10, 11, 12]
         );
         s.insert(planned);
-        let runs = |_| true;
+        let runs = |_: &Pending| true;
         let first = s.for_node(0, &[], runs);
         assert_eq!(
             first.send.iter().map(|t| t.task_id).collect::<Vec<_>>(),
@@ -202,10 +216,10 @@ mod tests {
         assert_eq!(later.done, [10]);
         assert_eq!(later.send.iter().map(|t| t.seq).collect::<Vec<_>>(), [11]);
         // Task 2 ended on the node: dropped unsent.
-        let ended = s.for_node(0, &[], |t| t != 2);
+        let ended = s.for_node(0, &[], |p| p.task != 2);
         assert_eq!((ended.done.as_slice(), ended.send.len()), (&[11][..], 0));
         // Node 1 died: its signal is swept.
-        assert_eq!(s.sweep(|node, _| node != 1), [12]);
+        assert_eq!(s.sweep(|p| p.node != 1), [12]);
         assert!(s.is_empty());
     }
 

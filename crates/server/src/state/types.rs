@@ -63,6 +63,8 @@ pub struct RunningAttempt {
     pub attempt: u32,
     /// The node.
     pub node: u32,
+    /// Non-zero: `task_id` is a chunk of this divisible job (and `attempt` 0).
+    pub chunk_of: u64,
 }
 
 /// How one attempt of a task ended.
@@ -261,6 +263,16 @@ pub struct HeartbeatReply {
     pub signals: Vec<TaskSignal>,
 }
 
+/// What `hetsched signal` reached: running task attempts, and a divisible job's chunks out to
+/// agents.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Signalled {
+    /// Running attempts the signal goes to.
+    pub tasks: u64,
+    /// Chunks out to agents the signal goes to.
+    pub chunks: u64,
+}
+
 /// A signal for one running attempt (`hetsched signal`, [`crate::state::signals`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TaskSignal {
@@ -272,6 +284,8 @@ pub struct TaskSignal {
     pub signal: &'static str,
     /// Unique across server restarts: an agent delivers a seq once.
     pub seq: u64,
+    /// Non-zero: `task_id` is a chunk of this divisible job.
+    pub chunk_of: u64,
 }
 
 /// A running or queued task's new spec (`hetsched update --time-limit`): its agent applies the

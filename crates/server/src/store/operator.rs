@@ -43,6 +43,8 @@ pub struct StoredSignal {
     pub attempt: u32,
     /// The signal's name without `SIG`.
     pub signal: String,
+    /// Non-zero: `task` is a chunk of this divisible job.
+    pub chunk_of: u64,
 }
 
 impl Store {
@@ -158,8 +160,16 @@ impl Store {
         let tx = self.conn.unchecked_transaction()?;
         for r in rows {
             tx.execute(
-                "INSERT INTO task_signals(seq, node, task, attempt, signal) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![r.seq as i64, r.node, r.task as i64, r.attempt, r.signal],
+                "INSERT INTO task_signals(seq, node, task, attempt, signal, chunk_of) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    r.seq as i64,
+                    r.node,
+                    r.task as i64,
+                    r.attempt,
+                    r.signal,
+                    r.chunk_of as i64
+                ],
             )?;
         }
         tx.commit()?;
@@ -182,9 +192,9 @@ impl Store {
 
     /// The signals waiting for their agents, in seq order.
     pub fn task_signals(&self) -> Result<Vec<StoredSignal>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT seq, node, task, attempt, signal FROM task_signals ORDER BY seq")?;
+        let mut stmt = self.conn.prepare(
+            "SELECT seq, node, task, attempt, signal, chunk_of FROM task_signals ORDER BY seq",
+        )?;
         let rows = stmt.query_map([], |r| {
             Ok(StoredSignal {
                 seq: r.get::<_, i64>(0)? as u64,
@@ -192,6 +202,7 @@ impl Store {
                 task: r.get::<_, i64>(2)? as u64,
                 attempt: r.get(3)?,
                 signal: r.get(4)?,
+                chunk_of: r.get::<_, i64>(5)? as u64,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)

@@ -214,3 +214,101 @@ fn a_workflows_running_instances_get_the_signal() {
     // B does not run: a signal for it reaches nothing.
     assert_eq!(signal(&mut s, job, "USR1", "", "B"), Ok(0));
 }
+
+/// A divisible job's signal goes to its chunks out to agents: it rides the beats of each
+/// chunk's node (marked with the job, `chunk_of`) until the agent handled it, survives a
+/// restart, and is dropped once the chunk is done. `--tasks` and `--app` are refused.
+#[test]
+fn a_divisible_jobs_chunks_out_to_agents_get_the_signal_until_done() {
+    use hetsched_server::jobs::divisible::{ChunkRequest, ChunkResult};
+    let d = dir("divisible");
+    let chunk = {
+        let mut s = open(&d);
+        let n = common::register(&mut s, "n", 2);
+        let job = s
+            .on_submit(Submission {
+                origin: "rows.toml".into(),
+                text: "[[divisible]]\nname = \"rows\"\nunits = 100\ncommand = \"echo {start} {end}\"\n"
+                    .into(),
+                workdir: "/".into(),
+                ..Default::default()
+            })
+            .expect("divisible")
+            .job_id;
+        assert_eq!(job, 1);
+        let got = s
+            .on_next_chunk(ChunkRequest {
+                name: "n".into(),
+                memory_bytes: 1 << 30,
+                incarnation: "i1".into(),
+                room: true,
+                ..Default::default()
+            })
+            .expect("a chunk");
+        assert_eq!(got.orders.len(), 1, "one chunk out to n");
+        let chunk = got.orders[0].chunk;
+        let r = s
+            .signal(&pb::SignalRequest {
+                job_id: job,
+                signal: "STOP".into(),
+                ..Default::default()
+            })
+            .expect("signalled");
+        assert_eq!((r.tasks, r.chunks), (0, 1));
+        let reply = s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
+        assert_eq!(reply.signals.len(), 1);
+        let g = &reply.signals[0];
+        assert_eq!(
+            (g.task_id, g.attempt, g.chunk_of, g.signal.as_str()),
+            (chunk, 0, job, "STOP")
+        );
+        let e = signal(&mut s, job, "CONT", "1", "").expect_err("no task indices");
+        assert!(
+            e.contains("divisible job: its signal goes to every chunk"),
+            "{e}"
+        );
+        let e = signal(&mut s, job, "CONT", "", "rows").expect_err("no applications");
+        assert!(e.contains("--app and --tasks pick"), "{e}");
+        chunk
+    };
+    // A restart: still pending, still the chunk's.
+    let mut s = open(&d);
+    let n = common::register(&mut s, "n", 2);
+    let again = s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
+    assert_eq!(
+        again
+            .signals
+            .iter()
+            .map(|g| (g.task_id, g.chunk_of))
+            .collect::<Vec<_>>(),
+        [(chunk, 1)]
+    );
+    // A second one, then the chunk is done: it is dropped unsent.
+    let r = s
+        .signal(&pb::SignalRequest {
+            job_id: 1,
+            signal: "CONT".into(),
+            ..Default::default()
+        })
+        .expect("signalled");
+    assert_eq!(r.chunks, 1);
+    let tmp = d
+        .join("divisible/job-1")
+        .join(format!("chunk-{chunk}.part"));
+    std::fs::create_dir_all(tmp.parent().expect("dir")).expect("dir");
+    std::fs::write(&tmp, b"0 100\n").expect("output");
+    s.on_chunk_done(
+        &ChunkResult {
+            job_id: 1,
+            chunk,
+            success: true,
+            message: String::new(),
+            transfer_ns: 1_000,
+            compute_ns: 1_000_000,
+        },
+        Some(&tmp),
+    )
+    .expect("recorded");
+    let after = s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
+    assert!(after.signals.is_empty(), "{:?}", after.signals);
+}
