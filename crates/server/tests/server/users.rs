@@ -890,6 +890,19 @@ fn under_fair_share_the_user_who_used_the_cluster_waits_for_one_who_did_not() {
         s.get_job(his_next).expect("job").pending_reason,
         "resources: the nodes that can run it are busy"
     );
+    // A user whose waiting work its own cap holds back does not go first, and is not named.
+    s.on_limit_user("bob", CapChange::cores(1)).expect("capped");
+    assert_eq!(
+        s.get_job(hers).expect("job").pending_reason,
+        "resources: the nodes that can run it are busy"
+    );
+    assert!(
+        s.get_job(his_next)
+            .expect("job")
+            .pending_reason
+            .contains("hold 1 of the 1 cores the user may hold"),
+        "bob's own job says his cap holds it"
+    );
     let listed = s.list_users();
     assert_eq!(listed[0].name, "alice");
     assert!((listed[0].fair_usage - used).abs() < 1e-9);

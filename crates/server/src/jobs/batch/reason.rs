@@ -283,37 +283,29 @@ impl Batch {
             }
             // Its user's cap (`hetsched user limit`) leaves no room for one task of any variant.
             let state = rd.view.app(app);
-            if let Some(group) = state.group.map(|g| rd.view.group(g)) {
-                let capped: Vec<_> = [Variant::Cpu, Variant::Gpu]
-                    .into_iter()
-                    .filter_map(|v| state.app.request(v))
-                    .map(|r| group.capped_by(&r))
-                    .collect();
-                if let Some(Some(by)) = capped.first()
-                    && capped.iter().all(Option::is_some)
-                {
-                    let (held, cap) = match by {
-                        CappedResource::Cores => {
-                            (group.usage.cores.to_string(), group.cap.cores.to_string())
-                        }
-                        CappedResource::Memory => (
-                            crate::jobs::bytes(group.usage.memory_bytes),
-                            crate::jobs::bytes(group.cap.memory_bytes),
-                        ),
-                        CappedResource::Gpus => {
-                            (group.usage.gpus.to_string(), group.cap.gpus.to_string())
-                        }
-                    };
-                    let what = match by {
-                        CappedResource::Memory => "of memory".to_string(),
-                        _ => by.to_string(),
-                    };
-                    let why = format!(
-                        "its user's running tasks hold {held} of the {cap} {what} the user may \
-                         hold at once (`hetsched user limit`)"
-                    );
-                    return (why, false);
-                }
+            if let Some(by) = capped(state, rd) {
+                let group = state.group.map(|g| rd.view.group(g)).unwrap_or_default();
+                let (held, cap) = match by {
+                    CappedResource::Cores => {
+                        (group.usage.cores.to_string(), group.cap.cores.to_string())
+                    }
+                    CappedResource::Memory => (
+                        crate::jobs::bytes(group.usage.memory_bytes),
+                        crate::jobs::bytes(group.cap.memory_bytes),
+                    ),
+                    CappedResource::Gpus => {
+                        (group.usage.gpus.to_string(), group.cap.gpus.to_string())
+                    }
+                };
+                let what = match by {
+                    CappedResource::Memory => "of memory".to_string(),
+                    _ => by.to_string(),
+                };
+                let why = format!(
+                    "its user's running tasks hold {held} of the {cap} {what} the user may \
+                     hold at once (`hetsched user limit`)"
+                );
+                return (why, false);
             }
         }
         // Every node able to run them is held whole for multi-node tasks (running, or gathering).
@@ -363,6 +355,7 @@ impl Batch {
             return Vec::new();
         };
         let priority = |level: i64| level >> STANDING_BITS;
+        // A user whose waiting work its own cap holds back is not served first: it waits too.
         let mut groups: Vec<Option<u32>> = rd
             .view
             .pending_apps()
@@ -370,6 +363,7 @@ impl Batch {
                 a.group != mine.group
                     && a.level > mine.level
                     && priority(a.level) == priority(mine.level)
+                    && capped(a, rd).is_none()
             })
             .map(|a| a.group)
             .collect();
@@ -480,4 +474,19 @@ enum QueueState {
     Failing,
     /// An operator paused it.
     Paused,
+}
+
+/// The resource of its user's cap (`hetsched user limit`) that leaves no room for one more task
+/// of `app`, whichever variant it would run (`None`: it has room, or no user).
+fn capped(app: &hetsched_core::model::view::AppState, rd: &Read) -> Option<CappedResource> {
+    let group = rd.view.group(app.group?);
+    let capped: Vec<_> = [Variant::Cpu, Variant::Gpu]
+        .into_iter()
+        .filter_map(|v| app.app.request(v))
+        .map(|r| group.capped_by(&r))
+        .collect();
+    match capped.first() {
+        Some(Some(by)) if capped.iter().all(Option::is_some) => Some(*by),
+        _ => None,
+    }
 }
