@@ -34,6 +34,8 @@ struct Info {
     addr: String,
     pid: u32,
     report: Option<pb::WorkerCounters>,
+    /// The last error the worker printed (`{"event": "error"}`: why it could not start).
+    error: Option<String>,
 }
 
 /// A worker's report in protobuf terms (the worker prints it as JSON on its stdout).
@@ -176,14 +178,27 @@ pub fn spawn(
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
-            // Reap workers that exited.
+            // Reap workers that exited; why is told the server (`topology show`) until one
+            // started again listens.
             workers.retain(|k, w| match w.child.try_wait() {
                 Ok(Some(status)) => {
-                    warn!(topology = %k.0, worker = k.2, "stream worker exited ({status})");
+                    let why = match lock(&w.info).error.take() {
+                        Some(e) => format!("its worker process exited ({status}): {e}"),
+                        None => format!("its worker process exited ({status})"),
+                    };
+                    if refused.get(k) != Some(&why) {
+                        warn!(topology = %k.0, worker = k.2, "stream worker exited: {why}");
+                        refused.insert(k.clone(), why);
+                    }
                     false
                 }
                 _ => true,
             });
+            for (k, w) in &workers {
+                if !lock(&w.info).addr.is_empty() {
+                    refused.remove(k);
+                }
+            }
             running.store(workers.len(), std::sync::atomic::Ordering::Relaxed);
             let running: Vec<pb::RunningWorker> = workers
                 .iter()
@@ -327,7 +342,6 @@ pub fn spawn(
                     match started {
                         Ok(w) => {
                             info!(topology = %k.0, generation = k.1, worker = k.2, run_as = %a.run_as, "started stream worker");
-                            refused.remove(&k);
                             workers.insert(k.clone(), w);
                         }
                         Err(e) => {
@@ -450,7 +464,9 @@ fn start(
                     }
                 }
                 Some("error") => {
-                    warn!(worker = %label, "{}", v.get("message").and_then(|m| m.as_str()).unwrap_or(""));
+                    let message = v.get("message").and_then(|m| m.as_str()).unwrap_or("");
+                    warn!(worker = %label, "{message}");
+                    lock(&reader_info).error = Some(message.to_string());
                 }
                 _ => {}
             }

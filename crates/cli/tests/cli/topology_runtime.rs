@@ -1045,3 +1045,35 @@ fn a_drained_node_is_emptied_of_stream_workers_and_the_count_stays_exact() {
         "and leaves the drained node out"
     );
 }
+
+/// A worker that cannot start on its node (its spout's file is not there) keeps being placed;
+/// `topology show` says why, as the worker said it, instead of leaving the user to the agent's
+/// log.
+#[test]
+fn a_worker_that_cannot_start_says_why_in_topology_show() {
+    let c = Cluster::start("no-start", &["a"]);
+    let text = wordcount("nofile", 1, 10).replace(
+        "params = { lines = [",
+        "params = { file = \"no-such-corpus.txt\", lines = [",
+    );
+    assert!(text.contains("no-such-corpus.txt"), "{text}");
+    let file = c.write("nofile.toml", &text);
+    c.ok(&["topology", "submit", file.to_str().expect("path")]);
+    let mut shown = Value::Null;
+    support::wait_until("the worker's error", Duration::from_secs(30), || {
+        shown = c.show("nofile");
+        shown["workers"][0]["start_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no-such-corpus.txt"))
+    });
+    let why = shown["workers"][0]["start_error"].as_str().unwrap_or("");
+    assert!(
+        why.starts_with("its worker process exited (exit status: 1): "),
+        "{why}"
+    );
+    let printed = c.ok(&["topology", "show", "nofile"]);
+    assert!(
+        printed.contains("worker 0 cannot start on a: its worker process exited"),
+        "{printed}"
+    );
+}
