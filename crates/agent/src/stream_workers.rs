@@ -8,7 +8,15 @@
 //! A worker is `hetsched stream-worker --config FILE` (this same executable), driven over its
 //! stdin and stdout (`hetsched_stream::process`): the agent forwards the addresses of the
 //! topology's other workers, and reads the worker's address and periodic reports. A worker that
-//! exits (crash, SIGKILL) is started again on the next sync if the server still assigns it.
+//! exits (crash, SIGKILL) is started again if the server still assigns it: at the next sync, then,
+//! while it keeps exiting before it listens, after a back-off that doubles from 0.5 s to 30 s
+//! ([`RESTART_BACKOFF`]). Why it exited (what it printed) is told the server, which shows it.
+//!
+//! Each worker has a directory of its own (`WORK_DIR/stream/TOPOLOGY-gG-wW`, or the same below
+//! its account's, `run_as_owner`) holding its configuration (with the topology's worker key) and
+//! its stderr. It is removed when the worker is stopped or exits (a worker started again makes it
+//! afresh), and what an earlier agent left is removed when the agent starts: no key outlives its
+//! worker.
 //! On an agent with `run_as_owner` a user's topology's workers run as the user's Unix account
 //! ([`crate::run_as`]), in the account's directory, so its executors' programs (multi-language
 //! bolts and spouts) have the account's rights, never the agent's.
@@ -119,6 +127,42 @@ struct WorkerProc {
     stdin: ChildStdin,
     info: Arc<Mutex<Info>>,
     peers_sent: BTreeMap<u32, String>,
+    /// Its directory ([`start`]).
+    dir: PathBuf,
+    /// The account it runs as (`run_as_owner`), which reads its stderr file.
+    account: Option<crate::run_as::Account>,
+}
+
+impl WorkerProc {
+    /// The last line the worker wrote to its stderr file (read as its account), if any.
+    fn last_words(&self) -> Option<String> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f =
+            crate::run_as::open_as(self.account.as_ref(), &self.dir.join("worker.err")).ok()?;
+        let len = f.metadata().ok()?.len();
+        f.seek(SeekFrom::Start(len.saturating_sub(4096))).ok()?;
+        let mut tail = Vec::new();
+        f.read_to_end(&mut tail).ok()?;
+        let text = String::from_utf8_lossy(&tail);
+        let line = text.lines().rev().find(|l| !l.trim().is_empty())?.trim();
+        Some(line.chars().take(500).collect())
+    }
+}
+
+/// The longest wait before a worker that keeps exiting before it listens is started again (the
+/// first wait is [`SYNC_INTERVAL`], doubling at each exit).
+pub const RESTART_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Removes what workers of an earlier agent left in `work_dir` (their directories, with their
+/// keys): `WORK_DIR/stream` and each account's `stream` directory. A link an account put there
+/// is removed, never followed.
+pub fn remove_leftovers(work_dir: &std::path::Path) {
+    let _ = std::fs::remove_dir_all(work_dir.join("stream"));
+    if let Ok(areas) = std::fs::read_dir(work_dir.join(crate::run_as::AREA)) {
+        for area in areas.flatten() {
+            let _ = std::fs::remove_dir_all(area.path().join("stream"));
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -172,6 +216,10 @@ pub fn spawn(
         // Workers that cannot start, and why: logged once, told the server at every sync
         // (`topology show` says it) until they start or are no longer assigned here.
         let mut refused: HashMap<Key, String> = HashMap::new();
+        // Workers that exited before they listened: how many times in a row, and not to be
+        // started again before when.
+        let mut backoff: HashMap<Key, (u32, tokio::time::Instant)> = HashMap::new();
+        remove_leftovers(&work_dir);
         let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("hetsched"));
         let mut every = tokio::time::interval(SYNC_INTERVAL);
         // After a held call the tick is overdue: sync once at once, not once per missed tick.
@@ -182,14 +230,36 @@ pub fn spawn(
             // started again listens.
             workers.retain(|k, w| match w.child.try_wait() {
                 Ok(Some(status)) => {
-                    let why = match lock(&w.info).error.take() {
-                        Some(e) => format!("its worker process exited ({status}): {e}"),
-                        None => format!("its worker process exited ({status})"),
+                    let (printed, listened) = {
+                        let mut i = lock(&w.info);
+                        (i.error.take(), !i.addr.is_empty())
+                    };
+                    // One that never listened waits longer each time before it starts again.
+                    let failures = if listened {
+                        1
+                    } else {
+                        backoff.get(k).map_or(1, |b| b.0 + 1)
+                    };
+                    let wait = SYNC_INTERVAL
+                        .saturating_mul(1 << (failures - 1).min(16))
+                        .min(RESTART_BACKOFF);
+                    backoff.insert(k.clone(), (failures, tokio::time::Instant::now() + wait));
+                    let times = match failures {
+                        1 => String::new(),
+                        n => format!(
+                            ", {n} times in a row without listening, started again in {:.1} s",
+                            wait.as_secs_f64()
+                        ),
+                    };
+                    let why = match printed.or_else(|| w.last_words()) {
+                        Some(e) => format!("its worker process exited ({status}){times}: {e}"),
+                        None => format!("its worker process exited ({status}){times}"),
                     };
                     if refused.get(k) != Some(&why) {
                         warn!(topology = %k.0, worker = k.2, "stream worker exited: {why}");
                         refused.insert(k.clone(), why);
                     }
+                    let _ = std::fs::remove_dir_all(&w.dir);
                     false
                 }
                 _ => true,
@@ -197,6 +267,7 @@ pub fn spawn(
             for (k, w) in &workers {
                 if !lock(&w.info).addr.is_empty() {
                     refused.remove(k);
+                    backoff.remove(k);
                 }
             }
             running.store(workers.len(), std::sync::atomic::Ordering::Relaxed);
@@ -321,11 +392,19 @@ pub fn spawn(
                         {
                             let _ = w.child.kill().await;
                         }
+                        let _ = std::fs::remove_dir_all(&w.dir);
                     });
                 }
             }
             refused.retain(|k, _| wanted.contains_key(k));
+            backoff.retain(|k, _| wanted.contains_key(k));
             for (k, a) in wanted {
+                let waits = backoff
+                    .get(&k)
+                    .is_some_and(|b| b.1 > tokio::time::Instant::now());
+                if !workers.contains_key(&k) && waits {
+                    continue;
+                }
                 if !workers.contains_key(&k) {
                     let Some(spec) = &a.config else {
                         warn!(topology = %k.0, worker = k.2, "the server sent no worker configuration");
@@ -477,5 +556,38 @@ fn start(
         stdin,
         info,
         peers_sent: BTreeMap::new(),
+        dir,
+        account: account.cloned(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What workers of an earlier agent left is removed, in the accounts' directories too, and
+    /// a link an account put in their place is removed, not followed.
+    #[test]
+    fn an_earlier_agents_worker_directories_are_removed_and_links_not_followed() {
+        let work = std::env::temp_dir().join(format!("hetsched-leftovers-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&work);
+        let kept = work.join("outside");
+        std::fs::create_dir_all(&kept).expect("dir");
+        std::fs::write(kept.join("precious"), "x").expect("file");
+        std::fs::create_dir_all(work.join("stream/pipe-g1-w0")).expect("dir");
+        std::fs::write(work.join("stream/pipe-g1-w0/config.json"), "{}").expect("config");
+        std::fs::create_dir_all(work.join("users/alice/stream/mine-g2-w1")).expect("dir");
+        std::fs::create_dir_all(work.join("users/bob")).expect("dir");
+        std::os::unix::fs::symlink(&kept, work.join("users/bob/stream")).expect("link");
+        remove_leftovers(&work);
+        assert!(!work.join("stream").exists());
+        assert!(!work.join("users/alice/stream").exists());
+        assert!(
+            work.join("users/alice").is_dir(),
+            "the account's directory stays"
+        );
+        assert!(std::fs::symlink_metadata(work.join("users/bob/stream")).is_err());
+        assert!(kept.join("precious").exists(), "the link was not followed");
+        let _ = std::fs::remove_dir_all(&work);
+    }
 }

@@ -391,6 +391,19 @@ fn word_count_is_exact_under_one_phase_and_even_and_one_phase_sends_less_between
     }
     assert_ne!(keys["wc-one"][0], keys["wc-even"][0]);
     c.ok(&["topology", "kill", "wc-one"]);
+    // Its workers' directories (their keys) go with them.
+    support::wait_until(
+        "wc-one's worker directories to go",
+        Duration::from_secs(20),
+        || {
+            c.agents.keys().all(|a| {
+                std::fs::read_dir(c.dir.join(format!("agent-{a}/stream"))).map_or(true, |d| {
+                    d.flatten()
+                        .all(|e| !e.file_name().to_string_lossy().starts_with("wc-one"))
+                })
+            })
+        },
+    );
     let list = c.ok(&["topology", "list"]);
     assert!(list.contains("killed"), "{list}");
     // A killed topology moves no tuple: it shows no rate, and what it passed on stays told.
@@ -1068,8 +1081,35 @@ fn a_worker_that_cannot_start_says_why_in_topology_show() {
     });
     let why = shown["workers"][0]["start_error"].as_str().unwrap_or("");
     assert!(
-        why.starts_with("its worker process exited (exit status: 1): "),
+        why.starts_with("its worker process exited (exit status: 1)"),
         "{why}"
+    );
+    // It keeps failing: started again after a back-off that doubles (0.5, 1, 2, 4 s …), not at
+    // every sync — within 5 s of its first exit, at most 4 more starts (10 without it).
+    let times = |s: &Value| -> u64 {
+        s["workers"][0]["start_error"]
+            .as_str()
+            .and_then(|e| e.split(", ").nth(1))
+            .and_then(|t| t.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1)
+    };
+    let first = times(&shown);
+    std::thread::sleep(Duration::from_secs(5));
+    let later = c.show("nofile");
+    let n = times(&later);
+    assert!(n > first && n <= first + 4, "{first} → {n}: {later}");
+    assert!(
+        later["workers"][0]["start_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("times in a row without listening, started again in")),
+        "{later}"
+    );
+    // Its directory (its key) is gone with it, between two starts.
+    support::wait_until(
+        "the worker's directory to go",
+        Duration::from_secs(20),
+        || std::fs::read_dir(c.dir.join("agent-a/stream")).map_or(true, |mut d| d.next().is_none()),
     );
     let printed = c.ok(&["topology", "show", "nofile"]);
     assert!(
