@@ -32,6 +32,11 @@ fn rand_suffix() -> u64 {
 
 /// An ANode with `devices` devices serving on loopback.
 async fn anode(devices: u32) -> (Pipeline, AccelListener, PathBuf) {
+    anode_with(devices, false).await
+}
+
+/// [`anode`], with `run_as_owner` as given.
+async fn anode_with(devices: u32, run_as_owner: bool) -> (Pipeline, AccelListener, PathBuf) {
     let work = temp("anode");
     let p = Pipeline::start(
         "anode-1",
@@ -39,7 +44,7 @@ async fn anode(devices: u32) -> (Pipeline, AccelListener, PathBuf) {
         &work,
         Default::default(),
         DEFAULT_KILL_GRACE,
-        false,
+        run_as_owner,
     )
     .expect("pipeline");
     let l = AccelListener::bind("127.0.0.1:0".parse().unwrap(), p.clone(), TOKEN, None)
@@ -86,6 +91,17 @@ fn assignment(task: u64, index: u32, attempt: u32) -> pb::Assignment {
     }
 }
 
+/// Offloads `a` of `s` from `nnode-1`, whose work directory is `dir`, never killed, as the
+/// agent's own user.
+async fn ship_plain(
+    c: &Client,
+    a: &pb::Assignment,
+    s: &pb::TaskSpec,
+    dir: &Path,
+) -> pb::TaskResult {
+    offload::run(c, a, s, "nnode-1", dir, false, never()).await
+}
+
 fn never() -> oneshot::Receiver<Kill> {
     let (tx, rx) = oneshot::channel();
     std::mem::forget(tx);
@@ -113,16 +129,7 @@ async fn an_offloaded_task_reads_its_input_and_its_output_lands_as_if_it_ran_her
         &["out/{index}.dat"],
     );
     let a = assignment(7, 4, 2);
-    let r = offload::run(
-        &client(l.addr, TOKEN),
-        &a,
-        &s,
-        "nnode-1",
-        &nnode_work,
-        false,
-        never(),
-    )
-    .await;
+    let r = ship_plain(&client(l.addr, TOKEN), &a, &s, &nnode_work).await;
     assert!(r.success, "{r:?}");
     assert_eq!((r.task_id, r.attempt), (7, 2));
 
@@ -222,16 +229,7 @@ async fn a_missing_input_fails_the_attempt_naming_the_file_and_a_wrong_token_is_
     let (_p, l, _w) = anode(1).await;
     let dir = temp("missing");
     let s = spec(&dir, TRANSFORM, &["in/{index}.dat"], &["out/{index}.dat"]);
-    let r = offload::run(
-        &client(l.addr, TOKEN),
-        &assignment(1, 9, 1),
-        &s,
-        "nnode-1",
-        &dir,
-        false,
-        never(),
-    )
-    .await;
+    let r = ship_plain(&client(l.addr, TOKEN), &assignment(1, 9, 1), &s, &dir).await;
     assert!(!r.success && !r.interrupted);
     assert!(
         r.message.contains("input file `in/9.dat` is missing"),
@@ -241,14 +239,11 @@ async fn a_missing_input_fails_the_attempt_naming_the_file_and_a_wrong_token_is_
 
     std::fs::create_dir_all(dir.join("in")).unwrap();
     std::fs::write(dir.join("in/9.dat"), b"x").unwrap();
-    let r = offload::run(
+    let r = ship_plain(
         &client(l.addr, "not-the-token"),
         &assignment(1, 9, 1),
         &s,
-        "nnode-1",
         &dir,
-        false,
-        never(),
     )
     .await;
     assert!(!r.success, "{r:?}");
@@ -261,16 +256,7 @@ async fn a_missing_declared_output_fails_the_task() {
     let (_p, l, _w) = anode(1).await;
     let dir = temp("no-output");
     let s = spec(&dir, "true", &[], &["result.bin"]);
-    let r = offload::run(
-        &client(l.addr, TOKEN),
-        &assignment(2, 0, 1),
-        &s,
-        "nnode-1",
-        &dir,
-        false,
-        never(),
-    )
-    .await;
+    let r = ship_plain(&client(l.addr, TOKEN), &assignment(2, 0, 1), &s, &dir).await;
     assert!(!r.success);
     assert!(r.message.contains("`result.bin`"), "{}", r.message);
 }
@@ -291,16 +277,7 @@ async fn one_task_per_device_at_a_time_offloaded_and_local_alike() {
         let (c, dir, shell) = (c.clone(), temp("nn"), shell.clone());
         handles.push(tokio::spawn(async move {
             let s = spec(&dir, &shell, &[], &[]);
-            offload::run(
-                &c,
-                &assignment(t, t as u32, 1),
-                &s,
-                "nnode-1",
-                &dir,
-                false,
-                never(),
-            )
-            .await
+            ship_plain(&c, &assignment(t, t as u32, 1), &s, &dir).await
         }));
     }
     let local = {
@@ -349,18 +326,7 @@ async fn a_broken_transfer_is_retried_with_the_same_attempt() {
     let c = client(port, TOKEN);
     let shipped = tokio::spawn({
         let (s, dir) = (s.clone(), dir.clone());
-        async move {
-            offload::run(
-                &c,
-                &assignment(5, 0, 3),
-                &s,
-                "nnode-1",
-                &dir,
-                false,
-                never(),
-            )
-            .await
-        }
+        async move { ship_plain(&c, &assignment(5, 0, 3), &s, &dir).await }
     });
     tokio::time::sleep(Duration::from_millis(150)).await;
     let work = temp("late-anode");
@@ -464,16 +430,7 @@ async fn the_service_speaks_tls_with_a_certificate_and_the_nnode_verifies_it() {
     std::fs::create_dir_all(dir.join("in")).unwrap();
     std::fs::write(dir.join("in/0.dat"), b"secret").unwrap();
     let s = spec(&dir, TRANSFORM, &["in/{index}.dat"], &["out/{index}.dat"]);
-    let r = offload::run(
-        &c,
-        &assignment(1, 0, 1),
-        &s,
-        "nnode-1",
-        &dir,
-        false,
-        never(),
-    )
-    .await;
+    let r = ship_plain(&c, &assignment(1, 0, 1), &s, &dir).await;
     assert!(r.success, "{r:?}");
     assert_eq!(std::fs::read(dir.join("out/0.dat")).unwrap(), b"SECRET");
 }
@@ -487,16 +444,7 @@ async fn ship(c: &Client, s: &pb::TaskSpec, dir: &Path, n: u64, concurrent: bool
         for t in 0..n {
             let (c, s, dir) = (c.clone(), s.clone(), dir.to_path_buf());
             h.push(tokio::spawn(async move {
-                offload::run(
-                    &c,
-                    &assignment(t, 0, 1),
-                    &s,
-                    "nnode-1",
-                    &dir,
-                    false,
-                    never(),
-                )
-                .await
+                ship_plain(&c, &assignment(t, 0, 1), &s, &dir).await
             }));
         }
         for x in h {
@@ -610,19 +558,7 @@ async fn with_run_as_owner_an_offloaded_task_runs_and_moves_its_files_as_its_acc
     if !root() {
         return;
     }
-    let work = temp("anode-run-as");
-    let p = Pipeline::start(
-        "anode-1",
-        1,
-        &work,
-        Default::default(),
-        DEFAULT_KILL_GRACE,
-        true,
-    )
-    .expect("pipeline");
-    let l = AccelListener::bind("127.0.0.1:0".parse().unwrap(), p.clone(), TOKEN, None)
-        .await
-        .expect("listener");
+    let (_p, l, work) = anode_with(1, true).await;
     let dir = temp("nnode-run-as");
     std::fs::create_dir_all(dir.join("in")).unwrap();
     std::fs::write(dir.join("in/4.dat"), b"abc").unwrap();

@@ -616,15 +616,10 @@ fn a_user_signs_in_with_its_token_and_reads_the_output_of_its_own_jobs_only() {
     c.start_agent("a", 2, &[]);
     c.wait_for_nodes(1);
     let (alice, bob) = (c.add_user("alice"), c.add_user("bob"));
-    let out = c
-        .command(&["submit", "--wait", "--", "echo", "hello from alice"])
-        .env("HETSCHED_TOKEN_FILE", &alice)
-        .output()
-        .expect("submit");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    c.ok_as(
+        &alice,
+        None,
+        &["submit", "--wait", "--", "echo", "hello from alice"],
     );
     let token = |p: &std::path::Path| {
         std::fs::read_to_string(p)

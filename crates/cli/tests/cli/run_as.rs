@@ -24,15 +24,10 @@ fn with_run_as_owner_a_users_job_runs_as_its_account_and_the_admins_as_root() {
     c.wait_for_nodes(1);
     // Debian's `nobody` is a valid hetsched user name: its account on the node.
     let token = c.add_user("nobody");
-    let out = c
-        .command(&["submit", "--wait", "--", "sh", "-c", "id -un; echo $HOME"])
-        .env("HETSCHED_TOKEN_FILE", &token)
-        .output()
-        .expect("submit");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    c.ok_as(
+        &token,
+        None,
+        &["submit", "--wait", "--", "sh", "-c", "id -un; echo $HOME"],
     );
     assert_eq!(c.ok(&["log", "1", "--all"]), "nobody\n/nonexistent\n");
     c.ok(&["submit", "--wait", "--", "id", "-un"]);
@@ -120,16 +115,10 @@ outputs = ["r"]
 command = "cat {input:a} > {output:r}; id -un >> {output:r}"
 "#,
     );
-    let out = c
-        .command(&["submit", file.to_str().expect("path"), "--wait"])
-        .env("HETSCHED_TOKEN_FILE", &token)
-        .output()
-        .expect("submit");
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    c.ok_as(
+        &token,
+        None,
+        &["submit", file.to_str().expect("path"), "--wait"],
     );
     let consumer = c
         .tasks(1)
@@ -192,17 +181,7 @@ rate = 50.0
 "#,
     )
     .expect("topology");
-    let out = c
-        .command(&["topology", "submit", "mine.toml"])
-        .current_dir(&base)
-        .env("HETSCHED_TOKEN_FILE", &token)
-        .output()
-        .expect("submit");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    c.ok_as(&token, Some(&base), &["topology", "submit", "mine.toml"]);
     let mut pid = 0;
     wait_until("the worker to run", Duration::from_secs(30), || {
         let v = c.json(&["topology", "show", "mine"]);
@@ -236,17 +215,7 @@ rate = 50.0
         text.replace("name = \"mine\"", "name = \"theirs\""),
     )
     .expect("topology");
-    let out = c
-        .command(&["topology", "submit", "theirs.toml"])
-        .current_dir(&base)
-        .env("HETSCHED_TOKEN_FILE", &ghost)
-        .output()
-        .expect("submit");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    c.ok_as(&ghost, Some(&base), &["topology", "submit", "theirs.toml"]);
     let says = "node a: no Unix account `hetsched-ghost` to run the task of hetsched user \
                 `hetsched-ghost` as";
     wait_until("the start error", Duration::from_secs(30), || {

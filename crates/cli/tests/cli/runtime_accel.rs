@@ -14,6 +14,11 @@ use support::{BIN, Cluster, wait_until};
 /// An agent with 2 cores in `rack`; with `gpu`, it declares one GPU and serves the accelerator
 /// service.
 fn start_rack_agent(c: &mut Cluster, name: &str, rack: &str, gpu: bool) {
+    start_rack_agent_with(c, name, rack, gpu, &[]);
+}
+
+/// [`start_rack_agent`] with the agent's `extra` flags.
+fn start_rack_agent_with(c: &mut Cluster, name: &str, rack: &str, gpu: bool, extra: &[&str]) {
     let text = if gpu {
         "[[accelerator]]\nkind = \"sim\"\ncount = 1\n"
     } else {
@@ -21,18 +26,16 @@ fn start_rack_agent(c: &mut Cluster, name: &str, rack: &str, gpu: bool) {
     };
     let config = c.write(&format!("agent-{name}.toml"), text);
     let config = config.display().to_string();
-    c.start_agent(
-        name,
-        2,
-        &[
-            "--rack",
-            rack,
-            "--accel-listen",
-            "127.0.0.1:0",
-            "--config",
-            &config,
-        ],
-    );
+    let mut flags = vec![
+        "--rack",
+        rack,
+        "--accel-listen",
+        "127.0.0.1:0",
+        "--config",
+        &config,
+    ];
+    flags.extend_from_slice(extra);
+    c.start_agent(name, 2, &flags);
 }
 
 /// Node name → the ANode it is bound to ("" = unbound), for live nodes.
@@ -490,26 +493,7 @@ fn with_run_as_owner_a_users_offloaded_gpu_tasks_run_as_its_account() {
     }
     let mut c = Cluster::start("accel-run-as", false);
     for (name, gpu) in [("anode", true), ("nnode-a1", false)] {
-        let text = if gpu {
-            "[[accelerator]]\nkind = \"sim\"\ncount = 1\n"
-        } else {
-            ""
-        };
-        let config = c.write(&format!("agent-{name}.toml"), text);
-        let config = config.display().to_string();
-        c.start_agent(
-            name,
-            2,
-            &[
-                "--rack",
-                "A",
-                "--accel-listen",
-                "127.0.0.1:0",
-                "--config",
-                &config,
-                "--run-as-owner",
-            ],
-        );
+        start_rack_agent_with(&mut c, name, "A", gpu, &["--run-as-owner"]);
     }
     wait_bound(&c, &[("anode", ""), ("nnode-a1", "anode")]);
     let token = c.add_user("nobody");
@@ -536,15 +520,10 @@ fn with_run_as_owner_a_users_offloaded_gpu_tasks_run_as_its_account() {
         &format!("echo said {{index}}; id -un > {}/{{index}};", who.display()),
     );
     std::fs::write(&file, text).expect("job");
-    let out = c
-        .command(&["submit", file.to_str().expect("path"), "--wait"])
-        .env("HETSCHED_TOKEN_FILE", &token)
-        .output()
-        .expect("submit");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    c.ok_as(
+        &token,
+        None,
+        &["submit", file.to_str().expect("path"), "--wait"],
     );
     let tasks = tasks_of(&c);
     assert!(

@@ -8,7 +8,6 @@
 use crate::common;
 use crate::http::get_with;
 use hetsched_proto as pb;
-use hetsched_proto::agent_client::AgentClient;
 use hetsched_proto::client_client::ClientClient;
 use hetsched_server::ServerConfig;
 use hetsched_server::accounting::{date, today};
@@ -106,20 +105,7 @@ async fn the_dashboard_shows_each_users_caps_holdings_jobs_and_accounts_to_whom_
         .expect("bob")
         .into_inner()
         .token;
-    let mut agent = AgentClient::with_interceptor(channel.clone(), common::agent_token(&server));
-    let node = agent
-        .register(pb::RegisterRequest {
-            name: "n".into(),
-            cores: 8,
-            memory_bytes: 16 << 30,
-            core_speed: 1.0,
-            identity: common::IDENTITY.into(),
-            ..Default::default()
-        })
-        .await
-        .expect("registered")
-        .into_inner()
-        .node_id;
+    let (mut agent, node) = common::agent_of(&server, &channel, "n", 8, 16 << 30).await;
     // The admin's job waits, held; alice's runs on two cores and 1 GiB.
     admin
         .submit(pb::SubmitRequest {

@@ -220,7 +220,7 @@ fn a_workflows_running_instances_get_the_signal() {
 /// restart, and is dropped once the chunk is done. `--tasks` and `--app` are refused.
 #[test]
 fn a_divisible_jobs_chunks_out_to_agents_get_the_signal_until_done() {
-    use hetsched_server::jobs::divisible::{ChunkRequest, ChunkResult};
+    use hetsched_server::jobs::divisible::ChunkResult;
     let d = dir("divisible");
     let chunk = {
         let mut s = open(&d);
@@ -236,15 +236,7 @@ fn a_divisible_jobs_chunks_out_to_agents_get_the_signal_until_done() {
             .expect("divisible")
             .job_id;
         assert_eq!(job, 1);
-        let got = s
-            .on_next_chunk(ChunkRequest {
-                name: "n".into(),
-                memory_bytes: 1 << 30,
-                incarnation: "i1".into(),
-                room: true,
-                ..Default::default()
-            })
-            .expect("a chunk");
+        let got = common::ask_chunk(&mut s, "n");
         assert_eq!(got.orders.len(), 1, "one chunk out to n");
         let chunk = got.orders[0].chunk;
         let r = s

@@ -969,15 +969,7 @@ fn tasks_and_chunks_carry_their_owners_account_and_the_admins_none() {
         "[[divisible]]\nname = \"rows\"\nunits = 10\ncommand = \"echo {start} {end}\"\n".into();
     div.hold = false;
     let rows = s.on_submit_as(div, "alice").expect("alice's rows").job_id;
-    let got = s
-        .on_next_chunk(hetsched_server::jobs::divisible::ChunkRequest {
-            name: "n".into(),
-            memory_bytes: 1 << 30,
-            incarnation: "i1".into(),
-            room: true,
-            ..Default::default()
-        })
-        .expect("a chunk");
+    let got = common::ask_chunk(&mut s, "n");
     assert_eq!(got.orders.len(), 1);
     assert_eq!(got.orders[0].job_id, rows);
     assert_eq!(got.orders[0].run_as, "alice");
@@ -1282,7 +1274,6 @@ async fn the_accounts_credit_each_owner_what_its_running_work_held() {
 /// less than the minute between two stores passed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopping_server_stores_the_accounts() {
-    use hetsched_proto::agent_client::AgentClient;
     let d = common::scratch("users", "accounts-stop");
     let config = ServerConfig {
         data_dir: d.to_path_buf(),
@@ -1293,20 +1284,7 @@ async fn a_stopping_server_stores_the_accounts() {
     };
     let today = hetsched_server::accounting::day_of(hetsched_server::state::now_ns());
     let (server, channel) = serve(config.clone()).await;
-    let mut agent = AgentClient::with_interceptor(channel.clone(), common::agent_token(&server));
-    let node = agent
-        .register(pb::RegisterRequest {
-            name: "n".into(),
-            cores: 4,
-            memory_bytes: 8 << 30,
-            core_speed: 1.0,
-            identity: common::IDENTITY.into(),
-            ..Default::default()
-        })
-        .await
-        .expect("registered")
-        .into_inner()
-        .node_id;
+    let (mut agent, node) = common::agent_of(&server, &channel, "n", 4, 8 << 30).await;
     let mut admin = api(&channel, &server.token);
     admin
         .submit(pb::SubmitRequest {

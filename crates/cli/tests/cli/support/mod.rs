@@ -467,6 +467,30 @@ impl Cluster {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Runs `hetsched ARGS` as the user whose token file is `token`, from `dir` (the cluster's
+    /// directory when `None`), asserts it succeeded, and returns its standard output.
+    pub fn ok_as(
+        &self,
+        token: &std::path::Path,
+        dir: Option<&std::path::Path>,
+        args: &[&str],
+    ) -> String {
+        let mut cmd = self.command(args);
+        cmd.env("HETSCHED_TOKEN_FILE", token);
+        if let Some(dir) = dir {
+            cmd.current_dir(dir);
+        }
+        let out = cmd.output().expect("run hetsched");
+        assert!(
+            out.status.success(),
+            "{args:?} as {}: {}{}",
+            token.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Runs `hetsched ARGS`, asserts it failed saying `says` on standard error.
     pub fn refused(&self, args: &[&str], says: &str) {
         let out = self.cli(args);

@@ -8,6 +8,18 @@ use std::path::{Path, PathBuf};
 /// The identity every test agent registers and heartbeats with (unless a test forges another).
 pub const IDENTITY: &str = "test-agent-identity";
 
+/// The agent of node `name` (1 GiB) asks for divisible chunks, with room: the server's answer.
+pub fn ask_chunk(s: &mut State, name: &str) -> hetsched_server::jobs::divisible::ChunkReply {
+    s.on_next_chunk(hetsched_server::jobs::divisible::ChunkRequest {
+        name: name.into(),
+        memory_bytes: 1 << 30,
+        incarnation: "i1".into(),
+        room: true,
+        ..Default::default()
+    })
+    .expect("an answer")
+}
+
 /// Registers an agent `name` with `cores` cores and 1 GiB of memory; its node id.
 pub fn register(s: &mut State, name: &str, cores: u32) -> u32 {
     register_with(s, name, cores, &[])
@@ -186,6 +198,41 @@ pub fn client_token(server: &hetsched_server::ServerHandle) -> pb::TokenIntercep
 /// The agent token of `server`, as a call interceptor.
 pub fn agent_token(server: &hetsched_server::ServerHandle) -> pb::TokenInterceptor {
     pb::TokenInterceptor::new(&server.agent_token).expect("ascii token")
+}
+
+/// An agent client of `server` over `channel`, with node `name` (`cores` cores, `memory_bytes`)
+/// registered through it: the client and the node's id.
+pub async fn agent_of(
+    server: &hetsched_server::ServerHandle,
+    channel: &tonic::transport::Channel,
+    name: &str,
+    cores: u32,
+    memory_bytes: u64,
+) -> (
+    pb::agent_client::AgentClient<
+        tonic::service::interceptor::InterceptedService<
+            tonic::transport::Channel,
+            pb::TokenInterceptor,
+        >,
+    >,
+    u32,
+) {
+    let mut agent =
+        pb::agent_client::AgentClient::with_interceptor(channel.clone(), agent_token(server));
+    let node = agent
+        .register(pb::RegisterRequest {
+            name: name.into(),
+            cores,
+            memory_bytes,
+            core_speed: 1.0,
+            identity: IDENTITY.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("registered")
+        .into_inner()
+        .node_id;
+    (agent, node)
 }
 
 /// The Prometheus text `/metrics` serves for `s` (its registry under `policy`, encoded once),
