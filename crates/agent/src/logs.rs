@@ -14,6 +14,9 @@
 //! (`run_as_owner`) left a pointer owned by that account: its file is opened as the account
 //! ([`read_page_as`]), so a link the user put in its place reaches nothing the user could not read.
 //!
+//! A running stream worker's stderr (`worker.err` in its directory, [`crate::stream_workers`]) is
+//! served for `hetsched topology log`; one in an account's directory is read as the account.
+//!
 //! With a certificate and key (`hetsched agent --log-cert --log-key`) the listener speaks TLS, and
 //! the server checks the certificate against its `[tls] agent_ca`; the token check is the same.
 
@@ -127,6 +130,9 @@ impl AgentLogs for LogService {
         req: Request<pb::AgentLogRequest>,
     ) -> Result<Response<pb::ReadLogReply>, Status> {
         let r = req.into_inner();
+        if !r.topology.is_empty() {
+            return self.worker_log(r).await.map(Response::new);
+        }
         let path = if r.divisible {
             crate::divisible::chunk_output_path(&self.work_dir, r.job_id, r.chunk, r.stderr)
         } else {
@@ -161,6 +167,59 @@ impl AgentLogs for LogService {
             path: shown,
             ..Default::default()
         }))
+    }
+}
+
+impl LogService {
+    /// A page of stream worker `r.worker`'s stderr: in the directory of account `r.run_as` when
+    /// the agent runs it as that account (read as it), else in the work directory's.
+    async fn worker_log(&self, r: pb::AgentLogRequest) -> Result<pb::ReadLogReply, Status> {
+        if !r.run_as.is_empty() && !crate::run_as::is_user_name(&r.run_as) {
+            return Err(Status::invalid_argument(format!(
+                "`{}` is not a user name",
+                r.run_as
+            )));
+        }
+        let key = (r.topology.clone(), r.generation, r.worker);
+        let work_dir = self.work_dir.clone();
+        tokio::task::spawn_blocking(move || {
+            use std::os::unix::fs::MetadataExt;
+            let own = crate::stream_workers::worker_dir(&work_dir, &key);
+            let theirs = (!r.run_as.is_empty()).then(|| {
+                crate::stream_workers::worker_dir(
+                    &work_dir.join(crate::run_as::AREA).join(&r.run_as),
+                    &key,
+                )
+            });
+            // The directory it runs in, and whose it is (not followed if a link).
+            let (dir, owner) = theirs
+                .into_iter()
+                .chain([own])
+                .find_map(|d| {
+                    let m = std::fs::symlink_metadata(&d).ok()?;
+                    m.is_dir().then(|| (d, m.uid()))
+                })
+                .ok_or_else(|| {
+                    Status::not_found(format!(
+                        "worker {} of topology `{}` does not run here",
+                        r.worker, r.topology
+                    ))
+                })?;
+            let path = dir.join("worker.err");
+            let shown = path.display().to_string();
+            let (data, offset, size, exists) = read_page_as(owner, &path, r.offset, r.limit)
+                .map_err(|e| Status::internal(format!("{shown}: {e}")))?;
+            Ok(pb::ReadLogReply {
+                data,
+                offset,
+                size,
+                exists,
+                path: shown,
+                ..Default::default()
+            })
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?
     }
 }
 
@@ -281,6 +340,43 @@ impl LogListener {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stream worker's stderr is read from its directory; a name cannot lead elsewhere (the
+    /// topology's is made safe, an account's must be a user name).
+    #[tokio::test]
+    async fn a_workers_stderr_is_served_and_names_cannot_leave_the_work_directory() {
+        let dir = std::env::temp_dir().join(format!("hetsched-wlog-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let key = ("../../etc".to_string(), 2, 0);
+        let wd = crate::stream_workers::worker_dir(&dir, &key);
+        assert!(wd.starts_with(dir.join("stream")), "{}", wd.display());
+        std::fs::create_dir_all(&wd).expect("dir");
+        std::fs::write(wd.join("worker.err"), "a warning\n").expect("err");
+        let service = LogService {
+            work_dir: dir.clone(),
+        };
+        let ask = |run_as: &str| pb::AgentLogRequest {
+            topology: key.0.clone(),
+            generation: 2,
+            worker: 0,
+            run_as: run_as.into(),
+            ..Default::default()
+        };
+        let r = service.worker_log(ask("")).await.expect("served");
+        assert_eq!(r.data, b"a warning\n");
+        // An account without such a directory: the work directory's.
+        assert!(service.worker_log(ask("alice")).await.is_ok());
+        let e = service
+            .worker_log(ask("../root"))
+            .await
+            .expect_err("not a name");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        let mut other = ask("");
+        other.worker = 1;
+        let e = service.worker_log(other).await.expect_err("no such worker");
+        assert!(e.message().contains("does not run here"), "{}", e.message());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn pages_come_from_an_offset_or_from_the_end_and_a_missing_file_is_empty() {

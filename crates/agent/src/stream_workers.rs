@@ -149,6 +149,24 @@ impl WorkerProc {
     }
 }
 
+/// Worker `k`'s directory below `base` (the work directory, or its account's): `stream/` and
+/// the topology's name with every character but ASCII letters, digits, `-` and `_` made `_`,
+/// then the placement's generation and the worker's index.
+pub fn worker_dir(base: &std::path::Path, k: &(String, u64, u32)) -> PathBuf {
+    let safe: String =
+        k.0.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+    base.join("stream")
+        .join(format!("{safe}-g{}-w{}", k.1, k.2))
+}
+
 /// The longest wait before a worker that keeps exiting before it listens is started again (the
 /// first wait is [`SYNC_INTERVAL`], doubling at each exit).
 pub const RESTART_BACKOFF: Duration = Duration::from_secs(30);
@@ -465,24 +483,12 @@ fn start(
     account: Option<&crate::run_as::Account>,
 ) -> Result<WorkerProc, String> {
     let mut config = serde_json::to_value(config).map_err(|e| format!("bad worker config: {e}"))?;
-    let safe: String =
-        k.0.chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
     let base = match account {
         Some(a) => crate::run_as::area(work_dir, a)
             .map_err(|e| format!("the directory of account `{}`: {e}", a.name))?,
         None => work_dir.to_path_buf(),
     };
-    let dir = base
-        .join("stream")
-        .join(format!("{safe}-g{}-w{}", k.1, k.2));
+    let dir = worker_dir(&base, k);
     config["work_dir"] = serde_json::Value::from(dir.to_string_lossy().into_owned());
     config["listen"] = serde_json::Value::from("0.0.0.0:0");
     let spawn = || -> Result<Child, String> {

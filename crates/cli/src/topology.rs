@@ -1,5 +1,5 @@
 //! `hetsched topology …`: long-running stream topologies on the runtime (issue 16, spec 04) —
-//! `submit FILE`, `list`, `show NAME`, `kill NAME`, `rebalance NAME` — and the hidden
+//! `submit FILE`, `list`, `show NAME`, `log NAME`, `kill NAME`, `rebalance NAME` — and the hidden
 //! `hetsched stream-worker --config FILE`, the worker process agents start
 //! (`hetsched_stream::process`).
 
@@ -26,6 +26,9 @@ pub enum TopologyCommand {
     /// A topology's placement, per-executor rates, per-pair traffic, per-node load, latency and
     /// reschedules.
     Show(Named),
+    /// A running worker's stderr (its components' warnings, multi-language spouts' and bolts'
+    /// stderr), read from its agent through the server; the topology's owner and the admin only.
+    Log(LogArgs),
     /// Stop a topology's workers.
     Kill(Named),
     /// Place a topology again now from its measured traffic (applied if it changes).
@@ -72,6 +75,71 @@ pub struct Named {
     pub name: String,
     #[command(flatten)]
     pub client: ClientArgs,
+}
+
+/// Options of `topology log`.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// The topology's name.
+    pub name: String,
+    /// The worker (as `topology show` numbers them).
+    #[arg(long, default_value_t = 0)]
+    pub worker: u32,
+    /// Only the last BYTES of it.
+    #[arg(long, value_name = "BYTES")]
+    pub tail: Option<u32>,
+    /// Keep printing what it writes until it stops (Ctrl-C to end).
+    #[arg(short, long)]
+    pub follow: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Bytes asked for per page of `topology log`.
+const LOG_PAGE: u32 = 256 << 10;
+
+/// `hetsched topology log`: pages of the worker's stderr from `--tail`'s offset (or the start),
+/// then, with `--follow`, what it writes next, until the worker no longer runs.
+async fn worker_log(a: LogArgs) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut api = connect(&a.client).await?;
+    let mut offset = a.tail.map_or(0, |t| -i64::from(t));
+    let mut first = true;
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    loop {
+        let page = match api
+            .worker_log(pb::WorkerLogRequest {
+                name: a.name.clone(),
+                worker: a.worker,
+                offset,
+                limit: LOG_PAGE,
+            })
+            .await
+        {
+            Ok(p) => p.into_inner(),
+            // Followed until it stopped (killed, moved): what it wrote has been printed.
+            Err(_) if !first && a.follow => return Ok(()),
+            Err(s) => return Err(refused(s)),
+        };
+        if first && !page.exists && !a.follow {
+            eprintln!(
+                "worker {} of topology `{}` (on {}) has written nothing on its stderr",
+                a.worker, a.name, page.node
+            );
+        }
+        first = false;
+        out.write_all(&page.data)?;
+        out.flush()?;
+        offset = (page.offset + page.data.len() as u64) as i64;
+        if !page.data.is_empty() && (offset as u64) < page.size {
+            continue;
+        }
+        if !a.follow {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Options of the hidden `stream-worker` command.
@@ -254,6 +322,7 @@ async fn run_async(cmd: TopologyCommand) -> anyhow::Result<()> {
                 .into_inner();
             print_status(&status_of(&r)?, a.client.output)?;
         }
+        TopologyCommand::Log(a) => worker_log(a).await?,
         TopologyCommand::Kill(a) => {
             let mut api = connect(&a.client).await?;
             let r = api

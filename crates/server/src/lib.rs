@@ -327,7 +327,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         metrics,
         &creds,
         config.tls.as_ref(),
-        relay,
+        relay.clone(),
         stopping_rx,
     )
     .await?;
@@ -336,6 +336,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         shared.clone(),
         durable,
         &creds,
+        relay,
         stopping.subscribe(),
     );
     let at_stop = shared;

@@ -165,6 +165,24 @@ impl LogRelay {
         }
     }
 
+    /// Asks the agent of node `node` for `req` (a stream worker's stderr: `hetsched topology
+    /// log`); the reply names the node.
+    pub async fn read_from(
+        &self,
+        node: &str,
+        req: pb::AgentLogRequest,
+    ) -> Result<pb::ReadLogReply, Status> {
+        let at = self.by_name(node).ok_or_else(|| {
+            Status::unavailable(format!(
+                "node `{node}` has not heartbeated since the server started: its output cannot \
+                 be reached now"
+            ))
+        })?;
+        let mut reply = self.ask(&at, req).await?;
+        reply.node = at.name;
+        Ok(reply)
+    }
+
     async fn ask(
         &self,
         at: &AgentAt,

@@ -163,9 +163,9 @@ fn reply(v: Response<serde_json::Value>) -> Response<pb::TopologyReply> {
     })
 }
 
-/// The client-facing service.
+/// The client-facing service; the relay reaches the agents' log listeners (`topology log`).
 #[derive(Clone)]
-pub struct ClientService(Shared, Arc<Durable>);
+pub struct ClientService(Shared, Arc<Durable>, Arc<crate::logs::LogRelay>);
 
 /// The agent-facing service; the receiver turns true when the server stops (a held sync then
 /// answers at once).
@@ -202,6 +202,30 @@ impl pb::topology_client_server::TopologyClient for ClientService {
                 .collect(),
             statuses_json: list.to_string(),
         }))
+    }
+    async fn worker_log(
+        &self,
+        r: Request<pb::WorkerLogRequest>,
+    ) -> Result<Response<pb::ReadLogReply>, Status> {
+        let who = crate::service::caller(&r)?;
+        let r = r.into_inner();
+        let name = r.name.clone();
+        let (generation, node, run_as) = crate::service::read_state(&self.0, move |s| {
+            s.check_topology_owner(&who.name, &name, "read its workers' logs")?;
+            s.topology_worker(&name, r.worker)
+        })
+        .await?
+        .into_inner();
+        let req = pb::AgentLogRequest {
+            topology: r.name.clone(),
+            generation,
+            worker: r.worker,
+            run_as,
+            offset: r.offset,
+            limit: r.limit.min(crate::logs::MAX_PAGE),
+            ..Default::default()
+        };
+        self.2.read_from(&node, req).await.map(Response::new)
     }
     async fn show_topology(
         &self,
@@ -284,6 +308,7 @@ pub fn add_services(
     state: Shared,
     durable: Arc<Durable>,
     creds: &crate::datadir::Credentials,
+    relay: Arc<crate::logs::LogRelay>,
     stopping: tokio::sync::watch::Receiver<bool>,
 ) -> tonic::transport::server::Router {
     let users = state.lock().map(|s| s.users_index()).unwrap_or_default();
@@ -329,7 +354,7 @@ pub fn add_services(
     router
         .add_service(
             pb::topology_client_server::TopologyClientServer::with_interceptor(
-                ClientService(state.clone(), durable.clone()),
+                ClientService(state.clone(), durable.clone(), relay),
                 crate::service::CheckToken::new(crate::service::Role::Client, creds, users.clone()),
             ),
         )

@@ -206,6 +206,17 @@ rate = 50.0
         counts.exists()
     });
     assert_eq!(std::fs::metadata(&counts).expect("counts").uid(), 65534);
+    // Its stderr is read from the account's directory, as the account, for its owner.
+    let err = c
+        .command(&["topology", "log", "mine"])
+        .env("HETSCHED_TOKEN_FILE", &token)
+        .output()
+        .expect("topology log");
+    assert!(
+        err.status.success(),
+        "{}",
+        String::from_utf8_lossy(&err.stderr)
+    );
     c.ok(&["topology", "kill", "mine"]);
     // A user with no account on the node: its worker cannot start, and `topology show` says why.
     let ghost = c.add_user("hetsched-ghost");

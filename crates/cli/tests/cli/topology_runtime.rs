@@ -1117,3 +1117,78 @@ fn a_worker_that_cannot_start_says_why_in_topology_show() {
         "{printed}"
     );
 }
+
+/// `hetsched topology log NAME --worker W` prints a running worker's stderr (here what a
+/// multi-language bolt's program wrote), read from its agent through the server: whole, its
+/// `--tail`, to the topology's owner and the admin only, and a worker it does not have is
+/// named.
+#[test]
+fn topology_log_prints_a_running_workers_stderr_to_its_owner() {
+    let c = Cluster::start("worker-log", &["a"]);
+    let text = r#"name = "talk"
+[[component]]
+name = "lines"
+kind = "spout"
+parallelism = 1
+cpu = 10.0
+builtin = "corpus-spout"
+params = { lines = ["a b c"], repeat = 0, rate = 5 }
+[[component]]
+name = "talker"
+kind = "bolt"
+parallelism = 1
+cpu = 10.0
+command = ["sh", "-c", "echo hello from the bolt >&2; exec sleep 600"]
+[[stream]]
+from = "lines"
+to = "talker"
+grouping = "shuffle"
+rate = 5.0
+"#;
+    let file = c.write("talk.toml", text);
+    c.ok(&["topology", "submit", file.to_str().expect("path")]);
+    let mut whole = String::new();
+    support::wait_until(
+        "the bolt's line in the worker's log",
+        Duration::from_secs(30),
+        || {
+            let out = c.cli(&["topology", "log", "talk", "--worker", "0"]);
+            whole = String::from_utf8_lossy(&out.stdout).into_owned();
+            out.status.success() && whole.contains("hello from the bolt\n")
+        },
+    );
+    let tail = c.ok(&["topology", "log", "talk", "--tail", "5"]);
+    assert!(
+        tail.len() <= 5 && whole.ends_with(&tail),
+        "{tail:?} of {whole:?}"
+    );
+    let out = c.cli(&["topology", "log", "talk", "--worker", "3"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("topology `talk` has 1 worker(s), 0 to 0: no worker 3"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Another user may see the topology, not its workers' logs.
+    let bob = c.dir.join("bob.token");
+    c.ok(&["user", "add", "bob", "--save", bob.to_str().expect("path")]);
+    let out = Command::new(BIN)
+        .args(["topology", "log", "talk", "--server"])
+        .arg(format!("http://{}", c.listen))
+        .arg("--token-file")
+        .arg(&bob)
+        .output()
+        .expect("run hetsched");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("read its workers' logs"),
+        "{err}"
+    );
+    c.ok(&["topology", "kill", "talk"]);
+    let out = c.cli(&["topology", "log", "talk"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("its workers no longer run"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

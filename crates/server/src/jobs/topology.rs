@@ -1218,6 +1218,33 @@ impl Topology {
         Ok(self.cfg.status(inner, run))
     }
 
+    /// Where worker `worker` of topology `name` runs: its placement's generation and its node.
+    pub fn worker_place(&self, name: &str, worker: u32) -> Result<(u64, String), TopologyError> {
+        let run = self.inner.runs.get(name).ok_or_else(|| not_found(name))?;
+        if run.rec.state != "running" {
+            return Err(TopologyError::Precondition(format!(
+                "topology `{name}` is {}: its workers no longer run",
+                run.rec.state
+            )));
+        }
+        let workers = run
+            .rec
+            .placement
+            .as_ref()
+            .map_or(&[][..], |p| &p.workers[..]);
+        match workers.get(worker as usize) {
+            Some((node, _)) => Ok((run.rec.generation, node.clone())),
+            None if workers.is_empty() => Err(TopologyError::Precondition(format!(
+                "topology `{name}` is not placed yet: it has no workers"
+            ))),
+            None => Err(TopologyError::NotFound(format!(
+                "topology `{name}` has {} worker(s), 0 to {}: no worker {worker}",
+                workers.len(),
+                workers.len() - 1
+            ))),
+        }
+    }
+
     /// Kills a topology: agents stop its workers.
     pub fn kill(&mut self, name: &str) -> Result<serde_json::Value, TopologyError> {
         let inner = &mut self.inner;

@@ -141,6 +141,17 @@ impl State {
         Ok(self.with_owner(self.jobs.topology.show(name)?))
     }
 
+    /// `hetsched topology log NAME --worker W`: where the worker runs (its placement's
+    /// generation and its node) and the account it runs as on an agent with `run_as_owner`.
+    pub fn topology_worker(
+        &self,
+        name: &str,
+        worker: u32,
+    ) -> Result<(u64, String, String), StateError> {
+        let (generation, node) = self.jobs.topology.worker_place(name, worker)?;
+        Ok((generation, node, self.users.topology_run_as(name)))
+    }
+
     /// `hetsched topology kill NAME`.
     pub fn topology_kill(&mut self, name: &str) -> Result<serde_json::Value, StateError> {
         let v = self.topology_event(true, |t, _| t.kill(name))?;
