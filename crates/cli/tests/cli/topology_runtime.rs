@@ -1184,7 +1184,32 @@ rate = 5.0
         !out.status.success() && err.contains("read its workers' logs"),
         "{err}"
     );
+    // `--follow` prints on until the worker stops.
+    let mut follow = Command::new(BIN)
+        .args(["topology", "log", "talk", "--follow", "--server"])
+        .arg(format!("http://{}", c.listen))
+        .arg("--token-file")
+        .arg(c.data().join("token"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("follow");
+    std::thread::sleep(Duration::from_millis(500));
     c.ok(&["topology", "kill", "talk"]);
+    let mut ended = None;
+    support::wait_until(
+        "--follow to end with the worker",
+        Duration::from_secs(20),
+        || {
+            ended = follow.try_wait().expect("wait");
+            ended.is_some()
+        },
+    );
+    assert!(ended.is_some_and(|s| s.success()), "{ended:?}");
+    let mut followed = String::new();
+    std::io::Read::read_to_string(&mut follow.stdout.take().expect("stdout"), &mut followed)
+        .expect("read");
+    assert!(followed.contains("hello from the bolt\n"), "{followed:?}");
     let out = c.cli(&["topology", "log", "talk"]);
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("its workers no longer run"),
