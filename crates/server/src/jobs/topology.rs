@@ -409,6 +409,11 @@ pub struct WorkerStartError {
 /// The longest start error of a worker kept (an agent's text, bounded before it is held).
 pub const MAX_START_ERROR: usize = 1000;
 
+/// The longest topology name a submission may give, in bytes (as an application's name): it
+/// names the topology's workers' directories on the agents, its metrics' label and every
+/// request about it (the dashboard's `/api/topology?name=` refuses a longer one).
+pub const MAX_NAME: usize = 128;
+
 /// One worker a node should run.
 #[derive(Clone, Debug)]
 pub struct WorkerOrder {
@@ -1133,6 +1138,13 @@ impl Topology {
             return Err(invalid("gain_threshold must be a non-negative number"));
         }
         let name = topo.topology.name.clone();
+        if name.len() > MAX_NAME {
+            return Err(invalid(format!(
+                "{}: name: the topology's name is {} bytes long; at most {MAX_NAME}",
+                req.origin,
+                name.len()
+            )));
+        }
         let inner = &mut self.inner;
         if let Some(r) = inner.runs.get(&name)
             && r.rec.state == "running"
