@@ -5,7 +5,11 @@
 //! (`/api/users`: shares, caps, what their running work holds, fair-share usage, jobs pending
 //! and running — [`State::users_overview`]) with their accounts (`/api/usage?since=&until=`:
 //! core-, GPU- and memory-hours per owner, the capacity and its utilisation, the JSON of
-//! `hetsched usage --output json`, [`crate::accounting::Summary`]). Read-only.
+//! `hetsched usage --output json`, [`crate::accounting::Summary`]), and the stream topologies
+//! (`/api/topologies`, `/api/topology?name=`: the documents of `hetsched topology list|show
+//! --output json`, [`State::topology_list`] and [`State::topology_show`] — every reader of the
+//! dashboard sees every topology, as every user's `topology list` does; no worker's log).
+//! Read-only.
 //!
 //! **Never open.** Every page and API call needs a token: `Authorization: Bearer TOKEN` (the client
 //! token, the read-only token `DATA_DIR/read-token` written at first start, or a user's own token,
@@ -194,6 +198,41 @@ fn usage_span(uri: &Uri, today: u32) -> Result<(u32, u32, bool), String> {
         Some(other) => return Err(format!("by_day: `{other}` is not true, false, 1 or 0")),
     };
     Ok((since, until, by_day))
+}
+
+/// `/api/topology`'s `name`: given, not empty, and at most
+/// [`MAX_NAME`](crate::jobs::topology::MAX_NAME) bytes (a submission refuses a longer one, so
+/// no topology has it). The error names the parameter.
+fn topology_name(uri: &Uri) -> Result<String, String> {
+    use crate::jobs::topology::MAX_NAME;
+    match query(uri, "name") {
+        None => Err(
+            "name: missing: ask /api/topology?name=NAME (the names are in \
+                     /api/topologies)"
+                .into(),
+        ),
+        Some(n) if n.is_empty() => Err("name: empty: ask /api/topology?name=NAME".into()),
+        Some(n) if n.len() > MAX_NAME => Err(format!(
+            "name: {} bytes long; a topology's name is at most {MAX_NAME} bytes",
+            n.len()
+        )),
+        Some(n) => Ok(n),
+    }
+}
+
+/// A refused request: `code` with `message` as plain text (never sniffed as a page: it may
+/// repeat what the request said).
+fn refused(code: StatusCode, message: String) -> Response {
+    (
+        code,
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        message,
+    )
+        .into_response()
 }
 
 /// A row of `/api/users`, in `hetsched user list --output json`'s words (a cap of 0 is `null`:
@@ -689,6 +728,40 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
             }
         }
     };
+    // The stream topologies, as `hetsched topology list|show --output json` print them: the
+    // state's own documents, whoever reads the dashboard.
+    let topologies = {
+        let d = d.clone();
+        move |headers: HeaderMap| async move {
+            if d.authed(&headers).is_none() {
+                return unauthorized();
+            }
+            match d.read(|s| s.topology_list()).await {
+                Some(list) => json(&list),
+                None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+            }
+        }
+    };
+    let topology = {
+        let d = d.clone();
+        move |headers: HeaderMap, uri: Uri| async move {
+            if d.authed(&headers).is_none() {
+                return unauthorized();
+            }
+            let name = match topology_name(&uri) {
+                Ok(name) => name,
+                Err(e) => return refused(StatusCode::BAD_REQUEST, e),
+            };
+            match d.read(move |s| s.topology_show(&name)).await {
+                Some(Ok(shown)) => json(&shown),
+                Some(Err(crate::state::StateError::Topology(
+                    crate::jobs::topology::TopologyError::NotFound(e),
+                ))) => refused(StatusCode::NOT_FOUND, e),
+                Some(Err(e)) => refused(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+                None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+            }
+        }
+    };
     let log = {
         let d = d.clone();
         move |headers: HeaderMap, uri: Uri| async move {
@@ -765,6 +838,8 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
         .route("/api/allocations", get(allocations))
         .route("/api/users", get(users))
         .route("/api/usage", get(usage))
+        .route("/api/topologies", get(topologies))
+        .route("/api/topology", get(topology))
         .route("/api/log", get(log))
         .route("/api/events", get(events))
         .route(
@@ -913,6 +988,26 @@ mod tests {
         assert_eq!(form_value("token=", "token").as_deref(), Some(""));
         assert_eq!(form_value("x=1", "token"), None);
         assert_eq!(percent_decode("%zz%4"), "%zz%4");
+    }
+
+    #[test]
+    fn a_topology_name_is_given_and_no_longer_than_a_submission_may_give() {
+        use crate::jobs::topology::MAX_NAME;
+        let name = |q: &str| topology_name(&format!("/api/topology?{q}").parse().expect("uri"));
+        assert_eq!(name("name=wc%20live"), Ok("wc live".into()));
+        assert_eq!(
+            name(&format!("name={}", "a".repeat(MAX_NAME))).map(|n| n.len()),
+            Ok(MAX_NAME)
+        );
+        assert!(name("").is_err_and(|e| e.starts_with("name: missing")));
+        assert!(name("name=").is_err_and(|e| e.starts_with("name: empty")));
+        assert_eq!(
+            name(&format!("name={}", "a".repeat(MAX_NAME + 1))),
+            Err(format!(
+                "name: {} bytes long; a topology's name is at most {MAX_NAME} bytes",
+                MAX_NAME + 1
+            ))
+        );
     }
 
     #[test]

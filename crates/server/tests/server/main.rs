@@ -5,6 +5,7 @@ mod after;
 mod after_corr;
 mod bounds;
 mod common;
+mod dashboard_topologies;
 mod dashboard_users;
 mod dispatch;
 mod divisible_kind;
