@@ -143,6 +143,12 @@ async fn the_dashboard_lists_every_topology_with_its_owner_state_and_workers_sta
         submitted.status_json
     );
     let list = get_json(http, "/api/topologies", &read_token).await;
+    let jobs = get_json(http, "/api/jobs", &read_token).await;
+    assert_eq!(
+        (&jobs["total"], &jobs["jobs"]),
+        (&Value::from(0), &Value::Array(Vec::new())),
+        "a topology is no job: the jobs panel does not count it: {jobs}"
+    );
     let rows = list.as_array().expect("a list");
     assert_eq!(rows.len(), 1, "{list}");
     let pipe = &rows[0];
