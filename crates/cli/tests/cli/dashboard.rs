@@ -6,6 +6,10 @@
 //! And users: each signs in with its own token, reads its own jobs' output, and sees its own
 //! row of the Users panel (the admin every user's, with the accounts `hetsched usage` prints).
 //!
+//! And stream topologies: the Topologies panel lists each (owner, state, workers running, rates),
+//! and a click shows a topology's workers — why one cannot start, highlighted — and its
+//! executors' rates.
+//!
 //! And at scale: a 100,000-task job in a browser driven over the DevTools protocol (it clicks the
 //! pager and the state filter), with the server's page-size cap checked over plain HTTP.
 
@@ -206,6 +210,11 @@ fn the_dashboard_shows_jobs_tasks_and_nodes_and_updates_live_in_a_browser() {
     assert!(
         dom.contains("<th>max rss</th>") && dom.contains(" MiB</td>"),
         "finished tasks show the memory their agents measured"
+    );
+    assert!(
+        dom.contains("<section id=\"topologies-section\" hidden=\"\">")
+            && dom.contains("<table id=\"topologies\" data-loaded=\"1\">"),
+        "no topology: the panel was looked at and stays hidden: {dom}"
     );
     let events = attr(&dom, "data-events").expect("live marker");
     let (first, last) = (
@@ -726,4 +735,226 @@ fn a_user_signs_in_with_its_token_and_reads_the_output_of_its_own_jobs_only() {
         get("/api/jobs", &session).0.contains("401"),
         "a removed user's session ends"
     );
+}
+
+/// A topology that runs for ever: a sequence spout at 20 tuples/s into a filter that keeps
+/// everything (a terminal bolt: its tuples' latency is measured), 20 % of a core each.
+const LIVE_TOPOLOGY: &str = r#"name = "live"
+[[component]]
+name = "numbers"
+kind = "spout"
+parallelism = 1
+cpu = 20.0
+builtin = "sequence-spout"
+params = { rate = 20.0 }
+[[component]]
+name = "keep"
+kind = "bolt"
+parallelism = 1
+cpu = 20.0
+builtin = "filter"
+[[stream]]
+from = "numbers"
+to = "keep"
+rate = 20.0
+"#;
+
+/// A topology whose worker cannot start: its spout's file is not there.
+const BROKEN_TOPOLOGY: &str = r#"name = "broken"
+[[component]]
+name = "lines"
+kind = "spout"
+parallelism = 1
+cpu = 20.0
+builtin = "corpus-spout"
+params = { file = "no-such-corpus.txt" }
+[[component]]
+name = "keep"
+kind = "bolt"
+parallelism = 1
+cpu = 20.0
+builtin = "filter"
+[[stream]]
+from = "lines"
+to = "keep"
+rate = 20.0
+"#;
+
+/// The Topologies panel: alice's running topology and the admin's whose worker cannot start
+/// are listed (owner, state, workers running of the placement's), `/api/topologies` holds what
+/// `hetsched topology list --output json` prints, and in a browser a click on a topology shows
+/// its workers — the one that cannot start highlighted with its agent's reason — and its
+/// executors' rates, which the page looks at again while it stays open.
+#[test]
+fn the_topologies_panel_lists_each_topology_and_shows_its_workers_and_rates_on_a_click() {
+    let mut c = Cluster::start("dashboard-topologies", true);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    let alice = c.add_user("alice");
+    let live = c.write("live.toml", LIVE_TOPOLOGY);
+    c.ok_as(
+        &alice,
+        None,
+        &["topology", "submit", live.to_str().expect("path")],
+    );
+    let broken = c.write("broken.toml", BROKEN_TOPOLOGY);
+    c.ok(&["topology", "submit", broken.to_str().expect("path")]);
+    let mut pid = 0;
+    wait_until(
+        "live's worker to run and broken's to say why it cannot",
+        Duration::from_secs(60),
+        || {
+            let shown = c.json(&["topology", "show", "live"]);
+            pid = shown["workers"][0]["pid"].as_u64().unwrap_or(0);
+            pid != 0
+                && c.json(&["topology", "show", "broken"])["workers"][0]["start_error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("no-such-corpus.txt"))
+        },
+    );
+    // The API serves what the CLI prints (rates aside: they move between two reads).
+    let (status, _, body) = c.http_get("/api/topologies");
+    assert!(status.contains("200"), "{status}: {body}");
+    let api: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let cli = c.json(&["topology", "list"]);
+    let fields = |list: &serde_json::Value| -> Vec<Vec<serde_json::Value>> {
+        list.as_array()
+            .expect("a list")
+            .iter()
+            .map(|t| {
+                ["name", "owner", "state", "placer", "generation"]
+                    .iter()
+                    .map(|k| t[*k].clone())
+                    .collect()
+            })
+            .collect()
+    };
+    assert_eq!(fields(&api), fields(&cli), "{api}");
+    assert_eq!(
+        fields(&api)
+            .iter()
+            .map(|f| format!("{} of {}", f[0], f[1]))
+            .collect::<Vec<_>>(),
+        ["\"broken\" of \"admin\"", "\"live\" of \"alice\""],
+        "{api}"
+    );
+    let (status, _, body) = c.http_get("/api/topology?name=live");
+    assert!(status.contains("200"), "{status}: {body}");
+    let shown: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(shown["workers"][0]["pid"], pid, "{shown}");
+    let (status, _, body) = c.http_get("/api/topology?name=gone");
+    assert!(
+        status.contains("404") && body.contains("no topology named `gone`"),
+        "{status}: {body}"
+    );
+
+    let Some(bin) = chromium() else {
+        eprintln!(
+            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
+        );
+        return;
+    };
+    let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
+    let token = std::fs::read_to_string(c.data().join("read-token")).expect("read-token");
+    let ticket = login_ticket(addr.trim(), &format!("Bearer {}", token.trim()));
+    let mut b = Browser::start(bin, &c.dir.join("browser"));
+    b.navigate(&format!("http://{}/login?ticket={ticket}", addr.trim()));
+    let t = Duration::from_secs(30);
+    let row =
+        |name: &str| format!("document.querySelector('#topologies tr[data-topology=\"{name}\"]')");
+    let cell =
+        |name: &str, class: &str| format!("{}.querySelector('td.{class}').textContent", row(name));
+    b.wait_for(
+        "the panel with both topologies",
+        &format!(
+            "!document.getElementById('topologies-section').hidden && {} && {}",
+            row("live"),
+            row("broken")
+        ),
+        t,
+    );
+    assert_eq!(b.eval(&cell("live", "owner")), "alice");
+    assert_eq!(b.eval(&cell("live", "state")), "running");
+    assert_eq!(b.eval(&cell("live", "placer")), "one-phase");
+    assert_eq!(b.eval(&cell("live", "workers")), "1/1");
+    assert_eq!(b.eval(&cell("broken", "owner")), "admin");
+    // The list says a worker cannot start (looked at again every 5 s: an agent says it at
+    // every sync while it lasts).
+    b.wait_for(
+        "broken's row to say its worker cannot start",
+        &format!("{} === '0/1 1 cannot start'", cell("broken", "workers")),
+        t,
+    );
+    // The spout's rate reaches the panel (looked at again every 5 s), with the latency at the
+    // terminal bolt.
+    b.wait_for(
+        "live's throughput",
+        &format!("Number({}) > 0", cell("live", "throughput")),
+        Duration::from_secs(40),
+    );
+    b.wait_for(
+        "live's latency",
+        &format!("{}.includes(' / ')", cell("live", "latency")),
+        t,
+    );
+
+    // A click on broken: its worker, highlighted, with its agent's reason.
+    b.eval(&format!("{}.click()", row("broken")));
+    let why = b.wait_for(
+        "broken's worker and why it cannot start",
+        "document.getElementById('topology-detail').dataset.topology === 'broken' && \
+         !document.getElementById('topology-detail').hidden && \
+         document.querySelector('#topology-workers tr.cannot-start td.start-error').textContent",
+        t,
+    );
+    let why = why.as_str().unwrap_or_default();
+    assert!(
+        why.starts_with("cannot start: its worker process exited")
+            && why.contains("no-such-corpus.txt"),
+        "{why}"
+    );
+    assert_eq!(
+        b.eval(
+            "document.querySelector('#topology-workers tr[data-worker=\"0\"] td.worker-node').textContent"
+        ),
+        "a"
+    );
+    assert!(
+        b.eval("document.getElementById('topology-title').textContent")
+            .as_str()
+            .is_some_and(
+                |t| t.starts_with("Topology broken (admin) — running, one-phase, generation 1")
+            ),
+    );
+    // A click on live: its running worker (pid, plain TCP links, no refused connection) and
+    // its executors' rates.
+    b.eval(&format!("{}.click()", row("live")));
+    b.wait_for(
+        "live's worker",
+        &format!(
+            "document.getElementById('topology-detail').dataset.topology === 'live' && \
+             document.querySelector('#topology-workers tr[data-worker=\"0\"] td.pid').textContent === '{pid}'"
+        ),
+        t,
+    );
+    let worker = b.eval(
+        "[...document.querySelectorAll('#topology-workers tr[data-worker=\"0\"] td')].map((td) => td.textContent)",
+    );
+    assert_eq!(worker[5], "tcp", "links: {worker}");
+    assert_eq!(worker[6], "0", "refused connections: {worker}");
+    assert_eq!(worker[7], "numbers#0, keep#0", "executors: {worker}");
+    assert_eq!(worker[8], "running", "{worker}");
+    assert_eq!(
+        b.eval("document.querySelectorAll('#topology-workers td.start-error').length"),
+        0,
+        "no start error on a running worker"
+    );
+    b.wait_for(
+        "the spout's and the bolt's rates",
+        "Number(document.querySelector('#topology-executors tr[data-executor=\"numbers#0\"] td.emitted').textContent) > 0 && \
+         Number(document.querySelector('#topology-executors tr[data-executor=\"keep#0\"] td.received').textContent) > 0",
+        Duration::from_secs(40),
+    );
+    c.ok(&["topology", "kill", "live"]);
+    c.ok(&["topology", "kill", "broken"]);
 }

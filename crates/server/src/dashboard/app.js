@@ -447,6 +447,121 @@ function loadUsers() {
     .finally(() => { if (!usersPoll && !stopAfter) usersPoll = setInterval(loadUsers, 10000); });
 }
 
+// ---------------------------------------------------------------- stream topologies
+
+// Tuples/s: whole numbers from 100 on, one decimal below.
+const perS = (x) => { const v = Number(x) || 0; return v >= 100 ? Math.round(v).toString() : v.toFixed(1); };
+// A latency in µs, as µs, ms or s.
+function micros(us) {
+  if (us < 1000) return `${us} µs`;
+  if (us < 1e6) return `${(us / 1000).toFixed(1)} ms`;
+  return `${(us / 1e6).toFixed(2)} s`;
+}
+// A worker's links to the other workers: TLS on a cluster that runs it, else plain TCP
+// (authenticated by the worker key, not encrypted); "-" until it reports.
+const links = (w) => (w.encrypted === true ? "tls" : w.encrypted === false ? "tcp" : "-");
+// Workers their agents cannot start: `start_error` says why, as the agent said it.
+const cannotStart = (t) => (t.workers || []).filter((w) => w.start_error);
+
+const topoView = { selected: null, seq: 0 };
+
+// A row of the Topologies table: `/api/topologies`' document of one topology (the JSON of
+// `hetsched topology list --output json`).
+function topologyRow(t) {
+  const workers = t.workers || [];
+  const failing = cannotStart(t);
+  const badge = failing.length
+    ? ` <span class="badge cannot-start" title="${esc(failing.map((w) => `worker ${w.worker} on ${w.node}: ${w.start_error}`).join("\n"))}">${failing.length} cannot start</span>` : "";
+  const draining = t.workers_draining
+    ? ` <span class="badge" title="workers of an earlier placement handing their executors' state over">+${t.workers_draining} draining</span>` : "";
+  const moves = t.reschedules || [];
+  const latency = t.latency_count ? `${micros(t.latency_p50_us)} / ${micros(t.latency_p99_us)}` : "-";
+  const cell = (c, v, title) => `<td class="num ${c}"${title ? ` title="${esc(title)}"` : ""}>${v}</td>`;
+  return `<td class="name">${esc(t.name)}</td><td class="owner">${esc(t.owner)}</td><td class="state state-${esc(t.state)}">${esc(t.state)}</td><td class="placer">${esc(t.placer)}</td>`
+    + cell("generation", t.generation)
+    + `<td class="workers">${t.workers_running}/${workers.length}${draining}${badge}</td>`
+    + cell("nodes-used", t.nodes_used, `of ${t.nodes_alive} live node(s)`)
+    + cell("throughput", perS(t.throughput_tuples_per_s))
+    + cell("inter-node", perS(t.inter_node_tuples_per_s))
+    + cell("latency", latency)
+    + cell("reschedules", moves.length, moves.slice(-5).map((r) => r.cause).join(", "));
+}
+
+// The Topologies panel, shown when the server has any (killed ones stay listed, as in
+// `hetsched topology list`).
+function renderTopologies(list) {
+  $("topologies-section").hidden = list.length === 0;
+  const body = $("topologies").querySelector("tbody");
+  body.innerHTML = "";
+  for (const t of list) {
+    const tr = document.createElement("tr");
+    tr.className = "clickable"; tr.dataset.topology = t.name; tr.innerHTML = topologyRow(t);
+    tr.classList.toggle("selected", t.name === topoView.selected);
+    tr.addEventListener("click", () => selectTopology(t.name));
+    body.appendChild(tr);
+  }
+  $("topologies").dataset.loaded = "1";
+  if (topoView.selected !== null && !list.some((t) => t.name === topoView.selected)) {
+    topoView.selected = null;
+    $("topology-detail").hidden = true;
+  }
+}
+
+// One topology (`/api/topology?name=`, the JSON of `hetsched topology show --output json`): its
+// workers — where each runs, its links, the connections it refused, and why its agent cannot
+// start it when it cannot — and its executors' rates.
+function renderTopology(t) {
+  const workers = t.workers || [];
+  $("topology-title").textContent = `Topology ${t.name} (${t.owner}) — ${t.state}, ${t.placer}, generation ${t.generation}: `
+    + `${t.workers_running}/${workers.length} worker(s) running on ${t.nodes_used} node(s), ${perS(t.throughput_tuples_per_s)} tuples/s from its spouts`;
+  const moves = t.reschedules || [];
+  $("topology-reschedules").textContent = moves.length
+    ? `${moves.length} reschedule(s), latest first: ` + moves.slice(-5).reverse().map((r) =>
+      `${r.cause} at ${new Date(r.at_ns / 1e6).toLocaleTimeString()} → generation ${r.generation} on ${r.nodes} node(s), gain ${(100 * r.gain).toFixed(0)} %`).join(" · ")
+    : "never rescheduled";
+  const status = (w) => (w.start_error
+    ? `<td class="start-error" title="why its agent cannot start it (hetsched topology show)">cannot start: ${esc(w.start_error)}</td>`
+    : `<td class="status">${t.state !== "running" ? "stopped" : w.pid ? "running" : "starting"}</td>`);
+  $("topology-workers").querySelector("tbody").innerHTML = workers.map((w) =>
+    `<tr data-worker="${w.worker}" class="${w.start_error ? "cannot-start" : ""}"><td>${w.worker}</td><td class="worker-node">${esc(w.node)}</td>`
+    + `<td class="num">${w.process}</td><td class="num pid">${w.pid ?? "-"}</td><td class="addr">${esc(w.addr || "-")}</td>`
+    + `<td class="links">${links(w)}</td><td class="num refused">${w.refused_connections ?? "-"}</td>`
+    + `<td class="msg">${esc((w.executors || []).join(", "))}</td>${status(w)}</tr>`).join("")
+    || `<tr><td colspan="9">not placed yet: no live node may run it</td></tr>`;
+  $("topology-executors").querySelector("tbody").innerHTML = (t.executors || []).map((e) =>
+    `<tr data-executor="${esc(e.executor)}"><td>${esc(e.executor)}</td><td>${esc(e.node || "-")}</td>`
+    + `<td class="num">${e.running_in_worker ?? "-"}</td><td class="num">${e.pid ?? "-"}</td>`
+    + `<td class="num received">${perS(e.received_per_s)}</td><td class="num emitted">${perS(e.emitted_per_s)}</td>`
+    + `<td class="num cpu">${(Number(e.cpu_percent) || 0).toFixed(0)} %</td></tr>`).join("");
+  $("topology-detail").dataset.topology = t.name;
+  $("topology-detail").hidden = false;
+}
+
+async function loadTopology() {
+  const name = topoView.selected;
+  if (name === null) return;
+  const seq = ++topoView.seq;
+  const t = await api(`/api/topology?name=${encodeURIComponent(name)}`);
+  // Another topology was clicked meanwhile: its answer is the one to show.
+  if (seq === topoView.seq && name === topoView.selected) renderTopology(t);
+}
+
+function selectTopology(name) {
+  topoView.selected = name;
+  for (const tr of $("topologies").querySelectorAll("tbody tr")) tr.classList.toggle("selected", tr.dataset.topology === name);
+  loadTopology().catch((e) => console.error(e));
+}
+
+// The topologies (and the one clicked), looked at every 5 s — not in a `#events=N` snapshot
+// (whose network must go idle).
+let topologiesPoll = null;
+function loadTopologies() {
+  api("/api/topologies")
+    .then((list) => { renderTopologies(list); return loadTopology(); })
+    .catch((e) => console.error(e))
+    .finally(() => { if (!topologiesPoll && !stopAfter) topologiesPoll = setInterval(loadTopologies, 5000); });
+}
+
 // ---------------------------------------------------------------- start
 
 initCharts();
@@ -462,6 +577,7 @@ api("/api/nodes").then((nodes) => liveState.events ? null : renderNodes(nodes.ma
 const stopAfter = parseInt((location.hash.match(/events=(\d+)/) || [])[1] || "0", 10);
 loadAllocations();
 loadUsers();
+loadTopologies();
 const events = new EventSource("/api/events");
 events.addEventListener("tick", (m) => {
   try { onTick(JSON.parse(m.data)); } catch (e) { console.error(e); }
