@@ -1518,7 +1518,11 @@ impl Topology {
         let mut saves = Vec::new();
         let mut traffic_saves = Vec::new();
         for run in inner.runs.values_mut() {
-            run.roll_window(now);
+            // A killed topology's rates stay zero: what its window held before the kill is not
+            // a rate of it any more (`kill` cleared what it shows).
+            if run.rec.state == "running" {
+                run.roll_window(now);
+            }
             let alive = admitted(alive.clone(), &inner.nodes, &run.topo.topology.requires);
             let busy = background(&self.held, &self.in_use, &run.rec.name);
             // Placements use the nodes not drained; with none of those, a topology stays

@@ -649,3 +649,55 @@ fn a_worker_its_agent_cannot_start_shows_why_until_it_runs() {
     sync(&mut s, vec![running_worker(1)]);
     assert!(shown(&s).is_null());
 }
+
+/// A killed topology moves no tuple: its status shows no rate, even after the controller's
+/// tick rolls the window that held its last reports.
+#[test]
+fn a_killed_topology_shows_no_rate_after_the_next_window() {
+    use hetsched_stream::WorkerReport;
+    use hetsched_stream::metrics::{ExecutorReport, LatencySummary, PairCount};
+    let dir = scratch("killed-rates");
+    let mut s = open(&dir);
+    common::register(&mut s, "n", 4);
+    sync(&mut s, vec![]);
+    s.topology_submit(submission()).expect("submit");
+    let report = |tuples: u64| WorkerReport {
+        worker: 0,
+        at_ns: hetsched_server::state::now_ns(),
+        pairs: vec![PairCount {
+            from: 0,
+            to: 2,
+            tuples,
+        }],
+        executors: vec![ExecutorReport {
+            executor: 0,
+            name: "numbers#0".into(),
+            cpu_ns: tuples * 1_000,
+            emitted: tuples,
+            received: 0,
+            acked: 0,
+            failed: 0,
+            done: false,
+            started_ns: 1,
+        }],
+        remote_out: 0,
+        remote_in: 0,
+        dropped: 0,
+        latency: LatencySummary::default(),
+        rss_bytes: 0,
+        encrypted: false,
+        refused_connections: 0,
+    };
+    let mut worker = running_worker(1);
+    worker.report = Some(report(10));
+    sync(&mut s, vec![worker.clone()]);
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    worker.report = Some(report(1_000));
+    sync(&mut s, vec![worker]);
+    s.topology_kill("pipe").expect("killed");
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    s.topology_tick().expect("tick");
+    let shown = s.topology_show("pipe").expect("show");
+    assert_eq!(shown["throughput_tuples_per_s"], 0.0, "{shown}");
+    assert_eq!(shown["inter_node_tuples_per_s"], 0.0, "{shown}");
+}
