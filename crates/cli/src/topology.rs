@@ -1,6 +1,6 @@
 //! `hetsched topology …`: long-running stream topologies on the runtime (issue 16, spec 04) —
-//! `submit FILE`, `list`, `show NAME`, `log NAME`, `kill NAME`, `rebalance NAME` — and the hidden
-//! `hetsched stream-worker --config FILE`, the worker process agents start
+//! `submit FILE`, `list`, `show NAME`, `log NAME`, `kill NAME`, `rebalance NAME`, `purge NAME` —
+//! and the hidden `hetsched stream-worker --config FILE`, the worker process agents start
 //! (`hetsched_stream::process`).
 
 use anyhow::{Context, bail};
@@ -33,6 +33,9 @@ pub enum TopologyCommand {
     Kill(Named),
     /// Place a topology again now from its measured traffic (applied if it changes).
     Rebalance(Named),
+    /// Forget a killed topology: its record and traffic leave the server's store and its name
+    /// is free (the `[retention]` rule's `keep_finished` does this by itself).
+    Purge(Named),
 }
 
 /// Options of `topology submit`.
@@ -323,6 +326,19 @@ async fn run_async(cmd: TopologyCommand) -> anyhow::Result<()> {
             print_status(&status_of(&r)?, a.client.output)?;
         }
         TopologyCommand::Log(a) => worker_log(a).await?,
+        TopologyCommand::Purge(a) => {
+            let mut api = connect(&a.client).await?;
+            let r = api
+                .purge_topology(pb::TopologyName { name: a.name })
+                .await
+                .map_err(refused)?
+                .into_inner();
+            if a.client.output == Output::Json {
+                println!("{}", serde_json::json!({ "purged": r.name }));
+            } else {
+                println!("topology {} purged", r.name);
+            }
+        }
         TopologyCommand::Kill(a) => {
             let mut api = connect(&a.client).await?;
             let r = api

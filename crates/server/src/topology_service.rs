@@ -227,6 +227,20 @@ impl pb::topology_client_server::TopologyClient for ClientService {
         };
         self.2.read_from(&node, req).await.map(Response::new)
     }
+    async fn purge_topology(
+        &self,
+        r: Request<pb::TopologyName>,
+    ) -> Result<Response<pb::PurgeTopologyReply>, Status> {
+        let who = crate::service::caller(&r)?;
+        let name = r.into_inner().name;
+        with_state(&self.0, &self.1, Run::Blocking, move |s| {
+            let _audit = who.span();
+            s.check_topology_owner(&who.name, &name, "purge it")?;
+            s.topology_purge(&name)?;
+            Ok(pb::PurgeTopologyReply { name })
+        })
+        .await
+    }
     async fn show_topology(
         &self,
         r: Request<pb::TopologyName>,

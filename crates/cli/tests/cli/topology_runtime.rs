@@ -1216,4 +1216,10 @@ rate = 5.0
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Killed, it is purged on request: no longer listed.
+    assert_eq!(
+        c.ok(&["topology", "purge", "talk"]),
+        "topology talk purged\n"
+    );
+    assert!(!c.ok(&["topology", "list"]).contains("talk"));
 }

@@ -145,6 +145,10 @@ pub struct Record {
     /// last reports said, so `topology show` still tells what it did.
     #[serde(default)]
     pub final_tuples: Option<(u64, u64)>,
+    /// When it was killed, ns since the Unix epoch (`None`: running, or killed before this was
+    /// recorded — its submission time then stands for it in the retention rule).
+    #[serde(default)]
+    pub killed_ns: Option<u64>,
 }
 
 /// A placement by node name.
@@ -272,6 +276,8 @@ struct Inner {
     dirty: BTreeSet<String>,
     /// Latest traffic lists not yet written: name → (at ns, traffic, node loads).
     traffic_dirty: BTreeMap<String, (u64, Vec<ExecutorPair>, serde_json::Value)>,
+    /// Killed topologies purged since the last commit (their rows are deleted in it).
+    purged: BTreeSet<String>,
     /// Nodes the state's registry declared dead (the dead-node path) or that were removed.
     down: BTreeSet<String>,
     /// Nodes an operator drained (`hetsched node drain`): alive, but no placement uses them.
@@ -1169,6 +1175,7 @@ impl Topology {
             reschedules: Vec::new(),
             submitted_ns: now_ns(),
             final_tuples: None,
+            killed_ns: None,
         };
         let mut run = Run::new(rec, topo, self.cfg.core_now());
         let live = self.cfg.alive(inner);
@@ -1263,6 +1270,7 @@ impl Topology {
         let run = inner.runs.get_mut(name).ok_or_else(|| not_found(name))?;
         run.rec.state = "killed".into();
         run.rec.final_tuples = Some(tuples_passed(run));
+        run.rec.killed_ns = Some(now_ns());
         // Its workers stop at their agents' next sync; none is reported from now on, and no
         // tuple flows: the last window's rates are not its rates any more.
         run.live.clear();
@@ -1270,6 +1278,36 @@ impl Topology {
         inner.dirty.insert(name.to_string());
         let run = inner.runs.get(name).ok_or_else(|| not_found(name))?;
         Ok(self.cfg.status(inner, run))
+    }
+
+    /// Forgets killed topology `name` (`hetsched topology purge`, the `[retention]` rule): its
+    /// record and traffic rows are deleted in this event's commit. A running one is refused.
+    pub fn purge(&mut self, name: &str) -> Result<(), TopologyError> {
+        let inner = &mut self.inner;
+        let run = inner.runs.get(name).ok_or_else(|| not_found(name))?;
+        if run.rec.state == "running" {
+            return Err(TopologyError::Precondition(format!(
+                "topology `{name}` is running: kill it first (`hetsched topology kill {name}`)"
+            )));
+        }
+        inner.runs.remove(name);
+        inner.dirty.remove(name);
+        inner.traffic_dirty.remove(name);
+        inner.purged.insert(name.to_string());
+        Ok(())
+    }
+
+    /// The killed topologies killed at or before `cutoff_ns` (ns since the Unix epoch), by name.
+    pub fn killed_before(&self, cutoff_ns: u64) -> Vec<String> {
+        self.inner
+            .runs
+            .values()
+            .filter(|r| {
+                r.rec.state == "killed"
+                    && r.rec.killed_ns.unwrap_or(r.rec.submitted_ns) <= cutoff_ns
+            })
+            .map(|r| r.rec.name.clone())
+            .collect()
     }
 
     /// Places a topology again now from the measured traffic (the user's `rebalance`), applying
@@ -1948,7 +1986,9 @@ impl JobKind for Topology {
     }
 
     fn has_changes(&self) -> bool {
-        !self.inner.dirty.is_empty() || !self.inner.traffic_dirty.is_empty()
+        !self.inner.dirty.is_empty()
+            || !self.inner.traffic_dirty.is_empty()
+            || !self.inner.purged.is_empty()
     }
 
     fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
@@ -1968,12 +2008,17 @@ impl JobKind for Topology {
                 rusqlite::params![name, *at as i64, t, loads.to_string()],
             )?;
         }
+        for name in &self.inner.purged {
+            tx.execute("DELETE FROM topologies WHERE name = ?1", [name])?;
+            tx.execute("DELETE FROM topology_traffic WHERE name = ?1", [name])?;
+        }
         Ok(())
     }
 
     fn committed(&mut self) {
         self.inner.dirty.clear();
         self.inner.traffic_dirty.clear();
+        self.inner.purged.clear();
     }
 
     fn counts(&self) -> TaskCounts {

@@ -1069,6 +1069,16 @@ impl State {
                 self.on_purge(&sel)?;
             }
         }
+        // Killed topologies, `keep_finished` after their kill.
+        if let Some(keep) = self.config.retention.as_ref().and_then(|r| r.keep_finished) {
+            let purged = self.purge_killed_topologies(keep.0)?;
+            if purged > 0 {
+                info!(
+                    topologies = purged,
+                    "killed topologies purged by the retention rule"
+                );
+            }
+        }
         Ok(())
     }
 

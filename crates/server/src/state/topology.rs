@@ -158,6 +158,27 @@ impl State {
         Ok(self.with_owner(v))
     }
 
+    /// `hetsched topology purge NAME`: a killed topology is forgotten — its record, traffic
+    /// list and owner leave the store in one transaction, and its name is free for anyone.
+    pub fn topology_purge(&mut self, name: &str) -> Result<(), StateError> {
+        self.topology_event(true, |t, users| {
+            t.purge(name)?;
+            users.stage_topology_owner(name, crate::users::ADMIN);
+            Ok(())
+        })
+    }
+
+    /// The `[retention]` rule's `keep_finished` for topologies: those killed longer ago than
+    /// `keep_ns` are purged, one event each. Returns how many.
+    pub fn purge_killed_topologies(&mut self, keep_ns: u64) -> Result<usize, StateError> {
+        let cutoff = crate::state::now_ns().saturating_sub(keep_ns);
+        let names = self.jobs.topology.killed_before(cutoff);
+        for name in &names {
+            self.topology_purge(name)?;
+        }
+        Ok(names.len())
+    }
+
     /// `hetsched topology rebalance NAME`.
     pub fn topology_rebalance(&mut self, name: &str) -> Result<serde_json::Value, StateError> {
         let v = self.topology_event(true, |t, _| t.rebalance(name))?;

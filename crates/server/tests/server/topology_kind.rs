@@ -701,3 +701,44 @@ fn a_killed_topology_shows_no_rate_after_the_next_window() {
     assert_eq!(shown["throughput_tuples_per_s"], 0.0, "{shown}");
     assert_eq!(shown["inter_node_tuples_per_s"], 0.0, "{shown}");
 }
+
+/// `hetsched topology purge NAME` forgets a killed topology — its record, traffic and owner
+/// leave the store, so a restart does not bring it back and its name is free for anyone — and
+/// refuses a running one; the `[retention]` rule's `keep_finished` purges killed topologies by
+/// itself.
+#[test]
+fn a_killed_topology_is_purged_by_hand_or_by_the_retention_rule_and_its_name_is_free() {
+    let dir = scratch("purge");
+    let mut s = open(&dir);
+    s.on_add_user("alice", false).expect("alice");
+    common::register(&mut s, "n", 4);
+    sync(&mut s, vec![]);
+    s.topology_submit_as(submission(), "alice")
+        .expect("alice's");
+    let e = s.topology_purge("pipe").expect_err("running");
+    assert!(e.to_string().contains("is running: kill it first"), "{e}");
+    s.topology_kill("pipe").expect("killed");
+    s.topology_purge("pipe").expect("purged");
+    assert_eq!(s.topology_list().as_array().map(Vec::len), Some(0));
+    let e = s.topology_purge("pipe").expect_err("gone");
+    assert!(e.to_string().contains("pipe"), "{e}");
+    drop(s);
+    let mut s = open(&dir);
+    assert_eq!(
+        s.topology_list().as_array().map(Vec::len),
+        Some(0),
+        "a restart does not bring it back"
+    );
+    // Its name is free: the admin (or another user) may take it.
+    s.topology_submit(submission()).expect("the admin's now");
+    assert_eq!(s.topology_show("pipe").expect("show")["owner"], "admin");
+    // The retention rule: killed longer ago than `keep_finished`.
+    s.topology_kill("pipe").expect("killed");
+    assert_eq!(
+        s.purge_killed_topologies(3_600_000_000_000).expect("kept"),
+        0
+    );
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(s.purge_killed_topologies(10_000_000).expect("purged"), 1);
+    assert_eq!(s.topology_list().as_array().map(Vec::len), Some(0));
+}
