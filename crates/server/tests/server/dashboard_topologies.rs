@@ -7,7 +7,7 @@
 //! parameter — too long being longer than a submission may give, which is refused too.
 
 use crate::common;
-use crate::http::get_with;
+use crate::http::{get_json, get_status as get};
 use hetsched_proto as pb;
 use hetsched_proto::client_client::ClientClient;
 use hetsched_proto::topology_agent_client::TopologyAgentClient;
@@ -15,7 +15,6 @@ use hetsched_proto::topology_client_client::TopologyClientClient;
 use hetsched_server::ServerConfig;
 use hetsched_server::jobs::topology::MAX_NAME;
 use serde_json::Value;
-use std::net::SocketAddr;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
@@ -51,26 +50,6 @@ fn submission(name: &str) -> pb::SubmitTopologyRequest {
         max_utilisation: 0.9,
         ..Default::default()
     }
-}
-
-/// `GET path` with `token` (none: no `Authorization`): the status code and the body.
-async fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let raw = get_with(addr, path, &auth).await;
-    let code = raw
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    (code, body.to_string())
-}
-
-/// `GET path` with `token`, which must answer 200 with JSON: the JSON.
-async fn get_json(addr: SocketAddr, path: &str, token: &str) -> Value {
-    let (code, body) = get(addr, path, Some(token)).await;
-    assert_eq!(code, 200, "{path}: {body}");
-    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
 }
 
 /// Node `n`'s worker sync: the workers it runs and those it cannot start.

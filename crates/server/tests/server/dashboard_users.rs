@@ -6,14 +6,13 @@
 //! span 400 naming its parameter.
 
 use crate::common;
-use crate::http::get_with;
+use crate::http::{get_json, get_status as get};
 use hetsched_proto as pb;
 use hetsched_proto::client_client::ClientClient;
 use hetsched_server::ServerConfig;
 use hetsched_server::accounting::{date, today};
 use hetsched_server::config::FairShareConfig;
 use serde_json::Value;
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
@@ -25,26 +24,6 @@ fn api(channel: &Channel, token: &str) -> Api {
         channel.clone(),
         pb::TokenInterceptor::new(token).expect("ascii token"),
     )
-}
-
-/// `GET path` with `token` (none: no `Authorization`): the status code and the body.
-async fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let raw = get_with(addr, path, &auth).await;
-    let code = raw
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    (code, body.to_string())
-}
-
-/// `GET path` with `token`, which must answer 200 with JSON: the JSON.
-async fn get_json(addr: SocketAddr, path: &str, token: &str) -> Value {
-    let (code, body) = get(addr, path, Some(token)).await;
-    assert_eq!(code, 200, "{path}: {body}");
-    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
 }
 
 /// The row of `name` in `/api/users`' `users`.

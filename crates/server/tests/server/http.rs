@@ -31,6 +31,26 @@ pub(crate) async fn get_with(addr: SocketAddr, path: &str, headers: &str) -> Str
         .expect("the HTTP listener answers within 10 s")
 }
 
+/// `GET path` with `token` (none: no `Authorization`): the status code and the body.
+pub(crate) async fn get_status(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let raw = get_with(addr, path, &auth).await;
+    let code = raw
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (code, body.to_string())
+}
+
+/// `GET path` with `token`, which must answer 200 with JSON: the JSON.
+pub(crate) async fn get_json(addr: SocketAddr, path: &str, token: &str) -> serde_json::Value {
+    let (code, body) = get_status(addr, path, Some(token)).await;
+    assert_eq!(code, 200, "{path}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
+}
+
 /// A server on loopback with its HTTP listener, in a fresh data directory named after `name`.
 async fn with_http(name: &str) -> (hetsched_server::ServerHandle, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("hetsched-{name}-{}", std::process::id()));
