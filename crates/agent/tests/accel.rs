@@ -35,6 +35,19 @@ async fn anode(devices: u32) -> (Pipeline, AccelListener, PathBuf) {
     anode_with(devices, false).await
 }
 
+/// A one-device pipeline of ANode `anode-1` staging in `work`, as the agent's own user.
+fn pipeline(work: &Path) -> Pipeline {
+    Pipeline::start(
+        "anode-1",
+        1,
+        work,
+        Default::default(),
+        DEFAULT_KILL_GRACE,
+        false,
+    )
+    .unwrap()
+}
+
 /// [`anode`], with `run_as_owner` as given.
 async fn anode_with(devices: u32, run_as_owner: bool) -> (Pipeline, AccelListener, PathBuf) {
     let work = temp("anode");
@@ -329,16 +342,7 @@ async fn a_broken_transfer_is_retried_with_the_same_attempt() {
         async move { ship_plain(&c, &assignment(5, 0, 3), &s, &dir).await }
     });
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let work = temp("late-anode");
-    let p = Pipeline::start(
-        "anode-1",
-        1,
-        &work,
-        Default::default(),
-        DEFAULT_KILL_GRACE,
-        false,
-    )
-    .unwrap();
+    let p = pipeline(&temp("late-anode"));
     let _l = AccelListener::bind(port, p, TOKEN, None).await.unwrap();
     let r = shipped.await.unwrap();
     assert!(r.success, "{r:?}");
@@ -398,16 +402,7 @@ async fn when_the_requester_goes_away_the_anode_kills_the_task_and_drops_its_res
 async fn the_service_speaks_tls_with_a_certificate_and_the_nnode_verifies_it() {
     let tls = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/tls");
     let read = |f: &str| std::fs::read(tls.join(f)).unwrap();
-    let work = temp("tls-anode");
-    let p = Pipeline::start(
-        "anode-1",
-        1,
-        &work,
-        Default::default(),
-        DEFAULT_KILL_GRACE,
-        false,
-    )
-    .unwrap();
+    let p = pipeline(&temp("tls-anode"));
     let l = AccelListener::bind(
         "127.0.0.1:0".parse().unwrap(),
         p,

@@ -77,10 +77,8 @@ async fn the_dashboard_lists_every_topology_with_its_owner_state_and_workers_sta
         dead_timeout: hetsched_core::input::Duration(600_000_000_000),
         ..Default::default()
     };
-    let (server, channel) = common::serve(config).await;
-    let http = server.http_addr.expect("an HTTP listener");
-    let read_token = std::fs::read_to_string(d.join("read-token")).expect("read-token");
-    let (admin_token, read_token) = (server.token.clone(), read_token.trim().to_string());
+    let (server, channel, http, read_token) = common::serve_http(config).await;
+    let admin_token = server.token.clone();
     let mut admin = ClientClient::with_interceptor(
         channel.clone(),
         pb::TokenInterceptor::new(&admin_token).expect("ascii token"),

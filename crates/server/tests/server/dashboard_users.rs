@@ -59,10 +59,8 @@ async fn the_dashboard_shows_each_users_caps_holdings_jobs_and_accounts_to_whom_
         dead_timeout: hetsched_core::input::Duration(600_000_000_000),
         ..Default::default()
     };
-    let (server, channel) = common::serve(config).await;
-    let http = server.http_addr.expect("an HTTP listener");
-    let read_token = std::fs::read_to_string(d.join("read-token")).expect("read-token");
-    let (admin_token, read_token) = (server.token.clone(), read_token.trim().to_string());
+    let (server, channel, http, read_token) = common::serve_http(config).await;
+    let admin_token = server.token.clone();
     let mut admin = api(&channel, &admin_token);
     let add = |name: &str, max_cores, shares| pb::AddUserRequest {
         name: name.into(),

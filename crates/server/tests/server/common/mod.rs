@@ -200,6 +200,23 @@ pub fn agent_token(server: &hetsched_server::ServerHandle) -> pb::TokenIntercept
     pb::TokenInterceptor::new(&server.agent_token).expect("ascii token")
 }
 
+/// [`serve`] of a `config` with an HTTP listener: the server, its channel, the listener's
+/// address and the read-only token (`DATA_DIR/read-token`).
+pub async fn serve_http(
+    config: hetsched_server::ServerConfig,
+) -> (
+    hetsched_server::ServerHandle,
+    tonic::transport::Channel,
+    std::net::SocketAddr,
+    String,
+) {
+    let dir = config.data_dir.clone();
+    let (server, channel) = serve(config).await;
+    let http = server.http_addr.expect("an HTTP listener");
+    let read_token = std::fs::read_to_string(dir.join("read-token")).expect("read-token");
+    (server, channel, http, read_token.trim().to_string())
+}
+
 /// An agent client of `server` over `channel`, with node `name` (`cores` cores, `memory_bytes`)
 /// registered through it: the client and the node's id.
 pub async fn agent_of(
