@@ -1505,20 +1505,18 @@ impl Divisible {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
-
-    /// Whether chunk `chunk` of job `job` is out to the agent called `worker` (a pending
-    /// signal for it still has somewhere to go).
-    pub fn chunk_out_to(&self, job: u64, chunk: u64, worker: &str) -> bool {
-        self.jobs
-            .get(&job)
-            .and_then(|j| j.chunks.get(&chunk))
-            .is_some_and(|c| c.state == ChunkState::Out && c.worker == worker)
-    }
 }
 
 impl JobKind for Divisible {
     fn kind(&self) -> Kind {
         Kind::Divisible
+    }
+
+    fn chunk_out_to(&self, job: u64, chunk: u64, agent: &str) -> bool {
+        self.jobs
+            .get(&job)
+            .and_then(|j| j.chunks.get(&chunk))
+            .is_some_and(|c| c.state == ChunkState::Out && c.worker == agent)
     }
 
     /// `hetsched signal`: every chunk of `job` out to an agent whose node is known (its agent

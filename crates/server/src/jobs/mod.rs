@@ -483,6 +483,13 @@ pub trait JobKind: Send {
         )))
     }
 
+    /// Whether chunk `chunk` of `job` is out to the agent called `agent`: a pending signal for
+    /// it still has somewhere to go. Only kinds whose work runs as chunks (divisible jobs) hold
+    /// any.
+    fn chunk_out_to(&self, _job: u64, _chunk: u64, _agent: &str) -> bool {
+        false
+    }
+
     /// `hetsched resubmit JOB --failed`: the job's failed tasks run again, each as a new
     /// attempt with its retries counted afresh. Returns how many were queued. Kinds whose
     /// failures are handled while they run refuse.

@@ -1484,10 +1484,11 @@ impl State {
                 .nodes
                 .get(p.node)
                 .is_some_and(|n| n.running.contains(&p.task)),
-            job => self
-                .jobs
-                .divisible
-                .chunk_out_to(job, p.task, self.nodes.name(p.node)),
+            job => self.ids.kind(job).is_some_and(|k| {
+                self.jobs
+                    .of_kind(k)
+                    .chunk_out_to(job, p.task, self.nodes.name(p.node))
+            }),
         }
     }
 
