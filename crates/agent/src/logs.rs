@@ -145,29 +145,39 @@ impl AgentLogs for LogService {
                 r.stderr,
             )
         };
-        let (data, offset, size, exists, shown) = tokio::task::spawn_blocking(move || {
+        tokio::task::spawn_blocking(move || {
             let (path, owner) = match redirected_owned(&path) {
                 Ok(Some(p)) => p,
                 Ok(None) => (path, crate::workdir::euid()),
-                Err(e) => return Err(format!("{}: {e}", path.display())),
+                Err(e) => return Err(Status::internal(format!("{}: {e}", path.display()))),
             };
-            let shown = path.display().to_string();
-            read_page_as(owner, &path, r.offset, r.limit)
-                .map(|(data, offset, size, exists)| (data, offset, size, exists, shown.clone()))
-                .map_err(|e| format!("{shown}: {e}"))
+            page_reply(owner, &path, r.offset, r.limit)
         })
         .await
         .map_err(|e| Status::internal(e.to_string()))?
-        .map_err(Status::internal)?;
-        Ok(Response::new(pb::ReadLogReply {
-            data,
-            offset,
-            size,
-            exists,
-            path: shown,
-            ..Default::default()
-        }))
+        .map(Response::new)
     }
+}
+
+/// One page of `path`, read as `owner` ([`read_page_as`]), as the reply; an error names the
+/// file.
+fn page_reply(
+    owner: u32,
+    path: &Path,
+    offset: i64,
+    limit: u32,
+) -> Result<pb::ReadLogReply, Status> {
+    let shown = path.display().to_string();
+    let (data, offset, size, exists) = read_page_as(owner, path, offset, limit)
+        .map_err(|e| Status::internal(format!("{shown}: {e}")))?;
+    Ok(pb::ReadLogReply {
+        data,
+        offset,
+        size,
+        exists,
+        path: shown,
+        ..Default::default()
+    })
 }
 
 impl LogService {
@@ -205,18 +215,7 @@ impl LogService {
                         r.worker, r.topology
                     ))
                 })?;
-            let path = dir.join("worker.err");
-            let shown = path.display().to_string();
-            let (data, offset, size, exists) = read_page_as(owner, &path, r.offset, r.limit)
-                .map_err(|e| Status::internal(format!("{shown}: {e}")))?;
-            Ok(pb::ReadLogReply {
-                data,
-                offset,
-                size,
-                exists,
-                path: shown,
-                ..Default::default()
-            })
+            page_reply(owner, &dir.join("worker.err"), r.offset, r.limit)
         })
         .await
         .map_err(|e| Status::internal(e.to_string()))?
