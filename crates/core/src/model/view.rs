@@ -795,6 +795,58 @@ impl SchedulerView {
 
     /// Whether one task of `app` as `variant` fits on `node` now.
     pub fn fits(&self, app: AppId, node: NodeId, variant: Variant) -> bool {
+        let n = &self.nodes[node.index()];
+        self.fits_in(app, node, variant, n.free, |kind| n.free_devices(kind))
+    }
+
+    /// Whether one task of `app` as `variant` would fit on `node` once the running tasks
+    /// `freed` (placed there) ended: what they hold counts as free, their devices too. Every
+    /// other rule of [`SchedulerView::fits`] holds as it is now — the application's
+    /// `max_running`, its group's cap (the group's usage does not drop), the node's end — so
+    /// stopping `freed` starts the task and nothing else is bypassed (priority preemption,
+    /// [`crate::policy::batch::preempt`]).
+    pub fn fits_freeing(
+        &self,
+        app: AppId,
+        node: NodeId,
+        variant: Variant,
+        freed: &[&Assignment],
+    ) -> bool {
+        let Some(n) = self.nodes.get(node.index()) else {
+            return false;
+        };
+        let free = freed
+            .iter()
+            .filter(|a| a.node == node)
+            .fold(n.free, |sum, a| sum + a.request);
+        let accelerators = &n.node.accelerators;
+        let freed_devices = |kind: Option<&str>| {
+            freed
+                .iter()
+                .filter(|a| a.node == node)
+                .flat_map(|a| a.devices.iter())
+                .filter(|&&d| {
+                    accelerators
+                        .get(d as usize)
+                        .is_some_and(|acc| kind.is_none_or(|k| acc.kind == k))
+                })
+                .count() as u32
+        };
+        self.fits_in(app, node, variant, free, |kind| {
+            n.free_devices(kind) + freed_devices(kind)
+        })
+    }
+
+    /// [`SchedulerView::fits`] with `free` resources on `node` and `free_devices` of a kind.
+    #[inline]
+    fn fits_in(
+        &self,
+        app: AppId,
+        node: NodeId,
+        variant: Variant,
+        free: Resources,
+        free_devices: impl Fn(Option<&str>) -> u32,
+    ) -> bool {
         let (Some(a), n) = (self.apps.get(app.index()), &self.nodes[node.index()]) else {
             return false;
         };
@@ -814,7 +866,7 @@ impl SchedulerView {
         let Some(request) = a.app.request(variant) else {
             return false;
         };
-        if !n.free.fits(&request) {
+        if !free.fits(&request) {
             return false;
         }
         if !self.group_has_room(a.group, &request) {
@@ -828,7 +880,7 @@ impl SchedulerView {
         }
         match (variant, &a.app.gpu) {
             (Variant::Gpu, Some(gpu)) => {
-                !n.accel_held && n.free_devices(gpu.kind.as_deref()) >= request.gpus
+                !n.accel_held && free_devices(gpu.kind.as_deref()) >= request.gpus
             }
             (Variant::Cpu, Some(gpu)) => match a.accelerator {
                 AcceleratorNeed::None => true,

@@ -20,6 +20,7 @@ pub mod hadoop_model;
 pub mod hdas;
 pub mod multi_node;
 pub mod predict;
+pub mod preempt;
 
 use crate::model::{AppId, AppState, Assignment, NodeId, SchedulerView, Variant};
 use crate::time::Time;

@@ -9,6 +9,7 @@ mod pcddb_clusters;
 mod pcddb_figure3;
 mod pcddb_protocol;
 mod policies;
+mod preempt;
 mod properties;
 mod stream;
 mod task_files;
