@@ -19,6 +19,8 @@
 //! binding_slots = 1            # containers per node with binding = "container"
 //! prefetch = "auto"            # batch tasks a node may queue beyond its free cores: "auto"
 //!                              # (short tasks only, sized from measured run times), N cores, or 0
+//! preemption = "off"           # or "requeue": a batch task of a higher priority that fits
+//!                              # nowhere stops lower-priority batch tasks, which run again later
 //! [retention]                  # optional; finished jobs are kept forever without it
 //! keep_finished = "24h"        # purge a job this long after its last task ended
 //! keep_jobs = 1000             # purge all but the most recently finished 1000 jobs
@@ -111,6 +113,22 @@ pub struct ServerConfig {
     /// `[[allocation]]` queues: batch systems the server asks for nodes while batch work waits
     /// ([`crate::allocation`]).
     pub allocation: Vec<crate::allocation::QueueConfig>,
+    /// Priority preemption of batch tasks (`docs/runtime.md`, Preemption).
+    pub preemption: PreemptionMode,
+}
+
+/// What happens to running batch tasks when waiting batch work of a higher priority fits
+/// nowhere (the rule: `hetsched_core::policy::batch::preempt`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PreemptionMode {
+    /// Nothing running is stopped: higher priorities only go first as resources free up.
+    #[default]
+    Off,
+    /// The cheapest set of strictly lower-priority tasks on one node is stopped (their kill
+    /// grace, then SIGKILL) and put back at the front of their queues; a preempted attempt
+    /// counts neither as a failure nor against `max_attempts` (Slurm's `PreemptMode=REQUEUE`).
+    Requeue,
 }
 
 /// The node binding mode a server uses (spec 01; the rules are `hetsched_core::policy::binding`).
@@ -265,6 +283,7 @@ impl Default for ServerConfig {
             fair_share: None,
             prefetch: crate::state::prefetch::Setting::Auto,
             allocation: Vec::new(),
+            preemption: PreemptionMode::Off,
         }
     }
 }

@@ -466,6 +466,7 @@ impl From<TaskInfo> for pb::TaskInfo {
             exit_code: t.exit_code,
             message: t.message,
             failed_attempts: t.failed_attempts,
+            preemptions: t.preemptions,
             // Filled by the service from the agent that ran the task (`hetsched log`).
             output: String::new(),
             executed_node: t.executed_node,

@@ -50,6 +50,7 @@ pub struct Metrics {
     results_family: Family<Label, Counter>,
     results: [Counter; 3],
     lost: Counter,
+    preempted: Counter,
     cpu_family: Family<Label, Counter<f64, AtomicU64>>,
     cpu: [Counter<f64, AtomicU64>; 2],
     jobs_submitted: Counter,
@@ -74,6 +75,7 @@ impl Default for Metrics {
             results_family,
             results,
             lost: Counter::default(),
+            preempted: Counter::default(),
             cpu_family,
             cpu,
             jobs_submitted: Counter::default(),
@@ -119,6 +121,11 @@ impl Metrics {
         self.lost.inc();
     }
 
+    /// A running task was preempted (stopped for work of a higher priority) and re-queued.
+    pub fn preempted(&self) {
+        self.preempted.inc();
+    }
+
     /// A new job was stored.
     pub fn job_submitted(&self) {
         self.jobs_submitted.inc();
@@ -162,6 +169,12 @@ pub fn registry(metrics: &Metrics, state: Arc<Mutex<State>>, policy: &str) -> Re
         "tasks_lost",
         "Running tasks lost (their node died, or they vanished from it) and re-queued or failed",
         metrics.lost.clone(),
+    );
+    r.register(
+        "tasks_preempted",
+        "Running batch tasks stopped for waiting work of a higher priority and re-queued \
+         (`preemption = \"requeue\"`)",
+        metrics.preempted.clone(),
     );
     r.register(
         "jobs_submitted",

@@ -133,8 +133,12 @@ pub struct TaskRow {
     /// Why it failed.
     pub message: String,
     /// Attempts that failed (non-zero exit, failure to start, time limit) and were retried;
-    /// `attempt - failures` attempts were lost with their nodes or not finished yet.
+    /// `attempt - failures - preemptions` attempts were lost with their nodes or not finished
+    /// yet.
     pub failures: u32,
+    /// Attempts stopped for work of a higher priority and re-queued (`preemption =
+    /// "requeue"`): neither failures nor losses.
+    pub preemptions: u32,
     /// What the latest finished attempt used, if its agent measured it. Boxed: a row without
     /// (pending, running, or measured by no agent) costs one word, which keeps a million-task
     /// job's rows small.
@@ -158,6 +162,7 @@ impl TaskRow {
             exit_code: None,
             message: String::new(),
             failures: 0,
+            preemptions: 0,
             usage: None,
         }
     }
@@ -423,6 +428,7 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("users", "shares", "INTEGER NOT NULL DEFAULT 1"),
     // A signal for a divisible job's chunk: the job (0: `task` is a task).
     ("task_signals", "chunk_of", "INTEGER NOT NULL DEFAULT 0"),
+    ("tasks", "preemptions", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
 /// The indexes; `tasks_other_nodes` lists only multi-node tasks' rows, so finding them (a
@@ -433,7 +439,7 @@ CREATE INDEX IF NOT EXISTS tasks_other_nodes ON tasks(id) WHERE other_nodes != '
 
 const UPDATE_TASK: &str = "UPDATE tasks SET state=?1, attempt=?2, node=?3, variant=?4, devices=?5,
     started_ns=?6, finished_ns=?7, exit_code=?8, message=?9, failures=?10, cpu_user_ms=?11,
-    cpu_system_ms=?12, max_rss_bytes=?13 WHERE id=?14";
+    cpu_system_ms=?12, max_rss_bytes=?13, preemptions=?15 WHERE id=?14";
 
 /// Adds each (`table`, `column`, definition) of `columns` that `table` lacks: a column added
 /// after a store was created.
@@ -1160,7 +1166,8 @@ pub fn write_tasks<'a>(
             t.usage.as_ref().map(|u| u.cpu_user_ms as i64),
             t.usage.as_ref().map(|u| u.cpu_system_ms as i64),
             t.usage.as_ref().map(|u| u.max_rss_bytes as i64),
-            t.id as i64
+            t.id as i64,
+            t.preemptions
         ])?;
     }
     for job in cancelled_jobs {
@@ -1218,8 +1225,8 @@ impl StoreReader {
 /// The columns of a task row, in [`task_row`]'s order.
 const TASK_COLUMNS: &str =
     "SELECT id, app, idx, state, attempt, node, variant, devices, started_ns,
-    finished_ns, exit_code, message, failures, cpu_user_ms, cpu_system_ms, max_rss_bytes
-    FROM tasks";
+    finished_ns, exit_code, message, failures, cpu_user_ms, cpu_system_ms, max_rss_bytes,
+    preemptions FROM tasks";
 
 /// One row of a query on [`TASK_COLUMNS`].
 fn task_row(r: &rusqlite::Row) -> Result<TaskRow, StoreError> {
@@ -1238,6 +1245,7 @@ fn task_row(r: &rusqlite::Row) -> Result<TaskRow, StoreError> {
         exit_code: r.get(10)?,
         message: r.get(11)?,
         failures: r.get(12)?,
+        preemptions: r.get(16)?,
         usage: match (
             r.get::<_, Option<i64>>(13)?,
             r.get::<_, Option<i64>>(14)?,
@@ -1328,6 +1336,7 @@ mod tests {
             exit_code: None,
             message: String::new(),
             failures: 0,
+            preemptions: 0,
             usage: None,
         };
         {
@@ -1341,6 +1350,7 @@ mod tests {
             task.devices = vec![0, 2].into();
             task.exit_code = Some(0);
             task.failures = 2;
+            task.preemptions = 3;
             task.usage = Some(Box::new(TaskUsage {
                 cpu_user_ms: 61_000,
                 cpu_system_ms: 250,

@@ -17,7 +17,8 @@ use crate::state::StateError;
 use crate::state::prefetch::{AutoQueue, Observed, RunTimes, Setting};
 use crate::state::types::{
     AppInfo, BackedOffApp, Dispatch, HeartbeatReport, JobInfo, JobsPage, RunningAttempt,
-    RunningTask, Submission, Submitted, TaskCounts, TaskInfo, TaskResult, TaskSpec, TasksPage,
+    RunningTask, Submission, Submitted, TaskCounts, TaskInfo, TaskRef, TaskResult, TaskSpec,
+    TasksPage,
 };
 use crate::store::{
     JobRow, PurgedJob, Snapshot, StoreError, StoreReader, TaskRow, TaskState, TaskUsage,
@@ -26,6 +27,7 @@ use hetsched_core::input::limits;
 use hetsched_core::input::workload::{Command, MissingProfile, Workload, parse_workload};
 use hetsched_core::model::Slots;
 use hetsched_core::policy::batch::BatchPolicy;
+use hetsched_core::policy::batch::preempt::{Candidate, preempt_on};
 use hetsched_core::{
     AppId, Application, Assignment, Node, NodeId, NodeReport, Resources, TaskId, Variant,
 };
@@ -328,6 +330,9 @@ pub struct Batch {
     tasks: retention::TaskTable,
     /// Job id by submission key.
     max_attempts: u32,
+    /// `preemption = "requeue"`: waiting work of a higher priority that fits nowhere stops
+    /// lower-priority tasks ([`Batch::preempt`]).
+    preemption: bool,
     estimate: u64,
     /// The failing-node back-off (memory only).
     backoff: Backoff,
@@ -428,6 +433,7 @@ impl Batch {
             apps: Slots::default(),
             tasks: retention::TaskTable::from_touched(snap.tasks, &held)?,
             max_attempts: config.max_attempts.max(1),
+            preemption: config.preemption == crate::config::PreemptionMode::Requeue,
             estimate,
             backoff: Backoff::new(
                 config.start_failures,
@@ -1607,6 +1613,7 @@ fn task_info(t: &TaskRow, app: &str, job: u64, node: &str) -> TaskInfo {
         exit_code: t.exit_code.unwrap_or(-1),
         message: t.message.clone(),
         failed_attempts: t.failures,
+        preemptions: t.preemptions,
         // Filled by the state (accelerator sharing knows where it ran).
         executed_node: String::new(),
         usage: t.usage.as_deref().copied(),
@@ -1777,6 +1784,212 @@ impl Batch {
         if self.holds.remove(&id).is_some() {
             self.holds_changed.push(id);
         }
+    }
+
+    /// The policy fills node `nid`: each decision goes to the reply, what the reply has no room
+    /// for back to the front of its queue (then `true`: the agent beats again at once). With
+    /// `prefetch`, the policy sees the node with more free cores; tasks placed beyond its real
+    /// free cores are queued by the agent (crate::state::prefetch). Under "auto" the loan is
+    /// sized for the shortest measured pending variant, and each task placed in it must be of
+    /// a variant measured short and fit the node's time budget ([`AutoQueue`]); any other goes
+    /// back to its queue.
+    fn fill(&mut self, cx: &mut Ctx, nid: NodeId, out: &mut Outbox) -> bool {
+        let (lend, mut auto) = match cx.nodes.prefetch.setting() {
+            Setting::Cores(n) => (n, None),
+            Setting::Auto => {
+                let node_cores = cx.view.node(nid).node.cores;
+                let depth = cx
+                    .view
+                    .pending_apps()
+                    .filter_map(|p| self.apps.get(p.app.id.index()))
+                    .flat_map(|r| r.observed.iter().map(|o| o.run_times().depth()))
+                    .max()
+                    .unwrap_or(0);
+                (depth * node_cores, Some(AutoQueue::new(node_cores)))
+            }
+        };
+        let credit = cx.nodes.prefetch.open(cx.view, nid, lend);
+        let start = Instant::now();
+        let decisions = self.policy.on_node_update(cx.view, nid, cx.now);
+        cx.metrics.decision(start.elapsed());
+        let mut deferred: Vec<Assignment> = Vec::new();
+        let mut declined: Vec<Assignment> = Vec::new();
+        let mut used = 0u32;
+        for a in decisions {
+            if !deferred.is_empty() {
+                deferred.push(a);
+                continue;
+            }
+            let cores = a.request.cores;
+            let prefetched = used + cores > credit.free;
+            if prefetched && let Some(q) = auto.as_mut() {
+                let rt = self
+                    .apps
+                    .get(a.app.index())
+                    .map_or_else(RunTimes::default, |r| {
+                        r.observed[variant_code(a.variant) as usize].run_times()
+                    });
+                if !q.admit(rt, cores) {
+                    declined.push(a);
+                    continue;
+                }
+            }
+            if !self.offer_task(cx, &a, prefetched, out) {
+                deferred.push(a);
+                continue;
+            }
+            used += cores;
+        }
+        if !deferred.is_empty() {
+            // The last first, so they keep their order at the front of their queues.
+            for a in deferred.iter().rev() {
+                cx.view.requeue(a);
+            }
+            info!(
+                node = nid.0,
+                deferred = deferred.len(),
+                "reply size cap reached; the rest goes on the next heartbeat"
+            );
+            out.more();
+        }
+        // Not queueable (long, or not measured yet): back to the front of their queues, the
+        // last first so they keep their order.
+        for a in declined.iter().rev() {
+            cx.view.requeue(a);
+        }
+        cx.nodes.prefetch.close(cx.view, nid, credit);
+        !deferred.is_empty()
+    }
+
+    /// Offers the task `a` placed to the reply (with its spec the first time the node needs it)
+    /// and records it as running; `false`: the reply has no room for it (nothing changed).
+    fn offer_task(
+        &mut self,
+        cx: &mut Ctx,
+        a: &Assignment,
+        prefetched: bool,
+        out: &mut Outbox,
+    ) -> bool {
+        let Some(t) = self.tasks.get(a.task.0 as usize) else {
+            return true;
+        };
+        let key = self.spec_key_of(a.app.0, a.variant);
+        let d = Dispatch {
+            task_id: t.id,
+            attempt: t.attempt + 1,
+            index: t.index,
+            devices: a.devices.clone(),
+            spec: key,
+            workflow: None,
+            cores: a.request.cores,
+            prefetched,
+            nodes: Vec::new(),
+            // The task's position in its application (its index may come from `indices`).
+            entry: self.apps.get(a.app.index()).and_then(|r| {
+                let e = r.entries.as_ref()?;
+                e.get(usize::try_from(t.id.checked_sub(r.first_task)?).ok()?)
+                    .cloned()
+            }),
+        };
+        let spec = out
+            .needs_spec(key)
+            .then(|| self.task_spec(a.app.0, a.variant));
+        if out.offer(d, spec).is_err() {
+            return false;
+        }
+        self.mark_running(cx, a);
+        true
+    }
+
+    /// Priority preemption on node `nid` (`preemption = "requeue"`; the rule is
+    /// [`hetsched_core::policy::batch::preempt`]): stops the lower-priority tasks the rule
+    /// names — re-queued at once, their agent told in this reply to kill them (their kill
+    /// grace, then SIGKILL) — and places the waiting task on the room they leave, in this
+    /// reply too (the agent starts it once the stopped tasks' cores are free). Returns whether
+    /// it preempted.
+    fn preempt(&mut self, cx: &mut Ctx, nid: NodeId, out: &mut Outbox) -> bool {
+        let choice = {
+            let (view, nodes, tasks, holds) = (&*cx.view, &*cx.nodes, &self.tasks, &self.holds);
+            let running = |n: NodeId| -> Vec<Candidate> {
+                nodes.get(n.0).map_or_else(Vec::new, |rec| {
+                    rec.running
+                        .iter()
+                        .filter(|&&id| Kind::of(id) == Some(Kind::Batch))
+                        .filter_map(|&id| tasks.get(id as usize))
+                        .filter(|t| t.state == TaskState::Running && t.node == Some(n.0))
+                        .map(|t| Candidate {
+                            running: assignment_of(view, holds, t),
+                            started: t.started_ns,
+                        })
+                        .collect()
+                })
+            };
+            preempt_on(view, nid, cx.now, running)
+        };
+        let Some(p) = choice else {
+            return false;
+        };
+        let (job, app_name, priority) = self.apps.get(p.app.index()).map_or_else(
+            || (0, String::new(), 0),
+            |r| (r.job, r.name.clone(), cx.view.app(p.app).app.priority),
+        );
+        let why = format!(
+            "preempted for job {job} (`{app_name}`, priority {priority}), which fitted nowhere"
+        );
+        for v in &p.victims {
+            if let Some(stopped) = self.preempt_task(cx, v.running.task.0, &why) {
+                out.kill(stopped);
+            }
+        }
+        info!(
+            node = %cx.nodes.name(nid.0),
+            job,
+            app = %app_name,
+            stopped = p.victims.len(),
+            "lower-priority tasks preempted for waiting work"
+        );
+        match cx.view.assign(p.app, nid, p.variant) {
+            Some(a) => {
+                if !self.offer_task(cx, &a, false, out) {
+                    cx.view.requeue(&a);
+                    out.more();
+                }
+            }
+            // Cannot happen: the rule checked that the task fits once they stop. The stopped
+            // tasks run again; the node is filled as usual.
+            None => warn!(
+                node = nid.0,
+                job, "a preempted node has no room for the task it was preempted for"
+            ),
+        }
+        true
+    }
+
+    /// Stops running task `id` for work of a higher priority: it goes back to the front of its
+    /// queue at once (what it held comes back to its node) with `why` as its message, and the
+    /// attempt counts neither as a failure nor as lost. Returns the attempt its agent must kill.
+    fn preempt_task(&mut self, cx: &mut Ctx, id: u64, why: &str) -> Option<TaskRef> {
+        let t = self.tasks.get(id as usize)?;
+        if t.state != TaskState::Running {
+            return None;
+        }
+        let a = assignment_of(cx.view, &self.holds, t);
+        self.drop_hold(id);
+        cx.nodes.ended(a.node, id);
+        let t = &mut self.tasks[id as usize];
+        let stopped = TaskRef {
+            task_id: id,
+            attempt: t.attempt,
+        };
+        moved(&mut self.apps, t.app, t.state, TaskState::Pending);
+        t.state = TaskState::Pending;
+        t.preemptions += 1;
+        t.message = format!("attempt {} {why}; it runs again", t.attempt);
+        self.dirty.push(id);
+        cx.metrics.preempted();
+        self.requeue(cx, &a);
+        throttle_opened(cx, a.app);
+        Some(stopped)
     }
 
     /// Records task `a.task` as running where `a` placed it (its row, its node's registry).
@@ -2029,8 +2242,13 @@ impl JobKind for Batch {
         let t = &mut self.tasks[task as usize];
         self.dirty.push(task);
         cx.metrics.lost();
-        // Failed attempts were retried on purpose; only lost ones count against `max_attempts`.
-        if t.attempt.saturating_sub(t.failures) >= max {
+        // Failed attempts were retried on purpose and preempted ones were stopped for other
+        // work; only lost ones count against `max_attempts`.
+        if t.attempt
+            .saturating_sub(t.failures)
+            .saturating_sub(t.preemptions)
+            >= max
+        {
             moved(&mut self.apps, t.app, t.state, TaskState::Failed);
             t.state = TaskState::Failed;
             t.finished_ns = cx.now;
@@ -2121,101 +2339,12 @@ impl JobKind for Batch {
         if !open || cx.view.pending_apps().next().is_none() {
             return Ok(());
         }
-        let now = cx.now;
-        // With `prefetch`, the policy sees the node with more free cores; tasks placed beyond
-        // its real free cores are queued by the agent (crate::state::prefetch). Under "auto" the
-        // loan is sized for the shortest measured pending variant, and each task placed in it
-        // must be of a variant measured short and fit the node's time budget ([`AutoQueue`]);
-        // any other goes back to its queue.
-        let (lend, mut auto) = match cx.nodes.prefetch.setting() {
-            Setting::Cores(n) => (n, None),
-            Setting::Auto => {
-                let node_cores = cx.view.node(nid).node.cores;
-                let depth = cx
-                    .view
-                    .pending_apps()
-                    .filter_map(|p| self.apps.get(p.app.id.index()))
-                    .flat_map(|r| r.observed.iter().map(|o| o.run_times().depth()))
-                    .max()
-                    .unwrap_or(0);
-                (depth * node_cores, Some(AutoQueue::new(node_cores)))
-            }
-        };
-        let credit = cx.nodes.prefetch.open(cx.view, nid, lend);
-        let start = Instant::now();
-        let decisions = self.policy.on_node_update(cx.view, nid, now);
-        cx.metrics.decision(start.elapsed());
-        let mut deferred: Vec<Assignment> = Vec::new();
-        let mut declined: Vec<Assignment> = Vec::new();
-        let mut used = 0u32;
-        for a in decisions {
-            if !deferred.is_empty() {
-                deferred.push(a);
-                continue;
-            }
-            let Some(t) = self.tasks.get(a.task.0 as usize) else {
-                continue;
-            };
-            let key = self.spec_key_of(a.app.0, a.variant);
-            let cores = a.request.cores;
-            let prefetched = used + cores > credit.free;
-            if prefetched && let Some(q) = auto.as_mut() {
-                let rt = self
-                    .apps
-                    .get(a.app.index())
-                    .map_or_else(RunTimes::default, |r| {
-                        r.observed[variant_code(a.variant) as usize].run_times()
-                    });
-                if !q.admit(rt, cores) {
-                    declined.push(a);
-                    continue;
-                }
-            }
-            let d = Dispatch {
-                task_id: t.id,
-                attempt: t.attempt + 1,
-                index: t.index,
-                devices: a.devices.clone(),
-                spec: key,
-                workflow: None,
-                cores,
-                prefetched,
-                // The task's position in its application (its index may come from `indices`).
-                nodes: Vec::new(),
-                entry: self.apps.get(a.app.index()).and_then(|r| {
-                    let e = r.entries.as_ref()?;
-                    e.get(usize::try_from(t.id.checked_sub(r.first_task)?).ok()?)
-                        .cloned()
-                }),
-            };
-            let spec = out
-                .needs_spec(key)
-                .then(|| self.task_spec(a.app.0, a.variant));
-            if out.offer(d, spec).is_err() {
-                deferred.push(a);
-                continue;
-            }
-            used += cores;
-            self.mark_running(cx, &a);
+        let deferred = self.fill(cx, nid, out);
+        // Waiting work of a higher priority that fits nowhere may take this node from
+        // lower-priority tasks (`preemption = "requeue"`); what room is left is filled again.
+        if self.preemption && !deferred && self.preempt(cx, nid, out) {
+            self.fill(cx, nid, out);
         }
-        if !deferred.is_empty() {
-            // The last first, so they keep their order at the front of their queues.
-            for a in deferred.iter().rev() {
-                cx.view.requeue(a);
-            }
-            info!(
-                node = nid.0,
-                deferred = deferred.len(),
-                "reply size cap reached; the rest goes on the next heartbeat"
-            );
-            out.more();
-        }
-        // Not queueable (long, or not measured yet): back to the front of their queues, the
-        // last first so they keep their order.
-        for a in declined.iter().rev() {
-            cx.view.requeue(a);
-        }
-        cx.nodes.prefetch.close(cx.view, nid, credit);
         Ok(())
     }
 

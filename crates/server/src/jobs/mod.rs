@@ -307,6 +307,14 @@ impl<'r> Outbox<'r> {
         self.reply.respecs.push(r);
     }
 
+    /// Tells the agent to stop attempt `t` (a preempted task), before it starts this reply's
+    /// assignments: those placed on the cores `t` holds wait in its queue until they are free.
+    /// Never refused: a few bytes, one per task stopped.
+    pub fn kill(&mut self, t: crate::state::types::TaskRef) {
+        self.size += 16;
+        self.reply.kill.push(t);
+    }
+
     /// Adds a PCDDB message from a workflow's launch node to the reply.
     pub fn balance(&mut self, m: crate::state::types::BalanceEnvelope) {
         self.reply.balance.push(m);

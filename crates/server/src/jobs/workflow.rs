@@ -2408,6 +2408,7 @@ impl JobKind for Workflows {
                     exit_code: x.exit_code,
                     message: x.message.clone(),
                     failed_attempts: x.failures,
+                    preemptions: 0,
                     executed_node: String::new(),
                     usage: x.usage,
                     nodes: Vec::new(),

@@ -522,6 +522,8 @@ pub struct TaskInfo {
     pub message: String,
     /// Failed attempts retried.
     pub failed_attempts: u32,
+    /// Attempts preempted and re-queued.
+    pub preemptions: u32,
     /// The node that ran the latest attempt: the ANode of an offloaded task, else `node`.
     pub executed_node: String,
     /// What the latest finished attempt used, if measured.

@@ -17,6 +17,7 @@ mod listing;
 mod metrics;
 mod multi_node;
 mod pending_reason;
+mod preemption;
 mod prefetch;
 mod retention;
 mod security;

@@ -86,10 +86,17 @@ pub fn preempt_on(
         return None;
     }
     let here = running(node);
-    if here.is_empty() {
+    // Only work of a priority above the lowest running here may preempt here: in the common
+    // case (one priority) nothing more is looked at.
+    let Some(lowest) = here
+        .iter()
+        .filter_map(|c| view.get_app(c.running.app))
+        .map(|a| a.app.priority)
+        .min()
+    else {
         return None;
-    }
-    for app in blocked(view) {
+    };
+    for app in blocked(view, lowest) {
         let Some((variant, cost, victims)) = cheapest_on(view, app, node, now, &here) else {
             continue;
         };
@@ -115,12 +122,12 @@ pub fn preempt_on(
     None
 }
 
-/// Applications with pending tasks that fit on no node now, highest level first (then in
-/// submission order), at most [`MAX_BLOCKED`].
-fn blocked(view: &SchedulerView) -> Vec<AppId> {
+/// Applications with pending tasks of a priority above `lowest` that fit on no node now,
+/// highest level first (then in submission order), at most [`MAX_BLOCKED`].
+fn blocked(view: &SchedulerView, lowest: i32) -> Vec<AppId> {
     let mut waiting: Vec<(std::cmp::Reverse<i64>, AppId)> = view
         .pending_apps()
-        .filter(|a| !a.app.is_multi_node())
+        .filter(|a| a.app.priority > lowest && !a.app.is_multi_node())
         .map(|a| (std::cmp::Reverse(view.level(a)), a.app.id))
         .collect();
     waiting.sort_unstable();

@@ -1,0 +1,141 @@
+//! `preemption = "requeue"`: a batch task of a higher priority that fits nowhere stops
+//! lower-priority tasks on a node — the agent is told to kill them in the same reply that
+//! starts it — and they run again later; a preempted attempt counts neither as a failure nor
+//! against `max_attempts`, and a restart keeps the count.
+
+use crate::common;
+
+use common::{beat, register};
+use hetsched_proto as pb;
+use hetsched_server::ServerConfig;
+use hetsched_server::config::PreemptionMode;
+use hetsched_server::convert::Wire;
+use hetsched_server::state::State;
+use hetsched_server::store::Store;
+use std::path::Path;
+
+fn open(d: &Path, preemption: PreemptionMode) -> State {
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        preemption,
+        // A second loss fails a task: a preempted attempt counted as lost would show.
+        max_attempts: 2,
+        // No queueing beyond the free cores: what starts is what fits.
+        prefetch: hetsched_server::state::prefetch::Setting::Cores(0),
+        ..Default::default()
+    };
+    State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state")
+}
+
+/// A job of one application `name` of `tasks` one-core tasks at `priority`.
+fn submit(s: &mut State, name: &str, tasks: u32, priority: i32) -> u64 {
+    let text = format!(
+        "[[application]]\nname = \"{name}\"\ntasks = {tasks}\npriority = {priority}\n\
+         [application.cpu]\ncommand = \"true\"\n"
+    );
+    s.submit("job.toml", &text, "/").expect("submit").job_id
+}
+
+fn sent(r: &pb::HeartbeatReply) -> Vec<(u64, u32)> {
+    r.assignments
+        .iter()
+        .map(|a| (a.task_id, a.attempt))
+        .collect()
+}
+
+fn killed(r: &pb::HeartbeatReply) -> Vec<(u64, u32)> {
+    r.kill.iter().map(|k| (k.task_id, k.attempt)).collect()
+}
+
+fn tasks(s: &State, job: u64) -> Vec<pb::TaskInfo> {
+    s.tasks(job).expect("tasks").tasks
+}
+
+#[test]
+fn a_waiting_higher_priority_task_takes_the_place_of_the_youngest_lower_priority_one() {
+    let d = common::scratch("preemption", "requeue");
+    let (low, high, victim, kept);
+    {
+        let mut s = open(&d, PreemptionMode::Requeue);
+        let n = register(&mut s, "n", 2);
+        low = submit(&mut s, "low", 2, 0);
+        let first = sent(&beat(&mut s, n, &[], &[]));
+        assert_eq!(first.len(), 2, "both low tasks start: {first:?}");
+        // The later of two tasks started at once goes first (the higher id).
+        kept = first[0];
+        victim = first[1];
+        high = submit(&mut s, "high", 1, 5);
+        let r = beat(&mut s, n, &first, &[]);
+        assert_eq!(killed(&r), vec![victim], "the agent is told to stop the victim");
+        let started = sent(&r);
+        assert_eq!(started.len(), 1, "the high task starts in the same reply");
+        let h = started[0];
+        assert_eq!(tasks(&s, high)[0].state, "running");
+        let t = tasks(&s, low);
+        let v = t.iter().find(|t| t.id == victim.0).expect("victim");
+        assert_eq!(v.state, "pending");
+        assert_eq!((v.preemptions, v.failed_attempts), (1, 0));
+        assert!(
+            v.message
+                .contains(&format!("attempt 1 preempted for job {high} (`high`, priority 5)")),
+            "{}",
+            v.message
+        );
+        // The victim's attempt ends (killed): its result is not its task's.
+        let r = beat(&mut s, n, &[kept, h], &[(victim.0, victim.1, false)]);
+        assert!(sent(&r).is_empty(), "nothing fits: {:?}", sent(&r));
+        assert_eq!(tasks(&s, low)[1].state, "pending");
+        // The high task ends: the victim runs again, as attempt 2.
+        let r = beat(&mut s, n, &[kept], &[(h.0, h.1, true)]);
+        assert_eq!(sent(&r), vec![(victim.0, 2)]);
+        // It is lost once: with max_attempts = 2 it runs again, the preempted attempt not
+        // counted as lost.
+        let r = beat(&mut s, n, &[kept], &[]);
+        assert_eq!(sent(&r), vec![(victim.0, 3)], "lost, and placed again");
+        let v = &tasks(&s, low)[1];
+        assert_eq!((v.state.as_str(), v.attempt, v.preemptions), ("running", 3, 1));
+        common::assert_metrics(s, "hdas", &["hetsched_tasks_preempted_total 1"]);
+    }
+    // A restart keeps the count.
+    let s = open(&d, PreemptionMode::Requeue);
+    let v = &tasks(&s, low)[1];
+    assert_eq!((v.id, v.preemptions, v.failed_attempts), (victim.0, 1, 0));
+    assert_eq!(tasks(&s, high)[0].state, "succeeded");
+}
+
+#[test]
+fn off_by_default_and_never_for_equal_priority() {
+    for (mode, low_priority) in [(PreemptionMode::Off, 0), (PreemptionMode::Requeue, 5)] {
+        let d = common::scratch("preemption", &format!("none-{mode:?}"));
+        let mut s = open(&d, mode);
+        let n = register(&mut s, "n", 1);
+        submit(&mut s, "low", 1, low_priority);
+        let first = sent(&beat(&mut s, n, &[], &[]));
+        assert_eq!(first.len(), 1);
+        let high = submit(&mut s, "high", 1, 5);
+        let r = beat(&mut s, n, &first, &[]);
+        assert!(killed(&r).is_empty(), "{mode:?}: {:?}", killed(&r));
+        assert!(sent(&r).is_empty(), "{mode:?}");
+        assert_eq!(tasks(&s, high)[0].state, "pending", "{mode:?}");
+    }
+    assert_eq!(ServerConfig::default().preemption, PreemptionMode::Off);
+}
+
+#[test]
+fn the_node_whose_stop_loses_least_preempts_whichever_beats_first() {
+    let d = common::scratch("preemption", "cheapest");
+    let mut s = open(&d, PreemptionMode::Requeue);
+    let (a, b) = (register(&mut s, "a", 1), register(&mut s, "b", 1));
+    // `a` runs a priority-3 task, `b` a priority-1 one; a priority-5 task waits.
+    submit(&mut s, "mid", 1, 3);
+    let on_a = sent(&beat(&mut s, a, &[], &[]));
+    submit(&mut s, "low", 1, 1);
+    let on_b = sent(&beat(&mut s, b, &[], &[]));
+    let high = submit(&mut s, "high", 1, 5);
+    let r = beat(&mut s, a, &on_a, &[]);
+    assert!(killed(&r).is_empty() && sent(&r).is_empty(), "a's task is worth more");
+    let r = beat(&mut s, b, &on_b, &[]);
+    assert_eq!(killed(&r), on_b);
+    assert_eq!(sent(&r).len(), 1);
+    assert_eq!(tasks(&s, high)[0].node, "b");
+}
