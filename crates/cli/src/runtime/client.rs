@@ -844,6 +844,24 @@ pub fn print_tasks(tasks: &[pb::TaskInfo]) {
     println!("{}", tasks_table(tasks));
 }
 
+/// A task's attempt number, with how many of its attempts failed and were preempted:
+/// `3 (1 failed, 1 preempted)`.
+fn attempt_cell(x: &pb::TaskInfo) -> String {
+    let notes: Vec<String> = [
+        (x.failed_attempts, "failed"),
+        (x.preemptions, "preempted"),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
+    if notes.is_empty() {
+        x.attempt.to_string()
+    } else {
+        format!("{} ({})", x.attempt, notes.join(", "))
+    }
+}
+
 fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
     let mut t = table(&[
         "task", "job", "app", "index", "state", "attempt", "node", "variant", "devices",
@@ -856,11 +874,7 @@ fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
             x.app.clone(),
             x.index.to_string(),
             x.state.clone(),
-            if x.failed_attempts > 0 {
-                format!("{} ({} failed)", x.attempt, x.failed_attempts)
-            } else {
-                x.attempt.to_string()
-            },
+            attempt_cell(x),
             // A multi-node task: its first node, and how many more it holds.
             match x.nodes.len() {
                 0 | 1 => x.node.clone(),

@@ -9,6 +9,7 @@ mod graph_cli;
 mod log_tls;
 mod operator;
 mod out_dir_cli;
+mod preemption_runtime;
 mod prefetch_runtime;
 mod run_as;
 mod runtime;

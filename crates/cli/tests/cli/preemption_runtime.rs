@@ -1,0 +1,92 @@
+//! Priority preemption through the real binaries (`preemption = "requeue"`): a job of a higher
+//! priority submitted to a full cluster starts at once; the lower-priority task it displaces
+//! gets SIGTERM (it can save its state), runs again later, and ends well, its preempted
+//! attempt shown apart from failures.
+
+use crate::support::{Cluster, lines, wait_until};
+use std::time::Duration;
+
+fn submit(c: &Cluster, name: &str, text: &str) {
+    let job = c.write(name, text);
+    let out = c.cli(&["submit", job.to_str().expect("path")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_higher_priority_job_displaces_a_running_task_which_is_told_and_runs_again() {
+    let mut c = Cluster::start_configured(
+        "preemption",
+        false,
+        "preemption = \"requeue\"\nprefetch = 0\n",
+    );
+    c.start_agent("n", 2, &[]);
+    c.wait_for_nodes(1);
+    let (log, marks) = (c.dir.join("events"), c.dir.join("marks"));
+    std::fs::create_dir_all(&marks).expect("marks");
+    // Job 1, priority 0: each task's first run takes 8 s unless stopped (SIGTERM: it logs it
+    // and exits); a second run ends at once.
+    submit(
+        &c,
+        "low.toml",
+        &format!(
+            "[[application]]\nname = \"low\"\ntasks = 2\npriority = 0\n[application.cpu]\n\
+             command = \"echo start {{index}} >> {log}; if [ -e {marks}/{{index}} ]; then echo \
+             again {{index}} >> {log}; exit 0; fi; touch {marks}/{{index}}; trap 'echo term \
+             {{index}} >> {log}; exit 143' TERM; sleep 8 & wait; echo slept {{index}} >> {log}\"\n",
+            log = log.display(),
+            marks = marks.display()
+        ),
+    );
+    wait_until("both low tasks to start", Duration::from_secs(20), || {
+        lines(&log).iter().filter(|l| l.starts_with("start")).count() == 2
+    });
+    // Job 2, priority 5: the node is full.
+    submit(
+        &c,
+        "high.toml",
+        &format!(
+            "[[application]]\nname = \"high\"\ntasks = 1\npriority = 5\n[application.cpu]\n\
+             command = \"echo high >> {}\"\n",
+            log.display()
+        ),
+    );
+    let out = c.cli(&["wait", "2", "--timeout", "6s"]);
+    assert!(
+        out.status.success(),
+        "the high job ran before a low task ended: {}\n{:?}",
+        String::from_utf8_lossy(&out.stderr),
+        lines(&log)
+    );
+    let out = c.cli(&["wait", "1", "--timeout", "30s"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = lines(&log);
+    let term: Vec<&String> = events.iter().filter(|l| l.starts_with("term")).collect();
+    assert_eq!(term.len(), 1, "one low task was stopped with SIGTERM: {events:?}");
+    let victim = term[0].trim_start_matches("term ").to_string();
+    let pos = |line: &str| events.iter().position(|l| l == line);
+    assert!(
+        pos(term[0]) < pos("high") && pos("high") < pos(&format!("again {victim}")),
+        "stopped, then the high task, then the stopped task again: {events:?}"
+    );
+    let tasks = c.tasks(1);
+    let v = tasks
+        .iter()
+        .find(|t| t["index"].as_u64().map(|i| i.to_string()) == Some(victim.clone()))
+        .expect("the victim's row");
+    assert_eq!(v["state"], "succeeded", "{v}");
+    assert_eq!(
+        (v["attempt"].as_u64(), v["preemptions"].as_u64(), v["failed_attempts"].as_u64()),
+        (Some(2), Some(1), Some(0)),
+        "{v}"
+    );
+    let table = c.ok(&["tasks", "--job", "1"]);
+    assert!(table.contains("2 (1 preempted)"), "{table}");
+}
