@@ -21,6 +21,7 @@
 //!                              # (short tasks only, sized from measured run times), N cores, or 0
 //! preemption = "off"           # or "requeue": a batch task of a higher priority that fits
 //!                              # nowhere stops lower-priority batch tasks, which run again later
+//! preempt_exempt_time = "0s"   # a task that has run less than this is not preempted
 //! [retention]                  # optional; finished jobs are kept forever without it
 //! keep_finished = "24h"        # purge a job this long after its last task ended
 //! keep_jobs = 1000             # purge all but the most recently finished 1000 jobs
@@ -115,6 +116,9 @@ pub struct ServerConfig {
     pub allocation: Vec<crate::allocation::QueueConfig>,
     /// Priority preemption of batch tasks (`docs/runtime.md`, Preemption).
     pub preemption: PreemptionMode,
+    /// Under preemption, a task that has run less than this is not stopped (Slurm's
+    /// `PreemptExemptTime`): every task makes at least this much progress.
+    pub preempt_exempt_time: Duration,
 }
 
 /// What happens to running batch tasks when waiting batch work of a higher priority fits
@@ -284,6 +288,7 @@ impl Default for ServerConfig {
             prefetch: crate::state::prefetch::Setting::Auto,
             allocation: Vec::new(),
             preemption: PreemptionMode::Off,
+            preempt_exempt_time: Duration(0),
         }
     }
 }

@@ -847,14 +847,11 @@ pub fn print_tasks(tasks: &[pb::TaskInfo]) {
 /// A task's attempt number, with how many of its attempts failed and were preempted:
 /// `3 (1 failed, 1 preempted)`.
 fn attempt_cell(x: &pb::TaskInfo) -> String {
-    let notes: Vec<String> = [
-        (x.failed_attempts, "failed"),
-        (x.preemptions, "preempted"),
-    ]
-    .into_iter()
-    .filter(|(n, _)| *n > 0)
-    .map(|(n, what)| format!("{n} {what}"))
-    .collect();
+    let notes: Vec<String> = [(x.failed_attempts, "failed"), (x.preemptions, "preempted")]
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect();
     if notes.is_empty() {
         x.attempt.to_string()
     } else {

@@ -42,7 +42,11 @@ fn a_higher_priority_job_displaces_a_running_task_which_is_told_and_runs_again()
         ),
     );
     wait_until("both low tasks to start", Duration::from_secs(20), || {
-        lines(&log).iter().filter(|l| l.starts_with("start")).count() == 2
+        lines(&log)
+            .iter()
+            .filter(|l| l.starts_with("start"))
+            .count()
+            == 2
     });
     // Job 2, priority 5: the node is full.
     submit(
@@ -69,7 +73,11 @@ fn a_higher_priority_job_displaces_a_running_task_which_is_told_and_runs_again()
     );
     let events = lines(&log);
     let term: Vec<&String> = events.iter().filter(|l| l.starts_with("term")).collect();
-    assert_eq!(term.len(), 1, "one low task was stopped with SIGTERM: {events:?}");
+    assert_eq!(
+        term.len(),
+        1,
+        "one low task was stopped with SIGTERM: {events:?}"
+    );
     let victim = term[0].trim_start_matches("term ").to_string();
     let pos = |line: &str| events.iter().position(|l| l == line);
     assert!(
@@ -83,7 +91,11 @@ fn a_higher_priority_job_displaces_a_running_task_which_is_told_and_runs_again()
         .expect("the victim's row");
     assert_eq!(v["state"], "succeeded", "{v}");
     assert_eq!(
-        (v["attempt"].as_u64(), v["preemptions"].as_u64(), v["failed_attempts"].as_u64()),
+        (
+            v["attempt"].as_u64(),
+            v["preemptions"].as_u64(),
+            v["failed_attempts"].as_u64()
+        ),
         (Some(2), Some(1), Some(0)),
         "{v}"
     );

@@ -333,6 +333,8 @@ pub struct Batch {
     /// `preemption = "requeue"`: waiting work of a higher priority that fits nowhere stops
     /// lower-priority tasks ([`Batch::preempt`]).
     preemption: bool,
+    /// `preempt_exempt_time`, ns: a task that ran less is not preempted.
+    preempt_exempt: u64,
     estimate: u64,
     /// The failing-node back-off (memory only).
     backoff: Backoff,
@@ -434,6 +436,7 @@ impl Batch {
             tasks: retention::TaskTable::from_touched(snap.tasks, &held)?,
             max_attempts: config.max_attempts.max(1),
             preemption: config.preemption == crate::config::PreemptionMode::Requeue,
+            preempt_exempt: config.preempt_exempt_time.0,
             estimate,
             backoff: Backoff::new(
                 config.start_failures,
@@ -1924,7 +1927,7 @@ impl Batch {
                         .collect()
                 })
             };
-            preempt_on(view, nid, cx.now, running)
+            preempt_on(view, nid, cx.now, self.preempt_exempt, running)
         };
         let Some(p) = choice else {
             return false;

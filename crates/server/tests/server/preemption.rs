@@ -15,9 +15,15 @@ use hetsched_server::store::Store;
 use std::path::Path;
 
 fn open(d: &Path, preemption: PreemptionMode) -> State {
+    open_exempting(d, preemption, 0)
+}
+
+/// A state whose tasks that ran less than `exempt_ns` are not preempted.
+fn open_exempting(d: &Path, preemption: PreemptionMode, exempt_ns: u64) -> State {
     let config = ServerConfig {
         data_dir: d.to_path_buf(),
         preemption,
+        preempt_exempt_time: hetsched_core::input::Duration(exempt_ns),
         // A second loss fails a task: a preempted attempt counted as lost would show.
         max_attempts: 2,
         // No queueing beyond the free cores: what starts is what fits.
@@ -66,7 +72,11 @@ fn a_waiting_higher_priority_task_takes_the_place_of_the_youngest_lower_priority
         victim = first[1];
         high = submit(&mut s, "high", 1, 5);
         let r = beat(&mut s, n, &first, &[]);
-        assert_eq!(killed(&r), vec![victim], "the agent is told to stop the victim");
+        assert_eq!(
+            killed(&r),
+            vec![victim],
+            "the agent is told to stop the victim"
+        );
         let started = sent(&r);
         assert_eq!(started.len(), 1, "the high task starts in the same reply");
         let h = started[0];
@@ -76,8 +86,9 @@ fn a_waiting_higher_priority_task_takes_the_place_of_the_youngest_lower_priority
         assert_eq!(v.state, "pending");
         assert_eq!((v.preemptions, v.failed_attempts), (1, 0));
         assert!(
-            v.message
-                .contains(&format!("attempt 1 preempted for job {high} (`high`, priority 5)")),
+            v.message.contains(&format!(
+                "attempt 1 preempted for job {high} (`high`, priority 5)"
+            )),
             "{}",
             v.message
         );
@@ -93,7 +104,10 @@ fn a_waiting_higher_priority_task_takes_the_place_of_the_youngest_lower_priority
         let r = beat(&mut s, n, &[kept], &[]);
         assert_eq!(sent(&r), vec![(victim.0, 3)], "lost, and placed again");
         let v = &tasks(&s, low)[1];
-        assert_eq!((v.state.as_str(), v.attempt, v.preemptions), ("running", 3, 1));
+        assert_eq!(
+            (v.state.as_str(), v.attempt, v.preemptions),
+            ("running", 3, 1)
+        );
         common::assert_metrics(s, "hdas", &["hetsched_tasks_preempted_total 1"]);
     }
     // A restart keeps the count.
@@ -104,10 +118,15 @@ fn a_waiting_higher_priority_task_takes_the_place_of_the_youngest_lower_priority
 }
 
 #[test]
-fn off_by_default_and_never_for_equal_priority() {
-    for (mode, low_priority) in [(PreemptionMode::Off, 0), (PreemptionMode::Requeue, 5)] {
-        let d = common::scratch("preemption", &format!("none-{mode:?}"));
-        let mut s = open(&d, mode);
+fn off_by_default_never_for_equal_priority_nor_before_the_exempt_time() {
+    let hour = 3_600_000_000_000;
+    for (mode, low_priority, exempt) in [
+        (PreemptionMode::Off, 0, 0),
+        (PreemptionMode::Requeue, 5, 0),
+        (PreemptionMode::Requeue, 0, hour),
+    ] {
+        let d = common::scratch("preemption", &format!("none-{mode:?}-{low_priority}"));
+        let mut s = open_exempting(&d, mode, exempt);
         let n = register(&mut s, "n", 1);
         submit(&mut s, "low", 1, low_priority);
         let first = sent(&beat(&mut s, n, &[], &[]));
@@ -133,7 +152,10 @@ fn the_node_whose_stop_loses_least_preempts_whichever_beats_first() {
     let on_b = sent(&beat(&mut s, b, &[], &[]));
     let high = submit(&mut s, "high", 1, 5);
     let r = beat(&mut s, a, &on_a, &[]);
-    assert!(killed(&r).is_empty() && sent(&r).is_empty(), "a's task is worth more");
+    assert!(
+        killed(&r).is_empty() && sent(&r).is_empty(),
+        "a's task is worth more"
+    );
     let r = beat(&mut s, b, &on_b, &[]);
     assert_eq!(killed(&r), on_b);
     assert_eq!(sent(&r).len(), 1);

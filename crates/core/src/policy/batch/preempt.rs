@@ -13,8 +13,9 @@
 //!    [`MAX_BLOCKED`] of them. Multi-node tasks neither preempt nor are preempted: they hold
 //!    whole nodes, gathered apart.
 //! 2. **Who may be preempted.** A running task whose application's priority is strictly lower
-//!    than the waiting application's. The fair-share standing never preempts: it orders work
-//!    of one priority, it does not stop it.
+//!    than the waiting application's, and that has run at least the exempt time (Slurm's
+//!    `PreemptExemptTime`: every task makes that much progress). The fair-share standing never
+//!    preempts: it orders work of one priority, it does not stop it.
 //! 3. **Which tasks.** On a node, the candidates are taken lowest priority first, and among
 //!    equals the one that started last first (it loses the least work), until the waiting task
 //!    fits ([`SchedulerView::fits_freeing`]); then every chosen task that is not needed for the
@@ -75,27 +76,31 @@ struct Cost {
 /// What to preempt on `node` at time `now` (the clock of the candidates' `started`, as a
 /// policy's `now`), if anything: see the module docs for the rule. `running` gives the running
 /// tasks that may be stopped on a node (the driver's batch tasks there; multi-node ones are
-/// skipped). `None`: nothing waits that preemption would start here.
+/// skipped); those that started less than `exempt` before `now` are not stopped. `None`:
+/// nothing waits that preemption would start here.
 pub fn preempt_on(
     view: &SchedulerView,
     node: NodeId,
     now: Time,
+    exempt: Time,
     running: impl Fn(NodeId) -> Vec<Candidate>,
 ) -> Option<Preemption> {
     if !view.nodes().get(node.index()).is_some_and(|n| n.alive) {
         return None;
     }
+    let running = |n: NodeId| {
+        let mut r = running(n);
+        r.retain(|c| now.saturating_sub(c.started) >= exempt);
+        r
+    };
     let here = running(node);
     // Only work of a priority above the lowest running here may preempt here: in the common
     // case (one priority) nothing more is looked at.
-    let Some(lowest) = here
+    let lowest = here
         .iter()
         .filter_map(|c| view.get_app(c.running.app))
         .map(|a| a.app.priority)
-        .min()
-    else {
-        return None;
-    };
+        .min()?;
     for app in blocked(view, lowest) {
         let Some((variant, cost, victims)) = cheapest_on(view, app, node, now, &here) else {
             continue;
