@@ -9,6 +9,7 @@ use hetsched_core::input::cluster::parse_cluster;
 use hetsched_core::input::workload::{MissingProfile, parse_workload};
 use hetsched_core::policy::batch::BatchPolicyKind;
 use hetsched_core::policy::batch::bound::lower_bound;
+use hetsched_core::time::to_secs;
 use hetsched_sim::scenario::hdas_paper;
 use hetsched_sim::{IoReport, Progress, SimConfig, SimResult, simulate};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -76,9 +77,29 @@ pub struct CompareArgs {
     /// `[fair_share]`. Off without it; the workload's caps hold either way.
     #[arg(long, value_name = "HALF_LIFE")]
     pub fair_share: Option<Duration>,
+    #[command(flatten)]
+    pub preempt: PreemptionArgs,
     /// Print a table or JSON (one summary per policy).
     #[arg(long, value_enum, default_value_t)]
     pub output: Output,
+}
+
+/// Priority preemption in a simulation: the server's `preemption` and `preempt_exempt_time`.
+#[derive(Clone, Copy, Debug, Args)]
+pub struct PreemptionArgs {
+    /// Priority preemption, as the server's `preemption = "requeue"`: waiting work of a higher
+    /// priority that fits nowhere stops lower-priority tasks, which lose their progress and run
+    /// again (docs/runtime.md, Preemption).
+    #[arg(long)]
+    pub preemption: bool,
+    /// Under --preemption, a task that has run less than this is not stopped (e.g. "10m").
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "0s",
+        requires = "preemption"
+    )]
+    pub preempt_exempt_time: Duration,
 }
 
 /// How results are printed.
@@ -164,6 +185,8 @@ pub struct RunArgs {
     /// `[fair_share]`. Off without it; the workload's caps hold either way.
     #[arg(long, value_name = "HALF_LIFE")]
     pub fair_share: Option<Duration>,
+    #[command(flatten)]
+    pub preempt: PreemptionArgs,
     /// Print a table or JSON (the whole result, task records included).
     #[arg(long, value_enum, default_value_t)]
     pub output: Output,
@@ -289,9 +312,12 @@ impl Case {
         seed: u64,
         io_report: IoReportArg,
         fair_share: Option<Duration>,
+        preempt: PreemptionArgs,
     ) -> anyhow::Result<SimConfig> {
         Ok(SimConfig {
             users: self.users.clone(),
+            preemption: preempt.preemption,
+            preempt_exempt_time: preempt.preempt_exempt_time.0,
             ..sim_config(heartbeat, seed, io_report, fair_share)?
         })
     }
@@ -343,7 +369,13 @@ fn run_cmd(args: RunArgs) -> anyhow::Result<()> {
     }
     let result = case.simulate(
         args.policy,
-        &case.config(args.heartbeat, args.seed, args.io_report, args.fair_share)?,
+        &case.config(
+            args.heartbeat,
+            args.seed,
+            args.io_report,
+            args.fair_share,
+            args.preempt,
+        )?,
     )?;
     let json = with_bound(&result, case.bound_s)?;
     if let Some(dir) = &args.out {
@@ -367,7 +399,13 @@ fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
     }
     policies.dedup();
     let case = load_case(&args.cluster, &args.workload)?;
-    let config = case.config(args.heartbeat, args.seed, args.io_report, args.fair_share)?;
+    let config = case.config(
+        args.heartbeat,
+        args.seed,
+        args.io_report,
+        args.fair_share,
+        args.preempt,
+    )?;
     let mut rows = Vec::new();
     for policy in policies {
         match case.refusal(policy) {
@@ -398,6 +436,7 @@ fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
                         "reference": fifo.0,
                         "lower_bound_s": case.bound_s,
                         "makespan_over_bound": r.makespan_s / case.bound_s,
+                        "preemptions": r.preemptions,
                         "users": r.users,
                     })
                 })
@@ -409,6 +448,7 @@ fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
             table.load_preset(UTF8_FULL_CONDENSED);
             let vs = format!("vs {}", fifo.0);
             let with_users = rows.iter().any(|r| !r.users.is_empty());
+            let preempting = args.preempt.preemption;
             let mut header = vec![
                 "policy",
                 "makespan (s)",
@@ -419,6 +459,9 @@ fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
                 "bound (s)",
                 "makespan / bound",
             ];
+            if preempting {
+                header.push("preempted");
+            }
             if with_users {
                 header.push("users' mean turnaround (s)");
             }
@@ -434,6 +477,9 @@ fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
                     format!("{:.1}", case.bound_s),
                     format!("{:.3}", r.makespan_s / case.bound_s),
                 ];
+                if preempting {
+                    row.push(r.preemptions.to_string());
+                }
                 if with_users {
                     row.push(
                         r.users
@@ -477,25 +523,44 @@ fn print_result(r: &SimResult, bound_s: f64) {
         bound_s,
         r.makespan_s / bound_s
     );
+    if r.preemptions > 0 {
+        println!(
+            "{} task attempt(s) preempted for work of a higher priority, each run again",
+            r.preemptions
+        );
+    }
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);
-    table.set_header([
+    let mut header = vec![
         "application",
         "tasks",
         "on GPU",
         "on CPU",
         "completed at (s)",
+        "turnaround (s)",
         "mean delay",
-    ]);
+    ];
+    if r.preemptions > 0 {
+        header.push("preempted");
+    }
+    table.set_header(header);
     for a in &r.apps {
-        table.add_row([
+        let mut row = vec![
             a.name.clone(),
             a.tasks.to_string(),
             a.gpu_tasks.to_string(),
             a.cpu_tasks.to_string(),
             format!("{:.1}", a.completion_s),
+            format!(
+                "{:.1}",
+                to_secs(a.completion_ns.saturating_sub(a.submit_ns))
+            ),
             format!("{:.2}×", a.mean_slowdown),
-        ]);
+        ];
+        if r.preemptions > 0 {
+            row.push(a.preempted.to_string());
+        }
+        table.add_row(row);
     }
     println!("{table}");
     if !r.users.is_empty() {

@@ -50,6 +50,7 @@ use crate::metrics::{AppResult, LoadSnapshot, Progress, SimResult, TaskRecord, T
 use crate::platform::disk::SharedDisk;
 use hetsched_core::policy::batch::BatchPolicy;
 use hetsched_core::policy::batch::multi_node::Gatherer;
+use hetsched_core::policy::batch::preempt::{Candidate, preempt_on};
 use hetsched_core::time::{NANOS_PER_SEC, Time, to_secs};
 use hetsched_core::{
     AppId, Application, Assignment, Cluster, GroupState, NodeId, NodeReport, Resources,
@@ -87,6 +88,14 @@ pub struct SimConfig {
     /// caps; a listed user no application names changes nothing. Caps hold with or without fair
     /// share; shares count only under it.
     pub users: Vec<UserLimits>,
+    /// Priority preemption (the runtime's `preemption = "requeue"`): on a heartbeat, waiting work
+    /// of a higher priority that fits nowhere stops lower-priority tasks on the node
+    /// (`hetsched_core::policy::batch::preempt`); they lose their progress and go back to the
+    /// front of their queues (default false).
+    pub preemption: bool,
+    /// Under preemption, a task that has run less than this is not stopped (the runtime's
+    /// `preempt_exempt_time`; default 0).
+    pub preempt_exempt_time: Time,
 }
 
 /// What a node's heartbeat counts as its disk load (spec 02: "total IO request size" and "number of
@@ -117,6 +126,8 @@ impl Default for SimConfig {
             io_report: IoReport::default(),
             fair_share: None,
             users: Vec::new(),
+            preemption: false,
+            preempt_exempt_time: 0,
         }
     }
 }
@@ -252,6 +263,7 @@ pub fn simulate_believing(
                 cpu_tasks: 0,
                 gpu_tasks: 0,
                 slowdown_sum: 0.0,
+                preempted: 0,
             })
             .collect(),
         arrived: 0,
@@ -275,6 +287,9 @@ pub fn simulate_believing(
         gatherer: Gatherer::default(),
         multi_node: std::collections::HashMap::new(),
         any_multi_node: apps.iter().any(Application::is_multi_node),
+        on_node: vec![Vec::new(); cluster.nodes.len()],
+        attempts: std::collections::HashMap::new(),
+        preemptions: 0,
     };
 
     let mut queue = EventQueue::with_capacity(cluster.nodes.len() * 8 + apps.len());
@@ -535,8 +550,9 @@ enum Event {
     Heartbeat(u32),
     /// The disk of `node` may have finished a read (stale unless `generation` is current).
     Disk { node: u32, generation: u64 },
-    /// A timed phase (copy, compute) of a task ended.
-    TaskStep(u64),
+    /// A timed phase (copy, compute) of a task's `attempt` ended (stale if the attempt was
+    /// preempted).
+    TaskStep { task: u64, attempt: u32 },
 }
 
 /// The simulator's own record of a node (independent of the view, so it can audit the policy).
@@ -547,7 +563,8 @@ struct NodeSim {
     device_busy: Vec<bool>,
     device_speed: Vec<f64>,
     core_speed: f64,
-    disk: SharedDisk<u64>,
+    /// Reads by (task, attempt).
+    disk: SharedDisk<(u64, u32)>,
     /// The disk changed during the current event; its completion event must be rescheduled.
     disk_dirty: bool,
     /// Input bytes that running tasks have not yet asked the disk for (CPU tasks' later chunks).
@@ -562,6 +579,8 @@ struct NodeSim {
 #[derive(Clone, Debug)]
 struct Running {
     assignment: Assignment,
+    /// 0, then one more each time the task was preempted.
+    attempt: u32,
     start: Time,
     /// The next step to take.
     step: u32,
@@ -613,6 +632,8 @@ struct AppStats {
     cpu_tasks: u32,
     gpu_tasks: u32,
     slowdown_sum: f64,
+    /// Its tasks' attempts stopped by preemption.
+    preempted: u32,
 }
 
 struct BatchSim<'a> {
@@ -646,7 +667,7 @@ struct BatchSim<'a> {
     series: TimeSeries,
     next_sample: Time,
     dirty: Vec<u32>,
-    done_reads: Vec<u64>,
+    done_reads: Vec<(u64, u32)>,
     /// Every distinct request of every application's variants.
     requests: Vec<Resources>,
     /// The sampling grid's step now (doubles when the series grows past [`MAX_SAMPLES`]).
@@ -657,6 +678,12 @@ struct BatchSim<'a> {
     multi_node: std::collections::HashMap<u64, Vec<NodeId>>,
     /// Whether any application has multi-node tasks (else beats skip the gatherer).
     any_multi_node: bool,
+    /// Running one-node tasks by node (what preemption may stop there).
+    on_node: Vec<Vec<u64>>,
+    /// The next attempt of each task that was preempted (others start at 0).
+    attempts: std::collections::HashMap<u64, u32>,
+    /// Attempts stopped by preemption.
+    preemptions: u64,
 }
 
 /// Most samples a load series holds before its grid coarsens.
@@ -757,11 +784,16 @@ impl BatchSim<'_> {
         if !self.requests.iter().any(|r| free.fits(r)) {
             // Nothing any application asks for fits: the policy could place nothing, so it is
             // not consulted (this keeps beats of full nodes cheap).
+            let preempted = self.preempt(node, now, queue)?;
             queue.schedule(
                 now.saturating_add(self.config.heartbeat_interval),
                 Event::Heartbeat(node),
             );
-            self.empty_beat(now)?;
+            if preempted {
+                self.empty_beats = 0;
+            } else {
+                self.empty_beat(now)?;
+            }
             return Ok(());
         }
         let report = match self.config.io_report {
@@ -777,9 +809,12 @@ impl BatchSim<'_> {
         self.view.node_report(id, report)?;
         self.heartbeats += 1;
         let assignments = self.policy.on_node_update(&mut self.view, id, now);
-        let placed = assignments.len();
+        let mut placed = assignments.len();
         for a in assignments {
             self.start(a, now, queue)?;
+        }
+        if self.preempt(node, now, queue)? {
+            placed += 1;
         }
         queue.schedule(
             now.saturating_add(self.config.heartbeat_interval),
@@ -897,6 +932,7 @@ impl BatchSim<'_> {
         };
         let running = Running {
             assignment: a,
+            attempt: self.attempts.get(&task).copied().unwrap_or(0),
             start: now,
             step: 0,
             reads_left: 0,
@@ -923,10 +959,14 @@ impl BatchSim<'_> {
         let stats = &mut self.app_stats[running.assignment.app.index()];
         stats.first_start.get_or_insert(now);
         let task = running.assignment.task.0;
+        let attempt = running.attempt;
+        if !self.multi_node.contains_key(&task) {
+            self.on_node[running.assignment.node.index()].push(task);
+        }
         self.running[task as usize] = Some(running);
         self.pending -= 1;
         self.running_count += 1;
-        self.advance_task(task, now, queue);
+        self.advance_task(task, attempt, now, queue);
     }
 
     /// Starts multi-node task `a` on the whole nodes the view holds for it: each must be
@@ -972,6 +1012,7 @@ impl BatchSim<'_> {
         });
         let running = Running {
             assignment: a,
+            attempt: 0,
             start: now,
             step: 0,
             reads_left: 0,
@@ -985,13 +1026,17 @@ impl BatchSim<'_> {
         Ok(())
     }
 
-    /// Takes `task`'s next steps until one has to wait (a read or a timer), or the task ends.
-    fn advance_task(&mut self, task: u64, now: Time, queue: &mut EventQueue<Event>) {
+    /// Takes `task`'s next steps until one has to wait (a read or a timer), or the task ends;
+    /// nothing if `attempt` is not the one running (it was preempted).
+    fn advance_task(&mut self, task: u64, attempt: u32, now: Time, queue: &mut EventQueue<Event>) {
         let chunks = self.config.cpu_read_chunks;
         loop {
             let Some(r) = self.running[task as usize].as_mut() else {
                 return;
             };
+            if r.attempt != attempt {
+                return;
+            }
             if r.step >= r.steps(chunks) {
                 self.finish(task, now);
                 return;
@@ -1004,7 +1049,7 @@ impl BatchSim<'_> {
                 Work::Read(bytes) => {
                     let n = &mut self.nodes[node as usize];
                     n.unissued_bytes = n.unissued_bytes.saturating_sub(bytes);
-                    n.disk.start_read(now, bytes, task);
+                    n.disk.start_read(now, bytes, (task, attempt));
                     if !n.disk_dirty {
                         n.disk_dirty = true;
                         self.dirty.push(node);
@@ -1012,7 +1057,7 @@ impl BatchSim<'_> {
                     return;
                 }
                 Work::Wait(d) => {
-                    queue.schedule(now.saturating_add(d), Event::TaskStep(task));
+                    queue.schedule(now.saturating_add(d), Event::TaskStep { task, attempt });
                     return;
                 }
             }
@@ -1031,15 +1076,17 @@ impl BatchSim<'_> {
             n.disk_dirty = true;
             self.dirty.push(node);
         }
-        for &task in &done {
-            if let Some(r) = self.running[task as usize].as_mut() {
+        for &(task, attempt) in &done {
+            if let Some(r) = self.running[task as usize].as_mut()
+                && r.attempt == attempt
+            {
                 r.reads_left = r.reads_left.saturating_sub(1);
                 if r.reads_left == 0 {
                     let n = &mut self.nodes[node as usize];
                     n.io_tasks = n.io_tasks.saturating_sub(1);
                 }
             }
-            self.advance_task(task, now, queue);
+            self.advance_task(task, attempt, now, queue);
         }
         done.clear();
         self.done_reads = done;
@@ -1063,14 +1110,7 @@ impl BatchSim<'_> {
             }
             other_nodes = nodes.into_iter().filter(|&n| n != a.node).collect();
         } else {
-            let request = app.request(a.variant).unwrap_or_default();
-            let n = &mut self.nodes[a.node.index()];
-            n.used = n.used - request;
-            for &d in &a.devices {
-                if let Some(busy) = n.device_busy.get_mut(d as usize) {
-                    *busy = false;
-                }
-            }
+            self.release(&r);
         }
         let base = app.base_time(a.variant).unwrap_or(0);
         let duration = now - r.start;
@@ -1109,6 +1149,112 @@ impl BatchSim<'_> {
                 now,
             });
         }
+    }
+
+    /// One-node task `r` leaves its node: what it held comes back there.
+    fn release(&mut self, r: &Running) {
+        let a = &r.assignment;
+        let request = self.apps[a.app.index()]
+            .request(a.variant)
+            .unwrap_or_default();
+        let n = &mut self.nodes[a.node.index()];
+        n.used = n.used - request;
+        for &d in &a.devices {
+            if let Some(busy) = n.device_busy.get_mut(d as usize) {
+                *busy = false;
+            }
+        }
+        let on = &mut self.on_node[a.node.index()];
+        if let Some(i) = on.iter().position(|&t| t == a.task.0) {
+            on.swap_remove(i);
+        }
+    }
+
+    /// Priority preemption on `node` (with [`SimConfig::preemption`]): the core's rule names the
+    /// tasks to stop; they are stopped, the waiting task starts in their place, and the policy
+    /// fills what room is left. Returns whether it preempted.
+    fn preempt(
+        &mut self,
+        node: u32,
+        now: Time,
+        queue: &mut EventQueue<Event>,
+    ) -> Result<bool, SimError> {
+        if !self.config.preemption || self.pending == 0 {
+            return Ok(false);
+        }
+        let id = NodeId(node);
+        let choice = {
+            let (running, on_node) = (&self.running, &self.on_node);
+            preempt_on(
+                &self.view,
+                id,
+                now,
+                self.config.preempt_exempt_time,
+                self.policy.variants(),
+                |n: NodeId| {
+                    on_node.get(n.index()).map_or_else(Vec::new, |tasks| {
+                        tasks
+                            .iter()
+                            .filter_map(|&t| running.get(t as usize)?.as_ref())
+                            .map(|r| Candidate {
+                                running: r.assignment.clone(),
+                                started: r.start,
+                            })
+                            .collect()
+                    })
+                },
+            )
+        };
+        let Some(p) = choice else {
+            return Ok(false);
+        };
+        for v in &p.victims {
+            self.stop(v.running.task.0, now);
+        }
+        let Some(a) = self.view.assign(p.app, id, p.variant) else {
+            return Err(SimError::Internal(format!(
+                "preemption on {id} left no room for the task it was for"
+            )));
+        };
+        self.start(a, now, queue)?;
+        for a in self.policy.on_node_update(&mut self.view, id, now) {
+            self.start(a, now, queue)?;
+        }
+        Ok(true)
+    }
+
+    /// Stops running one-node task `task` (preempted): its read in progress is withdrawn from
+    /// the disk, what it held comes back, its progress is lost, and it goes back to the front
+    /// of its queue as its next attempt.
+    fn stop(&mut self, task: u64, now: Time) {
+        let Some(r) = self.running[task as usize].take() else {
+            return;
+        };
+        self.release(&r);
+        let chunks = self.config.cpu_read_chunks;
+        // The input it had not asked the disk for yet.
+        let unissued: u64 = (r.step..r.steps(chunks))
+            .map(|i| match r.work(i, chunks) {
+                Work::Read(b) => b,
+                Work::Wait(_) => 0,
+            })
+            .sum();
+        let node = r.assignment.node.0;
+        let n = &mut self.nodes[node as usize];
+        n.unissued_bytes = n.unissued_bytes.saturating_sub(unissued);
+        if r.reads_left > 0 {
+            n.io_tasks = n.io_tasks.saturating_sub(1);
+        }
+        if n.disk.cancel(now, (task, r.attempt)) && !n.disk_dirty {
+            n.disk_dirty = true;
+            self.dirty.push(node);
+        }
+        self.attempts.insert(task, r.attempt + 1);
+        self.view.requeue(&r.assignment);
+        self.pending += 1;
+        self.running_count -= 1;
+        self.preemptions += 1;
+        self.app_stats[r.assignment.app.index()].preempted += 1;
     }
 
     /// Schedules one completion event for every disk that changed during this event.
@@ -1195,6 +1341,7 @@ impl BatchSim<'_> {
                         s.slowdown_sum / f64::from(done)
                     },
                     user: a.user.clone(),
+                    preempted: s.preempted,
                 }
             })
             .collect();
@@ -1213,6 +1360,7 @@ impl BatchSim<'_> {
             },
             events,
             heartbeats: self.heartbeats,
+            preemptions: self.preemptions,
             users: crate::metrics::UserResult::of(&apps, &self.config.users),
             apps,
             tasks: self.records,
@@ -1256,7 +1404,7 @@ impl Model for BatchSim<'_> {
             Event::Arrival(i) => self.arrival(i, queue)?,
             Event::Heartbeat(node) => self.heartbeat(node, queue)?,
             Event::Disk { node, generation } => self.disk_done(node, generation, queue),
-            Event::TaskStep(task) => self.advance_task(task, now, queue),
+            Event::TaskStep { task, attempt } => self.advance_task(task, attempt, now, queue),
         }
         self.flush_disks(queue);
         if self.completed == self.total && self.arrived == self.apps.len() {

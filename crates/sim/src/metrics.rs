@@ -77,6 +77,9 @@ pub struct AppResult {
     /// Who submitted it (the workload's `user`), if anyone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// Attempts of its tasks stopped by priority preemption (`SimConfig::preemption`).
+    #[serde(default)]
+    pub preempted: u32,
 }
 
 /// How one user's applications fared (workloads whose applications name a `user`).
@@ -268,6 +271,9 @@ pub struct SimResult {
     pub events: u64,
     /// Heartbeats on which the policy was consulted.
     pub heartbeats: u64,
+    /// Task attempts stopped by priority preemption (`SimConfig::preemption`); each ran again.
+    #[serde(default)]
+    pub preemptions: u64,
     /// Per application, by id.
     pub apps: Vec<AppResult>,
     /// Per user, by name (workloads whose applications name a `user`; absent otherwise).

@@ -403,3 +403,50 @@ fn sim_run_keeps_an_applications_tasks_on_the_nodes_with_its_required_attributes
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn preemption_runs_urgent_work_at_once_and_says_what_it_stopped() {
+    let urgent = "examples/workload-urgent.toml";
+    let turnaround = |extra: &[&str]| -> (f64, u64) {
+        let mut args = vec!["--policy", "fifo", "--output", "json"];
+        args.extend_from_slice(extra);
+        let out = sim_run(CLUSTER, urgent, &args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        let apps = r["apps"].as_array().expect("apps");
+        let a = apps
+            .iter()
+            .find(|a| a["name"] == "urgent-1")
+            .expect("urgent-1");
+        let secs = (a["completion_ns"].as_u64().unwrap_or(0) - a["submit_ns"].as_u64().unwrap_or(0))
+            as f64
+            / 1e9;
+        (secs, r["preemptions"].as_u64().unwrap_or(0))
+    };
+    let (waited, none) = turnaround(&[]);
+    let (ran, stopped) = turnaround(&["--preemption"]);
+    assert_eq!(none, 0);
+    assert!(stopped >= 12, "{stopped} preempted");
+    assert!(
+        waited > 300.0 && ran < 90.0,
+        "urgent-1 took {waited:.1} s without preemption, {ran:.1} s with it"
+    );
+    let out = sim_run(CLUSTER, urgent, &["--policy", "fifo", "--preemption"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("task attempt(s) preempted") && text.contains("turnaround (s)"),
+        "{text}"
+    );
+    // An exempt time means nothing without preemption.
+    let out = sim_run(CLUSTER, urgent, &["--preempt-exempt-time", "10m"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--preemption"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -54,6 +54,9 @@ fn start(v: &mut SchedulerView, app: u32, node: u32, at: Time) -> Candidate {
     }
 }
 
+/// Both variants, as every policy but `cpu-only` runs.
+const BOTH: &[Variant] = &[Variant::Cpu, Variant::Gpu];
+
 fn on(all: &[Candidate]) -> impl Fn(NodeId) -> Vec<Candidate> + '_ {
     move |n| {
         all.iter()
@@ -93,8 +96,8 @@ fn the_cheapest_node_stops_its_youngest_lowest_priority_task_and_no_other_node_s
     ];
     v.set_now(100);
     // n0 could stop its priority-0 task, started at 20: more work lost than n1's youngest.
-    assert_eq!(preempt_on(&v, NodeId(0), v.now(), 0, on(&all)), None);
-    let p = preempt_on(&v, NodeId(1), v.now(), 0, on(&all)).expect("a preemption on n1");
+    assert_eq!(preempt_on(&v, NodeId(0), v.now(), 0, BOTH, on(&all)), None);
+    let p = preempt_on(&v, NodeId(1), v.now(), 0, BOTH, on(&all)).expect("a preemption on n1");
     assert_eq!(
         (p.app, p.variant, p.node),
         (AppId(2), Variant::Cpu, NodeId(1))
@@ -119,8 +122,8 @@ fn the_lowest_priority_goes_first_whatever_the_work_lost() {
     // The priority-0 task has run far longer: it still goes first.
     let all = vec![start(&mut v, 0, 0, 1), start(&mut v, 1, 1, 90)];
     v.set_now(100);
-    assert_eq!(preempt_on(&v, NodeId(1), v.now(), 0, on(&all)), None);
-    let p = preempt_on(&v, NodeId(0), v.now(), 0, on(&all)).expect("n0 preempts");
+    assert_eq!(preempt_on(&v, NodeId(1), v.now(), 0, BOTH, on(&all)), None);
+    let p = preempt_on(&v, NodeId(0), v.now(), 0, BOTH, on(&all)).expect("n0 preempts");
     assert_eq!(victims(&p), vec![(0, 1)]);
 }
 
@@ -130,7 +133,7 @@ fn equal_priority_work_that_fits_and_work_no_stop_would_start_preempt_nothing() 
     let all = vec![start(&mut v, 0, 0, 1), start(&mut v, 0, 0, 2)];
     v.set_now(10);
     assert_eq!(
-        preempt_on(&v, NodeId(0), v.now(), 0, on(&all)),
+        preempt_on(&v, NodeId(0), v.now(), 0, BOTH, on(&all)),
         None,
         "equal priority"
     );
@@ -139,7 +142,7 @@ fn equal_priority_work_that_fits_and_work_no_stop_would_start_preempt_nothing() 
     let all = vec![start(&mut v, 0, 0, 1)];
     v.set_now(10);
     assert_eq!(
-        preempt_on(&v, NodeId(0), v.now(), 0, on(&all)),
+        preempt_on(&v, NodeId(0), v.now(), 0, BOTH, on(&all)),
         None,
         "a core is free"
     );
@@ -148,7 +151,7 @@ fn equal_priority_work_that_fits_and_work_no_stop_would_start_preempt_nothing() 
     let all = vec![start(&mut v, 0, 0, 1), start(&mut v, 0, 0, 2)];
     v.set_now(10);
     assert_eq!(
-        preempt_on(&v, NodeId(0), v.now(), 0, on(&all)),
+        preempt_on(&v, NodeId(0), v.now(), 0, BOTH, on(&all)),
         None,
         "3 cores on a 2-core node"
     );
@@ -169,7 +172,7 @@ fn equal_priority_work_that_fits_and_work_no_stop_would_start_preempt_nothing() 
     let all = vec![start(&mut v, 0, 0, 1), start(&mut v, 1, 1, 2)];
     v.set_now(10);
     assert_eq!(
-        preempt_on(&v, NodeId(0), v.now(), 0, on(&all)),
+        preempt_on(&v, NodeId(0), v.now(), 0, BOTH, on(&all)),
         None,
         "max_running"
     );
@@ -193,7 +196,7 @@ fn only_the_tasks_the_fit_needs_are_stopped() {
         start(&mut v, 1, 0, 60),
     ];
     v.set_now(100);
-    let p = preempt_on(&v, NodeId(0), v.now(), 0, on(&all)).expect("a preemption");
+    let p = preempt_on(&v, NodeId(0), v.now(), 0, BOTH, on(&all)).expect("a preemption");
     assert_eq!(
         victims(&p),
         vec![(1, 50), (1, 60)],
@@ -216,7 +219,7 @@ fn only_the_tasks_the_fit_needs_are_stopped() {
         start(&mut v, 1, 0, 60),
     ];
     v.set_now(100);
-    let p = preempt_on(&v, NodeId(0), v.now(), 0, on(&all)).expect("a preemption");
+    let p = preempt_on(&v, NodeId(0), v.now(), 0, BOTH, on(&all)).expect("a preemption");
     assert_eq!(victims(&p), vec![(0, 5), (1, 60)]);
 }
 
@@ -262,12 +265,17 @@ fn a_gpu_task_stops_the_task_that_holds_a_device_of_its_kind() {
         },
     ];
     v.set_now(10);
-    let p = preempt_on(&v, NodeId(0), v.now(), 0, on(&all)).expect("a preemption");
+    let p = preempt_on(&v, NodeId(0), v.now(), 0, BOTH, on(&all)).expect("a preemption");
     assert_eq!(p.variant, Variant::Gpu);
     assert_eq!(
         victims(&p),
         vec![(0, 1)],
         "the t4 task started last but frees no a100"
+    );
+    // Under a policy that runs CPU tasks only, GPU work preempts nothing.
+    assert_eq!(
+        preempt_on(&v, NodeId(0), v.now(), 0, &[Variant::Cpu], on(&all)),
+        None
     );
 }
 
@@ -277,11 +285,11 @@ fn a_task_that_ran_less_than_the_exempt_time_is_not_stopped() {
     let all = vec![start(&mut v, 0, 0, 10), start(&mut v, 0, 0, 60)];
     v.set_now(100);
     // Without an exempt time the task started last goes; with 50 ns only the older one may.
-    let p = preempt_on(&v, NodeId(0), v.now(), 0, on(&all)).expect("preempts");
+    let p = preempt_on(&v, NodeId(0), v.now(), 0, BOTH, on(&all)).expect("preempts");
     assert_eq!(victims(&p), vec![(0, 60)]);
-    let p = preempt_on(&v, NodeId(0), v.now(), 50, on(&all)).expect("preempts");
+    let p = preempt_on(&v, NodeId(0), v.now(), 50, BOTH, on(&all)).expect("preempts");
     assert_eq!(victims(&p), vec![(0, 10)]);
-    assert_eq!(preempt_on(&v, NodeId(0), v.now(), 91, on(&all)), None);
+    assert_eq!(preempt_on(&v, NodeId(0), v.now(), 91, BOTH, on(&all)), None);
 }
 
 #[test]
@@ -291,7 +299,7 @@ fn a_user_at_its_cap_does_not_preempt() {
     v.set_app_group(AppId(1), Some(0)).expect("group");
     let all = vec![start(&mut v, 0, 0, 1), start(&mut v, 1, 0, 2)];
     v.set_now(10);
-    assert_eq!(preempt_on(&v, NodeId(0), v.now(), 0, on(&all)), None);
+    assert_eq!(preempt_on(&v, NodeId(0), v.now(), 0, BOTH, on(&all)), None);
 }
 
 proptest! {
@@ -326,7 +334,7 @@ proptest! {
         }
         v.set_now(2000);
         let node = NodeId((beat % cores.len()) as u32);
-        if let Some(p) = preempt_on(&v, node, v.now(), 0, on(&running)) {
+        if let Some(p) = preempt_on(&v, node, v.now(), 0, BOTH, on(&running)) {
             let priority = v.app(p.app).app.priority;
             prop_assert!(!p.victims.is_empty());
             for c in &p.victims {
@@ -352,7 +360,7 @@ proptest! {
             let blocked = (0..cores.len()).all(|n| !v.fits(AppId(w), NodeId(n as u32), Variant::Cpu));
             if blocked && !lower.is_empty() && v.fits_freeing(AppId(w), node, Variant::Cpu, &lower) {
                 let elsewhere = (0..cores.len() as u32).filter(|&n| n != node.0).any(|n| {
-                    preempt_on(&v, NodeId(n), v.now(), 0, on(&running)).is_some()
+                    preempt_on(&v, NodeId(n), v.now(), 0, BOTH, on(&running)).is_some()
                 });
                 prop_assert!(elsewhere, "a blocked task that stopping work here would start");
             }

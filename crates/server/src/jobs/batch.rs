@@ -1927,7 +1927,14 @@ impl Batch {
                         .collect()
                 })
             };
-            preempt_on(view, nid, cx.now, self.preempt_exempt, running)
+            preempt_on(
+                view,
+                nid,
+                cx.now,
+                self.preempt_exempt,
+                self.policy.variants(),
+                running,
+            )
         };
         let Some(p) = choice else {
             return false;

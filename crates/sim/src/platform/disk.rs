@@ -140,6 +140,23 @@ impl<R: Ord + Copy> SharedDisk<R> {
         self.generation += 1;
         true
     }
+
+    /// Withdraws `request`'s read at `now` (its task was stopped): the others share the
+    /// bandwidth from now on. Returns whether it was reading; if so the generation changed and
+    /// the caller schedules a completion event at [`SharedDisk::next_completion`].
+    pub fn cancel(&mut self, now: Time, request: R) -> bool {
+        self.advance(now);
+        let before = self.readers.len();
+        self.readers.retain(|Reverse((_, _, r))| *r != request);
+        if self.readers.len() == before {
+            return false;
+        }
+        if self.readers.is_empty() {
+            self.virtual_bytes = 0.0;
+        }
+        self.generation += 1;
+        true
+    }
 }
 
 #[cfg(test)]
@@ -184,6 +201,21 @@ mod tests {
         d.start_read(500_000_000, 32 * MIB, 2);
         assert!((d.outstanding_bytes(500_000_000) - 96.0 * MIB as f64).abs() < 1.0);
         assert_eq!(drain(&mut d), vec![(1_000_000_000, 2), (1_250_000_000, 1)]);
+    }
+
+    #[test]
+    fn a_withdrawn_read_gives_its_share_back() {
+        // 128 MiB/s; A and B each read 128 MiB from 0. B is withdrawn at 1 s (64 MiB read by
+        // each): A reads its last 64 MiB alone in 0.5 s.
+        let mut d = SharedDisk::new(128.0 * MIB as f64);
+        d.start_read(0, 128 * MIB, 1);
+        d.start_read(0, 128 * MIB, 2);
+        let g = d.generation();
+        assert!(d.cancel(1_000_000_000, 2));
+        assert!(!d.cancel(1_000_000_000, 2), "withdrawn once");
+        assert_ne!(d.generation(), g, "the old completion event is stale");
+        assert_eq!(drain(&mut d), vec![(1_500_000_000, 1)]);
+        assert_eq!(d.readers(), 0);
     }
 
     #[test]

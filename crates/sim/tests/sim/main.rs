@@ -13,6 +13,7 @@ mod fair_share;
 mod graph;
 mod hdas_paper;
 mod multi_node;
+mod preemption;
 mod properties;
 mod stream;
 mod users;

@@ -144,7 +144,14 @@ fn check_capacity(nodes: &[Node], apps: &[Application], r: &SimResult) -> Result
         let on_it = |t: &&hetsched_sim::TaskRecord| {
             t.node.index() == i || t.other_nodes.iter().any(|n| n.index() == i)
         };
-        for t in r.tasks.iter().filter(on_it) {
+        // A task that took no time holds nothing over time (its end would sort before its
+        // own start).
+        for t in r
+            .tasks
+            .iter()
+            .filter(on_it)
+            .filter(|t| t.end_ns > t.start_ns)
+        {
             let app = &apps[t.app.index()];
             // A multi-node task holds each of its nodes whole.
             let req = if app.is_multi_node() {
@@ -182,7 +189,7 @@ fn check_max_running(apps: &[Application], r: &SimResult) -> Result<(), String> 
         let mut edges: Vec<(u64, bool)> = r
             .tasks
             .iter()
-            .filter(|t| t.app == a.id)
+            .filter(|t| t.app == a.id && t.end_ns > t.start_ns)
             .flat_map(|t| [(t.start_ns, true), (t.end_ns, false)])
             .collect();
         edges.sort_unstable();
@@ -216,53 +223,98 @@ fn legitimately_unrunnable(nodes: &[Node], apps: &[Application], kind: BatchPoli
     })
 }
 
+/// Runs the case under every policy with `config`: a workload runs (each task exactly once, on
+/// nodes with its attributes, never beyond a node's capacity or its `max_running`) unless some
+/// application can never run.
+fn check_every_policy(
+    nodes: Vec<Node>,
+    apps: &[Application],
+    config: &SimConfig,
+) -> Result<(), TestCaseError> {
+    let c = cluster(nodes);
+    let nodes = c.nodes.clone();
+    for kind in BatchPolicyKind::ALL {
+        match run(&c, apps, kind, config) {
+            Err(SimError::Unrunnable { .. }) => {
+                prop_assert!(
+                    legitimately_unrunnable(&nodes, apps, kind),
+                    "{kind}: refused a runnable workload"
+                );
+            }
+            Err(e) => prop_assert!(false, "{kind}: {e}"),
+            Ok(r) => {
+                if std::env::var_os("SIM_PROP_VERBOSE").is_some() {
+                    eprintln!(
+                        "{kind}: {} tasks, makespan {:.1} s, {} preempted",
+                        r.total_tasks, r.makespan_s, r.preemptions
+                    );
+                }
+                prop_assert!(!legitimately_unrunnable(&nodes, apps, kind));
+                if !config.preemption {
+                    prop_assert_eq!(r.preemptions, 0);
+                }
+                let total: u64 = apps.iter().map(|a| u64::from(a.tasks)).sum();
+                let mut ids: Vec<u64> = r.tasks.iter().map(|t| t.task.0).collect();
+                ids.sort_unstable();
+                prop_assert_eq!(ids, (0..total).collect::<Vec<_>>(), "{}", kind);
+                for t in &r.tasks {
+                    let a = &apps[t.app.index()];
+                    prop_assert!(
+                        nodes[t.node.index()].has_attributes(&a.requires),
+                        "{kind}: a task of an application requiring {:?} ran on node {} ({:?})",
+                        a.requires,
+                        t.node.index(),
+                        nodes[t.node.index()].attributes
+                    );
+                    prop_assert!(t.start_ns >= a.submit_time);
+                    prop_assert!(t.end_ns >= t.start_ns);
+                    if kind == BatchPolicyKind::CpuOnly {
+                        prop_assert_eq!(t.variant, hetsched_core::Variant::Cpu);
+                    }
+                }
+                for (a, res) in apps.iter().zip(&r.apps) {
+                    prop_assert_eq!(res.cpu_tasks + res.gpu_tasks, a.tasks);
+                }
+                prop_assert_eq!(
+                    r.apps.iter().map(|a| u64::from(a.preempted)).sum::<u64>(),
+                    r.preemptions
+                );
+                if let Err(e) = check_capacity(&nodes, apps, &r) {
+                    prop_assert!(false, "{kind}: {e}");
+                }
+                if let Err(e) = check_max_running(apps, &r) {
+                    prop_assert!(false, "{kind}: {e}");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
     #[test]
     fn no_over_allocation_and_every_task_exactly_once((nodes, apps, seed, chunks) in arb_case()) {
-        let c = cluster(nodes.clone());
-        let nodes = c.nodes.clone();
         let config = SimConfig { seed, cpu_read_chunks: chunks, ..SimConfig::default() };
-        for kind in BatchPolicyKind::ALL {
-            match run(&c, &apps, kind, &config) {
-                Err(SimError::Unrunnable { .. }) => {
-                    prop_assert!(legitimately_unrunnable(&nodes, &apps, kind), "{kind}: refused a runnable workload");
-                }
-                Err(e) => prop_assert!(false, "{kind}: {e}"),
-                Ok(r) => {
-                    if std::env::var_os("SIM_PROP_VERBOSE").is_some() {
-                        eprintln!("{kind}: {} tasks, makespan {:.1} s", r.total_tasks, r.makespan_s);
-                    }
-                    prop_assert!(!legitimately_unrunnable(&nodes, &apps, kind));
-                    let total: u64 = apps.iter().map(|a| u64::from(a.tasks)).sum();
-                    let mut ids: Vec<u64> = r.tasks.iter().map(|t| t.task.0).collect();
-                    ids.sort_unstable();
-                    prop_assert_eq!(ids, (0..total).collect::<Vec<_>>(), "{}", kind);
-                    for t in &r.tasks {
-                        let a = &apps[t.app.index()];
-                        prop_assert!(
-                            nodes[t.node.index()].has_attributes(&a.requires),
-                            "{kind}: a task of an application requiring {:?} ran on node {} ({:?})",
-                            a.requires, t.node.index(), nodes[t.node.index()].attributes
-                        );
-                        prop_assert!(t.start_ns >= a.submit_time);
-                        prop_assert!(t.end_ns >= t.start_ns);
-                        if kind == BatchPolicyKind::CpuOnly {
-                            prop_assert_eq!(t.variant, hetsched_core::Variant::Cpu);
-                        }
-                    }
-                    for (a, res) in apps.iter().zip(&r.apps) {
-                        prop_assert_eq!(res.cpu_tasks + res.gpu_tasks, a.tasks);
-                    }
-                    if let Err(e) = check_capacity(&nodes, &apps, &r) {
-                        prop_assert!(false, "{kind}: {e}");
-                    }
-                    if let Err(e) = check_max_running(&apps, &r) {
-                        prop_assert!(false, "{kind}: {e}");
-                    }
-                }
-            }
-        }
+        check_every_policy(nodes, &apps, &config)?;
+    }
+
+    /// The same under priority preemption (priorities -1 to 1, some tasks exempt for a while):
+    /// a preempted task runs again, exactly once to its end, and the engine's audit of every
+    /// start against its own record of the node (cores, memory, devices) holds.
+    #[test]
+    fn under_preemption_every_task_still_runs_exactly_once(
+        (nodes, apps, seed, chunks) in arb_case(),
+        exempt_s in prop_oneof![Just(0u64), 1u64..5],
+    ) {
+        let config = SimConfig {
+            seed,
+            cpu_read_chunks: chunks,
+            preemption: true,
+            preempt_exempt_time: secs(exempt_s as f64),
+            ..SimConfig::default()
+        };
+        check_every_policy(nodes, &apps, &config)?;
     }
 }

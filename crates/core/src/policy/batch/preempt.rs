@@ -20,7 +20,8 @@
 //!    equals the one that started last first (it loses the least work), until the waiting task
 //!    fits ([`SchedulerView::fits_freeing`]); then every chosen task that is not needed for the
 //!    fit is spared, the most valuable (highest priority, then the one running longest) first.
-//!    Both variants are tried; the cheaper set wins.
+//!    Each variant the driver's policy runs is tried ([`crate::policy::batch::BatchPolicy::variants`]);
+//!    the cheaper set wins.
 //! 4. **Which node.** A set's cost is, in order: the highest priority it stops, the work it
 //!    throws away (cores × time run, summed), the number of tasks, then the node's id. The
 //!    heartbeating node preempts only when its set is the cheapest of every live node's for
@@ -76,13 +77,15 @@ struct Cost {
 /// What to preempt on `node` at time `now` (the clock of the candidates' `started`, as a
 /// policy's `now`), if anything: see the module docs for the rule. `running` gives the running
 /// tasks that may be stopped on a node (the driver's batch tasks there; multi-node ones are
-/// skipped); those that started less than `exempt` before `now` are not stopped. `None`:
-/// nothing waits that preemption would start here.
+/// skipped); those that started less than `exempt` before `now` are not stopped. Only the
+/// `variants` the driver's policy runs are placed. `None`: nothing waits that preemption would
+/// start here.
 pub fn preempt_on(
     view: &SchedulerView,
     node: NodeId,
     now: Time,
     exempt: Time,
+    variants: &[Variant],
     running: impl Fn(NodeId) -> Vec<Candidate>,
 ) -> Option<Preemption> {
     if !view.nodes().get(node.index()).is_some_and(|n| n.alive) {
@@ -101,8 +104,9 @@ pub fn preempt_on(
         .filter_map(|c| view.get_app(c.running.app))
         .map(|a| a.app.priority)
         .min()?;
-    for app in blocked(view, lowest) {
-        let Some((variant, cost, victims)) = cheapest_on(view, app, node, now, &here) else {
+    for app in blocked(view, lowest, variants) {
+        let Some((variant, cost, victims)) = cheapest_on(view, app, node, now, variants, &here)
+        else {
             continue;
         };
         // Another live node whose set is cheaper (or as cheap, with a lower id) preempts at its
@@ -111,7 +115,7 @@ pub fn preempt_on(
             let other = NodeId(i as u32);
             other != node
                 && n.alive
-                && cheapest_on(view, app, other, now, &running(other))
+                && cheapest_on(view, app, other, now, variants, &running(other))
                     .is_some_and(|(_, c, _)| (c, other.0) < (cost, node.0))
         });
         if cheaper_elsewhere {
@@ -128,8 +132,9 @@ pub fn preempt_on(
 }
 
 /// Applications with pending tasks of a priority above `lowest` that fit on no node now,
-/// highest level first (then in submission order), at most [`MAX_BLOCKED`].
-fn blocked(view: &SchedulerView, lowest: i32) -> Vec<AppId> {
+/// highest level first (then in submission order), at most [`MAX_BLOCKED`]: fitting in none
+/// of `variants`.
+fn blocked(view: &SchedulerView, lowest: i32, variants: &[Variant]) -> Vec<AppId> {
     let mut waiting: Vec<(std::cmp::Reverse<i64>, AppId)> = view
         .pending_apps()
         .filter(|a| a.app.priority > lowest && !a.app.is_multi_node())
@@ -140,11 +145,8 @@ fn blocked(view: &SchedulerView, lowest: i32) -> Vec<AppId> {
         .into_iter()
         .map(|(_, app)| app)
         .filter(|&app| {
-            !(0..view.nodes().len() as u32).any(|n| {
-                [Variant::Cpu, Variant::Gpu]
-                    .iter()
-                    .any(|&v| view.fits(app, NodeId(n), v))
-            })
+            !(0..view.nodes().len() as u32)
+                .any(|n| variants.iter().any(|&v| view.fits(app, NodeId(n), v)))
         })
         .take(MAX_BLOCKED)
         .collect()
@@ -156,6 +158,7 @@ fn cheapest_on(
     app: AppId,
     node: NodeId,
     now: Time,
+    variants: &[Variant],
     running: &[Candidate],
 ) -> Option<(Variant, Cost, Vec<Candidate>)> {
     let priority = view.get_app(app)?.app.priority;
@@ -180,7 +183,7 @@ fn cheapest_on(
             .then(b.running.task.cmp(&a.running.task))
     });
     let mut best: Option<(Variant, Cost, Vec<Candidate>)> = None;
-    for variant in [Variant::Cpu, Variant::Gpu] {
+    for &variant in variants {
         if view.get_app(app)?.app.request(variant).is_none() {
             continue;
         }
