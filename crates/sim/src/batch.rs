@@ -50,7 +50,7 @@ use crate::metrics::{AppResult, LoadSnapshot, Progress, SimResult, TaskRecord, T
 use crate::platform::disk::SharedDisk;
 use hetsched_core::policy::batch::BatchPolicy;
 use hetsched_core::policy::batch::multi_node::Gatherer;
-use hetsched_core::policy::batch::preempt::{Candidate, preempt_on};
+use hetsched_core::policy::batch::preempt::{Candidate, Rules, preempt_on};
 use hetsched_core::time::{NANOS_PER_SEC, Time, to_secs};
 use hetsched_core::{
     AppId, Application, Assignment, Cluster, GroupState, NodeId, NodeReport, Resources,
@@ -1189,8 +1189,12 @@ impl BatchSim<'_> {
                 &self.view,
                 id,
                 now,
-                self.config.preempt_exempt_time,
-                self.policy.variants(),
+                &Rules {
+                    exempt: self.config.preempt_exempt_time,
+                    variants: self.policy.variants(),
+                },
+                // Every simulated node takes work.
+                |_: NodeId| true,
                 |n: NodeId| {
                     on_node.get(n.index()).map_or_else(Vec::new, |tasks| {
                         tasks

@@ -4,7 +4,7 @@
 //! `fits` (caps, `max_running`, capacity).
 
 use hetsched_core::model::{AppId, Application, NodeId, Resources, SchedulerView, TaskId, Variant};
-use hetsched_core::policy::batch::preempt::{Candidate, Preemption, preempt_on};
+use hetsched_core::policy::batch::preempt::{Candidate, Preemption, Rules, preempt_on};
 use hetsched_core::testkit::{app, node};
 use hetsched_core::time::Time;
 use proptest::prelude::*;
@@ -54,6 +54,11 @@ fn start(v: &mut SchedulerView, app: u32, node: u32, at: Time) -> Candidate {
     }
 }
 
+/// The rule's terms: tasks that ran less than `exempt` are not stopped; `variants` run.
+fn rules(exempt: Time, variants: &[Variant]) -> Rules<'_> {
+    Rules { exempt, variants }
+}
+
 /// Both variants, as every policy but `cpu-only` runs.
 const BOTH: &[Variant] = &[Variant::Cpu, Variant::Gpu];
 
@@ -96,8 +101,12 @@ fn the_cheapest_node_stops_its_youngest_lowest_priority_task_and_no_other_node_s
     ];
     v.set_now(100);
     // n0 could stop its priority-0 task, started at 20: more work lost than n1's youngest.
-    assert_eq!(preempt_on(&v, NodeId(0), v.now(), 0, BOTH, on(&all)), None);
-    let p = preempt_on(&v, NodeId(1), v.now(), 0, BOTH, on(&all)).expect("a preemption on n1");
+    assert_eq!(
+        preempt_on(&v, NodeId(0), v.now(), &rules(0, BOTH), |_| true, on(&all)),
+        None
+    );
+    let p = preempt_on(&v, NodeId(1), v.now(), &rules(0, BOTH), |_| true, on(&all))
+        .expect("a preemption on n1");
     assert_eq!(
         (p.app, p.variant, p.node),
         (AppId(2), Variant::Cpu, NodeId(1))
@@ -122,8 +131,12 @@ fn the_lowest_priority_goes_first_whatever_the_work_lost() {
     // The priority-0 task has run far longer: it still goes first.
     let all = vec![start(&mut v, 0, 0, 1), start(&mut v, 1, 1, 90)];
     v.set_now(100);
-    assert_eq!(preempt_on(&v, NodeId(1), v.now(), 0, BOTH, on(&all)), None);
-    let p = preempt_on(&v, NodeId(0), v.now(), 0, BOTH, on(&all)).expect("n0 preempts");
+    assert_eq!(
+        preempt_on(&v, NodeId(1), v.now(), &rules(0, BOTH), |_| true, on(&all)),
+        None
+    );
+    let p = preempt_on(&v, NodeId(0), v.now(), &rules(0, BOTH), |_| true, on(&all))
+        .expect("n0 preempts");
     assert_eq!(victims(&p), vec![(0, 1)]);
 }
 
@@ -133,7 +146,7 @@ fn equal_priority_work_that_fits_and_work_no_stop_would_start_preempt_nothing() 
     let all = vec![start(&mut v, 0, 0, 1), start(&mut v, 0, 0, 2)];
     v.set_now(10);
     assert_eq!(
-        preempt_on(&v, NodeId(0), v.now(), 0, BOTH, on(&all)),
+        preempt_on(&v, NodeId(0), v.now(), &rules(0, BOTH), |_| true, on(&all)),
         None,
         "equal priority"
     );
@@ -142,7 +155,7 @@ fn equal_priority_work_that_fits_and_work_no_stop_would_start_preempt_nothing() 
     let all = vec![start(&mut v, 0, 0, 1)];
     v.set_now(10);
     assert_eq!(
-        preempt_on(&v, NodeId(0), v.now(), 0, BOTH, on(&all)),
+        preempt_on(&v, NodeId(0), v.now(), &rules(0, BOTH), |_| true, on(&all)),
         None,
         "a core is free"
     );
@@ -151,7 +164,7 @@ fn equal_priority_work_that_fits_and_work_no_stop_would_start_preempt_nothing() 
     let all = vec![start(&mut v, 0, 0, 1), start(&mut v, 0, 0, 2)];
     v.set_now(10);
     assert_eq!(
-        preempt_on(&v, NodeId(0), v.now(), 0, BOTH, on(&all)),
+        preempt_on(&v, NodeId(0), v.now(), &rules(0, BOTH), |_| true, on(&all)),
         None,
         "3 cores on a 2-core node"
     );
@@ -172,7 +185,7 @@ fn equal_priority_work_that_fits_and_work_no_stop_would_start_preempt_nothing() 
     let all = vec![start(&mut v, 0, 0, 1), start(&mut v, 1, 1, 2)];
     v.set_now(10);
     assert_eq!(
-        preempt_on(&v, NodeId(0), v.now(), 0, BOTH, on(&all)),
+        preempt_on(&v, NodeId(0), v.now(), &rules(0, BOTH), |_| true, on(&all)),
         None,
         "max_running"
     );
@@ -196,7 +209,8 @@ fn only_the_tasks_the_fit_needs_are_stopped() {
         start(&mut v, 1, 0, 60),
     ];
     v.set_now(100);
-    let p = preempt_on(&v, NodeId(0), v.now(), 0, BOTH, on(&all)).expect("a preemption");
+    let p = preempt_on(&v, NodeId(0), v.now(), &rules(0, BOTH), |_| true, on(&all))
+        .expect("a preemption");
     assert_eq!(
         victims(&p),
         vec![(1, 50), (1, 60)],
@@ -219,7 +233,8 @@ fn only_the_tasks_the_fit_needs_are_stopped() {
         start(&mut v, 1, 0, 60),
     ];
     v.set_now(100);
-    let p = preempt_on(&v, NodeId(0), v.now(), 0, BOTH, on(&all)).expect("a preemption");
+    let p = preempt_on(&v, NodeId(0), v.now(), &rules(0, BOTH), |_| true, on(&all))
+        .expect("a preemption");
     assert_eq!(victims(&p), vec![(0, 5), (1, 60)]);
 }
 
@@ -265,7 +280,8 @@ fn a_gpu_task_stops_the_task_that_holds_a_device_of_its_kind() {
         },
     ];
     v.set_now(10);
-    let p = preempt_on(&v, NodeId(0), v.now(), 0, BOTH, on(&all)).expect("a preemption");
+    let p = preempt_on(&v, NodeId(0), v.now(), &rules(0, BOTH), |_| true, on(&all))
+        .expect("a preemption");
     assert_eq!(p.variant, Variant::Gpu);
     assert_eq!(
         victims(&p),
@@ -274,7 +290,14 @@ fn a_gpu_task_stops_the_task_that_holds_a_device_of_its_kind() {
     );
     // Under a policy that runs CPU tasks only, GPU work preempts nothing.
     assert_eq!(
-        preempt_on(&v, NodeId(0), v.now(), 0, &[Variant::Cpu], on(&all)),
+        preempt_on(
+            &v,
+            NodeId(0),
+            v.now(),
+            &rules(0, &[Variant::Cpu]),
+            |_| true,
+            on(&all)
+        ),
         None
     );
 }
@@ -285,11 +308,39 @@ fn a_task_that_ran_less_than_the_exempt_time_is_not_stopped() {
     let all = vec![start(&mut v, 0, 0, 10), start(&mut v, 0, 0, 60)];
     v.set_now(100);
     // Without an exempt time the task started last goes; with 50 ns only the older one may.
-    let p = preempt_on(&v, NodeId(0), v.now(), 0, BOTH, on(&all)).expect("preempts");
+    let p =
+        preempt_on(&v, NodeId(0), v.now(), &rules(0, BOTH), |_| true, on(&all)).expect("preempts");
     assert_eq!(victims(&p), vec![(0, 60)]);
-    let p = preempt_on(&v, NodeId(0), v.now(), 50, BOTH, on(&all)).expect("preempts");
+    let p =
+        preempt_on(&v, NodeId(0), v.now(), &rules(50, BOTH), |_| true, on(&all)).expect("preempts");
     assert_eq!(victims(&p), vec![(0, 10)]);
-    assert_eq!(preempt_on(&v, NodeId(0), v.now(), 91, BOTH, on(&all)), None);
+    assert_eq!(
+        preempt_on(&v, NodeId(0), v.now(), &rules(91, BOTH), |_| true, on(&all)),
+        None
+    );
+}
+
+#[test]
+fn nodes_that_take_no_work_neither_hold_room_nor_defer_the_choice() {
+    // n0 is drained (its driver places nothing there): its free core does not count, and the
+    // cheaper task it runs does not keep n1 from preempting.
+    let mut v = view(&[2, 1], vec![cpu_app(0, 0, 1, 4), cpu_app(1, 5, 1, 4)]);
+    let all = vec![start(&mut v, 0, 1, 1), start(&mut v, 0, 0, 50)];
+    v.set_now(100);
+    let drained = |n: NodeId| n != NodeId(0);
+    assert_eq!(
+        preempt_on(&v, NodeId(1), v.now(), &rules(0, BOTH), |_| true, on(&all)),
+        None,
+        "n0's free core holds it"
+    );
+    let p = preempt_on(&v, NodeId(1), v.now(), &rules(0, BOTH), drained, on(&all))
+        .expect("n1 preempts");
+    assert_eq!(victims(&p), vec![(0, 1)]);
+    assert_eq!(
+        preempt_on(&v, NodeId(0), v.now(), &rules(0, BOTH), drained, on(&all)),
+        None,
+        "a drained node preempts nothing"
+    );
 }
 
 #[test]
@@ -299,7 +350,10 @@ fn a_user_at_its_cap_does_not_preempt() {
     v.set_app_group(AppId(1), Some(0)).expect("group");
     let all = vec![start(&mut v, 0, 0, 1), start(&mut v, 1, 0, 2)];
     v.set_now(10);
-    assert_eq!(preempt_on(&v, NodeId(0), v.now(), 0, BOTH, on(&all)), None);
+    assert_eq!(
+        preempt_on(&v, NodeId(0), v.now(), &rules(0, BOTH), |_| true, on(&all)),
+        None
+    );
 }
 
 proptest! {
@@ -334,7 +388,7 @@ proptest! {
         }
         v.set_now(2000);
         let node = NodeId((beat % cores.len()) as u32);
-        if let Some(p) = preempt_on(&v, node, v.now(), 0, BOTH, on(&running)) {
+        if let Some(p) = preempt_on(&v, node, v.now(), &rules(0, BOTH), |_| true, on(&running)) {
             let priority = v.app(p.app).app.priority;
             prop_assert!(!p.victims.is_empty());
             for c in &p.victims {
@@ -360,7 +414,7 @@ proptest! {
             let blocked = (0..cores.len()).all(|n| !v.fits(AppId(w), NodeId(n as u32), Variant::Cpu));
             if blocked && !lower.is_empty() && v.fits_freeing(AppId(w), node, Variant::Cpu, &lower) {
                 let elsewhere = (0..cores.len() as u32).filter(|&n| n != node.0).any(|n| {
-                    preempt_on(&v, NodeId(n), v.now(), 0, BOTH, on(&running)).is_some()
+                    preempt_on(&v, NodeId(n), v.now(), &rules(0, BOTH), |_| true, on(&running)).is_some()
                 });
                 prop_assert!(elsewhere, "a blocked task that stopping work here would start");
             }

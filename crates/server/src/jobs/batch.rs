@@ -27,7 +27,7 @@ use hetsched_core::input::limits;
 use hetsched_core::input::workload::{Command, MissingProfile, Workload, parse_workload};
 use hetsched_core::model::Slots;
 use hetsched_core::policy::batch::BatchPolicy;
-use hetsched_core::policy::batch::preempt::{Candidate, preempt_on};
+use hetsched_core::policy::batch::preempt::{Candidate, Rules, preempt_on};
 use hetsched_core::{
     AppId, Application, Assignment, Node, NodeId, NodeReport, Resources, TaskId, Variant,
 };
@@ -1927,14 +1927,18 @@ impl Batch {
                         .collect()
                 })
             };
-            preempt_on(
-                view,
-                nid,
-                cx.now,
-                self.preempt_exempt,
-                self.policy.variants(),
-                running,
-            )
+            let rules = Rules {
+                exempt: self.preempt_exempt,
+                variants: self.policy.variants(),
+            };
+            // Drained, stopping and departed nodes get no work: they neither hold room for
+            // waiting work nor preempt for it.
+            let takes_work = |n: NodeId| {
+                nodes.get(n.0).is_some_and(|r| {
+                    r.alive && !r.drained && !r.draining && r.stop.is_none() && r.left.is_none()
+                })
+            };
+            preempt_on(view, nid, cx.now, &rules, takes_work, running)
         };
         let Some(p) = choice else {
             return false;

@@ -34,6 +34,10 @@
 //! - a failed attempt (non-zero exit, failure to start, time limit) is re-queued with the next
 //!   attempt number while the application's `retries` last; then the task fails. Failed attempts do
 //!   not count against `max_attempts`, which bounds lost ones;
+//! - with `preemption = "requeue"`, a batch task stopped for waiting work of a higher priority
+//!   goes back to the front of its queue at once, its attempt killed in the same reply that
+//!   starts the waiting task there; preempted attempts count neither as failures nor against
+//!   `max_attempts` (`tasks.preemptions`);
 //! - a submission with a client key the store already holds returns the job stored under it (one
 //!   job per key, enforced by a UNIQUE index), so a client may retry a submission whose reply it
 //!   never received.

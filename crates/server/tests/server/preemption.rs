@@ -161,3 +161,25 @@ fn the_node_whose_stop_loses_least_preempts_whichever_beats_first() {
     assert_eq!(sent(&r).len(), 1);
     assert_eq!(tasks(&s, high)[0].node, "b");
 }
+
+#[test]
+fn a_drained_node_neither_holds_room_for_waiting_work_nor_preempts() {
+    let d = common::scratch("preemption", "drained");
+    let mut s = open(&d, PreemptionMode::Requeue);
+    let b = register(&mut s, "b", 1);
+    submit(&mut s, "low", 2, 0);
+    let on_b = sent(&beat(&mut s, b, &[], &[]));
+    // `a` runs the other low task and is then drained, its task still running there: it takes
+    // no work, so neither its task nor, once that ends, its free core counts.
+    let a = register(&mut s, "a", 1);
+    let on_a = sent(&beat(&mut s, a, &[], &[]));
+    assert_eq!(on_a.len(), 1);
+    s.on_drain("a", true).expect("drain a");
+    let high = submit(&mut s, "high", 1, 5);
+    // `a`'s task started last (it loses least) but `a` is drained: `b` preempts.
+    let r = beat(&mut s, a, &on_a, &[]);
+    assert!(killed(&r).is_empty() && sent(&r).is_empty());
+    let r = beat(&mut s, b, &on_b, &[]);
+    assert_eq!(killed(&r), on_b);
+    assert_eq!(tasks(&s, high)[0].node, "b");
+}

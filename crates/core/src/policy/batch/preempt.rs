@@ -6,9 +6,10 @@
 //!
 //! The rule, decided on one node's heartbeat ([`preempt_on`]):
 //!
-//! 1. **Who may preempt.** An application with pending tasks that fits on no node now, in
-//!    either variant ([`SchedulerView::fits`]) — work that only waits for resources, not for
-//!    its own `max_running`, its user's cap, or a node no task could use. Applications are
+//! 1. **Who may preempt.** An application with pending tasks that fits on no node that takes
+//!    work now, in any variant the driver's policy runs ([`SchedulerView::fits`]) — work that
+//!    only waits for resources, not for its own `max_running`, its user's cap, or a node no
+//!    task could use. Applications are
 //!    tried by level, highest first (the order policies serve them in), at most
 //!    [`MAX_BLOCKED`] of them. Multi-node tasks neither preempt nor are preempted: they hold
 //!    whole nodes, gathered apart.
@@ -24,8 +25,8 @@
 //!    the cheaper set wins.
 //! 4. **Which node.** A set's cost is, in order: the highest priority it stops, the work it
 //!    throws away (cores × time run, summed), the number of tasks, then the node's id. The
-//!    heartbeating node preempts only when its set is the cheapest of every live node's for
-//!    that application, so the least valuable work in the cluster goes first, whichever node
+//!    heartbeating node preempts only when its set is the cheapest of every live node's that
+//!    takes work, for that application, so the least valuable work in the cluster goes first, whichever node
 //!    beats first.
 //!
 //! One heartbeat preempts for one waiting task at most: the driver places it at once, and the
@@ -74,23 +75,35 @@ struct Cost {
     tasks: usize,
 }
 
+/// The driver's terms of the rule.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rules<'a> {
+    /// A task that has run less than this is not stopped (Slurm's `PreemptExemptTime`).
+    pub exempt: Time,
+    /// The variants the driver's policy runs ([`crate::policy::batch::BatchPolicy::variants`]):
+    /// only those are placed.
+    pub variants: &'a [Variant],
+}
+
 /// What to preempt on `node` at time `now` (the clock of the candidates' `started`, as a
-/// policy's `now`), if anything: see the module docs for the rule. `running` gives the running
-/// tasks that may be stopped on a node (the driver's batch tasks there; multi-node ones are
-/// skipped); those that started less than `exempt` before `now` are not stopped. Only the
-/// `variants` the driver's policy runs are placed. `None`: nothing waits that preemption would
-/// start here.
+/// policy's `now`), if anything: see the module docs for the rule. `takes_work` says which
+/// nodes the driver places work on now (not drained, not shutting down: the view does not
+/// know); `running` gives the running tasks that may be stopped on a node (the driver's batch
+/// tasks there; multi-node ones are skipped). `None`: nothing waits that preemption would start
+/// here.
 pub fn preempt_on(
     view: &SchedulerView,
     node: NodeId,
     now: Time,
-    exempt: Time,
-    variants: &[Variant],
+    rules: &Rules,
+    takes_work: impl Fn(NodeId) -> bool,
     running: impl Fn(NodeId) -> Vec<Candidate>,
 ) -> Option<Preemption> {
-    if !view.nodes().get(node.index()).is_some_and(|n| n.alive) {
+    let live = |n: NodeId| view.nodes().get(n.index()).is_some_and(|s| s.alive) && takes_work(n);
+    if !live(node) {
         return None;
     }
+    let (exempt, variants) = (rules.exempt, rules.variants);
     let running = |n: NodeId| {
         let mut r = running(n);
         r.retain(|c| now.saturating_sub(c.started) >= exempt);
@@ -104,17 +117,16 @@ pub fn preempt_on(
         .filter_map(|c| view.get_app(c.running.app))
         .map(|a| a.app.priority)
         .min()?;
-    for app in blocked(view, lowest, variants) {
+    for app in blocked(view, lowest, variants, &live) {
         let Some((variant, cost, victims)) = cheapest_on(view, app, node, now, variants, &here)
         else {
             continue;
         };
         // Another live node whose set is cheaper (or as cheap, with a lower id) preempts at its
         // own heartbeat.
-        let cheaper_elsewhere = view.nodes().iter().enumerate().any(|(i, n)| {
-            let other = NodeId(i as u32);
+        let cheaper_elsewhere = (0..view.nodes().len() as u32).map(NodeId).any(|other| {
             other != node
-                && n.alive
+                && live(other)
                 && cheapest_on(view, app, other, now, variants, &running(other))
                     .is_some_and(|(_, c, _)| (c, other.0) < (cost, node.0))
         });
@@ -133,8 +145,13 @@ pub fn preempt_on(
 
 /// Applications with pending tasks of a priority above `lowest` that fit on no node now,
 /// highest level first (then in submission order), at most [`MAX_BLOCKED`]: fitting in none
-/// of `variants`.
-fn blocked(view: &SchedulerView, lowest: i32, variants: &[Variant]) -> Vec<AppId> {
+/// of `variants` on a node that is `live`.
+fn blocked(
+    view: &SchedulerView,
+    lowest: i32,
+    variants: &[Variant],
+    live: &impl Fn(NodeId) -> bool,
+) -> Vec<AppId> {
     let mut waiting: Vec<(std::cmp::Reverse<i64>, AppId)> = view
         .pending_apps()
         .filter(|a| a.app.priority > lowest && !a.app.is_multi_node())
@@ -146,13 +163,14 @@ fn blocked(view: &SchedulerView, lowest: i32, variants: &[Variant]) -> Vec<AppId
         .map(|(_, app)| app)
         .filter(|&app| {
             !(0..view.nodes().len() as u32)
-                .any(|n| variants.iter().any(|&v| view.fits(app, NodeId(n), v)))
+                .map(NodeId)
+                .any(|n| live(n) && variants.iter().any(|&v| view.fits(app, n, v)))
         })
         .take(MAX_BLOCKED)
         .collect()
 }
 
-/// The cheapest victim set on `node` that lets a task of `app` start there, over both variants.
+/// The cheapest victim set on `node` that lets a task of `app` start there, over `variants`.
 fn cheapest_on(
     view: &SchedulerView,
     app: AppId,

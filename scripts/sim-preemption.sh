@@ -4,7 +4,7 @@
 # the sweep (225 s on a GPU) — under every combination of policy, heartbeat and seed, without
 # preemption, with --preemption, and with a 10-minute exempt time. One line per run:
 #   workload policy heartbeat seed mode  urgent-mean-turnaround-s  urgent-worst-turnaround-s  sweep-completion-s  preempted
-# Usage: bash docs/results/preemption.sh [path/to/hetsched]
+# Usage: bash scripts/sim-preemption.sh [path/to/hetsched]
 set -euo pipefail
 bin=${1:-target/release/hetsched}
 gpu=$(mktemp --suffix=.toml)
