@@ -712,6 +712,7 @@ impl Wire for State {
             after_start: Vec::new(),
             hold: false,
             begin_ms: None,
+            max_priority: None,
         })
         .map(Into::into)
     }

@@ -515,6 +515,8 @@ impl Client for ClientService {
                     after_start: r.after_start,
                     hold: r.hold,
                     begin_ms: (r.begin_ms > 0).then_some(r.begin_ms),
+                    // The owner's, filled by the state.
+                    max_priority: None,
                 },
                 &who.name,
             )?;
@@ -894,6 +896,9 @@ impl Client for ClientService {
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
             let _audit = who.span();
             s.authorize(&who, r.job_id, "update it")?;
+            if let Some(p) = r.priority {
+                s.check_priority(&who.name, p, "--priority")?;
+            }
             s.update(&r)
         })
         .await
@@ -951,6 +956,9 @@ impl Client for ClientService {
             }
             if let Some(n) = r.shares {
                 s.on_share_user(&r.name, n)?;
+            }
+            if let Some(p) = r.max_priority {
+                s.on_priority_limit_user(&r.name, Some(p))?;
             }
             Ok(pb::AddUserReply {
                 name: r.name,
@@ -1018,12 +1026,26 @@ impl Client for ClientService {
             if let Some(n) = r.shares {
                 check_shares(n)?;
             }
-            // A limit names at least one thing: a cap (refused there when none is) or shares.
-            if !caps.is_empty() || r.shares.is_none() {
+            let priority = match (r.max_priority, r.no_max_priority) {
+                (Some(_), true) => {
+                    return Err(StateError::Invalid(
+                        "max_priority: give a cap or none, not both".into(),
+                    ));
+                }
+                (Some(p), false) => Some(Some(p)),
+                (None, true) => Some(None),
+                (None, false) => None,
+            };
+            // A limit names at least one thing: a cap (refused there when none is), shares or
+            // a priority cap.
+            if !caps.is_empty() || (r.shares.is_none() && priority.is_none()) {
                 s.on_limit_user(&r.name, caps)?;
             }
             if let Some(n) = r.shares {
                 s.on_share_user(&r.name, n)?;
+            }
+            if let Some(p) = priority {
+                s.on_priority_limit_user(&r.name, p)?;
             }
             s.list_users()
                 .into_iter()
@@ -1094,6 +1116,7 @@ fn user_info(u: crate::state::UserEntry) -> pb::UserInfo {
         memory_bytes: u.held.memory_bytes,
         fair_usage: u.fair_usage,
         shares: u.shares,
+        max_priority: u.max_priority,
     }
 }
 

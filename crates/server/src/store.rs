@@ -429,6 +429,7 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     // A signal for a divisible job's chunk: the job (0: `task` is a task).
     ("task_signals", "chunk_of", "INTEGER NOT NULL DEFAULT 0"),
     ("tasks", "preemptions", "INTEGER NOT NULL DEFAULT 0"),
+    ("users", "max_priority", "INTEGER"),
 ];
 
 /// The indexes; `tasks_other_nodes` lists only multi-node tasks' rows, so finding them (a

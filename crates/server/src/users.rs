@@ -139,6 +139,8 @@ pub struct Users {
     caps: HashMap<Arc<str>, Resources>,
     /// Each user's fair-share shares (absent: 1).
     shares: HashMap<Arc<str>, u32>,
+    /// Each user's cap on the priority of its work (absent: none).
+    max_priority: HashMap<Arc<str>, i32>,
     /// Each owner's group in the scheduler's view ([`hetsched_core::SchedulerView`]'s groups
     /// share a cap): dense numbers handed out as owners are met (memory only).
     groups: HashMap<Arc<str>, u32>,
@@ -168,9 +170,10 @@ impl Users {
         let mut hashes = HashMap::new();
         let mut caps = HashMap::new();
         let mut shares = HashMap::new();
+        let mut max_priority = HashMap::new();
         let mut stmt = conn.prepare(
-            "SELECT name, token_sha256, created_ms, max_cores, max_gpus, max_memory_bytes, shares
-             FROM users",
+            "SELECT name, token_sha256, created_ms, max_cores, max_gpus, max_memory_bytes, shares,
+             max_priority FROM users",
         )?;
         let rows = stmt.query_map([], |r| {
             Ok((
@@ -183,12 +186,17 @@ impl Users {
                     r.get::<_, i64>(5)?,
                 ],
                 r.get::<_, i64>(6)?,
+                r.get::<_, Option<i64>>(7)?,
             ))
         })?;
         let count = |v: i64| v.clamp(0, i64::from(u32::MAX)) as u32;
         for row in rows {
-            let (name, hash, created, [cores, gpus, memory], share) = row?;
+            let (name, hash, created, [cores, gpus, memory], share, priority) = row?;
             let name: Arc<str> = name.into();
+            if let Some(p) = priority {
+                let p = p.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
+                max_priority.insert(name.clone(), p);
+            }
             if share > 1 {
                 shares.insert(name.clone(), count(share));
             }
@@ -228,6 +236,7 @@ impl Users {
             users,
             caps,
             shares,
+            max_priority,
             groups: HashMap::new(),
             owners,
             topology_owners,
@@ -410,6 +419,34 @@ impl Users {
         Ok(())
     }
 
+    /// The highest priority user `name` may give its work (`hetsched user limit
+    /// --max-priority`), if capped.
+    pub fn max_priority(&self, name: &str) -> Option<i32> {
+        self.max_priority.get(name).copied()
+    }
+
+    /// Stores user `name`'s priority cap inside `tx` (`None`: none).
+    pub fn write_max_priority(
+        tx: &rusqlite::Transaction,
+        name: &str,
+        max: Option<i32>,
+    ) -> Result<(), StoreError> {
+        tx.execute(
+            "UPDATE users SET max_priority = ?2 WHERE name = ?1",
+            params![name, max],
+        )?;
+        Ok(())
+    }
+
+    /// Memory after [`Users::write_max_priority`] committed.
+    pub fn set_max_priority(&mut self, name: &str, max: Option<i32>) {
+        let name = self.intern(name);
+        match max {
+            Some(p) => self.max_priority.insert(name, p),
+            None => self.max_priority.remove(&name),
+        };
+    }
+
     /// Memory after [`Users::write_shares`] committed.
     pub fn set_shares(&mut self, name: &str, shares: u32) {
         let name = self.intern(name);
@@ -514,6 +551,7 @@ impl Users {
         self.users.remove(name);
         self.caps.remove(name);
         self.shares.remove(name);
+        self.max_priority.remove(name);
         if let Ok(mut i) = self.index.write() {
             i.retain(|_, n| &**n != name);
         }

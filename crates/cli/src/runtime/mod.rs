@@ -498,12 +498,13 @@ pub enum UserCommand {
     /// Slurm's `MaxTRESPerUser=cpu=N,mem=S,gres/gpu=M`): a task starts only while what they
     /// hold with it stays within every cap (a multi-node task counts everything of its nodes).
     /// Caps not given keep their values. Tasks running keep theirs; `hetsched jobs` says why
-    /// the rest wait. `--shares` sets the user's weight under `[fair_share]`.
+    /// the rest wait. `--shares` sets the user's weight under `[fair_share]`;
+    /// `--max-priority` the highest priority its work may have.
     #[command(group(
         clap::ArgGroup::new("caps")
             .required(true)
             .multiple(true)
-            .args(["max_cores", "max_memory", "max_gpus", "shares"])
+            .args(["max_cores", "max_memory", "max_gpus", "shares", "max_priority"])
     ))]
     Limit {
         /// The user's name.
@@ -770,6 +771,30 @@ pub struct UserCaps {
     /// usage is divided by them: 2 shares may use twice what 1 does before falling behind).
     #[arg(long, value_name = "N")]
     pub shares: Option<u32>,
+    /// The highest priority it may give its batch work — in job files, `submit --priority`
+    /// and `update --priority` (higher ones are refused); `none` for no cap. With the server's
+    /// `preemption = "requeue"` it bounds whose running work its work may stop.
+    #[arg(long, value_name = "N", value_parser = parse_max_priority, allow_hyphen_values = true)]
+    pub max_priority: Option<PriorityCap>,
+}
+
+/// `hetsched user limit --max-priority`: a priority, or `none`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PriorityCap {
+    /// Work of this priority at most.
+    At(i32),
+    /// No cap.
+    None,
+}
+
+fn parse_max_priority(s: &str) -> Result<PriorityCap, String> {
+    match s.trim() {
+        "none" => Ok(PriorityCap::None),
+        t => t
+            .parse()
+            .map(PriorityCap::At)
+            .map_err(|_| format!("`{t}`: a priority (an integer), or `none` for no cap")),
+    }
 }
 
 /// `hetsched user limit --max-cores`: a number of cores, `none` or `0` for no cap.

@@ -28,6 +28,10 @@ pub async fn add(
             max_gpus: caps.max_gpus,
             max_memory_bytes: caps.max_memory,
             shares: caps.shares,
+            max_priority: match caps.max_priority {
+                Some(super::PriorityCap::At(p)) => Some(p),
+                _ => None,
+            },
         })
         .await
         .map_err(|e| {
@@ -93,6 +97,11 @@ pub async fn limit(args: &ClientArgs, name: &str, caps: UserCaps) -> anyhow::Res
             max_gpus: caps.max_gpus,
             max_memory_bytes: caps.max_memory,
             shares: caps.shares,
+            max_priority: match caps.max_priority {
+                Some(super::PriorityCap::At(p)) => Some(p),
+                _ => None,
+            },
+            no_max_priority: caps.max_priority == Some(super::PriorityCap::None),
         })
         .await
         .map_err(refused)?
@@ -109,9 +118,12 @@ pub async fn limit(args: &ClientArgs, name: &str, caps: UserCaps) -> anyhow::Res
         } else {
             format!("at most {} at once", caps.join(", "))
         };
+        let priority = u.max_priority.map_or("any priority".to_string(), |p| {
+            format!("priority at most {p}")
+        });
         format!(
-            "user {}: {cap}, {} fair-share {} (its running tasks hold {} cores, {} of memory \
-             and {} GPUs now)",
+            "user {}: {cap}, {} fair-share {}, {priority} (its running tasks hold {} cores, {} \
+             of memory and {} GPUs now)",
             u.name,
             u.shares,
             if u.shares == 1 { "share" } else { "shares" },
@@ -173,6 +185,7 @@ pub async fn list(args: &ClientArgs) -> anyhow::Result<()> {
                     "gpus": u.gpus,
                     "fair_usage": u.fair_usage,
                     "shares": u.shares,
+                    "max_priority": u.max_priority,
                 })
             })
             .collect();
@@ -191,6 +204,7 @@ pub async fn list(args: &ClientArgs) -> anyhow::Result<()> {
         "max GPUs",
         "fair-share usage",
         "shares",
+        "max priority",
     ]);
     for u in &reply.users {
         t.add_row(vec![
@@ -219,6 +233,7 @@ pub async fn list(args: &ClientArgs) -> anyhow::Result<()> {
             // Share-seconds as cluster-hours: 1.0 is the whole cluster for an hour.
             format!("{:.3} cluster·h", u.fair_usage / 3600.0),
             u.shares.to_string(),
+            u.max_priority.map_or("-".to_string(), |p| p.to_string()),
         ]);
     }
     println!("{t}");

@@ -2305,6 +2305,24 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
         &["user", "limit", "alice", "--shares", "0"],
         "shares: 0 is not 1 to 1000000",
     );
+    // A cap on the priority alice may give her work (what her work may preempt).
+    let said = c.ok(&["user", "limit", "alice", "--max-priority", "-1"]);
+    assert!(said.contains("priority at most -1"), "{said}");
+    assert_eq!(c.json(&["user", "list"])[0]["max_priority"], -1);
+    refused(
+        &alice,
+        &["update", "1", "--priority", "0"],
+        "priority 0 is above -1",
+    );
+    c.refused(
+        &["user", "limit", "alice", "--max-priority", "high"],
+        "a priority (an integer), or `none`",
+    );
+    c.ok(&["user", "limit", "alice", "--max-priority", "none"]);
+    assert_eq!(
+        c.json(&["user", "list"])[0]["max_priority"],
+        serde_json::Value::Null
+    );
     c.refused(&["user", "limit", "alice"], "--max-cores");
     c.refused(
         &["user", "limit", "alice", "--max-memory", "lots"],

@@ -890,6 +890,7 @@ impl Batch {
             after_start,
             hold,
             begin_ms,
+            max_priority,
             ..
         } = sub;
         if let Some(b) = begin_ms {
@@ -929,6 +930,16 @@ impl Batch {
         let w = parse_workload(&origin, &text)?;
         w.check_commands()?;
         limits::check(&w)?;
+        if let Some(max) = max_priority
+            && let Some(a) = w.applications.iter().find(|a| a.priority > max)
+        {
+            return Err(StateError::Invalid(format!(
+                "{origin}: application `{}`: priority {} is above {max}, the most its owner may \
+                 give its work (`hetsched user limit NAME --max-priority`, set by the admin)",
+                a.name.get_ref(),
+                a.priority
+            )));
+        }
         // Live nodes only: a dead node's resources make no job runnable. With none alive (none
         // registered yet, or all away), the job waits for nodes; so it does when an automatic
         // allocation queue's agents could run each of its applications.

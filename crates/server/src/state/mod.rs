@@ -1115,6 +1115,9 @@ impl State {
         owner: &str,
     ) -> Result<Submitted, StateError> {
         crate::limits::submission(&sub).map_err(StateError::Invalid)?;
+        sub.max_priority = (owner != crate::users::ADMIN)
+            .then(|| self.users.max_priority(owner))
+            .flatten();
         if sub.singleton {
             self.singleton(&mut sub, owner)?;
         }

@@ -332,6 +332,9 @@ pub struct Submission {
     pub hold: bool,
     /// When its tasks may start (`submit --begin`), ms since the Unix epoch (`None`: at once).
     pub begin_ms: Option<u64>,
+    /// The highest priority its owner may give its work (`hetsched user limit --max-priority`;
+    /// set by the state from the owner, never by a client).
+    pub max_priority: Option<i32>,
 }
 
 /// What a submission is answered with.

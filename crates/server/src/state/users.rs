@@ -63,6 +63,9 @@ pub struct UserEntry {
     pub fair_usage: f64,
     /// Its fair-share shares (1 unless `hetsched user limit --shares`).
     pub shares: u32,
+    /// The highest priority its work may have (`hetsched user limit --max-priority`), if
+    /// capped.
+    pub max_priority: Option<i32>,
 }
 
 /// One row of the dashboard's Users panel ([`State::users_overview`]).
@@ -360,7 +363,8 @@ impl State {
         }
         if change.is_empty() {
             return Err(StateError::Invalid(
-                "a limit names at least one of max_cores, max_memory_bytes, max_gpus, shares"
+                "a limit names at least one of max_cores, max_memory_bytes, max_gpus, shares, \
+                 max_priority"
                     .to_string(),
             ));
         }
@@ -506,9 +510,44 @@ impl State {
                     held: self.user_held(name),
                     fair_usage: self.fair_usage_of(name),
                     shares: self.users.shares(name),
+                    max_priority: self.users.max_priority(name),
                 }
             })
             .collect()
+    }
+
+    /// `hetsched user limit NAME --max-priority N|none`: the highest priority user `name` may
+    /// give its batch work, at submission (a job file's `priority`, `submit --priority`) and
+    /// with `hetsched update --priority` — Slurm's per-QOS priority bound. With `preemption =
+    /// "requeue"` it decides whose work a user's may stop. Work already submitted keeps its
+    /// priority. `None`: no cap.
+    pub fn on_priority_limit_user(
+        &mut self,
+        name: &str,
+        max: Option<i32>,
+    ) -> Result<(), StateError> {
+        if !self.users.exists(name) {
+            return Err(StateError::NoUser(name.to_string()));
+        }
+        self.store
+            .transaction(|tx| Users::write_max_priority(tx, name, max))?;
+        self.users.set_max_priority(name, max);
+        tracing::info!(user = name, ?max, "user priority cap changed");
+        Ok(())
+    }
+
+    /// Refuses `priority` for work of `owner` above the owner's cap (`hetsched user limit
+    /// --max-priority`), naming it; the admin's work has none.
+    pub fn check_priority(&self, owner: &str, priority: i32, what: &str) -> Result<(), StateError> {
+        match self.users.max_priority(owner) {
+            Some(max) if owner != crate::users::ADMIN && priority > max => {
+                Err(StateError::Invalid(format!(
+                    "{what}: priority {priority} is above {max}, the most user {owner} may give \
+                     its work (`hetsched user limit {owner} --max-priority`, set by the admin)"
+                )))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// `[fair_share] half_life` in ns, if fair share is on.
@@ -553,6 +592,7 @@ impl State {
                 held: self.view.ungrouped_usage(),
                 fair_usage: self.fair_usage_of(ADMIN),
                 shares: 1,
+                max_priority: None,
             });
         }
         let fair = self.config.fair_share.is_some();

@@ -69,6 +69,7 @@ async fn the_dashboard_shows_each_users_caps_holdings_jobs_and_accounts_to_whom_
         max_gpus: None,
         max_memory_bytes: None,
         shares,
+        max_priority: None,
     };
     let alice_token = admin
         .add_user(add("alice", Some(4), Some(2)))

@@ -122,6 +122,7 @@ fn divisible_rows_are_in_the_states_transaction_and_survive_a_full_disk_and_a_re
         after_corr: Vec::new(),
         singleton: false,
         after_start: Vec::new(),
+        max_priority: None,
     };
     let first = s.on_submit(sub()).expect("submitted");
     assert_eq!(first.job_id, 1, "job ids are one sequence across kinds");
@@ -217,6 +218,7 @@ fn a_divisible_job_that_requires_an_attribute_hands_chunks_only_to_nodes_that_ha
             after_corr: Vec::new(),
             singleton: false,
             after_start: Vec::new(),
+            max_priority: None,
         })
     };
     let refused = submit(&mut s, "[\"bigmem\", \"fpga\"]").expect_err("no node has `fpga`");

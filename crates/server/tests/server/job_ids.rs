@@ -57,6 +57,7 @@ fn submit(s: &mut State, kind: Kind) -> u64 {
             after_corr: Vec::new(),
             singleton: false,
             after_start: Vec::new(),
+            max_priority: None,
         })
         .unwrap_or_else(|e| panic!("{kind:?} submitted: {e}"));
     assert!(!done.existing);
@@ -196,6 +197,7 @@ fn submission(kind: Kind, text: &str, name: &str, key: &str) -> Submission {
         after_corr: Vec::new(),
         singleton: false,
         after_start: Vec::new(),
+        max_priority: None,
     }
 }
 

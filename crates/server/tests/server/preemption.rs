@@ -183,3 +183,123 @@ fn a_drained_node_neither_holds_room_for_waiting_work_nor_preempts() {
     assert_eq!(killed(&r), on_b);
     assert_eq!(tasks(&s, high)[0].node, "b");
 }
+
+/// A job of one application at `priority`.
+fn job_at(priority: i32) -> String {
+    format!(
+        "[[application]]\nname = \"a\"\ntasks = 1\npriority = {priority}\n\
+         [application.cpu]\ncommand = \"true\"\n"
+    )
+}
+
+#[tokio::test]
+async fn the_admin_caps_the_priority_a_user_may_give_its_work() {
+    use hetsched_proto::client_client::ClientClient;
+    let d = common::scratch("preemption", "max-priority");
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        preemption: PreemptionMode::Requeue,
+        ..Default::default()
+    };
+    let api = |channel: &tonic::transport::Channel, token: &str| {
+        ClientClient::with_interceptor(
+            channel.clone(),
+            pb::TokenInterceptor::new(token).expect("ascii token"),
+        )
+    };
+    let submit = |priority: i32| pb::SubmitRequest {
+        origin: "job.toml".into(),
+        text: job_at(priority),
+        hold: true,
+        ..Default::default()
+    };
+    let (server, channel) = common::serve(config.clone()).await;
+    let mut admin = api(&channel, &server.token);
+    let token = admin
+        .add_user(pb::AddUserRequest {
+            name: "bob".into(),
+            max_priority: Some(3),
+            ..Default::default()
+        })
+        .await
+        .expect("added")
+        .into_inner()
+        .token;
+    let mut bob = api(&channel, &token);
+    // Up to 3 is bob's; 4 is refused, naming the cap and who sets it.
+    let ok = bob
+        .submit(submit(3))
+        .await
+        .expect("priority 3")
+        .into_inner()
+        .job_id;
+    let refused = bob.submit(submit(4)).await.expect_err("priority 4");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(
+        refused.message().contains("priority 4 is above 3")
+            && refused.message().contains("--max-priority"),
+        "{}",
+        refused.message()
+    );
+    let update = |priority| pb::UpdateRequest {
+        job_id: ok,
+        priority: Some(priority),
+        ..Default::default()
+    };
+    let refused = bob.update(update(9)).await.expect_err("update to 9");
+    assert!(
+        refused.message().contains("priority 9 is above 3"),
+        "{}",
+        refused.message()
+    );
+    bob.update(update(-5))
+        .await
+        .expect("lowering is always allowed");
+    // The admin is not capped, on bob's job or its own.
+    admin.update(update(9)).await.expect("the admin raises it");
+    admin.submit(submit(50)).await.expect("the admin's own job");
+    // The cap is listed, survives a restart and can be lifted.
+    let listed = |users: pb::ListUsersReply| {
+        users
+            .users
+            .into_iter()
+            .find(|u| u.name == "bob")
+            .and_then(|u| u.max_priority)
+    };
+    let users = admin
+        .list_users(pb::ListUsersRequest {})
+        .await
+        .expect("list")
+        .into_inner();
+    assert_eq!(listed(users), Some(3));
+    server.stop().await.expect("stops");
+    let (server, channel) = common::serve(config).await;
+    let mut admin = api(&channel, &server.token);
+    let mut bob = api(&channel, &token);
+    assert!(
+        bob.submit(submit(4)).await.is_err(),
+        "still capped after a restart"
+    );
+    let lifted = admin
+        .limit_user(pb::LimitUserRequest {
+            name: "bob".into(),
+            no_max_priority: true,
+            ..Default::default()
+        })
+        .await
+        .expect("lifted")
+        .into_inner();
+    assert_eq!(lifted.max_priority, None);
+    bob.submit(submit(4)).await.expect("no cap now");
+    let both = admin
+        .limit_user(pb::LimitUserRequest {
+            name: "bob".into(),
+            max_priority: Some(1),
+            no_max_priority: true,
+            ..Default::default()
+        })
+        .await
+        .expect_err("a cap and none");
+    assert!(both.message().contains("not both"), "{}", both.message());
+    server.stop().await.expect("stops");
+}

@@ -40,6 +40,7 @@ async fn add_user(admin: &mut Api, name: &str, rotate: bool) -> String {
             max_gpus: None,
             max_memory_bytes: None,
             shares: None,
+            max_priority: None,
         })
         .await
         .expect("the admin adds a user")
@@ -140,6 +141,7 @@ async fn users_change_only_their_own_jobs_and_the_admin_changes_every_job() {
                 max_gpus: None,
                 max_memory_bytes: None,
                 shares: None,
+                max_priority: None,
             })
             .await,
     );
@@ -155,6 +157,7 @@ async fn users_change_only_their_own_jobs_and_the_admin_changes_every_job() {
                     max_gpus: None,
                     max_memory_bytes: None,
                     shares: None,
+                    max_priority: None,
                 })
                 .await,
         );
@@ -169,6 +172,7 @@ async fn users_change_only_their_own_jobs_and_the_admin_changes_every_job() {
                 max_gpus: None,
                 max_memory_bytes: None,
                 shares: None,
+                max_priority: None,
             })
             .await,
     );
@@ -474,6 +478,7 @@ fn submission(name: &str, singleton: bool) -> Submission {
         singleton,
         hold: true,
         begin_ms: None,
+        max_priority: None,
     }
 }
 
