@@ -6,16 +6,6 @@
 use crate::support::{Cluster, lines, wait_until};
 use std::time::Duration;
 
-fn submit(c: &Cluster, name: &str, text: &str) {
-    let job = c.write(name, text);
-    let out = c.cli(&["submit", job.to_str().expect("path")]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[test]
 fn a_higher_priority_job_displaces_a_running_task_which_is_told_and_runs_again() {
     let mut c = Cluster::start_configured(
@@ -29,8 +19,7 @@ fn a_higher_priority_job_displaces_a_running_task_which_is_told_and_runs_again()
     std::fs::create_dir_all(&marks).expect("marks");
     // Job 1, priority 0: each task's first run takes 8 s unless stopped (SIGTERM: it logs it
     // and exits); a second run ends at once.
-    submit(
-        &c,
+    c.submit_file(
         "low.toml",
         &format!(
             "[[application]]\nname = \"low\"\ntasks = 2\npriority = 0\n[application.cpu]\n\
@@ -49,8 +38,7 @@ fn a_higher_priority_job_displaces_a_running_task_which_is_told_and_runs_again()
             == 2
     });
     // Job 2, priority 5: the node is full.
-    submit(
-        &c,
+    c.submit_file(
         "high.toml",
         &format!(
             "[[application]]\nname = \"high\"\ntasks = 1\npriority = 5\n[application.cpu]\n\

@@ -6,16 +6,6 @@
 use crate::support::{Cluster, lines, wait_until};
 use std::time::Duration;
 
-fn submit(c: &Cluster, name: &str, text: &str) {
-    let job = c.write(name, text);
-    let out = c.cli(&["submit", job.to_str().expect("path")]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 fn running_on(c: &Cluster, node: &str) -> u64 {
     c.json(&["nodes"])
         .as_array()
@@ -31,9 +21,7 @@ fn an_agent_queues_prefetched_tasks_and_never_runs_more_than_its_cores() {
     c.wait_for_nodes(1);
     let log = c.dir.join("events");
     // Each task logs its start and its end (appends of a few bytes are atomic).
-    submit(
-        &c,
-        "job.toml",
+    c.submit_file("job.toml",
         &format!(
             "[[application]]\nname = \"s\"\ntasks = 12\n[application.cpu]\ncommand = \"echo s {{index}} >> {0}; sleep 0.5; echo e {{index}} >> {0}\"\n",
             log.display()
@@ -78,9 +66,7 @@ fn tasks_queued_on_a_sigkilled_agent_run_exactly_once_elsewhere() {
     c.wait_for_nodes(1);
     let marks = c.dir.join("marks");
     // Task 0 runs long on a's one core; tasks 1 and 2 wait in a's queue.
-    submit(
-        &c,
-        "job.toml",
+    c.submit_file("job.toml",
         &format!(
             "[[application]]\nname = \"q\"\ntasks = 3\n[application.cpu]\ncommand = \"echo {{index}} >> {}; sleep 3\"\n",
             marks.display()

@@ -191,51 +191,34 @@ fn equal_priority_work_that_fits_and_work_no_stop_would_start_preempt_nothing() 
     );
 }
 
+/// A 4-core node running a 2-core task that started first (at 5) and two 1-core tasks (at 50
+/// and 60), all of priority 0, with a task of `cores` cores of priority 5 waiting: the
+/// preemption at 100.
+fn three_on_four(cores: u32) -> Preemption {
+    let mut v = view(
+        &[4],
+        vec![
+            cpu_app(0, 0, 2, 1),
+            cpu_app(1, 0, 1, 2),
+            cpu_app(2, 5, cores, 1),
+        ],
+    );
+    let all = vec![
+        start(&mut v, 0, 0, 5),
+        start(&mut v, 1, 0, 50),
+        start(&mut v, 1, 0, 60),
+    ];
+    v.set_now(100);
+    preempt_on(&v, NodeId(0), v.now(), &rules(0, BOTH), |_| true, on(&all)).expect("a preemption")
+}
+
 #[test]
 fn only_the_tasks_the_fit_needs_are_stopped() {
-    // A 4-core node: a 2-core task that started first, then two 1-core tasks; a 2-core task of
-    // a higher priority waits.
-    let mut v = view(
-        &[4],
-        vec![
-            cpu_app(0, 0, 2, 1),
-            cpu_app(1, 0, 1, 2),
-            cpu_app(2, 5, 2, 1),
-        ],
-    );
-    let all = vec![
-        start(&mut v, 0, 0, 5),
-        start(&mut v, 1, 0, 50),
-        start(&mut v, 1, 0, 60),
-    ];
-    v.set_now(100);
-    let p = preempt_on(&v, NodeId(0), v.now(), &rules(0, BOTH), |_| true, on(&all))
-        .expect("a preemption");
-    assert_eq!(
-        victims(&p),
-        vec![(1, 50), (1, 60)],
-        "the two young one-core tasks"
-    );
-
-    // With a 3-core waiting task the two one-core tasks are taken, then the wide one; sparing
-    // the most valuable first, the one-core task that ran longer is not needed, the wide one is.
-    let mut v = view(
-        &[4],
-        vec![
-            cpu_app(0, 0, 2, 1),
-            cpu_app(1, 0, 1, 2),
-            cpu_app(2, 5, 3, 1),
-        ],
-    );
-    let all = vec![
-        start(&mut v, 0, 0, 5),
-        start(&mut v, 1, 0, 50),
-        start(&mut v, 1, 0, 60),
-    ];
-    v.set_now(100);
-    let p = preempt_on(&v, NodeId(0), v.now(), &rules(0, BOTH), |_| true, on(&all))
-        .expect("a preemption");
-    assert_eq!(victims(&p), vec![(0, 5), (1, 60)]);
+    // Two cores: the two young one-core tasks.
+    assert_eq!(victims(&three_on_four(2)), vec![(1, 50), (1, 60)]);
+    // Three cores: the two one-core tasks are taken, then the wide one; sparing the most
+    // valuable first, the one-core task that ran longer is not needed, the wide one is.
+    assert_eq!(victims(&three_on_four(3)), vec![(0, 5), (1, 60)]);
 }
 
 #[test]

@@ -540,6 +540,17 @@ impl Cluster {
         p
     }
 
+    /// Writes job file `name` with `text` and submits it, which must succeed.
+    pub fn submit_file(&self, name: &str, text: &str) {
+        let job = self.write(name, text);
+        let out = self.cli(&["submit", job.to_str().expect("path")]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     pub fn tasks(&self, job: u64) -> Vec<serde_json::Value> {
         self.json(&["tasks", "--job", &job.to_string()])
             .as_array()
