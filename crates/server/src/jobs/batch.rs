@@ -1805,13 +1805,17 @@ impl Batch {
     /// `prefetch`, the policy sees the node with more free cores; tasks placed beyond its real
     /// free cores are queued by the agent (crate::state::prefetch). Under "auto" the loan is
     /// sized for the shortest measured pending variant, and each task placed in it must be of
-    /// a variant measured short and fit the node's time budget ([`AutoQueue`]); any other goes
-    /// back to its queue.
+    /// a variant measured short and fit the time budget of the node's cores that free up
+    /// soon — those its tasks measured short hold, running or placed now ([`AutoQueue`]): a
+    /// short task is never queued behind long (or unmeasured) work. Any other goes back to its
+    /// queue.
     fn fill(&mut self, cx: &mut Ctx, nid: NodeId, out: &mut Outbox) -> bool {
         let (lend, mut auto) = match cx.nodes.prefetch.setting() {
             Setting::Cores(n) => (n, None),
             Setting::Auto => {
                 let node_cores = cx.view.node(nid).node.cores;
+                let mut queue = AutoQueue::draining(node_cores);
+                queue.drain_through(self.short_cores_on(cx, nid));
                 let depth = cx
                     .view
                     .pending_apps()
@@ -1819,7 +1823,7 @@ impl Batch {
                     .flat_map(|r| r.observed.iter().map(|o| o.run_times().depth()))
                     .max()
                     .unwrap_or(0);
-                (depth * node_cores, Some(AutoQueue::new(node_cores)))
+                (depth * node_cores, Some(queue))
             }
         };
         let credit = cx.nodes.prefetch.open(cx.view, nid, lend);
@@ -1836,14 +1840,12 @@ impl Batch {
             }
             let cores = a.request.cores;
             let prefetched = used + cores > credit.free;
-            if prefetched && let Some(q) = auto.as_mut() {
-                let rt = self
-                    .apps
-                    .get(a.app.index())
-                    .map_or_else(RunTimes::default, |r| {
-                        r.observed[variant_code(a.variant) as usize].run_times()
-                    });
-                if !q.admit(rt, cores) {
+            if let Some(q) = auto.as_mut() {
+                let rt = self.run_times(a.app.0, a.variant);
+                if !prefetched && rt.short() {
+                    // Placed on free cores and short: the queue may drain through them.
+                    q.drain_through(cores);
+                } else if prefetched && !q.admit(rt, cores) {
                     declined.push(a);
                     continue;
                 }
@@ -1873,6 +1875,31 @@ impl Batch {
         }
         cx.nodes.prefetch.close(cx.view, nid, credit);
         !deferred.is_empty()
+    }
+
+    /// What application `app`'s tasks of `variant` measured (no samples: not short).
+    fn run_times(&self, app: u32, variant: Variant) -> RunTimes {
+        self.apps
+            .get(app as usize)
+            .map_or_else(RunTimes::default, |r| {
+                r.observed[variant_code(variant) as usize].run_times()
+            })
+    }
+
+    /// Cores that node `nid`'s running batch tasks of variants measured short hold (tasks
+    /// queued there included): the cores a queue there drains through.
+    fn short_cores_on(&self, cx: &Ctx, nid: NodeId) -> u32 {
+        cx.nodes.get(nid.0).map_or(0, |rec| {
+            rec.running
+                .iter()
+                .filter(|&&id| Kind::of(id) == Some(Kind::Batch))
+                .filter_map(|&id| self.tasks.get(id as usize))
+                .filter(|t| t.state == TaskState::Running)
+                .map(|t| assignment_of(cx.view, &self.holds, t))
+                .filter(|a| self.run_times(a.app.0, a.variant).short())
+                .map(|a| a.request.cores)
+                .sum()
+        })
     }
 
     /// Offers the task `a` placed to the reply (with its spec the first time the node needs it)

@@ -28,7 +28,12 @@
 //!   and their summed mean run time is at most [`AUTO_BUDGET_NS`] per core ([`AutoQueue`]):
 //!   a node's queue drains in about 100 ms (a fifth of the default heartbeat interval), so
 //!   queueing delays nothing a user can see, while one heartbeat carries up to 16 tasks per
-//!   core.
+//!   core;
+//! - for batch tasks, "per core" counts only the cores a queue drains through: those held by
+//!   batch tasks of variants measured short, running or placed on free cores in the same
+//!   decision ([`AutoQueue::draining`]). A node whose cores long or unmeasured work holds (or
+//!   other kinds' work) queues nothing, so a short task never waits behind a long one — with
+//!   `preemption = "requeue"`, an urgent short task is placed where it starts, or preempts.
 //!
 //! Durability and exactly-once are those of any running task: a prefetched task is recorded as
 //! running on its node before the reply leaves; the agent lists it among its running tasks; if
@@ -160,6 +165,8 @@ impl RunTimes {
 pub struct AutoQueue {
     cores_left: u64,
     work_left_ns: u128,
+    /// Cores of the node not yet counted by [`AutoQueue::drain_through`].
+    uncounted: u32,
 }
 
 impl AutoQueue {
@@ -168,7 +175,26 @@ impl AutoQueue {
         AutoQueue {
             cores_left: u64::from(cores) * u64::from(AUTO_CAP_PER_CORE),
             work_left_ns: u128::from(cores) * u128::from(AUTO_BUDGET_NS),
+            uncounted: 0,
         }
+    }
+
+    /// The allowance of a node of `cores` cores before any is known to drain soon: nothing
+    /// until [`AutoQueue::drain_through`] counts some.
+    pub fn draining(cores: u32) -> Self {
+        AutoQueue {
+            uncounted: cores,
+            ..AutoQueue::new(0)
+        }
+    }
+
+    /// `cores` more of the node's cores the queue drains through (held by tasks measured
+    /// short): the allowance grows by theirs, up to the node's cores.
+    pub fn drain_through(&mut self, cores: u32) {
+        let cores = cores.min(self.uncounted);
+        self.uncounted -= cores;
+        self.cores_left += u64::from(cores) * u64::from(AUTO_CAP_PER_CORE);
+        self.work_left_ns += u128::from(cores) * u128::from(AUTO_BUDGET_NS);
     }
 
     /// Whether a task of `cores` cores whose variant measured `rt` may be queued; if so, it

@@ -319,6 +319,93 @@ fn auto_queues_short_tasks_once_measured_and_never_long_ones() {
 }
 
 #[test]
+fn auto_queues_nothing_behind_long_work_and_only_what_short_cores_drain() {
+    let d = scratch("auto-behind-long");
+    let mut s = open_auto(&d.0);
+    let n = register(&mut s, "n", 2);
+    submit_apps(&mut s, &[("short", 400)]);
+    // Four beats of two 1 ms tasks: the short application is measured.
+    let mut out = beat(&mut s, n, vec![], vec![]);
+    for _ in 0..3 {
+        let done = out
+            .iter()
+            .map(|d| TaskResult {
+                started_ns: 1_000,
+                finished_ns: 1_000 + MS,
+                ..success(d)
+            })
+            .collect();
+        out = beat(&mut s, n, vec![], done);
+        assert_eq!(out.len(), 2);
+    }
+    // Two long tasks of a higher priority arrive and take both cores as they free: nothing
+    // short is queued behind them.
+    s.on_submit(Submission {
+        origin: "long.toml".into(),
+        text: "[[application]]\nname = \"long\"\ntasks = 3\npriority = 5\n\
+               [application.cpu]\ncommand = \"true\"\n"
+            .into(),
+        workdir: "/".into(),
+        ..Default::default()
+    })
+    .expect("submit long");
+    let done: Vec<TaskResult> = out
+        .iter()
+        .map(|d| TaskResult {
+            started_ns: 1_000,
+            finished_ns: 1_000 + MS,
+            ..success(d)
+        })
+        .collect();
+    let long = beat(&mut s, n, vec![], done);
+    assert_eq!(
+        long.len(),
+        2,
+        "the long tasks, and nothing queued: {long:?}"
+    );
+    assert!(long.iter().all(|d| !d.prefetched));
+    let again = beat(&mut s, n, running(&long.iter().collect::<Vec<_>>()), vec![]);
+    assert!(
+        again.is_empty(),
+        "nothing queued behind long work: {again:?}"
+    );
+    // One long task ends: its core goes to the third, still nothing short is queued; once a
+    // core holds a short task, a queue drains through that one core only (16 tasks).
+    let third = beat(
+        &mut s,
+        n,
+        running(&[&long[1]]),
+        vec![TaskResult {
+            started_ns: 1_000,
+            finished_ns: 1_000 + 2_000 * MS,
+            ..success(&long[0])
+        }],
+    );
+    assert_eq!(third.len(), 1);
+    assert!(!third[0].prefetched);
+    let mixed = beat(
+        &mut s,
+        n,
+        running(&[&long[1]]),
+        vec![TaskResult {
+            started_ns: 1_000,
+            finished_ns: 1_000 + 2_000 * MS,
+            ..success(&third[0])
+        }],
+    );
+    assert_eq!(
+        mixed.iter().filter(|d| !d.prefetched).count(),
+        1,
+        "one free core"
+    );
+    assert_eq!(
+        mixed.iter().filter(|d| d.prefetched).count(),
+        16,
+        "one core's queue"
+    );
+}
+
+#[test]
 fn auto_queues_the_short_application_of_a_job_and_never_its_long_one() {
     // Tasks 0..20 are the long application (2 s), 20..220 the short one (1 ms).
     let d = scratch("auto-mixed");
