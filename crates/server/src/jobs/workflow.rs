@@ -1673,6 +1673,25 @@ impl Workflows {
     }
 }
 
+/// Cores that workflow `job`'s running instances of tasks measured short hold on `node`
+/// (instances queued there included): the cores a queue there drains through.
+fn short_cores_on(job: &WfJob, nodes: &crate::state::nodes::Nodes, node: NodeId) -> u32 {
+    nodes.get(node.0).map_or(0, |rec| {
+        rec.running
+            .iter()
+            .filter(|&&id| Kind::of(id) == Some(Kind::Workflow))
+            .map(|&id| job_of(id))
+            .filter(|&(seq, _)| seq == job.seq)
+            .filter_map(|(_, i)| {
+                let (t, _) = job.task_of(i);
+                let short = job.observed.get(t)?.run_times().short();
+                let (_, request, _) = job.booked.get(&i)?;
+                short.then_some(request.cores)
+            })
+            .sum()
+    })
+}
+
 fn job_of(task: u64) -> (u64, u32) {
     let n = task & ((1 << super::KIND_SHIFT) - 1);
     (n >> 32, (n & 0xffff_ffff) as u32)
@@ -1999,8 +2018,9 @@ impl JobKind for Workflows {
                 // node's machine counts it as held). With prefetch, as for batch tasks, the
                 // node is lent cores beyond its free ones; an instance placed on them is queued
                 // by the agent, which starts it as soon as a running one's cores are free
-                // (under "auto": only instances of tasks measured short, within the node's
-                // time budget).
+                // (under "auto": only instances of tasks measured short, within the time
+                // budget of the cores this workflow's short instances hold there, running or
+                // placed now: never behind long work).
                 let mut mine = job.assigned.remove(&node.0).unwrap_or_default();
                 let mut keep = VecDeque::new();
                 let (lend, mut auto) = match cx.nodes.prefetch.setting() {
@@ -2008,7 +2028,9 @@ impl JobKind for Workflows {
                     Setting::Auto => {
                         let depth = job.observed.iter().map(|o| o.run_times().depth()).max();
                         let cores = cx.view.node(node).node.cores;
-                        (depth.unwrap_or(0) * cores, Some(AutoQueue::new(cores)))
+                        let mut queue = AutoQueue::draining(cores);
+                        queue.drain_through(short_cores_on(&job, cx.nodes, node));
+                        (depth.unwrap_or(0) * cores, Some(queue))
                     }
                 };
                 let credit = cx.nodes.prefetch.open(cx.view, node, lend);
@@ -2045,10 +2067,11 @@ impl JobKind for Workflows {
                     let t = job.task_of(i).0;
                     let request = job.rt.tasks[t].request();
                     let prefetched = used + request.cores > credit.free;
+                    let run_times = job.observed[t].run_times();
                     let queueable = !prefetched
                         || auto
                             .as_mut()
-                            .is_none_or(|q| q.admit(job.observed[t].run_times(), request.cores));
+                            .is_none_or(|q| q.admit(run_times, request.cores));
                     if !queueable
                         || !cx.view.can_book(node, request)
                         || !cx.view.group_room_for(job.group, &request)
@@ -2076,6 +2099,13 @@ impl JobKind for Workflows {
                         break;
                     }
                     used += request.cores;
+                    if !prefetched
+                        && run_times.short()
+                        && let Some(q) = auto.as_mut()
+                    {
+                        // Placed on free cores and short: a queue may drain through them.
+                        q.drain_through(request.cores);
+                    }
                     cx.view.charge_group(job.group, request);
                     job.booked.insert(i, (node.0, request, devices));
                     let x = &mut job.insts[i as usize];

@@ -29,9 +29,10 @@
 //!   a node's queue drains in about 100 ms (a fifth of the default heartbeat interval), so
 //!   queueing delays nothing a user can see, while one heartbeat carries up to 16 tasks per
 //!   core;
-//! - for batch tasks, "per core" counts only the cores a queue drains through: those held by
-//!   batch tasks of variants measured short, running or placed on free cores in the same
-//!   decision ([`AutoQueue::draining`]). A node whose cores long or unmeasured work holds (or
+//! - "per core" counts only the cores a queue drains through: those held by batch tasks of
+//!   variants measured short (for a workflow's instances: by its own instances of tasks
+//!   measured short), running or placed on free cores in the same decision
+//!   ([`AutoQueue::draining`]). A node whose cores long or unmeasured work holds (or
 //!   other kinds' work) queues nothing, so a short task never waits behind a long one — with
 //!   `preemption = "requeue"`, an urgent short task is placed where it starts, or preempts.
 //!

@@ -545,6 +545,33 @@ fn under_auto_a_workflow_task_is_queued_once_measured_short() {
 }
 
 #[test]
+fn under_auto_no_workflow_instance_is_queued_behind_a_batch_task() {
+    let d = scratch("workflow-auto-behind");
+    let mut s = open_auto(&d.0);
+    let n = register(&mut s, "n", 1);
+    submit_workflow(&mut s, 400);
+    // The workflow's instances are measured short and queued (as above).
+    let mut results = Vec::new();
+    let mut queued = false;
+    for _ in 0..40 {
+        let got = beat(&mut s, n, vec![], std::mem::take(&mut results));
+        queued |= got.iter().any(|a| a.prefetched);
+        results = got.iter().map(success).collect();
+        if queued {
+            break;
+        }
+    }
+    assert!(queued, "short instances are queued once measured");
+    // A batch task takes the core as it frees: no instance is queued behind it.
+    submit_apps(&mut s, &[("batch", 1)]);
+    let got = beat(&mut s, n, vec![], results);
+    assert_eq!(got.len(), 1, "the batch task alone: {got:?}");
+    assert!(!got[0].prefetched);
+    let again = beat(&mut s, n, running(&[&got[0]]), vec![]);
+    assert!(again.is_empty(), "nothing queued behind it: {again:?}");
+}
+
+#[test]
 fn a_restarted_server_queues_a_workflow_task_it_measured_short_at_once() {
     let d = scratch("workflow-auto-restart");
     let mut s = open_auto(&d.0);
