@@ -101,6 +101,15 @@ fn beat(
     .assignments
 }
 
+/// `d` succeeded after running `ns` as its agent timed it.
+fn done_after(d: &Dispatch, ns: u64) -> TaskResult {
+    TaskResult {
+        started_ns: 1_000,
+        finished_ns: 1_000 + ns,
+        ..success(d)
+    }
+}
+
 fn succeeded(s: &State) -> u64 {
     s.get_job(1).expect("job 1").counts.succeeded
 }
@@ -327,14 +336,7 @@ fn auto_queues_nothing_behind_long_work_and_only_what_short_cores_drain() {
     // Four beats of two 1 ms tasks: the short application is measured.
     let mut out = beat(&mut s, n, vec![], vec![]);
     for _ in 0..3 {
-        let done = out
-            .iter()
-            .map(|d| TaskResult {
-                started_ns: 1_000,
-                finished_ns: 1_000 + MS,
-                ..success(d)
-            })
-            .collect();
+        let done = out.iter().map(|d| done_after(d, MS)).collect();
         out = beat(&mut s, n, vec![], done);
         assert_eq!(out.len(), 2);
     }
@@ -349,14 +351,7 @@ fn auto_queues_nothing_behind_long_work_and_only_what_short_cores_drain() {
         ..Default::default()
     })
     .expect("submit long");
-    let done: Vec<TaskResult> = out
-        .iter()
-        .map(|d| TaskResult {
-            started_ns: 1_000,
-            finished_ns: 1_000 + MS,
-            ..success(d)
-        })
-        .collect();
+    let done: Vec<TaskResult> = out.iter().map(|d| done_after(d, MS)).collect();
     let long = beat(&mut s, n, vec![], done);
     assert_eq!(
         long.len(),
@@ -375,11 +370,7 @@ fn auto_queues_nothing_behind_long_work_and_only_what_short_cores_drain() {
         &mut s,
         n,
         running(&[&long[1]]),
-        vec![TaskResult {
-            started_ns: 1_000,
-            finished_ns: 1_000 + 2_000 * MS,
-            ..success(&long[0])
-        }],
+        vec![done_after(&long[0], 2_000 * MS)],
     );
     assert_eq!(third.len(), 1);
     assert!(!third[0].prefetched);
@@ -387,11 +378,7 @@ fn auto_queues_nothing_behind_long_work_and_only_what_short_cores_drain() {
         &mut s,
         n,
         running(&[&long[1]]),
-        vec![TaskResult {
-            started_ns: 1_000,
-            finished_ns: 1_000 + 2_000 * MS,
-            ..success(&third[0])
-        }],
+        vec![done_after(&third[0], 2_000 * MS)],
     );
     assert_eq!(
         mixed.iter().filter(|d| !d.prefetched).count(),
@@ -544,6 +531,22 @@ fn under_auto_a_workflow_task_is_queued_once_measured_short() {
     );
 }
 
+/// Node `n` runs the workflow's instances, each beat reporting the last one's as succeeded,
+/// until instances are queued and `done` more than succeeded: the results still to report.
+fn run_until_queued(s: &mut State, n: u32, done: u64) -> Vec<TaskResult> {
+    let mut results = Vec::new();
+    let mut queued = false;
+    for _ in 0..40 {
+        let got = beat(s, n, vec![], std::mem::take(&mut results));
+        queued |= got.iter().any(|a| a.prefetched);
+        results = got.iter().map(success).collect();
+        if queued && succeeded(s) >= done {
+            return results;
+        }
+    }
+    panic!("no instance was queued");
+}
+
 #[test]
 fn under_auto_no_workflow_instance_is_queued_behind_a_batch_task() {
     let d = scratch("workflow-auto-behind");
@@ -551,17 +554,7 @@ fn under_auto_no_workflow_instance_is_queued_behind_a_batch_task() {
     let n = register(&mut s, "n", 1);
     submit_workflow(&mut s, 400);
     // The workflow's instances are measured short and queued (as above).
-    let mut results = Vec::new();
-    let mut queued = false;
-    for _ in 0..40 {
-        let got = beat(&mut s, n, vec![], std::mem::take(&mut results));
-        queued |= got.iter().any(|a| a.prefetched);
-        results = got.iter().map(success).collect();
-        if queued {
-            break;
-        }
-    }
-    assert!(queued, "short instances are queued once measured");
+    let results = run_until_queued(&mut s, n, 0);
     // A batch task takes the core as it frees: no instance is queued behind it.
     submit_apps(&mut s, &[("batch", 1)]);
     let got = beat(&mut s, n, vec![], results);
@@ -578,17 +571,7 @@ fn a_restarted_server_queues_a_workflow_task_it_measured_short_at_once() {
     let n = register(&mut s, "n", 1);
     submit_workflow(&mut s, 60);
     // Measured short before the restart: instances are queued.
-    let mut results = Vec::new();
-    let mut queued = false;
-    for _ in 0..40 {
-        let got = beat(&mut s, n, vec![], std::mem::take(&mut results));
-        queued |= got.iter().any(|a| a.prefetched);
-        results = got.iter().map(success).collect();
-        if queued && succeeded(&s) >= 10 {
-            break;
-        }
-    }
-    assert!(queued, "queued once measured short");
+    let results = run_until_queued(&mut s, n, 10);
     // The last results arrive while the node is drained (nothing new goes out), then the
     // server restarts.
     s.on_drain("n", true).expect("drain");
