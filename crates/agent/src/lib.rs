@@ -182,9 +182,6 @@ struct RunningTask {
     signalled: std::collections::HashSet<u64>,
 }
 
-/// A task the server assigned beyond the node's free cores (`prefetched`), or onto cores that a
-/// stopped task still holds during its kill grace: started here, in order, as soon as its cores
-/// are free, without asking the server (issue 10).
 /// What a task that an agent holds runs by once the server says its spec changed to `new` (a
 /// `Respec`): its own spec with `new`'s time limit. Nothing else changes: a task keeps the
 /// memory it was placed with, which the server booked for it on this node (`hetsched update
@@ -196,6 +193,9 @@ fn respecced(own: &pb::TaskSpec, new: &pb::TaskSpec) -> pb::TaskSpec {
     }
 }
 
+/// A task the server assigned beyond the node's free cores (`prefetched`), or onto cores or
+/// devices that a stopped task still holds during its kill grace: started here, in order, as
+/// soon as its cores and devices are free, without asking the server (issue 10).
 struct Queued {
     a: pb::Assignment,
     spec: Arc<pb::TaskSpec>,
@@ -211,6 +211,10 @@ struct Shared {
     queue: VecDeque<Queued>,
     /// Cores of the tasks started here and not yet ended.
     busy_cores: u32,
+    /// The devices (GPU indices) of the tasks started here and not yet ended, with how many
+    /// such tasks hold each: the server gives a preempted or cancelled task's GPUs to new work
+    /// at once, and the new task must not share them with the stopped one during its kill grace.
+    busy_devices: HashMap<u32, u32>,
     /// The CPUs not held by a running pinned task.
     cpus: cpus::CpuPool,
     ledger: ledger::Ledger,
@@ -457,6 +461,7 @@ pub async fn run(
         results: recovered.results,
         queue: VecDeque::new(),
         busy_cores: 0,
+        busy_devices: HashMap::new(),
         cpus: cpus::CpuPool::of_this_process(opts.resources.cores),
         ledger,
         binding: None,
@@ -825,9 +830,10 @@ pub async fn run(
                 {
                     let _ = tx.send(launch::Kill::Server);
                 }
-                // A task the server placed on cores that a stopped task still holds (it has
-                // its kill grace to end) waits here for them, as a prefetched one does.
-                if a.prefetched || !launcher.fits(&sh, a.cores) {
+                // A task the server placed on cores or devices that a stopped task still
+                // holds (it has its kill grace to end) waits here for them, as a prefetched
+                // one does.
+                if a.prefetched || !launcher.fits(&sh, &a) {
                     sh.queue.push_back(Queued { a, spec });
                 } else {
                     launcher.launch(&mut sh, a, spec);
@@ -1066,11 +1072,11 @@ struct Launcher<'a> {
 }
 
 impl Launcher<'_> {
-    /// Starts queued tasks, in order, while their cores fit in what the started tasks leave
-    /// (a task larger than the node starts once nothing else runs).
+    /// Starts queued tasks, in order, while their cores fit in what the started tasks leave and
+    /// their devices are free (a task larger than the node starts once nothing else runs).
     fn start_queued(&self, sh: &mut Shared) {
         while let Some(q) = sh.queue.front() {
-            if !self.fits(sh, q.a.cores) {
+            if !self.fits(sh, &q.a) {
                 break;
             }
             let Some(q) = sh.queue.pop_front() else {
@@ -1080,10 +1086,12 @@ impl Launcher<'_> {
         }
     }
 
-    /// Whether a task of `cores` cores can start beside the tasks started and not yet ended
-    /// (a task larger than the node starts once nothing else runs).
-    fn fits(&self, sh: &Shared, cores: u32) -> bool {
-        sh.busy_cores == 0 || sh.busy_cores + cores <= self.opts.resources.cores
+    /// Whether task `a` can start beside the tasks started and not yet ended: its cores fit
+    /// (a task larger than the node starts once nothing else runs) and none of its devices is
+    /// held.
+    fn fits(&self, sh: &Shared, a: &pb::Assignment) -> bool {
+        let cores = sh.busy_cores == 0 || sh.busy_cores + a.cores <= self.opts.resources.cores;
+        cores && a.devices.iter().all(|d| !sh.busy_devices.contains_key(d))
     }
 
     /// Starts task `a` running `spec`: its result goes to `results` and wakes the agent.
@@ -1110,6 +1118,9 @@ impl Launcher<'_> {
             signals: Some(signal_rx),
         };
         sh.busy_cores += a.cores;
+        for d in &a.devices {
+            *sh.busy_devices.entry(*d).or_default() += 1;
+        }
         // A new attempt of a task that still runs here: the old attempt is stale.
         if let Some(tx) = old.and_then(|mut o| o.kill.take()) {
             let _ = tx.send(launch::Kill::Server);
@@ -1195,6 +1206,14 @@ impl Launcher<'_> {
             let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
             sh.ledger.finished(&result);
             sh.busy_cores = sh.busy_cores.saturating_sub(cores);
+            for d in &a.devices {
+                if let Some(n) = sh.busy_devices.get_mut(d) {
+                    *n -= 1;
+                    if *n == 0 {
+                        sh.busy_devices.remove(d);
+                    }
+                }
+            }
             sh.cpus.give_back(&held);
             if sh.running.get(&task).is_some_and(|t| t.attempt == attempt) {
                 sh.running.remove(&task);

@@ -90,3 +90,82 @@ fn a_higher_priority_job_displaces_a_running_task_which_is_told_and_runs_again()
     let table = c.ok(&["tasks", "--job", "1"]);
     assert!(table.contains("2 (1 preempted)"), "{table}");
 }
+
+/// The server gives a preempted task's GPU to the waiting task at once; the agent starts that
+/// task only once the victim has ended (here, a SIGTERM handler that takes a second and a half),
+/// so two programs never share a device: whether the agent runs GPU tasks itself
+/// (`--accel-listen none`) or through its accelerator service.
+#[test]
+fn the_displacing_task_waits_for_the_victims_gpu_to_be_free() {
+    for service in [false, true] {
+        gpu_preemption(service);
+    }
+}
+
+fn gpu_preemption(service: bool) {
+    let mut c = Cluster::start_configured(
+        if service {
+            "preemption-gpu-service"
+        } else {
+            "preemption-gpu"
+        },
+        false,
+        "preemption = \"requeue\"\nprefetch = 0\n",
+    );
+    c.start_agent_with_config_and(
+        "g",
+        "cores = 4\nmemory = \"8GiB\"\nkill_grace = \"10s\"\n[[accelerator]]\nkind = \"test-gpu\"\ncount = 1\n",
+        if service { &[] } else { &["--accel-listen", "none"] },
+    );
+    c.wait_for_nodes(1);
+    let (log, mark) = (c.dir.join("events"), c.dir.join("ran-once"));
+    c.submit_file(
+        "low.toml",
+        &format!(
+            "[[application]]\nname = \"low\"\ntasks = 1\npriority = 0\n[application.gpu]\n\
+             kind = \"test-gpu\"\ncommand = \"echo start $CUDA_VISIBLE_DEVICES >> {log}; if [ -e \
+             {mark} ]; then exit 0; fi; touch {mark}; trap 'echo term >> {log}; sleep 1.5; echo \
+             released >> {log}; exit 143' TERM; sleep 30 & wait\"\n",
+            log = log.display(),
+            mark = mark.display()
+        ),
+    );
+    wait_until("the low task to start", Duration::from_secs(20), || {
+        lines(&log).iter().any(|l| l.starts_with("start"))
+    });
+    // Three of the node's four cores are free: only the GPU is wanted.
+    c.submit_file(
+        "high.toml",
+        &format!(
+            "[[application]]\nname = \"high\"\ntasks = 1\npriority = 5\n[application.gpu]\n\
+             kind = \"test-gpu\"\ncommand = \"echo high $CUDA_VISIBLE_DEVICES >> {}\"\n",
+            log.display()
+        ),
+    );
+    let out = c.cli(&["wait", "2", "--timeout", "8s"]);
+    assert!(
+        out.status.success(),
+        "the high job waited for the low task's whole run: {}\n{:?}",
+        String::from_utf8_lossy(&out.stderr),
+        lines(&log)
+    );
+    let out = c.cli(&["wait", "1", "--timeout", "30s"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = lines(&log);
+    let pos = |prefix: &str| events.iter().position(|l| l.starts_with(prefix));
+    assert!(
+        pos("term") < pos("released") && pos("released") < pos("high"),
+        "the victim released the GPU before the high task started on it (service {service}): \
+         {events:?}"
+    );
+    assert_eq!(
+        events.iter().filter(|l| l.starts_with("start")).count(),
+        2,
+        "the low task ran again: {events:?}"
+    );
+    assert_eq!(c.tasks(1)[0]["preemptions"], 1);
+}

@@ -332,6 +332,11 @@ impl Cluster {
 
     /// An agent configured by a TOML file (flags still give server, token and work directory).
     pub fn start_agent_with_config(&mut self, name: &str, config: &str) {
+        self.start_agent_with_config_and(name, config, &[]);
+    }
+
+    /// As [`Cluster::start_agent_with_config`], with `extra` flags.
+    pub fn start_agent_with_config_and(&mut self, name: &str, config: &str, extra: &[&str]) {
         let path = self.write(&format!("agent-{name}.toml"), config);
         let log = std::fs::File::create(self.dir.join(format!("agent-{name}.log"))).expect("log");
         let child = Command::new(BIN)
@@ -341,6 +346,7 @@ impl Cluster {
             .arg(self.data().join("agent-token"))
             .arg("--work-dir")
             .arg(self.dir.join(format!("agent-{name}")))
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
