@@ -169,15 +169,12 @@ async fn connect(args: &ClientArgs) -> anyhow::Result<Api> {
         Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),
         None => None,
     };
-    let channel = pb::endpoint(&args.server, ca.as_deref())?
+    let server = args.url();
+    super::runtime::check_tls(&server, args.ca.is_some())?;
+    let channel = pb::endpoint(&server, ca.as_deref())?
         .connect()
         .await
-        .with_context(|| {
-            format!(
-                "connecting to {} (is `hetsched server` running?)",
-                args.server
-            )
-        })?;
+        .with_context(|| format!("connecting to {server} (is `hetsched server` running?)"))?;
     Ok(TopologyClientClient::with_interceptor(
         channel,
         pb::TokenInterceptor::new(&token)?,

@@ -298,6 +298,9 @@ fn resolve(state: &State, job: u64, task: &str) -> Result<pb::TaskInfo, Status> 
                         .and_then(|p| p.tasks.first().map(|t| t.index));
                     let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
                     let span = match last {
+                        Some(_) if a.tasks == 1 && !first_ones.is_empty() => {
+                            format!(" (index {})", list(&first_ones))
+                        }
                         Some(_) if a.tasks <= LISTED && !first_ones.is_empty() => {
                             format!(" (indices {})", list(&first_ones))
                         }
@@ -307,8 +310,9 @@ fn resolve(state: &State, job: u64, task: &str) -> Result<pb::TaskInfo, Status> 
                         _ => String::new(),
                     };
                     Status::not_found(format!(
-                        "application `{app}` of job {job} has {} tasks{span}, none with index {index}",
-                        a.tasks
+                        "application `{app}` of job {job} has {} task{}{span}, none with index {index}",
+                        a.tasks,
+                        if a.tasks == 1 { "" } else { "s" }
                     ))
                 })?);
                 break;

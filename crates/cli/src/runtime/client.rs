@@ -17,12 +17,13 @@ pub type Api = ClientClient<InterceptedService<Channel, pb::TokenInterceptor>>;
 /// Connects to the server named in `args` with its token.
 pub async fn connect(args: &ClientArgs) -> anyhow::Result<Api> {
     let token = args.token()?;
-    super::serve::check_tls(&args.server, args.ca.is_some())?;
+    let server = args.url();
+    super::serve::check_tls(&server, args.ca.is_some())?;
     let ca = match &args.ca {
         Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),
         None => None,
     };
-    connect_with(&args.server, &token, ca.as_deref()).await
+    connect_with(&server, &token, ca.as_deref()).await
 }
 
 /// Connects to `server` with `token`.
@@ -161,12 +162,12 @@ pub async fn submit_with_retries(
             Ok(r) => return Ok((api, r.into_inner())),
             Err(s)
                 if retryable(&s)
-                    && args.server.starts_with("http://")
-                    && speaks_tls(&args.server).await =>
+                    && args.url().starts_with("http://")
+                    && speaks_tls(&args.url()).await =>
             {
                 bail!(
                     "the server at {} speaks TLS: use an https:// URL with --ca ({}: {})",
-                    args.server,
+                    args.url(),
                     s.code(),
                     s.message()
                 );
@@ -885,6 +886,12 @@ fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
                 .join(","),
             if x.finished_ns > 0 {
                 span(x.started_ns, x.finished_ns)
+            } else if x.state == "running" {
+                // So far (Slurm's `squeue` TIME), by this machine's clock.
+                span(
+                    x.started_ns,
+                    super::begin::now_ms().saturating_mul(1_000_000),
+                )
             } else {
                 "-".into()
             },
@@ -1791,10 +1798,16 @@ async fn wait_for(
 
 /// What a submission holds, in its kind's words: a divisible job's units, other jobs' tasks.
 fn submitted_size(reply: &pb::SubmitReply) -> String {
-    match reply.kind.as_str() {
-        "divisible" => format!("{} units", reply.tasks),
-        _ => format!("{} tasks", reply.tasks),
-    }
+    let noun = if reply.kind == "divisible" {
+        "unit"
+    } else {
+        "task"
+    };
+    format!(
+        "{} {noun}{}",
+        reply.tasks,
+        if reply.tasks == 1 { "" } else { "s" }
+    )
 }
 
 #[cfg(test)]

@@ -184,7 +184,7 @@ pub async fn output(args: &ClientArgs, id: u64, to: Option<&Path>) -> anyhow::Re
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
-    read_output(&args.server, &token, ca.as_deref(), id, &mut sink).await?;
+    read_output(&args.url(), &token, ca.as_deref(), id, &mut sink).await?;
     sink.flush()?;
     if let Some(p) = file {
         eprintln!("wrote {}", p.display());

@@ -27,6 +27,7 @@ mod workflow;
 
 use clap::{Args, Subcommand, ValueEnum};
 pub use client::JobRef;
+pub(crate) use serve::check_tls;
 use std::path::PathBuf;
 
 /// Runtime subcommands, flattened into the top-level command.
@@ -676,8 +677,9 @@ pub enum Output {
 /// Where the server is and how to prove who we are.
 #[derive(Clone, Debug, Args)]
 pub struct ClientArgs {
-    /// Server URL.
-    #[arg(long, env = "HETSCHED_SERVER", default_value = "http://127.0.0.1:7420")]
+    /// Server URL: `http://HOST:PORT`, `https://HOST:PORT`, or `HOST[:PORT]` as the server
+    /// writes it to DATA_DIR/address (https:// with --ca; port 7420 when none is given).
+    #[arg(long, env = "HETSCHED_SERVER", default_value = "http://127.0.0.1:7420", value_parser = parse_server)]
     pub server: String,
     /// File holding your token: the admin's (the server writes DATA_DIR/token) or a user's own
     /// (`hetsched user add NAME --save FILE`). Without the flag or HETSCHED_TOKEN_FILE, and with
@@ -694,6 +696,13 @@ pub struct ClientArgs {
     /// Output format of read commands.
     #[arg(long, value_enum, default_value_t = Output::Table)]
     pub output: Output,
+}
+
+/// `--server`: refused at once, saying what is expected, unless [`serve::server_url`] reads it.
+fn parse_server(raw: &str) -> Result<String, String> {
+    serve::server_url(raw, false)
+        .map(|_| raw.to_string())
+        .map_err(|e| format!("{e:#}"))
 }
 
 /// Where a client looks for its token first (the data directory of a server started here).
@@ -715,6 +724,12 @@ impl ClientArgs {
             Some(own) if own.exists() => own,
             _ => self.token_file.clone(),
         }
+    }
+
+    /// The server's URL ([`serve::server_url`]: a bare `HOST[:PORT]` completed).
+    pub fn url(&self) -> String {
+        // Checked by `parse_server` when the arguments were read.
+        serve::server_url(&self.server, self.ca.is_some()).unwrap_or_else(|_| self.server.clone())
     }
 
     /// The token to send ([`ClientArgs::token_path`], read and checked).

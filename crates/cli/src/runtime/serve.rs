@@ -262,6 +262,74 @@ pub fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
 
 /// Refuses a CA certificate with a plain `http://` URL: the token would travel in clear while
 /// the user believes TLS protects it.
+/// The port `hetsched server` listens on unless told otherwise: a server named without a port
+/// is looked for there.
+pub const DEFAULT_PORT: u16 = 7420;
+
+/// The URL of a server named `raw` on the command line or in a configuration: `http://HOST:PORT`
+/// and `https://HOST:PORT` as written; a bare `HOST[:PORT]` (what the server writes to
+/// `DATA_DIR/address`) with `https://` when a CA certificate is given (`tls`), else `http://`,
+/// and port [`DEFAULT_PORT`] when it has none. Anything else is refused, saying what is expected.
+pub fn server_url(raw: &str, tls: bool) -> anyhow::Result<String> {
+    const EXPECTED: &str = "expected http://HOST:PORT, https://HOST:PORT or HOST[:PORT]";
+    let raw = raw.trim();
+    let url = match raw.split_once("://") {
+        Some((scheme, rest)) => {
+            if !matches!(scheme, "http" | "https") {
+                bail!(
+                    "`{raw}`: the scheme `{scheme}://` is neither http:// nor https:// ({EXPECTED})"
+                );
+            }
+            if rest.trim_end_matches('/').is_empty() {
+                bail!("`{raw}`: no host ({EXPECTED})");
+            }
+            raw.trim_end_matches('/').to_string()
+        }
+        None => {
+            let host = raw.trim_end_matches('/');
+            if host.is_empty() {
+                bail!("empty ({EXPECTED})");
+            }
+            if host.contains('/') {
+                bail!("`{raw}`: a bare host takes no path ({EXPECTED})");
+            }
+            let has_port = match host.rsplit_once(':') {
+                // `[v6]:port`, or `host:port`
+                Some((h, _)) if host.starts_with('[') => h.ends_with(']'),
+                Some((h, _)) if h.contains(':') => {
+                    bail!("`{raw}`: write an IPv6 address in brackets (`[{host}]:{DEFAULT_PORT}`)")
+                }
+                Some(_) => true,
+                None => false,
+            };
+            let scheme = if tls { "https" } else { "http" };
+            if has_port {
+                format!("{scheme}://{host}")
+            } else {
+                format!("{scheme}://{host}:{DEFAULT_PORT}")
+            }
+        }
+    };
+    let uri: tonic::codegen::http::Uri = url
+        .parse()
+        .map_err(|e| anyhow::anyhow!("`{raw}`: {e} ({EXPECTED})"))?;
+    if uri.host().is_none_or(str::is_empty) {
+        bail!("`{raw}`: no host ({EXPECTED})");
+    }
+    if uri.path_and_query().is_some_and(|p| p.as_str() != "/") {
+        bail!("`{raw}`: a server URL takes no path ({EXPECTED})");
+    }
+    let authority = uri.authority().map_or("", |a| a.as_str());
+    if let Some((_, port)) = authority
+        .rsplit_once(':')
+        .filter(|_| !authority.ends_with(']'))
+        && !port.parse::<u16>().is_ok_and(|p| p > 0)
+    {
+        bail!("`{raw}`: the port `{port}` is not a number from 1 to 65535 ({EXPECTED})");
+    }
+    Ok(url)
+}
+
 pub fn check_tls(server: &str, ca: bool) -> anyhow::Result<()> {
     if ca && !server.starts_with("https://") {
         bail!(
@@ -297,11 +365,11 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
             .map_err(|(_, e)| anyhow::anyhow!("--attributes: {e}"))?;
         config.attributes.clone_from(&a.attributes);
     }
-    let server = a
-        .server
-        .clone()
-        .or(config.server.clone())
-        .unwrap_or_else(|| "http://127.0.0.1:7420".into());
+    let (server, server_from) = match (&a.server, &config.server) {
+        (Some(s), _) => (s.clone(), "--server".to_string()),
+        (None, Some(s)) => (s.clone(), format!("{origin}: `server`")),
+        (None, None) => ("http://127.0.0.1:7420".into(), String::new()),
+    };
     let token_file = a
         .token_file
         .clone()
@@ -309,6 +377,7 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
         .unwrap_or_else(|| PathBuf::from("hetsched-data/agent-token"));
     let token = read_token(&token_file)?;
     let ca = a.ca.clone().or(config.ca.clone());
+    let server = server_url(&server, ca.is_some()).with_context(|| server_from.clone())?;
     // With `[tls]` the CA also verifies the other agents' data listeners.
     check_tls(&server, ca.is_some() && config.tls.is_none())?;
     let ca_pem = match ca {
@@ -451,4 +520,57 @@ pub async fn agent(a: AgentArgs) -> anyhow::Result<()> {
     })
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::server_url;
+
+    #[test]
+    fn a_server_is_named_by_url_or_by_the_address_the_server_writes() {
+        let read = |raw, tls| server_url(raw, tls).map_err(|e| format!("{e:#}"));
+        assert_eq!(
+            read("http://head:7420", false),
+            Ok("http://head:7420".into())
+        );
+        assert_eq!(
+            read("https://head:7420/", true),
+            Ok("https://head:7420".into())
+        );
+        // DATA_DIR/address: host and port, no scheme.
+        assert_eq!(
+            read("127.0.0.1:39551", false),
+            Ok("http://127.0.0.1:39551".into())
+        );
+        assert_eq!(read("head:7420", true), Ok("https://head:7420".into()));
+        assert_eq!(read(" head ", false), Ok("http://head:7420".into()));
+        assert_eq!(read("[::1]", false), Ok("http://[::1]:7420".into()));
+        assert_eq!(read("[::1]:9", false), Ok("http://[::1]:9".into()));
+        for (raw, says) in [
+            (
+                "ftp://head:7420",
+                "the scheme `ftp://` is neither http:// nor https://",
+            ),
+            ("http://", "no host"),
+            ("", "empty"),
+            ("head:7420/api", "a bare host takes no path"),
+            ("http://head:7420/api", "a server URL takes no path"),
+            (
+                "::1:7420",
+                "write an IPv6 address in brackets (`[::1:7420]:7420`)",
+            ),
+            (
+                "head:port",
+                "the port `port` is not a number from 1 to 65535",
+            ),
+            ("http://head:0", "the port `0` is not"),
+        ] {
+            let e = read(raw, false).expect_err(raw);
+            assert!(e.contains(says), "{raw}: {e}");
+            assert!(
+                e.contains("expected http://HOST:PORT") || raw.starts_with("::"),
+                "{raw}: {e}"
+            );
+        }
+    }
 }

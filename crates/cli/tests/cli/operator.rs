@@ -58,7 +58,7 @@ fn a_failing_tasks_stderr_is_shown_by_submit_wait_and_by_log() {
         (vec!["log", "1", "nope:0"], "no application `nope`"),
         (
             vec!["log", "1", "bad:5"],
-            "application `bad` of job 1 has 1 tasks (indices 0), none with index 5",
+            "application `bad` of job 1 has 1 task (index 0), none with index 5",
         ),
         (
             vec!["log", "1", "7"],
@@ -2406,5 +2406,49 @@ fn usage_reports_the_core_hours_each_users_running_work_held() {
     c.refused(
         &["usage", "--since", "1/11/2026"],
         "a day is YYYY-MM-DD (UTC)",
+    );
+}
+
+/// `--server` takes what the server writes to `DATA_DIR/address` (`HOST:PORT`, no scheme): the
+/// client and the agent add `http://`, or `https://` with a CA. A server named wrongly is refused
+/// at once, saying what is expected, instead of retried.
+#[test]
+fn clients_and_agents_reach_the_server_by_its_address_file() {
+    for tls in [false, true] {
+        let mut c = if tls {
+            Cluster::start_tls("bare-address-tls")
+        } else {
+            Cluster::start("bare-address", false)
+        };
+        let address = std::fs::read_to_string(c.data().join("address")).expect("address");
+        let address = address.trim().to_string();
+        assert!(!address.contains("://"), "{address}");
+        c.start_agent_at(&address, "n", 1, &[]);
+        c.wait_for_nodes(1);
+        let out = c.ok(&[
+            "submit", "--server", &address, "--wait", "--", "echo", "reached",
+        ]);
+        assert!(out.contains("job 1 submitted (1 task)"), "{out}");
+        // (The TLS cluster's server reads task output only from agents with a certificate.)
+        if !tls {
+            assert_eq!(
+                c.ok(&["log", "1", "0", "--server", &address]).trim(),
+                "reached"
+            );
+        }
+    }
+    let c = Cluster::start("bad-address", false);
+    let started = std::time::Instant::now();
+    let out = c.cli(&["submit", "--server", "ftp://head:7420", "--", "true"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("invalid value 'ftp://head:7420' for '--server <SERVER>'")
+            && err.contains("neither http:// nor https://"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2) && !err.contains("retrying"),
+        "refused at once: {err}"
     );
 }
