@@ -819,9 +819,10 @@ pub async fn tasks(
         writeln!(out, "\n]")?;
     }
     out.flush()?;
-    if shown == 0
-        && args.output != Output::Json
-        && let Some(id) = job
+    if shown > 0 || args.output == Output::Json || limit == Some(0) {
+        return Ok(());
+    }
+    if let Some(id) = job
         && let Ok(j) = api
             .get_job(pb::GetJobRequest {
                 job_id: id,
@@ -836,6 +837,24 @@ pub async fn tasks(
              its rounds and workers (`--output json`: every chunk), `hetsched log {id} CHUNK` a \
              chunk's output"
         );
+    } else {
+        // Nothing printed would read like a hang or a fault: say what matched nothing (on
+        // stderr, so that the output a script reads stays empty).
+        let mut filters = Vec::new();
+        if let Some(id) = job {
+            filters.push(format!("job {id}"));
+        }
+        if !states.is_empty() {
+            filters.push(format!("--state {}", states.join(",")));
+        }
+        if !nodes.is_empty() {
+            filters.push(format!("--node {}", nodes.join(",")));
+        }
+        if filters.is_empty() {
+            eprintln!("no tasks");
+        } else {
+            eprintln!("no tasks match {}", filters.join(", "));
+        }
     }
     Ok(())
 }
@@ -1825,6 +1844,24 @@ mod tests {
         let shown = tasks_table(&[task("a", &["a", "b", "c"]), task("d", &[])]).to_string();
         assert!(shown.contains("a (+2)"), "{shown}");
         assert!(!shown.contains("d (+"), "{shown}");
+    }
+
+    #[test]
+    fn a_running_task_shows_how_long_it_has_run_and_a_pending_one_nothing() {
+        let now_ns = super::super::begin::now_ms() * 1_000_000;
+        let task = |state: &str| pb::TaskInfo {
+            state: state.into(),
+            started_ns: now_ns - 125 * 1_000_000_000,
+            exit_code: -1,
+            ..Default::default()
+        };
+        let shown = tasks_table(&[task("running")]).to_string();
+        assert!(
+            shown.contains("2m 5s") || shown.contains("2m 6s"),
+            "{shown}"
+        );
+        let shown = tasks_table(&[task("pending")]).to_string();
+        assert!(!shown.contains("2m"), "{shown}");
     }
 }
 

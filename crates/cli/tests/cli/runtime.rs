@@ -2377,6 +2377,13 @@ fn tasks_can_be_listed_by_state() {
     let ok = indices(&["--state", "succeeded,failed"]);
     assert_eq!(ok.len(), 9);
     assert_eq!(indices(&["--job", "2", "--state", "failed"]), vec![]);
+    // A table that matches nothing says so on stderr; its stdout stays empty.
+    let out = c.cli(&["tasks", "--job", "2", "--state", "failed"]);
+    assert!(out.status.success() && out.stdout.is_empty());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "no tasks match job 2, --state failed\n"
+    );
     assert_eq!(
         indices(&["--job", "1", "--state", "ready"]),
         vec![],
