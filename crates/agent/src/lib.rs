@@ -195,7 +195,8 @@ fn respecced(own: &pb::TaskSpec, new: &pb::TaskSpec) -> pb::TaskSpec {
 
 /// A task the server assigned beyond the node's free cores (`prefetched`), or onto cores or
 /// devices that a stopped task still holds during its kill grace: started here, in order, as
-/// soon as its cores and devices are free, without asking the server (issue 10).
+/// soon as its cores and devices are free, without asking the server (issue 10). Tasks of the
+/// second kind go before those of the first.
 struct Queued {
     a: pb::Assignment,
     spec: Arc<pb::TaskSpec>,
@@ -833,8 +834,17 @@ pub async fn run(
                 // A task the server placed on cores or devices that a stopped task still
                 // holds (it has its kill grace to end) waits here for them, as a prefetched
                 // one does.
-                if a.prefetched || !launcher.fits(&sh, &a) {
+                if a.prefetched {
                     sh.queue.push_back(Queued { a, spec });
+                } else if !launcher.fits(&sh, &a) {
+                    // Its cores are free to the server, not yet here: it starts before the
+                    // prefetched tasks, which wait for cores the server has not given them.
+                    let at = sh
+                        .queue
+                        .iter()
+                        .position(|q| q.a.prefetched)
+                        .unwrap_or(sh.queue.len());
+                    sh.queue.insert(at, Queued { a, spec });
                 } else {
                     launcher.launch(&mut sh, a, spec);
                 }

@@ -169,3 +169,61 @@ fn gpu_preemption(service: bool) {
     );
     assert_eq!(c.tasks(1)[0]["preemptions"], 1);
 }
+
+/// With `prefetch`, the agent holds tasks beyond its free cores in a queue. Preemption stops a
+/// task that runs (a queued one holds no core), and the displacing task starts on its core
+/// before the queue: the urgent job does not wait for the long tasks queued ahead of it.
+#[test]
+fn with_prefetch_the_displacing_task_starts_before_the_agents_queue() {
+    let mut c = Cluster::start_configured(
+        "preemption-prefetch",
+        false,
+        "preemption = \"requeue\"\nprefetch = 4\n",
+    );
+    c.start_agent("n", 2, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&[
+        "submit",
+        "--tasks",
+        "8",
+        "--priority",
+        "0",
+        "--",
+        "sleep",
+        "60",
+    ]);
+    wait_until(
+        "two low tasks to run and four to be queued",
+        Duration::from_secs(20),
+        || {
+            c.tasks(1)
+                .iter()
+                .filter(|t| t["state"] == "running")
+                .count()
+                == 6
+        },
+    );
+    let started = std::time::Instant::now();
+    c.ok(&["submit", "--priority", "5", "--", "true"]);
+    let out = c.cli(&["wait", "2", "--timeout", "20s"]);
+    assert!(
+        out.status.success() && started.elapsed() < Duration::from_secs(20),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let preempted: Vec<u64> = c
+        .tasks(1)
+        .iter()
+        .filter(|t| t["preemptions"] == 1)
+        .filter_map(|t| t["index"].as_u64())
+        .collect();
+    assert_eq!(
+        preempted.len(),
+        1,
+        "one low task was stopped: {preempted:?}"
+    );
+    assert!(
+        preempted[0] < 2,
+        "a running one, not a queued one: {preempted:?}"
+    );
+}

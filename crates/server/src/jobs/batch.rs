@@ -328,7 +328,7 @@ pub struct Batch {
     apps: Slots<AppRec>,
     /// Task rows held in memory (finished jobs' rows leave it; see [`retention`]).
     tasks: retention::TaskTable,
-    /// Job id by submission key.
+    /// `max_attempts`: a task lost this many times fails.
     max_attempts: u32,
     /// `preemption = "requeue"`: waiting work of a higher priority that fits nowhere stops
     /// lower-priority tasks ([`Batch::preempt`]).
@@ -374,6 +374,10 @@ pub struct Batch {
     holds: HashMap<u64, Resources>,
     /// Tasks whose entry in `holds` was added or dropped since the last commit.
     holds_changed: Vec<u64>,
+    /// The last dispatch's time, ns: each dispatch gets a later one than the one before
+    /// ([`Batch::mark_running`]), so that the tasks sent in one reply keep, by their start
+    /// times, the order their agent starts them in (its queue's, which preemption reads).
+    last_dispatch_ns: u64,
 }
 
 impl Batch {
@@ -456,6 +460,7 @@ impl Batch {
             settings_changed: Vec::new(),
             holds: HashMap::new(),
             holds_changed: Vec::new(),
+            last_dispatch_ns: 0,
         };
         // Every stored application at once (the last job's first; its others come as it is
         // installed).
@@ -1946,13 +1951,14 @@ impl Batch {
     /// [`hetsched_core::policy::batch::preempt`]): stops the lower-priority tasks the rule
     /// names — re-queued at once, their agent told in this reply to kill them (their kill
     /// grace, then SIGKILL) — and places the waiting task on the room they leave, in this
-    /// reply too (the agent starts it once the stopped tasks' cores are free). Returns whether
-    /// it preempted.
+    /// reply too (the agent starts it once the stopped tasks' cores are free, before the tasks
+    /// it holds prefetched). Tasks the agent still holds in its queue are never stopped: they
+    /// hold no core. Returns whether it preempted.
     fn preempt(&mut self, cx: &mut Ctx, nid: NodeId, out: &mut Outbox) -> bool {
         let choice = {
             let (view, nodes, tasks, holds) = (&*cx.view, &*cx.nodes, &self.tasks, &self.holds);
             let running = |n: NodeId| -> Vec<Candidate> {
-                nodes.get(n.0).map_or_else(Vec::new, |rec| {
+                let mut on = nodes.get(n.0).map_or_else(Vec::new, |rec| {
                     rec.running
                         .iter()
                         .filter(|&&id| Kind::of(id) == Some(Kind::Batch))
@@ -1962,8 +1968,22 @@ impl Batch {
                             running: assignment_of(view, holds, t),
                             started: t.started_ns,
                         })
-                        .collect()
-                })
+                        .collect::<Vec<_>>()
+                });
+                // Tasks its agent still holds in its queue (prefetched beyond its free cores)
+                // hold no core: stopping one would free nothing. The agent starts its queue in
+                // the order it was sent, so they are the last sent, as many cores' worth as the
+                // node owes (a debt that counts other kinds' queued work too only spares more).
+                let mut queued = nodes.prefetch.debt(n);
+                if queued > 0 {
+                    on.sort_by_key(|c| std::cmp::Reverse((c.started, c.running.task.0)));
+                    on.retain(|c| {
+                        let spared = queued > 0;
+                        queued = queued.saturating_sub(c.running.request.cores);
+                        !spared
+                    });
+                }
+                on
             };
             let rules = Rules {
                 exempt: self.preempt_exempt,
@@ -2046,16 +2066,18 @@ impl Batch {
 
     /// Records task `a.task` as running where `a` placed it (its row, its node's registry).
     fn mark_running(&mut self, cx: &mut Ctx, a: &Assignment) {
+        let started = cx.now.max(self.last_dispatch_ns + 1);
         let Some(t) = self.tasks.get_mut(a.task.0 as usize) else {
             return;
         };
+        self.last_dispatch_ns = started;
         moved(&mut self.apps, t.app, t.state, TaskState::Running);
         t.state = TaskState::Running;
         t.attempt += 1;
         t.node = Some(a.node.0);
         t.variant = Some(variant_code(a.variant));
         t.devices = a.devices.as_slice().into();
-        t.started_ns = cx.now;
+        t.started_ns = started;
         t.finished_ns = 0;
         t.exit_code = None;
         let app = t.app;

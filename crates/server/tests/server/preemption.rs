@@ -20,14 +20,19 @@ fn open(d: &Path, preemption: PreemptionMode) -> State {
 
 /// A state whose tasks that ran less than `exempt_ns` are not preempted.
 fn open_exempting(d: &Path, preemption: PreemptionMode, exempt_ns: u64) -> State {
+    open_with(d, preemption, exempt_ns, 0)
+}
+
+/// As [`open_exempting`], the nodes lent `prefetch` cores.
+fn open_with(d: &Path, preemption: PreemptionMode, exempt_ns: u64, prefetch: u32) -> State {
     let config = ServerConfig {
         data_dir: d.to_path_buf(),
         preemption,
         preempt_exempt_time: hetsched_core::input::Duration(exempt_ns),
         // A second loss fails a task: a preempted attempt counted as lost would show.
         max_attempts: 2,
-        // No queueing beyond the free cores: what starts is what fits.
-        prefetch: hetsched_server::state::prefetch::Setting::Cores(0),
+        // Unless asked, no queueing beyond the free cores: what starts is what fits.
+        prefetch: hetsched_server::state::prefetch::Setting::Cores(prefetch),
         ..Default::default()
     };
     State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state")
@@ -115,6 +120,39 @@ fn a_waiting_higher_priority_task_takes_the_place_of_the_youngest_lower_priority
     let v = &tasks(&s, low)[1];
     assert_eq!((v.id, v.preemptions, v.failed_attempts), (victim.0, 1, 0));
     assert_eq!(tasks(&s, high)[0].state, "succeeded");
+}
+
+/// With `prefetch`, a node's agent holds the tasks sent beyond its free cores in a queue: they
+/// hold no core, so stopping one would free nothing. The victim is a task that runs, and the
+/// waiting task is sent as one that starts on its cores (not `prefetched`: the agent starts it
+/// before its queue).
+#[test]
+fn tasks_queued_on_a_node_are_never_preempted_only_running_ones() {
+    let d = common::scratch("preemption", "prefetch");
+    let mut s = open_with(&d, PreemptionMode::Requeue, 0, 2);
+    let n = register(&mut s, "n", 2);
+    submit(&mut s, "low", 6, 0);
+    let r = beat(&mut s, n, &[], &[]);
+    let first = sent(&r);
+    let queued: Vec<bool> = r.assignments.iter().map(|a| a.prefetched).collect();
+    assert_eq!(
+        queued,
+        [false, false, true, true],
+        "two start, two are queued: {first:?}"
+    );
+    let high = submit(&mut s, "high", 1, 5);
+    let r = beat(&mut s, n, &first, &[]);
+    assert_eq!(
+        killed(&r),
+        vec![first[1]],
+        "the younger of the two that run is stopped, not a queued one"
+    );
+    assert_eq!(sent(&r).len(), 1, "{:?}", sent(&r));
+    assert!(
+        !r.assignments[0].prefetched,
+        "the high task starts on the victim's core"
+    );
+    assert_eq!(tasks(&s, high)[0].state, "running");
 }
 
 #[test]
