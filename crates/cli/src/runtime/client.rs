@@ -584,7 +584,8 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
     if j.cpu_ms > 0 || j.max_rss_bytes > 0 {
         println!(
             "used: cpu time {}, max rss {} (its tasks' latest attempts)",
-            super::human::cpu_time(j.cpu_ms),
+            // Measured (a sleeping job's is 0 ms): shown as such.
+            super::human::duration(Duration::from_millis(j.cpu_ms)),
             super::human::memory(j.max_rss_bytes)
         );
     }
@@ -693,7 +694,12 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
             c.failed.to_string(),
             ms(a.mean_cpu_ms),
             ms(a.mean_gpu_ms),
-            super::human::cpu_time(a.cpu_ms),
+            if a.max_rss_bytes > 0 {
+                // Measured (sleeping tasks' is 0 ms): shown as such.
+                super::human::duration(Duration::from_millis(a.cpu_ms))
+            } else {
+                super::human::cpu_time(a.cpu_ms)
+            },
             super::human::memory(a.max_rss_bytes),
             if a.nodes > 1 {
                 format!("{} nodes", a.nodes)

@@ -390,6 +390,60 @@ fn a_running_multi_node_task_shows_its_first_node_and_the_others_on_hover() {
     c.ok(&["cancel", "1,2"]);
 }
 
+/// A task stopped for higher-priority work says so in its attempt cell, as `hetsched tasks` does;
+/// a running task shows how long it has run so far.
+#[test]
+fn a_preempted_task_says_so_and_a_running_one_shows_its_run_time_so_far() {
+    let mut c = Cluster::start_configured(
+        "dashboard-preempted",
+        true,
+        "preemption = \"requeue\"\nprefetch = 0\n",
+    );
+    let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
+    let token = std::fs::read_to_string(c.data().join("token")).expect("token");
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&["submit", "--", "sleep", "60"]);
+    wait_until("the low task to run", Duration::from_secs(20), || {
+        c.json(&["tasks", "--job", "1"])[0]["state"] == "running"
+    });
+    c.ok(&["submit", "--priority", "5", "--", "sleep", "60"]);
+    wait_until("the high task to run", Duration::from_secs(20), || {
+        c.json(&["tasks", "--job", "2"])[0]["state"] == "running"
+    });
+    let Some(bin) = chromium() else {
+        eprintln!(
+            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
+        );
+        return;
+    };
+    let ticket = login_ticket(addr.trim(), &format!("Bearer {}", token.trim()));
+    let mut b = Browser::start(bin, &c.dir.join("browser"));
+    b.navigate(&format!("http://{}/login?ticket={ticket}", addr.trim()));
+    let t = Duration::from_secs(20);
+    let cell = |column: usize| {
+        format!(
+            "(document.querySelector('#tasks tbody tr') || {{children: []}}).children[{column}]?.textContent"
+        )
+    };
+    // The newest job, shown first: its task runs.
+    b.wait_for("job 2's task", &format!("{} === 'running'", cell(3)), t);
+    b.wait_for(
+        "its run time so far",
+        &format!("/^[0-9.]+(ms|s)$/.test({})", cell(8)),
+        t,
+    );
+    b.eval("selectJob(1)");
+    b.wait_for(
+        "job 1's stopped task",
+        &format!("{} === '1 (1 preempted)'", cell(4)),
+        t,
+    );
+    assert_eq!(b.eval(&cell(3)), "pending");
+    assert_eq!(b.eval(&cell(8)), "-");
+    c.ok(&["cancel", "1,2"]);
+}
+
 /// The task rows the page shows: (task id, state) of each.
 const ROWS: &str = "[...document.querySelectorAll('#tasks tbody tr')].map((r) => [Number(r.dataset.task), r.children[3].textContent])";
 

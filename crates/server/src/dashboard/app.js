@@ -319,6 +319,20 @@ async function selectJob(id) {
   loadTasks();
 }
 
+// A task's attempt, with how many failed and how many were preempted (as `hetsched tasks`).
+function attemptCell(t) {
+  const notes = [[t.failed_attempts, "failed"], [t.preemptions, "preempted"]]
+    .filter(([n]) => n > 0).map(([n, what]) => `${n} ${what}`);
+  return notes.length ? `${t.attempt} (${notes.join(", ")})` : `${t.attempt}`;
+}
+
+// How long a task ran, or has run so far while it runs (by this browser's clock).
+function runTime(t) {
+  if (t.finished_ns) return human(t.finished_ns - t.started_ns);
+  if (t.state === "running" && t.started_ns) return human(Math.max(0, Date.now() * 1e6 - t.started_ns));
+  return "-";
+}
+
 async function loadTasks() {
   const cursor = tasksView.cursors[tasksView.cursors.length - 1];
   const seq = ++tasksView.seq;
@@ -342,8 +356,8 @@ async function loadTasks() {
       ? `<span class="nodes" title="${esc(t.nodes.join(", "))}"> (+${t.nodes.length - 1})</span>` : "";
     const log = (s) => `<a href="/api/log?job=${t.job_id}&task=${t.id}&stream=${s}" target="_blank" rel="noopener">${s}</a>`;
     return `<tr data-task="${t.id}"><td>${t.id}</td><td>${esc(t.app)}</td><td>${t.index}</td><td class="state-${esc(t.state)}">${esc(t.state)}</td>
-      <td>${t.attempt}${t.failed_attempts ? ` (${t.failed_attempts} failed)` : ""}</td><td>${esc(t.node || "-")}${more}</td><td>${esc(t.variant || "-")}</td>
-      <td>${esc((t.devices || []).join(",") || "-")}</td><td>${t.finished_ns ? human(t.finished_ns - t.started_ns) : "-"}</td>
+      <td>${attemptCell(t)}</td><td>${esc(t.node || "-")}${more}</td><td>${esc(t.variant || "-")}</td>
+      <td>${esc((t.devices || []).join(",") || "-")}</td><td>${runTime(t)}</td>
       <td>${t.usage ? human((t.usage.cpu_user_ms + t.usage.cpu_system_ms) * 1e6) : "-"}</td><td>${t.usage ? bytes(t.usage.max_rss_bytes) : "-"}</td>
       <td>${t.attempt > 0 ? `${log("stdout")} ${log("stderr")}` : "-"}</td><td class="msg">${esc(t.message)}</td></tr>`;
   }).join("");
