@@ -584,8 +584,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
     if j.cpu_ms > 0 || j.max_rss_bytes > 0 {
         println!(
             "used: cpu time {}, max rss {} (its tasks' latest attempts)",
-            // Measured (a sleeping job's is 0 ms): shown as such.
-            super::human::duration(Duration::from_millis(j.cpu_ms)),
+            super::human::measured_cpu_time(j.cpu_ms, j.max_rss_bytes),
             super::human::memory(j.max_rss_bytes)
         );
     }
@@ -694,12 +693,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
             c.failed.to_string(),
             ms(a.mean_cpu_ms),
             ms(a.mean_gpu_ms),
-            if a.max_rss_bytes > 0 {
-                // Measured (sleeping tasks' is 0 ms): shown as such.
-                super::human::duration(Duration::from_millis(a.cpu_ms))
-            } else {
-                super::human::cpu_time(a.cpu_ms)
-            },
+            super::human::measured_cpu_time(a.cpu_ms, a.max_rss_bytes),
             super::human::memory(a.max_rss_bytes),
             if a.nodes > 1 {
                 format!("{} nodes", a.nodes)
@@ -1821,12 +1815,13 @@ async fn wait_for(
     Ok(j)
 }
 
-/// What a submission holds, in its kind's words: a divisible job's units, other jobs' tasks.
+/// What a submission holds, in its kind's words: a divisible job's units, a workflow's
+/// instances, other jobs' tasks.
 fn submitted_size(reply: &pb::SubmitReply) -> String {
-    let noun = if reply.kind == "divisible" {
-        "unit"
-    } else {
-        "task"
+    let noun = match reply.kind.as_str() {
+        "divisible" => "unit",
+        "workflow" => "instance",
+        _ => "task",
     };
     format!(
         "{} {noun}{}",

@@ -25,6 +25,16 @@ pub fn duration(d: Duration) -> String {
     }
 }
 
+/// The CPU time of work whose usage was measured if its peak memory is known (`max_rss_bytes`
+/// above 0): then a measured 0 ms (sleeping tasks) is shown as such; else as [`cpu_time`].
+pub fn measured_cpu_time(ms: u64, max_rss_bytes: u64) -> String {
+    if max_rss_bytes > 0 {
+        duration(std::time::Duration::from_millis(ms))
+    } else {
+        cpu_time(ms)
+    }
+}
+
 /// CPU time from ms, as [`duration`] writes it; `-` for none.
 pub fn cpu_time(ms: u64) -> String {
     if ms == 0 {

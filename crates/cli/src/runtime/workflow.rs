@@ -36,7 +36,7 @@ pub fn progress(j: &pb::JobInfo) -> Table {
             c.running.to_string(),
             c.succeeded.to_string(),
             c.failed.to_string(),
-            super::human::cpu_time(a.cpu_ms),
+            super::human::measured_cpu_time(a.cpu_ms, a.max_rss_bytes),
             super::human::memory(a.max_rss_bytes),
         ]);
     }

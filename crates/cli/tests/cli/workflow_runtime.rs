@@ -833,13 +833,14 @@ command = "while [ ! -e GATE ]; do sleep 0.05; done; echo {index} > {output:s}"
             c.dir.join("second-ran").display()
         ),
     );
-    c.ok(&[
+    let said = c.ok(&[
         "submit",
         "--after",
         &post.to_string(),
         &second.display().to_string(),
     ]);
     let last = wf + 3;
+    assert_eq!(said, format!("job {last} submitted (1 instance)\n"));
     let shown = c.json(&["job", &last.to_string()]);
     assert_eq!(
         (shown["waiting"].as_bool(), shown["pending_reason"].as_str()),
