@@ -1209,6 +1209,32 @@ impl SchedulerView {
         Some(devices)
     }
 
+    /// Takes again what [`SchedulerView::book`] took for work a driver recorded as running
+    /// before it restarted: `request` and `devices` on `node`. Unlike `book` it does not check
+    /// that the node is alive or has room: it records what is (work sent beyond a node's free
+    /// cores, prefetched, was running or queued there).
+    pub fn restore_booked(
+        &mut self,
+        node: NodeId,
+        request: Resources,
+        devices: &[u32],
+    ) -> Result<(), ViewError> {
+        let n = self
+            .nodes
+            .get_mut(node.index())
+            .ok_or(ViewError::UnknownNode(node))?;
+        for &d in devices {
+            if let Some(free) = n.device_free.get_mut(d as usize) {
+                *free = false;
+            }
+        }
+        let before = n.free;
+        n.free = n.free - request;
+        n.running += 1;
+        self.free_changed(node.index(), before);
+        Ok(())
+    }
+
     /// Gives back what [`SchedulerView::book`] took.
     pub fn unbook(&mut self, node: NodeId, request: Resources, devices: &[u32]) {
         if let Some(n) = self.nodes.get_mut(node.index()) {

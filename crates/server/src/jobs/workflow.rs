@@ -163,6 +163,8 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("wf_jobs", "started", "INTEGER NOT NULL DEFAULT 1"),
     // Why it was cancelled as a whole, when not by a user (empty: `cancelled`).
     ("wf_jobs", "cancel_reason", "TEXT NOT NULL DEFAULT ''"),
+    // The devices of its latest attempt (empty: none, or stored before they were kept).
+    ("wf_instances", "devices", "TEXT NOT NULL DEFAULT ''"),
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -225,6 +227,8 @@ struct Inst {
     produced: bool,
     /// What its latest finished attempt used, if measured.
     usage: Option<TaskUsage>,
+    /// The devices (GPU indices) its latest attempt was given: a restart books them again.
+    devices: Vec<u32>,
 }
 
 enum Machine {
@@ -594,7 +598,7 @@ impl Workflows {
             {
                 let mut q = source
                     .unwrap_or_else(|| cx.store.conn())
-                    .prepare("SELECT instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes FROM wf_instances WHERE job=?1")
+                    .prepare("SELECT instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices FROM wf_instances WHERE job=?1")
                     .map_err(StoreError::from)?;
                 let mut rows = q.query(params![seq as i64]).map_err(StoreError::from)?;
                 while let Some(r) = rows.next().map_err(StoreError::from)? {
@@ -628,6 +632,10 @@ impl Workflows {
                         }),
                         _ => None,
                     };
+                    x.devices = crate::store::parse_list(
+                        &r.get::<_, String>(13).map_err(StoreError::from)?,
+                        "devices",
+                    )?;
                     // Its run time counts again for `prefetch = "auto"`, as it did before the
                     // restart: a task measured short is queued at once, not measured anew.
                     if x.st == St::Done
@@ -692,11 +700,22 @@ impl Workflows {
                     St::Running => {
                         if let Some(n) = x.node {
                             cx.nodes.started(NodeId(n), tid);
-                            // It holds its resources again (if the view has them free: what
-                            // ran before the restart is not preempted).
-                            if let Some(d) = cx.view.book(NodeId(n), request) {
-                                job.booked.insert(i, (n, request, d));
+                            // It holds its resources again, its own devices, whatever else
+                            // holds the node: what the node's free cores do not cover was
+                            // prefetched, and is the node's debt, as for a batch task. (An
+                            // instance stored before its devices were takes free ones.)
+                            let node = NodeId(n);
+                            if x.devices.len() < request.gpus as usize
+                                && let Some(d) = cx.view.book(node, request)
+                            {
+                                x.devices = d;
+                            } else {
+                                cx.nodes
+                                    .prefetch
+                                    .restoring_cores(cx.view, node, request.cores);
+                                cx.view.restore_booked(node, request, &x.devices)?;
                             }
+                            job.booked.insert(i, (n, request, x.devices.clone()));
                         }
                     }
                     St::Failed | St::Cancelled | St::Done => {}
@@ -957,6 +976,7 @@ impl Workflows {
                     reproducing: false,
                     produced: false,
                     usage: None,
+                    devices: Vec::new(),
                 };
                 total as usize
             ],
@@ -2107,8 +2127,9 @@ impl JobKind for Workflows {
                         q.drain_through(request.cores);
                     }
                     cx.view.charge_group(job.group, request);
-                    job.booked.insert(i, (node.0, request, devices));
+                    job.booked.insert(i, (node.0, request, devices.clone()));
                     let x = &mut job.insts[i as usize];
+                    x.devices = devices;
                     x.st = St::Running;
                     x.attempt += 1;
                     x.node = Some(node.0);
@@ -2220,7 +2241,7 @@ impl JobKind for Workflows {
 
     fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
         let mut q = tx.prepare_cached(
-            "INSERT OR REPLACE INTO wf_instances(job,instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14)",
+            "INSERT OR REPLACE INTO wf_instances(job,instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)",
         )?;
         for &(seq, i) in &self.dirty {
             let Some(x) = self.jobs.get(&seq).and_then(|j| j.insts.get(i as usize)) else {
@@ -2240,7 +2261,8 @@ impl JobKind for Workflows {
                 i64::from(x.produced),
                 x.usage.map(|u| u.cpu_user_ms as i64),
                 x.usage.map(|u| u.cpu_system_ms as i64),
-                x.usage.map(|u| u.max_rss_bytes as i64)
+                x.usage.map(|u| u.max_rss_bytes as i64),
+                crate::store::list_text(&x.devices)
             ])?;
         }
         for &seq in &self.dirty_jobs {
@@ -2432,7 +2454,7 @@ impl JobKind for Workflows {
                         .node
                         .map_or(String::new(), |n| rd.nodes.name(n).to_string()),
                     variant: "cpu".into(),
-                    devices: Vec::new(),
+                    devices: x.devices.clone(),
                     started_ns: x.started_ns,
                     finished_ns: x.finished_ns,
                     exit_code: x.exit_code,

@@ -293,10 +293,17 @@ impl Prefetch {
     /// Running task `a` is being put back into the view after a restart: what of its cores does
     /// not fit in the node's free cores was prefetched, and is debt.
     pub fn restoring(&mut self, view: &SchedulerView, a: &Assignment) {
-        let Some(n) = view.nodes().get(a.node.index()) else {
+        self.restoring_cores(view, a.node, a.request.cores);
+    }
+
+    /// Work of `cores` cores is being put back on `node` after a restart (a running batch task,
+    /// a running workflow instance): what does not fit in the node's free cores was prefetched,
+    /// and is debt.
+    pub fn restoring_cores(&mut self, view: &SchedulerView, node: NodeId, cores: u32) {
+        let Some(n) = view.nodes().get(node.index()) else {
             return;
         };
-        self.add_debt(a.node, a.request.cores.saturating_sub(n.free.cores));
+        self.add_debt(node, cores.saturating_sub(n.free.cores));
     }
 }
 

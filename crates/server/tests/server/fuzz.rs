@@ -7,7 +7,11 @@
 //! And a random operator's day: submissions (arrays, throttles, two applications), heartbeats
 //! that report successes and failures, cancels of jobs and of some tasks, holds, releases,
 //! resubmissions, purges and drains, with server restarts between them — after each restart
-//! every job and every task reads exactly as it did before.
+//! every job and every task reads exactly as it did before. The agents' tasks end or run on
+//! from beat to beat (so restarts find work running), and they kill what they are told to. On
+//! days with priority preemption and a one-core queue on each node, what a reply preempts is
+//! always of a lower priority than what it starts. (These days found a restart that dropped a
+//! queued workflow instance from its owner's usage.)
 
 use crate::common::{self, heartbeat_request, register_with};
 use hetsched_core::testkit::mangle::mangle;
@@ -87,9 +91,21 @@ fn open(dir: &Path) -> State {
 
 /// A server whose retention rule keeps the two newest finished jobs, with fair share between
 /// users on (its usage is stored with the first beat's commit, which a full disk refuses).
-fn open_retaining(dir: &Path) -> State {
+/// With `preemption`, priority preemption is on and each node is lent a core for a queue
+/// (`prefetch = 1`), so queued tasks and the tasks that displace others meet.
+fn open_retaining(dir: &Path, preemption: bool) -> State {
     let config = ServerConfig {
         data_dir: dir.to_path_buf(),
+        preemption: if preemption {
+            hetsched_server::config::PreemptionMode::Requeue
+        } else {
+            hetsched_server::config::PreemptionMode::Off
+        },
+        prefetch: if preemption {
+            hetsched_server::state::prefetch::Setting::Cores(1)
+        } else {
+            hetsched_server::state::prefetch::Setting::default()
+        },
         retention: Some(hetsched_server::config::RetentionConfig {
             keep_finished: None,
             keep_jobs: Some(2),
@@ -321,8 +337,16 @@ fn everything(s: &State) -> Vec<String> {
         if let Ok(t) = s.tasks(j.id) {
             for t in t.tasks {
                 out.push(format!(
-                    "  task {} {}:{} {} attempt {} node {:?} failed {} {:?}",
-                    t.id, t.app, t.index, t.state, t.attempt, t.node, t.failed_attempts, t.message
+                    "  task {} {}:{} {} attempt {} node {:?} failed {} preempted {} {:?}",
+                    t.id,
+                    t.app,
+                    t.index,
+                    t.state,
+                    t.attempt,
+                    t.node,
+                    t.failed_attempts,
+                    t.preemptions,
+                    t.message
                 ));
             }
         }
@@ -330,9 +354,10 @@ fn everything(s: &State) -> Vec<String> {
     out
 }
 
-/// Runs one day of `ops` (see [`op`]) against a server in `dir`.
-fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let mut s = open_retaining(dir);
+/// Runs one day of `ops` (see [`op`]) against a server in `dir` (with `preemption`: see
+/// [`open_retaining`]).
+fn day(dir: &Path, ops: Vec<Op>, preemption: bool) -> Result<(), TestCaseError> {
+    let mut s = open_retaining(dir, preemption);
     // Whether the disk was full since the last restart: a refused event is then expected.
     let mut disk_was_full = false;
     s.on_add_user("alice", false)
@@ -394,13 +419,20 @@ fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     ..Default::default()
                 });
             }
-            Op::Beat(n, failures) => {
-                let done: Vec<(u64, u32, bool)> = running[n]
-                    .iter()
-                    .enumerate()
-                    .map(|(k, &(t, a))| (t, a, failures >> (k % 8) & 1 == 0))
-                    .collect();
-                let r = match s.heartbeat(heartbeat_request(nodes[n], &[], &done)) {
+            Op::Beat(n, outcomes) => {
+                // Two bits per task (of the first four, then again): it succeeded, failed, or
+                // runs on into the next beat.
+                let outcome = |k: usize| outcomes >> (k % 4 * 2) & 3;
+                let mut done: Vec<(u64, u32, bool)> = Vec::new();
+                let mut still: Vec<(u64, u32)> = Vec::new();
+                for (k, &(t, a)) in running[n].iter().enumerate() {
+                    match outcome(k) {
+                        0 => done.push((t, a, true)),
+                        1 => done.push((t, a, false)),
+                        _ => still.push((t, a)),
+                    }
+                }
+                let r = match s.heartbeat(heartbeat_request(nodes[n], &still, &done)) {
                     Ok(r) => r,
                     // The store refused the beat: the agent keeps its results and retries.
                     Err(e) if disk_was_full => {
@@ -409,11 +441,59 @@ fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     }
                     Err(e) => return Err(TestCaseError::fail(format!("heartbeat: {e}"))),
                 };
-                running[n] = r
-                    .assignments
-                    .iter()
-                    .map(|a| (a.task_id, a.attempt))
-                    .collect();
+                // The agent kills what it is told to, and runs what it is sent (a new attempt
+                // of a task replaces the old one).
+                still.retain(|&(t, a)| {
+                    !r.kill.iter().any(|k| k.task_id == t && k.attempt == a)
+                        && !r.assignments.iter().any(|x| x.task_id == t)
+                });
+                still.extend(r.assignments.iter().map(|a| (a.task_id, a.attempt)));
+                running[n] = still;
+                // Preemption stops only work of a strictly lower priority than some task the
+                // same reply starts (a kill for a task cancelled, or lost, is no preemption).
+                if preemption {
+                    let priority_of = |task: u64| -> Option<i32> {
+                        s.jobs().jobs.iter().find_map(|j| {
+                            let t = s.tasks(j.id).ok()?;
+                            let t = t.tasks.into_iter().find(|t| t.id == task)?;
+                            let job = s.job(j.id).ok()?;
+                            job.apps
+                                .iter()
+                                .find(|a| a.name == t.app)
+                                .map(|a| a.priority)
+                        })
+                    };
+                    let started = r
+                        .assignments
+                        .iter()
+                        .filter_map(|a| priority_of(a.task_id))
+                        .max();
+                    for k in &r.kill {
+                        let task = s.jobs().jobs.iter().find_map(|j| {
+                            s.tasks(j.id)
+                                .ok()?
+                                .tasks
+                                .into_iter()
+                                .find(|t| t.id == k.task_id)
+                        });
+                        let Some(t) = task else { continue };
+                        if t.state != "pending"
+                            || !t
+                                .message
+                                .contains(&format!("attempt {} preempted", k.attempt))
+                        {
+                            continue;
+                        }
+                        let mine = priority_of(k.task_id);
+                        prop_assert!(
+                            started.is_some() && mine < started,
+                            "task {} (priority {:?}) was preempted for work of priority {:?}",
+                            k.task_id,
+                            mine,
+                            started
+                        );
+                    }
+                }
                 // Alice's cap: a beat that starts a batch task of hers leaves her under it; and
                 // with nothing of hers running, her tasks hold no core (no drift through
                 // requeues, cancels, losses, updates and restarts).
@@ -619,7 +699,7 @@ fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Restart => {
                 let before = everything(&s);
                 drop(s);
-                s = open_retaining(dir);
+                s = open_retaining(dir, preemption);
                 disk_was_full = false;
                 let after = everything(&s);
                 prop_assert_eq!(after, before);
@@ -647,7 +727,7 @@ fn day(dir: &Path, ops: Vec<Op>) -> Result<(), TestCaseError> {
     }
     let before = everything(&s);
     drop(s);
-    prop_assert_eq!(everything(&open_retaining(dir)), before);
+    prop_assert_eq!(everything(&open_retaining(dir, preemption)), before);
     Ok(())
 }
 
@@ -658,7 +738,21 @@ proptest! {
     fn after_any_day_of_operations_a_restarted_server_reads_as_it_did(
         ops in prop::collection::vec(op(false), 1..40),
     ) {
-        day(&common::scratch("fuzz", "day"), ops)?;
+        day(&common::scratch("fuzz", "day"), ops, false)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// The same with priority preemption on and a queue on each node: what is preempted is
+    /// always of a lower priority than what the same reply starts, and a restart reads as
+    /// before, preemption counts included.
+    #[test]
+    fn after_a_day_with_preemption_a_restarted_server_reads_as_it_did(
+        ops in prop::collection::vec(op(false), 1..40),
+    ) {
+        day(&common::scratch("fuzz", "preempt-day"), ops, true)?;
     }
 }
 
@@ -671,7 +765,7 @@ proptest! {
     fn after_a_day_with_a_full_disk_a_restarted_server_reads_as_it_did(
         ops in prop::collection::vec(op(true), 1..30),
     ) {
-        day(&common::scratch("fuzz", "disk-day"), ops)?;
+        day(&common::scratch("fuzz", "disk-day"), ops, false)?;
     }
 }
 
@@ -1442,5 +1536,5 @@ fn cancelling_a_completed_job_leaves_it_and_the_job_that_ran_after_it_as_they_we
         Op::Cancel(1),
         Op::Restart,
     ];
-    day(&common::scratch("fuzz", "repro"), ops).expect("day");
+    day(&common::scratch("fuzz", "repro"), ops, false).expect("day");
 }

@@ -1425,3 +1425,92 @@ proptest::proptest! {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// A restart puts every running instance back on its node as it was, whatever else holds the
+/// node: one sent beyond the node's free cores (prefetched, queued by its agent) too, so its
+/// owner's usage still counts it, and each on the GPU it was given, so no other work is given
+/// that GPU.
+#[test]
+fn a_restart_books_each_running_instance_as_it_was_queued_ones_and_devices_included() {
+    let d = scratch("restore-booked");
+    let open = |d: &Path| {
+        let config = ServerConfig {
+            data_dir: d.to_path_buf(),
+            prefetch: hetsched_server::state::prefetch::Setting::Cores(1),
+            ..Default::default()
+        };
+        State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state")
+    };
+    let mut s = open(&d);
+    let n = common::register_with_gpus(&mut s, "n", 1, 2);
+    s.on_add_user("alice", false).expect("alice");
+    let job = s
+        .on_submit_as(
+            hetsched_server::state::types::Submission {
+                origin: "wf.toml".into(),
+                text: "balancer = \"centralised\"\n[[task]]\nname = \"g\"\ninstances = 2\n\
+                       gpus = 1\ncommand = \"true\"\n"
+                    .into(),
+                workdir: "/".into(),
+                ..Default::default()
+            },
+            "alice",
+        )
+        .expect("submit")
+        .job_id;
+    let r = common::beat(&mut s, n, &[], &[]);
+    let sent: Vec<(bool, Vec<u32>)> = r
+        .assignments
+        .iter()
+        .map(|a| (a.prefetched, a.devices.clone()))
+        .collect();
+    assert_eq!(
+        sent,
+        [(false, vec![0]), (true, vec![1])],
+        "one starts, one is queued beyond the node's one core"
+    );
+    let held = s.user_held("alice");
+    assert_eq!((held.cores, held.gpus), (2, 2));
+    let shown = |s: &State| -> Vec<(String, Vec<u32>)> {
+        s.tasks(job)
+            .expect("instances")
+            .tasks
+            .into_iter()
+            .map(|t| (t.state, t.devices))
+            .collect()
+    };
+    let before = shown(&s);
+    assert_eq!(
+        before,
+        [("running".into(), vec![0]), ("running".into(), vec![1])]
+    );
+    drop(s);
+    let mut s = open(&d);
+    assert_eq!(shown(&s), before, "each keeps its devices");
+    let held = s.user_held("alice");
+    assert_eq!((held.cores, held.gpus), (2, 2), "both still count");
+    assert_eq!(s.list_nodes()[0].free_gpus, 0);
+    // A batch GPU task waits: nothing is free on the node.
+    s.submit(
+        "gpu.toml",
+        "[[application]]\nname = \"b\"\ntasks = 1\n[application.gpu]\ncommand = \"true\"\n",
+        "/",
+    )
+    .expect("batch");
+    let running: Vec<(u64, u32)> = r
+        .assignments
+        .iter()
+        .map(|a| (a.task_id, a.attempt))
+        .collect();
+    let r = common::beat(&mut s, n, &running, &[]);
+    assert!(r.assignments.is_empty(), "{:?}", r.assignments);
+    // The instances end: the node is whole again.
+    let done: Vec<(u64, u32, bool)> = running.iter().map(|&(t, a)| (t, a, true)).collect();
+    common::beat(&mut s, n, &[], &done);
+    let node = &s.list_nodes()[0];
+    assert_eq!(
+        (node.free_gpus, s.user_held("alice").cores),
+        (1, 0),
+        "the batch task took one"
+    );
+}
