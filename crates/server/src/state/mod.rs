@@ -694,6 +694,9 @@ impl State {
         }
         // Chunks that went out or ended in this event book or free their agents' cores.
         self.rebook_chunks();
+        // Cores this event released on a node that still owes prefetched cores repay the debt
+        // now: no listing, and no decision for another node, sees a core the node lacks.
+        self.nodes.prefetch.repay_all(&mut self.view);
         // What each owner held until now is credited; what it holds from now on is noted.
         self.settle_accounts();
         if !self.jobs.all().iter().any(|k| k.has_changes())

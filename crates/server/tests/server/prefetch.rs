@@ -149,6 +149,24 @@ fn a_node_gets_its_free_cores_plus_the_allowance_and_only_the_extra_tasks_are_pr
     assert_eq!(info[0].running, 4);
 }
 
+/// Cores released outside the node's own heartbeat (a cancel) first repay what it owes for its
+/// queue: the node never shows more free cores than it has.
+#[test]
+fn a_cancel_that_empties_a_node_with_a_queue_frees_only_its_own_cores() {
+    let d = scratch("cancel-debt");
+    let mut s = open(&d.0, 1);
+    let n = register(&mut s, "n", 3);
+    submit(&mut s, 5);
+    assert_eq!(
+        beat(&mut s, n, vec![], vec![]).len(),
+        4,
+        "three run, one is queued"
+    );
+    hetsched_server::convert::Wire::cancel(&mut s, 1).expect("cancel");
+    let info = s.list_nodes();
+    assert_eq!((info[0].free_cores, info[0].running), (3, 0));
+}
+
 #[test]
 fn without_prefetch_a_node_gets_only_its_free_cores() {
     let d = scratch("none");
