@@ -6,16 +6,18 @@
 # the urgent job's submission to its end, and how many low tasks were preempted.
 # With PREFETCH=N the server lends each node N cores (`prefetch = N`) and the low job has 2N
 # more tasks, which the agents hold queued behind the running ones.
-# Usage: [PREFETCH=N] bash scripts/preemption-runtime.sh [BIN] [ROUNDS]   (BIN: target/release/hetsched)
+# MODES="requeue" runs only that mode.
+# Usage: [PREFETCH=N] [MODES=…] bash scripts/preemption-runtime.sh [BIN] [ROUNDS]   (BIN: target/release/hetsched)
 set -euo pipefail
 BIN=${1:-target/release/hetsched}
 ROUNDS=${2:-3}
 PREFETCH=${PREFETCH:-}
+MODES=${MODES:-off requeue}
 LOW_TASKS=$((8 + 2 * ${PREFETCH:-0}))
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/small-cluster.sh"
 for round in $(seq "$ROUNDS"); do
-  for mode in off requeue; do
+  for mode in $MODES; do
     conf=$(mktemp --suffix=.toml)
     printf 'preemption = "%s"\n' "$mode" > "$conf"
     if [ -n "$PREFETCH" ]; then printf 'prefetch = %s\n' "$PREFETCH" >> "$conf"; fi

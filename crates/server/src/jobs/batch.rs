@@ -31,7 +31,7 @@ use hetsched_core::policy::batch::preempt::{Candidate, Rules, preempt_on};
 use hetsched_core::{
     AppId, Application, Assignment, Node, NodeId, NodeReport, Resources, TaskId, Variant,
 };
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
@@ -378,6 +378,10 @@ pub struct Batch {
     /// ([`Batch::mark_running`]), so that the tasks sent in one reply keep, by their start
     /// times, the order their agent starts them in (its queue's, which preemption reads).
     last_dispatch_ns: u64,
+    /// Per node, the tasks sent to it `prefetched` (task, attempt), in the order sent, while
+    /// they may still wait in its agent's queue: preemption spares them, for they hold no core
+    /// (the node's prefetch debt says how many still wait). Pruned at each fill of the node.
+    sent_queued: HashMap<u32, VecDeque<(u64, u32)>>,
 }
 
 impl Batch {
@@ -461,6 +465,7 @@ impl Batch {
             holds: HashMap::new(),
             holds_changed: Vec::new(),
             last_dispatch_ns: 0,
+            sent_queued: HashMap::new(),
         };
         // Every stored application at once (the last job's first; its others come as it is
         // installed).
@@ -1815,6 +1820,18 @@ impl Batch {
     /// short task is never queued behind long (or unmeasured) work. Any other goes back to its
     /// queue.
     fn fill(&mut self, cx: &mut Ctx, nid: NodeId, out: &mut Outbox) -> bool {
+        // What was sent queued and has since ended, been re-queued or sent again is forgotten.
+        if let Some(q) = self.sent_queued.get_mut(&nid.0) {
+            let tasks = &self.tasks;
+            q.retain(|&(id, attempt)| {
+                tasks.get(id as usize).is_some_and(|t| {
+                    t.state == TaskState::Running && t.attempt == attempt && t.node == Some(nid.0)
+                })
+            });
+            if q.is_empty() {
+                self.sent_queued.remove(&nid.0);
+            }
+        }
         let (lend, mut auto) = match cx.nodes.prefetch.setting() {
             Setting::Cores(n) => (n, None),
             Setting::Auto => {
@@ -1944,6 +1961,12 @@ impl Batch {
             return false;
         }
         self.mark_running(cx, a);
+        if prefetched && let Some(t) = self.tasks.get(a.task.0 as usize) {
+            self.sent_queued
+                .entry(a.node.0)
+                .or_default()
+                .push_back((t.id, t.attempt));
+        }
         true
     }
 
@@ -1957,6 +1980,7 @@ impl Batch {
     fn preempt(&mut self, cx: &mut Ctx, nid: NodeId, out: &mut Outbox) -> bool {
         let choice = {
             let (view, nodes, tasks, holds) = (&*cx.view, &*cx.nodes, &self.tasks, &self.holds);
+            let sent_queued = &self.sent_queued;
             let running = |n: NodeId| -> Vec<Candidate> {
                 let mut on = nodes.get(n.0).map_or_else(Vec::new, |rec| {
                     rec.running
@@ -1972,16 +1996,33 @@ impl Batch {
                 });
                 // Tasks its agent still holds in its queue (prefetched beyond its free cores)
                 // hold no core: stopping one would free nothing. The agent starts its queue in
-                // the order it was sent, so they are the last sent, as many cores' worth as the
-                // node owes (a debt that counts other kinds' queued work too only spares more).
-                let mut queued = nodes.prefetch.debt(n);
-                if queued > 0 {
+                // the order it was sent, so they are the last sent prefetched, as many cores'
+                // worth as the node owes (a debt that counts other kinds' queued work too only
+                // spares more). After a restart, which were sent prefetched is not known: the
+                // last sent.
+                let mut owed = nodes.prefetch.debt(n);
+                if owed > 0 {
                     on.sort_by_key(|c| std::cmp::Reverse((c.started, c.running.task.0)));
-                    on.retain(|c| {
-                        let spared = queued > 0;
-                        queued = queued.saturating_sub(c.running.request.cores);
-                        !spared
-                    });
+                    let mut queued = HashSet::new();
+                    let sent = sent_queued.get(&n.0).into_iter().flatten().rev();
+                    for &(id, _) in sent {
+                        if owed == 0 {
+                            break;
+                        }
+                        if let Some(c) = on.iter().find(|c| c.running.task.0 == id) {
+                            queued.insert(id);
+                            owed = owed.saturating_sub(c.running.request.cores);
+                        }
+                    }
+                    for c in &on {
+                        if owed == 0 {
+                            break;
+                        }
+                        if queued.insert(c.running.task.0) {
+                            owed = owed.saturating_sub(c.running.request.cores);
+                        }
+                    }
+                    on.retain(|c| !queued.contains(&c.running.task.0));
                 }
                 on
             };

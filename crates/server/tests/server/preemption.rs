@@ -140,7 +140,7 @@ fn tasks_queued_on_a_node_are_never_preempted_only_running_ones() {
         [false, false, true, true],
         "two start, two are queued: {first:?}"
     );
-    let high = submit(&mut s, "high", 1, 5);
+    let high = submit(&mut s, "high", 2, 5);
     let r = beat(&mut s, n, &first, &[]);
     assert_eq!(
         killed(&r),
@@ -152,7 +152,18 @@ fn tasks_queued_on_a_node_are_never_preempted_only_running_ones() {
         !r.assignments[0].prefetched,
         "the high task starts on the victim's core"
     );
+    let h = sent(&r)[0];
     assert_eq!(tasks(&s, high)[0].state, "running");
+    // The second high task: the high one just sent is no queued task; the two queued low ones
+    // still are. The low task that still runs is the victim.
+    let r = beat(
+        &mut s,
+        n,
+        &[first[0], first[2], first[3], h],
+        &[(first[1].0, first[1].1, false)],
+    );
+    assert_eq!(killed(&r), vec![first[0]], "{:?}", sent(&r));
+    assert_eq!(tasks(&s, high)[1].state, "running");
 }
 
 #[test]
