@@ -212,6 +212,11 @@ struct Shared {
     queue: VecDeque<Queued>,
     /// Cores of the tasks started here and not yet ended.
     busy_cores: u32,
+    /// Whether a task the agent was told to stop (preempted, cancelled) has ended since the
+    /// last heartbeat: the agent then beats at once, without waiting for its queue to empty,
+    /// so that the server, which gave the task's cores away, hears of it (and can stop the
+    /// next task a waiting one needs) without delay.
+    stopped_ended: bool,
     /// The devices (GPU indices) of the tasks started here and not yet ended, with how many
     /// such tasks hold each: the server gives a preempted or cancelled task's GPUs to new work
     /// at once, and the new task must not share them with the stopped one during its kill grace.
@@ -463,6 +468,7 @@ pub async fn run(
         queue: VecDeque::new(),
         busy_cores: 0,
         busy_devices: HashMap::new(),
+        stopped_ended: false,
         cpus: cpus::CpuPool::of_this_process(opts.resources.cores),
         ledger,
         binding: None,
@@ -1225,7 +1231,10 @@ impl Launcher<'_> {
                 }
             }
             sh.cpus.give_back(&held);
-            if sh.running.get(&task).is_some_and(|t| t.attempt == attempt) {
+            if let Some(t) = sh.running.get(&task)
+                && t.attempt == attempt
+            {
+                sh.stopped_ended |= t.kill.is_none();
                 sh.running.remove(&task);
             }
             sh.results.push(result);
@@ -1400,21 +1409,27 @@ async fn await_work(
 ///
 /// Queued (prefetched) tasks are started at each wake-up. While some still wait in the queue the
 /// node has work without asking, so results wait — up to [`QUEUE_WINDOW`] — until the queue
-/// empties; then the agent beats at once, and its refill arrives while the last tasks run.
+/// empties; then the agent beats at once, and its refill arrives while the last tasks run. The
+/// end of a task the agent was told to stop is told at once ([`Shared::stopped_ended`]).
 async fn coalesce(l: &Launcher<'_>, window: Duration) {
     let start = tokio::time::Instant::now();
     // Whether prefetched tasks waited during this pause.
     let mut had_queue = false;
     loop {
-        let (results, running, queued) = {
+        let (results, running, queued, stopped) = {
             let mut sh = l.shared.lock().unwrap_or_else(|p| p.into_inner());
             l.start_queued(&mut sh);
             (
                 !sh.results.is_empty(),
                 !sh.running.is_empty(),
                 !sh.queue.is_empty(),
+                std::mem::take(&mut sh.stopped_ended),
             )
         };
+        // A stopped task ended: the server hears of it now.
+        if stopped {
+            return;
+        }
         if !results || !running {
             if !results {
                 tokio::time::sleep(COALESCE).await;
