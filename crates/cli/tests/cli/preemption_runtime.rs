@@ -6,6 +6,24 @@
 use crate::support::{Cluster, lines, wait_until};
 use std::time::Duration;
 
+/// Waits for job 2 (the high-priority one) to end within `within` — it did not wait for a low
+/// task's whole run — then for job 1 (the low one, its stopped task run again) to end well.
+fn high_then_low(c: &Cluster, within: &str, log: &std::path::Path) {
+    let out = c.cli(&["wait", "2", "--timeout", within]);
+    assert!(
+        out.status.success(),
+        "the high job waited for a low task's whole run: {}\n{:?}",
+        String::from_utf8_lossy(&out.stderr),
+        lines(log)
+    );
+    let out = c.cli(&["wait", "1", "--timeout", "30s"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn a_higher_priority_job_displaces_a_running_task_which_is_told_and_runs_again() {
     let mut c = Cluster::start_configured(
@@ -46,19 +64,7 @@ fn a_higher_priority_job_displaces_a_running_task_which_is_told_and_runs_again()
             log.display()
         ),
     );
-    let out = c.cli(&["wait", "2", "--timeout", "6s"]);
-    assert!(
-        out.status.success(),
-        "the high job ran before a low task ended: {}\n{:?}",
-        String::from_utf8_lossy(&out.stderr),
-        lines(&log)
-    );
-    let out = c.cli(&["wait", "1", "--timeout", "30s"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    high_then_low(&c, "6s", &log);
     let events = lines(&log);
     let term: Vec<&String> = events.iter().filter(|l| l.starts_with("term")).collect();
     assert_eq!(
@@ -142,19 +148,7 @@ fn gpu_preemption(service: bool) {
             log.display()
         ),
     );
-    let out = c.cli(&["wait", "2", "--timeout", "8s"]);
-    assert!(
-        out.status.success(),
-        "the high job waited for the low task's whole run: {}\n{:?}",
-        String::from_utf8_lossy(&out.stderr),
-        lines(&log)
-    );
-    let out = c.cli(&["wait", "1", "--timeout", "30s"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    high_then_low(&c, "8s", &log);
     let events = lines(&log);
     let pos = |prefix: &str| events.iter().position(|l| l.starts_with(prefix));
     assert!(
