@@ -1970,6 +1970,60 @@ impl Batch {
         true
     }
 
+    /// The batch tasks running on node `n` that preemption may stop ([`Batch::preempt`]), with
+    /// when each was sent.
+    fn preemption_candidates(
+        &self,
+        view: &hetsched_core::SchedulerView,
+        nodes: &crate::state::nodes::Nodes,
+        n: NodeId,
+    ) -> Vec<Candidate> {
+        let (tasks, holds, sent_queued) = (&self.tasks, &self.holds, &self.sent_queued);
+        let mut on = nodes.get(n.0).map_or_else(Vec::new, |rec| {
+            rec.running
+                .iter()
+                .filter(|&&id| Kind::of(id) == Some(Kind::Batch))
+                .filter_map(|&id| tasks.get(id as usize))
+                .filter(|t| t.state == TaskState::Running && t.node == Some(n.0))
+                .map(|t| Candidate {
+                    running: assignment_of(view, holds, t),
+                    started: t.started_ns,
+                })
+                .collect::<Vec<_>>()
+        });
+        // Tasks its agent still holds in its queue (prefetched beyond its free cores)
+        // hold no core: stopping one would free nothing. The agent starts its queue in
+        // the order it was sent, so they are the last sent prefetched, as many cores'
+        // worth as the node owes (a debt that counts other kinds' queued work too only
+        // spares more). After a restart, which were sent prefetched is not known: the
+        // last sent.
+        let mut owed = nodes.prefetch.debt(n);
+        if owed > 0 {
+            on.sort_by_key(|c| std::cmp::Reverse((c.started, c.running.task.0)));
+            let mut queued = HashSet::new();
+            let sent = sent_queued.get(&n.0).into_iter().flatten().rev();
+            for &(id, _) in sent {
+                if owed == 0 {
+                    break;
+                }
+                if let Some(c) = on.iter().find(|c| c.running.task.0 == id) {
+                    queued.insert(id);
+                    owed = owed.saturating_sub(c.running.request.cores);
+                }
+            }
+            for c in &on {
+                if owed == 0 {
+                    break;
+                }
+                if queued.insert(c.running.task.0) {
+                    owed = owed.saturating_sub(c.running.request.cores);
+                }
+            }
+            on.retain(|c| !queued.contains(&c.running.task.0));
+        }
+        on
+    }
+
     /// Priority preemption on node `nid` (`preemption = "requeue"`; the rule is
     /// [`hetsched_core::policy::batch::preempt`]): stops the lower-priority tasks the rule
     /// names — re-queued at once, their agent told in this reply to kill them (their kill
@@ -1979,53 +2033,8 @@ impl Batch {
     /// hold no core. Returns whether it preempted.
     fn preempt(&mut self, cx: &mut Ctx, nid: NodeId, out: &mut Outbox) -> bool {
         let choice = {
-            let (view, nodes, tasks, holds) = (&*cx.view, &*cx.nodes, &self.tasks, &self.holds);
-            let sent_queued = &self.sent_queued;
-            let running = |n: NodeId| -> Vec<Candidate> {
-                let mut on = nodes.get(n.0).map_or_else(Vec::new, |rec| {
-                    rec.running
-                        .iter()
-                        .filter(|&&id| Kind::of(id) == Some(Kind::Batch))
-                        .filter_map(|&id| tasks.get(id as usize))
-                        .filter(|t| t.state == TaskState::Running && t.node == Some(n.0))
-                        .map(|t| Candidate {
-                            running: assignment_of(view, holds, t),
-                            started: t.started_ns,
-                        })
-                        .collect::<Vec<_>>()
-                });
-                // Tasks its agent still holds in its queue (prefetched beyond its free cores)
-                // hold no core: stopping one would free nothing. The agent starts its queue in
-                // the order it was sent, so they are the last sent prefetched, as many cores'
-                // worth as the node owes (a debt that counts other kinds' queued work too only
-                // spares more). After a restart, which were sent prefetched is not known: the
-                // last sent.
-                let mut owed = nodes.prefetch.debt(n);
-                if owed > 0 {
-                    on.sort_by_key(|c| std::cmp::Reverse((c.started, c.running.task.0)));
-                    let mut queued = HashSet::new();
-                    let sent = sent_queued.get(&n.0).into_iter().flatten().rev();
-                    for &(id, _) in sent {
-                        if owed == 0 {
-                            break;
-                        }
-                        if let Some(c) = on.iter().find(|c| c.running.task.0 == id) {
-                            queued.insert(id);
-                            owed = owed.saturating_sub(c.running.request.cores);
-                        }
-                    }
-                    for c in &on {
-                        if owed == 0 {
-                            break;
-                        }
-                        if queued.insert(c.running.task.0) {
-                            owed = owed.saturating_sub(c.running.request.cores);
-                        }
-                    }
-                    on.retain(|c| !queued.contains(&c.running.task.0));
-                }
-                on
-            };
+            let (view, nodes) = (&*cx.view, &*cx.nodes);
+            let running = |n: NodeId| self.preemption_candidates(view, nodes, n);
             let rules = Rules {
                 exempt: self.preempt_exempt,
                 variants: self.policy.variants(),
