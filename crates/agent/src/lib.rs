@@ -596,12 +596,14 @@ pub async fn run(
                             attempt: t.attempt,
                             read_bytes: t.read_bytes,
                             spec: Some(t.spec),
+                            queued: false,
                         })
                         .chain(sh.queue.iter().map(|q| pb::RunningTask {
                             task_id: q.a.task_id,
                             attempt: q.a.attempt,
                             read_bytes: 0,
                             spec: Some(q.a.spec),
+                            queued: true,
                         }))
                         .collect(),
                     results: sh.results.clone(),

@@ -44,6 +44,7 @@ impl From<pb::HeartbeatRequest> for HeartbeatReport {
                     attempt: t.attempt,
                     read_bytes: t.read_bytes,
                     spec: t.spec,
+                    queued: t.queued,
                 })
                 .collect(),
             results: r

@@ -59,6 +59,69 @@ fn an_agent_queues_prefetched_tasks_and_never_runs_more_than_its_cores() {
     );
 }
 
+/// The accounts charge a task from when its agent starts it, not from its dispatch: a one-core
+/// agent sent three one-second tasks at once (one running, two in its queue) is charged about
+/// three core-seconds, and never more than its one core offered.
+#[test]
+fn the_accounts_charge_what_an_agent_queues_from_its_start() {
+    let mut c = Cluster::start_configured("prefetch-usage", false, "prefetch = 2\n");
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&["submit", "--tasks", "3", "--", "sleep", "1"]);
+    wait_until("a to hold all three tasks", Duration::from_secs(20), || {
+        running_on(&c, "a") == 3
+    });
+    c.ok(&["wait", "1", "--timeout", "30s"]);
+    let usage = c.json(&["usage"]);
+    let admin = usage["users"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|u| u["user"] == "admin")
+        .and_then(|u| u["core_seconds"].as_f64())
+        .unwrap_or(0.0);
+    let offered = usage["capacity"]["core_seconds"].as_f64().unwrap_or(0.0);
+    assert!(
+        admin <= offered + 1e-6,
+        "charged {admin} core-seconds of the {offered} one core offered: {usage}"
+    );
+    assert!(
+        (2.5..=4.5).contains(&admin),
+        "three one-second tasks, one after another: {usage}"
+    );
+}
+
+/// A workflow's instances are queued as batch tasks are: each tells its agent the cores it takes,
+/// so an agent never starts a queued instance beside the ones holding its cores.
+#[test]
+fn an_agent_never_runs_more_workflow_instances_than_its_cores() {
+    let mut c = Cluster::start_configured("prefetch-workflow", false, "prefetch = 2\n");
+    c.start_agent("n", 1, &[]);
+    c.wait_for_nodes(1);
+    let log = c.dir.join("events");
+    c.submit_file(
+        "wf.toml",
+        &format!(
+            "balancer = \"centralised\"\n[[task]]\nname = \"w\"\ninstances = 4\ncommand = \"echo s >> {0}; sleep 0.4; echo e >> {0}\"\n",
+            log.display()
+        ),
+    );
+    wait_until(
+        "the node to hold three instances",
+        Duration::from_secs(20),
+        || running_on(&c, "n") == 3,
+    );
+    c.ok(&["wait", "1", "--timeout", "60s"]);
+    let events = lines(&log);
+    let (mut now, mut most) = (0i32, 0i32);
+    for e in &events {
+        now += if e == "s" { 1 } else { -1 };
+        most = most.max(now);
+    }
+    assert_eq!(events.len(), 8, "{events:?}");
+    assert_eq!(most, 1, "one instance at a time on one core: {events:?}");
+}
+
 #[test]
 fn tasks_queued_on_a_sigkilled_agent_run_exactly_once_elsewhere() {
     let mut c = Cluster::start_configured("prefetch-kill", false, "prefetch = 2\n");

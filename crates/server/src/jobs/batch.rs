@@ -534,7 +534,12 @@ impl Batch {
                             b.multi.running.insert(t.id, nodes);
                         }
                         None => {
-                            cx.nodes.prefetch.restoring(cx.view, &a);
+                            cx.nodes.prefetch.restoring_cores(
+                                cx.view,
+                                a.node,
+                                t.id,
+                                a.request.cores,
+                            );
                             cx.view.restore_running(&a)?;
                         }
                     }
@@ -2349,6 +2354,19 @@ impl JobKind for Batch {
         self.tasks.get(rt.task_id as usize).is_some_and(|t| {
             t.state == TaskState::Running && t.attempt == rt.attempt && t.node == Some(nid.0)
         })
+    }
+
+    fn held(
+        &self,
+        view: &hetsched_core::SchedulerView,
+        task: u64,
+    ) -> Option<(Option<u32>, Resources)> {
+        let t = self.tasks.get(task as usize)?;
+        if t.state != TaskState::Running || self.multi.running.contains_key(&task) {
+            return None;
+        }
+        let a = assignment_of(view, &self.holds, t);
+        Some((view.get_app(a.app).and_then(|s| s.group), a.request))
     }
 
     /// A running task was lost: re-queue it with the next attempt, or fail it at the limit.

@@ -84,7 +84,7 @@ use crate::state::types::{
 };
 use crate::state::wakes::Wakes;
 use crate::store::{Store, StoreError};
-use hetsched_core::{NodeId, SchedulerView};
+use hetsched_core::{NodeId, Resources, SchedulerView};
 use std::collections::HashSet;
 
 pub use batch::Batch;
@@ -357,6 +357,14 @@ pub trait JobKind: Send {
 
     /// Whether `node` should be running this attempt (if not, the agent is told to kill it).
     fn expects(&self, node: NodeId, t: &RunningTask) -> bool;
+
+    /// What running task `task` holds on its node, and the owner group it counts against
+    /// (`None`: the admin's): what the accounts leave out while its agent holds it queued
+    /// ([`crate::state::prefetch::Queued`]). `None` when it is not a running task of this kind
+    /// that holds part of a node (kinds whose tasks are never queued).
+    fn held(&self, _view: &SchedulerView, _task: u64) -> Option<(Option<u32>, Resources)> {
+        None
+    }
 
     /// A task that was running on a node is gone (the node lost it or was declared dead).
     fn on_lost(&mut self, cx: &mut Ctx, task: u64, reason: &str) -> Result<(), StateError>;

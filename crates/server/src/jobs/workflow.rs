@@ -710,9 +710,12 @@ impl Workflows {
                             {
                                 x.devices = d;
                             } else {
-                                cx.nodes
-                                    .prefetch
-                                    .restoring_cores(cx.view, node, request.cores);
+                                cx.nodes.prefetch.restoring_cores(
+                                    cx.view,
+                                    node,
+                                    tid,
+                                    request.cores,
+                                );
                                 cx.view.restore_booked(node, request, &x.devices)?;
                             }
                             job.booked.insert(i, (n, request, x.devices.clone()));
@@ -1397,6 +1400,9 @@ impl Workflows {
                 index: u32::try_from(value).unwrap_or(k),
                 devices,
                 spec: key,
+                // What it takes: the agent starts it when these cores are free (a prefetched
+                // instance waits in its queue), and counts them while it runs.
+                cores: job.rt.tasks[t].request().cores,
                 workflow: Some(InstanceData {
                     dir: job.dir(i),
                     inputs,
@@ -1845,6 +1851,16 @@ impl JobKind for Workflows {
             .is_some_and(|x| {
                 x.st == St::Running && x.node == Some(node.0) && x.attempt == t.attempt
             })
+    }
+
+    fn held(
+        &self,
+        _view: &hetsched_core::SchedulerView,
+        task: u64,
+    ) -> Option<(Option<u32>, Resources)> {
+        let (seq, i) = job_of(task);
+        let j = self.jobs.get(&seq)?;
+        j.booked.get(&i).map(|&(_, r, _)| (j.group, r))
     }
 
     fn on_lost(&mut self, cx: &mut Ctx, task: u64, reason: &str) -> Result<(), StateError> {

@@ -355,6 +355,11 @@ impl State {
             users,
         };
         state.apply_user_groups();
+        // Work restored beyond its node's free cores is queued there, as far as the server can
+        // tell until the node's first heartbeat: counted once the owners' groups are known.
+        for task in state.nodes.prefetch.take_restored() {
+            state.note_queued(task);
+        }
         state.restore_fair_usage()?;
         state.settle_waits(true)?;
         Ok(state)
@@ -580,6 +585,12 @@ impl State {
                 .is_some_and(|k| k.expects(nid, rt))
             {
                 reported.insert(rt.task_id);
+                // The accounts charge a task from when its agent starts it.
+                if !rt.queued {
+                    self.nodes.prefetch.queued.started(rt.task_id);
+                } else if !self.nodes.prefetch.queued.contains(rt.task_id) {
+                    self.note_queued(rt.task_id);
+                }
             } else {
                 reply.kill.push(TaskRef {
                     task_id: rt.task_id,
@@ -619,6 +630,12 @@ impl State {
                 kind.on_heartbeat(&mut cx, nid, &req, open, &mut out)?;
             }
         }
+        // What this reply sends beyond the node's free cores waits in its agent's queue.
+        for d in &reply.assignments {
+            if d.prefetched {
+                self.note_queued(d.task_id);
+            }
+        }
         self.accel_heartbeat(nid, &req, &mut reply)?;
         self.signal_heartbeat(nid, &req.signalled, &mut reply);
         // Every kind's tasks run as their job's owner (on agents that switch accounts).
@@ -635,6 +652,14 @@ impl State {
         self.wake(Some(nid));
         reply.purge_epoch = self.purge_epoch;
         Ok(reply)
+    }
+
+    /// Running task `task` waits in its agent's queue: the accounts leave out what it holds
+    /// until it starts ([`prefetch::Queued`]).
+    fn note_queued(&mut self, task: u64) {
+        if let Some((group, held)) = self.jobs.owner(task).and_then(|k| k.held(&self.view, task)) {
+            self.nodes.prefetch.queued.hold(task, group, held);
+        }
     }
 
     /// Which of `ids` (jobs whose files an agent holds) were purged, for the agent of node

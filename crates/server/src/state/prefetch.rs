@@ -41,7 +41,8 @@
 //! the node dies (or the agent restarts, forgetting its queue) the server re-queues it like a
 //! running task that vanished, and the agent never starts a task the server took back.
 
-use hetsched_core::{Assignment, NodeId, SchedulerView};
+use hetsched_core::{NodeId, Resources, SchedulerView};
+use std::collections::HashMap;
 
 /// Under `"auto"`: the most queued work per core, as the sum of the queued tasks' mean run
 /// times (ns); a run longer than this is a long one.
@@ -212,13 +213,82 @@ impl AutoQueue {
     }
 }
 
-/// The prefetch setting and each node's debt (see the module documentation).
+/// The work agents hold in their queues, not started yet: tasks sent `prefetched`, and tasks
+/// sent onto cores or devices that a stopped task still holds. It is booked in the view like
+/// running work — a node's queue is committed to its owners, so their caps count it — but the
+/// accounts do not charge it ([`crate::state::State`]'s `settle_accounts`) until its agent
+/// starts it: with `prefetch = N` and long tasks, the owners would otherwise be charged for
+/// more cores than the nodes have.
+///
+/// Which tasks are queued is what each agent's heartbeat says (`queued` in its running
+/// tasks), and what the server sends `prefetched` in the reply. An agent that predates the
+/// flag reports every task started: its queue is then charged from its next beat on. After a
+/// restart, until each agent's first heartbeat, the work restored beyond its node's free cores
+/// is taken as queued ([`Prefetch::restoring_cores`]).
+#[derive(Debug, Default)]
+pub struct Queued {
+    /// Each queued task's owner group (`None`: the admin's) and what it holds.
+    tasks: HashMap<u64, (Option<u32>, Resources)>,
+    /// What the queued tasks hold, by owner group.
+    by_group: HashMap<Option<u32>, Resources>,
+}
+
+impl Queued {
+    /// Task `task`, of group `group`, holding `held`, waits in its agent's queue (a task
+    /// already counted is counted once).
+    pub fn hold(&mut self, task: u64, group: Option<u32>, held: Resources) {
+        self.started(task);
+        self.tasks.insert(task, (group, held));
+        let sum = self.by_group.entry(group).or_default();
+        *sum = *sum + held;
+    }
+
+    /// Task `task` started (or ended, or left its node): it is no longer queued.
+    pub fn started(&mut self, task: u64) {
+        if let Some((group, held)) = self.tasks.remove(&task)
+            && let Some(sum) = self.by_group.get_mut(&group)
+        {
+            *sum = *sum - held;
+            if *sum == Resources::default() {
+                self.by_group.remove(&group);
+            }
+        }
+    }
+
+    /// Whether task `task` is queued.
+    pub fn contains(&self, task: u64) -> bool {
+        self.tasks.contains_key(&task)
+    }
+
+    /// What group `group`'s queued tasks hold (`None`: the admin's).
+    pub fn of(&self, group: Option<u32>) -> Resources {
+        self.by_group.get(&group).copied().unwrap_or_default()
+    }
+
+    /// How many tasks are queued.
+    pub fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// Whether no task is queued.
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+}
+
+/// The prefetch setting, each node's debt, and the work the agents hold queued (see the module
+/// documentation).
 #[derive(Debug, Default)]
 pub struct Prefetch {
     /// How much a node may be handed beyond its free cores.
     setting: Setting,
     /// Per node: cores booked in the view beyond the node's capacity, not yet repaid.
     debt: Vec<u32>,
+    /// The tasks the agents hold queued.
+    pub queued: Queued,
+    /// Tasks restored beyond their node's free cores since the last
+    /// [`Prefetch::take_restored`]: queued, as far as the server can tell.
+    restored: Vec<u64>,
 }
 
 /// What [`Prefetch::open`] lent a node for one policy decision.
@@ -235,7 +305,7 @@ impl Prefetch {
     pub fn new(setting: Setting) -> Self {
         Prefetch {
             setting,
-            debt: Vec::new(),
+            ..Default::default()
         }
     }
 
@@ -247,6 +317,16 @@ impl Prefetch {
     /// Cores node `node` still owes.
     pub fn debt(&self, node: NodeId) -> u32 {
         self.debt.get(node.index()).copied().unwrap_or(0)
+    }
+
+    /// The cores the live nodes owe: what the view books beyond their capacity (O(nodes)).
+    pub fn live_debt(&self, view: &SchedulerView) -> u32 {
+        view.nodes()
+            .iter()
+            .zip(&self.debt)
+            .filter(|(n, _)| n.alive)
+            .map(|(_, &d)| d)
+            .sum()
     }
 
     fn add_debt(&mut self, node: NodeId, cores: u32) {
@@ -290,20 +370,25 @@ impl Prefetch {
         self.add_debt(node, credit.lent - taken);
     }
 
-    /// Running task `a` is being put back into the view after a restart: what of its cores does
-    /// not fit in the node's free cores was prefetched, and is debt.
-    pub fn restoring(&mut self, view: &SchedulerView, a: &Assignment) {
-        self.restoring_cores(view, a.node, a.request.cores);
-    }
-
-    /// Work of `cores` cores is being put back on `node` after a restart (a running batch task,
-    /// a running workflow instance): what does not fit in the node's free cores was prefetched,
-    /// and is debt.
-    pub fn restoring_cores(&mut self, view: &SchedulerView, node: NodeId, cores: u32) {
+    /// Task `task`, of `cores` cores, is being put back on `node` after a restart (a running
+    /// batch task, a running workflow instance): what does not fit in the node's free cores was
+    /// prefetched, and is debt; such a task is taken as queued until its agent's first
+    /// heartbeat says ([`Prefetch::take_restored`]).
+    pub fn restoring_cores(&mut self, view: &SchedulerView, node: NodeId, task: u64, cores: u32) {
         let Some(n) = view.nodes().get(node.index()) else {
             return;
         };
-        self.add_debt(node, cores.saturating_sub(n.free.cores));
+        let beyond = cores.saturating_sub(n.free.cores);
+        if beyond > 0 {
+            self.restored.push(task);
+        }
+        self.add_debt(node, beyond);
+    }
+
+    /// The tasks restored beyond their node's free cores since the last call: the state
+    /// counts them queued once their owners' groups are known again.
+    pub fn take_restored(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.restored)
     }
 }
 
@@ -363,6 +448,54 @@ mod tests {
         p.repay_all(&mut v);
         assert_eq!(p.debt(NodeId(0)), 0);
         assert_eq!(v.node(NodeId(0)).free.cores, 1);
+    }
+
+    #[test]
+    fn queued_work_is_summed_by_owner_once_per_task_until_it_starts() {
+        let mut q = Queued::default();
+        let r = |cores, memory_bytes| Resources {
+            cores,
+            memory_bytes,
+            gpus: 0,
+        };
+        q.hold(1, Some(0), r(2, 10));
+        q.hold(2, Some(0), r(1, 5));
+        q.hold(3, None, r(4, 0));
+        // Told again (the next heartbeat's `queued`): still counted once.
+        q.hold(1, Some(0), r(2, 10));
+        assert_eq!((q.of(Some(0)), q.of(None), q.len()), (r(3, 15), r(4, 0), 3));
+        q.started(1);
+        q.started(1);
+        assert_eq!(q.of(Some(0)), r(1, 5));
+        q.started(2);
+        q.started(3);
+        assert!(q.is_empty());
+        assert_eq!(
+            (q.of(Some(0)), q.of(None), q.of(Some(7))),
+            (r(0, 0), r(0, 0), r(0, 0))
+        );
+    }
+
+    #[test]
+    fn a_task_restored_beyond_its_nodes_free_cores_is_taken_as_queued() {
+        let mut v = view(2);
+        let mut p = Prefetch::new(Setting::Cores(2));
+        for (task, cores) in [(10, 1), (11, 1), (12, 2)] {
+            p.restoring_cores(&v, NodeId(0), task, cores);
+            v.restore_booked(
+                NodeId(0),
+                Resources {
+                    cores,
+                    ..Default::default()
+                },
+                &[],
+            )
+            .expect("restored");
+        }
+        assert_eq!(p.take_restored(), [12]);
+        assert_eq!(p.debt(NodeId(0)), 2);
+        assert_eq!(p.live_debt(&v), 2);
+        assert!(p.take_restored().is_empty());
     }
 
     #[test]

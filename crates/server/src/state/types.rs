@@ -51,6 +51,8 @@ pub struct RunningTask {
     pub read_bytes: u64,
     /// The key of the spec the agent runs it by (`None`: not said).
     pub spec: Option<u64>,
+    /// Still in the agent's queue, not started ([`crate::state::prefetch::Queued`]).
+    pub queued: bool,
 }
 
 /// An attempt running now, and the node whose agent runs its command (a multi-node task's

@@ -274,14 +274,28 @@ impl State {
 
     /// At an event's end: credits each owner's account with what its work held since the last
     /// event, and notes what it holds now ([`crate::accounting::Ledger::settle`]; O(users)).
+    ///
+    /// An owner's work is what its tasks hold in the view, less what waits in agents' queues
+    /// ([`super::prefetch::Queued`]). The admin's is the rest of what the view books: what the
+    /// live nodes hold, with the cores booked beyond their capacity (queues,
+    /// [`super::prefetch::Prefetch::live_debt`]), less the groups' and the admin's queued work.
     pub(super) fn settle_accounts(&mut self) {
         let view = &self.view;
-        self.ledger.settle(
-            now_ns(),
-            view.totals(),
-            view.ungrouped_usage(),
-            view.group_usages(),
-        );
+        let queued = &self.nodes.prefetch.queued;
+        let booked = view.in_use()
+            + Resources {
+                cores: self.nodes.prefetch.live_debt(view),
+                ..Default::default()
+            };
+        let grouped = view
+            .group_usages()
+            .fold(Resources::default(), |sum, u| sum + u);
+        let admin = booked - grouped - queued.of(None);
+        let groups = view
+            .group_usages()
+            .enumerate()
+            .map(|(g, u)| u - queued.of(Some(g as u32)));
+        self.ledger.settle(now_ns(), view.totals(), admin, groups);
     }
 
     /// Stages the accounts and, under `[fair_share]`, each owner's fair-share usage for the

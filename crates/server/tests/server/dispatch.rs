@@ -100,14 +100,12 @@ fn results_and_running_reports_reach_the_kind_that_owns_the_task() {
                 RunningTask {
                     task_id: 1,
                     attempt: 1,
-                    read_bytes: 0,
-                    spec: None,
+                    ..Default::default()
                 },
                 RunningTask {
                     task_id: foreign,
                     attempt: 1,
-                    read_bytes: 0,
-                    spec: None,
+                    ..Default::default()
                 },
             ],
             vec![

@@ -356,6 +356,30 @@ fn everything(s: &State) -> Vec<String> {
 
 /// Runs one day of `ops` (see [`op`]) against a server in `dir` (with `preemption`: see
 /// [`open_retaining`]).
+/// A task the day's agent holds: started, or waiting in its queue.
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    task: u64,
+    attempt: u32,
+    /// Cores it takes (0: not said, it starts at once).
+    cores: u32,
+    prefetched: bool,
+    started: bool,
+}
+
+/// Starts the queued tasks of `held` in order while they fit in the node's `cores` (a task
+/// larger than the node once nothing else runs), as a real agent does.
+fn start_what_fits(held: &mut [Held], cores: u32) {
+    let mut busy: u32 = held.iter().filter(|h| h.started).map(|h| h.cores).sum();
+    for h in held.iter_mut().filter(|h| !h.started) {
+        if h.cores > 0 && busy > 0 && busy + h.cores > cores {
+            break;
+        }
+        h.started = true;
+        busy += h.cores;
+    }
+}
+
 fn day(dir: &Path, ops: Vec<Op>, preemption: bool) -> Result<(), TestCaseError> {
     let mut s = open_retaining(dir, preemption);
     // Whether the disk was full since the last restart: a refused event is then expected.
@@ -368,8 +392,9 @@ fn day(dir: &Path, ops: Vec<Op>, preemption: bool) -> Result<(), TestCaseError> 
         register_with(&mut s, "a", 3, &[]),
         register_with(&mut s, "b", 2, &[]),
     ];
-    // What each agent runs: (task, attempt).
-    let mut running: Vec<Vec<(u64, u32)>> = vec![Vec::new(); nodes.len()];
+    // What each agent holds: its tasks, started or queued, as a real agent's.
+    let mut running: Vec<Vec<Held>> = vec![Vec::new(); nodes.len()];
+    let node_cores = [3, 2];
     for op in ops {
         match op {
             Op::Submit(k) => {
@@ -420,19 +445,26 @@ fn day(dir: &Path, ops: Vec<Op>, preemption: bool) -> Result<(), TestCaseError> 
                 });
             }
             Op::Beat(n, outcomes) => {
-                // Two bits per task (of the first four, then again): it succeeded, failed, or
-                // runs on into the next beat.
+                // Two bits per started task (of the first four, then again): it succeeded,
+                // failed, or runs on into the next beat. As a core frees, the agent starts what
+                // its queue holds, and says which tasks still wait there.
                 let outcome = |k: usize| outcomes >> (k % 4 * 2) & 3;
                 let mut done: Vec<(u64, u32, bool)> = Vec::new();
-                let mut still: Vec<(u64, u32)> = Vec::new();
-                for (k, &(t, a)) in running[n].iter().enumerate() {
-                    match outcome(k) {
-                        0 => done.push((t, a, true)),
-                        1 => done.push((t, a, false)),
-                        _ => still.push((t, a)),
+                let mut still: Vec<Held> = Vec::new();
+                for h in &running[n] {
+                    match outcome(still.len() + done.len()) {
+                        0 if h.started => done.push((h.task, h.attempt, true)),
+                        1 if h.started => done.push((h.task, h.attempt, false)),
+                        _ => still.push(*h),
                     }
                 }
-                let r = match s.heartbeat(heartbeat_request(nodes[n], &still, &done)) {
+                start_what_fits(&mut still, node_cores[n]);
+                let pairs: Vec<(u64, u32)> = still.iter().map(|h| (h.task, h.attempt)).collect();
+                let mut req = heartbeat_request(nodes[n], &pairs, &done);
+                for (rt, h) in req.running.iter_mut().zip(&still) {
+                    rt.queued = !h.started;
+                }
+                let r = match s.heartbeat(req) {
                     Ok(r) => r,
                     // The store refused the beat: the agent keeps its results and retries.
                     Err(e) if disk_was_full => {
@@ -441,13 +473,34 @@ fn day(dir: &Path, ops: Vec<Op>, preemption: bool) -> Result<(), TestCaseError> 
                     }
                     Err(e) => return Err(TestCaseError::fail(format!("heartbeat: {e}"))),
                 };
-                // The agent kills what it is told to, and runs what it is sent (a new attempt
-                // of a task replaces the old one).
-                still.retain(|&(t, a)| {
-                    !r.kill.iter().any(|k| k.task_id == t && k.attempt == a)
-                        && !r.assignments.iter().any(|x| x.task_id == t)
+                // The agent kills what it is told to, and takes what it is sent (a new attempt
+                // of a task replaces the old one): what is not `prefetched` goes ahead of the
+                // prefetched tasks in its queue; then it starts what fits.
+                still.retain(|h| {
+                    !r.kill
+                        .iter()
+                        .any(|k| k.task_id == h.task && k.attempt == h.attempt)
+                        && !r.assignments.iter().any(|x| x.task_id == h.task)
                 });
-                still.extend(r.assignments.iter().map(|a| (a.task_id, a.attempt)));
+                for a in &r.assignments {
+                    let h = Held {
+                        task: a.task_id,
+                        attempt: a.attempt,
+                        cores: a.cores,
+                        prefetched: a.prefetched,
+                        started: false,
+                    };
+                    let at = if a.prefetched {
+                        still.len()
+                    } else {
+                        still
+                            .iter()
+                            .position(|q| !q.started && q.prefetched)
+                            .unwrap_or(still.len())
+                    };
+                    still.insert(at, h);
+                }
+                start_what_fits(&mut still, node_cores[n]);
                 running[n] = still;
                 // Preemption stops only work of a strictly lower priority than some task the
                 // same reply starts (a kill for a task cancelled, or lost, is no preemption).
@@ -494,9 +547,12 @@ fn day(dir: &Path, ops: Vec<Op>, preemption: bool) -> Result<(), TestCaseError> 
                         );
                     }
                 }
-                // Alice's cap: a beat that starts a batch task of hers leaves her under it; and
-                // with nothing of hers running, her tasks hold no core (no drift through
-                // requeues, cancels, losses, updates and restarts).
+                // Alice's cap: a beat that starts a batch task of hers leaves her under it in
+                // every resource the task asks for (a resource it does not ask for never
+                // blocks: a cap lowered below what her running tasks hold on memory still lets
+                // a task without memory start); and with nothing of hers running, her tasks
+                // hold no core (no drift through requeues, cancels, losses, updates and
+                // restarts).
                 let hers: Vec<u64> = s
                     .jobs()
                     .jobs
@@ -505,27 +561,34 @@ fn day(dir: &Path, ops: Vec<Op>, preemption: bool) -> Result<(), TestCaseError> 
                     .map(|j| j.id)
                     .collect();
                 let mut alice_running = 0;
-                let mut alice_started = false;
+                let mut alice_started: Vec<&pb::Assignment> = Vec::new();
                 for &j in &hers {
                     let Ok(t) = s.tasks(j) else { continue };
                     // Batch tasks and workflow instances alike count against the cap.
                     alice_running += t.tasks.iter().filter(|t| t.state == "running").count();
-                    alice_started |= r
-                        .assignments
-                        .iter()
-                        .any(|a| t.tasks.iter().any(|t| t.id == a.task_id));
+                    alice_started.extend(
+                        r.assignments
+                            .iter()
+                            .filter(|a| t.tasks.iter().any(|t| t.id == a.task_id)),
+                    );
                 }
+                let asks_memory = alice_started.iter().any(|a| {
+                    r.specs
+                        .iter()
+                        .any(|x| x.key == a.spec && x.memory_limit_bytes > 0)
+                });
+                let asks_gpus = alice_started.iter().any(|a| !a.devices.is_empty());
                 let held = s.user_held("alice");
                 prop_assert!(
                     alice_running > 0 || held == hetsched_core::Resources::default(),
                     "nothing of alice's runs, yet her tasks hold {held:?}"
                 );
-                if alice_started {
+                if !alice_started.is_empty() {
                     let within = |used: u64, most: u64| most == 0 || used <= most;
                     prop_assert!(
                         within(held.cores.into(), cap.cores.into())
-                            && within(held.memory_bytes, cap.memory_bytes)
-                            && within(held.gpus.into(), cap.gpus.into()),
+                            && (!asks_memory || within(held.memory_bytes, cap.memory_bytes))
+                            && (!asks_gpus || within(held.gpus.into(), cap.gpus.into())),
                         "a beat took alice to {held:?}, over her cap of {cap:?}"
                     );
                 }
@@ -545,13 +608,9 @@ fn day(dir: &Path, ops: Vec<Op>, preemption: bool) -> Result<(), TestCaseError> 
                     sum[1] += r.held.gpu_seconds;
                     sum[2] += r.held.memory_byte_seconds;
                 }
+                // (With a queue on each node, the tasks queued beyond a node's cores are
+                // charged from when the agent starts them, not from their dispatch.)
                 for k in 0..3 {
-                    // (With a queue on each node, a task queued beyond its node's cores counts
-                    // its cores from its dispatch, as its owner's caps do: the cores then
-                    // exceed what the nodes offered. Memory and GPUs are never lent.)
-                    if k == 0 && preemption {
-                        continue;
-                    }
                     prop_assert!(
                         used[k] <= offered[k] * (1.0 + 1e-9) + 1e-6,
                         "the owners held {used:?}, more than the nodes offered ({offered:?})"
@@ -719,15 +778,23 @@ fn day(dir: &Path, ops: Vec<Op>, preemption: bool) -> Result<(), TestCaseError> 
     }
     for _ in 0..30 {
         for n in 0..nodes.len() {
-            let done: Vec<(u64, u32, bool)> =
-                running[n].iter().map(|&(t, a)| (t, a, true)).collect();
+            let done: Vec<(u64, u32, bool)> = running[n]
+                .iter()
+                .map(|h| (h.task, h.attempt, true))
+                .collect();
             let r = s
                 .heartbeat(heartbeat_request(nodes[n], &[], &done))
                 .map_err(|e| TestCaseError::fail(format!("heartbeat: {e}")))?;
             running[n] = r
                 .assignments
                 .iter()
-                .map(|a| (a.task_id, a.attempt))
+                .map(|a| Held {
+                    task: a.task_id,
+                    attempt: a.attempt,
+                    cores: a.cores,
+                    prefetched: a.prefetched,
+                    started: true,
+                })
                 .collect();
         }
     }

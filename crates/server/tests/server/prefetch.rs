@@ -69,8 +69,112 @@ fn running(tasks: &[&Dispatch]) -> Vec<RunningTask> {
             attempt: d.attempt,
             read_bytes: 0,
             spec: None,
+            queued: false,
         })
         .collect()
+}
+
+/// What an agent of one-core tasks reports: the first of `tasks` started, the rest queued.
+fn first_started(tasks: &[Dispatch]) -> Vec<RunningTask> {
+    tasks
+        .iter()
+        .enumerate()
+        .map(|(k, d)| RunningTask {
+            task_id: d.task_id,
+            attempt: d.attempt,
+            queued: k > 0,
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// Core-seconds in the accounts so far: each owner's, and the nodes' capacity under "".
+fn core_seconds(s: &State) -> std::collections::BTreeMap<String, f64> {
+    let today = hetsched_server::accounting::day_of(hetsched_server::state::now_ns());
+    let mut by_owner = std::collections::BTreeMap::new();
+    for r in s.usage_report(0, today, None).expect("accounts") {
+        *by_owner.entry(r.owner).or_insert(0.0) += r.held.core_seconds;
+    }
+    by_owner
+}
+
+/// With `prefetch = 3` a one-core node is sent four one-core tasks: one runs, three wait in
+/// its agent's queue. The accounts charge a task from when its agent starts it, not from its
+/// dispatch: with every node busy throughout, the admin's work on one node and alice's on the
+/// other are each charged one core's worth, and together exactly what the nodes offered —
+/// through results that start the next queued task, and a restart before the agents beat again
+/// (where what was restored beyond a node's cores is taken as queued).
+#[test]
+fn the_accounts_charge_a_queued_task_from_its_start_not_from_its_dispatch() {
+    let d = scratch("accounts");
+    let mut s = open(&d.0, 3);
+    s.on_add_user("alice", false).expect("user");
+    let a = register(&mut s, "a", 1);
+    let b = register(&mut s, "b", 1);
+    submit(&mut s, 4);
+    let mut on_a = beat(&mut s, a, Vec::new(), Vec::new());
+    s.on_submit_as(
+        Submission {
+            origin: "alice.toml".into(),
+            text:
+                "[[application]]\nname = \"a\"\ntasks = 4\n[application.cpu]\ncommand = \"true\"\n"
+                    .into(),
+            workdir: "/".into(),
+            ..Default::default()
+        },
+        "alice",
+    )
+    .expect("alice's job");
+    let mut on_b = beat(&mut s, b, Vec::new(), Vec::new());
+    assert_eq!(
+        (on_a.len(), on_b.len()),
+        (4, 4),
+        "one running and three queued on each"
+    );
+    assert_eq!(on_a.iter().filter(|d| d.prefetched).count(), 3);
+    let check = |s: &State| {
+        let c = core_seconds(s);
+        let capacity = c.get("").copied().unwrap_or(0.0);
+        let (admin, alice) = (c.get("admin").copied(), c.get("alice").copied());
+        let (admin, alice) = (admin.unwrap_or(0.0), alice.unwrap_or(0.0));
+        assert!(capacity > 0.2, "the nodes offered {capacity} core-seconds");
+        assert!(
+            admin + alice <= capacity * (1.0 + 1e-9) + 1e-6,
+            "the owners were charged {admin} + {alice} core-seconds, more than the nodes' \
+             {capacity}"
+        );
+        for (who, held) in [("admin", admin), ("alice", alice)] {
+            assert!(
+                (held - capacity / 2.0).abs() <= capacity * 0.05,
+                "{who} held one of the two cores throughout, and was charged {held} of \
+                 {capacity} core-seconds"
+            );
+        }
+    };
+    // The running task ends, and its agent starts the next one at once.
+    let round = |s: &mut State, on_a: &mut Vec<Dispatch>, on_b: &mut Vec<Dispatch>| {
+        std::thread::sleep(Duration::from_millis(150));
+        let (ended_a, ended_b) = (on_a.remove(0), on_b.remove(0));
+        beat(s, a, first_started(on_a), vec![success(&ended_a)]);
+        beat(s, b, first_started(on_b), vec![success(&ended_b)]);
+    };
+    round(&mut s, &mut on_a, &mut on_b);
+    check(&s);
+    // A restart while each node runs one task and queues two: until the agents beat again,
+    // what was restored beyond a node's core is taken as queued.
+    s.store_usage().expect("store");
+    drop(s);
+    let mut s = open(&d.0, 3);
+    s.store_usage().expect("store");
+    std::thread::sleep(Duration::from_millis(150));
+    s.store_usage().expect("store");
+    check(&s);
+    round(&mut s, &mut on_a, &mut on_b);
+    round(&mut s, &mut on_a, &mut on_b);
+    std::thread::sleep(Duration::from_millis(150));
+    beat(&mut s, a, first_started(&on_a), Vec::new());
+    beat(&mut s, b, first_started(&on_b), Vec::new());
+    check(&s);
 }
 
 fn success(d: &Dispatch) -> TaskResult {
@@ -487,6 +591,13 @@ fn workflow_instances_are_prefetched_as_batch_tasks_are() {
         flags,
         [false, false, true, true],
         "two on free cores, two queued"
+    );
+    // Each says the core it takes: an agent starts a task that says none at once, queued or
+    // not, beside what already holds its cores.
+    assert!(
+        first.iter().all(|a| a.cores == 1),
+        "{:?}",
+        first.iter().map(|a| a.cores).collect::<Vec<_>>()
     );
     let all: Vec<&Dispatch> = first.iter().collect();
     assert!(

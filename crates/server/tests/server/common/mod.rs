@@ -129,8 +129,7 @@ pub fn heartbeat_request(
             .map(|&(task_id, attempt)| pb::RunningTask {
                 task_id,
                 attempt,
-                read_bytes: 0,
-                spec: None,
+                ..Default::default()
             })
             .collect(),
         results: results
