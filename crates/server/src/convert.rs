@@ -468,6 +468,7 @@ impl From<TaskInfo> for pb::TaskInfo {
             message: t.message,
             failed_attempts: t.failed_attempts,
             preemptions: t.preemptions,
+            queued: t.queued,
             // Filled by the service from the agent that ran the task (`hetsched log`).
             output: String::new(),
             executed_node: t.executed_node,

@@ -905,6 +905,9 @@ fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
                 .join(","),
             if x.finished_ns > 0 {
                 span(x.started_ns, x.finished_ns)
+            } else if x.queued {
+                // Sent to its node, waiting in the agent's queue (`prefetch`).
+                "queued".into()
             } else if x.state == "running" {
                 // So far (Slurm's `squeue` TIME), by this machine's clock.
                 span(

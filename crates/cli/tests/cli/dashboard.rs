@@ -444,6 +444,45 @@ fn a_preempted_task_says_so_and_a_running_one_shows_its_run_time_so_far() {
     c.ok(&["cancel", "1,2"]);
 }
 
+/// With `prefetch`, a task sent to a node beyond its free cores waits in the agent's queue: the
+/// dashboard says `queued` where a running task shows its run time so far.
+#[test]
+fn a_task_waiting_in_its_agents_queue_says_queued() {
+    let mut c = Cluster::start_configured("dashboard-queued", true, "prefetch = 1\n");
+    let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
+    let token = std::fs::read_to_string(c.data().join("token")).expect("token");
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&["submit", "--tasks", "2", "--", "sleep", "60"]);
+    wait_until("both tasks on a", Duration::from_secs(20), || {
+        let t = c.json(&["tasks", "--job", "1"]);
+        t[0]["state"] == "running" && t[1]["queued"] == true
+    });
+    let Some(bin) = chromium() else {
+        eprintln!(
+            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
+        );
+        c.ok(&["cancel", "1"]);
+        return;
+    };
+    let ticket = login_ticket(addr.trim(), &format!("Bearer {}", token.trim()));
+    let mut b = Browser::start(bin, &c.dir.join("browser"));
+    b.navigate(&format!("http://{}/login?ticket={ticket}", addr.trim()));
+    let t = Duration::from_secs(20);
+    let run_time = |task: u32| {
+        format!(
+            "(document.querySelector('#tasks tbody tr[data-task=\"{task}\"]') || {{children: []}}).children[8]?.textContent"
+        )
+    };
+    b.wait_for("task 1 queued", &format!("{} === 'queued'", run_time(1)), t);
+    b.wait_for(
+        "task 0's run time so far",
+        &format!("/^[0-9.]+(ms|s)$/.test({})", run_time(0)),
+        t,
+    );
+    c.ok(&["cancel", "1"]);
+}
+
 /// The task rows the page shows: (task id, state) of each.
 const ROWS: &str = "[...document.querySelectorAll('#tasks tbody tr')].map((r) => [Number(r.dataset.task), r.children[3].textContent])";
 

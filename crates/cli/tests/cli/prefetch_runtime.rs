@@ -60,17 +60,23 @@ fn an_agent_queues_prefetched_tasks_and_never_runs_more_than_its_cores() {
 }
 
 /// The accounts charge a task from when its agent starts it, not from its dispatch: a one-core
-/// agent sent three one-second tasks at once (one running, two in its queue) is charged about
-/// three core-seconds, and never more than its one core offered.
+/// agent sent three two-second tasks at once (one running, two in its queue) is charged about
+/// six core-seconds, and never more than its one core offered. Meanwhile `tasks` says which
+/// two wait in the agent's queue.
 #[test]
 fn the_accounts_charge_what_an_agent_queues_from_its_start() {
     let mut c = Cluster::start_configured("prefetch-usage", false, "prefetch = 2\n");
     c.start_agent("a", 1, &[]);
     c.wait_for_nodes(1);
-    c.ok(&["submit", "--tasks", "3", "--", "sleep", "1"]);
+    c.ok(&["submit", "--tasks", "3", "--", "sleep", "2"]);
     wait_until("a to hold all three tasks", Duration::from_secs(20), || {
         running_on(&c, "a") == 3
     });
+    let tasks = c.tasks(1);
+    let queued: Vec<bool> = tasks.iter().map(|t| t["queued"] == true).collect();
+    assert_eq!(queued, [false, true, true], "{tasks:?}");
+    let table = c.ok(&["tasks", "--job", "1"]);
+    assert_eq!(table.matches("queued").count(), 2, "{table}");
     c.ok(&["wait", "1", "--timeout", "30s"]);
     let usage = c.json(&["usage"]);
     let admin = usage["users"]
@@ -86,8 +92,8 @@ fn the_accounts_charge_what_an_agent_queues_from_its_start() {
         "charged {admin} core-seconds of the {offered} one core offered: {usage}"
     );
     assert!(
-        (2.5..=4.5).contains(&admin),
-        "three one-second tasks, one after another: {usage}"
+        (5.0..=8.0).contains(&admin),
+        "three two-second tasks, one after another: {usage}"
     );
 }
 

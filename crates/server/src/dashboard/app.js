@@ -329,6 +329,7 @@ function attemptCell(t) {
 // How long a task ran, or has run so far while it runs (by this browser's clock).
 function runTime(t) {
   if (t.finished_ns) return human(t.finished_ns - t.started_ns);
+  if (t.queued) return "queued";
   if (t.state === "running" && t.started_ns) return human(Math.max(0, Date.now() * 1e6 - t.started_ns));
   return "-";
 }

@@ -1457,6 +1457,7 @@ impl Batch {
             apps: self.app_names(j),
             nodes,
             executed: HashMap::new(),
+            queued: HashSet::new(),
             after: 0,
         })))
     }
@@ -1495,6 +1496,7 @@ impl Batch {
             apps,
             nodes,
             executed: HashMap::new(),
+            queued: HashSet::new(),
             after: 0,
         }
     }
@@ -1643,6 +1645,8 @@ fn task_info(t: &TaskRow, app: &str, job: u64, node: &str) -> TaskInfo {
         message: t.message.clone(),
         failed_attempts: t.failures,
         preemptions: t.preemptions,
+        // Filled by the state (it knows what the agents hold queued).
+        queued: false,
         // Filled by the state (accelerator sharing knows where it ran).
         executed_node: String::new(),
         usage: t.usage.as_deref().copied(),
@@ -1681,6 +1685,9 @@ pub struct StoredTasks {
     /// Where a task's attempt ran when it is not where it was placed (accelerator offload):
     /// task id → (attempt, node name), filled under the lock by the state.
     pub executed: HashMap<u64, (u32, String)>,
+    /// The page's running tasks that still wait in their agent's queue, filled under the lock
+    /// by the state.
+    pub queued: HashSet<u64>,
     /// Job 0: where the listing goes on once this kind's rows are done (the next kind's first
     /// id, 0 = nowhere), filled under the lock by the state.
     pub after: u64,
@@ -1738,6 +1745,7 @@ impl StoredTasks {
                     .and_then(|n| self.nodes.get(n as usize))
                     .map_or("", String::as_str);
                 let mut info = task_info(t, app, job, node);
+                info.queued = t.state == TaskState::Running && self.queued.contains(&t.id);
                 info.executed_node = match self.executed.get(&t.id) {
                     Some((at, name)) if *at == t.attempt => name.clone(),
                     _ => info.node.clone(),

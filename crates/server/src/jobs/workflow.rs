@@ -2477,6 +2477,7 @@ impl JobKind for Workflows {
                     message: x.message.clone(),
                     failed_attempts: x.failures,
                     preemptions: 0,
+                    queued: false,
                     executed_node: String::new(),
                     usage: x.usage,
                     nodes: Vec::new(),

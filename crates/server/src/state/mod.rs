@@ -654,6 +654,19 @@ impl State {
         Ok(reply)
     }
 
+    /// Fills in what a page of tasks cannot say by itself: where each ran (an ANode it was
+    /// offloaded to) and which of the running ones still wait in their agent's queue.
+    fn listed(&self, page: &mut TasksPage) {
+        self.accel_tasks(page);
+        let queued = &self.nodes.prefetch.queued;
+        if queued.is_empty() {
+            return;
+        }
+        for t in &mut page.tasks {
+            t.queued = t.state == "running" && queued.contains(t.id);
+        }
+    }
+
     /// Running task `task` waits in its agent's queue: the accounts leave out what it holds
     /// until it starts ([`prefetch::Queued`]).
     fn note_queued(&mut self, task: u64) {
@@ -1801,7 +1814,7 @@ impl State {
                 Some(kind) => kind.tasks_page(&self.read(), job, cursor, limit)?,
                 None => return Err(StateError::NoJob(job)),
             };
-            self.accel_tasks(&mut page);
+            self.listed(&mut page);
             return Ok(page);
         }
         // Every job: the cursor's kind says where the listing is.
@@ -1814,7 +1827,7 @@ impl State {
         if page.next_cursor == 0 {
             page.next_cursor = self.next_listed(kind.kind());
         }
-        self.accel_tasks(&mut page);
+        self.listed(&mut page);
         Ok(page)
     }
 
@@ -1884,9 +1897,10 @@ impl State {
             states.batch(),
         )?;
         match &mut listing {
-            TasksListing::Ready(page) => self.accel_tasks(page),
+            TasksListing::Ready(page) => self.listed(page),
             TasksListing::FromStore(stored) => {
                 stored.executed = self.executed_in(stored.ids());
+                stored.queued = self.nodes.prefetch.queued.within(stored.ids());
                 if job == 0 {
                     stored.after = self.next_listed(Kind::Batch);
                 }

@@ -265,6 +265,15 @@ impl Queued {
         self.by_group.get(&group).copied().unwrap_or_default()
     }
 
+    /// The queued tasks among `ids` (a page of a listing read from the store; O(queued)).
+    pub fn within(&self, ids: std::ops::Range<u64>) -> std::collections::HashSet<u64> {
+        self.tasks
+            .keys()
+            .filter(|t| ids.contains(t))
+            .copied()
+            .collect()
+    }
+
     /// How many tasks are queued.
     pub fn len(&self) -> usize {
         self.tasks.len()

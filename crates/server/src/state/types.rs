@@ -529,6 +529,9 @@ pub struct TaskInfo {
     pub failed_attempts: u32,
     /// Attempts preempted and re-queued.
     pub preemptions: u32,
+    /// Running on its node but still in its agent's queue, not started (`prefetch`): its
+    /// `started_ns` is its dispatch ([`crate::state::prefetch::Queued`]).
+    pub queued: bool,
     /// The node that ran the latest attempt: the ANode of an offloaded task, else `node`.
     pub executed_node: String,
     /// What the latest finished attempt used, if measured.

@@ -132,6 +132,17 @@ fn the_accounts_charge_a_queued_task_from_its_start_not_from_its_dispatch() {
         "one running and three queued on each"
     );
     assert_eq!(on_a.iter().filter(|d| d.prefetched).count(), 3);
+    // Listings say which running tasks still wait in their agent's queue.
+    let queued = |s: &State, job: u64| -> Vec<bool> {
+        s.list_tasks(job, 0, 0)
+            .expect("tasks")
+            .tasks
+            .iter()
+            .filter(|t| t.state == "running")
+            .map(|t| t.queued)
+            .collect()
+    };
+    assert_eq!(queued(&s, 1), [false, true, true, true]);
     let check = |s: &State| {
         let c = core_seconds(s);
         let capacity = c.get("").copied().unwrap_or(0.0);
@@ -160,6 +171,11 @@ fn the_accounts_charge_a_queued_task_from_its_start_not_from_its_dispatch() {
     };
     round(&mut s, &mut on_a, &mut on_b);
     check(&s);
+    assert_eq!(
+        queued(&s, 2),
+        [false, true, true],
+        "alice's: one started, two queued"
+    );
     // A restart while each node runs one task and queues two: until the agents beat again,
     // what was restored beyond a node's core is taken as queued.
     s.store_usage().expect("store");
