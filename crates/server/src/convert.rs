@@ -523,6 +523,7 @@ impl From<NodeInfo> for pb::NodeInfo {
                 .collect(),
             free_gpus: n.free_gpus,
             running: n.running,
+            queued: n.queued,
             last_seen_ms: n.last_seen_ms,
             read_bytes_per_sec: n.read_bytes_per_sec,
             gpus: n

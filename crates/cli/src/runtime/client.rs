@@ -1007,7 +1007,12 @@ pub async fn nodes(
             n.free_cores.to_string(),
             n.accelerators.len().to_string(),
             n.free_gpus.to_string(),
-            n.running.to_string(),
+            if n.queued > 0 {
+                // Of those, waiting in its agent's queue (`prefetch`).
+                format!("{} ({} queued)", n.running, n.queued)
+            } else {
+                n.running.to_string()
+            },
             if n.alive {
                 super::human::ago(Duration::from_millis(n.last_seen_ms))
             } else {

@@ -77,6 +77,10 @@ fn the_accounts_charge_what_an_agent_queues_from_its_start() {
     assert_eq!(queued, [false, true, true], "{tasks:?}");
     let table = c.ok(&["tasks", "--job", "1"]);
     assert_eq!(table.matches("queued").count(), 2, "{table}");
+    let nodes = c.json(&["nodes"]);
+    assert_eq!(nodes[0]["queued"], 2, "{nodes}");
+    let table = c.ok(&["nodes"]);
+    assert!(table.contains("3 (2 queued)"), "{table}");
     c.ok(&["wait", "1", "--timeout", "30s"]);
     let usage = c.json(&["usage"]);
     let admin = usage["users"]

@@ -357,8 +357,8 @@ impl State {
         state.apply_user_groups();
         // Work restored beyond its node's free cores is queued there, as far as the server can
         // tell until the node's first heartbeat: counted once the owners' groups are known.
-        for task in state.nodes.prefetch.take_restored() {
-            state.note_queued(task);
+        for (node, task) in state.nodes.prefetch.take_restored() {
+            state.note_queued(task, node);
         }
         state.restore_fair_usage()?;
         state.settle_waits(true)?;
@@ -589,7 +589,7 @@ impl State {
                 if !rt.queued {
                     self.nodes.prefetch.queued.started(rt.task_id);
                 } else if !self.nodes.prefetch.queued.contains(rt.task_id) {
-                    self.note_queued(rt.task_id);
+                    self.note_queued(rt.task_id, nid);
                 }
             } else {
                 reply.kill.push(TaskRef {
@@ -633,7 +633,7 @@ impl State {
         // What this reply sends beyond the node's free cores waits in its agent's queue.
         for d in &reply.assignments {
             if d.prefetched {
-                self.note_queued(d.task_id);
+                self.note_queued(d.task_id, nid);
             }
         }
         self.accel_heartbeat(nid, &req, &mut reply)?;
@@ -667,11 +667,11 @@ impl State {
         }
     }
 
-    /// Running task `task` waits in its agent's queue: the accounts leave out what it holds
-    /// until it starts ([`prefetch::Queued`]).
-    fn note_queued(&mut self, task: u64) {
+    /// Running task `task` waits in the queue of `node`'s agent: the accounts leave out what
+    /// it holds until it starts ([`prefetch::Queued`]).
+    fn note_queued(&mut self, task: u64, node: NodeId) {
         if let Some((group, held)) = self.jobs.owner(task).and_then(|k| k.held(&self.view, task)) {
-            self.nodes.prefetch.queued.hold(task, group, held);
+            self.nodes.prefetch.queued.hold(task, node, group, held);
         }
     }
 

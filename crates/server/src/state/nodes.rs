@@ -857,6 +857,7 @@ impl State {
                         accelerators: n.spec.accelerators.clone(),
                         free_gpus: v.free_devices(None),
                         running: n.running.len() as u32,
+                        queued: self.nodes.prefetch.queued.on(NodeId(i as u32)),
                         // 0 while its agent holds a call open: heard from now.
                         last_seen_ms: if n.awaiting > 0 {
                             0

@@ -227,32 +227,47 @@ impl AutoQueue {
 /// is taken as queued ([`Prefetch::restoring_cores`]).
 #[derive(Debug, Default)]
 pub struct Queued {
-    /// Each queued task's owner group (`None`: the admin's) and what it holds.
-    tasks: HashMap<u64, (Option<u32>, Resources)>,
+    /// Each queued task's node, owner group (`None`: the admin's) and what it holds.
+    tasks: HashMap<u64, (u32, Option<u32>, Resources)>,
     /// What the queued tasks hold, by owner group.
     by_group: HashMap<Option<u32>, Resources>,
+    /// How many tasks each node's agent holds queued, by node id.
+    by_node: HashMap<u32, u32>,
 }
 
 impl Queued {
-    /// Task `task`, of group `group`, holding `held`, waits in its agent's queue (a task
-    /// already counted is counted once).
-    pub fn hold(&mut self, task: u64, group: Option<u32>, held: Resources) {
+    /// Task `task`, of group `group`, holding `held`, waits in the queue of `node`'s agent (a
+    /// task already counted is counted once).
+    pub fn hold(&mut self, task: u64, node: NodeId, group: Option<u32>, held: Resources) {
         self.started(task);
-        self.tasks.insert(task, (group, held));
+        self.tasks.insert(task, (node.0, group, held));
         let sum = self.by_group.entry(group).or_default();
         *sum = *sum + held;
+        *self.by_node.entry(node.0).or_default() += 1;
     }
 
     /// Task `task` started (or ended, or left its node): it is no longer queued.
     pub fn started(&mut self, task: u64) {
-        if let Some((group, held)) = self.tasks.remove(&task)
-            && let Some(sum) = self.by_group.get_mut(&group)
-        {
+        let Some((node, group, held)) = self.tasks.remove(&task) else {
+            return;
+        };
+        if let Some(sum) = self.by_group.get_mut(&group) {
             *sum = *sum - held;
             if *sum == Resources::default() {
                 self.by_group.remove(&group);
             }
         }
+        if let Some(n) = self.by_node.get_mut(&node) {
+            *n -= 1;
+            if *n == 0 {
+                self.by_node.remove(&node);
+            }
+        }
+    }
+
+    /// How many tasks the agent of node `node` holds queued.
+    pub fn on(&self, node: NodeId) -> u32 {
+        self.by_node.get(&node.0).copied().unwrap_or(0)
     }
 
     /// Whether task `task` is queued.
@@ -296,8 +311,8 @@ pub struct Prefetch {
     /// The tasks the agents hold queued.
     pub queued: Queued,
     /// Tasks restored beyond their node's free cores since the last
-    /// [`Prefetch::take_restored`]: queued, as far as the server can tell.
-    restored: Vec<u64>,
+    /// [`Prefetch::take_restored`] (node, task): queued, as far as the server can tell.
+    restored: Vec<(NodeId, u64)>,
 }
 
 /// What [`Prefetch::open`] lent a node for one policy decision.
@@ -389,14 +404,14 @@ impl Prefetch {
         };
         let beyond = cores.saturating_sub(n.free.cores);
         if beyond > 0 {
-            self.restored.push(task);
+            self.restored.push((node, task));
         }
         self.add_debt(node, beyond);
     }
 
     /// The tasks restored beyond their node's free cores since the last call: the state
     /// counts them queued once their owners' groups are known again.
-    pub fn take_restored(&mut self) -> Vec<u64> {
+    pub fn take_restored(&mut self) -> Vec<(NodeId, u64)> {
         std::mem::take(&mut self.restored)
     }
 }
@@ -467,18 +482,22 @@ mod tests {
             memory_bytes,
             gpus: 0,
         };
-        q.hold(1, Some(0), r(2, 10));
-        q.hold(2, Some(0), r(1, 5));
-        q.hold(3, None, r(4, 0));
+        let (a, b) = (NodeId(0), NodeId(1));
+        q.hold(1, a, Some(0), r(2, 10));
+        q.hold(2, a, Some(0), r(1, 5));
+        q.hold(3, b, None, r(4, 0));
         // Told again (the next heartbeat's `queued`): still counted once.
-        q.hold(1, Some(0), r(2, 10));
+        q.hold(1, a, Some(0), r(2, 10));
         assert_eq!((q.of(Some(0)), q.of(None), q.len()), (r(3, 15), r(4, 0), 3));
+        assert_eq!((q.on(a), q.on(b)), (2, 1));
+        assert_eq!(q.within(2..4).len(), 2);
         q.started(1);
         q.started(1);
         assert_eq!(q.of(Some(0)), r(1, 5));
         q.started(2);
         q.started(3);
         assert!(q.is_empty());
+        assert_eq!((q.on(a), q.on(b)), (0, 0));
         assert_eq!(
             (q.of(Some(0)), q.of(None), q.of(Some(7))),
             (r(0, 0), r(0, 0), r(0, 0))
@@ -501,7 +520,7 @@ mod tests {
             )
             .expect("restored");
         }
-        assert_eq!(p.take_restored(), [12]);
+        assert_eq!(p.take_restored(), [(NodeId(0), 12)]);
         assert_eq!(p.debt(NodeId(0)), 2);
         assert_eq!(p.live_debt(&v), 2);
         assert!(p.take_restored().is_empty());

@@ -585,6 +585,8 @@ pub struct NodeInfo {
     pub free_gpus: u32,
     /// Tasks dispatched there and not finished.
     pub running: u32,
+    /// Of those, the ones its agent still holds in its queue, not started (`prefetch`).
+    pub queued: u32,
     /// Since its last heartbeat.
     pub last_seen_ms: u64,
     /// Disk read rate it reported.

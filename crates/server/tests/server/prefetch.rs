@@ -143,6 +143,14 @@ fn the_accounts_charge_a_queued_task_from_its_start_not_from_its_dispatch() {
             .collect()
     };
     assert_eq!(queued(&s, 1), [false, true, true, true]);
+    let nodes = s.list_nodes();
+    assert_eq!(
+        nodes
+            .iter()
+            .map(|n| (n.running, n.queued))
+            .collect::<Vec<_>>(),
+        [(4, 3), (4, 3)]
+    );
     let check = |s: &State| {
         let c = core_seconds(s);
         let capacity = c.get("").copied().unwrap_or(0.0);
