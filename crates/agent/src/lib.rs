@@ -175,6 +175,8 @@ struct RunningTask {
     /// Gives the task a new time limit (ms, 0: none; the server's `Respec`).
     limit: watch::Sender<u64>,
     read_bytes: u64,
+    /// When it was started (ns since the epoch), as its result will say.
+    started_ns: u64,
     /// Sends its process group an operator's signal (`hetsched signal`).
     signal: tokio::sync::mpsc::UnboundedSender<nix::sys::signal::Signal>,
     /// The seqs of the signals this attempt was sent: the server resends a signal until it
@@ -597,6 +599,7 @@ pub async fn run(
                             read_bytes: t.read_bytes,
                             spec: Some(t.spec),
                             queued: false,
+                            started_ns: t.started_ns,
                         })
                         .chain(sh.queue.iter().map(|q| pb::RunningTask {
                             task_id: q.a.task_id,
@@ -604,6 +607,7 @@ pub async fn run(
                             read_bytes: 0,
                             spec: Some(q.a.spec),
                             queued: true,
+                            started_ns: 0,
                         }))
                         .collect(),
                     results: sh.results.clone(),
@@ -1126,6 +1130,7 @@ impl Launcher<'_> {
                 kill: Some(tx),
                 limit: limit_tx,
                 read_bytes: 0,
+                started_ns: launch::now_ns(),
                 signal: signal_tx,
                 signalled: Default::default(),
             },

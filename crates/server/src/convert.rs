@@ -45,6 +45,7 @@ impl From<pb::HeartbeatRequest> for HeartbeatReport {
                     read_bytes: t.read_bytes,
                     spec: t.spec,
                     queued: t.queued,
+                    started_ns: t.started_ns,
                 })
                 .collect(),
             results: r

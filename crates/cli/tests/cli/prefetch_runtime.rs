@@ -81,6 +81,16 @@ fn the_accounts_charge_what_an_agent_queues_from_its_start() {
     assert_eq!(nodes[0]["queued"], 2, "{nodes}");
     let table = c.ok(&["nodes"]);
     assert!(table.contains("3 (2 queued)"), "{table}");
+    // Once the first ends, the second runs from when the agent started it.
+    wait_until("task 1 to start", Duration::from_secs(20), || {
+        c.tasks(1)[1]["queued"] == false
+    });
+    let tasks = c.tasks(1);
+    let started = |i: usize| tasks[i]["started_ns"].as_u64().unwrap_or(0);
+    assert!(
+        tasks[1]["state"] == "running" && started(1) >= started(0) + 1_500_000_000,
+        "{tasks:?}"
+    );
     c.ok(&["wait", "1", "--timeout", "30s"]);
     let usage = c.json(&["usage"]);
     let admin = usage["users"]

@@ -1458,6 +1458,7 @@ impl Batch {
             nodes,
             executed: HashMap::new(),
             queued: HashSet::new(),
+            began: HashMap::new(),
             after: 0,
         })))
     }
@@ -1497,6 +1498,7 @@ impl Batch {
             nodes,
             executed: HashMap::new(),
             queued: HashSet::new(),
+            began: HashMap::new(),
             after: 0,
         }
     }
@@ -1688,6 +1690,9 @@ pub struct StoredTasks {
     /// The page's running tasks that still wait in their agent's queue, filled under the lock
     /// by the state.
     pub queued: HashSet<u64>,
+    /// When those of the page's running tasks that waited in their agent's queue started,
+    /// filled under the lock by the state.
+    pub began: HashMap<u64, u64>,
     /// Job 0: where the listing goes on once this kind's rows are done (the next kind's first
     /// id, 0 = nowhere), filled under the lock by the state.
     pub after: u64,
@@ -1745,7 +1750,12 @@ impl StoredTasks {
                     .and_then(|n| self.nodes.get(n as usize))
                     .map_or("", String::as_str);
                 let mut info = task_info(t, app, job, node);
-                info.queued = t.state == TaskState::Running && self.queued.contains(&t.id);
+                if t.state == TaskState::Running {
+                    info.queued = self.queued.contains(&t.id);
+                    if let Some(&at) = self.began.get(&t.id) {
+                        info.started_ns = at;
+                    }
+                }
                 info.executed_node = match self.executed.get(&t.id) {
                     Some((at, name)) if *at == t.attempt => name.clone(),
                     _ => info.node.clone(),

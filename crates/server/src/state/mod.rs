@@ -587,7 +587,10 @@ impl State {
                 reported.insert(rt.task_id);
                 // The accounts charge a task from when its agent starts it.
                 if !rt.queued {
-                    self.nodes.prefetch.queued.started(rt.task_id);
+                    self.nodes
+                        .prefetch
+                        .queued
+                        .started(rt.task_id, rt.started_ns);
                 } else if !self.nodes.prefetch.queued.contains(rt.task_id) {
                     self.note_queued(rt.task_id, nid);
                 }
@@ -655,15 +658,19 @@ impl State {
     }
 
     /// Fills in what a page of tasks cannot say by itself: where each ran (an ANode it was
-    /// offloaded to) and which of the running ones still wait in their agent's queue.
+    /// offloaded to), which of the running ones still wait in their agent's queue, and when
+    /// those that waited there started.
     fn listed(&self, page: &mut TasksPage) {
         self.accel_tasks(page);
         let queued = &self.nodes.prefetch.queued;
-        if queued.is_empty() {
+        if queued.is_idle() {
             return;
         }
-        for t in &mut page.tasks {
-            t.queued = t.state == "running" && queued.contains(t.id);
+        for t in page.tasks.iter_mut().filter(|t| t.state == "running") {
+            t.queued = queued.contains(t.id);
+            if let Some(at) = queued.began(t.id) {
+                t.started_ns = at;
+            }
         }
     }
 
@@ -1901,6 +1908,7 @@ impl State {
             TasksListing::FromStore(stored) => {
                 stored.executed = self.executed_in(stored.ids());
                 stored.queued = self.nodes.prefetch.queued.within(stored.ids());
+                stored.began = self.nodes.prefetch.queued.began_within(stored.ids());
                 if job == 0 {
                     stored.after = self.next_listed(Kind::Batch);
                 }

@@ -237,7 +237,7 @@ impl Nodes {
         if let Some(n) = self.recs.get_mut(node.index()) {
             n.running.remove(&task);
         }
-        self.prefetch.queued.started(task);
+        self.prefetch.queued.forget(task);
     }
 
     /// Live nodes' descriptions (what a submission must fit).

@@ -233,23 +233,50 @@ pub struct Queued {
     by_group: HashMap<Option<u32>, Resources>,
     /// How many tasks each node's agent holds queued, by node id.
     by_node: HashMap<u32, u32>,
+    /// Tasks that waited in a queue and then started: when, by their agent's clock (listings
+    /// show their run time from it, not from their dispatch), until they end.
+    began: HashMap<u64, u64>,
 }
 
 impl Queued {
     /// Task `task`, of group `group`, holding `held`, waits in the queue of `node`'s agent (a
     /// task already counted is counted once).
     pub fn hold(&mut self, task: u64, node: NodeId, group: Option<u32>, held: Resources) {
-        self.started(task);
+        self.unqueue(task);
         self.tasks.insert(task, (node.0, group, held));
         let sum = self.by_group.entry(group).or_default();
         *sum = *sum + held;
         *self.by_node.entry(node.0).or_default() += 1;
     }
 
-    /// Task `task` started (or ended, or left its node): it is no longer queued.
-    pub fn started(&mut self, task: u64) {
+    /// Task `task` started, at `at_ns` by its agent's clock (0: not said): it is no longer
+    /// queued, and if it was, listings show it as started then.
+    pub fn started(&mut self, task: u64, at_ns: u64) {
+        if self.unqueue(task) && at_ns > 0 {
+            self.began.insert(task, at_ns);
+        }
+    }
+
+    /// Task `task` ended or left its node.
+    pub fn forget(&mut self, task: u64) {
+        self.unqueue(task);
+        self.began.remove(&task);
+    }
+
+    /// When task `task`, which waited in its agent's queue, started (agent's clock).
+    pub fn began(&self, task: u64) -> Option<u64> {
+        self.began.get(&task).copied()
+    }
+
+    /// Whether no task is queued nor started from a queue.
+    pub fn is_idle(&self) -> bool {
+        self.tasks.is_empty() && self.began.is_empty()
+    }
+
+    /// Takes task `task` out of the queues; whether it was in one.
+    fn unqueue(&mut self, task: u64) -> bool {
         let Some((node, group, held)) = self.tasks.remove(&task) else {
-            return;
+            return false;
         };
         if let Some(sum) = self.by_group.get_mut(&group) {
             *sum = *sum - held;
@@ -263,6 +290,7 @@ impl Queued {
                 self.by_node.remove(&node);
             }
         }
+        true
     }
 
     /// How many tasks the agent of node `node` holds queued.
@@ -286,6 +314,15 @@ impl Queued {
             .keys()
             .filter(|t| ids.contains(t))
             .copied()
+            .collect()
+    }
+
+    /// The tasks among `ids` that started from a queue, and when ([`Queued::began`]).
+    pub fn began_within(&self, ids: std::ops::Range<u64>) -> HashMap<u64, u64> {
+        self.began
+            .iter()
+            .filter(|(t, _)| ids.contains(t))
+            .map(|(&t, &at)| (t, at))
             .collect()
     }
 
@@ -491,13 +528,19 @@ mod tests {
         assert_eq!((q.of(Some(0)), q.of(None), q.len()), (r(3, 15), r(4, 0), 3));
         assert_eq!((q.on(a), q.on(b)), (2, 1));
         assert_eq!(q.within(2..4).len(), 2);
-        q.started(1);
-        q.started(1);
+        q.started(1, 77);
+        q.started(1, 88);
         assert_eq!(q.of(Some(0)), r(1, 5));
-        q.started(2);
-        q.started(3);
-        assert!(q.is_empty());
+        // Started from the queue: when, as its agent said the first time.
+        assert_eq!(q.began(1), Some(77));
+        q.started(4, 99);
+        assert_eq!(q.began(4), None, "never queued");
+        q.started(2, 0);
+        q.forget(3);
+        assert!(q.is_empty() && !q.is_idle());
         assert_eq!((q.on(a), q.on(b)), (0, 0));
+        q.forget(1);
+        assert!(q.is_idle());
         assert_eq!(
             (q.of(Some(0)), q.of(None), q.of(Some(7))),
             (r(0, 0), r(0, 0), r(0, 0))

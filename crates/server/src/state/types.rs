@@ -53,6 +53,8 @@ pub struct RunningTask {
     pub spec: Option<u64>,
     /// Still in the agent's queue, not started ([`crate::state::prefetch::Queued`]).
     pub queued: bool,
+    /// When the agent started it (its clock, ns since the epoch; 0: queued or not said).
+    pub started_ns: u64,
 }
 
 /// An attempt running now, and the node whose agent runs its command (a multi-node task's

@@ -70,11 +70,13 @@ fn running(tasks: &[&Dispatch]) -> Vec<RunningTask> {
             read_bytes: 0,
             spec: None,
             queued: false,
+            started_ns: 0,
         })
         .collect()
 }
 
-/// What an agent of one-core tasks reports: the first of `tasks` started, the rest queued.
+/// What an agent of one-core tasks reports: the first of `tasks` started (at 1000 + its id,
+/// by the agent's clock), the rest queued.
 fn first_started(tasks: &[Dispatch]) -> Vec<RunningTask> {
     tasks
         .iter()
@@ -83,6 +85,7 @@ fn first_started(tasks: &[Dispatch]) -> Vec<RunningTask> {
             task_id: d.task_id,
             attempt: d.attempt,
             queued: k > 0,
+            started_ns: if k == 0 { 1_000 + d.task_id } else { 0 },
             ..Default::default()
         })
         .collect()
@@ -184,6 +187,17 @@ fn the_accounts_charge_a_queued_task_from_its_start_not_from_its_dispatch() {
         [false, true, true],
         "alice's: one started, two queued"
     );
+    // A task that waited in the queue runs from when its agent started it, not its dispatch.
+    let running: Vec<(u64, u64)> = s
+        .list_tasks(1, 0, 0)
+        .expect("tasks")
+        .tasks
+        .iter()
+        .filter(|t| t.state == "running")
+        .map(|t| (t.id, t.started_ns))
+        .collect();
+    assert_eq!(running[0], (1, 1_001), "{running:?}");
+    assert!(running[1].1 > 1_000_000, "still queued: its dispatch");
     // A restart while each node runs one task and queues two: until the agents beat again,
     // what was restored beyond a node's core is taken as queued.
     s.store_usage().expect("store");
