@@ -500,6 +500,26 @@ fn day(dir: &Path, ops: Vec<Op>, preemption: bool) -> Result<(), TestCaseError> 
                     };
                     still.insert(at, h);
                 }
+                // Listings say which of the node's running tasks wait in its agent's queue:
+                // those it reported queued, and those this reply sent `prefetched`.
+                let listed: BTreeMap<u64, (String, bool)> = s
+                    .jobs()
+                    .jobs
+                    .iter()
+                    .flat_map(|j| s.tasks(j.id).map(|t| t.tasks).unwrap_or_default())
+                    .map(|t| (t.id, (t.state, t.queued)))
+                    .collect();
+                for h in &still {
+                    let sent = r.assignments.iter().find(|a| a.task_id == h.task);
+                    let want = sent.map_or(!h.started, |a| a.prefetched);
+                    prop_assert_eq!(
+                        listed.get(&h.task).cloned(),
+                        Some(("running".to_string(), want)),
+                        "task {} on node {}",
+                        h.task,
+                        n
+                    );
+                }
                 start_what_fits(&mut still, node_cores[n]);
                 running[n] = still;
                 // Preemption stops only work of a strictly lower priority than some task the
