@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use hetsched_core::input::stream_code::parse_runnable_topology;
 use hetsched_core::policy::stream::StreamPlacerKind;
+use hetsched_core::text::count;
 use hetsched_proto as pb;
 use hetsched_proto::topology_client_client::TopologyClientClient;
 use serde_json::Value;
@@ -238,11 +239,11 @@ async fn run_async(cmd: TopologyCommand) -> anyhow::Result<()> {
             match a.client.output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&v)?),
                 Output::Table | Output::Dot => println!(
-                    "topology {} submitted: placer {}, {} worker(s) on {} node(s)",
+                    "topology {} submitted: placer {}, {} on {}",
                     v["name"].as_str().unwrap_or(""),
                     v["placer"].as_str().unwrap_or(""),
-                    v["workers"].as_array().map_or(0, Vec::len),
-                    v["nodes_used"]
+                    count(v["workers"].as_array().map_or(0, Vec::len) as u64, "worker"),
+                    count(v["nodes_used"].as_u64().unwrap_or(0), "node")
                 ),
             }
         }
@@ -389,12 +390,12 @@ fn print_status(v: &Value, output: Output) -> anyhow::Result<()> {
     }
     let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
     println!(
-        "topology {} ({}): placer {}, generation {}, {} node(s) used of {} alive, {}/{} workers running",
+        "topology {} ({}): placer {}, generation {}, {} used of {} alive, {}/{} workers running",
         v["name"].as_str().unwrap_or(""),
         v["state"].as_str().unwrap_or(""),
         v["placer"].as_str().unwrap_or(""),
         v["generation"],
-        v["nodes_used"],
+        count(v["nodes_used"].as_u64().unwrap_or(0), "node"),
         v["nodes_alive"],
         v["workers_running"],
         v["workers"].as_array().map_or(0, Vec::len),
@@ -493,11 +494,11 @@ fn print_status(v: &Value, output: Output) -> anyhow::Result<()> {
     }
     for r in rs {
         println!(
-            "reschedule → generation {}: cause {}, gain {:.1} %, {} node(s)",
+            "reschedule → generation {}: cause {}, gain {:.1} %, {}",
             r["generation"],
             r["cause"].as_str().unwrap_or(""),
             r["gain"].as_f64().unwrap_or(0.0) * 100.0,
-            r["nodes"]
+            count(r["nodes"].as_u64().unwrap_or(0), "node")
         );
     }
     Ok(())

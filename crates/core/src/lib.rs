@@ -8,6 +8,7 @@ pub mod input;
 pub mod model;
 pub mod policy;
 pub mod testkit;
+pub mod text;
 pub mod time;
 
 pub use model::*;

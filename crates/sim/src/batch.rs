@@ -408,8 +408,10 @@ fn validate(
                     app: a.name.clone(),
                     policy: policy.name().to_string(),
                     reason: format!(
-                        "it holds {} whole nodes per task, and {able} node(s) of the cluster have its attributes",
-                        a.nodes
+                        "it holds {} whole nodes per task, and {} of the cluster {} its attributes",
+                        a.nodes,
+                        hetsched_core::text::count(able as u64, "node"),
+                        if able == 1 { "has" } else { "have" }
                     ),
                 });
             }

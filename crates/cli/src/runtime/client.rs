@@ -4,6 +4,7 @@ use super::select::Selected;
 use super::{ClientArgs, Output};
 use anyhow::{Context, bail};
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
+use hetsched_core::text::{agree, count};
 use hetsched_proto as pb;
 use hetsched_proto::client_client::ClientClient;
 use std::path::PathBuf;
@@ -423,7 +424,10 @@ pub async fn resubmit(
     match args.output {
         Output::Json => json(&reply)?,
         Output::Table | Output::Dot => {
-            println!("job {id}: {} {which} task(s) queued again", reply.tasks)
+            println!(
+                "job {id}: {} queued again",
+                count(reply.tasks, &format!("{which} task"))
+            )
         }
     }
     if wait_for_it {
@@ -1092,7 +1096,7 @@ pub async fn allocations(args: &ClientArgs) -> anyhow::Result<()> {
     println!("{t}");
     for q in &reply.queues {
         println!(
-            "{}{}: {}, {} node(s) for {} per allocation, at most {} at once, at most {} of them waiting{}; {} submitted since the server started",
+            "{}{}: {}, {} for {} per allocation, at most {} at once, at most {} of them waiting{}; {} submitted since the server started",
             q.name,
             if q.paused {
                 " (paused: `hetsched allocations --resume` it)"
@@ -1100,7 +1104,7 @@ pub async fn allocations(args: &ClientArgs) -> anyhow::Result<()> {
                 ""
             },
             q.manager,
-            q.nodes,
+            count(q.nodes, "node"),
             super::human::duration(Duration::from_millis(q.time_limit_ms)),
             q.max_allocations,
             q.backlog,
@@ -1265,12 +1269,13 @@ pub async fn stop_node(args: &ClientArgs, names: &[String], drain: bool) -> anyh
                 .map_err(refused)?
                 .into_inner();
             let line = format!(
-                "node `{name}`: its agent is asked to stop; {} running task(s) {}",
-                r.running,
-                if drain {
-                    "end there first"
-                } else {
-                    "are stopped and run again elsewhere"
+                "node `{name}`: its agent is asked to stop; {} {}",
+                count(r.running, "running task"),
+                match (drain, r.running == 1) {
+                    (true, true) => "ends there first",
+                    (true, false) => "end there first",
+                    (false, true) => "is stopped and runs again elsewhere",
+                    (false, false) => "are stopped and run again elsewhere",
                 }
             );
             Ok((serde_json::to_value(r)?, line))
@@ -1316,16 +1321,24 @@ fn drained_line(name: &str, drain: bool, reason: &str, r: &pb::DrainNodeReply) -
         r => format!(" ({r})"),
     };
     let mut said = format!(
-        "node `{name}` drained{why}: no new work; {} running task(s) finish there",
-        r.running
+        "node `{name}` drained{why}: no new work; {} {} there",
+        count(r.running, "running task"),
+        agree(r.running, "finishes", "finish")
     );
     if r.chunks > 0 {
-        said += &format!("; {} divisible chunk(s) finish there", r.chunks);
+        said += &format!(
+            "; {} {} there",
+            count(r.chunks, "divisible chunk"),
+            agree(r.chunks, "finishes", "finish")
+        );
     }
     if r.stream_workers > 0 {
         said += &format!(
-            "; {} stream worker(s) move to other nodes (`hetsched topology show` lists the moves)",
-            r.stream_workers
+            "; {} to other nodes (`hetsched topology show` lists the moves)",
+            match r.stream_workers {
+                1 => "1 stream worker moves".to_string(),
+                n => format!("{n} stream workers move"),
+            }
         );
     }
     said
@@ -1352,7 +1365,7 @@ pub async fn cancel(
                 .await
                 .map_err(refused)?
                 .into_inner();
-            let line = format!("job {id}: {} task(s) cancelled", r.cancelled);
+            let line = format!("job {id}: {} cancelled", count(r.cancelled, "task"));
             Ok((serde_json::to_value(r)?, line))
         }
     })
@@ -1403,12 +1416,14 @@ pub async fn signal(
             let line = match (r.tasks, r.chunks) {
                 (0, 0) => format!("job {id}: no running task to signal"),
                 (0, n) => format!(
-                    "job {id}: SIG{signal} sent to {n} chunk(s) out to agents (each agent delivers \
-                     it to the chunk it computes, at its next heartbeat)"
+                    "job {id}: SIG{signal} sent to {} out to agents (each agent delivers it to \
+                     the chunk it computes, at its next heartbeat)",
+                    count(n, "chunk")
                 ),
                 (n, _) => format!(
-                    "job {id}: SIG{signal} sent to {n} running task(s) (their agents deliver it at \
-                     their next heartbeat)"
+                    "job {id}: SIG{signal} sent to {} (their agents deliver it at their next \
+                     heartbeat)",
+                    count(n, "running task")
                 ),
             };
             Ok((serde_json::to_value(r)?, line))
@@ -1429,7 +1444,7 @@ pub async fn hold(args: &ClientArgs, sel: &Selected, hold: bool) -> anyhow::Resu
                 .await
                 .map_err(refused)?
                 .into_inner();
-            let line = format!("job {id}: {} pending task(s) {done}", r.tasks);
+            let line = format!("job {id}: {} {done}", count(r.tasks, "pending task"));
             Ok((serde_json::to_value(r)?, line))
         }
     })
@@ -1507,11 +1522,13 @@ pub async fn update(args: &ClientArgs, sel: &Selected, update: &Update) -> anyho
                     let request = |v: &str, cores: u32, memory: u64, gpus: u32| {
                         let mut said = match (cores, memory) {
                             (0, _) => return None,
-                            (c, 0) => format!("{v} {c} core(s)"),
-                            (c, m) => format!("{v} {c} core(s) {}", super::human::memory(m)),
+                            (c, 0) => format!("{v} {}", count(c, "core")),
+                            (c, m) => {
+                                format!("{v} {} {}", count(c, "core"), super::human::memory(m))
+                            }
                         };
                         if gpus > 0 {
-                            said.push_str(&format!(" {gpus} GPU(s)"));
+                            said.push_str(&format!(" {}", count(gpus, "GPU")));
                         }
                         Some(said)
                     };
@@ -1528,8 +1545,11 @@ pub async fn update(args: &ClientArgs, sel: &Selected, update: &Update) -> anyho
                         line.push_str(&format!(", {}", requests.join(", ")));
                         if a.running_kept > 0 {
                             line.push_str(&format!(
-                                " ({} running task(s) keep what they were given)",
-                                a.running_kept
+                                " ({})",
+                                match a.running_kept {
+                                    1 => "1 running task keeps what it was given".to_string(),
+                                    n => format!("{n} running tasks keep what they were given"),
+                                }
                             ));
                         }
                     }
@@ -1600,7 +1620,7 @@ where
 
 /// Runs `act` on each of `items` (jobs, nodes) in turn, for a command given several: a line each
 /// (`--output json`: an array of the replies, each with `key` = its item, and `error` for a
-/// refusal), going on past refusals and failing at the end naming them (`1 of 2 job(s) not
+/// refusal), going on past refusals and failing at the end naming them (`1 of 2 jobs not
 /// held: 99`). A refusal that does not name its item (`job 4`) is told with it.
 async fn each_in_turn<T, F, Fut>(
     args: &ClientArgs,
@@ -1647,9 +1667,9 @@ where
     }
     if !refused.is_empty() {
         bail!(
-            "{} of {} {noun}(s) not {done}: {}",
+            "{} of {} not {done}: {}",
             refused.len(),
-            items.len(),
+            count(items.len() as u64, noun),
             refused.join(", ")
         );
     }

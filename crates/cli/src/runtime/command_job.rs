@@ -719,9 +719,9 @@ mod tests {
     fn server_messages_about_the_generated_text_name_the_flag() {
         assert_eq!(
             relocate(
-                "<command line>:7:1: application[0].gpu: application `x` runs only on GPUs, and no node has 2 GPU(s)"
+                "<command line>:7:1: application[0].gpu: application `x` runs only on GPUs, and no node has 2 GPUs"
             ),
-            "the task's resources (--cores, --memory, --gpus): application `x` runs only on GPUs, and no node has 2 GPU(s)"
+            "the task's resources (--cores, --memory, --gpus): application `x` runs only on GPUs, and no node has 2 GPUs"
         );
         assert_eq!(
             relocate("<command line>:3:9: application[0].cpu.cores: too many"),

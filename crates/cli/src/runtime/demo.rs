@@ -233,7 +233,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         } else {
             String::new()
         };
-        println!("  {node:<12} {variant}: {count} task(s){offloaded}");
+        println!(
+            "  {node:<12} {variant}: {}{offloaded}",
+            hetsched_core::text::count(count as u64, "task")
+        );
     }
     println!(
         "  (gpu-node's GPU is declared, not detected: on a machine without one, its GPU tasks run \

@@ -138,8 +138,8 @@ pub async fn print_failures(api: &mut Api, job: &pb::JobInfo) {
     }
     if total_failed > failed.len() as u64 {
         eprintln!(
-            "… and {} more failed task(s): `hetsched tasks --job {job}`",
-            total_failed - failed.len() as u64
+            "… and {} more failed: `hetsched tasks --job {job}`",
+            hetsched_core::text::count(total_failed - failed.len() as u64, "task")
         );
     }
 }
@@ -162,8 +162,8 @@ async fn print_chunk_failures(api: &mut Api, job: u64, d: &pb::DivisibleInfo) {
     }
     if failed.len() > shown.len() {
         eprintln!(
-            "… and {} more failed chunk(s): `hetsched job {job} --output json`",
-            failed.len() - shown.len()
+            "… and {} more failed: `hetsched job {job} --output json`",
+            hetsched_core::text::count((failed.len() - shown.len()) as u64, "chunk")
         );
     }
 }
@@ -298,7 +298,8 @@ pub async fn log_all(
     }
     if unread > 0 {
         anyhow::bail!(
-            "the output of {unread} task(s) of job {job} could not be read (named above)"
+            "the output of {} of job {job} could not be read (named above)",
+            hetsched_core::text::count(unread, "task")
         );
     }
     Ok(())

@@ -8,6 +8,7 @@ use super::Output;
 use super::client::{connect, json, refused};
 use super::select::{self, JobItem};
 use clap::Args;
+use hetsched_core::text::count;
 use hetsched_proto as pb;
 
 /// `hetsched purge` arguments.
@@ -58,9 +59,9 @@ pub async fn run(args: &PurgeArgs) -> anyhow::Result<()> {
             } else {
                 let ids: Vec<String> = reply.purged.iter().map(u64::to_string).collect();
                 println!(
-                    "purged {} job(s) ({} tasks): {}",
-                    reply.purged.len(),
-                    reply.tasks,
+                    "purged {} ({}): {}",
+                    count(reply.purged.len() as u64, "job"),
+                    count(reply.tasks, "task"),
                     ids.join(", ")
                 );
             }

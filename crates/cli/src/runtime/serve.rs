@@ -512,7 +512,10 @@ pub async fn agent(a: AgentArgs) -> anyhow::Result<()> {
         let _ = first_tx.send(());
         let name = signals.next().await;
         let killed = processes.kill_all();
-        tracing::warn!("{name} again: killed {killed} running task(s); exiting now");
+        tracing::warn!(
+            "{name} again: killed {}; exiting now",
+            hetsched_core::text::count(killed as u64, "running task")
+        );
         std::process::exit(130);
     });
     hetsched_agent::run(opts, async {

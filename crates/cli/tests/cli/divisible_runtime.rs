@@ -635,7 +635,7 @@ fn a_signal_reaches_a_divisible_jobs_chunks_being_computed() {
         },
     );
     assert!(
-        said.contains("SIGUSR1 sent to 1 chunk(s) out to agents"),
+        said.contains("SIGUSR1 sent to 1 chunk out to agents"),
         "{said}"
     );
     let out = String::from_utf8_lossy(&gathered(&c, id)).into_owned();

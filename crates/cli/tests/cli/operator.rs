@@ -387,7 +387,7 @@ fn a_drained_node_gets_no_new_work_until_it_is_resumed() {
     assert!(!out.status.success());
     assert!(text(&out.stdout).contains("node `a` resumed"));
     assert!(
-        text(&out.stderr).contains("1 of 2 node(s) not resumed: nosuch"),
+        text(&out.stderr).contains("1 of 2 nodes not resumed: nosuch"),
         "{}",
         text(&out.stderr)
     );
@@ -410,7 +410,7 @@ fn a_stopped_nodes_agent_exits_and_its_task_runs_elsewhere() {
     let said = c.ok(&["node", "stop", "a"]);
     assert_eq!(
         said,
-        "node `a`: its agent is asked to stop; 1 running task(s) are stopped and run again elsewhere\n"
+        "node `a`: its agent is asked to stop; 1 running task is stopped and runs again elsewhere\n"
     );
     assert_eq!(
         c.agent_exit("a", Duration::from_secs(20)),
@@ -626,12 +626,12 @@ fn job_names_application_workdirs_and_resubmit_failed() {
     );
     assert!(
         c.ok(&["resubmit", "1", "--cancelled"])
-            .contains("0 cancelled task(s) queued again")
+            .contains("0 cancelled tasks queued again")
     );
     std::fs::write(c.dir.join("fixed"), "").expect("fixed");
     let out = c.cli(&["resubmit", "1", "--failed", "--wait"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("1 failed task(s) queued again"));
+    assert!(text(&out.stdout).contains("1 failed task queued again"));
     let attempts: Vec<u64> = c
         .tasks(1)
         .iter()
@@ -779,7 +779,7 @@ fn several_jobs_are_held_released_cancelled_and_waited_for_by_ids_ranges_names_l
     let said = c.ok(&["release", "2-3"]);
     assert_eq!(
         said,
-        "job 2: 2 pending task(s) released\njob 3: 2 pending task(s) released\n"
+        "job 2: 2 pending tasks released\njob 3: 2 pending tasks released\n"
     );
     c.ok(&["cancel", "1"]);
     let said = c.ok(&["wait", "2,3"]);
@@ -799,10 +799,10 @@ fn several_jobs_are_held_released_cancelled_and_waited_for_by_ids_ranges_names_l
     let out = c.cli(&["hold", "4", "99"]);
     assert!(!out.status.success());
     // Held already: none newly held.
-    assert_eq!(text(&out.stdout), "job 4: 0 pending task(s) held\n");
+    assert_eq!(text(&out.stdout), "job 4: 0 pending tasks held\n");
     let err = text(&out.stderr);
     assert!(
-        err.contains("error: no job 99") && err.contains("1 of 2 job(s) not held: 99"),
+        err.contains("error: no job 99") && err.contains("1 of 2 jobs not held: 99"),
         "{err}"
     );
     // `all`: every job not finished — job 4 only.
@@ -841,7 +841,7 @@ fn several_jobs_are_held_released_cancelled_and_waited_for_by_ids_ranges_names_l
     assert!(
         err.contains("job 4 has ended (cancelled): nothing to hold")
             && err.contains("no job 99")
-            && err.contains("2 of 2 job(s) not held: 4, 99"),
+            && err.contains("2 of 2 jobs not held: 4, 99"),
         "{err}"
     );
     c.refused(
@@ -870,7 +870,7 @@ fn several_jobs_are_held_released_cancelled_and_waited_for_by_ids_ranges_names_l
     let said = c.ok(&["release", "name:sweep"]);
     assert_eq!(
         said,
-        "job 5: 1 pending task(s) released\njob 7: 1 pending task(s) released\n"
+        "job 5: 1 pending task released\njob 7: 1 pending task released\n"
     );
     let said = c.ok(&["wait", "name:sweep"]);
     assert_eq!(said.lines().count(), 2, "{said}");
@@ -1273,7 +1273,7 @@ fn the_server_allocates_agents_from_slurm_while_work_waits_and_they_leave_with_i
     let table = c.ok(&["allocations"]);
     assert!(
         table.contains(
-            "local: slurm, 1 node(s) for 10m 0s per allocation, at most 2 at once, at most 1 of \
+            "local: slurm, 1 node for 10m 0s per allocation, at most 2 at once, at most 1 of \
              them waiting, agents of 1 core and "
         ) && table.contains(&format!("; {submitted} submitted since the server started")),
         "{table}"
@@ -1397,7 +1397,7 @@ fn the_server_allocates_agents_from_pbs_one_per_node_of_each_allocation() {
     });
     let table = c.ok(&["allocations"]);
     assert!(
-        table.contains("pq: pbs, 2 node(s) for 10m 0s per allocation"),
+        table.contains("pq: pbs, 2 nodes for 10m 0s per allocation"),
         "{table}"
     );
 }
@@ -1906,7 +1906,7 @@ fn an_update_of_cores_and_memory_lets_a_job_that_fits_nowhere_run_under_its_new_
     let said = c.ok(&["update", "1", "--cores", "2", "--memory", "16MiB"]);
     assert_eq!(
         said,
-        "job 1: `big` priority 0, no max_running, no time limit, cpu 2 core(s) 16.0 MiB\n"
+        "job 1: `big` priority 0, no max_running, no time limit, cpu 2 cores 16.0 MiB\n"
     );
     assert!(
         c.ok(&["job", "1"]).contains("2 cores, 16.0 MiB"),
@@ -1937,8 +1937,8 @@ fn an_update_of_cores_and_memory_lets_a_job_that_fits_nowhere_run_under_its_new_
     let said = c.ok(&["update", "2", "--cores", "1"]);
     assert_eq!(
         said,
-        "job 2: `nap` priority 0, no max_running, no time limit, cpu 1 core(s) (1 running \
-         task(s) keep what they were given)\n"
+        "job 2: `nap` priority 0, no max_running, no time limit, cpu 1 core (1 running task \
+         keeps what it was given)\n"
     );
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(

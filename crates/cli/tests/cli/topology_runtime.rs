@@ -1021,7 +1021,7 @@ fn a_drained_node_is_emptied_of_stream_workers_and_the_count_stays_exact() {
     assert_eq!(pid_there.len(), 1, "one worker on {target}");
     let said = c.ok(&["node", "drain", &target]);
     assert!(
-        said.contains("1 stream worker(s) move to other nodes"),
+        said.contains("1 stream worker moves to other nodes"),
         "the drain says what moves: {said}"
     );
     wait_until(
@@ -1165,7 +1165,7 @@ rate = 5.0
     let out = c.cli(&["topology", "log", "talk", "--worker", "3"]);
     assert!(
         String::from_utf8_lossy(&out.stderr)
-            .contains("topology `talk` has 1 worker(s), 0 to 0: no worker 3"),
+            .contains("topology `talk` has 1 worker, 0 to 0: no worker 3"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

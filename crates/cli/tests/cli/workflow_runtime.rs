@@ -506,7 +506,7 @@ command = "echo ok > {output:o}"
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("3 failed task(s) queued again"),
+        String::from_utf8_lossy(&out.stdout).contains("3 failed tasks queued again"),
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );

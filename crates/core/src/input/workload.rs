@@ -929,9 +929,9 @@ impl Workload {
                     a.nodes.as_ref().and_then(at),
                     Some(format!("application[{i}].nodes")),
                     format!(
-                        "application `{}` needs {whole} whole nodes per task, and the cluster has {} node(s){among}",
+                        "application `{}` needs {whole} whole nodes per task, and the cluster has {}{among}",
                         a.name.get_ref(),
-                        nodes.len()
+                        crate::text::count(nodes.len() as u64, "node")
                     ),
                 ));
             }
@@ -975,8 +975,8 @@ impl Workload {
                             g.get_ref().gpus.get_ref()
                         ),
                         None => format!(
-                            "application `{name}` runs only on GPUs, and no node has {} GPU(s) with the cores and memory it asks for",
-                            g.get_ref().gpus.get_ref()
+                            "application `{name}` runs only on GPUs, and no node has {} with the cores and memory it asks for",
+                            crate::text::count(u64::from(*g.get_ref().gpus.get_ref()), "GPU")
                         ),
                     },
                 ),

@@ -86,7 +86,7 @@ fn the_cluster_must_have_as_many_nodes_with_the_attributes_as_a_task_holds() {
     let w = parse_workload("job.toml", &job("nodes = 3\nrequires = [\"ib\"]", "")).expect("valid");
     let e = w.check_runnable(&cluster).expect_err("too few").to_string();
     assert!(
-        e.contains("application[0].nodes: application `mpi` needs 3 whole nodes per task, and the cluster has 2 node(s) with ib"),
+        e.contains("application[0].nodes: application `mpi` needs 3 whole nodes per task, and the cluster has 2 nodes with ib"),
         "{e}"
     );
 }

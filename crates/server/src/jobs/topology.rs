@@ -1257,8 +1257,8 @@ impl Topology {
                 "topology `{name}` is not placed yet: it has no workers"
             ))),
             None => Err(TopologyError::NotFound(format!(
-                "topology `{name}` has {} worker(s), 0 to {}: no worker {worker}",
-                workers.len(),
+                "topology `{name}` has {}, 0 to {}: no worker {worker}",
+                hetsched_core::text::count(workers.len() as u64, "worker"),
                 workers.len() - 1
             ))),
         }
@@ -1608,9 +1608,9 @@ impl Topology {
                                 generation,
                             });
                             if lost {
-                                tracing::warn!(topology = %run.rec.name, "a node was lost: placed again on {used} node(s)");
+                                tracing::warn!(topology = %run.rec.name, "a node was lost: placed again on {}", hetsched_core::text::count(used as u64, "node"));
                             } else {
-                                tracing::info!(topology = %run.rec.name, "a node was drained: placed again on {used} node(s)");
+                                tracing::info!(topology = %run.rec.name, "a node was drained: placed again on {}", hetsched_core::text::count(used as u64, "node"));
                             }
                         }
                         saves.push(run.rec.clone());
@@ -1705,7 +1705,7 @@ impl Topology {
                         Cause::Overload => "overload",
                         Cause::Traffic => "traffic",
                     };
-                    tracing::info!(topology = %run.rec.name, cause, gain, "rescheduled onto {used} node(s)");
+                    tracing::info!(topology = %run.rec.name, cause, gain, "rescheduled onto {}", hetsched_core::text::count(used as u64, "node"));
                     run.rec.reschedules.push(Reschedule {
                         workers_kept,
                         executors_moved,

@@ -110,10 +110,11 @@ pub fn check_store(store: &Store) -> Result<(), StateError> {
     };
     if workflows > 0 {
         return Err(StateError::Invalid(format!(
-            "this data directory's store holds {workflows} workflow job(s) numbered apart from \
+            "this data directory's store holds {} numbered apart from \
              batch jobs (before job ids were shared across kinds), which this server cannot \
              tell apart from batch jobs: finish them with the previous hetsched version, or \
-             start this one with a new --data-dir"
+             start this one with a new --data-dir",
+            hetsched_core::text::count(workflows as u64, "workflow job")
         )));
     }
     conn.execute(

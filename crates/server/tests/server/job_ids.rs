@@ -162,7 +162,7 @@ fn a_store_with_workflows_numbered_apart_is_refused_with_a_clear_message() {
         .expect("unmark");
     drop(conn);
     let err = open(&d.0).err().expect("refused");
-    assert!(err.contains("workflow job(s) numbered apart"), "{err}");
+    assert!(err.contains("holds 1 workflow job numbered apart"), "{err}");
     assert!(err.contains("--data-dir"), "{err}");
 
     // A batch-only store from before is simply marked: its job ids stay.

@@ -269,7 +269,7 @@ fn a_multi_node_task_needs_as_many_nodes_as_it_holds() {
         .expect_err("refused");
     assert!(
         e.to_string().contains(
-            "application `mpi` needs 3 whole nodes per task, and the cluster has 2 node(s)"
+            "application `mpi` needs 3 whole nodes per task, and the cluster has 2 nodes"
         ),
         "{e}"
     );
@@ -279,7 +279,7 @@ fn a_multi_node_task_needs_as_many_nodes_as_it_holds() {
     assert!(beat(&mut s, a, &[], &[]).assignments.is_empty());
     assert_eq!(
         reason(&s, job),
-        "`mpi` needs 2 whole nodes per task, and 1 live node(s) can run it"
+        "`mpi` needs 2 whole nodes per task, and 1 live node can run it"
     );
     assert!(s.job(job).expect("job").blocked);
 }

@@ -71,9 +71,7 @@ fn a_multi_node_task_wider_than_the_cluster_is_refused() {
         .expect_err("refused")
         .to_string();
     assert!(
-        e.contains(
-            "it holds 2 whole nodes per task, and 1 node(s) of the cluster have its attributes"
-        ),
+        e.contains("it holds 2 whole nodes per task, and 1 node of the cluster has its attributes"),
         "{e}"
     );
 }

@@ -233,9 +233,12 @@ impl Batch {
             if rec.nodes > 1 {
                 if open.len() < rec.nodes as usize {
                     let why = format!(
-                        "`{name}` needs {} whole nodes per task, and {} live node(s) can run it",
+                        "`{name}` needs {} whole nodes per task, and {} can run it",
                         rec.nodes,
-                        open.len()
+                        match open.len() {
+                            1 => "1 live node".to_string(),
+                            n => format!("{n} live nodes"),
+                        }
                     );
                     return (why, true);
                 }
