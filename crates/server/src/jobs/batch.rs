@@ -1752,7 +1752,7 @@ impl StoredTasks {
                 let mut info = task_info(t, app, job, node);
                 if t.state == TaskState::Running {
                     info.queued = self.queued.contains(&t.id);
-                    if let Some(&at) = self.began.get(&t.id) {
+                    if let Some(&at) = self.began.get(&t.id).filter(|_| !info.queued) {
                         info.started_ns = at;
                     }
                 }

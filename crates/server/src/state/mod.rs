@@ -253,7 +253,9 @@ impl State {
         job_ids::check_store(&store)?;
         let snap = store.load()?;
         let div = crate::jobs::divisible::load(store.conn())?;
-        Self::from_snapshot(config, store, snap, div, None)
+        let mut state = Self::from_snapshot(config, store, snap, div, None)?;
+        state.queue_restored();
+        Ok(state)
     }
 
     fn from_snapshot(
@@ -355,11 +357,6 @@ impl State {
             users,
         };
         state.apply_user_groups();
-        // Work restored beyond its node's free cores is queued there, as far as the server can
-        // tell until the node's first heartbeat: counted once the owners' groups are known.
-        for (node, task) in state.nodes.prefetch.take_restored() {
-            state.note_queued(task, node);
-        }
         state.restore_fair_usage()?;
         state.settle_waits(true)?;
         Ok(state)
@@ -668,9 +665,19 @@ impl State {
         }
         for t in page.tasks.iter_mut().filter(|t| t.state == "running") {
             t.queued = queued.contains(t.id);
-            if let Some(at) = queued.began(t.id) {
+            if let Some(at) = queued.began(t.id).filter(|_| !t.queued) {
                 t.started_ns = at;
             }
+        }
+    }
+
+    /// After a restart or a rollback: the work restored beyond its node's free cores is queued
+    /// there, as far as the server can tell until the node's next heartbeat says (called once
+    /// the owners' groups are known again: a rollback's users come from the real store, after
+    /// [`State::from_snapshot`]).
+    fn queue_restored(&mut self) {
+        for (node, task) in self.nodes.prefetch.take_restored() {
+            self.note_queued(task, node);
         }
     }
 
@@ -957,6 +964,17 @@ impl State {
         fresh.signals = signals::Signals::restore(&fresh.store, now_ns() / 1_000)?;
         fresh.users = crate::users::Users::restore(fresh.store.conn(), self.users.index())?;
         fresh.apply_user_groups();
+        fresh.queue_restored();
+        let running: HashSet<u64> = fresh
+            .nodes
+            .iter()
+            .flat_map(|n| n.running.iter().copied())
+            .collect();
+        fresh
+            .nodes
+            .prefetch
+            .queued
+            .carry_began(&self.nodes.prefetch.queued, |t| running.contains(&t));
         fresh.carry_fair_usage(self);
         fresh.nodes.carry_over(&self.nodes);
         fresh.nodes.restore_ends(&mut fresh.view);

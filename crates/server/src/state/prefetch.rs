@@ -293,6 +293,18 @@ impl Queued {
         true
     }
 
+    /// After a rollback, whose state is rebuilt from the store as after a restart (what is
+    /// queued is guessed again, consistently with the rebuilt view, until the agents' next
+    /// heartbeats say): when the tasks that still run and are not taken as queued started from
+    /// a queue, as `old` knew (`running`: whether a task runs now).
+    pub fn carry_began(&mut self, old: &Queued, running: impl Fn(u64) -> bool) {
+        for (&task, &at) in &old.began {
+            if running(task) && !self.contains(task) {
+                self.began.insert(task, at);
+            }
+        }
+    }
+
     /// How many tasks the agent of node `node` holds queued.
     pub fn on(&self, node: NodeId) -> u32 {
         self.by_node.get(&node.0).copied().unwrap_or(0)

@@ -256,6 +256,101 @@ fn succeeded(s: &State) -> u64 {
     s.get_job(1).expect("job 1").counts.succeeded
 }
 
+/// An event the store refuses (a full disk) rolls memory back to the store, as a restart
+/// would: what was booked beyond the node's core is taken as queued again, consistently with the
+/// rolled-back state (whatever the refused beat said), until the agent's beat is taken.
+/// (When a task that waited in the queue started stays known while it runs, unless the refused
+/// event ended it.)
+#[test]
+fn after_a_rollback_what_was_booked_beyond_a_nodes_cores_is_queued_until_its_agent_beats() {
+    let d = scratch("rollback");
+    let mut s = open(&d.0, 3);
+    s.on_add_user("alice", false).expect("user");
+    let a = register(&mut s, "a", 1);
+    s.on_submit_as(
+        Submission {
+            origin: "alice.toml".into(),
+            text:
+                "[[application]]\nname = \"a\"\ntasks = 4\n[application.cpu]\ncommand = \"true\"\n"
+                    .into(),
+            workdir: "/".into(),
+            ..Default::default()
+        },
+        "alice",
+    )
+    .expect("alice's job");
+    let mut on_a = beat(&mut s, a, Vec::new(), Vec::new());
+    assert_eq!(on_a.len(), 4);
+    // The first ends and the agent starts the second (at 1001 by its clock); two wait.
+    let ended = on_a.remove(0);
+    beat(&mut s, a, first_started(&on_a), vec![success(&ended)]);
+    let listed = |s: &State| -> Vec<(u64, bool, u64)> {
+        s.list_tasks(1, 0, 0)
+            .expect("tasks")
+            .tasks
+            .iter()
+            .filter(|t| t.state == "running")
+            .map(|t| (t.id, t.queued, t.started_ns.min(1_000_000)))
+            .collect()
+    };
+    let before = listed(&s);
+    assert_eq!(
+        before,
+        [
+            (1, false, 1_001),
+            (2, true, 1_000_000),
+            (3, true, 1_000_000)
+        ]
+    );
+    // The second ends and the agent starts the third; the store refuses to record it.
+    s.simulate_full_disk(true);
+    s.on_heartbeat(HeartbeatReport {
+        node_id: a,
+        identity: IDENTITY.into(),
+        running: first_started(&on_a[1..]),
+        results: vec![success(&on_a[0])],
+        ..Default::default()
+    })
+    .expect_err("the disk is full");
+    s.simulate_full_disk(false);
+    // Alice's queued tasks are hers again: she is charged her one core, not three.
+    let before = core_seconds(&s);
+    std::thread::sleep(Duration::from_millis(150));
+    s.store_usage().expect("store");
+    let after = core_seconds(&s);
+    let delta = |who: &str| {
+        after.get(who).copied().unwrap_or(0.0) - before.get(who).copied().unwrap_or(0.0)
+    };
+    assert!(
+        delta("alice") <= delta("") * (1.0 + 1e-9) + 1e-6 && delta("alice") > delta("") * 0.9,
+        "alice was charged {} core-seconds of the {} the node offered",
+        delta("alice"),
+        delta("")
+    );
+    // (Task 1's start from the queue went with the refused beat that ended it: until that beat
+    // is taken, the task shows its dispatch.)
+    assert_eq!(
+        listed(&s),
+        [
+            (1, false, 1_000_000),
+            (2, true, 1_000_000),
+            (3, true, 1_000_000)
+        ],
+        "after the rollback"
+    );
+    assert_eq!(s.list_nodes()[0].queued, 2);
+    // Once the store takes writes again, the agent's retried beat is recorded.
+    std::thread::sleep(hetsched_server::state::PROBE_INTERVAL);
+    beat(
+        &mut s,
+        a,
+        first_started(&on_a[1..]),
+        vec![success(&on_a[0])],
+    );
+    assert_eq!(listed(&s), [(2, false, 1_002), (3, true, 1_000_000)]);
+    assert_eq!(s.list_nodes()[0].queued, 1);
+}
+
 #[test]
 fn a_node_gets_its_free_cores_plus_the_allowance_and_only_the_extra_tasks_are_prefetched() {
     let d = scratch("allowance");
