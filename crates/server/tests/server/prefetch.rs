@@ -61,6 +61,22 @@ fn submit(s: &mut State, tasks: u32) {
     .expect("submit");
 }
 
+/// A job of `tasks` one-core tasks, submitted by user `owner`.
+fn submit_as(s: &mut State, owner: &str, tasks: u32) {
+    s.on_submit_as(
+        Submission {
+            origin: format!("{owner}.toml"),
+            text: format!(
+                "[[application]]\nname = \"a\"\ntasks = {tasks}\n[application.cpu]\ncommand = \"true\"\n"
+            ),
+            workdir: "/".into(),
+            ..Default::default()
+        },
+        owner,
+    )
+    .expect("the user's job");
+}
+
 fn running(tasks: &[&Dispatch]) -> Vec<RunningTask> {
     tasks
         .iter()
@@ -116,18 +132,7 @@ fn the_accounts_charge_a_queued_task_from_its_start_not_from_its_dispatch() {
     let b = register(&mut s, "b", 1);
     submit(&mut s, 4);
     let mut on_a = beat(&mut s, a, Vec::new(), Vec::new());
-    s.on_submit_as(
-        Submission {
-            origin: "alice.toml".into(),
-            text:
-                "[[application]]\nname = \"a\"\ntasks = 4\n[application.cpu]\ncommand = \"true\"\n"
-                    .into(),
-            workdir: "/".into(),
-            ..Default::default()
-        },
-        "alice",
-    )
-    .expect("alice's job");
+    submit_as(&mut s, "alice", 4);
     let mut on_b = beat(&mut s, b, Vec::new(), Vec::new());
     assert_eq!(
         (on_a.len(), on_b.len()),
@@ -267,18 +272,7 @@ fn after_a_rollback_what_was_booked_beyond_a_nodes_cores_is_queued_until_its_age
     let mut s = open(&d.0, 3);
     s.on_add_user("alice", false).expect("user");
     let a = register(&mut s, "a", 1);
-    s.on_submit_as(
-        Submission {
-            origin: "alice.toml".into(),
-            text:
-                "[[application]]\nname = \"a\"\ntasks = 4\n[application.cpu]\ncommand = \"true\"\n"
-                    .into(),
-            workdir: "/".into(),
-            ..Default::default()
-        },
-        "alice",
-    )
-    .expect("alice's job");
+    submit_as(&mut s, "alice", 4);
     let mut on_a = beat(&mut s, a, Vec::new(), Vec::new());
     assert_eq!(on_a.len(), 4);
     // The first ends and the agent starts the second (at 1001 by its clock); two wait.
