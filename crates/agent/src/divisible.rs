@@ -95,8 +95,9 @@ pub struct DivisibleAgent {
     /// How long a chunk asked to stop (its job cancelled or purged, the chunk re-planned) has
     /// between SIGTERM and SIGKILL (`--kill-grace`).
     pub kill_grace: Duration,
-    /// How many chunks the agent holds now (the agent's idle timeout reads it).
-    pub held: Arc<std::sync::atomic::AtomicUsize>,
+    /// Where the agent reads how many chunks it holds now (its idle timeout, and its queue,
+    /// which leaves their core free).
+    pub held: crate::outside::Outside,
     /// `run_as_owner`: a user's chunk runs as its owner's account ([`crate::run_as`]).
     pub run_as_owner: bool,
     /// The chunks being computed, for operators' signals.
@@ -104,8 +105,8 @@ pub struct DivisibleAgent {
 }
 
 /// Publishes how many chunks the agent holds.
-fn count(held: &Held, to: &std::sync::atomic::AtomicUsize) {
-    to.store(held.all.len(), std::sync::atomic::Ordering::Relaxed);
+fn count(held: &Held, to: &crate::outside::Outside) {
+    to.set_chunks(held.all.len());
 }
 
 struct Ready {
@@ -712,7 +713,7 @@ mod tests {
             memory_bytes: 1 << 30,
             work_dir: dir.to_path_buf(),
             kill_grace: Duration::from_secs(5),
-            held: Arc::default(),
+            held: crate::outside::Outside::new(Arc::default()),
             run_as_owner,
             computing: Computing::default(),
         };

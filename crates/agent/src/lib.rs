@@ -34,6 +34,7 @@ pub mod guard;
 pub mod launch;
 pub mod ledger;
 pub mod logs;
+pub mod outside;
 pub mod run_as;
 pub mod shutdown;
 pub mod stream_workers;
@@ -287,9 +288,10 @@ pub async fn run(
     // The connection the agent's calls go over, replaced when a beat times out (the old one may
     // be dead); every loop that holds calls follows it.
     let (connection, connection_rx) = tokio::sync::watch::channel(channel.clone());
-    // What runs outside the heartbeat loop's own records, for the idle timeout.
-    let stream_workers_running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let chunks_held = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // Rung when a task ends, and when a chunk or stream worker frees its cores.
+    let notify = Arc::new(Notify::new());
+    // What runs outside the heartbeat loop's own records, for the idle timeout and the queue.
+    let outside = outside::Outside::new(notify.clone());
     stream_workers::spawn(
         connection_rx.clone(),
         interceptor.clone(),
@@ -303,12 +305,11 @@ pub async fn run(
             work_dir: opts.work_dir.clone(),
             run_as_owner: opts.run_as_owner,
         },
-        stream_workers_running.clone(),
+        outside.clone(),
     );
     let mut client = AgentClient::with_interceptor(channel.clone(), interceptor.clone())
         .max_decoding_message_size(MAX_REPLY_BYTES);
     let gpus = detect::Gpus::init();
-    let notify = Arc::new(Notify::new());
     workdir::prepare_for(&opts.work_dir, opts.run_as_owner)
         .map_err(|e| AgentError::Config(format!("work directory: {e}")))?;
     // One agent per work directory, held for the agent's whole life (before the ledger is read:
@@ -339,7 +340,7 @@ pub async fn run(
             memory_bytes: opts.resources.memory_bytes,
             work_dir: opts.work_dir.clone(),
             kill_grace: opts.kill_grace,
-            held: chunks_held.clone(),
+            held: outside.clone(),
             run_as_owner: opts.run_as_owner,
             computing: computing.clone(),
         },
@@ -533,6 +534,7 @@ pub async fn run(
     let launcher = Launcher {
         shared: &shared,
         notify: &notify,
+        outside: &outside,
         opts: &opts,
         pipeline: pipeline.as_ref(),
         balance: &balance,
@@ -913,14 +915,7 @@ pub async fn run(
                 // Nor a divisible chunk, a stream worker or accelerator work (they run outside
                 // this loop, which not all of them wake: looked at again when the idle timeout
                 // ends).
-                let others_rest = || {
-                    outside_work_rests(
-                        &chunks_held,
-                        &stream_workers_running,
-                        pipeline.as_ref(),
-                        &balance,
-                    )
-                };
+                let others_rest = || outside_work_rests(&outside, pipeline.as_ref(), &balance);
                 let nothing_here = idle && others_rest();
                 if !nothing_here {
                     idle_since = None;
@@ -1022,12 +1017,7 @@ pub async fn run(
                 let at_rest = {
                     let sh = shared.lock().unwrap_or_else(|p| p.into_inner());
                     sh.running.is_empty() && sh.queue.is_empty() && sh.results.is_empty()
-                } && outside_work_rests(
-                    &chunks_held,
-                    &stream_workers_running,
-                    pipeline.as_ref(),
-                    &balance,
-                );
+                } && outside_work_rests(&outside, pipeline.as_ref(), &balance);
                 if !at_rest {
                     idle_since = None;
                 } else if idle_since.is_none() {
@@ -1087,6 +1077,8 @@ pub async fn run(
 struct Launcher<'a> {
     shared: &'a Arc<Mutex<Shared>>,
     notify: &'a Arc<Notify>,
+    /// What chunks and stream workers hold here: queued tasks start only in what it leaves.
+    outside: &'a outside::Outside,
     opts: &'a AgentOptions,
     pipeline: Option<&'a accel::Pipeline>,
     balance: &'a balance::Handle,
@@ -1108,11 +1100,12 @@ impl Launcher<'_> {
         }
     }
 
-    /// Whether task `a` can start beside the tasks started and not yet ended: its cores fit
-    /// (a task larger than the node starts once nothing else runs) and none of its devices is
-    /// held.
+    /// Whether task `a` can start beside the tasks started and not yet ended, the divisible
+    /// chunks and the stream workers: its cores fit (a task larger than the node starts once
+    /// nothing else runs) and none of its devices is held.
     fn fits(&self, sh: &Shared, a: &pb::Assignment) -> bool {
-        let cores = sh.busy_cores == 0 || sh.busy_cores + a.cores <= self.opts.resources.cores;
+        let busy = sh.busy_cores.saturating_add(self.outside.cores());
+        let cores = busy == 0 || busy.saturating_add(a.cores) <= self.opts.resources.cores;
         cores && a.devices.iter().all(|d| !sh.busy_devices.contains_key(d))
     }
 
@@ -1460,14 +1453,12 @@ async fn coalesce(l: &Launcher<'_>, window: Duration) {
 /// Whether nothing runs outside the heartbeat loop's own records (the idle timeout's test): no
 /// divisible chunk held, no stream worker, no accelerator work, no PCDDB machine balancing.
 fn outside_work_rests(
-    chunks_held: &std::sync::atomic::AtomicUsize,
-    stream_workers: &std::sync::atomic::AtomicUsize,
+    outside: &outside::Outside,
     pipeline: Option<&accel::Pipeline>,
     balance: &balance::Handle,
 ) -> bool {
-    use std::sync::atomic::Ordering::Relaxed;
-    chunks_held.load(Relaxed) == 0
-        && stream_workers.load(Relaxed) == 0
+    outside.chunks() == 0
+        && outside.workers() == 0
         && pipeline.is_none_or(accel::Pipeline::is_idle)
         && !balance
             .lock()

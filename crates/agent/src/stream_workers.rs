@@ -127,6 +127,8 @@ struct WorkerProc {
     stdin: ChildStdin,
     info: Arc<Mutex<Info>>,
     peers_sent: BTreeMap<u32, String>,
+    /// The cores the server books for it (`WorkerAssignment.cores`, from its latest sync).
+    cores: u32,
     /// Its directory ([`start`]).
     dir: PathBuf,
     /// The account it runs as (`run_as_owner`), which reads its stderr file.
@@ -211,13 +213,14 @@ pub struct Host {
 }
 
 /// Starts the sync loop in the background; `secrecy` keys and encrypts the workers' connections.
-/// `running` follows how many workers run here (the agent's idle timeout reads it).
+/// `outside` follows how many workers run here and the cores the server books for them (the
+/// agent's idle timeout and its queue of prefetched tasks read it).
 pub fn spawn(
     mut connection: crate::Connection,
     interceptor: pb::TokenInterceptor,
     secrecy: Secrecy,
     host: Host,
-    running: Arc<std::sync::atomic::AtomicUsize>,
+    outside: crate::outside::Outside,
 ) {
     let Host {
         node,
@@ -288,7 +291,7 @@ pub fn spawn(
                     backoff.remove(k);
                 }
             }
-            running.store(workers.len(), std::sync::atomic::Ordering::Relaxed);
+            publish(&workers, &outside);
             let running: Vec<pb::RunningWorker> = workers
                 .iter()
                 .map(|(k, w)| {
@@ -453,6 +456,7 @@ pub fn spawn(
                 let Some(w) = workers.get_mut(&k) else {
                     continue;
                 };
+                w.cores = a.cores;
                 let peers: BTreeMap<u32, String> = a.peers.into_iter().collect();
                 if peers != w.peers_sent {
                     let cmd = serde_json::json!({
@@ -467,8 +471,18 @@ pub fn spawn(
                     }
                 }
             }
+            publish(&workers, &outside);
         }
     });
+}
+
+/// Tells the agent how many workers run here and the cores they hold.
+fn publish(workers: &HashMap<Key, WorkerProc>, outside: &crate::outside::Outside) {
+    let cores = workers
+        .values()
+        .map(|w| w.cores)
+        .fold(0u32, u32::saturating_add);
+    outside.set_workers(workers.len(), cores);
 }
 
 /// Starts worker `k` with `config`: its directory is `WORK_DIR/stream/TOPOLOGY-gG-wW`, or, for
@@ -562,6 +576,7 @@ fn start(
         stdin,
         info,
         peers_sent: BTreeMap::new(),
+        cores: 0,
         dir,
         account: account.cloned(),
     })

@@ -140,6 +140,7 @@ fn to_run(r: WorkersToRun) -> pb::SyncWorkersReply {
                 keep_generation: w.keep_generation,
                 keep_worker: w.keep_worker,
                 run_as: w.run_as,
+                cores: w.cores,
                 ..Default::default()
             })
             .collect(),

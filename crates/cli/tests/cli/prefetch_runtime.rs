@@ -184,6 +184,119 @@ fn tasks_queued_on_a_sigkilled_agent_run_exactly_once_elsewhere() {
     assert!(tasks.iter().all(|t| t["state"] == "succeeded"), "{tasks:?}");
 }
 
+/// A divisible chunk holds a core of its agent, as the server books it: a batch task sent to a
+/// one-core agent while a chunk is computed there waits in the agent's queue until the chunk is
+/// done, and never runs beside it.
+#[test]
+fn a_queued_task_waits_for_the_core_a_divisible_chunk_holds() {
+    // An agent computing only chunks beats at its idle interval: short here, so that the task
+    // reaches it while the chunk runs.
+    let mut c = Cluster::start_configured(
+        "prefetch-chunk",
+        false,
+        "prefetch = 1\nidle_heartbeat_interval = \"200ms\"\n",
+    );
+    c.start_agent("n", 1, &[]);
+    c.wait_for_nodes(1);
+    let log = c.dir.join("events");
+    c.submit_file(
+        "chunk.toml",
+        &format!(
+            "[[divisible]]\nname = \"slow\"\nunits = 1\ncommand = \"echo s chunk{{start}} >> {0}; sleep 3; echo e chunk{{end}} >> {0}\"\n",
+            log.display()
+        ),
+    );
+    wait_until("the chunk to start", Duration::from_secs(20), || {
+        lines(&log).iter().any(|e| e == "s chunk0")
+    });
+    c.submit_file(
+        "task.toml",
+        &format!(
+            "[[application]]\nname = \"t\"\ntasks = 1\n[application.cpu]\ncommand = \"echo s task >> {0}; sleep 0.2; echo e task >> {0}\"\n",
+            log.display()
+        ),
+    );
+    // Sent to the node beyond its free cores (the chunk holds its one core): queued there.
+    wait_until("the task to be queued", Duration::from_secs(20), || {
+        c.tasks(2).first().is_some_and(|t| t["queued"] == true)
+    });
+    c.ok(&["wait", "2", "--timeout", "30s"]);
+    let events = lines(&log);
+    assert_eq!(
+        events,
+        ["s chunk0", "e chunk1", "s task", "e task"],
+        "the task starts once the chunk's core is free"
+    );
+    assert_eq!(c.json(&["job", "1"])["state"], "completed");
+}
+
+/// A stream topology whose one worker holds a whole core: a spout and a bolt at 50 % each.
+const HALF_AND_HALF: &str = r#"name = "live"
+[[component]]
+name = "numbers"
+kind = "spout"
+parallelism = 1
+cpu = 50.0
+builtin = "sequence-spout"
+params = { rate = 20.0 }
+[[component]]
+name = "keep"
+kind = "bolt"
+parallelism = 1
+cpu = 50.0
+builtin = "filter"
+[[stream]]
+from = "numbers"
+to = "keep"
+rate = 20.0
+"#;
+
+/// A stream worker holds the cores the server books for it: a batch task sent to a one-core
+/// agent whose worker holds its core waits in the agent's queue while the topology runs, and
+/// starts once it is killed.
+#[test]
+fn a_queued_task_waits_for_the_cores_a_stream_worker_holds() {
+    let mut c = Cluster::start_configured(
+        "prefetch-worker",
+        false,
+        "prefetch = 1\nidle_heartbeat_interval = \"200ms\"\n",
+    );
+    c.start_agent("n", 1, &[]);
+    c.wait_for_nodes(1);
+    let topology = c.write("live.toml", HALF_AND_HALF);
+    c.ok(&["topology", "submit", topology.to_str().expect("path")]);
+    wait_until("the worker to run", Duration::from_secs(60), || {
+        c.json(&["topology", "show", "live"])["workers"][0]["pid"]
+            .as_u64()
+            .is_some_and(|p| p != 0)
+    });
+    let log = c.dir.join("events");
+    c.submit_file(
+        "task.toml",
+        &format!(
+            "[[application]]\nname = \"t\"\ntasks = 1\n[application.cpu]\ncommand = \"echo s task >> {0}\"\n",
+            log.display()
+        ),
+    );
+    wait_until("the task to be queued", Duration::from_secs(20), || {
+        c.tasks(1).first().is_some_and(|t| t["queued"] == true)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        lines(&log).is_empty(),
+        "the task must not start beside the worker holding the node's core"
+    );
+    assert_eq!(c.tasks(1)[0]["queued"], true);
+    c.ok(&["topology", "kill", "live"]);
+    let out = c.cli(&["wait", "1", "--timeout", "30s"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(lines(&log), ["s task"]);
+}
+
 #[test]
 fn a_prefetch_setting_that_is_neither_auto_nor_a_number_is_refused_with_its_line() {
     let dir = std::env::temp_dir().join(format!("hetsched-prefetch-bad-{}", std::process::id()));

@@ -440,6 +440,22 @@ pub struct WorkerOrder {
     /// The account it runs as on an agent with `run_as_owner`: the topology owner's name, empty
     /// for the admin's (set by the state, which knows the owners).
     pub run_as: String,
+    /// The cores booked for it on its node ([`worker_cores`]; 0 for a draining worker, which
+    /// hosts no executor of the placement): its agent starts queued tasks only in what its
+    /// workers leave.
+    pub cores: u32,
+}
+
+/// The cores worker `w` holds on its node: its executors' declared loads (per cent of a core,
+/// `assignment` giving each executor's worker), rounded up to whole cores.
+fn worker_cores(assignment: &[u32], loads: &[f64], w: u32) -> u32 {
+    let percent: f64 = assignment
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| **a == w)
+        .map(|(e, _)| loads.get(e).copied().unwrap_or(0.0))
+        .sum();
+    (percent / 100.0).ceil().max(0.0) as u32
 }
 
 /// The answer to an agent's sync.
@@ -957,14 +973,7 @@ impl Topology {
                 let Some(id) = nodes.by_name(node) else {
                     continue;
                 };
-                let percent: f64 = p
-                    .assignment
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, a)| **a == w)
-                    .map(|(e, _)| loads.get(e).copied().unwrap_or(0.0))
-                    .sum();
-                let cores = (percent / 100.0).ceil().max(0.0) as u32;
+                let cores = worker_cores(&p.assignment, &loads, w);
                 let group = users.topology_group(&run.rec.name);
                 want.insert((run.rec.name.clone(), w), (id, cores, group));
             }
@@ -1524,6 +1533,11 @@ impl Topology {
                     .map(|(w, l)| (*w, l.addr.clone()))
                     .collect();
                 let (keep_generation, keep_worker) = run.kept.get(&idx).copied().unwrap_or((0, 0));
+                let cores = if (idx as usize) < p.workers.len() {
+                    worker_cores(&p.assignment, &run.topo.topology.declared_loads(), idx)
+                } else {
+                    0
+                };
                 out.push(WorkerOrder {
                     topology: run.rec.name.clone(),
                     generation: run.rec.generation,
@@ -1533,6 +1547,7 @@ impl Topology {
                     keep_generation,
                     keep_worker,
                     run_as: String::new(),
+                    cores,
                 });
             }
         }

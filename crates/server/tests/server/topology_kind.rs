@@ -121,8 +121,24 @@ fn a_running_worker_holds_its_declared_cores_and_topologies_live_in_the_one_stor
         4,
         "not running yet: nothing held"
     );
-    // The worker runs: its 4 executors × 50 % = 2 declared cores are held on the node.
-    sync(&mut s, vec![running_worker(1)]);
+    // The worker runs: its 4 executors × 50 % = 2 declared cores are held on the node, and its
+    // agent is told so (it starts the tasks it queues only in the cores its workers leave).
+    let told = s
+        .topology_sync(
+            WorkersSeen {
+                start_errors: Vec::new(),
+                node: "n".into(),
+                cores: 4,
+                attributes: Vec::new(),
+                workers: vec![running_worker(1)],
+            },
+            None,
+        )
+        .expect("sync");
+    assert_eq!(
+        told.workers.iter().map(|w| w.cores).collect::<Vec<_>>(),
+        [2]
+    );
     assert_eq!(s.topology_held_cores(n), 2);
     assert_eq!(s.list_nodes()[0].free_cores, 2);
     // A batch job of four one-core tasks gets only the two cores left.
