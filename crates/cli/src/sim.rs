@@ -606,7 +606,7 @@ fn limits(u: &hetsched_sim::metrics::UserResult) -> Option<String> {
         parts.push(format!("{} shares", u.shares));
     }
     let caps: Vec<String> = [
-        u.max_cores.map(|c| format!("{c} cores")),
+        u.max_cores.map(|c| hetsched_core::text::count(c, "core")),
         u.max_memory_bytes
             .map(|m| bytesize::ByteSize(m).to_string()),
         u.max_gpus

@@ -566,11 +566,11 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
     }
     let c = counts(&j.counts);
     println!(
-        "job {} ({}): {} — {} tasks: {} pending, {} running, {} succeeded, {} failed, {} cancelled; {}",
+        "job {} ({}): {} — {}: {} pending, {} running, {} succeeded, {} failed, {} cancelled; {}",
         j.id,
         j.name,
         j.state,
-        j.tasks,
+        count(j.tasks, "task"),
         c.pending,
         c.running,
         c.succeeded,

@@ -4,6 +4,7 @@
 use super::client::{answer, connect, json, refused, table};
 use super::{ClientArgs, UserCaps};
 use anyhow::Context;
+use hetsched_core::text::count;
 use hetsched_proto as pb;
 use std::io::Write;
 use std::path::Path;
@@ -108,9 +109,9 @@ pub async fn limit(args: &ClientArgs, name: &str, caps: UserCaps) -> anyhow::Res
         .into_inner();
     answer(args, &reply, |u| {
         let caps = [
-            (u.max_cores > 0).then(|| format!("{} cores", u.max_cores)),
+            (u.max_cores > 0).then(|| count(u.max_cores, "core")),
             (u.max_memory_bytes > 0).then(|| format!("{} of memory", size(u.max_memory_bytes))),
-            (u.max_gpus > 0).then(|| format!("{} GPUs", u.max_gpus)),
+            (u.max_gpus > 0).then(|| count(u.max_gpus, "GPU")),
         ];
         let caps: Vec<String> = caps.into_iter().flatten().collect();
         let cap = if caps.is_empty() {
@@ -122,14 +123,14 @@ pub async fn limit(args: &ClientArgs, name: &str, caps: UserCaps) -> anyhow::Res
             format!("priority at most {p}")
         });
         format!(
-            "user {}: {cap}, {} fair-share {}, {priority} (its running tasks hold {} cores, {} \
-             of memory and {} GPUs now)",
+            "user {}: {cap}, {} fair-share {}, {priority} (its running tasks hold {}, {} \
+             of memory and {} now)",
             u.name,
             u.shares,
             if u.shares == 1 { "share" } else { "shares" },
-            u.cores,
+            count(u.cores, "core"),
             size(u.memory_bytes),
-            u.gpus
+            count(u.gpus, "GPU")
         )
     })
 }

@@ -275,12 +275,12 @@ fn the_dashboard_shows_the_allocation_queues_and_each_allocations_agents() {
         .unwrap_or_else(|| panic!("the queue's line: {dom}"));
     assert!(
         queue.contains("101 <span class=\"badge\">running</span>")
-            && queue.contains("1 agent(s)</span>")
+            && queue.contains("1 agent</span>")
             && queue.contains("1 submitted"),
         "{queue}"
     );
     assert!(
-        queue.contains("-101\">1 agent(s)"),
+        queue.contains("-101\">1 agent<"),
         "the agent's name on hover: {queue}"
     );
 }
@@ -331,7 +331,7 @@ fn a_divisible_jobs_chunks_are_listed_with_links_to_their_output() {
         dom.contains("<tr data-chunk=\"0\"><td>chunk 0</td>")
             && dom.contains(&format!("<td>units 0..{end}</td>"))
             && dom.contains("/api/log?job=1&amp;task=0&amp;stream=stderr")
-            && dom.contains("chunk(s) shown of "),
+            && dom.contains("chunks shown of "),
         "the job's chunks: {dom}"
     );
 }

@@ -2263,7 +2263,7 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
     assert_eq!(users[0]["max_cores"], serde_json::Value::Null);
     let said = c.ok(&["user", "limit", "alice", "--max-cores", "1"]);
     assert!(
-        said.contains("user alice: at most 1 cores at once"),
+        said.contains("user alice: at most 1 core at once"),
         "{said}"
     );
     assert_eq!(c.json(&["user", "list"])[0]["max_cores"], 1);
@@ -2282,7 +2282,7 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
         "2",
     ]);
     assert!(
-        said.contains("user alice: at most 1 cores, 8.0 GiB of memory, 2 GPUs at once"),
+        said.contains("user alice: at most 1 core, 8.0 GiB of memory, 2 GPUs at once"),
         "{said}"
     );
     let listed = &c.json(&["user", "list"])[0];

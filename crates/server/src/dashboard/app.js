@@ -11,6 +11,8 @@ const $ = (id) => document.getElementById(id);
 // The page's Content-Security-Policy forbids inline style attributes: widths travel as data-w and
 // are applied through the CSSOM, which it allows.
 function applyWidths(root) { root.querySelectorAll("[data-w]").forEach((e) => { e.style.width = e.dataset.w; }); }
+// "1 task", "2 tasks": the words of the CLI's messages (hetsched_core::text::count).
+const count = (n, noun) => `${n} ${noun}${n === 1 ? "" : "s"}`;
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 
 async function api(path) {
@@ -272,7 +274,7 @@ function renderJobDetail(j) {
   let kind = "";
   const d = j.divisible;
   if (d) {
-    kind = `divisible load <b>${esc(d.name)}</b> (${esc(d.algo)}): ${d.units_done}/${d.units} units, ${d.rounds} round(s)`
+    kind = `divisible load <b>${esc(d.name)}</b> (${esc(d.algo)}): ${d.units_done}/${d.units} units, ${count(d.rounds, "round")}`
       + ((d.requires || []).length ? ` · on nodes with <span class="requires">${esc(d.requires.join(", "))}</span>` : "")
       + (d.message ? ` · ${esc(d.message)}` : "");
   } else if (j.balancer) {
@@ -300,7 +302,7 @@ function renderChunks() {
       <td class="state-${esc(c.shown)}">${esc(c.shown)}</td><td>1</td><td>${esc(c.worker || "-")}</td><td>-</td><td>-</td>
       <td>${c.compute_s ? human(c.compute_s * 1e9) : "-"}</td><td>-</td><td>-</td><td>${log("stdout")} ${log("stderr")}</td><td class="msg"></td></tr>`;
   }).join("");
-  $("tasks-where").textContent = `${rows.length} chunk(s) shown of ${kept.length}${kept.length < all.length ? ` (${all.length} in the job)` : ""}, newest first`;
+  $("tasks-where").textContent = `${count(rows.length, "chunk")} shown of ${kept.length}${kept.length < all.length ? ` (${all.length} in the job)` : ""}, newest first`;
   for (const b of ["tasks-prev", "tasks-first", "tasks-next"]) $(b).disabled = true;
 }
 
@@ -363,7 +365,7 @@ async function loadTasks() {
       <td>${t.attempt > 0 ? `${log("stdout")} ${log("stderr")}` : "-"}</td><td class="msg">${esc(t.message)}</td></tr>`;
   }).join("");
   const n = tasksView.cursors.length;
-  $("tasks-where").textContent = `page ${n} · ${page.tasks.length} task(s) shown of ${page.total} in the job`;
+  $("tasks-where").textContent = `page ${n} · ${count(page.tasks.length, "task")} shown of ${page.total} in the job`;
   $("tasks-prev").disabled = n === 1;
   $("tasks-first").disabled = n === 1;
   $("tasks-next").disabled = !page.next_cursor;
@@ -385,11 +387,11 @@ $("tasks-first").addEventListener("click", () => { tasksView.cursors = [0]; load
 function renderAllocations(queues) {
   $("allocations-section").hidden = queues.length === 0;
   $("allocations").innerHTML = queues.map((q) => {
-    const agents = (a) => (a.agents || []).length ? ` <span class="agents" title="${esc(a.agents.join(", "))}">${a.agents.length} agent(s)</span>` : "";
+    const agents = (a) => (a.agents || []).length ? ` <span class="agents" title="${esc(a.agents.join(", "))}">${count(a.agents.length, "agent")}</span>` : "";
     const list = (q.allocations || []).map((a) => `${esc(a.id)} <span class="badge">${esc(a.state.toLowerCase())}</span>${agents(a)}`).join(" · ") || "none";
     const failing = q.error ? `<div class="error" title="the last look at the batch system failed">${esc(q.error)}</div>` : "";
     const paused = q.paused ? ` <span class="badge paused" title="hetsched allocations --resume ${esc(q.name)}">paused</span>` : "";
-    return `<div class="queue" data-queue="${esc(q.name)}"><b>${esc(q.name)}</b>${paused} (${esc(q.manager)}, ${q.nodes} node(s) per allocation, at most ${q.max_allocations}): ${list} · ${q.submitted} submitted${failing}</div>`;
+    return `<div class="queue" data-queue="${esc(q.name)}"><b>${esc(q.name)}</b>${paused} (${esc(q.manager)}, ${count(q.nodes, "node")} per allocation, at most ${q.max_allocations}): ${list} · ${q.submitted} submitted${failing}</div>`;
   }).join("");
 }
 // Polled only when the server has queues, and not in a `#events=N` snapshot (whose network
@@ -495,7 +497,7 @@ function topologyRow(t) {
   return `<td class="name">${esc(t.name)}</td><td class="owner">${esc(t.owner)}</td><td class="state state-${esc(t.state)}">${esc(t.state)}</td><td class="placer">${esc(t.placer)}</td>`
     + cell("generation", t.generation)
     + `<td class="workers">${t.workers_running}/${workers.length}${draining}${badge}</td>`
-    + cell("nodes-used", t.nodes_used, `of ${t.nodes_alive} live node(s)`)
+    + cell("nodes-used", t.nodes_used, `of ${count(t.nodes_alive, "live node")}`)
     + cell("throughput", perS(t.throughput_tuples_per_s))
     + cell("inter-node", perS(t.inter_node_tuples_per_s))
     + cell("latency", latency)
@@ -528,7 +530,7 @@ function renderTopologies(list) {
 function renderTopology(t) {
   const workers = t.workers || [];
   $("topology-title").textContent = `Topology ${t.name} (${t.owner}) — ${t.state}, ${t.placer}, generation ${t.generation}: `
-    + `${t.workers_running}/${workers.length} worker(s) running on ${t.nodes_used} node(s), ${perS(t.throughput_tuples_per_s)} tuples/s from its spouts`;
+    + `${t.workers_running}/${count(workers.length, "worker")} running on ${count(t.nodes_used, "node")}, ${perS(t.throughput_tuples_per_s)} tuples/s from its spouts`;
   const moves = t.reschedules || [];
   $("topology-reschedules").textContent = moves.length
     ? `${moves.length} reschedule(s), latest first: ` + moves.slice(-5).reverse().map((r) =>

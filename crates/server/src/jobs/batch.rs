@@ -2413,7 +2413,10 @@ impl JobKind for Batch {
             t.state = TaskState::Failed;
             t.finished_ns = cx.now;
             t.exit_code = None;
-            t.message = format!("{reason}; gave up after {} attempts", t.attempt);
+            t.message = format!(
+                "{reason}; gave up after {}",
+                hetsched_core::text::count(t.attempt, "attempt")
+            );
             let index = t.index;
             cx.view.task_abandoned(&a);
             self.task_ended(a.app.0);

@@ -2342,9 +2342,10 @@ impl JobKind for Workflows {
         if !j.finished() {
             let (c, _) = Self::counts_of(&j.insts);
             return Err(StateError::Invalid(format!(
-                "job {id} is not finished ({} instances pending, {} running): cancel it first \
+                "job {id} is not finished ({} pending, {} running): cancel it first \
                  (`hetsched cancel {id}`) or wait for it",
-                c.pending, c.running
+                hetsched_core::text::count(c.pending, "instance"),
+                c.running
             )));
         }
         Ok(())

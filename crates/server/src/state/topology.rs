@@ -80,8 +80,9 @@ impl State {
             if cap > 0 && cores > f64::from(cap) {
                 return Err(StateError::Invalid(format!(
                     "topology `{name}` declares {declared}% of a core over its executors: its \
-                     workers would hold at least {cores} cores, more than the {cap} cores \
-                     {owner} may hold at once (`hetsched user limit`)"
+                     workers would hold at least {cores} cores, more than the {} {owner} may \
+                     hold at once (`hetsched user limit`)",
+                    hetsched_core::text::count(cap, "core")
                 )));
             }
         }

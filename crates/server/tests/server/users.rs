@@ -742,7 +742,7 @@ fn a_users_topology_workers_hold_cores_as_its_tasks_do_against_its_cap() {
     assert_eq!(
         e.to_string(),
         "topology `pipe` declares 200% of a core over its executors: its workers would hold at \
-         least 2 cores, more than the 1 cores alice may hold at once (`hetsched user limit`)"
+         least 2 cores, more than the 1 core alice may hold at once (`hetsched user limit`)"
     );
     common::assert_metrics(s, "hdas", &["hetsched_user_cores{user=\"alice\"} 1"]);
 }

@@ -516,9 +516,10 @@ impl Batch {
         let c = self.job_counts(j);
         if c.pending + c.running > 0 {
             return Err(StateError::Invalid(format!(
-                "job {id} is not finished ({} tasks pending, {} running): cancel it first \
+                "job {id} is not finished ({} pending, {} running): cancel it first \
                  (`hetsched cancel {id}`) or wait for it",
-                c.pending, c.running
+                hetsched_core::text::count(c.pending, "task"),
+                c.running
             )));
         }
         Ok(())
