@@ -1001,6 +1001,17 @@ impl Topology {
         }
     }
 
+    /// Gives the workers booked short of their cores (they started on a busy node) what is free
+    /// on their nodes now. Called when an event frees cores, before any kind fills the node, so
+    /// that new tasks do not take the cores a worker already runs on.
+    pub fn top_up(&mut self, view: &mut SchedulerView) {
+        for b in self.held.values_mut().filter(|b| b.taken < b.wanted) {
+            let more = view.hold_cores(NodeId(b.node), b.wanted - b.taken);
+            view.charge_group(b.group, just_cores(more));
+            b.taken += more;
+        }
+    }
+
     /// Notes the cores in use on every node in `view` (batch tasks, other kinds' work and every
     /// topology's workers), so placements see what the rest of the cluster holds.
     pub fn see_view(&mut self, view: &SchedulerView, nodes: &Nodes) {

@@ -615,6 +615,8 @@ impl State {
         self.settle_waits(false)?;
         // Cores released above may owe a prefetch debt: no kind sees them free.
         self.nodes.prefetch.repay_all(&mut self.view);
+        // What is still free goes first to the chunks and workers running short of their cores.
+        self.top_up_outside_work();
         self.nodes.set_now(&mut self.view, Instant::now());
         self.stage_usage_when_due();
         {
@@ -735,6 +737,14 @@ impl State {
         }
     }
 
+    /// Gives the divisible chunks and stream workers running short of their cores (they started
+    /// on a busy node) what their nodes have free now, before any kind fills a node: new tasks
+    /// never take the cores such work already runs on (its agent counts them, `outside`).
+    fn top_up_outside_work(&mut self) {
+        self.rebook_chunks();
+        self.jobs.topology.top_up(&mut self.view);
+    }
+
     /// Writes what every kind changed in one transaction. If the store refuses (a full disk),
     /// the event's changes to memory are rolled back — the state is rebuilt from the store, which
     /// holds exactly what was committed before — and dispatch pauses until the store accepts
@@ -749,6 +759,8 @@ impl State {
         // Cores this event released on a node that still owes prefetched cores repay the debt
         // now: no listing, and no decision for another node, sees a core the node lacks.
         self.nodes.prefetch.repay_all(&mut self.view);
+        // Then the workers short of their cores take what is free.
+        self.jobs.topology.top_up(&mut self.view);
         // What each owner held until now is credited; what it holds from now on is noted.
         self.settle_accounts();
         if !self.jobs.all().iter().any(|k| k.has_changes())

@@ -507,3 +507,38 @@ fn a_chunk_being_computed_holds_a_core_charged_to_its_jobs_owner() {
         "the batch task's core and the chunk's"
     );
 }
+
+/// A chunk handed to an agent whose cores batch tasks all hold takes the first core they free,
+/// before the batch policy fills it again: the agent, which counts the chunk's core, would
+/// otherwise hold the new task queued until the chunk is done.
+#[test]
+fn the_first_core_tasks_free_goes_to_a_chunk_short_of_its_core() {
+    let d = crate::common::scratch("divisible-kind", "short");
+    let mut s = open(&d);
+    join_agents(&mut s, &["a"]);
+    s.on_submit(Submission {
+        origin: "sweep.toml".into(),
+        text: "[[application]]\nname = \"sim\"\ntasks = 6\n[application.cpu]\n\
+               command = \"true\"\n"
+            .into(),
+        workdir: "/".into(),
+        ..Default::default()
+    })
+    .expect("batch job");
+    let sent: Vec<(u64, u32)> = crate::common::beat(&mut s, 0, &[], &[])
+        .assignments
+        .iter()
+        .map(|t| (t.task_id, t.attempt))
+        .collect();
+    assert_eq!(sent.len(), 2, "two tasks fill a's two cores");
+    let id = s.on_submit(rows()).expect("submitted").job_id;
+    assert_eq!(ask(&mut s, "a").expect("asked"), vec![(id, 0)]);
+    // One task ends: its core is the chunk's, and no task takes it.
+    let beat = crate::common::beat(&mut s, 0, &sent[1..], &[(sent[0].0, sent[0].1, true)]);
+    assert!(beat.assignments.is_empty(), "{:?}", beat.assignments);
+    assert_eq!(s.list_nodes()[0].free_cores, 0);
+    // The chunk is done: its core goes to the next task.
+    assert!(chunk_done(&mut s, &d, id, 0), "recorded");
+    let beat = crate::common::beat(&mut s, 0, &sent[1..], &[]);
+    assert_eq!(beat.assignments.len(), 1);
+}

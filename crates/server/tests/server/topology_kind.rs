@@ -758,3 +758,39 @@ fn a_killed_topology_is_purged_by_hand_or_by_the_retention_rule_and_its_name_is_
     assert_eq!(s.purge_killed_topologies(10_000_000).expect("purged"), 1);
     assert_eq!(s.topology_list().as_array().map(Vec::len), Some(0));
 }
+
+/// A worker that started on a full node holds its cores as the node's tasks end: the cores a
+/// heartbeat's results free go to it before the batch policy fills the node, so new tasks
+/// never take what the worker runs on (its agent, which counts the worker's cores, would hold
+/// them queued for as long as the topology runs).
+#[test]
+fn the_cores_tasks_free_go_to_a_worker_short_of_its_cores_before_new_tasks() {
+    let dir = scratch("short");
+    let mut s = open(&dir);
+    let mut agent = common::Agent::new(&mut s, 4);
+    sync(&mut s, vec![]);
+    s.topology_submit(submission()).expect("submit");
+    assert_eq!(sync(&mut s, vec![]), 1, "told to run the worker");
+    // Before the worker runs, four tasks take the node's four cores.
+    s.submit(
+        "job.toml",
+        "[[application]]\nname = \"a\"\ntasks = 8\n[application.cpu]\ncommand = \"true\"\n",
+        "/",
+    )
+    .expect("submit job");
+    let sent = agent.beat(&mut s, &[]);
+    assert_eq!(sent.len(), 4);
+    // The worker runs: nothing free to book yet.
+    sync(&mut s, vec![running_worker(1)]);
+    assert_eq!(s.topology_held_cores(agent.node), 0);
+    // Two tasks end: their cores go to the worker, and no new task is sent.
+    let done: Vec<(u64, u32, bool)> = sent[..2].iter().map(|&(t, a)| (t, a, true)).collect();
+    let more = agent.beat(&mut s, &done);
+    assert_eq!(s.topology_held_cores(agent.node), 2);
+    assert!(more.is_empty(), "the worker's cores were given to {more:?}");
+    // The other two end: the node has room for two tasks again.
+    let done: Vec<(u64, u32, bool)> = sent[2..].iter().map(|&(t, a)| (t, a, true)).collect();
+    assert_eq!(agent.beat(&mut s, &done).len(), 2);
+    assert_eq!(s.topology_held_cores(agent.node), 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
