@@ -309,8 +309,18 @@ impl<'r> Outbox<'r> {
 
     /// Tells the agent to stop attempt `t` (a preempted task), before it starts this reply's
     /// assignments: those placed on the cores `t` holds wait in its queue until they are free.
-    /// Never refused: a few bytes, one per task stopped.
+    /// Never refused: a few bytes, one per task stopped. An attempt this very reply sends (the
+    /// policy placed it, then preemption stopped it for a waiting task) is taken out of the
+    /// reply instead: it never reaches the agent, which would otherwise start it after the kill
+    /// found nothing to stop.
     pub fn kill(&mut self, t: crate::state::types::TaskRef) {
+        let sent = self.reply.assignments.len();
+        self.reply
+            .assignments
+            .retain(|d| (d.task_id, d.attempt) != (t.task_id, t.attempt));
+        if self.reply.assignments.len() < sent {
+            return;
+        }
         self.size += 16;
         self.reply.kill.push(t);
     }

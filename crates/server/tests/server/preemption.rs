@@ -352,3 +352,38 @@ async fn the_admin_caps_the_priority_a_user_may_give_its_work() {
     assert!(both.message().contains("not both"), "{}", both.message());
     server.stop().await.expect("stops");
 }
+
+/// A task the policy places in a reply and preemption then stops in the same reply never goes
+/// out: the reply does not both send and kill it (its agent, finding nothing to kill, would
+/// start it while the server holds it pending, and it would run twice for a while). Found by
+/// the preemption-day fuzz.
+#[test]
+fn a_task_placed_and_preempted_by_one_reply_is_not_sent() {
+    let d = common::scratch("preemption", "placed-and-stopped");
+    let mut s = open(&d, PreemptionMode::Requeue);
+    let n = register(&mut s, "n", 4);
+    submit(&mut s, "low", 3, 0);
+    let first = sent(&beat(&mut s, n, &[], &[]));
+    assert_eq!(first.len(), 3);
+    // One core left: a waiting low task fits it, the high task of three cores fits nowhere.
+    let late = submit(&mut s, "late", 1, 0);
+    let text = "[[application]]\nname = \"high\"\ntasks = 1\npriority = 5\n\
+                [application.cpu]\ncommand = \"true\"\ncores = 3\n";
+    let high = s.submit("high.toml", text, "/").expect("submit").job_id;
+    let r = beat(&mut s, n, &first, &[]);
+    let (out, stopped) = (sent(&r), killed(&r));
+    assert!(
+        out.iter().all(|t| !stopped.contains(t)),
+        "sent {out:?} and killed {stopped:?}"
+    );
+    let high_task = tasks(&s, high)[0].id;
+    assert!(out.iter().any(|t| t.0 == high_task), "{out:?}");
+    // What the reply carries is what the server holds running there.
+    for t in tasks(&s, late) {
+        let went = out.iter().any(|o| o.0 == t.id);
+        assert_eq!(t.state == "running", went, "{t:?} (sent {out:?})");
+    }
+    let cores: u32 =
+        r.assignments.iter().map(|a| a.cores).sum::<u32>() + (first.len() - stopped.len()) as u32;
+    assert!(cores <= 4, "the node's four cores: {r:?}");
+}
