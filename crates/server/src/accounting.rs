@@ -12,12 +12,17 @@
 //! under the owner [`CAPACITY`], so the accounts say how much of the cluster was used. What accrued is added to the store's `usage_ledger` rows with the
 //! state's commit every [`STORED_EVERY`] (and when the server stops), so a crash loses at most
 //! that much; the ledger is never purged with the jobs, so the accounts outlive retention.
-//! Time the server was down is not counted (nothing samples it), though agents' tasks ran on.
+//!
+//! Agents run their tasks on while the server is down (stopped, crashed, restarting). The time
+//! up to which the store's rows count (`accounted_until_ns` in its `meta` table, written with
+//! them) tells a restarted server where its accounts stopped; [`Downtime`] then credits, from
+//! the agents' own start and end times, what the restored running tasks held between that time
+//! and the restart, and what their nodes offered, as each node's first heartbeat confirms them.
 
 use crate::store::StoreError;
 use hetsched_core::Resources;
-use rusqlite::{Connection, params};
-use std::collections::BTreeMap;
+use rusqlite::{Connection, OptionalExtension, params};
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 /// How often what accrued is written to the store, with each owner's fair-share usage
@@ -89,6 +94,44 @@ pub struct Ledger {
     staged: BTreeMap<(String, u32), Held>,
     /// Named since the server started, by owner (`/metrics`' counters).
     since_start: BTreeMap<String, Held>,
+    /// The time up to which the staged rows count ([`Ledger::stage`]), written with them.
+    staged_until: Option<u64>,
+}
+
+/// Who a credit goes to ([`Ledger::credit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Payer {
+    /// The live nodes' capacity ([`CAPACITY`]).
+    Capacity,
+    /// An owner group (`None`: the admin's, the work in no group).
+    Owner(Option<u32>),
+}
+
+impl Payer {
+    /// Its index in [`Ledger::held`] and the accrued amounts.
+    fn at(self) -> usize {
+        match self {
+            Payer::Capacity => CAPACITY_AT,
+            Payer::Owner(None) => ADMIN_AT,
+            Payer::Owner(Some(g)) => GROUPS + g as usize,
+        }
+    }
+}
+
+/// The `meta` key of the time up to which the store's `usage_ledger` rows count.
+const ACCOUNTED_UNTIL: &str = "accounted_until_ns";
+
+/// The time (ns since the Unix epoch) up to which the store's accounts count: where a
+/// restarted server's accounts stopped. `None` before anything was stored.
+pub fn accounted_until(conn: &Connection) -> Result<Option<u64>, StoreError> {
+    let v: Option<i64> = conn
+        .query_row(
+            "SELECT value FROM meta WHERE key = ?1",
+            params![ACCOUNTED_UNTIL],
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(v.and_then(|v| u64::try_from(v).ok()))
 }
 
 /// Where the capacity and the admin's sit in [`Ledger::held`]; group `g` sits at `GROUPS + g`.
@@ -107,30 +150,9 @@ impl Ledger {
         admin: Resources,
         groups: impl Iterator<Item = Resources>,
     ) {
-        if let Some(last) = self.last_ns
-            && now_ns > last
-        {
-            let mut from = last;
-            while from < now_ns {
-                let day = from / DAY_NS;
-                let to = now_ns.min((day + 1) * DAY_NS);
-                let seconds = (to - from) as f64 / 1e9;
-                let day = day.min(u64::from(u32::MAX)) as u32;
-                if self.accrued.last().is_none_or(|(d, _)| *d != day) {
-                    self.accrued.push((day, Vec::new()));
-                }
-                if let Some((_, acc)) = self.accrued.last_mut() {
-                    if acc.len() < self.held.len() {
-                        acc.resize(self.held.len(), Held::default());
-                    }
-                    for (a, r) in acc.iter_mut().zip(&self.held) {
-                        a.core_seconds += f64::from(r.cores) * seconds;
-                        a.gpu_seconds += f64::from(r.gpus) * seconds;
-                        a.memory_byte_seconds += r.memory_bytes as f64 * seconds;
-                    }
-                }
-                from = to;
-            }
+        if let Some(last) = self.last_ns {
+            let held = std::mem::take(&mut self.held);
+            self.accrue(last, now_ns, 0, &held);
         }
         if self.last_ns.is_none_or(|last| now_ns >= last) {
             self.last_ns = Some(now_ns);
@@ -138,6 +160,46 @@ impl Ledger {
         self.held.clear();
         self.held.extend([capacity, admin]);
         self.held.extend(groups);
+    }
+
+    /// Credits `payer` with `held` for the time from `from_ns` to `to_ns` (work the events did
+    /// not see: what ran while the server was down, [`Downtime`]).
+    pub fn credit(&mut self, from_ns: u64, to_ns: u64, payer: Payer, held: Resources) {
+        self.accrue(from_ns, to_ns, payer.at(), &[held]);
+    }
+
+    /// The time of the last settle (ns since the Unix epoch), if any.
+    pub fn last_settle_ns(&self) -> Option<u64> {
+        self.last_ns
+    }
+
+    /// Adds `held[i]` times the time from `from_ns` to `to_ns` to the amounts accrued at index
+    /// `first + i`, split at UTC midnights.
+    fn accrue(&mut self, from_ns: u64, to_ns: u64, first: usize, held: &[Resources]) {
+        let mut from = from_ns;
+        while from < to_ns {
+            let day = from / DAY_NS;
+            let to = to_ns.min((day + 1) * DAY_NS);
+            let seconds = (to - from) as f64 / 1e9;
+            let day = day.min(u64::from(u32::MAX)) as u32;
+            let at = match self.accrued.iter().position(|(d, _)| *d == day) {
+                Some(at) => at,
+                None => {
+                    self.accrued.push((day, Vec::new()));
+                    self.accrued.len() - 1
+                }
+            };
+            let acc = &mut self.accrued[at].1;
+            if acc.len() < first + held.len() {
+                acc.resize(first + held.len(), Held::default());
+            }
+            for (a, r) in acc[first..].iter_mut().zip(held) {
+                a.core_seconds += f64::from(r.cores) * seconds;
+                a.gpu_seconds += f64::from(r.gpus) * seconds;
+                a.memory_byte_seconds += r.memory_bytes as f64 * seconds;
+            }
+            from = to;
+        }
     }
 
     /// Names what accrued (`names`: each group's owner by group id) and moves it to `pending`.
@@ -187,15 +249,27 @@ impl Ledger {
         for (k, h) in std::mem::take(&mut self.pending) {
             self.staged.entry(k).or_default().add(h);
         }
+        self.staged_until = self.last_ns;
     }
 
     /// Whether the next commit has rows to write.
     pub fn has_changes(&self) -> bool {
-        !self.staged.is_empty()
+        !self.staged.is_empty() || self.staged_until.is_some()
     }
 
-    /// Adds the staged amounts to the store's rows, inside the state's transaction.
+    /// Adds the staged amounts to the store's rows, and notes up to when they count, inside the
+    /// state's transaction.
     pub fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
+        if let Some(until) = self.staged_until {
+            tx.prepare_cached(
+                "INSERT INTO meta(key, value) VALUES (?1, ?2)
+                 ON CONFLICT(key) DO UPDATE SET value = ?2",
+            )?
+            .execute(params![
+                ACCOUNTED_UNTIL,
+                i64::try_from(until).unwrap_or(i64::MAX)
+            ])?;
+        }
         if self.staged.is_empty() {
             return Ok(());
         }
@@ -220,6 +294,7 @@ impl Ledger {
     /// The staged rows were written.
     pub fn committed(&mut self) {
         self.staged.clear();
+        self.staged_until = None;
     }
 
     /// After a rollback (`self` new, `old` the memory before it): what `old` accrued and had
@@ -286,6 +361,109 @@ impl Ledger {
             .collect();
         rows.sort_by(|a, b| (a.day, &a.owner).cmp(&(b.day, &b.owner)));
         Ok(rows)
+    }
+}
+
+/// The time a restarted server was down — from where its stored accounts stopped to its first
+/// settle — and what its restored state says ran through it: each live node's capacity and each
+/// running task's hold. A node's first heartbeat confirms them: its capacity is credited for the
+/// whole time; each task for the part of it that it ran by its agent's clock (from its start to
+/// its end, or to the restart if it still runs; nothing if it still waits in the agent's queue);
+/// a task the agent no longer has is credited nothing (when it ended is unknown).
+#[derive(Debug, Default)]
+pub struct Downtime {
+    from_ns: u64,
+    to_ns: u64,
+    /// Live nodes not yet heard from: their capacity.
+    nodes: HashMap<u32, Resources>,
+    /// Running tasks not yet confirmed: their node, owner group and hold.
+    tasks: HashMap<u64, (u32, Option<u32>, Resources)>,
+}
+
+/// A task as a node's heartbeat reports it, for [`Downtime::confirm`].
+#[derive(Clone, Copy, Debug)]
+pub enum Seen {
+    /// Still running.
+    Running {
+        /// When its agent started it (the agent's clock).
+        started_ns: u64,
+        /// It still waits in the agent's queue (it has not started).
+        queued: bool,
+    },
+    /// Ended.
+    Ended {
+        /// When its agent started it.
+        started_ns: u64,
+        /// When it ended.
+        finished_ns: u64,
+    },
+}
+
+impl Downtime {
+    /// The server was down from `from_ns` to `to_ns`.
+    pub fn new(from_ns: u64, to_ns: u64) -> Self {
+        Downtime {
+            from_ns,
+            to_ns,
+            ..Downtime::default()
+        }
+    }
+
+    /// Node `node` was live, offering `capacity`.
+    pub fn expect_node(&mut self, node: u32, capacity: Resources) {
+        self.nodes.insert(node, capacity);
+    }
+
+    /// Task `task` was running on `node`, holding `held` for `group`.
+    pub fn expect_task(&mut self, task: u64, node: u32, group: Option<u32>, held: Resources) {
+        self.tasks.insert(task, (node, group, held));
+    }
+
+    /// Node `node`'s first heartbeat since the restart, reporting `seen` (its running tasks and
+    /// its results): credits `ledger` with what the node offered and its tasks held while the
+    /// server was down, and forgets the node.
+    pub fn confirm(
+        &mut self,
+        ledger: &mut Ledger,
+        node: u32,
+        seen: impl IntoIterator<Item = (u64, Seen)>,
+    ) {
+        if let Some(capacity) = self.nodes.remove(&node) {
+            ledger.credit(self.from_ns, self.to_ns, Payer::Capacity, capacity);
+        }
+        for (task, how) in seen {
+            let Some(&(on, group, held)) = self.tasks.get(&task) else {
+                continue;
+            };
+            if on != node {
+                continue;
+            }
+            self.tasks.remove(&task);
+            let (start, end) = match how {
+                Seen::Running { queued: true, .. } => continue,
+                Seen::Running { started_ns, .. } => (started_ns, self.to_ns),
+                Seen::Ended {
+                    started_ns,
+                    finished_ns,
+                } => (started_ns, finished_ns),
+            };
+            let (from, to) = (start.max(self.from_ns), end.min(self.to_ns));
+            if from < to {
+                ledger.credit(from, to, Payer::Owner(group), held);
+            }
+        }
+        self.tasks.retain(|_, (on, _, _)| *on != node);
+    }
+
+    /// Whether every node was heard from (or the state dropped them).
+    pub fn is_done(&self) -> bool {
+        self.nodes.is_empty() && self.tasks.is_empty()
+    }
+
+    /// Node `node` will not be heard from (declared dead, removed): nothing of it is credited.
+    pub fn forget_node(&mut self, node: u32) {
+        self.nodes.remove(&node);
+        self.tasks.retain(|_, (on, _, _)| *on != node);
     }
 }
 
@@ -506,6 +684,70 @@ mod tests {
         let admin = p[&(crate::users::ADMIN.to_string(), 3)].core_seconds;
         assert!((admin - 0.1).abs() < 1e-9, "{admin}");
     }
+
+    /// The downtime rule: a node's first beat confirms its capacity for the whole time and
+    /// each task for the part of it that its agent ran it, split at midnight; a queued task, a
+    /// task of another node and a node never heard from are credited nothing.
+    #[test]
+    fn what_ran_while_the_server_was_down_is_credited_as_its_node_confirms_it() {
+        let s = 1_000_000_000;
+        let (from, to) = (3 * DAY_NS - 2 * s, 3 * DAY_NS + 8 * s);
+        let mut l = Ledger::default();
+        let mut down = Downtime::new(from, to);
+        down.expect_node(0, cores(16));
+        down.expect_node(1, cores(4));
+        down.expect_task(10, 0, Some(0), cores(2));
+        down.expect_task(11, 0, None, cores(1));
+        down.expect_task(12, 0, None, cores(4));
+        down.expect_task(13, 1, Some(0), cores(4));
+        down.expect_task(14, 0, Some(0), cores(8));
+        let seen = [
+            // Ran before the server went down and runs on: the whole 10 s.
+            (
+                10,
+                Seen::Running {
+                    started_ns: from - 60 * s,
+                    queued: false,
+                },
+            ),
+            // Ended 1 s after midnight.
+            (
+                11,
+                Seen::Ended {
+                    started_ns: 0,
+                    finished_ns: 3 * DAY_NS + s,
+                },
+            ),
+            // Still in the agent's queue.
+            (
+                12,
+                Seen::Running {
+                    started_ns: 0,
+                    queued: true,
+                },
+            ),
+            // Node 1's, reported by node 0.
+            (
+                13,
+                Seen::Running {
+                    started_ns: 0,
+                    queued: false,
+                },
+            ),
+        ];
+        down.confirm(&mut l, 0, seen);
+        // Task 14 (not reported: gone) is forgotten with node 0's others.
+        assert!(!down.is_done(), "node 1 still to hear from");
+        down.forget_node(1);
+        assert!(down.is_done());
+        let p = named(&mut l);
+        let at = |o: &str, day: u32| p.get(&(o.to_string(), day)).map_or(0.0, |h| h.core_seconds);
+        assert_eq!((at("alice", 2), at("alice", 3)), (4.0, 16.0));
+        assert_eq!((at(ADMIN_NAME, 2), at(ADMIN_NAME, 3)), (2.0, 1.0));
+        assert_eq!((at(CAPACITY, 2), at(CAPACITY, 3)), (32.0, 128.0));
+    }
+
+    const ADMIN_NAME: &str = crate::users::ADMIN;
 
     #[test]
     fn staged_rows_a_rollback_did_not_write_accrue_again() {

@@ -2409,6 +2409,37 @@ fn usage_reports_the_core_hours_each_users_running_work_held() {
     );
 }
 
+/// The accounts count what ran while the server was down: a `sleep 3` whose server is
+/// SIGKILLed half a second in and started again 1.5 s later is charged its whole run, by its
+/// agent's start and end times (before, about one second of it).
+#[test]
+fn usage_counts_what_ran_while_the_server_was_down() {
+    let mut c = Cluster::start("usage-down", false);
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&["submit", "--", "sleep", "3"]);
+    wait_until("the task to run", Duration::from_secs(20), || {
+        c.tasks(1)[0]["state"] == "running"
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    c.kill_server();
+    std::thread::sleep(Duration::from_millis(1_500));
+    c.start_server();
+    c.ok(&["wait", "1", "--timeout", "30s"]);
+    let usage = c.json(&["usage"]);
+    let admin = usage["users"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|u| u["user"] == "admin")
+        .and_then(|u| u["core_seconds"].as_f64())
+        .unwrap_or(0.0);
+    assert!(
+        (2.8..=3.8).contains(&admin),
+        "one core for the 3 s the task ran, the server down or not: {usage}"
+    );
+}
+
 /// `--server` takes what the server writes to `DATA_DIR/address` (`HOST:PORT`, no scheme): the
 /// client and the agent add `http://`, or `https://` with a CA. A server named wrongly is refused
 /// at once, saying what is expected, instead of retried.

@@ -200,6 +200,9 @@ pub struct State {
     usage_stored: Option<Instant>,
     /// The accounts: what each owner's work held, by day ([`crate::accounting`]).
     ledger: crate::accounting::Ledger,
+    /// After a restart, until every node restored live was heard from: what ran while the
+    /// server was down, credited to the accounts as the nodes confirm it.
+    downtime: Option<crate::accounting::Downtime>,
     /// Accelerator sharing: the node binding (memory only; see [`accel`]).
     sharing: accel::Sharing,
     /// Which kind owns each job id; the next id ([`job_ids`]).
@@ -255,6 +258,7 @@ impl State {
         let div = crate::jobs::divisible::load(store.conn())?;
         let mut state = Self::from_snapshot(config, store, snap, div, None)?;
         state.queue_restored();
+        state.start_accounts()?;
         Ok(state)
     }
 
@@ -344,6 +348,7 @@ impl State {
             last_probe: None,
             usage_stored: None,
             ledger: Default::default(),
+            downtime: None,
             sharing: accel::Sharing::new(config.binding, config.binding_slots),
             commits: Arc::new(tokio::sync::watch::Sender::new(0)),
             alarm: alarm::Alarm::default(),
@@ -598,6 +603,7 @@ impl State {
                 });
             }
         }
+        self.confirm_downtime(nid, &req, &reported);
         let mut lost: Vec<u64> = self.nodes.get(nid.0).map_or(Vec::new(), |n| {
             n.running
                 .iter()
@@ -1016,6 +1022,7 @@ impl State {
         fresh.last_probe = self.last_probe;
         fresh.usage_stored = self.usage_stored;
         fresh.ledger.carry_over(&self.ledger);
+        fresh.downtime = self.downtime.take();
         // Waiters hold receivers of this state's channel; memory changed back.
         fresh.commits = self.commits.clone();
         fresh.commits.send_modify(|c| *c = c.wrapping_add(1));

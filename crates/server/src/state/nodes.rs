@@ -796,6 +796,10 @@ impl State {
             return Ok(());
         };
         n.alive = false;
+        // What it ran while the server was down is never confirmed: not credited.
+        if let Some(d) = &mut self.downtime {
+            d.forget_node(id);
+        }
         let mut lost: Vec<u64> = n.running.iter().copied().collect();
         // Each re-queued task goes to the front: re-queue the last first, so they keep order.
         lost.sort_unstable_by(|a, b| b.cmp(a));

@@ -272,6 +272,77 @@ impl State {
         names
     }
 
+    /// At start-up: the accounts' clock starts now, and what ran while the server was down —
+    /// from where the stored accounts stop to now — is credited as each node restored live
+    /// confirms it at its first heartbeat ([`crate::accounting::Downtime`]: the nodes'
+    /// capacity, and the running batch tasks and workflow instances for the part of that time
+    /// their agents ran them).
+    pub(super) fn start_accounts(&mut self) -> Result<(), StateError> {
+        self.settle_accounts();
+        let from = crate::accounting::accounted_until(self.store.conn())?;
+        let (Some(from), Some(to)) = (from, self.ledger.last_settle_ns()) else {
+            return Ok(());
+        };
+        if from >= to {
+            return Ok(());
+        }
+        let mut down = crate::accounting::Downtime::new(from, to);
+        for (i, n) in self.nodes.iter().enumerate() {
+            let id = hetsched_core::NodeId(i as u32);
+            if !n.alive || n.removed || !self.view.node(id).alive {
+                continue;
+            }
+            down.expect_node(id.0, self.view.node(id).node.capacity());
+            for &task in &n.running {
+                let held = self.jobs.owner(task).and_then(|k| k.held(&self.view, task));
+                if let Some((group, held)) = held {
+                    down.expect_task(task, id.0, group, held);
+                }
+            }
+        }
+        if !down.is_done() {
+            self.downtime = Some(down);
+        }
+        Ok(())
+    }
+
+    /// Node `node`'s first heartbeat since a restart (`reported`: the running tasks of `req` the
+    /// server knows there): credits what it ran while the server was down
+    /// ([`State::start_accounts`]).
+    pub(super) fn confirm_downtime(
+        &mut self,
+        node: hetsched_core::NodeId,
+        req: &crate::state::types::HeartbeatReport,
+        reported: &HashSet<u64>,
+    ) {
+        use crate::accounting::Seen;
+        let Some(down) = &mut self.downtime else {
+            return;
+        };
+        let running = req
+            .running
+            .iter()
+            .filter(|r| reported.contains(&r.task_id))
+            .map(|r| {
+                let seen = Seen::Running {
+                    started_ns: r.started_ns,
+                    queued: r.queued,
+                };
+                (r.task_id, seen)
+            });
+        let ended = req.results.iter().map(|r| {
+            let seen = Seen::Ended {
+                started_ns: r.started_ns,
+                finished_ns: r.finished_ns,
+            };
+            (r.task_id, seen)
+        });
+        down.confirm(&mut self.ledger, node.0, running.chain(ended));
+        if down.is_done() {
+            self.downtime = None;
+        }
+    }
+
     /// At an event's end: credits each owner's account with what its work held since the last
     /// event, and notes what it holds now ([`crate::accounting::Ledger::settle`]; O(users)).
     ///

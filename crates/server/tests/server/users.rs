@@ -1318,7 +1318,7 @@ async fn a_stopping_server_stores_the_accounts() {
     server.stop().await.expect("stopped");
     let stopped_s = started.elapsed().as_secs_f64();
     // (The restarted server takes the task for running until its agent says otherwise, and
-    // counts it from its first event on.)
+    // counts it from its start on; the time it was down is credited once the node beats.)
     let (server, channel) = serve(config).await;
     let reply = api(&channel, &server.token)
         .usage(pb::UsageRequest {
@@ -1337,4 +1337,90 @@ async fn a_stopping_server_stores_the_accounts() {
         admins[0].core_seconds
     );
     server.stop().await.expect("stopped");
+}
+
+/// What ran while the server was down is in the accounts: the server crashed (no stop) while
+/// alice's two-core task and the admin's one-core task ran, and was down for ~1.5 s. At the
+/// node's first heartbeat after the restart, alice's task still runs — credited for the whole
+/// time the server was down — and the admin's ended 0.5 s into it, by its agent's clock —
+/// credited that far; the node's capacity is credited for the whole time. Before, the accounts
+/// skipped the time the server was down.
+#[test]
+fn the_accounts_credit_what_ran_while_the_server_was_down() {
+    use hetsched_server::state::now_ns;
+    let d = common::scratch("users", "accounts-down");
+    let today = hetsched_server::accounting::day_of(now_ns());
+    let dispatched = now_ns();
+    let (sent, node, crashed) = {
+        let mut s = open(&d);
+        s.on_add_user("alice", false).expect("alice");
+        let agent = common::Agent::new(&mut s, 8);
+        let mut sub = submission("two", false);
+        sub.text = "[[application]]\nname = \"two\"\ntasks = 1\n[application.cpu]\n\
+                    command = \"true\"\ncores = 2\n"
+            .into();
+        sub.hold = false;
+        s.on_submit_as(sub, "alice").expect("alice's");
+        let mut sub = submission("one", false);
+        sub.text = JOB.replace("tasks = 3", "tasks = 1");
+        sub.hold = false;
+        s.on_submit(sub).expect("the admin's");
+        let sent: Vec<(u64, u32)> = common::beat(&mut s, agent.node, &[], &[])
+            .assignments
+            .iter()
+            .map(|a| (a.task_id, a.attempt))
+            .collect();
+        assert_eq!(sent.len(), 2);
+        // Stored as every minute, then the crash: nothing more is written.
+        s.store_usage().expect("stored");
+        (sent, agent.node, now_ns())
+    };
+    std::thread::sleep(std::time::Duration::from_millis(1_500));
+    let mut s = open(&d);
+    let (alice_task, admin_task) = (sent[0], sent[1]);
+    let req = pb::HeartbeatRequest {
+        node_id: node,
+        running: vec![pb::RunningTask {
+            task_id: alice_task.0,
+            attempt: alice_task.1,
+            started_ns: dispatched,
+            ..Default::default()
+        }],
+        results: vec![pb::TaskResult {
+            task_id: admin_task.0,
+            attempt: admin_task.1,
+            success: true,
+            started_ns: dispatched,
+            finished_ns: crashed + 500_000_000,
+            ..Default::default()
+        }],
+        identity: common::IDENTITY.into(),
+        ..Default::default()
+    };
+    s.heartbeat(req).expect("beat");
+    common::beat(&mut s, node, &[], &[(alice_task.0, alice_task.1, true)]);
+    let span = (now_ns() - dispatched) as f64 / 1e9;
+    let rows = s.usage_report(today, today + 1, None).expect("report");
+    let sum = |owner: &str| -> f64 {
+        rows.iter()
+            .filter(|r| r.owner == owner)
+            .map(|r| r.held.core_seconds)
+            .sum()
+    };
+    let alice = sum("alice");
+    assert!(
+        alice >= 2.0 * (span - 0.1) && alice <= 2.0 * span,
+        "alice's two cores all along ({span:.2} s): {alice:.3} core-seconds: {rows:?}"
+    );
+    let admin = sum(ADMIN);
+    let ran = (crashed + 500_000_000 - dispatched) as f64 / 1e9;
+    assert!(
+        admin >= ran - 0.1 && admin <= ran + 1e-6,
+        "the admin's core until 0.5 s into the downtime ({ran:.2} s): {admin:.3}: {rows:?}"
+    );
+    let offered = sum(hetsched_server::accounting::CAPACITY);
+    assert!(
+        offered >= 8.0 * (span - 0.1) && offered <= 8.0 * span,
+        "the node's 8 cores all along ({span:.2} s): {offered:.3}"
+    );
 }
