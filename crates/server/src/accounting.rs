@@ -428,7 +428,8 @@ impl Downtime {
         node: u32,
         seen: impl IntoIterator<Item = (u64, Seen)>,
     ) {
-        if let Some(capacity) = self.nodes.remove(&node) {
+        let capacity = self.nodes.remove(&node);
+        if let Some(capacity) = capacity {
             ledger.credit(self.from_ns, self.to_ns, Payer::Capacity, capacity);
         }
         for (task, how) in seen {
@@ -448,6 +449,12 @@ impl Downtime {
                 } => (started_ns, finished_ns),
             };
             let (from, to) = (start.max(self.from_ns), end.min(self.to_ns));
+            // A task asking more than its node has runs alone there: it held the node.
+            let held = capacity.map_or(held, |c| Resources {
+                cores: held.cores.min(c.cores),
+                memory_bytes: held.memory_bytes.min(c.memory_bytes),
+                gpus: held.gpus.min(c.gpus),
+            });
             if from < to {
                 ledger.credit(from, to, Payer::Owner(group), held);
             }
@@ -701,6 +708,9 @@ mod tests {
         down.expect_task(12, 0, None, cores(4));
         down.expect_task(13, 1, Some(0), cores(4));
         down.expect_task(14, 0, Some(0), cores(8));
+        down.expect_task(15, 1, Some(0), cores(6));
+        down.expect_node(2, cores(1));
+        down.expect_task(16, 2, None, cores(1));
         let seen = [
             // Ran before the server went down and runs on: the whole 10 s.
             (
@@ -738,13 +748,24 @@ mod tests {
         down.confirm(&mut l, 0, seen);
         // Task 14 (not reported: gone) is forgotten with node 0's others.
         assert!(!down.is_done(), "node 1 still to hear from");
-        down.forget_node(1);
+        // Node 1's task asks 6 cores of its 4: it ran alone there, holding the 4, for 1 s.
+        let alone = Seen::Ended {
+            started_ns: to - s,
+            finished_ns: to + s,
+        };
+        down.confirm(&mut l, 1, [(15, alone)]);
+        // Node 2 was declared dead before it beat: nothing of it is credited.
+        assert!(!down.is_done());
+        down.forget_node(2);
         assert!(down.is_done());
         let p = named(&mut l);
         let at = |o: &str, day: u32| p.get(&(o.to_string(), day)).map_or(0.0, |h| h.core_seconds);
-        assert_eq!((at("alice", 2), at("alice", 3)), (4.0, 16.0));
+        assert_eq!((at("alice", 2), at("alice", 3)), (4.0, 16.0 + 4.0));
         assert_eq!((at(ADMIN_NAME, 2), at(ADMIN_NAME, 3)), (2.0, 1.0));
-        assert_eq!((at(CAPACITY, 2), at(CAPACITY, 3)), (32.0, 128.0));
+        assert_eq!(
+            (at(CAPACITY, 2), at(CAPACITY, 3)),
+            (32.0 + 8.0, 128.0 + 32.0)
+        );
     }
 
     const ADMIN_NAME: &str = crate::users::ADMIN;
