@@ -713,7 +713,7 @@ mod tests {
             memory_bytes: 1 << 30,
             work_dir: dir.to_path_buf(),
             kill_grace: Duration::from_secs(5),
-            held: crate::outside::Outside::new(Arc::default()),
+            held: crate::outside::Outside::default(),
             run_as_owner,
             computing: Computing::default(),
         };

@@ -288,10 +288,10 @@ pub async fn run(
     // The connection the agent's calls go over, replaced when a beat times out (the old one may
     // be dead); every loop that holds calls follows it.
     let (connection, connection_rx) = tokio::sync::watch::channel(channel.clone());
-    // Rung when a task ends, and when a chunk or stream worker frees its cores.
+    // Rung when a task ends.
     let notify = Arc::new(Notify::new());
     // What runs outside the heartbeat loop's own records, for the idle timeout and the queue.
-    let outside = outside::Outside::new(notify.clone());
+    let outside = outside::Outside::default();
     stream_workers::spawn(
         connection_rx.clone(),
         interceptor.clone(),
@@ -903,13 +903,18 @@ pub async fn run(
                 // Nothing to report (no task running, queued or unreported, no workflow being
                 // balanced, the accelerator stages empty): new work arrives through `AwaitWork`
                 // and wakes this loop, so beats only need to say the node lives.
-                let idle = {
+                let (idle, queue_waits) = {
                     let sh = shared.lock().unwrap_or_else(|p| p.into_inner());
-                    sh.running.is_empty() && sh.queue.is_empty() && sh.results.is_empty()
-                } && !balance
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .is_balancing()
+                    (
+                        sh.running.is_empty() && sh.queue.is_empty() && sh.results.is_empty(),
+                        !sh.queue.is_empty(),
+                    )
+                };
+                let idle = idle
+                    && !balance
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .is_balancing()
                     && pipeline.as_ref().is_none_or(accel::Pipeline::is_idle);
                 let pause = if idle { idle_interval } else { interval };
                 // Nor a divisible chunk, a stream worker or accelerator work (they run outside
@@ -933,6 +938,9 @@ pub async fn run(
                         coalesce(&launcher, result_window).await;
                     }
                     () = woken.notified() => {}
+                    // A chunk or stream worker freed cores a queued task waits for: the next
+                    // beat starts it and says so.
+                    () = outside.freed(), if queue_waits => {}
                     () = tokio::time::sleep(pause) => {}
                     why = &mut shutdown, if draining.is_none() => {
                         draining = Some(Instant::now());

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
 use tokio::sync::Notify;
 
 /// Shared between the heartbeat loop, the divisible loop and the stream workers' sync loop.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Outside {
     /// How many divisible chunks the agent holds (receiving, waiting, computing, uploading).
     chunks: Arc<AtomicUsize>,
@@ -17,19 +17,16 @@ pub struct Outside {
     /// The cores the server books for them (`WorkerAssignment.cores`).
     worker_cores: Arc<AtomicU32>,
     /// Rung when some of it ends, so that a task waiting in the queue for its cores starts at
-    /// once rather than at the next heartbeat.
+    /// once rather than at the next heartbeat. Its own bell, not the one a task's end rings:
+    /// the heartbeat loop waits on it only while its queue holds tasks, so chunks ending one
+    /// after another do not make an agent beat after each.
     freed: Arc<Notify>,
 }
 
 impl Outside {
-    /// Nothing held yet; `freed` is rung whenever some of it ends.
-    pub fn new(freed: Arc<Notify>) -> Self {
-        Outside {
-            chunks: Arc::default(),
-            workers: Arc::default(),
-            worker_cores: Arc::default(),
-            freed,
-        }
+    /// Returns once some of this work has ended since the last call (at once if it has).
+    pub async fn freed(&self) {
+        self.freed.notified().await;
     }
 
     /// The divisible loop holds `n` chunks now.
@@ -71,7 +68,7 @@ mod tests {
 
     #[test]
     fn a_chunk_holds_one_core_whatever_their_number_and_workers_their_booked_cores() {
-        let o = Outside::new(Arc::new(Notify::new()));
+        let o = Outside::default();
         assert_eq!(o.cores(), 0);
         o.set_chunks(2);
         assert_eq!(o.cores(), 1);
@@ -83,10 +80,9 @@ mod tests {
 
     #[tokio::test]
     async fn what_ends_rings_the_agent_and_what_starts_does_not() {
-        let freed = Arc::new(Notify::new());
-        let o = Outside::new(freed.clone());
+        let o = Outside::default();
         let rang = || async {
-            tokio::time::timeout(std::time::Duration::from_millis(50), freed.notified())
+            tokio::time::timeout(std::time::Duration::from_millis(50), o.freed())
                 .await
                 .is_ok()
         };
