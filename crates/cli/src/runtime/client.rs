@@ -570,7 +570,16 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         j.id,
         j.name,
         j.state,
-        count(j.tasks, "task"),
+        count(
+            j.tasks,
+            work_noun(if j.divisible.is_some() {
+                "divisible"
+            } else if !j.balancer.is_empty() {
+                "workflow"
+            } else {
+                "batch"
+            })
+        ),
         c.pending,
         c.running,
         c.succeeded,
@@ -1846,16 +1855,16 @@ async fn wait_for(
 /// What a submission holds, in its kind's words: a divisible job's units, a workflow's
 /// instances, other jobs' tasks.
 fn submitted_size(reply: &pb::SubmitReply) -> String {
-    let noun = match reply.kind.as_str() {
+    count(reply.tasks, work_noun(&reply.kind))
+}
+
+/// What a job of kind `kind` (`divisible`, `workflow`, …) is made of, in its own words.
+fn work_noun(kind: &str) -> &'static str {
+    match kind {
         "divisible" => "unit",
         "workflow" => "instance",
         _ => "task",
-    };
-    format!(
-        "{} {noun}{}",
-        reply.tasks,
-        if reply.tasks == 1 { "" } else { "s" }
-    )
+    }
 }
 
 #[cfg(test)]

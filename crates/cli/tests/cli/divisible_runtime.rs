@@ -643,4 +643,7 @@ fn a_signal_reaches_a_divisible_jobs_chunks_being_computed() {
         !out.is_empty() && out.lines().all(|l| l.starts_with("got USR1 ")),
         "{out}"
     );
+    // A divisible job is made of units, and says so.
+    let shown = c.ok(&["job", &job_id]);
+    assert!(shown.contains("completed — 4 units: "), "{shown}");
 }
