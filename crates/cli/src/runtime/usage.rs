@@ -27,11 +27,21 @@ fn cells(h: &Held, total_core_seconds: f64) -> Vec<String> {
         "-".to_string()
     };
     vec![
-        format!("{:.2}", h.core_seconds / 3600.0),
-        format!("{:.2}", h.gpu_seconds / 3600.0),
-        format!("{:.2}", h.memory_byte_seconds / 3600.0 / GIB),
+        hours(h.core_seconds / 3600.0),
+        hours(h.gpu_seconds / 3600.0),
+        hours(h.memory_byte_seconds / 3600.0 / GIB),
         share,
     ]
+}
+
+/// An amount of hours as the table prints it: two decimals, or three significant digits below
+/// 0.01 (a short span's few core-seconds read `0.00169`, not `0.00`).
+fn hours(h: f64) -> String {
+    if h <= 0.0 || h >= 0.01 || !h.is_finite() {
+        return format!("{h:.2}");
+    }
+    let decimals = (2 - h.log10().floor() as i32).clamp(2, 12) as usize;
+    format!("{h:.decimals$}")
 }
 
 /// `hetsched usage [--since DAY] [--until DAY] [--by-day]`.
@@ -84,10 +94,10 @@ pub async fn usage(
         fraction(used, offered).map_or("-".to_string(), |f| format!("{:.1} %", 100.0 * f))
     };
     println!(
-        "capacity: {:.2} core-hours, {:.2} GPU-hours; used: {} of the core-hours, {} of the \
+        "capacity: {} core-hours, {} GPU-hours; used: {} of the core-hours, {} of the \
          GPU-hours",
-        capacity.core_seconds / 3600.0,
-        capacity.gpu_seconds / 3600.0,
+        hours(capacity.core_seconds / 3600.0),
+        hours(capacity.gpu_seconds / 3600.0),
         percent(total.core_seconds, capacity.core_seconds),
         percent(total.gpu_seconds, capacity.gpu_seconds),
     );
@@ -133,5 +143,15 @@ mod tests {
         assert_eq!(parse_day("7d"), Ok(today - 7));
         let e = parse_day("30-11-2025").expect_err("not a day");
         assert!(e.contains("YYYY-MM-DD"), "{e}");
+    }
+
+    #[test]
+    fn small_amounts_keep_three_significant_digits() {
+        assert_eq!(hours(0.0), "0.00");
+        assert_eq!(hours(12.345), "12.35");
+        assert_eq!(hours(0.0339), "0.03");
+        assert_eq!(hours(0.00339), "0.00339");
+        assert_eq!(hours(0.0016853), "0.00169");
+        assert_eq!(hours(0.01), "0.01");
     }
 }
