@@ -66,7 +66,11 @@ impl PeerAuth {
         String,
     > {
         if address.is_empty() {
-            return Err("no known address".into());
+            return Err(
+                "it serves no outputs (it runs with `--log-listen none`, or predates the data \
+                 service)"
+                    .into(),
+            );
         }
         let (url, ca) = if address.starts_with("https://") {
             let Some(ca) = self.ca.as_deref() else {

@@ -525,8 +525,8 @@ fn print_result(r: &SimResult, bound_s: f64) {
     );
     if r.preemptions > 0 {
         println!(
-            "{} task attempt(s) preempted for work of a higher priority, each run again",
-            r.preemptions
+            "{} preempted for work of a higher priority, each run again",
+            hetsched_core::text::count(r.preemptions, "task attempt")
         );
     }
     let mut table = Table::new();

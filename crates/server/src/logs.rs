@@ -529,8 +529,9 @@ pub async fn read_log(
     };
     if attempt > task.attempt {
         return Err(Status::not_found(format!(
-            "task {} has had {} attempt(s); there is no attempt {attempt}",
-            task.id, task.attempt
+            "task {} has had {}; there is no attempt {attempt}",
+            task.id,
+            hetsched_core::text::count(task.attempt, "attempt")
         )));
     }
     let req = pb::AgentLogRequest {

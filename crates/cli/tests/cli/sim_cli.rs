@@ -438,7 +438,7 @@ fn preemption_runs_urgent_work_at_once_and_says_what_it_stopped() {
     let out = sim_run(CLUSTER, urgent, &["--policy", "fifo", "--preemption"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("task attempt(s) preempted") && text.contains("turnaround (s)"),
+        text.contains("preempted for work of a higher priority") && text.contains("turnaround (s)"),
         "{text}"
     );
     // An exempt time means nothing without preemption.

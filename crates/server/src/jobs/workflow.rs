@@ -99,6 +99,12 @@ const DROPPED_REPLIES: u8 = 3;
 /// `dataflow::INPUT_UNAVAILABLE`).
 const INPUT_UNAVAILABLE: &str = "input unavailable: node ";
 
+/// How many times an instance's output may be produced again because a consumer could not
+/// fetch it, and how many times in a row a consumer may find an input it cannot fetch, before
+/// the consumer fails (and the job with it): an output no agent can serve — its producer's
+/// agent runs with `--log-listen none`, say — would otherwise be produced again for ever.
+pub const MAX_INPUT_LOSSES: u32 = 3;
+
 /// A `wf_jobs` row: id, name, origin, text, workdir, balancer, submitted_ns, finished_ns,
 /// cancelled.
 type StoredJob = (u64, String, String, String, String, String, u64, u64, bool);
@@ -221,6 +227,12 @@ struct Inst {
     exit_code: i32,
     message: String,
     failures: u32,
+    /// How many times in a row one of its inputs could not be fetched (memory only: a restart
+    /// starts the count again); at [`MAX_INPUT_LOSSES`] it fails.
+    inputs_lost: u32,
+    /// How many times it was produced again because its output could not be fetched (memory
+    /// only); at [`MAX_INPUT_LOSSES`] the next consumer that cannot fetch it fails instead.
+    reproduced: u32,
     /// Produced again (its output was lost), outside the machine.
     reproducing: bool,
     /// Succeeded at least once (the graph counts it finished, even while it is produced again).
@@ -976,6 +988,8 @@ impl Workflows {
                     exit_code: -1,
                     message: String::new(),
                     failures: 0,
+                    inputs_lost: 0,
+                    reproduced: 0,
                     reproducing: false,
                     produced: false,
                     usage: None,
@@ -1794,12 +1808,34 @@ impl JobKind for Workflows {
                     .strip_prefix(INPUT_UNAVAILABLE)
                     .and_then(|rest| rest.split_once(' '))
                     .and_then(|(n, rest)| Some((n.parse::<u32>().ok()?, rest.split(':').next()?)));
+                if lost.is_some() {
+                    x.inputs_lost += 1;
+                }
+                let p = lost.and_then(|(n, path)| {
+                    job.producers(i).into_iter().map(|(p, _)| p).find(|&p| {
+                        job.insts[p as usize].node == Some(n)
+                            && path.starts_with(&format!("wf/{}/", job.dir(p)))
+                    })
+                });
+                let reproduced = p.map_or(0, |p| job.insts[p as usize].reproduced);
+                if job.insts[i as usize].inputs_lost >= MAX_INPUT_LOSSES
+                    || reproduced >= MAX_INPUT_LOSSES
+                {
+                    let why = format!(
+                        "an input could not be fetched again ({} of its producer, {} in a row \
+                         here): {}",
+                        hetsched_core::text::count(reproduced, "re-run"),
+                        hetsched_core::text::count(
+                            job.insts[i as usize].inputs_lost,
+                            "fetch failure"
+                        ),
+                        r.message
+                    );
+                    self.fail(&mut job, i, &why, cx.now);
+                    break 'r;
+                }
                 match lost {
-                    Some((n, path)) => {
-                        let p = job.producers(i).into_iter().map(|(p, _)| p).find(|&p| {
-                            job.insts[p as usize].node == Some(n)
-                                && path.starts_with(&format!("wf/{}/", job.dir(p)))
-                        });
+                    Some((n, _)) => {
                         if let Some(p) = p
                             && job.insts[p as usize].st == St::Done
                         {
@@ -1812,6 +1848,7 @@ impl JobKind for Workflows {
                             let px = &mut job.insts[p as usize];
                             px.st = St::Ready;
                             px.reproducing = true;
+                            px.reproduced += 1;
                             self.dirty.insert((seq, p));
                             job.rerun.push(p);
                         }
@@ -1830,8 +1867,10 @@ impl JobKind for Workflows {
                     job.rerun.push(i);
                 } else {
                     let why = format!(
-                        "exit code {} after {} attempt(s): {}",
-                        r.exit_code, job.insts[i as usize].failures, r.message
+                        "exit code {} after {}: {}",
+                        r.exit_code,
+                        hetsched_core::text::count(job.insts[i as usize].failures, "attempt"),
+                        r.message
                     );
                     self.fail(&mut job, i, &why, cx.now);
                 }

@@ -268,6 +268,21 @@ impl Agents {
         }
     }
 
+    /// Every running instance on `n` ends: those with inputs without running (their first
+    /// input could not be fetched), the others successfully.
+    fn fetch_fails_or_succeeds(&mut self, n: u32) {
+        let (fetching, producing): (Vec<_>, Vec<_>) = self
+            .running
+            .remove(&n)
+            .unwrap_or_default()
+            .into_iter()
+            .partition(|(task, _)| self.inputs.get(task).is_some_and(|i| !i.is_empty()));
+        self.running.insert(n, fetching);
+        self.fetch_fails(n);
+        self.running.insert(n, producing);
+        self.finish_all(n, true);
+    }
+
     /// One round: every agent checks itself and heartbeats.
     fn round(&mut self, s: &mut State, nodes: &[u32]) {
         for &n in nodes {
@@ -505,6 +520,48 @@ fn a_lost_output_is_produced_again_where_its_consumers_wait_even_when_they_fill_
     }
     let info = s.get_job(job).expect("job");
     assert_eq!(info.state, "completed", "{agents:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An output that can never be fetched (its producer's agent serves none: `--log-listen none`)
+/// is not produced again for ever: after `MAX_INPUT_LOSSES` fetches in a row fail, the
+/// consumer fails with the agent's reason, and so does the job.
+#[test]
+fn an_input_that_can_never_be_fetched_fails_its_consumer_instead_of_looping() {
+    let dir = scratch("unfetchable");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let n = common::register(&mut s, "n0", 2);
+    let mut agents = Agents::default();
+    agents.beat(&mut s, n);
+    let job = s.submit("fan.toml", FAN_OUT, "/").expect("submit").job_id;
+    for _ in 0..200 {
+        if !matches!(
+            s.get_job(job).expect("job").state.as_str(),
+            "pending" | "running"
+        ) {
+            break;
+        }
+        agents.fetch_fails_or_succeeds(n);
+        agents.round(&mut s, &[n]);
+    }
+    let info = s.get_job(job).expect("job");
+    assert_eq!(info.state, "failed", "{agents:?}");
+    let seeds = agents.assigned.iter().filter(|a| a.1 == 0).count() as u32;
+    assert!(
+        seeds <= 1 + hetsched_server::jobs::workflow::MAX_INPUT_LOSSES,
+        "the seed ran {seeds} times"
+    );
+    let tasks = s.tasks(job).expect("tasks").tasks;
+    let why = tasks
+        .iter()
+        .find(|t| t.state == "failed")
+        .map(|t| t.message.clone())
+        .unwrap_or_default();
+    assert!(
+        why.starts_with("an input could not be fetched again (3 re-runs of its producer")
+            && why.contains("gone"),
+        "{why}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
