@@ -575,7 +575,8 @@ pub enum NodeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Resume a drained node: it takes new work again.
+    /// Resume a drained node: it takes new work again (also `undrain`).
+    #[command(visible_alias = "undrain")]
     Resume {
         /// The node's name; several separated by commas or in brackets (`gpu[01-04]`).
         #[arg(required = true, value_name = "NODES", num_args = 1.., value_parser = hostlist::expand)]

@@ -377,7 +377,8 @@ fn a_drained_node_gets_no_new_work_until_it_is_resumed() {
         .find_map(|l| l.strip_prefix("job 3 waits: "))
         .unwrap_or("");
     assert!(names_a(told), "{err}");
-    c.ok(&["node", "resume", "a"]);
+    // `undrain` is `resume`, as operators of other schedulers type it.
+    c.ok(&["node", "undrain", "a"]);
     c.ok(&["wait", "3"]);
     assert_eq!(c.json(&["job", "3"])["pending_reason"], "");
     let out = c.cli(&["node", "drain", "nosuch"]);
