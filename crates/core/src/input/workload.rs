@@ -959,13 +959,24 @@ impl Workload {
             }
             let name = a.name.get_ref();
             let (span, field, message) = match (&a.cpu, &a.gpu) {
-                (Some(c), _) if !required => (
-                    at(c),
-                    "cpu",
+                (Some(c), _) if !required => (at(c), "cpu", {
+                    // What it asks beside the most any node offers of each.
+                    let asked = c.get_ref().request();
+                    let cores = nodes.iter().map(|n| n.capacity().cores).max().unwrap_or(0);
+                    let memory = nodes
+                        .iter()
+                        .map(|n| n.capacity().memory_bytes)
+                        .max()
+                        .unwrap_or(0);
                     format!(
-                        "application `{name}`: no node has the cores and memory one task asks for"
-                    ),
-                ),
+                        "application `{name}`: no node has the cores and memory one task asks \
+                             for ({}, {}; the largest nodes offer {}, {})",
+                        crate::text::count(asked.cores, "core"),
+                        bytesize::ByteSize(asked.memory_bytes),
+                        crate::text::count(cores, "core"),
+                        bytesize::ByteSize(memory)
+                    )
+                }),
                 (_, Some(g)) => (
                     at(g),
                     "gpu",

@@ -123,6 +123,27 @@ fn a_gpu_only_application_cannot_run_without_gpus() {
     assert_eq!(w.check_runnable(&with_gpu), Ok(()));
 }
 
+/// A task larger than every node is refused saying what it asks and what the largest nodes
+/// offer.
+#[test]
+fn a_task_larger_than_every_node_is_refused_with_what_it_asks_and_what_is_offered() {
+    let w = parse_workload(
+        "w.toml",
+        "[[application]]\nname = \"big\"\ntasks = 1\n[application.cpu]\ncommand = \"x\"\n\
+         cores = 1\nmemory = \"100TiB\"\n",
+    )
+    .expect("valid");
+    let nodes = [
+        node("n0").cores(8).memory(16 << 30).build(NodeId(0)),
+        node("n1").cores(2).memory(64 << 30).build(NodeId(1)),
+    ];
+    let e = w.check_runnable(&nodes).expect_err("too large").to_string();
+    assert!(
+        e.contains("no node has the cores and memory one task asks for (1 core, 100.0 TiB; the largest nodes offer 8 cores, 64.0 GiB)"),
+        "{e}"
+    );
+}
+
 #[test]
 fn profiles_become_nanoseconds_and_missing_ones_are_refused_for_simulation() {
     let w = parse_workload("w.toml", GOOD_WORKLOAD).expect("valid");
