@@ -378,6 +378,9 @@ pub struct Downtime {
     nodes: HashMap<u32, Resources>,
     /// Running tasks not yet confirmed: their node, owner group and hold.
     tasks: HashMap<u64, (u32, Option<u32>, Resources)>,
+    /// Stream workers not yet confirmed, by (topology, worker index): their node, owner group
+    /// and the cores they hold.
+    workers: HashMap<(String, u32), (u32, Option<u32>, Resources)>,
 }
 
 /// A task as a node's heartbeat reports it, for [`Downtime::confirm`].
@@ -417,6 +420,40 @@ impl Downtime {
     /// Task `task` was running on `node`, holding `held` for `group`.
     pub fn expect_task(&mut self, task: u64, node: u32, group: Option<u32>, held: Resources) {
         self.tasks.insert(task, (node, group, held));
+    }
+
+    /// Stream worker `worker` of `topology` was running on `node`, holding `held` for `group`.
+    pub fn expect_worker(
+        &mut self,
+        topology: &str,
+        worker: u32,
+        node: u32,
+        group: Option<u32>,
+        held: Resources,
+    ) {
+        self.workers
+            .insert((topology.to_string(), worker), (node, group, held));
+    }
+
+    /// Node `node`'s first worker sync since the restart, listing the workers running there
+    /// (`live`: topology, worker index): each expected one it lists ran through the whole time
+    /// the server was down and is credited so; the node's others are forgotten.
+    pub fn confirm_workers<'a>(
+        &mut self,
+        ledger: &mut Ledger,
+        node: u32,
+        live: impl IntoIterator<Item = (&'a str, u32)>,
+    ) {
+        for (topology, worker) in live {
+            let key = (topology.to_string(), worker);
+            if let Some(&(on, group, held)) = self.workers.get(&key)
+                && on == node
+            {
+                self.workers.remove(&key);
+                ledger.credit(self.from_ns, self.to_ns, Payer::Owner(group), held);
+            }
+        }
+        self.workers.retain(|_, (on, _, _)| *on != node);
     }
 
     /// Node `node`'s first heartbeat since the restart, reporting `seen` (its running tasks and
@@ -464,13 +501,14 @@ impl Downtime {
 
     /// Whether every node was heard from (or the state dropped them).
     pub fn is_done(&self) -> bool {
-        self.nodes.is_empty() && self.tasks.is_empty()
+        self.nodes.is_empty() && self.tasks.is_empty() && self.workers.is_empty()
     }
 
     /// Node `node` will not be heard from (declared dead, removed): nothing of it is credited.
     pub fn forget_node(&mut self, node: u32) {
         self.nodes.remove(&node);
         self.tasks.retain(|_, (on, _, _)| *on != node);
+        self.workers.retain(|_, (on, _, _)| *on != node);
     }
 }
 

@@ -1059,6 +1059,15 @@ impl Topology {
             .sum()
     }
 
+    /// The workers holding cores in the view: (topology, worker index, node, owner group, the
+    /// cores they hold).
+    pub fn booked_workers(&self) -> impl Iterator<Item = (&str, u32, u32, Option<u32>, u32)> {
+        self.held
+            .iter()
+            .filter(|(_, b)| b.taken > 0)
+            .map(|((t, w), b)| (t.as_str(), *w, b.node, b.group, b.taken))
+    }
+
     /// Cores the running workers hold on node `node` (for tests and listings).
     pub fn held_cores(&self, node: u32) -> u32 {
         self.held

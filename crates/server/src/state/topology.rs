@@ -194,7 +194,15 @@ impl State {
     ) -> Result<WorkersToRun, StateError> {
         // What the node offers topologies that `requires` attributes: its registration's.
         seen.attributes = self.nodes.attributes_of(&seen.node);
+        let live: Vec<(String, u32)> = seen
+            .workers
+            .iter()
+            .map(|w| (w.topology.clone(), w.worker))
+            .collect();
+        let node = seen.node.clone();
         let mut to_run = self.topology_event(false, |t, _| Ok(t.sync(seen, from)))?;
+        // After a restart: what these workers held while the server was down.
+        self.confirm_downtime_workers(&node, live.iter().map(|(t, w)| (t.as_str(), *w)));
         for w in &mut to_run.workers {
             w.run_as = self.users.topology_run_as(&w.topology);
         }

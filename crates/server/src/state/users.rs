@@ -300,10 +300,34 @@ impl State {
                 }
             }
         }
+        for (topology, worker, node, group, cores) in self.jobs.topology.booked_workers() {
+            let id = hetsched_core::NodeId(node);
+            if self.nodes.get(node).is_some_and(|n| n.alive) && self.view.node(id).alive {
+                let held = Resources::new(cores, 0, 0);
+                down.expect_worker(topology, worker, node, group, held);
+            }
+        }
         if !down.is_done() {
             self.downtime = Some(down);
         }
         Ok(())
+    }
+
+    /// Node `node`'s first worker sync since a restart, listing the stream workers running
+    /// there (`live`: topology, worker index): credits what they held while the server was
+    /// down ([`State::start_accounts`]).
+    pub(super) fn confirm_downtime_workers<'a>(
+        &mut self,
+        node: &str,
+        live: impl IntoIterator<Item = (&'a str, u32)>,
+    ) {
+        let (Some(down), Some(id)) = (&mut self.downtime, self.nodes.by_name(node)) else {
+            return;
+        };
+        down.confirm_workers(&mut self.ledger, id, live);
+        if down.is_done() {
+            self.downtime = None;
+        }
     }
 
     /// Node `node`'s first heartbeat since a restart (`reported`: the running tasks of `req` the

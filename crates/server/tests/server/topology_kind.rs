@@ -794,3 +794,42 @@ fn the_cores_tasks_free_go_to_a_worker_short_of_its_cores_before_new_tasks() {
     assert_eq!(s.topology_held_cores(agent.node), 2);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A stream worker runs on while the server is down, and the accounts say so: its two cores
+/// are credited for the time between the last stored accounts and the restart once its agent's
+/// first sync lists it running.
+#[test]
+fn the_accounts_credit_a_worker_for_the_time_the_server_was_down() {
+    use hetsched_server::state::now_ns;
+    let dir = scratch("down");
+    let today = hetsched_server::accounting::day_of(now_ns());
+    let booked = {
+        let mut s = open(&dir);
+        let n = common::register(&mut s, "n", 4);
+        sync(&mut s, vec![]);
+        s.topology_submit(submission()).expect("submit");
+        sync(&mut s, vec![]);
+        sync(&mut s, vec![running_worker(1)]);
+        assert_eq!(s.topology_held_cores(n), 2);
+        let booked = now_ns();
+        // The accounts as stored every minute; then the server is gone (no stop).
+        s.store_usage().expect("stored");
+        booked
+    };
+    std::thread::sleep(std::time::Duration::from_millis(1_000));
+    let mut s = open(&dir);
+    sync(&mut s, vec![running_worker(1)]);
+    let span = (now_ns() - booked) as f64 / 1e9;
+    let admin: f64 = s
+        .usage_report(today, today + 1, None)
+        .expect("report")
+        .iter()
+        .filter(|r| r.owner == hetsched_server::users::ADMIN)
+        .map(|r| r.held.core_seconds)
+        .sum();
+    assert!(
+        admin >= 2.0 * (span - 0.1) && admin <= 2.0 * span + 0.1,
+        "the worker's two cores all along ({span:.2} s): {admin:.3} core-seconds"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
