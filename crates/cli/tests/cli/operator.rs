@@ -2362,17 +2362,11 @@ fn usage_reports_the_core_hours_each_users_running_work_held() {
     as_alice(&["submit", "--wait", "--", "sleep", "2"]);
     c.ok(&["submit", "--wait", "--", "sleep", "1"]);
     let all = c.json(&["usage"]);
-    let core_s = |v: &serde_json::Value, who: &str| -> f64 {
-        v["users"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|u| u["user"] == who)
-            .and_then(|u| u["core_seconds"].as_f64())
-            .unwrap_or(0.0)
-    };
     // Credited from the event that dispatched each to the one that recorded its end.
-    let (a, admin) = (core_s(&all, "alice"), core_s(&all, "admin"));
+    let (a, admin) = (
+        support::core_seconds_of(&all, "alice"),
+        support::core_seconds_of(&all, "admin"),
+    );
     assert!(
         (1.0..=3.5).contains(&a),
         "alice's sleep 2 on one core: {all}"
@@ -2428,13 +2422,7 @@ fn usage_counts_what_ran_while_the_server_was_down() {
     c.start_server();
     c.ok(&["wait", "1", "--timeout", "30s"]);
     let usage = c.json(&["usage"]);
-    let admin = usage["users"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|u| u["user"] == "admin")
-        .and_then(|u| u["core_seconds"].as_f64())
-        .unwrap_or(0.0);
+    let admin = support::core_seconds_of(&usage, "admin");
     assert!(
         (2.8..=3.8).contains(&admin),
         "one core for the 3 s the task ran, the server down or not: {usage}"

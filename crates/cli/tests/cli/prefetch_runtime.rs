@@ -93,13 +93,7 @@ fn the_accounts_charge_what_an_agent_queues_from_its_start() {
     );
     c.ok(&["wait", "1", "--timeout", "30s"]);
     let usage = c.json(&["usage"]);
-    let admin = usage["users"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|u| u["user"] == "admin")
-        .and_then(|u| u["core_seconds"].as_f64())
-        .unwrap_or(0.0);
+    let admin = crate::support::core_seconds_of(&usage, "admin");
     let offered = usage["capacity"]["core_seconds"].as_f64().unwrap_or(0.0);
     assert!(
         admin <= offered + 1e-6,

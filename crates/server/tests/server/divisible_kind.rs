@@ -66,6 +66,18 @@ fn rows() -> Submission {
     }
 }
 
+/// A batch job of the admin's: `tasks` one-core tasks.
+fn sweep(tasks: u32) -> Submission {
+    Submission {
+        origin: "sweep.toml".into(),
+        text: format!(
+            "[[application]]\nname = \"sim\"\ntasks = {tasks}\n[application.cpu]\ncommand = \"true\"\n"
+        ),
+        workdir: "/".into(),
+        ..Default::default()
+    }
+}
+
 /// Chunk `chunk` of job `id` succeeded in 1 ms (after a 1 µs transfer).
 fn success(id: u64, chunk: u64) -> ChunkResult {
     ChunkResult {
@@ -462,15 +474,7 @@ fn a_chunk_being_computed_holds_a_core_charged_to_its_jobs_owner() {
         "it computes"
     );
     // A batch task of the admin's is not placed on the chunk's core.
-    s.on_submit(Submission {
-        origin: "sweep.toml".into(),
-        text: "[[application]]\nname = \"sim\"\ntasks = 4\n[application.cpu]\n\
-               command = \"true\"\n"
-            .into(),
-        workdir: "/".into(),
-        ..Default::default()
-    })
-    .expect("batch job");
+    s.on_submit(sweep(4)).expect("batch job");
     let beat = crate::common::beat(&mut s, 0, &[], &[]);
     assert_eq!(beat.assignments.len(), 1, "one core of a is the chunk's");
     let sent: Vec<(u64, u32)> = beat
@@ -516,15 +520,7 @@ fn the_first_core_tasks_free_goes_to_a_chunk_short_of_its_core() {
     let d = crate::common::scratch("divisible-kind", "short");
     let mut s = open(&d);
     join_agents(&mut s, &["a"]);
-    s.on_submit(Submission {
-        origin: "sweep.toml".into(),
-        text: "[[application]]\nname = \"sim\"\ntasks = 6\n[application.cpu]\n\
-               command = \"true\"\n"
-            .into(),
-        workdir: "/".into(),
-        ..Default::default()
-    })
-    .expect("batch job");
+    s.on_submit(sweep(6)).expect("batch job");
     let sent: Vec<(u64, u32)> = crate::common::beat(&mut s, 0, &[], &[])
         .assignments
         .iter()

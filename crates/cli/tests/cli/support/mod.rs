@@ -54,6 +54,18 @@ pub fn https_client() -> rustls::ClientConnection {
     rustls::ClientConnection::new(std::sync::Arc::new(config), name).expect("a TLS client")
 }
 
+/// The core-seconds `user`'s work held in the accounts `usage` (`hetsched usage --output json`;
+/// 0 when the user has no row).
+pub fn core_seconds_of(usage: &serde_json::Value, user: &str) -> f64 {
+    usage["users"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|u| u["user"] == user)
+        .and_then(|u| u["core_seconds"].as_f64())
+        .unwrap_or(0.0)
+}
+
 /// The lines of a file the tasks wrote (none while it does not exist yet).
 pub fn lines(path: &std::path::Path) -> Vec<String> {
     std::fs::read_to_string(path)
