@@ -370,6 +370,7 @@ impl From<TaskCounts> for pb::TaskCounts {
             succeeded: c.succeeded,
             failed: c.failed,
             cancelled: c.cancelled,
+            queued: c.queued,
         }
     }
 }

@@ -242,6 +242,17 @@ fn counter<V: prometheus_client::encoding::EncodeCounterValue + Send + Sync + st
     Ok(())
 }
 
+/// A gauge without labels.
+fn single_gauge(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: i64,
+) -> Result<(), std::fmt::Error> {
+    let m = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    ConstGauge::new(value).encode(m)
+}
+
 /// A counter without labels, if `value` is known.
 fn single_counter(
     encoder: &mut DescriptorEncoder,
@@ -281,6 +292,13 @@ impl Collector for StateCollector {
                 ("cancelled", counts.cancelled),
             ]
             .map(|(s, n)| (vec![("state", s.to_string())], n as i64)),
+        )?;
+        single_gauge(
+            e,
+            "tasks_queued",
+            "Running tasks (counted in tasks{state=\"running\"}) that wait in their agent's queue \
+             (prefetch) and have not started.",
+            counts.queued as i64,
         )?;
         let alive = nodes.iter().filter(|n| n.alive).count() as i64;
         gauge(
@@ -337,6 +355,12 @@ impl Collector for StateCollector {
             "node_running_tasks",
             "Tasks the server has dispatched to the node and not seen finish.",
             nodes.iter().map(|n| (node(n), i64::from(n.running))),
+        )?;
+        gauge(
+            e,
+            "node_queued_tasks",
+            "Of the node's running tasks, those its agent holds queued (prefetch), not started.",
+            nodes.iter().map(|n| (node(n), i64::from(n.queued))),
         )?;
         gauge(
             e,

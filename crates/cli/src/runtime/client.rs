@@ -535,7 +535,7 @@ pub async fn jobs(
             },
             j.tasks.to_string(),
             c.pending.to_string(),
-            c.running.to_string(),
+            super::human::running(&c),
             c.succeeded.to_string(),
             c.failed.to_string(),
             c.cancelled.to_string(),
@@ -566,7 +566,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
     }
     let c = counts(&j.counts);
     println!(
-        "job {} ({}): {} — {}: {} pending, {} running, {} succeeded, {} failed, {} cancelled; {}",
+        "job {} ({}): {} — {}: {} pending, {} running{}, {} succeeded, {} failed, {} cancelled; {}",
         j.id,
         j.name,
         j.state,
@@ -582,6 +582,12 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         ),
         c.pending,
         c.running,
+        if c.queued > 0 {
+            // Of the running, waiting in their agent's queue (`prefetch`).
+            format!(" ({} queued)", c.queued)
+        } else {
+            String::new()
+        },
         c.succeeded,
         c.failed,
         c.cancelled,
@@ -1834,7 +1840,11 @@ async fn wait_for(
         let c = counts(&j.counts);
         bar.set_length(j.tasks);
         bar.set_position(c.succeeded + c.failed + c.cancelled);
-        bar.set_message(format!("({} running, {} failed)", c.running, c.failed));
+        bar.set_message(format!(
+            "({} running, {} failed)",
+            super::human::running(&c),
+            c.failed
+        ));
         if is_final(&j.state) {
             break j;
         }

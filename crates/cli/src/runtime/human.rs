@@ -241,6 +241,16 @@ pub fn job_json(j: &pb::JobInfo) -> Value {
     v
 }
 
+/// How many run, and of those how many wait in their agent's queue (`prefetch`), not started:
+/// `5`, or `5 (3 queued)`.
+pub fn running(c: &pb::TaskCounts) -> String {
+    if c.queued > 0 {
+        format!("{} ({} queued)", c.running, c.queued)
+    } else {
+        c.running.to_string()
+    }
+}
+
 /// A task as JSON: times as ns and RFC 3339, `null` for what it does not have yet.
 pub fn task_json(t: &pb::TaskInfo) -> Value {
     let mut v = serde_json::to_value(t).unwrap_or(Value::Null);

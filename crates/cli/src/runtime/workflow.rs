@@ -33,7 +33,7 @@ pub fn progress(j: &pb::JobInfo) -> Table {
             a.tasks.to_string(),
             c.pending.saturating_sub(a.ready).to_string(),
             a.ready.to_string(),
-            c.running.to_string(),
+            super::human::running(&c),
             c.succeeded.to_string(),
             c.failed.to_string(),
             super::human::measured_cpu_time(a.cpu_ms, a.max_rss_bytes),

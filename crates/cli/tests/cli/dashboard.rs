@@ -445,7 +445,8 @@ fn a_preempted_task_says_so_and_a_running_one_shows_its_run_time_so_far() {
 }
 
 /// With `prefetch`, a task sent to a node beyond its free cores waits in the agent's queue: the
-/// dashboard says `queued` where a running task shows its run time so far.
+/// dashboard says `queued` where a running task shows its run time so far, and the job's
+/// running counts say how many wait so.
 #[test]
 fn a_task_waiting_in_its_agents_queue_says_queued() {
     let mut c = Cluster::start_configured("dashboard-queued", true, "prefetch = 1\n");
@@ -478,6 +479,23 @@ fn a_task_waiting_in_its_agents_queue_says_queued() {
     b.wait_for(
         "task 0's run time so far",
         &format!("/^[0-9.]+(ms|s)$/.test({})", run_time(0)),
+        t,
+    );
+    // The job's counts say how many of its running tasks wait queued: in the jobs table, the
+    // job's title and its applications.
+    b.wait_for(
+        "the jobs table's running cell",
+        "document.querySelector('#jobs tbody tr')?.children[5]?.textContent === '2 (1 queued)'",
+        t,
+    );
+    b.wait_for(
+        "the job's title",
+        "document.getElementById('job-title').textContent.includes('2 running (1 queued)')",
+        t,
+    );
+    b.wait_for(
+        "the application's running cell",
+        "document.querySelector('#apps tbody tr')?.children[3]?.textContent === '2 (1 queued)'",
         t,
     );
     c.ok(&["cancel", "1"]);

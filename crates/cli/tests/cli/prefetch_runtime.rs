@@ -81,6 +81,20 @@ fn the_accounts_charge_what_an_agent_queues_from_its_start() {
     assert_eq!(nodes[0]["queued"], 2, "{nodes}");
     let table = c.ok(&["nodes"]);
     assert!(table.contains("3 (2 queued)"), "{table}");
+    // So do the job's counts: three running, two of them queued.
+    let jobs = c.json(&["jobs"]);
+    assert_eq!(
+        (&jobs[0]["counts"]["running"], &jobs[0]["counts"]["queued"]),
+        (&serde_json::json!(3), &serde_json::json!(2)),
+        "{jobs}"
+    );
+    let table = c.ok(&["jobs"]);
+    assert!(table.contains("3 (2 queued)"), "{table}");
+    let line = c.ok(&["job", "1"]);
+    assert!(
+        line.contains("0 pending, 3 running (2 queued), 0 succeeded"),
+        "{line}"
+    );
     // Once the first ends, the second runs from when the agent started it.
     wait_until("task 1 to start", Duration::from_secs(20), || {
         c.tasks(1)[1]["queued"] == false

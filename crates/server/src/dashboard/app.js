@@ -13,6 +13,8 @@ const $ = (id) => document.getElementById(id);
 function applyWidths(root) { root.querySelectorAll("[data-w]").forEach((e) => { e.style.width = e.dataset.w; }); }
 // "1 task", "2 tasks": the words of the CLI's messages (hetsched_core::text::count).
 const count = (n, noun) => `${n} ${noun}${n === 1 ? "" : "s"}`;
+// How many run, and of those how many wait in their agent's queue (`prefetch`): `5 (3 queued)`.
+const runningText = (c) => `${c.running || 0}` + (c.queued ? ` (${c.queued} queued)` : "");
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 
 async function api(path) {
@@ -199,7 +201,7 @@ function jobRow(j) {
   // Whose it is, once users submit (the admin's jobs show no owner).
   const owner = j.owner && j.owner !== "admin" ? ` <span class="owner">(${esc(j.owner)})</span>` : "";
   return `<td>${j.id}</td><td>${esc(j.name)}${owner}</td><td class="state-${esc(st)}" title="${esc(pendingBecause(j))}">${esc(st)}</td><td>${bar(j)}</td>
-    <td>${c.pending || 0}</td><td>${c.running || 0}</td><td>${c.succeeded || 0}</td><td>${c.failed || 0}</td><td>${c.cancelled || 0}</td>`;
+    <td>${c.pending || 0}</td><td>${runningText(c)}</td><td>${c.succeeded || 0}</td><td>${c.failed || 0}</td><td>${c.cancelled || 0}</td>`;
 }
 
 async function loadJobs() {
@@ -250,7 +252,7 @@ function updateJobTitle(j) {
   const c = j.counts || {};
   tasksView.jobState = j.state;
   const why = pendingBecause(j);
-  $("job-title").textContent = `Job ${j.id} — ${j.name} — ${shownState(j)}: ${j.tasks} tasks, ${c.succeeded || 0} succeeded, ${c.failed || 0} failed, ${c.running || 0} running, ${c.pending || 0} pending`
+  $("job-title").textContent = `Job ${j.id} — ${j.name} — ${shownState(j)}: ${j.tasks} tasks, ${c.succeeded || 0} succeeded, ${c.failed || 0} failed, ${c.running || 0} running${c.queued ? ` (${c.queued} queued)` : ""}, ${c.pending || 0} pending`
     + (why ? ` — pending because: ${why}` : "");
 }
 
@@ -266,7 +268,7 @@ function renderJobDetail(j) {
     // One figure when the variants agree (or one has none), as `hetsched job` writes it.
     const cl = a.cpu_time_limit_ms || 0, gl = a.gpu_time_limit_ms || 0;
     const limit = !cl && !gl ? "none" : cl === gl || !gl ? ms(cl) : !cl ? ms(gl) : `cpu ${ms(cl)} · gpu ${ms(gl)}`;
-    return `<tr data-app="${esc(a.name)}"><td>${esc(a.name)}</td><td>${a.tasks}</td><td>${c.pending || 0}</td><td>${c.running || 0}</td>
+    return `<tr data-app="${esc(a.name)}"><td>${esc(a.name)}</td><td>${a.tasks}</td><td>${c.pending || 0}</td><td>${runningText(c)}</td>
       <td>${c.succeeded || 0}</td><td>${c.failed || 0}</td><td>${c.cancelled || 0}</td><td>${variants}</td>
       <td class="requires">${esc((a.requires || []).join(", ") || "-")}</td><td class="priority">${a.priority || 0}</td><td class="max-running">${a.max_running || "no limit"}</td><td class="time-limit">${limit}</td>
       <td>${mean}</td><td>${ms(a.cpu_ms)}</td><td>${bytes(a.max_rss_bytes)}</td></tr>`;

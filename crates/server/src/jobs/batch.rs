@@ -304,6 +304,7 @@ fn to_counts(c: &[u64; 5]) -> TaskCounts {
         succeeded: c[2],
         failed: c[3],
         cancelled: c[4],
+        queued: 0,
     }
 }
 
@@ -1531,7 +1532,9 @@ impl Batch {
 
     fn job_info(&self, rd: &Read, j: &JobRec, with_apps: bool) -> JobInfo {
         let (pending_reason, blocked) = self.pending_reason(rd, j);
-        let counts = self.job_counts(j);
+        let queued = &rd.nodes.prefetch.queued;
+        let mut counts = self.job_counts(j);
+        counts.queued = queued.count_within(j.tasks.clone());
         let state = state_of(&counts, j.row.cancelled);
         let finished_ns = if counts.pending + counts.running == 0 {
             self.job_finished_ns(j)
@@ -1554,7 +1557,11 @@ impl Batch {
                         id: a,
                         name: r.name.clone(),
                         tasks: r.tasks as u64,
-                        counts: to_counts(&r.counts),
+                        counts: TaskCounts {
+                            queued: queued
+                                .count_within(r.first_task..r.first_task + u64::from(r.tasks)),
+                            ..to_counts(&r.counts)
+                        },
                         mean_cpu_ms: mean(0),
                         mean_gpu_ms: mean(1),
                         has_cpu: r.cpu.is_some(),

@@ -1335,6 +1335,8 @@ impl Divisible {
                 succeeded: v.succeeded,
                 failed: v.failed,
                 cancelled: 0,
+                // Chunks are never queued behind other work on an agent.
+                queued: 0,
             },
             submitted_ns: job.submitted_ns,
             finished_ns: v.finished_ns,

@@ -1618,7 +1618,15 @@ impl Workflows {
     }
 
     fn job_info(rd: &Read, j: &WfJob, apps: bool) -> JobInfo {
-        let (counts, _) = Self::counts_of(&j.insts);
+        // Instances' task ids are a range per job and per task ([`WfJob::task_id`]).
+        let queued = |r: std::ops::Range<usize>| {
+            rd.nodes
+                .prefetch
+                .queued
+                .count_within(j.task_id(r.start as u32)..j.task_id(r.end as u32))
+        };
+        let (mut counts, _) = Self::counts_of(&j.insts);
+        counts.queued = queued(0..j.insts.len());
         // One that has not started waits for what it names (not for an operator); one that
         // runs may find no node for a ready instance.
         let unstarted = !j.gate.started && !j.cancelled;
@@ -1656,8 +1664,9 @@ impl Workflows {
                     .enumerate()
                     .map(|(t, task)| {
                         let r = j.offset[t] as usize..j.offset[t + 1] as usize;
-                        let insts = &j.insts[r];
-                        let (counts, ready) = Self::counts_of(insts);
+                        let insts = &j.insts[r.clone()];
+                        let (mut counts, ready) = Self::counts_of(insts);
+                        counts.queued = queued(r);
                         let used = insts.iter().filter_map(|x| x.usage);
                         AppInfo {
                             id: t as u32,

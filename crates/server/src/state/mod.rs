@@ -1787,6 +1787,7 @@ impl State {
         for kind in self.jobs.all() {
             c.add(&kind.counts());
         }
+        c.queued = self.nodes.prefetch.queued.len() as u64;
         c
     }
 

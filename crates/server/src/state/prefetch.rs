@@ -42,7 +42,7 @@
 //! running task that vanished, and the agent never starts a task the server took back.
 
 use hetsched_core::{NodeId, Resources, SchedulerView};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Under `"auto"`: the most queued work per core, as the sum of the queued tasks' mean run
 /// times (ns); a run longer than this is a long one.
@@ -227,8 +227,10 @@ impl AutoQueue {
 /// is taken as queued ([`Prefetch::restoring_cores`]).
 #[derive(Debug, Default)]
 pub struct Queued {
-    /// Each queued task's node, owner group (`None`: the admin's) and what it holds.
-    tasks: HashMap<u64, (u32, Option<u32>, Resources)>,
+    /// Each queued task's node, owner group (`None`: the admin's) and what it holds; ordered,
+    /// so that a job's (or an application's) queued tasks, whose ids are a range, are counted
+    /// without a scan of every queue ([`Queued::count_within`]).
+    tasks: BTreeMap<u64, (u32, Option<u32>, Resources)>,
     /// What the queued tasks hold, by owner group.
     by_group: HashMap<Option<u32>, Resources>,
     /// How many tasks each node's agent holds queued, by node id.
@@ -320,13 +322,21 @@ impl Queued {
         self.by_group.get(&group).copied().unwrap_or_default()
     }
 
-    /// The queued tasks among `ids` (a page of a listing read from the store; O(queued)).
+    /// The queued tasks among `ids` (a page of a listing read from the store).
     pub fn within(&self, ids: std::ops::Range<u64>) -> std::collections::HashSet<u64> {
-        self.tasks
-            .keys()
-            .filter(|t| ids.contains(t))
-            .copied()
-            .collect()
+        if ids.start >= ids.end {
+            return Default::default();
+        }
+        self.tasks.range(ids).map(|(&t, _)| t).collect()
+    }
+
+    /// How many of the tasks `ids` (a job's or an application's) are queued: O(log queued + that
+    /// many).
+    pub fn count_within(&self, ids: std::ops::Range<u64>) -> u64 {
+        if ids.start >= ids.end {
+            return 0;
+        }
+        self.tasks.range(ids).count() as u64
     }
 
     /// The tasks among `ids` that started from a queue, and when ([`Queued::began`]).
@@ -540,6 +550,13 @@ mod tests {
         assert_eq!((q.of(Some(0)), q.of(None), q.len()), (r(3, 15), r(4, 0), 3));
         assert_eq!((q.on(a), q.on(b)), (2, 1));
         assert_eq!(q.within(2..4).len(), 2);
+        assert_eq!(
+            [0..1, 1..3, 0..9, 3..4, 4..9].map(|r| q.count_within(r)),
+            [0, 2, 3, 1, 0]
+        );
+        // A reversed range (a corrupt one) counts nothing rather than panicking.
+        let (from, to) = (5, 2);
+        assert_eq!((q.count_within(from..to), q.within(from..to).len()), (0, 0));
         q.started(1, 77);
         q.started(1, 88);
         assert_eq!(q.of(Some(0)), r(1, 5));

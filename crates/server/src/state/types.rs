@@ -367,6 +367,8 @@ pub struct TaskCounts {
     pub failed: u64,
     /// Cancelled.
     pub cancelled: u64,
+    /// Of the running: how many wait in their agent's queue (prefetch), not started yet.
+    pub queued: u64,
 }
 
 impl TaskCounts {
@@ -377,6 +379,7 @@ impl TaskCounts {
         self.succeeded += o.succeeded;
         self.failed += o.failed;
         self.cancelled += o.cancelled;
+        self.queued += o.queued;
     }
 }
 

@@ -102,3 +102,39 @@ fn counters_follow_results_losses_and_submissions_and_gauges_the_state() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// With `prefetch`, the tasks an agent holds queued are counted among the running, and
+/// apart: in all and per node.
+#[test]
+fn queued_tasks_are_gauged_among_the_running_and_apart() {
+    let d = std::env::temp_dir().join(format!("hetsched-metrics-queued-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("dir");
+    let config = ServerConfig {
+        data_dir: d.clone(),
+        prefetch: hetsched_server::state::prefetch::Setting::Cores(2),
+        ..Default::default()
+    };
+    let mut s =
+        State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
+    let n = common::register(&mut s, "n", 1);
+    s.submit_keyed("job.toml", FLAKY, "/", "k").expect("submit");
+    assert_eq!(
+        beat(&mut s, n, &[], &[]).len(),
+        3,
+        "one on the core, two queued"
+    );
+    let metrics = s.metrics();
+    let reg = registry(&metrics, Arc::new(Mutex::new(s)), "fifo");
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &reg).expect("encode");
+    for line in [
+        "hetsched_tasks{state=\"running\"} 3",
+        "hetsched_tasks_queued 2",
+        "hetsched_node_running_tasks{node=\"n\"} 3",
+        "hetsched_node_queued_tasks{node=\"n\"} 2",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}

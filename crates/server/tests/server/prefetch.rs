@@ -220,6 +220,74 @@ fn the_accounts_charge_a_queued_task_from_its_start_not_from_its_dispatch() {
     check(&s);
 }
 
+/// `hetsched jobs` and `hetsched job N` count a job's tasks queued on agents among its running
+/// ones and say how many of those are queued, per job and per application; a job none of whose
+/// tasks is queued says none, and the server's totals (`/metrics`) count every queue.
+#[test]
+fn job_listings_say_how_many_running_tasks_wait_queued_per_job_and_application() {
+    let d = scratch("job-counts");
+    let mut s = open(&d.0, 3);
+    let n = register(&mut s, "n", 1);
+    s.on_submit(Submission {
+        origin: "two.toml".into(),
+        text: "[[application]]\nname = \"a\"\ntasks = 2\n[application.cpu]\ncommand = \"true\"\n\
+               [[application]]\nname = \"b\"\ntasks = 3\n[application.cpu]\ncommand = \"true\"\n"
+            .into(),
+        workdir: "/".into(),
+        ..Default::default()
+    })
+    .expect("submit");
+    // One on the core, three queued: a's two, then b's first two.
+    let mut sent = beat(&mut s, n, Vec::new(), Vec::new());
+    assert_eq!(sent.len(), 4);
+    submit(&mut s, 2);
+    // A job's counts: running and queued, and per application; checked against the listing of
+    // jobs and against its tasks' own `queued` flags (a second path to the same answer).
+    let counts = |s: &State, job: u64| {
+        let j = s.get_job(job).expect("job");
+        let apps: Vec<(u64, u64)> = j
+            .apps
+            .iter()
+            .map(|a| (a.counts.running, a.counts.queued))
+            .collect();
+        let listed = s
+            .list_jobs(0, 0)
+            .jobs
+            .into_iter()
+            .find(|l| l.id == job)
+            .expect("listed");
+        assert_eq!(listed.counts, j.counts, "the listing and the job agree");
+        let tasks = s.list_tasks(job, 0, 0).expect("tasks").tasks;
+        for a in &j.apps {
+            let flagged = tasks.iter().filter(|t| t.app == a.name && t.queued).count() as u64;
+            assert_eq!(a.counts.queued, flagged, "application {}", a.name);
+        }
+        (j.counts.running, j.counts.queued, apps)
+    };
+    assert_eq!(counts(&s, 1), (4, 3, vec![(2, 1), (2, 2)]));
+    assert_eq!(counts(&s, 2), (0, 0, vec![(0, 0)]));
+    assert_eq!(s.count_tasks().queued, 3);
+    // The first ends; the agent starts the next and keeps two queued (the freed core repays
+    // the node's prefetch debt: nothing new is sent until its queue drains).
+    let ended = sent.remove(0);
+    assert!(beat(&mut s, n, first_started(&sent), vec![success(&ended)]).is_empty());
+    let (one, two) = (counts(&s, 1), counts(&s, 2));
+    assert_eq!(
+        (one.0, one.1, two.0, two.1),
+        (3, 2, 0, 0),
+        "{one:?} {two:?}"
+    );
+    assert_eq!(s.count_tasks().queued, 2);
+    // Every task ends: nothing is queued any more.
+    for _ in 0..10 {
+        let results: Vec<TaskResult> = sent.iter().map(success).collect();
+        sent = beat(&mut s, n, Vec::new(), results);
+    }
+    assert_eq!(s.get_job(1).expect("job").counts.succeeded, 5);
+    assert_eq!(counts(&s, 1), (0, 0, vec![(0, 0), (0, 0)]));
+    assert_eq!(s.count_tasks().queued, 0);
+}
+
 fn success(d: &Dispatch) -> TaskResult {
     TaskResult {
         task_id: d.task_id,
@@ -719,6 +787,19 @@ fn workflow_instances_are_prefetched_as_batch_tasks_are() {
         [false, false, true, true],
         "two on free cores, two queued"
     );
+    // The job's listing counts them among its running, and says how many of those wait queued,
+    // for the workflow and for its tasks.
+    let queued = |s: &State| {
+        let j = s.get_job(1).expect("the workflow");
+        let by_task: u64 = j.apps.iter().map(|a| a.counts.queued).sum();
+        let listed = s.list_jobs(0, 0).jobs[0].counts;
+        assert_eq!(
+            (listed.running, listed.queued),
+            (j.counts.running, j.counts.queued)
+        );
+        (j.counts.running, j.counts.queued, by_task)
+    };
+    assert_eq!(queued(&s), (4, 2, 2));
     // Each says the core it takes: an agent starts a task that says none at once, queued or
     // not, beside what already holds its cores.
     assert!(
@@ -742,6 +823,7 @@ fn workflow_instances_are_prefetched_as_batch_tasks_are() {
         next.iter().map(|a| a.prefetched).collect::<Vec<_>>(),
         [true, true]
     );
+    assert_eq!(queued(&s), (4, 2, 2), "the two started, two new queued");
     assert_eq!(s.list_nodes()[0].free_cores, 0);
     // Each instance succeeds exactly once; the workflow completes.
     let mut held: Vec<Dispatch> = first[2..].iter().chain(&next).cloned().collect();

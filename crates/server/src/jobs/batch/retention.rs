@@ -238,6 +238,7 @@ fn to_counts(c: [u64; 5]) -> TaskCounts {
         succeeded: c[2],
         failed: c[3],
         cancelled: c[4],
+        queued: 0,
     }
 }
 
