@@ -304,7 +304,10 @@ fn everything(s: &State) -> Vec<String> {
             j.id,
             j.owner,
             j.state,
-            j.counts,
+            // Which running tasks wait in their agent's queue is what the agents said; a
+            // restarted server guesses it (the work beyond each node's free cores) until they
+            // beat again, so it is left out.
+            j.counts.map(|c| pb::TaskCounts { queued: 0, ..c }),
             j.held,
             j.begin_ms,
             j.deferred,
