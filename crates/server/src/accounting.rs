@@ -402,6 +402,20 @@ pub enum Seen {
     },
 }
 
+/// What an owner's work held while the server was down, as [`Downtime`] credited it to the
+/// ledger: the state credits its fair-share usage too.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OwnerCredit {
+    /// The owner group (`None`: the admin's).
+    pub group: Option<u32>,
+    /// From when (ns since the Unix epoch).
+    pub from_ns: u64,
+    /// Until when.
+    pub to_ns: u64,
+    /// What it held.
+    pub held: Resources,
+}
+
 impl Downtime {
     /// The server was down from `from_ns` to `to_ns`.
     pub fn new(from_ns: u64, to_ns: u64) -> Self {
@@ -437,34 +451,56 @@ impl Downtime {
 
     /// Node `node`'s first worker sync since the restart, listing the workers running there
     /// (`live`: topology, worker index): each expected one it lists ran through the whole time
-    /// the server was down and is credited so; the node's others are forgotten.
+    /// the server was down and is credited so; the node's others are forgotten. Returns what
+    /// was credited.
     pub fn confirm_workers<'a>(
         &mut self,
         ledger: &mut Ledger,
         node: u32,
         live: impl IntoIterator<Item = (&'a str, u32)>,
-    ) {
+    ) -> Vec<OwnerCredit> {
+        let mut credited = Vec::new();
         for (topology, worker) in live {
             let key = (topology.to_string(), worker);
             if let Some(&(on, group, held)) = self.workers.get(&key)
                 && on == node
             {
                 self.workers.remove(&key);
-                ledger.credit(self.from_ns, self.to_ns, Payer::Owner(group), held);
+                credited.push(self.credit(ledger, group, self.from_ns, self.to_ns, held));
             }
         }
         self.workers.retain(|_, (on, _, _)| *on != node);
+        credited
+    }
+
+    /// Credits `ledger` with what owner `group` held from `from_ns` to `to_ns`.
+    fn credit(
+        &self,
+        ledger: &mut Ledger,
+        group: Option<u32>,
+        from_ns: u64,
+        to_ns: u64,
+        held: Resources,
+    ) -> OwnerCredit {
+        ledger.credit(from_ns, to_ns, Payer::Owner(group), held);
+        OwnerCredit {
+            group,
+            from_ns,
+            to_ns,
+            held,
+        }
     }
 
     /// Node `node`'s first heartbeat since the restart, reporting `seen` (its running tasks and
     /// its results): credits `ledger` with what the node offered and its tasks held while the
-    /// server was down, and forgets the node.
+    /// server was down, and forgets the node. Returns what was credited to owners.
     pub fn confirm(
         &mut self,
         ledger: &mut Ledger,
         node: u32,
         seen: impl IntoIterator<Item = (u64, Seen)>,
-    ) {
+    ) -> Vec<OwnerCredit> {
+        let mut credited = Vec::new();
         let capacity = self.nodes.remove(&node);
         if let Some(capacity) = capacity {
             ledger.credit(self.from_ns, self.to_ns, Payer::Capacity, capacity);
@@ -493,10 +529,11 @@ impl Downtime {
                 gpus: held.gpus.min(c.gpus),
             });
             if from < to {
-                ledger.credit(from, to, Payer::Owner(group), held);
+                credited.push(self.credit(ledger, group, from, to, held));
             }
         }
         self.tasks.retain(|_, (on, _, _)| *on != node);
+        credited
     }
 
     /// Whether every node was heard from (or the state dropped them).
@@ -783,7 +820,21 @@ mod tests {
                 },
             ),
         ];
-        down.confirm(&mut l, 0, seen);
+        let credited = down.confirm(&mut l, 0, seen);
+        // What the owners are credited (the state adds it to their fair-share usage too).
+        let credit = |group, from_ns, to_ns, c| OwnerCredit {
+            group,
+            from_ns,
+            to_ns,
+            held: cores(c),
+        };
+        assert_eq!(
+            credited,
+            [
+                credit(Some(0), from, to, 2),
+                credit(None, from, 3 * DAY_NS + s, 1)
+            ]
+        );
         // Task 14 (not reported: gone) is forgotten with node 0's others.
         assert!(!down.is_done(), "node 1 still to hear from");
         // Node 1's task asks 6 cores of its 4: it ran alone there, holding the 4, for 1 s.
@@ -791,7 +842,10 @@ mod tests {
             started_ns: to - s,
             finished_ns: to + s,
         };
-        down.confirm(&mut l, 1, [(15, alone)]);
+        assert_eq!(
+            down.confirm(&mut l, 1, [(15, alone)]),
+            [credit(Some(0), to - s, to, 4)]
+        );
         // Node 2 was declared dead before it beat: nothing of it is credited.
         assert!(!down.is_done());
         down.forget_node(2);

@@ -96,6 +96,26 @@ impl FairShare {
         }
     }
 
+    /// Adds to group `group`'s usage what holding dominant share `share` for `lasted`, ending
+    /// `ended_ago` before the last settle, accrued: ∫ share · 2^(-age/half-life) over that
+    /// time (work that ran while no one was settling: the runtime's server was down), and ranks
+    /// again. A no-op while off.
+    pub fn credit(&mut self, group: Option<u32>, share: f64, ended_ago: Time, lasted: Time) {
+        let Some(half_life) = self.half_life else {
+            return;
+        };
+        if !(share.is_finite() && share > 0.0) || lasted == 0 {
+            return;
+        }
+        let h = half_life as f64;
+        let weight = |age: Time| 0.5f64.powf(age as f64 / h);
+        let gain = (weight(ended_ago) - weight(ended_ago.saturating_add(lasted)))
+            * (h / NANOS_PER_SEC as f64)
+            / std::f64::consts::LN_2;
+        let usage = self.usage(group) + share * gain;
+        self.set_usage(group, usage);
+    }
+
     /// Gives group `group` `shares` shares (at least 1; the applications in no group keep 1)
     /// and ranks again.
     pub fn set_shares(&mut self, group: u32, shares: u32) {
@@ -217,6 +237,34 @@ mod tests {
         f.settle(10 * NANOS_PER_SEC + 100 * HOUR, || (vec![0.5], 0.0));
         let limit = 0.5 * 3600.0 / std::f64::consts::LN_2;
         assert!((f.usage(Some(0)) - limit).abs() < 1e-6 * limit);
+    }
+
+    /// A credit for time no one settled adds what settling through it would have: the same
+    /// integral of the share decayed by its age, so a credit of 10 s just past equals 10 s
+    /// settled, and one a half-life old counts half.
+    #[test]
+    fn a_credit_adds_what_settling_through_it_would_have() {
+        let mut settled = FairShare::default();
+        settled.set_half_life(Some(HOUR));
+        settled.settle(0, || (vec![0.25], 0.0));
+        settled.settle(10 * NANOS_PER_SEC, || (vec![0.25], 0.0));
+        let mut credited = FairShare::default();
+        credited.set_half_life(Some(HOUR));
+        credited.credit(Some(0), 0.25, 0, 10 * NANOS_PER_SEC);
+        let (a, b) = (settled.usage(Some(0)), credited.usage(Some(0)));
+        assert!((a - b).abs() < 1e-9, "{a} {b}");
+        let mut old = FairShare::default();
+        old.set_half_life(Some(HOUR));
+        old.credit(None, 0.25, HOUR, 10 * NANOS_PER_SEC);
+        assert!((old.usage(None) - b / 2.0).abs() < 1e-9);
+        // It ranks: the credited group now stands below one that used nothing.
+        assert!(credited.standing(Some(0)) < credited.standing(Some(1)));
+        // Off, or nothing held: nothing is added.
+        let mut off = FairShare::default();
+        off.credit(Some(0), 1.0, 0, HOUR);
+        credited.credit(Some(0), 0.0, 0, HOUR);
+        credited.credit(Some(0), f64::NAN, 0, HOUR);
+        assert_eq!((off.usage(Some(0)), credited.usage(Some(0))), (0.0, b));
     }
 
     #[test]

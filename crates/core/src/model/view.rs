@@ -453,6 +453,25 @@ impl SchedulerView {
         }
     }
 
+    /// Credits group `group` (`None`: the applications in no group) with fair-share usage for
+    /// holding `held` for `lasted`, ending `ended_ago` before now, while nothing settled (the
+    /// runtime's server was down; its agents ran on): `held`'s dominant share of the cluster as
+    /// it is now, decayed by its age ([`super::fair_share::FairShare::credit`]).
+    pub fn credit_fair_usage(
+        &mut self,
+        group: Option<u32>,
+        held: Resources,
+        ended_ago: Time,
+        lasted: Time,
+    ) {
+        if self.fair.half_life().is_none() {
+            return;
+        }
+        let share = held.dominant_share(&self.totals);
+        self.fair.credit(group, share, ended_ago, lasted);
+        self.refresh_levels();
+    }
+
     /// The order policies serve applications in: a higher level first. It is the
     /// application's priority and, under fair share, its group's standing below it (the
     /// group that used least first); without fair share, the priority alone decides.

@@ -324,9 +324,28 @@ impl State {
         let (Some(down), Some(id)) = (&mut self.downtime, self.nodes.by_name(node)) else {
             return;
         };
-        down.confirm_workers(&mut self.ledger, id, live);
+        let credited = down.confirm_workers(&mut self.ledger, id, live);
         if down.is_done() {
             self.downtime = None;
+        }
+        self.credit_fair_usage(&credited);
+    }
+
+    /// Under `[fair_share]`: adds what owners' work held while the server was down (as the
+    /// accounts were credited) to their fair-share usage, decayed by its age — else a user whose
+    /// work ran through a restart would be served as if it had used nothing then.
+    fn credit_fair_usage(&mut self, credited: &[crate::accounting::OwnerCredit]) {
+        if self.config.fair_share.is_none() {
+            return;
+        }
+        let now = now_ns();
+        for c in credited {
+            self.view.credit_fair_usage(
+                c.group,
+                c.held,
+                now.saturating_sub(c.to_ns),
+                c.to_ns.saturating_sub(c.from_ns),
+            );
         }
     }
 
@@ -361,10 +380,11 @@ impl State {
             };
             (r.task_id, seen)
         });
-        down.confirm(&mut self.ledger, node.0, running.chain(ended));
+        let credited = down.confirm(&mut self.ledger, node.0, running.chain(ended));
         if down.is_done() {
             self.downtime = None;
         }
+        self.credit_fair_usage(&credited);
     }
 
     /// At an event's end: credits each owner's account with what its work held since the last

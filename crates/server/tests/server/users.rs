@@ -838,6 +838,75 @@ fn a_users_caps_on_gpus_and_memory_hold_its_running_tasks() {
     );
 }
 
+/// With `[fair_share]`, what a user's work held while the server was down counts in its
+/// fair-share usage as it does in the accounts: alice's two-core task on an eight-core node (a
+/// quarter of the cluster) ran through a 2 s crash, and once the node beats again her usage is
+/// a quarter of a share-second per second of that — not the next to nothing accrued before the
+/// crash, which would let her jump ahead of users who waited.
+#[test]
+fn under_fair_share_what_ran_while_the_server_was_down_counts_in_the_usage() {
+    use hetsched_server::state::now_ns;
+    let d = common::scratch("users", "fair-down");
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        fair_share: Some(hetsched_server::config::FairShareConfig {
+            half_life: hetsched_core::input::Duration(3600 * 1_000_000_000),
+        }),
+        ..Default::default()
+    };
+    let open_fair =
+        || State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
+    let dispatched = now_ns();
+    let (task, node, crashed, before) = {
+        let mut s = open_fair();
+        s.on_add_user("alice", false).expect("alice");
+        let agent = common::Agent::new(&mut s, 8);
+        let mut sub = submission("two", false);
+        sub.text = "[[application]]\nname = \"two\"\ntasks = 1\n[application.cpu]\n\
+                    command = \"true\"\ncores = 2\n"
+            .into();
+        sub.hold = false;
+        s.on_submit_as(sub, "alice").expect("alice's");
+        let sent = common::beat(&mut s, agent.node, &[], &[]).assignments;
+        assert_eq!(sent.len(), 1);
+        s.store_usage().expect("stored");
+        let before = s.fair_usage_of("alice");
+        (
+            (sent[0].task_id, sent[0].attempt),
+            agent.node,
+            now_ns(),
+            before,
+        )
+    };
+    std::thread::sleep(std::time::Duration::from_millis(2_000));
+    let mut s = open_fair();
+    let restored = s.fair_usage_of("alice");
+    assert!(
+        restored < 0.1,
+        "before the node beats: {restored} (stored {before})"
+    );
+    s.heartbeat(pb::HeartbeatRequest {
+        node_id: node,
+        running: vec![pb::RunningTask {
+            task_id: task.0,
+            attempt: task.1,
+            started_ns: dispatched,
+            ..Default::default()
+        }],
+        identity: common::IDENTITY.into(),
+        ..Default::default()
+    })
+    .expect("beat");
+    let down = (now_ns() - crashed) as f64 / 1e9;
+    let usage = s.fair_usage_of("alice");
+    assert!(
+        usage >= 0.25 * (down - 0.3) && usage <= 0.25 * (down + 0.3) + restored,
+        "a quarter of the cluster through {down:.2} s down: {usage:.3} share-seconds"
+    );
+    // The admin's ran nothing: nothing is credited to it.
+    assert!(s.fair_usage_of(ADMIN) < 1e-9);
+}
+
 /// With `[fair_share]`, a user whose work held the cluster waits, within a priority, for one
 /// whose work did not: Alice's task holds the only core for over a second; then Alice and Bob
 /// each submit a task, Alice first, and Bob's starts first. Her usage is stored, read back by a
