@@ -524,15 +524,7 @@ pub async fn jobs(
         }
         row.extend([
             j.name.clone(),
-            if j.held {
-                "held".to_string()
-            } else if j.waiting {
-                "waiting".to_string()
-            } else if j.deferred {
-                "deferred".to_string()
-            } else {
-                j.state.clone()
-            },
+            shown_state(j),
             j.tasks.to_string(),
             c.pending.to_string(),
             super::human::running(&c),
@@ -548,6 +540,25 @@ pub async fn jobs(
     }
     println!("{t}");
     Ok(())
+}
+
+/// A job's state as listings show it: `held`, `waiting` or `deferred` where its pending tasks
+/// wait for that, and `running (held)` (…) where tasks of it run meanwhile.
+fn shown_state(j: &pb::JobInfo) -> String {
+    let why = if j.held {
+        "held"
+    } else if j.waiting {
+        "waiting"
+    } else if j.deferred {
+        "deferred"
+    } else {
+        return j.state.clone();
+    };
+    if j.state == "running" {
+        format!("running ({why})")
+    } else {
+        why.to_string()
+    }
 }
 
 /// `hetsched job ID`.
@@ -1892,6 +1903,26 @@ mod tests {
         let shown = tasks_table(&[task("a", &["a", "b", "c"]), task("d", &[])]).to_string();
         assert!(shown.contains("a (+2)"), "{shown}");
         assert!(!shown.contains("d (+"), "{shown}");
+    }
+
+    /// A job whose pending tasks wait (held, after others, for its begin time) says so; one
+    /// that also has tasks running says both, as `job N` and the JSON `state` do.
+    #[test]
+    fn a_job_that_runs_while_its_pending_tasks_wait_shows_both() {
+        let job = |state: &str, held: bool, deferred: bool| pb::JobInfo {
+            state: state.into(),
+            held,
+            deferred,
+            ..Default::default()
+        };
+        assert_eq!(shown_state(&job("pending", false, true)), "deferred");
+        assert_eq!(
+            shown_state(&job("running", false, true)),
+            "running (deferred)"
+        );
+        assert_eq!(shown_state(&job("running", true, true)), "running (held)");
+        assert_eq!(shown_state(&job("running", false, false)), "running");
+        assert_eq!(shown_state(&job("completed", false, false)), "completed");
     }
 
     #[test]

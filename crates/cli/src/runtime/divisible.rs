@@ -178,17 +178,33 @@ pub async fn output(args: &ClientArgs, id: u64, to: Option<&Path>) -> anyhow::Re
         }
         None => None,
     };
-    let mut sink: Box<dyn Write> = match &file {
-        Some(p) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
-        )),
-        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    let Some(file) = file else {
+        let mut sink = std::io::BufWriter::new(std::io::stdout().lock());
+        read_output(&args.url(), &token, ca.as_deref(), id, &mut sink).await?;
+        sink.flush()?;
+        return Ok(());
     };
-    read_output(&args.url(), &token, ca.as_deref(), id, &mut sink).await?;
-    sink.flush()?;
-    if let Some(p) = file {
-        eprintln!("wrote {}", p.display());
+    // Into a file beside it, renamed over it once the whole output arrived: a refusal (a job
+    // purged, not divisible, not finished) or a broken transfer leaves a file fetched before
+    // as it was.
+    let partial = file.with_file_name(format!(".job-{id}.out.partial"));
+    let fetched = async {
+        let mut sink = std::io::BufWriter::new(
+            std::fs::File::create(&partial)
+                .with_context(|| format!("creating {}", partial.display()))?,
+        );
+        read_output(&args.url(), &token, ca.as_deref(), id, &mut sink).await?;
+        sink.flush()?;
+        anyhow::Ok(())
     }
+    .await;
+    if let Err(e) = fetched {
+        let _ = std::fs::remove_file(&partial);
+        return Err(e);
+    }
+    std::fs::rename(&partial, &file)
+        .with_context(|| format!("renaming {} to {}", partial.display(), file.display()))?;
+    eprintln!("wrote {}", file.display());
     Ok(())
 }
 

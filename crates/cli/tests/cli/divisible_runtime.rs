@@ -401,6 +401,24 @@ fn bad_divisible_input_is_refused_naming_the_field_or_the_chunk() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("is cancelled"));
     assert!(Path::new(&c.dir).exists());
+    // Refused into a directory: a file fetched there before is left as it was, nothing else
+    // written.
+    let dir = c.dir.join("fetched");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let kept = dir.join(format!("job-{id}.out"));
+    std::fs::write(&kept, "fetched before\n").expect("write");
+    let out = c.cli(&[
+        "output",
+        &id.to_string(),
+        "-o",
+        dir.to_str().expect("utf-8"),
+    ]);
+    assert!(!out.status.success());
+    assert_eq!(
+        std::fs::read_to_string(&kept).expect("kept"),
+        "fetched before\n"
+    );
+    assert_eq!(std::fs::read_dir(&dir).expect("dir").count(), 1);
 }
 
 /// What a user debugging a divisible job relies on: `hetsched log JOB CHUNK` prints a chunk's

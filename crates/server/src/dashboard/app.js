@@ -187,7 +187,9 @@ function bar(j) {
 // (`submit --after`) as `waiting`; one whose begin time (`submit --begin`) has not come as
 // `deferred` (its pending reason says when).
 function shownState(j) {
-  return j.held ? "held" : j.waiting ? "waiting" : j.deferred ? "deferred" : j.state;
+  const why = j.held ? "held" : j.waiting ? "waiting" : j.deferred ? "deferred" : "";
+  // Tasks that run go on: such a job runs, its pending tasks held, waiting or deferred.
+  return !why ? j.state : j.state === "running" ? `running (${why})` : why;
 }
 
 // Why a job's pending tasks wait (`pending_reason`), where its shown state does not say it.
@@ -197,7 +199,7 @@ function pendingBecause(j) {
 
 function jobRow(j) {
   const c = j.counts || {};
-  const st = shownState(j);
+  const st = shownState(j).split(" ")[0];
   // Whose it is, once users submit (the admin's jobs show no owner).
   const owner = j.owner && j.owner !== "admin" ? ` <span class="owner">(${esc(j.owner)})</span>` : "";
   return `<td>${j.id}</td><td>${esc(j.name)}${owner}</td><td class="state-${esc(st)}" title="${esc(pendingBecause(j))}">${esc(st)}</td><td>${bar(j)}</td>

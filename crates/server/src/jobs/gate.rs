@@ -113,7 +113,15 @@ pub fn check_named(
                     ended_as(end)
                 )));
             }
-            Some(JobEnd::Completed | JobEnd::Purged | JobEnd::Unfinished) => {}
+            // A job waiting before its dependency was purged runs (it completed, or the purge
+            // cancelled the waiting one); a new one cannot tell whether it would.
+            Some(JobEnd::Purged) => {
+                return Err(StateError::Invalid(format!(
+                    "--after: job {id} was purged, and how it ended is not kept (`--after-any \
+                     {id}` runs after it whatever its end)"
+                )));
+            }
+            Some(JobEnd::Completed | JobEnd::Unfinished) => {}
         }
     }
     Ok((ids, any, notok))
@@ -381,6 +389,7 @@ mod tests {
         assert!(err(&[2], &[], &[]).contains("--after: job 2 ended failed"));
         assert!(err(&[], &[], &[1]).contains("--after-notok: job 1 completed"));
         assert!(err(&[], &[], &[5]).contains("--after-notok: job 5 was purged"));
+        assert!(err(&[5], &[], &[]).contains("--after: job 5 was purged"));
         assert!(err(&[], &[9], &[]).contains("--after-any: no job 9"));
         assert!(err(&[4], &[], &[4]).contains("named by both --after and --after-notok"));
         let many: Vec<u64> = (100..165).collect();
