@@ -164,6 +164,9 @@ type Api = TopologyClientClient<
     >,
 >;
 
+/// The largest topology reply the client reads.
+const MAX_REPLY_BYTES: usize = 256 << 20;
+
 async fn connect(args: &ClientArgs) -> anyhow::Result<Api> {
     let token = args.token()?;
     let ca = match &args.ca {
@@ -176,10 +179,12 @@ async fn connect(args: &ClientArgs) -> anyhow::Result<Api> {
         .connect()
         .await
         .with_context(|| format!("connecting to {server} (is `hetsched server` running?)"))?;
-    Ok(TopologyClientClient::with_interceptor(
-        channel,
-        pb::TokenInterceptor::new(&token)?,
-    ))
+    // A listing carries every topology's executors and their places: up to
+    // MAX_RUNTIME_EXECUTORS each, more than tonic's default 4 MiB for a few large ones.
+    Ok(
+        TopologyClientClient::with_interceptor(channel, pb::TokenInterceptor::new(&token)?)
+            .max_decoding_message_size(MAX_REPLY_BYTES),
+    )
 }
 
 fn refused(s: tonic::Status) -> anyhow::Error {

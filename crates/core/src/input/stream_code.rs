@@ -55,6 +55,9 @@ struct CodeFile {
 #[derive(Debug, Deserialize)]
 struct CodeSpec {
     name: Spanned<String>,
+    /// Read again here for its place in the file ([`MAX_RUNTIME_EXECUTORS`]).
+    #[serde(default)]
+    parallelism: Option<Spanned<u32>>,
     #[serde(default)]
     builtin: Option<Spanned<String>>,
     #[serde(default)]
@@ -155,11 +158,37 @@ fn every() -> Duration {
     Duration(crate::time::NANOS_PER_SEC)
 }
 
+/// The most executors (the components' `parallelism` summed) one topology runs on the runtime:
+/// each is a thread with its queues in a worker, and every listing carries its place. (The
+/// simulator's topologies, [`super::topology::parse_topology`], have no such cap.)
+pub const MAX_RUNTIME_EXECUTORS: u64 = 4096;
+
 /// Parses a topology file with the code of every component (see the module documentation).
 pub fn parse_runnable_topology(origin: &str, text: &str) -> Result<RunnableTopology, InputError> {
     let topology = parse_topology(origin, text)?;
     let src = Source::new(origin, text);
     let file: CodeFile = src.parse_toml()?;
+    let mut executors = 0u64;
+    for (i, c) in file.component.iter().enumerate() {
+        executors += topology.components[i].parallelism as u64;
+        if executors > MAX_RUNTIME_EXECUTORS {
+            let total: u64 = topology
+                .components
+                .iter()
+                .map(|c| c.parallelism as u64)
+                .sum();
+            return Err(src.error(
+                c.parallelism.as_ref().and_then(at),
+                Some(format!("component[{i}].parallelism")),
+                format!(
+                    "the topology runs {total} executors (the components' parallelism summed; \
+                     `{}` has {}); at most {MAX_RUNTIME_EXECUTORS} on the runtime",
+                    c.name.get_ref(),
+                    topology.components[i].parallelism
+                ),
+            ));
+        }
+    }
     let mut code = Vec::with_capacity(file.component.len());
     for (i, c) in file.component.iter().enumerate() {
         let field = |f: &str| Some(format!("component[{i}].{f}"));
@@ -470,6 +499,25 @@ rate = 20.0
         }
         // The simulator's parser reads the same file.
         assert!(parse_topology("t.toml", WORDCOUNT).is_ok());
+    }
+
+    /// A topology of more executors than the runtime runs is refused before anything is
+    /// stored, at the parallelism that passes the cap; the simulator reads it.
+    #[test]
+    fn a_topology_of_more_executors_than_the_runtime_runs_is_refused_at_its_parallelism() {
+        let big = WORDCOUNT.replacen("parallelism = 2", "parallelism = 4100", 1);
+        let e = err(&big);
+        assert!(
+            e.starts_with(
+                "t.toml:5:15: component[0].parallelism: the topology runs 4104 executors"
+            ),
+            "{e}"
+        );
+        assert!(e.contains("`sentences` has 4100"), "{e}");
+        assert!(e.contains("at most 4096 on the runtime"), "{e}");
+        assert!(parse_topology("t.toml", &big).is_ok());
+        let most = WORDCOUNT.replacen("parallelism = 2", "parallelism = 4092", 1);
+        assert!(parse_runnable_topology("t.toml", &most).is_ok());
     }
 
     #[test]
