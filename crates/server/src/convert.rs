@@ -787,8 +787,11 @@ impl Wire for State {
     }
 
     fn cancel(&mut self, job: u64) -> Result<pb::CancelReply, StateError> {
-        self.on_cancel(job)
-            .map(|cancelled| pb::CancelReply { cancelled })
+        let kind = self.job_kind(job).map(|k| k.as_str().to_string());
+        self.on_cancel(job).map(|cancelled| pb::CancelReply {
+            cancelled,
+            kind: kind.unwrap_or_default(),
+        })
     }
 
     fn cancel_tasks(
@@ -811,8 +814,12 @@ impl Wire for State {
         let indices = hetsched_core::input::workload::parse_indices(indices)
             .map_err(|e| StateError::Invalid(format!("--tasks: {e}")))?;
         let app = (!app.is_empty()).then_some(app);
+        let kind = self.job_kind(job).map(|k| k.as_str().to_string());
         self.on_cancel_tasks_by(job, app, &indices, who)
-            .map(|cancelled| pb::CancelReply { cancelled })
+            .map(|cancelled| pb::CancelReply {
+                cancelled,
+                kind: kind.unwrap_or_default(),
+            })
     }
 
     fn signal(&mut self, req: &pb::SignalRequest) -> Result<pb::SignalReply, StateError> {

@@ -833,8 +833,12 @@ impl Client for ClientService {
             return with_state(&self.0, &self.2, Run::Blocking, move |s| {
                 let _audit = who.span();
                 s.authorize(&who, r.job_id, "cancel it")?;
+                let kind = s.job_kind(r.job_id).map(|k| k.as_str().to_string());
                 s.on_cancel_by(r.job_id, &who.name)
-                    .map(|cancelled| pb::CancelReply { cancelled })
+                    .map(|cancelled| pb::CancelReply {
+                        cancelled,
+                        kind: kind.unwrap_or_default(),
+                    })
             })
             .await;
         }

@@ -1391,7 +1391,10 @@ pub async fn cancel(
                 .await
                 .map_err(refused)?
                 .into_inner();
-            let line = format!("job {id}: {} cancelled", count(r.cancelled, "task"));
+            let line = format!(
+                "job {id}: {} cancelled",
+                count(r.cancelled, work_noun(&r.kind))
+            );
             Ok((serde_json::to_value(r)?, line))
         }
     })

@@ -396,7 +396,23 @@ fn bad_divisible_input_is_refused_naming_the_field_or_the_chunk() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(job(&c, id)["state"], "cancelled");
+    // It says what it cancelled in the job's words, and every unit is counted: done or
+    // cancelled.
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(said.contains("units cancelled"), "{said}");
+    let j = job(&c, id);
+    assert_eq!(j["state"], "cancelled");
+    let counts = &j["counts"];
+    let n = |k: &str| counts[k].as_u64().unwrap_or(0);
+    assert_eq!(n("succeeded") + n("cancelled"), 100, "{counts}");
+    assert!(
+        n("cancelled") > 0 && n("pending") + n("running") == 0,
+        "{counts}"
+    );
+    assert!(
+        said.contains(&format!("{} units cancelled", n("cancelled"))),
+        "{said}"
+    );
     let out = c.cli(&["output", &id.to_string()]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("is cancelled"));

@@ -275,7 +275,7 @@ pub struct DivisibleView {
     pub units: u64,
     /// 0 while running.
     pub finished_ns: u64,
-    /// Units: not yet sent, out, done, lost with a failed job.
+    /// Units not yet sent (nor out, done, failed or cancelled).
     pub pending: u64,
     /// Units out.
     pub running: u64,
@@ -283,6 +283,8 @@ pub struct DivisibleView {
     pub succeeded: u64,
     /// Units not done when the job failed.
     pub failed: u64,
+    /// Units not done when the job was cancelled.
+    pub cancelled: u64,
     /// The rest.
     pub info: DivisibleInfo,
 }
@@ -1239,6 +1241,11 @@ impl Divisible {
             } else {
                 0
             },
+            cancelled: if job.state == "cancelled" {
+                units - done
+            } else {
+                0
+            },
             info,
         })
     }
@@ -1334,7 +1341,7 @@ impl Divisible {
                 running: v.running,
                 succeeded: v.succeeded,
                 failed: v.failed,
-                cancelled: 0,
+                cancelled: v.cancelled,
                 // Chunks are never queued behind other work on an agent.
                 queued: 0,
             },

@@ -1791,6 +1791,11 @@ impl State {
         c
     }
 
+    /// What kind job `id` is (`None`: no such job).
+    pub fn job_kind(&self, id: u64) -> Option<Kind> {
+        self.ids.kind(id)
+    }
+
     /// How many jobs were ever submitted.
     pub fn job_count(&self) -> u64 {
         self.jobs.all().iter().map(|k| k.job_count()).sum()
