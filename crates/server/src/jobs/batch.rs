@@ -1658,7 +1658,13 @@ fn task_info(t: &TaskRow, app: &str, job: u64, node: &str) -> TaskInfo {
         queued: false,
         // Filled by the state (accelerator sharing knows where it ran).
         executed_node: String::new(),
-        usage: t.usage.as_deref().copied(),
+        // The latest attempt's, once it ended: a task running again (resubmitted, retried,
+        // lost) or waiting for its next attempt shows none yet, not its previous attempt's.
+        usage: t
+            .usage
+            .as_deref()
+            .copied()
+            .filter(|_| t.state.is_terminal()),
         nodes: Vec::new(),
     }
 }

@@ -2528,7 +2528,10 @@ impl JobKind for Workflows {
                     preemptions: 0,
                     queued: false,
                     executed_node: String::new(),
-                    usage: x.usage,
+                    // A finished attempt's; one running (again) or waiting shows none yet.
+                    usage: x
+                        .usage
+                        .filter(|_| matches!(x.st, St::Done | St::Failed | St::Cancelled)),
                     nodes: Vec::new(),
                 });
             }

@@ -391,6 +391,9 @@ fn an_applications_usage_follows_its_tasks_latest_attempts_and_survives_eviction
                     .map(|a| a.attempt)
             })
             .expect("the failed task runs again");
+        // Running again, it lists no usage: its failed attempt's figures are not this one's.
+        let task = &s.tasks(1).expect("tasks").tasks[0];
+        assert_eq!((task.state.as_str(), task.usage), ("running", None));
         let mut req = heartbeat_request(n, &[], &[]);
         req.results = vec![measured(ids[0], retry, true, 250, 200 << 20)];
         s.heartbeat(req).expect("heartbeat");
