@@ -84,7 +84,8 @@ fn node_file_name(spec: &pb::TaskSpec, a: &pb::Assignment) -> String {
     format!("{}-{}.{}.nodes", component(&spec.app), a.index, a.attempt)
 }
 
-/// The directory a task runs in: its spec's `workdir` if that exists on this node, else
+/// The directory a task runs in: its spec's `workdir` if that exists on this node (one its
+/// application named, `workdir_required`, is checked before: the attempt fails without it), else
 /// `work_dir` (the agent's work directory; for a task that runs as an account, the account's own
 /// directory there, [`crate::run_as::area`]).
 pub fn task_cwd<'a>(work_dir: &'a Path, spec: &'a pb::TaskSpec) -> &'a Path {
@@ -511,6 +512,18 @@ pub async fn run(
             }
         },
     };
+    if spec.workdir_required && !Path::new(&spec.workdir).is_dir() {
+        // Its application named the directory: running it elsewhere would write its files
+        // where no one looks (Slurm fails a job whose `--chdir` is missing the same way).
+        result.start_failed = true;
+        return fail(
+            result,
+            format!(
+                "node {node}: its application's workdir `{}` is not a directory on this node",
+                spec.workdir
+            ),
+        );
+    }
     let (out, err) = output_paths(work_dir, spec, a);
     // An account's task whose directory is not on this node runs in the account's own.
     let cwd = task_cwd(area.as_deref().unwrap_or(work_dir), spec);
@@ -869,6 +882,31 @@ mod tests {
         grace: Duration,
     ) -> pb::TaskResult {
         run(a, spec, "n", dir, control, grace, false, |_| {}).await
+    }
+
+    /// A workdir its application named that is not on the node fails the attempt before the
+    /// command runs, naming it (a failure to start); the directory the job was submitted from,
+    /// missing, falls back to the agent's work directory.
+    #[tokio::test]
+    async fn a_named_workdir_missing_on_the_node_fails_the_attempt_and_a_submit_dir_falls_back() {
+        let dir = test_dir("workdir");
+        let (a, mut spec) = task(&dir, "pwd > \"$D/ran-in\"", 0);
+        spec.workdir = dir.join("nowhere").display().to_string();
+        spec.workdir_required = true;
+        let (_tx, rx) = oneshot::channel::<Kill>();
+        let r = run_by_agent(&a, &spec, &dir, rx, Duration::from_secs(1)).await;
+        assert!(!r.success && r.start_failed, "{r:?}");
+        assert!(
+            r.message.contains("workdir `") && r.message.contains("nowhere` is not a directory"),
+            "{r:?}"
+        );
+        assert!(!dir.join("ran-in").exists(), "the command did not run");
+        spec.workdir_required = false;
+        let (_tx, rx) = oneshot::channel::<Kill>();
+        let r = run_by_agent(&a, &spec, &dir, rx, Duration::from_secs(1)).await;
+        assert!(r.success, "{r:?}");
+        let ran_in = std::fs::read_to_string(dir.join("ran-in")).expect("ran");
+        assert_eq!(Path::new(ran_in.trim()), dir.canonicalize().expect("dir"));
     }
 
     #[tokio::test]

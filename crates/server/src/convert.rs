@@ -237,6 +237,7 @@ fn task_spec(s: &TaskSpec) -> pb::TaskSpec {
         argv: s.argv.clone(),
         env: s.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         workdir: s.workdir.clone(),
+        workdir_required: s.workdir_required,
         time_limit_ms: s.time_limit_ms,
         inputs: s.inputs.clone(),
         outputs: s.outputs.clone(),

@@ -655,6 +655,25 @@ fn job_names_application_workdirs_and_resubmit_failed() {
         "{}",
         text(&out.stderr)
     );
+    // A workdir the application names that the node lacks fails the task, naming it, instead
+    // of running it in the agent's own directory.
+    let out = c.cli(&[
+        "submit",
+        "--workdir",
+        "nowhere",
+        "--wait",
+        "--",
+        "touch",
+        "here",
+    ]);
+    assert!(!out.status.success());
+    let tasks = c.json(&["tasks", "--job", "3"]);
+    let message = tasks[0]["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("workdir `") && message.contains("nowhere` is not a directory"),
+        "{tasks}"
+    );
+    assert!(!c.dir.join("here").exists() && !c.dir.join("nowhere").exists());
 }
 
 #[test]

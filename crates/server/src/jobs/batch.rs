@@ -865,6 +865,7 @@ impl Batch {
             argv,
             env,
             workdir: self.app_workdir(app),
+            workdir_required: rec.workdir.is_some(),
             time_limit_ms: limit,
             inputs: rec.files.0.clone(),
             outputs: rec.files.1.clone(),

@@ -165,6 +165,9 @@ pub struct TaskSpec {
     pub env: BTreeMap<String, String>,
     /// The working directory.
     pub workdir: String,
+    /// `workdir` is the application's own, which must exist on the node (else it is where
+    /// the job was submitted, and a node without it runs the task in the agent's directory).
+    pub workdir_required: bool,
     /// Time limit (0 = none).
     pub time_limit_ms: u64,
     /// Declared input and output files (relative to the task's directory, `{index}` allowed):
