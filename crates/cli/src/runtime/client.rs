@@ -1826,10 +1826,15 @@ async fn wait_for(
     let mut told_stuck = String::new();
     let j = loop {
         let asked = Instant::now();
+        // The server holds the call until the job changes, at most a step, and never past the
+        // timeout (`--timeout 0s` looks once).
+        let step = timeout.map_or(WAIT_STEP, |t| {
+            t.saturating_sub(start.elapsed()).min(WAIT_STEP)
+        });
         let j = api
             .get_job(pb::GetJobRequest {
                 job_id: id,
-                wait_ms: WAIT_STEP.as_millis() as u32,
+                wait_ms: step.as_millis() as u32,
             })
             .await
             .map_err(refused)?
@@ -1862,9 +1867,13 @@ async fn wait_for(
         if is_final(&j.state) {
             break j;
         }
-        if timeout.is_some_and(|t| start.elapsed() > t) {
+        if timeout.is_some_and(|t| start.elapsed() >= t) {
             bar.abandon();
-            bail!("job {id} not finished after {:?}", start.elapsed());
+            let waited = Duration::from_millis(start.elapsed().as_millis() as u64);
+            bail!(
+                "job {id} not finished after {}",
+                humantime::format_duration(waited)
+            );
         }
         if asked.elapsed() < WAIT_STEP / 5 {
             // A server that does not hold the call: poll, backing off.

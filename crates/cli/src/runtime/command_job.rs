@@ -256,8 +256,11 @@ pub fn build(
     if let Some(spec) = &args.array {
         let (indices, throttle) = match spec.split_once('%') {
             Some((i, n)) => {
-                let n: u32 = n.trim().parse().map_err(|_| {
-                    anyhow!("--array {spec}: `%{n}` must be a number of tasks (Slurm's throttle)")
+                let n: u32 = n.trim().parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+                    anyhow!(
+                        "--array {spec}: `%{n}` must be a number of tasks, at least 1 (Slurm's \
+                         throttle)"
+                    )
                 })?;
                 if max_running.is_some() {
                     bail!("--array {spec}: give the throttle either as `%{n}` or as --max-running");
@@ -522,7 +525,11 @@ mod tests {
         };
         assert_eq!(
             err("1-9%x", None),
-            "--array 1-9%x: `%x` must be a number of tasks (Slurm's throttle)"
+            "--array 1-9%x: `%x` must be a number of tasks, at least 1 (Slurm's throttle)"
+        );
+        assert_eq!(
+            err("1-9%0", None),
+            "--array 1-9%0: `%0` must be a number of tasks, at least 1 (Slurm's throttle)"
         );
         assert_eq!(
             err("1-9%2", Some(3)),

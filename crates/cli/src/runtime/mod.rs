@@ -285,8 +285,8 @@ pub enum RuntimeCommand {
         /// Show stderr instead of stdout.
         #[arg(long)]
         stderr: bool,
-        /// Which attempt (default: the latest).
-        #[arg(long, value_name = "N")]
+        /// Which attempt, from 1 (default: the latest).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
         attempt: Option<u32>,
         /// Keep printing new output while the task runs.
         #[arg(long, short = 'f')]

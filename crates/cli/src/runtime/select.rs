@@ -211,8 +211,12 @@ fn select_where(
             }
             JobItem::Last => {
                 let newest = jobs.iter().map(|j| j.id).max();
-                let id =
-                    newest.ok_or_else(|| anyhow::anyhow!("`last`: the server lists no job"))?;
+                let id = newest.ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "`last`: the server lists no job to select (a user's `last` is its \
+                             own newest job, and it has none)"
+                    )
+                })?;
                 add(id, &mut ids)?;
             }
             JobItem::All => {

@@ -815,6 +815,19 @@ fn several_jobs_are_held_released_cancelled_and_waited_for_by_ids_ranges_names_l
         &["wait", "2", "4", "--timeout", "1s"],
         "job 4 not finished after",
     );
+    // `--timeout 0s` looks once: it answers at once, the time in plain words.
+    let asked = std::time::Instant::now();
+    let out = c.cli(&["wait", "4", "--timeout", "0s"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("job 4 not finished after") && !err.contains('.'),
+        "{err}"
+    );
+    assert!(
+        asked.elapsed() < std::time::Duration::from_millis(400),
+        "{err}"
+    );
     // An unknown id among others: the rest are done, the refusal is named, the status fails.
     let out = c.cli(&["hold", "4", "99"]);
     assert!(!out.status.success());
@@ -829,7 +842,7 @@ fn several_jobs_are_held_released_cancelled_and_waited_for_by_ids_ranges_names_l
     let cancelled = c.json(&["cancel", "all"]);
     assert_eq!(
         cancelled,
-        serde_json::json!([{"job_id": 4, "cancelled": 2}]),
+        serde_json::json!([{"job_id": 4, "cancelled": 2, "kind": "batch"}]),
         "{cancelled}"
     );
     let out = c.cli(&["wait", "all"]);

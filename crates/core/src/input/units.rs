@@ -100,6 +100,29 @@ fn parse_any_duration(text: &str) -> Result<Time, String> {
         })
 }
 
+/// A size in bytes (`memory =`, `split =`): a number of bytes, or a string such as `"512MiB"`,
+/// `"4GB"`, `"1.5 GiB"`; an error says how to write one (the `bytesize` crate's says only
+/// "expected parsable string").
+pub fn byte_size<'de, D: Deserializer<'de>>(d: D) -> Result<bytesize::ByteSize, D::Error> {
+    use serde::de::Error;
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Number(i64),
+        Text(String),
+    }
+    const HOW: &str = "write a number of bytes or a size such as \"512MiB\" or \"4GB\"";
+    match Raw::deserialize(d).map_err(|_| D::Error::custom(format!("not a size: {HOW}")))? {
+        Raw::Number(n) => u64::try_from(n)
+            .map(bytesize::ByteSize)
+            .map_err(|_| D::Error::custom(format!("invalid size {n}: {HOW}"))),
+        Raw::Text(t) => t
+            .trim()
+            .parse::<bytesize::ByteSize>()
+            .map_err(|_| D::Error::custom(format!("invalid size `{t}`: {HOW}"))),
+    }
+}
+
 /// A bandwidth in bytes per second, written `"128MB/s"`, `"1GiB/s"` or as a number of bytes/s.
 #[derive(Clone, Copy, Debug, PartialEq, PartialOrd, Default)]
 pub struct Bandwidth(pub f64);

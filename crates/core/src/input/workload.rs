@@ -117,7 +117,7 @@ pub struct ApplicationSpec {
     #[serde(default)]
     pub entries: Option<Spanned<Vec<String>>>,
     /// Input split size V of each task, e.g. `"1GiB"` (0 when tasks read nothing).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::units::byte_size")]
     pub split: ByteSize,
     /// Priority: higher levels are served first.
     #[serde(default)]
@@ -233,7 +233,7 @@ pub struct CpuSpec {
     #[serde(default = "one")]
     pub cores: Spanned<u32>,
     /// Memory one task holds.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::units::byte_size")]
     pub memory: ByteSize,
     /// Command (runtime).
     pub command: Option<Command>,
@@ -267,7 +267,7 @@ pub struct GpuSpec {
     #[serde(default = "one")]
     pub cores: Spanned<u32>,
     /// Memory one task holds.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::units::byte_size")]
     pub memory: ByteSize,
     /// Accelerator kind required; any kind when absent.
     pub kind: Option<String>,
@@ -1176,6 +1176,44 @@ mod tests {
         assert_eq!(err("4:2"), "`4:2`: a step needs a range A-B:STEP");
         assert!(err("x-2").starts_with("`x-2`: expected an index N, a range A-B or A-B:STEP"));
         assert_eq!(err("0-4294967295"), "more than 1000000 indices");
+    }
+
+    /// A size is a number of bytes or a string with a unit; a wrong one says how to write it,
+    /// where it is.
+    #[test]
+    fn a_bad_memory_size_says_how_to_write_one() {
+        let job = |memory: &str| {
+            format!(
+                "[[application]]\nname = \"a\"\ntasks = 1\n[application.cpu]\ncommand = \"true\"\nmemory = {memory}\n"
+            )
+        };
+        let mem = |m: &str| {
+            parse_workload("j.toml", &job(m)).map(|w| {
+                w.applications[0]
+                    .cpu
+                    .as_ref()
+                    .map(|c| c.get_ref().memory.as_u64())
+                    .unwrap_or(0)
+            })
+        };
+        assert_eq!(mem("1024").expect("bytes"), 1024);
+        assert_eq!(mem("\"2GiB\"").expect("a size"), 2 << 30);
+        for (bad, said) in [
+            ("\"-5GiB\"", "invalid size `-5GiB`"),
+            ("\"lots\"", "invalid size `lots`"),
+            ("-3", "invalid size -3"),
+            ("true", "not a size"),
+        ] {
+            let e = mem(bad).expect_err(bad).to_string();
+            assert!(
+                e.starts_with("j.toml:6:") && e.contains("memory") && e.contains(said),
+                "{bad}: {e}"
+            );
+            assert!(
+                e.contains("write a number of bytes or a size such as \"512MiB\""),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -102,6 +102,24 @@ pub const PROBE_INTERVAL: Duration = Duration::from_millis(500);
 /// After a restart, a node gets this many dead-timeouts (at least 5 s) to heartbeat again.
 pub const RESTART_GRACE: u32 = 3;
 
+/// The owner as [`StateError::NotOwner`] names it: `the admin`, or a user's name.
+fn owned_by(owner: &str) -> String {
+    if owner == crate::users::ADMIN {
+        "the admin".to_string()
+    } else {
+        owner.to_string()
+    }
+}
+
+/// Who may act on what `owner` owns: the owner and the admin (the admin alone for its own).
+fn allowed(owner: &str) -> String {
+    if owner == crate::users::ADMIN {
+        "the admin".to_string()
+    } else {
+        format!("{owner} or the admin")
+    }
+}
+
 /// Why a request failed.
 #[derive(Debug, Error)]
 pub enum StateError {
@@ -143,7 +161,11 @@ pub enum StateError {
     #[error(transparent)]
     Topology(#[from] crate::jobs::topology::TopologyError),
     /// A user asked to act on another user's job or topology ([`crate::users`]).
-    #[error("{what} belongs to {owner}: only {owner} or the admin may {action}")]
+    #[error(
+        "{what} belongs to {}: only {} may {action}",
+        owned_by(owner),
+        allowed(owner)
+    )]
     NotOwner {
         /// The job (`job 7`) or topology (`topology `wc``).
         what: String,

@@ -548,6 +548,14 @@ fn a_crash_between_the_owner_row_and_the_job_leaves_the_next_job_its_own_owner()
         .expect_err("a bad file is refused");
     let j = s.on_submit(submission("x", false)).expect("admin's").job_id;
     assert_eq!(s.owner_of(j), ADMIN);
+    // A user acting on the admin's job is told whose it is, in plain words.
+    let e = s
+        .check_owner("alice", j, "cancel it")
+        .expect_err("alice may not cancel the admin's job");
+    assert_eq!(
+        e.to_string(),
+        format!("job {j} belongs to the admin: only the admin may cancel it")
+    );
     // The admin's jobs are stored as before: no owner rows.
     for _ in 0..3 {
         s.on_submit(submission("y", false)).expect("admin's");
