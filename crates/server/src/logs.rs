@@ -517,8 +517,20 @@ pub async fn read_log(
         Target::Chunk(chunk, stdout) => return read_chunk_log(relay, r, chunk, stdout).await,
     };
     if task.attempt == 0 {
+        // One that ended without running (cancelled, or not run because a producer failed)
+        // never will: say so, and why.
+        let why = if matches!(task.state.as_str(), "cancelled" | "failed") {
+            let said = if task.message.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", task.message)
+            };
+            format!("never ran (it is {}{said})", task.state)
+        } else {
+            "has not run yet".to_string()
+        };
         return Err(Status::failed_precondition(format!(
-            "task {} ({}:{}) has not run yet: it has no output",
+            "task {} ({}:{}) {why}: it has no output",
             task.id, task.app, task.index
         )));
     }

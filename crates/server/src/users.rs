@@ -40,6 +40,10 @@ pub const MAX_USERS: usize = 10_000;
 /// Longest user name.
 pub const MAX_NAME: usize = 32;
 
+/// The name the read-only token's calls go by ([`Caller::read_only`]); no user's (those start
+/// with a letter).
+pub const READ_ONLY: &str = "(read-only)";
+
 /// Who a client call comes from, as its token says (put in the call's extensions by the token
 /// check).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,6 +61,21 @@ impl Caller {
             name: ADMIN.into(),
             admin: true,
         }
+    }
+
+    /// The dashboard's read-only token (`DATA_DIR/read-token`, the one a Prometheus scrape
+    /// holds): it sees what the admin sees, but reads no task's output ([`Caller::reads_output`]).
+    pub fn read_only() -> Self {
+        Caller {
+            name: READ_ONLY.into(),
+            admin: true,
+        }
+    }
+
+    /// Whether the caller may read task output (logs): any but the read-only token, which
+    /// monitoring holds; a user its own jobs' only (the log call checks the owner).
+    pub fn reads_output(&self) -> bool {
+        &*self.name != READ_ONLY
     }
 
     /// User `name` (not the admin).

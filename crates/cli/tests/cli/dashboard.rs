@@ -728,8 +728,8 @@ fn a_100000_task_job_is_paged_filtered_and_counted_live_without_reloading() {
 }
 
 /// A user signs in to the dashboard with its own token: it sees every job, with whose each
-/// is, but reads the output of its own jobs only (403 naming the owner otherwise), and its
-/// session ends when the admin removes it.
+/// is, but reads the output of its own jobs only (403 naming the owner otherwise; the read-only
+/// token reads none), and its session ends when the admin removes it.
 #[test]
 fn a_user_signs_in_with_its_token_and_reads_the_output_of_its_own_jobs_only() {
     let mut c = Cluster::start("dashboard-users", true);
@@ -761,6 +761,22 @@ fn a_user_signs_in_with_its_token_and_reads_the_output_of_its_own_jobs_only() {
     let (status, _, body) = get("/api/log?job=1&task=0", &bearer(&alice));
     assert!(status.contains("200"), "{status}: {body}");
     assert_eq!(body, "hello from alice\n");
+    // The read-only token (the one a Prometheus scrape holds) lists the jobs but reads no one's
+    // output; the client token reads any.
+    let read = c.data().join("read-token");
+    let (status, _, body) = get("/api/jobs?cursor=1&limit=10", &bearer(&read));
+    assert!(status.contains("200"), "{status}: {body}");
+    let (status, _, body) = get("/api/log?job=1&task=0", &bearer(&read));
+    assert!(status.contains("403"), "{status}: {body}");
+    assert!(
+        body.contains("the read-only token reads no task output"),
+        "{body}"
+    );
+    let (status, _, body) = get("/api/log?job=1&task=0", &bearer(&c.data().join("token")));
+    assert!(
+        status.contains("200") && body == "hello from alice\n",
+        "{status}: {body}"
+    );
 
     // The Users panel: the JSON `hetsched usage` prints (the same span, alice's job ended so
     // her account no longer grows), and in a browser a row per user for the admin, the user's

@@ -611,6 +611,17 @@ command = "cat {input:m}"
         mid2["message"],
         "not run: its producer src[2] was cancelled"
     );
+    // Its log says it never ran, and why, not that it has not run yet.
+    let out = c.cli(&["log", &job.to_string(), "mid:2"]);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        !out.status.success()
+            && err.contains(
+                "never ran (it is cancelled: not run: its producer src[2] was cancelled): it \
+                 has no output"
+            ),
+        "{err}"
+    );
     assert_eq!(state("all", 1)["state"], "cancelled");
     for (app, i) in [("src", 1), ("src", 3), ("mid", 1), ("mid", 3)] {
         assert_eq!(state(app, i)["state"], "succeeded", "{app}[{i}]");

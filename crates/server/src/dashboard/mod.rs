@@ -14,7 +14,8 @@
 //! **Never open.** Every page and API call needs a token: `Authorization: Bearer TOKEN` (the client
 //! token, the read-only token `DATA_DIR/read-token` written at first start, or a user's own token,
 //! [`crate::users`]), or a session cookie. A user sees what the admin sees (the dashboard changes
-//! nothing) but reads the task output of its own jobs only, and of the users and the accounts
+//! nothing) but reads the task output of its own jobs only (the read-only token, which a
+//! Prometheus scrape holds, reads none), and of the users and the accounts
 //! its own row and the capacity only (the `Usage` RPC's rule, [`State::usage_for`]); a
 //! removed user's sessions end.
 //! A browser gets the cookie from the login form (`POST /login` with the token), or from a one-time
@@ -338,14 +339,18 @@ impl Dashboard {
         self
     }
 
-    /// Who an `authorization` value (`Bearer …`) proves to be: the admin for the client and the
-    /// read-only tokens (read-only: the dashboard changes nothing), a user for its own token.
+    /// Who an `authorization` value (`Bearer …`) proves to be: the admin for the client token,
+    /// the read-only viewer for the read-only token (it sees what the admin sees but reads no
+    /// task output; the dashboard changes nothing either way), a user for its own token.
     fn caller_of(&self, bearer: &[u8]) -> Option<Caller> {
         // Both comparisons always run.
         let a = same(bearer, self.tokens[0].as_bytes());
         let b = same(bearer, self.tokens[1].as_bytes());
-        if a | b {
+        if a {
             return Some(Caller::admin());
+        }
+        if b {
+            return Some(Caller::read_only());
         }
         crate::users::user_of_bearer(&self.users, bearer)
     }
@@ -768,6 +773,15 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
             let Some(who) = d.authed(&headers) else {
                 return unauthorized();
             };
+            if !who.reads_output() {
+                // The token monitoring holds reads no one's task output.
+                return (
+                    StatusCode::FORBIDDEN,
+                    "the read-only token reads no task output: sign in with the client token or \
+                     your own",
+                )
+                    .into_response();
+            }
             let req = pb::ReadLogRequest {
                 job_id: num(&uri, "job").unwrap_or(0),
                 task: query(&uri, "task").unwrap_or_default(),
