@@ -404,9 +404,79 @@ pub async fn prepare(
     Ok(s)
 }
 
+/// The outputs workflow instance `a` declared that it did not write (no file at
+/// `WORK_DIR/wf/JOB/TASK-I/out/NAME` once it exited): an instance that exits 0 without them has
+/// failed — else it would succeed, and each consumer fail later fetching what was never there.
+pub fn missing_outputs(a: &pb::Assignment, work_dir: &Path) -> Vec<String> {
+    let out = work_dir.join("wf").join(&a.instance_dir).join("out");
+    a.outputs
+        .iter()
+        .filter(|o| !out.join(crate::launch::component(o)).is_file())
+        .cloned()
+        .collect()
+}
+
+/// [`missing_outputs`] applied to a successful instance's `result`: it fails, naming them.
+pub fn check_outputs(a: &pb::Assignment, work_dir: &Path, result: &mut pb::TaskResult) {
+    if !result.success || a.instance_dir.is_empty() || a.outputs.is_empty() {
+        return;
+    }
+    let missing = missing_outputs(a, work_dir);
+    if missing.is_empty() {
+        return;
+    }
+    result.success = false;
+    result.message = format!(
+        "it exited 0 but did not write its declared output{} {} (`{{output:NAME}}` in its command \
+         is the file to write)",
+        if missing.len() == 1 { "" } else { "s" },
+        missing
+            .iter()
+            .map(|m| format!("`{m}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An instance that exited 0 without writing a declared output fails, naming it; one that
+    /// wrote them all, or failed anyway, is left as it was.
+    #[test]
+    fn an_instance_that_did_not_write_a_declared_output_fails_naming_it() {
+        let dir = std::env::temp_dir().join(format!("hetsched-outputs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let a = pb::Assignment {
+            instance_dir: "7/P-0".into(),
+            outputs: vec!["x".into(), "y".into()],
+            ..Default::default()
+        };
+        let out = dir.join("wf/7/P-0/out");
+        std::fs::create_dir_all(&out).expect("dir");
+        std::fs::write(out.join("x"), "x").expect("x");
+        let ok = pb::TaskResult {
+            success: true,
+            ..Default::default()
+        };
+        let mut r = ok.clone();
+        check_outputs(&a, &dir, &mut r);
+        assert!(!r.success, "{r:?}");
+        assert!(
+            r.message
+                .starts_with("it exited 0 but did not write its declared output `y`"),
+            "{r:?}"
+        );
+        std::fs::write(out.join("y"), "").expect("y");
+        let mut r = ok.clone();
+        check_outputs(&a, &dir, &mut r);
+        assert!(
+            r.success && r.message.is_empty(),
+            "an empty output is written: {r:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[tokio::test]
     async fn an_instance_that_runs_as_its_account_writes_its_outputs_and_they_are_read_as_it() {

@@ -1220,7 +1220,11 @@ impl Launcher<'_> {
                     finished_ns: launch::now_ns(),
                     ..Default::default()
                 },
-                Ok(spec) => accel::run(route, &a, &spec, &opts, control, on_spawn).await,
+                Ok(spec) => {
+                    let mut r = accel::run(route, &a, &spec, &opts, control, on_spawn).await;
+                    dataflow::check_outputs(&a, &opts.work_dir, &mut r);
+                    r
+                }
             };
             bal.lock()
                 .unwrap_or_else(|p| p.into_inner())
