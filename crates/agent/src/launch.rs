@@ -45,7 +45,14 @@ pub fn output_paths(
     a: &pb::Assignment,
 ) -> (PathBuf, PathBuf) {
     let path = |stderr| {
-        crate::logs::output_path(work_dir, spec.job_id, &spec.app, a.index, a.attempt, stderr)
+        crate::logs::output_path(
+            work_dir,
+            spec.job_id,
+            &spec.app,
+            (a.index, a.process),
+            a.attempt,
+            stderr,
+        )
     };
     (path(false), path(true))
 }

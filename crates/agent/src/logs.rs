@@ -31,17 +31,24 @@ use tonic::{Request, Response, Status};
 pub const MAX_PAGE: u32 = pb::LOG_MAX_PAGE;
 
 /// Where task `index` (attempt `attempt`) of application `app` of job `job` writes its stdout
-/// (or stderr): the one place [`crate::launch`] and this listener agree on.
+/// (or stderr), `process` telling a multi-process workflow instance's processes apart (0: none):
+/// the one place [`crate::launch`] and this listener agree on.
 pub fn output_path(
     work_dir: &Path,
     job: u64,
     app: &str,
-    index: u32,
+    (index, process): (u32, u32),
     attempt: u32,
     stderr: bool,
 ) -> PathBuf {
+    // The processes of a multi-process workflow instance share its index (`-pPROCESS` tells
+    // them apart; 0: a single process).
+    let process = match process {
+        0 => String::new(),
+        p => format!("-p{p}"),
+    };
     work_dir.join(format!("job-{job}")).join(format!(
-        "{}-{index}.{attempt}.{}",
+        "{}-{index}{process}.{attempt}.{}",
         crate::launch::component(app),
         if stderr { "err" } else { "out" }
     ))
@@ -140,7 +147,7 @@ impl AgentLogs for LogService {
                 &self.work_dir,
                 r.job_id,
                 &r.app,
-                r.index,
+                (r.index, r.process),
                 r.attempt,
                 r.stderr,
             )
@@ -381,8 +388,19 @@ mod tests {
     fn pages_come_from_an_offset_or_from_the_end_and_a_missing_file_is_empty() {
         let dir = std::env::temp_dir().join(format!("hetsched-logs-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
-        let p = output_path(&dir, 3, "app/../x", 2, 1, true);
+        let p = output_path(&dir, 3, "app/../x", (2, 0), 1, true);
         assert!(p.starts_with(dir.join("job-3")), "{}", p.display());
+        // The processes of a multi-process instance share its index, not its files.
+        let (one, two) = (
+            output_path(&dir, 3, "p", (2, 1), 1, false),
+            output_path(&dir, 3, "p", (2, 2), 1, false),
+        );
+        assert_ne!(one, two);
+        assert_eq!(one, dir.join("job-3/p-2-p1.1.out"));
+        assert_eq!(
+            output_path(&dir, 3, "p", (2, 0), 1, false),
+            dir.join("job-3/p-2.1.out")
+        );
         assert_eq!(read_page(&p, 0, 0).expect("read"), (vec![], 0, 0, false));
         std::fs::create_dir_all(p.parent().expect("parent")).expect("job dir");
         std::fs::write(&p, b"hello world").expect("write");

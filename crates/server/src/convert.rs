@@ -186,6 +186,7 @@ fn assignment(d: &Dispatch) -> pb::Assignment {
             .workflow
             .as_ref()
             .map_or(Vec::new(), |w| w.outputs.clone()),
+        process: d.workflow.as_ref().map_or(0, |w| w.process),
         cores: d.cores,
         prefetched: d.prefetched,
         entry: d.entry.clone(),
@@ -472,6 +473,7 @@ impl From<TaskInfo> for pb::TaskInfo {
             failed_attempts: t.failed_attempts,
             preemptions: t.preemptions,
             queued: t.queued,
+            process: t.process,
             // Filled by the service from the agent that ran the task (`hetsched log`).
             output: String::new(),
             executed_node: t.executed_node,

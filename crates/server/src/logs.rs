@@ -108,7 +108,8 @@ impl LogRelay {
             .cloned()
     }
 
-    /// Where a listed task's output is: `NODE:WORK_DIR/job-J/APP-INDEX.ATTEMPT.{out,err}`, the
+    /// Where a listed task's output is: `NODE:WORK_DIR/job-J/APP-INDEX.ATTEMPT.{out,err}`
+    /// (`APP-INDEX-pPROCESS.ATTEMPT` for a multi-process workflow instance), the
     /// agent's capture files; for an application in `own` (`stdout =`, `stderr =`), the files it
     /// named, filled in for the task (relative ones from its directory), or `none`:
     /// `NODE:PATH` when both streams share a file, else `NODE:STDOUT (stdout), STDERR (stderr)`.
@@ -129,8 +130,14 @@ impl LogRelay {
             if at.work_dir.is_empty() {
                 continue;
             }
+            // A multi-process workflow instance's processes share its index: each has its own
+            // files (`-pPROCESS`, as its agent names them).
+            let process = match t.process {
+                0 => String::new(),
+                p => format!("-p{p}"),
+            };
             let captured = format!(
-                "{}/job-{}/{}-{}.{}",
+                "{}/job-{}/{}-{}{process}.{}",
                 at.work_dir.trim_end_matches('/'),
                 t.job_id,
                 t.app,
@@ -554,6 +561,7 @@ pub async fn read_log(
         stderr: r.stderr,
         offset: r.offset,
         limit: r.limit.min(MAX_PAGE),
+        process: task.process,
         ..Default::default()
     };
     let candidates: Vec<AgentAt> = if attempt == task.attempt {

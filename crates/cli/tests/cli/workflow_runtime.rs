@@ -880,3 +880,37 @@ command = "while [ ! -e GATE ]; do sleep 0.05; done; echo {index} > {output:s}"
     assert_eq!(v["state"], "completed", "{v}");
     assert!(c.dir.join("second-ran").exists());
 }
+
+/// A task of `processes = 3` runs three instances per argument value, sharing its `{index}`:
+/// each keeps its own stdout (its files are `APP-INDEX-pPROCESS.ATTEMPT`), `tasks` lists each
+/// one's, and `hetsched log JOB TASK_ID` reads each. They once shared one file, and two of
+/// three outputs were lost.
+#[test]
+fn the_processes_of_one_instance_keep_their_own_output() {
+    let mut c = Cluster::start_configured("wf-processes", false, SERVER_CONFIG);
+    c.start_agent("n1", 4, &[]);
+    c.wait_for_nodes(1);
+    let file = c.write(
+        "procs.toml",
+        "[[task]]\nname = \"P\"\ninstances = \"1..=2\"\nprocesses = 3\n\
+         command = \"echo P{index} $HETSCHED_TASK_ID\"\n",
+    );
+    let job = submit(&c, &file);
+    let v = wait_done(&c, job, Duration::from_secs(60));
+    assert_eq!(v["state"], "completed", "{v}");
+    let tasks = c.json(&["tasks", "--job", &job.to_string()]);
+    let tasks = tasks.as_array().expect("tasks");
+    assert_eq!(tasks.len(), 6);
+    let outputs: std::collections::BTreeSet<&str> =
+        tasks.iter().filter_map(|t| t["output"].as_str()).collect();
+    assert_eq!(outputs.len(), 6, "each process its own files: {tasks:?}");
+    for t in tasks {
+        let id = t["id"].as_u64().expect("id");
+        let said = c.ok(&["log", &job.to_string(), &id.to_string()]);
+        assert_eq!(
+            said.trim(),
+            format!("P{} {id}", t["index"]),
+            "task {id}'s own output: {t}"
+        );
+    }
+}

@@ -1667,6 +1667,7 @@ fn task_info(t: &TaskRow, app: &str, job: u64, node: &str) -> TaskInfo {
             .copied()
             .filter(|_| t.state.is_terminal()),
         nodes: Vec::new(),
+        process: 0,
     }
 }
 

@@ -354,6 +354,15 @@ impl WfJob {
         let value = task.args.start + i64::from(k / task.processes.max(1));
         u32::try_from(value).unwrap_or(k)
     }
+    /// Instance `i`'s rank among the processes of its argument value, from 1, for a task of
+    /// `processes` > 1 (0 otherwise: one process per value needs no rank).
+    fn process_of(&self, i: u32) -> u32 {
+        let (t, k) = self.task_of(i);
+        match self.rt.parsed.workflow.tasks[t].processes {
+            0 | 1 => 0,
+            n => k % n + 1,
+        }
+    }
     /// `task[index]` of instance `i`, as messages name it (the index is its `{index}` value).
     fn label(&self, i: u32) -> String {
         let (t, k) = self.task_of(i);
@@ -1421,6 +1430,7 @@ impl Workflows {
                     dir: job.dir(i),
                     inputs,
                     outputs: task.outputs.clone(),
+                    process: job.process_of(i),
                 }),
                 ..Default::default()
             },
@@ -2528,6 +2538,7 @@ impl JobKind for Workflows {
                     preemptions: 0,
                     queued: false,
                     executed_node: String::new(),
+                    process: j.process_of(i as u32),
                     // A finished attempt's; one running (again) or waiting shows none yet.
                     usage: x
                         .usage

@@ -546,6 +546,8 @@ pub struct TaskInfo {
     pub usage: Option<crate::store::TaskUsage>,
     /// A multi-node task's nodes in its latest attempt, `node` first (empty otherwise).
     pub nodes: Vec<String>,
+    /// A multi-process workflow instance's rank among its value's processes, from 1 (0: none).
+    pub process: u32,
 }
 
 /// One page of tasks.
@@ -758,6 +760,8 @@ pub struct InstanceData {
     pub inputs: Vec<WorkflowInput>,
     /// Outputs it writes (`{output:NAME}`).
     pub outputs: Vec<String>,
+    /// Its rank among the processes of its argument value, from 1 (0: a single-process task).
+    pub process: u32,
 }
 
 /// A PCDDB message of workflow `job_id`: the core's `Message` as JSON.
