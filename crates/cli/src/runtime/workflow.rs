@@ -11,7 +11,7 @@ pub fn is_workflow(j: &pb::JobInfo) -> bool {
     !j.balancer.is_empty()
 }
 
-/// Per task: waiting, ready, running, done, failed.
+/// Per task: waiting, ready, running, done, failed, cancelled.
 pub fn progress(j: &pb::JobInfo) -> Table {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
@@ -23,6 +23,7 @@ pub fn progress(j: &pb::JobInfo) -> Table {
         "running",
         "done",
         "failed",
+        "cancelled",
         "cpu time",
         "max rss",
     ]);
@@ -36,6 +37,9 @@ pub fn progress(j: &pb::JobInfo) -> Table {
             super::human::running(&c),
             c.succeeded.to_string(),
             c.failed.to_string(),
+            // Cancelled by a user, or not run because a producer failed or was cancelled: the
+            // row then adds up to its instances.
+            c.cancelled.to_string(),
             super::human::measured_cpu_time(a.cpu_ms, a.max_rss_bytes),
             super::human::memory(a.max_rss_bytes),
         ]);
@@ -172,5 +176,67 @@ mod tests {
         };
         assert_eq!(row("idle")[2..4], ["-", "-"], "{text}");
         assert_eq!(row("busy")[2..4], ["4", "20"], "{text}");
+    }
+
+    /// A task's row adds up to its instances: the cancelled ones (by a user, or not run because
+    /// a producer failed) have a column.
+    #[test]
+    fn a_tasks_progress_row_adds_up_to_its_instances() {
+        let j = pb::JobInfo {
+            apps: vec![pb::AppInfo {
+                name: "B".into(),
+                tasks: 12,
+                ready: 3,
+                counts: Some(pb::TaskCounts {
+                    pending: 5,
+                    running: 1,
+                    succeeded: 2,
+                    cancelled: 4,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let text = progress(&j).to_string();
+        let header: Vec<&str> = text
+            .lines()
+            .find(|l| l.contains("instances"))
+            .map(|l| {
+                l.split(['│', '┆'])
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let row: Vec<&str> = text
+            .lines()
+            .find(|l| l.contains(" B "))
+            .map(|l| {
+                l.split(['│', '┆'])
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(
+            header[..8],
+            [
+                "task",
+                "instances",
+                "waiting",
+                "ready",
+                "running",
+                "done",
+                "failed",
+                "cancelled"
+            ],
+            "{text}"
+        );
+        assert_eq!(
+            row[..8],
+            ["B", "12", "2", "3", "1", "2", "0", "4"],
+            "{text}"
+        );
     }
 }
