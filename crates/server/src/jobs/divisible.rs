@@ -628,6 +628,12 @@ fn memory_units(spec: &DivisibleSpec, memory_bytes: u64) -> Option<u64> {
     }
 }
 
+/// Whether an agent of `memory_bytes` can hold one unit of `spec`'s load (`memory_per_unit`):
+/// one that cannot takes none of its chunks.
+fn holds_a_unit(spec: &DivisibleSpec, memory_bytes: u64) -> bool {
+    memory_units(spec, memory_bytes) != Some(0)
+}
+
 fn new_job(spec: DivisibleSpec, name: String, key: String, submitted_ns: u64) -> Job {
     let master = OnlineMaster::new(OnlineConfig {
         algo: spec.algo(),
@@ -832,6 +838,26 @@ impl Divisible {
     ) -> Result<Submitted, StateError> {
         let Prepared { spec, file_name } = prepared;
         let name = job_name(&sub.name, file_name, &sub.origin);
+        // As a batch task no node could hold: with agents that could take its chunks, none of
+        // which can hold one unit, it is refused (it would wait for ever).
+        let takers: Vec<u64> = self
+            .agents
+            .iter()
+            .filter(|(n, a)| {
+                a.present(self.dead_timeout) && a.memory_bytes > 0 && spec.admits(n, &a.attributes)
+            })
+            .map(|(_, a)| a.memory_bytes)
+            .collect();
+        if let (Some(per_unit), Some(&most)) = (spec.memory_per_unit, takers.iter().max())
+            && !takers.iter().any(|&m| holds_a_unit(&spec, m))
+        {
+            return Err(StateError::Invalid(format!(
+                "{}: memory_per_unit: one unit needs {per_unit}, more than any live agent that \
+                 could take its chunks has (the most: {})",
+                sub.origin,
+                bytesize::ByteSize(most)
+            )));
+        }
         if !sub.key.is_empty() {
             let live = self
                 .jobs
@@ -902,6 +928,7 @@ impl Divisible {
                 a.present(self.dead_timeout)
                     && a.memory_bytes > 0
                     && job.spec.admits(n, &a.attributes)
+                    && holds_a_unit(&job.spec, a.memory_bytes)
             })
             .map(|(n, a)| (n.clone(), a.memory_bytes))
             .collect();
@@ -994,9 +1021,12 @@ impl Divisible {
                 }
                 continue;
             }
-            if !job.spec.admits(&name, &req.attributes) {
-                // Not a worker of this job; one that was (its node lost an attribute when its
-                // agent re-registered) leaves the plan, its chunks planned again elsewhere.
+            if !job.spec.admits(&name, &req.attributes)
+                || !holds_a_unit(&job.spec, req.memory_bytes)
+            {
+                // Not a worker of this job (it lacks an attribute, or cannot hold one unit); one
+                // that was (its node lost an attribute when its agent re-registered) leaves the
+                // plan, its chunks planned again elsewhere.
                 leave_plan(&mut self.dirty_chunks, id, job, &name);
                 continue;
             }
@@ -1257,12 +1287,28 @@ impl Divisible {
         if job.state != "running" || pending == 0 {
             return String::new();
         }
-        let mut able: Vec<&str> = self
+        let admitted: Vec<(&str, u64)> = self
             .agents
             .iter()
             .filter(|(n, a)| a.present(self.dead_timeout) && job.spec.admits(n, &a.attributes))
-            .map(|(n, _)| n.as_str())
+            .map(|(n, a)| (n.as_str(), a.memory_bytes))
             .collect();
+        let mut able: Vec<&str> = admitted
+            .iter()
+            .filter(|(_, m)| holds_a_unit(&job.spec, *m))
+            .map(|(n, _)| *n)
+            .collect();
+        if let (Some(per_unit), Some(most)) = (
+            job.spec.memory_per_unit,
+            admitted.iter().map(|(_, m)| *m).max(),
+        ) && able.is_empty()
+        {
+            return format!(
+                "no live agent can hold one unit (memory_per_unit {per_unit}; the most memory an \
+                 agent that could take its chunks has: {})",
+                bytesize::ByteSize(most)
+            );
+        }
         let open: Vec<&str> = able
             .iter()
             .copied()

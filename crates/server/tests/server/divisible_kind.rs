@@ -538,3 +538,65 @@ fn the_first_core_tasks_free_goes_to_a_chunk_short_of_its_core() {
     let beat = crate::common::beat(&mut s, 0, &sent[1..], &[]);
     assert_eq!(beat.assignments.len(), 1);
 }
+
+/// A unit larger than an agent's memory (`memory_per_unit`): that agent takes none of the job's
+/// chunks (it was given one-unit chunks it could not hold, its memory shown as "unlimited"),
+/// the job says why it waits when no agent can hold a unit, and a submission no live agent
+/// could ever run is refused, naming the field.
+#[test]
+fn an_agent_that_cannot_hold_one_unit_takes_no_chunk_and_a_job_none_can_hold_is_refused() {
+    let d = crate::common::scratch("divisible-kind", "unit-memory");
+    let mut s = open(&d.0);
+    join_agents(&mut s, &["small", "big"]);
+    let big = |s: &mut State| {
+        s.on_next_chunk(ChunkRequest {
+            name: "big".into(),
+            memory_bytes: 8 << 30,
+            incarnation: "i1".into(),
+            holding: Vec::new(),
+            room: true,
+            attributes: Vec::new(),
+            drained: false,
+            time_left: None,
+            capped: Vec::new(),
+        })
+        .map(|r| {
+            r.orders
+                .iter()
+                .map(|o| (o.job_id, o.chunk))
+                .collect::<Vec<_>>()
+        })
+        .expect("asked")
+    };
+    assert!(big(&mut s).is_empty(), "no job yet");
+    let with_unit = |m: &str| Submission {
+        text: format!("{JOB}memory_per_unit = \"{m}\"\n"),
+        ..rows()
+    };
+    // 2 GiB a unit: the 1 GiB agent cannot hold one, the 8 GiB one can.
+    let job = s.on_submit(with_unit("2GiB")).expect("accepted").job_id;
+    assert!(
+        ask(&mut s, "small").expect("asked").is_empty(),
+        "small takes none"
+    );
+    assert!(!big(&mut s).is_empty(), "big takes its chunks");
+    let info = s.get_job(job).expect("job");
+    let workers = &info.divisible.as_ref().expect("divisible").workers;
+    assert!(
+        workers
+            .iter()
+            .all(|w| w.name == "big" && w.memory_units == 4),
+        "{workers:?}"
+    );
+    // 16 GiB a unit: no live agent could ever hold one.
+    let e = s
+        .on_submit(with_unit("16GiB"))
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        e.starts_with(
+            "rows.toml: memory_per_unit: one unit needs 16.0 GiB, more than any live agent"
+        ) && e.contains("(the most: 8.0 GiB)"),
+        "{e}"
+    );
+}
