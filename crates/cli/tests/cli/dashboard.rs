@@ -304,8 +304,18 @@ fn a_divisible_jobs_chunks_are_listed_with_links_to_their_output() {
     c.ok(&["submit", job.to_str().expect("path"), "--wait"]);
     let first = &c.json(&["job", "1"])["divisible"]["chunks"][0];
     let end = first["end"].as_u64().expect("end");
+    // The read-only token reads no output; the client token reads a chunk's.
     let read = format!("Bearer {}", read_token.trim());
-    let log = |path: &str| http(addr, "GET", path, &[("Authorization", &read)], "");
+    let (code, _) = http(
+        addr,
+        "GET",
+        "/api/log?job=1&task=0&stream=stderr",
+        &[("Authorization", &read)],
+        "",
+    );
+    assert_eq!(code, 403);
+    let client = format!("Bearer {}", token.trim());
+    let log = |path: &str| http(addr, "GET", path, &[("Authorization", &client)], "");
     assert_eq!(
         log("/api/log?job=1&task=0&stream=stderr"),
         (200, format!("units 0..{end}\n"))

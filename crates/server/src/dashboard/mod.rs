@@ -173,8 +173,33 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn num<T: std::str::FromStr>(uri: &Uri, key: &str) -> Option<T> {
-    query(uri, key).and_then(|v| v.parse().ok())
+/// `key`'s value as a number (`None`: not given, or empty); an error naming `key` when it is
+/// not one, which the API answers 400 (a filter dropped silently would answer another question).
+fn num<T: std::str::FromStr>(uri: &Uri, key: &str) -> Result<Option<T>, String> {
+    match query(uri, key) {
+        None => Ok(None),
+        Some(v) if v.is_empty() => Ok(None),
+        Some(v) => v.parse().map(Some).map_err(|_| {
+            format!(
+                "{key}: `{}` is not a number of the right size (a whole number, at least 0)",
+                v.chars().take(64).collect::<String>()
+            )
+        }),
+    }
+}
+
+/// The page size `limit` asks for: 1 to [`MAX_ROWS`], 100 when not given.
+fn limit_of(uri: &Uri) -> Result<u32, String> {
+    match num::<u32>(uri, "limit")? {
+        None => Ok(100),
+        Some(0) => Err(format!("limit: at least 1 (at most {MAX_ROWS})")),
+        Some(n) => Ok(n.min(MAX_ROWS)),
+    }
+}
+
+/// Answers 400 with `e` (a parameter's error, naming it).
+fn bad_parameter(e: String) -> Response {
+    (StatusCode::BAD_REQUEST, e).into_response()
 }
 
 /// Days `/api/usage` covers when `since` is not given: the last 7, `until` included.
@@ -611,8 +636,10 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
             if d.authed(&headers).is_none() {
                 return unauthorized();
             }
-            let cursor = num(&uri, "cursor").unwrap_or(0u64);
-            let limit = num(&uri, "limit").unwrap_or(100u32).clamp(1, MAX_ROWS);
+            let (cursor, limit) = match (num(&uri, "cursor"), limit_of(&uri)) {
+                (Ok(c), Ok(l)) => (c.unwrap_or(0u64), l),
+                (Err(e), _) | (_, Err(e)) => return bad_parameter(e),
+            };
             match d
                 .read(move |s| (s.jobs_page(cursor, limit), s.job_count()))
                 .await
@@ -630,7 +657,11 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
             if d.authed(&headers).is_none() {
                 return unauthorized();
             }
-            let id = num(&uri, "id").unwrap_or(0u64);
+            let id: u64 = match num(&uri, "id") {
+                Ok(Some(id)) => id,
+                Ok(None) => return bad_parameter("id: give the job's id (`?id=7`)".into()),
+                Err(e) => return bad_parameter(e),
+            };
             match d.read(move |s| s.job(id).ok()).await.flatten() {
                 Some(j) => json(&j),
                 None => (StatusCode::NOT_FOUND, format!("no job {id}")).into_response(),
@@ -643,9 +674,11 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
             if d.authed(&headers).is_none() {
                 return unauthorized();
             }
-            let job = num(&uri, "job").unwrap_or(0u64);
-            let cursor = num(&uri, "cursor").unwrap_or(0u64);
-            let limit = num(&uri, "limit").unwrap_or(100u32).clamp(1, MAX_ROWS);
+            let (job, cursor, limit) = match (num(&uri, "job"), num(&uri, "cursor"), limit_of(&uri))
+            {
+                (Ok(j), Ok(c), Ok(l)) => (j.unwrap_or(0u64), c.unwrap_or(0u64), l),
+                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return bad_parameter(e),
+            };
             let state = query(&uri, "state").filter(|s| !s.is_empty() && s != "all");
             let relay = d.relay.clone();
             let page = filtered_tasks(&d, job, cursor, limit, state.as_deref()).await;
@@ -782,11 +815,29 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
                 )
                     .into_response();
             }
+            let (job_id, attempt) = match (num(&uri, "job"), num(&uri, "attempt")) {
+                (Ok(Some(j)), Ok(a)) => (j, a.unwrap_or(0)),
+                (Ok(None), _) => return bad_parameter("job: give the job's id (`?job=7`)".into()),
+                (Err(e), _) | (_, Err(e)) => return bad_parameter(e),
+            };
+            let Some(task) = query(&uri, "task").filter(|t| !t.is_empty()) else {
+                return bad_parameter("task: give a task id or APP:INDEX (`&task=sim:3`)".into());
+            };
+            let stderr = match query(&uri, "stream").as_deref() {
+                None | Some("" | "stdout") => false,
+                Some("stderr") => true,
+                Some(other) => {
+                    return bad_parameter(format!(
+                        "stream: `{}` is neither stdout nor stderr",
+                        other.chars().take(64).collect::<String>()
+                    ));
+                }
+            };
             let req = pb::ReadLogRequest {
-                job_id: num(&uri, "job").unwrap_or(0),
-                task: query(&uri, "task").unwrap_or_default(),
-                stderr: query(&uri, "stream").as_deref() == Some("stderr"),
-                attempt: num(&uri, "attempt").unwrap_or(0),
+                job_id,
+                task,
+                stderr,
+                attempt,
                 // The last MiB: what a person looks at first.
                 offset: -(crate::logs::MAX_PAGE as i64),
                 limit: crate::logs::MAX_PAGE,

@@ -164,3 +164,36 @@ async fn a_client_that_trickles_its_headers_is_closed_after_the_header_timeout()
     server.stop().await.expect("stops");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The JSON API refuses a malformed parameter with 400 naming it, instead of dropping it
+/// (`/api/tasks?job=abc` once listed every job's tasks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_api_parameter_is_refused_naming_it() {
+    let (server, dir) = with_http("http-params").await;
+    let addr = server.http_addr.expect("an HTTP listener");
+    let token = std::fs::read_to_string(dir.join("token")).expect("token");
+    let token = token.trim();
+    for (path, said) in [
+        ("/api/tasks?job=abc", "job: `abc` is not a number"),
+        ("/api/tasks?cursor=zz", "cursor: `zz` is not a number"),
+        ("/api/tasks?limit=-3", "limit: `-3` is not a number"),
+        ("/api/jobs?limit=0", "limit: at least 1"),
+        ("/api/job", "id: give the job's id"),
+        ("/api/job?id=-1", "id: `-1` is not a number"),
+        ("/api/log?job=1", "task: give a task id or APP:INDEX"),
+        ("/api/log?task=0", "job: give the job's id"),
+        (
+            "/api/log?job=1&task=0&stream=bogus",
+            "stream: `bogus` is neither stdout nor stderr",
+        ),
+    ] {
+        let (code, body) = get_status(addr, path, Some(token)).await;
+        assert_eq!(code, 400, "{path}: {body}");
+        assert!(body.contains(said), "{path}: {body}");
+    }
+    // Well-formed ones still answer.
+    let (code, body) = get_status(addr, "/api/tasks?job=&limit=5", Some(token)).await;
+    assert_eq!(code, 200, "{body}");
+    server.stop().await.expect("stops");
+    let _ = std::fs::remove_dir_all(&dir);
+}
