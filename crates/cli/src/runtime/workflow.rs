@@ -199,26 +199,19 @@ mod tests {
             ..Default::default()
         };
         let text = progress(&j).to_string();
-        let header: Vec<&str> = text
-            .lines()
-            .find(|l| l.contains("instances"))
-            .map(|l| {
-                l.split(['│', '┆'])
-                    .map(str::trim)
-                    .filter(|c| !c.is_empty())
-                    .collect()
-            })
-            .unwrap_or_default();
-        let row: Vec<&str> = text
-            .lines()
-            .find(|l| l.contains(" B "))
-            .map(|l| {
-                l.split(['│', '┆'])
-                    .map(str::trim)
-                    .filter(|c| !c.is_empty())
-                    .collect()
-            })
-            .unwrap_or_default();
+        // The cells of the first line holding `marker`.
+        let cells = |marker: &str| -> Vec<&str> {
+            text.lines()
+                .find(|l| l.contains(marker))
+                .map(|l| {
+                    l.split(['│', '┆'])
+                        .map(str::trim)
+                        .filter(|c| !c.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let (header, row) = (cells("instances"), cells(" B "));
         assert_eq!(
             header[..8],
             [

@@ -24,9 +24,14 @@ fn open(d: &Path) -> State {
 const JOB: &str = "[[divisible]]\nname = \"rows\"\nunits = 100\ncommand = \"echo {start} {end}\"\n";
 
 fn ask(s: &mut State, name: &str) -> Result<Vec<(u64, u64)>, String> {
+    ask_with(s, name, 1 << 30)
+}
+
+/// [`ask`] from an agent of `memory_bytes`.
+fn ask_with(s: &mut State, name: &str, memory_bytes: u64) -> Result<Vec<(u64, u64)>, String> {
     s.on_next_chunk(ChunkRequest {
         name: name.into(),
-        memory_bytes: 1 << 30,
+        memory_bytes,
         incarnation: "i1".into(),
         holding: Vec::new(),
         room: true,
@@ -548,26 +553,7 @@ fn an_agent_that_cannot_hold_one_unit_takes_no_chunk_and_a_job_none_can_hold_is_
     let d = crate::common::scratch("divisible-kind", "unit-memory");
     let mut s = open(&d.0);
     join_agents(&mut s, &["small", "big"]);
-    let big = |s: &mut State| {
-        s.on_next_chunk(ChunkRequest {
-            name: "big".into(),
-            memory_bytes: 8 << 30,
-            incarnation: "i1".into(),
-            holding: Vec::new(),
-            room: true,
-            attributes: Vec::new(),
-            drained: false,
-            time_left: None,
-            capped: Vec::new(),
-        })
-        .map(|r| {
-            r.orders
-                .iter()
-                .map(|o| (o.job_id, o.chunk))
-                .collect::<Vec<_>>()
-        })
-        .expect("asked")
-    };
+    let big = |s: &mut State| ask_with(s, "big", 8 << 30).expect("asked");
     assert!(big(&mut s).is_empty(), "no job yet");
     let with_unit = |m: &str| Submission {
         text: format!("{JOB}memory_per_unit = \"{m}\"\n"),

@@ -846,6 +846,17 @@ fn a_users_caps_on_gpus_and_memory_hold_its_running_tasks() {
     );
 }
 
+/// A server in `d` with `[fair_share]`, usage halving every hour.
+fn fair_config(d: &Path) -> ServerConfig {
+    ServerConfig {
+        data_dir: d.to_path_buf(),
+        fair_share: Some(hetsched_server::config::FairShareConfig {
+            half_life: hetsched_core::input::Duration(3600 * 1_000_000_000),
+        }),
+        ..Default::default()
+    }
+}
+
 /// With `[fair_share]`, what a user's work held while the server was down counts in its
 /// fair-share usage as it does in the accounts: alice's two-core task on an eight-core node (a
 /// quarter of the cluster) ran through a 2 s crash, and once the node beats again her usage is
@@ -855,13 +866,7 @@ fn a_users_caps_on_gpus_and_memory_hold_its_running_tasks() {
 fn under_fair_share_what_ran_while_the_server_was_down_counts_in_the_usage() {
     use hetsched_server::state::now_ns;
     let d = common::scratch("users", "fair-down");
-    let config = ServerConfig {
-        data_dir: d.to_path_buf(),
-        fair_share: Some(hetsched_server::config::FairShareConfig {
-            half_life: hetsched_core::input::Duration(3600 * 1_000_000_000),
-        }),
-        ..Default::default()
-    };
+    let config = fair_config(&d);
     let open_fair =
         || State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
     let dispatched = now_ns();
@@ -922,13 +927,7 @@ fn under_fair_share_what_ran_while_the_server_was_down_counts_in_the_usage() {
 #[test]
 fn under_fair_share_the_user_who_used_the_cluster_waits_for_one_who_did_not() {
     let d = common::scratch("users", "fair");
-    let config = ServerConfig {
-        data_dir: d.to_path_buf(),
-        fair_share: Some(hetsched_server::config::FairShareConfig {
-            half_life: hetsched_core::input::Duration(3600 * 1_000_000_000),
-        }),
-        ..Default::default()
-    };
+    let config = fair_config(&d);
     let open_fair =
         || State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
     let mut s = open_fair();
