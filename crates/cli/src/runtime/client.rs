@@ -800,6 +800,7 @@ pub async fn tasks(
     let mut api = connect(args).await?;
     let mut cursor = 0;
     let mut shown = 0u64;
+    let mut rows: Vec<pb::TaskInfo> = Vec::new();
     let out = std::io::stdout();
     let mut out = std::io::BufWriter::new(out.lock());
     if args.output == Output::Json {
@@ -835,8 +836,12 @@ pub async fn tasks(
             }
         } else {
             shown += page.tasks.len() as u64;
-            if !page.tasks.is_empty() {
-                writeln!(out, "{}", tasks_table(&page.tasks))?;
+            // A filtered page can hold a few matches only: rows are gathered into tables of a
+            // page's size, not one table per page the server answered.
+            rows.extend(page.tasks);
+            if rows.len() >= PAGE as usize {
+                writeln!(out, "{}", tasks_table(&rows))?;
+                rows.clear();
             }
         }
         out.flush()?;
@@ -844,6 +849,9 @@ pub async fn tasks(
             break;
         }
         cursor = page.next_cursor;
+    }
+    if !rows.is_empty() {
+        writeln!(out, "{}", tasks_table(&rows))?;
     }
     if args.output == Output::Json {
         writeln!(out, "\n]")?;

@@ -90,6 +90,53 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let n = tokio::task::spawn_blocking(move || calibrate(args.task_secs)).await??;
     let dir = std::env::temp_dir().join(format!("hetsched-demo-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
+    // Removed however the demo ends: done, failed or interrupted (unless `--keep`).
+    let _cleanup = DemoDir {
+        dir: dir.clone(),
+        keep: args.keep,
+    };
+    tokio::select! {
+        done = run_in(args, exe, n, dir) => done,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+    }
+}
+
+/// The demo's data directory, removed when the demo ends unless it is to be kept.
+struct DemoDir {
+    dir: std::path::PathBuf,
+    keep: bool,
+}
+
+impl Drop for DemoDir {
+    fn drop(&mut self) {
+        if self.keep {
+            println!("data kept in {}", self.dir.display());
+            return;
+        }
+        // A task's process that is still exiting may write into it while it is removed: try
+        // again for a moment before saying what was left.
+        let mut last = None;
+        for _ in 0..20 {
+            match std::fs::remove_dir_all(&self.dir) {
+                Ok(()) => return,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+                Err(e) => last = Some(e),
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        if let Some(e) = last {
+            eprintln!("could not remove {}: {e}", self.dir.display());
+        }
+    }
+}
+
+/// The demo itself, its data in `dir`.
+async fn run_in(
+    args: DemoArgs,
+    exe: String,
+    n: usize,
+    dir: std::path::PathBuf,
+) -> anyhow::Result<()> {
     let config = hetsched_server::ServerConfig {
         listen: "127.0.0.1:0".parse()?,
         data_dir: dir.clone(),
@@ -263,29 +310,27 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         let _ = a.await;
     }
     server.stop().await?;
-    if args.keep {
-        println!("data kept in {}", dir.display());
-    } else {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
     waited.and(divisible).and(workflow)
 }
 
-/// A learned mean for the demo's summary: `–` for a variant the application does not have.
+/// A learned mean for the demo's summary: `–` for a variant the application does not have,
+/// `not run` for one no task ran with (the server reports no observation as 0).
 fn learned(has: bool, mean_ms: f64) -> String {
-    if has {
+    if !has {
+        "–".into()
+    } else if mean_ms > 0.0 {
         format!("{mean_ms:.1}")
     } else {
-        "–".into()
+        "not run".into()
     }
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
-    fn a_missing_variant_prints_a_dash_not_zero() {
+    fn a_missing_variant_prints_a_dash_and_one_never_run_says_so_not_zero() {
         assert_eq!(super::learned(false, 0.0), "–");
         assert_eq!(super::learned(true, 12.34), "12.3");
-        assert_eq!(super::learned(true, 0.0), "0.0");
+        assert_eq!(super::learned(true, 0.0), "not run");
     }
 }

@@ -328,6 +328,15 @@ fn a_drained_node_gets_no_new_work_until_it_is_resumed() {
     let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(c.tasks(2).iter().all(|t| t["node"] == "a"));
+    // A filter that drops most of a server page still prints one table: job 2's eight tasks on
+    // `a`, found across the pages of job 1's tasks on `b`.
+    let listed = c.ok(&["tasks", "--node", "a", "--limit", "9"]);
+    assert_eq!(
+        listed.matches("run time").count(),
+        1,
+        "one table:\n{listed}"
+    );
+    assert_eq!(listed.matches("succeeded").count(), 8, "{listed}");
     // With every node drained a job waits for an operator, and says so where users look.
     c.ok(&["node", "drain", "a"]);
     c.ok(&["node", "drain", "b"]);
