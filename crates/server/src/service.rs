@@ -1085,6 +1085,7 @@ impl Client for ClientService {
         crate::accounting::check_span(r.since_day, until, ["since_day", "until_day"])
             .map_err(Status::invalid_argument)?;
         // A user reads its own account only; the admin every owner's.
+        let every_owner = who.admin;
         read_state(&self.0, move |s| {
             let rows = s.usage_for(&who, r.since_day, until)?;
             Ok(pb::UsageReply {
@@ -1100,6 +1101,7 @@ impl Client for ClientService {
                     .collect(),
                 since_day: r.since_day,
                 until_day: until,
+                every_owner,
             })
         })
         .await

@@ -18,20 +18,23 @@ pub fn parse_day(s: &str) -> Result<u32, String> {
     hetsched_server::accounting::parse_day(s, hetsched_server::accounting::today())
 }
 
-/// A row of the table: core-, GPU- and memory-hours and the share of the span's core-hours
-/// (`total_core_seconds`).
-fn cells(h: &Held, total_core_seconds: f64) -> Vec<String> {
-    let share = if total_core_seconds > 0.0 {
-        format!("{:.1} %", 100.0 * h.core_seconds / total_core_seconds)
-    } else {
-        "-".to_string()
-    };
-    vec![
+/// A row of the table: core-, GPU- and memory-hours and, when the table lists every owner, the
+/// share of the span's core-hours (`total_core_seconds`; `None`: a user's own account, whose
+/// share of itself says nothing).
+fn cells(h: &Held, total_core_seconds: Option<f64>) -> Vec<String> {
+    let mut cells = vec![
         hours(h.core_seconds / 3600.0),
         hours(h.gpu_seconds / 3600.0),
         hours(h.memory_byte_seconds / 3600.0 / GIB),
-        share,
-    ]
+    ];
+    if let Some(total) = total_core_seconds {
+        cells.push(if total > 0.0 {
+            format!("{:.1} %", 100.0 * h.core_seconds / total)
+        } else {
+            "-".to_string()
+        });
+    }
+    cells
 }
 
 /// An amount of hours as the table prints it: two decimals, or three significant digits below
@@ -101,22 +104,28 @@ pub async fn usage(
         percent(total.core_seconds, capacity.core_seconds),
         percent(total.gpu_seconds, capacity.gpu_seconds),
     );
-    let head = ["core-hours", "GPU-hours", "memory GiB-hours", "core share"];
-    let mut t = if by_day {
-        table(&[&["day", "user"][..], &head[..]].concat())
+    // A user sees its own account only: the share column is the admin's.
+    let share_of = reply.every_owner.then_some(total.core_seconds);
+    let head = if share_of.is_some() {
+        &["core-hours", "GPU-hours", "memory GiB-hours", "core share"][..]
     } else {
-        table(&[&["user"][..], &head[..]].concat())
+        &["core-hours", "GPU-hours", "memory GiB-hours"][..]
+    };
+    let mut t = if by_day {
+        table(&[&["day", "user"][..], head].concat())
+    } else {
+        table(&[&["user"][..], head].concat())
     };
     if by_day {
         for ((d, o), h) in &sum.days {
             let mut row = vec![date(*d), o.to_string()];
-            row.extend(cells(h, total.core_seconds));
+            row.extend(cells(h, share_of));
             t.add_row(row);
         }
     } else {
         for (o, h) in &sum.owners {
             let mut row = vec![o.to_string()];
-            row.extend(cells(h, total.core_seconds));
+            row.extend(cells(h, share_of));
             t.add_row(row);
         }
     }
@@ -125,7 +134,7 @@ pub async fn usage(
     } else {
         vec!["total".to_string()]
     };
-    row.extend(cells(total, total.core_seconds));
+    row.extend(cells(total, share_of));
     t.add_row(row);
     println!("{t}");
     Ok(())

@@ -828,8 +828,16 @@ fn a_user_signs_in_with_its_token_and_reads_the_output_of_its_own_jobs_only() {
             alice_row.contains("<td class=\"num shares\">1</td>")
                 && alice_row.contains("<td class=\"num max-cores\">-</td>")
                 && alice_row.contains("<td class=\"num running-jobs\">0</td>")
-                && alice_row.contains("<td class=\"num core-hours\">0.00</td>"),
+                && alice_row.contains("<td class=\"num core-hours\">0.00</td>")
+                && alice_row.contains("<td class=\"num core-share\">100.0 %</td>"),
             "alice's shares, caps, jobs and accounts: {alice_row}"
+        );
+        // Her own panel lists her alone: a share of herself would say nothing.
+        let dom = panel(&alice);
+        assert!(
+            dom.contains("<td class=\"num core-share\">-</td>")
+                && !dom.contains("<tr data-user=\"bob\""),
+            "alice's own row, without a share: {dom}"
         );
         assert!(
             dom.contains(

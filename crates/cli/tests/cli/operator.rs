@@ -2439,6 +2439,13 @@ fn usage_reports_the_core_hours_each_users_running_work_held() {
     let users = mine["users"].as_array().cloned().unwrap_or_default();
     assert_eq!(users.len(), 1, "alice reads her own account only: {mine}");
     assert_eq!(users[0]["user"], "alice");
+    // Her table has no share column (a share of herself alone says nothing); the admin's has.
+    let hers = as_alice(&["usage"]);
+    assert!(
+        hers.contains("core-hours") && hers.contains("alice") && !hers.contains("core share"),
+        "{hers}"
+    );
+    assert!(c.ok(&["usage"]).contains("core share"));
     c.refused(
         &["usage", "--since", "1/11/2026"],
         "a day is YYYY-MM-DD (UTC)",

@@ -449,7 +449,9 @@ function renderUsers(users, usage) {
   // Owners the accounts name that are no user now (removed): their rows too.
   for (const a of usage.users || []) if (!names.includes(a.user)) names.push(a.user);
   const byName = new Map(users.users.map((u) => [u.name, u]));
-  const rows = names.map((n) => userRow(n, byName.get(n) || null, accounts.get(n) || null, total.core_seconds));
+  // A user sees its own row only (the admin's is listed to the admin): its share of itself says nothing.
+  const everyOwner = users.users.some((u) => u.admin);
+  const rows = names.map((n) => userRow(n, byName.get(n) || null, accounts.get(n) || null, everyOwner ? total.core_seconds : 0));
   rows.push(`<tr class="total"><td>total</td>${"<td></td>".repeat(11)}<td class="num">${hours(total.core_hours)}</td><td class="num">${hours(total.gpu_hours)}</td><td class="num">${hours(total.memory_gib_hours)}</td><td></td></tr>`);
   $("users").querySelector("tbody").innerHTML = rows.join("");
   $("usage-span").textContent = `accounts ${usage.since} – ${usage.until} (UTC)`;
