@@ -2303,6 +2303,17 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
     assert_eq!(users[0]["name"], "alice");
     assert_eq!(users[0]["unfinished_jobs"], 1);
     assert_eq!(users[0]["max_cores"], serde_json::Value::Null);
+    // Bob's job has just ended: not unfinished any more, at once.
+    let bob_row = users
+        .as_array()
+        .and_then(|u| u.iter().find(|u| u["name"] == "bob"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        (&bob_row["jobs"], &bob_row["unfinished_jobs"]),
+        (&serde_json::json!(1), &serde_json::json!(0)),
+        "{users}"
+    );
     let said = c.ok(&["user", "limit", "alice", "--max-cores", "1"]);
     assert!(
         said.contains("user alice: at most 1 core at once"),

@@ -743,21 +743,23 @@ impl State {
 
     /// Each owner's jobs held and those not finished.
     fn list_users_counts(&self) -> std::collections::HashMap<String, (u64, u64)> {
-        let finished: HashSet<u64> = self
-            .jobs
-            .all()
-            .iter()
-            .flat_map(|k| k.finished_jobs())
-            .map(|(id, _)| id)
-            .collect();
         let mut counts: std::collections::HashMap<String, (u64, u64)> = Default::default();
         for (job, owner) in self.users.owned() {
-            if self.ids.kind(job).is_none() || self.is_purged(job) {
+            // Each job as its listing says it now (what `users_overview` counts): the purge
+            // history's record of finished jobs is brought up to date only every retention pass.
+            let Some(state) = self
+                .ids
+                .kind(job)
+                .and_then(|k| self.jobs.of_kind(k).listed_state(job))
+            else {
+                continue;
+            };
+            if self.is_purged(job) {
                 continue;
             }
             let c = counts.entry(owner.to_string()).or_default();
             c.0 += 1;
-            if !finished.contains(&job) {
+            if matches!(state, "pending" | "running") {
                 c.1 += 1;
             }
         }
