@@ -99,6 +99,10 @@ pub fn new_submission_key() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
+/// How long `wait` (and `submit --wait`) waits for a server that stopped answering mid-wait to
+/// come back before it gives up: a restart takes seconds.
+const SERVER_GONE_LIMIT: Duration = Duration::from_secs(600);
+
 /// Whether a failed call may have failed before or after the server acted, so that sending it
 /// again (with the same submission key) is the way to find out.
 fn retryable(s: &tonic::Status) -> bool {
@@ -1832,21 +1836,66 @@ async fn wait_for(
     let mut told_held = false;
     let mut told_deferred = false;
     let mut told_stuck = String::new();
+    // Whether the server answered in this wait (an address that never answered is a mistake to
+    // report at once, not a restart to wait out), and since when it has not.
+    let mut answered = false;
+    let mut gone_since: Option<Instant> = None;
     let j = loop {
         let asked = Instant::now();
         // The server holds the call until the job changes, at most a step, and never past the
         // timeout (`--timeout 0s` looks once).
+        // The first look is not held, so that a server that answers is known before a long
+        // call could be cut by a restart.
         let step = timeout.map_or(WAIT_STEP, |t| {
             t.saturating_sub(start.elapsed()).min(WAIT_STEP)
         });
-        let j = api
+        let step = if answered { step } else { Duration::ZERO };
+        let j = match api
             .get_job(pb::GetJobRequest {
                 job_id: id,
                 wait_ms: step.as_millis() as u32,
             })
             .await
-            .map_err(refused)?
-            .into_inner();
+        {
+            Ok(j) => j.into_inner(),
+            // The server answered before in this wait: it is restarting (or its host is briefly
+            // unreachable). Its jobs survive that, so the wait goes on, bounded.
+            Err(s) if answered && retryable(&s) => {
+                let gone = *gone_since.get_or_insert_with(|| {
+                    bar.suspend(|| {
+                        eprintln!(
+                            "warning: the server does not answer ({}: {}); waiting for it to come \
+                             back (at most {})",
+                            s.code(),
+                            s.message(),
+                            humantime::format_duration(SERVER_GONE_LIMIT)
+                        )
+                    });
+                    Instant::now()
+                });
+                if gone.elapsed() >= SERVER_GONE_LIMIT
+                    || timeout.is_some_and(|t| start.elapsed() >= t)
+                {
+                    bar.abandon();
+                    return Err(refused(s).context(format!(
+                        "job {id}: the server did not answer for {}",
+                        humantime::format_duration(Duration::from_secs(gone.elapsed().as_secs()))
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                continue;
+            }
+            Err(s) => return Err(refused(s)),
+        };
+        answered = true;
+        if let Some(gone) = gone_since.take() {
+            bar.suspend(|| {
+                eprintln!(
+                    "the server answers again (after {:.1} s)",
+                    gone.elapsed().as_secs_f64()
+                )
+            });
+        }
         if j.held && !told_held {
             // A held job waits for a person: say so rather than seem stuck.
             told_held = true;

@@ -505,6 +505,44 @@ fn nodes_restored_after_a_server_restart_are_dead_until_they_heartbeat() {
     c.wait_for_nodes(1);
 }
 
+/// `submit --wait` and `wait` wait through a server restart (SIGKILL, started again on the same
+/// data directory a second later): the job completes, so they succeed, having said that the
+/// server stopped answering.
+#[test]
+fn waiting_clients_wait_through_a_server_restart() {
+    use std::process::Stdio;
+    let mut c = Cluster::start("wait-restart", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    let piped = |mut cmd: std::process::Command| {
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn the client")
+    };
+    let submitter = piped(c.command(&["submit", "--wait", "--", "sleep", "3"]));
+    wait_until("job 1 running", Duration::from_secs(20), || {
+        c.cli(&["job", "1", "--output", "json"]).status.success()
+            && c.json(&["job", "1"])["state"] == "running"
+    });
+    let waiter = piped(c.command(&["wait", "1"]));
+    std::thread::sleep(Duration::from_millis(300));
+    c.kill_server();
+    std::thread::sleep(Duration::from_secs(1));
+    c.start_server();
+    for (what, client) in [("submit --wait", submitter), ("wait", waiter)] {
+        let out = client.wait_with_output().expect("the client ends");
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{what}: {stderr}");
+        assert!(
+            stderr.contains("the server does not answer")
+                && stderr.contains("the server answers again"),
+            "{what}: {stderr}"
+        );
+    }
+    assert_eq!(c.json(&["job", "1"])["state"], "completed");
+}
+
 /// Node `name` in `hetsched nodes --output json`.
 fn node(c: &Cluster, name: &str) -> serde_json::Value {
     c.json(&["nodes"])
