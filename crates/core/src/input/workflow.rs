@@ -90,7 +90,7 @@ pub struct TaskSpec {
     pub cores: Option<Spanned<u32>>,
     /// Runtime: memory one instance holds.
     #[serde(default)]
-    pub memory: Option<bytesize::ByteSize>,
+    pub memory: Option<Spanned<bytesize::ByteSize>>,
     /// Runtime: GPUs one instance holds.
     #[serde(default)]
     pub gpus: Option<Spanned<u32>>,

@@ -27,7 +27,7 @@
 use super::cluster::at;
 use super::workflow::{Costs, ParsedWorkflow, parse_workflow_with};
 use super::{InputError, Source};
-use crate::input::workload::Command;
+use crate::input::workload::{Command, MAX_RETRIES};
 use crate::model::Resources;
 use crate::policy::graph::BalancerKind;
 use std::collections::BTreeMap;
@@ -142,13 +142,22 @@ pub fn parse_runtime_workflow(origin: &str, text: &str) -> Result<RuntimeWorkflo
                 "must be at least 1",
             ));
         }
+        if let Some(r) = &t.retries
+            && *r.get_ref() > MAX_RETRIES
+        {
+            return Err(src.error(
+                at(r),
+                field("retries"),
+                format!("must be at most {MAX_RETRIES}"),
+            ));
+        }
         tasks.push(RuntimeTask {
             argv,
             env: t.env.clone(),
             time_limit_ns: t.time_limit.map_or(0, |d| d.0),
             retries: t.retries.as_ref().map_or(0, |r| *r.get_ref()),
             cores,
-            memory_bytes: t.memory.map_or(0, |m| m.as_u64()),
+            memory_bytes: t.memory.as_ref().map_or(0, |m| m.get_ref().as_u64()),
             gpus: t.gpus.as_ref().map_or(0, |g| *g.get_ref()),
         });
     }
@@ -189,11 +198,23 @@ impl RuntimeWorkflow {
                     spec.gpus.as_ref().and_then(at),
                     format!("{} GPUs", r.gpus),
                 )
-            } else {
+            } else if !nodes.iter().any(|n| n.memory_bytes >= r.memory_bytes) {
                 (
                     "memory",
+                    spec.memory.as_ref().and_then(at),
+                    format!("{} of memory", bytesize::ByteSize(r.memory_bytes)),
+                )
+            } else {
+                // Each alone fits somewhere, but no node has them all.
+                (
+                    "name",
                     None,
-                    format!("{} bytes of memory", r.memory_bytes),
+                    format!(
+                        "{} cores, {} of memory and {} GPUs on one node",
+                        r.cores,
+                        bytesize::ByteSize(r.memory_bytes),
+                        r.gpus
+                    ),
                 )
             };
             let span = span.or_else(|| at(&spec.name));
@@ -202,11 +223,11 @@ impl RuntimeWorkflow {
                 span,
                 Some(format!("task[{i}].{f}")),
                 format!(
-                    "no live node can hold one instance of `{}` ({what}; the largest node has \
-                     {} cores, {} bytes of memory, {} GPUs)",
+                    "no live node can hold one instance of `{}` ({what}; the largest nodes have \
+                     {} cores, {} of memory, {} GPUs)",
                     spec.name.get_ref(),
                     most(|n| u64::from(n.cores)),
-                    most(|n| n.memory_bytes),
+                    bytesize::ByteSize(most(|n| n.memory_bytes)),
                     most(|n| u64::from(n.gpus)),
                 ),
             ));
@@ -337,6 +358,55 @@ time_limit = "10s"
             e.starts_with("wf.toml:3:") && e.contains("task[0].command"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn retries_are_bounded_as_a_batch_applications_are() {
+        let e = parse_runtime_workflow("wf.toml", &GOOD.replace("retries = 2", "retries = 1000"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.starts_with("wf.toml:8:") && e.contains("task[0].retries: must be at most 100"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_instance_no_node_can_hold_is_refused_at_the_field_it_asks_too_much_of() {
+        let w = parse_runtime_workflow(
+            "wf.toml",
+            &GOOD.replace("retries = 2", "retries = 2\nmemory = \"1PiB\"\ncores = 2"),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let node = |cores, gib: u64| Resources::new(cores, gib << 30, 0);
+        let e = w
+            .check_fits(&[node(4, 16)])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.starts_with("wf.toml:9:") && e.contains("task[0].memory") && e.contains("1.0 PiB"),
+            "{e}"
+        );
+        // Each alone fits somewhere, not both on one node: the task is named, not one field.
+        let w = parse_runtime_workflow(
+            "wf.toml",
+            &GOOD.replace("retries = 2", "retries = 2\nmemory = \"8GiB\"\ncores = 4"),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let e = w
+            .check_fits(&[node(4, 4), node(2, 16)])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.starts_with("wf.toml:3:")
+                && e.contains("task[0].name")
+                && e.contains("4 cores, 8.0 GiB of memory and 0 GPUs on one node"),
+            "{e}"
+        );
+        assert!(w.check_fits(&[node(4, 4), node(4, 16)]).is_ok());
     }
 
     #[test]
