@@ -50,6 +50,14 @@ use std::collections::{BTreeMap, BTreeSet};
 struct CodeFile {
     #[serde(default)]
     component: Vec<CodeSpec>,
+    /// Read again here for their places in the file (a cycle is named at its closing stream).
+    #[serde(default)]
+    stream: Vec<CodeStream>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CodeStream {
+    to: Spanned<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -185,6 +193,27 @@ pub fn parse_runnable_topology(origin: &str, text: &str) -> Result<RunnableTopol
                      `{}` has {}); at most {MAX_RUNTIME_EXECUTORS} on the runtime",
                     c.name.get_ref(),
                     topology.components[i].parallelism
+                ),
+            ));
+        }
+    }
+    // A cycle among bolts: the simulator's rates allow one, but on the runtime the tuples sent
+    // round it fill the bounded queues on its way and the topology stalls.
+    // (The last stream of the file on a cycle is the one that closes it.)
+    for (i, s) in topology.streams.iter().enumerate().rev() {
+        if let Some(round) = super::topology::path(&topology.streams, s.to, s.from) {
+            let mut names: Vec<&str> = round
+                .iter()
+                .map(|&c| topology.components[c].name.as_str())
+                .collect();
+            names.push(&topology.components[s.to].name);
+            return Err(src.error(
+                file.stream.get(i).and_then(|s| at(&s.to)),
+                Some(format!("stream[{i}].to")),
+                format!(
+                    "cycle: {}; the runtime runs acyclic topologies (tuples sent round a cycle \
+                     fill its queues and stall it)",
+                    names.join(" -> ")
                 ),
             ));
         }
@@ -499,6 +528,20 @@ rate = 20.0
         }
         // The simulator's parser reads the same file.
         assert!(parse_topology("t.toml", WORDCOUNT).is_ok());
+    }
+
+    /// A cycle among bolts is refused at the stream that closes it (the runtime would stall on
+    /// it); the simulator's parser reads the file.
+    #[test]
+    fn a_cycle_among_bolts_is_refused_at_the_stream_that_closes_it() {
+        let cycle =
+            format!("{WORDCOUNT}[[stream]]\nfrom = \"count\"\nto = \"split\"\nrate = 1.0\n");
+        let e = err(&cycle);
+        assert!(
+            e.contains(":33:6: stream[2].to: cycle: split -> count -> split"),
+            "{e}"
+        );
+        assert!(parse_topology("t.toml", &cycle).is_ok());
     }
 
     /// A topology of more executors than the runtime runs is refused before anything is

@@ -216,7 +216,7 @@ pub fn parse_topology(origin: &str, text: &str) -> Result<Topology, InputError> 
 
 /// A path of components from `start` to `goal` along streams (breadth-first, so the shortest),
 /// if there is one.
-fn path(streams: &[Stream], start: usize, goal: usize) -> Option<Vec<usize>> {
+pub(super) fn path(streams: &[Stream], start: usize, goal: usize) -> Option<Vec<usize>> {
     let mut prev: HashMap<usize, usize> = HashMap::new();
     let mut queue = std::collections::VecDeque::from([start]);
     let mut seen = std::collections::HashSet::from([start]);
