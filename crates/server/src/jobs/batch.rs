@@ -985,7 +985,7 @@ impl Batch {
         } else {
             let tasks = app_tasks(&apps, &w);
             let indices = tasks.iter().flat_map(|a| (0..a.tasks).map(|k| a.index(k)));
-            self.check_after_corr(&after_corr, indices)?
+            self.check_after_corr(cx.store, &after_corr, indices)?
         };
         let submitted_ns = cx.now;
         for a in &mut apps {

@@ -244,3 +244,37 @@ fn a_task_whose_correspondent_failed_before_the_submission_is_cancelled_for_good
         "after a restart"
     );
 }
+
+/// A job that finished before a restart (its task rows are then read from the store, not held)
+/// can still be named `--after-corr`: its indices are checked against the store, and its tasks
+/// having succeeded, the new job's run at once (found by a hands-on review: "finished long ago").
+#[test]
+fn a_job_that_finished_before_a_restart_can_be_named() {
+    let d = common::scratch("after-corr", "restart");
+    let prep = {
+        let mut s = open(&d.0);
+        let prep = submit(&mut s, "prep", "0-2", Submission::default()).expect("prep");
+        let mut n = Agent::new(&mut s, 8);
+        let sent = n.beat(&mut s, &[]);
+        let done: Vec<_> = sent.iter().map(|&(t, a)| (t, a, true)).collect();
+        n.beat(&mut s, &done);
+        assert_eq!(s.job(prep).expect("job").state, "completed");
+        prep
+    };
+    let mut s = open(&d.0);
+    let e = submit(&mut s, "sim", "0-3", after_corr(&[prep])).expect_err("index 3");
+    assert!(
+        e.contains(&format!(
+            "--after-corr: job {prep} has no task with index 3"
+        )),
+        "{e}"
+    );
+    let sim = submit(&mut s, "sim", "0-2", after_corr(&[prep])).expect("accepted");
+    let mut n = Agent::new(&mut s, 8);
+    let sent = n.beat(&mut s, &[]);
+    assert_eq!(
+        named(&s, &[sim], &sent),
+        vec![("sim".into(), 0), ("sim".into(), 1), ("sim".into(), 2)],
+        "each correspondent succeeded before the restart"
+    );
+}

@@ -97,10 +97,12 @@ enum Corr {
 
 impl Batch {
     /// Checks a submission's `--after-corr` list against the batch jobs held and the indices of
-    /// its own tasks (`indices`): each named job must exist, be held in memory (not purged)
-    /// and have a task for every index of the new job. Returns it sorted, without repeats.
+    /// its own tasks (`indices`): each named job must exist, not be purged and have a task for
+    /// every index of the new job (a finished job's read from `store` when its rows left
+    /// memory). Returns it sorted, without repeats.
     pub(super) fn check_after_corr(
         &self,
+        store: &crate::store::Store,
         after_corr: &[u64],
         indices: impl Iterator<Item = u32> + Clone,
     ) -> Result<Vec<u64>, StateError> {
@@ -125,18 +127,24 @@ impl Batch {
                     "--after-corr: no batch job {id}"
                 )));
             };
-            let finished = !matches!(self.job_state(j), "pending" | "running");
-            let known: HashSet<u32> = j
+            let held = j
                 .tasks
                 .clone()
-                .filter_map(|t| self.tasks.get(t as usize).map(|r| r.index))
-                .collect();
-            if known.is_empty() && finished {
-                return Err(StateError::Invalid(format!(
-                    "--after-corr: job {id} finished long ago: its tasks' ends are no longer \
-                     held in memory"
-                )));
-            }
+                .all(|t| self.tasks.get(t as usize).is_some());
+            // A finished job's rows may have left memory (after a restart, or evicted): its
+            // indices are read from the store, as `name_corr` reads its task states.
+            let known: HashSet<u32> = if held {
+                j.tasks
+                    .clone()
+                    .filter_map(|t| self.tasks.get(t as usize).map(|r| r.index))
+                    .collect()
+            } else {
+                store
+                    .task_rows(j.tasks.clone())?
+                    .into_iter()
+                    .map(|r| r.index)
+                    .collect()
+            };
             let mut missing: Vec<u32> = indices.clone().filter(|i| !known.contains(i)).collect();
             missing.sort_unstable();
             missing.dedup();
