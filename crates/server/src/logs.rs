@@ -564,7 +564,8 @@ pub async fn read_log(
         process: task.process,
         ..Default::default()
     };
-    let candidates: Vec<AgentAt> = if attempt == task.attempt {
+    let earlier = attempt != task.attempt;
+    let candidates: Vec<AgentAt> = if !earlier {
         let at = relay.by_name(&task.node).ok_or_else(|| {
             Status::unavailable(format!(
                 "node `{}` has not heartbeated since the server started: its task outputs \
@@ -602,6 +603,13 @@ pub async fn read_log(
         }
     }
     match (empty, last_err) {
+        // An earlier attempt's node is not recorded: every live agent was asked, and none
+        // holds its file, so no node is named (it printed nothing there, or ran on a node that is
+        // dead or unreachable now).
+        (Some(mut reply), _) if earlier => {
+            reply.node.clear();
+            Ok(reply)
+        }
         (Some(reply), _) => Ok(reply),
         (None, Some(e)) => Err(e),
         (None, None) => Err(Status::unavailable("no agent serves task outputs")),

@@ -54,6 +54,13 @@ pub async fn log(
                         "chunk {} ({}, on {}) printed nothing on {stream}",
                         page.task_id, page.task_state, page.node
                     );
+                } else if page.node.is_empty() {
+                    // An earlier attempt, found on no live agent (where it ran is not recorded).
+                    eprintln!(
+                        "task {} (attempt {} of {}): no live agent holds its {stream}: it printed \
+                         nothing there, or the node that ran it is dead or unreachable now",
+                        page.task_id, page.attempt, page.latest_attempt
+                    );
                 } else {
                     eprintln!(
                         "task {} (attempt {}, on {}) printed nothing on {stream}",

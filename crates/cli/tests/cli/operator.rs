@@ -650,7 +650,7 @@ fn job_names_application_workdirs_and_resubmit_failed() {
         "job.toml",
         "name = \"nightly-qr\"\n\
          [[application]]\nname = \"flaky\"\ntasks = 3\nworkdir = \"out\"\n[application.cpu]\n\
-         command = 'pwd > where-{index}; if [ {index} = 1 ] && [ ! -e ../fixed ]; then exit 4; fi'\n",
+         command = 'pwd > where-{index}; echo attempt $HETSCHED_ATTEMPT; if [ {index} = 1 ] && [ ! -e ../fixed ]; then exit 4; fi'\n",
     );
     let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
     assert!(!out.status.success());
@@ -687,6 +687,26 @@ fn job_names_application_workdirs_and_resubmit_failed() {
         .collect();
     assert_eq!(attempts, vec![1, 2, 1]);
     assert_eq!(c.json(&["job", "1"])["state"], "completed");
+    // An earlier attempt's output is read wherever it is; once no live agent holds it, `log`
+    // says so rather than "printed nothing" on some node that never ran it.
+    let out = c.cli(&["log", "1", "flaky:1", "--attempt", "1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "attempt 1\n");
+    let output = c.tasks(1)[1]["output"].as_str().unwrap_or("").to_string();
+    let (_, path) = output.split_once(':').expect("NODE:PATH");
+    let first = path.replace(".2.{out,err}", ".1.out");
+    std::fs::remove_file(&first).unwrap_or_else(|e| panic!("{first}: {e}"));
+    let out = c.cli(&["log", "1", "flaky:1", "--attempt", "1"]);
+    assert!(
+        out.status.success()
+            && text(&out.stderr).contains(
+                "task 1 (attempt 1 of 2): no live agent holds its stdout: it printed nothing \
+                 there, or the node that ran it is dead or unreachable now"
+            ),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
     // `--name` overrides the file's name; a bad name is refused with where it is.
     let out = c.cli(&["submit", job.to_str().expect("path"), "--name", "adhoc"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
