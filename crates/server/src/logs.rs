@@ -225,6 +225,22 @@ impl LogRelay {
             .max_decoding_message_size(2 * MAX_PAGE as usize);
         match tokio::time::timeout(AGENT_TIMEOUT, client.read_log(req)).await {
             Ok(Ok(r)) => Ok(r.into_inner()),
+            // The agent answered, and refused: its reason stands (no hint about transport).
+            Ok(Err(s))
+                if matches!(
+                    s.code(),
+                    tonic::Code::NotFound
+                        | tonic::Code::InvalidArgument
+                        | tonic::Code::PermissionDenied
+                        | tonic::Code::FailedPrecondition
+                        | tonic::Code::OutOfRange
+                ) =>
+            {
+                Err(Status::new(
+                    s.code(),
+                    format!("node `{}`: {}", at.name, s.message()),
+                ))
+            }
             Ok(Err(s)) if self.agent_ca.is_none() && s.code() != tonic::Code::Unauthenticated => {
                 Err(unreachable(format!(
                     "{} (if the agent serves its output over TLS, with --log-cert, give the \

@@ -211,16 +211,17 @@ impl pb::topology_client_server::TopologyClient for ClientService {
         let who = crate::service::caller(&r)?;
         let r = r.into_inner();
         let name = r.name.clone();
-        let (generation, node, run_as) = crate::service::read_state(&self.0, move |s| {
-            s.check_topology_owner(&who.name, &name, "read its workers' logs")?;
-            s.topology_worker(&name, r.worker)
-        })
-        .await?
-        .into_inner();
+        let (generation, started_as, node, run_as) =
+            crate::service::read_state(&self.0, move |s| {
+                s.check_topology_owner(&who.name, &name, "read its workers' logs")?;
+                s.topology_worker(&name, r.worker)
+            })
+            .await?
+            .into_inner();
         let req = pb::AgentLogRequest {
             topology: r.name.clone(),
             generation,
-            worker: r.worker,
+            worker: started_as,
             run_as,
             offset: r.offset,
             limit: r.limit.min(crate::logs::MAX_PAGE),

@@ -886,6 +886,20 @@ fn a_new_placement_restarts_only_the_workers_whose_executors_move() {
         worker_pids(&s).contains(&kept_pid),
         "the kept worker still runs: {s}"
     );
+    // Its log is read where it started (its directory is named after generation 1).
+    let kept = s["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .find(|w| w["pid"].as_u64() == Some(kept_pid))
+        .and_then(|w| w["worker"].as_u64())
+        .expect("the kept worker's index");
+    let out = c.cli(&["topology", "log", "pipes", "--worker", &kept.to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Executor by executor: pipeline a's ran on (same process, same thread start).
     let mut starts_after = None;
     wait_until("every executor reporting", Duration::from_secs(20), || {

@@ -149,6 +149,11 @@ pub struct Record {
     /// recorded — its submission time then stands for it in the retention rule).
     #[serde(default)]
     pub killed_ns: Option<u64>,
+    /// Workers kept running across reschedules: worker index → the (generation, index) it
+    /// started as, which its agent names its directory after (`topology log` reads it there).
+    /// A worker not listed started as (`generation`, its index).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub started_as: BTreeMap<u32, (u64, u32)>,
 }
 
 /// A placement by node name.
@@ -679,6 +684,12 @@ impl Run {
             .into_iter()
             .filter_map(|((w, e), c)| renumber(w).map(|n| ((n, e), c)))
             .collect();
+        // What each kept worker started as, through every reschedule that kept it.
+        let started_as = |w: u32| self.rec.started_as.get(&w).copied().unwrap_or((old_gen, w));
+        self.rec.started_as = kept
+            .iter()
+            .map(|(&new_w, &(_, old_w))| (new_w, started_as(old_w)))
+            .collect();
         self.rec.generation += 1;
         let workers_kept = kept.len() - draining.len();
         self.rec.placement = Some(placed);
@@ -1205,6 +1216,7 @@ impl Topology {
             submitted_ns: now_ns(),
             final_tuples: None,
             killed_ns: None,
+            started_as: BTreeMap::new(),
         };
         let mut run = Run::new(rec, topo, self.cfg.core_now());
         let live = self.cfg.alive(inner);
@@ -1267,7 +1279,11 @@ impl Topology {
     }
 
     /// Where worker `worker` of topology `name` runs: its placement's generation and its node.
-    pub fn worker_place(&self, name: &str, worker: u32) -> Result<(u64, String), TopologyError> {
+    pub fn worker_place(
+        &self,
+        name: &str,
+        worker: u32,
+    ) -> Result<(u64, u32, String), TopologyError> {
         let run = self.inner.runs.get(name).ok_or_else(|| not_found(name))?;
         if run.rec.state != "running" {
             return Err(TopologyError::Precondition(format!(
@@ -1281,7 +1297,16 @@ impl Topology {
             .as_ref()
             .map_or(&[][..], |p| &p.workers[..]);
         match workers.get(worker as usize) {
-            Some((node, _)) => Ok((run.rec.generation, node.clone())),
+            // A worker kept across reschedules runs (and writes) where it started.
+            Some((node, _)) => {
+                let (generation, index) = run
+                    .rec
+                    .started_as
+                    .get(&worker)
+                    .copied()
+                    .unwrap_or((run.rec.generation, worker));
+                Ok((generation, index, node.clone()))
+            }
             None if workers.is_empty() => Err(TopologyError::Precondition(format!(
                 "topology `{name}` is not placed yet: it has no workers"
             ))),

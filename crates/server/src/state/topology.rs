@@ -142,15 +142,16 @@ impl State {
         Ok(self.with_owner(self.jobs.topology.show(name)?))
     }
 
-    /// `hetsched topology log NAME --worker W`: where the worker runs (its placement's
-    /// generation and its node) and the account it runs as on an agent with `run_as_owner`.
+    /// `hetsched topology log NAME --worker W`: where the worker runs (the generation and index
+    /// it started as, which its agent names its directory after, and its node) and the account
+    /// it runs as on an agent with `run_as_owner`.
     pub fn topology_worker(
         &self,
         name: &str,
         worker: u32,
-    ) -> Result<(u64, String, String), StateError> {
-        let (generation, node) = self.jobs.topology.worker_place(name, worker)?;
-        Ok((generation, node, self.users.topology_run_as(name)))
+    ) -> Result<(u64, u32, String, String), StateError> {
+        let (generation, index, node) = self.jobs.topology.worker_place(name, worker)?;
+        Ok((generation, index, node, self.users.topology_run_as(name)))
     }
 
     /// `hetsched topology kill NAME`.
