@@ -243,13 +243,21 @@ async fn run_async(cmd: TopologyCommand) -> anyhow::Result<()> {
             let v = status_of(&r)?;
             match a.client.output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&v)?),
-                Output::Table | Output::Dot => println!(
-                    "topology {} submitted: placer {}, {} on {}",
-                    v["name"].as_str().unwrap_or(""),
-                    v["placer"].as_str().unwrap_or(""),
-                    count(v["workers"].as_array().map_or(0, Vec::len) as u64, "worker"),
-                    count(v["nodes_used"].as_u64().unwrap_or(0), "node")
-                ),
+                Output::Table | Output::Dot => {
+                    println!(
+                        "topology {} submitted: placer {}, {} on {}",
+                        v["name"].as_str().unwrap_or(""),
+                        v["placer"].as_str().unwrap_or(""),
+                        count(v["workers"].as_array().map_or(0, Vec::len) as u64, "worker"),
+                        count(v["nodes_used"].as_u64().unwrap_or(0), "node")
+                    );
+                    if v["replaced_killed"] == true {
+                        println!(
+                            "(it replaces the killed topology of this name: that one's record and \
+                             counts are gone)"
+                        );
+                    }
+                }
             }
         }
         TopologyCommand::List(a) => {

@@ -1254,8 +1254,11 @@ impl Topology {
             run.new_generation(pl, &alive);
         }
         inner.dirty.insert(name.clone());
-        let status = self.cfg.status(inner, &run);
-        inner.runs.insert(name, run);
+        let mut status = self.cfg.status(inner, &run);
+        // A killed topology of this name (its owner's, or the admin's doing) gives its record up.
+        if inner.runs.insert(name, run).is_some() {
+            status["replaced_killed"] = serde_json::Value::Bool(true);
+        }
         Ok(status)
     }
 
