@@ -85,6 +85,9 @@ pub struct Ledger {
     last_ns: Option<u64>,
     /// What was held since `last_ns`: the capacity, the admin's, then each group's by id.
     held: Vec<Resources>,
+    /// The share of a GPU the owners' held GPUs stand for since `last_ns` (1, or less while
+    /// nodes that share their ANodes' devices booked more than the devices there are).
+    held_gpu_share: f64,
     /// Accrued by the same index, per day, not yet moved to `pending` (one day, or two across
     /// a midnight).
     accrued: Vec<(u32, Vec<Held>)>,
@@ -143,16 +146,22 @@ impl Ledger {
     /// At an event's end (`now_ns`): credits what was held since the last settle for the time
     /// between, split at UTC midnights, and notes what is held now: the live nodes' `capacity`,
     /// the `admin`'s (the work in no group) and each group's usage by group id.
+    ///
+    /// `gpu_share`: what one GPU held by an owner counts as (in (0, 1]): with accelerator
+    /// sharing the scheduler's view counts a shared device once per node that reaches it, so
+    /// the owners may book more GPUs than the `capacity` has; their GPU-seconds are then scaled
+    /// to the devices there are (the ANodes' process queues share them out).
     pub fn settle(
         &mut self,
         now_ns: u64,
         capacity: Resources,
         admin: Resources,
         groups: impl Iterator<Item = Resources>,
+        gpu_share: f64,
     ) {
         if let Some(last) = self.last_ns {
             let held = std::mem::take(&mut self.held);
-            self.accrue(last, now_ns, 0, &held);
+            self.accrue(last, now_ns, 0, &held, self.held_gpu_share);
         }
         if self.last_ns.is_none_or(|last| now_ns >= last) {
             self.last_ns = Some(now_ns);
@@ -160,12 +169,13 @@ impl Ledger {
         self.held.clear();
         self.held.extend([capacity, admin]);
         self.held.extend(groups);
+        self.held_gpu_share = gpu_share.clamp(0.0, 1.0);
     }
 
     /// Credits `payer` with `held` for the time from `from_ns` to `to_ns` (work the events did
     /// not see: what ran while the server was down, [`Downtime`]).
     pub fn credit(&mut self, from_ns: u64, to_ns: u64, payer: Payer, held: Resources) {
-        self.accrue(from_ns, to_ns, payer.at(), &[held]);
+        self.accrue(from_ns, to_ns, payer.at(), &[held], 1.0);
     }
 
     /// The time of the last settle (ns since the Unix epoch), if any.
@@ -174,8 +184,15 @@ impl Ledger {
     }
 
     /// Adds `held[i]` times the time from `from_ns` to `to_ns` to the amounts accrued at index
-    /// `first + i`, split at UTC midnights.
-    fn accrue(&mut self, from_ns: u64, to_ns: u64, first: usize, held: &[Resources]) {
+    /// `first + i`, split at UTC midnights; an owner's GPUs count `gpu_share` each.
+    fn accrue(
+        &mut self,
+        from_ns: u64,
+        to_ns: u64,
+        first: usize,
+        held: &[Resources],
+        gpu_share: f64,
+    ) {
         let mut from = from_ns;
         while from < to_ns {
             let day = from / DAY_NS;
@@ -193,9 +210,14 @@ impl Ledger {
             if acc.len() < first + held.len() {
                 acc.resize(first + held.len(), Held::default());
             }
-            for (a, r) in acc[first..].iter_mut().zip(held) {
+            for (i, (a, r)) in acc[first..].iter_mut().zip(held).enumerate() {
+                let per_gpu = if first + i == CAPACITY_AT {
+                    1.0
+                } else {
+                    gpu_share
+                };
                 a.core_seconds += f64::from(r.cores) * seconds;
-                a.gpu_seconds += f64::from(r.gpus) * seconds;
+                a.gpu_seconds += f64::from(r.gpus) * per_gpu * seconds;
                 a.memory_byte_seconds += r.memory_bytes as f64 * seconds;
             }
             from = to;
@@ -736,7 +758,7 @@ mod tests {
 
     /// Settles with a 16-core capacity, the admin holding `admin` cores and group 0 `alice`.
     fn settle(l: &mut Ledger, at: u64, admin: u32, alice: u32) {
-        l.settle(at, cores(16), cores(admin), [cores(alice)].into_iter());
+        l.settle(at, cores(16), cores(admin), [cores(alice)].into_iter(), 1.0);
     }
 
     fn named(l: &mut Ledger) -> &BTreeMap<(String, u32), Held> {

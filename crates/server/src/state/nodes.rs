@@ -249,6 +249,16 @@ impl Nodes {
             .collect()
     }
 
+    /// Accelerator devices the live nodes have (each once: not the ANodes' devices a bound
+    /// NNode is seen with).
+    pub fn live_devices(&self) -> u32 {
+        self.recs
+            .iter()
+            .filter(|n| n.alive && !n.removed)
+            .map(|n| n.spec.accelerators.len() as u32)
+            .sum()
+    }
+
     /// Rebuilds a node from its stored row.
     pub(super) fn restore(&mut self, row: NodeRow) -> Result<&NodeRec, StoreError> {
         let StoredNode { spec, hostname } = serde_json::from_str(&row.spec)

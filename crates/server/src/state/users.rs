@@ -406,11 +406,24 @@ impl State {
             .group_usages()
             .fold(Resources::default(), |sum, u| sum + u);
         let admin = booked - grouped - queued.of(None);
-        let groups = view
+        let groups: Vec<Resources> = view
             .group_usages()
             .enumerate()
-            .map(|(g, u)| u - queued.of(Some(g as u32)));
-        self.ledger.settle(now_ns(), view.totals(), admin, groups);
+            .map(|(g, u)| u - queued.of(Some(g as u32)))
+            .collect();
+        // The devices there are: the view counts a shared device once per node that reaches it
+        // (accelerator sharing), the accounts once; what the owners hold of them is scaled down
+        // to them while they book more.
+        let mut capacity = view.totals();
+        capacity.gpus = capacity.gpus.min(self.nodes.live_devices());
+        let charged = groups.iter().map(|g| g.gpus).sum::<u32>() + admin.gpus;
+        let gpu_share = if charged > capacity.gpus {
+            f64::from(capacity.gpus) / f64::from(charged)
+        } else {
+            1.0
+        };
+        self.ledger
+            .settle(now_ns(), capacity, admin, groups.into_iter(), gpu_share);
     }
 
     /// Stages the accounts and, under `[fair_share]`, each owner's fair-share usage for the

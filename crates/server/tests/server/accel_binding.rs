@@ -331,3 +331,59 @@ fn the_nnodes_of_an_anode_whose_queue_is_full_get_no_offloads_until_it_has_room(
     anode_reports(&mut s, a, 0, 0, 16);
     assert_eq!(beat(&mut s, n1, "A", false, &[]).assignments.len(), 1);
 }
+
+/// The accounts count a shared device once: an ANode with one GPU and its two bound NNodes run
+/// three GPU tasks at once (the view sees the device on each node), but the capacity offers one
+/// GPU and the owner is charged at most one GPU-second per second (found by a hands-on review:
+/// three times the GPU-hours that ran).
+#[test]
+fn the_accounts_count_a_shared_device_once() {
+    let (mut s, _d) = open("accounts", BindingKind::Plain);
+    let a = node(&mut s, "anode", 1, 1.0);
+    let n1 = node(&mut s, "n1", 0, 1.0);
+    let n2 = node(&mut s, "n2", 0, 1.0);
+    for _ in 0..2 {
+        beat(&mut s, a, "A", true, &[]);
+        beat(&mut s, n1, "A", false, &[]);
+        beat(&mut s, n2, "A", false, &[]);
+    }
+    s.submit_named("job.toml", GPU_JOB, "/tmp", "", "")
+        .expect("submit");
+    let mut running = Vec::new();
+    for (id, anode) in [(a, true), (n1, false), (n2, false)] {
+        let r = beat(&mut s, id, "A", anode, &[]);
+        assert_eq!(r.assignments.len(), 1, "one GPU task on each node");
+        running.push((
+            id,
+            anode,
+            r.assignments[0].task_id,
+            r.assignments[0].attempt,
+        ));
+    }
+    let started = std::time::Instant::now();
+    std::thread::sleep(Duration::from_millis(600));
+    for &(id, anode, task, attempt) in &running {
+        beat(&mut s, id, "A", anode, &[(task, attempt)]);
+    }
+    let ran_s = started.elapsed().as_secs_f64();
+    let today = hetsched_server::accounting::day_of(hetsched_server::state::now_ns());
+    let rows = s.usage_report(today, today, None).expect("report");
+    let gpu_of = |owner: &str| {
+        rows.iter()
+            .filter(|r| r.owner == owner)
+            .map(|r| r.held.gpu_seconds)
+            .sum::<f64>()
+    };
+    let (offered, charged) = (
+        gpu_of(hetsched_server::accounting::CAPACITY),
+        gpu_of(hetsched_server::users::ADMIN),
+    );
+    assert!(
+        offered > 0.5 && offered <= ran_s + 0.1,
+        "one device offered for ~0.6 s: {offered} ({rows:?})"
+    );
+    assert!(
+        charged > 0.4 && charged <= offered + 1e-9,
+        "three tasks share the one device: {charged} of {offered}"
+    );
+}
