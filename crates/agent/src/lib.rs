@@ -562,6 +562,9 @@ pub async fn run(
                             ms => Duration::from_millis(ms).max(interval),
                         };
                         info!(node = %opts.name, id = r.node_id, "registered");
+                        if !r.note.is_empty() {
+                            warn!(node = %opts.name, "{}", r.note);
+                        }
                         continue 'main;
                     }
                     Err(s) => break 'beat Err(s),

@@ -348,6 +348,7 @@ impl From<Registered> for pb::RegisterReply {
             node_id: r.node_id,
             heartbeat_interval_ms: r.heartbeat_interval_ms,
             idle_heartbeat_interval_ms: r.idle_heartbeat_interval_ms,
+            note: r.note,
         }
     }
 }

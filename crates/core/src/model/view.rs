@@ -257,6 +257,9 @@ pub enum ViewError {
     /// An unknown node.
     #[error("unknown node {0}")]
     UnknownNode(NodeId),
+    /// The node holds running work: its resources cannot change now.
+    #[error("node {0} holds running work")]
+    NodeBusy(NodeId),
     /// An unknown application.
     #[error("unknown application {0}")]
     UnknownApp(AppId),
@@ -389,6 +392,34 @@ impl SchedulerView {
             state.node.attributes = attributes;
             self.placement_generation += 1;
         }
+        Ok(())
+    }
+
+    /// Gives `node` new cores, memory and speeds (its agent was restarted with others): only
+    /// while nothing holds any of it ([`ViewError::NodeBusy`] otherwise), so no running task
+    /// loses what it was given. Its devices and attributes are set apart.
+    pub fn set_node_resources(&mut self, node: NodeId, new: &Node) -> Result<(), ViewError> {
+        let state = self
+            .nodes
+            .get_mut(node.index())
+            .ok_or(ViewError::UnknownNode(node))?;
+        let old = state.node.capacity();
+        if state.running > 0 || state.free != old {
+            return Err(ViewError::NodeBusy(node));
+        }
+        state.node.cores = new.cores;
+        state.node.memory_bytes = new.memory_bytes;
+        state.node.core_speed = new.core_speed;
+        state.node.disk_read_bw = new.disk_read_bw;
+        state.node.net_bw = new.net_bw;
+        state.node.net_latency = new.net_latency;
+        let capacity = state.node.capacity();
+        state.free = capacity;
+        if state.alive {
+            self.totals = self.totals - old + capacity;
+            self.free_alive = self.free_alive - old + capacity;
+        }
+        self.placement_generation += 1;
         Ok(())
     }
 

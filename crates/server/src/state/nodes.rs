@@ -461,6 +461,8 @@ impl State {
             identity,
             hostname,
         } = req;
+        // What the agent is told about its description, if the server kept another.
+        let mut note = String::new();
         let id = if let Some(id) = self.nodes.by_name(&name) {
             spec.id = NodeId(id);
             let rec = &self.nodes.recs[id as usize];
@@ -501,15 +503,13 @@ impl State {
                 self.nodes.recs[id as usize].spec = relabelled;
                 self.nodes.recs[id as usize].hostname = hostname;
             }
-            let rec = &mut self.nodes.recs[id as usize];
+            let rec = &self.nodes.recs[id as usize];
             spec.attributes.clone_from(&rec.spec.attributes);
             if rec.spec != spec {
-                warn!(
-                    node = %name,
-                    "node registered again with different resources; the server keeps the first \
-                     description until it restarts with a fresh data directory"
-                );
+                let hostname = rec.hostname.clone();
+                note = self.redescribe(id, &name, &spec, &hostname)?;
             }
+            let rec = &mut self.nodes.recs[id as usize];
             rec.last_seen = Instant::now();
             rec.seen = true;
             if !rec.alive {
@@ -548,7 +548,65 @@ impl State {
             node_id: id,
             heartbeat_interval_ms: self.heartbeat_interval_ms,
             idle_heartbeat_interval_ms: self.idle_heartbeat_interval_ms,
+            note,
         })
+    }
+
+    /// Node `id` registered again with other resources than it had (its agent restarted with
+    /// other `--cores`, memory or speeds): the new ones hold from now on if nothing runs there
+    /// (stored first, then the scheduler's view). Its devices are not changed while the server
+    /// runs: the accelerator binding and the tasks placed on them follow the first; nor is
+    /// anything changed while work holds part of the node. Returns what the agent is told
+    /// (empty: taken as given).
+    fn redescribe(
+        &mut self,
+        id: u32,
+        name: &str,
+        spec: &Node,
+        hostname: &str,
+    ) -> Result<String, StateError> {
+        let rec = &self.nodes.recs[id as usize];
+        let kept = |why: &str| {
+            warn!(node = %name, why, "node registered again with different resources; the server keeps its description");
+            format!(
+                "the server keeps this node's earlier description ({} cores, {} of memory, {} \
+                 devices): {why}",
+                rec.spec.cores,
+                bytesize::ByteSize(rec.spec.memory_bytes),
+                rec.spec.accelerators.len()
+            )
+        };
+        if rec.spec.accelerators != spec.accelerators {
+            return Ok(kept(
+                "its accelerator devices differ, and they change only when the server restarts \
+                 with a fresh data directory (or after `hetsched node remove` of the dead node)",
+            ));
+        }
+        let mut new = rec.spec.clone();
+        new.cores = spec.cores;
+        new.memory_bytes = spec.memory_bytes;
+        new.core_speed = spec.core_speed;
+        new.disk_read_bw = spec.disk_read_bw;
+        new.net_bw = spec.net_bw;
+        new.net_latency = spec.net_latency;
+        if self.view.nodes()[id as usize].running > 0
+            || self.view.nodes()[id as usize].free != self.view.nodes()[id as usize].node.capacity()
+        {
+            return Ok(kept(
+                "work still holds part of it; register again once it is idle (restart the agent)",
+            ));
+        }
+        self.store.put_node(&NodeRow {
+            id,
+            name: name.to_string(),
+            spec: node_json(&new, hostname)?,
+            identity: rec.identity.clone(),
+            removed: false,
+        })?;
+        self.view.set_node_resources(NodeId(id), &new)?;
+        info!(node = %name, cores = new.cores, memory = new.memory_bytes, "node registered again with new resources: they hold from now on");
+        self.nodes.recs[id as usize].spec = new;
+        Ok(String::new())
     }
 
     /// Removes a dead node (`hetsched node remove`): it is no longer listed, counted or offered

@@ -21,7 +21,7 @@ pub struct Registration {
 }
 
 /// What a registration is answered with.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Registered {
     /// The node's id: every heartbeat names it.
     pub node_id: u32,
@@ -29,6 +29,9 @@ pub struct Registered {
     pub heartbeat_interval_ms: u64,
     /// How often it should heartbeat while it has nothing to report.
     pub idle_heartbeat_interval_ms: u64,
+    /// Said to the agent (it logs it): the server kept the node's earlier description. Empty:
+    /// the node is as the agent described it.
+    pub note: String,
 }
 
 /// One attempt of one task (acknowledgements, kills).

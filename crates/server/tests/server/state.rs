@@ -435,3 +435,52 @@ fn the_reaper_sleeps_while_every_node_lives_by_its_open_call_and_is_woken_when_o
         "running tasks: due a dead timeout after its last beat"
     );
 }
+
+/// An agent restarted with other cores: an idle node takes them (listed, placed on, kept over a
+/// restart); a node whose work still runs keeps its first description, and its agent is told
+/// why (found by a hands-on review: the server kept the first description silently).
+#[test]
+fn a_node_registered_again_with_other_cores_has_them_once_it_is_idle() {
+    let d = dir("redescribe");
+    let listed_cores = |s: &State| s.nodes(true).nodes[0].cores;
+    {
+        let mut s = open(&d);
+        let n = common::register(&mut s, "n", 2);
+        s.submit("job.toml", JOB, "/").expect("submit");
+        let r = beat(&mut s, n, &[], &[]);
+        assert_eq!(assigned(&r).len(), 2);
+        // Busy: kept, and said.
+        let again = s
+            .register(pb::RegisterRequest {
+                identity: common::IDENTITY.into(),
+                name: "n".into(),
+                cores: 1,
+                memory_bytes: 1 << 30,
+                ..Default::default()
+            })
+            .expect("register");
+        assert!(
+            again
+                .note
+                .contains("keeps this node's earlier description (2 cores")
+                && again.note.contains("work still holds part of it"),
+            "{}",
+            again.note
+        );
+        assert_eq!(listed_cores(&s), 2);
+        let done: Vec<_> = assigned(&r).iter().map(|&(t, a)| (t, a, true)).collect();
+        beat(&mut s, n, &[], &done);
+        let r = beat(&mut s, n, &[], &[]);
+        let last: Vec<_> = assigned(&r).iter().map(|&(t, a)| (t, a, true)).collect();
+        beat(&mut s, n, &[], &last);
+        // Idle: taken.
+        assert_eq!(common::register(&mut s, "n", 1), n);
+        assert_eq!(listed_cores(&s), 1);
+        assert_eq!(s.nodes(true).nodes[0].free_cores, 1);
+        s.submit("job.toml", JOB, "/").expect("submit");
+        let r = beat(&mut s, n, &[], &[]);
+        assert_eq!(assigned(&r).len(), 1, "placed on one core now");
+    }
+    let s = open(&d);
+    assert_eq!(listed_cores(&s), 1, "stored");
+}
