@@ -159,7 +159,7 @@ pub struct CommandJob {
 }
 
 /// Builds and checks the job of `command` (the words after `--`); `name` is the job's name
-/// (default: the command as typed, shortened).
+/// (default: the program's file name).
 pub fn build(
     args: &CommandJobArgs,
     command: &[String],
@@ -316,7 +316,7 @@ pub fn build(
     let mut job = Table::new();
     job.insert(
         "name".into(),
-        Value::String(name.map_or_else(|| job_name(command), str::to_string)),
+        Value::String(name.map_or_else(|| job_name(program, args.shell), str::to_string)),
     );
     job.insert("application".into(), Value::Array(vec![Value::Table(app)]));
     let text = toml::to_string(&job)?;
@@ -441,23 +441,13 @@ fn app_name(program: &str, shell: bool) -> String {
     }
 }
 
-/// The default job name: the command as typed, shortened to 80 characters.
-fn job_name(command: &[String]) -> String {
-    let joined: String = command
-        .join(" ")
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    let mut name = joined.trim().to_string();
-    if name.chars().count() > 80 {
-        name = name.chars().take(79).collect::<String>() + "…";
-    }
+/// The default job name: the program's file name (a shell line's first word's), as the
+/// default application name. Not the command line: every user lists every job's name, and a
+/// command's arguments may hold what only its owner should read (`--password=…`).
+fn job_name(program: &str, shell: bool) -> String {
+    let mut name = app_name(program, shell);
     truncate(&mut name, MAX_JOB_NAME);
-    if name.is_empty() {
-        "command".into()
-    } else {
-        name
-    }
+    name
 }
 
 /// Cuts `s` to at most `max` bytes at a character boundary.
@@ -488,7 +478,11 @@ mod tests {
         )
         .expect("valid");
         let w = parse_workload(ORIGIN, &job.text).expect("parses");
-        assert_eq!(w.name.as_deref(), Some("/usr/bin/solve --n {index}"));
+        assert_eq!(
+            w.name.as_deref(),
+            Some("solve"),
+            "no argument in the listed name"
+        );
         let a = &w.applications[0];
         assert_eq!(a.name.get_ref(), "solve");
         assert_eq!(a.task_count(), 1);
@@ -742,9 +736,8 @@ mod tests {
         assert_eq!(app_name("./.hidden-tool", false), "hidden-tool");
         assert_eq!(app_name("echo {index} > out", true), "echo");
         assert_eq!(app_name("/", false), "command");
-        let long: Vec<String> = (0..100).map(|i| format!("arg{i}")).collect();
-        let n = job_name(&long);
-        assert_eq!(n.chars().count(), 80);
-        assert!(n.ends_with('…'));
+        // A job is listed to every user: its default name holds no argument.
+        assert_eq!(job_name("/opt/bin/deploy", false), "deploy");
+        assert_eq!(job_name("curl -u admin:hunter2 https://x", true), "curl");
     }
 }

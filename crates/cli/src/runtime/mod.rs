@@ -60,7 +60,8 @@ pub enum RuntimeCommand {
         #[arg(long, value_name = "KEY")]
         submission_key: Option<String>,
         /// The job's name in listings (overrides `name =` in the file; default: that, else the
-        /// file's path; for a command, the command as typed).
+        /// file's path; for a command, the program's file name: every user lists every job's
+        /// name, so it holds no argument).
         #[arg(long)]
         name: Option<String>,
         /// Run after these jobs — batch jobs, workflows or divisible jobs (ids, `last`, or
@@ -86,7 +87,7 @@ pub enum RuntimeCommand {
         #[arg(long, value_name = "JOB", value_delimiter = ',')]
         after_corr: Vec<JobRef>,
         /// Run once every unfinished job of this job's name (`--name`, the file's `name =`, or
-        /// the command as typed), of any kind, has ended (Slurm's `--dependency=singleton`): one
+        /// the program's file name), of any kind, has ended (Slurm's `--dependency=singleton`): one
         /// job of a name at a time, for a periodic job that must not overlap itself.
         #[arg(long)]
         singleton: bool,
