@@ -584,7 +584,8 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         "job {} ({}): {} — {}: {} pending, {} running{}, {} succeeded, {} failed, {} cancelled; {}",
         j.id,
         j.name,
-        j.state,
+        // As `hetsched jobs` shows it (`held`, `waiting`, `running (deferred)`…).
+        shown_state(&j),
         count(
             j.tasks,
             work_noun(if j.divisible.is_some() {
@@ -1403,10 +1404,26 @@ pub async fn cancel(
                 .await
                 .map_err(refused)?
                 .into_inner();
-            let line = format!(
+            let mut line = format!(
                 "job {id}: {} cancelled",
                 count(r.cancelled, work_noun(&r.kind))
             );
+            if r.cancelled == 0 {
+                // Nothing was left to cancel: say why, when the job had ended.
+                if let Ok(j) = api
+                    .get_job(pb::GetJobRequest {
+                        job_id: id,
+                        wait_ms: 0,
+                    })
+                    .await
+                    && is_final(&j.get_ref().state)
+                {
+                    line = format!(
+                        "job {id}: nothing to cancel, it had already ended ({})",
+                        j.get_ref().state
+                    );
+                }
+            }
             Ok((serde_json::to_value(r)?, line))
         }
     })

@@ -193,8 +193,8 @@ pub enum RuntimeCommand {
         /// Only this job's tasks (its id, or `last`: the newest job).
         #[arg(long)]
         job: Option<JobRef>,
-        /// Show at most this many tasks (default: all).
-        #[arg(long)]
+        /// Show at most this many tasks (default: all; at least 1).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         limit: Option<u64>,
         /// Only tasks in these states (repeat the flag or separate with commas): pending,
         /// running, succeeded, failed, cancelled; workflow instances' waiting, ready; divisible

@@ -322,6 +322,7 @@ fn a_drained_node_gets_no_new_work_until_it_is_resumed() {
         "nodes: 1025 names, more than the 1024 accepted",
     );
     c.refused(&["tasks", "--node", "n[3-1]"], "goes from the lower number");
+    c.refused(&["tasks", "--limit", "0"], "invalid value '0' for '--limit");
     assert!(c.cli(&["node", "resume", "a"]).status.success());
     c.signal_agent("b", "KILL");
     let _ = c.agent_exit("b", Duration::from_secs(10));

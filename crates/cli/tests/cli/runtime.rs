@@ -725,6 +725,11 @@ fn cancel_stops_running_tasks_and_time_limits_are_enforced() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(c.json(&["job", "1"])["state"], "cancelled");
+    // Cancelled again: nothing left, and it says why.
+    assert!(
+        c.ok(&["cancel", "1"])
+            .contains("job 1: nothing to cancel, it had already ended (cancelled)")
+    );
     // The node is free again: a job with a time limit runs, and its task is killed at the limit.
     let limited = c.write(
         "limited.toml",
@@ -2099,6 +2104,12 @@ fn purge_removes_finished_jobs_from_listings_and_store_and_the_server_restarts()
     let said = c.ok(&["purge", "4-5"]);
     assert!(said.contains("purged 1 job (4 tasks): 4"), "{said}");
     assert_eq!(c.json(&["job", "5"])["state"], "pending");
+    // As `jobs` lists it: held, not pending.
+    let shown = c.ok(&["job", "5"]);
+    assert!(
+        shown.starts_with("job 5 (") && shown.contains("): held — "),
+        "{shown}"
+    );
     c.refused(
         &["purge", "5-9"],
         "`5-9`: the server lists no finished job in this range",
