@@ -582,6 +582,8 @@ pub async fn run(
         .env("HETSCHED_NODE", node)
         .env("CUDA_VISIBLE_DEVICES", devices.join(","))
         .envs(a.entry.as_ref().map(|e| ("HETSCHED_ENTRY", e)))
+        // A workflow instance's rank among the processes of its argument value (`processes = N`).
+        .envs((a.process > 0).then(|| ("HETSCHED_PROCESS", a.process.to_string())))
         .current_dir(cwd)
         .stdin(Stdio::null())
         .process_group(0)

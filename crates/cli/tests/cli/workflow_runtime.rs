@@ -893,7 +893,7 @@ fn the_processes_of_one_instance_keep_their_own_output() {
     let file = c.write(
         "procs.toml",
         "[[task]]\nname = \"P\"\ninstances = \"1..=2\"\nprocesses = 3\n\
-         command = \"echo P{index} $HETSCHED_TASK_ID\"\n",
+         command = \"echo P{index} $HETSCHED_TASK_ID $HETSCHED_PROCESS\"\n",
     );
     let job = submit(&c, &file);
     let v = wait_done(&c, job, Duration::from_secs(60));
@@ -904,13 +904,28 @@ fn the_processes_of_one_instance_keep_their_own_output() {
     let outputs: std::collections::BTreeSet<&str> =
         tasks.iter().filter_map(|t| t["output"].as_str()).collect();
     assert_eq!(outputs.len(), 6, "each process its own files: {tasks:?}");
+    let mut ranks: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
     for t in tasks {
         let id = t["id"].as_u64().expect("id");
         let said = c.ok(&["log", &job.to_string(), &id.to_string()]);
+        let (own, rank) = said.trim().rsplit_once(' ').expect("three words");
         assert_eq!(
-            said.trim(),
+            own,
             format!("P{} {id}", t["index"]),
             "task {id}'s own output: {t}"
+        );
+        ranks
+            .entry(t["index"].to_string())
+            .or_default()
+            .insert(rank.to_string());
+    }
+    // Each process knows its rank among those of its index: 1 to 3.
+    for (index, of) in &ranks {
+        assert_eq!(
+            of.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["1", "2", "3"],
+            "{index}"
         );
     }
 }
