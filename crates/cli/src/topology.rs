@@ -361,10 +361,16 @@ async fn run_async(cmd: TopologyCommand) -> anyhow::Result<()> {
                 .into_inner();
             match a.client.output {
                 Output::Json => print_status(&status_of(&r)?, Output::Json)?,
-                Output::Table | Output::Dot => println!(
-                    "topology {} killed: its workers stop at their agents' next sync",
-                    a.name
-                ),
+                Output::Table | Output::Dot => {
+                    if status_of(&r)?["already_killed"] == true {
+                        println!("topology {} was killed before: nothing changed", a.name);
+                    } else {
+                        println!(
+                            "topology {} killed: its workers stop at their agents' next sync",
+                            a.name
+                        );
+                    }
+                }
             }
         }
         TopologyCommand::Rebalance(a) => {

@@ -411,6 +411,13 @@ fn word_count_is_exact_under_one_phase_and_even_and_one_phase_sends_less_between
     assert_eq!(shown["throughput_tuples_per_s"], 0.0, "{shown}");
     assert_eq!(shown["inter_node_tuples_per_s"], 0.0, "{shown}");
     assert!(shown["tuples_total"].as_u64() > Some(0), "{shown}");
+    // Killed again: nothing changes, what it passed on included.
+    let again = c.ok(&["topology", "kill", "wc-one"]);
+    assert!(
+        again.contains("was killed before: nothing changed"),
+        "{again}"
+    );
+    assert_eq!(c.show("wc-one")["tuples_total"], shown["tuples_total"]);
     // Its name may be taken again, and the submission says what that gives up.
     let again = c.ok(&["topology", "submit", one.to_str().expect("path")]);
     assert!(

@@ -1325,6 +1325,14 @@ impl Topology {
     pub fn kill(&mut self, name: &str) -> Result<serde_json::Value, TopologyError> {
         let inner = &mut self.inner;
         let run = inner.runs.get_mut(name).ok_or_else(|| not_found(name))?;
+        if run.rec.state == "killed" {
+            // Killed before: what it passed and when it was killed stand (its workers, no longer
+            // reported, would count nothing now).
+            let run = inner.runs.get(name).ok_or_else(|| not_found(name))?;
+            let mut status = self.cfg.status(inner, run);
+            status["already_killed"] = serde_json::Value::Bool(true);
+            return Ok(status);
+        }
         run.rec.state = "killed".into();
         run.rec.final_tuples = Some(tuples_passed(run));
         run.rec.killed_ns = Some(now_ns());
