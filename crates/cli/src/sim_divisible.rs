@@ -7,7 +7,7 @@ use clap::Args;
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use hetsched_core::input::star_platform::parse_star_platform;
 use hetsched_core::policy::divisible::{Algo, PlanOptions, Weights, plan};
-use hetsched_sim::divisible::{ScheduleExport, StarConfig, StarRun, simulate};
+use hetsched_sim::divisible::{ScheduleExport, StarConfig, StarRun, check_load, simulate};
 use hetsched_sim::scenario::divisible_paper;
 use std::path::PathBuf;
 
@@ -77,6 +77,8 @@ pub fn divisible_cmd(args: DivisibleArgs) -> anyhow::Result<()> {
     if !(args.error.is_finite() && (0.0..1.0).contains(&args.error)) {
         bail!("--error must be in [0, 1), got {}", args.error);
     }
+    check_load(&platform, args.load)
+        .with_context(|| format!("--load is too large for {origin}"))?;
     let options = PlanOptions {
         weights: Weights {
             c1: args.c1,

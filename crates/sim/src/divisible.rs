@@ -14,4 +14,4 @@ pub mod export;
 pub mod star;
 
 pub use export::ScheduleExport;
-pub use star::{DivisibleError, SendRecord, StarConfig, StarRun, simulate};
+pub use star::{DivisibleError, SendRecord, StarConfig, StarRun, check_load, simulate};

@@ -315,6 +315,81 @@ fn bad_loads_errors_and_algorithms_are_refused_clearly() {
 }
 
 #[test]
+fn loads_and_platforms_past_the_clock_are_refused_not_wrapped() {
+    let dir = temp_dir("too-long");
+    let worker = |bandwidth: &str| {
+        format!(
+            "[[worker]]\nname = \"a\"\nspeed = 10.0\ncompute_latency = 0.01\n\
+             bandwidth = {bandwidth}\nnetwork_latency = 0.001\n"
+        )
+    };
+    let fast = dir.join("fast.toml");
+    std::fs::write(&fast, worker("100.0")).expect("write");
+    let slow = dir.join("slow.toml");
+    std::fs::write(&slow, worker("1e-9")).expect("write");
+    let schedule = dir.join("x.json");
+    let (fast, slow) = (fast.display().to_string(), slow.display().to_string());
+    for (platform, load, expected) in [
+        (
+            &fast,
+            "1e12",
+            "--load is too large for ".to_string() + &fast,
+        ),
+        (&fast, "1e300", "W/ΣS = 1.000e299 s".to_string()),
+        (
+            &slow,
+            "100",
+            "its umr plan ends (worker 0 `a` last) at 1.000e11 s".to_string(),
+        ),
+    ] {
+        let out = hetsched(&[
+            "sim",
+            "divisible",
+            "--platform",
+            platform,
+            "--load",
+            load,
+            "--algo",
+            "umr",
+            "--export-schedule",
+            &schedule.display().to_string(),
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{load}: {stderr}");
+        assert!(
+            stderr.contains(&expected) && stderr.contains("beyond the 100 years"),
+            "{load}: {stderr}"
+        );
+        assert!(out.stdout.is_empty() && !schedule.exists(), "{load}");
+    }
+    let long = dir.join("long.toml");
+    std::fs::write(
+        &long,
+        worker("100.0").replace("compute_latency = 0.01", "compute_latency = 4e9"),
+    )
+    .expect("write");
+    let long = long.display().to_string();
+    let out = hetsched(&[
+        "sim",
+        "divisible",
+        "--platform",
+        &long,
+        "--load",
+        "10",
+        "--algo",
+        "umr",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "{long}:4:19: worker[0].compute_latency: must be at most 3153600000 seconds"
+        )),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
 fn the_same_seed_gives_the_same_output_byte_for_byte() {
     let run = |seed: &str| {
         hetsched(&[

@@ -1,11 +1,13 @@
 //! Star-platform files (TOML) for divisible loads (spec 03): one `[[worker]]` table per worker
 //! with `name`, `speed` (load units/s), `compute_latency` (s), `bandwidth` (load units/s on the
 //! worker's link), `network_latency` (s) and optional `memory` (load units; unlimited if absent).
+//! A latency is at most [`MAX_SCHEDULE_SECS`] (100 years): no schedule that pays it can be
+//! simulated.
 //! See `docs/divisible.md` and `examples/platform-divisible-paper.toml`.
 
 use super::cluster::at;
 use super::{InputError, Source};
-use crate::policy::divisible::{StarPlatform, StarWorker};
+use crate::policy::divisible::{MAX_SCHEDULE_SECS, StarPlatform, StarWorker};
 use serde::Deserialize;
 use serde_spanned::Spanned;
 use std::collections::HashMap;
@@ -57,7 +59,16 @@ pub fn parse_star_platform(origin: &str, text: &str) -> Result<StarPlatform, Inp
         };
         let non_negative = |v: &Spanned<f64>, f: &str| -> Result<f64, InputError> {
             let x = *v.get_ref();
-            if x.is_finite() && x >= 0.0 {
+            if x.is_finite() && x > MAX_SCHEDULE_SECS {
+                Err(src.error(
+                    at(v),
+                    field(f),
+                    format!(
+                        "must be at most {MAX_SCHEDULE_SECS} seconds (100 years, the longest \
+                         schedule the simulator holds), got {x:.3e}"
+                    ),
+                ))
+            } else if x.is_finite() && x >= 0.0 {
                 Ok(x)
             } else {
                 Err(src.error(
@@ -167,6 +178,16 @@ network_latency = 0.001
         assert_eq!(
             e,
             "p.toml: worker: the platform has no workers: add at least one [[worker]] table"
+        );
+
+        let bad = GOOD.replace("compute_latency = 0.01   #", "compute_latency = 1e300 #");
+        let e = parse_star_platform("p.toml", &bad)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            e.starts_with("p.toml:5:")
+                && e.contains("worker[0].compute_latency: must be at most 3153600000 seconds"),
+            "{e}"
         );
 
         let bad = GOOD.replace("p4-2.0", "p4-3.0a");

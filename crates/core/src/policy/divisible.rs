@@ -40,6 +40,7 @@ pub mod umrlm;
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::convert::Infallible;
 use std::fmt;
 use std::ops::Add;
 use std::str::FromStr;
@@ -389,23 +390,43 @@ pub fn reference_makespan(platform: &StarPlatform, sends: &[(usize, f64)]) -> f6
     free.into_iter().fold(0.0, f64::max)
 }
 
+/// The longest schedule a simulation may describe: 100 years, in seconds. The simulator's clock
+/// counts `u64` nanoseconds, which end after 584 years; a run's prediction errors may stretch a
+/// schedule up to twice its prediction, so 100 years leaves room. Star-platform files bound
+/// their latencies by it, and the simulator refuses a load or a plan whose schedule would end
+/// later.
+pub const MAX_SCHEDULE_SECS: f64 = 100.0 * 365.0 * 24.0 * 3600.0;
+
 /// A clock the [`StarMaster`] runs on: `f64` seconds for planners, integer nanoseconds in the
 /// simulator.
 pub trait Clock: Copy + PartialOrd + Add<Output = Self> + Default {
     /// A key with the same order as the time (times are never negative).
     fn order_key(self) -> u64;
+    /// `self + d`, or `None` past the clock's end (never for `f64`, which grows to infinity).
+    fn checked_add(self, d: Self) -> Option<Self>;
 }
 impl Clock for f64 {
     fn order_key(self) -> u64 {
         // Non-negative floats order like their bit patterns.
         self.max(0.0).to_bits()
     }
+    fn checked_add(self, d: Self) -> Option<Self> {
+        Some(self + d)
+    }
 }
 impl Clock for u64 {
     fn order_key(self) -> u64 {
         self
     }
+    fn checked_add(self, d: Self) -> Option<Self> {
+        u64::checked_add(self, d)
+    }
 }
+
+/// A send whose times would pass the end of the [`StarMaster`]'s clock.
+#[derive(Clone, Copy, Debug, Error, PartialEq, Eq)]
+#[error("the send's times would pass the end of the clock")]
+pub struct ClockOverflow;
 
 fn later<T: Clock>(a: T, b: T) -> T {
     if b > a { b } else { a }
@@ -484,9 +505,32 @@ impl<T: Clock> StarMaster<T> {
         best
     }
 
-    /// Sends `size` units to worker `i`, taking `send` to transfer and `compute` to compute.
-    pub fn send(&mut self, i: usize, size: f64, send: T, compute: T) -> Timing<T> {
-        let w = &mut self.workers[i];
+    /// Sends `size` units to worker `i`, taking `send` to transfer and `compute` to compute;
+    /// [`ClockOverflow`] (and nothing changed) if a time would pass the end of the clock.
+    pub fn try_send(
+        &mut self,
+        i: usize,
+        size: f64,
+        send: T,
+        compute: T,
+    ) -> Result<Timing<T>, ClockOverflow> {
+        let t = self.timing(i, size, send, compute, |a, d| {
+            a.checked_add(d).ok_or(ClockOverflow)
+        })?;
+        self.commit(i, size, &t);
+        Ok(t)
+    }
+
+    /// When a send of `size` units to worker `i` would happen, adding times with `add`.
+    fn timing<E>(
+        &self,
+        i: usize,
+        size: f64,
+        send: T,
+        compute: T,
+        add: impl Fn(T, T) -> Result<T, E>,
+    ) -> Result<Timing<T>, E> {
+        let w = &self.workers[i];
         let send_start = later(self.master_free, w.room);
         // Under the protocol only the last chunk can still be held (the one before it ended by
         // `room`); the memory rule counts it while its compute has not ended.
@@ -496,20 +540,35 @@ impl<T: Clock> StarMaster<T> {
             } else {
                 0.0
             };
-        let send_end = send_start + send;
+        let send_end = add(send_start, send)?;
         let compute_start = later(send_end, w.free);
-        let compute_end = compute_start + compute;
-        w.room = w.free;
-        w.free = compute_end;
-        w.last_size = size;
-        self.master_free = send_end;
-        Timing {
+        let compute_end = add(compute_start, compute)?;
+        Ok(Timing {
             send_start,
             send_end,
             compute_start,
             compute_end,
             held,
-        }
+        })
+    }
+
+    /// Records the send `t` of `size` units to worker `i`.
+    fn commit(&mut self, i: usize, size: f64, t: &Timing<T>) {
+        let w = &mut self.workers[i];
+        w.room = w.free;
+        w.free = t.compute_end;
+        w.last_size = size;
+        self.master_free = t.send_end;
+    }
+}
+
+impl StarMaster<f64> {
+    /// Sends `size` units to worker `i`, taking `send` seconds to transfer and `compute` to
+    /// compute (`f64` times never overflow; integer clocks use [`StarMaster::try_send`]).
+    pub fn send(&mut self, i: usize, size: f64, send: f64, compute: f64) -> Timing<f64> {
+        let Ok(t) = self.timing(i, size, send, compute, |a, d| Ok::<f64, Infallible>(a + d));
+        self.commit(i, size, &t);
+        t
     }
 }
 
@@ -643,6 +702,24 @@ mod tests {
             "one receive buffer: wait for room"
         );
         assert_eq!(c.held, 10.0);
+    }
+
+    #[test]
+    fn an_integer_clock_refuses_a_send_past_its_end_and_keeps_its_state() {
+        let mut m = StarMaster::<u64>::new(1);
+        let first = m.try_send(0, 1.0, u64::MAX - 10, 5).expect("fits");
+        assert_eq!(first.compute_end, u64::MAX - 5);
+        // The next send starts at u64::MAX - 10 and would end its transfer past the clock.
+        assert_eq!(m.try_send(0, 1.0, 20, 1), Err(ClockOverflow));
+        assert_eq!(
+            m.master_free(),
+            u64::MAX - 10,
+            "a refused send changes nothing"
+        );
+        assert_eq!(m.worker_free(0), u64::MAX - 5);
+        // Its compute would pass the end too, after a transfer that fits.
+        assert_eq!(m.try_send(0, 1.0, 1, 10), Err(ClockOverflow));
+        assert!(m.try_send(0, 1.0, 1, 1).is_ok());
     }
 
     #[test]

@@ -14,8 +14,15 @@
 //! included, must fit in its `memory`; the first send that breaks it makes the run infeasible
 //! ([`DivisibleError::Infeasible`]). A relative slack of 1e-9 absorbs floating-point rounding of
 //! chunk sizes that fill a memory exactly.
+//!
+//! Length: a run's times must fit the integer clock. A load whose lower bound `W/ΣS`, or a plan
+//! whose predicted schedule, ends after [`MAX_SCHEDULE_SECS`] (100 years) is refused
+//! ([`DivisibleError::TooLong`], [`check_load`]), and a send whose times (errors included) would
+//! still pass the clock's end stops the run with the same error rather than wrap or saturate.
 
-use hetsched_core::policy::divisible::{Algo, Plan, PlanError, StarMaster, StarPlatform};
+use hetsched_core::policy::divisible::{
+    Algo, MAX_SCHEDULE_SECS, Plan, PlanError, StarMaster, StarPlatform, predict,
+};
 use hetsched_core::time::{NANOS_PER_SEC, Time, to_secs};
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
@@ -143,11 +150,66 @@ pub enum DivisibleError {
     /// A setting is out of range.
     #[error("{0}")]
     Config(String),
+    /// The schedule's times would not fit the simulator's clock.
+    #[error(
+        "the schedule is too long to simulate: {what} {} s (about {} years), beyond the \
+         {MAX_YEARS} years the simulator's clock holds",
+        short(*.secs),
+        short(*.years)
+    )]
+    TooLong {
+        /// The quantity that is too long, in words.
+        what: String,
+        /// Its length, seconds (may be infinite).
+        secs: f64,
+        /// The same in years.
+        years: f64,
+    },
 }
 
-/// Seconds to the nearest nanosecond.
-fn ns(s: f64) -> Time {
-    (s * NANOS_PER_SEC as f64).round() as Time
+/// `x` in a few digits: plain below a billion, else in scientific notation.
+fn short(x: f64) -> String {
+    if x.abs() < 1e9 {
+        format!("{}", (x * 10.0).round() / 10.0)
+    } else {
+        format!("{x:.3e}")
+    }
+}
+
+/// [`MAX_SCHEDULE_SECS`] in years, for messages.
+const MAX_YEARS: u32 = 100;
+const SECS_PER_YEAR: f64 = 365.0 * 24.0 * 3600.0;
+
+fn too_long(what: String, secs: f64) -> DivisibleError {
+    DivisibleError::TooLong {
+        what,
+        secs,
+        years: secs / SECS_PER_YEAR,
+    }
+}
+
+/// Seconds to the nearest nanosecond, or `None` when they do not fit the clock.
+fn ns(s: f64) -> Option<Time> {
+    let x = (s * NANOS_PER_SEC as f64).round();
+    // `Time::MAX as f64` rounds up to 2^64, itself out of range.
+    (x.is_finite() && x >= 0.0 && x < Time::MAX as f64).then_some(x as Time)
+}
+
+/// Refuses a `load` that is not a positive number, or whose lower bound `W/ΣS` on `platform`
+/// alone passes [`MAX_SCHEDULE_SECS`]: checked before planning, so planners never see it.
+pub fn check_load(platform: &StarPlatform, load: f64) -> Result<(), DivisibleError> {
+    platform.validate()?;
+    if !(load.is_finite() && load > 0.0) {
+        return Err(PlanError::Load(load).into());
+    }
+    let lb = platform.lower_bound(load);
+    if lb.is_nan() || lb > MAX_SCHEDULE_SECS {
+        return Err(too_long(
+            format!("a load of {} units needs at least W/ΣS =", short(load)),
+            lb,
+        ));
+    }
+    Ok(())
 }
 
 /// Runs `plan` for `load` units on `platform`.
@@ -157,7 +219,7 @@ pub fn simulate(
     load: f64,
     config: &StarConfig,
 ) -> Result<StarRun, DivisibleError> {
-    platform.validate()?;
+    check_load(platform, load)?;
     let e = config.error;
     if !(e.is_finite() && (0.0..1.0).contains(&e)) {
         return Err(DivisibleError::Config(format!(
@@ -186,6 +248,22 @@ pub fn simulate(
             "the plan has a chunk of size (or tail time) {bad}: expected a non-negative number"
         )));
     }
+    let predicted = predict(platform, plan);
+    if predicted.makespan.is_nan() || predicted.makespan > MAX_SCHEDULE_SECS {
+        let last = predicted
+            .sends
+            .iter()
+            .max_by(|a, b| a.3.compute_end.total_cmp(&b.3.compute_end))
+            .map(|s| s.1)
+            .unwrap_or_default();
+        return Err(too_long(
+            format!(
+                "its {} plan ends (worker {last} `{}` last) at",
+                plan.algo, platform.workers[last].name
+            ),
+            predicted.makespan,
+        ));
+    }
     let mut rng = Pcg64::seed_from_u64(config.seed);
     let mut factor = move || {
         if e > 0.0 {
@@ -199,9 +277,24 @@ pub fn simulate(
     let mut makespan: Time = 0;
     let mut send = |master: &mut StarMaster<Time>, round: u32, i: usize, size: f64| {
         let w = &platform.workers[i];
-        let transfer = ns(w.network_latency + size / w.bandwidth * factor());
-        let compute = ns(w.compute_latency + size / w.speed * factor());
-        let t = master.send(i, size, transfer, compute);
+        let transfer_s = w.network_latency + size / w.bandwidth * factor();
+        let compute_s = w.compute_latency + size / w.speed * factor();
+        let start_s = to_secs(master.send_ready(i));
+        let past_end = || {
+            too_long(
+                format!(
+                    "the send to worker {i} (`{}`) in round {round} would end after",
+                    w.name
+                ),
+                start_s + transfer_s + compute_s,
+            )
+        };
+        let (Some(transfer), Some(compute)) = (ns(transfer_s), ns(compute_s)) else {
+            return Err(past_end());
+        };
+        let Ok(t) = master.try_send(i, size, transfer, compute) else {
+            return Err(past_end());
+        };
         if let Some(memory) = w.memory
             && t.held > memory * (1.0 + 1e-9)
         {

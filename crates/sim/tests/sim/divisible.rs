@@ -293,3 +293,65 @@ fn a_plan_that_does_not_fit_the_platform_is_refused_not_run() {
         "{e}"
     );
 }
+
+/// One worker: 10 units/s, 100 units/s link (the review's platform), `bandwidth` overridable.
+fn lone_worker(bandwidth: f64) -> StarPlatform {
+    StarPlatform {
+        workers: vec![StarWorker {
+            name: "a".into(),
+            speed: 10.0,
+            compute_latency: 0.01,
+            bandwidth,
+            network_latency: 0.001,
+            memory: None,
+        }],
+    }
+}
+
+#[test]
+fn schedules_past_the_clock_are_refused_naming_the_quantity_never_wrapped() {
+    let opts = PlanOptions::default();
+    // W/ΣS = 1e11 s, 3171 years: the integer clock used to wrap (or panic in debug builds).
+    let p = lone_worker(100.0);
+    for load in [1e12, 1e300] {
+        let plan = plan(Algo::Umr, &p, load, &opts).expect("the planner answers");
+        let e = simulate(&p, &plan, load, &StarConfig::default()).expect_err("too long");
+        assert!(matches!(e, DivisibleError::TooLong { .. }), "{e}");
+        let e = e.to_string();
+        assert!(
+            e.contains("needs at least W/ΣS =") && e.contains("beyond the 100 years"),
+            "{e}"
+        );
+        assert_eq!(
+            hetsched_sim::divisible::check_load(&p, load).map_err(|e| e.to_string()),
+            Err(e)
+        );
+    }
+    // A link of 1e-9 units/s: 100 units take 1e11 s to send, although W/ΣS is 10 s.
+    let slow = lone_worker(1e-9);
+    for algo in Algo::ALL {
+        let plan = plan(algo, &slow, 100.0, &opts).expect("the planner answers");
+        let e = simulate(&slow, &plan, 100.0, &StarConfig::default())
+            .expect_err("too long")
+            .to_string();
+        assert!(
+            e.contains(&format!(
+                "its {algo} plan ends (worker 0 `a` last) at 1.000e11 s"
+            )),
+            "{algo}: {e}"
+        );
+    }
+    // Just inside the bound, with errors that stretch it by up to 1.9: runs, times in order.
+    let load = 3e10;
+    let plan = plan(Algo::Rumr, &p, load, &PlanOptions { error: 0.9, ..opts }).expect("plans");
+    let config = StarConfig {
+        error: 0.9,
+        seed: 3,
+    };
+    let run = simulate(&p, &plan, load, &config).expect("fits the clock");
+    assert!(run.makespan_s() >= p.lower_bound(load) * 0.1);
+    for s in &run.sends {
+        assert!(s.send_start <= s.send_end && s.send_end <= s.compute_start);
+        assert!(s.compute_start <= s.compute_end && s.compute_end <= run.makespan);
+    }
+}
