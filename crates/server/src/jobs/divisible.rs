@@ -851,9 +851,26 @@ impl Divisible {
         if let (Some(per_unit), Some(&most)) = (spec.memory_per_unit, takers.iter().max())
             && !takers.iter().any(|&m| holds_a_unit(&spec, m))
         {
+            // Where the field is (the spec keeps its value, not its place).
+            let at = sub
+                .text
+                .lines()
+                .position(|l| {
+                    l.trim_start()
+                        .strip_prefix("memory_per_unit")
+                        .is_some_and(|r| r.trim_start().starts_with('='))
+                })
+                .map_or(String::new(), |i| {
+                    let col = sub
+                        .text
+                        .lines()
+                        .nth(i)
+                        .map_or(0, |l| l.len() - l.trim_start().len());
+                    format!("{}:{}:", i + 1, col + 1)
+                });
             return Err(StateError::Invalid(format!(
-                "{}: memory_per_unit: one unit needs {per_unit}, more than any live agent that \
-                 could take its chunks has (the most: {})",
+                "{}:{at} divisible[0].memory_per_unit: one unit needs {per_unit}, more than any \
+                 live agent that could take its chunks has (the most: {})",
                 sub.origin,
                 bytesize::ByteSize(most)
             )));

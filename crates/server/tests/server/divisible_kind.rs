@@ -581,7 +581,8 @@ fn an_agent_that_cannot_hold_one_unit_takes_no_chunk_and_a_job_none_can_hold_is_
         .to_string();
     assert!(
         e.starts_with(
-            "rows.toml: memory_per_unit: one unit needs 16.0 GiB, more than any live agent"
+            "rows.toml:5:1: divisible[0].memory_per_unit: one unit needs 16.0 GiB, more than \
+             any live agent"
         ) && e.contains("(the most: 8.0 GiB)"),
         "{e}"
     );
