@@ -48,6 +48,7 @@ use crate::engine::{self, EventQueue, Flow, Model};
 use crate::error::SimError;
 use crate::metrics::{AppResult, LoadSnapshot, Progress, SimResult, TaskRecord, TimeSeries};
 use crate::platform::disk::SharedDisk;
+use hetsched_core::input::workload::MAX_WORKLOAD_TASKS;
 use hetsched_core::policy::batch::BatchPolicy;
 use hetsched_core::policy::batch::multi_node::Gatherer;
 use hetsched_core::policy::batch::preempt::{Candidate, Rules, preempt_on};
@@ -176,6 +177,15 @@ pub fn simulate_believing(
         });
     }
     let total: u64 = apps.iter().map(|a| u64::from(a.tasks)).sum();
+    if total > MAX_WORKLOAD_TASKS {
+        return Err(SimError::Application {
+            app: "(workload)".into(),
+            problem: format!(
+                "{total} tasks in all: at most {MAX_WORKLOAD_TASKS} (the simulator holds every \
+                 task in memory)"
+            ),
+        });
+    }
     let total_usize = usize::try_from(total).map_err(|_| SimError::Application {
         app: "(workload)".into(),
         problem: format!("{total} tasks do not fit in memory on this machine"),

@@ -25,6 +25,49 @@ fn sim_run(cluster: &str, workload: &str, extra: &[&str]) -> Output {
 const CLUSTER: &str = "examples/cluster-hdas-paper.toml";
 const WORKLOAD: &str = "examples/workload-knn-nb-bp.toml";
 
+/// A one-node cluster file.
+const ONE_NODE: &str = "[[node]]\nname = \"n\"\ncores = 1\nmemory = \"4GiB\"\n";
+
+/// `sim run` on `cluster` and `workload` written to `c.toml` and `w.toml` in a fresh directory
+/// named `name`, with `extra` arguments: its stderr, after checking it failed with status 1,
+/// printed nothing and did not panic. Paths in the message read `c.toml` and `w.toml`.
+fn sim_run_refuses(name: &str, cluster: &str, workload: &str, extra: &[&str]) -> String {
+    let dir = std::env::temp_dir().join(format!("hetsched-sim-cli-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    std::fs::write(dir.join("c.toml"), cluster).expect("write");
+    std::fs::write(dir.join("w.toml"), workload).expect("write");
+    let mut args = vec!["sim", "run", "--cluster", "c.toml", "--workload", "w.toml"];
+    args.extend_from_slice(extra);
+    let out = Command::new(env!("CARGO_BIN_EXE_hetsched"))
+        .args(&args)
+        .current_dir(&dir)
+        .output()
+        .expect("the hetsched binary runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
+    assert!(
+        out.stdout.is_empty() && !stderr.contains("panicked"),
+        "{name}: {stderr}"
+    );
+    stderr
+}
+
+#[test]
+fn a_workload_of_billions_of_tasks_is_refused_at_its_line_not_allocated() {
+    let e = sim_run_refuses(
+        "billions",
+        ONE_NODE,
+        "[[application]]\nname = \"a\"\ntasks = 4000000000\nsplit = \"1MiB\"\n\
+         [application.cpu]\ncompute = \"10s\"\nread = \"0s\"\n",
+        &[],
+    );
+    assert!(
+        e.contains("w.toml:3:9: application[0].tasks: 4000000000 tasks bring the workload to 4000000000: at most 10000000 tasks in all"),
+        "{e}"
+    );
+}
+
 #[test]
 fn every_malformed_fixture_is_refused_with_file_line_and_no_panic() {
     let dir = repo().join("tests/fixtures/malformed");

@@ -315,6 +315,12 @@ pub const MAX_NODES_PER_TASK: u32 = 1024;
 /// Most `retries` one application may ask for.
 pub const MAX_RETRIES: u32 = 100;
 
+/// Most tasks one workload may hold in all, over its applications: the batch simulator keeps a
+/// record of every task in memory (about 120 bytes each, so about 1.2 GB at this bound), and a
+/// `tasks` of billions is a typo likelier than a workload. (A runtime job holds at most the
+/// server's `MAX_TASKS_PER_JOB`, fewer still.)
+pub const MAX_WORKLOAD_TASKS: u64 = 10_000_000;
+
 /// Longest entry of an application's `entries` (one task's argument).
 pub const MAX_ENTRY_BYTES: usize = 16 * 1024;
 
@@ -501,6 +507,7 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
         super::divisible::check(&src, i, d)?;
     }
     let mut names = HashSet::new();
+    let mut total_tasks = 0u64;
     for (i, a) in file.application.iter().enumerate() {
         let field = |f: &str| Some(format!("application[{i}].{f}"));
         let name = a.name.get_ref();
@@ -596,6 +603,24 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
                 ));
             }
             _ => {}
+        }
+        total_tasks += u64::from(a.task_count());
+        if total_tasks > MAX_WORKLOAD_TASKS {
+            let (span, what) = match (&a.tasks, &a.entries, &a.indices) {
+                (Some(t), _, _) => (at(t), "tasks"),
+                (None, Some(e), _) => (at(e), "entries"),
+                (None, None, Some(x)) => (at(x), "indices"),
+                (None, None, None) => (at(&a.name), "tasks"),
+            };
+            return Err(src.error(
+                span,
+                field(what),
+                format!(
+                    "{} tasks bring the workload to {total_tasks}: at most {MAX_WORKLOAD_TASKS} \
+                     tasks in all (the simulator holds every task in memory)",
+                    a.task_count()
+                ),
+            ));
         }
         if let Some(e) = &a.entries {
             for (k, entry) in e.get_ref().iter().enumerate() {

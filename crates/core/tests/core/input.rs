@@ -100,6 +100,42 @@ fn zero_tasks_are_refused() {
     );
 }
 
+#[test]
+fn a_workload_of_billions_of_tasks_is_refused_at_the_field_not_allocated() {
+    let app = |name: &str, tasks: u64| {
+        format!(
+            "[[application]]\nname = \"{name}\"\ntasks = {tasks}\nsplit = \"1MiB\"\n\
+             [application.cpu]\ncompute = \"10s\"\nread = \"0s\"\n"
+        )
+    };
+    // The batch simulator allocated a record per task up front: 4e9 tasks aborted it.
+    let e = parse_workload("w.toml", &app("a", 4_000_000_000))
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        e.starts_with("w.toml:3:9: application[0].tasks: 4000000000 tasks bring the workload to 4000000000: at most 10000000 tasks in all"),
+        "{e}"
+    );
+    // The bound is on the whole workload, named at the application that passes it.
+    let text = app("a", 6_000_000) + &app("b", 4_000_001);
+    let e = parse_workload("w.toml", &text)
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        e.starts_with(
+            "w.toml:10:9: application[1].tasks: 4000001 tasks bring the workload to 10000001"
+        ),
+        "{e}"
+    );
+    let text = app("a", 6_000_000) + &app("b", 4_000_000);
+    assert_eq!(
+        parse_workload("w.toml", &text)
+            .expect("at the bound")
+            .total_tasks(),
+        hetsched_core::input::workload::MAX_WORKLOAD_TASKS
+    );
+}
+
 const GOOD_WORKLOAD: &str = r#"
 [[application]]
 name = "bp"

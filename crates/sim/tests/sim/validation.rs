@@ -181,3 +181,16 @@ fn empty_workloads_finish_at_once() {
     let r = run(&c, &apps, BatchPolicyKind::Hdas, &aligned()).unwrap();
     assert_eq!(r.average_task_delay, 1.0);
 }
+
+#[test]
+fn billions_of_tasks_are_refused_before_anything_is_allocated() {
+    // 4e9 tasks made the simulator allocate 448 GB for its task records and abort.
+    let c = cluster(vec![node("n").cores(1).build(NodeId(0))]);
+    let apps = [app("a").cpu(10.0, 0.0).tasks(4_000_000_000).build(AppId(0))];
+    let e = run(&c, &apps, BatchPolicyKind::Fifo, &aligned()).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("4000000000 tasks in all: at most 10000000"),
+        "{e}"
+    );
+}
