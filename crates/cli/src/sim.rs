@@ -7,6 +7,7 @@ use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use hetsched_core::input::Duration;
 use hetsched_core::input::cluster::parse_cluster;
 use hetsched_core::input::workload::{MissingProfile, parse_workload};
+use hetsched_core::model::application::AcceleratorNeed;
 use hetsched_core::policy::batch::BatchPolicyKind;
 use hetsched_core::policy::batch::bound::lower_bound;
 use hetsched_core::time::to_secs;
@@ -266,6 +267,8 @@ struct Case {
     apps: Vec<hetsched_core::Application>,
     /// The users' shares and caps (`[[user]]`).
     users: Vec<hetsched_core::UserLimits>,
+    /// Each application's `accelerator` need, in `apps` order.
+    accelerator: Vec<AcceleratorNeed>,
     origin: String,
     total_tasks: u64,
     /// The fluid lower bound on any schedule's makespan, seconds.
@@ -286,6 +289,11 @@ fn load_case(cluster: &Path, workload: &Path) -> anyhow::Result<Case> {
         bound_s,
         cluster,
         users: workload.user_limits(),
+        accelerator: workload
+            .applications
+            .iter()
+            .map(|a| a.accelerator_need())
+            .collect(),
         apps,
         origin,
         total_tasks: workload.total_tasks(),
@@ -295,14 +303,29 @@ fn load_case(cluster: &Path, workload: &Path) -> anyhow::Result<Case> {
 impl Case {
     /// Why `policy` cannot run this workload, if it cannot.
     fn refusal(&self, policy: BatchPolicyKind) -> Option<String> {
-        let a = self
-            .apps
+        if policy != BatchPolicyKind::CpuOnly {
+            return None;
+        }
+        self.apps
             .iter()
-            .find(|a| policy == BatchPolicyKind::CpuOnly && a.cpu.is_none())?;
-        Some(format!(
-            "{}: application `{}` has no CPU variant, so the cpu-only policy cannot run it",
-            self.origin, a.name
-        ))
+            .zip(
+                self.accelerator
+                    .iter()
+                    .chain(std::iter::repeat(&AcceleratorNeed::None)),
+            )
+            .find_map(|(a, need)| {
+                let why = if a.cpu.is_none() {
+                    "has no CPU variant"
+                } else if *need == AcceleratorNeed::Required {
+                    "requires an accelerator (`accelerator = \"required\"`)"
+                } else {
+                    return None;
+                };
+                Some(format!(
+                    "{}: application `{}` {why}, so the cpu-only policy cannot run it",
+                    self.origin, a.name
+                ))
+            })
     }
 
     /// The run's settings: the command line's, with the workload's users.
@@ -316,6 +339,7 @@ impl Case {
     ) -> anyhow::Result<SimConfig> {
         Ok(SimConfig {
             users: self.users.clone(),
+            accelerator: self.accelerator.clone(),
             preemption: preempt.preemption,
             preempt_exempt_time: preempt.preempt_exempt_time.0,
             ..sim_config(heartbeat, seed, io_report, fair_share)?

@@ -20,6 +20,11 @@
 //! - **Users.** Each `user` the applications name is one group of the scheduler's view, as each
 //!   runtime user is: its caps ([`SimConfig::users`], a workload's `[[user]]`) hold always, its
 //!   shares weigh its usage under fair share ([`SimConfig::fair_share`]).
+//! - **Accelerator need.** An application's `accelerator = "required" | "preferred"`
+//!   ([`SimConfig::accelerator`]) is given to the view with `SchedulerView::set_accelerator_need`
+//!   when it arrives, as the runtime does: every policy then runs a required application's tasks
+//!   only as GPU tasks, and a preferred one's as CPU tasks only on nodes that reach no device of its
+//!   kind while no node could take them on a device.
 //!
 //! # How the profile's read time relates to the disk
 //! A task alone on a node reads at the full bandwidth, so its read takes `V / BW`. The profile's
@@ -43,6 +48,7 @@
 //! every start against its own record of the node (cores, memory, GPUs, device numbers) and every
 //! task against double starts, and stops with an error if the policy placed nothing during a whole
 //! round of heartbeats while tasks are pending and nothing runs.
+use hetsched_core::model::application::AcceleratorNeed;
 
 use crate::engine::{self, EventQueue, Flow, Model};
 use crate::error::SimError;
@@ -97,6 +103,11 @@ pub struct SimConfig {
     /// Under preemption, a task that has run less than this is not stopped (the runtime's
     /// `preempt_exempt_time`; default 0).
     pub preempt_exempt_time: Time,
+    /// Whether each application's tasks need an accelerator (a workload's `accelerator`, spec
+    /// 01): `accelerator[i]` for `apps[i]`, applied through `SchedulerView::set_accelerator_need`
+    /// as the runtime applies it; applications past the end of the list (by default, all) are
+    /// `none`. A required or preferred application needs a GPU variant.
+    pub accelerator: Vec<AcceleratorNeed>,
 }
 
 /// What a node's heartbeat counts as its disk load (spec 02: "total IO request size" and "number of
@@ -129,6 +140,7 @@ impl Default for SimConfig {
             users: Vec::new(),
             preemption: false,
             preempt_exempt_time: 0,
+            accelerator: Vec::new(),
         }
     }
 }
@@ -378,6 +390,16 @@ fn validate(
             problem: format!("user `{twice}` is listed twice"),
         });
     }
+    if config.accelerator.len() > apps.len() {
+        return Err(SimError::Config {
+            field: "accelerator",
+            problem: format!(
+                "gives {} accelerator needs for {} applications",
+                config.accelerator.len(),
+                apps.len()
+            ),
+        });
+    }
     let mut last_submit = 0;
     for (i, a) in apps.iter().enumerate() {
         let bad = |problem: String| SimError::Application {
@@ -398,6 +420,17 @@ fn validate(
             ));
         }
         last_submit = a.submit_time;
+        let need = config
+            .accelerator
+            .get(i)
+            .copied()
+            .unwrap_or(AcceleratorNeed::None);
+        if need != AcceleratorNeed::None && a.gpu.is_none() {
+            return Err(bad(format!(
+                "is `accelerator = \"{}\"` but has no GPU variant",
+                need.as_str()
+            )));
+        }
         let limits = a.user.as_deref().and_then(|u| by_user.get(u).copied());
         if a.cpu.is_none() && a.gpu.is_none() {
             return Err(bad("has neither a CPU nor a GPU variant".into()));
@@ -446,7 +479,7 @@ fn validate(
         if a.gpu.as_ref().is_some_and(|g| g.request.gpus == 0) {
             return Err(bad("its GPU variant must request at least one GPU".into()));
         }
-        check_runnable(cluster, a, policy, limits)?;
+        check_runnable(cluster, a, need, policy, limits)?;
     }
     Ok(())
 }
@@ -483,6 +516,7 @@ fn beyond_cap(user: &UserLimits, request: &Resources) -> Option<String> {
 fn check_runnable(
     cluster: &Cluster,
     app: &Application,
+    need: AcceleratorNeed,
     policy: &dyn BatchPolicy,
     limits: Option<&UserLimits>,
 ) -> Result<(), SimError> {
@@ -496,6 +530,10 @@ fn check_runnable(
             ));
             continue;
         };
+        if variant == Variant::Cpu && need == AcceleratorNeed::Required {
+            reasons.push("it requires an accelerator (`accelerator = \"required\"`)".into());
+            continue;
+        }
         if !allowed.contains(&variant) {
             reasons.push(format!(
                 "the policy never runs {} tasks",
@@ -736,6 +774,10 @@ impl BatchSim<'_> {
         let ids = (first..first + u64::from(app.tasks)).map(TaskId);
         let told = self.believed.get(i as usize).unwrap_or(app);
         self.view.add_application(told.clone(), ids)?;
+        let need = self.config.accelerator.get(i as usize).copied();
+        if let Some(need) = need.filter(|&n| n != AcceleratorNeed::None) {
+            self.view.set_accelerator_need(told.id, need)?;
+        }
         if let Some(&Some(g)) = self.groups.get(i as usize) {
             self.view.set_app_group(told.id, Some(g))?;
         }

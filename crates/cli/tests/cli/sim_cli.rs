@@ -493,3 +493,68 @@ fn preemption_runs_urgent_work_at_once_and_says_what_it_stopped() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `accelerator = "required"` keeps an application's tasks on GPUs in `sim run` and `sim
+/// compare`, as on the runtime; the cpu-only policy cannot run it and says so.
+#[test]
+fn a_required_accelerator_keeps_the_tasks_on_gpus_and_cpu_only_refuses_it() {
+    let dir = std::env::temp_dir().join(format!("hetsched-sim-accel-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let workload = |need: &str| {
+        let path = dir.join(format!("{need}.toml"));
+        std::fs::write(
+            &path,
+            format!(
+                "[[application]]\nname = \"a\"\ntasks = 40\nsplit = \"1GiB\"\n\
+                 accelerator = \"{need}\"\n\
+                 [application.cpu]\ncompute = \"10s\"\nread = \"8s\"\n\
+                 [application.gpu]\ncompute = \"30s\"\ncopy = \"0.3s\"\nread = \"8s\"\n"
+            ),
+        )
+        .expect("workload");
+        path.display().to_string()
+    };
+    let (required, none) = (workload("required"), workload("none"));
+    let tasks = |w: &str| {
+        let out = sim_run(CLUSTER, w, &["--policy", "hdas", "--output", "json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        (v["gpu_tasks"].as_u64(), v["cpu_tasks"].as_u64())
+    };
+    assert_eq!(tasks(&required), (Some(40), Some(0)));
+    let (_, cpu) = tasks(&none);
+    assert!(cpu > Some(0), "without the need HDAS uses the CPUs too");
+
+    let out = sim_run(CLUSTER, &required, &["--policy", "cpu-only"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{required}: application `a` requires an accelerator (`accelerator = \"required\"`), \
+             so the cpu-only policy cannot run it"
+        )),
+        "{stderr}"
+    );
+    let out = hetsched(&[
+        "sim",
+        "compare",
+        "--cluster",
+        CLUSTER,
+        "--workload",
+        &required,
+        "--output",
+        "json",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("skipping cpu-only: "), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    for row in v.as_array().expect("rows") {
+        assert_eq!(row["cpu_tasks"], 0, "{row}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -136,8 +136,10 @@ pub struct ApplicationSpec {
     /// Whether a task needs an accelerator (spec 01): `"required"`, `"preferred"` or `"none"` (the
     /// default: today's behaviour). A required or preferred task needs a GPU variant, whose profile
     /// is the accelerator's time; the offload model (`hetsched_sim::accel`) reads the field; the
-    /// runtime's placement applies it through the scheduler's view
-    /// (`SchedulerView::set_accelerator_need`); the batch simulator does not read it.
+    /// runtime's placement and the batch simulator (`hetsched sim run`, `sim compare`) apply it
+    /// the same way, through the scheduler's view (`SchedulerView::set_accelerator_need`), so a
+    /// required application's tasks run only on GPUs under every policy (and the cpu-only policy
+    /// cannot run it).
     #[serde(default)]
     pub accelerator: Option<Spanned<AcceleratorNeed>>,
     /// Files each task reads (runtime, spec 01): paths relative to the task's directory,

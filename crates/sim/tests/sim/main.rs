@@ -4,6 +4,7 @@
 
 mod accel_paper;
 mod accel_workload;
+mod accelerator_need;
 mod bound;
 mod common;
 mod determinism;
