@@ -494,6 +494,24 @@ fn preemption_runs_urgent_work_at_once_and_says_what_it_stopped() {
     );
 }
 
+#[test]
+fn a_profile_that_takes_no_time_is_refused_at_its_variant() {
+    let e = sim_run_refuses(
+        "zero-profile",
+        ONE_NODE,
+        "[[application]]\nname = \"a\"\ntasks = 4\n[application.cpu]\ncompute = \"0s\"\n\
+         read = \"0s\"\n",
+        &[],
+    );
+    assert!(
+        e.contains(
+            "w.toml:4:1: application[0].cpu.compute: the base profile takes no time (compute and \
+             read are 0)"
+        ),
+        "{e}"
+    );
+}
+
 /// `accelerator = "required"` keeps an application's tasks on GPUs in `sim run` and `sim
 /// compare`, as on the runtime; the cpu-only policy cannot run it and says so.
 #[test]

@@ -436,7 +436,8 @@ impl GpuSpec {
 /// What to do when a variant has no profile.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum MissingProfile {
-    /// Refuse: the simulator needs every profile.
+    /// Refuse: the simulator needs every profile, and one that takes time (a variant whose
+    /// compute, copy and read are all 0 is refused too).
     Refuse,
     /// Use this compute-time estimate and zero read/copy times until better is known (the runtime
     /// learns profiles from finished tasks).
@@ -877,29 +878,50 @@ impl Workload {
                         )),
                     }
                 };
+                // The simulator times a task and its delay against this profile: one that takes
+                // no time at all is a mistake (its delay would divide by zero).
+                let no_time = |total: Time, span: Option<usize>, f: &str, parts: &str| -> Result<(), InputError> {
+                    if total == 0 && missing == MissingProfile::Refuse {
+                        return Err(src.error(
+                            span,
+                            Some(format!("application[{i}].{f}")),
+                            format!("the base profile takes no time ({parts} are 0): the simulator needs a task that takes time"),
+                        ));
+                    }
+                    Ok(())
+                };
                 let cpu = match &a.cpu {
                     Some(c) => {
                         let (span, c) = (at(c), c.get_ref());
-                        Some(CpuVariant {
+                        let v = CpuVariant {
                             compute: need(c.compute, span, "cpu.compute")?,
                             read: need(c.read, span, "cpu.read")?,
                             request: c.request(),
                             time_limit: c.time_limit.map(|d| d.0),
-                        })
+                        };
+                        no_time(v.compute.saturating_add(v.read), span, "cpu.compute", "compute and read")?;
+                        Some(v)
                     }
                     None => None,
                 };
                 let gpu = match &a.gpu {
                     Some(g) => {
                         let (span, g) = (at(g), g.get_ref());
-                        Some(GpuVariant {
+                        let v = GpuVariant {
                             compute: need(g.compute, span, "gpu.compute")?,
                             copy: g.copy.map_or(Ok(0), |d| Ok::<_, InputError>(d.0))?,
                             read: need(g.read, span, "gpu.read")?,
                             request: g.request(),
                             kind: g.kind.clone(),
                             time_limit: g.time_limit.map(|d| d.0),
-                        })
+                        };
+                        no_time(
+                            v.compute.saturating_add(v.copy).saturating_add(v.read),
+                            span,
+                            "gpu.compute",
+                            "compute, copy and read",
+                        )?;
+                        Some(v)
                     }
                     None => None,
                 };

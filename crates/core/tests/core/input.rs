@@ -206,6 +206,52 @@ fn profiles_become_nanoseconds_and_missing_ones_are_refused_for_simulation() {
 }
 
 #[test]
+fn a_profile_that_takes_no_time_is_refused_for_simulation_at_its_variant() {
+    // Such a task made `sim run` report an average task delay of 32768000×.
+    let w = parse_workload(
+        "w.toml",
+        "[[application]]\nname = \"a\"\ntasks = 4\n[application.cpu]\ncompute = \"0s\"\n\
+         read = \"0s\"\n",
+    )
+    .expect("a valid file");
+    let e = w
+        .to_applications(0, MissingProfile::Refuse)
+        .expect_err("no time")
+        .to_string();
+    assert_eq!(
+        e,
+        "w.toml:4:1: application[0].cpu.compute: the base profile takes no time (compute and read \
+         are 0): the simulator needs a task that takes time"
+    );
+    let zero_gpu = GOOD_WORKLOAD
+        .replace("23.6s", "0s")
+        .replace("0.1s", "0ms")
+        .replace("0.03s", "0");
+    let e = parse_workload("w.toml", &zero_gpu)
+        .expect("a valid file")
+        .to_applications(0, MissingProfile::Refuse)
+        .expect_err("no time");
+    assert_eq!(
+        (e.line, e.field.as_deref()),
+        (Some(7), Some("application[0].gpu.compute")),
+        "{e}"
+    );
+    assert!(e.message.contains("(compute, copy and read are 0)"), "{e}");
+    // One phase that takes time is enough; the runtime, which learns profiles, is not concerned.
+    let read_only = GOOD_WORKLOAD.replace("23.6s", "0s").replace("0.1s", "0ms");
+    assert!(
+        parse_workload("w.toml", &read_only)
+            .expect("valid")
+            .to_applications(0, MissingProfile::Refuse)
+            .is_ok()
+    );
+    assert!(
+        w.to_applications(0, MissingProfile::Estimate(1_000_000_000))
+            .is_ok()
+    );
+}
+
+#[test]
 fn node_groups_expand_with_numbered_names() {
     let c = parse_cluster(
         "c.toml",
