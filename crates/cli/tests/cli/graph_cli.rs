@@ -285,6 +285,28 @@ fn bad_workflows_are_refused_with_file_line_and_field() {
 }
 
 #[test]
+fn a_cost_spread_past_ten_is_refused_at_its_line() {
+    // cv = 1e300 made every sampled cost 0.
+    let path = temp("cv.toml");
+    std::fs::write(
+        &path,
+        "[[task]]\nname = \"A\"\ninstances = 4\ncost = { mean = \"1s\", cv = 1e300 }\n",
+    )
+    .expect("write");
+    let shown = path.display().to_string();
+    let out = graph(&shown, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{shown}:4:8: task[0].cost.cv: must be at most 10, got 1e300"
+        )),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
 fn bad_options_say_what_is_wrong() {
     let out = graph(WORKFLOW, &["--launch", "nowhere"]);
     assert_eq!(out.status.code(), Some(1));

@@ -8,6 +8,7 @@
 //! instances = "1..=10"      # an argument range: one instance per value (or an integer count)
 //! processes = 4             # optional: MPI-style multiplier, instances × processes
 //! cost = "20s"              # per instance on a 1.0-speed core, or { mean = "20s", cv = 0.5 }
+//!                           # (cv: 0 to 10)
 //! requires = ["gpu"]        # optional: only nodes with these attributes accept it
 //! outputs = ["m"]
 //! [[task]]
@@ -30,6 +31,11 @@ use crate::model::workflow::{ArgRange, Cost, Dependency, DependencyKind, Workflo
 use serde::{Deserialize, Serialize};
 use serde_spanned::Spanned;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// Largest coefficient of variation a lognormal `cost` may have. Past it nearly every sample
+/// rounds to 0 ns while a rare one holds the mean (at `cv = 1e300` every cost was 0); 10 already
+/// makes the median cost a tenth of the mean.
+pub const MAX_COST_CV: f64 = 10.0;
 
 /// Most instances one task may declare (values × processes); beyond this a typo is likelier than
 /// a real workflow.
@@ -59,7 +65,8 @@ pub struct TaskSpec {
     /// MPI-style processes per argument value.
     #[serde(default = "one")]
     pub processes: Spanned<u32>,
-    /// `"20s"`, a number of seconds, or `{ mean = "20s", cv = 0.5 }`. The simulator needs it;
+    /// `"20s"`, a number of seconds, or `{ mean = "20s", cv = 0.5 }` (lognormal, `cv` 0 to
+    /// [`MAX_COST_CV`]). The simulator needs it;
     /// the runtime, which runs the real program, does without.
     #[serde(default)]
     pub cost: Option<Spanned<toml::Value>>,
@@ -447,6 +454,20 @@ fn cost(src: &Source<'_>, value: &Spanned<toml::Value>, field: &str) -> Result<C
             if !(cv.is_finite() && cv >= 0.0) {
                 return Err(bad(".cv", "must be a non-negative number".into()));
             }
+            if cv > MAX_COST_CV {
+                let got = if cv < 1e9 {
+                    cv.to_string()
+                } else {
+                    format!("{cv:e}")
+                };
+                return Err(bad(
+                    ".cv",
+                    format!(
+                        "must be at most {MAX_COST_CV}, got {got}: a larger spread makes almost \
+                         every sampled cost 0"
+                    ),
+                ));
+            }
             Ok(if cv == 0.0 {
                 Cost::Fixed(mean.0)
             } else {
@@ -667,6 +688,18 @@ outputs = ["c"]
         );
         let e = error("[[task]]\nname = \"A\"\ninstances = 1\ncost = { mean = \"1s\", cv = -1 }\n");
         assert!(e.starts_with("wf.toml:4:8: task[0].cost.cv:"), "{e}");
+        // Every cost sampled as 0 under such a spread.
+        for cv in ["1e300", "10.5"] {
+            let e = error(&format!(
+                "[[task]]\nname = \"A\"\ninstances = 1\ncost = {{ mean = \"1s\", cv = {cv} }}\n"
+            ));
+            assert!(
+                e.starts_with("wf.toml:4:8: task[0].cost.cv: must be at most 10, got"),
+                "{e}"
+            );
+        }
+        let ok = "[[task]]\nname = \"A\"\ninstances = 1\ncost = { mean = \"1s\", cv = 10 }\n";
+        assert!(parse_workflow("wf.toml", ok).is_ok());
         let e = error("[[task]]\nname = \"A\"\ninstances = 1\ncost = \"1s\"\noutput = [\"m\"]\n");
         assert!(e.starts_with("wf.toml:5:1:"), "{e}");
         assert!(e.contains("unknown field `output`"), "{e}");
