@@ -45,6 +45,32 @@ pub struct UmrSolution {
 }
 
 impl UmrSolution {
+    /// The same workers' rounds for `load` in exactly `rounds` rounds (`round_0(M)` by the
+    /// closed form), if every chunk of them is positive and they add up to `load`. UMRLM tries
+    /// round counts below `M*` ([`super::umrlm`]). Its `makespan` is `M*`'s.
+    pub fn with_rounds(&self, rounds: u32, load: f64) -> Option<UmrSolution> {
+        let m = f64::from(rounds);
+        let near_one = (self.theta - 1.0).abs() < 1e-9;
+        let round0 = if near_one {
+            (load - self.eta * m * (m - 1.0) / 2.0) / m
+        } else {
+            let gamma = self.eta / (1.0 - self.theta);
+            (load - m * gamma) * (1.0 - self.theta) / (1.0 - self.theta.powi(rounds as i32)) + gamma
+        };
+        let s = UmrSolution {
+            rounds,
+            round0,
+            ..self.clone()
+        };
+        let sizes = s.round_sizes();
+        let positive = sizes
+            .iter()
+            .all(|&r| (0..s.workers.len()).all(|k| s.chunk(r, k) > 0.0));
+        let sum: f64 = sizes.iter().sum();
+        (round0.is_finite() && positive && (sum - load).abs() <= 1e-9 * load.abs().max(1.0))
+            .then_some(s)
+    }
+
     /// `round_j` (spec 03: `round_{j+1} = θ·round_j + η`).
     pub fn round_size(&self, j: u32) -> f64 {
         let mut r = self.round0;

@@ -11,9 +11,16 @@
 //! The cap. Under hetsched's memory rule (module [`super`]) a worker holds the chunk it computes
 //! and the next one, so the seed's "chunk ≤ `buf_i`" becomes **chunk ≤ `buf_i/2`**: any two chunks
 //! then fit, the master's one-buffer protocol never lets a third arrive, and a UMRLM plan is never
-//! infeasible. The number of frozen rounds is the one, among the least that leaves the last round
-//! no more than the sum of the caps and the next few, with the smallest predicted makespan (a last
-//! round pressed against the caps cannot finish its workers together).
+//! infeasible. The number of frozen rounds is the least that leaves the last round no more than
+//! the sum of the caps, or more while each one more lowers the predicted makespan (a last round
+//! pressed against the caps cannot finish its workers together, and one beside a worker of
+//! unlimited memory would hand it nearly all the load).
+//!
+//! The round count `M` of step a). UMR's `M*` minimises UMR's makespan for a load sent without
+//! limit; once memory binds, the rounds before the freeze set the sizes every frozen round
+//! repeats, and for a large `M*` those are tiny (thousands of rounds of a few units). hetsched
+//! therefore applies b)–c) to UMR's rounds for every `M` from 1 to `M*` and keeps the plan of the
+//! smallest predicted makespan (ties: fewer chunks) — beyond the seed, which takes `M*`.
 
 use super::umr::{self, UmrSolution};
 use super::{Algo, Chunk, Plan, PlanError, StarMaster, StarPlatform, Weights, predict};
@@ -66,7 +73,41 @@ pub fn plan(platform: &StarPlatform, load: f64, weights: Weights) -> Result<Plan
             predicted_makespan: sol.makespan,
         });
     };
-    Ok(limited(platform, load, &sol, &caps, &sizes[..j]))
+    let mut best = limited(platform, load, &sol, &caps, &sizes[..j]);
+    // UMR's `M*` is the best round count for a load sent without limit. Once memory binds, the
+    // rounds before the freeze set the sizes every later round repeats, and with many rounds
+    // those are UMR's first, small ones: a plan of thousands of tiny rounds. So the round count
+    // UMRLM starts from is chosen for UMRLM's own predicted makespan, among 1 to `M*` (ties: the
+    // fewer chunks).
+    for m in 1..sol.rounds {
+        let Some(s) = sol.with_rounds(m, load) else {
+            continue;
+        };
+        let sizes = s.round_sizes();
+        let over = |r: f64| (0..workers.len()).any(|k| s.chunk(r, k) > caps[k]);
+        let candidate = match sizes.iter().position(|&r| over(r)) {
+            Some(j) => limited(platform, load, &s, &caps, &sizes[..j]),
+            None => {
+                let mut p = Plan {
+                    algo: Algo::Umrlm,
+                    chunks: s.chunks(load),
+                    tail: Vec::new(),
+                    tail_load: 0.0,
+                    tail_workers: Vec::new(),
+                    predicted_makespan: 0.0,
+                };
+                p.predicted_makespan = predict(platform, &p).makespan;
+                p
+            }
+        };
+        let better = candidate.predicted_makespan < best.predicted_makespan * (1.0 - 1e-9)
+            || (candidate.predicted_makespan <= best.predicted_makespan * (1.0 + 1e-9)
+                && candidate.chunks.len() < best.chunks.len());
+        if better {
+            best = candidate;
+        }
+    }
+    Ok(best)
 }
 
 /// Rounds `0..j` as UMR, then frozen rounds, then the balanced last round.
@@ -143,7 +184,10 @@ fn limited(
     }
     // Candidates: `fewest + extra` frozen rounds; each adds one round to the running state.
     let mut best: Option<(usize, u32, Vec<Chunk>, f64)> = None;
-    for extra in 0..EXTRA_FROZEN_ROUNDS {
+    // (More while each one more improves the prediction: with a worker of unlimited memory the
+    // caps never bound the last round, and only enough frozen rounds keep it from taking
+    // nearly all the load.)
+    for extra in 0.. {
         if extra > 0 {
             if f64::from(fewest + extra) * frozen_total >= left {
                 break;
@@ -189,9 +233,6 @@ fn limited(
 fn sent_total(done: f64, frozen: &[f64], rounds: u32) -> f64 {
     done + f64::from(rounds) * frozen.iter().filter(|&&f| f > 0.0).sum::<f64>()
 }
-
-/// Frozen rounds beyond the fewest that UMRLM also tries.
-const EXTRA_FROZEN_ROUNDS: u32 = 6;
 
 /// The last round of `total` units after the state `base`: balanced once in `workers`' order,
 /// then sent in order of decreasing processing time and balanced again in that order. Returns its
@@ -338,6 +379,71 @@ mod tests {
                 assert!(t.held <= p.workers[*i].memory.unwrap_or(f64::INFINITY) * (1.0 + 1e-9));
             }
             assert!(pred.makespan >= p.lower_bound(w));
+        }
+    }
+
+    fn star(workers: &[(f64, f64, Option<f64>)]) -> StarPlatform {
+        StarPlatform {
+            workers: workers
+                .iter()
+                .enumerate()
+                .map(
+                    |(i, &(speed, bandwidth, memory))| super::super::StarWorker {
+                        name: format!("w{i}"),
+                        speed,
+                        compute_latency: 0.01,
+                        bandwidth,
+                        network_latency: 0.0005,
+                        memory,
+                    },
+                )
+                .collect(),
+        }
+    }
+
+    /// A small memory beside two large ones: with UMR's `M*` the freeze repeated its first,
+    /// tiny rounds (72,812 rounds, 2.1 × W/ΣS); with the round count chosen for UMRLM's own
+    /// makespan the plan is within 5 % of the bound in a few thousand rounds.
+    #[test]
+    fn a_small_memory_does_not_freeze_the_plan_at_umrs_tiny_first_rounds() {
+        let p = star(&[
+            (10.0, 1000.0, Some(4.0)),
+            (10.0, 1000.0, Some(1000.0)),
+            (10.0, 1000.0, Some(1000.0)),
+        ]);
+        let w = 20_000.0;
+        let plan = plan(&p, w, Weights::default()).expect("plans");
+        let pred = predict(&p, &plan);
+        assert!(
+            pred.makespan <= 1.06 * p.lower_bound(w),
+            "{} against {}",
+            pred.makespan,
+            p.lower_bound(w)
+        );
+        assert!(plan.chunks.len() < 12_000, "{} chunks", plan.chunks.len());
+        assert!((plan.load() - w).abs() < 1e-6 * w);
+    }
+
+    /// A worker of unlimited memory beside two capped ones: the last round is not bounded by
+    /// the caps, and used to hand the slow unlimited worker 1,815 of 2,000 units (8 × W/ΣS).
+    #[test]
+    fn an_unlimited_worker_does_not_take_the_whole_last_round() {
+        let p = star(&[
+            (100.0, 1000.0, Some(50.0)),
+            (20.0, 500.0, None),
+            (50.0, 800.0, Some(200.0)),
+        ]);
+        let w = 2_000.0;
+        let plan = plan(&p, w, Weights::default()).expect("plans");
+        let pred = predict(&p, &plan);
+        assert!(
+            pred.makespan <= 1.1 * p.lower_bound(w),
+            "{} against {}",
+            pred.makespan,
+            p.lower_bound(w)
+        );
+        for c in &plan.chunks {
+            assert!(c.size <= cap(&p, c.worker) * (1.0 + 1e-9), "{c:?}");
         }
     }
 
