@@ -10,7 +10,7 @@ use hetsched_core::input::workload::{MissingProfile, parse_workload};
 use hetsched_core::model::application::AcceleratorNeed;
 use hetsched_core::policy::batch::BatchPolicyKind;
 use hetsched_core::policy::batch::bound::lower_bound;
-use hetsched_core::time::to_secs;
+use hetsched_core::time::{Time, to_secs};
 use hetsched_sim::scenario::hdas_paper;
 use hetsched_sim::{IoReport, Progress, SimConfig, SimResult, simulate};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -66,7 +66,7 @@ pub struct CompareArgs {
     /// Seed of the simulation (heartbeat phases).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Heartbeat interval of every node, e.g. "1s" or "250ms".
+    /// Heartbeat interval of every node, e.g. "1s" or "250ms"; at least 1ms.
     #[arg(long, default_value = "1s")]
     pub heartbeat: Duration,
     /// What heartbeats report as a node's disk load.
@@ -174,7 +174,7 @@ pub struct RunArgs {
     /// Seed of the simulation (heartbeat phases).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Heartbeat interval of every node, e.g. "1s" or "250ms".
+    /// Heartbeat interval of every node, e.g. "1s" or "250ms"; at least 1ms.
     #[arg(long, default_value = "1s")]
     pub heartbeat: Duration,
     /// What heartbeats report as a node's disk load.
@@ -363,6 +363,10 @@ impl Case {
     }
 }
 
+/// The shortest `--heartbeat`: 1 ms. Below it a run spends its time on heartbeats (a 1 ns
+/// heartbeat is a billion events per node per simulated second) and no cluster beats that often.
+const MIN_HEARTBEAT: Time = 1_000_000;
+
 fn sim_config(
     heartbeat: Duration,
     seed: u64,
@@ -373,6 +377,12 @@ fn sim_config(
         && h.0 == 0
     {
         bail!("--fair-share: the half-life must be above 0 (e.g. \"1h\")");
+    }
+    if heartbeat.0 < MIN_HEARTBEAT {
+        bail!(
+            "--heartbeat must be at least 1ms (nodes beat every second by default), got {} ns",
+            heartbeat.0
+        );
     }
     Ok(SimConfig {
         heartbeat_interval: heartbeat.0,

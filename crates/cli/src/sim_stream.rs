@@ -13,7 +13,7 @@ pub struct StreamPaperArgs {
     /// Seed of the latency sampler.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Simulated time of each run, e.g. "120s".
+    /// Simulated time of each run, e.g. "120s"; more than 0.
     #[arg(long, default_value = "120s")]
     pub duration: Duration,
     /// Rate factor of the surge (from 40 s to 80 s).
@@ -48,6 +48,11 @@ pub fn run_cmd(args: StreamPaperArgs) -> anyhow::Result<()> {
     }
     if !(args.max_utilisation > 0.0 && args.max_utilisation <= 1.0) {
         anyhow::bail!("--max-utilisation must be in (0, 1]");
+    }
+    if args.duration.0 == 0 {
+        anyhow::bail!(
+            "--duration must be more than 0 (e.g. \"120s\"): a run of no time measures nothing"
+        );
     }
     let mut options = StreamPaperOptions {
         one_phase_max_utilisation: args.max_utilisation,

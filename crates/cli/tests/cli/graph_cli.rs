@@ -307,6 +307,26 @@ fn a_cost_spread_past_ten_is_refused_at_its_line() {
 }
 
 #[test]
+fn a_latency_pair_of_a_node_with_itself_is_refused_at_its_line() {
+    let path = temp("self-latency.toml");
+    std::fs::write(
+        &path,
+        "[[pair]]\nbetween = [\"dual-1\", \"dual-1\"]\nlatency = \"1ms\"\n",
+    )
+    .expect("write");
+    let shown = path.display().to_string();
+    let out = graph(WORKFLOW, &["--latency", &shown]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{shown}:2:22: pair[0].between[1]: pairs node `dual-1` with itself"
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn bad_options_say_what_is_wrong() {
     let out = graph(WORKFLOW, &["--launch", "nowhere"]);
     assert_eq!(out.status.code(), Some(1));

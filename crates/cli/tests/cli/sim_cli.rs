@@ -512,6 +512,46 @@ fn a_profile_that_takes_no_time_is_refused_at_its_variant() {
     );
 }
 
+/// Cluster figures that used to be accepted silently are refused at their line and field, as
+/// is a heartbeat too short to simulate.
+#[test]
+fn silently_accepted_cluster_figures_and_heartbeats_are_refused() {
+    let workload = "[[application]]\nname = \"a\"\ntasks = 2\n[application.cpu]\n\
+                    compute = \"1s\"\nread = \"0s\"\n";
+    for (name, cluster, expected) in [
+        (
+            "memory",
+            "[[node]]\nname = \"n\"\ncores = 1\nmemory = \"0\"\n",
+            "c.toml:4:10: node[0].memory: must be more than 0",
+        ),
+        (
+            "accelerators",
+            "[[node]]\nname = \"n\"\ncores = 1\n[[node.accelerator]]\nkind = \"k\"\ncount = 0\n",
+            "c.toml:6:9: node[0].accelerator[0].count: must be at least 1",
+        ),
+        (
+            "empty-name",
+            "[[node]]\nname = \"\"\ncores = 1\n",
+            "c.toml:2:8: node[0].name: a node name must not be empty",
+        ),
+        (
+            "newline-name",
+            "[[node]]\nname = \"a\\nb\"\ncores = 1\n",
+            "c.toml:2:8: node[0].name: node name `a\\nb` may hold only letters, digits, `.`, `-` and `_`",
+        ),
+    ] {
+        let e = sim_run_refuses(name, cluster, workload, &[]);
+        assert!(e.contains(expected), "{name}: {e}");
+    }
+    for heartbeat in ["0s", "999us"] {
+        let e = sim_run_refuses("heartbeat", ONE_NODE, workload, &["--heartbeat", heartbeat]);
+        assert!(
+            e.contains("--heartbeat must be at least 1ms"),
+            "{heartbeat}: {e}"
+        );
+    }
+}
+
 /// `accelerator = "required"` keeps an application's tasks on GPUs in `sim run` and `sim
 /// compare`, as on the runtime; the cpu-only policy cannot run it and says so.
 #[test]

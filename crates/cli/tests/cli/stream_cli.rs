@@ -136,6 +136,34 @@ fn measured_traffic_replaces_the_declared_rates() {
         stderr.contains("traffic.csv:1:1: to: unknown executor `split#99`"),
         "{stderr}"
     );
+    // A pair no stream joins, and a pair given twice (once summed silently), name their line.
+    for (text, expected) in [
+        (
+            "from,to,tuples_per_s\ncount#0,split#1,5\n",
+            "traffic.csv:2:1: to: no stream of topology `wordcount` goes from `count` to `split`",
+        ),
+        (
+            "sentences#0,split#0,5\nsplit#0,count#3,1\nsentences#0,split#0,5\n",
+            "traffic.csv:3:1: from: the pair `sentences#0` → `split#0` is already given on line 1",
+        ),
+    ] {
+        std::fs::write(&csv, text).unwrap();
+        let out = hetsched(&[
+            "stream",
+            "place",
+            "--topology",
+            WORDCOUNT,
+            "--cluster",
+            CLUSTER,
+            "--placer",
+            "even",
+            "--traffic",
+            csv.to_str().unwrap(),
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -199,6 +227,17 @@ fn every_malformed_topology_is_refused_with_file_line_and_field() {
         assert!(!stderr.contains("panicked"), "{file}: {stderr}");
         assert!(out.stdout.is_empty(), "{file}");
     }
+}
+
+#[test]
+fn stream_paper_refuses_a_run_of_no_time() {
+    let out = hetsched(&["sim", "stream-paper", "--duration", "0s"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--duration must be more than 0") && out.stdout.is_empty(),
+        "{stderr}"
+    );
 }
 
 #[test]

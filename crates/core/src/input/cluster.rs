@@ -34,7 +34,9 @@ pub struct RackSpec {
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSpec {
-    /// Name; with `count` > 1 the nodes are named `name-1` … `name-N`.
+    /// Name; with `count` > 1 the nodes are named `name-1` … `name-N`. As the runtime's node
+    /// names ([`node_name_problem`]): 1 to [`MAX_NODE_NAME_BYTES`] bytes of letters, digits, `.`,
+    /// `-` and `_`.
     pub name: Spanned<String>,
     /// How many identical nodes this entry stands for.
     #[serde(default = "one")]
@@ -46,9 +48,9 @@ pub struct NodeSpec {
     /// Relative core speed (1.0 = the reference core of the profiles).
     #[serde(default = "unit_speed")]
     pub core_speed: Spanned<f64>,
-    /// Main memory, e.g. `"64GiB"`.
+    /// Main memory, e.g. `"64GiB"`; more than 0.
     #[serde(default = "default_memory")]
-    pub memory: ByteSize,
+    pub memory: Spanned<Size>,
     /// Disk read bandwidth, e.g. `"128MB/s"`.
     #[serde(default = "default_disk")]
     pub disk_read: Bandwidth,
@@ -68,6 +70,51 @@ pub struct NodeSpec {
     /// [`parse_node_attributes`]. A node with accelerators also has the attribute `gpu`.
     #[serde(default)]
     pub attributes: Vec<Spanned<String>>,
+}
+
+/// A size in bytes as written (`"64GiB"` or a number of bytes), read with
+/// [`byte_size`](super::units::byte_size)'s messages; spanned where it is written, so a bad one is
+/// named at its line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Size(pub ByteSize);
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        super::units::byte_size(d).map(Size)
+    }
+}
+
+impl Serialize for Size {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+/// Longest node name, in bytes (a DNS host name's limit, and the runtime's).
+pub const MAX_NODE_NAME_BYTES: usize = 253;
+
+/// Why `name` is not a node name, if it is not. The runtime's rule for the names agents register
+/// with: 1 to [`MAX_NODE_NAME_BYTES`] bytes of ASCII letters, digits, `.`, `-` and `_` (no
+/// blanks, control characters or newlines, which would break every listing and requirement).
+pub fn node_name_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("a node name must not be empty".into());
+    }
+    if name.len() > MAX_NODE_NAME_BYTES {
+        return Some(format!(
+            "node name is {} bytes long; at most {MAX_NODE_NAME_BYTES}",
+            name.len()
+        ));
+    }
+    let ok = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'));
+    (!ok).then(|| {
+        format!(
+            "node name `{}` may hold only letters, digits, `.`, `-` and `_`",
+            name.escape_debug()
+        )
+    })
 }
 
 /// Worker-process slots of a node whose entry names none: Storm's default of four supervisor
@@ -117,8 +164,8 @@ fn one() -> Spanned<u32> {
 fn unit_speed() -> Spanned<f64> {
     Spanned::new(0..0, 1.0)
 }
-fn default_memory() -> ByteSize {
-    ByteSize::gib(16)
+fn default_memory() -> Spanned<Size> {
+    Spanned::new(0..0, Size(ByteSize::gib(16)))
 }
 fn default_gpu_memory() -> ByteSize {
     ByteSize::gib(4)
@@ -285,6 +332,13 @@ pub fn parse_cluster_with_slots(
         if *spec.cores.get_ref() == 0 {
             return Err(src.error(at(&spec.cores), field("cores"), "must be at least 1"));
         }
+        if spec.memory.get_ref().0.as_u64() == 0 {
+            return Err(src.error(
+                at(&spec.memory),
+                field("memory"),
+                "must be more than 0 (e.g. \"16GiB\"; 16 GiB when left out)",
+            ));
+        }
         let speed = *spec.core_speed.get_ref();
         if let Some(problem) = speed_problem(speed) {
             return Err(src.error(at(&spec.core_speed), field("core_speed"), problem));
@@ -297,15 +351,28 @@ pub fn parse_cluster_with_slots(
         }
         let mut accelerators = Vec::new();
         for (j, a) in spec.accelerator.iter().enumerate() {
+            if *a.count.get_ref() == 0 {
+                return Err(src.error(
+                    at(&a.count),
+                    field(&format!("accelerator[{j}].count")),
+                    "must be at least 1 (leave the [[node.accelerator]] table out for none)",
+                ));
+            }
             accelerators.extend(a.devices(&src, &format!("node[{i}].accelerator[{j}]"))?);
         }
         let attributes = attribute_list(&src, &spec.attributes, &format!("node[{i}].attributes"))?;
+        if let Some(problem) = node_name_problem(spec.name.get_ref()) {
+            return Err(src.error(at(&spec.name), field("name"), problem));
+        }
         for k in 1..=count {
             let name = if count == 1 {
                 spec.name.get_ref().clone()
             } else {
                 format!("{}-{k}", spec.name.get_ref())
             };
+            if let Some(problem) = node_name_problem(&name) {
+                return Err(src.error(at(&spec.name), field("name"), problem));
+            }
             if names.insert(name.clone(), i).is_some() {
                 return Err(src.error(
                     at(&spec.name),
@@ -320,7 +387,7 @@ pub fn parse_cluster_with_slots(
                 rack,
                 cores: *spec.cores.get_ref(),
                 core_speed: speed,
-                memory_bytes: spec.memory.as_u64(),
+                memory_bytes: spec.memory.get_ref().0.as_u64(),
                 disk_read_bw: spec.disk_read.0,
                 net_bw: spec.network.0,
                 net_latency: spec.latency.0,

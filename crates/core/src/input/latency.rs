@@ -11,7 +11,7 @@
 //! latency = "120us"
 //! ```
 //!
-//! Entries apply in file order, so a later `group` or `pair` overrides an earlier one. Without
+//! A pair names two different nodes (a node's latency to itself is 0). Entries apply in file order, so a later `group` or `pair` overrides an earlier one. Without
 //! `default`, unlisted pairs keep the cluster's own figures ([`LatencyMatrix::from_cluster`]:
 //! same rack = mean of the two nodes' `latency`, different racks = their sum).
 
@@ -98,6 +98,17 @@ pub fn parse_latency(
         }
         let a = lookup(&names[0], format!("pair[{p}].between[0]"))?;
         let b = lookup(&names[1], format!("pair[{p}].between[1]"))?;
+        if a == b {
+            return Err(src.error(
+                at(&names[1]),
+                Some(format!("pair[{p}].between[1]")),
+                format!(
+                    "pairs node `{}` with itself: a node's latency to itself is 0; name two \
+                     different nodes",
+                    names[1].get_ref()
+                ),
+            ));
+        }
         m.set(a, b, pair.latency.0);
     }
     Ok(m)
@@ -143,6 +154,25 @@ mod tests {
         assert_eq!(
             e.as_deref(),
             Some("l.toml:2:19: pair[0].between[1]: unknown node `b-9`: not in the cluster file")
+        );
+    }
+
+    #[test]
+    fn a_pair_of_a_node_with_itself_is_refused_not_ignored() {
+        let e = parse_latency(
+            "l.toml",
+            "[[pair]]\nbetween = [\"a-1\", \"a-2\"]\nlatency = \"1ms\"\n\
+             [[pair]]\nbetween = [\"a-2\", \"a-2\"]\nlatency = \"1ms\"\n",
+            &cluster(),
+        )
+        .err()
+        .map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some(
+                "l.toml:5:19: pair[1].between[1]: pairs node `a-2` with itself: a node's latency \
+                 to itself is 0; name two different nodes"
+            )
         );
     }
 }

@@ -25,7 +25,9 @@
 //! negative or non-finite `cpu` or `rate`.
 //!
 //! `--traffic FILE` measurements (CSV `from,to,tuples_per_s`, executors written
-//! `<component>#<index>`) are read by [`parse_traffic`].
+//! `<component>#<index>`) are read by [`parse_traffic`]; a line naming two executors with no
+//! stream between their components, or a pair already given on an earlier line, is refused at
+//! its line.
 
 use super::cluster::at;
 use super::{InputError, Source};
@@ -242,8 +244,8 @@ pub(super) fn path(streams: &[Stream], start: usize, goal: usize) -> Option<Vec<
 }
 
 /// Parses measured traffic, CSV `from,to,tuples_per_s` (a header row is optional; blank lines
-/// and lines starting with `#` are skipped), against `topology`. Several lines for one pair are
-/// summed.
+/// and lines starting with `#` are skipped), against `topology`. Each pair is given once, and only
+/// between executors of components a stream connects (`from`'s component to `to`'s).
 pub fn parse_traffic(
     origin: &str,
     text: &str,
@@ -251,10 +253,11 @@ pub fn parse_traffic(
 ) -> Result<Vec<ExecutorPair>, InputError> {
     let src = Source::new(origin, text);
     let mut pairs: Vec<ExecutorPair> = Vec::new();
-    let mut index: HashMap<(ExecutorId, ExecutorId), usize> = HashMap::new();
+    // Each pair's first line, 1-based.
+    let mut given: HashMap<(ExecutorId, ExecutorId), usize> = HashMap::new();
     let mut offset = 0usize;
     let mut seen_row = false;
-    for line in text.split_inclusive('\n') {
+    for (n, line) in text.split_inclusive('\n').enumerate() {
         let start = offset;
         offset += line.len();
         let l = line.trim();
@@ -302,17 +305,46 @@ pub fn parse_traffic(
                     format!("`{}` is not a non-negative number", cols[2]),
                 )
             })?;
-        match index.get(&(from, to)) {
-            Some(&k) => pairs[k].tuples_per_s += t,
-            None => {
-                index.insert((from, to), pairs.len());
-                pairs.push(ExecutorPair {
-                    from,
-                    to,
-                    tuples_per_s: t,
-                });
-            }
+        let component = |e: ExecutorId| topology.locate(e).map(|(c, _)| c);
+        let (cf, ct) = (component(from), component(to));
+        let joined = topology
+            .streams
+            .iter()
+            .any(|s| Some(s.from) == cf && Some(s.to) == ct);
+        if !joined {
+            let name = |c: Option<usize>| {
+                c.and_then(|c| topology.components.get(c))
+                    .map_or("?", |c| c.name.as_str())
+            };
+            return Err(src.error(
+                Some(start),
+                Some("to".into()),
+                format!(
+                    "no stream of topology `{}` goes from `{}` to `{}`, so `{}` sends nothing to \
+                     `{}`",
+                    topology.name,
+                    name(cf),
+                    name(ct),
+                    cols[0],
+                    cols[1]
+                ),
+            ));
         }
+        if let Some(first) = given.insert((from, to), n + 1) {
+            return Err(src.error(
+                Some(start),
+                Some("from".into()),
+                format!(
+                    "the pair `{}` → `{}` is already given on line {first}: give each pair once",
+                    cols[0], cols[1]
+                ),
+            ));
+        }
+        pairs.push(ExecutorPair {
+            from,
+            to,
+            tuples_per_s: t,
+        });
     }
     Ok(pairs)
 }
@@ -410,12 +442,30 @@ rate = 1000.0
         let t = parse_topology("t.toml", WORDCOUNT).expect("parses");
         let m = parse_traffic(
             "m.csv",
-            "from,to,tuples_per_s\nsentences#0,split#1,10\nsentences#0,split#1,5\n",
+            "from,to,tuples_per_s\nsentences#0,split#1,10\nsentences#1,split#1,5\n",
             &t,
         )
         .expect("parses");
-        assert_eq!(m.len(), 1);
-        assert_eq!(m[0].tuples_per_s, 15.0);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[1].tuples_per_s, 5.0);
+        // A pair given twice used to be summed silently; a pair no stream joins was accepted.
+        let e = parse_traffic(
+            "m.csv",
+            "from,to,tuples_per_s\nsentences#0,split#1,10\n# again\nsentences#0,split#1,5\n",
+            &t,
+        )
+        .expect_err("refused");
+        assert_eq!(
+            e.to_string(),
+            "m.csv:4:1: from: the pair `sentences#0` → `split#1` is already given on line 2: \
+             give each pair once"
+        );
+        let e = parse_traffic("m.csv", "split#0,sentences#1,10\n", &t).expect_err("refused");
+        assert_eq!(
+            e.to_string(),
+            "m.csv:1:1: to: no stream of topology `wordcount` goes from `split` to `sentences`, \
+             so `split#0` sends nothing to `sentences#1`"
+        );
         let e = parse_traffic("m.csv", "sentences#0,split#9,1\n", &t).expect_err("refused");
         assert!(
             e.to_string()

@@ -331,6 +331,60 @@ fn a_cluster_of_absurd_size_or_speed_is_refused_at_the_field_not_allocated() {
 }
 
 #[test]
+fn a_node_without_memory_or_devices_or_with_a_bad_name_is_refused_at_the_field() {
+    let err = |text: &str| {
+        parse_cluster("c.toml", text)
+            .expect_err("refused")
+            .to_string()
+    };
+    let e = err("[[node]]\nname = \"n\"\ncores = 1\nmemory = \"0\"\n");
+    assert!(
+        e.starts_with("c.toml:4:10: node[0].memory: must be more than 0"),
+        "{e}"
+    );
+    let e = err("[[node]]\nname = \"n\"\ncores = 1\nmemory = 0\n");
+    assert!(e.starts_with("c.toml:4:10: node[0].memory:"), "{e}");
+    let e =
+        err("[[node]]\nname = \"n\"\ncores = 1\n[[node.accelerator]]\nkind = \"k\"\ncount = 0\n");
+    assert!(
+        e.starts_with("c.toml:6:9: node[0].accelerator[0].count: must be at least 1"),
+        "{e}"
+    );
+    // The runtime's rule for node names: letters, digits, `.`, `-`, `_`, 1 to 253 bytes.
+    for (name, problem) in [
+        ("", "a node name must not be empty"),
+        ("a\\nb", "node name `a\\nb` may hold only letters"),
+        ("a\\tb", "node name `a\\tb` may hold only letters"),
+        ("two words", "node name `two words` may hold only letters"),
+    ] {
+        let e = err(&format!(
+            "[[node]]\nname = \"{name}\"\ncount = 2\ncores = 1\n"
+        ));
+        assert!(
+            e.starts_with(&format!("c.toml:2:8: node[0].name: {problem}")),
+            "{name:?}: {e}"
+        );
+    }
+    let long = "n".repeat(252);
+    let e = err(&format!(
+        "[[node]]\nname = \"{long}\"\ncount = 2\ncores = 1\n"
+    ));
+    assert!(
+        e.contains("node[0].name: node name is 254 bytes long; at most 253"),
+        "{e}"
+    );
+    let c = parse_cluster(
+        "c.toml",
+        &format!(
+            "[[node]]\nname = \"{long}\"\ncores = 1\n[[node]]\nname = \"a.b_c-D9\"\ncores = 1\n"
+        ),
+    )
+    .expect("valid names");
+    assert_eq!(c.nodes[1].name, "a.b_c-D9");
+    assert_eq!(c.nodes[0].memory_bytes, 16 << 30, "16 GiB when left out");
+}
+
+#[test]
 fn retries_default_to_zero_and_bad_values_name_the_field() {
     let job = |retries: &str| {
         format!(
