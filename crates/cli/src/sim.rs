@@ -549,8 +549,13 @@ fn with_bound(r: &SimResult, bound_s: f64) -> anyhow::Result<String> {
 
 fn print_result(r: &SimResult, bound_s: f64) {
     println!(
-        "policy {}: makespan {:.1} s, {} tasks ({} on GPUs, {} on CPUs), average task delay {:.2}×",
-        r.policy, r.makespan_s, r.total_tasks, r.gpu_tasks, r.cpu_tasks, r.average_task_delay
+        "policy {}: makespan {:.1} s, {} ({} on GPUs, {} on CPUs), average task delay {:.2}×",
+        r.policy,
+        r.makespan_s,
+        hetsched_core::text::count(r.total_tasks, "task"),
+        r.gpu_tasks,
+        r.cpu_tasks,
+        r.average_task_delay
     );
     println!(
         "lower bound {:.1} s (fluid LP, see docs/bound.md): makespan / bound {:.3}",

@@ -7,6 +7,7 @@ use clap::Args;
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use hetsched_core::input::star_platform::parse_star_platform;
 use hetsched_core::policy::divisible::{Algo, PlanOptions, Weights, plan};
+use hetsched_core::text::count;
 use hetsched_sim::divisible::{ScheduleExport, StarConfig, StarRun, check_load, simulate};
 use hetsched_sim::scenario::divisible_paper;
 use std::path::PathBuf;
@@ -136,11 +137,11 @@ fn summary(run: &StarRun) -> serde_json::Value {
 fn print_run(run: &StarRun) {
     let lb = run.lower_bound_s();
     println!(
-        "{}: makespan {:.3} s over {} rounds ({} sends); lower bound W/ΣS = {:.3} s (makespan {:.3}× it)",
+        "{}: makespan {:.3} s over {} ({}); lower bound W/ΣS = {:.3} s (makespan {:.3}× it)",
         run.algo,
         run.makespan_s(),
-        run.rounds(),
-        run.sends.len(),
+        count(run.rounds(), "round"),
+        count(run.sends.len() as u64, "send"),
         lb,
         run.makespan_s() / lb
     );

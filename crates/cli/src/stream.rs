@@ -12,6 +12,7 @@ use hetsched_core::policy::stream::one_phase::{OnePhase, Refine};
 use hetsched_core::policy::stream::{
     PlacementProblem, StreamPlacer, StreamPlacerKind, evaluate, stream_nodes,
 };
+use hetsched_core::text::{agree, count};
 use std::path::{Path, PathBuf};
 
 /// Stream topology commands.
@@ -159,12 +160,13 @@ fn place(args: PlaceArgs) -> anyhow::Result<()> {
         }
         Output::Table => {
             println!(
-                "{} placed `{}` ({} executors) on {} nodes in {} processes: inter-node {:.1} tuples/s, inter-process {:.1} tuples/s, max node load {:.1} %, {} overloaded, {:.3} ms",
+                "{} placed `{}` ({}) on {} in {} {}: inter-node {:.1} tuples/s, inter-process {:.1} tuples/s, max node load {:.1} %, {} overloaded, {:.3} ms",
                 placer.name(),
                 topology.name,
-                topology.executor_count(),
-                m.nodes_used,
+                count(topology.executor_count() as u64, "executor"),
+                count(m.nodes_used as u64, "node"),
                 m.processes_used,
+                agree(m.processes_used as u64, "process", "processes"),
                 m.inter_node_traffic,
                 m.inter_process_traffic,
                 m.max_node_load,

@@ -390,6 +390,31 @@ fn loads_and_platforms_past_the_clock_are_refused_not_wrapped() {
 }
 
 #[test]
+fn one_round_of_one_send_reads_in_the_singular() {
+    let dir = temp_dir("singular");
+    let platform = dir.join("one.toml");
+    std::fs::write(&platform, first_workers(1)).expect("write");
+    let out = hetsched(&[
+        "sim",
+        "divisible",
+        "--platform",
+        &platform.display().to_string(),
+        "--load",
+        "100",
+        "--algo",
+        "static",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains(" over 1 round (1 send); "), "{stdout}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
 fn the_same_seed_gives_the_same_output_byte_for_byte() {
     let run = |seed: &str| {
         hetsched(&[

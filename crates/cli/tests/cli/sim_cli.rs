@@ -552,6 +552,42 @@ fn silently_accepted_cluster_figures_and_heartbeats_are_refused() {
     }
 }
 
+#[test]
+fn one_task_and_one_workload_read_in_the_singular() {
+    let dir = std::env::temp_dir().join(format!("hetsched-sim-one-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let workload = dir.join("w.toml");
+    std::fs::write(
+        &workload,
+        "[[application]]\nname = \"a\"\ntasks = 1\n[application.cpu]\ncompute = \"2s\"\n\
+         read = \"0s\"\n",
+    )
+    .expect("write");
+    let out = sim_run(CLUSTER, &workload.display().to_string(), &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(" s, 1 task (0 on GPUs, 1 on CPUs), "),
+        "{stdout}"
+    );
+    let out = hetsched(&["sim", "hdas-paper", "--workloads", "A", "--scale", "0.05"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("hdas-paper: 1 workload, scale 0.05"),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// `accelerator = "required"` keeps an application's tasks on GPUs in `sim run` and `sim
 /// compare`, as on the runtime; the cpu-only policy cannot run it and says so.
 #[test]

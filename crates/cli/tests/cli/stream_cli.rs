@@ -230,6 +230,55 @@ fn every_malformed_topology_is_refused_with_file_line_and_field() {
 }
 
 #[test]
+fn one_executor_on_one_node_in_one_process_reads_in_the_singular() {
+    let dir = std::env::temp_dir().join(format!("hetsched-stream-one-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let topology = dir.join("one.toml");
+    std::fs::write(
+        &topology,
+        "name = \"one\"\n[[component]]\nname = \"s\"\nkind = \"spout\"\nparallelism = 1\n\
+         cpu = 10.0\nmemory = \"64MiB\"\n",
+    )
+    .unwrap();
+    let out = hetsched(&[
+        "stream",
+        "place",
+        "--topology",
+        topology.to_str().unwrap(),
+        "--cluster",
+        CLUSTER,
+        "--placer",
+        "even",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("even placed `one` (1 executor) on 1 node in 1 process: "),
+        "{stdout}"
+    );
+    let out = hetsched(&[
+        "stream",
+        "place",
+        "--topology",
+        WORDCOUNT,
+        "--cluster",
+        CLUSTER,
+        "--placer",
+        "even",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("(28 executors) on 10 nodes in 10 processes: "),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn stream_paper_refuses_a_run_of_no_time() {
     let out = hetsched(&["sim", "stream-paper", "--duration", "0s"]);
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -446,13 +446,14 @@ impl SweepReport {
         }
         let paper = self.cases.iter().filter(|c| c.workload != "mix").count();
         format!(
-            "sweep: {} cases (seed {}, scale {}): {} of the paper's workloads, {} random mixes; \
+            "sweep: {} (seed {}, scale {}): {} of the paper's workloads, {} random {}; \
              2-24 slaves, heartbeats 0.25-10 s, ±10 % profile noise\n{t}",
-            self.cases.len(),
+            hetsched_core::text::count(self.cases.len() as u64, "case"),
             self.options.seed,
             self.options.scale,
             paper,
-            self.cases.len() - paper
+            self.cases.len() - paper,
+            hetsched_core::text::agree((self.cases.len() - paper) as u64, "mix", "mixes")
         )
     }
 }

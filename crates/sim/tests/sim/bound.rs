@@ -225,3 +225,25 @@ fn hdas_hetero_gates_cores_by_the_disks_its_accelerators_read_from() {
         "hdas-hetero {hetero} s, fifo {fifo} s, model {model} s"
     );
 }
+
+/// The sweep's summary counts in words: `1 case`, `1 random mix` / `0 random mixes`.
+#[test]
+fn a_sweep_of_one_case_reads_in_the_singular() {
+    use hetsched_sim::scenario::sweep::{SweepOptions, run};
+    let options = SweepOptions {
+        cases: 1,
+        scale: 0.05,
+        threads: 1,
+        ..SweepOptions::default()
+    };
+    let table = run(&options, &mut |_, _| {}).unwrap().render_table();
+    let first = table.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("sweep: 1 case (seed 1, scale 0.05): "),
+        "{first}"
+    );
+    assert!(
+        first.contains(" 1 random mix; ") || first.contains(" 0 random mixes; "),
+        "{first}"
+    );
+}

@@ -147,8 +147,8 @@ impl HdasPaperReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "hdas-paper: {} workloads, scale {}, seed {}, heartbeat {} ms, CPU read chunks {}, IO report {:?}, HDAS column: {}",
-            self.workloads.len(),
+            "hdas-paper: {}, scale {}, seed {}, heartbeat {} ms, CPU read chunks {}, IO report {:?}, HDAS column: {}",
+            hetsched_core::text::count(self.workloads.len() as u64, "workload"),
             self.options.scale,
             self.options.sim.seed,
             self.options.sim.heartbeat_interval / 1_000_000,
