@@ -18,9 +18,10 @@
 //!
 //! The round count `M` of step a). UMR's `M*` minimises UMR's makespan for a load sent without
 //! limit; once memory binds, the rounds before the freeze set the sizes every frozen round
-//! repeats, and for a large `M*` those are tiny (thousands of rounds of a few units). hetsched
-//! therefore applies b)–c) to UMR's rounds for every `M` from 1 to `M*` and keeps the plan of the
-//! smallest predicted makespan (ties: fewer chunks) — beyond the seed, which takes `M*`.
+//! repeats, and for a large `M*` those are tiny (thousands of rounds of a few units). When the
+//! frozen sizes fill less than half of the tightest cap, hetsched therefore also applies b)–c) to
+//! UMR's rounds for `M* − 1`, `M* − 2`, … while each gives a smaller predicted makespan, and keeps
+//! the best (ties: fewer chunks) — beyond the seed, which takes `M*`.
 
 use super::umr::{self, UmrSolution};
 use super::{Algo, Chunk, Plan, PlanError, StarMaster, StarPlatform, Weights, predict};
@@ -75,35 +76,45 @@ pub fn plan(platform: &StarPlatform, load: f64, weights: Weights) -> Result<Plan
     };
     let mut best = limited(platform, load, &sol, &caps, &sizes[..j]);
     // UMR's `M*` is the best round count for a load sent without limit. Once memory binds, the
-    // rounds before the freeze set the sizes every later round repeats, and with many rounds
-    // those are UMR's first, small ones: a plan of thousands of tiny rounds. So the round count
-    // UMRLM starts from is chosen for UMRLM's own predicted makespan, among 1 to `M*` (ties: the
-    // fewer chunks).
-    for m in 1..sol.rounds {
-        let Some(s) = sol.with_rounds(m, load) else {
-            continue;
-        };
-        let sizes = s.round_sizes();
-        let over = |r: f64| (0..workers.len()).any(|k| s.chunk(r, k) > caps[k]);
-        let candidate = match sizes.iter().position(|&r| over(r)) {
-            Some(j) => limited(platform, load, &s, &caps, &sizes[..j]),
-            None => {
-                let mut p = Plan {
-                    algo: Algo::Umrlm,
-                    chunks: s.chunks(load),
-                    tail: Vec::new(),
-                    tail_load: 0.0,
-                    tail_workers: Vec::new(),
-                    predicted_makespan: 0.0,
-                };
-                p.predicted_makespan = predict(platform, &p).makespan;
-                p
+    // rounds before the freeze set the sizes every later round repeats; with many rounds those
+    // are UMR's first, small ones, and the plan becomes thousands of tiny rounds. When the frozen
+    // sizes fill less than half of the tightest cap, fewer rounds are tried (`M*` − 1 down, while
+    // each does better: the first rounds grow as `M` falls), by UMRLM's own predicted makespan
+    // (ties: fewer chunks).
+    let filled = match j.checked_sub(1) {
+        Some(prev) => (0..workers.len())
+            .map(|k| sol.chunk(sizes[prev], k) / caps[k])
+            .fold(0.0, f64::max),
+        None => 1.0,
+    };
+    if filled < 0.5 {
+        for m in (1..sol.rounds).rev() {
+            let Some(s) = sol.with_rounds(m, load) else {
+                continue;
+            };
+            let sizes = s.round_sizes();
+            let over = |r: f64| (0..workers.len()).any(|k| s.chunk(r, k) > caps[k]);
+            let candidate = match sizes.iter().position(|&r| over(r)) {
+                Some(j) => limited(platform, load, &s, &caps, &sizes[..j]),
+                None => {
+                    let mut p = Plan {
+                        algo: Algo::Umrlm,
+                        chunks: s.chunks(load),
+                        tail: Vec::new(),
+                        tail_load: 0.0,
+                        tail_workers: Vec::new(),
+                        predicted_makespan: 0.0,
+                    };
+                    p.predicted_makespan = predict(platform, &p).makespan;
+                    p
+                }
+            };
+            let better = candidate.predicted_makespan < best.predicted_makespan * (1.0 - 1e-9)
+                || (candidate.predicted_makespan <= best.predicted_makespan * (1.0 + 1e-9)
+                    && candidate.chunks.len() < best.chunks.len());
+            if !better {
+                break;
             }
-        };
-        let better = candidate.predicted_makespan < best.predicted_makespan * (1.0 - 1e-9)
-            || (candidate.predicted_makespan <= best.predicted_makespan * (1.0 + 1e-9)
-                && candidate.chunks.len() < best.chunks.len());
-        if better {
             best = candidate;
         }
     }
