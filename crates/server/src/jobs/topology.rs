@@ -1972,6 +1972,9 @@ impl Cfg {
             "state": run.rec.state,
             "placer": run.rec.placer,
             "requires": topo.requires,
+            // Set by a submission's and a kill's own replies ([`TopologyStatus`]'s keys all).
+            "replaced_killed": false,
+            "already_killed": false,
             "workers_requested": run.rec.workers,
             "generation": run.rec.generation,
             "submitted_ns": run.rec.submitted_ns,
