@@ -19,6 +19,22 @@ fn hetsched(args: &[&str]) -> Output {
 }
 
 const CLUSTER: &str = "examples/cluster-streams-10.toml";
+
+/// `stream place` of the word count under `even` with the measured traffic of `csv`.
+fn place_even_with_traffic(csv: &std::path::Path) -> Output {
+    hetsched(&[
+        "stream",
+        "place",
+        "--topology",
+        WORDCOUNT,
+        "--cluster",
+        CLUSTER,
+        "--placer",
+        "even",
+        "--traffic",
+        csv.to_str().expect("path"),
+    ])
+}
 const WORDCOUNT: &str = "examples/topology-wordcount.toml";
 
 fn place_json(topology: &str, placer: &str, extra: &[&str]) -> serde_json::Value {
@@ -118,18 +134,7 @@ fn measured_traffic_replaces_the_declared_rates() {
     // Even puts sentences#0, split#0 and count#3 on three different nodes.
     assert_eq!(doc["inter_node_traffic"], 1700.0);
     std::fs::write(&csv, "sentences#0,split#99,5\n").unwrap();
-    let out = hetsched(&[
-        "stream",
-        "place",
-        "--topology",
-        WORDCOUNT,
-        "--cluster",
-        CLUSTER,
-        "--placer",
-        "even",
-        "--traffic",
-        csv.to_str().unwrap(),
-    ]);
+    let out = place_even_with_traffic(&csv);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -148,18 +153,7 @@ fn measured_traffic_replaces_the_declared_rates() {
         ),
     ] {
         std::fs::write(&csv, text).unwrap();
-        let out = hetsched(&[
-            "stream",
-            "place",
-            "--topology",
-            WORDCOUNT,
-            "--cluster",
-            CLUSTER,
-            "--placer",
-            "even",
-            "--traffic",
-            csv.to_str().unwrap(),
-        ]);
+        let out = place_even_with_traffic(&csv);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{stderr}");
         assert!(stderr.contains(expected), "{stderr}");

@@ -62,17 +62,9 @@ pub fn plan(platform: &StarPlatform, load: f64, weights: Weights) -> Result<Plan
     let sol = umr::solve(platform, load, &workers)?;
     let caps: Vec<f64> = workers.iter().map(|&i| cap(platform, i)).collect();
     let sizes = sol.round_sizes();
-    let over = |r: f64| (0..workers.len()).any(|k| sol.chunk(r, k) > caps[k]);
-    let Some(j) = sizes.iter().position(|&r| over(r)) else {
+    let Some(j) = freeze_at(&sol, &caps) else {
         // Memory never binds: UMRLM is UMR in UMRLM's worker order.
-        return Ok(Plan {
-            algo: Algo::Umrlm,
-            chunks: sol.chunks(load),
-            tail: Vec::new(),
-            tail_load: 0.0,
-            tail_workers: Vec::new(),
-            predicted_makespan: sol.makespan,
-        });
+        return Ok(as_umr(&sol, load, sol.makespan));
     };
     let mut best = limited(platform, load, &sol, &caps, &sizes[..j]);
     // UMR's `M*` is the best round count for a load sent without limit. Once memory binds, the
@@ -92,19 +84,10 @@ pub fn plan(platform: &StarPlatform, load: f64, weights: Weights) -> Result<Plan
             let Some(s) = sol.with_rounds(m, load) else {
                 continue;
             };
-            let sizes = s.round_sizes();
-            let over = |r: f64| (0..workers.len()).any(|k| s.chunk(r, k) > caps[k]);
-            let candidate = match sizes.iter().position(|&r| over(r)) {
-                Some(j) => limited(platform, load, &s, &caps, &sizes[..j]),
+            let candidate = match freeze_at(&s, &caps) {
+                Some(j) => limited(platform, load, &s, &caps, &s.round_sizes()[..j]),
                 None => {
-                    let mut p = Plan {
-                        algo: Algo::Umrlm,
-                        chunks: s.chunks(load),
-                        tail: Vec::new(),
-                        tail_load: 0.0,
-                        tail_workers: Vec::new(),
-                        predicted_makespan: 0.0,
-                    };
+                    let mut p = as_umr(&s, load, 0.0);
                     p.predicted_makespan = predict(platform, &p).makespan;
                     p
                 }
@@ -119,6 +102,26 @@ pub fn plan(platform: &StarPlatform, load: f64, weights: Weights) -> Result<Plan
         }
     }
     Ok(best)
+}
+
+/// The first round of `sol` with a chunk above its worker's cap (`caps` by position in
+/// `sol.workers`): where the freeze starts; `None`: memory never binds.
+fn freeze_at(sol: &UmrSolution, caps: &[f64]) -> Option<usize> {
+    sol.round_sizes()
+        .iter()
+        .position(|&r| (0..sol.workers.len()).any(|k| sol.chunk(r, k) > caps[k]))
+}
+
+/// UMR's rounds of `sol` as a UMRLM plan (memory never binds), predicted to end at `predicted`.
+fn as_umr(sol: &UmrSolution, load: f64, predicted: f64) -> Plan {
+    Plan {
+        algo: Algo::Umrlm,
+        chunks: sol.chunks(load),
+        tail: Vec::new(),
+        tail_load: 0.0,
+        tail_workers: Vec::new(),
+        predicted_makespan: predicted,
+    }
 }
 
 /// Rounds `0..j` as UMR, then frozen rounds, then the balanced last round.
