@@ -608,7 +608,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         c.failed,
         c.cancelled,
         if j.finished_ns > 0 {
-            format!("makespan {}", span(j.submitted_ns, j.finished_ns))
+            end_span(&j)
         } else {
             "not finished".into()
         }
@@ -1795,14 +1795,26 @@ pub async fn wait(
 fn ended_line(j: &pb::JobInfo) -> String {
     let c = counts(&j.counts);
     format!(
-        "job {} {}: {} succeeded, {} failed, {} cancelled, makespan {}",
+        "job {} {}: {} succeeded, {} failed, {} cancelled, {}",
         j.id,
         j.state,
         c.succeeded,
         c.failed,
         c.cancelled,
-        span(j.submitted_ns, j.finished_ns)
+        end_span(j)
     )
+}
+
+/// `makespan …` of an ended job, submission to its end; `ended … after submission` when every
+/// task was cancelled (`--after` a failed job, `cancel` before any ran), which has no makespan.
+fn end_span(j: &pb::JobInfo) -> String {
+    let c = counts(&j.counts);
+    let took = span(j.submitted_ns, j.finished_ns);
+    if c.succeeded + c.failed == 0 && c.cancelled > 0 {
+        format!("ended {took} after submission")
+    } else {
+        format!("makespan {took}")
+    }
 }
 
 /// Whether a job state is final.

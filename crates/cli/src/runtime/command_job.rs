@@ -373,6 +373,14 @@ fn flag(field: &str) -> String {
         .strip_prefix("cpu")
         .or_else(|| rest.strip_prefix("gpu"))
         .map_or(rest, |r| r.trim_start_matches('.'));
+    // `entries[k]` is line k + 1 of the `--each-line` file.
+    if let Some(k) = rest
+        .strip_prefix("entries[")
+        .and_then(|r| r.strip_suffix(']'))
+        .and_then(|k| k.parse::<usize>().ok())
+    {
+        return format!("--each-line line {}", k + 1);
+    }
     match rest.split(['.', '[']).next().unwrap_or("") {
         "command" => "the command".into(),
         "name" => "--app".into(),
@@ -496,6 +504,27 @@ mod tests {
             ])))
         );
         assert!(a.gpu.is_none());
+    }
+
+    #[test]
+    fn an_each_line_entry_over_the_bound_is_refused_at_its_line() {
+        let dir = std::env::temp_dir().join(format!("hetsched-each-line-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("inputs.txt");
+        let long = "x".repeat(hetsched_core::input::workload::MAX_ENTRY_BYTES + 1);
+        std::fs::write(&file, format!("a.dat\nb.dat\n{long}\nd.dat\n")).expect("write");
+        let args = CommandJobArgs {
+            each_line: Some(file),
+            ..CommandJobArgs::default()
+        };
+        let e = build(&args, &words(&["gzip", "{entry}"]), None)
+            .expect_err("refused")
+            .to_string();
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(
+            e.starts_with("--each-line line 3: an entry is at most 16384 bytes"),
+            "{e}"
+        );
     }
 
     #[test]

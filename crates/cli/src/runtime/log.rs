@@ -131,13 +131,15 @@ pub async fn print_failures(api: &mut Api, job: &pb::JobInfo) {
         cursor = page.next_cursor;
     }
     for t in &failed {
+        // A task failed without running (a failed dependency, no node to hold it) has no node.
+        let on = if t.node.is_empty() {
+            String::new()
+        } else {
+            format!(" on {}", t.node)
+        };
         eprintln!(
-            "task {} ({}:{}) failed on {}: {}",
-            t.id,
-            t.app,
-            t.index,
-            if t.node.is_empty() { "-" } else { &t.node },
-            t.message
+            "task {} ({}:{}) failed{on}: {}",
+            t.id, t.app, t.index, t.message
         );
         if t.attempt > 0 {
             print_stderr_tail(api, job, &t.id.to_string()).await;

@@ -2307,6 +2307,18 @@ fn a_job_submitted_after_another_starts_when_it_completes_and_is_cancelled_if_it
     c.ok(&["submit", "--after", "3", "--", "touch", "never.txt"]);
     let out = c.cli(&["wait", "4"]);
     assert!(!out.status.success(), "a cancelled job does not complete");
+    // No task ran: it ended, it has no makespan.
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("1 cancelled, ended ") && !said.contains("makespan"),
+        "{said}"
+    );
+    let shown = c.ok(&["job", "4"]);
+    assert!(
+        shown.contains("ended ") && !shown.contains("makespan"),
+        "{shown}"
+    );
     assert_eq!(c.json(&["job", "4"])["state"], "cancelled");
     assert_eq!(
         c.tasks(4)[0]["message"],

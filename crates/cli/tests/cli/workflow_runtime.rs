@@ -472,6 +472,16 @@ command = "echo ok > {output:o}"
         "{mid2}"
     );
     assert_eq!(state("all", 1)["state"], "failed");
+    // `wait` names the node a failed instance ran on, and no node for one that never ran.
+    let out = c.cli(&["wait", &job.to_string()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("(src:2) failed on n1: "), "{err}");
+    assert!(
+        err.contains("(mid:2) failed: ") && err.contains("its producer src[2] failed"),
+        "{err}"
+    );
+    assert!(!err.contains("failed on -"), "{err}");
     for (app, i) in [
         ("src", 1),
         ("src", 3),

@@ -174,10 +174,25 @@ pub fn check_workflow(w: &ParsedWorkflow) -> Result<(), InputError> {
     check_file_size(&src, "workflow", &w.text)?;
     let total = w.workflow.total_instances();
     if total > MAX_WORKFLOW_INSTANCES {
+        // Point at the task whose instances carry the count over the bound.
+        let mut so_far = 0u64;
+        let over = w
+            .workflow
+            .tasks
+            .iter()
+            .position(|t| {
+                so_far = so_far.saturating_add(t.instances());
+                so_far > MAX_WORKFLOW_INSTANCES
+            })
+            .unwrap_or(0);
+        let spec = w.specs.get(over);
         return Err(src.error(
-            None,
-            Some("task".into()),
-            format!("the workflow has {total} instances; at most {MAX_WORKFLOW_INSTANCES}"),
+            spec.and_then(|t| at(&t.instances)),
+            Some(format!("task[{over}].instances")),
+            format!(
+                "the workflow has {total} instances (processes included); at most \
+                 {MAX_WORKFLOW_INSTANCES}, and the count passes that at this task"
+            ),
         ));
     }
     for (i, t) in w.specs.iter().enumerate() {
@@ -334,6 +349,18 @@ mod tests {
     }
 
     #[test]
+    fn too_many_instances_are_refused_at_the_task_that_passes_the_bound() {
+        let e = workflow_err(
+            "instances = 600000\ncommand = \"true\"\n[[task]]\nname = \"b\"\n\
+             instances = \"1..=600000\"\ncommand = \"true\"",
+        );
+        assert!(
+            e.starts_with("wf.toml:7:13: task[1].instances: the workflow has 1200000 instances"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn a_workflow_is_bounded_as_a_batch_job_is() {
         let big = format!("instances = 2\ncommand = \"{}\"", "x".repeat(1 << 20));
         for (task, says) in [
@@ -343,11 +370,11 @@ mod tests {
             ),
             (
                 "instances = 1000001\ncommand = \"true\"",
-                "wf.toml: task: the workflow has 1000001 instances; at most 1000000",
+                "wf.toml:3:13: task[0].instances: the workflow has 1000001 instances (processes included); at most 1000000",
             ),
             (
                 "instances = 500000\nprocesses = 3\ncommand = \"true\"",
-                "wf.toml: task: the workflow has 1500000 instances",
+                "wf.toml:3:13: task[0].instances: the workflow has 1500000 instances",
             ),
             (
                 "instances = 1\ncommand = \"true\"\noutputs = [\"../up\"]",

@@ -87,7 +87,7 @@ fn a_workflow_is_bounded_at_submission_as_a_batch_job_is() {
         ),
         (
             task("a", 2_000_000, 1),
-            "the workflow has 2000000 instances; at most 1000000",
+            "the workflow has 2000000 instances (processes included); at most 1000000",
         ),
         (task("../../etc", 1, 1), "task[0].name"),
     ] {
