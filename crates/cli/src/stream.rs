@@ -154,6 +154,7 @@ fn place(args: PlaceArgs) -> anyhow::Result<()> {
                 "processes_used": m.processes_used,
                 "max_node_load": m.max_node_load,
                 "overloaded_nodes": m.overloaded_nodes,
+                "memory_overcommitted_nodes": m.memory_overcommitted_nodes,
                 "scheduling_ms": scheduling_ms,
             });
             println!("{}", serde_json::to_string_pretty(&doc)?);
@@ -173,6 +174,13 @@ fn place(args: PlaceArgs) -> anyhow::Result<()> {
                 m.overloaded_nodes,
                 scheduling_ms
             );
+            if m.memory_overcommitted_nodes > 0 {
+                println!(
+                    "warning: {} given more executors' memory than they have (the topology's \
+                     `memory` against the cluster's)",
+                    count(m.memory_overcommitted_nodes as u64, "node")
+                );
+            }
             let loads = placement.node_loads(nodes.len(), &problem.loads);
             let mut table = Table::new();
             table.load_preset(UTF8_FULL_CONDENSED);

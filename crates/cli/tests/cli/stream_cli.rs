@@ -77,6 +77,7 @@ fn the_json_placement_has_the_documented_keys_and_one_process_per_node_for_one_p
             "inter_node_traffic",
             "inter_process_traffic",
             "max_node_load",
+            "memory_overcommitted_nodes",
             "nodes_used",
             "overloaded_nodes",
             "placer",

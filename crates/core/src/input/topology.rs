@@ -22,7 +22,9 @@
 //! a duplicate component name; zero parallelism; a stream naming an unknown component; a stream
 //! into a spout that closes a cycle (*cycle through spouts*); any other stream into a spout or with
 //! an empty `to` (*stream to nowhere*: a spout takes no input); a topology without a spout; a
-//! negative or non-finite `cpu` or `rate`.
+//! negative or non-finite `cpu` or `rate`; more than [`MAX_TOPOLOGY_EXECUTORS`] executors in all
+//! (at the `parallelism` that passes the bound); an executor's `memory` over
+//! [`MAX_EXECUTOR_MEMORY`].
 //!
 //! `--traffic FILE` measurements (CSV `from,to,tuples_per_s`, executors written
 //! `<component>#<index>`) are read by [`parse_traffic`]; a line naming two executors with no
@@ -61,7 +63,7 @@ struct ComponentSpec {
     parallelism: Spanned<u32>,
     cpu: Spanned<f64>,
     #[serde(default)]
-    memory: ByteSize,
+    memory: Option<Spanned<ByteSize>>,
     /// Runtime only (issue 16): a built-in component; read by [`super::stream_code`].
     #[serde(default)]
     #[allow(dead_code)]
@@ -86,6 +88,15 @@ struct StreamSpec {
     rate: Spanned<f64>,
 }
 
+/// Most executors a topology may have, all components together: Storm's largest topologies run
+/// a few thousand; the bound keeps a mistyped parallelism from costing the placer (and the
+/// server) memory for billions of executors.
+pub const MAX_TOPOLOGY_EXECUTORS: u64 = 100_000;
+
+/// Most memory one executor may declare (1 TiB), so that a sum over every executor
+/// (≤ 2⁴⁰ × [`MAX_TOPOLOGY_EXECUTORS`] < 2⁵⁷) never overflows.
+pub const MAX_EXECUTOR_MEMORY: u64 = 1 << 40;
+
 fn shuffle() -> Grouping {
     Grouping::Shuffle
 }
@@ -106,6 +117,7 @@ pub fn parse_topology(origin: &str, text: &str) -> Result<Topology, InputError> 
     }
     let mut index: HashMap<String, usize> = HashMap::new();
     let mut components = Vec::new();
+    let mut executors = 0u64;
     for (i, c) in file.component.iter().enumerate() {
         let field = |f: &str| Some(format!("component[{i}].{f}"));
         let name = c.name.get_ref();
@@ -130,6 +142,29 @@ pub fn parse_topology(origin: &str, text: &str) -> Result<Topology, InputError> 
                 format!("zero parallelism: component `{name}` needs at least 1 executor"),
             ));
         }
+        executors += u64::from(*c.parallelism.get_ref());
+        if executors > MAX_TOPOLOGY_EXECUTORS {
+            return Err(src.error(
+                at(&c.parallelism),
+                field("parallelism"),
+                format!(
+                    "the topology has {executors} executors up to here; at most \
+                     {MAX_TOPOLOGY_EXECUTORS} in all"
+                ),
+            ));
+        }
+        let memory = c.memory.as_ref().map_or(0, |m| m.get_ref().as_u64());
+        if memory > MAX_EXECUTOR_MEMORY {
+            return Err(src.error(
+                c.memory.as_ref().and_then(at),
+                field("memory"),
+                format!(
+                    "{} per executor is over the {} an executor may declare",
+                    ByteSize(memory),
+                    ByteSize(MAX_EXECUTOR_MEMORY)
+                ),
+            ));
+        }
         let cpu = *c.cpu.get_ref();
         if !(cpu.is_finite() && cpu >= 0.0) {
             return Err(src.error(
@@ -143,7 +178,7 @@ pub fn parse_topology(origin: &str, text: &str) -> Result<Topology, InputError> 
             kind: c.kind,
             parallelism: *c.parallelism.get_ref(),
             cpu,
-            memory_bytes: c.memory.as_u64(),
+            memory_bytes: memory,
         });
     }
     if !components.iter().any(|c| c.kind == ComponentKind::Spout) {
@@ -392,6 +427,30 @@ rate = 1000.0
         assert!(
             e.starts_with("t.toml:15:6: stream[0].to: unknown component `splitter`"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn executors_and_their_memory_are_bounded() {
+        let e = err(&WORDCOUNT.replace("parallelism = 4", "parallelism = 4000000000"));
+        assert!(
+            e.starts_with(
+                "t.toml:11:15: component[1].parallelism: the topology has 4000000002 executors \
+                 up to here; at most 100000 in all"
+            ),
+            "{e}"
+        );
+        let e = err(&WORDCOUNT.replace("\"256MiB\"", "\"2PiB\""));
+        assert!(
+            e.starts_with("t.toml:7:10: component[0].memory: 2.0 PiB per executor"),
+            "{e}"
+        );
+        let ok = WORDCOUNT.replace("parallelism = 4", "parallelism = 99998");
+        assert_eq!(
+            parse_topology("t.toml", &ok)
+                .expect("at the bound")
+                .executor_count(),
+            100_000
         );
     }
 

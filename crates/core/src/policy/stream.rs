@@ -47,7 +47,10 @@ pub struct StreamNode {
     pub capacity: f64,
     /// Load already on the node from other work (same unit), which placements add to.
     pub background: f64,
-    /// Memory in bytes.
+    /// Memory in bytes the topology's executors may hold there (what other work holds already
+    /// left out): a hard limit for `one-phase` and `resource-aware`; `even` and
+    /// `two-phase-traffic` ignore it, as Storm's and T-Storm's schedulers do, and
+    /// [`PlacementMetrics::memory_overcommitted_nodes`] counts where that overcommits.
     pub memory_bytes: u64,
     /// Worker-process slots.
     pub slots: u32,
@@ -236,6 +239,9 @@ pub struct PlacementMetrics {
     pub max_node_load: f64,
     /// Nodes loaded above their capacity.
     pub overloaded_nodes: usize,
+    /// Nodes given more executors' declared memory than they have (`StreamNode::memory_bytes`).
+    #[serde(default)]
+    pub memory_overcommitted_nodes: usize,
 }
 
 /// Measures `placement` under the problem's loads and traffic.
@@ -251,6 +257,19 @@ pub fn evaluate(problem: &PlacementProblem<'_>, placement: &Placement) -> Placem
         }
     }
     let loads = placement.node_loads(problem.nodes.len(), &problem.loads);
+    let memory = problem.topology.memory();
+    let mut mem = vec![0u64; problem.nodes.len()];
+    for (e, &n) in placement.node.iter().enumerate() {
+        if let (Some(m), Some(&b)) = (mem.get_mut(n), memory.get(e)) {
+            *m = m.saturating_add(b);
+        }
+    }
+    let memory_overcommitted = problem
+        .nodes
+        .iter()
+        .zip(&mem)
+        .filter(|(node, m)| **m > node.memory_bytes)
+        .count();
     let mut max_load: f64 = 0.0;
     let mut overloaded = 0;
     for (n, node) in problem.nodes.iter().enumerate() {
@@ -281,6 +300,7 @@ pub fn evaluate(problem: &PlacementProblem<'_>, placement: &Placement) -> Placem
         processes_used: procs.len(),
         max_node_load: max_load,
         overloaded_nodes: overloaded,
+        memory_overcommitted_nodes: memory_overcommitted,
     }
 }
 

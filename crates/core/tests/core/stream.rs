@@ -437,8 +437,103 @@ fn build(s: &Shape) -> (Topology, Vec<StreamNode>) {
     )
 }
 
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn one_phase_keeps_two_talking_executors_apart_when_one_node_lacks_the_memory_for_both() {
+    // Two chatty executors of little CPU, 600 MiB each, on two 4-core nodes of 1 GiB: together
+    // they would send nothing between nodes, but no node holds 1.2 GiB.
+    let t = parse_topology(
+        "t.toml",
+        r#"name = "pair"
+[[component]]
+name = "s"
+kind = "spout"
+parallelism = 1
+cpu = 10
+memory = "600MiB"
+[[component]]
+name = "b"
+kind = "bolt"
+parallelism = 1
+cpu = 10
+memory = "600MiB"
+[[stream]]
+from = "s"
+to = "b"
+rate = 5000
+"#,
+    )
+    .expect("parses");
+    let mut nodes = vec![node("n0", 4, 4), node("n1", 4, 4)];
+    for n in &mut nodes {
+        n.memory_bytes = 1024 * MIB;
+    }
+    let problem = PlacementProblem::declared(&t, &nodes);
+    for placer in [OnePhase::default(), OnePhase::exact(1.0)] {
+        let p = placer.place(&problem).expect("places");
+        let m = evaluate(&problem, &p);
+        assert_ne!(p.node[0], p.node[1], "{placer:?}: {p:?}");
+        assert_eq!(m.memory_overcommitted_nodes, 0);
+        assert_eq!(m.inter_node_traffic, 5000.0);
+    }
+    // With the memory for both, they share a node.
+    for n in &mut nodes {
+        n.memory_bytes = 2048 * MIB;
+    }
+    let problem = PlacementProblem::declared(&t, &nodes);
+    let p = OnePhase::default().place(&problem).expect("places");
+    assert_eq!(p.node[0], p.node[1]);
+    // Storm's even scheduler ignores memory, as Storm does; the metrics say where it overcommits.
+    let mut small = nodes.clone();
+    small.truncate(1);
+    small[0].memory_bytes = 1024 * MIB;
+    let problem = PlacementProblem::declared(&t, &small);
+    let even = StreamPlacerKind::Even
+        .build()
+        .place(&problem)
+        .expect("places");
+    assert_eq!(evaluate(&problem, &even).memory_overcommitted_nodes, 1);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 200, rng_seed: RngSeed::Fixed(4), max_global_rejects: 1_000_000, ..ProptestConfig::default() })]
+
+    #[test]
+    /// Declared memory is a hard limit: whenever first-fit-decreasing packs the executors
+    /// within every node's CPU and memory, one-phase's placement (and each self-tuned one after
+    /// it) neither overloads a node nor gives it more memory than it has.
+    fn one_phase_never_overcommits_memory_when_a_packing_fits(
+        s in shape(),
+        per_cpu in 1u64..40,
+        node_mib in prop::collection::vec(64u64..4096, 1..9),
+        refined in any::<bool>(),
+    ) {
+        let (mut t, mut nodes) = build(&s);
+        for c in &mut t.components {
+            // Memory loosely tied to CPU so both dimensions bind in turn.
+            c.memory_bytes = (c.cpu as u64 + 1) * per_cpu * MIB;
+        }
+        for (i, n) in nodes.iter_mut().enumerate() {
+            n.memory_bytes = node_mib[i % node_mib.len()] * MIB;
+        }
+        let problem = PlacementProblem::declared(&t, &nodes);
+        let placer = OnePhase {
+            refine: if refined { Refine::LocalSearch } else { Refine::None },
+            ..OnePhase::default()
+        };
+        let feasible = first_fit_decreasing(&nodes, &problem.loads, &t.memory()).is_some();
+        prop_assume!(feasible);
+        let mut p = placer.place(&problem).unwrap();
+        for round in 0..3 {
+            let m = evaluate(&problem, &p);
+            prop_assert_eq!(m.memory_overcommitted_nodes, 0, "round {}: {:?}", round, m);
+            prop_assert_eq!(m.overloaded_nodes, 0, "round {}: {:?}", round, m);
+            let mut again = problem.clone();
+            again.previous = Some(&p);
+            p = placer.place(&again).unwrap();
+        }
+    }
 
     #[test]
     fn one_phase_keeps_one_process_per_node_and_avoids_avoidable_overload(
@@ -454,7 +549,7 @@ proptest! {
             max_utilisation: if packed { 1.0 } else { 0.9 },
             refine: if refined { Refine::LocalSearch } else { Refine::None },
         };
-        let feasible = first_fit_decreasing(&nodes, &problem.loads).is_some();
+        let feasible = first_fit_decreasing(&nodes, &problem.loads, &problem.topology.memory()).is_some();
         let mut p = placer.place(&problem).unwrap();
         // Self-tuning from the previous placement, a few rounds, keeps the same guarantees.
         for round in 0..4 {

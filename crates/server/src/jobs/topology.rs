@@ -324,8 +324,9 @@ pub struct Topology {
     /// their cores) until the first sync says what really runs.
     unsynced: HashSet<String>,
     /// Cores in use in the view on each node (by batch tasks and every topology's workers), by
-    /// node name, with the node's id, as of the last event ([`Topology::see_view`]).
-    in_use: HashMap<String, (u32, u32)>,
+    /// node name, with the node's id and its memory no task holds, as of the last event
+    /// ([`Topology::see_view`]).
+    in_use: HashMap<String, (u32, u32, u64)>,
     /// Counts changes of where workers run ([`Topology::placements_key`]): syncs held open
     /// (agents running no worker) and the idle controller tick wait on it. Shared with the
     /// kind rebuilt after a rollback, so nothing waiting on it is stranded.
@@ -748,7 +749,7 @@ fn just_cores(n: u32) -> Resources {
 /// minus those `name`'s own workers hold (they move with its placement).
 fn background(
     held: &HashMap<(String, u32), Booked>,
-    in_use: &HashMap<String, (u32, u32)>,
+    in_use: &HashMap<String, (u32, u32, u64)>,
     name: &str,
 ) -> HashMap<String, f64> {
     let mut own: HashMap<u32, u32> = HashMap::new();
@@ -759,7 +760,7 @@ fn background(
     }
     in_use
         .iter()
-        .map(|(n, (id, used))| {
+        .map(|(n, (id, used, _))| {
             let mine = own.get(id).copied().unwrap_or(0);
             (n.clone(), f64::from(used.saturating_sub(mine)) * 100.0)
         })
@@ -796,8 +797,14 @@ fn admitted(
 }
 
 /// The placers' nodes: capacity `cores × 100`, background what the rest of the cluster holds
-/// there ([`background`]).
-fn stream_nodes(nodes: &[(String, u32)], busy: &HashMap<String, f64>) -> Vec<StreamNode> {
+/// there ([`background`]), memory what no task holds there (`in_use`; unlimited for a node the
+/// view has not shown yet). Workers do not hold memory in the view: the limit keeps a placement
+/// from putting more declared executor memory on a node than is free when it is computed.
+fn stream_nodes(
+    nodes: &[(String, u32)],
+    busy: &HashMap<String, f64>,
+    in_use: &HashMap<String, (u32, u32, u64)>,
+) -> Vec<StreamNode> {
     nodes
         .iter()
         .map(|(name, cores)| StreamNode {
@@ -805,7 +812,7 @@ fn stream_nodes(nodes: &[(String, u32)], busy: &HashMap<String, f64>) -> Vec<Str
             rack: 0,
             capacity: f64::from(*cores) * 100.0,
             background: busy.get(name).copied().unwrap_or(0.0),
-            memory_bytes: u64::MAX / 4,
+            memory_bytes: in_use.get(name).map_or(u64::MAX / 4, |u| u.2),
             slots: SLOTS_PER_NODE,
         })
         .collect()
@@ -1033,7 +1040,11 @@ impl Topology {
                 let st = view.nodes().get(id as usize)?;
                 Some((
                     n.spec.name.clone(),
-                    (id, st.node.cores.saturating_sub(st.free.cores)),
+                    (
+                        id,
+                        st.node.cores.saturating_sub(st.free.cores),
+                        st.free.memory_bytes,
+                    ),
                 ))
             })
             .collect();
@@ -1246,7 +1257,7 @@ impl Topology {
         }
         if !open.is_empty() {
             let busy = background(&self.held, &self.in_use, &name);
-            let nodes = stream_nodes(&open, &busy);
+            let nodes = stream_nodes(&open, &busy, &self.in_use);
             let mut problem = PlacementProblem::declared(&run.topo.topology, &nodes);
             problem.workers = run.rec.workers;
             let p = run.placer().place(&problem).map_err(invalid)?;
@@ -1386,7 +1397,7 @@ impl Topology {
             .unwrap_or_default();
         let alive = admitted(self.cfg.alive(inner), &inner.nodes, &requires);
         let busy = background(&self.held, &self.in_use, name);
-        let nodes = stream_nodes(&open_nodes(&alive, &inner.drained), &busy);
+        let nodes = stream_nodes(&open_nodes(&alive, &inner.drained), &busy, &self.in_use);
         let now = self.cfg.core_now();
         let run = inner.runs.get_mut(name).ok_or_else(|| not_found(name))?;
         if run.rec.state != "running" {
@@ -1636,7 +1647,7 @@ impl Topology {
             let busy = background(&self.held, &self.in_use, &run.rec.name);
             // Placements use the nodes not drained; with none of those, a topology stays
             // where it is (on drained nodes) or waits.
-            let nodes = stream_nodes(&open_nodes(&alive, &inner.drained), &busy);
+            let nodes = stream_nodes(&open_nodes(&alive, &inner.drained), &busy, &self.in_use);
             if run.rec.state != "running" || nodes.is_empty() {
                 continue;
             }
@@ -1648,11 +1659,9 @@ impl Topology {
             // Off the open nodes: a node it uses died (lost) or was drained.
             let moved_off = run.rec.placement.is_some() && current.is_none();
             let lost = moved_off
-                && run
-                    .rec
-                    .placement
-                    .as_ref()
-                    .is_some_and(|p| as_placement(p, &stream_nodes(&alive, &busy)).is_none());
+                && run.rec.placement.as_ref().is_some_and(|p| {
+                    as_placement(p, &stream_nodes(&alive, &busy, &self.in_use)).is_none()
+                });
             if run.rec.placement.is_none() || (moved_off && !grace) {
                 let traffic = run.traffic.clone();
                 let mut problem = if traffic.is_empty() {

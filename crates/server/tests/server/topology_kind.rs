@@ -359,6 +359,42 @@ fn the_placer_sees_the_cores_batch_tasks_and_other_topologies_hold() {
 }
 
 #[test]
+fn the_placer_puts_no_more_declared_memory_on_a_node_than_it_has_free() {
+    // Four executors of 400 MiB on two empty 4-core nodes of 1 GiB: their 2 cores fit on one
+    // node, their 1.6 GiB do not, so two go to each node.
+    let dir = scratch("memory");
+    let mut s = two_nodes(&dir, false);
+    let big = TopologySubmission {
+        text: TOPOLOGY.replace("cpu = 50.0", "cpu = 50.0\nmemory = \"400MiB\""),
+        ..submission()
+    };
+    let shown = s.topology_submit(big).expect("submit");
+    assert_eq!(
+        nodes_used(&shown),
+        vec!["a".to_string(), "b".to_string()],
+        "{shown}"
+    );
+    for node in ["a", "b"] {
+        let here = shown["placement"]
+            .as_array()
+            .expect("placement")
+            .iter()
+            .filter(|p| p["node"] == node)
+            .count();
+        assert_eq!(here, 2, "{node}: {shown}");
+    }
+    // Small executors still share one node.
+    let dir = scratch("memory-small");
+    let mut s = two_nodes(&dir, false);
+    let small = TopologySubmission {
+        text: TOPOLOGY.replace("cpu = 50.0", "cpu = 50.0\nmemory = \"200MiB\""),
+        ..submission()
+    };
+    let shown = s.topology_submit(small).expect("submit");
+    assert_eq!(nodes_used(&shown), vec!["a".to_string()], "{shown}");
+}
+
+#[test]
 fn a_topology_status_is_a_typed_message_with_the_keys_of_the_json_document() {
     let dir = scratch("typed");
     let mut s = two_nodes(&dir, false);

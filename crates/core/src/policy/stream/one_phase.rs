@@ -184,6 +184,9 @@ struct Pass<'p, 'a> {
     adj: &'p [Vec<(usize, f64)>],
     config: &'p Configuration,
     load: Vec<f64>,
+    /// Memory of each executor (bytes, declared) and placed on each node so far.
+    memory: Vec<u64>,
+    mem: Vec<u64>,
     node_of: Vec<Option<usize>>,
     /// Per-node traffic of each executor with its *placed* neighbours ([`NodeTraffic`]).
     traffic: NodeTraffic,
@@ -251,21 +254,25 @@ impl<'p, 'a> Pass<'p, 'a> {
             adj,
             config,
             load: vec![0.0; problem.nodes.len()],
+            memory: problem.topology.memory(),
+            mem: vec![0; problem.nodes.len()],
             node_of: vec![None; executors],
             traffic: NodeTraffic::new(config, problem.nodes.len(), executors),
             exceeded: false,
         }
     }
 
-    fn can_carry(&self, n: usize, x: f64) -> bool {
+    /// Whether node `n` can carry `x` more load and `m` more bytes of memory.
+    fn can_carry(&self, n: usize, x: f64, m: u64) -> bool {
         fits(self.config.limit[n], self.load[n] + x)
+            && memory_fits(&self.problem.nodes[n], self.mem[n].saturating_add(m))
     }
 
-    fn least_loaded(&self, x: f64) -> Option<usize> {
+    fn least_loaded(&self, x: f64, m: u64) -> Option<usize> {
         let nodes = self.problem.nodes;
         let mut best: Option<(f64, f64, usize)> = None;
         for &n in &self.config.nodes {
-            if !self.can_carry(n, x) {
+            if !self.can_carry(n, x, m) {
                 continue;
             }
             let r = self.load[n] / nodes[n].available().max(f64::MIN_POSITIVE);
@@ -278,8 +285,8 @@ impl<'p, 'a> Pass<'p, 'a> {
     }
 
     /// `leastLoadedNode(x)`, or the least-overloaded fallback (marking the pass as exceeded).
-    fn least_loaded_or_fallback(&mut self, x: f64) -> usize {
-        match self.least_loaded(x) {
+    fn least_loaded_or_fallback(&mut self, x: f64, m: u64) -> usize {
+        match self.least_loaded(x, m) {
             Some(n) => n,
             None => {
                 self.exceeded = true;
@@ -297,12 +304,14 @@ impl<'p, 'a> Pass<'p, 'a> {
     fn put(&mut self, e: usize, n: usize) {
         self.node_of[e] = Some(n);
         self.load[n] += self.problem.loads[e];
+        self.mem[n] += self.memory[e];
         self.traffic.update(self.adj, e, n, 1.0);
     }
 
     fn lift(&mut self, e: usize) {
         if let Some(n) = self.node_of[e].take() {
             self.load[n] -= self.problem.loads[e];
+            self.mem[n] -= self.memory[e];
             self.traffic.update(self.adj, e, n, -1.0);
         }
     }
@@ -329,7 +338,7 @@ impl<'p, 'a> Pass<'p, 'a> {
         for n in [
             self.node_of[a],
             self.node_of[b],
-            self.least_loaded(la.max(lb)),
+            self.least_loaded(la.max(lb), self.memory[a].max(self.memory[b])),
             *last,
         ]
         .into_iter()
@@ -385,32 +394,39 @@ impl<'p, 'a> Pass<'p, 'a> {
                 // Only when the unplaced executor fits on no node of nodeList: it goes on
                 // leastLoadedNode of its own load (or the fallback); the placed one stays.
                 let u = if self.node_of[a].is_none() { a } else { b };
-                let n = self.least_loaded_or_fallback(loads[u]);
+                let n = self.least_loaded_or_fallback(loads[u], self.memory[u]);
                 self.put(u, n);
                 *last = Some(n);
             }
         }
     }
 
-    /// Whether moving/placing `a` on `n1` and `b` on `n2` keeps every node whose load grows
-    /// within its limit.
+    /// Whether moving/placing `a` on `n1` and `b` on `n2` keeps every node whose load or
+    /// memory grows within its limit.
     fn plan_fits(&self, a: usize, n1: usize, b: usize, n2: usize) -> bool {
         let loads = &self.problem.loads;
+        // (load, memory) node `n` gains under the plan; memory signed.
         let delta = |n: usize| {
-            let mut d = 0.0;
+            let (mut d, mut m) = (0.0, 0i128);
             for (e, to) in [(a, n1), (b, n2)] {
                 if to == n {
                     d += loads[e];
+                    m += i128::from(self.memory[e]);
                 }
                 if self.node_of[e] == Some(n) {
                     d -= loads[e];
+                    m -= i128::from(self.memory[e]);
                 }
             }
-            d
+            (d, m)
         };
-        [n1, n2]
-            .into_iter()
-            .all(|n| delta(n) <= 0.0 || self.can_carry(n, delta(n)))
+        [n1, n2].into_iter().all(|n| {
+            let (d, m) = delta(n);
+            let grows = u64::try_from(m.max(0)).unwrap_or(u64::MAX);
+            (d <= 0.0 || fits(self.config.limit[n], self.load[n] + d))
+                && (grows == 0
+                    || memory_fits(&self.problem.nodes[n], self.mem[n].saturating_add(grows)))
+        })
     }
 
     fn run(mut self, pairs: &[(usize, usize, f64)]) -> (Vec<usize>, Vec<f64>, bool) {
@@ -418,22 +434,23 @@ impl<'p, 'a> Pass<'p, 'a> {
         let mut last: Option<usize> = None;
         for &(a, b, t) in pairs {
             let (la, lb) = (loads[a], loads[b]);
+            let (ma, mb) = (self.memory[a], self.memory[b]);
             match (self.node_of[a], self.node_of[b]) {
                 (None, None) => match last {
-                    Some(u) if self.can_carry(u, la + lb) => {
+                    Some(u) if self.can_carry(u, la + lb, ma.saturating_add(mb)) => {
                         self.put(a, u);
                         self.put(b, u);
                     }
                     _ => {
-                        if let Some(n) = self.least_loaded(la + lb) {
+                        if let Some(n) = self.least_loaded(la + lb, ma.saturating_add(mb)) {
                             self.put(a, n);
                             self.put(b, n);
                             last = Some(n);
                         } else {
                             for e in [a, b] {
                                 let n = match last {
-                                    Some(u) if self.can_carry(u, loads[e]) => u,
-                                    _ => self.least_loaded_or_fallback(loads[e]),
+                                    Some(u) if self.can_carry(u, loads[e], self.memory[e]) => u,
+                                    _ => self.least_loaded_or_fallback(loads[e], self.memory[e]),
                                 };
                                 self.put(e, n);
                                 if e == b {
@@ -448,7 +465,7 @@ impl<'p, 'a> Pass<'p, 'a> {
         }
         for (e, &load) in loads.iter().enumerate() {
             if self.node_of[e].is_none() {
-                let n = self.least_loaded_or_fallback(load);
+                let n = self.least_loaded_or_fallback(load, self.memory[e]);
                 self.put(e, n);
             }
         }
@@ -460,6 +477,12 @@ impl<'p, 'a> Pass<'p, 'a> {
 /// Whether a node with limit `limit` may carry `load` (with [`LOAD_EPSILON`] slack).
 fn fits(limit: f64, load: f64) -> bool {
     load <= limit + LOAD_EPSILON * limit.max(1.0)
+}
+
+/// Whether `node` holds `bytes` of executors' declared memory: a hard limit, never raised by
+/// the self-tuning (a node short of memory fails its executors, a busy CPU only slows them).
+fn memory_fits(node: &StreamNode, bytes: u64) -> bool {
+    bytes <= node.memory_bytes
 }
 
 /// The refinement after best-schedule (hetsched's addition, see the module docs): a
@@ -474,16 +497,19 @@ fn refine(
 ) {
     let nodes = problem.nodes;
     let loads = &problem.loads;
+    let memory = problem.topology.memory();
     let executors = placed.len();
     if config.nodes.len() < 2 || executors < 2 {
         return;
     }
     let mut traffic = NodeTraffic::new(config, nodes.len(), executors);
     let mut load = vec![0.0; nodes.len()];
+    let mut mem = vec![0u64; nodes.len()];
     let mut members: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
     for (e, &n) in placed.iter().enumerate() {
         traffic.update(adj, e, n, 1.0);
         load[n] += loads[e];
+        mem[n] += memory[e];
         members[n].push(e);
     }
     let total: f64 = traffic.placed.iter().sum::<f64>() / 2.0;
@@ -500,12 +526,15 @@ fn refine(
                    placed: &mut [usize],
                    traffic: &mut NodeTraffic,
                    load: &mut [f64],
+                   mem: &mut [u64],
                    members: &mut [Vec<usize>]| {
         let from = placed[e];
         traffic.update(adj, e, from, -1.0);
         traffic.update(adj, e, to, 1.0);
         load[from] -= loads[e];
         load[to] += loads[e];
+        mem[from] -= memory[e];
+        mem[to] += memory[e];
         if let Some(i) = members[from].iter().position(|&x| x == e) {
             members[from].remove(i);
         }
@@ -521,7 +550,10 @@ fn refine(
             let here = traffic.on(e, from);
             let mut best: Option<(f64, usize)> = None;
             for &n in &config.nodes {
-                if n == from || !fits(config.limit[n], load[n] + loads[e]) {
+                if n == from
+                    || !fits(config.limit[n], load[n] + loads[e])
+                    || !memory_fits(&nodes[n], mem[n] + memory[e])
+                {
                     continue;
                 }
                 let gain = traffic.on(e, n) - here;
@@ -530,7 +562,15 @@ fn refine(
                 }
             }
             if let Some((_, to)) = best {
-                move_to(e, to, placed, &mut traffic, &mut load, &mut members);
+                move_to(
+                    e,
+                    to,
+                    placed,
+                    &mut traffic,
+                    &mut load,
+                    &mut mem,
+                    &mut members,
+                );
                 improved = true;
             }
         }
@@ -552,8 +592,11 @@ fn refine(
                 }
                 for &b in &members[n] {
                     let (la, lb) = (loads[a], loads[b]);
+                    let (ma, mb) = (memory[a], memory[b]);
                     if (lb > la && !fits(config.limit[from], load[from] - la + lb))
                         || (la > lb && !fits(config.limit[n], load[n] - lb + la))
+                        || (mb > ma && !memory_fits(&nodes[from], mem[from] - ma + mb))
+                        || (ma > mb && !memory_fits(&nodes[n], mem[n] - mb + ma))
                     {
                         continue;
                     }
@@ -567,8 +610,24 @@ fn refine(
             }
             if let Some((_, b)) = best {
                 let (na, nb) = (placed[a], placed[b]);
-                move_to(a, nb, placed, &mut traffic, &mut load, &mut members);
-                move_to(b, na, placed, &mut traffic, &mut load, &mut members);
+                move_to(
+                    a,
+                    nb,
+                    placed,
+                    &mut traffic,
+                    &mut load,
+                    &mut mem,
+                    &mut members,
+                );
+                move_to(
+                    b,
+                    na,
+                    placed,
+                    &mut traffic,
+                    &mut load,
+                    &mut mem,
+                    &mut members,
+                );
                 improved = true;
             }
         }
@@ -588,14 +647,17 @@ fn round_robin_start(problem: &PlacementProblem<'_>, config: &Configuration) -> 
     let placed: Vec<usize> = (0..problem.loads.len())
         .map(|e| config.nodes[e % m])
         .collect();
+    let memory = problem.topology.memory();
     let mut load = vec![0.0; problem.nodes.len()];
+    let mut mem = vec![0u64; problem.nodes.len()];
     for (e, &n) in placed.iter().enumerate() {
         load[n] += problem.loads[e];
+        mem[n] += memory[e];
     }
     config
         .nodes
         .iter()
-        .all(|&n| fits(config.limit[n], load[n]))
+        .all(|&n| fits(config.limit[n], load[n]) && memory_fits(&problem.nodes[n], mem[n]))
         .then_some(placed)
 }
 
@@ -736,20 +798,24 @@ impl OnePhase {
     fn repair(&self, problem: &PlacementProblem<'_>, mut placed: Vec<usize>) -> Vec<usize> {
         let nodes = problem.nodes;
         let loads = &problem.loads;
-        let over = |load: &[f64], n: usize| {
+        let memory = problem.topology.memory();
+        let over = |load: &[f64], mem: &[u64], n: usize| {
             load[n] > nodes[n].available() + LOAD_EPSILON * nodes[n].capacity.max(1.0)
+                || !memory_fits(&nodes[n], mem[n])
         };
         let mut load = vec![0.0; nodes.len()];
+        let mut mem = vec![0u64; nodes.len()];
         for (e, &n) in placed.iter().enumerate() {
             load[n] += loads[e];
+            mem[n] += memory[e];
         }
-        if !(0..nodes.len()).any(|n| over(&load, n)) {
+        if !(0..nodes.len()).any(|n| over(&load, &mem, n)) {
             return placed;
         }
         let adj = problem.adjacency();
         let usable: Vec<usize> = (0..nodes.len()).filter(|&n| nodes[n].slots > 0).collect();
         for n in 0..nodes.len() {
-            while over(&load, n) {
+            while over(&load, &mem, n) {
                 let mut best: Option<(f64, usize, usize)> = None;
                 for e in (0..placed.len()).filter(|&e| placed[e] == n) {
                     let before: f64 = adj[e]
@@ -761,6 +827,7 @@ impl OnePhase {
                         if m == n
                             || load[m] + loads[e]
                                 > nodes[m].available() + LOAD_EPSILON * nodes[m].capacity
+                            || !memory_fits(&nodes[m], mem[m] + memory[e])
                         {
                             continue;
                         }
@@ -779,31 +846,42 @@ impl OnePhase {
                 placed[e] = m;
                 load[n] -= loads[e];
                 load[m] += loads[e];
+                mem[n] -= memory[e];
+                mem[m] += memory[e];
             }
         }
-        if !(0..nodes.len()).any(|n| over(&load, n)) {
+        if !(0..nodes.len()).any(|n| over(&load, &mem, n)) {
             return placed;
         }
-        match first_fit_decreasing(nodes, loads) {
+        match first_fit_decreasing(nodes, loads, &memory) {
             Some(ffd) => ffd,
             None => placed,
         }
     }
 }
 
-/// First-fit decreasing of `loads` onto the nodes' available CPU (nodes with a slot, in index
-/// order); `None` when some executor fits nowhere.
-pub fn first_fit_decreasing(nodes: &[StreamNode], loads: &[f64]) -> Option<Vec<usize>> {
+/// First-fit decreasing of `loads` (with each executor's `memory`, bytes) onto the nodes'
+/// available CPU and memory (nodes with a slot, in index order); `None` when some executor fits
+/// nowhere.
+pub fn first_fit_decreasing(
+    nodes: &[StreamNode],
+    loads: &[f64],
+    memory: &[u64],
+) -> Option<Vec<usize>> {
     let mut order: Vec<usize> = (0..loads.len()).collect();
     order.sort_by(|&a, &b| loads[b].total_cmp(&loads[a]).then(a.cmp(&b)));
     let mut load = vec![0.0; nodes.len()];
+    let mut mem = vec![0u64; nodes.len()];
     let mut placed = vec![0; loads.len()];
     for e in order {
+        let bytes = memory.get(e).copied().unwrap_or(0);
         let n = (0..nodes.len()).find(|&n| {
             nodes[n].slots > 0
                 && load[n] + loads[e] <= nodes[n].available() + LOAD_EPSILON * nodes[n].capacity
+                && memory_fits(&nodes[n], mem[n] + bytes)
         })?;
         load[n] += loads[e];
+        mem[n] += bytes;
         placed[e] = n;
     }
     Some(placed)
