@@ -35,6 +35,7 @@ pub mod launch;
 pub mod ledger;
 pub mod logs;
 pub mod outside;
+pub mod probe;
 pub mod run_as;
 pub mod shutdown;
 pub mod stream_workers;
@@ -970,6 +971,25 @@ pub async fn run(
                 }
             }
             Err(s) => {
+                // `http://` to a server that speaks TLS: the same final diagnosis as the client
+                // commands give, not retries that can never succeed.
+                if first_failure.is_none()
+                    && !matches!(
+                        s.code(),
+                        tonic::Code::Unauthenticated
+                            | tonic::Code::PermissionDenied
+                            | tonic::Code::AlreadyExists
+                            | tonic::Code::InvalidArgument
+                    )
+                    && probe::speaks_tls(&opts.server).await
+                {
+                    return Err(AgentError::Config(format!(
+                        "the server at {} speaks TLS: use an https:// URL with --ca ({}: {})",
+                        opts.server,
+                        s.code(),
+                        s.message()
+                    )));
+                }
                 match s.code() {
                     tonic::Code::Unauthenticated => {
                         return Err(AgentError::Unauthenticated(s.message().to_string()));

@@ -115,32 +115,7 @@ fn retryable(s: &tonic::Status) -> bool {
     )
 }
 
-/// Whether the server at `url` (an `http://` URL) answers plain HTTP/2 like a TLS server: a TLS
-/// alert, or the connection closed without a word, where a plain gRPC server answers the HTTP/2
-/// preface with a SETTINGS frame. Used to tell "wrong scheme" (final) from a lost answer (retried).
-async fn speaks_tls(url: &str) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Some(authority) = url.strip_prefix("http://") else {
-        return false;
-    };
-    let authority = authority.split('/').next().unwrap_or(authority);
-    let probe = async {
-        let mut s = tokio::net::TcpStream::connect(authority).await.ok()?;
-        s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
-            .await
-            .ok()?;
-        let mut first = [0u8; 1];
-        match s.read(&mut first).await {
-            Ok(0) => Some(true),
-            Ok(_) => Some(first[0] == 0x15 || first[0] == 0x16),
-            Err(_) => Some(true),
-        }
-    };
-    matches!(
-        tokio::time::timeout(Duration::from_secs(2), probe).await,
-        Ok(Some(true))
-    )
-}
+use hetsched_agent::probe::speaks_tls;
 
 /// Submits with `key`, retrying on transport errors and `Unavailable` (bounded, with backoff):
 /// the key makes a repeated submission return the job the first one stored.

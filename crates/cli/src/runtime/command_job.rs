@@ -174,6 +174,17 @@ pub fn build(
             command.len()
         );
     }
+    // `-- 'sleep 3; echo done'` names a program called `sleep 3; echo done`, which no agent
+    // can start (and whose words would name the job for every user to read).
+    if !args.shell
+        && program.chars().any(char::is_whitespace)
+        && !std::path::Path::new(program).exists()
+    {
+        bail!(
+            "the program `{program}` holds spaces: give its words apart (`-- sleep 3`), or run \
+             the line through a shell with --shell (`--shell -- 'sleep 3; echo done'`)"
+        );
+    }
     if args.kind.is_some() && args.gpus.is_none_or(|g| g == 0) {
         bail!("--kind names the kind of GPU a task needs: give --gpus too");
     }
@@ -504,6 +515,30 @@ mod tests {
             ])))
         );
         assert!(a.gpu.is_none());
+    }
+
+    #[test]
+    fn a_quoted_command_line_without_shell_is_refused_and_says_how() {
+        let e = build(
+            &CommandJobArgs::default(),
+            &words(&["sleep 3; echo done {index}"]),
+            None,
+        )
+        .expect_err("no such program")
+        .to_string();
+        assert!(
+            e.starts_with("the program `sleep 3; echo done {index}` holds spaces")
+                && e.contains("--shell"),
+            "{e}"
+        );
+        let shell = CommandJobArgs {
+            shell: true,
+            ..CommandJobArgs::default()
+        };
+        let job =
+            build(&shell, &words(&["sleep 3; echo done {index}"]), None).expect("a shell line");
+        let w = parse_workload(ORIGIN, &job.text).expect("parses");
+        assert_eq!(w.name.as_deref(), Some("sleep"));
     }
 
     #[test]

@@ -1217,6 +1217,39 @@ fn agents_and_clients_speak_tls_when_the_server_has_a_certificate() {
         started.elapsed() < Duration::from_secs(3),
         "no retries with backoff"
     );
+    // An agent given `http://` gets the same diagnosis and stops, instead of retrying for ever.
+    let mut agent = Command::new(BIN)
+        .args(["agent", "--server", &format!("http://{}", c.listen)])
+        .args(["--name", "plain", "--cores", "1", "--token-file"])
+        .arg(c.data().join("agent-token"))
+        .arg("--work-dir")
+        .arg(c.dir.join("agent-plain"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn agent");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = agent.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = agent.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut agent.stderr.take().expect("stderr"), &mut err)
+        .expect("stderr");
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "the agent kept retrying: {err}"
+    );
+    assert!(
+        err.contains("speaks TLS: use an https:// URL with --ca"),
+        "{err}"
+    );
 }
 
 #[test]

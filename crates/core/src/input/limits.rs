@@ -28,6 +28,10 @@ pub const MAX_ENV_BYTES: usize = 64 << 10;
 pub const MAX_ENV_VARS: usize = 1024;
 /// Longest application name, in bytes.
 pub const MAX_APP_NAME: usize = 128;
+/// Most applications one job may have, and tasks one workflow: the scheduler keeps counters per
+/// application and ranks them at every dispatch, so 20,000 one-task applications dispatch ~17×
+/// slower than one application of 20,000 tasks, for every job on the cluster.
+pub const MAX_APPLICATIONS: usize = 1000;
 
 fn command_size(c: &Command) -> (usize, usize) {
     match c {
@@ -88,6 +92,17 @@ fn check_file_size(src: &super::Source<'_>, what: &str, text: &str) -> Result<()
 pub fn check(w: &Workload) -> Result<(), InputError> {
     let src = super::Source::new(&w.origin, &w.text);
     check_file_size(&src, "job", &w.text)?;
+    if let Some(a) = w.applications.get(MAX_APPLICATIONS) {
+        return Err(src.error(
+            Some(a.name.span().start),
+            Some(format!("application[{MAX_APPLICATIONS}]")),
+            format!(
+                "the job has {} applications; at most {MAX_APPLICATIONS} (give an application \
+                 more `tasks`, `entries` or `indices` instead)",
+                w.applications.len()
+            ),
+        ));
+    }
     for (i, a) in w.applications.iter().enumerate() {
         if let Some(problem) = app_name_problem(a.name.get_ref()) {
             return Err(src.error(
@@ -159,6 +174,18 @@ pub fn check(w: &Workload) -> Result<(), InputError> {
             let prefix = format!("application[{i}].{variant}");
             check_command_env(&src, &prefix, command, env, at)?;
         }
+        // The device kind is matched against nodes' device kinds and shown in every listing:
+        // the rule `update --gpu-kind` applies.
+        if let Some(g) = &a.gpu
+            && let Some(kind) = &g.get_ref().kind
+            && let Err(problem) = crate::model::cluster::check_attribute(kind)
+        {
+            return Err(src.error(
+                Some(g.span().start),
+                Some(format!("application[{i}].gpu.kind")),
+                problem,
+            ));
+        }
     }
     Ok(())
 }
@@ -172,6 +199,17 @@ pub const MAX_WORKFLOW_INSTANCES: u64 = 1_000_000;
 pub fn check_workflow(w: &ParsedWorkflow) -> Result<(), InputError> {
     let src = super::Source::new(&w.origin, &w.text);
     check_file_size(&src, "workflow", &w.text)?;
+    if let Some(t) = w.specs.get(MAX_APPLICATIONS) {
+        return Err(src.error(
+            at(&t.name),
+            Some(format!("task[{MAX_APPLICATIONS}]")),
+            format!(
+                "the workflow has {} tasks; at most {MAX_APPLICATIONS} (give a task more \
+                 `instances` instead)",
+                w.specs.len()
+            ),
+        ));
+    }
     let total = w.workflow.total_instances();
     if total > MAX_WORKFLOW_INSTANCES {
         // Point at the task whose instances carry the count over the bound.
@@ -346,6 +384,51 @@ mod tests {
         )
         .expect("parses");
         check_workflow(&w).expect_err("over a limit").to_string()
+    }
+
+    #[test]
+    fn applications_per_job_and_tasks_per_workflow_are_bounded() {
+        let apps = |n: usize| {
+            (0..n)
+                .map(|i| format!("[[application]]\nname = \"a{i}\"\ntasks = 1\n[application.cpu]\ncommand = \"true\"\n"))
+                .collect::<String>()
+        };
+        check(&parse_workload("job.toml", &apps(MAX_APPLICATIONS)).expect("parses"))
+            .expect("at the bound");
+        let e = err(&apps(MAX_APPLICATIONS + 1));
+        assert!(
+            e.starts_with(
+                "job.toml:5002:8: application[1000]: the job has 1001 applications; at most 1000"
+            ),
+            "{e}"
+        );
+        let tasks = (1..=MAX_APPLICATIONS)
+            .map(|i| format!("[[task]]\nname = \"t{i}\"\ninstances = 1\ncommand = \"true\"\n"))
+            .collect::<String>();
+        let e = workflow_err(&format!("instances = 1\ncommand = \"true\"\n{tasks}"));
+        assert!(
+            e.contains("task[1000]: the workflow has 1001 tasks; at most 1000"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_gpu_kind_is_bounded_as_an_attribute_is() {
+        let job = |kind: &str| {
+            format!(
+                "[[application]]\nname = \"a\"\ntasks = 1\n[application.gpu]\n\
+                 command = \"true\"\ngpus = 1\nkind = \"{kind}\"\n"
+            )
+        };
+        let w = parse_workload("job.toml", &job("a100")).expect("parses");
+        check(&w).expect("a short kind");
+        let e = err(&job(&"k".repeat(1_000_000)));
+        assert!(
+            e.starts_with("job.toml:4:1: application[0].gpu.kind: attribute `kkkkkkkkkkkkkkkk…` is longer than 64 bytes"),
+            "{}",
+            &e[..e.len().min(200)]
+        );
+        assert!(err(&job("a 100")).contains("whitespace"));
     }
 
     #[test]

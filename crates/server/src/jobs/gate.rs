@@ -33,10 +33,16 @@ pub fn check_begin(begin_ms: u64, now_ns: u64) -> Result<(), StateError> {
     Ok(())
 }
 
-/// A time in ms since the Unix epoch as RFC 3339 UTC, to the second.
+/// Latest time RFC 3339 can write (9999-12-31T23:59:59Z), in ms since the Unix epoch.
+const RFC3339_LAST_MS: u64 = 253_402_300_799_999;
+
+/// A time in ms since the Unix epoch as RFC 3339 UTC, to the second; a time past year 9999 (a
+/// client may send any `begin_ms`) as the number itself, since formatting it would panic.
 pub fn rfc3339(ms: u64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
-    humantime::format_rfc3339_seconds(t).to_string()
+    match std::time::UNIX_EPOCH.checked_add(std::time::Duration::from_millis(ms)) {
+        Some(t) if ms <= RFC3339_LAST_MS => humantime::format_rfc3339_seconds(t).to_string(),
+        _ => format!("{ms} ms after the Unix epoch (past year 9999)"),
+    }
 }
 
 /// The state's name of an ended job's end (`failed`, `cancelled`).

@@ -684,7 +684,12 @@ impl State {
         }
         let was = &self.nodes.recs[id as usize];
         let note = drain.then(|| crate::store::DrainNote {
-            reason: reason.to_string(),
+            // Draining a drained node again without a reason keeps the operator's note.
+            reason: if was.drained && reason.is_empty() {
+                was.drain_note.reason.clone()
+            } else {
+                reason.to_string()
+            },
             since_ms: if was.drained {
                 was.drain_note.since_ms
             } else {

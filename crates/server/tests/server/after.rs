@@ -495,6 +495,18 @@ fn update_begin_defers_the_pending_tasks_and_now_releases_them_but_not_a_hold() 
     );
     let e = submit_begin(&mut s, 1, &[], now_ms() + 400 * 86_400_000).expect_err("too far");
     assert!(e.contains("more than a year ahead"), "{e}");
+    // A client may send any u64: past year 9999 it is refused as well, and the state (whose
+    // lock a panic would poison) goes on serving.
+    for far in [1u64 << 62, u64::MAX] {
+        let e = submit_begin(&mut s, 1, &[], far).expect_err("too far");
+        assert!(
+            e.contains("past year 9999") && e.contains("more than a year ahead"),
+            "{e}"
+        );
+        let e = update_begin(&mut s, job, far).expect_err("too far");
+        assert!(e.contains("more than a year ahead"), "{e}");
+    }
+    assert!(s.job(job).is_ok(), "the state still answers");
     let done = submit(&mut s, 1, &[]).expect("submit");
     s.on_cancel(done).expect("cancel");
     let e = update_begin(&mut s, done, now_ms()).expect_err("ended");

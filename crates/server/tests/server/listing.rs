@@ -474,7 +474,8 @@ fn a_filtered_page_of_one_job_is_its_first_matching_rows_from_the_cursor() {
 }
 
 /// `hetsched node drain NAME --reason TEXT` (Slurm's `Reason=`): the listing shows why and since
-/// when; a drain again takes the new reason and keeps its time; a restart keeps both; a resume
+/// when; a drain again takes the new reason (or, given none, keeps the old) and keeps its time;
+/// a restart keeps both; a resume
 /// clears them. A reason too long, with a control character, or given to a resume is refused.
 #[test]
 fn a_drains_reason_and_time_are_listed_kept_across_a_restart_and_cleared_by_a_resume() {
@@ -498,6 +499,9 @@ fn a_drains_reason_and_time_are_listed_kept_across_a_restart_and_cleared_by_a_re
         std::thread::sleep(Duration::from_millis(5));
         s.drain_node("n", true, "  fan replaced, testing ")
             .expect("drained again");
+        assert_eq!(note(&s), (true, "fan replaced, testing".into(), since));
+        // A drain again without a reason keeps the note.
+        s.drain_node("n", true, "").expect("drained again");
         assert_eq!(note(&s), (true, "fan replaced, testing".into(), since));
         for (reason, says) in [
             (
