@@ -122,6 +122,22 @@ impl Backoff {
         done.into_iter().map(|(app, _)| app).collect()
     }
 
+    /// Forgets application `app` (its job was purged): its counts and back-offs. Returns the
+    /// nodes it was backed off on, whose stored back-offs the caller deletes.
+    pub fn forget_app(&mut self, app: u32) -> Vec<u32> {
+        self.consecutive.retain(|(a, _), _| *a != app);
+        let nodes: Vec<u32> = self
+            .active
+            .keys()
+            .filter(|(a, _)| *a == app)
+            .map(|(_, n)| *n)
+            .collect();
+        for &n in &nodes {
+            self.active.remove(&(app, n));
+        }
+        nodes
+    }
+
     /// Active back-offs of `node`: (application, entry).
     pub fn of_node(&self, node: u32) -> impl Iterator<Item = (u32, Entry)> + '_ {
         self.active
@@ -159,6 +175,18 @@ mod tests {
         // … a success clears the count.
         b.result(1, 0, false, true, t0);
         assert_eq!(b.result(1, 0, true, false, t0), Change::None);
+        // A purged job's application is forgotten, counts and back-offs alike.
+        b.result(2, 3, true, false, t0);
+        b.result(2, 3, true, false, t0);
+        assert_eq!(b.result(2, 3, true, false, t0), Change::BackedOff);
+        b.result(2, 4, true, false, t0);
+        assert_eq!(b.forget_app(2), vec![3]);
+        assert_eq!(b.of_node(3).count(), 0);
+        assert_eq!(
+            b.result(2, 4, true, false, t0),
+            Change::None,
+            "the count on node 4 went too"
+        );
         // limit 0: never.
         let mut off = Backoff::new(0, Duration::from_secs(1));
         for _ in 0..10 {

@@ -460,10 +460,10 @@ pub async fn jobs(
         let jobs: Vec<_> = reply.jobs.iter().map(super::human::job_json).collect();
         return json(&jobs);
     }
-    // Why pending tasks wait, where the state does not say it already (held, waiting): a column
-    // only when some job has such a reason.
+    // Why pending tasks wait, where the state does not say it already (held; `waiting` does not
+    // say for which job, so its reason shows): a column only when some job has such a reason.
     let reason = |j: &pb::JobInfo| {
-        if j.held || j.waiting {
+        if j.held {
             String::new()
         } else {
             j.pending_reason.clone()

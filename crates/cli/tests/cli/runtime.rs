@@ -2328,6 +2328,12 @@ fn a_job_submitted_after_another_starts_when_it_completes_and_is_cancelled_if_it
         "{shown}"
     );
     assert_eq!(c.json(&["job", "2"])["waiting"], true);
+    // The listing's state says `waiting`; the reason names the job it waits for.
+    let listed = c.ok(&["jobs"]);
+    assert!(
+        listed.contains("pending because") && listed.contains("waiting for job 1"),
+        "{listed}"
+    );
     c.ok(&["wait", "2"]);
     for i in 0..2 {
         let text = std::fs::read_to_string(c.dir.join(format!("second-{i}.txt"))).expect("read");

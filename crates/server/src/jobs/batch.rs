@@ -604,8 +604,9 @@ impl Batch {
     fn restore_backoffs(&mut self, cx: &mut Ctx) -> Result<(), StateError> {
         let now = Instant::now();
         for (app, node, until) in cx.store.backoffs()? {
-            let known =
-                (app as usize) < self.apps.len() && cx.nodes.iter().nth(node as usize).is_some();
+            // A purged job's application is retired: nothing to keep off the node.
+            let known = self.apps.get(app as usize).is_some()
+                && cx.nodes.iter().nth(node as usize).is_some();
             if until <= cx.now || !known {
                 // Ended while the server was down (or names nothing): forget it.
                 if let Err(e) = cx.store.put_backoff(app, node, None) {

@@ -146,6 +146,20 @@ fn an_application_backed_off_on_every_node_that_can_run_it_says_so() {
         reason(&s, job),
         "`missing` is backed off on every node that can run it (its tasks failed to start there)"
     );
+    // Once the job is purged, the node no longer lists a back-off of its (nameless) application,
+    // and a restart does not bring one back.
+    let backed_off = |s: &State| s.nodes(false).nodes[0].backed_off.len();
+    assert_eq!(backed_off(&s), 1);
+    s.on_cancel(job).expect("cancel");
+    s.on_purge(&hetsched_server::state::types::PurgeSelection {
+        job_ids: vec![job],
+        ..Default::default()
+    })
+    .expect("purge");
+    assert_eq!(backed_off(&s), 0);
+    drop(s);
+    let s = open(&dir);
+    assert_eq!(backed_off(&s), 0, "nothing restored");
 }
 
 /// With an `[[allocation]]` queue whose agents offer `bigmem`, a job requiring it is accepted

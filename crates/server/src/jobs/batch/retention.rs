@@ -585,6 +585,15 @@ impl Batch {
                 match cx.view.retire_application(AppId(a)) {
                     Ok(()) => {
                         self.apps.retire(a as usize);
+                        // Its back-offs would list a nameless application on their nodes.
+                        for node in self.backoff.forget_app(a) {
+                            if let Err(e) = cx.store.put_backoff(a, node, None) {
+                                warn!(
+                                    app = a,
+                                    node, "a purged job's back-off was not deleted: {e}"
+                                );
+                            }
+                        }
                     }
                     Err(e) => {
                         whole = true;
