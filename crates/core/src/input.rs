@@ -71,9 +71,15 @@ impl<'a> Source<'a> {
         Self { origin, text }
     }
 
-    /// 1-based (line, column) of byte `offset`.
+    /// 1-based (line, column) of byte `offset`. An offset past the end, or inside a character,
+    /// counts as the start of that character (or the end of the text): a parser's slip in
+    /// locating an error must never turn the error into a panic.
     pub fn line_col(&self, offset: usize) -> (usize, usize) {
-        let before = &self.text[..offset.min(self.text.len())];
+        let mut end = offset.min(self.text.len());
+        while !self.text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let before = &self.text[..end];
         let line = before.matches('\n').count() + 1;
         let line_start = before.rfind('\n').map_or(0, |i| i + 1);
         (line, before[line_start..].chars().count() + 1)

@@ -69,14 +69,19 @@ pub fn parse_binding_events(origin: &str, text: &str) -> Result<Vec<BindingLine>
         let line_start = offset;
         offset += raw.len() + 1;
         let content = raw.split('#').next().unwrap_or("");
-        // Fields with their byte offsets, for the column of an error.
+        // Fields with their byte offsets, for the column of an error. The offsets come from the
+        // characters themselves: a separator such as U+00A0 is more than one byte.
         let mut fields = Vec::new();
-        let mut pos = 0;
-        for part in content.split(|c: char| c.is_whitespace()) {
-            if !part.is_empty() {
-                fields.push((line_start + pos, part));
+        let mut word = None;
+        for (pos, c) in content.char_indices().chain([(content.len(), ' ')]) {
+            match (c.is_whitespace(), word) {
+                (false, None) => word = Some(pos),
+                (true, Some(from)) => {
+                    fields.push((line_start + from, &content[from..pos]));
+                    word = None;
+                }
+                _ => {}
             }
-            pos += part.len() + 1;
         }
         let Some(&(verb_at, verb)) = fields.first() else {
             continue;

@@ -4,6 +4,7 @@ mod accelerator_field;
 mod binding;
 mod input;
 mod input_fuzz;
+mod input_hardening;
 mod multi_node;
 mod pcddb_clusters;
 mod pcddb_figure3;
