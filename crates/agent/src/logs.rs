@@ -156,13 +156,30 @@ impl AgentLogs for LogService {
             let (path, owner) = match redirected_owned(&path) {
                 Ok(Some(p)) => p,
                 Ok(None) => (path, crate::workdir::euid()),
-                Err(e) => return Err(Status::internal(format!("{}: {e}", path.display()))),
+                Err(e) => return Err(file_error(&path.display().to_string(), &e)),
             };
             page_reply(owner, &path, r.offset, r.limit)
         })
         .await
         .map_err(|e| Status::internal(e.to_string()))?
         .map(Response::new)
+    }
+}
+
+/// Why the output file `shown` cannot be read, as a status whose code says the agent answered
+/// (the server passes such a refusal on as it is, without a hint about the network): a file the
+/// task's owner may not read, or a symbolic link (never followed) is refused as such.
+fn file_error(shown: &str, e: &std::io::Error) -> Status {
+    if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) {
+        Status::failed_precondition(format!(
+            "{shown} is a symbolic link: task output is not read through links"
+        ))
+    } else if e.kind() == std::io::ErrorKind::PermissionDenied {
+        Status::permission_denied(format!(
+            "{shown}: {e} (read as the account that ran the task)"
+        ))
+    } else {
+        Status::internal(format!("{shown}: {e}"))
     }
 }
 
@@ -175,8 +192,8 @@ fn page_reply(
     limit: u32,
 ) -> Result<pb::ReadLogReply, Status> {
     let shown = path.display().to_string();
-    let (data, offset, size, exists) = read_page_as(owner, path, offset, limit)
-        .map_err(|e| Status::internal(format!("{shown}: {e}")))?;
+    let (data, offset, size, exists) =
+        read_page_as(owner, path, offset, limit).map_err(|e| file_error(&shown, &e))?;
     Ok(pb::ReadLogReply {
         data,
         offset,
@@ -381,6 +398,26 @@ mod tests {
         other.worker = 1;
         let e = service.worker_log(other).await.expect_err("no such worker");
         assert!(e.message().contains("does not run here"), "{}", e.message());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A link in place of an output file is refused as such, with a code that says the agent
+    /// answered (the server adds no network hint to it).
+    #[test]
+    fn an_output_file_replaced_by_a_link_is_refused_as_a_link() {
+        let dir = std::env::temp_dir().join(format!("hetsched-logs-link-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("victim"), "secret\n").expect("victim");
+        let link = dir.join("out.txt");
+        std::os::unix::fs::symlink(dir.join("victim"), &link).expect("link");
+        let e = page_reply(crate::workdir::euid(), &link, 0, 100).expect_err("a link");
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{}", e.message());
+        assert!(
+            e.message().contains("is a symbolic link"),
+            "{}",
+            e.message()
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

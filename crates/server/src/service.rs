@@ -1225,7 +1225,10 @@ impl tonic::service::Interceptor for CheckToken {
             Some((Role::Agent, _)) => Err(Status::permission_denied(
                 "the agent token cannot call the client service: users use DATA_DIR/token",
             )),
-            None => Err(Status::unauthenticated("wrong token")),
+            None => Err(Status::unauthenticated(
+                "wrong token: not the admin's (DATA_DIR/token), the agents' or a user's (the \
+                 read-only DATA_DIR/read-token serves /metrics and the dashboard only)",
+            )),
         }
     }
 }

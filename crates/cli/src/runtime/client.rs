@@ -20,8 +20,23 @@ pub async fn connect(args: &ClientArgs) -> anyhow::Result<Api> {
     let token = args.token()?;
     let server = args.url();
     super::serve::check_tls(&server, args.ca.is_some())?;
+    if server.starts_with("https://") && args.ca.is_none() {
+        bail!(
+            "the server URL `{server}` is https://: give the CA certificate that signed the \
+             server's certificate (--ca FILE or HETSCHED_CA)"
+        );
+    }
     let ca = match &args.ca {
-        Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),
+        Some(p) => {
+            let pem = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
+            if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
+                bail!(
+                    "--ca {}: holds no PEM certificate (`-----BEGIN CERTIFICATE-----`)",
+                    p.display()
+                );
+            }
+            Some(pem)
+        }
         None => None,
     };
     connect_with(&server, &token, ca.as_deref()).await
@@ -34,7 +49,25 @@ pub async fn connect_with(server: &str, token: &str, ca: Option<&[u8]>) -> anyho
         Err(e) if super::human::refused_connection(&e) => {
             return Err(anyhow::Error::new(e).context(super::human::start_hint(server)));
         }
-        Err(e) => return Err(anyhow::Error::new(e).context(format!("connecting to {server}"))),
+        Err(e) => {
+            // TLS to a plain server: rustls reads its HTTP/2 bytes as a corrupt TLS record.
+            let mut chain = String::new();
+            let mut cause: Option<&dyn std::error::Error> = Some(&e);
+            while let Some(c) = cause {
+                chain.push_str(&c.to_string());
+                cause = c.source();
+            }
+            let plain = server.starts_with("https://") && chain.contains("InvalidContentType");
+            let context = if plain {
+                format!(
+                    "connecting to {server}: the server does not speak TLS; use an http:// URL \
+                     (without --ca)"
+                )
+            } else {
+                format!("connecting to {server}")
+            };
+            return Err(anyhow::Error::new(e).context(context));
+        }
     };
     Ok(ClientClient::with_interceptor(
         channel,

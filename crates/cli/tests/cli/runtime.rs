@@ -1217,6 +1217,24 @@ fn agents_and_clients_speak_tls_when_the_server_has_a_certificate() {
         started.elapsed() < Duration::from_secs(3),
         "no retries with backoff"
     );
+    // https:// without the CA, or with a file that holds no certificate, says what to give.
+    let out = c
+        .command(&["jobs"])
+        .env_remove("HETSCHED_CA")
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--ca FILE or HETSCHED_CA"),
+        "{err}"
+    );
+    let out = c
+        .command(&["jobs", "--ca"])
+        .arg(c.data().join("token"))
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("holds no PEM certificate"), "{err}");
     // An agent given `http://` gets the same diagnosis and stops, instead of retrying for ever.
     let mut agent = Command::new(BIN)
         .args(["agent", "--server", &format!("http://{}", c.listen)])
@@ -1619,6 +1637,19 @@ fn an_agent_with_the_client_token_is_refused_and_the_data_directory_is_private()
         String::from_utf8_lossy(&out.stderr).contains("not https://"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    // https:// to this plain server says it does not speak TLS.
+    let out = c.cli(&[
+        "jobs",
+        "--server",
+        &format!("https://{}", c.listen),
+        "--ca",
+        tls_file("ca.pem").to_str().expect("path"),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("does not speak TLS; use an http:// URL"),
+        "{err}"
     );
 }
 
