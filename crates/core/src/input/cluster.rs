@@ -150,9 +150,9 @@ pub struct AcceleratorSpec {
     /// How many devices.
     #[serde(default = "one")]
     pub count: Spanned<u32>,
-    /// Device memory.
+    /// Device memory, as the node's `memory`; more than 0.
     #[serde(default = "default_gpu_memory")]
-    pub memory: ByteSize,
+    pub memory: Spanned<Size>,
     /// Relative speed (1.0 = the reference device of the profiles).
     #[serde(default = "unit_speed")]
     pub speed: Spanned<f64>,
@@ -167,8 +167,8 @@ fn unit_speed() -> Spanned<f64> {
 fn default_memory() -> Spanned<Size> {
     Spanned::new(0..0, Size(ByteSize::gib(16)))
 }
-fn default_gpu_memory() -> ByteSize {
-    ByteSize::gib(4)
+fn default_gpu_memory() -> Spanned<Size> {
+    Spanned::new(0..0, Size(ByteSize::gib(4)))
 }
 fn default_disk() -> Bandwidth {
     Bandwidth(128.0 * 1e6)
@@ -244,7 +244,7 @@ impl AcceleratorSpec {
         Ok((0..count)
             .map(|_| Accelerator {
                 kind: self.kind.clone(),
-                memory_bytes: self.memory.as_u64(),
+                memory_bytes: self.memory.get_ref().0.as_u64(),
                 speed,
             })
             .collect())

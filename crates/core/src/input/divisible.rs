@@ -92,7 +92,7 @@ pub struct DivisibleSpec {
     #[serde(default)]
     pub algo: Option<Spanned<AlgoName>>,
     /// Memory one unit needs on a node (chunks are capped by the node's memory with it).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::units::optional_byte_size")]
     pub memory_per_unit: Option<ByteSize>,
     /// Times a failed chunk runs again (at most [`MAX_RETRIES`]).
     #[serde(default)]

@@ -62,7 +62,7 @@ struct ComponentSpec {
     kind: ComponentKind,
     parallelism: Spanned<u32>,
     cpu: Spanned<f64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::units::spanned_byte_size")]
     memory: Option<Spanned<ByteSize>>,
     /// Runtime only (issue 16): a built-in component; read by [`super::stream_code`].
     #[serde(default)]

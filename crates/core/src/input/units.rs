@@ -100,6 +100,9 @@ fn parse_any_duration(text: &str) -> Result<Time, String> {
         })
 }
 
+/// How to write a size, for every error about one.
+const SIZE_HOW: &str = "write a number of bytes or a size such as \"512MiB\" or \"4GB\"";
+
 /// A size in bytes (`memory =`, `split =`): a number of bytes, or a string such as `"512MiB"`,
 /// `"4GB"`, `"1.5 GiB"`; an error says how to write one (the `bytesize` crate's says only
 /// "expected parsable string").
@@ -111,16 +114,68 @@ pub fn byte_size<'de, D: Deserializer<'de>>(d: D) -> Result<bytesize::ByteSize, 
         Number(i64),
         Text(String),
     }
-    const HOW: &str = "write a number of bytes or a size such as \"512MiB\" or \"4GB\"";
-    match Raw::deserialize(d).map_err(|_| D::Error::custom(format!("not a size: {HOW}")))? {
+    match Raw::deserialize(d).map_err(|_| D::Error::custom(format!("not a size: {SIZE_HOW}")))? {
         Raw::Number(n) => u64::try_from(n)
             .map(bytesize::ByteSize)
-            .map_err(|_| D::Error::custom(format!("invalid size {n}: {HOW}"))),
-        Raw::Text(t) => t
-            .trim()
-            .parse::<bytesize::ByteSize>()
-            .map_err(|_| D::Error::custom(format!("invalid size `{t}`: {HOW}"))),
+            .map_err(|_| D::Error::custom(format!("invalid size {n}: {SIZE_HOW}"))),
+        Raw::Text(t) => parse_size(&t)
+            .map(bytesize::ByteSize)
+            .map_err(D::Error::custom),
     }
+}
+
+/// [`byte_size`] for an optional size kept with where it is written (`max_memory`, a workflow
+/// task's `memory`), so that a check after parsing can still name its line.
+pub fn spanned_byte_size<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<serde_spanned::Spanned<bytesize::ByteSize>>, D::Error> {
+    let size = Option::<serde_spanned::Spanned<super::cluster::Size>>::deserialize(d)?;
+    Ok(size.map(|s| serde_spanned::Spanned::new(s.span(), s.into_inner().0)))
+}
+
+/// [`byte_size`] for an optional size (`memory_per_unit`).
+pub fn optional_byte_size<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<bytesize::ByteSize>, D::Error> {
+    Ok(Option::<super::cluster::Size>::deserialize(d)?.map(|s| s.0))
+}
+
+/// The bytes `text` writes (`"512MiB"`, `"1.5 GiB"`, `"4096"`). The `bytesize` crate reads the
+/// same syntax but saturates a size past `u64` at 16 EiB and reads `"0.1B"` as 0, so that a typo
+/// became all the memory there is, or none: both are refused here.
+fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let invalid = || format!("invalid size `{t}`: {SIZE_HOW}");
+    let over = || format!("invalid size `{t}`: over 16 EiB, the most a size can be");
+    let digits = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(digits);
+    let factor = match unit.trim_start() {
+        "" => 1,
+        unit => 1u64 * unit.parse::<bytesize::Unit>().map_err(|_| invalid())?,
+    };
+    if number.is_empty() {
+        return Err(invalid());
+    }
+    if !number.contains('.') {
+        // Only digits: more than a u64 holds is too large, not malformed.
+        return number
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(factor))
+            .ok_or_else(over);
+    }
+    let bytes = number.parse::<f64>().map_err(|_| invalid())? * factor as f64;
+    if bytes >= 18_446_744_073_709_551_616.0 {
+        return Err(over());
+    }
+    if bytes > 0.0 && bytes < 1.0 {
+        return Err(format!(
+            "invalid size `{t}`: below 1 byte (write 0 for none, or a whole byte or more)"
+        ));
+    }
+    Ok(bytes as u64)
 }
 
 /// A bandwidth in bytes per second, written `"128MB/s"`, `"1GiB/s"` or as a number of bytes/s.
@@ -144,10 +199,9 @@ impl<'de> Deserialize<'de> for Bandwidth {
                         "invalid bandwidth `{t}`: expected a size per second such as \"128MB/s\""
                     ))
                 })?;
-                size.trim()
-                    .parse::<bytesize::ByteSize>()
+                parse_size(size)
                     .map_err(|e| D::Error::custom(format!("invalid bandwidth `{t}`: {e}")))?
-                    .as_u64() as f64
+                    as f64
             }
         };
         if bytes_per_sec.is_finite() && bytes_per_sec > 0.0 {

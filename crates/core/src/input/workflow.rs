@@ -96,7 +96,7 @@ pub struct TaskSpec {
     #[serde(default)]
     pub cores: Option<Spanned<u32>>,
     /// Runtime: memory one instance holds.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::units::spanned_byte_size")]
     pub memory: Option<Spanned<bytesize::ByteSize>>,
     /// Runtime: GPUs one instance holds.
     #[serde(default)]

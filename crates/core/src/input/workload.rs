@@ -59,7 +59,7 @@ pub struct UserSpec {
     pub max_cores: Option<Spanned<u32>>,
     /// The most memory its running tasks hold at once, as the tasks declare it (`"64GiB"`, the
     /// syntax of a variant's `memory`); absent: no cap.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::units::spanned_byte_size")]
     pub max_memory: Option<Spanned<ByteSize>>,
     /// The most GPUs its running tasks hold at once; absent: no cap.
     #[serde(default)]

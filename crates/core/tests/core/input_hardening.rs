@@ -39,3 +39,119 @@ fn a_location_inside_a_character_is_its_start_not_a_panic() {
     assert_eq!(src.line_col(8), (2, 3));
     assert_eq!(src.line_col(1000), (2, 4));
 }
+
+/// A one-node cluster file whose node has `extra` lines.
+fn cluster(extra: &str) -> String {
+    format!("[[node]]\nname = \"n\"\ncores = 4\n{extra}\n")
+}
+
+fn cluster_error(text: &str) -> String {
+    match hetsched_core::input::cluster::parse_cluster("c.toml", text) {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn workload_error(text: &str) -> String {
+    match hetsched_core::input::workload::parse_workload("w.toml", text) {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn workflow_error(text: &str) -> String {
+    match hetsched_core::input::workflow::parse_workflow("wf.toml", text) {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn a_size_past_16_eib_or_below_one_byte_is_refused_not_saturated() {
+    let node_memory = |m: &str| {
+        hetsched_core::input::cluster::parse_cluster("c.toml", &cluster(&format!("memory = {m}")))
+            .map(|c| c.nodes[0].memory_bytes)
+    };
+    assert_eq!(node_memory("\"15EiB\""), Ok(15 << 60));
+    assert_eq!(node_memory("\"18446744073709551615\""), Ok(u64::MAX));
+    assert_eq!(node_memory("\"1.5 KiB\""), Ok(1536));
+    for (m, said) in [
+        ("\"1000000EB\"", "invalid size `1000000EB`: over 16 EiB"),
+        ("\"20EB\"", "invalid size `20EB`: over 16 EiB"),
+        ("\"16EiB\"", "invalid size `16EiB`: over 16 EiB"),
+        ("\"17.5EiB\"", "invalid size `17.5EiB`: over 16 EiB"),
+        ("\"18446744073709551616\"", "over 16 EiB"),
+        ("\"0.1B\"", "invalid size `0.1B`: below 1 byte"),
+        ("\"0.0000001KB\"", "below 1 byte"),
+    ] {
+        let e = cluster_error(&cluster(&format!("memory = {m}")));
+        assert!(e.starts_with("c.toml:4:10: node[0].memory: "), "{m}: {e}");
+        assert!(e.contains(said), "{m}: {e}");
+    }
+}
+
+#[test]
+fn every_size_field_says_how_to_write_a_size_at_its_line() {
+    const HOW: &str = "write a number of bytes or a size such as \"512MiB\" or \"4GB\"";
+    // An accelerator's memory read bytesize's own messages: "expected parsable string",
+    // "expected integer overflow".
+    for (m, said) in [
+        ("\"1e30GB\"", "invalid size `1e30GB`"),
+        ("-1", "invalid size -1"),
+    ] {
+        let e = cluster_error(&cluster(&format!(
+            "[[node.accelerator]]\nkind = \"k\"\nmemory = {m}"
+        )));
+        assert!(
+            e.starts_with("c.toml:6:10: node[0].accelerator[0].memory: ") && e.contains(said),
+            "{m}: {e}"
+        );
+        assert!(e.contains(HOW), "{e}");
+        let e = workload_error(&format!(
+            "[[user]]\nname = \"alice\"\nmax_memory = {m}\n[[application]]\nname = \"a\"\n\
+             tasks = 1\n[application.cpu]\ncompute = \"1s\"\nread = \"1s\"\n"
+        ));
+        assert!(
+            e.starts_with("w.toml:3:14: user[0].max_memory: ") && e.contains(said),
+            "{m}: {e}"
+        );
+        assert!(e.contains(HOW), "{e}");
+        let e = workflow_error(&format!(
+            "[[task]]\nname = \"A\"\ninstances = 1\ncost = \"1s\"\nmemory = {m}\n"
+        ));
+        assert!(
+            e.starts_with("wf.toml:5:10: task[0].memory: ") && e.contains(said),
+            "{m}: {e}"
+        );
+        assert!(e.contains(HOW), "{e}");
+    }
+    let e = workload_error(
+        "[[user]]\nname = \"alice\"\nmax_memory = \"20EB\"\n[[application]]\nname = \"a\"\n\
+         tasks = 1\n[application.cpu]\ncompute = \"1s\"\nread = \"1s\"\n",
+    );
+    assert!(e.contains("over 16 EiB"), "{e}");
+    let e = workload_error(
+        "[[divisible]]\nname = \"rows\"\nunits = 10\ncommand = \"x\"\nmemory_per_unit = \"20EB\"\n",
+    );
+    assert!(
+        e.starts_with(
+            "w.toml:5:19: divisible[0].memory_per_unit: invalid size `20EB`: over 16 EiB"
+        ),
+        "{e}"
+    );
+    let topology = "name = \"t\"\n[[component]]\nname = \"s\"\nkind = \"spout\"\nparallelism = 1\n\
+                    cpu = 1.0\nmemory = -1\n";
+    let e = hetsched_core::input::topology::parse_topology("t.toml", topology)
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        e.starts_with("t.toml:7:10: component[0].memory: invalid size -1") && e.contains(HOW),
+        "{e}"
+    );
+    let e = cluster_error(&cluster("disk_read = \"20EB/s\""));
+    assert!(
+        e.starts_with("c.toml:4:13: node[0].disk_read: invalid bandwidth `20EB/s`")
+            && e.contains("over 16 EiB"),
+        "{e}"
+    );
+}
