@@ -150,6 +150,19 @@ fn retryable(s: &tonic::Status) -> bool {
 
 use hetsched_agent::probe::speaks_tls;
 
+/// The job file from `from` (named `what` in errors), read up to the server's bound on a job
+/// file: a larger one (or `/dev/zero`) is refused without being read whole.
+fn read_bounded(from: impl std::io::Read, what: &str) -> anyhow::Result<String> {
+    let bound = hetsched_core::input::limits::MAX_JOB_FILE_BYTES as u64;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(from, bound + 1), &mut bytes)
+        .with_context(|| format!("reading {what}"))?;
+    if bytes.len() as u64 > bound {
+        bail!("{what}: a job file is at most {bound} bytes (2 MiB)");
+    }
+    String::from_utf8(bytes).map_err(|e| anyhow::anyhow!("{what}: not UTF-8 text ({e})"))
+}
+
 /// Submits with `key`, retrying on transport errors and `Unavailable` (bounded, with backoff):
 /// the key makes a repeated submission return the job the first one stored.
 pub async fn submit_with_retries(
@@ -316,9 +329,7 @@ pub async fn submit(
     let (origin, text, divisible_input, name) = match &source {
         // `-`: the job file on standard input (a script that writes its jobs).
         JobSource::File(file) if file.as_os_str() == "-" => {
-            let mut text = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
-                .context("reading the job file from standard input")?;
+            let text = read_bounded(std::io::stdin(), "standard input")?;
             let origin = PathBuf::from("<stdin>");
             let input = super::divisible::read_input(&origin, &text)?;
             (
@@ -329,8 +340,9 @@ pub async fn submit(
             )
         }
         JobSource::File(file) => {
-            let text = std::fs::read_to_string(file)
-                .with_context(|| format!("reading {}", file.display()))?;
+            let opened =
+                std::fs::File::open(file).with_context(|| format!("reading {}", file.display()))?;
+            let text = read_bounded(opened, &file.display().to_string())?;
             let input = super::divisible::read_input(file, &text)?;
             (
                 file.display().to_string(),
@@ -347,6 +359,12 @@ pub async fn submit(
             String::new(),
         ),
     };
+    // A batch job's commands: `{word}`s the agents will not replace (the server checks the rest).
+    if let Ok(w) = hetsched_core::input::workload::parse_workload(&origin, &text) {
+        for warning in super::placeholders::warnings(&w) {
+            eprintln!("{warning}");
+        }
+    }
     let submitted = submit_with_retries(
         args,
         pb::SubmitRequest {

@@ -18,6 +18,7 @@ pub mod human;
 mod kernel;
 mod log;
 mod matrows;
+mod placeholders;
 mod purge;
 mod select;
 mod serve;

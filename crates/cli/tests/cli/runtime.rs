@@ -2210,6 +2210,8 @@ fn a_command_after_the_double_dash_is_a_job_of_indexed_tasks_and_its_mistakes_na
     for i in 0..3 {
         let text = std::fs::read_to_string(c.dir.join(format!("out-{i}.txt"))).expect("output");
         assert_eq!(text, format!("hi {i}\n"));
+        // Nothing to warn about: `{index}` is a placeholder.
+        assert!(!String::from_utf8_lossy(&out.stderr).contains("warning"));
     }
     // A shell line with a retry after a time limit.
     let out = c.cli(&[
@@ -2330,6 +2332,23 @@ fn a_command_after_the_double_dash_is_a_job_of_indexed_tasks_and_its_mistakes_na
     refused(
         &["cancel", "lats"],
         "`lats` is not a job id (a number), a range (`4-9`), `name:NAME`, `last` or `all`",
+    );
+    // A mistyped placeholder is submitted with a warning, and reaches the program as written.
+    let out = c.cli(&["submit", "--wait", "--", "touch", "typo-{indx}"]);
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("`{indx}` is not a placeholder"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(c.dir.join("typo-{indx}").exists());
+    // A job file is read up to the 2 MiB a job file may have, not whole.
+    let out = c.cli(&["submit", "/dev/zero"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("/dev/zero: a job file is at most 2097152 bytes"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 
