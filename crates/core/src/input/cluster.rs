@@ -123,7 +123,8 @@ pub const DEFAULT_SLOTS: u32 = 4;
 /// Most nodes one cluster file describes (`count` included): a typo such as `count = 4294967295`
 /// is refused instead of exhausting memory.
 pub const MAX_CLUSTER_NODES: u64 = 100_000;
-/// Most accelerators on one node (the runtime's bound on an agent's registration too).
+/// Most accelerators on one node, all its entries together (the runtime's bound on an agent's
+/// registration too).
 pub const MAX_NODE_ACCELERATORS: u64 = 256;
 /// The range of a core's or an accelerator's `speed` relative to the reference: wide enough for
 /// any real pair of machines, narrow enough that run times stay within the simulator's clock and
@@ -241,14 +242,58 @@ impl AcceleratorSpec {
         if let Some(problem) = speed_problem(speed) {
             return Err(src.error(at(&self.speed), Some(format!("{field}.speed")), problem));
         }
+        // As a node's `memory`: a device without memory holds no task's data.
+        let memory = self.memory.get_ref().0.as_u64();
+        if memory == 0 {
+            return Err(src.error(
+                at(&self.memory),
+                Some(format!("{field}.memory")),
+                "must be more than 0 (e.g. \"16GiB\"; 4 GiB when left out)",
+            ));
+        }
         Ok((0..count)
             .map(|_| Accelerator {
                 kind: self.kind.clone(),
-                memory_bytes: self.memory.get_ref().0.as_u64(),
+                memory_bytes: memory,
                 speed,
             })
             .collect())
     }
+}
+
+/// The devices of one node's accelerator entries (`field` names them: `node[0].accelerator`),
+/// each checked as [`AcceleratorSpec::devices`] and with at least one device, and at most
+/// [`MAX_NODE_ACCELERATORS`] in all: the bound is the node's, so three entries of 256 are as
+/// wrong as one of 768, and the error names the entry that passes it.
+pub fn node_accelerators(
+    src: &Source<'_>,
+    specs: &[AcceleratorSpec],
+    field: &str,
+) -> Result<Vec<Accelerator>, InputError> {
+    let mut accelerators = Vec::new();
+    for (j, a) in specs.iter().enumerate() {
+        let count = *a.count.get_ref();
+        if count == 0 {
+            return Err(src.error(
+                at(&a.count),
+                Some(format!("{field}[{j}].count")),
+                "must be at least 1 (leave the accelerator table out for none)",
+            ));
+        }
+        let total = accelerators.len() as u64 + u64::from(count);
+        if j > 0 && total > MAX_NODE_ACCELERATORS {
+            return Err(src.error(
+                at(&a.count),
+                Some(format!("{field}[{j}].count")),
+                format!(
+                    "{total} accelerators on the node with these {count}; a node has at most \
+                     {MAX_NODE_ACCELERATORS} in all"
+                ),
+            ));
+        }
+        accelerators.extend(a.devices(src, &format!("{field}[{j}]"))?);
+    }
+    Ok(accelerators)
 }
 
 /// Parses a cluster file into a validated [`Cluster`].
@@ -349,17 +394,8 @@ pub fn parse_cluster_with_slots(
         {
             return Err(src.error(at(s), field("slots"), "must be at least 1"));
         }
-        let mut accelerators = Vec::new();
-        for (j, a) in spec.accelerator.iter().enumerate() {
-            if *a.count.get_ref() == 0 {
-                return Err(src.error(
-                    at(&a.count),
-                    field(&format!("accelerator[{j}].count")),
-                    "must be at least 1 (leave the [[node.accelerator]] table out for none)",
-                ));
-            }
-            accelerators.extend(a.devices(&src, &format!("node[{i}].accelerator[{j}]"))?);
-        }
+        let accelerators =
+            node_accelerators(&src, &spec.accelerator, &format!("node[{i}].accelerator"))?;
         let attributes = attribute_list(&src, &spec.attributes, &format!("node[{i}].attributes"))?;
         if let Some(problem) = node_name_problem(spec.name.get_ref()) {
             return Err(src.error(at(&spec.name), field("name"), problem));

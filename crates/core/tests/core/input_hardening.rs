@@ -155,3 +155,38 @@ fn every_size_field_says_how_to_write_a_size_at_its_line() {
         "{e}"
     );
 }
+
+#[test]
+fn a_nodes_accelerators_are_bounded_all_entries_together_and_each_has_memory() {
+    let entry = |count: u32| format!("[[node.accelerator]]\nkind = \"k\"\ncount = {count}\n");
+    let at_bound = cluster(&format!("{}{}", entry(200), entry(56)));
+    let c = hetsched_core::input::cluster::parse_cluster("c.toml", &at_bound).expect("256");
+    assert_eq!(c.nodes[0].accelerators.len(), 256);
+    // Three entries of 256 were 768 accelerators on one node.
+    let e = cluster_error(&cluster(&format!(
+        "{}{}{}",
+        entry(256),
+        entry(256),
+        entry(256)
+    )));
+    assert_eq!(
+        e,
+        "c.toml:9:9: node[0].accelerator[1].count: 512 accelerators on the node with these 256; \
+         a node has at most 256 in all"
+    );
+    let e = cluster_error(&cluster(&format!("{}{}", entry(200), entry(57))));
+    assert!(
+        e.starts_with("c.toml:9:9: node[0].accelerator[1].count: 257 accelerators"),
+        "{e}"
+    );
+    // A node's memory of 0 was refused, an accelerator's accepted.
+    for zero in ["0", "\"0B\"", "\"0GiB\""] {
+        let e = cluster_error(&cluster(&format!(
+            "[[node.accelerator]]\nkind = \"k\"\nmemory = {zero}\n"
+        )));
+        assert!(
+            e.starts_with("c.toml:6:10: node[0].accelerator[0].memory: must be more than 0"),
+            "{zero}: {e}"
+        );
+    }
+}
