@@ -237,12 +237,14 @@ impl OnlineMaster {
         self.plans
     }
 
-    /// The lower bound `W/ΣS` on the measured speeds of the live workers (spec 03), seconds.
+    /// The lower bound `W/ΣS` (spec 03), seconds, on the measured speeds of every worker that
+    /// took part, lost ones included: no worker computed for longer than the whole run, so
+    /// `W/ΣS` over all of them stays below the makespan, where the live workers alone would give
+    /// more than the makespan once a worker is lost near the end.
     pub fn lower_bound(&self) -> Option<f64> {
         let s: f64 = self
             .workers
             .iter()
-            .filter(|w| w.alive)
             .filter_map(|w| w.estimate.compute.fit().map(|(_, s)| s))
             .sum();
         (s > 0.0).then(|| self.cfg.units as f64 / s)
@@ -787,6 +789,8 @@ mod tests {
         makespan: f64,
         units: Vec<u64>,
         orders: Vec<Order>,
+        /// The master's lower bound at the end.
+        bound: Option<f64>,
     }
 
     /// Runs the job; `kill = Some((t, w))` loses worker `w` at time `t` (its chunks vanish).
@@ -903,6 +907,7 @@ mod tests {
             makespan,
             units,
             orders,
+            bound: m.lower_bound(),
         }
     }
 
@@ -994,6 +999,21 @@ mod tests {
             run.units[1] < 4000 / 3,
             "the lost worker's later chunks went elsewhere"
         );
+    }
+
+    #[test]
+    fn the_lower_bound_stays_below_the_makespan_when_a_worker_is_lost_near_the_end() {
+        let truth = [worker("a", 100.0), worker("b", 80.0), worker("c", 50.0)];
+        let whole = simulate(Algo::Umrlm, 4000, &truth, None).makespan;
+        let run = simulate(Algo::Umrlm, 4000, &truth, Some((whole - 1.0, 1)));
+        let bound = run.bound.expect("speeds measured");
+        assert!(
+            bound <= run.makespan,
+            "bound {bound} over the makespan {} (lost at {})",
+            run.makespan,
+            whole - 1.0
+        );
+        assert!(bound > 0.8 * 4000.0 / 230.0, "still W/ΣS of all three: {bound}");
     }
 
     #[test]
