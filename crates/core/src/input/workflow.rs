@@ -37,9 +37,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 /// makes the median cost a tenth of the mean.
 pub const MAX_COST_CV: f64 = 10.0;
 
-/// Most instances one task may declare (values × processes); beyond this a typo is likelier than
-/// a real workflow.
-pub const MAX_TASK_INSTANCES: u64 = 100_000_000;
+/// Most instances one workflow may have, all its tasks together, processes included: the graph
+/// simulator keeps a record of every instance in memory (10 million took 1.9 GB; 100 million,
+/// which one task could declare, aborted it), and more is a typo likelier than a workflow.
+/// (A runtime workflow holds at most [`MAX_WORKFLOW_INSTANCES`](super::limits::MAX_WORKFLOW_INSTANCES).)
+pub const MAX_INSTANCES: u64 = 10_000_000;
+
+/// Most instances one task may declare (values × processes): no more than a whole workflow.
+pub const MAX_TASK_INSTANCES: u64 = MAX_INSTANCES;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -155,6 +160,7 @@ pub fn parse_workflow_with(
     }
     let mut names: HashMap<&str, usize> = HashMap::new();
     let mut tasks = Vec::with_capacity(file.task.len());
+    let mut total_instances = 0u64;
     for (i, t) in file.task.iter().enumerate() {
         let field = |f: &str| Some(format!("task[{i}].{f}"));
         let name = t.name.get_ref();
@@ -180,6 +186,19 @@ pub fn parse_workflow_with(
                 format!(
                     "{} values × {processes} processes is more than {MAX_TASK_INSTANCES} instances",
                     args.len()
+                ),
+            ));
+        }
+        let instances = args.len() * u64::from(processes);
+        total_instances += instances;
+        if total_instances > MAX_INSTANCES {
+            return Err(src.error(
+                at(&t.instances),
+                field("instances"),
+                format!(
+                    "{instances} instances bring the workflow to {total_instances}: at most \
+                     {MAX_INSTANCES} instances in all, processes included (the simulator holds \
+                     every instance in memory)"
                 ),
             ));
         }

@@ -190,3 +190,36 @@ fn a_nodes_accelerators_are_bounded_all_entries_together_and_each_has_memory() {
         );
     }
 }
+
+#[test]
+fn a_workflows_instances_are_bounded_all_tasks_together() {
+    let task = |name: &str, instances: u64| {
+        format!("[[task]]\nname = \"{name}\"\ninstances = {instances}\ncost = \"1s\"\n")
+    };
+    let at_bound = format!("{}{}", task("A", 6_000_000), task("B", 4_000_000));
+    let w = hetsched_core::input::workflow::parse_workflow("wf.toml", &at_bound).expect("10M");
+    assert_eq!(w.workflow.total_instances(), 10_000_000);
+    // Each task under the old per-task cap of 100M, 200M in all: the simulator ran out of memory.
+    let e = workflow_error(&format!("{}{}", task("A", 6_000_000), task("B", 4_000_001)));
+    assert_eq!(
+        e,
+        "wf.toml:7:13: task[1].instances: 4000001 instances bring the workflow to 10000001: at \
+         most 10000000 instances in all, processes included (the simulator holds every instance \
+         in memory)"
+    );
+    let e = workflow_error(
+        "[[task]]\nname = \"A\"\ninstances = 1\ncost = \"1s\"\n\
+         [[task]]\nname = \"B\"\ninstances = \"1..=10\"\nprocesses = 1000000\ncost = \"1s\"\n",
+    );
+    assert!(
+        e.starts_with(
+            "wf.toml:7:13: task[1].instances: 10000000 instances bring the workflow to 10000001"
+        ),
+        "{e}"
+    );
+    let e = workflow_error(&task("A", 99_999_999));
+    assert!(
+        e.starts_with("wf.toml:3:13: task[0].instances: 99999999 values × 1 processes is more than 10000000 instances"),
+        "{e}"
+    );
+}
