@@ -437,7 +437,8 @@ impl GpuSpec {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum MissingProfile {
     /// Refuse: the simulator needs every profile, and one that takes time (a variant whose
-    /// compute, copy and read are all 0 is refused too).
+    /// compute, copy and read are all 0 is refused too); and it refuses a `[[divisible]]` load,
+    /// which it does not simulate ([`Workload::check_no_divisible`]).
     Refuse,
     /// Use this compute-time estimate and zero read/copy times until better is known (the runtime
     /// learns profiles from finished tasks).
@@ -856,13 +857,35 @@ impl Workload {
             .sum()
     }
 
-    /// The model's applications, with ids from `first_id` in file order.
+    /// Refuses a workload with a `[[divisible]]` load, at its first one, for a simulator that
+    /// simulates applications only (`simulator` names it: "the offload simulator (`sim
+    /// accel`)"): the runtime runs such loads, and a simulator dropped them and reported an
+    /// empty run.
+    pub fn check_no_divisible(&self, simulator: &str) -> Result<(), InputError> {
+        match self.divisible.first() {
+            Some(d) => Err(self.source().error(
+                at(&d.name),
+                Some("divisible[0]".into()),
+                format!(
+                    "{simulator} does not simulate divisible loads: run them with `hetsched sim \
+                     divisible`"
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The model's applications, with ids from `first_id` in file order. For the batch simulator
+    /// ([`MissingProfile::Refuse`]), a `[[divisible]]` load is refused: it would be dropped.
     pub fn to_applications(
         &self,
         first_id: u32,
         missing: MissingProfile,
     ) -> Result<Vec<Application>, InputError> {
         let src = self.source();
+        if missing == MissingProfile::Refuse {
+            self.check_no_divisible("the batch simulator (`sim run`, `sim compare`)")?;
+        }
         self.applications
             .iter()
             .enumerate()

@@ -223,3 +223,26 @@ fn a_workflows_instances_are_bounded_all_tasks_together() {
         "{e}"
     );
 }
+
+#[test]
+fn the_batch_simulator_refuses_a_divisible_load_instead_of_dropping_it() {
+    use hetsched_core::input::workload::{MissingProfile, parse_workload};
+    let app = "[[application]]\nname = \"a\"\ntasks = 1\n[application.cpu]\ncompute = \"1s\"\nread = \"1s\"\n";
+    let load = "[[divisible]]\nname = \"rows\"\nunits = 10\ncommand = \"x {start} {end}\"\n";
+    for (text, line) in [(load.to_string(), 2), (format!("{app}{load}"), 8)] {
+        let w = parse_workload("w.toml", &text).expect("the runtime runs it");
+        let e = w
+            .to_applications(0, MissingProfile::Refuse)
+            .expect_err("the batch simulator does not")
+            .to_string();
+        assert_eq!(
+            e,
+            format!(
+                "w.toml:{line}:8: divisible[0]: the batch simulator (`sim run`, `sim compare`) \
+                 does not simulate divisible loads: run them with `hetsched sim divisible`"
+            )
+        );
+        // The runtime's path keeps them.
+        assert!(w.to_applications(0, MissingProfile::Estimate(1)).is_ok());
+    }
+}
