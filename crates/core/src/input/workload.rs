@@ -700,6 +700,17 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
                 "must be at least 1",
             ));
         }
+        // A core drives the device: a GPU task holding none would run beside a full node's CPU
+        // tasks, as a CPU task of 0 cores would (refused above).
+        if let Some(gpu) = &a.gpu
+            && *gpu.get_ref().cores.get_ref() == 0
+        {
+            return Err(src.error(
+                at(&gpu.get_ref().cores),
+                field("gpu.cores"),
+                "must be at least 1",
+            ));
+        }
     }
     let name = match &file.name {
         Some(n) => {

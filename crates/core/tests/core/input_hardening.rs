@@ -246,3 +246,19 @@ fn the_batch_simulator_refuses_a_divisible_load_instead_of_dropping_it() {
         assert!(w.to_applications(0, MissingProfile::Estimate(1)).is_ok());
     }
 }
+
+#[test]
+fn a_gpu_variant_of_no_cores_is_refused_as_a_cpu_variant_is() {
+    let job = |variant: &str| {
+        format!(
+            "[[application]]\nname = \"a\"\ntasks = 1\n[application.{variant}]\ncompute = \"1s\"\n\
+             read = \"1s\"\ncores = 0\n"
+        )
+    };
+    for variant in ["cpu", "gpu"] {
+        assert_eq!(
+            workload_error(&job(variant)),
+            format!("w.toml:7:9: application[0].{variant}.cores: must be at least 1")
+        );
+    }
+}
