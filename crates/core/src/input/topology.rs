@@ -22,14 +22,14 @@
 //! a duplicate component name; zero parallelism; a stream naming an unknown component; a stream
 //! into a spout that closes a cycle (*cycle through spouts*); any other stream into a spout or with
 //! an empty `to` (*stream to nowhere*: a spout takes no input); a topology without a spout; a
-//! negative or non-finite `cpu` or `rate`; more than [`MAX_TOPOLOGY_EXECUTORS`] executors in all
+//! negative or non-finite `cpu` or `rate`, or a `rate` over [`MAX_TUPLES_PER_S`]; more than [`MAX_TOPOLOGY_EXECUTORS`] executors in all
 //! (at the `parallelism` that passes the bound); an executor's `memory` over
 //! [`MAX_EXECUTOR_MEMORY`].
 //!
 //! `--traffic FILE` measurements (CSV `from,to,tuples_per_s`, executors written
 //! `<component>#<index>`) are read by [`parse_traffic`]; a line naming two executors with no
-//! stream between their components, or a pair already given on an earlier line, is refused at
-//! its line.
+//! stream between their components, a pair already given on an earlier line, or a rate out of
+//! range, is refused at its line; a file without a row is refused.
 
 use super::cluster::at;
 use super::{InputError, Source};
@@ -92,6 +92,23 @@ struct StreamSpec {
 /// a few thousand; the bound keeps a mistyped parallelism from costing the placer (and the
 /// server) memory for billions of executors.
 pub const MAX_TOPOLOGY_EXECUTORS: u64 = 100_000;
+
+/// Most tuples per second a stream's `rate` or a measured pair may carry (a trillion: far beyond
+/// any stream engine's), so that loads and traffic summed over a topology stay finite.
+pub const MAX_TUPLES_PER_S: f64 = 1e12;
+
+/// Why `rate` cannot be a rate in tuples per second, if it cannot.
+fn rate_problem(rate: f64) -> Option<String> {
+    (!(rate.is_finite() && (0.0..=MAX_TUPLES_PER_S).contains(&rate))).then(|| {
+        // 1e308 written out is 309 digits.
+        let got = if rate.abs() < 1e9 {
+            rate.to_string()
+        } else {
+            format!("{rate:e}")
+        };
+        format!("must be a number of tuples/s from 0 to {MAX_TUPLES_PER_S:e}; got {got}")
+    })
+}
 
 /// Most memory one executor may declare (1 TiB), so that a sum over every executor
 /// (≤ 2⁴⁰ × [`MAX_TOPOLOGY_EXECUTORS`] < 2⁵⁷) never overflows.
@@ -211,11 +228,11 @@ pub fn parse_topology(origin: &str, text: &str) -> Result<Topology, InputError> 
             )
         })?;
         let rate = *s.rate.get_ref();
-        if !(rate.is_finite() && rate >= 0.0) {
+        if let Some(problem) = rate_problem(rate) {
             return Err(src.error(
                 at(&s.rate),
                 field("rate"),
-                "must be a non-negative number (tuples/s per sending executor)",
+                format!("{problem} (tuples/s per sending executor)"),
             ));
         }
         streams.push(Stream {
@@ -279,8 +296,10 @@ pub(super) fn path(streams: &[Stream], start: usize, goal: usize) -> Option<Vec<
 }
 
 /// Parses measured traffic, CSV `from,to,tuples_per_s` (a header row is optional; blank lines
-/// and lines starting with `#` are skipped), against `topology`. Each pair is given once, and only
-/// between executors of components a stream connects (`from`'s component to `to`'s).
+/// and lines starting with `#` are skipped; a UTF-8 byte-order mark, as spreadsheets write, is
+/// ignored), against `topology`. Each pair is given once, and only between executors of
+/// components a stream connects (`from`'s component to `to`'s); each rate is at most
+/// [`MAX_TUPLES_PER_S`]; a file without a row is refused (it would make every pair's traffic 0).
 pub fn parse_traffic(
     origin: &str,
     text: &str,
@@ -295,7 +314,13 @@ pub fn parse_traffic(
     for (n, line) in text.split_inclusive('\n').enumerate() {
         let start = offset;
         offset += line.len();
-        let l = line.trim();
+        // A byte-order mark is no part of the first column (the header was not recognised).
+        let l = if n == 0 {
+            line.trim_start_matches('\u{feff}')
+        } else {
+            line
+        }
+        .trim();
         if l.is_empty() || l.starts_with('#') {
             continue;
         }
@@ -329,17 +354,16 @@ pub fn parse_traffic(
         };
         let from = exec(cols[0], "from")?;
         let to = exec(cols[1], "to")?;
-        let t: f64 = cols[2]
-            .parse()
-            .ok()
-            .filter(|t: &f64| t.is_finite() && *t >= 0.0)
-            .ok_or_else(|| {
-                src.error(
-                    Some(start),
-                    Some("tuples_per_s".into()),
-                    format!("`{}` is not a non-negative number", cols[2]),
-                )
-            })?;
+        let t: f64 = cols[2].parse().map_err(|_| {
+            src.error(
+                Some(start),
+                Some("tuples_per_s".into()),
+                format!("`{}` is not a non-negative number", cols[2]),
+            )
+        })?;
+        if let Some(problem) = rate_problem(t) {
+            return Err(src.error(Some(start), Some("tuples_per_s".into()), problem));
+        }
         let component = |e: ExecutorId| topology.locate(e).map(|(c, _)| c);
         let (cf, ct) = (component(from), component(to));
         let joined = topology
@@ -380,6 +404,13 @@ pub fn parse_traffic(
             to,
             tuples_per_s: t,
         });
+    }
+    if pairs.is_empty() {
+        return Err(src.error(
+            None,
+            None,
+            "no rows: write one `from,to,tuples_per_s` line per pair of executors measured",
+        ));
     }
     Ok(pairs)
 }

@@ -262,3 +262,64 @@ fn a_gpu_variant_of_no_cores_is_refused_as_a_cpu_variant_is() {
         );
     }
 }
+
+const WORDCOUNT: &str = "name = \"wordcount\"\n[[component]]\nname = \"sentences\"\nkind = \"spout\"\n\
+    parallelism = 2\ncpu = 30.0\n[[component]]\nname = \"split\"\nkind = \"bolt\"\nparallelism = 4\n\
+    cpu = 40.0\n[[stream]]\nfrom = \"sentences\"\nto = \"split\"\nrate = 1000.0\n";
+
+#[test]
+fn measured_traffic_needs_rows_in_range_and_reads_past_a_byte_order_mark() {
+    use hetsched_core::input::topology::{parse_topology, parse_traffic};
+    let t = parse_topology("t.toml", WORDCOUNT).expect("parses");
+    let traffic = |csv: &str| parse_traffic("m.csv", csv, &t).map_err(|e| e.to_string());
+    // Without a row every pair's traffic was 0, silently.
+    for empty in ["", "\n\n", "from,to,tuples_per_s\n", "# nothing measured\n"] {
+        assert_eq!(
+            traffic(empty),
+            Err(
+                "m.csv: no rows: write one `from,to,tuples_per_s` line per pair of executors \
+                 measured"
+                    .into()
+            ),
+            "{empty:?}"
+        );
+    }
+    // 1e308 tuples/s made infinite loads.
+    for bad in ["1e308", "1.5e12", "-1", "inf", "NaN"] {
+        let e = traffic(&format!(
+            "sentences#0,split#1,1\nsentences#1,split#1,{bad}\n"
+        ))
+        .expect_err(bad);
+        assert!(
+            e.starts_with("m.csv:2:1: tuples_per_s: must be a number of tuples/s from 0 to 1e12"),
+            "{bad}: {e}"
+        );
+    }
+    assert_eq!(
+        traffic("sentences#0,split#1,1e12\n").map(|p| p.len()),
+        Ok(1)
+    );
+    // A spreadsheet's byte-order mark hid the header, which then was no executor.
+    let pairs = traffic("\u{feff}from,to,tuples_per_s\nsentences#0,split#1,10\n").expect("BOM");
+    assert_eq!(pairs.len(), 1);
+    assert_eq!(pairs[0].tuples_per_s, 10.0);
+    let pairs = traffic("\u{feff}sentences#0,split#1,10\n").expect("BOM before a row");
+    assert_eq!(pairs.len(), 1);
+}
+
+#[test]
+fn a_streams_rate_is_bounded_as_measured_traffic_is() {
+    use hetsched_core::input::topology::parse_topology;
+    let e = parse_topology(
+        "t.toml",
+        &WORDCOUNT.replace("rate = 1000.0", "rate = 1e308"),
+    )
+    .expect_err("refused")
+    .to_string();
+    assert_eq!(
+        e,
+        "t.toml:15:8: stream[0].rate: must be a number of tuples/s from 0 to 1e12; got 1e308 \
+         (tuples/s per sending executor)"
+    );
+    assert!(parse_topology("t.toml", &WORDCOUNT.replace("rate = 1000.0", "rate = 1e12")).is_ok());
+}
