@@ -100,13 +100,10 @@ pub const MAX_TUPLES_PER_S: f64 = 1e12;
 /// Why `rate` cannot be a rate in tuples per second, if it cannot.
 fn rate_problem(rate: f64) -> Option<String> {
     (!(rate.is_finite() && (0.0..=MAX_TUPLES_PER_S).contains(&rate))).then(|| {
-        // 1e308 written out is 309 digits.
-        let got = if rate.abs() < 1e9 {
-            rate.to_string()
-        } else {
-            format!("{rate:e}")
-        };
-        format!("must be a number of tuples/s from 0 to {MAX_TUPLES_PER_S:e}; got {got}")
+        format!(
+            "must be a number of tuples/s from 0 to {MAX_TUPLES_PER_S:e}; got {}",
+            super::units::shown(rate)
+        )
     })
 }
 

@@ -178,6 +178,19 @@ fn parse_size(text: &str) -> Result<u64, String> {
     Ok(bytes as u64)
 }
 
+/// `x` as a message shows it: written out when that is short, else with an exponent (`1e-300`
+/// written out is 302 characters).
+pub(crate) fn shown(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() || (1e-3..1e9).contains(&x.abs()) {
+        x.to_string()
+    } else {
+        format!("{x:e}")
+    }
+}
+
+/// The slowest bandwidth a file may give, in bytes per second.
+pub const MIN_BANDWIDTH: f64 = 1.0;
+
 /// A bandwidth in bytes per second, written `"128MB/s"`, `"1GiB/s"` or as a number of bytes/s.
 #[derive(Clone, Copy, Debug, PartialEq, PartialOrd, Default)]
 pub struct Bandwidth(pub f64);
@@ -204,11 +217,14 @@ impl<'de> Deserialize<'de> for Bandwidth {
                     as f64
             }
         };
-        if bytes_per_sec.is_finite() && bytes_per_sec > 0.0 {
+        // A rate below a byte per second is a typo, and one as small as 1e-300 made every read
+        // take longer than the clock holds, an error that named neither the file nor the field.
+        if bytes_per_sec.is_finite() && bytes_per_sec >= MIN_BANDWIDTH {
             Ok(Bandwidth(bytes_per_sec))
         } else {
             Err(D::Error::custom(format!(
-                "invalid bandwidth {bytes_per_sec}: must be positive"
+                "invalid bandwidth {}: must be at least 1 byte/s (e.g. \"128MB/s\")",
+                shown(bytes_per_sec)
             )))
         }
     }

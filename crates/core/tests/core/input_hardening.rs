@@ -323,3 +323,42 @@ fn a_streams_rate_is_bounded_as_measured_traffic_is() {
     );
     assert!(parse_topology("t.toml", &WORDCOUNT.replace("rate = 1000.0", "rate = 1e12")).is_ok());
 }
+
+#[test]
+fn a_disk_or_network_slower_than_a_byte_per_second_is_refused_at_its_line() {
+    for (field, value, said) in [
+        (
+            "disk_read",
+            "1e-300",
+            "invalid bandwidth 1e-300: must be at least 1 byte/s",
+        ),
+        (
+            "network",
+            "0.5",
+            "invalid bandwidth 0.5: must be at least 1 byte/s",
+        ),
+        (
+            "network",
+            "0",
+            "invalid bandwidth 0: must be at least 1 byte/s",
+        ),
+        (
+            "disk_read",
+            "\"0B/s\"",
+            "invalid bandwidth 0: must be at least 1 byte/s",
+        ),
+    ] {
+        let e = cluster_error(&cluster(&format!("{field} = {value}")));
+        let col = field.len() + 4;
+        assert!(
+            e.starts_with(&format!("c.toml:4:{col}: node[0].{field}: {said}")),
+            "{field} = {value}: {e}"
+        );
+    }
+    let c = hetsched_core::input::cluster::parse_cluster(
+        "c.toml",
+        &cluster("disk_read = 1\nnetwork = \"1B/s\""),
+    )
+    .expect("a byte per second");
+    assert_eq!((c.nodes[0].disk_read_bw, c.nodes[0].net_bw), (1.0, 1.0));
+}
