@@ -92,6 +92,10 @@ fn parse_any_duration(text: &str) -> Result<Time, String> {
         if value.is_finite() && value >= 0.0 {
             return Ok(crate::time::secs(value * scale));
         }
+        // An exponent past f64's ("1e400s") reads as infinity: too long, not a unit `e`.
+        if value == f64::INFINITY {
+            return Ok(Time::MAX);
+        }
     }
     humantime::parse_duration(t)
         .map(|d| d.as_nanos().min(u64::MAX as u128) as Time)

@@ -362,3 +362,17 @@ fn a_disk_or_network_slower_than_a_byte_per_second_is_refused_at_its_line() {
     .expect("a byte per second");
     assert_eq!((c.nodes[0].disk_read_bw, c.nodes[0].net_bw), (1.0, 1.0));
 }
+
+#[test]
+fn a_duration_with_an_overflowing_exponent_is_too_long_not_of_an_unknown_unit() {
+    // It said `unknown time unit "e"`.
+    for d in ["1e400s", "1e309ms", "9e999h"] {
+        let e = cluster_error(&cluster(&format!("latency = \"{d}\"")));
+        assert_eq!(
+            e,
+            format!(
+                "c.toml:4:11: node[0].latency: invalid duration `{d}`: at most 10 years (87600h)"
+            )
+        );
+    }
+}
