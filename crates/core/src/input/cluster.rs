@@ -146,8 +146,9 @@ fn speed_problem(speed: f64) -> Option<String> {
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AcceleratorSpec {
-    /// Kind, e.g. `"tesla-c2050"`.
-    pub kind: String,
+    /// Kind, e.g. `"tesla-c2050"`: named as an attribute is
+    /// ([`check_attribute`](crate::model::cluster::check_attribute)), as a GPU variant's `kind`.
+    pub kind: Spanned<String>,
     /// How many devices.
     #[serde(default = "one")]
     pub count: Spanned<u32>,
@@ -230,6 +231,15 @@ pub(crate) fn at<T>(s: &Spanned<T>) -> Option<usize> {
 impl AcceleratorSpec {
     /// The devices this entry describes, checked.
     pub fn devices(&self, src: &Source<'_>, field: &str) -> Result<Vec<Accelerator>, InputError> {
+        // Matched against a GPU variant's `kind` and shown in every listing: the rule that one
+        // follows (an empty kind or an ANSI escape in it was accepted).
+        if let Err(problem) = crate::model::cluster::check_attribute(self.kind.get_ref()) {
+            return Err(src.error(
+                at(&self.kind),
+                Some(format!("{field}.kind")),
+                format!("an accelerator kind is named as a node attribute: {problem}"),
+            ));
+        }
         let count = *self.count.get_ref();
         if u64::from(count) > MAX_NODE_ACCELERATORS {
             return Err(src.error(
@@ -253,7 +263,7 @@ impl AcceleratorSpec {
         }
         Ok((0..count)
             .map(|_| Accelerator {
-                kind: self.kind.clone(),
+                kind: self.kind.get_ref().clone(),
                 memory_bytes: memory,
                 speed,
             })
@@ -314,6 +324,9 @@ pub fn parse_cluster_with_slots(
     let mut rack_ids = HashMap::new();
     for (i, r) in file.rack.iter().enumerate() {
         let name = r.name.get_ref();
+        if let Some(problem) = crate::model::cluster::rack_name_problem(name) {
+            return Err(src.error(at(&r.name), Some(format!("rack[{i}].name")), problem));
+        }
         if rack_ids
             .insert(name.clone(), RackId(racks.len() as u32))
             .is_some()
@@ -347,7 +360,7 @@ pub fn parse_cluster_with_slots(
                     field("rack"),
                     format!(
                         "unknown rack `{}`: declare it in a [[rack]] table",
-                        r.get_ref()
+                        super::units::name_shown(r.get_ref())
                     ),
                 )
             })?,

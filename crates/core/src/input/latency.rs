@@ -66,7 +66,10 @@ pub fn parse_latency(
             src.error(
                 at(name),
                 Some(field),
-                format!("unknown node `{}`: not in the cluster file", name.get_ref()),
+                format!(
+                    "unknown node `{}`: not in the cluster file",
+                    super::units::name_shown(name.get_ref())
+                ),
             )
         })
     };

@@ -47,13 +47,20 @@ fn has_nul(c: &Command) -> bool {
     }
 }
 
-/// Why an application name cannot name files on an agent, if it cannot.
+/// Why an application name cannot name files on an agent, if it cannot. Every workload's
+/// application names meet it (the simulator prints them in its tables), as do a runtime
+/// workflow's task and data names.
 pub fn app_name_problem(name: &str) -> Option<String> {
     if name.len() > MAX_APP_NAME {
         return Some(format!(
             "is {} bytes long; at most {MAX_APP_NAME}",
             name.len()
         ));
+    }
+    // Before the messages that quote the name: a control character (an ANSI escape) would act
+    // on the terminal that shows the message.
+    if name.chars().any(char::is_control) {
+        return Some("holds a control character".into());
     }
     if name.contains('/') || name.contains('\\') {
         return Some(format!(
@@ -66,9 +73,6 @@ pub fn app_name_problem(name: &str) -> Option<String> {
             "`{name}` starts with `.`; task outputs are named after the application (`..` would \
              leave the work directory)"
         ));
-    }
-    if name.chars().any(char::is_control) {
-        return Some("holds a control character".into());
     }
     None
 }
@@ -359,11 +363,18 @@ mod tests {
 
     #[test]
     fn application_names_that_leave_the_work_directory_are_refused() {
+        // Every workload's names meet the rule: parsing refuses them already.
+        let refused = |text: &str| {
+            parse_workload("job.toml", text)
+                .and_then(|w| check(&w))
+                .expect_err("refused")
+                .to_string()
+        };
         for name in ["../escape", "a/b", ".hidden", ".."] {
-            let e = err(&job(name, "true", ""));
+            let e = refused(&job(name, "true", ""));
             assert!(e.contains("application[0].name"), "{name}: {e}");
         }
-        let e = err(&job(&"n".repeat(200), "true", ""));
+        let e = refused(&job(&"n".repeat(200), "true", ""));
         assert!(e.contains("at most 128"), "{e}");
     }
 

@@ -111,6 +111,25 @@ fn rate_problem(rate: f64) -> Option<String> {
 /// (≤ 2⁴⁰ × [`MAX_TOPOLOGY_EXECUTORS`] < 2⁵⁷) never overflows.
 pub const MAX_EXECUTOR_MEMORY: u64 = 1 << 40;
 
+/// Longest topology or component name, in bytes (the runtime's bound on a topology's name, which
+/// names its workers' directories).
+pub const MAX_TOPOLOGY_NAME_BYTES: usize = 128;
+
+/// Why `name` cannot name a topology or a component, if it cannot: it is shown as written in
+/// every placement and listing, so it has no control character (an ANSI escape would act on the
+/// terminal) and is at most [`MAX_TOPOLOGY_NAME_BYTES`] long.
+fn name_problem(name: &str) -> Option<String> {
+    if name.len() > MAX_TOPOLOGY_NAME_BYTES {
+        return Some(format!(
+            "is {} bytes long; at most {MAX_TOPOLOGY_NAME_BYTES}",
+            name.len()
+        ));
+    }
+    name.chars()
+        .any(char::is_control)
+        .then(|| "holds a control character".into())
+}
+
 fn shuffle() -> Grouping {
     Grouping::Shuffle
 }
@@ -121,6 +140,9 @@ pub fn parse_topology(origin: &str, text: &str) -> Result<Topology, InputError> 
     let file: TopologyFile = src.parse_toml()?;
     if file.name.get_ref().trim().is_empty() {
         return Err(src.error(at(&file.name), Some("name".into()), "must not be empty"));
+    }
+    if let Some(problem) = name_problem(file.name.get_ref()) {
+        return Err(src.error(at(&file.name), Some("name".into()), problem));
     }
     if file.component.is_empty() {
         return Err(src.error(
@@ -141,6 +163,9 @@ pub fn parse_topology(origin: &str, text: &str) -> Result<Topology, InputError> 
                 field("name"),
                 "must be non-empty and must not contain `#` (executors are written <component>#<index>)",
             ));
+        }
+        if let Some(problem) = name_problem(name) {
+            return Err(src.error(at(&c.name), field("name"), problem));
         }
         if index.insert(name.clone(), i).is_some() {
             return Err(src.error(
@@ -210,7 +235,10 @@ pub fn parse_topology(origin: &str, text: &str) -> Result<Topology, InputError> 
             src.error(
                 at(&s.from),
                 field("from"),
-                format!("unknown component `{from_name}`: declare it in a [[component]] table"),
+                format!(
+                    "unknown component `{}`: declare it in a [[component]] table",
+                    super::units::name_shown(from_name)
+                ),
             )
         })?;
         let to_name = s.to.get_ref();
@@ -221,7 +249,10 @@ pub fn parse_topology(origin: &str, text: &str) -> Result<Topology, InputError> 
             src.error(
                 at(&s.to),
                 field("to"),
-                format!("unknown component `{to_name}`: declare it in a [[component]] table"),
+                format!(
+                    "unknown component `{}`: declare it in a [[component]] table",
+                    super::units::name_shown(to_name)
+                ),
             )
         })?;
         let rate = *s.rate.get_ref();
@@ -343,7 +374,8 @@ pub fn parse_traffic(
                     Some(start),
                     Some(col.into()),
                     format!(
-                        "unknown executor `{name}`: write <component>#<index> with a component of topology `{}` and an index below its parallelism",
+                        "unknown executor `{}`: write <component>#<index> with a component of topology `{}` and an index below its parallelism",
+                        super::units::name_shown(name),
                         topology.name
                     ),
                 )

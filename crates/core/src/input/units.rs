@@ -192,6 +192,21 @@ pub(crate) fn shown(x: f64) -> String {
     }
 }
 
+/// A name taken from a file as a message quotes it: control characters escaped (an ANSI escape
+/// would act on the terminal that shows the message) and at most 64 characters of it.
+pub(crate) fn name_shown(name: &str) -> String {
+    let mut shown: String = name
+        .chars()
+        .take(64)
+        .collect::<String>()
+        .escape_debug()
+        .to_string();
+    if name.chars().nth(64).is_some() {
+        shown.push('…');
+    }
+    shown
+}
+
 /// The slowest bandwidth a file may give, in bytes per second.
 pub const MIN_BANDWIDTH: f64 = 1.0;
 

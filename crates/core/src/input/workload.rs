@@ -518,6 +518,11 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
         if name.trim().is_empty() {
             return Err(src.error(at(&a.name), field("name"), "must not be empty"));
         }
+        // The runtime's rule (its task outputs are named after the application), for the
+        // simulator too: its tables print the name as written.
+        if let Some(problem) = super::limits::app_name_problem(name) {
+            return Err(src.error(at(&a.name), field("name"), problem));
+        }
         if let Some(w) = &a.workdir {
             let d = w.get_ref();
             if d.is_empty() || d.len() > 4096 || d.contains('\0') {

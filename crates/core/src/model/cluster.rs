@@ -46,6 +46,30 @@ pub const NOT_PREFIX: char = '!';
 /// Longest node name a requirement may name (`node:NAME`), in bytes (a host name's longest).
 pub const MAX_NODE_NAME_BYTES: usize = 253;
 
+/// Longest rack name, in bytes (an agent's `--rack` has the same bound).
+pub const MAX_RACK_NAME_BYTES: usize = 128;
+
+/// Why `name` cannot name a rack, if it cannot: it must be 1 to [`MAX_RACK_NAME_BYTES`] bytes
+/// without control characters (an agent's `--rack` rule), since every listing of nodes shows it
+/// as written.
+pub fn rack_name_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("a rack name must not be empty".into());
+    }
+    if name.len() > MAX_RACK_NAME_BYTES {
+        return Some(format!(
+            "rack name is {} bytes long; at most {MAX_RACK_NAME_BYTES}",
+            name.len()
+        ));
+    }
+    name.chars().any(char::is_control).then(|| {
+        format!(
+            "rack name `{}` holds a control character",
+            name.escape_debug()
+        )
+    })
+}
+
 /// Checks one attribute name of a node: 1 to [`MAX_ATTRIBUTE_BYTES`] bytes, no whitespace or
 /// control characters, not beginning with `!` or `node:` (those read otherwise in a
 /// requirement: [`check_requirement`]).

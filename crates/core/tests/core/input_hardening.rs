@@ -376,3 +376,102 @@ fn a_duration_with_an_overflowing_exponent_is_too_long_not_of_an_unknown_unit() 
         );
     }
 }
+
+#[test]
+fn names_the_simulator_prints_hold_no_control_character_and_are_bounded() {
+    let long = "x".repeat(300);
+    // Application names: the runtime's rule (input::limits::app_name_problem).
+    let app = |name: &str| {
+        format!(
+            "[[application]]\nname = \"{name}\"\ntasks = 1\n[application.cpu]\ncompute = \"1s\"\n\
+             read = \"1s\"\n"
+        )
+    };
+    assert_eq!(
+        workload_error(&app("red\\u001b[31m")),
+        "w.toml:2:8: application[0].name: holds a control character"
+    );
+    assert_eq!(
+        workload_error(&app(&long)),
+        "w.toml:2:8: application[0].name: is 300 bytes long; at most 128"
+    );
+    // A control character is refused before a message quotes the name.
+    assert_eq!(
+        workload_error(&app("a/\\u001b[2J")),
+        "w.toml:2:8: application[0].name: holds a control character"
+    );
+    // Racks: 1 to 128 bytes, no control character (an agent's --rack rule).
+    let rack = |name: &str| {
+        format!(
+            "[[rack]]\nname = \"{name}\"\n[[node]]\nname = \"n\"\ncores = 1\nrack = \"{name}\"\n"
+        )
+    };
+    for (name, said) in [
+        ("", "a rack name must not be empty"),
+        (
+            "r\\u001b[31m",
+            "rack name `r\\u{1b}[31m` holds a control character",
+        ),
+        (long.as_str(), "rack name is 300 bytes long; at most 128"),
+    ] {
+        assert_eq!(
+            cluster_error(&rack(name)),
+            format!("c.toml:2:8: rack[0].name: {said}")
+        );
+    }
+    assert!(hetsched_core::input::cluster::parse_cluster("c.toml", &rack("rack A")).is_ok());
+    let e = cluster_error("[[node]]\nname = \"n\"\ncores = 1\nrack = \"r\\u001b[31m\"\n");
+    assert!(e.contains("unknown rack `r\\u{1b}[31m`"), "{e}");
+    // Accelerator kinds: a GPU variant's rule (as an attribute).
+    for (kind, said) in [
+        ("", "an attribute must not be empty"),
+        ("k\\u001b[31m", "has whitespace or a control character"),
+        (long.as_str(), "is longer than 64 bytes"),
+    ] {
+        let e = cluster_error(&cluster(&format!(
+            "[[node.accelerator]]\nkind = \"{kind}\""
+        )));
+        assert!(
+            e.starts_with(
+                "c.toml:5:8: node[0].accelerator[0].kind: an accelerator kind is named as a node \
+                 attribute: "
+            ) && e.contains(said),
+            "{kind}: {e}"
+        );
+    }
+    // Topology and component names.
+    use hetsched_core::input::topology::parse_topology;
+    let topology_error = |text: &str| {
+        parse_topology("t.toml", text)
+            .expect_err("refused")
+            .to_string()
+    };
+    assert_eq!(
+        topology_error(&WORDCOUNT.replace("\"wordcount\"", "\"w\\u001b[2J\"")),
+        "t.toml:1:8: name: holds a control character"
+    );
+    assert_eq!(
+        topology_error(&WORDCOUNT.replace("\"wordcount\"", &format!("\"{long}\""))),
+        "t.toml:1:8: name: is 300 bytes long; at most 128"
+    );
+    assert_eq!(
+        topology_error(&WORDCOUNT.replace("name = \"split\"", "name = \"s\\u0007\"")),
+        "t.toml:8:8: component[1].name: holds a control character"
+    );
+    // Latency files: a name that is no node's is quoted escaped and cut short.
+    let c = hetsched_core::input::cluster::parse_cluster("c.toml", &cluster("")).expect("one node");
+    let e = hetsched_core::input::latency::parse_latency(
+        "l.toml",
+        &format!("[[pair]]\nbetween = [\"n\", \"{long}\\u001b\"]\nlatency = \"1ms\"\n"),
+        &c,
+    )
+    .expect_err("unknown")
+    .to_string();
+    assert_eq!(
+        e,
+        format!(
+            "l.toml:2:17: pair[0].between[1]: unknown node `{}…`: not in the cluster file",
+            "x".repeat(64)
+        )
+    );
+}
