@@ -11,7 +11,8 @@
 //! latency = "120us"
 //! ```
 //!
-//! A pair names two different nodes (a node's latency to itself is 0). Entries apply in file order, so a later `group` or `pair` overrides an earlier one. Without
+//! A pair names two different nodes (a node's latency to itself is 0); a group names at least two,
+//! each once. Entries apply in file order, so a later `group` or `pair` overrides an earlier one. Without
 //! `default`, unlisted pairs keep the cluster's own figures ([`LatencyMatrix::from_cluster`]:
 //! same rack = mean of the two nodes' `latency`, different racks = their sum).
 
@@ -22,7 +23,7 @@ use crate::model::Cluster;
 use crate::model::latency::LatencyMatrix;
 use serde::Deserialize;
 use serde_spanned::Spanned;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -37,7 +38,7 @@ struct LatencyFile {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct GroupSpec {
-    nodes: Vec<Spanned<String>>,
+    nodes: Spanned<Vec<Spanned<String>>>,
     latency: Duration,
 }
 
@@ -78,12 +79,35 @@ pub fn parse_latency(
         None => LatencyMatrix::from_cluster(cluster),
     };
     for (g, group) in file.group.iter().enumerate() {
-        let members = group
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(k, n)| lookup(n, format!("group[{g}].nodes[{k}]")))
-            .collect::<Result<Vec<_>, _>>()?;
+        let names = group.nodes.get_ref();
+        // A group of fewer than two nodes sets nothing: a typo, not a latency.
+        if names.len() < 2 {
+            return Err(src.error(
+                at(&group.nodes),
+                Some(format!("group[{g}].nodes")),
+                format!(
+                    "a group sets the latency between its nodes: name at least two, found {}",
+                    names.len()
+                ),
+            ));
+        }
+        let mut members: Vec<usize> = Vec::with_capacity(names.len());
+        let mut seen = HashSet::with_capacity(names.len());
+        for (k, n) in names.iter().enumerate() {
+            let field = format!("group[{g}].nodes[{k}]");
+            let node = lookup(n, field.clone())?;
+            if !seen.insert(node) {
+                return Err(src.error(
+                    at(n),
+                    Some(field),
+                    format!(
+                        "node `{}` is listed twice in this group: name each node once",
+                        n.get_ref()
+                    ),
+                ));
+            }
+            members.push(node);
+        }
         for &a in &members {
             for &b in &members {
                 m.set(a, b, group.latency.0);

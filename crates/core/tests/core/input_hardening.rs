@@ -475,3 +475,37 @@ fn names_the_simulator_prints_hold_no_control_character_and_are_bounded() {
         )
     );
 }
+
+#[test]
+fn a_latency_group_names_at_least_two_nodes_each_once() {
+    use hetsched_core::input::latency::parse_latency;
+    let c = hetsched_core::input::cluster::parse_cluster("c.toml", &cluster("count = 3"))
+        .expect("three nodes");
+    let group = |nodes: &str| {
+        parse_latency(
+            "l.toml",
+            &format!("[[group]]\nnodes = {nodes}\nlatency = \"1s\"\n"),
+            &c,
+        )
+        .map(|m| m.get(0, 1))
+        .map_err(|e| e.to_string())
+    };
+    assert_eq!(group("[\"n-1\", \"n-2\"]"), Ok(1_000_000_000));
+    for (nodes, found) in [("[]", 0), ("[\"n-1\"]", 1)] {
+        assert_eq!(
+            group(nodes),
+            Err(format!(
+                "l.toml:2:9: group[0].nodes: a group sets the latency between its nodes: name at \
+                 least two, found {found}"
+            ))
+        );
+    }
+    assert_eq!(
+        group("[\"n-1\", \"n-2\", \"n-1\"]"),
+        Err(
+            "l.toml:2:24: group[0].nodes[2]: node `n-1` is listed twice in this group: name each \
+             node once"
+                .into()
+        )
+    );
+}
