@@ -13,7 +13,7 @@ use hetsched_core::input::workflow::parse_workflow;
 use hetsched_core::model::latency::LatencyMatrix;
 use hetsched_core::policy::graph::catalogue::NodeCatalogue;
 use hetsched_core::policy::graph::{BalancerKind, Thresholds};
-use hetsched_core::time::to_secs;
+use hetsched_core::time::{NANOS_PER_SEC, Time, to_secs};
 use hetsched_sim::graph::{Execution, GraphResult, GraphSimConfig, simulate_graph};
 use hetsched_sim::scenario::pcddb_paper;
 use std::path::{Path, PathBuf};
@@ -45,10 +45,12 @@ pub struct GraphArgs {
     /// Seed of instance costs and self-check phases.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Period of the nodes' self-checks (pcddb) and monitoring reports (centralised).
+    /// Period of the nodes' self-checks (pcddb) and monitoring reports (centralised); at least
+    /// 1ms.
     #[arg(long, default_value = "1s")]
     pub check_interval: Duration,
-    /// Time a node needs to handle one incoming message, e.g. "2ms" (0: free, no bottleneck).
+    /// Time a node needs to handle one incoming message, e.g. "2ms" (0: free, no bottleneck);
+    /// at most 1h.
     #[arg(long, default_value = "0s")]
     pub message_cost: Duration,
     /// How a node runs what it holds: `queue` (each core one instance at a time, idle cores
@@ -78,6 +80,16 @@ pub struct PcddbPaperArgs {
     pub output: Output,
 }
 
+/// The shortest `--check-interval`: 1 ms, as `sim run`'s `--heartbeat`. Below it a run spends
+/// its time on self-checks (1 ns is a billion events per node per simulated second: a one-second
+/// workflow ran for minutes) and no agent checks itself that often.
+const MIN_CHECK_INTERVAL: Time = 1_000_000;
+
+/// The longest `--message-cost`: 1 hour. A node that takes longer to handle one message models
+/// no balancer (the paper's sweep goes to 50 ms), and every message's handling time is added to
+/// the simulated clock, which a cost of months ran past its end.
+const MAX_MESSAGE_COST: Time = 3600 * NANOS_PER_SEC;
+
 fn read(path: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
 }
@@ -105,6 +117,19 @@ pub fn graph_cmd(args: GraphArgs) -> anyhow::Result<()> {
             ),
         },
     };
+    if args.check_interval.0 < MIN_CHECK_INTERVAL {
+        bail!(
+            "--check-interval must be at least 1ms (nodes check themselves every second by \
+             default), got {} ns",
+            args.check_interval.0
+        );
+    }
+    if args.message_cost.0 > MAX_MESSAGE_COST {
+        bail!(
+            "--message-cost must be at most 1h (the paper's sweep goes to 50ms), got {} s",
+            to_secs(args.message_cost.0)
+        );
+    }
     if args.mt == 0 || args.lt > args.mt {
         bail!("--lt {} --mt {}: need MT ≥ 1 and LT ≤ MT", args.lt, args.mt);
     }

@@ -23,6 +23,7 @@ use hetsched_core::policy::graph::{
     self, BalancerKind, GraphSetup, InstanceId, LaunchEvent, Manager, Message, NodeAgent,
     NodeEvent, Outgoing, Thresholds,
 };
+use hetsched_core::text::count;
 use hetsched_core::time::{NANOS_PER_SEC, Time, to_secs};
 use hetsched_core::{Cluster, NodeId};
 use rand::{Rng, SeedableRng};
@@ -30,6 +31,9 @@ use rand_pcg::Pcg64;
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 use thiserror::Error;
+
+/// The longest run a simulation may need: 100 years, in ns (as `sim divisible`'s schedules).
+const HORIZON: Time = 100 * 365 * 24 * 3600 * NANOS_PER_SEC;
 
 /// Message kinds in the order reports list them.
 pub const MESSAGE_KINDS: [&str; 7] = [
@@ -59,6 +63,41 @@ pub enum GraphSimError {
         since_s: f64,
         /// Now.
         now_s: f64,
+        /// Instances not finished.
+        left: u64,
+    },
+    /// Nothing finished for as long as [`GraphSimError::Stalled`] allows, and a node has more
+    /// messages waiting to be handled than that time: its messages (every member's periodic
+    /// status or report, under pcddb and centralised) arrive faster than it handles them, so its
+    /// queue grows without end and the run would never finish.
+    #[error(
+        "no instance finished between t = {since_s:.3} s and t = {now_s:.3} s ({} left): node `{node}` has {backlog_s:.3} s of messages waiting, at {message_cost_s:.3} s \
+         each, and receives them faster than it handles them; a smaller message cost or a longer \
+         check interval lets it keep up",
+        count(*.left, "instance")
+    )]
+    Overloaded {
+        /// Last progress.
+        since_s: f64,
+        /// Now.
+        now_s: f64,
+        /// Instances not finished.
+        left: u64,
+        /// The node with the longest queue of messages.
+        node: String,
+        /// How long that node will take to handle what it has been sent, seconds.
+        backlog_s: f64,
+        /// The time to handle one message, seconds.
+        message_cost_s: f64,
+    },
+    /// The simulated clock (`u64` nanoseconds) reached its end: message or instance costs too
+    /// large for this workflow.
+    #[error(
+        "the simulated clock reached its end (584 years) with {} left: the message cost or the \
+         instances' costs are too large for this workflow",
+        count(*.left, "instance")
+    )]
+    ClockEnd {
         /// Instances not finished.
         left: u64,
     },
@@ -364,6 +403,8 @@ struct Sim<'a> {
     balancing_delay: Time,
     message_cost: Time,
     handler_free: Vec<Time>,
+    /// Node names, for errors.
+    names: Vec<String>,
     last_progress: Time,
     stall_after: Time,
     makespan: Time,
@@ -390,7 +431,7 @@ impl Sim<'_> {
                     let m_to = m.to;
                     // The first four kinds are the balancing protocol's own.
                     if kind < 4 {
-                        self.balancing_delay += delay;
+                        self.balancing_delay = self.balancing_delay.saturating_add(delay);
                     }
                     let slot = match self.free_slots.pop() {
                         Some(s) => {
@@ -405,7 +446,12 @@ impl Sim<'_> {
                     // A node handles one message at a time: it is delivered when it has arrived
                     // and the receiver has handled what was sent to it before.
                     let to = m_to.index();
-                    let at = (now + delay).max(self.handler_free[to]) + self.message_cost;
+                    // Saturating: a long message cost queues deliveries far ahead, and the clock's
+                    // end (checked in `handle`) must stop the run rather than wrap.
+                    let at = now
+                        .saturating_add(delay)
+                        .max(self.handler_free[to])
+                        .saturating_add(self.message_cost);
                     if self.message_cost > 0 {
                         self.handler_free[to] = at;
                     }
@@ -461,7 +507,7 @@ impl Sim<'_> {
         if let Some(i) = next {
             let d = ((self.costs[i.0 as usize] as f64) / self.speed[node]).ceil() as Time;
             c.running = Some(i);
-            c.busy += d;
+            c.busy = c.busy.saturating_add(d);
             self.records[i.0 as usize].core = core as u32;
             self.records[i.0 as usize].start = q.now();
             q.schedule_in(
@@ -488,7 +534,8 @@ impl Sim<'_> {
         let now = q.now();
         let cores = self.cores[node].len();
         let run = self.run_time(instance, node);
-        self.cores[node][core].busy += run;
+        let busy = &mut self.cores[node][core].busy;
+        *busy = busy.saturating_add(run);
         let r = &mut self.records[instance.0 as usize];
         r.core = core as u32;
         r.start = now;
@@ -570,12 +617,54 @@ impl Sim<'_> {
     }
 }
 
+impl Sim<'_> {
+    /// Why nothing has finished since `last_progress`: a node whose queue of messages to handle
+    /// is longer than that whole time is overloaded (its queue only grows); otherwise the
+    /// balancer is stuck.
+    fn stalled(&self, now: Time) -> GraphSimError {
+        let since_s = to_secs(self.last_progress);
+        let now_s = to_secs(now);
+        let left = self.total - self.manager.finished();
+        let busiest = self
+            .handler_free
+            .iter()
+            .enumerate()
+            .map(|(n, &free)| (free.saturating_sub(now), std::cmp::Reverse(n)))
+            .max();
+        match busiest {
+            Some((backlog, std::cmp::Reverse(n)))
+                if self.message_cost > 0 && backlog > now - self.last_progress =>
+            {
+                GraphSimError::Overloaded {
+                    since_s,
+                    now_s,
+                    left,
+                    node: self.names[n].clone(),
+                    backlog_s: to_secs(backlog),
+                    message_cost_s: to_secs(self.message_cost),
+                }
+            }
+            _ => GraphSimError::Stalled {
+                since_s,
+                now_s,
+                left,
+            },
+        }
+    }
+}
+
 impl Model for Sim<'_> {
     type Event = Event;
     type Error = GraphSimError;
 
     fn handle(&mut self, event: Event, q: &mut EventQueue<Event>) -> Result<Flow, GraphSimError> {
         let now = q.now();
+        if now == Time::MAX {
+            self.error = Some(GraphSimError::ClockEnd {
+                left: self.total - self.manager.finished(),
+            });
+            return Ok(Flow::Stop);
+        }
         match event {
             Event::Start => {
                 let outs = self.manager.handle(LaunchEvent::Start, now);
@@ -603,11 +692,7 @@ impl Model for Sim<'_> {
                 self.apply(NodeId(n), outs, q);
                 q.schedule_in(self.check_interval, Event::SelfCheck(n));
                 if now > self.last_progress.saturating_add(self.stall_after) {
-                    self.error = Some(GraphSimError::Stalled {
-                        since_s: self.last_progress as f64 / NANOS_PER_SEC as f64,
-                        now_s: now as f64 / NANOS_PER_SEC as f64,
-                        left: self.total - self.manager.finished(),
-                    });
+                    self.error = Some(self.stalled(now));
                     return Ok(Flow::Stop);
                 }
             }
@@ -736,6 +821,22 @@ pub fn simulate_graph(
         .fold(f64::INFINITY, f64::min);
     let longest = costs.iter().copied().max().unwrap_or(0) as f64 / slowest;
     let all_work = costs.iter().map(|&c| c as f64).sum::<f64>() / slowest;
+    // A run that cannot end within 100 years is refused before it starts: its members' periodic
+    // self-checks would be billions of events before the clock (584 years) ran out.
+    let deployed = || members.iter().filter_map(|m| cluster.nodes.get(m.index()));
+    let fastest = deployed().map(|n| n.core_speed).fold(0.0, f64::max);
+    let capacity: f64 = deployed()
+        .map(|n| f64::from(n.cores.max(1)) * n.core_speed)
+        .sum();
+    let at_least = (longest * slowest / fastest).max(all_work * slowest / capacity);
+    if at_least > HORIZON as f64 {
+        return Err(GraphSimError::Config(format!(
+            "the workflow needs at least {:.0} years on the deployment (its longest instance on \
+             the fastest core, or all its work spread over every core); a simulation ends within \
+             100 years",
+            at_least / HORIZON as f64 * 100.0
+        )));
+    }
     let mut records = Vec::with_capacity(costs.len());
     for (t, task) in workflow.tasks.iter().enumerate() {
         for index in 0..task.instances() as u32 {
@@ -785,6 +886,7 @@ pub fn simulate_graph(
         balancing_delay: 0,
         message_cost: config.message_cost,
         handler_free: vec![0; n],
+        names: cluster.nodes.iter().map(|n| n.name.clone()).collect(),
         last_progress: 0,
         // Far longer than any instance, any queue of MT instances, and many check rounds. Under
         // time-sharing nothing may end until a node has run all it holds (a push of every ready

@@ -356,6 +356,39 @@ fn bad_options_say_what_is_wrong() {
 }
 
 #[test]
+fn a_check_interval_under_1ms_and_a_message_cost_over_1h_are_refused() {
+    // 1 ns self-checks ran a one-second workflow for minutes; 5000h per message overflowed the
+    // clock (a panic in debug builds).
+    for balancer in ["pcddb", "centralised"] {
+        let out = graph(
+            WORKFLOW,
+            &["--balancer", balancer, "--check-interval", "1ns"],
+        );
+        assert_eq!(out.status.code(), Some(1), "{balancer}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("--check-interval must be at least 1ms"),
+            "{stderr}"
+        );
+    }
+    let out = graph(WORKFLOW, &["--message-cost", "5000h"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--message-cost must be at most 1h") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    // An hour is accepted; a node that cannot keep up with its messages is named as such.
+    let out = graph(WORKFLOW, &["--message-cost", "1h"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("receives them faster than it handles them"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn the_pcddb_paper_scenario_reports_the_papers_figures() {
     let dir = temp("pcddb-paper-out");
     let d = dir.display().to_string();

@@ -8,6 +8,7 @@ use hetsched_core::input::workflow::parse_workflow;
 use hetsched_core::model::latency::LatencyMatrix;
 use hetsched_core::model::workflow::{DependencyKind, Workflow};
 use hetsched_core::policy::graph::{BalancerKind, Thresholds};
+use hetsched_core::time::NANOS_PER_SEC;
 use hetsched_core::{Cluster, NodeId};
 use hetsched_sim::graph::{Execution, GraphResult, GraphSimConfig, GraphSimError, simulate_graph};
 use proptest::prelude::*;
@@ -484,5 +485,75 @@ fn under_a_backlog_pcddb_lets_the_faster_node_pull_more_and_finishes_before_the_
         "pull {} s against push {} s",
         pull.makespan_s(),
         push.makespan_s()
+    );
+}
+
+/// Three one-second instances on one dual-core node.
+fn three_on_one_node() -> Case {
+    let task = TaskGen {
+        values: 3,
+        processes: 1,
+        cost_ms: 1000,
+        cv: 0,
+        inputs: vec![],
+        gpu: false,
+    };
+    case(&[task], &[(2, 4)])
+}
+
+#[test]
+fn a_message_cost_near_the_clocks_end_stops_the_run_instead_of_overflowing() {
+    // Static dispatches three instances to one node: each dispatch waits for the one before it
+    // to be handled, so the third is delivered past the clock's end (it overflowed at
+    // `now + delay … + message_cost`).
+    let r = run(
+        &three_on_one_node(),
+        &GraphSimConfig {
+            balancer: BalancerKind::Static,
+            message_cost: u64::MAX / 2,
+            ..GraphSimConfig::default()
+        },
+    );
+    assert_eq!(r.err(), Some(GraphSimError::ClockEnd { left: 3 }));
+}
+
+#[test]
+fn a_node_handling_its_messages_slower_than_they_come_is_named_as_overloaded() {
+    // Under pcddb and centralised every member sends the launch node a message every check: at
+    // an hour per message and a check per second its queue only grows, and the run says so.
+    for balancer in [BalancerKind::Pcddb, BalancerKind::Centralised] {
+        let e = run(
+            &three_on_one_node(),
+            &GraphSimConfig {
+                balancer,
+                message_cost: 3600 * NANOS_PER_SEC,
+                ..GraphSimConfig::default()
+            },
+        )
+        .err();
+        assert!(
+            matches!(&e, Some(GraphSimError::Overloaded { node, left: 3, message_cost_s, .. })
+                if node == "n0" && *message_cost_s == 3600.0),
+            "{balancer}: {e:?}"
+        );
+    }
+}
+
+#[test]
+fn a_workflow_that_needs_more_than_a_century_is_refused_before_it_runs() {
+    // 10,000 instances of 40 days each on 2 cores of speed 1: at least 548 years. Under pcddb
+    // its self-checks alone would have run for hours before the clock's end.
+    let task = TaskGen {
+        values: 10_000,
+        processes: 1,
+        cost_ms: 40 * 24 * 3600 * 1000,
+        cv: 0,
+        inputs: vec![],
+        gpu: false,
+    };
+    let e = run(&case(&[task], &[(2, 4)]), &GraphSimConfig::default()).err();
+    assert!(
+        matches!(&e, Some(GraphSimError::Config(m)) if m.contains("at least 548 years")),
+        "{e:?}"
     );
 }
