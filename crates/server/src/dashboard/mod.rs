@@ -494,16 +494,26 @@ impl Dashboard {
     }
 }
 
-/// `routes` behind the dashboard's credentials (a token or a session): a request without them
-/// gets `401` with `WWW-Authenticate: Bearer` and a one-line text body (for programs such as
-/// Prometheus, which are no browsers to show the login page to).
+/// `routes` (`/metrics`) behind the admin's or the read-only credentials (a token or a
+/// session): a request without them gets `401` with `WWW-Authenticate: Bearer` and a one-line
+/// text body (for programs such as Prometheus, which are no browsers to show the login page to);
+/// a user's gets `403`, since the metrics carry every user's accounts and caps, and a user sees
+/// its own only (`/api/usage`, `/api/users`).
 pub fn guarded(d: Arc<Dashboard>, routes: axum::Router) -> axum::Router {
     routes.layer(axum::middleware::from_fn(
         move |req: axum::extract::Request, next: axum::middleware::Next| {
             let d = d.clone();
             async move {
-                if d.authed(req.headers()).is_some() {
+                let who = d.authed(req.headers());
+                if who.as_ref().is_some_and(|w| w.admin) {
                     next.run(req).await
+                } else if who.is_some() {
+                    (
+                        StatusCode::FORBIDDEN,
+                        "the metrics carry every user's accounts: scrape with DATA_DIR/read-token \
+                         (or DATA_DIR/token); a user reads its own in /api/usage\n",
+                    )
+                        .into_response()
                 } else {
                     (
                         StatusCode::UNAUTHORIZED,

@@ -286,6 +286,14 @@ async fn the_dashboard_shows_each_users_caps_holdings_jobs_and_accounts_to_whom_
     );
     let bob_users = get_json(http, "/api/users", &bob_token).await;
     assert_eq!(names(&bob_users["users"], "name"), ["bob"], "{bob_users}");
+    // `/metrics` carries every user's accounts: a user's token is refused there, the admin's
+    // reads it.
+    let (status, body) = get(http, "/metrics", Some(&alice_token)).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("DATA_DIR/read-token"), "{body}");
+    let (status, body) = get(http, "/metrics", Some(&admin_token)).await;
+    assert_eq!(status, 200);
+    assert!(body.contains("user=\"alice\""), "{body}");
 
     // Never open; a bad day or span is refused naming the parameter.
     for path in ["/api/users", "/api/usage"] {
