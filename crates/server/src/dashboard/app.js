@@ -248,7 +248,7 @@ $("jobs-next").addEventListener("click", () => { jobsView.from = Math.max(1, job
 
 // ---------------------------------------------------------------- a job's tasks
 
-const tasksView = { job: null, cursors: [0], next: 0, state: "all", jobState: "", timer: null, seq: 0, chunks: null };
+const tasksView = { job: null, cursors: ["0"], next: "0", state: "all", jobState: "", timer: null, seq: 0, chunks: null };
 
 function updateJobTitle(j) {
   const c = j.counts || {};
@@ -319,7 +319,7 @@ async function loadJobDetail() {
 async function selectJob(id) {
   jobsView.selected = id;
   markSelected();
-  tasksView.job = id; tasksView.cursors = [0];
+  tasksView.job = id; tasksView.cursors = ["0"];
   $("job-detail").hidden = false;
   await loadJobDetail();
   loadTasks();
@@ -355,14 +355,15 @@ async function loadTasks() {
   // A later request (another page, filter or job, or the refresh timer) went out meanwhile: its
   // answer is the one to show, whichever comes back first.
   if (seq !== tasksView.seq) return;
-  tasksView.next = page.next_cursor;
+  // Ids and cursors as strings: a workflow's are past what a JavaScript number holds exactly.
+  tasksView.next = page.next_cursor_text;
   const body = $("tasks").querySelector("tbody");
   body.innerHTML = page.tasks.map((t) => {
     // A running multi-node task: its first node, how many more, and all of them on hover.
     const more = (t.nodes || []).length > 1
       ? `<span class="nodes" title="${esc(t.nodes.join(", "))}"> (+${t.nodes.length - 1})</span>` : "";
-    const log = (s) => `<a href="/api/log?job=${t.job_id}&task=${t.id}&stream=${s}" target="_blank" rel="noopener">${s}</a>`;
-    return `<tr data-task="${t.id}"><td>${t.id}</td><td>${esc(t.app)}</td><td>${t.index}</td><td class="state-${esc(t.state)}">${esc(t.state)}</td>
+    const log = (s) => `<a href="/api/log?job=${t.job_id}&task=${t.id_text}&stream=${s}" target="_blank" rel="noopener">${s}</a>`;
+    return `<tr data-task="${t.id_text}"><td>${t.id_text}</td><td>${esc(t.app)}</td><td>${t.index}</td><td class="state-${esc(t.state)}">${esc(t.state)}</td>
       <td>${attemptCell(t)}</td><td>${esc(t.node || "-")}${more}</td><td>${esc(t.variant || "-")}</td>
       <td>${esc((t.devices || []).join(",") || "-")}</td><td>${runTime(t)}</td>
       <td>${t.usage ? human((t.usage.cpu_user_ms + t.usage.cpu_system_ms) * 1e6) : "-"}</td><td>${t.usage ? bytes(t.usage.max_rss_bytes) : "-"}</td>
@@ -380,10 +381,10 @@ async function loadTasks() {
   }
 }
 
-$("task-state").addEventListener("change", (e) => { tasksView.state = e.target.value; tasksView.cursors = [0]; loadTasks(); });
-$("tasks-next").addEventListener("click", () => { if (tasksView.next) { tasksView.cursors.push(tasksView.next); loadTasks(); } });
+$("task-state").addEventListener("change", (e) => { tasksView.state = e.target.value; tasksView.cursors = ["0"]; loadTasks(); });
+$("tasks-next").addEventListener("click", () => { if (tasksView.next && tasksView.next !== "0") { tasksView.cursors.push(tasksView.next); loadTasks(); } });
 $("tasks-prev").addEventListener("click", () => { if (tasksView.cursors.length > 1) { tasksView.cursors.pop(); loadTasks(); } });
-$("tasks-first").addEventListener("click", () => { tasksView.cursors = [0]; loadTasks(); });
+$("tasks-first").addEventListener("click", () => { tasksView.cursors = ["0"]; loadTasks(); });
 
 // ---------------------------------------------------------------- automatic allocation
 

@@ -705,8 +705,23 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
                         .await
                         .unwrap_or_default();
                     relay.fill_outputs(&mut p.tasks, &own);
+                    // A workflow's task ids carry the kind in their high byte, past the 2⁵³ a
+                    // JavaScript number holds exactly: each id (and the next page's cursor) also
+                    // travels as a string, which the page uses in links and cursors.
+                    let tasks: Vec<serde_json::Value> = p
+                        .tasks
+                        .iter()
+                        .map(|t| {
+                            let mut v = serde_json::to_value(t).unwrap_or_default();
+                            if let Some(o) = v.as_object_mut() {
+                                o.insert("id_text".into(), t.id.to_string().into());
+                            }
+                            v
+                        })
+                        .collect();
                     json(&serde_json::json!({
-                        "tasks": p.tasks, "next_cursor": p.next_cursor, "total": p.total,
+                        "tasks": tasks, "next_cursor": p.next_cursor,
+                        "next_cursor_text": p.next_cursor.to_string(), "total": p.total,
                     }))
                 }
                 Some(Err(e)) => (StatusCode::NOT_FOUND, e).into_response(),

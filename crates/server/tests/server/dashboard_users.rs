@@ -335,5 +335,35 @@ async fn the_dashboard_shows_each_users_caps_holdings_jobs_and_accounts_to_whom_
         body.contains(&format!("is after until {}", date(today() - 1))),
         "{body}"
     );
+
+    // A workflow's task ids are past the 2⁵³ a JavaScript number holds exactly: the page reads
+    // each as the string `id_text` (and the next page's cursor as `next_cursor_text`).
+    let wf = admin
+        .submit(pb::SubmitRequest {
+            origin: "wf.toml".into(),
+            text: "[[task]]\nname = \"a\"\ninstances = 3\ncommand = \"true\"\n".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("a workflow")
+        .into_inner()
+        .job_id;
+    let page = get_json(
+        http,
+        &format!("/api/tasks?job={wf}&cursor=0&limit=2"),
+        &admin_token,
+    )
+    .await;
+    let tasks = page["tasks"].as_array().expect("tasks");
+    assert_eq!(tasks.len(), 2, "{page}");
+    for t in tasks {
+        let id = t["id"].as_u64().expect("an id");
+        assert!(id > 1 << 53, "{t}");
+        assert_eq!(t["id_text"], id.to_string(), "{t}");
+    }
+    assert_eq!(
+        page["next_cursor_text"],
+        page["next_cursor"].as_u64().expect("more").to_string()
+    );
     server.stop().await.expect("stopped");
 }
