@@ -1036,7 +1036,6 @@ impl Batch {
                 cx.nodes.wakes.free(a, tasks as usize);
             }
         }
-        cx.metrics.job_submitted();
         info!(job = id, origin, tasks = total, "job accepted");
         Ok(Submitted {
             job_id: id,

@@ -1784,6 +1784,7 @@ impl JobKind for Workflows {
             cx.metrics.used(r.usage.as_ref());
             self.dirty.insert((seq, i));
             if r.success {
+                cx.metrics.result(crate::metrics::Outcome::Succeeded);
                 let t = job.task_of(i).0;
                 if let Some(o) = job.observed.get_mut(t) {
                     o.record(r.finished_ns.saturating_sub(r.started_ns));
@@ -1850,6 +1851,7 @@ impl JobKind for Workflows {
                         ),
                         r.message
                     );
+                    cx.metrics.result(crate::metrics::Outcome::Failed);
                     self.fail(&mut job, i, &why, cx.now);
                     break 'r;
                 }
@@ -1881,10 +1883,12 @@ impl JobKind for Workflows {
                 x.failures += 1;
                 x.message = r.message.clone();
                 if x.failures <= retries {
+                    cx.metrics.result(crate::metrics::Outcome::Retried);
                     let x = &mut job.insts[i as usize];
                     x.st = St::Ready;
                     job.rerun.push(i);
                 } else {
+                    cx.metrics.result(crate::metrics::Outcome::Failed);
                     let why = format!(
                         "exit code {} after {}: {}",
                         r.exit_code,
@@ -2208,6 +2212,11 @@ impl JobKind for Workflows {
                     x.attempt += 1;
                     x.node = Some(node.0);
                     x.started_ns = cx.now;
+                    cx.metrics.dispatched(if x.devices.is_empty() {
+                        hetsched_core::Variant::Cpu
+                    } else {
+                        hetsched_core::Variant::Gpu
+                    });
                     cx.nodes.started(node, job.task_id(i));
                     self.dirty.insert((seq, i));
                 }

@@ -1300,6 +1300,8 @@ impl State {
         } else {
             self.ids.add(done.job_id, kind);
             self.group_job(done.job_id, owner);
+            // Every kind's new job counts (`hetsched_jobs_submitted_total`).
+            self.metrics.job_submitted();
         }
         self.waits_due = true;
         if let Err(e) = self.commit() {

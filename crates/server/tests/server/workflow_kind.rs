@@ -469,6 +469,27 @@ fn a_failed_attempt_runs_again_through_the_next_allocation_request() {
     }
     assert_eq!(requests(&agents), 2, "a second request carried it");
     assert_eq!(agents.assigned, vec![(n, 0, 1), (n, 0, 2)]);
+    // The second attempt succeeds. A workflow's attempts count in the event metrics as a batch
+    // job's do (they agreed neither with `hetsched_tasks` nor with the dashboard's chart).
+    agents.finish_all(n, true);
+    agents.beat(&mut s, n);
+    let metrics = s.metrics();
+    let reg = hetsched_server::metrics::registry(
+        &metrics,
+        std::sync::Arc::new(std::sync::Mutex::new(s)),
+        "hdas",
+    );
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &reg).expect("encode");
+    for line in [
+        "hetsched_jobs_submitted_total 1",
+        "hetsched_tasks_dispatched_total{variant=\"cpu\"} 2",
+        "hetsched_task_results_total{outcome=\"retried\"} 1",
+        "hetsched_task_results_total{outcome=\"succeeded\"} 1",
+        "hetsched_task_results_total{outcome=\"failed\"} 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
