@@ -453,11 +453,11 @@ impl Collector for StateCollector {
                 &format!("user_{unit}"),
                 &format!(
                     "{held} each user's running batch tasks and workflow instances hold \
-                     (docs/runtime.md, Users)."
+                     (docs/runtime.md, Users); user=\"admin\": what the live nodes hold \
+                     outside every user's."
                 ),
                 users
                     .iter()
-                    .filter(|(u, ..)| u != crate::users::ADMIN)
                     .map(|(u, usage, ..)| (vec![("user", u.clone())], of(usage))),
             )?;
             gauge(

@@ -550,8 +550,8 @@ impl State {
     }
 
     /// Every user with what its running tasks hold, its cap (0 in a dimension: none) and its
-    /// fair-share usage (`None` without `[fair_share]`; the admin's last): O(users), for
-    /// `/metrics`.
+    /// fair-share usage (`None` without `[fair_share]`), and last the admin's row (what the live
+    /// nodes hold outside every user's, no cap): O(users), for `/metrics`.
     pub fn user_usage_all(&self) -> Vec<(String, Resources, Resources, Option<f64>)> {
         let fair = self.config.fair_share.is_some();
         let mut all: Vec<_> = self
@@ -566,14 +566,14 @@ impl State {
                 )
             })
             .collect();
-        if fair {
-            all.push((
-                ADMIN.to_string(),
-                Resources::default(),
-                Resources::default(),
-                Some(self.fair_usage_of(ADMIN)),
-            ));
-        }
+        // The admin's own work: what the live nodes hold outside every user's group (as the
+        // dashboard's Users panel shows it), so the holdings add up to what the nodes hold.
+        all.push((
+            ADMIN.to_string(),
+            self.view.ungrouped_usage(),
+            Resources::default(),
+            fair.then(|| self.fair_usage_of(ADMIN)),
+        ));
         all
     }
 

@@ -684,6 +684,9 @@ fn a_users_cap_on_cores_holds_its_running_tasks_and_the_rest_go_to_others() {
         &[
             "hetsched_user_cores{user=\"alice\"} 6",
             "hetsched_user_max_cores{user=\"alice\"} 6",
+            // The admin's own tasks (the other job's two): a series too, so the holdings add
+            // up to what the nodes hold.
+            "hetsched_user_cores{user=\"admin\"} 2",
         ],
     );
 }
