@@ -221,7 +221,9 @@ async function loadJobs() {
     body.appendChild(tr);
     jobsView.shown.set(j.id, tr);
   }
-  $("jobs-where").textContent = jobsView.total ? `jobs ${jobsView.from}–${Math.min(jobsView.total, jobsView.from + JOB_PAGE - 1)} of ${jobsView.total}` : "no jobs yet";
+  // Ids run 1 to `total` (jobs ever submitted); purged ones are not listed.
+  const purged = head.purged ? ` (${head.purged} purged)` : "";
+  $("jobs-where").textContent = jobsView.total ? `jobs ${jobsView.from}–${Math.min(jobsView.total, jobsView.from + JOB_PAGE - 1)} of ${jobsView.total}${purged}` : "no jobs yet";
   if (jobsView.selected === null && jobsView.total) selectJob(jobsView.total);
   markSelected();
 }

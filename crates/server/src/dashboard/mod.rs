@@ -651,11 +651,20 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
                 (Err(e), _) | (_, Err(e)) => return bad_parameter(e),
             };
             match d
-                .read(move |s| (s.jobs_page(cursor, limit), s.job_count()))
+                .read(move |s| {
+                    (
+                        s.jobs_page(cursor, limit),
+                        s.job_count(),
+                        s.purged_job_count(),
+                    )
+                })
                 .await
             {
-                Some((page, total)) => json(&serde_json::json!({
+                // `total`: jobs ever submitted (ids run 1 to it); `purged`: how many of them are
+                // gone.
+                Some((page, total, purged)) => json(&serde_json::json!({
                     "jobs": page.jobs, "next_cursor": page.next_cursor, "total": total,
+                    "purged": purged,
                 })),
                 None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
             }

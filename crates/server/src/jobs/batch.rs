@@ -2661,6 +2661,10 @@ impl JobKind for Batch {
         (self.jobs.len() + self.retention.purged_count()) as u64
     }
 
+    fn purged_count(&self) -> u64 {
+        self.retention.purged_count() as u64
+    }
+
     fn job_ids(&self) -> Vec<u64> {
         let mut ids: Vec<u64> = self
             .jobs

@@ -1798,6 +1798,10 @@ impl JobKind for Divisible {
         (self.jobs.len() + self.purged.len()) as u64
     }
 
+    fn purged_count(&self) -> u64 {
+        self.purged.len() as u64
+    }
+
     fn job_ids(&self) -> Vec<u64> {
         // Purged jobs' ids too: the state's sequence never gives them again.
         self.jobs

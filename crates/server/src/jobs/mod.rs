@@ -430,6 +430,11 @@ pub trait JobKind: Send {
     /// How many jobs of this kind were ever submitted.
     fn job_count(&self) -> u64;
 
+    /// How many of them were purged (counted in [`JobKind::job_count`], listed no more).
+    fn purged_count(&self) -> u64 {
+        0
+    }
+
     /// The state job `id`'s listing gives it (`pending`, `running`, `completed`, `failed` or
     /// `cancelled`, as [`JobInfo::state`]), without the rest of its entry (no pending reason):
     /// cheap, for counts over every job (the dashboard's users). `None`: not a listed job of

@@ -2384,6 +2384,10 @@ impl JobKind for Workflows {
         (self.jobs.len() + self.purged.len()) as u64
     }
 
+    fn purged_count(&self) -> u64 {
+        self.purged.len() as u64
+    }
+
     fn job_ids(&self) -> Vec<u64> {
         // Purged workflows' ids too: the state's sequence never gives them again.
         self.jobs.keys().chain(&self.purged).copied().collect()

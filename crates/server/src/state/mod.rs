@@ -1825,6 +1825,11 @@ impl State {
         self.jobs.all().iter().map(|k| k.job_count()).sum()
     }
 
+    /// How many of [`State::job_count`]'s jobs were purged (their ids are listed no more).
+    pub fn purged_job_count(&self) -> u64 {
+        self.jobs.all().iter().map(|k| k.purged_count()).sum()
+    }
+
     /// One page of jobs of every kind, in id order: from job id `cursor` (0 = the first), at
     /// most `limit` (0 = the default). Each job's entry costs its kind a lookup and a few
     /// additions (batch keeps its counts as tasks move), never a scan of its tasks, so the

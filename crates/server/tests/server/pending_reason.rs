@@ -157,6 +157,8 @@ fn an_application_backed_off_on_every_node_that_can_run_it_says_so() {
     })
     .expect("purge");
     assert_eq!(backed_off(&s), 0);
+    // The dashboard's job count: one submitted, one purged (`/api/jobs`' total and purged).
+    assert_eq!((s.job_count(), s.purged_job_count()), (1, 1));
     drop(s);
     let s = open(&dir);
     assert_eq!(backed_off(&s), 0, "nothing restored");
