@@ -1059,6 +1059,12 @@ pub async fn nodes(
             n.name.clone(),
             if !n.left.is_empty() {
                 format!("left ({})", n.left)
+            } else if !n.alive && n.drained {
+                // It comes back drained: say so beside its death.
+                format!(
+                    "DEAD, {}",
+                    super::human::drained(&n.drain_reason, n.drained_since_ms)
+                )
             } else if !n.alive {
                 "DEAD".into()
             } else if n.draining {

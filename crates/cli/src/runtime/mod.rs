@@ -595,7 +595,8 @@ pub enum NodeStateFilter {
     Idle,
     /// Alive and running something.
     Busy,
-    /// Drained by an operator (`hetsched node drain`).
+    /// Drained by an operator (`hetsched node drain`), alive or dead (a dead one comes back
+    /// drained).
     Drained,
     /// Its agent is shutting down (a signal, its time limit) or was asked to stop (`hetsched
     /// node stop`).
@@ -613,7 +614,7 @@ impl NodeStateFilter {
         match self {
             NodeStateFilter::Idle => taking && n.running == 0,
             NodeStateFilter::Busy => n.alive && n.running > 0,
-            NodeStateFilter::Drained => n.alive && n.drained,
+            NodeStateFilter::Drained => n.drained && n.left.is_empty(),
             NodeStateFilter::Leaving => n.alive && (n.draining || n.stopping),
             NodeStateFilter::Dead => !n.alive && n.left.is_empty(),
             NodeStateFilter::Left => !n.left.is_empty(),

@@ -2203,6 +2203,23 @@ fn nodes_lists_only_the_nodes_named_and_in_the_states_asked() {
         "invalid value 'asleep' for '--state <STATE>'",
     );
     c.ok(&["cancel", "1"]);
+    // A drained node that dies is still drained (it comes back so): listed as both, and the
+    // table says both.
+    c.kill_agent("n3");
+    let named = |state: &str| -> Vec<String> {
+        c.json(&["nodes", "--state", state])
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .map(|n| n["name"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    wait_until("n3 to be declared dead", Duration::from_secs(15), || {
+        named("dead") == ["n3"]
+    });
+    assert_eq!(named("drained"), ["n3"]);
+    let table = c.ok(&["nodes", "n3"]);
+    assert!(table.contains("DEAD, drained: fan"), "{table}");
 }
 
 /// `#HETSCHED` lines (`sbatch`'s `#SBATCH`): a script submitted as the command brings its own
