@@ -681,9 +681,14 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
                 Ok(None) => return bad_parameter("id: give the job's id (`?id=7`)".into()),
                 Err(e) => return bad_parameter(e),
             };
-            match d.read(move |s| s.job(id).ok()).await.flatten() {
-                Some(j) => json(&j),
-                None => (StatusCode::NOT_FOUND, format!("no job {id}")).into_response(),
+            match d
+                .read(move |s| s.job(id).map_err(|e| s.explain(e).to_string()))
+                .await
+            {
+                Some(Ok(j)) => json(&j),
+                // The state's words: a purged job says it was purged, as `hetsched job` does.
+                Some(Err(why)) => (StatusCode::NOT_FOUND, why).into_response(),
+                None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
             }
         }
     };

@@ -365,5 +365,24 @@ async fn the_dashboard_shows_each_users_caps_holdings_jobs_and_accounts_to_whom_
         page["next_cursor_text"],
         page["next_cursor"].as_u64().expect("more").to_string()
     );
+
+    // A purged job's page says it was purged, as `hetsched job` does.
+    admin
+        .cancel(pb::CancelRequest {
+            job_id: wf,
+            ..Default::default()
+        })
+        .await
+        .expect("cancel");
+    admin
+        .purge(pb::PurgeRequest {
+            job_ids: vec![wf],
+            ..Default::default()
+        })
+        .await
+        .expect("purge");
+    let (code, body) = get(http, &format!("/api/job?id={wf}"), Some(&admin_token)).await;
+    assert_eq!(code, 404, "{body}");
+    assert!(body.contains("it was purged"), "{body}");
     server.stop().await.expect("stopped");
 }
