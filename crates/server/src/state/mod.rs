@@ -1355,7 +1355,6 @@ impl State {
         Ok(())
     }
 
-    /// The kind that owns job `job`.
     /// `e` as a client should read it: a job that is not found because it was purged says so
     /// (its id stays taken by a tombstone), instead of reading as an id never given.
     pub fn explain(&self, e: StateError) -> StateError {
