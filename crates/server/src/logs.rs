@@ -288,12 +288,13 @@ fn resolve(state: &State, job: u64, task: &str) -> Result<pb::TaskInfo, Status> 
     let info = state
         .job(job)
         .map_err(|e| crate::service::status(state.explain(e)))?;
-    let first = state
+    // The first task's id, and its index (a workflow's `instances = "1..=10"` starts at 1).
+    let (first, first_index) = state
         .tasks_page(job, 0, 1)
         .map_err(|e| Status::internal(e.to_string()))?
         .tasks
         .first()
-        .map(|t| t.id)
+        .map(|t| (t.id, t.index))
         .ok_or_else(|| Status::not_found(format!("job {job} has no tasks")))?;
     let id = if let Ok(id) = task.parse::<u64>() {
         id
@@ -357,7 +358,7 @@ fn resolve(state: &State, job: u64, task: &str) -> Result<pb::TaskInfo, Status> 
         let example = info
             .apps
             .first()
-            .map_or(String::new(), |a| format!(" (`{}:0`)", a.name));
+            .map_or(String::new(), |a| format!(" (`{}:{first_index}`)", a.name));
         Status::not_found(format!(
             "job {job} has no task {id}: its task ids are {first}–{} (`hetsched tasks --job \
              {job}`), or name one as APP:INDEX{example}",

@@ -482,6 +482,10 @@ command = "echo ok > {output:o}"
         "{err}"
     );
     assert!(!err.contains("failed on -"), "{err}");
+    // A bare number that is no task id: the hint names an index the workflow has (from 1).
+    let out = c.cli(&["log", &job.to_string(), "5"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("or name one as APP:INDEX (`src:1`)"), "{err}");
     for (app, i) in [
         ("src", 1),
         ("src", 3),
