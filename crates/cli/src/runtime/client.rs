@@ -728,8 +728,9 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         "tasks",
         "ok",
         "failed",
-        "mean cpu (ms)",
-        "mean gpu (ms)",
+        // Wall-clock time of a finished task per variant (its CPU time is `cpu time`).
+        "mean run, cpu (ms)",
+        "mean run, gpu (ms)",
         "cpu time",
         "max rss",
         "per task",

@@ -1678,12 +1678,21 @@ impl Workflows {
                         let (mut counts, ready) = Self::counts_of(insts);
                         counts.queued = queued(r);
                         let used = insts.iter().filter_map(|x| x.usage);
+                        // What one instance holds: a GPU request when it asks for devices.
+                        let request = j.rt.tasks.get(t).map(|x| x.request());
+                        let gpu = request.is_some_and(|r| r.gpus > 0);
                         AppInfo {
                             id: t as u32,
                             name: task.name.clone(),
                             tasks: task.instances(),
                             counts,
-                            has_cpu: true,
+                            has_cpu: !gpu,
+                            has_gpu: gpu,
+                            requests: if gpu {
+                                [None, request]
+                            } else {
+                                [request, None]
+                            },
                             ready,
                             cpu_ms: used.clone().map(|u| u.cpu_user_ms + u.cpu_system_ms).sum(),
                             max_rss_bytes: used.map(|u| u.max_rss_bytes).max().unwrap_or(0),

@@ -635,6 +635,11 @@ fn requirements_and_sizes_decide_the_nodes_and_running_instances_book_their_core
         )
         .expect("submit")
         .job_id;
+    // The job's applications say what one instance holds (`job N --output json`'s
+    // `cpu_cores`, which read 0).
+    let info = s.job(job).expect("job");
+    let cores: Vec<u32> = info.apps.iter().map(|a| a.cpu_cores).collect();
+    assert_eq!(cores, [3, 1], "{:?}", info.apps);
     let mut running: Vec<(u64, u32)> = Vec::new();
     let mut placed = Vec::new();
     for _ in 0..3 {
