@@ -1013,7 +1013,10 @@ mod tests {
             run.makespan,
             whole - 1.0
         );
-        assert!(bound > 0.8 * 4000.0 / 230.0, "still W/ΣS of all three: {bound}");
+        assert!(
+            bound > 0.8 * 4000.0 / 230.0,
+            "still W/ΣS of all three: {bound}"
+        );
     }
 
     #[test]
