@@ -385,16 +385,17 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
         None => None,
     };
     let src = hetsched_core::input::Source::new(&origin, &text);
-    let mut accelerators = Vec::new();
-    for (i, spec) in config.accelerator.iter().enumerate() {
-        for d in spec.devices(&src, &format!("accelerator[{i}]"))? {
-            accelerators.push(hetsched_proto::Accelerator {
+    // The cluster file's rules, all entries together (at most 256 devices a node, a count of
+    // at least 1), each error at its line.
+    let mut accelerators: Vec<hetsched_proto::Accelerator> =
+        hetsched_core::input::cluster::node_accelerators(&src, &config.accelerator, "accelerator")?
+            .into_iter()
+            .map(|d| hetsched_proto::Accelerator {
                 kind: d.kind,
                 memory_bytes: d.memory_bytes,
                 speed: d.speed,
-            });
-        }
-    }
+            })
+            .collect();
     if accelerators.is_empty() {
         accelerators = hetsched_agent::detect::Gpus::init().devices();
     }

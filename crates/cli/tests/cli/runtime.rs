@@ -1317,6 +1317,39 @@ fn the_http_listener_speaks_https_when_the_server_has_a_certificate() {
     );
 }
 
+/// An agent's `[[accelerator]]` tables follow the cluster file's rules, all entries together: a
+/// node has at most 256 devices, refused at the entry that passes it, before any connection.
+#[test]
+fn an_agent_configuration_with_too_many_accelerators_is_refused_at_its_line() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = crate::support::temp_dir("agent-accels");
+    let token = dir.join("agent-token");
+    std::fs::write(&token, "t0k3n\n").expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("mode");
+    let config = dir.join("agent.toml");
+    std::fs::write(
+        &config,
+        "cores = 4\n[[accelerator]]\nkind = \"a\"\ncount = 200\n\
+         [[accelerator]]\nkind = \"b\"\ncount = 200\n",
+    )
+    .expect("config");
+    let out = Command::new(BIN)
+        .args(["agent", "--server", "http://127.0.0.1:9", "--config"])
+        .arg(&config)
+        .arg("--token-file")
+        .arg(&token)
+        .arg("--work-dir")
+        .arg(dir.join("work"))
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("agent.toml:7:9: accelerator[1].count: 400 accelerators on the node"),
+        "{err}"
+    );
+}
+
 #[test]
 fn gpu_tasks_go_to_declared_gpus_with_cuda_visible_devices_set() {
     let mut c = Cluster::start("gpus", false);
