@@ -83,9 +83,12 @@ fn parse_any_duration(text: &str) -> Result<Time, String> {
             "s" | "sec" => 1.0,
             "m" | "min" => 60.0,
             "h" => 3600.0,
+            // Slurm's and fair share's scale (`half_life = "7d"`).
+            "d" | "day" | "days" => 86_400.0,
             _ => {
                 return Err(format!(
-                    "invalid duration `{text}`: unknown unit `{unit}` (use ns, us, ms, s, m or h)"
+                    "invalid duration `{text}`: unknown unit `{unit}` (use ns, us, ms, s, m, h \
+                     or d)"
                 ));
             }
         };
@@ -406,6 +409,12 @@ mod tests {
         assert_eq!(parse_duration("23.6s"), Ok(23_600_000_000));
         assert_eq!(parse_duration("250ms"), Ok(250_000_000));
         assert_eq!(parse_duration("2m"), Ok(120_000_000_000));
+        // Days, as the docs' `half_life = "7d"` writes them.
+        assert_eq!(
+            parse_duration("7d"),
+            Ok(7 * 86_400 * crate::time::NANOS_PER_SEC)
+        );
+        assert_eq!(parse_duration("1.5 days"), parse_duration("36h"));
         assert!(parse_duration("5 parsecs").is_err());
         assert_eq!(parse_duration("1.5e3ms"), Ok(1_500_000_000));
         assert_eq!(
