@@ -419,6 +419,7 @@ fn fail_then_resubmit(balancer: &str) {
     let file = c.write(
         "wf.toml",
         &r#"
+name = "repairable"
 balancer = "BALANCER"
 
 [[task]]
@@ -458,6 +459,7 @@ command = "echo ok > {output:o}"
     let job = submit(&c, &file);
     let v = wait_done(&c, job, Duration::from_secs(30));
     assert_eq!(v["state"], "failed", "{v}");
+    assert_eq!(v["name"], "repairable", "the file's `name`: {v}");
     let state = |app: &str, i: u64| instance(&c, job, app, i);
     let src2 = state("src", 2);
     assert_eq!(src2["state"], "failed");

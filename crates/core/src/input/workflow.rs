@@ -49,6 +49,9 @@ pub const MAX_TASK_INSTANCES: u64 = MAX_INSTANCES;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WorkflowFile {
+    /// The workflow's name (a job's `name`; the runtime's default is the file's name).
+    #[serde(default)]
+    name: Option<Spanned<String>>,
     #[serde(default)]
     task: Vec<TaskSpec>,
     /// Runtime: `centralised` or `pcddb` (default: the server's).
@@ -126,6 +129,8 @@ pub struct ParsedWorkflow {
     pub workflow: Workflow,
     /// Runtime: the balancer the file asks for (`balancer =`), and where it is written.
     pub balancer: Option<Spanned<String>>,
+    /// The name the file gives the workflow (`name =`), checked as a job's.
+    pub name: Option<String>,
 }
 
 /// Whether a task must state its cost.
@@ -325,12 +330,30 @@ pub fn parse_workflow_with(
         ));
     }
 
+    let name = match &file.name {
+        Some(n) => {
+            let v = n.get_ref();
+            let most = super::workload::MAX_JOB_NAME;
+            if v.trim().is_empty() || v.len() > most || v.chars().any(char::is_control) {
+                return Err(src.error(
+                    at(n),
+                    Some("name".into()),
+                    format!(
+                        "a workflow's name must be 1 to {most} bytes without control characters"
+                    ),
+                ));
+            }
+            Some(v.clone())
+        }
+        None => None,
+    };
     Ok(ParsedWorkflow {
         origin: origin.to_string(),
         text: text.to_string(),
         specs: file.task,
         workflow: Workflow { tasks },
         balancer: file.balancer,
+        name,
     })
 }
 
@@ -579,6 +602,19 @@ inputs = ["m"]
             }
         );
         assert_eq!(w.total_instances(), 50);
+    }
+
+    #[test]
+    fn a_workflow_may_name_itself_as_a_job_file_does() {
+        let one = "[[task]]\nname = \"A\"\ninstances = 2\ncost = \"1s\"\n";
+        let named = parse(&format!("name = \"nightly\"\n{one}")).expect("named");
+        assert_eq!(named.name.as_deref(), Some("nightly"));
+        assert_eq!(parse(one).expect("unnamed").name, None);
+        let e = error(&format!("name = \"a\\u0007b\"\n{one}"));
+        assert!(
+            e.starts_with("wf.toml:1:8: name: a workflow's name must be 1 to 256 bytes"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1087,10 +1087,13 @@ impl Workflows {
         }
         let balancer = rt.balancer.unwrap_or(self.default_balancer);
         let seq = id;
-        let name = if sub.name.is_empty() {
-            sub.origin.clone()
-        } else {
+        // `--name`, else the file's `name =`, else the file's own name.
+        let name = if !sub.name.is_empty() {
             sub.name.clone()
+        } else if let Some(n) = &rt.parsed.name {
+            n.clone()
+        } else {
+            sub.origin.clone()
         };
         let mut job = self.new_job(
             cx,
