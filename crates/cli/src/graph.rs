@@ -14,14 +14,17 @@ use hetsched_core::model::latency::LatencyMatrix;
 use hetsched_core::policy::graph::catalogue::NodeCatalogue;
 use hetsched_core::policy::graph::{BalancerKind, Thresholds};
 use hetsched_core::time::{NANOS_PER_SEC, Time, to_secs};
-use hetsched_sim::graph::{Execution, GraphResult, GraphSimConfig, simulate_graph};
+use hetsched_sim::graph::{
+    Execution, GraphResult, GraphSimConfig, MAX_GRAPH_NODES, simulate_graph,
+};
 use hetsched_sim::scenario::pcddb_paper;
 use std::path::{Path, PathBuf};
 
 /// Options of `sim graph`.
 #[derive(Debug, Args)]
 pub struct GraphArgs {
-    /// Cluster description (TOML); nodes may list `attributes` that tasks `require`.
+    /// Cluster description (TOML); nodes may list `attributes` that tasks `require`. At most
+    /// 10,000 nodes.
     #[arg(long, value_name = "FILE")]
     pub cluster: PathBuf,
     /// Workflow (TOML), e.g. examples/workflow-mm5.toml.
@@ -100,6 +103,14 @@ pub fn graph_cmd(args: GraphArgs) -> anyhow::Result<()> {
     let cluster_text = read(&args.cluster)?;
     let cluster = parse_cluster(&cluster_origin, &cluster_text)?;
     let attributes = parse_node_attributes(&cluster_origin, &cluster_text)?;
+    if cluster.nodes.len() > MAX_GRAPH_NODES {
+        bail!(
+            "{cluster_origin}: {} nodes; sim graph takes at most {MAX_GRAPH_NODES} (the \
+             balancers' rounds of checks cost nodes² steps: 100,000 nodes ran 3 s per simulated \
+             second)",
+            cluster.nodes.len()
+        );
+    }
     let workflow = parse_workflow(&args.workflow.display().to_string(), &read(&args.workflow)?)?;
     let catalogue = NodeCatalogue::new(&cluster, &attributes)?;
     workflow.check_requirements(&catalogue.offered())?;

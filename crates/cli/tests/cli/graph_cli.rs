@@ -389,6 +389,49 @@ fn a_check_interval_under_1ms_and_a_message_cost_over_1h_are_refused() {
 }
 
 #[test]
+fn a_cluster_past_10000_nodes_is_refused_and_one_of_10000_runs_in_little_memory() {
+    // 100,000 nodes (what a cluster file may hold) allocated an 80 GB latency matrix and
+    // aborted; the balancers' checks also cost nodes² steps, so sim graph stops at 10,000.
+    let big = temp("nodes-100000.toml");
+    std::fs::write(&big, "[[node]]\nname = \"n\"\ncount = 100000\ncores = 4\n").expect("write");
+    let out = hetsched(&[
+        "sim",
+        "graph",
+        "--cluster",
+        &big.display().to_string(),
+        "--workflow",
+        WORKFLOW,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("nodes-100000.toml: 100000 nodes; sim graph takes at most 10000"),
+        "{stderr}"
+    );
+    let small = temp("nodes-10000.toml");
+    std::fs::write(
+        &small,
+        "[[node]]\nname = \"n\"\ncount = 10000\ncores = 4\n[[node.accelerator]]\nkind = \"k\"\n",
+    )
+    .expect("write");
+    let out = hetsched(&[
+        "sim",
+        "graph",
+        "--cluster",
+        &small.display().to_string(),
+        "--workflow",
+        WORKFLOW,
+        "--balancer",
+        "static",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn the_pcddb_paper_scenario_reports_the_papers_figures() {
     let dir = temp("pcddb-paper-out");
     let d = dir.display().to_string();
