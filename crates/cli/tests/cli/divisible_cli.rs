@@ -415,6 +415,41 @@ fn one_round_of_one_send_reads_in_the_singular() {
 }
 
 #[test]
+fn umrlm_on_a_worker_of_tiny_memory_is_refused_naming_it_not_planned_for_gigabytes() {
+    // memory = 0.001 planned 2,000,000 rounds (6 GB); 1e-9 more than memory holds.
+    let dir = temp_dir("tiny-memory");
+    let platform = dir.join("tiny.toml");
+    for memory in ["0.001", "1e-9"] {
+        std::fs::write(
+            &platform,
+            format!(
+                "[[worker]]\nname = \"a\"\nspeed = 100.0\ncompute_latency = 0.01\n\
+                 bandwidth = 1000.0\nnetwork_latency = 0.001\nmemory = {memory}\n"
+            ),
+        )
+        .expect("write");
+        let out = hetsched(&[
+            "sim",
+            "divisible",
+            "--platform",
+            &platform.display().to_string(),
+            "--load",
+            "1000",
+            "--algo",
+            "umrlm",
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{memory}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("worker 0 (`a`): memory ")
+                && stderr.contains("rounds would be needed for 1000 units, at most 100000"),
+            "{stderr}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
 fn the_same_seed_gives_the_same_output_byte_for_byte() {
     let run = |seed: &str| {
         hetsched(&[

@@ -26,6 +26,15 @@
 use super::umr::{self, UmrSolution};
 use super::{Algo, Chunk, Plan, PlanError, StarMaster, StarPlatform, Weights, predict};
 
+/// The most rounds a UMRLM plan may take. A worker holds at most half its memory per round, so
+/// a small memory needs many rounds: the documented 20,000 units beside a 4-unit worker take
+/// 3,334 (more than UMR's [`umr::MAX_ROUNDS`]), and 10⁻⁹ units of memory would take 10¹³
+/// (planning 2,000,000 rounds took gigabytes).
+pub const MAX_ROUNDS: u32 = 100_000;
+
+/// The most sends a UMRLM plan may take (each costs its plan and simulation about 150 bytes).
+pub const MAX_SENDS: u64 = 1_000_000;
+
 /// Workers of `workers` ordered by decreasing weighted score (spec 03, UMRLM d); each quantity is
 /// divided by its largest value among `workers`; unlimited memory counts as the largest.
 pub fn order(platform: &StarPlatform, workers: &[usize], weights: Weights) -> Vec<usize> {
@@ -67,6 +76,8 @@ pub fn plan(platform: &StarPlatform, load: f64, weights: Weights) -> Result<Plan
         return Ok(as_umr(&sol, load, sol.makespan));
     };
     let mut best = limited(platform, load, &sol, &caps, &sizes[..j]);
+    // With fewer rounds the frozen sizes grow, so a round count whose plan would need too many
+    // rounds may give way to a smaller one that fits.
     // UMR's `M*` is the best round count for a load sent without limit. Once memory binds, the
     // rounds before the freeze set the sizes every later round repeats; with many rounds those
     // are UMR's first, small ones, and the plan becomes thousands of tiny rounds. When the frozen
@@ -89,19 +100,26 @@ pub fn plan(platform: &StarPlatform, load: f64, weights: Weights) -> Result<Plan
                 None => {
                     let mut p = as_umr(&s, load, 0.0);
                     p.predicted_makespan = predict(platform, &p).makespan;
-                    p
+                    Ok(p)
                 }
             };
-            let better = candidate.predicted_makespan < best.predicted_makespan * (1.0 - 1e-9)
-                || (candidate.predicted_makespan <= best.predicted_makespan * (1.0 + 1e-9)
-                    && candidate.chunks.len() < best.chunks.len());
+            let better = match (&candidate, &best) {
+                (Err(_), Err(_)) => continue,
+                (Err(_), Ok(_)) => false,
+                (Ok(_), Err(_)) => true,
+                (Ok(c), Ok(b)) => {
+                    c.predicted_makespan < b.predicted_makespan * (1.0 - 1e-9)
+                        || (c.predicted_makespan <= b.predicted_makespan * (1.0 + 1e-9)
+                            && c.chunks.len() < b.chunks.len())
+                }
+            };
             if !better {
                 break;
             }
             best = candidate;
         }
     }
-    Ok(best)
+    best
 }
 
 /// The first round of `sol` with a chunk above its worker's cap (`caps` by position in
@@ -124,14 +142,15 @@ fn as_umr(sol: &UmrSolution, load: f64, predicted: f64) -> Plan {
     }
 }
 
-/// Rounds `0..j` as UMR, then frozen rounds, then the balanced last round.
+/// Rounds `0..j` as UMR, then frozen rounds, then the balanced last round; refused when that
+/// takes more than [`MAX_ROUNDS`] rounds or [`MAX_SENDS`] sends.
 fn limited(
     platform: &StarPlatform,
     load: f64,
     sol: &UmrSolution,
     caps: &[f64],
     umr_rounds: &[f64],
-) -> Plan {
+) -> Result<Plan, PlanError> {
     let n = sol.workers.len();
     let mut chunks: Vec<Chunk> = Vec::new();
     for (j, &r) in umr_rounds.iter().enumerate() {
@@ -162,10 +181,40 @@ fn limited(
     // The fewest frozen rounds that leave the last round within the caps; a few more are tried
     // too, since a last round pressed against the caps cannot finish its workers together.
     let fewest = if left > cap_total && frozen_total > 0.0 {
-        ((left - cap_total) / frozen_total).ceil() as u32
+        ((left - cap_total) / frozen_total).ceil()
     } else {
-        0
+        0.0
     };
+    // Rounds: the UMR ones, the frozen ones and the last one; a send per worker in each.
+    let needed = umr_rounds.len() as f64 + fewest + 1.0;
+    let active = frozen.iter().filter(|&&f| f > 0.0).count() as f64;
+    let sends = chunks.len() as f64 + fewest * active + n as f64;
+    if needed > f64::from(MAX_ROUNDS) || sends > MAX_SENDS as f64 {
+        // The worker whose memory binds: the one its frozen chunk fills most.
+        let k = (0..n)
+            .filter(|&k| caps[k].is_finite() && caps[k] > 0.0)
+            .max_by(|&a, &b| (frozen[a] / caps[a]).total_cmp(&(frozen[b] / caps[b])))
+            .unwrap_or(0);
+        let worker = sol.workers[k];
+        let w = &platform.workers[worker];
+        let too_many = if needed > f64::from(MAX_ROUNDS) {
+            format!("at most {MAX_ROUNDS}")
+        } else {
+            format!("{sends:.0} sends to {active} workers, at most {MAX_SENDS}")
+        };
+        return Err(PlanError::Worker {
+            worker,
+            name: w.name.clone(),
+            field: "memory",
+            problem: format!(
+                "{} holds at most {} units per round (half of it: the next chunk arrives while \
+                 one computes): {needed:.0} rounds would be needed for {load} units, {too_many}",
+                w.memory.unwrap_or(f64::INFINITY),
+                caps[k],
+            ),
+        });
+    }
+    let fewest = fewest as u32;
     let mut master = StarMaster::<f64>::new(platform.workers.len());
     let send = |master: &mut StarMaster<f64>, c: &Chunk| {
         master.send(
@@ -203,7 +252,10 @@ fn limited(
     // nearly all the load.)
     for extra in 0.. {
         if extra > 0 {
-            if f64::from(fewest + extra) * frozen_total >= left {
+            if f64::from(fewest + extra) * frozen_total >= left
+                || umr_rounds.len() as f64 + f64::from(fewest + extra) + 1.0 > f64::from(MAX_ROUNDS)
+                || chunks.len() + sol.workers.len() > MAX_SENDS as usize
+            {
                 break;
             }
             push_frozen(&mut chunks, &mut master, round);
@@ -240,7 +292,7 @@ fn limited(
     if plan.predicted_makespan == 0.0 {
         plan.predicted_makespan = predict(platform, &plan).makespan;
     }
-    plan
+    Ok(plan)
 }
 
 /// Load sent by the UMR rounds (`done`) and `rounds` frozen rounds.
@@ -459,6 +511,32 @@ mod tests {
         for c in &plan.chunks {
             assert!(c.size <= cap(&p, c.worker) * (1.0 + 1e-9), "{c:?}");
         }
+    }
+
+    /// A worker of tiny memory needs a round per half of it: 10⁻⁹ units planned 10¹² rounds
+    /// (allocating until the process aborted), 0.001 units 2,000,000 rounds (gigabytes).
+    #[test]
+    fn a_memory_that_needs_too_many_rounds_is_refused_naming_the_worker() {
+        for (memory, rounds) in [(1e-9, "2000000000000"), (0.001, "2000000")] {
+            let p = star(&[(100.0, 1000.0, Some(memory))]);
+            let e = plan(&p, 1000.0, Weights::default())
+                .err()
+                .map(|e| e.to_string());
+            let want = format!(
+                "worker 0 (`w0`): memory {memory} holds at most {} units per round (half of it: \
+                 the next chunk arrives while one computes): {rounds} rounds would be needed \
+                 for 1000 units, at most 100000",
+                memory / 2.0
+            );
+            assert_eq!(e.as_deref(), Some(want.as_str()));
+        }
+        // Fewer rounds, but of many workers: the sends are bounded too.
+        let p = star(&vec![(100.0, 1e5, Some(0.0018)); 20]);
+        let e = plan(&p, 1000.0, Weights::default())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("sends to 20 workers, at most 1000000"), "{e}");
     }
 
     #[test]
