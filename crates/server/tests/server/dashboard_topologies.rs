@@ -253,7 +253,7 @@ async fn the_dashboard_lists_every_topology_with_its_owner_state_and_workers_sta
     assert_eq!(refused.code(), tonic::Code::InvalidArgument);
     assert!(
         refused.message().contains(&format!(
-            "name: the topology's name is {} bytes long; at most {MAX_NAME}",
+            "name: is {} bytes long; at most {MAX_NAME}",
             MAX_NAME + 1
         )),
         "{}",
