@@ -18,8 +18,8 @@ pub struct AccelPaperArgs {
     /// Tasks per kernel application (the paper: 100).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     pub tasks: u32,
-    /// Containers per node.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Containers per node: 1 to 1024.
+    #[arg(long, default_value_t = 8, value_parser = crate::binding::slots_arg)]
     pub slots: u32,
     /// Run only these kernels (LU, QR, Cholesky; comma-separated).
     #[arg(long, value_delimiter = ',')]

@@ -1,10 +1,11 @@
 //! `hetsched binding …`: spec 01's node binding outside any cluster — replay a file of membership
 //! changes and print the map, to check a binding by hand or compare implementations.
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use clap::{Args, Subcommand, ValueEnum};
-use hetsched_core::input::binding::parse_binding_events;
-use hetsched_core::policy::binding::{BindingMode, replay};
+use hetsched_core::input::binding::{BindingCommand as Change, parse_binding_events};
+use hetsched_core::policy::binding::{BindingMode, MAX_CONTAINER_SLOTS, MAX_CONTAINERS, replay};
+use hetsched_core::text::count;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -25,8 +26,9 @@ pub struct ReplayArgs {
     /// slots, see --slots).
     #[arg(long, value_enum, default_value_t)]
     pub mode: ModeArg,
-    /// Containers per node in `--mode container`.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Containers per node in `--mode container`: 1 to 1024, and at most 1,000,000 in all
+    /// (NNodes added × slots).
+    #[arg(long, default_value_t = 4, value_parser = slots_arg)]
     pub slots: u32,
     /// Print each event and the map after it.
     #[arg(long)]
@@ -45,6 +47,20 @@ pub enum ModeArg {
     Container,
 }
 
+/// Parses a `--slots` value: 1 to [`MAX_CONTAINER_SLOTS`] (each container is bound on its own,
+/// so 4,000,000,000 of them asked for tens of gigabytes).
+pub fn slots_arg(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<u64>() {
+        Ok(n) if (1..=u64::from(MAX_CONTAINER_SLOTS)).contains(&n) => Ok(n as u32),
+        Ok(n) => Err(format!(
+            "{n} containers per node: give 1 to {MAX_CONTAINER_SLOTS}"
+        )),
+        Err(_) => Err(format!(
+            "`{text}` is not a number of containers (1 to {MAX_CONTAINER_SLOTS})"
+        )),
+    }
+}
+
 /// Runs one binding command.
 pub fn run(cmd: BindingCommand) -> anyhow::Result<()> {
     match cmd {
@@ -57,6 +73,22 @@ fn replay_cmd(args: ReplayArgs) -> anyhow::Result<()> {
     let text =
         std::fs::read_to_string(&args.file).with_context(|| format!("cannot read {origin}"))?;
     let lines = parse_binding_events(&origin, &text)?;
+    if args.mode == ModeArg::Container {
+        // Every NNode's containers are bound one by one: bound them all before allocating.
+        let nnodes = lines
+            .iter()
+            .filter(|l| matches!(l.command, Change::AddNNode { .. }))
+            .count() as u64;
+        let containers = nnodes.saturating_mul(u64::from(args.slots));
+        if containers > MAX_CONTAINERS {
+            bail!(
+                "{origin}: {} × --slots {} is {containers} containers to bind; at most \
+                 {MAX_CONTAINERS}",
+                count(nnodes, "NNode"),
+                args.slots
+            );
+        }
+    }
     let mode = match args.mode {
         ModeArg::Plain => BindingMode::Plain,
         ModeArg::Weighted => BindingMode::Weighted,

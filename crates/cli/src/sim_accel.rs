@@ -32,8 +32,9 @@ pub struct AccelArgs {
     /// a node's --slots containers bound on its own).
     #[arg(long, value_enum, default_value_t)]
     pub binding: ModeArg,
-    /// Containers (task slots) per node.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Containers (task slots) per node: 1 to 1024, and at most 1,000,000 in all (nodes ×
+    /// slots).
+    #[arg(long, default_value_t = 8, value_parser = crate::binding::slots_arg)]
     pub slots: u32,
     /// Print a table or JSON.
     #[arg(long, value_enum, default_value_t)]

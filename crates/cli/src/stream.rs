@@ -6,7 +6,7 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use hetsched_core::input::cluster::parse_cluster_with_slots;
-use hetsched_core::input::topology::{parse_topology, parse_traffic};
+use hetsched_core::input::topology::{MAX_TOPOLOGY_EXECUTORS, parse_topology, parse_traffic};
 use hetsched_core::model::topology::ExecutorId;
 use hetsched_core::policy::stream::one_phase::{OnePhase, Refine};
 use hetsched_core::policy::stream::{
@@ -44,7 +44,8 @@ pub struct PlaceArgs {
     /// Placer: even, resource-aware, two-phase-traffic or one-phase.
     #[arg(long, value_name = "NAME")]
     pub placer: StreamPlacerKind,
-    /// User-fixed worker count (even, two-phase-traffic); one per node when absent. One-phase
+    /// User-fixed worker count (even, two-phase-traffic), 1 to 100000 (the most executors a
+    /// topology may have); one per node when absent, at most the cluster's slots. One-phase
     /// chooses its own, resource-aware uses one per node.
     #[arg(long, value_name = "K")]
     pub workers: Option<u32>,
@@ -77,10 +78,21 @@ fn read(path: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
 }
 
-fn place(args: PlaceArgs) -> anyhow::Result<()> {
-    if args.workers == Some(0) {
-        bail!("--workers must be at least 1");
+/// Checks a `--workers` count: at least 1, at most [`MAX_TOPOLOGY_EXECUTORS`] (more workers
+/// than executors would stay empty; 4,000,000,000 of them reserved 64 GB).
+pub(crate) fn check_workers(workers: Option<u32>) -> anyhow::Result<()> {
+    match workers {
+        Some(0) => bail!("--workers must be at least 1"),
+        Some(k) if u64::from(k) > MAX_TOPOLOGY_EXECUTORS => bail!(
+            "--workers must be at most {MAX_TOPOLOGY_EXECUTORS} (the most executors a topology \
+             may have), got {k}"
+        ),
+        _ => Ok(()),
     }
+}
+
+fn place(args: PlaceArgs) -> anyhow::Result<()> {
+    check_workers(args.workers)?;
     let topo_origin = args.topology.display().to_string();
     let topology = parse_topology(&topo_origin, &read(&args.topology)?)?;
     let cluster_origin = args.cluster.display().to_string();
@@ -113,6 +125,23 @@ fn place(args: PlaceArgs) -> anyhow::Result<()> {
     {
         eprintln!(
             "note: --workers is ignored by {} (it chooses its processes itself)",
+            args.placer
+        );
+    }
+    // Even and two-phase-traffic use at most one worker per slot: say so rather than print
+    // fewer processes than asked for without a word.
+    let total_slots: u64 = nodes.iter().map(|n| u64::from(n.slots)).sum();
+    if let Some(k) = args.workers
+        && u64::from(k) > total_slots
+        && matches!(
+            args.placer,
+            StreamPlacerKind::Even | StreamPlacerKind::TwoPhaseTraffic
+        )
+    {
+        eprintln!(
+            "note: --workers {k} is more than the {} of the nodes {} uses: it runs at most \
+             {total_slots}",
+            count(total_slots, "worker slot"),
             args.placer
         );
     }

@@ -49,7 +49,8 @@ pub struct SubmitArgs {
     /// two-phase-traffic are accepted too.
     #[arg(long, default_value = "one-phase")]
     pub placer: StreamPlacerKind,
-    /// User-fixed worker count (even, two-phase-traffic); one per node when absent.
+    /// User-fixed worker count (even, two-phase-traffic), 1 to 100000; one per node when
+    /// absent.
     #[arg(long)]
     pub workers: Option<u32>,
     /// Least time between two reschedule computations (spec 04's time threshold); 0 = never.
@@ -221,9 +222,7 @@ async fn run_async(cmd: TopologyCommand) -> anyhow::Result<()> {
             if !(a.max_utilisation > 0.0 && a.max_utilisation <= 1.0) {
                 bail!("--max-utilisation must be in (0, 1]");
             }
-            if a.workers == Some(0) {
-                bail!("--workers must be at least 1");
-            }
+            crate::stream::check_workers(a.workers)?;
             let base_dir = std::env::current_dir()?.display().to_string();
             let mut api = connect(&a.client).await?;
             let r = api

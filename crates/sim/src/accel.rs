@@ -52,7 +52,7 @@ use crate::error::SimError;
 use crate::platform::network::{Link, Network};
 use hetsched_core::Cluster;
 use hetsched_core::model::application::AcceleratorNeed;
-use hetsched_core::policy::binding::{Binding, BindingMode, Unit};
+use hetsched_core::policy::binding::{Binding, BindingMode, MAX_CONTAINERS, Unit};
 use hetsched_core::time::{Time, to_secs};
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
@@ -268,6 +268,18 @@ pub fn simulate_accel(
         return Err(SimError::Config {
             field: "slots",
             problem: "must be at least 1".into(),
+        });
+    }
+    // Every node's containers are allocated (and bound, in mode container) one by one.
+    let containers = (cluster.nodes.len() as u64).saturating_mul(u64::from(config.slots));
+    if containers > MAX_CONTAINERS {
+        return Err(SimError::Config {
+            field: "slots",
+            problem: format!(
+                "{} × {} slots is {containers} containers; at most {MAX_CONTAINERS}",
+                hetsched_core::text::count(cluster.nodes.len() as u64, "node"),
+                config.slots
+            ),
         });
     }
     if let BindingMode::Container { slots } = config.binding

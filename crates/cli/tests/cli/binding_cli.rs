@@ -187,3 +187,63 @@ fn accel_paper_prints_json_with_the_documented_keys() {
     assert_eq!(bad.status.code(), Some(1));
     assert!(stderr(&bad).contains("intensity 3 is not one of the paper's"));
 }
+
+#[test]
+fn slots_past_1024_per_node_or_a_million_in_all_are_refused_before_binding() {
+    // --slots 4000000000 allocated 96 GB for the first NNode's containers.
+    let f = events_file("slots.txt", "add-anode a r\nadd-nnode n r\n");
+    let f = f.to_str().unwrap();
+    for slots in ["4000000000", "1025", "0"] {
+        let out = hetsched(&[
+            "binding",
+            "replay",
+            f,
+            "--mode",
+            "container",
+            "--slots",
+            slots,
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{slots}");
+        assert!(
+            stderr(&out).contains(&format!(
+                "'--slots <SLOTS>': {slots} containers per node: give 1 to 1024"
+            )),
+            "{}",
+            stderr(&out)
+        );
+    }
+    let out = hetsched(&[
+        "binding",
+        "replay",
+        f,
+        "--mode",
+        "container",
+        "--slots",
+        "1024",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).lines().count(), 1024);
+    // 1,000 NNodes of 1,024 containers each: over a million to bind.
+    let text: String = std::iter::once("add-anode a r\n".to_string())
+        .chain((0..1000).map(|i| format!("add-nnode n{i} r\n")))
+        .collect();
+    let many = events_file("many.txt", &text);
+    let out = hetsched(&[
+        "binding",
+        "replay",
+        many.to_str().unwrap(),
+        "--mode",
+        "container",
+        "--slots",
+        "1024",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains(
+            "many.txt: 1000 NNodes × --slots 1024 is 1024000 containers to bind; at most 1000000"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(stdout(&out), "");
+}

@@ -252,3 +252,46 @@ fn the_export_lists_every_link_and_an_input_and_a_result_per_offloaded_task() {
                 .reduce(f64::max)
     );
 }
+
+#[test]
+fn slots_past_1024_per_node_or_a_million_containers_in_all_are_refused() {
+    // --slots 4000000000 allocated 5 GB of containers.
+    for slots in ["4000000000", "1025"] {
+        let mut args = EXAMPLE.to_vec();
+        args.extend_from_slice(&["--binding", "container", "--slots", slots]);
+        let out = hetsched(&args);
+        assert_eq!(out.status.code(), Some(2), "{slots}");
+        assert!(
+            stderr(&out).contains("containers per node: give 1 to 1024"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    let out = hetsched(&["sim", "accel-paper", "--slots", "4000000000"]);
+    assert_eq!(out.status.code(), Some(2));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("sim-accel-cli");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cluster = dir.join("nodes-1000.toml");
+    std::fs::write(
+        &cluster,
+        "[[node]]\nname = \"a\"\ncores = 4\n[[node.accelerator]]\nkind = \"k\"\n\
+         [[node]]\nname = \"n\"\ncount = 999\ncores = 4\n",
+    )
+    .unwrap();
+    let out = hetsched(&[
+        "sim",
+        "accel",
+        "--cluster",
+        cluster.to_str().unwrap(),
+        "--workload",
+        "examples/workload-offload.toml",
+        "--slots",
+        "1024",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("1000 nodes × 1024 slots is 1024000 containers; at most 1000000"),
+        "{}",
+        stderr(&out)
+    );
+}

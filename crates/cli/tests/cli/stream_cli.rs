@@ -110,6 +110,61 @@ fn workers_fix_even_and_two_phase_process_counts() {
     assert_eq!(two["processes_used"], 6);
 }
 
+fn place_workers(placer: &str, workers: &str) -> Output {
+    hetsched(&[
+        "stream",
+        "place",
+        "--topology",
+        WORDCOUNT,
+        "--cluster",
+        CLUSTER,
+        "--placer",
+        placer,
+        "--workers",
+        workers,
+    ])
+}
+
+#[test]
+fn a_worker_count_past_the_executor_bound_is_refused() {
+    // --workers 4000000000 reserved 64 GB of slots before clamping to the cluster's.
+    let out = place_workers("even", "4000000000");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "--workers must be at most 100000 (the most executors a topology may have), got \
+             4000000000"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_worker_count_past_the_slots_is_noted_by_even_and_two_phase_traffic() {
+    // They clamp it to the cluster's slots; "in 8 processes" for --workers 100 said nothing.
+    // examples/cluster-streams-10.toml: 10 nodes, 32 worker slots.
+    let slots = 32;
+    for placer in ["even", "two-phase-traffic"] {
+        let out = place_workers(placer, "100000");
+        assert!(out.status.success(), "{placer}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "note: --workers 100000 is more than the {slots} worker slots of the nodes \
+                 {placer} uses: it runs at most {slots}"
+            )),
+            "{placer}: {stderr}"
+        );
+    }
+    let out = place_workers("even", "3");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "",
+        "no note within the slots"
+    );
+}
+
 #[test]
 fn measured_traffic_replaces_the_declared_rates() {
     let dir = std::env::temp_dir().join(format!("hetsched-stream-{}", std::process::id()));

@@ -75,6 +75,14 @@ use std::fmt;
 use std::sync::Arc;
 use thiserror::Error;
 
+/// The most containers a node may have in mode `container`. Each is bound on its own (about 250
+/// bytes of binding state per NNode container), and no node runs more task slots than this.
+pub const MAX_CONTAINER_SLOTS: u32 = 1024;
+
+/// The most containers a binding or an offload simulation holds in all (nodes × slots): a
+/// million cost about 270 MB and seconds of replay; `--slots 4000000000` asked for 96 GB.
+pub const MAX_CONTAINERS: u64 = 1_000_000;
+
 /// How binding balances (see the module doc for each mode's rules).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum BindingMode {

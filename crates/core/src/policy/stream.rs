@@ -424,7 +424,9 @@ pub(crate) fn least_relative(
 /// node that has one, and so on; the first `k` of them.
 pub(crate) fn interleaved_slots(nodes: &[StreamNode], k: usize) -> Vec<(usize, u32)> {
     let max = nodes.iter().map(|n| n.slots).max().unwrap_or(0);
-    let mut out = Vec::with_capacity(k);
+    // Never more than the slots there are: `k` is the user's, 4,000,000,000 reserved 64 GB.
+    let total: usize = nodes.iter().map(|n| n.slots as usize).sum();
+    let mut out = Vec::with_capacity(k.min(total));
     'rounds: for r in 0..max {
         for (i, n) in nodes.iter().enumerate() {
             if r < n.slots {
@@ -436,4 +438,31 @@ pub(crate) fn interleaved_slots(nodes: &[StreamNode], k: usize) -> Vec<(usize, u
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(slots: u32) -> StreamNode {
+        StreamNode {
+            name: format!("n{slots}"),
+            rack: 0,
+            capacity: 400.0,
+            background: 0.0,
+            memory_bytes: 1 << 30,
+            slots,
+        }
+    }
+
+    #[test]
+    fn a_worker_count_past_the_slots_takes_every_slot_and_reserves_no_more() {
+        // `Vec::with_capacity(k)` before clamping: 4,000,000,000 workers reserved 64 GB, and
+        // `usize::MAX` overflows the capacity.
+        let nodes = [node(2), node(3)];
+        let slots = interleaved_slots(&nodes, usize::MAX);
+        assert_eq!(slots, [(0, 0), (1, 0), (0, 1), (1, 1), (1, 2)]);
+        assert!(slots.capacity() <= 5);
+        assert_eq!(interleaved_slots(&nodes, 3).len(), 3);
+    }
 }
