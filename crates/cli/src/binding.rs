@@ -1,7 +1,7 @@
 //! `hetsched binding …`: spec 01's node binding outside any cluster — replay a file of membership
 //! changes and print the map, to check a binding by hand or compare implementations.
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::{Args, Subcommand, ValueEnum};
 use hetsched_core::input::binding::{BindingCommand as Change, parse_binding_events};
 use hetsched_core::policy::binding::{BindingMode, MAX_CONTAINER_SLOTS, MAX_CONTAINERS, replay};
@@ -70,8 +70,7 @@ pub fn run(cmd: BindingCommand) -> anyhow::Result<()> {
 
 fn replay_cmd(args: ReplayArgs) -> anyhow::Result<()> {
     let origin = args.file.display().to_string();
-    let text =
-        std::fs::read_to_string(&args.file).with_context(|| format!("cannot read {origin}"))?;
+    let text = crate::input_file::read_input(&args.file)?;
     let lines = parse_binding_events(&origin, &text)?;
     if args.mode == ModeArg::Container {
         // Every NNode's containers are bound one by one: bound them all before allocating.

@@ -1,6 +1,7 @@
 //! `hetsched sim graph` and `hetsched sim pcddb-paper`: workflows of component instances under the
 //! static, centralised and PCDDB balancers (spec 05).
 
+use crate::input_file::read_input as read;
 use crate::sim::Output;
 use anyhow::{Context, bail};
 use clap::Args;
@@ -18,7 +19,7 @@ use hetsched_sim::graph::{
     Execution, GraphResult, GraphSimConfig, MAX_GRAPH_NODES, simulate_graph,
 };
 use hetsched_sim::scenario::pcddb_paper;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Options of `sim graph`.
 #[derive(Debug, Args)]
@@ -92,10 +93,6 @@ const MIN_CHECK_INTERVAL: Time = 1_000_000;
 /// no balancer (the paper's sweep goes to 50 ms), and every message's handling time is added to
 /// the simulated clock, which a cost of months ran past its end.
 const MAX_MESSAGE_COST: Time = 3600 * NANOS_PER_SEC;
-
-fn read(path: &Path) -> anyhow::Result<String> {
-    std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
-}
 
 /// Runs `sim graph`.
 pub fn graph_cmd(args: GraphArgs) -> anyhow::Result<()> {

@@ -4,6 +4,7 @@
 mod accel_paper;
 mod binding;
 mod graph;
+mod input_file;
 mod out_dir;
 mod runtime;
 mod sim;
@@ -27,12 +28,18 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the discrete-event simulator: the papers' experiments or your own cluster and workload.
+    ///
+    /// Input files must be regular files of at most 256 MiB.
     #[command(subcommand)]
     Sim(sim::SimCommand),
     /// Spec 01's node binding on its own: replay membership changes and print the map.
+    ///
+    /// Input files must be regular files of at most 256 MiB.
     #[command(subcommand)]
     Binding(binding::BindingCommand),
     /// Stream topologies (spec 04): place a topology's executors on nodes and processes.
+    ///
+    /// Input files must be regular files of at most 256 MiB.
     #[command(subcommand)]
     Stream(stream::StreamCommand),
     #[command(flatten)]

@@ -1,6 +1,7 @@
 //! `hetsched sim …`: the simulator's front door — the papers' experiments, and users' own cluster
 //! and workload files under any policy.
 
+use crate::input_file::read_input as read;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
@@ -255,10 +256,6 @@ fn hdas_paper_cmd(args: HdasPaperArgs) -> anyhow::Result<()> {
         args.out.as_deref(),
         |dir| report.write_outputs(dir),
     )
-}
-
-fn read(path: &Path) -> anyhow::Result<String> {
-    std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
 }
 
 /// A cluster and workload read from files and checked against each other.

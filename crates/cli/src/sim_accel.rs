@@ -145,9 +145,7 @@ struct ANodeLine {
 
 /// Runs `sim accel`.
 pub fn run(args: AccelArgs) -> anyhow::Result<()> {
-    let read = |p: &PathBuf| {
-        std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))
-    };
+    let read = |p: &PathBuf| crate::input_file::read_input(p);
     let cluster_origin = args.cluster.display().to_string();
     let cluster = parse_cluster(&cluster_origin, &read(&args.cluster)?)?;
     let workload_origin = args.workload.display().to_string();

@@ -66,8 +66,7 @@ pub struct DivisiblePaperArgs {
 /// `sim divisible`.
 pub fn divisible_cmd(args: DivisibleArgs) -> anyhow::Result<()> {
     let origin = args.platform.display().to_string();
-    let text =
-        std::fs::read_to_string(&args.platform).with_context(|| format!("cannot read {origin}"))?;
+    let text = crate::input_file::read_input(&args.platform)?;
     let platform = parse_star_platform(&origin, &text)?;
     if !(args.load.is_finite() && args.load > 0.0) {
         bail!(

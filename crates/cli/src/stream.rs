@@ -2,7 +2,8 @@
 //! stream engine's scheduler plug-in would call it: topology and cluster files in, one assignment
 //! per executor out (a table, or JSON with `--output json`).
 
-use anyhow::{Context, bail};
+use crate::input_file::read_input as read;
+use anyhow::bail;
 use clap::{Args, Subcommand, ValueEnum};
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use hetsched_core::input::cluster::parse_cluster_with_slots;
@@ -13,7 +14,7 @@ use hetsched_core::policy::stream::{
     PlacementProblem, StreamPlacer, StreamPlacerKind, evaluate, stream_nodes,
 };
 use hetsched_core::text::{agree, count};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Stream topology commands.
 #[derive(Debug, Subcommand)]
@@ -72,10 +73,6 @@ pub fn run(cmd: StreamCommand) -> anyhow::Result<()> {
     match cmd {
         StreamCommand::Place(args) => place(args),
     }
-}
-
-fn read(path: &Path) -> anyhow::Result<String> {
-    std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
 }
 
 /// Checks a `--workers` count: at least 1, at most [`MAX_TOPOLOGY_EXECUTORS`] (more workers

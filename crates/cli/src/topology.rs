@@ -215,8 +215,7 @@ async fn run_async(cmd: TopologyCommand) -> anyhow::Result<()> {
     match cmd {
         TopologyCommand::Submit(a) => {
             let origin = a.file.display().to_string();
-            let text =
-                std::fs::read_to_string(&a.file).with_context(|| format!("reading {origin}"))?;
+            let text = crate::input_file::read_input(&a.file)?;
             // The same parser the server runs: errors before any connection.
             parse_runnable_topology(&origin, &text)?;
             if !(a.max_utilisation > 0.0 && a.max_utilisation <= 1.0) {

@@ -652,3 +652,114 @@ fn a_required_accelerator_keeps_the_tasks_on_gpus_and_cpu_only_refuses_it() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn every_input_file_is_read_only_if_it_is_a_regular_file_of_at_most_256_mib() {
+    // `sim run --cluster /dev/zero` read 2.1 GB before failing; every simulator, stream and
+    // binding front door reads its files through one bounded helper.
+    let dir = std::env::temp_dir().join(format!("hetsched-sim-cli-{}-big", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let big = dir.join("big.toml");
+    let f = std::fs::File::create(&big).expect("create");
+    f.set_len((256 << 20) + 1)
+        .expect("a sparse file, no disk written");
+    let big = big.display().to_string();
+    let b = big.as_str();
+    let doors: [&[&str]; 13] = [
+        &["sim", "run", "--cluster", b, "--workload", WORKLOAD],
+        &["sim", "compare", "--cluster", CLUSTER, "--workload", b],
+        &["sim", "accel", "--cluster", b, "--workload", WORKLOAD],
+        &["sim", "accel", "--cluster", CLUSTER, "--workload", b],
+        &[
+            "sim",
+            "graph",
+            "--cluster",
+            b,
+            "--workflow",
+            "examples/workflow-loop.toml",
+        ],
+        &[
+            "sim",
+            "graph",
+            "--cluster",
+            "examples/cluster-graph-small.toml",
+            "--workflow",
+            b,
+        ],
+        &[
+            "sim",
+            "graph",
+            "--cluster",
+            "examples/cluster-graph-small.toml",
+            "--workflow",
+            "examples/workflow-loop.toml",
+            "--latency",
+            b,
+        ],
+        &[
+            "sim",
+            "divisible",
+            "--platform",
+            b,
+            "--load",
+            "10",
+            "--algo",
+            "umr",
+        ],
+        &[
+            "stream",
+            "place",
+            "--topology",
+            b,
+            "--cluster",
+            "examples/cluster-streams-10.toml",
+            "--placer",
+            "even",
+        ],
+        &[
+            "stream",
+            "place",
+            "--topology",
+            "examples/topology-wordcount.toml",
+            "--cluster",
+            b,
+            "--placer",
+            "even",
+        ],
+        &[
+            "stream",
+            "place",
+            "--topology",
+            "examples/topology-wordcount.toml",
+            "--cluster",
+            "examples/cluster-streams-10.toml",
+            "--placer",
+            "even",
+            "--traffic",
+            b,
+        ],
+        &["binding", "replay", b],
+        // Read before the server is contacted.
+        &["topology", "submit", b],
+    ];
+    for args in doors {
+        let out = hetsched(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(
+                "big.toml: the file is 268435457 bytes; an input file may be at most 256 MiB"
+            ),
+            "{args:?}: {stderr}"
+        );
+    }
+    let out = sim_run("/dev/zero", WORKLOAD, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "cannot read /dev/zero: it is not a regular file (a device, a pipe or a socket)"
+        ),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
