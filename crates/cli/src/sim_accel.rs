@@ -25,7 +25,12 @@ pub struct AccelArgs {
     /// Cluster description (TOML): nodes with `accelerator` entries are ANodes, the others NNodes.
     #[arg(long, value_name = "FILE")]
     pub cluster: PathBuf,
-    /// Workload (TOML); each application's `accelerator` field is read.
+    /// Workload (TOML). Read: each application's `name`, `tasks` (or `indices`, `entries`),
+    /// `split` (bytes shipped each way when offloaded), `accelerator`, `cpu.compute` and
+    /// `gpu.compute + gpu.copy`. What `sim run` refuses is refused alike; `requires`,
+    /// `priority`, `submit_at`, `max_running`, `user`, `[[user]]`, `[[divisible]]` and a
+    /// variant's `cores`, `memory`, `gpus` and `kind` are refused (applications run one after
+    /// another from t = 0, each task in one container, on one device of any kind).
     #[arg(long, value_name = "FILE")]
     pub workload: PathBuf,
     /// How NNodes are bound: plain (spec 01), weighted (by accelerator speed), container (each of

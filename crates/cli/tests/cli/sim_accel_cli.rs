@@ -295,3 +295,62 @@ fn slots_past_1024_per_node_or_a_million_containers_in_all_are_refused() {
         stderr(&out)
     );
 }
+
+#[test]
+fn what_sim_run_refuses_sim_accel_refuses_with_the_same_located_error() {
+    // Each ran "on accelerators" with a makespan of 2 s; submit_at = "100s" was ignored.
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("sim-accel-cli-fields");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cluster = dir.join("c.toml");
+    std::fs::write(
+        &cluster,
+        "[[node]]\nname = \"n\"\ncount = 2\ncores = 4\n[[node.accelerator]]\nkind = \"k\"\ncount = 2\n",
+    )
+    .unwrap();
+    let gpu = |extra: &str| {
+        format!(
+            "[[application]]\nname = \"a\"\ntasks = 4\naccelerator = \"required\"\n\
+             [application.gpu]\ncompute = \"1s\"\nread = \"1s\"\ncopy = \"1s\"\n{extra}\n"
+        )
+    };
+    let cases = [
+        gpu("kind = \"nope\""),
+        gpu("gpus = 3"),
+        gpu("cores = 99"),
+        "[[application]]\nname = \"a\"\ntasks = 4\n[application.cpu]\ncompute = \"1s\"\n\
+         read = \"1s\"\ncores = 99\nmemory = \"900GiB\"\n"
+            .to_string(),
+        "[[application]]\nname = \"a\"\ntasks = 4\nrequires = [\"bigmem\"]\n\
+         [application.cpu]\ncompute = \"1s\"\nread = \"1s\"\n"
+            .to_string(),
+    ];
+    let workload = dir.join("w.toml");
+    let c = cluster.to_str().unwrap();
+    let w = workload.to_str().unwrap();
+    for text in &cases {
+        std::fs::write(&workload, text).unwrap();
+        let run = hetsched(&["sim", "run", "--cluster", c, "--workload", w]);
+        let accel = hetsched(&["sim", "accel", "--cluster", c, "--workload", w]);
+        assert_eq!(run.status.code(), Some(1), "{text}");
+        assert_eq!(accel.status.code(), Some(1), "{text}");
+        assert!(stderr(&run).contains("w.toml:"), "{}", stderr(&run));
+        assert_eq!(stderr(&accel), stderr(&run), "{text}");
+        assert!(accel.stdout.is_empty());
+    }
+    std::fs::write(
+        &workload,
+        "[[application]]\nname = \"a\"\ntasks = 4\nsubmit_at = \"100s\"\n\
+         [application.cpu]\ncompute = \"1s\"\nread = \"1s\"\n",
+    )
+    .unwrap();
+    let accel = hetsched(&["sim", "accel", "--cluster", c, "--workload", w]);
+    assert_eq!(accel.status.code(), Some(1));
+    assert!(
+        stderr(&accel).contains(
+            "w.toml:2:8: application[0].submit_at: application `a` is submitted at 100 s: sim \
+             accel has no arrival times"
+        ),
+        "{}",
+        stderr(&accel)
+    );
+}

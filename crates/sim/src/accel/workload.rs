@@ -14,7 +14,15 @@
 //!
 //! Refused, with `file:line:col: field`: a `none` or `preferred` application without a CPU
 //! variant's `compute` (it may run on a CPU), a `required` or `preferred` one without the GPU
-//! variant's `compute`, and a `required` application on a cluster with no accelerator.
+//! variant's `compute`, and a `required` application on a cluster with no accelerator; then what
+//! `sim run` refuses, with its errors ([`Workload::check_runnable`]: `requires` no node meets,
+//! a variant no node has the cores, memory or GPUs of the right kind for); then every field the
+//! offload model does not honour ([`unmodelled`]): it runs applications one after another from
+//! t = 0 in file order, each task in one container of its node and, on an accelerator, on one
+//! device of any kind — so `requires`, `priority`, `submit_at`, `max_running`, `user`,
+//! `[[user]]`, `[[divisible]]`, and a variant's `cores`, `memory`, `gpus` and `kind` (of the
+//! variants the application's `accelerator` lets it run) are refused, not silently ignored.
+//! The runtime's own fields (`command`, `env`, `time_limit`, …) are ignored, as by `sim run`.
 
 use super::AccelApp;
 use hetsched_core::Cluster;
@@ -114,5 +122,158 @@ pub fn accel_apps(workload: &Workload, cluster: &Cluster) -> Result<Vec<AccelApp
             output_bytes: bytes,
         });
     }
+    // What `sim run` refuses, refused with its errors: the one check, not a copy of it.
+    workload.check_runnable(&cluster.nodes)?;
+    unmodelled(workload)?;
     Ok(apps)
+}
+
+/// The first field of `workload` the offload model cannot honour, as an error at it (module
+/// doc): `sim accel` refuses what it would otherwise ignore, and `sim run` honours.
+pub fn unmodelled(workload: &Workload) -> Result<(), InputError> {
+    let src = Source::new(&workload.origin, &workload.text);
+    let refuse = |offset: Option<usize>, field: String, what: String, why: &str| {
+        Err(src.error(
+            offset,
+            Some(field),
+            format!("{what}: {why}; `hetsched sim run` honours it"),
+        ))
+    };
+    const ONE_CONTAINER: &str = "sim accel runs every task in one container of its node (--slots), \
+                                 whatever it holds";
+    const ONE_DEVICE: &str =
+        "sim accel runs an accelerator task on one device of any kind, in one container";
+    for (i, a) in workload.applications.iter().enumerate() {
+        let name = a.name.get_ref();
+        let at_name = start(a.name.span());
+        let field = |f: &str| format!("application[{i}].{f}");
+        if let Some(r) = a.requires.first() {
+            return refuse(
+                start(r.span()),
+                field("requires[0]"),
+                format!("application `{name}` requires `{}`", r.get_ref()),
+                "sim accel places tasks by binding, not by node attributes",
+            );
+        }
+        if a.priority != 0 {
+            return refuse(
+                at_name,
+                field("priority"),
+                format!("application `{name}` has priority {}", a.priority),
+                "sim accel runs applications one after another, in file order",
+            );
+        }
+        if a.submit_at.0 != 0 {
+            return refuse(
+                at_name,
+                field("submit_at"),
+                format!(
+                    "application `{name}` is submitted at {} s",
+                    hetsched_core::time::to_secs(a.submit_at.0)
+                ),
+                "sim accel has no arrival times (it runs applications one after another from \
+                 t = 0)",
+            );
+        }
+        if let Some(m) = &a.max_running {
+            return refuse(
+                start(m.span()),
+                field("max_running"),
+                format!(
+                    "application `{name}` runs at most {} tasks at once",
+                    m.get_ref()
+                ),
+                "sim accel runs as many as there are containers",
+            );
+        }
+        if let Some(u) = &a.user {
+            return refuse(
+                start(u.span()),
+                field("user"),
+                format!("application `{name}` belongs to user `{}`", u.get_ref()),
+                "sim accel has no users, shares or caps",
+            );
+        }
+        let need = a.accelerator_need();
+        if let Some(c) = a.cpu.as_ref().filter(|_| need != AcceleratorNeed::Required) {
+            let cpu = c.get_ref();
+            if *cpu.cores.get_ref() != 1 {
+                return refuse(
+                    start(cpu.cores.span()),
+                    field("cpu.cores"),
+                    format!("a CPU task of `{name}` holds {} cores", cpu.cores.get_ref()),
+                    ONE_CONTAINER,
+                );
+            }
+            if cpu.memory.as_u64() != 0 {
+                return refuse(
+                    start(c.span()),
+                    field("cpu.memory"),
+                    format!("a CPU task of `{name}` holds {}", cpu.memory),
+                    ONE_CONTAINER,
+                );
+            }
+        }
+        if let Some(g) = a.gpu.as_ref().filter(|_| need != AcceleratorNeed::None) {
+            let gpu = g.get_ref();
+            if *gpu.gpus.get_ref() != 1 {
+                return refuse(
+                    start(gpu.gpus.span()),
+                    field("gpu.gpus"),
+                    format!(
+                        "an accelerator task of `{name}` holds {} GPUs",
+                        gpu.gpus.get_ref()
+                    ),
+                    ONE_DEVICE,
+                );
+            }
+            if let Some(k) = &gpu.kind {
+                return refuse(
+                    start(g.span()),
+                    field("gpu.kind"),
+                    format!("an accelerator task of `{name}` needs a GPU of kind `{k}`"),
+                    ONE_DEVICE,
+                );
+            }
+            if *gpu.cores.get_ref() != 1 {
+                return refuse(
+                    start(gpu.cores.span()),
+                    field("gpu.cores"),
+                    format!(
+                        "an accelerator task of `{name}` holds {} cores",
+                        gpu.cores.get_ref()
+                    ),
+                    ONE_DEVICE,
+                );
+            }
+            if gpu.memory.as_u64() != 0 {
+                return refuse(
+                    start(g.span()),
+                    field("gpu.memory"),
+                    format!("an accelerator task of `{name}` holds {}", gpu.memory),
+                    ONE_DEVICE,
+                );
+            }
+        }
+    }
+    if let Some(u) = workload.users.first() {
+        return refuse(
+            start(u.name.span()),
+            "user[0]".into(),
+            format!("user `{}` has shares or caps", u.name.get_ref()),
+            "sim accel has no users, shares or caps",
+        );
+    }
+    if let Some(d) = workload.divisible.first() {
+        return Err(src.error(
+            start(d.name.span()),
+            Some("divisible[0]".into()),
+            format!(
+                "divisible load `{}`: sim accel runs applications' tasks, not divisible loads \
+                 (`hetsched sim divisible` does)",
+                d.name.get_ref()
+            ),
+        ));
+    }
+    Ok(())
 }

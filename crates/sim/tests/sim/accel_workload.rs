@@ -114,3 +114,107 @@ fn nnode_tasks_of_a_required_application_are_offloaded_to_their_rack_s_anode() {
     // One device runs all 20 tasks one after another.
     assert!(r.makespan_ns >= 20 * apps[0].gpu_time);
 }
+
+/// `WORKLOAD`'s first application (`lu`, required, GPU only) with `extra` lines added to its
+/// GPU variant, or to the application when `extra` starts with `@`.
+fn lu_with(extra: &str) -> String {
+    let (app, gpu) = extra.strip_prefix('@').map_or(("", extra), |a| (a, ""));
+    format!(
+        "[[application]]\nname = \"lu\"\ntasks = 2\naccelerator = \"required\"\n{app}\n\
+         [application.gpu]\ncompute = \"6s\"\n{gpu}\n"
+    )
+}
+
+#[test]
+fn what_sim_run_refuses_sim_accel_refuses_with_the_same_error() {
+    // They all ran "on accelerators" in 2 s, where `sim run` refused them.
+    let cluster = parse_cluster("c.toml", CLUSTER).unwrap();
+    for extra in [
+        "kind = \"nope\"",
+        "gpus = 3",
+        "cores = 99",
+        "@requires = [\"bigmem\"]",
+    ] {
+        let workload = parse_workload("w.toml", &lu_with(extra)).unwrap();
+        let want = workload.check_runnable(&cluster.nodes).unwrap_err();
+        let got = accel_apps(&workload, &cluster).unwrap_err();
+        assert_eq!(got, want, "{extra}");
+    }
+    let cpu = "[[application]]\nname = \"c\"\ntasks = 2\n[application.cpu]\ncompute = \"1s\"\n\
+               cores = 99\nmemory = \"900GiB\"\n";
+    let workload = parse_workload("w.toml", cpu).unwrap();
+    let want = workload.check_runnable(&cluster.nodes).unwrap_err();
+    assert_eq!(accel_apps(&workload, &cluster).unwrap_err(), want);
+}
+
+#[test]
+fn a_field_the_offload_model_does_not_honour_is_refused_at_it() {
+    let cluster = parse_cluster("c.toml", CLUSTER).unwrap();
+    for (extra, field, says) in [
+        (
+            "@submit_at = \"100s\"",
+            "application[0].submit_at",
+            "no arrival times",
+        ),
+        (
+            "@priority = 3",
+            "application[0].priority",
+            "one after another",
+        ),
+        (
+            "@max_running = 2",
+            "application[0].max_running",
+            "as many as there are",
+        ),
+        (
+            "@requires = [\"gpu\"]",
+            "application[0].requires[0]",
+            "not by node attributes",
+        ),
+        ("@user = \"ann\"", "application[0].user", "no users"),
+        (
+            "kind = \"gpu\"",
+            "application[0].gpu.kind",
+            "one device of any kind",
+        ),
+        (
+            "cores = 2",
+            "application[0].gpu.cores",
+            "one device of any kind",
+        ),
+        (
+            "memory = \"1GiB\"",
+            "application[0].gpu.memory",
+            "one device of any kind",
+        ),
+    ] {
+        let workload = parse_workload("w.toml", &lu_with(extra)).unwrap();
+        workload
+            .check_runnable(&cluster.nodes)
+            .unwrap_or_else(|e| panic!("{extra}: runnable under sim run: {e}"));
+        let e = accel_apps(&workload, &cluster).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some(field), "{extra}: {e}");
+        assert!(e.line.is_some(), "{extra}: located: {e}");
+        assert!(
+            e.message.contains(says) && e.message.ends_with("`hetsched sim run` honours it"),
+            "{extra}: {e}"
+        );
+    }
+    for (extra, field) in [
+        ("cores = 2", "application[0].cpu.cores"),
+        ("memory = \"1GiB\"", "application[0].cpu.memory"),
+    ] {
+        let text = format!(
+            "[[application]]\nname = \"c\"\ntasks = 2\n[application.cpu]\ncompute = \"1s\"\n{extra}\n"
+        );
+        let workload = parse_workload("w.toml", &text).unwrap();
+        let e = accel_apps(&workload, &cluster).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some(field), "{extra}: {e}");
+        assert!(e.message.contains("one container of its node"), "{e}");
+    }
+    // A variant the application's `accelerator` never runs is not looked at.
+    let unused = "[[application]]\nname = \"c\"\ntasks = 2\n[application.cpu]\ncompute = \"1s\"\n\
+                  [application.gpu]\ncompute = \"1s\"\ngpus = 2\n";
+    let workload = parse_workload("w.toml", unused).unwrap();
+    assert!(accel_apps(&workload, &cluster).is_ok());
+}
