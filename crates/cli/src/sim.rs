@@ -43,7 +43,7 @@ pub enum SimCommand {
     /// Plan and simulate one divisible load on your own star platform (spec 03): umr, umrlm,
     /// rumr or static.
     Divisible(crate::sim_divisible::DivisibleArgs),
-    /// Reproduce the UMRLM paper's experiment (spec 03): UMR vs UMRLM on the 16-PC cluster, worker
+    /// Reproduce the UMRLM paper's experiment (spec 03): UMR vs UMRLM on the paper's cluster (a master and 15 workers), worker
     /// order, memory, and RUMR vs UMR under prediction errors.
     DivisiblePaper(crate::sim_divisible::DivisiblePaperArgs),
     /// Every batch policy on seeded random clusters, heartbeats, noisy profiles and workloads,
