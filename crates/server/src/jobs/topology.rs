@@ -1194,6 +1194,14 @@ impl Topology {
         if !(req.gain_threshold.is_finite() && req.gain_threshold >= 0.0) {
             return Err(invalid("gain_threshold must be a non-negative number"));
         }
+        // A worker per executor at most: more would only be clamped by the placers.
+        let most = hetsched_core::input::stream_code::MAX_RUNTIME_EXECUTORS;
+        if u64::from(req.workers) > most {
+            return Err(invalid(format!(
+                "workers: {} is more than the {most} executors a topology may have",
+                req.workers
+            )));
+        }
         let name = topo.topology.name.clone();
         if name.len() > MAX_NAME {
             return Err(invalid(format!(

@@ -383,6 +383,20 @@ fn the_placer_puts_no_more_declared_memory_on_a_node_than_it_has_free() {
             .count();
         assert_eq!(here, 2, "{node}: {shown}");
     }
+    // A worker count past the executors a topology may have is refused, naming the field.
+    let dir = scratch("memory-workers");
+    let mut s = two_nodes(&dir, false);
+    let many = TopologySubmission {
+        placer: "even".into(),
+        workers: 4_000_000_000,
+        ..submission()
+    };
+    let e = s.topology_submit(many).expect_err("too many workers");
+    assert!(
+        e.to_string()
+            .contains("workers: 4000000000 is more than the 4096"),
+        "{e}"
+    );
     // Small executors still share one node.
     let dir = scratch("memory-small");
     let mut s = two_nodes(&dir, false);
