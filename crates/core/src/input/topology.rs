@@ -97,6 +97,11 @@ pub const MAX_TOPOLOGY_EXECUTORS: u64 = 100_000;
 /// any stream engine's), so that loads and traffic summed over a topology stay finite.
 pub const MAX_TUPLES_PER_S: f64 = 1e12;
 
+/// Most CPU one executor may declare, in per cent of one core: an executor is one thread, so
+/// 100 is one core's worth; the bound leaves room for declared over-estimates and keeps sums of
+/// loads finite (1e308 gave infinite node loads).
+pub const MAX_EXECUTOR_CPU: f64 = 1e4;
+
 /// Why `rate` cannot be a rate in tuples per second, if it cannot.
 fn rate_problem(rate: f64) -> Option<String> {
     (!(rate.is_finite() && (0.0..=MAX_TUPLES_PER_S).contains(&rate))).then(|| {
@@ -205,11 +210,14 @@ pub fn parse_topology(origin: &str, text: &str) -> Result<Topology, InputError> 
             ));
         }
         let cpu = *c.cpu.get_ref();
-        if !(cpu.is_finite() && cpu >= 0.0) {
+        if !(cpu.is_finite() && (0.0..=MAX_EXECUTOR_CPU).contains(&cpu)) {
             return Err(src.error(
                 at(&c.cpu),
                 field("cpu"),
-                "must be a non-negative number (per cent of one core)",
+                format!(
+                    "must be a number from 0 to {MAX_EXECUTOR_CPU} (per cent of one core; \
+                     one executor is one thread)"
+                ),
             ));
         }
         components.push(Component {
@@ -503,6 +511,11 @@ rate = 1000.0
         let e = err(&WORDCOUNT.replace("\"256MiB\"", "\"2PiB\""));
         assert!(
             e.starts_with("t.toml:7:10: component[0].memory: 2.0 PiB per executor"),
+            "{e}"
+        );
+        let e = err(&WORDCOUNT.replace("cpu = 40.0", "cpu = 1e308"));
+        assert!(
+            e.starts_with("t.toml:12:7: component[1].cpu: must be a number from 0 to 10000"),
             "{e}"
         );
         let ok = WORDCOUNT.replace("parallelism = 4", "parallelism = 99998");
