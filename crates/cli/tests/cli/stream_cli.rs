@@ -20,24 +20,8 @@ fn hetsched(args: &[&str]) -> Output {
 
 const CLUSTER: &str = "examples/cluster-streams-10.toml";
 
-/// `stream place` of the word count under `even` with the measured traffic of `csv`.
-fn place_even_with_traffic(csv: &std::path::Path) -> Output {
-    hetsched(&[
-        "stream",
-        "place",
-        "--topology",
-        WORDCOUNT,
-        "--cluster",
-        CLUSTER,
-        "--placer",
-        "even",
-        "--traffic",
-        csv.to_str().expect("path"),
-    ])
-}
-const WORDCOUNT: &str = "examples/topology-wordcount.toml";
-
-fn place_json(topology: &str, placer: &str, extra: &[&str]) -> serde_json::Value {
+/// `stream place --topology TOPOLOGY --cluster CLUSTER --placer PLACER EXTRA…`.
+fn place(topology: &str, placer: &str, extra: &[&str]) -> Output {
     let mut args = vec![
         "stream",
         "place",
@@ -47,11 +31,23 @@ fn place_json(topology: &str, placer: &str, extra: &[&str]) -> serde_json::Value
         CLUSTER,
         "--placer",
         placer,
-        "--output",
-        "json",
     ];
     args.extend_from_slice(extra);
-    let out = hetsched(&args);
+    hetsched(&args)
+}
+
+/// `stream place` of the word count under `even` with the measured traffic of `csv`.
+fn place_even_with_traffic(csv: &std::path::Path) -> Output {
+    place(
+        WORDCOUNT,
+        "even",
+        &["--traffic", csv.to_str().expect("path")],
+    )
+}
+const WORDCOUNT: &str = "examples/topology-wordcount.toml";
+
+fn place_json(topology: &str, placer: &str, extra: &[&str]) -> serde_json::Value {
+    let out = place(topology, placer, &[&["--output", "json"], extra].concat());
     assert!(
         out.status.success(),
         "{}",
@@ -111,18 +107,7 @@ fn workers_fix_even_and_two_phase_process_counts() {
 }
 
 fn place_workers(placer: &str, workers: &str) -> Output {
-    hetsched(&[
-        "stream",
-        "place",
-        "--topology",
-        WORDCOUNT,
-        "--cluster",
-        CLUSTER,
-        "--placer",
-        placer,
-        "--workers",
-        workers,
-    ])
+    place(WORDCOUNT, placer, &["--workers", workers])
 }
 
 #[test]
@@ -258,16 +243,7 @@ fn every_malformed_topology_is_refused_with_file_line_and_field() {
     ];
     for (file, message) in expected {
         let rel = format!("tests/fixtures/topology-malformed/{file}");
-        let out = hetsched(&[
-            "stream",
-            "place",
-            "--topology",
-            &rel,
-            "--cluster",
-            CLUSTER,
-            "--placer",
-            "one-phase",
-        ]);
+        let out = place(&rel, "one-phase", &[]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{file}: {stderr}");
         assert!(
@@ -290,16 +266,7 @@ fn one_executor_on_one_node_in_one_process_reads_in_the_singular() {
          cpu = 10.0\nmemory = \"64MiB\"\n",
     )
     .unwrap();
-    let out = hetsched(&[
-        "stream",
-        "place",
-        "--topology",
-        topology.to_str().unwrap(),
-        "--cluster",
-        CLUSTER,
-        "--placer",
-        "even",
-    ]);
+    let out = place(topology.to_str().unwrap(), "even", &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -310,16 +277,7 @@ fn one_executor_on_one_node_in_one_process_reads_in_the_singular() {
         stdout.contains("even placed `one` (1 executor) on 1 node in 1 process: "),
         "{stdout}"
     );
-    let out = hetsched(&[
-        "stream",
-        "place",
-        "--topology",
-        WORDCOUNT,
-        "--cluster",
-        CLUSTER,
-        "--placer",
-        "even",
-    ]);
+    let out = place(WORDCOUNT, "even", &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("(28 executors) on 10 nodes in 10 processes: "),
@@ -341,58 +299,20 @@ fn stream_paper_refuses_a_run_of_no_time() {
 
 #[test]
 fn bad_arguments_are_refused() {
-    let out = hetsched(&[
-        "stream",
-        "place",
-        "--topology",
-        WORDCOUNT,
-        "--cluster",
-        CLUSTER,
-        "--placer",
-        "fastest",
-    ]);
+    let out = place(WORDCOUNT, "fastest", &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown placer `fastest`"));
-    let out = hetsched(&[
-        "stream",
-        "place",
-        "--topology",
-        WORDCOUNT,
-        "--cluster",
-        CLUSTER,
-        "--placer",
-        "even",
-        "--workers",
-        "0",
-    ]);
+    let out = place(WORDCOUNT, "even", &["--workers", "0"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--workers must be at least 1"));
-    let out = hetsched(&[
-        "stream",
-        "place",
-        "--topology",
-        "missing.toml",
-        "--cluster",
-        CLUSTER,
-        "--placer",
-        "even",
-    ]);
+    let out = place("missing.toml", "even", &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read missing.toml"));
 }
 
 #[test]
 fn the_table_names_every_node_and_process() {
-    let out = hetsched(&[
-        "stream",
-        "place",
-        "--topology",
-        WORDCOUNT,
-        "--cluster",
-        CLUSTER,
-        "--placer",
-        "two-phase-traffic",
-    ]);
+    let out = place(WORDCOUNT, "two-phase-traffic", &[]);
     assert!(out.status.success());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
