@@ -184,9 +184,10 @@ struct Pass<'p, 'a> {
     adj: &'p [Vec<(usize, f64)>],
     config: &'p Configuration,
     load: Vec<f64>,
-    /// Memory of each executor (bytes, declared) and placed on each node so far.
+    /// Memory of each executor (bytes, declared), placed on each node so far, and each node's.
     memory: Vec<u64>,
     mem: Vec<u64>,
+    mem_cap: Vec<u64>,
     node_of: Vec<Option<usize>>,
     /// Per-node traffic of each executor with its *placed* neighbours ([`NodeTraffic`]).
     traffic: NodeTraffic,
@@ -256,28 +257,34 @@ impl<'p, 'a> Pass<'p, 'a> {
             load: vec![0.0; problem.nodes.len()],
             memory: problem.topology.memory(),
             mem: vec![0; problem.nodes.len()],
+            mem_cap: problem.nodes.iter().map(|n| n.memory_bytes).collect(),
             node_of: vec![None; executors],
             traffic: NodeTraffic::new(config, problem.nodes.len(), executors),
             exceeded: false,
         }
     }
 
-    /// Whether node `n` can carry `x` more load and `m` more bytes of memory.
+    /// Whether node `n` can carry `x` more load and `m` more bytes of memory. (The hot loop of
+    /// `leastLoadedNode`: executors that declare no memory skip the memory check.)
     fn can_carry(&self, n: usize, x: f64, m: u64) -> bool {
         fits(self.config.limit[n], self.load[n] + x)
-            && memory_fits(&self.problem.nodes[n], self.mem[n].saturating_add(m))
+            && (m == 0 || self.mem[n].saturating_add(m) <= self.mem_cap[n])
     }
 
     fn least_loaded(&self, x: f64, m: u64) -> Option<usize> {
         let nodes = self.problem.nodes;
         let mut best: Option<(f64, f64, usize)> = None;
         for &n in &self.config.nodes {
-            if !self.can_carry(n, x, m) {
+            if !fits(self.config.limit[n], self.load[n] + x) {
                 continue;
             }
             let r = self.load[n] / nodes[n].available().max(f64::MIN_POSITIVE);
             let free = self.config.limit[n] - self.load[n];
-            if best.is_none_or(|(br, bf, _)| r < br || (r == br && free > bf)) {
+            // The memory check only for a node that would win: this loop runs for every pair
+            // (O(P·N)), and checking every node's memory cost a third of the pass.
+            if best.is_none_or(|(br, bf, _)| r < br || (r == br && free > bf))
+                && self.can_carry(n, x, m)
+            {
                 best = Some((r, free, n));
             }
         }
@@ -360,9 +367,6 @@ impl<'p, 'a> Pass<'p, 'a> {
         let mut best: Option<(f64, bool, u8, usize, usize)> = None;
         for (i, &n1) in list.iter().enumerate() {
             for (j, &n2) in list.iter().enumerate() {
-                if !self.plan_fits(a, n1, b, n2) {
-                    continue;
-                }
                 let cost = cut_a[i] + cut_b[j] + if n1 != n2 { t } else { 0.0 };
                 let uses_last = last.is_some_and(|l| l == n1 || l == n2);
                 let moved = u8::from(current[0].is_some_and(|c| c != n1))
@@ -375,7 +379,9 @@ impl<'p, 'a> Pass<'p, 'a> {
                             || (cost == bc && uses_last == bl && moved < bm)
                     }
                 };
-                if better {
+                // Whether the plan fits is asked only of one that would win (it is the costly
+                // part of the step).
+                if better && self.plan_fits(a, n1, b, n2) {
                     best = Some((cost, uses_last, moved, n1, n2));
                 }
             }
@@ -405,6 +411,25 @@ impl<'p, 'a> Pass<'p, 'a> {
     /// memory grows within its limit.
     fn plan_fits(&self, a: usize, n1: usize, b: usize, n2: usize) -> bool {
         let loads = &self.problem.loads;
+        if self.memory[a] == 0 && self.memory[b] == 0 {
+            // No memory to place: loads alone decide (the common case, and a hot one).
+            let delta = |n: usize| {
+                let mut d = 0.0;
+                for (e, to) in [(a, n1), (b, n2)] {
+                    if to == n {
+                        d += loads[e];
+                    }
+                    if self.node_of[e] == Some(n) {
+                        d -= loads[e];
+                    }
+                }
+                d
+            };
+            return [n1, n2].into_iter().all(|n| {
+                let d = delta(n);
+                d <= 0.0 || fits(self.config.limit[n], self.load[n] + d)
+            });
+        }
         // (load, memory) node `n` gains under the plan; memory signed.
         let delta = |n: usize| {
             let (mut d, mut m) = (0.0, 0i128);
@@ -424,8 +449,7 @@ impl<'p, 'a> Pass<'p, 'a> {
             let (d, m) = delta(n);
             let grows = u64::try_from(m.max(0)).unwrap_or(u64::MAX);
             (d <= 0.0 || fits(self.config.limit[n], self.load[n] + d))
-                && (grows == 0
-                    || memory_fits(&self.problem.nodes[n], self.mem[n].saturating_add(grows)))
+                && (grows == 0 || self.mem[n].saturating_add(grows) <= self.mem_cap[n])
         })
     }
 
