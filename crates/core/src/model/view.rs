@@ -1219,6 +1219,28 @@ impl SchedulerView {
         }
     }
 
+    /// Takes up to `bytes` of `node`'s free memory for work the view does not dispatch (a
+    /// stream worker's declared memory): returns what it took (what was free, at most `bytes`).
+    pub fn hold_memory(&mut self, node: NodeId, bytes: u64) -> u64 {
+        let Some(n) = self.nodes.get_mut(node.index()) else {
+            return 0;
+        };
+        let before = n.free;
+        let taken = bytes.min(n.free.memory_bytes);
+        n.free.memory_bytes -= taken;
+        self.free_changed(node.index(), before);
+        taken
+    }
+
+    /// Gives back `bytes` taken with [`SchedulerView::hold_memory`].
+    pub fn release_memory(&mut self, node: NodeId, bytes: u64) {
+        if let Some(n) = self.nodes.get_mut(node.index()) {
+            let before = n.free;
+            n.free.memory_bytes = n.free.memory_bytes.saturating_add(bytes);
+            self.free_changed(node.index(), before);
+        }
+    }
+
     /// Whether [`SchedulerView::book`] would book `request` on `node` now.
     pub fn can_book(&self, node: NodeId, request: Resources) -> bool {
         self.nodes.get(node.index()).is_some_and(|n| {

@@ -464,6 +464,17 @@ fn worker_cores(assignment: &[u32], loads: &[f64], w: u32) -> u32 {
     (percent / 100.0).ceil().max(0.0) as u32
 }
 
+/// The memory worker `w` holds on its node: its executors' declared memory (`memory`, bytes per
+/// executor, `assignment` giving each executor's worker).
+fn worker_memory(assignment: &[u32], memory: &[u64], w: u32) -> u64 {
+    assignment
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| **a == w)
+        .map(|(e, _)| memory.get(e).copied().unwrap_or(0))
+        .fold(0, u64::saturating_add)
+}
+
 /// The answer to an agent's sync.
 #[derive(Clone, Debug, Default)]
 pub struct WorkersToRun {
@@ -722,7 +733,7 @@ impl Run {
     }
 }
 
-/// The cores one running worker holds in the view.
+/// The cores and memory one running worker holds in the view.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Booked {
     /// The worker's node.
@@ -731,38 +742,71 @@ struct Booked {
     wanted: u32,
     /// The cores it holds: what was free of `wanted` (it takes the rest as tasks end).
     taken: u32,
-    /// Its topology's owner's group (`None`: the admin's), charged with `taken`: the cores
-    /// count against the owner's cap and as its fair-share usage.
+    /// The memory its executors declare (Σ `memory`), in bytes.
+    memory_wanted: u64,
+    /// The memory it holds: what was free of `memory_wanted` (the rest as tasks end).
+    memory_taken: u64,
+    /// Its topology's owner's group (`None`: the admin's), charged with what it holds: the
+    /// cores and memory count against the owner's caps and as its fair-share usage.
     group: Option<u32>,
 }
 
-/// `n` cores, nothing else.
-fn just_cores(n: u32) -> Resources {
-    Resources {
-        cores: n,
-        ..Resources::default()
+impl Booked {
+    /// What it holds, as the view's groups count it.
+    fn held(&self) -> Resources {
+        Resources::new(self.taken, self.memory_taken, 0)
+    }
+
+    /// Takes on its node what is free of what it still lacks, charging its group.
+    fn take_free(&mut self, view: &mut SchedulerView) {
+        let node = NodeId(self.node);
+        let cores = view.hold_cores(node, self.wanted - self.taken);
+        let memory = view.hold_memory(node, self.memory_wanted - self.memory_taken);
+        view.charge_group(self.group, Resources::new(cores, memory, 0));
+        self.taken += cores;
+        self.memory_taken += memory;
+    }
+
+    /// Whether it still lacks cores or memory it declares.
+    fn short(&self) -> bool {
+        self.taken < self.wanted || self.memory_taken < self.memory_wanted
     }
 }
 
-/// Per node name, the load (per cent of a core) the rest of the cluster puts on it, as topology
-/// `name`'s placer sees it: the cores in use there (batch tasks, other topologies' workers)
-/// minus those `name`'s own workers hold (they move with its placement).
+/// What the rest of the cluster holds on a node, as one topology's placer sees it.
+#[derive(Clone, Copy, Debug)]
+struct Background {
+    /// The load (per cent of a core) of the cores in use there (batch tasks, other topologies'
+    /// workers), less those the topology's own workers hold (they move with its placement).
+    load: f64,
+    /// The memory free there, plus what the topology's own workers hold.
+    memory_bytes: u64,
+}
+
+/// Per node name, what the rest of the cluster holds there as topology `name`'s placer sees it
+/// ([`Background`]).
 fn background(
     held: &HashMap<(String, u32), Booked>,
     in_use: &HashMap<String, (u32, u32, u64)>,
     name: &str,
-) -> HashMap<String, f64> {
-    let mut own: HashMap<u32, u32> = HashMap::new();
+) -> HashMap<String, Background> {
+    let mut own: HashMap<u32, (u32, u64)> = HashMap::new();
     for ((t, _), b) in held {
         if t == name {
-            *own.entry(b.node).or_default() += b.taken;
+            let o = own.entry(b.node).or_default();
+            o.0 += b.taken;
+            o.1 = o.1.saturating_add(b.memory_taken);
         }
     }
     in_use
         .iter()
-        .map(|(n, (id, used, _))| {
-            let mine = own.get(id).copied().unwrap_or(0);
-            (n.clone(), f64::from(used.saturating_sub(mine)) * 100.0)
+        .map(|(n, (id, used, free_memory))| {
+            let (cores, memory) = own.get(id).copied().unwrap_or((0, 0));
+            let bg = Background {
+                load: f64::from(used.saturating_sub(cores)) * 100.0,
+                memory_bytes: free_memory.saturating_add(memory),
+            };
+            (n.clone(), bg)
         })
         .collect()
 }
@@ -796,24 +840,23 @@ fn admitted(
         .collect()
 }
 
-/// The placers' nodes: capacity `cores × 100`, background what the rest of the cluster holds
-/// there ([`background`]), memory what no task holds there (`in_use`; unlimited for a node the
-/// view has not shown yet). Workers do not hold memory in the view: the limit keeps a placement
-/// from putting more declared executor memory on a node than is free when it is computed.
-fn stream_nodes(
-    nodes: &[(String, u32)],
-    busy: &HashMap<String, f64>,
-    in_use: &HashMap<String, (u32, u32, u64)>,
-) -> Vec<StreamNode> {
+/// The placers' nodes: capacity `cores × 100`, background load and memory what the rest of the
+/// cluster leaves there ([`background`]; memory unlimited for a node the view has not shown
+/// yet). Workers hold their executors' declared memory in the view, as tasks do, so a placement
+/// puts no more declared memory on a node than tasks and other topologies leave free.
+fn stream_nodes(nodes: &[(String, u32)], busy: &HashMap<String, Background>) -> Vec<StreamNode> {
     nodes
         .iter()
-        .map(|(name, cores)| StreamNode {
-            name: name.clone(),
-            rack: 0,
-            capacity: f64::from(*cores) * 100.0,
-            background: busy.get(name).copied().unwrap_or(0.0),
-            memory_bytes: in_use.get(name).map_or(u64::MAX / 4, |u| u.2),
-            slots: SLOTS_PER_NODE,
+        .map(|(name, cores)| {
+            let bg = busy.get(name);
+            StreamNode {
+                name: name.clone(),
+                rack: 0,
+                capacity: f64::from(*cores) * 100.0,
+                background: bg.map_or(0.0, |b| b.load),
+                memory_bytes: bg.map_or(u64::MAX / 4, |b| b.memory_bytes),
+                slots: SLOTS_PER_NODE,
+            }
         })
         .collect()
 }
@@ -964,15 +1007,15 @@ impl Topology {
         }
     }
 
-    /// Books in `view` the declared cores of every running worker on its node, and gives back
-    /// what workers that stopped (or moved) held. A worker takes what is free: tasks already
-    /// running are not preempted, and it takes the rest as they finish. What a worker holds is
-    /// charged to its topology's owner's group (`users`), as a batch task's cores are: it counts
-    /// against the owner's cap on cores (a worker is not refused for it: like tasks running
-    /// above a lowered cap, it goes on, and the owner's other work waits) and as its
-    /// fair-share usage.
+    /// Books in `view` the declared cores and memory of every running worker on its node, and
+    /// gives back what workers that stopped (or moved) held. A worker takes what is free: tasks
+    /// already running are not preempted, and it takes the rest as they finish. What a worker
+    /// holds is charged to its topology's owner's group (`users`), as a batch task's cores and
+    /// memory are: it counts against the owner's caps (a worker is not refused for it: like
+    /// tasks running above a lowered cap, it goes on, and the owner's other work waits) and as
+    /// its fair-share usage.
     pub fn rebook(&mut self, view: &mut SchedulerView, nodes: &Nodes, users: &mut Users) {
-        let mut want: HashMap<(String, u32), (u32, u32, Option<u32>)> = HashMap::new();
+        let mut want: HashMap<(String, u32), (u32, u32, u64, Option<u32>)> = HashMap::new();
         for run in self.inner.runs.values() {
             let Some(p) = &run.rec.placement else {
                 continue;
@@ -981,6 +1024,7 @@ impl Topology {
                 continue;
             }
             let loads = run.topo.topology.declared_loads();
+            let memory = run.topo.topology.memory();
             let assumed = (0..p.workers.len() as u32)
                 .filter(|&w| self.unsynced.contains(&p.workers[w as usize].0))
                 .filter(|w| !run.live.contains_key(w));
@@ -992,41 +1036,41 @@ impl Topology {
                     continue;
                 };
                 let cores = worker_cores(&p.assignment, &loads, w);
+                let bytes = worker_memory(&p.assignment, &memory, w);
                 let group = users.topology_group(&run.rec.name);
-                want.insert((run.rec.name.clone(), w), (id, cores, group));
+                want.insert((run.rec.name.clone(), w), (id, cores, bytes, group));
             }
         }
         self.held.retain(|k, b| {
-            if want.get(k) == Some(&(b.node, b.wanted, b.group)) {
+            if want.get(k) == Some(&(b.node, b.wanted, b.memory_wanted, b.group)) {
                 return true;
             }
             view.release_cores(NodeId(b.node), b.taken);
-            view.release_group(b.group, just_cores(b.taken));
+            view.release_memory(NodeId(b.node), b.memory_taken);
+            view.release_group(b.group, b.held());
             false
         });
-        for (k, (node, wanted, group)) in want {
+        for (k, (node, wanted, memory_wanted, group)) in want {
             let b = self.held.entry(k).or_insert(Booked {
                 node,
                 wanted,
                 taken: 0,
+                memory_wanted,
+                memory_taken: 0,
                 group,
             });
-            if b.taken < b.wanted {
-                let more = view.hold_cores(NodeId(node), b.wanted - b.taken);
-                view.charge_group(b.group, just_cores(more));
-                b.taken += more;
+            if b.short() {
+                b.take_free(view);
             }
         }
     }
 
-    /// Gives the workers booked short of their cores (they started on a busy node) what is free
-    /// on their nodes now. Called when an event frees cores, before any kind fills the node, so
-    /// that new tasks do not take the cores a worker already runs on.
+    /// Gives the workers booked short of their cores or memory (they started on a busy node)
+    /// what is free on their nodes now. Called when an event frees resources, before any kind
+    /// fills the node, so that new tasks do not take what a worker already runs on.
     pub fn top_up(&mut self, view: &mut SchedulerView) {
-        for b in self.held.values_mut().filter(|b| b.taken < b.wanted) {
-            let more = view.hold_cores(NodeId(b.node), b.wanted - b.taken);
-            view.charge_group(b.group, just_cores(more));
-            b.taken += more;
+        for b in self.held.values_mut().filter(|b| b.short()) {
+            b.take_free(view);
         }
     }
 
@@ -1081,13 +1125,22 @@ impl Topology {
             .sum()
     }
 
-    /// The workers holding cores in the view: (topology, worker index, node, owner group, the
-    /// cores they hold).
-    pub fn booked_workers(&self) -> impl Iterator<Item = (&str, u32, u32, Option<u32>, u32)> {
+    /// The workers holding cores or memory in the view: (topology, worker index, node, owner
+    /// group, what they hold).
+    pub fn booked_workers(&self) -> impl Iterator<Item = (&str, u32, u32, Option<u32>, Resources)> {
         self.held
             .iter()
-            .filter(|(_, b)| b.taken > 0)
-            .map(|((t, w), b)| (t.as_str(), *w, b.node, b.group, b.taken))
+            .filter(|(_, b)| b.taken > 0 || b.memory_taken > 0)
+            .map(|((t, w), b)| (t.as_str(), *w, b.node, b.group, b.held()))
+    }
+
+    /// Memory the running workers hold on node `node`, in bytes (for tests and listings).
+    pub fn held_memory(&self, node: u32) -> u64 {
+        self.held
+            .values()
+            .filter(|b| b.node == node)
+            .map(|b| b.memory_taken)
+            .sum()
     }
 
     /// Cores the running workers hold on node `node` (for tests and listings).
@@ -1265,7 +1318,7 @@ impl Topology {
         }
         if !open.is_empty() {
             let busy = background(&self.held, &self.in_use, &name);
-            let nodes = stream_nodes(&open, &busy, &self.in_use);
+            let nodes = stream_nodes(&open, &busy);
             let mut problem = PlacementProblem::declared(&run.topo.topology, &nodes);
             problem.workers = run.rec.workers;
             let p = run.placer().place(&problem).map_err(invalid)?;
@@ -1405,7 +1458,7 @@ impl Topology {
             .unwrap_or_default();
         let alive = admitted(self.cfg.alive(inner), &inner.nodes, &requires);
         let busy = background(&self.held, &self.in_use, name);
-        let nodes = stream_nodes(&open_nodes(&alive, &inner.drained), &busy, &self.in_use);
+        let nodes = stream_nodes(&open_nodes(&alive, &inner.drained), &busy);
         let now = self.cfg.core_now();
         let run = inner.runs.get_mut(name).ok_or_else(|| not_found(name))?;
         if run.rec.state != "running" {
@@ -1655,7 +1708,7 @@ impl Topology {
             let busy = background(&self.held, &self.in_use, &run.rec.name);
             // Placements use the nodes not drained; with none of those, a topology stays
             // where it is (on drained nodes) or waits.
-            let nodes = stream_nodes(&open_nodes(&alive, &inner.drained), &busy, &self.in_use);
+            let nodes = stream_nodes(&open_nodes(&alive, &inner.drained), &busy);
             if run.rec.state != "running" || nodes.is_empty() {
                 continue;
             }
@@ -1667,9 +1720,11 @@ impl Topology {
             // Off the open nodes: a node it uses died (lost) or was drained.
             let moved_off = run.rec.placement.is_some() && current.is_none();
             let lost = moved_off
-                && run.rec.placement.as_ref().is_some_and(|p| {
-                    as_placement(p, &stream_nodes(&alive, &busy, &self.in_use)).is_none()
-                });
+                && run
+                    .rec
+                    .placement
+                    .as_ref()
+                    .is_some_and(|p| as_placement(p, &stream_nodes(&alive, &busy)).is_none());
             if run.rec.placement.is_none() || (moved_off && !grace) {
                 let traffic = run.traffic.clone();
                 let mut problem = if traffic.is_empty() {

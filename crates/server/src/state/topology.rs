@@ -226,6 +226,11 @@ impl State {
         self.jobs.topology.held_cores(node)
     }
 
+    /// Memory the running topology workers hold in the view on node `node`, in bytes.
+    pub fn topology_held_memory(&self, node: u32) -> u64 {
+        self.jobs.topology.held_memory(node)
+    }
+
     /// Registers the `hetsched_topology_*` series (they survive a rollback: the rebuilt kind
     /// keeps the same families).
     pub fn register_topology_metrics(&self, r: &mut Registry) {

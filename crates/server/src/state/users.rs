@@ -300,10 +300,9 @@ impl State {
                 }
             }
         }
-        for (topology, worker, node, group, cores) in self.jobs.topology.booked_workers() {
+        for (topology, worker, node, group, held) in self.jobs.topology.booked_workers() {
             let id = hetsched_core::NodeId(node);
             if self.nodes.get(node).is_some_and(|n| n.alive) && self.view.node(id).alive {
-                let held = Resources::new(cores, 0, 0);
                 down.expect_worker(topology, worker, node, group, held);
             }
         }

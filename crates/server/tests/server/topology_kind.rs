@@ -408,6 +408,46 @@ fn the_placer_puts_no_more_declared_memory_on_a_node_than_it_has_free() {
     assert_eq!(nodes_used(&shown), vec!["a".to_string()], "{shown}");
 }
 
+/// A running worker holds its executors' declared memory on its node, as it holds their cores:
+/// batch tasks placed later get only what it leaves, a restart books it again before any sync,
+/// and a kill gives it back. (Before, a worker held cores only, and tasks took the memory its
+/// placement had counted on.)
+#[test]
+fn a_running_worker_holds_its_declared_memory_so_later_tasks_do_not_take_it() {
+    let dir = scratch("worker-memory");
+    let mut s = open(&dir);
+    let n = common::register(&mut s, "n", 4);
+    assert_eq!(sync(&mut s, vec![]), 0);
+    // Four executors of 25 % and 150 MiB each: one worker of one core and 600 MiB.
+    let sub = TopologySubmission {
+        text: TOPOLOGY.replace("cpu = 50.0", "cpu = 25.0\nmemory = \"150MiB\""),
+        ..submission()
+    };
+    s.topology_submit(sub).expect("submit");
+    sync(&mut s, vec![running_worker(1)]);
+    assert_eq!(s.topology_held_cores(n), 1);
+    assert_eq!(s.topology_held_memory(n), 600 << 20);
+    // Four one-core tasks of 200 MiB: three cores are free, but only 424 MiB of the 1 GiB.
+    let job = JOB.replace(
+        "[application.cpu]",
+        "[application.cpu]\nmemory = \"200MiB\"",
+    );
+    s.submit("job.toml", &job, "/").expect("submit job");
+    let r = s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
+    assert_eq!(
+        r.assignments.len(),
+        2,
+        "tasks get only the memory the worker leaves"
+    );
+    drop(s);
+    // After a restart the worker holds its memory again before its agent syncs.
+    let mut s = open(&dir);
+    assert_eq!(s.topology_held_memory(n), 600 << 20);
+    s.topology_kill("pipe").expect("kill");
+    assert_eq!(s.topology_held_memory(n), 0, "a kill gives the memory back");
+    assert_eq!(s.topology_held_cores(n), 0);
+}
+
 #[test]
 fn a_topology_status_is_a_typed_message_with_the_keys_of_the_json_document() {
     let dir = scratch("typed");
