@@ -85,6 +85,21 @@ impl State {
                     hetsched_core::text::count(cap, "core")
                 )));
             }
+            // The same for memory: its workers hold every executor's declared memory.
+            let cap = self.users.cap(owner).memory_bytes;
+            let memory = topo
+                .topology
+                .memory()
+                .into_iter()
+                .fold(0u64, u64::saturating_add);
+            if cap > 0 && memory > cap {
+                return Err(StateError::Invalid(format!(
+                    "topology `{name}` declares {} of memory over its executors, more than the \
+                     {} {owner} may hold at once (`hetsched user limit`)",
+                    bytesize::ByteSize(memory),
+                    bytesize::ByteSize(cap)
+                )));
+            }
         }
         let answer = self.topology_event(true, |t, users| {
             let status = t.submit(sub)?;

@@ -26,7 +26,7 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 /// Two spout executors and two bolt executors at 50 % each: one worker, 2 declared cores.
-const TOPOLOGY: &str = r#"
+pub(crate) const TOPOLOGY: &str = r#"
 name = "pipe"
 
 [[component]]

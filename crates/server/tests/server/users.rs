@@ -755,6 +755,47 @@ fn a_users_topology_workers_hold_cores_as_its_tasks_do_against_its_cap() {
         "topology `pipe` declares 200% of a core over its executors: its workers would hold at \
          least 2 cores, more than the 1 core alice may hold at once (`hetsched user limit`)"
     );
+    // Workers hold their executors' declared memory too, as hers: a topology declaring more
+    // than her cap on memory is refused, and one within it holds its memory as hers.
+    s.on_limit_user(
+        "alice",
+        CapChange {
+            max_cores: Some(8),
+            max_memory_bytes: Some(300 << 20),
+            ..CapChange::default()
+        },
+    )
+    .expect("capped");
+    let with_memory = |each: &str| hetsched_server::jobs::topology::TopologySubmission {
+        text: crate::topology_kind::TOPOLOGY
+            .replace("cpu = 50.0", &format!("cpu = 50.0\nmemory = \"{each}\"")),
+        ..crate::topology_kind::submission()
+    };
+    let e = s
+        .topology_submit_as(with_memory("100MiB"), "alice")
+        .expect_err("over her cap on memory");
+    assert_eq!(
+        e.to_string(),
+        "topology `pipe` declares 400.0 MiB of memory over its executors, more than the \
+         300.0 MiB alice may hold at once (`hetsched user limit`)"
+    );
+    crate::topology_kind::sync(&mut s, vec![]);
+    let shown = s
+        .topology_submit_as(with_memory("50MiB"), "alice")
+        .expect("within her cap");
+    let generation = shown["generation"].as_u64().expect("generation");
+    crate::topology_kind::sync(
+        &mut s,
+        vec![crate::topology_kind::running_worker(generation)],
+    );
+    assert_eq!(s.topology_held_memory(n), 200 << 20);
+    assert_eq!(
+        s.user_held("alice").memory_bytes,
+        200 << 20,
+        "the worker's declared memory is hers (her task declares none)"
+    );
+    s.topology_kill("pipe").expect("killed");
+    assert_eq!(s.user_held("alice").memory_bytes, 0);
     common::assert_metrics(s, "hdas", &["hetsched_user_cores{user=\"alice\"} 1"]);
 }
 
