@@ -426,8 +426,11 @@ impl Batch {
                 parsed.push(Install::Retired(p, end));
                 continue;
             };
-            let w = parse_workload(&row.origin, &row.text)?;
-            let mut apps = w.to_applications(row.first_app, MissingProfile::Estimate(estimate))?;
+            let unreadable = |error| StateError::StoredJobUnreadable { job: row.id, error };
+            let w = parse_workload(&row.origin, &row.text).map_err(unreadable)?;
+            let mut apps = w
+                .to_applications(row.first_app, MissingProfile::Estimate(estimate))
+                .map_err(unreadable)?;
             for a in &mut apps {
                 a.submit_time = row.submitted_ns;
             }

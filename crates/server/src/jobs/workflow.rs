@@ -600,7 +600,8 @@ impl Workflows {
             g,
         ) in rows
         {
-            let rt = parse_runtime_workflow(&origin, &text)?;
+            let rt = parse_runtime_workflow(&origin, &text)
+                .map_err(|error| StateError::StoredJobUnreadable { job: seq, error })?;
             let balancer = balancer.parse().unwrap_or(BalancerKind::Centralised);
             let mut job = me.new_job(cx, seq, rt, balancer, name, origin, text, workdir)?;
             job.submitted_ns = submitted_ns;

@@ -132,6 +132,19 @@ pub enum StateError {
     /// The request is wrong.
     #[error("{0}")]
     Invalid(String),
+    /// A stored job's file no longer reads (a later version refuses what an earlier one
+    /// accepted): the server does not start rather than lose or misread the job.
+    #[error(
+        "the store holds job {job}, whose file no longer reads under this version of hetsched: \
+         {error}. Nothing was changed: run the version that accepted the job until it ends and \
+         purge it (`hetsched purge {job}`), then start this one"
+    )]
+    StoredJobUnreadable {
+        /// The job's id.
+        job: u64,
+        /// Why its file is refused now.
+        error: InputError,
+    },
     /// No such job.
     #[error("no job {0}")]
     NoJob(u64),

@@ -422,6 +422,42 @@ fn an_applications_usage_follows_its_tasks_latest_attempts_and_survives_eviction
     );
 }
 
+/// A stored job whose file a later version refuses (here an application name the name rule
+/// now refuses) stops the server's start with an error that names the job, says why and says
+/// what to do; nothing in the store is changed, so the earlier version still reads it.
+#[test]
+fn a_stored_job_that_no_longer_reads_stops_the_start_naming_the_job_and_the_way_out() {
+    let d = dir("unreadable");
+    {
+        let mut s = open(&d);
+        s.submit("job.toml", JOB, "/").expect("submit");
+    }
+    let conn = rusqlite::Connection::open(d.join("state.db")).expect("db");
+    let bad = JOB.replace("name = \"a\"", "name = \"a/b\"");
+    conn.execute("UPDATE jobs SET text = ?1 WHERE id = 1", [&bad])
+        .expect("rewrite");
+    drop(conn);
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        ..Default::default()
+    };
+    let e = match State::open(&config, Store::open(&d.join("state.db")).expect("store")) {
+        Ok(_) => panic!("a job that no longer reads was installed"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        e.starts_with("the store holds job 1, whose file no longer reads under this version"),
+        "{e}"
+    );
+    assert!(e.contains("job.toml:2"), "the file's line: {e}");
+    assert!(e.contains("`hetsched purge 1`"), "{e}");
+    let conn = rusqlite::Connection::open(d.join("state.db")).expect("db");
+    let text: String = conn
+        .query_row("SELECT text FROM jobs WHERE id = 1", [], |r| r.get(0))
+        .expect("still stored");
+    assert_eq!(text, bad, "the stored job is left as it was");
+}
+
 /// A purged job's file is neither read nor parsed at a restart (a server that purged a million
 /// jobs restarts as fast as one that ran none); its ids stay taken and its key still names it.
 #[test]
