@@ -767,6 +767,12 @@ impl Booked {
         self.memory_taken += memory;
     }
 
+    /// Whether `other` asks for the same (node, cores, memory, group), whatever either holds.
+    fn same_request(&self, other: &Booked) -> bool {
+        (self.node, self.wanted, self.memory_wanted, self.group)
+            == (other.node, other.wanted, other.memory_wanted, other.group)
+    }
+
     /// Whether it still lacks cores or memory it declares.
     fn short(&self) -> bool {
         self.taken < self.wanted || self.memory_taken < self.memory_wanted
@@ -1015,7 +1021,8 @@ impl Topology {
     /// tasks running above a lowered cap, it goes on, and the owner's other work waits) and as
     /// its fair-share usage.
     pub fn rebook(&mut self, view: &mut SchedulerView, nodes: &Nodes, users: &mut Users) {
-        let mut want: HashMap<(String, u32), (u32, u32, u64, Option<u32>)> = HashMap::new();
+        // What each running worker should hold (nothing taken yet).
+        let mut want: HashMap<(String, u32), Booked> = HashMap::new();
         for run in self.inner.runs.values() {
             let Some(p) = &run.rec.placement else {
                 continue;
@@ -1038,11 +1045,19 @@ impl Topology {
                 let cores = worker_cores(&p.assignment, &loads, w);
                 let bytes = worker_memory(&p.assignment, &memory, w);
                 let group = users.topology_group(&run.rec.name);
-                want.insert((run.rec.name.clone(), w), (id, cores, bytes, group));
+                let b = Booked {
+                    node: id,
+                    wanted: cores,
+                    taken: 0,
+                    memory_wanted: bytes,
+                    memory_taken: 0,
+                    group,
+                };
+                want.insert((run.rec.name.clone(), w), b);
             }
         }
         self.held.retain(|k, b| {
-            if want.get(k) == Some(&(b.node, b.wanted, b.memory_wanted, b.group)) {
+            if want.get(k).is_some_and(|w| w.same_request(b)) {
                 return true;
             }
             view.release_cores(NodeId(b.node), b.taken);
@@ -1050,15 +1065,8 @@ impl Topology {
             view.release_group(b.group, b.held());
             false
         });
-        for (k, (node, wanted, memory_wanted, group)) in want {
-            let b = self.held.entry(k).or_insert(Booked {
-                node,
-                wanted,
-                taken: 0,
-                memory_wanted,
-                memory_taken: 0,
-                group,
-            });
+        for (k, w) in want {
+            let b = self.held.entry(k).or_insert(w);
             if b.short() {
                 b.take_free(view);
             }
