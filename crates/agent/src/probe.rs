@@ -3,9 +3,12 @@
 
 use std::time::Duration;
 
-/// Sends the HTTP/2 preface to `url`'s address and reads the first byte of the answer: a TLS
-/// alert (0x15) or handshake (0x16) record, or a closed connection, says the server expects TLS.
-/// False for any URL not `http://`, or when the address does not answer within 2 s.
+/// Sends the HTTP/2 preface to `url`'s address and reads the first two bytes of the answer: a
+/// TLS alert (0x15) or handshake (0x16) record of version 3.x says the server expects TLS
+/// (a TLS server answers plain bytes with an alert). A connection closed or reset without them
+/// says nothing: a plain server dying mid-call (killed, restarted) looks the same, and taking
+/// it for TLS would end an agent that should wait for the server to come back. False for any
+/// URL not `http://`, or when the address does not answer within 2 s.
 pub async fn speaks_tls(url: &str) -> bool {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let Some(authority) = url.strip_prefix("http://") else {
@@ -17,15 +20,56 @@ pub async fn speaks_tls(url: &str) -> bool {
         s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
             .await
             .ok()?;
-        let mut first = [0u8; 1];
-        match s.read(&mut first).await {
-            Ok(0) => Some(true),
-            Ok(_) => Some(first[0] == 0x15 || first[0] == 0x16),
-            Err(_) => Some(true),
-        }
+        let mut head = [0u8; 2];
+        s.read_exact(&mut head).await.ok()?;
+        Some(is_tls_record(head))
     };
     matches!(
         tokio::time::timeout(Duration::from_secs(2), probe).await,
         Ok(Some(true))
     )
+}
+
+/// Whether `head`, the first two bytes a server sent, start a TLS alert or handshake record.
+fn is_tls_record(head: [u8; 2]) -> bool {
+    matches!(head, [0x15 | 0x16, 0x03])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A listener on loopback that reads what a client sends, answers `answer` and closes.
+    async fn answering(answer: &'static [u8]) -> String {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = l.local_addr().expect("addr");
+        tokio::spawn(async move {
+            if let Ok((mut s, _)) = l.accept().await {
+                let mut buf = [0u8; 64];
+                let _ = s.read(&mut buf).await;
+                let _ = s.write_all(answer).await;
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn a_tls_alert_says_tls_and_a_closed_connection_does_not() {
+        // What a rustls server answers to the HTTP/2 preface: a fatal decode_error alert.
+        assert!(speaks_tls(&answering(b"\x15\x03\x03\x00\x02\x02\x32").await).await);
+        // A plain server killed mid-call: the connection closes with nothing said. (Taken for
+        // TLS, this ended agents whose server was restarted.)
+        assert!(!speaks_tls(&answering(b"").await).await);
+        // A plain HTTP/2 server: a SETTINGS frame.
+        assert!(!speaks_tls(&answering(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00").await).await);
+        // Nothing listening.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr");
+        drop(l);
+        assert!(!speaks_tls(&format!("http://{addr}")).await);
+        assert!(!speaks_tls("https://127.0.0.1:1").await);
+    }
 }
