@@ -468,6 +468,11 @@ pub struct Workflows {
     thresholds: Thresholds,
     /// Each node's `AgentData` address, from its heartbeats.
     addresses: BTreeMap<u32, String>,
+    /// Nodes heard (a heartbeat) since this server started: a restored node counts as alive
+    /// before its first beat, but its address is unknown until then, so a consumer of its
+    /// outputs waits for that beat rather than being sent no address (its fetch would fail, and
+    /// the producers would run again).
+    heard: BTreeSet<u32>,
     /// Each node's PCDDB figures, from its heartbeats: (sent, received, held).
     counters: BTreeMap<u32, (u64, u64, u32)>,
     /// When these launch nodes were built (this server's start, or the last rollback).
@@ -516,6 +521,15 @@ fn thresholds(config: &ServerConfig) -> (BalancerKind, Thresholds, Option<u32>, 
 }
 
 impl Workflows {
+    /// After a rollback (`self` rebuilt from the store, `old` the kind before it): keeps what
+    /// the heartbeats told and the store does not hold — the nodes' addresses and which nodes
+    /// were heard since the start — so consumers do not wait for their producers' nodes to beat
+    /// again.
+    pub fn carry_over(&mut self, old: &Workflows) {
+        self.addresses = old.addresses.clone();
+        self.heard = old.heard.clone();
+    }
+
     /// Builds the kind from its tables (creating them on a fresh store), putting running
     /// instances back on their nodes. The rows are read from `source` when given: a rollback
     /// rebuilds the state over a scratch store (`cx.store`) and passes the real one here.
@@ -535,6 +549,7 @@ impl Workflows {
             default_balancer,
             thresholds,
             addresses: BTreeMap::new(),
+            heard: BTreeSet::new(),
             counters: BTreeMap::new(),
             epoch: cx.now,
             rtt: BTreeMap::new(),
@@ -1376,13 +1391,16 @@ impl Workflows {
         cx.nodes.get(n).is_some_and(|r| r.alive && !r.removed)
     }
 
-    /// Whether every input of `i` is on a live node; if not, its lost producers are produced
-    /// again.
+    /// Whether every input of `i` is on a live node heard since the server started; if not, its
+    /// lost producers are produced again (those on a live node not heard yet are waited for).
     fn inputs_ready(&mut self, cx: &Ctx, job: &mut WfJob, i: u32) -> bool {
         let mut ok = true;
         for (p, _) in job.producers(i) {
             let x = &job.insts[p as usize];
             if x.st == St::Done && x.node.is_some_and(|n| Self::alive(cx, n)) {
+                if x.node.is_some_and(|n| !self.heard.contains(&n)) {
+                    ok = false;
+                }
                 continue;
             }
             ok = false;
@@ -1976,6 +1994,19 @@ impl JobKind for Workflows {
     ) -> Result<(), StateError> {
         if !report.advertise.is_empty() {
             self.addresses.insert(node.0, report.advertise.clone());
+        }
+        if self.heard.insert(node.0) {
+            // Its outputs can be fetched from now on: the nodes holding instances that waited
+            // for them look again at once, not at their next beat (an idle agent's may be a
+            // minute away).
+            for job in self.jobs.values().filter(|j| j.finished_ns == 0) {
+                self.woken.extend(
+                    job.assigned
+                        .iter()
+                        .filter(|&(&n, q)| n != node.0 && !q.is_empty())
+                        .map(|(&n, _)| n),
+                );
+            }
         }
         self.counters.insert(
             node.0,

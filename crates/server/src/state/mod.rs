@@ -1042,6 +1042,7 @@ impl State {
             .batch
             .carry_over(&mut self.jobs.batch, &mut fresh.view);
         fresh.jobs.divisible.carry_over(&self.jobs.divisible);
+        fresh.jobs.workflow.carry_over(&self.jobs.workflow);
         fresh.jobs.topology.carry_over(&mut self.jobs.topology);
         fresh
             .jobs

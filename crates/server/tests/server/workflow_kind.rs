@@ -883,6 +883,86 @@ fn a_produced_input_wakes_the_idle_node_whose_placed_consumer_waits_for_it() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A restarted server knows a node's address only from its next heartbeat (its nodes are
+/// restored alive before that). A consumer whose producer's node has not beaten yet waits for
+/// that beat, and the beat wakes the consumer's node: it is not sent without an address, which
+/// made its fetch fail and the finished producers run again (a reviewer's `kill -9` of the
+/// server, the producers' agent slow to come back).
+#[test]
+fn after_a_restart_a_consumer_waits_for_its_producers_node_to_beat_and_nothing_runs_twice() {
+    let dir = scratch("restart-address");
+    let wf = r#"
+balancer = "centralised"
+[[task]]
+name = "gen"
+instances = "1..=2"
+outputs = ["x"]
+requires = ["pa"]
+command = "echo {index} > {output:x}"
+[[task]]
+name = "use"
+instances = "1..=2"
+inputs = ["x"]
+requires = ["pb"]
+command = "cat {input:x}"
+"#;
+    let (a, b, job) = {
+        let mut s = open(&dir, WorkflowConfig::default());
+        let a = common::register_with(&mut s, "a", 2, &["pa"]);
+        let b = common::register_with(&mut s, "b", 2, &["pb"]);
+        let job = s.submit("wf.toml", wf, "/").expect("submit").job_id;
+        let mut agents = Agents {
+            task_base: agents_base(&s, job),
+            ..Agents::default()
+        };
+        agents.beat(&mut s, a);
+        assert_eq!(agents.assigned.len(), 2, "both gen instances run on a");
+        agents.finish_all(a, true);
+        agents.beat(&mut s, a);
+        (a, b, job)
+    };
+    // The server restarts; b beats first.
+    let mut s = open(&dir, WorkflowConfig::default());
+    let mut agents = Agents {
+        task_base: agents_base(&s, job),
+        ..Agents::default()
+    };
+    let mut woken = s.await_work(b, common::IDENTITY).expect("b's wake-ups");
+    woken.borrow_and_update();
+    agents.beat(&mut s, b);
+    assert!(
+        agents.assigned.is_empty(),
+        "no consumer before its producers' node is heard: {:?}",
+        agents.assigned
+    );
+    agents.beat(&mut s, a);
+    assert!(
+        woken.has_changed().unwrap_or(false),
+        "a's first beat wakes b, whose consumers wait for it"
+    );
+    agents.beat(&mut s, b);
+    let ran: Vec<(u32, u32, u32)> = agents.assigned.clone();
+    assert_eq!(ran.len(), 2, "both use instances, and only they: {ran:?}");
+    assert!(
+        ran.iter().all(|&(n, _, attempt)| n == b && attempt == 1),
+        "{ran:?}"
+    );
+    for (_, inputs) in agents.inputs.iter() {
+        assert!(inputs.iter().all(|(node, _)| *node == a), "{inputs:?}");
+    }
+    agents.finish_all(b, true);
+    agents.beat(&mut s, b);
+    let tasks = s.tasks(job).expect("tasks").tasks;
+    assert_eq!(tasks.len(), 4);
+    assert!(
+        tasks
+            .iter()
+            .all(|t| t.state == "succeeded" && t.attempt == 1),
+        "every instance ran once: {tasks:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Six `gen` instances, each read by its `use` instance, all of whose outputs one `sum` reads.
 const CHAIN: &str = r#"
 balancer = "pcddb"
