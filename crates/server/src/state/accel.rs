@@ -20,7 +20,10 @@
 //! - **Telling the agents.** Every heartbeat reply carries the node's binding: its ANode's name
 //!   and the address of its accelerator service (the address that ANode's calls come from, at the
 //!   port it announces), or unbound.
-//! - **Failures.** When an ANode leaves, its NNodes are re-added by the binding rules, and every
+//! - **Failures.** An offload an NNode reports interrupted (the ANode's service unreachable, or
+//!   the transfer broken) closes that ANode to its NNodes, as a full queue does, until the ANode
+//!   beats again ([`State::accel_result`]). When an ANode leaves, its NNodes are re-added by the
+//!   binding rules, and every
 //!   GPU task they had offloaded (running on the NNode as the server sees it) is lost and
 //!   re-queued with the next attempt; the NNode is told to kill the old attempt, whose late result
 //!   is ignored, so no success is recorded twice. When an NNode leaves, its tasks are re-queued
@@ -35,7 +38,7 @@ use crate::config::BindingKind;
 use hetsched_core::NodeId;
 use hetsched_core::model::cluster::Accelerator;
 use hetsched_core::policy::binding::{Binding, BindingEvent, BindingMode};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use tracing::{info, warn};
 
@@ -126,6 +129,11 @@ pub(crate) struct Sharing {
     /// Per ANode: accelerator tasks sent to its NNodes since its last heartbeat (not yet in its
     /// reported queues).
     sent_since_report: HashMap<u32, u32>,
+    /// ANodes whose accelerator service an NNode could not reach (an offload interrupted) since
+    /// their last heartbeat: their NNodes are held as for a full queue until the ANode is heard
+    /// from again — else a crashed ANode, alive for the server until its dead timeout, had every
+    /// GPU task of its NNodes lost attempt after attempt until the tasks failed.
+    unreachable: HashSet<u32>,
 }
 
 impl Sharing {
@@ -144,6 +152,7 @@ impl Sharing {
             services: HashMap::new(),
             executed: HashMap::new(),
             sent_since_report: HashMap::new(),
+            unreachable: HashSet::new(),
         }
     }
 }
@@ -202,8 +211,11 @@ impl State {
         }
         match self.sharing.members.get(&id) {
             Some(Role::ANode) => {
-                // A fresh report of its queues.
+                // A fresh report of its queues, from a node that is up.
                 self.sharing.sent_since_report.remove(&id);
+                if self.sharing.unreachable.remove(&id) {
+                    info!(anode = %self.nodes.name(id), "the ANode is heard from again: its NNodes may offload to it");
+                }
                 self.hold_if_full(id)?;
             }
             Some(Role::NNode) => {
@@ -233,6 +245,38 @@ impl State {
         Ok(())
     }
 
+    /// An offload result from NNode `nid`: one interrupted (its ANode's service could not be
+    /// reached, or broke off) closes that ANode to its NNodes until its next heartbeat, and wakes
+    /// it so that, if it is up, that heartbeat comes at once. Called before the beat's results
+    /// are handed to their kinds, so the same beat dispatches no more accelerator work there.
+    pub(super) fn accel_result(
+        &mut self,
+        nid: NodeId,
+        task: u64,
+        attempt: u32,
+        interrupted: bool,
+    ) -> Result<(), StateError> {
+        if !interrupted || self.sharing.members.get(&nid.0) != Some(&Role::NNode) {
+            return Ok(());
+        }
+        let Some(&(at, anode)) = self.sharing.executed.get(&task) else {
+            return Ok(());
+        };
+        if at != attempt || !self.sharing.unreachable.insert(anode) {
+            return Ok(());
+        }
+        warn!(nnode = %self.nodes.name(nid.0), anode = %self.nodes.name(anode),
+            "an offload to the ANode was interrupted: no more offloads to it until it is heard from");
+        self.nodes.wakes.node(anode);
+        self.hold_if_full(anode)
+    }
+
+    /// Whether ANode `anode` takes no more offloads now: an NNode could not reach it since its
+    /// last heartbeat ([`Sharing::unreachable`]), or its queue is full.
+    fn anode_closed(&self, anode: u32) -> bool {
+        self.sharing.unreachable.contains(&anode) || self.anode_full(anode)
+    }
+
     /// Whether ANode `anode`'s process queue is full: the offloads it holds or waits to receive
     /// by its last report, plus those sent to its NNodes since, reach the queue's capacity.
     fn anode_full(&self, anode: u32) -> bool {
@@ -258,8 +302,9 @@ impl State {
                 >= st.process_capacity
     }
 
-    /// Holds ANode `anode`'s NNodes in the view while its queue is full, and lets them go
-    /// when it is not (spec 01: the policy sees the ANodes' queue lengths).
+    /// Holds ANode `anode`'s NNodes in the view while it is closed (its queue full, or its
+    /// service unreachable), and lets them go when it is not (spec 01: the policy sees the
+    /// ANodes' queue lengths).
     fn hold_if_full(&mut self, anode: u32) -> Result<(), StateError> {
         let mut nnodes: Vec<u32> = self
             .sharing
@@ -270,16 +315,16 @@ impl State {
             .collect();
         nnodes.sort_unstable();
         for n in nnodes {
-            // An NNode whose containers reach several ANodes is held while any of them is full
+            // An NNode whose containers reach several ANodes is held while any of them is closed
             // (the view holds a node, not a device).
             let full = self
                 .container_anodes(n)
                 .into_iter()
                 .flatten()
-                .any(|a| self.anode_full(a));
+                .any(|a| self.anode_closed(a));
             if self.view.node(NodeId(n)).accel_held != full {
                 info!(nnode = %self.nodes.name(n), anode = %self.nodes.name(anode), held = full,
-                    "the ANode's queue is {}", if full { "full: no more offloads for now" } else { "open again" });
+                    "the ANode is {}", if full { "closed (its queue full, or unreachable): no more offloads for now" } else { "open again" });
                 self.view.set_accelerator_held(NodeId(n), full)?;
             }
         }
@@ -344,7 +389,7 @@ impl State {
             .flat_map(|n| n.spec.accelerators.iter().cloned())
             .collect();
         self.view.set_attached_accelerators(NodeId(nid), devices)?;
-        let held = anodes.iter().any(|&a| self.anode_full(a));
+        let held = anodes.iter().any(|&a| self.anode_closed(a));
         self.view.set_accelerator_held(NodeId(nid), held)?;
         Ok(())
     }
@@ -435,6 +480,7 @@ impl State {
         for id in gone {
             let role = self.sharing.members.remove(&id);
             self.sharing.sent_since_report.remove(&id);
+            self.sharing.unreachable.remove(&id);
             let name = self.nodes.name(id).to_string();
             if role == Some(Role::Alone) {
                 continue;

@@ -609,6 +609,7 @@ impl State {
                 task_id: r.task_id,
                 attempt: r.attempt,
             });
+            self.accel_result(nid, r.task_id, r.attempt, r.interrupted && !r.success)?;
             if let Some(kind) = self.jobs.owner_mut(r.task_id) {
                 kind.on_result(&mut ctx!(self), nid, r)?;
             }

@@ -332,6 +332,59 @@ fn the_nnodes_of_an_anode_whose_queue_is_full_get_no_offloads_until_it_has_room(
     assert_eq!(beat(&mut s, n1, "A", false, &[]).assignments.len(), 1);
 }
 
+/// An ANode that crashed is alive for the server until its dead timeout. An offload its NNode
+/// could not make (reported `interrupted`) closes the ANode to its NNodes until it is heard from
+/// again, so the task loses one attempt, not every attempt within the timeout (a hands-on
+/// review: three tries of about 3 s each fit in the 10 s dead timeout, and the job failed).
+#[test]
+fn an_interrupted_offload_closes_its_anode_to_its_nnodes_until_it_beats_again() {
+    let (mut s, _d) = open("unreachable", BindingKind::Plain);
+    let a = node(&mut s, "anode", 1, 1.0);
+    let n1 = node(&mut s, "n1", 0, 1.0);
+    anode_reports(&mut s, a, 0, 0, 16);
+    beat(&mut s, n1, "A", false, &[]);
+    let two = GPU_JOB.replace("tasks = 6", "tasks = 2");
+    s.submit_named("job.toml", &two, "/tmp", "", "")
+        .expect("submit");
+    let given = beat(&mut s, n1, "A", false, &[]).assignments;
+    assert_eq!(given.len(), 1, "n1 reaches one device");
+    let (task, attempt) = (given[0].task_id, given[0].attempt);
+    // The ANode crashes; the NNode's offload fails and is reported interrupted.
+    let mut req = common::heartbeat_request(n1, &[], &[]);
+    req.rack = "A".into();
+    req.results.push(pb::TaskResult {
+        task_id: task,
+        attempt,
+        exit_code: -1,
+        interrupted: true,
+        message: "offload to anode failed 5 times: connection refused".into(),
+        ..Default::default()
+    });
+    let r = s.heartbeat(req).expect("heartbeat");
+    assert!(
+        r.assignments.is_empty(),
+        "the same beat sends it no accelerator work: {:?}",
+        r.assignments
+    );
+    for _ in 0..3 {
+        assert!(
+            beat(&mut s, n1, "A", false, &[]).assignments.is_empty(),
+            "nor its next beats while the ANode is silent"
+        );
+    }
+    let tasks = s.tasks(1).expect("tasks").tasks;
+    let t = tasks.iter().find(|t| t.id == task).expect("task");
+    assert_eq!((t.state.as_str(), t.attempt), ("pending", 1), "{t:?}");
+    // The ANode is heard from again (and takes one task on its own device): its NNode offloads
+    // again, and the lost task had lost one attempt only.
+    anode_reports(&mut s, a, 0, 0, 16);
+    assert_eq!(beat(&mut s, n1, "A", false, &[]).assignments.len(), 1);
+    let tasks = s.tasks(1).expect("tasks").tasks;
+    assert!(tasks.iter().all(|t| t.state == "running"), "{tasks:?}");
+    let t = tasks.iter().find(|t| t.id == task).expect("task");
+    assert_eq!(t.attempt, 2, "{t:?}");
+}
+
 /// The accounts count a shared device once: an ANode with one GPU and its two bound NNodes run
 /// three GPU tasks at once (the view sees the device on each node), but the capacity offers one
 /// GPU and the owner is charged at most one GPU-second per second (found by a hands-on review:
