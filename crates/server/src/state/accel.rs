@@ -394,6 +394,29 @@ impl State {
         Ok(())
     }
 
+    /// The live nodes' descriptions as a submission must fit them: a bound NNode with the
+    /// devices of the ANodes it reaches, as the policy sees it (else a GPU job aimed at a bound
+    /// NNode, `--requires node:n1`, was refused as if no node had a GPU).
+    pub(super) fn reachable_specs(&self) -> Vec<hetsched_core::model::cluster::Node> {
+        let mut live = Vec::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            if !n.alive || n.removed {
+                continue;
+            }
+            let mut spec = n.spec.clone();
+            if self.sharing.members.get(&(i as u32)) == Some(&Role::NNode) {
+                spec.accelerators = self
+                    .reached_anodes(i as u32)
+                    .into_iter()
+                    .filter_map(|a| self.nodes.get(a))
+                    .flat_map(|a| a.spec.accelerators.iter().cloned())
+                    .collect();
+            }
+            live.push(spec);
+        }
+        live
+    }
+
     /// Node `id`'s binding as its agent is told it.
     fn binding_of(&self, id: u32) -> NodeBinding {
         match self.bound_anode(id) {

@@ -1283,7 +1283,7 @@ impl State {
                 .transaction(|tx| crate::users::Users::write_owner(tx, id, owner))?;
             self.users.set_owner(id, owner);
         }
-        let live = self.nodes.live_specs();
+        let live = self.reachable_specs();
         let (kind, done) = if let Some(prepared) =
             crate::jobs::divisible::prepare(&sub.origin, &sub.text, &sub.divisible_input, &live)?
         {

@@ -240,15 +240,6 @@ impl Nodes {
         self.prefetch.queued.forget(task);
     }
 
-    /// Live nodes' descriptions (what a submission must fit).
-    pub fn live_specs(&self) -> Vec<Node> {
-        self.recs
-            .iter()
-            .filter(|n| n.alive && !n.removed)
-            .map(|n| n.spec.clone())
-            .collect()
-    }
-
     /// Accelerator devices the live nodes have (each once: not the ANodes' devices a bound
     /// NNode is seen with).
     pub fn live_devices(&self) -> u32 {

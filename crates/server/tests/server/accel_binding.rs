@@ -385,6 +385,35 @@ fn an_interrupted_offload_closes_its_anode_to_its_nnodes_until_it_beats_again() 
     assert_eq!(t.attempt, 2, "{t:?}");
 }
 
+/// A submission is checked against the nodes as the policy sees them: a bound NNode reaches
+/// its ANode's devices, so a GPU job aimed at it (`--requires node:n1`) is accepted and runs
+/// there; one aimed at an NNode bound to no ANode is still refused, saying why (a hands-on
+/// review: both were refused).
+#[test]
+fn a_gpu_job_aimed_at_a_bound_nnode_is_accepted_and_one_at_an_unbound_nnode_refused() {
+    let (mut s, _d) = open("aimed", BindingKind::Plain);
+    let a = node(&mut s, "anode", 1, 1.0);
+    let n1 = node(&mut s, "n1", 0, 1.0);
+    let nb = node(&mut s, "nb", 0, 1.0);
+    beat(&mut s, a, "A", true, &[]);
+    beat(&mut s, n1, "A", false, &[]);
+    beat(&mut s, nb, "B", false, &[]);
+    let aimed = |node: &str| {
+        GPU_JOB.replace("tasks = 6", "tasks = 1").replace(
+            "[application.gpu]",
+            &format!("requires = [\"node:{node}\"]\n[application.gpu]"),
+        )
+    };
+    s.submit_named("job.toml", &aimed("n1"), "/tmp", "", "")
+        .expect("a bound NNode reaches a GPU");
+    let r = beat(&mut s, n1, "A", false, &[]);
+    assert_eq!(r.assignments.len(), 1, "and runs the task");
+    let e = s
+        .submit_named("job.toml", &aimed("nb"), "/tmp", "", "")
+        .expect_err("an unbound NNode reaches none");
+    assert!(e.to_string().contains("runs only on GPUs"), "{e}");
+}
+
 /// The accounts count a shared device once: an ANode with one GPU and its two bound NNodes run
 /// three GPU tasks at once (the view sees the device on each node), but the capacity offers one
 /// GPU and the owner is charged at most one GPU-second per second (found by a hands-on review:
