@@ -193,8 +193,10 @@ impl pb::divisible_server::Divisible for DivisibleService {
         // it is this agent's turn.
         let room = r.room;
         // An agent holding no chunk may be held longer than a look period: the open call keeps
-        // it present in the kind (`Divisible::held`), and with no chunk out on it nothing its
-        // `holding` list says can go stale meanwhile.
+        // it present in the kind (`Divisible::held`). A chunk the server believes out on it is
+        // judged lost at the first look, or, while the reply carrying it may still be on its
+        // way, when that grace ends: the kind wakes held asks then (`Divisible::next_chunk`), so
+        // the empty `holding` list is never left standing for the whole hold.
         let long = r.holding.is_empty() && hold_ms > 0;
         let answer_within = long.then(|| std::time::Duration::from_millis(hold_ms));
         let presence = long.then(|| Presence::Chunks(r.name.clone()));

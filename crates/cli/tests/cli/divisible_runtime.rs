@@ -590,6 +590,64 @@ fn a_restarted_agent_kills_the_chunk_its_killed_predecessor_left_running() {
     c.ok(&["cancel", &id.to_string()]);
 }
 
+/// The reviewer's stall, end to end: while the server is down (SIGKILLed with both agents'
+/// chunks out), `b`'s chunk ends and agent `a` is SIGKILLed and started again — a new process,
+/// holding nothing. When the server is back, `a`'s first ask loses its chunk at once and its
+/// units are planned again, so the job ends in seconds. Before, the rebuilt chunk got a fresh
+/// 2 s grace; `a`'s ask (listing nothing) was held open for its 5-minute hold, `b`'s upload
+/// and ask came within that grace, nothing else changed, and the job ended 5 minutes late.
+#[test]
+fn a_chunk_of_an_agent_restarted_while_the_server_was_down_is_planned_again_at_once() {
+    let mut c = Cluster::start("div-restarts", false);
+    c.start_agent("a", 2, &[]);
+    c.start_agent("b", 2, &[]);
+    c.wait_for_nodes(2);
+    // `static`: one chunk of 20 units for each agent; a's first one is long (its agent is killed
+    // during it), every other one takes 1 s.
+    let id = submit(
+        &c,
+        "slow.toml",
+        "[[divisible]]\nname = \"r\"\nunits = 40\nalgo = \"static\"\n\
+         command = \"if [ \\\"$HETSCHED_NODE\\\" = a ] && [ {chunk} -lt 2 ]; then sleep 60; \
+         else sleep 1; fi; echo {start} {end}\"\n",
+    );
+    wait_until("a chunk out on each agent", Duration::from_secs(30), || {
+        job(&c, id)["divisible"]["chunks"]
+            .as_array()
+            .is_some_and(|chunks| {
+                ["a", "b"].iter().all(|w| {
+                    chunks
+                        .iter()
+                        .any(|ch| ch["worker"] == *w && ch["state"] == "out")
+                })
+            })
+    });
+    c.kill_server();
+    // b's chunk ends meanwhile (its upload waits for the server).
+    std::thread::sleep(Duration::from_secs(2));
+    c.kill_agent("a");
+    c.start_agent("a", 2, &[]);
+    std::thread::sleep(Duration::from_millis(500));
+    let back = std::time::Instant::now();
+    c.start_server();
+    let j = wait_done(&c, id);
+    assert_eq!(j["state"], "completed", "{j:#}");
+    assert!(
+        back.elapsed() < Duration::from_secs(30),
+        "the job ended {:?} after the server came back (a stall of a 5-minute hold?)",
+        back.elapsed()
+    );
+    // Each chunk printed its range: the gathered output tiles the units once, in order.
+    let out = String::from_utf8(gathered(&c, id)).expect("utf-8");
+    let mut at = 0;
+    for line in out.lines() {
+        let (s, e) = line.split_once(' ').expect("start end");
+        assert_eq!(s.parse::<u64>().expect("start"), at, "{out}");
+        at = e.parse().expect("end");
+    }
+    assert_eq!(at, 40, "{out}");
+}
+
 /// The figures of docs/divisible.md ("In the runtime"): the same job under `static` (the equal
 /// split) and `umrlm`, twice each per row cost, one job at a time on one cluster. Timing, so not
 /// part of the suite: `cargo test -p hetsched-cli --test divisible_runtime -- --ignored

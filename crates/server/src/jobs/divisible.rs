@@ -36,8 +36,10 @@
 //! begin time moved.
 //!
 //! After a restart the master is rebuilt from the chunk rows: finished chunks are measurements
-//! again, chunks that were out stay their agents' (an agent keeps computing while the server is
-//! away and uploads when it is back) until their agent says it no longer holds them or is
+//! again, failed chunks count their units' failures again (a restart gives no unit its
+//! `retries` afresh), and chunks that were out stay their agents' (an agent keeps computing
+//! while the server is away and uploads when it is back) until their agent says it no longer
+//! holds them — its first ask after the restart does: such a chunk has no [`GRACE`] — or is
 //! declared dead.
 
 use super::gate::Gate;
@@ -64,8 +66,11 @@ use tracing::{info, warn};
 pub const PIECE: usize = 256 << 10;
 
 /// A chunk the master believes out but its agent does not list is lost after this long (the
-/// reply carrying it may still be on its way).
-const GRACE: Duration = Duration::from_secs(2);
+/// reply carrying it may still be on its way). An ask that comes within it says nothing of the
+/// chunk, and one held open then is looked at again when it ends ([`Divisible::next_chunk`]).
+/// A chunk rebuilt as out after a restart has none: the reply that carried it went with the
+/// old server's connections, so the agent's first ask says whether it holds it.
+pub const GRACE: Duration = Duration::from_secs(2);
 
 /// This kind's tables in the main store (created by [`crate::store::Store::open`] with the
 /// rest of the schema; a store from before them gains them there).
@@ -421,7 +426,14 @@ struct ChunkRec {
     state: ChunkState,
     transfer_ns: u64,
     compute_ns: u64,
+    /// When it was sent (by this server; a restored chunk: when it was rebuilt), which orders
+    /// an agent's chunks ([`Divisible::rebook`]).
     sent: Instant,
+    /// Until when an ask of its agent that does not list it says nothing of it ([`GRACE`]);
+    /// `None`: no grace (rebuilt after a restart, or never out).
+    grace_until: Option<Instant>,
+    /// Held asks are woken when its grace ends ([`Divisible::recheck_at`]), once.
+    recheck_planned: bool,
 }
 
 impl ChunkRec {
@@ -735,9 +747,12 @@ impl Divisible {
                             .restore_done(order, t as f64 / 1e9, c as f64 / 1e9)
                     }
                     ChunkState::Out => job.master.restore_out(order),
-                    // Lost and failed chunks' units are in the pool; a lost or failed chunk
-                    // still takes its number.
-                    _ => job.master.restore_lost(order),
+                    // A failed chunk's units count its failure again: a restart does not give
+                    // them their `retries` afresh.
+                    ChunkState::Failed => job.master.restore_failed(order),
+                    // Lost and stopped chunks' units are in the pool; such a chunk still takes
+                    // its number.
+                    ChunkState::Lost | ChunkState::Stopped => job.master.restore_lost(order),
                 }
                 job.chunks.insert(
                     chunk,
@@ -748,6 +763,13 @@ impl Divisible {
                         transfer_ns: t,
                         compute_ns: c,
                         sent: Instant::now(),
+                        // Sent by the server before this one: the reply that carried it reached
+                        // its agent or died with the old server's connections, so the agent's
+                        // first ask says whether it holds it. (A grace from now would leave an
+                        // agent restarted meanwhile, whose ask lists nothing and is held for
+                        // minutes, holding a chunk it does not have.)
+                        grace_until: None,
+                        recheck_planned: false,
                     },
                 );
             }
@@ -787,7 +809,8 @@ impl Divisible {
     }
 
     /// After a rollback: keeps what the store does not hold (the agents' liveness and when each
-    /// chunk still out was sent).
+    /// chunk still out was sent, with its grace: the server did not restart, so a reply carrying
+    /// it may still be on its way).
     pub fn carry_over(&mut self, old: &Divisible) {
         // Asks held open wait on the old channel: keep it, and wake them to ask the rebuilt kind.
         self.changes = old.changes.clone();
@@ -800,6 +823,8 @@ impl Divisible {
             for (k, c) in &mut job.chunks {
                 if let Some(oc) = oj.chunks.get(k) {
                     c.sent = oc.sent;
+                    c.grace_until = oc.grace_until;
+                    c.recheck_planned = oc.recheck_planned;
                 }
             }
         }
@@ -1025,6 +1050,7 @@ impl Divisible {
             }
         }
         let mut orders = Vec::new();
+        let mut recheck = Vec::new();
         for (&id, job) in self.jobs.iter_mut() {
             // (One that waits to start hands out nothing yet.)
             if job.state != "running" || !job.gate.started {
@@ -1050,19 +1076,36 @@ impl Divisible {
             let w = job
                 .master
                 .join(&name, memory_units(&job.spec, req.memory_bytes));
-            // Reconcile: chunks out on this agent that it does not hold are lost.
+            // Reconcile: chunks out on this agent that it does not hold are lost — unless the
+            // reply carrying one may still be on its way (its grace).
+            let unlisted = |c: &ChunkRec| {
+                c.state == ChunkState::Out
+                    && c.worker == name
+                    && !holding.contains(&(id, c.order.chunk))
+            };
             let lost: Vec<u64> = job
                 .chunks
                 .values()
                 .filter(|c| {
                     c.state == ChunkState::Out
                         && c.worker == name
-                        && (restarted
-                            || (!holding.contains(&(id, c.order.chunk))
-                                && c.sent.elapsed() > GRACE))
+                        && (restarted || (unlisted(c) && c.grace_until.is_none_or(|g| now >= g)))
                 })
                 .map(|c| c.order.chunk)
                 .collect();
+            // The others this ask does not list are judged when their grace ends: this ask may
+            // be held open (an agent listing nothing is held for minutes) and nothing else need
+            // change meanwhile, so held asks are woken then to look again.
+            for c in job.chunks.values_mut() {
+                if let Some(g) = c.grace_until
+                    && now < g
+                    && !c.recheck_planned
+                    && unlisted(c)
+                {
+                    c.recheck_planned = true;
+                    recheck.push(g);
+                }
+            }
             for chunk in lost {
                 if job.master.lose_chunk(chunk) == Recorded::Yes {
                     warn!(job = id, chunk, node = %name, "chunk lost: its agent no longer holds it; its units are re-planned");
@@ -1091,6 +1134,8 @@ impl Divisible {
                         transfer_ns: 0,
                         compute_ns: 0,
                         sent: now,
+                        grace_until: Some(now + GRACE),
+                        recheck_planned: false,
                     },
                 );
                 self.dirty_chunks.insert((id, o.chunk));
@@ -1113,7 +1158,26 @@ impl Divisible {
             // This ask made or replaced a plan: another worker's held ask may now be served.
             self.changed();
         }
+        for at in recheck {
+            self.recheck_at(at);
+        }
         Ok(reply)
+    }
+
+    /// Wakes every ask held open at `at` (when a chunk's grace ends), so each looks again and
+    /// one whose agent does not list the chunk declares it lost then: without this, an agent
+    /// holding no chunk would have its ask held for minutes ([`crate::divisible_service`]) while
+    /// the server believed a chunk out on it. Outside a Tokio runtime (the state driven by hand)
+    /// nothing holds an ask open, and nothing is planned.
+    fn recheck_at(&self, at: Instant) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let changes = self.changes.clone();
+        runtime.spawn(async move {
+            tokio::time::sleep_until(at.into()).await;
+            changes.bump();
+        });
     }
 
     /// Whose turn it is in each running job.

@@ -2,7 +2,9 @@
 //! ids come from the one sequence of every kind, a repeated submission key returns the stored job, their rows are
 //! in the main store and written in the state's transaction — so a full disk rolls a chunk
 //! hand-out back and pauses, and a restart finds every committed chunk — and no
-//! `divisible.db` exists beside the store.
+//! `divisible.db` exists beside the store. After a restart, a chunk its agent no longer lists
+//! is lost at the agent's first ask, and a unit's failures still count against its `retries`;
+//! an ask held open while a chunk is in its grace is looked at again when the grace ends.
 
 use hetsched_server::ServerConfig;
 use hetsched_server::jobs::divisible::{ChunkRequest, ChunkResult};
@@ -585,5 +587,224 @@ fn an_agent_that_cannot_hold_one_unit_takes_no_chunk_and_a_job_none_can_hold_is_
              any live agent"
         ) && e.contains("(the most: 8.0 GiB)"),
         "{e}"
+    );
+}
+
+/// What agent `name` (process `incarnation`) asks holding `holding` (job, chunk): the chunks it
+/// gets.
+fn ask_holding(
+    s: &mut State,
+    name: &str,
+    incarnation: &str,
+    holding: &[(u64, u64)],
+) -> Vec<(u64, u64)> {
+    s.on_next_chunk(ChunkRequest {
+        name: name.into(),
+        memory_bytes: 1 << 30,
+        incarnation: incarnation.into(),
+        holding: holding
+            .iter()
+            .map(|&(job_id, chunk)| hetsched_server::jobs::divisible::ChunkKey { job_id, chunk })
+            .collect(),
+        room: true,
+        attributes: Vec::new(),
+        drained: false,
+        time_left: None,
+        capped: Vec::new(),
+    })
+    .expect("asked")
+    .orders
+    .iter()
+    .map(|o| (o.job_id, o.chunk))
+    .collect()
+}
+
+/// The reviewer's stall: chunks out when the server stops are rebuilt as out; an agent
+/// restarted meanwhile (another process: it lists nothing) and one whose reply was lost in the
+/// crash (the chunk was committed, never received) lose those chunks at their first ask after
+/// the restart — not after the 2 s grace a fresh send gets, which let an agent listing nothing
+/// be held open for 5 minutes with its chunk believed out. A chunk still listed stays out.
+#[test]
+fn chunks_out_at_a_restart_that_their_agents_no_longer_list_are_lost_at_their_first_ask() {
+    let d = crate::common::scratch("divisible-kind", "restart-lost");
+    let id = {
+        let mut s = open(&d.0);
+        join_agents(&mut s, &["a", "b"]);
+        let id = s.on_submit(rows()).expect("submitted").job_id;
+        // Calibration goes a, b, a, b.
+        assert_eq!(ask_holding(&mut s, "a", "a-1", &[]), vec![(id, 0)]);
+        assert_eq!(ask_holding(&mut s, "b", "b-1", &[]), vec![(id, 1)]);
+        // Chunk 2 is committed out to a; the reply carrying it dies with the server.
+        assert_eq!(ask_holding(&mut s, "a", "a-1", &[(id, 0)]), vec![(id, 2)]);
+        id
+    };
+    let mut s = open(&d.0);
+    let states = |s: &State| chunks(s, id).into_iter().take(3).collect::<Vec<_>>();
+    assert_eq!(
+        states(&s),
+        vec![(0, "out".into()), (1, "out".into()), (2, "out".into())]
+    );
+    // At once (well within 2 s of the restart): b, a new process, holds nothing; a holds chunk
+    // 0 but never got chunk 2.
+    ask_holding(&mut s, "b", "b-2", &[]);
+    ask_holding(&mut s, "a", "a-1", &[(id, 0)]);
+    assert_eq!(
+        states(&s),
+        vec![(0, "out".into()), (1, "lost".into()), (2, "lost".into())],
+        "lost at the agents' first asks after the restart"
+    );
+}
+
+/// An agent whose reply carrying a chunk was lost asks again at once, listing nothing: within
+/// the chunk's grace (the reply may still be on its way) that says nothing of the chunk, and,
+/// holding no chunk, the agent's ask is held open for as long as it asked (here 5 minutes).
+/// When the grace ends the held ask is looked at again and the chunk is declared lost then —
+/// before, nothing looked at it until the hold ended, and the job stalled for its length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ask_held_while_a_chunk_is_in_its_grace_is_looked_at_again_when_the_grace_ends() {
+    use hetsched_proto as pb;
+    use hetsched_proto::client_client::ClientClient;
+    use hetsched_proto::divisible_client::DivisibleClient;
+    use hetsched_server::jobs::divisible::GRACE;
+    use std::time::{Duration, Instant};
+    let d = crate::common::scratch("divisible-kind", "grace-held");
+    let (server, channel) = crate::common::serve(ServerConfig {
+        data_dir: d.0.clone(),
+        // b, silent after its one call, stays in the plan throughout.
+        dead_timeout: hetsched_core::input::Duration(60_000_000_000),
+        ..Default::default()
+    })
+    .await;
+    let mut api =
+        ClientClient::with_interceptor(channel.clone(), crate::common::client_token(&server));
+    let agent =
+        DivisibleClient::with_interceptor(channel.clone(), crate::common::agent_token(&server));
+    let ask = |name: &str, room: bool, hold_ms: u64| {
+        let mut agent = agent.clone();
+        let req = pb::NextChunkRequest {
+            name: name.into(),
+            memory_bytes: 1 << 30,
+            incarnation: format!("{name}-1"),
+            room,
+            hold_ms,
+            ..Default::default()
+        };
+        tokio::spawn(async move { agent.next_chunk(req).await.map(|r| r.into_inner()) })
+    };
+    // a and b call before the job comes, so both are in its plan (calibration: a, b, a, b);
+    // without room, they are answered at once, and b does not ask again.
+    for name in ["a", "b"] {
+        ask(name, false, 0).await.expect("task").expect("answered");
+    }
+    let id = api
+        .submit(pb::SubmitRequest {
+            origin: "rows.toml".into(),
+            text: JOB.into(),
+            workdir: "/".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("submitted")
+        .into_inner()
+        .job_id;
+    // Before the ask: the chunk's grace starts after this.
+    let sent = Instant::now();
+    let first = ask("a", true, 0).await.expect("task").expect("answered");
+    assert_eq!(
+        first.orders.iter().map(|o| o.chunk).collect::<Vec<_>>(),
+        vec![0]
+    );
+    // a never got that reply: it asks again holding nothing, for as long as the server likes.
+    let held = ask("a", true, 300_000);
+    let state = |api: &mut ClientClient<_>| {
+        let mut api = api.clone();
+        async move {
+            let j = api
+                .get_job(pb::GetJobRequest {
+                    job_id: id,
+                    wait_ms: 0,
+                })
+                .await
+                .expect("job")
+                .into_inner();
+            j.divisible.expect("divisible").chunks[0].state.clone()
+        }
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(state(&mut api).await, "out", "within its grace");
+    let mut lost_after = None;
+    while sent.elapsed() < GRACE + Duration::from_secs(8) {
+        if state(&mut api).await == "lost" {
+            lost_after = Some(sent.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let lost_after =
+        lost_after.expect("chunk 0 declared lost when its grace ended, not at the hold's end");
+    assert!(
+        lost_after >= GRACE && lost_after < GRACE + Duration::from_secs(2),
+        "lost {lost_after:?} after it was sent"
+    );
+    assert!(!held.is_finished(), "a's ask is still held: b's turn");
+    server.stop().await.expect("stops");
+}
+
+/// `retries = 1`: a unit runs once and again once. Its chunk failed before a restart; after
+/// it, the units are planned anew, and the first failure of a chunk holding the same unit
+/// fails the job — the failure stored before the restart still counts.
+#[test]
+fn a_units_failures_before_a_restart_count_against_its_retries_after_it() {
+    let d = crate::common::scratch("divisible-kind", "retries-restart");
+    let failed = |id: u64, chunk: u64| ChunkResult {
+        success: false,
+        message: "exited with exit status: 3".into(),
+        ..success(id, chunk)
+    };
+    let with_retries = Submission {
+        text: format!("{JOB}retries = 1\n"),
+        ..rows()
+    };
+    let id = {
+        let mut s = open(&d.0);
+        join_agents(&mut s, &["a"]);
+        let id = s.on_submit(with_retries).expect("submitted").job_id;
+        assert_eq!(ask(&mut s, "a").expect("asked"), vec![(id, 0)]);
+        assert!(s.on_chunk_done(&failed(id, 0), None).expect("recorded"));
+        assert_eq!(
+            s.get_job(id).expect("job").state,
+            "running",
+            "one retry left"
+        );
+        id
+    };
+    let mut s = open(&d.0);
+    let (start, end) = {
+        let j = s.get_job(id).expect("job");
+        let c = &j.divisible.expect("divisible").chunks[0];
+        (c.start, c.end)
+    };
+    // The next chunk holding a unit of chunk 0 fails too.
+    let next = ask(&mut s, "a").expect("asked");
+    assert_eq!(next.len(), 1);
+    let chunk = next[0].1;
+    let j = s.get_job(id).expect("job");
+    let c = j.divisible.expect("divisible").chunks[chunk as usize].clone();
+    assert!(
+        c.start < end && start < c.end,
+        "{c:?} holds a unit of {start}..{end}"
+    );
+    assert!(s.on_chunk_done(&failed(id, chunk), None).expect("recorded"));
+    let j = s.get_job(id).expect("job");
+    assert_eq!(
+        j.state, "failed",
+        "its one retry was spent before the restart"
+    );
+    assert_eq!(
+        j.divisible.expect("divisible").message,
+        format!(
+            "chunk {chunk} (units {}..{}) failed: exited with exit status: 3",
+            c.start, c.end
+        )
     );
 }

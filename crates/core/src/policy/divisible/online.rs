@@ -44,6 +44,13 @@
 //! A unit range is in exactly one of: the pool (not sent), out (one chunk, one worker), done. A
 //! result is recorded only for a chunk that is out; a repeated or late result is ignored, so no
 //! unit's success is recorded twice.
+//!
+//! # Failures
+//! A failed chunk's units go back to the pool and are re-planned like lost ones, so they run
+//! again in chunks of other sizes and starts. Failures are therefore counted per unit: each unit
+//! counts the failed chunks that held it, and the failure that takes some unit past `retries`
+//! fails the job ([`OnlineMaster::fail`]); a restart counts the stored failed chunks again
+//! ([`OnlineMaster::restore_failed`]).
 
 use super::estimate::WorkerEstimate;
 use super::{Algo, Chunk, PlanOptions, StarPlatform, StarWorker, TailChunk, plan};
@@ -67,7 +74,7 @@ pub struct OnlineConfig {
     pub algo: Algo,
     /// Total load `W`, units.
     pub units: u64,
-    /// Times a failed chunk's units run again.
+    /// Times a unit runs again after a chunk holding it failed ([`OnlineMaster::fail`]).
     pub retries: u32,
 }
 
@@ -145,7 +152,10 @@ pub struct OnlineMaster {
     tail_sent: usize,
     tail_round: u32,
     rumr_planned: bool,
-    failures: BTreeMap<u64, u32>,
+    /// Per unit, how many failed chunks held it: disjoint ranges, start → (end, failures);
+    /// units in no range have none ([`OnlineMaster::fail`]). Ranges, not units: their bounds
+    /// are failed chunks' bounds, so there are at most two per failed chunk, whatever the load.
+    failures: BTreeMap<u64, (u64, u32)>,
     failed: Option<String>,
     plans: u32,
     /// Highest round sent so far.
@@ -333,15 +343,19 @@ impl OnlineMaster {
         Recorded::Yes
     }
 
-    /// Chunk `chunk` failed: its units run again while `retries` last; then the job fails with
-    /// `why`, naming the chunk.
+    /// Chunk `chunk` failed: each of its units counts one more failure, and its units go back to
+    /// the pool to run again; once some unit has failed more than `retries` times, the job fails
+    /// with `why`, naming the chunk.
+    ///
+    /// Failures are counted per unit, not per chunk: the units of a failed chunk are re-planned
+    /// into chunks of other sizes and starts, so a chunk's number or start says nothing of
+    /// whether its units failed before (counted per start, one bad unit ran in chunk after
+    /// chunk while `retries = 1`).
     pub fn fail(&mut self, chunk: u64, why: &str) -> Recorded {
         let Some(o) = self.out.remove(&chunk) else {
             return Recorded::Ignored;
         };
-        let n = self.failures.entry(o.start).or_insert(0);
-        *n += 1;
-        if *n > self.cfg.retries {
+        if self.count_failure(o.start, o.end) > self.cfg.retries {
             self.failed = Some(format!(
                 "chunk {} (units {}..{}) failed: {why}",
                 o.chunk, o.start, o.end
@@ -349,6 +363,47 @@ impl OnlineMaster {
         }
         self.give_back(o.start, o.end);
         Recorded::Yes
+    }
+
+    /// Counts one more failure for every unit of `[start, end)`: the most any of them has now.
+    fn count_failure(&mut self, start: u64, end: u64) -> u32 {
+        // The ranges that overlap [start, end), cut at its bounds: the parts outside keep
+        // their count, the parts inside gain one, and the gaps inside start at one.
+        let overlapping: Vec<(u64, u64, u32)> = self
+            .failures
+            .range(..end)
+            .rev()
+            .take_while(|&(_, &(e, _))| e > start)
+            .map(|(&s, &(e, n))| (s, e, n))
+            .collect();
+        let mut inside = Vec::new();
+        for (s, e, n) in overlapping {
+            self.failures.remove(&s);
+            if s < start {
+                self.failures.insert(s, (start, n));
+            }
+            if e > end {
+                self.failures.insert(end, (e, n));
+            }
+            inside.push((s.max(start), e.min(end), n + 1));
+        }
+        inside.sort_unstable();
+        let mut at = start;
+        let mut most = 0;
+        for (s, e, n) in inside {
+            if at < s {
+                self.failures.insert(at, (s, 1));
+                most = most.max(1);
+            }
+            self.failures.insert(s, (e, n));
+            most = most.max(n);
+            at = e;
+        }
+        if at < end {
+            self.failures.insert(at, (end, 1));
+            most = most.max(1);
+        }
+        most
     }
 
     /// Rebuilds a finished chunk after a restart (its units leave the pool; its times are
@@ -367,10 +422,18 @@ impl OnlineMaster {
         self.restore_counters(&o);
     }
 
-    /// Rebuilds a chunk that was lost or failed before a restart: its units stay in the pool;
-    /// only its number and round are used up.
+    /// Rebuilds a chunk that was lost before a restart: its units stay in the pool; only its
+    /// number and round are used up.
     pub fn restore_lost(&mut self, o: Order) {
         self.restore_counters(&o);
+    }
+
+    /// Rebuilds a chunk that failed before a restart: as a lost one, and its units count the
+    /// failure again, so a restart does not give a failing unit its `retries` afresh. (The job
+    /// is not failed here: the store holds a job that a failure failed as failed already.)
+    pub fn restore_failed(&mut self, o: Order) {
+        self.restore_counters(&o);
+        self.count_failure(o.start, o.end);
     }
 
     fn restore_counters(&mut self, o: &Order) {
@@ -1064,5 +1127,157 @@ mod tests {
         }
         println!("(change at fraction, umr, rumr) makespans: {figures:?}");
         assert!(wins >= 4, "{figures:?}");
+    }
+
+    /// Drives four workers over `units` units, their chunks ending in the order sent: a chunk
+    /// holding unit `bad` fails, every other one succeeds. The chunks that held `bad` (all
+    /// failed), and whether the job failed.
+    fn run_with_a_bad_unit(units: u64, bad: u64, retries: u32) -> (Vec<Order>, bool) {
+        let mut m = OnlineMaster::new(OnlineConfig {
+            algo: Algo::Umrlm,
+            units,
+            retries,
+        });
+        let ids: Vec<usize> = ["a", "b", "c", "d"]
+            .iter()
+            .map(|n| m.join(n, None))
+            .collect();
+        let mut failed = Vec::new();
+        // Chunks stay out a while, as on real agents (two per worker at most), so that a failed
+        // chunk's units are re-planned while others are out: at other starts.
+        let mut out: VecDeque<Order> = VecDeque::new();
+        for _ in 0..100_000 {
+            if m.failure().is_some() || m.is_done() {
+                break;
+            }
+            let mut sent = false;
+            for &w in &ids {
+                if out.iter().filter(|o| o.worker == w).count() < 2
+                    && let Some(o) = m.next(w)
+                {
+                    out.push_back(o);
+                    sent = true;
+                }
+            }
+            if sent && out.len() < 6 {
+                continue;
+            }
+            let Some(o) = out.pop_front() else { break };
+            if (o.start..o.end).contains(&bad) {
+                failed.push(o);
+                m.fail(o.chunk, "exited with exit status: 3");
+            } else {
+                m.finish(o.chunk, 0.001, 0.01 + 0.01 * o.units() as f64);
+            }
+        }
+        (failed, m.failure().is_some())
+    }
+
+    #[test]
+    fn a_bad_unit_runs_exactly_retries_plus_one_times_whatever_chunks_hold_it() {
+        for retries in [0, 1, 2, 3] {
+            let (failed, job_failed) = run_with_a_bad_unit(600, 150, retries);
+            assert!(job_failed, "retries = {retries}: the job fails");
+            assert_eq!(
+                failed.len() as u32,
+                retries + 1,
+                "retries = {retries}: unit 150 runs once and again {retries} times: {failed:?}"
+            );
+            if retries >= 1 {
+                // The reviewer's shape: the re-planned chunks holding it start elsewhere.
+                assert!(
+                    failed.iter().any(|o| o.start != failed[0].start),
+                    "re-planned at other starts: {failed:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn failures_are_counted_per_unit_over_overlapping_chunks() {
+        let mut m = OnlineMaster::new(OnlineConfig {
+            algo: Algo::Umr,
+            units: 1000,
+            retries: 1,
+        });
+        let ranges = |m: &OnlineMaster| -> Vec<(u64, u64, u32)> {
+            m.failures.iter().map(|(&s, &(e, n))| (s, e, n)).collect()
+        };
+        assert_eq!(m.count_failure(100, 200), 1);
+        assert_eq!(m.count_failure(300, 400), 1);
+        // Over both, the gap between them and past them: the gaps count their first failure.
+        assert_eq!(m.count_failure(150, 350), 2);
+        assert_eq!(
+            ranges(&m),
+            vec![
+                (100, 150, 1),
+                (150, 200, 2),
+                (200, 300, 1),
+                (300, 350, 2),
+                (350, 400, 1)
+            ]
+        );
+        // Disjoint from every failure so far: one, whatever failed next to it.
+        assert_eq!(m.count_failure(400, 500), 1);
+        assert_eq!(m.count_failure(0, 100), 1);
+        // Within one range.
+        assert_eq!(m.count_failure(160, 170), 3);
+        assert_eq!(
+            ranges(&m)[..4],
+            [(0, 100, 1), (100, 150, 1), (150, 160, 2), (160, 170, 3)]
+        );
+        let units: u64 = ranges(&m).iter().map(|(s, e, _)| e - s).sum();
+        assert_eq!(units, 500, "the ranges stay disjoint");
+    }
+
+    #[test]
+    fn a_restored_failed_chunk_still_counts_against_its_units_retries() {
+        let cfg = OnlineConfig {
+            algo: Algo::Umr,
+            units: 600,
+            retries: 1,
+        };
+        // Before the restart, chunk 0 (units 140..160) failed once.
+        let mut m = OnlineMaster::new(cfg.clone());
+        let w = m.join("a", None);
+        m.restore_failed(Order {
+            chunk: 0,
+            worker: w,
+            round: 0,
+            start: 140,
+            end: 160,
+        });
+        // After it, a chunk holding unit 150 fails once more: its one retry is spent.
+        m.restore_out(Order {
+            chunk: 1,
+            worker: w,
+            round: 1,
+            start: 145,
+            end: 155,
+        });
+        m.fail(1, "exited with exit status: 3");
+        assert_eq!(
+            m.failure(),
+            Some("chunk 1 (units 145..155) failed: exited with exit status: 3")
+        );
+        // A unit that failed once before the restart and not since keeps its retry.
+        let mut m = OnlineMaster::new(cfg);
+        let w = m.join("a", None);
+        m.restore_failed(Order {
+            chunk: 0,
+            worker: w,
+            round: 0,
+            start: 140,
+            end: 160,
+        });
+        m.restore_out(Order {
+            chunk: 1,
+            worker: w,
+            round: 1,
+            start: 160,
+            end: 170,
+        });
+        m.fail(1, "exited with exit status: 3");
+        assert_eq!(m.failure(), None);
     }
 }
