@@ -1559,13 +1559,16 @@ impl State {
         app: Option<&str>,
         indices: Option<&[u32]>,
     ) -> Result<Signalled, StateError> {
-        let attempts = match self.ids.kind(job) {
+        let mut attempts = match self.ids.kind(job) {
             Some(k) => self
                 .jobs
                 .of_kind(k)
                 .running_attempts(job, app, indices, &self.nodes)?,
             None => return Err(StateError::NoJob(job)),
         };
+        // A task waiting in its agent's queue (`prefetch`) has no process to signal: it is
+        // neither signalled nor counted.
+        attempts.retain(|a| a.chunk_of != 0 || !self.nodes.prefetch.queued.contains(a.task_id));
         // Signals whose tasks left their nodes (a dead node never beats to drop them).
         let mut signals = std::mem::take(&mut self.signals);
         let gone = signals

@@ -186,6 +186,52 @@ fn a_signal_to_a_job_with_nothing_running_reaches_nothing_and_bad_requests_are_n
     assert!(e.contains("99"), "{e}");
 }
 
+/// With `prefetch`, tasks sent beyond a node's free cores wait in its agent's queue: they have
+/// no process, so a signal neither goes to them nor counts them (a hands-on review: `SIGUSR1
+/// sent to 4 running tasks` while two of the four had not started).
+#[test]
+fn a_task_waiting_in_its_agents_queue_is_neither_signalled_nor_counted() {
+    let d = dir("queued");
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        prefetch: hetsched_server::state::prefetch::Setting::Cores(2),
+        ..Default::default()
+    };
+    let mut s =
+        State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
+    let n = common::register(&mut s, "n", 2);
+    let four =
+        "[[application]]\nname = \"sim\"\ntasks = 4\n[application.cpu]\ncommand = \"true\"\n";
+    let job = s.submit("job.toml", four, "/").expect("submit").job_id;
+    let sent = beat(&mut s, n, &[], &[]).assignments;
+    assert_eq!(sent.len(), 4);
+    assert_eq!(sent.iter().filter(|a| a.prefetched).count(), 2);
+    assert_eq!(
+        signal(&mut s, job, "USR1", "", ""),
+        Ok(2),
+        "the two started"
+    );
+    let queued: Vec<u64> = sent
+        .iter()
+        .filter(|a| a.prefetched)
+        .map(|a| a.task_id)
+        .collect();
+    let signals = beat_signals(
+        &mut s,
+        n,
+        &sent
+            .iter()
+            .map(|a| (a.task_id, a.attempt))
+            .collect::<Vec<_>>(),
+        &[],
+    );
+    assert!(
+        tasks_of(&signals).iter().all(|t| !queued.contains(t)),
+        "no signal for a queued task: {signals:?}"
+    );
+    assert_eq!(tasks_of(&signals).len(), 2, "{signals:?}");
+}
+
 #[test]
 fn a_workflows_running_instances_get_the_signal() {
     let d = dir("workflow");
