@@ -514,7 +514,9 @@ impl State {
             .nodes
             .iter()
             .zip(self.view.nodes())
-            .filter(|(n, _)| n.alive && !n.removed && !n.drained && !n.draining)
+            // A node restored at a restart counts once it is heard from: until then its agent
+            // may be gone, and its cores would hide the demand for RESTART_GRACE × dead timeout.
+            .filter(|(n, _)| n.alive && n.seen && !n.removed && !n.drained && !n.draining)
             .filter(|(n, _)| n.spec.has_attributes(attributes))
             .map(|(_, v)| u64::from(v.free.cores))
             .sum();

@@ -258,4 +258,13 @@ fn work_an_allocation_queue_could_run_waits_for_it_instead_of_being_refused_or_b
         .map(|j| j.job_id);
     // Longer than the queue's allocations: no queue serves it, and no live node has `bigmem`.
     assert!(long.is_err(), "{long:?}");
+    // A node of the queue's attributes: its free cores count against the demand, but after a
+    // restart only once it beats again (its agent may have left while the server was down;
+    // counted before, it held allocation back for RESTART_GRACE × the dead timeout).
+    register_with(&mut s, "fat-1", 4, &["bigmem"]);
+    assert_eq!(s.allocation_demand(&config.allocation[0], None).1, 4);
+    drop(s);
+    let s =
+        State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state");
+    assert_eq!(s.allocation_demand(&config.allocation[0], None).1, 0);
 }
