@@ -260,6 +260,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
             let s = reaper_state.clone();
             let r = tokio::task::spawn_blocking(move || match s.lock() {
                 Ok(mut st) => {
+                    st.begin_event();
                     // Retention first: a store failure there must not skip the dead-node check.
                     if let Err(e) = st.apply_retention() {
                         tracing::error!("retention: {e}");

@@ -110,6 +110,7 @@ fn run_event<T>(
 ) -> Result<(Result<T, Status>, u64), Status> {
     let poisoned = || Status::internal("server state poisoned");
     let exec = move |s: &mut State| {
+        s.begin_event();
         let answer = f(s);
         (answer.map_err(|e| status(s.explain(e))), s.written())
     };

@@ -9,9 +9,14 @@
 //! highest) under the priority, and every policy serves higher levels first. Off (the
 //! default), every group has the same standing and the policies' own orders are unchanged.
 //!
-//! Usage is sampled: at most once per [`SETTLE_PERIOD`] of view time, what each group holds
-//! then is taken as what it held since the last sample (Slurm samples every
-//! `PriorityCalcPeriod`, 5 minutes by default).
+//! Usage is integrated exactly and settled periodically: every time the clock moves
+//! ([`FairShare::settle`], called by [`crate::model::SchedulerView::set_now`]), what each group
+//! holds until then is accrued for the time since the clock last moved; at most once per
+//! [`SETTLE_PERIOD`] of view time the accrued holdings are added to the decayed usage and the
+//! standings recomputed (Slurm recomputes every `PriorityCalcPeriod`, 5 minutes by default). A
+//! driver that moves the clock before each event changes holdings integrates them to the event:
+//! a task is charged up to its end, however short. (Sampling the holdings only when settling,
+//! after the event's results had released them, charged short tasks about half their use.)
 
 use crate::time::{NANOS_PER_SEC, Time};
 
@@ -43,6 +48,12 @@ pub struct FairShare {
     unused_standing: u32,
     /// When usage was last settled; `None`: never (the first settle only starts the clock).
     settled_at: Option<Time>,
+    /// Share-nanoseconds each group held since the last settle, by group id.
+    accrued: Vec<f64>,
+    /// The same for the applications in no group.
+    accrued_ungrouped: f64,
+    /// Up to when `accrued` counts.
+    accrued_to: Time,
 }
 
 impl FairShare {
@@ -146,18 +157,32 @@ impl FairShare {
         }
     }
 
-    /// Settles usage up to `now`: each group is taken to have held, since the last settle, the
-    /// dominant share `rates()` gives it now (by group id, and the applications in no group),
-    /// and its usage decays over the same time. At most once per [`SETTLE_PERIOD`]; a no-op
-    /// while off. Returns whether it settled (and ranked the groups again).
+    /// Moves the clock to `now`: each group held, since the clock last moved, the dominant share
+    /// `rates` gives it (by group id, and the applications in no group): the holdings until now,
+    /// before the event at `now` changes them. At most once per [`SETTLE_PERIOD`] the accrued
+    /// holdings are added to the usage, which decays over the same time. A no-op while off.
+    /// Returns whether it settled (and ranked the groups again).
     pub fn settle(&mut self, now: Time, rates: impl FnOnce() -> (Vec<f64>, f64)) -> bool {
         let Some(half_life) = self.half_life else {
             return false;
         };
         let Some(at) = self.settled_at else {
             self.settled_at = Some(now);
+            self.accrued_to = now;
             return false;
         };
+        let held_for = now.saturating_sub(self.accrued_to) as f64;
+        if held_for > 0.0 {
+            let (rates, ungrouped_rate) = rates();
+            if self.accrued.len() < rates.len() {
+                self.accrued.resize(rates.len(), 0.0);
+            }
+            for (a, r) in self.accrued.iter_mut().zip(&rates) {
+                *a += r * held_for;
+            }
+            self.accrued_ungrouped += ungrouped_rate * held_for;
+            self.accrued_to = now;
+        }
         let dt = now.saturating_sub(at);
         if dt < SETTLE_PERIOD {
             return false;
@@ -165,17 +190,21 @@ impl FairShare {
         self.settled_at = Some(now);
         let half_lives = dt as f64 / half_life as f64;
         let decay = 0.5f64.powf(half_lives);
-        // ∫ rate · 2^(-(dt - s)/h) ds over [0, dt], in seconds.
+        // ∫ rate · 2^(-(dt - s)/h) ds over [0, dt], in seconds, for the mean rate over the
+        // period (the accrued share-nanoseconds over dt).
         let gain =
             (1.0 - decay) * (half_life as f64 / NANOS_PER_SEC as f64) / std::f64::consts::LN_2;
-        let (rates, ungrouped_rate) = rates();
-        if self.usage.len() < rates.len() {
-            self.usage.resize(rates.len(), 0.0);
+        let period = dt as f64;
+        if self.usage.len() < self.accrued.len() {
+            self.usage.resize(self.accrued.len(), 0.0);
         }
         for (i, u) in self.usage.iter_mut().enumerate() {
-            *u = *u * decay + rates.get(i).copied().unwrap_or(0.0) * gain;
+            let mean = self.accrued.get(i).copied().unwrap_or(0.0) / period;
+            *u = *u * decay + mean * gain;
         }
-        self.ungrouped = self.ungrouped * decay + ungrouped_rate * gain;
+        self.ungrouped = self.ungrouped * decay + self.accrued_ungrouped / period * gain;
+        self.accrued.iter_mut().for_each(|a| *a = 0.0);
+        self.accrued_ungrouped = 0.0;
         self.rank();
         true
     }
@@ -237,6 +266,25 @@ mod tests {
         f.settle(10 * NANOS_PER_SEC + 100 * HOUR, || (vec![0.5], 0.0));
         let limit = 0.5 * 3600.0 / std::f64::consts::LN_2;
         assert!((f.usage(Some(0)) - limit).abs() < 1e-6 * limit);
+    }
+
+    /// A group's holdings are integrated between settles, each moment of the clock charging what
+    /// was held until then: a task that held half the cluster for 0.3 s between two settles is
+    /// charged 0.15 share-seconds, although nothing runs when the period ends (sampled at the
+    /// settle, it was charged nothing).
+    #[test]
+    fn holdings_between_settles_are_charged_for_the_time_they_lasted() {
+        let ms = NANOS_PER_SEC / 1000;
+        let mut f = FairShare::default();
+        f.set_half_life(Some(HOUR));
+        f.settle(0, || (vec![0.0], 0.0));
+        // Dispatched at 100 ms (nothing held before), ended at 400 ms (held half until then).
+        f.settle(100 * ms, || (vec![0.0], 0.0));
+        f.settle(400 * ms, || (vec![0.5], 0.0));
+        assert_eq!(f.usage(Some(0)), 0.0, "not settled within the period");
+        f.settle(1200 * ms, || (vec![0.0], 0.0));
+        let u = f.usage(Some(0));
+        assert!((u - 0.15).abs() < 1e-4, "{u}");
     }
 
     /// A credit for time no one settled adds what settling through it would have: the same

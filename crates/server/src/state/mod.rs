@@ -523,6 +523,14 @@ impl State {
         (ready, free)
     }
 
+    /// Moves the scheduler's clock to now before an event changes anything: fair share charges
+    /// what each user held until this moment at what it held, before the event's releases and
+    /// dispatches ([`hetsched_core::model::fair_share`]). Every call the service runs, and the
+    /// housekeeping timer, begin with it.
+    pub fn begin_event(&mut self) {
+        self.nodes.set_now(&mut self.view, Instant::now());
+    }
+
     /// The durability of the store's writes: replies wait on it (see [`crate::durable`]).
     pub fn durable(&self) -> Arc<crate::durable::Durable> {
         self.store.durable()
@@ -589,8 +597,12 @@ impl State {
         let stop = rec.stop;
         if paused {
             // The store refuses writes: the node is alive (in memory), but nothing is recorded,
-            // so nothing is acknowledged (the agent keeps its results), assigned or reconciled.
-            return Ok(HeartbeatReply::default());
+            // so nothing is acknowledged (the agent keeps its results), assigned or reconciled;
+            // a member of a running multi-node task is still told so (else it might leave).
+            return Ok(HeartbeatReply {
+                member_of: self.jobs.batch.multi_node_member_of(nid.0),
+                ..Default::default()
+            });
         }
         // A node that left is not back for its agent's last beat said again (a lost reply).
         if !(rec.alive || rec.left.is_some() && req.leaving.is_some()) {
@@ -606,6 +618,11 @@ impl State {
             stop,
             ..Default::default()
         };
+        // Fair share integrates what work holds over time: settle it up to now with what ran
+        // until now, before these results release it (settled after, the tasks' time since the
+        // last settle was charged at the holdings left: a user of short tasks was charged about
+        // half their use).
+        self.begin_event();
         for r in &req.results {
             reply.acked.push(TaskRef {
                 task_id: r.task_id,

@@ -901,6 +901,47 @@ fn fair_config(d: &Path) -> ServerConfig {
     }
 }
 
+/// Fair-share usage is what a user's work held integrated over time, up to the moment it ends:
+/// alice's one-core task on a two-core node (half the cluster) runs about 0.3 s and her usage
+/// grows by about half a share-second per second of it. (Settled after the result released the
+/// task, the time since the last settle was charged at what was left: short tasks were charged
+/// about half their use, a hands-on review found.)
+#[test]
+fn under_fair_share_a_task_is_charged_up_to_its_result() {
+    let d = common::scratch("users", "fair-end");
+    let config = fair_config(&d);
+    let mut s =
+        State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
+    s.on_add_user("alice", false).expect("alice");
+    let agent = common::Agent::new(&mut s, 2);
+    let mut sub = submission("one", false);
+    sub.text = "[[application]]\nname = \"one\"\ntasks = 1\n[application.cpu]\n\
+                command = \"true\"\n"
+        .into();
+    sub.hold = false;
+    s.on_submit_as(sub, "alice").expect("alice's");
+    let sent = common::beat(&mut s, agent.node, &[], &[]).assignments;
+    assert_eq!(sent.len(), 1);
+    let start = std::time::Instant::now();
+    let before = s.fair_usage_of("alice");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    common::beat(
+        &mut s,
+        agent.node,
+        &[],
+        &[(sent[0].task_id, sent[0].attempt, true)],
+    );
+    let ran = start.elapsed().as_secs_f64();
+    // Usage is settled once a second: a beat after that settles it.
+    std::thread::sleep(std::time::Duration::from_millis(1_100));
+    common::beat(&mut s, agent.node, &[], &[]);
+    let charged = s.fair_usage_of("alice") - before;
+    assert!(
+        charged >= 0.5 * 0.3 * 0.95 && charged <= 0.5 * ran * 1.05,
+        "charged {charged} share-seconds for {ran} s of half the cluster"
+    );
+}
+
 /// With `[fair_share]`, what a user's work held while the server was down counts in its
 /// fair-share usage as it does in the accounts: alice's two-core task on an eight-core node (a
 /// quarter of the cluster) ran through a 2 s crash, and once the node beats again her usage is
