@@ -838,12 +838,20 @@ pub async fn tasks(
     if args.output == Output::Json {
         write!(out, "[")?;
     }
+    // With a filter the server reads `limit` rows and keeps those that match: ask for whole
+    // pages and stop at the limit here, or `--limit 1` would make a call per row scanned.
+    let filtered = !states.is_empty() || !nodes.is_empty();
     loop {
-        let want = limit.map_or(PAGE as u64, |l| l.saturating_sub(shown).min(PAGE as u64));
-        if want == 0 {
+        let left = limit.map_or(u64::MAX, |l| l.saturating_sub(shown));
+        if left == 0 {
             break;
         }
-        let page = api
+        let want = if filtered {
+            PAGE as u64
+        } else {
+            left.min(PAGE as u64)
+        };
+        let mut page = api
             .list_tasks(pb::ListTasksRequest {
                 job_id: job.unwrap_or(0),
                 cursor,
@@ -854,6 +862,8 @@ pub async fn tasks(
             .await
             .map_err(refused)?
             .into_inner();
+        page.tasks
+            .truncate(usize::try_from(left).unwrap_or(usize::MAX));
         if args.output == Output::Json {
             for t in &page.tasks {
                 if shown > 0 {

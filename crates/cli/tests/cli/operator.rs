@@ -338,6 +338,20 @@ fn a_drained_node_gets_no_new_work_until_it_is_resumed() {
         "one table:\n{listed}"
     );
     assert_eq!(listed.matches("succeeded").count(), 8, "{listed}");
+    // A filter with a limit below the matches: whole pages are asked for (a page of `limit`
+    // rows, filtered, made `--limit 1` one call per row scanned) and exactly `limit` shown.
+    let few = c.json(&["tasks", "--node", "a", "--limit", "3"]);
+    assert_eq!(few.as_array().map_or(0, Vec::len), 3, "{few}");
+    let few = c.ok(&[
+        "tasks",
+        "--node",
+        "a",
+        "--state",
+        "succeeded",
+        "--limit",
+        "2",
+    ]);
+    assert_eq!(few.matches("succeeded").count(), 2, "{few}");
     // With every node drained a job waits for an operator, and says so where users look.
     c.ok(&["node", "drain", "a"]);
     c.ok(&["node", "drain", "b"]);
