@@ -1,7 +1,9 @@
 //! hetsched's agent (node manager): detects the node's resources, registers with the server, and
 //! heartbeats. A heartbeat carries the tasks running here (with the bytes each has read, from
 //! `/proc/PID/io`) and every finished result the server has not acknowledged yet; the reply
-//! acknowledges results, assigns new tasks, and names tasks to kill.
+//! acknowledges results, assigns new tasks, names tasks to kill, and names the running multi-node
+//! tasks this node is a member of (their command runs on another node): those count as the
+//! node's work, for its idle timeout and for a shutdown that lets tasks end.
 //!
 //! The agent heartbeats at once when a task ends (not only every interval), so a free slot is
 //! refilled within one round trip. Results are kept until acknowledged, so none is lost when the
@@ -238,6 +240,25 @@ struct Shared {
     signal_acks: Vec<u64>,
     /// The divisible chunks being computed (an operator's signal may be for one).
     chunks: divisible::Computing,
+    /// The running multi-node tasks this node is a member of without running their command
+    /// (their first node runs it), from the server's last reply (`member_of`). No process of
+    /// theirs runs here, yet leaving would lose them: they count as this node's work
+    /// ([`Shared::holds_for_multi_node`]). Kept while the server is unreachable (a restarted
+    /// server holds the tasks' nodes again).
+    member_of: Vec<pb::TaskRef>,
+}
+
+impl Shared {
+    /// Whether the multi-node tasks this node is a member of keep the agent: always while it
+    /// runs on, and while it shuts down unless it stops its tasks (a signal without `--drain`,
+    /// `node stop` without `--drain`, its time limit), when it leaves them (they are lost and
+    /// run again, as its own tasks do).
+    fn holds_for_multi_node(&self, opts: &AgentOptions) -> bool {
+        !self.member_of.is_empty()
+            && self
+                .leaving
+                .is_none_or(|why| why.waits_for_members(opts.drain))
+    }
 }
 
 /// Runs the agent until `shutdown` resolves; then kills its tasks and returns.
@@ -479,6 +500,7 @@ pub async fn run(
         leaving: None,
         signal_acks: Vec::new(),
         chunks: computing.clone(),
+        member_of: Vec::new(),
     }));
     // An ANode's accelerator service (spec 01's AcCt): every GPU task of this node, its own and
     // its NNodes', runs through its process stage.
@@ -525,6 +547,12 @@ pub async fn run(
     let mut draining: Option<Instant> = None;
     // Since when nothing has run or waited here (`idle_timeout` counts from it).
     let mut idle_since: Option<Instant> = None;
+    // The idle timeout ended: one more beat first, whose reply may say that this node has just
+    // become a member of a multi-node task (an idle agent beats seldom), before it shuts down.
+    let mut idle_check = false;
+    // The last heartbeat sent said the agent leaves (`leaving`): once it is answered, the server
+    // has recorded that the node left, and the agent may exit.
+    let mut said_leaving = false;
     // The time limit stopped the tasks (at once, or after a `--drain` signal).
     let mut stopped_at_limit = false;
     // Benchmarks may try other windows (`HETSCHED_RESULT_WINDOW_US`); 0 sends every result at once.
@@ -629,7 +657,11 @@ pub async fn run(
                         .map(|at| at.saturating_duration_since(Instant::now()).as_millis() as u64),
                     // Nothing runs or waits any more: the agent exits once this is answered.
                     leaving: match sh.leaving {
-                        Some(why) if sh.running.is_empty() && sh.queue.is_empty() => {
+                        Some(why)
+                            if sh.running.is_empty()
+                                && sh.queue.is_empty()
+                                && !sh.holds_for_multi_node(&opts) =>
+                        {
                             why.as_str().to_string()
                         }
                         _ => String::new(),
@@ -651,6 +683,7 @@ pub async fn run(
                     signalled: std::mem::take(&mut sh.signal_acks),
                 }
             };
+            said_leaving = !req.leaving.is_empty();
             let mut reply =
                 match tokio::time::timeout(Duration::from_secs(10), client.heartbeat(req)).await {
                     Ok(Ok(r)) => {
@@ -702,6 +735,14 @@ pub async fn run(
             more = reply.more || answer;
             if reply.stop {
                 stop_asked = Some(reply.stop_drain);
+            }
+            if sh.member_of != reply.member_of {
+                info!(
+                    tasks = ?reply.member_of.iter().map(|t| t.task_id).collect::<Vec<_>>(),
+                    "member of running multi-node tasks (their command runs on another node): \
+                     this node holds its cores for them"
+                );
+                sh.member_of = std::mem::take(&mut reply.member_of);
             }
             if let Some(b) = &reply.binding {
                 accel::apply_binding(&mut sh.binding, b, &opts);
@@ -893,7 +934,15 @@ pub async fn run(
                 }
                 if let Some(since) = draining {
                     let sh = shared.lock().unwrap_or_else(|p| p.into_inner());
-                    if sh.running.is_empty() && sh.results.is_empty() {
+                    if sh.running.is_empty()
+                        && sh.results.is_empty()
+                        && !sh.holds_for_multi_node(&opts)
+                    {
+                        // The multi-node tasks it waited for ended with this reply, which its
+                        // beat, sent while they ran, did not say it leaves: it says so now.
+                        if !said_leaving {
+                            continue 'main;
+                        }
                         info!(
                             after = ?since.elapsed(),
                             "shut down: every result was acknowledged by the server"
@@ -904,13 +953,18 @@ pub async fn run(
                 if std::mem::take(&mut more) {
                     continue 'main;
                 }
-                // Nothing to report (no task running, queued or unreported, no workflow being
-                // balanced, the accelerator stages empty): new work arrives through `AwaitWork`
-                // and wakes this loop, so beats only need to say the node lives.
+                // Nothing to report (no task running, queued or unreported, no multi-node task
+                // held, no workflow being balanced, the accelerator stages empty): new work
+                // arrives through `AwaitWork` and wakes this loop, so beats only need to say the
+                // node lives. A member of a multi-node task beats as often as a node running
+                // one, so that it hears of the task's end within a beat.
                 let (idle, queue_waits) = {
                     let sh = shared.lock().unwrap_or_else(|p| p.into_inner());
                     (
-                        sh.running.is_empty() && sh.queue.is_empty() && sh.results.is_empty(),
+                        sh.running.is_empty()
+                            && sh.queue.is_empty()
+                            && sh.results.is_empty()
+                            && sh.member_of.is_empty(),
                         !sh.queue.is_empty(),
                     )
                 };
@@ -930,6 +984,12 @@ pub async fn run(
                     idle_since = None;
                 } else if idle_since.is_none() {
                     idle_since = Some(Instant::now());
+                }
+                // The beat after the idle timeout ended found nothing here either.
+                if std::mem::take(&mut idle_check) && idle_since.is_some() && draining.is_none() {
+                    draining = Some(Instant::now());
+                    begin_shutdown(&shared, &opts, Stop::Idle);
+                    continue 'main;
                 }
                 let idle_end = match (opts.idle_timeout, idle_since) {
                     (Some(t), Some(since)) if draining.is_none() => Some(since + t),
@@ -962,8 +1022,7 @@ pub async fn run(
                         idle_end.unwrap_or_else(|| Instant::now() + pause).into()
                     ), if idle_end.is_some() => {
                         if others_rest() {
-                            draining = Some(Instant::now());
-                            begin_shutdown(&shared, &opts, Stop::Idle);
+                            idle_check = true;
                         } else {
                             idle_since = None;
                         }
@@ -1026,9 +1085,14 @@ pub async fn run(
                     first_failure = Some(Instant::now());
                 }
                 if let Some(since) = draining {
+                    // A multi-node task this node was last told it is a member of keeps a
+                    // draining agent while the server is away, as its own running task would.
                     let (idle, unreported) = {
                         let sh = shared.lock().unwrap_or_else(|p| p.into_inner());
-                        (sh.running.is_empty(), !sh.results.is_empty())
+                        (
+                            sh.running.is_empty() && !sh.holds_for_multi_node(&opts),
+                            !sh.results.is_empty(),
+                        )
                     };
                     if idle && !unreported {
                         info!("shut down: nothing left to report (the server is unreachable)");
@@ -1047,7 +1111,10 @@ pub async fn run(
                 // run or report (an allocation whose server stopped, say) still ends.
                 let at_rest = {
                     let sh = shared.lock().unwrap_or_else(|p| p.into_inner());
-                    sh.running.is_empty() && sh.queue.is_empty() && sh.results.is_empty()
+                    sh.running.is_empty()
+                        && sh.queue.is_empty()
+                        && sh.results.is_empty()
+                        && sh.member_of.is_empty()
                 } && outside_work_rests(&outside, pipeline.as_ref(), &balance);
                 if !at_rest {
                     idle_since = None;
@@ -1518,6 +1585,20 @@ enum Stop {
 }
 
 impl Stop {
+    /// Whether the agent lets its running tasks end (`--drain` on a signal, `drain` being the
+    /// agent's `--drain`; `node stop --drain`) rather than stopping them.
+    fn lets_tasks_end(self, drain: bool) -> bool {
+        self == Stop::Signal && drain || self == (Stop::Operator { drain: true })
+    }
+
+    /// Whether the agent, shutting down, waits for the multi-node tasks it is a member of to
+    /// end: when it lets its tasks end, and at its idle timeout (a membership told in the last
+    /// instant: nothing else ran here, and leaving would lose the task); not when it stops its
+    /// tasks.
+    fn waits_for_members(self, drain: bool) -> bool {
+        self == Stop::Idle || self.lets_tasks_end(drain)
+    }
+
     /// As the last heartbeat says it (`leaving`).
     fn as_str(self) -> &'static str {
         match self {
@@ -1532,10 +1613,13 @@ impl Stop {
 /// The first shutdown signal, or the end of the agent's time limit: from now on heartbeats say
 /// `draining`; running tasks are killed (their results say `interrupted`), or on a signal with
 /// `--drain` left to finish (at the time limit they are stopped whatever `--drain` says: the
-/// agent's time is up).
+/// agent's time is up). The multi-node tasks this node is a member of are waited for likewise
+/// ([`Stop::waits_for_members`]), or left (the server then runs them again).
 fn begin_shutdown(shared: &Mutex<Shared>, opts: &AgentOptions, why: Stop) {
     let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
     let running = sh.running.len();
+    // What `running` leaves out: no process of theirs runs here.
+    let multi_node = sh.member_of.len();
     // The time limit after a `--drain` signal: it is the time limit that ends the agent.
     sh.leaving = Some(why);
     // Prefetched tasks not started yet stay unstarted: the server sees them vanish from this
@@ -1544,9 +1628,12 @@ fn begin_shutdown(shared: &Mutex<Shared>, opts: &AgentOptions, why: Stop) {
     if why == Stop::Idle {
         info!(
             idle_timeout = ?opts.idle_timeout.unwrap_or_default(),
+            multi_node,
             "idle for the idle timeout: shutting down (--idle-timeout)"
         );
-        // Work that reached it in the last instant is given back, as at any shutdown.
+        // Work that reached it in the last instant is given back, as at any shutdown (a
+        // multi-node task it became a member of in that instant is waited for: leaving would
+        // lose it).
         for t in sh.running.values_mut() {
             if let Some(tx) = t.kill.take() {
                 let _ = tx.send(launch::Kill::Shutdown);
@@ -1555,30 +1642,34 @@ fn begin_shutdown(shared: &Mutex<Shared>, opts: &AgentOptions, why: Stop) {
     } else if why == Stop::TimeLimit {
         info!(
             running,
+            multi_node,
             grace = ?opts.kill_grace,
             "time limit reached: taking no new work, stopping the running tasks (SIGTERM, then \
-             SIGKILL after the kill grace, which ends with the time limit); the server runs them \
-             again elsewhere"
+             SIGKILL after the kill grace, which ends with the time limit) and leaving the \
+             multi-node tasks this node is a member of; the server runs them again elsewhere"
         );
         for t in sh.running.values_mut() {
             if let Some(tx) = t.kill.take() {
                 let _ = tx.send(launch::Kill::Shutdown);
             }
         }
-    } else if opts.drain && why == Stop::Signal || why == (Stop::Operator { drain: true }) {
+    } else if why.lets_tasks_end(opts.drain) {
         info!(
             running,
+            multi_node,
             by_operator = why != Stop::Signal,
-            "shutting down: taking no new work, waiting for the running tasks to end (--drain); \
-             a second signal kills them and exits at once"
+            "shutting down: taking no new work, waiting for the running tasks to end (--drain), the \
+             multi-node tasks this node is a member of too; a second signal kills them and exits \
+             at once"
         );
     } else {
         info!(
             running,
+            multi_node,
             grace = ?opts.kill_grace,
             "shutting down: taking no new work, stopping the running tasks (SIGTERM, then SIGKILL \
-             after the kill grace); the server runs them again elsewhere; a second signal kills \
-             them at once"
+             after the kill grace) and leaving the multi-node tasks this node is a member of; the \
+             server runs them again elsewhere; a second signal kills them at once"
         );
         for t in sh.running.values_mut() {
             if let Some(tx) = t.kill.take() {
@@ -1616,5 +1707,27 @@ mod tests {
             "booked for it on this node"
         );
         assert_eq!((r.key, &r.argv), (7, &own.argv));
+    }
+
+    #[test]
+    fn a_shutdown_waits_for_the_multi_node_tasks_it_is_a_member_of_only_when_its_tasks_may_end() {
+        // (why, the agent's --drain) → waits.
+        let cases = [
+            (Stop::Signal, false, false),
+            (Stop::Signal, true, true),
+            (Stop::Operator { drain: false }, true, false),
+            (Stop::Operator { drain: true }, false, true),
+            (Stop::TimeLimit, true, false),
+            // Told in the last instant before its idle timeout shut it down: leaving would lose
+            // the task, and nothing else runs there.
+            (Stop::Idle, false, true),
+        ];
+        for (why, drain, waits) in cases {
+            assert_eq!(
+                why.waits_for_members(drain),
+                waits,
+                "{why:?}, --drain {drain}"
+            );
+        }
     }
 }

@@ -4,7 +4,10 @@
 //! the server assigns it nothing more), then either stops its running tasks (SIGTERM to their
 //! process groups, SIGKILL after the kill grace: [`crate::launch`]) — their results go to the
 //! server marked `interrupted`, so the server runs them again elsewhere rather than counting a
-//! failure — or, with `--drain`, waits for them to end. It keeps
+//! failure — or, with `--drain`, waits for them to end. A multi-node task this node is a member
+//! of (its command runs on another node, so no process of it runs here; the server names it in
+//! every heartbeat reply, `member_of`) counts as a running task: `--drain` waits for it to end,
+//! and without `--drain` the agent leaves it (it is lost and runs again). It keeps
 //! heartbeating until the server has acknowledged every result, logs what it did, and exits 0.
 //!
 //! A second signal exits at once: [`Processes::kill_all`] kills the process group of every task

@@ -286,6 +286,7 @@ impl From<HeartbeatReply> for pb::HeartbeatReply {
             stop: r.stop.is_some(),
             stop_drain: r.stop == Some(true),
             signals: r.signals.iter().map(task_signal).collect(),
+            member_of: r.member_of.iter().map(task_ref).collect(),
         }
     }
 }
@@ -338,6 +339,7 @@ pub fn reply_wire_len(r: &HeartbeatReply) -> usize {
         stop: r.stop.is_some(),
         stop_drain: r.stop == Some(true),
         signals: r.signals.iter().map(task_signal).collect(),
+        member_of: r.member_of.iter().map(task_ref).collect(),
     }
     .encoded_len()
 }

@@ -479,6 +479,92 @@ fn a_multi_node_task_runs_on_the_first_of_its_whole_nodes_with_their_host_names(
     );
 }
 
+/// The other nodes of a multi-node task run no process of it: without the server's word that
+/// they hold their cores for it (`member_of`), an agent's idle timeout ended it under the task
+/// (the attempt was lost: "node `y` of the multi-node task is gone"), and `node stop --drain`
+/// counted 0 running tasks there and stopped it at once.
+#[test]
+fn a_multi_node_tasks_other_nodes_wait_for_it_through_their_idle_timeout_and_a_drain() {
+    let mut c = Cluster::start("multi-node-idle", false);
+    for n in ["x", "y"] {
+        c.start_agent(n, 1, &["--idle-timeout", "3s"]);
+    }
+    c.wait_for_nodes(2);
+    // Longer than the idle timeout: its other node must not leave under it.
+    c.ok(&["submit", "--nodes", "2", "--", "sleep", "7"]);
+    wait_until(
+        "the task to end or lose its attempt",
+        Duration::from_secs(30),
+        || {
+            // A lost attempt says so ("attempt 1 lost: …") as the task waits again.
+            let t = &c.tasks(1)[0];
+            t["message"].as_str().is_some_and(|m| m.contains("lost"))
+                || !["pending", "running"].contains(&t["state"].as_str().unwrap_or_default())
+        },
+    );
+    let t = &c.tasks(1)[0];
+    assert_eq!(
+        (t["state"].as_str(), t["attempt"].as_u64()),
+        (Some("succeeded"), Some(1)),
+        "{t}"
+    );
+    let member = t["nodes"][1].as_str().unwrap_or_default().to_string();
+    assert!(
+        c.agent_log(&member)
+            .contains("member of running multi-node tasks"),
+        "{}",
+        c.agent_log(&member)
+    );
+    // Then both end with the work, as before.
+    for n in ["x", "y"] {
+        assert_eq!(c.agent_exit(n, Duration::from_secs(20)), Some(0), "{n}");
+    }
+    let all = c.json(&["nodes", "--all"]);
+    let left: Vec<&str> = all
+        .as_array()
+        .map(|a| a.iter().filter_map(|n| n["left"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(left, ["idle-timeout"; 2], "{all}");
+
+    // `node stop --drain` on a member: the task is one of what runs there, and the agent waits
+    // for it to end.
+    for n in ["p", "q"] {
+        c.start_agent(n, 1, &[]);
+    }
+    c.wait_for_nodes(2);
+    c.ok(&["submit", "--nodes", "2", "--", "sleep", "4"]);
+    wait_until("the task to run", Duration::from_secs(20), || {
+        c.tasks(2)[0]["state"] == "running"
+    });
+    let t = &c.tasks(2)[0];
+    let member = t["nodes"][1].as_str().unwrap_or_default().to_string();
+    assert!(["p", "q"].contains(&member.as_str()), "{t}");
+    let said = c.ok(&["node", "stop", &member, "--drain"]);
+    assert_eq!(
+        said,
+        format!("node `{member}`: its agent is asked to stop; 1 running task ends there first\n")
+    );
+    assert_eq!(
+        c.agent_exit(&member, Duration::from_secs(20)),
+        Some(0),
+        "its agent exits once the task ended"
+    );
+    let log = c.agent_log(&member);
+    assert!(
+        log.contains("waiting for the running tasks to end (--drain)")
+            && log.contains("running=0 multi_node=1"),
+        "{log}"
+    );
+    let t = &c.tasks(2)[0];
+    assert_eq!(
+        (t["state"].as_str(), t["attempt"].as_u64()),
+        (Some("succeeded"), Some(1)),
+        "{t}"
+    );
+    let all = c.ok(&["nodes", "--all"]);
+    assert!(all.contains("left (operator)"), "{all}");
+}
+
 #[test]
 fn a_second_agent_in_one_work_directory_is_refused() {
     let mut c = Cluster::start("agent-dir-lock", false);

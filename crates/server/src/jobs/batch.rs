@@ -2247,7 +2247,29 @@ impl Batch {
             "multi-node task started"
         );
         self.mark_running(cx, &a);
+        // The other nodes hear at once that they hold cores for it (`member_of`): an idle
+        // agent beats seldom, and its idle timeout would otherwise end it under the task.
+        for &n in ids.get(1..).unwrap_or_default() {
+            cx.nodes.wakes.node(n);
+        }
         self.multi.running.insert(a.task.0, ids);
+    }
+
+    /// The running multi-node tasks (task and attempt) node `node` is a member of without
+    /// running their command: told to its agent in every heartbeat reply, and counted among
+    /// what runs there when it is drained or stopped.
+    pub fn multi_node_member_of(&self, node: u32) -> Vec<TaskRef> {
+        self.multi
+            .member_of(node)
+            .into_iter()
+            .filter_map(|id| {
+                let t = self.tasks.get(id as usize)?;
+                (t.state == TaskState::Running).then_some(TaskRef {
+                    task_id: id,
+                    attempt: t.attempt,
+                })
+            })
+            .collect()
     }
 
     /// Running multi-node tasks one of whose other nodes died, left or was removed: lost (they
@@ -2516,6 +2538,11 @@ impl JobKind for Batch {
             if let Some((app, held)) = self.multi.on_heartbeat(cx, nid) {
                 self.start_multi_node(cx, nid, app, held, out);
             }
+        }
+        // A member runs no process of its task: without this, its agent would see nothing to
+        // wait for and leave (idle timeout, `--drain`), and the task would be lost.
+        for t in self.multi_node_member_of(nid.0) {
+            out.member_of(t);
         }
         if !open || cx.view.pending_apps().next().is_none() {
             return Ok(());

@@ -325,6 +325,15 @@ impl<'r> Outbox<'r> {
         self.reply.kill.push(t);
     }
 
+    /// Tells the node it is a member of running multi-node task `t` (whose command runs on
+    /// another node): its agent counts it as work, so that neither its idle timeout nor a
+    /// draining shutdown ends it under the task. Never refused: a few bytes, and a node is a
+    /// member of one such task at a time (it is held whole).
+    pub fn member_of(&mut self, t: crate::state::types::TaskRef) {
+        self.size += 16;
+        self.reply.member_of.push(t);
+    }
+
     /// Adds a PCDDB message from a workflow's launch node to the reply.
     pub fn balance(&mut self, m: crate::state::types::BalanceEnvelope) {
         self.reply.balance.push(m);

@@ -715,11 +715,14 @@ impl State {
         Ok(self.what_runs_on(id, name))
     }
 
-    /// What node `id` (called `name`) runs, as a drain or a stop answers it.
+    /// What node `id` (called `name`) runs, as a drain or a stop answers it: its running tasks
+    /// count the multi-node tasks it is a member of (their command runs on another node, but
+    /// they end with its agent, or it waits for them with `--drain`).
     fn what_runs_on(&self, id: u32, name: &str) -> Drained {
+        let members = self.jobs.batch.multi_node_member_of(id).len();
         Drained {
             node_id: id,
-            running: self.nodes.recs[id as usize].running.len() as u32,
+            running: (self.nodes.recs[id as usize].running.len() + members) as u32,
             stream_workers: self.jobs.topology.workers_on(name),
             chunks: self.jobs.divisible.chunks_on(name),
         }
@@ -751,9 +754,10 @@ impl State {
         }
         let rec = &mut self.nodes.recs[id as usize];
         rec.stop = Some(drain);
-        info!(node = %name, drain, running = rec.running.len(), "the node's agent is asked to stop");
         self.nodes.wakes.node(id);
-        Ok(self.what_runs_on(id, name))
+        let what = self.what_runs_on(id, name);
+        info!(node = %name, drain, running = what.running, "the node's agent is asked to stop");
+        Ok(what)
     }
 
     /// The wake-up counter of node `id` that its agent's `AwaitWork` waits on ([`super::wakes`]),

@@ -271,6 +271,10 @@ pub struct HeartbeatReply {
     /// Signals for tasks the node runs (`hetsched signal`), sent until the agent reports them
     /// handled.
     pub signals: Vec<TaskSignal>,
+    /// Running multi-node tasks the node is a member of without running their command (their
+    /// first node runs it): its agent counts them as its work (idle timeout, `--drain`), since
+    /// leaving would lose them.
+    pub member_of: Vec<TaskRef>,
 }
 
 /// What `hetsched signal` reached: running task attempts, and a divisible job's chunks out to

@@ -64,6 +64,11 @@ fn held_for(s: &State) -> Vec<String> {
         .collect()
 }
 
+/// The multi-node tasks (task, attempt) a reply tells its node it is a member of.
+fn member_of(r: &pb::HeartbeatReply) -> Vec<(u64, u32)> {
+    r.member_of.iter().map(|t| (t.task_id, t.attempt)).collect()
+}
+
 fn reason(s: &State, job: u64) -> String {
     s.job(job).expect("job").pending_reason
 }
@@ -398,6 +403,11 @@ fn a_full_disk_rolls_memory_back_with_a_running_multi_node_task_holding_all_its_
     s.heartbeat(common::heartbeat_request(b, &[], &[(0, 1, true)]))
         .expect_err("the store refused the commit");
     assert!(s.is_paused());
+    // Paused, the server still tells member a that it holds its cores for the task (its
+    // agent would otherwise end under it at its idle timeout).
+    let r = beat(&mut s, a, &[], &[]);
+    assert!(s.is_paused());
+    assert_eq!(member_of(&r), [(0, 1)]);
     s.simulate_full_disk(false);
     std::thread::sleep(hetsched_server::state::PROBE_INTERVAL);
     // Node a is still held by it: the small task does not start there.
@@ -506,4 +516,56 @@ fn a_gathering_gives_back_the_nodes_that_lack_what_an_update_requires() {
     let r = beat(&mut s, c, &[], &[(1, 1, true)]);
     assert_eq!(assigned(&r), vec![2]);
     assert_eq!(r.assignments[0].node_names, ["c", "b"]);
+}
+
+#[test]
+fn the_other_nodes_are_told_at_every_beat_that_they_hold_cores_for_the_task_after_a_restart_too() {
+    let d = common::scratch("multi-node", "member-of");
+    let (a, b, c);
+    {
+        let mut s = open(&d);
+        a = register(&mut s, "a", 1);
+        b = register(&mut s, "b", 1);
+        c = register(&mut s, "c", 1);
+        submit(&mut s, "mpi", 1, "nodes = 3", "");
+        // Gathered, not started: nothing to hold yet.
+        assert!(member_of(&beat(&mut s, b, &[], &[])).is_empty());
+        assert!(member_of(&beat(&mut s, c, &[], &[])).is_empty());
+        let mut b_waits = s.await_work(b, common::IDENTITY).expect("b's wake-ups");
+        b_waits.borrow_and_update();
+        // It starts on a, which runs its command (and lists it among its running tasks).
+        let r = beat(&mut s, a, &[], &[]);
+        assert_eq!(assigned(&r), vec![0]);
+        assert_eq!(r.assignments[0].node_names, ["a", "b", "c"]);
+        assert!(member_of(&r).is_empty(), "a runs it: {r:?}");
+        // b and c run no process of it: they hear at once, and at every beat, that they hold
+        // their cores for it (their agents' idle timeout and `--drain` wait for it).
+        assert!(
+            b_waits.has_changed().unwrap_or(false),
+            "b is woken to hear it at once"
+        );
+        for _ in 0..2 {
+            assert_eq!(member_of(&beat(&mut s, b, &[], &[])), [(0, 1)]);
+            assert_eq!(member_of(&beat(&mut s, c, &[], &[])), [(0, 1)]);
+            assert!(member_of(&beat(&mut s, a, &[(0, 1)], &[])).is_empty());
+        }
+        // Draining or stopping a member counts the task among what runs there.
+        assert_eq!(s.on_drain("c", true).expect("drain c").running, 1);
+        assert_eq!(s.on_stop_node("b", true).expect("stop b").running, 1);
+        assert_eq!(s.on_drain("a", true).expect("drain a").running, 1);
+    } // the server stops; its store remains
+    let mut s = open(&d);
+    // Restarted, it tells them again.
+    let r = beat(&mut s, b, &[], &[]);
+    assert_eq!(
+        (member_of(&r), r.stop, r.stop_drain),
+        (vec![(0, 1)], true, true)
+    );
+    assert_eq!(member_of(&beat(&mut s, c, &[], &[])), [(0, 1)]);
+    assert!(member_of(&beat(&mut s, a, &[(0, 1)], &[])).is_empty());
+    // The task ends: they hold nothing any more.
+    assert!(member_of(&beat(&mut s, a, &[], &[(0, 1, true)])).is_empty());
+    assert!(member_of(&beat(&mut s, b, &[], &[])).is_empty());
+    assert!(member_of(&beat(&mut s, c, &[], &[])).is_empty());
+    assert_eq!(s.on_drain("c", true).expect("drain c").running, 0);
 }

@@ -10,7 +10,10 @@
 //! removed is lost (its root's agent is told to kill it) and runs again, as one whose own node
 //! dies. A task's other nodes are stored in its row as its attempt starts
 //! (`store::write_other_nodes`, kept after it ends for listings), so a restarted server holds a
-//! running task's nodes again.
+//! running task's nodes again. Those other nodes run no process of the task, so every heartbeat
+//! reply tells each of them which running tasks it is a member of
+//! ([`MultiNode::member_of`], `HeartbeatReply.member_of`): its agent counts them as its work, and
+//! neither its idle timeout nor a `--drain` shutdown ends it under them.
 
 use super::super::Ctx;
 use crate::state::nodes::Nodes;
@@ -56,6 +59,20 @@ impl MultiNode {
             cx.nodes.wakes.node(n.0);
         }
         started
+    }
+
+    /// The running tasks node `node` is a member of without being their first node (where the
+    /// command runs), in task order. Entries of tasks that ended linger until the next commit:
+    /// the caller checks the task's state.
+    pub fn member_of(&self, node: u32) -> Vec<u64> {
+        let mut out: Vec<u64> = self
+            .running
+            .iter()
+            .filter(|(_, nodes)| nodes.iter().skip(1).any(|&n| n == node))
+            .map(|(&task, _)| task)
+            .collect();
+        out.sort_unstable();
+        out
     }
 
     /// Running tasks one of whose nodes (other than the first, whose own loss its kind hears
