@@ -7,8 +7,11 @@ use anyhow::{Context, bail};
 use std::process::Command;
 use std::time::Duration;
 
-/// What `auto` keeps back from the allocation's time left.
-pub const MARGIN: Duration = Duration::from_secs(60);
+/// What `auto` keeps back from the allocation's time left: the server's own figure, as it
+/// counts it out of its allocations' time when it decides which tasks a queue's agents could
+/// run (`QueueConfig::time_for_tasks`); two copies could drift apart, and a queue would then
+/// allocate for tasks its agents never take.
+pub const MARGIN: Duration = hetsched_server::allocation::AUTO_MARGIN;
 
 /// The agent's time limit under `--time-limit auto`: the allocation's time left less
 /// [`MARGIN`]; `None` when the batch system says the job has no limit.
@@ -16,8 +19,13 @@ pub fn auto_time_limit() -> anyhow::Result<Option<Duration>> {
     let Some(left) = time_left()? else {
         return Ok(None);
     };
+    limit_from(left).map(Some)
+}
+
+/// The agent's time limit when the allocation has `left`.
+fn limit_from(left: Duration) -> anyhow::Result<Duration> {
     match left.checked_sub(MARGIN) {
-        Some(limit) if !limit.is_zero() => Ok(Some(limit)),
+        Some(limit) if !limit.is_zero() => Ok(limit),
         _ => bail!(
             "--time-limit auto: the allocation has {} left, not more than the {} margin kept \
              for the agent's last report",
@@ -137,6 +145,33 @@ mod tests {
         assert_eq!(s("UNLIMITED"), None);
         for bad in ["", "NOT_SET", "INVALID", "1-05:00", "1:2:3:4", "-5"] {
             assert!(slurm_time_left(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// What the server counts on an allocation's agents having for tasks
+    /// (`QueueConfig::time_for_tasks`) is what an agent of it has: started within the server's
+    /// allowance after the allocation did, its time limit less the kill grace the server gives
+    /// it is never shorter. The kill grace the script passes is one the agent accepts.
+    #[test]
+    fn an_agent_of_an_allocation_has_the_time_the_server_counts_on() {
+        use hetsched_server::allocation::{AGENT_KILL_GRACE, START_ALLOWANCE};
+        assert!(AGENT_KILL_GRACE <= hetsched_agent::launch::MAX_KILL_GRACE);
+        for limit in ["2m 40s", "10m", "1h", "12h", "7days"] {
+            let q: hetsched_server::allocation::QueueConfig = toml::from_str(&format!(
+                "name = \"q\"\nmanager = \"slurm\"\ntime_limit = \"{limit}\"\n"
+            ))
+            .expect(limit);
+            let wall: Duration = limit.parse::<humantime::Duration>().expect(limit).into();
+            for started_after in [Duration::ZERO, START_ALLOWANCE] {
+                let agent = limit_from(wall - started_after).expect(limit);
+                let for_tasks = agent.checked_sub(AGENT_KILL_GRACE).expect(limit);
+                assert!(
+                    for_tasks >= q.time_for_tasks(),
+                    "{limit}, started {started_after:?} late: the agent has {for_tasks:?}, \
+                     the server counts on {:?}",
+                    q.time_for_tasks()
+                );
+            }
         }
     }
 

@@ -3,6 +3,7 @@
 mod accel_binding;
 mod after;
 mod after_corr;
+mod allocation_queues;
 mod bounds;
 mod common;
 mod dashboard_topologies;
