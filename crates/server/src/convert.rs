@@ -729,8 +729,10 @@ impl Wire for State {
     }
 
     fn resubmit_failed(&mut self, job: u64) -> Result<pb::ResubmitReply, StateError> {
-        self.on_resubmit(job)
-            .map(|tasks| pb::ResubmitReply { tasks })
+        self.on_resubmit(job).map(|tasks| pb::ResubmitReply {
+            tasks,
+            ..Default::default()
+        })
     }
 
     fn hold(&mut self, job: u64, hold: bool) -> Result<pb::HoldReply, StateError> {
@@ -923,6 +925,16 @@ impl Wire for State {
                         .collect(),
                 })
                 .collect(),
+        }
+    }
+}
+
+impl From<crate::state::types::Resubmitted> for pb::ResubmitReply {
+    fn from(r: crate::state::types::Resubmitted) -> Self {
+        pb::ResubmitReply {
+            tasks: r.tasks,
+            cancelled_again: r.cancelled_again,
+            cancelled_again_why: r.why,
         }
     }
 }

@@ -689,8 +689,8 @@ impl Client for ClientService {
         with_state(&self.0, &self.2, Run::Blocking, move |s| {
             let _audit = who.span();
             s.authorize(&who, r.job_id, "resubmit its tasks")?;
-            s.on_resubmit_ended(r.job_id, r.failed, r.cancelled)
-                .map(|tasks| pb::ResubmitReply { tasks })
+            s.on_resubmit_told(r.job_id, r.failed, r.cancelled)
+                .map(Into::into)
         })
         .await
     }

@@ -457,7 +457,15 @@ pub async fn resubmit(
             println!(
                 "job {id}: {} queued again",
                 count(reply.tasks, &format!("{which} task"))
-            )
+            );
+            if reply.cancelled_again > 0 {
+                println!(
+                    "job {id}: {} cancelled again at once, as what it runs after (--after-corr) \
+                     has not run again ({}): resubmit that job's failed or cancelled tasks first",
+                    count(reply.cancelled_again, "task"),
+                    reply.cancelled_again_why
+                );
+            }
         }
     }
     if wait_for_it {

@@ -379,6 +379,9 @@ pub struct Batch {
     /// ([`Batch::mark_running`]), so that the tasks sent in one reply keep, by their start
     /// times, the order their agent starts them in (its queue's, which preemption reads).
     last_dispatch_ns: u64,
+    /// Tasks `resubmit --cancelled` put back and that were cancelled again at once, and the
+    /// first one's message ([`Batch::take_recancelled`]).
+    recancelled: (u64, String),
     /// Per node, the tasks sent to it `prefetched` (task, attempt), in the order sent, while
     /// they may still wait in its agent's queue: preemption spares them, for they hold no core
     /// (the node's prefetch debt says how many still wait). Pruned at each fill of the node.
@@ -469,6 +472,7 @@ impl Batch {
             holds: HashMap::new(),
             holds_changed: Vec::new(),
             last_dispatch_ns: 0,
+            recancelled: (0, String::new()),
             sent_queued: HashMap::new(),
         };
         // Every stored application at once (the last job's first; its others come as it is
@@ -1088,6 +1092,7 @@ impl Batch {
         }
         let mut by_app: BTreeMap<u32, Vec<TaskId>> = BTreeMap::new();
         let mut n = 0;
+        let mut requeued = Vec::new();
         for id in range {
             let Some(t) = self.tasks.get_mut(id as usize) else {
                 continue;
@@ -1095,6 +1100,7 @@ impl Batch {
             if t.state != ended {
                 continue;
             }
+            requeued.push(id);
             moved(&mut self.apps, t.app, ended, TaskState::Pending);
             t.state = TaskState::Pending;
             t.failures = 0;
@@ -1131,7 +1137,28 @@ impl Batch {
                 self.settle_waiting(cx)?;
             }
         }
-        Ok(n)
+        // Those cancelled again at once (a correspondent still failed or cancelled) were not
+        // queued: they are not counted, and the reply says why.
+        let again: Vec<&TaskRow> = requeued
+            .iter()
+            .filter_map(|&id| self.tasks.get(id as usize))
+            .filter(|t| t.state == TaskState::Cancelled)
+            .collect();
+        if let Some(first) = again.first() {
+            self.recancelled.0 += again.len() as u64;
+            if self.recancelled.1.is_empty() {
+                self.recancelled.1.clone_from(&first.message);
+            }
+        }
+        Ok(n - again.len() as u64)
+    }
+
+    /// The tasks the last resubmissions cancelled again at once, and why the first was: read
+    /// (and forgotten) by the state to tell the client ([`State::on_resubmit_told`]).
+    ///
+    /// [`State::on_resubmit_told`]: crate::state::State::on_resubmit_told
+    pub fn take_recancelled(&mut self) -> (u64, String) {
+        std::mem::take(&mut self.recancelled)
     }
 
     /// A task of application `app` recorded `new` as its latest attempt's usage in place of

@@ -1489,6 +1489,25 @@ impl State {
         Ok(n)
     }
 
+    /// [`State::on_resubmit_ended`], also saying which tasks were cancelled again at once (a
+    /// task `--after-corr` a task still failed or cancelled) and why the first was: the reply
+    /// to `hetsched resubmit`.
+    pub fn on_resubmit_told(
+        &mut self,
+        job: u64,
+        failed: bool,
+        cancelled: bool,
+    ) -> Result<types::Resubmitted, StateError> {
+        self.jobs.batch.take_recancelled();
+        let tasks = self.on_resubmit_ended(job, failed, cancelled)?;
+        let (cancelled_again, why) = self.jobs.batch.take_recancelled();
+        Ok(types::Resubmitted {
+            tasks,
+            cancelled_again,
+            why,
+        })
+    }
+
     /// Cancels a job: pending tasks are dropped, running ones killed at their nodes' next heartbeat.
     pub fn on_cancel(&mut self, job: u64) -> Result<u64, StateError> {
         self.cancel_because(job, "cancelled")

@@ -873,3 +873,15 @@ impl StateFilter {
         &self.batch
     }
 }
+
+/// What `hetsched resubmit` did ([`super::State::on_resubmit_told`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Resubmitted {
+    /// Tasks queued again.
+    pub tasks: u64,
+    /// Tasks put back and cancelled again at once (they run `--after-corr` a task still failed
+    /// or cancelled): not in `tasks`.
+    pub cancelled_again: u64,
+    /// Why the first of them was (its task message).
+    pub why: String,
+}

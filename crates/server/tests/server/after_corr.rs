@@ -245,6 +245,40 @@ fn a_task_whose_correspondent_failed_before_the_submission_is_cancelled_for_good
     );
 }
 
+/// `resubmit --cancelled` of a task cancelled because its correspondent failed: while that one
+/// has not run again, the task is cancelled again at once, and the reply says so (with why)
+/// instead of counting it as queued; once the correspondent is resubmitted, it waits for it
+/// and is counted (a hands-on review: "1 cancelled task queued again", yet it stayed cancelled).
+#[test]
+fn resubmitting_a_task_whose_correspondent_still_failed_says_it_was_cancelled_again() {
+    let d = common::scratch("after-corr", "resubmit-again");
+    let mut s = open(&d.0);
+    let prep = submit(&mut s, "prep", "0-1", Submission::default()).expect("prep");
+    let sim = submit(&mut s, "sim", "0-1", after_corr(&[prep])).expect("sim");
+    let mut n = Agent::new(&mut s, 8);
+    let sent = n.beat(&mut s, &[]);
+    let (t, a) = task(&n, &s, &[prep], "prep", 1);
+    let ok = sent
+        .iter()
+        .find(|&&x| x != (t, a))
+        .copied()
+        .expect("prep[0]");
+    n.beat(&mut s, &[(t, a, false), (ok.0, ok.1, true)]);
+    assert_eq!(s.job(sim).expect("job").counts.expect("c").cancelled, 1);
+    let told = s.on_resubmit_told(sim, false, true).expect("resubmit");
+    assert_eq!((told.tasks, told.cancelled_again), (0, 1), "{told:?}");
+    assert!(
+        told.why.contains(&format!("task 1 of job {prep}")) && told.why.contains("failed"),
+        "{told:?}"
+    );
+    assert_eq!(s.job(sim).expect("job").counts.expect("c").cancelled, 1);
+    // The correspondent runs again first: the task then waits for it, and is counted.
+    assert_eq!(s.on_resubmit(prep).expect("prep again"), 1);
+    let told = s.on_resubmit_told(sim, false, true).expect("resubmit");
+    assert_eq!((told.tasks, told.cancelled_again), (1, 0), "{told:?}");
+    assert_eq!(s.job(sim).expect("job").counts.expect("c").cancelled, 0);
+}
+
 /// A job that finished before a restart (its task rows are then read from the store, not held)
 /// can still be named `--after-corr`: its indices are checked against the store, and its tasks
 /// having succeeded, the new job's run at once (found by a hands-on review: "finished long ago").
