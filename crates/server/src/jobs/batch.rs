@@ -971,11 +971,20 @@ impl Batch {
         if !live.is_empty()
             && let Err(e) = w.check_runnable(live)
         {
+            let apps = w.to_applications(0, MissingProfile::Estimate(self.estimate))?;
             let allocated = !queues.is_empty()
-                && w.to_applications(0, MissingProfile::Estimate(self.estimate))?
+                && apps
                     .iter()
                     .all(|a| queues.iter().any(|q| crate::allocation::serves(q, a)));
             if !allocated {
+                // A queue whose agents would run it but for its time limit: say how long
+                // they have, or the refusal reads as if no queue could run it at all.
+                if let Some(why) = apps
+                    .iter()
+                    .find_map(|a| crate::allocation::time_limit_too_long(queues, a))
+                {
+                    return Err(StateError::Invalid(format!("{e}; {why}")));
+                }
                 return Err(e.into());
             }
         }

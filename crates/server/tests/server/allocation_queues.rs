@@ -51,6 +51,15 @@ fn a_task_longer_than_an_allocation_leaves_its_agents_brings_no_allocation() {
         "{}",
         info.pending_reason
     );
+    // It says how long the queue's agents have.
+    assert!(
+        info.pending_reason.contains(
+            "`long`'s time limit (10m) is longer than queue `q1`'s allocations leave their \
+             agents for tasks (at most 8m 20s:"
+        ),
+        "{}",
+        info.pending_reason
+    );
     // Within the time: work for the queue.
     let short = s
         .submit("short.toml", &job("short", 1, "8m 20s"), "/")
@@ -66,9 +75,13 @@ fn a_task_longer_than_an_allocation_leaves_its_agents_brings_no_allocation() {
     );
     // A live node too small for either: the long one is refused, the short one waits.
     register(&mut s, "small", 1);
+    let e = s
+        .submit("long.toml", &job("long2", 2, "10m"), "/")
+        .expect_err("no live node nor queue could run it");
     assert!(
-        s.submit("long.toml", &job("long2", 2, "10m"), "/").is_err(),
-        "no live node nor queue could run it"
+        e.to_string()
+            .contains("queue `q1`'s allocations leave their agents for tasks"),
+        "{e}"
     );
     assert!(s.submit("short.toml", &job("short2", 2, "8m"), "/").is_ok());
     assert_eq!(s.allocation_demand(&queue, None), (1 + 2, 1));

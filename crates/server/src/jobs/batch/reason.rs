@@ -208,7 +208,14 @@ impl Batch {
                     };
                     return (why, state != QueueState::Allocating);
                 }
-                let why = format!("no live node can run `{name}` ({})", self.needs(rd, app));
+                let mut why = format!("no live node can run `{name}` ({})", self.needs(rd, app));
+                if let Some(more) = rd
+                    .view
+                    .get_app(app)
+                    .and_then(|a| crate::allocation::time_limit_too_long(rd.allocation, &a.app))
+                {
+                    why = format!("{why}; {more}");
+                }
                 return (why, true);
             }
             if let Some(why) = Self::out_of_time(rd, app, name, open) {
