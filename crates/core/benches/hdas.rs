@@ -7,6 +7,15 @@
 //! `pending/N`: N mixed applications of 4 waiting tasks each. `finished/N`: N applications whose
 //! tasks all ended (cancelled) beside 10 that wait — the pattern of a server that ran many
 //! one-task jobs.
+//!
+//! `hdas_hetero_decision_under_churn/N`: one decision of `hdas-hetero` while N one-task
+//! applications wait and the pending set keeps changing, as on a server draining a queue of
+//! one-task jobs while more are submitted: before each heartbeat of node 0 (untimed) the oldest
+//! task running there ends and one application arrives; the heartbeat starts a task in the freed
+//! slot, which drains an application. So every decision sees the pending set changed by one
+//! drain and one arrival, N stays constant, and the figure is a decision's cost amortised over
+//! the plans those changes make (each plan is the fluid LP of `bound::contended_plan`). Half the
+//! applications are CPU-only, half mixed (GPU-friendly), all with different profiles.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use hetsched_core::model::{AppId, NodeId, SchedulerView, TaskId};
@@ -88,9 +97,138 @@ fn heartbeat(c: &mut Criterion) {
     g.finish();
 }
 
+/// One application of the churn bench: `i` picks its kind and profile, all distinct.
+fn churn_app(id: AppId, i: u32) -> hetsched_core::model::Application {
+    if i.is_multiple_of(2) {
+        app(&format!("cpu{i}"))
+            .tasks(1)
+            .split_mib(8 + u64::from(i % 61))
+            .cpu(20.0 + f64::from(i % 53), 0.1)
+            .build(id)
+    } else {
+        app(&format!("mixed{i}"))
+            .tasks(1)
+            .split_mib(4 + u64::from(i % 29))
+            .gpu(10.0 + f64::from(i % 89) / 10.0, 0.1, 0.05)
+            .cpu(300.0 + f64::from(i % 97), 0.05)
+            .build(id)
+    }
+}
+
+/// 8 GPU nodes (6 cores, 4 GPUs) and 8 CPU nodes (16 cores), every slot busy, `pending`
+/// one-task applications waiting; the policy that filled it, the tasks running on node 0 (oldest
+/// first), the next application's number and the next task id.
+struct Churn {
+    view: SchedulerView,
+    policy: Box<dyn hetsched_core::policy::batch::BatchPolicy>,
+    running: std::collections::VecDeque<hetsched_core::model::Assignment>,
+    next_app: u32,
+    next_task: u64,
+    now: u64,
+}
+
+impl Churn {
+    fn new(pending: usize) -> Self {
+        let mut view = SchedulerView::new();
+        for i in 0..16u32 {
+            let n = if i < 8 {
+                node(&format!("g{i}"))
+                    .cores(6)
+                    .gpus(4, "c2050")
+                    .disk_mib_s(128.0)
+            } else {
+                node(&format!("c{i}")).cores(16).disk_mib_s(256.0)
+            };
+            view.add_node(n.build(NodeId(i))).expect("dense node ids");
+        }
+        let mut c = Churn {
+            view,
+            policy: BatchPolicyKind::HdasHetero.build(),
+            running: Default::default(),
+            next_app: 0,
+            next_task: 0,
+            now: 0,
+        };
+        loop {
+            while c.view.pending_apps().count() < pending {
+                c.arrive();
+            }
+            let mut placed = false;
+            for n in 0..16 {
+                let got = c.policy.on_node_update(&mut c.view, NodeId(n), c.now);
+                placed |= !got.is_empty();
+                if n == 0 {
+                    c.running.extend(got);
+                }
+            }
+            if !placed {
+                break;
+            }
+        }
+        assert!(!c.running.is_empty(), "node 0 runs tasks");
+        c
+    }
+
+    fn arrive(&mut self) {
+        let id = AppId(self.view.app_count() as u32);
+        let a = churn_app(id, self.next_app);
+        self.next_app += 1;
+        self.view
+            .add_application(a, [TaskId(self.next_task)])
+            .expect("dense app ids");
+        self.next_task += 1;
+    }
+
+    /// Untimed: the oldest task on node 0 ends, one application arrives, a second passes.
+    fn prepare(&mut self) {
+        if let Some(done) = self.running.pop_front() {
+            self.view.task_finished(&done);
+        }
+        self.arrive();
+        self.now += 1_000_000_000;
+    }
+
+    /// Timed: node 0's heartbeat.
+    fn decide(&mut self) -> usize {
+        let got = self
+            .policy
+            .on_node_update(&mut self.view, NodeId(0), self.now);
+        let n = got.len();
+        self.running.extend(got);
+        n
+    }
+}
+
+fn decision_under_churn(c: &mut Criterion) {
+    let mut g = c.benchmark_group("hdas_hetero_decision_under_churn");
+    g.sample_size(10);
+    for pending in [100usize, 1_000, 4_000] {
+        let mut churn = Churn::new(pending);
+        g.bench_function(BenchmarkId::from_parameter(pending), |b| {
+            b.iter_custom(|iters| {
+                let mut spent = std::time::Duration::ZERO;
+                for _ in 0..iters {
+                    churn.prepare();
+                    let start = std::time::Instant::now();
+                    black_box(churn.decide());
+                    spent += start.elapsed();
+                }
+                spent
+            })
+        });
+        // Each decision placed a task in the slot freed before it, so what waits stayed put.
+        let waiting = churn.view.pending_apps().count();
+        assert!(
+            waiting.abs_diff(pending) <= pending / 10 + 2,
+            "{waiting} wait, {pending} at the start"
+        );
+    }
+    g.finish();
+}
+
 #[allow(missing_docs)]
 mod group {
     use super::*;
-    criterion_group!(benches, heartbeat);
+    criterion_group!(benches, heartbeat, decision_under_churn);
 }
 criterion_main!(group::benches);

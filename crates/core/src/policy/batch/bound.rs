@@ -404,12 +404,34 @@ pub const CONTENTION_ROUNDS: usize = 4;
 /// [`CONTENTION_ROUNDS`] rounds, each new stretch the geometric mean of the last one and the one
 /// the solution implies (a busy disk stretches reads, which lengthens `T`, which lowers `ρ`: the
 /// mean damps that swing).
+///
+/// With more than [`MAX_PLANNED_APPS`] applications, similar applications are pooled first
+/// ([`pool_applications`]): the programme then has at most [`MAX_PLANNED_APPS`] demand rows
+/// whatever the number of applications, and each application gets its class's split in
+/// proportion to its tasks. Up to [`MAX_PLANNED_APPS`] applications the programme is the same
+/// as without pooling.
 pub fn contended_plan<'a>(
     nodes: impl Iterator<Item = &'a Node>,
     apps: &[&Application],
     observed: &dyn Fn(&[crate::model::NodeId]) -> Option<f64>,
 ) -> Result<FluidPlan, BoundError> {
     let groups = groups_of(nodes).0;
+    match pool_applications(apps, MAX_PLANNED_APPS) {
+        None => contended_plan_of(&groups, apps, observed),
+        Some(pool) => {
+            let classes: Vec<&Application> = pool.classes.iter().collect();
+            let pooled = contended_plan_of(&groups, &classes, observed)?;
+            Ok(pool.share(&pooled, apps))
+        }
+    }
+}
+
+/// [`contended_plan`] of `apps` as they are (no pooling).
+fn contended_plan_of(
+    groups: &[NodeGroup<'_>],
+    apps: &[&Application],
+    observed: &dyn Fn(&[crate::model::NodeId]) -> Option<f64>,
+) -> Result<FluidPlan, BoundError> {
     let fixed: Vec<Option<f64>> = groups
         .iter()
         .map(|g| {
@@ -418,7 +440,7 @@ pub fn contended_plan<'a>(
         })
         .collect();
     let mut stretch: Vec<f64> = fixed.iter().map(|f| f.unwrap_or(1.0)).collect();
-    let mut plan = fluid_stretched(&groups, apps, &stretch)?;
+    let mut plan = fluid_stretched(groups, apps, &stretch)?;
     for _ in 0..CONTENTION_ROUNDS {
         if plan.makespan_s <= 0.0 {
             break;
@@ -453,9 +475,221 @@ pub fn contended_plan<'a>(
         if !changed {
             break;
         }
-        plan = fluid_stretched(&groups, apps, &stretch)?;
+        plan = fluid_stretched(groups, apps, &stretch)?;
     }
     Ok(plan)
+}
+
+/// The most applications [`contended_plan`] gives a demand row of their own: beyond, similar
+/// applications are pooled into at most this many classes ([`pool_applications`]), so a plan
+/// costs a few solves of a programme of at most `MAX_PLANNED_APPS × groups × 2` task variables
+/// however many applications wait (`docs/performance.md`, `hdas_hetero_decision_under_churn`).
+/// Workloads of up to this many applications (the paper's, the sweep's) are planned exactly as
+/// before pooling existed.
+pub const MAX_PLANNED_APPS: usize = 32;
+
+/// Applications pooled into classes for the plan ([`pool_applications`]).
+#[derive(Clone, Debug)]
+pub struct AppPool {
+    /// One application per class: the members' summed tasks, their task-weighted mean times and
+    /// split, and the smallest request of any member.
+    pub classes: Vec<Application>,
+    /// Per application (in the order given): its class, `None` for one with no task.
+    pub class_of: Vec<Option<usize>>,
+}
+
+impl AppPool {
+    /// Shares each class's split in `pooled` (a plan of [`AppPool::classes`]) among its members
+    /// in proportion to their tasks: a plan of `apps`.
+    pub fn share(&self, pooled: &FluidPlan, apps: &[&Application]) -> FluidPlan {
+        let fraction = |i: usize| -> Option<(usize, f64)> {
+            let c = self.class_of.get(i).copied().flatten()?;
+            let total = f64::from(self.classes[c].tasks);
+            (total > 0.0).then(|| (c, f64::from(apps[i].tasks) / total))
+        };
+        let spread = |per_class: &[f64]| -> Vec<f64> {
+            (0..apps.len())
+                .map(|i| fraction(i).map_or(0.0, |(c, f)| per_class[c] * f))
+                .collect()
+        };
+        FluidPlan {
+            makespan_s: pooled.makespan_s,
+            cpu_tasks: spread(&pooled.cpu_tasks),
+            gpu_tasks: spread(&pooled.gpu_tasks),
+            groups: pooled
+                .groups
+                .iter()
+                .map(|g| GroupPlan {
+                    nodes: g.nodes.clone(),
+                    cpu_tasks: spread(&g.cpu_tasks),
+                    gpu_tasks: spread(&g.gpu_tasks),
+                    read_stretch: g.read_stretch,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// How finely [`pool_applications`] tells applications apart.
+#[derive(Clone, Copy)]
+enum PoolLevel {
+    /// Everything the programme reads, on a logarithmic grid of this ratio (1: exactly).
+    Grid(f64),
+    /// Only the variants, their requests and the accelerator kind.
+    Requests,
+    /// Only which variants the application has.
+    Variants,
+}
+
+/// An application's key at `level`: two applications of one key are pooled.
+fn pool_key(a: &Application, level: PoolLevel) -> Vec<u64> {
+    let mut key = vec![u64::from(a.cpu.is_some()), u64::from(a.gpu.is_some())];
+    if matches!(level, PoolLevel::Variants) {
+        return key;
+    }
+    let request = |r: Resources| [u64::from(r.cores), r.memory_bytes, u64::from(r.gpus)];
+    if let Some(c) = &a.cpu {
+        key.extend(request(c.request));
+    }
+    if let Some(g) = &a.gpu {
+        key.extend(request(g.request));
+        // The kind's name enters through a stable hash of its bytes (FNV-1a), as in
+        // [`coarse_key`]; 0 for "any kind".
+        key.push(g.kind.as_deref().map_or(0, |k| {
+            k.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+            })
+        }));
+    }
+    let PoolLevel::Grid(ratio) = level else {
+        return key;
+    };
+    let bucket = |v: u64| {
+        if ratio <= 1.0 || v == 0 {
+            v
+        } else {
+            // Offset so that no bucket is 0 (the exact key's zero).
+            ((v as f64).ln() / ratio.ln()).floor().max(0.0) as u64 + 1
+        }
+    };
+    key.push(bucket(a.split_bytes));
+    if let Some(c) = &a.cpu {
+        key.push(bucket(c.compute));
+    }
+    if let Some(g) = &a.gpu {
+        key.push(bucket(g.compute));
+        key.push(bucket(g.copy));
+    }
+    key
+}
+
+/// Pools `apps` for the plan when there are more than `max` of them with tasks (`None`: no need,
+/// plan them one by one). Applications the programme cannot tell apart (the same variants,
+/// requests, accelerator kind, split and compute and copy times) form one class first: that
+/// changes nothing in the optimum (averaging a solution over the members of a class, by
+/// symmetry). If that leaves more than `max` classes, applications whose times and split agree
+/// on ever coarser logarithmic grids (ratio 1.1 up to 16) are pooled, then those with the same
+/// requests and kind, and in the end those with the same variants (at most 3 classes).
+///
+/// A class is one application of the members' summed tasks, with their task-weighted mean
+/// compute, copy and read times and split: every row of the programme is linear in those, so
+/// the class's optimum is the programme's optimum with every member of a class split between
+/// variants and groups alike — a plan the members can follow, at most somewhat longer than the
+/// unpooled one (on a group of pooled nodes a class's best time is the minimum of a mean, at
+/// least the mean of the members' minima, so the members' rows still hold). Down to the grids
+/// the members' requests and kind are equal; at the two last levels the class takes the
+/// smallest request of its members and the common kind (any kind if they differ), so it runs
+/// wherever one of them could: a rough plan, never an unrunnable one.
+pub fn pool_applications(apps: &[&Application], max: usize) -> Option<AppPool> {
+    let live: Vec<usize> = (0..apps.len()).filter(|&i| apps[i].tasks > 0).collect();
+    if live.len() <= max {
+        return None;
+    }
+    let levels = [
+        PoolLevel::Grid(1.0),
+        PoolLevel::Grid(1.1),
+        PoolLevel::Grid(1.25),
+        PoolLevel::Grid(1.5),
+        PoolLevel::Grid(2.0),
+        PoolLevel::Grid(4.0),
+        PoolLevel::Grid(16.0),
+        PoolLevel::Requests,
+        PoolLevel::Variants,
+    ];
+    let mut members: Vec<Vec<usize>> = Vec::new();
+    for (li, &level) in levels.iter().enumerate() {
+        let mut index: BTreeMap<Vec<u64>, usize> = BTreeMap::new();
+        members.clear();
+        for &i in &live {
+            let next = index.len();
+            let c = *index.entry(pool_key(apps[i], level)).or_insert(next);
+            if c == members.len() {
+                members.push(Vec::new());
+            }
+            members[c].push(i);
+        }
+        if members.len() <= max || li + 1 == levels.len() {
+            break;
+        }
+    }
+    let mut class_of = vec![None; apps.len()];
+    let mut classes = Vec::with_capacity(members.len());
+    for (c, m) in members.iter().enumerate() {
+        for &i in m {
+            class_of[i] = Some(c);
+        }
+        let group: Vec<&Application> = m.iter().map(|&i| apps[i]).collect();
+        classes.push(pooled_class(&group));
+    }
+    Some(AppPool { classes, class_of })
+}
+
+/// One application standing for `members` (see [`pool_applications`]).
+fn pooled_class(members: &[&Application]) -> Application {
+    let tasks: f64 = members.iter().map(|a| f64::from(a.tasks)).sum();
+    let mean = |f: &dyn Fn(&Application) -> Option<u64>| -> u64 {
+        let sum: f64 = members
+            .iter()
+            .filter_map(|a| f(a).map(|v| v as f64 * f64::from(a.tasks)))
+            .sum();
+        (sum / tasks.max(1.0)).round() as u64
+    };
+    let least = |f: &dyn Fn(&Application) -> Option<Resources>| -> Resources {
+        members
+            .iter()
+            .filter_map(|a| f(a))
+            .reduce(|x, y| Resources {
+                cores: x.cores.min(y.cores),
+                memory_bytes: x.memory_bytes.min(y.memory_bytes),
+                gpus: x.gpus.min(y.gpus),
+            })
+            .unwrap_or_default()
+    };
+    let first = members[0];
+    let kind = first.gpu.as_ref().and_then(|g| g.kind.clone()).filter(|k| {
+        members
+            .iter()
+            .all(|a| a.gpu.as_ref().and_then(|g| g.kind.as_ref()) == Some(k))
+    });
+    Application {
+        tasks: tasks.min(f64::from(u32::MAX)) as u32,
+        split_bytes: mean(&|a| Some(a.split_bytes)),
+        cpu: first.cpu.as_ref().map(|_| crate::model::CpuVariant {
+            compute: mean(&|a| a.cpu.as_ref().map(|c| c.compute)),
+            read: mean(&|a| a.cpu.as_ref().map(|c| c.read)),
+            request: least(&|a| a.cpu.as_ref().map(|c| c.request)),
+            time_limit: None,
+        }),
+        gpu: first.gpu.as_ref().map(|_| crate::model::GpuVariant {
+            compute: mean(&|a| a.gpu.as_ref().map(|g| g.compute)),
+            copy: mean(&|a| a.gpu.as_ref().map(|g| g.copy)),
+            read: mean(&|a| a.gpu.as_ref().map(|g| g.read)),
+            request: least(&|a| a.gpu.as_ref().map(|g| g.request)),
+            kind,
+            time_limit: None,
+        }),
+        ..first.clone()
+    }
 }
 
 /// One task variable: `x` tasks of an application as `variant` on the nodes of a group.
@@ -934,5 +1168,175 @@ mod plan_tests {
         assert!(predicted.cpu_tasks[1] < 0.625 - 0.1, "{predicted:?}");
         let idle = contended_plan(std::iter::once(&n), &refs[1..], &|_| None).unwrap();
         assert_eq!(idle.groups[0].read_stretch, 1.0);
+    }
+}
+
+#[cfg(test)]
+mod app_pool_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::model::{AppId, NodeId};
+    use crate::testkit::{app, node};
+
+    fn nodes() -> Vec<Node> {
+        vec![
+            node("gpu")
+                .cores(6)
+                .gpus(4, "c2050")
+                .disk_mib_s(128.0)
+                .build(NodeId(0)),
+            node("cpu").cores(16).disk_mib_s(256.0).build(NodeId(1)),
+        ]
+    }
+
+    /// `copies` copies each of an IO-heavy mixed, a compute-bound mixed and a CPU-only
+    /// application, the tasks of each kind `tasks` in all.
+    fn copies(copies: u32, tasks: u32) -> Vec<Application> {
+        let mut apps = Vec::new();
+        for c in 0..copies {
+            let id = |k: u32| AppId(3 * c + k);
+            apps.push(
+                app("io")
+                    .tasks(tasks / copies)
+                    .split_mib(512)
+                    .cpu(40.0, 4.0)
+                    .gpu(1.5, 0.2, 4.0)
+                    .build(id(0)),
+            );
+            apps.push(
+                app("bp")
+                    .tasks(tasks / copies)
+                    .split_mib(4)
+                    .cpu(600.0, 0.03)
+                    .gpu(30.0, 0.0, 0.03)
+                    .build(id(1)),
+            );
+            apps.push(
+                app("post")
+                    .tasks(tasks / copies)
+                    .split_mib(64)
+                    .cpu(20.0, 0.5)
+                    .build(id(2)),
+            );
+        }
+        apps
+    }
+
+    /// Up to `MAX_PLANNED_APPS` applications nothing is pooled: the plan is the programme's own.
+    #[test]
+    fn a_few_applications_are_planned_one_by_one() {
+        let apps = copies(10, 300);
+        let refs: Vec<&Application> = apps.iter().collect();
+        assert_eq!(apps.len(), 30);
+        assert!(pool_applications(&refs, MAX_PLANNED_APPS).is_none());
+        let ns = nodes();
+        let groups = groups_of(ns.iter()).0;
+        let plan = contended_plan(ns.iter(), &refs, &|_| None).unwrap();
+        let own = contended_plan_of(&groups, &refs, &|_| None).unwrap();
+        assert_eq!(plan, own);
+    }
+
+    /// 100 copies of three applications: three classes, the same optimum as the three with all
+    /// the tasks, and each copy a hundredth of its class's split on every group.
+    #[test]
+    fn copies_of_an_application_pool_into_one_class_with_the_same_optimum() {
+        let apps = copies(100, 3000);
+        let refs: Vec<&Application> = apps.iter().collect();
+        let pool = pool_applications(&refs, MAX_PLANNED_APPS).unwrap();
+        assert_eq!(pool.classes.len(), 3);
+        let whole = copies(1, 3000);
+        let whole: Vec<&Application> = whole.iter().collect();
+        let ns = nodes();
+        let alone = contended_plan(ns.iter(), &whole, &|_| None).unwrap();
+        let plan = contended_plan(ns.iter(), &refs, &|_| None).unwrap();
+        assert!(
+            (plan.makespan_s - alone.makespan_s).abs() < 1e-6 * alone.makespan_s,
+            "{} against {}",
+            plan.makespan_s,
+            alone.makespan_s
+        );
+        for (i, a) in apps.iter().enumerate() {
+            let k = i % 3;
+            for (g, whole_g) in plan.groups.iter().zip(&alone.groups) {
+                assert!((g.cpu_tasks[i] - whole_g.cpu_tasks[k] / 100.0).abs() < 1e-6);
+                assert!((g.gpu_tasks[i] - whole_g.gpu_tasks[k] / 100.0).abs() < 1e-6);
+            }
+            let placed = plan.cpu_tasks[i] + plan.gpu_tasks[i];
+            assert!((placed - f64::from(a.tasks)).abs() < 1e-6, "{}", a.name);
+        }
+    }
+
+    /// 60 applications, no two alike: pooled into at most `MAX_PLANNED_APPS` classes whose
+    /// optimum is never below the programme's own (a class splits its members alike: a
+    /// restriction) and not far above it.
+    #[test]
+    fn distinct_applications_pool_into_a_bounded_programme_close_to_the_optimum() {
+        let apps: Vec<Application> = (0..60u32)
+            .map(|i| {
+                let f = f64::from(i);
+                let a = app(&format!("a{i}"))
+                    .tasks(5 + i % 7)
+                    .split_mib(4 + u64::from(i * 37 % 500));
+                if i.is_multiple_of(3) {
+                    a.cpu(20.0 + f, 0.1).build(AppId(i))
+                } else {
+                    a.cpu(100.0 + 9.0 * f, 0.1)
+                        .gpu(2.0 + f / 4.0, 0.1, 0.1)
+                        .build(AppId(i))
+                }
+            })
+            .collect();
+        let refs: Vec<&Application> = apps.iter().collect();
+        let pool = pool_applications(&refs, MAX_PLANNED_APPS).unwrap();
+        assert!(
+            pool.classes.len() <= MAX_PLANNED_APPS,
+            "{}",
+            pool.classes.len()
+        );
+        assert!(pool.classes.len() > 3, "pooled no coarser than needed");
+        let ns = nodes();
+        let groups = groups_of(ns.iter()).0;
+        let classes: Vec<&Application> = pool.classes.iter().collect();
+        let pooled = fluid(&groups, &classes).unwrap();
+        let exact = fluid(&groups, &refs).unwrap().makespan_s;
+        assert!(
+            pooled.makespan_s >= exact * (1.0 - 1e-9),
+            "{pooled:?} < {exact}"
+        );
+        assert!(
+            pooled.makespan_s <= exact * 1.1,
+            "{} ≫ {exact}",
+            pooled.makespan_s
+        );
+        let shared = pool.share(&pooled, &refs);
+        for (i, a) in apps.iter().enumerate() {
+            let placed = shared.cpu_tasks[i] + shared.gpu_tasks[i];
+            assert!((placed - f64::from(a.tasks)).abs() < 1e-6, "{}", a.name);
+        }
+    }
+
+    /// More distinct requests than classes: the last levels pool by variants, with the smallest
+    /// request, so every class still runs somewhere and the plan places every task.
+    #[test]
+    fn distinct_requests_pool_by_variants_with_the_smallest_request() {
+        let apps: Vec<Application> = (0..40u32)
+            .map(|i| {
+                app(&format!("m{i}"))
+                    .tasks(2)
+                    .split_mib(8)
+                    .cpu(30.0, 0.1)
+                    .cpu_memory((1 + u64::from(i)) << 20)
+                    .build(AppId(i))
+            })
+            .collect();
+        let refs: Vec<&Application> = apps.iter().collect();
+        let pool = pool_applications(&refs, MAX_PLANNED_APPS).unwrap();
+        assert_eq!(pool.classes.len(), 1);
+        let c = &pool.classes[0];
+        assert_eq!(c.tasks, 80);
+        assert_eq!(c.cpu.as_ref().unwrap().request.memory_bytes, 1 << 20);
+        let plan = contended_plan(nodes().iter(), &refs, &|_| None).unwrap();
+        let placed: f64 = plan.cpu_tasks.iter().sum();
+        assert!((placed - 80.0).abs() < 1e-6);
     }
 }

@@ -13,6 +13,38 @@
 //!
 //! Each decision re-reads the view, which [`SchedulerView::assign`] has just updated, so a decision
 //! costs O(#applications) and sees the load of the one before it.
+//!
+//! # The cost of `hdas-hetero`'s plan at scale
+//! `hdas-hetero` follows a plan, the fluid optimum of the pending work
+//! ([`super::bound::contended_plan`]: up to 1 + [`super::bound::CONTENTION_ROUNDS`] LP solves).
+//! It used to re-plan whenever the number of pending applications changed, so each application
+//! that drained cost a plan, and a plan's programme had a demand row per application and a
+//! variable per application, node group and variant: with thousands of one-task jobs waiting,
+//! a heartbeat cost tens of milliseconds (75 ms at 3,000) and a whole run grew about as the
+//! cube of the applications. Two limits keep a decision near-linear in what waits:
+//! - **a plan stands until the pending set has moved materially** (`Plan::outdated_by`): the
+//!   applications planned that drained plus those waiting unplanned (arrived since) number at
+//!   least `REPLAN_CHANGE` (1/16) of the applications planned. Draining from `q` applications
+//!   then makes about `16 · ln(q / 32) + 32` plans, not `q`. Below 32 applications planned
+//!   every change of the applications that wait re-plans, as before; the other triggers (the
+//!   cluster or a request changed, the plan's makespan passed, a measured read stretch
+//!   drifted) are unchanged. Between plans an
+//!   application that drained leaves its share unused, and one that arrived is planned nothing:
+//!   like any application the plan gives nothing, it gets a GPU or core when every planned
+//!   application is ahead of its pace there, and the plan's expiry bounds how long that lasts.
+//! - **a plan's programme has at most [`super::bound::MAX_PLANNED_APPS`] (32) demand rows**:
+//!   beyond, applications the programme cannot tell apart are merged (which changes nothing in
+//!   the optimum), then similar ones pooled on coarsening grids, each application taking its
+//!   class's split in proportion to its tasks ([`super::bound::pool_applications`]).
+//!
+//! Both leave a workload of fewer than 32 applications planned exactly as before (the paper's
+//! experiment has 2–4, the sweep's at most 10: both give byte-identical reports), so
+//! `docs/results/hdas.md` stands. Simpler options were weighed: re-planning on a timer alone
+//! keeps a plan that still counts work long done (and re-plans a small workload less often than
+//! now, moving every figure); planning the `K` largest applications exactly with the tail
+//! outside the programme leaves most of the work unplanned when thousands of small jobs wait;
+//! warm-starting `microlp` from the last basis is not offered by `good_lp`, and would still
+//! solve a programme of one row per application.
 
 use super::predict::{cpu_task_time, gpu_task_time, gpu_time_alone};
 use super::{BatchPolicy, assign_while};
@@ -63,7 +95,7 @@ pub struct Hdas {
     /// `hdas-hetero` only: the fluid optimum of the work pending when it was made.
     plan: Option<Plan>,
     /// (applications, pending applications, live capacity, placement generation) when `plan`
-    /// was made.
+    /// was made, or last found to stand ([`Plan::outdated_by`]).
     plan_for: Option<(usize, usize, crate::model::Resources, u64)>,
     /// The heartbeat being handled.
     now: Time,
@@ -102,6 +134,11 @@ const STRETCH_DRIFT: f64 = 0.25;
 
 /// Share of its course a plan runs before a measured stretch may replace it.
 const DRIFT_MIN_PACE: f64 = 0.1;
+
+/// Share of the applications planned that must have drained or arrived (together) before a
+/// change of the pending set makes a new plan ([`Plan::outdated_by`]; see the module doc). With
+/// fewer than 32 applications planned, any change does, as before this threshold existed.
+const REPLAN_CHANGE: f64 = 1.0 / 16.0;
 
 impl Readers {
     fn record(&mut self, k: u32) {
@@ -188,6 +225,25 @@ impl Plan {
     /// Whether the plan's makespan has passed: the work left is then re-planned.
     fn expired(&self, now: Time) -> bool {
         now.saturating_sub(self.start) as f64 / 1e9 > self.makespan.max(1.0)
+    }
+
+    /// Whether the pending set moved far enough from the one planned to make a new plan: the
+    /// applications planned that no longer wait plus those that wait unplanned (arrived since,
+    /// or waiting again) number at least [`REPLAN_CHANGE`] of the applications planned, and at
+    /// least one. Below `2 / REPLAN_CHANGE` applications planned, any change. O(q log q) for
+    /// the q applications that wait; called only when their count or the applications' changed.
+    fn outdated_by(&self, view: &SchedulerView) -> bool {
+        let (mut planned, mut unplanned) = (0usize, 0usize);
+        for a in view.pending_apps().filter(|a| !a.app.is_multi_node()) {
+            if self.apps.binary_search(&a.app.id).is_ok() {
+                planned += 1;
+            } else {
+                unplanned += 1;
+            }
+        }
+        let moved = (self.apps.len() - planned) + unplanned;
+        let needed = ((self.apps.len() as f64 * REPLAN_CHANGE).floor() as usize).max(1);
+        moved >= needed
     }
 
     /// Counts a task of `app` started as `variant` on `node`.
@@ -572,13 +628,13 @@ impl Hdas {
             view.totals(),
             view.placement_generation(),
         );
-        // Re-planned when the pending set, the cluster or a request changes, when the plan's
-        // makespan has passed (the run is slower than the fluid optimum: heartbeats,
-        // contention, noise), and when a group's disk is measured to stretch reads
-        // [`STRETCH_DRIFT`] more than the plan assumed (the plan's core time is then too
-        // short) — not before the plan has run [`DRIFT_MIN_PACE`] of its course, so that a run
-        // is not re-planned at every heartbeat while the measurements settle (each new plan
-        // starts its pacing afresh).
+        // Re-planned when the pending set changes materially (`Plan::outdated_by`), when the
+        // cluster or a request changes, when the plan's makespan has passed (the run is
+        // slower than the fluid optimum: heartbeats, contention, noise), and when a group's
+        // disk is measured to stretch reads [`STRETCH_DRIFT`] more than the plan assumed (the
+        // plan's core time is then too short) — not before the plan has run
+        // [`DRIFT_MIN_PACE`] of its course, so that a run is not re-planned at every heartbeat
+        // while the measurements settle (each new plan starts its pacing afresh).
         let expired = self.plan.as_ref().is_some_and(|p| p.expired(now));
         let drifted = self.plan.as_ref().is_some_and(|p| {
             p.pace(now) >= DRIFT_MIN_PACE
@@ -587,8 +643,21 @@ impl Hdas {
                         .is_some_and(|m| m > assumed.max(1.0) * (1.0 + STRETCH_DRIFT))
                 })
         });
-        if self.plan_for == Some(signature) && !expired && !drifted {
-            return;
+        if !expired && !drifted {
+            match self.plan_for {
+                Some(known) if known == signature => return,
+                // Only the pending set moved, and by less than [`REPLAN_CHANGE`] of the
+                // applications planned: the plan stands (see the module doc). The signature is
+                // noted so that the set is compared again only at its next change.
+                Some((_, _, totals, generation))
+                    if (totals, generation) == (signature.2, signature.3)
+                        && self.plan.as_ref().is_some_and(|p| !p.outdated_by(view)) =>
+                {
+                    self.plan_for = Some(signature);
+                    return;
+                }
+                _ => {}
+            }
         }
         self.plan_for = Some(signature);
         // Multi-node tasks are not the policy's to place (the runtime gathers their nodes).
@@ -740,5 +809,97 @@ impl BatchPolicy for Hdas {
             });
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::model::TaskId;
+    use crate::testkit::{app, node};
+    use crate::time::secs;
+
+    /// One node of one core, `apps` CPU-only one-task applications of 10 s: each heartbeat starts
+    /// one task, which drains one application.
+    fn one_core(apps: u32) -> SchedulerView {
+        let mut view = SchedulerView::new();
+        view.add_node(node("n").cores(1).build(NodeId(0))).unwrap();
+        for i in 0..apps {
+            let a = app(&format!("a{i}"))
+                .tasks(1)
+                .split_mib(0)
+                .cpu(10.0 + f64::from(i), 0.0)
+                .build(AppId(i));
+            view.add_application(a, [TaskId(u64::from(i))]).unwrap();
+        }
+        view
+    }
+
+    /// An application arrives, at a lower priority so that the beats keep draining the
+    /// planned ones.
+    fn add(view: &mut SchedulerView) {
+        let i = view.app_count() as u32;
+        let a = app(&format!("a{i}"))
+            .tasks(1)
+            .split_mib(0)
+            .cpu(10.0, 0.0)
+            .priority(-1)
+            .build(AppId(i));
+        view.add_application(a, [TaskId(u64::from(i))]).unwrap();
+    }
+
+    /// Beats node 0 at `t` seconds, ends what it started, and returns when the plan then in
+    /// force was made (seconds).
+    fn beat(policy: &mut Hdas, view: &mut SchedulerView, t: f64) -> f64 {
+        let got = policy.on_node_update(view, NodeId(0), secs(t));
+        assert_eq!(got.len(), 1, "one core, one task");
+        for a in &got {
+            view.task_finished(a);
+        }
+        policy.plan.as_ref().unwrap().start as f64 / 1e9
+    }
+
+    fn hetero() -> Hdas {
+        Hdas::new(HdasConfig {
+            completion_aware: true,
+            ..HdasConfig::default()
+        })
+    }
+
+    /// 100 applications planned: the plan stands while fewer than 100 / 16 = 6 of them drained,
+    /// and is made again at the sixth; arrivals count the same.
+    #[test]
+    fn hdas_hetero_replans_only_when_the_pending_set_moved_by_a_sixteenth() {
+        let mut view = one_core(100);
+        let mut policy = hetero();
+        assert_eq!(beat(&mut policy, &mut view, 0.0), 0.0);
+        for t in 1..6 {
+            // 1..5 drained before this beat's plan check.
+            assert_eq!(beat(&mut policy, &mut view, f64::from(t)), 0.0, "beat {t}");
+        }
+        // 6 drained since the plan of 100.
+        assert_eq!(beat(&mut policy, &mut view, 6.0), 6.0);
+        assert_eq!(policy.plan.as_ref().unwrap().apps.len(), 94);
+        // 94 planned: 5 changes are needed. 3 arrivals and the last beat's drain: not yet.
+        for _ in 0..3 {
+            add(&mut view);
+        }
+        assert_eq!(beat(&mut policy, &mut view, 7.0), 6.0);
+        // One more drain: 5 changes.
+        assert_eq!(beat(&mut policy, &mut view, 8.0), 8.0);
+    }
+
+    /// Below 32 applications planned every change of the pending set makes a new plan, as it
+    /// always did.
+    #[test]
+    fn hdas_hetero_replans_a_small_workload_at_every_drain() {
+        let mut view = one_core(31);
+        let mut policy = hetero();
+        for t in 0..5 {
+            assert_eq!(beat(&mut policy, &mut view, f64::from(t)), f64::from(t));
+        }
+        add(&mut view);
+        assert_eq!(beat(&mut policy, &mut view, 5.0), 5.0);
     }
 }
