@@ -455,8 +455,12 @@ pub fn simulate_stream(
     problem.workers = config.workers;
     let placement = placer.place(&problem)?;
     let n = topology.executor_count();
+    // The fluid model moves tuples pair by pair (and its monitor measures pairs), so it lists
+    // the declared traffic's pairs (quadratic in the parallelism: the simulator is for the
+    // topologies of the scenarios, placers bound what they walk themselves).
     let base_traffic: Vec<(usize, usize, f64)> = problem
         .traffic
+        .pairs(topology)
         .iter()
         .map(|p| (p.from.index(), p.to.index(), p.tuples_per_s))
         .collect();

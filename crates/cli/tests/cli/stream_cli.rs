@@ -402,3 +402,68 @@ fn one_phase_takes_its_utilisation_limit_and_refinement_from_the_command_line() 
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown refinement `annealing`"));
 }
+
+/// The scale review's repro: the diamond with every parallelism ×3,125 (100,000 executors,
+/// 2.3 × 10⁹ executor pairs joined by shuffle and fields groupings) on the stream-paper cluster
+/// ×10. `even` places it (the declared traffic is kept per stream: before, it listed every pair
+/// and 32,000 executors did not finish); `one-phase`, which walks every pair, refuses it at once,
+/// naming the streams and the limit.
+#[test]
+fn a_100000_executor_topology_is_placed_by_even_and_refused_by_one_phase_naming_the_streams() {
+    let dir = std::env::temp_dir().join(format!("hetsched-stream-scale-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let diamond = std::fs::read_to_string(repo().join("examples/topology-diamond.toml")).unwrap();
+    let diamond = diamond
+        .replace("parallelism = 6\n", "parallelism = 18750\n")
+        .replace("parallelism = 10\n", "parallelism = 31250\n");
+    let topology = dir.join("diamond-100000.toml");
+    std::fs::write(&topology, diamond).unwrap();
+    let cluster = std::fs::read_to_string(repo().join(CLUSTER)).unwrap();
+    let cluster = cluster
+        .replace("count = 2\n", "count = 20\n")
+        .replace("count = 4\n", "count = 40\n");
+    let cluster_file = dir.join("cluster-100.toml");
+    std::fs::write(&cluster_file, cluster).unwrap();
+    let run = |placer: &str| {
+        let started = std::time::Instant::now();
+        let out = hetsched(&[
+            "stream",
+            "place",
+            "--topology",
+            topology.to_str().unwrap(),
+            "--cluster",
+            cluster_file.to_str().unwrap(),
+            "--placer",
+            placer,
+            "--output",
+            "json",
+        ]);
+        (out, started.elapsed())
+    };
+    let (out, took) = run("even");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["assignments"].as_array().unwrap().len(), 100_000);
+    assert_eq!(doc["nodes_used"], 100);
+    assert!(
+        took < std::time::Duration::from_secs(60),
+        "even took {took:?}"
+    );
+    let (out, took) = run("one-phase");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("one-phase looks at every executor pair that exchanges traffic, and this topology has 2,343,750,000 of them (at most 4,000,000), from streams `source` -> `left` (shuffle, 18750 x 31250 executors: 585,937,500 pairs)")
+            && err.contains("place it with `even` or `resource-aware`"),
+        "{err}"
+    );
+    assert!(
+        took < std::time::Duration::from_secs(10),
+        "one-phase took {took:?} to refuse"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -90,7 +90,13 @@ struct StreamSpec {
 
 /// Most executors a topology may have, all components together: Storm's largest topologies run
 /// a few thousand; the bound keeps a mistyped parallelism from costing the placer (and the
-/// server) memory for billions of executors.
+/// server) memory for billions of executors. `even` and `resource-aware` place this many
+/// whatever the groupings (the declared traffic is kept per stream, never per executor pair).
+/// The traffic-aware placers walk every executor pair that exchanges traffic and take at most
+/// [`crate::policy::stream::MAX_TRAFFIC_PAIRS`] of them, which is the tighter bound when
+/// groupings join every executor to every executor (shuffle, fields, all): two such components
+/// of 2,000 executors each; with `global` groupings (one pair per sender) the executor bound
+/// again.
 pub const MAX_TOPOLOGY_EXECUTORS: u64 = 100_000;
 
 /// Most tuples per second a stream's `rate` or a measured pair may carry (a trillion: far beyond
@@ -486,7 +492,7 @@ rate = 1000.0
         let t = parse_topology("t.toml", WORDCOUNT).expect("parses");
         assert_eq!(t.executor_count(), 6);
         assert_eq!(t.components[0].memory_bytes, 256 << 20);
-        assert_eq!(t.declared_traffic().len(), 8);
+        assert_eq!(t.declared_traffic().pair_count(&t), 8);
     }
 
     #[test]

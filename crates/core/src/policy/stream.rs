@@ -9,7 +9,10 @@
 //! | `one-phase` | spec 04's best-schedule algorithm with configuration self-tuning: executors straight to nodes, one process per node |
 //!
 //! A placer is a pure function of a [`PlacementProblem`]: the topology, the nodes, each executor's
-//! CPU demand and the executor traffic list (declared rates, or what the [`monitor`] measured).
+//! CPU demand and the executor traffic (the declared rates, kept per stream, or the pair list the
+//! [`monitor`] measured; see [`Traffic`]). `even` and `resource-aware` read no traffic and place
+//! any parallelism; `one-phase` and `two-phase-traffic` walk every executor pair that exchanges
+//! traffic and take at most [`MAX_TRAFFIC_PAIRS`].
 //! It knows nothing of the simulator or the runtime; both call the same code. [`evaluate`] gives
 //! the metrics of spec 04 ("Metrics") for any placement, so placers are compared on one yardstick.
 //!
@@ -27,7 +30,7 @@ pub mod resource_aware;
 pub mod two_phase_traffic;
 
 use crate::model::Cluster;
-use crate::model::topology::{ExecutorPair, Topology};
+use crate::model::topology::{ExecutorPair, Grouping, Topology, Traffic};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -99,8 +102,9 @@ pub struct PlacementProblem<'a> {
     pub nodes: &'a [StreamNode],
     /// CPU demand of each executor (per cent of one core), indexed by executor id.
     pub loads: Vec<f64>,
-    /// The executor traffic list (tuples/s per directed pair).
-    pub traffic: Vec<ExecutorPair>,
+    /// The executor traffic: per stream for the declared rates (nothing quadratic is built
+    /// unless a traffic-aware placer asks for the pairs), or a measured pair list.
+    pub traffic: Traffic,
     /// The user-fixed worker count (`even`, `two-phase-traffic`); `None`: one per node.
     pub workers: Option<u32>,
     /// The placement running now, if any (one-phase's self-tuning starts from it).
@@ -127,10 +131,16 @@ impl<'a> PlacementProblem<'a> {
         nodes: &'a [StreamNode],
         traffic: Vec<ExecutorPair>,
     ) -> Self {
+        Self::with_traffic(topology, nodes, Traffic::Pairs(traffic))
+    }
+
+    /// The problem under `traffic` in either form (a pair list, or per-stream rates such as
+    /// [`Topology::traffic_scaled`]'s); executor loads follow from it ([`Topology::loads_under`]).
+    pub fn with_traffic(topology: &'a Topology, nodes: &'a [StreamNode], traffic: Traffic) -> Self {
         Self {
             topology,
             nodes,
-            loads: topology.loads_from_traffic(&traffic),
+            loads: topology.loads_under(&traffic),
             traffic,
             workers: None,
             previous: None,
@@ -152,15 +162,27 @@ impl<'a> PlacementProblem<'a> {
                 self.loads.len()
             )));
         }
-        if let Some(p) = self
-            .traffic
-            .iter()
-            .find(|p| p.from.index() >= n || p.to.index() >= n)
-        {
-            return Err(PlacementError::Inconsistent(format!(
-                "traffic names executor {} or {}, but the topology has {n}",
-                p.from.0, p.to.0
-            )));
+        match &self.traffic {
+            Traffic::Pairs(pairs) => {
+                if let Some(p) = pairs
+                    .iter()
+                    .find(|p| p.from.index() >= n || p.to.index() >= n)
+                {
+                    return Err(PlacementError::Inconsistent(format!(
+                        "traffic names executor {} or {}, but the topology has {n}",
+                        p.from.0, p.to.0
+                    )));
+                }
+            }
+            Traffic::Streams(streams) => {
+                let c = self.topology.components.len();
+                if let Some(s) = streams.iter().find(|s| s.from >= c || s.to >= c) {
+                    return Err(PlacementError::Inconsistent(format!(
+                        "traffic names component {} or {}, but the topology has {c}",
+                        s.from, s.to
+                    )));
+                }
+            }
         }
         if self.workers == Some(0) {
             return Err(PlacementError::ZeroWorkers);
@@ -169,31 +191,83 @@ impl<'a> PlacementProblem<'a> {
     }
 
     /// The undirected traffic between executors: for each executor, its neighbours and the
-    /// tuples/s exchanged in both directions together, neighbours in increasing id order.
+    /// tuples/s exchanged in both directions together, neighbours in increasing id order
+    /// ([`Traffic::adjacency`]). As large as the executor pairs: callers check
+    /// [`PlacementProblem::check_pairs`] first.
     pub fn adjacency(&self) -> Vec<Vec<(usize, f64)>> {
-        let n = self.topology.executor_count();
-        let mut adj: Vec<Vec<(usize, f64)>> = vec![Vec::new(); n];
-        for p in &self.traffic {
-            let (a, b) = (p.from.index(), p.to.index());
-            if a == b || p.tuples_per_s.is_nan() || p.tuples_per_s <= 0.0 {
-                continue;
-            }
-            adj[a].push((b, p.tuples_per_s));
-            adj[b].push((a, p.tuples_per_s));
-        }
-        for list in &mut adj {
-            list.sort_by_key(|&(v, _)| v);
-            list.dedup_by(|next, kept| {
-                if next.0 == kept.0 {
-                    kept.1 += next.1;
-                    true
-                } else {
-                    false
-                }
-            });
-        }
-        adj
+        self.traffic.adjacency(self.topology)
     }
+
+    /// For a placer that walks every executor pair (`one-phase`, `two-phase-traffic`): refuses a
+    /// problem with more than [`MAX_TRAFFIC_PAIRS`] pairs carrying traffic, naming the streams
+    /// that make them, rather than take memory and time quadratic in the parallelism.
+    pub fn check_pairs(&self, placer: &str) -> Result<(), PlacementError> {
+        let pairs = self.traffic.pair_count(self.topology);
+        if pairs <= MAX_TRAFFIC_PAIRS {
+            return Ok(());
+        }
+        let comps = &self.topology.components;
+        let by_stream = self.traffic.pairs_by_stream(self.topology);
+        let streams = if by_stream.is_empty() {
+            "a measured traffic list".to_string()
+        } else {
+            let mut shown: Vec<String> = by_stream
+                .iter()
+                .take(4)
+                .map(|(s, n)| {
+                    let (p, q) = (comps[s.from].parallelism, comps[s.to].parallelism);
+                    let grouping = match s.grouping {
+                        Grouping::Shuffle => "shuffle",
+                        Grouping::Fields => "fields",
+                        Grouping::All => "all",
+                        Grouping::Global => "global",
+                    };
+                    format!(
+                        "`{}` -> `{}` ({grouping}, {p} x {q} executors: {} pairs)",
+                        comps[s.from].name,
+                        comps[s.to].name,
+                        thousands(*n)
+                    )
+                })
+                .collect();
+            if by_stream.len() > 4 {
+                shown.push(format!("{} more", by_stream.len() - 4));
+            }
+            let noun = if by_stream.len() == 1 {
+                "stream"
+            } else {
+                "streams"
+            };
+            format!("{noun} {}", shown.join(", "))
+        };
+        Err(PlacementError::TooManyPairs {
+            placer: placer.to_string(),
+            pairs,
+            streams,
+        })
+    }
+}
+
+/// Most executor pairs carrying traffic a traffic-aware placer (`one-phase`,
+/// `two-phase-traffic`) takes: they walk every pair (spec 04's best-schedule sorts the pair
+/// list), about 60 bytes and a few hundred nanoseconds each. A shuffle, fields or all grouping
+/// joins every executor of one component to every executor of the next, so the pairs grow with
+/// the product of their parallelisms: 4,000,000 is two components of 2,000 executors, or
+/// 25 × 160,000. `even` and `resource-aware` never look at pairs and place up to
+/// [`crate::input::topology::MAX_TOPOLOGY_EXECUTORS`] executors whatever the groupings.
+pub const MAX_TRAFFIC_PAIRS: u64 = 4_000_000;
+
+/// `n` with thousands separated by commas.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
 }
 
 /// Where every executor runs: node index and process (slot) number on that node.
@@ -246,16 +320,22 @@ pub struct PlacementMetrics {
 
 /// Measures `placement` under the problem's loads and traffic.
 pub fn evaluate(problem: &PlacementProblem<'_>, placement: &Placement) -> PlacementMetrics {
-    let mut inter_node = 0.0;
-    let mut inter_process = 0.0;
-    for p in &problem.traffic {
-        let (a, b) = (p.from.index(), p.to.index());
-        if placement.node[a] != placement.node[b] {
-            inter_node += p.tuples_per_s;
-        } else if placement.process[a] != placement.process[b] {
-            inter_process += p.tuples_per_s;
+    let (inter_node, inter_process) = match &problem.traffic {
+        Traffic::Pairs(pairs) => {
+            let mut inter_node = 0.0;
+            let mut inter_process = 0.0;
+            for p in pairs {
+                let (a, b) = (p.from.index(), p.to.index());
+                if placement.node[a] != placement.node[b] {
+                    inter_node += p.tuples_per_s;
+                } else if placement.process[a] != placement.process[b] {
+                    inter_process += p.tuples_per_s;
+                }
+            }
+            (inter_node, inter_process)
         }
-    }
+        Traffic::Streams(streams) => stream_cut(problem.topology, streams, placement),
+    };
     let loads = placement.node_loads(problem.nodes.len(), &problem.loads);
     let memory = problem.topology.memory();
     let mut mem = vec![0u64; problem.nodes.len()];
@@ -304,6 +384,80 @@ pub fn evaluate(problem: &PlacementProblem<'_>, placement: &Placement) -> Placem
     }
 }
 
+/// Inter-node and inter-process traffic of `placement` under per-stream traffic, without
+/// listing pairs: a stream's rate per pair is uniform over its receivers (module docs of
+/// [`crate::model::topology`]), so each stream counts, over its senders, the receivers on
+/// another node and those on the sender's node in another process (integers), and adds
+/// `rate per pair × count`. O(executors × streams), where the pair list is quadratic; the
+/// sums equal the pair list's up to rounding (they are more exact: one product per stream).
+fn stream_cut(
+    topology: &Topology,
+    streams: &[crate::model::topology::Stream],
+    placement: &Placement,
+) -> (f64, f64) {
+    use std::collections::HashMap;
+    let comps = &topology.components;
+    let mut first = Vec::with_capacity(comps.len());
+    let mut next = 0usize;
+    for c in comps {
+        first.push(next);
+        next += c.parallelism as usize;
+    }
+    // Per receiving component: its executors per node and per (node, process).
+    type Counts = (HashMap<usize, u64>, HashMap<(usize, u32), u64>);
+    let mut counts: HashMap<usize, Counts> = HashMap::new();
+    let (mut inter_node, mut inter_process) = (0.0, 0.0);
+    for s in streams {
+        if s.rate.is_nan() || s.rate <= 0.0 || s.from >= comps.len() || s.to >= comps.len() {
+            continue;
+        }
+        let (f0, p) = (first[s.from], comps[s.from].parallelism as usize);
+        let (t0, q) = (first[s.to], comps[s.to].parallelism as usize);
+        let (mut off_node, mut off_process) = (0u64, 0u64);
+        let per_pair = match s.grouping {
+            Grouping::Global => {
+                let (rn, rp) = (placement.node[t0], placement.process[t0]);
+                for a in f0..f0 + p {
+                    if placement.node[a] != rn {
+                        off_node += 1;
+                    } else if placement.process[a] != rp {
+                        off_process += 1;
+                    }
+                }
+                s.rate
+            }
+            Grouping::Shuffle | Grouping::Fields | Grouping::All => {
+                let (per_node, per_process) = counts.entry(s.to).or_insert_with(|| {
+                    let mut per_node: HashMap<usize, u64> = HashMap::new();
+                    let mut per_process: HashMap<(usize, u32), u64> = HashMap::new();
+                    for b in t0..t0 + q {
+                        *per_node.entry(placement.node[b]).or_default() += 1;
+                        *per_process
+                            .entry((placement.node[b], placement.process[b]))
+                            .or_default() += 1;
+                    }
+                    (per_node, per_process)
+                });
+                for a in f0..f0 + p {
+                    let (n, pr) = (placement.node[a], placement.process[a]);
+                    let same_node = per_node.get(&n).copied().unwrap_or(0);
+                    let same_process = per_process.get(&(n, pr)).copied().unwrap_or(0);
+                    off_node += q as u64 - same_node;
+                    off_process += same_node - same_process;
+                }
+                if s.grouping == Grouping::All {
+                    s.rate
+                } else {
+                    s.rate / q as f64
+                }
+            }
+        };
+        inter_node += per_pair * off_node as f64;
+        inter_process += per_pair * off_process as f64;
+    }
+    (inter_node, inter_process)
+}
+
 /// A placement that cannot be computed.
 #[derive(Clone, Debug, Error, PartialEq)]
 pub enum PlacementError {
@@ -319,6 +473,24 @@ pub enum PlacementError {
     /// Loads or traffic do not match the topology.
     #[error("inconsistent problem: {0}")]
     Inconsistent(String),
+    /// More executor pairs carry traffic than a traffic-aware placer takes
+    /// ([`MAX_TRAFFIC_PAIRS`]).
+    #[error(
+        "{placer} looks at every executor pair that exchanges traffic, and this topology has {} \
+         of them (at most {}), from {streams}: lower those components' parallelism (or use \
+         `global` groupings), or place it with `even` or `resource-aware`, which do not look at \
+         pairs",
+        thousands(*pairs),
+        thousands(MAX_TRAFFIC_PAIRS)
+    )]
+    TooManyPairs {
+        /// The placer's name.
+        placer: String,
+        /// Executor pairs carrying traffic.
+        pairs: u64,
+        /// The streams that make most of them, as users write them.
+        streams: String,
+    },
 }
 
 /// A stream placer: decides where every executor of a topology runs.
@@ -368,6 +540,25 @@ impl StreamPlacerKind {
             StreamPlacerKind::TwoPhaseTraffic => "two-phase-traffic",
             StreamPlacerKind::OnePhase => "one-phase",
         }
+    }
+
+    /// Whether placers of this kind walk every executor pair that exchanges traffic (and so
+    /// take at most [`MAX_TRAFFIC_PAIRS`] of them): `one-phase` and `two-phase-traffic`.
+    pub fn walks_pairs(self) -> bool {
+        matches!(
+            self,
+            StreamPlacerKind::OnePhase | StreamPlacerKind::TwoPhaseTraffic
+        )
+    }
+
+    /// [`PlacementProblem::check_pairs`] of `topology` at its declared rates for this kind (`Ok`
+    /// for a kind that does not walk pairs), without nodes: what a submission can check before
+    /// any node is there to place on.
+    pub fn check_pairs(self, topology: &Topology) -> Result<(), PlacementError> {
+        if !self.walks_pairs() {
+            return Ok(());
+        }
+        PlacementProblem::declared(topology, &[]).check_pairs(self.as_str())
     }
 
     /// A placer of this kind with default settings.

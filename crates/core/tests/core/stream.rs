@@ -13,13 +13,16 @@
 
 use hetsched_core::input::cluster::parse_cluster_with_slots;
 use hetsched_core::input::topology::parse_topology;
-use hetsched_core::model::topology::{Component, ComponentKind, Grouping, Stream, Topology};
+use hetsched_core::model::topology::{
+    Component, ComponentKind, Grouping, Stream, Topology, Traffic,
+};
 use hetsched_core::policy::stream::one_phase::{OnePhase, Refine, first_fit_decreasing};
 use hetsched_core::policy::stream::reschedule::{
     Cause, Decision, RescheduleController, RescheduleSettings,
 };
 use hetsched_core::policy::stream::{
-    Placement, PlacementProblem, StreamNode, StreamPlacer, StreamPlacerKind, evaluate, stream_nodes,
+    Placement, PlacementError, PlacementProblem, StreamNode, StreamPlacer, StreamPlacerKind,
+    evaluate, stream_nodes,
 };
 use hetsched_core::time::NANOS_PER_SEC;
 use proptest::prelude::*;
@@ -229,7 +232,8 @@ fn scripted(gain_threshold: f64) -> Vec<(u64, Cause)> {
     let mut applied = Vec::new();
     for s in 1..=60u64 {
         let factor = if (25..45).contains(&s) { 2.0 } else { 1.0 };
-        let traffic = declared.traffic_scaled(|_| factor);
+        // As the monitor measures it: a pair list.
+        let traffic = declared.traffic_scaled(|_| factor).pairs(&declared);
         let problem = PlacementProblem::measured(&declared, &nodes, traffic);
         match controller
             .tick(s * NANOS_PER_SEC, &placer, &problem, &current)
@@ -769,4 +773,247 @@ fn a_topology_that_requires_an_attribute_runs_only_on_the_nodes_that_have_it() {
         e,
         "t.toml:1:13: requires[0]: attribute `no space` has whitespace or a control character"
     );
+}
+
+/// A random topology for comparing the two forms of traffic: one or two spouts, then bolts;
+/// streams from any component into any bolt — self-loops, streams back between bolts, several
+/// streams between the same two components (their pairs merged), every grouping, rates that
+/// are not round.
+#[derive(Clone, Debug)]
+struct Mixed {
+    comps: Vec<(u32, f64)>,
+    spouts: usize,
+    streams: Vec<(usize, usize, u8, f64)>,
+    nodes: Vec<(u32, u32)>,
+    factors: Vec<f64>,
+}
+
+fn mixed() -> impl Strategy<Value = Mixed> {
+    (
+        prop::collection::vec((1u32..=7, 1.0f64..45.0), 2..7),
+        1usize..=2,
+        prop::collection::vec((0usize..100, 0usize..100, 0u8..4, 0.1f64..3000.0), 1..12),
+        prop::collection::vec((1u32..=8, 1u32..=4), 2..7),
+        prop::collection::vec(0.25f64..2.5, 12),
+    )
+        .prop_map(|(comps, spouts, streams, nodes, factors)| Mixed {
+            comps,
+            spouts,
+            streams,
+            nodes,
+            factors,
+        })
+}
+
+fn build_mixed(m: &Mixed) -> (Topology, Vec<StreamNode>) {
+    let c = m.comps.len();
+    let spouts = m.spouts.min(c - 1);
+    let grouping = |g: u8| match g {
+        0 => Grouping::Shuffle,
+        1 => Grouping::Fields,
+        2 => Grouping::All,
+        _ => Grouping::Global,
+    };
+    let topology = Topology {
+        name: "mixed".into(),
+        requires: Vec::new(),
+        components: m
+            .comps
+            .iter()
+            .enumerate()
+            .map(|(i, &(p, cpu))| Component {
+                name: format!("c{i}"),
+                kind: if i < spouts {
+                    ComponentKind::Spout
+                } else {
+                    ComponentKind::Bolt
+                },
+                parallelism: p,
+                cpu,
+                memory_bytes: 0,
+            })
+            .collect(),
+        streams: m
+            .streams
+            .iter()
+            .map(|&(a, b, g, rate)| Stream {
+                from: a % c,
+                // Into a bolt: a spout takes no input.
+                to: spouts + b % (c - spouts),
+                grouping: grouping(g),
+                rate,
+            })
+            .collect(),
+    };
+    let nodes = m
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, &(cores, slots))| node(&format!("n{i}"), cores, slots))
+        .collect();
+    (topology, nodes)
+}
+
+/// Every placer on `with_streams` and `with_pairs` (the same problem, traffic per stream and as
+/// the pair list), first and self-tuned allocation: the same placements; the same metrics, the
+/// traffic sums up to rounding.
+fn same_decisions(
+    with_streams: &PlacementProblem<'_>,
+    with_pairs: &PlacementProblem<'_>,
+) -> Result<(), TestCaseError> {
+    prop_assert_eq!(&with_streams.loads, &with_pairs.loads);
+    prop_assert_eq!(with_streams.adjacency(), with_pairs.adjacency());
+    let placers: Vec<Box<dyn StreamPlacer>> = vec![
+        StreamPlacerKind::Even.build(),
+        StreamPlacerKind::ResourceAware.build(),
+        StreamPlacerKind::TwoPhaseTraffic.build(),
+        Box::new(OnePhase::default()),
+        Box::new(OnePhase::exact(1.0)),
+    ];
+    for placer in &placers {
+        let a = placer.place(with_streams).unwrap();
+        let b = placer.place(with_pairs).unwrap();
+        prop_assert_eq!(&a, &b, "{}", placer.name());
+        let (ma, mb) = (evaluate(with_streams, &a), evaluate(with_pairs, &b));
+        let close = |x: f64, y: f64| (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1.0);
+        prop_assert!(
+            close(ma.inter_node_traffic, mb.inter_node_traffic),
+            "{:?} vs {:?}",
+            ma,
+            mb
+        );
+        prop_assert!(
+            close(ma.inter_process_traffic, mb.inter_process_traffic),
+            "{:?} vs {:?}",
+            ma,
+            mb
+        );
+        prop_assert_eq!(
+            (
+                ma.nodes_used,
+                ma.processes_used,
+                ma.overloaded_nodes,
+                ma.memory_overcommitted_nodes
+            ),
+            (
+                mb.nodes_used,
+                mb.processes_used,
+                mb.overloaded_nodes,
+                mb.memory_overcommitted_nodes
+            )
+        );
+        prop_assert_eq!(ma.max_node_load, mb.max_node_load);
+        // Self-tuning from the placement (one-phase's later allocations).
+        let (mut again_s, mut again_p) = (with_streams.clone(), with_pairs.clone());
+        again_s.previous = Some(&a);
+        again_p.previous = Some(&b);
+        prop_assert_eq!(
+            placer.place(&again_s).unwrap(),
+            placer.place(&again_p).unwrap()
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, rng_seed: RngSeed::Fixed(8), ..ProptestConfig::default() })]
+
+    #[test]
+    /// The per-stream traffic (what `declared` now carries) and the pair list it stands for (what
+    /// it carried before: one entry per executor pair) give every placer the same decisions:
+    /// the same adjacency and executor rates bit for bit, so the same placements; evaluate's
+    /// traffic equal up to rounding. At the declared rates and under scaled ones (the monitor's
+    /// shape: loads follow the rates).
+    fn per_stream_and_per_pair_traffic_give_the_same_placements(m in mixed()) {
+        let (t, nodes) = build_mixed(&m);
+        let declared = PlacementProblem::declared(&t, &nodes);
+        prop_assert_eq!(
+            declared.traffic.pair_count(&t),
+            declared.traffic.pairs(&t).len() as u64
+        );
+        prop_assert_eq!(
+            declared.traffic.executor_rates(&t),
+            t.executor_rates(&declared.traffic.pairs(&t))
+        );
+        let mut listed = declared.clone();
+        listed.traffic = Traffic::Pairs(declared.traffic.pairs(&t));
+        same_decisions(&declared, &listed)?;
+        let scaled = t.traffic_scaled(|s| m.factors[s % m.factors.len()]);
+        let per_stream = PlacementProblem::with_traffic(&t, &nodes, scaled.clone());
+        let measured = PlacementProblem::measured(&t, &nodes, scaled.pairs(&t));
+        same_decisions(&per_stream, &measured)?;
+    }
+}
+
+/// The repro of the scale review: a diamond of 100,000 executors joined by shuffles (2.3 × 10⁹
+/// executor pairs) placed by `even`. The problem carries one traffic entry per stream and no
+/// placer or metric lists a pair (the pair list took ~200 bytes a pair: 12,800 executors cost
+/// 2.1 GB, 32,000 did not finish); the traffic-aware placers refuse it, naming the streams.
+#[test]
+fn even_places_100000_executors_without_listing_executor_pairs() {
+    let text = std::fs::read_to_string(repo().join("examples/topology-diamond.toml")).unwrap();
+    // ×3,125: 18,750 + 31,250 + 31,250 + 18,750 executors.
+    let mut text = text;
+    for (from, to) in [
+        ("parallelism = 6\n", "parallelism = 18750\n"),
+        ("parallelism = 10\n", "parallelism = 31250\n"),
+    ] {
+        text = text.replace(from, to);
+    }
+    let t = parse_topology("diamond.toml", &text).unwrap();
+    assert_eq!(t.executor_count(), 100_000);
+    let nodes: Vec<StreamNode> = (0..100).map(|i| node(&format!("n{i}"), 16, 4)).collect();
+    let problem = PlacementProblem::declared(&t, &nodes);
+    // The traffic is the four streams, whatever the parallelism.
+    match &problem.traffic {
+        Traffic::Streams(s) => assert_eq!(s.len(), 4),
+        Traffic::Pairs(p) => panic!("declared traffic listed {} pairs", p.len()),
+    }
+    let pairs = problem.traffic.pair_count(&t);
+    assert_eq!(pairs, 2 * 18_750 * 31_250 * 2);
+    let started = std::time::Instant::now();
+    for kind in [StreamPlacerKind::Even, StreamPlacerKind::ResourceAware] {
+        let placement = kind.build().place(&problem).unwrap();
+        let m = evaluate(&problem, &placement);
+        assert_eq!(m.inter_process_traffic, 0.0);
+        if kind == StreamPlacerKind::Even {
+            // Round-robin over 100 workers on 100 nodes: a receiver is on its sender's node
+            // for about 1 in 100 pairs.
+            assert_eq!(m.nodes_used, 100);
+            let total = 2.0 * 18_750.0 * 3000.0 + 2.0 * 31_250.0 * 2000.0;
+            let share = m.inter_node_traffic / total;
+            assert!((0.989..=0.991).contains(&share), "{share}");
+        }
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "took {:?}",
+        started.elapsed()
+    );
+    for kind in StreamPlacerKind::ALL {
+        // What a submission checks before any node is there.
+        assert_eq!(kind.check_pairs(&t).is_err(), kind.walks_pairs(), "{kind}");
+    }
+    for kind in [
+        StreamPlacerKind::OnePhase,
+        StreamPlacerKind::TwoPhaseTraffic,
+    ] {
+        let e = kind.build().place(&problem).unwrap_err();
+        assert_eq!(kind.check_pairs(&t).unwrap_err(), e);
+        assert!(
+            matches!(e, PlacementError::TooManyPairs { pairs: p, .. } if p == pairs),
+            "{e}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!("{kind} looks at every executor pair"))
+                && text.contains("2,343,750,000")
+                && text.contains("at most 4,000,000")
+                && text.contains(
+                    "`left` -> `join` (fields, 31250 x 18750 executors: 585,937,500 pairs)"
+                )
+                && text.contains("`source` -> `left` (shuffle"),
+            "{text}"
+        );
+    }
 }

@@ -764,11 +764,19 @@ impl OnePhase {
 
     /// The configuration for `problem` (spec 04, Figure 3), and the best-schedule result on it.
     pub fn configure(&self, problem: &PlacementProblem<'_>) -> (Configuration, Vec<usize>) {
+        self.configure_with(problem, &problem.adjacency())
+    }
+
+    /// [`OnePhase::configure`] on the problem's adjacency (built once per placement).
+    fn configure_with(
+        &self,
+        problem: &PlacementProblem<'_>,
+        adj: &[Vec<(usize, f64)>],
+    ) -> (Configuration, Vec<usize>) {
         let nodes = problem.nodes;
-        let adj = problem.adjacency();
-        let pairs = traffic_order(&adj);
+        let pairs = traffic_order(adj);
         let demand: f64 = problem.loads.iter().sum();
-        let schedule = |c: &Configuration| Pass::new(problem, &adj, c).run(&pairs);
+        let schedule = |c: &Configuration| Pass::new(problem, adj, c).run(&pairs);
         let previous = problem.previous.filter(|p| {
             p.node.len() == problem.topology.executor_count()
                 && p.node.iter().all(|&n| n < nodes.len())
@@ -819,7 +827,12 @@ impl OnePhase {
 
     /// Moves executors off overloaded nodes, then falls back to first-fit-decreasing (see the
     /// module docs, "Repair").
-    fn repair(&self, problem: &PlacementProblem<'_>, mut placed: Vec<usize>) -> Vec<usize> {
+    fn repair(
+        &self,
+        problem: &PlacementProblem<'_>,
+        adj: &[Vec<(usize, f64)>],
+        mut placed: Vec<usize>,
+    ) -> Vec<usize> {
         let nodes = problem.nodes;
         let loads = &problem.loads;
         let memory = problem.topology.memory();
@@ -836,7 +849,6 @@ impl OnePhase {
         if !(0..nodes.len()).any(|n| over(&load, &mem, n)) {
             return placed;
         }
-        let adj = problem.adjacency();
         let usable: Vec<usize> = (0..nodes.len()).filter(|&n| nodes[n].slots > 0).collect();
         for n in 0..nodes.len() {
             while over(&load, &mem, n) {
@@ -924,9 +936,10 @@ impl StreamPlacer for OnePhase {
                 self.max_utilisation
             )));
         }
-        let (config, mut placed) = self.configure(problem);
+        problem.check_pairs(self.name())?;
+        let adj = problem.adjacency();
+        let (config, mut placed) = self.configure_with(problem, &adj);
         if self.refine == Refine::LocalSearch {
-            let adj = problem.adjacency();
             refine(problem, &adj, &config, &mut placed);
             // Second start: the executors round-robin over the configuration's nodes (Storm's
             // even order), when that spread fits the limits; the better local optimum wins
@@ -938,7 +951,7 @@ impl StreamPlacer for OnePhase {
                 }
             }
         }
-        let node = self.repair(problem, placed);
+        let node = self.repair(problem, &adj, placed);
         let process = vec![0; node.len()];
         Ok(Placement { node, process })
     }

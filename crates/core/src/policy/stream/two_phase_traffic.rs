@@ -30,6 +30,7 @@ impl StreamPlacer for TwoPhaseTraffic {
 
     fn place(&self, problem: &PlacementProblem<'_>) -> Result<Placement, PlacementError> {
         problem.check()?;
+        problem.check_pairs(self.name())?;
         let nodes = problem.nodes;
         let total_slots: u64 = nodes.iter().map(|n| u64::from(n.slots)).sum();
         let k = (problem.workers.unwrap_or(nodes.len() as u32) as u64).min(total_slots) as usize;
