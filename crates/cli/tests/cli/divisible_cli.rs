@@ -419,7 +419,26 @@ fn umrlm_on_a_worker_of_tiny_memory_is_refused_naming_it_not_planned_for_gigabyt
     // memory = 0.001 planned 2,000,000 rounds (6 GB); 1e-9 more than memory holds.
     let dir = temp_dir("tiny-memory");
     let platform = dir.join("tiny.toml");
-    for memory in ["0.001", "1e-9"] {
+    // A memory below two units cannot hold two chunks of one unit (the smallest chunk): refused
+    // at once; one of two units for a load of 10⁶ would need 10⁶ rounds: refused too.
+    for (memory, load, says) in [
+        (
+            "0.001",
+            "1000",
+            "worker 0 (`a`): memory 0.001 is the largest memory, and it holds less than two \
+             chunks of 1 load units",
+        ),
+        (
+            "1e-9",
+            "1000",
+            "worker 0 (`a`): memory 0.000000001 is the largest memory",
+        ),
+        (
+            "2.0",
+            "1000000",
+            "rounds would be needed for 1000000 units, at most 100000",
+        ),
+    ] {
         std::fs::write(
             &platform,
             format!(
@@ -434,17 +453,13 @@ fn umrlm_on_a_worker_of_tiny_memory_is_refused_naming_it_not_planned_for_gigabyt
             "--platform",
             &platform.display().to_string(),
             "--load",
-            "1000",
+            load,
             "--algo",
             "umrlm",
         ]);
         assert_eq!(out.status.code(), Some(1), "{memory}");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            stderr.contains("worker 0 (`a`): memory ")
-                && stderr.contains("rounds would be needed for 1000 units, at most 100000"),
-            "{stderr}"
-        );
+        assert!(stderr.contains(says), "{stderr}");
     }
     std::fs::remove_dir_all(&dir).ok();
 }

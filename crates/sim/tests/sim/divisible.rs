@@ -355,3 +355,73 @@ fn schedules_past_the_clock_are_refused_naming_the_quantity_never_wrapped() {
         assert!(s.compute_start <= s.compute_end && s.compute_end <= run.makespan);
     }
 }
+
+/// The review's platform (`hetsched sim divisible --algo umrlm`; docs/divisible.md, "Units"):
+/// ten workers of 10⁶ × U(0.5, 1.5) units/s (these speeds), no latencies, links of 10¹² units/s,
+/// memories of 120 units. 1,000 units ran as 51,324 rounds of 513,240 sends (1.3 s, 80 MB),
+/// 10,000 as 884,110 sends. A planner cuts no chunk below one unit now, so no run has more sends
+/// than units, and with every chunk capped at 60 units it has about the fewest the caps allow.
+#[test]
+fn a_platform_without_latencies_runs_no_more_sends_than_units() {
+    let speeds = [
+        1456034.2718892493,
+        1447827.4870593494,
+        556551.3677268086,
+        584871.9951589216,
+        1335498.8781294494,
+        1235969.9890685235,
+        1169730.4014402211,
+        808136.4575891442,
+        1105944.1656784625,
+        1106801.7336408377,
+    ];
+    let p = StarPlatform {
+        workers: speeds
+            .iter()
+            .enumerate()
+            .map(|(i, &speed)| StarWorker {
+                name: format!("w{i}"),
+                speed,
+                compute_latency: 0.0,
+                bandwidth: 1e12,
+                network_latency: 0.0,
+                memory: Some(120.0),
+            })
+            .collect(),
+    };
+    for (load, sends) in [(1_000.0, 30), (10_000.0, 230), (100_000.0, 2_250)] {
+        let plan = plan(Algo::Umrlm, &p, load, &PlanOptions::default()).expect("umrlm plans");
+        let r = simulate(&p, &plan, load, &StarConfig::default()).expect("umrlm runs");
+        // What docs/divisible.md quotes.
+        assert_eq!(r.sends.len(), sends, "{load} units");
+        assert!(
+            r.sends.len() as f64 <= (load / 60.0).ceil() * 2.0,
+            "{load} units: {} sends in {} rounds",
+            r.sends.len(),
+            r.rounds()
+        );
+        assert!(r.sends.iter().all(|s| s.size() >= 1.0 - 1e-9));
+        let sum: f64 = r.sends.iter().map(|s| s.size()).sum();
+        assert!((sum - load).abs() <= 1e-9 * load);
+    }
+    // Without memory limits every planner is bounded by the units alone.
+    let mut unlimited = p.clone();
+    for w in &mut unlimited.workers {
+        w.memory = None;
+    }
+    for algo in Algo::ALL {
+        for load in [3.0, 25.0, 1_000.0] {
+            let options = PlanOptions {
+                error: 0.2,
+                ..PlanOptions::default()
+            };
+            let plan = plan(algo, &unlimited, load, &options).expect("plans");
+            let r = simulate(&unlimited, &plan, load, &StarConfig::default()).expect("runs");
+            assert!(
+                r.sends.len() as f64 <= load,
+                "{algo}, {load} units: {} sends",
+                r.sends.len()
+            );
+        }
+    }
+}

@@ -12,8 +12,9 @@
 //!
 //! # Rounds
 //! 1. **Calibration** (round 0): every worker known at the start gets two small chunks, of `a` and
-//!    `2a` units (`a = ⌈W·10%/(3N)⌉`: a tenth of the load), so that the fit can separate its
-//!    compute latency from its speed. `static` has no calibration (it is the naive equal split: it plans on a platform of
+//!    `2a` units (`a = ⌈W·10%/(3N)⌉`: a tenth of the load, and at most half the worker's cap, so
+//!    that the two sizes differ where memory binds), so that the fit can separate its compute
+//!    latency from its speed. `static` has no calibration (it is the naive equal split: it plans on a platform of
 //!    identical workers).
 //! 2. **Planned rounds**: once every calibrated worker has finished both calibration chunks (a
 //!    single point cannot tell latency from speed), the planner (`algo`)
@@ -667,10 +668,13 @@ impl OnlineMaster {
         let round = self.next_round;
         for factor in [1, 2] {
             for &i in ids {
+                // Two sizes that differ, also where the cap binds (one size cannot separate the
+                // latency from the speed).
+                let cap = self.workers[i].cap();
                 self.queue.push_back(Item {
                     round,
                     worker: i,
-                    size: (a * factor).min(self.workers[i].cap()),
+                    size: (a.min((cap / 2).max(1)) * factor).min(cap),
                 });
             }
         }
@@ -834,6 +838,10 @@ mod tests {
         change: Option<(f64, f64)>,
         latency: f64,
         bandwidth: f64,
+        /// Seconds every transfer takes besides its bytes.
+        net_latency: f64,
+        /// Each compute takes `1 + jitter·u` times its time, `u` in [−1, 1] fixed by the chunk.
+        jitter: f64,
         memory: Option<u64>,
     }
 
@@ -844,6 +852,8 @@ mod tests {
             change: None,
             latency: 0.01,
             bandwidth: 2000.0,
+            net_latency: 0.001,
+            jitter: 0.0,
             memory: None,
         }
     }
@@ -930,10 +940,11 @@ mod tests {
                     }
                     if let Some(o) = m.next(ids[w]) {
                         let size = o.units() as f64;
-                        let transfer = 0.001 + size / t.bandwidth;
+                        let transfer = t.net_latency + size / t.bandwidth;
                         let arrive = now + transfer;
                         let start = arrive.max(free[w]);
-                        let compute = compute_time(t, start, size);
+                        let compute =
+                            compute_time(t, start, size) * (1.0 + t.jitter * noise(o.chunk));
                         let end = start + compute;
                         free[w] = end;
                         port_free = arrive;
@@ -974,6 +985,15 @@ mod tests {
         }
     }
 
+    /// A number in [−1, 1] fixed by `k` (SplitMix64).
+    fn noise(k: u64) -> f64 {
+        let mut z = k.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+    }
+
     /// How long `t` computes `size` units from `start`, the speed changing mid-chunk if it does.
     fn compute_time(t: &Truth, start: f64, size: f64) -> f64 {
         let begin = start + t.latency;
@@ -1010,6 +1030,73 @@ mod tests {
         );
         let bound = 6000.0 / 250.0;
         assert!(run.makespan < 1.15 * bound, "{} vs {bound}", run.makespan);
+    }
+
+    /// The review's job: ten workers whose chunks take a constant 2 ms whatever their size (a
+    /// command that returns at once), a memory cap of 60 units, 100,000 units. The fit read
+    /// latency 0, the planners wanted unboundedly many rounds, and the job went out as 9,737
+    /// chunks, 3,507 of one unit.
+    #[test]
+    fn a_constant_per_chunk_overhead_does_not_cut_the_load_into_single_units() {
+        let truth: Vec<Truth> = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"]
+            .into_iter()
+            .map(|name| Truth {
+                latency: 0.002,
+                bandwidth: 1e12,
+                // No input: a transfer is a message.
+                net_latency: 1e-5,
+                // Process starts vary.
+                jitter: 0.2,
+                memory: Some(120),
+                ..worker(name, 1e9)
+            })
+            .collect();
+        let units = 100_000;
+        let run = simulate(Algo::Umrlm, units, &truth, None);
+        covered_once(units, &run);
+        let fewest = units.div_ceil(60) as usize;
+        let ones = run.orders.iter().filter(|o| o.units() == 1).count();
+        let rounds = run.orders.iter().map(|o| o.round).max().unwrap_or(0) + 1;
+        println!(
+            "{} chunks ({ones} of one unit) in {rounds} rounds, makespan {:.3} s",
+            run.orders.len(),
+            run.makespan
+        );
+        assert!(
+            run.orders.len() <= 2 * fewest,
+            "{} chunks for {units} units at most 60 a chunk",
+            run.orders.len()
+        );
+        assert!(ones <= 10, "{ones} chunks of one unit");
+    }
+
+    /// Calibration sends `a` and `2a` units so that the fit can tell latency from speed; where
+    /// the memory cap is below `2a` both were cut to the cap — one size, latency 0.
+    #[test]
+    fn calibration_sizes_differ_where_the_memory_cap_binds() {
+        let mut m = OnlineMaster::new(OnlineConfig {
+            algo: Algo::Umrlm,
+            units: 100_000,
+            retries: 0,
+        });
+        // 120 units of memory: chunks of at most 60; a = ⌈100,000 × 10 % / 6⌉ = 1,667.
+        let (a, b) = (m.join("a", Some(120)), m.join("b", Some(120)));
+        let mut sizes = Vec::new();
+        for _ in 0..2 {
+            for w in [a, b] {
+                sizes.push(m.next(w).map(|o| o.units()));
+            }
+        }
+        assert_eq!(sizes, vec![Some(30), Some(30), Some(60), Some(60)]);
+        // A cap of one unit: both one unit (nothing smaller exists).
+        let mut m = OnlineMaster::new(OnlineConfig {
+            algo: Algo::Umrlm,
+            units: 100,
+            retries: 0,
+        });
+        let a = m.join("a", Some(2));
+        let sizes: Vec<_> = (0..2).map(|_| m.next(a).map(|o| o.units())).collect();
+        assert_eq!(sizes, vec![Some(1), Some(1)]);
     }
 
     #[test]

@@ -9,11 +9,14 @@
 //!   workers) worth `q = R/(2·ΣS)` seconds of compute each, `R` what is left, so a batch hands out
 //!   about half of `R` and a worker of speed `S_i` gets `q·S_i` units (weighted factoring: equal
 //!   sizes would leave the slowest worker last). Batches go on until `q` would fall below
-//!   `q_min = max_i max(cLat_i, nLat_i·B_i/S_i)` (a chunk that short spends as long in latencies
-//!   as in work); then one batch of `q = R/ΣS` takes the rest.
+//!   `q_min = max_i max(cLat_i, nLat_i·B_i/S_i, 1/S_i)` (a chunk that short spends as long in
+//!   latencies as in work, or holds less than one load unit on some worker: no chunk is cut below
+//!   a unit, [`super::MIN_CHUNK`]); then one batch of `q = max(R/ΣS, max_i 1/S_i)` takes the
+//!   rest (repeated until it is sent), and a remainder below a unit joins the chunk before it. A
+//!   tail that would hold less than a unit is none.
 
 use super::umr;
-use super::{Algo, Plan, PlanError, StarPlatform, TailChunk, predict};
+use super::{Algo, MIN_CHUNK, Plan, PlanError, StarPlatform, TailChunk, predict};
 
 /// The share of the load RUMR leaves to its second phase for an expected `error`.
 pub fn tail_share(error: f64) -> f64 {
@@ -22,12 +25,22 @@ pub fn tail_share(error: f64) -> f64 {
 
 /// The RUMR plan for `load`, expecting relative prediction errors of about `error`.
 pub fn plan(platform: &StarPlatform, load: f64, error: f64) -> Result<Plan, PlanError> {
-    let phi = tail_share(error);
+    let phi = if load * tail_share(error) < MIN_CHUNK {
+        0.0
+    } else {
+        tail_share(error)
+    };
     let head = load * (1.0 - phi);
     let sol = umr::select(platform, head)?;
     let chunks = sol.chunks(head);
     let n = sol.workers.len();
     let ss: f64 = sol.workers.iter().map(|&i| platform.workers[i].speed).sum();
+    // A unit's compute on the slowest tail worker: no tail chunk is shorter.
+    let q_unit = sol
+        .workers
+        .iter()
+        .map(|&i| MIN_CHUNK / platform.workers[i].speed)
+        .fold(0.0_f64, f64::max);
     let q_min = sol
         .workers
         .iter()
@@ -36,7 +49,7 @@ pub fn plan(platform: &StarPlatform, load: f64, error: f64) -> Result<Plan, Plan
             w.compute_latency
                 .max(w.network_latency * w.bandwidth / w.speed)
         })
-        .fold(0.0_f64, f64::max);
+        .fold(q_unit, f64::max);
     let tail_load = load - chunks.iter().map(|c| c.size).sum::<f64>();
     let mut tail = Vec::new();
     let mut left = tail_load;
@@ -44,7 +57,7 @@ pub fn plan(platform: &StarPlatform, load: f64, error: f64) -> Result<Plan, Plan
     while left > 0.0 {
         let q = left / (2.0 * ss);
         let last = q < q_min || tail.len() > 64 * n;
-        let time = if last { left / ss } else { q };
+        let time = if last { (left / ss).max(q_unit) } else { q };
         for _ in 0..n {
             tail.push(TailChunk { round, time });
         }

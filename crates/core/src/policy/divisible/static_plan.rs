@@ -1,31 +1,64 @@
 //! The naive baseline: one round, one chunk per worker, sized so every worker computes for the
 //! same time (UMR's `chunk_i = α_i·W + β_i` with `M = 1`; spec 03 "UMR"), all workers used, sent
 //! by decreasing link rate. Where a latency would make a chunk negative, chunks are simply
-//! proportional to speed.
+//! proportional to speed. Where a chunk would be below one load unit ([`super::min_chunk`]), the
+//! worker with the smallest chunk is left out, until every chunk holds a unit.
 
 use super::PlanError;
 use super::umr::bandwidth_order;
-use super::{Algo, Chunk, Plan, StarPlatform, predict};
+use super::{Algo, Chunk, Plan, StarPlatform, min_chunk, predict};
+
+/// Chunk sizes of the equal split of `load` over `used` (by worker index; 0 for the others).
+fn split(platform: &StarPlatform, used: &[bool], load: f64) -> Vec<f64> {
+    let ws = &platform.workers;
+    let on = |i: usize| used[i];
+    let ss: f64 = (0..ws.len()).filter(|&i| on(i)).map(|i| ws[i].speed).sum();
+    let s_clat: f64 = (0..ws.len())
+        .filter(|&i| on(i))
+        .map(|i| ws[i].speed * ws[i].compute_latency)
+        .sum();
+    let equal_time: Vec<f64> = (0..ws.len())
+        .map(|i| {
+            let w = &ws[i];
+            let alpha = w.speed / ss;
+            if on(i) {
+                alpha * load + alpha * s_clat - w.speed * w.compute_latency
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    if (0..ws.len())
+        .filter(|&i| on(i))
+        .all(|i| equal_time[i] > 0.0)
+    {
+        equal_time
+    } else {
+        (0..ws.len())
+            .map(|i| if on(i) { load * ws[i].speed / ss } else { 0.0 })
+            .collect()
+    }
+}
 
 /// The static plan for `load`.
 pub fn plan(platform: &StarPlatform, load: f64) -> Result<Plan, PlanError> {
-    let ws = &platform.workers;
-    let ss = platform.total_speed();
-    let s_clat: f64 = ws.iter().map(|w| w.speed * w.compute_latency).sum();
-    let equal_time: Vec<f64> = ws
-        .iter()
-        .map(|w| {
-            let alpha = w.speed / ss;
-            alpha * load + alpha * s_clat - w.speed * w.compute_latency
-        })
-        .collect();
-    let sizes: Vec<f64> = if equal_time.iter().all(|&c| c > 0.0) {
-        equal_time
-    } else {
-        ws.iter().map(|w| load * w.speed / ss).collect()
+    let unit = min_chunk(load) * (1.0 - 1e-9);
+    let mut used = vec![true; platform.workers.len()];
+    let sizes = loop {
+        let sizes = split(platform, &used, load);
+        let smallest = (0..sizes.len())
+            .filter(|&i| used[i])
+            .min_by(|&a, &b| sizes[a].total_cmp(&sizes[b]).then(b.cmp(&a)));
+        match smallest {
+            Some(i) if sizes[i] < unit && used.iter().filter(|&&u| u).count() > 1 => {
+                used[i] = false;
+            }
+            _ => break sizes,
+        }
     };
     let chunks = bandwidth_order(platform)
         .into_iter()
+        .filter(|&i| used[i])
         .map(|i| Chunk {
             round: 0,
             worker: i,

@@ -7,7 +7,8 @@
 //! `round_j = θ^j(round_0 − γ) + γ`, `round_0(M) = (W − Mγ)(1−θ)/(1−θ^M) + γ`,
 //! `chunk_{j,i} = α_i·round_j + β_i`, `Ex(M) = W/ΣS + M·c̄ + Σ(nLat_i + chunk_{0,i}/B_i)`.
 //!
-//! `M*` minimises `Ex` over integers `M ≥ 1`, rejecting any `M` whose chunks are not positive or
+//! `M*` minimises `Ex` over integers `M ≥ 1`, rejecting any `M` with a chunk below one load unit
+//! ([`super::min_chunk`]; spec 03 rejects chunks ≤ 0, hetsched cuts no chunk below a unit) or
 //! whose rounds shrink (the closed form assumes no worker ever waits for its next chunk, which
 //! holds exactly when rounds do not shrink). The chosen `M` is checked against the rounds the
 //! recursion gives — what is sent: near the recursion's unstable fixed point (θ > 1, `round_0 ≈ γ`)
@@ -18,7 +19,7 @@
 //! above is a running sum over the prefix, so each prefix costs O(1) per `M` tried. The send order
 //! is that same order in every round.
 
-use super::{Chunk, Plan, PlanError, StarPlatform};
+use super::{Chunk, Plan, PlanError, StarPlatform, min_chunk};
 
 /// Rounds tried at most: beyond this `θ^M` overflows or latencies dominate on any sane platform.
 pub const MAX_ROUNDS: u32 = 2_000;
@@ -42,11 +43,13 @@ pub struct UmrSolution {
     pub beta: Vec<f64>,
     /// `Ex(M*)`, seconds: the makespan of the generated schedule.
     pub makespan: f64,
+    /// The smallest chunk allowed, load units ([`super::min_chunk`] of the load solved for).
+    pub unit: f64,
 }
 
 impl UmrSolution {
     /// The same workers' rounds for `load` in exactly `rounds` rounds (`round_0(M)` by the
-    /// closed form), if every chunk of them is positive and they add up to `load`. UMRLM tries
+    /// closed form), if no chunk of them is below [`UmrSolution::unit`] and they add up to `load`. UMRLM tries
     /// round counts below `M*` ([`super::umrlm`]). Its `makespan` is `M*`'s.
     pub fn with_rounds(&self, rounds: u32, load: f64) -> Option<UmrSolution> {
         let m = f64::from(rounds);
@@ -63,9 +66,10 @@ impl UmrSolution {
             ..self.clone()
         };
         let sizes = s.round_sizes();
+        let floor = self.unit * (1.0 - 1e-9);
         let positive = sizes
             .iter()
-            .all(|&r| (0..s.workers.len()).all(|k| s.chunk(r, k) > 0.0));
+            .all(|&r| (0..s.workers.len()).all(|k| s.chunk(r, k) >= floor));
         let sum: f64 = sizes.iter().sum();
         (round0.is_finite() && positive && (sum - load).abs() <= 1e-9 * load.abs().max(1.0))
             .then_some(s)
@@ -121,6 +125,11 @@ impl UmrSolution {
 /// Running sums over a prefix of workers (spec 03's UMR sums).
 #[derive(Clone, Copy, Debug, Default)]
 struct Sums {
+    /// The smallest chunk allowed, load units.
+    unit: f64,
+    /// max (cLat + unit/S): a round gives every worker at least `unit` exactly when it is at
+    /// least `ΣS·(this − c̄)`.
+    max_clat_unit: f64,
     /// ΣS.
     s: f64,
     /// ΣS·cLat.
@@ -131,8 +140,6 @@ struct Sums {
     s_clat_over_b: f64,
     /// ΣnLat.
     nlat: f64,
-    /// max cLat.
-    max_clat: f64,
 }
 
 /// The constants of UMR's round recursion over one prefix of workers (spec 03's formulas).
@@ -146,7 +153,7 @@ struct Recursion {
     eta: f64,
     /// Σβ_i/B_i = Σ S_i(c̄ − cLat_i)/B_i.
     beta_over_b: f64,
-    /// chunk_{j,i} > 0 ⟺ round_j > r_min = ΣS·(max cLat − c̄).
+    /// chunk_{j,i} ≥ unit ⟺ round_j ≥ r_min = ΣS·(max (cLat + unit/S) − c̄) (> 0).
     r_min: f64,
 }
 
@@ -162,8 +169,13 @@ impl Recursion {
             theta,
             eta: theta * (sums.s_clat - ss * (sums.nlat + beta_over_b)),
             beta_over_b,
-            r_min: ss * (sums.max_clat - cbar),
+            r_min: ss * (sums.max_clat_unit - cbar),
         }
+    }
+
+    /// Whether a round of `r` units gives every worker a chunk of at least the unit.
+    fn big_enough(&self, r: f64) -> bool {
+        r > 0.0 && r >= self.r_min * (1.0 - 1e-12)
     }
 
     /// Whether the rounds the recursion gives from `r0` (what [`UmrSolution::chunks`] sends) all
@@ -171,7 +183,7 @@ impl Recursion {
     fn rounds_hold(&self, r0: f64, m: u32, load: f64) -> bool {
         let (mut r, mut sum) = (r0, 0.0);
         for _ in 0..m {
-            if !(r > self.r_min && r > 0.0) {
+            if !self.big_enough(r) {
                 return false;
             }
             sum += r;
@@ -189,7 +201,10 @@ impl Recursion {
 /// below it is sought.
 fn best_rounds(sums: &Sums, load: f64) -> Result<(u32, f64, f64, f64, f64), String> {
     let rec = Recursion::of(sums);
-    let mut why = String::from("every round count gives a chunk ≤ 0");
+    let mut why = format!(
+        "every round count gives a chunk below {} load units",
+        sums.unit
+    );
     let mut max_rounds = MAX_ROUNDS;
     loop {
         let Some((m, r0, ex)) = scan_rounds(sums, &rec, load, max_rounds, &mut why) else {
@@ -199,8 +214,9 @@ fn best_rounds(sums: &Sums, load: f64) -> Result<(u32, f64, f64, f64, f64), Stri
             return Ok((m, r0, ex, rec.theta, rec.eta));
         }
         why = format!(
-            "from {m} rounds on, the rounds the recursion gives have a chunk ≤ 0 or do not add up to \
-             the load (round_0 is too close to the recursion's unstable fixed point)"
+            "from {m} rounds on, the rounds the recursion gives have a chunk below {} load units or \
+             do not add up to the load (round_0 is too close to the recursion's unstable fixed point)",
+            sums.unit
         );
         if m == 1 {
             return Err(why);
@@ -223,7 +239,7 @@ fn scan_rounds(
         theta,
         eta,
         beta_over_b,
-        r_min,
+        ..
     } = *rec;
     let a = sums.s_over_b / ss; // Σα_i/B_i
     let near_one = (theta - 1.0).abs() < 1e-9;
@@ -247,8 +263,8 @@ fn scan_rounds(
             }
             (load - mf * gamma) * (1.0 - theta) / (1.0 - theta_m) + gamma
         };
-        if !(r0.is_finite() && r0 > r_min && r0 > 0.0) {
-            // round_0 only falls as M grows: no larger M can do better.
+        if !(r0.is_finite() && rec.big_enough(r0)) {
+            // round_0 only falls as M grows: no larger M gives every chunk a unit.
             break;
         }
         // Rounds must not shrink: round_1 − round_0 = (θ−1)·round_0 + η ≥ 0.
@@ -264,8 +280,11 @@ fn scan_rounds(
     best
 }
 
-fn sums_of(platform: &StarPlatform, workers: &[usize]) -> Sums {
-    let mut s = Sums::default();
+fn sums_of(platform: &StarPlatform, workers: &[usize], unit: f64) -> Sums {
+    let mut s = Sums {
+        unit,
+        ..Sums::default()
+    };
     for &i in workers {
         add(&mut s, platform, i);
     }
@@ -279,7 +298,7 @@ fn add(s: &mut Sums, platform: &StarPlatform, i: usize) {
     s.s_over_b += w.speed / w.bandwidth;
     s.s_clat_over_b += w.speed * w.compute_latency / w.bandwidth;
     s.nlat += w.network_latency;
-    s.max_clat = s.max_clat.max(w.compute_latency);
+    s.max_clat_unit = s.max_clat_unit.max(w.compute_latency + s.unit / w.speed);
 }
 
 /// Solves UMR for `load` on exactly `workers` (in that send order), with `M*`.
@@ -288,7 +307,8 @@ pub fn solve(
     load: f64,
     workers: &[usize],
 ) -> Result<UmrSolution, PlanError> {
-    let sums = sums_of(platform, workers);
+    let unit = min_chunk(load);
+    let sums = sums_of(platform, workers, unit);
     let (rounds, round0, makespan, theta, eta) =
         best_rounds(&sums, load).map_err(PlanError::NoRoundCount)?;
     let alpha: Vec<f64> = workers
@@ -312,6 +332,7 @@ pub fn solve(
         alpha,
         beta,
         makespan,
+        unit,
     })
 }
 
@@ -330,7 +351,10 @@ pub fn bandwidth_order(platform: &StarPlatform) -> Vec<usize> {
 /// UMR with resource selection: the prefix of [`bandwidth_order`] with the smallest `Ex(M*)`.
 pub fn select(platform: &StarPlatform, load: f64) -> Result<UmrSolution, PlanError> {
     let order = bandwidth_order(platform);
-    let mut sums = Sums::default();
+    let mut sums = Sums {
+        unit: min_chunk(load),
+        ..Sums::default()
+    };
     let mut best: Option<(usize, f64)> = None;
     let mut last_err = String::new();
     for (n, &i) in order.iter().enumerate() {
@@ -464,7 +488,9 @@ mod tests {
                     + gamma;
                 let chunks = s.chunks(w);
                 let sizes = s.round_sizes();
-                if chunks.iter().any(|c| c.size <= 0.0) || sizes.windows(2).any(|p| p[1] < p[0]) {
+                // Chunks below a unit are refused as spec 03 refuses chunks ≤ 0.
+                let unit = super::super::min_chunk(w) * (1.0 - 1e-9);
+                if chunks.iter().any(|c| c.size < unit) || sizes.windows(2).any(|p| p[1] < p[0]) {
                     return None;
                 }
                 let sends: Vec<_> = chunks.iter().map(|c| (c.worker, c.size)).collect();

@@ -24,11 +24,13 @@
 //! the best (ties: fewer chunks) — beyond the seed, which takes `M*`.
 
 use super::umr::{self, UmrSolution};
-use super::{Algo, Chunk, Plan, PlanError, StarMaster, StarPlatform, Weights, predict};
+use super::{
+    Algo, Chunk, Plan, PlanError, StarMaster, StarPlatform, StarWorker, Weights, min_chunk, predict,
+};
 
 /// The most rounds a UMRLM plan may take. A worker holds at most half its memory per round, so
 /// a small memory needs many rounds: the documented 20,000 units beside a 4-unit worker take
-/// 3,334 (more than UMR's [`umr::MAX_ROUNDS`]), and 10⁻⁹ units of memory would take 10¹³
+/// 3,333 (more than UMR's [`umr::MAX_ROUNDS`]), and 10⁻⁹ units of memory would take 10¹³
 /// (planning 2,000,000 rounds took gigabytes).
 pub const MAX_ROUNDS: u32 = 100_000;
 
@@ -64,8 +66,67 @@ pub fn cap(platform: &StarPlatform, i: usize) -> f64 {
         .map_or(f64::INFINITY, |m| m / 2.0)
 }
 
-/// The UMRLM plan for `load`.
+/// The UMRLM plan for `load`. No chunk is below one unit ([`min_chunk`]): a worker whose cap is
+/// below it takes no chunk (and a platform where every worker's is, is refused).
 pub fn plan(platform: &StarPlatform, load: f64, weights: Weights) -> Result<Plan, PlanError> {
+    let unit = min_chunk(load);
+    let fits = |i: usize| cap(platform, i) >= unit;
+    if (0..platform.workers.len()).all(fits) {
+        return plan_all(platform, load, weights);
+    }
+    let eligible: Vec<usize> = (0..platform.workers.len()).filter(|&i| fits(i)).collect();
+    if eligible.is_empty() {
+        // The worker that comes closest: the largest memory.
+        let (i, w) = platform
+            .workers
+            .iter()
+            .enumerate()
+            .max_by(|a, b| {
+                let m = |w: &StarWorker| w.memory.unwrap_or(f64::INFINITY);
+                m(a.1).total_cmp(&m(b.1))
+            })
+            .ok_or(PlanError::NoWorkers)?;
+        return Err(PlanError::Worker {
+            worker: i,
+            name: w.name.clone(),
+            field: "memory",
+            problem: format!(
+                "{} is the largest memory, and it holds less than two chunks of {unit} load \
+                 units (the smallest chunk: one computes while the next arrives)",
+                w.memory.unwrap_or(f64::INFINITY)
+            ),
+        });
+    }
+    let sub = StarPlatform {
+        workers: eligible
+            .iter()
+            .map(|&i| platform.workers[i].clone())
+            .collect(),
+    };
+    match plan_all(&sub, load, weights) {
+        Ok(mut p) => {
+            for c in &mut p.chunks {
+                c.worker = eligible[c.worker];
+            }
+            Ok(p)
+        }
+        Err(PlanError::Worker {
+            worker,
+            name,
+            field,
+            problem,
+        }) => Err(PlanError::Worker {
+            worker: eligible[worker],
+            name,
+            field,
+            problem,
+        }),
+        Err(e) => Err(e),
+    }
+}
+
+/// The UMRLM plan for `load` on a platform where every worker's cap holds a unit.
+fn plan_all(platform: &StarPlatform, load: f64, weights: Weights) -> Result<Plan, PlanError> {
     let selected = umr::select(platform, load)?;
     let workers = order(platform, &selected.workers, weights);
     let sol = umr::solve(platform, load, &workers)?;
@@ -171,7 +232,12 @@ fn limited(
                 .filter(|&k| first[k] > 0.0)
                 .map(|k| caps[k] / first[k])
                 .fold(1.0_f64, f64::min);
-            first.iter().map(|c| c * scale).collect()
+            // Never below a unit (every cap holds one: [`plan`]).
+            first
+                .iter()
+                .zip(caps)
+                .map(|(c, &cap)| (c * scale).max(sol.unit).min(cap))
+                .collect()
         }
     };
     let frozen_total: f64 = frozen.iter().sum();
@@ -263,7 +329,7 @@ fn limited(
         }
         let last = load - sent_total(done, &frozen, fewest + extra);
         let (last_chunks, makespan) =
-            last_round(platform, &master, &sol.workers, caps, round, last);
+            last_round(platform, &master, &sol.workers, caps, round, last, sol.unit);
         if best.as_ref().is_none_or(|b| makespan < b.3) {
             best = Some((chunks.len(), round, last_chunks, makespan));
         } else {
@@ -281,6 +347,7 @@ fn limited(
         }
     }
     chunks.extend(last_chunks);
+    let moved = settle_small(&mut chunks, |i| cap(platform, i), sol.unit);
     let mut plan = Plan {
         algo: Algo::Umrlm,
         chunks,
@@ -289,10 +356,57 @@ fn limited(
         tail_workers: Vec::new(),
         predicted_makespan: makespan,
     };
-    if plan.predicted_makespan == 0.0 {
+    if moved || plan.predicted_makespan == 0.0 {
         plan.predicted_makespan = predict(platform, &plan).makespan;
     }
     Ok(plan)
+}
+
+/// Removes chunks below `unit` (the last round's share of a worker finishing late, or the last
+/// round's whole share when less than a unit is left): each goes into the chunk of its round
+/// with the most room under its cap, else into the latest chunk of the plan with room; failing
+/// both, it takes what it lacks from the latest chunk that stays at least a unit; failing that
+/// too (every chunk at a cap below two units), it stays. True when a chunk changed.
+fn settle_small(chunks: &mut Vec<Chunk>, cap: impl Fn(usize) -> f64, unit: f64) -> bool {
+    let small = |c: &Chunk| c.size < unit * (1.0 - 1e-9);
+    let mut moved = false;
+    let mut k = 0;
+    while k < chunks.len() {
+        let c = chunks[k];
+        if !small(&c) || chunks.len() == 1 {
+            k += 1;
+            continue;
+        }
+        let room = |d: &Chunk| cap(d.worker) - d.size;
+        let round = c.round;
+        let same_round = chunks
+            .iter()
+            .enumerate()
+            .filter(|&(j, d)| j != k && d.round == round && !small(d) && room(d) >= c.size)
+            .max_by(|a, b| room(a.1).total_cmp(&room(b.1)))
+            .map(|(j, _)| j);
+        let target = same_round.or_else(|| {
+            (0..chunks.len())
+                .rev()
+                .find(|&j| j != k && !small(&chunks[j]) && room(&chunks[j]) >= c.size)
+        });
+        moved = true;
+        if let Some(j) = target {
+            chunks[j].size += c.size;
+            chunks.remove(k);
+            continue;
+        }
+        let lack = unit - c.size;
+        if let Some(j) = (0..chunks.len())
+            .rev()
+            .find(|&j| j != k && chunks[j].size - lack >= unit)
+        {
+            chunks[j].size -= lack;
+            chunks[k].size = unit;
+        }
+        k += 1;
+    }
+    moved
 }
 
 /// Load sent by the UMR rounds (`done`) and `rounds` frozen rounds.
@@ -310,6 +424,7 @@ fn last_round(
     caps: &[f64],
     round: u32,
     total: f64,
+    unit: f64,
 ) -> (Vec<Chunk>, f64) {
     let all = || {
         (0..platform.workers.len())
@@ -320,7 +435,7 @@ fn last_round(
         return (Vec::new(), all());
     }
     // The first pass only orders the workers: a coarse finish time is enough.
-    let mut by_time = balance(platform, base, workers, caps, total, 1e-6);
+    let mut by_time = balance(platform, base, workers, caps, total, unit, 1e-6);
     by_time.sort_by(|a, b| {
         let ta = platform.compute_time(workers[a.0], a.1);
         let tb = platform.compute_time(workers[b.0], b.1);
@@ -329,7 +444,7 @@ fn last_round(
     let order: Vec<usize> = by_time.iter().map(|&(k, _)| workers[k]).collect();
     let order_caps: Vec<f64> = by_time.iter().map(|&(k, _)| caps[k]).collect();
     let mut m = base.clone();
-    let chunks: Vec<Chunk> = balance(platform, base, &order, &order_caps, total, 1e-10)
+    let chunks: Vec<Chunk> = balance(platform, base, &order, &order_caps, total, unit, 1e-10)
         .into_iter()
         .map(|(k, size)| {
             let worker = order[k];
@@ -355,6 +470,7 @@ fn last_round(
 /// Sizes of a last round of `total` units over `workers` (send order), after the state `base`:
 /// the common finish time `T` is bisected so the chunks `x_k(T) ∈ [0, cap_k]` add up to `total`.
 /// `T` is found to `tolerance` relative; the sizes are rescaled to add up to `total` exactly.
+/// A worker whose chunk would be below `unit` gets none (it finishes about `T` as it is).
 /// Returns `(position in workers, size)` for the non-empty chunks.
 fn balance(
     platform: &StarPlatform,
@@ -362,6 +478,7 @@ fn balance(
     workers: &[usize],
     caps: &[f64],
     total: f64,
+    unit: f64,
     tolerance: f64,
 ) -> Vec<(usize, f64)> {
     let sizes_at = |t_finish: f64| -> Vec<f64> {
@@ -378,6 +495,7 @@ fn balance(
                     * (t_finish - start - w.network_latency - w.compute_latency)
                     / (1.0 + w.speed / w.bandwidth);
                 let x = after_free.min(after_arrival).clamp(0.0, cap);
+                let x = if x < unit { 0.0 } else { x };
                 if x > 0.0 {
                     m.send(i, x, platform.send_time(i, x), platform.compute_time(i, x));
                 }
@@ -514,29 +632,116 @@ mod tests {
     }
 
     /// A worker of tiny memory needs a round per half of it: 10⁻⁹ units planned 10¹² rounds
-    /// (allocating until the process aborted), 0.001 units 2,000,000 rounds (gigabytes).
+    /// (allocating until the process aborted), 0.001 units 2,000,000 rounds (gigabytes). A
+    /// memory below two units cannot hold two chunks of a unit: such a worker takes none, and a
+    /// platform of only such workers is refused; a memory of two units for a load of 10⁶ would
+    /// still take 10⁶ rounds.
     #[test]
     fn a_memory_that_needs_too_many_rounds_is_refused_naming_the_worker() {
-        for (memory, rounds) in [(1e-9, "2000000000000"), (0.001, "2000000")] {
+        for memory in [1e-9, 0.001, 1.9] {
             let p = star(&[(100.0, 1000.0, Some(memory))]);
             let e = plan(&p, 1000.0, Weights::default())
                 .err()
                 .map(|e| e.to_string());
             let want = format!(
-                "worker 0 (`w0`): memory {memory} holds at most {} units per round (half of it: \
-                 the next chunk arrives while one computes): {rounds} rounds would be needed \
-                 for 1000 units, at most 100000",
-                memory / 2.0
+                "worker 0 (`w0`): memory {memory} is the largest memory, and it holds less than \
+                 two chunks of 1 load units (the smallest chunk: one computes while the next \
+                 arrives)"
             );
             assert_eq!(e.as_deref(), Some(want.as_str()));
         }
+        let p = star(&[(100.0, 1000.0, Some(2.0))]);
+        let e = plan(&p, 1e6, Weights::default())
+            .err()
+            .map(|e| e.to_string());
+        let want = "worker 0 (`w0`): memory 2 holds at most 1 units per round (half of it: the \
+                    next chunk arrives while one computes): 1000000 rounds would be needed for \
+                    1000000 units, at most 100000";
+        assert_eq!(e.as_deref(), Some(want));
         // Fewer rounds, but of many workers: the sends are bounded too.
-        let p = star(&vec![(100.0, 1e5, Some(0.0018)); 20]);
-        let e = plan(&p, 1000.0, Weights::default())
+        let p = star(&vec![(100.0, 1e5, Some(2.0)); 20]);
+        let e = plan(&p, 1.5e6, Weights::default())
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(e.contains("sends to 20 workers, at most 1000000"), "{e}");
+        // A worker that cannot hold a unit beside one that can: it takes no chunk.
+        let p = star(&[(100.0, 1000.0, Some(1.0)), (50.0, 1000.0, Some(100.0))]);
+        let plan = plan(&p, 500.0, Weights::default()).expect("plans on worker 1");
+        assert!(plan.chunks.iter().all(|c| c.worker == 1));
+        assert!((plan.load() - 500.0).abs() < 1e-9);
+    }
+
+    /// The review's platform: ten workers of about 10⁶ units/s, no latencies, links of 10¹²
+    /// units/s, memories of 120 units. UMR wanted ever more rounds, UMRLM froze its tiny first
+    /// ones: 1,000 units went out as 513,240 sends (1.4 s, 93 MB), 10,000 as 884,110.
+    #[test]
+    fn a_platform_without_latencies_gets_no_more_sends_than_units() {
+        let speeds = [
+            0.9572, 0.5948, 1.3477, 1.2305, 0.6407, 0.9416, 1.2013, 0.8121, 0.5343, 1.3104,
+        ];
+        let p = StarPlatform {
+            workers: speeds
+                .iter()
+                .enumerate()
+                .map(|(i, s)| super::super::StarWorker {
+                    name: format!("w{i}"),
+                    speed: s * 1e6,
+                    compute_latency: 0.0,
+                    bandwidth: 1e12,
+                    network_latency: 0.0,
+                    memory: Some(120.0),
+                })
+                .collect(),
+        };
+        for w in [1_000.0, 10_000.0, 100_000.0, 7.5, 0.4] {
+            let plan = plan(&p, w, Weights::default()).expect("plans");
+            assert!(
+                plan.chunks.len() as f64 <= w.ceil(),
+                "{w} units: {} sends",
+                plan.chunks.len()
+            );
+            let unit = super::super::min_chunk(w) * (1.0 - 1e-9);
+            assert!(
+                plan.chunks.iter().all(|c| c.size >= unit),
+                "{w} units: a chunk below a unit"
+            );
+            assert!((plan.load() - w).abs() <= 1e-9 * w, "{w} units");
+            for c in &plan.chunks {
+                assert!(c.size <= cap(&p, c.worker) * (1.0 + 1e-9), "{c:?}");
+            }
+            // The fewest sends the caps allow, give or take a round.
+            let fewest = (w / 60.0).ceil();
+            assert!(
+                (plan.chunks.len() as f64) < 3.0 * fewest + 10.0,
+                "{w} units: {} sends",
+                plan.chunks.len()
+            );
+        }
+    }
+
+    #[test]
+    fn chunks_below_a_unit_join_a_chunk_with_room_or_borrow_from_a_large_one() {
+        let c = |round, worker, size| Chunk {
+            round,
+            worker,
+            size,
+        };
+        // Into the chunk of its round with the most room.
+        let mut v = vec![c(0, 0, 5.0), c(1, 0, 5.0), c(1, 1, 9.0), c(1, 2, 0.3)];
+        assert!(settle_small(&mut v, |_| 10.0, 1.0));
+        assert_eq!(v, vec![c(0, 0, 5.0), c(1, 0, 5.3), c(1, 1, 9.0)]);
+        // No room in its round: the latest chunk with room.
+        let mut v = vec![c(0, 0, 5.0), c(1, 0, 10.0), c(1, 1, 0.5)];
+        assert!(settle_small(&mut v, |_| 10.0, 1.0));
+        assert_eq!(v, vec![c(0, 0, 5.5), c(1, 0, 10.0)]);
+        // No room anywhere: it borrows what it lacks.
+        let mut v = vec![c(0, 0, 4.0), c(0, 1, 4.0), c(1, 1, 0.25)];
+        assert!(settle_small(&mut v, |_| 4.0, 1.0));
+        assert_eq!(v, vec![c(0, 0, 4.0), c(0, 1, 3.25), c(1, 1, 1.0)]);
+        // Nothing small: nothing moves.
+        let mut v = vec![c(0, 0, 1.0), c(0, 1, 2.0)];
+        assert!(!settle_small(&mut v, |_| 4.0, 1.0));
     }
 
     #[test]
