@@ -87,7 +87,18 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         "calibrating: matrix order for ~{:.1}s solves …",
         args.task_secs
     );
-    let n = tokio::task::spawn_blocking(move || calibrate(args.task_secs)).await??;
+    // A ^C from now on is seen here, not by the default handler: the demo stops its agents and
+    // server before it removes their directory.
+    let (interrupt, mut interrupted) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            let _ = interrupt.send(true);
+        }
+    });
+    let n = tokio::select! {
+        n = tokio::task::spawn_blocking(move || calibrate(args.task_secs)) => n??,
+        _ = interrupted.changed() => anyhow::bail!("interrupted"),
+    };
     let dir = std::env::temp_dir().join(format!("hetsched-demo-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     // Removed however the demo ends: done, failed or interrupted (unless `--keep`).
@@ -95,10 +106,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         dir: dir.clone(),
         keep: args.keep,
     };
-    tokio::select! {
-        done = run_in(args, exe, n, dir) => done,
-        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
-    }
+    run_in(args, exe, n, dir, interrupted).await
 }
 
 /// The demo's data directory, removed when the demo ends unless it is to be kept.
@@ -130,12 +138,15 @@ impl Drop for DemoDir {
     }
 }
 
-/// The demo itself, its data in `dir`.
+/// The demo itself, its data in `dir`: its server and agents are stopped however it ends, a ^C
+/// (`interrupted`) included, before [`DemoDir`] removes `dir` (a task or an agent still running
+/// would write into it while it goes).
 async fn run_in(
     args: DemoArgs,
     exe: String,
     n: usize,
     dir: std::path::PathBuf,
+    mut interrupted: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let config = hetsched_server::ServerConfig {
         listen: "127.0.0.1:0".parse()?,
@@ -209,7 +220,31 @@ async fn run_in(
             let _ = rx.await;
         })));
     }
-    let mut api = connect_with(&url, &server.token, None).await?;
+    let outcome = tokio::select! {
+        done = jobs(args.tasks, &exe, n, &dir, &url, &server.token) => done,
+        _ = interrupted.changed() => Err(anyhow::anyhow!("interrupted")),
+    };
+    for tx in stops {
+        let _ = tx.send(());
+    }
+    for a in agents {
+        let _ = a.await;
+    }
+    server.stop().await?;
+    outcome
+}
+
+/// The demo's jobs on the running cluster at `url`: the batch job, then the divisible job and
+/// the workflow.
+async fn jobs(
+    tasks: u32,
+    exe: &str,
+    n: usize,
+    dir: &std::path::Path,
+    url: &str,
+    token: &str,
+) -> anyhow::Result<()> {
+    let mut api = connect_with(url, token, None).await?;
     // Let the agents register so the job is checked against real nodes.
     let deadline = Instant::now() + std::time::Duration::from_secs(10);
     // … and the two NNodes be bound to gpu-node.
@@ -226,7 +261,7 @@ async fn run_in(
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     println!("rack-a: gpu-node is the ANode; cpu-node-1 and cpu-node-2 are bound to it");
-    let text = job_file(&exe, args.tasks, n);
+    let text = job_file(exe, tasks, n);
     let job_path = dir.join("demo-job.toml");
     std::fs::write(&job_path, &text)?;
     let reply = api
@@ -240,7 +275,7 @@ async fn run_in(
         .into_inner();
     println!(
         "submitted job {}: lu (CPU+GPU), qr (CPU), cholesky (GPU+CPU), {} tasks each, n ≈ {n}",
-        reply.job_id, args.tasks
+        reply.job_id, tasks
     );
     let waited = wait_on(
         &mut api,
@@ -301,15 +336,8 @@ async fn run_in(
         "makespan {:.2}s (submission to last task end)",
         job.finished_ns.saturating_sub(job.submitted_ns) as f64 / 1e9
     );
-    let divisible = super::divisible::demo(&mut api, &url, &server.token, &exe, &dir).await;
-    let workflow = super::demo_workflow::demo(&mut api, &dir).await;
-    for tx in stops {
-        let _ = tx.send(());
-    }
-    for a in agents {
-        let _ = a.await;
-    }
-    server.stop().await?;
+    let divisible = super::divisible::demo(&mut api, url, token, exe, dir).await;
+    let workflow = super::demo_workflow::demo(&mut api, dir).await;
     waited.and(divisible).and(workflow)
 }
 
