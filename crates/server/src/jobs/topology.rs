@@ -203,8 +203,17 @@ struct Run {
     rec: Record,
     topo: RunnableTopology,
     live: HashMap<u32, Live>,
-    /// Last cumulative count per (worker, from, to) and per (worker, executor) CPU.
+    /// Last cumulative count per (worker, from, to) and per (worker, executor) CPU. At most
+    /// [`MAX_MEASURED_PAIRS`] pairs, each joining two executors whose components a stream joins
+    /// ([`Run::joins`]): what an agent reports is bounded before it is kept.
     prev_pairs: HashMap<(u32, u32, u32), u64>,
+    /// Each executor's component (index: executor id), for [`Run::joins`].
+    executor_component: Vec<usize>,
+    /// `(from component, to component)` of every stream.
+    linked: HashSet<(usize, usize)>,
+    /// Pair counts refused: executors that do not exist or that no stream joins, or a new pair
+    /// past [`MAX_MEASURED_PAIRS`] (logged when it first happens).
+    pairs_refused: u64,
     prev_cpu: HashMap<(u32, u32), u64>,
     prev_emitted: HashMap<(u32, u32), u64>,
     /// Spec 04's monitor: what the controller reads every interval.
@@ -421,6 +430,13 @@ pub struct WorkerStartError {
 /// The longest start error of a worker kept (an agent's text, bounded before it is held).
 pub const MAX_START_ERROR: usize = 1000;
 
+/// The most (worker, sender, receiver) pair counts a running topology's measurement keeps:
+/// `one-phase` and `two-phase-traffic` walk at most this many pairs anyway
+/// ([`hetsched_core::policy::stream::MAX_TRAFFIC_PAIRS`]); `even` and `resource-aware` accept
+/// topologies with more (4,096 executors joined by shuffles have 4·10⁶ pairs per stream), whose
+/// counts past this are not kept.
+pub const MAX_MEASURED_PAIRS: usize = hetsched_core::policy::stream::MAX_TRAFFIC_PAIRS as usize;
+
 /// The longest topology name a submission may give, in bytes (as an application's name): it
 /// names the topology's workers' directories on the agents, its metrics' label and every
 /// request about it (the dashboard's `/api/topology?name=` refuses a longer one).
@@ -524,11 +540,21 @@ impl Run {
                 start,
             )
         });
+        let executor_component = topo.topology.executor_components();
+        let linked = topo
+            .topology
+            .streams
+            .iter()
+            .map(|st| (st.from, st.to))
+            .collect();
         Self {
             rec,
             topo,
             live: HashMap::new(),
             prev_pairs: HashMap::new(),
+            executor_component,
+            linked,
+            pairs_refused: 0,
             prev_cpu: HashMap::new(),
             prev_emitted: HashMap::new(),
             monitor: TrafficMonitor::new(start),
@@ -561,7 +587,7 @@ impl Run {
 
     /// Takes a worker's cumulative counters: the increase since its last report feeds the
     /// monitors. A worker whose process changed starts from zero.
-    fn feed(&mut self, worker: u32, pid: u32, report: WorkerReport, now: u64) {
+    fn feed(&mut self, worker: u32, pid: u32, report: &mut WorkerReport, now: u64) {
         let restarted = self.live.get(&worker).is_some_and(|l| l.pid != pid);
         if restarted {
             self.prev_pairs.retain(|k, _| k.0 != worker);
@@ -569,6 +595,24 @@ impl Run {
             self.prev_emitted.retain(|k, _| k.0 != worker);
         }
         let _ = now;
+        // What the agent sent is kept (`Live::report`) only as far as it is accepted here.
+        let refused_before = self.pairs_refused;
+        report.pairs.retain(|p| {
+            let known = self.prev_pairs.contains_key(&(worker, p.from, p.to));
+            let keep =
+                known || (self.joins(p.from, p.to) && self.prev_pairs.len() < MAX_MEASURED_PAIRS);
+            if !keep {
+                self.pairs_refused += 1;
+            }
+            keep
+        });
+        if refused_before == 0 && self.pairs_refused > 0 {
+            tracing::warn!(
+                topology = %self.rec.name,
+                "worker {worker} reported traffic between executors no stream joins, or past the \
+                 {MAX_MEASURED_PAIRS} pairs a topology's measurement keeps: not counted"
+            );
+        }
         for p in &report.pairs {
             let prev = self
                 .prev_pairs
@@ -594,6 +638,14 @@ impl Run {
                 .unwrap_or(0);
             *self.window_emitted.entry(e.executor).or_default() += e.emitted.saturating_sub(prev);
         }
+    }
+
+    /// Whether a stream joins executor `from` to executor `to` (both of this topology).
+    fn joins(&self, from: u32, to: u32) -> bool {
+        let component = |e: u32| self.executor_component.get(e as usize).copied();
+        component(from)
+            .zip(component(to))
+            .is_some_and(|link| self.linked.contains(&link))
     }
 
     fn roll_window(&mut self, now_core: u64) {
@@ -905,23 +957,28 @@ fn invalid(e: impl std::fmt::Display) -> TopologyError {
 
 impl Topology {
     /// Rebuilds the kind from its stored records (a server restart, or a rollback).
-    pub fn restore(records: Vec<Record>, dead_timeout: Duration) -> Self {
+    ///
+    /// # Errors
+    /// [`StateError::StoredTopologyUnreadable`] when a record's file no longer reads under this
+    /// version: the server does not start rather than lose the topology, as for jobs.
+    pub fn restore(records: Vec<Record>, dead_timeout: Duration) -> Result<Self, StateError> {
         let mut runs = BTreeMap::new();
         let mut unsynced = HashSet::new();
         for rec in records {
-            match parse_runnable_topology(&rec.origin, &rec.text) {
-                Ok(topo) => {
-                    if rec.state == "running"
-                        && let Some(p) = &rec.placement
-                    {
-                        unsynced.extend(p.workers.iter().map(|(node, _)| node.clone()));
-                    }
-                    runs.insert(rec.name.clone(), Run::new(rec, topo, 0));
+            let topo = parse_runnable_topology(&rec.origin, &rec.text).map_err(|error| {
+                StateError::StoredTopologyUnreadable {
+                    name: rec.name.clone(),
+                    error: Box::new(error),
                 }
-                Err(e) => tracing::error!("stored topology {} no longer parses: {e}", rec.name),
+            })?;
+            if rec.state == "running"
+                && let Some(p) = &rec.placement
+            {
+                unsynced.extend(p.workers.iter().map(|(node, _)| node.clone()));
             }
+            runs.insert(rec.name.clone(), Run::new(rec, topo, 0));
         }
-        Topology {
+        Ok(Topology {
             metrics: TopologyMetrics::default(),
             inner: Inner {
                 runs,
@@ -936,7 +993,7 @@ impl Topology {
             unsynced,
             in_use: HashMap::new(),
             changes: super::Changes::default(),
-        }
+        })
     }
 
     /// What an agent's held sync and the idle controller wait on: a receiver of every later
@@ -1249,6 +1306,9 @@ impl Topology {
     pub fn submit(&mut self, req: TopologySubmission) -> Result<serde_json::Value, TopologyError> {
         let topo = parse_runnable_topology(&req.origin, &req.text).map_err(invalid)?;
         let placer: StreamPlacerKind = req.placer.parse().map_err(invalid)?;
+        // A placer that walks every executor pair refuses too many of them: said now, not at
+        // the first node's beat (with no node up the placement waits, and would fail then).
+        placer.check_pairs(&topo.topology).map_err(invalid)?;
         if !(req.max_utilisation > 0.0 && req.max_utilisation <= 1.0) {
             return Err(invalid("max_utilisation must be in (0, 1]"));
         }
@@ -1570,9 +1630,9 @@ impl Topology {
             {
                 addr = std::net::SocketAddr::new(ip, sa.port()).to_string();
             }
-            let report = w.report;
-            if let Some(r) = &report {
-                run.feed(w.worker, w.pid, r.clone(), now);
+            let mut report = w.report;
+            if let Some(r) = &mut report {
+                run.feed(w.worker, w.pid, r, now);
                 // It runs (and has taken what was handed over, or stopped waiting): a restart
                 // from now on starts its executors without waiting.
                 run.await_state.remove(&w.worker);

@@ -923,3 +923,84 @@ fn the_accounts_credit_a_worker_for_the_time_the_server_was_down() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A topology with more executor pairs than `one-phase` can walk is refused at submission, naming
+/// the stream, even with no node up (before, it was accepted and its placement failed at the
+/// first node's beat); `even`, which never walks pairs, takes it.
+#[test]
+fn too_many_pairs_for_a_traffic_aware_placer_is_refused_at_submission_with_no_node_up() {
+    let dir = scratch("too-many-pairs");
+    let mut s = open(&dir);
+    let wide = TOPOLOGY.replace(
+        "parallelism = 2\ncpu = 50.0",
+        "parallelism = 2048\ncpu = 1.0",
+    );
+    assert_eq!(wide.matches("parallelism = 2048").count(), 2);
+    let one_phase = TopologySubmission {
+        text: wide.clone(),
+        ..submission()
+    };
+    let e = s.topology_submit(one_phase).expect_err("4,194,304 pairs");
+    let said = e.to_string();
+    assert!(
+        said.contains("`numbers` -> `keep`") && said.contains("4,194,304 pairs"),
+        "{said}"
+    );
+    let even = TopologySubmission {
+        text: wide,
+        placer: "even".into(),
+        ..submission()
+    };
+    s.topology_submit(even).expect("even places without pairs");
+}
+
+/// Pair counts an agent reports between executors that do not exist, or that no stream joins,
+/// are not kept nor shown (before, every pair a report named was kept, whatever it was: the
+/// server's measurement grew with whatever its agents sent).
+#[test]
+fn traffic_reported_between_executors_no_stream_joins_is_not_kept() {
+    use hetsched_stream::WorkerReport;
+    use hetsched_stream::metrics::{LatencySummary, PairCount};
+    let dir = scratch("bad-pairs");
+    let mut s = open(&dir);
+    common::register(&mut s, "n", 4);
+    sync(&mut s, vec![]);
+    s.topology_submit(submission()).expect("submit");
+    let report = |tuples: u64| WorkerReport {
+        worker: 0,
+        at_ns: hetsched_server::state::now_ns(),
+        // numbers#0 -> keep#0 is a stream's; keep#0 -> numbers#0 (backwards), numbers#0 ->
+        // numbers#1 (no stream) and executors 9 and 4,000,000,000 (none) are not.
+        pairs: [(0, 2), (2, 0), (0, 1), (9, 2), (0, 4_000_000_000)]
+            .into_iter()
+            .map(|(from, to)| PairCount { from, to, tuples })
+            .collect(),
+        executors: Vec::new(),
+        remote_out: 0,
+        remote_in: 0,
+        dropped: 0,
+        latency: LatencySummary::default(),
+        rss_bytes: 0,
+        encrypted: false,
+        refused_connections: 0,
+    };
+    let mut worker = running_worker(1);
+    worker.report = Some(report(10));
+    sync(&mut s, vec![worker.clone()]);
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    worker.report = Some(report(1_000));
+    sync(&mut s, vec![worker]);
+    s.topology_tick().expect("tick");
+    let shown = s.topology_show("pipe").expect("show");
+    let traffic: Vec<(String, String)> = shown["traffic"]
+        .as_array()
+        .expect("traffic")
+        .iter()
+        .map(|p| (p["from"].to_string(), p["to"].to_string()))
+        .collect();
+    assert_eq!(
+        traffic,
+        vec![("\"numbers#0\"".to_string(), "\"keep#0\"".to_string())],
+        "{shown}"
+    );
+}
