@@ -704,7 +704,15 @@ pub fn temp_output(dir: &Path, h: &ChunkResult) -> PathBuf {
 
 impl Divisible {
     /// Rebuilds the kind from its stored rows; files are under `dir` (`DATA_DIR/divisible`).
-    pub fn restore(dir: PathBuf, dead_timeout: Duration, rows: Vec<StoredJob>) -> Self {
+    ///
+    /// # Errors
+    /// [`StateError::StoredJobUnreadable`] when a job's file (not purged) no longer reads under
+    /// this version: the server does not start rather than lose the job, as for batch jobs.
+    pub fn restore(
+        dir: PathBuf,
+        dead_timeout: Duration,
+        rows: Vec<StoredJob>,
+    ) -> Result<Self, StateError> {
         let mut d = Divisible {
             dir,
             dead_timeout,
@@ -719,9 +727,19 @@ impl Divisible {
             short: false,
         };
         for row in rows {
-            let parsed = parse_workload(&row.origin, &row.text)
-                .ok()
-                .and_then(|w| Some((w.divisible.into_iter().next()?, w.name)));
+            let parsed = parse_workload(&row.origin, &row.text).and_then(|w| {
+                let name = w.name;
+                match w.divisible.into_iter().next() {
+                    Some(spec) => Ok((spec, name)),
+                    None => Err(hetsched_core::input::InputError {
+                        origin: row.origin.clone(),
+                        line: None,
+                        column: None,
+                        field: None,
+                        message: "the file has no [[divisible]] section any more".into(),
+                    }),
+                }
+            });
             if row.state == PURGED {
                 d.purged.insert(
                     row.id,
@@ -734,16 +752,8 @@ impl Divisible {
                 remove_job_dir(&d.dir, row.id);
                 continue;
             }
-            let (spec, file_name) = match parsed {
-                Some(s) => s,
-                None => {
-                    warn!(
-                        job = row.id,
-                        "divisible job's file no longer parses; skipped"
-                    );
-                    continue;
-                }
-            };
+            let (spec, file_name) =
+                parsed.map_err(|error| StateError::StoredJobUnreadable { job: row.id, error })?;
             // Rows stored before names were resolved at submission hold an empty name.
             let name = job_name(&row.name, file_name, &row.origin);
             let mut job = new_job(spec, name, row.key, row.submitted_ns);
@@ -825,7 +835,7 @@ impl Divisible {
                 },
             );
         }
-        d
+        Ok(d)
     }
 
     /// After a rollback: keeps what the store does not hold (the agents' liveness and when each
@@ -2228,7 +2238,8 @@ mod tests {
                 dir.clone(),
                 Duration::from_secs(60),
                 vec![stored(done + 1_000, done, 2)],
-            );
+            )
+            .expect("restored");
             index_holds(&d);
             let start = Instant::now();
             for _ in 0..1_000 {
@@ -2253,7 +2264,8 @@ mod tests {
     #[test]
     fn the_index_of_chunks_out_follows_every_change_of_state() {
         let dir = std::env::temp_dir().join(format!("hetsched-div-states-{}", std::process::id()));
-        let mut d = Divisible::restore(dir, Duration::from_secs(60), vec![stored(6_000, 4, 2)]);
+        let mut d = Divisible::restore(dir, Duration::from_secs(60), vec![stored(6_000, 4, 2)])
+            .expect("restored");
         index_holds(&d);
         // b restarted (another process): the two chunks it held are lost.
         let mut req = ask("b", true, &[]);

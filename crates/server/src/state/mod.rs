@@ -145,6 +145,19 @@ pub enum StateError {
         /// Why its file is refused now.
         error: InputError,
     },
+    /// A stored topology's file no longer reads (as [`StateError::StoredJobUnreadable`]).
+    #[error(
+        "the store holds topology `{name}`, whose file no longer reads under this version of \
+         hetsched: {error}. Nothing was changed: run the version that accepted it, kill it if it \
+         runs and purge it (`hetsched topology purge {name}`), then start this one"
+    )]
+    StoredTopologyUnreadable {
+        /// The topology's name.
+        name: String,
+        /// Why its file is refused now (boxed: a name beside it would make every
+        /// `StateError` larger).
+        error: Box<InputError>,
+    },
     /// No such job.
     #[error("no job {0}")]
     NoJob(u64),
@@ -327,7 +340,7 @@ impl State {
         let topology = crate::jobs::Topology::restore(
             std::mem::take(&mut snap.topologies),
             Duration::from_nanos(config.dead_timeout.0.max(1_000_000)),
-        );
+        )?;
         // Each kind rebuilds its jobs and puts its running tasks back on their nodes.
         let batch = {
             let mut cx = Ctx {
@@ -343,7 +356,7 @@ impl State {
             config.data_dir.join("divisible"),
             Duration::from_nanos(config.dead_timeout.0.max(1_000_000)),
             div,
-        );
+        )?;
         let workflow = crate::jobs::Workflows::restore(
             config,
             &mut Ctx {

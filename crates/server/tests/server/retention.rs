@@ -458,6 +458,87 @@ fn a_stored_job_that_no_longer_reads_stops_the_start_naming_the_job_and_the_way_
     assert_eq!(text, bad, "the stored job is left as it was");
 }
 
+/// The same for a divisible job and a topology: before, a divisible job or topology whose file
+/// no longer read was skipped at the start with a log line, and vanished from every listing
+/// while its rows stayed in the store.
+#[test]
+fn a_stored_divisible_job_or_topology_that_no_longer_reads_stops_the_start_too() {
+    const DIV: &str =
+        "[[divisible]]\nname = \"rows\"\nunits = 100\ncommand = \"echo {start} {end}\"\n";
+    const TOPO: &str = "name = \"pipe\"\n\n[[component]]\nname = \"numbers\"\nkind = \"spout\"\n\
+        parallelism = 1\ncpu = 10.0\nbuiltin = \"sequence-spout\"\n";
+    let config = |d: &Path| ServerConfig {
+        data_dir: d.to_path_buf(),
+        ..Default::default()
+    };
+    let refused = |d: &Path| match State::open(
+        &config(d),
+        Store::open(&d.join("state.db")).expect("store"),
+    ) {
+        Ok(_) => panic!("a file that no longer reads was installed"),
+        Err(e) => e.to_string(),
+    };
+    // A divisible job: its units are no longer a number.
+    let d = dir("unreadable-divisible");
+    {
+        let mut s = open(&d);
+        let sub = hetsched_server::state::types::Submission {
+            origin: "rows.toml".into(),
+            text: DIV.into(),
+            workdir: "/".into(),
+            ..Default::default()
+        };
+        let id = s.on_submit(sub).expect("submit").job_id;
+        assert!(s.job(id).is_ok());
+    }
+    let conn = rusqlite::Connection::open(d.join("state.db")).expect("db");
+    let bad = DIV.replace("units = 100", "units = \"many\"");
+    let id: u64 = conn
+        .query_row("SELECT id FROM div_jobs", [], |r| r.get(0))
+        .expect("stored");
+    conn.execute("UPDATE div_jobs SET text = ?1", [&bad])
+        .expect("rewrite");
+    drop(conn);
+    let e = refused(&d);
+    assert!(
+        e.starts_with(&format!(
+            "the store holds job {id}, whose file no longer reads under this version"
+        )) && e.contains("rows.toml:3")
+            && e.contains(&format!("`hetsched purge {id}`")),
+        "{e}"
+    );
+    // A topology (killed: still kept, and purged by hand): its component's kind is unknown.
+    let d = dir("unreadable-topology");
+    {
+        let mut s = open(&d);
+        let sub = hetsched_server::jobs::topology::TopologySubmission {
+            origin: "pipe.toml".into(),
+            text: TOPO.into(),
+            base_dir: "/".into(),
+            placer: "even".into(),
+            max_utilisation: 0.9,
+            ..Default::default()
+        };
+        s.topology_submit(sub).expect("submit");
+        s.topology_kill("pipe").expect("kill");
+    }
+    let conn = rusqlite::Connection::open(d.join("state.db")).expect("db");
+    let bad = TOPO.replace("kind = \"spout\"", "kind = \"fountain\"");
+    conn.execute(
+        "UPDATE topologies SET record = json_set(record, '$.text', ?1)",
+        [&bad],
+    )
+    .expect("rewrite");
+    drop(conn);
+    let e = refused(&d);
+    assert!(
+        e.starts_with("the store holds topology `pipe`, whose file no longer reads")
+            && e.contains("pipe.toml:5")
+            && e.contains("`hetsched topology purge pipe`"),
+        "{e}"
+    );
+}
+
 /// A purged job's file is neither read nor parsed at a restart (a server that purged a million
 /// jobs restarts as fast as one that ran none); its ids stay taken and its key still names it.
 #[test]
