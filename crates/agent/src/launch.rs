@@ -473,6 +473,8 @@ pub async fn run(
         interrupted: false,
         start_failed: false,
         usage: None,
+        offload_started_ns: 0,
+        offload_devices: Vec::new(),
     };
     let fail = |mut r: pb::TaskResult, m: String| {
         r.message = m;

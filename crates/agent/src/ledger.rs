@@ -131,6 +131,8 @@ fn parse_result(line: &str) -> Option<pb::TaskResult> {
         finished_ns: f.next()?.parse().ok()?,
         message: f.next().unwrap_or("").to_string(),
         usage: None,
+        offload_started_ns: 0,
+        offload_devices: Vec::new(),
     })
 }
 
@@ -526,6 +528,8 @@ mod tests {
                 cpu_system_ms: 40,
                 max_rss_bytes: 3 << 30,
             }),
+            offload_started_ns: 0,
+            offload_devices: Vec::new(),
         };
         let (mut l, _) = Ledger::recover(&dir).expect("recover");
         l.started(1, 1, 1);

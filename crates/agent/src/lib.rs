@@ -878,6 +878,8 @@ pub async fn run(
                         interrupted: false,
                         start_failed: false,
                         usage: None,
+                        offload_started_ns: 0,
+                        offload_devices: Vec::new(),
                     });
                     notify.notify_one();
                     continue;

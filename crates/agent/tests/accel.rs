@@ -324,6 +324,43 @@ async fn one_task_per_device_at_a_time_offloaded_and_local_alike() {
     assert!(st.devices.iter().all(|d| !d.busy));
 }
 
+/// An offloaded task's result says where and when it ran on the ANode (`offload_devices`,
+/// `offload_started_ns`): the ANode picks its free devices, whatever device the NNode was seen
+/// with, and the NNode's `started_ns` stays its own start of the offload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offloaded_result_names_the_anodes_device_and_its_start_there() {
+    let (p, l, w) = anode(2).await;
+    // The ANode's own task holds device 0 until told to end.
+    let marks = temp("busy-marks");
+    let m = marks.display();
+    let hold = format!("echo > {m}/started; while [ ! -e {m}/go ]; do sleep 0.02; done");
+    let local = {
+        let (p, w, s) = (p.clone(), w.clone(), spec(&w, &hold, &[], &[]));
+        tokio::spawn(async move {
+            p.run_local(&assignment(10, 0, 1), &s, &w, never(), |_| {})
+                .await
+        })
+    };
+    while !marks.join("started").exists() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The NNode was given its device 0; the ANode runs the task on its free device 1.
+    let dir = temp("offload-device");
+    let s = spec(&dir, "echo \"devices=$CUDA_VISIBLE_DEVICES\"", &[], &[]);
+    let a = assignment(7, 0, 1);
+    let r = ship_plain(&client(l.addr, TOKEN), &a, &s, &dir).await;
+    std::fs::write(marks.join("go"), b"").unwrap();
+    assert!(r.success, "{r:?}");
+    let (out, _) = hetsched_agent::launch::output_paths(&dir, &s, &a);
+    assert_eq!(std::fs::read_to_string(out).unwrap(), "devices=1\n");
+    assert_eq!(r.offload_devices, [1], "{r:?}");
+    assert!(
+        r.offload_started_ns > 0 && r.offload_started_ns != r.started_ns,
+        "the ANode's start beside the NNode's: {r:?}"
+    );
+    assert!(local.await.unwrap().success);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_transfer_is_retried_with_the_same_attempt() {
     // The ANode is not listening yet when the NNode ships: the call fails, and the retry (same

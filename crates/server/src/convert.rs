@@ -66,6 +66,8 @@ impl From<pb::HeartbeatRequest> for HeartbeatReport {
                         cpu_system_ms: u.cpu_system_ms,
                         max_rss_bytes: u.max_rss_bytes,
                     }),
+                    offload_started_ns: t.offload_started_ns,
+                    offload_devices: t.offload_devices,
                 })
                 .collect(),
             read_bytes_per_sec: r.read_bytes_per_sec,

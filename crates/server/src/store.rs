@@ -143,6 +143,11 @@ pub struct TaskRow {
     /// (pending, running, or measured by no agent) costs one word, which keeps a million-task
     /// job's rows small.
     pub usage: Option<Box<TaskUsage>>,
+    /// Accelerator sharing (spec 01): the ANode (node id) its latest attempt was offloaded to
+    /// by the NNode in `node`; `None`: it ran where it was placed. Written with the dispatch,
+    /// so it outlives a restart; `devices` and `started_ns` are the ANode's once its result
+    /// says them.
+    pub executed: Option<u32>,
 }
 
 impl TaskRow {
@@ -164,6 +169,7 @@ impl TaskRow {
             failures: 0,
             preemptions: 0,
             usage: None,
+            executed: None,
         }
     }
 }
@@ -430,6 +436,8 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("task_signals", "chunk_of", "INTEGER NOT NULL DEFAULT 0"),
     ("tasks", "preemptions", "INTEGER NOT NULL DEFAULT 0"),
     ("users", "max_priority", "INTEGER"),
+    // The ANode its latest attempt was offloaded to (node id; NULL: it ran where placed).
+    ("tasks", "executed_node", "INTEGER"),
 ];
 
 /// The indexes; `tasks_other_nodes` lists only multi-node tasks' rows, so finding them (a
@@ -440,7 +448,7 @@ CREATE INDEX IF NOT EXISTS tasks_other_nodes ON tasks(id) WHERE other_nodes != '
 
 const UPDATE_TASK: &str = "UPDATE tasks SET state=?1, attempt=?2, node=?3, variant=?4, devices=?5,
     started_ns=?6, finished_ns=?7, exit_code=?8, message=?9, failures=?10, cpu_user_ms=?11,
-    cpu_system_ms=?12, max_rss_bytes=?13, preemptions=?15 WHERE id=?14";
+    cpu_system_ms=?12, max_rss_bytes=?13, preemptions=?15, executed_node=?16 WHERE id=?14";
 
 /// Adds each (`table`, `column`, definition) of `columns` that `table` lacks: a column added
 /// after a store was created.
@@ -1168,7 +1176,8 @@ pub fn write_tasks<'a>(
             t.usage.as_ref().map(|u| u.cpu_system_ms as i64),
             t.usage.as_ref().map(|u| u.max_rss_bytes as i64),
             t.id as i64,
-            t.preemptions
+            t.preemptions,
+            t.executed
         ])?;
     }
     for job in cancelled_jobs {
@@ -1227,7 +1236,7 @@ impl StoreReader {
 const TASK_COLUMNS: &str =
     "SELECT id, app, idx, state, attempt, node, variant, devices, started_ns,
     finished_ns, exit_code, message, failures, cpu_user_ms, cpu_system_ms, max_rss_bytes,
-    preemptions FROM tasks";
+    preemptions, executed_node FROM tasks";
 
 /// One row of a query on [`TASK_COLUMNS`].
 fn task_row(r: &rusqlite::Row) -> Result<TaskRow, StoreError> {
@@ -1247,6 +1256,7 @@ fn task_row(r: &rusqlite::Row) -> Result<TaskRow, StoreError> {
         message: r.get(11)?,
         failures: r.get(12)?,
         preemptions: r.get(16)?,
+        executed: r.get(17)?,
         usage: match (
             r.get::<_, Option<i64>>(13)?,
             r.get::<_, Option<i64>>(14)?,
@@ -1339,6 +1349,7 @@ mod tests {
             failures: 0,
             preemptions: 0,
             usage: None,
+            executed: None,
         };
         {
             let mut s = Store::open(&path).expect("open");
@@ -1352,6 +1363,7 @@ mod tests {
             task.exit_code = Some(0);
             task.failures = 2;
             task.preemptions = 3;
+            task.executed = Some(4);
             task.usage = Some(Box::new(TaskUsage {
                 cpu_user_ms: 61_000,
                 cpu_system_ms: 250,
@@ -1445,12 +1457,23 @@ mod tests {
                 [],
             )
             .expect("old job");
+            old.execute_batch(
+                "INSERT INTO apps(id, job, idx, name) VALUES (0, 1, 0, 'a');
+                 INSERT INTO tasks(id, app, idx, state, attempt, node) VALUES (0, 0, 0, 2, 1, 0);",
+            )
+            .expect("old task");
         }
         for _ in 0..2 {
             let s = Store::open(&path).expect("migrates, then opens as is");
             let snap = s.load().expect("load");
             assert_eq!(snap.jobs[0].submission_key, None);
             assert!(snap.jobs[0].after.is_empty());
+            // A task stored before offloads were: it ran where it was placed.
+            let t = snap.tasks.first().expect("the finished task is read");
+            assert_eq!(
+                (t.state, t.node, t.executed),
+                (TaskState::Succeeded, Some(0), None)
+            );
         }
         if let Some(dir) = path.parent() {
             let _ = std::fs::remove_dir_all(dir);

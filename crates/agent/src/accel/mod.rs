@@ -281,6 +281,8 @@ pub(crate) fn failed(a: &pb::Assignment, message: &str) -> pb::TaskResult {
         interrupted: false,
         start_failed: false,
         usage: None,
+        offload_started_ns: 0,
+        offload_devices: Vec::new(),
     }
 }
 

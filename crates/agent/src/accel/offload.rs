@@ -446,7 +446,15 @@ async fn once(
                     let _ = go.send(r.controls);
                 }
             }
-            Some(ReplyPart::Done(d)) => break d.result.unwrap_or_default(),
+            Some(ReplyPart::Done(d)) => {
+                let mut result = d.result.unwrap_or_default();
+                // An ANode that predates `offload_started_ns` says its start in `started_ns`
+                // alone (which the caller replaces with the NNode's own).
+                if result.offload_started_ns == 0 {
+                    result.offload_started_ns = result.started_ns;
+                }
+                break result;
+            }
             None => {}
         }
     };

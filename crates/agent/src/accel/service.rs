@@ -357,6 +357,10 @@ async fn send_back(f: &Finished) -> Result<(), String> {
         }
     };
     let mut result = f.result.clone();
+    // Where and when it ran here: the NNode keeps them beside its own start (`started_ns` is
+    // when it began the offload, for its server).
+    result.offload_started_ns = result.started_ns;
+    result.offload_devices = f.assignment.devices.clone();
     let (out, err) = crate::launch::output_paths(&f.staging, &f.spec, &f.assignment);
     for (path, stream) in [(out, 1), (err, 2)] {
         if path.exists() {

@@ -1416,6 +1416,10 @@ impl Batch {
                         .and_then(|n| rd.nodes.get(n))
                         .map_or("", |n| n.spec.name.as_str()),
                 );
+                // The ANode it was offloaded to, as stored (the state fills in the others).
+                if let Some(anode) = t.executed.and_then(|n| rd.nodes.get(n)) {
+                    info.executed_node = anode.spec.name.clone();
+                }
                 if let Some(nodes) = multi_node.get(&t.id) {
                     info.nodes = nodes
                         .iter()
@@ -1696,7 +1700,8 @@ fn task_info(t: &TaskRow, app: &str, job: u64, node: &str) -> TaskInfo {
         preemptions: t.preemptions,
         // Filled by the state (it knows what the agents hold queued).
         queued: false,
-        // Filled by the state (accelerator sharing knows where it ran).
+        // Filled from the row's `executed` by the caller (it knows the nodes' names), else by
+        // the state (accelerator sharing knows where it ran).
         executed_node: String::new(),
         // The latest attempt's, once it ended: a task running again (resubmitted, retried,
         // lost) or waiting for its next attempt shows none yet, not its previous attempt's.
@@ -1810,8 +1815,12 @@ impl StoredTasks {
                         info.started_ns = at;
                     }
                 }
-                info.executed_node = match self.executed.get(&t.id) {
-                    Some((at, name)) if *at == t.attempt => name.clone(),
+                // Where its latest attempt ran: the ANode the row names (stored with the
+                // dispatch), else the one the state remembers, else where it was placed.
+                let anode = t.executed.and_then(|n| self.nodes.get(n as usize));
+                info.executed_node = match (anode, self.executed.get(&t.id)) {
+                    (Some(name), _) => name.clone(),
+                    (None, Some((at, name))) if *at == t.attempt => name.clone(),
                     _ => info.node.clone(),
                 };
                 if let Some(nodes) = multi_node.get(&t.id) {
@@ -2205,6 +2214,8 @@ impl Batch {
         t.variant = Some(variant_code(a.variant));
         t.devices = a.devices.as_slice().into();
         t.started_ns = started;
+        // Where it is offloaded to, if it is, is noted once the state knows ([`Batch::offloaded`]).
+        t.executed = None;
         t.finished_ns = 0;
         t.exit_code = None;
         let app = t.app;
@@ -2394,6 +2405,22 @@ impl JobKind for Batch {
         if r.started_ns > 0 {
             t.started_ns = r.started_ns;
         }
+        // Offloaded: it ran on its ANode's devices from its start there (the view's booking,
+        // released above, was the NNode's; agents that predate them say neither).
+        if let Some(anode) = t.executed {
+            if r.offload_started_ns > 0 {
+                t.started_ns = r.offload_started_ns;
+            }
+            // No more devices than it asked for (the ANode gives at least one), each one the
+            // ANode has: else the report is not believed and the dispatch's stay.
+            let has = cx.nodes.get(anode).map_or(0, |n| n.spec.accelerators.len());
+            if !r.offload_devices.is_empty()
+                && r.offload_devices.len() <= t.devices.len().max(1)
+                && r.offload_devices.iter().all(|&d| (d as usize) < has)
+            {
+                t.devices = r.offload_devices.as_slice().into();
+            }
+        }
         t.finished_ns = r.finished_ns.max(t.started_ns);
         t.exit_code = Some(r.exit_code);
         t.message = r.message.clone();
@@ -2442,6 +2469,22 @@ impl JobKind for Batch {
         }
         throttle_opened(cx, a.app);
         Ok(())
+    }
+
+    fn offloaded(&mut self, task: u64, attempt: u32, anode: u32) {
+        if let Some(t) = self.tasks.get_mut(task as usize)
+            && t.state == TaskState::Running
+            && t.attempt == attempt
+            && t.executed != Some(anode)
+        {
+            t.executed = Some(anode);
+            self.dirty.push(task);
+        }
+    }
+
+    fn offloaded_to(&self, task: u64) -> Option<(u32, u32)> {
+        let t = self.tasks.get(task as usize)?;
+        Some((t.attempt, t.executed?))
     }
 
     fn expects(&self, nid: NodeId, rt: &RunningTask) -> bool {

@@ -523,6 +523,18 @@ pub trait JobKind: Send {
         )))
     }
 
+    /// Accelerator sharing (spec 01): attempt `attempt` of task `task`, just sent to an NNode,
+    /// runs on ANode `anode`. A kind that stores it writes it with the dispatch, in the event's
+    /// one transaction, so listings name the ANode after a restart too; the others leave it to
+    /// the state's memory.
+    fn offloaded(&mut self, _task: u64, _attempt: u32, _anode: u32) {}
+
+    /// The offload this kind stored for task `task`'s latest attempt: (attempt, ANode), read
+    /// back by the state after a restart or a rollback.
+    fn offloaded_to(&self, _task: u64) -> Option<(u32, u32)> {
+        None
+    }
+
     /// Whether chunk `chunk` of `job` is out to the agent called `agent`: a pending signal for
     /// it still has somewhere to go. Only kinds whose work runs as chunks (divisible jobs) hold
     /// any.

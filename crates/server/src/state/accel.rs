@@ -28,8 +28,13 @@
 //!   re-queued with the next attempt; the NNode is told to kill the old attempt, whose late result
 //!   is ignored, so no success is recorded twice. When an NNode leaves, its tasks are re-queued
 //!   as any dead node's; the ANode drops their results when the NNode's calls break.
-//! - **Where a task ran.** The ANode an offloaded attempt was sent to is remembered in memory
-//!   (`hetsched tasks` shows it as the executed node).
+//! - **Where a task ran.** The ANode an offloaded attempt was sent to is remembered here and
+//!   handed to the task's kind ([`JobKind::offloaded`](crate::jobs::JobKind::offloaded)); the
+//!   batch kind stores it in the task's row (`tasks.executed_node`) with the dispatch, in the
+//!   event's one transaction, so `hetsched tasks` shows it as the executed node after a restart
+//!   or a rollback too, and the attempts still running are remembered here again
+//!   ([`State::restore_offloads`]). The ANode's devices and its start there come with the
+//!   result (`offload_devices`, `offload_started_ns`) and replace the dispatch's in the row.
 
 use super::State;
 use super::StateError;
@@ -124,7 +129,8 @@ pub(crate) struct Sharing {
     /// Nodes in the binding (alive), by id.
     members: HashMap<u32, Role>,
     services: HashMap<u32, Service>,
-    /// Offloaded attempts: task → (attempt, ANode id).
+    /// Offloaded attempts: task → (attempt, ANode id). The batch kind's are also in their
+    /// rows; those still running are read back from there at a restart or a rollback.
     executed: HashMap<u64, (u32, u32)>,
     /// Per ANode: accelerator tasks sent to its NNodes since its last heartbeat (not yet in its
     /// reported queues).
@@ -229,6 +235,9 @@ impl State {
                         continue;
                     };
                     self.sharing.executed.insert(a.task_id, (a.attempt, anode));
+                    if let Some(kind) = self.jobs.owner_mut(a.task_id) {
+                        kind.offloaded(a.task_id, a.attempt, anode);
+                    }
                     reply.offload_to.push((a.task_id, self.service_of(anode)));
                     *self.sharing.sent_since_report.entry(anode).or_default() += 1;
                     if !touched.contains(&anode) {
@@ -243,6 +252,19 @@ impl State {
         }
         reply.binding = Some(self.binding_of(id));
         Ok(())
+    }
+
+    /// After a restart or a rollback: the offloaded attempts still running, as their kinds
+    /// stored them, are remembered again — an interrupted offload closes its ANode, and the
+    /// ANode's loss re-queues them, as before.
+    pub(super) fn restore_offloads(&mut self) {
+        for n in self.nodes.iter() {
+            for &t in &n.running {
+                if let Some(e) = self.jobs.owner(t).and_then(|k| k.offloaded_to(t)) {
+                    self.sharing.executed.insert(t, e);
+                }
+            }
+        }
     }
 
     /// An offload result from NNode `nid`: one interrupted (its ANode's service could not be
@@ -622,14 +644,17 @@ impl State {
             .collect()
     }
 
-    /// Fills each listed task's executed node: the ANode its latest attempt was offloaded to,
-    /// else the node it was placed on.
+    /// Fills each listed task's executed node: the ANode its latest attempt was offloaded to
+    /// (as its kind stored it, or as remembered here), else the node it was placed on.
     pub(super) fn accel_tasks(&self, page: &mut TasksPage) {
         for t in &mut page.tasks {
-            t.executed_node = match self.sharing.executed.get(&t.id) {
-                Some(&(at, anode)) if at == t.attempt => self.nodes.name(anode).to_string(),
-                _ => t.node.clone(),
-            };
+            match self.sharing.executed.get(&t.id) {
+                Some(&(at, anode)) if at == t.attempt => {
+                    t.executed_node = self.nodes.name(anode).to_string();
+                }
+                _ if t.executed_node.is_empty() => t.executed_node = t.node.clone(),
+                _ => {}
+            }
         }
     }
 }

@@ -410,6 +410,7 @@ impl State {
             users,
         };
         state.apply_user_groups();
+        state.restore_offloads();
         state.restore_fair_usage()?;
         state.settle_waits(true)?;
         Ok(state)

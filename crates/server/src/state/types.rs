@@ -97,6 +97,11 @@ pub struct TaskResult {
     pub start_failed: bool,
     /// What the attempt used, if its agent measured it.
     pub usage: Option<crate::store::TaskUsage>,
+    /// A task an NNode offloaded (spec 01): when it started on its ANode (the ANode's clock;
+    /// 0 = not said, by agents that predate it, or not offloaded).
+    pub offload_started_ns: u64,
+    /// And the ANode's devices it ran on (empty: not said).
+    pub offload_devices: Vec<u32>,
 }
 
 /// One device's utilisation as an agent reports it.

@@ -469,3 +469,204 @@ fn the_accounts_count_a_shared_device_once() {
         "three tasks share the one device: {charged} of {offered}"
     );
 }
+
+/// The state a restarted server opens on `dir`.
+fn reopen(dir: &std::path::Path, binding: BindingKind) -> State {
+    let config = ServerConfig {
+        data_dir: dir.to_path_buf(),
+        binding,
+        ..Default::default()
+    };
+    State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state")
+}
+
+/// A GPU job of `tasks` tasks that run only on NNode `n1` (the ANode takes none itself).
+fn on_n1(tasks: u32) -> String {
+    GPU_JOB
+        .replace("tasks = 6", &format!("tasks = {tasks}"))
+        .replace(
+            "[application.gpu]",
+            "requires = [\"node:n1\"]\n[application.gpu]",
+        )
+}
+
+/// A heartbeat of NNode `id` in rack A reporting `running` and `results`.
+fn nnode_reports(
+    s: &mut State,
+    id: u32,
+    running: &[(u64, u32)],
+    results: Vec<pb::TaskResult>,
+) -> Result<pb::HeartbeatReply, hetsched_server::state::StateError> {
+    let mut req = common::heartbeat_request(id, running, &[]);
+    req.rack = "A".into();
+    req.results = results;
+    s.heartbeat(req)
+}
+
+/// Attempt `attempt` of `task` succeeded, as an agent that says nothing of an ANode reports it.
+fn succeeded(task: u64, attempt: u32) -> pb::TaskResult {
+    pb::TaskResult {
+        task_id: task,
+        attempt,
+        success: true,
+        started_ns: 1,
+        finished_ns: 2,
+        ..Default::default()
+    }
+}
+
+/// Job 1's tasks as listed: (id, state, node, executed node).
+fn ran_on(s: &State) -> Vec<(u64, String, String, String)> {
+    s.tasks(1)
+        .expect("tasks")
+        .tasks
+        .into_iter()
+        .map(|t| (t.id, t.state, t.node, t.executed_node))
+        .collect()
+}
+
+/// The ANode an offloaded task ran on is stored with its dispatch ("nothing accepted is
+/// lost"): listings name it after a rollback (a full disk) and after a restart, and an offload
+/// still running at a restart is re-queued when its ANode is lost, as before the restart. It
+/// was memory only: a restart or a rollback listed such tasks as run on their NNodes, and
+/// kept one running through its ANode's loss.
+#[test]
+fn the_anode_an_offloaded_task_ran_on_is_stored_through_a_rollback_and_a_restart() {
+    let (mut s, d) = open("stored", BindingKind::Plain);
+    let a = node(&mut s, "anode", 1, 1.0);
+    let n1 = node(&mut s, "n1", 0, 1.0);
+    beat(&mut s, a, "A", true, &[]);
+    beat(&mut s, n1, "A", false, &[]);
+    s.submit_named("job.toml", &on_n1(3), "/tmp", "", "")
+        .expect("submit");
+    let given = beat(&mut s, n1, "A", false, &[]).assignments;
+    assert_eq!(given.len(), 1, "n1 reaches one device");
+    let t1 = (given[0].task_id, given[0].attempt);
+    // It ends; the same reply offloads the next.
+    let given = nnode_reports(&mut s, n1, &[], vec![succeeded(t1.0, t1.1)])
+        .expect("heartbeat")
+        .assignments;
+    assert_eq!(given.len(), 1);
+    let t2 = (given[0].task_id, given[0].attempt);
+    let (ok, running) = ("succeeded".to_string(), "running".to_string());
+    let (n1_name, anode) = ("n1".to_string(), "anode".to_string());
+    let listed = ran_on(&s);
+    assert!(
+        listed.contains(&(t1.0, ok.clone(), n1_name.clone(), anode.clone()))
+            && listed.contains(&(t2.0, running.clone(), n1_name.clone(), anode.clone())),
+        "{listed:?}"
+    );
+
+    // The disk fills: the commit of t2's result fails and memory is rolled back to the store,
+    // which still names the ANode of both.
+    s.simulate_full_disk(true);
+    nnode_reports(&mut s, n1, &[], vec![succeeded(t2.0, t2.1)])
+        .expect_err("the store refused the heartbeat's commit");
+    assert!(s.is_paused());
+    let listed = ran_on(&s);
+    assert!(
+        listed.contains(&(t1.0, ok.clone(), n1_name.clone(), anode.clone()))
+            && listed.contains(&(t2.0, running.clone(), n1_name.clone(), anode.clone())),
+        "after the rollback: {listed:?}"
+    );
+    // The store takes writes again: t2's result is recorded and, once the rebuilt binding
+    // has both nodes again (from their heartbeats), the last task is offloaded.
+    s.simulate_full_disk(false);
+    std::thread::sleep(hetsched_server::state::PROBE_INTERVAL);
+    beat(&mut s, a, "A", true, &[]);
+    nnode_reports(&mut s, n1, &[], vec![succeeded(t2.0, t2.1)]).expect("heartbeat");
+    assert!(!s.is_paused());
+    let given = beat(&mut s, n1, "A", false, &[]).assignments;
+    assert_eq!(given.len(), 1, "the last task");
+    let t3 = (given[0].task_id, given[0].attempt);
+
+    // A restart: the stored ANode of every attempt is read back.
+    drop(s);
+    let mut s = reopen(&d, BindingKind::Plain);
+    let mut listed = ran_on(&s);
+    listed.sort();
+    let mut want = vec![
+        (t1.0, ok.clone(), n1_name.clone(), anode.clone()),
+        (t2.0, ok, n1_name.clone(), anode.clone()),
+        (t3.0, running, n1_name, anode),
+    ];
+    want.sort();
+    assert_eq!(listed, want, "after the restart");
+    // The nodes are heard from again, then the ANode stops beating and is declared dead: the
+    // task it was running for n1 goes back to the queue.
+    beat(&mut s, a, "A", true, &[]);
+    beat(&mut s, n1, "A", false, &[t3]);
+    std::thread::sleep(Duration::from_millis(30));
+    beat(&mut s, n1, "A", false, &[t3]);
+    s.check_dead(Duration::from_millis(20)).expect("check");
+    let tasks = s.tasks(1).expect("tasks").tasks;
+    let t = tasks.iter().find(|t| t.id == t3.0).expect("task");
+    assert_eq!(t.state, "pending", "{t:?}");
+}
+
+/// An offloaded task is listed with the device of the ANode that ran it and its start there
+/// (the result's `offload_devices`, `offload_started_ns`), not the device the NNode was seen
+/// with at dispatch and the NNode's start; after a restart too. An agent that says neither
+/// leaves the dispatch's device and the NNode's start, as before.
+#[test]
+fn an_offloaded_task_is_listed_with_the_anodes_device_and_its_start_there() {
+    let (mut s, d) = open("device", BindingKind::Plain);
+    let a = node(&mut s, "anode", 2, 1.0);
+    let n1 = node(&mut s, "n1", 0, 1.0);
+    beat(&mut s, a, "A", true, &[]);
+    beat(&mut s, n1, "A", false, &[]);
+    s.submit_named("job.toml", &on_n1(2), "/tmp", "", "")
+        .expect("submit");
+    let given = beat(&mut s, n1, "A", false, &[]).assignments;
+    let on = |device: u32| {
+        given
+            .iter()
+            .find(|x| x.devices == [device])
+            .map(|x| (x.task_id, x.attempt))
+            .expect("n1 reaches the ANode's two devices")
+    };
+    let (first, second) = (on(0), on(1));
+    // The first ran on the ANode's device 1 (the ANode picks its free devices); the second's
+    // agents say nothing of the ANode.
+    let told = pb::TaskResult {
+        started_ns: 1_000,
+        finished_ns: 9_000,
+        offload_started_ns: 5_000,
+        offload_devices: vec![1],
+        ..succeeded(first.0, first.1)
+    };
+    let untold = pb::TaskResult {
+        started_ns: 2_000,
+        finished_ns: 8_000,
+        ..succeeded(second.0, second.1)
+    };
+    nnode_reports(&mut s, n1, &[], vec![told, untold]).expect("heartbeat");
+    let shown = |s: &State| {
+        let mut v: Vec<(u64, Vec<u32>, u64, u64, String)> = s
+            .tasks(1)
+            .expect("tasks")
+            .tasks
+            .into_iter()
+            .map(|t| {
+                (
+                    t.id,
+                    t.devices,
+                    t.started_ns,
+                    t.finished_ns,
+                    t.executed_node,
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let mut want = vec![
+        (first.0, vec![1], 5_000, 9_000, "anode".to_string()),
+        (second.0, vec![1], 2_000, 8_000, "anode".to_string()),
+    ];
+    want.sort();
+    assert_eq!(shown(&s), want);
+    drop(s);
+    let s = reopen(&d, BindingKind::Plain);
+    assert_eq!(shown(&s), want, "after a restart");
+}
