@@ -489,7 +489,7 @@ async fn run_chunk(
     let start = Instant::now();
     let mut cmd = tokio::process::Command::new(program);
     if let Some(acc) = &account {
-        cmd.envs(acc.env());
+        acc.environment(&mut cmd);
     }
     cmd.args(args)
         .current_dir(&cwd)

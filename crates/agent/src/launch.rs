@@ -560,6 +560,11 @@ pub async fn run(
     };
     let devices: Vec<String> = a.devices.iter().map(u32::to_string).collect();
     let mut cmd = tokio::process::Command::new(program);
+    if let Some(acc) = &account {
+        // First (it clears the environment): none of the agent's (root's); the job's own
+        // environment and ours are set after it, and win.
+        acc.environment(&mut cmd);
+    }
     if let Some(path) = &node_file {
         let cores: Vec<String> = a.node_cores.iter().map(u32::to_string).collect();
         let total: u64 = a.node_cores.iter().map(|&c| u64::from(c)).sum();
@@ -568,10 +573,6 @@ pub async fn run(
             .env("HETSCHED_NUM_NODES", a.hosts.len().to_string())
             .env("HETSCHED_NODE_CORES", cores.join(","))
             .env("HETSCHED_TOTAL_CORES", total.to_string());
-    }
-    if let Some(acc) = &account {
-        // Before the job's own environment, which wins.
-        cmd.envs(acc.env());
     }
     cmd.args(&argv[1..])
         .envs(&spec.env)

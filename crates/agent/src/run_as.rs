@@ -45,6 +45,9 @@ use std::sync::OnceLock;
 /// The directory below the work directory that holds one directory per account ([`area`]).
 pub const AREA: &str = "users";
 
+/// The `PATH` of an account's processes (Debian's default for users): not the agent's, root's.
+pub const ACCOUNT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
 /// A Unix account tasks run as.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Account {
@@ -203,14 +206,31 @@ impl Account {
         })
     }
 
-    /// `HOME`, `USER` and `LOGNAME` of the account, for the task's environment (set before the
-    /// job's own `env`, which wins).
-    pub fn env(&self) -> [(&'static str, OsString); 3] {
-        [
-            ("HOME", self.home.clone().into_os_string()),
-            ("USER", OsString::from(&self.name)),
-            ("LOGNAME", OsString::from(&self.name)),
-        ]
+    /// The whole environment a process of the account starts from (the job's own `env` and the
+    /// `HETSCHED_*` variables are set after it, and win): `HOME`, `USER` and `LOGNAME` of the
+    /// account, `PATH` = [`ACCOUNT_PATH`], and the agent's locale and time zone (`LANG`,
+    /// `LANGUAGE`, `LC_*`, `TZ`). Nothing else of the agent's environment: the agent runs as root,
+    /// and its environment (a service's secrets, root's `PATH`) is not the user's to read. The
+    /// caller clears the command's environment first ([`Account::environment`]).
+    pub fn env(&self) -> Vec<(OsString, OsString)> {
+        let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+            .filter(|(k, _)| {
+                let k = k.to_string_lossy();
+                matches!(k.as_ref(), "LANG" | "LANGUAGE" | "TZ") || k.starts_with("LC_")
+            })
+            .collect();
+        env.extend([
+            ("HOME".into(), self.home.clone().into_os_string()),
+            ("USER".into(), OsString::from(&self.name)),
+            ("LOGNAME".into(), OsString::from(&self.name)),
+            ("PATH".into(), OsString::from(ACCOUNT_PATH)),
+        ]);
+        env
+    }
+
+    /// Replaces `cmd`'s environment by the account's ([`Account::env`]).
+    pub fn environment(&self, cmd: &mut tokio::process::Command) {
+        cmd.env_clear().envs(self.env());
     }
 
     /// Makes the calling thread this account, with no way back: groups, group, user.

@@ -521,7 +521,8 @@ fn start(
             .stdout(Stdio::piped())
             .stderr(Stdio::from(stderr));
         if let Some(a) = account {
-            cmd.current_dir(&dir).envs(a.env());
+            cmd.current_dir(&dir);
+            a.environment(&mut cmd);
         }
         cmd.spawn().map_err(|e| format!("{}: {e}", exe.display()))
     };

@@ -137,7 +137,7 @@ pub const MAX_ORIGIN: usize = 4096;
 /// name given with `--name`, the submission key and the client's directory. Stored and shown for
 /// every kind of job, so checked once, before any kind parses the file.
 pub fn submission(sub: &crate::state::types::Submission) -> Result<(), String> {
-    use crate::jobs::batch::{MAX_SUBMISSION_KEY, MAX_WORKDIR};
+    use crate::jobs::batch::MAX_SUBMISSION_KEY;
     use hetsched_core::input::limits::MAX_JOB_FILE_BYTES;
     use hetsched_core::input::workload::MAX_JOB_NAME;
     if sub.origin.len() > MAX_ORIGIN || sub.origin.chars().any(char::is_control) {
@@ -168,11 +168,30 @@ pub fn submission(sub: &crate::state::types::Submission) -> Result<(), String> {
             sub.key.len()
         ));
     }
-    if sub.workdir.len() > MAX_WORKDIR {
+    workdir("the working directory", &sub.workdir)
+}
+
+/// The submitter's directory a submission carries (a job's working directory, a topology's base
+/// directory), checked before it is stored: at most [`crate::jobs::batch::MAX_WORKDIR`] bytes,
+/// no control characters (a NUL, a newline or a terminal escape would be stored and shown as
+/// such), and absolute when given (tasks run there, and relative paths start there). `what`
+/// names it in the error.
+pub fn workdir(what: &str, dir: &str) -> Result<(), String> {
+    use crate::jobs::batch::MAX_WORKDIR;
+    if dir.len() > MAX_WORKDIR {
         return Err(format!(
-            "the working directory is {} bytes long; at most {MAX_WORKDIR}",
-            sub.workdir.len()
+            "{what} is {} bytes long; at most {MAX_WORKDIR}",
+            dir.len()
         ));
+    }
+    if dir.chars().any(char::is_control) {
+        return Err(format!(
+            "{what} \"{}\" holds a control character",
+            dir.escape_debug()
+        ));
+    }
+    if !dir.is_empty() && !dir.starts_with('/') {
+        return Err(format!("{what} `{dir}` is not an absolute path"));
     }
     Ok(())
 }

@@ -80,6 +80,41 @@ fn with_run_as_owner_a_users_job_runs_as_its_account_and_the_admins_as_root() {
     }
 }
 
+/// With `--run-as-owner` the agent is root, and a user's task starts from the account's
+/// environment, not the agent's: before, it inherited all of it (root's `PATH`, a service's
+/// secrets in the agent's environment), only `HOME`, `USER` and `LOGNAME` replaced.
+#[test]
+fn with_run_as_owner_a_users_task_sees_none_of_the_agents_environment() {
+    if !root() {
+        return;
+    }
+    let mut c = Cluster::start("run-as-env", false);
+    c.start_agent("a", 1, &["--run-as-owner"]);
+    c.wait_for_nodes(1);
+    let token = c.add_user("nobody");
+    c.ok_as(
+        &token,
+        None,
+        &["submit", "--wait", "--env", "MINE=1", "--", "env"],
+    );
+    let env = c.ok(&["log", "1", "--all"]);
+    let vars: std::collections::BTreeMap<&str, &str> =
+        env.lines().filter_map(|l| l.split_once('=')).collect();
+    assert_eq!(vars.get("PATH"), Some(&"/usr/local/bin:/usr/bin:/bin"), "{env}");
+    assert_eq!(vars.get("USER"), Some(&"nobody"), "{env}");
+    assert_eq!(vars.get("MINE"), Some(&"1"), "the job's own: {env}");
+    assert_eq!(vars.get("HETSCHED_JOB_ID"), Some(&"1"), "{env}");
+    // The agent inherited this test's environment (cargo's variables among it).
+    assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+    assert!(
+        !vars.keys().any(|k| k.starts_with("CARGO")),
+        "the agent's environment leaked: {env}"
+    );
+    // The admin's tasks run as the agent's own user, with its environment.
+    c.ok(&["submit", "--wait", "--", "env"]);
+    assert!(c.ok(&["log", "2", "--all"]).contains("CARGO_MANIFEST_DIR="));
+}
+
 /// A user's workflow on agents with `--run-as-owner`: every instance runs as the account, reads
 /// its inputs (fetched from the producer's agent, served as the account) and writes its output in
 /// its instance directory, the account's.

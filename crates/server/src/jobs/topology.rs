@@ -1309,6 +1309,7 @@ impl Topology {
         // A placer that walks every executor pair refuses too many of them: said now, not at
         // the first node's beat (with no node up the placement waits, and would fail then).
         placer.check_pairs(&topo.topology).map_err(invalid)?;
+        crate::limits::workdir("the base directory", &req.base_dir).map_err(invalid)?;
         if !(req.max_utilisation > 0.0 && req.max_utilisation <= 1.0) {
             return Err(invalid("max_utilisation must be in (0, 1]"));
         }

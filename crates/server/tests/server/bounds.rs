@@ -233,3 +233,42 @@ fn a_nodes_attributes_are_bounded_at_registration() {
     );
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// The submitter's working directory (a job's) and base directory (a topology's) are checked
+/// before they are stored: a NUL, a newline or a terminal escape, or a relative path, is refused
+/// naming it (before, a raw client's was stored, and its tasks ran in the agent's directory).
+#[test]
+fn a_working_or_base_directory_with_control_characters_or_relative_is_refused() {
+    let (mut s, d) = open("workdir");
+    for (dir, says) in [
+        ("/tmp/a\0b", "holds a control character"),
+        ("/tmp/a\n\u{1b}[31mred", "holds a control character"),
+        ("tmp/a", "is not an absolute path"),
+    ] {
+        let e = s
+            .submit("job.toml", &app("a", 1, 1, 0), dir)
+            .expect_err("refused");
+        assert!(
+            e.to_string().contains("the working directory") && e.to_string().contains(says),
+            "{dir:?}: {e}"
+        );
+        let topo = hetsched_server::jobs::topology::TopologySubmission {
+            origin: "t.toml".into(),
+            text: "name = \"t\"\n\n[[component]]\nname = \"s\"\nkind = \"spout\"\nparallelism = 1\n\
+                   cpu = 10.0\nbuiltin = \"sequence-spout\"\n"
+                .into(),
+            base_dir: dir.into(),
+            placer: "even".into(),
+            max_utilisation: 0.9,
+            ..Default::default()
+        };
+        let e = s.topology_submit(topo).expect_err("refused");
+        assert!(
+            e.to_string().contains("the base directory") && e.to_string().contains(says),
+            "{dir:?}: {e}"
+        );
+    }
+    assert!(s.jobs().jobs.is_empty(), "nothing stored");
+    assert_eq!(s.topology_list().as_array().map_or(1, Vec::len), 0);
+    let _ = std::fs::remove_dir_all(d);
+}
