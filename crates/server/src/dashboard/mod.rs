@@ -16,13 +16,23 @@
 //! [`crate::users`]), or a session cookie. A user sees what the admin sees (the dashboard changes
 //! nothing) but reads the task output of its own jobs only (the read-only token, which a
 //! Prometheus scrape holds, reads none), and of the users and the accounts
-//! its own row and the capacity only (the `Usage` RPC's rule, [`State::usage_for`]); a
-//! removed user's sessions end.
+//! its own row and the capacity only (the `Usage` RPC's rule, [`State::usage_for`]).
 //! A browser gets the cookie from the login form (`POST /login` with the token), or from a one-time
 //! login link: `POST /api/ticket` with a token returns a ticket valid once for 60 s, and
 //! `GET /login?ticket=T` trades it for the cookie — so a link that leaks into a history or a proxy
 //! log is worthless once used. Sessions live in memory (12 h; a restart logs everyone out); the
 //! cookie is `HttpOnly; SameSite=Strict`. Anything else gets 401 (the login page).
+//!
+//! **Sessions and tickets are bound to their token** ([`grants`]): each keeps the SHA-256 of
+//! the token that made it (a session made from a ticket, the ticket's), and counts only while
+//! that hash still names a caller: once a user's token is rotated (`hetsched user add NAME
+//! --rotate`) or the user removed, its sessions and tickets answer 401 and are dropped. (The
+//! client and read-only tokens change only with a restart, which ends every session anyway.)
+//! They are kept by the SHA-256 of the cookie or ticket and looked up by it, the expired ones
+//! dropped oldest first as calls come, and bounded: [`MAX_SESSIONS_PER_CALLER`] sessions and
+//! [`MAX_TICKETS_PER_CALLER`] tickets per caller (a new one evicts the caller's oldest), and
+//! [`MAX_TICKETS`] tickets in all (then `POST /api/ticket` answers 503 until some are used or
+//! expire).
 //!
 //! **Scale.** Nothing is sent whole: jobs and tasks come in pages (the state's lock is held for one
 //! page), the task filter scans a bounded number of tasks per call, and the event stream carries
@@ -37,17 +47,20 @@ use crate::logs::LogRelay;
 use crate::metrics::Metrics;
 use crate::state::State;
 use crate::state::types::StateFilter;
-use crate::users::{Caller, TokenIndex};
+use crate::users::{Caller, TokenIndex, token_hash};
 use axum::body::Bytes;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use hetsched_proto as pb;
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+mod grants;
+
+use grants::{Grants, Hash};
 
 /// The read-only token's file in a data directory.
 pub const READ_TOKEN: &str = "read-token";
@@ -55,6 +68,16 @@ pub const READ_TOKEN: &str = "read-token";
 const SESSION: Duration = Duration::from_secs(12 * 3600);
 /// How long a login ticket is valid.
 const TICKET: Duration = Duration::from_secs(60);
+/// Most live sessions one caller holds (a user, the client token's admin, the read-only
+/// token): a new login evicts the caller's oldest session.
+pub const MAX_SESSIONS_PER_CALLER: usize = 64;
+/// Most live sessions in all: every caller's bound (a session of a removed user or a replaced
+/// token counts until it is next presented or expires). A login past it answers 503.
+const MAX_SESSIONS: usize = MAX_SESSIONS_PER_CALLER * (crate::users::MAX_USERS + 2);
+/// Most unused login tickets one caller holds: a new one evicts the caller's oldest.
+pub const MAX_TICKETS_PER_CALLER: usize = 16;
+/// Most unused login tickets in all: `POST /api/ticket` past it answers 503.
+pub const MAX_TICKETS: usize = 4096;
 /// The session cookie's name.
 const COOKIE: &str = "hetsched_session";
 /// Most tasks one filtered listing call scans.
@@ -79,11 +102,15 @@ pub struct Dashboard {
     relay: Arc<LogRelay>,
     /// `Bearer …` of the client token and of the read-only token.
     tokens: [String; 2],
+    /// The SHA-256 of the client token and of the read-only token: the credentials their
+    /// sessions and tickets are bound to.
+    token_hashes: [Hash; 2],
     /// Users' tokens by hash (shared with the state, [`crate::users`]).
     users: TokenIndex,
-    /// Each session's end and who opened it.
-    sessions: Mutex<HashMap<String, (Instant, Caller)>>,
-    tickets: Mutex<HashMap<String, (Instant, Caller)>>,
+    /// Sessions by the SHA-256 of their cookie, each bound to the token that opened it.
+    sessions: Mutex<Grants>,
+    /// Unused login tickets by their SHA-256, each bound to the token that asked for it.
+    tickets: Mutex<Grants>,
     /// `; Secure` when the listener speaks HTTPS (the browser then never sends the cookie in
     /// clear), else empty.
     secure: &'static str,
@@ -349,9 +376,10 @@ impl Dashboard {
             metrics,
             relay,
             tokens: [pb::bearer(client_token), pb::bearer(read_token)],
+            token_hashes: [token_hash(client_token), token_hash(read_token)],
             users,
-            sessions: Mutex::default(),
-            tickets: Mutex::default(),
+            sessions: Mutex::new(Grants::new(SESSION, MAX_SESSIONS_PER_CALLER, MAX_SESSIONS)),
+            tickets: Mutex::new(Grants::new(TICKET, MAX_TICKETS_PER_CALLER, MAX_TICKETS)),
             secure: "",
             tick: Duration::from_millis(500),
             reader: std::sync::OnceLock::new(),
@@ -380,17 +408,28 @@ impl Dashboard {
         crate::users::user_of_bearer(&self.users, bearer)
     }
 
-    fn token_ok(&self, presented: &str) -> Option<Caller> {
-        self.caller_of(pb::bearer(presented.trim()).as_bytes())
+    /// Who a presented token is, and the SHA-256 of the token (the credential a session or a
+    /// ticket it obtains is bound to).
+    fn token_ok(&self, presented: &str) -> Option<(Caller, Hash)> {
+        let token = presented.trim();
+        let who = self.caller_of(pb::bearer(token).as_bytes())?;
+        Some((who, token_hash(token)))
     }
 
-    /// Whether user `who` still exists (a removed user's sessions end with it).
-    fn still_there(&self, who: &Caller) -> bool {
-        who.admin
-            || self
-                .users
-                .read()
-                .is_ok_and(|u| u.values().any(|n| *n == who.name))
+    /// Who the token of SHA-256 `credential` is now (`None`: no one any more — a user's token
+    /// was rotated or the user removed, so what it obtained ends).
+    fn caller_of_credential(&self, credential: &Hash) -> Option<Caller> {
+        // Both comparisons always run.
+        let a = same(credential, &self.token_hashes[0]);
+        let b = same(credential, &self.token_hashes[1]);
+        if a {
+            return Some(Caller::admin());
+        }
+        if b {
+            return Some(Caller::read_only());
+        }
+        let users = self.users.read().ok()?;
+        users.get(credential).map(|name| Caller::user(name))
     }
 
     fn session_of(headers: &HeaderMap) -> Option<String> {
@@ -414,25 +453,44 @@ impl Dashboard {
         {
             return Some(who);
         }
-        let id = Self::session_of(headers)?;
-        let who = {
-            let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-            let now = Instant::now();
-            sessions.retain(|_, (until, _)| *until > now);
-            sessions
-                .iter()
-                .find(|(k, _)| same(k.as_bytes(), id.as_bytes()))
-                .map(|(_, (_, who))| who.clone())?
-        };
-        self.still_there(&who).then_some(who)
+        let key = token_hash(&Self::session_of(headers)?);
+        let credential = self.sessions().get(Instant::now(), &key)?;
+        match self.caller_of_credential(&credential) {
+            Some(who) => Some(who),
+            None => {
+                // Its token was rotated or its user removed: the session ends.
+                self.sessions().remove(&key);
+                None
+            }
+        }
     }
 
-    fn new_session(&self, who: Caller) -> Response {
+    fn sessions(&self) -> std::sync::MutexGuard<'_, Grants> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn tickets(&self) -> std::sync::MutexGuard<'_, Grants> {
+        self.tickets.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new session for `who`, bound to `credential` (the SHA-256 of the token that proved
+    /// it): the cookie, evicting `who`'s oldest session when it holds
+    /// [`MAX_SESSIONS_PER_CALLER`].
+    fn new_session(&self, who: Caller, credential: Hash) -> Response {
         let id = random_hex();
-        self.sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id.clone(), (Instant::now() + SESSION, who));
+        let kept = self
+            .sessions()
+            .insert(Instant::now(), token_hash(&id), credential, who.name);
+        if kept.is_err() {
+            return refused(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the server holds {MAX_SESSIONS} dashboard sessions, the most it keeps: try \
+                     again once some end (sign out with /logout), or send the token with each \
+                     request (Authorization: Bearer)"
+                ),
+            );
+        }
         let cookie = format!(
             "{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
             SESSION.as_secs(),
@@ -565,20 +623,15 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
             let Some(ticket) = query(&uri, "ticket") else {
                 return login_page(StatusCode::OK, "");
             };
-            let valid = {
-                let mut t = d.tickets.lock().unwrap_or_else(|p| p.into_inner());
-                let now = Instant::now();
-                t.retain(|_, (until, _)| *until > now);
-                // Single use: removed whether or not it matches anything else.
-                t.remove(&ticket).map(|(_, who)| who)
-            };
-            if let Some(who) = valid {
-                d.new_session(who)
-            } else {
-                login_page(
+            // Single use: removed whether or not its token still works.
+            let credential = d.tickets().take(Instant::now(), &token_hash(&ticket));
+            // The session is bound to the token the ticket was asked for with.
+            match credential.and_then(|c| Some((d.caller_of_credential(&c)?, c))) {
+                Some((who, credential)) => d.new_session(who, credential),
+                None => login_page(
                     StatusCode::UNAUTHORIZED,
-                    "That login link has expired or was used already.",
-                )
+                    "That login link has expired, was used already, or its token was replaced.",
+                ),
             }
         }
     };
@@ -588,7 +641,7 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
             let body = String::from_utf8_lossy(&body).into_owned();
             match form_value(&body, "token") {
                 Some(t) => match d.token_ok(&t) {
-                    Some(who) => d.new_session(who),
+                    Some((who, credential)) => d.new_session(who, credential),
                     None => login_page(StatusCode::UNAUTHORIZED, "Wrong token."),
                 },
                 None => login_page(StatusCode::UNAUTHORIZED, "Wrong token."),
@@ -599,10 +652,7 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
         let d = d.clone();
         move |headers: HeaderMap| async move {
             if let Some(id) = Dashboard::session_of(&headers) {
-                d.sessions
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&id);
+                d.sessions().remove(&token_hash(&id));
             }
             (
                 StatusCode::SEE_OTHER,
@@ -629,14 +679,27 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.strip_prefix("Bearer "))
                 .and_then(|t| d.token_ok(t));
-            let Some(who) = who else {
+            let Some((who, credential)) = who else {
                 return unauthorized();
             };
             let t = random_hex();
-            d.tickets
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(t.clone(), (Instant::now() + TICKET, who));
+            // A caller holding MAX_TICKETS_PER_CALLER loses its oldest.
+            let kept = d
+                .tickets()
+                .insert(Instant::now(), token_hash(&t), credential, who.name);
+            if kept.is_err() {
+                let mut r = refused(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!(
+                        "{MAX_TICKETS} login links are waiting to be used, the most the server \
+                         keeps: try again within {} s, once the oldest have expired",
+                        TICKET.as_secs()
+                    ),
+                );
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(TICKET.as_secs()));
+                return r;
+            }
             json(&serde_json::json!({ "ticket": t, "expires_in_s": TICKET.as_secs() }))
         }
     };

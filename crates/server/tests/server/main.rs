@@ -6,6 +6,7 @@ mod after_corr;
 mod allocation_queues;
 mod bounds;
 mod common;
+mod dashboard_sessions;
 mod dashboard_topologies;
 mod dashboard_users;
 mod dispatch;

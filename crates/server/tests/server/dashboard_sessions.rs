@@ -1,0 +1,285 @@
+//! The dashboard's sessions and login links of a server started in-process with its HTTP
+//! listener: each is bound to the token that obtained it, so a user's token rotated
+//! (`AddUser` with `rotate`) or the user removed ends its sessions — those from the login form
+//! and those from a login link — and its unused login links (401, and dropped); the admin's
+//! and the read-only token's sessions go on. A caller holds at most
+//! `MAX_SESSIONS_PER_CALLER` sessions and `MAX_TICKETS_PER_CALLER` login links: a new one
+//! evicts its oldest, and no one else's.
+
+use crate::common;
+use crate::http::get_with;
+use hetsched_proto as pb;
+use hetsched_proto::client_client::ClientClient;
+use hetsched_server::ServerConfig;
+use hetsched_server::dashboard::{MAX_SESSIONS_PER_CALLER, MAX_TICKETS_PER_CALLER};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// One request `head` (its request line and header lines, each ending in CRLF) with `body`:
+/// the status code and the raw response.
+async fn request(addr: SocketAddr, head: &str, body: &str) -> (u16, String) {
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        s.write_all(
+            format!(
+                "{head}Host: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .expect("send");
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).await.expect("read");
+        raw
+    };
+    let raw = tokio::time::timeout(Duration::from_secs(10), exchange)
+        .await
+        .expect("the HTTP listener answers within 10 s");
+    (status(&raw), raw)
+}
+
+fn status(raw: &str) -> u16 {
+    raw.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The session cookie (`hetsched_session=…`) a response sets, if any.
+fn cookie(raw: &str) -> Option<String> {
+    raw.lines()
+        .find_map(|l| {
+            l.strip_prefix("set-cookie: ")
+                .or_else(|| l.strip_prefix("Set-Cookie: "))
+        })
+        .and_then(|c| c.split(';').next())
+        .filter(|c| c.starts_with("hetsched_session=") && c.len() > "hetsched_session=".len())
+        .map(str::to_string)
+}
+
+/// Signs in with `token` through the login form: the session cookie.
+async fn login(addr: SocketAddr, token: &str) -> String {
+    let (code, raw) = request(
+        addr,
+        "POST /login HTTP/1.1\r\nContent-Type: application/x-www-form-urlencoded\r\n",
+        &format!("token={token}"),
+    )
+    .await;
+    assert_eq!(code, 303, "{raw}");
+    cookie(&raw).unwrap_or_else(|| panic!("a session cookie: {raw}"))
+}
+
+/// A login link's ticket, asked for with `token`.
+async fn ticket(addr: SocketAddr, token: &str) -> String {
+    let (code, raw) = request(
+        addr,
+        &format!("POST /api/ticket HTTP/1.1\r\nAuthorization: Bearer {token}\r\n"),
+        "",
+    )
+    .await;
+    assert_eq!(code, 200, "{raw}");
+    let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let v: serde_json::Value = serde_json::from_str(body).expect("json");
+    v["ticket"].as_str().expect("ticket").to_string()
+}
+
+/// Follows the login link of `ticket`: the status code and the session cookie it sets.
+async fn redeem(addr: SocketAddr, ticket: &str) -> (u16, Option<String>) {
+    let (code, raw) = request(
+        addr,
+        &format!("GET /login?ticket={ticket} HTTP/1.1\r\n"),
+        "",
+    )
+    .await;
+    (code, cookie(&raw))
+}
+
+/// The status of `GET path` with session `cookie`.
+async fn with_cookie(addr: SocketAddr, path: &str, cookie: &str) -> u16 {
+    status(&get_with(addr, path, &format!("Cookie: {cookie}\r\n")).await)
+}
+
+/// The status of `GET path` with `token`.
+async fn with_token(addr: SocketAddr, path: &str, token: &str) -> u16 {
+    status(&get_with(addr, path, &format!("Authorization: Bearer {token}\r\n")).await)
+}
+
+fn add(name: &str, rotate: bool) -> pb::AddUserRequest {
+    pb::AddUserRequest {
+        name: name.into(),
+        rotate,
+        ..Default::default()
+    }
+}
+
+async fn server(
+    name: &str,
+) -> (
+    hetsched_server::ServerHandle,
+    tonic::transport::Channel,
+    SocketAddr,
+    String,
+    common::Scratch,
+) {
+    let d = common::scratch("dashboard-sessions", name);
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        http_listen: Some("127.0.0.1:0".parse().expect("addr")),
+        ..Default::default()
+    };
+    let (server, channel, http, read_token) = common::serve_http(config).await;
+    (server, channel, http, read_token, d)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_sessions_and_login_links_end_when_its_token_is_rotated_or_it_is_removed() {
+    let (server, channel, http, read_token, _dir) = server("rotate").await;
+    let mut admin = ClientClient::with_interceptor(
+        channel.clone(),
+        pb::TokenInterceptor::new(&server.token).expect("ascii token"),
+    );
+    let old = admin
+        .add_user(add("bob", false))
+        .await
+        .expect("bob")
+        .into_inner()
+        .token;
+    let admin_session = login(http, &server.token).await;
+    let read_session = login(http, &read_token).await;
+
+    // Bob's session from the login form, his session from a login link, and a link unused.
+    let form = login(http, &old).await;
+    let (code, linked) = redeem(http, &ticket(http, &old).await).await;
+    assert_eq!(code, 303);
+    let linked = linked.expect("a session cookie");
+    let unused = ticket(http, &old).await;
+    for path in ["/api/jobs", "/api/users"] {
+        assert_eq!(with_cookie(http, path, &form).await, 200, "{path}");
+        assert_eq!(with_cookie(http, path, &linked).await, 200, "{path}");
+    }
+
+    let new = admin
+        .add_user(add("bob", true))
+        .await
+        .expect("bob's new token")
+        .into_inner()
+        .token;
+    assert_eq!(with_token(http, "/api/jobs", &old).await, 401);
+    for path in ["/api/jobs", "/api/users", "/"] {
+        assert_eq!(
+            with_cookie(http, path, &form).await,
+            401,
+            "{path}: the old token's session ends"
+        );
+        assert_eq!(
+            with_cookie(http, path, &linked).await,
+            401,
+            "{path}: a session from the old token's login link ends"
+        );
+    }
+    assert_eq!(
+        redeem(http, &unused).await,
+        (401, None),
+        "the old token's login link opens no session"
+    );
+
+    // The new token signs in, both ways; removing bob ends those too.
+    let form = login(http, &new).await;
+    let (code, linked) = redeem(http, &ticket(http, &new).await).await;
+    assert_eq!(code, 303);
+    let linked = linked.expect("a session cookie");
+    let unused = ticket(http, &new).await;
+    assert_eq!(with_cookie(http, "/api/users", &form).await, 200);
+    assert_eq!(with_cookie(http, "/api/users", &linked).await, 200);
+    admin
+        .remove_user(pb::RemoveUserRequest { name: "bob".into() })
+        .await
+        .expect("bob removed");
+    assert_eq!(with_cookie(http, "/api/jobs", &form).await, 401);
+    assert_eq!(redeem(http, &unused).await, (401, None));
+    // Added again under the same name, with a new token: the session of his earlier token,
+    // not presented since the removal, is still refused.
+    let again = admin
+        .add_user(add("bob", false))
+        .await
+        .expect("bob again")
+        .into_inner()
+        .token;
+    assert_eq!(with_token(http, "/api/jobs", &again).await, 200);
+    assert_eq!(with_cookie(http, "/api/jobs", &linked).await, 401);
+
+    // The admin's and the read-only token's sessions went on throughout.
+    assert_eq!(with_cookie(http, "/api/users", &admin_session).await, 200);
+    assert_eq!(with_cookie(http, "/api/users", &read_session).await, 200);
+    server.stop().await.expect("stops");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_session_or_login_link_past_a_callers_bound_evicts_its_oldest_only() {
+    let (server, channel, http, _read_token, _dir) = server("bound").await;
+    let mut admin = ClientClient::with_interceptor(
+        channel.clone(),
+        pb::TokenInterceptor::new(&server.token).expect("ascii token"),
+    );
+    let alice = admin
+        .add_user(add("alice", false))
+        .await
+        .expect("alice")
+        .into_inner()
+        .token;
+    let bob = admin
+        .add_user(add("bob", false))
+        .await
+        .expect("bob")
+        .into_inner()
+        .token;
+    let bobs = login(http, &bob).await;
+    let mut sessions = Vec::new();
+    for _ in 0..MAX_SESSIONS_PER_CALLER {
+        sessions.push(login(http, &alice).await);
+    }
+    for s in &sessions {
+        assert_eq!(with_cookie(http, "/api/jobs", s).await, 200);
+    }
+    // One more: alice's oldest ends, and only it.
+    sessions.push(login(http, &alice).await);
+    assert_eq!(
+        with_cookie(http, "/api/jobs", &sessions[0]).await,
+        401,
+        "alice's oldest session was evicted"
+    );
+    for s in &sessions[1..] {
+        assert_eq!(with_cookie(http, "/api/jobs", s).await, 200);
+    }
+    assert_eq!(
+        with_cookie(http, "/api/jobs", &bobs).await,
+        200,
+        "bob's stays"
+    );
+
+    // A signed-out session makes room: the next login evicts nothing.
+    let (code, _) = request(
+        http,
+        &format!("GET /logout HTTP/1.1\r\nCookie: {}\r\n", sessions[5]),
+        "",
+    )
+    .await;
+    assert_eq!(code, 303);
+    assert_eq!(with_cookie(http, "/api/jobs", &sessions[5]).await, 401);
+    sessions.push(login(http, &alice).await);
+    assert_eq!(with_cookie(http, "/api/jobs", &sessions[1]).await, 200);
+
+    // Login links: the same per caller.
+    let bobs = ticket(http, &bob).await;
+    let mut tickets = Vec::new();
+    for _ in 0..=MAX_TICKETS_PER_CALLER {
+        tickets.push(ticket(http, &alice).await);
+    }
+    assert_eq!(redeem(http, &tickets[0]).await, (401, None), "evicted");
+    assert_eq!(redeem(http, &tickets[1]).await.0, 303);
+    assert_eq!(redeem(http, &tickets[MAX_TICKETS_PER_CALLER]).await.0, 303);
+    assert_eq!(redeem(http, &bobs).await.0, 303, "bob's stays");
+    server.stop().await.expect("stops");
+}
