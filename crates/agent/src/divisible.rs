@@ -309,7 +309,7 @@ pub async fn run(
                         h.slots += 1;
                         count(&h, &me.held);
                     }
-                    match fetch(&mut client, &me.work_dir, &order).await {
+                    match fetch(&mut client, &me, &order).await {
                         Ok(r) => {
                             let _ = tx.send(r);
                         }
@@ -375,9 +375,15 @@ pub fn chunk_output_path(work_dir: &Path, job: u64, chunk: u64, stderr: bool) ->
     ))
 }
 
-/// Fetches a chunk's input into `chunk-K.in` (the transfer the estimator measures).
-async fn fetch(client: &mut Client, work_dir: &Path, o: &pb::ChunkOrder) -> Result<Ready, String> {
-    let dir = chunk_dir(work_dir, o.job_id);
+/// Fetches a chunk's input into `chunk-K.in` (the transfer the estimator measures), as the
+/// node's agent (its name and identity: the server hands a chunk's input only to the agent it
+/// is out to).
+async fn fetch(
+    client: &mut Client,
+    me: &DivisibleAgent,
+    o: &pb::ChunkOrder,
+) -> Result<Ready, String> {
+    let dir = chunk_dir(&me.work_dir, o.job_id);
     tokio::fs::create_dir_all(&dir)
         .await
         .map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -391,9 +397,11 @@ async fn fetch(client: &mut Client, work_dir: &Path, o: &pb::ChunkOrder) -> Resu
     let mut first: Option<Instant> = None;
     if o.input_bytes > 0 {
         let mut s = client
-            .chunk_input(pb::ChunkKey {
+            .chunk_input(pb::ChunkInputRequest {
                 job_id: o.job_id,
                 chunk: o.chunk,
+                name: me.name.clone(),
+                identity: me.identity.clone(),
             })
             .await
             .map_err(|e| e.message().to_string())?
@@ -436,7 +444,9 @@ async fn run_chunk(
         job_id: o.job_id,
         chunk: o.chunk,
         transfer_ns: r.transfer_ns,
+        // The server takes a chunk's result only from the agent it is out to.
         name: me.name.clone(),
+        identity: me.identity.clone(),
         exit_code: -1,
         ..Default::default()
     };
@@ -672,9 +682,13 @@ async fn upload(mut client: Client, header: pb::ChunkResultHeader, out: Option<P
                 }
                 return;
             }
+            // PermissionDenied: the server does not take this node's word for the chunk (it
+            // is out to another node, or this agent's identity is not the node's): retrying
+            // would not change that.
             Err(s)
                 if s.code() == tonic::Code::Internal
-                    || s.code() == tonic::Code::InvalidArgument =>
+                    || s.code() == tonic::Code::InvalidArgument
+                    || s.code() == tonic::Code::PermissionDenied =>
             {
                 warn!(
                     job = header.job_id,

@@ -314,21 +314,6 @@ pub async fn run(
     let notify = Arc::new(Notify::new());
     // What runs outside the heartbeat loop's own records, for the idle timeout and the queue.
     let outside = outside::Outside::default();
-    stream_workers::spawn(
-        connection_rx.clone(),
-        interceptor.clone(),
-        stream_workers::Secrecy {
-            token: opts.token.clone(),
-            encrypt: opts.server.starts_with("https://"),
-        },
-        stream_workers::Host {
-            node: opts.name.clone(),
-            cores: opts.resources.cores,
-            work_dir: opts.work_dir.clone(),
-            run_as_owner: opts.run_as_owner,
-        },
-        outside.clone(),
-    );
     let mut client = AgentClient::with_interceptor(channel.clone(), interceptor.clone())
         .max_decoding_message_size(MAX_REPLY_BYTES);
     let gpus = detect::Gpus::init();
@@ -341,6 +326,23 @@ pub async fn run(
         .map_err(AgentError::Config)?;
     let identity = workdir::identity(&opts.work_dir)
         .map_err(|e| AgentError::Config(format!("agent identity: {e}")))?;
+    // The stream workers' sync speaks for this node: it carries the identity.
+    stream_workers::spawn(
+        connection_rx.clone(),
+        interceptor.clone(),
+        stream_workers::Secrecy {
+            token: opts.token.clone(),
+            encrypt: opts.server.starts_with("https://"),
+        },
+        stream_workers::Host {
+            node: opts.name.clone(),
+            identity: identity.clone(),
+            cores: opts.resources.cores,
+            work_dir: opts.work_dir.clone(),
+            run_as_owner: opts.run_as_owner,
+        },
+        outside.clone(),
+    );
     // The node id while registered: the wake-up waiter asks for this node's work.
     let (registered, registered_rx) = tokio::sync::watch::channel(None);
     // Set by the waiter: the server has work for this node (beat at once, without coalescing).

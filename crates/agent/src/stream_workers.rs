@@ -204,6 +204,8 @@ const IDLE_HOLD: Duration = pb::MAX_HOLD;
 pub struct Host {
     /// The node's name.
     pub node: String,
+    /// The agent's identity, as registered: the server takes a node's sync only with it.
+    pub identity: String,
     /// Its cores.
     pub cores: u32,
     /// The agent's work directory (workers' directories go below it).
@@ -224,6 +226,7 @@ pub fn spawn(
 ) {
     let Host {
         node,
+        identity,
         cores,
         work_dir,
         run_as_owner,
@@ -317,6 +320,7 @@ pub fn spawn(
             };
             let req = pb::SyncWorkersRequest {
                 node: node.clone(),
+                identity: identity.clone(),
                 cores,
                 workers: running,
                 hold_ms: hold.as_millis() as u64,

@@ -119,7 +119,16 @@ pub struct ServerConfig {
     /// Under preemption, a task that has run less than this is not stopped (Slurm's
     /// `PreemptExemptTime`): every task makes at least this much progress.
     pub preempt_exempt_time: Duration,
+    /// The most unfinished tasks (pending or running batch tasks and workflow instances) a user
+    /// other than the admin may have at once: a submission that would pass it is refused,
+    /// naming it (Slurm's `MaxSubmitJobsPerUser`, counted in tasks). Each waiting task costs the
+    /// server memory (about 120 bytes) and store rows, so one user's loop of submissions does
+    /// not exhaust the server. Default [`MAX_UNFINISHED_TASKS_PER_USER`]; at least 1.
+    pub max_unfinished_tasks_per_user: u64,
 }
+
+/// The default of `max_unfinished_tasks_per_user`: ten jobs of the most tasks a job may have.
+pub const MAX_UNFINISHED_TASKS_PER_USER: u64 = 10_000_000;
 
 /// What happens to running batch tasks when waiting batch work of a higher priority fits
 /// nowhere (the rule: `hetsched_core::policy::batch::preempt`).
@@ -289,6 +298,7 @@ impl Default for ServerConfig {
             allocation: Vec::new(),
             preemption: PreemptionMode::Off,
             preempt_exempt_time: Duration(0),
+            max_unfinished_tasks_per_user: MAX_UNFINISHED_TASKS_PER_USER,
         }
     }
 }
@@ -350,6 +360,9 @@ impl ServerConfig {
             ));
         }
         self.idle_heartbeat()?;
+        if self.max_unfinished_tasks_per_user == 0 {
+            return Err("max_unfinished_tasks_per_user must be at least 1".into());
+        }
         if let Some(w) = &self.workflow {
             w.check_interval()?;
         }

@@ -726,6 +726,7 @@ impl Wire for State {
             hold: false,
             begin_ms: None,
             max_priority: None,
+            task_room: None,
         })
         .map(Into::into)
     }

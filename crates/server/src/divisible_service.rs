@@ -168,6 +168,9 @@ impl pb::divisible_server::Divisible for DivisibleService {
     ) -> Result<Response<pb::NextChunkReply>, Status> {
         let r = req.into_inner();
         let hold_ms = r.hold_ms;
+        // Only the node's own agent asks for it (as its heartbeats must prove): checked at
+        // every look, in the event that hands a chunk out.
+        let identity = r.identity;
         let r = ChunkRequest {
             name: r.name,
             memory_bytes: r.memory_bytes,
@@ -207,6 +210,7 @@ impl pb::divisible_server::Divisible for DivisibleService {
             answer_within,
             presence,
             move |s| {
+                s.prove_agent(&r.name, &identity)?;
                 let (changes, hold) = s.divisible_changes();
                 Ok((s.on_next_chunk(r.clone())?, changes, hold))
             },
@@ -245,16 +249,19 @@ impl pb::divisible_server::Divisible for DivisibleService {
 
     async fn chunk_input(
         &self,
-        req: Request<pb::ChunkKey>,
+        req: Request<pb::ChunkInputRequest>,
     ) -> Result<Response<DataStream>, Status> {
-        let key = req.into_inner();
+        let r = req.into_inner();
         let key = ChunkKey {
-            job_id: key.job_id,
-            chunk: key.chunk,
+            job_id: r.job_id,
+            chunk: r.chunk,
         };
-        let (path, offset, len) = read_state(&self.state, move |s| s.chunk_input(&key))
-            .await?
-            .into_inner();
+        // Only to the agent the chunk is out to.
+        let (path, offset, len) = read_state(&self.state, move |s| {
+            s.chunk_input_for(&r.name, &r.identity, &key)
+        })
+        .await?
+        .into_inner();
         // One port: one chunk's input is streamed at a time.
         let guard = self.port.clone().lock_owned().await;
         Ok(Response::new(stream_file(path, offset, len, guard)))
@@ -269,6 +276,7 @@ impl pb::divisible_server::Divisible for DivisibleService {
         let Some(Piece::Header(h)) = s.message().await?.and_then(|p| p.piece) else {
             return Err(Status::invalid_argument("ChunkDone starts with its header"));
         };
+        let (node, identity) = (h.name, h.identity);
         let h = ChunkResult {
             job_id: h.job_id,
             chunk: h.chunk,
@@ -277,6 +285,15 @@ impl pb::divisible_server::Divisible for DivisibleService {
             transfer_ns: h.transfer_ns,
             compute_ns: h.compute_ns,
         };
+        // Only from the agent the chunk is out to: another caller is refused before its output
+        // is taken, and again in the event that records it.
+        {
+            let (node, identity, h) = (node.clone(), identity.clone(), h.clone());
+            read_state(&self.state, move |s| {
+                s.check_chunk_done_from(&node, &identity, &h)
+            })
+            .await?;
+        }
         let tmp = if h.success {
             let dir = read_state(&self.state, |s| Ok(s.divisible_dir()))
                 .await?
@@ -295,7 +312,7 @@ impl pb::divisible_server::Divisible for DivisibleService {
         };
         let tmp2 = tmp.clone();
         let recorded = with_state(&self.state, &self.durable, Run::Blocking, move |s| {
-            s.on_chunk_done(&h, tmp2.as_deref())
+            s.on_chunk_done_from(&node, &identity, &h, tmp2.as_deref())
         })
         .await;
         if let Some(t) = &tmp

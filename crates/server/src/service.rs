@@ -42,9 +42,10 @@ pub(crate) fn status(e: StateError) -> Status {
         e @ StateError::Purged(_) => Status::not_found(e.to_string()),
         e @ StateError::NameTaken(_) => Status::already_exists(e.to_string()),
         e @ StateError::NoNode(_) => Status::not_found(e.to_string()),
-        e @ (StateError::NotOwner { .. } | StateError::AdminOnly { .. }) => {
-            Status::permission_denied(e.to_string())
-        }
+        e @ (StateError::NotOwner { .. }
+        | StateError::AdminOnly { .. }
+        | StateError::NotTheNodesAgent(_)
+        | StateError::ChunkNotOutTo { .. }) => Status::permission_denied(e.to_string()),
         e @ StateError::NoUser(_) => Status::not_found(e.to_string()),
         e @ StateError::UserExists(_) => Status::already_exists(e.to_string()),
         StateError::Topology(e) => crate::topology_service::status(e),
@@ -518,6 +519,7 @@ impl Client for ClientService {
                     begin_ms: (r.begin_ms > 0).then_some(r.begin_ms),
                     // The owner's, filled by the state.
                     max_priority: None,
+                    task_room: None,
                 },
                 &who.name,
             )?;

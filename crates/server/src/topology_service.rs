@@ -293,6 +293,9 @@ impl pb::topology_agent_server::TopologyAgent for AgentService {
         let from = r.remote_addr().map(|a| a.ip());
         let r = r.into_inner();
         let hold_ms = r.hold_ms;
+        // Only the node's own agent speaks for its workers (as its heartbeats must prove):
+        // checked at every look, in the event that takes the report.
+        let identity = r.identity.clone();
         let seen = workers_seen(r);
         // An agent running no worker has nothing to report: while the answer names no worker
         // for it either, the call is held until where workers run changes (or the hold ends),
@@ -307,6 +310,7 @@ impl pb::topology_agent_server::TopologyAgent for AgentService {
             Some(Duration::from_millis(hold_ms)),
             presence,
             move |s| {
+                s.prove_agent(&seen.node, &identity)?;
                 let (changes, hold) = s.topology_changes();
                 Ok((s.topology_sync(seen.clone(), from)?, changes, hold))
             },

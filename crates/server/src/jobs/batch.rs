@@ -916,6 +916,7 @@ impl Batch {
             hold,
             begin_ms,
             max_priority,
+            task_room,
             ..
         } = sub;
         if let Some(b) = begin_ms {
@@ -993,6 +994,9 @@ impl Batch {
             return Err(StateError::Invalid(format!(
                 "{origin}: the job has {total} tasks; at most {MAX_TASKS_PER_JOB} per job"
             )));
+        }
+        if let Some(room) = &task_room {
+            room.check(&origin, total).map_err(StateError::Invalid)?;
         }
         let first_app = self.apps.len() as u32;
         let first_task = self.tasks.len() as u64;
@@ -2801,6 +2805,15 @@ impl JobKind for Batch {
                 0
             },
         }
+    }
+
+    fn unfinished_tasks(&self, id: u64) -> u64 {
+        self.job_rec(id)
+            .filter(|j| !self.retention.is_purged(j.row.id))
+            .map_or(0, |j| {
+                let c = self.job_counts(j);
+                c.pending + c.running
+            })
     }
 
     fn listed_state(&self, id: u64) -> Option<&str> {

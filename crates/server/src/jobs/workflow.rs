@@ -1081,6 +1081,11 @@ impl Workflows {
             }
         }
         hetsched_core::input::limits::check_workflow(&rt.parsed)?;
+        if let Some(room) = &sub.task_room {
+            let instances: u64 = rt.parsed.workflow.tasks.iter().map(|t| t.instances()).sum();
+            room.check(&sub.origin, instances)
+                .map_err(StateError::Invalid)?;
+        }
         // What the live nodes offer: every `requires` must be offered by one of them, and one
         // instance of every task must fit on one of them (with no live node yet, the workflow
         // waits for nodes; placement matches requirements and sizes either way).
@@ -2529,6 +2534,15 @@ impl JobKind for Workflows {
         self.jobs
             .get(&(id & ((1 << super::KIND_SHIFT) - 1)))
             .map(|j| j.state())
+    }
+
+    fn unfinished_tasks(&self, id: u64) -> u64 {
+        self.jobs
+            .get(&(id & ((1 << super::KIND_SHIFT) - 1)))
+            .map_or(0, |j| {
+                let c = Self::counts_of(&j.insts).0;
+                c.pending + c.running
+            })
     }
 
     fn job(&self, rd: &Read, id: u64) -> Result<JobInfo, StateError> {

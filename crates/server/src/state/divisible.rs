@@ -97,6 +97,75 @@ impl State {
         Ok(self.jobs.divisible.input_slice(key)?)
     }
 
+    /// `ChunkInput`: [`State::chunk_input`] for the agent of node `node`, which must prove it
+    /// ([`State::prove_agent`]) and be the one the chunk is out to.
+    pub fn chunk_input_for(
+        &self,
+        node: &str,
+        identity: &str,
+        key: &ChunkKey,
+    ) -> Result<(PathBuf, u64, u64), StateError> {
+        self.prove_agent(node, identity)?;
+        self.check_chunk_holder(node, key)?;
+        self.chunk_input(key)
+    }
+
+    /// `ChunkDone`: [`State::on_chunk_done`] from the agent of node `node`, which must prove it
+    /// ([`State::prove_agent`]) and be the one the chunk is out to; otherwise nothing is
+    /// recorded.
+    pub fn on_chunk_done_from(
+        &mut self,
+        node: &str,
+        identity: &str,
+        h: &ChunkResult,
+        tmp: Option<&Path>,
+    ) -> Result<bool, StateError> {
+        self.check_chunk_done_from(node, identity, h)?;
+        self.on_chunk_done(h, tmp)
+    }
+
+    /// The checks of [`State::on_chunk_done_from`], made before its output is received.
+    pub fn check_chunk_done_from(
+        &self,
+        node: &str,
+        identity: &str,
+        h: &ChunkResult,
+    ) -> Result<(), StateError> {
+        self.prove_agent(node, identity)?;
+        self.check_chunk_holder(
+            node,
+            &ChunkKey {
+                job_id: h.job_id,
+                chunk: h.chunk,
+            },
+        )
+    }
+
+    /// Refuses chunk `key` to node `node` when it is out to another node. A chunk out to no
+    /// node (done, lost, stopped, or no such chunk) is left to the call: its input is not
+    /// ready, its result not recorded, as for its own agent once it was re-planned.
+    fn check_chunk_holder(&self, node: &str, key: &ChunkKey) -> Result<(), StateError> {
+        let elsewhere = self
+            .jobs
+            .divisible
+            .chunk(key.job_id, key.chunk)
+            .is_ok_and(|(c, _)| c.state == "out" && c.worker != node);
+        if !elsewhere {
+            return Ok(());
+        }
+        tracing::warn!(
+            node,
+            job = key.job_id,
+            chunk = key.chunk,
+            "a chunk asked for by another node than the one it is out to: refused"
+        );
+        Err(StateError::ChunkNotOutTo {
+            job: key.job_id,
+            chunk: key.chunk,
+            node: node.to_string(),
+        })
+    }
+
     /// The gathered output of a completed divisible job.
     pub fn divisible_output(&self, id: u64) -> Result<PathBuf, StateError> {
         match self.ids.kind(id) {

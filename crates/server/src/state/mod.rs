@@ -177,6 +177,26 @@ pub enum StateError {
          other one and retry once it is declared dead"
     )]
     NameTaken(String),
+    /// An agent-service call that speaks for a node without proving it is that node's agent:
+    /// no such node, or not the identity it registered with ([`State::prove_agent`]).
+    #[error(
+        "this call speaks for node `{0}` without the identity that node registered with (or \
+         no such node is registered): only the node's own agent may speak for it"
+    )]
+    NotTheNodesAgent(String),
+    /// A divisible chunk asked for, or reported, by an agent it is not out to.
+    #[error(
+        "chunk {chunk} of divisible job {job} is out to another node, not `{node}`: only the \
+         agent it was sent to may fetch its input or send its result"
+    )]
+    ChunkNotOutTo {
+        /// The job.
+        job: u64,
+        /// The chunk.
+        chunk: u64,
+        /// The node the caller proved it speaks for.
+        node: String,
+    },
     /// The view refused (a bug, or a corrupt store).
     #[error("scheduler view: {0}")]
     View(#[from] ViewError),
@@ -783,6 +803,29 @@ impl State {
         )
     }
 
+    /// Whether the caller of an agent-service call that speaks for node `name` proves it is
+    /// that node's agent: `identity` is the one the node registered with (as heartbeats must,
+    /// [`State::on_heartbeat`]). A node removed, registered by no identity (restored from an old
+    /// store) or unknown is refused too.
+    pub fn prove_agent(&self, name: &str, identity: &str) -> Result<(), StateError> {
+        let rec = self.nodes.by_name(name).and_then(|id| self.nodes.get(id));
+        match rec {
+            Some(rec)
+                if !rec.removed
+                    && !rec.identity.is_empty()
+                    && nodes::same_secret(&rec.identity, identity) =>
+            {
+                Ok(())
+            }
+            // An agent asks before its registration is through: refused, quietly.
+            None => Err(StateError::NotTheNodesAgent(name.to_string())),
+            Some(_) => {
+                warn!(node = %name, "an agent call for the node with another identity: refused");
+                Err(StateError::NotTheNodesAgent(name.to_string()))
+            }
+        }
+    }
+
     /// Sends the wake-ups this event marked ([`wakes`]): every kind hands over its marks, and
     /// the agents concerned (but `answered`, whose reply carries its work) heartbeat at once.
     fn wake(&mut self, answered: Option<NodeId>) {
@@ -1273,6 +1316,7 @@ impl State {
         sub.max_priority = (owner != crate::users::ADMIN)
             .then(|| self.users.max_priority(owner))
             .flatten();
+        sub.task_room = (owner != crate::users::ADMIN).then(|| self.task_room(owner));
         if sub.singleton {
             self.singleton(&mut sub, owner)?;
         }
@@ -1367,6 +1411,25 @@ impl State {
         self.wake(None);
         self.plan_begin();
         Ok(done)
+    }
+
+    /// What user `owner` may still submit: its unfinished tasks of every kind against the
+    /// server's `max_unfinished_tasks_per_user` (its jobs' counts, O(jobs owned by users)).
+    fn task_room(&self, owner: &str) -> types::TaskRoom {
+        let unfinished = self
+            .users
+            .owned()
+            .filter(|&(_, o)| o == owner)
+            .filter_map(|(job, _)| {
+                let kind = self.ids.kind(job)?;
+                Some(self.jobs.of_kind(kind).unfinished_tasks(job))
+            })
+            .sum();
+        types::TaskRoom {
+            user: owner.to_string(),
+            unfinished,
+            cap: self.config.max_unfinished_tasks_per_user,
+        }
     }
 
     /// `submit --singleton` (Slurm's `--dependency=singleton`): submission `sub` runs after

@@ -354,6 +354,35 @@ pub struct Submission {
     /// The highest priority its owner may give its work (`hetsched user limit --max-priority`;
     /// set by the state from the owner, never by a client).
     pub max_priority: Option<i32>,
+    /// How many more unfinished tasks its owner may have (`max_unfinished_tasks_per_user` less
+    /// those it has; `None`: the admin's, no bound). Set by the state, never by a client.
+    pub task_room: Option<TaskRoom>,
+}
+
+/// What a user's submission may still add to its unfinished tasks (`Submission::task_room`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskRoom {
+    /// The owner.
+    pub user: String,
+    /// Its unfinished tasks now.
+    pub unfinished: u64,
+    /// The server's `max_unfinished_tasks_per_user`.
+    pub cap: u64,
+}
+
+impl TaskRoom {
+    /// Refuses `tasks` more (of a job from `origin`) when they would pass the cap.
+    pub fn check(&self, origin: &str, tasks: u64) -> Result<(), String> {
+        if self.unfinished.saturating_add(tasks) <= self.cap {
+            return Ok(());
+        }
+        Err(format!(
+            "{origin}: the job has {tasks} tasks, and user `{}` has {} unfinished: together \
+             above the {} unfinished tasks a user may have at once (the server's \
+             `max_unfinished_tasks_per_user`); wait for some to end, or cancel some",
+            self.user, self.unfinished, self.cap
+        ))
+    }
 }
 
 /// What a submission is answered with.

@@ -59,6 +59,7 @@ fn sync(
 ) -> pb::SyncWorkersRequest {
     pb::SyncWorkersRequest {
         node: "n".into(),
+        identity: common::IDENTITY.into(),
         cores: 4,
         workers,
         start_errors,

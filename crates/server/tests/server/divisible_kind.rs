@@ -142,6 +142,7 @@ fn divisible_rows_are_in_the_states_transaction_and_survive_a_full_disk_and_a_re
         singleton: false,
         after_start: Vec::new(),
         max_priority: None,
+        task_room: None,
     };
     let first = s.on_submit(sub()).expect("submitted");
     assert_eq!(first.job_id, 1, "job ids are one sequence across kinds");
@@ -238,6 +239,7 @@ fn a_divisible_job_that_requires_an_attribute_hands_chunks_only_to_nodes_that_ha
             singleton: false,
             after_start: Vec::new(),
             max_priority: None,
+            task_room: None,
         })
     };
     let refused = submit(&mut s, "[\"bigmem\", \"fpga\"]").expect_err("no node has `fpga`");
@@ -683,6 +685,7 @@ async fn an_ask_held_while_a_chunk_is_in_its_grace_is_looked_at_again_when_the_g
         let mut agent = agent.clone();
         let req = pb::NextChunkRequest {
             name: name.into(),
+            identity: crate::common::IDENTITY.into(),
             memory_bytes: 1 << 30,
             incarnation: format!("{name}-1"),
             room,
@@ -694,6 +697,7 @@ async fn an_ask_held_while_a_chunk_is_in_its_grace_is_looked_at_again_when_the_g
     // a and b call before the job comes, so both are in its plan (calibration: a, b, a, b);
     // without room, they are answered at once, and b does not ask again.
     for name in ["a", "b"] {
+        let _registered = crate::common::agent_of(&server, &channel, name, 2, 1 << 30).await;
         ask(name, false, 0).await.expect("task").expect("answered");
     }
     let id = api

@@ -58,6 +58,7 @@ fn submit(s: &mut State, kind: Kind) -> u64 {
             singleton: false,
             after_start: Vec::new(),
             max_priority: None,
+            task_room: None,
         })
         .unwrap_or_else(|e| panic!("{kind:?} submitted: {e}"));
     assert!(!done.existing);
@@ -198,6 +199,7 @@ fn submission(kind: Kind, text: &str, name: &str, key: &str) -> Submission {
         singleton: false,
         after_start: Vec::new(),
         max_priority: None,
+        task_room: None,
     }
 }
 

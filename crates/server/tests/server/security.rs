@@ -247,3 +247,282 @@ fn a_dead_node_counts_for_nothing_at_submission_and_can_be_removed() {
     assert_eq!(id, 2, "a new node; id 0 stays the removed one's");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The secret rows of [`only_the_agent_a_chunk_is_out_to_reads_its_input_and_records_its_result`]'s
+/// job: 4 units of 8 bytes.
+const SECRET_ROWS: &[u8] = b"secret0\nsecret1\nsecret2\nsecret3\n";
+
+/// The state of chunk `chunk` of divisible job `id`, as `hetsched job` shows it.
+async fn chunk_state(
+    channel: &tonic::transport::Channel,
+    token: pb::TokenInterceptor,
+    id: u64,
+    chunk: u64,
+) -> String {
+    let j = ClientClient::with_interceptor(channel.clone(), token)
+        .get_job(pb::GetJobRequest {
+            job_id: id,
+            wait_ms: 0,
+        })
+        .await
+        .expect("job")
+        .into_inner();
+    let d = j.divisible.expect("a divisible job");
+    d.chunks
+        .iter()
+        .find(|c| c.chunk == chunk)
+        .map(|c| c.state.clone())
+        .expect("the chunk is listed")
+}
+
+/// The agent token alone does not speak for a node's divisible chunks: a chunk out to node n1
+/// gives its input, and takes its result, only from n1's agent (its name and the identity it
+/// registered with). Another live node (n2, with its own identity), n1's name with a wrong or
+/// empty identity, and a node no agent registered are refused with `PermissionDenied`, get no
+/// byte of the input and record nothing (the chunk stays out) — and `NextChunk` is refused them
+/// the same way. n1's own calls still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_agent_a_chunk_is_out_to_reads_its_input_and_records_its_result() {
+    use pb::divisible_client::DivisibleClient;
+    let dir = scratch("chunk-owner");
+    let (server, channel) = common::serve(ServerConfig {
+        data_dir: dir.clone(),
+        // The test's agents never beat: they stay alive throughout.
+        dead_timeout: hetsched_core::input::Duration(600_000_000_000),
+        ..Default::default()
+    })
+    .await;
+    let mut agents = AgentClient::with_interceptor(channel.clone(), agent_token(&server));
+    for (name, identity) in [("n1", "n1-identity"), ("n2", "n2-identity")] {
+        agents
+            .register(registration(name, identity))
+            .await
+            .expect("registered");
+    }
+    let mut div = DivisibleClient::with_interceptor(channel.clone(), agent_token(&server));
+    let ask = |name: &str, identity: &str, room: bool| pb::NextChunkRequest {
+        name: name.into(),
+        identity: identity.into(),
+        memory_bytes: 1 << 30,
+        incarnation: format!("{name}-1"),
+        room,
+        ..Default::default()
+    };
+    // n1 joins (no room: answered at once), then the job comes: n1 is its one worker.
+    div.next_chunk(ask("n1", "n1-identity", false))
+        .await
+        .expect("n1 joins");
+    let id = ClientClient::with_interceptor(channel.clone(), client_token(&server))
+        .submit(pb::SubmitRequest {
+            origin: "secret.toml".into(),
+            text: "[[divisible]]\nname = \"secret\"\nunits = 4\n\
+                   command = \"cat {input} # {start} {end}\"\ninput = \"rows.txt\"\n\
+                   unit_bytes = 8\n"
+                .into(),
+            workdir: "/".into(),
+            divisible_input: SECRET_ROWS.to_vec(),
+            ..Default::default()
+        })
+        .await
+        .expect("submitted")
+        .into_inner()
+        .job_id;
+
+    // NextChunk for n1 without its identity, or for a node nobody registered: refused.
+    for (name, identity) in [
+        ("n1", ""),
+        ("n1", "n2-identity"),
+        ("ghost", "ghost-identity"),
+    ] {
+        let e = div
+            .next_chunk(ask(name, identity, false))
+            .await
+            .expect_err("NextChunk without the node's identity");
+        assert_eq!(
+            e.code(),
+            tonic::Code::PermissionDenied,
+            "{name}/{identity}: {e:?}"
+        );
+        assert!(
+            e.message().contains(&format!("`{name}`")),
+            "names the node: {e:?}"
+        );
+    }
+    let order = div
+        .next_chunk(ask("n1", "n1-identity", true))
+        .await
+        .expect("n1 asks")
+        .into_inner()
+        .orders
+        .into_iter()
+        .next()
+        .expect("n1 gets the first chunk");
+    assert_eq!(order.job_id, id);
+    let chunk = order.chunk;
+    let mine = SECRET_ROWS[order.start as usize * 8..order.end as usize * 8].to_vec();
+    assert!(!mine.is_empty());
+
+    // Its input: refused to everyone but n1.
+    let input = |name: &str, identity: &str| pb::ChunkInputRequest {
+        job_id: id,
+        chunk,
+        name: name.into(),
+        identity: identity.into(),
+    };
+    let forgers = [
+        // Another live node, proving its own identity.
+        ("n2", "n2-identity"),
+        // n1's name without its identity.
+        ("n1", "n2-identity"),
+        ("n1", ""),
+        // A raw client with nothing but the token.
+        ("", ""),
+        // A node no agent registered.
+        ("ghost", "ghost-identity"),
+    ];
+    for (name, identity) in forgers {
+        let got = div.chunk_input(input(name, identity)).await;
+        let e = match got {
+            Ok(stream) => {
+                let mut stream = stream.into_inner();
+                let mut bytes = Vec::new();
+                while let Ok(Some(piece)) = stream.message().await {
+                    bytes.extend(piece.data);
+                }
+                panic!(
+                    "{name}/{identity} read chunk {chunk}'s input: {:?}",
+                    String::from_utf8_lossy(&bytes)
+                );
+            }
+            Err(e) => e,
+        };
+        assert_eq!(
+            e.code(),
+            tonic::Code::PermissionDenied,
+            "{name}/{identity}: {e:?}"
+        );
+    }
+
+    // Its result: refused from everyone but n1, and nothing is recorded.
+    let done = |name: &str, identity: &str, data: &[u8]| {
+        tokio_stream::iter(vec![
+            pb::ChunkDonePiece {
+                piece: Some(pb::chunk_done_piece::Piece::Header(pb::ChunkResultHeader {
+                    job_id: id,
+                    chunk,
+                    success: true,
+                    name: name.into(),
+                    identity: identity.into(),
+                    output_bytes: data.len() as u64,
+                    ..Default::default()
+                })),
+            },
+            pb::ChunkDonePiece {
+                piece: Some(pb::chunk_done_piece::Piece::Data(data.to_vec())),
+            },
+        ])
+    };
+    for (name, identity) in forgers {
+        match div.chunk_done(done(name, identity, b"FORGED\n")).await {
+            Ok(r) => panic!(
+                "{name}/{identity} sent chunk {chunk}'s result: recorded {}",
+                r.into_inner().recorded
+            ),
+            Err(e) => assert_eq!(
+                e.code(),
+                tonic::Code::PermissionDenied,
+                "{name}/{identity}: {e:?}"
+            ),
+        }
+        assert_eq!(
+            chunk_state(&channel, client_token(&server), id, chunk).await,
+            "out",
+            "{name}/{identity}'s result changed nothing"
+        );
+    }
+
+    // n1 itself reads the input and records the result.
+    let mut stream = div
+        .chunk_input(input("n1", "n1-identity"))
+        .await
+        .expect("n1 reads its chunk's input")
+        .into_inner();
+    let mut got = Vec::new();
+    while let Some(piece) = stream.message().await.expect("a piece") {
+        got.extend(piece.data);
+    }
+    assert_eq!(got, mine, "n1 gets its chunk's rows");
+    let recorded = div
+        .chunk_done(done("n1", "n1-identity", &got))
+        .await
+        .expect("n1's result")
+        .into_inner()
+        .recorded;
+    assert!(recorded, "n1's result counts");
+    assert_eq!(
+        chunk_state(&channel, client_token(&server), id, chunk).await,
+        "done"
+    );
+    server.stop().await.expect("stops");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The agent token alone does not speak for a node's stream workers: `SyncWorkers` for node n
+/// is refused (`PermissionDenied`, naming it) with another node's identity, a wrong or empty
+/// one, and for a node no agent registered; n's own agent syncs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_nodes_own_agent_syncs_its_stream_workers() {
+    use pb::topology_agent_client::TopologyAgentClient;
+    let dir = scratch("sync-owner");
+    let (server, channel) = common::serve(ServerConfig {
+        data_dir: dir.clone(),
+        dead_timeout: hetsched_core::input::Duration(600_000_000_000),
+        ..Default::default()
+    })
+    .await;
+    let mut agents = AgentClient::with_interceptor(channel.clone(), agent_token(&server));
+    for (name, identity) in [("n", "n-identity"), ("m", "m-identity")] {
+        agents
+            .register(registration(name, identity))
+            .await
+            .expect("registered");
+    }
+    let mut topo = TopologyAgentClient::with_interceptor(channel.clone(), agent_token(&server));
+    let sync = |node: &str, identity: &str| pb::SyncWorkersRequest {
+        node: node.into(),
+        identity: identity.into(),
+        cores: 2,
+        // A forger would say n runs no worker (so its workers are restarted elsewhere).
+        workers: Vec::new(),
+        hold_ms: 0,
+        ..Default::default()
+    };
+    for (node, identity) in [
+        ("n", "m-identity"),
+        ("n", ""),
+        ("n", "n-identity-not"),
+        ("ghost", "ghost-identity"),
+    ] {
+        let e = topo
+            .sync_workers(sync(node, identity))
+            .await
+            .expect_err("a sync without the node's identity");
+        assert_eq!(
+            e.code(),
+            tonic::Code::PermissionDenied,
+            "{node}/{identity}: {e:?}"
+        );
+        assert!(
+            e.message().contains(&format!("`{node}`")),
+            "names the node: {e:?}"
+        );
+    }
+    topo.sync_workers(sync("n", "n-identity"))
+        .await
+        .expect("n's own agent syncs");
+    topo.sync_workers(sync("m", "m-identity"))
+        .await
+        .expect("m's own agent syncs");
+    server.stop().await.expect("stops");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -107,6 +107,7 @@ async fn an_idle_agents_chunk_ask_is_held_open_and_answered_when_a_job_arrives()
         let mut agent = agent.clone();
         let req = pb::NextChunkRequest {
             name: name.into(),
+            identity: crate::common::IDENTITY.into(),
             memory_bytes: 1 << 30,
             incarnation: format!("{name}-1"),
             room: true,
@@ -119,6 +120,7 @@ async fn an_idle_agents_chunk_ask_is_held_open_and_answered_when_a_job_arrives()
         })
     };
 
+    let _a = crate::common::agent_of(&server, &channel, "a", 2, 1 << 30).await;
     let held = ask("a");
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
@@ -142,6 +144,7 @@ async fn an_idle_agents_chunk_ask_is_held_open_and_answered_when_a_job_arrives()
     );
 
     // A second agent, not in the job's calibration plan, is held; stopping answers it at once.
+    let _b = crate::common::agent_of(&server, &channel, "b", 2, 1 << 30).await;
     let second = ask("b");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!second.is_finished(), "not b's turn: held open");
@@ -404,6 +407,7 @@ async fn an_idle_agent_beats_seldom_and_its_worker_sync_is_held_until_a_topology
         let mut agent = agent.clone();
         let req = pb::SyncWorkersRequest {
             node: "n".into(),
+            identity: "n-identity".into(),
             cores: 4,
             workers: vec![],
             hold_ms,
@@ -586,12 +590,14 @@ async fn a_long_held_chunk_ask_keeps_its_agent_alive_past_the_dead_timeout() {
         ..Default::default()
     })
     .await;
+    let _a = crate::common::agent_of(&server, &channel, "a", 2, 1 << 30).await;
     let mut agent = DivisibleClient::with_interceptor(channel.clone(), agent_token(&server));
     let held = tokio::spawn(async move {
         let t = Instant::now();
         let reply = agent
             .next_chunk(pb::NextChunkRequest {
                 name: "a".into(),
+                identity: crate::common::IDENTITY.into(),
                 memory_bytes: 1 << 30,
                 incarnation: "a-1".into(),
                 room: true,

@@ -479,6 +479,7 @@ fn submission(name: &str, singleton: bool) -> Submission {
         hold: true,
         begin_ms: None,
         max_priority: None,
+        task_room: None,
     }
 }
 
@@ -1583,5 +1584,64 @@ fn the_accounts_credit_what_ran_while_the_server_was_down() {
     assert!(
         offered >= 8.0 * (span - 0.1) && offered <= 8.0 * span,
         "the node's 8 cores all along ({span:.2} s): {offered:.3}"
+    );
+}
+
+/// `max_unfinished_tasks_per_user`: a user's submission that would take its unfinished tasks
+/// (batch tasks and workflow instances, pending or running) past the cap is refused, naming it,
+/// and nothing is stored; other users and the admin are not bound by it; tasks that end (here,
+/// cancelled) give the room back. (Before, one user's loop of 1,000,000-task jobs grew the
+/// server by about 118 MB a job.)
+#[test]
+fn a_user_past_its_unfinished_tasks_is_refused_and_others_are_not() {
+    let d = common::scratch("users", "unfinished");
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        max_unfinished_tasks_per_user: 15,
+        ..Default::default()
+    };
+    let mut s =
+        State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
+    for u in ["alice", "bob"] {
+        s.on_add_user(u, false).expect("user");
+    }
+    let first = s.on_submit_as(sweep(10), "alice").expect("10 of 15").job_id;
+    let jobs = s.jobs().jobs.len();
+    let e = s
+        .on_submit_as(sweep(6), "alice")
+        .expect_err("16 of 15")
+        .to_string();
+    assert!(
+        e.contains("the job has 6 tasks, and user `alice` has 10 unfinished")
+            && e.contains("15 unfinished tasks a user may have at once")
+            && e.contains("max_unfinished_tasks_per_user"),
+        "{e}"
+    );
+    // A workflow's instances count as tasks.
+    let wf = Submission {
+        origin: "wf.toml".into(),
+        text: "[[task]]\nname = \"a\"\ninstances = 6\ncost = \"1s\"\ncommand = \"true\"\n".into(),
+        ..sweep(1)
+    };
+    let e = s
+        .on_submit_as(wf.clone(), "alice")
+        .expect_err("a workflow of 6")
+        .to_string();
+    assert!(e.contains("wf.toml: the job has 6 tasks"), "{e}");
+    assert_eq!(s.jobs().jobs.len(), jobs, "nothing stored");
+    s.on_submit_as(sweep(5), "alice").expect("15 of 15");
+    s.on_submit_as(sweep(15), "bob").expect("bob's own 15");
+    s.on_submit(sweep(100)).expect("the admin's");
+    s.on_cancel(first).expect("cancelled");
+    s.on_submit_as(wf, "alice").expect("10 given back");
+    // Zero is refused at the configuration.
+    let zero = ServerConfig {
+        max_unfinished_tasks_per_user: 0,
+        ..config
+    };
+    assert!(
+        zero.validate()
+            .expect_err("0")
+            .contains("max_unfinished_tasks_per_user must be at least 1")
     );
 }
