@@ -246,6 +246,11 @@ struct Shared {
     /// ([`Shared::holds_for_multi_node`]). Kept while the server is unreachable (a restarted
     /// server holds the tasks' nodes again).
     member_of: Vec<pb::TaskRef>,
+    /// A multi-node task being gathered holds this node whole (the server's last reply,
+    /// `gathering`): work is coming, so the idle timeout waits (leaving would make the
+    /// gathering wait on for another node). Not for `--drain`: the server gives a draining
+    /// node back.
+    gathering: bool,
 }
 
 impl Shared {
@@ -503,6 +508,7 @@ pub async fn run(
         signal_acks: Vec::new(),
         chunks: computing.clone(),
         member_of: Vec::new(),
+        gathering: false,
     }));
     // An ANode's accelerator service (spec 01's AcCt): every GPU task of this node, its own and
     // its NNodes', runs through its process stage.
@@ -746,6 +752,13 @@ pub async fn run(
                 );
                 sh.member_of = std::mem::take(&mut reply.member_of);
             }
+            if sh.gathering != reply.gathering {
+                info!(
+                    held = reply.gathering,
+                    "held whole for a multi-node task being gathered: the idle timeout waits"
+                );
+                sh.gathering = reply.gathering;
+            }
             if let Some(b) = &reply.binding {
                 accel::apply_binding(&mut sh.binding, b, &opts);
             }
@@ -968,7 +981,8 @@ pub async fn run(
                         sh.running.is_empty()
                             && sh.queue.is_empty()
                             && sh.results.is_empty()
-                            && sh.member_of.is_empty(),
+                            && sh.member_of.is_empty()
+                            && !sh.gathering,
                         !sh.queue.is_empty(),
                     )
                 };

@@ -289,6 +289,7 @@ impl From<HeartbeatReply> for pb::HeartbeatReply {
             stop_drain: r.stop == Some(true),
             signals: r.signals.iter().map(task_signal).collect(),
             member_of: r.member_of.iter().map(task_ref).collect(),
+            gathering: r.gathering,
         }
     }
 }
@@ -342,6 +343,7 @@ pub fn reply_wire_len(r: &HeartbeatReply) -> usize {
         stop_drain: r.stop == Some(true),
         signals: r.signals.iter().map(task_signal).collect(),
         member_of: r.member_of.iter().map(task_ref).collect(),
+        gathering: r.gathering,
     }
     .encoded_len()
 }

@@ -479,6 +479,40 @@ fn a_multi_node_task_runs_on_the_first_of_its_whole_nodes_with_their_host_names(
     );
 }
 
+/// A node held whole by a multi-node task still being gathered (waiting for its other node's
+/// task to end) is the task's, not idle: its agent's idle timeout waits (`gathering` in every
+/// reply). Before, the held agent left after its idle timeout, and the task waited on for a node
+/// that would never come.
+#[test]
+fn an_agent_held_by_a_gathering_does_not_leave_at_its_idle_timeout() {
+    let mut c = Cluster::start("multi-node-gathering-idle", false);
+    c.start_agent("busy", 1, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&["submit", "--", "sleep", "4"]);
+    wait_until("the sleep to run", Duration::from_secs(20), || {
+        c.tasks(1)[0]["state"] == "running"
+    });
+    c.start_agent("idle", 1, &["--idle-timeout", "1s"]);
+    c.wait_for_nodes(2);
+    // `idle` is held at once; `busy` as its sleep ends, 3 s after the idle timeout ran out.
+    c.ok(&["submit", "--nodes", "2", "--", "true"]);
+    let waited = c.cli(&["wait", "2", "--timeout", "40s"]);
+    assert!(
+        waited.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&waited.stdout),
+        c.agent_log("idle")
+    );
+    assert!(
+        c.agent_log("idle")
+            .contains("held whole for a multi-node task being gathered"),
+        "{}",
+        c.agent_log("idle")
+    );
+    // Its work done, it leaves at its idle timeout as before.
+    assert_eq!(c.agent_exit("idle", Duration::from_secs(20)), Some(0));
+}
+
 /// The other nodes of a multi-node task run no process of it: without the server's word that
 /// they hold their cores for it (`member_of`), an agent's idle timeout ended it under the task
 /// (the attempt was lost: "node `y` of the multi-node task is gone"), and `node stop --drain`

@@ -2306,6 +2306,11 @@ impl Batch {
         self.multi.running.insert(a.task.0, ids);
     }
 
+    /// Whether a multi-node task's gathering holds node `nid` whole.
+    pub fn held_for_gathering(&self, nid: NodeId) -> bool {
+        self.any_multi_node && self.multi.gathering_holding(nid).is_some()
+    }
+
     /// The running multi-node tasks (task and attempt) node `node` is a member of without
     /// running their command: told to its agent in every heartbeat reply, and counted among
     /// what runs there when it is drained or stopped.
@@ -2626,6 +2631,11 @@ impl JobKind for Batch {
         // wait for and leave (idle timeout, `--drain`), and the task would be lost.
         for t in self.multi_node_member_of(nid.0) {
             out.member_of(t);
+        }
+        // Nor may a node a gathering holds leave at its idle timeout: the gathering would lose
+        // it, and wait on for another.
+        if self.held_for_gathering(nid) {
+            out.held_for_gathering();
         }
         if !open || cx.view.pending_apps().next().is_none() {
             return Ok(());

@@ -334,6 +334,13 @@ impl<'r> Outbox<'r> {
         self.reply.member_of.push(t);
     }
 
+    /// Tells the node that a multi-node task being gathered holds it whole: its agent counts
+    /// that as work for its idle timeout. Never refused: 3 bytes.
+    pub fn held_for_gathering(&mut self) {
+        self.size += 3;
+        self.reply.gathering = true;
+    }
+
     /// Adds a PCDDB message from a workflow's launch node to the reply.
     pub fn balance(&mut self, m: crate::state::types::BalanceEnvelope) {
         self.reply.balance.push(m);

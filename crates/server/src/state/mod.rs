@@ -635,6 +635,7 @@ impl State {
             // a member of a running multi-node task is still told so (else it might leave).
             return Ok(HeartbeatReply {
                 member_of: self.jobs.batch.multi_node_member_of(nid.0),
+                gathering: self.jobs.batch.held_for_gathering(nid),
                 ..Default::default()
             });
         }

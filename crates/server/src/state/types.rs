@@ -280,6 +280,9 @@ pub struct HeartbeatReply {
     /// first node runs it): its agent counts them as its work (idle timeout, `--drain`), since
     /// leaving would lose them.
     pub member_of: Vec<TaskRef>,
+    /// The node is held whole for a multi-node task still being gathered: its agent counts it
+    /// as work for its idle timeout (`HeartbeatReply.gathering`).
+    pub gathering: bool,
 }
 
 /// What `hetsched signal` reached: running task attempts, and a divisible job's chunks out to

@@ -569,3 +569,34 @@ fn the_other_nodes_are_told_at_every_beat_that_they_hold_cores_for_the_task_afte
     assert!(member_of(&beat(&mut s, c, &[], &[])).is_empty());
     assert_eq!(s.on_drain("c", true).expect("drain c").running, 0);
 }
+
+/// Every reply to a node a gathering holds says so (`gathering`), so that its agent's idle
+/// timeout waits (before, an idle held node could leave, and the gathering waited on for
+/// another); the flag ends when the task starts (the members are told `member_of` instead) and
+/// is not set before a gathering holds the node.
+#[test]
+fn a_node_held_by_a_gathering_is_told_so_at_every_beat_until_the_task_starts() {
+    let d = common::scratch("multi-node", "gathering-flag");
+    let mut s = open(&d);
+    let a = register(&mut s, "a", 2);
+    let b = register(&mut s, "b", 2);
+    // A two-core task fills node a.
+    submit(&mut s, "long", 1, "", "cores = 2");
+    assert_eq!(assigned(&beat(&mut s, a, &[], &[])), vec![0]);
+    assert!(!beat(&mut s, b, &[], &[]).gathering, "nothing gathers yet");
+    submit(&mut s, "mpi", 1, "nodes = 2", "");
+    for _ in 0..2 {
+        assert!(beat(&mut s, b, &[], &[]).gathering, "b is held, idle");
+        assert!(
+            beat(&mut s, a, &[(0, 1)], &[]).gathering,
+            "a is held as it drains"
+        );
+    }
+    // a drains: the task starts there; b is a member from now on.
+    let r = beat(&mut s, a, &[], &[(0, 1, true)]);
+    assert_eq!(assigned(&r), vec![1]);
+    assert!(!r.gathering);
+    let r = beat(&mut s, b, &[], &[]);
+    assert_eq!(member_of(&r), [(1, 1)]);
+    assert!(!r.gathering);
+}
