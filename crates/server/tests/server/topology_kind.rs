@@ -761,20 +761,13 @@ fn a_worker_its_agent_cannot_start_shows_why_until_it_runs() {
 #[test]
 fn a_killed_topology_shows_no_rate_after_the_next_window() {
     use hetsched_stream::WorkerReport;
-    use hetsched_stream::metrics::{ExecutorReport, LatencySummary, PairCount};
+    use hetsched_stream::metrics::ExecutorReport;
     let dir = scratch("killed-rates");
     let mut s = open(&dir);
     common::register(&mut s, "n", 4);
     sync(&mut s, vec![]);
     s.topology_submit(submission()).expect("submit");
     let report = |tuples: u64| WorkerReport {
-        worker: 0,
-        at_ns: hetsched_server::state::now_ns(),
-        pairs: vec![PairCount {
-            from: 0,
-            to: 2,
-            tuples,
-        }],
         executors: vec![ExecutorReport {
             executor: 0,
             name: "numbers#0".into(),
@@ -786,13 +779,7 @@ fn a_killed_topology_shows_no_rate_after_the_next_window() {
             done: false,
             started_ns: 1,
         }],
-        remote_out: 0,
-        remote_in: 0,
-        dropped: 0,
-        latency: LatencySummary::default(),
-        rss_bytes: 0,
-        encrypted: false,
-        refused_connections: 0,
+        ..worker_report(&[(0, 2)], tuples)
     };
     let mut worker = running_worker(1);
     worker.report = Some(report(10));
@@ -959,30 +946,18 @@ fn too_many_pairs_for_a_traffic_aware_placer_is_refused_at_submission_with_no_no
 /// server's measurement grew with whatever its agents sent).
 #[test]
 fn traffic_reported_between_executors_no_stream_joins_is_not_kept() {
-    use hetsched_stream::WorkerReport;
-    use hetsched_stream::metrics::{LatencySummary, PairCount};
     let dir = scratch("bad-pairs");
     let mut s = open(&dir);
     common::register(&mut s, "n", 4);
     sync(&mut s, vec![]);
     s.topology_submit(submission()).expect("submit");
-    let report = |tuples: u64| WorkerReport {
-        worker: 0,
-        at_ns: hetsched_server::state::now_ns(),
-        // numbers#0 -> keep#0 is a stream's; keep#0 -> numbers#0 (backwards), numbers#0 ->
-        // numbers#1 (no stream) and executors 9 and 4,000,000,000 (none) are not.
-        pairs: [(0, 2), (2, 0), (0, 1), (9, 2), (0, 4_000_000_000)]
-            .into_iter()
-            .map(|(from, to)| PairCount { from, to, tuples })
-            .collect(),
-        executors: Vec::new(),
-        remote_out: 0,
-        remote_in: 0,
-        dropped: 0,
-        latency: LatencySummary::default(),
-        rss_bytes: 0,
-        encrypted: false,
-        refused_connections: 0,
+    // numbers#0 -> keep#0 is a stream's; keep#0 -> numbers#0 (backwards), numbers#0 ->
+    // numbers#1 (no stream) and executors 9 and 4,000,000,000 (none) are not.
+    let report = |tuples: u64| {
+        worker_report(
+            &[(0, 2), (2, 0), (0, 1), (9, 2), (0, 4_000_000_000)],
+            tuples,
+        )
     };
     let mut worker = running_worker(1);
     worker.report = Some(report(10));
@@ -1003,4 +978,26 @@ fn traffic_reported_between_executors_no_stream_joins_is_not_kept() {
         vec![("\"numbers#0\"".to_string(), "\"keep#0\"".to_string())],
         "{shown}"
     );
+}
+
+/// Worker 0's counters: `tuples` on each (sender, receiver) executor pair of `pairs`, nothing
+/// else.
+fn worker_report(pairs: &[(u32, u32)], tuples: u64) -> hetsched_stream::WorkerReport {
+    use hetsched_stream::metrics::{LatencySummary, PairCount};
+    hetsched_stream::WorkerReport {
+        worker: 0,
+        at_ns: hetsched_server::state::now_ns(),
+        pairs: pairs
+            .iter()
+            .map(|&(from, to)| PairCount { from, to, tuples })
+            .collect(),
+        executors: Vec::new(),
+        remote_out: 0,
+        remote_in: 0,
+        dropped: 0,
+        latency: LatencySummary::default(),
+        rss_bytes: 0,
+        encrypted: false,
+        refused_connections: 0,
+    }
 }
