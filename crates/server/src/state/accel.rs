@@ -254,6 +254,33 @@ impl State {
         Ok(())
     }
 
+    /// Attempt `attempt` of `task` ended (its result was handed to its kind): a kind that stores
+    /// where it was offloaded (the batch kind, in the task's row) lists it from there, so its
+    /// entry leaves memory — else every offloaded batch task of a server's life stayed in
+    /// [`Sharing::executed`]. A kind that does not (workflows) keeps it for its listings.
+    pub(super) fn offload_ended(&mut self, task: u64, attempt: u32) {
+        let stored = self
+            .jobs
+            .owner(task)
+            .and_then(|k| k.offloaded_to(task))
+            .is_some_and(|(at, _)| at == attempt);
+        if stored
+            && self
+                .sharing
+                .executed
+                .get(&task)
+                .is_some_and(|&(at, _)| at == attempt)
+        {
+            self.sharing.executed.remove(&task);
+        }
+    }
+
+    /// How many offloaded attempts memory remembers ([`Sharing::executed`]): those running, and
+    /// workflows' (their kind stores none).
+    pub fn offloads_in_memory(&self) -> usize {
+        self.sharing.executed.len()
+    }
+
     /// After a restart or a rollback: the offloaded attempts still running, as their kinds
     /// stored them, are remembered again — an interrupted offload closes its ANode, and the
     /// ANode's loss re-queues them, as before.

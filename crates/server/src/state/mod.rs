@@ -667,6 +667,7 @@ impl State {
             if let Some(kind) = self.jobs.owner_mut(r.task_id) {
                 kind.on_result(&mut ctx!(self), nid, r)?;
             }
+            self.offload_ended(r.task_id, r.attempt);
         }
         // Reconcile: what the agent runs against what the server dispatched there.
         let mut reported = HashSet::new();

@@ -670,3 +670,36 @@ fn an_offloaded_task_is_listed_with_the_anodes_device_and_its_start_there() {
     let s = reopen(&d, BindingKind::Plain);
     assert_eq!(shown(&s), want, "after a restart");
 }
+
+/// An offloaded batch task's ANode leaves memory when its attempt ends (the task's row holds
+/// it, and listings read it there): before, every offloaded task of a server's life stayed in
+/// the accelerator sharing's map.
+#[test]
+fn an_ended_offloaded_batch_task_is_listed_from_its_row_not_memory() {
+    let (mut s, _d) = open("offload-ended", BindingKind::Plain);
+    let a = node(&mut s, "anode", 1, 1.0);
+    let n1 = node(&mut s, "n1", 0, 1.0);
+    beat(&mut s, a, "A", true, &[]);
+    beat(&mut s, n1, "A", false, &[]);
+    // One task: the beat that brings its result offloads no other.
+    let one = GPU_JOB.replace("tasks = 6", "tasks = 1");
+    s.submit_named("job.toml", &one, "/tmp", "", "")
+        .expect("submit");
+    let r = beat(&mut s, n1, "A", false, &[]);
+    let t = r.assignments.first().expect("offloaded").clone();
+    assert_eq!(s.offloads_in_memory(), 1, "while it runs");
+    let mut req = common::heartbeat_request(n1, &[], &[(t.task_id, t.attempt, true)]);
+    req.rack = "A".into();
+    s.heartbeat(req).expect("result");
+    assert_eq!(s.offloads_in_memory(), 0, "its attempt ended");
+    let tasks = s.tasks(1).expect("tasks").tasks;
+    let listed = tasks.iter().find(|x| x.id == t.task_id).expect("task");
+    assert_eq!(
+        (
+            listed.state.as_str(),
+            listed.node.as_str(),
+            listed.executed_node.as_str()
+        ),
+        ("succeeded", "n1", "anode")
+    );
+}
