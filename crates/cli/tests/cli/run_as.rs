@@ -100,7 +100,11 @@ fn with_run_as_owner_a_users_task_sees_none_of_the_agents_environment() {
     let env = c.ok(&["log", "1", "--all"]);
     let vars: std::collections::BTreeMap<&str, &str> =
         env.lines().filter_map(|l| l.split_once('=')).collect();
-    assert_eq!(vars.get("PATH"), Some(&"/usr/local/bin:/usr/bin:/bin"), "{env}");
+    assert_eq!(
+        vars.get("PATH"),
+        Some(&"/usr/local/bin:/usr/bin:/bin"),
+        "{env}"
+    );
     assert_eq!(vars.get("USER"), Some(&"nobody"), "{env}");
     assert_eq!(vars.get("MINE"), Some(&"1"), "the job's own: {env}");
     assert_eq!(vars.get("HETSCHED_JOB_ID"), Some(&"1"), "{env}");
@@ -113,6 +117,17 @@ fn with_run_as_owner_a_users_task_sees_none_of_the_agents_environment() {
     // The admin's tasks run as the agent's own user, with its environment.
     c.ok(&["submit", "--wait", "--", "env"]);
     assert!(c.ok(&["log", "2", "--all"]).contains("CARGO_MANIFEST_DIR="));
+    // A root agent without the setting runs everyone's tasks as root: it says so at its start.
+    c.start_agent("plain", 1, &[]);
+    c.wait_for_nodes(2);
+    let warning =
+        "runs as root without --run-as-owner: every task, whoever submitted it, runs as root";
+    assert!(
+        c.agent_log("plain").contains(warning),
+        "{}",
+        c.agent_log("plain")
+    );
+    assert!(!c.agent_log("a").contains(warning), "{}", c.agent_log("a"));
 }
 
 /// A user's workflow on agents with `--run-as-owner`: every instance runs as the account, reads
