@@ -35,10 +35,16 @@ use thiserror::Error;
 /// The longest run a simulation may need: 100 years, in ns (as `sim divisible`'s schedules).
 const HORIZON: Time = 100 * 365 * 24 * 3600 * NANOS_PER_SEC;
 
-/// The most nodes a graph simulation takes. The centralised and pcddb launch nodes look every
-/// status or report up among the members, so a round of checks costs nodes² steps: 100,000 nodes
-/// ran 3 s per simulated second (release build), 10,000 nodes 0.15 s.
-pub const MAX_GRAPH_NODES: usize = 10_000;
+/// The most nodes a graph simulation takes (as many as a cluster file holds). The launch nodes
+/// find a node's `status` or `report` through an index from node to entry, so a round of checks
+/// costs O(nodes), not nodes²: on this 2-core VM (release build, docs/performance.md "Graph
+/// simulator on 100,000 nodes") 100,000 nodes run about 0.15 s per simulated second under pcddb
+/// and 0.2 s under centralised (2.2 s and 2.8 s when they looked every message up among the
+/// members), 10,000 nodes 0.005 s and 0.01 s (0.03 s and 0.03 s). The bound is memory: every
+/// node a pcddb request passes keeps a copy of the underloaded-node table it carries (spec 05
+/// §4 c), so a backlog that walks one request through every idle node holds nodes²/2 entries,
+/// 20 GB at 100,000 nodes (200,000 instances ready at once walked 3,963 nodes: 2.6 GB).
+pub const MAX_GRAPH_NODES: usize = 100_000;
 
 /// Message kinds in the order reports list them.
 pub const MESSAGE_KINDS: [&str; 7] = [
@@ -758,8 +764,9 @@ pub fn simulate_graph(
     let n = cluster.nodes.len();
     if n > MAX_GRAPH_NODES {
         return Err(GraphSimError::Config(format!(
-            "the cluster has {n} nodes; a graph simulation takes at most {MAX_GRAPH_NODES} (the \
-             balancers' rounds of checks cost nodes² steps)"
+            "the cluster has {n} nodes; a graph simulation takes at most {MAX_GRAPH_NODES} (every \
+             node a pcddb request passes keeps a copy of its underloaded-node table: up to \
+             nodes²/2 entries)"
         )));
     }
     if latency.len() != n {

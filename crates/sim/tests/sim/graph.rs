@@ -557,3 +557,81 @@ fn a_workflow_that_needs_more_than_a_century_is_refused_before_it_runs() {
         "{e:?}"
     );
 }
+
+#[test]
+fn a_cluster_of_20000_nodes_runs_every_instance_once_under_every_balancer() {
+    // Twice the 10,000 nodes graph simulations once stopped at: the launch nodes looked every
+    // status and report up among the members (nodes² steps per round of checks). Two node
+    // kinds, a small workflow: 24 instances, 8 waiting each for its producer's 3, 2 for all.
+    let nodes = 20_000;
+    let ct = format!(
+        "[[node]]\nname = \"dual\"\ncount = {}\ncores = 2\ncore_speed = 1.0\nlatency = \"50us\"\n\
+         [[node]]\nname = \"eight\"\ncount = {}\ncores = 8\ncore_speed = 0.5\nlatency = \"80us\"\n",
+        nodes / 2,
+        nodes / 2
+    );
+    let wt = "[[task]]\nname = \"A\"\ninstances = \"1..=8\"\nprocesses = 3\n\
+              cost = { mean = \"900ms\", cv = 0.5 }\noutputs = [\"m\"]\n\
+              [[task]]\nname = \"B\"\ninstances = \"1..=8\"\ncost = \"400ms\"\n\
+              inputs = [\"m\"]\noutputs = [\"f\"]\n\
+              [[task]]\nname = \"C\"\ninstances = 2\ncost = \"300ms\"\ninputs = [\"f\"]\n";
+    let case = Case {
+        cluster: parse_cluster("c.toml", &ct).unwrap_or_else(|e| panic!("{e}")),
+        attributes: parse_node_attributes("c.toml", &ct).unwrap_or_else(|e| panic!("{e}")),
+        workflow: parse_workflow("w.toml", wt)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .workflow,
+    };
+    assert_eq!(case.cluster.nodes.len(), nodes);
+    for balancer in BalancerKind::ALL {
+        // The launch node last, so pcddb's table and the dispatcher's members are searched to
+        // their end.
+        let config = GraphSimConfig {
+            balancer,
+            launch: NodeId(nodes as u32 - 1),
+            ..GraphSimConfig::default()
+        };
+        let r = run(&case, &config).unwrap_or_else(|e| panic!("{balancer}: {e}"));
+        check(&case, &config, &r).unwrap_or_else(|e| panic!("{balancer}: {e}"));
+        assert_eq!(r.instances.len(), 34, "{balancer}");
+        assert_eq!(r.nodes.len(), nodes, "{balancer}");
+        assert!(
+            r.instances.iter().all(|i| i.runs == 1),
+            "{balancer}: an instance ran twice or never"
+        );
+    }
+}
+
+#[test]
+fn a_cluster_past_the_limit_is_refused_naming_it() {
+    // Cluster files stop at 100,000 nodes; a cluster built in code is refused by the simulator.
+    let ct = format!(
+        "[[node]]\nname = \"n\"\ncount = {}\ncores = 1\n",
+        hetsched_sim::graph::MAX_GRAPH_NODES
+    );
+    let mut cluster = parse_cluster("c.toml", &ct).unwrap_or_else(|e| panic!("{e}"));
+    let mut extra = cluster.nodes[0].clone();
+    extra.id = NodeId(cluster.nodes.len() as u32);
+    extra.name = "extra".into();
+    cluster.nodes.push(extra);
+    let case = Case {
+        attributes: vec![Vec::new(); cluster.nodes.len()],
+        cluster,
+        workflow: parse_workflow(
+            "w.toml",
+            "[[task]]\nname = \"A\"\ninstances = 1\ncost = \"1s\"\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+        .workflow,
+    };
+    let err = run(&case, &GraphSimConfig::default()).expect_err("past the limit");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "the cluster has {} nodes; a graph simulation takes at most {} (every node a pcddb \
+             request passes keeps a copy of its underloaded-node table: up to nodes²/2 entries)",
+            hetsched_sim::graph::MAX_GRAPH_NODES + 1,
+            hetsched_sim::graph::MAX_GRAPH_NODES
+        )
+    );
+}

@@ -17,6 +17,7 @@ use super::{
 };
 use crate::model::NodeId;
 use crate::time::Time;
+use std::collections::HashMap;
 
 /// A node that runs the instances it is sent, spread over its cores, and returns results.
 #[derive(Clone, Debug)]
@@ -85,6 +86,10 @@ impl ExecutorNode {
 pub struct Dispatcher {
     id: NodeId,
     members: Vec<GraphNode>,
+    /// Each member's position in `members` (its first, should it be listed twice), so a report —
+    /// one per member per check period — finds its member in O(1): a scan of the members made a
+    /// round of reports cost nodes² steps.
+    position: HashMap<NodeId, usize>,
     /// Estimated instances per member: last report + dispatched since.
     estimate: Vec<u32>,
     graph: InstanceGraph,
@@ -98,6 +103,7 @@ impl Dispatcher {
         Self {
             id,
             estimate: vec![0; members.len()],
+            position: positions(&members),
             members,
             graph,
             unplaceable: Vec::new(),
@@ -114,13 +120,9 @@ impl Dispatcher {
     pub fn set_members(&mut self, members: Vec<GraphNode>) -> Vec<Outgoing> {
         let estimate = members
             .iter()
-            .map(|m| {
-                self.members
-                    .iter()
-                    .position(|o| o.id == m.id)
-                    .map_or(0, |k| self.estimate[k])
-            })
+            .map(|m| self.position.get(&m.id).map_or(0, |&k| self.estimate[k]))
             .collect();
+        self.position = positions(&members);
         self.members = members;
         self.estimate = estimate;
         let mut out = Vec::new();
@@ -172,7 +174,7 @@ impl Dispatcher {
             }
             LaunchEvent::Deliver(msg) => match msg.body {
                 Body::Report { held } => {
-                    if let Some(k) = self.members.iter().position(|m| m.id == msg.from) {
+                    if let Some(&k) = self.position.get(&msg.from) {
                         self.estimate[k] = held;
                     }
                 }
@@ -216,4 +218,13 @@ impl Dispatcher {
             }
         }
     }
+}
+
+/// Each node's first position in `members`.
+fn positions(members: &[GraphNode]) -> HashMap<NodeId, usize> {
+    let mut position = HashMap::with_capacity(members.len());
+    for (k, m) in members.iter().enumerate() {
+        position.entry(m.id).or_insert(k);
+    }
+    position
 }

@@ -41,18 +41,55 @@ use super::{
 };
 use crate::model::NodeId;
 use crate::time::Time;
-use std::collections::{HashMap, VecDeque};
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt;
 
 /// An ordered underloaded-node table (one per cluster a node belongs to).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// A node asks its table only about itself (at every self-check: list me, or drop me), and its
+/// table may list every member of a 100,000-node cluster, so the table remembers where the last
+/// node added or removed stands (`known`), kept true by every change: a self-check is O(1), and
+/// only the first change after a new table scans it (as the request that brought it was copied).
+#[derive(Clone, Default)]
 pub struct UnderloadTable {
     entries: Vec<NodeId>,
+    /// The last node added or removed and the index of its first entry (`None`: not listed).
+    known: Option<(NodeId, Option<usize>)>,
+}
+
+impl PartialEq for UnderloadTable {
+    fn eq(&self, other: &Self) -> bool {
+        self.entries == other.entries
+    }
+}
+
+impl Eq for UnderloadTable {}
+
+impl fmt::Debug for UnderloadTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UnderloadTable")
+            .field("entries", &self.entries)
+            .finish()
+    }
 }
 
 impl UnderloadTable {
     /// A table holding `entries` in order.
     pub fn new(entries: Vec<NodeId>) -> Self {
-        Self { entries }
+        Self {
+            entries,
+            known: None,
+        }
+    }
+
+    /// A table holding `entries`, which do not list `absent` (known, so not scanned for).
+    fn without(entries: Vec<NodeId>, absent: NodeId) -> Self {
+        debug_assert!(!entries.contains(&absent));
+        Self {
+            entries,
+            known: Some((absent, None)),
+        }
     }
 
     /// The entries in order.
@@ -60,20 +97,40 @@ impl UnderloadTable {
         &self.entries
     }
 
+    /// Index of `n`'s first entry: O(1) when `n` was the last node added or removed.
+    fn position(&self, n: NodeId) -> Option<usize> {
+        match self.known {
+            Some((k, at)) if k == n => at,
+            _ => self.entries.iter().position(|&e| e == n),
+        }
+    }
+
     /// Whether `n` is listed.
     pub fn contains(&self, n: NodeId) -> bool {
-        self.entries.contains(&n)
+        self.position(n).is_some()
     }
 
     /// Removes `n` if listed.
     pub fn remove(&mut self, n: NodeId) {
-        self.entries.retain(|&e| e != n);
+        match self.position(n) {
+            None => {}
+            // Its first entry is the last one: its only one.
+            Some(at) if at + 1 == self.entries.len() => {
+                self.entries.pop();
+            }
+            Some(_) => self.entries.retain(|&e| e != n),
+        }
+        self.known = Some((n, None));
     }
 
     /// Appends `n` if not listed.
     pub fn add(&mut self, n: NodeId) {
-        if !self.contains(n) {
-            self.entries.push(n);
+        match self.position(n) {
+            Some(at) => self.known = Some((n, Some(at))),
+            None => {
+                self.entries.push(n);
+                self.known = Some((n, Some(self.entries.len() - 1)));
+            }
         }
     }
 
@@ -255,13 +312,12 @@ impl PcddbNode {
             // Not a member of this cluster: nothing to merge into; send it home.
             return vec![self.send(request.launch, Body::Return(request))];
         };
-        // Merge: the request's entries for other nodes replace ours; our own follows our load.
-        let mut merged = request.table.clone();
-        merged.retain(|&n| n != me || underloaded);
-        if underloaded && !merged.contains(&me) {
-            merged.push(me);
-        }
-        self.memberships[k].table = UnderloadTable::new(merged);
+        // Merge: the request's entries for other nodes replace ours; our own follows our load,
+        // and is dropped from both tables whichever way (c)(a) and (b) go: a loaded node is no
+        // longer underloaded, an underloaded one takes what it can and is not any more. So the
+        // table kept is the request's without this node, the one the request travels on with.
+        request.table.retain(|&n| n != me);
+        self.memberships[k].table = UnderloadTable::without(request.table.clone(), me);
 
         let mut out = Vec::new();
         if underloaded {
@@ -287,8 +343,6 @@ impl PcddbNode {
                     }
                 });
             }
-            request.table.retain(|&n| n != me);
-            self.memberships[k].table.remove(me);
             if !taken.is_empty() {
                 for &instance in &taken {
                     // Already held here: the reply says so again, but it keeps its one slot.
@@ -308,9 +362,6 @@ impl PcddbNode {
                     },
                 ));
             }
-        } else {
-            // a) Not underloaded: remove itself from the request's table.
-            request.table.retain(|&n| n != me);
         }
         if !request.instances.is_empty() {
             out.push(self.forward(k, request));
@@ -324,6 +375,85 @@ impl PcddbNode {
             Some(next) => self.send(next, Body::Request(request)),
             None => self.send(request.launch, Body::Return(request)),
         }
+    }
+}
+
+/// A launch node's underloaded-node table of one cluster: its entries in order, each with the
+/// time it was last reported, and an index from node to slot, so a `status` or a `reply` — one
+/// per underloaded node per check period — finds its entry in O(1) instead of scanning a table
+/// that may list every member (a round of checks cost nodes² steps).
+///
+/// A removed entry leaves a hole; the table closes them up when they outnumber its entries, so
+/// that costs O(1) per removal on average.
+#[derive(Clone, Debug, Default)]
+struct LaunchTable {
+    /// Entries in order; `None`: a removed entry.
+    slots: Vec<Option<(NodeId, Time)>>,
+    /// Each listed node's slot (its first, should a preset table list it twice).
+    index: HashMap<NodeId, usize>,
+    /// A node is listed twice (only a preset table can do that): removals then look at every
+    /// entry, as a plain list would.
+    repeats: bool,
+}
+
+impl LaunchTable {
+    fn from_entries(entries: impl IntoIterator<Item = (NodeId, Time)>) -> Self {
+        let mut t = Self::default();
+        for (n, at) in entries {
+            t.slots.push(Some((n, at)));
+            let slot = t.slots.len() - 1;
+            match t.index.entry(n) {
+                Entry::Vacant(e) => {
+                    e.insert(slot);
+                }
+                Entry::Occupied(_) => t.repeats = true,
+            }
+        }
+        t
+    }
+
+    /// The entries in order.
+    fn iter(&self) -> impl Iterator<Item = (NodeId, Time)> + '_ {
+        self.slots.iter().flatten().copied()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// `n` reported at `now`: its entry's time is refreshed, or it is appended.
+    fn report(&mut self, n: NodeId, now: Time) {
+        match self.index.get(&n) {
+            Some(&slot) => {
+                if let Some(entry) = &mut self.slots[slot] {
+                    entry.1 = now;
+                }
+            }
+            None => {
+                self.slots.push(Some((n, now)));
+                self.index.insert(n, self.slots.len() - 1);
+            }
+        }
+    }
+
+    /// Drops every entry of `n`.
+    fn remove(&mut self, n: NodeId) {
+        if self.repeats {
+            self.retain(|m, _| m != n);
+            return;
+        }
+        if let Some(slot) = self.index.remove(&n) {
+            self.slots[slot] = None;
+            if self.slots.len() > 2 * self.index.len() + 16 {
+                self.retain(|_, _| true);
+            }
+        }
+    }
+
+    /// Keeps the entries `keep` accepts, in order, and closes the holes.
+    fn retain(&mut self, mut keep: impl FnMut(NodeId, Time) -> bool) {
+        let kept: Vec<(NodeId, Time)> = self.iter().filter(|&(n, at)| keep(n, at)).collect();
+        *self = Self::from_entries(kept);
     }
 }
 
@@ -342,7 +472,7 @@ pub struct LaunchNode {
     id: NodeId,
     /// Per cluster, in preference order: the underloaded-node table with the time each entry
     /// was last reported.
-    tables: Vec<(ClusterId, Vec<(NodeId, Time)>)>,
+    tables: Vec<(ClusterId, LaunchTable)>,
     graph: InstanceGraph,
     pending: VecDeque<Wanted>,
     /// Requests sent and not yet ended (a reply with nothing left, or a return).
@@ -359,7 +489,10 @@ impl LaunchNode {
     pub fn with_clusters(id: NodeId, clusters: Vec<ClusterId>, graph: InstanceGraph) -> Self {
         Self {
             id,
-            tables: clusters.into_iter().map(|c| (c, Vec::new())).collect(),
+            tables: clusters
+                .into_iter()
+                .map(|c| (c, LaunchTable::default()))
+                .collect(),
             graph,
             pending: VecDeque::new(),
             in_flight: 0,
@@ -377,7 +510,8 @@ impl LaunchNode {
                 .find(|(k, _)| k == c)
                 .map(|(_, t)| std::mem::take(t))
                 .unwrap_or_default();
-            table.retain(|(n, _)| members.contains(n));
+            let members: HashSet<NodeId> = members.iter().copied().collect();
+            table.retain(|n, _| members.contains(&n));
             self.tables.push((*c, table));
         }
     }
@@ -391,7 +525,7 @@ impl LaunchNode {
     /// mid-run).
     pub fn preset_table(&mut self, table: Vec<NodeId>) {
         if let Some((_, t)) = self.tables.first_mut() {
-            *t = table.into_iter().map(|n| (n, 0)).collect();
+            *t = LaunchTable::from_entries(table.into_iter().map(|n| (n, 0)));
         }
     }
 
@@ -399,7 +533,7 @@ impl LaunchNode {
     pub fn table(&self) -> Vec<NodeId> {
         self.tables
             .first()
-            .map(|(_, t)| t.iter().map(|&(n, _)| n).collect())
+            .map(|(_, t)| t.iter().map(|(n, _)| n).collect())
             .unwrap_or_default()
     }
 
@@ -408,11 +542,11 @@ impl LaunchNode {
         self.tables
             .iter()
             .find(|(c, _)| *c == cluster)
-            .map(|(_, t)| t.iter().map(|&(n, _)| n).collect())
+            .map(|(_, t)| t.iter().map(|(n, _)| n).collect())
             .unwrap_or_default()
     }
 
-    fn table_mut(&mut self, cluster: ClusterId) -> Option<&mut Vec<(NodeId, Time)>> {
+    fn table_mut(&mut self, cluster: ClusterId) -> Option<&mut LaunchTable> {
         self.tables
             .iter_mut()
             .find(|(c, _)| *c == cluster)
@@ -478,10 +612,7 @@ impl LaunchNode {
                     // A status for a cluster this launch node does not launch into (stale
                     // after the clusters changed) is ignored.
                     if let Some(table) = self.table_mut(cluster) {
-                        match table.iter_mut().find(|(n, _)| *n == msg.from) {
-                            Some(entry) => entry.1 = now,
-                            None => table.push((msg.from, now)),
-                        }
+                        table.report(msg.from, now);
                     }
                 }
                 Body::Reply {
@@ -490,7 +621,7 @@ impl LaunchNode {
                     // d) The replying node is no longer underloaded (in that cluster's table:
                     // the node dropped itself from its own table of that cluster only).
                     if let Some(table) = self.table_mut(cluster) {
-                        table.retain(|&(n, _)| n != msg.from);
+                        table.remove(msg.from);
                     }
                     if remaining == 0 {
                         self.in_flight = self.in_flight.saturating_sub(1);
@@ -499,9 +630,10 @@ impl LaunchNode {
                 Body::Return(request) => {
                     // The travel disproved every entry that left the request's table, unless
                     // that node reported again after the request was sent.
-                    let (sent_at, carried) = (request.sent_at, &request.table);
+                    let sent_at = request.sent_at;
+                    let carried: HashSet<NodeId> = request.table.iter().copied().collect();
                     if let Some(table) = self.table_mut(request.cluster) {
-                        table.retain(|&(n, at)| at > sent_at || carried.contains(&n));
+                        table.retain(|n, at| at > sent_at || carried.contains(&n));
                     }
                     // The returned instances go first, before those that became ready since —
                     // moving the shorter of the two queues (several requests may be out, so the
@@ -551,7 +683,7 @@ impl LaunchNode {
             return;
         };
         let cluster = *cluster;
-        let table: Vec<NodeId> = table.iter().map(|&(n, _)| n).collect();
+        let table: Vec<NodeId> = table.iter().map(|(n, _)| n).collect();
         let request = AllocationRequest {
             cluster,
             launch: self.id,
@@ -565,5 +697,86 @@ impl LaunchNode {
             to: request.table[0],
             body: Body::Request(request),
         }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A deterministic stream of small numbers.
+    fn stream(seed: u64) -> impl FnMut(u64) -> u64 {
+        let mut x = seed;
+        move |n| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (x >> 33) % n
+        }
+    }
+
+    #[test]
+    fn the_indexed_tables_answer_as_plain_lists_do() {
+        for seed in 0..20 {
+            let mut next = stream(seed);
+            // Presets may list a node twice; the plain list is the reference.
+            let preset: Vec<NodeId> = (0..next(12)).map(|_| NodeId(next(10) as u32)).collect();
+            let mut table = UnderloadTable::new(preset.clone());
+            let mut list = preset.clone();
+            let mut launch = LaunchTable::from_entries(preset.iter().map(|&n| (n, 0)));
+            let mut launch_list: Vec<(NodeId, Time)> = preset.iter().map(|&n| (n, 0)).collect();
+            for step in 0..400 {
+                let n = NodeId(next(10) as u32);
+                match next(5) {
+                    0 => {
+                        table.add(n);
+                        if !list.contains(&n) {
+                            list.push(n);
+                        }
+                    }
+                    1 => {
+                        table.remove(n);
+                        list.retain(|&e| e != n);
+                    }
+                    2 => {
+                        launch.report(n, step);
+                        match launch_list.iter_mut().find(|(m, _)| *m == n) {
+                            Some(e) => e.1 = step,
+                            None => launch_list.push((n, step)),
+                        }
+                    }
+                    3 => {
+                        launch.remove(n);
+                        launch_list.retain(|&(m, _)| m != n);
+                    }
+                    _ => {
+                        let since = step.saturating_sub(next(40));
+                        launch.retain(|m, at| at > since || m.0 % 3 == 0);
+                        launch_list.retain(|&(m, at)| at > since || m.0 % 3 == 0);
+                    }
+                }
+                assert_eq!(table.entries(), &list[..], "seed {seed} step {step}");
+                assert_eq!(table.contains(n), list.contains(&n));
+                assert_eq!(table.first_other(n), list.iter().copied().find(|&e| e != n));
+                assert_eq!(
+                    launch.iter().collect::<Vec<_>>(),
+                    launch_list,
+                    "seed {seed} step {step}"
+                );
+                assert_eq!(launch.is_empty(), launch_list.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn a_table_without_a_node_knows_it_is_absent() {
+        let mut t = UnderloadTable::without(vec![NodeId(3), NodeId(1)], NodeId(2));
+        assert!(!t.contains(NodeId(2)));
+        t.add(NodeId(2));
+        assert_eq!(t.entries(), &[NodeId(3), NodeId(1), NodeId(2)]);
+        t.remove(NodeId(1));
+        t.remove(NodeId(2));
+        assert_eq!(t.entries(), &[NodeId(3)]);
+        assert_eq!(t, UnderloadTable::new(vec![NodeId(3)]));
     }
 }
