@@ -252,6 +252,28 @@ fn a_dead_node_counts_for_nothing_at_submission_and_can_be_removed() {
 /// job: 4 units of 8 bytes.
 const SECRET_ROWS: &[u8] = b"secret0\nsecret1\nsecret2\nsecret3\n";
 
+/// A server on `dir` with an agent registered for each (name, identity) of `agents`; they never
+/// beat, and stay alive throughout (a dead timeout of ten minutes).
+async fn serve_with_agents(
+    dir: &std::path::Path,
+    agents: &[(&str, &str)],
+) -> (hetsched_server::ServerHandle, tonic::transport::Channel) {
+    let (server, channel) = common::serve(ServerConfig {
+        data_dir: dir.to_path_buf(),
+        dead_timeout: hetsched_core::input::Duration(600_000_000_000),
+        ..Default::default()
+    })
+    .await;
+    let mut client = AgentClient::with_interceptor(channel.clone(), agent_token(&server));
+    for &(name, identity) in agents {
+        client
+            .register(registration(name, identity))
+            .await
+            .expect("registered");
+    }
+    (server, channel)
+}
+
 /// The state of chunk `chunk` of divisible job `id`, as `hetsched job` shows it.
 async fn chunk_state(
     channel: &tonic::transport::Channel,
@@ -285,20 +307,8 @@ async fn chunk_state(
 async fn only_the_agent_a_chunk_is_out_to_reads_its_input_and_records_its_result() {
     use pb::divisible_client::DivisibleClient;
     let dir = scratch("chunk-owner");
-    let (server, channel) = common::serve(ServerConfig {
-        data_dir: dir.clone(),
-        // The test's agents never beat: they stay alive throughout.
-        dead_timeout: hetsched_core::input::Duration(600_000_000_000),
-        ..Default::default()
-    })
-    .await;
-    let mut agents = AgentClient::with_interceptor(channel.clone(), agent_token(&server));
-    for (name, identity) in [("n1", "n1-identity"), ("n2", "n2-identity")] {
-        agents
-            .register(registration(name, identity))
-            .await
-            .expect("registered");
-    }
+    let (server, channel) =
+        serve_with_agents(&dir, &[("n1", "n1-identity"), ("n2", "n2-identity")]).await;
     let mut div = DivisibleClient::with_interceptor(channel.clone(), agent_token(&server));
     let ask = |name: &str, identity: &str, room: bool| pb::NextChunkRequest {
         name: name.into(),
@@ -474,19 +484,8 @@ async fn only_the_agent_a_chunk_is_out_to_reads_its_input_and_records_its_result
 async fn only_a_nodes_own_agent_syncs_its_stream_workers() {
     use pb::topology_agent_client::TopologyAgentClient;
     let dir = scratch("sync-owner");
-    let (server, channel) = common::serve(ServerConfig {
-        data_dir: dir.clone(),
-        dead_timeout: hetsched_core::input::Duration(600_000_000_000),
-        ..Default::default()
-    })
-    .await;
-    let mut agents = AgentClient::with_interceptor(channel.clone(), agent_token(&server));
-    for (name, identity) in [("n", "n-identity"), ("m", "m-identity")] {
-        agents
-            .register(registration(name, identity))
-            .await
-            .expect("registered");
-    }
+    let (server, channel) =
+        serve_with_agents(&dir, &[("n", "n-identity"), ("m", "m-identity")]).await;
     let mut topo = TopologyAgentClient::with_interceptor(channel.clone(), agent_token(&server));
     let sync = |node: &str, identity: &str| pb::SyncWorkersRequest {
         node: node.into(),
