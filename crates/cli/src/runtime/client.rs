@@ -583,7 +583,10 @@ pub async fn jobs(
 /// A job's state as listings show it: `held`, `waiting` or `deferred` where its pending tasks
 /// wait for that, and `running (held)` (…) where tasks of it run meanwhile.
 fn shown_state(j: &pb::JobInfo) -> String {
-    let why = if j.held {
+    let why = if !unfinished(j) {
+        // A job held (or waiting, deferred) that then ended keeps the flag on the server.
+        return j.state.clone();
+    } else if j.held {
         "held"
     } else if j.waiting {
         "waiting"
@@ -597,6 +600,12 @@ fn shown_state(j: &pb::JobInfo) -> String {
     } else {
         why.to_string()
     }
+}
+
+/// Whether job `j` is pending or running: only such a job is `held`, `waiting` or `deferred`
+/// (the server keeps those flags on a job that ended meanwhile, as `hold` left them).
+pub(super) fn unfinished(j: &pb::JobInfo) -> bool {
+    matches!(j.state.as_str(), "pending" | "running")
 }
 
 /// `hetsched job ID`.
@@ -658,10 +667,15 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         );
     }
     if j.begin_ms > 0 {
-        let verb = if j.deferred { "begins" } else { "began" };
+        let verb = match (j.deferred, unfinished(&j)) {
+            (true, true) => "begins",
+            // It ended (cancelled) before its begin time.
+            (true, false) => "was to begin",
+            (false, _) => "began",
+        };
         println!("{verb}: {}", super::begin::describe(j.begin_ms));
     }
-    if j.held {
+    if j.held && unfinished(&j) {
         println!(
             "held: its pending tasks wait for `hetsched release {}`",
             j.id
@@ -1976,12 +1990,13 @@ async fn wait_for(
                 )
             });
         }
-        if j.held && !told_held {
-            // A held job waits for a person: say so rather than seem stuck.
+        if j.held && counts(&j.counts).pending > 0 && !told_held {
+            // A held job waits for a person: say so rather than seem stuck (not when its pending
+            // tasks all started before the hold: it ends by itself).
             told_held = true;
             bar.suspend(|| eprintln!("job {id} is held: it waits for `hetsched release {id}`"));
         }
-        if j.deferred && !told_deferred {
+        if j.deferred && unfinished(&j) && !told_deferred {
             // A deferred job waits for its time: say when rather than seem stuck.
             told_deferred = true;
             let when = super::begin::describe(j.begin_ms);

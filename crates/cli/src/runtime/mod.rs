@@ -657,9 +657,9 @@ impl JobStateFilter {
             JobStateFilter::Completed => j.state == "completed",
             JobStateFilter::Failed => j.state == "failed",
             JobStateFilter::Cancelled => j.state == "cancelled",
-            JobStateFilter::Held => j.held,
-            JobStateFilter::Waiting => j.waiting,
-            JobStateFilter::Deferred => j.deferred,
+            JobStateFilter::Held => j.held && client::unfinished(j),
+            JobStateFilter::Waiting => j.waiting && client::unfinished(j),
+            JobStateFilter::Deferred => j.deferred && client::unfinished(j),
             JobStateFilter::Active => matches!(j.state.as_str(), "pending" | "running"),
             JobStateFilter::Blocked => j.blocked,
         }

@@ -8,6 +8,7 @@ mod divisible_runtime;
 mod graph_cli;
 mod log_tls;
 mod operator;
+mod operator_ux;
 mod out_dir_cli;
 mod preemption_runtime;
 mod prefetch_runtime;

@@ -1,0 +1,38 @@
+//! What a first-time operator sees: listings and errors that say the truth about a job, in words.
+
+use crate::support::{Cluster, wait_until};
+use std::time::Duration;
+
+/// A job held while its task runs, which then completes, is listed `completed`, not `held`:
+/// `held`, `waiting` and `deferred` describe a pending or running job only, although the server
+/// keeps the flag on the finished job. `wait` does not say it waits for a release, `job N` does
+/// not tell to release it, and `jobs --state held` does not select it.
+#[test]
+fn a_job_held_while_running_that_completes_is_listed_completed() {
+    let mut c = Cluster::start("ux-held-done", false);
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&["submit", "--", "sleep", "1"]);
+    wait_until("the task to run", Duration::from_secs(10), || {
+        c.json(&["job", "1"])["counts"]["running"] == 1
+    });
+    c.ok(&["hold", "1"]);
+    let out = c.cli(&["wait", "1"]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("is held"), "{err}");
+    let listed = c.ok(&["jobs"]);
+    assert!(
+        listed.contains("completed") && !listed.contains("held"),
+        "{listed}"
+    );
+    let shown = c.ok(&["job", "1"]);
+    assert!(
+        shown.contains("completed") && !shown.contains("held"),
+        "{shown}"
+    );
+    let held = c.json(&["jobs", "--state", "held"]);
+    assert_eq!(held.as_array().map(Vec::len), Some(0), "{held}");
+    let done = c.json(&["jobs", "--state", "completed"]);
+    assert_eq!(done[0]["id"], 1, "{done}");
+}
