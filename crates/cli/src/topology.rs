@@ -199,7 +199,7 @@ fn refused(s: tonic::Status) -> anyhow::Error {
                 "this server does not run stream topologies (it is older than this client)"
             )
         }
-        _ => anyhow::anyhow!("server: {} ({:?})", s.message(), s.code()),
+        _ => crate::runtime::refused(s),
     }
 }
 

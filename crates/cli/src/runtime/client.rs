@@ -75,28 +75,54 @@ pub async fn connect_with(server: &str, token: &str, ca: Option<&[u8]>) -> anyho
     ))
 }
 
-/// A server error as users read it (the message alone; it names file, line and field).
+/// A server error as users read it: the message alone where the server wrote it for people (it
+/// names file, line and field), else what went wrong in words — never a gRPC code's name.
 pub fn refused(s: tonic::Status) -> anyhow::Error {
+    let message = s.message().trim();
+    // The server's own words, when it sent some, after ours.
+    let with = |what: &str| {
+        if message.is_empty() {
+            what.to_string()
+        } else {
+            format!("{what}: {message}")
+        }
+    };
+    let said = |what: &str| anyhow::anyhow!("{}", with(what));
     match s.code() {
-        tonic::Code::InvalidArgument | tonic::Code::NotFound => anyhow::anyhow!("{}", s.message()),
-        tonic::Code::Unauthenticated => {
-            anyhow::anyhow!("the server refused the token: {}", s.message())
+        tonic::Code::InvalidArgument
+        | tonic::Code::NotFound
+        | tonic::Code::AlreadyExists
+        | tonic::Code::FailedPrecondition
+        | tonic::Code::OutOfRange
+            if !message.is_empty() =>
+        {
+            anyhow::anyhow!("{message}")
         }
-        tonic::Code::PermissionDenied => {
-            anyhow::anyhow!("the server refused this call: {}", s.message())
-        }
+        tonic::Code::Unauthenticated => said("the server refused the token"),
+        tonic::Code::PermissionDenied => said("the server refused this call"),
         // Plain HTTP/2 to a TLS port: the server drops the connection before any answer.
         code if code == tonic::Code::Cancelled
             || code == tonic::Code::Unknown
-            || s.message().contains("h2 protocol error") =>
+            || message.contains("h2 protocol error") =>
         {
             anyhow::anyhow!(
-                "server: {} ({:?}); if the server uses TLS, use an https:// URL with --ca",
-                s.message(),
-                s.code()
+                "{}; if the server uses TLS, use an https:// URL with --ca",
+                with("the call ended without an answer")
             )
         }
-        _ => anyhow::anyhow!("server: {} ({:?})", s.message(), s.code()),
+        // Something else listens there: an agent's log or accelerator port, or another program
+        // speaking gRPC; or a server older than this client.
+        tonic::Code::Unimplemented => anyhow::anyhow!(
+            "the server does not offer this call: is --server (HETSCHED_SERVER) the address of a \
+             hetsched server (DATA_DIR/address), not of an agent or another program, and is the \
+             server as new as this client (`hetsched --version`)?"
+        ),
+        tonic::Code::Unavailable => said("the server is unavailable"),
+        tonic::Code::DeadlineExceeded => said("the server did not answer in time"),
+        tonic::Code::ResourceExhausted => said("the server refused this call as too large"),
+        tonic::Code::Aborted => said("the server aborted the call; try it again"),
+        tonic::Code::Internal | tonic::Code::DataLoss => said("the server failed"),
+        _ => said("the server refused this call"),
     }
 }
 

@@ -27,7 +27,7 @@ mod users;
 mod workflow;
 
 use clap::{Args, Subcommand, ValueEnum};
-pub use client::JobRef;
+pub use client::{JobRef, refused};
 pub(crate) use serve::check_tls;
 use std::path::PathBuf;
 

@@ -36,3 +36,42 @@ fn a_job_held_while_running_that_completes_is_listed_completed() {
     let done = c.json(&["jobs", "--state", "completed"]);
     assert_eq!(done[0]["id"], 1, "{done}");
 }
+
+/// A refusal reads as words, without gRPC's code names: a user that exists already, and a
+/// `--server` that names an agent's port (gRPC, but not the server's client service).
+#[test]
+fn refusals_say_what_went_wrong_without_grpc_code_names() {
+    let mut c = Cluster::start("ux-refusals", false);
+    c.add_user("alice");
+    let out = c.cli(&["user", "add", "alice"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.starts_with("error: user `alice` exists: `hetsched user add alice --rotate`"),
+        "{err}"
+    );
+    assert!(!err.contains("AlreadyExists"), "{err}");
+    // An agent's log listener speaks gRPC, not the client service.
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    let log = c.agent_log("a");
+    let port = log
+        .split("serving task outputs to the server addr=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|addr| addr.rsplit(':').next())
+        .expect("the agent's log port")
+        .to_string();
+    let out = c
+        .command(&["jobs"])
+        .env("HETSCHED_SERVER", format!("127.0.0.1:{port}"))
+        .output()
+        .expect("run hetsched");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("the server does not offer this call: is --server"),
+        "{err}"
+    );
+    assert!(!err.contains("Unimplemented"), "{err}");
+}
