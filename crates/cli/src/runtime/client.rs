@@ -203,7 +203,10 @@ pub async fn submit_with_retries(
         let mut api = match connect(args).await {
             Ok(api) => api,
             Err(e) if !last => {
-                eprintln!("warning: {e:#}; retrying in {delay:?}");
+                eprintln!(
+                    "warning: {}; retrying in {delay:?}",
+                    super::human::error_chain(&e)
+                );
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(3));
                 continue;
@@ -415,7 +418,10 @@ pub async fn submit(
         (Ok(done), _) => done,
         // The server's checks against its nodes name the generated text's lines: say the flags.
         (Err(e), JobSource::Command(_)) => {
-            bail!("{}", super::command_job::relocate(&format!("{e:#}")))
+            bail!(
+                "{}",
+                super::command_job::relocate(&super::human::error_chain(&e))
+            )
         }
         (Err(e), JobSource::File(_)) => return Err(e),
     };

@@ -75,3 +75,30 @@ fn refusals_say_what_went_wrong_without_grpc_code_names() {
     );
     assert!(!err.contains("Unimplemented"), "{err}");
 }
+
+/// `submit -- COMMAND` to an address where nothing listens retries, then gives up, saying each
+/// cause once (it said `tcp connect error: tcp connect error`).
+#[test]
+fn a_submission_nothing_answers_says_each_cause_once() {
+    let c = Cluster::start("ux-nothing-answers", false);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let out = c
+        .command(&["submit", "--", "true"])
+        .env("HETSCHED_SERVER", format!("127.0.0.1:{port}"))
+        .output()
+        .expect("run hetsched");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("retrying in")
+            && err.contains("error: gave up after 5 tries: nothing answers at"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("tcp connect error: tcp connect error"),
+        "{err}"
+    );
+}
