@@ -1742,8 +1742,8 @@ pub async fn update(args: &ClientArgs, sel: &Selected, update: &Update) -> anyho
     .await
 }
 
-/// Runs `act` on each selected job in turn: one job named alone as before (its reply, or its
-/// error), a selection of several with a line (or a JSON array entry with `job_id`, and `error`
+/// Runs `act` on each selected job in turn: one job named alone as before (its reply with its
+/// `job_id`, or its error), a selection of several with a line (or a JSON array entry with `job_id`, and `error`
 /// for a refusal) per job, going on past refusals and failing at the end if there was one. An
 /// empty selection (`all` with nothing unfinished) says so and succeeds.
 async fn each_job<F, Fut>(
@@ -1758,7 +1758,11 @@ where
 {
     let ids = &sel.ids[..];
     if let ([id], false) = (ids, sel.many) {
-        let (value, line) = act(*id).await?;
+        let (mut value, line) = act(*id).await?;
+        // Which job, as each entry of several says (`cancel last` names none).
+        if let Some(o) = value.as_object_mut() {
+            o.entry("job_id").or_insert((*id).into());
+        }
         return match args.output {
             Output::Json => json(&value),
             Output::Table | Output::Dot => {

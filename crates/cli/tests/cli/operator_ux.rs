@@ -102,3 +102,26 @@ fn a_submission_nothing_answers_says_each_cause_once() {
         "{err}"
     );
 }
+
+/// `cancel`, `hold`, `release`, `update` and `signal` of one job answer in JSON with its
+/// `job_id`, as each entry of several jobs has it: `cancel last --output json` says which job.
+#[test]
+fn one_jobs_cancel_hold_release_update_signal_json_names_the_job() {
+    let mut c = Cluster::start("ux-one-job-json", false);
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&["submit", "--hold", "--tasks", "2", "--", "sleep", "30"]);
+    for args in [
+        &["release", "last"][..],
+        &["hold", "last"],
+        &["update", "last", "--priority", "3"],
+        &["signal", "last", "--signal", "USR1"],
+        &["cancel", "last"],
+    ] {
+        let v = c.json(args);
+        assert_eq!(v["job_id"], 1, "{args:?}: {v}");
+    }
+    // Several jobs: an array, each entry with its `job_id`, as before.
+    let v = c.json(&["cancel", "1,1"]);
+    assert_eq!(v[0]["job_id"], 1, "{v}");
+}
