@@ -1646,12 +1646,14 @@ impl Batch {
             after_notok: j.row.after_notok.clone(),
             after_corr: j.row.after_corr.clone(),
             after_start: j.row.after_start.clone(),
-            // Waiting for the jobs it runs after (not only for its begin time); a job that ended
-            // waits for nothing (before a restart as after it: found by the day fuzz).
+            // Waiting for the jobs it runs after (or after the start of): not for its begin time,
+            // not for its release (`held`, below); a job that ended waits for nothing (before a restart as after it:
+            // found by the day fuzz).
             waiting: self.waiting.waits(j.row.id)
-                && (!self.waiting.deferred(j.row.id) || self.first_unfinished_after(j).is_some())
+                && (self.first_unfinished_after(j).is_some() || self.first_unstarted(j).is_some())
                 && matches!(state, "pending" | "running"),
-            held: j.row.held,
+            // A hold is a pending or running job's: one that ended is its state only.
+            held: j.row.held && matches!(state, "pending" | "running"),
             begin_ms: j.row.begin_ms,
             // (A job that ended waits for nothing, whatever its begin time.)
             deferred: self.waiting.deferred(j.row.id) && matches!(state, "pending" | "running"),

@@ -327,7 +327,9 @@ fn a_held_job_dispatches_nothing_new_until_released_and_a_restart_keeps_it_held(
         assert_eq!(s.hold(job, true).expect("hold").tasks, 4);
         assert_eq!(s.hold(job, true).expect("again").tasks, 0, "already held");
         let info = s.job(job).expect("job");
-        assert!(info.held && info.waiting);
+        // Held, not waiting: it runs after no job (`jobs --state waiting` lists jobs waiting
+        // for those they run `--after`).
+        assert!(info.held && !info.waiting, "{info:?}");
         // The running tasks go on: one succeeds, the other fails and would retry — it waits.
         let more = n.beat(&mut s, &[(sent[0].0, sent[0].1, true)]);
         assert!(more.is_empty(), "a freed core takes nothing of a held job");
@@ -351,6 +353,25 @@ fn a_held_job_dispatches_nothing_new_until_released_and_a_restart_keeps_it_held(
     let e = s.hold(done, true).expect_err("ended").to_string();
     assert!(e.contains("has ended (cancelled): nothing to hold"), "{e}");
     assert!(s.hold(999, true).is_err());
+    // Held while its last task runs, then it ends: listed by its state, not as held, and a
+    // release is refused as a hold is (it used to "release 0 pending tasks" while `hold` was
+    // refused).
+    let last = submit(&mut s, 1, &[]).expect("submit");
+    let mut n2 = Agent::new(&mut s, 8);
+    let sent = n2.beat(&mut s, &[]);
+    let jobs = jobs_of(&s, &sent);
+    let mine = sent[jobs.iter().position(|&j| j == last).expect("its task runs")];
+    s.hold(last, true).expect("held while it runs");
+    assert!(s.job(last).expect("job").held);
+    n2.beat(&mut s, &[(mine.0, mine.1, true)]);
+    let info = s.job(last).expect("job");
+    assert_eq!(info.state, "completed");
+    assert!(!info.held && !info.waiting, "{info:?}");
+    let e = s.hold(last, false).expect_err("ended").to_string();
+    assert!(
+        e.contains("has ended (completed): nothing to release"),
+        "{e}"
+    );
 }
 
 #[test]

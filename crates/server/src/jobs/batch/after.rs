@@ -589,14 +589,17 @@ impl Batch {
         let Some(j) = self.job_rec(job).filter(|_| !self.retention.is_purged(job)) else {
             return Err(StateError::NoJob(job));
         };
+        let (apps, range, state) = (j.apps.clone(), j.tasks.clone(), self.job_state(j));
+        // Before the no-op below: an ended job is refused either way, held or not (a job held
+        // while its last task ran used to be "released", one not held refused a hold).
+        if !matches!(state, "pending" | "running") {
+            return Err(StateError::Invalid(format!(
+                "job {job} has ended ({state}): nothing to {}",
+                if hold { "hold" } else { "release" }
+            )));
+        }
         if hold == self.waiting.held_by_user(job) {
             return Ok(0);
-        }
-        let (apps, range, state) = (j.apps.clone(), j.tasks.clone(), self.job_state(j));
-        if hold && !matches!(state, "pending" | "running") {
-            return Err(StateError::Invalid(format!(
-                "job {job} has ended ({state}): nothing to hold"
-            )));
         }
         if let Some(i) = self.job_index(job) {
             self.jobs[i].row.held = hold;
