@@ -254,9 +254,10 @@ fn a_working_or_base_directory_with_control_characters_or_relative_is_refused() 
         );
         let topo = hetsched_server::jobs::topology::TopologySubmission {
             origin: "t.toml".into(),
-            text: "name = \"t\"\n\n[[component]]\nname = \"s\"\nkind = \"spout\"\nparallelism = 1\n\
+            text:
+                "name = \"t\"\n\n[[component]]\nname = \"s\"\nkind = \"spout\"\nparallelism = 1\n\
                    cpu = 10.0\nbuiltin = \"sequence-spout\"\n"
-                .into(),
+                    .into(),
             base_dir: dir.into(),
             placer: "even".into(),
             max_utilisation: 0.9,
