@@ -506,6 +506,9 @@ struct AgentSeen {
     /// Asks of this agent held open now ([`Divisible::held`]): while one is, the agent is
     /// present whatever `last_seen` says.
     held: u32,
+    /// Whether it has asked since it was noted (false: noted at its node's registration only,
+    /// [`Divisible::agent_registered`]).
+    asked: bool,
 }
 
 impl AgentSeen {
@@ -832,6 +835,8 @@ impl Divisible {
                     memory_bytes: 0,
                     attributes: Vec::new(),
                     held: 0,
+                    // Reaped if silent, as one that asked: it held chunks before the restart.
+                    asked: true,
                 },
             );
         }
@@ -1043,6 +1048,22 @@ impl Divisible {
         }
     }
 
+    /// Agent `name` registered its node (memory and attributes as registered): it is a live
+    /// worker from now on, before its first ask, so that a job submitted in between plans for
+    /// it too. (Its asks are refused until it has registered: the server checks the node's
+    /// identity.) An agent already seen keeps what its asks said, its incarnation included.
+    pub fn agent_registered(&mut self, name: &str, memory_bytes: u64, attributes: Vec<String>) {
+        let a = self.agents.entry(name.to_string()).or_insert(AgentSeen {
+            last_seen: Instant::now(),
+            incarnation: String::new(),
+            memory_bytes,
+            attributes,
+            held: 0,
+            asked: false,
+        });
+        a.last_seen = Instant::now();
+    }
+
     /// `NextChunk`: notes the agent, reconciles what it holds, and, when it has room, hands it
     /// the next chunk some running job planned for it.
     pub fn next_chunk(&mut self, req: ChunkRequest) -> Result<ChunkReply, DivError> {
@@ -1061,6 +1082,7 @@ impl Divisible {
                 memory_bytes: req.memory_bytes,
                 attributes: req.attributes.clone(),
                 held,
+                asked: true,
             },
         );
         let holding: HashSet<(u64, u64)> =
@@ -1801,9 +1823,12 @@ impl JobKind for Divisible {
     /// When the first agent holding no ask open is lost if it stays silent, or a waiting job's
     /// begin time comes.
     fn housekeeping_due(&self) -> Option<Instant> {
+        // An agent noted at its registration that never asked matters only to a running job
+        // (which may have planned chunks for it): else the reaper need not wake for it.
+        let running = self.jobs.values().any(|j| j.state == "running");
         self.agents
             .values()
-            .filter(|a| a.held == 0)
+            .filter(|a| a.held == 0 && (a.asked || running))
             .map(|a| a.last_seen + self.dead_timeout)
             .chain(JobKind::next_begin(self))
             .min()
@@ -2278,6 +2303,7 @@ mod tests {
                 memory_bytes: 1 << 30,
                 attributes: Vec::new(),
                 held: 0,
+                asked: true,
             },
         );
         let mut held: HashMap<&str, Vec<u64>> = HashMap::new();

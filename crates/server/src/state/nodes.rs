@@ -535,6 +535,15 @@ impl State {
             id
         };
         self.node_may_die(id);
+        // Its agent is a divisible worker from now on, before its first ask: a job submitted
+        // in between plans for it too (its asks are refused until it has registered).
+        if let Some(rec) = self.nodes.recs.get(id as usize) {
+            self.jobs.divisible.agent_registered(
+                &rec.spec.name,
+                rec.spec.memory_bytes,
+                rec.spec.all_attributes(),
+            );
+        }
         Ok(Registered {
             node_id: id,
             heartbeat_interval_ms: self.heartbeat_interval_ms,

@@ -812,3 +812,34 @@ fn a_units_failures_before_a_restart_count_against_its_retries_after_it() {
         )
     );
 }
+
+/// An agent whose node has registered is a worker of a job submitted before its first ask: its
+/// asks are refused until it registers (the identity check), and a `static` job planned on the
+/// agents that had asked gave it nothing (the CLI test of a restart while chunks are out timed
+/// out on that under load).
+#[test]
+fn a_registered_agent_that_has_not_asked_yet_is_planned_for() {
+    use hetsched_proto as pb;
+    use hetsched_server::convert::Wire;
+    let d = crate::common::scratch("divisible", "registered-first");
+    let mut s = open(&d);
+    join_agents(&mut s, &["a"]);
+    s.register(pb::RegisterRequest {
+        name: "b".into(),
+        cores: 2,
+        memory_bytes: 1 << 30,
+        identity: crate::common::IDENTITY.into(),
+        ..Default::default()
+    })
+    .expect("register");
+    let sub = Submission {
+        text: JOB.replace("units = 100", "units = 40\nalgo = \"static\""),
+        ..rows()
+    };
+    s.on_submit(sub).expect("submitted");
+    assert!(!ask(&mut s, "a").expect("a asks").is_empty());
+    assert!(
+        !ask(&mut s, "b").expect("b asks").is_empty(),
+        "b is one of the two workers of the static split"
+    );
+}
