@@ -266,6 +266,9 @@ pub enum RuntimeCommand {
     User(UserCommand),
     /// Print a task's captured stdout (or stderr), read from the agent that ran it; of a divisible
     /// job, a chunk's.
+    #[command(
+        override_usage = "hetsched log [OPTIONS] <JOB> <TASK>\n       hetsched log [OPTIONS] <JOB> --all"
+    )]
     Log {
         /// Job id, or `last` (the newest job).
         job: JobRef,

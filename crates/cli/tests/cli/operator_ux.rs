@@ -125,3 +125,20 @@ fn one_jobs_cancel_hold_release_update_signal_json_names_the_job() {
     let v = c.json(&["cancel", "1,1"]);
     assert_eq!(v[0]["job_id"], 1, "{v}");
 }
+
+/// `hetsched log JOB` without a task says both ways to call it: one task, or `--all` (the usage
+/// line showed only `<JOB> <TASK>`, and `--all` was found in the help only).
+#[test]
+fn log_without_a_task_shows_the_all_form_too() {
+    let out = std::process::Command::new(crate::support::BIN)
+        .args(["log", "1"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("hetsched log [OPTIONS] <JOB> <TASK>")
+            && err.contains("hetsched log [OPTIONS] <JOB> --all"),
+        "{err}"
+    );
+}
