@@ -10,9 +10,15 @@
 //! start TASK ATTEMPT PID STARTTIME   # STARTTIME: field 22 of /proc/PID/stat (clock ticks since boot)
 //! end TASK ATTEMPT                   # (older agents) the process ended
 //! usage TASK ATTEMPT USER_MS SYSTEM_MS MAX_RSS_BYTES    # what it used (written with its result)
+//! offload TASK ATTEMPT STARTED_NS DEVICES  # offloaded: the ANode's start and devices (`0,1`, `-`)
 //! result TASK ATTEMPT OK EXIT STARTED FINISHED MESSAGE   # it ended; the result awaits its ack
 //! acked TASK ATTEMPT                 # the server recorded that result
 //! ```
+//!
+//! A result's `usage` and `offload` lines come before its `result` line, in the same write, and
+//! only when it has them (a task whose usage was not measured, or that was not offloaded to an
+//! ANode, has none): a file written by an older agent, without them, is read as results without
+//! them, and an older agent skips the lines it does not know.
 //!
 //! A result stays in the record until the server acknowledges it, so an agent SIGKILLed while the
 //! server was away re-sends, after its restart, the results of the tasks that finished meanwhile
@@ -145,8 +151,21 @@ fn parse_usage(mut f: std::str::SplitWhitespace<'_>) -> Option<pb::TaskUsage> {
     })
 }
 
-/// A result's lines: its `usage` (if measured), then the `result` itself — one write, so a torn
-/// write loses the result with its usage.
+/// The `offload` line's fields after TASK ATTEMPT: the ANode's start and its devices (`-`: none).
+fn parse_offload(mut f: std::str::SplitWhitespace<'_>) -> Option<(u64, Vec<u32>)> {
+    let started = f.next()?.parse().ok()?;
+    let devices = match f.next()? {
+        "-" => Vec::new(),
+        list => list
+            .split(',')
+            .map(|d| d.parse().ok())
+            .collect::<Option<_>>()?,
+    };
+    Some((started, devices))
+}
+
+/// A result's lines: its `usage` (if measured) and `offload` (if offloaded to an ANode), then the
+/// `result` itself — one write, so a torn write loses the result with them.
 fn result_line(r: &pb::TaskResult) -> String {
     let usage = r.usage.as_ref().map_or(String::new(), |u| {
         format!(
@@ -154,7 +173,22 @@ fn result_line(r: &pb::TaskResult) -> String {
             r.task_id, r.attempt, u.cpu_user_ms, u.cpu_system_ms, u.max_rss_bytes
         )
     });
+    let offload = if r.offload_started_ns == 0 && r.offload_devices.is_empty() {
+        String::new()
+    } else {
+        let devices = if r.offload_devices.is_empty() {
+            "-".to_string()
+        } else {
+            let d: Vec<String> = r.offload_devices.iter().map(u32::to_string).collect();
+            d.join(",")
+        };
+        format!(
+            "offload {} {} {} {devices}\n",
+            r.task_id, r.attempt, r.offload_started_ns
+        )
+    };
     usage
+        + &offload
         + &format!(
             "result {} {} {} {} {} {} {}\n",
             r.task_id,
@@ -176,14 +210,20 @@ fn result_line(r: &pb::TaskResult) -> String {
 fn parse_all(text: &str) -> (HashMap<(u64, u32), Entry>, Unacked) {
     let mut live = HashMap::new();
     let mut unacked = HashMap::new();
-    // Usage read from a `usage` line, for the `result` line that follows it.
+    // Usage and offload read from `usage` and `offload` lines, for the `result` line that
+    // follows them.
     let mut usage = HashMap::new();
+    let mut offload = HashMap::new();
     for line in text.lines() {
         if line.starts_with("result ") {
             // Only a whole line counts (a torn last line has no message field and may be cut
             // inside a number: parse_result refuses both when fields are missing).
             if let Some(mut r) = parse_result(line) {
                 r.usage = usage.remove(&(r.task_id, r.attempt));
+                if let Some((started, devices)) = offload.remove(&(r.task_id, r.attempt)) {
+                    r.offload_started_ns = started;
+                    r.offload_devices = devices;
+                }
                 live.remove(&(r.task_id, r.attempt));
                 unacked.insert((r.task_id, r.attempt), r);
             }
@@ -224,6 +264,11 @@ fn parse_all(text: &str) -> (HashMap<(u64, u32), Entry>, Unacked) {
             Some("usage") => {
                 if let Some(u) = parse_usage(f) {
                     usage.insert((task, attempt), u);
+                }
+            }
+            Some("offload") => {
+                if let Some(o) = parse_offload(f) {
+                    offload.insert((task, attempt), o);
                 }
             }
             _ => {}
@@ -550,6 +595,147 @@ mod tests {
             found.results.len(),
             1,
             "kept until acknowledged, across restarts"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A fresh directory for one test's ledger.
+    fn test_dir(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("hetsched-ledger-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        dir
+    }
+
+    /// The result of a task an NNode offloaded to its ANode, as the ANode reported it.
+    fn offloaded(task: u64, devices: Vec<u32>) -> pb::TaskResult {
+        pb::TaskResult {
+            task_id: task,
+            attempt: 2,
+            exit_code: 0,
+            message: String::new(),
+            started_ns: 1_000,
+            finished_ns: 9_000,
+            success: true,
+            interrupted: false,
+            start_failed: false,
+            usage: Some(pb::TaskUsage {
+                cpu_user_ms: 70,
+                cpu_system_ms: 5,
+                max_rss_bytes: 1 << 20,
+            }),
+            offload_started_ns: 1_500,
+            offload_devices: devices,
+        }
+    }
+
+    #[test]
+    fn an_offloaded_result_keeps_the_anodes_start_and_devices_through_restarts_and_compaction() {
+        let dir = test_dir("offload");
+        let two = offloaded(1, vec![0, 3]);
+        // An ANode that predates `offload_devices` said its start only.
+        let start_only = offloaded(2, Vec::new());
+        let (mut l, _) = Ledger::recover(&dir).expect("recover");
+        l.finished(&two);
+        l.finished(&start_only);
+        drop(l); // SIGKILL
+        let (mut l, found) = Ledger::recover(&dir).expect("recover");
+        assert_eq!(
+            found.results,
+            vec![two.clone(), start_only.clone()],
+            "re-sent with the ANode's start and devices, and the usage"
+        );
+        // Acknowledged results until the file is compacted, which keeps the unacknowledged.
+        let mut t = 100;
+        loop {
+            l.finished(&offloaded(t, vec![1]));
+            l.acked(t, 2);
+            t += 1;
+            if l.lines == l.unacked.len() {
+                break;
+            }
+            assert!(t < 100 + COMPACT_AFTER as u64, "never compacted");
+        }
+        let text = std::fs::read_to_string(dir.join(FILE_NAME)).expect("file");
+        // Each result with its `usage` and `offload` lines, nothing else.
+        assert_eq!(text.lines().count(), 6, "compacted: {text}");
+        assert!(text.contains("offload 1 2 1500 0,3\n"), "{text}");
+        assert!(text.contains("offload 2 2 1500 -\n"), "{text}");
+        drop(l);
+        let (_, found) = Ledger::recover(&dir).expect("recover");
+        assert_eq!(found.results, vec![two, start_only], "after compaction");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn offload_lines_that_are_torn_or_garbled_are_skipped() {
+        let result = "result 5 1 1 0 10 20 \n";
+        let read = |offload: &str| {
+            let (_, unacked) = parse_all(&format!("{offload}\n{result}"));
+            let r = &unacked[&(5, 1)];
+            (r.offload_started_ns, r.offload_devices.clone())
+        };
+        assert_eq!(read("offload 5 1 15 0,2"), (15, vec![0, 2]));
+        assert_eq!(read("offload 5 1 15 -"), (15, vec![]));
+        for bad in [
+            "offload 5 1 15",
+            "offload 5 1 15 0,",
+            "offload 5 1 1x 0",
+            "offload 5 1 15 0,-1",
+            "offload 5 1",
+            // Another task's.
+            "offload 6 1 15 0",
+        ] {
+            assert_eq!(read(bad), (0, vec![]), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_older_agents_ledger_without_offload_lines_is_still_read() {
+        let dir = test_dir("old");
+        std::fs::write(
+            dir.join(FILE_NAME),
+            "start 1 1 1 0\n\
+             usage 1 1 1250 40 3221225472\n\
+             result 1 1 1 0 10 20 \n\
+             result 2 1 0 3 10 20 exited with status 3\n\
+             result 3 1 2 -1 10 20 interrupted\n\
+             acked 3 1\n",
+        )
+        .expect("old ledger");
+        let (_, found) = Ledger::recover(&dir).expect("recover");
+        let expected = vec![
+            pb::TaskResult {
+                task_id: 1,
+                attempt: 1,
+                started_ns: 10,
+                finished_ns: 20,
+                success: true,
+                usage: Some(pb::TaskUsage {
+                    cpu_user_ms: 1_250,
+                    cpu_system_ms: 40,
+                    max_rss_bytes: 3 << 30,
+                }),
+                ..Default::default()
+            },
+            pb::TaskResult {
+                task_id: 2,
+                attempt: 1,
+                exit_code: 3,
+                message: "exited with status 3".into(),
+                started_ns: 10,
+                finished_ns: 20,
+                ..Default::default()
+            },
+        ];
+        assert_eq!(found.results, expected);
+        // Rewritten as it was: no offload line for a result that has none.
+        let text = std::fs::read_to_string(dir.join(FILE_NAME)).expect("file");
+        assert_eq!(
+            text,
+            "usage 1 1 1250 40 3221225472\nresult 1 1 1 0 10 20 \n\
+             result 2 1 0 3 10 20 exited with status 3\n"
         );
         let _ = std::fs::remove_dir_all(&dir);
     }
