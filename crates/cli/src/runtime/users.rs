@@ -107,6 +107,9 @@ pub async fn limit(args: &ClientArgs, name: &str, caps: UserCaps) -> anyhow::Res
         .await
         .map_err(refused)?
         .into_inner();
+    if args.output == super::Output::Json {
+        return json(&user_json(&reply));
+    }
     answer(args, &reply, |u| {
         let caps = [
             (u.max_cores > 0).then(|| count(u.max_cores, "core")),
@@ -132,6 +135,27 @@ pub async fn limit(args: &ClientArgs, name: &str, caps: UserCaps) -> anyhow::Res
             size(u.memory_bytes),
             count(u.gpus, "GPU")
         )
+    })
+}
+
+/// A user as `user limit` and `user list` print it in JSON: the server's fields, with `null`
+/// for a cap the user does not have (the server sends 0).
+fn user_json(u: &pb::UserInfo) -> serde_json::Value {
+    let cap = |n: u64| (n > 0).then_some(n);
+    serde_json::json!({
+        "name": u.name,
+        "created_ms": u.created_ms,
+        "jobs": u.jobs,
+        "unfinished_jobs": u.unfinished_jobs,
+        "max_cores": cap(u.max_cores.into()),
+        "cores": u.cores,
+        "max_memory_bytes": cap(u.max_memory_bytes),
+        "memory_bytes": u.memory_bytes,
+        "max_gpus": cap(u.max_gpus.into()),
+        "gpus": u.gpus,
+        "fair_usage": u.fair_usage,
+        "shares": u.shares,
+        "max_priority": u.max_priority,
     })
 }
 
@@ -172,22 +196,11 @@ pub async fn list(args: &ClientArgs) -> anyhow::Result<()> {
             .users
             .iter()
             .map(|u| {
-                serde_json::json!({
-                    "name": u.name,
-                    "created_ms": u.created_ms,
-                    "created": super::human::rfc3339(u.created_ms.saturating_mul(1_000_000)),
-                    "jobs": u.jobs,
-                    "unfinished_jobs": u.unfinished_jobs,
-                    "max_cores": (u.max_cores > 0).then_some(u.max_cores),
-                    "cores": u.cores,
-                    "max_memory_bytes": (u.max_memory_bytes > 0).then_some(u.max_memory_bytes),
-                    "memory_bytes": u.memory_bytes,
-                    "max_gpus": (u.max_gpus > 0).then_some(u.max_gpus),
-                    "gpus": u.gpus,
-                    "fair_usage": u.fair_usage,
-                    "shares": u.shares,
-                    "max_priority": u.max_priority,
-                })
+                let mut v = user_json(u);
+                v["created"] = serde_json::json!(super::human::rfc3339(
+                    u.created_ms.saturating_mul(1_000_000)
+                ));
+                v
             })
             .collect();
         return json(&users);

@@ -142,3 +142,29 @@ fn log_without_a_task_shows_the_all_form_too() {
         "{err}"
     );
 }
+
+/// `user limit --output json` says `null` for a cap the user does not have, as `user list`
+/// does (it said 0, which a script reads as a cap of nothing): every field of the user agrees.
+#[test]
+fn user_limit_and_user_list_json_agree_on_no_cap() {
+    let c = Cluster::start("ux-limit-json", false);
+    c.add_user("alice");
+    let limited = c.json(&["user", "limit", "alice", "--max-cores", "2"]);
+    assert_eq!(limited["max_cores"], 2, "{limited}");
+    for key in ["max_memory_bytes", "max_gpus", "max_priority"] {
+        assert_eq!(limited[key], serde_json::Value::Null, "{key}: {limited}");
+    }
+    let listed = c.json(&["user", "list"]);
+    let alice = &listed[0];
+    assert_eq!(alice["name"], "alice", "{listed}");
+    for (key, value) in limited.as_object().expect("an object") {
+        assert_eq!(&alice[key], value, "{key}: {limited} against {alice}");
+    }
+    // A cap removed reads as none too.
+    let limited = c.json(&["user", "limit", "alice", "--max-cores", "none"]);
+    assert_eq!(limited["max_cores"], serde_json::Value::Null, "{limited}");
+    assert_eq!(
+        c.json(&["user", "list"])[0]["max_cores"],
+        serde_json::Value::Null
+    );
+}
