@@ -784,7 +784,7 @@ pub struct UserCaps {
     pub max_cores: Option<u32>,
     /// The most memory at once, a size as job files write it (`64GiB`); `none` (or 0) for no
     /// cap. Tasks count the memory they declare.
-    #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_max_memory)]
     pub max_memory: Option<u64>,
     /// The most GPUs at once; `none` (or 0) for no cap.
     #[arg(long, value_name = "N", value_parser = parse_max_gpus)]
@@ -841,12 +841,31 @@ fn parse_cap(s: &str, what: &str) -> Result<u32, String> {
 /// `hetsched update --memory`: a size as job files write it (`512MiB`, `8GiB`), in bytes;
 /// `none` or `0` for none declared.
 fn parse_memory(s: &str) -> Result<u64, String> {
+    parse_size(s, "none declared")
+}
+
+/// `hetsched user limit --max-memory`: a size as job files write it, in bytes; `none` or `0`
+/// for no cap.
+fn parse_max_memory(s: &str) -> Result<u64, String> {
+    parse_size(s, "no cap")
+}
+
+/// A size as job files write it, in bytes; `none` or `0` for 0, which means `none_is`. clap
+/// names the flag and the value before a refusal, so the refusal says only what a size is: the
+/// `bytesize` crate's own words (`couldn't parse "lots" into a known SI unit`) name neither.
+fn parse_size(s: &str, none_is: &str) -> Result<u64, String> {
     match s.trim() {
         "none" | "0" => Ok(0),
         t => t
             .parse::<bytesize::ByteSize>()
             .map(|b| b.as_u64())
-            .map_err(|e| format!("`{t}` is not a size such as 512MiB or 8GiB ({e})")),
+            .map_err(|_| {
+                format!(
+                    "it is not a size such as 512MiB, 8GiB or 2GB (a number and a unit: B, \
+                     KB, MB, GB, TB, KiB, MiB, GiB or TiB; or a number of bytes), nor `none` \
+                     for {none_is}"
+                )
+            }),
     }
 }
 
@@ -1235,6 +1254,11 @@ mod tests {
         assert_eq!(parse_memory("none"), Ok(0));
         assert_eq!(parse_memory("0"), Ok(0));
         let e = parse_memory("lots").expect_err("not a size");
-        assert!(e.starts_with("`lots` is not a size"), "{e}");
+        assert!(e.starts_with("it is not a size such as 512MiB"), "{e}");
+        assert!(e.ends_with("nor `none` for none declared"), "{e}");
+        let e = super::parse_max_memory("8 gigs").expect_err("not a size");
+        assert!(e.ends_with("nor `none` for no cap"), "{e}");
+        // Neither the value (clap names it) nor the crate's own words.
+        assert!(!e.contains("gigs") && !e.contains("SI unit"), "{e}");
     }
 }

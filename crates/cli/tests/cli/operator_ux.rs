@@ -168,3 +168,25 @@ fn user_limit_and_user_list_json_agree_on_no_cap() {
         serde_json::Value::Null
     );
 }
+
+/// A `--max-memory` that is not a size is refused in one message that names the flag and the
+/// value once and says what a size is, without the `bytesize` crate's own words
+/// (`couldn't parse "lots" into a ByteSize, cannot parse float from empty string`).
+#[test]
+fn a_bad_max_memory_is_refused_once_with_the_accepted_forms() {
+    let out = std::process::Command::new(crate::support::BIN)
+        .args(["user", "limit", "alice", "--max-memory", "lots"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "error: invalid value 'lots' for '--max-memory <SIZE>': it is not a size such as \
+             512MiB, 8GiB or 2GB"
+        ) && err.contains("nor `none` for no cap"),
+        "{err}"
+    );
+    assert_eq!(err.matches("lots").count(), 1, "{err}");
+    assert!(!err.contains("parse"), "{err}");
+}
