@@ -1807,12 +1807,8 @@ where
                 all.push(value);
             }
             Err(e) => {
-                let said = format!("{e:#}");
-                if said.contains(&format!("{noun} {item}")) {
-                    eprintln!("error: {said}");
-                } else {
-                    eprintln!("error: {noun} {item}: {said}");
-                }
+                let (said, line) = refusal(noun, item, &e);
+                eprintln!("error: {line}");
                 let mut entry = serde_json::Map::new();
                 entry.insert(key.into(), item.clone().into());
                 entry.insert("error".into(), said.into());
@@ -1833,6 +1829,20 @@ where
         );
     }
     Ok(())
+}
+
+/// How [`each_in_turn`] tells that `item` was refused with `e`: the error with each cause once
+/// (as `main` prints errors, [`super::human::error_chain`]; `{e:#}` repeats a cause its context
+/// already says), for JSON's `error`; and the line for stderr, led by `noun item` unless the
+/// error names it already (`job 4: …`).
+fn refusal(noun: &str, item: &dyn std::fmt::Display, e: &anyhow::Error) -> (String, String) {
+    let said = super::human::error_chain(e);
+    let line = if said.contains(&format!("{noun} {item}")) {
+        said.clone()
+    } else {
+        format!("{noun} {item}: {said}")
+    };
+    (said, line)
 }
 
 /// `all` found no unfinished job: says so (`what` was not done) and succeeds, with an empty
@@ -2141,6 +2151,24 @@ mod tests {
         );
         let shown = tasks_table(&[task("pending")]).to_string();
         assert!(!shown.contains("2m"), "{shown}");
+    }
+
+    /// A refusal among several items says each cause once, led by its item unless it names
+    /// it: `{e:#}` said `refused: no such job: no such job`.
+    #[test]
+    fn a_refusal_among_several_items_says_each_cause_once() {
+        let e = anyhow::anyhow!("no such job").context("refused: no such job");
+        let (said, line) = refusal("job", &4, &e);
+        assert_eq!(said, "refused: no such job");
+        assert_eq!(line, "job 4: refused: no such job");
+        let e = anyhow::anyhow!("job 4 has ended").context("refused");
+        assert_eq!(
+            refusal("job", &4, &e),
+            (
+                "refused: job 4 has ended".to_string(),
+                "refused: job 4 has ended".to_string()
+            )
+        );
     }
 }
 
