@@ -1222,6 +1222,15 @@ mod app_pool_tests {
         apps
     }
 
+    /// `plan` places each of `apps` (in its order) whole: its CPU and GPU tasks add up to its
+    /// tasks.
+    fn assert_places_every_task(plan: &FluidPlan, apps: &[Application]) {
+        for (i, a) in apps.iter().enumerate() {
+            let placed = plan.cpu_tasks[i] + plan.gpu_tasks[i];
+            assert!((placed - f64::from(a.tasks)).abs() < 1e-6, "{}", a.name);
+        }
+    }
+
     /// Up to `MAX_PLANNED_APPS` applications nothing is pooled: the plan is the programme's own.
     #[test]
     fn a_few_applications_are_planned_one_by_one() {
@@ -1255,15 +1264,14 @@ mod app_pool_tests {
             plan.makespan_s,
             alone.makespan_s
         );
-        for (i, a) in apps.iter().enumerate() {
+        for i in 0..apps.len() {
             let k = i % 3;
             for (g, whole_g) in plan.groups.iter().zip(&alone.groups) {
                 assert!((g.cpu_tasks[i] - whole_g.cpu_tasks[k] / 100.0).abs() < 1e-6);
                 assert!((g.gpu_tasks[i] - whole_g.gpu_tasks[k] / 100.0).abs() < 1e-6);
             }
-            let placed = plan.cpu_tasks[i] + plan.gpu_tasks[i];
-            assert!((placed - f64::from(a.tasks)).abs() < 1e-6, "{}", a.name);
         }
+        assert_places_every_task(&plan, &apps);
     }
 
     /// 60 applications, no two alike: pooled into at most `MAX_PLANNED_APPS` classes whose
@@ -1308,11 +1316,7 @@ mod app_pool_tests {
             "{} ≫ {exact}",
             pooled.makespan_s
         );
-        let shared = pool.share(&pooled, &refs);
-        for (i, a) in apps.iter().enumerate() {
-            let placed = shared.cpu_tasks[i] + shared.gpu_tasks[i];
-            assert!((placed - f64::from(a.tasks)).abs() < 1e-6, "{}", a.name);
-        }
+        assert_places_every_task(&pool.share(&pooled, &refs), &apps);
     }
 
     /// More distinct requests than classes: the last levels pool by variants, with the smallest
