@@ -28,6 +28,11 @@ use tonic::{Request, Response, Status};
 /// node and path that follow, and produces that output again).
 pub const INPUT_UNAVAILABLE: &str = "input unavailable: node ";
 
+/// How the cause in such a result begins when the producer's agent could not be reached at all:
+/// the server then counts every output on that node as lost until the node beats again, not
+/// only the one named.
+pub const PRODUCER_UNREACHABLE: &str = "the producer's agent: ";
+
 /// Bytes per streamed chunk.
 pub const CHUNK: usize = 256 << 10;
 
@@ -287,7 +292,7 @@ async fn fetch(address: &str, auth: &PeerAuth, rel: &str, to: &Path) -> Result<u
     let mut c = auth
         .connect(address)
         .await
-        .map_err(|e| format!("the producer's agent: {e}"))?;
+        .map_err(|e| format!("{PRODUCER_UNREACHABLE}{e}"))?;
     let mut stream = c
         .fetch(pb::FetchRequest {
             path: rel.to_string(),

@@ -99,6 +99,11 @@ const DROPPED_REPLIES: u8 = 3;
 /// `dataflow::INPUT_UNAVAILABLE`).
 const INPUT_UNAVAILABLE: &str = "input unavailable: node ";
 
+/// What follows the input's name in such a result when the producer's agent could not be
+/// reached at all (see the agent's `dataflow::PRODUCER_UNREACHABLE`): every output on that
+/// node is out of reach, not only the one named.
+const PRODUCER_UNREACHABLE: &str = ": the producer's agent: ";
+
 /// How many times an instance's output may be produced again because a consumer could not
 /// fetch it, and how many times in a row a consumer may find an input it cannot fetch, before
 /// the consumer fails (and the job with it): an output no agent can serve — its producer's
@@ -473,6 +478,13 @@ pub struct Workflows {
     /// outputs waits for that beat rather than being sent no address (its fetch would fail, and
     /// the producers would run again).
     heard: BTreeSet<u32>,
+    /// Nodes whose agent a consumer could not reach to fetch an output, since their last
+    /// heartbeat (memory only). Their outputs count as lost until they beat again: a node whose
+    /// agent died is declared dead only after the heartbeat timeout, and until then a consumer
+    /// sent there for its next input would fail again, once per output the node holds — a
+    /// consumer of four outputs of a killed agent failed for good at its third (issue 9's CLI
+    /// kill test, 1 run in 4).
+    unreachable: BTreeSet<u32>,
     /// Each node's PCDDB figures, from its heartbeats: (sent, received, held).
     counters: BTreeMap<u32, (u64, u64, u32)>,
     /// When these launch nodes were built (this server's start, or the last rollback).
@@ -528,6 +540,7 @@ impl Workflows {
     pub fn carry_over(&mut self, old: &Workflows) {
         self.addresses = old.addresses.clone();
         self.heard = old.heard.clone();
+        self.unreachable = old.unreachable.clone();
     }
 
     /// Builds the kind from its tables (creating them on a fresh store), putting running
@@ -550,6 +563,7 @@ impl Workflows {
             thresholds,
             addresses: BTreeMap::new(),
             heard: BTreeSet::new(),
+            unreachable: BTreeSet::new(),
             counters: BTreeMap::new(),
             epoch: cx.now,
             rtt: BTreeMap::new(),
@@ -761,6 +775,10 @@ impl Workflows {
                     St::Failed | St::Cancelled | St::Done => {}
                     St::Ready | St::Waiting if reached[i as usize] => {
                         x.st = St::Ready;
+                        // Succeeded once and ready again: its output was lost and it is being
+                        // produced again, so it runs where a consumer waits for it, as before
+                        // the restart ([`Self::flush`]).
+                        x.reproducing = x.produced;
                         job.rerun.push(i);
                     }
                     St::Ready | St::Waiting => x.st = St::Waiting,
@@ -1398,11 +1416,16 @@ impl Workflows {
 
     /// Whether every input of `i` is on a live node heard since the server started; if not, its
     /// lost producers are produced again (those on a live node not heard yet are waited for).
+    /// An output on a node a consumer could not reach since its last heartbeat counts as lost
+    /// ([`Workflows::unreachable`]).
     fn inputs_ready(&mut self, cx: &Ctx, job: &mut WfJob, i: u32) -> bool {
         let mut ok = true;
         for (p, _) in job.producers(i) {
             let x = &job.insts[p as usize];
-            if x.st == St::Done && x.node.is_some_and(|n| Self::alive(cx, n)) {
+            if x.st == St::Done
+                && x.node
+                    .is_some_and(|n| Self::alive(cx, n) && !self.unreachable.contains(&n))
+            {
                 if x.node.is_some_and(|n| !self.heard.contains(&n)) {
                     ok = false;
                 }
@@ -1864,8 +1887,14 @@ impl JobKind for Workflows {
                     .strip_prefix(INPUT_UNAVAILABLE)
                     .and_then(|rest| rest.split_once(' '))
                     .and_then(|(n, rest)| Some((n.parse::<u32>().ok()?, rest.split(':').next()?)));
-                if lost.is_some() {
+                if let Some((n, _)) = lost {
                     x.inputs_lost += 1;
+                    if r.message.contains(PRODUCER_UNREACHABLE) {
+                        // The node's agent, not one file, is out of reach: its other outputs
+                        // are produced again too, before this consumer is sent anywhere again
+                        // ([`Self::inputs_ready`]).
+                        self.unreachable.insert(n);
+                    }
                 }
                 let p = lost.and_then(|(n, path)| {
                     job.producers(i).into_iter().map(|(p, _)| p).find(|&p| {
@@ -2000,6 +2029,9 @@ impl JobKind for Workflows {
         if !report.advertise.is_empty() {
             self.addresses.insert(node.0, report.advertise.clone());
         }
+        // It answers again: its outputs may be fetched (those produced again meanwhile stay
+        // where they were produced again).
+        self.unreachable.remove(&node.0);
         if self.heard.insert(node.0) {
             // Its outputs can be fetched from now on: the nodes holding instances that waited
             // for them look again at once, not at their next beat (an idle agent's may be a

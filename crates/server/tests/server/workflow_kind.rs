@@ -26,6 +26,7 @@ use hetsched_server::state::State;
 use hetsched_server::store::Store;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!(
@@ -582,6 +583,114 @@ fn an_input_that_can_never_be_fetched_fails_its_consumer_instead_of_looping() {
         why.starts_with("an input could not be fetched again (3 re-runs of its producer")
             && why.contains("gone"),
         "{why}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A consumer that cannot reach the agent holding its inputs (killed, not yet declared dead)
+/// fails once, not once per output there: every output on that node is produced again before
+/// the consumer is sent anywhere again. Before, the server sent it back as soon as the named
+/// output was produced again, with the next one still on the dead node; a consumer of four
+/// outputs of a killed agent failed for good at its third failure (the CLI kill test, 1 run in
+/// 4).
+#[test]
+fn a_consumer_that_cannot_reach_a_producers_agent_fails_once_not_once_per_output_there() {
+    let dir = scratch("unreachable-agent");
+    let wf = r#"
+balancer = "pcddb"
+[[task]]
+name = "gen"
+instances = "1..=3"
+cost = "1s"
+outputs = ["x"]
+command = "echo {index} > {output:x}"
+[[task]]
+name = "use"
+instances = 1
+cost = "1s"
+inputs = ["x"]
+requires = ["pb"]
+command = "cat {input:x}"
+"#;
+    let mut s = open(&dir, WorkflowConfig::default());
+    let a = common::register(&mut s, "a", 4);
+    let b = common::register_with(&mut s, "b", 4, &["pb"]);
+    let mut agents = Agents::default();
+    agents.beat(&mut s, a);
+    let job = s.submit("wf.toml", wf, "/").expect("submit").job_id;
+    // Only a's machine reports itself underloaded at first: it takes the three gen instances.
+    for _ in 0..10 {
+        if agents.assigned.len() >= 3 {
+            break;
+        }
+        agents.round(&mut s, &[a]);
+    }
+    assert_eq!(agents.assigned.len(), 3, "the three gen instances run on a");
+    assert!(agents.assigned.iter().all(|&(n, _, _)| n == a));
+    agents.finish_all(a, true);
+    for _ in 0..10 {
+        if agents.assigned.len() >= 4 {
+            break;
+        }
+        agents.round(&mut s, &[a, b]);
+    }
+    let use_task = agents.task_base + 3;
+    assert_eq!(agents.assigned.get(3), Some(&(b, 3, 1)), "use runs on b");
+    assert_eq!(
+        agents.inputs[&use_task].len(),
+        3,
+        "use reads the three outputs"
+    );
+    // a's agent is killed: b cannot connect to it for the first input.
+    let (node, path) = agents.inputs[&use_task][0].clone();
+    assert_eq!(node, a);
+    agents.running.remove(&b);
+    agents.special.entry(b).or_default().push(pb::TaskResult {
+        task_id: use_task,
+        attempt: 1,
+        exit_code: -1,
+        interrupted: true,
+        message: format!(
+            "input unavailable: node {node} {path}: input `x`: the producer's agent: transport \
+             error"
+        ),
+        started_ns: 1,
+        finished_ns: 2,
+        ..Default::default()
+    });
+    agents.beat(&mut s, b);
+    let gens_again = |s: &State| {
+        s.tasks(job)
+            .expect("tasks")
+            .tasks
+            .iter()
+            .filter(|t| t.app == "gen" && t.state != "succeeded")
+            .count()
+    };
+    assert_eq!(
+        gens_again(&s),
+        3,
+        "every output on a is produced again, not only the one named: {:?}",
+        s.tasks(job).expect("tasks").tasks
+    );
+    // a is declared dead once silent past the timeout; b runs everything that is left.
+    std::thread::sleep(Duration::from_millis(60));
+    for _ in 0..40 {
+        agents.round(&mut s, &[b]);
+        s.check_dead(Duration::from_millis(40)).expect("check dead");
+        agents.finish_all(b, true);
+        if s.get_job(job).expect("job").state == "completed" {
+            break;
+        }
+    }
+    assert_eq!(s.get_job(job).expect("job").state, "completed");
+    let tasks = s.tasks(job).expect("tasks").tasks;
+    let used = tasks.iter().find(|t| t.app == "use").expect("use");
+    assert_eq!(used.attempt, 2, "one failed fetch, then it ran: {used:?}");
+    assert!(
+        agents.inputs[&use_task].iter().all(|&(n, _)| n == b),
+        "its second attempt read every input from b: {:?}",
+        agents.inputs[&use_task]
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
