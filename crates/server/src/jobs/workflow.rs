@@ -1213,6 +1213,11 @@ impl Workflows {
                     self.woken.insert(m.to.0);
                     match m.body {
                         Body::Dispatch { instance } => {
+                            // Taken there again: its machine counts it again, so it is not
+                            // to forget it (it was to, had the node been declared dead with it).
+                            if let Some(d) = job.dropped.get_mut(&m.to.0) {
+                                d.remove(&instance.0);
+                            }
                             job.assigned
                                 .entry(m.to.0)
                                 .or_default()
@@ -2175,6 +2180,17 @@ impl JobKind for Workflows {
                 .collect();
             for n in dead {
                 if let Some(q) = job.assigned.remove(&n) {
+                    if job.balancer == BalancerKind::Pcddb {
+                        // The node's machine took them and counts them in its instance table:
+                        // should the node come back (declared dead while its agent was slow,
+                        // say), it is told to forget them. Else it never reported itself
+                        // underloaded again, and with every live node in that state nothing
+                        // was placed any more (the CLI kill test stalled, 1 run in 12).
+                        let d = job.dropped.entry(n).or_default();
+                        for &i in &q {
+                            d.insert(i, DROPPED_REPLIES);
+                        }
+                    }
                     job.rerun.extend(q);
                 }
             }

@@ -695,6 +695,72 @@ command = "cat {input:x}"
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Under pcddb a node declared dead while its machine held instances waiting there, whose
+/// agent then comes back (it was only slow), is told to forget those instances once another
+/// node's machine took them: else its machine counted them for ever, never reported itself
+/// underloaded, and with every live node in that state nothing was placed any more.
+#[test]
+fn a_node_declared_dead_and_back_forgets_the_instances_its_machine_held_that_went_elsewhere() {
+    let dir = scratch("dead-and-back");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let n0 = common::register(&mut s, "n0", 2);
+    let n1 = common::register(&mut s, "n1", 2);
+    let mut agents = Agents::default();
+    agents.beat(&mut s, n0);
+    let job = s.submit("fan.toml", FAN_OUT, "/").expect("submit").job_id;
+    // Only n0 reports itself underloaded: it takes the seed, then all 20 spread instances,
+    // two of which run.
+    for _ in 0..10 {
+        if !agents.assigned.is_empty() {
+            break;
+        }
+        agents.round(&mut s, &[n0]);
+    }
+    agents.finish_all(n0, true);
+    for _ in 0..10 {
+        if agents.assigned.len() >= 3 {
+            break;
+        }
+        agents.round(&mut s, &[n0]);
+    }
+    assert_eq!(
+        agents.machines[&n0].held(),
+        20,
+        "n0 took all 20: {agents:?}"
+    );
+    // n0 falls silent past the timeout; n1 beats on and takes what n0 held.
+    std::thread::sleep(Duration::from_millis(60));
+    agents.beat(&mut s, n1);
+    s.check_dead(Duration::from_millis(40)).expect("check dead");
+    for _ in 0..10 {
+        agents.round(&mut s, &[n1]);
+    }
+    assert!(
+        agents.machines[&n1].held() > 0,
+        "n1 took the work: {agents:?}"
+    );
+    // n0's agent is back: its two running instances are killed (they run elsewhere now) and
+    // its machine forgets the 18 it held waiting.
+    for _ in 0..5 {
+        agents.round(&mut s, &[n0]);
+    }
+    assert_eq!(
+        agents.machines[&n0].held(),
+        0,
+        "n0's machine holds nothing that will run there: {agents:?}"
+    );
+    for _ in 0..60 {
+        agents.finish_all(n0, true);
+        agents.finish_all(n1, true);
+        agents.round(&mut s, &[n0, n1]);
+        if s.get_job(job).expect("job").state == "completed" {
+            break;
+        }
+    }
+    assert_eq!(s.get_job(job).expect("job").state, "completed");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn requirements_and_sizes_decide_the_nodes_and_running_instances_book_their_cores() {
     let dir = scratch("fit");
