@@ -461,7 +461,7 @@ mod tests {
                 requires,
             }]
             .into(),
-            table: vec![NodeId(1)],
+            table: vec![NodeId(1)].into(),
         };
         pb::BalanceMessage {
             job_id: 7,

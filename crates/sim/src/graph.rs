@@ -40,10 +40,11 @@ const HORIZON: Time = 100 * 365 * 24 * 3600 * NANOS_PER_SEC;
 /// costs O(nodes), not nodes²: on this 2-core VM (release build, docs/performance.md "Graph
 /// simulator on 100,000 nodes") 100,000 nodes run about 0.15 s per simulated second under pcddb
 /// and 0.2 s under centralised (2.2 s and 2.8 s when they looked every message up among the
-/// members), 10,000 nodes 0.005 s and 0.01 s (0.03 s and 0.03 s). The bound is memory: every
-/// node a pcddb request passes keeps a copy of the underloaded-node table it carries (spec 05
-/// §4 c), so a backlog that walks one request through every idle node holds nodes²/2 entries,
-/// 20 GB at 100,000 nodes (200,000 instances ready at once walked 3,963 nodes: 2.6 GB).
+/// members), 10,000 nodes 0.005 s and 0.01 s (0.03 s and 0.03 s). The nodes a pcddb request
+/// passes share the underloaded-node table it carries (spec 05 §4 c merges it into theirs)
+/// instead of copying it, which held nodes²/2 entries when a backlog walked one request through
+/// every idle node (200,000 instances ready at once on 100,000 nodes: 2.6 GB, now the memory of
+/// the nodes themselves).
 pub const MAX_GRAPH_NODES: usize = 100_000;
 
 /// Message kinds in the order reports list them.
@@ -764,9 +765,8 @@ pub fn simulate_graph(
     let n = cluster.nodes.len();
     if n > MAX_GRAPH_NODES {
         return Err(GraphSimError::Config(format!(
-            "the cluster has {n} nodes; a graph simulation takes at most {MAX_GRAPH_NODES} (every \
-             node a pcddb request passes keeps a copy of its underloaded-node table: up to \
-             nodes²/2 entries)"
+            "the cluster has {n} nodes; a graph simulation takes at most {MAX_GRAPH_NODES} (as \
+             many as a cluster file holds)"
         )));
     }
     if latency.len() != n {

@@ -78,8 +78,9 @@ pub struct AllocationRequest {
     pub sent_at: Time,
     /// Instances still to place, in the order they became ready (taken from the front).
     pub instances: VecDeque<Wanted>,
-    /// The underloaded-node table it carries, in order.
-    pub table: Vec<NodeId>,
+    /// The underloaded-node table it carries, in order, shared with the nodes it passed
+    /// (serialised as a plain list).
+    pub table: pcddb::SharedTable,
 }
 
 /// What one message says.

@@ -125,7 +125,7 @@ fn an_instance_taken_twice_holds_one_slot_and_frees_it_once() {
                         requires: 0,
                     })
                     .collect(),
-                table: vec![NodeId(1)],
+                table: vec![NodeId(1)].into(),
             }),
         })
     };

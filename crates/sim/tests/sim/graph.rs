@@ -628,8 +628,8 @@ fn a_cluster_past_the_limit_is_refused_naming_it() {
     assert_eq!(
         err.to_string(),
         format!(
-            "the cluster has {} nodes; a graph simulation takes at most {} (every node a pcddb \
-             request passes keeps a copy of its underloaded-node table: up to nodes²/2 entries)",
+            "the cluster has {} nodes; a graph simulation takes at most {} (as many as a cluster \
+             file holds)",
             hetsched_sim::graph::MAX_GRAPH_NODES + 1,
             hetsched_sim::graph::MAX_GRAPH_NODES
         )

@@ -41,26 +41,137 @@ use super::{
 };
 use crate::model::NodeId;
 use crate::time::Time;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
+use std::sync::Arc;
+
+/// An underloaded-node table as a request carries it: node ids in order, shared — not copied —
+/// between the request and the tables of the nodes it passed.
+///
+/// Spec 05 §4 c has every node a request reaches merge the request's table into its own; a
+/// copy per node held nodes²/2 entries when one request walked every idle node of a
+/// 100,000-node cluster (2.6 GB for a walk of 3,963 nodes). A node the request reaches is the
+/// first entry of the table it carries (the launch node and every node send it to the first
+/// entry), so a hop drops the front entry: that moves a start index over the shared entries,
+/// and the node keeps a clone of the handle. Any other change copies the entries it keeps
+/// (copy on write), so a table changes only itself.
+///
+/// It reads as a slice (`Deref`), prints as a list, and serialises as a plain list of node ids:
+/// the message between runtime agents is the same JSON as when the table was a `Vec`.
+#[derive(Clone)]
+pub struct SharedTable {
+    entries: Arc<[NodeId]>,
+    /// Entries before `start` are not in this table (the front entries its hops dropped).
+    start: usize,
+}
+
+impl SharedTable {
+    /// Keeps the entries `keep` accepts, in order (as `Vec::retain`, calling `keep` once per
+    /// entry). Dropping only front entries shares the rest; anything else copies what is kept.
+    pub fn retain(&mut self, mut keep: impl FnMut(&NodeId) -> bool) {
+        let list: &[NodeId] = self;
+        // Entries before `first_kept` are dropped; the one at `first_kept` is kept.
+        let first_kept = list.iter().position(&mut keep).unwrap_or(list.len());
+        let rest = list.get(first_kept..).unwrap_or_default();
+        match rest.iter().skip(1).position(|n| !keep(n)) {
+            None if first_kept == list.len() => *self = Self::default(),
+            None => self.start += first_kept,
+            Some(j) => {
+                // `rest[1 + j]` is dropped: copy what stays.
+                let (head, tail) = rest.split_at(1 + j);
+                let mut kept = Vec::with_capacity(rest.len() - 1);
+                kept.extend_from_slice(head);
+                kept.extend(tail.iter().skip(1).copied().filter(|n| keep(n)));
+                *self = kept.into();
+            }
+        }
+    }
+}
+
+impl Default for SharedTable {
+    fn default() -> Self {
+        Vec::new().into()
+    }
+}
+
+impl std::ops::Deref for SharedTable {
+    type Target = [NodeId];
+
+    fn deref(&self) -> &[NodeId] {
+        self.entries.get(self.start..).unwrap_or_default()
+    }
+}
+
+impl From<Vec<NodeId>> for SharedTable {
+    fn from(entries: Vec<NodeId>) -> Self {
+        Self {
+            entries: entries.into(),
+            start: 0,
+        }
+    }
+}
+
+impl FromIterator<NodeId> for SharedTable {
+    fn from_iter<I: IntoIterator<Item = NodeId>>(iter: I) -> Self {
+        Self {
+            entries: iter.into_iter().collect(),
+            start: 0,
+        }
+    }
+}
+
+impl PartialEq for SharedTable {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for SharedTable {}
+
+impl fmt::Debug for SharedTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl Serialize for SharedTable {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        (**self).serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for SharedTable {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Vec::<NodeId>::deserialize(deserializer).map(Self::from)
+    }
+}
 
 /// An ordered underloaded-node table (one per cluster a node belongs to).
+///
+/// What the last request brought stays shared with that request ([`SharedTable`]); what the
+/// node changed since — in practice only its own entry, added when a self-check finds it
+/// underloaded — lies beside it, so a node that passed a request holds a handle and a few
+/// entries, not a copy of the table.
 ///
 /// A node asks its table only about itself (at every self-check: list me, or drop me), and its
 /// table may list every member of a 100,000-node cluster, so the table remembers where the last
 /// node added or removed stands (`known`), kept true by every change: a self-check is O(1), and
-/// only the first change after a new table scans it (as the request that brought it was copied).
+/// only the first change after a new table scans it.
 #[derive(Clone, Default)]
 pub struct UnderloadTable {
-    entries: Vec<NodeId>,
+    /// The entries the last request brought, less those removed since.
+    shared: SharedTable,
+    /// Entries added since, after `shared`.
+    added: Vec<NodeId>,
     /// The last node added or removed and the index of its first entry (`None`: not listed).
     known: Option<(NodeId, Option<usize>)>,
 }
 
 impl PartialEq for UnderloadTable {
     fn eq(&self, other: &Self) -> bool {
-        self.entries == other.entries
+        self.iter().eq(other.iter())
     }
 }
 
@@ -69,7 +180,7 @@ impl Eq for UnderloadTable {}
 impl fmt::Debug for UnderloadTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("UnderloadTable")
-            .field("entries", &self.entries)
+            .field("entries", &self.entries())
             .finish()
     }
 }
@@ -78,30 +189,42 @@ impl UnderloadTable {
     /// A table holding `entries` in order.
     pub fn new(entries: Vec<NodeId>) -> Self {
         Self {
-            entries,
+            shared: entries.into(),
+            added: Vec::new(),
             known: None,
         }
     }
 
     /// A table holding `entries`, which do not list `absent` (known, so not scanned for).
-    fn without(entries: Vec<NodeId>, absent: NodeId) -> Self {
+    fn without(entries: SharedTable, absent: NodeId) -> Self {
         debug_assert!(!entries.contains(&absent));
         Self {
-            entries,
+            shared: entries,
+            added: Vec::new(),
             known: Some((absent, None)),
         }
     }
 
+    /// The entries in order (a copy: see [`UnderloadTable::iter`]).
+    pub fn entries(&self) -> Vec<NodeId> {
+        self.iter().collect()
+    }
+
     /// The entries in order.
-    pub fn entries(&self) -> &[NodeId] {
-        &self.entries
+    pub fn iter(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.shared.iter().chain(&self.added).copied()
+    }
+
+    /// How many entries it holds.
+    pub fn len(&self) -> usize {
+        self.shared.len() + self.added.len()
     }
 
     /// Index of `n`'s first entry: O(1) when `n` was the last node added or removed.
     fn position(&self, n: NodeId) -> Option<usize> {
         match self.known {
             Some((k, at)) if k == n => at,
-            _ => self.entries.iter().position(|&e| e == n),
+            _ => self.iter().position(|e| e == n),
         }
     }
 
@@ -114,11 +237,12 @@ impl UnderloadTable {
     pub fn remove(&mut self, n: NodeId) {
         match self.position(n) {
             None => {}
-            // Its first entry is the last one: its only one.
-            Some(at) if at + 1 == self.entries.len() => {
-                self.entries.pop();
+            // Its first entry was added since the request: the shared entries do not list it.
+            Some(at) if at >= self.shared.len() => self.added.retain(|&e| e != n),
+            Some(_) => {
+                self.shared.retain(|&e| e != n);
+                self.added.retain(|&e| e != n);
             }
-            Some(_) => self.entries.retain(|&e| e != n),
         }
         self.known = Some((n, None));
     }
@@ -128,20 +252,20 @@ impl UnderloadTable {
         match self.position(n) {
             Some(at) => self.known = Some((n, Some(at))),
             None => {
-                self.entries.push(n);
-                self.known = Some((n, Some(self.entries.len() - 1)));
+                self.added.push(n);
+                self.known = Some((n, Some(self.len() - 1)));
             }
         }
     }
 
     /// The first entry other than `me`.
     pub fn first_other(&self, me: NodeId) -> Option<NodeId> {
-        self.entries.iter().copied().find(|&e| e != me)
+        self.iter().find(|&e| e != me)
     }
 
     /// Whether the table is empty.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.shared.is_empty() && self.added.is_empty()
     }
 }
 
@@ -317,6 +441,7 @@ impl PcddbNode {
         // longer underloaded, an underloaded one takes what it can and is not any more. So the
         // table kept is the request's without this node, the one the request travels on with.
         request.table.retain(|&n| n != me);
+        // Shared, not copied: the node and the request hold the same entries from here on.
         self.memberships[k].table = UnderloadTable::without(request.table.clone(), me);
 
         let mut out = Vec::new();
@@ -683,7 +808,7 @@ impl LaunchNode {
             return;
         };
         let cluster = *cluster;
-        let table: Vec<NodeId> = table.iter().map(|(n, _)| n).collect();
+        let table: SharedTable = table.iter().map(|(n, _)| n).collect();
         let request = AllocationRequest {
             cluster,
             launch: self.id,
@@ -769,11 +894,110 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_table_retains_as_a_vec_does_and_changes_no_other_copy() {
+        for seed in 0..50 {
+            let mut next = stream(seed);
+            let list: Vec<NodeId> = (0..next(20)).map(|_| NodeId(next(8) as u32)).collect();
+            let mut table = SharedTable::from(list.clone());
+            let mut reference = list.clone();
+            let mut copies = Vec::new();
+            for _ in 0..12 {
+                copies.push((table.clone(), reference.clone()));
+                // Mostly the front entry (a hop), sometimes any entry.
+                let n = match (next(3), reference.first()) {
+                    (0, _) | (_, None) => NodeId(next(8) as u32),
+                    (_, Some(&front)) => front,
+                };
+                let mut calls = 0;
+                table.retain(|&e| {
+                    calls += 1;
+                    e != n
+                });
+                assert_eq!(calls, reference.len(), "keep is called once per entry");
+                reference.retain(|&e| e != n);
+                assert_eq!(&table[..], &reference[..], "seed {seed}");
+            }
+            for (copy, expected) in copies {
+                assert_eq!(&copy[..], &expected[..], "seed {seed}: a copy changed");
+            }
+        }
+    }
+
+    #[test]
+    fn a_shared_table_reads_prints_and_serialises_as_the_list_it_holds() {
+        let list = vec![NodeId(4), NodeId(2), NodeId(9)];
+        let mut table = SharedTable::from(list.clone());
+        assert_eq!(format!("{table:?}"), format!("{list:?}"));
+        let json = serde_json::to_string(&table).unwrap_or_default();
+        assert_eq!(json, serde_json::to_string(&list).unwrap_or_default());
+        let back: Result<SharedTable, _> = serde_json::from_str(&json);
+        assert_eq!(back.ok(), Some(table.clone()));
+        // A table whose front was dropped serialises what it holds, not what it shares.
+        table.retain(|&n| n != NodeId(4));
+        assert_eq!(serde_json::to_string(&table).unwrap_or_default(), "[2,9]");
+        table.retain(|_| false);
+        assert!(table.is_empty());
+        assert_eq!(table, SharedTable::default());
+    }
+
+    #[test]
+    fn a_node_that_passed_a_request_shares_its_table() {
+        let launch = NodeId(0);
+        let graph_node = |id| GraphNode {
+            id: NodeId(id),
+            cores: 1,
+            attributes: 0,
+        };
+        let mut node = PcddbNode::new(
+            graph_node(1),
+            Thresholds { lt: 1, mt: 1 },
+            vec![(ClusterId(0), launch)],
+        );
+        // Loaded: the request passes through.
+        node.preset(1, ClusterId(0), vec![]);
+        let request = AllocationRequest {
+            cluster: ClusterId(0),
+            launch,
+            sent_at: 0,
+            instances: [Wanted {
+                instance: InstanceId(0),
+                requires: 0,
+            }]
+            .into(),
+            table: (1..1000).map(NodeId).collect(),
+        };
+        let out = node.handle(
+            NodeEvent::Deliver(Message {
+                from: launch,
+                to: NodeId(1),
+                body: Body::Request(request),
+            }),
+            0,
+        );
+        let [
+            Outgoing::Send(Message {
+                to,
+                body: Body::Request(forwarded),
+                ..
+            }),
+        ] = &out[..]
+        else {
+            panic!("forwarded: {out:?}");
+        };
+        assert_eq!(*to, NodeId(2));
+        let Some(kept) = node.table(ClusterId(0)) else {
+            panic!("no table");
+        };
+        assert_eq!(kept.entries(), (2..1000).map(NodeId).collect::<Vec<_>>());
+        assert!(Arc::ptr_eq(&kept.shared.entries, &forwarded.table.entries));
+    }
+
+    #[test]
     fn a_table_without_a_node_knows_it_is_absent() {
-        let mut t = UnderloadTable::without(vec![NodeId(3), NodeId(1)], NodeId(2));
+        let mut t = UnderloadTable::without(vec![NodeId(3), NodeId(1)].into(), NodeId(2));
         assert!(!t.contains(NodeId(2)));
         t.add(NodeId(2));
-        assert_eq!(t.entries(), &[NodeId(3), NodeId(1), NodeId(2)]);
+        assert_eq!(t.entries(), [NodeId(3), NodeId(1), NodeId(2)]);
         t.remove(NodeId(1));
         t.remove(NodeId(2));
         assert_eq!(t.entries(), &[NodeId(3)]);
