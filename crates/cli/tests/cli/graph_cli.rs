@@ -391,9 +391,8 @@ fn a_check_interval_under_1ms_and_a_message_cost_over_1h_are_refused() {
 #[test]
 fn a_cluster_past_100000_nodes_is_refused_and_one_of_100000_runs_in_little_memory() {
     // 100,000 nodes once allocated an 80 GB latency matrix and aborted, and the launch nodes'
-    // lookups made a round of checks cost nodes² steps (sim graph stopped at 10,000). Every
-    // node a pcddb request passes still keeps a copy of its table (up to nodes²/2 entries), so
-    // sim graph stops at 100,000, where cluster files stop too (the parser names its limit).
+    // lookups made a round of checks cost nodes² steps (sim graph stopped at 10,000). sim graph
+    // stops at 100,000, where cluster files stop too (the parser names its limit).
     let big = temp("nodes-100001.toml");
     std::fs::write(&big, "[[node]]\nname = \"n\"\ncount = 100001\ncores = 4\n").expect("write");
     let out = hetsched(&[
