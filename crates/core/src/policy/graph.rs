@@ -22,6 +22,22 @@ pub mod dag;
 pub mod pcddb;
 pub mod static_placement;
 
+/// A deterministic stream of small numbers for the modules' randomised tests (the core takes no
+/// random-number crate).
+#[cfg(test)]
+pub(crate) mod test_stream {
+    /// Numbers below `n`, one per call, from an LCG seeded with `seed`.
+    pub fn stream(seed: u64) -> impl FnMut(u64) -> u64 {
+        let mut x = seed;
+        move |n| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (x >> 33) % n
+        }
+    }
+}
+
 use crate::model::NodeId;
 use crate::model::workflow::Workflow;
 use crate::time::Time;

@@ -374,16 +374,7 @@ fn positions(members: &[GraphNode]) -> HashMap<NodeId, usize> {
 mod tests {
     use super::*;
 
-    /// A deterministic stream of small numbers.
-    fn stream(seed: u64) -> impl FnMut(u64) -> u64 {
-        let mut x = seed;
-        move |n| {
-            x = x
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (x >> 33) % n
-        }
-    }
+    use crate::policy::graph::test_stream::stream;
 
     /// The scan the index replaces, as it was written.
     fn scan(members: &[GraphNode], estimate: &[u32], requires: AttrMask) -> Option<usize> {

@@ -829,16 +829,7 @@ impl LaunchNode {
 mod tests {
     use super::*;
 
-    /// A deterministic stream of small numbers.
-    fn stream(seed: u64) -> impl FnMut(u64) -> u64 {
-        let mut x = seed;
-        move |n| {
-            x = x
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (x >> 33) % n
-        }
-    }
+    use crate::policy::graph::test_stream::stream;
 
     #[test]
     fn the_indexed_tables_answer_as_plain_lists_do() {
